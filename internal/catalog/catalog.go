@@ -1,0 +1,305 @@
+// Package catalog owns the template catalog as a history of immutable versions:
+// creating, updating and deleting templates (each change a new version, nothing
+// ever rewritten), and planning and applying a directory of template files the
+// GitOps way (create, update, prune, with a diff). Every path validates exactly as
+// template.Parse does.
+package catalog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/pmezard/go-difflib/difflib"
+	"sigs.k8s.io/yaml"
+
+	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/gpu"
+	"github.com/gantryhq/gantry/internal/template"
+)
+
+// Version is one immutable version of a template.
+type Version struct {
+	Name      string
+	Version   int
+	Template  *template.Template
+	Digest    string
+	CreatedAt time.Time
+	CreatedBy string
+}
+
+// Change is one template change applied by Store.ApplyTemplates: a new version
+// (Template set) or a deletion (Template nil). Expect is the live version the
+// change was planned against (0: none), so concurrent edits conflict instead of
+// overwriting each other.
+type Change struct {
+	Name     string
+	Template *template.Template
+	Digest   string
+	Expect   int
+	Actor    string
+	At       time.Time
+}
+
+// Store keeps template versions.
+type Store interface {
+	// CurrentTemplates returns the live version of every template not deleted.
+	CurrentTemplates(ctx context.Context) ([]Version, error)
+	// TemplateVersion returns one version (0: the live one); *fault.NotFound if none.
+	TemplateVersion(ctx context.Context, name string, version int) (Version, error)
+	// TemplateHistory returns every version of a template, oldest first.
+	TemplateHistory(ctx context.Context, name string) ([]Version, error)
+	// ApplyTemplates applies all changes in one transaction or none of them,
+	// returning the versions created; *fault.Conflict when an Expect is stale.
+	ApplyTemplates(ctx context.Context, changes []Change) ([]Version, error)
+	// AnyTemplateEver reports whether any template was ever stored.
+	AnyTemplateEver(ctx context.Context) (bool, error)
+}
+
+// Service is the catalog's domain logic.
+type Service struct {
+	store   Store
+	classes *gpu.Catalog
+	now     func() time.Time
+}
+
+// New returns a catalog service.
+func New(store Store, classes *gpu.Catalog) *Service {
+	return &Service{store: store, classes: classes, now: time.Now}
+}
+
+// Classes returns the GPU class catalog the templates are checked against.
+func (s *Service) Classes() *gpu.Catalog { return s.classes }
+
+// List returns the live version of every template.
+func (s *Service) List(ctx context.Context) ([]Version, error) { return s.store.CurrentTemplates(ctx) }
+
+// Get returns a version of a template (0: the live one).
+func (s *Service) Get(ctx context.Context, name string, version int) (Version, error) {
+	return s.store.TemplateVersion(ctx, name, version)
+}
+
+// History returns every version of a template.
+func (s *Service) History(ctx context.Context, name string) ([]Version, error) {
+	h, err := s.store.TemplateHistory(ctx, name)
+	if err == nil && len(h) == 0 {
+		return nil, &fault.NotFound{Kind: "template", Name: name}
+	}
+	return h, err
+}
+
+// Parse validates a template document exactly as files are validated.
+func (s *Service) Parse(source string, data []byte) (*template.Template, error) {
+	return template.Parse(source, data, s.classes)
+}
+
+// Create stores the first live version of a template.
+func (s *Service) Create(ctx context.Context, actor string, t *template.Template) (Version, error) {
+	if err := t.Validate(s.classes); err != nil {
+		return Version{}, err
+	}
+	cur, err := s.live(ctx, t.Metadata.Name)
+	if err != nil {
+		return Version{}, err
+	}
+	if cur != nil {
+		return Version{}, &fault.Conflict{Kind: "template", Name: t.Metadata.Name, Reason: "already exists; update it instead"}
+	}
+	vs, err := s.store.ApplyTemplates(ctx, []Change{s.put(actor, t, 0)})
+	if err != nil {
+		return Version{}, err
+	}
+	return vs[0], nil
+}
+
+// Update stores a new version of an existing template; when nothing changed it
+// returns the live version and false.
+func (s *Service) Update(ctx context.Context, actor, name string, t *template.Template) (Version, bool, error) {
+	if t.Metadata.Name != name {
+		var errs fault.List
+		errs.Addf("metadata.name", "%q does not match the template being updated, %q", t.Metadata.Name, name)
+		return Version{}, false, errs.Err()
+	}
+	if err := t.Validate(s.classes); err != nil {
+		return Version{}, false, err
+	}
+	cur, err := s.live(ctx, name)
+	if err != nil {
+		return Version{}, false, err
+	}
+	if cur == nil {
+		return Version{}, false, &fault.NotFound{Kind: "template", Name: name}
+	}
+	if cur.Digest == t.Digest() {
+		return *cur, false, nil
+	}
+	vs, err := s.store.ApplyTemplates(ctx, []Change{s.put(actor, t, cur.Version)})
+	if err != nil {
+		return Version{}, false, err
+	}
+	return vs[0], true, nil
+}
+
+// Delete retires a template; its versions stay for the workloads that used them.
+func (s *Service) Delete(ctx context.Context, actor, name string) error {
+	cur, err := s.live(ctx, name)
+	if err != nil {
+		return err
+	}
+	if cur == nil {
+		return &fault.NotFound{Kind: "template", Name: name}
+	}
+	_, err = s.store.ApplyTemplates(ctx, []Change{{Name: name, Expect: cur.Version, Actor: actor, At: s.now()}})
+	return err
+}
+
+func (s *Service) put(actor string, t *template.Template, expect int) Change {
+	return Change{Name: t.Metadata.Name, Template: t, Digest: t.Digest(), Expect: expect, Actor: actor, At: s.now()}
+}
+
+// live returns the live version, or nil when there is none.
+func (s *Service) live(ctx context.Context, name string) (*Version, error) {
+	v, err := s.store.TemplateVersion(ctx, name, 0)
+	if err != nil {
+		var nf *fault.NotFound
+		if errors.As(err, &nf) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	return &v, nil
+}
+
+// Action is what applying a file does to one template.
+type Action string
+
+// Actions of a plan.
+const (
+	Create    Action = "create"
+	Update    Action = "update"
+	Delete    Action = "delete"
+	Unchanged Action = "unchanged"
+)
+
+// Step is one template's part of a plan.
+type Step struct {
+	Name   string
+	Action Action
+	Source string // the file, for create and update
+	Diff   string // unified diff of the template's YAML, for create, update and delete
+	change Change
+}
+
+// Plan is what applying a directory of templates would do.
+type Plan struct {
+	Steps []Step
+}
+
+// Changed reports whether the plan changes anything.
+func (p Plan) Changed() bool {
+	for _, s := range p.Steps {
+		if s.Action != Unchanged {
+			return true
+		}
+	}
+	return false
+}
+
+// Plan compares files with the live catalog. With prune, live templates that no
+// file defines are deleted.
+func (s *Service) Plan(ctx context.Context, actor string, files []template.File, prune bool) (Plan, error) {
+	live, err := s.store.CurrentTemplates(ctx)
+	if err != nil {
+		return Plan{}, err
+	}
+	byName := map[string]Version{}
+	for _, v := range live {
+		byName[v.Name] = v
+	}
+	var p Plan
+	inFiles := map[string]bool{}
+	for _, f := range files {
+		t := f.Template
+		if err := t.Validate(s.classes); err != nil {
+			return Plan{}, err
+		}
+		name := t.Metadata.Name
+		inFiles[name] = true
+		cur, ok := byName[name]
+		step := Step{Name: name, Source: f.Path}
+		switch {
+		case !ok:
+			step.Action, step.change = Create, s.put(actor, t, 0)
+			step.Diff = diff(name, nil, t)
+		case cur.Digest != t.Digest():
+			step.Action, step.change = Update, s.put(actor, t, cur.Version)
+			step.Diff = diff(name, cur.Template, t)
+		default:
+			step.Action = Unchanged
+		}
+		p.Steps = append(p.Steps, step)
+	}
+	if prune {
+		for _, v := range live {
+			if !inFiles[v.Name] {
+				p.Steps = append(p.Steps, Step{Name: v.Name, Action: Delete, Diff: diff(v.Name, v.Template, nil),
+					change: Change{Name: v.Name, Expect: v.Version, Actor: actor, At: s.now()}})
+			}
+		}
+	}
+	return p, nil
+}
+
+// Apply carries out a plan in one transaction: all of it or none of it.
+func (s *Service) Apply(ctx context.Context, p Plan) ([]Version, error) {
+	var changes []Change
+	for _, st := range p.Steps {
+		if st.Action != Unchanged {
+			changes = append(changes, st.change)
+		}
+	}
+	if len(changes) == 0 {
+		return nil, nil
+	}
+	return s.store.ApplyTemplates(ctx, changes)
+}
+
+// Seed loads files as the initial catalog when no template was ever stored, and
+// reports whether it did.
+func (s *Service) Seed(ctx context.Context, actor string, files []template.File) (bool, error) {
+	any, err := s.store.AnyTemplateEver(ctx)
+	if err != nil || any {
+		return false, err
+	}
+	p, err := s.Plan(ctx, actor, files, false)
+	if err != nil {
+		return false, err
+	}
+	_, err = s.Apply(ctx, p)
+	return err == nil, err
+}
+
+// YAML renders a template as canonical YAML.
+func YAML(t *template.Template) string {
+	if t == nil {
+		return ""
+	}
+	b, err := yaml.Marshal(t)
+	if err != nil {
+		return fmt.Sprintf("# cannot render: %v\n", err)
+	}
+	return string(b)
+}
+
+func diff(name string, from, to *template.Template) string {
+	d, _ := difflib.GetUnifiedDiffString(difflib.UnifiedDiff{
+		A:        difflib.SplitLines(YAML(from)),
+		B:        difflib.SplitLines(YAML(to)),
+		FromFile: "live/" + name,
+		ToFile:   "files/" + name,
+		Context:  3,
+	})
+	return strings.TrimRight(d, "\n")
+}

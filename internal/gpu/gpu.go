@@ -1,0 +1,215 @@
+// Package gpu owns the GPU class catalog: which GPU Feature Discovery products a
+// class matches, its memory, the MIG profiles it can be cut into (with their share
+// of compute and memory) and its price per GPU-hour. The catalog is data the
+// platform team edits (templates/gpu-classes.yaml), never code.
+package gpu
+
+import (
+	"fmt"
+	"os"
+	"regexp"
+	"sort"
+	"strings"
+
+	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/yamldoc"
+)
+
+// APIVersion and Kind identify a GPU class file.
+const (
+	APIVersion = "gantry.dev/v1alpha1"
+	Kind       = "GPUClassList"
+)
+
+// File is the on-disk form of the catalog.
+type File struct {
+	APIVersion string  `json:"apiVersion"`
+	Kind       string  `json:"kind"`
+	Classes    []Class `json:"classes"`
+}
+
+// Class is one kind of GPU that workloads can ask for.
+type Class struct {
+	Name        string       `json:"name"`
+	Description string       `json:"description,omitempty"`
+	Products    []string     `json:"products"`
+	MemoryGiB   int          `json:"memoryGiB"`
+	Price       Price        `json:"price"`
+	MIG         []MIGProfile `json:"mig,omitempty"`
+}
+
+// Price is in USD per GPU-hour.
+type Price struct {
+	OnDemand float64 `json:"onDemand"`
+	Spot     float64 `json:"spot,omitempty"`
+}
+
+// MIGProfile is one way of slicing the GPU: Compute sevenths of its SMs and
+// Memory eighths of its memory, at most MaxInstances per GPU.
+type MIGProfile struct {
+	Name         string `json:"name"`
+	Compute      int    `json:"compute"`
+	Memory       int    `json:"memory"`
+	MaxInstances int    `json:"maxInstances"`
+}
+
+// ComputeShare is the fraction of the GPU's SMs the profile gets.
+func (p MIGProfile) ComputeShare() float64 { return float64(p.Compute) / 7 }
+
+// MemoryShare is the fraction of the GPU's memory the profile gets.
+func (p MIGProfile) MemoryShare() float64 { return float64(p.Memory) / 8 }
+
+// Resource is the extended resource the NVIDIA device plugin (mixed strategy)
+// exposes for the profile.
+func (p MIGProfile) Resource() string { return "nvidia.com/mig-" + p.Name }
+
+// Profile returns the class's MIG profile of that name.
+func (c Class) Profile(name string) (MIGProfile, bool) {
+	for _, p := range c.MIG {
+		if p.Name == name {
+			return p, true
+		}
+	}
+	return MIGProfile{}, false
+}
+
+// ProfileNames lists the class's MIG profiles.
+func (c Class) ProfileNames() []string {
+	out := make([]string, len(c.MIG))
+	for i, p := range c.MIG {
+		out[i] = p.Name
+	}
+	return out
+}
+
+// Catalog is a validated, immutable set of classes.
+type Catalog struct {
+	classes []Class
+	byName  map[string]int
+}
+
+// Get returns the class of that name.
+func (c *Catalog) Get(name string) (Class, bool) {
+	i, ok := c.byName[name]
+	if !ok {
+		return Class{}, false
+	}
+	return c.classes[i], true
+}
+
+// List returns the classes sorted by name.
+func (c *Catalog) List() []Class { return append([]Class(nil), c.classes...) }
+
+// Names returns the class names sorted.
+func (c *Catalog) Names() []string {
+	out := make([]string, len(c.classes))
+	for i, cl := range c.classes {
+		out[i] = cl.Name
+	}
+	return out
+}
+
+var (
+	classNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9.-]{0,38}[A-Za-z0-9]$`)
+	profileRE   = regexp.MustCompile(`^[1-7]g\.[0-9]+gb$`)
+	labelValRE  = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$`)
+)
+
+// LoadFile reads and validates a GPU class file.
+func LoadFile(path string) (*Catalog, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read GPU classes: %w", err)
+	}
+	return Parse(path, data)
+}
+
+// Parse decodes and validates a GPU class file; every problem carries file:line.
+func Parse(file string, data []byte) (*Catalog, error) {
+	var f File
+	lines, err := yamldoc.Decode(file, data, &f)
+	if err != nil {
+		return nil, err
+	}
+	cat, err := New(f)
+	if err != nil {
+		return nil, lines.Locate(file, err)
+	}
+	return cat, nil
+}
+
+// New validates a decoded file and builds the catalog.
+func New(f File) (*Catalog, error) {
+	var errs fault.List
+	if f.APIVersion != APIVersion {
+		errs.Addf("apiVersion", "must be %q", APIVersion)
+	}
+	if f.Kind != Kind {
+		errs.Addf("kind", "must be %q", Kind)
+	}
+	if len(f.Classes) == 0 {
+		errs.Addf("classes", "at least one class is required")
+	}
+	cat := &Catalog{byName: map[string]int{}}
+	products := map[string]string{}
+	for i, c := range f.Classes {
+		p := fmt.Sprintf("classes[%d]", i)
+		if !classNameRE.MatchString(c.Name) {
+			errs.Addf(p+".name", "%q is not a valid class name (letters, digits, '.', '-'; 2-40 characters)", c.Name)
+		}
+		if _, dup := cat.byName[c.Name]; dup {
+			errs.Addf(p+".name", "duplicate class %q", c.Name)
+		}
+		if len(c.Products) == 0 {
+			errs.Addf(p+".products", "at least one nvidia.com/gpu.product value is required")
+		}
+		for j, prod := range c.Products {
+			pp := fmt.Sprintf("%s.products[%d]", p, j)
+			if !labelValRE.MatchString(prod) {
+				errs.Addf(pp, "%q is not a valid label value", prod)
+			}
+			if other, dup := products[prod]; dup {
+				errs.Addf(pp, "product %q already belongs to class %q", prod, other)
+			}
+			products[prod] = c.Name
+		}
+		if c.MemoryGiB <= 0 {
+			errs.Addf(p+".memoryGiB", "must be positive")
+		}
+		if c.Price.OnDemand < 0 || c.Price.Spot < 0 {
+			errs.Addf(p+".price", "prices cannot be negative")
+		}
+		seen := map[string]bool{}
+		for j, m := range c.MIG {
+			mp := fmt.Sprintf("%s.mig[%d]", p, j)
+			if !profileRE.MatchString(m.Name) {
+				errs.Addf(mp+".name", "%q is not a MIG profile name like 1g.10gb", m.Name)
+			}
+			if seen[m.Name] {
+				errs.Addf(mp+".name", "duplicate MIG profile %q", m.Name)
+			}
+			seen[m.Name] = true
+			if m.Compute < 1 || m.Compute > 7 {
+				errs.Addf(mp+".compute", "must be between 1 and 7 (sevenths of the GPU's SMs)")
+			} else if !strings.HasPrefix(m.Name, fmt.Sprintf("%dg.", m.Compute)) {
+				errs.Addf(mp+".compute", "%d does not match profile %q", m.Compute, m.Name)
+			}
+			if m.Memory < 1 || m.Memory > 8 {
+				errs.Addf(mp+".memory", "must be between 1 and 8 (eighths of the GPU's memory)")
+			}
+			if m.MaxInstances < 1 || m.MaxInstances > 7 {
+				errs.Addf(mp+".maxInstances", "must be between 1 and 7")
+			}
+		}
+		cat.byName[c.Name] = i
+		cat.classes = append(cat.classes, c)
+	}
+	if err := errs.Err(); err != nil {
+		return nil, err
+	}
+	sort.Slice(cat.classes, func(i, j int) bool { return cat.classes[i].Name < cat.classes[j].Name })
+	for i, c := range cat.classes {
+		cat.byName[c.Name] = i
+	}
+	return cat, nil
+}

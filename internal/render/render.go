@@ -1,0 +1,423 @@
+// Package render owns turning a resolved template into Kubernetes objects: a pure
+// function from (template version, choices, team, owner, workload id) to typed
+// objects — a batch/v1 Job for a job, a Deployment and Service for a service, a
+// StatefulSet and headless Service for a notebook, plus claims for volumes. Objects
+// are built as structs, never by templating YAML, so a parameter value can only
+// ever become the text of the one field that references it.
+package render
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/yaml"
+
+	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/template"
+)
+
+// Labels, annotations and well-known names that Gantry writes or reads.
+const (
+	LabelName        = "app.kubernetes.io/name"
+	LabelInstance    = "app.kubernetes.io/instance"
+	LabelComponent   = "app.kubernetes.io/component"
+	LabelManagedBy   = "app.kubernetes.io/managed-by"
+	ManagedBy        = "gantry"
+	LabelWorkloadID  = "gantry.dev/workload-id"
+	LabelTeam        = "gantry.dev/team"
+	LabelOwner       = "gantry.dev/owner"
+	LabelTemplate    = "gantry.dev/template"
+	LabelTemplateVer = "gantry.dev/template-version"
+	LabelGPUClass    = "gantry.dev/gpu-class"
+	LabelCostCenter  = "gantry.dev/cost-center"
+
+	AnnotationOwner       = "gantry.dev/owner"
+	AnnotationTemplate    = "gantry.dev/template"
+	AnnotationMIGProfile  = "gantry.dev/mig-profile"
+	AnnotationMaxRuntime  = "gantry.dev/max-runtime"
+	AnnotationIdleTimeout = "gantry.dev/idle-timeout"
+
+	// GPU Feature Discovery's product label and the device plugin's resources.
+	LabelGPUProduct = "nvidia.com/gpu.product"
+	ResourceGPU     = "nvidia.com/gpu"
+	TaintGPU        = "nvidia.com/gpu"
+
+	// Spot capacity: nodes labelled capacity-type=spot and tainted gantry.dev/spot.
+	LabelCapacityType = "gantry.dev/capacity-type"
+	TaintSpot         = "gantry.dev/spot"
+
+	// PriorityClassPrefix + priority names the PriorityClass (see deploy/).
+	PriorityClassPrefix = "gantry-"
+
+	// UserID is the non-root user every container runs as.
+	UserID = 1000
+)
+
+// Object is a Kubernetes object with metadata.
+type Object interface {
+	runtime.Object
+	metav1.Object
+}
+
+// Meta identifies the workload being rendered.
+type Meta struct {
+	WorkloadID      string
+	Team            string
+	Owner           string
+	Namespace       string
+	TemplateVersion int
+}
+
+// Name is the name of the workload's objects: template name and workload id.
+func (m Meta) Name(templateName string) string { return templateName + "-" + m.WorkloadID }
+
+var idRE = regexp.MustCompile(`^[a-z0-9]{4,16}$`)
+
+// Objects renders a resolved template. Problems (for example a parameter value
+// that makes an invalid quantity) come back as *fault.Invalid naming the field.
+func Objects(r *template.Resolved, m Meta) ([]Object, error) {
+	t := r.Template
+	s := &t.Spec
+	var errs fault.List
+	if !idRE.MatchString(m.WorkloadID) {
+		errs.Addf("workload.id", "%q must be 4-16 lowercase letters or digits", m.WorkloadID)
+	}
+	if !template.ValidName(m.Team) {
+		errs.Addf("team", "%q must be a lowercase DNS label of at most %d characters", m.Team, template.MaxNameLen)
+	}
+	if m.Namespace == "" {
+		errs.Addf("namespace", "is required")
+	}
+	name := m.Name(t.Metadata.Name)
+	builtins := map[string]string{
+		"gantry.gpuCount": strconv.Itoa(r.Count),
+		"gantry.workload": name,
+		"gantry.team":     m.Team,
+	}
+	expand := func(v string) string { return r.Expand(v, builtins) }
+	quantity := func(path, v string) resource.Quantity {
+		if v == "" {
+			return resource.Quantity{}
+		}
+		x := expand(v)
+		q, err := resource.ParseQuantity(x)
+		if err != nil || q.Sign() <= 0 {
+			errs.Addf(path, "%q is not a positive quantity", x)
+		}
+		return q
+	}
+
+	labels := map[string]string{
+		LabelName:        t.Metadata.Name,
+		LabelInstance:    name,
+		LabelComponent:   s.Workload,
+		LabelManagedBy:   ManagedBy,
+		LabelWorkloadID:  m.WorkloadID,
+		LabelTeam:        m.Team,
+		LabelOwner:       labelValue(m.Owner),
+		LabelTemplate:    t.Metadata.Name,
+		LabelTemplateVer: strconv.Itoa(m.TemplateVersion),
+		LabelGPUClass:    r.Class.Name,
+	}
+	if s.CostCenter != "" {
+		labels[LabelCostCenter] = s.CostCenter
+	}
+	annotations := map[string]string{
+		AnnotationOwner:    m.Owner,
+		AnnotationTemplate: fmt.Sprintf("%s@%d", t.Metadata.Name, m.TemplateVersion),
+	}
+	if r.MIG != nil {
+		annotations[AnnotationMIGProfile] = r.MIG.Name
+	}
+	if s.Lifecycle.MaxRuntime != "" {
+		annotations[AnnotationMaxRuntime] = s.Lifecycle.MaxRuntime
+	}
+	if s.Lifecycle.IdleTimeout != "" {
+		annotations[AnnotationIdleTimeout] = s.Lifecycle.IdleTimeout
+	}
+	selector := map[string]string{LabelInstance: name, LabelWorkloadID: m.WorkloadID}
+	meta := func(n string) metav1.ObjectMeta {
+		return metav1.ObjectMeta{Name: n, Namespace: m.Namespace, Labels: copyMap(labels), Annotations: copyMap(annotations)}
+	}
+
+	// Container.
+	gpuResource := corev1.ResourceName(ResourceGPU)
+	if r.MIG != nil {
+		gpuResource = corev1.ResourceName(r.MIG.Resource())
+	}
+	gpus := *resource.NewQuantity(int64(r.Count), resource.DecimalSI)
+	cpu := quantity("spec.resources.cpu", s.Resources.CPU)
+	mem := quantity("spec.resources.memory", s.Resources.Memory)
+	requests := corev1.ResourceList{corev1.ResourceCPU: cpu, corev1.ResourceMemory: mem, gpuResource: gpus}
+	limits := corev1.ResourceList{corev1.ResourceMemory: mem, gpuResource: gpus}
+	if s.Resources.EphemeralStorage != "" {
+		q := quantity("spec.resources.ephemeralStorage", s.Resources.EphemeralStorage)
+		requests[corev1.ResourceEphemeralStorage] = q
+		limits[corev1.ResourceEphemeralStorage] = q
+	}
+	env := []corev1.EnvVar{
+		{Name: "GANTRY_WORKLOAD", Value: name},
+		{Name: "GANTRY_WORKLOAD_ID", Value: m.WorkloadID},
+		{Name: "GANTRY_TEAM", Value: m.Team},
+		{Name: "GANTRY_GPU_CLASS", Value: r.Class.Name},
+		{Name: "GANTRY_GPU_COUNT", Value: strconv.Itoa(r.Count)},
+	}
+	for _, e := range s.Env {
+		env = append(env, corev1.EnvVar{Name: e.Name, Value: expand(e.Value)})
+	}
+	container := corev1.Container{
+		Name:       "main",
+		Image:      s.Image,
+		Command:    expandAll(s.Command, expand),
+		Args:       expandAll(s.Args, expand),
+		WorkingDir: expand(s.WorkingDir),
+		Env:        env,
+		Resources:  corev1.ResourceRequirements{Requests: requests, Limits: limits},
+		SecurityContext: &corev1.SecurityContext{
+			AllowPrivilegeEscalation: ptr(false),
+			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+			RunAsNonRoot:             ptr(true),
+			SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+		},
+		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+	}
+	if container.WorkingDir != "" && !strings.HasPrefix(container.WorkingDir, "/") {
+		errs.Addf("spec.workingDir", "%q is not an absolute path", container.WorkingDir)
+	}
+	for _, p := range s.Ports {
+		container.Ports = append(container.Ports, corev1.ContainerPort{Name: p.Name, ContainerPort: int32(p.Port), Protocol: corev1.ProtocolTCP})
+	}
+
+	// Volumes: claims for jobs and services, claim templates for notebooks.
+	var volumes []corev1.Volume
+	var claims []corev1.PersistentVolumeClaim
+	for i, v := range s.Volumes {
+		claim := corev1.PersistentVolumeClaim{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "PersistentVolumeClaim"},
+			ObjectMeta: meta(name + "-" + v.Name),
+			Spec: corev1.PersistentVolumeClaimSpec{
+				AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{
+					corev1.ResourceStorage: quantity(fmt.Sprintf("spec.volumes[%d].size", i), v.Size),
+				}},
+			},
+		}
+		if v.StorageClass != "" {
+			claim.Spec.StorageClassName = ptr(v.StorageClass)
+		}
+		container.VolumeMounts = append(container.VolumeMounts, corev1.VolumeMount{Name: v.Name, MountPath: v.MountPath})
+		if s.Workload == template.Notebook {
+			claim.ObjectMeta = metav1.ObjectMeta{Name: v.Name, Labels: copyMap(labels)}
+			claim.TypeMeta = metav1.TypeMeta{}
+		} else {
+			volumes = append(volumes, corev1.Volume{Name: v.Name, VolumeSource: corev1.VolumeSource{
+				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim.Name},
+			}})
+		}
+		claims = append(claims, claim)
+	}
+	if s.Resources.SharedMemory != "" {
+		q := quantity("spec.resources.sharedMemory", s.Resources.SharedMemory)
+		volumes = append(volumes, corev1.Volume{Name: "dshm", VolumeSource: corev1.VolumeSource{
+			EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: &q},
+		}})
+		container.VolumeMounts = append(container.VolumeMounts, corev1.VolumeMount{Name: "dshm", MountPath: "/dev/shm"})
+	}
+
+	pod := podSpec(r, container, volumes)
+	podMeta := metav1.ObjectMeta{Labels: copyMap(labels), Annotations: copyMap(annotations)}
+	var maxRuntime *int64
+	if s.Lifecycle.MaxRuntime != "" {
+		d, _ := time.ParseDuration(s.Lifecycle.MaxRuntime) // validated with the template
+		maxRuntime = ptr(int64(d / time.Second))
+	}
+	if err := errs.Err(); err != nil {
+		return nil, err
+	}
+
+	var objs []Object
+	switch s.Workload {
+	case template.Job:
+		for i := range claims {
+			objs = append(objs, &claims[i])
+		}
+		pod.RestartPolicy = corev1.RestartPolicyNever
+		objs = append(objs, &batchv1.Job{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "batch/v1", Kind: "Job"},
+			ObjectMeta: meta(name),
+			Spec: batchv1.JobSpec{
+				BackoffLimit:          ptr(int32(s.Lifecycle.Retries)),
+				ActiveDeadlineSeconds: maxRuntime,
+				Template:              corev1.PodTemplateSpec{ObjectMeta: podMeta, Spec: pod},
+			},
+		})
+	case template.Service:
+		for i := range claims {
+			objs = append(objs, &claims[i])
+		}
+		objs = append(objs, &appsv1.Deployment{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
+			ObjectMeta: meta(name),
+			Spec: appsv1.DeploymentSpec{
+				Replicas: ptr(int32(1)),
+				Selector: &metav1.LabelSelector{MatchLabels: selector},
+				// GPUs are scarce: replace rather than surge.
+				Strategy: appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType},
+				Template: corev1.PodTemplateSpec{ObjectMeta: podMeta, Spec: pod},
+			},
+		}, service(meta(name), selector, s.Ports, false))
+	case template.Notebook:
+		objs = append(objs, service(meta(name), selector, s.Ports, true), &appsv1.StatefulSet{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "StatefulSet"},
+			ObjectMeta: meta(name),
+			Spec: appsv1.StatefulSetSpec{
+				Replicas:             ptr(int32(1)),
+				ServiceName:          name,
+				Selector:             &metav1.LabelSelector{MatchLabels: selector},
+				Template:             corev1.PodTemplateSpec{ObjectMeta: podMeta, Spec: pod},
+				VolumeClaimTemplates: claims,
+			},
+		})
+	}
+	return objs, nil
+}
+
+func podSpec(r *template.Resolved, c corev1.Container, volumes []corev1.Volume) corev1.PodSpec {
+	s := &r.Template.Spec
+	priority := s.Scheduling.Priority
+	if priority == "" {
+		priority = "normal"
+	}
+	tolerations := []corev1.Toleration{{Key: TaintGPU, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}
+	terms := []corev1.NodeSelectorRequirement{{Key: LabelGPUProduct, Operator: corev1.NodeSelectorOpIn, Values: append([]string(nil), r.Class.Products...)}}
+	if s.Scheduling.Spot {
+		tolerations = append(tolerations, corev1.Toleration{Key: TaintSpot, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule})
+	} else {
+		terms = append(terms, corev1.NodeSelectorRequirement{Key: LabelCapacityType, Operator: corev1.NodeSelectorOpNotIn, Values: []string{"spot"}})
+	}
+	return corev1.PodSpec{
+		Containers:                   []corev1.Container{c},
+		Volumes:                      volumes,
+		AutomountServiceAccountToken: ptr(false),
+		EnableServiceLinks:           ptr(false),
+		PriorityClassName:            PriorityClassPrefix + priority,
+		Tolerations:                  tolerations,
+		Affinity: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+			RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+				NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: terms}},
+			},
+		}},
+		SecurityContext: &corev1.PodSecurityContext{
+			RunAsNonRoot:   ptr(true),
+			RunAsUser:      ptr(int64(UserID)),
+			RunAsGroup:     ptr(int64(UserID)),
+			FSGroup:        ptr(int64(UserID)),
+			SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+		},
+	}
+}
+
+func service(meta metav1.ObjectMeta, selector map[string]string, ports []template.Port, headless bool) *corev1.Service {
+	svc := &corev1.Service{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
+		ObjectMeta: meta,
+		Spec:       corev1.ServiceSpec{Selector: selector, Type: corev1.ServiceTypeClusterIP},
+	}
+	if headless {
+		svc.Spec.ClusterIP = corev1.ClusterIPNone
+	}
+	for _, p := range ports {
+		svc.Spec.Ports = append(svc.Spec.Ports, corev1.ServicePort{
+			Name: p.Name, Port: int32(p.Port), TargetPort: intstr.FromString(p.Name), Protocol: corev1.ProtocolTCP,
+		})
+	}
+	return svc
+}
+
+// YAML renders objects as a multi-document YAML stream.
+func YAML(objs []Object) ([]byte, error) {
+	var b strings.Builder
+	for i, o := range objs {
+		if i > 0 {
+			b.WriteString("---\n")
+		}
+		y, err := objectYAML(o)
+		if err != nil {
+			return nil, err
+		}
+		b.Write(y)
+	}
+	return []byte(b.String()), nil
+}
+
+// objectYAML marshals an object without its (empty) status, which Gantry never
+// writes.
+func objectYAML(o Object) ([]byte, error) {
+	j, err := json.Marshal(o)
+	if err != nil {
+		return nil, fmt.Errorf("marshal %T: %w", o, err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(j, &m); err != nil {
+		return nil, fmt.Errorf("marshal %T: %w", o, err)
+	}
+	delete(m, "status")
+	return yaml.Marshal(m)
+}
+
+// Hash is the SHA-256 of the objects' YAML form: it changes whenever what would be
+// applied changes.
+func Hash(objs []Object) (string, error) {
+	y, err := YAML(objs)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(y)
+	return hex.EncodeToString(sum[:]), nil
+}
+
+var labelBad = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
+
+// labelValue turns s into a valid label value (the raw value is kept in an
+// annotation).
+func labelValue(s string) string {
+	v := labelBad.ReplaceAllString(s, "_")
+	if len(v) > 63 {
+		v = v[:63]
+	}
+	return strings.Trim(v, "._-")
+}
+
+func expandAll(in []string, expand func(string) string) []string {
+	if in == nil {
+		return nil
+	}
+	out := make([]string, len(in))
+	for i, s := range in {
+		out[i] = expand(s)
+	}
+	return out
+}
+
+func copyMap(m map[string]string) map[string]string {
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+func ptr[T any](v T) *T { return &v }

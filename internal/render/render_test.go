@@ -1,0 +1,365 @@
+package render_test
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	psa "k8s.io/pod-security-admission/api"
+	"k8s.io/pod-security-admission/policy"
+
+	"github.com/gantryhq/gantry/internal/gpu"
+	"github.com/gantryhq/gantry/internal/render"
+	"github.com/gantryhq/gantry/internal/template"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+func load(t testing.TB) (*gpu.Catalog, map[string]*template.Template) {
+	t.Helper()
+	classes, err := gpu.LoadFile("../../templates/gpu-classes.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := template.LoadDir("../../templates", classes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]*template.Template{}
+	for _, f := range files {
+		m[f.Template.Metadata.Name] = f.Template
+	}
+	return classes, m
+}
+
+var meta = render.Meta{WorkloadID: "k7f3x9q2ab", Team: "vision", Owner: "alice@example.com", Namespace: "gantry-vision", TemplateVersion: 3}
+
+// cases: every starter template with its defaults, plus variants that change what
+// is rendered. Every template in templates/ must appear at least once.
+var cases = []struct {
+	name     string
+	template string
+	choice   template.Choice
+}{
+	{"pytorch-train", "pytorch-train", template.Choice{}},
+	{"pytorch-train-h200-2gpu", "pytorch-train", template.Choice{Class: "H200-141GB", Count: 2, Params: map[string]any{"epochs": 3, "script": "runs/llama.py"}}},
+	{"jupyter-notebook", "jupyter-notebook", template.Choice{}},
+	{"jupyter-notebook-whole-gpu", "jupyter-notebook", template.Choice{MIGProfile: template.NoMIG, Params: map[string]any{"memory": "64Gi"}}},
+	{"jupyter-notebook-a100-40", "jupyter-notebook", template.Choice{Class: "A100-40GB", MIGProfile: "2g.10gb"}},
+	{"vllm-inference", "vllm-inference", template.Choice{}},
+	{"batch-inference", "batch-inference", template.Choice{Params: map[string]any{"input": "prompts.jsonl"}}},
+	{"batch-inference-mig", "batch-inference", template.Choice{Class: "H100-80GB", MIGProfile: "3g.40gb", Params: map[string]any{"input": "prompts.jsonl"}}},
+	{"dev-environment", "dev-environment", template.Choice{}},
+}
+
+func TestGolden(t *testing.T) {
+	classes, templates := load(t)
+	covered := map[string]bool{}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tpl := templates[tc.template]
+			if tpl == nil {
+				t.Fatalf("template %s not in templates/", tc.template)
+			}
+			covered[tc.template] = true
+			r, err := tpl.Resolve(classes, tc.choice)
+			if err != nil {
+				t.Fatal(err)
+			}
+			objs, err := render.Objects(r, meta)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := render.YAML(objs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join("testdata", "golden", tc.name+".yaml")
+			if *update {
+				if err := os.WriteFile(path, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (run go test ./internal/render -update)", err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Errorf("rendered objects differ from %s (run with -update if intended):\n%s", path, got)
+			}
+		})
+	}
+	for name := range templates {
+		if !covered[name] {
+			t.Errorf("template %s has no golden case", name)
+		}
+	}
+}
+
+func podOf(t *testing.T, o render.Object) (*metav1.ObjectMeta, *corev1.PodSpec) {
+	t.Helper()
+	switch x := o.(type) {
+	case *batchv1.Job:
+		return &x.Spec.Template.ObjectMeta, &x.Spec.Template.Spec
+	case *appsv1.Deployment:
+		return &x.Spec.Template.ObjectMeta, &x.Spec.Template.Spec
+	case *appsv1.StatefulSet:
+		return &x.Spec.Template.ObjectMeta, &x.Spec.Template.Spec
+	}
+	return nil, nil
+}
+
+// TestRestrictedPodSecurity runs the real Pod Security admission checks
+// (k8s.io/pod-security-admission) at level restricted over every rendered pod.
+func TestRestrictedPodSecurity(t *testing.T) {
+	classes, templates := load(t)
+	eval, err := policy.NewEvaluator(policy.DefaultChecks(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lv := psa.LevelVersion{Level: psa.LevelRestricted, Version: psa.LatestVersion()}
+	for _, tc := range cases {
+		r, err := templates[tc.template].Resolve(classes, tc.choice)
+		if err != nil {
+			t.Fatal(err)
+		}
+		objs, err := render.Objects(r, meta)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pods := 0
+		for _, o := range objs {
+			pm, ps := podOf(t, o)
+			if ps == nil {
+				continue
+			}
+			pods++
+			for _, res := range eval.EvaluatePod(lv, pm, ps) {
+				if !res.Allowed {
+					t.Errorf("%s: %s: %s", tc.name, res.ForbiddenReason, res.ForbiddenDetail)
+				}
+			}
+		}
+		if pods != 1 {
+			t.Errorf("%s: %d pod templates, want 1", tc.name, pods)
+		}
+	}
+}
+
+func TestGPURequestsAndPlacement(t *testing.T) {
+	classes, templates := load(t)
+	tests := []struct {
+		name, template string
+		choice         template.Choice
+		resource       string
+		count          int64
+		products       []string
+	}{
+		{"whole H100s", "pytorch-train", template.Choice{Count: 4}, "nvidia.com/gpu", 4, []string{"NVIDIA-H100-80GB-HBM3", "NVIDIA-H100-PCIe"}},
+		{"default MIG slice", "jupyter-notebook", template.Choice{}, "nvidia.com/mig-1g.10gb", 1, []string{"NVIDIA-H100-80GB-HBM3", "NVIDIA-H100-PCIe"}},
+		{"default MIG absent on L4 falls back to whole GPU", "jupyter-notebook", template.Choice{Class: "L4"}, "nvidia.com/gpu", 1, []string{"NVIDIA-L4"}},
+		{"explicit MIG", "batch-inference", template.Choice{Class: "H100-80GB", MIGProfile: "7g.80gb", Params: map[string]any{"input": "a.jsonl"}}, "nvidia.com/mig-7g.80gb", 1, []string{"NVIDIA-H100-80GB-HBM3", "NVIDIA-H100-PCIe"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := templates[tc.template].Resolve(classes, tc.choice)
+			if err != nil {
+				t.Fatal(err)
+			}
+			objs, err := render.Objects(r, meta)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var spec *corev1.PodSpec
+			for _, o := range objs {
+				if _, ps := podOf(t, o); ps != nil {
+					spec = ps
+				}
+			}
+			c := spec.Containers[0]
+			for _, list := range []corev1.ResourceList{c.Resources.Requests, c.Resources.Limits} {
+				q := list[corev1.ResourceName(tc.resource)]
+				if q.Value() != tc.count {
+					t.Errorf("%s = %v, want %d", tc.resource, q.String(), tc.count)
+				}
+				for name := range list {
+					if strings.HasPrefix(string(name), "nvidia.com/") && string(name) != tc.resource {
+						t.Errorf("unexpected GPU resource %s", name)
+					}
+				}
+			}
+			expr := spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchExpressions[0]
+			if expr.Key != render.LabelGPUProduct || strings.Join(expr.Values, ",") != strings.Join(tc.products, ",") {
+				t.Errorf("node affinity %+v, want %s in %v", expr, render.LabelGPUProduct, tc.products)
+			}
+			if spec.Tolerations[0].Key != "nvidia.com/gpu" {
+				t.Errorf("no toleration for the nvidia.com/gpu taint: %+v", spec.Tolerations)
+			}
+		})
+	}
+}
+
+func TestJobDeadlineAndLabels(t *testing.T) {
+	classes, templates := load(t)
+	r, err := templates["pytorch-train"].Resolve(classes, template.Choice{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := render.Objects(r, meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := objs[len(objs)-1].(*batchv1.Job)
+	if got := *job.Spec.ActiveDeadlineSeconds; got != 72*3600 {
+		t.Errorf("activeDeadlineSeconds = %d, want %d", got, 72*3600)
+	}
+	want := map[string]string{
+		"app.kubernetes.io/managed-by": "gantry",
+		"app.kubernetes.io/instance":   "pytorch-train-k7f3x9q2ab",
+		"gantry.dev/workload-id":       "k7f3x9q2ab",
+		"gantry.dev/team":              "vision",
+		"gantry.dev/owner":             "alice_example.com",
+		"gantry.dev/template":          "pytorch-train",
+		"gantry.dev/template-version":  "3",
+		"gantry.dev/gpu-class":         "H100-80GB",
+		"gantry.dev/cost-center":       "ml-training",
+	}
+	for k, v := range want {
+		if job.Labels[k] != v {
+			t.Errorf("label %s = %q, want %q", k, job.Labels[k], v)
+		}
+	}
+	if job.Annotations["gantry.dev/owner"] != "alice@example.com" || job.Annotations["gantry.dev/template"] != "pytorch-train@3" {
+		t.Errorf("annotations %v", job.Annotations)
+	}
+}
+
+// TestParameterCannotInject: values that look like YAML or JSON stay inside the
+// one string field that references them.
+func TestParameterCannotInject(t *testing.T) {
+	classes, templates := load(t)
+	base := render.Meta{WorkloadID: "abcd1234", Team: "vision", Owner: "bob", Namespace: "gantry-vision", TemplateVersion: 1}
+	clean, err := templates["vllm-inference"].Resolve(classes, template.Choice{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cleanObjs, _ := render.Objects(clean, base)
+	evil := "x\n---\napiVersion: v1\nkind: Secret\nmetadata:\n  name: pwned\n"
+	// The pattern refuses it at resolution...
+	if _, err := templates["vllm-inference"].Resolve(classes, template.Choice{Params: map[string]any{"model": evil}}); err == nil {
+		t.Fatal("pattern did not refuse a multi-line value")
+	}
+	// ...and a template without a pattern keeps it inside one field.
+	tpl := *templates["vllm-inference"]
+	tpl.Spec.Parameters = append([]template.Parameter(nil), tpl.Spec.Parameters...)
+	tpl.Spec.Parameters[0].Pattern = ""
+	r, err := tpl.Resolve(classes, template.Choice{Params: map[string]any{"model": evil}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := render.Objects(r, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(objs) != len(cleanObjs) {
+		t.Fatalf("%d objects, want %d", len(objs), len(cleanObjs))
+	}
+	dep := objs[1].(*appsv1.Deployment)
+	if got := dep.Spec.Template.Spec.Containers[0].Args[0]; got != evil {
+		t.Errorf("args[0] = %q, want the value verbatim", got)
+	}
+	y, _ := render.YAML(objs)
+	if n := strings.Count(string(y), "\n---\n"); n != len(objs)-1 {
+		t.Errorf("YAML stream has %d separators, want %d", n, len(objs)-1)
+	}
+}
+
+func TestInvalidAfterSubstitution(t *testing.T) {
+	classes, templates := load(t)
+	tpl := *templates["jupyter-notebook"]
+	tpl.Spec.Parameters = []template.Parameter{{Name: "memory", Type: template.TypeString, Default: "32Gi"}}
+	r, err := tpl.Resolve(classes, template.Choice{Params: map[string]any{"memory": "lots"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = render.Objects(r, meta)
+	if err == nil || !strings.Contains(err.Error(), "spec.resources.memory") || !strings.Contains(err.Error(), `"lots"`) {
+		t.Fatalf("err = %v, want a quantity error naming spec.resources.memory", err)
+	}
+}
+
+func BenchmarkRender(b *testing.B) {
+	classes, templates := load(b)
+	for _, tc := range cases {
+		if tc.choice.Class != "" || tc.choice.MIGProfile != "" || tc.choice.Count != 0 {
+			continue
+		}
+		b.Run(tc.template, func(b *testing.B) {
+			r, err := templates[tc.template].Resolve(classes, tc.choice)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := render.Objects(r, meta); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// FuzzRender: whatever a user puts in string parameters, rendering never panics,
+// and either fails with a field error or yields the same objects, by kind and name,
+// as the defaults do.
+func FuzzRender(f *testing.F) {
+	classes, templates := load(f)
+	tpl := *templates["vllm-inference"]
+	tpl.Spec.Parameters = []template.Parameter{
+		{Name: "model", Type: template.TypeString, Default: "m"},
+		{Name: "maxModelLen", Type: template.TypeString, Default: "8192"},
+	}
+	tpl.Spec.Resources.Memory = "{{maxModelLen}}"
+	base, err := tpl.Resolve(classes, template.Choice{})
+	if err != nil {
+		f.Fatal(err)
+	}
+	want, err := render.Objects(base, meta)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add("x\n---\nkind: Secret", "64Gi")
+	f.Add(`{"a":1}`, "1e3")
+	f.Add("{{gantry.team}}", "-1")
+	f.Fuzz(func(t *testing.T, model, mem string) {
+		r, err := tpl.Resolve(classes, template.Choice{Params: map[string]any{"model": model, "maxModelLen": mem}})
+		if err != nil {
+			return
+		}
+		objs, err := render.Objects(r, meta)
+		if err != nil {
+			if !strings.Contains(err.Error(), "spec.resources.memory") {
+				t.Fatalf("unexpected error: %v", err)
+			}
+			return
+		}
+		if len(objs) != len(want) {
+			t.Fatalf("%d objects, want %d", len(objs), len(want))
+		}
+		for i := range objs {
+			if objs[i].GetName() != want[i].GetName() || objs[i].GetObjectKind().GroupVersionKind() != want[i].GetObjectKind().GroupVersionKind() {
+				t.Fatalf("object %d changed identity", i)
+			}
+		}
+		if got := objs[1].(*appsv1.Deployment).Spec.Template.Spec.Containers[0].Args[0]; got != model {
+			t.Fatalf("args[0] = %q, want %q", got, model)
+		}
+	})
+}

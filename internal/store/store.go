@@ -1,0 +1,191 @@
+// Package store owns Gantry's persistent state in SQL: SQLite (pure Go,
+// modernc.org/sqlite) as the embedded default and PostgreSQL (pgx) for several
+// replicas, with the same schema and queries, versioned migrations applied at
+// open, and every multi-row change in one transaction. It implements the stores
+// that the catalog and workload packages declare.
+package store
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // registers driver "pgx"
+	_ "modernc.org/sqlite"             // registers driver "sqlite"
+
+	"github.com/gantryhq/gantry/internal/fault"
+)
+
+// Drivers.
+const (
+	SQLite   = "sqlite"
+	Postgres = "postgres"
+)
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// Store is a Gantry database.
+type Store struct {
+	db     *sql.DB
+	driver string
+}
+
+// Open connects to the database and applies pending migrations. For SQLite, dsn
+// is a file path (created with its directory if missing); for PostgreSQL, a
+// connection string.
+func Open(ctx context.Context, driver, dsn string) (*Store, error) {
+	var db *sql.DB
+	var err error
+	switch driver {
+	case SQLite:
+		if dsn == "" {
+			return nil, errors.New("sqlite: database path is empty")
+		}
+		if dir := filepath.Dir(dsn); dsn != ":memory:" {
+			if err := os.MkdirAll(dir, 0o700); err != nil {
+				return nil, fmt.Errorf("sqlite: create %s: %w", dir, err)
+			}
+		}
+		db, err = sql.Open("sqlite", "file:"+dsn+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)&_txlock=immediate")
+		if err == nil {
+			// One writer at a time is SQLite's model; one connection keeps it simple.
+			db.SetMaxOpenConns(1)
+		}
+	case Postgres:
+		db, err = sql.Open("pgx", dsn)
+		if err == nil {
+			db.SetMaxOpenConns(20)
+			db.SetConnMaxIdleTime(5 * time.Minute)
+		}
+	default:
+		return nil, fmt.Errorf("unknown database driver %q (want %s or %s)", driver, SQLite, Postgres)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", driver, err)
+	}
+	s := &Store{db: db, driver: driver}
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, &fault.Unavailable{What: driver + " database", Err: err}
+	}
+	if err := s.migrate(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Close closes the database.
+func (s *Store) Close() error { return s.db.Close() }
+
+// Driver is the driver in use.
+func (s *Store) Driver() string { return s.driver }
+
+// Ping checks that the database answers.
+func (s *Store) Ping(ctx context.Context) error { return s.db.PingContext(ctx) }
+
+// migrate applies every embedded migration not yet recorded, each in its own
+// transaction; on PostgreSQL an advisory lock keeps concurrent replicas apart.
+func (s *Store) migrate(ctx context.Context) error {
+	if _, err := s.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at BIGINT NOT NULL)`); err != nil {
+		return fmt.Errorf("create schema_migrations: %w", err)
+	}
+	names, err := fs.Glob(migrations, "migrations/*.sql")
+	if err != nil {
+		return err
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		base := filepath.Base(name)
+		version, err := strconv.Atoi(strings.SplitN(base, "_", 2)[0])
+		if err != nil {
+			return fmt.Errorf("migration %s: name must start with a number", base)
+		}
+		body, err := migrations.ReadFile(name)
+		if err != nil {
+			return err
+		}
+		err = s.tx(ctx, func(tx *sql.Tx) error {
+			if s.driver == Postgres {
+				if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(7286152)`); err != nil {
+					return err
+				}
+			}
+			var n int
+			if err := tx.QueryRowContext(ctx, s.q(`SELECT COUNT(*) FROM schema_migrations WHERE version = ?`), version).Scan(&n); err != nil {
+				return err
+			}
+			if n > 0 {
+				return nil
+			}
+			for _, stmt := range strings.Split(string(body), ";\n") {
+				if strings.TrimSpace(stripComments(stmt)) == "" {
+					continue
+				}
+				if _, err := tx.ExecContext(ctx, stmt); err != nil {
+					return err
+				}
+			}
+			_, err := tx.ExecContext(ctx, s.q(`INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)`), version, time.Now().UnixMicro())
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("migration %s: %w", base, err)
+		}
+	}
+	return nil
+}
+
+func stripComments(stmt string) string {
+	var b strings.Builder
+	for _, line := range strings.Split(stmt, "\n") {
+		if !strings.HasPrefix(strings.TrimSpace(line), "--") {
+			b.WriteString(line)
+		}
+	}
+	return b.String()
+}
+
+// tx runs fn in a transaction, committing when it returns nil.
+func (s *Store) tx(ctx context.Context, fn func(*sql.Tx) error) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	if err := fn(tx); err != nil {
+		tx.Rollback()
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+// q rewrites ? placeholders as $1, $2... for PostgreSQL.
+func (s *Store) q(query string) string {
+	if s.driver != Postgres {
+		return query
+	}
+	var b strings.Builder
+	n := 0
+	for _, r := range query {
+		if r == '?' {
+			n++
+			b.WriteString("$" + strconv.Itoa(n))
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}

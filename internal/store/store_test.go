@@ -1,0 +1,380 @@
+package store_test
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/gantryhq/gantry/internal/catalog"
+	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/gpu"
+	"github.com/gantryhq/gantry/internal/store"
+	"github.com/gantryhq/gantry/internal/template"
+	"github.com/gantryhq/gantry/internal/workload"
+)
+
+// backends opens a fresh, empty database of each kind. PostgreSQL comes from
+// GANTRY_TEST_POSTGRES_DSN (make test starts one); each test gets its own schema.
+func backends(t testing.TB) map[string]func(testing.TB) *store.Store {
+	m := map[string]func(testing.TB) *store.Store{
+		"sqlite": func(t testing.TB) *store.Store {
+			s, err := store.Open(context.Background(), store.SQLite, filepath.Join(t.TempDir(), "gantry.db"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+			return s
+		},
+	}
+	dsn := os.Getenv("GANTRY_TEST_POSTGRES_DSN")
+	if dsn == "" {
+		if os.Getenv("CI") != "" {
+			t.Fatal("GANTRY_TEST_POSTGRES_DSN is not set: CI must test PostgreSQL (run make test)")
+		}
+		t.Log("GANTRY_TEST_POSTGRES_DSN not set: PostgreSQL skipped (make test runs it)")
+		return m
+	}
+	m["postgres"] = func(t testing.TB) *store.Store {
+		b := make([]byte, 6)
+		rand.Read(b)
+		schema := "t_" + hex.EncodeToString(b)
+		admin, err := sql.Open("pgx", dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer admin.Close()
+		if _, err := admin.Exec("CREATE SCHEMA " + schema); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			a, _ := sql.Open("pgx", dsn)
+			a.Exec("DROP SCHEMA " + schema + " CASCADE")
+			a.Close()
+		})
+		sep := "?"
+		if strings.Contains(dsn, "?") {
+			sep = "&"
+		}
+		s, err := store.Open(context.Background(), store.Postgres, dsn+sep+"search_path="+schema)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	return m
+}
+
+func starter(t testing.TB) (*gpu.Catalog, map[string]*template.Template, []template.File) {
+	t.Helper()
+	classes, err := gpu.LoadFile("../../templates/gpu-classes.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := template.LoadDir("../../templates", classes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]*template.Template{}
+	for _, f := range files {
+		m[f.Template.Metadata.Name] = f.Template
+	}
+	return classes, m, files
+}
+
+func namespace(team string) string { return "gantry-" + team }
+
+func TestConformance(t *testing.T) {
+	for name, open := range backends(t) {
+		t.Run(name, func(t *testing.T) {
+			t.Run("template versions", func(t *testing.T) { testTemplateVersions(t, open(t)) })
+			t.Run("atomic apply", func(t *testing.T) { testAtomicApply(t, open(t)) })
+			t.Run("concurrent updates", func(t *testing.T) { testConcurrentUpdates(t, open(t)) })
+			t.Run("workloads", func(t *testing.T) { testWorkloads(t, open(t)) })
+		})
+	}
+}
+
+func testTemplateVersions(t *testing.T, s *store.Store) {
+	ctx := context.Background()
+	classes, tpls, _ := starter(t)
+	cat := catalog.New(s, classes)
+	nb := tpls["jupyter-notebook"]
+	v1, err := cat.Create(ctx, "alice", nb)
+	if err != nil || v1.Version != 1 || v1.CreatedBy != "alice" {
+		t.Fatalf("create: %+v, %v", v1, err)
+	}
+	if _, err := cat.Create(ctx, "alice", nb); !isConflict(err) {
+		t.Fatalf("second create: %v, want conflict", err)
+	}
+	changed := *nb
+	changed.Metadata.Title = "JupyterLab (v2)"
+	v2, ok, err := cat.Update(ctx, "bob", "jupyter-notebook", &changed)
+	if err != nil || !ok || v2.Version != 2 {
+		t.Fatalf("update: %+v %v %v", v2, ok, err)
+	}
+	same, ok, err := cat.Update(ctx, "bob", "jupyter-notebook", &changed)
+	if err != nil || ok || same.Version != 2 {
+		t.Fatalf("no-op update: %+v %v %v", same, ok, err)
+	}
+	got, err := cat.Get(ctx, "jupyter-notebook", 1)
+	if err != nil || got.Template.Metadata.Title != nb.Metadata.Title || got.Digest != nb.Digest() {
+		t.Fatalf("version 1: %+v %v", got, err)
+	}
+	// What comes back is what went in, parameter defaults' types included.
+	if got.Template.Digest() != nb.Digest() {
+		t.Errorf("stored template does not round-trip:\n%s\nvs\n%s", catalog.YAML(got.Template), catalog.YAML(nb))
+	}
+	if err := cat.Delete(ctx, "carol", "jupyter-notebook"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cat.Get(ctx, "jupyter-notebook", 0); !isNotFound(err) {
+		t.Fatalf("get after delete: %v", err)
+	}
+	if err := cat.Delete(ctx, "carol", "jupyter-notebook"); !isNotFound(err) {
+		t.Fatalf("second delete: %v", err)
+	}
+	if v, err := cat.Get(ctx, "jupyter-notebook", 2); err != nil || v.Version != 2 {
+		t.Fatalf("history lost after delete: %v", err)
+	}
+	v3, err := cat.Create(ctx, "alice", nb)
+	if err != nil || v3.Version != 3 {
+		t.Fatalf("re-create: %+v %v", v3, err)
+	}
+	h, err := cat.History(ctx, "jupyter-notebook")
+	if err != nil || len(h) != 3 || h[0].Version != 1 || h[2].Version != 3 {
+		t.Fatalf("history: %d versions, %v", len(h), err)
+	}
+	list, err := cat.List(ctx)
+	if err != nil || len(list) != 1 || list[0].Version != 3 {
+		t.Fatalf("list: %+v %v", list, err)
+	}
+}
+
+func testAtomicApply(t *testing.T, s *store.Store) {
+	ctx := context.Background()
+	classes, _, files := starter(t)
+	cat := catalog.New(s, classes)
+	seeded, err := cat.Seed(ctx, "gitops", files)
+	if err != nil || !seeded {
+		t.Fatalf("seed: %v %v", seeded, err)
+	}
+	if again, err := cat.Seed(ctx, "gitops", files); err != nil || again {
+		t.Fatalf("second seed: %v %v", again, err)
+	}
+	// Two changes, the second planned against a stale version: neither lands.
+	a := *files[0].Template
+	a.Metadata.Title = "changed A"
+	b := *files[1].Template
+	b.Metadata.Title = "changed B"
+	_, err = s.ApplyTemplates(ctx, []catalog.Change{
+		{Name: a.Metadata.Name, Template: &a, Digest: a.Digest(), Expect: 1, Actor: "x", At: time.Now()},
+		{Name: b.Metadata.Name, Template: &b, Digest: b.Digest(), Expect: 7, Actor: "x", At: time.Now()},
+	})
+	if !isConflict(err) {
+		t.Fatalf("err = %v, want conflict", err)
+	}
+	live, _ := cat.Get(ctx, a.Metadata.Name, 0)
+	if live.Version != 1 || live.Template.Metadata.Title == "changed A" {
+		t.Fatalf("half-applied: %s is at version %d", a.Metadata.Name, live.Version)
+	}
+	// Prune plan: files without the first template delete it, with a diff.
+	p, err := cat.Plan(ctx, "gitops", files[1:], true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var del []string
+	for _, st := range p.Steps {
+		if st.Action == catalog.Delete {
+			del = append(del, st.Name)
+			if !strings.Contains(st.Diff, "-  name: "+st.Name) {
+				t.Errorf("delete diff lacks the removed name:\n%s", st.Diff)
+			}
+		} else if st.Action != catalog.Unchanged {
+			t.Errorf("%s: %s, want unchanged", st.Name, st.Action)
+		}
+	}
+	if len(del) != 1 || del[0] != files[0].Template.Metadata.Name {
+		t.Fatalf("prune deletes %v", del)
+	}
+	if _, err := cat.Apply(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	if list, _ := cat.List(ctx); len(list) != len(files)-1 {
+		t.Fatalf("%d live templates after prune, want %d", len(list), len(files)-1)
+	}
+}
+
+func testConcurrentUpdates(t *testing.T, s *store.Store) {
+	ctx := context.Background()
+	classes, tpls, _ := starter(t)
+	cat := catalog.New(s, classes)
+	base := tpls["vllm-inference"]
+	if _, err := cat.Create(ctx, "a", base); err != nil {
+		t.Fatal(err)
+	}
+	// Every writer plans against version 1: exactly one wins.
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	wins, conflicts := 0, 0
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := *base
+			c.Metadata.Title = fmt.Sprintf("writer %d", i)
+			_, err := s.ApplyTemplates(ctx, []catalog.Change{{Name: c.Metadata.Name, Template: &c, Digest: c.Digest(), Expect: 1, Actor: "w", At: time.Now()}})
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				wins++
+			case isConflict(err):
+				conflicts++
+			default:
+				t.Errorf("writer %d: %v", i, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if wins != 1 || conflicts != 7 {
+		t.Fatalf("%d wins, %d conflicts; want 1 and 7", wins, conflicts)
+	}
+	if h, _ := cat.History(ctx, "vllm-inference"); len(h) != 2 {
+		t.Fatalf("%d versions, want 2", len(h))
+	}
+}
+
+func testWorkloads(t *testing.T, s *store.Store) {
+	ctx := context.Background()
+	classes, _, files := starter(t)
+	cat := catalog.New(s, classes)
+	if _, err := cat.Seed(ctx, "gitops", files); err != nil {
+		t.Fatal(err)
+	}
+	svc := workload.New(s, cat, namespace)
+	var made []workload.Workload
+	for i := range 7 {
+		team := "vision"
+		if i%2 == 1 {
+			team = "nlp"
+		}
+		w, err := svc.Create(ctx, fmt.Sprintf("user%d", i%3), workload.Request{Template: "vllm-inference", Team: team,
+			Choice: template.Choice{Count: 1 + i%2, Params: map[string]any{"maxModelLen": 1024 * (i + 1)}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		made = append(made, w)
+	}
+	got, err := svc.Get(ctx, made[3].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := made[3]
+	if got.ID != want.ID || got.Team != "nlp" || got.Owner != "user0" || got.TemplateVersion != 1 || got.GPUCount != 2 ||
+		got.Parameters["maxModelLen"] != "4096" || got.ObjectsHash != want.ObjectsHash || !got.CreatedAt.Equal(want.CreatedAt) || got.Status != workload.Pending {
+		t.Fatalf("read back %+v\nwant %+v", got, want)
+	}
+	// Pages of 3 cover all 7, newest first, without repeats.
+	seen := map[string]bool{}
+	cursor, pages := "", 0
+	var prev *workload.Workload
+	for {
+		p, err := svc.List(ctx, workload.Filter{Limit: 3}, cursor)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pages++
+		for i := range p.Items {
+			w := p.Items[i]
+			if seen[w.ID] {
+				t.Fatalf("%s listed twice", w.ID)
+			}
+			seen[w.ID] = true
+			if prev != nil && (w.CreatedAt.After(prev.CreatedAt) || (w.CreatedAt.Equal(prev.CreatedAt) && w.ID > prev.ID)) {
+				t.Fatalf("not newest first")
+			}
+			prev = &w
+		}
+		if p.Next == "" {
+			break
+		}
+		cursor = p.Next
+	}
+	if len(seen) != 7 || pages != 3 {
+		t.Fatalf("%d workloads in %d pages", len(seen), pages)
+	}
+	nlp, err := svc.List(ctx, workload.Filter{Team: "nlp"}, "")
+	if err != nil || len(nlp.Items) != 3 {
+		t.Fatalf("team filter: %d, %v", len(nlp.Items), err)
+	}
+	if err := svc.Delete(ctx, made[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	if w, _ := svc.Get(ctx, made[0].ID); w.Status != workload.Deleted {
+		t.Fatalf("status after delete: %s", w.Status)
+	}
+	del, _ := svc.List(ctx, workload.Filter{Status: workload.Deleted}, "")
+	if len(del.Items) != 1 {
+		t.Fatalf("status filter: %d", len(del.Items))
+	}
+	if _, err := svc.Get(ctx, "zzzzzzzzzz"); !isNotFound(err) {
+		t.Fatalf("missing workload: %v", err)
+	}
+	if _, err := svc.List(ctx, workload.Filter{}, "not-a-cursor"); err == nil {
+		t.Fatal("bad cursor accepted")
+	}
+	// A launch that fails validation writes nothing.
+	if _, err := svc.Create(ctx, "u", workload.Request{Template: "vllm-inference", Team: "vision", Choice: template.Choice{Count: 99}}); err == nil {
+		t.Fatal("oversized launch accepted")
+	}
+	if all, _ := svc.List(ctx, workload.Filter{}, ""); len(all.Items) != 7 {
+		t.Fatalf("%d workloads after a refused launch, want 7", len(all.Items))
+	}
+}
+
+func TestReopenKeepsData(t *testing.T) {
+	for name, open := range map[string]string{"sqlite": filepath.Join(t.TempDir(), "g.db")} {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			classes, tpls, _ := starter(t)
+			s, err := store.Open(ctx, store.SQLite, open)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := catalog.New(s, classes).Create(ctx, "a", tpls["dev-environment"]); err != nil {
+				t.Fatal(err)
+			}
+			s.Close()
+			s, err = store.Open(ctx, store.SQLite, open) // migrations already applied
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			if v, err := catalog.New(s, classes).Get(ctx, "dev-environment", 0); err != nil || v.Version != 1 {
+				t.Fatalf("after reopen: %v", err)
+			}
+		})
+	}
+}
+
+func isConflict(err error) bool {
+	var c *fault.Conflict
+	return errors.As(err, &c)
+}
+
+func isNotFound(err error) bool {
+	var n *fault.NotFound
+	return errors.As(err, &n)
+}

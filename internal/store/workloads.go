@@ -1,0 +1,116 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/workload"
+)
+
+const workloadColumns = `id, name, team, owner, template, template_version, kind, gpu_class, mig_profile, gpu_count, parameters, objects_hash, status, created_at, updated_at`
+
+// CreateWorkload implements workload.Store.
+func (s *Store) CreateWorkload(ctx context.Context, w workload.Workload) error {
+	params, err := json.Marshal(w.Parameters)
+	if err != nil {
+		return err
+	}
+	_, err = s.db.ExecContext(ctx, s.q(`INSERT INTO workloads (`+workloadColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+		w.ID, w.Name, w.Team, w.Owner, w.Template, w.TemplateVersion, w.Kind, w.GPUClass, w.MIGProfile, w.GPUCount,
+		string(params), w.ObjectsHash, string(w.Status), w.CreatedAt.UnixMicro(), w.UpdatedAt.UnixMicro())
+	if err != nil {
+		return fmt.Errorf("insert workload %s: %w", w.ID, err)
+	}
+	return nil
+}
+
+func scanWorkload(row interface{ Scan(...any) error }) (workload.Workload, error) {
+	var w workload.Workload
+	var params, status string
+	var created, updated int64
+	err := row.Scan(&w.ID, &w.Name, &w.Team, &w.Owner, &w.Template, &w.TemplateVersion, &w.Kind, &w.GPUClass, &w.MIGProfile,
+		&w.GPUCount, &params, &w.ObjectsHash, &status, &created, &updated)
+	if err != nil {
+		return w, err
+	}
+	w.Status = workload.Status(status)
+	w.CreatedAt, w.UpdatedAt = time.UnixMicro(created).UTC(), time.UnixMicro(updated).UTC()
+	if err := json.Unmarshal([]byte(params), &w.Parameters); err != nil {
+		return w, fmt.Errorf("workload %s: stored parameters are corrupt: %w", w.ID, err)
+	}
+	return w, nil
+}
+
+// Workload implements workload.Store.
+func (s *Store) Workload(ctx context.Context, id string) (workload.Workload, error) {
+	w, err := scanWorkload(s.db.QueryRowContext(ctx, s.q(`SELECT `+workloadColumns+` FROM workloads WHERE id = ?`), id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return w, &fault.NotFound{Kind: "workload", Name: id}
+	}
+	if err != nil {
+		return w, fmt.Errorf("get workload %s: %w", id, err)
+	}
+	return w, nil
+}
+
+// ListWorkloads implements workload.Store: newest first, keyset-paginated.
+func (s *Store) ListWorkloads(ctx context.Context, f workload.Filter) ([]workload.Workload, error) {
+	var where []string
+	var args []any
+	add := func(cond string, v any) { where = append(where, cond); args = append(args, v) }
+	if f.Team != "" {
+		add("team = ?", f.Team)
+	}
+	if f.Owner != "" {
+		add("owner = ?", f.Owner)
+	}
+	if f.Template != "" {
+		add("template = ?", f.Template)
+	}
+	if f.Status != "" {
+		add("status = ?", string(f.Status))
+	}
+	if f.After != nil {
+		at := f.After.CreatedAt.UnixMicro()
+		where = append(where, "(created_at < ? OR (created_at = ? AND id < ?))")
+		args = append(args, at, at, f.After.ID)
+	}
+	query := `SELECT ` + workloadColumns + ` FROM workloads`
+	if len(where) > 0 {
+		query += " WHERE " + strings.Join(where, " AND ")
+	}
+	query += " ORDER BY created_at DESC, id DESC LIMIT ?"
+	args = append(args, f.Limit)
+	rows, err := s.db.QueryContext(ctx, s.q(query), args...)
+	if err != nil {
+		return nil, fmt.Errorf("list workloads: %w", err)
+	}
+	defer rows.Close()
+	out := []workload.Workload{}
+	for rows.Next() {
+		w, err := scanWorkload(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, w)
+	}
+	return out, rows.Err()
+}
+
+// SetWorkloadStatus implements workload.Store.
+func (s *Store) SetWorkloadStatus(ctx context.Context, id string, st workload.Status, at time.Time) error {
+	res, err := s.db.ExecContext(ctx, s.q(`UPDATE workloads SET status = ?, updated_at = ? WHERE id = ?`), string(st), at.UnixMicro(), id)
+	if err != nil {
+		return fmt.Errorf("update workload %s: %w", id, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return &fault.NotFound{Kind: "workload", Name: id}
+	}
+	return nil
+}

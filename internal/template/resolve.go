@@ -1,0 +1,166 @@
+package template
+
+import (
+	"sort"
+	"strings"
+
+	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/gpu"
+)
+
+// NoMIG, as Choice.MIGProfile, asks for whole GPUs even where the template's
+// default is a MIG slice.
+const NoMIG = "none"
+
+// Choice is what a user picks when launching a template; zero values take the
+// template's defaults.
+type Choice struct {
+	Class      string
+	MIGProfile string
+	Count      int
+	Params     map[string]any
+}
+
+// Resolved is a template with every choice made and checked.
+type Resolved struct {
+	Template *Template
+	Class    gpu.Class
+	MIG      *gpu.MIGProfile // nil for whole GPUs
+	Count    int
+	Params   map[string]string
+}
+
+// Resolve checks a choice against the template and GPU classes and fills in the
+// defaults. Problems name the request field: gpu.class, gpu.migProfile,
+// gpu.count, parameters.<name>.
+func (t *Template) Resolve(classes *gpu.Catalog, c Choice) (*Resolved, error) {
+	return t.resolve(classes, c, false)
+}
+
+// resolve with placeholders set skips required parameters that have no value, so
+// that a template can be checked with its defaults alone.
+func (t *Template) resolve(classes *gpu.Catalog, c Choice, placeholders bool) (*Resolved, error) {
+	var errs fault.List
+	g := t.Spec.GPU
+	r := &Resolved{Template: t, Params: map[string]string{}}
+
+	className := c.Class
+	if className == "" {
+		className = g.DefaultClass
+	}
+	class, ok := classes.Get(className)
+	if !contains(g.Classes, className) || !ok {
+		errs.Addf("gpu.class", "%q is not allowed by template %q (allowed: %s)", clip(className), t.Metadata.Name, strings.Join(g.Classes, ", "))
+	}
+	r.Class = class
+
+	if ok && c.MIGProfile != NoMIG {
+		profile, explicit := c.MIGProfile, c.MIGProfile != ""
+		if !explicit {
+			profile = g.DefaultMIGProfile
+		}
+		if profile != "" {
+			allowed := allowedProfiles(g.MIGProfiles, class)
+			p, supported := class.Profile(profile)
+			switch {
+			case supported && contains(g.MIGProfiles, profile):
+				r.MIG = &p
+			case explicit && len(allowed) == 0:
+				errs.Addf("gpu.migProfile", "template %q allows no MIG profile on %s", t.Metadata.Name, class.Name)
+			case explicit:
+				errs.Addf("gpu.migProfile", "%q is not allowed on %s by template %q (allowed: %s)", clip(profile), class.Name, t.Metadata.Name, strings.Join(allowed, ", "))
+			}
+			// A default profile the chosen class lacks means whole GPUs.
+		}
+	}
+
+	r.Count = c.Count
+	if r.Count == 0 {
+		r.Count = g.Count.Default
+		if r.MIG != nil {
+			r.Count = 1
+		}
+	}
+	if r.Count < g.Count.Min || r.Count > g.Count.Max {
+		errs.Addf("gpu.count", "%d is outside the range %d to %d that template %q allows", c.Count, g.Count.Min, g.Count.Max, t.Metadata.Name)
+	}
+	if r.MIG != nil && r.Count > r.MIG.MaxInstances {
+		errs.Addf("gpu.count", "at most %d %s slices fit on one GPU", r.MIG.MaxInstances, r.MIG.Name)
+	}
+
+	declared := map[string]bool{}
+	for i := range t.Spec.Parameters {
+		p := &t.Spec.Parameters[i]
+		declared[p.Name] = true
+		v, given := c.Params[p.Name]
+		if !given || v == nil {
+			if p.Default == nil && placeholders {
+				continue
+			}
+			if p.Default == nil {
+				errs.Addf("parameters."+p.Name, "is required")
+				continue
+			}
+			v = p.Default
+		}
+		s, err := p.Value(v)
+		if err != nil {
+			errs.Addf("parameters."+p.Name, "%v", err)
+			continue
+		}
+		r.Params[p.Name] = s
+	}
+	var unknown []string
+	for k := range c.Params {
+		if !declared[k] {
+			unknown = append(unknown, k)
+		}
+	}
+	sort.Strings(unknown)
+	for _, k := range unknown {
+		errs.Addf("parameters."+clip(k), "template %q has no parameter %q (has: %s)", t.Metadata.Name, clip(k), strings.Join(t.parameterNames(), ", "))
+	}
+	if err := errs.Err(); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+func allowedProfiles(allowed []string, c gpu.Class) []string {
+	var out []string
+	for _, p := range allowed {
+		if _, ok := c.Profile(p); ok {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func (t *Template) parameterNames() []string {
+	out := make([]string, len(t.Spec.Parameters))
+	for i, p := range t.Spec.Parameters {
+		out[i] = p.Name
+	}
+	if len(out) == 0 {
+		return []string{"none"}
+	}
+	return out
+}
+
+// Expand replaces every {{name}} reference in s with its value. Values are
+// inserted as text into one string field; they can never add fields or objects.
+func (r *Resolved) Expand(s string, builtins map[string]string) string {
+	if !strings.Contains(s, "{{") {
+		return s
+	}
+	return refRE.ReplaceAllStringFunc(s, func(m string) string {
+		name := refRE.FindStringSubmatch(m)[1]
+		if v, ok := r.Params[name]; ok {
+			return v
+		}
+		if v, ok := builtins[name]; ok {
+			return v
+		}
+		return m // Validate rejects unknown references; leave any other as written
+	})
+}

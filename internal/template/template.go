@@ -1,0 +1,555 @@
+// Package template owns request templates: their versioned schema (apiVersion
+// gantry.dev/v1alpha1, kind Template), strict parsing with file:line errors, the
+// validation rules shared by files and the API, typed parameters, and resolving a
+// request's choices (GPU class, MIG profile, count, parameter values) against a
+// template. It knows nothing of Kubernetes objects; package render does.
+package template
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/gpu"
+	"github.com/gantryhq/gantry/internal/yamldoc"
+)
+
+// APIVersion and Kind identify a template document.
+const (
+	APIVersion = "gantry.dev/v1alpha1"
+	Kind       = "Template"
+)
+
+// Workload kinds.
+const (
+	Job      = "job"
+	Service  = "service"
+	Notebook = "notebook"
+)
+
+// Parameter types.
+const (
+	TypeString = "string"
+	TypeInt    = "int"
+	TypeBool   = "bool"
+	TypeEnum   = "enum"
+)
+
+// Template is a request template as written by the platform team.
+type Template struct {
+	APIVersion string   `json:"apiVersion"`
+	Kind       string   `json:"kind"`
+	Metadata   Metadata `json:"metadata"`
+	Spec       Spec     `json:"spec"`
+}
+
+// Metadata names and describes a template.
+type Metadata struct {
+	Name        string `json:"name"`
+	Title       string `json:"title"`
+	Description string `json:"description,omitempty"`
+}
+
+// Spec is what a template launches.
+type Spec struct {
+	Workload   string      `json:"workload"`
+	Image      string      `json:"image"`
+	GPU        GPU         `json:"gpu"`
+	Resources  Resources   `json:"resources"`
+	Env        []EnvVar    `json:"env,omitempty"`
+	Command    []string    `json:"command,omitempty"`
+	Args       []string    `json:"args,omitempty"`
+	WorkingDir string      `json:"workingDir,omitempty"`
+	Ports      []Port      `json:"ports,omitempty"`
+	Volumes    []Volume    `json:"volumes,omitempty"`
+	Lifecycle  Lifecycle   `json:"lifecycle,omitempty"`
+	Scheduling Scheduling  `json:"scheduling,omitempty"`
+	CostCenter string      `json:"costCenter,omitempty"`
+	Parameters []Parameter `json:"parameters,omitempty"`
+}
+
+// GPU says which GPUs a workload may ask for.
+type GPU struct {
+	Classes           []string `json:"classes"`
+	DefaultClass      string   `json:"defaultClass"`
+	MIGProfiles       []string `json:"migProfiles,omitempty"`
+	DefaultMIGProfile string   `json:"defaultMigProfile,omitempty"`
+	Count             Count    `json:"count"`
+}
+
+// Count bounds the number of GPUs (or MIG slices).
+type Count struct {
+	Min     int `json:"min"`
+	Max     int `json:"max"`
+	Default int `json:"default"`
+}
+
+// Resources are the container's CPU, memory and disk; values are Kubernetes
+// quantities and may reference parameters.
+type Resources struct {
+	CPU              string `json:"cpu"`
+	Memory           string `json:"memory"`
+	EphemeralStorage string `json:"ephemeralStorage,omitempty"`
+	SharedMemory     string `json:"sharedMemory,omitempty"`
+}
+
+// EnvVar is one environment variable.
+type EnvVar struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
+// Port is one container port; services and notebooks expose them.
+type Port struct {
+	Name string `json:"name"`
+	Port int    `json:"port"`
+}
+
+// Volume is a persistent volume claim of Size mounted at MountPath.
+type Volume struct {
+	Name         string `json:"name"`
+	MountPath    string `json:"mountPath"`
+	Size         string `json:"size"`
+	StorageClass string `json:"storageClass,omitempty"`
+}
+
+// Lifecycle bounds how long a workload may run.
+type Lifecycle struct {
+	MaxRuntime  string `json:"maxRuntime,omitempty"`
+	IdleTimeout string `json:"idleTimeout,omitempty"`
+	Retries     int    `json:"retries,omitempty"`
+}
+
+// Scheduling sets priority and whether spot capacity may be used.
+type Scheduling struct {
+	Priority string `json:"priority,omitempty"`
+	Spot     bool   `json:"spot,omitempty"`
+}
+
+// Parameter is a typed value the user supplies at launch and the template body
+// references as {{name}}.
+type Parameter struct {
+	Name        string   `json:"name"`
+	Type        string   `json:"type"`
+	Description string   `json:"description,omitempty"`
+	Default     any      `json:"default,omitempty"`
+	Required    bool     `json:"required,omitempty"`
+	Min         *int64   `json:"min,omitempty"`
+	Max         *int64   `json:"max,omitempty"`
+	Pattern     string   `json:"pattern,omitempty"`
+	Values      []string `json:"values,omitempty"`
+}
+
+// Priorities are the allowed values of scheduling.priority.
+var Priorities = []string{"low", "normal", "high"}
+
+// Limits on names and sizes.
+const (
+	MaxNameLen        = 40
+	MaxParamValueLen  = 1024
+	MaxParameters     = 64
+	maxDescriptionLen = 4096
+)
+
+var (
+	nameRE      = regexp.MustCompile(`^[a-z]([a-z0-9-]*[a-z0-9])?$`)
+	paramNameRE = regexp.MustCompile(`^[a-zA-Z][a-zA-Z0-9_]{0,62}$`)
+	envNameRE   = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	labelValRE  = regexp.MustCompile(`^([A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?)?$`)
+	// refRE matches a reference such as {{epochs}} or {{ gantry.gpuCount }}.
+	refRE = regexp.MustCompile(`\{\{\s*([A-Za-z][A-Za-z0-9_.]*)\s*\}\}`)
+)
+
+// Builtins are values every template may reference besides its parameters.
+var Builtins = []string{"gantry.gpuCount", "gantry.workload", "gantry.team"}
+
+// ValidName reports whether name is a valid template name (a DNS-1123 label of at
+// most MaxNameLen characters, so that derived object names stay valid).
+func ValidName(name string) bool { return len(name) <= MaxNameLen && nameRE.MatchString(name) }
+
+// Parse decodes and validates a template document (YAML or JSON). Every problem is
+// reported at once, each with file:line and field path.
+func Parse(file string, data []byte, classes *gpu.Catalog) (*Template, error) {
+	var t Template
+	lines, err := yamldoc.Decode(file, data, &t)
+	if err != nil {
+		return nil, err
+	}
+	if err := t.Validate(classes); err != nil {
+		return nil, lines.Locate(file, err)
+	}
+	return &t, nil
+}
+
+// Digest is the SHA-256 of the template's canonical JSON form: two templates with
+// the same digest launch the same thing.
+func (t *Template) Digest() string {
+	b, err := json.Marshal(t)
+	if err != nil {
+		panic(err) // only plain data: cannot fail
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// Validate checks the template against the schema's rules and the GPU classes.
+func (t *Template) Validate(classes *gpu.Catalog) error {
+	var errs fault.List
+	if t.APIVersion != APIVersion {
+		errs.Addf("apiVersion", "must be %q", APIVersion)
+	}
+	if t.Kind != Kind {
+		errs.Addf("kind", "must be %q", Kind)
+	}
+	if !ValidName(t.Metadata.Name) {
+		errs.Addf("metadata.name", "%q must be a lowercase DNS label (a-z, 0-9, '-'), starting with a letter, at most %d characters", clip(t.Metadata.Name), MaxNameLen)
+	}
+	if strings.TrimSpace(t.Metadata.Title) == "" {
+		errs.Addf("metadata.title", "is required")
+	}
+	if len(t.Metadata.Title) > 200 || len(t.Metadata.Description) > maxDescriptionLen {
+		errs.Addf("metadata", "title (200) or description (%d characters) too long", maxDescriptionLen)
+	}
+	s := &t.Spec
+	switch s.Workload {
+	case Job, Service, Notebook:
+	default:
+		errs.Addf("spec.workload", "%q is not one of job, service, notebook", clip(s.Workload))
+	}
+	if s.Image == "" {
+		errs.Addf("spec.image", "is required")
+	} else if strings.ContainsAny(s.Image, " \t\n{}") {
+		errs.Addf("spec.image", "%q is not an image reference", clip(s.Image))
+	}
+	t.validateGPU(classes, &errs)
+	params := t.validateParameters(&errs)
+	known := func(name string) bool {
+		if params[name] {
+			return true
+		}
+		for _, b := range Builtins {
+			if b == name {
+				return true
+			}
+		}
+		return false
+	}
+	checkRefs := func(path, v string) {
+		for _, m := range refRE.FindAllStringSubmatch(v, -1) {
+			if !known(m[1]) {
+				errs.Addf(path, "references unknown parameter %q", m[1])
+			}
+		}
+	}
+	quantity := func(path, v string, required bool) {
+		if v == "" {
+			if required {
+				errs.Addf(path, "is required")
+			}
+			return
+		}
+		checkRefs(path, v)
+		if !refRE.MatchString(v) {
+			if q, err := resource.ParseQuantity(v); err != nil || q.Sign() <= 0 {
+				errs.Addf(path, "%q is not a positive quantity such as 8, 500m, 64Gi", clip(v))
+			}
+		}
+	}
+	quantity("spec.resources.cpu", s.Resources.CPU, true)
+	quantity("spec.resources.memory", s.Resources.Memory, true)
+	quantity("spec.resources.ephemeralStorage", s.Resources.EphemeralStorage, false)
+	quantity("spec.resources.sharedMemory", s.Resources.SharedMemory, false)
+	envSeen := map[string]bool{}
+	for i, e := range s.Env {
+		p := fmt.Sprintf("spec.env[%d]", i)
+		if !envNameRE.MatchString(e.Name) {
+			errs.Addf(p+".name", "%q is not a valid environment variable name", clip(e.Name))
+		} else if strings.HasPrefix(e.Name, "GANTRY_") {
+			errs.Addf(p+".name", "names starting with GANTRY_ are reserved")
+		}
+		if envSeen[e.Name] {
+			errs.Addf(p+".name", "duplicate variable %q", e.Name)
+		}
+		envSeen[e.Name] = true
+		checkRefs(p+".value", e.Value)
+	}
+	for i, c := range s.Command {
+		checkRefs(fmt.Sprintf("spec.command[%d]", i), c)
+	}
+	for i, a := range s.Args {
+		checkRefs(fmt.Sprintf("spec.args[%d]", i), a)
+	}
+	checkRefs("spec.workingDir", s.WorkingDir)
+	if s.WorkingDir != "" && !strings.HasPrefix(s.WorkingDir, "/") && !refRE.MatchString(s.WorkingDir) {
+		errs.Addf("spec.workingDir", "must be an absolute path")
+	}
+	portSeen := map[string]bool{}
+	for i, p := range s.Ports {
+		pp := fmt.Sprintf("spec.ports[%d]", i)
+		if len(p.Name) > 15 || !nameRE.MatchString(p.Name) {
+			errs.Addf(pp+".name", "%q must be a lowercase DNS label of at most 15 characters", clip(p.Name))
+		}
+		if portSeen[p.Name] {
+			errs.Addf(pp+".name", "duplicate port %q", p.Name)
+		}
+		portSeen[p.Name] = true
+		if p.Port < 1 || p.Port > 65535 {
+			errs.Addf(pp+".port", "%d is not a port number (1-65535)", p.Port)
+		}
+	}
+	if (s.Workload == Service || s.Workload == Notebook) && len(s.Ports) == 0 {
+		errs.Addf("spec.ports", "a %s needs at least one port", s.Workload)
+	}
+	volSeen := map[string]bool{}
+	for i, v := range s.Volumes {
+		vp := fmt.Sprintf("spec.volumes[%d]", i)
+		if len(v.Name) > 20 || !nameRE.MatchString(v.Name) {
+			errs.Addf(vp+".name", "%q must be a lowercase DNS label of at most 20 characters", clip(v.Name))
+		}
+		if volSeen[v.Name] || v.Name == "dshm" {
+			errs.Addf(vp+".name", "duplicate or reserved volume name %q", v.Name)
+		}
+		volSeen[v.Name] = true
+		if !strings.HasPrefix(v.MountPath, "/") || strings.Contains(v.MountPath, "..") || v.MountPath == "/dev/shm" {
+			errs.Addf(vp+".mountPath", "%q must be an absolute path without '..' (and not /dev/shm)", clip(v.MountPath))
+		}
+		quantity(vp+".size", v.Size, true)
+		if v.StorageClass != "" && !nameRE.MatchString(v.StorageClass) {
+			errs.Addf(vp+".storageClass", "%q is not a valid storage class name", clip(v.StorageClass))
+		}
+	}
+	duration := func(path, v string) {
+		if v == "" {
+			return
+		}
+		if d, err := time.ParseDuration(v); err != nil || d < time.Minute {
+			errs.Addf(path, "%q must be a duration of at least 1m, such as 30m or 24h", clip(v))
+		}
+	}
+	duration("spec.lifecycle.maxRuntime", s.Lifecycle.MaxRuntime)
+	duration("spec.lifecycle.idleTimeout", s.Lifecycle.IdleTimeout)
+	if s.Lifecycle.IdleTimeout != "" && s.Workload != Notebook {
+		errs.Addf("spec.lifecycle.idleTimeout", "applies to notebooks only")
+	}
+	if s.Lifecycle.Retries < 0 || s.Lifecycle.Retries > 10 {
+		errs.Addf("spec.lifecycle.retries", "must be between 0 and 10")
+	}
+	if s.Lifecycle.Retries > 0 && s.Workload != Job {
+		errs.Addf("spec.lifecycle.retries", "applies to jobs only")
+	}
+	if p := s.Scheduling.Priority; p != "" && !contains(Priorities, p) {
+		errs.Addf("spec.scheduling.priority", "%q is not one of %s", clip(p), strings.Join(Priorities, ", "))
+	}
+	if !labelValRE.MatchString(s.CostCenter) {
+		errs.Addf("spec.costCenter", "%q must be a valid label value (letters, digits, '-', '_', '.'; at most 63)", clip(s.CostCenter))
+	}
+	if errs.Len() == 0 {
+		// The template must render with its own defaults.
+		if _, err := t.resolve(classes, Choice{}, true); err != nil {
+			errs.AddErr("", err)
+		}
+	}
+	return errs.Err()
+}
+
+func (t *Template) validateGPU(classes *gpu.Catalog, errs *fault.List) {
+	g := &t.Spec.GPU
+	if len(g.Classes) == 0 {
+		errs.Addf("spec.gpu.classes", "at least one GPU class is required (known: %s)", strings.Join(classes.Names(), ", "))
+	}
+	for i, c := range g.Classes {
+		if _, ok := classes.Get(c); !ok {
+			errs.Addf(fmt.Sprintf("spec.gpu.classes[%d]", i), "unknown GPU class %q (known: %s)", clip(c), strings.Join(classes.Names(), ", "))
+		}
+	}
+	if !contains(g.Classes, g.DefaultClass) {
+		errs.Addf("spec.gpu.defaultClass", "%q is not one of the allowed classes %s", clip(g.DefaultClass), strings.Join(g.Classes, ", "))
+	}
+	for i, p := range g.MIGProfiles {
+		supported := false
+		for _, c := range g.Classes {
+			if cl, ok := classes.Get(c); ok {
+				if _, ok := cl.Profile(p); ok {
+					supported = true
+				}
+			}
+		}
+		if !supported {
+			errs.Addf(fmt.Sprintf("spec.gpu.migProfiles[%d]", i), "MIG profile %q is not supported by any allowed class", clip(p))
+		}
+	}
+	if g.DefaultMIGProfile != "" && !contains(g.MIGProfiles, g.DefaultMIGProfile) {
+		errs.Addf("spec.gpu.defaultMigProfile", "%q is not one of the allowed MIG profiles %s", clip(g.DefaultMIGProfile), strings.Join(g.MIGProfiles, ", "))
+	}
+	c := g.Count
+	if c.Min < 1 {
+		errs.Addf("spec.gpu.count.min", "must be at least 1")
+	}
+	if c.Max < c.Min || c.Max > 64 {
+		errs.Addf("spec.gpu.count.max", "must be between min (%d) and 64", c.Min)
+	}
+	if c.Default < c.Min || c.Default > c.Max {
+		errs.Addf("spec.gpu.count.default", "must be between min (%d) and max (%d)", c.Min, c.Max)
+	}
+}
+
+func (t *Template) validateParameters(errs *fault.List) map[string]bool {
+	names := map[string]bool{}
+	if len(t.Spec.Parameters) > MaxParameters {
+		errs.Addf("spec.parameters", "at most %d parameters", MaxParameters)
+	}
+	for i, p := range t.Spec.Parameters {
+		pp := fmt.Sprintf("spec.parameters[%d]", i)
+		if !paramNameRE.MatchString(p.Name) {
+			errs.Addf(pp+".name", "%q must start with a letter and contain only letters, digits and '_'", clip(p.Name))
+		}
+		if names[p.Name] {
+			errs.Addf(pp+".name", "duplicate parameter %q", p.Name)
+		}
+		names[p.Name] = true
+		switch p.Type {
+		case TypeString, TypeInt, TypeBool, TypeEnum:
+		default:
+			errs.Addf(pp+".type", "%q is not one of string, int, bool, enum", clip(p.Type))
+			continue
+		}
+		if (p.Min != nil || p.Max != nil) && p.Type != TypeInt {
+			errs.Addf(pp, "min and max apply to int parameters only")
+		}
+		if p.Min != nil && p.Max != nil && *p.Min > *p.Max {
+			errs.Addf(pp+".max", "must not be less than min")
+		}
+		if p.Pattern != "" {
+			if p.Type != TypeString {
+				errs.Addf(pp+".pattern", "applies to string parameters only")
+			} else if _, err := pattern(p.Pattern); err != nil {
+				errs.Addf(pp+".pattern", "%v", err)
+			}
+		}
+		if p.Type == TypeEnum && len(p.Values) == 0 {
+			errs.Addf(pp+".values", "an enum needs at least one value")
+		}
+		if p.Type != TypeEnum && len(p.Values) > 0 {
+			errs.Addf(pp+".values", "applies to enum parameters only")
+		}
+		if p.Default == nil && !p.Required {
+			errs.Addf(pp+".default", "a parameter needs a default unless it is required")
+		}
+		if p.Default != nil {
+			if _, err := p.Value(p.Default); err != nil {
+				errs.Addf(pp+".default", "%v", err)
+			}
+		}
+	}
+	return names
+}
+
+// pattern compiles a parameter pattern so that it must match the whole value.
+func pattern(p string) (*regexp.Regexp, error) {
+	if _, err := regexp.Compile(p); err != nil {
+		return nil, fmt.Errorf("invalid regular expression: %v", err)
+	}
+	return regexp.Compile(`^(?:` + p + `)$`)
+}
+
+// Value checks v (a JSON or YAML value, or a string from a command line) against
+// the parameter's type and bounds and returns its string form.
+func (p *Parameter) Value(v any) (string, error) {
+	switch p.Type {
+	case TypeInt:
+		var i int64
+		switch x := v.(type) {
+		case int64:
+			i = x
+		case int:
+			i = int64(x)
+		case float64:
+			if x != float64(int64(x)) {
+				return "", fmt.Errorf("%v is not an integer", x)
+			}
+			i = int64(x)
+		case json.Number:
+			n, err := x.Int64()
+			if err != nil {
+				return "", fmt.Errorf("%q is not an integer", clip(string(x)))
+			}
+			i = n
+		case string:
+			var err error
+			if _, err = fmt.Sscan(x, &i); err != nil || fmt.Sprint(i) != x {
+				return "", fmt.Errorf("%q is not an integer", clip(x))
+			}
+		default:
+			return "", fmt.Errorf("expected an integer")
+		}
+		if p.Min != nil && i < *p.Min {
+			return "", fmt.Errorf("%d is less than the minimum %d", i, *p.Min)
+		}
+		if p.Max != nil && i > *p.Max {
+			return "", fmt.Errorf("%d is more than the maximum %d", i, *p.Max)
+		}
+		return fmt.Sprint(i), nil
+	case TypeBool:
+		switch x := v.(type) {
+		case bool:
+			return fmt.Sprint(x), nil
+		case string:
+			if x == "true" || x == "false" {
+				return x, nil
+			}
+		}
+		return "", fmt.Errorf("expected true or false")
+	case TypeString, TypeEnum:
+		s, ok := v.(string)
+		if !ok {
+			return "", fmt.Errorf("expected a string")
+		}
+		if len(s) > MaxParamValueLen {
+			return "", fmt.Errorf("value is longer than %d bytes", MaxParamValueLen)
+		}
+		if strings.ContainsRune(s, 0) || refRE.MatchString(s) {
+			return "", fmt.Errorf("value may not contain NUL bytes or {{...}} references")
+		}
+		if p.Type == TypeEnum {
+			if !contains(p.Values, s) {
+				return "", fmt.Errorf("%q is not one of %s", clip(s), strings.Join(p.Values, ", "))
+			}
+			return s, nil
+		}
+		if p.Pattern != "" {
+			re, err := pattern(p.Pattern)
+			if err != nil {
+				return "", err
+			}
+			if !re.MatchString(s) {
+				return "", fmt.Errorf("%q does not match the pattern %s", clip(s), p.Pattern)
+			}
+		}
+		return s, nil
+	}
+	return "", fmt.Errorf("unknown parameter type %q", p.Type)
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// clip shortens a value quoted back in an error message.
+func clip(s string) string {
+	if len(s) > 64 {
+		return s[:61] + "..."
+	}
+	return s
+}

@@ -1,0 +1,231 @@
+package template_test
+
+import (
+	"errors"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/gpu"
+	"github.com/gantryhq/gantry/internal/template"
+)
+
+func classes(t testing.TB) *gpu.Catalog {
+	t.Helper()
+	c, err := gpu.LoadFile("../../templates/gpu-classes.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+const valid = `apiVersion: gantry.dev/v1alpha1
+kind: Template
+metadata:
+  name: tiny
+  title: Tiny job
+spec:
+  workload: job
+  image: example.com/tiny:1
+  gpu:
+    classes: [H100-80GB, L4]
+    defaultClass: L4
+    migProfiles: [1g.10gb]
+    count: {min: 1, max: 2, default: 1}
+  resources: {cpu: "1", memory: 1Gi}
+  args: ["{{n}}"]
+  parameters:
+    - {name: n, type: int, default: 3, min: 1, max: 5}
+`
+
+func TestStarterCatalogIsValid(t *testing.T) {
+	files, err := template.LoadDir("../../templates", classes(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) < 5 {
+		t.Fatalf("%d starter templates, want at least 5", len(files))
+	}
+	kinds := map[string]bool{}
+	for _, f := range files {
+		kinds[f.Template.Spec.Workload] = true
+	}
+	for _, k := range []string{"job", "service", "notebook"} {
+		if !kinds[k] {
+			t.Errorf("no starter template of kind %s", k)
+		}
+	}
+}
+
+// TestParseErrors: each broken document reports the listed problems, each with
+// its line and field path, all at once.
+func TestParseErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		edit func(string) string
+		want []string // "line: path: message fragment"
+	}{
+		{"unknown field", func(s string) string { return strings.Replace(s, "  workload: job\n", "  workload: job\n  replicas: 3\n", 1) },
+			[]string{`8: spec.replicas: unknown field "replicas"`}},
+		{"wrong types, all reported", func(s string) string {
+			s = strings.Replace(s, "max: 2,", "max: two,", 1)
+			return strings.Replace(s, "  workload: job\n", "  workload: [job]\n", 1)
+		}, []string{"7: spec.workload: expected a string, got a list", "13: spec.gpu.count.max: expected an integer, got a string"}},
+		{"unknown class and MIG profile name allowed values", func(s string) string {
+			s = strings.Replace(s, "[H100-80GB, L4]", "[H100-80GB, V100]", 1)
+			return strings.Replace(s, "[1g.10gb]", "[1g.10gb, 3g.99gb]", 1)
+		}, []string{`10: spec.gpu.classes[1]: unknown GPU class "V100" (known: A100-40GB, A100-80GB, H100-80GB, H200-141GB, L4)`,
+			`12: spec.gpu.migProfiles[1]: MIG profile "3g.99gb" is not supported`,
+			`11: spec.gpu.defaultClass: "L4" is not one of the allowed classes H100-80GB, V100`}},
+		{"count bounds", func(s string) string { return strings.Replace(s, "default: 1}", "default: 9}", 1) },
+			[]string{"13: spec.gpu.count.default: must be between min (1) and max (2)"}},
+		{"bad name and reference", func(s string) string {
+			s = strings.Replace(s, "name: tiny", "name: ../etc/passwd", 1)
+			return strings.Replace(s, `"{{n}}"`, `"{{m}}"`, 1)
+		}, []string{"4: metadata.name:", `15: spec.args[0]: references unknown parameter "m"`}},
+		{"bad default", func(s string) string { return strings.Replace(s, "default: 3,", "default: 9,", 1) },
+			[]string{"17: spec.parameters[0].default: 9 is more than the maximum 5"}},
+		{"quantity", func(s string) string { return strings.Replace(s, "memory: 1Gi", "memory: lots", 1) },
+			[]string{`14: spec.resources.memory: "lots" is not a positive quantity`}},
+		{"duplicate key", func(s string) string { return strings.Replace(s, "  title: Tiny job\n", "  title: Tiny job\n  title: again\n", 1) },
+			[]string{"6: metadata.title: duplicate key (first at line 5)"}},
+		{"syntax", func(s string) string { return strings.Replace(s, "kind: Template", "kind: [Template", 1) },
+			[]string{"malformed YAML"}},
+		{"anchors refused", func(s string) string {
+			return strings.Replace(strings.Replace(s, "resources: {", "resources: &r {", 1), "  args:", "  ports: *r\n  args:", 1)
+		}, []string{"anchors and aliases are not supported"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := template.Parse("t.yaml", []byte(tc.edit(valid)), classes(t))
+			var inv *fault.Invalid
+			if !errors.As(err, &inv) {
+				t.Fatalf("err = %v, want *fault.Invalid", err)
+			}
+			got := make([]string, len(inv.Fields))
+			for i, f := range inv.Fields {
+				got[i] = f.String()
+				if f.File != "t.yaml" {
+					t.Errorf("problem %q has no file", got[i])
+				}
+			}
+			all := strings.Join(got, "\n")
+			for _, w := range tc.want {
+				if !strings.Contains(all, w) {
+					t.Errorf("missing %q in:\n%s", w, all)
+				}
+			}
+		})
+	}
+	if _, err := template.Parse("t.yaml", []byte(valid), classes(t)); err != nil {
+		t.Fatalf("valid template: %v", err)
+	}
+}
+
+func TestResolve(t *testing.T) {
+	tpl, err := template.Parse("t.yaml", []byte(valid), classes(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name    string
+		choice  template.Choice
+		wantErr []string
+		check   func(*template.Resolved) string
+	}{
+		{"defaults", template.Choice{}, nil, func(r *template.Resolved) string {
+			if r.Class.Name != "L4" || r.MIG != nil || r.Count != 1 || r.Params["n"] != "3" {
+				return "defaults not applied"
+			}
+			return ""
+		}},
+		{"MIG on H100", template.Choice{Class: "H100-80GB", MIGProfile: "1g.10gb", Params: map[string]any{"n": float64(5)}}, nil, func(r *template.Resolved) string {
+			if r.MIG == nil || r.MIG.Resource() != "nvidia.com/mig-1g.10gb" || r.Params["n"] != "5" {
+				return "MIG not resolved"
+			}
+			return ""
+		}},
+		{"string int from a command line", template.Choice{Params: map[string]any{"n": "4"}}, nil, nil},
+		{"MIG on L4", template.Choice{MIGProfile: "1g.10gb"}, []string{`gpu.migProfile: template "tiny" allows no MIG profile on L4`}, nil},
+		{"MIG not allowed", template.Choice{Class: "H100-80GB", MIGProfile: "3g.40gb"}, []string{`gpu.migProfile: "3g.40gb" is not allowed on H100-80GB by template "tiny" (allowed: 1g.10gb)`}, nil},
+		{"too many GPUs", template.Choice{Count: 8}, []string{`gpu.count: 8 is outside the range 1 to 2`}, nil},
+		{"class not allowed", template.Choice{Class: "A100-40GB"}, []string{`gpu.class: "A100-40GB" is not allowed by template "tiny" (allowed: H100-80GB, L4)`}, nil},
+		{"everything wrong at once", template.Choice{Count: 3, Params: map[string]any{"n": 1.5, "x": 1}},
+			[]string{"gpu.count", "parameters.n: 1.5 is not an integer", `parameters.x: template "tiny" has no parameter "x" (has: n)`}, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := tpl.Resolve(classes(t), tc.choice)
+			if len(tc.wantErr) == 0 {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if tc.check != nil {
+					if msg := tc.check(r); msg != "" {
+						t.Error(msg)
+					}
+				}
+				return
+			}
+			if err == nil {
+				t.Fatal("no error")
+			}
+			for _, w := range tc.wantErr {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestDigestIgnoresFormatting(t *testing.T) {
+	a, err := template.Parse("a.yaml", []byte(valid), classes(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := template.Parse("b.yaml", []byte("# comment\n"+strings.ReplaceAll(valid, "{cpu: \"1\", memory: 1Gi}", "\n    cpu: \"1\"\n    memory: 1Gi")), classes(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Digest() != b.Digest() {
+		t.Error("same template, different digests")
+	}
+	c, _ := template.Parse("c.yaml", []byte(strings.Replace(valid, "Tiny job", "Tiny job!", 1)), classes(t))
+	if a.Digest() == c.Digest() {
+		t.Error("different templates, same digest")
+	}
+}
+
+// FuzzParse: no input makes the parser panic, every problem has a message and a
+// file, and whatever parses also validates and resolves with its defaults.
+func FuzzParse(f *testing.F) {
+	entries, _ := os.ReadDir("../../templates")
+	for _, e := range entries {
+		if b, err := os.ReadFile("../../templates/" + e.Name()); err == nil {
+			f.Add(b)
+		}
+	}
+	f.Add([]byte(valid))
+	f.Add([]byte(`{"apiVersion":"gantry.dev/v1alpha1","kind":"Template","metadata":{"name":"x"}}`))
+	cat := classes(f)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		tpl, err := template.Parse("f.yaml", data, cat)
+		if err != nil {
+			var inv *fault.Invalid
+			if !errors.As(err, &inv) || len(inv.Fields) == 0 {
+				t.Fatalf("error %v is not a field list", err)
+			}
+			for _, fl := range inv.Fields {
+				if fl.Message == "" || fl.File != "f.yaml" {
+					t.Fatalf("problem without message or file: %+v", fl)
+				}
+			}
+			return
+		}
+		if err := tpl.Validate(cat); err != nil {
+			t.Fatalf("parsed template fails validation: %v", err)
+		}
+	})
+}

@@ -1,0 +1,320 @@
+// Package workload owns workloads: launching a template version for a team (the
+// choices checked, the objects rendered and their hash recorded), previewing what a
+// launch would create, and listing, reading and deleting workload records. It
+// declares the store it needs; applying objects to a cluster plugs in here later.
+package workload
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/gantryhq/gantry/internal/catalog"
+	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/gpu"
+	"github.com/gantryhq/gantry/internal/render"
+	"github.com/gantryhq/gantry/internal/template"
+)
+
+// Status is where a workload is in its lifecycle.
+type Status string
+
+// Statuses. Pending means recorded and rendered, not yet running.
+const (
+	Pending   Status = "Pending"
+	Scheduled Status = "Scheduled"
+	Running   Status = "Running"
+	Succeeded Status = "Succeeded"
+	Failed    Status = "Failed"
+	Stopped   Status = "Stopped"
+	Deleted   Status = "Deleted"
+)
+
+// Statuses lists every status.
+var Statuses = []Status{Pending, Scheduled, Running, Succeeded, Failed, Stopped, Deleted}
+
+// Workload is the record of one launch.
+type Workload struct {
+	ID              string
+	Name            string
+	Team            string
+	Owner           string
+	Template        string
+	TemplateVersion int
+	Kind            string
+	GPUClass        string
+	MIGProfile      string
+	GPUCount        int
+	Parameters      map[string]string
+	ObjectsHash     string
+	Status          Status
+	CreatedAt       time.Time
+	UpdatedAt       time.Time
+}
+
+// Filter selects workloads; After continues a listing after that key.
+type Filter struct {
+	Team     string
+	Owner    string
+	Template string
+	Status   Status
+	Limit    int
+	After    *Key
+}
+
+// Key orders workloads, newest first.
+type Key struct {
+	CreatedAt time.Time
+	ID        string
+}
+
+// Store keeps workload records.
+type Store interface {
+	CreateWorkload(ctx context.Context, w Workload) error
+	// Workload returns one record; *fault.NotFound if none.
+	Workload(ctx context.Context, id string) (Workload, error)
+	// ListWorkloads returns up to f.Limit records, newest first.
+	ListWorkloads(ctx context.Context, f Filter) ([]Workload, error)
+	// SetWorkloadStatus changes a record's status; *fault.NotFound if none.
+	SetWorkloadStatus(ctx context.Context, id string, s Status, at time.Time) error
+}
+
+// Templates finds template versions and the GPU classes they are checked against.
+type Templates interface {
+	Get(ctx context.Context, name string, version int) (catalog.Version, error)
+	Classes() *gpu.Catalog
+}
+
+// Service is the workload domain logic.
+type Service struct {
+	store     Store
+	templates Templates
+	namespace func(team string) string
+	now       func() time.Time
+	newID     func() string
+}
+
+// New returns a workload service; namespace maps a team to its namespace.
+func New(store Store, templates Templates, namespace func(team string) string) *Service {
+	return &Service{store: store, templates: templates, namespace: namespace, now: time.Now, newID: NewID}
+}
+
+// Request asks to launch a template.
+type Request struct {
+	Template string
+	Version  int // 0: the live version
+	Team     string
+	Choice   template.Choice
+}
+
+// Rendered is what a launch would create.
+type Rendered struct {
+	Version catalog.Version
+	Meta    render.Meta
+	Choice  *template.Resolved
+	Objects []render.Object
+	Hash    string
+}
+
+// Preview renders a request without recording anything.
+func (s *Service) Preview(ctx context.Context, owner string, req Request) (Rendered, error) {
+	return s.render(ctx, owner, req, "preview0")
+}
+
+func (s *Service) render(ctx context.Context, owner string, req Request, id string) (Rendered, error) {
+	var errs fault.List
+	if !template.ValidName(req.Team) {
+		errs.Addf("team", "%q must be a lowercase DNS label of at most %d characters", req.Team, template.MaxNameLen)
+	}
+	if !template.ValidName(req.Template) {
+		errs.Addf("template", "%q is not a template name", req.Template)
+	}
+	if req.Version < 0 {
+		errs.Addf("templateVersion", "must not be negative")
+	}
+	if err := errs.Err(); err != nil {
+		return Rendered{}, err
+	}
+	v, err := s.templates.Get(ctx, req.Template, req.Version)
+	if err != nil {
+		return Rendered{}, err
+	}
+	r, err := v.Template.Resolve(s.templates.Classes(), req.Choice)
+	if err != nil {
+		return Rendered{}, err
+	}
+	meta := render.Meta{WorkloadID: id, Team: req.Team, Owner: owner, Namespace: s.namespace(req.Team), TemplateVersion: v.Version}
+	objs, err := render.Objects(r, meta)
+	if err != nil {
+		return Rendered{}, err
+	}
+	hash, err := render.Hash(objs)
+	if err != nil {
+		return Rendered{}, fmt.Errorf("hash rendered objects: %w", err)
+	}
+	return Rendered{Version: v, Meta: meta, Choice: r, Objects: objs, Hash: hash}, nil
+}
+
+// Create records a launch of the request. The objects are rendered (so every
+// problem surfaces now) and their hash recorded with the workload.
+func (s *Service) Create(ctx context.Context, owner string, req Request) (Workload, error) {
+	id := s.newID()
+	rd, err := s.render(ctx, owner, req, id)
+	if err != nil {
+		return Workload{}, err
+	}
+	now := s.now().UTC().Truncate(time.Microsecond)
+	w := Workload{
+		ID:              id,
+		Name:            rd.Meta.Name(rd.Version.Name),
+		Team:            req.Team,
+		Owner:           owner,
+		Template:        rd.Version.Name,
+		TemplateVersion: rd.Version.Version,
+		Kind:            rd.Version.Template.Spec.Workload,
+		GPUClass:        rd.Choice.Class.Name,
+		GPUCount:        rd.Choice.Count,
+		Parameters:      rd.Choice.Params,
+		ObjectsHash:     rd.Hash,
+		Status:          Pending,
+		CreatedAt:       now,
+		UpdatedAt:       now,
+	}
+	if rd.Choice.MIG != nil {
+		w.MIGProfile = rd.Choice.MIG.Name
+	}
+	if err := s.store.CreateWorkload(ctx, w); err != nil {
+		return Workload{}, fmt.Errorf("record workload: %w", err)
+	}
+	return w, nil
+}
+
+// Get returns one workload.
+func (s *Service) Get(ctx context.Context, id string) (Workload, error) { return s.store.Workload(ctx, id) }
+
+// Page is one page of a listing; Next continues it ("" at the end).
+type Page struct {
+	Items []Workload
+	Next  string
+}
+
+// Listing limits.
+const (
+	DefaultLimit = 50
+	MaxLimit     = 500
+)
+
+// List returns workloads matching f, newest first; cursor continues an earlier
+// page.
+func (s *Service) List(ctx context.Context, f Filter, cursor string) (Page, error) {
+	var errs fault.List
+	if f.Limit == 0 {
+		f.Limit = DefaultLimit
+	}
+	if f.Limit < 1 || f.Limit > MaxLimit {
+		errs.Addf("limit", "must be between 1 and %d", MaxLimit)
+	}
+	if f.Status != "" && !validStatus(f.Status) {
+		errs.Addf("status", "%q is not a workload status", f.Status)
+	}
+	if cursor != "" {
+		k, err := decodeCursor(cursor)
+		if err != nil {
+			errs.Addf("cursor", "is not a cursor returned by this API")
+		}
+		f.After = k
+	}
+	if err := errs.Err(); err != nil {
+		return Page{}, err
+	}
+	want := f.Limit
+	f.Limit++ // one more tells whether there is a next page
+	items, err := s.store.ListWorkloads(ctx, f)
+	if err != nil {
+		return Page{}, err
+	}
+	p := Page{Items: items}
+	if len(items) > want {
+		p.Items = items[:want]
+		last := p.Items[want-1]
+		p.Next = encodeCursor(Key{CreatedAt: last.CreatedAt, ID: last.ID})
+	}
+	return p, nil
+}
+
+// Delete marks a workload deleted; the record stays for accounting.
+func (s *Service) Delete(ctx context.Context, id string) error {
+	w, err := s.store.Workload(ctx, id)
+	if err != nil {
+		return err
+	}
+	if w.Status == Deleted {
+		return nil
+	}
+	return s.store.SetWorkloadStatus(ctx, id, Deleted, s.now().UTC().Truncate(time.Microsecond))
+}
+
+func validStatus(st Status) bool {
+	for _, x := range Statuses {
+		if x == st {
+			return true
+		}
+	}
+	return false
+}
+
+func encodeCursor(k Key) string {
+	b, _ := json.Marshal([]any{k.CreatedAt.UnixMicro(), k.ID})
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func decodeCursor(c string) (*Key, error) {
+	b, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil {
+		return nil, err
+	}
+	var v []json.RawMessage
+	if err := json.Unmarshal(b, &v); err != nil || len(v) != 2 {
+		return nil, fmt.Errorf("bad cursor")
+	}
+	var at int64
+	var id string
+	if json.Unmarshal(v[0], &at) != nil || json.Unmarshal(v[1], &id) != nil || !ValidID(id) {
+		return nil, fmt.Errorf("bad cursor")
+	}
+	return &Key{CreatedAt: time.UnixMicro(at).UTC(), ID: id}, nil
+}
+
+const idAlphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+
+// IDLength is the length of a workload id.
+const IDLength = 10
+
+// NewID returns a random workload id: 10 characters from [a-z0-9], starting with a
+// letter (about 51 bits).
+func NewID() string {
+	b := make([]byte, IDLength)
+	if _, err := rand.Read(b); err != nil {
+		panic(err) // crypto/rand never fails on supported platforms
+	}
+	for i := range b {
+		n := len(idAlphabet)
+		if i == 0 {
+			n = 26
+		}
+		b[i] = idAlphabet[int(b[i])%n]
+	}
+	return string(b)
+}
+
+// ValidID reports whether s looks like a workload id.
+func ValidID(s string) bool {
+	if len(s) != IDLength || s[0] < 'a' || s[0] > 'z' {
+		return false
+	}
+	return strings.Trim(s, idAlphabet) == ""
+}

@@ -66,7 +66,9 @@ func TestParseErrors(t *testing.T) {
 		edit func(string) string
 		want []string // "line: path: message fragment"
 	}{
-		{"unknown field", func(s string) string { return strings.Replace(s, "  workload: job\n", "  workload: job\n  replicas: 3\n", 1) },
+		{"unknown field", func(s string) string {
+			return strings.Replace(s, "  workload: job\n", "  workload: job\n  replicas: 3\n", 1)
+		},
 			[]string{`8: spec.replicas: unknown field "replicas"`}},
 		{"wrong types, all reported", func(s string) string {
 			s = strings.Replace(s, "max: 2,", "max: two,", 1)
@@ -88,7 +90,9 @@ func TestParseErrors(t *testing.T) {
 			[]string{"17: spec.parameters[0].default: 9 is more than the maximum 5"}},
 		{"quantity", func(s string) string { return strings.Replace(s, "memory: 1Gi", "memory: lots", 1) },
 			[]string{`14: spec.resources.memory: "lots" is not a positive quantity`}},
-		{"duplicate key", func(s string) string { return strings.Replace(s, "  title: Tiny job\n", "  title: Tiny job\n  title: again\n", 1) },
+		{"duplicate key", func(s string) string {
+			return strings.Replace(s, "  title: Tiny job\n", "  title: Tiny job\n  title: again\n", 1)
+		},
 			[]string{"6: metadata.title: duplicate key (first at line 5)"}},
 		{"syntax", func(s string) string { return strings.Replace(s, "kind: Template", "kind: [Template", 1) },
 			[]string{"malformed YAML"}},

@@ -194,7 +194,9 @@ func (s *Service) Create(ctx context.Context, owner string, req Request) (Worklo
 }
 
 // Get returns one workload.
-func (s *Service) Get(ctx context.Context, id string) (Workload, error) { return s.store.Workload(ctx, id) }
+func (s *Service) Get(ctx context.Context, id string) (Workload, error) {
+	return s.store.Workload(ctx, id)
+}
 
 // Page is one page of a listing; Next continues it ("" at the end).
 type Page struct {

@@ -1,0 +1,378 @@
+package api_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"sigs.k8s.io/yaml"
+
+	"github.com/gantryhq/gantry"
+	"github.com/gantryhq/gantry/api"
+	"github.com/gantryhq/gantry/internal/catalog"
+	"github.com/gantryhq/gantry/internal/gpu"
+	"github.com/gantryhq/gantry/internal/identity"
+	"github.com/gantryhq/gantry/internal/store"
+	"github.com/gantryhq/gantry/internal/template"
+	"github.com/gantryhq/gantry/internal/workload"
+)
+
+type env struct {
+	t     *testing.T
+	srv   *httptest.Server
+	files []template.File
+}
+
+func newEnv(t *testing.T, identify func(*http.Request) (identity.Identity, error)) *env {
+	t.Helper()
+	ctx := context.Background()
+	classes, err := gpu.LoadFile("../templates/gpu-classes.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := template.LoadDir("../templates", classes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(ctx, store.SQLite, filepath.Join(t.TempDir(), "g.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	cat := catalog.New(st, classes)
+	if _, err := cat.Seed(ctx, "seed", files); err != nil {
+		t.Fatal(err)
+	}
+	wl := workload.New(st, cat, func(team string) string { return "gantry-" + team })
+	h, err := api.New(api.Options{Catalog: cat, Workloads: wl, Database: st, Spec: gantry.OpenAPI, MaxBodyBytes: 64 << 10, Identify: identify})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return &env{t: t, srv: srv, files: files}
+}
+
+func alice(*http.Request) (identity.Identity, error) {
+	return identity.Identity{Subject: "alice"}, nil
+}
+
+// do sends a request and decodes a JSON answer into out (when not nil).
+func (e *env) do(method, path string, body any, out any) (int, http.Header) {
+	e.t.Helper()
+	var r io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		r = strings.NewReader(b)
+	default:
+		j, _ := json.Marshal(b)
+		r = bytes.NewReader(j)
+	}
+	req, _ := http.NewRequest(method, e.srv.URL+path, r)
+	if r != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	if out != nil && len(data) > 0 {
+		if err := json.Unmarshal(data, out); err != nil {
+			e.t.Fatalf("%s %s: %v in %s", method, path, err, data)
+		}
+	}
+	return resp.StatusCode, resp.Header
+}
+
+type problem struct {
+	Type, Title, Detail, Instance string
+	Status                        int
+	Errors                        []struct{ Field, Detail string }
+}
+
+func (p problem) fields() map[string]string {
+	m := map[string]string{}
+	for _, e := range p.Errors {
+		m[e.Field] = e.Detail
+	}
+	return m
+}
+
+func templateJSON(t *testing.T, path string, edit func(map[string]any)) map[string]any {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := yaml.Unmarshal(data, &m); err != nil {
+		t.Fatal(err)
+	}
+	if edit != nil {
+		edit(m)
+	}
+	return m
+}
+
+func TestProblemResponses(t *testing.T) {
+	e := newEnv(t, alice)
+	tests := []struct {
+		name, method, path string
+		body               any
+		status             int
+		fields             []string // field paths that must be reported
+	}{
+		{"unknown field and wrong type at once", "POST", "/api/v1/workloads",
+			`{"template":"vllm-inference","team":"vision","color":"red","gpu":{"count":"two"}}`, 400, []string{"color", "gpu.count"}},
+		{"malformed JSON", "POST", "/api/v1/workloads", `{"template":`, 400, []string{"body"}},
+		{"odd team name", "POST", "/api/v1/workloads", map[string]any{"template": "vllm-inference", "team": "../../etc"}, 400, []string{"team"}},
+		{"over-long template name", "GET", "/api/v1/templates/" + strings.Repeat("a", 41), nil, 400, []string{"path.name"}},
+		{"path traversal", "GET", "/api/v1/templates/..%2F..%2Fetc%2Fpasswd", nil, 400, []string{"path.name"}},
+		{"bad query", "GET", "/api/v1/workloads?limit=9999&status=Nope", nil, 400, []string{"query.limit", "query.status"}},
+		{"domain checks, all at once", "POST", "/api/v1/workloads",
+			map[string]any{"template": "jupyter-notebook", "team": "vision", "gpu": map[string]any{"class": "L4", "migProfile": "1g.10gb", "count": 2}, "parameters": map[string]any{"memory": "1Ti", "x": 1}},
+			422, []string{"gpu.migProfile", "gpu.count", "parameters.memory", "parameters.x"}},
+		{"missing template", "POST", "/api/v1/workloads", map[string]any{"template": "nope", "team": "vision"}, 404, nil},
+		{"missing workload", "GET", "/api/v1/workloads/abcdefghij", nil, 404, nil},
+		{"missing GPU class", "GET", "/api/v1/gpu-classes/V100", nil, 404, nil},
+		{"template exists", "POST", "/api/v1/templates", templateJSON(t, "../templates/vllm-inference.yaml", nil), 409, nil},
+		{"invalid template: same checks as files", "POST", "/api/v1/templates", templateJSON(t, "../templates/vllm-inference.yaml", func(m map[string]any) {
+			m["metadata"].(map[string]any)["name"] = "vllm-2"
+			spec := m["spec"].(map[string]any)
+			spec["gpu"].(map[string]any)["classes"] = []any{"H100-80GB", "V100"}
+			spec["args"] = []any{"{{nope}}"}
+		}), 422, []string{"spec.gpu.classes[1]", "spec.args[0]"}},
+		{"unknown field in template", "POST", "/api/v1/templates", templateJSON(t, "../templates/vllm-inference.yaml", func(m map[string]any) {
+			m["spec"].(map[string]any)["replicas"] = 3
+		}), 400, []string{"spec.replicas"}},
+		{"name mismatch on update", "PUT", "/api/v1/templates/pytorch-train", templateJSON(t, "../templates/vllm-inference.yaml", nil), 422, []string{"metadata.name"}},
+		{"body too large", "POST", "/api/v1/workloads", `{"template":"` + strings.Repeat("a", 70<<10) + `"}`, 413, nil},
+		{"no such route", "GET", "/api/v1/nothing", nil, 404, nil},
+		{"wrong method", "PATCH", "/api/v1/workloads", nil, 405, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var p problem
+			status, h := e.do(tc.method, tc.path, tc.body, &p)
+			if status != tc.status {
+				t.Fatalf("status %d, want %d: %+v", status, tc.status, p)
+			}
+			if ct := h.Get("Content-Type"); ct != "application/problem+json" {
+				t.Errorf("content type %q", ct)
+			}
+			if p.Status != status || p.Title == "" || p.Type == "" || !strings.HasPrefix(p.Instance, "urn:gantry:request:") {
+				t.Errorf("not a problem document: %+v", p)
+			}
+			got := p.fields()
+			for _, f := range tc.fields {
+				if _, ok := got[f]; !ok {
+					t.Errorf("no error for field %q in %+v", f, p.Errors)
+				}
+			}
+			for _, fe := range p.Errors {
+				if strings.Contains(fe.Detail, "Schema:") || strings.Contains(fe.Detail, "goroutine") {
+					t.Errorf("internals leaked: %q", fe.Detail)
+				}
+			}
+		})
+	}
+	// Nothing above wrote anything.
+	var list struct{ Items []any }
+	e.do("GET", "/api/v1/workloads", nil, &list)
+	if len(list.Items) != 0 {
+		t.Fatalf("%d workloads after refused requests", len(list.Items))
+	}
+	var tl struct{ Items []struct{ Name string } }
+	e.do("GET", "/api/v1/templates", nil, &tl)
+	if len(tl.Items) != len(e.files) {
+		t.Fatalf("%d templates after refused requests, want %d", len(tl.Items), len(e.files))
+	}
+}
+
+func TestTemplateLifecycle(t *testing.T) {
+	e := newEnv(t, alice)
+	doc := templateJSON(t, "../templates/dev-environment.yaml", func(m map[string]any) {
+		m["metadata"].(map[string]any)["name"] = "dev-h100"
+		m["spec"].(map[string]any)["gpu"].(map[string]any)["defaultClass"] = "H100-80GB"
+	})
+	var v struct {
+		Name, Digest, CreatedBy string
+		Version                 int
+		Template                map[string]any
+	}
+	if s, _ := e.do("POST", "/api/v1/templates", doc, &v); s != 201 || v.Version != 1 || v.CreatedBy != "alice" {
+		t.Fatalf("create: %d %+v", s, v)
+	}
+	doc["metadata"].(map[string]any)["title"] = "Dev box on H100"
+	if s, _ := e.do("PUT", "/api/v1/templates/dev-h100", doc, &v); s != 200 || v.Version != 2 {
+		t.Fatalf("update: %d %+v", s, v)
+	}
+	if s, _ := e.do("PUT", "/api/v1/templates/dev-h100", doc, &v); s != 200 || v.Version != 2 {
+		t.Fatalf("unchanged update made a version: %d %+v", s, v)
+	}
+	var h struct{ Items []struct{ Version int } }
+	if s, _ := e.do("GET", "/api/v1/templates/dev-h100/versions", nil, &h); s != 200 || len(h.Items) != 2 {
+		t.Fatalf("history: %d %+v", s, h)
+	}
+	var w struct {
+		ID, Status      string
+		TemplateVersion int
+	}
+	if s, _ := e.do("POST", "/api/v1/workloads", map[string]any{"template": "dev-h100", "team": "vision", "templateVersion": 1}, &w); s != 201 || w.TemplateVersion != 1 {
+		t.Fatalf("launch of version 1: %d %+v", s, w)
+	}
+	if s, _ := e.do("DELETE", "/api/v1/templates/dev-h100", nil, nil); s != 204 {
+		t.Fatalf("delete: %d", s)
+	}
+	if s, _ := e.do("GET", "/api/v1/templates/dev-h100", nil, nil); s != 404 {
+		t.Fatalf("get after delete: %d", s)
+	}
+	if s, _ := e.do("GET", "/api/v1/templates/dev-h100?version=1", nil, &v); s != 200 || v.Version != 1 {
+		t.Fatalf("old version after delete: %d", s)
+	}
+}
+
+func TestWorkloadsAndPreview(t *testing.T) {
+	e := newEnv(t, alice)
+	var r struct {
+		Template        string
+		TemplateVersion int
+		Hash            string
+		Objects         []map[string]any
+	}
+	req := map[string]any{"team": "vision", "gpu": map[string]any{"class": "H100-80GB", "migProfile": "3g.40gb"}, "parameters": map[string]any{"input": "p.jsonl"}}
+	if s, _ := e.do("POST", "/api/v1/templates/batch-inference/render", req, &r); s != 200 {
+		t.Fatalf("render: %d", s)
+	}
+	if len(r.Objects) != 2 || r.Objects[1]["kind"] != "Job" || r.Hash == "" {
+		t.Fatalf("render result: %+v", r)
+	}
+	j, _ := json.Marshal(r.Objects[1])
+	if !strings.Contains(string(j), `"nvidia.com/mig-3g.40gb":"1"`) {
+		t.Errorf("MIG resource missing: %s", j)
+	}
+	var w struct {
+		ID, Name, Owner, Status, ObjectsHash string
+		Gpu                                  struct {
+			Class      string
+			Count      int
+			MigProfile string
+		}
+		Parameters map[string]string
+	}
+	launch := map[string]any{"template": "batch-inference", "team": "vision", "gpu": req["gpu"], "parameters": req["parameters"]}
+	if s, _ := e.do("POST", "/api/v1/workloads", launch, &w); s != 201 {
+		t.Fatalf("launch: %d", s)
+	}
+	if w.Owner != "alice" || w.Status != "Pending" || w.Gpu.MigProfile != "3g.40gb" || w.Parameters["input"] != "p.jsonl" || w.Parameters["model"] == "" || w.Name != "batch-inference-"+w.ID {
+		t.Fatalf("workload: %+v", w)
+	}
+	for range 4 {
+		e.do("POST", "/api/v1/workloads", map[string]any{"template": "vllm-inference", "team": "nlp"}, nil)
+	}
+	var page struct {
+		Items      []struct{ ID, Team string }
+		NextCursor string
+	}
+	e.do("GET", "/api/v1/workloads?limit=3", nil, &page)
+	if len(page.Items) != 3 || page.NextCursor == "" {
+		t.Fatalf("page 1: %+v", page)
+	}
+	cursor := page.NextCursor
+	page.NextCursor = ""
+	e.do("GET", "/api/v1/workloads?limit=3&cursor="+cursor, nil, &page)
+	if len(page.Items) != 2 || page.NextCursor != "" {
+		t.Fatalf("page 2: %+v", page)
+	}
+	e.do("GET", "/api/v1/workloads?team=nlp", nil, &page)
+	if len(page.Items) != 4 {
+		t.Fatalf("team filter: %d", len(page.Items))
+	}
+	if s, _ := e.do("DELETE", "/api/v1/workloads/"+w.ID, nil, nil); s != 204 {
+		t.Fatalf("delete: %d", s)
+	}
+	e.do("GET", "/api/v1/workloads/"+w.ID, nil, &w)
+	if w.Status != "Deleted" {
+		t.Fatalf("status after delete: %s", w.Status)
+	}
+}
+
+func TestGPUClassesAndOperations(t *testing.T) {
+	e := newEnv(t, alice)
+	var c struct {
+		Name        string
+		MigProfiles []struct {
+			Name, Resource            string
+			ComputeShare, MemoryShare float64
+		}
+	}
+	if s, _ := e.do("GET", "/api/v1/gpu-classes/H100-80GB", nil, &c); s != 200 || len(c.MigProfiles) != 6 {
+		t.Fatalf("%d %+v", s, c)
+	}
+	p := c.MigProfiles[0]
+	if p.Name != "1g.10gb" || p.Resource != "nvidia.com/mig-1g.10gb" || p.ComputeShare != 1.0/7 || p.MemoryShare != 1.0/8 {
+		t.Errorf("profile %+v", p)
+	}
+	var ready struct{ Status string }
+	if s, _ := e.do("GET", "/readyz", nil, &ready); s != 200 || ready.Status != "ready" {
+		t.Fatalf("readyz: %d %+v", s, ready)
+	}
+	resp, err := http.Get(e.srv.URL + "/openapi.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !bytes.Equal(body, gantry.OpenAPI) {
+		t.Error("served spec differs from openapi.yaml")
+	}
+}
+
+func TestUnauthenticated(t *testing.T) {
+	e := newEnv(t, nil)
+	for _, path := range []string{"/api/v1/templates", "/api/v1/workloads", "/api/v1/gpu-classes"} {
+		if s, _ := e.do("GET", path, nil, nil); s != 401 {
+			t.Errorf("GET %s: %d, want 401", path, s)
+		}
+	}
+	e2 := newEnv(t, func(*http.Request) (identity.Identity, error) { return identity.Identity{}, errors.New("bad token") })
+	if s, _ := e2.do("GET", "/api/v1/templates", nil, nil); s != 401 {
+		t.Errorf("failed identification: %d, want 401", s)
+	}
+	if s, _ := e.do("GET", "/healthz", nil, nil); s != 200 {
+		t.Errorf("healthz needs no identity: %d", s)
+	}
+}
+
+// TestSpecDescribesTemplates: every starter template, as the Go structs write it,
+// validates against the spec's TemplateDocument schema, so the spec and the
+// template package cannot drift apart.
+func TestSpecDescribesTemplates(t *testing.T) {
+	doc, err := openapi3.NewLoader().LoadFromData(gantry.OpenAPI)
+	if err != nil {
+		t.Fatal(err)
+	}
+	schema := doc.Components.Schemas["TemplateDocument"].Value
+	classes, _ := gpu.LoadFile("../templates/gpu-classes.yaml")
+	files, _ := template.LoadDir("../templates", classes)
+	for _, f := range files {
+		j, _ := json.Marshal(f.Template)
+		var v any
+		json.Unmarshal(j, &v)
+		if err := schema.VisitJSON(v); err != nil {
+			t.Errorf("%s: %v", f.Path, err)
+		}
+	}
+}

@@ -1,0 +1,123 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+
+	"github.com/gantryhq/gantry/internal/catalog"
+	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/gpu"
+	"github.com/gantryhq/gantry/internal/template"
+	"github.com/gantryhq/gantry/internal/workload"
+)
+
+// parseTemplate validates a template body exactly as a template file: the wire
+// document goes back to JSON and through template.Parse.
+func (s *server) parseTemplate(doc *TemplateDocument) (*template.Template, error) {
+	data, err := json.Marshal(doc)
+	if err != nil {
+		return nil, fmt.Errorf("encode template body: %w", err)
+	}
+	t, err := s.o.Catalog.Parse("", data)
+	if err != nil {
+		return nil, withoutLines(err)
+	}
+	return t, nil
+}
+
+// withoutLines drops the lines of the re-encoded body, which mean nothing to the
+// caller; the field paths say where.
+func withoutLines(err error) error {
+	inv, ok := err.(*fault.Invalid)
+	if !ok {
+		return err
+	}
+	var l fault.List
+	for _, f := range inv.Fields {
+		f.Line, f.File = 0, ""
+		l.Add(f)
+	}
+	return l.Err()
+}
+
+func templateVersion(v catalog.Version) TemplateVersion {
+	var doc TemplateDocument
+	if err := remarshal(v.Template, &doc); err != nil {
+		panic(err) // both sides describe the same JSON document; a test guards it
+	}
+	return TemplateVersion{Name: v.Name, Version: v.Version, Digest: v.Digest, CreatedAt: v.CreatedAt, CreatedBy: v.CreatedBy, Template: doc}
+}
+
+func templateList(vs []catalog.Version) TemplateList {
+	out := TemplateList{Items: make([]TemplateVersion, len(vs))}
+	for i, v := range vs {
+		out.Items[i] = templateVersion(v)
+	}
+	return out
+}
+
+func gpuClass(c gpu.Class) GPUClass {
+	out := GPUClass{Name: c.Name, Products: c.Products, MemoryGiB: c.MemoryGiB, MigProfiles: []MIGProfile{}}
+	if c.Description != "" {
+		out.Description = ptr(c.Description)
+	}
+	out.Price.OnDemand = c.Price.OnDemand
+	if c.Price.Spot > 0 {
+		out.Price.Spot = ptr(c.Price.Spot)
+	}
+	for _, p := range c.MIG {
+		out.MigProfiles = append(out.MigProfiles, MIGProfile{Name: p.Name, Resource: p.Resource(), ComputeShare: p.ComputeShare(), MemoryShare: p.MemoryShare(), MaxInstances: p.MaxInstances})
+	}
+	return out
+}
+
+func workloadOut(w workload.Workload) Workload {
+	out := Workload{
+		Id: w.ID, Name: w.Name, Team: w.Team, Owner: w.Owner, Template: w.Template, TemplateVersion: w.TemplateVersion,
+		Kind: WorkloadKind(w.Kind), Parameters: w.Parameters, ObjectsHash: w.ObjectsHash, Status: WorkloadStatus(w.Status),
+		CreatedAt: w.CreatedAt, UpdatedAt: w.UpdatedAt,
+	}
+	if out.Parameters == nil {
+		out.Parameters = map[string]string{}
+	}
+	out.Gpu.Class, out.Gpu.Count = w.GPUClass, w.GPUCount
+	if w.MIGProfile != "" {
+		out.Gpu.MigProfile = ptr(w.MIGProfile)
+	}
+	return out
+}
+
+func choice(g *GPUChoice, params *Parameters) template.Choice {
+	var c template.Choice
+	if g != nil {
+		c.Class, c.Count, c.MIGProfile = deref(g.Class), deref(g.Count), deref(g.MigProfile)
+	}
+	if params != nil {
+		c.Params = *params
+	}
+	return c
+}
+
+func notFound(kind, name string) error { return &fault.NotFound{Kind: kind, Name: name} }
+
+func remarshal(from, to any) error {
+	b, err := json.Marshal(from)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, to)
+}
+
+func bytesReader(b []byte) io.Reader { return bytes.NewReader(b) }
+
+func ptr[T any](v T) *T { return &v }
+
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}

@@ -1,0 +1,163 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"regexp"
+	"strings"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/labstack/echo/v4"
+
+	"github.com/gantryhq/gantry/internal/fault"
+)
+
+// Problem types (RFC 9457). Anything else is about:blank with the status's title.
+const (
+	problemValidation = "https://gantry.dev/problems/validation"
+	problemNotFound   = "https://gantry.dev/problems/not-found"
+	problemConflict   = "https://gantry.dev/problems/conflict"
+)
+
+// problemFor maps an error to a status and problem document. It is the one place
+// where errors become HTTP responses; internal errors are logged, never shown.
+func problemFor(err error) (int, Problem) {
+	var (
+		inv  *fault.Invalid
+		nf   *fault.NotFound
+		conf *fault.Conflict
+		un   *fault.Unavailable
+		he   *echo.HTTPError
+		re   *openapi3filter.RequestError
+		se   *openapi3filter.SecurityRequirementsError
+	)
+	switch {
+	case errors.As(err, &inv):
+		fields := make([]FieldError, len(inv.Fields))
+		for i, f := range inv.Fields {
+			fields[i] = FieldError{Field: f.Path, Detail: f.Message}
+		}
+		return http.StatusUnprocessableEntity, Problem{Type: problemValidation, Title: "Invalid request", Detail: ptr(detailOf(len(fields))), Errors: &fields}
+	case errors.As(err, &re), errors.As(err, &se):
+		fields := requestFields(err)
+		return http.StatusBadRequest, Problem{Type: problemValidation, Title: "Invalid request", Detail: ptr(detailOf(len(fields))), Errors: &fields}
+	case errors.As(err, &nf):
+		return http.StatusNotFound, Problem{Type: problemNotFound, Title: "Not found", Detail: ptr(nf.Error())}
+	case errors.As(err, &conf):
+		return http.StatusConflict, Problem{Type: problemConflict, Title: "Conflict", Detail: ptr(conf.Error())}
+	case errors.As(err, &un):
+		return http.StatusServiceUnavailable, Problem{Type: "about:blank", Title: http.StatusText(http.StatusServiceUnavailable), Detail: ptr(un.What + " is unavailable; try again later")}
+	case errors.As(err, &he):
+		title := http.StatusText(he.Code)
+		p := Problem{Type: "about:blank", Title: title}
+		if msg, ok := he.Message.(string); ok && msg != title && he.Code < 500 {
+			p.Detail = ptr(msg)
+		}
+		return he.Code, p
+	case errors.Is(err, context.Canceled):
+		return 499, Problem{Type: "about:blank", Title: "Client closed request"}
+	}
+	return http.StatusInternalServerError, Problem{Type: "about:blank", Title: http.StatusText(http.StatusInternalServerError),
+		Detail: ptr("an internal error occurred; quote the instance when reporting it")}
+}
+
+func detailOf(n int) string {
+	if n == 1 {
+		return "1 problem with the request"
+	}
+	return fmt.Sprintf("%d problems with the request", n)
+}
+
+// requestFields turns kin-openapi's validation errors into field errors, every
+// one of them, without the schema dumps kin-openapi puts in its messages.
+func requestFields(err error) []FieldError {
+	var out []FieldError
+	var walk func(prefix string, err error)
+	walk = func(prefix string, err error) {
+		switch e := err.(type) {
+		case openapi3.MultiError:
+			for _, x := range e {
+				walk(prefix, x)
+			}
+		case *openapi3filter.RequestError:
+			p := prefix
+			switch {
+			case e.Parameter != nil:
+				p = e.Parameter.In + "." + e.Parameter.Name
+			case e.RequestBody != nil:
+				p = "body"
+			}
+			if e.Err == nil {
+				out = append(out, FieldError{Field: p, Detail: e.Reason})
+				return
+			}
+			walk(p, e.Err)
+		case *openapi3.SchemaError:
+			path := prefix
+			for _, seg := range e.JSONPointer() {
+				if seg != "" && seg[0] >= '0' && seg[0] <= '9' {
+					path += "[" + seg + "]"
+				} else {
+					path = fault.JoinPath(path, seg)
+				}
+			}
+			if m := unsupportedRE.FindStringSubmatch(e.Reason); m != nil {
+				path = fault.JoinPath(path, m[1])
+			}
+			if path != "body" {
+				path = strings.TrimPrefix(path, "body.")
+			}
+			out = append(out, FieldError{Field: path, Detail: e.Reason})
+		case *openapi3filter.ParseError:
+			msg := "malformed input"
+			if c := e.RootCause(); c != nil {
+				msg += ": " + c.Error()
+			} else if e.Reason != "" {
+				msg += ": " + e.Reason
+			}
+			out = append(out, FieldError{Field: prefix, Detail: msg})
+		default:
+			if u := errors.Unwrap(err); u != nil {
+				walk(prefix, u)
+				return
+			}
+			msg := err.Error()
+			if i := strings.Index(msg, "\nSchema:"); i > 0 {
+				msg = msg[:i]
+			}
+			out = append(out, FieldError{Field: prefix, Detail: msg})
+		}
+	}
+	walk("", err)
+	return out
+}
+
+var unsupportedRE = regexp.MustCompile(`^property "([^"]+)" is unsupported$`)
+
+// errorHandler writes every error as problem+json.
+func errorHandler(log *slog.Logger) echo.HTTPErrorHandler {
+	return func(err error, c echo.Context) {
+		if c.Response().Committed {
+			return
+		}
+		status, p := problemFor(err)
+		p.Status = status
+		if id := c.Response().Header().Get(echo.HeaderXRequestID); id != "" {
+			p.Instance = ptr("urn:gantry:request:" + id)
+		}
+		if status >= 500 {
+			log.ErrorContext(c.Request().Context(), "request failed", "err", err, "method", c.Request().Method, "path", c.Path(), "request_id", c.Response().Header().Get(echo.HeaderXRequestID))
+		}
+		if c.Request().Method == http.MethodHead {
+			c.NoContent(status)
+			return
+		}
+		c.Response().Header().Set(echo.HeaderContentType, "application/problem+json")
+		c.Response().WriteHeader(status)
+		_ = jsonEncode(c.Response(), p)
+	}
+}

@@ -1,0 +1,305 @@
+// Package api owns Gantry's HTTP surface: the handlers generated from openapi.yaml
+// (oapi-codegen, echo strict server) and the glue around them — validation of every
+// request against the spec, the identity hook, body limits, logging, and the one
+// mapping from errors to RFC 9457 problem responses. Handlers stay thin: they
+// translate between the wire types and the domain services.
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
+
+	"github.com/gantryhq/gantry/internal/catalog"
+	"github.com/gantryhq/gantry/internal/identity"
+	"github.com/gantryhq/gantry/internal/workload"
+)
+
+// Pinger checks a dependency for /readyz.
+type Pinger interface {
+	Ping(ctx context.Context) error
+}
+
+// Options configure the HTTP server.
+type Options struct {
+	Catalog      *catalog.Service
+	Workloads    *workload.Service
+	Database     Pinger
+	Spec         []byte // openapi.yaml
+	MaxBodyBytes int64
+	Logger       *slog.Logger
+	// Identify decides who a request comes from; nil answers 401 to every API
+	// call. Authentication plugs in here.
+	Identify func(*http.Request) (identity.Identity, error)
+}
+
+// New builds the HTTP handler.
+func New(o Options) (*echo.Echo, error) {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	validate, err := validator(o.Spec)
+	if err != nil {
+		return nil, err
+	}
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	e.HTTPErrorHandler = errorHandler(o.Logger)
+	e.Use(
+		middleware.RequestID(),
+		accessLog(o.Logger),
+		middleware.Recover(),
+		middleware.BodyLimit(fmt.Sprint(o.MaxBodyBytes)+"B"),
+		secureHeaders,
+		identify(o.Identify),
+		validate,
+	)
+	s := &server{o: o}
+	RegisterHandlers(e, NewStrictHandler(s, nil))
+	return e, nil
+}
+
+// identify attaches the caller's identity to API requests.
+func identify(fn func(*http.Request) (identity.Identity, error)) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			if !isAPI(c.Request().URL.Path) {
+				return next(c)
+			}
+			if fn == nil {
+				return echo.NewHTTPError(http.StatusUnauthorized, "authentication is not configured")
+			}
+			id, err := fn(c.Request())
+			if err != nil {
+				return echo.NewHTTPError(http.StatusUnauthorized, "not authenticated")
+			}
+			c.SetRequest(c.Request().WithContext(identity.With(c.Request().Context(), id)))
+			return next(c)
+		}
+	}
+}
+
+func isAPI(path string) bool { return len(path) >= 8 && path[:8] == "/api/v1/" || path == "/api/v1" }
+
+func secureHeaders(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		h := c.Response().Header()
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Cache-Control", "no-store")
+		return next(c)
+	}
+}
+
+func accessLog(log *slog.Logger) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			start := time.Now()
+			err := next(c)
+			if err != nil {
+				c.Error(err)
+			}
+			log.LogAttrs(c.Request().Context(), slog.LevelInfo, "request",
+				slog.String("method", c.Request().Method),
+				slog.String("route", c.Path()),
+				slog.Int("status", c.Response().Status),
+				slog.Duration("duration", time.Since(start)),
+				slog.String("request_id", c.Response().Header().Get(echo.HeaderXRequestID)))
+			return nil
+		}
+	}
+}
+
+// server implements StrictServerInterface.
+type server struct {
+	o Options
+}
+
+var _ StrictServerInterface = (*server)(nil)
+
+func caller(ctx context.Context) string {
+	id, _ := identity.From(ctx)
+	return id.String()
+}
+
+func (s *server) GetHealth(ctx context.Context, _ GetHealthRequestObject) (GetHealthResponseObject, error) {
+	return GetHealth200JSONResponse{Status: Ok}, nil
+}
+
+func (s *server) GetReady(ctx context.Context, _ GetReadyRequestObject) (GetReadyResponseObject, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	check := struct {
+		Detail *string `json:"detail,omitempty"`
+		Name   string  `json:"name"`
+		Ok     bool    `json:"ok"`
+	}{Name: "database", Ok: true}
+	if err := s.o.Database.Ping(ctx); err != nil {
+		check.Ok = false
+		check.Detail = ptr("database does not answer: " + err.Error())
+	}
+	r := Readiness{Status: Ready}
+	r.Checks = append(r.Checks, check)
+	if !check.Ok {
+		r.Status = NotReady
+		return GetReady503JSONResponse(r), nil
+	}
+	return GetReady200JSONResponse(r), nil
+}
+
+func (s *server) GetOpenAPI(ctx context.Context, _ GetOpenAPIRequestObject) (GetOpenAPIResponseObject, error) {
+	return GetOpenAPI200ApplicationyamlResponse{Body: bytesReader(s.o.Spec), ContentLength: int64(len(s.o.Spec))}, nil
+}
+
+func (s *server) ListTemplates(ctx context.Context, _ ListTemplatesRequestObject) (ListTemplatesResponseObject, error) {
+	vs, err := s.o.Catalog.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return ListTemplates200JSONResponse(templateList(vs)), nil
+}
+
+func (s *server) CreateTemplate(ctx context.Context, req CreateTemplateRequestObject) (CreateTemplateResponseObject, error) {
+	t, err := s.parseTemplate(req.Body)
+	if err != nil {
+		return nil, err
+	}
+	v, err := s.o.Catalog.Create(ctx, caller(ctx), t)
+	if err != nil {
+		return nil, err
+	}
+	return CreateTemplate201JSONResponse(templateVersion(v)), nil
+}
+
+func (s *server) GetTemplate(ctx context.Context, req GetTemplateRequestObject) (GetTemplateResponseObject, error) {
+	version := 0
+	if req.Params.Version != nil {
+		version = *req.Params.Version
+	}
+	v, err := s.o.Catalog.Get(ctx, req.Name, version)
+	if err != nil {
+		return nil, err
+	}
+	return GetTemplate200JSONResponse(templateVersion(v)), nil
+}
+
+func (s *server) UpdateTemplate(ctx context.Context, req UpdateTemplateRequestObject) (UpdateTemplateResponseObject, error) {
+	t, err := s.parseTemplate(req.Body)
+	if err != nil {
+		return nil, err
+	}
+	v, _, err := s.o.Catalog.Update(ctx, caller(ctx), req.Name, t)
+	if err != nil {
+		return nil, err
+	}
+	return UpdateTemplate200JSONResponse(templateVersion(v)), nil
+}
+
+func (s *server) DeleteTemplate(ctx context.Context, req DeleteTemplateRequestObject) (DeleteTemplateResponseObject, error) {
+	if err := s.o.Catalog.Delete(ctx, caller(ctx), req.Name); err != nil {
+		return nil, err
+	}
+	return DeleteTemplate204Response{}, nil
+}
+
+func (s *server) ListTemplateVersions(ctx context.Context, req ListTemplateVersionsRequestObject) (ListTemplateVersionsResponseObject, error) {
+	vs, err := s.o.Catalog.History(ctx, req.Name)
+	if err != nil {
+		return nil, err
+	}
+	return ListTemplateVersions200JSONResponse(templateList(vs)), nil
+}
+
+func (s *server) RenderTemplate(ctx context.Context, req RenderTemplateRequestObject) (RenderTemplateResponseObject, error) {
+	b := req.Body
+	rd, err := s.o.Workloads.Preview(ctx, caller(ctx), workload.Request{
+		Template: req.Name, Version: deref(b.TemplateVersion), Team: b.Team, Choice: choice(b.Gpu, b.Parameters),
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := RenderResult{Template: rd.Version.Name, TemplateVersion: rd.Version.Version, Hash: rd.Hash, Objects: []map[string]any{}}
+	for _, o := range rd.Objects {
+		var m map[string]any
+		if err := remarshal(o, &m); err != nil {
+			return nil, err
+		}
+		delete(m, "status")
+		out.Objects = append(out.Objects, m)
+	}
+	return RenderTemplate200JSONResponse(out), nil
+}
+
+func (s *server) ListGPUClasses(ctx context.Context, _ ListGPUClassesRequestObject) (ListGPUClassesResponseObject, error) {
+	out := GPUClassList{Items: []GPUClass{}}
+	for _, c := range s.o.Catalog.Classes().List() {
+		out.Items = append(out.Items, gpuClass(c))
+	}
+	return ListGPUClasses200JSONResponse(out), nil
+}
+
+func (s *server) GetGPUClass(ctx context.Context, req GetGPUClassRequestObject) (GetGPUClassResponseObject, error) {
+	c, ok := s.o.Catalog.Classes().Get(req.Name)
+	if !ok {
+		return nil, notFound("GPU class", req.Name)
+	}
+	return GetGPUClass200JSONResponse(gpuClass(c)), nil
+}
+
+func (s *server) CreateWorkload(ctx context.Context, req CreateWorkloadRequestObject) (CreateWorkloadResponseObject, error) {
+	b := req.Body
+	w, err := s.o.Workloads.Create(ctx, caller(ctx), workload.Request{
+		Template: b.Template, Version: deref(b.TemplateVersion), Team: b.Team, Choice: choice(b.Gpu, b.Parameters),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return CreateWorkload201JSONResponse(workloadOut(w)), nil
+}
+
+func (s *server) ListWorkloads(ctx context.Context, req ListWorkloadsRequestObject) (ListWorkloadsResponseObject, error) {
+	p := req.Params
+	f := workload.Filter{Team: deref(p.Team), Owner: deref(p.Owner), Template: deref(p.Template), Limit: deref(p.Limit)}
+	if p.Status != nil {
+		f.Status = workload.Status(*p.Status)
+	}
+	page, err := s.o.Workloads.List(ctx, f, deref(p.Cursor))
+	if err != nil {
+		return nil, err
+	}
+	out := WorkloadList{Items: make([]Workload, len(page.Items))}
+	for i, w := range page.Items {
+		out.Items[i] = workloadOut(w)
+	}
+	if page.Next != "" {
+		out.NextCursor = &page.Next
+	}
+	return ListWorkloads200JSONResponse(out), nil
+}
+
+func (s *server) GetWorkload(ctx context.Context, req GetWorkloadRequestObject) (GetWorkloadResponseObject, error) {
+	w, err := s.o.Workloads.Get(ctx, req.Id)
+	if err != nil {
+		return nil, err
+	}
+	return GetWorkload200JSONResponse(workloadOut(w)), nil
+}
+
+func (s *server) DeleteWorkload(ctx context.Context, req DeleteWorkloadRequestObject) (DeleteWorkloadResponseObject, error) {
+	if err := s.o.Workloads.Delete(ctx, req.Id); err != nil {
+		return nil, err
+	}
+	return DeleteWorkload204Response{}, nil
+}
+
+func jsonEncode(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
+}

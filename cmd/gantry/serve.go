@@ -1,0 +1,118 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/gantryhq/gantry"
+	"github.com/gantryhq/gantry/api"
+	"github.com/gantryhq/gantry/internal/catalog"
+	"github.com/gantryhq/gantry/internal/config"
+	"github.com/gantryhq/gantry/internal/gpu"
+	"github.com/gantryhq/gantry/internal/identity"
+	"github.com/gantryhq/gantry/internal/store"
+	"github.com/gantryhq/gantry/internal/template"
+	"github.com/gantryhq/gantry/internal/workload"
+)
+
+// app is what serve and apply share: configuration, store and domain services.
+type app struct {
+	cfg       config.Config
+	log       *slog.Logger
+	store     *store.Store
+	catalog   *catalog.Service
+	workloads *workload.Service
+}
+
+func loadConfig(path string, f config.Flags) (config.Config, error) {
+	if path == "" {
+		path = os.Getenv("GANTRY_CONFIG")
+	}
+	return config.Load(path, os.LookupEnv, f)
+}
+
+func open(ctx context.Context, cfg config.Config) (*app, error) {
+	log := cfg.Logger()
+	classes, err := gpu.LoadFile(cfg.GPUClassesFile)
+	if err != nil {
+		return nil, err
+	}
+	st, err := store.Open(ctx, cfg.Database.Driver, string(cfg.Database.DSN))
+	if err != nil {
+		return nil, err
+	}
+	cat := catalog.New(st, classes)
+	prefix := cfg.NamespacePrefix
+	wl := workload.New(st, cat, func(team string) string { return prefix + team })
+	return &app{cfg: cfg, log: log, store: st, catalog: cat, workloads: wl}, nil
+}
+
+func serve(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := flags("gantry serve", stderr)
+	cfgPath := fs.String("config", "", "configuration file (YAML); also $GANTRY_CONFIG")
+	var f config.Flags
+	fs.StringVar(&f.Listen, "listen", "", "address to listen on (loopback only), e.g. 127.0.0.1:8080")
+	fs.StringVar(&f.Driver, "db-driver", "", "database driver: sqlite or postgres")
+	fs.StringVar(&f.DSN, "db", "", "database: SQLite file or PostgreSQL URL")
+	fs.StringVar(&f.LogLevel, "log-level", "", "debug, info, warn or error")
+	if _, err := parse(fs, args); err != nil {
+		return err
+	}
+	cfg, err := loadConfig(*cfgPath, f)
+	if err != nil {
+		return err
+	}
+	a, err := open(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer a.store.Close()
+	a.log.Info("starting gantry", "version", version, "listen", cfg.Listen, "database", cfg.Database.Driver, "dsn", cfg.Database.DSN)
+
+	if files, err := template.LoadDir(cfg.TemplatesDir, a.catalog.Classes()); err != nil {
+		a.log.Warn("initial template catalog not loaded", "dir", cfg.TemplatesDir, "err", err)
+	} else if seeded, err := a.catalog.Seed(ctx, "gantry:initial-catalog", files); err != nil {
+		return fmt.Errorf("load initial template catalog: %w", err)
+	} else if seeded {
+		a.log.Info("loaded initial template catalog", "dir", cfg.TemplatesDir, "templates", len(files))
+	}
+
+	// Until authentication lands (and the server is on loopback only) every
+	// request acts as the configured development user.
+	dev := identity.Identity{Subject: cfg.DevUser, Email: cfg.DevUser, Name: "Developer"}
+	h, err := api.New(api.Options{
+		Catalog: a.catalog, Workloads: a.workloads, Database: a.store, Spec: gantry.OpenAPI,
+		MaxBodyBytes: cfg.MaxBodyBytes, Logger: a.log,
+		Identify: func(*http.Request) (identity.Identity, error) { return dev, nil },
+	})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	a.log.Info("gantry is serving", "url", "http://"+ln.Addr().String(), "spec", "http://"+ln.Addr().String()+"/openapi.yaml")
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	a.log.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}

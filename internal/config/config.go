@@ -1,0 +1,236 @@
+// Package config owns Gantry's configuration: one YAML file, then environment
+// variables (GANTRY_*), then command-line flags, each overriding the one before.
+// Every problem is reported at start-up at once, with file:line for the file; the
+// database connection string is a Secret that never prints.
+package config
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/yamldoc"
+)
+
+// Secret is a string that never appears in logs or printed configuration.
+type Secret string
+
+func (s Secret) String() string {
+	if s == "" {
+		return ""
+	}
+	return "[redacted]"
+}
+
+// LogValue keeps the secret out of slog output.
+func (s Secret) LogValue() slog.Value { return slog.StringValue(s.String()) }
+
+// MarshalJSON keeps the secret out of JSON output.
+func (s Secret) MarshalJSON() ([]byte, error) { return []byte(strconv.Quote(s.String())), nil }
+
+// Config is Gantry's configuration.
+type Config struct {
+	Listen          string   `json:"listen"`
+	Database        Database `json:"database"`
+	TemplatesDir    string   `json:"templatesDir"`
+	GPUClassesFile  string   `json:"gpuClassesFile"`
+	NamespacePrefix string   `json:"namespacePrefix"`
+	MaxBodyBytes    int64    `json:"maxBodyBytes"`
+	Log             Log      `json:"log"`
+	// DevUser is the identity every request acts as until authentication lands.
+	DevUser string `json:"devUser"`
+}
+
+// Database selects the store.
+type Database struct {
+	Driver string `json:"driver"` // sqlite | postgres
+	DSN    Secret `json:"dsn"`    // SQLite file path or PostgreSQL URL
+}
+
+// Log configures log/slog.
+type Log struct {
+	Level  string `json:"level"`  // debug | info | warn | error
+	Format string `json:"format"` // text | json
+}
+
+// Default is the embedded configuration: SQLite in the user's data directory,
+// loopback only, the starter catalog from ./templates.
+func Default() Config {
+	return Config{
+		Listen:          "127.0.0.1:8080",
+		Database:        Database{Driver: "sqlite", DSN: Secret(defaultDBPath())},
+		TemplatesDir:    "templates",
+		GPUClassesFile:  "templates/gpu-classes.yaml",
+		NamespacePrefix: "gantry-",
+		MaxBodyBytes:    1 << 20,
+		Log:             Log{Level: "info", Format: "text"},
+		DevUser:         "dev@localhost",
+	}
+}
+
+func defaultDBPath() string {
+	dir := os.Getenv("XDG_DATA_HOME")
+	if dir == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "gantry.db"
+		}
+		dir = filepath.Join(home, ".local", "share")
+	}
+	return filepath.Join(dir, "gantry", "gantry.db")
+}
+
+// Flags are command-line overrides; empty fields override nothing.
+type Flags struct {
+	Listen   string
+	Driver   string
+	DSN      string
+	LogLevel string
+}
+
+// env maps variables to the fields they set.
+var env = []struct {
+	name string
+	set  func(*Config, string) error
+}{
+	{"GANTRY_LISTEN", func(c *Config, v string) error { c.Listen = v; return nil }},
+	{"GANTRY_DATABASE_DRIVER", func(c *Config, v string) error { c.Database.Driver = v; return nil }},
+	{"GANTRY_DATABASE_DSN", func(c *Config, v string) error { c.Database.DSN = Secret(v); return nil }},
+	{"GANTRY_TEMPLATES_DIR", func(c *Config, v string) error { c.TemplatesDir = v; return nil }},
+	{"GANTRY_GPU_CLASSES_FILE", func(c *Config, v string) error { c.GPUClassesFile = v; return nil }},
+	{"GANTRY_NAMESPACE_PREFIX", func(c *Config, v string) error { c.NamespacePrefix = v; return nil }},
+	{"GANTRY_MAX_BODY_BYTES", func(c *Config, v string) error {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return fmt.Errorf("%q is not an integer", v)
+		}
+		c.MaxBodyBytes = n
+		return nil
+	}},
+	{"GANTRY_LOG_LEVEL", func(c *Config, v string) error { c.Log.Level = v; return nil }},
+	{"GANTRY_LOG_FORMAT", func(c *Config, v string) error { c.Log.Format = v; return nil }},
+	{"GANTRY_DEV_USER", func(c *Config, v string) error { c.DevUser = v; return nil }},
+}
+
+// Load builds the configuration from defaults, the file (when path is not
+// empty), the environment (lookup, usually os.LookupEnv) and flags, and checks
+// it. All problems come back together as *fault.Invalid.
+func Load(path string, lookup func(string) (string, bool), f Flags) (Config, error) {
+	c := Default()
+	var errs fault.List
+	lines := yamldoc.Lines{}
+	if path != "" {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return c, fmt.Errorf("read config: %w", err)
+		}
+		// Decode over the defaults so that the file sets only what it names.
+		l, err := yamldoc.Decode(path, data, &c)
+		if err != nil {
+			errs.AddErr("", err)
+		}
+		lines = l
+	}
+	for _, e := range env {
+		if v, ok := lookup(e.name); ok {
+			if err := e.set(&c, v); err != nil {
+				errs.Addf(e.name, "%v", err)
+			}
+		}
+	}
+	if f.Listen != "" {
+		c.Listen = f.Listen
+	}
+	if f.Driver != "" {
+		c.Database.Driver = f.Driver
+	}
+	if f.DSN != "" {
+		c.Database.DSN = Secret(f.DSN)
+	}
+	if f.LogLevel != "" {
+		c.Log.Level = f.LogLevel
+	}
+	if err := c.validate(); err != nil {
+		if path != "" {
+			err = lines.Locate(path, err)
+		}
+		errs.AddErr("", err)
+	}
+	return c, errs.Err()
+}
+
+func (c *Config) validate() error {
+	var errs fault.List
+	host, port, err := net.SplitHostPort(c.Listen)
+	if err != nil {
+		errs.Addf("listen", "%q is not host:port", c.Listen)
+	} else {
+		if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
+			errs.Addf("listen", "%q is not a port", port)
+		}
+		if !loopback(host) {
+			errs.Addf("listen", "%q is not a loopback address: until authentication is configured Gantry serves on loopback only (127.0.0.1, ::1, localhost)", host)
+		}
+	}
+	switch c.Database.Driver {
+	case "sqlite", "postgres":
+	default:
+		errs.Addf("database.driver", "%q is not sqlite or postgres", c.Database.Driver)
+	}
+	if c.Database.DSN == "" {
+		errs.Addf("database.dsn", "is required")
+	} else if c.Database.Driver == "postgres" && !strings.HasPrefix(string(c.Database.DSN), "postgres://") && !strings.HasPrefix(string(c.Database.DSN), "postgresql://") && !strings.Contains(string(c.Database.DSN), "=") {
+		errs.Addf("database.dsn", "is not a PostgreSQL URL (postgres://...) or key=value connection string")
+	}
+	if c.TemplatesDir == "" {
+		errs.Addf("templatesDir", "is required")
+	}
+	if c.GPUClassesFile == "" {
+		errs.Addf("gpuClassesFile", "is required")
+	}
+	if len(c.NamespacePrefix) > 20 || strings.Trim(c.NamespacePrefix, "abcdefghijklmnopqrstuvwxyz0123456789-") != "" {
+		errs.Addf("namespacePrefix", "%q must be at most 20 lowercase letters, digits or '-'", c.NamespacePrefix)
+	}
+	if c.MaxBodyBytes < 1024 || c.MaxBodyBytes > 64<<20 {
+		errs.Addf("maxBodyBytes", "%d must be between 1024 and %d", c.MaxBodyBytes, 64<<20)
+	}
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		errs.Addf("log.level", "%q is not debug, info, warn or error", c.Log.Level)
+	}
+	switch c.Log.Format {
+	case "text", "json":
+	default:
+		errs.Addf("log.format", "%q is not text or json", c.Log.Format)
+	}
+	if strings.TrimSpace(c.DevUser) == "" {
+		errs.Addf("devUser", "is required")
+	}
+	return errs.Err()
+}
+
+func loopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	a, err := netip.ParseAddr(host)
+	return err == nil && a.IsLoopback()
+}
+
+// Logger builds the slog logger the configuration asks for.
+func (c *Config) Logger() *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(c.Log.Level))
+	opts := &slog.HandlerOptions{Level: level}
+	if c.Log.Format == "json" {
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, opts))
+}

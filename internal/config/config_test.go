@@ -1,0 +1,58 @@
+package config
+
+import (
+	"bytes"
+	"encoding/json"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func lookup(m map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+func TestPrecedence(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "gantry.yaml")
+	os.WriteFile(path, []byte("listen: 127.0.0.1:9000\ndatabase:\n  driver: postgres\n  dsn: postgres://file@db/gantry\nlog:\n  level: debug\n"), 0o600)
+	c, err := Load(path, lookup(map[string]string{"GANTRY_LISTEN": "127.0.0.1:9100", "GANTRY_DATABASE_DSN": "postgres://env:pw@db/gantry"}), Flags{Listen: "[::1]:9200"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Listen != "[::1]:9200" || c.Database.Driver != "postgres" || c.Database.DSN != "postgres://env:pw@db/gantry" || c.Log.Level != "debug" || c.TemplatesDir != "templates" {
+		t.Fatalf("%+v", c)
+	}
+}
+
+func TestAllProblemsAtOnce(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "gantry.yaml")
+	os.WriteFile(path, []byte("listen: 0.0.0.0:8080\nlog:\n  level: loud\n  colour: red\nmaxBodyBytes: 10\n"), 0o600)
+	_, err := Load(path, lookup(map[string]string{"GANTRY_MAX_BODY_BYTES": "lots"}), Flags{})
+	if err == nil {
+		t.Fatal("no error")
+	}
+	for _, want := range []string{
+		path + ":4: log.colour: unknown field",
+		path + `:1: listen: "0.0.0.0" is not a loopback address`,
+		path + `:3: log.level: "loud" is not debug`,
+		`GANTRY_MAX_BODY_BYTES: "lots" is not an integer`,
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("missing %q in %v", want, err)
+		}
+	}
+}
+
+func TestSecretNeverPrints(t *testing.T) {
+	c := Default()
+	c.Database.DSN = "postgres://gantry:hunter2@db/gantry"
+	var buf bytes.Buffer
+	slog.New(slog.NewJSONHandler(&buf, nil)).Info("config", "database", c.Database, "dsn", c.Database.DSN)
+	j, _ := json.Marshal(c)
+	s := buf.String() + string(j) + c.Database.DSN.String()
+	if strings.Contains(s, "hunter2") {
+		t.Fatalf("secret leaked: %s", s)
+	}
+}

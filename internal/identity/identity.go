@@ -1,0 +1,35 @@
+// Package identity owns who is making a request: the Identity type and carrying
+// it in a context. Authentication (OIDC, tokens) decides the identity; this is the
+// one place where it plugs into the rest of Gantry.
+package identity
+
+import "context"
+
+// Identity is an authenticated user.
+type Identity struct {
+	Issuer  string
+	Subject string
+	Email   string
+	Name    string
+	Groups  []string
+}
+
+// String is the identity's stable name: its subject, qualified by issuer when
+// there is one.
+func (i Identity) String() string {
+	if i.Issuer == "" {
+		return i.Subject
+	}
+	return i.Issuer + "#" + i.Subject
+}
+
+type key struct{}
+
+// With returns ctx carrying id.
+func With(ctx context.Context, id Identity) context.Context { return context.WithValue(ctx, key{}, id) }
+
+// From returns the identity in ctx and whether there is one.
+func From(ctx context.Context) (Identity, bool) {
+	id, ok := ctx.Value(key{}).(Identity)
+	return id, ok
+}

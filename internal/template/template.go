@@ -179,13 +179,45 @@ func ValidName(name string) bool { return len(name) <= MaxNameLen && nameRE.Matc
 func Parse(file string, data []byte, classes *gpu.Catalog) (*Template, error) {
 	var t Template
 	lines, err := yamldoc.Decode(file, data, &t)
-	if err != nil {
-		return nil, err
+	if lines == nil {
+		return nil, err // not YAML at all
 	}
-	if err := t.Validate(classes); err != nil {
-		return nil, lines.Locate(file, err)
+	verr := lines.Locate(file, t.Validate(classes))
+	if err == nil && verr == nil {
+		return &t, nil
 	}
-	return &t, nil
+	// Report decoding and semantic problems together, leaving out semantic ones
+	// about fields that could not be decoded (they would only repeat them).
+	var errs fault.List
+	var bad []string
+	if inv, ok := err.(*fault.Invalid); ok {
+		errs.Add(inv.Fields...)
+		for _, f := range inv.Fields {
+			bad = append(bad, f.Path)
+		}
+	}
+	if inv, ok := verr.(*fault.Invalid); ok {
+		for _, f := range inv.Fields {
+			if !related(f.Path, bad) {
+				errs.Add(f)
+			}
+		}
+	}
+	return nil, errs.Err()
+}
+
+// related reports whether path is, contains or lies within one of paths.
+func related(path string, paths []string) bool {
+	for _, p := range paths {
+		if p == path || within(path, p) || within(p, path) {
+			return true
+		}
+	}
+	return false
+}
+
+func within(path, parent string) bool {
+	return parent == "" || strings.HasPrefix(path, parent+".") || strings.HasPrefix(path, parent+"[")
 }
 
 // Digest is the SHA-256 of the template's canonical JSON form: two templates with

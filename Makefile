@@ -1,0 +1,27 @@
+# Gantry. The README's two commands are `make dev` and `make test`.
+GO      ?= go
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X main.version=$(VERSION)
+
+.PHONY: dev test build generate bench fuzz lint clean
+
+dev: ## run Gantry on embedded defaults (SQLite, starter catalog) at http://127.0.0.1:8080
+	$(GO) run -ldflags "$(LDFLAGS)" ./cmd/gantry serve
+
+test: ## the whole test suite: drift, vet, spec lint, SQLite + PostgreSQL tests, fuzz
+	.ci/test
+
+build: ## build bin/gantry
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/gantry ./cmd/gantry
+
+generate: ## regenerate api/api.gen.go from openapi.yaml
+	$(GO) generate ./...
+
+bench: ## run the benchmarks (both store backends) and print benchstat-ready output
+	.ci/with-postgres $(GO) test -run='^$$' -bench=. -benchmem -count=6 ./internal/render ./internal/store | tee bench.txt
+
+fuzz: ## fuzz the template parser for a minute
+	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=60s ./internal/template
+
+clean:
+	rm -rf bin bench.txt

@@ -1,0 +1,131 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func cli(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := run(context.Background(), args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+// copyTemplates copies the starter catalog into a fresh directory.
+func copyTemplates(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	entries, _ := os.ReadDir("../../templates")
+	for _, e := range entries {
+		b, _ := os.ReadFile(filepath.Join("../../templates", e.Name()))
+		os.WriteFile(filepath.Join(dir, e.Name()), b, 0o644)
+	}
+	return dir
+}
+
+func TestValidate(t *testing.T) {
+	code, out, _ := cli(t, "templates", "validate", "../../templates")
+	if code != 0 || !strings.Contains(out, "5 templates valid") {
+		t.Fatalf("exit %d: %s", code, out)
+	}
+	dir := copyTemplates(t)
+	broken := filepath.Join(dir, "vllm-inference.yaml")
+	b, _ := os.ReadFile(broken)
+	s := strings.Replace(string(b), "count: {min: 1, max: 8, default: 1}", "count: {min: 1, max: 8, default: 1, maximum: 9}", 1)
+	s = strings.Replace(s, "classes: [H100-80GB, H200-141GB, A100-80GB, L4]", "classes: [H100-80GB, B200]", 1)
+	os.WriteFile(broken, []byte(s), 0o644)
+	code, _, errs := cli(t, "templates", "validate", dir)
+	if code != 1 {
+		t.Fatalf("exit %d for a broken template", code)
+	}
+	for _, want := range []string{
+		broken + `:11: spec.gpu.classes[1]: unknown GPU class "B200"`,
+		broken + `:13: spec.gpu.count.maximum: unknown field "maximum"`,
+	} {
+		if !strings.Contains(errs, want) {
+			t.Errorf("missing %q in:\n%s", want, errs)
+		}
+	}
+}
+
+func TestRender(t *testing.T) {
+	code, out, errs := cli(t, "templates", "render", "vllm-inference", "--dir", "../../templates", "--set", "model=mistral-7b", "--count", "2", "--team", "nlp")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, want := range []string{"kind: Deployment", "- mistral-7b", "--tensor-parallel-size=2", "nvidia.com/gpu: \"2\"", "namespace: gantry-nlp"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	code, _, errs = cli(t, "templates", "render", "vllm-inference", "--dir", "../../templates", "--set", "maxModelLen=huge", "--set", "colour=red")
+	if code != 1 || !strings.Contains(errs, `parameters.maxModelLen: "huge" is not an integer`) || !strings.Contains(errs, "parameters.colour") {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	if code, _, _ := cli(t, "templates", "render"); code != 2 {
+		t.Fatalf("missing name: exit %d, want 2", code)
+	}
+}
+
+func TestApply(t *testing.T) {
+	t.Setenv("GANTRY_GPU_CLASSES_FILE", "../../templates/gpu-classes.yaml")
+	db := filepath.Join(t.TempDir(), "g.db")
+	dir := copyTemplates(t)
+
+	code, out, errs := cli(t, "templates", "apply", "-f", dir, "--db", db, "--dry-run")
+	if code != 0 || !strings.Contains(out, "dry run: 5 to create, 0 to update, 0 to delete, 0 unchanged; nothing changed") {
+		t.Fatalf("dry run: exit %d\n%s%s", code, out, errs)
+	}
+	code, out, _ = cli(t, "templates", "apply", "-f", dir, "--db", db)
+	if code != 0 || !strings.Contains(out, "applied: 5 to create") || !strings.Contains(out, "+  name: vllm-inference") {
+		t.Fatalf("apply: exit %d\n%s", code, out)
+	}
+	code, out, _ = cli(t, "templates", "apply", "-f", dir, "--db", db)
+	if code != 0 || !strings.Contains(out, "0 to create, 0 to update, 0 to delete, 5 unchanged") {
+		t.Fatalf("re-apply: exit %d\n%s", code, out)
+	}
+
+	// A change shows as a diff; a removed file is pruned only when asked.
+	f := filepath.Join(dir, "pytorch-train.yaml")
+	b, _ := os.ReadFile(f)
+	os.WriteFile(f, bytes.Replace(b, []byte("maxRuntime: 72h"), []byte("maxRuntime: 48h"), 1), 0o644)
+	os.Remove(filepath.Join(dir, "dev-environment.yaml"))
+	code, out, _ = cli(t, "templates", "apply", "-f", dir, "--db", db)
+	if code != 0 || !strings.Contains(out, "-    maxRuntime: 72h") || !strings.Contains(out, "+    maxRuntime: 48h") ||
+		!strings.Contains(out, "0 to create, 1 to update, 0 to delete, 3 unchanged (pytorch-train@2)") {
+		t.Fatalf("update: exit %d\n%s", code, out)
+	}
+	code, out, _ = cli(t, "templates", "apply", "-f", dir, "--db", db, "--prune")
+	if code != 0 || !strings.Contains(out, "delete    dev-environment") || !strings.Contains(out, "1 to delete") {
+		t.Fatalf("prune: exit %d\n%s", code, out)
+	}
+
+	// A broken file fails the whole apply and changes nothing.
+	b, _ = os.ReadFile(f)
+	os.WriteFile(f, bytes.Replace(b, []byte("maxRuntime: 48h"), []byte("maxRuntime: 24h"), 1), 0o644)
+	os.WriteFile(filepath.Join(dir, "broken.yaml"), []byte("apiVersion: gantry.dev/v1alpha1\nkind: Template\nmetadata: {name: broken}\n"), 0o644)
+	code, _, errs = cli(t, "templates", "apply", "-f", dir, "--db", db)
+	if code != 1 || !strings.Contains(errs, "broken.yaml:3: metadata.title: is required") {
+		t.Fatalf("broken apply: exit %d\n%s", code, errs)
+	}
+	os.Remove(filepath.Join(dir, "broken.yaml"))
+	code, out, _ = cli(t, "templates", "apply", "-f", dir, "--db", db, "--dry-run")
+	if code != 0 || !strings.Contains(out, "1 to update") {
+		t.Fatalf("the failed apply changed something: %s", out)
+	}
+}
+
+func TestServeRefusesBadConfig(t *testing.T) {
+	code, _, errs := cli(t, "serve", "--listen", "0.0.0.0:8080", "--log-level", "chatty")
+	if code != 1 || !strings.Contains(errs, "not a loopback address") || !strings.Contains(errs, `log.level: "chatty"`) {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	if code, _, _ := cli(t, "bogus"); code != 2 {
+		t.Fatalf("unknown command: exit %d", code)
+	}
+}

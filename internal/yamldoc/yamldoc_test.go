@@ -1,0 +1,105 @@
+package yamldoc
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/gantryhq/gantry/internal/fault"
+)
+
+type inner struct {
+	N    int               `json:"n"`
+	F    float64           `json:"f,omitempty"`
+	Tags map[string]string `json:"tags,omitempty"`
+}
+
+type doc struct {
+	Name  string  `json:"name"`
+	On    bool    `json:"on"`
+	Items []inner `json:"items"`
+	Ptr   *inner  `json:"ptr,omitempty"`
+	Any   any     `json:"any,omitempty"`
+}
+
+func TestDecode(t *testing.T) {
+	tests := []struct {
+		name, in string
+		want     []string // "line: path: message fragment"; none means success
+	}{
+		{"ok", "name: a\non: true\nitems:\n  - {n: 1, f: 2.5, tags: {a: b}}\nptr: {n: 3}\nany: 7\n", nil},
+		{"json", `{"name": "a", "items": [{"n": 1}]}`, nil},
+		{"every problem", "name: [x]\non: maybe\nitems:\n  - n: one\n    extra: 1\nptr: 3\n",
+			[]string{"1: name: expected a string, got a list", "2: on: expected true or false", "4: items[0].n: expected an integer",
+				`5: items[0].extra: unknown field "extra" (allowed: f, n, tags)`, "6: ptr: expected a mapping, got an integer"}},
+		{"duplicate", "name: a\nname: b\n", []string{"2: name: duplicate key (first at line 1)"}},
+		{"overflow", "items:\n  - n: 99999999999999999999999\n", []string{"2: items[0].n: expected an integer, got a number"}},
+		{"any must be scalar", "any: [1]\n", []string{"1: any: expected a single value"}},
+		{"alias", "ptr: &a {n: 1}\nitems: [*a]\n", []string{"1: ptr: YAML anchors and aliases are not supported"}},
+		{"two documents", "name: a\n---\nname: b\n", []string{"2: only one document per file"}},
+		{"empty", "", []string{"1: empty document"}},
+		{"syntax", "name: a\n  b: c\n", []string{"2: malformed YAML: mapping values are not allowed"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var d doc
+			_, err := Decode("f.yaml", []byte(tc.in), &d)
+			if len(tc.want) == 0 {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			var inv *fault.Invalid
+			if !errors.As(err, &inv) {
+				t.Fatalf("err = %v", err)
+			}
+			var got []string
+			for _, f := range inv.Fields {
+				got = append(got, f.String())
+			}
+			all := strings.Join(got, "\n")
+			for _, w := range tc.want {
+				if !strings.Contains(all, "f.yaml:"+w) {
+					t.Errorf("missing %q in\n%s", w, all)
+				}
+			}
+		})
+	}
+}
+
+func TestLines(t *testing.T) {
+	var d doc
+	lines, err := Decode("f.yaml", []byte("name: a\nitems:\n  - n: 1\n  - n: 2\n    tags:\n      x: y\n"), &d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string]int{"items[1].n": 4, "items[1].tags.x": 6, "items[1].tags.nothing": 5, "name": 1, "nowhere": 1} {
+		if got := lines.Line(path); got != want {
+			t.Errorf("Line(%s) = %d, want %d", path, got, want)
+		}
+	}
+}
+
+// FuzzDecode: no input panics the decoder, and every problem has a message.
+func FuzzDecode(f *testing.F) {
+	f.Add([]byte("name: a\non: true\nitems:\n  - {n: 1, tags: {a: b}}\n"))
+	f.Add([]byte(`{"items": [{"n": 1e400}], "any": null}`))
+	f.Add([]byte("a: &x [*x]\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var d doc
+		_, err := Decode("f.yaml", data, &d)
+		if err == nil {
+			return
+		}
+		var inv *fault.Invalid
+		if !errors.As(err, &inv) {
+			t.Fatalf("not a field list: %v", err)
+		}
+		for _, fl := range inv.Fields {
+			if fl.Message == "" {
+				t.Fatalf("empty message: %+v", fl)
+			}
+		}
+	})
+}

@@ -24,6 +24,7 @@ import (
 	"github.com/gantryhq/gantry/internal/store"
 	"github.com/gantryhq/gantry/internal/template"
 	"github.com/gantryhq/gantry/internal/workload"
+	"github.com/gantryhq/gantry/portal"
 )
 
 type env struct {
@@ -373,6 +374,37 @@ func TestSpecDescribesTemplates(t *testing.T) {
 		json.Unmarshal(j, &v)
 		if err := schema.VisitJSON(v); err != nil {
 			t.Errorf("%s: %v", f.Path, err)
+		}
+	}
+}
+
+func TestPortalServed(t *testing.T) {
+	classes, _ := gpu.LoadFile("../templates/gpu-classes.yaml")
+	st, err := store.Open(context.Background(), store.SQLite, filepath.Join(t.TempDir(), "g.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	cat := catalog.New(st, classes)
+	h, err := api.New(api.Options{Catalog: cat, Workloads: workload.New(st, cat, func(s string) string { return s }), Database: st,
+		Spec: gantry.OpenAPI, MaxBodyBytes: 1 << 20, Portal: portal.Handler()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	for path, want := range map[string]string{"/": "<title>Gantry</title>", "/portal.js": "textContent"} {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.Contains(string(body), want) {
+			t.Errorf("GET %s: %d", path, resp.StatusCode)
+		}
+		if !strings.Contains(resp.Header.Get("Content-Security-Policy"), "default-src 'self'") {
+			t.Errorf("GET %s: no CSP", path)
 		}
 	}
 }

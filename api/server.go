@@ -35,6 +35,8 @@ type Options struct {
 	Spec         []byte // openapi.yaml
 	MaxBodyBytes int64
 	Logger       *slog.Logger
+	// Portal serves the web UI at /, when set.
+	Portal http.Handler
 	// Identify decides who a request comes from; nil answers 401 to every API
 	// call. Authentication plugs in here.
 	Identify func(*http.Request) (identity.Identity, error)
@@ -63,6 +65,11 @@ func New(o Options) (*echo.Echo, error) {
 	)
 	s := &server{o: o}
 	RegisterHandlers(e, NewStrictHandler(s, nil))
+	if o.Portal != nil {
+		for _, path := range []string{"/", "/index.html", "/portal.js", "/portal.css"} {
+			e.GET(path, echo.WrapHandler(o.Portal))
+		}
+	}
 	return e, nil
 }
 

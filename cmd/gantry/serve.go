@@ -20,6 +20,7 @@ import (
 	"github.com/gantryhq/gantry/internal/store"
 	"github.com/gantryhq/gantry/internal/template"
 	"github.com/gantryhq/gantry/internal/workload"
+	"github.com/gantryhq/gantry/portal"
 )
 
 // app is what serve and apply share: configuration, store and domain services.
@@ -89,7 +90,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	dev := identity.Identity{Subject: cfg.DevUser, Email: cfg.DevUser, Name: "Developer"}
 	h, err := api.New(api.Options{
 		Catalog: a.catalog, Workloads: a.workloads, Database: a.store, Spec: gantry.OpenAPI,
-		MaxBodyBytes: cfg.MaxBodyBytes, Logger: a.log,
+		MaxBodyBytes: cfg.MaxBodyBytes, Logger: a.log, Portal: portal.Handler(),
 		Identify: func(*http.Request) (identity.Identity, error) { return dev, nil },
 	})
 	if err != nil {

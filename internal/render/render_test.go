@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	psa "k8s.io/pod-security-admission/api"
 	"k8s.io/pod-security-admission/policy"
+	"sigs.k8s.io/yaml"
 
 	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/render"
@@ -362,4 +363,47 @@ func FuzzRender(f *testing.F) {
 			t.Fatalf("args[0] = %q, want %q", got, model)
 		}
 	})
+}
+
+// BenchmarkRenderBaseline decodes the same objects from their golden YAML into
+// typed structs: what reading a static manifest costs, the natural baseline for
+// rendering from a template.
+func BenchmarkRenderBaseline(b *testing.B) {
+	for _, tc := range cases {
+		if tc.choice.Class != "" || tc.choice.MIGProfile != "" || tc.choice.Count != 0 {
+			continue
+		}
+		b.Run(tc.template, func(b *testing.B) {
+			data, err := os.ReadFile(filepath.Join("testdata", "golden", tc.name+".yaml"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			docs := strings.Split(string(data), "\n---\n")
+			b.ReportAllocs()
+			for b.Loop() {
+				for _, d := range docs {
+					var meta metav1.TypeMeta
+					if err := yaml.Unmarshal([]byte(d), &meta); err != nil {
+						b.Fatal(err)
+					}
+					var obj any
+					switch meta.Kind {
+					case "Job":
+						obj = &batchv1.Job{}
+					case "Deployment":
+						obj = &appsv1.Deployment{}
+					case "StatefulSet":
+						obj = &appsv1.StatefulSet{}
+					case "Service":
+						obj = &corev1.Service{}
+					default:
+						obj = &corev1.PersistentVolumeClaim{}
+					}
+					if err := yaml.Unmarshal([]byte(d), obj); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+		})
+	}
 }

@@ -24,12 +24,16 @@ import (
 	"github.com/gantryhq/gantry/internal/workload"
 )
 
+// The databases the last backends() opener made, for benchmark baselines.
+var lastSQLite, lastPostgres string
+
 // backends opens a fresh, empty database of each kind. PostgreSQL comes from
 // GANTRY_TEST_POSTGRES_DSN (make test starts one); each test gets its own schema.
 func backends(t testing.TB) map[string]func(testing.TB) *store.Store {
 	m := map[string]func(testing.TB) *store.Store{
 		"sqlite": func(t testing.TB) *store.Store {
-			s, err := store.Open(context.Background(), store.SQLite, filepath.Join(t.TempDir(), "gantry.db"))
+			lastSQLite = filepath.Join(t.TempDir(), "gantry.db")
+			s, err := store.Open(context.Background(), store.SQLite, lastSQLite)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -66,7 +70,8 @@ func backends(t testing.TB) map[string]func(testing.TB) *store.Store {
 		if strings.Contains(dsn, "?") {
 			sep = "&"
 		}
-		s, err := store.Open(context.Background(), store.Postgres, dsn+sep+"search_path="+schema)
+		lastPostgres = dsn + sep + "search_path=" + schema
+		s, err := store.Open(context.Background(), store.Postgres, lastPostgres)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,0 +1,45 @@
+// Package deploy holds the manifests a cluster needs for Gantry; its test checks
+// that they decode strictly into the Kubernetes types they claim to be and agree
+// with what the renderer references.
+package deploy
+
+import (
+	"os"
+	"strings"
+	"testing"
+
+	schedulingv1 "k8s.io/api/scheduling/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/gantryhq/gantry/internal/render"
+	"github.com/gantryhq/gantry/internal/template"
+)
+
+func TestPriorityClasses(t *testing.T) {
+	data, err := os.ReadFile("priorityclasses.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]int32{}
+	for _, doc := range strings.Split(string(data), "\n---\n") {
+		var pc schedulingv1.PriorityClass
+		if err := yaml.UnmarshalStrict([]byte(doc), &pc); err != nil {
+			t.Fatal(err)
+		}
+		if pc.Kind != "PriorityClass" || pc.APIVersion != "scheduling.k8s.io/v1" {
+			t.Fatalf("unexpected object %s/%s", pc.APIVersion, pc.Kind)
+		}
+		names[pc.Name] = pc.Value
+	}
+	prev := int32(-1)
+	for _, p := range template.Priorities {
+		v, ok := names[render.PriorityClassPrefix+p]
+		if !ok {
+			t.Fatalf("no PriorityClass for priority %q", p)
+		}
+		if v <= prev {
+			t.Errorf("priority %q is not above the one before", p)
+		}
+		prev = v
+	}
+}

@@ -3,7 +3,7 @@ GO      ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: dev test build generate bench fuzz lint clean
+.PHONY: dev test build agent generate bench fuzz clean
 
 dev: ## run Gantry on embedded defaults (SQLite, starter catalog) at http://127.0.0.1:8080
 	$(GO) run -ldflags "$(LDFLAGS)" ./cmd/gantry serve
@@ -25,3 +25,6 @@ fuzz: ## fuzz the template parser for a minute
 
 clean:
 	rm -rf bin bench.txt
+
+agent: ## build bin/gantry-agent (cgo: go-nvml)
+	CGO_CFLAGS="-O2 -g -Wno-deprecated-declarations" $(GO) build -ldflags "$(LDFLAGS)" -o bin/gantry-agent ./cmd/gantry-agent

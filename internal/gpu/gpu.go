@@ -97,6 +97,19 @@ func (c *Catalog) Get(name string) (Class, bool) {
 	return c.classes[i], true
 }
 
+// ForProduct returns the name of the class whose products include the GPU
+// Feature Discovery product label value, or "" when none does.
+func (c *Catalog) ForProduct(product string) string {
+	for _, cl := range c.classes {
+		for _, p := range cl.Products {
+			if p == product {
+				return cl.Name
+			}
+		}
+	}
+	return ""
+}
+
 // List returns the classes sorted by name.
 func (c *Catalog) List() []Class { return append([]Class(nil), c.classes...) }
 

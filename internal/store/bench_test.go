@@ -66,7 +66,11 @@ func BenchmarkStore(b *testing.B) {
 			})
 			b.Run("UpdateTemplate", func(b *testing.B) {
 				t := *tpls["dev-environment"]
-				cur := 1
+				live, err := s.TemplateVersion(ctx, t.Metadata.Name, 0)
+				if err != nil {
+					b.Fatal(err)
+				}
+				cur := live.Version
 				for i := 0; b.Loop(); i++ {
 					t.Metadata.Title = fmt.Sprint("dev ", i)
 					vs, err := s.ApplyTemplates(ctx, []catalog.Change{{Name: t.Metadata.Name, Template: &t, Digest: t.Digest(), Expect: cur, Actor: "b", At: time.Now()}})

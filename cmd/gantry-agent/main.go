@@ -1,0 +1,81 @@
+// Command gantry-agent runs on GPU nodes and reads the node's GPUs through NVML
+// (the only cgo binary of Gantry). Today it has one verb, probe: print a snapshot
+// of the node's GPUs as JSON, mapped to Gantry's GPU classes; metric shipping for
+// tuning advice builds on it.
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/gantryhq/gantry/internal/gpu"
+	"github.com/gantryhq/gantry/internal/nodegpu"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], nvml.New(), os.Stdout, os.Stderr))
+}
+
+// probeReport is what probe prints: one snapshot per sample, and the Gantry GPU
+// class each device maps to.
+type probeReport struct {
+	Samples []nodegpu.Snapshot `json:"samples"`
+	Classes map[string]string  `json:"classes"` // device UUID -> Gantry GPU class ("" if none)
+}
+
+func run(args []string, lib nodegpu.Library, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] != "probe" {
+		fmt.Fprintln(stderr, "usage: gantry-agent probe [--gpu-classes FILE] [--samples N] [--interval D]")
+		return 2
+	}
+	fs := flag.NewFlagSet("gantry-agent probe", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	classesFile := fs.String("gpu-classes", "templates/gpu-classes.yaml", "Gantry GPU class file")
+	samples := fs.Int("samples", 1, "number of snapshots")
+	interval := fs.Duration("interval", time.Second, "time between snapshots")
+	if err := fs.Parse(args[1:]); err != nil {
+		return 2
+	}
+	if *samples < 1 || *samples > 3600 {
+		fmt.Fprintln(stderr, "gantry-agent: --samples must be between 1 and 3600")
+		return 2
+	}
+	classes, err := gpu.LoadFile(*classesFile)
+	if err != nil {
+		fmt.Fprintf(stderr, "gantry-agent: %v\n", err)
+		return 1
+	}
+	rep := probeReport{Classes: map[string]string{}}
+	for i := 0; i < *samples; i++ {
+		if i > 0 {
+			time.Sleep(*interval)
+		}
+		s, err := nodegpu.Read(lib)
+		if err != nil {
+			if errors.Is(err, nodegpu.ErrNoDriver) {
+				fmt.Fprintln(stderr, "gantry-agent: no NVIDIA driver on this node (NVML library not found)")
+			} else {
+				fmt.Fprintf(stderr, "gantry-agent: %v\n", err)
+			}
+			return 1
+		}
+		rep.Samples = append(rep.Samples, s)
+	}
+	for _, d := range rep.Samples[0].Devices {
+		rep.Classes[d.UUID] = classes.ForProduct(d.Product)
+	}
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(rep); err != nil {
+		fmt.Fprintf(stderr, "gantry-agent: %v\n", err)
+		return 1
+	}
+	return 0
+}

@@ -341,6 +341,39 @@ func TestGPUClassesAndOperations(t *testing.T) {
 	}
 }
 
+type downDB struct{}
+
+func (downDB) Ping(context.Context) error { return errors.New("dial tcp 10.0.0.5:5432: connection refused") }
+
+func TestNotReady(t *testing.T) {
+	classes, _ := gpu.LoadFile("../templates/gpu-classes.yaml")
+	st, err := store.Open(context.Background(), store.SQLite, filepath.Join(t.TempDir(), "g.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	cat := catalog.New(st, classes)
+	h, err := api.New(api.Options{Catalog: cat, Workloads: workload.New(st, cat, func(s string) string { return s }), Database: downDB{},
+		Spec: gantry.OpenAPI, MaxBodyBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 503 || !strings.Contains(string(body), `"not ready"`) || !strings.Contains(string(body), "database does not answer") {
+		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+	if strings.Contains(string(body), "10.0.0.5") {
+		t.Errorf("readiness leaks the database address: %s", body)
+	}
+}
+
 func TestUnauthenticated(t *testing.T) {
 	e := newEnv(t, nil)
 	for _, path := range []string{"/api/v1/templates", "/api/v1/workloads", "/api/v1/gpu-classes"} {

@@ -149,7 +149,8 @@ func (s *server) GetReady(ctx context.Context, _ GetReadyRequestObject) (GetRead
 	}{Name: "database", Ok: true}
 	if err := s.o.Database.Ping(ctx); err != nil {
 		check.Ok = false
-		check.Detail = ptr("database does not answer: " + err.Error())
+		check.Detail = ptr("database does not answer")
+		s.o.Logger.WarnContext(ctx, "readiness: database does not answer", "err", err)
 	}
 	r := Readiness{Status: Ready}
 	r.Checks = append(r.Checks, check)

@@ -378,15 +378,19 @@ func objectYAML(o Object) ([]byte, error) {
 	return yaml.Marshal(m)
 }
 
-// Hash is the SHA-256 of the objects' YAML form: it changes whenever what would be
-// applied changes.
+// Hash is the SHA-256 of the objects' JSON encoding (deterministic: struct fields
+// in order, map keys sorted): it changes whenever what would be applied changes.
 func Hash(objs []Object) (string, error) {
-	y, err := YAML(objs)
-	if err != nil {
-		return "", err
+	h := sha256.New()
+	for _, o := range objs {
+		b, err := json.Marshal(o)
+		if err != nil {
+			return "", fmt.Errorf("marshal %T: %w", o, err)
+		}
+		h.Write(b)
+		h.Write([]byte{'\n'})
 	}
-	sum := sha256.Sum256(y)
-	return hex.EncodeToString(sum[:]), nil
+	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 var labelBad = regexp.MustCompile(`[^A-Za-z0-9._-]+`)

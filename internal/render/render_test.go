@@ -407,3 +407,32 @@ func BenchmarkRenderBaseline(b *testing.B) {
 		})
 	}
 }
+
+func TestHash(t *testing.T) {
+	classes, templates := load(t)
+	r, _ := templates["vllm-inference"].Resolve(classes, template.Choice{})
+	a, _ := render.Objects(r, meta)
+	b, _ := render.Objects(r, meta)
+	ha, _ := render.Hash(a)
+	hb, _ := render.Hash(b)
+	if ha != hb || len(ha) != 64 {
+		t.Fatalf("same objects, hashes %s and %s", ha, hb)
+	}
+	r2, _ := templates["vllm-inference"].Resolve(classes, template.Choice{Params: map[string]any{"maxModelLen": 4096}})
+	c, _ := render.Objects(r2, meta)
+	if hc, _ := render.Hash(c); hc == ha {
+		t.Fatal("different objects, same hash")
+	}
+}
+
+func BenchmarkHash(b *testing.B) {
+	classes, templates := load(b)
+	r, _ := templates["vllm-inference"].Resolve(classes, template.Choice{})
+	objs, _ := render.Objects(r, meta)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := render.Hash(objs); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -259,6 +259,29 @@ func testConcurrentUpdates(t *testing.T, s *store.Store) {
 	if h, _ := cat.History(ctx, "vllm-inference"); len(h) != 2 {
 		t.Fatalf("%d versions, want 2", len(h))
 	}
+	// Concurrent creates of a new template: one wins, the others conflict.
+	wins, conflicts = 0, 0
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := cat.Create(ctx, "c", tpls["pytorch-train"])
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				wins++
+			case isConflict(err):
+				conflicts++
+			default:
+				t.Errorf("create: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	if wins != 1 || conflicts != 7 {
+		t.Fatalf("creates: %d wins, %d conflicts; want 1 and 7", wins, conflicts)
+	}
 }
 
 func testWorkloads(t *testing.T, s *store.Store) {

@@ -165,6 +165,9 @@ func (s *Store) applyOne(ctx context.Context, tx *sql.Tx, c catalog.Change) (*ca
 		_, err = tx.ExecContext(ctx, s.q(`INSERT INTO templates (name, current_version, last_version) VALUES (?, ?, ?)`), c.Name, next, next)
 	}
 	if err != nil {
+		if uniqueViolation(err) { // created concurrently since we read
+			return nil, &fault.Conflict{Kind: "template", Name: c.Name, Reason: "already exists"}
+		}
 		return nil, fmt.Errorf("write template %s: %w", c.Name, err)
 	}
 	at := c.At.UTC().Truncate(time.Microsecond)

@@ -436,3 +436,17 @@ func BenchmarkHash(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkYAML is the YAML form the CLI prints (and what the hash was computed
+// over before it moved to JSON).
+func BenchmarkYAML(b *testing.B) {
+	classes, templates := load(b)
+	r, _ := templates["vllm-inference"].Resolve(classes, template.Choice{})
+	objs, _ := render.Objects(r, meta)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := render.YAML(objs); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -343,7 +343,9 @@ func TestGPUClassesAndOperations(t *testing.T) {
 
 type downDB struct{}
 
-func (downDB) Ping(context.Context) error { return errors.New("dial tcp 10.0.0.5:5432: connection refused") }
+func (downDB) Ping(context.Context) error {
+	return errors.New("dial tcp 10.0.0.5:5432: connection refused")
+}
 
 func TestNotReady(t *testing.T) {
 	classes, _ := gpu.LoadFile("../templates/gpu-classes.yaml")

@@ -35,6 +35,13 @@ type env struct {
 
 func newEnv(t *testing.T, identify func(*http.Request) (identity.Identity, error)) *env {
 	t.Helper()
+	return newEnvWith(t, func(o *api.Options) { o.Identify = identify })
+}
+
+// newEnvWith serves the API over a fresh SQLite store seeded with the starter
+// catalog; edit changes the options first.
+func newEnvWith(t *testing.T, edit func(*api.Options)) *env {
+	t.Helper()
 	ctx := context.Background()
 	classes, err := gpu.LoadFile("../templates/gpu-classes.yaml")
 	if err != nil {
@@ -54,7 +61,9 @@ func newEnv(t *testing.T, identify func(*http.Request) (identity.Identity, error
 		t.Fatal(err)
 	}
 	wl := workload.New(st, cat, func(team string) string { return "gantry-" + team })
-	h, err := api.New(api.Options{Catalog: cat, Workloads: wl, Database: st, Spec: gantry.OpenAPI, MaxBodyBytes: 64 << 10, Identify: identify})
+	o := api.Options{Catalog: cat, Workloads: wl, Database: st, Spec: gantry.OpenAPI, MaxBodyBytes: 64 << 10}
+	edit(&o)
+	h, err := api.New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -348,20 +357,7 @@ func (downDB) Ping(context.Context) error {
 }
 
 func TestNotReady(t *testing.T) {
-	classes, _ := gpu.LoadFile("../templates/gpu-classes.yaml")
-	st, err := store.Open(context.Background(), store.SQLite, filepath.Join(t.TempDir(), "g.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	cat := catalog.New(st, classes)
-	h, err := api.New(api.Options{Catalog: cat, Workloads: workload.New(st, cat, func(s string) string { return s }), Database: downDB{},
-		Spec: gantry.OpenAPI, MaxBodyBytes: 1 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(h)
-	defer srv.Close()
+	srv := newEnvWith(t, func(o *api.Options) { o.Database = downDB{} }).srv
 	resp, err := http.Get(srv.URL + "/readyz")
 	if err != nil {
 		t.Fatal(err)
@@ -414,20 +410,8 @@ func TestSpecDescribesTemplates(t *testing.T) {
 }
 
 func TestPortalServed(t *testing.T) {
-	classes, _ := gpu.LoadFile("../templates/gpu-classes.yaml")
-	st, err := store.Open(context.Background(), store.SQLite, filepath.Join(t.TempDir(), "g.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	cat := catalog.New(st, classes)
-	h, err := api.New(api.Options{Catalog: cat, Workloads: workload.New(st, cat, func(s string) string { return s }), Database: st,
-		Spec: gantry.OpenAPI, MaxBodyBytes: 1 << 20, Portal: portal.Handler()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(h)
-	defer srv.Close()
+	e := newEnvWith(t, func(o *api.Options) { o.Portal = portal.Handler() })
+	srv := e.srv
 	for path, want := range map[string]string{"/": "<title>Gantry</title>", "/portal.js": "textContent"} {
 		resp, err := http.Get(srv.URL + path)
 		if err != nil {

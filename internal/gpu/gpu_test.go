@@ -1,0 +1,87 @@
+package gpu_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/gantryhq/gantry/internal/gpu"
+)
+
+func TestStarterClasses(t *testing.T) {
+	c, err := gpu.LoadFile("../../templates/gpu-classes.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"A100-40GB", "A100-80GB", "H100-80GB", "H200-141GB", "L4"} {
+		if _, ok := c.Get(name); !ok {
+			t.Errorf("class %s missing", name)
+		}
+	}
+	h200, _ := c.Get("H200-141GB")
+	if p, ok := h200.Profile("1g.18gb"); !ok || p.Resource() != "nvidia.com/mig-1g.18gb" || p.MaxInstances != 7 {
+		t.Errorf("H200 1g.18gb: %+v", p)
+	}
+	if c.ForProduct("NVIDIA-H100-80GB-HBM3") != "H100-80GB" || c.ForProduct("NVIDIA-B200") != "" {
+		t.Error("product lookup")
+	}
+	// Memory eighths: 1g, 1g double, 2g, 3g, 4g, 7g = 1, 2, 2, 4, 4, 8 on every MIG-capable class.
+	for _, cl := range c.List() {
+		if len(cl.MIG) == 0 {
+			continue
+		}
+		var got []int
+		for _, p := range cl.MIG {
+			got = append(got, p.Memory)
+		}
+		if want := []int{1, 2, 2, 4, 4, 8}; !equal(got, want) {
+			t.Errorf("%s memory eighths %v, want %v", cl.Name, got, want)
+		}
+	}
+}
+
+func equal(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func TestParseErrors(t *testing.T) {
+	in := `apiVersion: gantry.dev/v1alpha1
+kind: GPUClassList
+classes:
+  - name: X1
+    products: [NVIDIA-X1]
+    memoryGiB: 0
+    price: {onDemand: -1}
+    mig:
+      - {name: 2g.10gb, compute: 3, memory: 9, maxInstances: 8}
+  - name: X1
+    products: [NVIDIA-X1, "bad label!"]
+    memoryGiB: 10
+    price: {onDemand: 1}
+`
+	_, err := gpu.Parse("c.yaml", []byte(in))
+	if err == nil {
+		t.Fatal("no error")
+	}
+	for _, want := range []string{
+		"c.yaml:6: classes[0].memoryGiB: must be positive",
+		"c.yaml:7: classes[0].price: prices cannot be negative",
+		`c.yaml:9: classes[0].mig[0].compute: 3 does not match profile "2g.10gb"`,
+		"c.yaml:9: classes[0].mig[0].memory: must be between 1 and 8",
+		"c.yaml:9: classes[0].mig[0].maxInstances: must be between 1 and 7",
+		`c.yaml:10: classes[1].name: duplicate class "X1"`,
+		`c.yaml:11: classes[1].products[0]: product "NVIDIA-X1" already belongs to class "X1"`,
+		`c.yaml:11: classes[1].products[1]: "bad label!" is not a valid label value`,
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("missing %q in %v", want, err)
+		}
+	}
+}

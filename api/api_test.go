@@ -252,6 +252,9 @@ func TestTemplateLifecycle(t *testing.T) {
 	if s, _ := e.do("GET", "/api/v1/templates/dev-h100?version=1", nil, &v); s != 200 || v.Version != 1 {
 		t.Fatalf("old version after delete: %d", s)
 	}
+	if s, _ := e.do("POST", "/api/v1/workloads", map[string]any{"template": "dev-h100", "team": "vision", "templateVersion": 1}, nil); s != 404 {
+		t.Fatalf("launch of a deleted template: %d, want 404", s)
+	}
 }
 
 func TestWorkloadsAndPreview(t *testing.T) {

@@ -139,6 +139,12 @@ func (s *Service) render(ctx context.Context, owner string, req Request, id stri
 	if err := errs.Err(); err != nil {
 		return Rendered{}, err
 	}
+	if req.Version != 0 {
+		// An older version may be launched, but only of a template that is live.
+		if _, err := s.templates.Get(ctx, req.Template, 0); err != nil {
+			return Rendered{}, err
+		}
+	}
 	v, err := s.templates.Get(ctx, req.Template, req.Version)
 	if err != nil {
 		return Rendered{}, err

@@ -478,6 +478,8 @@ type Volume struct {
 
 // Workload defines model for Workload.
 type Workload struct {
+	// Applied Whether the workload's objects are on the cluster.
+	Applied   bool      `json:"applied"`
 	CreatedAt time.Time `json:"createdAt"`
 	Gpu       struct {
 		Class      string  `json:"class"`
@@ -496,7 +498,10 @@ type Workload struct {
 	ObjectsHash string            `json:"objectsHash"`
 	Owner       string            `json:"owner"`
 	Parameters  map[string]string `json:"parameters"`
-	Status      WorkloadStatus    `json:"status"`
+
+	// Reason Why the workload is stuck or failed.
+	Reason *string        `json:"reason,omitempty"`
+	Status WorkloadStatus `json:"status"`
 
 	// Team A lowercase DNS label.
 	Team Name `json:"team"`

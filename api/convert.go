@@ -77,7 +77,10 @@ func workloadOut(w workload.Workload) Workload {
 	out := Workload{
 		Id: w.ID, Name: w.Name, Team: w.Team, Owner: w.Owner, Template: w.Template, TemplateVersion: w.TemplateVersion,
 		Kind: WorkloadKind(w.Kind), Parameters: w.Parameters, ObjectsHash: w.ObjectsHash, Status: WorkloadStatus(w.Status),
-		CreatedAt: w.CreatedAt, UpdatedAt: w.UpdatedAt,
+		Applied: w.Applied(), CreatedAt: w.CreatedAt, UpdatedAt: w.UpdatedAt,
+	}
+	if w.Reason != "" {
+		out.Reason = ptr(w.Reason)
 	}
 	if out.Parameters == nil {
 		out.Parameters = map[string]string{}

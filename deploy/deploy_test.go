@@ -1,6 +1,3 @@
-// Package deploy holds the manifests a cluster needs for Gantry; its test checks
-// that they decode strictly into the Kubernetes types they claim to be and agree
-// with what the renderer references.
 package deploy
 
 import (

@@ -289,6 +289,11 @@ func Objects(r *template.Resolved, m Meta) ([]Object, error) {
 				Selector:             &metav1.LabelSelector{MatchLabels: selector},
 				Template:             corev1.PodTemplateSpec{ObjectMeta: podMeta, Spec: pod},
 				VolumeClaimTemplates: claims,
+				// A notebook's volumes go with it: deleting the workload deletes them.
+				PersistentVolumeClaimRetentionPolicy: &appsv1.StatefulSetPersistentVolumeClaimRetentionPolicy{
+					WhenDeleted: appsv1.DeletePersistentVolumeClaimRetentionPolicyType,
+					WhenScaled:  appsv1.RetainPersistentVolumeClaimRetentionPolicyType,
+				},
 			},
 		})
 	}

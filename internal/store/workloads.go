@@ -13,7 +13,7 @@ import (
 	"github.com/gantryhq/gantry/internal/workload"
 )
 
-const workloadColumns = `id, name, team, owner, template, template_version, kind, gpu_class, mig_profile, gpu_count, parameters, objects_hash, status, created_at, updated_at`
+const workloadColumns = `id, name, team, owner, template, template_version, kind, gpu_class, mig_profile, gpu_count, parameters, objects_hash, status, created_at, updated_at, applied_hash, reason`
 
 // CreateWorkload implements workload.Store.
 func (s *Store) CreateWorkload(ctx context.Context, w workload.Workload) error {
@@ -21,9 +21,9 @@ func (s *Store) CreateWorkload(ctx context.Context, w workload.Workload) error {
 	if err != nil {
 		return err
 	}
-	_, err = s.db.ExecContext(ctx, s.q(`INSERT INTO workloads (`+workloadColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+	_, err = s.db.ExecContext(ctx, s.q(`INSERT INTO workloads (`+workloadColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 		w.ID, w.Name, w.Team, w.Owner, w.Template, w.TemplateVersion, w.Kind, w.GPUClass, w.MIGProfile, w.GPUCount,
-		string(params), w.ObjectsHash, string(w.Status), w.CreatedAt.UnixMicro(), w.UpdatedAt.UnixMicro())
+		string(params), w.ObjectsHash, string(w.Status), w.CreatedAt.UnixMicro(), w.UpdatedAt.UnixMicro(), w.AppliedHash, w.Reason)
 	if err != nil {
 		return fmt.Errorf("insert workload %s: %w", w.ID, err)
 	}
@@ -35,7 +35,7 @@ func scanWorkload(row interface{ Scan(...any) error }) (workload.Workload, error
 	var params, status string
 	var created, updated int64
 	err := row.Scan(&w.ID, &w.Name, &w.Team, &w.Owner, &w.Template, &w.TemplateVersion, &w.Kind, &w.GPUClass, &w.MIGProfile,
-		&w.GPUCount, &params, &w.ObjectsHash, &status, &created, &updated)
+		&w.GPUCount, &params, &w.ObjectsHash, &status, &created, &updated, &w.AppliedHash, &w.Reason)
 	if err != nil {
 		return w, err
 	}
@@ -104,8 +104,8 @@ func (s *Store) ListWorkloads(ctx context.Context, f workload.Filter) ([]workloa
 }
 
 // SetWorkloadStatus implements workload.Store.
-func (s *Store) SetWorkloadStatus(ctx context.Context, id string, st workload.Status, at time.Time) error {
-	res, err := s.db.ExecContext(ctx, s.q(`UPDATE workloads SET status = ?, updated_at = ? WHERE id = ?`), string(st), at.UnixMicro(), id)
+func (s *Store) SetWorkloadStatus(ctx context.Context, id string, st workload.Status, reason string, at time.Time) error {
+	res, err := s.db.ExecContext(ctx, s.q(`UPDATE workloads SET status = ?, reason = ?, updated_at = ? WHERE id = ?`), string(st), reason, at.UnixMicro(), id)
 	if err != nil {
 		return fmt.Errorf("update workload %s: %w", id, err)
 	}
@@ -113,4 +113,37 @@ func (s *Store) SetWorkloadStatus(ctx context.Context, id string, st workload.St
 		return &fault.NotFound{Kind: "workload", Name: id}
 	}
 	return nil
+}
+
+// MarkApplied implements workload.Store.
+func (s *Store) MarkApplied(ctx context.Context, id, hash string, at time.Time) error {
+	res, err := s.db.ExecContext(ctx, s.q(`UPDATE workloads SET applied_hash = ?, updated_at = ? WHERE id = ?`), hash, at.UnixMicro(), id)
+	if err != nil {
+		return fmt.Errorf("update workload %s: %w", id, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return &fault.NotFound{Kind: "workload", Name: id}
+	}
+	return nil
+}
+
+// UnappliedWorkloads implements workload.Store: live workloads whose objects
+// were never applied, oldest first.
+func (s *Store) UnappliedWorkloads(ctx context.Context, limit int) ([]workload.Workload, error) {
+	rows, err := s.db.QueryContext(ctx, s.q(`SELECT `+workloadColumns+` FROM workloads
+		WHERE applied_hash <> objects_hash AND status NOT IN (?, ?, ?) ORDER BY created_at, id LIMIT ?`),
+		string(workload.Deleted), string(workload.Failed), string(workload.Stopped), limit)
+	if err != nil {
+		return nil, fmt.Errorf("list unapplied workloads: %w", err)
+	}
+	defer rows.Close()
+	out := []workload.Workload{}
+	for rows.Next() {
+		w, err := scanWorkload(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, w)
+	}
+	return out, rows.Err()
 }

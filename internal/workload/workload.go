@@ -9,6 +9,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -51,10 +52,15 @@ type Workload struct {
 	GPUCount        int
 	Parameters      map[string]string
 	ObjectsHash     string
+	AppliedHash     string // the ObjectsHash last applied to the cluster; "" until then
 	Status          Status
+	Reason          string // why the workload is stuck or failed
 	CreatedAt       time.Time
 	UpdatedAt       time.Time
 }
+
+// Applied reports whether the workload's objects are on the cluster.
+func (w Workload) Applied() bool { return w.AppliedHash != "" && w.AppliedHash == w.ObjectsHash }
 
 // Filter selects workloads; After continues a listing after that key.
 type Filter struct {
@@ -79,8 +85,19 @@ type Store interface {
 	Workload(ctx context.Context, id string) (Workload, error)
 	// ListWorkloads returns up to f.Limit records, newest first.
 	ListWorkloads(ctx context.Context, f Filter) ([]Workload, error)
-	// SetWorkloadStatus changes a record's status; *fault.NotFound if none.
-	SetWorkloadStatus(ctx context.Context, id string, s Status, at time.Time) error
+	// SetWorkloadStatus changes a record's status and reason; *fault.NotFound if none.
+	SetWorkloadStatus(ctx context.Context, id string, s Status, reason string, at time.Time) error
+	// MarkApplied records that objects with this hash were applied.
+	MarkApplied(ctx context.Context, id, hash string, at time.Time) error
+	// UnappliedWorkloads returns up to limit live workloads not yet applied.
+	UnappliedWorkloads(ctx context.Context, limit int) ([]Workload, error)
+}
+
+// Cluster is where workloads run.
+type Cluster interface {
+	EnsureNamespace(ctx context.Context, name, team string) error
+	Apply(ctx context.Context, objs []render.Object) error
+	Delete(ctx context.Context, namespace, kind, name string) error
 }
 
 // Templates finds template versions and the GPU classes they are checked against.
@@ -94,8 +111,15 @@ type Service struct {
 	store     Store
 	templates Templates
 	namespace func(team string) string
+	cluster   Cluster // nil: workloads are recorded, not applied
 	now       func() time.Time
 	newID     func() string
+}
+
+// WithCluster makes launches apply their objects to the cluster.
+func (s *Service) WithCluster(c Cluster) *Service {
+	s.cluster = c
+	return s
 }
 
 // New returns a workload service; namespace maps a team to its namespace.
@@ -196,7 +220,113 @@ func (s *Service) Create(ctx context.Context, owner string, req Request) (Worklo
 	if err := s.store.CreateWorkload(ctx, w); err != nil {
 		return Workload{}, fmt.Errorf("record workload: %w", err)
 	}
-	return w, nil
+	if s.cluster == nil {
+		return w, nil
+	}
+	// Recorded first, applied second: if Gantry stops in between, the reconciler
+	// applies it; if the cluster is unreachable, the launch is kept and applied
+	// once it is back.
+	return s.apply(ctx, w, rd.Objects)
+}
+
+// apply puts a recorded workload's objects on the cluster and records the
+// outcome. A rejection by the API server fails the workload with the server's
+// reason; an unreachable server leaves it pending.
+func (s *Service) apply(ctx context.Context, w Workload, objs []render.Object) (Workload, error) {
+	now := func() time.Time { return s.now().UTC().Truncate(time.Microsecond) }
+	err := s.cluster.EnsureNamespace(ctx, s.namespace(w.Team), w.Team)
+	if err == nil {
+		err = s.cluster.Apply(ctx, objs)
+	}
+	var un *fault.Unavailable
+	switch {
+	case err == nil:
+		if err := s.store.MarkApplied(ctx, w.ID, w.ObjectsHash, now()); err != nil {
+			return w, err
+		}
+		w.AppliedHash = w.ObjectsHash
+		return w, nil
+	case errors.As(err, &un):
+		w.Reason = "waiting for the Kubernetes API server; the launch is kept and applied when it answers"
+		if serr := s.store.SetWorkloadStatus(ctx, w.ID, Pending, w.Reason, now()); serr != nil {
+			return w, serr
+		}
+		return w, nil
+	}
+	w.Status, w.Reason = Failed, err.Error()
+	if serr := s.store.SetWorkloadStatus(ctx, w.ID, Failed, w.Reason, now()); serr != nil {
+		return w, serr
+	}
+	return w, err
+}
+
+// Reconcile applies every recorded workload whose objects are not yet on the
+// cluster (a crash or an unreachable cluster in the middle of a launch). It
+// renders each again from what was recorded and refuses if that no longer gives
+// the recorded hash.
+func (s *Service) Reconcile(ctx context.Context) (applied int, err error) {
+	if s.cluster == nil {
+		return 0, nil
+	}
+	pending, err := s.store.UnappliedWorkloads(ctx, 500)
+	if err != nil {
+		return 0, err
+	}
+	var errs []error
+	for _, w := range pending {
+		objs, err := s.rerender(ctx, w)
+		if err == nil {
+			_, err = s.apply(ctx, w, objs)
+		}
+		var un *fault.Unavailable
+		if errors.As(err, &un) {
+			return applied, err
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("workload %s: %w", w.ID, err))
+			continue
+		}
+		applied++
+	}
+	return applied, errors.Join(errs...)
+}
+
+// rerender renders a recorded workload again, exactly as it was launched.
+func (s *Service) rerender(ctx context.Context, w Workload) ([]render.Object, error) {
+	v, err := s.templates.Get(ctx, w.Template, w.TemplateVersion)
+	if err != nil {
+		return nil, err
+	}
+	c := template.Choice{Class: w.GPUClass, Count: w.GPUCount, MIGProfile: w.MIGProfile, Params: map[string]any{}}
+	if c.MIGProfile == "" {
+		c.MIGProfile = template.NoMIG
+	}
+	for k, val := range w.Parameters {
+		c.Params[k] = val
+	}
+	r, err := v.Template.Resolve(s.templates.Classes(), c)
+	if err != nil {
+		return nil, err
+	}
+	objs, err := render.Objects(r, render.Meta{WorkloadID: w.ID, Team: w.Team, Owner: w.Owner, Namespace: s.namespace(w.Team), TemplateVersion: w.TemplateVersion})
+	if err != nil {
+		return nil, err
+	}
+	if h, err := render.Hash(objs); err != nil || h != w.ObjectsHash {
+		return nil, fmt.Errorf("rendering again gives other objects than were recorded (hash %.12s, recorded %.12s)", h, w.ObjectsHash)
+	}
+	return objs, nil
+}
+
+// primaryKind is the kind of the object that owns a workload's other objects.
+func primaryKind(workloadKind string) string {
+	switch workloadKind {
+	case template.Service:
+		return "Deployment"
+	case template.Notebook:
+		return "StatefulSet"
+	}
+	return "Job"
 }
 
 // Get returns one workload.
@@ -263,7 +393,12 @@ func (s *Service) Delete(ctx context.Context, id string) error {
 	if w.Status == Deleted {
 		return nil
 	}
-	return s.store.SetWorkloadStatus(ctx, id, Deleted, s.now().UTC().Truncate(time.Microsecond))
+	if s.cluster != nil && w.AppliedHash != "" {
+		if err := s.cluster.Delete(ctx, s.namespace(w.Team), primaryKind(w.Kind), w.Name); err != nil {
+			return err
+		}
+	}
+	return s.store.SetWorkloadStatus(ctx, id, Deleted, "", s.now().UTC().Truncate(time.Microsecond))
 }
 
 func validStatus(st Status) bool {

@@ -1,0 +1,268 @@
+// Package devcluster owns the local Kubernetes cluster that the integration tests
+// and `gantry dev` run against: a real etcd, kube-apiserver, kube-controller-manager
+// and kube-scheduler built from source (deploy/cluster/build.sh, cached by version),
+// kwok simulating nodes and pod lifecycles, and a simulated GPU fleet with the
+// labels, taints and resources GPU Feature Discovery and the NVIDIA device plugin
+// would publish. Everything listens on loopback.
+package devcluster
+
+import (
+	"bytes"
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/yaml"
+
+	"github.com/gantryhq/gantry/deploy"
+)
+
+//go:embed stages.yaml
+var stages []byte
+
+// Options configure a cluster.
+type Options struct {
+	Name    string    // kwokctl cluster name
+	Root    string    // repository root, where deploy/cluster lives
+	WorkDir string    // kwokctl's working directory; a temporary one when empty
+	Log     io.Writer // progress and tool output; discarded when nil
+	Fleet   []NodeSpec
+	// Volumes is the size of the pre-created PersistentVolume pool that claims
+	// bind to (kwok has no storage provisioner).
+	Volumes int
+}
+
+// Cluster is a running local cluster.
+type Cluster struct {
+	Name       string
+	Kubeconfig string
+	Bin        string
+	workDir    string
+	ownWorkDir bool
+	log        io.Writer
+	config     *rest.Config
+	Client     kubernetes.Interface
+}
+
+// Config is the client configuration for the cluster.
+func (c *Cluster) Config() *rest.Config { return rest.CopyConfig(c.config) }
+
+// Build builds (first time) or finds the control plane binaries and returns
+// their directory.
+func Build(ctx context.Context, root string, log io.Writer) (string, error) {
+	cmd := exec.CommandContext(ctx, "bash", filepath.Join(root, "deploy", "cluster", "build.sh"))
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	cmd.Stderr = log
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("build the cluster binaries (deploy/cluster/build.sh): %w", err)
+	}
+	return strings.TrimSpace(out.String()), nil
+}
+
+// Start creates and starts a cluster, its GPU fleet and what rendered workloads
+// need (PriorityClasses, a default StorageClass with a volume pool), and waits
+// until every node is Ready.
+func Start(ctx context.Context, o Options) (*Cluster, error) {
+	if o.Log == nil {
+		o.Log = io.Discard
+	}
+	if o.Name == "" {
+		o.Name = "gantry"
+	}
+	if o.Fleet == nil {
+		o.Fleet = Fleet
+	}
+	if o.Volumes == 0 {
+		o.Volumes = 64
+	}
+	bin, err := Build(ctx, o.Root, o.Log)
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{Name: o.Name, Bin: bin, workDir: o.WorkDir, log: o.Log}
+	if c.workDir == "" {
+		if c.workDir, err = os.MkdirTemp("", "gantry-kwok-"); err != nil {
+			return nil, err
+		}
+		c.ownWorkDir = true
+	}
+	c.Kubeconfig = filepath.Join(c.workDir, "kubeconfig")
+	cfgFile := filepath.Join(c.workDir, "kwokctl.yaml")
+	if err := os.WriteFile(cfgFile, kwokctlConfig(bin), 0o600); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(o.Log, "cluster: starting %q (kwokctl, binary runtime, loopback)\n", o.Name)
+	if err := c.kwokctl(ctx, "create", "cluster", "--config", cfgFile, "--kubeconfig", c.Kubeconfig, "--wait", "2m"); err != nil {
+		c.Stop(context.Background())
+		return nil, fmt.Errorf("start the local cluster: %w", err)
+	}
+	if c.config, err = clientcmd.BuildConfigFromFlags("", c.Kubeconfig); err != nil {
+		c.Stop(context.Background())
+		return nil, err
+	}
+	c.config.QPS, c.config.Burst = 200, 400
+	if c.Client, err = kubernetes.NewForConfig(c.config); err != nil {
+		c.Stop(context.Background())
+		return nil, err
+	}
+	if err := c.provision(ctx, o); err != nil {
+		c.Stop(context.Background())
+		return nil, err
+	}
+	return c, nil
+}
+
+// kwokctlConfig points kwokctl at the locally built binaries, keeps every
+// component on loopback, turns on admission (Pod Security) and authorization,
+// and adds the Stages.
+func kwokctlConfig(bin string) []byte {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, `apiVersion: config.kwok.x-k8s.io/v1alpha1
+kind: KwokctlConfiguration
+options:
+  runtime: binary
+  bindAddress: 127.0.0.1
+  kubeAdmission: true
+  kubeAuthorization: true
+  etcdBinary: %[1]s/etcd
+  kubeApiserverBinary: %[1]s/kube-apiserver
+  kubeControllerManagerBinary: %[1]s/kube-controller-manager
+  kubeSchedulerBinary: %[1]s/kube-scheduler
+  kwokControllerBinary: %[1]s/kwok
+  kubectlBinary: %[1]s/kubectl
+  kubeVersion: v1.37.2
+---
+`, bin)
+	b.Write(stages)
+	return b.Bytes()
+}
+
+func (c *Cluster) kwokctl(ctx context.Context, args ...string) error {
+	args = append([]string{"--name", c.Name}, args...)
+	cmd := exec.CommandContext(ctx, filepath.Join(c.Bin, "kwokctl"), args...)
+	cmd.Env = append(os.Environ(), "KWOK_WORKDIR="+c.workDir)
+	var out bytes.Buffer
+	cmd.Stdout = io.MultiWriter(c.log, &out)
+	cmd.Stderr = io.MultiWriter(c.log, &out)
+	if err := cmd.Run(); err != nil {
+		tail := out.String()
+		if len(tail) > 2000 {
+			tail = tail[len(tail)-2000:]
+		}
+		return fmt.Errorf("kwokctl %s: %w\n%s", strings.Join(args, " "), err, tail)
+	}
+	return nil
+}
+
+// Stop deletes the cluster (kwokctl stops the apiserver before etcd) and its
+// working directory.
+func (c *Cluster) Stop(ctx context.Context) error {
+	err := c.kwokctl(ctx, "delete", "cluster")
+	if c.ownWorkDir {
+		os.RemoveAll(c.workDir)
+	}
+	return err
+}
+
+func (c *Cluster) provision(ctx context.Context, o Options) error {
+	cs := c.Client
+	for _, doc := range strings.Split(string(deploy.PriorityClasses), "\n---\n") {
+		var pc schedulingv1.PriorityClass
+		if err := yaml.UnmarshalStrict([]byte(doc), &pc); err != nil {
+			return fmt.Errorf("priority classes: %w", err)
+		}
+		if _, err := cs.SchedulingV1().PriorityClasses().Create(ctx, &pc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create priority class %s: %w", pc.Name, err)
+		}
+	}
+	sc := &storagev1.StorageClass{
+		ObjectMeta:        metav1.ObjectMeta{Name: "standard", Annotations: map[string]string{"storageclass.kubernetes.io/is-default-class": "true"}},
+		Provisioner:       "kubernetes.io/no-provisioner",
+		VolumeBindingMode: ptr(storagev1.VolumeBindingImmediate),
+	}
+	if _, err := cs.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create storage class: %w", err)
+	}
+	for i := 0; i < o.Volumes; i++ {
+		pv := &corev1.PersistentVolume{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("pool-%03d", i)},
+			Spec: corev1.PersistentVolumeSpec{
+				Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Ti")},
+				AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimDelete,
+				StorageClassName:              "standard",
+				PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: fmt.Sprintf("/tmp/gantry-pool/%03d", i)}},
+			},
+		}
+		if _, err := cs.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create volume %s: %w", pv.Name, err)
+		}
+	}
+	nodes := Nodes(o.Fleet)
+	for _, n := range nodes {
+		if _, err := cs.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create node %s: %w", n.Name, err)
+		}
+	}
+	fmt.Fprintf(o.Log, "cluster: %d GPU nodes created, waiting until they are Ready\n", len(nodes))
+	return c.waitReady(ctx, len(nodes))
+}
+
+// waitReady waits until n nodes are Ready with their GPU resources allocatable
+// and without the not-ready taint (pods created before would fail to schedule).
+func (c *Cluster) waitReady(ctx context.Context, n int) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	for {
+		list, err := c.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err == nil {
+			ready := 0
+			for _, node := range list.Items {
+				if nodeReady(&node) {
+					ready++
+				}
+			}
+			if ready >= n {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return errors.New("nodes did not become Ready within 2 minutes")
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func nodeReady(n *corev1.Node) bool {
+	for _, t := range n.Spec.Taints {
+		if t.Key == "node.kubernetes.io/not-ready" || t.Key == "node.kubernetes.io/unreachable" {
+			return false
+		}
+	}
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func ptr[T any](v T) *T { return &v }

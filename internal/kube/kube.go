@@ -1,0 +1,221 @@
+// Package kube owns Gantry's side of the Kubernetes API (client-go): team
+// namespaces labelled for Pod Security "restricted", server-side apply of a
+// workload's rendered objects under one field manager (idempotent: applying the
+// same objects again changes nothing), owner references from the workload's
+// primary object to the rest so that deleting it removes everything, and mapping
+// apiserver errors to Gantry's typed errors.
+package kube
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/render"
+)
+
+// FieldManager is the server-side apply field manager of everything Gantry writes.
+const FieldManager = "gantry"
+
+// resources maps the kinds Gantry renders to their API resources.
+var resources = map[schema.GroupVersionKind]schema.GroupVersionResource{
+	{Group: "batch", Version: "v1", Kind: "Job"}:              {Group: "batch", Version: "v1", Resource: "jobs"},
+	{Group: "apps", Version: "v1", Kind: "Deployment"}:        {Group: "apps", Version: "v1", Resource: "deployments"},
+	{Group: "apps", Version: "v1", Kind: "StatefulSet"}:       {Group: "apps", Version: "v1", Resource: "statefulsets"},
+	{Group: "", Version: "v1", Kind: "Service"}:               {Group: "", Version: "v1", Resource: "services"},
+	{Group: "", Version: "v1", Kind: "PersistentVolumeClaim"}: {Group: "", Version: "v1", Resource: "persistentvolumeclaims"},
+}
+
+// primaryKinds own a workload's other objects.
+var primaryKinds = map[string]bool{"Job": true, "Deployment": true, "StatefulSet": true}
+
+// Cluster talks to one Kubernetes API server.
+type Cluster struct {
+	dyn  dynamic.Interface
+	core kubernetes.Interface
+}
+
+// New returns a Cluster for the configuration.
+func New(cfg *rest.Config) (*Cluster, error) {
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	core, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	return &Cluster{dyn: dyn, core: core}, nil
+}
+
+// Ping checks that the API server answers.
+func (c *Cluster) Ping(ctx context.Context) error {
+	_, err := c.core.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+	if err != nil {
+		return classify(err, "kubernetes API server", "")
+	}
+	return nil
+}
+
+// EnsureNamespace applies a team's namespace, enforcing Pod Security "restricted".
+func (c *Cluster) EnsureNamespace(ctx context.Context, name, team string) error {
+	ns := &corev1.Namespace{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Namespace"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
+			"pod-security.kubernetes.io/enforce":         "restricted",
+			"pod-security.kubernetes.io/enforce-version": "latest",
+			"pod-security.kubernetes.io/warn":            "restricted",
+			render.LabelManagedBy:                        render.ManagedBy,
+			render.LabelTeam:                             team,
+		}},
+	}
+	data, err := json.Marshal(ns)
+	if err != nil {
+		return err
+	}
+	_, err = c.core.CoreV1().Namespaces().Patch(ctx, name, types.ApplyPatchType, data, metav1.PatchOptions{FieldManager: FieldManager, Force: ptr(true)})
+	return classify(err, "namespace", name)
+}
+
+// Apply server-side applies a workload's objects: its primary object (Job,
+// Deployment or StatefulSet) first, then the others owned by it.
+func (c *Cluster) Apply(ctx context.Context, objs []render.Object) error {
+	var primary *unstructured.Unstructured
+	var rest []render.Object
+	for _, o := range objs {
+		if primary == nil && primaryKinds[o.GetObjectKind().GroupVersionKind().Kind] {
+			u, err := c.apply(ctx, o, nil)
+			if err != nil {
+				return err
+			}
+			primary = u
+			continue
+		}
+		rest = append(rest, o)
+	}
+	if primary == nil {
+		return errors.New("kube: no Job, Deployment or StatefulSet among the objects")
+	}
+	owner := metav1.OwnerReference{
+		APIVersion: primary.GetAPIVersion(), Kind: primary.GetKind(), Name: primary.GetName(), UID: primary.GetUID(),
+		Controller: ptr(true), BlockOwnerDeletion: ptr(true),
+	}
+	for _, o := range rest {
+		if _, err := c.apply(ctx, o, &owner); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *Cluster) apply(ctx context.Context, o render.Object, owner *metav1.OwnerReference) (*unstructured.Unstructured, error) {
+	gvk := o.GetObjectKind().GroupVersionKind()
+	gvr, ok := resources[gvk]
+	if !ok {
+		return nil, fmt.Errorf("kube: no resource known for %s", gvk)
+	}
+	m, err := toMap(o)
+	if err != nil {
+		return nil, err
+	}
+	u := &unstructured.Unstructured{Object: m}
+	unstructured.RemoveNestedField(u.Object, "status")
+	unstructured.RemoveNestedField(u.Object, "metadata", "creationTimestamp")
+	if owner != nil {
+		u.SetOwnerReferences([]metav1.OwnerReference{*owner})
+	}
+	data, err := json.Marshal(u)
+	if err != nil {
+		return nil, err
+	}
+	out, err := c.dyn.Resource(gvr).Namespace(o.GetNamespace()).Patch(ctx, o.GetName(), types.ApplyPatchType, data,
+		metav1.PatchOptions{FieldManager: FieldManager, Force: ptr(true)})
+	if err != nil {
+		return nil, classify(err, gvk.Kind, o.GetName())
+	}
+	return out, nil
+}
+
+// Delete removes a workload's primary object in the background; the garbage
+// collector removes the objects it owns and the pods.
+func (c *Cluster) Delete(ctx context.Context, namespace, kind, name string) error {
+	for gvk, gvr := range resources {
+		if gvk.Kind != kind {
+			continue
+		}
+		err := c.dyn.Resource(gvr).Namespace(namespace).Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: ptr(metav1.DeletePropagationBackground)})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return classify(err, kind, name)
+	}
+	return fmt.Errorf("kube: unknown kind %q", kind)
+}
+
+// classify maps apiserver errors to Gantry's typed errors: rejected objects to
+// *fault.Invalid naming the field the apiserver named, conflicts to
+// *fault.Conflict, and an unreachable server to *fault.Unavailable.
+func classify(err error, kind, name string) error {
+	if err == nil {
+		return nil
+	}
+	var status apierrors.APIStatus
+	if errors.As(err, &status) {
+		st := status.Status()
+		switch {
+		case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) || apierrors.IsForbidden(err) && st.Details != nil:
+			var l fault.List
+			prefix := fmt.Sprintf("objects.%s/%s", kind, name)
+			if st.Details != nil {
+				for _, c := range st.Details.Causes {
+					l.Addf(fault.JoinPath(prefix, c.Field), "rejected by the Kubernetes API server: %s", c.Message)
+				}
+			}
+			if l.Len() == 0 {
+				l.Addf(prefix, "rejected by the Kubernetes API server: %s", st.Message)
+			}
+			return l.Err()
+		case apierrors.IsForbidden(err):
+			var l fault.List
+			l.Addf(fmt.Sprintf("objects.%s/%s", kind, name), "rejected by the Kubernetes API server: %s", st.Message)
+			return l.Err()
+		case apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err):
+			return &fault.Conflict{Kind: kind, Name: name, Reason: st.Message}
+		case apierrors.IsNotFound(err):
+			return &fault.NotFound{Kind: kind, Name: name}
+		case apierrors.IsServiceUnavailable(err) || apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) || apierrors.IsTooManyRequests(err):
+			return &fault.Unavailable{What: "kubernetes API server", Err: err}
+		}
+		return fmt.Errorf("%s %s: %w", kind, name, err)
+	}
+	var netErr net.Error
+	if errors.As(err, &netErr) || strings.Contains(err.Error(), "connection refused") {
+		return &fault.Unavailable{What: "kubernetes API server", Err: err}
+	}
+	return fmt.Errorf("%s %s: %w", kind, name, err)
+}
+
+func toMap(o any) (map[string]any, error) {
+	b, err := json.Marshal(o)
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]any
+	return m, json.Unmarshal(b, &m)
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -61,7 +61,7 @@ func newEnvWith(t *testing.T, edit func(*api.Options)) *env {
 		t.Fatal(err)
 	}
 	wl := workload.New(st, cat, func(team string) string { return "gantry-" + team })
-	o := api.Options{Catalog: cat, Workloads: wl, Database: st, Spec: gantry.OpenAPI, MaxBodyBytes: 64 << 10}
+	o := api.Options{Catalog: cat, Workloads: wl, Checks: []api.Check{{Name: "database", Pinger: st}}, Spec: gantry.OpenAPI, MaxBodyBytes: 64 << 10}
 	edit(&o)
 	h, err := api.New(o)
 	if err != nil {
@@ -360,7 +360,7 @@ func (downDB) Ping(context.Context) error {
 }
 
 func TestNotReady(t *testing.T) {
-	srv := newEnvWith(t, func(o *api.Options) { o.Database = downDB{} }).srv
+	srv := newEnvWith(t, func(o *api.Options) { o.Checks = []api.Check{{Name: "database", Pinger: downDB{}}} }).srv
 	resp, err := http.Get(srv.URL + "/readyz")
 	if err != nil {
 		t.Fatal(err)

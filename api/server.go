@@ -27,11 +27,17 @@ type Pinger interface {
 	Ping(ctx context.Context) error
 }
 
+// Check is one dependency /readyz asks.
+type Check struct {
+	Name   string
+	Pinger Pinger
+}
+
 // Options configure the HTTP server.
 type Options struct {
 	Catalog      *catalog.Service
 	Workloads    *workload.Service
-	Database     Pinger
+	Checks       []Check // what /readyz asks, in order
 	Spec         []byte // openapi.yaml
 	MaxBodyBytes int64
 	Logger       *slog.Logger
@@ -142,20 +148,25 @@ func (s *server) GetHealth(ctx context.Context, _ GetHealthRequestObject) (GetHe
 func (s *server) GetReady(ctx context.Context, _ GetReadyRequestObject) (GetReadyResponseObject, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	check := struct {
+	r := Readiness{Status: Ready, Checks: []struct {
 		Detail *string `json:"detail,omitempty"`
 		Name   string  `json:"name"`
 		Ok     bool    `json:"ok"`
-	}{Name: "database", Ok: true}
-	if err := s.o.Database.Ping(ctx); err != nil {
-		check.Ok = false
-		check.Detail = ptr("database does not answer")
-		s.o.Logger.WarnContext(ctx, "readiness: database does not answer", "err", err)
+	}{}}
+	for _, c := range s.o.Checks {
+		ok, detail := true, (*string)(nil)
+		if err := c.Pinger.Ping(ctx); err != nil {
+			ok, detail = false, ptr(c.Name+" does not answer")
+			r.Status = NotReady
+			s.o.Logger.WarnContext(ctx, "readiness check failed", "check", c.Name, "err", err)
+		}
+		r.Checks = append(r.Checks, struct {
+			Detail *string `json:"detail,omitempty"`
+			Name   string  `json:"name"`
+			Ok     bool    `json:"ok"`
+		}{Detail: detail, Name: c.Name, Ok: ok})
 	}
-	r := Readiness{Status: Ready}
-	r.Checks = append(r.Checks, check)
-	if !check.Ok {
-		r.Status = NotReady
+	if r.Status == NotReady {
 		return GetReady503JSONResponse(r), nil
 	}
 	return GetReady200JSONResponse(r), nil

@@ -22,6 +22,7 @@ var version = "dev"
 const usage = `gantry: a self-service GPU platform
 
 Usage:
+  gantry dev                                          local cluster with simulated GPU nodes + Gantry on it
   gantry serve [--config FILE] [--listen ADDR]        serve the API
   gantry templates validate [DIR]                     check template files (default: templates)
   gantry templates render NAME [flags]                print the objects a launch would create
@@ -49,6 +50,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "serve":
 		err = serve(ctx, args[1:], stderr)
+	case "dev":
+		err = devCmd(ctx, args[1:], stdout, stderr)
 	case "templates":
 		if len(args) < 2 {
 			fmt.Fprint(stderr, usage)

@@ -11,12 +11,15 @@ import (
 	"os"
 	"time"
 
+	"k8s.io/client-go/tools/clientcmd"
+
 	"github.com/gantryhq/gantry"
 	"github.com/gantryhq/gantry/api"
 	"github.com/gantryhq/gantry/internal/catalog"
 	"github.com/gantryhq/gantry/internal/config"
 	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/identity"
+	"github.com/gantryhq/gantry/internal/kube"
 	"github.com/gantryhq/gantry/internal/store"
 	"github.com/gantryhq/gantry/internal/template"
 	"github.com/gantryhq/gantry/internal/workload"
@@ -63,6 +66,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.StringVar(&f.Driver, "db-driver", "", "database driver: sqlite or postgres")
 	fs.StringVar(&f.DSN, "db", "", "database: SQLite file or PostgreSQL URL")
 	fs.StringVar(&f.LogLevel, "log-level", "", "debug, info, warn or error")
+	fs.StringVar(&f.Kubeconfig, "kubeconfig", "", "cluster to apply workloads to (default: record them only)")
 	if _, err := parse(fs, args); err != nil {
 		return err
 	}
@@ -70,12 +74,18 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	return runServer(ctx, cfg, nil)
+}
+
+// runServer serves the API until ctx ends. ready, when not nil, receives the
+// URL once the server listens.
+func runServer(ctx context.Context, cfg config.Config, ready func(url string)) error {
 	a, err := open(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	defer a.store.Close()
-	a.log.Info("starting gantry", "version", version, "listen", cfg.Listen, "database", cfg.Database.Driver, "dsn", cfg.Database.DSN)
+	a.log.Info("starting gantry", "version", version, "listen", cfg.Listen, "database", cfg.Database.Driver, "dsn", cfg.Database.DSN, "kubeconfig", cfg.Kubeconfig)
 
 	if files, err := template.LoadDir(cfg.TemplatesDir, a.catalog.Classes()); err != nil {
 		a.log.Warn("initial template catalog not loaded", "dir", cfg.TemplatesDir, "err", err)
@@ -85,11 +95,38 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		a.log.Info("loaded initial template catalog", "dir", cfg.TemplatesDir, "templates", len(files))
 	}
 
+	checks := []api.Check{{Name: "database", Pinger: a.store}}
+	if cfg.Kubeconfig != "" {
+		restCfg, err := clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig)
+		if err != nil {
+			return fmt.Errorf("kubeconfig %s: %w", cfg.Kubeconfig, err)
+		}
+		cl, err := kube.New(restCfg)
+		if err != nil {
+			return err
+		}
+		a.workloads.WithCluster(cl)
+		checks = append(checks, api.Check{Name: "kubernetes", Pinger: cl})
+		go reconcileLoop(ctx, a, cfg.Reconcile())
+		go func() {
+			err := cl.Watch(ctx, func(o kube.Observation) {
+				if err := a.workloads.Observe(ctx, o.WorkloadID, workload.Status(o.Phase), o.Reason); err != nil && ctx.Err() == nil {
+					a.log.Warn("record workload status", "workload", o.WorkloadID, "err", err)
+				}
+			})
+			if err != nil {
+				a.log.Error("watching the cluster stopped", "err", err)
+			}
+		}()
+	} else {
+		a.log.Warn("no kubeconfig: launches are recorded and rendered, not applied to a cluster")
+	}
+
 	// Until authentication lands (and the server is on loopback only) every
 	// request acts as the configured development user.
 	dev := identity.Identity{Subject: cfg.DevUser, Email: cfg.DevUser, Name: "Developer"}
 	h, err := api.New(api.Options{
-		Catalog: a.catalog, Workloads: a.workloads, Database: a.store, Spec: gantry.OpenAPI,
+		Catalog: a.catalog, Workloads: a.workloads, Checks: checks, Spec: gantry.OpenAPI,
 		MaxBodyBytes: cfg.MaxBodyBytes, Logger: a.log, Portal: portal.Handler(),
 		Identify: func(*http.Request) (identity.Identity, error) { return dev, nil },
 	})
@@ -103,7 +140,11 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
-	a.log.Info("gantry is serving", "url", "http://"+ln.Addr().String(), "spec", "http://"+ln.Addr().String()+"/openapi.yaml")
+	url := "http://" + ln.Addr().String()
+	a.log.Info("gantry is serving", "url", url, "spec", url+"/openapi.yaml")
+	if ready != nil {
+		ready(url)
+	}
 	select {
 	case err := <-errc:
 		return err
@@ -116,4 +157,25 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	return nil
+}
+
+// reconcileLoop applies recorded launches that are not on the cluster yet: at
+// start (a crash mid-launch) and then every interval (a cluster that was away).
+func reconcileLoop(ctx context.Context, a *app, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		n, err := a.workloads.Reconcile(ctx)
+		if n > 0 {
+			a.log.Info("reconciled workloads", "applied", n)
+		}
+		if err != nil && ctx.Err() == nil {
+			a.log.Warn("reconcile", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }

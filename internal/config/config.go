@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/yamldoc"
@@ -45,6 +46,11 @@ type Config struct {
 	Log             Log      `json:"log"`
 	// DevUser is the identity every request acts as until authentication lands.
 	DevUser string `json:"devUser"`
+	// Kubeconfig is the cluster workloads are applied to; without one, launches
+	// are recorded and rendered but not applied.
+	Kubeconfig string `json:"kubeconfig"`
+	// ReconcileInterval is how often unapplied launches are retried.
+	ReconcileInterval string `json:"reconcileInterval"`
 }
 
 // Database selects the store.
@@ -63,14 +69,15 @@ type Log struct {
 // loopback only, the starter catalog from ./templates.
 func Default() Config {
 	return Config{
-		Listen:          "127.0.0.1:8080",
-		Database:        Database{Driver: "sqlite", DSN: Secret(defaultDBPath())},
-		TemplatesDir:    "templates",
-		GPUClassesFile:  "templates/gpu-classes.yaml",
-		NamespacePrefix: "gantry-",
-		MaxBodyBytes:    1 << 20,
-		Log:             Log{Level: "info", Format: "text"},
-		DevUser:         "dev@localhost",
+		Listen:            "127.0.0.1:8080",
+		Database:          Database{Driver: "sqlite", DSN: Secret(defaultDBPath())},
+		TemplatesDir:      "templates",
+		GPUClassesFile:    "templates/gpu-classes.yaml",
+		NamespacePrefix:   "gantry-",
+		MaxBodyBytes:      1 << 20,
+		Log:               Log{Level: "info", Format: "text"},
+		DevUser:           "dev@localhost",
+		ReconcileInterval: "15s",
 	}
 }
 
@@ -88,10 +95,11 @@ func defaultDBPath() string {
 
 // Flags are command-line overrides; empty fields override nothing.
 type Flags struct {
-	Listen   string
-	Driver   string
-	DSN      string
-	LogLevel string
+	Listen     string
+	Driver     string
+	DSN        string
+	LogLevel   string
+	Kubeconfig string
 }
 
 // env maps variables to the fields they set.
@@ -116,6 +124,8 @@ var env = []struct {
 	{"GANTRY_LOG_LEVEL", func(c *Config, v string) error { c.Log.Level = v; return nil }},
 	{"GANTRY_LOG_FORMAT", func(c *Config, v string) error { c.Log.Format = v; return nil }},
 	{"GANTRY_DEV_USER", func(c *Config, v string) error { c.DevUser = v; return nil }},
+	{"GANTRY_KUBECONFIG", func(c *Config, v string) error { c.Kubeconfig = v; return nil }},
+	{"GANTRY_RECONCILE_INTERVAL", func(c *Config, v string) error { c.ReconcileInterval = v; return nil }},
 }
 
 // Load builds the configuration from defaults, the file (when path is not
@@ -155,6 +165,9 @@ func Load(path string, lookup func(string) (string, bool), f Flags) (Config, err
 	}
 	if f.LogLevel != "" {
 		c.Log.Level = f.LogLevel
+	}
+	if f.Kubeconfig != "" {
+		c.Kubeconfig = f.Kubeconfig
 	}
 	if err := c.validate(); err != nil {
 		if path != "" {
@@ -213,6 +226,9 @@ func (c *Config) validate() error {
 	if strings.TrimSpace(c.DevUser) == "" {
 		errs.Addf("devUser", "is required")
 	}
+	if d, err := time.ParseDuration(c.ReconcileInterval); err != nil || d < time.Second {
+		errs.Addf("reconcileInterval", "%q must be a duration of at least 1s", c.ReconcileInterval)
+	}
 	return errs.Err()
 }
 
@@ -222,6 +238,12 @@ func loopback(host string) bool {
 	}
 	a, err := netip.ParseAddr(host)
 	return err == nil && a.IsLoopback()
+}
+
+// Reconcile is the reconcile interval (validated by Load).
+func (c *Config) Reconcile() time.Duration {
+	d, _ := time.ParseDuration(c.ReconcileInterval)
+	return d
 }
 
 // Logger builds the slog logger the configuration asks for.

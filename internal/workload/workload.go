@@ -318,6 +318,22 @@ func (s *Service) rerender(ctx context.Context, w Workload) ([]render.Object, er
 	return objs, nil
 }
 
+// Observe records what the cluster reports about a workload. Deleted and
+// stopped workloads keep their status; nothing is written when nothing changed.
+func (s *Service) Observe(ctx context.Context, id string, st Status, reason string) error {
+	if !validStatus(st) {
+		return fmt.Errorf("observe %s: unknown status %q", id, st)
+	}
+	w, err := s.store.Workload(ctx, id)
+	if err != nil {
+		return err
+	}
+	if w.Status == Deleted || w.Status == Stopped || (w.Status == st && w.Reason == reason) {
+		return nil
+	}
+	return s.store.SetWorkloadStatus(ctx, id, st, reason, s.now().UTC().Truncate(time.Microsecond))
+}
+
 // primaryKind is the kind of the object that owns a workload's other objects.
 func primaryKind(workloadKind string) string {
 	switch workloadKind {

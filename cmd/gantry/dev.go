@@ -1,0 +1,58 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/gantryhq/gantry/internal/config"
+	"github.com/gantryhq/gantry/internal/devcluster"
+)
+
+// devCmd starts the local cluster with its simulated GPU fleet (building it the
+// first time), then Gantry on SQLite with the starter catalog against it, and
+// tears the cluster down on Ctrl-C.
+func devCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flags("gantry dev", stderr)
+	listen := fs.String("listen", "127.0.0.1:8080", "address to serve on (loopback)")
+	db := fs.String("db", "", "SQLite file (default: gantry-dev.db in the user's data directory)")
+	if _, err := parse(fs, args); err != nil {
+		return err
+	}
+	root, err := devcluster.RepoRoot()
+	if err != nil {
+		return fmt.Errorf("gantry dev runs from a checkout of the repository: %w", err)
+	}
+	if err := os.Chdir(root); err != nil {
+		return err
+	}
+	cfg, err := loadConfig("", config.Flags{Listen: *listen, DSN: *db})
+	if err != nil {
+		return err
+	}
+	if *db == "" {
+		cfg.Database.DSN = config.Secret(filepath.Join(filepath.Dir(string(config.Default().Database.DSN)), "gantry-dev.db"))
+	}
+	fmt.Fprintln(stderr, "gantry dev: starting the local cluster (the first run builds Kubernetes from source: about 13 minutes)")
+	cl, err := devcluster.Start(ctx, devcluster.Options{Name: "gantry-dev", Root: root, Log: stderr})
+	if err != nil {
+		return fmt.Errorf("the local cluster did not start: %w", err)
+	}
+	defer func() {
+		fmt.Fprintln(stderr, "gantry dev: stopping the local cluster")
+		cl.Stop(context.Background())
+	}()
+	cfg.Kubeconfig = cl.Kubeconfig
+	return runServer(ctx, cfg, func(url string) {
+		fmt.Fprintf(stdout, `
+Gantry is running at %[1]s (API: %[1]s/api/v1, spec: %[1]s/openapi.yaml)
+Simulated GPU nodes: %[2]d. Look at the cluster with:
+  %[3]s/kubectl --kubeconfig %[4]s get nodes -L nvidia.com/gpu.product
+Launch a notebook on a MIG slice:
+  curl -s -X POST %[1]s/api/v1/workloads -H 'content-type: application/json' -d '{"template":"jupyter-notebook","team":"vision"}'
+Stop with Ctrl-C (the cluster is removed too).
+`, url, len(devcluster.Nodes(devcluster.Fleet)), cl.Bin, cl.Kubeconfig)
+	})
+}

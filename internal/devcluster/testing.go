@@ -1,0 +1,64 @@
+package devcluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// ErrNotRequested means tests that need a cluster were not asked to run: set
+// GANTRY_TEST_CLUSTER=1 (make test does). In CI they always run.
+var ErrNotRequested = errors.New("GANTRY_TEST_CLUSTER is not set: tests against the local cluster are skipped (make test runs them)")
+
+// ForTests starts a cluster for a test package, named after it, when the
+// environment asks for cluster tests; stop ends it.
+func ForTests(pkg string) (c *Cluster, stop func(), err error) {
+	if os.Getenv("GANTRY_TEST_CLUSTER") == "" && os.Getenv("CI") == "" {
+		return nil, func() {}, ErrNotRequested
+	}
+	root, err := RepoRoot()
+	if err != nil {
+		return nil, func() {}, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	var log *os.File
+	if os.Getenv("GANTRY_TEST_CLUSTER_LOG") != "" {
+		log = os.Stderr
+	}
+	o := Options{Name: fmt.Sprintf("gt-%s-%d", pkg, os.Getpid()), Root: root}
+	if log != nil {
+		o.Log = log
+	}
+	c, err = Start(ctx, o)
+	if err != nil {
+		return nil, func() {}, err
+	}
+	return c, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		c.Stop(ctx)
+	}, nil
+}
+
+// RepoRoot finds the repository root (the directory holding deploy/cluster)
+// from the working directory up.
+func RepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "deploy", "cluster", "build.sh")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("repository root (with deploy/cluster/build.sh) not found above the working directory")
+		}
+		dir = parent
+	}
+}

@@ -1,0 +1,209 @@
+package kube_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gantryhq/gantry/internal/devcluster"
+	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/gpu"
+	"github.com/gantryhq/gantry/internal/kube"
+	"github.com/gantryhq/gantry/internal/render"
+	"github.com/gantryhq/gantry/internal/template"
+)
+
+var cluster *devcluster.Cluster
+
+func TestMain(m *testing.M) {
+	c, stop, err := devcluster.ForTests("kube")
+	if errors.Is(err, devcluster.ErrNotRequested) {
+		fmt.Println(err)
+		os.Exit(m.Run()) // tests skip themselves
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "local cluster:", err)
+		os.Exit(1)
+	}
+	cluster = c
+	code := m.Run()
+	stop()
+	os.Exit(code)
+}
+
+func need(t *testing.T) *kube.Cluster {
+	t.Helper()
+	if cluster == nil {
+		t.Skip(devcluster.ErrNotRequested)
+	}
+	k, err := kube.New(cluster.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+func rendered(t *testing.T, name, id, team string, choice template.Choice) []render.Object {
+	t.Helper()
+	classes, err := gpu.LoadFile("../../templates/gpu-classes.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := template.LoadDir("../../templates", classes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		if f.Template.Metadata.Name != name {
+			continue
+		}
+		r, err := f.Template.Resolve(classes, choice)
+		if err != nil {
+			t.Fatal(err)
+		}
+		objs, err := render.Objects(r, render.Meta{WorkloadID: id, Team: team, Owner: "alice@example.com", Namespace: "gantry-" + team, TemplateVersion: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return objs
+	}
+	t.Fatalf("no template %s", name)
+	return nil
+}
+
+func TestNamespaceIsRestricted(t *testing.T) {
+	k := need(t)
+	ctx := context.Background()
+	if err := k.EnsureNamespace(ctx, "gantry-ns1", "ns1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.EnsureNamespace(ctx, "gantry-ns1", "ns1"); err != nil {
+		t.Fatalf("second apply: %v", err)
+	}
+	ns, err := cluster.Client.CoreV1().Namespaces().Get(ctx, "gantry-ns1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ns.Labels["pod-security.kubernetes.io/enforce"] != "restricted" || ns.Labels["gantry.dev/team"] != "ns1" {
+		t.Fatalf("labels %v", ns.Labels)
+	}
+	// The real admission plugin refuses a privileged pod there.
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "root"}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "x"}}}}
+	if _, err := cluster.Client.CoreV1().Pods("gantry-ns1").Create(ctx, pod, metav1.CreateOptions{}); !apierrors.IsForbidden(err) {
+		t.Fatalf("unrestricted pod admitted: %v", err)
+	}
+}
+
+func TestApplyIsIdempotentAndOwned(t *testing.T) {
+	k := need(t)
+	ctx := context.Background()
+	objs := rendered(t, "vllm-inference", "idem0001", "vision", template.Choice{})
+	if err := k.EnsureNamespace(ctx, "gantry-vision", "vision"); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Apply(ctx, objs); err != nil {
+		t.Fatal(err)
+	}
+	name := "vllm-inference-idem0001"
+	dep, err := cluster.Client.AppsV1().Deployments("gantry-vision").Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := cluster.Client.CoreV1().Services("gantry-vision").Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(svc.OwnerReferences) != 1 || svc.OwnerReferences[0].UID != dep.UID {
+		t.Fatalf("service owner refs %+v, want the deployment %s", svc.OwnerReferences, dep.UID)
+	}
+	// Applying the same objects again changes nothing.
+	if err := k.Apply(ctx, objs); err != nil {
+		t.Fatal(err)
+	}
+	dep2, _ := cluster.Client.AppsV1().Deployments("gantry-vision").Get(ctx, name, metav1.GetOptions{})
+	svc2, _ := cluster.Client.CoreV1().Services("gantry-vision").Get(ctx, name, metav1.GetOptions{})
+	if dep2.ResourceVersion != dep.ResourceVersion && dep2.Generation != dep.Generation {
+		t.Errorf("re-apply changed the deployment (generation %d -> %d)", dep.Generation, dep2.Generation)
+	}
+	if svc2.ResourceVersion != svc.ResourceVersion {
+		t.Errorf("re-apply changed the service (resourceVersion %s -> %s)", svc.ResourceVersion, svc2.ResourceVersion)
+	}
+	for _, mf := range dep2.ManagedFields {
+		if mf.Operation == metav1.ManagedFieldsOperationApply && mf.Manager != kube.FieldManager {
+			t.Errorf("applied by %q", mf.Manager)
+		}
+	}
+	// Deleting the primary object removes the rest (garbage collector).
+	if err := k.Delete(ctx, "gantry-vision", "Deployment", name); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, func() error {
+		_, err := cluster.Client.CoreV1().Services("gantry-vision").Get(ctx, name, metav1.GetOptions{})
+		return err
+	})
+	waitGone(t, func() error {
+		_, err := cluster.Client.CoreV1().PersistentVolumeClaims("gantry-vision").Get(ctx, name+"-models", metav1.GetOptions{})
+		return err
+	})
+	if err := k.Delete(ctx, "gantry-vision", "Deployment", name); err != nil {
+		t.Fatalf("second delete: %v", err)
+	}
+}
+
+func waitGone(t *testing.T, get func() error) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		if err := get(); apierrors.IsNotFound(err) {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatal("object still there after a minute")
+}
+
+func TestRejectionNamesTheField(t *testing.T) {
+	k := need(t)
+	ctx := context.Background()
+	if err := k.EnsureNamespace(ctx, "gantry-bad", "bad"); err != nil {
+		t.Fatal(err)
+	}
+	objs := rendered(t, "batch-inference", "bad00001", "bad", template.Choice{Params: map[string]any{"input": "a.jsonl"}})
+	job := objs[len(objs)-1].(*batchv1.Job)
+	job.Spec.Template.Spec.Containers[0].Image = ""
+	err := k.Apply(ctx, []render.Object{job})
+	var inv *fault.Invalid
+	if !errors.As(err, &inv) {
+		t.Fatalf("err = %v, want *fault.Invalid", err)
+	}
+	if !strings.Contains(inv.Fields[0].Path, "spec.template.spec.containers[0].image") || !strings.Contains(inv.Fields[0].Message, "rejected by the Kubernetes API server") {
+		t.Fatalf("%+v", inv.Fields)
+	}
+}
+
+func TestUnreachable(t *testing.T) {
+	cfg := cluster
+	if cfg == nil {
+		t.Skip(devcluster.ErrNotRequested)
+	}
+	c := cfg.Config()
+	c.Host = "https://127.0.0.1:1"
+	c.Timeout = 2 * time.Second
+	k, err := kube.New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var un *fault.Unavailable
+	if err := k.EnsureNamespace(context.Background(), "gantry-x", "x"); !errors.As(err, &un) {
+		t.Fatalf("err = %v, want *fault.Unavailable", err)
+	}
+}

@@ -1,0 +1,49 @@
+package kube
+
+import (
+	"strings"
+	"testing"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+)
+
+func TestObserve(t *testing.T) {
+	unschedulable := &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{
+		Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: "Unschedulable", Message: "0/9 nodes are available: 9 Insufficient nvidia.com/gpu.",
+	}}}}
+	scheduled := &corev1.Pod{Spec: corev1.PodSpec{NodeName: "h100-0"}, Status: corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue}}}}
+	pulling := &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{{
+		State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff", Message: "Back-off pulling image"}}}}}}
+	running := &corev1.Pod{Spec: corev1.PodSpec{NodeName: "h100-mig-0"}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+	oom := &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodFailed, ContainerStatuses: []corev1.ContainerStatus{{
+		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "OOMKilled", ExitCode: 137}}}}}}
+	complete := &batchv1.Job{Status: batchv1.JobStatus{Conditions: []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}}}
+	deadline := &batchv1.Job{Status: batchv1.JobStatus{Conditions: []batchv1.JobCondition{{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, Reason: "DeadlineExceeded", Message: "Job was active longer than specified deadline"}}}}
+	tests := []struct {
+		name         string
+		jobs         []*batchv1.Job
+		pods         []*corev1.Pod
+		phase, their string
+		node         string
+	}{
+		{"unschedulable", nil, []*corev1.Pod{unschedulable}, "Pending", "Insufficient nvidia.com/gpu", ""},
+		{"scheduled", nil, []*corev1.Pod{scheduled}, "Scheduled", "", "h100-0"},
+		{"image pull", nil, []*corev1.Pod{pulling}, "Scheduled", "ImagePullBackOff", ""},
+		{"running wins", nil, []*corev1.Pod{unschedulable, running}, "Running", "", "h100-mig-0"},
+		{"job complete", []*batchv1.Job{complete}, []*corev1.Pod{running}, "Succeeded", "", ""},
+		{"deadline", []*batchv1.Job{deadline}, nil, "Failed", "DeadlineExceeded", ""},
+		{"OOM", []*batchv1.Job{deadline}, []*corev1.Pod{oom}, "Failed", "OOMKilled", ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			o, ok := Observe("w", tc.jobs, tc.pods)
+			if !ok || o.Phase != tc.phase || o.Node != tc.node || (tc.their != "" && !strings.Contains(o.Reason, tc.their)) || (tc.their == "" && o.Reason != "") {
+				t.Fatalf("%+v", o)
+			}
+		})
+	}
+	if _, ok := Observe("w", nil, nil); ok {
+		t.Fatal("nothing to observe, yet an observation")
+	}
+}

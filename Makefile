@@ -3,9 +3,12 @@ GO      ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: dev test build agent generate bench fuzz clean
+.PHONY: dev serve test build agent generate bench fuzz clean
 
-dev: ## run Gantry on embedded defaults (SQLite, starter catalog) at http://127.0.0.1:8080
+dev: ## local cluster with simulated GPU nodes + Gantry on SQLite at http://127.0.0.1:8080
+	$(GO) run -ldflags "$(LDFLAGS)" ./cmd/gantry dev
+
+serve: ## Gantry alone on embedded defaults (no cluster: launches are recorded, not applied)
 	$(GO) run -ldflags "$(LDFLAGS)" ./cmd/gantry serve
 
 test: ## the whole test suite: drift, vet, spec lint, SQLite + PostgreSQL tests, fuzz

@@ -1,0 +1,345 @@
+// Package e2e_test launches workloads through Gantry's HTTP API onto the local
+// cluster (real kube-apiserver, scheduler and controller manager; kwok nodes)
+// and checks what the cluster and the API report.
+package e2e_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/gantryhq/gantry"
+	"github.com/gantryhq/gantry/api"
+	"github.com/gantryhq/gantry/internal/catalog"
+	"github.com/gantryhq/gantry/internal/devcluster"
+	"github.com/gantryhq/gantry/internal/gpu"
+	"github.com/gantryhq/gantry/internal/identity"
+	"github.com/gantryhq/gantry/internal/kube"
+	"github.com/gantryhq/gantry/internal/store"
+	"github.com/gantryhq/gantry/internal/template"
+	"github.com/gantryhq/gantry/internal/workload"
+)
+
+var cluster *devcluster.Cluster
+
+func TestMain(m *testing.M) {
+	c, stop, err := devcluster.ForTests("e2e")
+	if errors.Is(err, devcluster.ErrNotRequested) {
+		fmt.Println(err)
+		os.Exit(m.Run())
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "local cluster:", err)
+		os.Exit(1)
+	}
+	cluster = c
+	code := m.Run()
+	stop()
+	os.Exit(code)
+}
+
+// gantryServer is Gantry as `gantry serve --kubeconfig` runs it, in process.
+type gantryServer struct {
+	t     *testing.T
+	url   string
+	store *store.Store
+	wl    *workload.Service
+}
+
+func start(t *testing.T, dbPath string, withCluster bool) *gantryServer {
+	t.Helper()
+	if cluster == nil {
+		t.Skip(devcluster.ErrNotRequested)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	classes, err := gpu.LoadFile("../../templates/gpu-classes.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := template.LoadDir("../../templates", classes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(ctx, store.SQLite, dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	cat := catalog.New(st, classes)
+	if _, err := cat.Seed(ctx, "seed", files); err != nil {
+		t.Fatal(err)
+	}
+	wl := workload.New(st, cat, func(team string) string { return "gantry-" + team })
+	checks := []api.Check{{Name: "database", Pinger: st}}
+	if withCluster {
+		k, err := kube.New(cluster.Config())
+		if err != nil {
+			t.Fatal(err)
+		}
+		wl.WithCluster(k)
+		checks = append(checks, api.Check{Name: "kubernetes", Pinger: k})
+		go k.Watch(ctx, func(o kube.Observation) { wl.Observe(ctx, o.WorkloadID, workload.Status(o.Phase), o.Reason) })
+	}
+	h, err := api.New(api.Options{Catalog: cat, Workloads: wl, Checks: checks, Spec: gantry.OpenAPI, MaxBodyBytes: 1 << 20, Logger: slog.New(slog.DiscardHandler),
+		Identify: func(*http.Request) (identity.Identity, error) { return identity.Identity{Subject: "alice"}, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return &gantryServer{t: t, url: srv.URL, store: st, wl: wl}
+}
+
+type wl struct {
+	ID, Name, Status, Reason string
+	Applied                  bool
+	Gpu                      struct {
+		Class      string
+		Count      int
+		MigProfile string
+	}
+}
+
+func (g *gantryServer) post(path string, body any, out any) int {
+	g.t.Helper()
+	b, _ := json.Marshal(body)
+	resp, err := http.Post(g.url+path, "application/json", bytes.NewReader(b))
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	if out != nil {
+		json.Unmarshal(data, out)
+	}
+	if resp.StatusCode >= 300 {
+		g.t.Logf("POST %s: %d %s", path, resp.StatusCode, data)
+	}
+	return resp.StatusCode
+}
+
+func (g *gantryServer) get(id string) wl {
+	g.t.Helper()
+	resp, err := http.Get(g.url + "/api/v1/workloads/" + id)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var w wl
+	json.NewDecoder(resp.Body).Decode(&w)
+	return w
+}
+
+// waitStatus waits until the API reports one of the statuses.
+func (g *gantryServer) waitStatus(id string, want ...string) wl {
+	g.t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	var w wl
+	for time.Now().Before(deadline) {
+		w = g.get(id)
+		for _, s := range want {
+			if w.Status == s {
+				return w
+			}
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	g.t.Fatalf("workload %s is %s (%s), want %v", id, w.Status, w.Reason, want)
+	return w
+}
+
+func podsOf(t *testing.T, team, id string) []corev1.Pod {
+	t.Helper()
+	list, err := cluster.Client.CoreV1().Pods("gantry-"+team).List(context.Background(), metav1.ListOptions{LabelSelector: "gantry.dev/workload-id=" + id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return list.Items
+}
+
+func nodeProduct(t *testing.T, name string) (string, corev1.ResourceList) {
+	t.Helper()
+	n, err := cluster.Client.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n.Labels["nvidia.com/gpu.product"], n.Status.Allocatable
+}
+
+// TestStarterTemplatesRun: every starter template launches through the API and
+// reaches Running (services, notebooks) or Succeeded (jobs) on a node of the
+// chosen GPU class, with the GPU resource it asked for.
+func TestStarterTemplatesRun(t *testing.T) {
+	g := start(t, filepath.Join(t.TempDir(), "g.db"), true)
+	classes, _ := gpu.LoadFile("../../templates/gpu-classes.yaml")
+	tests := []struct {
+		template string
+		params   map[string]any
+		gpu      map[string]any
+		final    string
+		resource string
+	}{
+		{"pytorch-train", map[string]any{"epochs": 1}, map[string]any{"count": 2}, "Succeeded", "nvidia.com/gpu"},
+		{"jupyter-notebook", nil, nil, "Running", "nvidia.com/mig-1g.10gb"},
+		{"vllm-inference", nil, map[string]any{"class": "H200-141GB", "count": 2}, "Running", "nvidia.com/gpu"},
+		{"batch-inference", map[string]any{"input": "prompts.jsonl"}, map[string]any{"class": "H100-80GB", "migProfile": "3g.40gb"}, "Succeeded", "nvidia.com/mig-3g.40gb"},
+		{"dev-environment", nil, nil, "Running", "nvidia.com/gpu"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.template, func(t *testing.T) {
+			var w wl
+			if s := g.post("/api/v1/workloads", map[string]any{"template": tc.template, "team": "vision", "gpu": tc.gpu, "parameters": tc.params}, &w); s != 201 {
+				t.Fatalf("launch: %d", s)
+			}
+			if !w.Applied {
+				t.Fatalf("not applied: %+v", w)
+			}
+			w = g.waitStatus(w.ID, tc.final)
+			pods := podsOf(t, "vision", w.ID)
+			if len(pods) == 0 {
+				t.Fatal("no pods")
+			}
+			p := pods[0]
+			product, alloc := nodeProduct(t, p.Spec.NodeName)
+			class, _ := classes.Get(w.Gpu.Class)
+			if class.Name == "" || !contains(class.Products, product) {
+				t.Errorf("ran on %s (%s), want a %s node", p.Spec.NodeName, product, w.Gpu.Class)
+			}
+			req := p.Spec.Containers[0].Resources.Requests[corev1.ResourceName(tc.resource)]
+			if req.Value() != int64(w.Gpu.Count) {
+				t.Errorf("requests %s=%s, want %d", tc.resource, req.String(), w.Gpu.Count)
+			}
+			if have := alloc[corev1.ResourceName(tc.resource)]; have.Value() == 0 {
+				t.Errorf("node %s has no %s", p.Spec.NodeName, tc.resource)
+			}
+			if strings.HasPrefix(tc.resource, "nvidia.com/mig-") && !strings.HasPrefix(p.Spec.NodeName, "h100-mig-") {
+				t.Errorf("MIG request ran on %s, want the MIG node", p.Spec.NodeName)
+			}
+		})
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// TestOversizedStaysPending: more GPUs than any node has stays Pending, and the
+// scheduler's reason is visible through the API.
+func TestOversizedStaysPending(t *testing.T) {
+	g := start(t, filepath.Join(t.TempDir(), "g.db"), true)
+	// A template that allows 16 GPUs; no node has more than 8.
+	data, err := os.ReadFile("../../templates/pytorch-train.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	doc["metadata"].(map[string]any)["name"] = "big-train"
+	doc["spec"].(map[string]any)["gpu"].(map[string]any)["count"] = map[string]any{"min": 1, "max": 16, "default": 16}
+	if s := g.post("/api/v1/templates", doc, nil); s != 201 {
+		t.Fatalf("create template: %d", s)
+	}
+	var w wl
+	if s := g.post("/api/v1/workloads", map[string]any{"template": "big-train", "team": "nlp"}, &w); s != 201 {
+		t.Fatalf("launch: %d", s)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) && !strings.Contains(w.Reason, "Insufficient nvidia.com/gpu") {
+		time.Sleep(250 * time.Millisecond)
+		w = g.get(w.ID)
+	}
+	if w.Status != "Pending" || !strings.Contains(w.Reason, "Insufficient nvidia.com/gpu") {
+		t.Fatalf("%+v, want Pending with the scheduler's reason", w)
+	}
+}
+
+// TestDeleteRemovesEverything: deleting a workload through the API removes its
+// Kubernetes objects.
+func TestDeleteRemovesEverything(t *testing.T) {
+	g := start(t, filepath.Join(t.TempDir(), "g.db"), true)
+	var w wl
+	if s := g.post("/api/v1/workloads", map[string]any{"template": "vllm-inference", "team": "ops"}, &w); s != 201 {
+		t.Fatalf("launch: %d", s)
+	}
+	g.waitStatus(w.ID, "Running")
+	req, _ := http.NewRequest(http.MethodDelete, g.url+"/api/v1/workloads/"+w.ID, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != 204 {
+		t.Fatalf("delete: %v %v", resp, err)
+	}
+	ctx := context.Background()
+	sel := metav1.ListOptions{LabelSelector: "gantry.dev/workload-id=" + w.ID}
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		deps, _ := cluster.Client.AppsV1().Deployments("gantry-ops").List(ctx, sel)
+		svcs, _ := cluster.Client.CoreV1().Services("gantry-ops").List(ctx, sel)
+		pvcs, _ := cluster.Client.CoreV1().PersistentVolumeClaims("gantry-ops").List(ctx, sel)
+		pods, _ := cluster.Client.CoreV1().Pods("gantry-ops").List(ctx, sel)
+		left := len(deps.Items) + len(svcs.Items) + len(pvcs.Items) + len(pods.Items)
+		if left == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d objects left after delete", left)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	if got := g.get(w.ID); got.Status != "Deleted" {
+		t.Fatalf("status %s after delete", got.Status)
+	}
+}
+
+// TestCrashBetweenRecordAndApply: a launch recorded by a Gantry that died before
+// applying it is applied exactly once by the next Gantry's reconciler.
+func TestCrashBetweenRecordAndApply(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "g.db")
+	first := start(t, db, false) // records, cannot apply: the "crash" window
+	var w wl
+	if s := first.post("/api/v1/workloads", map[string]any{"template": "dev-environment", "team": "crash"}, &w); s != 201 || w.Applied {
+		t.Fatalf("launch: %d %+v", s, w)
+	}
+	second := start(t, db, true)
+	for i := 0; i < 2; i++ { // a second pass must not apply it again
+		if _, err := second.wl.Reconcile(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := second.get(w.ID); !got.Applied {
+		t.Fatalf("not applied after reconcile: %+v", got)
+	}
+	second.waitStatus(w.ID, "Running")
+	sets, err := cluster.Client.AppsV1().StatefulSets("gantry-crash").List(context.Background(), metav1.ListOptions{LabelSelector: "gantry.dev/workload-id=" + w.ID})
+	if err != nil || len(sets.Items) != 1 {
+		t.Fatalf("%d statefulsets, want exactly 1 (%v)", len(sets.Items), err)
+	}
+	var list struct{ Items []wl }
+	resp, _ := http.Get(second.url + "/api/v1/workloads?team=crash")
+	json.NewDecoder(resp.Body).Decode(&list)
+	resp.Body.Close()
+	if len(list.Items) != 1 {
+		t.Fatalf("%d workloads, want 1", len(list.Items))
+	}
+}

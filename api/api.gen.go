@@ -205,6 +205,27 @@ type EnvVar struct {
 	Value string `json:"value"`
 }
 
+// Event defines model for Event.
+type Event struct {
+	Count   *int   `json:"count,omitempty"`
+	Message string `json:"message"`
+
+	// Object Kind/name of the object the event is about.
+	Object string `json:"object"`
+
+	// Reason Such as Scheduled, FailedScheduling, Pulled.
+	Reason string    `json:"reason"`
+	Time   time.Time `json:"time"`
+
+	// Type Normal or Warning.
+	Type string `json:"type"`
+}
+
+// EventList defines model for EventList.
+type EventList struct {
+	Items []Event `json:"items"`
+}
+
 // FieldError defines model for FieldError.
 type FieldError struct {
 	Detail string `json:"detail"`
@@ -481,7 +502,10 @@ type Workload struct {
 	// Applied Whether the workload's objects are on the cluster.
 	Applied   bool      `json:"applied"`
 	CreatedAt time.Time `json:"createdAt"`
-	Gpu       struct {
+
+	// Endpoint In-cluster address of a service or notebook, such as http://vllm-inference-x.gantry-nlp.svc.cluster.local:8000.
+	Endpoint *string `json:"endpoint,omitempty"`
+	Gpu      struct {
 		Class      string  `json:"class"`
 		Count      int     `json:"count"`
 		MigProfile *string `json:"migProfile,omitempty"`
@@ -559,6 +583,12 @@ type ListWorkloadsParams struct {
 	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
 }
 
+// CreateWorkloadParams defines parameters for CreateWorkload.
+type CreateWorkloadParams struct {
+	// IdempotencyKey A unique key per intended launch, such as a UUID; scoped to the caller.
+	IdempotencyKey *string `json:"Idempotency-Key,omitempty"`
+}
+
 // CreateTemplateJSONRequestBody defines body for CreateTemplate for application/json ContentType.
 type CreateTemplateJSONRequestBody = TemplateDocument
 
@@ -605,13 +635,19 @@ type ServerInterface interface {
 	ListWorkloads(ctx echo.Context, params ListWorkloadsParams) error
 	// CreateWorkload Launch a workload
 	// (POST /api/v1/workloads)
-	CreateWorkload(ctx echo.Context) error
+	CreateWorkload(ctx echo.Context, params CreateWorkloadParams) error
 	// DeleteWorkload Delete a workload
 	// (DELETE /api/v1/workloads/{id})
 	DeleteWorkload(ctx echo.Context, id WorkloadID) error
 	// GetWorkload Get a workload
 	// (GET /api/v1/workloads/{id})
 	GetWorkload(ctx echo.Context, id WorkloadID) error
+	// ListWorkloadEvents Workload events
+	// (GET /api/v1/workloads/{id}/events)
+	ListWorkloadEvents(ctx echo.Context, id WorkloadID) error
+	// StopWorkload Stop a workload
+	// (POST /api/v1/workloads/{id}/stop)
+	StopWorkload(ctx echo.Context, id WorkloadID) error
 	// GetHealth Liveness
 	// (GET /healthz)
 	GetHealth(ctx echo.Context) error
@@ -817,8 +853,28 @@ func (w *ServerInterfaceWrapper) ListWorkloads(ctx echo.Context) error {
 func (w *ServerInterfaceWrapper) CreateWorkload(ctx echo.Context) error {
 	var err error
 
+	// Parameter object where we will unmarshal all parameters from the context
+	var params CreateWorkloadParams
+
+	headers := ctx.Request().Header
+	// ------------- Optional header parameter "Idempotency-Key" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Idempotency-Key")]; found {
+		var IdempotencyKey string
+		n := len(valueList)
+		if n != 1 {
+			return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Expected one value for Idempotency-Key, got %d", n))
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", valueList[0], &IdempotencyKey, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter Idempotency-Key: %s", err))
+		}
+
+		params.IdempotencyKey = &IdempotencyKey
+	}
+
 	// Invoke the callback with all the unmarshaled arguments
-	err = w.Handler.CreateWorkload(ctx)
+	err = w.Handler.CreateWorkload(ctx, params)
 	return err
 }
 
@@ -851,6 +907,38 @@ func (w *ServerInterfaceWrapper) GetWorkload(ctx echo.Context) error {
 
 	// Invoke the callback with all the unmarshaled arguments
 	err = w.Handler.GetWorkload(ctx, id)
+	return err
+}
+
+// ListWorkloadEvents converts echo context to params.
+func (w *ServerInterfaceWrapper) ListWorkloadEvents(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "id" -------------
+	var id WorkloadID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", ctx.Param("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter id: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.ListWorkloadEvents(ctx, id)
+	return err
+}
+
+// StopWorkload converts echo context to params.
+func (w *ServerInterfaceWrapper) StopWorkload(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "id" -------------
+	var id WorkloadID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", ctx.Param("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter id: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.StopWorkload(ctx, id)
 	return err
 }
 
@@ -944,6 +1032,8 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.POST(options.BaseURL+"/api/v1/workloads", wrapper.CreateWorkload, options.OperationMiddlewares["createWorkload"]...)
 	router.DELETE(options.BaseURL+"/api/v1/workloads/:id", wrapper.DeleteWorkload, options.OperationMiddlewares["deleteWorkload"]...)
 	router.GET(options.BaseURL+"/api/v1/workloads/:id", wrapper.GetWorkload, options.OperationMiddlewares["getWorkload"]...)
+	router.POST(options.BaseURL+"/api/v1/workloads/:id/stop", wrapper.StopWorkload, options.OperationMiddlewares["stopWorkload"]...)
+	router.GET(options.BaseURL+"/api/v1/workloads/:id/events", wrapper.ListWorkloadEvents, options.OperationMiddlewares["listWorkloadEvents"]...)
 
 }
 
@@ -1335,11 +1425,26 @@ func (response ListWorkloadsdefaultApplicationProblemPlusJSONResponse) VisitList
 }
 
 type CreateWorkloadRequestObject struct {
-	Body *CreateWorkloadJSONRequestBody
+	Params CreateWorkloadParams
+	Body   *CreateWorkloadJSONRequestBody
 }
 
 type CreateWorkloadResponseObject interface {
 	VisitCreateWorkloadResponse(w http.ResponseWriter) error
+}
+
+type CreateWorkload200JSONResponse Workload
+
+func (response CreateWorkload200JSONResponse) VisitCreateWorkloadResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
 }
 
 type CreateWorkload201JSONResponse Workload
@@ -1434,6 +1539,84 @@ type GetWorkloaddefaultApplicationProblemPlusJSONResponse struct {
 }
 
 func (response GetWorkloaddefaultApplicationProblemPlusJSONResponse) VisitGetWorkloadResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListWorkloadEventsRequestObject struct {
+	Id WorkloadID `json:"id"`
+}
+
+type ListWorkloadEventsResponseObject interface {
+	VisitListWorkloadEventsResponse(w http.ResponseWriter) error
+}
+
+type ListWorkloadEvents200JSONResponse EventList
+
+func (response ListWorkloadEvents200JSONResponse) VisitListWorkloadEventsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListWorkloadEventsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListWorkloadEventsdefaultApplicationProblemPlusJSONResponse) VisitListWorkloadEventsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type StopWorkloadRequestObject struct {
+	Id WorkloadID `json:"id"`
+}
+
+type StopWorkloadResponseObject interface {
+	VisitStopWorkloadResponse(w http.ResponseWriter) error
+}
+
+type StopWorkload200JSONResponse Workload
+
+func (response StopWorkload200JSONResponse) VisitStopWorkloadResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type StopWorkloaddefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response StopWorkloaddefaultApplicationProblemPlusJSONResponse) VisitStopWorkloadResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
@@ -1569,6 +1752,12 @@ type StrictServerInterface interface {
 	// GetWorkload Get a workload
 	// (GET /api/v1/workloads/{id})
 	GetWorkload(ctx context.Context, request GetWorkloadRequestObject) (GetWorkloadResponseObject, error)
+	// ListWorkloadEvents Workload events
+	// (GET /api/v1/workloads/{id}/events)
+	ListWorkloadEvents(ctx context.Context, request ListWorkloadEventsRequestObject) (ListWorkloadEventsResponseObject, error)
+	// StopWorkload Stop a workload
+	// (POST /api/v1/workloads/{id}/stop)
+	StopWorkload(ctx context.Context, request StopWorkloadRequestObject) (StopWorkloadResponseObject, error)
 	// GetHealth Liveness
 	// (GET /healthz)
 	GetHealth(ctx context.Context, request GetHealthRequestObject) (GetHealthResponseObject, error)
@@ -1907,8 +2096,10 @@ func (sh *strictHandler) ListWorkloads(ctx echo.Context, params ListWorkloadsPar
 }
 
 // CreateWorkload operation middleware
-func (sh *strictHandler) CreateWorkload(ctx echo.Context) error {
+func (sh *strictHandler) CreateWorkload(ctx echo.Context, params CreateWorkloadParams) error {
 	var request CreateWorkloadRequestObject
+
+	request.Params = params
 
 	var body CreateWorkloadJSONRequestBody
 	var err error
@@ -1996,6 +2187,56 @@ func (sh *strictHandler) GetWorkload(ctx echo.Context, id WorkloadID) error {
 		return err
 	} else if validResponse, ok := response.(GetWorkloadResponseObject); ok {
 		return validResponse.VisitGetWorkloadResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// ListWorkloadEvents operation middleware
+func (sh *strictHandler) ListWorkloadEvents(ctx echo.Context, id WorkloadID) error {
+	var request ListWorkloadEventsRequestObject
+
+	request.Id = id
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.ListWorkloadEvents(ctx.Request().Context(), request.(ListWorkloadEventsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListWorkloadEvents")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(ListWorkloadEventsResponseObject); ok {
+		return validResponse.VisitListWorkloadEventsResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// StopWorkload operation middleware
+func (sh *strictHandler) StopWorkload(ctx echo.Context, id WorkloadID) error {
+	var request StopWorkloadRequestObject
+
+	request.Id = id
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.StopWorkload(ctx.Request().Context(), request.(StopWorkloadRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "StopWorkload")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(StopWorkloadResponseObject); ok {
+		return validResponse.VisitStopWorkloadResponse(ctx.Response())
 	} else if response != nil {
 		return fmt.Errorf("unexpected response type: %T", response)
 	}

@@ -82,6 +82,9 @@ func workloadOut(w workload.Workload) Workload {
 	if w.Reason != "" {
 		out.Reason = ptr(w.Reason)
 	}
+	if w.Endpoint != "" {
+		out.Endpoint = ptr(w.Endpoint)
+	}
 	if out.Parameters == nil {
 		out.Parameters = map[string]string{}
 	}

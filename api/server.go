@@ -38,7 +38,7 @@ type Options struct {
 	Catalog      *catalog.Service
 	Workloads    *workload.Service
 	Checks       []Check // what /readyz asks, in order
-	Spec         []byte // openapi.yaml
+	Spec         []byte  // openapi.yaml
 	MaxBodyBytes int64
 	Logger       *slog.Logger
 	// Portal serves the web UI at /, when set.
@@ -273,13 +273,37 @@ func (s *server) GetGPUClass(ctx context.Context, req GetGPUClassRequestObject) 
 
 func (s *server) CreateWorkload(ctx context.Context, req CreateWorkloadRequestObject) (CreateWorkloadResponseObject, error) {
 	b := req.Body
-	w, err := s.o.Workloads.Create(ctx, caller(ctx), workload.Request{
+	w, replayed, err := s.o.Workloads.Create(ctx, caller(ctx), workload.Request{
 		Template: b.Template, Version: deref(b.TemplateVersion), Team: b.Team, Choice: choice(b.Gpu, b.Parameters),
+		IdempotencyKey: deref(req.Params.IdempotencyKey),
 	})
 	if err != nil {
 		return nil, err
 	}
+	if replayed {
+		return CreateWorkload200JSONResponse(workloadOut(w)), nil
+	}
 	return CreateWorkload201JSONResponse(workloadOut(w)), nil
+}
+
+func (s *server) StopWorkload(ctx context.Context, req StopWorkloadRequestObject) (StopWorkloadResponseObject, error) {
+	w, err := s.o.Workloads.Stop(ctx, req.Id)
+	if err != nil {
+		return nil, err
+	}
+	return StopWorkload200JSONResponse(workloadOut(w)), nil
+}
+
+func (s *server) ListWorkloadEvents(ctx context.Context, req ListWorkloadEventsRequestObject) (ListWorkloadEventsResponseObject, error) {
+	evs, err := s.o.Workloads.Events(ctx, req.Id)
+	if err != nil {
+		return nil, err
+	}
+	out := EventList{Items: make([]Event, len(evs))}
+	for i, e := range evs {
+		out.Items[i] = Event{Time: e.Time, Type: e.Type, Reason: e.Reason, Message: e.Message, Object: e.Object, Count: ptr(e.Count)}
+	}
+	return ListWorkloadEvents200JSONResponse(out), nil
 }
 
 func (s *server) ListWorkloads(ctx context.Context, req ListWorkloadsRequestObject) (ListWorkloadsResponseObject, error) {

@@ -107,9 +107,9 @@ func start(t *testing.T, dbPath string, withCluster bool) *gantryServer {
 }
 
 type wl struct {
-	ID, Name, Status, Reason string
-	Applied                  bool
-	Gpu                      struct {
+	ID, Name, Status, Reason, Endpoint string
+	Applied                            bool
+	Gpu                                struct {
 		Class      string
 		Count      int
 		MigProfile string
@@ -276,39 +276,110 @@ func TestOversizedStaysPending(t *testing.T) {
 	}
 }
 
-// TestDeleteRemovesEverything: deleting a workload through the API removes its
-// Kubernetes objects.
-func TestDeleteRemovesEverything(t *testing.T) {
+// TestStopAndDeleteRemoveEverything: stopping or deleting a workload through
+// the API removes its Kubernetes objects; the record stays with its status.
+func TestStopAndDeleteRemoveEverything(t *testing.T) {
 	g := start(t, filepath.Join(t.TempDir(), "g.db"), true)
 	var w wl
 	if s := g.post("/api/v1/workloads", map[string]any{"template": "vllm-inference", "team": "ops"}, &w); s != 201 {
 		t.Fatalf("launch: %d", s)
 	}
+	if w.Endpoint != "http://"+w.Name+".gantry-ops.svc.cluster.local:8000" {
+		t.Errorf("endpoint %q", w.Endpoint)
+	}
+	g.waitStatus(w.ID, "Running")
+	var events struct {
+		Items []struct{ Reason, Object, Type string }
+	}
+	resp, err := http.Get(g.url + "/api/v1/workloads/" + w.ID + "/events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	json.NewDecoder(resp.Body).Decode(&events)
+	resp.Body.Close()
+	scheduled := false
+	for _, e := range events.Items {
+		if e.Reason == "Scheduled" && strings.HasPrefix(e.Object, "Pod/"+w.Name) {
+			scheduled = true
+		}
+	}
+	if !scheduled {
+		t.Errorf("no Scheduled event for the pod in %+v", events.Items)
+	}
+	if s := g.post("/api/v1/workloads/"+w.ID+"/stop", nil, &w); s != 200 || w.Status != "Stopped" {
+		t.Fatalf("stop: %d %+v", s, w)
+	}
+	g.waitNoObjects(t, "ops", w.ID)
+	if got := g.get(w.ID); got.Status != "Stopped" {
+		t.Fatalf("status %s after stop (the watch must not revive it)", got.Status)
+	}
+
+	if s := g.post("/api/v1/workloads", map[string]any{"template": "jupyter-notebook", "team": "ops"}, &w); s != 201 {
+		t.Fatalf("launch: %d", s)
+	}
 	g.waitStatus(w.ID, "Running")
 	req, _ := http.NewRequest(http.MethodDelete, g.url+"/api/v1/workloads/"+w.ID, nil)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err = http.DefaultClient.Do(req)
 	if err != nil || resp.StatusCode != 204 {
 		t.Fatalf("delete: %v %v", resp, err)
 	}
+	g.waitNoObjects(t, "ops", w.ID)
+	if got := g.get(w.ID); got.Status != "Deleted" {
+		t.Fatalf("status %s after delete", got.Status)
+	}
+}
+
+// waitNoObjects waits until no object of the workload is left in the cluster.
+func (g *gantryServer) waitNoObjects(t *testing.T, team, id string) {
+	t.Helper()
 	ctx := context.Background()
-	sel := metav1.ListOptions{LabelSelector: "gantry.dev/workload-id=" + w.ID}
+	ns := "gantry-" + team
+	sel := metav1.ListOptions{LabelSelector: "gantry.dev/workload-id=" + id}
 	deadline := time.Now().Add(90 * time.Second)
 	for {
-		deps, _ := cluster.Client.AppsV1().Deployments("gantry-ops").List(ctx, sel)
-		svcs, _ := cluster.Client.CoreV1().Services("gantry-ops").List(ctx, sel)
-		pvcs, _ := cluster.Client.CoreV1().PersistentVolumeClaims("gantry-ops").List(ctx, sel)
-		pods, _ := cluster.Client.CoreV1().Pods("gantry-ops").List(ctx, sel)
-		left := len(deps.Items) + len(svcs.Items) + len(pvcs.Items) + len(pods.Items)
+		deps, _ := cluster.Client.AppsV1().Deployments(ns).List(ctx, sel)
+		sets, _ := cluster.Client.AppsV1().StatefulSets(ns).List(ctx, sel)
+		svcs, _ := cluster.Client.CoreV1().Services(ns).List(ctx, sel)
+		pvcs, _ := cluster.Client.CoreV1().PersistentVolumeClaims(ns).List(ctx, sel)
+		pods, _ := cluster.Client.CoreV1().Pods(ns).List(ctx, sel)
+		left := len(deps.Items) + len(sets.Items) + len(svcs.Items) + len(pvcs.Items) + len(pods.Items)
 		if left == 0 {
-			break
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d objects left after delete", left)
+			t.Fatalf("%d objects left", left)
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
-	if got := g.get(w.ID); got.Status != "Deleted" {
-		t.Fatalf("status %s after delete", got.Status)
+}
+
+// TestIdempotencyKey: the same key launches once.
+func TestIdempotencyKey(t *testing.T) {
+	g := start(t, filepath.Join(t.TempDir(), "g.db"), true)
+	body, _ := json.Marshal(map[string]any{"template": "dev-environment", "team": "idem"})
+	var ids []string
+	for i, want := range []int{201, 200, 200} {
+		req, _ := http.NewRequest(http.MethodPost, g.url+"/api/v1/workloads", bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", "launch-42")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var w wl
+		json.NewDecoder(resp.Body).Decode(&w)
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Fatalf("request %d: %d, want %d", i, resp.StatusCode, want)
+		}
+		ids = append(ids, w.ID)
+	}
+	if ids[0] != ids[1] || ids[1] != ids[2] {
+		t.Fatalf("ids %v", ids)
+	}
+	sets, _ := cluster.Client.AppsV1().StatefulSets("gantry-idem").List(context.Background(), metav1.ListOptions{})
+	if len(sets.Items) != 1 {
+		t.Fatalf("%d statefulsets, want 1", len(sets.Items))
 	}
 }
 

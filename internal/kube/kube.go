@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"sort"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -26,6 +27,7 @@ import (
 
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/render"
+	"github.com/gantryhq/gantry/internal/workload"
 )
 
 // FieldManager is the server-side apply field manager of everything Gantry writes.
@@ -164,6 +166,39 @@ func (c *Cluster) Delete(ctx context.Context, namespace, kind, name string) erro
 		return classify(err, kind, name)
 	}
 	return fmt.Errorf("kube: unknown kind %q", kind)
+}
+
+// Events lists the events of the namespace's objects whose names start with
+// prefix (a workload's objects and pods all do), oldest first.
+func (c *Cluster) Events(ctx context.Context, namespace, prefix string) ([]workload.Event, error) {
+	list, err := c.core.CoreV1().Events(namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		if apierrors.IsNotFound(err) {
+			return []workload.Event{}, nil
+		}
+		return nil, classify(err, "events", namespace)
+	}
+	out := []workload.Event{}
+	for _, e := range list.Items {
+		if !strings.HasPrefix(e.InvolvedObject.Name, prefix) {
+			continue
+		}
+		t := e.LastTimestamp.Time
+		if t.IsZero() {
+			t = e.EventTime.Time
+		}
+		if t.IsZero() {
+			t = e.CreationTimestamp.Time
+		}
+		count := int(e.Count)
+		if count == 0 {
+			count = 1
+		}
+		out = append(out, workload.Event{Time: t.UTC(), Type: e.Type, Reason: e.Reason, Message: e.Message,
+			Object: e.InvolvedObject.Kind + "/" + e.InvolvedObject.Name, Count: count})
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Time.Before(out[j].Time) })
+	return out, nil
 }
 
 // classify maps apiserver errors to Gantry's typed errors: rejected objects to

@@ -298,7 +298,7 @@ func testWorkloads(t *testing.T, s *store.Store) {
 		if i%2 == 1 {
 			team = "nlp"
 		}
-		w, err := svc.Create(ctx, fmt.Sprintf("user%d", i%3), workload.Request{Template: "vllm-inference", Team: team,
+		w, _, err := svc.Create(ctx, fmt.Sprintf("user%d", i%3), workload.Request{Template: "vllm-inference", Team: team,
 			Choice: template.Choice{Count: 1 + i%2, Params: map[string]any{"maxModelLen": 1024 * (i + 1)}}})
 		if err != nil {
 			t.Fatal(err)
@@ -364,11 +364,51 @@ func testWorkloads(t *testing.T, s *store.Store) {
 		t.Fatal("bad cursor accepted")
 	}
 	// A launch that fails validation writes nothing.
-	if _, err := svc.Create(ctx, "u", workload.Request{Template: "vllm-inference", Team: "vision", Choice: template.Choice{Count: 99}}); err == nil {
+	if _, _, err := svc.Create(ctx, "u", workload.Request{Template: "vllm-inference", Team: "vision", Choice: template.Choice{Count: 99}}); err == nil {
 		t.Fatal("oversized launch accepted")
 	}
 	if all, _ := svc.List(ctx, workload.Filter{}, ""); len(all.Items) != 7 {
 		t.Fatalf("%d workloads after a refused launch, want 7", len(all.Items))
+	}
+
+	// Idempotency-Key: the same key and request return the same workload, even
+	// when sent concurrently; the same key with another request conflicts; another
+	// owner's key is theirs.
+	req := workload.Request{Template: "dev-environment", Team: "vision", IdempotencyKey: "k-1"}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	ids := map[string]int{}
+	for range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w, _, err := svc.Create(ctx, "alice", req)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			ids[w.ID]++
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if len(ids) != 1 {
+		t.Fatalf("one key, %d workloads: %v", len(ids), ids)
+	}
+	if _, replayed, err := svc.Create(ctx, "alice", req); err != nil || !replayed {
+		t.Fatalf("repeat: replayed %v, %v", replayed, err)
+	}
+	other := req
+	other.Choice = template.Choice{MIGProfile: "none", Class: "H100-80GB"}
+	if _, _, err := svc.Create(ctx, "alice", other); !isConflict(err) {
+		t.Fatalf("same key, other request: %v, want conflict", err)
+	}
+	if w, replayed, err := svc.Create(ctx, "bob", req); err != nil || replayed || ids[w.ID] != 0 {
+		t.Fatalf("another owner's key: %v %v", replayed, err)
+	}
+	if list, _ := svc.List(ctx, workload.Filter{Template: "dev-environment"}, ""); len(list.Items) != 2 {
+		t.Fatalf("%d dev-environment workloads, want 2", len(list.Items))
 	}
 }
 

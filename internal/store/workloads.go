@@ -13,7 +13,7 @@ import (
 	"github.com/gantryhq/gantry/internal/workload"
 )
 
-const workloadColumns = `id, name, team, owner, template, template_version, kind, gpu_class, mig_profile, gpu_count, parameters, objects_hash, status, created_at, updated_at, applied_hash, reason`
+const workloadColumns = `id, name, team, owner, template, template_version, kind, gpu_class, mig_profile, gpu_count, parameters, objects_hash, status, created_at, updated_at, applied_hash, reason, idempotency_key, request_hash, endpoint`
 
 // CreateWorkload implements workload.Store.
 func (s *Store) CreateWorkload(ctx context.Context, w workload.Workload) error {
@@ -21,10 +21,14 @@ func (s *Store) CreateWorkload(ctx context.Context, w workload.Workload) error {
 	if err != nil {
 		return err
 	}
-	_, err = s.db.ExecContext(ctx, s.q(`INSERT INTO workloads (`+workloadColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+	_, err = s.db.ExecContext(ctx, s.q(`INSERT INTO workloads (`+workloadColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 		w.ID, w.Name, w.Team, w.Owner, w.Template, w.TemplateVersion, w.Kind, w.GPUClass, w.MIGProfile, w.GPUCount,
-		string(params), w.ObjectsHash, string(w.Status), w.CreatedAt.UnixMicro(), w.UpdatedAt.UnixMicro(), w.AppliedHash, w.Reason)
+		string(params), w.ObjectsHash, string(w.Status), w.CreatedAt.UnixMicro(), w.UpdatedAt.UnixMicro(), w.AppliedHash, w.Reason,
+		nullable(w.IdempotencyKey), w.RequestHash, w.Endpoint)
 	if err != nil {
+		if w.IdempotencyKey != "" && uniqueViolation(err) {
+			return &fault.Conflict{Kind: "workload", Name: w.IdempotencyKey, Reason: "Idempotency-Key already used"}
+		}
 		return fmt.Errorf("insert workload %s: %w", w.ID, err)
 	}
 	return nil
@@ -34,15 +38,36 @@ func scanWorkload(row interface{ Scan(...any) error }) (workload.Workload, error
 	var w workload.Workload
 	var params, status string
 	var created, updated int64
+	var key sql.NullString
 	err := row.Scan(&w.ID, &w.Name, &w.Team, &w.Owner, &w.Template, &w.TemplateVersion, &w.Kind, &w.GPUClass, &w.MIGProfile,
-		&w.GPUCount, &params, &w.ObjectsHash, &status, &created, &updated, &w.AppliedHash, &w.Reason)
+		&w.GPUCount, &params, &w.ObjectsHash, &status, &created, &updated, &w.AppliedHash, &w.Reason, &key, &w.RequestHash, &w.Endpoint)
 	if err != nil {
 		return w, err
 	}
 	w.Status = workload.Status(status)
+	w.IdempotencyKey = key.String
 	w.CreatedAt, w.UpdatedAt = time.UnixMicro(created).UTC(), time.UnixMicro(updated).UTC()
 	if err := json.Unmarshal([]byte(params), &w.Parameters); err != nil {
 		return w, fmt.Errorf("workload %s: stored parameters are corrupt: %w", w.ID, err)
+	}
+	return w, nil
+}
+
+func nullable(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+// WorkloadByIdempotencyKey implements workload.Store.
+func (s *Store) WorkloadByIdempotencyKey(ctx context.Context, owner, key string) (workload.Workload, error) {
+	w, err := scanWorkload(s.db.QueryRowContext(ctx, s.q(`SELECT `+workloadColumns+` FROM workloads WHERE owner = ? AND idempotency_key = ?`), owner, key))
+	if errors.Is(err, sql.ErrNoRows) {
+		return w, &fault.NotFound{Kind: "workload", Name: "Idempotency-Key " + key}
+	}
+	if err != nil {
+		return w, fmt.Errorf("get workload by idempotency key: %w", err)
 	}
 	return w, nil
 }

@@ -7,7 +7,9 @@ package workload
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -55,6 +57,9 @@ type Workload struct {
 	AppliedHash     string // the ObjectsHash last applied to the cluster; "" until then
 	Status          Status
 	Reason          string // why the workload is stuck or failed
+	Endpoint        string // in-cluster address of a service or notebook
+	IdempotencyKey  string // the caller's key for this launch, if any
+	RequestHash     string // fingerprint of the launch request, to tell repeats from reuse
 	CreatedAt       time.Time
 	UpdatedAt       time.Time
 }
@@ -83,6 +88,8 @@ type Store interface {
 	CreateWorkload(ctx context.Context, w Workload) error
 	// Workload returns one record; *fault.NotFound if none.
 	Workload(ctx context.Context, id string) (Workload, error)
+	// WorkloadByIdempotencyKey returns the owner's workload launched with key.
+	WorkloadByIdempotencyKey(ctx context.Context, owner, key string) (Workload, error)
 	// ListWorkloads returns up to f.Limit records, newest first.
 	ListWorkloads(ctx context.Context, f Filter) ([]Workload, error)
 	// SetWorkloadStatus changes a record's status and reason; *fault.NotFound if none.
@@ -98,6 +105,18 @@ type Cluster interface {
 	EnsureNamespace(ctx context.Context, name, team string) error
 	Apply(ctx context.Context, objs []render.Object) error
 	Delete(ctx context.Context, namespace, kind, name string) error
+	// Events returns the events of objects whose names start with prefix.
+	Events(ctx context.Context, namespace, prefix string) ([]Event, error)
+}
+
+// Event is something the cluster reported about a workload's objects.
+type Event struct {
+	Time    time.Time
+	Type    string // Normal or Warning
+	Reason  string
+	Message string
+	Object  string // Kind/name
+	Count   int
 }
 
 // Templates finds template versions and the GPU classes they are checked against.
@@ -129,10 +148,19 @@ func New(store Store, templates Templates, namespace func(team string) string) *
 
 // Request asks to launch a template.
 type Request struct {
-	Template string
-	Version  int // 0: the live version
-	Team     string
-	Choice   template.Choice
+	Template       string
+	Version        int // 0: the live version
+	Team           string
+	Choice         template.Choice
+	IdempotencyKey string // optional: the same key returns the same workload
+}
+
+// fingerprint identifies what a request asks for, so that a repeat under the
+// same Idempotency-Key can be told from a different request.
+func (r Request) fingerprint() string {
+	b, _ := json.Marshal([]any{r.Template, r.Version, r.Team, r.Choice.Class, r.Choice.MIGProfile, r.Choice.Count, r.Choice.Params})
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
 }
 
 // Rendered is what a launch would create.
@@ -190,8 +218,42 @@ func (s *Service) render(ctx context.Context, owner string, req Request, id stri
 }
 
 // Create records a launch of the request. The objects are rendered (so every
-// problem surfaces now) and their hash recorded with the workload.
-func (s *Service) Create(ctx context.Context, owner string, req Request) (Workload, error) {
+// problem surfaces now) and their hash recorded with the workload. With an
+// idempotency key, a repeat returns the first launch's workload and replayed true.
+func (s *Service) Create(ctx context.Context, owner string, req Request) (w Workload, replayed bool, err error) {
+	if req.IdempotencyKey != "" {
+		w, err := s.byKey(ctx, owner, req)
+		if err == nil {
+			return w, true, nil
+		}
+		var nf *fault.NotFound
+		if !errors.As(err, &nf) {
+			return Workload{}, false, err
+		}
+	}
+	w, err = s.create(ctx, owner, req)
+	var c *fault.Conflict
+	if req.IdempotencyKey != "" && errors.As(err, &c) {
+		// Launched concurrently under the same key: answer with that launch.
+		if w, err := s.byKey(ctx, owner, req); err == nil {
+			return w, true, nil
+		}
+	}
+	return w, false, err
+}
+
+func (s *Service) byKey(ctx context.Context, owner string, req Request) (Workload, error) {
+	w, err := s.store.WorkloadByIdempotencyKey(ctx, owner, req.IdempotencyKey)
+	if err != nil {
+		return w, err
+	}
+	if w.RequestHash != req.fingerprint() {
+		return Workload{}, &fault.Conflict{Kind: "Idempotency-Key", Name: req.IdempotencyKey, Reason: "was used for a different launch request"}
+	}
+	return w, nil
+}
+
+func (s *Service) create(ctx context.Context, owner string, req Request) (Workload, error) {
 	id := s.newID()
 	rd, err := s.render(ctx, owner, req, id)
 	if err != nil {
@@ -211,6 +273,9 @@ func (s *Service) Create(ctx context.Context, owner string, req Request) (Worklo
 		Parameters:      rd.Choice.Params,
 		ObjectsHash:     rd.Hash,
 		Status:          Pending,
+		IdempotencyKey:  req.IdempotencyKey,
+		RequestHash:     req.fingerprint(),
+		Endpoint:        endpoint(rd),
 		CreatedAt:       now,
 		UpdatedAt:       now,
 	}
@@ -227,6 +292,15 @@ func (s *Service) Create(ctx context.Context, owner string, req Request) (Worklo
 	// applies it; if the cluster is unreachable, the launch is kept and applied
 	// once it is back.
 	return s.apply(ctx, w, rd.Objects)
+}
+
+// endpoint is the in-cluster address of a service's or notebook's first port.
+func endpoint(rd Rendered) string {
+	spec := rd.Version.Template.Spec
+	if spec.Workload == template.Job || len(spec.Ports) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("http://%s.%s.svc.cluster.local:%d", rd.Meta.Name(rd.Version.Name), rd.Meta.Namespace, spec.Ports[0].Port)
 }
 
 // apply puts a recorded workload's objects on the cluster and records the
@@ -400,21 +474,45 @@ func (s *Service) List(ctx context.Context, f Filter, cursor string) (Page, erro
 	return p, nil
 }
 
-// Delete marks a workload deleted; the record stays for accounting.
+// Delete removes a workload's objects from the cluster and marks it deleted;
+// the record stays for accounting.
 func (s *Service) Delete(ctx context.Context, id string) error {
+	_, err := s.end(ctx, id, Deleted)
+	return err
+}
+
+// Stop removes a workload's objects from the cluster and marks it stopped.
+func (s *Service) Stop(ctx context.Context, id string) (Workload, error) {
+	return s.end(ctx, id, Stopped)
+}
+
+func (s *Service) end(ctx context.Context, id string, st Status) (Workload, error) {
 	w, err := s.store.Workload(ctx, id)
 	if err != nil {
-		return err
+		return w, err
 	}
-	if w.Status == Deleted {
-		return nil
+	if w.Status == Deleted || w.Status == st {
+		return w, nil
 	}
 	if s.cluster != nil && w.AppliedHash != "" {
 		if err := s.cluster.Delete(ctx, s.namespace(w.Team), primaryKind(w.Kind), w.Name); err != nil {
-			return err
+			return w, err
 		}
 	}
-	return s.store.SetWorkloadStatus(ctx, id, Deleted, "", s.now().UTC().Truncate(time.Microsecond))
+	w.Status, w.Reason, w.UpdatedAt = st, "", s.now().UTC().Truncate(time.Microsecond)
+	return w, s.store.SetWorkloadStatus(ctx, id, st, "", w.UpdatedAt)
+}
+
+// Events returns what the cluster reported about a workload's objects.
+func (s *Service) Events(ctx context.Context, id string) ([]Event, error) {
+	w, err := s.store.Workload(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if s.cluster == nil {
+		return []Event{}, nil
+	}
+	return s.cluster.Events(ctx, s.namespace(w.Team), w.Name)
 }
 
 func validStatus(st Status) bool {

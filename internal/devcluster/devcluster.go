@@ -123,10 +123,28 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 		return nil, err
 	}
 	if err := c.provision(ctx, o); err != nil {
+		err = fmt.Errorf("%w%s", err, c.componentLogs())
 		c.Stop(context.Background())
 		return nil, err
 	}
 	return c, nil
+}
+
+// componentLogs returns the end of the API server's and etcd's logs, to say why
+// a cluster failed.
+func (c *Cluster) componentLogs() string {
+	var b strings.Builder
+	for _, name := range []string{"kube-apiserver", "etcd"} {
+		data, err := os.ReadFile(filepath.Join(c.workDir, "clusters", c.Name, "logs", name+".log"))
+		if err != nil {
+			continue
+		}
+		if len(data) > 1500 {
+			data = data[len(data)-1500:]
+		}
+		fmt.Fprintf(&b, "\n--- end of %s.log:\n%s", name, data)
+	}
+	return b.String()
 }
 
 // kwokctlConfig points kwokctl at the locally built binaries, keeps every

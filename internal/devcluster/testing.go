@@ -29,11 +29,18 @@ func ForTests(pkg string) (c *Cluster, stop func(), err error) {
 	if os.Getenv("GANTRY_TEST_CLUSTER_LOG") != "" {
 		log = os.Stderr
 	}
-	o := Options{Name: fmt.Sprintf("gt-%s-%d", pkg, os.Getpid()), Root: root}
-	if log != nil {
-		o.Log = log
+	// A start can lose a race for a port with another cluster starting at the
+	// same moment; try again, under a new name.
+	for attempt := 1; attempt <= 3; attempt++ {
+		o := Options{Name: fmt.Sprintf("gt-%s-%d-%d", pkg, os.Getpid(), attempt), Root: root}
+		if log != nil {
+			o.Log = log
+		}
+		if c, err = Start(ctx, o); err == nil {
+			break
+		}
+		fmt.Fprintf(os.Stderr, "local cluster, attempt %d: %v\n", attempt, err)
 	}
-	c, err = Start(ctx, o)
 	if err != nil {
 		return nil, func() {}, err
 	}

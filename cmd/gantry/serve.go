@@ -11,8 +11,6 @@ import (
 	"os"
 	"time"
 
-	"k8s.io/client-go/tools/clientcmd"
-
 	"github.com/gantryhq/gantry"
 	"github.com/gantryhq/gantry/api"
 	"github.com/gantryhq/gantry/internal/catalog"
@@ -97,19 +95,11 @@ func runServer(ctx context.Context, cfg config.Config, ready func(url string)) e
 
 	checks := []api.Check{{Name: "database", Pinger: a.store}}
 	if cfg.Kubeconfig != "" {
-		restCfg, err := clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig)
-		if err != nil {
-			return fmt.Errorf("kubeconfig %s: %w", cfg.Kubeconfig, err)
-		}
-		cl, err := kube.New(restCfg)
-		if err != nil {
-			return err
-		}
-		a.workloads.WithCluster(cl)
-		checks = append(checks, api.Check{Name: "kubernetes", Pinger: cl})
-		go reconcileLoop(ctx, a, cfg.Reconcile())
-		go func() {
-			err := cl.Watch(ctx, func(o kube.Observation) {
+		// The kubeconfig is loaded lazily: with it missing or the API server away,
+		// Gantry still serves, /readyz says why it is not ready, and launches are
+		// kept and applied by the reconcile loop once the cluster answers.
+		cl := kube.NewLazy(cfg.Kubeconfig, func(c *kube.Cluster) {
+			err := c.Watch(ctx, func(o kube.Observation) {
 				if err := a.workloads.Observe(ctx, o.WorkloadID, workload.Status(o.Phase), o.Reason); err != nil && ctx.Err() == nil {
 					a.log.Warn("record workload status", "workload", o.WorkloadID, "err", err)
 				}
@@ -117,7 +107,10 @@ func runServer(ctx context.Context, cfg config.Config, ready func(url string)) e
 			if err != nil {
 				a.log.Error("watching the cluster stopped", "err", err)
 			}
-		}()
+		})
+		a.workloads.WithCluster(cl)
+		checks = append(checks, api.Check{Name: "kubernetes", Pinger: cl})
+		go reconcileLoop(ctx, a, cfg.Reconcile(), cl)
 	} else {
 		a.log.Warn("no kubeconfig: launches are recorded and rendered, not applied to a cluster")
 	}
@@ -161,10 +154,14 @@ func runServer(ctx context.Context, cfg config.Config, ready func(url string)) e
 
 // reconcileLoop applies recorded launches that are not on the cluster yet: at
 // start (a crash mid-launch) and then every interval (a cluster that was away).
-func reconcileLoop(ctx context.Context, a *app, every time.Duration) {
+func reconcileLoop(ctx context.Context, a *app, every time.Duration, cluster api.Pinger) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
+		// Pinging loads a kubeconfig that was missing and starts the watch.
+		if err := cluster.Ping(ctx); err != nil && ctx.Err() == nil {
+			a.log.Warn("kubernetes API server not reachable", "err", err)
+		}
 		n, err := a.workloads.Reconcile(ctx)
 		if n > 0 {
 			a.log.Info("reconciled workloads", "applied", n)

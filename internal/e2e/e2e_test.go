@@ -414,3 +414,48 @@ func TestCrashBetweenRecordAndApply(t *testing.T) {
 		t.Fatalf("%d workloads, want 1", len(list.Items))
 	}
 }
+
+// TestClusterAway: with its kubeconfig missing Gantry still serves, /readyz
+// says the cluster is not ready, launches are accepted and kept, and they are
+// applied once the kubeconfig (and so the cluster) is there.
+func TestClusterAway(t *testing.T) {
+	if cluster == nil {
+		t.Skip(devcluster.ErrNotRequested)
+	}
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	g := start(t, filepath.Join(t.TempDir(), "g.db"), false)
+	away := kube.NewLazy(kubeconfig, nil)
+	g.wl.WithCluster(away)
+
+	var w wl
+	if s := g.post("/api/v1/workloads", map[string]any{"template": "vllm-inference", "team": "away"}, &w); s != 201 {
+		t.Fatalf("launch while the cluster is away: %d", s)
+	}
+	if w.Applied || w.Status != "Pending" || !strings.Contains(w.Reason, "waiting for the Kubernetes API server") {
+		t.Fatalf("%+v", w)
+	}
+	if err := away.Ping(context.Background()); err == nil || !strings.Contains(err.Error(), kubeconfig) {
+		t.Fatalf("ping: %v, want the missing kubeconfig named", err)
+	}
+	if _, err := g.wl.Reconcile(context.Background()); err == nil {
+		t.Fatal("reconcile with the cluster away reported no problem")
+	}
+
+	data, err := os.ReadFile(cluster.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(kubeconfig, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := g.wl.Reconcile(context.Background()); err != nil || n != 1 {
+		t.Fatalf("reconcile once back: applied %d, %v", n, err)
+	}
+	if got := g.get(w.ID); !got.Applied {
+		t.Fatalf("not applied once the cluster is back: %+v", got)
+	}
+	deps, _ := cluster.Client.AppsV1().Deployments("gantry-away").List(context.Background(), metav1.ListOptions{})
+	if len(deps.Items) != 1 {
+		t.Fatalf("%d deployments, want 1", len(deps.Items))
+	}
+}

@@ -291,7 +291,12 @@ func (s *Service) create(ctx context.Context, owner string, req Request) (Worklo
 	// Recorded first, applied second: if Gantry stops in between, the reconciler
 	// applies it; if the cluster is unreachable, the launch is kept and applied
 	// once it is back.
-	return s.apply(ctx, w, rd.Objects)
+	w, err = s.apply(ctx, w, rd.Objects)
+	var un *fault.Unavailable
+	if errors.As(err, &un) {
+		return w, nil // accepted; pending until the cluster answers
+	}
+	return w, err
 }
 
 // endpoint is the in-cluster address of a service's or notebook's first port.
@@ -305,7 +310,8 @@ func endpoint(rd Rendered) string {
 
 // apply puts a recorded workload's objects on the cluster and records the
 // outcome. A rejection by the API server fails the workload with the server's
-// reason; an unreachable server leaves it pending.
+// reason; an unreachable server leaves it pending (and the *fault.Unavailable
+// is returned).
 func (s *Service) apply(ctx context.Context, w Workload, objs []render.Object) (Workload, error) {
 	now := func() time.Time { return s.now().UTC().Truncate(time.Microsecond) }
 	err := s.cluster.EnsureNamespace(ctx, s.namespace(w.Team), w.Team)
@@ -319,13 +325,19 @@ func (s *Service) apply(ctx context.Context, w Workload, objs []render.Object) (
 			return w, err
 		}
 		w.AppliedHash = w.ObjectsHash
+		if w.Reason != "" { // no longer waiting for the cluster
+			w.Reason = ""
+			if err := s.store.SetWorkloadStatus(ctx, w.ID, w.Status, "", now()); err != nil {
+				return w, err
+			}
+		}
 		return w, nil
 	case errors.As(err, &un):
 		w.Reason = "waiting for the Kubernetes API server; the launch is kept and applied when it answers"
 		if serr := s.store.SetWorkloadStatus(ctx, w.ID, Pending, w.Reason, now()); serr != nil {
 			return w, serr
 		}
-		return w, nil
+		return w, err
 	}
 	w.Status, w.Reason = Failed, err.Error()
 	if serr := s.store.SetWorkloadStatus(ctx, w.ID, Failed, w.Reason, now()); serr != nil {

@@ -1,0 +1,95 @@
+package kube
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/render"
+	"github.com/gantryhq/gantry/internal/workload"
+)
+
+// Lazy is a Cluster that loads its kubeconfig on first use and again after
+// each failure, so that Gantry starts (and keeps launches) while the kubeconfig
+// is missing or unreadable, and picks it up once it is there. Until then every
+// call answers *fault.Unavailable naming the problem.
+type Lazy struct {
+	path    string
+	mu      sync.Mutex
+	cluster *Cluster
+	onLoad  func(*Cluster)
+}
+
+// NewLazy returns a Lazy for the kubeconfig at path; onLoad (may be nil) runs
+// once, when it first loads.
+func NewLazy(path string, onLoad func(*Cluster)) *Lazy { return &Lazy{path: path, onLoad: onLoad} }
+
+func (l *Lazy) get() (*Cluster, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.cluster != nil {
+		return l.cluster, nil
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", l.path)
+	if err != nil {
+		return nil, &fault.Unavailable{What: "kubernetes API server", Err: fmt.Errorf("kubeconfig %s: %w", l.path, err)}
+	}
+	c, err := New(rest.CopyConfig(cfg))
+	if err != nil {
+		return nil, &fault.Unavailable{What: "kubernetes API server", Err: err}
+	}
+	l.cluster = c
+	if l.onLoad != nil {
+		go l.onLoad(c)
+	}
+	return c, nil
+}
+
+// Ping implements api.Pinger.
+func (l *Lazy) Ping(ctx context.Context) error {
+	c, err := l.get()
+	if err != nil {
+		return err
+	}
+	return c.Ping(ctx)
+}
+
+// EnsureNamespace implements workload.Cluster.
+func (l *Lazy) EnsureNamespace(ctx context.Context, name, team string) error {
+	c, err := l.get()
+	if err != nil {
+		return err
+	}
+	return c.EnsureNamespace(ctx, name, team)
+}
+
+// Apply implements workload.Cluster.
+func (l *Lazy) Apply(ctx context.Context, objs []render.Object) error {
+	c, err := l.get()
+	if err != nil {
+		return err
+	}
+	return c.Apply(ctx, objs)
+}
+
+// Delete implements workload.Cluster.
+func (l *Lazy) Delete(ctx context.Context, namespace, kind, name string) error {
+	c, err := l.get()
+	if err != nil {
+		return err
+	}
+	return c.Delete(ctx, namespace, kind, name)
+}
+
+// Events implements workload.Cluster.
+func (l *Lazy) Events(ctx context.Context, namespace, prefix string) ([]workload.Event, error) {
+	c, err := l.get()
+	if err != nil {
+		return nil, err
+	}
+	return c.Events(ctx, namespace, prefix)
+}

@@ -169,6 +169,15 @@ func reconcileLoop(ctx context.Context, a *app, every time.Duration, cluster api
 		if err != nil && ctx.Err() == nil {
 			a.log.Warn("reconcile", "err", err)
 		}
+		if err == nil {
+			orphans, err := a.workloads.Orphans(ctx, a.cfg.RemoveOrphans)
+			for _, o := range orphans {
+				a.log.Warn("object carries Gantry's labels but belongs to no live workload", "object", o.String(), "workload", o.WorkloadID, "removed", a.cfg.RemoveOrphans)
+			}
+			if err != nil && ctx.Err() == nil {
+				a.log.Warn("looking for orphaned objects", "err", err)
+			}
+		}
 		select {
 		case <-ctx.Done():
 			return

@@ -51,6 +51,9 @@ type Config struct {
 	Kubeconfig string `json:"kubeconfig"`
 	// ReconcileInterval is how often unapplied launches are retried.
 	ReconcileInterval string `json:"reconcileInterval"`
+	// RemoveOrphans deletes objects that carry Gantry's labels but belong to no
+	// live workload; otherwise they are only reported.
+	RemoveOrphans bool `json:"removeOrphans"`
 }
 
 // Database selects the store.
@@ -126,6 +129,14 @@ var env = []struct {
 	{"GANTRY_DEV_USER", func(c *Config, v string) error { c.DevUser = v; return nil }},
 	{"GANTRY_KUBECONFIG", func(c *Config, v string) error { c.Kubeconfig = v; return nil }},
 	{"GANTRY_RECONCILE_INTERVAL", func(c *Config, v string) error { c.ReconcileInterval = v; return nil }},
+	{"GANTRY_REMOVE_ORPHANS", func(c *Config, v string) error {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("%q is not true or false", v)
+		}
+		c.RemoveOrphans = b
+		return nil
+	}},
 }
 
 // Load builds the configuration from defaults, the file (when path is not

@@ -459,3 +459,45 @@ func TestClusterAway(t *testing.T) {
 		t.Fatalf("%d deployments, want 1", len(deps.Items))
 	}
 }
+
+// TestOrphans: objects with Gantry's labels but no live record are reported,
+// and removed when asked.
+func TestOrphans(t *testing.T) {
+	g := start(t, filepath.Join(t.TempDir(), "g.db"), true)
+	var w wl
+	if s := g.post("/api/v1/workloads", map[string]any{"template": "vllm-inference", "team": "orphan"}, &w); s != 201 {
+		t.Fatalf("launch: %d", s)
+	}
+	// Another Gantry (a fresh database) knows nothing of it.
+	other := start(t, filepath.Join(t.TempDir(), "other.db"), true)
+	found, err := other.wl.Orphans(context.Background(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mine []workload.ObjectRef
+	for _, o := range found {
+		if o.WorkloadID == w.ID {
+			mine = append(mine, o)
+		}
+	}
+	if len(mine) != 1 || mine[0].Kind != "Deployment" || mine[0].Namespace != "gantry-orphan" {
+		t.Fatalf("orphans %v, want the Deployment of %s", found, w.ID)
+	}
+	// The Gantry that owns it sees no orphan of its own.
+	if mineToo, _ := g.wl.Orphans(context.Background(), false); containsWorkload(mineToo, w.ID) {
+		t.Fatal("a live workload was reported as an orphan")
+	}
+	if _, err := other.wl.Orphans(context.Background(), true); err != nil {
+		t.Fatal(err)
+	}
+	g.waitNoObjects(t, "orphan", w.ID)
+}
+
+func containsWorkload(refs []workload.ObjectRef, id string) bool {
+	for _, r := range refs {
+		if r.WorkloadID == id {
+			return true
+		}
+	}
+	return false
+}

@@ -201,6 +201,26 @@ func (c *Cluster) Events(ctx context.Context, namespace, prefix string) ([]workl
 	return out, nil
 }
 
+// Managed implements workload.Cluster: the Jobs, Deployments and StatefulSets
+// labelled as Gantry's, in every namespace.
+func (c *Cluster) Managed(ctx context.Context) ([]workload.ObjectRef, error) {
+	var out []workload.ObjectRef
+	for gvk, gvr := range resources {
+		if !primaryKinds[gvk.Kind] {
+			continue
+		}
+		list, err := c.dyn.Resource(gvr).List(ctx, metav1.ListOptions{LabelSelector: render.LabelManagedBy + "=" + render.ManagedBy})
+		if err != nil {
+			return nil, classify(err, gvk.Kind, "")
+		}
+		for _, o := range list.Items {
+			out = append(out, workload.ObjectRef{Namespace: o.GetNamespace(), Kind: gvk.Kind, Name: o.GetName(), WorkloadID: o.GetLabels()[render.LabelWorkloadID]})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].String() < out[j].String() })
+	return out, nil
+}
+
 // classify maps apiserver errors to Gantry's typed errors: rejected objects to
 // *fault.Invalid naming the field the apiserver named, conflicts to
 // *fault.Conflict, and an unreachable server to *fault.Unavailable.

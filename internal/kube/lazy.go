@@ -93,3 +93,12 @@ func (l *Lazy) Events(ctx context.Context, namespace, prefix string) ([]workload
 	}
 	return c.Events(ctx, namespace, prefix)
 }
+
+// Managed implements workload.Cluster.
+func (l *Lazy) Managed(ctx context.Context) ([]workload.ObjectRef, error) {
+	c, err := l.get()
+	if err != nil {
+		return nil, err
+	}
+	return c.Managed(ctx)
+}

@@ -107,7 +107,20 @@ type Cluster interface {
 	Delete(ctx context.Context, namespace, kind, name string) error
 	// Events returns the events of objects whose names start with prefix.
 	Events(ctx context.Context, namespace, prefix string) ([]Event, error)
+	// Managed lists the primary objects (Jobs, Deployments, StatefulSets) that
+	// carry Gantry's labels.
+	Managed(ctx context.Context) ([]ObjectRef, error)
 }
+
+// ObjectRef names a workload's primary object on the cluster.
+type ObjectRef struct {
+	Namespace  string
+	Kind       string
+	Name       string
+	WorkloadID string
+}
+
+func (o ObjectRef) String() string { return o.Kind + " " + o.Namespace + "/" + o.Name }
 
 // Event is something the cluster reported about a workload's objects.
 type Event struct {
@@ -375,6 +388,38 @@ func (s *Service) Reconcile(ctx context.Context) (applied int, err error) {
 		applied++
 	}
 	return applied, errors.Join(errs...)
+}
+
+// Orphans finds objects on the cluster that carry Gantry's labels but belong to
+// no live workload (no record, or one that was stopped or deleted), and removes
+// them when remove is set.
+func (s *Service) Orphans(ctx context.Context, remove bool) ([]ObjectRef, error) {
+	if s.cluster == nil {
+		return nil, nil
+	}
+	objs, err := s.cluster.Managed(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []ObjectRef
+	for _, o := range objs {
+		w, err := s.store.Workload(ctx, o.WorkloadID)
+		var nf *fault.NotFound
+		switch {
+		case errors.As(err, &nf):
+		case err != nil:
+			return out, err
+		case w.Status != Deleted && w.Status != Stopped:
+			continue
+		}
+		out = append(out, o)
+		if remove {
+			if err := s.cluster.Delete(ctx, o.Namespace, o.Kind, o.Name); err != nil {
+				return out, err
+			}
+		}
+	}
+	return out, nil
 }
 
 // rerender renders a recorded workload again, exactly as it was launched.

@@ -20,8 +20,10 @@ build: ## build bin/gantry
 generate: ## regenerate api/api.gen.go from openapi.yaml
 	$(GO) generate ./...
 
-bench: ## run the benchmarks (both store backends) and print benchstat-ready output
+bench: ## run the benchmarks (both store backends, a local cluster) into bench.txt, benchstat-ready
 	.ci/with-postgres $(GO) test -run='^$$' -bench=. -benchmem -count=6 ./internal/render ./internal/store | tee bench.txt
+	GANTRY_TEST_CLUSTER=1 $(GO) test -run='^$$' -bench=BenchmarkLaunch -count=6 ./internal/e2e | tee -a bench.txt
+	GANTRY_TEST_CLUSTER=1 $(GO) test -run='^$$' -bench=BenchmarkSubmitToRunning -benchtime=1x -count=3 ./internal/e2e | tee -a bench.txt
 
 fuzz: ## fuzz the template parser for a minute
 	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=60s ./internal/template

@@ -149,7 +149,9 @@ func (c *Cluster) componentLogs() string {
 
 // kwokctlConfig points kwokctl at the locally built binaries, keeps every
 // component on loopback, turns on admission (Pod Security) and authorization,
-// and adds the Stages.
+// lifts the components' client QPS limits (with them, a batch of 100 launches
+// waits ~15 s on the controller manager's 20 requests a second), and adds the
+// Stages.
 func kwokctlConfig(bin string) []byte {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, `apiVersion: config.kwok.x-k8s.io/v1alpha1
@@ -159,6 +161,7 @@ options:
   bindAddress: 127.0.0.1
   kubeAdmission: true
   kubeAuthorization: true
+  disableQPSLimits: true
   etcdBinary: %[1]s/etcd
   kubeApiserverBinary: %[1]s/kube-apiserver
   kubeControllerManagerBinary: %[1]s/kube-controller-manager
@@ -218,20 +221,8 @@ func (c *Cluster) provision(ctx context.Context, o Options) error {
 	if _, err := cs.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create storage class: %w", err)
 	}
-	for i := 0; i < o.Volumes; i++ {
-		pv := &corev1.PersistentVolume{
-			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("pool-%03d", i)},
-			Spec: corev1.PersistentVolumeSpec{
-				Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Ti")},
-				AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-				PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimDelete,
-				StorageClassName:              "standard",
-				PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: fmt.Sprintf("/tmp/gantry-pool/%03d", i)}},
-			},
-		}
-		if _, err := cs.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("create volume %s: %w", pv.Name, err)
-		}
+	if err := c.AddVolumes(ctx, 0, o.Volumes); err != nil {
+		return err
 	}
 	nodes := Nodes(o.Fleet)
 	for _, n := range nodes {
@@ -241,6 +232,27 @@ func (c *Cluster) provision(ctx context.Context, o Options) error {
 	}
 	fmt.Fprintf(o.Log, "cluster: %d GPU nodes created, waiting until they are Ready\n", len(nodes))
 	return c.waitReady(ctx, len(nodes))
+}
+
+// AddVolumes adds n PersistentVolumes of 1Ti to the pool that claims bind to,
+// numbered from first.
+func (c *Cluster) AddVolumes(ctx context.Context, first, n int) error {
+	for i := first; i < first+n; i++ {
+		pv := &corev1.PersistentVolume{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("pool-%04d", i)},
+			Spec: corev1.PersistentVolumeSpec{
+				Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Ti")},
+				AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimDelete,
+				StorageClassName:              "standard",
+				PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: fmt.Sprintf("/tmp/gantry-pool/%04d", i)}},
+			},
+		}
+		if _, err := c.Client.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create volume %s: %w", pv.Name, err)
+		}
+	}
+	return nil
 }
 
 // waitReady waits until n nodes are Ready with their GPU resources allocatable

@@ -55,13 +55,13 @@ func TestMain(m *testing.M) {
 
 // gantryServer is Gantry as `gantry serve --kubeconfig` runs it, in process.
 type gantryServer struct {
-	t     *testing.T
+	t     testing.TB
 	url   string
 	store *store.Store
 	wl    *workload.Service
 }
 
-func start(t *testing.T, dbPath string, withCluster bool) *gantryServer {
+func start(t testing.TB, dbPath string, withCluster bool) *gantryServer {
 	t.Helper()
 	if cluster == nil {
 		t.Skip(devcluster.ErrNotRequested)
@@ -249,14 +249,7 @@ func contains(list []string, s string) bool {
 func TestOversizedStaysPending(t *testing.T) {
 	g := start(t, filepath.Join(t.TempDir(), "g.db"), true)
 	// A template that allows 16 GPUs; no node has more than 8.
-	data, err := os.ReadFile("../../templates/pytorch-train.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc map[string]any
-	if err := yaml.Unmarshal(data, &doc); err != nil {
-		t.Fatal(err)
-	}
+	doc := templateDoc(t, "../../templates/pytorch-train.yaml")
 	doc["metadata"].(map[string]any)["name"] = "big-train"
 	doc["spec"].(map[string]any)["gpu"].(map[string]any)["count"] = map[string]any{"min": 1, "max": 16, "default": 16}
 	if s := g.post("/api/v1/templates", doc, nil); s != 201 {
@@ -500,4 +493,18 @@ func containsWorkload(refs []workload.ObjectRef, id string) bool {
 		}
 	}
 	return false
+}
+
+// templateDoc reads a template file as a JSON-ready document.
+func templateDoc(t testing.TB, path string) map[string]any {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	return doc
 }

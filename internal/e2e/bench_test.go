@@ -1,0 +1,166 @@
+package e2e_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gantryhq/gantry/internal/devcluster"
+	"github.com/gantryhq/gantry/internal/gpu"
+	"github.com/gantryhq/gantry/internal/kube"
+	"github.com/gantryhq/gantry/internal/render"
+	"github.com/gantryhq/gantry/internal/template"
+)
+
+// BenchmarkLaunch compares Gantry's POST /api/v1/workloads (validation,
+// rendering, the database record and the server-side apply, until it answers)
+// with the natural baseline: a direct client-go server-side apply of the same
+// objects (namespace included) on the same cluster.
+func BenchmarkLaunch(b *testing.B) {
+	if cluster == nil {
+		b.Skip(devcluster.ErrNotRequested)
+	}
+	g := start(b, filepath.Join(b.TempDir(), "g.db"), true)
+	body, _ := json.Marshal(map[string]any{"template": "vllm-inference", "team": "bench"})
+	b.Run("gantry-POST", func(b *testing.B) {
+		for b.Loop() {
+			resp, err := http.Post(g.url+"/api/v1/workloads", "application/json", bytes.NewReader(body))
+			if err != nil {
+				b.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != 201 {
+				b.Fatalf("status %d", resp.StatusCode)
+			}
+		}
+	})
+	k, err := kube.New(cluster.Config())
+	if err != nil {
+		b.Fatal(err)
+	}
+	classes, _ := gpu.LoadFile("../../templates/gpu-classes.yaml")
+	files, _ := template.LoadDir("../../templates", classes)
+	var tpl *template.Template
+	for _, f := range files {
+		if f.Template.Metadata.Name == "vllm-inference" {
+			tpl = f.Template
+		}
+	}
+	r, err := tpl.Resolve(classes, template.Choice{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("baseline-client-go-apply", func(b *testing.B) {
+		i := 0
+		for b.Loop() {
+			i++
+			objs, err := render.Objects(r, render.Meta{WorkloadID: fmt.Sprintf("base%06d", i), Team: "bench", Owner: "alice", Namespace: "gantry-bench", TemplateVersion: 1})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := k.EnsureNamespace(context.Background(), "gantry-bench", "bench"); err != nil {
+				b.Fatal(err)
+			}
+			if err := k.Apply(context.Background(), objs); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// BenchmarkSubmitToRunning submits a batch of 100 launches at once (ten at a
+// time) and reports the p50 and p95 of the time from submitting each until the
+// API reports it Running. The cluster gets enough extra H100 nodes for all.
+func BenchmarkSubmitToRunning(b *testing.B) {
+	if cluster == nil {
+		b.Skip(devcluster.ErrNotRequested)
+	}
+	ctx := context.Background()
+	for _, n := range devcluster.Nodes([]devcluster.NodeSpec{{Prefix: "bench-h100", Count: 13, Product: "NVIDIA-H100-80GB-HBM3", MemoryMB: 81559, GPUs: 8, Whole: 8}}) {
+		if _, err := cluster.Client.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
+			b.Logf("node %s: %v", n.Name, err)
+		}
+	}
+	time.Sleep(3 * time.Second) // let kwok mark the new nodes Ready
+	const batch = 100
+	var all []time.Duration
+	for round := 0; b.Loop(); round++ {
+		g := start(b, filepath.Join(b.TempDir(), "g.db"), true)
+		team := fmt.Sprintf("batch%d", round)
+		// vllm-inference without its volume: claims wait for the simulated
+		// cluster's volume binder (a 15 s sync period), which says nothing about
+		// Gantry.
+		doc := templateDoc(b, "../../templates/vllm-inference.yaml")
+		doc["metadata"].(map[string]any)["name"] = "bench-svc"
+		delete(doc["spec"].(map[string]any), "volumes")
+		if s := g.post("/api/v1/templates", doc, nil); s != 201 {
+			b.Fatalf("create template: %d", s)
+		}
+		submitted := make(map[string]time.Time, batch)
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, 10)
+		body, _ := json.Marshal(map[string]any{"template": "bench-svc", "team": team})
+		for i := 0; i < batch; i++ {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				start := time.Now()
+				resp, err := http.Post(g.url+"/api/v1/workloads", "application/json", bytes.NewReader(body))
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				var w struct{ ID string }
+				json.NewDecoder(resp.Body).Decode(&w)
+				resp.Body.Close()
+				mu.Lock()
+				submitted[w.ID] = start
+				mu.Unlock()
+			}()
+		}
+		running := map[string]time.Duration{}
+		deadline := time.Now().Add(3 * time.Minute)
+		for len(running) < batch && time.Now().Before(deadline) {
+			resp, err := http.Get(g.url + "/api/v1/workloads?limit=500&status=Running&team=" + team)
+			if err != nil {
+				b.Fatal(err)
+			}
+			var page struct{ Items []struct{ ID string } }
+			json.NewDecoder(resp.Body).Decode(&page)
+			resp.Body.Close()
+			now := time.Now()
+			mu.Lock()
+			for _, it := range page.Items {
+				if _, seen := running[it.ID]; !seen {
+					if at, ok := submitted[it.ID]; ok {
+						running[it.ID] = now.Sub(at)
+					}
+				}
+			}
+			mu.Unlock()
+			time.Sleep(20 * time.Millisecond)
+		}
+		wg.Wait()
+		if len(running) < batch {
+			b.Fatalf("%d of %d launches reached Running", len(running), batch)
+		}
+		for _, d := range running {
+			all = append(all, d)
+		}
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
+	b.ReportMetric(float64(all[len(all)/2].Milliseconds()), "p50-ms")
+	b.ReportMetric(float64(all[len(all)*95/100].Milliseconds()), "p95-ms")
+}

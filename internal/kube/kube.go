@@ -51,8 +51,14 @@ type Cluster struct {
 	core kubernetes.Interface
 }
 
-// New returns a Cluster for the configuration.
+// New returns a Cluster for the configuration. Without client rate limits in
+// it, it allows 50 requests a second (bursts of 100): client-go's default of 5
+// would throttle more than one launch a second (each is 4 requests or more).
 func New(cfg *rest.Config) (*Cluster, error) {
+	if cfg.QPS == 0 && cfg.RateLimiter == nil {
+		cfg = rest.CopyConfig(cfg)
+		cfg.QPS, cfg.Burst = 50, 100
+	}
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)

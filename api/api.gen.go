@@ -589,6 +589,15 @@ type CreateWorkloadParams struct {
 	IdempotencyKey *string `json:"Idempotency-Key,omitempty"`
 }
 
+// GetWorkloadLogsParams defines parameters for GetWorkloadLogs.
+type GetWorkloadLogsParams struct {
+	// Follow Keep the response open and stream new lines.
+	Follow *bool `form:"follow,omitempty" json:"follow,omitempty"`
+
+	// TailLines Only the last this many lines.
+	TailLines *int `form:"tailLines,omitempty" json:"tailLines,omitempty"`
+}
+
 // CreateTemplateJSONRequestBody defines body for CreateTemplate for application/json ContentType.
 type CreateTemplateJSONRequestBody = TemplateDocument
 
@@ -645,6 +654,9 @@ type ServerInterface interface {
 	// ListWorkloadEvents Workload events
 	// (GET /api/v1/workloads/{id}/events)
 	ListWorkloadEvents(ctx echo.Context, id WorkloadID) error
+	// GetWorkloadLogs Workload logs
+	// (GET /api/v1/workloads/{id}/logs)
+	GetWorkloadLogs(ctx echo.Context, id WorkloadID, params GetWorkloadLogsParams) error
 	// StopWorkload Stop a workload
 	// (POST /api/v1/workloads/{id}/stop)
 	StopWorkload(ctx echo.Context, id WorkloadID) error
@@ -926,6 +938,38 @@ func (w *ServerInterfaceWrapper) ListWorkloadEvents(ctx echo.Context) error {
 	return err
 }
 
+// GetWorkloadLogs converts echo context to params.
+func (w *ServerInterfaceWrapper) GetWorkloadLogs(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "id" -------------
+	var id WorkloadID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", ctx.Param("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter id: %s", err))
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params GetWorkloadLogsParams
+	// ------------- Optional query parameter "follow" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "follow", ctx.QueryParams(), &params.Follow, runtime.BindQueryParameterOptions{Type: "boolean", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter follow: %s", err))
+	}
+
+	// ------------- Optional query parameter "tailLines" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "tailLines", ctx.QueryParams(), &params.TailLines, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter tailLines: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.GetWorkloadLogs(ctx, id, params)
+	return err
+}
+
 // StopWorkload converts echo context to params.
 func (w *ServerInterfaceWrapper) StopWorkload(ctx echo.Context) error {
 	var err error
@@ -1034,6 +1078,7 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.GET(options.BaseURL+"/api/v1/workloads/:id", wrapper.GetWorkload, options.OperationMiddlewares["getWorkload"]...)
 	router.POST(options.BaseURL+"/api/v1/workloads/:id/stop", wrapper.StopWorkload, options.OperationMiddlewares["stopWorkload"]...)
 	router.GET(options.BaseURL+"/api/v1/workloads/:id/events", wrapper.ListWorkloadEvents, options.OperationMiddlewares["listWorkloadEvents"]...)
+	router.GET(options.BaseURL+"/api/v1/workloads/:id/logs", wrapper.GetWorkloadLogs, options.OperationMiddlewares["getWorkloadLogs"]...)
 
 }
 
@@ -1589,6 +1634,43 @@ func (response ListWorkloadEventsdefaultApplicationProblemPlusJSONResponse) Visi
 	return err
 }
 
+type GetWorkloadLogsRequestObject struct {
+	Id     WorkloadID `json:"id"`
+	Params GetWorkloadLogsParams
+}
+
+type GetWorkloadLogsResponseObject interface {
+	VisitGetWorkloadLogsResponse(w http.ResponseWriter) error
+}
+
+type GetWorkloadLogs200TextResponse string
+
+func (response GetWorkloadLogs200TextResponse) VisitGetWorkloadLogsResponse(w http.ResponseWriter) error {
+
+	w.Header().Set("Content-Type", "text/plain")
+	w.WriteHeader(200)
+
+	_, err := w.Write([]byte(fmt.Sprint(response)))
+	return err
+}
+
+type GetWorkloadLogsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetWorkloadLogsdefaultApplicationProblemPlusJSONResponse) VisitGetWorkloadLogsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type StopWorkloadRequestObject struct {
 	Id WorkloadID `json:"id"`
 }
@@ -1755,6 +1837,9 @@ type StrictServerInterface interface {
 	// ListWorkloadEvents Workload events
 	// (GET /api/v1/workloads/{id}/events)
 	ListWorkloadEvents(ctx context.Context, request ListWorkloadEventsRequestObject) (ListWorkloadEventsResponseObject, error)
+	// GetWorkloadLogs Workload logs
+	// (GET /api/v1/workloads/{id}/logs)
+	GetWorkloadLogs(ctx context.Context, request GetWorkloadLogsRequestObject) (GetWorkloadLogsResponseObject, error)
 	// StopWorkload Stop a workload
 	// (POST /api/v1/workloads/{id}/stop)
 	StopWorkload(ctx context.Context, request StopWorkloadRequestObject) (StopWorkloadResponseObject, error)
@@ -2212,6 +2297,32 @@ func (sh *strictHandler) ListWorkloadEvents(ctx echo.Context, id WorkloadID) err
 		return err
 	} else if validResponse, ok := response.(ListWorkloadEventsResponseObject); ok {
 		return validResponse.VisitListWorkloadEventsResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// GetWorkloadLogs operation middleware
+func (sh *strictHandler) GetWorkloadLogs(ctx echo.Context, id WorkloadID, params GetWorkloadLogsParams) error {
+	var request GetWorkloadLogsRequestObject
+
+	request.Id = id
+	request.Params = params
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.GetWorkloadLogs(ctx.Request().Context(), request.(GetWorkloadLogsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetWorkloadLogs")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(GetWorkloadLogsResponseObject); ok {
+		return validResponse.VisitGetWorkloadLogsResponse(ctx.Response())
 	} else if response != nil {
 		return fmt.Errorf("unexpected response type: %T", response)
 	}

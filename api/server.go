@@ -294,6 +294,42 @@ func (s *server) StopWorkload(ctx context.Context, req StopWorkloadRequestObject
 	return StopWorkload200JSONResponse(workloadOut(w)), nil
 }
 
+func (s *server) GetWorkloadLogs(ctx context.Context, req GetWorkloadLogsRequestObject) (GetWorkloadLogsResponseObject, error) {
+	r, err := s.o.Workloads.Logs(ctx, req.Id, deref(req.Params.Follow), int64(deref(req.Params.TailLines)))
+	if err != nil {
+		return nil, err
+	}
+	return logStream{r}, nil
+}
+
+// logStream copies a log to the client as it arrives, flushing each chunk.
+type logStream struct{ r io.ReadCloser }
+
+func (l logStream) VisitGetWorkloadLogsResponse(w http.ResponseWriter) error {
+	defer l.r.Close()
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.WriteHeader(http.StatusOK)
+	flusher, _ := w.(http.Flusher)
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := l.r.Read(buf)
+		if n > 0 {
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				return nil // the client went away
+			}
+			if flusher != nil {
+				flusher.Flush()
+			}
+		}
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return nil // headers are sent: end the stream
+		}
+	}
+}
+
 func (s *server) ListWorkloadEvents(ctx context.Context, req ListWorkloadEventsRequestObject) (ListWorkloadEventsResponseObject, error) {
 	evs, err := s.o.Workloads.Events(ctx, req.Id)
 	if err != nil {

@@ -105,7 +105,11 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 	}
 	c.Kubeconfig = filepath.Join(c.workDir, "kubeconfig")
 	cfgFile := filepath.Join(c.workDir, "kwokctl.yaml")
-	if err := os.WriteFile(cfgFile, kwokctlConfig(bin), 0o600); err != nil {
+	logFile := filepath.Join(c.workDir, "container.log")
+	if err := os.WriteFile(logFile, []byte(containerLog), 0o644); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(cfgFile, kwokctlConfig(bin, logFile), 0o600); err != nil {
 		return nil, err
 	}
 	fmt.Fprintf(o.Log, "cluster: starting %q (kwokctl, binary runtime, loopback)\n", o.Name)
@@ -152,7 +156,7 @@ func (c *Cluster) componentLogs() string {
 // lifts the components' client QPS limits (with them, a batch of 100 launches
 // waits ~15 s on the controller manager's 20 requests a second), and adds the
 // Stages.
-func kwokctlConfig(bin string) []byte {
+func kwokctlConfig(bin, logFile string) []byte {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, `apiVersion: config.kwok.x-k8s.io/v1alpha1
 kind: KwokctlConfiguration
@@ -172,8 +176,28 @@ options:
 ---
 `, bin)
 	b.Write(stages)
+	// Every simulated container "prints" the same log, served through the real
+	// pods/log API (kwok answers for the kubelet).
+	fmt.Fprintf(&b, `
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: ClusterLogs
+metadata:
+  name: gantry-simulated-logs
+spec:
+  logs:
+  - logsFile: %s
+    follow: true
+`, logFile)
 	return b.Bytes()
 }
+
+// containerLog is what every simulated container logs, in the CRI log format
+// the kubelet (here kwok) reads.
+const containerLog = `2026-01-01T00:00:00.000000000Z stdout F simulated container: started on a kwok node
+2026-01-01T00:00:01.000000000Z stdout F simulated container: loading model weights
+2026-01-01T00:00:02.000000000Z stdout F simulated container: ready
+`
 
 func (c *Cluster) kwokctl(ctx context.Context, args ...string) error {
 	args = append([]string{"--name", c.Name}, args...)

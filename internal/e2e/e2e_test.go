@@ -508,3 +508,73 @@ func templateDoc(t testing.TB, path string) map[string]any {
 	}
 	return doc
 }
+
+// TestLogs: a workload's log comes through the pods/log API (kwok answers for
+// the kubelet), whole, its tail, or followed as a stream.
+func TestLogs(t *testing.T) {
+	g := start(t, filepath.Join(t.TempDir(), "g.db"), true)
+	var w wl
+	if s := g.post("/api/v1/workloads", map[string]any{"template": "vllm-inference", "team": "logs"}, &w); s != 201 {
+		t.Fatalf("launch: %d", s)
+	}
+	g.waitStatus(w.ID, "Running")
+	read := func(query string) (int, string) {
+		resp, err := http.Get(g.url + "/api/v1/workloads/" + w.ID + "/logs" + query)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if s, body := read(""); s != 200 || strings.Count(body, "\n") != 3 || !strings.Contains(body, "simulated container: ready") {
+		t.Fatalf("%d %q", s, body)
+	}
+	if s, body := read("?tailLines=1"); s != 200 || body != "simulated container: ready\n" {
+		t.Fatalf("tail: %d %q", s, body)
+	}
+	// Follow: the stream stays open after the last line.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, g.url+"/api/v1/workloads/"+w.ID+"/logs?follow=true", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	got := make(chan string, 1)
+	go func() {
+		buf := make([]byte, 4096)
+		var all string
+		for !strings.Contains(all, "ready") {
+			n, err := resp.Body.Read(buf)
+			all += string(buf[:n])
+			if err != nil {
+				break
+			}
+		}
+		got <- all
+	}()
+	select {
+	case body := <-got:
+		if !strings.Contains(body, "simulated container: ready") {
+			t.Fatalf("followed %q", body)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no log lines within 30 s")
+	}
+	cancel()
+
+	// No log before there is a pod.
+	first := start(t, filepath.Join(t.TempDir(), "nocluster.db"), false)
+	var p wl
+	first.post("/api/v1/workloads", map[string]any{"template": "vllm-inference", "team": "logs"}, &p)
+	resp2, err := http.Get(first.url + "/api/v1/workloads/" + p.ID + "/logs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp2.Body.Close()
+	if resp2.StatusCode != 409 {
+		t.Fatalf("log of an unapplied workload: %d, want 409", resp2.StatusCode)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"sort"
 	"strings"
@@ -205,6 +206,33 @@ func (c *Cluster) Events(ctx context.Context, namespace, prefix string) ([]workl
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Time.Before(out[j].Time) })
 	return out, nil
+}
+
+// Logs implements workload.Cluster through the pods/log API.
+func (c *Cluster) Logs(ctx context.Context, namespace, workloadID string, follow bool, tailLines int64) (io.ReadCloser, error) {
+	pods, err := c.core.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: render.LabelWorkloadID + "=" + workloadID})
+	if err != nil {
+		return nil, classify(err, "pods", workloadID)
+	}
+	var newest *corev1.Pod
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if p.Spec.NodeName != "" && (newest == nil || p.CreationTimestamp.After(newest.CreationTimestamp.Time)) {
+			newest = p
+		}
+	}
+	if newest == nil {
+		return nil, &fault.Conflict{Kind: "workload", Name: workloadID, Reason: "has no running pod yet, so no log"}
+	}
+	opts := &corev1.PodLogOptions{Container: "main", Follow: follow}
+	if tailLines > 0 {
+		opts.TailLines = &tailLines
+	}
+	r, err := c.core.CoreV1().Pods(namespace).GetLogs(newest.Name, opts).Stream(ctx)
+	if err != nil {
+		return nil, classify(err, "Pod", newest.Name)
+	}
+	return r, nil
 }
 
 // Managed implements workload.Cluster: the Jobs, Deployments and StatefulSets

@@ -3,6 +3,7 @@ package kube
 import (
 	"context"
 	"fmt"
+	"io"
 	"sync"
 
 	"k8s.io/client-go/rest"
@@ -101,4 +102,13 @@ func (l *Lazy) Managed(ctx context.Context) ([]workload.ObjectRef, error) {
 		return nil, err
 	}
 	return c.Managed(ctx)
+}
+
+// Logs implements workload.Cluster.
+func (l *Lazy) Logs(ctx context.Context, namespace, workloadID string, follow bool, tailLines int64) (io.ReadCloser, error) {
+	c, err := l.get()
+	if err != nil {
+		return nil, err
+	}
+	return c.Logs(ctx, namespace, workloadID, follow, tailLines)
 }

@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
@@ -107,6 +108,9 @@ type Cluster interface {
 	Delete(ctx context.Context, namespace, kind, name string) error
 	// Events returns the events of objects whose names start with prefix.
 	Events(ctx context.Context, namespace, prefix string) ([]Event, error)
+	// Logs streams the log of the main container of the newest pod labelled
+	// with the workload id; *fault.Conflict when there is no pod yet.
+	Logs(ctx context.Context, namespace, workloadID string, follow bool, tailLines int64) (io.ReadCloser, error)
 	// Managed lists the primary objects (Jobs, Deployments, StatefulSets) that
 	// carry Gantry's labels.
 	Managed(ctx context.Context) ([]ObjectRef, error)
@@ -558,6 +562,18 @@ func (s *Service) end(ctx context.Context, id string, st Status) (Workload, erro
 	}
 	w.Status, w.Reason, w.UpdatedAt = st, "", s.now().UTC().Truncate(time.Microsecond)
 	return w, s.store.SetWorkloadStatus(ctx, id, st, "", w.UpdatedAt)
+}
+
+// Logs streams a workload's log (its newest pod's main container).
+func (s *Service) Logs(ctx context.Context, id string, follow bool, tailLines int64) (io.ReadCloser, error) {
+	w, err := s.store.Workload(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if s.cluster == nil || w.AppliedHash == "" {
+		return nil, &fault.Conflict{Kind: "workload", Name: id, Reason: "is not running on a cluster, so it has no log"}
+	}
+	return s.cluster.Logs(ctx, s.namespace(w.Team), id, follow, tailLines)
 }
 
 // Events returns what the cluster reported about a workload's objects.

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
@@ -578,3 +579,69 @@ func TestLogs(t *testing.T) {
 		t.Fatalf("log of an unapplied workload: %d, want 409", resp2.StatusCode)
 	}
 }
+
+// TestRejectedByAdmission: when the API server refuses a workload's objects (here
+// a ValidatingAdmissionPolicy, as sites use), the launch answers 422 with the
+// server's reason, and the workload is Failed with it.
+func TestRejectedByAdmission(t *testing.T) {
+	g := start(t, filepath.Join(t.TempDir(), "g.db"), true)
+	ctx := context.Background()
+	policy := &admissionv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "freeze-services"},
+		Spec: admissionv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: ptr(admissionv1.Fail),
+			MatchConstraints: &admissionv1.MatchResources{ResourceRules: []admissionv1.NamedRuleWithOperations{{
+				RuleWithOperations: admissionv1.RuleWithOperations{
+					Operations: []admissionv1.OperationType{admissionv1.Create, admissionv1.Update},
+					Rule:       admissionv1.Rule{APIGroups: []string{"apps"}, APIVersions: []string{"v1"}, Resources: []string{"deployments"}},
+				},
+			}}},
+			Validations: []admissionv1.Validation{{Expression: "false", Message: "GPU services are frozen in this namespace"}},
+		},
+	}
+	if _, err := cluster.Client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, policy, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	binding := &admissionv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "freeze-services"},
+		Spec: admissionv1.ValidatingAdmissionPolicyBindingSpec{
+			PolicyName:        "freeze-services",
+			ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny},
+			MatchResources: &admissionv1.MatchResources{NamespaceSelector: &metav1.LabelSelector{
+				MatchLabels: map[string]string{"gantry.dev/team": "frozen"},
+			}},
+		},
+	}
+	if _, err := cluster.Client.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var p struct {
+		Status int
+		Errors []struct{ Field, Detail string }
+	}
+	deadline := time.Now().Add(30 * time.Second) // the policy takes a moment to load
+	for {
+		p.Errors = nil
+		s := g.post("/api/v1/workloads", map[string]any{"template": "vllm-inference", "team": "frozen"}, &p)
+		if s == 422 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	if p.Status != 422 || len(p.Errors) == 0 || !strings.Contains(p.Errors[0].Detail, "GPU services are frozen") ||
+		!strings.HasPrefix(p.Errors[0].Field, "objects.Deployment/vllm-inference-") {
+		t.Fatalf("%+v", p)
+	}
+	var list struct{ Items []wl }
+	resp, err := http.Get(g.url + "/api/v1/workloads?team=frozen&status=Failed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	json.NewDecoder(resp.Body).Decode(&list)
+	resp.Body.Close()
+	if len(list.Items) == 0 || !strings.Contains(list.Items[0].Reason, "GPU services are frozen") {
+		t.Fatalf("failed workloads %+v", list.Items)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

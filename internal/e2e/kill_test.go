@@ -1,0 +1,142 @@
+package e2e_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gantryhq/gantry/internal/devcluster"
+)
+
+// TestKill9MidLaunch kills the real gantry binary with SIGKILL at different
+// moments of a launch, restarts it on the same database, and has the client
+// retry with its Idempotency-Key: each time there is exactly one workload, and
+// it is fully applied (one Deployment), whatever the moment of the kill.
+func TestKill9MidLaunch(t *testing.T) {
+	if cluster == nil {
+		t.Skip(devcluster.ErrNotRequested)
+	}
+	root, err := devcluster.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), "gantry")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/gantry")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	db := filepath.Join(t.TempDir(), "g.db")
+	ctx := context.Background()
+	for i, delay := range []time.Duration{0, 3 * time.Millisecond, 10 * time.Millisecond, 30 * time.Millisecond} {
+		team := fmt.Sprintf("kill%d", i)
+		key := "launch-" + team
+		body, _ := json.Marshal(map[string]any{"template": "vllm-inference", "team": team})
+
+		first, url := startProcess(t, root, bin, db)
+		go post(url, key, body) // outcome unknown: the process dies
+		time.Sleep(delay)
+		first.Process.Signal(syscall.SIGKILL)
+		first.Wait()
+
+		second, url := startProcess(t, root, bin, db)
+		var w wl
+		for deadline := time.Now().Add(30 * time.Second); ; {
+			status, got := post(url, key, body)
+			if status == 200 || status == 201 {
+				w = got
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: retry answered %d", team, status)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		for deadline := time.Now().Add(30 * time.Second); !w.Applied; time.Sleep(200 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s (kill after %v): not applied after restart: %+v", team, delay, w)
+			}
+			w = getWorkload(t, url, w.ID)
+		}
+		var list struct{ Items []wl }
+		resp, err := http.Get(url + "/api/v1/workloads?team=" + team)
+		if err != nil {
+			t.Fatal(err)
+		}
+		json.NewDecoder(resp.Body).Decode(&list)
+		resp.Body.Close()
+		deps, err := cluster.Client.AppsV1().Deployments("gantry-"+team).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(list.Items) != 1 || len(deps.Items) != 1 || deps.Items[0].Labels["gantry.dev/workload-id"] != w.ID {
+			t.Fatalf("%s (kill after %v): %d workloads, %d deployments; want exactly one of each", team, delay, len(list.Items), len(deps.Items))
+		}
+		second.Process.Signal(syscall.SIGTERM)
+		second.Wait()
+	}
+}
+
+func post(url, key string, body []byte) (int, wl) {
+	req, _ := http.NewRequest(http.MethodPost, url+"/api/v1/workloads", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, wl{}
+	}
+	defer resp.Body.Close()
+	var w wl
+	json.NewDecoder(resp.Body).Decode(&w)
+	return resp.StatusCode, w
+}
+
+func getWorkload(t *testing.T, url, id string) wl {
+	resp, err := http.Get(url + "/api/v1/workloads/" + id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var w wl
+	json.NewDecoder(resp.Body).Decode(&w)
+	return w
+}
+
+// startProcess runs `gantry serve` against the test cluster and waits until it
+// answers.
+func startProcess(t *testing.T, root, bin, db string) (*exec.Cmd, string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cmd := exec.Command(bin, "serve", "--listen", addr, "--db", db, "--kubeconfig", cluster.Kubeconfig, "--log-level", "warn")
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "GANTRY_RECONCILE_INTERVAL=1s")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	url := "http://" + addr
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if resp, err := http.Get(url + "/healthz"); err == nil {
+			resp.Body.Close()
+			return cmd, url
+		}
+	}
+	t.Fatal("gantry did not start")
+	return nil, ""
+}

@@ -207,3 +207,35 @@ func TestUnreachable(t *testing.T) {
 		t.Fatalf("err = %v, want *fault.Unavailable", err)
 	}
 }
+
+// TestJobKeptRunning: the local cluster's Stages keep a Job's pod Running for
+// the time in its pod-complete.stage.kwok.x-k8s.io/delay annotation.
+func TestJobKeptRunning(t *testing.T) {
+	k := need(t)
+	ctx := context.Background()
+	if err := k.EnsureNamespace(ctx, "gantry-delay", "delay"); err != nil {
+		t.Fatal(err)
+	}
+	objs := rendered(t, "pytorch-train", "delay001", "delay", template.Choice{Count: 1})
+	job := objs[len(objs)-1].(*batchv1.Job)
+	job.Spec.Template.Annotations["pod-complete.stage.kwok.x-k8s.io/delay"] = "60s"
+	if err := k.Apply(ctx, objs); err != nil {
+		t.Fatal(err)
+	}
+	sel := metav1.ListOptions{LabelSelector: "gantry.dev/workload-id=delay001"}
+	var running time.Time
+	for deadline := time.Now().Add(time.Minute); running.IsZero(); time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the job's pod never ran")
+		}
+		pods, _ := cluster.Client.CoreV1().Pods("gantry-delay").List(ctx, sel)
+		if len(pods.Items) == 1 && pods.Items[0].Status.Phase == corev1.PodRunning {
+			running = time.Now()
+		}
+	}
+	time.Sleep(8 * time.Second) // past the 1 s a job takes without the annotation
+	pods, _ := cluster.Client.CoreV1().Pods("gantry-delay").List(ctx, sel)
+	if len(pods.Items) != 1 || pods.Items[0].Status.Phase != corev1.PodRunning {
+		t.Fatalf("pod left Running before its delay: %+v", pods.Items)
+	}
+}

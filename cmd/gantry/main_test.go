@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -128,4 +129,9 @@ func TestServeRefusesBadConfig(t *testing.T) {
 	if code, _, _ := cli(t, "bogus"); code != 2 {
 		t.Fatalf("unknown command: exit %d", code)
 	}
+}
+
+func execOutput(name string, args ...string) (string, error) {
+	out, err := exec.Command(name, args...).Output()
+	return string(out), err
 }

@@ -1,0 +1,84 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestDev runs `gantry dev` as a newcomer would (from the repository), launches
+// a notebook through the API, sees it Running on the MIG node with kubectl, and
+// stops it with a cancel, as Ctrl-C does: the cluster is removed.
+func TestDev(t *testing.T) {
+	if os.Getenv("GANTRY_TEST_CLUSTER") == "" && os.Getenv("CI") == "" {
+		t.Skip("GANTRY_TEST_CLUSTER is not set: the local cluster test is skipped (make test runs it)")
+	}
+	wd, _ := os.Getwd()
+	t.Cleanup(func() { os.Chdir(wd) }) // gantry dev moves to the repository root
+	t.Setenv("XDG_DATA_HOME", t.TempDir())
+	ctx, cancel := context.WithCancel(context.Background())
+	outR, outW := io.Pipe()
+	done := make(chan int, 1)
+	var stderr strings.Builder
+	go func() {
+		done <- run(ctx, []string{"dev", "--listen", "127.0.0.1:0"}, outW, &stderr)
+		outW.Close()
+	}()
+	var url, kubectl string
+	sc := bufio.NewScanner(outR)
+	urlRE := regexp.MustCompile(`Gantry is running at (http://\S+)`)
+	for sc.Scan() {
+		line := sc.Text()
+		if m := urlRE.FindStringSubmatch(line); m != nil {
+			url = m[1]
+		}
+		if strings.Contains(line, "/kubectl --kubeconfig") {
+			kubectl = strings.TrimSpace(line)
+			break
+		}
+	}
+	go io.Copy(io.Discard, outR)
+	if url == "" || kubectl == "" {
+		cancel()
+		t.Fatalf("gantry dev printed no URL or kubectl line; stderr:\n%s", stderr.String())
+	}
+	resp, err := http.Post(url+"/api/v1/workloads", "application/json", strings.NewReader(`{"template":"jupyter-notebook","team":"vision"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 201 {
+		t.Fatalf("launch: %d", resp.StatusCode)
+	}
+	fields := strings.Fields(kubectl) // <bin>/kubectl --kubeconfig <file> get nodes ...
+	kubeconfig := fields[2]
+	var node string
+	for deadline := time.Now().Add(60 * time.Second); node == "" && time.Now().Before(deadline); time.Sleep(300 * time.Millisecond) {
+		out, _ := execOutput(fields[0], "--kubeconfig", kubeconfig, "get", "pods", "-n", "gantry-vision", "-o", "jsonpath={.items[0].status.phase}/{.items[0].spec.nodeName}")
+		if strings.HasPrefix(out, "Running/") {
+			node = strings.TrimPrefix(out, "Running/")
+		}
+	}
+	if node != "h100-mig-0" {
+		t.Errorf("notebook ran on %q, want the MIG node h100-mig-0", node)
+	}
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Errorf("gantry dev exited %d; stderr:\n%s", code, stderr.String())
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("gantry dev did not stop within a minute of the cancel")
+	}
+	if _, err := os.Stat(filepath.Dir(kubeconfig)); !os.IsNotExist(err) {
+		t.Errorf("the cluster's directory %s is still there", filepath.Dir(kubeconfig))
+	}
+}

@@ -239,3 +239,48 @@ func TestJobKeptRunning(t *testing.T) {
 		t.Fatalf("pod left Running before its delay: %+v", pods.Items)
 	}
 }
+
+// TestWatchReportsDeadline: the informers report a Job that outlives its
+// deadline as Failed with the Job controller's reason.
+func TestWatchReportsDeadline(t *testing.T) {
+	k := need(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := k.EnsureNamespace(ctx, "gantry-deadline", "deadline"); err != nil {
+		t.Fatal(err)
+	}
+	seen := make(chan kube.Observation, 100)
+	go k.Watch(ctx, func(o kube.Observation) {
+		if o.WorkloadID == "dead0001" {
+			seen <- o
+		}
+	})
+	objs := rendered(t, "pytorch-train", "dead0001", "deadline", template.Choice{Count: 1})
+	job := objs[len(objs)-1].(*batchv1.Job)
+	job.Spec.ActiveDeadlineSeconds = ptr(int64(3))
+	job.Spec.Template.Annotations["pod-complete.stage.kwok.x-k8s.io/delay"] = "120s"
+	if err := k.Apply(ctx, objs); err != nil {
+		t.Fatal(err)
+	}
+	phases := map[string]bool{}
+	timeout := time.After(90 * time.Second)
+	for {
+		select {
+		case o := <-seen:
+			phases[o.Phase] = true
+			if o.Phase == "Failed" {
+				if !strings.Contains(o.Reason, "DeadlineExceeded") {
+					t.Fatalf("reason %q, want DeadlineExceeded", o.Reason)
+				}
+				if !phases["Running"] {
+					t.Errorf("never reported Running before failing: %v", phases)
+				}
+				return
+			}
+		case <-timeout:
+			t.Fatalf("no Failed observation; saw %v", phases)
+		}
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -17,7 +17,7 @@ import (
 func devCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flags("gantry dev", stderr)
 	listen := fs.String("listen", "127.0.0.1:8080", "address to serve on (loopback)")
-	db := fs.String("db", "", "SQLite file (default: gantry-dev.db in the user's data directory)")
+	db := fs.String("db", "", "SQLite file to keep (default: a fresh gantry-dev.db in the user's data directory)")
 	if _, err := parse(fs, args); err != nil {
 		return err
 	}
@@ -33,7 +33,15 @@ func devCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	if *db == "" {
-		cfg.Database.DSN = config.Secret(filepath.Join(filepath.Dir(string(config.Default().Database.DSN)), "gantry-dev.db"))
+		// The cluster is new on every run, so is the dev database: records of
+		// workloads from an earlier run would point at objects that are gone.
+		path := filepath.Join(filepath.Dir(string(config.Default().Database.DSN)), "gantry-dev.db")
+		for _, f := range []string{path, path + "-wal", path + "-shm"} {
+			if err := os.Remove(f); err != nil && !os.IsNotExist(err) {
+				return fmt.Errorf("reset the dev database: %w", err)
+			}
+		}
+		cfg.Database.DSN = config.Secret(path)
 	}
 	fmt.Fprintln(stderr, "gantry dev: starting the local cluster (the first run builds Kubernetes from source: about 13 minutes)")
 	cl, err := devcluster.Start(ctx, devcluster.Options{Name: "gantry-dev", Root: root, Log: stderr})

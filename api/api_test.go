@@ -43,11 +43,7 @@ func newEnv(t *testing.T, identify func(*http.Request) (identity.Identity, error
 func newEnvWith(t *testing.T, edit func(*api.Options)) *env {
 	t.Helper()
 	ctx := context.Background()
-	classes, err := gpu.LoadFile("../templates/gpu-classes.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	files, err := template.LoadDir("../templates", classes)
+	classes, files, err := template.LoadCatalog("../templates")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"testing"
 	"time"
 )
 
@@ -49,6 +50,24 @@ func ForTests(pkg string) (c *Cluster, stop func(), err error) {
 		defer cancel()
 		c.Stop(ctx)
 	}, nil
+}
+
+// Main runs a test package whose tests use a local cluster: it starts one when
+// cluster tests are asked for (tests then find it in *c; without, they skip),
+// runs the tests, stops the cluster and exits.
+func Main(m *testing.M, pkg string, c **Cluster) {
+	cl, stop, err := ForTests(pkg)
+	switch {
+	case errors.Is(err, ErrNotRequested):
+		fmt.Println(err)
+	case err != nil:
+		fmt.Fprintln(os.Stderr, "local cluster:", err)
+		os.Exit(1)
+	}
+	*c = cl
+	code := m.Run()
+	stop()
+	os.Exit(code)
 }
 
 // RepoRoot finds the repository root (the directory holding deploy/cluster)

@@ -7,8 +7,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -38,21 +36,7 @@ import (
 
 var cluster *devcluster.Cluster
 
-func TestMain(m *testing.M) {
-	c, stop, err := devcluster.ForTests("e2e")
-	if errors.Is(err, devcluster.ErrNotRequested) {
-		fmt.Println(err)
-		os.Exit(m.Run())
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "local cluster:", err)
-		os.Exit(1)
-	}
-	cluster = c
-	code := m.Run()
-	stop()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { devcluster.Main(m, "e2e", &cluster) }
 
 // gantryServer is Gantry as `gantry serve --kubeconfig` runs it, in process.
 type gantryServer struct {
@@ -69,11 +53,7 @@ func start(t testing.TB, dbPath string, withCluster bool) *gantryServer {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	classes, err := gpu.LoadFile("../../templates/gpu-classes.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	files, err := template.LoadDir("../../templates", classes)
+	classes, files, err := template.LoadCatalog("../../templates")
 	if err != nil {
 		t.Fatal(err)
 	}

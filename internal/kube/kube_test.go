@@ -3,8 +3,6 @@ package kube_test
 import (
 	"context"
 	"errors"
-	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -16,7 +14,6 @@ import (
 
 	"github.com/gantryhq/gantry/internal/devcluster"
 	"github.com/gantryhq/gantry/internal/fault"
-	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/kube"
 	"github.com/gantryhq/gantry/internal/render"
 	"github.com/gantryhq/gantry/internal/template"
@@ -24,21 +21,7 @@ import (
 
 var cluster *devcluster.Cluster
 
-func TestMain(m *testing.M) {
-	c, stop, err := devcluster.ForTests("kube")
-	if errors.Is(err, devcluster.ErrNotRequested) {
-		fmt.Println(err)
-		os.Exit(m.Run()) // tests skip themselves
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "local cluster:", err)
-		os.Exit(1)
-	}
-	cluster = c
-	code := m.Run()
-	stop()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { devcluster.Main(m, "kube", &cluster) }
 
 func need(t *testing.T) *kube.Cluster {
 	t.Helper()
@@ -54,11 +37,7 @@ func need(t *testing.T) *kube.Cluster {
 
 func rendered(t *testing.T, name, id, team string, choice template.Choice) []render.Object {
 	t.Helper()
-	classes, err := gpu.LoadFile("../../templates/gpu-classes.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	files, err := template.LoadDir("../../templates", classes)
+	classes, files, err := template.LoadCatalog("../../templates")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,11 +25,7 @@ var update = flag.Bool("update", false, "rewrite golden files")
 
 func load(t testing.TB) (*gpu.Catalog, map[string]*template.Template) {
 	t.Helper()
-	classes, err := gpu.LoadFile("../../templates/gpu-classes.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	files, err := template.LoadDir("../../templates", classes)
+	classes, files, err := template.LoadCatalog("../../templates")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -83,11 +83,7 @@ func backends(t testing.TB) map[string]func(testing.TB) *store.Store {
 
 func starter(t testing.TB) (*gpu.Catalog, map[string]*template.Template, []template.File) {
 	t.Helper()
-	classes, err := gpu.LoadFile("../../templates/gpu-classes.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	files, err := template.LoadDir("../../templates", classes)
+	classes, files, err := template.LoadCatalog("../../templates")
 	if err != nil {
 		t.Fatal(err)
 	}

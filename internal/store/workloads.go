@@ -112,9 +112,14 @@ func (s *Store) ListWorkloads(ctx context.Context, f workload.Filter) ([]workloa
 	}
 	query += " ORDER BY created_at DESC, id DESC LIMIT ?"
 	args = append(args, f.Limit)
+	return s.queryWorkloads(ctx, "list workloads", query, args...)
+}
+
+// queryWorkloads runs a query selecting workloadColumns and scans every row.
+func (s *Store) queryWorkloads(ctx context.Context, what, query string, args ...any) ([]workload.Workload, error) {
 	rows, err := s.db.QueryContext(ctx, s.q(query), args...)
 	if err != nil {
-		return nil, fmt.Errorf("list workloads: %w", err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	defer rows.Close()
 	out := []workload.Workload{}
@@ -155,20 +160,7 @@ func (s *Store) MarkApplied(ctx context.Context, id, hash string, at time.Time) 
 // UnappliedWorkloads implements workload.Store: live workloads whose objects
 // were never applied, oldest first.
 func (s *Store) UnappliedWorkloads(ctx context.Context, limit int) ([]workload.Workload, error) {
-	rows, err := s.db.QueryContext(ctx, s.q(`SELECT `+workloadColumns+` FROM workloads
-		WHERE applied_hash <> objects_hash AND status NOT IN (?, ?, ?) ORDER BY created_at, id LIMIT ?`),
+	return s.queryWorkloads(ctx, "list unapplied workloads", `SELECT `+workloadColumns+` FROM workloads
+		WHERE applied_hash <> objects_hash AND status NOT IN (?, ?, ?) ORDER BY created_at, id LIMIT ?`,
 		string(workload.Deleted), string(workload.Failed), string(workload.Stopped), limit)
-	if err != nil {
-		return nil, fmt.Errorf("list unapplied workloads: %w", err)
-	}
-	defer rows.Close()
-	out := []workload.Workload{}
-	for rows.Next() {
-		w, err := scanWorkload(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, w)
-	}
-	return out, rows.Err()
 }

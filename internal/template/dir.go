@@ -22,6 +22,20 @@ type File struct {
 	Template *Template
 }
 
+// LoadCatalog reads a template directory as the platform team keeps it: the GPU
+// classes from DIR/gpu-classes.yaml, then every template, checked against them.
+func LoadCatalog(dir string) (*gpu.Catalog, []File, error) {
+	classes, err := gpu.LoadFile(filepath.Join(dir, "gpu-classes.yaml"))
+	if err != nil {
+		return nil, nil, err
+	}
+	files, err := LoadDir(dir, classes)
+	if err != nil {
+		return nil, nil, err
+	}
+	return classes, files, nil
+}
+
 // LoadDir reads every template (*.yaml, *.yml, *.json of kind Template) in dir,
 // skipping GPU class files, and reports every problem in every file at once.
 func LoadDir(dir string, classes *gpu.Catalog) ([]File, error) {

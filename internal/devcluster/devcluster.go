@@ -173,6 +173,12 @@ options:
   kwokControllerBinary: %[1]s/kwok
   kubectlBinary: %[1]s/kubectl
   kubeVersion: v1.37.2
+componentsPatches:
+- name: kube-apiserver
+  extraArgs:
+  # Room for thousands of Services (the default /24 fills after ~250 launches).
+  - key: service-cluster-ip-range
+    value: 10.96.0.0/16
 ---
 `, bin)
 	b.Write(stages)

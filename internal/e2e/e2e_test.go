@@ -77,7 +77,7 @@ func start(t testing.TB, dbPath string, withCluster bool) *gantryServer {
 		checks = append(checks, api.Check{Name: "kubernetes", Pinger: k})
 		go k.Watch(ctx, func(o kube.Observation) { wl.Observe(ctx, o.WorkloadID, workload.Status(o.Phase), o.Reason) })
 	}
-	h, err := api.New(api.Options{Catalog: cat, Workloads: wl, Checks: checks, Spec: gantry.OpenAPI, MaxBodyBytes: 1 << 20, Logger: slog.New(slog.DiscardHandler),
+	h, err := api.New(api.Options{Catalog: cat, Workloads: wl, Checks: checks, Spec: gantry.OpenAPI, MaxBodyBytes: 1 << 20, Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
 		Identify: func(*http.Request) (identity.Identity, error) { return identity.Identity{Subject: "alice"}, nil }})
 	if err != nil {
 		t.Fatal(err)

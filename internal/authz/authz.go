@@ -1,0 +1,420 @@
+// Package authz owns authorization: the casbin model and role rules in policy/,
+// role bindings of users and identity-provider groups per team (domains), which
+// templates and GPU classes each team may use, and reloading all of it from its
+// files after validation (a broken file keeps the old policy and says why,
+// file:line). Decisions are never cached: each reload builds a new immutable
+// enforcer, so a removed binding takes effect on the next request. Deny unless
+// a rule allows.
+package authz
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/casbin/casbin/v2"
+	"github.com/casbin/casbin/v2/model"
+
+	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/identity"
+	"github.com/gantryhq/gantry/internal/yamldoc"
+)
+
+// Roles, from most to least powerful.
+var Roles = []string{"platform-admin", "platform-engineer", "team-admin", "member", "viewer"}
+
+// Permissions are the object:action pairs routes declare.
+var Permissions = []string{
+	"templates:read", "templates:write",
+	"gpu-classes:read", "gpu-classes:write",
+	"images:read", "images:write",
+	"policy:read", "policy:write",
+	"workloads:read", "workloads:launch", "workloads:manage", "own-workloads:manage",
+	"members:manage", "audit:read",
+}
+
+// AnyTeam is the domain that stands for every team.
+const AnyTeam = "*"
+
+// Files are the policy files in a directory.
+type Files struct {
+	Model    string // model.conf
+	Roles    string // roles.csv
+	Bindings string // bindings.yaml
+}
+
+// InDir names the policy files of dir.
+func InDir(dir string) Files {
+	return Files{Model: filepath.Join(dir, "model.conf"), Roles: filepath.Join(dir, "roles.csv"), Bindings: filepath.Join(dir, "bindings.yaml")}
+}
+
+// Bindings is bindings.yaml.
+type Bindings struct {
+	APIVersion string           `json:"apiVersion"`
+	Kind       string           `json:"kind"`
+	Groups     []GroupBinding   `json:"groups"`
+	Users      []UserBinding    `json:"users"`
+	Teams      map[string]Usage `json:"teams"`
+}
+
+// GroupBinding gives a role to the members of an identity-provider group.
+type GroupBinding struct {
+	Group string `json:"group"`
+	Team  string `json:"team,omitempty"`
+	Role  string `json:"role"`
+}
+
+// UserBinding gives a role to one user (issuer#subject).
+type UserBinding struct {
+	User string `json:"user"`
+	Team string `json:"team,omitempty"`
+	Role string `json:"role"`
+}
+
+// Usage says what a team may launch; "*" allows all.
+type Usage struct {
+	Templates  []string `json:"templates"`
+	GPUClasses []string `json:"gpuClasses"`
+}
+
+// Policy is one loaded, immutable policy.
+type Policy struct {
+	enforcer *casbin.SyncedEnforcer
+	teams    map[string]Usage
+	// bound indexes the subjects that hold any binding, and where, so that a
+	// decision asks casbin only about subjects and domains that can allow.
+	bound map[string]*where
+	// decisions caches casbin's answers. The policy never changes (a reload
+	// builds a new one with an empty cache), so no entry can go stale.
+	decisions sync.Map // decisionKey -> bool
+	cached    atomic.Int64
+}
+
+type decisionKey struct{ subject, team, obj, act string }
+
+// maxCached bounds the decision cache; past it, decisions are computed each time.
+const maxCached = 500_000
+
+type where struct {
+	teams map[string]bool
+	any   bool // bound in "*": every team
+}
+
+// Load reads and validates the policy files; every problem comes back at once
+// as *fault.Invalid with file:line.
+func Load(f Files) (*Policy, error) {
+	var errs fault.List
+	modelText, err := os.ReadFile(f.Model)
+	if err != nil {
+		return nil, fmt.Errorf("read policy model: %w", err)
+	}
+	m, err := model.NewModelFromString(string(modelText))
+	if err != nil {
+		errs.Add(fault.Field{File: f.Model, Message: "invalid casbin model: " + err.Error()})
+	}
+	rules, err := readRoles(f.Roles, &errs)
+	if err != nil {
+		return nil, err
+	}
+	data, err := os.ReadFile(f.Bindings)
+	if err != nil {
+		return nil, fmt.Errorf("read policy bindings: %w", err)
+	}
+	var b Bindings
+	lines, derr := yamldoc.Decode(f.Bindings, data, &b)
+	if derr != nil {
+		errs.AddErr("", derr)
+	} else if verr := b.validate(); verr != nil {
+		errs.AddErr("", lines.Locate(f.Bindings, verr))
+	}
+	if err := errs.Err(); err != nil {
+		return nil, err
+	}
+	e, err := casbin.NewSyncedEnforcer(m)
+	if err != nil {
+		return nil, fmt.Errorf("policy model %s: %w", f.Model, err)
+	}
+	e.EnableAutoSave(false)
+	if len(rules) > 0 {
+		if _, err := e.AddPolicies(rules); err != nil {
+			return nil, fmt.Errorf("policy roles %s: %w", f.Roles, err)
+		}
+	}
+	var grouping [][]string
+	for _, g := range b.Groups {
+		grouping = append(grouping, []string{groupSubject(g.Group), g.Role, domain(g.Team)})
+	}
+	for _, u := range b.Users {
+		grouping = append(grouping, []string{u.User, u.Role, domain(u.Team)})
+	}
+	bound := map[string]*where{}
+	for _, g := range grouping {
+		w := bound[g[0]]
+		if w == nil {
+			w = &where{teams: map[string]bool{}}
+			bound[g[0]] = w
+		}
+		if g[2] == AnyTeam {
+			w.any = true
+		} else {
+			w.teams[g[2]] = true
+		}
+	}
+	if len(grouping) > 0 {
+		if _, err := e.AddGroupingPolicies(dedupe(grouping)); err != nil {
+			return nil, fmt.Errorf("policy bindings %s: %w", f.Bindings, err)
+		}
+	}
+	return &Policy{enforcer: e, teams: b.Teams, bound: bound}, nil
+}
+
+func domain(team string) string {
+	if team == "" {
+		return AnyTeam
+	}
+	return team
+}
+
+func groupSubject(g string) string { return "group:" + g }
+
+func dedupe(rules [][]string) [][]string {
+	seen := map[string]bool{}
+	var out [][]string
+	for _, r := range rules {
+		k := strings.Join(r, "\x00")
+		if !seen[k] {
+			seen[k] = true
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// readRoles reads role rules "p, role, domain, object, action", one a line.
+func readRoles(path string, errs *fault.List) ([][]string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read policy roles: %w", err)
+	}
+	var rules [][]string
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		parts := strings.Split(line, ",")
+		for i := range parts {
+			parts[i] = strings.TrimSpace(parts[i])
+		}
+		bad := func(msg string, args ...any) {
+			errs.Add(fault.Field{File: path, Line: n, Message: fmt.Sprintf(msg, args...)})
+		}
+		if len(parts) != 5 || parts[0] != "p" {
+			bad("want 'p, role, domain, object, action', got %q", line)
+			continue
+		}
+		role, obj, act := parts[1], parts[3], parts[4]
+		if !contains(Roles, role) {
+			bad("unknown role %q (roles: %s)", role, strings.Join(Roles, ", "))
+		}
+		if parts[2] != AnyTeam {
+			bad("role rules apply in every team: domain must be %q, got %q (bind roles to teams in bindings.yaml)", AnyTeam, parts[2])
+		}
+		if obj != "*" || act != "*" {
+			if !contains(Permissions, obj+":"+act) {
+				bad("unknown permission %q (known: %s)", obj+":"+act, strings.Join(Permissions, ", "))
+			}
+		}
+		rules = append(rules, parts[1:])
+	}
+	return rules, sc.Err()
+}
+
+func (b *Bindings) validate() error {
+	var errs fault.List
+	if b.APIVersion != "gantry.dev/v1alpha1" || b.Kind != "Policy" {
+		errs.Addf("kind", "must be apiVersion gantry.dev/v1alpha1, kind Policy")
+	}
+	for i, g := range b.Groups {
+		p := fmt.Sprintf("groups[%d]", i)
+		if strings.TrimSpace(g.Group) == "" {
+			errs.Addf(p+".group", "is required")
+		}
+		checkBinding(&errs, p, g.Team, g.Role)
+	}
+	for i, u := range b.Users {
+		p := fmt.Sprintf("users[%d]", i)
+		if !strings.Contains(u.User, "#") {
+			errs.Addf(p+".user", "%q must be issuer#subject (users are never bound by email)", u.User)
+		}
+		checkBinding(&errs, p, u.Team, u.Role)
+	}
+	names := make([]string, 0, len(b.Teams))
+	for t := range b.Teams {
+		names = append(names, t)
+	}
+	sort.Strings(names)
+	for _, t := range names {
+		if !teamName(t) {
+			errs.Addf("teams."+t, "%q is not a team name (a lowercase DNS label)", t)
+		}
+	}
+	return errs.Err()
+}
+
+func checkBinding(errs *fault.List, path, team, role string) {
+	if !contains(Roles, role) {
+		errs.Addf(path+".role", "unknown role %q (roles: %s)", role, strings.Join(Roles, ", "))
+	}
+	if team != "" && team != AnyTeam && !teamName(team) {
+		errs.Addf(path+".team", "%q is not a team name", team)
+	}
+	if (role == "platform-admin" || role == "platform-engineer") && team != "" && team != AnyTeam {
+		errs.Addf(path+".team", "%s is a platform role: bind it without a team", role)
+	}
+}
+
+func teamName(s string) bool {
+	if s == "" || len(s) > 40 || s[0] < 'a' || s[0] > 'z' || s[len(s)-1] == '-' {
+		return false
+	}
+	return strings.Trim(s, "abcdefghijklmnopqrstuvwxyz0123456789-") == ""
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// Allowed reports whether id may do permission ("object:action") in team
+// (AnyTeam for platform-wide objects). Unknown permissions are denied.
+func (p *Policy) Allowed(id identity.Identity, team, permission string) bool {
+	obj, act, ok := strings.Cut(permission, ":")
+	if !ok || !contains(Permissions, permission) {
+		return false
+	}
+	if team == "" {
+		team = AnyTeam
+	}
+	if p.allows(id.String(), team, obj, act) {
+		return true
+	}
+	for _, g := range id.Groups {
+		if p.allows(groupSubject(g), team, obj, act) {
+			return true
+		}
+	}
+	return false
+}
+
+// allows asks casbin whether subject may act, in the team or through a binding
+// that holds in every team; subjects without a binding there are denied without
+// asking.
+func (p *Policy) allows(subject, team, obj, act string) bool {
+	w := p.bound[subject]
+	if w == nil || !(w.any || w.teams[team]) {
+		return false // no binding that could allow: nothing to ask or cache
+	}
+	k := decisionKey{subject, team, obj, act}
+	if v, ok := p.decisions.Load(k); ok {
+		return v.(bool)
+	}
+	ok := p.decide(w, subject, team, obj, act)
+	if p.cached.Load() < maxCached {
+		if _, loaded := p.decisions.LoadOrStore(k, ok); !loaded {
+			p.cached.Add(1)
+		}
+	}
+	return ok
+}
+
+func (p *Policy) decide(w *where, subject, team, obj, act string) bool {
+	if w.teams[team] {
+		if ok, err := p.enforcer.Enforce(subject, team, obj, act); err == nil && ok {
+			return true
+		}
+	}
+	if w.any {
+		if ok, err := p.enforcer.Enforce(subject, AnyTeam, obj, act); err == nil && ok {
+			return true
+		}
+	}
+	return false
+}
+
+// MayUse reports whether team may launch template on GPU class; problems name
+// the field.
+func (p *Policy) MayUse(team, template, class string) error {
+	u, ok := p.teams[team]
+	var errs fault.List
+	if !ok || !(contains(u.Templates, "*") || contains(u.Templates, template)) {
+		errs.Addf("template", "team %q may not use template %q", team, template)
+	}
+	if !ok || !(contains(u.GPUClasses, "*") || contains(u.GPUClasses, class)) {
+		errs.Addf("gpu.class", "team %q may not use GPU class %q", team, class)
+	}
+	return errs.Err()
+}
+
+// Authorizer holds the current policy and swaps it on reload.
+type Authorizer struct {
+	files   Files
+	current atomic.Pointer[Policy]
+	stamp   atomic.Value // string: sizes and mtimes of the files
+}
+
+// New loads the policy files; a problem is a start-up error.
+func New(f Files) (*Authorizer, error) {
+	p, err := Load(f)
+	if err != nil {
+		return nil, err
+	}
+	a := &Authorizer{files: f}
+	a.current.Store(p)
+	a.stamp.Store(stamp(f))
+	return a, nil
+}
+
+// Policy is the policy in force.
+func (a *Authorizer) Policy() *Policy { return a.current.Load() }
+
+// ErrUnchanged means Reload found the files as they were.
+var ErrUnchanged = errors.New("policy files unchanged")
+
+// Reload loads the files again if they changed. A broken file keeps the policy
+// in force and returns why (file:line).
+func (a *Authorizer) Reload() error {
+	s := stamp(a.files)
+	if s == a.stamp.Load().(string) {
+		return ErrUnchanged
+	}
+	p, err := Load(a.files)
+	if err != nil {
+		return err
+	}
+	a.current.Store(p)
+	a.stamp.Store(s)
+	return nil
+}
+
+func stamp(f Files) string {
+	var b strings.Builder
+	for _, path := range []string{f.Model, f.Roles, f.Bindings} {
+		if fi, err := os.Stat(path); err == nil {
+			fmt.Fprintf(&b, "%s:%d:%d;", path, fi.Size(), fi.ModTime().UnixNano())
+		}
+	}
+	return b.String()
+}

@@ -1,0 +1,205 @@
+package authz_test
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gantryhq/gantry/internal/authz"
+	"github.com/gantryhq/gantry/internal/identity"
+)
+
+func starter(t testing.TB) *authz.Policy {
+	t.Helper()
+	p, err := authz.Load(authz.InDir("../../policy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func user(sub string, groups ...string) identity.Identity {
+	return identity.Identity{Issuer: "https://idp.example", Subject: sub, Groups: groups}
+}
+
+func TestStarterPolicy(t *testing.T) {
+	p := starter(t)
+	tests := []struct {
+		who        identity.Identity
+		team, perm string
+		want       bool
+	}{
+		{user("admin", "gantry-admins"), "vision", "workloads:manage", true},
+		{user("admin", "gantry-admins"), authz.AnyTeam, "audit:read", true},
+		{user("pe", "platform-team"), authz.AnyTeam, "templates:write", true},
+		{user("pe", "platform-team"), "vision", "workloads:launch", false},
+		{user("ann", "ml-vision"), "vision", "workloads:launch", true},
+		{user("ann", "ml-vision"), "vision", "own-workloads:manage", true},
+		{user("ann", "ml-vision"), "vision", "workloads:manage", false},
+		{user("ann", "ml-vision"), "nlp", "workloads:launch", false},
+		{user("ann", "ml-vision"), "vision", "templates:write", false},
+		{user("lead", "ml-vision-leads"), "vision", "workloads:manage", true},
+		{user("lead", "ml-vision-leads"), "nlp", "workloads:read", false},
+		{user("aud", "auditors"), "nlp", "workloads:read", true},
+		{user("aud", "auditors"), "nlp", "workloads:launch", false},
+		{user("nobody"), "vision", "workloads:read", false},
+		{user("admin", "gantry-admins"), "vision", "bogus:read", false},
+	}
+	for _, tc := range tests {
+		if got := p.Allowed(tc.who, tc.team, tc.perm); got != tc.want {
+			t.Errorf("%s %v in %s: %s = %v, want %v", tc.who, tc.who.Groups, tc.team, tc.perm, got, tc.want)
+		}
+	}
+	if err := p.MayUse("nlp", "pytorch-train", "H100-80GB"); err == nil || !strings.Contains(err.Error(), `may not use template "pytorch-train"`) {
+		t.Errorf("nlp pytorch-train: %v", err)
+	}
+	if err := p.MayUse("vision", "pytorch-train", "H200-141GB"); err == nil || !strings.Contains(err.Error(), "gpu.class") {
+		t.Errorf("vision H200: %v", err)
+	}
+	if err := p.MayUse("vision", "pytorch-train", "H100-80GB"); err != nil {
+		t.Error(err)
+	}
+}
+
+// copyPolicy copies policy/ to a temporary directory for editing.
+func copyPolicy(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, f := range []string{"model.conf", "roles.csv", "bindings.yaml"} {
+		b, err := os.ReadFile(filepath.Join("../../policy", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.WriteFile(filepath.Join(dir, f), b, 0o644)
+	}
+	return dir
+}
+
+func edit(t *testing.T, path, from, to string) {
+	t.Helper()
+	b, _ := os.ReadFile(path)
+	if !strings.Contains(string(b), from) {
+		t.Fatalf("%s lacks %q", path, from)
+	}
+	os.WriteFile(path, []byte(strings.Replace(string(b), from, to, 1)), 0o644)
+}
+
+func TestBrokenFilesNamed(t *testing.T) {
+	dir := copyPolicy(t)
+	f := authz.InDir(dir)
+	edit(t, f.Roles, "p, viewer, *, images, read", "p, wizard, vision, images, fly")
+	edit(t, f.Bindings, "{group: ml-nlp, team: nlp, role: member}", "{group: ml-nlp, team: NLP, role: boss}")
+	_, err := authz.Load(f)
+	if err == nil {
+		t.Fatal("no error")
+	}
+	for _, want := range []string{
+		f.Roles + `:29: unknown role "wizard"`,
+		f.Roles + `:29: role rules apply in every team`,
+		f.Roles + `:29: unknown permission "images:fly"`,
+		f.Bindings + `:12: groups[4].role: unknown role "boss"`,
+		f.Bindings + `:12: groups[4].team: "NLP" is not a team name`,
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("missing %q in %v", want, err)
+		}
+	}
+}
+
+func TestReload(t *testing.T) {
+	dir := copyPolicy(t)
+	f := authz.InDir(dir)
+	a, err := authz.New(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ann := user("ann", "ml-vision")
+	if !a.Policy().Allowed(ann, "vision", "workloads:launch") {
+		t.Fatal("ann cannot launch before the change")
+	}
+	if err := a.Reload(); !errors.Is(err, authz.ErrUnchanged) {
+		t.Fatalf("reload without a change: %v", err)
+	}
+	// A broken file keeps the policy in force.
+	edit(t, f.Bindings, "role: member}\n  - {group: ml-vision-leads", "role: memberr}\n  - {group: ml-vision-leads")
+	if err := a.Reload(); err == nil || !strings.Contains(err.Error(), "bindings.yaml:10") {
+		t.Fatalf("broken reload: %v", err)
+	}
+	if !a.Policy().Allowed(ann, "vision", "workloads:launch") {
+		t.Fatal("a broken file changed the policy")
+	}
+	// Removing the binding denies on the very next decision.
+	edit(t, f.Bindings, "  - {group: ml-vision, team: vision, role: memberr}\n", "")
+	if err := a.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if a.Policy().Allowed(ann, "vision", "workloads:launch") {
+		t.Fatal("stale allow after the binding was removed")
+	}
+}
+
+// BenchmarkAllowed: 1,000 users, 100 teams, 10,000 user bindings, warm, a user
+// in 5 groups; every call is a decision (nothing is cached).
+func BenchmarkAllowed(b *testing.B) {
+	dir := b.TempDir()
+	for _, f := range []string{"model.conf", "roles.csv"} {
+		data, _ := os.ReadFile(filepath.Join("../../policy", f))
+		os.WriteFile(filepath.Join(dir, f), data, 0o644)
+	}
+	var sb strings.Builder
+	sb.WriteString("apiVersion: gantry.dev/v1alpha1\nkind: Policy\ngroups:\n")
+	for t := 0; t < 100; t++ {
+		fmt.Fprintf(&sb, "  - {group: team%d-members, team: team%d, role: member}\n", t, t)
+	}
+	sb.WriteString("users:\n")
+	roles := []string{"member", "viewer", "team-admin"}
+	for i := 0; i < 10000; i++ {
+		fmt.Fprintf(&sb, "  - {user: 'https://idp.example#u%d', team: team%d, role: %s}\n", i%1000, (i*7)%100, roles[i%3])
+	}
+	sb.WriteString("teams: {}\n")
+	os.WriteFile(filepath.Join(dir, "bindings.yaml"), []byte(sb.String()), 0o644)
+	p, err := authz.Load(authz.InDir(dir))
+	if err != nil {
+		b.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	ids := make([]identity.Identity, 1000)
+	for i := range ids {
+		ids[i] = user(fmt.Sprintf("u%d", i), "g1", "g2", "g3", "g4", fmt.Sprintf("team%d-members", i%100))
+	}
+	perms := []string{"workloads:launch", "workloads:read", "own-workloads:manage", "templates:write"}
+	teams := make([]string, 100)
+	for i := range teams {
+		teams[i] = fmt.Sprintf("team%d", i)
+	}
+	// Any user, any team: most decisions are denials of users bound elsewhere.
+	b.Run("random", func(b *testing.B) {
+		allowed := 0
+		for b.Loop() {
+			if p.Allowed(ids[r.IntN(1000)], teams[r.IntN(100)], perms[r.IntN(4)]) {
+				allowed++
+			}
+		}
+		if allowed == 0 {
+			b.Fatal("nothing allowed: only denials measured")
+		}
+	})
+	// A user in a team they are bound in, warm: every (subject, team,
+	// permission) was decided once before timing starts.
+	b.Run("bound-warm", func(b *testing.B) {
+		for i := 0; i < 10000; i++ {
+			for _, perm := range perms {
+				p.Allowed(ids[i%1000], teams[(i*7)%100], perm)
+			}
+		}
+		b.ResetTimer()
+		for b.Loop() {
+			i := r.IntN(10000)
+			p.Allowed(ids[i%1000], teams[(i*7)%100], perms[r.IntN(4)])
+		}
+	})
+}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/gantryhq/gantry"
 	"github.com/gantryhq/gantry/api"
+	"github.com/gantryhq/gantry/internal/authz"
 	"github.com/gantryhq/gantry/internal/catalog"
 	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/identity"
@@ -57,7 +58,13 @@ func newEnvWith(t *testing.T, edit func(*api.Options)) *env {
 		t.Fatal(err)
 	}
 	wl := workload.New(st, cat, func(team string) string { return "gantry-" + team })
-	o := api.Options{Catalog: cat, Workloads: wl, Checks: []api.Check{{Name: "database", Pinger: st}}, Spec: gantry.OpenAPI, MaxBodyBytes: 64 << 10}
+	az, err := authz.New(authz.InDir("../policy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wl.WithAuthorizer(az)
+	o := api.Options{Catalog: cat, Workloads: wl, Checks: []api.Check{{Name: "database", Pinger: st}}, Spec: gantry.OpenAPI, MaxBodyBytes: 64 << 10,
+		Authorize: az.AllowedSomewhere}
 	edit(&o)
 	h, err := api.New(o)
 	if err != nil {
@@ -68,12 +75,27 @@ func newEnvWith(t *testing.T, edit func(*api.Options)) *env {
 	return &env{t: t, srv: srv, files: files}
 }
 
+// alice is a platform admin.
 func alice(*http.Request) (identity.Identity, error) {
-	return identity.Identity{Subject: "alice"}, nil
+	return identity.Identity{Subject: "alice", Groups: []string{"gantry-admins"}}, nil
 }
 
-// do sends a request and decodes a JSON answer into out (when not nil).
+// do sends a request (as the setup identity) and decodes a JSON answer into
+// out (when not nil).
 func (e *env) do(method, path string, body any, out any) (int, http.Header) {
+	e.t.Helper()
+	var h http.Header
+	status := e.send("", method, path, body, out, &h)
+	return status, h
+}
+
+func (e *env) request(role, method, path string, body, out any) int {
+	e.t.Helper()
+	var h http.Header
+	return e.send(role, method, path, body, out, &h)
+}
+
+func (e *env) send(role, method, path string, body, out any, header *http.Header) int {
 	e.t.Helper()
 	var r io.Reader
 	switch b := body.(type) {
@@ -88,6 +110,9 @@ func (e *env) do(method, path string, body any, out any) (int, http.Header) {
 	if r != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	if role != "" {
+		req.Header.Set("X-Test-Role", role)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		e.t.Fatal(err)
@@ -99,7 +124,8 @@ func (e *env) do(method, path string, body any, out any) (int, http.Header) {
 			e.t.Fatalf("%s %s: %v in %s", method, path, err, data)
 		}
 	}
-	return resp.StatusCode, resp.Header
+	*header = resp.Header
+	return resp.StatusCode
 }
 
 type problem struct {

@@ -30,6 +30,7 @@ func problemFor(err error) (int, Problem) {
 		inv  *fault.Invalid
 		nf   *fault.NotFound
 		conf *fault.Conflict
+		fb   *fault.Forbidden
 		un   *fault.Unavailable
 		he   *echo.HTTPError
 		re   *openapi3filter.RequestError
@@ -47,6 +48,8 @@ func problemFor(err error) (int, Problem) {
 		return http.StatusBadRequest, Problem{Type: problemValidation, Title: "Invalid request", Detail: ptr(detailOf(len(fields))), Errors: &fields}
 	case errors.As(err, &nf):
 		return http.StatusNotFound, Problem{Type: problemNotFound, Title: "Not found", Detail: ptr(nf.Error())}
+	case errors.As(err, &fb):
+		return http.StatusForbidden, Problem{Type: "https://gantry.dev/problems/forbidden", Title: "Forbidden", Detail: ptr(fb.Reason)}
 	case errors.As(err, &conf):
 		return http.StatusConflict, Problem{Type: problemConflict, Title: "Conflict", Detail: ptr(conf.Error())}
 	case errors.As(err, &un):

@@ -46,6 +46,9 @@ type Options struct {
 	// Identify decides who a request comes from; nil answers 401 to every API
 	// call. Authentication plugs in here.
 	Identify func(*http.Request) (identity.Identity, error)
+	// Authorize decides whether an identity holds a route's declared permission
+	// in some team; nil denies every non-public route.
+	Authorize func(id identity.Identity, permission string) bool
 }
 
 // New builds the HTTP handler.
@@ -53,7 +56,7 @@ func New(o Options) (*echo.Echo, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	validate, err := validator(o.Spec)
+	validate, err := validator(o.Spec, o.Authorize)
 	if err != nil {
 		return nil, err
 	}

@@ -3,17 +3,59 @@ package api
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"slices"
+	"sort"
+	"strings"
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
 	"github.com/getkin/kin-openapi/routers/gorillamux"
 	"github.com/labstack/echo/v4"
+
+	"github.com/gantryhq/gantry/internal/authz"
+	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/identity"
 )
 
-// validator checks every request that matches a route of the spec against it
-// (parameters and body, every failure at once) before any handler runs.
-func validator(spec []byte) (echo.MiddlewareFunc, error) {
+// PermissionExtension is the vendor extension in which every operation of
+// openapi.yaml declares the permission it needs, or Public.
+const PermissionExtension = "x-gantry-permission"
+
+// Public, as an operation's permission, needs no identity.
+const Public = "public"
+
+// permissionOf returns an operation's declared permission.
+func permissionOf(op *openapi3.Operation) string {
+	p, _ := op.Extensions[PermissionExtension].(string)
+	return p
+}
+
+// checkPermissions refuses a spec with an operation that declares no known
+// permission: no route is reachable without a decision about who may call it.
+func checkPermissions(doc *openapi3.T) error {
+	var bad []string
+	for path, item := range doc.Paths.Map() {
+		for method, op := range item.Operations() {
+			p := permissionOf(op)
+			if p != Public && !slices.Contains(authz.Permissions, p) {
+				bad = append(bad, fmt.Sprintf("%s %s (%q)", method, path, p))
+			}
+		}
+	}
+	if len(bad) > 0 {
+		sort.Strings(bad)
+		return fmt.Errorf("openapi.yaml: operations without a known %s: %s", PermissionExtension, strings.Join(bad, ", "))
+	}
+	return nil
+}
+
+// validator checks every request that matches a route of the spec: first that
+// the caller holds the route's permission somewhere (401 without an identity,
+// 403 without the permission), then the request against the spec (parameters
+// and body, every failure at once), before any handler runs.
+func validator(spec []byte, authorize func(identity.Identity, string) bool) (echo.MiddlewareFunc, error) {
 	loader := openapi3.NewLoader()
 	doc, err := loader.LoadFromData(spec)
 	if err != nil {
@@ -21,6 +63,9 @@ func validator(spec []byte) (echo.MiddlewareFunc, error) {
 	}
 	if err := doc.Validate(context.Background()); err != nil {
 		return nil, fmt.Errorf("openapi.yaml is invalid: %w", err)
+	}
+	if err := checkPermissions(doc); err != nil {
+		return nil, err
 	}
 	doc.Servers = nil // match on paths alone, whatever host serves them
 	router, err := gorillamux.NewRouter(doc)
@@ -37,6 +82,15 @@ func validator(spec []byte) (echo.MiddlewareFunc, error) {
 					return echo.ErrMethodNotAllowed
 				}
 				return next(c) // not in the spec: echo answers 404
+			}
+			if perm := permissionOf(route.Operation); perm != Public {
+				id, ok := identity.From(req.Context())
+				if !ok {
+					return echo.NewHTTPError(http.StatusUnauthorized, "not authenticated")
+				}
+				if authorize == nil || !authorize(id, perm) {
+					return &fault.Forbidden{Reason: fmt.Sprintf("you need the %s permission", perm)}
+				}
 			}
 			in := &openapi3filter.RequestValidationInput{Request: req, PathParams: params, Route: route, Options: opts}
 			if err := openapi3filter.ValidateRequest(req.Context(), in); err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gantryhq/gantry"
 	"github.com/gantryhq/gantry/api"
+	"github.com/gantryhq/gantry/internal/authz"
 	"github.com/gantryhq/gantry/internal/catalog"
 	"github.com/gantryhq/gantry/internal/config"
 	"github.com/gantryhq/gantry/internal/gpu"
@@ -115,13 +116,21 @@ func runServer(ctx context.Context, cfg config.Config, ready func(url string)) e
 		a.log.Warn("no kubeconfig: launches are recorded and rendered, not applied to a cluster")
 	}
 
+	az, err := authz.New(authz.InDir(cfg.PolicyDir))
+	if err != nil {
+		return err
+	}
+	a.workloads.WithAuthorizer(az)
+	go reloadPolicy(ctx, a.log, az)
+
 	// Until authentication lands (and the server is on loopback only) every
-	// request acts as the configured development user.
-	dev := identity.Identity{Subject: cfg.DevUser, Email: cfg.DevUser, Name: "Developer"}
+	// request acts as the configured development user and groups.
+	dev := identity.Identity{Subject: cfg.DevUser, Email: cfg.DevUser, Name: "Developer", Groups: cfg.DevGroups}
 	h, err := api.New(api.Options{
 		Catalog: a.catalog, Workloads: a.workloads, Checks: checks, Spec: gantry.OpenAPI,
 		MaxBodyBytes: cfg.MaxBodyBytes, Logger: a.log, Portal: portal.Handler(),
-		Identify: func(*http.Request) (identity.Identity, error) { return dev, nil },
+		Identify:  func(*http.Request) (identity.Identity, error) { return dev, nil },
+		Authorize: az.AllowedSomewhere,
 	})
 	if err != nil {
 		return err
@@ -150,6 +159,26 @@ func runServer(ctx context.Context, cfg config.Config, ready func(url string)) e
 		return err
 	}
 	return nil
+}
+
+// reloadPolicy picks up edited policy files every few seconds; a broken edit
+// keeps the policy in force and is logged with its file:line.
+func reloadPolicy(ctx context.Context, log *slog.Logger, az *authz.Authorizer) {
+	t := time.NewTicker(3 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		switch err := az.Reload(); {
+		case err == nil:
+			log.Info("policy reloaded")
+		case !errors.Is(err, authz.ErrUnchanged):
+			log.Error("policy not reloaded; the previous policy stays in force", "err", err)
+		}
+	}
 }
 
 // reconcileLoop applies recorded launches that are not on the cluster yet: at

@@ -263,8 +263,8 @@ func (b *Bindings) validate() error {
 	}
 	sort.Strings(names)
 	for _, t := range names {
-		if !teamName(t) {
-			errs.Addf("teams."+t, "%q is not a team name (a lowercase DNS label)", t)
+		if t != AnyTeam && !teamName(t) {
+			errs.Addf("teams."+t, "%q is not a team name (a lowercase DNS label, or * for teams not listed)", t)
 		}
 	}
 	return errs.Err()
@@ -298,16 +298,29 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-// Allowed reports whether id may do permission ("object:action") in team
-// (AnyTeam for platform-wide objects). Unknown permissions are denied.
+// implied lists permissions that a stronger one grants too.
+var implied = map[string]string{"own-workloads:manage": "workloads:manage"}
+
+// Allowed reports whether id may do permission ("object:action") in team.
+// Unknown permissions are denied.
 func (p *Policy) Allowed(id identity.Identity, team, permission string) bool {
-	obj, act, ok := strings.Cut(permission, ":")
-	if !ok || !contains(Permissions, permission) {
+	if !contains(Permissions, permission) {
 		return false
 	}
 	if team == "" {
 		team = AnyTeam
 	}
+	if p.allowed(id, team, permission) {
+		return true
+	}
+	if stronger, ok := implied[permission]; ok {
+		return p.allowed(id, team, stronger)
+	}
+	return false
+}
+
+func (p *Policy) allowed(id identity.Identity, team, permission string) bool {
+	obj, act, _ := strings.Cut(permission, ":")
 	if p.allows(id.String(), team, obj, act) {
 		return true
 	}
@@ -317,6 +330,43 @@ func (p *Policy) Allowed(id identity.Identity, team, permission string) bool {
 		}
 	}
 	return false
+}
+
+// Teams says where id holds permission: in every team (all), or in the teams
+// listed.
+func (p *Policy) Teams(id identity.Identity, permission string) (all bool, teams []string) {
+	if p.Allowed(id, AnyTeam, permission) {
+		return true, nil
+	}
+	seen := map[string]bool{}
+	subjects := append([]string{id.String()}, prefixed(id.Groups)...)
+	for _, s := range subjects {
+		if w := p.bound[s]; w != nil {
+			for t := range w.teams {
+				if !seen[t] && p.Allowed(id, t, permission) {
+					seen[t] = true
+					teams = append(teams, t)
+				}
+			}
+		}
+	}
+	sort.Strings(teams)
+	return false, teams
+}
+
+// AllowedSomewhere reports whether id holds permission in at least one team:
+// the gate a route declares, before the operation checks the team it touches.
+func (p *Policy) AllowedSomewhere(id identity.Identity, permission string) bool {
+	all, teams := p.Teams(id, permission)
+	return all || len(teams) > 0
+}
+
+func prefixed(groups []string) []string {
+	out := make([]string, len(groups))
+	for i, g := range groups {
+		out[i] = groupSubject(g)
+	}
+	return out
 }
 
 // allows asks casbin whether subject may act, in the team or through a binding
@@ -358,6 +408,9 @@ func (p *Policy) decide(w *where, subject, team, obj, act string) bool {
 // the field.
 func (p *Policy) MayUse(team, template, class string) error {
 	u, ok := p.teams[team]
+	if !ok {
+		u, ok = p.teams[AnyTeam] // the default for teams not listed, if any
+	}
 	var errs fault.List
 	if !ok || !(contains(u.Templates, "*") || contains(u.Templates, template)) {
 		errs.Addf("template", "team %q may not use template %q", team, template)
@@ -417,4 +470,24 @@ func stamp(f Files) string {
 		}
 	}
 	return b.String()
+}
+
+// Allowed decides with the policy in force.
+func (a *Authorizer) Allowed(id identity.Identity, team, permission string) bool {
+	return a.Policy().Allowed(id, team, permission)
+}
+
+// AllowedSomewhere decides with the policy in force.
+func (a *Authorizer) AllowedSomewhere(id identity.Identity, permission string) bool {
+	return a.Policy().AllowedSomewhere(id, permission)
+}
+
+// Teams answers with the policy in force.
+func (a *Authorizer) Teams(id identity.Identity, permission string) (bool, []string) {
+	return a.Policy().Teams(id, permission)
+}
+
+// MayUse answers with the policy in force.
+func (a *Authorizer) MayUse(team, template, class string) error {
+	return a.Policy().MayUse(team, template, class)
 }

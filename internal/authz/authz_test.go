@@ -101,8 +101,8 @@ func TestBrokenFilesNamed(t *testing.T) {
 		f.Roles + `:29: unknown role "wizard"`,
 		f.Roles + `:29: role rules apply in every team`,
 		f.Roles + `:29: unknown permission "images:fly"`,
-		f.Bindings + `:12: groups[4].role: unknown role "boss"`,
-		f.Bindings + `:12: groups[4].team: "NLP" is not a team name`,
+		f.Bindings + `:14: groups[4].role: unknown role "boss"`,
+		f.Bindings + `:14: groups[4].team: "NLP" is not a team name`,
 	} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("missing %q in %v", want, err)
@@ -126,7 +126,7 @@ func TestReload(t *testing.T) {
 	}
 	// A broken file keeps the policy in force.
 	edit(t, f.Bindings, "role: member}\n  - {group: ml-vision-leads", "role: memberr}\n  - {group: ml-vision-leads")
-	if err := a.Reload(); err == nil || !strings.Contains(err.Error(), "bindings.yaml:10") {
+	if err := a.Reload(); err == nil || !strings.Contains(err.Error(), "bindings.yaml:12") {
 		t.Fatalf("broken reload: %v", err)
 	}
 	if !a.Policy().Allowed(ann, "vision", "workloads:launch") {

@@ -44,8 +44,12 @@ type Config struct {
 	NamespacePrefix string   `json:"namespacePrefix"`
 	MaxBodyBytes    int64    `json:"maxBodyBytes"`
 	Log             Log      `json:"log"`
-	// DevUser is the identity every request acts as until authentication lands.
-	DevUser string `json:"devUser"`
+	// DevUser is the identity every request acts as until authentication lands,
+	// with the identity-provider groups in DevGroups (bound in the policy).
+	DevUser   string   `json:"devUser"`
+	DevGroups []string `json:"devGroups"`
+	// PolicyDir holds model.conf, roles.csv and bindings.yaml.
+	PolicyDir string `json:"policyDir"`
 	// Kubeconfig is the cluster workloads are applied to; without one, launches
 	// are recorded and rendered but not applied.
 	Kubeconfig string `json:"kubeconfig"`
@@ -80,6 +84,8 @@ func Default() Config {
 		MaxBodyBytes:      1 << 20,
 		Log:               Log{Level: "info", Format: "text"},
 		DevUser:           "dev@localhost",
+		DevGroups:         []string{"gantry-admins"},
+		PolicyDir:         "policy",
 		ReconcileInterval: "15s",
 	}
 }
@@ -128,6 +134,8 @@ var env = []struct {
 	{"GANTRY_LOG_FORMAT", func(c *Config, v string) error { c.Log.Format = v; return nil }},
 	{"GANTRY_DEV_USER", func(c *Config, v string) error { c.DevUser = v; return nil }},
 	{"GANTRY_KUBECONFIG", func(c *Config, v string) error { c.Kubeconfig = v; return nil }},
+	{"GANTRY_POLICY_DIR", func(c *Config, v string) error { c.PolicyDir = v; return nil }},
+	{"GANTRY_DEV_GROUPS", func(c *Config, v string) error { c.DevGroups = strings.Split(v, ","); return nil }},
 	{"GANTRY_RECONCILE_INTERVAL", func(c *Config, v string) error { c.ReconcileInterval = v; return nil }},
 	{"GANTRY_REMOVE_ORPHANS", func(c *Config, v string) error {
 		b, err := strconv.ParseBool(v)
@@ -211,6 +219,9 @@ func (c *Config) validate() error {
 		errs.Addf("database.dsn", "is required")
 	} else if c.Database.Driver == "postgres" && !strings.HasPrefix(string(c.Database.DSN), "postgres://") && !strings.HasPrefix(string(c.Database.DSN), "postgresql://") && !strings.Contains(string(c.Database.DSN), "=") {
 		errs.Addf("database.dsn", "is not a PostgreSQL URL (postgres://...) or key=value connection string")
+	}
+	if c.PolicyDir == "" {
+		errs.Addf("policyDir", "is required")
 	}
 	if c.TemplatesDir == "" {
 		errs.Addf("templatesDir", "is required")

@@ -24,6 +24,7 @@ import (
 
 	"github.com/gantryhq/gantry"
 	"github.com/gantryhq/gantry/api"
+	"github.com/gantryhq/gantry/internal/authz"
 	"github.com/gantryhq/gantry/internal/catalog"
 	"github.com/gantryhq/gantry/internal/devcluster"
 	"github.com/gantryhq/gantry/internal/gpu"
@@ -77,8 +78,15 @@ func start(t testing.TB, dbPath string, withCluster bool) *gantryServer {
 		checks = append(checks, api.Check{Name: "kubernetes", Pinger: k})
 		go k.Watch(ctx, func(o kube.Observation) { wl.Observe(ctx, o.WorkloadID, workload.Status(o.Phase), o.Reason) })
 	}
-	h, err := api.New(api.Options{Catalog: cat, Workloads: wl, Checks: checks, Spec: gantry.OpenAPI, MaxBodyBytes: 1 << 20, Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
-		Identify: func(*http.Request) (identity.Identity, error) { return identity.Identity{Subject: "alice"}, nil }})
+	az, err := authz.New(authz.InDir(testPolicy(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wl.WithAuthorizer(az)
+	h, err := api.New(api.Options{Catalog: cat, Workloads: wl, Checks: checks, Spec: gantry.OpenAPI, MaxBodyBytes: 1 << 20, Authorize: az.AllowedSomewhere, Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
+		Identify: func(*http.Request) (identity.Identity, error) {
+			return identity.Identity{Subject: "alice", Groups: []string{"gantry-admins"}}, nil
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -625,3 +633,27 @@ func TestRejectedByAdmission(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// testPolicy is policy/ with the starter roles and bindings, but every team
+// may use every template and GPU class, so that tests choose freely.
+func testPolicy(t testing.TB) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, f := range []string{"model.conf", "roles.csv", "bindings.yaml"} {
+		b, err := os.ReadFile(filepath.Join("../../policy", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f == "bindings.yaml" {
+			i := bytes.Index(b, []byte("\nteams:"))
+			if i < 0 {
+				t.Fatal("policy/bindings.yaml has no teams section")
+			}
+			b = append(b[:i+1], []byte("teams:\n  \"*\":\n    templates: [\"*\"]\n    gpuClasses: [\"*\"]\n")...)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}

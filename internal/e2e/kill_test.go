@@ -125,7 +125,7 @@ func startProcess(t *testing.T, root, bin, db string) (*exec.Cmd, string) {
 	ln.Close()
 	cmd := exec.Command(bin, "serve", "--listen", addr, "--db", db, "--kubeconfig", cluster.Kubeconfig, "--log-level", "warn")
 	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "GANTRY_RECONCILE_INTERVAL=1s")
+	cmd.Env = append(os.Environ(), "GANTRY_RECONCILE_INTERVAL=1s", "GANTRY_POLICY_DIR="+testPolicy(t))
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

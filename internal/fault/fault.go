@@ -131,6 +131,13 @@ type Conflict struct {
 
 func (e *Conflict) Error() string { return fmt.Sprintf("%s %q: %s", e.Kind, e.Name, e.Reason) }
 
+// Forbidden says that the caller may see the object but not do this to it.
+type Forbidden struct {
+	Reason string
+}
+
+func (e *Forbidden) Error() string { return "forbidden: " + e.Reason }
+
 // Unavailable says that a dependency (database, cluster) cannot serve the request now.
 type Unavailable struct {
 	What string

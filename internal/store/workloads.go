@@ -98,6 +98,12 @@ func (s *Store) ListWorkloads(ctx context.Context, f workload.Filter) ([]workloa
 	if f.Template != "" {
 		add("template = ?", f.Template)
 	}
+	if len(f.Teams) > 0 {
+		where = append(where, "team IN (?"+strings.Repeat(", ?", len(f.Teams)-1)+")")
+		for _, t := range f.Teams {
+			args = append(args, t)
+		}
+	}
 	if f.Status != "" {
 		add("status = ?", string(f.Status))
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/gantryhq/gantry/internal/catalog"
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/gpu"
+	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/render"
 	"github.com/gantryhq/gantry/internal/template"
 )
@@ -70,7 +71,9 @@ func (w Workload) Applied() bool { return w.AppliedHash != "" && w.AppliedHash =
 
 // Filter selects workloads; After continues a listing after that key.
 type Filter struct {
-	Team     string
+	Team  string
+	Teams []string // when set, only these teams
+
 	Owner    string
 	Template string
 	Status   Status
@@ -136,6 +139,14 @@ type Event struct {
 	Count   int
 }
 
+// Authorizer decides what the caller (the identity in the context) may do in a
+// team.
+type Authorizer interface {
+	Allowed(id identity.Identity, team, permission string) bool
+	Teams(id identity.Identity, permission string) (all bool, teams []string)
+	MayUse(team, template, class string) error
+}
+
 // Templates finds template versions and the GPU classes they are checked against.
 type Templates interface {
 	Get(ctx context.Context, name string, version int) (catalog.Version, error)
@@ -147,9 +158,40 @@ type Service struct {
 	store     Store
 	templates Templates
 	namespace func(team string) string
-	cluster   Cluster // nil: workloads are recorded, not applied
+	cluster   Cluster    // nil: workloads are recorded, not applied
+	authz     Authorizer // nil: no team checks (system use and tests of other layers)
 	now       func() time.Time
 	newID     func() string
+}
+
+// WithAuthorizer makes every user-facing operation check the caller's
+// permissions in the workload's team.
+func (s *Service) WithAuthorizer(a Authorizer) *Service {
+	s.authz = a
+	return s
+}
+
+// may reports whether the caller may do permission in team (always, without
+// an authorizer).
+func (s *Service) may(ctx context.Context, team, permission string) bool {
+	if s.authz == nil {
+		return true
+	}
+	id, ok := identity.From(ctx)
+	return ok && s.authz.Allowed(id, team, permission)
+}
+
+// visible returns the workload if the caller may read it; another team's
+// workload is not found, so that its existence does not leak.
+func (s *Service) visible(ctx context.Context, id string) (Workload, error) {
+	w, err := s.store.Workload(ctx, id)
+	if err != nil {
+		return w, err
+	}
+	if !s.may(ctx, w.Team, "workloads:read") {
+		return Workload{}, &fault.NotFound{Kind: "workload", Name: id}
+	}
+	return w, nil
 }
 
 // WithCluster makes launches apply their objects to the cluster.
@@ -271,10 +313,18 @@ func (s *Service) byKey(ctx context.Context, owner string, req Request) (Workloa
 }
 
 func (s *Service) create(ctx context.Context, owner string, req Request) (Workload, error) {
+	if template.ValidName(req.Team) && !s.may(ctx, req.Team, "workloads:launch") {
+		return Workload{}, &fault.Forbidden{Reason: fmt.Sprintf("you may not launch workloads in team %q", req.Team)}
+	}
 	id := s.newID()
 	rd, err := s.render(ctx, owner, req, id)
 	if err != nil {
 		return Workload{}, err
+	}
+	if s.authz != nil {
+		if err := s.authz.MayUse(req.Team, rd.Version.Name, rd.Choice.Class.Name); err != nil {
+			return Workload{}, &fault.Forbidden{Reason: policyReason(err)}
+		}
 	}
 	now := s.now().UTC().Truncate(time.Microsecond)
 	w := Workload{
@@ -482,7 +532,7 @@ func primaryKind(workloadKind string) string {
 
 // Get returns one workload.
 func (s *Service) Get(ctx context.Context, id string) (Workload, error) {
-	return s.store.Workload(ctx, id)
+	return s.visible(ctx, id)
 }
 
 // Page is one page of a listing; Next continues it ("" at the end).
@@ -520,6 +570,22 @@ func (s *Service) List(ctx context.Context, f Filter, cursor string) (Page, erro
 	if err := errs.Err(); err != nil {
 		return Page{}, err
 	}
+	if s.authz != nil {
+		id, _ := identity.From(ctx)
+		all, teams := s.authz.Teams(id, "workloads:read")
+		switch {
+		case all:
+		case f.Team != "":
+			if !contains(teams, f.Team) {
+				return Page{Items: []Workload{}}, nil // another team's workloads: none to see
+			}
+		default:
+			if len(teams) == 0 {
+				return Page{Items: []Workload{}}, nil
+			}
+			f.Teams = teams
+		}
+	}
 	want := f.Limit
 	f.Limit++ // one more tells whether there is a next page
 	items, err := s.store.ListWorkloads(ctx, f)
@@ -548,9 +614,13 @@ func (s *Service) Stop(ctx context.Context, id string) (Workload, error) {
 }
 
 func (s *Service) end(ctx context.Context, id string, st Status) (Workload, error) {
-	w, err := s.store.Workload(ctx, id)
+	w, err := s.visible(ctx, id)
 	if err != nil {
 		return w, err
+	}
+	caller, _ := identity.From(ctx)
+	if !s.may(ctx, w.Team, "workloads:manage") && !(w.Owner == caller.String() && s.may(ctx, w.Team, "own-workloads:manage")) {
+		return w, &fault.Forbidden{Reason: fmt.Sprintf("only its owner or a team-admin of %q may stop or delete this workload", w.Team)}
 	}
 	if w.Status == Deleted || w.Status == st {
 		return w, nil
@@ -566,7 +636,7 @@ func (s *Service) end(ctx context.Context, id string, st Status) (Workload, erro
 
 // Logs streams a workload's log (its newest pod's main container).
 func (s *Service) Logs(ctx context.Context, id string, follow bool, tailLines int64) (io.ReadCloser, error) {
-	w, err := s.store.Workload(ctx, id)
+	w, err := s.visible(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -578,7 +648,7 @@ func (s *Service) Logs(ctx context.Context, id string, follow bool, tailLines in
 
 // Events returns what the cluster reported about a workload's objects.
 func (s *Service) Events(ctx context.Context, id string) ([]Event, error) {
-	w, err := s.store.Workload(ctx, id)
+	w, err := s.visible(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -647,4 +717,26 @@ func ValidID(s string) bool {
 		return false
 	}
 	return strings.Trim(s, idAlphabet) == ""
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// policyReason joins a policy refusal's problems into one sentence.
+func policyReason(err error) string {
+	var inv *fault.Invalid
+	if !errors.As(err, &inv) {
+		return err.Error()
+	}
+	parts := make([]string, len(inv.Fields))
+	for i, f := range inv.Fields {
+		parts[i] = f.Message
+	}
+	return strings.Join(parts, "; ")
 }

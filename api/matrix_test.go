@@ -1,0 +1,184 @@
+package api_test
+
+import (
+	"net/http"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/getkin/kin-openapi/openapi3"
+
+	"github.com/gantryhq/gantry"
+	"github.com/gantryhq/gantry/internal/identity"
+)
+
+// roles are the callers of the matrix, by the starter policy's groups.
+var roles = []struct {
+	name   string
+	groups []string
+}{
+	{"platform-admin", []string{"gantry-admins"}},
+	{"platform-engineer", []string{"platform-team"}},
+	{"team-admin", []string{"ml-vision-leads"}},
+	{"member", []string{"ml-vision"}},
+	{"viewer", []string{"auditors"}},
+	{"nobody", nil},
+}
+
+// TestRouteRoleMatrix walks every route of openapi.yaml for every role and
+// checks the outcome (status code) against the policy in policy/.
+func TestRouteRoleMatrix(t *testing.T) {
+	// The caller is chosen per request by a header only this test sets.
+	e := newEnv(t, func(r *http.Request) (identity.Identity, error) {
+		role := r.Header.Get("X-Test-Role")
+		for _, ro := range roles {
+			if ro.name == role {
+				return identity.Identity{Subject: role, Groups: ro.groups}, nil
+			}
+		}
+		return identity.Identity{Subject: "alice", Groups: []string{"gantry-admins"}}, nil // setup
+	})
+	// Setup as platform admin: per role, a template to delete and a workload
+	// (owned by the admin) to stop and one to delete.
+	var w struct{ ID string }
+	stopIDs, delIDs := map[string]string{}, map[string]string{}
+	for _, ro := range roles {
+		doc := templateJSON(t, "../templates/dev-environment.yaml", func(m map[string]any) { m["metadata"].(map[string]any)["name"] = "del-" + ro.name })
+		if s, _ := e.do("POST", "/api/v1/templates", doc, nil); s != 201 {
+			t.Fatalf("setup template: %d", s)
+		}
+		for _, ids := range []map[string]string{stopIDs, delIDs} {
+			if s, _ := e.do("POST", "/api/v1/workloads", map[string]any{"template": "dev-environment", "team": "vision"}, &w); s != 201 {
+				t.Fatalf("setup workload: %d", s)
+			}
+			ids[ro.name] = w.ID
+		}
+	}
+	const (
+		A = "platform-admin"
+		P = "platform-engineer"
+		T = "team-admin"
+		M = "member"
+		V = "viewer"
+		N = "nobody"
+	)
+	readers := map[string]int{A: 200, P: 200, T: 200, M: 200, V: 200, N: 403}
+	writers := func(ok int) map[string]int { return map[string]int{A: ok, P: ok, T: 403, M: 403, V: 403, N: 403} }
+	public := map[string]int{A: 200, P: 200, T: 200, M: 200, V: 200, N: 200}
+	newTemplate := func(role string) any {
+		return templateJSON(t, "../templates/dev-environment.yaml", func(m map[string]any) { m["metadata"].(map[string]any)["name"] = "new-" + role })
+	}
+	sameTemplate := func(string) any { return templateJSON(t, "../templates/vllm-inference.yaml", nil) }
+	render := func(string) any { return map[string]any{"team": "vision"} }
+	launch := func(string) any { return map[string]any{"template": "dev-environment", "team": "vision"} }
+	wid := stopIDs[A]
+	type row struct {
+		method, path string
+		body         func(role string) any
+		want         map[string]int
+	}
+	matrix := map[string]row{
+		"GET /healthz":                          {"GET", "/healthz", nil, public},
+		"GET /readyz":                           {"GET", "/readyz", nil, public},
+		"GET /openapi.yaml":                     {"GET", "/openapi.yaml", nil, public},
+		"GET /api/v1/templates":                 {"GET", "/api/v1/templates", nil, readers},
+		"POST /api/v1/templates":                {"POST", "/api/v1/templates", newTemplate, writers(201)},
+		"GET /api/v1/templates/{name}":          {"GET", "/api/v1/templates/vllm-inference", nil, readers},
+		"PUT /api/v1/templates/{name}":          {"PUT", "/api/v1/templates/vllm-inference", sameTemplate, writers(200)},
+		"DELETE /api/v1/templates/{name}":       {"DELETE", "/api/v1/templates/del-{role}", nil, writers(204)},
+		"GET /api/v1/templates/{name}/versions": {"GET", "/api/v1/templates/vllm-inference/versions", nil, readers},
+		"POST /api/v1/templates/{name}/render":  {"POST", "/api/v1/templates/dev-environment/render", render, readers},
+		"GET /api/v1/gpu-classes":               {"GET", "/api/v1/gpu-classes", nil, readers},
+		"GET /api/v1/gpu-classes/{name}":        {"GET", "/api/v1/gpu-classes/L4", nil, readers},
+		"GET /api/v1/workloads":                 {"GET", "/api/v1/workloads", nil, readers},
+		"POST /api/v1/workloads":                {"POST", "/api/v1/workloads", launch, map[string]int{A: 201, P: 403, T: 201, M: 201, V: 403, N: 403}},
+		"GET /api/v1/workloads/{id}":            {"GET", "/api/v1/workloads/" + wid, nil, readers},
+		"GET /api/v1/workloads/{id}/events":     {"GET", "/api/v1/workloads/" + wid + "/events", nil, readers},
+		// No cluster here: whoever may read the workload learns it has no log.
+		"GET /api/v1/workloads/{id}/logs":  {"GET", "/api/v1/workloads/" + wid + "/logs", nil, map[string]int{A: 409, P: 409, T: 409, M: 409, V: 409, N: 403}},
+		"POST /api/v1/workloads/{id}/stop": {"POST", "/api/v1/workloads/{stop}/stop", nil, map[string]int{A: 200, P: 403, T: 200, M: 403, V: 403, N: 403}},
+		"DELETE /api/v1/workloads/{id}":    {"DELETE", "/api/v1/workloads/{delete}", nil, map[string]int{A: 204, P: 403, T: 204, M: 403, V: 403, N: 403}},
+	}
+	// Every route of the spec has a row.
+	doc, err := openapi3.NewLoader().LoadFromData(gantry.OpenAPI)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var routes []string
+	for path, item := range doc.Paths.Map() {
+		for method := range item.Operations() {
+			routes = append(routes, method+" "+path)
+		}
+	}
+	sort.Strings(routes)
+	for _, r := range routes {
+		if _, ok := matrix[r]; !ok {
+			t.Errorf("route %s has no row in the role matrix", r)
+		}
+	}
+	if len(matrix) != len(routes) {
+		t.Errorf("%d rows for %d routes", len(matrix), len(routes))
+	}
+	for _, r := range routes {
+		row := matrix[r]
+		for _, ro := range roles {
+			path := strings.NewReplacer("{role}", ro.name, "{stop}", stopIDs[ro.name], "{delete}", delIDs[ro.name]).Replace(row.path)
+			var body any
+			if row.body != nil {
+				body = row.body(ro.name)
+			}
+			got := e.doAs(ro.name, row.method, path, body)
+			if want := row.want[ro.name]; got != want {
+				t.Errorf("%s as %s: %d, want %d", r, ro.name, got, want)
+			}
+		}
+	}
+}
+
+// TestTeamScopes: a member sees and manages what is theirs in their team, and
+// another team's workload does not exist for them.
+func TestTeamScopes(t *testing.T) {
+	e := newEnv(t, func(r *http.Request) (identity.Identity, error) {
+		if r.Header.Get("X-Test-Role") == "member" {
+			return identity.Identity{Subject: "ann", Groups: []string{"ml-vision"}}, nil
+		}
+		return identity.Identity{Subject: "alice", Groups: []string{"gantry-admins"}}, nil
+	})
+	var nlp, own struct{ ID string }
+	e.do("POST", "/api/v1/workloads", map[string]any{"template": "vllm-inference", "team": "nlp"}, &nlp)
+	if s := e.doAs("member", "POST", "/api/v1/workloads", map[string]any{"template": "dev-environment", "team": "vision"}); s != 201 {
+		t.Fatalf("member launch: %d", s)
+	}
+	var list struct{ Items []struct{ ID, Team string } }
+	e.doAsInto("member", "GET", "/api/v1/workloads", &list)
+	if len(list.Items) != 1 || list.Items[0].Team != "vision" {
+		t.Fatalf("member lists %+v, want only their team's", list.Items)
+	}
+	own.ID = list.Items[0].ID
+	if s := e.doAs("member", "GET", "/api/v1/workloads/"+nlp.ID, nil); s != 404 {
+		t.Errorf("another team's workload: %d, want 404", s)
+	}
+	if s := e.doAs("member", "GET", "/api/v1/workloads?team=nlp", nil); s != 200 {
+		t.Errorf("listing another team: %d", s)
+	}
+	if s := e.doAs("member", "POST", "/api/v1/workloads", map[string]any{"template": "vllm-inference", "team": "nlp"}); s != 403 {
+		t.Errorf("launch in another team: %d, want 403", s)
+	}
+	if s := e.doAs("member", "POST", "/api/v1/workloads", map[string]any{"template": "vllm-inference", "team": "vision", "gpu": map[string]any{"class": "H200-141GB"}}); s != 403 {
+		t.Errorf("a GPU class the team may not use: %d, want 403", s)
+	}
+	if s := e.doAs("member", "POST", "/api/v1/workloads/"+own.ID+"/stop", nil); s != 200 {
+		t.Errorf("member stopping their own workload: %d, want 200", s)
+	}
+}
+
+// doAs sends a request as a role of the matrix and returns the status.
+func (e *env) doAs(role, method, path string, body any) int {
+	e.t.Helper()
+	return e.request(role, method, path, body, nil)
+}
+
+func (e *env) doAsInto(role, method, path string, out any) int {
+	e.t.Helper()
+	return e.request(role, method, path, nil, out)
+}

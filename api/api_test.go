@@ -18,6 +18,7 @@ import (
 
 	"github.com/gantryhq/gantry"
 	"github.com/gantryhq/gantry/api"
+	"github.com/gantryhq/gantry/internal/authn"
 	"github.com/gantryhq/gantry/internal/authz"
 	"github.com/gantryhq/gantry/internal/catalog"
 	"github.com/gantryhq/gantry/internal/gpu"
@@ -400,13 +401,22 @@ func TestNotReady(t *testing.T) {
 func TestUnauthenticated(t *testing.T) {
 	e := newEnv(t, nil)
 	for _, path := range []string{"/api/v1/templates", "/api/v1/workloads", "/api/v1/gpu-classes"} {
-		if s, _ := e.do("GET", path, nil, nil); s != 401 {
-			t.Errorf("GET %s: %d, want 401", path, s)
+		if s, h := e.do("GET", path, nil, nil); s != 401 || h.Get("WWW-Authenticate") != `Bearer realm="gantry"` {
+			t.Errorf("GET %s: %d %q, want 401 with a Bearer challenge", path, s, h.Get("WWW-Authenticate"))
 		}
 	}
-	e2 := newEnv(t, func(*http.Request) (identity.Identity, error) { return identity.Identity{}, errors.New("bad token") })
-	if s, _ := e2.do("GET", "/api/v1/templates", nil, nil); s != 401 {
-		t.Errorf("failed identification: %d, want 401", s)
+	e2 := newEnv(t, func(*http.Request) (identity.Identity, error) { return identity.Identity{}, errors.New("signature by key k9 does not verify") })
+	var p problem
+	s, h := e2.do("GET", "/api/v1/templates", nil, &p)
+	if s != 401 || h.Get("WWW-Authenticate") != `Bearer realm="gantry", error="invalid_token"` {
+		t.Errorf("bad token: %d %q", s, h.Get("WWW-Authenticate"))
+	}
+	if strings.Contains(p.Detail+p.Title, "k9") {
+		t.Errorf("internal detail in the answer: %+v", p)
+	}
+	e3 := newEnv(t, func(*http.Request) (identity.Identity, error) { return identity.Identity{}, authn.ErrNoCredentials })
+	if s, h := e3.do("GET", "/api/v1/templates", nil, nil); s != 401 || h.Get("WWW-Authenticate") != `Bearer realm="gantry"` {
+		t.Errorf("no token: %d %q", s, h.Get("WWW-Authenticate"))
 	}
 	if s, _ := e.do("GET", "/healthz", nil, nil); s != 200 {
 		t.Errorf("healthz needs no identity: %d", s)

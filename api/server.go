@@ -8,6 +8,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -17,6 +18,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
 
+	"github.com/gantryhq/gantry/internal/authn"
 	"github.com/gantryhq/gantry/internal/catalog"
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/workload"
@@ -89,11 +91,18 @@ func identify(fn func(*http.Request) (identity.Identity, error)) echo.Middleware
 			if !isAPI(c.Request().URL.Path) {
 				return next(c)
 			}
+			challenge := `Bearer realm="gantry"`
 			if fn == nil {
+				c.Response().Header().Set("WWW-Authenticate", challenge)
 				return echo.NewHTTPError(http.StatusUnauthorized, "authentication is not configured")
 			}
 			id, err := fn(c.Request())
 			if err != nil {
+				// RFC 6750: say that the token is bad, never why.
+				if !errors.Is(err, authn.ErrNoCredentials) {
+					challenge += `, error="invalid_token"`
+				}
+				c.Response().Header().Set("WWW-Authenticate", challenge)
 				return echo.NewHTTPError(http.StatusUnauthorized, "not authenticated")
 			}
 			c.SetRequest(c.Request().WithContext(identity.With(c.Request().Context(), id)))

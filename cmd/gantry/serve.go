@@ -13,6 +13,7 @@ import (
 
 	"github.com/gantryhq/gantry"
 	"github.com/gantryhq/gantry/api"
+	"github.com/gantryhq/gantry/internal/authn"
 	"github.com/gantryhq/gantry/internal/authz"
 	"github.com/gantryhq/gantry/internal/catalog"
 	"github.com/gantryhq/gantry/internal/config"
@@ -123,14 +124,23 @@ func runServer(ctx context.Context, cfg config.Config, ready func(url string)) e
 	a.workloads.WithAuthorizer(az)
 	go reloadPolicy(ctx, a.log, az)
 
-	// Until authentication lands (and the server is on loopback only) every
-	// request acts as the configured development user and groups.
+	// With an OpenID provider configured, every request proves who it is with
+	// a bearer token; without one (loopback only), every request acts as the
+	// configured development user and groups.
 	dev := identity.Identity{Subject: cfg.DevUser, Email: cfg.DevUser, Name: "Developer", Groups: cfg.DevGroups}
+	identify := func(*http.Request) (identity.Identity, error) { return dev, nil }
+	if cfg.OIDC.Issuer != "" {
+		an, err := authn.New(ctx, authn.Config{Issuer: cfg.OIDC.Issuer, Audiences: cfg.OIDC.Audiences, ClockSkew: cfg.OIDC.Skew(),
+			Claims: authn.Claims{Subject: cfg.OIDC.SubjectClaim, Email: cfg.OIDC.EmailClaim, Name: cfg.OIDC.NameClaim, Groups: cfg.OIDC.GroupsClaim}})
+		if err != nil {
+			return err
+		}
+		identify = an.Identify
+	}
 	h, err := api.New(api.Options{
 		Catalog: a.catalog, Workloads: a.workloads, Checks: checks, Spec: gantry.OpenAPI,
 		MaxBodyBytes: cfg.MaxBodyBytes, Logger: a.log, Portal: portal.Handler(),
-		Identify:  func(*http.Request) (identity.Identity, error) { return dev, nil },
-		Authorize: az.AllowedSomewhere,
+		Identify: identify, Authorize: az.AllowedSomewhere,
 	})
 	if err != nil {
 		return err

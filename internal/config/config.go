@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -50,6 +51,9 @@ type Config struct {
 	DevGroups []string `json:"devGroups"`
 	// PolicyDir holds model.conf, roles.csv and bindings.yaml.
 	PolicyDir string `json:"policyDir"`
+	// OIDC, when its issuer is set, authenticates every API request with a
+	// bearer token from that provider (and the dev user is not used).
+	OIDC OIDC `json:"oidc"`
 	// Kubeconfig is the cluster workloads are applied to; without one, launches
 	// are recorded and rendered but not applied.
 	Kubeconfig string `json:"kubeconfig"`
@@ -58,6 +62,23 @@ type Config struct {
 	// RemoveOrphans deletes objects that carry Gantry's labels but belong to no
 	// live workload; otherwise they are only reported.
 	RemoveOrphans bool `json:"removeOrphans"`
+}
+
+// OIDC configures token verification against an OpenID provider.
+type OIDC struct {
+	Issuer       string   `json:"issuer"`
+	Audiences    []string `json:"audiences"`
+	ClockSkew    string   `json:"clockSkew"`
+	SubjectClaim string   `json:"subjectClaim"`
+	EmailClaim   string   `json:"emailClaim"`
+	NameClaim    string   `json:"nameClaim"`
+	GroupsClaim  string   `json:"groupsClaim"`
+}
+
+// Skew is the configured clock skew (validated by Load).
+func (o OIDC) Skew() time.Duration {
+	d, _ := time.ParseDuration(o.ClockSkew)
+	return d
 }
 
 // Database selects the store.
@@ -87,6 +108,7 @@ func Default() Config {
 		DevGroups:         []string{"gantry-admins"},
 		PolicyDir:         "policy",
 		ReconcileInterval: "15s",
+		OIDC:              OIDC{ClockSkew: "30s"},
 	}
 }
 
@@ -135,6 +157,8 @@ var env = []struct {
 	{"GANTRY_DEV_USER", func(c *Config, v string) error { c.DevUser = v; return nil }},
 	{"GANTRY_KUBECONFIG", func(c *Config, v string) error { c.Kubeconfig = v; return nil }},
 	{"GANTRY_POLICY_DIR", func(c *Config, v string) error { c.PolicyDir = v; return nil }},
+	{"GANTRY_OIDC_ISSUER", func(c *Config, v string) error { c.OIDC.Issuer = v; return nil }},
+	{"GANTRY_OIDC_AUDIENCES", func(c *Config, v string) error { c.OIDC.Audiences = strings.Split(v, ","); return nil }},
 	{"GANTRY_DEV_GROUPS", func(c *Config, v string) error { c.DevGroups = strings.Split(v, ","); return nil }},
 	{"GANTRY_RECONCILE_INTERVAL", func(c *Config, v string) error { c.ReconcileInterval = v; return nil }},
 	{"GANTRY_REMOVE_ORPHANS", func(c *Config, v string) error {
@@ -206,8 +230,8 @@ func (c *Config) validate() error {
 		if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
 			errs.Addf("listen", "%q is not a port", port)
 		}
-		if !loopback(host) {
-			errs.Addf("listen", "%q is not a loopback address: until authentication is configured Gantry serves on loopback only (127.0.0.1, ::1, localhost)", host)
+		if !loopback(host) && c.OIDC.Issuer == "" {
+			errs.Addf("listen", "%q is not a loopback address: without authentication (oidc.issuer) Gantry serves on loopback only (127.0.0.1, ::1, localhost)", host)
 		}
 	}
 	switch c.Database.Driver {
@@ -219,6 +243,18 @@ func (c *Config) validate() error {
 		errs.Addf("database.dsn", "is required")
 	} else if c.Database.Driver == "postgres" && !strings.HasPrefix(string(c.Database.DSN), "postgres://") && !strings.HasPrefix(string(c.Database.DSN), "postgresql://") && !strings.Contains(string(c.Database.DSN), "=") {
 		errs.Addf("database.dsn", "is not a PostgreSQL URL (postgres://...) or key=value connection string")
+	}
+	if c.OIDC.Issuer != "" {
+		u, err := url.Parse(c.OIDC.Issuer)
+		if err != nil || u.Host == "" || (u.Scheme != "https" && !(u.Scheme == "http" && loopback(u.Hostname()))) {
+			errs.Addf("oidc.issuer", "%q must be an https URL (http only on loopback)", c.OIDC.Issuer)
+		}
+		if len(c.OIDC.Audiences) == 0 {
+			errs.Addf("oidc.audiences", "at least one audience (client id) is required")
+		}
+	}
+	if d, err := time.ParseDuration(c.OIDC.ClockSkew); err != nil || d < 0 || d > 5*time.Minute {
+		errs.Addf("oidc.clockSkew", "%q must be a duration between 0s and 5m", c.OIDC.ClockSkew)
 	}
 	if c.PolicyDir == "" {
 		errs.Addf("policyDir", "is required")

@@ -56,3 +56,20 @@ func TestSecretNeverPrints(t *testing.T) {
 		t.Fatalf("secret leaked: %s", s)
 	}
 }
+
+func TestOIDCAllowsOtherAddresses(t *testing.T) {
+	env := map[string]string{"GANTRY_LISTEN": "0.0.0.0:8080", "GANTRY_OIDC_ISSUER": "https://idp.example.com", "GANTRY_OIDC_AUDIENCES": "gantry-portal,gantry-cli"}
+	c, err := Load("", lookup(env), Flags{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.OIDC.Audiences) != 2 || c.OIDC.Skew().Seconds() != 30 {
+		t.Fatalf("%+v", c.OIDC)
+	}
+	env["GANTRY_OIDC_ISSUER"] = "http://idp.example.com"
+	delete(env, "GANTRY_OIDC_AUDIENCES")
+	_, err = Load("", lookup(env), Flags{})
+	if err == nil || !strings.Contains(err.Error(), "oidc.issuer") || !strings.Contains(err.Error(), "oidc.audiences") {
+		t.Fatalf("err = %v", err)
+	}
+}

@@ -1,0 +1,186 @@
+package authn_test
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	jose "github.com/go-jose/go-jose/v4"
+	"github.com/go-jose/go-jose/v4/jwt"
+
+	"github.com/gantryhq/gantry/internal/authn"
+)
+
+// issuer is a minimal OpenID provider for verification: discovery and a JWKS
+// whose keys the test rotates. (The full in-process provider for logins is the
+// dev identity's job.)
+type issuer struct {
+	srv  *httptest.Server
+	mu   sync.Mutex
+	keys []jose.JSONWebKey
+	sign map[string]*rsa.PrivateKey
+}
+
+func newIssuer(t *testing.T) *issuer {
+	is := &issuer{sign: map[string]*rsa.PrivateKey{}}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/.well-known/openid-configuration", func(w http.ResponseWriter, r *http.Request) {
+		json.NewEncoder(w).Encode(map[string]any{
+			"issuer": is.srv.URL, "jwks_uri": is.srv.URL + "/keys",
+			"authorization_endpoint": is.srv.URL + "/authorize", "token_endpoint": is.srv.URL + "/token",
+			"id_token_signing_alg_values_supported": []string{"RS256"},
+		})
+	})
+	mux.HandleFunc("/keys", func(w http.ResponseWriter, r *http.Request) {
+		is.mu.Lock()
+		defer is.mu.Unlock()
+		json.NewEncoder(w).Encode(jose.JSONWebKeySet{Keys: is.keys})
+	})
+	is.srv = httptest.NewServer(mux)
+	t.Cleanup(is.srv.Close)
+	is.addKey(t, "k1", true)
+	return is
+}
+
+// addKey makes a signing key; published keys appear in the JWKS.
+func (is *issuer) addKey(t *testing.T, kid string, publish bool) {
+	k, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	is.mu.Lock()
+	defer is.mu.Unlock()
+	is.sign[kid] = k
+	if publish {
+		is.keys = append(is.keys, jose.JSONWebKey{Key: &k.PublicKey, KeyID: kid, Algorithm: "RS256", Use: "sig"})
+	}
+}
+
+func (is *issuer) token(t *testing.T, kid string, claims map[string]any) string {
+	sig, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.RS256, Key: is.sign[kid]}, (&jose.SignerOptions{}).WithType("JWT").WithHeader("kid", kid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := jwt.Signed(sig).Claims(claims).Serialize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw
+}
+
+func (is *issuer) claims(mod func(map[string]any)) map[string]any {
+	now := time.Now()
+	c := map[string]any{
+		"iss": is.srv.URL, "sub": "user-123", "aud": "gantry-portal", "exp": now.Add(time.Hour).Unix(), "iat": now.Unix(),
+		"email": "ann@example.com", "name": "Ann", "groups": []string{"ml-vision"}, "roles": []string{"ml-nlp"},
+	}
+	if mod != nil {
+		mod(c)
+	}
+	return c
+}
+
+func auth(t *testing.T, is *issuer, claims authn.Claims) *authn.Authenticator {
+	a, err := authn.New(context.Background(), authn.Config{Issuer: is.srv.URL, Audiences: []string{"gantry-portal", "gantry-cli"}, ClockSkew: 30 * time.Second, Claims: claims})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func TestVerify(t *testing.T) {
+	is := newIssuer(t)
+	other := newIssuer(t)
+	a := auth(t, is, authn.Claims{})
+	now := time.Now()
+	none := base64.RawURLEncoding.EncodeToString([]byte(`{"alg":"none","typ":"JWT"}`)) + "." +
+		base64.RawURLEncoding.EncodeToString(mustJSON(is.claims(nil))) + "."
+	tests := []struct {
+		name  string
+		token string
+		ok    bool
+	}{
+		{"valid", is.token(t, "k1", is.claims(nil)), true},
+		{"second audience", is.token(t, "k1", is.claims(func(c map[string]any) { c["aud"] = []string{"other", "gantry-cli"} })), true},
+		{"expired within the skew", is.token(t, "k1", is.claims(func(c map[string]any) { c["exp"] = now.Add(-10 * time.Second).Unix() })), true},
+		{"expired", is.token(t, "k1", is.claims(func(c map[string]any) { c["exp"] = now.Add(-2 * time.Minute).Unix() })), false},
+		{"not yet valid", is.token(t, "k1", is.claims(func(c map[string]any) { c["nbf"] = now.Add(2 * time.Minute).Unix() })), false},
+		{"nbf within the skew", is.token(t, "k1", is.claims(func(c map[string]any) { c["nbf"] = now.Add(10 * time.Second).Unix() })), true},
+		{"wrong issuer", other.token(t, "k1", other.claims(nil)), false},
+		{"issuer claim of another", is.token(t, "k1", is.claims(func(c map[string]any) { c["iss"] = other.srv.URL })), false},
+		{"wrong audience", is.token(t, "k1", is.claims(func(c map[string]any) { c["aud"] = "someone-else" })), false},
+		{"forged: signed by a key the issuer never published", func() string { is.addKey(t, "evil", false); return is.token(t, "evil", is.claims(nil)) }(), false},
+		{"alg none", none, false},
+		{"garbage", "not.a.jwt", false},
+		{"no subject", is.token(t, "k1", is.claims(func(c map[string]any) { delete(c, "sub") })), false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			id, err := a.Verify(context.Background(), tc.token)
+			if tc.ok {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if id.Issuer != is.srv.URL || id.Subject != "user-123" || id.Email != "ann@example.com" || len(id.Groups) != 1 || id.Groups[0] != "ml-vision" {
+					t.Fatalf("identity %+v", id)
+				}
+				return
+			}
+			if !errors.Is(err, authn.ErrInvalidToken) {
+				t.Fatalf("err = %v, want ErrInvalidToken", err)
+			}
+		})
+	}
+}
+
+// A token signed with a key published after the JWKS was first read is
+// accepted: an unknown key id makes go-oidc fetch the JWKS again.
+func TestKeyRotation(t *testing.T) {
+	is := newIssuer(t)
+	a := auth(t, is, authn.Claims{})
+	if _, err := a.Verify(context.Background(), is.token(t, "k1", is.claims(nil))); err != nil {
+		t.Fatal(err)
+	}
+	is.addKey(t, "k2", true)
+	if _, err := a.Verify(context.Background(), is.token(t, "k2", is.claims(nil))); err != nil {
+		t.Fatalf("rotated key: %v", err)
+	}
+}
+
+func TestClaimMapping(t *testing.T) {
+	is := newIssuer(t)
+	a := auth(t, is, authn.Claims{Groups: "roles", Subject: "oid"})
+	id, err := a.Verify(context.Background(), is.token(t, "k1", is.claims(func(c map[string]any) { c["oid"] = "object-9" })))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id.Subject != "object-9" || len(id.Groups) != 1 || id.Groups[0] != "ml-nlp" || id.String() != is.srv.URL+"#object-9" {
+		t.Fatalf("%+v", id)
+	}
+}
+
+func TestIdentifyHeader(t *testing.T) {
+	is := newIssuer(t)
+	a := auth(t, is, authn.Claims{})
+	r := httptest.NewRequest("GET", "/api/v1/templates", nil)
+	if _, err := a.Identify(r); !errors.Is(err, authn.ErrNoCredentials) {
+		t.Fatalf("no header: %v", err)
+	}
+	r.Header.Set("Authorization", "Bearer "+is.token(t, "k1", is.claims(nil)))
+	if id, err := a.Identify(r); err != nil || id.Subject != "user-123" {
+		t.Fatalf("%+v %v", id, err)
+	}
+}
+
+func mustJSON(v any) []byte {
+	b, _ := json.Marshal(v)
+	return b
+}

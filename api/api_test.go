@@ -25,14 +25,16 @@ import (
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/store"
 	"github.com/gantryhq/gantry/internal/template"
+	"github.com/gantryhq/gantry/internal/token"
 	"github.com/gantryhq/gantry/internal/workload"
 	"github.com/gantryhq/gantry/portal"
 )
 
 type env struct {
-	t     *testing.T
-	srv   *httptest.Server
-	files []template.File
+	t      *testing.T
+	srv    *httptest.Server
+	files  []template.File
+	dbPath string
 }
 
 func newEnv(t *testing.T, identify func(*http.Request) (identity.Identity, error)) *env {
@@ -49,7 +51,8 @@ func newEnvWith(t *testing.T, edit func(*api.Options)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := store.Open(ctx, store.SQLite, filepath.Join(t.TempDir(), "g.db"))
+	dbPath := filepath.Join(t.TempDir(), "g.db")
+	st, err := store.Open(ctx, store.SQLite, dbPath)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +68,7 @@ func newEnvWith(t *testing.T, edit func(*api.Options)) *env {
 	}
 	wl.WithAuthorizer(az)
 	o := api.Options{Catalog: cat, Workloads: wl, Checks: []api.Check{{Name: "database", Pinger: st}}, Spec: gantry.OpenAPI, MaxBodyBytes: 64 << 10,
-		Authorize: az.AllowedSomewhere}
+		Authorize: az.AllowedSomewhere, Tokens: token.New(st)}
 	edit(&o)
 	h, err := api.New(o)
 	if err != nil {
@@ -73,7 +76,7 @@ func newEnvWith(t *testing.T, edit func(*api.Options)) *env {
 	}
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	return &env{t: t, srv: srv, files: files}
+	return &env{t: t, srv: srv, files: files, dbPath: dbPath}
 }
 
 // alice is a platform admin.
@@ -96,17 +99,22 @@ func (e *env) request(role, method, path string, body, out any) int {
 	return e.send(role, method, path, body, out, &h)
 }
 
-func (e *env) send(role, method, path string, body, out any, header *http.Header) int {
-	e.t.Helper()
-	var r io.Reader
+// bodyReader encodes a request body: nil, a raw string, or JSON.
+func bodyReader(body any) io.Reader {
 	switch b := body.(type) {
 	case nil:
+		return nil
 	case string:
-		r = strings.NewReader(b)
+		return strings.NewReader(b)
 	default:
 		j, _ := json.Marshal(b)
-		r = bytes.NewReader(j)
+		return bytes.NewReader(j)
 	}
+}
+
+func (e *env) send(role, method, path string, body, out any, header *http.Header) int {
+	e.t.Helper()
+	r := bodyReader(body)
 	req, _ := http.NewRequest(method, e.srv.URL+path, r)
 	if r != nil {
 		req.Header.Set("Content-Type", "application/json")

@@ -54,6 +54,14 @@ func TestRouteRoleMatrix(t *testing.T) {
 			ids[ro.name] = w.ID
 		}
 	}
+	tokenIDs := map[string]string{}
+	for _, ro := range roles {
+		var tk struct{ ID string }
+		if s := e.request(ro.name, "POST", "/api/v1/tokens", map[string]any{"name": "setup", "expiresInDays": 1}, &tk); s != 201 {
+			t.Fatalf("setup token as %s: %d", ro.name, s)
+		}
+		tokenIDs[ro.name] = tk.ID
+	}
 	const (
 		A = "platform-admin"
 		P = "platform-engineer"
@@ -98,6 +106,10 @@ func TestRouteRoleMatrix(t *testing.T) {
 		"GET /api/v1/workloads/{id}/logs":  {"GET", "/api/v1/workloads/" + wid + "/logs", nil, map[string]int{A: 409, P: 409, T: 409, M: 409, V: 409, N: 403}},
 		"POST /api/v1/workloads/{id}/stop": {"POST", "/api/v1/workloads/{stop}/stop", nil, map[string]int{A: 200, P: 403, T: 200, M: 403, V: 403, N: 403}},
 		"DELETE /api/v1/workloads/{id}":    {"DELETE", "/api/v1/workloads/{delete}", nil, map[string]int{A: 204, P: 403, T: 204, M: 403, V: 403, N: 403}},
+		// Anyone signed in manages their own tokens.
+		"GET /api/v1/tokens":         {"GET", "/api/v1/tokens", nil, public},
+		"POST /api/v1/tokens":        {"POST", "/api/v1/tokens", func(string) any { return map[string]any{"name": "nb", "expiresInDays": 30} }, map[string]int{A: 201, P: 201, T: 201, M: 201, V: 201, N: 201}},
+		"DELETE /api/v1/tokens/{id}": {"DELETE", "/api/v1/tokens/{token}", nil, map[string]int{A: 204, P: 204, T: 204, M: 204, V: 204, N: 204}},
 	}
 	// Every route of the spec has a row.
 	doc, err := openapi3.NewLoader().LoadFromData(gantry.OpenAPI)
@@ -122,7 +134,7 @@ func TestRouteRoleMatrix(t *testing.T) {
 	for _, r := range routes {
 		row := matrix[r]
 		for _, ro := range roles {
-			path := strings.NewReplacer("{role}", ro.name, "{stop}", stopIDs[ro.name], "{delete}", delIDs[ro.name]).Replace(row.path)
+			path := strings.NewReplacer("{role}", ro.name, "{stop}", stopIDs[ro.name], "{delete}", delIDs[ro.name], "{token}", tokenIDs[ro.name]).Replace(row.path)
 			var body any
 			if row.body != nil {
 				body = row.body(ro.name)

@@ -13,6 +13,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -20,7 +21,9 @@ import (
 
 	"github.com/gantryhq/gantry/internal/authn"
 	"github.com/gantryhq/gantry/internal/catalog"
+	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/identity"
+	"github.com/gantryhq/gantry/internal/token"
 	"github.com/gantryhq/gantry/internal/workload"
 )
 
@@ -48,6 +51,9 @@ type Options struct {
 	// Identify decides who a request comes from; nil answers 401 to every API
 	// call. Authentication plugs in here.
 	Identify func(*http.Request) (identity.Identity, error)
+	// Tokens manages personal access tokens and authenticates bearer tokens
+	// with their prefix (gnt_) before Identify is asked.
+	Tokens *token.Service
 	// Authorize decides whether an identity holds a route's declared permission
 	// in some team; nil denies every non-public route.
 	Authorize func(id identity.Identity, permission string) bool
@@ -71,7 +77,7 @@ func New(o Options) (*echo.Echo, error) {
 		middleware.Recover(),
 		middleware.BodyLimit(fmt.Sprint(o.MaxBodyBytes)+"B"),
 		secureHeaders,
-		identify(o.Identify),
+		identify(o.Identify, o.Tokens),
 		validate,
 	)
 	s := &server{o: o}
@@ -85,7 +91,19 @@ func New(o Options) (*echo.Echo, error) {
 }
 
 // identify attaches the caller's identity to API requests.
-func identify(fn func(*http.Request) (identity.Identity, error)) echo.MiddlewareFunc {
+func identify(fn func(*http.Request) (identity.Identity, error), tokens *token.Service) echo.MiddlewareFunc {
+	if tokens != nil {
+		base := fn
+		fn = func(r *http.Request) (identity.Identity, error) {
+			if bearer, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && token.Is(bearer) {
+				return tokens.Authenticate(r.Context(), bearer)
+			}
+			if base == nil {
+				return identity.Identity{}, authn.ErrNoCredentials
+			}
+			return base(r)
+		}
+	}
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			if !isAPI(c.Request().URL.Path) {
@@ -387,6 +405,57 @@ func (s *server) DeleteWorkload(ctx context.Context, req DeleteWorkloadRequestOb
 		return nil, err
 	}
 	return DeleteWorkload204Response{}, nil
+}
+
+func (s *server) CreateToken(ctx context.Context, req CreateTokenRequestObject) (CreateTokenResponseObject, error) {
+	if s.o.Tokens == nil {
+		return nil, noTokens
+	}
+	b := req.Body
+	t, secret, err := s.o.Tokens.Create(ctx, token.Request{Name: b.Name, Lifetime: time.Duration(b.ExpiresInDays) * 24 * time.Hour,
+		Team: deref(b.Team), ReadOnly: deref(b.ReadOnly)})
+	if err != nil {
+		return nil, err
+	}
+	i := tokenInfo(t)
+	return CreateToken201JSONResponse{Id: i.Id, Name: i.Name, Team: i.Team, ReadOnly: i.ReadOnly, CreatedAt: i.CreatedAt,
+		ExpiresAt: i.ExpiresAt, Revoked: i.Revoked, Token: secret}, nil
+}
+
+func (s *server) ListTokens(ctx context.Context, _ ListTokensRequestObject) (ListTokensResponseObject, error) {
+	if s.o.Tokens == nil {
+		return nil, noTokens
+	}
+	ts, err := s.o.Tokens.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := TokenList{Items: make([]TokenInfo, len(ts))}
+	for i, t := range ts {
+		out.Items[i] = tokenInfo(t)
+	}
+	return ListTokens200JSONResponse(out), nil
+}
+
+func (s *server) RevokeToken(ctx context.Context, req RevokeTokenRequestObject) (RevokeTokenResponseObject, error) {
+	if s.o.Tokens == nil {
+		return nil, noTokens
+	}
+	if err := s.o.Tokens.Revoke(ctx, req.Id); err != nil {
+		return nil, err
+	}
+	return RevokeToken204Response{}, nil
+}
+
+// noTokens answers token requests on a server built without a token service.
+var noTokens = &fault.Unavailable{What: "personal access tokens", Err: errors.New("not configured on this server")}
+
+func tokenInfo(t token.Token) TokenInfo {
+	i := TokenInfo{Id: t.ID, Name: t.Name, ReadOnly: t.ReadOnly, CreatedAt: t.CreatedAt, ExpiresAt: t.ExpiresAt, Revoked: !t.RevokedAt.IsZero()}
+	if t.Team != "" {
+		i.Team = ptr(t.Team)
+	}
+	return i
 }
 
 func jsonEncode(w io.Writer, v any) error {

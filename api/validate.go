@@ -23,8 +23,12 @@ import (
 // openapi.yaml declares the permission it needs, or Public.
 const PermissionExtension = "x-gantry-permission"
 
-// Public, as an operation's permission, needs no identity.
-const Public = "public"
+// Public, as an operation's permission, needs no identity; Authenticated needs
+// one and nothing more.
+const (
+	Public        = "public"
+	Authenticated = "authenticated"
+)
 
 // permissionOf returns an operation's declared permission.
 func permissionOf(op *openapi3.Operation) string {
@@ -39,7 +43,7 @@ func checkPermissions(doc *openapi3.T) error {
 	for path, item := range doc.Paths.Map() {
 		for method, op := range item.Operations() {
 			p := permissionOf(op)
-			if p != Public && !slices.Contains(authz.Permissions, p) {
+			if p != Public && p != Authenticated && !slices.Contains(authz.Permissions, p) {
 				bad = append(bad, fmt.Sprintf("%s %s (%q)", method, path, p))
 			}
 		}
@@ -88,7 +92,7 @@ func validator(spec []byte, authorize func(identity.Identity, string) bool) (ech
 				if !ok {
 					return echo.NewHTTPError(http.StatusUnauthorized, "not authenticated")
 				}
-				if authorize == nil || !authorize(id, perm) {
+				if perm != Authenticated && (authorize == nil || !authorize(id, perm)) {
 					return &fault.Forbidden{Reason: fmt.Sprintf("you need the %s permission", perm)}
 				}
 			}

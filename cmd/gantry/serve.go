@@ -22,6 +22,7 @@ import (
 	"github.com/gantryhq/gantry/internal/kube"
 	"github.com/gantryhq/gantry/internal/store"
 	"github.com/gantryhq/gantry/internal/template"
+	"github.com/gantryhq/gantry/internal/token"
 	"github.com/gantryhq/gantry/internal/workload"
 	"github.com/gantryhq/gantry/portal"
 )
@@ -140,7 +141,7 @@ func runServer(ctx context.Context, cfg config.Config, ready func(url string)) e
 	h, err := api.New(api.Options{
 		Catalog: a.catalog, Workloads: a.workloads, Checks: checks, Spec: gantry.OpenAPI,
 		MaxBodyBytes: cfg.MaxBodyBytes, Logger: a.log, Portal: portal.Handler(),
-		Identify: identify, Authorize: az.AllowedSomewhere,
+		Identify: identify, Authorize: az.AllowedSomewhere, Tokens: token.New(a.store),
 	})
 	if err != nil {
 		return err

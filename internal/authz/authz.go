@@ -310,6 +310,13 @@ func (p *Policy) Allowed(id identity.Identity, team, permission string) bool {
 	if team == "" {
 		team = AnyTeam
 	}
+	// A personal access token may be narrowed to reading and to one team.
+	if id.ReadOnly && !strings.HasSuffix(permission, ":read") {
+		return false
+	}
+	if id.TokenTeam != "" && team != id.TokenTeam {
+		return false
+	}
 	if p.allowed(id, team, permission) {
 		return true
 	}
@@ -335,6 +342,12 @@ func (p *Policy) allowed(id identity.Identity, team, permission string) bool {
 // Teams says where id holds permission: in every team (all), or in the teams
 // listed.
 func (p *Policy) Teams(id identity.Identity, permission string) (all bool, teams []string) {
+	if id.TokenTeam != "" {
+		if p.Allowed(id, id.TokenTeam, permission) {
+			return false, []string{id.TokenTeam}
+		}
+		return false, nil
+	}
 	if p.Allowed(id, AnyTeam, permission) {
 		return true, nil
 	}

@@ -12,6 +12,12 @@ type Identity struct {
 	Email   string
 	Name    string
 	Groups  []string
+
+	// Set when the request authenticated with a personal access token: its id,
+	// and how it narrows what the owner may do (one team; reading only).
+	TokenID   string
+	TokenTeam string
+	ReadOnly  bool
 }
 
 // String is the identity's stable name: its subject, qualified by issuer when

@@ -19,8 +19,10 @@ import (
 	"github.com/gantryhq/gantry/internal/catalog"
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/gpu"
+	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/store"
 	"github.com/gantryhq/gantry/internal/template"
+	"github.com/gantryhq/gantry/internal/token"
 	"github.com/gantryhq/gantry/internal/workload"
 )
 
@@ -103,6 +105,7 @@ func TestConformance(t *testing.T) {
 			t.Run("atomic apply", func(t *testing.T) { testAtomicApply(t, open(t)) })
 			t.Run("concurrent updates", func(t *testing.T) { testConcurrentUpdates(t, open(t)) })
 			t.Run("workloads", func(t *testing.T) { testWorkloads(t, open(t)) })
+			t.Run("tokens", func(t *testing.T) { testTokens(t, open(t)) })
 		})
 	}
 }
@@ -441,4 +444,38 @@ func isConflict(err error) bool {
 func isNotFound(err error) bool {
 	var n *fault.NotFound
 	return errors.As(err, &n)
+}
+
+func testTokens(t *testing.T, s *store.Store) {
+	ann := identity.Identity{Issuer: "https://idp", Subject: "ann", Email: "ann@example.com", Groups: []string{"ml-vision", "staff"}}
+	ctx := identity.With(context.Background(), ann)
+	svc := token.New(s)
+	tk, secret, err := svc.Create(ctx, token.Request{Name: "nb", Lifetime: 24 * time.Hour, Team: "vision", ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	who, err := svc.Authenticate(context.Background(), secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if who.String() != ann.String() || len(who.Groups) != 2 || who.TokenID != tk.ID || who.TokenTeam != "vision" || !who.ReadOnly {
+		t.Fatalf("token identity %+v", who)
+	}
+	bob := identity.With(context.Background(), identity.Identity{Issuer: "https://idp", Subject: "bob"})
+	if err := svc.Revoke(bob, tk.ID); !isNotFound(err) {
+		t.Fatalf("revoking another's token: %v, want not found", err)
+	}
+	if list, _ := svc.List(bob); len(list) != 0 {
+		t.Fatalf("bob sees %d tokens", len(list))
+	}
+	if err := svc.Revoke(ctx, tk.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Authenticate(context.Background(), secret); err != token.ErrInvalid {
+		t.Fatalf("revoked: %v", err)
+	}
+	list, err := svc.List(ctx)
+	if err != nil || len(list) != 1 || list[0].RevokedAt.IsZero() {
+		t.Fatalf("list after revoke: %+v %v", list, err)
+	}
 }

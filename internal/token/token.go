@@ -1,0 +1,175 @@
+// Package token owns personal access tokens for notebooks and scripts: creating
+// one (its secret shown once, only its SHA-256 kept), listing and revoking them,
+// and authenticating a request that carries one. A token acts as its owner, with
+// the groups they had when it was made, optionally narrowed to one team and to
+// reading; it expires, and a revoked token fails on its very next use.
+package token
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/identity"
+)
+
+// Prefix marks Gantry tokens, so that secret scanners and people recognise them.
+const Prefix = "gnt_"
+
+// MaxLifetime bounds how long a token may live.
+const MaxLifetime = 366 * 24 * time.Hour
+
+// Token is a stored token, without its secret.
+type Token struct {
+	ID         string
+	Owner      identity.Identity
+	Name       string
+	SecretHash string
+	Team       string // "" for every team the owner may act in
+	ReadOnly   bool
+	CreatedAt  time.Time
+	ExpiresAt  time.Time
+	RevokedAt  time.Time // zero while valid
+}
+
+// Store keeps tokens.
+type Store interface {
+	CreateToken(ctx context.Context, t Token) error
+	// Token returns one token; *fault.NotFound if none.
+	Token(ctx context.Context, id string) (Token, error)
+	Tokens(ctx context.Context, owner string) ([]Token, error)
+	// RevokeToken marks the owner's token revoked; *fault.NotFound if they have none of that id.
+	RevokeToken(ctx context.Context, owner, id string, at time.Time) error
+}
+
+// Service is the token domain logic.
+type Service struct {
+	store Store
+	now   func() time.Time
+}
+
+// New returns a token service.
+func New(store Store) *Service { return &Service{store: store, now: time.Now} }
+
+// WithClock replaces the clock (tests of expiry).
+func (s *Service) WithClock(now func() time.Time) *Service {
+	s.now = now
+	return s
+}
+
+// Request describes a new token.
+type Request struct {
+	Name     string
+	Lifetime time.Duration
+	Team     string
+	ReadOnly bool
+}
+
+// ErrInvalid means a presented token is unknown, malformed, expired or revoked;
+// callers answer 401 without saying which.
+var ErrInvalid = errors.New("invalid token")
+
+// Create makes a token for the caller and returns it with its secret, which is
+// never shown again. A request authenticated by a token cannot make tokens.
+func (s *Service) Create(ctx context.Context, req Request) (Token, string, error) {
+	owner, ok := identity.From(ctx)
+	if !ok {
+		return Token{}, "", &fault.Forbidden{Reason: "no identity"}
+	}
+	if owner.TokenID != "" {
+		return Token{}, "", &fault.Forbidden{Reason: "a token cannot make tokens: sign in to make one"}
+	}
+	var errs fault.List
+	if n := strings.TrimSpace(req.Name); n == "" || len(n) > 100 {
+		errs.Addf("name", "is required, at most 100 characters")
+	}
+	if req.Lifetime < time.Hour || req.Lifetime > MaxLifetime {
+		errs.Addf("expiresInDays", "must be between 1 hour and %d days", int(MaxLifetime.Hours()/24))
+	}
+	if err := errs.Err(); err != nil {
+		return Token{}, "", err
+	}
+	id, secret := random(9), random(24)
+	now := s.now().UTC().Truncate(time.Microsecond)
+	owner.TokenID, owner.TokenTeam, owner.ReadOnly = "", "", false
+	t := Token{ID: id, Owner: owner, Name: strings.TrimSpace(req.Name), SecretHash: hash(secret), Team: req.Team, ReadOnly: req.ReadOnly,
+		CreatedAt: now, ExpiresAt: now.Add(req.Lifetime)}
+	if err := s.store.CreateToken(ctx, t); err != nil {
+		return Token{}, "", fmt.Errorf("store token: %w", err)
+	}
+	return t, Prefix + id + "_" + secret, nil
+}
+
+// List returns the caller's tokens, newest last.
+func (s *Service) List(ctx context.Context) ([]Token, error) {
+	owner, _ := identity.From(ctx)
+	return s.store.Tokens(ctx, owner.String())
+}
+
+// Revoke revokes one of the caller's tokens.
+func (s *Service) Revoke(ctx context.Context, id string) error {
+	owner, _ := identity.From(ctx)
+	return s.store.RevokeToken(ctx, owner.String(), id, s.now().UTC())
+}
+
+// Authenticate returns the identity a presented token acts as.
+func (s *Service) Authenticate(ctx context.Context, presented string) (identity.Identity, error) {
+	rest, ok := strings.CutPrefix(presented, Prefix)
+	id, secret, ok2 := strings.Cut(rest, "_")
+	if !ok || !ok2 || id == "" || secret == "" {
+		return identity.Identity{}, ErrInvalid
+	}
+	t, err := s.store.Token(ctx, id)
+	if err != nil {
+		var nf *fault.NotFound
+		if errors.As(err, &nf) {
+			return identity.Identity{}, ErrInvalid
+		}
+		return identity.Identity{}, err
+	}
+	if subtle.ConstantTimeCompare([]byte(hash(secret)), []byte(t.SecretHash)) != 1 {
+		return identity.Identity{}, ErrInvalid
+	}
+	now := s.now()
+	if !t.RevokedAt.IsZero() || !now.Before(t.ExpiresAt) {
+		return identity.Identity{}, ErrInvalid
+	}
+	who := t.Owner
+	who.TokenID, who.TokenTeam, who.ReadOnly = t.ID, t.Team, t.ReadOnly
+	return who, nil
+}
+
+// Is reports whether a bearer credential is a Gantry token.
+func Is(bearer string) bool { return strings.HasPrefix(bearer, Prefix) }
+
+func hash(secret string) string {
+	sum := sha256.Sum256([]byte(secret))
+	return hex.EncodeToString(sum[:])
+}
+
+const alphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+
+// random returns n characters from a 62-letter alphabet (~5.95 bits each).
+func random(n int) string {
+	b := make([]byte, n)
+	out := make([]byte, n)
+	for i := 0; i < n; {
+		if _, err := rand.Read(b); err != nil {
+			panic(err) // crypto/rand does not fail on supported platforms
+		}
+		for _, c := range b {
+			if i < n && c < 248 { // 248 = 4*62: no modulo bias
+				out[i] = alphabet[int(c)%62]
+				i++
+			}
+		}
+	}
+	return string(out)
+}

@@ -413,7 +413,9 @@ func TestUnauthenticated(t *testing.T) {
 			t.Errorf("GET %s: %d %q, want 401 with a Bearer challenge", path, s, h.Get("WWW-Authenticate"))
 		}
 	}
-	e2 := newEnv(t, func(*http.Request) (identity.Identity, error) { return identity.Identity{}, errors.New("signature by key k9 does not verify") })
+	e2 := newEnv(t, func(*http.Request) (identity.Identity, error) {
+		return identity.Identity{}, errors.New("signature by key k9 does not verify")
+	})
 	var p problem
 	s, h := e2.do("GET", "/api/v1/templates", nil, &p)
 	if s != 401 || h.Get("WWW-Authenticate") != `Bearer realm="gantry", error="invalid_token"` {

@@ -94,4 +94,3 @@ func (s *Store) RevokeToken(ctx context.Context, owner, id string, at time.Time)
 	}
 	return nil
 }
-

@@ -16,6 +16,24 @@ import (
 	"github.com/oapi-codegen/runtime"
 )
 
+// Defines values for AuditRecordDecision.
+const (
+	AuditRecordDecisionAllow AuditRecordDecision = "allow"
+	AuditRecordDecisionDeny  AuditRecordDecision = "deny"
+)
+
+// Valid indicates whether the value is a known member of the AuditRecordDecision enum.
+func (e AuditRecordDecision) Valid() bool {
+	switch e {
+	case AuditRecordDecisionAllow:
+		return true
+	case AuditRecordDecisionDeny:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for HealthStatus.
 const (
 	Ok HealthStatus = "ok"
@@ -198,6 +216,50 @@ func (e WorkloadStatus) Valid() bool {
 		return false
 	}
 }
+
+// Defines values for ListAuditParamsDecision.
+const (
+	ListAuditParamsDecisionAllow ListAuditParamsDecision = "allow"
+	ListAuditParamsDecisionDeny  ListAuditParamsDecision = "deny"
+)
+
+// Valid indicates whether the value is a known member of the ListAuditParamsDecision enum.
+func (e ListAuditParamsDecision) Valid() bool {
+	switch e {
+	case ListAuditParamsDecisionAllow:
+		return true
+	case ListAuditParamsDecisionDeny:
+		return true
+	default:
+		return false
+	}
+}
+
+// AuditList defines model for AuditList.
+type AuditList struct {
+	Items []AuditRecord `json:"items"`
+
+	// NextAfter Pass as after for the next page; absent on the last page.
+	NextAfter *int64 `json:"nextAfter,omitempty"`
+}
+
+// AuditRecord defines model for AuditRecord.
+type AuditRecord struct {
+	Action    string              `json:"action"`
+	Actor     string              `json:"actor"`
+	At        time.Time           `json:"at"`
+	Decision  AuditRecordDecision `json:"decision"`
+	Hash      string              `json:"hash"`
+	Object    string              `json:"object"`
+	Reason    string              `json:"reason"`
+	RequestId string              `json:"requestId"`
+	Seq       int64               `json:"seq"`
+	Source    string              `json:"source"`
+	Status    int                 `json:"status"`
+}
+
+// AuditRecordDecision defines model for AuditRecord.Decision.
+type AuditRecordDecision string
 
 // EnvVar defines model for EnvVar.
 type EnvVar struct {
@@ -596,6 +658,24 @@ type WorkloadStatus string
 // TemplateName A lowercase DNS label.
 type TemplateName = Name
 
+// ListAuditParams defines parameters for ListAudit.
+type ListAuditParams struct {
+	// Actor Only this actor (issuer#subject).
+	Actor *string `form:"actor,omitempty" json:"actor,omitempty"`
+
+	// Decision Only allowed or only denied requests.
+	Decision *ListAuditParamsDecision `form:"decision,omitempty" json:"decision,omitempty"`
+
+	// After Only records after this sequence number (the nextAfter of the previous page).
+	After *int64 `form:"after,omitempty" json:"after,omitempty"`
+
+	// Limit Page size.
+	Limit *int `form:"limit,omitempty" json:"limit,omitempty"`
+}
+
+// ListAuditParamsDecision defines parameters for ListAudit.
+type ListAuditParamsDecision string
+
 // GetTemplateParams defines parameters for GetTemplate.
 type GetTemplateParams struct {
 	// Version A version number; the live version when absent.
@@ -655,6 +735,9 @@ type CreateWorkloadJSONRequestBody = LaunchRequest
 
 // ServerInterface represents all server handlers.
 type ServerInterface interface {
+	// ListAudit Audit log
+	// (GET /api/v1/audit)
+	ListAudit(ctx echo.Context, params ListAuditParams) error
 	// ListGPUClasses List GPU classes
 	// (GET /api/v1/gpu-classes)
 	ListGPUClasses(ctx echo.Context) error
@@ -726,6 +809,45 @@ type ServerInterface interface {
 // ServerInterfaceWrapper converts echo contexts to parameters.
 type ServerInterfaceWrapper struct {
 	Handler ServerInterface
+}
+
+// ListAudit converts echo context to params.
+func (w *ServerInterfaceWrapper) ListAudit(ctx echo.Context) error {
+	var err error
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListAuditParams
+	// ------------- Optional query parameter "actor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "actor", ctx.QueryParams(), &params.Actor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter actor: %s", err))
+	}
+
+	// ------------- Optional query parameter "decision" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "decision", ctx.QueryParams(), &params.Decision, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter decision: %s", err))
+	}
+
+	// ------------- Optional query parameter "after" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "after", ctx.QueryParams(), &params.After, runtime.BindQueryParameterOptions{Type: "integer", Format: "int64"})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter after: %s", err))
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", ctx.QueryParams(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter limit: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.ListAudit(ctx, params)
+	return err
 }
 
 // ListGPUClasses converts echo context to params.
@@ -1168,10 +1290,50 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.GET(options.BaseURL+"/api/v1/tokens", wrapper.ListTokens, options.OperationMiddlewares["listTokens"]...)
 	router.POST(options.BaseURL+"/api/v1/tokens", wrapper.CreateToken, options.OperationMiddlewares["createToken"]...)
 	router.DELETE(options.BaseURL+"/api/v1/tokens/:id", wrapper.RevokeToken, options.OperationMiddlewares["revokeToken"]...)
+	router.GET(options.BaseURL+"/api/v1/audit", wrapper.ListAudit, options.OperationMiddlewares["listAudit"]...)
 
 }
 
 type ProblemApplicationProblemPlusJSONResponse Problem
+
+type ListAuditRequestObject struct {
+	Params ListAuditParams
+}
+
+type ListAuditResponseObject interface {
+	VisitListAuditResponse(w http.ResponseWriter) error
+}
+
+type ListAudit200JSONResponse AuditList
+
+func (response ListAudit200JSONResponse) VisitListAuditResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListAuditdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListAuditdefaultApplicationProblemPlusJSONResponse) VisitListAuditResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
 
 type ListGPUClassesRequestObject struct {
 }
@@ -1994,6 +2156,9 @@ func (response GetReady503JSONResponse) VisitGetReadyResponse(w http.ResponseWri
 
 // StrictServerInterface represents all server handlers.
 type StrictServerInterface interface {
+	// ListAudit Audit log
+	// (GET /api/v1/audit)
+	ListAudit(ctx context.Context, request ListAuditRequestObject) (ListAuditResponseObject, error)
 	// ListGPUClasses List GPU classes
 	// (GET /api/v1/gpu-classes)
 	ListGPUClasses(ctx context.Context, request ListGPUClassesRequestObject) (ListGPUClassesResponseObject, error)
@@ -2072,6 +2237,31 @@ func NewStrictHandler(ssi StrictServerInterface, middlewares []StrictMiddlewareF
 type strictHandler struct {
 	ssi         StrictServerInterface
 	middlewares []StrictMiddlewareFunc
+}
+
+// ListAudit operation middleware
+func (sh *strictHandler) ListAudit(ctx echo.Context, params ListAuditParams) error {
+	var request ListAuditRequestObject
+
+	request.Params = params
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.ListAudit(ctx.Request().Context(), request.(ListAuditRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListAudit")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(ListAuditResponseObject); ok {
+		return validResponse.VisitListAuditResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
 }
 
 // ListGPUClasses operation middleware

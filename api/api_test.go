@@ -68,7 +68,7 @@ func newEnvWith(t *testing.T, edit func(*api.Options)) *env {
 	}
 	wl.WithAuthorizer(az)
 	o := api.Options{Catalog: cat, Workloads: wl, Checks: []api.Check{{Name: "database", Pinger: st}}, Spec: gantry.OpenAPI, MaxBodyBytes: 64 << 10,
-		Authorize: az.AllowedSomewhere, Tokens: token.New(st)}
+		Authorize: az.AllowedSomewhere, Tokens: token.New(st), Audit: st}
 	edit(&o)
 	h, err := api.New(o)
 	if err != nil {

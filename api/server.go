@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
 
+	"github.com/gantryhq/gantry/internal/audit"
 	"github.com/gantryhq/gantry/internal/authn"
 	"github.com/gantryhq/gantry/internal/catalog"
 	"github.com/gantryhq/gantry/internal/fault"
@@ -51,6 +53,8 @@ type Options struct {
 	// Identify decides who a request comes from; nil answers 401 to every API
 	// call. Authentication plugs in here.
 	Identify func(*http.Request) (identity.Identity, error)
+	// Audit, when set, records every mutating request and every denial.
+	Audit audit.Store
 	// Tokens manages personal access tokens and authenticates bearer tokens
 	// with their prefix (gnt_) before Identify is asked.
 	Tokens *token.Service
@@ -74,6 +78,7 @@ func New(o Options) (*echo.Echo, error) {
 	e.Use(
 		middleware.RequestID(),
 		accessLog(o.Logger),
+		auditLog(o.Audit, o.Logger),
 		middleware.Recover(),
 		middleware.BodyLimit(fmt.Sprint(o.MaxBodyBytes)+"B"),
 		secureHeaders,
@@ -157,6 +162,90 @@ func accessLog(log *slog.Logger) echo.MiddlewareFunc {
 			return nil
 		}
 	}
+}
+
+// auditLog records every mutating API request and every denial, once the
+// response is decided, with the caller, the route, the outcome and why.
+func auditLog(store audit.Store, log *slog.Logger) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			if err := next(c); err != nil {
+				c.Error(err)
+				if store == nil {
+					return nil
+				}
+				return record(c, store, log, err)
+			}
+			if store == nil {
+				return nil
+			}
+			return record(c, store, log, nil)
+		}
+	}
+}
+
+func record(c echo.Context, store audit.Store, log *slog.Logger, err error) error {
+	req := c.Request()
+	status := c.Response().Status
+	denied := status == http.StatusUnauthorized || status == http.StatusForbidden
+	mutating := req.Method != http.MethodGet && req.Method != http.MethodHead && req.Method != http.MethodOptions
+	if !isAPI(req.URL.Path) || !(mutating || denied) {
+		return nil
+	}
+	r := audit.Record{At: time.Now(), Actor: "anonymous", Action: req.Method + " " + c.Path(), Object: req.URL.Path,
+		Decision: audit.Allow, Status: status, RequestID: c.Response().Header().Get(echo.HeaderXRequestID)}
+	if id, ok := identity.From(req.Context()); ok {
+		r.Actor = id.String()
+		if id.TokenID != "" {
+			r.Actor += " (token " + id.TokenID + ")"
+		}
+	}
+	if denied {
+		r.Decision = audit.Deny
+	}
+	if err != nil {
+		if _, p := problemFor(err); p.Detail != nil {
+			r.Reason = *p.Detail
+		} else {
+			r.Reason = p.Title
+		}
+	}
+	if host, _, serr := net.SplitHostPort(req.RemoteAddr); serr == nil {
+		r.Source = host
+	}
+	if _, aerr := store.AppendAudit(req.Context(), r); aerr != nil {
+		log.ErrorContext(req.Context(), "audit record not written", "err", aerr, "action", r.Action, "actor", r.Actor)
+	}
+	return nil
+}
+
+func (s *server) ListAudit(ctx context.Context, req ListAuditRequestObject) (ListAuditResponseObject, error) {
+	if s.o.Audit == nil {
+		return nil, &fault.Unavailable{What: "audit log", Err: errors.New("not configured on this server")}
+	}
+	p := req.Params
+	limit := 100
+	if p.Limit != nil {
+		limit = *p.Limit
+	}
+	f := audit.Filter{Actor: deref(p.Actor), After: deref(p.After), Limit: limit + 1}
+	if p.Decision != nil {
+		f.Decision = string(*p.Decision)
+	}
+	recs, err := s.o.Audit.AuditRecords(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	out := AuditList{Items: []AuditRecord{}}
+	for i, r := range recs {
+		if i == limit {
+			out.NextAfter = ptr(recs[limit-1].Seq)
+			break
+		}
+		out.Items = append(out.Items, AuditRecord{Seq: r.Seq, At: r.At, Actor: r.Actor, Action: r.Action, Object: r.Object,
+			Decision: AuditRecordDecision(r.Decision), Status: r.Status, Reason: r.Reason, RequestId: r.RequestID, Source: r.Source, Hash: r.Hash})
+	}
+	return ListAudit200JSONResponse(out), nil
 }
 
 // server implements StrictServerInterface.

@@ -27,6 +27,7 @@ Usage:
   gantry templates validate [DIR]                     check template files (default: templates)
   gantry templates render NAME [flags]                print the objects a launch would create
   gantry templates apply -f DIR [--prune] [--dry-run] load template files into the catalog
+  gantry audit verify [--db DSN]                      check the audit log's hash chain
   gantry version                                      print the version
 
 Run "gantry COMMAND -h" for a command's flags.
@@ -68,6 +69,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "gantry templates: unknown command %q\n\n%s", args[1], usage)
 			return 2
 		}
+	case "audit":
+		if len(args) < 2 || args[1] != "verify" {
+			fmt.Fprint(stderr, usage)
+			return 2
+		}
+		err = auditVerifyCmd(ctx, args[2:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintf(stdout, "gantry %s (%s)\n", version, goVersion())
 		return 0

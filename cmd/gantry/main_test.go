@@ -3,11 +3,16 @@ package main
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/gantryhq/gantry/internal/audit"
+	"github.com/gantryhq/gantry/internal/store"
 )
 
 func cli(t *testing.T, args ...string) (int, string, string) {
@@ -134,4 +139,29 @@ func TestServeRefusesBadConfig(t *testing.T) {
 func execOutput(name string, args ...string) (string, error) {
 	out, err := exec.Command(name, args...).Output()
 	return string(out), err
+}
+
+func TestAuditVerify(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "g.db")
+	st, err := store.Open(context.Background(), store.SQLite, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		if _, err := st.AppendAudit(context.Background(), audit.Record{At: time.Now(), Actor: "a", Action: "POST /x", Decision: audit.Allow, Status: 201}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st.Close()
+	code, out, _ := cli(t, "audit", "verify", "--db", db)
+	if code != 0 || !strings.Contains(out, "audit log intact: 3 records") {
+		t.Fatalf("exit %d: %s", code, out)
+	}
+	raw, _ := sql.Open("sqlite", "file:"+db)
+	raw.Exec(`UPDATE audit SET actor = 'mallory' WHERE seq = 2`)
+	raw.Close()
+	code, out, errs := cli(t, "audit", "verify", "--db", db)
+	if code != 1 || !strings.Contains(out, "record 2: its fields do not match its hash") || !strings.Contains(errs, "tampered") {
+		t.Fatalf("exit %d: %s%s", code, out, errs)
+	}
 }

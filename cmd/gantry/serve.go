@@ -141,7 +141,7 @@ func runServer(ctx context.Context, cfg config.Config, ready func(url string)) e
 	h, err := api.New(api.Options{
 		Catalog: a.catalog, Workloads: a.workloads, Checks: checks, Spec: gantry.OpenAPI,
 		MaxBodyBytes: cfg.MaxBodyBytes, Logger: a.log, Portal: portal.Handler(),
-		Identify: identify, Authorize: az.AllowedSomewhere, Tokens: token.New(a.store),
+		Identify: identify, Authorize: az.AllowedSomewhere, Tokens: token.New(a.store), Audit: a.store,
 	})
 	if err != nil {
 		return err

@@ -16,6 +16,7 @@ import (
 
 	_ "github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/gantryhq/gantry/internal/audit"
 	"github.com/gantryhq/gantry/internal/catalog"
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/gpu"
@@ -106,6 +107,7 @@ func TestConformance(t *testing.T) {
 			t.Run("concurrent updates", func(t *testing.T) { testConcurrentUpdates(t, open(t)) })
 			t.Run("workloads", func(t *testing.T) { testWorkloads(t, open(t)) })
 			t.Run("tokens", func(t *testing.T) { testTokens(t, open(t)) })
+			t.Run("audit chain", func(t *testing.T) { testAudit(t, open(t)) })
 		})
 	}
 }
@@ -477,5 +479,29 @@ func testTokens(t *testing.T, s *store.Store) {
 	list, err := svc.List(ctx)
 	if err != nil || len(list) != 1 || list[0].RevokedAt.IsZero() {
 		t.Fatalf("list after revoke: %+v %v", list, err)
+	}
+}
+
+// testAudit: concurrent appends still make one unbroken chain.
+func testAudit(t *testing.T, s *store.Store) {
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for i := range 10 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := s.AppendAudit(ctx, audit.Record{At: time.Now(), Actor: fmt.Sprint("u", i), Action: "POST /api/v1/workloads", Decision: audit.Allow, Status: 201}); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	n, problems, err := audit.Verify(ctx, s)
+	if err != nil || n != 10 || len(problems) != 0 {
+		t.Fatalf("%d records, problems %v, %v", n, problems, err)
+	}
+	recs, err := s.AuditRecords(ctx, audit.Filter{Actor: "u3", Limit: 10})
+	if err != nil || len(recs) != 1 {
+		t.Fatalf("filter: %d, %v", len(recs), err)
 	}
 }

@@ -1,0 +1,91 @@
+package api_test
+
+import (
+	"context"
+	"database/sql"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/gantryhq/gantry/internal/audit"
+	"github.com/gantryhq/gantry/internal/identity"
+	"github.com/gantryhq/gantry/internal/store"
+)
+
+// TestAuditLog: changes and denials are recorded with who, what and why, the
+// chain verifies, and editing, deleting or inserting a row directly in the
+// database is caught and named.
+func TestAuditLog(t *testing.T) {
+	e := newEnv(t, func(r *http.Request) (identity.Identity, error) {
+		if r.Header.Get("X-Test-Role") == "member" {
+			return identity.Identity{Issuer: "https://idp", Subject: "ann", Groups: []string{"ml-vision"}}, nil
+		}
+		return identity.Identity{Issuer: "https://idp", Subject: "alice", Groups: []string{"gantry-admins"}}, nil
+	})
+	e.do("POST", "/api/v1/workloads", map[string]any{"template": "dev-environment", "team": "vision"}, nil)
+	e.request("member", "DELETE", "/api/v1/templates/vllm-inference", nil, nil) // denied
+	e.do("GET", "/api/v1/templates", nil, nil)                                  // a read: not recorded
+	var page struct {
+		Items []struct {
+			Seq                                             int64
+			Actor, Action, Object, Decision, Reason, Source string
+			Status                                          int
+		}
+	}
+	e.do("GET", "/api/v1/audit", nil, &page)
+	if len(page.Items) != 2 {
+		t.Fatalf("%d records, want 2: %+v", len(page.Items), page.Items)
+	}
+	launch, denial := page.Items[0], page.Items[1]
+	if launch.Actor != "https://idp#alice" || launch.Action != "POST /api/v1/workloads" || launch.Decision != "allow" || launch.Status != 201 || launch.Source != "127.0.0.1" {
+		t.Errorf("launch record %+v", launch)
+	}
+	if denial.Actor != "https://idp#ann" || denial.Decision != "deny" || denial.Status != 403 || !strings.Contains(denial.Reason, "templates:write") || denial.Object != "/api/v1/templates/vllm-inference" {
+		t.Errorf("denial record %+v", denial)
+	}
+	for i := 0; i < 3; i++ {
+		e.request("member", "POST", "/api/v1/workloads", map[string]any{"template": "vllm-inference", "team": "nlp"}, nil)
+	}
+
+	st, err := store.Open(context.Background(), store.SQLite, e.dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	n, problems, err := audit.Verify(context.Background(), st)
+	if err != nil || n != 5 || len(problems) != 0 {
+		t.Fatalf("intact log: %d records, problems %v, %v", n, problems, err)
+	}
+	db, err := sql.Open("sqlite", "file:"+e.dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	tamper := []struct {
+		name, sql string
+		seq       int64
+		want      string
+	}{
+		{"edited", `UPDATE audit SET decision = 'allow' WHERE seq = 2`, 2, "changed after it was written"},
+		{"deleted", `DELETE FROM audit WHERE seq = 4`, 5, "records 4 to 4 were deleted"},
+		{"inserted", `INSERT INTO audit SELECT 99, at, actor, action, object, decision, status, reason, request_id, source, prev_hash, hash FROM audit WHERE seq = 3`, 99, "expected record 6 here"},
+	}
+	for _, tc := range tamper {
+		if _, err := db.Exec(tc.sql); err != nil {
+			t.Fatal(err)
+		}
+		_, problems, err := audit.Verify(context.Background(), st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, p := range problems {
+			if p.Seq == tc.seq && strings.Contains(p.Message, tc.want) {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("%s: problems %v lack record %d: %q", tc.name, problems, tc.seq, tc.want)
+		}
+	}
+}

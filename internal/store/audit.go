@@ -1,0 +1,99 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/gantryhq/gantry/internal/audit"
+)
+
+const auditColumns = `seq, at, actor, action, object, decision, status, reason, request_id, source, prev_hash, hash`
+
+// AppendAudit implements audit.Store: the last record is read and the new one
+// written in one transaction (under an advisory lock on PostgreSQL), so the
+// chain has one order even with several replicas.
+func (s *Store) AppendAudit(ctx context.Context, r audit.Record) (audit.Record, error) {
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		if s.driver == Postgres {
+			if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(7286153)`); err != nil {
+				return err
+			}
+		}
+		var seq int64
+		var prev string
+		err := tx.QueryRowContext(ctx, `SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1`).Scan(&seq, &prev)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			prev = audit.Genesis
+		case err != nil:
+			return err
+		}
+		r.Seq, r.PrevHash = seq+1, prev
+		r.At = r.At.UTC().Truncate(time.Microsecond)
+		r.Hash = audit.Sum(r, prev)
+		_, err = tx.ExecContext(ctx, s.q(`INSERT INTO audit (`+auditColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+			r.Seq, r.At.UnixMicro(), r.Actor, r.Action, r.Object, r.Decision, r.Status, r.Reason, r.RequestID, r.Source, r.PrevHash, r.Hash)
+		return err
+	})
+	if err != nil {
+		return r, fmt.Errorf("append audit record: %w", err)
+	}
+	return r, nil
+}
+
+func scanAudit(rows *sql.Rows) (audit.Record, error) {
+	var r audit.Record
+	var at int64
+	err := rows.Scan(&r.Seq, &at, &r.Actor, &r.Action, &r.Object, &r.Decision, &r.Status, &r.Reason, &r.RequestID, &r.Source, &r.PrevHash, &r.Hash)
+	r.At = time.UnixMicro(at).UTC()
+	return r, err
+}
+
+// AuditRecords implements audit.Store.
+func (s *Store) AuditRecords(ctx context.Context, f audit.Filter) ([]audit.Record, error) {
+	where, args := []string{"seq > ?"}, []any{f.After}
+	if f.Actor != "" {
+		where, args = append(where, "actor = ?"), append(args, f.Actor)
+	}
+	if f.Decision != "" {
+		where, args = append(where, "decision = ?"), append(args, f.Decision)
+	}
+	args = append(args, f.Limit)
+	rows, err := s.db.QueryContext(ctx, s.q(`SELECT `+auditColumns+` FROM audit WHERE `+strings.Join(where, " AND ")+` ORDER BY seq LIMIT ?`), args...)
+	if err != nil {
+		return nil, fmt.Errorf("list audit records: %w", err)
+	}
+	defer rows.Close()
+	out := []audit.Record{}
+	for rows.Next() {
+		r, err := scanAudit(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// EachAudit implements audit.Store.
+func (s *Store) EachAudit(ctx context.Context, fn func(audit.Record) error) error {
+	rows, err := s.db.QueryContext(ctx, `SELECT `+auditColumns+` FROM audit ORDER BY seq`)
+	if err != nil {
+		return fmt.Errorf("read audit log: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		r, err := scanAudit(rows)
+		if err != nil {
+			return err
+		}
+		if err := fn(r); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}

@@ -9,11 +9,13 @@ package authn
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/coreos/go-oidc/v3/oidc"
@@ -48,7 +50,21 @@ type Authenticator struct {
 	cfg      Config
 	verifier *oidc.IDTokenVerifier
 	now      func() time.Time
+
+	// verified caches identities of tokens already verified, by the token's
+	// SHA-256, until the token expires: a JWT cannot be revoked before its
+	// expiry anyway, so the cache changes no answer, only the cost.
+	mu       sync.Mutex
+	verified map[[32]byte]cached
 }
+
+type cached struct {
+	id      identity.Identity
+	expires time.Time
+}
+
+// maxVerified bounds the cache; when full, it is emptied.
+const maxVerified = 10_000
 
 // New discovers the provider (its /.well-known/openid-configuration) and
 // returns an Authenticator for it.
@@ -64,7 +80,7 @@ func New(ctx context.Context, cfg Config) (*Authenticator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("oidc: discover %s: %w", cfg.Issuer, err)
 	}
-	a := &Authenticator{cfg: cfg, now: time.Now}
+	a := &Authenticator{cfg: cfg, now: time.Now, verified: map[[32]byte]cached{}}
 	a.verifier = p.Verifier(&oidc.Config{
 		SkipClientIDCheck: true, // several audiences: checked below
 		// Expiry is checked against a clock set back by the skew; go-oidc's own
@@ -103,20 +119,49 @@ func (a *Authenticator) Identify(r *http.Request) (identity.Identity, error) {
 
 // Verify checks a raw JWT and maps it to an identity.
 func (a *Authenticator) Verify(ctx context.Context, raw string) (identity.Identity, error) {
+	key := sha256.Sum256([]byte(raw))
+	a.mu.Lock()
+	c, ok := a.verified[key]
+	a.mu.Unlock()
+	if ok && a.now().Add(-a.cfg.ClockSkew).Before(c.expires) {
+		return c.id, nil
+	}
+	id, expires, err := a.verify(ctx, raw)
+	if err != nil {
+		return id, err
+	}
+	a.mu.Lock()
+	if len(a.verified) >= maxVerified {
+		clear(a.verified)
+	}
+	a.verified[key] = cached{id: id, expires: expires}
+	a.mu.Unlock()
+	return id, nil
+}
+
+func (a *Authenticator) verify(ctx context.Context, raw string) (identity.Identity, time.Time, error) {
+	id, tok, err := a.check(ctx, raw)
+	if err != nil {
+		return id, time.Time{}, err
+	}
+	return id, tok.Expiry, nil
+}
+
+func (a *Authenticator) check(ctx context.Context, raw string) (identity.Identity, *oidc.IDToken, error) {
 	tok, err := a.verifier.Verify(ctx, raw)
 	if err != nil {
-		return identity.Identity{}, fmt.Errorf("%w: %v", ErrInvalidToken, err)
+		return identity.Identity{}, nil, fmt.Errorf("%w: %v", ErrInvalidToken, err)
 	}
 	if !slices.ContainsFunc(tok.Audience, func(aud string) bool { return slices.Contains(a.cfg.Audiences, aud) }) {
-		return identity.Identity{}, fmt.Errorf("%w: audience %v is not one of %v", ErrInvalidToken, tok.Audience, a.cfg.Audiences)
+		return identity.Identity{}, nil, fmt.Errorf("%w: audience %v is not one of %v", ErrInvalidToken, tok.Audience, a.cfg.Audiences)
 	}
 	var claims map[string]any
 	if err := tok.Claims(&claims); err != nil {
-		return identity.Identity{}, fmt.Errorf("%w: claims: %v", ErrInvalidToken, err)
+		return identity.Identity{}, nil, fmt.Errorf("%w: claims: %v", ErrInvalidToken, err)
 	}
 	if nbf, ok := claims["nbf"].(float64); ok {
 		if a.now().Add(a.cfg.ClockSkew).Before(time.Unix(int64(nbf), 0)) {
-			return identity.Identity{}, fmt.Errorf("%w: not valid before %v", ErrInvalidToken, time.Unix(int64(nbf), 0))
+			return identity.Identity{}, nil, fmt.Errorf("%w: not valid before %v", ErrInvalidToken, time.Unix(int64(nbf), 0))
 		}
 	}
 	id := identity.Identity{Issuer: tok.Issuer}
@@ -134,7 +179,7 @@ func (a *Authenticator) Verify(ctx context.Context, raw string) (identity.Identi
 		id.Groups = strings.Fields(g)
 	}
 	if id.Subject == "" {
-		return identity.Identity{}, fmt.Errorf("%w: no %q claim", ErrInvalidToken, a.cfg.Claims.Subject)
+		return identity.Identity{}, nil, fmt.Errorf("%w: no %q claim", ErrInvalidToken, a.cfg.Claims.Subject)
 	}
-	return id, nil
+	return id, tok, nil
 }

@@ -29,7 +29,7 @@ type issuer struct {
 	sign map[string]*rsa.PrivateKey
 }
 
-func newIssuer(t *testing.T) *issuer {
+func newIssuer(t testing.TB) *issuer {
 	is := &issuer{sign: map[string]*rsa.PrivateKey{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/.well-known/openid-configuration", func(w http.ResponseWriter, r *http.Request) {
@@ -51,7 +51,7 @@ func newIssuer(t *testing.T) *issuer {
 }
 
 // addKey makes a signing key; published keys appear in the JWKS.
-func (is *issuer) addKey(t *testing.T, kid string, publish bool) {
+func (is *issuer) addKey(t testing.TB, kid string, publish bool) {
 	k, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
 		t.Fatal(err)
@@ -64,7 +64,7 @@ func (is *issuer) addKey(t *testing.T, kid string, publish bool) {
 	}
 }
 
-func (is *issuer) token(t *testing.T, kid string, claims map[string]any) string {
+func (is *issuer) token(t testing.TB, kid string, claims map[string]any) string {
 	sig, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.RS256, Key: is.sign[kid]}, (&jose.SignerOptions{}).WithType("JWT").WithHeader("kid", kid))
 	if err != nil {
 		t.Fatal(err)
@@ -88,7 +88,7 @@ func (is *issuer) claims(mod func(map[string]any)) map[string]any {
 	return c
 }
 
-func auth(t *testing.T, is *issuer, claims authn.Claims) *authn.Authenticator {
+func auth(t testing.TB, is *issuer, claims authn.Claims) *authn.Authenticator {
 	a, err := authn.New(context.Background(), authn.Config{Issuer: is.srv.URL, Audiences: []string{"gantry-portal", "gantry-cli"}, ClockSkew: 30 * time.Second, Claims: claims})
 	if err != nil {
 		t.Fatal(err)
@@ -183,4 +183,39 @@ func TestIdentifyHeader(t *testing.T) {
 func mustJSON(v any) []byte {
 	b, _ := json.Marshal(v)
 	return b
+}
+
+// BenchmarkVerify: a token's first verification (RS256 signature with the JWKS
+// already fetched) against later ones (the verified-token cache).
+func BenchmarkVerify(b *testing.B) {
+	is := newIssuer(b)
+	a := auth(b, is, authn.Claims{})
+	ctx := context.Background()
+	tokens := make([]string, 2000)
+	for i := range tokens {
+		tokens[i] = is.token(b, "k1", is.claims(func(c map[string]any) { c["jti"] = i }))
+	}
+	b.Run("first", func(b *testing.B) {
+		i := 0
+		for b.Loop() {
+			if i == len(tokens) {
+				b.StopTimer()
+				a = auth(b, is, authn.Claims{}) // an empty cache again
+				i = 0
+				b.StartTimer()
+			}
+			if _, err := a.Verify(ctx, tokens[i]); err != nil {
+				b.Fatal(err)
+			}
+			i++
+		}
+	})
+	b.Run("warm", func(b *testing.B) {
+		a.Verify(ctx, tokens[0])
+		for b.Loop() {
+			if _, err := a.Verify(ctx, tokens[0]); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -222,14 +223,14 @@ func readRoles(path string, errs *fault.List) ([][]string, error) {
 			continue
 		}
 		role, obj, act := parts[1], parts[3], parts[4]
-		if !contains(Roles, role) {
+		if !slices.Contains(Roles, role) {
 			bad("unknown role %q (roles: %s)", role, strings.Join(Roles, ", "))
 		}
 		if parts[2] != AnyTeam {
 			bad("role rules apply in every team: domain must be %q, got %q (bind roles to teams in bindings.yaml)", AnyTeam, parts[2])
 		}
 		if obj != "*" || act != "*" {
-			if !contains(Permissions, obj+":"+act) {
+			if !slices.Contains(Permissions, obj+":"+act) {
 				bad("unknown permission %q (known: %s)", obj+":"+act, strings.Join(Permissions, ", "))
 			}
 		}
@@ -271,7 +272,7 @@ func (b *Bindings) validate() error {
 }
 
 func checkBinding(errs *fault.List, path, team, role string) {
-	if !contains(Roles, role) {
+	if !slices.Contains(Roles, role) {
 		errs.Addf(path+".role", "unknown role %q (roles: %s)", role, strings.Join(Roles, ", "))
 	}
 	if team != "" && team != AnyTeam && !teamName(team) {
@@ -289,22 +290,13 @@ func teamName(s string) bool {
 	return strings.Trim(s, "abcdefghijklmnopqrstuvwxyz0123456789-") == ""
 }
 
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
 // implied lists permissions that a stronger one grants too.
 var implied = map[string]string{"own-workloads:manage": "workloads:manage"}
 
 // Allowed reports whether id may do permission ("object:action") in team.
 // Unknown permissions are denied.
 func (p *Policy) Allowed(id identity.Identity, team, permission string) bool {
-	if !contains(Permissions, permission) {
+	if !slices.Contains(Permissions, permission) {
 		return false
 	}
 	if team == "" {
@@ -425,10 +417,10 @@ func (p *Policy) MayUse(team, template, class string) error {
 		u, ok = p.teams[AnyTeam] // the default for teams not listed, if any
 	}
 	var errs fault.List
-	if !ok || !(contains(u.Templates, "*") || contains(u.Templates, template)) {
+	if !ok || !(slices.Contains(u.Templates, "*") || slices.Contains(u.Templates, template)) {
 		errs.Addf("template", "team %q may not use template %q", team, template)
 	}
-	if !ok || !(contains(u.GPUClasses, "*") || contains(u.GPUClasses, class)) {
+	if !ok || !(slices.Contains(u.GPUClasses, "*") || slices.Contains(u.GPUClasses, class)) {
 		errs.Addf("gpu.class", "team %q may not use GPU class %q", team, class)
 	}
 	return errs.Err()

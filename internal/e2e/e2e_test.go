@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -207,7 +208,7 @@ func TestStarterTemplatesRun(t *testing.T) {
 			p := pods[0]
 			product, alloc := nodeProduct(t, p.Spec.NodeName)
 			class, _ := classes.Get(w.Gpu.Class)
-			if class.Name == "" || !contains(class.Products, product) {
+			if class.Name == "" || !slices.Contains(class.Products, product) {
 				t.Errorf("ran on %s (%s), want a %s node", p.Spec.NodeName, product, w.Gpu.Class)
 			}
 			req := p.Spec.Containers[0].Resources.Requests[corev1.ResourceName(tc.resource)]
@@ -222,15 +223,6 @@ func TestStarterTemplatesRun(t *testing.T) {
 			}
 		})
 	}
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // TestOversizedStaysPending: more GPUs than any node has stays Pending, and the

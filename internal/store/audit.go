@@ -45,7 +45,7 @@ func (s *Store) AppendAudit(ctx context.Context, r audit.Record) (audit.Record, 
 	return r, nil
 }
 
-func scanAudit(rows *sql.Rows) (audit.Record, error) {
+func scanAudit(rows scanner) (audit.Record, error) {
 	var r audit.Record
 	var at int64
 	err := rows.Scan(&r.Seq, &at, &r.Actor, &r.Action, &r.Object, &r.Decision, &r.Status, &r.Reason, &r.RequestID, &r.Source, &r.PrevHash, &r.Hash)
@@ -67,16 +67,7 @@ func (s *Store) AuditRecords(ctx context.Context, f audit.Filter) ([]audit.Recor
 	if err != nil {
 		return nil, fmt.Errorf("list audit records: %w", err)
 	}
-	defer rows.Close()
-	out := []audit.Record{}
-	for rows.Next() {
-		r, err := scanAudit(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, r)
-	}
-	return out, rows.Err()
+	return collect(rows, scanAudit)
 }
 
 // EachAudit implements audit.Store.

@@ -15,7 +15,7 @@ import (
 
 const versionColumns = `v.name, v.version, v.document, v.digest, v.created_at, v.created_by`
 
-func scanVersion(row interface{ Scan(...any) error }) (catalog.Version, error) {
+func scanVersion(row scanner) (catalog.Version, error) {
 	var v catalog.Version
 	var doc string
 	var at int64
@@ -47,18 +47,7 @@ func (s *Store) CurrentTemplates(ctx context.Context) ([]catalog.Version, error)
 	return collectVersions(rows)
 }
 
-func collectVersions(rows *sql.Rows) ([]catalog.Version, error) {
-	defer rows.Close()
-	out := []catalog.Version{}
-	for rows.Next() {
-		v, err := scanVersion(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, v)
-	}
-	return out, rows.Err()
-}
+func collectVersions(rows *sql.Rows) ([]catalog.Version, error) { return collect(rows, scanVersion) }
 
 // TemplateVersion implements catalog.Store.
 func (s *Store) TemplateVersion(ctx context.Context, name string, version int) (catalog.Version, error) {

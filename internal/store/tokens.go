@@ -33,7 +33,7 @@ func (s *Store) CreateToken(ctx context.Context, t token.Token) error {
 	return nil
 }
 
-func scanToken(row interface{ Scan(...any) error }) (token.Token, error) {
+func scanToken(row scanner) (token.Token, error) {
 	var t token.Token
 	var groups string
 	var readOnly int
@@ -67,16 +67,7 @@ func (s *Store) Tokens(ctx context.Context, owner string) ([]token.Token, error)
 	if err != nil {
 		return nil, fmt.Errorf("list tokens: %w", err)
 	}
-	defer rows.Close()
-	out := []token.Token{}
-	for rows.Next() {
-		t, err := scanToken(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, t)
-	}
-	return out, rows.Err()
+	return collect(rows, scanToken)
 }
 
 // RevokeToken implements token.Store.

@@ -34,7 +34,7 @@ func (s *Store) CreateWorkload(ctx context.Context, w workload.Workload) error {
 	return nil
 }
 
-func scanWorkload(row interface{ Scan(...any) error }) (workload.Workload, error) {
+func scanWorkload(row scanner) (workload.Workload, error) {
 	var w workload.Workload
 	var params, status string
 	var created, updated int64
@@ -127,16 +127,7 @@ func (s *Store) queryWorkloads(ctx context.Context, what, query string, args ...
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	defer rows.Close()
-	out := []workload.Workload{}
-	for rows.Next() {
-		w, err := scanWorkload(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, w)
-	}
-	return out, rows.Err()
+	return collect(rows, scanWorkload)
 }
 
 // SetWorkloadStatus implements workload.Store.

@@ -1,6 +1,7 @@
 package template
 
 import (
+	"slices"
 	"sort"
 	"strings"
 
@@ -49,7 +50,7 @@ func (t *Template) resolve(classes *gpu.Catalog, c Choice, placeholders bool) (*
 		className = g.DefaultClass
 	}
 	class, ok := classes.Get(className)
-	if !contains(g.Classes, className) || !ok {
+	if !slices.Contains(g.Classes, className) || !ok {
 		errs.Addf("gpu.class", "%q is not allowed by template %q (allowed: %s)", clip(className), t.Metadata.Name, strings.Join(g.Classes, ", "))
 	}
 	r.Class = class
@@ -63,7 +64,7 @@ func (t *Template) resolve(classes *gpu.Catalog, c Choice, placeholders bool) (*
 			allowed := allowedProfiles(g.MIGProfiles, class)
 			p, supported := class.Profile(profile)
 			switch {
-			case supported && contains(g.MIGProfiles, profile):
+			case supported && slices.Contains(g.MIGProfiles, profile):
 				r.MIG = &p
 			case explicit && len(allowed) == 0:
 				errs.Addf("gpu.migProfile", "template %q allows no MIG profile on %s", t.Metadata.Name, class.Name)

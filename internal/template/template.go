@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -376,7 +377,7 @@ func (t *Template) Validate(classes *gpu.Catalog) error {
 	if s.Lifecycle.Retries > 0 && s.Workload != Job {
 		errs.Addf("spec.lifecycle.retries", "applies to jobs only")
 	}
-	if p := s.Scheduling.Priority; p != "" && !contains(Priorities, p) {
+	if p := s.Scheduling.Priority; p != "" && !slices.Contains(Priorities, p) {
 		errs.Addf("spec.scheduling.priority", "%q is not one of %s", clip(p), strings.Join(Priorities, ", "))
 	}
 	if !labelValRE.MatchString(s.CostCenter) {
@@ -401,7 +402,7 @@ func (t *Template) validateGPU(classes *gpu.Catalog, errs *fault.List) {
 			errs.Addf(fmt.Sprintf("spec.gpu.classes[%d]", i), "unknown GPU class %q (known: %s)", clip(c), strings.Join(classes.Names(), ", "))
 		}
 	}
-	if !contains(g.Classes, g.DefaultClass) {
+	if !slices.Contains(g.Classes, g.DefaultClass) {
 		errs.Addf("spec.gpu.defaultClass", "%q is not one of the allowed classes %s", clip(g.DefaultClass), strings.Join(g.Classes, ", "))
 	}
 	for i, p := range g.MIGProfiles {
@@ -417,7 +418,7 @@ func (t *Template) validateGPU(classes *gpu.Catalog, errs *fault.List) {
 			errs.Addf(fmt.Sprintf("spec.gpu.migProfiles[%d]", i), "MIG profile %q is not supported by any allowed class", clip(p))
 		}
 	}
-	if g.DefaultMIGProfile != "" && !contains(g.MIGProfiles, g.DefaultMIGProfile) {
+	if g.DefaultMIGProfile != "" && !slices.Contains(g.MIGProfiles, g.DefaultMIGProfile) {
 		errs.Addf("spec.gpu.defaultMigProfile", "%q is not one of the allowed MIG profiles %s", clip(g.DefaultMIGProfile), strings.Join(g.MIGProfiles, ", "))
 	}
 	c := g.Count
@@ -550,7 +551,7 @@ func (p *Parameter) Value(v any) (string, error) {
 			return "", fmt.Errorf("value may not contain NUL bytes or {{...}} references")
 		}
 		if p.Type == TypeEnum {
-			if !contains(p.Values, s) {
+			if !slices.Contains(p.Values, s) {
 				return "", fmt.Errorf("%q is not one of %s", clip(s), strings.Join(p.Values, ", "))
 			}
 			return s, nil
@@ -567,15 +568,6 @@ func (p *Parameter) Value(v any) (string, error) {
 		return s, nil
 	}
 	return "", fmt.Errorf("unknown parameter type %q", p.Type)
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // clip shortens a value quoted back in an error message.

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -576,7 +577,7 @@ func (s *Service) List(ctx context.Context, f Filter, cursor string) (Page, erro
 		switch {
 		case all:
 		case f.Team != "":
-			if !contains(teams, f.Team) {
+			if !slices.Contains(teams, f.Team) {
 				return Page{Items: []Workload{}}, nil // another team's workloads: none to see
 			}
 		default:
@@ -717,15 +718,6 @@ func ValidID(s string) bool {
 		return false
 	}
 	return strings.Trim(s, idAlphabet) == ""
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // policyReason joins a policy refusal's problems into one sentence.

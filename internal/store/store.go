@@ -89,8 +89,6 @@ func Open(ctx context.Context, driver, dsn string) (*Store, error) {
 // Close closes the database.
 func (s *Store) Close() error { return s.db.Close() }
 
-// Driver is the driver in use.
-func (s *Store) Driver() string { return s.driver }
 
 // Ping checks that the database answers.
 func (s *Store) Ping(ctx context.Context) error { return s.db.PingContext(ctx) }

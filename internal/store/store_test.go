@@ -231,16 +231,38 @@ func testConcurrentUpdates(t *testing.T, s *store.Store) {
 		t.Fatal(err)
 	}
 	// Every writer plans against version 1: exactly one wins.
+	wins, conflicts := race(t, 8, func(i int) error {
+		c := *base
+		c.Metadata.Title = fmt.Sprintf("writer %d", i)
+		_, err := s.ApplyTemplates(ctx, []catalog.Change{{Name: c.Metadata.Name, Template: &c, Digest: c.Digest(), Expect: 1, Actor: "w", At: time.Now()}})
+		return err
+	})
+	if wins != 1 || conflicts != 7 {
+		t.Fatalf("%d wins, %d conflicts; want 1 and 7", wins, conflicts)
+	}
+	if h, _ := cat.History(ctx, "vllm-inference"); len(h) != 2 {
+		t.Fatalf("%d versions, want 2", len(h))
+	}
+	// Concurrent creates of a new template: one wins, the others conflict.
+	wins, conflicts = race(t, 8, func(int) error {
+		_, err := cat.Create(ctx, "c", tpls["pytorch-train"])
+		return err
+	})
+	if wins != 1 || conflicts != 7 {
+		t.Fatalf("creates: %d wins, %d conflicts; want 1 and 7", wins, conflicts)
+	}
+}
+
+// race runs n writers at once and counts successes and conflicts; any other
+// error fails the test.
+func race(t *testing.T, n int, write func(i int) error) (wins, conflicts int) {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
-	wins, conflicts := 0, 0
-	for i := range 8 {
+	for i := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c := *base
-			c.Metadata.Title = fmt.Sprintf("writer %d", i)
-			_, err := s.ApplyTemplates(ctx, []catalog.Change{{Name: c.Metadata.Name, Template: &c, Digest: c.Digest(), Expect: 1, Actor: "w", At: time.Now()}})
+			err := write(i)
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
@@ -254,35 +276,7 @@ func testConcurrentUpdates(t *testing.T, s *store.Store) {
 		}()
 	}
 	wg.Wait()
-	if wins != 1 || conflicts != 7 {
-		t.Fatalf("%d wins, %d conflicts; want 1 and 7", wins, conflicts)
-	}
-	if h, _ := cat.History(ctx, "vllm-inference"); len(h) != 2 {
-		t.Fatalf("%d versions, want 2", len(h))
-	}
-	// Concurrent creates of a new template: one wins, the others conflict.
-	wins, conflicts = 0, 0
-	for range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_, err := cat.Create(ctx, "c", tpls["pytorch-train"])
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case err == nil:
-				wins++
-			case isConflict(err):
-				conflicts++
-			default:
-				t.Errorf("create: %v", err)
-			}
-		}()
-	}
-	wg.Wait()
-	if wins != 1 || conflicts != 7 {
-		t.Fatalf("creates: %d wins, %d conflicts; want 1 and 7", wins, conflicts)
-	}
+	return wins, conflicts
 }
 
 func testWorkloads(t *testing.T, s *store.Store) {

@@ -219,3 +219,19 @@ func BenchmarkVerify(b *testing.B) {
 		}
 	})
 }
+
+// A cached token stops working when it expires: the cache never outlives it.
+func TestCacheHonoursExpiry(t *testing.T) {
+	is := newIssuer(t)
+	a := auth(t, is, authn.Claims{})
+	now := time.Now()
+	a.SetClock(func() time.Time { return now })
+	raw := is.token(t, "k1", is.claims(func(c map[string]any) { c["exp"] = now.Add(time.Minute).Unix() }))
+	if _, err := a.Verify(context.Background(), raw); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(2 * time.Minute) // past exp plus the 30 s skew
+	if _, err := a.Verify(context.Background(), raw); !errors.Is(err, authn.ErrInvalidToken) {
+		t.Fatalf("expired cached token: %v, want ErrInvalidToken", err)
+	}
+}

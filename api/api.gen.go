@@ -49,6 +49,27 @@ func (e HealthStatus) Valid() bool {
 	}
 }
 
+// Defines values for MeVia.
+const (
+	Bearer  MeVia = "bearer"
+	Session MeVia = "session"
+	Token   MeVia = "token"
+)
+
+// Valid indicates whether the value is a known member of the MeVia enum.
+func (e MeVia) Valid() bool {
+	switch e {
+	case Bearer:
+		return true
+	case Session:
+		return true
+	case Token:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ParameterType.
 const (
 	Bool   ParameterType = "bool"
@@ -261,6 +282,16 @@ type AuditRecord struct {
 // AuditRecordDecision defines model for AuditRecord.Decision.
 type AuditRecordDecision string
 
+// AuthConfig defines model for AuthConfig.
+type AuthConfig struct {
+	// CliClientID The public client id for the device authorization grant.
+	CliClientID string `json:"cliClientID"`
+
+	// Issuer The OpenID provider's issuer URL.
+	Issuer string   `json:"issuer"`
+	Scopes []string `json:"scopes"`
+}
+
 // EnvVar defines model for EnvVar.
 type EnvVar struct {
 	Name  string `json:"name"`
@@ -373,6 +404,29 @@ type MIGProfile struct {
 	// Resource The extended resource a pod requests, such as nvidia.com/mig-1g.10gb.
 	Resource string `json:"resource"`
 }
+
+// Me defines model for Me.
+type Me struct {
+	// AllTeams True when the caller may launch in every team.
+	AllTeams bool     `json:"allTeams"`
+	Email    *string  `json:"email,omitempty"`
+	Groups   []string `json:"groups"`
+	Issuer   string   `json:"issuer"`
+
+	// LaunchTeams The teams the caller may launch workloads in.
+	LaunchTeams []string `json:"launchTeams"`
+	Name        *string  `json:"name,omitempty"`
+	Subject     string   `json:"subject"`
+
+	// TokenID The personal access token, when via is token.
+	TokenID *string `json:"tokenID,omitempty"`
+
+	// Via How this request authenticated.
+	Via MeVia `json:"via"`
+}
+
+// MeVia How this request authenticated.
+type MeVia string
 
 // Name A lowercase DNS label.
 type Name = string
@@ -744,6 +798,9 @@ type ServerInterface interface {
 	// GetGPUClass Get a GPU class
 	// (GET /api/v1/gpu-classes/{name})
 	GetGPUClass(ctx echo.Context, name string) error
+	// GetMe Who am I
+	// (GET /api/v1/me)
+	GetMe(ctx echo.Context) error
 	// ListTemplates List templates
 	// (GET /api/v1/templates)
 	ListTemplates(ctx echo.Context) error
@@ -795,6 +852,9 @@ type ServerInterface interface {
 	// StopWorkload Stop a workload
 	// (POST /api/v1/workloads/{id}/stop)
 	StopWorkload(ctx echo.Context, id WorkloadID) error
+	// GetAuthConfig How clients sign in
+	// (GET /auth/config)
+	GetAuthConfig(ctx echo.Context) error
 	// GetHealth Liveness
 	// (GET /healthz)
 	GetHealth(ctx echo.Context) error
@@ -872,6 +932,15 @@ func (w *ServerInterfaceWrapper) GetGPUClass(ctx echo.Context) error {
 
 	// Invoke the callback with all the unmarshaled arguments
 	err = w.Handler.GetGPUClass(ctx, name)
+	return err
+}
+
+// GetMe converts echo context to params.
+func (w *ServerInterfaceWrapper) GetMe(ctx echo.Context) error {
+	var err error
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.GetMe(ctx)
 	return err
 }
 
@@ -1194,6 +1263,15 @@ func (w *ServerInterfaceWrapper) StopWorkload(ctx echo.Context) error {
 	return err
 }
 
+// GetAuthConfig converts echo context to params.
+func (w *ServerInterfaceWrapper) GetAuthConfig(ctx echo.Context) error {
+	var err error
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.GetAuthConfig(ctx)
+	return err
+}
+
 // GetHealth converts echo context to params.
 func (w *ServerInterfaceWrapper) GetHealth(ctx echo.Context) error {
 	var err error
@@ -1287,6 +1365,8 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.POST(options.BaseURL+"/api/v1/workloads/:id/stop", wrapper.StopWorkload, options.OperationMiddlewares["stopWorkload"]...)
 	router.GET(options.BaseURL+"/api/v1/workloads/:id/events", wrapper.ListWorkloadEvents, options.OperationMiddlewares["listWorkloadEvents"]...)
 	router.GET(options.BaseURL+"/api/v1/workloads/:id/logs", wrapper.GetWorkloadLogs, options.OperationMiddlewares["getWorkloadLogs"]...)
+	router.GET(options.BaseURL+"/auth/config", wrapper.GetAuthConfig, options.OperationMiddlewares["getAuthConfig"]...)
+	router.GET(options.BaseURL+"/api/v1/me", wrapper.GetMe, options.OperationMiddlewares["getMe"]...)
 	router.GET(options.BaseURL+"/api/v1/tokens", wrapper.ListTokens, options.OperationMiddlewares["listTokens"]...)
 	router.POST(options.BaseURL+"/api/v1/tokens", wrapper.CreateToken, options.OperationMiddlewares["createToken"]...)
 	router.DELETE(options.BaseURL+"/api/v1/tokens/:id", wrapper.RevokeToken, options.OperationMiddlewares["revokeToken"]...)
@@ -1401,6 +1481,44 @@ type GetGPUClassdefaultApplicationProblemPlusJSONResponse struct {
 }
 
 func (response GetGPUClassdefaultApplicationProblemPlusJSONResponse) VisitGetGPUClassResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetMeRequestObject struct {
+}
+
+type GetMeResponseObject interface {
+	VisitGetMeResponse(w http.ResponseWriter) error
+}
+
+type GetMe200JSONResponse Me
+
+func (response GetMe200JSONResponse) VisitGetMeResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetMedefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetMedefaultApplicationProblemPlusJSONResponse) VisitGetMeResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
@@ -2071,6 +2189,44 @@ func (response StopWorkloaddefaultApplicationProblemPlusJSONResponse) VisitStopW
 	return err
 }
 
+type GetAuthConfigRequestObject struct {
+}
+
+type GetAuthConfigResponseObject interface {
+	VisitGetAuthConfigResponse(w http.ResponseWriter) error
+}
+
+type GetAuthConfig200JSONResponse AuthConfig
+
+func (response GetAuthConfig200JSONResponse) VisitGetAuthConfigResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetAuthConfigdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetAuthConfigdefaultApplicationProblemPlusJSONResponse) VisitGetAuthConfigResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetHealthRequestObject struct {
 }
 
@@ -2165,6 +2321,9 @@ type StrictServerInterface interface {
 	// GetGPUClass Get a GPU class
 	// (GET /api/v1/gpu-classes/{name})
 	GetGPUClass(ctx context.Context, request GetGPUClassRequestObject) (GetGPUClassResponseObject, error)
+	// GetMe Who am I
+	// (GET /api/v1/me)
+	GetMe(ctx context.Context, request GetMeRequestObject) (GetMeResponseObject, error)
 	// ListTemplates List templates
 	// (GET /api/v1/templates)
 	ListTemplates(ctx context.Context, request ListTemplatesRequestObject) (ListTemplatesResponseObject, error)
@@ -2216,6 +2375,9 @@ type StrictServerInterface interface {
 	// StopWorkload Stop a workload
 	// (POST /api/v1/workloads/{id}/stop)
 	StopWorkload(ctx context.Context, request StopWorkloadRequestObject) (StopWorkloadResponseObject, error)
+	// GetAuthConfig How clients sign in
+	// (GET /auth/config)
+	GetAuthConfig(ctx context.Context, request GetAuthConfigRequestObject) (GetAuthConfigResponseObject, error)
 	// GetHealth Liveness
 	// (GET /healthz)
 	GetHealth(ctx context.Context, request GetHealthRequestObject) (GetHealthResponseObject, error)
@@ -2306,6 +2468,29 @@ func (sh *strictHandler) GetGPUClass(ctx echo.Context, name string) error {
 		return err
 	} else if validResponse, ok := response.(GetGPUClassResponseObject); ok {
 		return validResponse.VisitGetGPUClassResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// GetMe operation middleware
+func (sh *strictHandler) GetMe(ctx echo.Context) error {
+	var request GetMeRequestObject
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.GetMe(ctx.Request().Context(), request.(GetMeRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetMe")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(GetMeResponseObject); ok {
+		return validResponse.VisitGetMeResponse(ctx.Response())
 	} else if response != nil {
 		return fmt.Errorf("unexpected response type: %T", response)
 	}
@@ -2840,6 +3025,29 @@ func (sh *strictHandler) StopWorkload(ctx echo.Context, id WorkloadID) error {
 		return err
 	} else if validResponse, ok := response.(StopWorkloadResponseObject); ok {
 		return validResponse.VisitStopWorkloadResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// GetAuthConfig operation middleware
+func (sh *strictHandler) GetAuthConfig(ctx echo.Context) error {
+	var request GetAuthConfigRequestObject
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.GetAuthConfig(ctx.Request().Context(), request.(GetAuthConfigRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetAuthConfig")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(GetAuthConfigResponseObject); ok {
+		return validResponse.VisitGetAuthConfigResponse(ctx.Response())
 	} else if response != nil {
 		return fmt.Errorf("unexpected response type: %T", response)
 	}

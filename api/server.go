@@ -26,6 +26,8 @@ import (
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/token"
+	"github.com/gantryhq/gantry/internal/weblogin"
+	"github.com/gantryhq/gantry/portal"
 	"github.com/gantryhq/gantry/internal/workload"
 )
 
@@ -50,9 +52,15 @@ type Options struct {
 	Logger       *slog.Logger
 	// Portal serves the web UI at /, when set.
 	Portal http.Handler
-	// Identify decides who a request comes from; nil answers 401 to every API
-	// call. Authentication plugs in here.
+	// Identify verifies a bearer JWT (not a personal access token); with it
+	// nil, only tokens and sessions authenticate.
 	Identify func(*http.Request) (identity.Identity, error)
+	// Sessions authenticates signed-in browsers by their session cookie.
+	Sessions SessionAuthenticator
+	// SignIn is what GET /auth/config tells clients.
+	SignIn AuthConfig
+	// Teams lists the teams where an identity holds a permission (for /me).
+	Teams func(id identity.Identity, permission string) (all bool, teams []string)
 	// Audit, when set, records every mutating request and every denial.
 	Audit audit.Store
 	// Tokens manages personal access tokens and authenticates bearer tokens
@@ -82,56 +90,75 @@ func New(o Options) (*echo.Echo, error) {
 		middleware.Recover(),
 		middleware.BodyLimit(fmt.Sprint(o.MaxBodyBytes)+"B"),
 		secureHeaders,
-		identify(o.Identify, o.Tokens),
+		identify(o.Identify, o.Tokens, o.Sessions),
 		validate,
 	)
 	s := &server{o: o}
 	RegisterHandlers(e, NewStrictHandler(s, nil))
 	if o.Portal != nil {
-		for _, path := range []string{"/", "/index.html", "/portal.js", "/portal.css"} {
-			e.GET(path, echo.WrapHandler(o.Portal))
+		for _, p := range portal.Paths {
+			e.Add(p.Method, p.Path, echo.WrapHandler(o.Portal))
 		}
 	}
 	return e, nil
 }
 
-// identify attaches the caller's identity to API requests.
-func identify(fn func(*http.Request) (identity.Identity, error), tokens *token.Service) echo.MiddlewareFunc {
-	if tokens != nil {
-		base := fn
-		fn = func(r *http.Request) (identity.Identity, error) {
-			if bearer, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && token.Is(bearer) {
-				return tokens.Authenticate(r.Context(), bearer)
-			}
-			if base == nil {
-				return identity.Identity{}, authn.ErrNoCredentials
-			}
-			return base(r)
-		}
-	}
+// SessionAuthenticator finds the signed-in browser session a cookie names.
+type SessionAuthenticator interface {
+	Authenticate(ctx context.Context, cookie string) (weblogin.Session, error)
+}
+
+// identify attaches the caller's identity to API requests: a bearer token
+// (a personal access token by its prefix, else a JWT for Identify), or the
+// session cookie of a signed-in browser, which must also send the session's
+// CSRF token in X-CSRF-Token on anything but a read.
+func identify(bearer func(*http.Request) (identity.Identity, error), tokens *token.Service, sessions SessionAuthenticator) echo.MiddlewareFunc {
+	challenge := `Bearer realm="gantry"`
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
-			if !isAPI(c.Request().URL.Path) {
+			r := c.Request()
+			if !isAPI(r.URL.Path) {
 				return next(c)
 			}
-			challenge := `Bearer realm="gantry"`
-			if fn == nil {
-				c.Response().Header().Set("WWW-Authenticate", challenge)
-				return echo.NewHTTPError(http.StatusUnauthorized, "authentication is not configured")
+			var id identity.Identity
+			err := authn.ErrNoCredentials
+			if raw, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
+				switch {
+				case tokens != nil && token.Is(raw):
+					id, err = tokens.Authenticate(r.Context(), raw)
+					id.Via = identity.ViaToken
+				case bearer != nil:
+					id, err = bearer(r)
+					id.Via = identity.ViaBearer
+				}
+			} else if ck, cerr := r.Cookie(weblogin.SessionCookie); cerr == nil && sessions != nil {
+				var ses weblogin.Session
+				ses, err = sessions.Authenticate(r.Context(), ck.Value)
+				if err == nil && !safeMethod(r.Method) && !ses.CheckCSRF(r.Header.Get(CSRFHeader)) {
+					return &fault.Forbidden{Reason: "missing or wrong " + CSRFHeader + " header: a signed-in browser sends its session's CSRF token with every change"}
+				}
+				id = ses.Identity
+				id.Via = identity.ViaSession
 			}
-			id, err := fn(c.Request())
 			if err != nil {
 				// RFC 6750: say that the token is bad, never why.
-				if !errors.Is(err, authn.ErrNoCredentials) {
+				if !errors.Is(err, authn.ErrNoCredentials) && !errors.Is(err, weblogin.ErrNoSession) {
 					challenge += `, error="invalid_token"`
 				}
 				c.Response().Header().Set("WWW-Authenticate", challenge)
 				return echo.NewHTTPError(http.StatusUnauthorized, "not authenticated")
 			}
-			c.SetRequest(c.Request().WithContext(identity.With(c.Request().Context(), id)))
+			c.SetRequest(r.WithContext(identity.With(r.Context(), id)))
 			return next(c)
 		}
 	}
+}
+
+// CSRFHeader carries a browser session's CSRF token on API calls.
+const CSRFHeader = "X-CSRF-Token"
+
+func safeMethod(m string) bool {
+	return m == http.MethodGet || m == http.MethodHead || m == http.MethodOptions
 }
 
 func isAPI(path string) bool { return len(path) >= 8 && path[:8] == "/api/v1/" || path == "/api/v1" }
@@ -258,6 +285,40 @@ var _ StrictServerInterface = (*server)(nil)
 func caller(ctx context.Context) string {
 	id, _ := identity.From(ctx)
 	return id.String()
+}
+
+func (s *server) GetAuthConfig(ctx context.Context, _ GetAuthConfigRequestObject) (GetAuthConfigResponseObject, error) {
+	if s.o.SignIn.Issuer == "" {
+		return nil, &fault.Unavailable{What: "sign-in", Err: errors.New("no OpenID provider configured")}
+	}
+	return GetAuthConfig200JSONResponse(s.o.SignIn), nil
+}
+
+func (s *server) GetMe(ctx context.Context, _ GetMeRequestObject) (GetMeResponseObject, error) {
+	id, _ := identity.From(ctx)
+	me := Me{Issuer: id.Issuer, Subject: id.Subject, Email: strp(id.Email), Name: strp(id.Name), Groups: id.Groups,
+		Via: MeVia(id.Via), TokenID: strp(id.TokenID), LaunchTeams: []string{}}
+	if me.Groups == nil {
+		me.Groups = []string{}
+	}
+	if s.o.Teams != nil {
+		all, teams := s.o.Teams(id, "workloads:launch")
+		me.AllTeams = all
+		if teams != nil && !id.ReadOnly {
+			me.LaunchTeams = teams
+		}
+		if id.ReadOnly {
+			me.AllTeams = false
+		}
+	}
+	return GetMe200JSONResponse(me), nil
+}
+
+func strp(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }
 
 func (s *server) GetHealth(ctx context.Context, _ GetHealthRequestObject) (GetHealthResponseObject, error) {

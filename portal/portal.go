@@ -1,29 +1,200 @@
-// Package portal owns the web UI: static pages embedded in the binary (no CDN at
-// run time) that talk to the REST API like any other client. Today it is the
-// template catalog page; launch forms and workload views build on it.
+// Package portal owns the web UI: pages rendered on the server and static files
+// embedded in the binary (no CDN at run time), and browser sign-in — GET
+// /auth/login, GET /auth/callback, POST /auth/logout — on top of the weblogin
+// service. Cookies are HttpOnly and SameSite=Lax, Secure when the public URL is
+// https; every form post carries the session's CSRF token, and the pages call
+// the REST API with the session cookie like any other client.
 package portal
 
 import (
+	"context"
 	"embed"
+	"errors"
+	"html/template"
 	"io/fs"
+	"log/slog"
 	"net/http"
+	"time"
+
+	"github.com/gantryhq/gantry/internal/identity"
+	"github.com/gantryhq/gantry/internal/weblogin"
 )
 
 //go:embed static
 var static embed.FS
 
-// Handler serves the portal's files.
-func Handler() http.Handler {
+//go:embed page.html
+var pageHTML string
+
+var page = template.Must(template.New("page").Parse(pageHTML))
+
+// Sessions is browser sign-in (weblogin.Service).
+type Sessions interface {
+	Begin(ctx context.Context, returnTo string) (redirect, state string, err error)
+	Finish(ctx context.Context, cb weblogin.Callback) (cookie string, s weblogin.Session, returnTo string, err error)
+	Authenticate(ctx context.Context, cookie string) (weblogin.Session, error)
+	End(ctx context.Context, cookie string) error
+}
+
+// Options configure the portal.
+type Options struct {
+	Sessions Sessions
+	// Teams lists the teams where an identity holds a permission.
+	Teams func(id identity.Identity, permission string) (all bool, teams []string)
+	// Secure marks cookies Secure (Gantry is reached over https).
+	Secure bool
+	Logger *slog.Logger
+}
+
+// Paths the portal serves, with their methods.
+var Paths = []struct{ Method, Path string }{
+	{http.MethodGet, "/"}, {http.MethodGet, "/portal.js"}, {http.MethodGet, "/portal.css"},
+	{http.MethodGet, "/auth/login"}, {http.MethodGet, "/auth/callback"}, {http.MethodPost, "/auth/logout"},
+}
+
+type portal struct {
+	o     Options
+	files http.Handler
+}
+
+// New returns the portal's handler.
+func New(o Options) http.Handler {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
 	sub, err := fs.Sub(static, "static")
 	if err != nil {
 		panic(err) // the embedded tree is fixed at build time
 	}
-	files := http.FileServer(http.FS(sub))
+	p := &portal{o: o, files: http.FileServer(http.FS(sub))}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", p.home)
+	mux.Handle("GET /portal.js", p.files)
+	mux.Handle("GET /portal.css", p.files)
+	mux.HandleFunc("GET /auth/login", p.login)
+	mux.HandleFunc("GET /auth/callback", p.callback)
+	mux.HandleFunc("POST /auth/logout", p.logout)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
 		h.Set("Content-Security-Policy", "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'self'")
 		h.Set("X-Frame-Options", "DENY")
 		h.Set("Referrer-Policy", "no-referrer")
-		files.ServeHTTP(w, r)
+		mux.ServeHTTP(w, r)
 	})
+}
+
+type view struct {
+	Session  *weblogin.Session
+	Error    string
+	AllTeams bool
+	Teams    []string
+}
+
+func (p *portal) session(r *http.Request) *weblogin.Session {
+	c, err := r.Cookie(weblogin.SessionCookie)
+	if err != nil || p.o.Sessions == nil {
+		return nil
+	}
+	s, err := p.o.Sessions.Authenticate(r.Context(), c.Value)
+	if err != nil {
+		if !errors.Is(err, weblogin.ErrNoSession) {
+			p.o.Logger.ErrorContext(r.Context(), "session lookup failed", "err", err)
+		}
+		return nil
+	}
+	return &s
+}
+
+// home is the signed-in page, or the invitation to sign in.
+func (p *portal) home(w http.ResponseWriter, r *http.Request) {
+	v := view{Session: p.session(r)}
+	if v.Session != nil && p.o.Teams != nil {
+		v.AllTeams, v.Teams = p.o.Teams(v.Session.Identity, "workloads:launch")
+	}
+	p.render(w, http.StatusOK, v)
+}
+
+func (p *portal) render(w http.ResponseWriter, status int, v view) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	if err := page.Execute(w, v); err != nil {
+		p.o.Logger.Error("render portal page", "err", err)
+	}
+}
+
+func (p *portal) cookie(name, value, path string, maxAge time.Duration) *http.Cookie {
+	c := &http.Cookie{Name: name, Value: value, Path: path, HttpOnly: true, Secure: p.o.Secure, SameSite: http.SameSiteLaxMode, MaxAge: int(maxAge / time.Second)}
+	if maxAge < 0 {
+		c.MaxAge = -1
+	}
+	return c
+}
+
+// login sends the browser to the provider, binding the sign-in to this
+// browser with a state cookie only the callback sees.
+func (p *portal) login(w http.ResponseWriter, r *http.Request) {
+	if p.o.Sessions == nil {
+		p.render(w, http.StatusServiceUnavailable, view{Error: "Sign-in is not configured on this server."})
+		return
+	}
+	redirect, state, err := p.o.Sessions.Begin(r.Context(), r.URL.Query().Get("return"))
+	if err != nil {
+		p.o.Logger.ErrorContext(r.Context(), "begin sign-in", "err", err)
+		p.render(w, http.StatusServiceUnavailable, view{Error: "Sign-in is not available right now. Try again in a moment."})
+		return
+	}
+	http.SetCookie(w, p.cookie(weblogin.StateCookie, state, "/auth/callback", 10*time.Minute))
+	http.Redirect(w, r, redirect, http.StatusFound)
+}
+
+// callback finishes the sign-in; anything wrong ends with no session and a
+// page that says to start again (the reason goes to the log only).
+func (p *portal) callback(w http.ResponseWriter, r *http.Request) {
+	if p.o.Sessions == nil {
+		p.render(w, http.StatusServiceUnavailable, view{Error: "Sign-in is not configured on this server."})
+		return
+	}
+	q := r.URL.Query()
+	cb := weblogin.Callback{State: q.Get("state"), Code: q.Get("code"), Error: q.Get("error")}
+	if c, err := r.Cookie(weblogin.StateCookie); err == nil {
+		cb.CookieState = c.Value
+	}
+	http.SetCookie(w, p.cookie(weblogin.StateCookie, "", "/auth/callback", -1))
+	cookie, ses, back, err := p.o.Sessions.Finish(r.Context(), cb)
+	if err != nil {
+		status := http.StatusBadRequest
+		if !errors.Is(err, weblogin.ErrFailed) {
+			status = http.StatusServiceUnavailable
+		}
+		p.o.Logger.WarnContext(r.Context(), "sign-in refused", "err", err)
+		p.render(w, status, view{Error: "Sign-in failed: the sign-in link is invalid, expired or was already used. Sign in again."})
+		return
+	}
+	p.o.Logger.InfoContext(r.Context(), "signed in", "user", ses.Identity.String(), "email", ses.Identity.Email)
+	http.SetCookie(w, p.cookie(weblogin.SessionCookie, cookie, "/", time.Until(ses.ExpiresAt)))
+	http.Redirect(w, r, back, http.StatusSeeOther)
+}
+
+// logout ends the session; the form must carry the session's CSRF token, so
+// another site cannot sign people out.
+func (p *portal) logout(w http.ResponseWriter, r *http.Request) {
+	ses := p.session(r)
+	if ses == nil {
+		http.Redirect(w, r, "/", http.StatusSeeOther)
+		return
+	}
+	if err := r.ParseForm(); err != nil || !ses.CheckCSRF(r.PostForm.Get("csrf")) {
+		p.render(w, http.StatusForbidden, view{Session: ses, Error: "This form has expired or did not come from Gantry; nothing was changed."})
+		return
+	}
+	c, _ := r.Cookie(weblogin.SessionCookie)
+	if err := p.o.Sessions.End(r.Context(), c.Value); err != nil {
+		p.o.Logger.ErrorContext(r.Context(), "sign out", "err", err)
+		p.render(w, http.StatusServiceUnavailable, view{Session: ses, Error: "Sign-out failed; try again."})
+		return
+	}
+	p.o.Logger.InfoContext(r.Context(), "signed out", "user", ses.Identity.String())
+	http.SetCookie(w, p.cookie(weblogin.SessionCookie, "", "/", -1))
+	http.Redirect(w, r, "/", http.StatusSeeOther)
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/gantryhq/gantry/internal/config"
 	"github.com/gantryhq/gantry/internal/devcluster"
@@ -53,14 +54,41 @@ func devCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		cl.Stop(context.Background())
 	}()
 	cfg.Kubeconfig = cl.Kubeconfig
-	return runServer(ctx, cfg, func(url string) {
+	return runServer(ctx, cfg, func(sv served) {
+		var users strings.Builder
+		for _, u := range sv.Users {
+			fmt.Fprintf(&users, "  %-6s %s (groups: %s)\n", u.Username, u.Name, strings.Join(u.Groups, ", "))
+		}
+		tok := "(no development provider: create one in the portal)"
+		if sv.Token != nil && len(sv.Users) > 0 {
+			t, err := sv.Token(ctx, sv.Users[0].Username)
+			if err != nil {
+				fmt.Fprintf(stderr, "gantry dev: could not make a token for %s: %v\n", sv.Users[0].Username, err)
+			} else {
+				tok = t
+			}
+		}
 		fmt.Fprintf(stdout, `
 Gantry is running at %[1]s (API: %[1]s/api/v1, spec: %[1]s/openapi.yaml)
+Sign in with a browser at %[1]s as one of these development users
+(password = username; provider: %[5]s):
+%[6]s
+A token for %[7]s, for curl and notebooks (valid 24 h):
+  export GANTRY_TOKEN=%[8]s
+  curl -s -H "Authorization: Bearer $GANTRY_TOKEN" %[1]s/api/v1/me
+Or sign the CLI in:  go run ./cmd/gantry login --server %[1]s
 Simulated GPU nodes: %[2]d. Look at the cluster with:
   %[3]s/kubectl --kubeconfig %[4]s get nodes -L nvidia.com/gpu.product
 Launch a notebook on a MIG slice:
-  curl -s -X POST %[1]s/api/v1/workloads -H 'content-type: application/json' -d '{"template":"jupyter-notebook","team":"vision"}'
+  curl -s -X POST %[1]s/api/v1/workloads -H "Authorization: Bearer $GANTRY_TOKEN" -H 'content-type: application/json' -d '{"template":"jupyter-notebook","team":"vision"}'
 Stop with Ctrl-C (the cluster is removed too).
-`, url, len(devcluster.Nodes(devcluster.Fleet)), cl.Bin, cl.Kubeconfig)
+`, sv.URL, len(devcluster.Nodes(devcluster.Fleet)), cl.Bin, cl.Kubeconfig, sv.Issuer, users.String(), firstUser(sv.Users), tok)
 	})
+}
+
+func firstUser(us []config.DevUser) string {
+	if len(us) == 0 {
+		return "nobody"
+	}
+	return us[0].Username
 }

@@ -28,6 +28,8 @@ Usage:
   gantry templates render NAME [flags]                print the objects a launch would create
   gantry templates apply -f DIR [--prune] [--dry-run] load template files into the catalog
   gantry audit verify [--db DSN]                      check the audit log's hash chain
+  gantry login [--server URL]                         sign the CLI in (device grant in a browser)
+  gantry whoami [--server URL]                        who the CLI is signed in as
   gantry version                                      print the version
 
 Run "gantry COMMAND -h" for a command's flags.
@@ -75,6 +77,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		err = auditVerifyCmd(ctx, args[2:], stdout, stderr)
+	case "login":
+		err = loginCmd(ctx, args[1:], stdout, stderr)
+	case "whoami":
+		err = whoamiCmd(ctx, args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintf(stdout, "gantry %s (%s)\n", version, goVersion())
 		return 0

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/gantryhq/gantry"
@@ -17,12 +20,14 @@ import (
 	"github.com/gantryhq/gantry/internal/authz"
 	"github.com/gantryhq/gantry/internal/catalog"
 	"github.com/gantryhq/gantry/internal/config"
+	"github.com/gantryhq/gantry/internal/devidp"
 	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/kube"
 	"github.com/gantryhq/gantry/internal/store"
 	"github.com/gantryhq/gantry/internal/template"
 	"github.com/gantryhq/gantry/internal/token"
+	"github.com/gantryhq/gantry/internal/weblogin"
 	"github.com/gantryhq/gantry/internal/workload"
 	"github.com/gantryhq/gantry/portal"
 )
@@ -78,9 +83,19 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	return runServer(ctx, cfg, nil)
 }
 
-// runServer serves the API until ctx ends. ready, when not nil, receives the
-// URL once the server listens.
-func runServer(ctx context.Context, cfg config.Config, ready func(url string)) error {
+// served is what a started server tells its caller.
+type served struct {
+	URL    string
+	Issuer string
+	// Users and Token are set with the development provider: its users, and
+	// a way to make a personal access token for one of them.
+	Users []config.DevUser
+	Token func(ctx context.Context, username string) (string, error)
+}
+
+// runServer serves the API until ctx ends. ready, when not nil, is called
+// once the server listens.
+func runServer(ctx context.Context, cfg config.Config, ready func(served)) error {
 	a, err := open(ctx, cfg)
 	if err != nil {
 		return err
@@ -125,38 +140,50 @@ func runServer(ctx context.Context, cfg config.Config, ready func(url string)) e
 	a.workloads.WithAuthorizer(az)
 	go reloadPolicy(ctx, a.log, az)
 
-	// With an OpenID provider configured, every request proves who it is with
-	// a bearer token; without one (loopback only), every request acts as the
-	// configured development user and groups.
-	dev := identity.Identity{Subject: cfg.DevUser, Email: cfg.DevUser, Name: "Developer", Groups: cfg.DevGroups}
-	identify := func(*http.Request) (identity.Identity, error) { return dev, nil }
-	if cfg.OIDC.Issuer != "" {
-		an, err := authn.New(ctx, authn.Config{Issuer: cfg.OIDC.Issuer, Audiences: cfg.OIDC.Audiences, ClockSkew: cfg.OIDC.Skew(),
-			Claims: authn.Claims{Subject: cfg.OIDC.SubjectClaim, Email: cfg.OIDC.EmailClaim, Name: cfg.OIDC.NameClaim, Groups: cfg.OIDC.GroupsClaim}})
-		if err != nil {
-			return err
-		}
-		identify = an.Identify
-	}
-	h, err := api.New(api.Options{
-		Catalog: a.catalog, Workloads: a.workloads, Checks: checks, Spec: gantry.OpenAPI,
-		MaxBodyBytes: cfg.MaxBodyBytes, Logger: a.log, Portal: portal.Handler(),
-		Identify: identify, Authorize: az.AllowedSomewhere, Tokens: token.New(a.store), Audit: a.store,
-	})
-	if err != nil {
-		return err
-	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
+	defer ln.Close()
+	url := "http://" + ln.Addr().String()
+	public := strings.TrimSuffix(cfg.PublicURL, "/")
+	if public == "" {
+		public = url
+	}
+	oc, dev, err := signInProvider(ctx, cfg, public, a.log)
+	if err != nil {
+		return err
+	}
+	an, err := authn.New(ctx, authn.Config{Issuer: oc.Issuer, Audiences: oc.Audiences, ClockSkew: oc.Skew(),
+		Claims: authn.Claims{Subject: oc.SubjectClaim, Email: oc.EmailClaim, Name: oc.NameClaim, Groups: oc.GroupsClaim}})
+	if err != nil {
+		return err
+	}
+	sessions := weblogin.New(weblogin.Config{ClientID: oc.ClientID, ClientSecret: string(oc.ClientSecret), RedirectURL: public + "/auth/callback",
+		Scopes: oc.Scopes, Endpoint: an.Endpoint(), Lifetime: cfg.Session()}, an, a.store)
+	tokens := token.New(a.store)
+	h, err := api.New(api.Options{
+		Catalog: a.catalog, Workloads: a.workloads, Checks: checks, Spec: gantry.OpenAPI,
+		MaxBodyBytes: cfg.MaxBodyBytes, Logger: a.log,
+		Portal:   portal.New(portal.Options{Sessions: sessions, Teams: az.Teams, Secure: strings.HasPrefix(public, "https://"), Logger: a.log}),
+		Identify: an.Identify, Sessions: sessions, Tokens: tokens, Teams: az.Teams,
+		SignIn:    api.AuthConfig{Issuer: oc.Issuer, CliClientID: oc.CLIClientID, Scopes: oc.Scopes},
+		Authorize: az.AllowedSomewhere, Audit: a.store,
+	})
+	if err != nil {
+		return err
+	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
-	url := "http://" + ln.Addr().String()
-	a.log.Info("gantry is serving", "url", url, "spec", url+"/openapi.yaml")
+	a.log.Info("gantry is serving", "url", public, "listen", url, "issuer", oc.Issuer)
 	if ready != nil {
-		ready(url)
+		s := served{URL: url, Issuer: oc.Issuer}
+		if dev != nil {
+			s.Users = cfg.DevLogin.Users
+			s.Token = func(ctx context.Context, username string) (string, error) { return devToken(ctx, tokens, dev.Issuer(), cfg, username) }
+		}
+		ready(s)
 	}
 	select {
 	case err := <-errc:
@@ -170,6 +197,49 @@ func runServer(ctx context.Context, cfg config.Config, ready func(url string)) e
 		return err
 	}
 	return nil
+}
+
+// signInProvider is the configured OpenID provider or, without one, the
+// development provider started in-process with the configured users and two
+// clients: the portal's (a fresh secret each start) and the CLI's.
+func signInProvider(ctx context.Context, cfg config.Config, public string, log *slog.Logger) (config.OIDC, *devidp.Provider, error) {
+	oc := cfg.OIDC
+	if oc.Issuer != "" {
+		return oc, nil, nil
+	}
+	secret := make([]byte, 32)
+	rand.Read(secret)
+	oc.ClientID, oc.ClientSecret, oc.CLIClientID = "gantry-portal", config.Secret(hex.EncodeToString(secret)), "gantry-cli"
+	oc.Audiences = []string{oc.ClientID, oc.CLIClientID}
+	var users []devidp.User
+	var names []string
+	for _, u := range cfg.DevLogin.Users {
+		users = append(users, devidp.User{Username: u.Username, Password: string(u.Password), Name: u.Name, Email: u.Email, Groups: u.Groups})
+		names = append(names, u.Username)
+	}
+	dev, err := devidp.Start(ctx, cfg.DevLogin.Listen, devidp.Options{Users: users, Clients: []devidp.Client{
+		{ID: oc.ClientID, Secret: string(oc.ClientSecret), RedirectURIs: []string{public + "/auth/callback"}},
+		{ID: oc.CLIClientID, Device: true},
+	}})
+	if err != nil {
+		return oc, nil, err
+	}
+	oc.Issuer = dev.Issuer()
+	log.Warn("no oidc.issuer configured: signing in with the development OpenID provider (loopback only)", "issuer", oc.Issuer, "users", names)
+	return oc, dev, nil
+}
+
+// devToken makes a personal access token for a development user, as if they
+// had signed in and asked for one.
+func devToken(ctx context.Context, tokens *token.Service, issuer string, cfg config.Config, username string) (string, error) {
+	for _, u := range cfg.DevLogin.Users {
+		if u.Username == username {
+			id := identity.Identity{Issuer: issuer, Subject: devidp.User{Username: u.Username}.Subject(), Email: u.Email, Name: u.Name, Groups: u.Groups}
+			_, secret, err := tokens.Create(identity.With(ctx, id), token.Request{Name: "gantry dev", Lifetime: 24 * time.Hour})
+			return secret, err
+		}
+	}
+	return "", fmt.Errorf("no development user %q", username)
 }
 
 // reloadPolicy picks up edited policy files every few seconds; a broken edit

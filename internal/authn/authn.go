@@ -10,6 +10,7 @@ package authn
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"net/http"
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	"github.com/coreos/go-oidc/v3/oidc"
+	"golang.org/x/oauth2"
 
 	"github.com/gantryhq/gantry/internal/identity"
 )
@@ -49,6 +51,7 @@ var (
 type Authenticator struct {
 	cfg      Config
 	verifier *oidc.IDTokenVerifier
+	provider *oidc.Provider
 	now      func() time.Time
 
 	// verified caches identities of tokens already verified, by the token's
@@ -80,7 +83,7 @@ func New(ctx context.Context, cfg Config) (*Authenticator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("oidc: discover %s: %w", cfg.Issuer, err)
 	}
-	a := &Authenticator{cfg: cfg, now: time.Now, verified: map[[32]byte]cached{}}
+	a := &Authenticator{cfg: cfg, now: time.Now, verified: map[[32]byte]cached{}, provider: p}
 	a.verifier = p.Verifier(&oidc.Config{
 		SkipClientIDCheck: true, // several audiences: checked below
 		// Expiry is checked against a clock set back by the skew; go-oidc's own
@@ -182,4 +185,33 @@ func (a *Authenticator) check(ctx context.Context, raw string) (identity.Identit
 		return identity.Identity{}, nil, fmt.Errorf("%w: no %q claim", ErrInvalidToken, a.cfg.Claims.Subject)
 	}
 	return id, tok, nil
+}
+
+// VerifyIDToken checks an ID token received at sign-in: everything Verify
+// checks, and that it was issued to clientID with the nonce of this sign-in.
+func (a *Authenticator) VerifyIDToken(ctx context.Context, raw, clientID, nonce string) (identity.Identity, error) {
+	id, tok, err := a.check(ctx, raw)
+	if err != nil {
+		return id, err
+	}
+	if !slices.Contains(tok.Audience, clientID) {
+		return identity.Identity{}, fmt.Errorf("%w: issued to %v, not %s", ErrInvalidToken, tok.Audience, clientID)
+	}
+	if nonce == "" || subtle.ConstantTimeCompare([]byte(tok.Nonce), []byte(nonce)) != 1 {
+		return identity.Identity{}, fmt.Errorf("%w: the nonce does not match this sign-in", ErrInvalidToken)
+	}
+	return id, nil
+}
+
+// Endpoint is the provider's authorization and token endpoints.
+func (a *Authenticator) Endpoint() oauth2.Endpoint { return a.provider.Endpoint() }
+
+// DeviceAuthorizationEndpoint is the provider's device authorization
+// endpoint (RFC 8628), "" when it has none.
+func (a *Authenticator) DeviceAuthorizationEndpoint() string {
+	var d struct {
+		Device string `json:"device_authorization_endpoint"`
+	}
+	a.provider.Claims(&d)
+	return d.Device
 }

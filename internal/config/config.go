@@ -45,10 +45,15 @@ type Config struct {
 	NamespacePrefix string   `json:"namespacePrefix"`
 	MaxBodyBytes    int64    `json:"maxBodyBytes"`
 	Log             Log      `json:"log"`
-	// DevUser is the identity every request acts as until authentication lands,
-	// with the identity-provider groups in DevGroups (bound in the policy).
-	DevUser   string   `json:"devUser"`
-	DevGroups []string `json:"devGroups"`
+	// PublicURL is how browsers reach Gantry (e.g. https://gantry.example.com);
+	// sign-in redirects come back to it, and an https URL makes cookies Secure.
+	// Default: http:// and the address Gantry listens on.
+	PublicURL string `json:"publicURL"`
+	// SessionLifetime is how long a browser stays signed in.
+	SessionLifetime string `json:"sessionLifetime"`
+	// DevLogin is the development OpenID provider Gantry runs in-process when
+	// oidc.issuer is empty (loopback only), with its users.
+	DevLogin DevLogin `json:"devLogin"`
 	// PolicyDir holds model.conf, roles.csv and bindings.yaml.
 	PolicyDir string `json:"policyDir"`
 	// OIDC, when its issuer is set, authenticates every API request with a
@@ -64,9 +69,35 @@ type Config struct {
 	RemoveOrphans bool `json:"removeOrphans"`
 }
 
-// OIDC configures token verification against an OpenID provider.
+// DevLogin configures the development OpenID provider.
+type DevLogin struct {
+	Listen string    `json:"listen"` // default 127.0.0.1:0 (any free port)
+	Users  []DevUser `json:"users"`
+}
+
+// DevUser is a user of the development provider; Groups are the groups the
+// ID token carries, which policy/bindings.yaml maps to teams and roles.
+type DevUser struct {
+	Username string   `json:"username"`
+	Password Secret   `json:"password"`
+	Name     string   `json:"name"`
+	Email    string   `json:"email"`
+	Groups   []string `json:"groups"`
+}
+
+// OIDC configures sign-in with an OpenID provider: the portal's client (code
+// flow with PKCE), the CLI's client (device grant), and bearer verification.
 type OIDC struct {
-	Issuer       string   `json:"issuer"`
+	Issuer string `json:"issuer"`
+	// ClientID and ClientSecret are the portal's client; the secret may be
+	// empty for a public client (PKCE still applies).
+	ClientID     string `json:"clientID"`
+	ClientSecret Secret `json:"clientSecret"`
+	// CLIClientID is the public client `gantry login` uses (device grant).
+	CLIClientID string   `json:"cliClientID"`
+	Scopes      []string `json:"scopes"`
+	// Audiences are the client ids whose tokens the API accepts (default: the
+	// portal's and the CLI's).
 	Audiences    []string `json:"audiences"`
 	ClockSkew    string   `json:"clockSkew"`
 	SubjectClaim string   `json:"subjectClaim"`
@@ -104,12 +135,33 @@ func Default() Config {
 		NamespacePrefix:   "gantry-",
 		MaxBodyBytes:      1 << 20,
 		Log:               Log{Level: "info", Format: "text"},
-		DevUser:           "dev@localhost",
-		DevGroups:         []string{"gantry-admins"},
 		PolicyDir:         "policy",
 		ReconcileInterval: "15s",
-		OIDC:              OIDC{ClockSkew: "30s"},
+		SessionLifetime:   "8h",
+		OIDC:              OIDC{ClockSkew: "30s", Scopes: []string{"openid", "profile", "email", "groups", "offline_access"}},
+		DevLogin:          DevLogin{Listen: "127.0.0.1:0", Users: DefaultDevUsers()},
 	}
+}
+
+// DefaultDevUsers are the development provider's users: one per kind of
+// person the default policy knows (policy/bindings.yaml binds their groups).
+func DefaultDevUsers() []DevUser {
+	return []DevUser{
+		{Username: "alice", Password: "alice", Name: "Alice Moreau (data scientist, team vision)", Email: "alice@gantry.localhost", Groups: []string{"ml-vision"}},
+		{Username: "lee", Password: "lee", Name: "Lee Park (team lead, team vision)", Email: "lee@gantry.localhost", Groups: []string{"ml-vision-leads"}},
+		{Username: "pat", Password: "pat", Name: "Pat Okafor (platform engineer)", Email: "pat@gantry.localhost", Groups: []string{"platform-team"}},
+		{Username: "ada", Password: "ada", Name: "Ada Lindqvist (platform admin)", Email: "ada@gantry.localhost", Groups: []string{"gantry-admins"}},
+		{Username: "vic", Password: "vic", Name: "Vic Tanaka (auditor)", Email: "vic@gantry.localhost", Groups: []string{"auditors"}},
+	}
+}
+
+// Redirect is the portal's sign-in callback URL.
+func (c *Config) Redirect() string { return strings.TrimSuffix(c.PublicURL, "/") + "/auth/callback" }
+
+// Session is the session lifetime (validated by Load).
+func (c *Config) Session() time.Duration {
+	d, _ := time.ParseDuration(c.SessionLifetime)
+	return d
 }
 
 func defaultDBPath() string {
@@ -154,12 +206,16 @@ var env = []struct {
 	}},
 	{"GANTRY_LOG_LEVEL", func(c *Config, v string) error { c.Log.Level = v; return nil }},
 	{"GANTRY_LOG_FORMAT", func(c *Config, v string) error { c.Log.Format = v; return nil }},
-	{"GANTRY_DEV_USER", func(c *Config, v string) error { c.DevUser = v; return nil }},
+	{"GANTRY_PUBLIC_URL", func(c *Config, v string) error { c.PublicURL = v; return nil }},
+	{"GANTRY_SESSION_LIFETIME", func(c *Config, v string) error { c.SessionLifetime = v; return nil }},
+	{"GANTRY_DEV_LOGIN_LISTEN", func(c *Config, v string) error { c.DevLogin.Listen = v; return nil }},
+	{"GANTRY_OIDC_CLIENT_ID", func(c *Config, v string) error { c.OIDC.ClientID = v; return nil }},
+	{"GANTRY_OIDC_CLIENT_SECRET", func(c *Config, v string) error { c.OIDC.ClientSecret = Secret(v); return nil }},
+	{"GANTRY_OIDC_CLI_CLIENT_ID", func(c *Config, v string) error { c.OIDC.CLIClientID = v; return nil }},
 	{"GANTRY_KUBECONFIG", func(c *Config, v string) error { c.Kubeconfig = v; return nil }},
 	{"GANTRY_POLICY_DIR", func(c *Config, v string) error { c.PolicyDir = v; return nil }},
 	{"GANTRY_OIDC_ISSUER", func(c *Config, v string) error { c.OIDC.Issuer = v; return nil }},
 	{"GANTRY_OIDC_AUDIENCES", func(c *Config, v string) error { c.OIDC.Audiences = strings.Split(v, ","); return nil }},
-	{"GANTRY_DEV_GROUPS", func(c *Config, v string) error { c.DevGroups = strings.Split(v, ","); return nil }},
 	{"GANTRY_RECONCILE_INTERVAL", func(c *Config, v string) error { c.ReconcileInterval = v; return nil }},
 	{"GANTRY_REMOVE_ORPHANS", func(c *Config, v string) error {
 		b, err := strconv.ParseBool(v)
@@ -249,9 +305,42 @@ func (c *Config) validate() error {
 		if err != nil || u.Host == "" || (u.Scheme != "https" && !(u.Scheme == "http" && loopback(u.Hostname()))) {
 			errs.Addf("oidc.issuer", "%q must be an https URL (http only on loopback)", c.OIDC.Issuer)
 		}
-		if len(c.OIDC.Audiences) == 0 {
-			errs.Addf("oidc.audiences", "at least one audience (client id) is required")
+		if c.OIDC.ClientID == "" {
+			errs.Addf("oidc.clientID", "the portal's client id is required with oidc.issuer")
 		}
+		if len(c.OIDC.Audiences) == 0 {
+			c.OIDC.Audiences = []string{c.OIDC.ClientID}
+			if c.OIDC.CLIClientID != "" {
+				c.OIDC.Audiences = append(c.OIDC.Audiences, c.OIDC.CLIClientID)
+			}
+		}
+	} else {
+		if h, _, err := net.SplitHostPort(c.DevLogin.Listen); err != nil || !loopback(h) {
+			errs.Addf("devLogin.listen", "%q must be a loopback host:port: the development provider is for this machine only", c.DevLogin.Listen)
+		}
+		if len(c.DevLogin.Users) == 0 {
+			errs.Addf("devLogin.users", "at least one user is required when oidc.issuer is empty")
+		}
+		seen := map[string]bool{}
+		for i, u := range c.DevLogin.Users {
+			f := fmt.Sprintf("devLogin.users[%d]", i)
+			if u.Username == "" || u.Password == "" {
+				errs.Addf(f, "username and password are required")
+			}
+			if seen[u.Username] {
+				errs.Addf(f+".username", "%q appears twice", u.Username)
+			}
+			seen[u.Username] = true
+		}
+	}
+	if c.PublicURL != "" {
+		u, err := url.Parse(c.PublicURL)
+		if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") || u.RawQuery != "" || u.Fragment != "" {
+			errs.Addf("publicURL", "%q must be an http or https URL without query", c.PublicURL)
+		}
+	}
+	if d, err := time.ParseDuration(c.SessionLifetime); err != nil || d < time.Minute || d > 30*24*time.Hour {
+		errs.Addf("sessionLifetime", "%q must be a duration between 1m and 720h", c.SessionLifetime)
 	}
 	if d, err := time.ParseDuration(c.OIDC.ClockSkew); err != nil || d < 0 || d > 5*time.Minute {
 		errs.Addf("oidc.clockSkew", "%q must be a duration between 0s and 5m", c.OIDC.ClockSkew)
@@ -280,9 +369,6 @@ func (c *Config) validate() error {
 	case "text", "json":
 	default:
 		errs.Addf("log.format", "%q is not text or json", c.Log.Format)
-	}
-	if strings.TrimSpace(c.DevUser) == "" {
-		errs.Addf("devUser", "is required")
 	}
 	if d, err := time.ParseDuration(c.ReconcileInterval); err != nil || d < time.Second {
 		errs.Addf("reconcileInterval", "%q must be a duration of at least 1s", c.ReconcileInterval)

@@ -58,18 +58,44 @@ func TestSecretNeverPrints(t *testing.T) {
 }
 
 func TestOIDCAllowsOtherAddresses(t *testing.T) {
-	env := map[string]string{"GANTRY_LISTEN": "0.0.0.0:8080", "GANTRY_OIDC_ISSUER": "https://idp.example.com", "GANTRY_OIDC_AUDIENCES": "gantry-portal,gantry-cli"}
+	env := map[string]string{"GANTRY_LISTEN": "0.0.0.0:8080", "GANTRY_OIDC_ISSUER": "https://idp.example.com",
+		"GANTRY_OIDC_CLIENT_ID": "gantry-portal", "GANTRY_OIDC_CLI_CLIENT_ID": "gantry-cli", "GANTRY_OIDC_CLIENT_SECRET": "hunter2"}
 	c, err := Load("", lookup(env), Flags{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(c.OIDC.Audiences) != 2 || c.OIDC.Skew().Seconds() != 30 {
+	if strings.Join(c.OIDC.Audiences, ",") != "gantry-portal,gantry-cli" || c.OIDC.Skew().Seconds() != 30 {
 		t.Fatalf("%+v", c.OIDC)
 	}
+	if j, _ := json.Marshal(c); strings.Contains(string(j), "hunter2") {
+		t.Error("the client secret printed")
+	}
 	env["GANTRY_OIDC_ISSUER"] = "http://idp.example.com"
-	delete(env, "GANTRY_OIDC_AUDIENCES")
+	delete(env, "GANTRY_OIDC_CLIENT_ID")
 	_, err = Load("", lookup(env), Flags{})
-	if err == nil || !strings.Contains(err.Error(), "oidc.issuer") || !strings.Contains(err.Error(), "oidc.audiences") {
+	if err == nil || !strings.Contains(err.Error(), "oidc.issuer") || !strings.Contains(err.Error(), "oidc.clientID") {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestDevLogin(t *testing.T) {
+	c, err := Load("", lookup(nil), Flags{})
+	if err != nil || len(c.DevLogin.Users) == 0 {
+		t.Fatalf("defaults: %v %+v", err, c.DevLogin)
+	}
+	if j, _ := json.Marshal(c); strings.Contains(string(j), `"password":"alice"`) {
+		t.Error("a dev password printed")
+	}
+	path := filepath.Join(t.TempDir(), "gantry.yaml")
+	os.WriteFile(path, []byte("devLogin:\n  listen: 0.0.0.0:9000\n  users:\n    - username: a\n      password: x\n    - username: a\n      password: y\n    - username: b\n"), 0o600)
+	_, err = Load(path, lookup(nil), Flags{})
+	for _, want := range []string{
+		path + `:2: devLogin.listen: "0.0.0.0:9000" must be a loopback`,
+		path + `:6: devLogin.users[1].username: "a" appears twice`,
+		path + `:8: devLogin.users[2]: username and password are required`,
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("missing %q in %v", want, err)
+		}
 	}
 }

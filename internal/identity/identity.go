@@ -18,7 +18,17 @@ type Identity struct {
 	TokenID   string
 	TokenTeam string
 	ReadOnly  bool
+
+	// Via is how the request authenticated: ViaBearer, ViaToken or ViaSession.
+	Via string
 }
+
+// How a request authenticated.
+const (
+	ViaBearer  = "bearer"  // a JWT from the OpenID provider (the CLI, scripts)
+	ViaToken   = "token"   // a personal access token
+	ViaSession = "session" // a signed-in browser's cookie
+)
 
 // String is the identity's stable name: its subject, qualified by issuer when
 // there is one.

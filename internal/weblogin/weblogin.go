@@ -1,0 +1,240 @@
+// Package weblogin owns signing people in with a browser: the OpenID Connect
+// authorization code flow with PKCE (S256), a state bound to the browser that
+// started the login and usable once, a nonce checked in the ID token, and the
+// session that follows — a random cookie of which only the SHA-256 is stored,
+// a CSRF token for every form post, an expiry, and sign-out. It speaks
+// standard OIDC only, so any compliant provider works.
+package weblogin
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"golang.org/x/oauth2"
+
+	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/identity"
+)
+
+// Login is a sign-in in progress, stored under the hash of its state.
+type Login struct {
+	StateHash string
+	Nonce     string
+	Verifier  string // PKCE code verifier
+	ReturnTo  string // local path to land on
+	ExpiresAt time.Time
+}
+
+// Session is a signed-in browser.
+type Session struct {
+	IDHash    string // SHA-256 of the cookie value
+	Identity  identity.Identity
+	CSRF      string // must accompany every form post and unsafe API call
+	CreatedAt time.Time
+	ExpiresAt time.Time
+}
+
+// Store keeps logins and sessions.
+type Store interface {
+	CreateLogin(ctx context.Context, l Login) error
+	// TakeLogin returns and deletes a login; *fault.NotFound if there is none.
+	TakeLogin(ctx context.Context, stateHash string) (Login, error)
+	CreateSession(ctx context.Context, s Session) error
+	// Session returns a session; *fault.NotFound if there is none.
+	Session(ctx context.Context, idHash string) (Session, error)
+	DeleteSession(ctx context.Context, idHash string) error
+}
+
+// IDTokenVerifier checks an ID token from the provider: signature, issuer,
+// audience (the client id), expiry and nonce.
+type IDTokenVerifier interface {
+	VerifyIDToken(ctx context.Context, raw, clientID, nonce string) (identity.Identity, error)
+}
+
+// Config configures the relying party.
+type Config struct {
+	ClientID     string
+	ClientSecret string
+	RedirectURL  string // this server's /auth/callback
+	Scopes       []string
+	// Endpoint is the provider's authorization and token endpoints.
+	Endpoint oauth2.Endpoint
+	// Lifetime is how long a session lasts (default 8h).
+	Lifetime time.Duration
+}
+
+// Errors callers branch on.
+var (
+	// ErrFailed means a callback was refused: unknown, reused or expired state,
+	// a state from another browser, a provider error, a failed code exchange or
+	// a bad ID token. The reason is in the wrapped message, for logs only.
+	ErrFailed = errors.New("sign-in failed")
+	// ErrNoSession means the cookie is missing, unknown or expired.
+	ErrNoSession = errors.New("not signed in")
+)
+
+// loginTTL bounds how long a sign-in may take at the provider.
+const loginTTL = 10 * time.Minute
+
+// Service is the browser sign-in logic.
+type Service struct {
+	cfg      Config
+	oauth    oauth2.Config
+	verifier IDTokenVerifier
+	store    Store
+	now      func() time.Time
+}
+
+// New returns the service.
+func New(cfg Config, v IDTokenVerifier, st Store) *Service {
+	if cfg.Lifetime == 0 {
+		cfg.Lifetime = 8 * time.Hour
+	}
+	return &Service{
+		cfg: cfg, verifier: v, store: st, now: time.Now,
+		oauth: oauth2.Config{ClientID: cfg.ClientID, ClientSecret: cfg.ClientSecret, RedirectURL: cfg.RedirectURL, Endpoint: cfg.Endpoint, Scopes: cfg.Scopes},
+	}
+}
+
+// WithClock replaces the clock (tests of expiry).
+func (s *Service) WithClock(now func() time.Time) *Service {
+	s.now = now
+	return s
+}
+
+// Begin starts a sign-in. It returns the provider URL to send the browser to
+// and the state, which the caller sets as a cookie on that browser: the
+// callback must present both.
+func (s *Service) Begin(ctx context.Context, returnTo string) (redirect, state string, err error) {
+	state, nonce, verifier := random(32), random(32), oauth2.GenerateVerifier()
+	l := Login{StateHash: hash(state), Nonce: nonce, Verifier: verifier, ReturnTo: LocalPath(returnTo), ExpiresAt: s.now().Add(loginTTL)}
+	if err := s.store.CreateLogin(ctx, l); err != nil {
+		return "", "", fmt.Errorf("record login: %w", err)
+	}
+	return s.oauth.AuthCodeURL(state, oauth2.S256ChallengeOption(verifier), oauth2.SetAuthURLParam("nonce", nonce)), state, nil
+}
+
+// Callback is what the provider sent back, with the state cookie.
+type Callback struct {
+	State       string // the state query parameter
+	Code        string
+	Error       string // the provider's error parameter, if any
+	CookieState string // the state cookie set by Begin on this browser
+}
+
+// Finish completes a sign-in: the state must match this browser's cookie and
+// a login not yet used or expired; the code is exchanged with the PKCE
+// verifier; the ID token must carry the login's nonce. It returns the session
+// cookie value (shown only here) and the session.
+func (s *Service) Finish(ctx context.Context, cb Callback) (cookie string, ses Session, returnTo string, err error) {
+	if cb.State == "" || cb.CookieState == "" || subtle.ConstantTimeCompare([]byte(cb.State), []byte(cb.CookieState)) != 1 {
+		return "", ses, "", fmt.Errorf("%w: the state does not match this browser's sign-in", ErrFailed)
+	}
+	l, err := s.store.TakeLogin(ctx, hash(cb.State))
+	var nf *fault.NotFound
+	if errors.As(err, &nf) {
+		return "", ses, "", fmt.Errorf("%w: unknown or already used state", ErrFailed)
+	}
+	if err != nil {
+		return "", ses, "", err
+	}
+	if s.now().After(l.ExpiresAt) {
+		return "", ses, "", fmt.Errorf("%w: the sign-in expired", ErrFailed)
+	}
+	if cb.Error != "" {
+		return "", ses, "", fmt.Errorf("%w: the provider answered %q", ErrFailed, cb.Error)
+	}
+	if cb.Code == "" {
+		return "", ses, "", fmt.Errorf("%w: no code", ErrFailed)
+	}
+	tok, err := s.oauth.Exchange(ctx, cb.Code, oauth2.VerifierOption(l.Verifier))
+	if err != nil {
+		return "", ses, "", fmt.Errorf("%w: code exchange: %v", ErrFailed, err)
+	}
+	raw, _ := tok.Extra("id_token").(string)
+	if raw == "" {
+		return "", ses, "", fmt.Errorf("%w: the token response has no ID token", ErrFailed)
+	}
+	id, err := s.verifier.VerifyIDToken(ctx, raw, s.cfg.ClientID, l.Nonce)
+	if err != nil {
+		return "", ses, "", fmt.Errorf("%w: %v", ErrFailed, err)
+	}
+	cookie = random(32)
+	now := s.now()
+	ses = Session{IDHash: hash(cookie), Identity: id, CSRF: random(32), CreatedAt: now, ExpiresAt: now.Add(s.cfg.Lifetime)}
+	if err := s.store.CreateSession(ctx, ses); err != nil {
+		return "", Session{}, "", fmt.Errorf("record session: %w", err)
+	}
+	return cookie, ses, l.ReturnTo, nil
+}
+
+// Authenticate returns the live session a cookie value names.
+func (s *Service) Authenticate(ctx context.Context, cookie string) (Session, error) {
+	if cookie == "" {
+		return Session{}, ErrNoSession
+	}
+	ses, err := s.store.Session(ctx, hash(cookie))
+	var nf *fault.NotFound
+	if errors.As(err, &nf) {
+		return Session{}, ErrNoSession
+	}
+	if err != nil {
+		return Session{}, err
+	}
+	if !s.now().Before(ses.ExpiresAt) {
+		return Session{}, ErrNoSession
+	}
+	return ses, nil
+}
+
+// CheckCSRF reports whether a presented CSRF token is the session's.
+func (ses Session) CheckCSRF(presented string) bool {
+	return presented != "" && subtle.ConstantTimeCompare([]byte(presented), []byte(ses.CSRF)) == 1
+}
+
+// End signs a session out; the cookie stops working at once.
+func (s *Service) End(ctx context.Context, cookie string) error {
+	if cookie == "" {
+		return nil
+	}
+	return s.store.DeleteSession(ctx, hash(cookie))
+}
+
+// LocalPath keeps a return address on this site: an absolute path, not
+// "//host" or a URL, else "/".
+func LocalPath(p string) string {
+	u, err := url.Parse(p)
+	if err != nil || p == "" || !strings.HasPrefix(p, "/") || strings.HasPrefix(p, "//") || strings.HasPrefix(p, "/\\") || u.Host != "" || u.Scheme != "" {
+		return "/"
+	}
+	return p
+}
+
+func random(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(err) // crypto/rand does not fail on supported platforms
+	}
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func hash(s string) string {
+	h := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(h[:])
+}
+
+// Cookie names: the session, and the state of a sign-in in progress (sent
+// only to the callback).
+const (
+	SessionCookie = "gantry_session"
+	StateCookie   = "gantry_login"
+)

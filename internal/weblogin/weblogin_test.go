@@ -1,0 +1,190 @@
+package weblogin_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"golang.org/x/oauth2"
+
+	"github.com/gantryhq/gantry/internal/authn"
+	"github.com/gantryhq/gantry/internal/devidp"
+	"github.com/gantryhq/gantry/internal/store"
+	"github.com/gantryhq/gantry/internal/weblogin"
+)
+
+var alice = devidp.User{Username: "alice", Password: "pw", Name: "Alice", Email: "alice@example.dev", Groups: []string{"ml-vision"}}
+
+// tamper lets a test change a login on its way out of the real store, to
+// stand for a callback whose nonce or verifier do not match.
+type tamper struct {
+	*store.Store
+	login func(*weblogin.Login)
+}
+
+func (t tamper) TakeLogin(ctx context.Context, h string) (weblogin.Login, error) {
+	l, err := t.Store.TakeLogin(ctx, h)
+	if err == nil && t.login != nil {
+		t.login(&l)
+	}
+	return l, err
+}
+
+type rig struct {
+	svc   *weblogin.Service
+	codes chan callback
+	st    *tamper
+}
+
+type callback struct{ state, code, err string }
+
+func setup(t *testing.T) *rig {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	codes := make(chan callback, 4)
+	rp := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		codes <- callback{q.Get("state"), q.Get("code"), q.Get("error")}
+	}))
+	t.Cleanup(rp.Close)
+	idp, err := devidp.Start(ctx, "127.0.0.1:0", devidp.Options{Users: []devidp.User{alice},
+		Clients: []devidp.Client{{ID: "portal", Secret: "s", RedirectURIs: []string{rp.URL + "/auth/callback"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	an, err := authn.New(ctx, authn.Config{Issuer: idp.Issuer(), Audiences: []string{"portal"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(ctx, store.SQLite, filepath.Join(t.TempDir(), "g.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	tp := &tamper{Store: st}
+	svc := weblogin.New(weblogin.Config{ClientID: "portal", ClientSecret: "s", RedirectURL: rp.URL + "/auth/callback",
+		Scopes: []string{"openid", "profile", "email", "groups"}, Endpoint: an.Endpoint(), Lifetime: time.Hour}, an, tp)
+	return &rig{svc: svc, codes: codes, st: tp}
+}
+
+// signIn begins a login and signs in at the provider; it returns the state
+// cookie Begin asked for and what the provider sent to the callback.
+func (r *rig) signIn(t *testing.T, returnTo string) (string, callback) {
+	t.Helper()
+	ctx := context.Background()
+	redirect, state, err := r.svc.Begin(ctx, returnTo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jar, _ := cookiejar.New(nil)
+	if _, _, err := devidp.SignIn(ctx, &http.Client{Jar: jar}, redirect, alice.Username, alice.Password); err != nil {
+		t.Fatal(err)
+	}
+	return state, <-r.codes
+}
+
+func TestSignInAndOut(t *testing.T) {
+	r := setup(t)
+	ctx := context.Background()
+	state, cb := r.signIn(t, "/workloads?team=vision")
+	cookie, ses, back, err := r.svc.Finish(ctx, weblogin.Callback{State: cb.state, Code: cb.code, CookieState: state})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back != "/workloads?team=vision" || ses.Identity.Subject != alice.Subject() || ses.Identity.Email != alice.Email || !slices.Equal(ses.Identity.Groups, alice.Groups) {
+		t.Errorf("session %+v, return to %q", ses, back)
+	}
+	got, err := r.svc.Authenticate(ctx, cookie)
+	if err != nil || got.Identity.Subject != alice.Subject() {
+		t.Fatalf("authenticate: %+v %v", got, err)
+	}
+	if !got.CheckCSRF(ses.CSRF) || got.CheckCSRF("") || got.CheckCSRF(ses.CSRF+"x") {
+		t.Error("CSRF check accepts the wrong token or refuses the right one")
+	}
+	// The same callback again: the state was used.
+	if _, _, _, err := r.svc.Finish(ctx, weblogin.Callback{State: cb.state, Code: cb.code, CookieState: state}); !errors.Is(err, weblogin.ErrFailed) {
+		t.Errorf("replayed callback: %v", err)
+	}
+	if err := r.svc.End(ctx, cookie); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.svc.Authenticate(ctx, cookie); !errors.Is(err, weblogin.ErrNoSession) {
+		t.Errorf("after sign-out: %v", err)
+	}
+}
+
+func TestSessionExpires(t *testing.T) {
+	r := setup(t)
+	ctx := context.Background()
+	state, cb := r.signIn(t, "/")
+	cookie, _, _, err := r.svc.Finish(ctx, weblogin.Callback{State: cb.state, Code: cb.code, CookieState: state})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.svc.WithClock(func() time.Time { return time.Now().Add(time.Hour + time.Second) })
+	if _, err := r.svc.Authenticate(ctx, cookie); !errors.Is(err, weblogin.ErrNoSession) {
+		t.Errorf("an expired session still works: %v", err)
+	}
+	if _, err := r.svc.Authenticate(ctx, "made-up"); !errors.Is(err, weblogin.ErrNoSession) {
+		t.Errorf("an unknown cookie: %v", err)
+	}
+}
+
+// TestCallbacksFailSafely: a wrong state, a state from another browser, a
+// wrong nonce, a wrong PKCE verifier and a provider error all fail, and none
+// leaves a session behind or the login usable.
+func TestCallbacksFailSafely(t *testing.T) {
+	cases := []struct {
+		name   string
+		alter  func(cb *weblogin.Callback)
+		tamper func(*weblogin.Login)
+	}{
+		{"wrong state", func(cb *weblogin.Callback) { cb.State, cb.CookieState = "forged", "forged" }, nil},
+		{"state from another browser", func(cb *weblogin.Callback) { cb.CookieState = "other" }, nil},
+		{"no state cookie", func(cb *weblogin.Callback) { cb.CookieState = "" }, nil},
+		{"wrong nonce", nil, func(l *weblogin.Login) { l.Nonce = "not-the-nonce" }},
+		{"wrong PKCE verifier", nil, func(l *weblogin.Login) { l.Verifier = oauth2.GenerateVerifier() }},
+		{"provider error", func(cb *weblogin.Callback) { cb.Code, cb.Error = "", "access_denied" }, nil},
+		{"forged code", func(cb *weblogin.Callback) { cb.Code = "forged" }, nil},
+		{"expired", nil, func(l *weblogin.Login) { l.ExpiresAt = time.Now().Add(-time.Second) }},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := setup(t)
+			state, got := r.signIn(t, "/")
+			cb := weblogin.Callback{State: got.state, Code: got.code, CookieState: state}
+			if c.alter != nil {
+				c.alter(&cb)
+			}
+			r.st.login = c.tamper
+			cookie, _, _, err := r.svc.Finish(context.Background(), cb)
+			if !errors.Is(err, weblogin.ErrFailed) || cookie != "" {
+				t.Fatalf("Finish: cookie %q, err %v; want ErrFailed", cookie, err)
+			}
+		})
+	}
+}
+
+func TestLocalPath(t *testing.T) {
+	for in, want := range map[string]string{
+		"/":                    "/",
+		"/workloads?x=1":       "/workloads?x=1",
+		"":                     "/",
+		"//evil.example/x":     "/",
+		"/\\evil.example":      "/",
+		"https://evil.example": "/",
+		"javascript:alert(1)":  "/",
+		"relative":             "/",
+	} {
+		if got := weblogin.LocalPath(in); got != want {
+			t.Errorf("LocalPath(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -455,9 +455,9 @@ func TestSpecDescribesTemplates(t *testing.T) {
 }
 
 func TestPortalServed(t *testing.T) {
-	e := newEnvWith(t, func(o *api.Options) { o.Portal = portal.Handler() })
+	e := newEnvWith(t, func(o *api.Options) { o.Portal = portal.New(portal.Options{}) })
 	srv := e.srv
-	for path, want := range map[string]string{"/": "<title>Gantry</title>", "/portal.js": "textContent"} {
+	for path, want := range map[string]string{"/": `id="sign-in"`, "/portal.js": "textContent"} {
 		resp, err := http.Get(srv.URL + path)
 		if err != nil {
 			t.Fatal(err)

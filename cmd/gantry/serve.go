@@ -101,6 +101,7 @@ func runServer(ctx context.Context, cfg config.Config, ready func(served)) error
 		return err
 	}
 	defer a.store.Close()
+	slog.SetDefault(a.log) // libraries that log to the default logger (the OpenID provider) log like Gantry
 	a.log.Info("starting gantry", "version", version, "listen", cfg.Listen, "database", cfg.Database.Driver, "dsn", cfg.Database.DSN, "kubeconfig", cfg.Kubeconfig)
 
 	if files, err := template.LoadDir(cfg.TemplatesDir, a.catalog.Classes()); err != nil {

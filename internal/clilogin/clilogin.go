@@ -133,6 +133,7 @@ func Login(ctx context.Context, hc *http.Client, server string, prompt Prompt) (
 	}
 	ep := p.Endpoint()
 	ep.DeviceAuthURL = disc.Device
+	ep.AuthStyle = oauth2.AuthStyleInParams // a public client: no secret to send
 	cfg := oauth2.Config{ClientID: ac.CLIClientID, Endpoint: ep, Scopes: ac.Scopes}
 	da, err := cfg.DeviceAuth(ctx)
 	if err != nil {

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/chromedp"
+)
+
+// chromium finds the browser; in CI (or with GANTRY_TEST_BROWSER set) a
+// missing browser fails the test instead of skipping it.
+func chromium(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("CI") != "" || os.Getenv("GANTRY_TEST_BROWSER") != "" {
+		t.Fatal("chromium is not installed (apt-get install chromium); .ci/test installs it")
+	}
+	t.Skip("chromium is not installed: the browser test is skipped (make test installs it)")
+	return ""
+}
+
+// TestBrowserSignIn drives a real Chromium through the portal: it lands on
+// the signed-out page, follows "Sign in" to the development provider, is
+// refused with a wrong password, signs in, lands on the signed-in page (whose
+// script lists the templates through the API with the session cookie), finds
+// the session cookie HttpOnly and SameSite=Lax, and signs out.
+func TestBrowserSignIn(t *testing.T) {
+	bin := chromium(t)
+	g := startGantry(t)
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(bin), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.Headless,
+		chromedp.UserDataDir(t.TempDir()), chromedp.Flag("disable-background-networking", true))
+	actx, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancel()
+	ctx, cancel := chromedp.NewContext(actx)
+	defer cancel()
+	ctx, cancel = context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+
+	text := func(sel string) string {
+		t.Helper()
+		v, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID(sel)))
+		if err != nil {
+			t.Fatalf("text of #%s: %v", sel, err)
+		}
+		return v
+	}
+	step := func(what string, steps ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(ctx, steps...); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	step("open the portal, follow Sign in",
+		chromedp.Navigate(g.URL),
+		chromedp.WaitVisible(chromedp.ID("sign-in")),
+		chromedp.Click(chromedp.ID("sign-in")),
+		chromedp.WaitVisible(chromedp.ID("username")))
+	step("a wrong password",
+		chromedp.SendKeys(chromedp.ID("username"), "alice"),
+		chromedp.SendKeys(chromedp.ID("password"), "not-her-password"),
+		chromedp.Click(chromedp.ID("submit")),
+		chromedp.WaitVisible(chromedp.CSS(".error")))
+	if refused, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(".error"))); !strings.Contains(refused, "Wrong username or password") {
+		t.Errorf("wrong password page said %q", refused)
+	}
+	step("sign in",
+		chromedp.SendKeys(chromedp.ID("username"), "alice"),
+		chromedp.SendKeys(chromedp.ID("password"), "alice"),
+		chromedp.Click(chromedp.ID("submit")),
+		chromedp.WaitVisible(chromedp.ID("signed-in-as")))
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.getElementById('status').textContent.includes('templates')`, chromedp.WithPollingTimeout(20*time.Second))); err != nil {
+		t.Fatalf("the page's script did not list the templates: %v", err)
+	}
+	if who, teams, status := text("signed-in-as"), text("teams"), text("status"); !strings.Contains(who, "Alice Moreau") || teams != "vision" || status != "5 templates" {
+		t.Errorf("signed-in page: %q, teams %q, status %q", who, teams, status)
+	}
+	res, err := chromedp.Call(ctx, network.GetCookies, network.GetCookiesParams{URLs: []string{g.URL}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var session *network.Cookie
+	for _, c := range res.Cookies {
+		if c.Name == "gantry_session" {
+			session = c
+		}
+	}
+	if session == nil || !session.HTTPOnly || session.SameSite != network.CookieSameSiteLax {
+		t.Errorf("session cookie in the browser: %+v", session)
+	}
+	step("sign out",
+		chromedp.Click(chromedp.ID("sign-out")),
+		chromedp.WaitVisible(chromedp.ID("sign-in")))
+	if out := text("signed-out"); !strings.Contains(out, "not signed in") {
+		t.Errorf("after sign-out: %q", out)
+	}
+}

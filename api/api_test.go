@@ -122,6 +122,8 @@ func (e *env) send(role, method, path string, body, out any, header *http.Header
 	if role != "" {
 		req.Header.Set("X-Test-Role", role)
 	}
+	// A stand-in bearer JWT: the test's Identify decides who it is.
+	req.Header.Set("Authorization", "Bearer test.jwt.token")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		e.t.Fatal(err)

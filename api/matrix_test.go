@@ -9,6 +9,7 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 
 	"github.com/gantryhq/gantry"
+	"github.com/gantryhq/gantry/api"
 	"github.com/gantryhq/gantry/internal/identity"
 )
 
@@ -29,14 +30,17 @@ var roles = []struct {
 // checks the outcome (status code) against the policy in policy/.
 func TestRouteRoleMatrix(t *testing.T) {
 	// The caller is chosen per request by a header only this test sets.
-	e := newEnv(t, func(r *http.Request) (identity.Identity, error) {
-		role := r.Header.Get("X-Test-Role")
-		for _, ro := range roles {
-			if ro.name == role {
-				return identity.Identity{Subject: role, Groups: ro.groups}, nil
+	e := newEnvWith(t, func(o *api.Options) {
+		o.Identify = func(r *http.Request) (identity.Identity, error) {
+			role := r.Header.Get("X-Test-Role")
+			for _, ro := range roles {
+				if ro.name == role {
+					return identity.Identity{Subject: role, Groups: ro.groups}, nil
+				}
 			}
+			return identity.Identity{Subject: "alice", Groups: []string{"gantry-admins"}}, nil // setup
 		}
-		return identity.Identity{Subject: "alice", Groups: []string{"gantry-admins"}}, nil // setup
+		o.SignIn = api.AuthConfig{Issuer: "https://idp.example.com", CliClientID: "gantry-cli", Scopes: []string{"openid"}}
 	})
 	// Setup as platform admin: per role, a template to delete and a workload
 	// (owned by the admin) to stop and one to delete.
@@ -89,6 +93,8 @@ func TestRouteRoleMatrix(t *testing.T) {
 		"GET /healthz":                          {"GET", "/healthz", nil, public},
 		"GET /readyz":                           {"GET", "/readyz", nil, public},
 		"GET /openapi.yaml":                     {"GET", "/openapi.yaml", nil, public},
+		"GET /auth/config":                      {"GET", "/auth/config", nil, public},
+		"GET /api/v1/me":                        {"GET", "/api/v1/me", nil, public},
 		"GET /api/v1/templates":                 {"GET", "/api/v1/templates", nil, readers},
 		"POST /api/v1/templates":                {"POST", "/api/v1/templates", newTemplate, writers(201)},
 		"GET /api/v1/templates/{name}":          {"GET", "/api/v1/templates/vllm-inference", nil, readers},

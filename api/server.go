@@ -27,8 +27,8 @@ import (
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/token"
 	"github.com/gantryhq/gantry/internal/weblogin"
-	"github.com/gantryhq/gantry/portal"
 	"github.com/gantryhq/gantry/internal/workload"
+	"github.com/gantryhq/gantry/portal"
 )
 
 // Pinger checks a dependency for /readyz.

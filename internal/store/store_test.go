@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -24,6 +25,7 @@ import (
 	"github.com/gantryhq/gantry/internal/store"
 	"github.com/gantryhq/gantry/internal/template"
 	"github.com/gantryhq/gantry/internal/token"
+	"github.com/gantryhq/gantry/internal/weblogin"
 	"github.com/gantryhq/gantry/internal/workload"
 )
 
@@ -108,6 +110,7 @@ func TestConformance(t *testing.T) {
 			t.Run("workloads", func(t *testing.T) { testWorkloads(t, open(t)) })
 			t.Run("tokens", func(t *testing.T) { testTokens(t, open(t)) })
 			t.Run("audit chain", func(t *testing.T) { testAudit(t, open(t)) })
+			t.Run("logins and sessions", func(t *testing.T) { testSessions(t, open(t)) })
 		})
 	}
 }
@@ -497,5 +500,38 @@ func testAudit(t *testing.T, s *store.Store) {
 	recs, err := s.AuditRecords(ctx, audit.Filter{Actor: "u3", Limit: 10})
 	if err != nil || len(recs) != 1 {
 		t.Fatalf("filter: %d, %v", len(recs), err)
+	}
+}
+
+func testSessions(t *testing.T, s *store.Store) {
+	ctx := context.Background()
+	l := weblogin.Login{StateHash: "h1", Nonce: "n", Verifier: "v", ReturnTo: "/x", ExpiresAt: time.Now().Add(time.Minute).UTC().Truncate(time.Microsecond)}
+	if err := s.CreateLogin(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	// Two callbacks race for one state: exactly one gets the login.
+	got := make(chan error, 2)
+	for range 2 {
+		go func() { _, err := s.TakeLogin(ctx, "h1"); got <- err }()
+	}
+	e1, e2 := <-got, <-got
+	var nf *fault.NotFound
+	if (e1 == nil) == (e2 == nil) || !(errors.As(e1, &nf) || errors.As(e2, &nf)) {
+		t.Fatalf("two takes of one login: %v, %v", e1, e2)
+	}
+	ses := weblogin.Session{IDHash: "s1", Identity: identity.Identity{Issuer: "https://idp", Subject: "u1", Email: "u@x", Name: "U", Groups: []string{"g1", "g2"}},
+		CSRF: "c", CreatedAt: time.Now().UTC().Truncate(time.Microsecond), ExpiresAt: time.Now().Add(time.Hour).UTC().Truncate(time.Microsecond)}
+	if err := s.CreateSession(ctx, ses); err != nil {
+		t.Fatal(err)
+	}
+	back, err := s.Session(ctx, "s1")
+	if err != nil || !reflect.DeepEqual(back, ses) {
+		t.Fatalf("session round trip:\n got %+v %v\nwant %+v", back, err, ses)
+	}
+	if err := s.DeleteSession(ctx, "s1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Session(ctx, "s1"); !errors.As(err, &nf) {
+		t.Errorf("deleted session: %v", err)
 	}
 }

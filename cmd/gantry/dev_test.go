@@ -31,13 +31,17 @@ func TestDev(t *testing.T) {
 		done <- run(ctx, []string{"dev", "--listen", "127.0.0.1:0"}, outW, &stderr)
 		outW.Close()
 	}()
-	var url, kubectl string
+	var url, kubectl, tok string
 	sc := bufio.NewScanner(outR)
 	urlRE := regexp.MustCompile(`Gantry is running at (http://\S+)`)
+	tokRE := regexp.MustCompile(`export GANTRY_TOKEN=(gnt_\S+)`)
 	for sc.Scan() {
 		line := sc.Text()
 		if m := urlRE.FindStringSubmatch(line); m != nil {
 			url = m[1]
+		}
+		if m := tokRE.FindStringSubmatch(line); m != nil {
+			tok = m[1]
 		}
 		if strings.Contains(line, "/kubectl --kubeconfig") {
 			kubectl = strings.TrimSpace(line)
@@ -45,11 +49,20 @@ func TestDev(t *testing.T) {
 		}
 	}
 	go io.Copy(io.Discard, outR)
-	if url == "" || kubectl == "" {
+	if url == "" || kubectl == "" || tok == "" {
 		cancel()
-		t.Fatalf("gantry dev printed no URL or kubectl line; stderr:\n%s", stderr.String())
+		t.Fatalf("gantry dev printed no URL, token or kubectl line; stderr:\n%s", stderr.String())
 	}
+	// Unauthenticated: refused. With the printed token (alice, team vision): launched.
 	resp, err := http.Post(url+"/api/v1/workloads", "application/json", strings.NewReader(`{"template":"jupyter-notebook","team":"vision"}`))
+	if err != nil || resp.StatusCode != 401 {
+		t.Fatalf("launch without credentials: %v %v", resp.StatusCode, err)
+	}
+	resp.Body.Close()
+	req, _ := http.NewRequest(http.MethodPost, url+"/api/v1/workloads", strings.NewReader(`{"template":"jupyter-notebook","team":"vision"}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+tok)
+	resp, err = http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

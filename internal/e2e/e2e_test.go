@@ -91,7 +91,12 @@ func start(t testing.TB, dbPath string, withCluster bool) *gantryServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(h)
+	// The test's clients stand for a signed-in user: each request carries a
+	// bearer token, which the Identify above accepts as alice.
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r.Header.Set("Authorization", "Bearer e2e.test.token")
+		h.ServeHTTP(w, r)
+	}))
 	t.Cleanup(srv.Close)
 	return &gantryServer{t: t, url: srv.URL, store: st, wl: wl}
 }

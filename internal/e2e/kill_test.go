@@ -7,9 +7,12 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/cookiejar"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -17,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gantryhq/gantry/internal/devcluster"
+	"github.com/gantryhq/gantry/internal/devidp"
 )
 
 // TestKill9MidLaunch kills the real gantry binary with SIGKILL at different
@@ -39,13 +43,19 @@ func TestKill9MidLaunch(t *testing.T) {
 	}
 	db := filepath.Join(t.TempDir(), "g.db")
 	ctx := context.Background()
+	// A platform admin signs in through the portal once and makes a token;
+	// it lives in the database, so it outlives every process below.
+	p, url := startProcess(t, root, bin, db)
+	tok := signInToken(t, url, "ada")
+	p.Process.Signal(syscall.SIGTERM)
+	p.Wait()
 	for i, delay := range []time.Duration{0, 3 * time.Millisecond, 10 * time.Millisecond, 30 * time.Millisecond} {
 		team := fmt.Sprintf("kill%d", i)
 		key := "launch-" + team
 		body, _ := json.Marshal(map[string]any{"template": "vllm-inference", "team": team})
 
 		first, url := startProcess(t, root, bin, db)
-		go post(url, key, body) // outcome unknown: the process dies
+		go post(url, tok, key, body) // outcome unknown: the process dies
 		time.Sleep(delay)
 		first.Process.Signal(syscall.SIGKILL)
 		first.Wait()
@@ -53,7 +63,7 @@ func TestKill9MidLaunch(t *testing.T) {
 		second, url := startProcess(t, root, bin, db)
 		var w wl
 		for deadline := time.Now().Add(30 * time.Second); ; {
-			status, got := post(url, key, body)
+			status, got := post(url, tok, key, body)
 			if status == 200 || status == 201 {
 				w = got
 				break
@@ -67,10 +77,12 @@ func TestKill9MidLaunch(t *testing.T) {
 			if time.Now().After(deadline) {
 				t.Fatalf("%s (kill after %v): not applied after restart: %+v", team, delay, w)
 			}
-			w = getWorkload(t, url, w.ID)
+			w = getWorkload(t, url, tok, w.ID)
 		}
 		var list struct{ Items []wl }
-		resp, err := http.Get(url + "/api/v1/workloads?team=" + team)
+		req, _ := http.NewRequest(http.MethodGet, url+"/api/v1/workloads?team="+team, nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -88,8 +100,38 @@ func TestKill9MidLaunch(t *testing.T) {
 	}
 }
 
-func post(url, key string, body []byte) (int, wl) {
+// signInToken signs a development user in through the portal, as a browser
+// would, and makes a personal access token with the session.
+func signInToken(t *testing.T, url, user string) string {
+	t.Helper()
+	jar, _ := cookiejar.New(nil)
+	b := &http.Client{Jar: jar, Timeout: 20 * time.Second}
+	_, page, err := devidp.SignIn(context.Background(), b, url+"/auth/login", user, user)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`<meta name="csrf-token" content="([^"]+)">`).FindStringSubmatch(page)
+	if m == nil {
+		t.Fatalf("no CSRF token on the signed-in page:\n%s", page)
+	}
+	req, _ := http.NewRequest(http.MethodPost, url+"/api/v1/tokens", strings.NewReader(`{"name":"e2e","expiresInDays":1}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-CSRF-Token", m[1])
+	resp, err := b.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var tk struct{ Token string }
+	if err := json.NewDecoder(resp.Body).Decode(&tk); err != nil || resp.StatusCode != 201 {
+		t.Fatalf("token: %d %v", resp.StatusCode, err)
+	}
+	return tk.Token
+}
+
+func post(url, tok, key string, body []byte) (int, wl) {
 	req, _ := http.NewRequest(http.MethodPost, url+"/api/v1/workloads", bytes.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+tok)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", key)
 	resp, err := http.DefaultClient.Do(req)
@@ -102,8 +144,10 @@ func post(url, key string, body []byte) (int, wl) {
 	return resp.StatusCode, w
 }
 
-func getWorkload(t *testing.T, url, id string) wl {
-	resp, err := http.Get(url + "/api/v1/workloads/" + id)
+func getWorkload(t *testing.T, url, tok, id string) wl {
+	req, _ := http.NewRequest(http.MethodGet, url+"/api/v1/workloads/"+id, nil)
+	req.Header.Set("Authorization", "Bearer "+tok)
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

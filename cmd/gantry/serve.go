@@ -182,7 +182,9 @@ func runServer(ctx context.Context, cfg config.Config, ready func(served)) error
 		s := served{URL: url, Issuer: oc.Issuer}
 		if dev != nil {
 			s.Users = cfg.DevLogin.Users
-			s.Token = func(ctx context.Context, username string) (string, error) { return devToken(ctx, tokens, dev.Issuer(), cfg, username) }
+			s.Token = func(ctx context.Context, username string) (string, error) {
+				return devToken(ctx, tokens, dev.Issuer(), cfg, username)
+			}
 		}
 		ready(s)
 	}

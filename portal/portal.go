@@ -13,9 +13,11 @@ import (
 	"html/template"
 	"io/fs"
 	"log/slog"
+	"net"
 	"net/http"
 	"time"
 
+	"github.com/gantryhq/gantry/internal/audit"
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/weblogin"
 )
@@ -44,6 +46,13 @@ type Options struct {
 	// Secure marks cookies Secure (Gantry is reached over https).
 	Secure bool
 	Logger *slog.Logger
+	// Audit, when set, records every sign-in, refused sign-in and sign-out.
+	Audit Auditor
+}
+
+// Auditor appends to the audit log (the store).
+type Auditor interface {
+	AppendAudit(ctx context.Context, r audit.Record) (audit.Record, error)
 }
 
 // Paths the portal serves, with their methods.
@@ -168,10 +177,12 @@ func (p *portal) callback(w http.ResponseWriter, r *http.Request) {
 			status = http.StatusServiceUnavailable
 		}
 		p.o.Logger.WarnContext(r.Context(), "sign-in refused", "err", err)
+		p.audit(w, r, status, "anonymous", audit.Deny, err.Error())
 		p.render(w, status, view{Error: "Sign-in failed: the sign-in link is invalid, expired or was already used. Sign in again."})
 		return
 	}
 	p.o.Logger.InfoContext(r.Context(), "signed in", "user", ses.Identity.String(), "email", ses.Identity.Email)
+	p.audit(w, r, http.StatusSeeOther, ses.Identity.String(), audit.Allow, "signed in")
 	http.SetCookie(w, p.cookie(weblogin.SessionCookie, cookie, "/", time.Until(ses.ExpiresAt)))
 	http.Redirect(w, r, back, http.StatusSeeOther)
 }
@@ -185,6 +196,7 @@ func (p *portal) logout(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := r.ParseForm(); err != nil || !ses.CheckCSRF(r.PostForm.Get("csrf")) {
+		p.audit(w, r, http.StatusForbidden, ses.Identity.String(), audit.Deny, "sign-out without the session's CSRF token")
 		p.render(w, http.StatusForbidden, view{Session: ses, Error: "This form has expired or did not come from Gantry; nothing was changed."})
 		return
 	}
@@ -195,6 +207,22 @@ func (p *portal) logout(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p.o.Logger.InfoContext(r.Context(), "signed out", "user", ses.Identity.String())
+	p.audit(w, r, http.StatusSeeOther, ses.Identity.String(), audit.Allow, "signed out")
 	http.SetCookie(w, p.cookie(weblogin.SessionCookie, "", "/", -1))
 	http.Redirect(w, r, "/", http.StatusSeeOther)
+}
+
+// audit records a sign-in event like the API records its requests.
+func (p *portal) audit(w http.ResponseWriter, r *http.Request, status int, actor, decision, reason string) {
+	if p.o.Audit == nil {
+		return
+	}
+	rec := audit.Record{At: time.Now(), Actor: actor, Action: r.Method + " " + r.URL.Path, Object: r.URL.Path,
+		Decision: decision, Status: status, Reason: reason, RequestID: w.Header().Get("X-Request-Id")}
+	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		rec.Source = host
+	}
+	if _, err := p.o.Audit.AppendAudit(r.Context(), rec); err != nil {
+		p.o.Logger.ErrorContext(r.Context(), "audit record not written", "err", err, "action", rec.Action, "actor", actor)
+	}
 }

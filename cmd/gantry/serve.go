@@ -166,7 +166,7 @@ func runServer(ctx context.Context, cfg config.Config, ready func(served)) error
 	h, err := api.New(api.Options{
 		Catalog: a.catalog, Workloads: a.workloads, Checks: checks, Spec: gantry.OpenAPI,
 		MaxBodyBytes: cfg.MaxBodyBytes, Logger: a.log,
-		Portal:   portal.New(portal.Options{Sessions: sessions, Teams: az.Teams, Secure: strings.HasPrefix(public, "https://"), Logger: a.log}),
+		Portal:   portal.New(portal.Options{Sessions: sessions, Teams: az.Teams, Secure: strings.HasPrefix(public, "https://"), Logger: a.log, Audit: a.store}),
 		Identify: an.Identify, Sessions: sessions, Tokens: tokens, Teams: az.Teams,
 		SignIn:    api.AuthConfig{Issuer: oc.Issuer, CliClientID: oc.CLIClientID, Scopes: oc.Scopes},
 		Authorize: az.AllowedSomewhere, Audit: a.store,

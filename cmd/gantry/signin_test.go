@@ -26,13 +26,16 @@ import (
 
 // startGantry runs the real server in process, as `gantry serve` does with
 // the embedded defaults: SQLite, no cluster, the development provider.
-func startGantry(t *testing.T) served {
+func startGantry(t *testing.T, edit ...func(*config.Config)) served {
 	t.Helper()
 	t.Chdir("../..") // templates/ and policy/ as a newcomer has them
 	cfg, err := config.Load("", func(string) (string, bool) { return "", false }, config.Flags{
 		Listen: "127.0.0.1:0", DSN: filepath.Join(t.TempDir(), "gantry.db"), LogLevel: "error"})
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, e := range edit {
+		e(&cfg)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan served, 1)
@@ -201,6 +204,30 @@ func TestBrowserSessionFlow(t *testing.T) {
 	if code != 400 || !strings.Contains(body, "Sign-in failed") || orec.named("gantry_session") != nil {
 		t.Errorf("forged callback: %d, session cookie %+v", code, orec.named("gantry_session"))
 	}
+	// Sign-ins, the refused sign-in and the sign-outs are in the audit log.
+	admin, _ := newBrowser()
+	if _, _, err := devidp.SignIn(ctx, admin, g.URL+"/auth/login", "ada", "ada"); err != nil {
+		t.Fatal(err)
+	}
+	code, body = call(t, admin, "GET", g.URL+"/api/v1/audit", nil, "")
+	var log struct {
+		Items []struct{ Actor, Action, Decision, Reason string }
+	}
+	json.Unmarshal([]byte(body), &log)
+	seen := map[string]bool{}
+	for _, r := range log.Items {
+		who := "alice"
+		if !strings.Contains(r.Actor, "#dev-alice") {
+			who = r.Actor
+		}
+		seen[who+" "+r.Action+" "+r.Decision] = true
+	}
+	for _, want := range []string{"alice GET /auth/callback allow", "alice POST /auth/logout deny", "alice POST /auth/logout allow", "anonymous GET /auth/callback deny"} {
+		if !seen[want] {
+			t.Errorf("audit log lacks %q: %d %s", want, code, body)
+		}
+	}
+
 	// An open redirect through ?return= is refused.
 	b2, _ := newBrowser()
 	resp, _, err = devidp.SignIn(ctx, b2, g.URL+"/auth/login?return=//evil.example/x", "alice", "alice")
@@ -291,5 +318,32 @@ func TestCLILogin(t *testing.T) {
 	f.Save(path)
 	if codeN, _, errs := cli(t, "whoami"); codeN != 1 || !strings.Contains(errs, "gantry login") {
 		t.Errorf("whoami with a dead refresh token: exit %d: %s", codeN, errs)
+	}
+}
+
+// TestSecureCookiesBehindTLS: with an https public URL, the sign-in redirects
+// back to it and every cookie is Secure.
+func TestSecureCookiesBehindTLS(t *testing.T) {
+	g := startGantry(t, func(c *config.Config) { c.PublicURL = "https://gantry.example.com" })
+	c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := c.Get(g.URL + "/auth/login")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	loc, _ := url.Parse(resp.Header.Get("Location"))
+	q := loc.Query()
+	if resp.StatusCode != 302 || q.Get("redirect_uri") != "https://gantry.example.com/auth/callback" ||
+		q.Get("code_challenge_method") != "S256" || q.Get("code_challenge") == "" || q.Get("nonce") == "" || q.Get("state") == "" {
+		t.Fatalf("login redirect %d to %s", resp.StatusCode, loc)
+	}
+	var state *http.Cookie
+	for _, ck := range resp.Cookies() {
+		if ck.Name == "gantry_login" {
+			state = ck
+		}
+	}
+	if state == nil || !state.Secure || !state.HttpOnly || state.SameSite != http.SameSiteLaxMode || state.Value != q.Get("state") {
+		t.Errorf("state cookie %+v", state)
 	}
 }

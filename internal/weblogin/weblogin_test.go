@@ -10,8 +10,10 @@ import (
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
+	"net/url"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -238,6 +240,23 @@ func BenchmarkAuthenticate(b *testing.B) {
 				Scan(&s, &iss, &sub, &email, &name, &groups, &csrf, &created, &expires); err != nil {
 				b.Fatal(err)
 			}
+		}
+	})
+}
+
+// FuzzLocalPath: whatever comes in ?return=, the answer stays on this site.
+func FuzzLocalPath(f *testing.F) {
+	for _, s := range []string{"/", "/workloads?team=a", "//evil.example", "/\\evil", "https://x", "/%2F%2Fevil", "/a/../b", " /x", "\t//x", "/\x00"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, in string) {
+		got := weblogin.LocalPath(in)
+		if got != "/" && got != in {
+			t.Fatalf("LocalPath(%q) = %q: neither the input nor /", in, got)
+		}
+		u, err := url.Parse(got)
+		if err != nil || u.Host != "" || u.Scheme != "" || !strings.HasPrefix(got, "/") || strings.HasPrefix(got, "//") || strings.HasPrefix(got, "/\\") {
+			t.Fatalf("LocalPath(%q) = %q leaves the site", in, got)
 		}
 	})
 }

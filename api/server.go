@@ -113,7 +113,6 @@ type SessionAuthenticator interface {
 // session cookie of a signed-in browser, which must also send the session's
 // CSRF token in X-CSRF-Token on anything but a read.
 func identify(bearer func(*http.Request) (identity.Identity, error), tokens *token.Service, sessions SessionAuthenticator) echo.MiddlewareFunc {
-	challenge := `Bearer realm="gantry"`
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			r := c.Request()
@@ -142,6 +141,7 @@ func identify(bearer func(*http.Request) (identity.Identity, error), tokens *tok
 			}
 			if err != nil {
 				// RFC 6750: say that the token is bad, never why.
+				challenge := `Bearer realm="gantry"`
 				if !errors.Is(err, authn.ErrNoCredentials) && !errors.Is(err, weblogin.ErrNoSession) {
 					challenge += `, error="invalid_token"`
 				}

@@ -1,0 +1,380 @@
+// Package imageverify owns checking an image before Gantry runs it: resolving
+// the tag to a digest at the registry (go-containerregistry, with credentials
+// from a docker config or pull secret), verifying cosign signatures against the
+// catalog entry's keys — offline, no transparency log — and its required
+// signature annotations, verifying its required in-toto attestations (DSSE
+// envelopes signed by the same keys) and their predicate checks, and pinning
+// the digest. Successes are cached per digest and policy for a TTL; failures
+// are never cached, and a tag that moves is resolved and verified afresh.
+package imageverify
+
+import (
+	"context"
+	"crypto"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+	"github.com/sigstore/cosign/v2/pkg/cosign"
+	"github.com/sigstore/cosign/v2/pkg/oci"
+	ociremote "github.com/sigstore/cosign/v2/pkg/oci/remote"
+	"github.com/sigstore/sigstore/pkg/cryptoutils"
+	"github.com/sigstore/sigstore/pkg/signature"
+	sigpayload "github.com/sigstore/sigstore/pkg/signature/payload"
+
+	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/imagecat"
+)
+
+// Checks name what failed.
+const (
+	CheckTag         = "tag"         // the tag is not approved in the catalog
+	CheckResolve     = "resolve"     // the registry has no such tag
+	CheckSignature   = "signature"   // unsigned, or no signature verifies with the catalog's keys
+	CheckAnnotations = "annotations" // no verified signature carries the required annotations
+	CheckAttestation = "attestation" // a required attestation is missing, unverified or fails a check
+)
+
+// Refused says that an image failed a check, which one and why.
+type Refused struct {
+	Image  string // catalog reference, name:tag
+	Digest string // when resolved
+	Check  string
+	Reason string
+}
+
+func (e *Refused) Error() string {
+	at := ""
+	if e.Digest != "" {
+		at = " (" + e.Digest + ")"
+	}
+	return fmt.Sprintf("image %s%s refused by the %s check: %s", e.Image, at, e.Check, e.Reason)
+}
+
+// Result is a verified image.
+type Result struct {
+	Image        string    `json:"image"`     // name:tag
+	Reference    string    `json:"reference"` // repository:tag
+	Digest       string    `json:"digest"`
+	Pinned       string    `json:"pinned"` // repository@digest: what runs
+	Signer       string    `json:"signer"` // the key that verified, by fingerprint
+	Annotations  []string  `json:"annotations,omitempty"`
+	Attestations []string  `json:"attestations,omitempty"` // predicate types verified
+	VerifiedAt   time.Time `json:"verifiedAt"`
+	Cached       bool      `json:"cached"`
+}
+
+// Options configure a Verifier.
+type Options struct {
+	// Keychain gives registry credentials (see Keychain); default anonymous.
+	Keychain authn.Keychain
+	// TTL is how long a success stays cached (default 10m).
+	TTL time.Duration
+	// Mirrors maps a registry host in the catalog to the host actually asked
+	// (e.g. a local mirror); the pinned reference keeps the catalog's host.
+	Mirrors map[string]string
+	// Transport for registry requests (default http.DefaultTransport).
+	Transport http.RoundTripper
+}
+
+// Verifier verifies images and caches successes.
+type Verifier struct {
+	o   Options
+	now func() time.Time
+
+	mu    sync.Mutex
+	cache map[cacheKey]Result
+}
+
+type cacheKey struct{ digest, policy string }
+
+// New returns a Verifier.
+func New(o Options) *Verifier {
+	if o.Keychain == nil {
+		o.Keychain = authn.NewMultiKeychain()
+	}
+	if o.TTL == 0 {
+		o.TTL = 10 * time.Minute
+	}
+	if o.Transport == nil {
+		o.Transport = http.DefaultTransport
+	}
+	return &Verifier{o: o, now: time.Now, cache: map[cacheKey]Result{}}
+}
+
+// WithClock replaces the clock (tests of the TTL).
+func (v *Verifier) WithClock(now func() time.Time) *Verifier {
+	v.now = now
+	return v
+}
+
+// Verify checks e at tag. A *Refused says which check failed; a
+// *fault.Unavailable means the registry could not be asked.
+func (v *Verifier) Verify(ctx context.Context, e *imagecat.Entry, tag string) (Result, error) {
+	img := e.Image
+	ref := img.Metadata.Name + ":" + tag
+	if !img.AllowsTag(tag) {
+		return Result{}, &Refused{Image: ref, Check: CheckTag, Reason: fmt.Sprintf("tag %q is not approved (allowed: %s)", tag, strings.Join(img.Spec.Tags, ", "))}
+	}
+	repo, err := name.NewRepository(img.Spec.Repository, name.StrictValidation)
+	if err != nil {
+		return Result{}, fmt.Errorf("image %s: repository: %w", ref, err)
+	}
+	fetchRepo := v.mirror(repo)
+	ropts := []remote.Option{remote.WithContext(ctx), remote.WithAuthFromKeychain(v.o.Keychain), remote.WithTransport(v.o.Transport)}
+	desc, err := remote.Head(fetchRepo.Tag(tag), ropts...)
+	if err != nil {
+		var terr *transport.Error
+		if errors.As(err, &terr) && terr.StatusCode == http.StatusNotFound {
+			return Result{}, &Refused{Image: ref, Check: CheckResolve, Reason: fmt.Sprintf("%s:%s is not in the registry", repo, tag)}
+		}
+		return Result{}, &fault.Unavailable{What: "image registry " + fetchRepo.RegistryStr(), Err: err}
+	}
+	digest := desc.Digest.String()
+	key := cacheKey{digest: digest, policy: policyOf(e)}
+	now := v.now()
+	v.mu.Lock()
+	if r, ok := v.cache[key]; ok && now.Sub(r.VerifiedAt) < v.o.TTL {
+		v.mu.Unlock()
+		r.Cached = true
+		r.Image, r.Reference = ref, repo.String()+":"+tag
+		return r, nil
+	}
+	v.mu.Unlock()
+
+	res := Result{Image: ref, Reference: repo.String() + ":" + tag, Digest: digest, Pinned: repo.String() + "@" + digest, VerifiedAt: now}
+	dref := fetchRepo.Digest(digest)
+	refuse := func(check, format string, args ...any) (Result, error) {
+		return Result{}, &Refused{Image: ref, Digest: digest, Check: check, Reason: fmt.Sprintf(format, args...)}
+	}
+	if len(e.Keys) == 0 {
+		return refuse(CheckSignature, "keyless verification needs a trust root (Fulcio certificates and a transparency log); this server has none, so only key-based identities can be verified")
+	}
+	regOpts := []ociremote.Option{ociremote.WithRemoteOptions(ropts...)}
+
+	// Signatures: any of the catalog's keys.
+	var sigs []oci.Signature
+	var verifier signature.Verifier
+	var lastErr error
+	for i, k := range e.Keys {
+		sv, err := signature.LoadVerifier(k, crypto.SHA256)
+		if err != nil {
+			return Result{}, fmt.Errorf("image %s: key %s: %w", ref, img.Spec.Signing.Keys[i], err)
+		}
+		co := &cosign.CheckOpts{SigVerifier: sv, RegistryClientOpts: regOpts, IgnoreTlog: true, IgnoreSCT: true, Offline: true, ClaimVerifier: cosign.SimpleClaimVerifier}
+		sigs, _, err = cosign.VerifyImageSignatures(ctx, dref, co)
+		if err == nil && len(sigs) > 0 {
+			verifier, res.Signer = sv, img.Spec.Signing.Keys[i]+" ("+fingerprint(k)+")"
+			break
+		}
+		lastErr = err
+	}
+	if verifier == nil {
+		var none *cosign.ErrNoSignaturesFound
+		if errors.As(lastErr, &none) {
+			return refuse(CheckSignature, "the image is not signed")
+		}
+		if isUnavailable(lastErr) {
+			return Result{}, &fault.Unavailable{What: "image registry " + fetchRepo.RegistryStr(), Err: lastErr}
+		}
+		return refuse(CheckSignature, "no signature verifies with %s", strings.Join(img.Spec.Signing.Keys, " or "))
+	}
+
+	// Annotations: one verified signature carries them all.
+	if len(img.Spec.Annotations) > 0 {
+		var missing []string
+		ok := false
+		for _, s := range sigs {
+			m := annotationsOf(s)
+			var miss []string
+			for k, want := range img.Spec.Annotations {
+				if got, found := m[k]; !found || fmt.Sprint(got) != want {
+					miss = append(miss, fmt.Sprintf("%s=%q", k, want))
+				}
+			}
+			if len(miss) == 0 {
+				ok = true
+				break
+			}
+			missing = miss
+		}
+		if !ok {
+			sort.Strings(missing)
+			return refuse(CheckAnnotations, "no verified signature carries %s", strings.Join(missing, ", "))
+		}
+		for k, val := range img.Spec.Annotations {
+			res.Annotations = append(res.Annotations, k+"="+val)
+		}
+		sort.Strings(res.Annotations)
+	}
+
+	// Attestations: each required predicate type, verified, passing its checks.
+	if len(img.Spec.Attestations) > 0 {
+		co := &cosign.CheckOpts{SigVerifier: verifier, RegistryClientOpts: regOpts, IgnoreTlog: true, IgnoreSCT: true, Offline: true, ClaimVerifier: cosign.IntotoSubjectClaimVerifier}
+		atts, _, err := cosign.VerifyImageAttestations(ctx, dref, co)
+		if err != nil && isUnavailable(err) {
+			return Result{}, &fault.Unavailable{What: "image registry " + fetchRepo.RegistryStr(), Err: err}
+		}
+		statements := statementsOf(atts)
+		for _, want := range img.Spec.Attestations {
+			if reason := satisfied(want, statements); reason != "" {
+				return refuse(CheckAttestation, "%s", reason)
+			}
+			res.Attestations = append(res.Attestations, want.PredicateType)
+		}
+	}
+
+	v.mu.Lock()
+	if len(v.cache) > 10_000 {
+		clear(v.cache)
+	}
+	v.cache[key] = res
+	v.mu.Unlock()
+	return res, nil
+}
+
+// mirror swaps the registry host for its configured mirror.
+func (v *Verifier) mirror(repo name.Repository) name.Repository {
+	host, ok := v.o.Mirrors[repo.RegistryStr()]
+	if !ok {
+		return repo
+	}
+	m, err := name.NewRepository(host+"/"+repo.RepositoryStr(), name.Insecure)
+	if err != nil {
+		return repo
+	}
+	return m
+}
+
+// policyOf identifies what an entry demands: a change to its keys,
+// annotations or attestations is a different cache key.
+func policyOf(e *imagecat.Entry) string {
+	h := sha256.New()
+	json.NewEncoder(h).Encode(struct {
+		Repo string
+		Spec imagecat.Signing
+		Ann  map[string]string
+		Att  []imagecat.Attestation
+	}{e.Image.Spec.Repository, e.Image.Spec.Signing, e.Image.Spec.Annotations, e.Image.Spec.Attestations})
+	for _, k := range e.Keys {
+		h.Write([]byte(fingerprint(k)))
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+func fingerprint(k crypto.PublicKey) string {
+	der, err := cryptoutils.MarshalPublicKeyToDER(k)
+	if err != nil {
+		return "unknown"
+	}
+	sum := sha256.Sum256(der)
+	return "SHA256:" + hex.EncodeToString(sum[:8])
+}
+
+func annotationsOf(s oci.Signature) map[string]any {
+	p, err := s.Payload()
+	if err != nil {
+		return nil
+	}
+	var c sigpayload.SimpleContainerImage
+	if json.Unmarshal(p, &c) != nil {
+		return nil
+	}
+	return c.Optional
+}
+
+type statement struct {
+	PredicateType string         `json:"predicateType"`
+	Predicate     map[string]any `json:"predicate"`
+}
+
+// statementsOf decodes verified attestations (DSSE envelopes of in-toto
+// statements).
+func statementsOf(atts []oci.Signature) []statement {
+	var out []statement
+	for _, a := range atts {
+		p, err := a.Payload()
+		if err != nil {
+			continue
+		}
+		var env struct {
+			Payload string `json:"payload"`
+		}
+		if json.Unmarshal(p, &env) != nil {
+			continue
+		}
+		body, err := base64.StdEncoding.DecodeString(env.Payload)
+		if err != nil {
+			continue
+		}
+		var st statement
+		if json.Unmarshal(body, &st) == nil {
+			out = append(out, st)
+		}
+	}
+	return out
+}
+
+// satisfied returns "" when some statement has the predicate type and passes
+// every check, else why not.
+func satisfied(want imagecat.Attestation, statements []statement) string {
+	reason := fmt.Sprintf("no verified %s attestation", want.PredicateType)
+	for _, st := range statements {
+		if st.PredicateType != want.PredicateType {
+			continue
+		}
+		failed := ""
+		for _, c := range want.Checks {
+			got, ok := lookup(st.Predicate, c.Path)
+			if !ok {
+				failed = fmt.Sprintf("%s attestation: predicate has no %s (want %q)", want.PredicateType, c.Path, c.Equals)
+				break
+			}
+			if fmt.Sprint(got) != c.Equals {
+				failed = fmt.Sprintf("%s attestation: predicate %s is %q, want %q", want.PredicateType, c.Path, fmt.Sprint(got), c.Equals)
+				break
+			}
+		}
+		if failed == "" {
+			return ""
+		}
+		reason = failed
+	}
+	return reason
+}
+
+func lookup(m map[string]any, path string) (any, bool) {
+	var cur any = m
+	for _, part := range strings.Split(path, ".") {
+		obj, ok := cur.(map[string]any)
+		if !ok {
+			return nil, false
+		}
+		if cur, ok = obj[part]; !ok {
+			return nil, false
+		}
+	}
+	return cur, true
+}
+
+// isUnavailable tells a registry that did not answer from one that answered.
+func isUnavailable(err error) bool {
+	var terr *transport.Error
+	if errors.As(err, &terr) {
+		return terr.StatusCode >= 500 || terr.StatusCode == http.StatusTooManyRequests
+	}
+	var nerr interface{ Timeout() bool }
+	return errors.As(err, &nerr)
+}

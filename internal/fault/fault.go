@@ -146,3 +146,46 @@ type Unavailable struct {
 
 func (e *Unavailable) Error() string { return e.What + " unavailable: " + e.Err.Error() }
 func (e *Unavailable) Unwrap() error { return e.Err }
+
+// Merge reports decoding and semantic problems of one document together,
+// leaving out semantic problems about fields that could not be decoded (they
+// would only repeat them). Either may be nil.
+func Merge(decode, semantic error) error {
+	if decode == nil && semantic == nil {
+		return nil
+	}
+	var errs List
+	var bad []string
+	if inv, ok := decode.(*Invalid); ok {
+		errs.Add(inv.Fields...)
+		for _, f := range inv.Fields {
+			bad = append(bad, f.Path)
+		}
+	} else if decode != nil {
+		return decode
+	}
+	if inv, ok := semantic.(*Invalid); ok {
+		for _, f := range inv.Fields {
+			if !related(f.Path, bad) {
+				errs.Add(f)
+			}
+		}
+	} else if semantic != nil {
+		errs.AddErr("", semantic)
+	}
+	return errs.Err()
+}
+
+// related reports whether path is, contains or lies within one of paths.
+func related(path string, paths []string) bool {
+	for _, p := range paths {
+		if p == path || within(path, p) || within(p, path) {
+			return true
+		}
+	}
+	return false
+}
+
+func within(path, parent string) bool {
+	return parent == "" || strings.HasPrefix(path, parent+".") || strings.HasPrefix(path, parent+"[")
+}

@@ -163,8 +163,7 @@ func Load(dir string, classes *gpu.Catalog) (*Catalog, error) {
 			entry.Keys = append(entry.Keys, key)
 		}
 		if err := l.Locate(p, kerrs.Err()); err != nil {
-			errs.AddErr("", err)
-			continue
+			errs.AddErr("", err) // kept for the cross-entry checks; the load fails anyway
 		}
 		c.entries[img.Metadata.Name] = entry
 		lines[img.Metadata.Name] = l
@@ -183,7 +182,9 @@ func Load(dir string, classes *gpu.Catalog) (*Catalog, error) {
 		case layerIndex(base.Image.Spec.Layer) >= layerIndex(s.Layer):
 			berrs.Addf("spec.base", "%q is a %s image: a %s image builds on a lower layer (%s)", s.Base, base.Image.Spec.Layer, s.Layer, strings.Join(Layers, " < "))
 		}
-		errs.AddErr("", lines[n].Locate(e.Path, berrs.Err()))
+		if err := lines[n].Locate(e.Path, berrs.Err()); err != nil {
+			errs.AddErr("", err)
+		}
 	}
 	if err := errs.Err(); err != nil {
 		return nil, err
@@ -199,10 +200,7 @@ func Parse(file string, data []byte, classes *gpu.Catalog) (*Image, yamldoc.Line
 	if lines == nil {
 		return nil, nil, err
 	}
-	if err != nil {
-		return nil, lines, err
-	}
-	if err := lines.Locate(file, img.Validate(classes)); err != nil {
+	if err := fault.Merge(err, lines.Locate(file, img.Validate(classes))); err != nil {
 		return nil, lines, err
 	}
 	return &img, lines, nil

@@ -183,42 +183,10 @@ func Parse(file string, data []byte, classes *gpu.Catalog) (*Template, error) {
 	if lines == nil {
 		return nil, err // not YAML at all
 	}
-	verr := lines.Locate(file, t.Validate(classes))
-	if err == nil && verr == nil {
-		return &t, nil
+	if err := fault.Merge(err, lines.Locate(file, t.Validate(classes))); err != nil {
+		return nil, err
 	}
-	// Report decoding and semantic problems together, leaving out semantic ones
-	// about fields that could not be decoded (they would only repeat them).
-	var errs fault.List
-	var bad []string
-	if inv, ok := err.(*fault.Invalid); ok {
-		errs.Add(inv.Fields...)
-		for _, f := range inv.Fields {
-			bad = append(bad, f.Path)
-		}
-	}
-	if inv, ok := verr.(*fault.Invalid); ok {
-		for _, f := range inv.Fields {
-			if !related(f.Path, bad) {
-				errs.Add(f)
-			}
-		}
-	}
-	return nil, errs.Err()
-}
-
-// related reports whether path is, contains or lies within one of paths.
-func related(path string, paths []string) bool {
-	for _, p := range paths {
-		if p == path || within(path, p) || within(p, path) {
-			return true
-		}
-	}
-	return false
-}
-
-func within(path, parent string) bool {
-	return parent == "" || strings.HasPrefix(path, parent+".") || strings.HasPrefix(path, parent+"[")
+	return &t, nil
 }
 
 // Digest is the SHA-256 of the template's canonical JSON form: two templates with

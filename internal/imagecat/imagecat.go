@@ -110,6 +110,8 @@ type Entry struct {
 	Path  string
 	Image *Image
 	Keys  []crypto.PublicKey
+	// KeyNames name Keys, one each: the key file, or what Trust was told.
+	KeyNames []string
 }
 
 // Catalog is the loaded image catalog.
@@ -161,6 +163,7 @@ func Load(dir string, classes *gpu.Catalog) (*Catalog, error) {
 				continue
 			}
 			entry.Keys = append(entry.Keys, key)
+			entry.KeyNames = append(entry.KeyNames, k)
 		}
 		if err := l.Locate(p, kerrs.Err()); err != nil {
 			errs.AddErr("", err) // kept for the cross-entry checks; the load fails anyway
@@ -310,6 +313,15 @@ func readLimited(p string) ([]byte, error) {
 		return nil, fmt.Errorf("file is larger than %d bytes", MaxFileSize)
 	}
 	return os.ReadFile(p)
+}
+
+// Trust adds a key every entry accepts, besides its own: the development key
+// of `gantry dev`. The catalog files are not changed.
+func (c *Catalog) Trust(label string, key crypto.PublicKey) {
+	for _, e := range c.entries {
+		e.Keys = append(e.Keys, key)
+		e.KeyNames = append(e.KeyNames, label)
+	}
 }
 
 // Get returns the entry with that name.

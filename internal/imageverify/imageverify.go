@@ -171,12 +171,12 @@ func (v *Verifier) Verify(ctx context.Context, e *imagecat.Entry, tag string) (R
 	for i, k := range e.Keys {
 		sv, err := signature.LoadVerifier(k, crypto.SHA256)
 		if err != nil {
-			return Result{}, fmt.Errorf("image %s: key %s: %w", ref, img.Spec.Signing.Keys[i], err)
+			return Result{}, fmt.Errorf("image %s: key %s: %w", ref, e.KeyNames[i], err)
 		}
 		co := &cosign.CheckOpts{SigVerifier: sv, RegistryClientOpts: regOpts, IgnoreTlog: true, IgnoreSCT: true, Offline: true, ClaimVerifier: cosign.SimpleClaimVerifier}
 		sigs, _, err = cosign.VerifyImageSignatures(ctx, dref, co)
 		if err == nil && len(sigs) > 0 {
-			verifier, res.Signer = sv, img.Spec.Signing.Keys[i]+" ("+fingerprint(k)+")"
+			verifier, res.Signer = sv, e.KeyNames[i]+" ("+fingerprint(k)+")"
 			break
 		}
 		lastErr = err
@@ -189,7 +189,7 @@ func (v *Verifier) Verify(ctx context.Context, e *imagecat.Entry, tag string) (R
 		if isUnavailable(lastErr) {
 			return Result{}, &fault.Unavailable{What: "image registry " + fetchRepo.RegistryStr(), Err: lastErr}
 		}
-		return refuse(CheckSignature, "no signature verifies with %s", strings.Join(img.Spec.Signing.Keys, " or "))
+		return refuse(CheckSignature, "no signature verifies with %s", strings.Join(e.KeyNames, " or "))
 	}
 
 	// Annotations: one verified signature carries them all.
@@ -264,10 +264,11 @@ func policyOf(e *imagecat.Entry) string {
 	h := sha256.New()
 	json.NewEncoder(h).Encode(struct {
 		Repo string
+		Keys []string
 		Spec imagecat.Signing
 		Ann  map[string]string
 		Att  []imagecat.Attestation
-	}{e.Image.Spec.Repository, e.Image.Spec.Signing, e.Image.Spec.Annotations, e.Image.Spec.Attestations})
+	}{e.Image.Spec.Repository, e.KeyNames, e.Image.Spec.Signing, e.Image.Spec.Annotations, e.Image.Spec.Attestations})
 	for _, k := range e.Keys {
 		h.Write([]byte(fingerprint(k)))
 	}

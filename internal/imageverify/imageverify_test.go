@@ -64,7 +64,7 @@ func (r *rig) catalogEntry(s *imagesign.Signer) *imagecat.Entry {
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	return &imagecat.Entry{Path: "images/pytorch.yaml", Keys: []crypto.PublicKey{k}, Image: &imagecat.Image{
+	return &imagecat.Entry{Path: "images/pytorch.yaml", Keys: []crypto.PublicKey{k}, KeyNames: []string{"keys/platform.pub"}, Image: &imagecat.Image{
 		APIVersion: imagecat.APIVersion, Kind: imagecat.Kind, Metadata: imagecat.Metadata{Name: "pytorch"},
 		Spec: imagecat.Spec{
 			Repository: r.host + "/nvidia/pytorch", Tags: []string{"25.*-py3"},

@@ -79,6 +79,9 @@ type Meta struct {
 	Owner           string
 	Namespace       string
 	TemplateVersion int
+	// Image is what the main container runs: the template's catalog image,
+	// verified and pinned by digest (repository@sha256:...).
+	Image string
 }
 
 // Name is the name of the workload's objects: template name and workload id.
@@ -100,6 +103,9 @@ func Objects(r *template.Resolved, m Meta) ([]Object, error) {
 	}
 	if m.Namespace == "" {
 		errs.Addf("namespace", "is required")
+	}
+	if m.Image == "" || strings.ContainsAny(m.Image, " \t\n{}") {
+		errs.Addf("image", "%q is not an image reference: the template's catalog image, verified and pinned by digest, is required", m.Image)
 	}
 	name := m.Name(t.Metadata.Name)
 	builtins := map[string]string{
@@ -180,7 +186,7 @@ func Objects(r *template.Resolved, m Meta) ([]Object, error) {
 	}
 	container := corev1.Container{
 		Name:       "main",
-		Image:      s.Image,
+		Image:      m.Image,
 		Command:    expandAll(s.Command, expand),
 		Args:       expandAll(s.Args, expand),
 		WorkingDir: expand(s.WorkingDir),

@@ -2,6 +2,8 @@ package render_test
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"flag"
 	"os"
 	"path/filepath"
@@ -70,7 +72,7 @@ func TestGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			objs, err := render.Objects(r, meta)
+			objs, err := render.Objects(r, metaFor(r))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -127,7 +129,7 @@ func TestRestrictedPodSecurity(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		objs, err := render.Objects(r, meta)
+		objs, err := render.Objects(r, metaFor(r))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -170,7 +172,7 @@ func TestGPURequestsAndPlacement(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			objs, err := render.Objects(r, meta)
+			objs, err := render.Objects(r, metaFor(r))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -209,7 +211,7 @@ func TestJobDeadlineAndLabels(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	objs, err := render.Objects(r, meta)
+	objs, err := render.Objects(r, metaFor(r))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +244,8 @@ func TestJobDeadlineAndLabels(t *testing.T) {
 // one string field that references them.
 func TestParameterCannotInject(t *testing.T) {
 	classes, templates := load(t)
-	base := render.Meta{WorkloadID: "abcd1234", Team: "vision", Owner: "bob", Namespace: "gantry-vision", TemplateVersion: 1}
+	base := render.Meta{WorkloadID: "abcd1234", Team: "vision", Owner: "bob", Namespace: "gantry-vision", TemplateVersion: 1,
+		Image: "registry.gantry.internal/vllm/vllm-openai@sha256:" + strings.Repeat("0", 64)}
 	clean, err := templates["vllm-inference"].Resolve(classes, template.Choice{})
 	if err != nil {
 		t.Fatal(err)
@@ -286,7 +289,7 @@ func TestInvalidAfterSubstitution(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = render.Objects(r, meta)
+	_, err = render.Objects(r, metaFor(r))
 	if err == nil || !strings.Contains(err.Error(), "spec.resources.memory") || !strings.Contains(err.Error(), `"lots"`) {
 		t.Fatalf("err = %v, want a quantity error naming spec.resources.memory", err)
 	}
@@ -305,7 +308,7 @@ func BenchmarkRender(b *testing.B) {
 			}
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := render.Objects(r, meta); err != nil {
+				if _, err := render.Objects(r, metaFor(r)); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -328,7 +331,7 @@ func FuzzRender(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	want, err := render.Objects(base, meta)
+	want, err := render.Objects(base, metaFor(base))
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -340,7 +343,7 @@ func FuzzRender(f *testing.F) {
 		if err != nil {
 			return
 		}
-		objs, err := render.Objects(r, meta)
+		objs, err := render.Objects(r, metaFor(r))
 		if err != nil {
 			if !strings.Contains(err.Error(), "spec.resources.memory") {
 				t.Fatalf("unexpected error: %v", err)
@@ -407,15 +410,15 @@ func BenchmarkRenderBaseline(b *testing.B) {
 func TestHash(t *testing.T) {
 	classes, templates := load(t)
 	r, _ := templates["vllm-inference"].Resolve(classes, template.Choice{})
-	a, _ := render.Objects(r, meta)
-	b, _ := render.Objects(r, meta)
+	a, _ := render.Objects(r, metaFor(r))
+	b, _ := render.Objects(r, metaFor(r))
 	ha, _ := render.Hash(a)
 	hb, _ := render.Hash(b)
 	if ha != hb || len(ha) != 64 {
 		t.Fatalf("same objects, hashes %s and %s", ha, hb)
 	}
 	r2, _ := templates["vllm-inference"].Resolve(classes, template.Choice{Params: map[string]any{"maxModelLen": 4096}})
-	c, _ := render.Objects(r2, meta)
+	c, _ := render.Objects(r2, metaFor(r2))
 	if hc, _ := render.Hash(c); hc == ha {
 		t.Fatal("different objects, same hash")
 	}
@@ -424,7 +427,7 @@ func TestHash(t *testing.T) {
 func BenchmarkHash(b *testing.B) {
 	classes, templates := load(b)
 	r, _ := templates["vllm-inference"].Resolve(classes, template.Choice{})
-	objs, _ := render.Objects(r, meta)
+	objs, _ := render.Objects(r, metaFor(r))
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, err := render.Hash(objs); err != nil {
@@ -438,11 +441,33 @@ func BenchmarkHash(b *testing.B) {
 func BenchmarkYAML(b *testing.B) {
 	classes, templates := load(b)
 	r, _ := templates["vllm-inference"].Resolve(classes, template.Choice{})
-	objs, _ := render.Objects(r, meta)
+	objs, _ := render.Objects(r, metaFor(r))
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, err := render.YAML(objs); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// metaFor is meta with the template's image as verification would pin it: a
+// stand-in digest derived from the catalog reference.
+func metaFor(r *template.Resolved) render.Meta {
+	m := meta
+	name, _, _ := strings.Cut(r.Template.Spec.Image, ":")
+	sum := sha256.Sum256([]byte(r.Template.Spec.Image))
+	m.Image = "registry.gantry.internal/catalog/" + name + "@sha256:" + hex.EncodeToString(sum[:])
+	return m
+}
+
+// TestImageRequired: nothing renders without the verified, pinned image.
+func TestImageRequired(t *testing.T) {
+	classes, templates := load(t)
+	r, err := templates["pytorch-train"].Resolve(classes, template.Choice{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := render.Objects(r, meta); err == nil || !strings.Contains(err.Error(), "image: \"\" is not an image reference") {
+		t.Fatalf("no image: %v", err)
 	}
 }

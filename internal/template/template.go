@@ -61,7 +61,7 @@ type Metadata struct {
 // Spec is what a template launches.
 type Spec struct {
 	Workload   string      `json:"workload"`
-	Image      string      `json:"image"`
+	Image      string      `json:"image"` // a catalog image, name:tag
 	GPU        GPU         `json:"gpu"`
 	Resources  Resources   `json:"resources"`
 	Env        []EnvVar    `json:"env,omitempty"`
@@ -173,6 +173,9 @@ var Builtins = []string{"gantry.gpuCount", "gantry.workload", "gantry.team"}
 
 // ValidName reports whether name is a valid template name (a DNS-1123 label of at
 // most MaxNameLen characters, so that derived object names stay valid).
+// imageRE is a catalog image reference: an image name and a tag.
+var imageRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$`)
+
 func ValidName(name string) bool { return len(name) <= MaxNameLen && nameRE.MatchString(name) }
 
 // Parse decodes and validates a template document (YAML or JSON). Every problem is
@@ -226,8 +229,8 @@ func (t *Template) Validate(classes *gpu.Catalog) error {
 	}
 	if s.Image == "" {
 		errs.Addf("spec.image", "is required")
-	} else if strings.ContainsAny(s.Image, " \t\n{}") {
-		errs.Addf("spec.image", "%q is not an image reference", clip(s.Image))
+	} else if !imageRE.MatchString(s.Image) {
+		errs.Addf("spec.image", "%q is not a catalog image (name:tag from images/, e.g. pytorch:25.01-py3)", clip(s.Image))
 	}
 	t.validateGPU(classes, &errs)
 	params := t.validateParameters(&errs)

@@ -27,7 +27,7 @@ metadata:
   title: Tiny job
 spec:
   workload: job
-  image: example.com/tiny:1
+  image: tiny:1
   gpu:
     classes: [H100-80GB, L4]
     defaultClass: L4

@@ -34,6 +34,45 @@ func (e AuditRecordDecision) Valid() bool {
 	}
 }
 
+// Defines values for CatalogImageConfidentialTee.
+const (
+	Snp CatalogImageConfidentialTee = "snp"
+	Tdx CatalogImageConfidentialTee = "tdx"
+)
+
+// Valid indicates whether the value is a known member of the CatalogImageConfidentialTee enum.
+func (e CatalogImageConfidentialTee) Valid() bool {
+	switch e {
+	case Snp:
+		return true
+	case Tdx:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for CatalogImageLayer.
+const (
+	App       CatalogImageLayer = "app"
+	Base      CatalogImageLayer = "base"
+	Framework CatalogImageLayer = "framework"
+)
+
+// Valid indicates whether the value is a known member of the CatalogImageLayer enum.
+func (e CatalogImageLayer) Valid() bool {
+	switch e {
+	case App:
+		return true
+	case Base:
+		return true
+	case Framework:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for HealthStatus.
 const (
 	Ok HealthStatus = "ok"
@@ -292,6 +331,58 @@ type AuthConfig struct {
 	Scopes []string `json:"scopes"`
 }
 
+// CatalogImage defines model for CatalogImage.
+type CatalogImage struct {
+	// Annotations Annotations the signature must carry.
+	Annotations  *map[string]string `json:"annotations,omitempty"`
+	Attestations *[]struct {
+		Checks *[]struct {
+			Equals string `json:"equals"`
+			Path   string `json:"path"`
+		} `json:"checks,omitempty"`
+		PredicateType string `json:"predicateType"`
+	} `json:"attestations,omitempty"`
+
+	// Base The catalog image this one builds on.
+	Base         *string `json:"base,omitempty"`
+	Confidential *struct {
+		Tee CatalogImageConfidentialTee `json:"tee"`
+	} `json:"confidential,omitempty"`
+	Cuda        *string           `json:"cuda,omitempty"`
+	Description *string           `json:"description,omitempty"`
+	Framework   *string           `json:"framework,omitempty"`
+	GpuClasses  []string          `json:"gpuClasses"`
+	Layer       CatalogImageLayer `json:"layer"`
+
+	// Name A lowercase DNS label.
+	Name Name `json:"name"`
+
+	// Repository Registry and path, without tag.
+	Repository string `json:"repository"`
+	Signing    struct {
+		Keyless *struct {
+			Issuer  string `json:"issuer"`
+			Subject string `json:"subject"`
+		} `json:"keyless,omitempty"`
+
+		// Keys Key files (under images/) with their SHA-256 fingerprints.
+		Keys *[]struct {
+			File        string `json:"file"`
+			Fingerprint string `json:"fingerprint"`
+		} `json:"keys,omitempty"`
+	} `json:"signing"`
+
+	// Tags Approved tags or tag patterns.
+	Tags  []string `json:"tags"`
+	Title *string  `json:"title,omitempty"`
+}
+
+// CatalogImageConfidentialTee defines model for CatalogImage.Confidential.Tee.
+type CatalogImageConfidentialTee string
+
+// CatalogImageLayer defines model for CatalogImage.Layer.
+type CatalogImageLayer string
+
 // EnvVar defines model for EnvVar.
 type EnvVar struct {
 	Name  string `json:"name"`
@@ -365,6 +456,11 @@ type Health struct {
 
 // HealthStatus defines model for Health.Status.
 type HealthStatus string
+
+// ImageList defines model for ImageList.
+type ImageList struct {
+	Items []CatalogImage `json:"items"`
+}
 
 // LaunchRequest defines model for LaunchRequest.
 type LaunchRequest struct {
@@ -645,6 +741,32 @@ type TokenRequest struct {
 	Team *Name `json:"team,omitempty"`
 }
 
+// Verification defines model for Verification.
+type Verification struct {
+	Annotations *[]string `json:"annotations,omitempty"`
+
+	// Attestations Predicate types verified.
+	Attestations *[]string `json:"attestations,omitempty"`
+	Cached       bool      `json:"cached"`
+	Digest       string    `json:"digest"`
+
+	// Image Catalog reference, name:tag.
+	Image string `json:"image"`
+
+	// Pinned repository@digest, what a launch runs.
+	Pinned    string `json:"pinned"`
+	Reference string `json:"reference"`
+
+	// Signer The key that verified the signature.
+	Signer     string    `json:"signer"`
+	VerifiedAt time.Time `json:"verifiedAt"`
+}
+
+// VerifyRequest defines model for VerifyRequest.
+type VerifyRequest struct {
+	Tag string `json:"tag"`
+}
+
 // Volume defines model for Volume.
 type Volume struct {
 	MountPath    string  `json:"mountPath"`
@@ -668,8 +790,11 @@ type Workload struct {
 	} `json:"gpu"`
 
 	// Id A workload id.
-	Id   WorkloadID   `json:"id"`
-	Kind WorkloadKind `json:"kind"`
+	Id WorkloadID `json:"id"`
+
+	// Image The image that runs, verified at launch and pinned by digest (repository@sha256:...).
+	Image *string      `json:"image,omitempty"`
+	Kind  WorkloadKind `json:"kind"`
 
 	// Name Name of the workload's Kubernetes objects.
 	Name string `json:"name"`
@@ -772,6 +897,9 @@ type GetWorkloadLogsParams struct {
 	TailLines *int `form:"tailLines,omitempty" json:"tailLines,omitempty"`
 }
 
+// VerifyImageJSONRequestBody defines body for VerifyImage for application/json ContentType.
+type VerifyImageJSONRequestBody = VerifyRequest
+
 // CreateTemplateJSONRequestBody defines body for CreateTemplate for application/json ContentType.
 type CreateTemplateJSONRequestBody = TemplateDocument
 
@@ -798,6 +926,15 @@ type ServerInterface interface {
 	// GetGPUClass Get a GPU class
 	// (GET /api/v1/gpu-classes/{name})
 	GetGPUClass(ctx echo.Context, name string) error
+	// ListImages List catalog images
+	// (GET /api/v1/images)
+	ListImages(ctx echo.Context) error
+	// GetImage Get a catalog image
+	// (GET /api/v1/images/{name})
+	GetImage(ctx echo.Context, name Name) error
+	// VerifyImage Verify an image now
+	// (POST /api/v1/images/{name}/verify)
+	VerifyImage(ctx echo.Context, name Name) error
 	// GetMe Who am I
 	// (GET /api/v1/me)
 	GetMe(ctx echo.Context) error
@@ -932,6 +1069,47 @@ func (w *ServerInterfaceWrapper) GetGPUClass(ctx echo.Context) error {
 
 	// Invoke the callback with all the unmarshaled arguments
 	err = w.Handler.GetGPUClass(ctx, name)
+	return err
+}
+
+// ListImages converts echo context to params.
+func (w *ServerInterfaceWrapper) ListImages(ctx echo.Context) error {
+	var err error
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.ListImages(ctx)
+	return err
+}
+
+// GetImage converts echo context to params.
+func (w *ServerInterfaceWrapper) GetImage(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "name" -------------
+	var name Name
+
+	err = runtime.BindStyledParameterWithOptions("simple", "name", ctx.Param("name"), &name, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter name: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.GetImage(ctx, name)
+	return err
+}
+
+// VerifyImage converts echo context to params.
+func (w *ServerInterfaceWrapper) VerifyImage(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "name" -------------
+	var name Name
+
+	err = runtime.BindStyledParameterWithOptions("simple", "name", ctx.Param("name"), &name, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter name: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.VerifyImage(ctx, name)
 	return err
 }
 
@@ -1370,6 +1548,9 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.GET(options.BaseURL+"/api/v1/tokens", wrapper.ListTokens, options.OperationMiddlewares["listTokens"]...)
 	router.POST(options.BaseURL+"/api/v1/tokens", wrapper.CreateToken, options.OperationMiddlewares["createToken"]...)
 	router.DELETE(options.BaseURL+"/api/v1/tokens/:id", wrapper.RevokeToken, options.OperationMiddlewares["revokeToken"]...)
+	router.GET(options.BaseURL+"/api/v1/images", wrapper.ListImages, options.OperationMiddlewares["listImages"]...)
+	router.GET(options.BaseURL+"/api/v1/images/:name", wrapper.GetImage, options.OperationMiddlewares["getImage"]...)
+	router.POST(options.BaseURL+"/api/v1/images/:name/verify", wrapper.VerifyImage, options.OperationMiddlewares["verifyImage"]...)
 	router.GET(options.BaseURL+"/api/v1/audit", wrapper.ListAudit, options.OperationMiddlewares["listAudit"]...)
 
 }
@@ -1481,6 +1662,123 @@ type GetGPUClassdefaultApplicationProblemPlusJSONResponse struct {
 }
 
 func (response GetGPUClassdefaultApplicationProblemPlusJSONResponse) VisitGetGPUClassResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListImagesRequestObject struct {
+}
+
+type ListImagesResponseObject interface {
+	VisitListImagesResponse(w http.ResponseWriter) error
+}
+
+type ListImages200JSONResponse ImageList
+
+func (response ListImages200JSONResponse) VisitListImagesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListImagesdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListImagesdefaultApplicationProblemPlusJSONResponse) VisitListImagesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetImageRequestObject struct {
+	Name Name `json:"name"`
+}
+
+type GetImageResponseObject interface {
+	VisitGetImageResponse(w http.ResponseWriter) error
+}
+
+type GetImage200JSONResponse CatalogImage
+
+func (response GetImage200JSONResponse) VisitGetImageResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetImagedefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetImagedefaultApplicationProblemPlusJSONResponse) VisitGetImageResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type VerifyImageRequestObject struct {
+	Name Name `json:"name"`
+	Body *VerifyImageJSONRequestBody
+}
+
+type VerifyImageResponseObject interface {
+	VisitVerifyImageResponse(w http.ResponseWriter) error
+}
+
+type VerifyImage200JSONResponse Verification
+
+func (response VerifyImage200JSONResponse) VisitVerifyImageResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type VerifyImagedefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response VerifyImagedefaultApplicationProblemPlusJSONResponse) VisitVerifyImageResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
@@ -2321,6 +2619,15 @@ type StrictServerInterface interface {
 	// GetGPUClass Get a GPU class
 	// (GET /api/v1/gpu-classes/{name})
 	GetGPUClass(ctx context.Context, request GetGPUClassRequestObject) (GetGPUClassResponseObject, error)
+	// ListImages List catalog images
+	// (GET /api/v1/images)
+	ListImages(ctx context.Context, request ListImagesRequestObject) (ListImagesResponseObject, error)
+	// GetImage Get a catalog image
+	// (GET /api/v1/images/{name})
+	GetImage(ctx context.Context, request GetImageRequestObject) (GetImageResponseObject, error)
+	// VerifyImage Verify an image now
+	// (POST /api/v1/images/{name}/verify)
+	VerifyImage(ctx context.Context, request VerifyImageRequestObject) (VerifyImageResponseObject, error)
 	// GetMe Who am I
 	// (GET /api/v1/me)
 	GetMe(ctx context.Context, request GetMeRequestObject) (GetMeResponseObject, error)
@@ -2468,6 +2775,102 @@ func (sh *strictHandler) GetGPUClass(ctx echo.Context, name string) error {
 		return err
 	} else if validResponse, ok := response.(GetGPUClassResponseObject); ok {
 		return validResponse.VisitGetGPUClassResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// ListImages operation middleware
+func (sh *strictHandler) ListImages(ctx echo.Context) error {
+	var request ListImagesRequestObject
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.ListImages(ctx.Request().Context(), request.(ListImagesRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListImages")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(ListImagesResponseObject); ok {
+		return validResponse.VisitListImagesResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// GetImage operation middleware
+func (sh *strictHandler) GetImage(ctx echo.Context, name Name) error {
+	var request GetImageRequestObject
+
+	request.Name = name
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.GetImage(ctx.Request().Context(), request.(GetImageRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetImage")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(GetImageResponseObject); ok {
+		return validResponse.VisitGetImageResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// VerifyImage operation middleware
+func (sh *strictHandler) VerifyImage(ctx echo.Context, name Name) error {
+	var request VerifyImageRequestObject
+
+	request.Name = name
+
+	var body VerifyImageJSONRequestBody
+	var err error
+	if binder, ok := ctx.Echo().Binder.(*echo.DefaultBinder); ok {
+		// A request validator built on kin-openapi's openapi3filter with
+		// KeepValidatedValue leaves the value it validated on the body. Bind
+		// that value, matching member names exactly, so the handler receives
+		// what was validated instead of a second, case-insensitive decode.
+		// Otherwise bind only the request body, so that path and query
+		// parameters are not also bound into the body struct.
+		if vb, ok := ctx.Request().Body.(interface{ ValidatedValue() any }); !ok || runtime.BindJSONValue(vb.ValidatedValue(), &body) != nil {
+			err = binder.BindBody(ctx, &body)
+		}
+	} else {
+		// A custom binder is installed on the Echo instance; defer to it
+		// entirely, since echo.Binder does not expose body-only binding and
+		// the binder may do more than decode (for example call ctx.Validate).
+		err = ctx.Bind(&body)
+	}
+	if err != nil {
+		return err
+	}
+	request.Body = &body
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.VerifyImage(ctx.Request().Context(), request.(VerifyImageRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "VerifyImage")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(VerifyImageResponseObject); ok {
+		return validResponse.VisitVerifyImageResponse(ctx.Response())
 	} else if response != nil {
 		return fmt.Errorf("unexpected response type: %T", response)
 	}

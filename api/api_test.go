@@ -21,6 +21,7 @@ import (
 	"github.com/gantryhq/gantry/internal/authn"
 	"github.com/gantryhq/gantry/internal/authz"
 	"github.com/gantryhq/gantry/internal/catalog"
+	"github.com/gantryhq/gantry/internal/devregistry"
 	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/store"
@@ -57,18 +58,22 @@ func newEnvWith(t *testing.T, edit func(*api.Options)) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	cat := catalog.New(st, classes)
+	_, images, err := devregistry.StartDir(ctx, "../images", classes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cat := catalog.New(st, classes).WithImages(images.Catalog)
 	if _, err := cat.Seed(ctx, "seed", files); err != nil {
 		t.Fatal(err)
 	}
-	wl := workload.New(st, cat, func(team string) string { return "gantry-" + team })
+	wl := workload.New(st, cat, func(team string) string { return "gantry-" + team }).WithImages(images)
 	az, err := authz.New(authz.InDir("../policy"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	wl.WithAuthorizer(az)
 	o := api.Options{Catalog: cat, Workloads: wl, Checks: []api.Check{{Name: "database", Pinger: st}}, Spec: gantry.OpenAPI, MaxBodyBytes: 64 << 10,
-		Authorize: az.AllowedSomewhere, Tokens: token.New(st), Audit: st}
+		Authorize: az.AllowedSomewhere, Tokens: token.New(st), Audit: st, Images: images}
 	edit(&o)
 	h, err := api.New(o)
 	if err != nil {
@@ -447,7 +452,7 @@ func TestSpecDescribesTemplates(t *testing.T) {
 	}
 	schema := doc.Components.Schemas["TemplateDocument"].Value
 	classes, _ := gpu.LoadFile("../templates/gpu-classes.yaml")
-	files, _ := template.LoadDir("../templates", classes)
+	files, _ := template.LoadDir("../templates", classes, nil)
 	for _, f := range files {
 		j, _ := json.Marshal(f.Template)
 		var v any

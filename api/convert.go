@@ -9,6 +9,8 @@ import (
 	"github.com/gantryhq/gantry/internal/catalog"
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/gpu"
+	"github.com/gantryhq/gantry/internal/imagecat"
+	"github.com/gantryhq/gantry/internal/imageverify"
 	"github.com/gantryhq/gantry/internal/template"
 	"github.com/gantryhq/gantry/internal/workload"
 )
@@ -82,6 +84,9 @@ func workloadOut(w workload.Workload) Workload {
 	if w.Reason != "" {
 		out.Reason = ptr(w.Reason)
 	}
+	if w.Image != "" {
+		out.Image = ptr(w.Image)
+	}
 	if w.Endpoint != "" {
 		out.Endpoint = ptr(w.Endpoint)
 	}
@@ -126,4 +131,48 @@ func deref[T any](p *T) T {
 		return zero
 	}
 	return *p
+}
+
+// catalogImageOut is a catalog entry on the wire: the document's fields, and
+// each key file with its fingerprint.
+func catalogImageOut(e *imagecat.Entry) (CatalogImage, error) {
+	type key struct {
+		File        string `json:"file"`
+		Fingerprint string `json:"fingerprint"`
+	}
+	sp := e.Image.Spec
+	wire := map[string]any{
+		"name": e.Image.Metadata.Name, "title": e.Image.Metadata.Title, "description": e.Image.Metadata.Description,
+		"repository": sp.Repository, "tags": sp.Tags, "annotations": sp.Annotations, "attestations": sp.Attestations,
+		"confidential": sp.Confidential, "cuda": sp.CUDA, "framework": sp.Framework, "layer": sp.Layer, "base": sp.Base,
+		"gpuClasses": sp.GPUClasses,
+	}
+	signing := map[string]any{}
+	if sp.Signing.Keyless != nil {
+		signing["keyless"] = sp.Signing.Keyless
+	}
+	var keys []key
+	for i, f := range sp.Signing.Keys {
+		if i < len(e.Keys) {
+			keys = append(keys, key{File: f, Fingerprint: imageverify.Fingerprint(e.Keys[i])})
+		}
+	}
+	if keys != nil {
+		signing["keys"] = keys
+	}
+	wire["signing"] = signing
+	for k, v := range wire {
+		if v == "" || v == nil {
+			delete(wire, k)
+		}
+	}
+	b, err := json.Marshal(wire)
+	if err != nil {
+		return CatalogImage{}, err
+	}
+	var out CatalogImage
+	if err := json.Unmarshal(b, &out); err != nil {
+		return CatalogImage{}, fmt.Errorf("image %s: %w", e.Image.Metadata.Name, err)
+	}
+	return out, nil
 }

@@ -109,10 +109,13 @@ func TestRouteRoleMatrix(t *testing.T) {
 		"GET /api/v1/workloads/{id}":            {"GET", "/api/v1/workloads/" + wid, nil, readers},
 		"GET /api/v1/workloads/{id}/events":     {"GET", "/api/v1/workloads/" + wid + "/events", nil, readers},
 		// No cluster here: whoever may read the workload learns it has no log.
-		"GET /api/v1/workloads/{id}/logs":  {"GET", "/api/v1/workloads/" + wid + "/logs", nil, map[string]int{A: 409, P: 409, T: 409, M: 409, V: 409, N: 403}},
-		"POST /api/v1/workloads/{id}/stop": {"POST", "/api/v1/workloads/{stop}/stop", nil, map[string]int{A: 200, P: 403, T: 200, M: 403, V: 403, N: 403}},
-		"DELETE /api/v1/workloads/{id}":    {"DELETE", "/api/v1/workloads/{delete}", nil, map[string]int{A: 204, P: 403, T: 204, M: 403, V: 403, N: 403}},
-		"GET /api/v1/audit":                {"GET", "/api/v1/audit", nil, map[string]int{A: 200, P: 403, T: 403, M: 403, V: 403, N: 403}},
+		"GET /api/v1/workloads/{id}/logs":   {"GET", "/api/v1/workloads/" + wid + "/logs", nil, map[string]int{A: 409, P: 409, T: 409, M: 409, V: 409, N: 403}},
+		"POST /api/v1/workloads/{id}/stop":  {"POST", "/api/v1/workloads/{stop}/stop", nil, map[string]int{A: 200, P: 403, T: 200, M: 403, V: 403, N: 403}},
+		"DELETE /api/v1/workloads/{id}":     {"DELETE", "/api/v1/workloads/{delete}", nil, map[string]int{A: 204, P: 403, T: 204, M: 403, V: 403, N: 403}},
+		"GET /api/v1/images":                {"GET", "/api/v1/images", nil, readers},
+		"GET /api/v1/images/{name}":         {"GET", "/api/v1/images/pytorch", nil, readers},
+		"POST /api/v1/images/{name}/verify": {"POST", "/api/v1/images/pytorch/verify", func(string) any { return map[string]any{"tag": "25.01-py3"} }, readers},
+		"GET /api/v1/audit":                 {"GET", "/api/v1/audit", nil, map[string]int{A: 200, P: 403, T: 403, M: 403, V: 403, N: 403}},
 		// Anyone signed in manages their own tokens.
 		"GET /api/v1/tokens":         {"GET", "/api/v1/tokens", nil, public},
 		"POST /api/v1/tokens":        {"POST", "/api/v1/tokens", func(string) any { return map[string]any{"name": "nb", "expiresInDays": 30} }, map[string]int{A: 201, P: 201, T: 201, M: 201, V: 201, N: 201}},

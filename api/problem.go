@@ -14,6 +14,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/imageverify"
 )
 
 // Problem types (RFC 9457). Anything else is about:blank with the status's title.
@@ -35,8 +36,12 @@ func problemFor(err error) (int, Problem) {
 		he   *echo.HTTPError
 		re   *openapi3filter.RequestError
 		se   *openapi3filter.SecurityRequirementsError
+		ir   *imageverify.Refused
 	)
 	switch {
+	case errors.As(err, &ir):
+		fields := []FieldError{{Field: "image", Detail: ir.Check + " check: " + ir.Reason}}
+		return http.StatusUnprocessableEntity, Problem{Type: "https://gantry.dev/problems/image-refused", Title: "Image refused", Detail: ptr(ir.Error()), Errors: &fields}
 	case errors.As(err, &inv):
 		fields := make([]FieldError, len(inv.Fields))
 		for i, f := range inv.Fields {

@@ -25,6 +25,7 @@ import (
 	"github.com/gantryhq/gantry/internal/catalog"
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/identity"
+	"github.com/gantryhq/gantry/internal/imageverify"
 	"github.com/gantryhq/gantry/internal/token"
 	"github.com/gantryhq/gantry/internal/weblogin"
 	"github.com/gantryhq/gantry/internal/workload"
@@ -59,6 +60,8 @@ type Options struct {
 	Sessions SessionAuthenticator
 	// SignIn is what GET /auth/config tells clients.
 	SignIn AuthConfig
+	// Images is the image catalog and its verifier.
+	Images *imageverify.Images
 	// Teams lists the teams where an identity holds a permission (for /me).
 	Teams func(id identity.Identity, permission string) (all bool, teams []string)
 	// Audit, when set, records every mutating request and every denial.
@@ -285,6 +288,67 @@ var _ StrictServerInterface = (*server)(nil)
 func caller(ctx context.Context) string {
 	id, _ := identity.From(ctx)
 	return id.String()
+}
+
+func (s *server) images() (*imageverify.Images, error) {
+	if s.o.Images == nil {
+		return nil, &fault.Unavailable{What: "image catalog", Err: errors.New("not configured on this server")}
+	}
+	return s.o.Images, nil
+}
+
+func (s *server) ListImages(ctx context.Context, _ ListImagesRequestObject) (ListImagesResponseObject, error) {
+	im, err := s.images()
+	if err != nil {
+		return nil, err
+	}
+	out := ImageList{Items: []CatalogImage{}}
+	for _, e := range im.Catalog.List() {
+		c, err := catalogImageOut(e)
+		if err != nil {
+			return nil, err
+		}
+		out.Items = append(out.Items, c)
+	}
+	return ListImages200JSONResponse(out), nil
+}
+
+func (s *server) GetImage(ctx context.Context, req GetImageRequestObject) (GetImageResponseObject, error) {
+	im, err := s.images()
+	if err != nil {
+		return nil, err
+	}
+	e, ok := im.Catalog.Get(req.Name)
+	if !ok {
+		return nil, &fault.NotFound{Kind: "image", Name: req.Name}
+	}
+	c, err := catalogImageOut(e)
+	if err != nil {
+		return nil, err
+	}
+	return GetImage200JSONResponse(c), nil
+}
+
+func (s *server) VerifyImage(ctx context.Context, req VerifyImageRequestObject) (VerifyImageResponseObject, error) {
+	im, err := s.images()
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := im.Catalog.Get(req.Name); !ok {
+		return nil, &fault.NotFound{Kind: "image", Name: req.Name}
+	}
+	r, err := im.Verify(ctx, req.Name+":"+req.Body.Tag)
+	if err != nil {
+		return nil, err
+	}
+	v := Verification{Image: r.Image, Reference: r.Reference, Digest: r.Digest, Pinned: r.Pinned, Signer: r.Signer, VerifiedAt: r.VerifiedAt, Cached: r.Cached}
+	if len(r.Annotations) > 0 {
+		v.Annotations = &r.Annotations
+	}
+	if len(r.Attestations) > 0 {
+		v.Attestations = &r.Attestations
+	}
+	return VerifyImage200JSONResponse(v), nil
 }
 
 func (s *server) GetAuthConfig(ctx context.Context, _ GetAuthConfigRequestObject) (GetAuthConfigResponseObject, error) {

@@ -54,6 +54,7 @@ func devCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		cl.Stop(context.Background())
 	}()
 	cfg.Kubeconfig = cl.Kubeconfig
+	cfg.Images.DevRegistry = true
 	return runServer(ctx, cfg, func(sv served) {
 		var users strings.Builder
 		for _, u := range sv.Users {

@@ -35,8 +35,8 @@ func copyTemplates(t *testing.T) string {
 }
 
 func TestValidate(t *testing.T) {
-	code, out, _ := cli(t, "templates", "validate", "../../templates")
-	if code != 0 || !strings.Contains(out, "5 templates valid") {
+	code, out, _ := cli(t, "templates", "validate", "--images", "../../images", "../../templates")
+	if code != 0 || !strings.Contains(out, "5 templates valid (5 GPU classes, 5 catalog images)") {
 		t.Fatalf("exit %d: %s", code, out)
 	}
 	dir := copyTemplates(t)
@@ -45,13 +45,17 @@ func TestValidate(t *testing.T) {
 	s := strings.Replace(string(b), "count: {min: 1, max: 8, default: 1}", "count: {min: 1, max: 8, default: 1, maximum: 9}", 1)
 	s = strings.Replace(s, "classes: [H100-80GB, H200-141GB, A100-80GB, L4]", "classes: [H100-80GB, B200]", 1)
 	os.WriteFile(broken, []byte(s), 0o644)
-	code, _, errs := cli(t, "templates", "validate", dir)
+	unapproved := filepath.Join(dir, "pytorch-train.yaml")
+	b, _ = os.ReadFile(unapproved)
+	os.WriteFile(unapproved, []byte(strings.Replace(string(b), "image: pytorch:25.01-py3", "image: pytorch:latest", 1)), 0o644)
+	code, _, errs := cli(t, "templates", "validate", "--images", "../../images", dir)
 	if code != 1 {
 		t.Fatalf("exit %d for a broken template", code)
 	}
 	for _, want := range []string{
 		broken + `:11: spec.gpu.classes[1]: unknown GPU class "B200"`,
 		broken + `:13: spec.gpu.count.maximum: unknown field "maximum"`,
+		unapproved + `:11: spec.image: tag "latest" of image "pytorch" is not approved (allowed: 25.01-py3)`,
 	} {
 		if !strings.Contains(errs, want) {
 			t.Errorf("missing %q in:\n%s", want, errs)
@@ -60,16 +64,16 @@ func TestValidate(t *testing.T) {
 }
 
 func TestRender(t *testing.T) {
-	code, out, errs := cli(t, "templates", "render", "vllm-inference", "--dir", "../../templates", "--set", "model=mistral-7b", "--count", "2", "--team", "nlp")
+	code, out, errs := cli(t, "templates", "render", "vllm-inference", "--dir", "../../templates", "--images", "../../images", "--set", "model=mistral-7b", "--count", "2", "--team", "nlp")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
-	for _, want := range []string{"kind: Deployment", "- mistral-7b", "--tensor-parallel-size=2", "nvidia.com/gpu: \"2\"", "namespace: gantry-nlp"} {
+	for _, want := range []string{"kind: Deployment", "- mistral-7b", "image: registry.gantry.internal/vllm/vllm-openai:v0.8.4", "a launch verifies its signature", "--tensor-parallel-size=2", "nvidia.com/gpu: \"2\"", "namespace: gantry-nlp"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q", want)
 		}
 	}
-	code, _, errs = cli(t, "templates", "render", "vllm-inference", "--dir", "../../templates", "--set", "maxModelLen=huge", "--set", "colour=red")
+	code, _, errs = cli(t, "templates", "render", "vllm-inference", "--dir", "../../templates", "--images", "../../images", "--set", "maxModelLen=huge", "--set", "colour=red")
 	if code != 1 || !strings.Contains(errs, `parameters.maxModelLen: "huge" is not an integer`) || !strings.Contains(errs, "parameters.colour") {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
@@ -80,6 +84,7 @@ func TestRender(t *testing.T) {
 
 func TestApply(t *testing.T) {
 	t.Setenv("GANTRY_GPU_CLASSES_FILE", "../../templates/gpu-classes.yaml")
+	t.Setenv("GANTRY_IMAGES_DIR", "../../images")
 	db := filepath.Join(t.TempDir(), "g.db")
 	dir := copyTemplates(t)
 

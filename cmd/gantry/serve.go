@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -21,8 +22,11 @@ import (
 	"github.com/gantryhq/gantry/internal/catalog"
 	"github.com/gantryhq/gantry/internal/config"
 	"github.com/gantryhq/gantry/internal/devidp"
+	"github.com/gantryhq/gantry/internal/devregistry"
 	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/identity"
+	"github.com/gantryhq/gantry/internal/imagecat"
+	"github.com/gantryhq/gantry/internal/imageverify"
 	"github.com/gantryhq/gantry/internal/kube"
 	"github.com/gantryhq/gantry/internal/store"
 	"github.com/gantryhq/gantry/internal/template"
@@ -39,6 +43,7 @@ type app struct {
 	store     *store.Store
 	catalog   *catalog.Service
 	workloads *workload.Service
+	images    *imageverify.Images
 }
 
 func loadConfig(path string, f config.Flags) (config.Config, error) {
@@ -54,14 +59,43 @@ func open(ctx context.Context, cfg config.Config) (*app, error) {
 	if err != nil {
 		return nil, err
 	}
+	images, err := imagecat.Load(cfg.Images.Dir, classes)
+	if err != nil {
+		return nil, err
+	}
+	vo := imageverify.Options{TTL: cfg.Images.TTL(), Mirrors: cfg.Images.Mirrors}
+	if f := cfg.Images.RegistryAuthFile; f != "" {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("images.registryAuthFile: %w", err)
+		}
+		if vo.Keychain, err = imageverify.Keychain(data); err != nil {
+			return nil, fmt.Errorf("images.registryAuthFile %s: %w", f, err)
+		}
+	}
+	verified := &imageverify.Images{Catalog: images, Verifier: imageverify.New(vo)}
+	if cfg.Images.DevRegistry {
+		keyPath := filepath.Join(config.DataDir(), "dev-signing.key")
+		key, err := devregistry.LoadOrCreateKey(keyPath)
+		if err != nil {
+			return nil, fmt.Errorf("development signing key: %w", err)
+		}
+		reg, v, err := devregistry.Verified(ctx, images, key, vo)
+		if err != nil {
+			return nil, err
+		}
+		verified = v
+		log.Warn("images.devRegistry: stand-in images signed with a development key are trusted (never in production)",
+			"registry", reg.Host, "key", keyPath, "images", len(reg.Published))
+	}
 	st, err := store.Open(ctx, cfg.Database.Driver, string(cfg.Database.DSN))
 	if err != nil {
 		return nil, err
 	}
-	cat := catalog.New(st, classes)
+	cat := catalog.New(st, classes).WithImages(images)
 	prefix := cfg.NamespacePrefix
-	wl := workload.New(st, cat, func(team string) string { return prefix + team })
-	return &app{cfg: cfg, log: log, store: st, catalog: cat, workloads: wl}, nil
+	wl := workload.New(st, cat, func(team string) string { return prefix + team }).WithImages(verified)
+	return &app{cfg: cfg, log: log, store: st, catalog: cat, workloads: wl, images: verified}, nil
 }
 
 func serve(ctx context.Context, args []string, stderr io.Writer) error {
@@ -104,7 +138,7 @@ func runServer(ctx context.Context, cfg config.Config, ready func(served)) error
 	slog.SetDefault(a.log) // libraries that log to the default logger (the OpenID provider) log like Gantry
 	a.log.Info("starting gantry", "version", version, "listen", cfg.Listen, "database", cfg.Database.Driver, "dsn", cfg.Database.DSN, "kubeconfig", cfg.Kubeconfig)
 
-	if files, err := template.LoadDir(cfg.TemplatesDir, a.catalog.Classes()); err != nil {
+	if files, err := template.LoadDir(cfg.TemplatesDir, a.catalog.Classes(), a.images.Catalog); err != nil {
 		a.log.Warn("initial template catalog not loaded", "dir", cfg.TemplatesDir, "err", err)
 	} else if seeded, err := a.catalog.Seed(ctx, "gantry:initial-catalog", files); err != nil {
 		return fmt.Errorf("load initial template catalog: %w", err)
@@ -169,7 +203,7 @@ func runServer(ctx context.Context, cfg config.Config, ready func(served)) error
 		Portal:   portal.New(portal.Options{Sessions: sessions, Teams: az.Teams, Secure: strings.HasPrefix(public, "https://"), Logger: a.log, Audit: a.store}),
 		Identify: an.Identify, Sessions: sessions, Tokens: tokens, Teams: az.Teams,
 		SignIn:    api.AuthConfig{Issuer: oc.Issuer, CliClientID: oc.CLIClientID, Scopes: oc.Scopes},
-		Authorize: az.AllowedSomewhere, Audit: a.store,
+		Authorize: az.AllowedSomewhere, Audit: a.store, Images: a.images,
 	})
 	if err != nil {
 		return err

@@ -34,6 +34,8 @@ func startGantry(t *testing.T, edit ...func(*config.Config)) served {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Setenv("XDG_DATA_HOME", t.TempDir()) // the development signing key
+	cfg.Images.DevRegistry = true
 	for _, e := range edit {
 		e(&cfg)
 	}

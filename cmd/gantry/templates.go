@@ -11,6 +11,7 @@ import (
 
 	"github.com/gantryhq/gantry/internal/catalog"
 	"github.com/gantryhq/gantry/internal/config"
+	"github.com/gantryhq/gantry/internal/imagecat"
 	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/render"
 	"github.com/gantryhq/gantry/internal/template"
@@ -31,6 +32,7 @@ func classesFor(dir, file string) (*gpu.Catalog, error) {
 func validateCmd(args []string, stdout, stderr io.Writer) error {
 	fs := flags("gantry templates validate", stderr)
 	classesFile := fs.String("gpu-classes", "", "GPU class file (default: DIR/gpu-classes.yaml)")
+	imagesDir := fs.String("images", "images", `image catalog the templates' images must be in ("" to skip)`)
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -45,14 +47,23 @@ func validateCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	files, err := template.LoadDir(dir, classes)
+	var images template.Images
+	nImages := 0
+	if *imagesDir != "" {
+		cat, err := imagecat.Load(*imagesDir, classes)
+		if err != nil {
+			return err
+		}
+		images, nImages = cat, len(cat.Names())
+	}
+	files, err := template.LoadDir(dir, classes, images)
 	if err != nil {
 		return err
 	}
 	for _, f := range files {
 		fmt.Fprintf(stdout, "ok  %-20s %s\n", f.Template.Metadata.Name, f.Path)
 	}
-	fmt.Fprintf(stdout, "%d templates valid (%d GPU classes)\n", len(files), len(classes.Names()))
+	fmt.Fprintf(stdout, "%d templates valid (%d GPU classes, %d catalog images)\n", len(files), len(classes.Names()), nImages)
 	return nil
 }
 
@@ -73,6 +84,7 @@ func renderCmd(args []string, stdout, stderr io.Writer) error {
 	fs := flags("gantry templates render", stderr)
 	dir := fs.String("dir", "templates", "template directory")
 	classesFile := fs.String("gpu-classes", "", "GPU class file (default: DIR/gpu-classes.yaml)")
+	imagesDir := fs.String("images", "images", "image catalog")
 	team := fs.String("team", "example", "team the workload would belong to")
 	owner := fs.String("owner", "user@example.com", "owner of the workload")
 	class := fs.String("class", "", "GPU class (default: the template's)")
@@ -92,7 +104,11 @@ func renderCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	files, err := template.LoadDir(*dir, classes)
+	images, err := imagecat.Load(*imagesDir, classes)
+	if err != nil {
+		return err
+	}
+	files, err := template.LoadDir(*dir, classes, images)
 	if err != nil {
 		return err
 	}
@@ -111,7 +127,13 @@ func renderCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	objs, err := render.Objects(r, render.Meta{WorkloadID: "preview0", Team: *team, Owner: *owner, Namespace: *prefix + *team, TemplateVersion: 0})
+	// Offline: the image by tag. A launch verifies it and runs it by digest.
+	e, tag, err := images.Resolve(t.Spec.Image)
+	if err != nil {
+		return err
+	}
+	image := e.Image.Spec.Repository + ":" + tag
+	objs, err := render.Objects(r, render.Meta{WorkloadID: "preview0", Team: *team, Owner: *owner, Namespace: *prefix + *team, TemplateVersion: 0, Image: image})
 	if err != nil {
 		return err
 	}
@@ -119,6 +141,7 @@ func renderCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	fmt.Fprintf(stdout, "# %s is shown by tag: a launch verifies its signature and attestations and runs it pinned by digest.\n", image)
 	_, err = stdout.Write(y)
 	return err
 }
@@ -148,7 +171,7 @@ func applyCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer a.store.Close()
-	files, err := template.LoadDir(*dir, a.catalog.Classes())
+	files, err := template.LoadDir(*dir, a.catalog.Classes(), a.images.Catalog)
 	if err != nil {
 		return err
 	}

@@ -62,6 +62,7 @@ type Store interface {
 type Service struct {
 	store   Store
 	classes *gpu.Catalog
+	images  template.Images // nil: images are not checked against the image catalog
 	now     func() time.Time
 }
 
@@ -72,6 +73,12 @@ func New(store Store, classes *gpu.Catalog) *Service {
 
 // Classes returns the GPU class catalog the templates are checked against.
 func (s *Service) Classes() *gpu.Catalog { return s.classes }
+
+// WithImages checks every template's image against the image catalog.
+func (s *Service) WithImages(images template.Images) *Service {
+	s.images = images
+	return s
+}
 
 // List returns the live version of every template.
 func (s *Service) List(ctx context.Context) ([]Version, error) { return s.store.CurrentTemplates(ctx) }
@@ -92,12 +99,12 @@ func (s *Service) History(ctx context.Context, name string) ([]Version, error) {
 
 // Parse validates a template document exactly as files are validated.
 func (s *Service) Parse(source string, data []byte) (*template.Template, error) {
-	return template.Parse(source, data, s.classes)
+	return template.Parse(source, data, s.classes, s.images)
 }
 
 // Create stores the first live version of a template.
 func (s *Service) Create(ctx context.Context, actor string, t *template.Template) (Version, error) {
-	if err := t.Validate(s.classes); err != nil {
+	if err := t.ValidateWith(s.classes, s.images); err != nil {
 		return Version{}, err
 	}
 	cur, err := s.live(ctx, t.Metadata.Name)
@@ -122,7 +129,7 @@ func (s *Service) Update(ctx context.Context, actor, name string, t *template.Te
 		errs.Addf("metadata.name", "%q does not match the template being updated, %q", t.Metadata.Name, name)
 		return Version{}, false, errs.Err()
 	}
-	if err := t.Validate(s.classes); err != nil {
+	if err := t.ValidateWith(s.classes, s.images); err != nil {
 		return Version{}, false, err
 	}
 	cur, err := s.live(ctx, name)
@@ -222,7 +229,7 @@ func (s *Service) Plan(ctx context.Context, actor string, files []template.File,
 	inFiles := map[string]bool{}
 	for _, f := range files {
 		t := f.Template
-		if err := t.Validate(s.classes); err != nil {
+		if err := t.ValidateWith(s.classes, s.images); err != nil {
 			return Plan{}, err
 		}
 		name := t.Metadata.Name

@@ -56,6 +56,8 @@ type Config struct {
 	DevLogin DevLogin `json:"devLogin"`
 	// PolicyDir holds model.conf, roles.csv and bindings.yaml.
 	PolicyDir string `json:"policyDir"`
+	// Images configures the image catalog and verification.
+	Images Images `json:"images"`
 	// OIDC, when its issuer is set, authenticates every API request with a
 	// bearer token from that provider (and the dev user is not used).
 	OIDC OIDC `json:"oidc"`
@@ -67,6 +69,28 @@ type Config struct {
 	// RemoveOrphans deletes objects that carry Gantry's labels but belong to no
 	// live workload; otherwise they are only reported.
 	RemoveOrphans bool `json:"removeOrphans"`
+}
+
+// Images configures the approved image catalog and how images are verified.
+type Images struct {
+	Dir string `json:"dir"` // the catalog: Image documents and keys/
+	// RegistryAuthFile is a docker config.json or a pull secret's
+	// .dockerconfigjson with registry credentials (default: none, anonymous).
+	RegistryAuthFile string `json:"registryAuthFile"`
+	// CacheTTL is how long a verified digest stays verified.
+	CacheTTL string `json:"cacheTTL"`
+	// Mirrors maps a catalog registry host to the host to fetch from.
+	Mirrors map[string]string `json:"mirrors"`
+	// DevRegistry runs a local registry holding a signed stand-in for every
+	// catalog image, signed with a development key kept in the data directory
+	// and trusted for this process only (gantry dev; never in production).
+	DevRegistry bool `json:"devRegistry"`
+}
+
+// TTL is the verification cache TTL (validated by Load).
+func (i Images) TTL() time.Duration {
+	d, _ := time.ParseDuration(i.CacheTTL)
+	return d
 }
 
 // DevLogin configures the development OpenID provider.
@@ -136,6 +160,7 @@ func Default() Config {
 		MaxBodyBytes:      1 << 20,
 		Log:               Log{Level: "info", Format: "text"},
 		PolicyDir:         "policy",
+		Images:            Images{Dir: "images", CacheTTL: "10m"},
 		ReconcileInterval: "15s",
 		SessionLifetime:   "8h",
 		OIDC:              OIDC{ClockSkew: "30s", Scopes: []string{"openid", "profile", "email", "groups", "offline_access"}},
@@ -164,16 +189,20 @@ func (c *Config) Session() time.Duration {
 	return d
 }
 
-func defaultDBPath() string {
+func defaultDBPath() string { return filepath.Join(DataDir(), "gantry.db") }
+
+// DataDir is where Gantry keeps local state: $XDG_DATA_HOME/gantry
+// (~/.local/share/gantry).
+func DataDir() string {
 	dir := os.Getenv("XDG_DATA_HOME")
 	if dir == "" {
 		home, err := os.UserHomeDir()
 		if err != nil {
-			return "gantry.db"
+			return "."
 		}
 		dir = filepath.Join(home, ".local", "share")
 	}
-	return filepath.Join(dir, "gantry", "gantry.db")
+	return filepath.Join(dir, "gantry")
 }
 
 // Flags are command-line overrides; empty fields override nothing.
@@ -214,6 +243,16 @@ var env = []struct {
 	{"GANTRY_OIDC_CLI_CLIENT_ID", func(c *Config, v string) error { c.OIDC.CLIClientID = v; return nil }},
 	{"GANTRY_KUBECONFIG", func(c *Config, v string) error { c.Kubeconfig = v; return nil }},
 	{"GANTRY_POLICY_DIR", func(c *Config, v string) error { c.PolicyDir = v; return nil }},
+	{"GANTRY_IMAGES_DIR", func(c *Config, v string) error { c.Images.Dir = v; return nil }},
+	{"GANTRY_IMAGES_REGISTRY_AUTH_FILE", func(c *Config, v string) error { c.Images.RegistryAuthFile = v; return nil }},
+	{"GANTRY_IMAGES_DEV_REGISTRY", func(c *Config, v string) error {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("%q is not true or false", v)
+		}
+		c.Images.DevRegistry = b
+		return nil
+	}},
 	{"GANTRY_OIDC_ISSUER", func(c *Config, v string) error { c.OIDC.Issuer = v; return nil }},
 	{"GANTRY_OIDC_AUDIENCES", func(c *Config, v string) error { c.OIDC.Audiences = strings.Split(v, ","); return nil }},
 	{"GANTRY_RECONCILE_INTERVAL", func(c *Config, v string) error { c.ReconcileInterval = v; return nil }},
@@ -347,6 +386,20 @@ func (c *Config) validate() error {
 	}
 	if c.PolicyDir == "" {
 		errs.Addf("policyDir", "is required")
+	}
+	if c.Images.DevRegistry && c.OIDC.Issuer != "" {
+		errs.Addf("images.devRegistry", "trusts a development signing key: only for local development, not with oidc.issuer")
+	}
+	if c.Images.Dir == "" {
+		errs.Addf("images.dir", "is required")
+	}
+	if d, err := time.ParseDuration(c.Images.CacheTTL); err != nil || d < 0 || d > 24*time.Hour {
+		errs.Addf("images.cacheTTL", "%q must be a duration between 0s and 24h", c.Images.CacheTTL)
+	}
+	for from, to := range c.Images.Mirrors {
+		if from == "" || to == "" || strings.ContainsAny(from+to, "/ ") {
+			errs.Addf("images.mirrors", "%q: %q must map a registry host to a registry host", from, to)
+		}
 	}
 	if c.TemplatesDir == "" {
 		errs.Addf("templatesDir", "is required")

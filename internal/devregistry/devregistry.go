@@ -30,8 +30,10 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
+	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/imagecat"
 	"github.com/gantryhq/gantry/internal/imagesign"
+	"github.com/gantryhq/gantry/internal/imageverify"
 )
 
 // KeyLabel names the development key where verification reports it.
@@ -195,4 +197,38 @@ func LoadOrCreateKey(path string) (*ecdsa.PrivateKey, error) {
 		return nil, err
 	}
 	return k, nil
+}
+
+// Verified starts a registry for cat, trusts its key in cat (for this process
+// only) and returns image verification that fetches from it: the whole
+// supply-chain path of `gantry dev` and the tests.
+func Verified(ctx context.Context, cat *imagecat.Catalog, key *ecdsa.PrivateKey, o imageverify.Options) (*Registry, *imageverify.Images, error) {
+	reg, err := Start(ctx, "127.0.0.1:0", cat, key)
+	if err != nil {
+		return nil, nil, err
+	}
+	cat.Trust(KeyLabel, key.Public())
+	mirrors := map[string]string{}
+	for k, v := range o.Mirrors {
+		mirrors[k] = v
+	}
+	for k, v := range reg.Mirrors {
+		mirrors[k] = v
+	}
+	o.Mirrors = mirrors
+	return reg, &imageverify.Images{Catalog: cat, Verifier: imageverify.New(o)}, nil
+}
+
+// StartDir loads the image catalog in dir, makes a fresh key and starts
+// Verified with it: an in-process supply chain for tests.
+func StartDir(ctx context.Context, dir string, classes *gpu.Catalog) (*Registry, *imageverify.Images, error) {
+	cat, err := imagecat.Load(dir, classes)
+	if err != nil {
+		return nil, nil, err
+	}
+	key, err := imagesign.GenerateKey()
+	if err != nil {
+		return nil, nil, err
+	}
+	return Verified(ctx, cat, key, imageverify.Options{})
 }

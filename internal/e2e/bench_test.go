@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"net/http"
 	"path/filepath"
 	"sort"
@@ -68,7 +69,7 @@ func BenchmarkLaunch(b *testing.B) {
 		gantryTime += time.Since(start)
 
 		start = time.Now()
-		objs, err := render.Objects(r, render.Meta{WorkloadID: fmt.Sprintf("base%06d", n), Team: "bench", Owner: "alice", Namespace: "gantry-bench", TemplateVersion: 1})
+		objs, err := render.Objects(r, render.Meta{WorkloadID: fmt.Sprintf("base%06d", n), Team: "bench", Owner: "alice", Namespace: "gantry-bench", TemplateVersion: 1, Image: "registry.gantry.internal/bench/image@sha256:" + strings.Repeat("2", 64)})
 		if err != nil {
 			b.Fatal(err)
 		}

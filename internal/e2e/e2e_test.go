@@ -28,6 +28,7 @@ import (
 	"github.com/gantryhq/gantry/internal/authz"
 	"github.com/gantryhq/gantry/internal/catalog"
 	"github.com/gantryhq/gantry/internal/devcluster"
+	"github.com/gantryhq/gantry/internal/devregistry"
 	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/kube"
@@ -68,7 +69,11 @@ func start(t testing.TB, dbPath string, withCluster bool) *gantryServer {
 	if _, err := cat.Seed(ctx, "seed", files); err != nil {
 		t.Fatal(err)
 	}
-	wl := workload.New(st, cat, func(team string) string { return "gantry-" + team })
+	_, images, err := devregistry.StartDir(ctx, "../../images", classes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wl := workload.New(st, cat, func(team string) string { return "gantry-" + team }).WithImages(images)
 	checks := []api.Check{{Name: "database", Pinger: st}}
 	if withCluster {
 		k, err := kube.New(cluster.Config())

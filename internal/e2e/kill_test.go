@@ -169,7 +169,8 @@ func startProcess(t *testing.T, root, bin, db string) (*exec.Cmd, string) {
 	ln.Close()
 	cmd := exec.Command(bin, "serve", "--listen", addr, "--db", db, "--kubeconfig", cluster.Kubeconfig, "--log-level", "warn")
 	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "GANTRY_RECONCILE_INTERVAL=1s", "GANTRY_POLICY_DIR="+testPolicy(t))
+	cmd.Env = append(os.Environ(), "GANTRY_RECONCILE_INTERVAL=1s", "GANTRY_POLICY_DIR="+testPolicy(t), "GANTRY_IMAGES_DEV_REGISTRY=true",
+		"XDG_DATA_HOME="+filepath.Join(filepath.Dir(db), "data"))
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

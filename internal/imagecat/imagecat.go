@@ -374,3 +374,13 @@ func (c *Catalog) Resolve(ref string) (*Entry, string, error) {
 	}
 	return e, tag, nil
 }
+
+// GPUClasses returns the GPU classes the image of a catalog reference
+// ("name:tag") supports, or why it cannot be launched.
+func (c *Catalog) GPUClasses(ref string) ([]string, error) {
+	e, _, err := c.Resolve(ref)
+	if err != nil {
+		return nil, err
+	}
+	return e.Image.Spec.GPUClasses, nil
+}

@@ -40,6 +40,7 @@ import (
 
 // Checks name what failed.
 const (
+	CheckCatalog     = "catalog"     // the image is not in the catalog
 	CheckTag         = "tag"         // the tag is not approved in the catalog
 	CheckResolve     = "resolve"     // the registry has no such tag
 	CheckSignature   = "signature"   // unsigned, or no signature verifies with the catalog's keys
@@ -245,6 +246,29 @@ func (v *Verifier) Verify(ctx context.Context, e *imagecat.Entry, tag string) (R
 	return res, nil
 }
 
+// Images verifies catalog references ("name:tag") against a catalog.
+type Images struct {
+	Catalog  *imagecat.Catalog
+	Verifier *Verifier
+}
+
+// Verify looks ref up in the catalog and verifies it.
+func (i *Images) Verify(ctx context.Context, ref string) (Result, error) {
+	name, tag, _ := strings.Cut(ref, ":")
+	e, ok := i.Catalog.Get(name)
+	if !ok {
+		return Result{}, &Refused{Image: ref, Check: CheckCatalog, Reason: fmt.Sprintf("no image %q in the catalog (catalog: %s)", name, strings.Join(i.Catalog.Names(), ", "))}
+	}
+	return i.Verifier.Verify(ctx, e, tag)
+}
+
+// PinnedImage verifies ref and returns the reference that runs, pinned by
+// digest.
+func (i *Images) PinnedImage(ctx context.Context, ref string) (string, error) {
+	r, err := i.Verify(ctx, ref)
+	return r.Pinned, err
+}
+
 // mirror swaps the registry host for its configured mirror.
 func (v *Verifier) mirror(repo name.Repository) name.Repository {
 	host, ok := v.o.Mirrors[repo.RegistryStr()]
@@ -274,6 +298,9 @@ func policyOf(e *imagecat.Entry) string {
 	}
 	return hex.EncodeToString(h.Sum(nil))
 }
+
+// Fingerprint names a public key: the start of the SHA-256 of its DER form.
+func Fingerprint(k crypto.PublicKey) string { return fingerprint(k) }
 
 func fingerprint(k crypto.PublicKey) string {
 	der, err := cryptoutils.MarshalPublicKeyToDER(k)

@@ -49,7 +49,7 @@ func rendered(t *testing.T, name, id, team string, choice template.Choice) []ren
 		if err != nil {
 			t.Fatal(err)
 		}
-		objs, err := render.Objects(r, render.Meta{WorkloadID: id, Team: team, Owner: "alice@example.com", Namespace: "gantry-" + team, TemplateVersion: 1})
+		objs, err := render.Objects(r, render.Meta{WorkloadID: id, Team: team, Owner: "alice@example.com", Namespace: "gantry-" + team, TemplateVersion: 1, Image: "registry.gantry.internal/test/image@sha256:" + strings.Repeat("1", 64)})
 		if err != nil {
 			t.Fatal(err)
 		}

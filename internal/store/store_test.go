@@ -19,6 +19,7 @@ import (
 
 	"github.com/gantryhq/gantry/internal/audit"
 	"github.com/gantryhq/gantry/internal/catalog"
+	"github.com/gantryhq/gantry/internal/devregistry"
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/identity"
@@ -289,7 +290,11 @@ func testWorkloads(t *testing.T, s *store.Store) {
 	if _, err := cat.Seed(ctx, "gitops", files); err != nil {
 		t.Fatal(err)
 	}
-	svc := workload.New(s, cat, namespace)
+	_, images, err := devregistry.StartDir(ctx, "../../images", classes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := workload.New(s, cat, namespace).WithImages(images)
 	var made []workload.Workload
 	for i := range 7 {
 		team := "vision"

@@ -29,7 +29,7 @@ func LoadCatalog(dir string) (*gpu.Catalog, []File, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	files, err := LoadDir(dir, classes)
+	files, err := LoadDir(dir, classes, nil)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -37,8 +37,9 @@ func LoadCatalog(dir string) (*gpu.Catalog, []File, error) {
 }
 
 // LoadDir reads every template (*.yaml, *.yml, *.json of kind Template) in dir,
-// skipping GPU class files, and reports every problem in every file at once.
-func LoadDir(dir string, classes *gpu.Catalog) ([]File, error) {
+// skipping GPU class files, checks their images against images (when not nil)
+// and reports every problem in every file at once.
+func LoadDir(dir string, classes *gpu.Catalog, images Images) ([]File, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("read template directory: %w", err)
@@ -60,7 +61,7 @@ func LoadDir(dir string, classes *gpu.Catalog) ([]File, error) {
 		if kindOf(data) == gpu.Kind {
 			continue
 		}
-		t, err := Parse(path, data, classes)
+		t, err := Parse(path, data, classes, images)
 		if err != nil {
 			errs.AddErr("", err)
 			continue

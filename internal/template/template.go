@@ -178,15 +178,23 @@ var imageRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?:[A-Za-z0-9
 
 func ValidName(name string) bool { return len(name) <= MaxNameLen && nameRE.MatchString(name) }
 
-// Parse decodes and validates a template document (YAML or JSON). Every problem is
+// Images answers for the image catalog: the GPU classes a catalog image
+// ("name:tag") supports, or why it cannot be launched (unknown image, tag not
+// approved).
+type Images interface {
+	GPUClasses(ref string) ([]string, error)
+}
+
+// Parse decodes and validates a template document (YAML or JSON), and, when
+// images is not nil, its image against the image catalog. Every problem is
 // reported at once, each with file:line and field path.
-func Parse(file string, data []byte, classes *gpu.Catalog) (*Template, error) {
+func Parse(file string, data []byte, classes *gpu.Catalog, images Images) (*Template, error) {
 	var t Template
 	lines, err := yamldoc.Decode(file, data, &t)
 	if lines == nil {
 		return nil, err // not YAML at all
 	}
-	if err := fault.Merge(err, lines.Locate(file, t.Validate(classes))); err != nil {
+	if err := fault.Merge(err, lines.Locate(file, t.ValidateWith(classes, images))); err != nil {
 		return nil, err
 	}
 	return &t, nil
@@ -201,6 +209,39 @@ func (t *Template) Digest() string {
 	}
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
+}
+
+// ValidateWith is Validate and, when images is not nil, CheckImage.
+func (t *Template) ValidateWith(classes *gpu.Catalog, images Images) error {
+	err := t.Validate(classes)
+	if images == nil || !imageRE.MatchString(t.Spec.Image) {
+		return err
+	}
+	var errs fault.List
+	if err != nil {
+		errs.AddErr("", err)
+	}
+	if err := t.CheckImage(images); err != nil {
+		errs.AddErr("", err)
+	}
+	return errs.Err()
+}
+
+// CheckImage checks the template's image against the image catalog: it exists,
+// its tag is approved, and it supports every GPU class the template offers.
+func (t *Template) CheckImage(images Images) error {
+	var errs fault.List
+	supported, err := images.GPUClasses(t.Spec.Image)
+	if err != nil {
+		errs.Addf("spec.image", "%v", err)
+		return errs.Err()
+	}
+	for i, c := range t.Spec.GPU.Classes {
+		if !slices.Contains(supported, c) {
+			errs.Addf(fmt.Sprintf("spec.gpu.classes[%d]", i), "image %s does not support %s (it supports %s)", t.Spec.Image, c, strings.Join(supported, ", "))
+		}
+	}
+	return errs.Err()
 }
 
 // Validate checks the template against the schema's rules and the GPU classes.

@@ -40,7 +40,7 @@ spec:
 `
 
 func TestStarterCatalogIsValid(t *testing.T) {
-	files, err := template.LoadDir("../../templates", classes(t))
+	files, err := template.LoadDir("../../templates", classes(t), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +102,7 @@ func TestParseErrors(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := template.Parse("t.yaml", []byte(tc.edit(valid)), classes(t))
+			_, err := template.Parse("t.yaml", []byte(tc.edit(valid)), classes(t), nil)
 			var inv *fault.Invalid
 			if !errors.As(err, &inv) {
 				t.Fatalf("err = %v, want *fault.Invalid", err)
@@ -122,13 +122,13 @@ func TestParseErrors(t *testing.T) {
 			}
 		})
 	}
-	if _, err := template.Parse("t.yaml", []byte(valid), classes(t)); err != nil {
+	if _, err := template.Parse("t.yaml", []byte(valid), classes(t), nil); err != nil {
 		t.Fatalf("valid template: %v", err)
 	}
 }
 
 func TestResolve(t *testing.T) {
-	tpl, err := template.Parse("t.yaml", []byte(valid), classes(t))
+	tpl, err := template.Parse("t.yaml", []byte(valid), classes(t), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,18 +185,18 @@ func TestResolve(t *testing.T) {
 }
 
 func TestDigestIgnoresFormatting(t *testing.T) {
-	a, err := template.Parse("a.yaml", []byte(valid), classes(t))
+	a, err := template.Parse("a.yaml", []byte(valid), classes(t), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := template.Parse("b.yaml", []byte("# comment\n"+strings.ReplaceAll(valid, "{cpu: \"1\", memory: 1Gi}", "\n    cpu: \"1\"\n    memory: 1Gi")), classes(t))
+	b, err := template.Parse("b.yaml", []byte("# comment\n"+strings.ReplaceAll(valid, "{cpu: \"1\", memory: 1Gi}", "\n    cpu: \"1\"\n    memory: 1Gi")), classes(t), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if a.Digest() != b.Digest() {
 		t.Error("same template, different digests")
 	}
-	c, _ := template.Parse("c.yaml", []byte(strings.Replace(valid, "Tiny job", "Tiny job!", 1)), classes(t))
+	c, _ := template.Parse("c.yaml", []byte(strings.Replace(valid, "Tiny job", "Tiny job!", 1)), classes(t), nil)
 	if a.Digest() == c.Digest() {
 		t.Error("different templates, same digest")
 	}
@@ -215,7 +215,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(`{"apiVersion":"gantry.dev/v1alpha1","kind":"Template","metadata":{"name":"x"}}`))
 	cat := classes(f)
 	f.Fuzz(func(t *testing.T, data []byte) {
-		tpl, err := template.Parse("f.yaml", data, cat)
+		tpl, err := template.Parse("f.yaml", data, cat, nil)
 		if err != nil {
 			var inv *fault.Invalid
 			if !errors.As(err, &inv) || len(inv.Fields) == 0 {

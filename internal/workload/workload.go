@@ -61,6 +61,7 @@ type Workload struct {
 	Status          Status
 	Reason          string // why the workload is stuck or failed
 	Endpoint        string // in-cluster address of a service or notebook
+	Image           string // the verified image, pinned by digest
 	IdempotencyKey  string // the caller's key for this launch, if any
 	RequestHash     string // fingerprint of the launch request, to tell repeats from reuse
 	CreatedAt       time.Time
@@ -161,8 +162,21 @@ type Service struct {
 	namespace func(team string) string
 	cluster   Cluster    // nil: workloads are recorded, not applied
 	authz     Authorizer // nil: no team checks (system use and tests of other layers)
+	images    Images     // nil: nothing can be launched
 	now       func() time.Time
 	newID     func() string
+}
+
+// Images verifies a template's catalog image (signature, annotations,
+// attestations) and pins it by digest. A refusal says which check failed.
+type Images interface {
+	PinnedImage(ctx context.Context, ref string) (string, error)
+}
+
+// WithImages sets the image verification every launch goes through.
+func (s *Service) WithImages(i Images) *Service {
+	s.images = i
+	return s
 }
 
 // WithAuthorizer makes every user-facing operation check the caller's
@@ -265,7 +279,14 @@ func (s *Service) render(ctx context.Context, owner string, req Request, id stri
 	if err != nil {
 		return Rendered{}, err
 	}
-	meta := render.Meta{WorkloadID: id, Team: req.Team, Owner: owner, Namespace: s.namespace(req.Team), TemplateVersion: v.Version}
+	if s.images == nil {
+		return Rendered{}, &fault.Unavailable{What: "image verification", Err: errors.New("no image catalog is configured, and Gantry runs only verified images")}
+	}
+	pinned, err := s.images.PinnedImage(ctx, v.Template.Spec.Image)
+	if err != nil {
+		return Rendered{}, err
+	}
+	meta := render.Meta{WorkloadID: id, Team: req.Team, Owner: owner, Namespace: s.namespace(req.Team), TemplateVersion: v.Version, Image: pinned}
 	objs, err := render.Objects(r, meta)
 	if err != nil {
 		return Rendered{}, err
@@ -344,6 +365,7 @@ func (s *Service) create(ctx context.Context, owner string, req Request) (Worklo
 		IdempotencyKey:  req.IdempotencyKey,
 		RequestHash:     req.fingerprint(),
 		Endpoint:        endpoint(rd),
+		Image:           rd.Meta.Image,
 		CreatedAt:       now,
 		UpdatedAt:       now,
 	}
@@ -494,7 +516,7 @@ func (s *Service) rerender(ctx context.Context, w Workload) ([]render.Object, er
 	if err != nil {
 		return nil, err
 	}
-	objs, err := render.Objects(r, render.Meta{WorkloadID: w.ID, Team: w.Team, Owner: w.Owner, Namespace: s.namespace(w.Team), TemplateVersion: w.TemplateVersion})
+	objs, err := render.Objects(r, render.Meta{WorkloadID: w.ID, Team: w.Team, Owner: w.Owner, Namespace: s.namespace(w.Team), TemplateVersion: w.TemplateVersion, Image: w.Image})
 	if err != nil {
 		return nil, err
 	}

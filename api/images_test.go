@@ -31,7 +31,9 @@ func TestImages(t *testing.T) {
 	var list struct {
 		Items []struct {
 			Name    string
-			Signing struct{ Keys []struct{ File, Fingerprint string } }
+			Signing struct {
+				Keys []struct{ File, Fingerprint string }
+			}
 		}
 	}
 	if s, _ := e.do("GET", "/api/v1/images", nil, &list); s != 200 || len(list.Items) != 5 || list.Items[2].Name != "pytorch" ||

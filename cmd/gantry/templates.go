@@ -11,8 +11,8 @@ import (
 
 	"github.com/gantryhq/gantry/internal/catalog"
 	"github.com/gantryhq/gantry/internal/config"
-	"github.com/gantryhq/gantry/internal/imagecat"
 	"github.com/gantryhq/gantry/internal/gpu"
+	"github.com/gantryhq/gantry/internal/imagecat"
 	"github.com/gantryhq/gantry/internal/render"
 	"github.com/gantryhq/gantry/internal/template"
 )

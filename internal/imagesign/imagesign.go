@@ -48,7 +48,9 @@ func New(key *ecdsa.PrivateKey) (*Signer, error) {
 }
 
 // PublicKeyPEM is the public key as the catalog's key files hold it.
-func (s *Signer) PublicKeyPEM() ([]byte, error) { return cryptoutils.MarshalPublicKeyToPEM(s.priv.Public()) }
+func (s *Signer) PublicKeyPEM() ([]byte, error) {
+	return cryptoutils.MarshalPublicKeyToPEM(s.priv.Public())
+}
 
 // Sign attaches a signature over img (a digest reference) carrying the
 // annotations.

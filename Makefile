@@ -21,7 +21,7 @@ generate: ## regenerate api/api.gen.go from openapi.yaml
 	$(GO) generate ./...
 
 bench: ## run the benchmarks (both store backends, a local cluster) into bench.txt, benchstat-ready
-	.ci/with-postgres $(GO) test -run='^$$' -bench=. -benchmem -count=6 ./internal/render ./internal/store ./internal/authz ./internal/authn ./internal/weblogin | tee bench.txt
+	.ci/with-postgres $(GO) test -run='^$$' -bench=. -benchmem -count=6 ./internal/render ./internal/store ./internal/authz ./internal/authn ./internal/weblogin ./internal/imageverify | tee bench.txt
 	GANTRY_TEST_CLUSTER=1 $(GO) test -run='^$$' -bench=BenchmarkLaunch -count=6 ./internal/e2e | tee -a bench.txt
 	GANTRY_TEST_CLUSTER=1 $(GO) test -run='^$$' -bench=BenchmarkSubmitToRunning -benchtime=1x -count=3 ./internal/e2e | tee -a bench.txt
 

@@ -28,14 +28,14 @@ import (
 const provenance = "https://slsa.dev/provenance/v1"
 
 type rig struct {
-	t        *testing.T
+	t        testing.TB
 	host     string
 	platform *imagesign.Signer
 	other    *imagesign.Signer
 	entry    *imagecat.Entry
 }
 
-func setup(t *testing.T) *rig {
+func setup(t testing.TB) *rig {
 	t.Helper()
 	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
 	t.Cleanup(srv.Close)
@@ -45,7 +45,7 @@ func setup(t *testing.T) *rig {
 	return r
 }
 
-func signer(t *testing.T) *imagesign.Signer {
+func signer(t testing.TB) *imagesign.Signer {
 	k, err := imagesign.GenerateKey()
 	if err != nil {
 		t.Fatal(err)
@@ -275,4 +275,32 @@ func TestKeyless(t *testing.T) {
 
 func cryptoPublic(pem []byte) (crypto.PublicKey, error) {
 	return cryptoutils.UnmarshalPEMToPublicKey(pem)
+}
+
+// BenchmarkVerify: verifying an image from scratch (tag → digest at the
+// registry, signature and attestation fetched and checked) against the cached
+// path (the tag still resolved at the registry, then the cache), both with an
+// in-process registry on loopback.
+func BenchmarkVerify(b *testing.B) {
+	ctx := context.Background()
+	r := setup(b)
+	r.good("25.01-py3")
+	b.Run("cold", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := imageverify.New(imageverify.Options{}).Verify(ctx, r.entry, "25.01-py3"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("cached", func(b *testing.B) {
+		v := imageverify.New(imageverify.Options{})
+		if _, err := v.Verify(ctx, r.entry, "25.01-py3"); err != nil {
+			b.Fatal(err)
+		}
+		for b.Loop() {
+			if res, err := v.Verify(ctx, r.entry, "25.01-py3"); err != nil || !res.Cached {
+				b.Fatal(err)
+			}
+		}
+	})
 }

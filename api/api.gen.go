@@ -36,16 +36,16 @@ func (e AuditRecordDecision) Valid() bool {
 
 // Defines values for CatalogImageConfidentialTee.
 const (
-	Snp CatalogImageConfidentialTee = "snp"
-	Tdx CatalogImageConfidentialTee = "tdx"
+	CatalogImageConfidentialTeeSnp CatalogImageConfidentialTee = "snp"
+	CatalogImageConfidentialTeeTdx CatalogImageConfidentialTee = "tdx"
 )
 
 // Valid indicates whether the value is a known member of the CatalogImageConfidentialTee enum.
 func (e CatalogImageConfidentialTee) Valid() bool {
 	switch e {
-	case Snp:
+	case CatalogImageConfidentialTeeSnp:
 		return true
-	case Tdx:
+	case CatalogImageConfidentialTeeTdx:
 		return true
 	default:
 		return false
@@ -67,6 +67,24 @@ func (e CatalogImageLayer) Valid() bool {
 	case Base:
 		return true
 	case Framework:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for GPUClassConfidentialTees.
+const (
+	GPUClassConfidentialTeesSnp GPUClassConfidentialTees = "snp"
+	GPUClassConfidentialTeesTdx GPUClassConfidentialTees = "tdx"
+)
+
+// Valid indicates whether the value is a known member of the GPUClassConfidentialTees enum.
+func (e GPUClassConfidentialTees) Valid() bool {
+	switch e {
+	case GPUClassConfidentialTeesSnp:
+		return true
+	case GPUClassConfidentialTeesTdx:
 		return true
 	default:
 		return false
@@ -238,6 +256,24 @@ func (e WorkloadKind) Valid() bool {
 	case WorkloadKindNotebook:
 		return true
 	case WorkloadKindService:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WorkloadTee.
+const (
+	WorkloadTeeSnp WorkloadTee = "snp"
+	WorkloadTeeTdx WorkloadTee = "tdx"
+)
+
+// Valid indicates whether the value is a known member of the WorkloadTee enum.
+func (e WorkloadTee) Valid() bool {
+	switch e {
+	case WorkloadTeeSnp:
+		return true
+	case WorkloadTeeTdx:
 		return true
 	default:
 		return false
@@ -429,6 +465,12 @@ type GPUChoice struct {
 
 // GPUClass defines model for GPUClass.
 type GPUClass struct {
+	// Confidential Present when the class runs confidential workloads (GPU in NVIDIA CC mode, passed through to a Kata VM).
+	Confidential *struct {
+		// Mig Whether MIG slices may be confidential; otherwise confidential workloads get whole GPUs.
+		Mig  bool                       `json:"mig"`
+		Tees []GPUClassConfidentialTees `json:"tees"`
+	} `json:"confidential,omitempty"`
 	Description *string      `json:"description,omitempty"`
 	MemoryGiB   int          `json:"memoryGiB"`
 	MigProfiles []MIGProfile `json:"migProfiles"`
@@ -442,7 +484,13 @@ type GPUClass struct {
 
 	// Products Values of the node label nvidia.com/gpu.product this class matches.
 	Products []string `json:"products"`
+
+	// VmDeviceName The device resource KubeVirt passes this GPU to VMs under.
+	VmDeviceName *string `json:"vmDeviceName,omitempty"`
 }
+
+// GPUClassConfidentialTees defines model for GPUClass.Confidential.Tees.
+type GPUClassConfidentialTees string
 
 // GPUClassList defines model for GPUClassList.
 type GPUClassList struct {
@@ -464,6 +512,9 @@ type ImageList struct {
 
 // LaunchRequest defines model for LaunchRequest.
 type LaunchRequest struct {
+	// Confidential Run in a confidential VM (Kata with the GPU in NVIDIA CC mode, on a TEE node). Needs a confidential catalog image and a GPU class that supports it; a template marked confidential is always confidential.
+	Confidential *bool `json:"confidential,omitempty"`
+
 	// Gpu The GPUs to ask for; each field defaults to the template's choice.
 	Gpu *GPUChoice `json:"gpu,omitempty"`
 
@@ -584,6 +635,9 @@ type ReadinessStatus string
 
 // RenderRequest defines model for RenderRequest.
 type RenderRequest struct {
+	// Confidential Run in a confidential VM (Kata with the GPU in NVIDIA CC mode, on a TEE node). Needs a confidential catalog image and a GPU class that supports it; a template marked confidential is always confidential.
+	Confidential *bool `json:"confidential,omitempty"`
+
 	// Gpu The GPUs to ask for; each field defaults to the template's choice.
 	Gpu *GPUChoice `json:"gpu,omitempty"`
 
@@ -666,11 +720,16 @@ type TemplateResources struct {
 
 // TemplateSpec defines model for TemplateSpec.
 type TemplateSpec struct {
-	Args       *[]string            `json:"args,omitempty"`
-	Command    *[]string            `json:"command,omitempty"`
-	CostCenter *string              `json:"costCenter,omitempty"`
-	Env        *[]EnvVar            `json:"env,omitempty"`
-	Gpu        TemplateGPU          `json:"gpu"`
+	Args    *[]string `json:"args,omitempty"`
+	Command *[]string `json:"command,omitempty"`
+
+	// Confidential Every launch runs in a confidential VM; the image must be a confidential catalog image.
+	Confidential *bool       `json:"confidential,omitempty"`
+	CostCenter   *string     `json:"costCenter,omitempty"`
+	Env          *[]EnvVar   `json:"env,omitempty"`
+	Gpu          TemplateGPU `json:"gpu"`
+
+	// Image A catalog image (images/), name:tag. Launches verify it and run it pinned by digest.
 	Image      string               `json:"image"`
 	Lifecycle  *Lifecycle           `json:"lifecycle,omitempty"`
 	Parameters *[]Parameter         `json:"parameters,omitempty"`
@@ -811,6 +870,9 @@ type Workload struct {
 	// Team A lowercase DNS label.
 	Team Name `json:"team"`
 
+	// Tee For a confidential workload, the TEE its VM runs in.
+	Tee *WorkloadTee `json:"tee,omitempty"`
+
 	// Template A lowercase DNS label.
 	Template        Name      `json:"template"`
 	TemplateVersion int       `json:"templateVersion"`
@@ -819,6 +881,9 @@ type Workload struct {
 
 // WorkloadKind defines model for Workload.Kind.
 type WorkloadKind string
+
+// WorkloadTee For a confidential workload, the TEE its VM runs in.
+type WorkloadTee string
 
 // WorkloadID A workload id.
 type WorkloadID = string

@@ -62,6 +62,19 @@ func templateList(vs []catalog.Version) TemplateList {
 
 func gpuClass(c gpu.Class) GPUClass {
 	out := GPUClass{Name: c.Name, Products: c.Products, MemoryGiB: c.MemoryGiB, MigProfiles: []MIGProfile{}}
+	if c.VMDeviceName != "" {
+		out.VmDeviceName = ptr(c.VMDeviceName)
+	}
+	if cc := c.Confidential; cc != nil {
+		tees := make([]GPUClassConfidentialTees, len(cc.TEEs))
+		for i, t := range cc.TEEs {
+			tees[i] = GPUClassConfidentialTees(t)
+		}
+		out.Confidential = &struct {
+			Mig  bool                       `json:"mig"`
+			Tees []GPUClassConfidentialTees `json:"tees"`
+		}{Mig: cc.MIG, Tees: tees}
+	}
 	if c.Description != "" {
 		out.Description = ptr(c.Description)
 	}
@@ -87,6 +100,9 @@ func workloadOut(w workload.Workload) Workload {
 	if w.Image != "" {
 		out.Image = ptr(w.Image)
 	}
+	if w.TEE != "" {
+		out.Tee = ptr(WorkloadTee(w.TEE))
+	}
 	if w.Endpoint != "" {
 		out.Endpoint = ptr(w.Endpoint)
 	}
@@ -100,8 +116,8 @@ func workloadOut(w workload.Workload) Workload {
 	return out
 }
 
-func choice(g *GPUChoice, params *Parameters) template.Choice {
-	var c template.Choice
+func choice(g *GPUChoice, params *Parameters, confidential *bool) template.Choice {
+	c := template.Choice{Confidential: deref(confidential)}
 	if g != nil {
 		c.Class, c.Count, c.MIGProfile = deref(g.Class), deref(g.Count), deref(g.MigProfile)
 	}

@@ -482,7 +482,7 @@ func (s *server) ListTemplateVersions(ctx context.Context, req ListTemplateVersi
 func (s *server) RenderTemplate(ctx context.Context, req RenderTemplateRequestObject) (RenderTemplateResponseObject, error) {
 	b := req.Body
 	rd, err := s.o.Workloads.Preview(ctx, caller(ctx), workload.Request{
-		Template: req.Name, Version: deref(b.TemplateVersion), Team: b.Team, Choice: choice(b.Gpu, b.Parameters),
+		Template: req.Name, Version: deref(b.TemplateVersion), Team: b.Team, Choice: choice(b.Gpu, b.Parameters, b.Confidential),
 	})
 	if err != nil {
 		return nil, err
@@ -518,7 +518,7 @@ func (s *server) GetGPUClass(ctx context.Context, req GetGPUClassRequestObject) 
 func (s *server) CreateWorkload(ctx context.Context, req CreateWorkloadRequestObject) (CreateWorkloadResponseObject, error) {
 	b := req.Body
 	w, replayed, err := s.o.Workloads.Create(ctx, caller(ctx), workload.Request{
-		Template: b.Template, Version: deref(b.TemplateVersion), Team: b.Team, Choice: choice(b.Gpu, b.Parameters),
+		Template: b.Template, Version: deref(b.TemplateVersion), Team: b.Team, Choice: choice(b.Gpu, b.Parameters, b.Confidential),
 		IdempotencyKey: deref(req.Params.IdempotencyKey),
 	})
 	if err != nil {

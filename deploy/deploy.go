@@ -9,3 +9,10 @@ import _ "embed"
 //
 //go:embed priorityclasses.yaml
 var PriorityClasses []byte
+
+// RuntimeClasses is runtimeclasses.yaml: the Kata runtime classes of
+// confidential workloads (kata-qemu-nvidia-gpu-snp and -tdx), with the node
+// selectors that keep each on nodes of its TEE.
+//
+//go:embed runtimeclasses.yaml
+var RuntimeClasses []byte

@@ -81,7 +81,7 @@ func TestBrowserSignIn(t *testing.T) {
 	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.getElementById('status').textContent.includes('templates')`, chromedp.WithPollingTimeout(20*time.Second))); err != nil {
 		t.Fatalf("the page's script did not list the templates: %v", err)
 	}
-	if who, teams, status := text("signed-in-as"), text("teams"), text("status"); !strings.Contains(who, "Alice Moreau") || teams != "vision" || status != "5 templates" {
+	if who, teams, status := text("signed-in-as"), text("teams"), text("status"); !strings.Contains(who, "Alice Moreau") || teams != "vision" || status != "6 templates" {
 		t.Errorf("signed-in page: %q, teams %q, status %q", who, teams, status)
 	}
 	res, err := chromedp.Call(ctx, network.GetCookies, network.GetCookiesParams{URLs: []string{g.URL}})

@@ -55,6 +55,11 @@ func devCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}()
 	cfg.Kubeconfig = cl.Kubeconfig
 	cfg.Images.DevRegistry = true
+	if cfg.Confidential.KBSURL == "" {
+		// No key broker runs here: the simulated CC nodes never attest, but the
+		// pods carry init data as they would in a real cluster.
+		cfg.Confidential.KBSURL = "http://kbs.gantry-system.svc.cluster.local:8080"
+	}
 	return runServer(ctx, cfg, func(sv served) {
 		var users strings.Builder
 		for _, u := range sv.Users {

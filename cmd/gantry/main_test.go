@@ -36,7 +36,7 @@ func copyTemplates(t *testing.T) string {
 
 func TestValidate(t *testing.T) {
 	code, out, _ := cli(t, "templates", "validate", "--images", "../../images", "../../templates")
-	if code != 0 || !strings.Contains(out, "5 templates valid (5 GPU classes, 5 catalog images)") {
+	if code != 0 || !strings.Contains(out, "6 templates valid (5 GPU classes, 6 catalog images)") {
 		t.Fatalf("exit %d: %s", code, out)
 	}
 	dir := copyTemplates(t)
@@ -89,15 +89,15 @@ func TestApply(t *testing.T) {
 	dir := copyTemplates(t)
 
 	code, out, errs := cli(t, "templates", "apply", "-f", dir, "--db", db, "--dry-run")
-	if code != 0 || !strings.Contains(out, "dry run: 5 to create, 0 to update, 0 to delete, 0 unchanged; nothing changed") {
+	if code != 0 || !strings.Contains(out, "dry run: 6 to create, 0 to update, 0 to delete, 0 unchanged; nothing changed") {
 		t.Fatalf("dry run: exit %d\n%s%s", code, out, errs)
 	}
 	code, out, _ = cli(t, "templates", "apply", "-f", dir, "--db", db)
-	if code != 0 || !strings.Contains(out, "applied: 5 to create") || !strings.Contains(out, "+  name: vllm-inference") {
+	if code != 0 || !strings.Contains(out, "applied: 6 to create") || !strings.Contains(out, "+  name: vllm-inference") {
 		t.Fatalf("apply: exit %d\n%s", code, out)
 	}
 	code, out, _ = cli(t, "templates", "apply", "-f", dir, "--db", db)
-	if code != 0 || !strings.Contains(out, "0 to create, 0 to update, 0 to delete, 5 unchanged") {
+	if code != 0 || !strings.Contains(out, "0 to create, 0 to update, 0 to delete, 6 unchanged") {
 		t.Fatalf("re-apply: exit %d\n%s", code, out)
 	}
 
@@ -108,7 +108,7 @@ func TestApply(t *testing.T) {
 	os.Remove(filepath.Join(dir, "dev-environment.yaml"))
 	code, out, _ = cli(t, "templates", "apply", "-f", dir, "--db", db)
 	if code != 0 || !strings.Contains(out, "-    maxRuntime: 72h") || !strings.Contains(out, "+    maxRuntime: 48h") ||
-		!strings.Contains(out, "0 to create, 1 to update, 0 to delete, 3 unchanged (pytorch-train@2)") {
+		!strings.Contains(out, "0 to create, 1 to update, 0 to delete, 4 unchanged (pytorch-train@2)") {
 		t.Fatalf("update: exit %d\n%s", code, out)
 	}
 	code, out, _ = cli(t, "templates", "apply", "-f", dir, "--db", db, "--prune")

@@ -95,6 +95,11 @@ func open(ctx context.Context, cfg config.Config) (*app, error) {
 	cat := catalog.New(st, classes).WithImages(images)
 	prefix := cfg.NamespacePrefix
 	wl := workload.New(st, cat, func(team string) string { return prefix + team }).WithImages(verified)
+	if k := cfg.Confidential.KBSURL; k != "" {
+		if err := wl.WithConfidential(k); err != nil {
+			return nil, fmt.Errorf("confidential.kbsURL: %w", err)
+		}
+	}
 	return &app{cfg: cfg, log: log, store: st, catalog: cat, workloads: wl, images: verified}, nil
 }
 

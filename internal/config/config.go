@@ -58,6 +58,8 @@ type Config struct {
 	PolicyDir string `json:"policyDir"`
 	// Images configures the image catalog and verification.
 	Images Images `json:"images"`
+	// Confidential configures confidential launches.
+	Confidential Confidential `json:"confidential"`
 	// OIDC, when its issuer is set, authenticates every API request with a
 	// bearer token from that provider (and the dev user is not used).
 	OIDC OIDC `json:"oidc"`
@@ -69,6 +71,13 @@ type Config struct {
 	// RemoveOrphans deletes objects that carry Gantry's labels but belong to no
 	// live workload; otherwise they are only reported.
 	RemoveOrphans bool `json:"removeOrphans"`
+}
+
+// Confidential configures confidential-computing launches.
+type Confidential struct {
+	// KBSURL is the key broker (Trustee KBS) the attestation agent of every
+	// confidential pod reports to; without it confidential launches are refused.
+	KBSURL string `json:"kbsURL"`
 }
 
 // Images configures the approved image catalog and how images are verified.
@@ -243,6 +252,7 @@ var env = []struct {
 	{"GANTRY_OIDC_CLI_CLIENT_ID", func(c *Config, v string) error { c.OIDC.CLIClientID = v; return nil }},
 	{"GANTRY_KUBECONFIG", func(c *Config, v string) error { c.Kubeconfig = v; return nil }},
 	{"GANTRY_POLICY_DIR", func(c *Config, v string) error { c.PolicyDir = v; return nil }},
+	{"GANTRY_CONFIDENTIAL_KBS_URL", func(c *Config, v string) error { c.Confidential.KBSURL = v; return nil }},
 	{"GANTRY_IMAGES_DIR", func(c *Config, v string) error { c.Images.Dir = v; return nil }},
 	{"GANTRY_IMAGES_REGISTRY_AUTH_FILE", func(c *Config, v string) error { c.Images.RegistryAuthFile = v; return nil }},
 	{"GANTRY_IMAGES_DEV_REGISTRY", func(c *Config, v string) error {
@@ -389,6 +399,11 @@ func (c *Config) validate() error {
 	}
 	if c.Images.DevRegistry && c.OIDC.Issuer != "" {
 		errs.Addf("images.devRegistry", "trusts a development signing key: only for local development, not with oidc.issuer")
+	}
+	if k := c.Confidential.KBSURL; k != "" {
+		if u, err := url.Parse(k); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || strings.ContainsAny(k, "'\"\n") {
+			errs.Addf("confidential.kbsURL", "%q is not an http or https URL", k)
+		}
 	}
 	if c.Images.Dir == "" {
 		errs.Addf("images.dir", "is required")

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	nodev1 "k8s.io/api/node/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -241,6 +242,15 @@ func (c *Cluster) provision(ctx context.Context, o Options) error {
 		}
 		if _, err := cs.SchedulingV1().PriorityClasses().Create(ctx, &pc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("create priority class %s: %w", pc.Name, err)
+		}
+	}
+	for _, doc := range strings.Split(string(deploy.RuntimeClasses), "\n---\n") {
+		var rc nodev1.RuntimeClass
+		if err := yaml.UnmarshalStrict([]byte(doc), &rc); err != nil {
+			return fmt.Errorf("runtime classes: %w", err)
+		}
+		if _, err := cs.NodeV1().RuntimeClasses().Create(ctx, &rc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create runtime class %s: %w", rc.Name, err)
 		}
 	}
 	sc := &storagev1.StorageClass{

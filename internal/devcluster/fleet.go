@@ -20,11 +20,15 @@ type NodeSpec struct {
 	MIGConf  string         // nvidia.com/mig.config
 	Spot     bool           // spot capacity: labelled and tainted
 	CC       bool           // confidential computing ready (nvidia.com/cc.mode=on)
+	// TEE of a CC node's CPUs (snp | tdx): its GPUs are bound for passthrough
+	// and advertised as nvidia.com/pgpu, not nvidia.com/gpu.
+	TEE string
 }
 
 // Fleet is the simulated GPU fleet of the local cluster: every GPU class of the
-// starter catalog, an H100 node cut into MIG slices (mixed strategy) and a spot
-// L4 node.
+// starter catalog, an H100 node cut into MIG slices (mixed strategy), a spot L4
+// node, and two confidential-computing nodes (H100 on AMD SEV-SNP, H200 on
+// Intel TDX) whose GPUs are passed through to Kata VMs.
 var Fleet = []NodeSpec{
 	{Prefix: "h100", Count: 2, Product: "NVIDIA-H100-80GB-HBM3", MemoryMB: 81559, GPUs: 8, Whole: 8},
 	{Prefix: "h100-mig", Count: 1, Product: "NVIDIA-H100-80GB-HBM3", MemoryMB: 81559, GPUs: 4,
@@ -34,6 +38,15 @@ var Fleet = []NodeSpec{
 	{Prefix: "h200", Count: 1, Product: "NVIDIA-H200", MemoryMB: 143771, GPUs: 8, Whole: 8},
 	{Prefix: "l4", Count: 2, Product: "NVIDIA-L4", MemoryMB: 23034, GPUs: 4, Whole: 4},
 	{Prefix: "l4-spot", Count: 1, Product: "NVIDIA-L4", MemoryMB: 23034, GPUs: 4, Whole: 4, Spot: true},
+	{Prefix: "h100-cc-snp", Count: 1, Product: "NVIDIA-H100-80GB-HBM3", MemoryMB: 81559, GPUs: 8, CC: true, TEE: "snp"},
+	{Prefix: "h200-cc-tdx", Count: 1, Product: "NVIDIA-H200", MemoryMB: 143771, GPUs: 8, CC: true, TEE: "tdx"},
+}
+
+// teeLabels are the Node Feature Discovery labels of a CPU TEE, which the
+// RuntimeClasses in deploy/ select on.
+var teeLabels = map[string]string{
+	"snp": "feature.node.kubernetes.io/cpu-security.sev.snp.enabled",
+	"tdx": "feature.node.kubernetes.io/cpu-security.tdx.enabled",
 }
 
 // Nodes builds the Node objects of a fleet; kwok manages nodes annotated
@@ -66,6 +79,8 @@ func Nodes(fleet []NodeSpec) []*corev1.Node {
 			}
 			if s.CC {
 				labels["nvidia.com/cc.mode"] = "on"
+				labels["nvidia.com/cc.ready.state"] = "true"
+				labels[teeLabels[s.TEE]] = "true"
 			}
 			res := corev1.ResourceList{
 				corev1.ResourceCPU:              resource.MustParse("192"),
@@ -73,6 +88,9 @@ func Nodes(fleet []NodeSpec) []*corev1.Node {
 				corev1.ResourceEphemeralStorage: resource.MustParse("20Ti"),
 				corev1.ResourcePods:             resource.MustParse("110"),
 				"nvidia.com/gpu":                *resource.NewQuantity(int64(s.Whole), resource.DecimalSI),
+			}
+			if s.CC {
+				res["nvidia.com/pgpu"] = *resource.NewQuantity(int64(s.GPUs), resource.DecimalSI)
 			}
 			for p, n := range s.MIG {
 				res[corev1.ResourceName("nvidia.com/mig-"+p)] = *resource.NewQuantity(int64(n), resource.DecimalSI)

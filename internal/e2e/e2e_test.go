@@ -74,6 +74,9 @@ func start(t testing.TB, dbPath string, withCluster bool) *gantryServer {
 		t.Fatal(err)
 	}
 	wl := workload.New(st, cat, func(team string) string { return "gantry-" + team }).WithImages(images)
+	if err := wl.WithConfidential("https://kbs.gantry-system.svc:8080"); err != nil {
+		t.Fatal(err)
+	}
 	checks := []api.Check{{Name: "database", Pinger: st}}
 	if withCluster {
 		k, err := kube.New(cluster.Config())
@@ -200,6 +203,7 @@ func TestStarterTemplatesRun(t *testing.T) {
 		{"vllm-inference", nil, map[string]any{"class": "H200-141GB", "count": 2}, "Running", "nvidia.com/gpu"},
 		{"batch-inference", map[string]any{"input": "prompts.jsonl"}, map[string]any{"class": "H100-80GB", "migProfile": "3g.40gb"}, "Succeeded", "nvidia.com/mig-3g.40gb"},
 		{"dev-environment", nil, nil, "Running", "nvidia.com/gpu"},
+		{"confidential-inference", nil, nil, "Running", "nvidia.com/pgpu"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.template, func(t *testing.T) {
@@ -232,6 +236,42 @@ func TestStarterTemplatesRun(t *testing.T) {
 				t.Errorf("MIG request ran on %s, want the MIG node", p.Spec.NodeName)
 			}
 		})
+	}
+}
+
+// TestConfidentialLaunch: a confidential launch is admitted by the real API
+// server with its RuntimeClass (which adds the Kata VM's overhead and its TEE's
+// node selector), runs on the CC node of that TEE with passed-through GPUs;
+// a confidential request for a non-confidential image is refused.
+func TestConfidentialLaunch(t *testing.T) {
+	g := start(t, filepath.Join(t.TempDir(), "g.db"), true)
+	var w struct {
+		wl
+		Tee, Image string
+	}
+	if s := g.post("/api/v1/workloads", map[string]any{"template": "confidential-inference", "team": "vision"}, &w); s != 201 || w.Tee != "snp" {
+		t.Fatalf("launch: %d %+v", s, w)
+	}
+	g.waitStatus(w.ID, "Running")
+	p := podsOf(t, "vision", w.ID)[0]
+	if p.Spec.NodeName != "h100-cc-snp-0" {
+		t.Errorf("ran on %s, want the SEV-SNP CC node", p.Spec.NodeName)
+	}
+	if rc := p.Spec.RuntimeClassName; rc == nil || *rc != "kata-qemu-nvidia-gpu-snp" {
+		t.Errorf("runtime class %v", rc)
+	}
+	if p.Spec.Overhead.Cpu().MilliValue() != 250 || p.Spec.NodeSelector["feature.node.kubernetes.io/cpu-security.sev.snp.enabled"] != "true" {
+		t.Errorf("the RuntimeClass admission did not apply: overhead %v, node selector %v", p.Spec.Overhead, p.Spec.NodeSelector)
+	}
+	if p.Annotations["io.katacontainers.config.runtime.cc_init_data"] == "" || !strings.Contains(p.Spec.Containers[0].Image, "@sha256:") {
+		t.Errorf("annotations %v, image %s", p.Annotations, p.Spec.Containers[0].Image)
+	}
+	var prob struct {
+		Errors []struct{ Field, Detail string }
+	}
+	if s := g.post("/api/v1/workloads", map[string]any{"template": "vllm-inference", "team": "vision", "confidential": true, "gpu": map[string]any{"class": "H200-141GB"}}, &prob); s != 422 ||
+		len(prob.Errors) != 1 || prob.Errors[0].Field != "confidential" || !strings.Contains(prob.Errors[0].Detail, "is not a confidential image") {
+		t.Errorf("confidential request, plain image: %d %+v", s, prob)
 	}
 }
 

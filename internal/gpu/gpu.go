@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 
@@ -36,6 +37,27 @@ type Class struct {
 	MemoryGiB   int          `json:"memoryGiB"`
 	Price       Price        `json:"price"`
 	MIG         []MIGProfile `json:"mig,omitempty"`
+	// Confidential says whether the GPU runs in confidential-computing mode
+	// (NVIDIA CC, passed through to a Kata VM) and on which CPU TEEs.
+	Confidential *Confidential `json:"confidential,omitempty"`
+	// VMDeviceName is the resource KubeVirt passes the GPU to VMs under
+	// (its permittedHostDevices resourceName), e.g. nvidia.com/GH100_H100_SXM5_80GB.
+	VMDeviceName string `json:"vmDeviceName,omitempty"`
+}
+
+// Confidential is how a class supports confidential computing.
+type Confidential struct {
+	TEEs []string `json:"tees"` // snp | tdx
+	// MIG allows MIG slices in CC mode; off, confidential workloads get whole GPUs.
+	MIG bool `json:"mig,omitempty"`
+}
+
+// TEEs are the CPU trusted execution environments confidential workloads run in.
+var TEEs = []string{"snp", "tdx"}
+
+// SupportsTEE reports whether the class runs confidential workloads on tee.
+func (c Class) SupportsTEE(tee string) bool {
+	return c.Confidential != nil && slices.Contains(c.Confidential.TEEs, tee)
 }
 
 // Price is in USD per GPU-hour.
@@ -126,6 +148,7 @@ var (
 	classNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9.-]{0,38}[A-Za-z0-9]$`)
 	profileRE   = regexp.MustCompile(`^[1-7]g\.[0-9]+gb$`)
 	labelValRE  = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$`)
+	deviceRE    = regexp.MustCompile(`^[a-z0-9]([a-z0-9.-]*[a-z0-9])?/[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?$`)
 )
 
 // LoadFile reads and validates a GPU class file.
@@ -191,6 +214,19 @@ func New(f File) (*Catalog, error) {
 		}
 		if c.Price.OnDemand < 0 || c.Price.Spot < 0 {
 			errs.Addf(p+".price", "prices cannot be negative")
+		}
+		if cc := c.Confidential; cc != nil {
+			if len(cc.TEEs) == 0 {
+				errs.Addf(p+".confidential.tees", "at least one TEE (%s) is required", strings.Join(TEEs, ", "))
+			}
+			for j, t := range cc.TEEs {
+				if !slices.Contains(TEEs, t) {
+					errs.Addf(fmt.Sprintf("%s.confidential.tees[%d]", p, j), "%q is not one of %s", t, strings.Join(TEEs, ", "))
+				}
+			}
+		}
+		if c.VMDeviceName != "" && !deviceRE.MatchString(c.VMDeviceName) {
+			errs.Addf(p+".vmDeviceName", "%q is not a device resource name like nvidia.com/GH100_H100_SXM5_80GB", c.VMDeviceName)
 		}
 		seen := map[string]bool{}
 		for j, m := range c.MIG {

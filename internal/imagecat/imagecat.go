@@ -37,9 +37,6 @@ const (
 // Layers, lowest first: an image builds on one of a lower layer.
 var Layers = []string{"base", "framework", "app"}
 
-// TEEs are the trusted execution environments a confidential image targets.
-var TEEs = []string{"snp", "tdx"}
-
 // Image is one catalog entry.
 type Image struct {
 	APIVersion string   `json:"apiVersion"`
@@ -267,8 +264,8 @@ func (img *Image) Validate(classes *gpu.Catalog) error {
 			}
 		}
 	}
-	if c := s.Confidential; c != nil && !slices.Contains(TEEs, c.TEE) {
-		errs.Addf("spec.confidential.tee", "%q is not one of %s", c.TEE, strings.Join(TEEs, ", "))
+	if c := s.Confidential; c != nil && !slices.Contains(gpu.TEEs, c.TEE) {
+		errs.Addf("spec.confidential.tee", "%q is not one of %s", c.TEE, strings.Join(gpu.TEEs, ", "))
 	}
 	if !slices.Contains(Layers, s.Layer) {
 		errs.Addf("spec.layer", "%q is not one of %s", s.Layer, strings.Join(Layers, ", "))
@@ -375,12 +372,21 @@ func (c *Catalog) Resolve(ref string) (*Entry, string, error) {
 	return e, tag, nil
 }
 
-// GPUClasses returns the GPU classes the image of a catalog reference
-// ("name:tag") supports, or why it cannot be launched.
-func (c *Catalog) GPUClasses(ref string) ([]string, error) {
+// Describe returns the GPU classes the image of a catalog reference
+// ("name:tag") supports and its TEE ("" for a non-confidential image), or why
+// it cannot be launched.
+func (c *Catalog) Describe(ref string) ([]string, string, error) {
 	e, _, err := c.Resolve(ref)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	return e.Image.Spec.GPUClasses, nil
+	return e.Image.Spec.GPUClasses, e.Image.TEE(), nil
+}
+
+// TEE is the image's trusted execution environment, "" unless confidential.
+func (img *Image) TEE() string {
+	if img.Spec.Confidential == nil {
+		return ""
+	}
+	return img.Spec.Confidential.TEE
 }

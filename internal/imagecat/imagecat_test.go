@@ -24,7 +24,7 @@ func TestStarterCatalog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := strings.Join(c.Names(), ","); got != "code-server-cuda,cuda,pytorch,pytorch-notebook,vllm-openai" {
+	if got := strings.Join(c.Names(), ","); got != "code-server-cuda,cuda,pytorch,pytorch-notebook,vllm-openai,vllm-openai-cc" {
 		t.Fatalf("names %s", got)
 	}
 	for _, e := range c.List() {
@@ -38,7 +38,7 @@ func TestStarterCatalog(t *testing.T) {
 	}
 	for ref, want := range map[string]string{
 		"pytorch":         "not a catalog image reference",
-		"tensorflow:2.15": `unknown image "tensorflow" (catalog: code-server-cuda, cuda, pytorch, pytorch-notebook, vllm-openai)`,
+		"tensorflow:2.15": `unknown image "tensorflow" (catalog: code-server-cuda, cuda, pytorch, pytorch-notebook, vllm-openai, vllm-openai-cc)`,
 		"pytorch:latest":  `tag "latest" of image "pytorch" is not approved (allowed: 25.01-py3)`,
 	} {
 		if _, _, err := c.Resolve(ref); err == nil || !strings.Contains(err.Error(), want) {

@@ -73,6 +73,7 @@ type Result struct {
 	Signer       string    `json:"signer"` // the key that verified, by fingerprint
 	Annotations  []string  `json:"annotations,omitempty"`
 	Attestations []string  `json:"attestations,omitempty"` // predicate types verified
+	TEE          string    `json:"tee,omitempty"`          // the catalog's TEE for a confidential image
 	VerifiedAt   time.Time `json:"verifiedAt"`
 	Cached       bool      `json:"cached"`
 }
@@ -155,7 +156,7 @@ func (v *Verifier) Verify(ctx context.Context, e *imagecat.Entry, tag string) (R
 	}
 	v.mu.Unlock()
 
-	res := Result{Image: ref, Reference: repo.String() + ":" + tag, Digest: digest, Pinned: repo.String() + "@" + digest, VerifiedAt: now}
+	res := Result{Image: ref, Reference: repo.String() + ":" + tag, Digest: digest, Pinned: repo.String() + "@" + digest, VerifiedAt: now, TEE: img.TEE()}
 	dref := fetchRepo.Digest(digest)
 	refuse := func(check, format string, args ...any) (Result, error) {
 		return Result{}, &Refused{Image: ref, Digest: digest, Check: check, Reason: fmt.Sprintf(format, args...)}
@@ -260,13 +261,6 @@ func (i *Images) Verify(ctx context.Context, ref string) (Result, error) {
 		return Result{}, &Refused{Image: ref, Check: CheckCatalog, Reason: fmt.Sprintf("no image %q in the catalog (catalog: %s)", name, strings.Join(i.Catalog.Names(), ", "))}
 	}
 	return i.Verifier.Verify(ctx, e, tag)
-}
-
-// PinnedImage verifies ref and returns the reference that runs, pinned by
-// digest.
-func (i *Images) PinnedImage(ctx context.Context, ref string) (string, error) {
-	r, err := i.Verify(ctx, ref)
-	return r.Pinned, err
 }
 
 // mirror swaps the registry host for its configured mirror.

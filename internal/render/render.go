@@ -7,11 +7,16 @@
 package render
 
 import (
+	"bytes"
+	"compress/gzip"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -26,6 +31,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/template"
 )
 
@@ -55,6 +61,16 @@ const (
 	ResourceGPU     = "nvidia.com/gpu"
 	TaintGPU        = "nvidia.com/gpu"
 
+	// Confidential computing: NVIDIA's Kata runtime classes (one per CPU TEE),
+	// the node label the GPU Operator sets on CC-ready nodes, the resource the
+	// Kata sandbox device plugin advertises for passed-through GPUs, and the
+	// Kata annotation carrying init data (attestation agent and CDH settings).
+	RuntimeClassPrefix  = "kata-qemu-nvidia-gpu-"
+	LabelCCMode         = "nvidia.com/cc.mode"
+	ResourcePassthrough = "nvidia.com/pgpu"
+	AnnotationInitData  = "io.katacontainers.config.runtime.cc_init_data"
+	LabelConfidential   = "gantry.dev/confidential"
+
 	// Spot capacity: nodes labelled capacity-type=spot and tainted gantry.dev/spot.
 	LabelCapacityType = "gantry.dev/capacity-type"
 	TaintSpot         = "gantry.dev/spot"
@@ -82,6 +98,11 @@ type Meta struct {
 	// Image is what the main container runs: the template's catalog image,
 	// verified and pinned by digest (repository@sha256:...).
 	Image string
+	// TEE is the CPU TEE of a confidential workload (the image's: snp | tdx),
+	// and InitData the Kata init data that points its attestation agent at
+	// the key broker (base64 of gzip, see InitData).
+	TEE      string
+	InitData string
 }
 
 // Name is the name of the workload's objects: template name and workload id.
@@ -103,6 +124,17 @@ func Objects(r *template.Resolved, m Meta) ([]Object, error) {
 	}
 	if m.Namespace == "" {
 		errs.Addf("namespace", "is required")
+	}
+	if r.Confidential {
+		switch {
+		case !slices.Contains(gpu.TEEs, m.TEE):
+			errs.Addf("image", "a confidential workload needs a confidential image (TEE %s), not %q", strings.Join(gpu.TEEs, " or "), m.TEE)
+		case !r.Class.SupportsTEE(m.TEE):
+			errs.Addf("gpu.class", "%s does not run confidential workloads on %s", r.Class.Name, m.TEE)
+		}
+		if m.InitData == "" {
+			errs.Addf("confidential", "init data for the attestation agent is required (configure confidential.kbsURL)")
+		}
 	}
 	if m.Image == "" || strings.ContainsAny(m.Image, " \t\n{}") {
 		errs.Addf("image", "%q is not an image reference: the template's catalog image, verified and pinned by digest, is required", m.Image)
@@ -148,6 +180,9 @@ func Objects(r *template.Resolved, m Meta) ([]Object, error) {
 	if r.MIG != nil {
 		annotations[AnnotationMIGProfile] = r.MIG.Name
 	}
+	if r.Confidential {
+		labels[LabelConfidential] = m.TEE
+	}
 	if s.Lifecycle.MaxRuntime != "" {
 		annotations[AnnotationMaxRuntime] = s.Lifecycle.MaxRuntime
 	}
@@ -163,6 +198,9 @@ func Objects(r *template.Resolved, m Meta) ([]Object, error) {
 	gpuResource := corev1.ResourceName(ResourceGPU)
 	if r.MIG != nil {
 		gpuResource = corev1.ResourceName(r.MIG.Resource())
+	}
+	if r.Confidential {
+		gpuResource = ResourcePassthrough
 	}
 	gpus := *resource.NewQuantity(int64(r.Count), resource.DecimalSI)
 	cpu := quantity("spec.resources.cpu", s.Resources.CPU)
@@ -245,6 +283,15 @@ func Objects(r *template.Resolved, m Meta) ([]Object, error) {
 
 	pod := podSpec(r, container, volumes)
 	podMeta := metav1.ObjectMeta{Labels: copyMap(labels), Annotations: copyMap(annotations)}
+	if r.Confidential {
+		// The runtime class's scheduling (see deploy/) keeps the pod on nodes
+		// of its TEE; the CC-mode label keeps it on GPUs in CC mode.
+		pod.RuntimeClassName = ptr(RuntimeClassPrefix + m.TEE)
+		req := pod.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution
+		req.NodeSelectorTerms[0].MatchExpressions = append(req.NodeSelectorTerms[0].MatchExpressions,
+			corev1.NodeSelectorRequirement{Key: LabelCCMode, Operator: corev1.NodeSelectorOpIn, Values: []string{"on"}})
+		podMeta.Annotations[AnnotationInitData] = m.InitData
+	}
 	var maxRuntime *int64
 	if s.Lifecycle.MaxRuntime != "" {
 		d, _ := time.ParseDuration(s.Lifecycle.MaxRuntime) // validated with the template
@@ -436,3 +483,48 @@ func copyMap(m map[string]string) map[string]string {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// InitData is the Kata init data of a confidential pod: the attestation
+// agent's and the confidential data hub's settings pointing at the key broker
+// (KBS), a TOML document, gzipped and base64-encoded for the
+// io.katacontainers.config.runtime.cc_init_data annotation. Deterministic for
+// a given URL, so re-rendering gives the same objects.
+func InitData(kbsURL string) (string, error) {
+	if u, err := url.Parse(kbsURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || strings.ContainsAny(kbsURL, "'\"\n") {
+		return "", fmt.Errorf("%q is not a key broker URL (http or https)", kbsURL)
+	}
+	doc := fmt.Sprintf(`algorithm = "sha384"
+version = "0.1.0"
+
+[data]
+"aa.toml" = '''
+[token_configs]
+[token_configs.coco_as]
+url = '%[1]s'
+
+[token_configs.kbs]
+url = '%[1]s'
+'''
+
+"cdh.toml" = '''
+socket = 'unix:///run/confidential-containers/cdh.sock'
+credentials = []
+
+[kbc]
+name = 'cc_kbc'
+url = '%[1]s'
+'''
+`, kbsURL)
+	var b bytes.Buffer
+	zw, err := gzip.NewWriterLevel(&b, gzip.BestCompression)
+	if err != nil {
+		return "", err
+	}
+	if _, err := zw.Write([]byte(doc)); err != nil {
+		return "", err
+	}
+	if err := zw.Close(); err != nil {
+		return "", err
+	}
+	return base64.StdEncoding.EncodeToString(b.Bytes()), nil
+}

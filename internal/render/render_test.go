@@ -2,9 +2,12 @@ package render_test
 
 import (
 	"bytes"
+	"compress/gzip"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"flag"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -56,6 +59,8 @@ var cases = []struct {
 	{"batch-inference", "batch-inference", template.Choice{Params: map[string]any{"input": "prompts.jsonl"}}},
 	{"batch-inference-mig", "batch-inference", template.Choice{Class: "H100-80GB", MIGProfile: "3g.40gb", Params: map[string]any{"input": "prompts.jsonl"}}},
 	{"dev-environment", "dev-environment", template.Choice{}},
+	{"confidential-inference", "confidential-inference", template.Choice{}},
+	{"vllm-inference-confidential-h200", "vllm-inference", template.Choice{Class: "H200-141GB", Confidential: true}},
 }
 
 func TestGolden(t *testing.T) {
@@ -457,6 +462,10 @@ func metaFor(r *template.Resolved) render.Meta {
 	name, _, _ := strings.Cut(r.Template.Spec.Image, ":")
 	sum := sha256.Sum256([]byte(r.Template.Spec.Image))
 	m.Image = "registry.gantry.internal/catalog/" + name + "@sha256:" + hex.EncodeToString(sum[:])
+	if r.Confidential {
+		m.TEE = "snp"
+		m.InitData, _ = render.InitData("https://kbs.example.com:8080")
+	}
 	return m
 }
 
@@ -470,4 +479,81 @@ func TestImageRequired(t *testing.T) {
 	if _, err := render.Objects(r, meta); err == nil || !strings.Contains(err.Error(), "image: \"\" is not an image reference") {
 		t.Fatalf("no image: %v", err)
 	}
+}
+
+// TestConfidential: a confidential pod runs on its TEE's Kata runtime class,
+// on CC-mode nodes, with the passed-through GPU resource and init data naming
+// the key broker; without a TEE, on a class without CC, or without init data
+// it does not render.
+func TestConfidential(t *testing.T) {
+	classes, templates := load(t)
+	r, err := templates["confidential-inference"].Resolve(classes, template.Choice{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := render.Objects(r, metaFor(r))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dep *appsv1.Deployment
+	for _, o := range objs {
+		if d, ok := o.(*appsv1.Deployment); ok {
+			dep = d
+		}
+	}
+	pod := dep.Spec.Template
+	reqs := pod.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchExpressions
+	if deref(pod.Spec.RuntimeClassName) != "kata-qemu-nvidia-gpu-snp" || reqs[len(reqs)-1].Key != "nvidia.com/cc.mode" ||
+		pod.Spec.Containers[0].Resources.Limits.Name("nvidia.com/pgpu", "").Value() != 1 || pod.Labels["gantry.dev/confidential"] != "snp" {
+		t.Fatalf("confidential pod: %+v", pod.Spec)
+	}
+	if _, ok := pod.Spec.Containers[0].Resources.Limits["nvidia.com/gpu"]; ok {
+		t.Error("a confidential pod asks for nvidia.com/gpu besides nvidia.com/pgpu")
+	}
+	raw, err := base64.StdEncoding.DecodeString(pod.Annotations["io.katacontainers.config.runtime.cc_init_data"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, _ := io.ReadAll(zr)
+	if !strings.Contains(string(doc), "url = 'https://kbs.example.com:8080'") || !strings.Contains(string(doc), `"cdh.toml"`) {
+		t.Errorf("init data:\n%s", doc)
+	}
+	for name, edit := range map[string]func(*render.Meta){
+		"no TEE":       func(m *render.Meta) { m.TEE = "" },
+		"no init data": func(m *render.Meta) { m.InitData = "" },
+	} {
+		m := metaFor(r)
+		edit(&m)
+		if _, err := render.Objects(r, m); err == nil {
+			t.Errorf("%s: rendered", name)
+		}
+	}
+	// Classes without CC, and MIG slices where CC gets whole GPUs.
+	if _, err := templates["vllm-inference"].Resolve(classes, template.Choice{Class: "L4", Confidential: true}); err == nil ||
+		!strings.Contains(err.Error(), "gpu.class: L4 does not support confidential computing (classes that do: H100-80GB, H200-141GB)") {
+		t.Errorf("CC on L4: %v", err)
+	}
+	if _, err := templates["jupyter-notebook"].Resolve(classes, template.Choice{MIGProfile: "1g.10gb", Confidential: true}); err == nil ||
+		!strings.Contains(err.Error(), "gpu.migProfile: 1g.10gb cannot be confidential on H100-80GB") {
+		t.Errorf("CC with an explicit MIG profile: %v", err)
+	}
+	nb, err := templates["jupyter-notebook"].Resolve(classes, template.Choice{Confidential: true})
+	if err != nil || nb.MIG != nil {
+		t.Errorf("CC with the template's default MIG profile: whole GPUs expected: %+v %v", nb, err)
+	}
+	if _, err := render.InitData("kbs.example.com"); err == nil {
+		t.Error("a KBS URL without a scheme was accepted")
+	}
+}
+
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
 }

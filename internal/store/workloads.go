@@ -13,7 +13,7 @@ import (
 	"github.com/gantryhq/gantry/internal/workload"
 )
 
-const workloadColumns = `id, name, team, owner, template, template_version, kind, gpu_class, mig_profile, gpu_count, parameters, objects_hash, status, created_at, updated_at, applied_hash, reason, idempotency_key, request_hash, endpoint, image`
+const workloadColumns = `id, name, team, owner, template, template_version, kind, gpu_class, mig_profile, gpu_count, parameters, objects_hash, status, created_at, updated_at, applied_hash, reason, idempotency_key, request_hash, endpoint, image, tee`
 
 // CreateWorkload implements workload.Store.
 func (s *Store) CreateWorkload(ctx context.Context, w workload.Workload) error {
@@ -21,10 +21,10 @@ func (s *Store) CreateWorkload(ctx context.Context, w workload.Workload) error {
 	if err != nil {
 		return err
 	}
-	_, err = s.db.ExecContext(ctx, s.q(`INSERT INTO workloads (`+workloadColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+	_, err = s.db.ExecContext(ctx, s.q(`INSERT INTO workloads (`+workloadColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 		w.ID, w.Name, w.Team, w.Owner, w.Template, w.TemplateVersion, w.Kind, w.GPUClass, w.MIGProfile, w.GPUCount,
 		string(params), w.ObjectsHash, string(w.Status), w.CreatedAt.UnixMicro(), w.UpdatedAt.UnixMicro(), w.AppliedHash, w.Reason,
-		nullable(w.IdempotencyKey), w.RequestHash, w.Endpoint, w.Image)
+		nullable(w.IdempotencyKey), w.RequestHash, w.Endpoint, w.Image, w.TEE)
 	if err != nil {
 		if w.IdempotencyKey != "" && uniqueViolation(err) {
 			return &fault.Conflict{Kind: "workload", Name: w.IdempotencyKey, Reason: "Idempotency-Key already used"}
@@ -40,7 +40,7 @@ func scanWorkload(row scanner) (workload.Workload, error) {
 	var created, updated int64
 	var key sql.NullString
 	err := row.Scan(&w.ID, &w.Name, &w.Team, &w.Owner, &w.Template, &w.TemplateVersion, &w.Kind, &w.GPUClass, &w.MIGProfile,
-		&w.GPUCount, &params, &w.ObjectsHash, &status, &created, &updated, &w.AppliedHash, &w.Reason, &key, &w.RequestHash, &w.Endpoint, &w.Image)
+		&w.GPUCount, &params, &w.ObjectsHash, &status, &created, &updated, &w.AppliedHash, &w.Reason, &key, &w.RequestHash, &w.Endpoint, &w.Image, &w.TEE)
 	if err != nil {
 		return w, err
 	}

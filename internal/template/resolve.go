@@ -20,6 +20,9 @@ type Choice struct {
 	MIGProfile string
 	Count      int
 	Params     map[string]any
+	// Confidential asks for a confidential-computing launch; a template marked
+	// confidential is one whatever the request says.
+	Confidential bool
 }
 
 // Resolved is a template with every choice made and checked.
@@ -29,6 +32,9 @@ type Resolved struct {
 	MIG      *gpu.MIGProfile // nil for whole GPUs
 	Count    int
 	Params   map[string]string
+	// Confidential: the workload runs in a confidential VM (Kata + NVIDIA CC)
+	// on whole GPUs of a class that supports it.
+	Confidential bool
 }
 
 // Resolve checks a choice against the template and GPU classes and fills in the
@@ -54,6 +60,11 @@ func (t *Template) resolve(classes *gpu.Catalog, c Choice, placeholders bool) (*
 		errs.Addf("gpu.class", "%q is not allowed by template %q (allowed: %s)", clip(className), t.Metadata.Name, strings.Join(g.Classes, ", "))
 	}
 	r.Class = class
+	r.Confidential = c.Confidential || t.Spec.Confidential
+	if ok && r.Confidential && class.Confidential == nil {
+		errs.Addf("gpu.class", "%s does not support confidential computing (classes that do: %s)", class.Name, strings.Join(confidentialClasses(classes, g.Classes), ", "))
+	}
+	ccMIG := !r.Confidential || (class.Confidential != nil && class.Confidential.MIG)
 
 	if ok && c.MIGProfile != NoMIG {
 		profile, explicit := c.MIGProfile, c.MIGProfile != ""
@@ -64,6 +75,10 @@ func (t *Template) resolve(classes *gpu.Catalog, c Choice, placeholders bool) (*
 			allowed := allowedProfiles(g.MIGProfiles, class)
 			p, supported := class.Profile(profile)
 			switch {
+			case supported && slices.Contains(g.MIGProfiles, profile) && !ccMIG && explicit:
+				errs.Addf("gpu.migProfile", "%s cannot be confidential on %s: confidential workloads get whole GPUs there (migProfile: none)", profile, class.Name)
+			case supported && slices.Contains(g.MIGProfiles, profile) && !ccMIG:
+				// A default MIG profile, confidential: whole GPUs instead.
 			case supported && slices.Contains(g.MIGProfiles, profile):
 				r.MIG = &p
 			case explicit && len(allowed) == 0:
@@ -125,6 +140,21 @@ func (t *Template) resolve(classes *gpu.Catalog, c Choice, placeholders bool) (*
 		return nil, err
 	}
 	return r, nil
+}
+
+// confidentialClasses are the classes among names that support confidential
+// computing.
+func confidentialClasses(classes *gpu.Catalog, names []string) []string {
+	var out []string
+	for _, n := range names {
+		if c, ok := classes.Get(n); ok && c.Confidential != nil {
+			out = append(out, n)
+		}
+	}
+	if out == nil {
+		return []string{"none that this template allows"}
+	}
+	return out
 }
 
 func allowedProfiles(allowed []string, c gpu.Class) []string {

@@ -60,20 +60,23 @@ type Metadata struct {
 
 // Spec is what a template launches.
 type Spec struct {
-	Workload   string      `json:"workload"`
-	Image      string      `json:"image"` // a catalog image, name:tag
-	GPU        GPU         `json:"gpu"`
-	Resources  Resources   `json:"resources"`
-	Env        []EnvVar    `json:"env,omitempty"`
-	Command    []string    `json:"command,omitempty"`
-	Args       []string    `json:"args,omitempty"`
-	WorkingDir string      `json:"workingDir,omitempty"`
-	Ports      []Port      `json:"ports,omitempty"`
-	Volumes    []Volume    `json:"volumes,omitempty"`
-	Lifecycle  Lifecycle   `json:"lifecycle,omitempty"`
-	Scheduling Scheduling  `json:"scheduling,omitempty"`
-	CostCenter string      `json:"costCenter,omitempty"`
-	Parameters []Parameter `json:"parameters,omitempty"`
+	Workload string `json:"workload"`
+	Image    string `json:"image"` // a catalog image, name:tag
+	// Confidential runs every launch in a confidential VM (Kata with NVIDIA
+	// confidential computing); the image must be a confidential catalog image.
+	Confidential bool        `json:"confidential,omitempty"`
+	GPU          GPU         `json:"gpu"`
+	Resources    Resources   `json:"resources"`
+	Env          []EnvVar    `json:"env,omitempty"`
+	Command      []string    `json:"command,omitempty"`
+	Args         []string    `json:"args,omitempty"`
+	WorkingDir   string      `json:"workingDir,omitempty"`
+	Ports        []Port      `json:"ports,omitempty"`
+	Volumes      []Volume    `json:"volumes,omitempty"`
+	Lifecycle    Lifecycle   `json:"lifecycle,omitempty"`
+	Scheduling   Scheduling  `json:"scheduling,omitempty"`
+	CostCenter   string      `json:"costCenter,omitempty"`
+	Parameters   []Parameter `json:"parameters,omitempty"`
 }
 
 // GPU says which GPUs a workload may ask for.
@@ -179,10 +182,10 @@ var imageRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?:[A-Za-z0-9
 func ValidName(name string) bool { return len(name) <= MaxNameLen && nameRE.MatchString(name) }
 
 // Images answers for the image catalog: the GPU classes a catalog image
-// ("name:tag") supports, or why it cannot be launched (unknown image, tag not
-// approved).
+// ("name:tag") supports and its TEE ("" unless it is a confidential image),
+// or why it cannot be launched (unknown image, tag not approved).
 type Images interface {
-	GPUClasses(ref string) ([]string, error)
+	Describe(ref string) (gpuClasses []string, tee string, err error)
 }
 
 // Parse decodes and validates a template document (YAML or JSON), and, when
@@ -231,10 +234,13 @@ func (t *Template) ValidateWith(classes *gpu.Catalog, images Images) error {
 // its tag is approved, and it supports every GPU class the template offers.
 func (t *Template) CheckImage(images Images) error {
 	var errs fault.List
-	supported, err := images.GPUClasses(t.Spec.Image)
+	supported, tee, err := images.Describe(t.Spec.Image)
 	if err != nil {
 		errs.Addf("spec.image", "%v", err)
 		return errs.Err()
+	}
+	if t.Spec.Confidential && tee == "" {
+		errs.Addf("spec.image", "%s is not a confidential image: a confidential template runs only catalog images built for a TEE", t.Spec.Image)
 	}
 	for i, c := range t.Spec.GPU.Classes {
 		if !slices.Contains(supported, c) {

@@ -22,6 +22,7 @@ import (
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/identity"
+	"github.com/gantryhq/gantry/internal/imageverify"
 	"github.com/gantryhq/gantry/internal/render"
 	"github.com/gantryhq/gantry/internal/template"
 )
@@ -62,6 +63,7 @@ type Workload struct {
 	Reason          string // why the workload is stuck or failed
 	Endpoint        string // in-cluster address of a service or notebook
 	Image           string // the verified image, pinned by digest
+	TEE             string // the TEE of a confidential workload, "" for others
 	IdempotencyKey  string // the caller's key for this launch, if any
 	RequestHash     string // fingerprint of the launch request, to tell repeats from reuse
 	CreatedAt       time.Time
@@ -163,6 +165,7 @@ type Service struct {
 	cluster   Cluster    // nil: workloads are recorded, not applied
 	authz     Authorizer // nil: no team checks (system use and tests of other layers)
 	images    Images     // nil: nothing can be launched
+	initData  string     // "": confidential launches are refused
 	now       func() time.Time
 	newID     func() string
 }
@@ -170,7 +173,18 @@ type Service struct {
 // Images verifies a template's catalog image (signature, annotations,
 // attestations) and pins it by digest. A refusal says which check failed.
 type Images interface {
-	PinnedImage(ctx context.Context, ref string) (string, error)
+	Verify(ctx context.Context, ref string) (imageverify.Result, error)
+}
+
+// WithConfidential enables confidential launches: their pods carry Kata init
+// data pointing the attestation agent at this key broker.
+func (s *Service) WithConfidential(kbsURL string) error {
+	d, err := render.InitData(kbsURL)
+	if err != nil {
+		return err
+	}
+	s.initData = d
+	return nil
 }
 
 // WithImages sets the image verification every launch goes through.
@@ -232,7 +246,11 @@ type Request struct {
 // fingerprint identifies what a request asks for, so that a repeat under the
 // same Idempotency-Key can be told from a different request.
 func (r Request) fingerprint() string {
-	b, _ := json.Marshal([]any{r.Template, r.Version, r.Team, r.Choice.Class, r.Choice.MIGProfile, r.Choice.Count, r.Choice.Params})
+	fields := []any{r.Template, r.Version, r.Team, r.Choice.Class, r.Choice.MIGProfile, r.Choice.Count, r.Choice.Params}
+	if r.Choice.Confidential {
+		fields = append(fields, "confidential") // absent otherwise, so earlier keys keep their fingerprint
+	}
+	b, _ := json.Marshal(fields)
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
 }
@@ -282,11 +300,21 @@ func (s *Service) render(ctx context.Context, owner string, req Request, id stri
 	if s.images == nil {
 		return Rendered{}, &fault.Unavailable{What: "image verification", Err: errors.New("no image catalog is configured, and Gantry runs only verified images")}
 	}
-	pinned, err := s.images.PinnedImage(ctx, v.Template.Spec.Image)
+	img, err := s.images.Verify(ctx, v.Template.Spec.Image)
 	if err != nil {
 		return Rendered{}, err
 	}
-	meta := render.Meta{WorkloadID: id, Team: req.Team, Owner: owner, Namespace: s.namespace(req.Team), TemplateVersion: v.Version, Image: pinned}
+	meta := render.Meta{WorkloadID: id, Team: req.Team, Owner: owner, Namespace: s.namespace(req.Team), TemplateVersion: v.Version, Image: img.Pinned}
+	if r.Confidential {
+		if img.TEE == "" {
+			return Rendered{}, &fault.Invalid{Fields: []fault.Field{{Path: "confidential", Message: fmt.Sprintf(
+				"image %s of template %q is not a confidential image: confidential launches run only catalog images built for a TEE", v.Template.Spec.Image, v.Name)}}}
+		}
+		if s.initData == "" {
+			return Rendered{}, &fault.Unavailable{What: "confidential computing", Err: errors.New("no key broker is configured (confidential.kbsURL)")}
+		}
+		meta.TEE, meta.InitData = img.TEE, s.initData
+	}
 	objs, err := render.Objects(r, meta)
 	if err != nil {
 		return Rendered{}, err
@@ -366,6 +394,7 @@ func (s *Service) create(ctx context.Context, owner string, req Request) (Worklo
 		RequestHash:     req.fingerprint(),
 		Endpoint:        endpoint(rd),
 		Image:           rd.Meta.Image,
+		TEE:             rd.Meta.TEE,
 		CreatedAt:       now,
 		UpdatedAt:       now,
 	}
@@ -505,7 +534,7 @@ func (s *Service) rerender(ctx context.Context, w Workload) ([]render.Object, er
 	if err != nil {
 		return nil, err
 	}
-	c := template.Choice{Class: w.GPUClass, Count: w.GPUCount, MIGProfile: w.MIGProfile, Params: map[string]any{}}
+	c := template.Choice{Class: w.GPUClass, Count: w.GPUCount, MIGProfile: w.MIGProfile, Params: map[string]any{}, Confidential: w.TEE != ""}
 	if c.MIGProfile == "" {
 		c.MIGProfile = template.NoMIG
 	}
@@ -516,7 +545,7 @@ func (s *Service) rerender(ctx context.Context, w Workload) ([]render.Object, er
 	if err != nil {
 		return nil, err
 	}
-	objs, err := render.Objects(r, render.Meta{WorkloadID: w.ID, Team: w.Team, Owner: w.Owner, Namespace: s.namespace(w.Team), TemplateVersion: w.TemplateVersion, Image: w.Image})
+	objs, err := render.Objects(r, render.Meta{WorkloadID: w.ID, Team: w.Team, Owner: w.Owner, Namespace: s.namespace(w.Team), TemplateVersion: w.TemplateVersion, Image: w.Image, TEE: w.TEE, InitData: s.initDataFor(w.TEE)})
 	if err != nil {
 		return nil, err
 	}
@@ -753,4 +782,13 @@ func policyReason(err error) string {
 		parts[i] = f.Message
 	}
 	return strings.Join(parts, "; ")
+}
+
+// initDataFor is the init data a re-rendered workload carries: none unless
+// it is confidential.
+func (s *Service) initDataFor(tee string) string {
+	if tee == "" {
+		return ""
+	}
+	return s.initData
 }

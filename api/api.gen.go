@@ -225,6 +225,7 @@ const (
 	TemplateSpecWorkloadJob      TemplateSpecWorkload = "job"
 	TemplateSpecWorkloadNotebook TemplateSpecWorkload = "notebook"
 	TemplateSpecWorkloadService  TemplateSpecWorkload = "service"
+	TemplateSpecWorkloadVm       TemplateSpecWorkload = "vm"
 )
 
 // Valid indicates whether the value is a known member of the TemplateSpecWorkload enum.
@@ -236,6 +237,8 @@ func (e TemplateSpecWorkload) Valid() bool {
 		return true
 	case TemplateSpecWorkloadService:
 		return true
+	case TemplateSpecWorkloadVm:
+		return true
 	default:
 		return false
 	}
@@ -246,6 +249,7 @@ const (
 	WorkloadKindJob      WorkloadKind = "job"
 	WorkloadKindNotebook WorkloadKind = "notebook"
 	WorkloadKindService  WorkloadKind = "service"
+	WorkloadKindVm       WorkloadKind = "vm"
 )
 
 // Valid indicates whether the value is a known member of the WorkloadKind enum.
@@ -256,6 +260,8 @@ func (e WorkloadKind) Valid() bool {
 	case WorkloadKindNotebook:
 		return true
 	case WorkloadKindService:
+		return true
+	case WorkloadKindVm:
 		return true
 	default:
 		return false
@@ -730,12 +736,18 @@ type TemplateSpec struct {
 	Gpu          TemplateGPU `json:"gpu"`
 
 	// Image A catalog image (images/), name:tag. Launches verify it and run it pinned by digest.
-	Image      string               `json:"image"`
-	Lifecycle  *Lifecycle           `json:"lifecycle,omitempty"`
-	Parameters *[]Parameter         `json:"parameters,omitempty"`
-	Ports      *[]Port              `json:"ports,omitempty"`
-	Resources  TemplateResources    `json:"resources"`
-	Scheduling *Scheduling          `json:"scheduling,omitempty"`
+	Image      string            `json:"image"`
+	Lifecycle  *Lifecycle        `json:"lifecycle,omitempty"`
+	Parameters *[]Parameter      `json:"parameters,omitempty"`
+	Ports      *[]Port           `json:"ports,omitempty"`
+	Resources  TemplateResources `json:"resources"`
+	Scheduling *Scheduling       `json:"scheduling,omitempty"`
+
+	// Vm For workload vm, the cloud-init user and the SSH keys it accepts (usually a {{sshPublicKey}} parameter).
+	Vm *struct {
+		SshAuthorizedKeys []string `json:"sshAuthorizedKeys"`
+		User              string   `json:"user"`
+	} `json:"vm,omitempty"`
 	Volumes    *[]Volume            `json:"volumes,omitempty"`
 	WorkingDir *string              `json:"workingDir,omitempty"`
 	Workload   TemplateSpecWorkload `json:"workload"`
@@ -1051,6 +1063,9 @@ type ServerInterface interface {
 	// GetWorkloadLogs Workload logs
 	// (GET /api/v1/workloads/{id}/logs)
 	GetWorkloadLogs(ctx echo.Context, id WorkloadID, params GetWorkloadLogsParams) error
+	// StartWorkload Start a stopped VM
+	// (POST /api/v1/workloads/{id}/start)
+	StartWorkload(ctx echo.Context, id WorkloadID) error
 	// StopWorkload Stop a workload
 	// (POST /api/v1/workloads/{id}/stop)
 	StopWorkload(ctx echo.Context, id WorkloadID) error
@@ -1490,6 +1505,22 @@ func (w *ServerInterfaceWrapper) GetWorkloadLogs(ctx echo.Context) error {
 	return err
 }
 
+// StartWorkload converts echo context to params.
+func (w *ServerInterfaceWrapper) StartWorkload(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "id" -------------
+	var id WorkloadID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", ctx.Param("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter id: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.StartWorkload(ctx, id)
+	return err
+}
+
 // StopWorkload converts echo context to params.
 func (w *ServerInterfaceWrapper) StopWorkload(ctx echo.Context) error {
 	var err error
@@ -1606,6 +1637,7 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.DELETE(options.BaseURL+"/api/v1/workloads/:id", wrapper.DeleteWorkload, options.OperationMiddlewares["deleteWorkload"]...)
 	router.GET(options.BaseURL+"/api/v1/workloads/:id", wrapper.GetWorkload, options.OperationMiddlewares["getWorkload"]...)
 	router.POST(options.BaseURL+"/api/v1/workloads/:id/stop", wrapper.StopWorkload, options.OperationMiddlewares["stopWorkload"]...)
+	router.POST(options.BaseURL+"/api/v1/workloads/:id/start", wrapper.StartWorkload, options.OperationMiddlewares["startWorkload"]...)
 	router.GET(options.BaseURL+"/api/v1/workloads/:id/events", wrapper.ListWorkloadEvents, options.OperationMiddlewares["listWorkloadEvents"]...)
 	router.GET(options.BaseURL+"/api/v1/workloads/:id/logs", wrapper.GetWorkloadLogs, options.OperationMiddlewares["getWorkloadLogs"]...)
 	router.GET(options.BaseURL+"/auth/config", wrapper.GetAuthConfig, options.OperationMiddlewares["getAuthConfig"]...)
@@ -2513,6 +2545,45 @@ func (response GetWorkloadLogsdefaultApplicationProblemPlusJSONResponse) VisitGe
 	return err
 }
 
+type StartWorkloadRequestObject struct {
+	Id WorkloadID `json:"id"`
+}
+
+type StartWorkloadResponseObject interface {
+	VisitStartWorkloadResponse(w http.ResponseWriter) error
+}
+
+type StartWorkload200JSONResponse Workload
+
+func (response StartWorkload200JSONResponse) VisitStartWorkloadResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type StartWorkloaddefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response StartWorkloaddefaultApplicationProblemPlusJSONResponse) VisitStartWorkloadResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type StopWorkloadRequestObject struct {
 	Id WorkloadID `json:"id"`
 }
@@ -2744,6 +2815,9 @@ type StrictServerInterface interface {
 	// GetWorkloadLogs Workload logs
 	// (GET /api/v1/workloads/{id}/logs)
 	GetWorkloadLogs(ctx context.Context, request GetWorkloadLogsRequestObject) (GetWorkloadLogsResponseObject, error)
+	// StartWorkload Start a stopped VM
+	// (POST /api/v1/workloads/{id}/start)
+	StartWorkload(ctx context.Context, request StartWorkloadRequestObject) (StartWorkloadResponseObject, error)
 	// StopWorkload Stop a workload
 	// (POST /api/v1/workloads/{id}/stop)
 	StopWorkload(ctx context.Context, request StopWorkloadRequestObject) (StopWorkloadResponseObject, error)
@@ -3468,6 +3542,31 @@ func (sh *strictHandler) GetWorkloadLogs(ctx echo.Context, id WorkloadID, params
 		return err
 	} else if validResponse, ok := response.(GetWorkloadLogsResponseObject); ok {
 		return validResponse.VisitGetWorkloadLogsResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// StartWorkload operation middleware
+func (sh *strictHandler) StartWorkload(ctx echo.Context, id WorkloadID) error {
+	var request StartWorkloadRequestObject
+
+	request.Id = id
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.StartWorkload(ctx.Request().Context(), request.(StartWorkloadRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "StartWorkload")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(StartWorkloadResponseObject); ok {
+		return validResponse.VisitStartWorkloadResponse(ctx.Response())
 	} else if response != nil {
 		return fmt.Errorf("unexpected response type: %T", response)
 	}

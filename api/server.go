@@ -538,6 +538,14 @@ func (s *server) StopWorkload(ctx context.Context, req StopWorkloadRequestObject
 	return StopWorkload200JSONResponse(workloadOut(w)), nil
 }
 
+func (s *server) StartWorkload(ctx context.Context, req StartWorkloadRequestObject) (StartWorkloadResponseObject, error) {
+	w, err := s.o.Workloads.Start(ctx, req.Id)
+	if err != nil {
+		return nil, err
+	}
+	return StartWorkload200JSONResponse(workloadOut(w)), nil
+}
+
 func (s *server) GetWorkloadLogs(ctx context.Context, req GetWorkloadLogsRequestObject) (GetWorkloadLogsResponseObject, error) {
 	r, err := s.o.Workloads.Logs(ctx, req.Id, deref(req.Params.Follow), int64(deref(req.Params.TailLines)))
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -36,7 +37,7 @@ func copyTemplates(t *testing.T) string {
 
 func TestValidate(t *testing.T) {
 	code, out, _ := cli(t, "templates", "validate", "--images", "../../images", "../../templates")
-	if code != 0 || !strings.Contains(out, "6 templates valid (5 GPU classes, 6 catalog images)") {
+	if code != 0 || !strings.Contains(out, fmt.Sprintf("%d templates valid (5 GPU classes, %d catalog images)", starterTemplates(t), catalogImages(t))) {
 		t.Fatalf("exit %d: %s", code, out)
 	}
 	dir := copyTemplates(t)
@@ -89,15 +90,16 @@ func TestApply(t *testing.T) {
 	dir := copyTemplates(t)
 
 	code, out, errs := cli(t, "templates", "apply", "-f", dir, "--db", db, "--dry-run")
-	if code != 0 || !strings.Contains(out, "dry run: 6 to create, 0 to update, 0 to delete, 0 unchanged; nothing changed") {
+	n := starterTemplates(t)
+	if code != 0 || !strings.Contains(out, fmt.Sprintf("dry run: %d to create, 0 to update, 0 to delete, 0 unchanged; nothing changed", n)) {
 		t.Fatalf("dry run: exit %d\n%s%s", code, out, errs)
 	}
 	code, out, _ = cli(t, "templates", "apply", "-f", dir, "--db", db)
-	if code != 0 || !strings.Contains(out, "applied: 6 to create") || !strings.Contains(out, "+  name: vllm-inference") {
+	if code != 0 || !strings.Contains(out, fmt.Sprintf("applied: %d to create", n)) || !strings.Contains(out, "+  name: vllm-inference") {
 		t.Fatalf("apply: exit %d\n%s", code, out)
 	}
 	code, out, _ = cli(t, "templates", "apply", "-f", dir, "--db", db)
-	if code != 0 || !strings.Contains(out, "0 to create, 0 to update, 0 to delete, 6 unchanged") {
+	if code != 0 || !strings.Contains(out, fmt.Sprintf("0 to create, 0 to update, 0 to delete, %d unchanged", n)) {
 		t.Fatalf("re-apply: exit %d\n%s", code, out)
 	}
 
@@ -108,7 +110,7 @@ func TestApply(t *testing.T) {
 	os.Remove(filepath.Join(dir, "dev-environment.yaml"))
 	code, out, _ = cli(t, "templates", "apply", "-f", dir, "--db", db)
 	if code != 0 || !strings.Contains(out, "-    maxRuntime: 72h") || !strings.Contains(out, "+    maxRuntime: 48h") ||
-		!strings.Contains(out, "0 to create, 1 to update, 0 to delete, 4 unchanged (pytorch-train@2)") {
+		!strings.Contains(out, fmt.Sprintf("0 to create, 1 to update, 0 to delete, %d unchanged (pytorch-train@2)", n-2)) {
 		t.Fatalf("update: exit %d\n%s", code, out)
 	}
 	code, out, _ = cli(t, "templates", "apply", "-f", dir, "--db", db, "--prune")
@@ -169,4 +171,22 @@ func TestAuditVerify(t *testing.T) {
 	if code != 1 || !strings.Contains(out, "record 2: its fields do not match its hash") || !strings.Contains(errs, "tampered") {
 		t.Fatalf("exit %d: %s%s", code, out, errs)
 	}
+}
+
+// starterTemplates counts the templates in templates/ (every YAML file but the
+// GPU classes).
+func starterTemplates(t *testing.T) int {
+	files, err := filepath.Glob("../../templates/*.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(files) - 1
+}
+
+func catalogImages(t *testing.T) int {
+	files, err := filepath.Glob("../../images/*.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(files)
 }

@@ -26,6 +26,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -253,6 +256,9 @@ func (c *Cluster) provision(ctx context.Context, o Options) error {
 			return fmt.Errorf("create runtime class %s: %w", rc.Name, err)
 		}
 	}
+	if err := c.installCRDs(ctx, deploy.KubeVirtCRDs); err != nil {
+		return fmt.Errorf("KubeVirt CRDs: %w", err)
+	}
 	sc := &storagev1.StorageClass{
 		ObjectMeta:        metav1.ObjectMeta{Name: "standard", Annotations: map[string]string{"storageclass.kubernetes.io/is-default-class": "true"}},
 		Provisioner:       "kubernetes.io/no-provisioner",
@@ -336,3 +342,56 @@ func nodeReady(n *corev1.Node) bool {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+var crdResource = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+
+// installCRDs creates the CustomResourceDefinitions in a multi-document YAML
+// and waits until the API server serves them.
+func (c *Cluster) installCRDs(ctx context.Context, docs []byte) error {
+	dyn, err := dynamic.NewForConfig(c.Config())
+	if err != nil {
+		return err
+	}
+	var names []string
+	for _, doc := range strings.Split(string(docs), "\n---\n") {
+		j, err := yaml.YAMLToJSON([]byte(doc))
+		if err != nil {
+			return err
+		}
+		u := &unstructured.Unstructured{}
+		if err := u.UnmarshalJSON(j); err != nil {
+			return err
+		}
+		if _, err := dyn.Resource(crdResource).Create(ctx, u, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create %s: %w", u.GetName(), err)
+		}
+		names = append(names, u.GetName())
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for _, n := range names {
+		for {
+			u, err := dyn.Resource(crdResource).Get(ctx, n, metav1.GetOptions{})
+			if err == nil && established(u) {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("%s not established: %w", n, ctx.Err())
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}
+	return nil
+}
+
+func established(u *unstructured.Unstructured) bool {
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, c := range conds {
+		m, _ := c.(map[string]any)
+		if m["type"] == "Established" && m["status"] == "True" {
+			return true
+		}
+	}
+	return false
+}

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"regexp"
 	"sort"
 	"strings"
 
@@ -41,10 +42,17 @@ var resources = map[schema.GroupVersionKind]schema.GroupVersionResource{
 	{Group: "apps", Version: "v1", Kind: "StatefulSet"}:       {Group: "apps", Version: "v1", Resource: "statefulsets"},
 	{Group: "", Version: "v1", Kind: "Service"}:               {Group: "", Version: "v1", Resource: "services"},
 	{Group: "", Version: "v1", Kind: "PersistentVolumeClaim"}: {Group: "", Version: "v1", Resource: "persistentvolumeclaims"},
+	vmKind: vmResource,
 }
 
+// KubeVirt's VirtualMachine, the primary object of a vm workload.
+var (
+	vmKind     = schema.GroupVersionKind{Group: "kubevirt.io", Version: "v1", Kind: "VirtualMachine"}
+	vmResource = schema.GroupVersionResource{Group: "kubevirt.io", Version: "v1", Resource: "virtualmachines"}
+)
+
 // primaryKinds own a workload's other objects.
-var primaryKinds = map[string]bool{"Job": true, "Deployment": true, "StatefulSet": true}
+var primaryKinds = map[string]bool{"Job": true, "Deployment": true, "StatefulSet": true, "VirtualMachine": true}
 
 // Cluster talks to one Kubernetes API server.
 type Cluster struct {
@@ -117,7 +125,7 @@ func (c *Cluster) Apply(ctx context.Context, objs []render.Object) error {
 		rest = append(rest, o)
 	}
 	if primary == nil {
-		return errors.New("kube: no Job, Deployment or StatefulSet among the objects")
+		return errors.New("kube: no Job, Deployment, StatefulSet or VirtualMachine among the objects")
 	}
 	owner := metav1.OwnerReference{
 		APIVersion: primary.GetAPIVersion(), Kind: primary.GetKind(), Name: primary.GetName(), UID: primary.GetUID(),
@@ -173,6 +181,17 @@ func (c *Cluster) Delete(ctx context.Context, namespace, kind, name string) erro
 		return classify(err, kind, name)
 	}
 	return fmt.Errorf("kube: unknown kind %q", kind)
+}
+
+// SetRunStrategy starts (Always) or stops (Halted) a VirtualMachine; KubeVirt
+// creates or removes its VirtualMachineInstance.
+func (c *Cluster) SetRunStrategy(ctx context.Context, namespace, name, strategy string) error {
+	patch, err := json.Marshal(map[string]any{"spec": map[string]any{"runStrategy": strategy}})
+	if err != nil {
+		return err
+	}
+	_, err = c.dyn.Resource(vmResource).Namespace(namespace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+	return classify(err, "VirtualMachine", name)
 }
 
 // Events lists the events of the namespace's objects whose names start with
@@ -244,6 +263,9 @@ func (c *Cluster) Managed(ctx context.Context) ([]workload.ObjectRef, error) {
 			continue
 		}
 		list, err := c.dyn.Resource(gvr).List(ctx, metav1.ListOptions{LabelSelector: render.LabelManagedBy + "=" + render.ManagedBy})
+		if gvk == vmKind && apierrors.IsNotFound(err) {
+			continue // KubeVirt is not installed: no VMs
+		}
 		if err != nil {
 			return nil, classify(err, gvk.Kind, "")
 		}
@@ -258,6 +280,8 @@ func (c *Cluster) Managed(ctx context.Context) ([]workload.ObjectRef, error) {
 // classify maps apiserver errors to Gantry's typed errors: rejected objects to
 // *fault.Invalid naming the field the apiserver named, conflicts to
 // *fault.Conflict, and an unreachable server to *fault.Unavailable.
+var typedPatchRE = regexp.MustCompile(`\): \.([A-Za-z0-9_.\[\]]+): (.+)$`)
+
 func classify(err error, kind, name string) error {
 	if err == nil {
 		return nil
@@ -286,6 +310,18 @@ func classify(err error, kind, name string) error {
 			return &fault.Conflict{Kind: kind, Name: name, Reason: st.Message}
 		case apierrors.IsNotFound(err):
 			return &fault.NotFound{Kind: kind, Name: name}
+		case strings.Contains(st.Message, "failed to create typed patch object"):
+			// Server-side apply refuses an object that breaks its type's
+			// schema before validation, naming the field in the message:
+			// "...: .spec.a.b: expected numeric (int or float), got string".
+			var l fault.List
+			prefix := fmt.Sprintf("objects.%s/%s", kind, name)
+			if m := typedPatchRE.FindStringSubmatch(st.Message); m != nil {
+				l.Addf(fault.JoinPath(prefix, m[1]), "rejected by the Kubernetes API server: %s", m[2])
+			} else {
+				l.Addf(prefix, "rejected by the Kubernetes API server: %s", st.Message)
+			}
+			return l.Err()
 		case apierrors.IsServiceUnavailable(err) || apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) || apierrors.IsTooManyRequests(err):
 			return &fault.Unavailable{What: "kubernetes API server", Err: err}
 		}

@@ -11,6 +11,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/gantryhq/gantry/internal/devcluster"
 	"github.com/gantryhq/gantry/internal/fault"
@@ -263,3 +265,31 @@ func TestWatchReportsDeadline(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestVMValidatedByTheAPIServer: a rendered VirtualMachine is accepted by the
+// API server under KubeVirt's schema, and one that breaks the schema is
+// refused, naming the field.
+func TestVMValidatedByTheAPIServer(t *testing.T) {
+	k := need(t)
+	ctx := context.Background()
+	if err := k.EnsureNamespace(ctx, "gantry-vms", "vms"); err != nil {
+		t.Fatal(err)
+	}
+	key := "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKubeTestKey0000000000000000000000000000 bob@host"
+	objs := rendered(t, "gpu-vm", "vm000001", "vms", template.Choice{Params: map[string]any{"sshPublicKey": key}})
+	if err := k.Apply(ctx, objs); err != nil {
+		t.Fatalf("a rendered VM was refused: %v", err)
+	}
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(objs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := &unstructured.Unstructured{Object: m}
+	bad.SetName("gpu-vm-vm000002")
+	unstructured.SetNestedField(bad.Object, "eight", "spec", "template", "spec", "domain", "cpu", "cores")
+	err = k.Apply(ctx, []render.Object{bad})
+	var inv *fault.Invalid
+	if !errors.As(err, &inv) || !strings.Contains(inv.Fields[0].Path, "spec.template.spec.domain.cpu.cores") {
+		t.Fatalf("err = %v, want *fault.Invalid naming spec.template.spec.domain.cpu.cores", err)
+	}
+}

@@ -112,3 +112,12 @@ func (l *Lazy) Logs(ctx context.Context, namespace, workloadID string, follow bo
 	}
 	return c.Logs(ctx, namespace, workloadID, follow, tailLines)
 }
+
+// SetRunStrategy implements workload.Cluster.
+func (l *Lazy) SetRunStrategy(ctx context.Context, namespace, name, strategy string) error {
+	c, err := l.get()
+	if err != nil {
+		return err
+	}
+	return c.SetRunStrategy(ctx, namespace, name, strategy)
+}

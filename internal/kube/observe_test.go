@@ -6,6 +6,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
 func TestObserve(t *testing.T) {
@@ -45,5 +46,40 @@ func TestObserve(t *testing.T) {
 	}
 	if _, ok := Observe("w", nil, nil); ok {
 		t.Fatal("nothing to observe, yet an observation")
+	}
+}
+
+func TestObserveVM(t *testing.T) {
+	vm := func(printable string, conds ...map[string]any) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{Object: map[string]any{}}
+		u.SetLabels(map[string]string{"gantry.dev/workload-id": "vm1"})
+		var cs []any
+		for _, c := range conds {
+			cs = append(cs, c)
+		}
+		if printable != "" {
+			unstructured.SetNestedField(u.Object, map[string]any{"printableStatus": printable, "conditions": cs}, "status")
+		}
+		return u
+	}
+	for _, c := range []struct {
+		vm            *unstructured.Unstructured
+		phase, reason string
+		ok            bool
+	}{
+		{vm(""), "", "", false},
+		{vm("Provisioning"), "Pending", "", true},
+		{vm("Starting"), "Scheduled", "", true},
+		{vm("Running", map[string]any{"type": "Ready", "status": "True"}), "Running", "", true},
+		{vm("ErrorUnschedulable", map[string]any{"type": "PodScheduled", "status": "False", "message": "0/3 nodes are available"}), "Pending", "0/3 nodes are available", true},
+		{vm("ErrorUnschedulable"), "Pending", "no node can run this VM", true},
+		{vm("ErrImagePull", map[string]any{"type": "Failure", "status": "True", "message": "manifest unknown"}), "Failed", "ErrImagePull: manifest unknown", true},
+		{vm("CrashLoopBackOff"), "Failed", "CrashLoopBackOff", true},
+		{vm("Stopped"), "", "", false},
+	} {
+		o, ok := ObserveVM(c.vm)
+		if ok != c.ok || o.Phase != c.phase || o.Reason != c.reason {
+			t.Errorf("%v: got %+v %v, want %s %q %v", c.vm.Object["status"], o, ok, c.phase, c.reason, c.ok)
+		}
 	}
 }

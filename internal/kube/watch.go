@@ -62,6 +62,9 @@ func (c *Cluster) Watch(ctx context.Context, report func(Observation)) error {
 	}
 	f.Start(ctx.Done())
 	f.WaitForCacheSync(ctx.Done())
+	if c.hasKubeVirt() {
+		go c.watchVMs(ctx, report)
+	}
 	<-ctx.Done()
 	f.Shutdown()
 	return nil

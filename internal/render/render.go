@@ -28,6 +28,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/gantryhq/gantry/internal/fault"
@@ -132,7 +133,7 @@ func Objects(r *template.Resolved, m Meta) ([]Object, error) {
 		case !r.Class.SupportsTEE(m.TEE):
 			errs.Addf("gpu.class", "%s does not run confidential workloads on %s", r.Class.Name, m.TEE)
 		}
-		if m.InitData == "" {
+		if m.InitData == "" && s.Workload != template.VM {
 			errs.Addf("confidential", "init data for the attestation agent is required (configure confidential.kbsURL)")
 		}
 	}
@@ -303,6 +304,12 @@ func Objects(r *template.Resolved, m Meta) ([]Object, error) {
 
 	var objs []Object
 	switch s.Workload {
+	case template.VM:
+		vm, err := virtualMachine(r, m, meta(name), podMeta, pod, expand)
+		if err != nil {
+			return nil, err
+		}
+		objs = append(objs, vm)
 	case template.Job:
 		for i := range claims {
 			objs = append(objs, &claims[i])
@@ -527,4 +534,101 @@ url = '%[1]s'
 		return "", err
 	}
 	return base64.StdEncoding.EncodeToString(b.Bytes()), nil
+}
+
+// virtualMachine renders a vm workload as a KubeVirt VirtualMachine: the
+// template's catalog image as its containerDisk (verified and pinned like any
+// image), cloud-init with the user and SSH keys, the class's GPUs passed
+// through by their KubeVirt device name, CPU cores and memory, the same
+// placement as a pod of the class, and SEV-SNP or TDX launch security when
+// confidential. runStrategy Always starts it; stop sets Halted.
+func virtualMachine(r *template.Resolved, m Meta, meta, podMeta metav1.ObjectMeta, pod corev1.PodSpec, expand func(string) string) (*kubevirtv1.VirtualMachine, error) {
+	s := &r.Template.Spec
+	var errs fault.List
+	cpu, err := resource.ParseQuantity(expand(s.Resources.CPU))
+	cores := cpu.Value()
+	if err != nil || cpu.MilliValue()%1000 != 0 || cores < 1 || cores > 512 {
+		errs.Addf("spec.resources.cpu", "%q must be a whole number of cores for a vm", expand(s.Resources.CPU))
+	}
+	mem, err := resource.ParseQuantity(expand(s.Resources.Memory))
+	if err != nil || mem.Sign() <= 0 {
+		errs.Addf("spec.resources.memory", "%q is not a positive quantity", expand(s.Resources.Memory))
+	}
+	var keys []string
+	for i, k := range s.VM.SSHAuthorizedKeys {
+		k = strings.TrimSpace(expand(k))
+		if !template.SSHPublicKey(k) {
+			errs.Addf(fmt.Sprintf("spec.vm.sshAuthorizedKeys[%d]", i), "%q is not an SSH public key (ssh-ed25519 AAAA... comment)", clipValue(k))
+		}
+		keys = append(keys, k)
+	}
+	if r.Class.VMDeviceName == "" {
+		errs.Addf("gpu.class", "%s has no vmDeviceName: its GPUs cannot be passed through to VMs", r.Class.Name)
+	}
+	if err := errs.Err(); err != nil {
+		return nil, err
+	}
+	userData, err := yaml.Marshal(map[string]any{
+		"users":        []any{map[string]any{"name": s.VM.User, "ssh_authorized_keys": keys, "sudo": "ALL=(ALL) NOPASSWD:ALL", "shell": "/bin/bash", "lock_passwd": true}},
+		"ssh_pwauth":   false,
+		"disable_root": true,
+	})
+	if err != nil {
+		return nil, err
+	}
+	gpus := make([]kubevirtv1.GPU, r.Count)
+	for i := range gpus {
+		gpus[i] = kubevirtv1.GPU{Name: fmt.Sprintf("gpu%d", i), DeviceName: r.Class.VMDeviceName}
+	}
+	domain := kubevirtv1.DomainSpec{
+		CPU:       &kubevirtv1.CPU{Cores: uint32(cores)},
+		Memory:    &kubevirtv1.Memory{Guest: &mem},
+		Resources: kubevirtv1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceMemory: mem}},
+		Devices: kubevirtv1.Devices{
+			GPUs: gpus,
+			Disks: []kubevirtv1.Disk{
+				{Name: "rootdisk", DiskDevice: kubevirtv1.DiskDevice{Disk: &kubevirtv1.DiskTarget{Bus: kubevirtv1.DiskBusVirtio}}},
+				{Name: "cloudinit", DiskDevice: kubevirtv1.DiskDevice{Disk: &kubevirtv1.DiskTarget{Bus: kubevirtv1.DiskBusVirtio}}},
+			},
+		},
+	}
+	if r.Confidential {
+		// SEV-SNP and TDX guests boot with EFI, without Secure Boot.
+		domain.Firmware = &kubevirtv1.Firmware{Bootloader: &kubevirtv1.Bootloader{EFI: &kubevirtv1.EFI{SecureBoot: ptr(false)}}}
+		switch m.TEE {
+		case "snp":
+			domain.LaunchSecurity = &kubevirtv1.LaunchSecurity{SNP: &kubevirtv1.SEVSNP{}}
+		case "tdx":
+			domain.LaunchSecurity = &kubevirtv1.LaunchSecurity{TDX: &kubevirtv1.TDX{}}
+		}
+	}
+	tmplMeta := metav1.ObjectMeta{Labels: podMeta.Labels, Annotations: podMeta.Annotations}
+	delete(tmplMeta.Annotations, AnnotationInitData) // a Kata setting, not a KubeVirt one
+	return &kubevirtv1.VirtualMachine{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "kubevirt.io/v1", Kind: "VirtualMachine"},
+		ObjectMeta: meta,
+		Spec: kubevirtv1.VirtualMachineSpec{
+			RunStrategy: ptr(kubevirtv1.RunStrategyAlways),
+			Template: &kubevirtv1.VirtualMachineInstanceTemplateSpec{
+				ObjectMeta: tmplMeta,
+				Spec: kubevirtv1.VirtualMachineInstanceSpec{
+					Domain:            domain,
+					Affinity:          pod.Affinity,
+					Tolerations:       pod.Tolerations,
+					PriorityClassName: pod.PriorityClassName,
+					Volumes: []kubevirtv1.Volume{
+						{Name: "rootdisk", VolumeSource: kubevirtv1.VolumeSource{ContainerDisk: &kubevirtv1.ContainerDiskSource{Image: m.Image}}},
+						{Name: "cloudinit", VolumeSource: kubevirtv1.VolumeSource{CloudInitNoCloud: &kubevirtv1.CloudInitNoCloudSource{UserData: "#cloud-config\n" + string(userData)}}},
+					},
+				},
+			},
+		},
+	}, nil
+}
+
+func clipValue(s string) string {
+	if len(s) > 60 {
+		return s[:60] + "..."
+	}
+	return s
 }

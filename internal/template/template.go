@@ -33,6 +33,7 @@ const (
 	Job      = "job"
 	Service  = "service"
 	Notebook = "notebook"
+	VM       = "vm" // a KubeVirt VirtualMachine
 )
 
 // Parameter types.
@@ -77,6 +78,15 @@ type Spec struct {
 	Scheduling   Scheduling  `json:"scheduling,omitempty"`
 	CostCenter   string      `json:"costCenter,omitempty"`
 	Parameters   []Parameter `json:"parameters,omitempty"`
+	// VM configures a vm workload: the cloud-init user and the SSH keys it
+	// accepts (usually a {{sshPublicKey}} parameter).
+	VM *VMSpec `json:"vm,omitempty"`
+}
+
+// VMSpec is what a VM gets from cloud-init.
+type VMSpec struct {
+	User              string   `json:"user"`
+	SSHAuthorizedKeys []string `json:"sshAuthorizedKeys"`
 }
 
 // GPU says which GPUs a workload may ask for.
@@ -176,6 +186,53 @@ var Builtins = []string{"gantry.gpuCount", "gantry.workload", "gantry.team"}
 
 // ValidName reports whether name is a valid template name (a DNS-1123 label of at
 // most MaxNameLen characters, so that derived object names stay valid).
+var (
+	userRE   = regexp.MustCompile(`^[a-z_][a-z0-9_-]{0,31}$`)
+	sshKeyRE = regexp.MustCompile(`^(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(256|384|521)|sk-ssh-ed25519@openssh\.com) [A-Za-z0-9+/]+={0,3}( [^\n]*)?$`)
+)
+
+// validateVM checks what only vm workloads have, and what they cannot have:
+// a container command, working directory, ports or volumes (the VM's disk is
+// its catalog image), and MIG slices (GPUs are passed through whole).
+func (t *Template) validateVM(classes *gpu.Catalog, errs *fault.List, checkRefs func(path, v string)) {
+	s := &t.Spec
+	if s.VM == nil {
+		errs.Addf("spec.vm", "a vm needs spec.vm with the cloud-init user and sshAuthorizedKeys")
+	} else {
+		if !userRE.MatchString(s.VM.User) {
+			errs.Addf("spec.vm.user", "%q is not a Linux user name", clip(s.VM.User))
+		}
+		if len(s.VM.SSHAuthorizedKeys) == 0 {
+			errs.Addf("spec.vm.sshAuthorizedKeys", "at least one key (or {{parameter}}) is required: a VM is reached over SSH")
+		}
+		for i, k := range s.VM.SSHAuthorizedKeys {
+			p := fmt.Sprintf("spec.vm.sshAuthorizedKeys[%d]", i)
+			checkRefs(p, k)
+			if !refRE.MatchString(k) && !sshKeyRE.MatchString(k) {
+				errs.Addf(p, "%q is not an SSH public key or a {{parameter}}", clip(k))
+			}
+		}
+	}
+	for _, f := range []struct {
+		path string
+		set  bool
+	}{{"spec.command", len(s.Command) > 0}, {"spec.args", len(s.Args) > 0}, {"spec.workingDir", s.WorkingDir != ""},
+		{"spec.env", len(s.Env) > 0}, {"spec.ports", len(s.Ports) > 0}, {"spec.volumes", len(s.Volumes) > 0},
+		{"spec.gpu.migProfiles", len(s.GPU.MIGProfiles) > 0}} {
+		if f.set {
+			errs.Addf(f.path, "does not apply to a vm (its disk and software come from its catalog image; GPUs are passed through whole)")
+		}
+	}
+	for i, n := range s.GPU.Classes {
+		if c, ok := classes.Get(n); ok && c.VMDeviceName == "" {
+			errs.Addf(fmt.Sprintf("spec.gpu.classes[%d]", i), "%s has no vmDeviceName in the GPU classes: its GPUs cannot be passed through to VMs", n)
+		}
+	}
+}
+
+// SSHPublicKey reports whether s is an SSH public key line.
+func SSHPublicKey(s string) bool { return sshKeyRE.MatchString(s) }
+
 // imageRE is a catalog image reference: an image name and a tag.
 var imageRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$`)
 
@@ -270,9 +327,9 @@ func (t *Template) Validate(classes *gpu.Catalog) error {
 	}
 	s := &t.Spec
 	switch s.Workload {
-	case Job, Service, Notebook:
+	case Job, Service, Notebook, VM:
 	default:
-		errs.Addf("spec.workload", "%q is not one of job, service, notebook", clip(s.Workload))
+		errs.Addf("spec.workload", "%q is not one of job, service, notebook, vm", clip(s.Workload))
 	}
 	if s.Image == "" {
 		errs.Addf("spec.image", "is required")
@@ -354,6 +411,11 @@ func (t *Template) Validate(classes *gpu.Catalog) error {
 		if p.Port < 1 || p.Port > 65535 {
 			errs.Addf(pp+".port", "%d is not a port number (1-65535)", p.Port)
 		}
+	}
+	if s.Workload == VM {
+		t.validateVM(classes, &errs, checkRefs)
+	} else if s.VM != nil {
+		errs.Addf("spec.vm", "applies to vm workloads only")
 	}
 	if (s.Workload == Service || s.Workload == Notebook) && len(s.Ports) == 0 {
 		errs.Addf("spec.ports", "a %s needs at least one port", s.Workload)

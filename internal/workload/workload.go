@@ -118,9 +118,11 @@ type Cluster interface {
 	// Logs streams the log of the main container of the newest pod labelled
 	// with the workload id; *fault.Conflict when there is no pod yet.
 	Logs(ctx context.Context, namespace, workloadID string, follow bool, tailLines int64) (io.ReadCloser, error)
-	// Managed lists the primary objects (Jobs, Deployments, StatefulSets) that
-	// carry Gantry's labels.
+	// Managed lists the primary objects (Jobs, Deployments, StatefulSets,
+	// VirtualMachines) that carry Gantry's labels.
 	Managed(ctx context.Context) ([]ObjectRef, error)
+	// SetRunStrategy starts (Always) or stops (Halted) a VirtualMachine.
+	SetRunStrategy(ctx context.Context, namespace, name, strategy string) error
 }
 
 // ObjectRef names a workload's primary object on the cluster.
@@ -578,6 +580,8 @@ func primaryKind(workloadKind string) string {
 		return "Deployment"
 	case template.Notebook:
 		return "StatefulSet"
+	case template.VM:
+		return "VirtualMachine"
 	}
 	return "Job"
 }
@@ -661,24 +665,66 @@ func (s *Service) Delete(ctx context.Context, id string) error {
 }
 
 // Stop removes a workload's objects from the cluster and marks it stopped.
+// A VM is stopped by its runStrategy (KubeVirt removes the running instance,
+// the VirtualMachine stays) and can be started again; other workloads' objects
+// are removed.
 func (s *Service) Stop(ctx context.Context, id string) (Workload, error) {
 	return s.end(ctx, id, Stopped)
 }
 
-func (s *Service) end(ctx context.Context, id string, st Status) (Workload, error) {
+// Start runs a stopped VM again.
+func (s *Service) Start(ctx context.Context, id string) (Workload, error) {
+	w, err := s.manageable(ctx, id)
+	if err != nil {
+		return w, err
+	}
+	if w.Kind != template.VM {
+		return w, &fault.Conflict{Kind: "workload", Name: id, Reason: "only a vm can be started again; launch the template anew"}
+	}
+	if w.Status == Deleted {
+		return w, &fault.Conflict{Kind: "workload", Name: id, Reason: "was deleted"}
+	}
+	if w.Status != Stopped {
+		return w, nil
+	}
+	if s.cluster != nil && w.AppliedHash != "" {
+		if err := s.cluster.SetRunStrategy(ctx, s.namespace(w.Team), w.Name, "Always"); err != nil {
+			return w, err
+		}
+	}
+	w.Status, w.Reason, w.UpdatedAt = Pending, "", s.now().UTC().Truncate(time.Microsecond)
+	return w, s.store.SetWorkloadStatus(ctx, id, Pending, "", w.UpdatedAt)
+}
+
+// manageable returns a workload the caller may stop, start or delete.
+func (s *Service) manageable(ctx context.Context, id string) (Workload, error) {
 	w, err := s.visible(ctx, id)
 	if err != nil {
 		return w, err
 	}
 	caller, _ := identity.From(ctx)
 	if !s.may(ctx, w.Team, "workloads:manage") && !(w.Owner == caller.String() && s.may(ctx, w.Team, "own-workloads:manage")) {
-		return w, &fault.Forbidden{Reason: fmt.Sprintf("only its owner or a team-admin of %q may stop or delete this workload", w.Team)}
+		return w, &fault.Forbidden{Reason: fmt.Sprintf("only its owner or a team-admin of %q may stop, start or delete this workload", w.Team)}
+	}
+	return w, nil
+}
+
+func (s *Service) end(ctx context.Context, id string, st Status) (Workload, error) {
+	w, err := s.manageable(ctx, id)
+	if err != nil {
+		return w, err
 	}
 	if w.Status == Deleted || w.Status == st {
 		return w, nil
 	}
 	if s.cluster != nil && w.AppliedHash != "" {
-		if err := s.cluster.Delete(ctx, s.namespace(w.Team), primaryKind(w.Kind), w.Name); err != nil {
+		var err error
+		if w.Kind == template.VM && st == Stopped {
+			err = s.cluster.SetRunStrategy(ctx, s.namespace(w.Team), w.Name, "Halted")
+		} else {
+			err = s.cluster.Delete(ctx, s.namespace(w.Team), primaryKind(w.Kind), w.Name)
+		}
+		if err != nil {
 			return w, err
 		}
 	}

@@ -1,0 +1,137 @@
+package e2e_test
+
+import (
+	"context"
+	"net/http"
+	"path/filepath"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+)
+
+var vmGVR = schema.GroupVersionResource{Group: "kubevirt.io", Version: "v1", Resource: "virtualmachines"}
+
+const sshKey = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIE2eTestKeyForGantryE2EOnly000000000000000 alice@laptop"
+
+// TestVMLifecycle: a gpu-vm launch becomes a VirtualMachine the real API
+// server validated against KubeVirt's schema, with the class's GPUs passed
+// through and the pinned containerDisk; its status follows the VM's (set here
+// as KubeVirt's controller would: KubeVirt cannot run VMs on this machine);
+// stop halts it, start runs it again, delete removes it.
+func TestVMLifecycle(t *testing.T) {
+	g := start(t, filepath.Join(t.TempDir(), "g.db"), true)
+	ctx := context.Background()
+	dyn, err := dynamic.NewForConfig(cluster.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var w struct {
+		wl
+		Kind, Image string
+	}
+	if s := g.post("/api/v1/workloads", map[string]any{"template": "gpu-vm", "team": "vision", "gpu": map[string]any{"count": 2},
+		"parameters": map[string]any{"sshPublicKey": sshKey}}, &w); s != 201 || w.Kind != "vm" || !w.Applied {
+		t.Fatalf("launch: %d %+v", s, w)
+	}
+	vms := dyn.Resource(vmGVR).Namespace("gantry-vision")
+	vm, err := vms.Get(ctx, w.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, _, _ := unstructured.NestedString(vm.Object, "spec", "runStrategy")
+	gpus, _, _ := unstructured.NestedSlice(vm.Object, "spec", "template", "spec", "domain", "devices", "gpus")
+	vols, _, _ := unstructured.NestedSlice(vm.Object, "spec", "template", "spec", "volumes")
+	disk, _, _ := unstructured.NestedString(vols[0].(map[string]any), "containerDisk", "image")
+	if rs != "Always" || len(gpus) != 2 || gpus[0].(map[string]any)["deviceName"] != "nvidia.com/AD104GL_L4" || disk != w.Image {
+		t.Fatalf("VirtualMachine: runStrategy %q, gpus %v, disk %q (workload image %q)", rs, gpus, disk, w.Image)
+	}
+
+	// KubeVirt's controller would report the VM running.
+	setStatus := func(printable string, conds ...map[string]any) {
+		t.Helper()
+		vm, err := vms.Get(ctx, w.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var cs []any
+		for _, c := range conds {
+			cs = append(cs, c)
+		}
+		unstructured.SetNestedField(vm.Object, map[string]any{"printableStatus": printable, "conditions": cs}, "status")
+		if _, err := vms.UpdateStatus(ctx, vm, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setStatus("ErrorUnschedulable", map[string]any{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+		"message": "0/11 nodes are available: 11 Insufficient nvidia.com/AD104GL_L4."})
+	got := waitFor(t, g, w.ID, func(x wl) bool { return x.Reason != "" })
+	if got.Status != "Pending" || got.Reason != "0/11 nodes are available: 11 Insufficient nvidia.com/AD104GL_L4." {
+		t.Errorf("unschedulable VM: %+v", got)
+	}
+	setStatus("Running", map[string]any{"type": "Ready", "status": "True"})
+	g.waitStatus(w.ID, "Running")
+
+	var stopped wl
+	if s := g.post("/api/v1/workloads/"+w.ID+"/stop", nil, &stopped); s != 200 || stopped.Status != "Stopped" {
+		t.Fatalf("stop: %d %+v", s, stopped)
+	}
+	vm, _ = vms.Get(ctx, w.Name, metav1.GetOptions{})
+	if rs, _, _ := unstructured.NestedString(vm.Object, "spec", "runStrategy"); rs != "Halted" {
+		t.Errorf("after stop, runStrategy %q", rs)
+	}
+	var started wl
+	if s := g.post("/api/v1/workloads/"+w.ID+"/start", nil, &started); s != 200 || started.Status != "Pending" {
+		t.Fatalf("start: %d %+v", s, started)
+	}
+	vm, _ = vms.Get(ctx, w.Name, metav1.GetOptions{})
+	if rs, _, _ := unstructured.NestedString(vm.Object, "spec", "runStrategy"); rs != "Always" {
+		t.Errorf("after start, runStrategy %q", rs)
+	}
+	setStatus("Running", map[string]any{"type": "Ready", "status": "True"})
+	g.waitStatus(w.ID, "Running")
+
+	g.delete(t, w.ID)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		if _, err := vms.Get(ctx, w.Name, metav1.GetOptions{}); err != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the VirtualMachine is still there after delete")
+		}
+	}
+
+	// Start is for VMs only.
+	var job wl
+	g.post("/api/v1/workloads", map[string]any{"template": "dev-environment", "team": "vision"}, &job)
+	if s := g.post("/api/v1/workloads/"+job.ID+"/start", nil, nil); s != 409 {
+		t.Errorf("start of a service: %d, want 409", s)
+	}
+}
+
+func waitFor(t *testing.T, g *gantryServer, id string, ok func(wl) bool) wl {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if w := g.get(id); ok(w) {
+			return w
+		}
+	}
+	t.Fatalf("workload %s never reached the expected state: %+v", id, g.get(id))
+	return wl{}
+}
+
+func (g *gantryServer) delete(t *testing.T, id string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodDelete, g.url+"/api/v1/workloads/"+id, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 204 {
+		t.Fatalf("delete %s: %d", id, resp.StatusCode)
+	}
+}

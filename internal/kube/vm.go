@@ -1,0 +1,94 @@
+package kube
+
+import (
+	"context"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/gantryhq/gantry/internal/render"
+)
+
+// hasKubeVirt reports whether the API server serves VirtualMachines.
+func (c *Cluster) hasKubeVirt() bool {
+	_, err := c.core.Discovery().ServerResourcesForGroupVersion(vmResource.GroupVersion().String())
+	return err == nil
+}
+
+// watchVMs reports the state of the VirtualMachines Gantry manages, from
+// their status (KubeVirt's printableStatus and conditions).
+func (c *Cluster) watchVMs(ctx context.Context, report func(Observation)) {
+	f := dynamicinformer.NewFilteredDynamicSharedInformerFactory(c.dyn, 0, metav1.NamespaceAll, func(o *metav1.ListOptions) {
+		o.LabelSelector = render.LabelManagedBy + "=" + render.ManagedBy
+	})
+	inf := f.ForResource(vmResource).Informer()
+	onChange := func(obj any) {
+		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		u, ok := obj.(*unstructured.Unstructured)
+		if !ok {
+			return
+		}
+		if o, ok := ObserveVM(u); ok {
+			report(o)
+		}
+	}
+	inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: onChange, UpdateFunc: func(_, n any) { onChange(n) }})
+	f.Start(ctx.Done())
+	f.WaitForCacheSync(ctx.Done())
+	<-ctx.Done()
+	f.Shutdown()
+}
+
+// ObserveVM derives a vm workload's phase from its VirtualMachine's status.
+// ok is false when there is nothing to say (no status yet, or stopping: a
+// stop is recorded when asked for).
+func ObserveVM(vm *unstructured.Unstructured) (Observation, bool) {
+	id := vm.GetLabels()[render.LabelWorkloadID]
+	if id == "" {
+		return Observation{}, false
+	}
+	o := Observation{WorkloadID: id}
+	status, _, _ := unstructured.NestedString(vm.Object, "status", "printableStatus")
+	conds, _, _ := unstructured.NestedSlice(vm.Object, "status", "conditions")
+	message := func(types ...string) string {
+		for _, t := range types {
+			for _, c := range conds {
+				m, _ := c.(map[string]any)
+				if m["type"] == t && m["status"] != "" {
+					if msg, _ := m["message"].(string); msg != "" {
+						return msg
+					}
+					if r, _ := m["reason"].(string); r != "" {
+						return r
+					}
+				}
+			}
+		}
+		return ""
+	}
+	switch status {
+	case "Running":
+		o.Phase = "Running"
+	case "Starting", "Migrating", "WaitingForVolumeBinding":
+		o.Phase = "Scheduled"
+	case "Provisioning", "WaitingForReceiver":
+		o.Phase = "Pending"
+	case "ErrorUnschedulable":
+		o.Phase, o.Reason = "Pending", message("PodScheduled", "Failure")
+		if o.Reason == "" {
+			o.Reason = "no node can run this VM"
+		}
+	case "ErrImagePull", "ImagePullBackOff", "CrashLoopBackOff", "ErrorPvcNotFound", "ErrorDataVolumeNotFound", "DataVolumeError":
+		o.Phase, o.Reason = "Failed", status
+		if m := message("Failure"); m != "" {
+			o.Reason += ": " + m
+		}
+	default: // Stopped, Stopping, Terminating, Paused, Unknown, none yet
+		return o, false
+	}
+	return o, true
+}

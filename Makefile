@@ -8,8 +8,8 @@ LDFLAGS := -X main.version=$(VERSION)
 dev: ## local cluster with simulated GPU nodes + Gantry on SQLite at http://127.0.0.1:8080
 	$(GO) run -ldflags "$(LDFLAGS)" ./cmd/gantry dev
 
-serve: ## Gantry alone on embedded defaults (no cluster: launches are recorded, not applied)
-	$(GO) run -ldflags "$(LDFLAGS)" ./cmd/gantry serve
+serve: ## Gantry alone on embedded defaults (no cluster: launches are recorded, not applied; images from a local signed registry)
+	GANTRY_IMAGES_DEV_REGISTRY=true $(GO) run -ldflags "$(LDFLAGS)" ./cmd/gantry serve
 
 test: ## the whole test suite: drift, vet, spec lint, SQLite + PostgreSQL tests, fuzz
 	.ci/test

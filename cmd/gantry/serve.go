@@ -178,7 +178,8 @@ func runServer(ctx context.Context, cfg config.Config, ready func(served)) error
 		return err
 	}
 	a.workloads.WithAuthorizer(az)
-	go reloadPolicy(ctx, a.log, az)
+	go reloadEvery(ctx, a.log, "policy", az.Reload, authz.ErrUnchanged)
+	go reloadEvery(ctx, a.log, "image catalog", a.images.Catalog.Reload, imagecat.ErrUnchanged)
 
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
@@ -284,9 +285,9 @@ func devToken(ctx context.Context, tokens *token.Service, issuer string, cfg con
 	return "", fmt.Errorf("no development user %q", username)
 }
 
-// reloadPolicy picks up edited policy files every few seconds; a broken edit
-// keeps the policy in force and is logged with its file:line.
-func reloadPolicy(ctx context.Context, log *slog.Logger, az *authz.Authorizer) {
+// reloadEvery picks up edited files (the policy, the image catalog) every few
+// seconds; a broken edit keeps what is in force and is logged with file:line.
+func reloadEvery(ctx context.Context, log *slog.Logger, what string, reload func() error, unchanged error) {
 	t := time.NewTicker(3 * time.Second)
 	defer t.Stop()
 	for {
@@ -295,11 +296,11 @@ func reloadPolicy(ctx context.Context, log *slog.Logger, az *authz.Authorizer) {
 			return
 		case <-t.C:
 		}
-		switch err := az.Reload(); {
+		switch err := reload(); {
 		case err == nil:
-			log.Info("policy reloaded")
-		case !errors.Is(err, authz.ErrUnchanged):
-			log.Error("policy not reloaded; the previous policy stays in force", "err", err)
+			log.Info(what + " reloaded")
+		case !errors.Is(err, unchanged):
+			log.Error(what+" not reloaded; the previous one stays in force", "err", err)
 		}
 	}
 }

@@ -11,6 +11,7 @@ package imagecat
 
 import (
 	"crypto"
+	"errors"
 	"fmt"
 	"os"
 	"path"
@@ -19,6 +20,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/sigstore/sigstore/pkg/cryptoutils"
@@ -111,9 +113,22 @@ type Entry struct {
 	KeyNames []string
 }
 
-// Catalog is the loaded image catalog.
+// Catalog is the loaded image catalog. Reload replaces its contents in one
+// step when the files change and load cleanly; everyone holding the catalog
+// sees the new entries.
 type Catalog struct {
+	dir     string
+	classes *gpu.Catalog
+
+	mu      sync.RWMutex
 	entries map[string]*Entry
+	stamp   string
+	trusted []trustedKey
+}
+
+type trustedKey struct {
+	label string
+	key   crypto.PublicKey
 }
 
 // MaxFileSize bounds a catalog file.
@@ -129,7 +144,7 @@ func Load(dir string, classes *gpu.Catalog) (*Catalog, error) {
 		return nil, fmt.Errorf("read image catalog: %w", err)
 	}
 	var errs fault.List
-	c := &Catalog{entries: map[string]*Entry{}}
+	c := &Catalog{dir: dir, classes: classes, entries: map[string]*Entry{}, stamp: stamp(dir)}
 	lines := map[string]yamldoc.Lines{}
 	for _, e := range entries {
 		ext := strings.ToLower(filepath.Ext(e.Name()))
@@ -312,23 +327,78 @@ func readLimited(p string) ([]byte, error) {
 	return os.ReadFile(p)
 }
 
-// Trust adds a key every entry accepts, besides its own: the development key
-// of `gantry dev`. The catalog files are not changed.
+// Trust adds a key every entry accepts, besides its own, now and after every
+// reload: the development key of `gantry dev`. The files are not changed.
 func (c *Catalog) Trust(label string, key crypto.PublicKey) {
-	for _, e := range c.entries {
-		e.Keys = append(e.Keys, key)
-		e.KeyNames = append(e.KeyNames, label)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.trusted = append(c.trusted, trustedKey{label, key})
+	trust(c.entries, c.trusted[len(c.trusted)-1:])
+}
+
+func trust(entries map[string]*Entry, keys []trustedKey) {
+	for _, e := range entries {
+		for _, k := range keys {
+			e.Keys = append(e.Keys, k.key)
+			e.KeyNames = append(e.KeyNames, k.label)
+		}
 	}
+}
+
+// ErrUnchanged means Reload found the files as they were.
+var ErrUnchanged = errors.New("image catalog unchanged")
+
+// Reload reads the catalog's directory again if its files changed. A catalog
+// that does not load keeps the one in force and returns why (file:line).
+func (c *Catalog) Reload() error {
+	c.mu.RLock()
+	same := stamp(c.dir) == c.stamp
+	c.mu.RUnlock()
+	if same {
+		return ErrUnchanged
+	}
+	n, err := Load(c.dir, c.classes)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	trust(n.entries, c.trusted)
+	c.entries, c.stamp = n.entries, n.stamp
+	return nil
+}
+
+// stamp identifies the state of the catalog's files: names, sizes and times
+// of the documents and the keys.
+func stamp(dir string) string {
+	var b strings.Builder
+	for _, sub := range []string{dir, filepath.Join(dir, "keys")} {
+		entries, _ := os.ReadDir(sub)
+		for _, e := range entries {
+			if fi, err := e.Info(); err == nil && !e.IsDir() {
+				fmt.Fprintf(&b, "%s/%s:%d:%d;", sub, e.Name(), fi.Size(), fi.ModTime().UnixNano())
+			}
+		}
+	}
+	return b.String()
 }
 
 // Get returns the entry with that name.
 func (c *Catalog) Get(name string) (*Entry, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
 	e, ok := c.entries[name]
 	return e, ok
 }
 
 // Names lists the catalog's image names, sorted.
 func (c *Catalog) Names() []string {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.names()
+}
+
+func (c *Catalog) names() []string {
 	out := make([]string, 0, len(c.entries))
 	for n := range c.entries {
 		out = append(out, n)
@@ -339,8 +409,10 @@ func (c *Catalog) Names() []string {
 
 // List returns the entries sorted by name.
 func (c *Catalog) List() []*Entry {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
 	out := make([]*Entry, 0, len(c.entries))
-	for _, n := range c.Names() {
+	for _, n := range c.names() {
 		out = append(out, c.entries[n])
 	}
 	return out
@@ -362,7 +434,7 @@ func (c *Catalog) Resolve(ref string) (*Entry, string, error) {
 	if !ok || n == "" || tag == "" {
 		return nil, "", fmt.Errorf("%q is not a catalog image reference (name:tag, e.g. pytorch:25.01-py3)", ref)
 	}
-	e, found := c.entries[n]
+	e, found := c.Get(n)
 	if !found {
 		return nil, "", fmt.Errorf("unknown image %q (catalog: %s)", n, strings.Join(c.Names(), ", "))
 	}

@@ -193,3 +193,39 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// TestReload: an edit is picked up; a broken edit keeps the catalog in force
+// and says where; trusted keys survive reloads.
+func TestReload(t *testing.T) {
+	dir := t.TempDir()
+	os.MkdirAll(filepath.Join(dir, "keys"), 0o755)
+	for _, f := range []string{"cuda.yaml", "keys/platform.pub"} {
+		b, _ := os.ReadFile(filepath.Join("../../images", f))
+		os.WriteFile(filepath.Join(dir, f), b, 0o644)
+	}
+	c, err := imagecat.Load(dir, classes(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Trust("dev", c.List()[0].Keys[0])
+	if err := c.Reload(); err != imagecat.ErrUnchanged {
+		t.Fatalf("reload without changes: %v", err)
+	}
+	path := filepath.Join(dir, "cuda.yaml")
+	doc := mustRead(t, path)
+	os.WriteFile(path, []byte(strings.Replace(doc, `tags: ["12.8.1-runtime-ubuntu24.04"]`, `tags: ["12.8.1-runtime-ubuntu24.04", "12.9.0-runtime-ubuntu24.04"]`, 1)), 0o644)
+	if err := c.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	e, _, err := c.Resolve("cuda:12.9.0-runtime-ubuntu24.04")
+	if err != nil || len(e.KeyNames) != 2 || e.KeyNames[1] != "dev" {
+		t.Fatalf("after the edit: %v, keys %v", err, e.KeyNames)
+	}
+	os.WriteFile(path, []byte(strings.Replace(doc, "layer: base", "layer: basement", 1)), 0o644)
+	if err := c.Reload(); err == nil || !strings.Contains(err.Error(), path+`:20: spec.layer: "basement" is not one of base, framework, app`) {
+		t.Fatalf("a broken edit: %v", err)
+	}
+	if _, _, err := c.Resolve("cuda:12.9.0-runtime-ubuntu24.04"); err != nil {
+		t.Errorf("the catalog in force was lost: %v", err)
+	}
+}

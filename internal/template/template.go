@@ -13,6 +13,8 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -566,11 +568,28 @@ func (t *Template) validateParameters(errs *fault.List) map[string]bool {
 
 // pattern compiles a parameter pattern so that it must match the whole value.
 func pattern(p string) (*regexp.Regexp, error) {
+	if re, ok := patterns.Load(p); ok {
+		return re.(*regexp.Regexp), nil
+	}
 	if _, err := regexp.Compile(p); err != nil {
 		return nil, fmt.Errorf("invalid regular expression: %v", err)
 	}
-	return regexp.Compile(`^(?:` + p + `)$`)
+	re, err := regexp.Compile(`^(?:` + p + `)$`)
+	if err == nil && patternCount.Add(1) <= maxCachedPatterns {
+		patterns.Store(p, re)
+	}
+	return re, err
 }
+
+// patterns caches compiled parameter patterns: every launch checks its
+// values against them, and compiling was the largest allocation of a launch.
+// Only valid patterns are cached, at most maxCachedPatterns of them.
+var (
+	patterns     sync.Map
+	patternCount atomic.Int64
+)
+
+const maxCachedPatterns = 4096
 
 // Value checks v (a JSON or YAML value, or a string from a command line) against
 // the parameter's type and bounds and returns its string form.

@@ -136,6 +136,9 @@ func identify(bearer func(*http.Request) (identity.Identity, error), tokens *tok
 			} else if ck, cerr := r.Cookie(weblogin.SessionCookie); cerr == nil && sessions != nil {
 				var ses weblogin.Session
 				ses, err = sessions.Authenticate(r.Context(), ck.Value)
+				if err != nil && !errors.Is(err, weblogin.ErrNoSession) {
+					return fmt.Errorf("look up the session: %w", err) // the store failed: not the caller's fault
+				}
 				if err == nil && !safeMethod(r.Method) && !ses.CheckCSRF(r.Header.Get(CSRFHeader)) {
 					return &fault.Forbidden{Reason: "missing or wrong " + CSRFHeader + " header: a signed-in browser sends its session's CSRF token with every change"}
 				}

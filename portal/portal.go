@@ -15,7 +15,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
+
+	"golang.org/x/time/rate"
 
 	"github.com/gantryhq/gantry/internal/audit"
 	"github.com/gantryhq/gantry/internal/identity"
@@ -62,8 +65,36 @@ var Paths = []struct{ Method, Path string }{
 }
 
 type portal struct {
-	o     Options
-	files http.Handler
+	o       Options
+	files   http.Handler
+	limiter *limiter
+}
+
+// limiter bounds how often one client address may start sign-ins: each start
+// stores a pending login, and a flood would fill that table.
+type limiter struct {
+	mu      sync.Mutex
+	clients map[string]*rate.Limiter
+	every   rate.Limit
+	burst   int
+}
+
+func (l *limiter) allow(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = addr
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.clients) > 10_000 {
+		clear(l.clients) // forget everyone rather than grow without bound
+	}
+	c, ok := l.clients[host]
+	if !ok {
+		c = rate.NewLimiter(l.every, l.burst)
+		l.clients[host] = c
+	}
+	return c.Allow()
 }
 
 // New returns the portal's handler.
@@ -75,7 +106,8 @@ func New(o Options) http.Handler {
 	if err != nil {
 		panic(err) // the embedded tree is fixed at build time
 	}
-	p := &portal{o: o, files: http.FileServer(http.FS(sub))}
+	p := &portal{o: o, files: http.FileServer(http.FS(sub)),
+		limiter: &limiter{clients: map[string]*rate.Limiter{}, every: rate.Every(time.Second), burst: 60}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", p.home)
 	mux.Handle("GET /portal.js", p.files)
@@ -145,6 +177,11 @@ func (p *portal) cookie(name, value, path string, maxAge time.Duration) *http.Co
 func (p *portal) login(w http.ResponseWriter, r *http.Request) {
 	if p.o.Sessions == nil {
 		p.render(w, http.StatusServiceUnavailable, view{Error: "Sign-in is not configured on this server."})
+		return
+	}
+	if !p.limiter.allow(r.RemoteAddr) {
+		w.Header().Set("Retry-After", "60")
+		p.render(w, http.StatusTooManyRequests, view{Error: "Too many sign-in attempts from your address; wait a minute and try again."})
 		return
 	}
 	redirect, state, err := p.o.Sessions.Begin(r.Context(), r.URL.Query().Get("return"))

@@ -349,3 +349,22 @@ func TestSecureCookiesBehindTLS(t *testing.T) {
 		t.Errorf("state cookie %+v", state)
 	}
 }
+
+// TestSignInRateLimited: one address may start 60 sign-ins at once, then one a
+// second; the rest get 429 and store nothing.
+func TestSignInRateLimited(t *testing.T) {
+	g := startGantry(t)
+	c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	codes := map[int]int{}
+	for range 65 {
+		resp, err := c.Get(g.URL + "/auth/login")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		codes[resp.StatusCode]++
+	}
+	if codes[302] < 60 || codes[302] > 62 || codes[429] < 3 {
+		t.Errorf("statuses %v, want 60 redirects (61-62 if a second passed) and the rest refused", codes)
+	}
+}

@@ -30,6 +30,17 @@ func server(flagValue string, f clilogin.File) string {
 	return "http://127.0.0.1:8080"
 }
 
+// credentials reads the credentials file and picks the server.
+func credentials(flagServer string) (path string, f clilogin.File, target string, err error) {
+	if path, err = clilogin.Path(); err != nil {
+		return
+	}
+	if f, err = clilogin.Load(path); err != nil {
+		return
+	}
+	return path, f, server(flagServer, f), nil
+}
+
 // loginCmd signs the CLI in with the device grant and stores the credentials.
 func loginCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flags("gantry login", stderr)
@@ -37,15 +48,10 @@ func loginCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if _, err := parse(fs, args); err != nil {
 		return err
 	}
-	path, err := clilogin.Path()
+	path, f, target, err := credentials(*srv)
 	if err != nil {
 		return err
 	}
-	f, err := clilogin.Load(path)
-	if err != nil {
-		return err
-	}
-	target := server(*srv, f)
 	c, err := clilogin.Login(ctx, cliHTTP, target, func(uri, complete, code string) {
 		fmt.Fprintf(stdout, "To sign in, open %s and enter the code %s\n(or open %s)\nWaiting...\n", uri, code, complete)
 	})
@@ -94,15 +100,10 @@ func whoamiCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if _, err := parse(fs, args); err != nil {
 		return err
 	}
-	path, err := clilogin.Path()
+	path, f, target, err := credentials(*srv)
 	if err != nil {
 		return err
 	}
-	f, err := clilogin.Load(path)
-	if err != nil {
-		return err
-	}
-	target := server(*srv, f)
 	c, ok := f.Servers[target]
 	if !ok {
 		return fmt.Errorf("%s: %w", target, clilogin.ErrNotSignedIn)

@@ -131,9 +131,6 @@ type trustedKey struct {
 	key   crypto.PublicKey
 }
 
-// MaxFileSize bounds a catalog file.
-const MaxFileSize = 1 << 20
-
 var nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 
 // Load reads every Image document (*.yaml, *.yml, *.json) in dir and checks
@@ -152,7 +149,7 @@ func Load(dir string, classes *gpu.Catalog) (*Catalog, error) {
 			continue
 		}
 		p := filepath.Join(dir, e.Name())
-		data, err := readLimited(p)
+		data, err := yamldoc.ReadFile(p)
 		if err != nil {
 			errs.Add(fault.Field{File: p, Message: err.Error()})
 			continue
@@ -314,17 +311,6 @@ func loadKey(p string) (crypto.PublicKey, error) {
 		return nil, fmt.Errorf("%s holds no PEM public key: %v", p, err)
 	}
 	return k, nil
-}
-
-func readLimited(p string) ([]byte, error) {
-	fi, err := os.Stat(p)
-	if err != nil {
-		return nil, err
-	}
-	if fi.Size() > MaxFileSize {
-		return nil, fmt.Errorf("file is larger than %d bytes", MaxFileSize)
-	}
-	return os.ReadFile(p)
 }
 
 // Trust adds a key every entry accepts, besides its own, now and after every

@@ -11,10 +11,8 @@ import (
 
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/gpu"
+	"github.com/gantryhq/gantry/internal/yamldoc"
 )
-
-// MaxFileSize bounds a template file.
-const MaxFileSize = 1 << 20
 
 // File is a template read from a file.
 type File struct {
@@ -53,7 +51,7 @@ func LoadDir(dir string, classes *gpu.Catalog, images Images) ([]File, error) {
 			continue
 		}
 		path := filepath.Join(dir, e.Name())
-		data, err := readLimited(path)
+		data, err := yamldoc.ReadFile(path)
 		if err != nil {
 			errs.Add(fault.Field{File: path, Message: err.Error()})
 			continue
@@ -78,17 +76,6 @@ func LoadDir(dir string, classes *gpu.Catalog, images Images) ([]File, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Template.Metadata.Name < out[j].Template.Metadata.Name })
 	return out, nil
-}
-
-func readLimited(path string) ([]byte, error) {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return nil, err
-	}
-	if fi.Size() > MaxFileSize {
-		return nil, fmt.Errorf("file is larger than %d bytes", MaxFileSize)
-	}
-	return os.ReadFile(path)
 }
 
 // kindOf peeks at a document's kind; anything unreadable counts as a template so

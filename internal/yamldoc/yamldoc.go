@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"reflect"
 	"regexp"
 	"sort"
@@ -19,6 +20,21 @@ import (
 
 	"github.com/gantryhq/gantry/internal/fault"
 )
+
+// MaxFileSize bounds a document file (a template, an image catalog entry).
+const MaxFileSize = 1 << 20
+
+// ReadFile reads a document file of at most MaxFileSize bytes.
+func ReadFile(path string) ([]byte, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if fi.Size() > MaxFileSize {
+		return nil, fmt.Errorf("file is larger than %d bytes", MaxFileSize)
+	}
+	return os.ReadFile(path)
+}
 
 // Lines maps a dotted field path to the line it was read from.
 type Lines map[string]int

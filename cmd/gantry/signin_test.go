@@ -309,8 +309,8 @@ func TestCLILogin(t *testing.T) {
 	}
 	var saved map[string]any
 	raw, _ := os.ReadFile(path)
-	if err := json.Unmarshal(raw, &saved); err != nil {
-		t.Fatal(err)
+	if err := json.Unmarshal(raw, &saved); err != nil || saved["current"] != g.URL {
+		t.Fatalf("credentials file: current %v (%v), want %s", saved["current"], err, g.URL)
 	}
 
 	// A refresh token the provider no longer knows: whoami says to sign in.

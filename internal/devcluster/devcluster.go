@@ -20,8 +20,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	nodev1 "k8s.io/api/node/v1"
-	schedulingv1 "k8s.io/api/scheduling/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -238,23 +236,11 @@ func (c *Cluster) Stop(ctx context.Context) error {
 
 func (c *Cluster) provision(ctx context.Context, o Options) error {
 	cs := c.Client
-	for _, doc := range strings.Split(string(deploy.PriorityClasses), "\n---\n") {
-		var pc schedulingv1.PriorityClass
-		if err := yaml.UnmarshalStrict([]byte(doc), &pc); err != nil {
-			return fmt.Errorf("priority classes: %w", err)
-		}
-		if _, err := cs.SchedulingV1().PriorityClasses().Create(ctx, &pc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("create priority class %s: %w", pc.Name, err)
-		}
+	if err := createAll(ctx, deploy.PriorityClasses, "priority class", cs.SchedulingV1().PriorityClasses().Create); err != nil {
+		return err
 	}
-	for _, doc := range strings.Split(string(deploy.RuntimeClasses), "\n---\n") {
-		var rc nodev1.RuntimeClass
-		if err := yaml.UnmarshalStrict([]byte(doc), &rc); err != nil {
-			return fmt.Errorf("runtime classes: %w", err)
-		}
-		if _, err := cs.NodeV1().RuntimeClasses().Create(ctx, &rc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("create runtime class %s: %w", rc.Name, err)
-		}
+	if err := createAll(ctx, deploy.RuntimeClasses, "runtime class", cs.NodeV1().RuntimeClasses().Create); err != nil {
+		return err
 	}
 	if err := c.installCRDs(ctx, deploy.KubeVirtCRDs); err != nil {
 		return fmt.Errorf("KubeVirt CRDs: %w", err)
@@ -394,4 +380,22 @@ func established(u *unstructured.Unstructured) bool {
 		}
 	}
 	return false
+}
+
+// createAll creates every object of a multi-document manifest from deploy/,
+// decoded strictly, leaving those that exist.
+func createAll[T any, PT interface {
+	*T
+	metav1.Object
+}](ctx context.Context, docs []byte, what string, create func(context.Context, PT, metav1.CreateOptions) (PT, error)) error {
+	for _, doc := range strings.Split(string(docs), "\n---\n") {
+		obj := PT(new(T))
+		if err := yaml.UnmarshalStrict([]byte(doc), obj); err != nil {
+			return fmt.Errorf("%s manifest: %w", what, err)
+		}
+		if _, err := create(ctx, obj, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create %s %s: %w", what, obj.GetName(), err)
+		}
+	}
+	return nil
 }

@@ -79,16 +79,22 @@ func TestVMLifecycle(t *testing.T) {
 	if s := g.post("/api/v1/workloads/"+w.ID+"/stop", nil, &stopped); s != 200 || stopped.Status != "Stopped" {
 		t.Fatalf("stop: %d %+v", s, stopped)
 	}
-	vm, _ = vms.Get(ctx, w.Name, metav1.GetOptions{})
-	if rs, _, _ := unstructured.NestedString(vm.Object, "spec", "runStrategy"); rs != "Halted" {
+	runStrategy := func() string {
+		vm, err := vms.Get(ctx, w.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs, _, _ := unstructured.NestedString(vm.Object, "spec", "runStrategy")
+		return rs
+	}
+	if rs := runStrategy(); rs != "Halted" {
 		t.Errorf("after stop, runStrategy %q", rs)
 	}
 	var started wl
 	if s := g.post("/api/v1/workloads/"+w.ID+"/start", nil, &started); s != 200 || started.Status != "Pending" {
 		t.Fatalf("start: %d %+v", s, started)
 	}
-	vm, _ = vms.Get(ctx, w.Name, metav1.GetOptions{})
-	if rs, _, _ := unstructured.NestedString(vm.Object, "spec", "runStrategy"); rs != "Always" {
+	if rs := runStrategy(); rs != "Always" {
 		t.Errorf("after start, runStrategy %q", rs)
 	}
 	setStatus("Running", map[string]any{"type": "Ready", "status": "True"})

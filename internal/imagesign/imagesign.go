@@ -19,6 +19,7 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/sigstore/cosign/v2/pkg/oci"
 	"github.com/sigstore/cosign/v2/pkg/oci/mutate"
 	ociremote "github.com/sigstore/cosign/v2/pkg/oci/remote"
 	"github.com/sigstore/cosign/v2/pkg/oci/static"
@@ -67,15 +68,9 @@ func (s *Signer) Sign(ctx context.Context, img name.Digest, annotations map[stri
 	if err != nil {
 		return err
 	}
-	ro := ociremote.WithRemoteOptions(append(opts, remote.WithContext(ctx))...)
-	se, err := ociremote.SignedEntity(img, ro)
-	if err != nil {
-		return fmt.Errorf("sign %s: %w", img, err)
-	}
-	if se, err = mutate.AttachSignatureToEntity(se, ociSig); err != nil {
-		return err
-	}
-	return ociremote.WriteSignatures(img.Context(), se, ro)
+	return attach(ctx, img, opts, func(se oci.SignedEntity) (oci.SignedEntity, error) {
+		return mutate.AttachSignatureToEntity(se, ociSig)
+	}, ociremote.WriteSignatures)
 }
 
 // Attest attaches an in-toto statement about img with this predicate, in a
@@ -100,13 +95,23 @@ func (s *Signer) Attest(ctx context.Context, img name.Digest, predicateType stri
 	if err != nil {
 		return err
 	}
+	return attach(ctx, img, opts, func(se oci.SignedEntity) (oci.SignedEntity, error) {
+		return mutate.AttachAttestationToEntity(se, att)
+	}, ociremote.WriteAttestations)
+}
+
+// attach reads what is already attached to img, adds one more signature or
+// attestation, and writes them back to img's repository.
+func attach(ctx context.Context, img name.Digest, opts []remote.Option,
+	add func(oci.SignedEntity) (oci.SignedEntity, error),
+	write func(name.Repository, oci.SignedEntity, ...ociremote.Option) error) error {
 	ro := ociremote.WithRemoteOptions(append(opts, remote.WithContext(ctx))...)
 	se, err := ociremote.SignedEntity(img, ro)
 	if err != nil {
-		return fmt.Errorf("attest %s: %w", img, err)
+		return fmt.Errorf("attach to %s: %w", img, err)
 	}
-	if se, err = mutate.AttachAttestationToEntity(se, att); err != nil {
+	if se, err = add(se); err != nil {
 		return err
 	}
-	return ociremote.WriteAttestations(img.Context(), se, ro)
+	return write(img.Context(), se, ro)
 }

@@ -263,6 +263,13 @@ func (i *Images) Verify(ctx context.Context, ref string) (Result, error) {
 	return i.Verifier.Verify(ctx, e, tag)
 }
 
+// PinImage verifies ref and returns what runs, pinned by digest, and the
+// image's TEE (the workload service's view of verification).
+func (i *Images) PinImage(ctx context.Context, ref string) (pinned, tee string, err error) {
+	r, err := i.Verify(ctx, ref)
+	return r.Pinned, r.TEE, err
+}
+
 // mirror swaps the registry host for its configured mirror.
 func (v *Verifier) mirror(repo name.Repository) name.Repository {
 	host, ok := v.o.Mirrors[repo.RegistryStr()]

@@ -22,7 +22,6 @@ import (
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/identity"
-	"github.com/gantryhq/gantry/internal/imageverify"
 	"github.com/gantryhq/gantry/internal/render"
 	"github.com/gantryhq/gantry/internal/template"
 )
@@ -175,7 +174,9 @@ type Service struct {
 // Images verifies a template's catalog image (signature, annotations,
 // attestations) and pins it by digest. A refusal says which check failed.
 type Images interface {
-	Verify(ctx context.Context, ref string) (imageverify.Result, error)
+	// PinImage verifies the catalog image ref and returns the reference that
+	// runs (pinned by digest) and its TEE ("" unless a confidential image).
+	PinImage(ctx context.Context, ref string) (pinned, tee string, err error)
 }
 
 // WithConfidential enables confidential launches: their pods carry Kata init
@@ -302,20 +303,20 @@ func (s *Service) render(ctx context.Context, owner string, req Request, id stri
 	if s.images == nil {
 		return Rendered{}, &fault.Unavailable{What: "image verification", Err: errors.New("no image catalog is configured, and Gantry runs only verified images")}
 	}
-	img, err := s.images.Verify(ctx, v.Template.Spec.Image)
+	pinned, tee, err := s.images.PinImage(ctx, v.Template.Spec.Image)
 	if err != nil {
 		return Rendered{}, err
 	}
-	meta := render.Meta{WorkloadID: id, Team: req.Team, Owner: owner, Namespace: s.namespace(req.Team), TemplateVersion: v.Version, Image: img.Pinned}
+	meta := render.Meta{WorkloadID: id, Team: req.Team, Owner: owner, Namespace: s.namespace(req.Team), TemplateVersion: v.Version, Image: pinned}
 	if r.Confidential {
-		if img.TEE == "" {
+		if tee == "" {
 			return Rendered{}, &fault.Invalid{Fields: []fault.Field{{Path: "confidential", Message: fmt.Sprintf(
 				"image %s of template %q is not a confidential image: confidential launches run only catalog images built for a TEE", v.Template.Spec.Image, v.Name)}}}
 		}
 		if s.initData == "" {
 			return Rendered{}, &fault.Unavailable{What: "confidential computing", Err: errors.New("no key broker is configured (confidential.kbsURL)")}
 		}
-		meta.TEE, meta.InitData = img.TEE, s.initData
+		meta.TEE, meta.InitData = tee, s.initData
 	}
 	objs, err := render.Objects(r, meta)
 	if err != nil {

@@ -95,6 +95,9 @@ type Options struct {
 type Verifier struct {
 	o   Options
 	now func() time.Time
+	// puller keeps each repository's registry ping and token between
+	// verifications, so a cached verification is one round trip.
+	puller *remote.Puller
 
 	mu    sync.Mutex
 	cache map[cacheKey]Result
@@ -113,7 +116,12 @@ func New(o Options) *Verifier {
 	if o.Transport == nil {
 		o.Transport = http.DefaultTransport
 	}
-	return &Verifier{o: o, now: time.Now, cache: map[cacheKey]Result{}}
+	v := &Verifier{o: o, now: time.Now, cache: map[cacheKey]Result{}}
+	p, err := remote.NewPuller(remote.WithAuthFromKeychain(o.Keychain), remote.WithTransport(o.Transport))
+	if err == nil { // it cannot fail with these options; without it each call sets up afresh
+		v.puller = p
+	}
+	return v
 }
 
 // WithClock replaces the clock (tests of the TTL).
@@ -136,6 +144,9 @@ func (v *Verifier) Verify(ctx context.Context, e *imagecat.Entry, tag string) (R
 	}
 	fetchRepo := v.mirror(repo)
 	ropts := []remote.Option{remote.WithContext(ctx), remote.WithAuthFromKeychain(v.o.Keychain), remote.WithTransport(v.o.Transport)}
+	if v.puller != nil {
+		ropts = append(ropts, remote.Reuse(v.puller))
+	}
 	desc, err := remote.Head(fetchRepo.Tag(tag), ropts...)
 	if err != nil {
 		var terr *transport.Error
@@ -178,7 +189,7 @@ func (v *Verifier) Verify(ctx context.Context, e *imagecat.Entry, tag string) (R
 		co := &cosign.CheckOpts{SigVerifier: sv, RegistryClientOpts: regOpts, IgnoreTlog: true, IgnoreSCT: true, Offline: true, ClaimVerifier: cosign.SimpleClaimVerifier}
 		sigs, _, err = cosign.VerifyImageSignatures(ctx, dref, co)
 		if err == nil && len(sigs) > 0 {
-			verifier, res.Signer = sv, e.KeyNames[i]+" ("+fingerprint(k)+")"
+			verifier, res.Signer = sv, e.KeyNames[i]+" ("+Fingerprint(k)+")"
 			break
 		}
 		lastErr = err
@@ -295,15 +306,13 @@ func policyOf(e *imagecat.Entry) string {
 		Att  []imagecat.Attestation
 	}{e.Image.Spec.Repository, e.KeyNames, e.Image.Spec.Signing, e.Image.Spec.Annotations, e.Image.Spec.Attestations})
 	for _, k := range e.Keys {
-		h.Write([]byte(fingerprint(k)))
+		h.Write([]byte(Fingerprint(k)))
 	}
 	return hex.EncodeToString(h.Sum(nil))
 }
 
 // Fingerprint names a public key: the start of the SHA-256 of its DER form.
-func Fingerprint(k crypto.PublicKey) string { return fingerprint(k) }
-
-func fingerprint(k crypto.PublicKey) string {
+func Fingerprint(k crypto.PublicKey) string {
 	der, err := cryptoutils.MarshalPublicKeyToDER(k)
 	if err != nil {
 		return "unknown"

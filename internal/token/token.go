@@ -99,7 +99,7 @@ func (s *Service) Create(ctx context.Context, req Request) (Token, string, error
 	id, secret := random(9), random(24)
 	now := s.now().UTC().Truncate(time.Microsecond)
 	owner.TokenID, owner.TokenTeam, owner.ReadOnly = "", "", false
-	t := Token{ID: id, Owner: owner, Name: strings.TrimSpace(req.Name), SecretHash: hash(secret), Team: req.Team, ReadOnly: req.ReadOnly,
+	t := Token{ID: id, Owner: owner, Name: strings.TrimSpace(req.Name), SecretHash: Hash(secret), Team: req.Team, ReadOnly: req.ReadOnly,
 		CreatedAt: now, ExpiresAt: now.Add(req.Lifetime)}
 	if err := s.store.CreateToken(ctx, t); err != nil {
 		return Token{}, "", fmt.Errorf("store token: %w", err)
@@ -134,7 +134,7 @@ func (s *Service) Authenticate(ctx context.Context, presented string) (identity.
 		}
 		return identity.Identity{}, err
 	}
-	if subtle.ConstantTimeCompare([]byte(hash(secret)), []byte(t.SecretHash)) != 1 {
+	if subtle.ConstantTimeCompare([]byte(Hash(secret)), []byte(t.SecretHash)) != 1 {
 		return identity.Identity{}, ErrInvalid
 	}
 	now := s.now()
@@ -149,7 +149,9 @@ func (s *Service) Authenticate(ctx context.Context, presented string) (identity.
 // Is reports whether a bearer credential is a Gantry token.
 func Is(bearer string) bool { return strings.HasPrefix(bearer, Prefix) }
 
-func hash(secret string) string {
+// Hash is how Gantry keeps a secret it must recognise but never show again
+// (a token, a session cookie): the hex SHA-256.
+func Hash(secret string) string {
 	sum := sha256.Sum256([]byte(secret))
 	return hex.EncodeToString(sum[:])
 }

@@ -9,10 +9,8 @@ package weblogin
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/url"
@@ -23,6 +21,7 @@ import (
 
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/identity"
+	"github.com/gantryhq/gantry/internal/token"
 )
 
 // Login is a sign-in in progress, stored under the hash of its state.
@@ -116,7 +115,7 @@ func (s *Service) WithClock(now func() time.Time) *Service {
 // callback must present both.
 func (s *Service) Begin(ctx context.Context, returnTo string) (redirect, state string, err error) {
 	state, nonce, verifier := random(32), random(32), oauth2.GenerateVerifier()
-	l := Login{StateHash: hash(state), Nonce: nonce, Verifier: verifier, ReturnTo: LocalPath(returnTo), ExpiresAt: s.now().Add(loginTTL)}
+	l := Login{StateHash: token.Hash(state), Nonce: nonce, Verifier: verifier, ReturnTo: LocalPath(returnTo), ExpiresAt: s.now().Add(loginTTL)}
 	if err := s.store.CreateLogin(ctx, l); err != nil {
 		return "", "", fmt.Errorf("record login: %w", err)
 	}
@@ -139,7 +138,7 @@ func (s *Service) Finish(ctx context.Context, cb Callback) (cookie string, ses S
 	if cb.State == "" || cb.CookieState == "" || subtle.ConstantTimeCompare([]byte(cb.State), []byte(cb.CookieState)) != 1 {
 		return "", ses, "", fmt.Errorf("%w: the state does not match this browser's sign-in", ErrFailed)
 	}
-	l, err := s.store.TakeLogin(ctx, hash(cb.State))
+	l, err := s.store.TakeLogin(ctx, token.Hash(cb.State))
 	var nf *fault.NotFound
 	if errors.As(err, &nf) {
 		return "", ses, "", fmt.Errorf("%w: unknown or already used state", ErrFailed)
@@ -170,7 +169,7 @@ func (s *Service) Finish(ctx context.Context, cb Callback) (cookie string, ses S
 	}
 	cookie = random(32)
 	now := s.now()
-	ses = Session{IDHash: hash(cookie), Identity: id, CSRF: random(32), CreatedAt: now, ExpiresAt: now.Add(s.cfg.Lifetime)}
+	ses = Session{IDHash: token.Hash(cookie), Identity: id, CSRF: random(32), CreatedAt: now, ExpiresAt: now.Add(s.cfg.Lifetime)}
 	if err := s.store.CreateSession(ctx, ses); err != nil {
 		return "", Session{}, "", fmt.Errorf("record session: %w", err)
 	}
@@ -182,7 +181,7 @@ func (s *Service) Authenticate(ctx context.Context, cookie string) (Session, err
 	if cookie == "" {
 		return Session{}, ErrNoSession
 	}
-	ses, err := s.store.Session(ctx, hash(cookie))
+	ses, err := s.store.Session(ctx, token.Hash(cookie))
 	var nf *fault.NotFound
 	if errors.As(err, &nf) {
 		return Session{}, ErrNoSession
@@ -206,7 +205,7 @@ func (s *Service) End(ctx context.Context, cookie string) error {
 	if cookie == "" {
 		return nil
 	}
-	return s.store.DeleteSession(ctx, hash(cookie))
+	return s.store.DeleteSession(ctx, token.Hash(cookie))
 }
 
 // LocalPath keeps a return address on this site: an absolute path, not
@@ -225,11 +224,6 @@ func random(n int) string {
 		panic(err) // crypto/rand does not fail on supported platforms
 	}
 	return base64.RawURLEncoding.EncodeToString(b)
-}
-
-func hash(s string) string {
-	h := sha256.Sum256([]byte(s))
-	return hex.EncodeToString(h[:])
 }
 
 // Cookie names: the session, and the state of a sign-in in progress (sent

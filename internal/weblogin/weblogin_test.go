@@ -2,9 +2,7 @@ package weblogin_test
 
 import (
 	"context"
-	"crypto/sha256"
 	"database/sql"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
@@ -23,6 +21,7 @@ import (
 	"github.com/gantryhq/gantry/internal/devidp"
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/store"
+	"github.com/gantryhq/gantry/internal/token"
 	"github.com/gantryhq/gantry/internal/weblogin"
 )
 
@@ -211,8 +210,7 @@ func BenchmarkAuthenticate(b *testing.B) {
 	var cookie, idHash string
 	for i := range 1000 {
 		c := fmt.Sprintf("cookie-%04d", i)
-		h := sha256.Sum256([]byte(c))
-		cookie, idHash = c, hex.EncodeToString(h[:])
+		cookie, idHash = c, token.Hash(c)
 		err := st.CreateSession(ctx, weblogin.Session{IDHash: idHash, Identity: identity.Identity{Issuer: "https://idp", Subject: c, Groups: []string{"ml-vision", "staff"}},
 			CSRF: "x", CreatedAt: time.Now(), ExpiresAt: time.Now().Add(time.Hour)})
 		if err != nil {

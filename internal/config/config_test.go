@@ -99,3 +99,21 @@ func TestDevLogin(t *testing.T) {
 		}
 	}
 }
+
+func TestImagesAndConfidential(t *testing.T) {
+	env := map[string]string{"GANTRY_IMAGES_DEV_REGISTRY": "true", "GANTRY_OIDC_ISSUER": "https://idp.example.com",
+		"GANTRY_OIDC_CLIENT_ID": "p", "GANTRY_CONFIDENTIAL_KBS_URL": "kbs.example.com:8080"}
+	_, err := Load("", lookup(env), Flags{})
+	for _, want := range []string{
+		"images.devRegistry: trusts a development signing key",
+		`confidential.kbsURL: "kbs.example.com:8080" is not an http or https URL`,
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("missing %q in %v", want, err)
+		}
+	}
+	c, err := Load("", lookup(map[string]string{"GANTRY_IMAGES_DEV_REGISTRY": "true", "GANTRY_CONFIDENTIAL_KBS_URL": "https://kbs.example.com"}), Flags{})
+	if err != nil || !c.Images.DevRegistry || c.Images.TTL().Minutes() != 10 || c.Confidential.KBSURL != "https://kbs.example.com" {
+		t.Fatalf("%+v %v", c.Images, err)
+	}
+}

@@ -85,3 +85,42 @@ classes:
 		}
 	}
 }
+
+// TestConfidentialAndVMFields: the CC classes and VM device names of the
+// starter file, and every problem with them at once, with lines.
+func TestConfidentialAndVMFields(t *testing.T) {
+	c, err := gpu.LoadFile("../../templates/gpu-classes.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h100, _ := c.Get("H100-80GB")
+	l4, _ := c.Get("L4")
+	if !h100.SupportsTEE("snp") || !h100.SupportsTEE("tdx") || l4.SupportsTEE("snp") || h100.VMDeviceName != "nvidia.com/GH100_H100_SXM5_80GB" {
+		t.Errorf("H100 %+v, L4 %+v", h100.Confidential, l4.Confidential)
+	}
+	in := `apiVersion: gantry.dev/v1alpha1
+kind: GPUClassList
+classes:
+  - name: X1
+    products: [NVIDIA-X1]
+    memoryGiB: 80
+    price: {onDemand: 1}
+    confidential: {tees: [sev]}
+    vmDeviceName: "not a device"
+  - name: X2
+    products: [NVIDIA-X2]
+    memoryGiB: 80
+    price: {onDemand: 1}
+    confidential: {tees: []}
+`
+	_, err = gpu.Parse("c.yaml", []byte(in))
+	for _, want := range []string{
+		`c.yaml:8: classes[0].confidential.tees[0]: "sev" is not one of snp, tdx`,
+		`c.yaml:9: classes[0].vmDeviceName: "not a device" is not a device resource name`,
+		`c.yaml:14: classes[1].confidential.tees: at least one TEE (snp, tdx) is required`,
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("missing %q in %v", want, err)
+		}
+	}
+}

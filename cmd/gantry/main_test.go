@@ -174,9 +174,11 @@ func TestAuditVerify(t *testing.T) {
 }
 
 // starterTemplates counts the templates in templates/ (every YAML file but the
-// GPU classes).
-func starterTemplates(t *testing.T) int {
-	files, err := filepath.Glob("../../templates/*.yaml")
+// GPU classes), from this package's directory.
+func starterTemplates(t *testing.T) int { return starterTemplatesIn(t, "../../templates") }
+
+func starterTemplatesIn(t *testing.T, dir string) int {
+	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}

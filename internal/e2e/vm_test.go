@@ -90,6 +90,7 @@ func TestVMLifecycle(t *testing.T) {
 	if rs := runStrategy(); rs != "Halted" {
 		t.Errorf("after stop, runStrategy %q", rs)
 	}
+	setStatus("Stopped", map[string]any{"type": "Ready", "status": "False"}) // as KubeVirt reports a halted VM
 	var started wl
 	if s := g.post("/api/v1/workloads/"+w.ID+"/start", nil, &started); s != 200 || started.Status != "Pending" {
 		t.Fatalf("start: %d %+v", s, started)

@@ -688,13 +688,23 @@ func (s *Service) Start(ctx context.Context, id string) (Workload, error) {
 	if w.Status != Stopped {
 		return w, nil
 	}
+	// Pending is recorded before the VM is told to run, so that what the
+	// cluster reports next (Scheduled, Running) is not overwritten by it.
+	now := s.now().UTC().Truncate(time.Microsecond)
+	if err := s.store.SetWorkloadStatus(ctx, id, Pending, "", now); err != nil {
+		return w, err
+	}
 	if s.cluster != nil && w.AppliedHash != "" {
 		if err := s.cluster.SetRunStrategy(ctx, s.namespace(w.Team), w.Name, "Always"); err != nil {
+			// Not started: it is still stopped.
+			if serr := s.store.SetWorkloadStatus(ctx, id, Stopped, "", s.now().UTC().Truncate(time.Microsecond)); serr != nil {
+				return w, errors.Join(err, serr)
+			}
 			return w, err
 		}
 	}
-	w.Status, w.Reason, w.UpdatedAt = Pending, "", s.now().UTC().Truncate(time.Microsecond)
-	return w, s.store.SetWorkloadStatus(ctx, id, Pending, "", w.UpdatedAt)
+	w.Status, w.Reason, w.UpdatedAt = Pending, "", now
+	return w, nil
 }
 
 // manageable returns a workload the caller may stop, start or delete.

@@ -288,13 +288,16 @@ func (e WorkloadTee) Valid() bool {
 
 // Defines values for WorkloadStatus.
 const (
-	Deleted   WorkloadStatus = "Deleted"
-	Failed    WorkloadStatus = "Failed"
-	Pending   WorkloadStatus = "Pending"
-	Running   WorkloadStatus = "Running"
-	Scheduled WorkloadStatus = "Scheduled"
-	Stopped   WorkloadStatus = "Stopped"
-	Succeeded WorkloadStatus = "Succeeded"
+	Deleted         WorkloadStatus = "Deleted"
+	Failed          WorkloadStatus = "Failed"
+	IdleStopped     WorkloadStatus = "IdleStopped"
+	Pending         WorkloadStatus = "Pending"
+	PendingApproval WorkloadStatus = "PendingApproval"
+	Queued          WorkloadStatus = "Queued"
+	Running         WorkloadStatus = "Running"
+	Scheduled       WorkloadStatus = "Scheduled"
+	Stopped         WorkloadStatus = "Stopped"
+	Succeeded       WorkloadStatus = "Succeeded"
 )
 
 // Valid indicates whether the value is a known member of the WorkloadStatus enum.
@@ -304,7 +307,13 @@ func (e WorkloadStatus) Valid() bool {
 		return true
 	case Failed:
 		return true
+	case IdleStopped:
+		return true
 	case Pending:
+		return true
+	case PendingApproval:
+		return true
+	case Queued:
 		return true
 	case Running:
 		return true
@@ -876,7 +885,9 @@ type Workload struct {
 	Parameters  map[string]string `json:"parameters"`
 
 	// Reason Why the workload is stuck or failed.
-	Reason *string        `json:"reason,omitempty"`
+	Reason *string `json:"reason,omitempty"`
+
+	// Status Where a workload is in its lifecycle. PendingApproval waits for an approver, Queued for quota; Stopped (by a person, or past the template's max runtime) and IdleStopped (by the idle culler) may be started again; Succeeded, Failed and Deleted are final.
 	Status WorkloadStatus `json:"status"`
 
 	// Team A lowercase DNS label.
@@ -908,7 +919,7 @@ type WorkloadList struct {
 	NextCursor *string `json:"nextCursor,omitempty"`
 }
 
-// WorkloadStatus defines model for WorkloadStatus.
+// WorkloadStatus Where a workload is in its lifecycle. PendingApproval waits for an approver, Queued for quota; Stopped (by a person, or past the template's max runtime) and IdleStopped (by the idle culler) may be started again; Succeeded, Failed and Deleted are final.
 type WorkloadStatus string
 
 // TemplateName A lowercase DNS label.
@@ -1063,7 +1074,7 @@ type ServerInterface interface {
 	// GetWorkloadLogs Workload logs
 	// (GET /api/v1/workloads/{id}/logs)
 	GetWorkloadLogs(ctx echo.Context, id WorkloadID, params GetWorkloadLogsParams) error
-	// StartWorkload Start a stopped VM
+	// StartWorkload Start a stopped workload
 	// (POST /api/v1/workloads/{id}/start)
 	StartWorkload(ctx echo.Context, id WorkloadID) error
 	// StopWorkload Stop a workload
@@ -2815,7 +2826,7 @@ type StrictServerInterface interface {
 	// GetWorkloadLogs Workload logs
 	// (GET /api/v1/workloads/{id}/logs)
 	GetWorkloadLogs(ctx context.Context, request GetWorkloadLogsRequestObject) (GetWorkloadLogsResponseObject, error)
-	// StartWorkload Start a stopped VM
+	// StartWorkload Start a stopped workload
 	// (POST /api/v1/workloads/{id}/start)
 	StartWorkload(ctx context.Context, request StartWorkloadRequestObject) (StartWorkloadResponseObject, error)
 	// StopWorkload Stop a workload

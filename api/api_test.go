@@ -24,6 +24,7 @@ import (
 	"github.com/gantryhq/gantry/internal/devregistry"
 	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/identity"
+	"github.com/gantryhq/gantry/internal/imageverify"
 	"github.com/gantryhq/gantry/internal/store"
 	"github.com/gantryhq/gantry/internal/template"
 	"github.com/gantryhq/gantry/internal/token"
@@ -47,6 +48,13 @@ func newEnv(t *testing.T, identify func(*http.Request) (identity.Identity, error
 // catalog; edit changes the options first.
 func newEnvWith(t *testing.T, edit func(*api.Options)) *env {
 	t.Helper()
+	return newEnvImages(t, nil, edit)
+}
+
+// newEnvImages is newEnvWith with the image verifier given (nil: a local
+// registry with the catalog's images, signed).
+func newEnvImages(t *testing.T, images *imageverify.Images, edit func(*api.Options)) *env {
+	t.Helper()
 	ctx := context.Background()
 	classes, files, err := template.LoadCatalog("../templates")
 	if err != nil {
@@ -58,20 +66,24 @@ func newEnvWith(t *testing.T, edit func(*api.Options)) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	_, images, err := devregistry.StartDir(ctx, "../images", classes)
-	if err != nil {
-		t.Fatal(err)
+	if images == nil {
+		if _, images, err = devregistry.StartDir(ctx, "../images", classes); err != nil {
+			t.Fatal(err)
+		}
 	}
 	cat := catalog.New(st, classes).WithImages(images.Catalog)
 	if _, err := cat.Seed(ctx, "seed", files); err != nil {
 		t.Fatal(err)
 	}
-	wl := workload.New(st, cat, func(team string) string { return "gantry-" + team }).WithImages(images)
 	az, err := authz.New(authz.InDir("../policy"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	wl.WithAuthorizer(az)
+	wl, err := workload.New(workload.Options{Store: st, Templates: cat, Images: images, Authorizer: az,
+		Namespace: func(team string) string { return "gantry-" + team }})
+	if err != nil {
+		t.Fatal(err)
+	}
 	o := api.Options{Catalog: cat, Workloads: wl, Checks: []api.Check{{Name: "database", Pinger: st}}, Spec: gantry.OpenAPI, MaxBodyBytes: 64 << 10,
 		Authorize: az.AllowedSomewhere, Tokens: token.New(st), Audit: st, Images: images}
 	edit(&o)

@@ -23,11 +23,7 @@ func TestImages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := newEnvWith(t, func(o *api.Options) {
-		o.Identify = alice
-		o.Images = images
-		o.Workloads.WithImages(images)
-	})
+	e := newEnvImages(t, images, func(o *api.Options) { o.Identify = alice })
 	var list struct {
 		Items []struct {
 			Name    string

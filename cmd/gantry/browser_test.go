@@ -82,7 +82,7 @@ func TestBrowserSignIn(t *testing.T) {
 	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.getElementById('status').textContent.includes('templates')`, chromedp.WithPollingTimeout(20*time.Second))); err != nil {
 		t.Fatalf("the page's script did not list the templates: %v", err)
 	}
-	if who, teams, status := text("signed-in-as"), text("teams"), text("status"); !strings.Contains(who, "Alice Moreau") || teams != "vision" || status != fmt.Sprintf("%d templates", starterTemplatesIn(t, "templates")) {
+	if who, teams, status := text("signed-in-as"), text("teams"), text("status"); !strings.Contains(who, "Alice Moreau") || teams != "vision" || status != fmt.Sprintf("%d templates", starterTemplatesIn(t, "../../templates")) {
 		t.Errorf("signed-in page: %q, teams %q, status %q", who, teams, status)
 	}
 	res, err := chromedp.Call(ctx, network.GetCookies, network.GetCookiesParams{URLs: []string{g.URL}})

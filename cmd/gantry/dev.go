@@ -10,6 +10,7 @@ import (
 
 	"github.com/gantryhq/gantry/internal/config"
 	"github.com/gantryhq/gantry/internal/devcluster"
+	"github.com/gantryhq/gantry/internal/server"
 )
 
 // devCmd starts the local cluster with its simulated GPU fleet (building it the
@@ -60,21 +61,25 @@ func devCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		// pods carry init data as they would in a real cluster.
 		cfg.Confidential.KBSURL = "http://kbs.gantry-system.svc.cluster.local:8080"
 	}
-	return runServer(ctx, cfg, func(sv served) {
-		var users strings.Builder
-		for _, u := range sv.Users {
-			fmt.Fprintf(&users, "  %-6s %s (groups: %s)\n", u.Username, u.Name, strings.Join(u.Groups, ", "))
+	srv, err := server.New(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	users := srv.DevUsers()
+	var list strings.Builder
+	for _, u := range users {
+		fmt.Fprintf(&list, "  %-6s %s (groups: %s)\n", u.Username, u.Name, strings.Join(u.Groups, ", "))
+	}
+	tok := "(no development provider: create one in the portal)"
+	if len(users) > 0 {
+		t, err := srv.DevToken(ctx, users[0].Username)
+		if err != nil {
+			fmt.Fprintf(stderr, "gantry dev: could not make a token for %s: %v\n", users[0].Username, err)
+		} else {
+			tok = t
 		}
-		tok := "(no development provider: create one in the portal)"
-		if sv.Token != nil && len(sv.Users) > 0 {
-			t, err := sv.Token(ctx, sv.Users[0].Username)
-			if err != nil {
-				fmt.Fprintf(stderr, "gantry dev: could not make a token for %s: %v\n", sv.Users[0].Username, err)
-			} else {
-				tok = t
-			}
-		}
-		fmt.Fprintf(stdout, `
+	}
+	fmt.Fprintf(stdout, `
 Gantry is running at %[1]s (API: %[1]s/api/v1, spec: %[1]s/openapi.yaml)
 Sign in with a browser at %[1]s as one of these development users
 (password = username; provider: %[5]s):
@@ -88,8 +93,8 @@ Simulated GPU nodes: %[2]d. Look at the cluster with:
 Launch a notebook on a MIG slice:
   curl -s -X POST %[1]s/api/v1/workloads -H "Authorization: Bearer $GANTRY_TOKEN" -H 'content-type: application/json' -d '{"template":"jupyter-notebook","team":"vision"}'
 Stop with Ctrl-C (the cluster is removed too).
-`, sv.URL, len(devcluster.Nodes(devcluster.Fleet)), cl.Bin, cl.Kubeconfig, sv.Issuer, users.String(), firstUser(sv.Users), tok)
-	})
+`, srv.URL(), len(devcluster.Nodes(devcluster.Fleet)), cl.Bin, cl.Kubeconfig, srv.Issuer(), list.String(), firstUser(users), tok)
+	return srv.Run(ctx)
 }
 
 func firstUser(us []config.DevUser) string {

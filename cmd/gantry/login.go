@@ -16,9 +16,9 @@ import (
 
 var cliHTTP = &http.Client{Timeout: 30 * time.Second}
 
-// server picks the Gantry server: the flag, $GANTRY_SERVER, the server signed
+// serverURL picks the Gantry server: the flag, $GANTRY_SERVER, the server signed
 // in to last, or the local default.
-func server(flagValue string, f clilogin.File) string {
+func serverURL(flagValue string, f clilogin.File) string {
 	switch {
 	case flagValue != "":
 		return strings.TrimSuffix(flagValue, "/")
@@ -38,7 +38,7 @@ func credentials(flagServer string) (path string, f clilogin.File, target string
 	if f, err = clilogin.Load(path); err != nil {
 		return
 	}
-	return path, f, server(flagServer, f), nil
+	return path, f, serverURL(flagServer, f), nil
 }
 
 // loginCmd signs the CLI in with the device grant and stores the credentials.

@@ -9,7 +9,6 @@ import (
 	"net/http/cookiejar"
 	"net/url"
 	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -22,37 +21,14 @@ import (
 	"github.com/gantryhq/gantry/internal/clilogin"
 	"github.com/gantryhq/gantry/internal/config"
 	"github.com/gantryhq/gantry/internal/devidp"
+	"github.com/gantryhq/gantry/internal/servertest"
 )
 
 // startGantry runs the real server in process, as `gantry serve` does with
 // the embedded defaults: SQLite, no cluster, the development provider.
-func startGantry(t *testing.T, edit ...func(*config.Config)) served {
+func startGantry(t *testing.T, edit ...func(*config.Config)) *servertest.Gantry {
 	t.Helper()
-	t.Chdir("../..") // templates/ and policy/ as a newcomer has them
-	cfg, err := config.Load("", func(string) (string, bool) { return "", false }, config.Flags{
-		Listen: "127.0.0.1:0", DSN: filepath.Join(t.TempDir(), "gantry.db"), LogLevel: "error"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("XDG_DATA_HOME", t.TempDir()) // the development signing key
-	cfg.Images.DevRegistry = true
-	for _, e := range edit {
-		e(&cfg)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan served, 1)
-	done := make(chan error, 1)
-	go func() { done <- runServer(ctx, cfg, func(s served) { ready <- s }) }()
-	t.Cleanup(func() { cancel(); <-done })
-	select {
-	case s := <-ready:
-		return s
-	case err := <-done:
-		t.Fatalf("gantry did not start: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("gantry did not start in 30 s")
-	}
-	return served{}
+	return servertest.New(t, edit...)
 }
 
 // recorder keeps every Set-Cookie header a browser receives, redirects included.

@@ -14,6 +14,7 @@ import (
 	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/imagecat"
 	"github.com/gantryhq/gantry/internal/render"
+	"github.com/gantryhq/gantry/internal/server"
 	"github.com/gantryhq/gantry/internal/template"
 )
 
@@ -166,16 +167,16 @@ func applyCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	a, err := open(ctx, cfg)
+	a, err := server.Open(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	defer a.store.Close()
-	files, err := template.LoadDir(*dir, a.catalog.Classes(), a.images.Catalog)
+	defer a.Store.Close()
+	files, err := template.LoadDir(*dir, a.Catalog.Classes(), a.Images.Catalog)
 	if err != nil {
 		return err
 	}
-	plan, err := a.catalog.Plan(ctx, *actor, files, *prune)
+	plan, err := a.Catalog.Plan(ctx, *actor, files, *prune)
 	if err != nil {
 		return err
 	}
@@ -193,7 +194,7 @@ func applyCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintf(stdout, "dry run: %s; nothing changed\n", summary)
 		return nil
 	}
-	vs, err := a.catalog.Apply(ctx, plan)
+	vs, err := a.Catalog.Apply(ctx, plan)
 	if err != nil {
 		return err
 	}

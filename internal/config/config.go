@@ -68,6 +68,11 @@ type Config struct {
 	Kubeconfig string `json:"kubeconfig"`
 	// ReconcileInterval is how often unapplied launches are retried.
 	ReconcileInterval string `json:"reconcileInterval"`
+	// Namespace is Gantry's own namespace: its replicas' Lease is there.
+	Namespace string `json:"namespace"`
+	// LeaseDuration is how long replicas wait for a leader that stopped
+	// renewing its Lease before one of them takes over.
+	LeaseDuration string `json:"leaseDuration"`
 	// RemoveOrphans deletes objects that carry Gantry's labels but belong to no
 	// live workload; otherwise they are only reported.
 	RemoveOrphans bool `json:"removeOrphans"`
@@ -171,6 +176,8 @@ func Default() Config {
 		PolicyDir:         "policy",
 		Images:            Images{Dir: "images", CacheTTL: "10m"},
 		ReconcileInterval: "15s",
+		Namespace:         "gantry-system",
+		LeaseDuration:     "15s",
 		SessionLifetime:   "8h",
 		OIDC:              OIDC{ClockSkew: "30s", Scopes: []string{"openid", "profile", "email", "groups", "offline_access"}},
 		DevLogin:          DevLogin{Listen: "127.0.0.1:0", Users: DefaultDevUsers()},
@@ -266,6 +273,8 @@ var env = []struct {
 	{"GANTRY_OIDC_ISSUER", func(c *Config, v string) error { c.OIDC.Issuer = v; return nil }},
 	{"GANTRY_OIDC_AUDIENCES", func(c *Config, v string) error { c.OIDC.Audiences = strings.Split(v, ","); return nil }},
 	{"GANTRY_RECONCILE_INTERVAL", func(c *Config, v string) error { c.ReconcileInterval = v; return nil }},
+	{"GANTRY_NAMESPACE", func(c *Config, v string) error { c.Namespace = v; return nil }},
+	{"GANTRY_LEASE_DURATION", func(c *Config, v string) error { c.LeaseDuration = v; return nil }},
 	{"GANTRY_REMOVE_ORPHANS", func(c *Config, v string) error {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
@@ -441,7 +450,19 @@ func (c *Config) validate() error {
 	if d, err := time.ParseDuration(c.ReconcileInterval); err != nil || d < time.Second {
 		errs.Addf("reconcileInterval", "%q must be a duration of at least 1s", c.ReconcileInterval)
 	}
+	if len(c.Namespace) == 0 || len(c.Namespace) > 63 || strings.Trim(c.Namespace, "abcdefghijklmnopqrstuvwxyz0123456789-") != "" || strings.HasPrefix(c.Namespace, "-") || strings.HasSuffix(c.Namespace, "-") {
+		errs.Addf("namespace", "%q must be a namespace name (a DNS label)", c.Namespace)
+	}
+	if d, err := time.ParseDuration(c.LeaseDuration); err != nil || d < 2*time.Second || d > 5*time.Minute {
+		errs.Addf("leaseDuration", "%q must be a duration between 2s and 5m", c.LeaseDuration)
+	}
 	return errs.Err()
+}
+
+// Lease is the leader election lease duration (validated by Load).
+func (c *Config) Lease() time.Duration {
+	d, _ := time.ParseDuration(c.LeaseDuration)
+	return d
 }
 
 func loopback(host string) bool {

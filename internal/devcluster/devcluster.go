@@ -22,7 +22,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -45,21 +44,20 @@ type Options struct {
 	WorkDir string    // kwokctl's working directory; a temporary one when empty
 	Log     io.Writer // progress and tool output; discarded when nil
 	Fleet   []NodeSpec
-	// Volumes is the size of the pre-created PersistentVolume pool that claims
-	// bind to (kwok has no storage provisioner).
-	Volumes int
 }
 
 // Cluster is a running local cluster.
 type Cluster struct {
-	Name       string
-	Kubeconfig string
-	Bin        string
-	workDir    string
-	ownWorkDir bool
-	log        io.Writer
-	config     *rest.Config
-	Client     kubernetes.Interface
+	Name        string
+	Kubeconfig  string
+	Bin         string
+	workDir     string
+	ownWorkDir  bool
+	log         io.Writer
+	config      *rest.Config
+	Client      kubernetes.Interface
+	stopVolumes context.CancelFunc // ends the volume provisioner
+	volumesDone chan struct{}
 }
 
 // Config is the client configuration for the cluster.
@@ -79,7 +77,8 @@ func Build(ctx context.Context, root string, log io.Writer) (string, error) {
 }
 
 // Start creates and starts a cluster, its GPU fleet and what rendered workloads
-// need (PriorityClasses, a default StorageClass with a volume pool), and waits
+// need (PriorityClasses, a default StorageClass whose claims get volumes made
+// for them), and waits
 // until every node is Ready.
 func Start(ctx context.Context, o Options) (*Cluster, error) {
 	if o.Log == nil {
@@ -90,9 +89,6 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 	}
 	if o.Fleet == nil {
 		o.Fleet = Fleet
-	}
-	if o.Volumes == 0 {
-		o.Volumes = 64
 	}
 	bin, err := Build(ctx, o.Root, o.Log)
 	if err != nil {
@@ -227,6 +223,10 @@ func (c *Cluster) kwokctl(ctx context.Context, args ...string) error {
 // Stop deletes the cluster (kwokctl stops the apiserver before etcd) and its
 // working directory.
 func (c *Cluster) Stop(ctx context.Context) error {
+	if c.stopVolumes != nil {
+		c.stopVolumes()
+		<-c.volumesDone
+	}
 	err := c.kwokctl(ctx, "delete", "cluster")
 	if c.ownWorkDir {
 		os.RemoveAll(c.workDir)
@@ -247,15 +247,15 @@ func (c *Cluster) provision(ctx context.Context, o Options) error {
 	}
 	sc := &storagev1.StorageClass{
 		ObjectMeta:        metav1.ObjectMeta{Name: "standard", Annotations: map[string]string{"storageclass.kubernetes.io/is-default-class": "true"}},
-		Provisioner:       "kubernetes.io/no-provisioner",
+		Provisioner:       Provisioner,
 		VolumeBindingMode: ptr(storagev1.VolumeBindingImmediate),
 	}
 	if _, err := cs.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create storage class: %w", err)
 	}
-	if err := c.AddVolumes(ctx, 0, o.Volumes); err != nil {
-		return err
-	}
+	vctx, cancel := context.WithCancel(context.Background())
+	c.stopVolumes, c.volumesDone = cancel, make(chan struct{})
+	go func() { defer close(c.volumesDone); provision(vctx, cs, o.Log) }()
 	nodes := Nodes(o.Fleet)
 	for _, n := range nodes {
 		if _, err := cs.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -264,27 +264,6 @@ func (c *Cluster) provision(ctx context.Context, o Options) error {
 	}
 	fmt.Fprintf(o.Log, "cluster: %d GPU nodes created, waiting until they are Ready\n", len(nodes))
 	return c.waitReady(ctx, len(nodes))
-}
-
-// AddVolumes adds n PersistentVolumes of 1Ti to the pool that claims bind to,
-// numbered from first.
-func (c *Cluster) AddVolumes(ctx context.Context, first, n int) error {
-	for i := first; i < first+n; i++ {
-		pv := &corev1.PersistentVolume{
-			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("pool-%04d", i)},
-			Spec: corev1.PersistentVolumeSpec{
-				Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Ti")},
-				AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-				PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimDelete,
-				StorageClassName:              "standard",
-				PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: fmt.Sprintf("/tmp/gantry-pool/%04d", i)}},
-			},
-		}
-		if _, err := c.Client.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("create volume %s: %w", pv.Name, err)
-		}
-	}
-	return nil
 }
 
 // waitReady waits until n nodes are Ready with their GPU resources allocatable

@@ -33,7 +33,13 @@ func ForTests(pkg string) (c *Cluster, stop func(), err error) {
 	// A start can lose a race for a port with another cluster starting at the
 	// same moment; try again, under a new name.
 	for attempt := 1; attempt <= 3; attempt++ {
-		o := Options{Name: fmt.Sprintf("gt-%s-%d-%d", pkg, os.Getpid(), attempt), Root: root}
+		// Named for the test run (GANTRY_TEST_RUN, set by .ci/test) so that its
+		// cleanup kills only its own clusters.
+		run := os.Getenv("GANTRY_TEST_RUN")
+		if run == "" {
+			run = "local"
+		}
+		o := Options{Name: fmt.Sprintf("gt-%s-%s-%d-%d", run, pkg, os.Getpid(), attempt), Root: root}
 		if log != nil {
 			o.Log = log
 		}

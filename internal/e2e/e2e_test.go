@@ -7,10 +7,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -23,17 +25,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/gantryhq/gantry"
-	"github.com/gantryhq/gantry/api"
-	"github.com/gantryhq/gantry/internal/authz"
-	"github.com/gantryhq/gantry/internal/catalog"
+	"github.com/gantryhq/gantry/internal/config"
 	"github.com/gantryhq/gantry/internal/devcluster"
-	"github.com/gantryhq/gantry/internal/devregistry"
 	"github.com/gantryhq/gantry/internal/gpu"
-	"github.com/gantryhq/gantry/internal/identity"
-	"github.com/gantryhq/gantry/internal/kube"
-	"github.com/gantryhq/gantry/internal/store"
-	"github.com/gantryhq/gantry/internal/template"
+	"github.com/gantryhq/gantry/internal/servertest"
+	"github.com/gantryhq/gantry/internal/waitfor"
 	"github.com/gantryhq/gantry/internal/workload"
 )
 
@@ -41,72 +37,47 @@ var cluster *devcluster.Cluster
 
 func TestMain(m *testing.M) { devcluster.Main(m, "e2e", &cluster) }
 
-// gantryServer is Gantry as `gantry serve --kubeconfig` runs it, in process.
+// gantryServer is Gantry as `gantry serve --kubeconfig` runs it, in process,
+// started by the one harness (servertest) on the production constructor.
 type gantryServer struct {
-	t     testing.TB
-	url   string
-	store *store.Store
-	wl    *workload.Service
+	t   testing.TB
+	url string // a front that signs every request in as ada, a platform admin
+	*servertest.Gantry
 }
 
-func start(t testing.TB, dbPath string, withCluster bool) *gantryServer {
+// start runs Gantry on the database at dbPath, against the local cluster when
+// withCluster is set. Its loops run as in production (one second apart), under
+// a Lease of its own so that several test servers on one cluster all lead.
+func start(t testing.TB, dbPath string, withCluster bool, edit ...func(*config.Config)) *gantryServer {
 	t.Helper()
 	if cluster == nil {
 		t.Skip(devcluster.ErrNotRequested)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	classes, files, err := template.LoadCatalog("../../templates")
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := store.Open(ctx, store.SQLite, dbPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	cat := catalog.New(st, classes)
-	if _, err := cat.Seed(ctx, "seed", files); err != nil {
-		t.Fatal(err)
-	}
-	_, images, err := devregistry.StartDir(ctx, "../../images", classes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wl := workload.New(st, cat, func(team string) string { return "gantry-" + team }).WithImages(images)
-	if err := wl.WithConfidential("https://kbs.gantry-system.svc:8080"); err != nil {
-		t.Fatal(err)
-	}
-	checks := []api.Check{{Name: "database", Pinger: st}}
-	if withCluster {
-		k, err := kube.New(cluster.Config())
-		if err != nil {
-			t.Fatal(err)
+	g := servertest.New(t, func(c *config.Config) {
+		c.Database.DSN = config.Secret(dbPath)
+		c.PolicyDir = testPolicy(t)
+		c.Confidential.KBSURL = "https://kbs.gantry-system.svc:8080"
+		c.ReconcileInterval = "1s"
+		c.Namespace = "gantry-e2e-" + workload.NewID()
+		if withCluster {
+			c.Kubeconfig = cluster.Kubeconfig
 		}
-		wl.WithCluster(k)
-		checks = append(checks, api.Check{Name: "kubernetes", Pinger: k})
-		go k.Watch(ctx, func(o kube.Observation) { wl.Observe(ctx, o.WorkloadID, workload.Status(o.Phase), o.Reason) })
-	}
-	az, err := authz.New(authz.InDir(testPolicy(t)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	wl.WithAuthorizer(az)
-	h, err := api.New(api.Options{Catalog: cat, Workloads: wl, Checks: checks, Spec: gantry.OpenAPI, MaxBodyBytes: 1 << 20, Authorize: az.AllowedSomewhere, Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
-		Identify: func(*http.Request) (identity.Identity, error) {
-			return identity.Identity{Subject: "alice", Groups: []string{"gantry-admins"}}, nil
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The test's clients stand for a signed-in user: each request carries a
-	// bearer token, which the Identify above accepts as alice.
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		r.Header.Set("Authorization", "Bearer e2e.test.token")
-		h.ServeHTTP(w, r)
+		for _, e := range edit {
+			e(c)
+		}
+	})
+	// The test's clients stand for a signed-in platform admin: a front adds
+	// ada's personal access token to every request.
+	target, _ := url.Parse(g.URL)
+	tok := g.Token("ada")
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	proxy.FlushInterval = -1 // stream logs as they come
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r.Header.Set("Authorization", "Bearer "+tok)
+		proxy.ServeHTTP(w, r)
 	}))
-	t.Cleanup(srv.Close)
-	return &gantryServer{t: t, url: srv.URL, store: st, wl: wl}
+	t.Cleanup(front.Close)
+	return &gantryServer{t: t, url: front.URL, Gantry: g}
 }
 
 type wl struct {
@@ -152,18 +123,13 @@ func (g *gantryServer) get(id string) wl {
 // waitStatus waits until the API reports one of the statuses.
 func (g *gantryServer) waitStatus(id string, want ...string) wl {
 	g.t.Helper()
-	deadline := time.Now().Add(90 * time.Second)
 	var w wl
-	for time.Now().Before(deadline) {
-		w = g.get(id)
-		for _, s := range want {
-			if w.Status == s {
-				return w
-			}
+	waitfor.Until(g.t, 90*time.Second, fmt.Sprintf("workload %s to be %v", id, want), func() error {
+		if w = g.get(id); slices.Contains(want, w.Status) {
+			return nil
 		}
-		time.Sleep(250 * time.Millisecond)
-	}
-	g.t.Fatalf("workload %s is %s (%s), want %v", id, w.Status, w.Reason, want)
+		return fmt.Errorf("it is %s (%s)", w.Status, w.Reason)
+	})
 	return w
 }
 
@@ -290,20 +256,21 @@ func TestOversizedStaysPending(t *testing.T) {
 	if s := g.post("/api/v1/workloads", map[string]any{"template": "big-train", "team": "nlp"}, &w); s != 201 {
 		t.Fatalf("launch: %d", s)
 	}
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) && !strings.Contains(w.Reason, "Insufficient nvidia.com/gpu") {
-		time.Sleep(250 * time.Millisecond)
-		w = g.get(w.ID)
-	}
-	if w.Status != "Pending" || !strings.Contains(w.Reason, "Insufficient nvidia.com/gpu") {
-		t.Fatalf("%+v, want Pending with the scheduler's reason", w)
-	}
+	waitfor.Until(t, 60*time.Second, "Pending with the scheduler's reason", func() error {
+		if w = g.get(w.ID); w.Status != "Pending" || !strings.Contains(w.Reason, "Insufficient nvidia.com/gpu") {
+			return fmt.Errorf("%+v", w)
+		}
+		return nil
+	})
 }
 
 // TestStopAndDeleteRemoveEverything: stopping or deleting a workload through
-// the API removes its Kubernetes objects; the record stays with its status.
-func TestStopAndDeleteRemoveEverything(t *testing.T) {
+// TestStopStartDelete: stopping a service scales it to zero and keeps its
+// objects (no late report revives it), starting brings it back at the same
+// endpoint, and deleting removes everything.
+func TestStopStartDelete(t *testing.T) {
 	g := start(t, filepath.Join(t.TempDir(), "g.db"), true)
+	ctx := context.Background()
 	var w wl
 	if s := g.post("/api/v1/workloads", map[string]any{"template": "vllm-inference", "team": "ops"}, &w); s != 201 {
 		t.Fatalf("launch: %d", s)
@@ -333,15 +300,21 @@ func TestStopAndDeleteRemoveEverything(t *testing.T) {
 	if s := g.post("/api/v1/workloads/"+w.ID+"/stop", nil, &w); s != 200 || w.Status != "Stopped" {
 		t.Fatalf("stop: %d %+v", s, w)
 	}
-	g.waitNoObjects(t, "ops", w.ID)
+	waitNoPods(t, "ops", w.ID)
+	dep, err := cluster.Client.AppsV1().Deployments("gantry-ops").Get(ctx, w.Name, metav1.GetOptions{})
+	if err != nil || *dep.Spec.Replicas != 0 {
+		t.Fatalf("stopped service's Deployment: %v, want it kept at 0 replicas", err)
+	}
 	if got := g.get(w.ID); got.Status != "Stopped" {
 		t.Fatalf("status %s after stop (the watch must not revive it)", got.Status)
 	}
-
-	if s := g.post("/api/v1/workloads", map[string]any{"template": "jupyter-notebook", "team": "ops"}, &w); s != 201 {
-		t.Fatalf("launch: %d", s)
+	endpoint := w.Endpoint
+	if s := g.post("/api/v1/workloads/"+w.ID+"/start", nil, &w); s != 200 || w.Status != "Pending" {
+		t.Fatalf("start: %d %+v", s, w)
 	}
-	g.waitStatus(w.ID, "Running")
+	if w = g.waitStatus(w.ID, "Running"); w.Endpoint != endpoint {
+		t.Fatalf("endpoint after start %q, want %q", w.Endpoint, endpoint)
+	}
 	req, _ := http.NewRequest(http.MethodDelete, g.url+"/api/v1/workloads/"+w.ID, nil)
 	resp, err = http.DefaultClient.Do(req)
 	if err != nil || resp.StatusCode != 204 {
@@ -351,6 +324,89 @@ func TestStopAndDeleteRemoveEverything(t *testing.T) {
 	if got := g.get(w.ID); got.Status != "Deleted" {
 		t.Fatalf("status %s after delete", got.Status)
 	}
+	if s := g.post("/api/v1/workloads/"+w.ID+"/start", nil, nil); s != 409 {
+		t.Fatalf("start after delete: %d, want 409", s)
+	}
+}
+
+// TestNotebookKeepsItsVolume: a notebook stopped and started again keeps its
+// home volume (the same claim, bound to the same volume) and its endpoint; a
+// notebook past its max runtime is stopped by the lifecycle loop, with the
+// reason on the record, and keeps its volume too.
+func TestNotebookKeepsItsVolume(t *testing.T) {
+	g := start(t, filepath.Join(t.TempDir(), "g.db"), true)
+	ctx := context.Background()
+	var w wl
+	if s := g.post("/api/v1/workloads", map[string]any{"template": "jupyter-notebook", "team": "nb"}, &w); s != 201 {
+		t.Fatalf("launch: %d", s)
+	}
+	g.waitStatus(w.ID, "Running")
+	claim := func() corev1.PersistentVolumeClaim {
+		t.Helper()
+		list, err := cluster.Client.CoreV1().PersistentVolumeClaims("gantry-nb").List(ctx, metav1.ListOptions{LabelSelector: "gantry.dev/workload-id=" + w.ID})
+		if err != nil || len(list.Items) != 1 {
+			t.Fatalf("%d claims (%v), want the notebook's home", len(list.Items), err)
+		}
+		return list.Items[0]
+	}
+	home := claim()
+	if home.Spec.VolumeName == "" {
+		t.Fatalf("home claim %s is not bound", home.Name)
+	}
+	for round := range 2 {
+		if round == 0 {
+			if s := g.post("/api/v1/workloads/"+w.ID+"/stop", nil, &w); s != 200 || w.Status != "Stopped" {
+				t.Fatalf("stop: %d %+v", s, w)
+			}
+		} else {
+			// Past its max runtime: the lifecycle loop stops it.
+			if _, err := g.Store.UpdateWorkload(ctx, w.ID, func(old workload.Workload) (workload.Workload, error) {
+				old.ExpiresAt = time.Now().Add(-time.Second)
+				return old, nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			w = g.waitStatus(w.ID, "Stopped")
+			if !strings.Contains(w.Reason, "max runtime") {
+				t.Fatalf("stopped without saying why: %+v", w)
+			}
+		}
+		waitNoPods(t, "nb", w.ID)
+		if got := claim(); got.UID != home.UID || got.Spec.VolumeName != home.Spec.VolumeName {
+			t.Fatalf("round %d: home claim %s (%s → %s) after stop, want %s (%s → %s)", round, got.Name, got.UID, got.Spec.VolumeName, home.Name, home.UID, home.Spec.VolumeName)
+		}
+		if s := g.post("/api/v1/workloads/"+w.ID+"/start", nil, &w); s != 200 {
+			t.Fatalf("start: %d %+v", s, w)
+		}
+		g.waitStatus(w.ID, "Running")
+		pods := podsOf(t, "nb", w.ID)
+		if len(pods) != 1 || !mountsClaim(pods[0], home.Name) {
+			t.Fatalf("round %d: after start, pods %d, want one mounting %s", round, len(pods), home.Name)
+		}
+		if got := claim(); got.UID != home.UID {
+			t.Fatalf("round %d: a new home claim after start", round)
+		}
+	}
+}
+
+func mountsClaim(p corev1.Pod, claim string) bool {
+	for _, v := range p.Spec.Volumes {
+		if v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.ClaimName == claim {
+			return true
+		}
+	}
+	return false
+}
+
+// waitNoPods waits until a workload has no pod left.
+func waitNoPods(t *testing.T, team, id string) {
+	t.Helper()
+	waitfor.Until(t, 90*time.Second, "no pods of "+id, func() error {
+		if n := len(podsOf(t, team, id)); n > 0 {
+			return fmt.Errorf("%d pods left", n)
+		}
+		return nil
+	})
 }
 
 // waitNoObjects waits until no object of the workload is left in the cluster.
@@ -359,22 +415,17 @@ func (g *gantryServer) waitNoObjects(t *testing.T, team, id string) {
 	ctx := context.Background()
 	ns := "gantry-" + team
 	sel := metav1.ListOptions{LabelSelector: "gantry.dev/workload-id=" + id}
-	deadline := time.Now().Add(90 * time.Second)
-	for {
+	waitfor.Until(t, 90*time.Second, "no objects of "+id, func() error {
 		deps, _ := cluster.Client.AppsV1().Deployments(ns).List(ctx, sel)
 		sets, _ := cluster.Client.AppsV1().StatefulSets(ns).List(ctx, sel)
 		svcs, _ := cluster.Client.CoreV1().Services(ns).List(ctx, sel)
 		pvcs, _ := cluster.Client.CoreV1().PersistentVolumeClaims(ns).List(ctx, sel)
 		pods, _ := cluster.Client.CoreV1().Pods(ns).List(ctx, sel)
-		left := len(deps.Items) + len(sets.Items) + len(svcs.Items) + len(pvcs.Items) + len(pods.Items)
-		if left == 0 {
-			return
+		if left := len(deps.Items) + len(sets.Items) + len(svcs.Items) + len(pvcs.Items) + len(pods.Items); left > 0 {
+			return fmt.Errorf("%d objects left", left)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d objects left", left)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // TestIdempotencyKey: the same key launches once.
@@ -416,16 +467,14 @@ func TestCrashBetweenRecordAndApply(t *testing.T) {
 	if s := first.post("/api/v1/workloads", map[string]any{"template": "dev-environment", "team": "crash"}, &w); s != 201 || w.Applied {
 		t.Fatalf("launch: %d %+v", s, w)
 	}
-	second := start(t, db, true)
-	for i := 0; i < 2; i++ { // a second pass must not apply it again
-		if _, err := second.wl.Reconcile(context.Background()); err != nil {
-			t.Fatal(err)
-		}
+	second := start(t, db, true) // its lifecycle loop applies what it finds
+	second.waitStatus(w.ID, "Running")
+	if n, err := second.Workloads.Reconcile(context.Background()); err != nil || n != 0 { // a further pass applies nothing again
+		t.Fatalf("a further reconcile applied %d (%v), want 0", n, err)
 	}
 	if got := second.get(w.ID); !got.Applied {
-		t.Fatalf("not applied after reconcile: %+v", got)
+		t.Fatalf("running but not recorded as applied: %+v", got)
 	}
-	second.waitStatus(w.ID, "Running")
 	sets, err := cluster.Client.AppsV1().StatefulSets("gantry-crash").List(context.Background(), metav1.ListOptions{LabelSelector: "gantry.dev/workload-id=" + w.ID})
 	if err != nil || len(sets.Items) != 1 {
 		t.Fatalf("%d statefulsets, want exactly 1 (%v)", len(sets.Items), err)
@@ -447,9 +496,7 @@ func TestClusterAway(t *testing.T) {
 		t.Skip(devcluster.ErrNotRequested)
 	}
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	g := start(t, filepath.Join(t.TempDir(), "g.db"), false)
-	away := kube.NewLazy(kubeconfig, nil)
-	g.wl.WithCluster(away)
+	g := start(t, filepath.Join(t.TempDir(), "g.db"), true, func(c *config.Config) { c.Kubeconfig = kubeconfig })
 
 	var w wl
 	if s := g.post("/api/v1/workloads", map[string]any{"template": "vllm-inference", "team": "away"}, &w); s != 201 {
@@ -458,10 +505,16 @@ func TestClusterAway(t *testing.T) {
 	if w.Applied || w.Status != "Pending" || !strings.Contains(w.Reason, "waiting for the Kubernetes API server") {
 		t.Fatalf("%+v", w)
 	}
-	if err := away.Ping(context.Background()); err == nil || !strings.Contains(err.Error(), kubeconfig) {
-		t.Fatalf("ping: %v, want the missing kubeconfig named", err)
+	resp, err := http.Get(g.url + "/readyz")
+	if err != nil {
+		t.Fatal(err)
 	}
-	if _, err := g.wl.Reconcile(context.Background()); err == nil {
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 503 || !strings.Contains(string(body), "kubernetes") {
+		t.Fatalf("/readyz with the cluster away: %d %s", resp.StatusCode, body)
+	}
+	if _, err := g.Workloads.Reconcile(context.Background()); err == nil {
 		t.Fatal("reconcile with the cluster away reported no problem")
 	}
 
@@ -472,11 +525,10 @@ func TestClusterAway(t *testing.T) {
 	if err := os.WriteFile(kubeconfig, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := g.wl.Reconcile(context.Background()); err != nil || n != 1 {
-		t.Fatalf("reconcile once back: applied %d, %v", n, err)
-	}
-	if got := g.get(w.ID); !got.Applied {
-		t.Fatalf("not applied once the cluster is back: %+v", got)
+	// The lifecycle loop picks the kubeconfig up and applies the launch.
+	got := g.waitStatus(w.ID, "Running")
+	if !got.Applied || got.Reason != "" {
+		t.Fatalf("once the cluster is back: %+v", got)
 	}
 	deps, _ := cluster.Client.AppsV1().Deployments("gantry-away").List(context.Background(), metav1.ListOptions{})
 	if len(deps.Items) != 1 {
@@ -494,32 +546,32 @@ func TestOrphans(t *testing.T) {
 	}
 	// Another Gantry (a fresh database) knows nothing of it.
 	other := start(t, filepath.Join(t.TempDir(), "other.db"), true)
-	found, err := other.wl.Orphans(context.Background(), false)
+	found, err := other.Workloads.Converge(context.Background(), false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var mine []workload.ObjectRef
-	for _, o := range found {
-		if o.WorkloadID == w.ID {
-			mine = append(mine, o)
+	var mine []workload.Action
+	for _, a := range found {
+		if a.Object.WorkloadID == w.ID {
+			mine = append(mine, a)
 		}
 	}
-	if len(mine) != 1 || mine[0].Kind != "Deployment" || mine[0].Namespace != "gantry-orphan" {
-		t.Fatalf("orphans %v, want the Deployment of %s", found, w.ID)
+	if len(mine) != 1 || mine[0].Object.Kind != "Deployment" || mine[0].Object.Namespace != "gantry-orphan" || mine[0].Do != "delete" || mine[0].Done {
+		t.Fatalf("orphans %+v, want the Deployment of %s reported, not removed", found, w.ID)
 	}
 	// The Gantry that owns it sees no orphan of its own.
-	if mineToo, _ := g.wl.Orphans(context.Background(), false); containsWorkload(mineToo, w.ID) {
+	if mineToo, _ := g.Workloads.Converge(context.Background(), false); containsWorkload(mineToo, w.ID) {
 		t.Fatal("a live workload was reported as an orphan")
 	}
-	if _, err := other.wl.Orphans(context.Background(), true); err != nil {
+	if _, err := other.Workloads.Converge(context.Background(), true); err != nil {
 		t.Fatal(err)
 	}
 	g.waitNoObjects(t, "orphan", w.ID)
 }
 
-func containsWorkload(refs []workload.ObjectRef, id string) bool {
-	for _, r := range refs {
-		if r.WorkloadID == id {
+func containsWorkload(actions []workload.Action, id string) bool {
+	for _, a := range actions {
+		if a.Object.WorkloadID == id {
 			return true
 		}
 	}
@@ -649,15 +701,14 @@ func TestRejectedByAdmission(t *testing.T) {
 		Status int
 		Errors []struct{ Field, Detail string }
 	}
-	deadline := time.Now().Add(30 * time.Second) // the policy takes a moment to load
-	for {
+	// The admission policy takes a moment to load in the API server.
+	waitfor.Until(t, 30*time.Second, "the admission policy to refuse a launch", func() error {
 		p.Errors = nil
-		s := g.post("/api/v1/workloads", map[string]any{"template": "vllm-inference", "team": "frozen"}, &p)
-		if s == 422 || time.Now().After(deadline) {
-			break
+		if s := g.post("/api/v1/workloads", map[string]any{"template": "vllm-inference", "team": "frozen"}, &p); s != 422 {
+			return fmt.Errorf("launch answered %d", s)
 		}
-		time.Sleep(time.Second)
-	}
+		return nil
+	})
 	if p.Status != 422 || len(p.Errors) == 0 || !strings.Contains(p.Errors[0].Detail, "GPU services are frozen") ||
 		!strings.HasPrefix(p.Errors[0].Field, "objects.Deployment/vllm-inference-") {
 		t.Fatalf("%+v", p)

@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/cookiejar"
 	"os"
@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/gantryhq/gantry/internal/devcluster"
 	"github.com/gantryhq/gantry/internal/devidp"
+	"github.com/gantryhq/gantry/internal/waitfor"
 )
 
 // TestKill9MidLaunch kills the real gantry binary with SIGKILL at different
@@ -62,23 +64,20 @@ func TestKill9MidLaunch(t *testing.T) {
 
 		second, url := startProcess(t, root, bin, db)
 		var w wl
-		for deadline := time.Now().Add(30 * time.Second); ; {
+		waitfor.Until(t, 30*time.Second, team+": the retried launch", func() error {
 			status, got := post(url, tok, key, body)
-			if status == 200 || status == 201 {
-				w = got
-				break
+			if status != 200 && status != 201 {
+				return fmt.Errorf("retry answered %d", status)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: retry answered %d", team, status)
+			w = got
+			return nil
+		})
+		waitfor.Until(t, 30*time.Second, fmt.Sprintf("%s (kill after %v) to be applied after restart", team, delay), func() error {
+			if w = getWorkload(t, url, tok, w.ID); !w.Applied {
+				return fmt.Errorf("%+v", w)
 			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		for deadline := time.Now().Add(30 * time.Second); !w.Applied; time.Sleep(200 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s (kill after %v): not applied after restart: %+v", team, delay, w)
-			}
-			w = getWorkload(t, url, tok, w.ID)
-		}
+			return nil
+		})
 		var list struct{ Items []wl }
 		req, _ := http.NewRequest(http.MethodGet, url+"/api/v1/workloads?team="+team, nil)
 		req.Header.Set("Authorization", "Bearer "+tok)
@@ -157,31 +156,76 @@ func getWorkload(t *testing.T, url, tok, id string) wl {
 	return w
 }
 
-// startProcess runs `gantry serve` against the test cluster and waits until it
-// answers.
+// process is a `gantry serve` process and what it has logged.
+type process struct {
+	*exec.Cmd
+	URL string
+	log *lockedBuffer
+}
+
+// lockedBuffer is a log written by a process and read by the test.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+var servingURL = regexp.MustCompile(`msg="gantry is serving" url=(http://[0-9.:]+)`)
+
+// startProcess runs `gantry serve` against the test cluster on SQLite at db
+// and waits until it answers.
 func startProcess(t *testing.T, root, bin, db string) (*exec.Cmd, string) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	cmd := exec.Command(bin, "serve", "--listen", addr, "--db", db, "--kubeconfig", cluster.Kubeconfig, "--log-level", "warn")
+	p := startServe(t, root, bin, filepath.Join(filepath.Dir(db), "data"), "--db", db)
+	return p.Cmd, p.URL
+}
+
+// startServe runs `gantry serve` with args (and the test cluster, the test
+// policy, the development registry, one-second loops) on a port the kernel
+// picks, and waits until it says where it serves. dataDir holds the
+// development signing key.
+func startServe(t *testing.T, root, bin, dataDir string, args ...string) *process {
+	t.Helper()
+	args = append([]string{"serve", "--listen", "127.0.0.1:0", "--kubeconfig", cluster.Kubeconfig, "--log-level", "info"}, args...)
+	cmd := exec.Command(bin, args...)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "GANTRY_RECONCILE_INTERVAL=1s", "GANTRY_POLICY_DIR="+testPolicy(t), "GANTRY_IMAGES_DEV_REGISTRY=true",
-		"XDG_DATA_HOME="+filepath.Join(filepath.Dir(db), "data"))
+		"XDG_DATA_HOME="+dataDir)
+	p := &process{Cmd: cmd, log: &lockedBuffer{}}
+	cmd.Stderr = p.log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	url := "http://" + addr
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if resp, err := http.Get(url + "/healthz"); err == nil {
-			resp.Body.Close()
-			return cmd, url
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		if t.Failed() {
+			t.Logf("gantry %d logged:\n%s", cmd.Process.Pid, p.log)
 		}
-	}
-	t.Fatal("gantry did not start")
-	return nil, ""
+	})
+	waitfor.Until(t, 60*time.Second, "gantry to serve", func() error {
+		m := servingURL.FindStringSubmatch(p.log.String())
+		if m == nil {
+			return errors.New("it has not said where it serves")
+		}
+		resp, err := http.Get(m[1] + "/healthz")
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		p.URL = m[1]
+		return nil
+	})
+	return p
 }

@@ -2,11 +2,14 @@ package e2e_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/http"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/gantryhq/gantry/internal/waitfor"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -102,32 +105,28 @@ func TestVMLifecycle(t *testing.T) {
 	g.waitStatus(w.ID, "Running")
 
 	g.delete(t, w.ID)
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		if _, err := vms.Get(ctx, w.Name, metav1.GetOptions{}); err != nil {
-			break
+	waitfor.Until(t, 30*time.Second, "the VirtualMachine to go after delete", func() error {
+		if _, err := vms.Get(ctx, w.Name, metav1.GetOptions{}); err == nil {
+			return errors.New("still there")
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the VirtualMachine is still there after delete")
-		}
-	}
-
-	// Start is for VMs only.
-	var job wl
-	g.post("/api/v1/workloads", map[string]any{"template": "dev-environment", "team": "vision"}, &job)
-	if s := g.post("/api/v1/workloads/"+job.ID+"/start", nil, nil); s != 409 {
-		t.Errorf("start of a service: %d, want 409", s)
+		return nil
+	})
+	// A deleted VM cannot be started again.
+	if s := g.post("/api/v1/workloads/"+w.ID+"/start", nil, nil); s != 409 {
+		t.Errorf("start of a deleted VM: %d, want 409", s)
 	}
 }
 
 func waitFor(t *testing.T, g *gantryServer, id string, ok func(wl) bool) wl {
 	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		if w := g.get(id); ok(w) {
-			return w
+	var w wl
+	waitfor.Until(t, 30*time.Second, "workload "+id+" to reach the expected state", func() error {
+		if w = g.get(id); !ok(w) {
+			return fmt.Errorf("%+v", w)
 		}
-	}
-	t.Fatalf("workload %s never reached the expected state: %+v", id, g.get(id))
-	return wl{}
+		return nil
+	})
+	return w
 }
 
 func (g *gantryServer) delete(t *testing.T, id string) {

@@ -51,9 +51,6 @@ var (
 	vmResource = schema.GroupVersionResource{Group: "kubevirt.io", Version: "v1", Resource: "virtualmachines"}
 )
 
-// primaryKinds own a workload's other objects.
-var primaryKinds = map[string]bool{"Job": true, "Deployment": true, "StatefulSet": true, "VirtualMachine": true}
-
 // Cluster talks to one Kubernetes API server.
 type Cluster struct {
 	dyn  dynamic.Interface
@@ -114,7 +111,7 @@ func (c *Cluster) Apply(ctx context.Context, objs []render.Object) error {
 	var primary *unstructured.Unstructured
 	var rest []render.Object
 	for _, o := range objs {
-		if primary == nil && primaryKinds[o.GetObjectKind().GroupVersionKind().Kind] {
+		if primary == nil && render.IsPrimary(o.GetObjectKind().GroupVersionKind().Kind) {
 			u, err := c.apply(ctx, o, nil)
 			if err != nil {
 				return err
@@ -170,28 +167,71 @@ func (c *Cluster) apply(ctx context.Context, o render.Object, owner *metav1.Owne
 // Delete removes a workload's primary object in the background; the garbage
 // collector removes the objects it owns and the pods.
 func (c *Cluster) Delete(ctx context.Context, namespace, kind, name string) error {
-	for gvk, gvr := range resources {
-		if gvk.Kind != kind {
-			continue
-		}
-		err := c.dyn.Resource(gvr).Namespace(namespace).Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: ptr(metav1.DeletePropagationBackground)})
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		return classify(err, kind, name)
-	}
-	return fmt.Errorf("kube: unknown kind %q", kind)
-}
-
-// SetRunStrategy starts (Always) or stops (Halted) a VirtualMachine; KubeVirt
-// creates or removes its VirtualMachineInstance.
-func (c *Cluster) SetRunStrategy(ctx context.Context, namespace, name, strategy string) error {
-	patch, err := json.Marshal(map[string]any{"spec": map[string]any{"runStrategy": strategy}})
+	gvr, err := resourceOf(kind)
 	if err != nil {
 		return err
 	}
-	_, err = c.dyn.Resource(vmResource).Namespace(namespace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
-	return classify(err, "VirtualMachine", name)
+	err = c.dyn.Resource(gvr).Namespace(namespace).Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: ptr(metav1.DeletePropagationBackground)})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return classify(err, kind, name)
+}
+
+// SetRunning implements workload.Cluster: it starts or stops a workload's
+// primary object and keeps it. A Job is suspended (its pods end; resuming
+// starts them afresh and restarts its deadline), a Deployment or StatefulSet
+// scaled to zero (a StatefulSet keeps its volume claims when scaled), a
+// VirtualMachine halted (KubeVirt removes the running instance).
+func (c *Cluster) SetRunning(ctx context.Context, o workload.ObjectRef, run bool) error {
+	var spec map[string]any
+	switch o.Kind {
+	case "Job":
+		spec = map[string]any{"suspend": !run}
+	case "Deployment", "StatefulSet":
+		spec = map[string]any{"replicas": map[bool]int{true: 1, false: 0}[run]}
+	case "VirtualMachine":
+		spec = map[string]any{"runStrategy": map[bool]string{true: "Always", false: "Halted"}[run]}
+	default:
+		return fmt.Errorf("kube: cannot start or stop a %s", o.Kind)
+	}
+	gvr, err := resourceOf(o.Kind)
+	if err != nil {
+		return err
+	}
+	patch, err := json.Marshal(map[string]any{"spec": spec})
+	if err != nil {
+		return err
+	}
+	_, err = c.dyn.Resource(gvr).Namespace(o.Namespace).Patch(ctx, o.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+	return classify(err, o.Kind, o.Name)
+}
+
+// running reports whether a primary object is asked to run (the opposite of
+// what SetRunning(false) does).
+func running(u *unstructured.Unstructured) bool {
+	switch u.GetKind() {
+	case "Job":
+		s, _, _ := unstructured.NestedBool(u.Object, "spec", "suspend")
+		return !s
+	case "Deployment", "StatefulSet":
+		n, found, _ := unstructured.NestedInt64(u.Object, "spec", "replicas")
+		return !found || n > 0
+	case "VirtualMachine":
+		s, _, _ := unstructured.NestedString(u.Object, "spec", "runStrategy")
+		return s != "Halted"
+	}
+	return true
+}
+
+// resourceOf is the API resource of a kind Gantry renders.
+func resourceOf(kind string) (schema.GroupVersionResource, error) {
+	for gvk, gvr := range resources {
+		if gvk.Kind == kind {
+			return gvr, nil
+		}
+	}
+	return schema.GroupVersionResource{}, fmt.Errorf("kube: unknown kind %q", kind)
 }
 
 // Events lists the events of the namespace's objects whose names start with
@@ -259,7 +299,7 @@ func (c *Cluster) Logs(ctx context.Context, namespace, workloadID string, follow
 func (c *Cluster) Managed(ctx context.Context) ([]workload.ObjectRef, error) {
 	var out []workload.ObjectRef
 	for gvk, gvr := range resources {
-		if !primaryKinds[gvk.Kind] {
+		if !render.IsPrimary(gvk.Kind) {
 			continue
 		}
 		list, err := c.dyn.Resource(gvr).List(ctx, metav1.ListOptions{LabelSelector: render.LabelManagedBy + "=" + render.ManagedBy})
@@ -270,7 +310,7 @@ func (c *Cluster) Managed(ctx context.Context) ([]workload.ObjectRef, error) {
 			return nil, classify(err, gvk.Kind, "")
 		}
 		for _, o := range list.Items {
-			out = append(out, workload.ObjectRef{Namespace: o.GetNamespace(), Kind: gvk.Kind, Name: o.GetName(), WorkloadID: o.GetLabels()[render.LabelWorkloadID]})
+			out = append(out, workload.ObjectRef{Namespace: o.GetNamespace(), Kind: gvk.Kind, Name: o.GetName(), WorkloadID: o.GetLabels()[render.LabelWorkloadID], Running: running(&o)})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].String() < out[j].String() })

@@ -3,6 +3,7 @@ package kube_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"github.com/gantryhq/gantry/internal/kube"
 	"github.com/gantryhq/gantry/internal/render"
 	"github.com/gantryhq/gantry/internal/template"
+	"github.com/gantryhq/gantry/internal/waitfor"
 )
 
 var cluster *devcluster.Cluster
@@ -142,14 +144,12 @@ func TestApplyIsIdempotentAndOwned(t *testing.T) {
 
 func waitGone(t *testing.T, get func() error) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for time.Now().Before(deadline) {
-		if err := get(); apierrors.IsNotFound(err) {
-			return
+	waitfor.Until(t, time.Minute, "the object to go", func() error {
+		if err := get(); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("still there (%v)", err)
 		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	t.Fatal("object still there after a minute")
+		return nil
+	})
 }
 
 func TestRejectionNamesTheField(t *testing.T) {
@@ -204,24 +204,23 @@ func TestJobKeptRunning(t *testing.T) {
 		t.Fatal(err)
 	}
 	sel := metav1.ListOptions{LabelSelector: "gantry.dev/workload-id=delay001"}
-	var running time.Time
-	for deadline := time.Now().Add(time.Minute); running.IsZero(); time.Sleep(200 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the job's pod never ran")
-		}
+	waitfor.Until(t, time.Minute, "the job's pod to run", func() error {
 		pods, _ := cluster.Client.CoreV1().Pods("gantry-delay").List(ctx, sel)
 		if len(pods.Items) == 1 && pods.Items[0].Status.Phase == corev1.PodRunning {
-			running = time.Now()
+			return nil
 		}
-	}
-	time.Sleep(8 * time.Second) // past the 1 s a job takes without the annotation
+		return errors.New("not running")
+	})
+	// What must not happen (the pod completing after kwok's usual 1 s) can
+	// only be watched for a while: 8 s, well past it.
+	time.Sleep(8 * time.Second)
 	pods, _ := cluster.Client.CoreV1().Pods("gantry-delay").List(ctx, sel)
 	if len(pods.Items) != 1 || pods.Items[0].Status.Phase != corev1.PodRunning {
 		t.Fatalf("pod left Running before its delay: %+v", pods.Items)
 	}
 }
 
-// TestWatchReportsDeadline: the informers report a Job that outlives its
+// TestWatchReportsDeadline: the watcher reports a Job that outlives its
 // deadline as Failed with the Job controller's reason.
 func TestWatchReportsDeadline(t *testing.T) {
 	k := need(t)
@@ -231,11 +230,21 @@ func TestWatchReportsDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	seen := make(chan kube.Observation, 100)
-	go k.Watch(ctx, func(o kube.Observation) {
-		if o.WorkloadID == "dead0001" {
+	w, err := k.Watcher(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.OnChange(func(id string) {
+		if o, ok := w.Observe(id); ok && id == "dead0001" {
 			seen <- o
 		}
-	})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cancel(); w.Shutdown() }() // informers stop with ctx
+	if !w.Run(ctx) {
+		t.Fatal("caches did not fill")
+	}
 	objs := rendered(t, "pytorch-train", "dead0001", "deadline", template.Choice{Count: 1})
 	job := objs[len(objs)-1].(*batchv1.Job)
 	job.Spec.ActiveDeadlineSeconds = ptr(int64(3))

@@ -22,12 +22,14 @@ type Lazy struct {
 	path    string
 	mu      sync.Mutex
 	cluster *Cluster
-	onLoad  func(*Cluster)
 }
 
-// NewLazy returns a Lazy for the kubeconfig at path; onLoad (may be nil) runs
-// once, when it first loads.
-func NewLazy(path string, onLoad func(*Cluster)) *Lazy { return &Lazy{path: path, onLoad: onLoad} }
+// NewLazy returns a Lazy for the kubeconfig at path.
+func NewLazy(path string) *Lazy { return &Lazy{path: path} }
+
+// Cluster returns the cluster, loading the kubeconfig if it has not loaded
+// yet; *fault.Unavailable names the problem.
+func (l *Lazy) Cluster() (*Cluster, error) { return l.get() }
 
 func (l *Lazy) get() (*Cluster, error) {
 	l.mu.Lock()
@@ -44,9 +46,6 @@ func (l *Lazy) get() (*Cluster, error) {
 		return nil, &fault.Unavailable{What: "kubernetes API server", Err: err}
 	}
 	l.cluster = c
-	if l.onLoad != nil {
-		go l.onLoad(c)
-	}
 	return c, nil
 }
 
@@ -113,11 +112,11 @@ func (l *Lazy) Logs(ctx context.Context, namespace, workloadID string, follow bo
 	return c.Logs(ctx, namespace, workloadID, follow, tailLines)
 }
 
-// SetRunStrategy implements workload.Cluster.
-func (l *Lazy) SetRunStrategy(ctx context.Context, namespace, name, strategy string) error {
+// SetRunning implements workload.Cluster.
+func (l *Lazy) SetRunning(ctx context.Context, o workload.ObjectRef, run bool) error {
 	c, err := l.get()
 	if err != nil {
 		return err
 	}
-	return c.SetRunStrategy(ctx, namespace, name, strategy)
+	return c.SetRunning(ctx, o, run)
 }

@@ -1,12 +1,7 @@
 package kube
 
 import (
-	"context"
-
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/dynamic/dynamicinformer"
-	"k8s.io/client-go/tools/cache"
 
 	"github.com/gantryhq/gantry/internal/render"
 )
@@ -15,32 +10,6 @@ import (
 func (c *Cluster) hasKubeVirt() bool {
 	_, err := c.core.Discovery().ServerResourcesForGroupVersion(vmResource.GroupVersion().String())
 	return err == nil
-}
-
-// watchVMs reports the state of the VirtualMachines Gantry manages, from
-// their status (KubeVirt's printableStatus and conditions).
-func (c *Cluster) watchVMs(ctx context.Context, report func(Observation)) {
-	f := dynamicinformer.NewFilteredDynamicSharedInformerFactory(c.dyn, 0, metav1.NamespaceAll, func(o *metav1.ListOptions) {
-		o.LabelSelector = render.LabelManagedBy + "=" + render.ManagedBy
-	})
-	inf := f.ForResource(vmResource).Informer()
-	onChange := func(obj any) {
-		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-			obj = d.Obj
-		}
-		u, ok := obj.(*unstructured.Unstructured)
-		if !ok {
-			return
-		}
-		if o, ok := ObserveVM(u); ok {
-			report(o)
-		}
-	}
-	inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: onChange, UpdateFunc: func(_, n any) { onChange(n) }})
-	f.Start(ctx.Done())
-	f.WaitForCacheSync(ctx.Done())
-	<-ctx.Done()
-	f.Shutdown()
 }
 
 // ObserveVM derives a vm workload's phase from its VirtualMachine's status.

@@ -3,13 +3,17 @@ package kube
 import (
 	"context"
 	"fmt"
+	"maps"
+	"regexp"
+	"slices"
 	"strings"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 
@@ -24,54 +28,127 @@ type Observation struct {
 	Node       string
 }
 
-// Watch keeps informers (watches, not polling) on the pods and Jobs Gantry
-// manages and calls report with a workload's observed state whenever one of its
-// objects changes, until ctx ends.
-func (c *Cluster) Watch(ctx context.Context, report func(Observation)) error {
-	f := informers.NewSharedInformerFactoryWithOptions(c.core, 10*time.Minute,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.LabelSelector = render.LabelManagedBy + "=" + render.ManagedBy
-		}))
-	pods := f.Core().V1().Pods()
-	jobs := f.Batch().V1().Jobs()
-	onChange := func(obj any) {
+// byWorkload indexes the informers' caches by the workload id label.
+const byWorkload = "workload"
+
+func workloadIndex(obj any) ([]string, error) {
+	m, ok := obj.(metav1.Object)
+	if !ok {
+		return nil, nil
+	}
+	if id := m.GetLabels()[render.LabelWorkloadID]; id != "" {
+		return []string{id}, nil
+	}
+	return nil, nil
+}
+
+// Watcher keeps informers (watches, not polling) on the pods, Jobs and
+// KubeVirt VirtualMachines Gantry manages, indexed by workload id, so that a
+// workload's state can be read from memory.
+type Watcher struct {
+	factory informers.SharedInformerFactory
+	pods    cache.SharedIndexInformer
+	jobs    cache.SharedIndexInformer
+	vmf     dynamicinformer.DynamicSharedInformerFactory // nil without KubeVirt
+	vms     cache.SharedIndexInformer
+}
+
+// Watcher returns informers on the cluster's Gantry-managed objects; resync
+// re-delivers every object that often (0: never).
+func (c *Cluster) Watcher(resync time.Duration) (*Watcher, error) {
+	managed := func(o *metav1.ListOptions) { o.LabelSelector = render.LabelManagedBy + "=" + render.ManagedBy }
+	f := informers.NewSharedInformerFactoryWithOptions(c.core, resync, informers.WithTweakListOptions(managed))
+	w := &Watcher{factory: f, pods: f.Core().V1().Pods().Informer(), jobs: f.Batch().V1().Jobs().Informer()}
+	infs := []cache.SharedIndexInformer{w.pods, w.jobs}
+	if c.hasKubeVirt() {
+		w.vmf = dynamicinformer.NewFilteredDynamicSharedInformerFactory(c.dyn, resync, metav1.NamespaceAll, managed)
+		w.vms = w.vmf.ForResource(vmResource).Informer()
+		infs = append(infs, w.vms)
+	}
+	for _, inf := range infs {
+		if err := inf.AddIndexers(cache.Indexers{byWorkload: workloadIndex}); err != nil {
+			return nil, fmt.Errorf("kube: index informer: %w", err)
+		}
+	}
+	return w, nil
+}
+
+// OnChange calls changed with the workload id of every added, updated or
+// deleted object. Call it before Start.
+func (w *Watcher) OnChange(changed func(workloadID string)) error {
+	h := func(obj any) {
 		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 			obj = d.Obj
 		}
-		m, ok := obj.(metav1.Object)
-		if !ok {
-			return
-		}
-		id := m.GetLabels()[render.LabelWorkloadID]
-		if id == "" {
-			return
-		}
-		sel := labels.SelectorFromSet(labels.Set{render.LabelWorkloadID: id})
-		ps, _ := pods.Lister().Pods(m.GetNamespace()).List(sel)
-		js, _ := jobs.Lister().Jobs(m.GetNamespace()).List(sel)
-		if obs, ok := Observe(id, js, ps); ok {
-			report(obs)
+		if ids, _ := workloadIndex(obj); len(ids) == 1 {
+			changed(ids[0])
 		}
 	}
-	h := cache.ResourceEventHandlerFuncs{AddFunc: onChange, UpdateFunc: func(_, n any) { onChange(n) }, DeleteFunc: onChange}
-	if _, err := pods.Informer().AddEventHandler(h); err != nil {
-		return err
+	funcs := cache.ResourceEventHandlerFuncs{AddFunc: h, UpdateFunc: func(_, n any) { h(n) }, DeleteFunc: h}
+	for _, inf := range []cache.SharedIndexInformer{w.pods, w.jobs, w.vms} {
+		if inf == nil {
+			continue
+		}
+		if _, err := inf.AddEventHandler(funcs); err != nil {
+			return fmt.Errorf("kube: watch: %w", err)
+		}
 	}
-	if _, err := jobs.Informer().AddEventHandler(h); err != nil {
-		return err
-	}
-	f.Start(ctx.Done())
-	f.WaitForCacheSync(ctx.Done())
-	if c.hasKubeVirt() {
-		go c.watchVMs(ctx, report)
-	}
-	<-ctx.Done()
-	f.Shutdown()
 	return nil
 }
 
+// Run starts the informers, waits until their caches are filled (synced
+// false if ctx ended first), and returns; stop ends them and waits.
+func (w *Watcher) Run(ctx context.Context) (synced bool) {
+	w.factory.Start(ctx.Done())
+	ok := !slices.Contains(slices.Collect(maps.Values(w.factory.WaitForCacheSync(ctx.Done()))), false)
+	if w.vmf != nil {
+		w.vmf.Start(ctx.Done())
+		ok = ok && !slices.Contains(slices.Collect(maps.Values(w.vmf.WaitForCacheSync(ctx.Done()))), false)
+	}
+	return ok
+}
+
+// Shutdown stops the informers and waits for their goroutines.
+func (w *Watcher) Shutdown() {
+	w.factory.Shutdown()
+	if w.vmf != nil {
+		w.vmf.Shutdown()
+	}
+}
+
+// Observe derives what the cluster says about a workload from the caches; ok
+// is false when there is nothing to say (no objects yet, a stopped VM).
+func (w *Watcher) Observe(id string) (Observation, bool) {
+	if w.vms != nil {
+		if vms, _ := w.vms.GetIndexer().ByIndex(byWorkload, id); len(vms) > 0 {
+			if u, ok := vms[0].(*unstructured.Unstructured); ok {
+				return ObserveVM(u)
+			}
+		}
+	}
+	var jobs []*batchv1.Job
+	var pods []*corev1.Pod
+	if objs, _ := w.jobs.GetIndexer().ByIndex(byWorkload, id); len(objs) > 0 {
+		for _, o := range objs {
+			if j, ok := o.(*batchv1.Job); ok {
+				jobs = append(jobs, j)
+			}
+		}
+	}
+	objs, _ := w.pods.GetIndexer().ByIndex(byWorkload, id)
+	for _, o := range objs {
+		if p, ok := o.(*corev1.Pod); ok && p.DeletionTimestamp == nil {
+			pods = append(pods, p)
+		}
+	}
+	return Observe(id, jobs, pods)
+}
+
 // Observe derives a workload's phase from its Job (if any) and pods. ok is false
-// when there is nothing to say yet.
+// when there is nothing to say yet. Only a Job's own conditions end a workload
+// (Succeeded, Failed): a failed pod is retried by its Job (up to its backoff
+// limit) or replaced by its Deployment or StatefulSet, so it speaks only while
+// no other pod does, and then as Pending with its reason.
 func Observe(id string, jobs []*batchv1.Job, pods []*corev1.Pod) (Observation, bool) {
 	o := Observation{WorkloadID: id}
 	for _, j := range jobs {
@@ -89,16 +166,31 @@ func Observe(id string, jobs []*batchv1.Job, pods []*corev1.Pod) (Observation, b
 			}
 		}
 	}
-	if len(pods) == 0 {
-		return o, false
-	}
-	// The most advanced pod speaks for the workload.
+	// The most advanced live pod speaks for the workload.
 	best := -1
+	var finished *corev1.Pod
 	for _, p := range pods {
+		if p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
+			if finished == nil || p.CreationTimestamp.After(finished.CreationTimestamp.Time) {
+				finished = p
+			}
+			continue
+		}
 		phase, reason, rank := podPhase(p)
 		if rank > best {
 			best, o.Phase, o.Reason, o.Node = rank, phase, reason, p.Spec.NodeName
 		}
+	}
+	if best >= 0 {
+		return o, true
+	}
+	if finished == nil || (len(jobs) > 0 && finished.Status.Phase == corev1.PodSucceeded) {
+		return o, false // nothing yet, or a Job that is about to say it completed
+	}
+	_, reason, _ := podPhase(finished)
+	o.Phase, o.Reason = "Pending", "a pod ended and is being replaced or retried"
+	if reason != "" {
+		o.Reason += ": " + reason
 	}
 	return o, true
 }
@@ -126,7 +218,7 @@ func podPhase(p *corev1.Pod) (phase, reason string, rank int) {
 				return "Scheduled", "", 3
 			}
 			if c.Reason != "" {
-				return "Pending", fmt.Sprintf("%s: %s", c.Reason, c.Message), 1
+				return "Pending", pendingReason(c.Reason, c.Message), 1
 			}
 		}
 	}
@@ -140,4 +232,20 @@ func jobFailure(c batchv1.JobCondition, pods []*corev1.Pod) string {
 		}
 	}
 	return strings.TrimSpace(c.Reason + ": " + c.Message)
+}
+
+// unboundClaim finds the claim a scheduler message says is missing or unbound.
+var unboundClaim = regexp.MustCompile(`persistentvolumeclaim "([^"]+)" (?:not found|is being deleted)`)
+
+// pendingReason says why a pod waits, plainly: waiting for a volume is said
+// as such rather than in the scheduler's words ("persistentvolumeclaim … not
+// found. not found", "pod has unbound immediate PersistentVolumeClaims").
+func pendingReason(reason, message string) string {
+	if m := unboundClaim.FindStringSubmatch(message); m != nil {
+		return fmt.Sprintf("waiting for its volume %q: the claim is not yet bound to a volume (%s: %s)", m[1], reason, message)
+	}
+	if strings.Contains(message, "unbound immediate PersistentVolumeClaims") || strings.Contains(message, "unbound PersistentVolumeClaims") {
+		return fmt.Sprintf("waiting for its volumes: a claim is not yet bound to a volume (%s: %s)", reason, message)
+	}
+	return fmt.Sprintf("%s: %s", reason, message)
 }

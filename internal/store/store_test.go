@@ -28,6 +28,7 @@ import (
 	"github.com/gantryhq/gantry/internal/token"
 	"github.com/gantryhq/gantry/internal/weblogin"
 	"github.com/gantryhq/gantry/internal/workload"
+	"github.com/gantryhq/gantry/internal/workload/workloadtest"
 )
 
 // The databases the last backends() opener made, for benchmark baselines.
@@ -109,6 +110,7 @@ func TestConformance(t *testing.T) {
 			t.Run("atomic apply", func(t *testing.T) { testAtomicApply(t, open(t)) })
 			t.Run("concurrent updates", func(t *testing.T) { testConcurrentUpdates(t, open(t)) })
 			t.Run("workloads", func(t *testing.T) { testWorkloads(t, open(t)) })
+			t.Run("atomic workload updates", func(t *testing.T) { testUpdateWorkload(t, open(t)) })
 			t.Run("tokens", func(t *testing.T) { testTokens(t, open(t)) })
 			t.Run("audit chain", func(t *testing.T) { testAudit(t, open(t)) })
 			t.Run("logins and sessions", func(t *testing.T) { testSessions(t, open(t)) })
@@ -283,8 +285,84 @@ func race(t *testing.T, n int, write func(i int) error) (wins, conflicts int) {
 	return wins, conflicts
 }
 
-func testWorkloads(t *testing.T, s *store.Store) {
+// testUpdateWorkload: 50 updaters racing on one record, each reading a
+// counter and writing it plus one, lose none of their writes; an updater's
+// error writes nothing; an unchanged record is not written; a missing one is
+// not found.
+func testUpdateWorkload(t *testing.T, s *store.Store) {
 	ctx := context.Background()
+	classes, _, files := starter(t)
+	if _, err := catalog.New(s, classes).Seed(ctx, "gitops", files); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
+	w := workload.Workload{ID: "race000001", Name: "x-race000001", Team: "vision", Owner: "alice", Template: "pytorch-train", TemplateVersion: 1,
+		Kind: "job", GPUClass: "L4", GPUCount: 1, Parameters: map[string]string{}, ObjectsHash: "h", Status: workload.Pending,
+		Reason: "0", CreatedAt: at, UpdatedAt: at}
+	if err := s.CreateWorkload(ctx, w); err != nil {
+		t.Fatal(err)
+	}
+	const n = 50
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			_, err := s.UpdateWorkload(ctx, w.ID, func(old workload.Workload) (workload.Workload, error) {
+				var c int
+				fmt.Sscan(old.Reason, &c)
+				old.Reason = fmt.Sprint(c + 1)
+				old.UpdatedAt = old.UpdatedAt.Add(time.Second)
+				return old, nil
+			})
+			if err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	got, err := s.Workload(ctx, w.ID)
+	if err != nil || got.Reason != fmt.Sprint(n) || !got.UpdatedAt.Equal(at.Add(n*time.Second)) {
+		t.Fatalf("after %d racing updaters: counter %q, updated %v (%v); want %d and %v", n, got.Reason, got.UpdatedAt, err, n, at.Add(n*time.Second))
+	}
+	boom := errors.New("boom")
+	if _, err := s.UpdateWorkload(ctx, w.ID, func(old workload.Workload) (workload.Workload, error) {
+		old.Status = workload.Failed
+		return old, boom
+	}); !errors.Is(err, boom) {
+		t.Fatalf("updater error: %v", err)
+	}
+	if again, _ := s.Workload(ctx, w.ID); again.Status != workload.Pending {
+		t.Fatalf("a failed updater wrote %s", again.Status)
+	}
+	same, err := s.UpdateWorkload(ctx, w.ID, func(old workload.Workload) (workload.Workload, error) {
+		old.UpdatedAt = old.UpdatedAt.Add(time.Hour) // alone, not a change
+		return old, nil
+	})
+	if again, _ := s.Workload(ctx, w.ID); err != nil || !again.UpdatedAt.Equal(got.UpdatedAt) || !same.UpdatedAt.Equal(got.UpdatedAt) {
+		t.Fatalf("an unchanged record was written: %v %v", again.UpdatedAt, err)
+	}
+	exp := at.Add(72 * time.Hour)
+	if _, err := s.UpdateWorkload(ctx, w.ID, func(old workload.Workload) (workload.Workload, error) {
+		old.ExpiresAt, old.AppliedHash, old.Endpoint = exp, "h", "http://x"
+		return old, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := s.Workload(ctx, w.ID); !again.ExpiresAt.Equal(exp) || !again.Applied() || again.Endpoint != "http://x" {
+		t.Fatalf("mutable fields not written: %+v", again)
+	}
+	if due, err := s.ExpiredWorkloads(ctx, exp, 10); err != nil || len(due) != 1 || due[0].ID != w.ID {
+		t.Fatalf("expired at its expiry: %v %v", due, err)
+	}
+	if due, _ := s.ExpiredWorkloads(ctx, exp.Add(-time.Second), 10); len(due) != 0 {
+		t.Fatalf("expired before its expiry: %v", due)
+	}
+	if _, err := s.UpdateWorkload(ctx, "nosuch0001", func(old workload.Workload) (workload.Workload, error) { return old, nil }); !isNotFound(err) {
+		t.Fatalf("missing record: %v", err)
+	}
+}
+
+func testWorkloads(t *testing.T, s *store.Store) {
+	ctx := identity.With(context.Background(), identity.Identity{Issuer: "https://idp.test", Subject: "tester"})
 	classes, _, files := starter(t)
 	cat := catalog.New(s, classes)
 	if _, err := cat.Seed(ctx, "gitops", files); err != nil {
@@ -294,7 +372,10 @@ func testWorkloads(t *testing.T, s *store.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := workload.New(s, cat, namespace).WithImages(images)
+	svc, err := workload.New(workload.Options{Store: s, Templates: cat, Namespace: namespace, Images: images, Authorizer: workloadtest.AllowAll{}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	var made []workload.Workload
 	for i := range 7 {
 		team := "vision"

@@ -13,7 +13,7 @@ import (
 	"github.com/gantryhq/gantry/internal/workload"
 )
 
-const workloadColumns = `id, name, team, owner, template, template_version, kind, gpu_class, mig_profile, gpu_count, parameters, objects_hash, status, created_at, updated_at, applied_hash, reason, idempotency_key, request_hash, endpoint, image, tee`
+const workloadColumns = `id, name, team, owner, template, template_version, kind, gpu_class, mig_profile, gpu_count, parameters, objects_hash, status, created_at, updated_at, applied_hash, reason, idempotency_key, request_hash, endpoint, image, tee, expires_at`
 
 // CreateWorkload implements workload.Store.
 func (s *Store) CreateWorkload(ctx context.Context, w workload.Workload) error {
@@ -21,10 +21,10 @@ func (s *Store) CreateWorkload(ctx context.Context, w workload.Workload) error {
 	if err != nil {
 		return err
 	}
-	_, err = s.db.ExecContext(ctx, s.q(`INSERT INTO workloads (`+workloadColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+	_, err = s.db.ExecContext(ctx, s.q(`INSERT INTO workloads (`+workloadColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 		w.ID, w.Name, w.Team, w.Owner, w.Template, w.TemplateVersion, w.Kind, w.GPUClass, w.MIGProfile, w.GPUCount,
 		string(params), w.ObjectsHash, string(w.Status), w.CreatedAt.UnixMicro(), w.UpdatedAt.UnixMicro(), w.AppliedHash, w.Reason,
-		nullable(w.IdempotencyKey), w.RequestHash, w.Endpoint, w.Image, w.TEE)
+		nullable(w.IdempotencyKey), w.RequestHash, w.Endpoint, w.Image, w.TEE, micros(w.ExpiresAt))
 	if err != nil {
 		if w.IdempotencyKey != "" && uniqueViolation(err) {
 			return &fault.Conflict{Kind: "workload", Name: w.IdempotencyKey, Reason: "Idempotency-Key already used"}
@@ -37,20 +37,31 @@ func (s *Store) CreateWorkload(ctx context.Context, w workload.Workload) error {
 func scanWorkload(row scanner) (workload.Workload, error) {
 	var w workload.Workload
 	var params, status string
-	var created, updated int64
+	var created, updated, expires int64
 	var key sql.NullString
 	err := row.Scan(&w.ID, &w.Name, &w.Team, &w.Owner, &w.Template, &w.TemplateVersion, &w.Kind, &w.GPUClass, &w.MIGProfile,
-		&w.GPUCount, &params, &w.ObjectsHash, &status, &created, &updated, &w.AppliedHash, &w.Reason, &key, &w.RequestHash, &w.Endpoint, &w.Image, &w.TEE)
+		&w.GPUCount, &params, &w.ObjectsHash, &status, &created, &updated, &w.AppliedHash, &w.Reason, &key, &w.RequestHash, &w.Endpoint, &w.Image, &w.TEE, &expires)
 	if err != nil {
 		return w, err
 	}
 	w.Status = workload.Status(status)
 	w.IdempotencyKey = key.String
 	w.CreatedAt, w.UpdatedAt = time.UnixMicro(created).UTC(), time.UnixMicro(updated).UTC()
+	if expires != 0 {
+		w.ExpiresAt = time.UnixMicro(expires).UTC()
+	}
 	if err := json.Unmarshal([]byte(params), &w.Parameters); err != nil {
 		return w, fmt.Errorf("workload %s: stored parameters are corrupt: %w", w.ID, err)
 	}
 	return w, nil
+}
+
+// micros is t in UnixMicro, 0 for the zero time.
+func micros(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMicro()
 }
 
 func nullable(s string) any {
@@ -130,34 +141,60 @@ func (s *Store) queryWorkloads(ctx context.Context, what, query string, args ...
 	return collect(rows, scanWorkload)
 }
 
-// SetWorkloadStatus implements workload.Store.
-func (s *Store) SetWorkloadStatus(ctx context.Context, id string, st workload.Status, reason string, at time.Time) error {
-	res, err := s.db.ExecContext(ctx, s.q(`UPDATE workloads SET status = ?, reason = ?, updated_at = ? WHERE id = ?`), string(st), reason, at.UnixMicro(), id)
-	if err != nil {
-		return fmt.Errorf("update workload %s: %w", id, err)
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return &fault.NotFound{Kind: "workload", Name: id}
-	}
-	return nil
-}
-
-// MarkApplied implements workload.Store.
-func (s *Store) MarkApplied(ctx context.Context, id, hash string, at time.Time) error {
-	res, err := s.db.ExecContext(ctx, s.q(`UPDATE workloads SET applied_hash = ?, updated_at = ? WHERE id = ?`), hash, at.UnixMicro(), id)
-	if err != nil {
-		return fmt.Errorf("update workload %s: %w", id, err)
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return &fault.NotFound{Kind: "workload", Name: id}
-	}
-	return nil
+// UpdateWorkload implements workload.Store: fn sees the record as it is and
+// returns the one to write, in one transaction that holds the row (SELECT …
+// FOR UPDATE on PostgreSQL; on SQLite every write transaction is exclusive),
+// so concurrent updaters queue and none is lost. Only the mutable fields
+// (status, reason, applied hash, endpoint, expiry, updated at) are written, and nothing
+// when they are unchanged. fn must not use the store.
+func (s *Store) UpdateWorkload(ctx context.Context, id string, fn func(workload.Workload) (workload.Workload, error)) (workload.Workload, error) {
+	var out workload.Workload
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		query := `SELECT ` + workloadColumns + ` FROM workloads WHERE id = ?`
+		if s.driver == Postgres {
+			query += ` FOR UPDATE`
+		}
+		old, err := scanWorkload(tx.QueryRowContext(ctx, s.q(query), id))
+		if errors.Is(err, sql.ErrNoRows) {
+			return &fault.NotFound{Kind: "workload", Name: id}
+		}
+		if err != nil {
+			return fmt.Errorf("get workload %s: %w", id, err)
+		}
+		w, err := fn(old)
+		if err != nil {
+			return err
+		}
+		if w.ID != old.ID {
+			return fmt.Errorf("update workload %s: the updater changed its id to %q", id, w.ID)
+		}
+		out = w
+		if w.Status == old.Status && w.Reason == old.Reason && w.AppliedHash == old.AppliedHash && w.Endpoint == old.Endpoint && w.ExpiresAt.Equal(old.ExpiresAt) {
+			out.UpdatedAt = old.UpdatedAt
+			return nil
+		}
+		_, err = tx.ExecContext(ctx, s.q(`UPDATE workloads SET status = ?, reason = ?, applied_hash = ?, endpoint = ?, expires_at = ?, updated_at = ? WHERE id = ?`),
+			string(w.Status), w.Reason, w.AppliedHash, w.Endpoint, micros(w.ExpiresAt), w.UpdatedAt.UnixMicro(), id)
+		if err != nil {
+			return fmt.Errorf("update workload %s: %w", id, err)
+		}
+		return nil
+	})
+	return out, err
 }
 
 // UnappliedWorkloads implements workload.Store: live workloads whose objects
-// were never applied, oldest first.
+// were never applied (not ended, not held for approval), oldest first.
 func (s *Store) UnappliedWorkloads(ctx context.Context, limit int) ([]workload.Workload, error) {
 	return s.queryWorkloads(ctx, "list unapplied workloads", `SELECT `+workloadColumns+` FROM workloads
-		WHERE applied_hash <> objects_hash AND status NOT IN (?, ?, ?) ORDER BY created_at, id LIMIT ?`,
-		string(workload.Deleted), string(workload.Failed), string(workload.Stopped), limit)
+		WHERE applied_hash <> objects_hash AND status NOT IN (?, ?, ?, ?, ?) ORDER BY created_at, id LIMIT ?`,
+		string(workload.Deleted), string(workload.Failed), string(workload.Stopped), string(workload.IdleStopped), string(workload.PendingApproval), limit)
+}
+
+// ExpiredWorkloads implements workload.Store: live workloads whose max runtime
+// ended at or before now, oldest expiry first.
+func (s *Store) ExpiredWorkloads(ctx context.Context, now time.Time, limit int) ([]workload.Workload, error) {
+	return s.queryWorkloads(ctx, "list expired workloads", `SELECT `+workloadColumns+` FROM workloads
+		WHERE expires_at > 0 AND expires_at <= ? AND status IN (?, ?, ?, ?) ORDER BY expires_at, id LIMIT ?`,
+		now.UnixMicro(), string(workload.Pending), string(workload.Queued), string(workload.Scheduled), string(workload.Running), limit)
 }

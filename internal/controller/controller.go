@@ -1,0 +1,164 @@
+// Package controller owns the workload controller: it turns every change the
+// cluster's informers see (pods, Jobs, VirtualMachines Gantry manages) into the
+// workload's id on a rate-limited workqueue, and workers that take ids from it,
+// read the workload's objects from the informers' caches and record what the
+// cluster says through the workload lifecycle. A failed write is retried with
+// exponential backoff; a report the lifecycle refuses (a late report about a
+// stopped workload) is logged and dropped. One id is never processed by two
+// workers at once (the workqueue's guarantee).
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
+
+	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/kube"
+	"github.com/gantryhq/gantry/internal/workload"
+)
+
+// Source is what the controller watches: kube.Watcher.
+type Source interface {
+	// OnChange registers changed, called with the workload id of every
+	// object that changes.
+	OnChange(changed func(workloadID string)) error
+	// Run starts watching and returns once the caches are filled.
+	Run(ctx context.Context) (synced bool)
+	// Shutdown stops watching and waits.
+	Shutdown()
+	// Observe reads what the cluster says about a workload from the caches.
+	Observe(workloadID string) (kube.Observation, bool)
+}
+
+// Recorder records what the cluster says: workload.Service.
+type Recorder interface {
+	Report(ctx context.Context, id string, st workload.Status, reason string) (workload.Workload, error)
+}
+
+// Options tune a controller; the zero value is sensible.
+type Options struct {
+	Workers    int // default 4
+	MaxRetries int // per id, before it is dropped until its next change; default 12
+	// BaseDelay and MaxDelay bound the retry backoff (default 50ms, 5m).
+	BaseDelay, MaxDelay time.Duration
+	Clock               clock.WithTicker // default: the real clock
+	Log                 *slog.Logger
+}
+
+// Controller records the cluster's reports about workloads.
+type Controller struct {
+	src   Source
+	rec   Recorder
+	o     Options
+	queue workqueue.TypedRateLimitingInterface[string]
+}
+
+// New returns a controller; Run starts it.
+func New(src Source, rec Recorder, o Options) (*Controller, error) {
+	if src == nil || rec == nil {
+		return nil, errors.New("controller.New: a source and a recorder are required")
+	}
+	if o.Workers <= 0 {
+		o.Workers = 4
+	}
+	if o.MaxRetries <= 0 {
+		o.MaxRetries = 12
+	}
+	if o.BaseDelay <= 0 {
+		o.BaseDelay = 50 * time.Millisecond
+	}
+	if o.MaxDelay <= 0 {
+		o.MaxDelay = 5 * time.Minute
+	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	q := workqueue.NewTypedRateLimitingQueueWithConfig(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[string](o.BaseDelay, o.MaxDelay),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: "", Clock: o.Clock})
+	return &Controller{src: src, rec: rec, o: o, queue: q}, nil
+}
+
+// Run watches, processes the queue until ctx ends, then stops the workers and
+// the watch and waits for both.
+func (c *Controller) Run(ctx context.Context) error {
+	if err := c.src.OnChange(func(id string) { c.queue.Add(id) }); err != nil {
+		return err
+	}
+	defer c.src.Shutdown()
+	if !c.src.Run(ctx) {
+		c.queue.ShutDown()
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("controller: the cluster's caches did not fill")
+	}
+	c.o.Log.Info("workload controller started", "workers", c.o.Workers)
+	var wg sync.WaitGroup
+	for range c.o.Workers {
+		wg.Go(func() {
+			for c.next(ctx) {
+			}
+		})
+	}
+	<-ctx.Done()
+	c.queue.ShutDownWithDrain()
+	wg.Wait()
+	c.o.Log.Info("workload controller stopped")
+	return nil
+}
+
+// Enqueue asks for a workload to be looked at again (the reconcile loop's
+// periodic pass, and tests).
+func (c *Controller) Enqueue(id string) { c.queue.Add(id) }
+
+// next processes one id; false once the queue is shut down.
+func (c *Controller) next(ctx context.Context) bool {
+	id, quit := c.queue.Get()
+	if quit {
+		return false
+	}
+	defer c.queue.Done(id)
+	err := c.sync(ctx, id)
+	var conflict *fault.Conflict
+	var nf *fault.NotFound
+	switch {
+	case err == nil:
+		c.queue.Forget(id)
+	case errors.As(err, &conflict):
+		c.o.Log.Info("cluster report refused by the workload lifecycle", "workload", id, "why", err)
+		c.queue.Forget(id)
+	case errors.As(err, &nf):
+		c.o.Log.Debug("cluster report about no recorded workload", "workload", id)
+		c.queue.Forget(id)
+	case ctx.Err() != nil:
+		c.queue.Forget(id)
+	case c.queue.NumRequeues(id) < c.o.MaxRetries:
+		c.o.Log.Warn("recording workload status failed; retrying", "workload", id, "attempt", c.queue.NumRequeues(id)+1, "err", err)
+		c.queue.AddRateLimited(id)
+	default:
+		c.o.Log.Error("recording workload status failed; giving up until it changes again", "workload", id, "attempts", c.queue.NumRequeues(id)+1, "err", err)
+		c.queue.Forget(id)
+	}
+	return true
+}
+
+// sync records what the caches say about one workload.
+func (c *Controller) sync(ctx context.Context, id string) error {
+	o, ok := c.src.Observe(id)
+	if !ok {
+		return nil
+	}
+	_, err := c.rec.Report(ctx, id, workload.Status(o.Phase), o.Reason)
+	return err
+}

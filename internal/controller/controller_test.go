@@ -1,0 +1,212 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/kube"
+	"github.com/gantryhq/gantry/internal/waitfor"
+	"github.com/gantryhq/gantry/internal/workload"
+)
+
+// source is an in-memory Source: tests set observations and fire changes.
+type source struct {
+	mu      sync.Mutex
+	obs     map[string]kube.Observation
+	changed func(string)
+	stopped bool
+}
+
+func (s *source) OnChange(f func(string)) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.changed = f
+	return nil
+}
+
+func (s *source) fire(id string) {
+	s.mu.Lock()
+	f := s.changed
+	s.mu.Unlock()
+	f(id)
+}
+
+func (s *source) watching() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.changed != nil
+}
+func (s *source) Run(context.Context) bool      { return true }
+func (s *source) Shutdown()                     { s.mu.Lock(); s.stopped = true; s.mu.Unlock() }
+func (s *source) Observe(id string) (kube.Observation, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o, ok := s.obs[id]
+	return o, ok
+}
+
+func (s *source) set(id, phase string) {
+	s.mu.Lock()
+	s.obs[id] = kube.Observation{WorkloadID: id, Phase: phase}
+	s.mu.Unlock()
+	s.fire(id)
+}
+
+// recorder fails the first fail[id] reports of each id (or failures, for
+// ids not in fail) with err, then records; it counts calls.
+type recorder struct {
+	mu       sync.Mutex
+	failures int
+	fail     map[string]int
+	err      error
+	calls    map[string]int
+	got      map[string]workload.Status
+}
+
+func (r *recorder) Report(_ context.Context, id string, st workload.Status, _ string) (workload.Workload, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls[id]++
+	limit, ok := r.fail[id]
+	if !ok {
+		limit = r.failures
+	}
+	if r.calls[id] <= limit {
+		return workload.Workload{}, r.err
+	}
+	r.got[id] = st
+	return workload.Workload{ID: id, Status: st}, nil
+}
+
+func (r *recorder) state(id string) (workload.Status, int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.got[id], r.calls[id]
+}
+
+func run(t *testing.T, rec *recorder) (*source, func()) {
+	t.Helper()
+	src := &source{obs: map[string]kube.Observation{}}
+	c, err := New(src, rec, Options{Workers: 2, MaxRetries: 3, BaseDelay: time.Millisecond, MaxDelay: 10 * time.Millisecond,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	waitfor.Until(t, 10*time.Second, "the controller to watch", func() error {
+		if !src.watching() {
+			return errors.New("no handler yet")
+		}
+		return nil
+	})
+	return src, func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+		src.mu.Lock()
+		defer src.mu.Unlock()
+		if !src.stopped {
+			t.Error("the watch was not shut down")
+		}
+	}
+}
+
+// TestRetriesFailedWrites: a status write that fails is retried with backoff
+// until it lands.
+func TestRetriesFailedWrites(t *testing.T) {
+	rec := &recorder{failures: 2, err: errors.New("database is locked"), calls: map[string]int{}, got: map[string]workload.Status{}}
+	src, stop := run(t, rec)
+	defer stop()
+	src.set("w1", "Running")
+	waitfor.Until(t, 10*time.Second, "the report to land", func() error {
+		if st, n := rec.state("w1"); st != workload.Running {
+			return fmt.Errorf("%d calls, status %q", n, st)
+		}
+		return nil
+	})
+	if _, n := rec.state("w1"); n != 3 {
+		t.Fatalf("%d calls, want 2 failures and 1 success", n)
+	}
+}
+
+// TestGivesUpAfterMaxRetries: a write that keeps failing is dropped after
+// MaxRetries (until the object changes again), not retried for ever.
+func TestGivesUpAfterMaxRetries(t *testing.T) {
+	rec := &recorder{failures: 1000, err: errors.New("disk full"), calls: map[string]int{}, got: map[string]workload.Status{}}
+	src, stop := run(t, rec)
+	defer stop()
+	src.set("w1", "Running")
+	waitfor.Until(t, 10*time.Second, "retries to run out", func() error {
+		if _, n := rec.state("w1"); n < 4 {
+			return fmt.Errorf("%d calls", n)
+		}
+		return nil
+	})
+	// Another object's report still goes through: the queue is not stuck.
+	rec.mu.Lock()
+	rec.fail = map[string]int{"w3": 0}
+	rec.mu.Unlock()
+	src.set("w3", "Pending")
+	waitfor.Until(t, 10*time.Second, "w3 after w2's retries", func() error {
+		if st, _ := rec.state("w3"); st == "" {
+			return errors.New("w3 not recorded")
+		}
+		return nil
+	})
+	if _, n := rec.state("w1"); n != 4 {
+		t.Fatalf("w1: %d calls, want 1 + MaxRetries 3", n)
+	}
+}
+
+// TestRefusedReportsAreNotRetried: a report the lifecycle refuses (a
+// conflict) or about no workload is dropped at once.
+func TestRefusedReportsAreNotRetried(t *testing.T) {
+	for _, err := range []error{
+		&fault.Conflict{Kind: "workload", Name: "w1", Reason: "is Stopped"},
+		&fault.NotFound{Kind: "workload", Name: "w1"},
+	} {
+		rec := &recorder{failures: 1000, err: err, calls: map[string]int{}, got: map[string]workload.Status{}}
+		src, stop := run(t, rec)
+		src.set("w1", "Running")
+		src.set("w2", "Running") // processed after w1 by the same queue
+		waitfor.Until(t, 10*time.Second, "w2 to be tried", func() error {
+			if _, n := rec.state("w2"); n == 0 {
+				return errors.New("not yet")
+			}
+			return nil
+		})
+		stop()
+		if _, n := rec.state("w1"); n != 1 {
+			t.Fatalf("%T: %d calls, want 1 (no retry)", err, n)
+		}
+	}
+}
+
+// TestNothingToSay: an object with nothing to report (no pods yet) writes
+// nothing.
+func TestNothingToSay(t *testing.T) {
+	rec := &recorder{calls: map[string]int{}, got: map[string]workload.Status{}}
+	src, stop := run(t, rec)
+	src.fire("w1") // no observation for w1
+	src.set("w2", "Running")
+	waitfor.Until(t, 10*time.Second, "w2", func() error {
+		if st, _ := rec.state("w2"); st != workload.Running {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	stop()
+	if _, n := rec.state("w1"); n != 0 {
+		t.Fatalf("w1 reported %d times with nothing to say", n)
+	}
+}

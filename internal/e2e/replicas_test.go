@@ -1,0 +1,205 @@
+package e2e_test
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	_ "github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/gantryhq/gantry/internal/devcluster"
+	"github.com/gantryhq/gantry/internal/waitfor"
+)
+
+// TestTwoReplicasLeaderKilled runs two real `gantry serve` processes on one
+// PostgreSQL database and one cluster. Both serve the API; one holds the
+// Lease and runs the controller and the lifecycle loop. A batch of launches
+// goes to both; half-way through, the leader is killed with SIGKILL. The
+// other takes over once the Lease runs out, and afterwards every launch that
+// was accepted (or retried with its Idempotency-Key) is there exactly once,
+// with exactly one Job on the cluster, no Job belongs to no workload, and
+// every workload reaches its terminal state (Succeeded) as recorded by the
+// survivor's controller.
+func TestTwoReplicasLeaderKilled(t *testing.T) {
+	if cluster == nil {
+		t.Skip(devcluster.ErrNotRequested)
+	}
+	dsn := postgresSchema(t)
+	root, err := devcluster.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), "gantry")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/gantry")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	data := t.TempDir() // one development signing key for both
+	lease := "gantry-ha-" + strings.ToLower(rand.Text()[:6])
+	const leaseDuration = 4 * time.Second
+	replica := func() *process {
+		return startServe(t, root, bin, data, "--db-driver", "postgres", "--db", dsn)
+	}
+	t.Setenv("GANTRY_NAMESPACE", lease)
+	t.Setenv("GANTRY_LEASE_DURATION", leaseDuration.String())
+	a, b := replica(), replica()
+	var leader, survivor *process
+	waitfor.Until(t, 60*time.Second, "one replica to lead", func() error {
+		la, lb := strings.Contains(a.log.String(), `msg="leading:`), strings.Contains(b.log.String(), `msg="leading:`)
+		switch {
+		case la && lb:
+			return errors.New("both lead")
+		case la:
+			leader, survivor = a, b
+		case lb:
+			leader, survivor = b, a
+		default:
+			return errors.New("neither leads yet")
+		}
+		return nil
+	})
+	tok := signInToken(t, a.URL, "ada")
+
+	const n = 16
+	team := "ha" + strings.ToLower(rand.Text()[:4])
+	body, _ := json.Marshal(map[string]any{"template": "pytorch-train", "team": team, "gpu": map[string]any{"count": 1}})
+	var (
+		mu       sync.Mutex
+		accepted = map[string]string{} // key → workload id
+		unsure   []string              // keys whose answer was lost with the leader
+	)
+	var wg sync.WaitGroup
+	for i := range n {
+		if i == n/2 {
+			// Mid-batch: launches are in flight at both replicas.
+			if err := leader.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("killed the leader (pid %d) with %d launches sent", leader.Process.Pid, i)
+		}
+		key := fmt.Sprintf("%s-%02d", team, i)
+		url := []*process{a, b}[i%2].URL
+		wg.Go(func() {
+			status, w := post(url, tok, key, body)
+			mu.Lock()
+			defer mu.Unlock()
+			if status == 201 || status == 200 {
+				accepted[key] = w.ID
+			} else {
+				unsure = append(unsure, key)
+			}
+		})
+	}
+	wg.Wait()
+	killedAt := time.Now()
+	t.Logf("%d launches answered, %d lost with the leader and retried", len(accepted), len(unsure))
+	// A client whose answer was lost retries with its key, at the survivor.
+	for _, key := range unsure {
+		waitfor.Until(t, 30*time.Second, "the retried launch "+key, func() error {
+			status, w := post(survivor.URL, tok, key, body)
+			if status != 201 && status != 200 {
+				return fmt.Errorf("answered %d", status)
+			}
+			accepted[key] = w.ID
+			return nil
+		})
+	}
+	waitfor.Until(t, 60*time.Second, "the survivor to lead", func() error {
+		if strings.Count(survivor.log.String(), `msg="leading:`) == 0 {
+			return errors.New("it does not lead")
+		}
+		return nil
+	})
+	t.Logf("the survivor leads %v after the kill (lease %v)", time.Since(killedAt).Round(100*time.Millisecond), leaseDuration)
+
+	// Every launch is there once, applied once, and ran to its end.
+	ids := map[string]bool{}
+	for key, id := range accepted {
+		if ids[id] {
+			t.Fatalf("two keys answered with workload %s", id)
+		}
+		ids[id] = true
+		waitfor.Until(t, 120*time.Second, "workload "+id+" ("+key+") to succeed", func() error {
+			w := getWorkload(t, survivor.URL, tok, id)
+			if !w.Applied || w.Status != "Succeeded" {
+				return fmt.Errorf("%s applied=%v (%s)", w.Status, w.Applied, w.Reason)
+			}
+			return nil
+		})
+	}
+	if len(ids) != n {
+		t.Fatalf("%d workloads for %d launches", len(ids), n)
+	}
+	var list struct{ Items []wl }
+	req, _ := http.NewRequest(http.MethodGet, survivor.URL+"/api/v1/workloads?limit=500&team="+team, nil)
+	req.Header.Set("Authorization", "Bearer "+tok)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	json.NewDecoder(resp.Body).Decode(&list)
+	resp.Body.Close()
+	if len(list.Items) != n {
+		t.Fatalf("%d workloads recorded for team %s, want %d (none lost, none duplicated)", len(list.Items), team, n)
+	}
+	jobs, err := cluster.Client.BatchV1().Jobs("gantry-"+team).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, j := range jobs.Items {
+		id := j.Labels["gantry.dev/workload-id"]
+		if !ids[id] || seen[id] {
+			t.Fatalf("Job %s belongs to workload %q: orphaned or duplicated", j.Name, id)
+		}
+		seen[id] = true
+	}
+	if len(seen) != n {
+		t.Fatalf("%d Jobs for %d workloads", len(seen), n)
+	}
+}
+
+// postgresSchema returns a connection string for a fresh schema on the test
+// PostgreSQL server (GANTRY_TEST_POSTGRES_DSN; make test starts one).
+func postgresSchema(t *testing.T) string {
+	t.Helper()
+	dsn := os.Getenv("GANTRY_TEST_POSTGRES_DSN")
+	if dsn == "" {
+		if os.Getenv("CI") != "" {
+			t.Fatal("GANTRY_TEST_POSTGRES_DSN is not set: CI must run the replica test (make test)")
+		}
+		t.Skip("GANTRY_TEST_POSTGRES_DSN not set: several replicas need PostgreSQL (make test starts one)")
+	}
+	b := make([]byte, 6)
+	rand.Read(b)
+	schema := "ha_" + hex.EncodeToString(b)
+	admin, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	if _, err := admin.Exec("CREATE SCHEMA " + schema); err != nil {
+		t.Fatal(err)
+	}
+	sep := "?"
+	if strings.Contains(dsn, "?") {
+		sep = "&"
+	}
+	return dsn + sep + "search_path=" + schema
+}

@@ -1,0 +1,99 @@
+package kube
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+)
+
+// Lease configures leader election among Gantry's replicas: a coordination
+// Lease named Name in Namespace.
+type Lease struct {
+	Namespace string
+	Name      string
+	Identity  string        // this replica's name in the Lease
+	Duration  time.Duration // how long others wait after the leader's last renewal; default 15s
+	Renew     time.Duration // how long the leader keeps trying to renew before it steps down; default 2/3 of Duration
+	Retry     time.Duration // how often candidates try; default Duration/7
+}
+
+// Lead runs lead whenever this replica holds the Lease, until ctx ends: lead's
+// context ends when leadership is lost (or ctx ends), and Lead waits for lead
+// to return before trying to lead again. On a clean stop the Lease is released
+// so that another replica takes over at once; after a crash, others take over
+// once Duration has passed.
+func (c *Cluster) Lead(ctx context.Context, l Lease, lead func(context.Context)) error {
+	if l.Duration <= 0 {
+		l.Duration = 15 * time.Second
+	}
+	if l.Renew <= 0 {
+		l.Renew = l.Duration * 2 / 3
+	}
+	if l.Retry <= 0 {
+		l.Retry = l.Duration / 7
+	}
+	if err := c.ensureNamespace(ctx, l.Namespace); err != nil {
+		return err
+	}
+	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, l.Namespace, l.Name, c.core.CoreV1(), c.core.CoordinationV1(),
+		resourcelock.ResourceLockConfig{Identity: l.Identity})
+	if err != nil {
+		return fmt.Errorf("kube: lease lock: %w", err)
+	}
+	for ctx.Err() == nil {
+		// client-go starts OnStartedLeading in a goroutine of its own; this
+		// guard makes sure lead has returned (or never starts) once Run has,
+		// so that Lead's caller can rely on no loop running after it.
+		var (
+			mu      sync.Mutex
+			wg      sync.WaitGroup
+			stopped bool
+		)
+		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+			Lock: lock, LeaseDuration: l.Duration, RenewDeadline: l.Renew, RetryPeriod: l.Retry,
+			ReleaseOnCancel: true, Name: l.Name,
+			Callbacks: leaderelection.LeaderCallbacks{
+				OnStartedLeading: func(lctx context.Context) {
+					mu.Lock()
+					if stopped {
+						mu.Unlock()
+						return
+					}
+					wg.Add(1)
+					mu.Unlock()
+					defer wg.Done()
+					lead(lctx)
+				},
+				OnStoppedLeading: func() {},
+			},
+		})
+		if err != nil {
+			return fmt.Errorf("kube: leader election: %w", err)
+		}
+		le.Run(ctx) // returns when leadership is lost or ctx ends
+		mu.Lock()
+		stopped = true
+		mu.Unlock()
+		wg.Wait()
+	}
+	return nil
+}
+
+// ensureNamespace makes sure Gantry's own namespace exists (for its Lease).
+func (c *Cluster) ensureNamespace(ctx context.Context, name string) error {
+	_, err := c.core.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		_, err = c.core.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			err = nil
+		}
+	}
+	return classify(err, "namespace", name)
+}

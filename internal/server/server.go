@@ -1,0 +1,417 @@
+// Package server is Gantry's composition root and lifecycle owner. New builds
+// every service from the configuration, complete when it returns (the policy,
+// the image verifier and the store are required; nothing nil means "allow"),
+// and binds the listener. Run serves HTTP and runs every background loop under
+// one errgroup — the policy and image-catalog reloads always, and on the
+// replica that holds the Lease the workload controller and the lifecycle loop
+// (apply unapplied launches, converge stopped and deleted ones, stop those past
+// their max runtime) — and returns only after all of them have stopped, then
+// closes the store. `gantry serve`, `gantry dev` and the tests that run Gantry
+// whole all go through New.
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	"k8s.io/klog/v2"
+
+	"github.com/gantryhq/gantry"
+	"github.com/gantryhq/gantry/api"
+	"github.com/gantryhq/gantry/internal/authn"
+	"github.com/gantryhq/gantry/internal/authz"
+	"github.com/gantryhq/gantry/internal/catalog"
+	"github.com/gantryhq/gantry/internal/config"
+	"github.com/gantryhq/gantry/internal/controller"
+	"github.com/gantryhq/gantry/internal/devidp"
+	"github.com/gantryhq/gantry/internal/devregistry"
+	"github.com/gantryhq/gantry/internal/gpu"
+	"github.com/gantryhq/gantry/internal/identity"
+	"github.com/gantryhq/gantry/internal/imagecat"
+	"github.com/gantryhq/gantry/internal/imageverify"
+	"github.com/gantryhq/gantry/internal/kube"
+	"github.com/gantryhq/gantry/internal/store"
+	"github.com/gantryhq/gantry/internal/template"
+	"github.com/gantryhq/gantry/internal/token"
+	"github.com/gantryhq/gantry/internal/weblogin"
+	"github.com/gantryhq/gantry/internal/workload"
+	"github.com/gantryhq/gantry/portal"
+)
+
+// Core is what every command that touches Gantry's state shares: the
+// configuration, the store, the GPU classes and template catalog, and the
+// image catalog with its verifier.
+type Core struct {
+	Config  config.Config
+	Log     *slog.Logger
+	Store   *store.Store
+	Catalog *catalog.Service
+	Images  *imageverify.Images
+}
+
+// Open builds the Core from the configuration. Close its Store when done.
+func Open(ctx context.Context, cfg config.Config) (*Core, error) {
+	log := cfg.Logger()
+	classes, err := gpu.LoadFile(cfg.GPUClassesFile)
+	if err != nil {
+		return nil, err
+	}
+	images, err := imagecat.Load(cfg.Images.Dir, classes)
+	if err != nil {
+		return nil, err
+	}
+	vo := imageverify.Options{TTL: cfg.Images.TTL(), Mirrors: cfg.Images.Mirrors}
+	if f := cfg.Images.RegistryAuthFile; f != "" {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("images.registryAuthFile: %w", err)
+		}
+		if vo.Keychain, err = imageverify.Keychain(data); err != nil {
+			return nil, fmt.Errorf("images.registryAuthFile %s: %w", f, err)
+		}
+	}
+	verified := &imageverify.Images{Catalog: images, Verifier: imageverify.New(vo)}
+	if cfg.Images.DevRegistry {
+		keyPath := filepath.Join(config.DataDir(), "dev-signing.key")
+		key, err := devregistry.LoadOrCreateKey(keyPath)
+		if err != nil {
+			return nil, fmt.Errorf("development signing key: %w", err)
+		}
+		reg, v, err := devregistry.Verified(ctx, images, key, vo)
+		if err != nil {
+			return nil, err
+		}
+		verified = v
+		log.Warn("images.devRegistry: stand-in images signed with a development key are trusted (never in production)",
+			"registry", reg.Host, "key", keyPath, "images", len(reg.Published))
+	}
+	st, err := store.Open(ctx, cfg.Database.Driver, string(cfg.Database.DSN))
+	if err != nil {
+		return nil, err
+	}
+	return &Core{Config: cfg, Log: log, Store: st, Catalog: catalog.New(st, classes).WithImages(images), Images: verified}, nil
+}
+
+// Server is Gantry, built and listening, not yet serving.
+type Server struct {
+	*Core
+	Workloads *workload.Service
+	ln        net.Listener
+	url       string
+	http      *http.Server
+	authz     *authz.Authorizer
+	cluster   *kube.Lazy // nil without a kubeconfig
+	tokens    *token.Service
+	issuer    string
+	dev       *devidp.Provider // nil with an organisation's provider
+	checks    []api.Check
+}
+
+// New builds Gantry from the configuration and binds its listener; Run
+// serves. On error everything New started is stopped again.
+func New(ctx context.Context, cfg config.Config) (s *Server, err error) {
+	core, err := Open(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			core.Store.Close()
+		}
+	}()
+	s = &Server{Core: core}
+	if err := s.seed(ctx); err != nil {
+		return nil, err
+	}
+	if s.authz, err = authz.New(authz.InDir(cfg.PolicyDir)); err != nil {
+		return nil, err
+	}
+	s.checks = []api.Check{{Name: "database", Pinger: core.Store}}
+	wo := workload.Options{Store: core.Store, Templates: core.Catalog, Authorizer: s.authz, Images: core.Images,
+		Namespace: func(team string) string { return cfg.NamespacePrefix + team }, KBSURL: cfg.Confidential.KBSURL, Log: core.Log}
+	if cfg.Kubeconfig != "" {
+		// The kubeconfig is loaded lazily: with it missing or the API server
+		// away, Gantry still serves, /readyz says why it is not ready, and
+		// launches are kept and applied once the cluster answers.
+		s.cluster = kube.NewLazy(cfg.Kubeconfig)
+		wo.Cluster = s.cluster
+		s.checks = append(s.checks, api.Check{Name: "kubernetes", Pinger: s.cluster})
+	} else {
+		core.Log.Warn("no kubeconfig: launches are recorded and rendered, not applied to a cluster")
+	}
+	if s.Workloads, err = workload.New(wo); err != nil {
+		return nil, err
+	}
+	if s.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
+		return nil, fmt.Errorf("listen: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			s.ln.Close()
+		}
+	}()
+	s.url = "http://" + s.ln.Addr().String()
+	public := strings.TrimSuffix(cfg.PublicURL, "/")
+	if public == "" {
+		public = s.url
+	}
+	oc, err := s.signInProvider(ctx, public)
+	if err != nil {
+		return nil, err
+	}
+	s.issuer = oc.Issuer
+	an, err := authn.New(ctx, authn.Config{Issuer: oc.Issuer, Audiences: oc.Audiences, ClockSkew: oc.Skew(),
+		Claims: authn.Claims{Subject: oc.SubjectClaim, Email: oc.EmailClaim, Name: oc.NameClaim, Groups: oc.GroupsClaim}})
+	if err != nil {
+		return nil, err
+	}
+	sessions := weblogin.New(weblogin.Config{ClientID: oc.ClientID, ClientSecret: string(oc.ClientSecret), RedirectURL: public + "/auth/callback",
+		Scopes: oc.Scopes, Endpoint: an.Endpoint(), Lifetime: cfg.Session()}, an, core.Store)
+	s.tokens = token.New(core.Store)
+	h, err := api.New(api.Options{
+		Catalog: core.Catalog, Workloads: s.Workloads, Checks: s.checks, Spec: gantry.OpenAPI,
+		MaxBodyBytes: cfg.MaxBodyBytes, Logger: core.Log,
+		Portal:   portal.New(portal.Options{Sessions: sessions, Teams: s.authz.Teams, Secure: strings.HasPrefix(public, "https://"), Logger: core.Log, Audit: core.Store}),
+		Identify: an.Identify, Sessions: sessions, Tokens: s.tokens, Teams: s.authz.Teams,
+		SignIn:    api.AuthConfig{Issuer: oc.Issuer, CliClientID: oc.CLIClientID, Scopes: oc.Scopes},
+		Authorize: s.authz.AllowedSomewhere, Audit: core.Store, Images: core.Images,
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.http = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute}
+	return s, nil
+}
+
+// seed loads the starter template catalog into an empty database.
+func (s *Server) seed(ctx context.Context) error {
+	dir := s.Config.TemplatesDir
+	files, err := template.LoadDir(dir, s.Catalog.Classes(), s.Images.Catalog)
+	if err != nil {
+		s.Log.Warn("initial template catalog not loaded", "dir", dir, "err", err)
+		return nil
+	}
+	seeded, err := s.Catalog.Seed(ctx, "gantry:initial-catalog", files)
+	if err != nil {
+		return fmt.Errorf("load initial template catalog: %w", err)
+	}
+	if seeded {
+		s.Log.Info("loaded initial template catalog", "dir", dir, "templates", len(files))
+	}
+	return nil
+}
+
+// URL is where the server listens (http://host:port).
+func (s *Server) URL() string { return s.url }
+
+// Issuer is the OpenID provider users sign in with.
+func (s *Server) Issuer() string { return s.issuer }
+
+// DevUsers are the development provider's users (none with an
+// organisation's provider).
+func (s *Server) DevUsers() []config.DevUser {
+	if s.dev == nil {
+		return nil
+	}
+	return s.Config.DevLogin.Users
+}
+
+// Run serves until ctx ends, with every background loop; it returns after all
+// of them have stopped and the store is closed.
+func (s *Server) Run(ctx context.Context) error {
+	defer s.Store.Close()
+	slog.SetDefault(s.Log)    // libraries that log to the default logger (the OpenID provider) log like Gantry
+	klog.SetSlogLogger(s.Log) // and client-go's (leader election, informers)
+	cfg := s.Config
+	s.Log.Info("gantry is serving", "url", s.url, "database", cfg.Database.Driver,
+		"dsn", cfg.Database.DSN, "kubeconfig", cfg.Kubeconfig, "issuer", s.issuer)
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		err := s.http.Serve(s.ln)
+		if errors.Is(err, http.ErrServerClosed) {
+			return nil
+		}
+		return err
+	})
+	g.Go(func() error {
+		<-gctx.Done()
+		s.Log.Info("shutting down")
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		return s.http.Shutdown(sctx)
+	})
+	g.Go(func() error {
+		return every(gctx, 3*time.Second, s.reload("policy", s.authz.Reload, authz.ErrUnchanged))
+	})
+	g.Go(func() error {
+		return every(gctx, 3*time.Second, s.reload("image catalog", s.Images.Catalog.Reload, imagecat.ErrUnchanged))
+	})
+	if s.cluster != nil {
+		g.Go(func() error { return s.leaderLoops(gctx) })
+	}
+	return g.Wait()
+}
+
+// reload picks up edited files (the policy, the image catalog); a broken edit
+// keeps what is in force and is logged with file:line.
+func (s *Server) reload(what string, reload func() error, unchanged error) func(context.Context) {
+	return func(context.Context) {
+		switch err := reload(); {
+		case err == nil:
+			s.Log.Info(what + " reloaded")
+		case !errors.Is(err, unchanged):
+			s.Log.Error(what+" not reloaded; the previous one stays in force", "err", err)
+		}
+	}
+}
+
+// every calls fn at once and then every interval until ctx ends.
+func every(ctx context.Context, interval time.Duration, fn func(context.Context)) error {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		fn(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// leaderLoops waits for the kubeconfig to load, then runs the loops that must
+// run once across replicas (the workload controller and the lifecycle loop)
+// whenever this replica holds the Lease.
+func (s *Server) leaderLoops(ctx context.Context) error {
+	// A kubeconfig that is missing or broken is tried again every interval;
+	// until it loads, say why.
+	var c *kube.Cluster
+	for {
+		var err error
+		if c, err = s.cluster.Cluster(); err == nil {
+			break
+		}
+		s.Log.Warn("kubernetes API server not reachable", "err", err)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(s.Config.Reconcile()):
+		}
+	}
+	host, _ := os.Hostname()
+	suffix := make([]byte, 4)
+	rand.Read(suffix)
+	lease := kube.Lease{Namespace: s.Config.Namespace, Name: "gantry-leader", Identity: host + "-" + hex.EncodeToString(suffix), Duration: s.Config.Lease()}
+	return c.Lead(ctx, lease, func(ctx context.Context) {
+		s.Log.Info("leading: running the workload controller and the lifecycle loop", "lease", lease.Namespace+"/"+lease.Name, "identity", lease.Identity)
+		if err := s.lead(ctx, c); err != nil && ctx.Err() == nil {
+			s.Log.Error("leader loops stopped", "err", err)
+		}
+		s.Log.Info("no longer leading", "identity", lease.Identity)
+	})
+}
+
+// lead runs the controller and the lifecycle loop until ctx ends (leadership
+// lost or shutdown), and waits for both.
+func (s *Server) lead(ctx context.Context, c *kube.Cluster) error {
+	w, err := c.Watcher(10 * time.Minute)
+	if err != nil {
+		return err
+	}
+	ctl, err := controller.New(w, s.Workloads, controller.Options{Log: s.Log})
+	if err != nil {
+		return err
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return ctl.Run(gctx) })
+	g.Go(func() error { return every(gctx, s.Config.Reconcile(), s.lifecycle) })
+	return g.Wait()
+}
+
+// lifecycle is one pass of the lifecycle loop: apply recorded launches that
+// are not on the cluster yet (a crash mid-launch, a cluster that was away),
+// stop what ran past its max runtime, and converge stopped, started and
+// deleted workloads' objects.
+func (s *Server) lifecycle(ctx context.Context) {
+	n, err := s.Workloads.Reconcile(ctx)
+	if n > 0 {
+		s.Log.Info("reconciled workloads", "applied", n)
+	}
+	if err != nil && ctx.Err() == nil {
+		s.Log.Warn("reconcile", "err", err)
+		return
+	}
+	if n, err := s.Workloads.Expire(ctx); n > 0 || (err != nil && ctx.Err() == nil) {
+		s.Log.Info("stopped workloads past their max runtime", "stopped", n, "err", err)
+	}
+	actions, err := s.Workloads.Converge(ctx, s.Config.RemoveOrphans)
+	for _, a := range actions {
+		if a.Done {
+			s.Log.Info("converged a workload's objects", "object", a.Object.String(), "workload", a.Object.WorkloadID, "did", a.Do, "why", a.Why)
+		} else {
+			s.Log.Warn("object carries Gantry's labels but belongs to no live workload", "object", a.Object.String(), "workload", a.Object.WorkloadID, "removed", false)
+		}
+	}
+	if err != nil && ctx.Err() == nil {
+		s.Log.Warn("converging workloads' objects", "err", err)
+	}
+}
+
+// signInProvider is the configured OpenID provider or, without one, the
+// development provider started in-process with the configured users and two
+// clients: the portal's (a fresh secret each start) and the CLI's.
+func (s *Server) signInProvider(ctx context.Context, public string) (config.OIDC, error) {
+	cfg := s.Config
+	oc := cfg.OIDC
+	if oc.Issuer != "" {
+		return oc, nil
+	}
+	secret := make([]byte, 32)
+	rand.Read(secret)
+	oc.ClientID, oc.ClientSecret, oc.CLIClientID = "gantry-portal", config.Secret(hex.EncodeToString(secret)), "gantry-cli"
+	oc.Audiences = []string{oc.ClientID, oc.CLIClientID}
+	var users []devidp.User
+	var names []string
+	for _, u := range cfg.DevLogin.Users {
+		users = append(users, devidp.User{Username: u.Username, Password: string(u.Password), Name: u.Name, Email: u.Email, Groups: u.Groups})
+		names = append(names, u.Username)
+	}
+	dev, err := devidp.Start(ctx, cfg.DevLogin.Listen, devidp.Options{Users: users, Clients: []devidp.Client{
+		{ID: oc.ClientID, Secret: string(oc.ClientSecret), RedirectURIs: []string{public + "/auth/callback"}},
+		{ID: oc.CLIClientID, Device: true},
+	}})
+	if err != nil {
+		return oc, err
+	}
+	s.dev = dev
+	oc.Issuer = dev.Issuer()
+	s.Log.Warn("no oidc.issuer configured: signing in with the development OpenID provider (loopback only)", "issuer", oc.Issuer, "users", names)
+	return oc, nil
+}
+
+// DevToken makes a personal access token for a development user, as if they
+// had signed in and asked for one.
+func (s *Server) DevToken(ctx context.Context, username string) (string, error) {
+	if s.dev == nil {
+		return "", errors.New("no development provider: sign in and create a token in the portal")
+	}
+	for _, u := range s.Config.DevLogin.Users {
+		if u.Username == username {
+			id := identity.Identity{Issuer: s.dev.Issuer(), Subject: devidp.User{Username: u.Username}.Subject(), Email: u.Email, Name: u.Name, Groups: u.Groups}
+			_, secret, err := s.tokens.Create(identity.With(ctx, id), token.Request{Name: "gantry dev", Lifetime: 24 * time.Hour})
+			return secret, err
+		}
+	}
+	return "", fmt.Errorf("no development user %q", username)
+}

@@ -1,0 +1,143 @@
+package workload
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/template"
+)
+
+// transition moves a workload through the lifecycle table in one store
+// transaction: whoever else changes it at the same moment, the trigger is
+// applied to the record as it is, and a refused trigger writes nothing (a
+// *fault.Conflict).
+func (s *Service) transition(ctx context.Context, id string, tr Trigger, reason string) (Workload, error) {
+	return s.store.UpdateWorkload(ctx, id, func(w Workload) (Workload, error) {
+		out, _, err := Transition(w, tr, reason, s.clock())
+		return out, err
+	})
+}
+
+// Report records what the cluster says about a workload (the controller calls
+// it). A report the lifecycle refuses — a late one about a workload that was
+// stopped, deleted or has ended — writes nothing and is a *fault.Conflict;
+// the same status and reason again write nothing.
+func (s *Service) Report(ctx context.Context, id string, st Status, reason string) (Workload, error) {
+	tr := Reported(st)
+	if tr == "" {
+		return Workload{}, fmt.Errorf("report about workload %s: the cluster cannot report status %q", id, st)
+	}
+	return s.transition(ctx, id, tr, reason)
+}
+
+// Delete marks a workload deleted and removes its objects from the cluster;
+// the record stays for accounting. Deleting twice is not an error.
+func (s *Service) Delete(ctx context.Context, id string) error {
+	w, err := s.manageable(ctx, id)
+	if err != nil {
+		return err
+	}
+	if w.Status == Deleted {
+		return nil
+	}
+	// Recorded first, so that no report about the objects going away can
+	// bring it back; if the cluster does not answer now, the converge loop
+	// removes them later.
+	w, err = s.transition(ctx, id, Delete, "")
+	if err != nil {
+		return err
+	}
+	return s.tell(ctx, w, func(ctx context.Context) error {
+		r := s.ref(w)
+		return s.cluster.Delete(ctx, r.Namespace, r.Kind, r.Name)
+	})
+}
+
+// Stop stops a workload and keeps it, with its volumes, so that Start can
+// bring it back: a Job is suspended, a service's Deployment or a notebook's
+// StatefulSet scaled to zero, a VM halted. Stopping a stopped workload is not
+// an error; stopping one that has ended is a *fault.Conflict.
+func (s *Service) Stop(ctx context.Context, id string) (Workload, error) {
+	w, err := s.manageable(ctx, id)
+	if err != nil {
+		return w, err
+	}
+	if w.Status == Stopped || w.Status == IdleStopped {
+		return w, nil
+	}
+	return s.halt(ctx, w.ID, Stop, "")
+}
+
+// halt records a stop (by a person, the max runtime or the idle culler) and
+// tells the cluster.
+func (s *Service) halt(ctx context.Context, id string, tr Trigger, reason string) (Workload, error) {
+	w, err := s.transition(ctx, id, tr, reason)
+	if err != nil {
+		return w, err
+	}
+	return w, s.tell(ctx, w, func(ctx context.Context) error { return s.cluster.SetRunning(ctx, s.ref(w), false) })
+}
+
+// Start runs a stopped workload again, with the objects, volumes and endpoint
+// it had; its max runtime counts again from now.
+func (s *Service) Start(ctx context.Context, id string) (Workload, error) {
+	w, err := s.manageable(ctx, id)
+	if err != nil {
+		return w, err
+	}
+	if w.Status != Stopped && w.Status != IdleStopped {
+		if _, ok := Next(w.Status, Start); !ok && w.Status.Ended() {
+			return w, &fault.Conflict{Kind: "workload", Name: id, Reason: fmt.Sprintf("is %s and cannot be started again; launch the template anew", w.Status)}
+		}
+		return w, nil // already live
+	}
+	maxRuntime := ""
+	if v, err := s.templates.Get(ctx, w.Template, w.TemplateVersion); err == nil {
+		maxRuntime = v.Template.Spec.Lifecycle.MaxRuntime
+	} else {
+		var nf *fault.NotFound
+		if !errors.As(err, &nf) {
+			return w, err
+		}
+	}
+	// Pending is recorded before the cluster is told, so that what it reports
+	// next (Scheduled, Running) is not overwritten by it.
+	w, err = s.store.UpdateWorkload(ctx, id, func(w Workload) (Workload, error) {
+		now := s.clock()
+		out, _, err := Transition(w, Start, "", now)
+		out.ExpiresAt = expiry(now, maxRuntime)
+		return out, err
+	})
+	if err != nil {
+		return w, err
+	}
+	return w, s.tell(ctx, w, func(ctx context.Context) error { return s.cluster.SetRunning(ctx, s.ref(w), true) })
+}
+
+// tell carries out a recorded change on the cluster, when there is one and the
+// workload's objects were applied. An unreachable cluster is not an error: the
+// change is recorded, and the converge loop carries it out once the cluster
+// answers.
+func (s *Service) tell(ctx context.Context, w Workload, do func(context.Context) error) error {
+	if s.cluster == nil || w.AppliedHash == "" {
+		return nil
+	}
+	err := do(ctx)
+	var un *fault.Unavailable
+	var nf *fault.NotFound
+	switch {
+	case errors.As(err, &un):
+		s.log.Warn("the cluster did not answer; the change is recorded and carried out when it does", "workload", w.ID, "status", w.Status, "err", err)
+		return nil
+	case errors.As(err, &nf):
+		return nil // nothing on the cluster to change
+	}
+	return err
+}
+
+// stoppable reports whether a kind of workload is stopped by the lifecycle
+// loop at its max runtime (Jobs are stopped by the cluster, through
+// activeDeadlineSeconds).
+func stoppable(kind string) bool { return kind != template.Job }

@@ -1,0 +1,305 @@
+package workload
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/gantryhq/gantry/internal/catalog"
+	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/render"
+	"github.com/gantryhq/gantry/internal/template"
+)
+
+// Request asks to launch a template.
+type Request struct {
+	Template       string
+	Version        int // 0: the live version
+	Team           string
+	Choice         template.Choice
+	IdempotencyKey string // optional: the same key returns the same workload
+}
+
+// fingerprint identifies what a request asks for, so that a repeat under the
+// same Idempotency-Key can be told from a different request.
+func (r Request) fingerprint() string {
+	fields := []any{r.Template, r.Version, r.Team, r.Choice.Class, r.Choice.MIGProfile, r.Choice.Count, r.Choice.Params}
+	if r.Choice.Confidential {
+		fields = append(fields, "confidential") // absent otherwise, so earlier keys keep their fingerprint
+	}
+	b, _ := json.Marshal(fields)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// Rendered is what a launch would create.
+type Rendered struct {
+	Version catalog.Version
+	Meta    render.Meta
+	Choice  *template.Resolved
+	Objects []render.Object
+	Hash    string
+}
+
+// Preview renders a request without recording anything.
+func (s *Service) Preview(ctx context.Context, owner string, req Request) (Rendered, error) {
+	return s.render(ctx, owner, req, "preview0")
+}
+
+func (s *Service) render(ctx context.Context, owner string, req Request, id string) (Rendered, error) {
+	var errs fault.List
+	if !template.ValidName(req.Team) {
+		errs.Addf("team", "%q must be a lowercase DNS label of at most %d characters", req.Team, template.MaxNameLen)
+	}
+	if !template.ValidName(req.Template) {
+		errs.Addf("template", "%q is not a template name", req.Template)
+	}
+	if req.Version < 0 {
+		errs.Addf("templateVersion", "must not be negative")
+	}
+	if err := errs.Err(); err != nil {
+		return Rendered{}, err
+	}
+	if req.Version != 0 {
+		// An older version may be launched, but only of a template that is live.
+		if _, err := s.templates.Get(ctx, req.Template, 0); err != nil {
+			return Rendered{}, err
+		}
+	}
+	v, err := s.templates.Get(ctx, req.Template, req.Version)
+	if err != nil {
+		return Rendered{}, err
+	}
+	r, err := v.Template.Resolve(s.templates.Classes(), req.Choice)
+	if err != nil {
+		return Rendered{}, err
+	}
+	pinned, tee, err := s.images.PinImage(ctx, v.Template.Spec.Image)
+	if err != nil {
+		return Rendered{}, err
+	}
+	meta := render.Meta{WorkloadID: id, Team: req.Team, Owner: owner, Namespace: s.namespace(req.Team), TemplateVersion: v.Version, Image: pinned}
+	if r.Confidential {
+		if tee == "" {
+			return Rendered{}, &fault.Invalid{Fields: []fault.Field{{Path: "confidential", Message: fmt.Sprintf(
+				"image %s of template %q is not a confidential image: confidential launches run only catalog images built for a TEE", v.Template.Spec.Image, v.Name)}}}
+		}
+		if s.initData == "" {
+			return Rendered{}, &fault.Unavailable{What: "confidential computing", Err: errors.New("no key broker is configured (confidential.kbsURL)")}
+		}
+		meta.TEE, meta.InitData = tee, s.initData
+	}
+	objs, err := render.Objects(r, meta)
+	if err != nil {
+		return Rendered{}, err
+	}
+	hash, err := render.Hash(objs)
+	if err != nil {
+		return Rendered{}, fmt.Errorf("hash rendered objects: %w", err)
+	}
+	return Rendered{Version: v, Meta: meta, Choice: r, Objects: objs, Hash: hash}, nil
+}
+
+// Create records a launch of the request. The objects are rendered (so every
+// problem surfaces now) and their hash recorded with the workload. With an
+// idempotency key, a repeat returns the first launch's workload and replayed true.
+func (s *Service) Create(ctx context.Context, owner string, req Request) (w Workload, replayed bool, err error) {
+	if req.IdempotencyKey != "" {
+		w, err := s.byKey(ctx, owner, req)
+		if err == nil {
+			return w, true, nil
+		}
+		var nf *fault.NotFound
+		if !errors.As(err, &nf) {
+			return Workload{}, false, err
+		}
+	}
+	w, err = s.create(ctx, owner, req)
+	var c *fault.Conflict
+	if req.IdempotencyKey != "" && errors.As(err, &c) {
+		// Launched concurrently under the same key: answer with that launch.
+		if w, err := s.byKey(ctx, owner, req); err == nil {
+			return w, true, nil
+		}
+	}
+	return w, false, err
+}
+
+func (s *Service) byKey(ctx context.Context, owner string, req Request) (Workload, error) {
+	w, err := s.store.WorkloadByIdempotencyKey(ctx, owner, req.IdempotencyKey)
+	if err != nil {
+		return w, err
+	}
+	if w.RequestHash != req.fingerprint() {
+		return Workload{}, &fault.Conflict{Kind: "Idempotency-Key", Name: req.IdempotencyKey, Reason: "was used for a different launch request"}
+	}
+	return w, nil
+}
+
+func (s *Service) create(ctx context.Context, owner string, req Request) (Workload, error) {
+	if template.ValidName(req.Team) && !s.may(ctx, req.Team, "workloads:launch") {
+		return Workload{}, &fault.Forbidden{Reason: fmt.Sprintf("you may not launch workloads in team %q", req.Team)}
+	}
+	id := s.newID()
+	rd, err := s.render(ctx, owner, req, id)
+	if err != nil {
+		return Workload{}, err
+	}
+	if err := s.authz.MayUse(req.Team, rd.Version.Name, rd.Choice.Class.Name); err != nil {
+		return Workload{}, &fault.Forbidden{Reason: policyReason(err)}
+	}
+	now := s.clock()
+	w := Workload{
+		ID:              id,
+		Name:            rd.Meta.Name(rd.Version.Name),
+		Team:            req.Team,
+		Owner:           owner,
+		Template:        rd.Version.Name,
+		TemplateVersion: rd.Version.Version,
+		Kind:            rd.Version.Template.Spec.Workload,
+		GPUClass:        rd.Choice.Class.Name,
+		GPUCount:        rd.Choice.Count,
+		Parameters:      rd.Choice.Params,
+		ObjectsHash:     rd.Hash,
+		Status:          Pending,
+		IdempotencyKey:  req.IdempotencyKey,
+		RequestHash:     req.fingerprint(),
+		Endpoint:        endpoint(rd),
+		Image:           rd.Meta.Image,
+		TEE:             rd.Meta.TEE,
+		ExpiresAt:       expiry(now, rd.Version.Template.Spec.Lifecycle.MaxRuntime),
+		CreatedAt:       now,
+		UpdatedAt:       now,
+	}
+	if rd.Choice.MIG != nil {
+		w.MIGProfile = rd.Choice.MIG.Name
+	}
+	if err := s.store.CreateWorkload(ctx, w); err != nil {
+		return Workload{}, fmt.Errorf("record workload: %w", err)
+	}
+	if s.cluster == nil {
+		return w, nil
+	}
+	// Recorded first, applied second: if Gantry stops in between, the reconciler
+	// applies it; if the cluster is unreachable, the launch is kept and applied
+	// once it is back.
+	w, err = s.apply(ctx, w, rd.Objects)
+	var un *fault.Unavailable
+	if errors.As(err, &un) {
+		return w, nil // accepted; pending until the cluster answers
+	}
+	return w, err
+}
+
+// expiry is when a workload started at from must stop, given its template's
+// max runtime (validated with the template; zero: none).
+func expiry(from time.Time, maxRuntime string) time.Time {
+	d, err := time.ParseDuration(maxRuntime)
+	if maxRuntime == "" || err != nil || d <= 0 {
+		return time.Time{}
+	}
+	return from.Add(d)
+}
+
+// endpoint is the in-cluster address of a service's or notebook's first port.
+func endpoint(rd Rendered) string {
+	spec := rd.Version.Template.Spec
+	if spec.Workload == template.Job || len(spec.Ports) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("http://%s.%s.svc.cluster.local:%d", rd.Meta.Name(rd.Version.Name), rd.Meta.Namespace, spec.Ports[0].Port)
+}
+
+// waitingForCluster is the reason a launch gives while the API server does
+// not answer.
+const waitingForCluster = "waiting for the Kubernetes API server; the launch is kept and applied when it answers"
+
+// apply puts a recorded workload's objects on the cluster and records the
+// outcome. A refusal by the API server fails the workload with the server's
+// reason; an unreachable server leaves it pending (and the *fault.Unavailable
+// is returned). Whatever the cluster reported meanwhile is kept: only the
+// applied hash and the waiting reason change.
+func (s *Service) apply(ctx context.Context, w Workload, objs []render.Object) (Workload, error) {
+	err := s.cluster.EnsureNamespace(ctx, s.namespace(w.Team), w.Team)
+	if err == nil {
+		err = s.cluster.Apply(ctx, objs)
+	}
+	var un *fault.Unavailable
+	switch {
+	case err == nil:
+		return s.store.UpdateWorkload(ctx, w.ID, func(w Workload) (Workload, error) {
+			w.AppliedHash, w.UpdatedAt = w.ObjectsHash, s.clock()
+			if w.Reason == waitingForCluster {
+				w.Reason = ""
+			}
+			return w, nil
+		})
+	case errors.As(err, &un):
+		got, uerr := s.store.UpdateWorkload(ctx, w.ID, func(w Workload) (Workload, error) {
+			if w.Status == Pending {
+				w.Reason, w.UpdatedAt = waitingForCluster, s.clock()
+			}
+			return w, nil
+		})
+		return got, errors.Join(err, uerr)
+	}
+	got, terr := s.transition(ctx, w.ID, Refused, err.Error())
+	if terr != nil {
+		return w, errors.Join(err, terr)
+	}
+	return got, err
+}
+
+// rerender renders a recorded workload again, exactly as it was launched.
+func (s *Service) rerender(ctx context.Context, w Workload) ([]render.Object, error) {
+	v, err := s.templates.Get(ctx, w.Template, w.TemplateVersion)
+	if err != nil {
+		return nil, err
+	}
+	c := template.Choice{Class: w.GPUClass, Count: w.GPUCount, MIGProfile: w.MIGProfile, Params: map[string]any{}, Confidential: w.TEE != ""}
+	if c.MIGProfile == "" {
+		c.MIGProfile = template.NoMIG
+	}
+	for k, val := range w.Parameters {
+		c.Params[k] = val
+	}
+	r, err := v.Template.Resolve(s.templates.Classes(), c)
+	if err != nil {
+		return nil, err
+	}
+	objs, err := render.Objects(r, render.Meta{WorkloadID: w.ID, Team: w.Team, Owner: w.Owner, Namespace: s.namespace(w.Team), TemplateVersion: w.TemplateVersion, Image: w.Image, TEE: w.TEE, InitData: s.initDataFor(w.TEE)})
+	if err != nil {
+		return nil, err
+	}
+	if h, err := render.Hash(objs); err != nil || h != w.ObjectsHash {
+		return nil, fmt.Errorf("rendering again gives other objects than were recorded (hash %.12s, recorded %.12s)", h, w.ObjectsHash)
+	}
+	return objs, nil
+}
+
+// policyReason joins a policy refusal's problems into one sentence.
+func policyReason(err error) string {
+	var inv *fault.Invalid
+	if !errors.As(err, &inv) {
+		return err.Error()
+	}
+	parts := make([]string, len(inv.Fields))
+	for i, f := range inv.Fields {
+		parts[i] = f.Message
+	}
+	return strings.Join(parts, "; ")
+}
+
+// initDataFor is the init data a re-rendered workload carries: none unless
+// it is confidential.
+func (s *Service) initDataFor(tee string) string {
+	if tee == "" {
+		return ""
+	}
+	return s.initData
+}

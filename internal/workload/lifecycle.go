@@ -1,0 +1,143 @@
+package workload
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/gantryhq/gantry/internal/fault"
+)
+
+// Trigger is something that happens to a workload and may move it to another
+// status: what the cluster reports about its objects, what a person asks for,
+// or what one of Gantry's loops decides.
+type Trigger string
+
+// Triggers. The Reported* ones come from the cluster (through the controller);
+// the others from people or Gantry's loops.
+const (
+	ReportedPending   Trigger = "reported Pending"
+	ReportedQueued    Trigger = "reported Queued"
+	ReportedScheduled Trigger = "reported Scheduled"
+	ReportedRunning   Trigger = "reported Running"
+	ReportedSucceeded Trigger = "reported Succeeded"
+	ReportedFailed    Trigger = "reported Failed"
+
+	Refused  Trigger = "refused"   // the API server refused its objects
+	Approve  Trigger = "approve"   // an approver let a held launch go ahead
+	Deny     Trigger = "deny"      // an approver refused a held launch
+	Admit    Trigger = "admit"     // the quota engine admitted it (it leaves the queue)
+	Stop     Trigger = "stop"      // its owner or a team-admin stopped it
+	Expire   Trigger = "expire"    // it ran past its template's max runtime
+	IdleStop Trigger = "idle-stop" // the idle culler stopped it
+	Start    Trigger = "start"     // a stopped workload was started again
+	Delete   Trigger = "delete"    // its owner or a team-admin deleted it
+)
+
+// Triggers lists every trigger, for tests and documentation.
+var Triggers = []Trigger{
+	ReportedPending, ReportedQueued, ReportedScheduled, ReportedRunning, ReportedSucceeded, ReportedFailed,
+	Refused, Approve, Deny, Admit, Stop, Expire, IdleStop, Start, Delete,
+}
+
+// Reported is the trigger of the cluster reporting st; "" for a status the
+// cluster cannot report.
+func Reported(st Status) Trigger {
+	switch st {
+	case Pending:
+		return ReportedPending
+	case Queued:
+		return ReportedQueued
+	case Scheduled:
+		return ReportedScheduled
+	case Running:
+		return ReportedRunning
+	case Succeeded:
+		return ReportedSucceeded
+	case Failed:
+		return ReportedFailed
+	}
+	return ""
+}
+
+// transitions is the lifecycle: for each status, the triggers it accepts and
+// the status each leads to. A trigger missing from a status's row is refused.
+//
+// The rules it encodes: while a workload is live (Pending, Queued, Scheduled,
+// Running) the cluster's reports move it in either direction (a pod replaced
+// after an eviction is Pending again; Kueue's preemption puts it back in the
+// queue). Once it has ended (Succeeded, Failed) or was stopped or deleted, no
+// report moves it: a late or out-of-order report can never undo what a person
+// asked for or bring a finished workload back. Only Start leaves Stopped and
+// IdleStopped; nothing leaves Deleted.
+var transitions = map[Status]map[Trigger]Status{
+	PendingApproval: {
+		Approve: Pending, Deny: Failed, Stop: Stopped, Delete: Deleted,
+	},
+	Pending:   live(),
+	Queued:    live(),
+	Scheduled: live(),
+	Running:   live(),
+	Succeeded: {Delete: Deleted},
+	Failed:    {Delete: Deleted},
+	Stopped: {
+		Start: Pending, Delete: Deleted,
+	},
+	IdleStopped: {
+		Start: Pending, Delete: Deleted,
+	},
+	Deleted: {},
+}
+
+// live is the row of a workload that runs or waits to run.
+func live() map[Trigger]Status {
+	return map[Trigger]Status{
+		ReportedPending: Pending, ReportedQueued: Queued, ReportedScheduled: Scheduled, ReportedRunning: Running,
+		ReportedSucceeded: Succeeded, ReportedFailed: Failed,
+		Admit: Pending, Refused: Failed,
+		Stop: Stopped, Expire: Stopped, IdleStop: IdleStopped, Delete: Deleted,
+	}
+}
+
+// Next is the status tr moves a workload in status from to; ok is false when
+// the lifecycle refuses tr in that status.
+func Next(from Status, tr Trigger) (to Status, ok bool) {
+	to, ok = transitions[from][tr]
+	return to, ok
+}
+
+// Accepts lists the triggers a status accepts, sorted.
+func Accepts(from Status) []Trigger {
+	var out []Trigger
+	for tr := range transitions[from] {
+		out = append(out, tr)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Ended reports whether a workload in st will not run again without a person
+// starting it (or ever).
+func (st Status) Ended() bool {
+	switch st {
+	case Succeeded, Failed, Stopped, IdleStopped, Deleted:
+		return true
+	}
+	return false
+}
+
+// Transition applies tr to w: the new status and reason, UpdatedAt = at. It
+// returns changed false (and w unchanged) when neither status nor reason
+// would change, and a *fault.Conflict when the table refuses tr.
+func Transition(w Workload, tr Trigger, reason string, at time.Time) (out Workload, changed bool, err error) {
+	to, ok := Next(w.Status, tr)
+	if !ok {
+		return w, false, &fault.Conflict{Kind: "workload", Name: w.ID,
+			Reason: fmt.Sprintf("is %s, and %q cannot happen to it (what can: %v)", w.Status, tr, Accepts(w.Status))}
+	}
+	if to == w.Status && reason == w.Reason {
+		return w, false, nil
+	}
+	w.Status, w.Reason, w.UpdatedAt = to, reason, at
+	return w, true, nil
+}

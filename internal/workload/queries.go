@@ -1,0 +1,103 @@
+package workload
+
+import (
+	"context"
+	"io"
+	"slices"
+
+	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/identity"
+)
+
+// Get returns one workload.
+func (s *Service) Get(ctx context.Context, id string) (Workload, error) {
+	return s.visible(ctx, id)
+}
+
+// Page is one page of a listing; Next continues it ("" at the end).
+type Page struct {
+	Items []Workload
+	Next  string
+}
+
+// Listing limits.
+const (
+	DefaultLimit = 50
+	MaxLimit     = 500
+)
+
+// List returns workloads matching f, newest first; cursor continues an earlier
+// page.
+func (s *Service) List(ctx context.Context, f Filter, cursor string) (Page, error) {
+	var errs fault.List
+	if f.Limit == 0 {
+		f.Limit = DefaultLimit
+	}
+	if f.Limit < 1 || f.Limit > MaxLimit {
+		errs.Addf("limit", "must be between 1 and %d", MaxLimit)
+	}
+	if f.Status != "" && !validStatus(f.Status) {
+		errs.Addf("status", "%q is not a workload status", f.Status)
+	}
+	if cursor != "" {
+		k, err := decodeCursor(cursor)
+		if err != nil {
+			errs.Addf("cursor", "is not a cursor returned by this API")
+		}
+		f.After = k
+	}
+	if err := errs.Err(); err != nil {
+		return Page{}, err
+	}
+	id, _ := identity.From(ctx)
+	all, teams := s.authz.Teams(id, "workloads:read")
+	switch {
+	case all:
+	case f.Team != "":
+		if !slices.Contains(teams, f.Team) {
+			return Page{Items: []Workload{}}, nil // another team's workloads: none to see
+		}
+	default:
+		if len(teams) == 0 {
+			return Page{Items: []Workload{}}, nil
+		}
+		f.Teams = teams
+	}
+	want := f.Limit
+	f.Limit++ // one more tells whether there is a next page
+	items, err := s.store.ListWorkloads(ctx, f)
+	if err != nil {
+		return Page{}, err
+	}
+	p := Page{Items: items}
+	if len(items) > want {
+		p.Items = items[:want]
+		last := p.Items[want-1]
+		p.Next = encodeCursor(Key{CreatedAt: last.CreatedAt, ID: last.ID})
+	}
+	return p, nil
+}
+
+// Logs streams a workload's log (its newest pod's main container).
+func (s *Service) Logs(ctx context.Context, id string, follow bool, tailLines int64) (io.ReadCloser, error) {
+	w, err := s.visible(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if s.cluster == nil || w.AppliedHash == "" {
+		return nil, &fault.Conflict{Kind: "workload", Name: id, Reason: "is not running on a cluster, so it has no log"}
+	}
+	return s.cluster.Logs(ctx, s.namespace(w.Team), id, follow, tailLines)
+}
+
+// Events returns what the cluster reported about a workload's objects.
+func (s *Service) Events(ctx context.Context, id string) ([]Event, error) {
+	w, err := s.visible(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if s.cluster == nil {
+		return []Event{}, nil
+	}
+	return s.cluster.Events(ctx, s.namespace(w.Team), w.Name)
+}

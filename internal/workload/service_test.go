@@ -1,0 +1,297 @@
+package workload_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gantryhq/gantry/internal/catalog"
+	"github.com/gantryhq/gantry/internal/devregistry"
+	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/identity"
+	"github.com/gantryhq/gantry/internal/store"
+	"github.com/gantryhq/gantry/internal/template"
+	"github.com/gantryhq/gantry/internal/workload"
+	"github.com/gantryhq/gantry/internal/workload/workloadtest"
+)
+
+// harness is the workload service on a real SQLite store with the starter
+// catalog, an in-memory cluster and a clock the test moves.
+type harness struct {
+	svc     *workload.Service
+	store   *store.Store
+	cluster *workloadtest.Cluster
+	mu      sync.Mutex
+	now     time.Time
+}
+
+func (h *harness) clock() time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.now
+}
+
+func (h *harness) advance(d time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.now = h.now.Add(d)
+}
+
+func newHarness(t *testing.T) *harness {
+	t.Helper()
+	ctx := asAlice()
+	classes, files, err := template.LoadCatalog("../../templates")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(ctx, store.SQLite, filepath.Join(t.TempDir(), "w.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	_, images, err := devregistry.StartDir(ctx, "../../images", classes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cat := catalog.New(st, classes).WithImages(images.Catalog)
+	if _, err := cat.Seed(ctx, "seed", files); err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{store: st, cluster: workloadtest.NewCluster(), now: time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)}
+	h.svc, err = workload.New(workload.Options{Store: st, Templates: cat, Images: images, Authorizer: workloadtest.AllowAll{},
+		Namespace: func(team string) string { return "gantry-" + team }, Cluster: h.cluster, Now: h.clock, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+func (h *harness) launch(t *testing.T, tmpl string) workload.Workload {
+	t.Helper()
+	req := workload.Request{Template: tmpl, Team: "vision"}
+	if tmpl == "gpu-vm" {
+		req.Choice.Params = map[string]any{"sshPublicKey": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKubeTestKey0000000000000000000000000000 bob@host"}
+	}
+	w, _, err := h.svc.Create(asAlice(), "alice", req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !w.Applied() || w.Status != workload.Pending {
+		t.Fatalf("launched %+v, want applied and Pending", w)
+	}
+	return w
+}
+
+func (h *harness) status(t *testing.T, id string) workload.Workload {
+	t.Helper()
+	w, err := h.store.Workload(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+func (h *harness) running(t *testing.T, id string) bool {
+	t.Helper()
+	o, ok := h.cluster.Object(id)
+	if !ok {
+		t.Fatalf("workload %s has no object on the cluster", id)
+	}
+	return o.Running
+}
+
+// asAlice is a context for a signed-in user (the authorizer allows all).
+func asAlice() context.Context {
+	return identity.With(context.Background(), identity.Identity{Issuer: "https://idp.test", Subject: "alice"})
+}
+
+func TestNewNeedsEveryDependency(t *testing.T) {
+	_, err := workload.New(workload.Options{})
+	if err == nil || !strings.Contains(err.Error(), "Authorizer, Images, Namespace, Store, Templates") {
+		t.Fatalf("err = %v, want every missing dependency named", err)
+	}
+}
+
+// TestStopStartEveryKind: every kind stops without losing its objects, a
+// late report cannot revive it, and it starts again with its max runtime
+// counted afresh.
+func TestStopStartEveryKind(t *testing.T) {
+	h := newHarness(t)
+	ctx := asAlice()
+	for _, tmpl := range []string{"pytorch-train", "vllm-inference", "jupyter-notebook", "gpu-vm"} {
+		t.Run(tmpl, func(t *testing.T) {
+			w := h.launch(t, tmpl)
+			if _, err := h.svc.Report(ctx, w.ID, workload.Running, ""); err != nil {
+				t.Fatal(err)
+			}
+			w, err := h.svc.Stop(ctx, w.ID)
+			if err != nil || w.Status != workload.Stopped || h.running(t, w.ID) {
+				t.Fatalf("stop: %+v %v; cluster running=%v", w, err, h.running(t, w.ID))
+			}
+			_, err = h.svc.Report(ctx, w.ID, workload.Running, "")
+			var c *fault.Conflict
+			if !errors.As(err, &c) || h.status(t, w.ID).Status != workload.Stopped {
+				t.Fatalf("late report: %v; status %s, want refused and Stopped", err, h.status(t, w.ID).Status)
+			}
+			h.advance(time.Hour)
+			w, err = h.svc.Start(ctx, w.ID)
+			if err != nil || w.Status != workload.Pending || !h.running(t, w.ID) {
+				t.Fatalf("start: %+v %v", w, err)
+			}
+			if tmpl == "jupyter-notebook" && !w.ExpiresAt.Equal(h.clock().Add(168*time.Hour)) {
+				t.Fatalf("expiry after start %v, want 168h from now", w.ExpiresAt)
+			}
+			if err := h.svc.Delete(ctx, w.ID); err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := h.cluster.Object(w.ID); ok || h.status(t, w.ID).Status != workload.Deleted {
+				t.Fatal("deleted workload still on the cluster, or not recorded as deleted")
+			}
+			if _, err := h.svc.Start(ctx, w.ID); !errors.As(err, &c) {
+				t.Fatalf("start after delete: %v, want a conflict", err)
+			}
+		})
+	}
+}
+
+// TestEndedCannotBeStopped: a finished job cannot be stopped or started, and
+// reports after it ended are refused.
+func TestEndedCannotBeStopped(t *testing.T) {
+	h := newHarness(t)
+	ctx := asAlice()
+	w := h.launch(t, "pytorch-train")
+	if _, err := h.svc.Report(ctx, w.ID, workload.Succeeded, ""); err != nil {
+		t.Fatal(err)
+	}
+	var c *fault.Conflict
+	if _, err := h.svc.Stop(ctx, w.ID); !errors.As(err, &c) {
+		t.Fatalf("stop after success: %v, want a conflict", err)
+	}
+	if _, err := h.svc.Start(ctx, w.ID); !errors.As(err, &c) {
+		t.Fatalf("start after success: %v, want a conflict", err)
+	}
+	if _, err := h.svc.Report(ctx, w.ID, workload.Failed, "late"); !errors.As(err, &c) {
+		t.Fatalf("report after success: %v, want refused", err)
+	}
+	if got := h.status(t, w.ID); got.Status != workload.Succeeded {
+		t.Fatalf("status %s, want Succeeded", got.Status)
+	}
+}
+
+// TestClusterAwayDuringStop: a stop the cluster does not answer is recorded
+// at once and carried out by Converge once the cluster is back.
+func TestClusterAwayDuringStop(t *testing.T) {
+	h := newHarness(t)
+	ctx := asAlice()
+	w := h.launch(t, "vllm-inference")
+	h.cluster.SetErr(&fault.Unavailable{What: "kubernetes API server", Err: errors.New("connection refused")})
+	w, err := h.svc.Stop(ctx, w.ID)
+	if err != nil || w.Status != workload.Stopped {
+		t.Fatalf("stop with the cluster away: %+v %v, want Stopped recorded", w, err)
+	}
+	h.cluster.SetErr(nil)
+	if !h.running(t, w.ID) {
+		t.Fatal("the cluster did not answer, yet the object was stopped")
+	}
+	actions, err := h.svc.Converge(ctx, false)
+	if err != nil || len(actions) != 1 || actions[0].Do != "stop" || !actions[0].Done || h.running(t, w.ID) {
+		t.Fatalf("converge: %+v %v", actions, err)
+	}
+	if actions, _ := h.svc.Converge(ctx, false); len(actions) != 0 {
+		t.Fatalf("a second converge did %+v, want nothing", actions)
+	}
+}
+
+// TestConvergeOrphansAndDeleted: an object of no workload is reported and
+// removed only when asked; a deleted workload's object is always removed.
+func TestConvergeOrphansAndDeleted(t *testing.T) {
+	h := newHarness(t)
+	ctx := asAlice()
+	orphan := workload.ObjectRef{Namespace: "gantry-x", Kind: "Job", Name: "stray", WorkloadID: "zzzzzzzzzz", Running: true}
+	h.cluster.Put(orphan)
+	acts, err := h.svc.Converge(ctx, false)
+	if err != nil || len(acts) != 1 || acts[0].Do != "delete" || acts[0].Done {
+		t.Fatalf("orphan without removal: %+v %v", acts, err)
+	}
+	if _, ok := h.cluster.Object(orphan.WorkloadID); !ok {
+		t.Fatal("orphan removed though removal was not asked for")
+	}
+	if _, err := h.svc.Converge(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := h.cluster.Object(orphan.WorkloadID); ok {
+		t.Fatal("orphan kept though removal was asked for")
+	}
+}
+
+// TestExpire: services, notebooks and VMs past their max runtime are stopped
+// with the reason on the record; jobs are left to the cluster's deadline.
+func TestExpire(t *testing.T) {
+	h := newHarness(t)
+	ctx := asAlice()
+	nb := h.launch(t, "jupyter-notebook") // 168h
+	job := h.launch(t, "pytorch-train")   // 72h, activeDeadlineSeconds
+	dev := h.launch(t, "dev-environment") // 72h
+	h.advance(71 * time.Hour)
+	if n, err := h.svc.Expire(ctx); err != nil || n != 0 {
+		t.Fatalf("before any max runtime: stopped %d, %v", n, err)
+	}
+	h.advance(2 * time.Hour)
+	if n, err := h.svc.Expire(ctx); err != nil || n != 1 {
+		t.Fatalf("past 72h: stopped %d, %v; want the dev environment only", n, err)
+	}
+	if got := h.status(t, dev.ID); got.Status != workload.Stopped || !strings.Contains(got.Reason, "max runtime") || h.running(t, dev.ID) {
+		t.Fatalf("dev environment: %+v", got)
+	}
+	if got := h.status(t, job.ID); got.Status != workload.Pending {
+		t.Fatalf("job stopped by the loop: %+v", got)
+	}
+	if got := h.status(t, nb.ID); got.Status != workload.Pending {
+		t.Fatalf("notebook stopped early: %+v", got)
+	}
+	h.advance(100 * time.Hour)
+	if n, _ := h.svc.Expire(ctx); n != 1 || h.status(t, nb.ID).Status != workload.Stopped {
+		t.Fatalf("notebook past 168h not stopped (%d)", n)
+	}
+}
+
+// TestRefusedApplyFails: objects the API server refuses fail the launch with
+// its reason.
+func TestRefusedApplyFails(t *testing.T) {
+	h := newHarness(t)
+	h.cluster.SetErr(&fault.Invalid{Fields: []fault.Field{{Path: "objects.Job/x.spec", Message: "rejected by the Kubernetes API server: no"}}})
+	w, _, err := h.svc.Create(asAlice(), "alice", workload.Request{Template: "pytorch-train", Team: "vision"})
+	if err == nil || w.Status != workload.Failed || !strings.Contains(w.Reason, "rejected") {
+		t.Fatalf("%+v %v", w, err)
+	}
+}
+
+// TestConcurrentReportsAndStop: reports racing a stop never leave the
+// workload anything but Stopped.
+func TestConcurrentReportsAndStop(t *testing.T) {
+	h := newHarness(t)
+	ctx := asAlice()
+	w := h.launch(t, "vllm-inference")
+	var wg sync.WaitGroup
+	for i := range 50 {
+		wg.Go(func() {
+			if i == 25 {
+				if _, err := h.svc.Stop(ctx, w.ID); err != nil {
+					t.Error(err)
+				}
+				return
+			}
+			st := []workload.Status{workload.Scheduled, workload.Running}[i%2]
+			h.svc.Report(ctx, w.ID, st, "")
+		})
+	}
+	wg.Wait()
+	if got := h.status(t, w.ID); got.Status != workload.Stopped {
+		t.Fatalf("after reports racing a stop: %s, want Stopped", got.Status)
+	}
+}

@@ -1,0 +1,153 @@
+// Package workloadtest holds test doubles for the workload service's
+// dependencies, for tests only: an authorizer that allows everything (the
+// explicit stand-in for "no checks", which production cannot express) and an
+// in-memory cluster that records what it is asked and can be told to fail.
+package workloadtest
+
+import (
+	"context"
+	"io"
+	"maps"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/identity"
+	"github.com/gantryhq/gantry/internal/render"
+	"github.com/gantryhq/gantry/internal/workload"
+)
+
+// AllowAll is an authorizer that allows every operation in every team.
+type AllowAll struct{}
+
+// Allowed implements workload.Authorizer.
+func (AllowAll) Allowed(identity.Identity, string, string) bool { return true }
+
+// Teams implements workload.Authorizer.
+func (AllowAll) Teams(identity.Identity, string) (bool, []string) { return true, nil }
+
+// MayUse implements workload.Authorizer.
+func (AllowAll) MayUse(string, string, string) error { return nil }
+
+// Cluster is an in-memory workload.Cluster: applied primary objects, whether
+// each runs, and a log of calls. Set Err to make every call fail with it.
+type Cluster struct {
+	mu      sync.Mutex
+	objects map[string]workload.ObjectRef // by namespace/name
+	Calls   []string
+	Err     error
+}
+
+// NewCluster returns an empty cluster.
+func NewCluster() *Cluster { return &Cluster{objects: map[string]workload.ObjectRef{}} }
+
+func (c *Cluster) call(s string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.Calls = append(c.Calls, s)
+	return c.Err
+}
+
+// SetErr makes every later call fail with err (nil: succeed).
+func (c *Cluster) SetErr(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.Err = err
+}
+
+// EnsureNamespace implements workload.Cluster.
+func (c *Cluster) EnsureNamespace(_ context.Context, name, _ string) error {
+	return c.call("namespace " + name)
+}
+
+// Apply implements workload.Cluster: the primary object is kept, running.
+func (c *Cluster) Apply(_ context.Context, objs []render.Object) error {
+	if err := c.call("apply"); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, o := range objs {
+		kind := o.GetObjectKind().GroupVersionKind().Kind
+		if render.IsPrimary(kind) {
+			c.objects[o.GetNamespace()+"/"+o.GetName()] = workload.ObjectRef{Namespace: o.GetNamespace(), Kind: kind, Name: o.GetName(),
+				WorkloadID: o.GetLabels()[render.LabelWorkloadID], Running: true}
+		}
+	}
+	return nil
+}
+
+// Delete implements workload.Cluster.
+func (c *Cluster) Delete(_ context.Context, namespace, kind, name string) error {
+	if err := c.call("delete " + kind + " " + namespace + "/" + name); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.objects, namespace+"/"+name)
+	return nil
+}
+
+// SetRunning implements workload.Cluster.
+func (c *Cluster) SetRunning(_ context.Context, o workload.ObjectRef, run bool) error {
+	verb := map[bool]string{true: "start ", false: "stop "}[run]
+	if err := c.call(verb + o.String()); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k := o.Namespace + "/" + o.Name
+	got, ok := c.objects[k]
+	if !ok {
+		return &fault.NotFound{Kind: o.Kind, Name: o.Name}
+	}
+	got.Running = run
+	c.objects[k] = got
+	return nil
+}
+
+// Events implements workload.Cluster: none.
+func (c *Cluster) Events(context.Context, string, string) ([]workload.Event, error) {
+	return []workload.Event{}, c.call("events")
+}
+
+// Logs implements workload.Cluster.
+func (c *Cluster) Logs(context.Context, string, string, bool, int64) (io.ReadCloser, error) {
+	if err := c.call("logs"); err != nil {
+		return nil, err
+	}
+	return io.NopCloser(strings.NewReader("")), nil
+}
+
+// Managed implements workload.Cluster.
+func (c *Cluster) Managed(context.Context) ([]workload.ObjectRef, error) {
+	if err := c.call("managed"); err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := slices.Collect(maps.Values(c.objects))
+	sort.Slice(out, func(i, j int) bool { return out[i].String() < out[j].String() })
+	return out, nil
+}
+
+// Object returns the primary object of a workload, if the cluster has it.
+func (c *Cluster) Object(workloadID string) (workload.ObjectRef, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, o := range c.objects {
+		if o.WorkloadID == workloadID {
+			return o, true
+		}
+	}
+	return workload.ObjectRef{}, false
+}
+
+// Put places an object on the cluster as if someone else had applied it.
+func (c *Cluster) Put(o workload.ObjectRef) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.objects[o.Namespace+"/"+o.Name] = o
+}

@@ -43,8 +43,8 @@ func (s *source) watching() bool {
 	defer s.mu.Unlock()
 	return s.changed != nil
 }
-func (s *source) Run(context.Context) bool      { return true }
-func (s *source) Shutdown()                     { s.mu.Lock(); s.stopped = true; s.mu.Unlock() }
+func (s *source) Run(context.Context) bool { return true }
+func (s *source) Shutdown()                { s.mu.Lock(); s.stopped = true; s.mu.Unlock() }
 func (s *source) Observe(id string) (kube.Observation, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -6,24 +6,25 @@ LDFLAGS := -X main.version=$(VERSION)
 .PHONY: dev serve test build agent generate bench fuzz clean
 
 dev: ## local cluster with simulated GPU nodes + Gantry on SQLite at http://127.0.0.1:8080
-	$(GO) run -ldflags "$(LDFLAGS)" ./cmd/gantry dev
+	$(GO) run -tags dev -ldflags "$(LDFLAGS)" ./cmd/gantry dev
 
 serve: ## Gantry alone on embedded defaults (no cluster: launches are recorded, not applied; images from a local signed registry)
-	GANTRY_IMAGES_DEV_REGISTRY=true $(GO) run -ldflags "$(LDFLAGS)" ./cmd/gantry serve
+	GANTRY_IMAGES_DEV_REGISTRY=true $(GO) run -tags dev -ldflags "$(LDFLAGS)" ./cmd/gantry serve
 
 test: ## the whole test suite: drift, vet, spec lint, SQLite + PostgreSQL tests, fuzz
 	.ci/test
 
-build: ## build bin/gantry
+build: ## build bin/gantry (production: no development sign-in, registry or local cluster) and bin/gantry-dev (-tags dev)
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/gantry ./cmd/gantry
+	$(GO) build -tags dev -ldflags "$(LDFLAGS)" -o bin/gantry-dev ./cmd/gantry
 
 generate: ## regenerate api/api.gen.go from openapi.yaml
 	$(GO) generate ./...
 
 bench: ## run the benchmarks (both store backends, a local cluster) into bench.txt, benchstat-ready
-	.ci/with-postgres $(GO) test -run='^$$' -bench=. -benchmem -count=6 ./internal/render ./internal/store ./internal/authz ./internal/authn ./internal/weblogin ./internal/imageverify | tee bench.txt
-	GANTRY_TEST_CLUSTER=1 $(GO) test -run='^$$' -bench=BenchmarkLaunch -count=6 ./internal/e2e | tee -a bench.txt
-	GANTRY_TEST_CLUSTER=1 $(GO) test -run='^$$' -bench=BenchmarkSubmitToRunning -benchtime=1x -count=3 ./internal/e2e | tee -a bench.txt
+	.ci/with-postgres $(GO) test -tags dev -run='^$$' -bench=. -benchmem -count=6 ./internal/render ./internal/store ./internal/authz ./internal/authn ./internal/weblogin ./internal/imageverify | tee bench.txt
+	GANTRY_TEST_CLUSTER=1 $(GO) test -tags dev -run='^$$' -bench=BenchmarkLaunch -count=6 ./internal/e2e | tee -a bench.txt
+	GANTRY_TEST_CLUSTER=1 $(GO) test -tags dev -run='^$$' -bench=BenchmarkSubmitToRunning -benchtime=1x -count=3 ./internal/e2e | tee -a bench.txt
 
 fuzz: ## fuzz the template parser for a minute
 	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=60s ./internal/template

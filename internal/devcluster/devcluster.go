@@ -378,3 +378,22 @@ func createAll[T any, PT interface {
 	}
 	return nil
 }
+
+// RepoRoot finds the repository root (the directory holding deploy/cluster)
+// from the working directory up.
+func RepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "deploy", "cluster", "build.sh")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("repository root (with deploy/cluster/build.sh) not found above the working directory")
+		}
+		dir = parent
+	}
+}

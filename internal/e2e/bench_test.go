@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gantryhq/gantry/internal/devcluster"
+	"github.com/gantryhq/gantry/internal/devcluster/clustertest"
 	"github.com/gantryhq/gantry/internal/kube"
 	"github.com/gantryhq/gantry/internal/render"
 	"github.com/gantryhq/gantry/internal/template"
@@ -30,7 +31,7 @@ import (
 // each (ms) and their ratio.
 func BenchmarkLaunch(b *testing.B) {
 	if cluster == nil {
-		b.Skip(devcluster.ErrNotRequested)
+		b.Skip(clustertest.ErrNotRequested)
 	}
 	g := start(b, filepath.Join(b.TempDir(), "g.db"), true)
 	body, _ := json.Marshal(map[string]any{"template": "vllm-inference", "team": "bench"})
@@ -93,7 +94,7 @@ func BenchmarkLaunch(b *testing.B) {
 // API reports it Running. The cluster gets enough extra H100 nodes for all.
 func BenchmarkSubmitToRunning(b *testing.B) {
 	if cluster == nil {
-		b.Skip(devcluster.ErrNotRequested)
+		b.Skip(clustertest.ErrNotRequested)
 	}
 	ctx := context.Background()
 	for _, n := range devcluster.Nodes([]devcluster.NodeSpec{{Prefix: "bench-h100", Count: 13, Product: "NVIDIA-H100-80GB-HBM3", MemoryMB: 81559, GPUs: 8, Whole: 8}}) {

@@ -27,6 +27,7 @@ import (
 
 	"github.com/gantryhq/gantry/internal/config"
 	"github.com/gantryhq/gantry/internal/devcluster"
+	"github.com/gantryhq/gantry/internal/devcluster/clustertest"
 	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/servertest"
 	"github.com/gantryhq/gantry/internal/waitfor"
@@ -35,7 +36,7 @@ import (
 
 var cluster *devcluster.Cluster
 
-func TestMain(m *testing.M) { devcluster.Main(m, "e2e", &cluster) }
+func TestMain(m *testing.M) { clustertest.Main(m, "e2e", &cluster) }
 
 // gantryServer is Gantry as `gantry serve --kubeconfig` runs it, in process,
 // started by the one harness (servertest) on the production constructor.
@@ -51,7 +52,7 @@ type gantryServer struct {
 func start(t testing.TB, dbPath string, withCluster bool, edit ...func(*config.Config)) *gantryServer {
 	t.Helper()
 	if cluster == nil {
-		t.Skip(devcluster.ErrNotRequested)
+		t.Skip(clustertest.ErrNotRequested)
 	}
 	g := servertest.New(t, func(c *config.Config) {
 		c.Database.DSN = config.Secret(dbPath)
@@ -493,7 +494,7 @@ func TestCrashBetweenRecordAndApply(t *testing.T) {
 // applied once the kubeconfig (and so the cluster) is there.
 func TestClusterAway(t *testing.T) {
 	if cluster == nil {
-		t.Skip(devcluster.ErrNotRequested)
+		t.Skip(clustertest.ErrNotRequested)
 	}
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
 	g := start(t, filepath.Join(t.TempDir(), "g.db"), true, func(c *config.Config) { c.Kubeconfig = kubeconfig })

@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gantryhq/gantry/internal/devcluster"
+	"github.com/gantryhq/gantry/internal/devcluster/clustertest"
 	"github.com/gantryhq/gantry/internal/devidp"
 	"github.com/gantryhq/gantry/internal/waitfor"
 )
@@ -31,14 +32,14 @@ import (
 // it is fully applied (one Deployment), whatever the moment of the kill.
 func TestKill9MidLaunch(t *testing.T) {
 	if cluster == nil {
-		t.Skip(devcluster.ErrNotRequested)
+		t.Skip(clustertest.ErrNotRequested)
 	}
 	root, err := devcluster.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
 	bin := filepath.Join(t.TempDir(), "gantry")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/gantry")
+	build := exec.Command("go", "build", "-tags", "dev", "-o", bin, "./cmd/gantry")
 	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)

@@ -23,6 +23,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/gantryhq/gantry/internal/devcluster"
+	"github.com/gantryhq/gantry/internal/devcluster/clustertest"
 	"github.com/gantryhq/gantry/internal/waitfor"
 )
 
@@ -37,7 +38,7 @@ import (
 // survivor's controller.
 func TestTwoReplicasLeaderKilled(t *testing.T) {
 	if cluster == nil {
-		t.Skip(devcluster.ErrNotRequested)
+		t.Skip(clustertest.ErrNotRequested)
 	}
 	dsn := postgresSchema(t)
 	root, err := devcluster.RepoRoot()
@@ -45,7 +46,7 @@ func TestTwoReplicasLeaderKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	bin := filepath.Join(t.TempDir(), "gantry")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/gantry")
+	build := exec.Command("go", "build", "-tags", "dev", "-o", bin, "./cmd/gantry")
 	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)

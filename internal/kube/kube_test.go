@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/gantryhq/gantry/internal/devcluster"
+	"github.com/gantryhq/gantry/internal/devcluster/clustertest"
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/kube"
 	"github.com/gantryhq/gantry/internal/render"
@@ -25,12 +26,12 @@ import (
 
 var cluster *devcluster.Cluster
 
-func TestMain(m *testing.M) { devcluster.Main(m, "kube", &cluster) }
+func TestMain(m *testing.M) { clustertest.Main(m, "kube", &cluster) }
 
 func need(t *testing.T) *kube.Cluster {
 	t.Helper()
 	if cluster == nil {
-		t.Skip(devcluster.ErrNotRequested)
+		t.Skip(clustertest.ErrNotRequested)
 	}
 	k, err := kube.New(cluster.Config())
 	if err != nil {
@@ -174,7 +175,7 @@ func TestRejectionNamesTheField(t *testing.T) {
 func TestUnreachable(t *testing.T) {
 	cfg := cluster
 	if cfg == nil {
-		t.Skip(devcluster.ErrNotRequested)
+		t.Skip(clustertest.ErrNotRequested)
 	}
 	c := cfg.Config()
 	c.Host = "https://127.0.0.1:1"

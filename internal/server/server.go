@@ -20,7 +20,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -34,8 +33,6 @@ import (
 	"github.com/gantryhq/gantry/internal/catalog"
 	"github.com/gantryhq/gantry/internal/config"
 	"github.com/gantryhq/gantry/internal/controller"
-	"github.com/gantryhq/gantry/internal/devidp"
-	"github.com/gantryhq/gantry/internal/devregistry"
 	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/imagecat"
@@ -83,18 +80,9 @@ func Open(ctx context.Context, cfg config.Config) (*Core, error) {
 	}
 	verified := &imageverify.Images{Catalog: images, Verifier: imageverify.New(vo)}
 	if cfg.Images.DevRegistry {
-		keyPath := filepath.Join(config.DataDir(), "dev-signing.key")
-		key, err := devregistry.LoadOrCreateKey(keyPath)
-		if err != nil {
-			return nil, fmt.Errorf("development signing key: %w", err)
-		}
-		reg, v, err := devregistry.Verified(ctx, images, key, vo)
-		if err != nil {
+		if verified, err = devImages(ctx, images, vo, log); err != nil {
 			return nil, err
 		}
-		verified = v
-		log.Warn("images.devRegistry: stand-in images signed with a development key are trusted (never in production)",
-			"registry", reg.Host, "key", keyPath, "images", len(reg.Published))
 	}
 	st, err := store.Open(ctx, cfg.Database.Driver, string(cfg.Database.DSN))
 	if err != nil {
@@ -114,7 +102,7 @@ type Server struct {
 	cluster   *kube.Lazy // nil without a kubeconfig
 	tokens    *token.Service
 	issuer    string
-	dev       *devidp.Provider // nil with an organisation's provider
+	dev       devProvider // nil with an organisation's provider
 	checks    []api.Check
 }
 
@@ -369,34 +357,18 @@ func (s *Server) lifecycle(ctx context.Context) {
 }
 
 // signInProvider is the configured OpenID provider or, without one, the
-// development provider started in-process with the configured users and two
-// clients: the portal's (a fresh secret each start) and the CLI's.
+// development provider (in builds with -tags dev; see devmode.go).
 func (s *Server) signInProvider(ctx context.Context, public string) (config.OIDC, error) {
 	cfg := s.Config
 	oc := cfg.OIDC
 	if oc.Issuer != "" {
 		return oc, nil
 	}
-	secret := make([]byte, 32)
-	rand.Read(secret)
-	oc.ClientID, oc.ClientSecret, oc.CLIClientID = "gantry-portal", config.Secret(hex.EncodeToString(secret)), "gantry-cli"
-	oc.Audiences = []string{oc.ClientID, oc.CLIClientID}
-	var users []devidp.User
-	var names []string
-	for _, u := range cfg.DevLogin.Users {
-		users = append(users, devidp.User{Username: u.Username, Password: string(u.Password), Name: u.Name, Email: u.Email, Groups: u.Groups})
-		names = append(names, u.Username)
-	}
-	dev, err := devidp.Start(ctx, cfg.DevLogin.Listen, devidp.Options{Users: users, Clients: []devidp.Client{
-		{ID: oc.ClientID, Secret: string(oc.ClientSecret), RedirectURIs: []string{public + "/auth/callback"}},
-		{ID: oc.CLIClientID, Device: true},
-	}})
+	oc, dev, err := devSignIn(ctx, cfg, public, s.Log)
 	if err != nil {
 		return oc, err
 	}
 	s.dev = dev
-	oc.Issuer = dev.Issuer()
-	s.Log.Warn("no oidc.issuer configured: signing in with the development OpenID provider (loopback only)", "issuer", oc.Issuer, "users", names)
 	return oc, nil
 }
 
@@ -408,7 +380,7 @@ func (s *Server) DevToken(ctx context.Context, username string) (string, error) 
 	}
 	for _, u := range s.Config.DevLogin.Users {
 		if u.Username == username {
-			id := identity.Identity{Issuer: s.dev.Issuer(), Subject: devidp.User{Username: u.Username}.Subject(), Email: u.Email, Name: u.Name, Groups: u.Groups}
+			id := identity.Identity{Issuer: s.dev.Issuer(), Subject: s.dev.Subject(u.Username), Email: u.Email, Name: u.Name, Groups: u.Groups}
 			_, secret, err := s.tokens.Create(identity.With(ctx, id), token.Request{Name: "gantry dev", Lifetime: 24 * time.Hour})
 			return secret, err
 		}

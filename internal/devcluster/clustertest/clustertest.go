@@ -1,13 +1,16 @@
-package devcluster
+// Package clustertest starts the local cluster for test packages that need
+// one (kept apart from devcluster so that no binary carries package testing).
+package clustertest
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/gantryhq/gantry/internal/devcluster"
 )
 
 // ErrNotRequested means tests that need a cluster were not asked to run: set
@@ -16,11 +19,11 @@ var ErrNotRequested = errors.New("GANTRY_TEST_CLUSTER is not set: tests against 
 
 // ForTests starts a cluster for a test package, named after it, when the
 // environment asks for cluster tests; stop ends it.
-func ForTests(pkg string) (c *Cluster, stop func(), err error) {
+func ForTests(pkg string) (c *devcluster.Cluster, stop func(), err error) {
 	if os.Getenv("GANTRY_TEST_CLUSTER") == "" && os.Getenv("CI") == "" {
 		return nil, func() {}, ErrNotRequested
 	}
-	root, err := RepoRoot()
+	root, err := devcluster.RepoRoot()
 	if err != nil {
 		return nil, func() {}, err
 	}
@@ -39,11 +42,11 @@ func ForTests(pkg string) (c *Cluster, stop func(), err error) {
 		if run == "" {
 			run = "local"
 		}
-		o := Options{Name: fmt.Sprintf("gt-%s-%s-%d-%d", run, pkg, os.Getpid(), attempt), Root: root}
+		o := devcluster.Options{Name: fmt.Sprintf("gt-%s-%s-%d-%d", run, pkg, os.Getpid(), attempt), Root: root}
 		if log != nil {
 			o.Log = log
 		}
-		if c, err = Start(ctx, o); err == nil {
+		if c, err = devcluster.Start(ctx, o); err == nil {
 			break
 		}
 		fmt.Fprintf(os.Stderr, "local cluster, attempt %d: %v\n", attempt, err)
@@ -61,7 +64,7 @@ func ForTests(pkg string) (c *Cluster, stop func(), err error) {
 // Main runs a test package whose tests use a local cluster: it starts one when
 // cluster tests are asked for (tests then find it in *c; without, they skip),
 // runs the tests, stops the cluster and exits.
-func Main(m *testing.M, pkg string, c **Cluster) {
+func Main(m *testing.M, pkg string, c **devcluster.Cluster) {
 	cl, stop, err := ForTests(pkg)
 	switch {
 	case errors.Is(err, ErrNotRequested):
@@ -74,23 +77,4 @@ func Main(m *testing.M, pkg string, c **Cluster) {
 	code := m.Run()
 	stop()
 	os.Exit(code)
-}
-
-// RepoRoot finds the repository root (the directory holding deploy/cluster)
-// from the working directory up.
-func RepoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "deploy", "cluster", "build.sh")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("repository root (with deploy/cluster/build.sh) not found above the working directory")
-		}
-		dir = parent
-	}
 }

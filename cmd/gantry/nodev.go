@@ -1,0 +1,15 @@
+//go:build !dev
+
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+)
+
+// devCmd is not in production builds: the local cluster, the development
+// sign-in and the development registry come with -tags dev.
+func devCmd(context.Context, []string, io.Writer, io.Writer) error {
+	return errors.New("gantry dev is not in this build: run make dev (or go run -tags dev ./cmd/gantry dev)")
+}

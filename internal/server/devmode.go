@@ -1,0 +1,75 @@
+//go:build dev
+
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+
+	"github.com/gantryhq/gantry/internal/config"
+	"github.com/gantryhq/gantry/internal/devidp"
+	"github.com/gantryhq/gantry/internal/devregistry"
+	"github.com/gantryhq/gantry/internal/imagecat"
+	"github.com/gantryhq/gantry/internal/imageverify"
+)
+
+// DevBuild reports whether this binary carries development mode: the
+// in-process OpenID provider and the local signed image registry.
+const DevBuild = true
+
+// devProvider is the development OpenID provider.
+type devProvider interface {
+	Issuer() string
+	Subject(username string) string // the subject its ID tokens carry for a user
+}
+
+type devIDP struct{ *devidp.Provider }
+
+func (d devIDP) Subject(username string) string { return devidp.User{Username: username}.Subject() }
+
+// devSignIn starts the development provider in-process with the configured
+// users and two clients: the portal's (a fresh secret each start) and the CLI's.
+func devSignIn(ctx context.Context, cfg config.Config, public string, log *slog.Logger) (config.OIDC, devProvider, error) {
+	oc := cfg.OIDC
+	secret := make([]byte, 32)
+	rand.Read(secret)
+	oc.ClientID, oc.ClientSecret, oc.CLIClientID = "gantry-portal", config.Secret(hex.EncodeToString(secret)), "gantry-cli"
+	oc.Audiences = []string{oc.ClientID, oc.CLIClientID}
+	var users []devidp.User
+	var names []string
+	for _, u := range cfg.DevLogin.Users {
+		users = append(users, devidp.User{Username: u.Username, Password: string(u.Password), Name: u.Name, Email: u.Email, Groups: u.Groups})
+		names = append(names, u.Username)
+	}
+	dev, err := devidp.Start(ctx, cfg.DevLogin.Listen, devidp.Options{Users: users, Clients: []devidp.Client{
+		{ID: oc.ClientID, Secret: string(oc.ClientSecret), RedirectURIs: []string{public + "/auth/callback"}},
+		{ID: oc.CLIClientID, Device: true},
+	}})
+	if err != nil {
+		return oc, nil, err
+	}
+	oc.Issuer = dev.Issuer()
+	log.Warn("no oidc.issuer configured: signing in with the development OpenID provider (loopback only)", "issuer", oc.Issuer, "users", names)
+	return oc, devIDP{dev}, nil
+}
+
+// devImages starts the local registry with a signed stand-in for every
+// catalog image and returns a verifier that trusts the development key.
+func devImages(ctx context.Context, images *imagecat.Catalog, vo imageverify.Options, log *slog.Logger) (*imageverify.Images, error) {
+	keyPath := filepath.Join(config.DataDir(), "dev-signing.key")
+	key, err := devregistry.LoadOrCreateKey(keyPath)
+	if err != nil {
+		return nil, fmt.Errorf("development signing key: %w", err)
+	}
+	reg, v, err := devregistry.Verified(ctx, images, key, vo)
+	if err != nil {
+		return nil, err
+	}
+	log.Warn("images.devRegistry: stand-in images signed with a development key are trusted (never in production)",
+		"registry", reg.Host, "key", keyPath, "images", len(reg.Published))
+	return v, nil
+}

@@ -1,0 +1,33 @@
+//go:build !dev
+
+package server
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+
+	"github.com/gantryhq/gantry/internal/config"
+	"github.com/gantryhq/gantry/internal/imagecat"
+	"github.com/gantryhq/gantry/internal/imageverify"
+)
+
+// DevBuild reports whether this binary carries development mode: the
+// in-process OpenID provider and the local signed image registry. This one
+// does not (build with -tags dev for them).
+const DevBuild = false
+
+// devProvider is the development OpenID provider (none in this build).
+type devProvider interface {
+	Issuer() string
+	Subject(username string) string
+}
+
+func devSignIn(context.Context, config.Config, string, *slog.Logger) (config.OIDC, devProvider, error) {
+	return config.OIDC{}, nil, errors.New("oidc.issuer is not set, and this gantry is a production build without the development sign-in: " +
+		"configure your OpenID provider (oidc.issuer, oidc.clientID, …), or build with -tags dev (make dev and make serve do)")
+}
+
+func devImages(context.Context, *imagecat.Catalog, imageverify.Options, *slog.Logger) (*imageverify.Images, error) {
+	return nil, errors.New("images.devRegistry is set, and this gantry is a production build without the development registry: build with -tags dev (make dev and make serve do)")
+}

@@ -14,7 +14,6 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/gantryhq/gantry/internal/fault"
-	"github.com/gantryhq/gantry/internal/imageverify"
 )
 
 // Problem types (RFC 9457). Anything else is about:blank with the status's title.
@@ -36,7 +35,7 @@ func problemFor(err error) (int, Problem) {
 		he   *echo.HTTPError
 		re   *openapi3filter.RequestError
 		se   *openapi3filter.SecurityRequirementsError
-		ir   *imageverify.Refused
+		ir   *fault.ImageRefused
 	)
 	switch {
 	case errors.As(err, &ir):

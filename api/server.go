@@ -20,6 +20,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
 
+	"github.com/gantryhq/gantry/internal/access"
 	"github.com/gantryhq/gantry/internal/audit"
 	"github.com/gantryhq/gantry/internal/authn"
 	"github.com/gantryhq/gantry/internal/catalog"
@@ -63,7 +64,7 @@ type Options struct {
 	// Images is the image catalog and its verifier.
 	Images *imageverify.Images
 	// Teams lists the teams where an identity holds a permission (for /me).
-	Teams func(id identity.Identity, permission string) (all bool, teams []string)
+	Teams func(id identity.Identity, permission access.Permission) (all bool, teams []string)
 	// Audit, when set, records every mutating request and every denial.
 	Audit audit.Store
 	// Tokens manages personal access tokens and authenticates bearer tokens
@@ -71,7 +72,7 @@ type Options struct {
 	Tokens *token.Service
 	// Authorize decides whether an identity holds a route's declared permission
 	// in some team; nil denies every non-public route.
-	Authorize func(id identity.Identity, permission string) bool
+	Authorize func(id identity.Identity, permission access.Permission) bool
 }
 
 // New builds the HTTP handler.
@@ -369,7 +370,7 @@ func (s *server) GetMe(ctx context.Context, _ GetMeRequestObject) (GetMeResponse
 		me.Groups = []string{}
 	}
 	if s.o.Teams != nil {
-		all, teams := s.o.Teams(id, "workloads:launch")
+		all, teams := s.o.Teams(id, access.WorkloadsLaunch)
 		me.AllTeams = all
 		if teams != nil && !id.ReadOnly {
 			me.LaunchTeams = teams

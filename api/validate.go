@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"slices"
 	"sort"
 	"strings"
 
@@ -14,7 +13,7 @@ import (
 	"github.com/getkin/kin-openapi/routers/gorillamux"
 	"github.com/labstack/echo/v4"
 
-	"github.com/gantryhq/gantry/internal/authz"
+	"github.com/gantryhq/gantry/internal/access"
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/identity"
 )
@@ -43,7 +42,7 @@ func checkPermissions(doc *openapi3.T) error {
 	for path, item := range doc.Paths.Map() {
 		for method, op := range item.Operations() {
 			p := permissionOf(op)
-			if p != Public && p != Authenticated && !slices.Contains(authz.Permissions, p) {
+			if _, known := access.Parse(p); p != Public && p != Authenticated && !known {
 				bad = append(bad, fmt.Sprintf("%s %s (%q)", method, path, p))
 			}
 		}
@@ -59,7 +58,7 @@ func checkPermissions(doc *openapi3.T) error {
 // the caller holds the route's permission somewhere (401 without an identity,
 // 403 without the permission), then the request against the spec (parameters
 // and body, every failure at once), before any handler runs.
-func validator(spec []byte, authorize func(identity.Identity, string) bool) (echo.MiddlewareFunc, error) {
+func validator(spec []byte, authorize func(identity.Identity, access.Permission) bool) (echo.MiddlewareFunc, error) {
 	loader := openapi3.NewLoader()
 	doc, err := loader.LoadFromData(spec)
 	if err != nil {
@@ -92,7 +91,8 @@ func validator(spec []byte, authorize func(identity.Identity, string) bool) (ech
 				if !ok {
 					return echo.NewHTTPError(http.StatusUnauthorized, "not authenticated")
 				}
-				if perm != Authenticated && (authorize == nil || !authorize(id, perm)) {
+				p, _ := access.Parse(perm) // checked at start: known
+				if perm != Authenticated && (authorize == nil || !authorize(id, p)) {
 					return &fault.Forbidden{Reason: fmt.Sprintf("you need the %s permission", perm)}
 				}
 			}

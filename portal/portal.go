@@ -20,6 +20,7 @@ import (
 
 	"golang.org/x/time/rate"
 
+	"github.com/gantryhq/gantry/internal/access"
 	"github.com/gantryhq/gantry/internal/audit"
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/weblogin"
@@ -45,7 +46,7 @@ type Sessions interface {
 type Options struct {
 	Sessions Sessions
 	// Teams lists the teams where an identity holds a permission.
-	Teams func(id identity.Identity, permission string) (all bool, teams []string)
+	Teams func(id identity.Identity, permission access.Permission) (all bool, teams []string)
 	// Secure marks cookies Secure (Gantry is reached over https).
 	Secure bool
 	Logger *slog.Logger
@@ -150,7 +151,7 @@ func (p *portal) session(r *http.Request) *weblogin.Session {
 func (p *portal) home(w http.ResponseWriter, r *http.Request) {
 	v := view{Session: p.session(r)}
 	if v.Session != nil && p.o.Teams != nil {
-		v.AllTeams, v.Teams = p.o.Teams(v.Session.Identity, "workloads:launch")
+		v.AllTeams, v.Teams = p.o.Teams(v.Session.Identity, access.WorkloadsLaunch)
 	}
 	p.render(w, http.StatusOK, v)
 }

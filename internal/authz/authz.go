@@ -2,8 +2,9 @@
 // role bindings of users and identity-provider groups per team (domains), which
 // templates and GPU classes each team may use, and reloading all of it from its
 // files after validation (a broken file keeps the old policy and says why,
-// file:line). Decisions are never cached: each reload builds a new immutable
-// enforcer, so a removed binding takes effect on the next request. Deny unless
+// file:line). Each reload builds a new immutable policy with an empty decision
+// cache of its own (a policy never changes, so no cached decision can go
+// stale), so a removed binding takes effect on the next request. Deny unless
 // a rule allows.
 package authz
 
@@ -23,6 +24,7 @@ import (
 	"github.com/casbin/casbin/v2"
 	"github.com/casbin/casbin/v2/model"
 
+	"github.com/gantryhq/gantry/internal/access"
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/yamldoc"
@@ -30,16 +32,6 @@ import (
 
 // Roles, from most to least powerful.
 var Roles = []string{"platform-admin", "platform-engineer", "team-admin", "member", "viewer"}
-
-// Permissions are the object:action pairs routes declare.
-var Permissions = []string{
-	"templates:read", "templates:write",
-	"gpu-classes:read", "gpu-classes:write",
-	"images:read", "images:write",
-	"policy:read", "policy:write",
-	"workloads:read", "workloads:launch", "workloads:manage", "own-workloads:manage",
-	"members:manage", "audit:read",
-}
 
 // AnyTeam is the domain that stands for every team.
 const AnyTeam = "*"
@@ -230,8 +222,8 @@ func readRoles(path string, errs *fault.List) ([][]string, error) {
 			bad("role rules apply in every team: domain must be %q, got %q (bind roles to teams in bindings.yaml)", AnyTeam, parts[2])
 		}
 		if obj != "*" || act != "*" {
-			if !slices.Contains(Permissions, obj+":"+act) {
-				bad("unknown permission %q (known: %s)", obj+":"+act, strings.Join(Permissions, ", "))
+			if _, ok := access.Parse(obj + ":" + act); !ok {
+				bad("unknown permission %q (known: %s)", obj+":"+act, strings.Join(access.Names(), ", "))
 			}
 		}
 		rules = append(rules, parts[1:])
@@ -291,19 +283,19 @@ func teamName(s string) bool {
 }
 
 // implied lists permissions that a stronger one grants too.
-var implied = map[string]string{"own-workloads:manage": "workloads:manage"}
+var implied = map[access.Permission]access.Permission{access.OwnWorkloadsManage: access.WorkloadsManage}
 
-// Allowed reports whether id may do permission ("object:action") in team.
-// Unknown permissions are denied.
-func (p *Policy) Allowed(id identity.Identity, team, permission string) bool {
-	if !slices.Contains(Permissions, permission) {
+// Allowed reports whether id may do permission in team. The zero Permission
+// is denied.
+func (p *Policy) Allowed(id identity.Identity, team string, permission access.Permission) bool {
+	if permission == (access.Permission{}) {
 		return false
 	}
 	if team == "" {
 		team = AnyTeam
 	}
 	// A personal access token may be narrowed to reading and to one team.
-	if id.ReadOnly && !strings.HasSuffix(permission, ":read") {
+	if id.ReadOnly && !permission.ReadOnly() {
 		return false
 	}
 	if id.TokenTeam != "" && team != id.TokenTeam {
@@ -318,8 +310,8 @@ func (p *Policy) Allowed(id identity.Identity, team, permission string) bool {
 	return false
 }
 
-func (p *Policy) allowed(id identity.Identity, team, permission string) bool {
-	obj, act, _ := strings.Cut(permission, ":")
+func (p *Policy) allowed(id identity.Identity, team string, permission access.Permission) bool {
+	obj, act := permission.Object(), permission.Action()
 	if p.allows(id.String(), team, obj, act) {
 		return true
 	}
@@ -333,7 +325,7 @@ func (p *Policy) allowed(id identity.Identity, team, permission string) bool {
 
 // Teams says where id holds permission: in every team (all), or in the teams
 // listed.
-func (p *Policy) Teams(id identity.Identity, permission string) (all bool, teams []string) {
+func (p *Policy) Teams(id identity.Identity, permission access.Permission) (all bool, teams []string) {
 	if id.TokenTeam != "" {
 		if p.Allowed(id, id.TokenTeam, permission) {
 			return false, []string{id.TokenTeam}
@@ -361,7 +353,7 @@ func (p *Policy) Teams(id identity.Identity, permission string) (all bool, teams
 
 // AllowedSomewhere reports whether id holds permission in at least one team:
 // the gate a route declares, before the operation checks the team it touches.
-func (p *Policy) AllowedSomewhere(id identity.Identity, permission string) bool {
+func (p *Policy) AllowedSomewhere(id identity.Identity, permission access.Permission) bool {
 	all, teams := p.Teams(id, permission)
 	return all || len(teams) > 0
 }
@@ -478,17 +470,17 @@ func stamp(f Files) string {
 }
 
 // Allowed decides with the policy in force.
-func (a *Authorizer) Allowed(id identity.Identity, team, permission string) bool {
+func (a *Authorizer) Allowed(id identity.Identity, team string, permission access.Permission) bool {
 	return a.Policy().Allowed(id, team, permission)
 }
 
 // AllowedSomewhere decides with the policy in force.
-func (a *Authorizer) AllowedSomewhere(id identity.Identity, permission string) bool {
+func (a *Authorizer) AllowedSomewhere(id identity.Identity, permission access.Permission) bool {
 	return a.Policy().AllowedSomewhere(id, permission)
 }
 
 // Teams answers with the policy in force.
-func (a *Authorizer) Teams(id identity.Identity, permission string) (bool, []string) {
+func (a *Authorizer) Teams(id identity.Identity, permission access.Permission) (bool, []string) {
 	return a.Policy().Teams(id, permission)
 }
 

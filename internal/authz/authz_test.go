@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gantryhq/gantry/internal/access"
 	"github.com/gantryhq/gantry/internal/authz"
 	"github.com/gantryhq/gantry/internal/identity"
 )
@@ -50,7 +51,8 @@ func TestStarterPolicy(t *testing.T) {
 		{user("admin", "gantry-admins"), "vision", "bogus:read", false},
 	}
 	for _, tc := range tests {
-		if got := p.Allowed(tc.who, tc.team, tc.perm); got != tc.want {
+		perm, _ := access.Parse(tc.perm) // bogus:read: the zero Permission, denied
+		if got := p.Allowed(tc.who, tc.team, perm); got != tc.want {
 			t.Errorf("%s %v in %s: %s = %v, want %v", tc.who, tc.who.Groups, tc.team, tc.perm, got, tc.want)
 		}
 	}
@@ -118,7 +120,7 @@ func TestReload(t *testing.T) {
 		t.Fatal(err)
 	}
 	ann := user("ann", "ml-vision")
-	if !a.Policy().Allowed(ann, "vision", "workloads:launch") {
+	if !a.Policy().Allowed(ann, "vision", access.WorkloadsLaunch) {
 		t.Fatal("ann cannot launch before the change")
 	}
 	if err := a.Reload(); !errors.Is(err, authz.ErrUnchanged) {
@@ -129,7 +131,7 @@ func TestReload(t *testing.T) {
 	if err := a.Reload(); err == nil || !strings.Contains(err.Error(), "bindings.yaml:12") {
 		t.Fatalf("broken reload: %v", err)
 	}
-	if !a.Policy().Allowed(ann, "vision", "workloads:launch") {
+	if !a.Policy().Allowed(ann, "vision", access.WorkloadsLaunch) {
 		t.Fatal("a broken file changed the policy")
 	}
 	// Removing the binding denies on the very next decision.
@@ -137,7 +139,7 @@ func TestReload(t *testing.T) {
 	if err := a.Reload(); err != nil {
 		t.Fatal(err)
 	}
-	if a.Policy().Allowed(ann, "vision", "workloads:launch") {
+	if a.Policy().Allowed(ann, "vision", access.WorkloadsLaunch) {
 		t.Fatal("stale allow after the binding was removed")
 	}
 }
@@ -171,7 +173,7 @@ func BenchmarkAllowed(b *testing.B) {
 	for i := range ids {
 		ids[i] = user(fmt.Sprintf("u%d", i), "g1", "g2", "g3", "g4", fmt.Sprintf("team%d-members", i%100))
 	}
-	perms := []string{"workloads:launch", "workloads:read", "own-workloads:manage", "templates:write"}
+	perms := []access.Permission{access.WorkloadsLaunch, access.WorkloadsRead, access.OwnWorkloadsManage, access.TemplatesWrite}
 	teams := make([]string, 100)
 	for i := range teams {
 		teams[i] = fmt.Sprintf("team%d", i)

@@ -3,13 +3,10 @@ package e2e_test
 import (
 	"context"
 	"crypto/rand"
-	"database/sql"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -24,6 +21,7 @@ import (
 
 	"github.com/gantryhq/gantry/internal/devcluster"
 	"github.com/gantryhq/gantry/internal/devcluster/clustertest"
+	"github.com/gantryhq/gantry/internal/servertest"
 	"github.com/gantryhq/gantry/internal/waitfor"
 )
 
@@ -40,7 +38,7 @@ func TestTwoReplicasLeaderKilled(t *testing.T) {
 	if cluster == nil {
 		t.Skip(clustertest.ErrNotRequested)
 	}
-	dsn := postgresSchema(t)
+	dsn := servertest.PostgresDSN(t)
 	root, err := devcluster.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
@@ -174,33 +172,4 @@ func TestTwoReplicasLeaderKilled(t *testing.T) {
 	if len(seen) != n {
 		t.Fatalf("%d Jobs for %d workloads", len(seen), n)
 	}
-}
-
-// postgresSchema returns a connection string for a fresh schema on the test
-// PostgreSQL server (GANTRY_TEST_POSTGRES_DSN; make test starts one).
-func postgresSchema(t *testing.T) string {
-	t.Helper()
-	dsn := os.Getenv("GANTRY_TEST_POSTGRES_DSN")
-	if dsn == "" {
-		if os.Getenv("CI") != "" {
-			t.Fatal("GANTRY_TEST_POSTGRES_DSN is not set: CI must run the replica test (make test)")
-		}
-		t.Skip("GANTRY_TEST_POSTGRES_DSN not set: several replicas need PostgreSQL (make test starts one)")
-	}
-	b := make([]byte, 6)
-	rand.Read(b)
-	schema := "ha_" + hex.EncodeToString(b)
-	admin, err := sql.Open("pgx", dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
-	if _, err := admin.Exec("CREATE SCHEMA " + schema); err != nil {
-		t.Fatal(err)
-	}
-	sep := "?"
-	if strings.Contains(dsn, "?") {
-		sep = "&"
-	}
-	return dsn + sep + "search_path=" + schema
 }

@@ -1,7 +1,8 @@
 // Package fault owns the typed errors that Gantry's domain returns and that callers
 // branch on: invalid input (with a field path and, for files, file:line for every
-// problem), not found, and conflict. The HTTP layer maps them to status codes in one
-// place; the CLI prints them.
+// problem), not found, conflict (including a transition the workload lifecycle
+// refuses), forbidden, unavailable, and an image refused by a supply-chain check.
+// The HTTP layer maps them to status codes in one place; the CLI prints them.
 package fault
 
 import (
@@ -146,6 +147,23 @@ type Unavailable struct {
 
 func (e *Unavailable) Error() string { return e.What + " unavailable: " + e.Err.Error() }
 func (e *Unavailable) Unwrap() error { return e.Err }
+
+// ImageRefused says that an image failed a supply-chain check (catalog, tag,
+// resolve, signature, annotations, attestation), which one and why.
+type ImageRefused struct {
+	Image  string // catalog reference, name:tag
+	Digest string // when resolved
+	Check  string
+	Reason string
+}
+
+func (e *ImageRefused) Error() string {
+	at := ""
+	if e.Digest != "" {
+		at = " (" + e.Digest + ")"
+	}
+	return fmt.Sprintf("image %s%s refused by the %s check: %s", e.Image, at, e.Check, e.Reason)
+}
 
 // Merge reports decoding and semantic problems of one document together,
 // leaving out semantic problems about fields that could not be decoded (they

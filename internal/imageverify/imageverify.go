@@ -48,21 +48,9 @@ const (
 	CheckAttestation = "attestation" // a required attestation is missing, unverified or fails a check
 )
 
-// Refused says that an image failed a check, which one and why.
-type Refused struct {
-	Image  string // catalog reference, name:tag
-	Digest string // when resolved
-	Check  string
-	Reason string
-}
-
-func (e *Refused) Error() string {
-	at := ""
-	if e.Digest != "" {
-		at = " (" + e.Digest + ")"
-	}
-	return fmt.Sprintf("image %s%s refused by the %s check: %s", e.Image, at, e.Check, e.Reason)
-}
+// Refused says that an image failed a check, which one and why; it is
+// fault.ImageRefused, where every error callers branch on lives.
+type Refused = fault.ImageRefused
 
 // Result is a verified image.
 type Result struct {

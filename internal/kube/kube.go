@@ -2,8 +2,11 @@
 // namespaces labelled for Pod Security "restricted", server-side apply of a
 // workload's rendered objects under one field manager (idempotent: applying the
 // same objects again changes nothing), owner references from the workload's
-// primary object to the rest so that deleting it removes everything, and mapping
-// apiserver errors to Gantry's typed errors.
+// primary object to the rest so that deleting it removes everything, stopping
+// and starting primary objects without losing them, informers indexed by
+// workload id (Watcher) and what they say about a workload (Observe), leader
+// election among Gantry's replicas (Lead), and mapping apiserver errors to
+// Gantry's typed errors.
 package kube
 
 import (

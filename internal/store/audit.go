@@ -63,7 +63,7 @@ func (s *Store) AuditRecords(ctx context.Context, f audit.Filter) ([]audit.Recor
 		where, args = append(where, "decision = ?"), append(args, f.Decision)
 	}
 	args = append(args, f.Limit)
-	rows, err := s.db.QueryContext(ctx, s.q(`SELECT `+auditColumns+` FROM audit WHERE `+strings.Join(where, " AND ")+` ORDER BY seq LIMIT ?`), args...)
+	rows, err := s.read.QueryContext(ctx, s.q(`SELECT `+auditColumns+` FROM audit WHERE `+strings.Join(where, " AND ")+` ORDER BY seq LIMIT ?`), args...)
 	if err != nil {
 		return nil, fmt.Errorf("list audit records: %w", err)
 	}
@@ -72,7 +72,7 @@ func (s *Store) AuditRecords(ctx context.Context, f audit.Filter) ([]audit.Recor
 
 // EachAudit implements audit.Store.
 func (s *Store) EachAudit(ctx context.Context, fn func(audit.Record) error) error {
-	rows, err := s.db.QueryContext(ctx, `SELECT `+auditColumns+` FROM audit ORDER BY seq`)
+	rows, err := s.read.QueryContext(ctx, `SELECT `+auditColumns+` FROM audit ORDER BY seq`)
 	if err != nil {
 		return fmt.Errorf("read audit log: %w", err)
 	}

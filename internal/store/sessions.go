@@ -79,7 +79,7 @@ func (s *Store) Session(ctx context.Context, idHash string) (weblogin.Session, e
 	var ses weblogin.Session
 	var groups string
 	var created, expires int64
-	err := s.db.QueryRowContext(ctx, s.q(`SELECT id_hash, issuer, subject, email, name, groups, csrf, created_at, expires_at FROM sessions WHERE id_hash = ?`), idHash).
+	err := s.read.QueryRowContext(ctx, s.q(`SELECT id_hash, issuer, subject, email, name, groups, csrf, created_at, expires_at FROM sessions WHERE id_hash = ?`), idHash).
 		Scan(&ses.IDHash, &ses.Identity.Issuer, &ses.Identity.Subject, &ses.Identity.Email, &ses.Identity.Name, &groups, &ses.CSRF, &created, &expires)
 	if errors.Is(err, sql.ErrNoRows) {
 		return ses, &fault.NotFound{Kind: "session", Name: "cookie"}

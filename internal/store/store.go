@@ -37,7 +37,11 @@ var migrations embed.FS
 
 // Store is a Gantry database.
 type Store struct {
-	db     *sql.DB
+	db *sql.DB // writes and transactions
+	// read serves single reads outside transactions. On SQLite it is a pool
+	// of read-only connections beside db's one writer (WAL lets readers run
+	// while a write is in progress); on PostgreSQL it is db.
+	read   *sql.DB
 	driver string
 }
 
@@ -45,7 +49,7 @@ type Store struct {
 // is a file path (created with its directory if missing); for PostgreSQL, a
 // connection string.
 func Open(ctx context.Context, driver, dsn string) (*Store, error) {
-	var db *sql.DB
+	var db, read *sql.DB
 	var err error
 	switch driver {
 	case SQLite:
@@ -61,12 +65,24 @@ func Open(ctx context.Context, driver, dsn string) (*Store, error) {
 		if err == nil {
 			// One writer at a time is SQLite's model; one connection keeps it simple.
 			db.SetMaxOpenConns(1)
+			read = db
+		}
+		if err == nil && dsn != ":memory:" {
+			// Readers get connections of their own, read-only, so that
+			// reads neither wait for the writer nor for each other.
+			read, err = sql.Open("sqlite", "file:"+dsn+"?_pragma=busy_timeout(5000)&_pragma=query_only(1)")
+			if err == nil {
+				read.SetMaxOpenConns(readers)
+				read.SetMaxIdleConns(readers)
+			}
 		}
 	case Postgres:
 		db, err = sql.Open("pgx", dsn)
 		if err == nil {
 			db.SetMaxOpenConns(20)
+			db.SetMaxIdleConns(20)
 			db.SetConnMaxIdleTime(5 * time.Minute)
+			read = db
 		}
 	default:
 		return nil, fmt.Errorf("unknown database driver %q (want %s or %s)", driver, SQLite, Postgres)
@@ -74,20 +90,29 @@ func Open(ctx context.Context, driver, dsn string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", driver, err)
 	}
-	s := &Store{db: db, driver: driver}
+	s := &Store{db: db, read: read, driver: driver}
 	if err := db.PingContext(ctx); err != nil {
-		db.Close()
+		s.Close()
 		return nil, &fault.Unavailable{What: driver + " database", Err: err}
 	}
 	if err := s.migrate(ctx); err != nil {
-		db.Close()
+		s.Close()
 		return nil, err
 	}
 	return s, nil
 }
 
+// readers is the size of SQLite's pool of read-only connections.
+const readers = 8
+
 // Close closes the database.
-func (s *Store) Close() error { return s.db.Close() }
+func (s *Store) Close() error {
+	err := s.db.Close()
+	if s.read != s.db {
+		err = errors.Join(err, s.read.Close())
+	}
+	return err
+}
 
 // Ping checks that the database answers.
 func (s *Store) Ping(ctx context.Context) error { return s.db.PingContext(ctx) }

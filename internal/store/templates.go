@@ -38,7 +38,7 @@ func scanVersion(row scanner) (catalog.Version, error) {
 
 // CurrentTemplates implements catalog.Store.
 func (s *Store) CurrentTemplates(ctx context.Context) ([]catalog.Version, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT `+versionColumns+` FROM templates t
+	rows, err := s.read.QueryContext(ctx, `SELECT `+versionColumns+` FROM templates t
 		JOIN template_versions v ON v.name = t.name AND v.version = t.current_version
 		ORDER BY t.name`)
 	if err != nil {
@@ -53,11 +53,11 @@ func collectVersions(rows *sql.Rows) ([]catalog.Version, error) { return collect
 func (s *Store) TemplateVersion(ctx context.Context, name string, version int) (catalog.Version, error) {
 	var row *sql.Row
 	if version == 0 {
-		row = s.db.QueryRowContext(ctx, s.q(`SELECT `+versionColumns+` FROM templates t
+		row = s.read.QueryRowContext(ctx, s.q(`SELECT `+versionColumns+` FROM templates t
 			JOIN template_versions v ON v.name = t.name AND v.version = t.current_version
 			WHERE t.name = ?`), name)
 	} else {
-		row = s.db.QueryRowContext(ctx, s.q(`SELECT `+versionColumns+` FROM template_versions v WHERE v.name = ? AND v.version = ?`), name, version)
+		row = s.read.QueryRowContext(ctx, s.q(`SELECT `+versionColumns+` FROM template_versions v WHERE v.name = ? AND v.version = ?`), name, version)
 	}
 	v, err := scanVersion(row)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -74,7 +74,7 @@ func (s *Store) TemplateVersion(ctx context.Context, name string, version int) (
 
 // TemplateHistory implements catalog.Store.
 func (s *Store) TemplateHistory(ctx context.Context, name string) ([]catalog.Version, error) {
-	rows, err := s.db.QueryContext(ctx, s.q(`SELECT `+versionColumns+` FROM template_versions v WHERE v.name = ? ORDER BY v.version`), name)
+	rows, err := s.read.QueryContext(ctx, s.q(`SELECT `+versionColumns+` FROM template_versions v WHERE v.name = ? ORDER BY v.version`), name)
 	if err != nil {
 		return nil, fmt.Errorf("template history %s: %w", name, err)
 	}
@@ -84,7 +84,7 @@ func (s *Store) TemplateHistory(ctx context.Context, name string) ([]catalog.Ver
 // AnyTemplateEver implements catalog.Store.
 func (s *Store) AnyTemplateEver(ctx context.Context) (bool, error) {
 	var n int
-	if err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM templates`).Scan(&n); err != nil {
+	if err := s.read.QueryRowContext(ctx, `SELECT COUNT(*) FROM templates`).Scan(&n); err != nil {
 		return false, fmt.Errorf("count templates: %w", err)
 	}
 	return n > 0, nil

@@ -54,7 +54,7 @@ func scanToken(row scanner) (token.Token, error) {
 
 // Token implements token.Store.
 func (s *Store) Token(ctx context.Context, id string) (token.Token, error) {
-	t, err := scanToken(s.db.QueryRowContext(ctx, s.q(`SELECT `+tokenColumns+` FROM tokens WHERE id = ?`), id))
+	t, err := scanToken(s.read.QueryRowContext(ctx, s.q(`SELECT `+tokenColumns+` FROM tokens WHERE id = ?`), id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return t, &fault.NotFound{Kind: "token", Name: id}
 	}
@@ -63,7 +63,7 @@ func (s *Store) Token(ctx context.Context, id string) (token.Token, error) {
 
 // Tokens implements token.Store.
 func (s *Store) Tokens(ctx context.Context, owner string) ([]token.Token, error) {
-	rows, err := s.db.QueryContext(ctx, s.q(`SELECT `+tokenColumns+` FROM tokens WHERE owner = ? ORDER BY created_at, id`), owner)
+	rows, err := s.read.QueryContext(ctx, s.q(`SELECT `+tokenColumns+` FROM tokens WHERE owner = ? ORDER BY created_at, id`), owner)
 	if err != nil {
 		return nil, fmt.Errorf("list tokens: %w", err)
 	}

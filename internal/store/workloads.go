@@ -73,7 +73,7 @@ func nullable(s string) any {
 
 // WorkloadByIdempotencyKey implements workload.Store.
 func (s *Store) WorkloadByIdempotencyKey(ctx context.Context, owner, key string) (workload.Workload, error) {
-	w, err := scanWorkload(s.db.QueryRowContext(ctx, s.q(`SELECT `+workloadColumns+` FROM workloads WHERE owner = ? AND idempotency_key = ?`), owner, key))
+	w, err := scanWorkload(s.read.QueryRowContext(ctx, s.q(`SELECT `+workloadColumns+` FROM workloads WHERE owner = ? AND idempotency_key = ?`), owner, key))
 	if errors.Is(err, sql.ErrNoRows) {
 		return w, &fault.NotFound{Kind: "workload", Name: "Idempotency-Key " + key}
 	}
@@ -85,7 +85,7 @@ func (s *Store) WorkloadByIdempotencyKey(ctx context.Context, owner, key string)
 
 // Workload implements workload.Store.
 func (s *Store) Workload(ctx context.Context, id string) (workload.Workload, error) {
-	w, err := scanWorkload(s.db.QueryRowContext(ctx, s.q(`SELECT `+workloadColumns+` FROM workloads WHERE id = ?`), id))
+	w, err := scanWorkload(s.read.QueryRowContext(ctx, s.q(`SELECT `+workloadColumns+` FROM workloads WHERE id = ?`), id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return w, &fault.NotFound{Kind: "workload", Name: id}
 	}
@@ -134,7 +134,7 @@ func (s *Store) ListWorkloads(ctx context.Context, f workload.Filter) ([]workloa
 
 // queryWorkloads runs a query selecting workloadColumns and scans every row.
 func (s *Store) queryWorkloads(ctx context.Context, what, query string, args ...any) ([]workload.Workload, error) {
-	rows, err := s.db.QueryContext(ctx, s.q(query), args...)
+	rows, err := s.read.QueryContext(ctx, s.q(query), args...)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gantryhq/gantry/internal/access"
 	"github.com/gantryhq/gantry/internal/catalog"
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/render"
@@ -142,7 +143,7 @@ func (s *Service) byKey(ctx context.Context, owner string, req Request) (Workloa
 }
 
 func (s *Service) create(ctx context.Context, owner string, req Request) (Workload, error) {
-	if template.ValidName(req.Team) && !s.may(ctx, req.Team, "workloads:launch") {
+	if template.ValidName(req.Team) && !s.may(ctx, req.Team, access.WorkloadsLaunch) {
 		return Workload{}, &fault.Forbidden{Reason: fmt.Sprintf("you may not launch workloads in team %q", req.Team)}
 	}
 	id := s.newID()

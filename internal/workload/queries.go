@@ -5,6 +5,7 @@ import (
 	"io"
 	"slices"
 
+	"github.com/gantryhq/gantry/internal/access"
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/identity"
 )
@@ -50,7 +51,7 @@ func (s *Service) List(ctx context.Context, f Filter, cursor string) (Page, erro
 		return Page{}, err
 	}
 	id, _ := identity.From(ctx)
-	all, teams := s.authz.Teams(id, "workloads:read")
+	all, teams := s.authz.Teams(id, access.WorkloadsRead)
 	switch {
 	case all:
 	case f.Team != "":

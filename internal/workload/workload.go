@@ -20,6 +20,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gantryhq/gantry/internal/access"
 	"github.com/gantryhq/gantry/internal/catalog"
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/gpu"
@@ -160,8 +161,8 @@ type Event struct {
 // Authorizer decides what the caller (the identity in the context) may do in a
 // team.
 type Authorizer interface {
-	Allowed(id identity.Identity, team, permission string) bool
-	Teams(id identity.Identity, permission string) (all bool, teams []string)
+	Allowed(id identity.Identity, team string, permission access.Permission) bool
+	Teams(id identity.Identity, permission access.Permission) (all bool, teams []string)
 	MayUse(team, template, class string) error
 }
 
@@ -256,7 +257,7 @@ func (s *Service) HasCluster() bool { return s.cluster != nil }
 func (s *Service) clock() time.Time { return s.now().UTC().Truncate(time.Microsecond) }
 
 // may reports whether the caller may do permission in team.
-func (s *Service) may(ctx context.Context, team, permission string) bool {
+func (s *Service) may(ctx context.Context, team string, permission access.Permission) bool {
 	id, ok := identity.From(ctx)
 	return ok && s.authz.Allowed(id, team, permission)
 }
@@ -268,7 +269,7 @@ func (s *Service) visible(ctx context.Context, id string) (Workload, error) {
 	if err != nil {
 		return w, err
 	}
-	if !s.may(ctx, w.Team, "workloads:read") {
+	if !s.may(ctx, w.Team, access.WorkloadsRead) {
 		return Workload{}, &fault.NotFound{Kind: "workload", Name: id}
 	}
 	return w, nil
@@ -281,7 +282,7 @@ func (s *Service) manageable(ctx context.Context, id string) (Workload, error) {
 		return w, err
 	}
 	caller, _ := identity.From(ctx)
-	if !s.may(ctx, w.Team, "workloads:manage") && !(w.Owner == caller.String() && s.may(ctx, w.Team, "own-workloads:manage")) {
+	if !s.may(ctx, w.Team, access.WorkloadsManage) && !(w.Owner == caller.String() && s.may(ctx, w.Team, access.OwnWorkloadsManage)) {
 		return w, &fault.Forbidden{Reason: fmt.Sprintf("only its owner or a team-admin of %q may stop, start or delete this workload", w.Team)}
 	}
 	return w, nil

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/gantryhq/gantry/internal/access"
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/render"
@@ -23,10 +24,10 @@ import (
 type AllowAll struct{}
 
 // Allowed implements workload.Authorizer.
-func (AllowAll) Allowed(identity.Identity, string, string) bool { return true }
+func (AllowAll) Allowed(identity.Identity, string, access.Permission) bool { return true }
 
 // Teams implements workload.Authorizer.
-func (AllowAll) Teams(identity.Identity, string) (bool, []string) { return true, nil }
+func (AllowAll) Teams(identity.Identity, access.Permission) (bool, []string) { return true, nil }
 
 // MayUse implements workload.Authorizer.
 func (AllowAll) MayUse(string, string, string) error { return nil }

@@ -96,6 +96,7 @@ Launch a notebook on a MIG slice:
   curl -s -X POST %[1]s/api/v1/workloads -H "Authorization: Bearer $GANTRY_TOKEN" -H 'content-type: application/json' -d '{"template":"jupyter-notebook","team":"vision"}'
 Stop with Ctrl-C (the cluster is removed too).
 `, srv.URL(), len(devcluster.Nodes(devcluster.Fleet)), cl.Bin, cl.Kubeconfig, srv.Issuer(), list.String(), firstUser(users), tok)
+	srv.UseLogger()
 	return srv.Run(ctx)
 }
 

@@ -37,5 +37,6 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	srv.Log.Info("starting gantry", "version", version)
+	srv.UseLogger()
 	return srv.Run(ctx)
 }

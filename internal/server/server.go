@@ -215,6 +215,15 @@ func (s *Server) DevUsers() []config.DevUser {
 	return s.Config.DevLogin.Users
 }
 
+// UseLogger makes the libraries that log on their own — to slog's default
+// logger (the OpenID provider) or to klog (client-go: leader election,
+// informers) — log like Gantry. It sets process-wide state: commands call it
+// once, before Run; tests running several servers do not.
+func (s *Server) UseLogger() {
+	slog.SetDefault(s.Log)
+	klog.SetSlogLogger(s.Log)
+}
+
 // Run serves until ctx ends, with every background loop; it returns after all
 // of them have stopped and the store is closed.
 func (s *Server) Run(ctx context.Context) error {

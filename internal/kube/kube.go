@@ -19,6 +19,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -58,15 +59,28 @@ var (
 type Cluster struct {
 	dyn  dynamic.Interface
 	core kubernetes.Interface
+	// namespaces this process has applied: a launch into a known team's
+	// namespace costs no request for it. Forgotten when the API server says
+	// one is gone.
+	namespaces sync.Map
 }
 
-// New returns a Cluster for the configuration. Without client rate limits in
-// it, it allows 50 requests a second (bursts of 100): client-go's default of 5
-// would throttle more than one launch a second (each is 4 requests or more).
+// Client rate limits when the configuration sets none: client-go's default of
+// 5 requests a second would throttle more than one launch a second. A launch
+// is one request per object (2–3), plus one the first time for its team's
+// namespace; the API server's own priority and fairness protects it from a
+// busy client, so the client's limit only needs to stop a runaway loop.
+const (
+	DefaultQPS   = 400
+	DefaultBurst = 800
+)
+
+// New returns a Cluster for the configuration, with DefaultQPS and
+// DefaultBurst unless it sets client rate limits of its own.
 func New(cfg *rest.Config) (*Cluster, error) {
 	if cfg.QPS == 0 && cfg.RateLimiter == nil {
 		cfg = rest.CopyConfig(cfg)
-		cfg.QPS, cfg.Burst = 50, 100
+		cfg.QPS, cfg.Burst = DefaultQPS, DefaultBurst
 	}
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
@@ -88,8 +102,12 @@ func (c *Cluster) Ping(ctx context.Context) error {
 	return nil
 }
 
-// EnsureNamespace applies a team's namespace, enforcing Pod Security "restricted".
+// EnsureNamespace applies a team's namespace, enforcing Pod Security
+// "restricted", once per process (see Cluster.namespaces).
 func (c *Cluster) EnsureNamespace(ctx context.Context, name, team string) error {
+	if _, ok := c.namespaces.Load(name); ok {
+		return nil
+	}
 	ns := &corev1.Namespace{
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Namespace"},
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
@@ -105,7 +123,24 @@ func (c *Cluster) EnsureNamespace(ctx context.Context, name, team string) error 
 		return err
 	}
 	_, err = c.core.CoreV1().Namespaces().Patch(ctx, name, types.ApplyPatchType, data, metav1.PatchOptions{FieldManager: FieldManager, Force: ptr(true)})
+	if err == nil {
+		c.namespaces.Store(name, team)
+	}
 	return classify(err, "namespace", name)
+}
+
+// namespaceGone reports whether err says that the namespace of an object is
+// not there (deleted behind Gantry's back), and forgets it if so.
+func (c *Cluster) namespaceGone(err error, namespace string) bool {
+	var status apierrors.APIStatus
+	if !apierrors.IsNotFound(err) || !errors.As(err, &status) {
+		return false
+	}
+	if d := status.Status().Details; d == nil || d.Kind != "namespaces" {
+		return false
+	}
+	c.namespaces.Delete(namespace)
+	return true
 }
 
 // Apply server-side applies a workload's objects: its primary object (Job,
@@ -159,8 +194,17 @@ func (c *Cluster) apply(ctx context.Context, o render.Object, owner *metav1.Owne
 	if err != nil {
 		return nil, err
 	}
-	out, err := c.dyn.Resource(gvr).Namespace(o.GetNamespace()).Patch(ctx, o.GetName(), types.ApplyPatchType, data,
-		metav1.PatchOptions{FieldManager: FieldManager, Force: ptr(true)})
+	patch := func() (*unstructured.Unstructured, error) {
+		return c.dyn.Resource(gvr).Namespace(o.GetNamespace()).Patch(ctx, o.GetName(), types.ApplyPatchType, data,
+			metav1.PatchOptions{FieldManager: FieldManager, Force: ptr(true)})
+	}
+	out, err := patch()
+	if err != nil && c.namespaceGone(err, o.GetNamespace()) {
+		// The namespace this process applied is gone: apply it again, once.
+		if err = c.EnsureNamespace(ctx, o.GetNamespace(), o.GetLabels()[render.LabelTeam]); err == nil {
+			out, err = patch()
+		}
+	}
 	if err != nil {
 		return nil, classify(err, gvk.Kind, o.GetName())
 	}

@@ -303,3 +303,31 @@ func TestVMValidatedByTheAPIServer(t *testing.T) {
 		t.Fatalf("err = %v, want *fault.Invalid naming spec.template.spec.domain.cpu.cores", err)
 	}
 }
+
+// TestNamespaceDeletedBehindGantrysBack: the namespace a Cluster applied once
+// is not asked for again, but when it was deleted meanwhile the next apply
+// makes it again (with its Pod Security labels) instead of failing the launch.
+func TestNamespaceDeletedBehindGantrysBack(t *testing.T) {
+	k := need(t)
+	ctx := context.Background()
+	if err := k.EnsureNamespace(ctx, "gantry-nsgone", "nsgone"); err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.Client.CoreV1().Namespaces().Delete(ctx, "gantry-nsgone", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, func() error {
+		_, err := cluster.Client.CoreV1().Namespaces().Get(ctx, "gantry-nsgone", metav1.GetOptions{})
+		return err
+	})
+	if err := k.EnsureNamespace(ctx, "gantry-nsgone", "nsgone"); err != nil { // remembered: no request
+		t.Fatal(err)
+	}
+	if err := k.Apply(ctx, rendered(t, "vllm-inference", "nsgone01", "nsgone", template.Choice{})); err != nil {
+		t.Fatalf("apply into a namespace deleted behind Gantry's back: %v", err)
+	}
+	ns, err := cluster.Client.CoreV1().Namespaces().Get(ctx, "gantry-nsgone", metav1.GetOptions{})
+	if err != nil || ns.Labels["pod-security.kubernetes.io/enforce"] != "restricted" {
+		t.Fatalf("namespace after apply: %v %v", ns.Labels, err)
+	}
+}

@@ -228,8 +228,6 @@ func (s *Server) UseLogger() {
 // of them have stopped and the store is closed.
 func (s *Server) Run(ctx context.Context) error {
 	defer s.Store.Close()
-	slog.SetDefault(s.Log)    // libraries that log to the default logger (the OpenID provider) log like Gantry
-	klog.SetSlogLogger(s.Log) // and client-go's (leader election, informers)
 	cfg := s.Config
 	s.Log.Info("gantry is serving", "url", s.url, "database", cfg.Database.Driver,
 		"dsn", cfg.Database.DSN, "kubeconfig", cfg.Kubeconfig, "issuer", s.issuer)

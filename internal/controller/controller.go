@@ -112,15 +112,12 @@ func (c *Controller) Run(ctx context.Context) error {
 		})
 	}
 	<-ctx.Done()
-	c.queue.ShutDownWithDrain()
+	c.queue.ShutDownWithDrain() // lets the workers finish what they hold
+	c.queue.ShutDown()          // and stops the queue's delaying loop
 	wg.Wait()
 	c.o.Log.Info("workload controller stopped")
 	return nil
 }
-
-// Enqueue asks for a workload to be looked at again (the reconcile loop's
-// periodic pass, and tests).
-func (c *Controller) Enqueue(id string) { c.queue.Add(id) }
 
 // next processes one id; false once the queue is shut down.
 func (c *Controller) next(ctx context.Context) bool {

@@ -20,6 +20,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -59,11 +60,16 @@ var (
 type Cluster struct {
 	dyn  dynamic.Interface
 	core kubernetes.Interface
-	// namespaces this process has applied: a launch into a known team's
-	// namespace costs no request for it. Forgotten when the API server says
-	// one is gone.
-	namespaces sync.Map
+	// namespaces this process has applied, and when: a launch into a team's
+	// namespace applied less than namespaceTTL ago costs no request for it.
+	// Forgotten when the API server says one is gone; applied again after
+	// the TTL, so that labels changed behind Gantry's back (Pod Security)
+	// are put back within it.
+	namespaces sync.Map // name → time.Time
 }
+
+// namespaceTTL is how long an applied namespace is taken as it was applied.
+const namespaceTTL = time.Minute
 
 // Client rate limits when the configuration sets none: client-go's default of
 // 5 requests a second would throttle more than one launch a second. A launch
@@ -103,9 +109,9 @@ func (c *Cluster) Ping(ctx context.Context) error {
 }
 
 // EnsureNamespace applies a team's namespace, enforcing Pod Security
-// "restricted", once per process (see Cluster.namespaces).
+// "restricted", at most once a minute per process (see Cluster.namespaces).
 func (c *Cluster) EnsureNamespace(ctx context.Context, name, team string) error {
-	if _, ok := c.namespaces.Load(name); ok {
+	if at, ok := c.namespaces.Load(name); ok && time.Since(at.(time.Time)) < namespaceTTL {
 		return nil
 	}
 	ns := &corev1.Namespace{
@@ -124,7 +130,7 @@ func (c *Cluster) EnsureNamespace(ctx context.Context, name, team string) error 
 	}
 	_, err = c.core.CoreV1().Namespaces().Patch(ctx, name, types.ApplyPatchType, data, metav1.PatchOptions{FieldManager: FieldManager, Force: ptr(true)})
 	if err == nil {
-		c.namespaces.Store(name, team)
+		c.namespaces.Store(name, time.Now())
 	}
 	return classify(err, "namespace", name)
 }

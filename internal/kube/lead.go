@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/klog/v2"
 )
 
 // Lease configures leader election among Gantry's replicas: a coordination
@@ -26,9 +27,9 @@ type Lease struct {
 
 // Lead runs lead whenever this replica holds the Lease, until ctx ends: lead's
 // context ends when leadership is lost (or ctx ends), and Lead waits for lead
-// to return before trying to lead again. On a clean stop the Lease is released
-// so that another replica takes over at once; after a crash, others take over
-// once Duration has passed.
+// to return before trying to lead again. On a clean stop lead is stopped and
+// waited for first, then the Lease is released so that another replica takes
+// over at once; after a crash, others take over once Duration has passed.
 func (c *Cluster) Lead(ctx context.Context, l Lease, lead func(context.Context)) error {
 	if l.Duration <= 0 {
 		l.Duration = 15 * time.Second
@@ -39,8 +40,19 @@ func (c *Cluster) Lead(ctx context.Context, l Lease, lead func(context.Context))
 	if l.Retry <= 0 {
 		l.Retry = l.Duration / 7
 	}
-	if err := c.ensureNamespace(ctx, l.Namespace); err != nil {
-		return err
+	// The Lease's namespace: an API server that does not answer yet is
+	// waited for (Gantry keeps serving meanwhile), not a reason to stop.
+	for {
+		err := c.ensureNamespace(ctx, l.Namespace)
+		if err == nil {
+			break
+		}
+		klog.FromContext(ctx).Info("leader election: waiting for the API server", "namespace", l.Namespace, "err", err)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(l.Retry):
+		}
 	}
 	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, l.Namespace, l.Name, c.core.CoreV1(), c.core.CoordinationV1(),
 		resourcelock.ResourceLockConfig{Identity: l.Identity})
@@ -48,41 +60,71 @@ func (c *Cluster) Lead(ctx context.Context, l Lease, lead func(context.Context))
 		return fmt.Errorf("kube: lease lock: %w", err)
 	}
 	for ctx.Err() == nil {
-		// client-go starts OnStartedLeading in a goroutine of its own; this
-		// guard makes sure lead has returned (or never starts) once Run has,
-		// so that Lead's caller can rely on no loop running after it.
-		var (
-			mu      sync.Mutex
-			wg      sync.WaitGroup
-			stopped bool
-		)
-		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-			Lock: lock, LeaseDuration: l.Duration, RenewDeadline: l.Renew, RetryPeriod: l.Retry,
-			ReleaseOnCancel: true, Name: l.Name,
-			Callbacks: leaderelection.LeaderCallbacks{
-				OnStartedLeading: func(lctx context.Context) {
-					mu.Lock()
-					if stopped {
-						mu.Unlock()
-						return
-					}
-					wg.Add(1)
-					mu.Unlock()
-					defer wg.Done()
-					lead(lctx)
-				},
-				OnStoppedLeading: func() {},
-			},
-		})
-		if err != nil {
-			return fmt.Errorf("kube: leader election: %w", err)
+		if err := c.term(ctx, lock, l, lead); err != nil {
+			return err
 		}
-		le.Run(ctx) // returns when leadership is lost or ctx ends
-		mu.Lock()
-		stopped = true
-		mu.Unlock()
-		wg.Wait()
 	}
+	return nil
+}
+
+// term is one attempt to lead: it waits for the Lease, runs lead while it
+// holds it, and returns when leadership is lost or ctx ends. When ctx ends,
+// lead is stopped and waited for before the Lease is released, so that
+// another replica never starts its loops while this one's still run.
+func (c *Cluster) term(ctx context.Context, lock resourcelock.Interface, l Lease, lead func(context.Context)) error {
+	// The elector runs on a context of its own, cancelled only once lead has
+	// returned; client-go starts OnStartedLeading in a goroutine of its own,
+	// and the guard below makes sure lead has returned (or never starts)
+	// once the elector has.
+	electorCtx, stopElector := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopElector()
+	var (
+		mu      sync.Mutex
+		wg      sync.WaitGroup
+		stopped bool
+	)
+	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock: lock, LeaseDuration: l.Duration, RenewDeadline: l.Renew, RetryPeriod: l.Retry,
+		ReleaseOnCancel: true, Name: l.Name,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(lctx context.Context) {
+				mu.Lock()
+				if stopped {
+					mu.Unlock()
+					return
+				}
+				wg.Add(1)
+				mu.Unlock()
+				defer wg.Done()
+				// lead stops when leadership is lost (lctx) or Gantry stops (ctx).
+				runCtx, cancel := context.WithCancel(lctx)
+				defer cancel()
+				defer context.AfterFunc(ctx, cancel)()
+				lead(runCtx)
+			},
+			OnStoppedLeading: func() {},
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("kube: leader election: %w", err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		le.Run(electorCtx) // returns when leadership is lost or the elector is stopped
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+	// From here no lead starts; wait for the one running (ctx's end stops it),
+	// then stop the elector, which releases the Lease.
+	mu.Lock()
+	stopped = true
+	mu.Unlock()
+	wg.Wait()
+	stopElector()
+	<-done
 	return nil
 }
 

@@ -19,6 +19,10 @@ func TestObserve(t *testing.T) {
 	running := &corev1.Pod{Spec: corev1.PodSpec{NodeName: "h100-mig-0"}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}
 	oom := &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodFailed, ContainerStatuses: []corev1.ContainerStatus{{
 		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "OOMKilled", ExitCode: 137}}}}}}
+	oomRestarting := &corev1.Pod{Spec: corev1.PodSpec{NodeName: "h100-0"}, Status: corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{{
+		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "OOMKilled", ExitCode: 137}}}}}}
+	failedRetry := &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodFailed, Reason: "Error"}}
+	pendingJob := &batchv1.Job{}
 	complete := &batchv1.Job{Status: batchv1.JobStatus{Conditions: []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}}}
 	deadline := &batchv1.Job{Status: batchv1.JobStatus{Conditions: []batchv1.JobCondition{{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, Reason: "DeadlineExceeded", Message: "Job was active longer than specified deadline"}}}}
 	tests := []struct {
@@ -35,6 +39,11 @@ func TestObserve(t *testing.T) {
 		{"job complete", []*batchv1.Job{complete}, []*corev1.Pod{running}, "Succeeded", "", ""},
 		{"deadline", []*batchv1.Job{deadline}, nil, "Failed", "DeadlineExceeded", ""},
 		{"OOM", []*batchv1.Job{deadline}, []*corev1.Pod{oom}, "Failed", "OOMKilled", ""},
+		// A service's container killed for memory restarts: not the end.
+		{"OOM, restarting", nil, []*corev1.Pod{oomRestarting}, "Scheduled", "OOMKilled", "h100-0"},
+		// A Job's failed pod, retried: the retry speaks, not the failure.
+		{"job retry running", []*batchv1.Job{pendingJob}, []*corev1.Pod{failedRetry, running}, "Running", "", "h100-mig-0"},
+		{"job retry not yet made", []*batchv1.Job{pendingJob}, []*corev1.Pod{failedRetry}, "Pending", "being replaced or retried", ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -73,8 +82,9 @@ func TestObserveVM(t *testing.T) {
 		{vm("Running", map[string]any{"type": "Ready", "status": "True"}), "Running", "", true},
 		{vm("ErrorUnschedulable", map[string]any{"type": "PodScheduled", "status": "False", "message": "0/3 nodes are available"}), "Pending", "0/3 nodes are available", true},
 		{vm("ErrorUnschedulable"), "Pending", "no node can run this VM", true},
-		{vm("ErrImagePull", map[string]any{"type": "Failure", "status": "True", "message": "manifest unknown"}), "Failed", "ErrImagePull: manifest unknown", true},
-		{vm("CrashLoopBackOff"), "Failed", "CrashLoopBackOff", true},
+		{vm("ErrImagePull", map[string]any{"type": "Failure", "status": "True", "message": "manifest unknown"}), "Scheduled", "ErrImagePull: manifest unknown", true},
+		{vm("CrashLoopBackOff"), "Scheduled", "CrashLoopBackOff", true},
+		{vm("ErrorPvcNotFound"), "Pending", "ErrorPvcNotFound", true},
 		{vm("Stopped"), "", "", false},
 	} {
 		o, ok := ObserveVM(c.vm)

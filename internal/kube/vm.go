@@ -1,6 +1,8 @@
 package kube
 
 import (
+	"strings"
+
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/gantryhq/gantry/internal/render"
@@ -52,7 +54,11 @@ func ObserveVM(vm *unstructured.Unstructured) (Observation, bool) {
 			o.Reason = "no node can run this VM"
 		}
 	case "ErrImagePull", "ImagePullBackOff", "CrashLoopBackOff", "ErrorPvcNotFound", "ErrorDataVolumeNotFound", "DataVolumeError":
-		o.Phase, o.Reason = "Failed", status
+		// KubeVirt keeps trying: not the end of the workload, but said.
+		o.Phase, o.Reason = "Scheduled", status
+		if strings.HasPrefix(status, "Error") || strings.HasPrefix(status, "DataVolume") {
+			o.Phase = "Pending"
+		}
 		if m := message("Failure"); m != "" {
 			o.Reason += ": " + m
 		}

@@ -74,7 +74,7 @@ func (c *Cluster) Watcher(resync time.Duration) (*Watcher, error) {
 }
 
 // OnChange calls changed with the workload id of every added, updated or
-// deleted object. Call it before Start.
+// deleted object. Call it before Run.
 func (w *Watcher) OnChange(changed func(workloadID string)) error {
 	h := func(obj any) {
 		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
@@ -198,7 +198,12 @@ func Observe(id string, jobs []*batchv1.Job, pods []*corev1.Pod) (Observation, b
 func podPhase(p *corev1.Pod) (phase, reason string, rank int) {
 	for _, cs := range p.Status.ContainerStatuses {
 		if t := cs.State.Terminated; t != nil && t.Reason == "OOMKilled" {
-			return "Failed", "OOMKilled: the container used more memory than its limit", 5
+			if p.Status.Phase == corev1.PodFailed {
+				return "Failed", "OOMKilled: the container used more memory than its limit", 5
+			}
+			// A pod that restarts its containers (a service, a notebook)
+			// runs again: not the end of the workload.
+			return "Scheduled", "OOMKilled: the container used more memory than its limit and is restarting", 2
 		}
 		if w := cs.State.Waiting; w != nil && (w.Reason == "ImagePullBackOff" || w.Reason == "ErrImagePull" || w.Reason == "CrashLoopBackOff") {
 			return "Scheduled", strings.TrimSpace(w.Reason + ": " + w.Message), 2

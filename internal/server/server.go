@@ -33,6 +33,7 @@ import (
 	"github.com/gantryhq/gantry/internal/catalog"
 	"github.com/gantryhq/gantry/internal/config"
 	"github.com/gantryhq/gantry/internal/controller"
+	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/imagecat"
@@ -239,12 +240,22 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 		return err
 	})
+	base, cancelBase := context.WithCancel(context.Background())
+	defer cancelBase()
+	s.http.BaseContext = func(net.Listener) context.Context { return base }
 	g.Go(func() error {
 		<-gctx.Done()
 		s.Log.Info("shutting down")
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		return s.http.Shutdown(sctx)
+		if err := s.http.Shutdown(sctx); err != nil {
+			// Requests still running (a followed log): end them, so that
+			// nothing uses the store after Run closes it.
+			s.Log.Warn("requests still running after 10 s; ending them", "err", err)
+			cancelBase()
+			s.http.Close()
+		}
+		return nil
 	})
 	g.Go(func() error {
 		return every(gctx, 3*time.Second, s.reload("policy", s.authz.Reload, authz.ErrUnchanged))
@@ -343,9 +354,12 @@ func (s *Server) lifecycle(ctx context.Context) {
 	if n > 0 {
 		s.Log.Info("reconciled workloads", "applied", n)
 	}
+	var un *fault.Unavailable
 	if err != nil && ctx.Err() == nil {
 		s.Log.Warn("reconcile", "err", err)
-		return
+		if errors.As(err, &un) {
+			return // the cluster is away: nothing else can be done now
+		}
 	}
 	if n, err := s.Workloads.Expire(ctx); n > 0 || (err != nil && ctx.Err() == nil) {
 		s.Log.Info("stopped workloads past their max runtime", "stopped", n, "err", err)

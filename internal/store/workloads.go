@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/template"
 	"github.com/gantryhq/gantry/internal/workload"
 )
 
@@ -191,10 +192,10 @@ func (s *Store) UnappliedWorkloads(ctx context.Context, limit int) ([]workload.W
 		string(workload.Deleted), string(workload.Failed), string(workload.Stopped), string(workload.IdleStopped), string(workload.PendingApproval), limit)
 }
 
-// ExpiredWorkloads implements workload.Store: live workloads whose max runtime
-// ended at or before now, oldest expiry first.
+// ExpiredWorkloads implements workload.Store: live workloads other than Jobs
+// whose max runtime ended at or before now, oldest expiry first.
 func (s *Store) ExpiredWorkloads(ctx context.Context, now time.Time, limit int) ([]workload.Workload, error) {
 	return s.queryWorkloads(ctx, "list expired workloads", `SELECT `+workloadColumns+` FROM workloads
-		WHERE expires_at > 0 AND expires_at <= ? AND status IN (?, ?, ?, ?) ORDER BY expires_at, id LIMIT ?`,
-		now.UnixMicro(), string(workload.Pending), string(workload.Queued), string(workload.Scheduled), string(workload.Running), limit)
+		WHERE expires_at > 0 AND expires_at <= ? AND status IN (?, ?, ?, ?) AND kind <> ? ORDER BY expires_at, id LIMIT ?`,
+		now.UnixMicro(), string(workload.Pending), string(workload.Queued), string(workload.Scheduled), string(workload.Running), template.Job, limit)
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/gantryhq/gantry/internal/fault"
-	"github.com/gantryhq/gantry/internal/template"
 )
 
 // transition moves a workload through the lifecycle table in one store
@@ -35,18 +34,14 @@ func (s *Service) Report(ctx context.Context, id string, st Status, reason strin
 // Delete marks a workload deleted and removes its objects from the cluster;
 // the record stays for accounting. Deleting twice is not an error.
 func (s *Service) Delete(ctx context.Context, id string) error {
-	w, err := s.manageable(ctx, id)
-	if err != nil {
+	if _, err := s.manageable(ctx, id); err != nil {
 		return err
-	}
-	if w.Status == Deleted {
-		return nil
 	}
 	// Recorded first, so that no report about the objects going away can
 	// bring it back; if the cluster does not answer now, the converge loop
 	// removes them later.
-	w, err = s.transition(ctx, id, Delete, "")
-	if err != nil {
+	w, changed, err := s.transitionUnless(ctx, id, Delete, "", func(st Status) bool { return st == Deleted })
+	if err != nil || !changed {
 		return err
 	}
 	return s.tell(ctx, w, func(ctx context.Context) error {
@@ -60,38 +55,29 @@ func (s *Service) Delete(ctx context.Context, id string) error {
 // StatefulSet scaled to zero, a VM halted. Stopping a stopped workload is not
 // an error; stopping one that has ended is a *fault.Conflict.
 func (s *Service) Stop(ctx context.Context, id string) (Workload, error) {
-	w, err := s.manageable(ctx, id)
-	if err != nil {
-		return w, err
+	if _, err := s.manageable(ctx, id); err != nil {
+		return Workload{}, err
 	}
-	if w.Status == Stopped || w.Status == IdleStopped {
-		return w, nil
-	}
-	return s.halt(ctx, w.ID, Stop, "")
+	return s.halt(ctx, id, Stop, "")
 }
 
 // halt records a stop (by a person, the max runtime or the idle culler) and
-// tells the cluster.
+// tells the cluster; a workload already stopped is left as it is.
 func (s *Service) halt(ctx context.Context, id string, tr Trigger, reason string) (Workload, error) {
-	w, err := s.transition(ctx, id, tr, reason)
-	if err != nil {
+	w, changed, err := s.transitionUnless(ctx, id, tr, reason, func(st Status) bool { return st == Stopped || st == IdleStopped })
+	if err != nil || !changed {
 		return w, err
 	}
 	return w, s.tell(ctx, w, func(ctx context.Context) error { return s.cluster.SetRunning(ctx, s.ref(w), false) })
 }
 
 // Start runs a stopped workload again, with the objects, volumes and endpoint
-// it had; its max runtime counts again from now.
+// it had; its max runtime counts again from now. Starting a live workload
+// changes nothing; starting one that has ended is a *fault.Conflict.
 func (s *Service) Start(ctx context.Context, id string) (Workload, error) {
 	w, err := s.manageable(ctx, id)
 	if err != nil {
 		return w, err
-	}
-	if w.Status != Stopped && w.Status != IdleStopped {
-		if _, ok := Next(w.Status, Start); !ok && w.Status.Ended() {
-			return w, &fault.Conflict{Kind: "workload", Name: id, Reason: fmt.Sprintf("is %s and cannot be started again; launch the template anew", w.Status)}
-		}
-		return w, nil // already live
 	}
 	maxRuntime := ""
 	if v, err := s.templates.Get(ctx, w.Template, w.TemplateVersion); err == nil {
@@ -103,17 +89,42 @@ func (s *Service) Start(ctx context.Context, id string) (Workload, error) {
 		}
 	}
 	// Pending is recorded before the cluster is told, so that what it reports
-	// next (Scheduled, Running) is not overwritten by it.
+	// next (Scheduled, Running) is not overwritten by it. Whether it is
+	// stopped is decided in the same transaction as the change.
+	changed := false
 	w, err = s.store.UpdateWorkload(ctx, id, func(w Workload) (Workload, error) {
+		if w.Status != Stopped && w.Status != IdleStopped {
+			if w.Status.Ended() {
+				return w, &fault.Conflict{Kind: "workload", Name: id, Reason: fmt.Sprintf("is %s and cannot be started again; launch the template anew", w.Status)}
+			}
+			return w, nil // already live
+		}
 		now := s.clock()
 		out, _, err := Transition(w, Start, "", now)
 		out.ExpiresAt = expiry(now, maxRuntime)
+		changed = err == nil
 		return out, err
 	})
-	if err != nil {
+	if err != nil || !changed {
 		return w, err
 	}
 	return w, s.tell(ctx, w, func(ctx context.Context) error { return s.cluster.SetRunning(ctx, s.ref(w), true) })
+}
+
+// transitionUnless is transition, except that a workload already where the
+// trigger would take it (already(status)) is left as it is: changed false,
+// no error, decided in the same transaction.
+func (s *Service) transitionUnless(ctx context.Context, id string, tr Trigger, reason string, already func(Status) bool) (Workload, bool, error) {
+	changed := false
+	w, err := s.store.UpdateWorkload(ctx, id, func(w Workload) (Workload, error) {
+		if already(w.Status) {
+			return w, nil
+		}
+		out, ch, err := Transition(w, tr, reason, s.clock())
+		changed = ch
+		return out, err
+	})
+	return w, changed, err
 }
 
 // tell carries out a recorded change on the cluster, when there is one and the
@@ -136,8 +147,3 @@ func (s *Service) tell(ctx context.Context, w Workload, do func(context.Context)
 	}
 	return err
 }
-
-// stoppable reports whether a kind of workload is stopped by the lifecycle
-// loop at its max runtime (Jobs are stopped by the cluster, through
-// activeDeadlineSeconds).
-func stoppable(kind string) bool { return kind != template.Job }

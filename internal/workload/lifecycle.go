@@ -71,8 +71,10 @@ func Reported(st Status) Trigger {
 // asked for or bring a finished workload back. Only Start leaves Stopped and
 // IdleStopped; nothing leaves Deleted.
 var transitions = map[Status]map[Trigger]Status{
+	// Not Stop: a held launch stopped and started again would skip its
+	// approval. Deny or Delete take it back.
 	PendingApproval: {
-		Approve: Pending, Deny: Failed, Stop: Stopped, Delete: Deleted,
+		Approve: Pending, Deny: Failed, Delete: Deleted,
 	},
 	Pending:   live(),
 	Queued:    live(),

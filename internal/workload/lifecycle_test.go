@@ -46,10 +46,8 @@ func TestTransitionTable(t *testing.T) {
 				return Pending, true
 			case Deny:
 				return Failed, true
-			case Stop:
-				return Stopped, true
 			}
-			return "", false // not on the cluster yet: no reports
+			return "", false // not on the cluster yet: no reports; no stop (start would skip the approval)
 		case from == Stopped || from == IdleStopped:
 			if tr == Start {
 				return Pending, true

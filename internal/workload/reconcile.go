@@ -24,9 +24,16 @@ func (s *Service) Reconcile(ctx context.Context) (applied int, err error) {
 	var errs []error
 	for _, w := range pending {
 		objs, err := s.rerender(ctx, w)
-		if err == nil {
-			_, err = s.apply(ctx, w, objs)
+		if err != nil {
+			// It can never be applied as recorded: fail it with the reason,
+			// so that it leaves the unapplied list.
+			if _, terr := s.transition(ctx, w.ID, Refused, "cannot be rendered again as it was launched: "+err.Error()); terr != nil {
+				err = errors.Join(err, terr)
+			}
+			errs = append(errs, fmt.Errorf("workload %s: %w", w.ID, err))
+			continue
 		}
+		_, err = s.apply(ctx, w, objs)
 		var un *fault.Unavailable
 		if errors.As(err, &un) {
 			return applied, err
@@ -121,9 +128,6 @@ func (s *Service) Expire(ctx context.Context) (int, error) {
 	n := 0
 	var errs []error
 	for _, w := range due {
-		if !stoppable(w.Kind) {
-			continue
-		}
 		reason := fmt.Sprintf("stopped at %s: it reached the max runtime of template %s", w.ExpiresAt.Format(time.RFC3339), w.Template)
 		if v, err := s.templates.Get(ctx, w.Template, w.TemplateVersion); err == nil {
 			reason += " (" + v.Template.Spec.Lifecycle.MaxRuntime + "); start it again for another run"

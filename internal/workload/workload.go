@@ -113,7 +113,8 @@ type Store interface {
 	UpdateWorkload(ctx context.Context, id string, fn func(Workload) (Workload, error)) (Workload, error)
 	// UnappliedWorkloads returns up to limit live workloads not yet applied.
 	UnappliedWorkloads(ctx context.Context, limit int) ([]Workload, error)
-	// ExpiredWorkloads returns up to limit live workloads whose max runtime
+	// ExpiredWorkloads returns up to limit live workloads, other than Jobs
+	// (the cluster ends those by activeDeadlineSeconds), whose max runtime
 	// ended at or before now.
 	ExpiredWorkloads(ctx context.Context, now time.Time, limit int) ([]Workload, error)
 }

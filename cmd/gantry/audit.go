@@ -22,7 +22,7 @@ func auditVerifyCmd(ctx context.Context, args []string, stdout, stderr io.Writer
 	} else if len(pos) > 0 {
 		return usageError{"verify takes no arguments"}
 	}
-	cfg, err := loadConfig(*cfgPath, config.Flags{DSN: *db, Driver: *dbDriver})
+	cfg, err := loadConfig(*cfgPath, config.Flags{"db": *db, "db-driver": *dbDriver})
 	if err != nil {
 		return err
 	}

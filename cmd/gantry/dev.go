@@ -32,7 +32,7 @@ func devCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := os.Chdir(root); err != nil {
 		return err
 	}
-	cfg, err := loadConfig("", config.Flags{Listen: *listen, DSN: *db})
+	cfg, err := loadConfig("", config.Flags{"listen": *listen, "db": *db})
 	if err != nil {
 		return err
 	}

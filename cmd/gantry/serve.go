@@ -19,16 +19,11 @@ func loadConfig(path string, f config.Flags) (config.Config, error) {
 func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := flags("gantry serve", stderr)
 	cfgPath := fs.String("config", "", "configuration file (YAML); also $GANTRY_CONFIG")
-	var f config.Flags
-	fs.StringVar(&f.Listen, "listen", "", "address to listen on (loopback only), e.g. 127.0.0.1:8080")
-	fs.StringVar(&f.Driver, "db-driver", "", "database driver: sqlite or postgres")
-	fs.StringVar(&f.DSN, "db", "", "database: SQLite file or PostgreSQL URL")
-	fs.StringVar(&f.LogLevel, "log-level", "", "debug, info, warn or error")
-	fs.StringVar(&f.Kubeconfig, "kubeconfig", "", "cluster to apply workloads to (default: record them only)")
+	flagValues := config.FlagSet(fs) // every option with a flag (docs/configuration.md)
 	if _, err := parse(fs, args); err != nil {
 		return err
 	}
-	cfg, err := loadConfig(*cfgPath, f)
+	cfg, err := loadConfig(*cfgPath, flagValues())
 	if err != nil {
 		return err
 	}

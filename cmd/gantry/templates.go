@@ -163,7 +163,7 @@ func applyCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *dir == "" || len(pos) > 0 {
 		return usageError{"apply needs -f DIR and no other arguments"}
 	}
-	cfg, err := loadConfig(*cfgPath, config.Flags{DSN: *db, Driver: *dbDriver})
+	cfg, err := loadConfig(*cfgPath, config.Flags{"db": *db, "db-driver": *dbDriver})
 	if err != nil {
 		return err
 	}

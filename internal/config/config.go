@@ -1,7 +1,9 @@
 // Package config owns Gantry's configuration: one YAML file, then environment
-// variables (GANTRY_*), then command-line flags, each overriding the one before.
-// Every problem is reported at start-up at once, with file:line for the file; the
-// database connection string is a Secret that never prints.
+// variables (GANTRY_*), then command-line flags, each overriding the one before,
+// all declared once in one table (options.go) from which docs/configuration.md
+// is generated. Durations are typed. Every problem is reported at start-up at
+// once, with file:line for the file; secrets (the database connection string,
+// the OIDC client secret) never print.
 package config
 
 import (
@@ -12,6 +14,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -50,7 +53,7 @@ type Config struct {
 	// Default: http:// and the address Gantry listens on.
 	PublicURL string `json:"publicURL"`
 	// SessionLifetime is how long a browser stays signed in.
-	SessionLifetime string `json:"sessionLifetime"`
+	SessionLifetime Duration `json:"sessionLifetime"`
 	// DevLogin is the development OpenID provider Gantry runs in-process when
 	// oidc.issuer is empty (loopback only), with its users.
 	DevLogin DevLogin `json:"devLogin"`
@@ -66,13 +69,13 @@ type Config struct {
 	// Kubeconfig is the cluster workloads are applied to; without one, launches
 	// are recorded and rendered but not applied.
 	Kubeconfig string `json:"kubeconfig"`
-	// ReconcileInterval is how often unapplied launches are retried.
-	ReconcileInterval string `json:"reconcileInterval"`
+	// ReconcileInterval is how often the lifecycle loop runs.
+	ReconcileInterval Duration `json:"reconcileInterval"`
 	// Namespace is Gantry's own namespace: its replicas' Lease is there.
 	Namespace string `json:"namespace"`
 	// LeaseDuration is how long replicas wait for a leader that stopped
 	// renewing its Lease before one of them takes over.
-	LeaseDuration string `json:"leaseDuration"`
+	LeaseDuration Duration `json:"leaseDuration"`
 	// RemoveOrphans deletes objects that carry Gantry's labels but belong to no
 	// live workload; otherwise they are only reported.
 	RemoveOrphans bool `json:"removeOrphans"`
@@ -92,7 +95,7 @@ type Images struct {
 	// .dockerconfigjson with registry credentials (default: none, anonymous).
 	RegistryAuthFile string `json:"registryAuthFile"`
 	// CacheTTL is how long a verified digest stays verified.
-	CacheTTL string `json:"cacheTTL"`
+	CacheTTL Duration `json:"cacheTTL"`
 	// Mirrors maps a catalog registry host to the host to fetch from.
 	Mirrors map[string]string `json:"mirrors"`
 	// DevRegistry runs a local registry holding a signed stand-in for every
@@ -101,11 +104,8 @@ type Images struct {
 	DevRegistry bool `json:"devRegistry"`
 }
 
-// TTL is the verification cache TTL (validated by Load).
-func (i Images) TTL() time.Duration {
-	d, _ := time.ParseDuration(i.CacheTTL)
-	return d
-}
+// TTL is the verification cache TTL.
+func (i Images) TTL() time.Duration { return time.Duration(i.CacheTTL) }
 
 // DevLogin configures the development OpenID provider.
 type DevLogin struct {
@@ -137,18 +137,15 @@ type OIDC struct {
 	// Audiences are the client ids whose tokens the API accepts (default: the
 	// portal's and the CLI's).
 	Audiences    []string `json:"audiences"`
-	ClockSkew    string   `json:"clockSkew"`
+	ClockSkew    Duration `json:"clockSkew"`
 	SubjectClaim string   `json:"subjectClaim"`
 	EmailClaim   string   `json:"emailClaim"`
 	NameClaim    string   `json:"nameClaim"`
 	GroupsClaim  string   `json:"groupsClaim"`
 }
 
-// Skew is the configured clock skew (validated by Load).
-func (o OIDC) Skew() time.Duration {
-	d, _ := time.ParseDuration(o.ClockSkew)
-	return d
-}
+// Skew is the configured clock skew.
+func (o OIDC) Skew() time.Duration { return time.Duration(o.ClockSkew) }
 
 // Database selects the store.
 type Database struct {
@@ -174,12 +171,12 @@ func Default() Config {
 		MaxBodyBytes:      1 << 20,
 		Log:               Log{Level: "info", Format: "text"},
 		PolicyDir:         "policy",
-		Images:            Images{Dir: "images", CacheTTL: "10m"},
-		ReconcileInterval: "15s",
+		Images:            Images{Dir: "images", CacheTTL: Duration(10 * time.Minute)},
+		ReconcileInterval: Duration(15 * time.Second),
 		Namespace:         "gantry-system",
-		LeaseDuration:     "15s",
-		SessionLifetime:   "8h",
-		OIDC:              OIDC{ClockSkew: "30s", Scopes: []string{"openid", "profile", "email", "groups", "offline_access"}},
+		LeaseDuration:     Duration(15 * time.Second),
+		SessionLifetime:   Duration(8 * time.Hour),
+		OIDC:              OIDC{ClockSkew: Duration(30 * time.Second), Scopes: []string{"openid", "profile", "email", "groups", "offline_access"}},
 		DevLogin:          DevLogin{Listen: "127.0.0.1:0", Users: DefaultDevUsers()},
 	}
 }
@@ -199,11 +196,8 @@ func DefaultDevUsers() []DevUser {
 // Redirect is the portal's sign-in callback URL.
 func (c *Config) Redirect() string { return strings.TrimSuffix(c.PublicURL, "/") + "/auth/callback" }
 
-// Session is the session lifetime (validated by Load).
-func (c *Config) Session() time.Duration {
-	d, _ := time.ParseDuration(c.SessionLifetime)
-	return d
-}
+// Session is the session lifetime.
+func (c *Config) Session() time.Duration { return time.Duration(c.SessionLifetime) }
 
 func defaultDBPath() string { return filepath.Join(DataDir(), "gantry.db") }
 
@@ -219,70 +213,6 @@ func DataDir() string {
 		dir = filepath.Join(home, ".local", "share")
 	}
 	return filepath.Join(dir, "gantry")
-}
-
-// Flags are command-line overrides; empty fields override nothing.
-type Flags struct {
-	Listen     string
-	Driver     string
-	DSN        string
-	LogLevel   string
-	Kubeconfig string
-}
-
-// env maps variables to the fields they set.
-var env = []struct {
-	name string
-	set  func(*Config, string) error
-}{
-	{"GANTRY_LISTEN", func(c *Config, v string) error { c.Listen = v; return nil }},
-	{"GANTRY_DATABASE_DRIVER", func(c *Config, v string) error { c.Database.Driver = v; return nil }},
-	{"GANTRY_DATABASE_DSN", func(c *Config, v string) error { c.Database.DSN = Secret(v); return nil }},
-	{"GANTRY_TEMPLATES_DIR", func(c *Config, v string) error { c.TemplatesDir = v; return nil }},
-	{"GANTRY_GPU_CLASSES_FILE", func(c *Config, v string) error { c.GPUClassesFile = v; return nil }},
-	{"GANTRY_NAMESPACE_PREFIX", func(c *Config, v string) error { c.NamespacePrefix = v; return nil }},
-	{"GANTRY_MAX_BODY_BYTES", func(c *Config, v string) error {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			return fmt.Errorf("%q is not an integer", v)
-		}
-		c.MaxBodyBytes = n
-		return nil
-	}},
-	{"GANTRY_LOG_LEVEL", func(c *Config, v string) error { c.Log.Level = v; return nil }},
-	{"GANTRY_LOG_FORMAT", func(c *Config, v string) error { c.Log.Format = v; return nil }},
-	{"GANTRY_PUBLIC_URL", func(c *Config, v string) error { c.PublicURL = v; return nil }},
-	{"GANTRY_SESSION_LIFETIME", func(c *Config, v string) error { c.SessionLifetime = v; return nil }},
-	{"GANTRY_DEV_LOGIN_LISTEN", func(c *Config, v string) error { c.DevLogin.Listen = v; return nil }},
-	{"GANTRY_OIDC_CLIENT_ID", func(c *Config, v string) error { c.OIDC.ClientID = v; return nil }},
-	{"GANTRY_OIDC_CLIENT_SECRET", func(c *Config, v string) error { c.OIDC.ClientSecret = Secret(v); return nil }},
-	{"GANTRY_OIDC_CLI_CLIENT_ID", func(c *Config, v string) error { c.OIDC.CLIClientID = v; return nil }},
-	{"GANTRY_KUBECONFIG", func(c *Config, v string) error { c.Kubeconfig = v; return nil }},
-	{"GANTRY_POLICY_DIR", func(c *Config, v string) error { c.PolicyDir = v; return nil }},
-	{"GANTRY_CONFIDENTIAL_KBS_URL", func(c *Config, v string) error { c.Confidential.KBSURL = v; return nil }},
-	{"GANTRY_IMAGES_DIR", func(c *Config, v string) error { c.Images.Dir = v; return nil }},
-	{"GANTRY_IMAGES_REGISTRY_AUTH_FILE", func(c *Config, v string) error { c.Images.RegistryAuthFile = v; return nil }},
-	{"GANTRY_IMAGES_DEV_REGISTRY", func(c *Config, v string) error {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return fmt.Errorf("%q is not true or false", v)
-		}
-		c.Images.DevRegistry = b
-		return nil
-	}},
-	{"GANTRY_OIDC_ISSUER", func(c *Config, v string) error { c.OIDC.Issuer = v; return nil }},
-	{"GANTRY_OIDC_AUDIENCES", func(c *Config, v string) error { c.OIDC.Audiences = strings.Split(v, ","); return nil }},
-	{"GANTRY_RECONCILE_INTERVAL", func(c *Config, v string) error { c.ReconcileInterval = v; return nil }},
-	{"GANTRY_NAMESPACE", func(c *Config, v string) error { c.Namespace = v; return nil }},
-	{"GANTRY_LEASE_DURATION", func(c *Config, v string) error { c.LeaseDuration = v; return nil }},
-	{"GANTRY_REMOVE_ORPHANS", func(c *Config, v string) error {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return fmt.Errorf("%q is not true or false", v)
-		}
-		c.RemoveOrphans = b
-		return nil
-	}},
 }
 
 // Load builds the configuration from defaults, the file (when path is not
@@ -304,27 +234,24 @@ func Load(path string, lookup func(string) (string, bool), f Flags) (Config, err
 		}
 		lines = l
 	}
-	for _, e := range env {
-		if v, ok := lookup(e.name); ok {
-			if err := e.set(&c, v); err != nil {
-				errs.Addf(e.name, "%v", err)
+	for _, o := range options {
+		if v, ok := lookup(o.env); ok && o.env != "" {
+			if err := set(o.field(&c), v); err != nil {
+				errs.Addf(o.env, "%v", err)
 			}
 		}
 	}
-	if f.Listen != "" {
-		c.Listen = f.Listen
+	for _, o := range options {
+		if v := f[o.flag]; o.flag != "" && v != "" {
+			if err := set(o.field(&c), v); err != nil {
+				errs.Addf("--"+o.flag, "%v", err)
+			}
+		}
 	}
-	if f.Driver != "" {
-		c.Database.Driver = f.Driver
-	}
-	if f.DSN != "" {
-		c.Database.DSN = Secret(f.DSN)
-	}
-	if f.LogLevel != "" {
-		c.Log.Level = f.LogLevel
-	}
-	if f.Kubeconfig != "" {
-		c.Kubeconfig = f.Kubeconfig
+	for name := range f {
+		if !slices.ContainsFunc(options, func(o option) bool { return o.flag == name && name != "" }) {
+			errs.Addf("--"+name, "is not a configuration flag")
+		}
 	}
 	if err := c.validate(); err != nil {
 		if path != "" {
@@ -397,12 +324,16 @@ func (c *Config) validate() error {
 			errs.Addf("publicURL", "%q must be an http or https URL without query", c.PublicURL)
 		}
 	}
-	if d, err := time.ParseDuration(c.SessionLifetime); err != nil || d < time.Minute || d > 30*24*time.Hour {
-		errs.Addf("sessionLifetime", "%q must be a duration between 1m and 720h", c.SessionLifetime)
+	between := func(key string, d Duration, lo, hi time.Duration) {
+		if time.Duration(d) < lo || time.Duration(d) > hi {
+			errs.Addf(key, "%s must be between %s and %s", d, Duration(lo), Duration(hi))
+		}
 	}
-	if d, err := time.ParseDuration(c.OIDC.ClockSkew); err != nil || d < 0 || d > 5*time.Minute {
-		errs.Addf("oidc.clockSkew", "%q must be a duration between 0s and 5m", c.OIDC.ClockSkew)
-	}
+	between("sessionLifetime", c.SessionLifetime, time.Minute, 30*24*time.Hour)
+	between("oidc.clockSkew", c.OIDC.ClockSkew, 0, 5*time.Minute)
+	between("images.cacheTTL", c.Images.CacheTTL, 0, 24*time.Hour)
+	between("reconcileInterval", c.ReconcileInterval, time.Second, 24*time.Hour)
+	between("leaseDuration", c.LeaseDuration, 2*time.Second, 5*time.Minute)
 	if c.PolicyDir == "" {
 		errs.Addf("policyDir", "is required")
 	}
@@ -416,9 +347,6 @@ func (c *Config) validate() error {
 	}
 	if c.Images.Dir == "" {
 		errs.Addf("images.dir", "is required")
-	}
-	if d, err := time.ParseDuration(c.Images.CacheTTL); err != nil || d < 0 || d > 24*time.Hour {
-		errs.Addf("images.cacheTTL", "%q must be a duration between 0s and 24h", c.Images.CacheTTL)
 	}
 	for from, to := range c.Images.Mirrors {
 		if from == "" || to == "" || strings.ContainsAny(from+to, "/ ") {
@@ -447,23 +375,14 @@ func (c *Config) validate() error {
 	default:
 		errs.Addf("log.format", "%q is not text or json", c.Log.Format)
 	}
-	if d, err := time.ParseDuration(c.ReconcileInterval); err != nil || d < time.Second {
-		errs.Addf("reconcileInterval", "%q must be a duration of at least 1s", c.ReconcileInterval)
-	}
 	if len(c.Namespace) == 0 || len(c.Namespace) > 63 || strings.Trim(c.Namespace, "abcdefghijklmnopqrstuvwxyz0123456789-") != "" || strings.HasPrefix(c.Namespace, "-") || strings.HasSuffix(c.Namespace, "-") {
 		errs.Addf("namespace", "%q must be a namespace name (a DNS label)", c.Namespace)
-	}
-	if d, err := time.ParseDuration(c.LeaseDuration); err != nil || d < 2*time.Second || d > 5*time.Minute {
-		errs.Addf("leaseDuration", "%q must be a duration between 2s and 5m", c.LeaseDuration)
 	}
 	return errs.Err()
 }
 
-// Lease is the leader election lease duration (validated by Load).
-func (c *Config) Lease() time.Duration {
-	d, _ := time.ParseDuration(c.LeaseDuration)
-	return d
-}
+// Lease is the leader election lease duration.
+func (c *Config) Lease() time.Duration { return time.Duration(c.LeaseDuration) }
 
 func loopback(host string) bool {
 	if host == "localhost" {
@@ -473,11 +392,8 @@ func loopback(host string) bool {
 	return err == nil && a.IsLoopback()
 }
 
-// Reconcile is the reconcile interval (validated by Load).
-func (c *Config) Reconcile() time.Duration {
-	d, _ := time.ParseDuration(c.ReconcileInterval)
-	return d
-}
+// Reconcile is the lifecycle loop's interval.
+func (c *Config) Reconcile() time.Duration { return time.Duration(c.ReconcileInterval) }
 
 // Logger builds the slog logger the configuration asks for.
 func (c *Config) Logger() *slog.Logger {

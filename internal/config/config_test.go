@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -17,7 +18,7 @@ func lookup(m map[string]string) func(string) (string, bool) {
 func TestPrecedence(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "gantry.yaml")
 	os.WriteFile(path, []byte("listen: 127.0.0.1:9000\ndatabase:\n  driver: postgres\n  dsn: postgres://file@db/gantry\nlog:\n  level: debug\n"), 0o600)
-	c, err := Load(path, lookup(map[string]string{"GANTRY_LISTEN": "127.0.0.1:9100", "GANTRY_DATABASE_DSN": "postgres://env:pw@db/gantry"}), Flags{Listen: "[::1]:9200"})
+	c, err := Load(path, lookup(map[string]string{"GANTRY_LISTEN": "127.0.0.1:9100", "GANTRY_DATABASE_DSN": "postgres://env:pw@db/gantry"}), Flags{"listen": "[::1]:9200"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,5 +116,85 @@ func TestImagesAndConfidential(t *testing.T) {
 	c, err := Load("", lookup(map[string]string{"GANTRY_IMAGES_DEV_REGISTRY": "true", "GANTRY_CONFIDENTIAL_KBS_URL": "https://kbs.example.com"}), Flags{})
 	if err != nil || !c.Images.DevRegistry || c.Images.TTL().Minutes() != 10 || c.Confidential.KBSURL != "https://kbs.example.com" {
 		t.Fatalf("%+v %v", c.Images, err)
+	}
+}
+
+// TestTypedDurations: a duration that is not one is an error where it was
+// read — the file's line, the variable, the flag — and one out of range names
+// its key.
+func TestTypedDurations(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "gantry.yaml")
+	os.WriteFile(path, []byte("listen: 127.0.0.1:8080\nsessionLifetime: forever\nreconcileInterval: 10ms\n"), 0o600)
+	_, err := Load(path, lookup(map[string]string{"GANTRY_LEASE_DURATION": "soon"}), Flags{"log-level": "debug", "kubeconfig": "", "no-such": "x"})
+	if err == nil {
+		t.Fatal("no error")
+	}
+	for _, want := range []string{
+		path + `:2: sessionLifetime: "forever" is not a duration`,
+		path + `:3: reconcileInterval: 10ms must be between 1s and 24h0m0s`,
+		`GANTRY_LEASE_DURATION: "soon" is not a duration`,
+		`--no-such: is not a configuration flag`,
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("missing %q in %v", want, err)
+		}
+	}
+	c, err := Load("", lookup(map[string]string{"GANTRY_LEASE_DURATION": "30s", "GANTRY_IMAGES_CACHE_TTL": "1h"}), Flags{})
+	if err != nil || c.Lease().Seconds() != 30 || c.Images.TTL().Hours() != 1 {
+		t.Fatalf("%v %v %v", c.Lease(), c.Images.TTL(), err)
+	}
+}
+
+// TestOptionsTable: every option's field is settable from text where it has
+// a variable or a flag, keys, variables and flags are unique, and the
+// documented table has a row per option.
+func TestOptionsTable(t *testing.T) {
+	keys, envs, flags := map[string]bool{}, map[string]bool{}, map[string]bool{}
+	for _, o := range options {
+		if keys[o.key] || (o.env != "" && envs[o.env]) || (o.flag != "" && flags[o.flag]) {
+			t.Errorf("%s declared twice", o.key)
+		}
+		keys[o.key], envs[o.env], flags[o.flag] = true, true, true
+		if o.doc == "" {
+			t.Errorf("%s has no documentation", o.key)
+		}
+		if o.env != "" || o.flag != "" {
+			c := Default()
+			if err := set(o.field(&c), "1s"); err != nil && strings.Contains(err.Error(), "cannot be set") {
+				t.Errorf("%s: %v", o.key, err)
+			}
+		}
+	}
+	if doc := Doc(); strings.Count(doc, "\n| `") != len(options) {
+		t.Errorf("the documented table has %d rows for %d options", strings.Count(doc, "\n| `"), len(options))
+	}
+}
+
+// TestEveryFieldIsAnOption: each leaf of Config (by its YAML key) has a row
+// in the options table, so nothing is configurable without being declared
+// and documented there.
+func TestEveryFieldIsAnOption(t *testing.T) {
+	var leaves func(t reflect.Type, prefix string) []string
+	leaves = func(t reflect.Type, prefix string) []string {
+		var out []string
+		for i := range t.NumField() {
+			f := t.Field(i)
+			key := prefix + strings.Split(f.Tag.Get("json"), ",")[0]
+			if f.Type.Kind() == reflect.Struct {
+				out = append(out, leaves(f.Type, key+".")...)
+				continue
+			}
+			out = append(out, key)
+		}
+		return out
+	}
+	keys := map[string]bool{}
+	for _, o := range options {
+		keys[o.key] = true
+	}
+	for _, k := range leaves(reflect.TypeFor[Config](), "") {
+		if !keys[k] {
+			t.Errorf("configuration key %s is not in the options table", k)
+		}
 	}
 }

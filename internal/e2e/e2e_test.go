@@ -58,7 +58,7 @@ func start(t testing.TB, dbPath string, withCluster bool, edit ...func(*config.C
 		c.Database.DSN = config.Secret(dbPath)
 		c.PolicyDir = testPolicy(t)
 		c.Confidential.KBSURL = "https://kbs.gantry-system.svc:8080"
-		c.ReconcileInterval = "1s"
+		c.ReconcileInterval = config.Duration(time.Second)
 		c.Namespace = "gantry-e2e-" + workload.NewID()
 		if withCluster {
 			c.Kubeconfig = cluster.Kubeconfig

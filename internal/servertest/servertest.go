@@ -41,7 +41,7 @@ func Config(t testing.TB) config.Config {
 		t.Fatal(err)
 	}
 	cfg, err := config.Load("", func(string) (string, bool) { return "", false }, config.Flags{
-		Listen: "127.0.0.1:0", DSN: filepath.Join(t.TempDir(), "gantry.db"), LogLevel: "error"})
+		"listen": "127.0.0.1:0", "db": filepath.Join(t.TempDir(), "gantry.db"), "log-level": "error"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -297,7 +297,7 @@ func testUpdateWorkload(t *testing.T, s *store.Store) {
 	}
 	at := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
 	w := workload.Workload{ID: "race000001", Name: "x-race000001", Team: "vision", Owner: "alice", Template: "pytorch-train", TemplateVersion: 1,
-		Kind: "job", GPUClass: "L4", GPUCount: 1, Parameters: map[string]string{}, ObjectsHash: "h", Status: workload.Pending,
+		Kind: "service", GPUClass: "L4", GPUCount: 1, Parameters: map[string]string{}, ObjectsHash: "h", Status: workload.Pending,
 		Reason: "0", CreatedAt: at, UpdatedAt: at}
 	if err := s.CreateWorkload(ctx, w); err != nil {
 		t.Fatal(err)
@@ -350,8 +350,13 @@ func testUpdateWorkload(t *testing.T, s *store.Store) {
 	if again, _ := s.Workload(ctx, w.ID); !again.ExpiresAt.Equal(exp) || !again.Applied() || again.Endpoint != "http://x" {
 		t.Fatalf("mutable fields not written: %+v", again)
 	}
+	job := w
+	job.ID, job.Name, job.Kind, job.ExpiresAt = "race000002", "x-race000002", "job", exp
+	if err := s.CreateWorkload(ctx, job); err != nil {
+		t.Fatal(err)
+	}
 	if due, err := s.ExpiredWorkloads(ctx, exp, 10); err != nil || len(due) != 1 || due[0].ID != w.ID {
-		t.Fatalf("expired at its expiry: %v %v", due, err)
+		t.Fatalf("expired at its expiry: %v %v; want the service, not the job (the cluster ends Jobs)", due, err)
 	}
 	if due, _ := s.ExpiredWorkloads(ctx, exp.Add(-time.Second), 10); len(due) != 0 {
 		t.Fatalf("expired before its expiry: %v", due)

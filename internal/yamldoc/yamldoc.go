@@ -6,6 +6,7 @@ package yamldoc
 
 import (
 	"bytes"
+	"encoding"
 	"errors"
 	"fmt"
 	"io"
@@ -163,6 +164,19 @@ func (d *decoder) value(n *yaml.Node, v reflect.Value, path string) {
 	if v.Type() == anyType {
 		d.anyScalar(n, v, path)
 		return
+	}
+	if v.CanAddr() {
+		if u, ok := v.Addr().Interface().(encoding.TextUnmarshaler); ok {
+			// Types that parse their own text (durations, quantities).
+			if n.Kind != yaml.ScalarNode {
+				d.fail(n, path, "expected a single value, got %s", kindName(n))
+				return
+			}
+			if err := u.UnmarshalText([]byte(n.Value)); err != nil {
+				d.fail(n, path, "%v", err)
+			}
+			return
+		}
 	}
 	switch v.Kind() {
 	case reflect.Pointer:

@@ -1,0 +1,207 @@
+package config
+
+//go:generate go run ./gendoc ../../docs/configuration.md
+
+import (
+	"flag"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Duration is a time.Duration written as Go writes durations ("15s", "8h").
+// A value that is not one is an error where it was read (file:line, the
+// variable or the flag).
+type Duration time.Duration
+
+// UnmarshalText implements encoding.TextUnmarshaler (files, variables, flags).
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return fmt.Errorf("%q is not a duration such as 30s, 15m or 8h", b)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalText implements encoding.TextMarshaler (printed configuration).
+func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
+
+func (d Duration) String() string { return time.Duration(d).String() }
+
+// option is one configuration setting: its YAML key, its environment
+// variable, its command-line flag (of gantry serve; "" for none), what it
+// means, and where it lives in a Config. The table below is the only place
+// settings are declared: Load, the flags and docs/configuration.md all come
+// from it.
+type option struct {
+	key, env, flag string
+	doc            string
+	defaultDoc     string // the default as documented, where it is not a constant
+	field          func(*Config) any
+}
+
+var options = []option{
+	{key: "listen", env: "GANTRY_LISTEN", flag: "listen", field: func(c *Config) any { return &c.Listen },
+		doc: "address to listen on; loopback only unless `oidc.issuer` is set"},
+	{key: "publicURL", env: "GANTRY_PUBLIC_URL", field: func(c *Config) any { return &c.PublicURL },
+		doc: "how browsers reach Gantry; sign-in redirects come back to it, and an https URL makes cookies Secure", defaultDoc: "`http://` + the listen address"},
+	{key: "database.driver", env: "GANTRY_DATABASE_DRIVER", flag: "db-driver", field: func(c *Config) any { return &c.Database.Driver },
+		doc: "`sqlite` (one replica) or `postgres` (several)"},
+	{key: "database.dsn", env: "GANTRY_DATABASE_DSN", flag: "db", field: func(c *Config) any { return &c.Database.DSN },
+		doc: "SQLite file or PostgreSQL URL (never logged)", defaultDoc: "`~/.local/share/gantry/gantry.db`"},
+	{key: "log.level", env: "GANTRY_LOG_LEVEL", flag: "log-level", field: func(c *Config) any { return &c.Log.Level },
+		doc: "`debug`, `info`, `warn` or `error`"},
+	{key: "log.format", env: "GANTRY_LOG_FORMAT", field: func(c *Config) any { return &c.Log.Format },
+		doc: "`text` or `json`"},
+	{key: "kubeconfig", env: "GANTRY_KUBECONFIG", flag: "kubeconfig", field: func(c *Config) any { return &c.Kubeconfig },
+		doc: "the cluster workloads are applied to; none: launches are recorded and rendered, not applied (`gantry dev` sets it)"},
+	{key: "namespace", env: "GANTRY_NAMESPACE", field: func(c *Config) any { return &c.Namespace },
+		doc: "Gantry's own namespace, where its replicas' Lease lives"},
+	{key: "leaseDuration", env: "GANTRY_LEASE_DURATION", field: func(c *Config) any { return &c.LeaseDuration },
+		doc: "how long replicas wait for a leader that stopped renewing its Lease before one takes over (2s to 5m)"},
+	{key: "reconcileInterval", env: "GANTRY_RECONCILE_INTERVAL", field: func(c *Config) any { return &c.ReconcileInterval },
+		doc: "how often the lifecycle loop runs: apply launches not yet applied, converge stopped, started and deleted workloads, stop those past their max runtime (at least 1s)"},
+	{key: "removeOrphans", env: "GANTRY_REMOVE_ORPHANS", field: func(c *Config) any { return &c.RemoveOrphans },
+		doc: "delete objects with Gantry's labels that belong to no workload (otherwise they are only reported)"},
+	{key: "namespacePrefix", env: "GANTRY_NAMESPACE_PREFIX", field: func(c *Config) any { return &c.NamespacePrefix },
+		doc: "team `vision` → namespace `gantry-vision`"},
+	{key: "templatesDir", env: "GANTRY_TEMPLATES_DIR", field: func(c *Config) any { return &c.TemplatesDir },
+		doc: "the initial template catalog, loaded into an empty database (relative or absolute)"},
+	{key: "gpuClassesFile", env: "GANTRY_GPU_CLASSES_FILE", field: func(c *Config) any { return &c.GPUClassesFile },
+		doc: "GPU classes, MIG profiles and prices"},
+	{key: "policyDir", env: "GANTRY_POLICY_DIR", field: func(c *Config) any { return &c.PolicyDir },
+		doc: "`model.conf`, `roles.csv` and `bindings.yaml`; reloaded when they change"},
+	{key: "images.dir", env: "GANTRY_IMAGES_DIR", field: func(c *Config) any { return &c.Images.Dir },
+		doc: "the approved image catalog and its keys; reloaded when it changes"},
+	{key: "images.registryAuthFile", env: "GANTRY_IMAGES_REGISTRY_AUTH_FILE", field: func(c *Config) any { return &c.Images.RegistryAuthFile },
+		doc: "registry credentials: a docker `config.json` or a pull secret's `.dockerconfigjson`", defaultDoc: "none (anonymous)"},
+	{key: "images.cacheTTL", env: "GANTRY_IMAGES_CACHE_TTL", field: func(c *Config) any { return &c.Images.CacheTTL },
+		doc: "how long a verified digest stays verified (0s to 24h)"},
+	{key: "images.mirrors", field: func(c *Config) any { return &c.Images.Mirrors },
+		doc: "catalog registry host → host to fetch from", defaultDoc: "none"},
+	{key: "images.devRegistry", env: "GANTRY_IMAGES_DEV_REGISTRY", field: func(c *Config) any { return &c.Images.DevRegistry },
+		doc: "a local registry with signed stand-ins for the catalog (`gantry dev`, `make serve`; `-tags dev` builds only; refused with `oidc.issuer`)"},
+	{key: "confidential.kbsURL", env: "GANTRY_CONFIDENTIAL_KBS_URL", field: func(c *Config) any { return &c.Confidential.KBSURL },
+		doc: "the key broker confidential pods attest to; none: confidential launches are refused", defaultDoc: "none"},
+	{key: "maxBodyBytes", env: "GANTRY_MAX_BODY_BYTES", field: func(c *Config) any { return &c.MaxBodyBytes },
+		doc: "largest request body (1024 to 67108864)"},
+	{key: "sessionLifetime", env: "GANTRY_SESSION_LIFETIME", field: func(c *Config) any { return &c.SessionLifetime },
+		doc: "how long a browser stays signed in (1m to 720h)"},
+	{key: "oidc.issuer", env: "GANTRY_OIDC_ISSUER", field: func(c *Config) any { return &c.OIDC.Issuer },
+		doc: "the OpenID provider; none: the development provider runs in-process (`-tags dev` builds, loopback only)", defaultDoc: "none"},
+	{key: "oidc.clientID", env: "GANTRY_OIDC_CLIENT_ID", field: func(c *Config) any { return &c.OIDC.ClientID },
+		doc: "the portal's client (code flow with PKCE); required with `oidc.issuer`", defaultDoc: "none"},
+	{key: "oidc.clientSecret", env: "GANTRY_OIDC_CLIENT_SECRET", field: func(c *Config) any { return &c.OIDC.ClientSecret },
+		doc: "the portal client's secret (never logged); empty for a public client", defaultDoc: "none"},
+	{key: "oidc.cliClientID", env: "GANTRY_OIDC_CLI_CLIENT_ID", field: func(c *Config) any { return &c.OIDC.CLIClientID },
+		doc: "the CLI's public client (device grant)", defaultDoc: "none"},
+	{key: "oidc.audiences", env: "GANTRY_OIDC_AUDIENCES", field: func(c *Config) any { return &c.OIDC.Audiences },
+		doc: "client ids whose tokens the API accepts (comma-separated in the variable)", defaultDoc: "the portal's and the CLI's client ids"},
+	{key: "oidc.scopes", field: func(c *Config) any { return &c.OIDC.Scopes },
+		doc: "scopes asked for at sign-in"},
+	{key: "oidc.clockSkew", env: "GANTRY_OIDC_CLOCK_SKEW", field: func(c *Config) any { return &c.OIDC.ClockSkew },
+		doc: "allowed clock difference with the provider (0s to 5m)"},
+	{key: "oidc.subjectClaim", field: func(c *Config) any { return &c.OIDC.SubjectClaim }, doc: "claim naming the user", defaultDoc: "`sub`"},
+	{key: "oidc.emailClaim", field: func(c *Config) any { return &c.OIDC.EmailClaim }, doc: "claim with the e-mail address", defaultDoc: "`email`"},
+	{key: "oidc.nameClaim", field: func(c *Config) any { return &c.OIDC.NameClaim }, doc: "claim with the display name", defaultDoc: "`name`"},
+	{key: "oidc.groupsClaim", field: func(c *Config) any { return &c.OIDC.GroupsClaim }, doc: "claim with the groups `policy/bindings.yaml` binds", defaultDoc: "`groups`"},
+	{key: "devLogin.listen", env: "GANTRY_DEV_LOGIN_LISTEN", field: func(c *Config) any { return &c.DevLogin.Listen },
+		doc: "where the development provider listens (loopback; port 0: any free one)"},
+	{key: "devLogin.users", field: func(c *Config) any { return &c.DevLogin.Users },
+		doc: "the development provider's users (username, password, name, email, groups)", defaultDoc: "alice, lee, pat, ada and vic (README)"},
+}
+
+// set parses v into the field at p, by the field's type.
+func set(p any, v string) error {
+	switch f := p.(type) {
+	case *string:
+		*f = v
+	case *Secret:
+		*f = Secret(v)
+	case *bool:
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("%q is not true or false", v)
+		}
+		*f = b
+	case *int64:
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return fmt.Errorf("%q is not an integer", v)
+		}
+		*f = n
+	case *Duration:
+		return f.UnmarshalText([]byte(v))
+	case *[]string:
+		*f = strings.Split(v, ",")
+	default:
+		return fmt.Errorf("cannot be set from text (%T)", p)
+	}
+	return nil
+}
+
+// Flags are command-line values by flag name (the table's flag column);
+// empty values override nothing.
+type Flags map[string]string
+
+// FlagSet registers a flag for every option that has one and returns the
+// Flags their values will be in after fs.Parse.
+func FlagSet(fs *flag.FlagSet) func() Flags {
+	vals := map[string]*string{}
+	for _, o := range options {
+		if o.flag != "" {
+			vals[o.flag] = fs.String(o.flag, "", o.doc+" (also $"+o.env+")")
+		}
+	}
+	return func() Flags {
+		f := Flags{}
+		for name, v := range vals {
+			f[name] = *v
+		}
+		return f
+	}
+}
+
+// Doc writes the options table as Markdown: key, variable, flag, default,
+// meaning. docs/configuration.md is generated from it (go generate).
+func Doc() string {
+	var b strings.Builder
+	b.WriteString("| key | environment | flag | default | what it is |\n|---|---|---|---|---|\n")
+	def := Default()
+	for _, o := range options {
+		d := o.defaultDoc
+		if t := defaultText(o.field(&def)); d == "" && t != "" {
+			d = "`" + t + "`"
+		} else if d == "" {
+			d = "none"
+		}
+		cell := func(s, prefix string) string {
+			if s == "" {
+				return ""
+			}
+			return "`" + prefix + s + "`"
+		}
+		fmt.Fprintf(&b, "| `%s` | %s | %s | %s | %s |\n", o.key, cell(o.env, ""), cell(o.flag, "--"), d, o.doc)
+	}
+	return b.String()
+}
+
+func defaultText(p any) string {
+	switch f := p.(type) {
+	case *string:
+		return *f
+	case *Secret:
+		return string(*f)
+	case *bool:
+		return strconv.FormatBool(*f)
+	case *int64:
+		return strconv.FormatInt(*f, 10)
+	case *Duration:
+		return f.String()
+	case *[]string:
+		return strings.Join(*f, " ")
+	}
+	return fmt.Sprint(p)
+}

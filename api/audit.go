@@ -1,0 +1,38 @@
+package api
+
+import (
+	"context"
+	"errors"
+
+	"github.com/gantryhq/gantry/internal/audit"
+	"github.com/gantryhq/gantry/internal/fault"
+)
+
+func (s *server) ListAudit(ctx context.Context, req ListAuditRequestObject) (ListAuditResponseObject, error) {
+	if s.o.Audit == nil {
+		return nil, &fault.Unavailable{What: "audit log", Err: errors.New("not configured on this server")}
+	}
+	p := req.Params
+	limit := 100
+	if p.Limit != nil {
+		limit = *p.Limit
+	}
+	f := audit.Filter{Actor: deref(p.Actor), After: deref(p.After), Limit: limit + 1}
+	if p.Decision != nil {
+		f.Decision = string(*p.Decision)
+	}
+	recs, err := s.o.Audit.AuditRecords(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	out := AuditList{Items: []AuditRecord{}}
+	for i, r := range recs {
+		if i == limit {
+			out.NextAfter = ptr(recs[limit-1].Seq)
+			break
+		}
+		out.Items = append(out.Items, AuditRecord{Seq: r.Seq, At: r.At, Actor: r.Actor, Action: r.Action, Object: r.Object,
+			Decision: AuditRecordDecision(r.Decision), Status: r.Status, Reason: r.Reason, RequestId: r.RequestID, Source: r.Source, Hash: r.Hash})
+	}
+	return ListAudit200JSONResponse(out), nil
+}

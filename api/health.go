@@ -1,0 +1,52 @@
+package api
+
+import (
+	"context"
+	"time"
+)
+
+// Pinger checks a dependency for /readyz.
+type Pinger interface {
+	Ping(ctx context.Context) error
+}
+
+// Check is one dependency /readyz asks.
+type Check struct {
+	Name   string
+	Pinger Pinger
+}
+
+func (s *server) GetHealth(ctx context.Context, _ GetHealthRequestObject) (GetHealthResponseObject, error) {
+	return GetHealth200JSONResponse{Status: Ok}, nil
+}
+
+func (s *server) GetReady(ctx context.Context, _ GetReadyRequestObject) (GetReadyResponseObject, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	r := Readiness{Status: Ready, Checks: []struct {
+		Detail *string `json:"detail,omitempty"`
+		Name   string  `json:"name"`
+		Ok     bool    `json:"ok"`
+	}{}}
+	for _, c := range s.o.Checks {
+		ok, detail := true, (*string)(nil)
+		if err := c.Pinger.Ping(ctx); err != nil {
+			ok, detail = false, ptr(c.Name+" does not answer")
+			r.Status = NotReady
+			s.o.Logger.WarnContext(ctx, "readiness check failed", "check", c.Name, "err", err)
+		}
+		r.Checks = append(r.Checks, struct {
+			Detail *string `json:"detail,omitempty"`
+			Name   string  `json:"name"`
+			Ok     bool    `json:"ok"`
+		}{Detail: detail, Name: c.Name, Ok: ok})
+	}
+	if r.Status == NotReady {
+		return GetReady503JSONResponse(r), nil
+	}
+	return GetReady200JSONResponse(r), nil
+}
+
+func (s *server) GetOpenAPI(ctx context.Context, _ GetOpenAPIRequestObject) (GetOpenAPIResponseObject, error) {
+	return GetOpenAPI200ApplicationyamlResponse{Body: bytesReader(s.o.Spec), ContentLength: int64(len(s.o.Spec))}, nil
+}

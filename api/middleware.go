@@ -1,0 +1,164 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/gantryhq/gantry/internal/audit"
+	"github.com/gantryhq/gantry/internal/authn"
+	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/identity"
+	"github.com/gantryhq/gantry/internal/token"
+	"github.com/gantryhq/gantry/internal/weblogin"
+)
+
+// SessionAuthenticator finds the signed-in browser session a cookie names.
+type SessionAuthenticator interface {
+	Authenticate(ctx context.Context, cookie string) (weblogin.Session, error)
+}
+
+// identify attaches the caller's identity to API requests: a bearer token
+// (a personal access token by its prefix, else a JWT for Identify), or the
+// session cookie of a signed-in browser, which must also send the session's
+// CSRF token in X-CSRF-Token on anything but a read.
+func identify(bearer func(*http.Request) (identity.Identity, error), tokens *token.Service, sessions SessionAuthenticator) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			r := c.Request()
+			if !isAPI(r.URL.Path) {
+				return next(c)
+			}
+			var id identity.Identity
+			err := authn.ErrNoCredentials
+			if raw, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
+				switch {
+				case tokens != nil && token.Is(raw):
+					id, err = tokens.Authenticate(r.Context(), raw)
+					id.Via = identity.ViaToken
+				case bearer != nil:
+					id, err = bearer(r)
+					id.Via = identity.ViaBearer
+				}
+			} else if ck, cerr := r.Cookie(weblogin.SessionCookie); cerr == nil && sessions != nil {
+				var ses weblogin.Session
+				ses, err = sessions.Authenticate(r.Context(), ck.Value)
+				if err != nil && !errors.Is(err, weblogin.ErrNoSession) {
+					return fmt.Errorf("look up the session: %w", err) // the store failed: not the caller's fault
+				}
+				if err == nil && !safeMethod(r.Method) && !ses.CheckCSRF(r.Header.Get(CSRFHeader)) {
+					return &fault.Forbidden{Reason: "missing or wrong " + CSRFHeader + " header: a signed-in browser sends its session's CSRF token with every change"}
+				}
+				id = ses.Identity
+				id.Via = identity.ViaSession
+			}
+			if err != nil {
+				// RFC 6750: say that the token is bad, never why.
+				challenge := `Bearer realm="gantry"`
+				if !errors.Is(err, authn.ErrNoCredentials) && !errors.Is(err, weblogin.ErrNoSession) {
+					challenge += `, error="invalid_token"`
+				}
+				c.Response().Header().Set("WWW-Authenticate", challenge)
+				return echo.NewHTTPError(http.StatusUnauthorized, "not authenticated")
+			}
+			c.SetRequest(r.WithContext(identity.With(r.Context(), id)))
+			return next(c)
+		}
+	}
+}
+
+func safeMethod(m string) bool {
+	return m == http.MethodGet || m == http.MethodHead || m == http.MethodOptions
+}
+
+func isAPI(path string) bool { return len(path) >= 8 && path[:8] == "/api/v1/" || path == "/api/v1" }
+
+func secureHeaders(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		h := c.Response().Header()
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Cache-Control", "no-store")
+		return next(c)
+	}
+}
+
+func accessLog(log *slog.Logger) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			start := time.Now()
+			err := next(c)
+			if err != nil {
+				c.Error(err)
+			}
+			log.LogAttrs(c.Request().Context(), slog.LevelInfo, "request",
+				slog.String("method", c.Request().Method),
+				slog.String("route", c.Path()),
+				slog.Int("status", c.Response().Status),
+				slog.Duration("duration", time.Since(start)),
+				slog.String("request_id", c.Response().Header().Get(echo.HeaderXRequestID)))
+			return nil
+		}
+	}
+}
+
+// auditLog records every mutating API request and every denial, once the
+// response is decided, with the caller, the route, the outcome and why.
+func auditLog(store audit.Store, log *slog.Logger) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			if err := next(c); err != nil {
+				c.Error(err)
+				if store == nil {
+					return nil
+				}
+				return record(c, store, log, err)
+			}
+			if store == nil {
+				return nil
+			}
+			return record(c, store, log, nil)
+		}
+	}
+}
+
+func record(c echo.Context, store audit.Store, log *slog.Logger, err error) error {
+	req := c.Request()
+	status := c.Response().Status
+	denied := status == http.StatusUnauthorized || status == http.StatusForbidden
+	mutating := req.Method != http.MethodGet && req.Method != http.MethodHead && req.Method != http.MethodOptions
+	if !isAPI(req.URL.Path) || !(mutating || denied) {
+		return nil
+	}
+	r := audit.Record{At: time.Now(), Actor: "anonymous", Action: req.Method + " " + c.Path(), Object: req.URL.Path,
+		Decision: audit.Allow, Status: status, RequestID: c.Response().Header().Get(echo.HeaderXRequestID)}
+	if id, ok := identity.From(req.Context()); ok {
+		r.Actor = id.String()
+		if id.TokenID != "" {
+			r.Actor += " (token " + id.TokenID + ")"
+		}
+	}
+	if denied {
+		r.Decision = audit.Deny
+	}
+	if err != nil {
+		if _, p := problemFor(err); p.Detail != nil {
+			r.Reason = *p.Detail
+		} else {
+			r.Reason = p.Title
+		}
+	}
+	if host, _, serr := net.SplitHostPort(req.RemoteAddr); serr == nil {
+		r.Source = host
+	}
+	if _, aerr := store.AppendAudit(req.Context(), r); aerr != nil {
+		log.ErrorContext(req.Context(), "audit record not written", "err", aerr, "action", r.Action, "actor", r.Actor)
+	}
+	return nil
+}

@@ -264,6 +264,25 @@ func Load(path string, lookup func(string) (string, bool), f Flags) (Config, err
 
 func (c *Config) validate() error {
 	var errs fault.List
+	c.validateListenAndDatabase(&errs)
+	c.validateAuth(&errs)
+	if c.PublicURL != "" {
+		u, err := url.Parse(c.PublicURL)
+		if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") || u.RawQuery != "" || u.Fragment != "" {
+			errs.Addf("publicURL", "%q must be an http or https URL without query", c.PublicURL)
+		}
+	}
+	c.validateDurations(&errs)
+	if c.PolicyDir == "" {
+		errs.Addf("policyDir", "is required")
+	}
+	c.validateImages(&errs)
+	c.validateLimitsAndLogs(&errs)
+	return errs.Err()
+}
+
+// validateListenAndDatabase checks listen and database.
+func (c *Config) validateListenAndDatabase(errs *fault.List) {
 	host, port, err := net.SplitHostPort(c.Listen)
 	if err != nil {
 		errs.Addf("listen", "%q is not host:port", c.Listen)
@@ -285,6 +304,11 @@ func (c *Config) validate() error {
 	} else if c.Database.Driver == "postgres" && !strings.HasPrefix(string(c.Database.DSN), "postgres://") && !strings.HasPrefix(string(c.Database.DSN), "postgresql://") && !strings.Contains(string(c.Database.DSN), "=") {
 		errs.Addf("database.dsn", "is not a PostgreSQL URL (postgres://...) or key=value connection string")
 	}
+}
+
+// validateAuth checks oidc, defaulting its audiences to the client ids, or
+// devLogin when oidc.issuer is empty.
+func (c *Config) validateAuth(errs *fault.List) {
 	if c.OIDC.Issuer != "" {
 		u, err := url.Parse(c.OIDC.Issuer)
 		if err != nil || u.Host == "" || (u.Scheme != "https" && !(u.Scheme == "http" && loopback(u.Hostname()))) {
@@ -299,31 +323,29 @@ func (c *Config) validate() error {
 				c.OIDC.Audiences = append(c.OIDC.Audiences, c.OIDC.CLIClientID)
 			}
 		}
-	} else {
-		if h, _, err := net.SplitHostPort(c.DevLogin.Listen); err != nil || !loopback(h) {
-			errs.Addf("devLogin.listen", "%q must be a loopback host:port: the development provider is for this machine only", c.DevLogin.Listen)
-		}
-		if len(c.DevLogin.Users) == 0 {
-			errs.Addf("devLogin.users", "at least one user is required when oidc.issuer is empty")
-		}
-		seen := map[string]bool{}
-		for i, u := range c.DevLogin.Users {
-			f := fmt.Sprintf("devLogin.users[%d]", i)
-			if u.Username == "" || u.Password == "" {
-				errs.Addf(f, "username and password are required")
-			}
-			if seen[u.Username] {
-				errs.Addf(f+".username", "%q appears twice", u.Username)
-			}
-			seen[u.Username] = true
-		}
+		return
 	}
-	if c.PublicURL != "" {
-		u, err := url.Parse(c.PublicURL)
-		if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") || u.RawQuery != "" || u.Fragment != "" {
-			errs.Addf("publicURL", "%q must be an http or https URL without query", c.PublicURL)
-		}
+	if h, _, err := net.SplitHostPort(c.DevLogin.Listen); err != nil || !loopback(h) {
+		errs.Addf("devLogin.listen", "%q must be a loopback host:port: the development provider is for this machine only", c.DevLogin.Listen)
 	}
+	if len(c.DevLogin.Users) == 0 {
+		errs.Addf("devLogin.users", "at least one user is required when oidc.issuer is empty")
+	}
+	seen := map[string]bool{}
+	for i, u := range c.DevLogin.Users {
+		f := fmt.Sprintf("devLogin.users[%d]", i)
+		if u.Username == "" || u.Password == "" {
+			errs.Addf(f, "username and password are required")
+		}
+		if seen[u.Username] {
+			errs.Addf(f+".username", "%q appears twice", u.Username)
+		}
+		seen[u.Username] = true
+	}
+}
+
+// validateDurations checks that the durations are within their bounds.
+func (c *Config) validateDurations(errs *fault.List) {
 	between := func(key string, d Duration, lo, hi time.Duration) {
 		if time.Duration(d) < lo || time.Duration(d) > hi {
 			errs.Addf(key, "%s must be between %s and %s", d, Duration(lo), Duration(hi))
@@ -334,9 +356,11 @@ func (c *Config) validate() error {
 	between("images.cacheTTL", c.Images.CacheTTL, 0, 24*time.Hour)
 	between("reconcileInterval", c.ReconcileInterval, time.Second, 24*time.Hour)
 	between("leaseDuration", c.LeaseDuration, 2*time.Second, 5*time.Minute)
-	if c.PolicyDir == "" {
-		errs.Addf("policyDir", "is required")
-	}
+}
+
+// validateImages checks images.devRegistry, confidential.kbsURL, images.dir,
+// images.mirrors, templatesDir and gpuClassesFile.
+func (c *Config) validateImages(errs *fault.List) {
 	if c.Images.DevRegistry && c.OIDC.Issuer != "" {
 		errs.Addf("images.devRegistry", "trusts a development signing key: only for local development, not with oidc.issuer")
 	}
@@ -359,6 +383,11 @@ func (c *Config) validate() error {
 	if c.GPUClassesFile == "" {
 		errs.Addf("gpuClassesFile", "is required")
 	}
+}
+
+// validateLimitsAndLogs checks namespacePrefix, maxBodyBytes, log and
+// namespace.
+func (c *Config) validateLimitsAndLogs(errs *fault.List) {
 	if len(c.NamespacePrefix) > 20 || strings.Trim(c.NamespacePrefix, "abcdefghijklmnopqrstuvwxyz0123456789-") != "" {
 		errs.Addf("namespacePrefix", "%q must be at most 20 lowercase letters, digits or '-'", c.NamespacePrefix)
 	}
@@ -378,7 +407,6 @@ func (c *Config) validate() error {
 	if len(c.Namespace) == 0 || len(c.Namespace) > 63 || strings.Trim(c.Namespace, "abcdefghijklmnopqrstuvwxyz0123456789-") != "" || strings.HasPrefix(c.Namespace, "-") || strings.HasSuffix(c.Namespace, "-") {
 		errs.Addf("namespace", "%q must be a namespace name (a DNS label)", c.Namespace)
 	}
-	return errs.Err()
 }
 
 // Lease is the leader election lease duration.

@@ -135,115 +135,177 @@ func (v *Verifier) Verify(ctx context.Context, e *imagecat.Entry, tag string) (R
 	if v.puller != nil {
 		ropts = append(ropts, remote.Reuse(v.puller))
 	}
-	desc, err := remote.Head(fetchRepo.Tag(tag), ropts...)
+	digest, err := resolve(repo, fetchRepo, ref, tag, ropts)
 	if err != nil {
-		var terr *transport.Error
-		if errors.As(err, &terr) && terr.StatusCode == http.StatusNotFound {
-			return Result{}, &Refused{Image: ref, Check: CheckResolve, Reason: fmt.Sprintf("%s:%s is not in the registry", repo, tag)}
-		}
-		return Result{}, &fault.Unavailable{What: "image registry " + fetchRepo.RegistryStr(), Err: err}
+		return Result{}, err
 	}
-	digest := desc.Digest.String()
 	key := cacheKey{digest: digest, policy: policyOf(e)}
 	now := v.now()
-	v.mu.Lock()
-	if r, ok := v.cache[key]; ok && now.Sub(r.VerifiedAt) < v.o.TTL {
-		v.mu.Unlock()
+	if r, ok := v.cached(key, now); ok {
 		r.Cached = true
 		r.Image, r.Reference = ref, repo.String()+":"+tag
 		return r, nil
 	}
-	v.mu.Unlock()
 
 	res := Result{Image: ref, Reference: repo.String() + ":" + tag, Digest: digest, Pinned: repo.String() + "@" + digest, VerifiedAt: now, TEE: img.TEE()}
-	dref := fetchRepo.Digest(digest)
-	refuse := func(check, format string, args ...any) (Result, error) {
-		return Result{}, &Refused{Image: ref, Digest: digest, Check: check, Reason: fmt.Sprintf(format, args...)}
+	c := &verification{ctx: ctx, e: e, ref: ref, digest: digest, repo: fetchRepo, dref: fetchRepo.Digest(digest),
+		regOpts: []ociremote.Option{ociremote.WithRemoteOptions(ropts...)}}
+	sigs, verifier, signer, err := c.signatures()
+	if err != nil {
+		return Result{}, err
 	}
-	if len(e.Keys) == 0 {
-		return refuse(CheckSignature, "keyless verification needs a trust root (Fulcio certificates and a transparency log); this server has none, so only key-based identities can be verified")
+	res.Signer = signer
+	if res.Annotations, err = c.annotations(sigs); err != nil {
+		return Result{}, err
 	}
-	regOpts := []ociremote.Option{ociremote.WithRemoteOptions(ropts...)}
+	if res.Attestations, err = c.attestations(verifier); err != nil {
+		return Result{}, err
+	}
+	v.store(key, res)
+	return res, nil
+}
 
-	// Signatures: any of the catalog's keys.
-	var sigs []oci.Signature
-	var verifier signature.Verifier
-	var lastErr error
-	for i, k := range e.Keys {
-		sv, err := signature.LoadVerifier(k, crypto.SHA256)
-		if err != nil {
-			return Result{}, fmt.Errorf("image %s: key %s: %w", ref, e.KeyNames[i], err)
+// resolve asks the registry (fetchRepo, repo's mirror) for the digest of tag.
+func resolve(repo, fetchRepo name.Repository, ref, tag string, ropts []remote.Option) (string, error) {
+	desc, err := remote.Head(fetchRepo.Tag(tag), ropts...)
+	if err != nil {
+		var terr *transport.Error
+		if errors.As(err, &terr) && terr.StatusCode == http.StatusNotFound {
+			return "", &Refused{Image: ref, Check: CheckResolve, Reason: fmt.Sprintf("%s:%s is not in the registry", repo, tag)}
 		}
-		co := &cosign.CheckOpts{SigVerifier: sv, RegistryClientOpts: regOpts, IgnoreTlog: true, IgnoreSCT: true, Offline: true, ClaimVerifier: cosign.SimpleClaimVerifier}
-		sigs, _, err = cosign.VerifyImageSignatures(ctx, dref, co)
-		if err == nil && len(sigs) > 0 {
-			verifier, res.Signer = sv, e.KeyNames[i]+" ("+Fingerprint(k)+")"
-			break
-		}
-		lastErr = err
+		return "", &fault.Unavailable{What: "image registry " + fetchRepo.RegistryStr(), Err: err}
 	}
-	if verifier == nil {
-		var none *cosign.ErrNoSignaturesFound
-		if errors.As(lastErr, &none) {
-			return refuse(CheckSignature, "the image is not signed")
-		}
-		if isUnavailable(lastErr) {
-			return Result{}, &fault.Unavailable{What: "image registry " + fetchRepo.RegistryStr(), Err: lastErr}
-		}
-		return refuse(CheckSignature, "no signature verifies with %s", strings.Join(e.KeyNames, " or "))
-	}
+	return desc.Digest.String(), nil
+}
 
-	// Annotations: one verified signature carries them all.
-	if len(img.Spec.Annotations) > 0 {
-		var missing []string
-		ok := false
-		for _, s := range sigs {
-			m := annotationsOf(s)
-			var miss []string
-			for k, want := range img.Spec.Annotations {
-				if got, found := m[k]; !found || fmt.Sprint(got) != want {
-					miss = append(miss, fmt.Sprintf("%s=%q", k, want))
-				}
-			}
-			if len(miss) == 0 {
-				ok = true
-				break
-			}
-			missing = miss
-		}
-		if !ok {
-			sort.Strings(missing)
-			return refuse(CheckAnnotations, "no verified signature carries %s", strings.Join(missing, ", "))
-		}
-		for k, val := range img.Spec.Annotations {
-			res.Annotations = append(res.Annotations, k+"="+val)
-		}
-		sort.Strings(res.Annotations)
+// cached returns the cached success for key, if younger than the TTL.
+func (v *Verifier) cached(key cacheKey, now time.Time) (Result, bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	r, ok := v.cache[key]
+	if !ok || now.Sub(r.VerifiedAt) >= v.o.TTL {
+		return Result{}, false
 	}
+	return r, true
+}
 
-	// Attestations: each required predicate type, verified, passing its checks.
-	if len(img.Spec.Attestations) > 0 {
-		co := &cosign.CheckOpts{SigVerifier: verifier, RegistryClientOpts: regOpts, IgnoreTlog: true, IgnoreSCT: true, Offline: true, ClaimVerifier: cosign.IntotoSubjectClaimVerifier}
-		atts, _, err := cosign.VerifyImageAttestations(ctx, dref, co)
-		if err != nil && isUnavailable(err) {
-			return Result{}, &fault.Unavailable{What: "image registry " + fetchRepo.RegistryStr(), Err: err}
-		}
-		statements := statementsOf(atts)
-		for _, want := range img.Spec.Attestations {
-			if reason := satisfied(want, statements); reason != "" {
-				return refuse(CheckAttestation, "%s", reason)
-			}
-			res.Attestations = append(res.Attestations, want.PredicateType)
-		}
-	}
-
+// store caches a success.
+func (v *Verifier) store(key cacheKey, res Result) {
 	v.mu.Lock()
 	if len(v.cache) > 10_000 {
 		clear(v.cache)
 	}
 	v.cache[key] = res
 	v.mu.Unlock()
-	return res, nil
+}
+
+// verification is the signature, annotation and attestation checks of one
+// image digest.
+type verification struct {
+	ctx     context.Context
+	e       *imagecat.Entry
+	ref     string          // name:tag
+	digest  string          // what tag resolved to
+	repo    name.Repository // where it is fetched from
+	dref    name.Digest
+	regOpts []ociremote.Option
+}
+
+func (c *verification) refuse(check, format string, args ...any) error {
+	return &Refused{Image: c.ref, Digest: c.digest, Check: check, Reason: fmt.Sprintf(format, args...)}
+}
+
+func (c *verification) unavailable(err error) error {
+	return &fault.Unavailable{What: "image registry " + c.repo.RegistryStr(), Err: err}
+}
+
+// signatures verifies the image's signatures with any of the catalog's keys
+// and returns them, the key's verifier and the key by name and fingerprint.
+func (c *verification) signatures() ([]oci.Signature, signature.Verifier, string, error) {
+	e := c.e
+	if len(e.Keys) == 0 {
+		return nil, nil, "", c.refuse(CheckSignature, "keyless verification needs a trust root (Fulcio certificates and a transparency log); this server has none, so only key-based identities can be verified")
+	}
+	var lastErr error
+	for i, k := range e.Keys {
+		sv, err := signature.LoadVerifier(k, crypto.SHA256)
+		if err != nil {
+			return nil, nil, "", fmt.Errorf("image %s: key %s: %w", c.ref, e.KeyNames[i], err)
+		}
+		co := &cosign.CheckOpts{SigVerifier: sv, RegistryClientOpts: c.regOpts, IgnoreTlog: true, IgnoreSCT: true, Offline: true, ClaimVerifier: cosign.SimpleClaimVerifier}
+		sigs, _, err := cosign.VerifyImageSignatures(c.ctx, c.dref, co)
+		if err == nil && len(sigs) > 0 {
+			return sigs, sv, e.KeyNames[i] + " (" + Fingerprint(k) + ")", nil
+		}
+		lastErr = err
+	}
+	var none *cosign.ErrNoSignaturesFound
+	if errors.As(lastErr, &none) {
+		return nil, nil, "", c.refuse(CheckSignature, "the image is not signed")
+	}
+	if isUnavailable(lastErr) {
+		return nil, nil, "", c.unavailable(lastErr)
+	}
+	return nil, nil, "", c.refuse(CheckSignature, "no signature verifies with %s", strings.Join(e.KeyNames, " or "))
+}
+
+// annotations checks that one verified signature carries all the required
+// annotations and returns them as sorted key=value.
+func (c *verification) annotations(sigs []oci.Signature) ([]string, error) {
+	want := c.e.Image.Spec.Annotations
+	if len(want) == 0 {
+		return nil, nil
+	}
+	var missing []string
+	ok := false
+	for _, s := range sigs {
+		m := annotationsOf(s)
+		var miss []string
+		for k, w := range want {
+			if got, found := m[k]; !found || fmt.Sprint(got) != w {
+				miss = append(miss, fmt.Sprintf("%s=%q", k, w))
+			}
+		}
+		if len(miss) == 0 {
+			ok = true
+			break
+		}
+		missing = miss
+	}
+	if !ok {
+		sort.Strings(missing)
+		return nil, c.refuse(CheckAnnotations, "no verified signature carries %s", strings.Join(missing, ", "))
+	}
+	var out []string
+	for k, val := range want {
+		out = append(out, k+"="+val)
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// attestations checks each required predicate type: verified with the key
+// that verified the signatures, and passing its checks. It returns the
+// predicate types.
+func (c *verification) attestations(verifier signature.Verifier) ([]string, error) {
+	img := c.e.Image
+	if len(img.Spec.Attestations) == 0 {
+		return nil, nil
+	}
+	co := &cosign.CheckOpts{SigVerifier: verifier, RegistryClientOpts: c.regOpts, IgnoreTlog: true, IgnoreSCT: true, Offline: true, ClaimVerifier: cosign.IntotoSubjectClaimVerifier}
+	atts, _, err := cosign.VerifyImageAttestations(c.ctx, c.dref, co)
+	if err != nil && isUnavailable(err) {
+		return nil, c.unavailable(err)
+	}
+	statements := statementsOf(atts)
+	var out []string
+	for _, want := range img.Spec.Attestations {
+		if reason := satisfied(want, statements); reason != "" {
+			return nil, c.refuse(CheckAttestation, "%s", reason)
+		}
+		out = append(out, want.PredicateType)
+	}
+	return out, nil
 }
 
 // Images verifies catalog references ("name:tag") against a catalog.

@@ -114,54 +114,95 @@ var idRE = regexp.MustCompile(`^[a-z0-9]{4,16}$`)
 // Objects renders a resolved template. Problems (for example a parameter value
 // that makes an invalid quantity) come back as *fault.Invalid naming the field.
 func Objects(r *template.Resolved, m Meta) ([]Object, error) {
+	b := newBuilder(r, m)
+	b.checkMeta()
+	container := b.container()
+	volumes, claims := b.volumes(&container)
+	pod, podMeta := b.pod(container, volumes)
+	if err := b.errs.Err(); err != nil {
+		return nil, err
+	}
+
+	switch b.s.Workload {
+	case template.VM:
+		vm, err := virtualMachine(r, m, b.meta(b.name), podMeta, pod, b.expand)
+		if err != nil {
+			return nil, err
+		}
+		return []Object{vm}, nil
+	case template.Job:
+		return b.jobObjects(claims, pod, podMeta), nil
+	case template.Service:
+		return b.serviceObjects(claims, pod, podMeta), nil
+	case template.Notebook:
+		return b.notebookObjects(claims, pod, podMeta), nil
+	}
+	return nil, nil
+}
+
+// builder holds what the steps of Objects share, including the problems found.
+type builder struct {
+	r           *template.Resolved
+	s           *template.Spec
+	m           Meta
+	name        string
+	expand      func(string) string
+	labels      map[string]string
+	annotations map[string]string
+	selector    map[string]string
+	errs        fault.List
+}
+
+func newBuilder(r *template.Resolved, m Meta) *builder {
 	t := r.Template
-	s := &t.Spec
-	var errs fault.List
+	b := &builder{r: r, s: &t.Spec, m: m, name: m.Name(t.Metadata.Name)}
+	builtins := map[string]string{
+		"gantry.gpuCount": strconv.Itoa(r.Count),
+		"gantry.workload": b.name,
+		"gantry.team":     m.Team,
+	}
+	b.expand = func(v string) string { return r.Expand(v, builtins) }
+	b.labels, b.annotations = b.metadata()
+	b.selector = map[string]string{LabelInstance: b.name, LabelWorkloadID: m.WorkloadID}
+	return b
+}
+
+// checkMeta checks the workload's id, team, namespace, image and, for a
+// confidential workload, its TEE and init data.
+func (b *builder) checkMeta() {
+	r, m, s := b.r, b.m, b.s
 	if !idRE.MatchString(m.WorkloadID) {
-		errs.Addf("workload.id", "%q must be 4-16 lowercase letters or digits", m.WorkloadID)
+		b.errs.Addf("workload.id", "%q must be 4-16 lowercase letters or digits", m.WorkloadID)
 	}
 	if !template.ValidName(m.Team) {
-		errs.Addf("team", "%q must be a lowercase DNS label of at most %d characters", m.Team, template.MaxNameLen)
+		b.errs.Addf("team", "%q must be a lowercase DNS label of at most %d characters", m.Team, template.MaxNameLen)
 	}
 	if m.Namespace == "" {
-		errs.Addf("namespace", "is required")
+		b.errs.Addf("namespace", "is required")
 	}
 	if r.Confidential {
 		switch {
 		case !slices.Contains(gpu.TEEs, m.TEE):
-			errs.Addf("image", "a confidential workload needs a confidential image (TEE %s), not %q", strings.Join(gpu.TEEs, " or "), m.TEE)
+			b.errs.Addf("image", "a confidential workload needs a confidential image (TEE %s), not %q", strings.Join(gpu.TEEs, " or "), m.TEE)
 		case !r.Class.SupportsTEE(m.TEE):
-			errs.Addf("gpu.class", "%s does not run confidential workloads on %s", r.Class.Name, m.TEE)
+			b.errs.Addf("gpu.class", "%s does not run confidential workloads on %s", r.Class.Name, m.TEE)
 		}
 		if m.InitData == "" && s.Workload != template.VM {
-			errs.Addf("confidential", "init data for the attestation agent is required (configure confidential.kbsURL)")
+			b.errs.Addf("confidential", "init data for the attestation agent is required (configure confidential.kbsURL)")
 		}
 	}
 	if m.Image == "" || strings.ContainsAny(m.Image, " \t\n{}") {
-		errs.Addf("image", "%q is not an image reference: the template's catalog image, verified and pinned by digest, is required", m.Image)
+		b.errs.Addf("image", "%q is not an image reference: the template's catalog image, verified and pinned by digest, is required", m.Image)
 	}
-	name := m.Name(t.Metadata.Name)
-	builtins := map[string]string{
-		"gantry.gpuCount": strconv.Itoa(r.Count),
-		"gantry.workload": name,
-		"gantry.team":     m.Team,
-	}
-	expand := func(v string) string { return r.Expand(v, builtins) }
-	quantity := func(path, v string) resource.Quantity {
-		if v == "" {
-			return resource.Quantity{}
-		}
-		x := expand(v)
-		q, err := resource.ParseQuantity(x)
-		if err != nil || q.Sign() <= 0 {
-			errs.Addf(path, "%q is not a positive quantity", x)
-		}
-		return q
-	}
+}
 
-	labels := map[string]string{
+// metadata is the labels and annotations of every object.
+func (b *builder) metadata() (labels, annotations map[string]string) {
+	r, m, s := b.r, b.m, b.s
+	t := r.Template
+	labels = map[string]string{
 		LabelName:        t.Metadata.Name,
-		LabelInstance:    name,
+		LabelInstance:    b.name,
 		LabelComponent:   s.Workload,
 		LabelManagedBy:   ManagedBy,
 		LabelWorkloadID:  m.WorkloadID,
@@ -174,7 +215,7 @@ func Objects(r *template.Resolved, m Meta) ([]Object, error) {
 	if s.CostCenter != "" {
 		labels[LabelCostCenter] = s.CostCenter
 	}
-	annotations := map[string]string{
+	annotations = map[string]string{
 		AnnotationOwner:    m.Owner,
 		AnnotationTemplate: fmt.Sprintf("%s@%d", t.Metadata.Name, m.TemplateVersion),
 	}
@@ -190,47 +231,40 @@ func Objects(r *template.Resolved, m Meta) ([]Object, error) {
 	if s.Lifecycle.IdleTimeout != "" {
 		annotations[AnnotationIdleTimeout] = s.Lifecycle.IdleTimeout
 	}
-	selector := map[string]string{LabelInstance: name, LabelWorkloadID: m.WorkloadID}
-	meta := func(n string) metav1.ObjectMeta {
-		return metav1.ObjectMeta{Name: n, Namespace: m.Namespace, Labels: copyMap(labels), Annotations: copyMap(annotations)}
-	}
+	return labels, annotations
+}
 
-	// Container.
-	gpuResource := corev1.ResourceName(ResourceGPU)
-	if r.MIG != nil {
-		gpuResource = corev1.ResourceName(r.MIG.Resource())
+// meta is the object metadata of an object named n.
+func (b *builder) meta(n string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Name: n, Namespace: b.m.Namespace, Labels: copyMap(b.labels), Annotations: copyMap(b.annotations)}
+}
+
+// quantity expands v and parses it as a positive quantity; "" is the zero
+// quantity.
+func (b *builder) quantity(path, v string) resource.Quantity {
+	if v == "" {
+		return resource.Quantity{}
 	}
-	if r.Confidential {
-		gpuResource = ResourcePassthrough
+	x := b.expand(v)
+	q, err := resource.ParseQuantity(x)
+	if err != nil || q.Sign() <= 0 {
+		b.errs.Addf(path, "%q is not a positive quantity", x)
 	}
-	gpus := *resource.NewQuantity(int64(r.Count), resource.DecimalSI)
-	cpu := quantity("spec.resources.cpu", s.Resources.CPU)
-	mem := quantity("spec.resources.memory", s.Resources.Memory)
-	requests := corev1.ResourceList{corev1.ResourceCPU: cpu, corev1.ResourceMemory: mem, gpuResource: gpus}
-	limits := corev1.ResourceList{corev1.ResourceMemory: mem, gpuResource: gpus}
-	if s.Resources.EphemeralStorage != "" {
-		q := quantity("spec.resources.ephemeralStorage", s.Resources.EphemeralStorage)
-		requests[corev1.ResourceEphemeralStorage] = q
-		limits[corev1.ResourceEphemeralStorage] = q
-	}
-	env := []corev1.EnvVar{
-		{Name: "GANTRY_WORKLOAD", Value: name},
-		{Name: "GANTRY_WORKLOAD_ID", Value: m.WorkloadID},
-		{Name: "GANTRY_TEAM", Value: m.Team},
-		{Name: "GANTRY_GPU_CLASS", Value: r.Class.Name},
-		{Name: "GANTRY_GPU_COUNT", Value: strconv.Itoa(r.Count)},
-	}
-	for _, e := range s.Env {
-		env = append(env, corev1.EnvVar{Name: e.Name, Value: expand(e.Value)})
-	}
-	container := corev1.Container{
+	return q
+}
+
+// container is the main container, without volume mounts.
+func (b *builder) container() corev1.Container {
+	s := b.s
+	resources := b.resources()
+	c := corev1.Container{
 		Name:       "main",
-		Image:      m.Image,
-		Command:    expandAll(s.Command, expand),
-		Args:       expandAll(s.Args, expand),
-		WorkingDir: expand(s.WorkingDir),
-		Env:        env,
-		Resources:  corev1.ResourceRequirements{Requests: requests, Limits: limits},
+		Image:      b.m.Image,
+		Command:    expandAll(s.Command, b.expand),
+		Args:       expandAll(s.Args, b.expand),
+		WorkingDir: b.expand(s.WorkingDir),
+		Env:        b.env(),
+		Resources:  resources,
 		SecurityContext: &corev1.SecurityContext{
 			AllowPrivilegeEscalation: ptr(false),
 			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
@@ -239,33 +273,67 @@ func Objects(r *template.Resolved, m Meta) ([]Object, error) {
 		},
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 	}
-	if container.WorkingDir != "" && !strings.HasPrefix(container.WorkingDir, "/") {
-		errs.Addf("spec.workingDir", "%q is not an absolute path", container.WorkingDir)
+	if c.WorkingDir != "" && !strings.HasPrefix(c.WorkingDir, "/") {
+		b.errs.Addf("spec.workingDir", "%q is not an absolute path", c.WorkingDir)
 	}
 	for _, p := range s.Ports {
-		container.Ports = append(container.Ports, corev1.ContainerPort{Name: p.Name, ContainerPort: int32(p.Port), Protocol: corev1.ProtocolTCP})
+		c.Ports = append(c.Ports, corev1.ContainerPort{Name: p.Name, ContainerPort: int32(p.Port), Protocol: corev1.ProtocolTCP})
 	}
+	return c
+}
 
-	// Volumes: claims for jobs and services, claim templates for notebooks.
+// resources is the main container's requests and limits: CPU, memory, the
+// GPUs (whole, MIG slices or passed through) and ephemeral storage.
+func (b *builder) resources() corev1.ResourceRequirements {
+	r, s := b.r, b.s
+	gpuResource := corev1.ResourceName(ResourceGPU)
+	if r.MIG != nil {
+		gpuResource = corev1.ResourceName(r.MIG.Resource())
+	}
+	if r.Confidential {
+		gpuResource = ResourcePassthrough
+	}
+	gpus := *resource.NewQuantity(int64(r.Count), resource.DecimalSI)
+	cpu := b.quantity("spec.resources.cpu", s.Resources.CPU)
+	mem := b.quantity("spec.resources.memory", s.Resources.Memory)
+	requests := corev1.ResourceList{corev1.ResourceCPU: cpu, corev1.ResourceMemory: mem, gpuResource: gpus}
+	limits := corev1.ResourceList{corev1.ResourceMemory: mem, gpuResource: gpus}
+	if s.Resources.EphemeralStorage != "" {
+		q := b.quantity("spec.resources.ephemeralStorage", s.Resources.EphemeralStorage)
+		requests[corev1.ResourceEphemeralStorage] = q
+		limits[corev1.ResourceEphemeralStorage] = q
+	}
+	return corev1.ResourceRequirements{Requests: requests, Limits: limits}
+}
+
+// env is Gantry's variables followed by the template's, expanded.
+func (b *builder) env() []corev1.EnvVar {
+	r, m := b.r, b.m
+	env := []corev1.EnvVar{
+		{Name: "GANTRY_WORKLOAD", Value: b.name},
+		{Name: "GANTRY_WORKLOAD_ID", Value: m.WorkloadID},
+		{Name: "GANTRY_TEAM", Value: m.Team},
+		{Name: "GANTRY_GPU_CLASS", Value: r.Class.Name},
+		{Name: "GANTRY_GPU_COUNT", Value: strconv.Itoa(r.Count)},
+	}
+	for _, e := range b.s.Env {
+		env = append(env, corev1.EnvVar{Name: e.Name, Value: b.expand(e.Value)})
+	}
+	return env
+}
+
+// volumes mounts the template's volumes and /dev/shm in c and returns the
+// pod's volumes and the claims: claims for jobs and services, claim templates
+// for notebooks.
+func (b *builder) volumes(c *corev1.Container) ([]corev1.Volume, []corev1.PersistentVolumeClaim) {
+	s := b.s
 	var volumes []corev1.Volume
 	var claims []corev1.PersistentVolumeClaim
 	for i, v := range s.Volumes {
-		claim := corev1.PersistentVolumeClaim{
-			TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "PersistentVolumeClaim"},
-			ObjectMeta: meta(name + "-" + v.Name),
-			Spec: corev1.PersistentVolumeClaimSpec{
-				AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-				Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{
-					corev1.ResourceStorage: quantity(fmt.Sprintf("spec.volumes[%d].size", i), v.Size),
-				}},
-			},
-		}
-		if v.StorageClass != "" {
-			claim.Spec.StorageClassName = ptr(v.StorageClass)
-		}
-		container.VolumeMounts = append(container.VolumeMounts, corev1.VolumeMount{Name: v.Name, MountPath: v.MountPath})
+		claim := b.claim(i, v)
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: v.Name, MountPath: v.MountPath})
 		if s.Workload == template.Notebook {
-			claim.ObjectMeta = metav1.ObjectMeta{Name: v.Name, Labels: copyMap(labels)}
+			claim.ObjectMeta = metav1.ObjectMeta{Name: v.Name, Labels: copyMap(b.labels)}
 			claim.TypeMeta = metav1.TypeMeta{}
 		} else {
 			volumes = append(volumes, corev1.Volume{Name: v.Name, VolumeSource: corev1.VolumeSource{
@@ -275,89 +343,111 @@ func Objects(r *template.Resolved, m Meta) ([]Object, error) {
 		claims = append(claims, claim)
 	}
 	if s.Resources.SharedMemory != "" {
-		q := quantity("spec.resources.sharedMemory", s.Resources.SharedMemory)
+		q := b.quantity("spec.resources.sharedMemory", s.Resources.SharedMemory)
 		volumes = append(volumes, corev1.Volume{Name: "dshm", VolumeSource: corev1.VolumeSource{
 			EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: &q},
 		}})
-		container.VolumeMounts = append(container.VolumeMounts, corev1.VolumeMount{Name: "dshm", MountPath: "/dev/shm"})
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "dshm", MountPath: "/dev/shm"})
 	}
+	return volumes, claims
+}
 
-	pod := podSpec(r, container, volumes)
-	podMeta := metav1.ObjectMeta{Labels: copyMap(labels), Annotations: copyMap(annotations)}
-	if r.Confidential {
+// claim is the claim for the template's i'th volume v.
+func (b *builder) claim(i int, v template.Volume) corev1.PersistentVolumeClaim {
+	claim := corev1.PersistentVolumeClaim{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "PersistentVolumeClaim"},
+		ObjectMeta: b.meta(b.name + "-" + v.Name),
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{
+				corev1.ResourceStorage: b.quantity(fmt.Sprintf("spec.volumes[%d].size", i), v.Size),
+			}},
+		},
+	}
+	if v.StorageClass != "" {
+		claim.Spec.StorageClassName = ptr(v.StorageClass)
+	}
+	return claim
+}
+
+// pod is the pod spec and pod metadata. A confidential pod gets its TEE's
+// runtime class, GPUs in CC mode and the init data.
+func (b *builder) pod(c corev1.Container, volumes []corev1.Volume) (corev1.PodSpec, metav1.ObjectMeta) {
+	pod := podSpec(b.r, c, volumes)
+	podMeta := metav1.ObjectMeta{Labels: copyMap(b.labels), Annotations: copyMap(b.annotations)}
+	if b.r.Confidential {
 		// The runtime class's scheduling (see deploy/) keeps the pod on nodes
 		// of its TEE; the CC-mode label keeps it on GPUs in CC mode.
-		pod.RuntimeClassName = ptr(RuntimeClassPrefix + m.TEE)
+		pod.RuntimeClassName = ptr(RuntimeClassPrefix + b.m.TEE)
 		req := pod.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution
 		req.NodeSelectorTerms[0].MatchExpressions = append(req.NodeSelectorTerms[0].MatchExpressions,
 			corev1.NodeSelectorRequirement{Key: LabelCCMode, Operator: corev1.NodeSelectorOpIn, Values: []string{"on"}})
-		podMeta.Annotations[AnnotationInitData] = m.InitData
+		podMeta.Annotations[AnnotationInitData] = b.m.InitData
+	}
+	return pod, podMeta
+}
+
+// jobObjects is a job's claims and its Job.
+func (b *builder) jobObjects(claims []corev1.PersistentVolumeClaim, pod corev1.PodSpec, podMeta metav1.ObjectMeta) []Object {
+	var objs []Object
+	for i := range claims {
+		objs = append(objs, &claims[i])
 	}
 	var maxRuntime *int64
-	if s.Lifecycle.MaxRuntime != "" {
-		d, _ := time.ParseDuration(s.Lifecycle.MaxRuntime) // validated with the template
+	if b.s.Lifecycle.MaxRuntime != "" {
+		d, _ := time.ParseDuration(b.s.Lifecycle.MaxRuntime) // validated with the template
 		maxRuntime = ptr(int64(d / time.Second))
 	}
-	if err := errs.Err(); err != nil {
-		return nil, err
-	}
+	pod.RestartPolicy = corev1.RestartPolicyNever
+	return append(objs, &batchv1.Job{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "batch/v1", Kind: "Job"},
+		ObjectMeta: b.meta(b.name),
+		Spec: batchv1.JobSpec{
+			BackoffLimit:          ptr(int32(b.s.Lifecycle.Retries)),
+			ActiveDeadlineSeconds: maxRuntime,
+			Template:              corev1.PodTemplateSpec{ObjectMeta: podMeta, Spec: pod},
+		},
+	})
+}
 
+// serviceObjects is a service's claims, its Deployment and its Service.
+func (b *builder) serviceObjects(claims []corev1.PersistentVolumeClaim, pod corev1.PodSpec, podMeta metav1.ObjectMeta) []Object {
 	var objs []Object
-	switch s.Workload {
-	case template.VM:
-		vm, err := virtualMachine(r, m, meta(name), podMeta, pod, expand)
-		if err != nil {
-			return nil, err
-		}
-		objs = append(objs, vm)
-	case template.Job:
-		for i := range claims {
-			objs = append(objs, &claims[i])
-		}
-		pod.RestartPolicy = corev1.RestartPolicyNever
-		objs = append(objs, &batchv1.Job{
-			TypeMeta:   metav1.TypeMeta{APIVersion: "batch/v1", Kind: "Job"},
-			ObjectMeta: meta(name),
-			Spec: batchv1.JobSpec{
-				BackoffLimit:          ptr(int32(s.Lifecycle.Retries)),
-				ActiveDeadlineSeconds: maxRuntime,
-				Template:              corev1.PodTemplateSpec{ObjectMeta: podMeta, Spec: pod},
-			},
-		})
-	case template.Service:
-		for i := range claims {
-			objs = append(objs, &claims[i])
-		}
-		objs = append(objs, &appsv1.Deployment{
-			TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
-			ObjectMeta: meta(name),
-			Spec: appsv1.DeploymentSpec{
-				Replicas: ptr(int32(1)),
-				Selector: &metav1.LabelSelector{MatchLabels: selector},
-				// GPUs are scarce: replace rather than surge.
-				Strategy: appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType},
-				Template: corev1.PodTemplateSpec{ObjectMeta: podMeta, Spec: pod},
-			},
-		}, service(meta(name), selector, s.Ports, false))
-	case template.Notebook:
-		objs = append(objs, service(meta(name), selector, s.Ports, true), &appsv1.StatefulSet{
-			TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "StatefulSet"},
-			ObjectMeta: meta(name),
-			Spec: appsv1.StatefulSetSpec{
-				Replicas:             ptr(int32(1)),
-				ServiceName:          name,
-				Selector:             &metav1.LabelSelector{MatchLabels: selector},
-				Template:             corev1.PodTemplateSpec{ObjectMeta: podMeta, Spec: pod},
-				VolumeClaimTemplates: claims,
-				// A notebook's volumes go with it: deleting the workload deletes them.
-				PersistentVolumeClaimRetentionPolicy: &appsv1.StatefulSetPersistentVolumeClaimRetentionPolicy{
-					WhenDeleted: appsv1.DeletePersistentVolumeClaimRetentionPolicyType,
-					WhenScaled:  appsv1.RetainPersistentVolumeClaimRetentionPolicyType,
-				},
-			},
-		})
+	for i := range claims {
+		objs = append(objs, &claims[i])
 	}
-	return objs, nil
+	return append(objs, &appsv1.Deployment{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
+		ObjectMeta: b.meta(b.name),
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr(int32(1)),
+			Selector: &metav1.LabelSelector{MatchLabels: b.selector},
+			// GPUs are scarce: replace rather than surge.
+			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType},
+			Template: corev1.PodTemplateSpec{ObjectMeta: podMeta, Spec: pod},
+		},
+	}, service(b.meta(b.name), b.selector, b.s.Ports, false))
+}
+
+// notebookObjects is a notebook's headless Service and its StatefulSet, which
+// carries the claim templates.
+func (b *builder) notebookObjects(claims []corev1.PersistentVolumeClaim, pod corev1.PodSpec, podMeta metav1.ObjectMeta) []Object {
+	return []Object{service(b.meta(b.name), b.selector, b.s.Ports, true), &appsv1.StatefulSet{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "StatefulSet"},
+		ObjectMeta: b.meta(b.name),
+		Spec: appsv1.StatefulSetSpec{
+			Replicas:             ptr(int32(1)),
+			ServiceName:          b.name,
+			Selector:             &metav1.LabelSelector{MatchLabels: b.selector},
+			Template:             corev1.PodTemplateSpec{ObjectMeta: podMeta, Spec: pod},
+			VolumeClaimTemplates: claims,
+			// A notebook's volumes go with it: deleting the workload deletes them.
+			PersistentVolumeClaimRetentionPolicy: &appsv1.StatefulSetPersistentVolumeClaimRetentionPolicy{
+				WhenDeleted: appsv1.DeletePersistentVolumeClaimRetentionPolicyType,
+				WhenScaled:  appsv1.RetainPersistentVolumeClaimRetentionPolicyType,
+			},
+		},
+	}}
 }
 
 func podSpec(r *template.Resolved, c corev1.Container, volumes []corev1.Volume) corev1.PodSpec {
@@ -543,65 +633,15 @@ url = '%[1]s'
 // placement as a pod of the class, and SEV-SNP or TDX launch security when
 // confidential. runStrategy Always starts it; stop sets Halted.
 func virtualMachine(r *template.Resolved, m Meta, meta, podMeta metav1.ObjectMeta, pod corev1.PodSpec, expand func(string) string) (*kubevirtv1.VirtualMachine, error) {
-	s := &r.Template.Spec
-	var errs fault.List
-	cpu, err := resource.ParseQuantity(expand(s.Resources.CPU))
-	cores := cpu.Value()
-	if err != nil || cpu.MilliValue()%1000 != 0 || cores < 1 || cores > 512 {
-		errs.Addf("spec.resources.cpu", "%q must be a whole number of cores for a vm", expand(s.Resources.CPU))
-	}
-	mem, err := resource.ParseQuantity(expand(s.Resources.Memory))
-	if err != nil || mem.Sign() <= 0 {
-		errs.Addf("spec.resources.memory", "%q is not a positive quantity", expand(s.Resources.Memory))
-	}
-	var keys []string
-	for i, k := range s.VM.SSHAuthorizedKeys {
-		k = strings.TrimSpace(expand(k))
-		if !template.SSHPublicKey(k) {
-			errs.Addf(fmt.Sprintf("spec.vm.sshAuthorizedKeys[%d]", i), "%q is not an SSH public key (ssh-ed25519 AAAA... comment)", clipValue(k))
-		}
-		keys = append(keys, k)
-	}
-	if r.Class.VMDeviceName == "" {
-		errs.Addf("gpu.class", "%s has no vmDeviceName: its GPUs cannot be passed through to VMs", r.Class.Name)
-	}
-	if err := errs.Err(); err != nil {
-		return nil, err
-	}
-	userData, err := yaml.Marshal(map[string]any{
-		"users":        []any{map[string]any{"name": s.VM.User, "ssh_authorized_keys": keys, "sudo": "ALL=(ALL) NOPASSWD:ALL", "shell": "/bin/bash", "lock_passwd": true}},
-		"ssh_pwauth":   false,
-		"disable_root": true,
-	})
+	cores, mem, keys, err := vmInputs(r, expand)
 	if err != nil {
 		return nil, err
 	}
-	gpus := make([]kubevirtv1.GPU, r.Count)
-	for i := range gpus {
-		gpus[i] = kubevirtv1.GPU{Name: fmt.Sprintf("gpu%d", i), DeviceName: r.Class.VMDeviceName}
+	userData, err := cloudConfig(r.Template.Spec.VM.User, keys)
+	if err != nil {
+		return nil, err
 	}
-	domain := kubevirtv1.DomainSpec{
-		CPU:       &kubevirtv1.CPU{Cores: uint32(cores)},
-		Memory:    &kubevirtv1.Memory{Guest: &mem},
-		Resources: kubevirtv1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceMemory: mem}},
-		Devices: kubevirtv1.Devices{
-			GPUs: gpus,
-			Disks: []kubevirtv1.Disk{
-				{Name: "rootdisk", DiskDevice: kubevirtv1.DiskDevice{Disk: &kubevirtv1.DiskTarget{Bus: kubevirtv1.DiskBusVirtio}}},
-				{Name: "cloudinit", DiskDevice: kubevirtv1.DiskDevice{Disk: &kubevirtv1.DiskTarget{Bus: kubevirtv1.DiskBusVirtio}}},
-			},
-		},
-	}
-	if r.Confidential {
-		// SEV-SNP and TDX guests boot with EFI, without Secure Boot.
-		domain.Firmware = &kubevirtv1.Firmware{Bootloader: &kubevirtv1.Bootloader{EFI: &kubevirtv1.EFI{SecureBoot: ptr(false)}}}
-		switch m.TEE {
-		case "snp":
-			domain.LaunchSecurity = &kubevirtv1.LaunchSecurity{SNP: &kubevirtv1.SEVSNP{}}
-		case "tdx":
-			domain.LaunchSecurity = &kubevirtv1.LaunchSecurity{TDX: &kubevirtv1.TDX{}}
-		}
-	}
+	domain := vmDomain(r, m.TEE, cores, mem)
 	tmplMeta := metav1.ObjectMeta{Labels: podMeta.Labels, Annotations: podMeta.Annotations}
 	delete(tmplMeta.Annotations, AnnotationInitData) // a Kata setting, not a KubeVirt one
 	return &kubevirtv1.VirtualMachine{
@@ -624,6 +664,75 @@ func virtualMachine(r *template.Resolved, m Meta, meta, podMeta metav1.ObjectMet
 			},
 		},
 	}, nil
+}
+
+// vmInputs expands and checks a vm's CPU cores, memory and SSH keys, and that
+// its GPU class can be passed through.
+func vmInputs(r *template.Resolved, expand func(string) string) (cores int64, mem resource.Quantity, keys []string, err error) {
+	s := &r.Template.Spec
+	var errs fault.List
+	cpu, err := resource.ParseQuantity(expand(s.Resources.CPU))
+	cores = cpu.Value()
+	if err != nil || cpu.MilliValue()%1000 != 0 || cores < 1 || cores > 512 {
+		errs.Addf("spec.resources.cpu", "%q must be a whole number of cores for a vm", expand(s.Resources.CPU))
+	}
+	mem, err = resource.ParseQuantity(expand(s.Resources.Memory))
+	if err != nil || mem.Sign() <= 0 {
+		errs.Addf("spec.resources.memory", "%q is not a positive quantity", expand(s.Resources.Memory))
+	}
+	for i, k := range s.VM.SSHAuthorizedKeys {
+		k = strings.TrimSpace(expand(k))
+		if !template.SSHPublicKey(k) {
+			errs.Addf(fmt.Sprintf("spec.vm.sshAuthorizedKeys[%d]", i), "%q is not an SSH public key (ssh-ed25519 AAAA... comment)", clipValue(k))
+		}
+		keys = append(keys, k)
+	}
+	if r.Class.VMDeviceName == "" {
+		errs.Addf("gpu.class", "%s has no vmDeviceName: its GPUs cannot be passed through to VMs", r.Class.Name)
+	}
+	return cores, mem, keys, errs.Err()
+}
+
+// cloudConfig is the cloud-init user data: the user with the SSH keys and
+// passwordless sudo, no password logins, no root.
+func cloudConfig(user string, keys []string) ([]byte, error) {
+	return yaml.Marshal(map[string]any{
+		"users":        []any{map[string]any{"name": user, "ssh_authorized_keys": keys, "sudo": "ALL=(ALL) NOPASSWD:ALL", "shell": "/bin/bash", "lock_passwd": true}},
+		"ssh_pwauth":   false,
+		"disable_root": true,
+	})
+}
+
+// vmDomain is the VM's CPU, memory, passed-through GPUs and disks, with
+// launch security for tee when confidential.
+func vmDomain(r *template.Resolved, tee string, cores int64, mem resource.Quantity) kubevirtv1.DomainSpec {
+	gpus := make([]kubevirtv1.GPU, r.Count)
+	for i := range gpus {
+		gpus[i] = kubevirtv1.GPU{Name: fmt.Sprintf("gpu%d", i), DeviceName: r.Class.VMDeviceName}
+	}
+	domain := kubevirtv1.DomainSpec{
+		CPU:       &kubevirtv1.CPU{Cores: uint32(cores)},
+		Memory:    &kubevirtv1.Memory{Guest: &mem},
+		Resources: kubevirtv1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceMemory: mem}},
+		Devices: kubevirtv1.Devices{
+			GPUs: gpus,
+			Disks: []kubevirtv1.Disk{
+				{Name: "rootdisk", DiskDevice: kubevirtv1.DiskDevice{Disk: &kubevirtv1.DiskTarget{Bus: kubevirtv1.DiskBusVirtio}}},
+				{Name: "cloudinit", DiskDevice: kubevirtv1.DiskDevice{Disk: &kubevirtv1.DiskTarget{Bus: kubevirtv1.DiskBusVirtio}}},
+			},
+		},
+	}
+	if r.Confidential {
+		// SEV-SNP and TDX guests boot with EFI, without Secure Boot.
+		domain.Firmware = &kubevirtv1.Firmware{Bootloader: &kubevirtv1.Bootloader{EFI: &kubevirtv1.EFI{SecureBoot: ptr(false)}}}
+		switch tee {
+		case "snp":
+			domain.LaunchSecurity = &kubevirtv1.LaunchSecurity{SNP: &kubevirtv1.SEVSNP{}}
+		case "tdx":
+			domain.LaunchSecurity = &kubevirtv1.LaunchSecurity{TDX: &kubevirtv1.TDX{}}
+		}
+	}
+	return domain
 }
 
 func clipValue(s string) string {

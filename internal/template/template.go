@@ -312,6 +312,39 @@ func (t *Template) CheckImage(images Images) error {
 // Validate checks the template against the schema's rules and the GPU classes.
 func (t *Template) Validate(classes *gpu.Catalog) error {
 	var errs fault.List
+	t.validateMetadata(&errs)
+	t.validateWorkloadAndImage(&errs)
+	t.validateGPU(classes, &errs)
+	c := refChecker{errs: &errs, params: t.validateParameters(&errs)}
+	s := &t.Spec
+	c.quantity("spec.resources.cpu", s.Resources.CPU, true)
+	c.quantity("spec.resources.memory", s.Resources.Memory, true)
+	c.quantity("spec.resources.ephemeralStorage", s.Resources.EphemeralStorage, false)
+	c.quantity("spec.resources.sharedMemory", s.Resources.SharedMemory, false)
+	t.validateEnvAndCommand(c)
+	t.validatePorts(&errs)
+	if s.Workload == VM {
+		t.validateVM(classes, &errs, c.refs)
+	} else if s.VM != nil {
+		errs.Addf("spec.vm", "applies to vm workloads only")
+	}
+	if (s.Workload == Service || s.Workload == Notebook) && len(s.Ports) == 0 {
+		errs.Addf("spec.ports", "a %s needs at least one port", s.Workload)
+	}
+	t.validateVolumes(c)
+	t.validateLifecycle(&errs)
+	t.validateScheduling(&errs)
+	if errs.Len() == 0 {
+		// The template must render with its own defaults.
+		if _, err := t.resolve(classes, Choice{}, true); err != nil {
+			errs.AddErr("", err)
+		}
+	}
+	return errs.Err()
+}
+
+// validateMetadata checks apiVersion, kind and metadata.
+func (t *Template) validateMetadata(errs *fault.List) {
 	if t.APIVersion != APIVersion {
 		errs.Addf("apiVersion", "must be %q", APIVersion)
 	}
@@ -327,6 +360,10 @@ func (t *Template) Validate(classes *gpu.Catalog) error {
 	if len(t.Metadata.Title) > 200 || len(t.Metadata.Description) > maxDescriptionLen {
 		errs.Addf("metadata", "title (200) or description (%d characters) too long", maxDescriptionLen)
 	}
+}
+
+// validateWorkloadAndImage checks spec.workload and spec.image.
+func (t *Template) validateWorkloadAndImage(errs *fault.List) {
 	s := &t.Spec
 	switch s.Workload {
 	case Job, Service, Notebook, VM:
@@ -338,70 +375,86 @@ func (t *Template) Validate(classes *gpu.Catalog) error {
 	} else if !imageRE.MatchString(s.Image) {
 		errs.Addf("spec.image", "%q is not a catalog image (name:tag from images/, e.g. pytorch:25.01-py3)", clip(s.Image))
 	}
-	t.validateGPU(classes, &errs)
-	params := t.validateParameters(&errs)
-	known := func(name string) bool {
-		if params[name] {
+}
+
+// refChecker checks the {{parameter}} references and quantities of spec
+// fields against the template's parameters and the builtins.
+type refChecker struct {
+	errs   *fault.List
+	params map[string]bool
+}
+
+func (c refChecker) known(name string) bool {
+	if c.params[name] {
+		return true
+	}
+	for _, b := range Builtins {
+		if b == name {
 			return true
 		}
-		for _, b := range Builtins {
-			if b == name {
-				return true
-			}
-		}
-		return false
 	}
-	checkRefs := func(path, v string) {
-		for _, m := range refRE.FindAllStringSubmatch(v, -1) {
-			if !known(m[1]) {
-				errs.Addf(path, "references unknown parameter %q", m[1])
-			}
+	return false
+}
+
+// refs checks that v references only known parameters.
+func (c refChecker) refs(path, v string) {
+	for _, m := range refRE.FindAllStringSubmatch(v, -1) {
+		if !c.known(m[1]) {
+			c.errs.Addf(path, "references unknown parameter %q", m[1])
 		}
 	}
-	quantity := func(path, v string, required bool) {
-		if v == "" {
-			if required {
-				errs.Addf(path, "is required")
-			}
-			return
+}
+
+// quantity checks that v is a positive quantity or references parameters.
+func (c refChecker) quantity(path, v string, required bool) {
+	if v == "" {
+		if required {
+			c.errs.Addf(path, "is required")
 		}
-		checkRefs(path, v)
-		if !refRE.MatchString(v) {
-			if q, err := resource.ParseQuantity(v); err != nil || q.Sign() <= 0 {
-				errs.Addf(path, "%q is not a positive quantity such as 8, 500m, 64Gi", clip(v))
-			}
+		return
+	}
+	c.refs(path, v)
+	if !refRE.MatchString(v) {
+		if q, err := resource.ParseQuantity(v); err != nil || q.Sign() <= 0 {
+			c.errs.Addf(path, "%q is not a positive quantity such as 8, 500m, 64Gi", clip(v))
 		}
 	}
-	quantity("spec.resources.cpu", s.Resources.CPU, true)
-	quantity("spec.resources.memory", s.Resources.Memory, true)
-	quantity("spec.resources.ephemeralStorage", s.Resources.EphemeralStorage, false)
-	quantity("spec.resources.sharedMemory", s.Resources.SharedMemory, false)
+}
+
+// validateEnvAndCommand checks spec.env, spec.command, spec.args and
+// spec.workingDir.
+func (t *Template) validateEnvAndCommand(c refChecker) {
+	s := &t.Spec
 	envSeen := map[string]bool{}
 	for i, e := range s.Env {
 		p := fmt.Sprintf("spec.env[%d]", i)
 		if !envNameRE.MatchString(e.Name) {
-			errs.Addf(p+".name", "%q is not a valid environment variable name", clip(e.Name))
+			c.errs.Addf(p+".name", "%q is not a valid environment variable name", clip(e.Name))
 		} else if strings.HasPrefix(e.Name, "GANTRY_") {
-			errs.Addf(p+".name", "names starting with GANTRY_ are reserved")
+			c.errs.Addf(p+".name", "names starting with GANTRY_ are reserved")
 		}
 		if envSeen[e.Name] {
-			errs.Addf(p+".name", "duplicate variable %q", e.Name)
+			c.errs.Addf(p+".name", "duplicate variable %q", e.Name)
 		}
 		envSeen[e.Name] = true
-		checkRefs(p+".value", e.Value)
+		c.refs(p+".value", e.Value)
 	}
-	for i, c := range s.Command {
-		checkRefs(fmt.Sprintf("spec.command[%d]", i), c)
+	for i, a := range s.Command {
+		c.refs(fmt.Sprintf("spec.command[%d]", i), a)
 	}
 	for i, a := range s.Args {
-		checkRefs(fmt.Sprintf("spec.args[%d]", i), a)
+		c.refs(fmt.Sprintf("spec.args[%d]", i), a)
 	}
-	checkRefs("spec.workingDir", s.WorkingDir)
+	c.refs("spec.workingDir", s.WorkingDir)
 	if s.WorkingDir != "" && !strings.HasPrefix(s.WorkingDir, "/") && !refRE.MatchString(s.WorkingDir) {
-		errs.Addf("spec.workingDir", "must be an absolute path")
+		c.errs.Addf("spec.workingDir", "must be an absolute path")
 	}
+}
+
+// validatePorts checks spec.ports.
+func (t *Template) validatePorts(errs *fault.List) {
 	portSeen := map[string]bool{}
-	for i, p := range s.Ports {
+	for i, p := range t.Spec.Ports {
 		pp := fmt.Sprintf("spec.ports[%d]", i)
 		if len(p.Name) > 15 || !nameRE.MatchString(p.Name) {
 			errs.Addf(pp+".name", "%q must be a lowercase DNS label of at most 15 characters", clip(p.Name))
@@ -414,32 +467,33 @@ func (t *Template) Validate(classes *gpu.Catalog) error {
 			errs.Addf(pp+".port", "%d is not a port number (1-65535)", p.Port)
 		}
 	}
-	if s.Workload == VM {
-		t.validateVM(classes, &errs, checkRefs)
-	} else if s.VM != nil {
-		errs.Addf("spec.vm", "applies to vm workloads only")
-	}
-	if (s.Workload == Service || s.Workload == Notebook) && len(s.Ports) == 0 {
-		errs.Addf("spec.ports", "a %s needs at least one port", s.Workload)
-	}
+}
+
+// validateVolumes checks spec.volumes.
+func (t *Template) validateVolumes(c refChecker) {
 	volSeen := map[string]bool{}
-	for i, v := range s.Volumes {
+	for i, v := range t.Spec.Volumes {
 		vp := fmt.Sprintf("spec.volumes[%d]", i)
 		if len(v.Name) > 20 || !nameRE.MatchString(v.Name) {
-			errs.Addf(vp+".name", "%q must be a lowercase DNS label of at most 20 characters", clip(v.Name))
+			c.errs.Addf(vp+".name", "%q must be a lowercase DNS label of at most 20 characters", clip(v.Name))
 		}
 		if volSeen[v.Name] || v.Name == "dshm" {
-			errs.Addf(vp+".name", "duplicate or reserved volume name %q", v.Name)
+			c.errs.Addf(vp+".name", "duplicate or reserved volume name %q", v.Name)
 		}
 		volSeen[v.Name] = true
 		if !strings.HasPrefix(v.MountPath, "/") || strings.Contains(v.MountPath, "..") || v.MountPath == "/dev/shm" {
-			errs.Addf(vp+".mountPath", "%q must be an absolute path without '..' (and not /dev/shm)", clip(v.MountPath))
+			c.errs.Addf(vp+".mountPath", "%q must be an absolute path without '..' (and not /dev/shm)", clip(v.MountPath))
 		}
-		quantity(vp+".size", v.Size, true)
+		c.quantity(vp+".size", v.Size, true)
 		if v.StorageClass != "" && !nameRE.MatchString(v.StorageClass) {
-			errs.Addf(vp+".storageClass", "%q is not a valid storage class name", clip(v.StorageClass))
+			c.errs.Addf(vp+".storageClass", "%q is not a valid storage class name", clip(v.StorageClass))
 		}
 	}
+}
+
+// validateLifecycle checks spec.lifecycle.
+func (t *Template) validateLifecycle(errs *fault.List) {
+	s := &t.Spec
 	duration := func(path, v string) {
 		if v == "" {
 			return
@@ -459,19 +513,17 @@ func (t *Template) Validate(classes *gpu.Catalog) error {
 	if s.Lifecycle.Retries > 0 && s.Workload != Job {
 		errs.Addf("spec.lifecycle.retries", "applies to jobs only")
 	}
+}
+
+// validateScheduling checks spec.scheduling and spec.costCenter.
+func (t *Template) validateScheduling(errs *fault.List) {
+	s := &t.Spec
 	if p := s.Scheduling.Priority; p != "" && !slices.Contains(Priorities, p) {
 		errs.Addf("spec.scheduling.priority", "%q is not one of %s", clip(p), strings.Join(Priorities, ", "))
 	}
 	if !labelValRE.MatchString(s.CostCenter) {
 		errs.Addf("spec.costCenter", "%q must be a valid label value (letters, digits, '-', '_', '.'; at most 63)", clip(s.CostCenter))
 	}
-	if errs.Len() == 0 {
-		// The template must render with its own defaults.
-		if _, err := t.resolve(classes, Choice{}, true); err != nil {
-			errs.AddErr("", err)
-		}
-	}
-	return errs.Err()
 }
 
 func (t *Template) validateGPU(classes *gpu.Catalog, errs *fault.List) {

@@ -232,6 +232,11 @@ func (s *Server) Run(ctx context.Context) error {
 	cfg := s.Config
 	s.Log.Info("gantry is serving", "url", s.url, "database", cfg.Database.Driver,
 		"dsn", cfg.Database.DSN, "kubeconfig", cfg.Kubeconfig, "issuer", s.issuer)
+	// Requests run on a context of their own, ended only if they outlast
+	// the shutdown's grace period.
+	base, cancelBase := context.WithCancel(context.Background())
+	defer cancelBase()
+	s.http.BaseContext = func(net.Listener) context.Context { return base }
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		err := s.http.Serve(s.ln)
@@ -240,9 +245,6 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 		return err
 	})
-	base, cancelBase := context.WithCancel(context.Background())
-	defer cancelBase()
-	s.http.BaseContext = func(net.Listener) context.Context { return base }
 	g.Go(func() error {
 		<-gctx.Done()
 		s.Log.Info("shutting down")

@@ -7,9 +7,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -19,81 +17,38 @@ import (
 	"github.com/gantryhq/gantry"
 	"github.com/gantryhq/gantry/api"
 	"github.com/gantryhq/gantry/internal/authn"
-	"github.com/gantryhq/gantry/internal/authz"
-	"github.com/gantryhq/gantry/internal/catalog"
-	"github.com/gantryhq/gantry/internal/devregistry"
+	"github.com/gantryhq/gantry/internal/config"
 	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/identity"
-	"github.com/gantryhq/gantry/internal/imageverify"
-	"github.com/gantryhq/gantry/internal/store"
+	"github.com/gantryhq/gantry/internal/server"
+	"github.com/gantryhq/gantry/internal/servertest"
 	"github.com/gantryhq/gantry/internal/template"
-	"github.com/gantryhq/gantry/internal/token"
-	"github.com/gantryhq/gantry/internal/workload"
-	"github.com/gantryhq/gantry/portal"
 )
 
 type env struct {
 	t      *testing.T
-	srv    *httptest.Server
+	url    string
 	files  []template.File
 	dbPath string
 }
 
+// newEnv serves Gantry, whole, through the one test harness (servertest, on
+// server.New) with a fresh SQLite database and the starter catalog; identify
+// stands for the OpenID provider: it decides who each bearer token is.
 func newEnv(t *testing.T, identify func(*http.Request) (identity.Identity, error)) *env {
 	t.Helper()
-	return newEnvWith(t, func(o *api.Options) { o.Identify = identify })
+	return newEnvWith(t, server.Overrides{Identify: identify})
 }
 
-// newEnvWith serves the API over a fresh SQLite store seeded with the starter
-// catalog; edit changes the options first.
-func newEnvWith(t *testing.T, edit func(*api.Options)) *env {
+// newEnvWith is newEnv with any of the parts outside Gantry stood in for.
+func newEnvWith(t *testing.T, ov server.Overrides) *env {
 	t.Helper()
-	return newEnvImages(t, nil, edit)
-}
-
-// newEnvImages is newEnvWith with the image verifier given (nil: a local
-// registry with the catalog's images, signed).
-func newEnvImages(t *testing.T, images *imageverify.Images, edit func(*api.Options)) *env {
-	t.Helper()
-	ctx := context.Background()
-	classes, files, err := template.LoadCatalog("../templates")
+	_, files, err := template.LoadCatalog("../templates")
 	if err != nil {
 		t.Fatal(err)
 	}
-	dbPath := filepath.Join(t.TempDir(), "g.db")
-	st, err := store.Open(ctx, store.SQLite, dbPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	if images == nil {
-		if _, images, err = devregistry.StartDir(ctx, "../images", classes); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cat := catalog.New(st, classes).WithImages(images.Catalog)
-	if _, err := cat.Seed(ctx, "seed", files); err != nil {
-		t.Fatal(err)
-	}
-	az, err := authz.New(authz.InDir("../policy"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	wl, err := workload.New(workload.Options{Store: st, Templates: cat, Images: images, Authorizer: az,
-		Namespace: func(team string) string { return "gantry-" + team }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	o := api.Options{Catalog: cat, Workloads: wl, Checks: []api.Check{{Name: "database", Pinger: st}}, Spec: gantry.OpenAPI, MaxBodyBytes: 64 << 10,
-		Authorize: az.AllowedSomewhere, Tokens: token.New(st), Audit: st, Images: images}
-	edit(&o)
-	h, err := api.New(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(h)
-	t.Cleanup(srv.Close)
-	return &env{t: t, srv: srv, files: files, dbPath: dbPath}
+	g := servertest.WithOverrides(t, ov, func(c *config.Config) { c.MaxBodyBytes = 64 << 10 })
+	return &env{t: t, url: g.URL, files: files, dbPath: string(g.Config.Database.DSN)}
 }
 
 // alice is a platform admin.
@@ -132,7 +87,7 @@ func bodyReader(body any) io.Reader {
 func (e *env) send(role, method, path string, body, out any, header *http.Header) int {
 	e.t.Helper()
 	r := bodyReader(body)
-	req, _ := http.NewRequest(method, e.srv.URL+path, r)
+	req, _ := http.NewRequest(method, e.url+path, r)
 	if r != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
@@ -392,7 +347,7 @@ func TestGPUClassesAndOperations(t *testing.T) {
 	if s, _ := e.do("GET", "/readyz", nil, &ready); s != 200 || ready.Status != "ready" {
 		t.Fatalf("readyz: %d %+v", s, ready)
 	}
-	resp, err := http.Get(e.srv.URL + "/openapi.yaml")
+	resp, err := http.Get(e.url + "/openapi.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -410,8 +365,8 @@ func (downDB) Ping(context.Context) error {
 }
 
 func TestNotReady(t *testing.T) {
-	srv := newEnvWith(t, func(o *api.Options) { o.Checks = []api.Check{{Name: "database", Pinger: downDB{}}} }).srv
-	resp, err := http.Get(srv.URL + "/readyz")
+	e := newEnvWith(t, server.Overrides{Checks: []api.Check{{Name: "database", Pinger: downDB{}}}})
+	resp, err := http.Get(e.url + "/readyz")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -426,7 +381,7 @@ func TestNotReady(t *testing.T) {
 }
 
 func TestUnauthenticated(t *testing.T) {
-	e := newEnv(t, nil)
+	e := newEnv(t, func(*http.Request) (identity.Identity, error) { return identity.Identity{}, authn.ErrNoCredentials })
 	for _, path := range []string{"/api/v1/templates", "/api/v1/workloads", "/api/v1/gpu-classes"} {
 		if s, h := e.do("GET", path, nil, nil); s != 401 || h.Get("WWW-Authenticate") != `Bearer realm="gantry"` {
 			t.Errorf("GET %s: %d %q, want 401 with a Bearer challenge", path, s, h.Get("WWW-Authenticate"))
@@ -476,10 +431,9 @@ func TestSpecDescribesTemplates(t *testing.T) {
 }
 
 func TestPortalServed(t *testing.T) {
-	e := newEnvWith(t, func(o *api.Options) { o.Portal = portal.New(portal.Options{}) })
-	srv := e.srv
+	e := newEnv(t, alice)
 	for path, want := range map[string]string{"/": `id="sign-in"`, "/portal.js": "textContent"} {
-		resp, err := http.Get(srv.URL + path)
+		resp, err := http.Get(e.url + path)
 		if err != nil {
 			t.Fatal(err)
 		}

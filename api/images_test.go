@@ -5,9 +5,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gantryhq/gantry/api"
 	"github.com/gantryhq/gantry/internal/devregistry"
 	"github.com/gantryhq/gantry/internal/gpu"
+	"github.com/gantryhq/gantry/internal/server"
 )
 
 // TestImages: the catalog through the API, verification on demand, and a
@@ -23,7 +23,7 @@ func TestImages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := newEnvImages(t, images, func(o *api.Options) { o.Identify = alice })
+	e := newEnvWith(t, server.Overrides{Identify: alice, Images: images})
 	var list struct {
 		Items []struct {
 			Name    string

@@ -9,7 +9,6 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 
 	"github.com/gantryhq/gantry"
-	"github.com/gantryhq/gantry/api"
 	"github.com/gantryhq/gantry/internal/identity"
 )
 
@@ -30,17 +29,14 @@ var roles = []struct {
 // checks the outcome (status code) against the policy in policy/.
 func TestRouteRoleMatrix(t *testing.T) {
 	// The caller is chosen per request by a header only this test sets.
-	e := newEnvWith(t, func(o *api.Options) {
-		o.Identify = func(r *http.Request) (identity.Identity, error) {
-			role := r.Header.Get("X-Test-Role")
-			for _, ro := range roles {
-				if ro.name == role {
-					return identity.Identity{Subject: role, Groups: ro.groups}, nil
-				}
+	e := newEnv(t, func(r *http.Request) (identity.Identity, error) {
+		role := r.Header.Get("X-Test-Role")
+		for _, ro := range roles {
+			if ro.name == role {
+				return identity.Identity{Subject: role, Groups: ro.groups}, nil
 			}
-			return identity.Identity{Subject: "alice", Groups: []string{"gantry-admins"}}, nil // setup
 		}
-		o.SignIn = api.AuthConfig{Issuer: "https://idp.example.com", CliClientID: "gantry-cli", Scopes: []string{"openid"}}
+		return identity.Identity{Subject: "alice", Groups: []string{"gantry-admins"}}, nil // setup
 	})
 	// Setup as platform admin: per role, a template to delete and a workload
 	// (owned by the admin) to stop and one to delete.

@@ -51,7 +51,7 @@ func TestPersonalAccessTokens(t *testing.T) {
 	}
 
 	use := func(tok, method, path string, body any) int {
-		req, _ := http.NewRequest(method, e.srv.URL+path, bodyReader(body))
+		req, _ := http.NewRequest(method, e.url+path, bodyReader(body))
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Authorization", "Bearer "+tok)
 		req.Header.Set("X-Test-Role", "ignored") // the token decides who this is

@@ -63,7 +63,7 @@ func devCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		// pods carry init data as they would in a real cluster.
 		cfg.Confidential.KBSURL = "http://kbs.gantry-system.svc.cluster.local:8080"
 	}
-	srv, err := server.New(ctx, cfg)
+	srv, err := server.New(ctx, cfg, server.Overrides{})
 	if err != nil {
 		return err
 	}

@@ -27,7 +27,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	srv, err := server.New(ctx, cfg)
+	srv, err := server.New(ctx, cfg, server.Overrides{})
 	if err != nil {
 		return err
 	}

@@ -107,12 +107,27 @@ type Server struct {
 	checks    []api.Check
 }
 
+// Overrides stand in for what lies outside Gantry, for tests that need to:
+// who a bearer token is, what /readyz asks, the image verifier. Production
+// passes none (the zero value); each set field replaces exactly that part.
+type Overrides struct {
+	// Identify verifies bearer JWTs instead of the OpenID provider.
+	Identify func(*http.Request) (identity.Identity, error)
+	// Checks replace the readiness checks (database, cluster).
+	Checks []api.Check
+	// Images replaces the image verifier (a test's own registry).
+	Images *imageverify.Images
+}
+
 // New builds Gantry from the configuration and binds its listener; Run
 // serves. On error everything New started is stopped again.
-func New(ctx context.Context, cfg config.Config) (s *Server, err error) {
+func New(ctx context.Context, cfg config.Config, ov Overrides) (s *Server, err error) {
 	core, err := Open(ctx, cfg)
 	if err != nil {
 		return nil, err
+	}
+	if ov.Images != nil {
+		core.Images = ov.Images
 	}
 	defer func() {
 		if err != nil {
@@ -168,11 +183,18 @@ func New(ctx context.Context, cfg config.Config) (s *Server, err error) {
 	sessions := weblogin.New(weblogin.Config{ClientID: oc.ClientID, ClientSecret: string(oc.ClientSecret), RedirectURL: public + "/auth/callback",
 		Scopes: oc.Scopes, Endpoint: an.Endpoint(), Lifetime: cfg.Session()}, an, core.Store)
 	s.tokens = token.New(core.Store)
+	identify := an.Identify
+	if ov.Identify != nil {
+		identify = ov.Identify
+	}
+	if ov.Checks != nil {
+		s.checks = ov.Checks
+	}
 	h, err := api.New(api.Options{
 		Catalog: core.Catalog, Workloads: s.Workloads, Checks: s.checks, Spec: gantry.OpenAPI,
 		MaxBodyBytes: cfg.MaxBodyBytes, Logger: core.Log,
 		Portal:   portal.New(portal.Options{Sessions: sessions, Teams: s.authz.Teams, Secure: strings.HasPrefix(public, "https://"), Logger: core.Log, Audit: core.Store}),
-		Identify: an.Identify, Sessions: sessions, Tokens: s.tokens, Teams: s.authz.Teams,
+		Identify: identify, Sessions: sessions, Tokens: s.tokens, Teams: s.authz.Teams,
 		SignIn:    api.AuthConfig{Issuer: oc.Issuer, CliClientID: oc.CLIClientID, Scopes: oc.Scopes},
 		Authorize: s.authz.AllowedSomewhere, Audit: core.Store, Images: core.Images,
 	})

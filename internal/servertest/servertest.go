@@ -57,15 +57,22 @@ func Config(t testing.TB) config.Config {
 // every loop) when the test ends.
 func New(t testing.TB, edit ...func(*config.Config)) *Gantry {
 	t.Helper()
+	return WithOverrides(t, server.Overrides{}, edit...)
+}
+
+// WithOverrides is New with parts outside Gantry stood in for (see
+// server.Overrides): tests of the HTTP surface choose who a bearer token is.
+func WithOverrides(t testing.TB, ov server.Overrides, edit ...func(*config.Config)) *Gantry {
+	t.Helper()
 	cfg := Config(t)
 	for _, e := range edit {
 		e(&cfg)
 	}
-	return Start(t, cfg)
+	return Start(t, cfg, ov)
 }
 
-// Start starts Gantry with exactly cfg.
-func Start(t testing.TB, cfg config.Config) *Gantry {
+// Start starts Gantry with exactly cfg and ov.
+func Start(t testing.TB, cfg config.Config, ov server.Overrides) *Gantry {
 	t.Helper()
 	if !server.DevBuild && cfg.OIDC.Issuer == "" {
 		// The development sign-in is only in -tags dev builds; CI always
@@ -78,7 +85,7 @@ func Start(t testing.TB, cfg config.Config) *Gantry {
 	}
 	t.Setenv("XDG_DATA_HOME", t.TempDir()) // the development signing key
 	ctx, cancel := context.WithCancel(context.Background())
-	srv, err := server.New(ctx, cfg)
+	srv, err := server.New(ctx, cfg, ov)
 	if err != nil {
 		cancel()
 		t.Fatalf("gantry did not start: %v", err)

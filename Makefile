@@ -21,10 +21,12 @@ build: ## build bin/gantry (production: no development sign-in, registry or loca
 generate: ## regenerate api/api.gen.go from openapi.yaml
 	$(GO) generate ./...
 
-bench: ## run the benchmarks (both store backends, a local cluster) into bench.txt, benchstat-ready
+bench: ## run the benchmarks (both store backends, local clusters, the read API under load) into bench.txt, benchstat-ready
 	.ci/with-postgres $(GO) test -tags dev -run='^$$' -bench=. -benchmem -count=6 ./internal/render ./internal/store ./internal/authz ./internal/authn ./internal/weblogin ./internal/imageverify | tee bench.txt
 	GANTRY_TEST_CLUSTER=1 $(GO) test -tags dev -run='^$$' -bench=BenchmarkLaunch -count=6 ./internal/e2e | tee -a bench.txt
 	GANTRY_TEST_CLUSTER=1 $(GO) test -tags dev -run='^$$' -bench=BenchmarkSubmitToRunning -benchtime=1x -count=3 ./internal/e2e | tee -a bench.txt
+	GANTRY_TEST_CLUSTER=1 $(GO) test -tags dev -run='^$$' -bench=BenchmarkSustainedLaunch -benchtime=2x -timeout=20m ./internal/e2e | tee -a bench.txt
+	.ci/with-postgres $(GO) test -tags dev -run='^$$' -bench=ReadAPI -benchtime=20000x -count=3 ./internal/loadgen | tee -a bench.txt
 
 fuzz: ## fuzz the template parser for a minute
 	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=60s ./internal/template

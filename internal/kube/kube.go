@@ -355,7 +355,9 @@ func (c *Cluster) Managed(ctx context.Context) ([]workload.ObjectRef, error) {
 		if !render.IsPrimary(gvk.Kind) {
 			continue
 		}
-		list, err := c.dyn.Resource(gvr).List(ctx, metav1.ListOptions{LabelSelector: render.LabelManagedBy + "=" + render.ManagedBy})
+		// ResourceVersion "0": served from the API server's watch cache,
+		// not read from etcd (the lifecycle loop asks every interval).
+		list, err := c.dyn.Resource(gvr).List(ctx, metav1.ListOptions{LabelSelector: render.LabelManagedBy + "=" + render.ManagedBy, ResourceVersion: "0"})
 		if gvk == vmKind && apierrors.IsNotFound(err) {
 			continue // KubeVirt is not installed: no VMs
 		}

@@ -1,8 +1,8 @@
 package loadgen_test
 
 import (
+	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"testing"
@@ -93,8 +93,7 @@ func BenchmarkReadAPI(b *testing.B) {
 			})
 			b.Run("get", func(b *testing.B) {
 				f.run(b, func(c, i int) string { return "/api/v1/workloads/" + f.ids[(c*7919+i*104729)%len(f.ids)] }, func(_ *http.Response, body []byte) error {
-					var w struct{ ID string }
-					if err := json.Unmarshal(body, &w); err != nil || w.ID == "" {
+					if !bytes.HasPrefix(body, []byte(`{`)) || !bytes.Contains(body, []byte(`"id":"`)) {
 						return fmt.Errorf("not a workload: %.80s", body)
 					}
 					return nil
@@ -104,9 +103,11 @@ func BenchmarkReadAPI(b *testing.B) {
 				f.run(b, func(c, i int) string {
 					return "/api/v1/workloads?limit=100&team=" + []string{"vision", "nlp", "speech", "robotics"}[(c+i)%4]
 				}, func(_ *http.Response, body []byte) error {
-					var p struct{ Items []json.RawMessage }
-					if err := json.Unmarshal(body, &p); err != nil || len(p.Items) != 100 {
-						return fmt.Errorf("a page of %d: %.80s", len(p.Items), body)
+					// Counting the ids is enough to tell a full page, and
+					// leaves the two cores to the server rather than to
+					// decoding 100 workloads per answer.
+					if n := bytes.Count(body, []byte(`"id":"`)); n != 100 {
+						return fmt.Errorf("a page of %d: %.80s", n, body)
 					}
 					return nil
 				})

@@ -6,11 +6,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"testing"
 	"time"
 
 	"github.com/gantryhq/gantry/internal/devcluster"
+	"k8s.io/klog/v2"
 )
 
 // ErrNotRequested means tests that need a cluster were not asked to run: set
@@ -65,6 +67,12 @@ func ForTests(pkg string) (c *devcluster.Cluster, stop func(), err error) {
 // cluster tests are asked for (tests then find it in *c; without, they skip),
 // runs the tests, stops the cluster and exits.
 func Main(m *testing.M, pkg string, c **devcluster.Cluster) {
+	if os.Getenv("GANTRY_TEST_CLUSTER_LOG") == "" {
+		// client-go logs through klog (leader election, informers); in
+		// tests that is noise between the results, unless asked for.
+		klog.LogToStderr(false)
+		klog.SetOutput(io.Discard)
+	}
 	cl, stop, err := ForTests(pkg)
 	switch {
 	case errors.Is(err, ErrNotRequested):

@@ -265,7 +265,6 @@ func TestOversizedStaysPending(t *testing.T) {
 	})
 }
 
-// TestStopAndDeleteRemoveEverything: stopping or deleting a workload through
 // TestStopStartDelete: stopping a service scales it to zero and keeps its
 // objects (no late report revives it), starting brings it back at the same
 // endpoint, and deleting removes everything.

@@ -34,16 +34,7 @@ func TestKill9MidLaunch(t *testing.T) {
 	if cluster == nil {
 		t.Skip(clustertest.ErrNotRequested)
 	}
-	root, err := devcluster.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(t.TempDir(), "gantry")
-	build := exec.Command("go", "build", "-tags", "dev", "-o", bin, "./cmd/gantry")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	root, bin := buildGantry(t)
 	db := filepath.Join(t.TempDir(), "g.db")
 	ctx := context.Background()
 	// A platform admin signs in through the portal once and makes a token;
@@ -98,6 +89,23 @@ func TestKill9MidLaunch(t *testing.T) {
 		second.Process.Signal(syscall.SIGTERM)
 		second.Wait()
 	}
+}
+
+// buildGantry builds the development gantry binary for tests that run it as
+// a process, and returns the repository root and the binary.
+func buildGantry(t *testing.T) (root, bin string) {
+	t.Helper()
+	root, err := devcluster.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin = filepath.Join(t.TempDir(), "gantry")
+	build := exec.Command("go", "build", "-tags", "dev", "-o", bin, "./cmd/gantry")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	return root, bin
 }
 
 // signInToken signs a development user in through the portal, as a browser

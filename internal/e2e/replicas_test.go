@@ -7,8 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -19,9 +17,8 @@ import (
 
 	_ "github.com/jackc/pgx/v5/stdlib"
 
-	"github.com/gantryhq/gantry/internal/devcluster"
 	"github.com/gantryhq/gantry/internal/devcluster/clustertest"
-	"github.com/gantryhq/gantry/internal/servertest"
+	"github.com/gantryhq/gantry/internal/store/storetest"
 	"github.com/gantryhq/gantry/internal/waitfor"
 )
 
@@ -38,17 +35,8 @@ func TestTwoReplicasLeaderKilled(t *testing.T) {
 	if cluster == nil {
 		t.Skip(clustertest.ErrNotRequested)
 	}
-	dsn := servertest.PostgresDSN(t)
-	root, err := devcluster.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(t.TempDir(), "gantry")
-	build := exec.Command("go", "build", "-tags", "dev", "-o", bin, "./cmd/gantry")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	dsn := storetest.PostgresDSN(t)
+	root, bin := buildGantry(t)
 	data := t.TempDir() // one development signing key for both
 	lease := "gantry-ha-" + strings.ToLower(rand.Text()[:6])
 	const leaseDuration = 4 * time.Second

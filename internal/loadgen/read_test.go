@@ -11,6 +11,7 @@ import (
 	"github.com/gantryhq/gantry/internal/config"
 	"github.com/gantryhq/gantry/internal/loadgen"
 	"github.com/gantryhq/gantry/internal/servertest"
+	"github.com/gantryhq/gantry/internal/store/storetest"
 	"github.com/gantryhq/gantry/internal/workload"
 )
 
@@ -31,7 +32,7 @@ func newFixture(b *testing.B, backend string) *fixture {
 	b.Helper()
 	g := servertest.New(b, func(c *config.Config) {
 		if backend == "postgres" {
-			c.Database.Driver, c.Database.DSN = "postgres", config.Secret(servertest.PostgresDSN(b))
+			c.Database.Driver, c.Database.DSN = "postgres", config.Secret(storetest.PostgresDSN(b))
 		}
 	})
 	f := &fixture{g: g}

@@ -8,11 +8,8 @@ package servertest
 
 import (
 	"context"
-	"crypto/rand"
-	"database/sql"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -115,38 +112,4 @@ func (g *Gantry) Token(user string) string {
 		g.t.Fatal(err)
 	}
 	return tok
-}
-
-// PostgresDSN returns a connection string for a fresh schema on the test
-// PostgreSQL server (GANTRY_TEST_POSTGRES_DSN; make test starts one). Without
-// one the test is skipped, except in CI, where it fails.
-func PostgresDSN(t testing.TB) string {
-	t.Helper()
-	dsn := os.Getenv("GANTRY_TEST_POSTGRES_DSN")
-	if dsn == "" {
-		if os.Getenv("CI") != "" {
-			t.Fatal("GANTRY_TEST_POSTGRES_DSN is not set: CI must test PostgreSQL (make test starts one)")
-		}
-		t.Skip("GANTRY_TEST_POSTGRES_DSN not set: PostgreSQL skipped (make test starts one)")
-	}
-	schema := "t_" + strings.ToLower(rand.Text()[:12])
-	admin, err := sql.Open("pgx", dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
-	if _, err := admin.Exec("CREATE SCHEMA " + schema); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if a, err := sql.Open("pgx", dsn); err == nil {
-			a.Exec("DROP SCHEMA " + schema + " CASCADE")
-			a.Close()
-		}
-	})
-	sep := "?"
-	if strings.Contains(dsn, "?") {
-		sep = "&"
-	}
-	return dsn + sep + "search_path=" + schema
 }

@@ -2,9 +2,6 @@ package store_test
 
 import (
 	"context"
-	"crypto/rand"
-	"database/sql"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -24,6 +21,7 @@ import (
 	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/store"
+	"github.com/gantryhq/gantry/internal/store/storetest"
 	"github.com/gantryhq/gantry/internal/template"
 	"github.com/gantryhq/gantry/internal/token"
 	"github.com/gantryhq/gantry/internal/weblogin"
@@ -57,27 +55,7 @@ func backends(t testing.TB) map[string]func(testing.TB) *store.Store {
 		return m
 	}
 	m["postgres"] = func(t testing.TB) *store.Store {
-		b := make([]byte, 6)
-		rand.Read(b)
-		schema := "t_" + hex.EncodeToString(b)
-		admin, err := sql.Open("pgx", dsn)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer admin.Close()
-		if _, err := admin.Exec("CREATE SCHEMA " + schema); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			a, _ := sql.Open("pgx", dsn)
-			a.Exec("DROP SCHEMA " + schema + " CASCADE")
-			a.Close()
-		})
-		sep := "?"
-		if strings.Contains(dsn, "?") {
-			sep = "&"
-		}
-		lastPostgres = dsn + sep + "search_path=" + schema
+		lastPostgres = storetest.PostgresDSN(t)
 		s, err := store.Open(context.Background(), store.Postgres, lastPostgres)
 		if err != nil {
 			t.Fatal(err)

@@ -4,11 +4,12 @@ import (
 	"context"
 	"errors"
 
+	"github.com/gantryhq/gantry/api/gen"
 	"github.com/gantryhq/gantry/internal/audit"
 	"github.com/gantryhq/gantry/internal/fault"
 )
 
-func (s *server) ListAudit(ctx context.Context, req ListAuditRequestObject) (ListAuditResponseObject, error) {
+func (s *server) ListAudit(ctx context.Context, req gen.ListAuditRequestObject) (gen.ListAuditResponseObject, error) {
 	if s.o.Audit == nil {
 		return nil, &fault.Unavailable{What: "audit log", Err: errors.New("not configured on this server")}
 	}
@@ -25,14 +26,14 @@ func (s *server) ListAudit(ctx context.Context, req ListAuditRequestObject) (Lis
 	if err != nil {
 		return nil, err
 	}
-	out := AuditList{Items: []AuditRecord{}}
+	out := gen.AuditList{Items: []gen.AuditRecord{}}
 	for i, r := range recs {
 		if i == limit {
 			out.NextAfter = ptr(recs[limit-1].Seq)
 			break
 		}
-		out.Items = append(out.Items, AuditRecord{Seq: r.Seq, At: r.At, Actor: r.Actor, Action: r.Action, Object: r.Object,
-			Decision: AuditRecordDecision(r.Decision), Status: r.Status, Reason: r.Reason, RequestId: r.RequestID, Source: r.Source, Hash: r.Hash})
+		out.Items = append(out.Items, gen.AuditRecord{Seq: r.Seq, At: r.At, Actor: r.Actor, Action: r.Action, Object: r.Object,
+			Decision: gen.AuditRecordDecision(r.Decision), Status: r.Status, Reason: r.Reason, RequestId: r.RequestID, Source: r.Source, Hash: r.Hash})
 	}
-	return ListAudit200JSONResponse(out), nil
+	return gen.ListAudit200JSONResponse(out), nil
 }

@@ -4,22 +4,23 @@ import (
 	"context"
 	"errors"
 
+	"github.com/gantryhq/gantry/api/gen"
 	"github.com/gantryhq/gantry/internal/access"
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/identity"
 )
 
-func (s *server) GetAuthConfig(ctx context.Context, _ GetAuthConfigRequestObject) (GetAuthConfigResponseObject, error) {
+func (s *server) GetAuthConfig(ctx context.Context, _ gen.GetAuthConfigRequestObject) (gen.GetAuthConfigResponseObject, error) {
 	if s.o.SignIn.Issuer == "" {
 		return nil, &fault.Unavailable{What: "sign-in", Err: errors.New("no OpenID provider configured")}
 	}
-	return GetAuthConfig200JSONResponse(s.o.SignIn), nil
+	return gen.GetAuthConfig200JSONResponse(s.o.SignIn), nil
 }
 
-func (s *server) GetMe(ctx context.Context, _ GetMeRequestObject) (GetMeResponseObject, error) {
+func (s *server) GetMe(ctx context.Context, _ gen.GetMeRequestObject) (gen.GetMeResponseObject, error) {
 	id, _ := identity.From(ctx)
-	me := Me{Issuer: id.Issuer, Subject: id.Subject, Email: strp(id.Email), Name: strp(id.Name), Groups: id.Groups,
-		Via: MeVia(id.Via), TokenID: strp(id.TokenID), LaunchTeams: []string{}}
+	me := gen.Me{Issuer: id.Issuer, Subject: id.Subject, Email: strp(id.Email), Name: strp(id.Name), Groups: id.Groups,
+		Via: gen.MeVia(id.Via), TokenID: strp(id.TokenID), LaunchTeams: []string{}}
 	if me.Groups == nil {
 		me.Groups = []string{}
 	}
@@ -33,7 +34,7 @@ func (s *server) GetMe(ctx context.Context, _ GetMeRequestObject) (GetMeResponse
 			me.AllTeams = false
 		}
 	}
-	return GetMe200JSONResponse(me), nil
+	return gen.GetMe200JSONResponse(me), nil
 }
 
 func strp(s string) *string {

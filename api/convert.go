@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/gantryhq/gantry/api/gen"
 	"github.com/gantryhq/gantry/internal/catalog"
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/gpu"
@@ -17,7 +18,7 @@ import (
 
 // parseTemplate validates a template body exactly as a template file: the wire
 // document goes back to JSON and through template.Parse.
-func (s *server) parseTemplate(doc *TemplateDocument) (*template.Template, error) {
+func (s *server) parseTemplate(doc *gen.TemplateDocument) (*template.Template, error) {
 	data, err := json.Marshal(doc)
 	if err != nil {
 		return nil, fmt.Errorf("encode template body: %w", err)
@@ -44,35 +45,35 @@ func withoutLines(err error) error {
 	return l.Err()
 }
 
-func templateVersion(v catalog.Version) TemplateVersion {
-	var doc TemplateDocument
+func templateVersion(v catalog.Version) gen.TemplateVersion {
+	var doc gen.TemplateDocument
 	if err := remarshal(v.Template, &doc); err != nil {
 		panic(err) // both sides describe the same JSON document; a test guards it
 	}
-	return TemplateVersion{Name: v.Name, Version: v.Version, Digest: v.Digest, CreatedAt: v.CreatedAt, CreatedBy: v.CreatedBy, Template: doc}
+	return gen.TemplateVersion{Name: v.Name, Version: v.Version, Digest: v.Digest, CreatedAt: v.CreatedAt, CreatedBy: v.CreatedBy, Template: doc}
 }
 
-func templateList(vs []catalog.Version) TemplateList {
-	out := TemplateList{Items: make([]TemplateVersion, len(vs))}
+func templateList(vs []catalog.Version) gen.TemplateList {
+	out := gen.TemplateList{Items: make([]gen.TemplateVersion, len(vs))}
 	for i, v := range vs {
 		out.Items[i] = templateVersion(v)
 	}
 	return out
 }
 
-func gpuClass(c gpu.Class) GPUClass {
-	out := GPUClass{Name: c.Name, Products: c.Products, MemoryGiB: c.MemoryGiB, MigProfiles: []MIGProfile{}}
+func gpuClass(c gpu.Class) gen.GPUClass {
+	out := gen.GPUClass{Name: c.Name, Products: c.Products, MemoryGiB: c.MemoryGiB, MigProfiles: []gen.MIGProfile{}}
 	if c.VMDeviceName != "" {
 		out.VmDeviceName = ptr(c.VMDeviceName)
 	}
 	if cc := c.Confidential; cc != nil {
-		tees := make([]GPUClassConfidentialTees, len(cc.TEEs))
+		tees := make([]gen.GPUClassConfidentialTees, len(cc.TEEs))
 		for i, t := range cc.TEEs {
-			tees[i] = GPUClassConfidentialTees(t)
+			tees[i] = gen.GPUClassConfidentialTees(t)
 		}
 		out.Confidential = &struct {
-			Mig  bool                       `json:"mig"`
-			Tees []GPUClassConfidentialTees `json:"tees"`
+			Mig  bool                           `json:"mig"`
+			Tees []gen.GPUClassConfidentialTees `json:"tees"`
 		}{Mig: cc.MIG, Tees: tees}
 	}
 	if c.Description != "" {
@@ -83,15 +84,15 @@ func gpuClass(c gpu.Class) GPUClass {
 		out.Price.Spot = ptr(c.Price.Spot)
 	}
 	for _, p := range c.MIG {
-		out.MigProfiles = append(out.MigProfiles, MIGProfile{Name: p.Name, Resource: p.Resource(), ComputeShare: p.ComputeShare(), MemoryShare: p.MemoryShare(), MaxInstances: p.MaxInstances})
+		out.MigProfiles = append(out.MigProfiles, gen.MIGProfile{Name: p.Name, Resource: p.Resource(), ComputeShare: p.ComputeShare(), MemoryShare: p.MemoryShare(), MaxInstances: p.MaxInstances})
 	}
 	return out
 }
 
-func workloadOut(w workload.Workload) Workload {
-	out := Workload{
-		Id: w.ID, Name: w.Name, Team: w.Team, Owner: w.Owner, Template: w.Template, TemplateVersion: w.TemplateVersion,
-		Kind: WorkloadKind(w.Kind), Parameters: w.Parameters, ObjectsHash: w.ObjectsHash, Status: WorkloadStatus(w.Status),
+func workloadOut(w workload.Workload) gen.Workload {
+	out := gen.Workload{
+		Id: w.ID, Name: w.Name, Team: w.Team.String(), Owner: w.Owner, Template: w.Template, TemplateVersion: w.TemplateVersion,
+		Kind: gen.WorkloadKind(w.Kind), Parameters: w.Parameters, ObjectsHash: w.ObjectsHash, Status: gen.WorkloadStatus(w.Status),
 		Applied: w.Applied(), CreatedAt: w.CreatedAt, UpdatedAt: w.UpdatedAt,
 	}
 	if w.Reason != "" {
@@ -101,7 +102,7 @@ func workloadOut(w workload.Workload) Workload {
 		out.Image = ptr(w.Image)
 	}
 	if w.TEE != "" {
-		out.Tee = ptr(WorkloadTee(w.TEE))
+		out.Tee = ptr(gen.WorkloadTee(w.TEE))
 	}
 	if w.Endpoint != "" {
 		out.Endpoint = ptr(w.Endpoint)
@@ -116,7 +117,7 @@ func workloadOut(w workload.Workload) Workload {
 	return out
 }
 
-func choice(g *GPUChoice, params *Parameters, confidential *bool) template.Choice {
+func choice(g *gen.GPUChoice, params *gen.Parameters, confidential *bool) template.Choice {
 	c := template.Choice{Confidential: deref(confidential)}
 	if g != nil {
 		c.Class, c.Count, c.MIGProfile = deref(g.Class), deref(g.Count), deref(g.MigProfile)
@@ -151,7 +152,7 @@ func deref[T any](p *T) T {
 
 // catalogImageOut is a catalog entry on the wire: the document's fields, and
 // each key file with its fingerprint.
-func catalogImageOut(e *imagecat.Entry) (CatalogImage, error) {
+func catalogImageOut(e *imagecat.Entry) (gen.CatalogImage, error) {
 	type key struct {
 		File        string `json:"file"`
 		Fingerprint string `json:"fingerprint"`
@@ -184,11 +185,11 @@ func catalogImageOut(e *imagecat.Entry) (CatalogImage, error) {
 	}
 	b, err := json.Marshal(wire)
 	if err != nil {
-		return CatalogImage{}, err
+		return gen.CatalogImage{}, err
 	}
-	var out CatalogImage
+	var out gen.CatalogImage
 	if err := json.Unmarshal(b, &out); err != nil {
-		return CatalogImage{}, fmt.Errorf("image %s: %w", e.Image.Metadata.Name, err)
+		return gen.CatalogImage{}, fmt.Errorf("image %s: %w", e.Image.Metadata.Name, err)
 	}
 	return out, nil
 }

@@ -3,6 +3,8 @@ package api
 import (
 	"context"
 	"time"
+
+	"github.com/gantryhq/gantry/api/gen"
 )
 
 // Pinger checks a dependency for /readyz.
@@ -16,14 +18,14 @@ type Check struct {
 	Pinger Pinger
 }
 
-func (s *server) GetHealth(ctx context.Context, _ GetHealthRequestObject) (GetHealthResponseObject, error) {
-	return GetHealth200JSONResponse{Status: Ok}, nil
+func (s *server) GetHealth(ctx context.Context, _ gen.GetHealthRequestObject) (gen.GetHealthResponseObject, error) {
+	return gen.GetHealth200JSONResponse{Status: gen.Ok}, nil
 }
 
-func (s *server) GetReady(ctx context.Context, _ GetReadyRequestObject) (GetReadyResponseObject, error) {
+func (s *server) GetReady(ctx context.Context, _ gen.GetReadyRequestObject) (gen.GetReadyResponseObject, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	r := Readiness{Status: Ready, Checks: []struct {
+	r := gen.Readiness{Status: gen.Ready, Checks: []struct {
 		Detail *string `json:"detail,omitempty"`
 		Name   string  `json:"name"`
 		Ok     bool    `json:"ok"`
@@ -32,7 +34,7 @@ func (s *server) GetReady(ctx context.Context, _ GetReadyRequestObject) (GetRead
 		ok, detail := true, (*string)(nil)
 		if err := c.Pinger.Ping(ctx); err != nil {
 			ok, detail = false, ptr(c.Name+" does not answer")
-			r.Status = NotReady
+			r.Status = gen.NotReady
 			s.o.Logger.WarnContext(ctx, "readiness check failed", "check", c.Name, "err", err)
 		}
 		r.Checks = append(r.Checks, struct {
@@ -41,12 +43,12 @@ func (s *server) GetReady(ctx context.Context, _ GetReadyRequestObject) (GetRead
 			Ok     bool    `json:"ok"`
 		}{Detail: detail, Name: c.Name, Ok: ok})
 	}
-	if r.Status == NotReady {
-		return GetReady503JSONResponse(r), nil
+	if r.Status == gen.NotReady {
+		return gen.GetReady503JSONResponse(r), nil
 	}
-	return GetReady200JSONResponse(r), nil
+	return gen.GetReady200JSONResponse(r), nil
 }
 
-func (s *server) GetOpenAPI(ctx context.Context, _ GetOpenAPIRequestObject) (GetOpenAPIResponseObject, error) {
-	return GetOpenAPI200ApplicationyamlResponse{Body: bytesReader(s.o.Spec), ContentLength: int64(len(s.o.Spec))}, nil
+func (s *server) GetOpenAPI(ctx context.Context, _ gen.GetOpenAPIRequestObject) (gen.GetOpenAPIResponseObject, error) {
+	return gen.GetOpenAPI200ApplicationyamlResponse{Body: bytesReader(s.o.Spec), ContentLength: int64(len(s.o.Spec))}, nil
 }

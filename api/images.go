@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/gantryhq/gantry/api/gen"
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/imageverify"
 )
@@ -15,12 +16,12 @@ func (s *server) images() (*imageverify.Images, error) {
 	return s.o.Images, nil
 }
 
-func (s *server) ListImages(ctx context.Context, _ ListImagesRequestObject) (ListImagesResponseObject, error) {
+func (s *server) ListImages(ctx context.Context, _ gen.ListImagesRequestObject) (gen.ListImagesResponseObject, error) {
 	im, err := s.images()
 	if err != nil {
 		return nil, err
 	}
-	out := ImageList{Items: []CatalogImage{}}
+	out := gen.ImageList{Items: []gen.CatalogImage{}}
 	for _, e := range im.Catalog.List() {
 		c, err := catalogImageOut(e)
 		if err != nil {
@@ -28,10 +29,10 @@ func (s *server) ListImages(ctx context.Context, _ ListImagesRequestObject) (Lis
 		}
 		out.Items = append(out.Items, c)
 	}
-	return ListImages200JSONResponse(out), nil
+	return gen.ListImages200JSONResponse(out), nil
 }
 
-func (s *server) GetImage(ctx context.Context, req GetImageRequestObject) (GetImageResponseObject, error) {
+func (s *server) GetImage(ctx context.Context, req gen.GetImageRequestObject) (gen.GetImageResponseObject, error) {
 	im, err := s.images()
 	if err != nil {
 		return nil, err
@@ -44,10 +45,10 @@ func (s *server) GetImage(ctx context.Context, req GetImageRequestObject) (GetIm
 	if err != nil {
 		return nil, err
 	}
-	return GetImage200JSONResponse(c), nil
+	return gen.GetImage200JSONResponse(c), nil
 }
 
-func (s *server) VerifyImage(ctx context.Context, req VerifyImageRequestObject) (VerifyImageResponseObject, error) {
+func (s *server) VerifyImage(ctx context.Context, req gen.VerifyImageRequestObject) (gen.VerifyImageResponseObject, error) {
 	im, err := s.images()
 	if err != nil {
 		return nil, err
@@ -59,12 +60,12 @@ func (s *server) VerifyImage(ctx context.Context, req VerifyImageRequestObject) 
 	if err != nil {
 		return nil, err
 	}
-	v := Verification{Image: r.Image, Reference: r.Reference, Digest: r.Digest, Pinned: r.Pinned, Signer: r.Signer, VerifiedAt: r.VerifiedAt, Cached: r.Cached}
+	v := gen.Verification{Image: r.Image, Reference: r.Reference, Digest: r.Digest, Pinned: r.Pinned, Signer: r.Signer, VerifiedAt: r.VerifiedAt, Cached: r.Cached}
 	if len(r.Annotations) > 0 {
 		v.Annotations = &r.Annotations
 	}
 	if len(r.Attestations) > 0 {
 		v.Attestations = &r.Attestations
 	}
-	return VerifyImage200JSONResponse(v), nil
+	return gen.VerifyImage200JSONResponse(v), nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/labstack/echo/v4"
 
+	"github.com/gantryhq/gantry/api/gen"
 	"github.com/gantryhq/gantry/internal/fault"
 )
 
@@ -25,7 +26,7 @@ const (
 
 // problemFor maps an error to a status and problem document. It is the one place
 // where errors become HTTP responses; internal errors are logged, never shown.
-func problemFor(err error) (int, Problem) {
+func problemFor(err error) (int, gen.Problem) {
 	var (
 		inv  *fault.Invalid
 		nf   *fault.NotFound
@@ -39,36 +40,36 @@ func problemFor(err error) (int, Problem) {
 	)
 	switch {
 	case errors.As(err, &ir):
-		fields := []FieldError{{Field: "image", Detail: ir.Check + " check: " + ir.Reason}}
-		return http.StatusUnprocessableEntity, Problem{Type: "https://gantry.dev/problems/image-refused", Title: "Image refused", Detail: ptr(ir.Error()), Errors: &fields}
+		fields := []gen.FieldError{{Field: "image", Detail: ir.Check + " check: " + ir.Reason}}
+		return http.StatusUnprocessableEntity, gen.Problem{Type: "https://gantry.dev/problems/image-refused", Title: "Image refused", Detail: ptr(ir.Error()), Errors: &fields}
 	case errors.As(err, &inv):
-		fields := make([]FieldError, len(inv.Fields))
+		fields := make([]gen.FieldError, len(inv.Fields))
 		for i, f := range inv.Fields {
-			fields[i] = FieldError{Field: f.Path, Detail: f.Message}
+			fields[i] = gen.FieldError{Field: f.Path, Detail: f.Message}
 		}
-		return http.StatusUnprocessableEntity, Problem{Type: problemValidation, Title: "Invalid request", Detail: ptr(detailOf(len(fields))), Errors: &fields}
+		return http.StatusUnprocessableEntity, gen.Problem{Type: problemValidation, Title: "Invalid request", Detail: ptr(detailOf(len(fields))), Errors: &fields}
 	case errors.As(err, &re), errors.As(err, &se):
 		fields := requestFields(err)
-		return http.StatusBadRequest, Problem{Type: problemValidation, Title: "Invalid request", Detail: ptr(detailOf(len(fields))), Errors: &fields}
+		return http.StatusBadRequest, gen.Problem{Type: problemValidation, Title: "Invalid request", Detail: ptr(detailOf(len(fields))), Errors: &fields}
 	case errors.As(err, &nf):
-		return http.StatusNotFound, Problem{Type: problemNotFound, Title: "Not found", Detail: ptr(nf.Error())}
+		return http.StatusNotFound, gen.Problem{Type: problemNotFound, Title: "Not found", Detail: ptr(nf.Error())}
 	case errors.As(err, &fb):
-		return http.StatusForbidden, Problem{Type: "https://gantry.dev/problems/forbidden", Title: "Forbidden", Detail: ptr(fb.Reason)}
+		return http.StatusForbidden, gen.Problem{Type: "https://gantry.dev/problems/forbidden", Title: "Forbidden", Detail: ptr(fb.Reason)}
 	case errors.As(err, &conf):
-		return http.StatusConflict, Problem{Type: problemConflict, Title: "Conflict", Detail: ptr(conf.Error())}
+		return http.StatusConflict, gen.Problem{Type: problemConflict, Title: "Conflict", Detail: ptr(conf.Error())}
 	case errors.As(err, &un):
-		return http.StatusServiceUnavailable, Problem{Type: "about:blank", Title: http.StatusText(http.StatusServiceUnavailable), Detail: ptr(un.What + " is unavailable; try again later")}
+		return http.StatusServiceUnavailable, gen.Problem{Type: "about:blank", Title: http.StatusText(http.StatusServiceUnavailable), Detail: ptr(un.What + " is unavailable; try again later")}
 	case errors.As(err, &he):
 		title := http.StatusText(he.Code)
-		p := Problem{Type: "about:blank", Title: title}
+		p := gen.Problem{Type: "about:blank", Title: title}
 		if msg, ok := he.Message.(string); ok && msg != title && he.Code < 500 {
 			p.Detail = ptr(msg)
 		}
 		return he.Code, p
 	case errors.Is(err, context.Canceled):
-		return 499, Problem{Type: "about:blank", Title: "Client closed request"}
+		return 499, gen.Problem{Type: "about:blank", Title: "Client closed request"}
 	}
-	return http.StatusInternalServerError, Problem{Type: "about:blank", Title: http.StatusText(http.StatusInternalServerError),
+	return http.StatusInternalServerError, gen.Problem{Type: "about:blank", Title: http.StatusText(http.StatusInternalServerError),
 		Detail: ptr("an internal error occurred; quote the instance when reporting it")}
 }
 
@@ -81,8 +82,8 @@ func detailOf(n int) string {
 
 // requestFields turns kin-openapi's validation errors into field errors, every
 // one of them, without the schema dumps kin-openapi puts in its messages.
-func requestFields(err error) []FieldError {
-	var out []FieldError
+func requestFields(err error) []gen.FieldError {
+	var out []gen.FieldError
 	var walk func(prefix string, err error)
 	walk = func(prefix string, err error) {
 		switch e := err.(type) {
@@ -99,7 +100,7 @@ func requestFields(err error) []FieldError {
 				p = "body"
 			}
 			if e.Err == nil {
-				out = append(out, FieldError{Field: p, Detail: e.Reason})
+				out = append(out, gen.FieldError{Field: p, Detail: e.Reason})
 				return
 			}
 			walk(p, e.Err)
@@ -118,7 +119,7 @@ func requestFields(err error) []FieldError {
 			if path != "body" {
 				path = strings.TrimPrefix(path, "body.")
 			}
-			out = append(out, FieldError{Field: path, Detail: e.Reason})
+			out = append(out, gen.FieldError{Field: path, Detail: e.Reason})
 		case *openapi3filter.ParseError:
 			msg := "malformed input"
 			if c := e.RootCause(); c != nil {
@@ -126,7 +127,7 @@ func requestFields(err error) []FieldError {
 			} else if e.Reason != "" {
 				msg += ": " + e.Reason
 			}
-			out = append(out, FieldError{Field: prefix, Detail: msg})
+			out = append(out, gen.FieldError{Field: prefix, Detail: msg})
 		default:
 			if u := errors.Unwrap(err); u != nil {
 				walk(prefix, u)
@@ -136,7 +137,7 @@ func requestFields(err error) []FieldError {
 			if i := strings.Index(msg, "\nSchema:"); i > 0 {
 				msg = msg[:i]
 			}
-			out = append(out, FieldError{Field: prefix, Detail: msg})
+			out = append(out, gen.FieldError{Field: prefix, Detail: msg})
 		}
 	}
 	walk("", err)

@@ -1,8 +1,9 @@
-// Package api owns Gantry's HTTP surface: the handlers generated from openapi.yaml
-// (oapi-codegen, echo strict server) and the glue around them — validation of every
-// request against the spec, the identity hook, body limits, logging, and the one
-// mapping from errors to RFC 9457 problem responses. Handlers stay thin: they
-// translate between the wire types and the domain services.
+// Package api owns Gantry's HTTP surface: the handlers of the strict server
+// generated from openapi.yaml into api/gen (one file per resource here), and
+// the glue around them — validation of every request against the spec, the
+// identity hook, body limits, logging, auditing, and the one mapping from
+// errors to RFC 9457 problem responses. Handlers stay thin: they translate
+// between the wire types and the domain services.
 package api
 
 import (
@@ -17,6 +18,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
 
+	"github.com/gantryhq/gantry/api/gen"
 	"github.com/gantryhq/gantry/internal/access"
 	"github.com/gantryhq/gantry/internal/audit"
 	"github.com/gantryhq/gantry/internal/catalog"
@@ -44,7 +46,7 @@ type Options struct {
 	// Sessions authenticates signed-in browsers by their session cookie.
 	Sessions SessionAuthenticator
 	// SignIn is what GET /auth/config tells clients.
-	SignIn AuthConfig
+	SignIn gen.AuthConfig
 	// Images is the image catalog and its verifier.
 	Images *imageverify.Images
 	// Teams lists the teams where an identity holds a permission (for /me).
@@ -82,7 +84,7 @@ func New(o Options) (*echo.Echo, error) {
 		validate,
 	)
 	s := &server{o: o}
-	RegisterHandlers(e, NewStrictHandler(s, nil))
+	gen.RegisterHandlers(e, gen.NewStrictHandler(s, nil))
 	if o.Portal != nil {
 		for _, p := range portal.Paths {
 			e.Add(p.Method, p.Path, echo.WrapHandler(o.Portal))
@@ -99,7 +101,7 @@ type server struct {
 	o Options
 }
 
-var _ StrictServerInterface = (*server)(nil)
+var _ gen.StrictServerInterface = (*server)(nil)
 
 func caller(ctx context.Context) string {
 	id, _ := identity.From(ctx)

@@ -3,18 +3,20 @@ package api
 import (
 	"context"
 
+	"github.com/gantryhq/gantry/api/gen"
+	"github.com/gantryhq/gantry/internal/team"
 	"github.com/gantryhq/gantry/internal/workload"
 )
 
-func (s *server) ListTemplates(ctx context.Context, _ ListTemplatesRequestObject) (ListTemplatesResponseObject, error) {
+func (s *server) ListTemplates(ctx context.Context, _ gen.ListTemplatesRequestObject) (gen.ListTemplatesResponseObject, error) {
 	vs, err := s.o.Catalog.List(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return ListTemplates200JSONResponse(templateList(vs)), nil
+	return gen.ListTemplates200JSONResponse(templateList(vs)), nil
 }
 
-func (s *server) CreateTemplate(ctx context.Context, req CreateTemplateRequestObject) (CreateTemplateResponseObject, error) {
+func (s *server) CreateTemplate(ctx context.Context, req gen.CreateTemplateRequestObject) (gen.CreateTemplateResponseObject, error) {
 	t, err := s.parseTemplate(req.Body)
 	if err != nil {
 		return nil, err
@@ -23,10 +25,10 @@ func (s *server) CreateTemplate(ctx context.Context, req CreateTemplateRequestOb
 	if err != nil {
 		return nil, err
 	}
-	return CreateTemplate201JSONResponse(templateVersion(v)), nil
+	return gen.CreateTemplate201JSONResponse(templateVersion(v)), nil
 }
 
-func (s *server) GetTemplate(ctx context.Context, req GetTemplateRequestObject) (GetTemplateResponseObject, error) {
+func (s *server) GetTemplate(ctx context.Context, req gen.GetTemplateRequestObject) (gen.GetTemplateResponseObject, error) {
 	version := 0
 	if req.Params.Version != nil {
 		version = *req.Params.Version
@@ -35,10 +37,10 @@ func (s *server) GetTemplate(ctx context.Context, req GetTemplateRequestObject) 
 	if err != nil {
 		return nil, err
 	}
-	return GetTemplate200JSONResponse(templateVersion(v)), nil
+	return gen.GetTemplate200JSONResponse(templateVersion(v)), nil
 }
 
-func (s *server) UpdateTemplate(ctx context.Context, req UpdateTemplateRequestObject) (UpdateTemplateResponseObject, error) {
+func (s *server) UpdateTemplate(ctx context.Context, req gen.UpdateTemplateRequestObject) (gen.UpdateTemplateResponseObject, error) {
 	t, err := s.parseTemplate(req.Body)
 	if err != nil {
 		return nil, err
@@ -47,33 +49,37 @@ func (s *server) UpdateTemplate(ctx context.Context, req UpdateTemplateRequestOb
 	if err != nil {
 		return nil, err
 	}
-	return UpdateTemplate200JSONResponse(templateVersion(v)), nil
+	return gen.UpdateTemplate200JSONResponse(templateVersion(v)), nil
 }
 
-func (s *server) DeleteTemplate(ctx context.Context, req DeleteTemplateRequestObject) (DeleteTemplateResponseObject, error) {
+func (s *server) DeleteTemplate(ctx context.Context, req gen.DeleteTemplateRequestObject) (gen.DeleteTemplateResponseObject, error) {
 	if err := s.o.Catalog.Delete(ctx, caller(ctx), req.Name); err != nil {
 		return nil, err
 	}
-	return DeleteTemplate204Response{}, nil
+	return gen.DeleteTemplate204Response{}, nil
 }
 
-func (s *server) ListTemplateVersions(ctx context.Context, req ListTemplateVersionsRequestObject) (ListTemplateVersionsResponseObject, error) {
+func (s *server) ListTemplateVersions(ctx context.Context, req gen.ListTemplateVersionsRequestObject) (gen.ListTemplateVersionsResponseObject, error) {
 	vs, err := s.o.Catalog.History(ctx, req.Name)
 	if err != nil {
 		return nil, err
 	}
-	return ListTemplateVersions200JSONResponse(templateList(vs)), nil
+	return gen.ListTemplateVersions200JSONResponse(templateList(vs)), nil
 }
 
-func (s *server) RenderTemplate(ctx context.Context, req RenderTemplateRequestObject) (RenderTemplateResponseObject, error) {
+func (s *server) RenderTemplate(ctx context.Context, req gen.RenderTemplateRequestObject) (gen.RenderTemplateResponseObject, error) {
 	b := req.Body
+	t, err := team.Parse(b.Team)
+	if err != nil {
+		return nil, err
+	}
 	rd, err := s.o.Workloads.Preview(ctx, caller(ctx), workload.Request{
-		Template: req.Name, Version: deref(b.TemplateVersion), Team: b.Team, Choice: choice(b.Gpu, b.Parameters, b.Confidential),
+		Template: req.Name, Version: deref(b.TemplateVersion), Team: t, Choice: choice(b.Gpu, b.Parameters, b.Confidential),
 	})
 	if err != nil {
 		return nil, err
 	}
-	out := RenderResult{Template: rd.Version.Name, TemplateVersion: rd.Version.Version, Hash: rd.Hash, Objects: []map[string]any{}}
+	out := gen.RenderResult{Template: rd.Version.Name, TemplateVersion: rd.Version.Version, Hash: rd.Hash, Objects: []map[string]any{}}
 	for _, o := range rd.Objects {
 		var m map[string]any
 		if err := remarshal(o, &m); err != nil {
@@ -82,5 +88,5 @@ func (s *server) RenderTemplate(ctx context.Context, req RenderTemplateRequestOb
 		delete(m, "status")
 		out.Objects = append(out.Objects, m)
 	}
-	return RenderTemplate200JSONResponse(out), nil
+	return gen.RenderTemplate200JSONResponse(out), nil
 }

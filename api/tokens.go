@@ -4,10 +4,11 @@ import (
 	"context"
 	"time"
 
+	"github.com/gantryhq/gantry/api/gen"
 	"github.com/gantryhq/gantry/internal/token"
 )
 
-func (s *server) CreateToken(ctx context.Context, req CreateTokenRequestObject) (CreateTokenResponseObject, error) {
+func (s *server) CreateToken(ctx context.Context, req gen.CreateTokenRequestObject) (gen.CreateTokenResponseObject, error) {
 	if s.o.Tokens == nil {
 		return nil, noTokens
 	}
@@ -18,11 +19,11 @@ func (s *server) CreateToken(ctx context.Context, req CreateTokenRequestObject) 
 		return nil, err
 	}
 	i := tokenInfo(t)
-	return CreateToken201JSONResponse{Id: i.Id, Name: i.Name, Team: i.Team, ReadOnly: i.ReadOnly, CreatedAt: i.CreatedAt,
+	return gen.CreateToken201JSONResponse{Id: i.Id, Name: i.Name, Team: i.Team, ReadOnly: i.ReadOnly, CreatedAt: i.CreatedAt,
 		ExpiresAt: i.ExpiresAt, Revoked: i.Revoked, Token: secret}, nil
 }
 
-func (s *server) ListTokens(ctx context.Context, _ ListTokensRequestObject) (ListTokensResponseObject, error) {
+func (s *server) ListTokens(ctx context.Context, _ gen.ListTokensRequestObject) (gen.ListTokensResponseObject, error) {
 	if s.o.Tokens == nil {
 		return nil, noTokens
 	}
@@ -30,25 +31,25 @@ func (s *server) ListTokens(ctx context.Context, _ ListTokensRequestObject) (Lis
 	if err != nil {
 		return nil, err
 	}
-	out := TokenList{Items: make([]TokenInfo, len(ts))}
+	out := gen.TokenList{Items: make([]gen.TokenInfo, len(ts))}
 	for i, t := range ts {
 		out.Items[i] = tokenInfo(t)
 	}
-	return ListTokens200JSONResponse(out), nil
+	return gen.ListTokens200JSONResponse(out), nil
 }
 
-func (s *server) RevokeToken(ctx context.Context, req RevokeTokenRequestObject) (RevokeTokenResponseObject, error) {
+func (s *server) RevokeToken(ctx context.Context, req gen.RevokeTokenRequestObject) (gen.RevokeTokenResponseObject, error) {
 	if s.o.Tokens == nil {
 		return nil, noTokens
 	}
 	if err := s.o.Tokens.Revoke(ctx, req.Id); err != nil {
 		return nil, err
 	}
-	return RevokeToken204Response{}, nil
+	return gen.RevokeToken204Response{}, nil
 }
 
-func tokenInfo(t token.Token) TokenInfo {
-	i := TokenInfo{Id: t.ID, Name: t.Name, ReadOnly: t.ReadOnly, CreatedAt: t.CreatedAt, ExpiresAt: t.ExpiresAt, Revoked: !t.RevokedAt.IsZero()}
+func tokenInfo(t token.Token) gen.TokenInfo {
+	i := gen.TokenInfo{Id: t.ID, Name: t.Name, ReadOnly: t.ReadOnly, CreatedAt: t.CreatedAt, ExpiresAt: t.ExpiresAt, Revoked: !t.RevokedAt.IsZero()}
 	if t.Team != "" {
 		i.Team = ptr(t.Team)
 	}

@@ -5,41 +5,47 @@ import (
 	"io"
 	"net/http"
 
+	"github.com/gantryhq/gantry/api/gen"
+	"github.com/gantryhq/gantry/internal/team"
 	"github.com/gantryhq/gantry/internal/workload"
 )
 
-func (s *server) CreateWorkload(ctx context.Context, req CreateWorkloadRequestObject) (CreateWorkloadResponseObject, error) {
+func (s *server) CreateWorkload(ctx context.Context, req gen.CreateWorkloadRequestObject) (gen.CreateWorkloadResponseObject, error) {
 	b := req.Body
+	t, err := team.Parse(b.Team)
+	if err != nil {
+		return nil, err
+	}
 	w, replayed, err := s.o.Workloads.Create(ctx, caller(ctx), workload.Request{
-		Template: b.Template, Version: deref(b.TemplateVersion), Team: b.Team, Choice: choice(b.Gpu, b.Parameters, b.Confidential),
+		Template: b.Template, Version: deref(b.TemplateVersion), Team: t, Choice: choice(b.Gpu, b.Parameters, b.Confidential),
 		IdempotencyKey: deref(req.Params.IdempotencyKey),
 	})
 	if err != nil {
 		return nil, err
 	}
 	if replayed {
-		return CreateWorkload200JSONResponse(workloadOut(w)), nil
+		return gen.CreateWorkload200JSONResponse(workloadOut(w)), nil
 	}
-	return CreateWorkload201JSONResponse(workloadOut(w)), nil
+	return gen.CreateWorkload201JSONResponse(workloadOut(w)), nil
 }
 
-func (s *server) StopWorkload(ctx context.Context, req StopWorkloadRequestObject) (StopWorkloadResponseObject, error) {
+func (s *server) StopWorkload(ctx context.Context, req gen.StopWorkloadRequestObject) (gen.StopWorkloadResponseObject, error) {
 	w, err := s.o.Workloads.Stop(ctx, req.Id)
 	if err != nil {
 		return nil, err
 	}
-	return StopWorkload200JSONResponse(workloadOut(w)), nil
+	return gen.StopWorkload200JSONResponse(workloadOut(w)), nil
 }
 
-func (s *server) StartWorkload(ctx context.Context, req StartWorkloadRequestObject) (StartWorkloadResponseObject, error) {
+func (s *server) StartWorkload(ctx context.Context, req gen.StartWorkloadRequestObject) (gen.StartWorkloadResponseObject, error) {
 	w, err := s.o.Workloads.Start(ctx, req.Id)
 	if err != nil {
 		return nil, err
 	}
-	return StartWorkload200JSONResponse(workloadOut(w)), nil
+	return gen.StartWorkload200JSONResponse(workloadOut(w)), nil
 }
 
-func (s *server) GetWorkloadLogs(ctx context.Context, req GetWorkloadLogsRequestObject) (GetWorkloadLogsResponseObject, error) {
+func (s *server) GetWorkloadLogs(ctx context.Context, req gen.GetWorkloadLogsRequestObject) (gen.GetWorkloadLogsResponseObject, error) {
 	r, err := s.o.Workloads.Logs(ctx, req.Id, deref(req.Params.Follow), int64(deref(req.Params.TailLines)))
 	if err != nil {
 		return nil, err
@@ -75,21 +81,28 @@ func (l logStream) VisitGetWorkloadLogsResponse(w http.ResponseWriter) error {
 	}
 }
 
-func (s *server) ListWorkloadEvents(ctx context.Context, req ListWorkloadEventsRequestObject) (ListWorkloadEventsResponseObject, error) {
+func (s *server) ListWorkloadEvents(ctx context.Context, req gen.ListWorkloadEventsRequestObject) (gen.ListWorkloadEventsResponseObject, error) {
 	evs, err := s.o.Workloads.Events(ctx, req.Id)
 	if err != nil {
 		return nil, err
 	}
-	out := EventList{Items: make([]Event, len(evs))}
+	out := gen.EventList{Items: make([]gen.Event, len(evs))}
 	for i, e := range evs {
-		out.Items[i] = Event{Time: e.Time, Type: e.Type, Reason: e.Reason, Message: e.Message, Object: e.Object, Count: ptr(e.Count)}
+		out.Items[i] = gen.Event{Time: e.Time, Type: e.Type, Reason: e.Reason, Message: e.Message, Object: e.Object, Count: ptr(e.Count)}
 	}
-	return ListWorkloadEvents200JSONResponse(out), nil
+	return gen.ListWorkloadEvents200JSONResponse(out), nil
 }
 
-func (s *server) ListWorkloads(ctx context.Context, req ListWorkloadsRequestObject) (ListWorkloadsResponseObject, error) {
+func (s *server) ListWorkloads(ctx context.Context, req gen.ListWorkloadsRequestObject) (gen.ListWorkloadsResponseObject, error) {
 	p := req.Params
-	f := workload.Filter{Team: deref(p.Team), Owner: deref(p.Owner), Template: deref(p.Template), Limit: deref(p.Limit)}
+	f := workload.Filter{Owner: deref(p.Owner), Template: deref(p.Template), Limit: deref(p.Limit)}
+	if p.Team != nil {
+		t, err := team.Parse(*p.Team)
+		if err != nil {
+			return nil, err
+		}
+		f.Team = t
+	}
 	if p.Status != nil {
 		f.Status = workload.Status(*p.Status)
 	}
@@ -97,27 +110,27 @@ func (s *server) ListWorkloads(ctx context.Context, req ListWorkloadsRequestObje
 	if err != nil {
 		return nil, err
 	}
-	out := WorkloadList{Items: make([]Workload, len(page.Items))}
+	out := gen.WorkloadList{Items: make([]gen.Workload, len(page.Items))}
 	for i, w := range page.Items {
 		out.Items[i] = workloadOut(w)
 	}
 	if page.Next != "" {
 		out.NextCursor = &page.Next
 	}
-	return ListWorkloads200JSONResponse(out), nil
+	return gen.ListWorkloads200JSONResponse(out), nil
 }
 
-func (s *server) GetWorkload(ctx context.Context, req GetWorkloadRequestObject) (GetWorkloadResponseObject, error) {
+func (s *server) GetWorkload(ctx context.Context, req gen.GetWorkloadRequestObject) (gen.GetWorkloadResponseObject, error) {
 	w, err := s.o.Workloads.Get(ctx, req.Id)
 	if err != nil {
 		return nil, err
 	}
-	return GetWorkload200JSONResponse(workloadOut(w)), nil
+	return gen.GetWorkload200JSONResponse(workloadOut(w)), nil
 }
 
-func (s *server) DeleteWorkload(ctx context.Context, req DeleteWorkloadRequestObject) (DeleteWorkloadResponseObject, error) {
+func (s *server) DeleteWorkload(ctx context.Context, req gen.DeleteWorkloadRequestObject) (gen.DeleteWorkloadResponseObject, error) {
 	if err := s.o.Workloads.Delete(ctx, req.Id); err != nil {
 		return nil, err
 	}
-	return DeleteWorkload204Response{}, nil
+	return gen.DeleteWorkload204Response{}, nil
 }

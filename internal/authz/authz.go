@@ -27,6 +27,7 @@ import (
 	"github.com/gantryhq/gantry/internal/access"
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/identity"
+	"github.com/gantryhq/gantry/internal/team"
 	"github.com/gantryhq/gantry/internal/yamldoc"
 )
 
@@ -275,11 +276,10 @@ func checkBinding(errs *fault.List, path, team, role string) {
 	}
 }
 
+// teamName reports whether s is a team name (the one rule, package team).
 func teamName(s string) bool {
-	if s == "" || len(s) > 40 || s[0] < 'a' || s[0] > 'z' || s[len(s)-1] == '-' {
-		return false
-	}
-	return strings.Trim(s, "abcdefghijklmnopqrstuvwxyz0123456789-") == ""
+	_, err := team.Parse(s)
+	return err == nil
 }
 
 // implied lists permissions that a stronger one grants too.

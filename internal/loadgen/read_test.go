@@ -12,6 +12,7 @@ import (
 	"github.com/gantryhq/gantry/internal/loadgen"
 	"github.com/gantryhq/gantry/internal/servertest"
 	"github.com/gantryhq/gantry/internal/store/storetest"
+	"github.com/gantryhq/gantry/internal/team"
 	"github.com/gantryhq/gantry/internal/workload"
 )
 
@@ -39,7 +40,7 @@ func newFixture(b *testing.B, backend string) *fixture {
 	ctx := context.Background()
 	at := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
 	for i := range recorded {
-		w := workload.Workload{ID: workload.NewID(), Team: []string{"vision", "nlp", "speech", "robotics"}[i%4], Owner: "ada", Template: "pytorch-train",
+		w := workload.Workload{ID: workload.NewID(), Team: []team.Name{"vision", "nlp", "speech", "robotics"}[i%4], Owner: "ada", Template: "pytorch-train",
 			TemplateVersion: 1, Kind: "job", GPUClass: "H100-80GB", GPUCount: 1 + i%8, Parameters: map[string]string{"epochs": "3"},
 			ObjectsHash: "h", Status: workload.Running, CreatedAt: at.Add(time.Duration(i) * time.Second)}
 		w.Name, w.UpdatedAt = "pytorch-train-"+w.ID, w.CreatedAt

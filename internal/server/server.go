@@ -28,6 +28,7 @@ import (
 
 	"github.com/gantryhq/gantry"
 	"github.com/gantryhq/gantry/api"
+	"github.com/gantryhq/gantry/api/gen"
 	"github.com/gantryhq/gantry/internal/authn"
 	"github.com/gantryhq/gantry/internal/authz"
 	"github.com/gantryhq/gantry/internal/catalog"
@@ -40,6 +41,7 @@ import (
 	"github.com/gantryhq/gantry/internal/imageverify"
 	"github.com/gantryhq/gantry/internal/kube"
 	"github.com/gantryhq/gantry/internal/store"
+	"github.com/gantryhq/gantry/internal/team"
 	"github.com/gantryhq/gantry/internal/template"
 	"github.com/gantryhq/gantry/internal/token"
 	"github.com/gantryhq/gantry/internal/weblogin"
@@ -143,7 +145,7 @@ func New(ctx context.Context, cfg config.Config, ov Overrides) (s *Server, err e
 	}
 	s.checks = []api.Check{{Name: "database", Pinger: core.Store}}
 	wo := workload.Options{Store: core.Store, Templates: core.Catalog, Authorizer: s.authz, Images: core.Images,
-		Namespace: func(team string) string { return cfg.NamespacePrefix + team }, KBSURL: cfg.Confidential.KBSURL, Log: core.Log}
+		Namespace: func(t team.Name) string { return cfg.NamespacePrefix + t.String() }, KBSURL: cfg.Confidential.KBSURL, Log: core.Log}
 	if cfg.Kubeconfig != "" {
 		// The kubeconfig is loaded lazily: with it missing or the API server
 		// away, Gantry still serves, /readyz says why it is not ready, and
@@ -195,7 +197,7 @@ func New(ctx context.Context, cfg config.Config, ov Overrides) (s *Server, err e
 		MaxBodyBytes: cfg.MaxBodyBytes, Logger: core.Log,
 		Portal:   portal.New(portal.Options{Sessions: sessions, Teams: s.authz.Teams, Secure: strings.HasPrefix(public, "https://"), Logger: core.Log, Audit: core.Store}),
 		Identify: identify, Sessions: sessions, Tokens: s.tokens, Teams: s.authz.Teams,
-		SignIn:    api.AuthConfig{Issuer: oc.Issuer, CliClientID: oc.CLIClientID, Scopes: oc.Scopes},
+		SignIn:    gen.AuthConfig{Issuer: oc.Issuer, CliClientID: oc.CLIClientID, Scopes: oc.Scopes},
 		Authorize: s.authz.AllowedSomewhere, Audit: core.Store, Images: core.Images,
 	})
 	if err != nil {

@@ -22,6 +22,7 @@ import (
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/store"
 	"github.com/gantryhq/gantry/internal/store/storetest"
+	"github.com/gantryhq/gantry/internal/team"
 	"github.com/gantryhq/gantry/internal/template"
 	"github.com/gantryhq/gantry/internal/token"
 	"github.com/gantryhq/gantry/internal/weblogin"
@@ -79,7 +80,7 @@ func starter(t testing.TB) (*gpu.Catalog, map[string]*template.Template, []templ
 	return classes, m, files
 }
 
-func namespace(team string) string { return "gantry-" + team }
+func namespace(t team.Name) string { return "gantry-" + t.String() }
 
 func TestConformance(t *testing.T) {
 	for name, open := range backends(t) {
@@ -361,11 +362,11 @@ func testWorkloads(t *testing.T, s *store.Store) {
 	}
 	var made []workload.Workload
 	for i := range 7 {
-		team := "vision"
+		tm := team.Name("vision")
 		if i%2 == 1 {
-			team = "nlp"
+			tm = "nlp"
 		}
-		w, _, err := svc.Create(ctx, fmt.Sprintf("user%d", i%3), workload.Request{Template: "vllm-inference", Team: team,
+		w, _, err := svc.Create(ctx, fmt.Sprintf("user%d", i%3), workload.Request{Template: "vllm-inference", Team: tm,
 			Choice: template.Choice{Count: 1 + i%2, Params: map[string]any{"maxModelLen": 1024 * (i + 1)}}})
 		if err != nil {
 			t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/identity"
+	"github.com/gantryhq/gantry/internal/team"
 )
 
 // Prefix marks Gantry tokens, so that secret scanners and people recognise them.
@@ -89,6 +90,11 @@ func (s *Service) Create(ctx context.Context, req Request) (Token, string, error
 	var errs fault.List
 	if n := strings.TrimSpace(req.Name); n == "" || len(n) > 100 {
 		errs.Addf("name", "is required, at most 100 characters")
+	}
+	if req.Team != "" {
+		if _, err := team.Parse(req.Team); err != nil {
+			errs.AddErr("", err)
+		}
 	}
 	if req.Lifetime < time.Hour || req.Lifetime > MaxLifetime {
 		errs.Addf("expiresInDays", "must be between 1 hour and %d days", int(MaxLifetime.Hours()/24))

@@ -14,14 +14,15 @@ import (
 	"github.com/gantryhq/gantry/internal/catalog"
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/render"
+	"github.com/gantryhq/gantry/internal/team"
 	"github.com/gantryhq/gantry/internal/template"
 )
 
 // Request asks to launch a template.
 type Request struct {
 	Template       string
-	Version        int // 0: the live version
-	Team           string
+	Version        int       // 0: the live version
+	Team           team.Name // checked by team.Parse where it came in
 	Choice         template.Choice
 	IdempotencyKey string // optional: the same key returns the same workload
 }
@@ -54,8 +55,8 @@ func (s *Service) Preview(ctx context.Context, owner string, req Request) (Rende
 
 func (s *Service) render(ctx context.Context, owner string, req Request, id string) (Rendered, error) {
 	var errs fault.List
-	if !template.ValidName(req.Team) {
-		errs.Addf("team", "%q must be a lowercase DNS label of at most %d characters", req.Team, template.MaxNameLen)
+	if req.Team == "" {
+		errs.Addf("team", "is required")
 	}
 	if !template.ValidName(req.Template) {
 		errs.Addf("template", "%q is not a template name", req.Template)
@@ -84,7 +85,7 @@ func (s *Service) render(ctx context.Context, owner string, req Request, id stri
 	if err != nil {
 		return Rendered{}, err
 	}
-	meta := render.Meta{WorkloadID: id, Team: req.Team, Owner: owner, Namespace: s.namespace(req.Team), TemplateVersion: v.Version, Image: pinned}
+	meta := render.Meta{WorkloadID: id, Team: req.Team.String(), Owner: owner, Namespace: s.namespace(req.Team), TemplateVersion: v.Version, Image: pinned}
 	if r.Confidential {
 		if tee == "" {
 			return Rendered{}, &fault.Invalid{Fields: []fault.Field{{Path: "confidential", Message: fmt.Sprintf(
@@ -143,7 +144,7 @@ func (s *Service) byKey(ctx context.Context, owner string, req Request) (Workloa
 }
 
 func (s *Service) create(ctx context.Context, owner string, req Request) (Workload, error) {
-	if template.ValidName(req.Team) && !s.may(ctx, req.Team, access.WorkloadsLaunch) {
+	if req.Team != "" && !s.may(ctx, req.Team, access.WorkloadsLaunch) {
 		return Workload{}, &fault.Forbidden{Reason: fmt.Sprintf("you may not launch workloads in team %q", req.Team)}
 	}
 	id := s.newID()
@@ -151,7 +152,7 @@ func (s *Service) create(ctx context.Context, owner string, req Request) (Worklo
 	if err != nil {
 		return Workload{}, err
 	}
-	if err := s.authz.MayUse(req.Team, rd.Version.Name, rd.Choice.Class.Name); err != nil {
+	if err := s.authz.MayUse(req.Team.String(), rd.Version.Name, rd.Choice.Class.Name); err != nil {
 		return Workload{}, &fault.Forbidden{Reason: policyReason(err)}
 	}
 	now := s.clock()
@@ -226,7 +227,7 @@ const waitingForCluster = "waiting for the Kubernetes API server; the launch is 
 // is returned). Whatever the cluster reported meanwhile is kept: only the
 // applied hash and the waiting reason change.
 func (s *Service) apply(ctx context.Context, w Workload, objs []render.Object) (Workload, error) {
-	err := s.cluster.EnsureNamespace(ctx, s.namespace(w.Team), w.Team)
+	err := s.cluster.EnsureNamespace(ctx, s.namespace(w.Team), w.Team.String())
 	if err == nil {
 		err = s.cluster.Apply(ctx, objs)
 	}
@@ -273,7 +274,7 @@ func (s *Service) rerender(ctx context.Context, w Workload) ([]render.Object, er
 	if err != nil {
 		return nil, err
 	}
-	objs, err := render.Objects(r, render.Meta{WorkloadID: w.ID, Team: w.Team, Owner: w.Owner, Namespace: s.namespace(w.Team), TemplateVersion: w.TemplateVersion, Image: w.Image, TEE: w.TEE, InitData: s.initDataFor(w.TEE)})
+	objs, err := render.Objects(r, render.Meta{WorkloadID: w.ID, Team: w.Team.String(), Owner: w.Owner, Namespace: s.namespace(w.Team), TemplateVersion: w.TemplateVersion, Image: w.Image, TEE: w.TEE, InitData: s.initDataFor(w.TEE)})
 	if err != nil {
 		return nil, err
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/gantryhq/gantry/internal/access"
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/identity"
+	"github.com/gantryhq/gantry/internal/team"
 )
 
 // Get returns one workload.
@@ -55,14 +56,16 @@ func (s *Service) List(ctx context.Context, f Filter, cursor string) (Page, erro
 	switch {
 	case all:
 	case f.Team != "":
-		if !slices.Contains(teams, f.Team) {
+		if !slices.Contains(teams, f.Team.String()) {
 			return Page{Items: []Workload{}}, nil // another team's workloads: none to see
 		}
 	default:
 		if len(teams) == 0 {
 			return Page{Items: []Workload{}}, nil
 		}
-		f.Teams = teams
+		for _, t := range teams {
+			f.Teams = append(f.Teams, team.Name(t)) // names from the policy, checked when it loaded
+		}
 	}
 	want := f.Limit
 	f.Limit++ // one more tells whether there is a next page

@@ -15,6 +15,7 @@ import (
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/store"
+	"github.com/gantryhq/gantry/internal/team"
 	"github.com/gantryhq/gantry/internal/template"
 	"github.com/gantryhq/gantry/internal/workload"
 	"github.com/gantryhq/gantry/internal/workload/workloadtest"
@@ -64,7 +65,7 @@ func newHarness(t *testing.T) *harness {
 	}
 	h := &harness{store: st, cluster: workloadtest.NewCluster(), now: time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)}
 	h.svc, err = workload.New(workload.Options{Store: st, Templates: cat, Images: images, Authorizer: workloadtest.AllowAll{},
-		Namespace: func(team string) string { return "gantry-" + team }, Cluster: h.cluster, Now: h.clock, Log: slog.New(slog.DiscardHandler)})
+		Namespace: func(t team.Name) string { return "gantry-" + t.String() }, Cluster: h.cluster, Now: h.clock, Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

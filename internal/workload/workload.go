@@ -26,6 +26,7 @@ import (
 	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/render"
+	"github.com/gantryhq/gantry/internal/team"
 )
 
 // Status is where a workload is in its lifecycle.
@@ -53,7 +54,7 @@ var Statuses = []Status{PendingApproval, Pending, Queued, Scheduled, Running, Su
 type Workload struct {
 	ID              string
 	Name            string
-	Team            string
+	Team            team.Name
 	Owner           string
 	Template        string
 	TemplateVersion int
@@ -81,8 +82,8 @@ func (w Workload) Applied() bool { return w.AppliedHash != "" && w.AppliedHash =
 
 // Filter selects workloads; After continues a listing after that key.
 type Filter struct {
-	Team  string
-	Teams []string // when set, only these teams
+	Team  team.Name   // "": every team the caller may read
+	Teams []team.Name // when set, only these teams
 
 	Owner    string
 	Template string
@@ -187,7 +188,7 @@ type Images interface {
 type Options struct {
 	Store     Store
 	Templates Templates
-	Namespace func(team string) string // a team's namespace
+	Namespace func(team.Name) string // a team's namespace
 	// Authorizer checks every user-facing operation against the caller's
 	// permissions in the workload's team.
 	Authorizer Authorizer
@@ -207,7 +208,7 @@ type Options struct {
 type Service struct {
 	store     Store
 	templates Templates
-	namespace func(team string) string
+	namespace func(team.Name) string
 	cluster   Cluster // nil: workloads are recorded, not applied
 	authz     Authorizer
 	images    Images
@@ -258,9 +259,9 @@ func (s *Service) HasCluster() bool { return s.cluster != nil }
 func (s *Service) clock() time.Time { return s.now().UTC().Truncate(time.Microsecond) }
 
 // may reports whether the caller may do permission in team.
-func (s *Service) may(ctx context.Context, team string, permission access.Permission) bool {
+func (s *Service) may(ctx context.Context, t team.Name, permission access.Permission) bool {
 	id, ok := identity.From(ctx)
-	return ok && s.authz.Allowed(id, team, permission)
+	return ok && s.authz.Allowed(id, t.String(), permission)
 }
 
 // visible returns the workload if the caller may read it; another team's

@@ -25,6 +25,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"github.com/gantryhq/gantry"
 	"github.com/gantryhq/gantry/api"
@@ -107,6 +108,7 @@ type Server struct {
 	issuer    string
 	dev       devProvider // nil with an organisation's provider
 	checks    []api.Check
+	clock     clock.WithTicker
 }
 
 // Overrides stand in for what lies outside Gantry, for tests that need to:
@@ -119,6 +121,9 @@ type Overrides struct {
 	Checks []api.Check
 	// Images replaces the image verifier (a test's own registry).
 	Images *imageverify.Images
+	// Clock drives every loop's ticker and the workloads' times (a fake
+	// clock steps them in tests). Default: the real clock.
+	Clock clock.WithTicker
 }
 
 // New builds Gantry from the configuration and binds its listener; Run
@@ -136,7 +141,10 @@ func New(ctx context.Context, cfg config.Config, ov Overrides) (s *Server, err e
 			core.Store.Close()
 		}
 	}()
-	s = &Server{Core: core}
+	s = &Server{Core: core, clock: ov.Clock}
+	if s.clock == nil {
+		s.clock = clock.RealClock{}
+	}
 	if err := s.seed(ctx); err != nil {
 		return nil, err
 	}
@@ -145,7 +153,7 @@ func New(ctx context.Context, cfg config.Config, ov Overrides) (s *Server, err e
 	}
 	s.checks = []api.Check{{Name: "database", Pinger: core.Store}}
 	wo := workload.Options{Store: core.Store, Templates: core.Catalog, Authorizer: s.authz, Images: core.Images,
-		Namespace: func(t team.Name) string { return cfg.NamespacePrefix + t.String() }, KBSURL: cfg.Confidential.KBSURL, Log: core.Log}
+		Namespace: func(t team.Name) string { return cfg.NamespacePrefix + t.String() }, KBSURL: cfg.Confidential.KBSURL, Log: core.Log, Now: s.clock.Now}
 	if cfg.Kubeconfig != "" {
 		// The kubeconfig is loaded lazily: with it missing or the API server
 		// away, Gantry still serves, /readyz says why it is not ready, and
@@ -284,10 +292,10 @@ func (s *Server) Run(ctx context.Context) error {
 		return nil
 	})
 	g.Go(func() error {
-		return every(gctx, 3*time.Second, s.reload("policy", s.authz.Reload, authz.ErrUnchanged))
+		return s.every(gctx, 3*time.Second, s.reload("policy", s.authz.Reload, authz.ErrUnchanged))
 	})
 	g.Go(func() error {
-		return every(gctx, 3*time.Second, s.reload("image catalog", s.Images.Catalog.Reload, imagecat.ErrUnchanged))
+		return s.every(gctx, 3*time.Second, s.reload("image catalog", s.Images.Catalog.Reload, imagecat.ErrUnchanged))
 	})
 	if s.cluster != nil {
 		g.Go(func() error { return s.leaderLoops(gctx) })
@@ -308,16 +316,17 @@ func (s *Server) reload(what string, reload func() error, unchanged error) func(
 	}
 }
 
-// every calls fn at once and then every interval until ctx ends.
-func every(ctx context.Context, interval time.Duration, fn func(context.Context)) error {
-	t := time.NewTicker(interval)
+// every calls fn at once and then every interval of the server's clock until
+// ctx ends.
+func (s *Server) every(ctx context.Context, interval time.Duration, fn func(context.Context)) error {
+	t := s.clock.NewTicker(interval)
 	defer t.Stop()
 	for {
 		fn(ctx)
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-t.C:
+		case <-t.C():
 		}
 	}
 }
@@ -338,7 +347,7 @@ func (s *Server) leaderLoops(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(s.Config.Reconcile()):
+		case <-s.clock.After(s.Config.Reconcile()):
 		}
 	}
 	host, _ := os.Hostname()
@@ -361,13 +370,13 @@ func (s *Server) lead(ctx context.Context, c *kube.Cluster) error {
 	if err != nil {
 		return err
 	}
-	ctl, err := controller.New(w, s.Workloads, controller.Options{Log: s.Log})
+	ctl, err := controller.New(w, s.Workloads, controller.Options{Log: s.Log, Clock: s.clock})
 	if err != nil {
 		return err
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return ctl.Run(gctx) })
-	g.Go(func() error { return every(gctx, s.Config.Reconcile(), s.lifecycle) })
+	g.Go(func() error { return s.every(gctx, s.Config.Reconcile(), s.lifecycle) })
 	return g.Wait()
 }
 

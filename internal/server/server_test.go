@@ -1,0 +1,83 @@
+package server_test
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/gantryhq/gantry/internal/config"
+	"github.com/gantryhq/gantry/internal/devcluster"
+	"github.com/gantryhq/gantry/internal/server"
+	"github.com/gantryhq/gantry/internal/servertest"
+	"github.com/gantryhq/gantry/internal/waitfor"
+)
+
+// TestLoopsRunOnTheServersClock: the policy reload loop ticks on the clock
+// Run was given, not on the wall clock: an edit that takes alice out of team
+// vision is not in force until the fake clock steps past the reload interval,
+// and is in force after it.
+func TestLoopsRunOnTheServersClock(t *testing.T) {
+	root, err := devcluster.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	policy := t.TempDir()
+	for _, f := range []string{"model.conf", "roles.csv", "bindings.yaml"} {
+		data, err := os.ReadFile(filepath.Join(root, "policy", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(policy, f), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fake := clocktesting.NewFakeClock(time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC))
+	g := servertest.WithOverrides(t, server.Overrides{Clock: fake}, func(c *config.Config) { c.PolicyDir = policy })
+	tok := g.Token("alice") // group ml-vision: a member of team vision
+	launch := func() int {
+		req, _ := http.NewRequest(http.MethodPost, g.URL+"/api/v1/workloads", strings.NewReader(`{"template":"dev-environment","team":"vision"}`))
+		req.Header.Set("Authorization", "Bearer "+tok)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if s := launch(); s != 201 {
+		t.Fatalf("launch as a member of vision: %d", s)
+	}
+	b, _ := os.ReadFile(filepath.Join(policy, "bindings.yaml"))
+	edited := strings.Replace(string(b), "  - {group: ml-vision, team: vision, role: member}\n", "", 1)
+	if edited == string(b) {
+		t.Fatal("bindings.yaml has no ml-vision binding to remove")
+	}
+	if err := os.WriteFile(filepath.Join(policy, "bindings.yaml"), []byte(edited), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Past the reload interval in wall time, the server's clock has not
+	// moved: the old policy holds all along.
+	if err := waitfor.Poll(4*time.Second, func() error {
+		if s := launch(); s != 201 {
+			return nil // the edit took effect (or something broke)
+		}
+		return errors.New("the old policy holds")
+	}); err == nil {
+		t.Fatal("the policy changed before the server's clock moved")
+	}
+	fake.Step(3 * time.Second)
+	waitfor.Until(t, 30*time.Second, "the reload after the clock stepped", func() error {
+		if s := launch(); s != 403 {
+			return fmt.Errorf("launch answered %d, want 403", s)
+		}
+		return nil
+	})
+}

@@ -9,6 +9,7 @@ package config
 import (
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/netip"
 	"net/url"
@@ -248,7 +249,7 @@ func Load(path string, lookup func(string) (string, bool), f Flags) (Config, err
 			}
 		}
 	}
-	for name := range f {
+	for _, name := range slices.Sorted(maps.Keys(f)) {
 		if !slices.ContainsFunc(options, func(o option) bool { return o.flag == name && name != "" }) {
 			errs.Addf("--"+name, "is not a configuration flag")
 		}

@@ -198,3 +198,27 @@ func TestEveryFieldIsAnOption(t *testing.T) {
 		}
 	}
 }
+
+// TestOptionsPointAtTheirKeys: each row's field is the field its YAML key
+// names, so a row cannot set one setting while documenting another.
+func TestOptionsPointAtTheirKeys(t *testing.T) {
+	var c Config
+	for _, o := range options {
+		v := reflect.ValueOf(&c).Elem()
+		for _, part := range strings.Split(o.key, ".") {
+			found := false
+			for i := range v.NumField() {
+				if strings.Split(v.Type().Field(i).Tag.Get("json"), ",")[0] == part {
+					v, found = v.Field(i), true
+					break
+				}
+			}
+			if !found {
+				t.Fatalf("%s: no field for %q", o.key, part)
+			}
+		}
+		if got := reflect.ValueOf(o.field(&c)).Pointer(); got != v.Addr().Pointer() {
+			t.Errorf("%s: its row points at another field", o.key)
+		}
+	}
+}

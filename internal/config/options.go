@@ -62,7 +62,7 @@ var options = []option{
 	{key: "leaseDuration", env: "GANTRY_LEASE_DURATION", field: func(c *Config) any { return &c.LeaseDuration },
 		doc: "how long replicas wait for a leader that stopped renewing its Lease before one takes over (2s to 5m)"},
 	{key: "reconcileInterval", env: "GANTRY_RECONCILE_INTERVAL", field: func(c *Config) any { return &c.ReconcileInterval },
-		doc: "how often the lifecycle loop runs: apply launches not yet applied, converge stopped, started and deleted workloads, stop those past their max runtime (at least 1s)"},
+		doc: "how often the lifecycle loop runs: apply launches not yet applied, converge stopped, started and deleted workloads, stop those past their max runtime (1s to 24h)"},
 	{key: "removeOrphans", env: "GANTRY_REMOVE_ORPHANS", field: func(c *Config) any { return &c.RemoveOrphans },
 		doc: "delete objects with Gantry's labels that belong to no workload (otherwise they are only reported)"},
 	{key: "namespacePrefix", env: "GANTRY_NAMESPACE_PREFIX", field: func(c *Config) any { return &c.NamespacePrefix },

@@ -296,7 +296,10 @@ func BenchmarkSustainedLaunch(b *testing.B) {
 		var wg sync.WaitGroup
 		startAt := time.Now()
 		var count atomic.Int64
-		var firstErr atomic.Value
+		var (
+			errOnce  sync.Once
+			firstErr error
+		)
 		for range clients {
 			wg.Go(func() {
 				for time.Since(startAt) < round {
@@ -307,7 +310,7 @@ func BenchmarkSustainedLaunch(b *testing.B) {
 						err = k.Apply(ctx, objs)
 					}
 					if err != nil {
-						firstErr.CompareAndSwap(nil, err)
+						errOnce.Do(func() { firstErr = err })
 						return
 					}
 					count.Add(1)
@@ -315,8 +318,8 @@ func BenchmarkSustainedLaunch(b *testing.B) {
 			})
 		}
 		wg.Wait()
-		if err, _ := firstErr.Load().(error); err != nil {
-			b.Fatal(err)
+		if firstErr != nil {
+			b.Fatal(firstErr)
 		}
 		directN += int(count.Load())
 		directT += time.Since(startAt)

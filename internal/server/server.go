@@ -62,7 +62,10 @@ type Core struct {
 }
 
 // Open builds the Core from the configuration. Close its Store when done.
-func Open(ctx context.Context, cfg config.Config) (*Core, error) {
+func Open(ctx context.Context, cfg config.Config) (*Core, error) { return open(ctx, cfg, nil) }
+
+// open is Open with the image verifier given (nil: from the configuration).
+func open(ctx context.Context, cfg config.Config, given *imageverify.Images) (*Core, error) {
 	log := cfg.Logger()
 	classes, err := gpu.LoadFile(cfg.GPUClassesFile)
 	if err != nil {
@@ -71,6 +74,9 @@ func Open(ctx context.Context, cfg config.Config) (*Core, error) {
 	images, err := imagecat.Load(cfg.Images.Dir, classes)
 	if err != nil {
 		return nil, err
+	}
+	if given != nil {
+		return openStore(ctx, cfg, log, classes, given)
 	}
 	vo := imageverify.Options{TTL: cfg.Images.TTL(), Mirrors: cfg.Images.Mirrors}
 	if f := cfg.Images.RegistryAuthFile; f != "" {
@@ -88,11 +94,17 @@ func Open(ctx context.Context, cfg config.Config) (*Core, error) {
 			return nil, err
 		}
 	}
+	return openStore(ctx, cfg, log, classes, verified)
+}
+
+// openStore opens the store and the template catalog checked against the
+// verifier's image catalog.
+func openStore(ctx context.Context, cfg config.Config, log *slog.Logger, classes *gpu.Catalog, images *imageverify.Images) (*Core, error) {
 	st, err := store.Open(ctx, cfg.Database.Driver, string(cfg.Database.DSN))
 	if err != nil {
 		return nil, err
 	}
-	return &Core{Config: cfg, Log: log, Store: st, Catalog: catalog.New(st, classes).WithImages(images), Images: verified}, nil
+	return &Core{Config: cfg, Log: log, Store: st, Catalog: catalog.New(st, classes).WithImages(images.Catalog), Images: images}, nil
 }
 
 // Server is Gantry, built and listening, not yet serving.
@@ -129,12 +141,9 @@ type Overrides struct {
 // New builds Gantry from the configuration and binds its listener; Run
 // serves. On error everything New started is stopped again.
 func New(ctx context.Context, cfg config.Config, ov Overrides) (s *Server, err error) {
-	core, err := Open(ctx, cfg)
+	core, err := open(ctx, cfg, ov.Images)
 	if err != nil {
 		return nil, err
-	}
-	if ov.Images != nil {
-		core.Images = ov.Images
 	}
 	defer func() {
 		if err != nil {
@@ -319,15 +328,16 @@ func (s *Server) reload(what string, reload func() error, unchanged error) func(
 // every calls fn at once and then every interval of the server's clock until
 // ctx ends.
 func (s *Server) every(ctx context.Context, interval time.Duration, fn func(context.Context)) error {
-	t := s.clock.NewTicker(interval)
+	fn(ctx)
+	t := s.clock.NewTicker(interval) // after the first call: a waiting ticker means it has run
 	defer t.Stop()
 	for {
-		fn(ctx)
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C():
 		}
+		fn(ctx)
 	}
 }
 

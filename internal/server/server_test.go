@@ -40,6 +40,13 @@ func TestLoopsRunOnTheServersClock(t *testing.T) {
 	}
 	fake := clocktesting.NewFakeClock(time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC))
 	g := servertest.WithOverrides(t, server.Overrides{Clock: fake}, func(c *config.Config) { c.PolicyDir = policy })
+	// Both reload loops have made their first pass once their tickers wait.
+	waitfor.Until(t, 10*time.Second, "the reload loops to start", func() error {
+		if n := fake.Waiters(); n < 2 {
+			return fmt.Errorf("%d tickers waiting", n)
+		}
+		return nil
+	})
 	tok := g.Token("alice") // group ml-vision: a member of team vision
 	launch := func() int {
 		req, _ := http.NewRequest(http.MethodPost, g.URL+"/api/v1/workloads", strings.NewReader(`{"template":"dev-environment","team":"vision"}`))

@@ -176,14 +176,16 @@ func New(ctx context.Context, cfg config.Config, ov Overrides) (s *Server, err e
 	if s.Workloads, err = workload.New(wo); err != nil {
 		return nil, err
 	}
-	if s.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
 		return nil, fmt.Errorf("listen: %w", err)
 	}
 	defer func() {
 		if err != nil {
-			s.ln.Close()
+			ln.Close() // not s.ln: an error return has set s to nil
 		}
 	}()
+	s.ln = ln
 	s.url = "http://" + s.ln.Addr().String()
 	public := strings.TrimSuffix(cfg.PublicURL, "/")
 	if public == "" {

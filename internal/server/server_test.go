@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -87,4 +88,17 @@ func TestLoopsRunOnTheServersClock(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestNewFailsCleanly: a failure after the listener is bound (here: the
+// OpenID provider does not answer) is an error, not a panic, and frees the
+// port.
+func TestNewFailsCleanly(t *testing.T) {
+	cfg := servertest.Config(t)
+	t.Setenv("XDG_DATA_HOME", t.TempDir())
+	cfg.OIDC.Issuer, cfg.OIDC.ClientID, cfg.Images.DevRegistry = "http://127.0.0.1:1", "gantry-portal", false
+	_, err := server.New(context.Background(), cfg, server.Overrides{})
+	if err == nil {
+		t.Fatal("New succeeded with an OpenID provider that does not answer")
+	}
 }

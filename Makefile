@@ -28,8 +28,15 @@ bench: ## run the benchmarks (both store backends, local clusters, the read API 
 	GANTRY_TEST_CLUSTER=1 $(GO) test -tags dev -run='^$$' -bench=BenchmarkSustainedLaunch -benchtime=2x -timeout=20m ./internal/e2e | tee -a bench.txt
 	.ci/with-postgres $(GO) test -tags dev -run='^$$' -bench=ReadAPI -benchtime=20000x -count=3 ./internal/loadgen | tee -a bench.txt
 
-fuzz: ## fuzz the template parser for a minute
-	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=60s ./internal/template
+FUZZTIME ?= 10m
+fuzz: ## every fuzzer for FUZZTIME each (default 10 minutes; CI runs short ones); findings land in testdata/fuzz
+	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./internal/template
+	$(GO) test -run='^$$' -fuzz=FuzzRender -fuzztime=$(FUZZTIME) ./internal/render
+	$(GO) test -run='^$$' -fuzz=FuzzDecode -fuzztime=$(FUZZTIME) ./internal/yamldoc
+	$(GO) test -run='^$$' -fuzz=FuzzLocalPath -fuzztime=$(FUZZTIME) ./internal/weblogin
+	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./internal/imagecat
+	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./internal/team
+	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./internal/quantity
 
 clean:
 	rm -rf bin bench.txt

@@ -33,6 +33,7 @@ import (
 
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/gpu"
+	"github.com/gantryhq/gantry/internal/quantity"
 	"github.com/gantryhq/gantry/internal/template"
 )
 
@@ -246,7 +247,7 @@ func (b *builder) quantity(path, v string) resource.Quantity {
 		return resource.Quantity{}
 	}
 	x := b.expand(v)
-	q, err := resource.ParseQuantity(x)
+	q, err := quantity.Parse(x)
 	if err != nil || q.Sign() <= 0 {
 		b.errs.Addf(path, "%q is not a positive quantity", x)
 	}
@@ -671,12 +672,12 @@ func virtualMachine(r *template.Resolved, m Meta, meta, podMeta metav1.ObjectMet
 func vmInputs(r *template.Resolved, expand func(string) string) (cores int64, mem resource.Quantity, keys []string, err error) {
 	s := &r.Template.Spec
 	var errs fault.List
-	cpu, err := resource.ParseQuantity(expand(s.Resources.CPU))
+	cpu, err := quantity.Parse(expand(s.Resources.CPU))
 	cores = cpu.Value()
 	if err != nil || cpu.MilliValue()%1000 != 0 || cores < 1 || cores > 512 {
 		errs.Addf("spec.resources.cpu", "%q must be a whole number of cores for a vm", expand(s.Resources.CPU))
 	}
-	mem, err = resource.ParseQuantity(expand(s.Resources.Memory))
+	mem, err = quantity.Parse(expand(s.Resources.Memory))
 	if err != nil || mem.Sign() <= 0 {
 		errs.Addf("spec.resources.memory", "%q is not a positive quantity", expand(s.Resources.Memory))
 	}

@@ -17,10 +17,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/resource"
-
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/gpu"
+	"github.com/gantryhq/gantry/internal/quantity"
 	"github.com/gantryhq/gantry/internal/yamldoc"
 )
 
@@ -415,7 +414,7 @@ func (c refChecker) quantity(path, v string, required bool) {
 	}
 	c.refs(path, v)
 	if !refRE.MatchString(v) {
-		if q, err := resource.ParseQuantity(v); err != nil || q.Sign() <= 0 {
+		if q, err := quantity.Parse(v); err != nil || q.Sign() <= 0 {
 			c.errs.Addf(path, "%q is not a positive quantity such as 8, 500m, 64Gi", clip(v))
 		}
 	}

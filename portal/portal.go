@@ -15,6 +15,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -63,6 +65,20 @@ type Auditor interface {
 var Paths = []struct{ Method, Path string }{
 	{http.MethodGet, "/"}, {http.MethodGet, "/portal.js"}, {http.MethodGet, "/portal.css"},
 	{http.MethodGet, "/auth/login"}, {http.MethodGet, "/auth/callback"}, {http.MethodPost, "/auth/logout"},
+}
+
+// pages are the portal's pages, the only places a sign-in returns to.
+var pages = []string{"/"}
+
+// returnTo is where a sign-in may come back to: a local path (weblogin's
+// check) of one of the portal's pages, with its query; "/" otherwise.
+func returnTo(asked string) string {
+	local := weblogin.LocalPath(asked)
+	path, _, _ := strings.Cut(local, "?")
+	if !slices.Contains(pages, path) {
+		return "/"
+	}
+	return local
 }
 
 type portal struct {
@@ -185,7 +201,7 @@ func (p *portal) login(w http.ResponseWriter, r *http.Request) {
 		p.render(w, http.StatusTooManyRequests, view{Error: "Too many sign-in attempts from your address; wait a minute and try again."})
 		return
 	}
-	redirect, state, err := p.o.Sessions.Begin(r.Context(), r.URL.Query().Get("return"))
+	redirect, state, err := p.o.Sessions.Begin(r.Context(), returnTo(r.URL.Query().Get("return")))
 	if err != nil {
 		p.o.Logger.ErrorContext(r.Context(), "begin sign-in", "err", err)
 		p.render(w, http.StatusServiceUnavailable, view{Error: "Sign-in is not available right now. Try again in a moment."})

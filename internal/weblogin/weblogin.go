@@ -14,8 +14,10 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"path"
 	"strings"
 	"time"
+	"unicode"
 
 	"golang.org/x/oauth2"
 
@@ -208,14 +210,34 @@ func (s *Service) End(ctx context.Context, cookie string) error {
 	return s.store.DeleteSession(ctx, token.Hash(cookie))
 }
 
-// LocalPath keeps a return address on this site: an absolute path, not
-// "//host" or a URL, else "/".
+// LocalPath keeps a return address on this site: an absolute path, cleaned
+// as http.Redirect would clean it (so what is checked is what is sent), with
+// its query, in printable ASCII (a client percent-encodes anything else, and
+// escapes stay escaped), never a host, a scheme, a backslash or a control
+// character anywhere: browsers read a backslash as "/" and drop tabs and
+// newlines (the WHATWG URL parser's rules), so "/\\evil.example" would leave
+// the site. Anything else becomes "/".
 func LocalPath(p string) string {
-	u, err := url.Parse(p)
-	if err != nil || p == "" || !strings.HasPrefix(p, "/") || strings.HasPrefix(p, "//") || strings.HasPrefix(p, "/\\") || u.Host != "" || u.Scheme != "" {
+	if p == "" || !strings.HasPrefix(p, "/") || strings.ContainsFunc(p, func(r rune) bool {
+		return r == '\\' || r < 0x20 || r >= 0x7f || unicode.IsSpace(r)
+	}) {
 		return "/"
 	}
-	return p
+	u, err := url.Parse(p)
+	if err != nil || u.Host != "" || u.Scheme != "" || u.Opaque != "" || u.User != nil {
+		return "/"
+	}
+	cleaned := path.Clean(u.EscapedPath())
+	if !strings.HasPrefix(cleaned, "/") || strings.HasPrefix(cleaned, "//") {
+		return "/"
+	}
+	if u.RawQuery != "" {
+		cleaned += "?" + u.RawQuery
+	}
+	if r, err := url.Parse(cleaned); err != nil || r.Host != "" || r.Scheme != "" {
+		return "/"
+	}
+	return cleaned
 }
 
 func random(n int) string {

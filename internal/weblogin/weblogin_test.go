@@ -14,6 +14,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode"
 
 	"golang.org/x/oauth2"
 
@@ -178,23 +179,6 @@ func TestCallbacksFailSafely(t *testing.T) {
 	}
 }
 
-func TestLocalPath(t *testing.T) {
-	for in, want := range map[string]string{
-		"/":                    "/",
-		"/workloads?x=1":       "/workloads?x=1",
-		"":                     "/",
-		"//evil.example/x":     "/",
-		"/\\evil.example":      "/",
-		"https://evil.example": "/",
-		"javascript:alert(1)":  "/",
-		"relative":             "/",
-	} {
-		if got := weblogin.LocalPath(in); got != want {
-			t.Errorf("LocalPath(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 // BenchmarkAuthenticate: a browser request's session lookup (SHA-256 of the
 // cookie, one indexed read on SQLite among 1,000 live sessions) against the
 // same read done with database/sql directly.
@@ -242,19 +226,59 @@ func BenchmarkAuthenticate(b *testing.B) {
 	})
 }
 
-// FuzzLocalPath: whatever comes in ?return=, the answer stays on this site.
+// FuzzLocalPath: whatever comes in ?return=, the answer stays on this site
+// as a browser reads it (the WHATWG URL parser turns "\\" into "/" and drops
+// tabs and newlines), and http.Redirect sends it unchanged (the path checked
+// is the path sent).
 func FuzzLocalPath(f *testing.F) {
-	for _, s := range []string{"/", "/workloads?team=a", "//evil.example", "/\\evil", "https://x", "/%2F%2Fevil", "/a/../b", " /x", "\t//x", "/\x00"} {
+	for _, s := range []string{"/", "/workloads?team=a", "//evil.example", "/\\evil", "https://x", "/%2F%2Fevil", "/a/../b", " /x", "\t//x", "/\x00",
+		"/a/../\\evil.example", "/\t/evil.example", "/./\\evil", "/..//evil.example", "/a/..//evil.example", "/\n/evil"} {
 		f.Add(s)
 	}
+	base, _ := url.Parse("https://gantry.example/auth/callback")
 	f.Fuzz(func(t *testing.T, in string) {
 		got := weblogin.LocalPath(in)
-		if got != "/" && got != in {
-			t.Fatalf("LocalPath(%q) = %q: neither the input nor /", in, got)
+		if strings.ContainsFunc(got, func(r rune) bool { return r == '\\' || r < 0x20 || r == 0x7f || unicode.IsSpace(r) }) {
+			t.Fatalf("LocalPath(%q) = %q keeps a character browsers rewrite", in, got)
 		}
 		u, err := url.Parse(got)
-		if err != nil || u.Host != "" || u.Scheme != "" || !strings.HasPrefix(got, "/") || strings.HasPrefix(got, "//") || strings.HasPrefix(got, "/\\") {
+		if err != nil || u.Host != "" || u.Scheme != "" || !strings.HasPrefix(got, "/") || strings.HasPrefix(got, "//") {
 			t.Fatalf("LocalPath(%q) = %q leaves the site", in, got)
 		}
+		if r := base.ResolveReference(u); r.Host != base.Host {
+			t.Fatalf("LocalPath(%q) = %q resolves to host %q", in, got, r.Host)
+		}
+		rec := httptest.NewRecorder()
+		http.Redirect(rec, httptest.NewRequest(http.MethodGet, "https://gantry.example/auth/callback", nil), got, http.StatusFound)
+		if loc := rec.Header().Get("Location"); loc != got {
+			t.Fatalf("LocalPath(%q) = %q, but http.Redirect sends %q", in, got, loc)
+		}
 	})
+}
+
+// TestLocalPath: the return addresses an outside probe used to leave the site
+// (http.Redirect cleaned "/a/../\evil.example" into "/\evil.example", which
+// Chromium resolves to another origin) come back as "/"; local ones are kept,
+// cleaned.
+func TestLocalPath(t *testing.T) {
+	for in, want := range map[string]string{
+		"/a/../\\evil.example":  "/",
+		"/\\evil.example":       "/",
+		"/\t/evil.example":      "/",
+		"/a/..//evil.example":   "/evil.example", // a path on this site
+		"//evil.example":        "/",
+		"https://evil.example/": "/",
+		"/%5Cevil.example":      "/%5Cevil.example", // an escaped backslash stays a literal in a path
+		"/workloads?team=a":     "/workloads?team=a",
+		"/a/../b":               "/b",
+		"/caf\u00e9":            "/",
+		"":                      "/",
+		"/":                     "/",
+		"javascript:alert(1)":   "/",
+		"relative":              "/",
+	} {
+		if got := weblogin.LocalPath(in); got != want {
+			t.Errorf("LocalPath(%q) = %q, want %q", in, got, want)
+		}
+	}
 }

@@ -1,0 +1,20 @@
+package portal
+
+import "testing"
+
+// TestReturnTo: a sign-in comes back only to one of the portal's pages.
+func TestReturnTo(t *testing.T) {
+	for in, want := range map[string]string{
+		"/":                     "/",
+		"/?tab=catalog":         "/?tab=catalog",
+		"/a/../\\evil.example":  "/",
+		"/auth/logout":          "/",
+		"/api/v1/tokens":        "/",
+		"//evil.example":        "/",
+		"https://evil.example/": "/",
+	} {
+		if got := returnTo(in); got != want {
+			t.Errorf("returnTo(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -84,7 +84,12 @@ func validator(spec []byte, authorize func(identity.Identity, access.Permission)
 				if err == routers.ErrMethodNotAllowed {
 					return echo.ErrMethodNotAllowed
 				}
-				return next(c) // not in the spec: echo answers 404
+				if p := req.URL.Path; p == "/api" || strings.HasPrefix(p, "/api/") {
+					// Nothing under /api is served that the spec does not
+					// declare (with its permission): refused before any handler.
+					return echo.ErrNotFound
+				}
+				return next(c) // the portal's pages and files
 			}
 			if perm := permissionOf(route.Operation); perm != Public {
 				id, ok := identity.From(req.Context())

@@ -78,6 +78,17 @@ func TestPersonalAccessTokens(t *testing.T) {
 	if s := use(full, "POST", "/api/v1/tokens", map[string]any{"name": "child", "expiresInDays": 366}); s != 403 {
 		t.Errorf("a token making a token: %d, want 403", s)
 	}
+	// Read-only means no token management either: neither listing its
+	// owner's tokens nor revoking one (the full one, here).
+	if s := use(readOnly, "GET", "/api/v1/tokens", nil); s != 403 {
+		t.Errorf("a read-only token listing tokens: %d, want 403", s)
+	}
+	if s := use(readOnly, "DELETE", "/api/v1/tokens/"+id, nil); s != 403 {
+		t.Errorf("a read-only token revoking a token: %d, want 403", s)
+	}
+	if s := use(full, "GET", "/api/v1/templates", nil); s != 200 {
+		t.Errorf("the full token after a read-only token tried to revoke it: %d, want 200", s)
+	}
 	for _, bad := range []string{"gnt_" + id + "_wrongsecret", "gnt_nosuchid_x", "gnt_", full + "x"} {
 		if s := use(bad, "GET", "/api/v1/templates", nil); s != 401 {
 			t.Errorf("token %q: %d, want 401", bad, s)

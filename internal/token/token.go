@@ -116,13 +116,28 @@ func (s *Service) Create(ctx context.Context, req Request) (Token, string, error
 // List returns the caller's tokens, newest last.
 func (s *Service) List(ctx context.Context) ([]Token, error) {
 	owner, _ := identity.From(ctx)
+	if err := manage(owner); err != nil {
+		return nil, err
+	}
 	return s.store.Tokens(ctx, owner.String())
 }
 
 // Revoke revokes one of the caller's tokens.
 func (s *Service) Revoke(ctx context.Context, id string) error {
 	owner, _ := identity.From(ctx)
+	if err := manage(owner); err != nil {
+		return err
+	}
 	return s.store.RevokeToken(ctx, owner.String(), id, s.now().UTC())
+}
+
+// manage refuses token management to a read-only token: read-only means no
+// writes of any kind, and its owner's other tokens are not its business.
+func manage(caller identity.Identity) error {
+	if caller.ReadOnly {
+		return &fault.Forbidden{Reason: "a read-only token cannot list or revoke tokens: sign in, or use a token that is not read-only"}
+	}
+	return nil
 }
 
 // Authenticate returns the identity a presented token acts as.

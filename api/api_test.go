@@ -447,3 +447,31 @@ func TestPortalServed(t *testing.T) {
 		}
 	}
 }
+
+// TestPreviewRefusesWhatLaunchRefuses: for a member of team vision, a preview
+// in another team, or of a GPU class the team may not use, is refused as the
+// launch is; what the launch allows, the preview allows.
+func TestPreviewRefusesWhatLaunchRefuses(t *testing.T) {
+	e := newEnv(t, func(*http.Request) (identity.Identity, error) {
+		return identity.Identity{Issuer: "https://idp", Subject: "ann", Groups: []string{"ml-vision"}}, nil
+	})
+	for _, c := range []struct {
+		name string
+		body map[string]any
+		want int
+	}{
+		{"own team", map[string]any{"team": "vision"}, 0},
+		{"another team", map[string]any{"team": "nlp"}, 403},
+		{"a class the team may not use", map[string]any{"team": "vision", "gpu": map[string]any{"class": "H200-141GB"}}, 403},
+	} {
+		launch := map[string]any{"template": "pytorch-train"}
+		for k, v := range c.body {
+			launch[k] = v
+		}
+		ls := e.request("", "POST", "/api/v1/workloads", launch, nil)
+		ps := e.request("", "POST", "/api/v1/templates/pytorch-train/render", c.body, nil)
+		if (ls == 201) != (ps == 200) || (c.want != 0 && (ls != c.want || ps != c.want)) {
+			t.Errorf("%s: launch %d, preview %d; want the same answer (%d)", c.name, ls, ps, c.want)
+		}
+	}
+}

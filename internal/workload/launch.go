@@ -49,8 +49,27 @@ type Rendered struct {
 }
 
 // Preview renders a request without recording anything.
+// It refuses exactly what a launch refuses (the team, the template and GPU
+// class the team may use), so that a preview tells nothing a launch would not.
 func (s *Service) Preview(ctx context.Context, owner string, req Request) (Rendered, error) {
-	return s.render(ctx, owner, req, "preview0")
+	return s.launchable(ctx, owner, req, "preview0")
+}
+
+// launchable renders a request after the checks every launch makes: the
+// caller may launch in the team, and the team may use the template and the
+// GPU class.
+func (s *Service) launchable(ctx context.Context, owner string, req Request, id string) (Rendered, error) {
+	if req.Team != "" && !s.may(ctx, req.Team, access.WorkloadsLaunch) {
+		return Rendered{}, &fault.Forbidden{Reason: fmt.Sprintf("you may not launch workloads in team %q", req.Team)}
+	}
+	rd, err := s.render(ctx, owner, req, id)
+	if err != nil {
+		return Rendered{}, err
+	}
+	if err := s.authz.MayUse(req.Team.String(), rd.Version.Name, rd.Choice.Class.Name); err != nil {
+		return Rendered{}, &fault.Forbidden{Reason: policyReason(err)}
+	}
+	return rd, nil
 }
 
 func (s *Service) render(ctx context.Context, owner string, req Request, id string) (Rendered, error) {
@@ -144,16 +163,10 @@ func (s *Service) byKey(ctx context.Context, owner string, req Request) (Workloa
 }
 
 func (s *Service) create(ctx context.Context, owner string, req Request) (Workload, error) {
-	if req.Team != "" && !s.may(ctx, req.Team, access.WorkloadsLaunch) {
-		return Workload{}, &fault.Forbidden{Reason: fmt.Sprintf("you may not launch workloads in team %q", req.Team)}
-	}
 	id := s.newID()
-	rd, err := s.render(ctx, owner, req, id)
+	rd, err := s.launchable(ctx, owner, req, id)
 	if err != nil {
 		return Workload{}, err
-	}
-	if err := s.authz.MayUse(req.Team.String(), rd.Version.Name, rd.Choice.Class.Name); err != nil {
-		return Workload{}, &fault.Forbidden{Reason: policyReason(err)}
 	}
 	now := s.clock()
 	w := Workload{

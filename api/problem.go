@@ -39,6 +39,10 @@ func problemFor(err error) (int, gen.Problem) {
 		ir   *fault.ImageRefused
 	)
 	switch {
+	case errors.As(err, &he) && he.Code == http.StatusRequestEntityTooLarge:
+		// First: a chunked body past the limit surfaces while the spec
+		// validation reads it, wrapped in its RequestError.
+		return he.Code, gen.Problem{Type: "about:blank", Title: http.StatusText(he.Code), Detail: ptr("the request body is larger than this server accepts")}
 	case errors.As(err, &ir):
 		fields := []gen.FieldError{{Field: "image", Detail: ir.Check + " check: " + ir.Reason}}
 		return http.StatusUnprocessableEntity, gen.Problem{Type: "https://gantry.dev/problems/image-refused", Title: "Image refused", Detail: ptr(ir.Error()), Errors: &fields}

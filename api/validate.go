@@ -1,8 +1,11 @@
 package api
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"sort"
 	"strings"
@@ -101,6 +104,9 @@ func validator(spec []byte, authorize func(identity.Identity, access.Permission)
 					return &fault.Forbidden{Reason: fmt.Sprintf("you need the %s permission", perm)}
 				}
 			}
+			if err := refuseDuplicateKeys(req); err != nil {
+				return err
+			}
 			in := &openapi3filter.RequestValidationInput{Request: req, PathParams: params, Route: route, Options: opts}
 			if err := openapi3filter.ValidateRequest(req.Context(), in); err != nil {
 				return err
@@ -108,4 +114,68 @@ func validator(spec []byte, authorize func(identity.Identity, access.Permission)
 			return next(c)
 		}
 	}, nil
+}
+
+// refuseDuplicateKeys reads a JSON body (within the body limit) and refuses
+// one that names a key twice in an object: decoders keep the last, so what
+// was checked and what is used could differ; template files refuse them too.
+// The body is put back for what follows.
+func refuseDuplicateKeys(req *http.Request) error {
+	if req.Body == nil || req.Body == http.NoBody || !strings.Contains(req.Header.Get("Content-Type"), "json") {
+		return nil
+	}
+	data, err := io.ReadAll(req.Body)
+	if err != nil {
+		return err // the body limit's 413, among others
+	}
+	req.Body = io.NopCloser(bytes.NewReader(data))
+	if path, dup := duplicateKey(data); dup {
+		return &fault.Invalid{Fields: []fault.Field{{Path: path, Message: "appears twice in the same object"}}}
+	}
+	return nil
+}
+
+// duplicateKey finds the first key named twice in one JSON object, as a field
+// path; a body that is not JSON is left to the spec validation.
+func duplicateKey(data []byte) (string, bool) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	var walk func(path string) (string, bool, error)
+	walk = func(path string) (string, bool, error) {
+		tok, err := dec.Token()
+		if err != nil {
+			return "", false, err
+		}
+		switch tok {
+		case json.Delim('{'):
+			seen := map[string]bool{}
+			for dec.More() {
+				k, err := dec.Token()
+				if err != nil {
+					return "", false, err
+				}
+				key, _ := k.(string)
+				p := fault.JoinPath(path, key)
+				if seen[key] {
+					return p, true, nil
+				}
+				seen[key] = true
+				if p, dup, err := walk(p); dup || err != nil {
+					return p, dup, err
+				}
+			}
+			_, err = dec.Token() // }
+			return "", false, err
+		case json.Delim('['):
+			for i := 0; dec.More(); i++ {
+				if p, dup, err := walk(fmt.Sprintf("%s[%d]", path, i)); dup || err != nil {
+					return p, dup, err
+				}
+			}
+			_, err = dec.Token() // ]
+			return "", false, err
+		}
+		return "", false, nil
+	}
+	p, dup, _ := walk("")
+	return p, dup
 }

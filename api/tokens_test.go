@@ -142,3 +142,42 @@ func dumpContains(t *testing.T, e *env, s string) bool {
 	}
 	return n > 0
 }
+
+// TestNarrowedTokenHasNoPlatformPowers: a platform admin's token narrowed to
+// team vision acts in vision only: no audit log, no template writes, no
+// launches elsewhere; catalog reads and launches in vision still work.
+func TestNarrowedTokenHasNoPlatformPowers(t *testing.T) {
+	e := newEnv(t, alice) // a platform admin
+	var tk struct{ Token string }
+	if s := e.request("", "POST", "/api/v1/tokens", map[string]any{"name": "vision only", "expiresInDays": 1, "team": "vision"}, &tk); s != 201 {
+		t.Fatalf("create: %d", s)
+	}
+	use := func(method, path string, body any) int {
+		req, _ := http.NewRequest(method, e.url+path, bodyReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+tk.Token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	newTemplate := templateJSON(t, "../templates/dev-environment.yaml", func(m map[string]any) { m["metadata"].(map[string]any)["name"] = "narrowed" })
+	for _, c := range []struct {
+		method, path string
+		body         any
+		want         int
+	}{
+		{"GET", "/api/v1/audit", nil, 403},
+		{"POST", "/api/v1/templates", newTemplate, 403},
+		{"DELETE", "/api/v1/templates/dev-environment", nil, 403},
+		{"POST", "/api/v1/workloads", map[string]any{"template": "dev-environment", "team": "nlp"}, 403},
+		{"GET", "/api/v1/templates", nil, 200},
+		{"POST", "/api/v1/workloads", map[string]any{"template": "dev-environment", "team": "vision"}, 201},
+	} {
+		if s := use(c.method, c.path, c.body); s != c.want {
+			t.Errorf("%s %s with a token narrowed to vision: %d, want %d", c.method, c.path, s, c.want)
+		}
+	}
+}

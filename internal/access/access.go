@@ -66,3 +66,15 @@ func Names() []string {
 
 // ReadOnly reports whether the permission only reads.
 func (p Permission) ReadOnly() bool { return p.Action() == "read" }
+
+// platformScoped are the permissions that act on the whole platform rather
+// than in one team: a token narrowed to a team never holds them, whoever
+// made it.
+var platformScoped = map[Permission]bool{
+	TemplatesWrite: true, GPUClassesWrite: true, ImagesWrite: true,
+	PolicyRead: true, PolicyWrite: true, AuditRead: true,
+}
+
+// PlatformScoped reports whether the permission acts on the whole platform
+// (the catalog's and policy's writes, the audit log) rather than in a team.
+func (p Permission) PlatformScoped() bool { return platformScoped[p] }

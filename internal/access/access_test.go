@@ -26,3 +26,12 @@ func TestParse(t *testing.T) {
 		t.Error("ReadOnly")
 	}
 }
+
+func TestPlatformScoped(t *testing.T) {
+	for _, p := range All {
+		want := p == TemplatesWrite || p == GPUClassesWrite || p == ImagesWrite || p == PolicyRead || p == PolicyWrite || p == AuditRead
+		if p.PlatformScoped() != want {
+			t.Errorf("%s.PlatformScoped() = %v", p, p.PlatformScoped())
+		}
+	}
+}

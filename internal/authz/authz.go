@@ -298,8 +298,8 @@ func (p *Policy) Allowed(id identity.Identity, team string, permission access.Pe
 	if id.ReadOnly && !permission.ReadOnly() {
 		return false
 	}
-	if id.TokenTeam != "" && team != id.TokenTeam {
-		return false
+	if id.TokenTeam != "" && (team != id.TokenTeam || permission.PlatformScoped()) {
+		return false // a narrowed token acts in its team, and nowhere platform-wide
 	}
 	if p.allowed(id, team, permission) {
 		return true

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -11,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gantryhq/gantry/internal/waitfor"
 )
 
 // TestDev runs `gantry dev` as a newcomer would (from the repository), launches
@@ -73,12 +76,14 @@ func TestDev(t *testing.T) {
 	fields := strings.Fields(kubectl) // <bin>/kubectl --kubeconfig <file> get nodes ...
 	kubeconfig := fields[2]
 	var node string
-	for deadline := time.Now().Add(60 * time.Second); node == "" && time.Now().Before(deadline); time.Sleep(300 * time.Millisecond) {
+	waitfor.Until(t, 60*time.Second, "the notebook's pod to run", func() error {
 		out, _ := execOutput(fields[0], "--kubeconfig", kubeconfig, "get", "pods", "-n", "gantry-vision", "-o", "jsonpath={.items[0].status.phase}/{.items[0].spec.nodeName}")
-		if strings.HasPrefix(out, "Running/") {
-			node = strings.TrimPrefix(out, "Running/")
+		if !strings.HasPrefix(out, "Running/") {
+			return fmt.Errorf("pod: %q", out)
 		}
-	}
+		node = strings.TrimPrefix(out, "Running/")
+		return nil
+	})
 	if node != "h100-mig-0" {
 		t.Errorf("notebook ran on %q, want the MIG node h100-mig-0", node)
 	}

@@ -268,6 +268,22 @@ func (c *Cluster) provision(ctx context.Context, o Options) error {
 
 // waitReady waits until n nodes are Ready with their GPU resources allocatable
 // and without the not-ready taint (pods created before would fail to schedule).
+// AddNodes adds simulated nodes to a running cluster and waits until they
+// (and every node before them) are Ready, so that nothing scheduled next
+// meets a node still tainted not-ready.
+func (c *Cluster) AddNodes(ctx context.Context, specs []NodeSpec) error {
+	for _, n := range Nodes(specs) {
+		if _, err := c.Client.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create node %s: %w", n.Name, err)
+		}
+	}
+	list, err := c.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	return c.waitReady(ctx, len(list.Items))
+}
+
 func (c *Cluster) waitReady(ctx context.Context, n int) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()

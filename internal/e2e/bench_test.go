@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gantryhq/gantry/internal/config"
@@ -108,12 +107,9 @@ func BenchmarkSubmitToRunning(b *testing.B) {
 		b.Skip(clustertest.ErrNotRequested)
 	}
 	ctx := context.Background()
-	for _, n := range devcluster.Nodes([]devcluster.NodeSpec{{Prefix: "bench-h100", Count: 13, Product: "NVIDIA-H100-80GB-HBM3", MemoryMB: 81559, GPUs: 8, Whole: 8}}) {
-		if _, err := cluster.Client.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			b.Fatalf("node %s: %v", n.Name, err)
-		}
+	if err := cluster.AddNodes(ctx, []devcluster.NodeSpec{{Prefix: "bench-h100", Count: 13, Product: "NVIDIA-H100-80GB-HBM3", MemoryMB: 81559, GPUs: 8, Whole: 8}}); err != nil {
+		b.Fatal(err)
 	}
-	time.Sleep(3 * time.Second) // let kwok mark the new nodes Ready
 	const batch = 100
 	var all []time.Duration
 	for round := 0; b.Loop(); round++ {
@@ -173,7 +169,7 @@ func BenchmarkSubmitToRunning(b *testing.B) {
 				}
 			}
 			mu.Unlock()
-			time.Sleep(20 * time.Millisecond)
+			time.Sleep(20 * time.Millisecond) // the sampling interval of the measurement, finer than waitfor's
 		}
 		wg.Wait()
 		if len(running) < batch {
@@ -190,12 +186,13 @@ func BenchmarkSubmitToRunning(b *testing.B) {
 				resp.Body.Close()
 			}
 		}
-		for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {
+		waitfor.Until(b, 2*time.Minute, "the batch's pods to go", func() error {
 			pods, err := cluster.Client.CoreV1().Pods("gantry-"+team).List(ctx, metav1.ListOptions{})
-			if err == nil && len(pods.Items) == 0 {
-				break
+			if err == nil && len(pods.Items) > 0 {
+				err = fmt.Errorf("%d pods left", len(pods.Items))
 			}
-		}
+			return err
+		})
 		b.StartTimer()
 	}
 	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
@@ -220,10 +217,8 @@ func BenchmarkSustainedLaunch(b *testing.B) {
 	const clients, round = 50, 10 * time.Second
 	ctx := context.Background()
 	// Room for the launches to run: 40 more 8-GPU H100 nodes.
-	for _, n := range devcluster.Nodes([]devcluster.NodeSpec{{Prefix: "sustained-h100", Count: 40, Product: "NVIDIA-H100-80GB-HBM3", MemoryMB: 81559, GPUs: 8, Whole: 8}}) {
-		if _, err := cluster.Client.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			b.Fatalf("node %s: %v", n.Name, err)
-		}
+	if err := cluster.AddNodes(ctx, []devcluster.NodeSpec{{Prefix: "sustained-h100", Count: 40, Product: "NVIDIA-H100-80GB-HBM3", MemoryMB: 81559, GPUs: 8, Whole: 8}}); err != nil {
+		b.Fatal(err)
 	}
 	g := start(b, filepath.Join(b.TempDir(), "g.db"), true, func(c *config.Config) { c.ReconcileInterval = config.Default().ReconcileInterval })
 	doc := templateDoc(b, "../../templates/pytorch-train.yaml")

@@ -214,10 +214,14 @@ func TestJobKeptRunning(t *testing.T) {
 	})
 	// What must not happen (the pod completing after kwok's usual 1 s) can
 	// only be watched for a while: 8 s, well past it.
-	time.Sleep(8 * time.Second)
-	pods, _ := cluster.Client.CoreV1().Pods("gantry-delay").List(ctx, sel)
-	if len(pods.Items) != 1 || pods.Items[0].Status.Phase != corev1.PodRunning {
-		t.Fatalf("pod left Running before its delay: %+v", pods.Items)
+	if err := waitfor.Poll(8*time.Second, func() error {
+		pods, _ := cluster.Client.CoreV1().Pods("gantry-delay").List(ctx, sel)
+		if len(pods.Items) != 1 || pods.Items[0].Status.Phase != corev1.PodRunning {
+			return nil // it left Running
+		}
+		return errors.New("still Running")
+	}); err == nil {
+		t.Fatal("the pod left Running before its delay")
 	}
 }
 

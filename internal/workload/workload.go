@@ -252,9 +252,6 @@ func New(o Options) (*Service, error) {
 	return s, nil
 }
 
-// HasCluster reports whether launches are applied to a cluster.
-func (s *Service) HasCluster() bool { return s.cluster != nil }
-
 // clock is the service's time, as stored (UTC, microseconds).
 func (s *Service) clock() time.Time { return s.now().UTC().Truncate(time.Microsecond) }
 

@@ -32,40 +32,39 @@ func (AllowAll) Teams(identity.Identity, access.Permission) (bool, []string) { r
 // MayUse implements workload.Authorizer.
 func (AllowAll) MayUse(string, string, string) error { return nil }
 
-// Cluster is an in-memory workload.Cluster: applied primary objects, whether
-// each runs, and a log of calls. Set Err to make every call fail with it.
+// Cluster is an in-memory workload.Cluster: applied primary objects and
+// whether each runs. SetErr makes every call fail.
 type Cluster struct {
 	mu      sync.Mutex
 	objects map[string]workload.ObjectRef // by namespace/name
-	Calls   []string
-	Err     error
+	err     error
 }
 
 // NewCluster returns an empty cluster.
 func NewCluster() *Cluster { return &Cluster{objects: map[string]workload.ObjectRef{}} }
 
-func (c *Cluster) call(s string) error {
+// fail is the error every call answers with (nil: none).
+func (c *Cluster) fail() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.Calls = append(c.Calls, s)
-	return c.Err
+	return c.err
 }
 
 // SetErr makes every later call fail with err (nil: succeed).
 func (c *Cluster) SetErr(err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.Err = err
+	c.err = err
 }
 
 // EnsureNamespace implements workload.Cluster.
-func (c *Cluster) EnsureNamespace(_ context.Context, name, _ string) error {
-	return c.call("namespace " + name)
+func (c *Cluster) EnsureNamespace(context.Context, string, string) error {
+	return c.fail()
 }
 
 // Apply implements workload.Cluster: the primary object is kept, running.
 func (c *Cluster) Apply(_ context.Context, objs []render.Object) error {
-	if err := c.call("apply"); err != nil {
+	if err := c.fail(); err != nil {
 		return err
 	}
 	c.mu.Lock()
@@ -82,7 +81,7 @@ func (c *Cluster) Apply(_ context.Context, objs []render.Object) error {
 
 // Delete implements workload.Cluster.
 func (c *Cluster) Delete(_ context.Context, namespace, kind, name string) error {
-	if err := c.call("delete " + kind + " " + namespace + "/" + name); err != nil {
+	if err := c.fail(); err != nil {
 		return err
 	}
 	c.mu.Lock()
@@ -93,8 +92,7 @@ func (c *Cluster) Delete(_ context.Context, namespace, kind, name string) error 
 
 // SetRunning implements workload.Cluster.
 func (c *Cluster) SetRunning(_ context.Context, o workload.ObjectRef, run bool) error {
-	verb := map[bool]string{true: "start ", false: "stop "}[run]
-	if err := c.call(verb + o.String()); err != nil {
+	if err := c.fail(); err != nil {
 		return err
 	}
 	c.mu.Lock()
@@ -111,12 +109,12 @@ func (c *Cluster) SetRunning(_ context.Context, o workload.ObjectRef, run bool) 
 
 // Events implements workload.Cluster: none.
 func (c *Cluster) Events(context.Context, string, string) ([]workload.Event, error) {
-	return []workload.Event{}, c.call("events")
+	return []workload.Event{}, c.fail()
 }
 
 // Logs implements workload.Cluster.
 func (c *Cluster) Logs(context.Context, string, string, bool, int64) (io.ReadCloser, error) {
-	if err := c.call("logs"); err != nil {
+	if err := c.fail(); err != nil {
 		return nil, err
 	}
 	return io.NopCloser(strings.NewReader("")), nil
@@ -124,7 +122,7 @@ func (c *Cluster) Logs(context.Context, string, string, bool, int64) (io.ReadClo
 
 // Managed implements workload.Cluster.
 func (c *Cluster) Managed(context.Context) ([]workload.ObjectRef, error) {
-	if err := c.call("managed"); err != nil {
+	if err := c.fail(); err != nil {
 		return nil, err
 	}
 	c.mu.Lock()

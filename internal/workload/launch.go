@@ -292,7 +292,8 @@ func (s *Service) rerender(ctx context.Context, w Workload) ([]render.Object, er
 		return nil, err
 	}
 	if h, err := render.Hash(objs); err != nil || h != w.ObjectsHash {
-		return nil, fmt.Errorf("rendering again gives other objects than were recorded (hash %.12s, recorded %.12s)", h, w.ObjectsHash)
+		return nil, &fault.Conflict{Kind: "workload", Name: w.ID, Reason: fmt.Sprintf(
+			"rendering it again gives other objects than were recorded (hash %.12s, recorded %.12s)", h, w.ObjectsHash)}
 	}
 	return objs, nil
 }

@@ -25,11 +25,14 @@ func (s *Service) Reconcile(ctx context.Context) (applied int, err error) {
 	for _, w := range pending {
 		objs, err := s.rerender(ctx, w)
 		if err != nil {
-			// It can never be applied as recorded: fail it with the reason,
-			// so that it leaves the unapplied list.
-			if _, terr := s.transition(ctx, w.ID, Refused, "cannot be rendered again as it was launched: "+err.Error()); terr != nil {
-				err = errors.Join(err, terr)
-			}
+			if never(err) {
+				// It can never be applied as recorded (its template version
+				// is gone, or renders otherwise now): fail it with the
+				// reason, so that it leaves the unapplied list.
+				if _, terr := s.transition(ctx, w.ID, Refused, "cannot be rendered again as it was launched: "+err.Error()); terr != nil {
+					err = errors.Join(err, terr)
+				}
+			} // otherwise (the database did not answer, say) the next pass tries again
 			errs = append(errs, fmt.Errorf("workload %s: %w", w.ID, err))
 			continue
 		}
@@ -45,6 +48,16 @@ func (s *Service) Reconcile(ctx context.Context) (applied int, err error) {
 		applied++
 	}
 	return applied, errors.Join(errs...)
+}
+
+// never reports whether rendering a recorded workload again failed for good:
+// its template version is gone, it no longer resolves or renders, or it
+// renders other objects than were recorded.
+func never(err error) bool {
+	var nf *fault.NotFound
+	var inv *fault.Invalid
+	var c *fault.Conflict
+	return errors.As(err, &nf) || errors.As(err, &inv) || errors.As(err, &c)
 }
 
 // Action is what Converge did, or would do, to one object on the cluster.

@@ -2,6 +2,7 @@ package workload_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"log/slog"
 	"path/filepath"
@@ -27,6 +28,7 @@ type harness struct {
 	svc     *workload.Service
 	store   *store.Store
 	cluster *workloadtest.Cluster
+	dbPath  string
 	mu      sync.Mutex
 	now     time.Time
 }
@@ -50,7 +52,8 @@ func newHarness(t *testing.T) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := store.Open(ctx, store.SQLite, filepath.Join(t.TempDir(), "w.db"))
+	dbPath := filepath.Join(t.TempDir(), "w.db")
+	st, err := store.Open(ctx, store.SQLite, dbPath)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +66,7 @@ func newHarness(t *testing.T) *harness {
 	if _, err := cat.Seed(ctx, "seed", files); err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{store: st, cluster: workloadtest.NewCluster(), now: time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)}
+	h := &harness{store: st, dbPath: dbPath, cluster: workloadtest.NewCluster(), now: time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)}
 	h.svc, err = workload.New(workload.Options{Store: st, Templates: cat, Images: images, Authorizer: workloadtest.AllowAll{},
 		Namespace: func(t team.Name) string { return "gantry-" + t.String() }, Cluster: h.cluster, Now: h.clock, Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
@@ -294,5 +297,39 @@ func TestConcurrentReportsAndStop(t *testing.T) {
 	wg.Wait()
 	if got := h.status(t, w.ID); got.Status != workload.Stopped {
 		t.Fatalf("after reports racing a stop: %s, want Stopped", got.Status)
+	}
+}
+
+// TestReconcileFailsWhatCanNeverApply: a recorded launch whose objects can no
+// longer be rendered as recorded is failed with the reason and leaves the
+// unapplied list, while the rest of the lifecycle goes on.
+func TestReconcileFailsWhatCanNeverApply(t *testing.T) {
+	h := newHarness(t)
+	ctx := asAlice()
+	h.cluster.SetErr(&fault.Unavailable{What: "kubernetes API server", Err: errors.New("connection refused")})
+	w, _, err := h.svc.Create(ctx, "alice", workload.Request{Template: "vllm-inference", Team: "vision"})
+	if err != nil || w.Applied() {
+		t.Fatalf("launch with the cluster away: %+v %v", w, err)
+	}
+	h.cluster.SetErr(nil)
+	// Its record no longer matches what rendering gives (as after a change
+	// of the renderer), written behind the store's back.
+	db, err := sql.Open("sqlite", "file:"+h.dbPath+"?_pragma=busy_timeout(5000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.ExecContext(ctx, "UPDATE workloads SET objects_hash = 'other' WHERE id = ?", w.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.svc.Reconcile(ctx); err == nil {
+		t.Fatal("reconcile reported no problem")
+	}
+	got := h.status(t, w.ID)
+	if got.Status != workload.Failed || !strings.Contains(got.Reason, "rendering it again gives other objects") {
+		t.Fatalf("after reconcile: %s %q, want Failed with the reason", got.Status, got.Reason)
+	}
+	if n, err := h.svc.Reconcile(ctx); err != nil || n != 0 {
+		t.Fatalf("a second pass: applied %d, %v; want nothing left to apply", n, err)
 	}
 }

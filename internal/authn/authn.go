@@ -1,6 +1,7 @@
 // Package authn owns authenticating API requests: bearer JWTs from the
 // configured OpenID provider, verified with go-oidc — issuer, signature against
-// the provider's JWKS (fetched again when a token names an unknown key id),
+// the provider's JWKS (fetched again when no cached key verifies a token, at
+// most once a minute, so forged tokens cannot make Gantry hammer the provider),
 // audience among those allowed, expiry and not-before within a small clock skew
 // — and mapped to an identity through configurable claims. Users are keyed on
 // (issuer, subject), never on email. Production speaks only standard OIDC, so
@@ -52,6 +53,7 @@ type Authenticator struct {
 	cfg      Config
 	verifier *oidc.IDTokenVerifier
 	provider *oidc.Provider
+	keys     *keySet
 	now      func() time.Time
 
 	// verified caches identities of tokens already verified, by the token's
@@ -83,8 +85,19 @@ func New(ctx context.Context, cfg Config) (*Authenticator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("oidc: discover %s: %w", cfg.Issuer, err)
 	}
+	var meta struct {
+		JWKS string `json:"jwks_uri"`
+	}
+	if err := p.Claims(&meta); err != nil || meta.JWKS == "" {
+		return nil, fmt.Errorf("oidc: %s publishes no jwks_uri", cfg.Issuer)
+	}
 	a := &Authenticator{cfg: cfg, now: time.Now, verified: map[[32]byte]cached{}, provider: p}
-	a.verifier = p.Verifier(&oidc.Config{
+	keys, err := newKeySet(ctx, meta.JWKS, func() time.Time { return a.now() })
+	if err != nil {
+		return nil, fmt.Errorf("oidc: %w", err)
+	}
+	a.keys = keys
+	a.verifier = oidc.NewVerifier(cfg.Issuer, keys, &oidc.Config{
 		SkipClientIDCheck: true, // several audiences: checked below
 		// Expiry is checked against a clock set back by the skew; go-oidc's own
 		// not-before leeway is wider than ours, so not-before is checked below.

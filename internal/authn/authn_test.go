@@ -235,3 +235,50 @@ func TestCacheHonoursExpiry(t *testing.T) {
 		t.Fatalf("expired cached token: %v, want ErrInvalidToken", err)
 	}
 }
+
+// tokenAs signs claims with the key made as signer but names kid in the
+// header: a forgery that points at a key the provider really publishes.
+func (is *issuer) tokenAs(t testing.TB, signer, kid string, claims map[string]any) string {
+	sig, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.RS256, Key: is.sign[signer]}, (&jose.SignerOptions{}).WithType("JWT").WithHeader("kid", kid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := jwt.Signed(sig).Claims(claims).Serialize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw
+}
+
+// Forged tokens that name a published key id do not each make Gantry fetch
+// the JWKS: at most one refetch per interval, and a key rotated in after the
+// interval is still picked up on first sight.
+func TestForgedTokensRefetchOncePerInterval(t *testing.T) {
+	is := newIssuer(t)
+	a := auth(t, is, authn.Claims{})
+	now := time.Now()
+	a.SetClock(func() time.Time { return now })
+	is.addKey(t, "evil", false)
+	base := a.KeyFetches()
+	for i := range 50 {
+		forged := is.tokenAs(t, "evil", "k1", is.claims(func(c map[string]any) { c["jti"] = i }))
+		if _, err := a.Verify(context.Background(), forged); !errors.Is(err, authn.ErrInvalidToken) {
+			t.Fatalf("forged token %d: %v, want ErrInvalidToken", i, err)
+		}
+	}
+	if got := a.KeyFetches() - base; got != 1 {
+		t.Fatalf("50 forged tokens fetched the JWKS %d times, want 1", got)
+	}
+	// A legitimate token still verifies from the cache meanwhile.
+	if _, err := a.Verify(context.Background(), is.token(t, "k1", is.claims(nil))); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(2 * time.Minute)
+	is.addKey(t, "k2", true)
+	if _, err := a.Verify(context.Background(), is.token(t, "k2", is.claims(nil))); err != nil {
+		t.Fatalf("key rotated in after the interval: %v", err)
+	}
+	if got := a.KeyFetches() - base; got != 2 {
+		t.Fatalf("fetches = %d, want 2", got)
+	}
+}

@@ -78,3 +78,13 @@ var platformScoped = map[Permission]bool{
 // PlatformScoped reports whether the permission acts on the whole platform
 // (the catalog's and policy's writes, the audit log) rather than in a team.
 func (p Permission) PlatformScoped() bool { return platformScoped[p] }
+
+// Use is what one launch would use from a team's entitlements (the policy's
+// teams section): the template, the GPU class, the storage classes its
+// volumes name ("" for the cluster's default) and, for a VM, its user.
+type Use struct {
+	Template       string
+	GPUClass       string
+	StorageClasses []string
+	VMUser         string
+}

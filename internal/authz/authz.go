@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -76,6 +77,13 @@ type UserBinding struct {
 type Usage struct {
 	Templates  []string `json:"templates"`
 	GPUClasses []string `json:"gpuClasses"`
+	// StorageClasses a template's volumes may name; a volume without a
+	// storage class (the cluster's default) is always allowed, a named one
+	// only when listed.
+	StorageClasses []string `json:"storageClasses,omitempty"`
+	// VMUsers are the cloud-init users a VM template may create. Unset: any
+	// user but root; root only when listed by name ("*" does not include it).
+	VMUsers []string `json:"vmUsers,omitempty"`
 }
 
 // Policy is one loaded, immutable policy.
@@ -260,9 +268,24 @@ func (b *Bindings) validate() error {
 		if t != AnyTeam && !teamName(t) {
 			errs.Addf("teams."+t, "%q is not a team name (a lowercase DNS label, or * for teams not listed)", t)
 		}
+		for i, sc := range b.Teams[t].StorageClasses {
+			if sc != "*" && !storageClassRE.MatchString(sc) {
+				errs.Addf(fmt.Sprintf("teams.%s.storageClasses[%d]", t, i), "%q is not a storage class name (or *)", sc)
+			}
+		}
+		for i, u := range b.Teams[t].VMUsers {
+			if u != "*" && !vmUserRE.MatchString(u) {
+				errs.Addf(fmt.Sprintf("teams.%s.vmUsers[%d]", t, i), "%q is not a Linux user name (or *)", u)
+			}
+		}
 	}
 	return errs.Err()
 }
+
+var (
+	storageClassRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$`)
+	vmUserRE       = regexp.MustCompile(`^[a-z_][a-z0-9_-]{0,31}$`)
+)
 
 func checkBinding(errs *fault.List, path, team, role string) {
 	if !slices.Contains(Roles, role) {
@@ -401,19 +424,34 @@ func (p *Policy) decide(w *where, subject, team, obj, act string) bool {
 	return false
 }
 
-// MayUse reports whether team may launch template on GPU class; problems name
-// the field.
-func (p *Policy) MayUse(team, template, class string) error {
-	u, ok := p.teams[team]
+// MayUse reports whether team may launch what u uses; problems name the
+// field.
+func (p *Policy) MayUse(team string, u access.Use) error {
+	allowed, ok := p.teams[team]
 	if !ok {
-		u, ok = p.teams[AnyTeam] // the default for teams not listed, if any
+		allowed, ok = p.teams[AnyTeam] // the default for teams not listed, if any
 	}
+	listed := func(list []string, v string) bool { return slices.Contains(list, "*") || slices.Contains(list, v) }
 	var errs fault.List
-	if !ok || !(slices.Contains(u.Templates, "*") || slices.Contains(u.Templates, template)) {
-		errs.Addf("template", "team %q may not use template %q", team, template)
+	if !ok || !listed(allowed.Templates, u.Template) {
+		errs.Addf("template", "team %q may not use template %q", team, u.Template)
 	}
-	if !ok || !(slices.Contains(u.GPUClasses, "*") || slices.Contains(u.GPUClasses, class)) {
-		errs.Addf("gpu.class", "team %q may not use GPU class %q", team, class)
+	if !ok || !listed(allowed.GPUClasses, u.GPUClass) {
+		errs.Addf("gpu.class", "team %q may not use GPU class %q", team, u.GPUClass)
+	}
+	for _, sc := range u.StorageClasses {
+		if sc != "" && (!ok || !listed(allowed.StorageClasses, sc)) {
+			errs.Addf("spec.volumes.storageClass", "team %q may not use storage class %q (policy: teams.%s.storageClasses)", team, sc, team)
+		}
+	}
+	switch {
+	case u.VMUser == "":
+	case u.VMUser == "root":
+		if !ok || !slices.Contains(allowed.VMUsers, "root") {
+			errs.Addf("spec.vm.user", "team %q may not create VMs with user root (policy: list it by name in teams.%s.vmUsers)", team, team)
+		}
+	case ok && len(allowed.VMUsers) > 0 && !listed(allowed.VMUsers, u.VMUser):
+		errs.Addf("spec.vm.user", "team %q may not create VMs with user %q (policy: teams.%s.vmUsers)", team, u.VMUser, team)
 	}
 	return errs.Err()
 }
@@ -485,6 +523,6 @@ func (a *Authorizer) Teams(id identity.Identity, permission access.Permission) (
 }
 
 // MayUse answers with the policy in force.
-func (a *Authorizer) MayUse(team, template, class string) error {
-	return a.Policy().MayUse(team, template, class)
+func (a *Authorizer) MayUse(team string, u access.Use) error {
+	return a.Policy().MayUse(team, u)
 }

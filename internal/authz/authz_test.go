@@ -56,14 +56,57 @@ func TestStarterPolicy(t *testing.T) {
 			t.Errorf("%s %v in %s: %s = %v, want %v", tc.who, tc.who.Groups, tc.team, tc.perm, got, tc.want)
 		}
 	}
-	if err := p.MayUse("nlp", "pytorch-train", "H100-80GB"); err == nil || !strings.Contains(err.Error(), `may not use template "pytorch-train"`) {
+	if err := p.MayUse("nlp", access.Use{Template: "pytorch-train", GPUClass: "H100-80GB"}); err == nil || !strings.Contains(err.Error(), `may not use template "pytorch-train"`) {
 		t.Errorf("nlp pytorch-train: %v", err)
 	}
-	if err := p.MayUse("vision", "pytorch-train", "H200-141GB"); err == nil || !strings.Contains(err.Error(), "gpu.class") {
+	if err := p.MayUse("vision", access.Use{Template: "pytorch-train", GPUClass: "H200-141GB"}); err == nil || !strings.Contains(err.Error(), "gpu.class") {
 		t.Errorf("vision H200: %v", err)
 	}
-	if err := p.MayUse("vision", "pytorch-train", "H100-80GB"); err != nil {
+	if err := p.MayUse("vision", access.Use{Template: "pytorch-train", GPUClass: "H100-80GB"}); err != nil {
 		t.Error(err)
+	}
+}
+
+// Storage classes and VM users are the platform's decision: a named storage
+// class only when the team's entitlements list it, root only by name.
+func TestMayUseStorageAndVMUsers(t *testing.T) {
+	dir := copyPolicy(t)
+	f := authz.InDir(dir)
+	edit(t, f.Bindings, "  nlp:\n", "  lab:\n    templates: [\"*\"]\n    gpuClasses: [\"*\"]\n    vmUsers: [root, \"*\"]\n    storageClasses: [\"*\"]\n  nlp:\n")
+	p, err := authz.Load(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	use := func(storage []string, user string) access.Use {
+		return access.Use{Template: "gpu-vm", GPUClass: "H100-80GB", StorageClasses: storage, VMUser: user}
+	}
+	tests := []struct {
+		team string
+		use  access.Use
+		want string // "" for allowed, else a fragment of the problem
+	}{
+		{"vision", use([]string{""}, "gantry"), ""},
+		{"vision", use([]string{"standard", ""}, ""), ""},
+		{"vision", use([]string{"fast-nvme"}, ""), `spec.volumes.storageClass: team "vision" may not use storage class "fast-nvme"`},
+		{"vision", use(nil, "root"), `spec.vm.user: team "vision" may not create VMs with user root`},
+		{"vision", use(nil, "ubuntu"), `spec.vm.user: team "vision" may not create VMs with user "ubuntu"`},
+		{"nlp", use([]string{"standard"}, ""), `may not use storage class "standard"`},
+		{"nlp", use(nil, "root"), "user root"},
+		{"lab", use([]string{"anything"}, "root"), ""},
+		{"lab", use(nil, "ubuntu"), ""},
+	}
+	for _, tc := range tests {
+		err := p.MayUse(tc.team, tc.use)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s %+v: %v", tc.team, tc.use, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%s %+v: %v, want %q", tc.team, tc.use, err, tc.want)
+		}
+	}
+	edit(t, f.Bindings, "vmUsers: [root, \"*\"]", "vmUsers: [Root!]")
+	if _, err := authz.Load(f); err == nil || !strings.Contains(err.Error(), `teams.lab.vmUsers[0]: "Root!" is not a Linux user name`) {
+		t.Fatalf("bad vm user: %v", err)
 	}
 }
 
@@ -103,8 +146,8 @@ func TestBrokenFilesNamed(t *testing.T) {
 		f.Roles + `:29: unknown role "wizard"`,
 		f.Roles + `:29: role rules apply in every team`,
 		f.Roles + `:29: unknown permission "images:fly"`,
-		f.Bindings + `:14: groups[4].role: unknown role "boss"`,
-		f.Bindings + `:14: groups[4].team: "NLP" is not a team name`,
+		f.Bindings + `:18: groups[4].role: unknown role "boss"`,
+		f.Bindings + `:18: groups[4].team: "NLP" is not a team name`,
 	} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("missing %q in %v", want, err)
@@ -128,7 +171,7 @@ func TestReload(t *testing.T) {
 	}
 	// A broken file keeps the policy in force.
 	edit(t, f.Bindings, "role: member}\n  - {group: ml-vision-leads", "role: memberr}\n  - {group: ml-vision-leads")
-	if err := a.Reload(); err == nil || !strings.Contains(err.Error(), "bindings.yaml:12") {
+	if err := a.Reload(); err == nil || !strings.Contains(err.Error(), "bindings.yaml:16") {
 		t.Fatalf("broken reload: %v", err)
 	}
 	if !a.Policy().Allowed(ann, "vision", access.WorkloadsLaunch) {

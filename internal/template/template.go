@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"path"
 	"regexp"
 	"slices"
 	"strings"
@@ -480,14 +481,39 @@ func (t *Template) validateVolumes(c refChecker) {
 			c.errs.Addf(vp+".name", "duplicate or reserved volume name %q", v.Name)
 		}
 		volSeen[v.Name] = true
-		if !strings.HasPrefix(v.MountPath, "/") || strings.Contains(v.MountPath, "..") || v.MountPath == "/dev/shm" {
-			c.errs.Addf(vp+".mountPath", "%q must be an absolute path without '..' (and not /dev/shm)", clip(v.MountPath))
+		if problem := mountPathProblem(v.MountPath); problem != "" {
+			c.errs.Addf(vp+".mountPath", "%q %s", clip(v.MountPath), problem)
 		}
 		c.quantity(vp+".size", v.Size, true)
 		if v.StorageClass != "" && !nameRE.MatchString(v.StorageClass) {
 			c.errs.Addf(vp+".storageClass", "%q is not a valid storage class name", clip(v.StorageClass))
 		}
 	}
+}
+
+// guardedPaths are where a volume may not be mounted, nor above nor below:
+// the service-account token's directory (under /var/run, which images link
+// to /run, and /run itself), and the kernel's and devices' filesystems.
+var guardedPaths = []string{
+	"/var/run/secrets/kubernetes.io/serviceaccount",
+	"/run/secrets/kubernetes.io/serviceaccount",
+	"/proc", "/sys", "/dev",
+}
+
+// mountPathProblem says what is wrong with a volume's mount path, "" if nothing.
+func mountPathProblem(p string) string {
+	switch {
+	case !strings.HasPrefix(p, "/") || path.Clean(p) != p:
+		return "must be a clean absolute path (no '..', '.', '//' or trailing '/')"
+	case p == "/":
+		return "would hide the image's whole filesystem: mount a directory"
+	}
+	for _, g := range guardedPaths {
+		if p == g || strings.HasPrefix(g, p+"/") || strings.HasPrefix(p, g+"/") {
+			return fmt.Sprintf("overlaps %s, which a volume may not cover or enter", g)
+		}
+	}
+	return ""
 }
 
 // validateLifecycle checks spec.lifecycle.

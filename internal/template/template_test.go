@@ -96,6 +96,26 @@ func TestParseErrors(t *testing.T) {
 			[]string{"6: metadata.title: duplicate key (first at line 5)"}},
 		{"syntax", func(s string) string { return strings.Replace(s, "kind: Template", "kind: [Template", 1) },
 			[]string{"malformed YAML"}},
+		{"volume mounts that hide the image or the service-account token", func(s string) string {
+			return strings.Replace(s, "  args:", `  volumes:
+    - {name: a, mountPath: /, size: 1Gi}
+    - {name: b, mountPath: /var/run/secrets/kubernetes.io/serviceaccount, size: 1Gi}
+    - {name: c, mountPath: /var/run, size: 1Gi}
+    - {name: d, mountPath: /run/secrets/kubernetes.io/serviceaccount/x, size: 1Gi}
+    - {name: e, mountPath: /data/../etc, size: 1Gi}
+    - {name: f, mountPath: /dev/shm, size: 1Gi}
+    - {name: g, mountPath: /data/, size: 1Gi}
+    - {name: h, mountPath: /data, size: 1Gi}
+  args:`, 1)
+		}, []string{
+			`16: spec.volumes[0].mountPath: "/" would hide the image's whole filesystem`,
+			`17: spec.volumes[1].mountPath: "/var/run/secrets/kubernetes.io/serviceaccount" overlaps /var/run/secrets/kubernetes.io/serviceaccount`,
+			`18: spec.volumes[2].mountPath: "/var/run" overlaps /var/run/secrets/kubernetes.io/serviceaccount`,
+			`19: spec.volumes[3].mountPath: "/run/secrets/kubernetes.io/serviceaccount/x" overlaps /run/secrets/kubernetes.io/serviceaccount`,
+			`20: spec.volumes[4].mountPath: "/data/../etc" must be a clean absolute path`,
+			`21: spec.volumes[5].mountPath: "/dev/shm" overlaps /dev`,
+			`22: spec.volumes[6].mountPath: "/data/" must be a clean absolute path`,
+		}},
 		{"anchors refused", func(s string) string {
 			return strings.Replace(strings.Replace(s, "resources: {", "resources: &r {", 1), "  args:", "  ports: *r\n  args:", 1)
 		}, []string{"anchors and aliases are not supported"}},

@@ -66,10 +66,23 @@ func (s *Service) launchable(ctx context.Context, owner string, req Request, id 
 	if err != nil {
 		return Rendered{}, err
 	}
-	if err := s.authz.MayUse(req.Team.String(), rd.Version.Name, rd.Choice.Class.Name); err != nil {
+	if err := s.authz.MayUse(req.Team.String(), uses(rd)); err != nil {
 		return Rendered{}, &fault.Forbidden{Reason: policyReason(err)}
 	}
 	return rd, nil
+}
+
+// uses is what a rendered launch takes from its team's entitlements.
+func uses(rd Rendered) access.Use {
+	spec := rd.Version.Template.Spec
+	u := access.Use{Template: rd.Version.Name, GPUClass: rd.Choice.Class.Name}
+	for _, v := range spec.Volumes {
+		u.StorageClasses = append(u.StorageClasses, v.StorageClass)
+	}
+	if spec.VM != nil {
+		u.VMUser = spec.VM.User
+	}
+	return u
 }
 
 func (s *Service) render(ctx context.Context, owner string, req Request, id string) (Rendered, error) {

@@ -165,7 +165,7 @@ type Event struct {
 type Authorizer interface {
 	Allowed(id identity.Identity, team string, permission access.Permission) bool
 	Teams(id identity.Identity, permission access.Permission) (all bool, teams []string)
-	MayUse(team, template, class string) error
+	MayUse(team string, u access.Use) error
 }
 
 // Templates finds template versions and the GPU classes they are checked against.

@@ -30,7 +30,7 @@ func (AllowAll) Allowed(identity.Identity, string, access.Permission) bool { ret
 func (AllowAll) Teams(identity.Identity, access.Permission) (bool, []string) { return true, nil }
 
 // MayUse implements workload.Authorizer.
-func (AllowAll) MayUse(string, string, string) error { return nil }
+func (AllowAll) MayUse(string, access.Use) error { return nil }
 
 // Cluster is an in-memory workload.Cluster: applied primary objects and
 // whether each runs. SetErr makes every call fail.

@@ -89,3 +89,37 @@ func TestAuditLog(t *testing.T) {
 		}
 	}
 }
+
+// Attempts on another team's workload are answered 404 (its existence does
+// not leak) and audited as what they were: denials, under the real caller.
+func TestAuditHiddenDenials(t *testing.T) {
+	e := newEnv(t, func(r *http.Request) (identity.Identity, error) {
+		if r.Header.Get("X-Test-Role") == "nlp" {
+			return identity.Identity{Issuer: "https://idp", Subject: "nils", Groups: []string{"ml-nlp"}}, nil
+		}
+		return identity.Identity{Issuer: "https://idp", Subject: "alice", Groups: []string{"gantry-admins"}}, nil
+	})
+	var w struct{ ID string }
+	if code, _ := e.do("POST", "/api/v1/workloads", map[string]any{"template": "dev-environment", "team": "vision"}, &w); code != 201 {
+		t.Fatalf("launch: %d", code)
+	}
+	path := "/api/v1/workloads/" + w.ID
+	for _, a := range []struct{ method, path string }{{"GET", path}, {"POST", path + "/stop"}, {"DELETE", path}} {
+		if code := e.request("nlp", a.method, a.path, nil, nil); code != 404 {
+			t.Errorf("%s %s by another team: %d, want 404", a.method, a.path, code)
+		}
+	}
+	var page struct {
+		Items []struct{ Actor, Action, Decision, Reason string }
+	}
+	e.do("GET", "/api/v1/audit?actor=https://idp%23nils", nil, &page)
+	got := map[string]string{}
+	for _, r := range page.Items {
+		got[r.Action] = r.Decision + ": " + r.Reason
+	}
+	for _, action := range []string{"GET /api/v1/workloads/:id", "POST /api/v1/workloads/:id/stop", "DELETE /api/v1/workloads/:id"} {
+		if want := `deny: may not read workloads of team "vision" (answered 404)`; got[action] != want {
+			t.Errorf("%s by another team audited as %q, want %q (all: %v)", action, got[action], want, got)
+		}
+	}
+}

@@ -54,6 +54,10 @@ func identify(bearer func(*http.Request) (identity.Identity, error), tokens *tok
 					return fmt.Errorf("look up the session: %w", err) // the store failed: not the caller's fault
 				}
 				if err == nil && !safeMethod(r.Method) && !ses.CheckCSRF(r.Header.Get(CSRFHeader)) {
+					// The session is known: the refusal is audited under its user.
+					id = ses.Identity
+					id.Via = identity.ViaSession
+					c.SetRequest(r.WithContext(identity.With(r.Context(), id)))
 					return &fault.Forbidden{Reason: "missing or wrong " + CSRFHeader + " header: a signed-in browser sends its session's CSRF token with every change"}
 				}
 				id = ses.Identity
@@ -132,8 +136,10 @@ func record(c echo.Context, store audit.Store, log *slog.Logger, err error) erro
 	req := c.Request()
 	status := c.Response().Status
 	denied := status == http.StatusUnauthorized || status == http.StatusForbidden
+	var nf *fault.NotFound
+	hidden := errors.As(err, &nf) && nf.Denied != "" // a denial answered as 404
 	mutating := req.Method != http.MethodGet && req.Method != http.MethodHead && req.Method != http.MethodOptions
-	if !isAPI(req.URL.Path) || !(mutating || denied) {
+	if !isAPI(req.URL.Path) || !(mutating || denied || hidden) {
 		return nil
 	}
 	r := audit.Record{At: time.Now(), Actor: "anonymous", Action: req.Method + " " + c.Path(), Object: req.URL.Path,
@@ -144,10 +150,13 @@ func record(c echo.Context, store audit.Store, log *slog.Logger, err error) erro
 			r.Actor += " (token " + id.TokenID + ")"
 		}
 	}
-	if denied {
+	switch {
+	case hidden:
+		r.Decision, r.Reason = audit.Deny, nf.Denied+" (answered 404)"
+	case denied:
 		r.Decision = audit.Deny
 	}
-	if err != nil {
+	if err != nil && !hidden {
 		if _, p := problemFor(err); p.Detail != nil {
 			r.Reason = *p.Detail
 		} else {

@@ -200,7 +200,7 @@ func TestBrowserSessionFlow(t *testing.T) {
 		}
 		seen[who+" "+r.Action+" "+r.Decision] = true
 	}
-	for _, want := range []string{"alice GET /auth/callback allow", "alice POST /auth/logout deny", "alice POST /auth/logout allow", "anonymous GET /auth/callback deny"} {
+	for _, want := range []string{"alice GET /auth/callback allow", "alice POST /api/v1/tokens deny", "alice POST /auth/logout deny", "alice POST /auth/logout allow", "anonymous GET /auth/callback deny"} {
 		if !seen[want] {
 			t.Errorf("audit log lacks %q: %d %s", want, code, body)
 		}

@@ -119,6 +119,10 @@ func JoinPath(a, b string) string {
 type NotFound struct {
 	Kind string
 	Name string
+	// Denied, when set, says that the object exists but the caller may not
+	// see it: the answer is the same 404 (existence does not leak), the audit
+	// log records the denial and this reason.
+	Denied string
 }
 
 func (e *NotFound) Error() string { return fmt.Sprintf("%s %q not found", e.Kind, e.Name) }

@@ -269,7 +269,7 @@ func (s *Service) visible(ctx context.Context, id string) (Workload, error) {
 		return w, err
 	}
 	if !s.may(ctx, w.Team, access.WorkloadsRead) {
-		return Workload{}, &fault.NotFound{Kind: "workload", Name: id}
+		return Workload{}, &fault.NotFound{Kind: "workload", Name: id, Denied: fmt.Sprintf("may not read workloads of team %q", w.Team)}
 	}
 	return w, nil
 }

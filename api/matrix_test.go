@@ -13,16 +13,20 @@ import (
 )
 
 // roles are the callers of the matrix, by the starter policy's groups.
+// "narrowed" is a platform admin's personal access token narrowed to team
+// nlp: it holds only what the admin holds in nlp, nothing platform-wide.
 var roles = []struct {
-	name   string
-	groups []string
+	name      string
+	groups    []string
+	tokenTeam string
 }{
-	{"platform-admin", []string{"gantry-admins"}},
-	{"platform-engineer", []string{"platform-team"}},
-	{"team-admin", []string{"ml-vision-leads"}},
-	{"member", []string{"ml-vision"}},
-	{"viewer", []string{"auditors"}},
-	{"nobody", nil},
+	{"platform-admin", []string{"gantry-admins"}, ""},
+	{"platform-engineer", []string{"platform-team"}, ""},
+	{"team-admin", []string{"ml-vision-leads"}, ""},
+	{"member", []string{"ml-vision"}, ""},
+	{"viewer", []string{"auditors"}, ""},
+	{"nobody", nil, ""},
+	{"narrowed", []string{"gantry-admins"}, "nlp"},
 }
 
 // TestRouteRoleMatrix walks every route of openapi.yaml for every role and
@@ -33,11 +37,24 @@ func TestRouteRoleMatrix(t *testing.T) {
 		role := r.Header.Get("X-Test-Role")
 		for _, ro := range roles {
 			if ro.name == role {
-				return identity.Identity{Subject: role, Groups: ro.groups}, nil
+				id := identity.Identity{Subject: role, Groups: ro.groups, TokenTeam: ro.tokenTeam}
+				if ro.tokenTeam != "" {
+					id.TokenID, id.Via = "tok-"+role, identity.ViaToken
+				}
+				return id, nil
 			}
 		}
 		return identity.Identity{Subject: "alice", Groups: []string{"gantry-admins"}}, nil // setup
 	})
+	const (
+		A = "platform-admin"
+		P = "platform-engineer"
+		T = "team-admin"
+		M = "member"
+		V = "viewer"
+		N = "nobody"
+		X = "narrowed"
+	)
 	// Setup as platform admin: per role, a template to delete and a workload
 	// (owned by the admin) to stop and one to delete.
 	var w struct{ ID string }
@@ -56,23 +73,23 @@ func TestRouteRoleMatrix(t *testing.T) {
 	}
 	tokenIDs := map[string]string{}
 	for _, ro := range roles {
+		if ro.tokenTeam != "" {
+			tokenIDs[ro.name] = tokenIDs[A] // a token may not manage tokens: try the admin's own
+			continue
+		}
 		var tk struct{ ID string }
 		if s := e.request(ro.name, "POST", "/api/v1/tokens", map[string]any{"name": "setup", "expiresInDays": 1}, &tk); s != 201 {
 			t.Fatalf("setup token as %s: %d", ro.name, s)
 		}
 		tokenIDs[ro.name] = tk.ID
 	}
-	const (
-		A = "platform-admin"
-		P = "platform-engineer"
-		T = "team-admin"
-		M = "member"
-		V = "viewer"
-		N = "nobody"
-	)
-	readers := map[string]int{A: 200, P: 200, T: 200, M: 200, V: 200, N: 403}
-	writers := func(ok int) map[string]int { return map[string]int{A: ok, P: ok, T: 403, M: 403, V: 403, N: 403} }
-	public := map[string]int{A: 200, P: 200, T: 200, M: 200, V: 200, N: 200}
+	readers := map[string]int{A: 200, P: 200, T: 200, M: 200, V: 200, N: 403, X: 200}
+	writers := func(ok int) map[string]int {
+		return map[string]int{A: ok, P: ok, T: 403, M: 403, V: 403, N: 403, X: 403}
+	}
+	public := map[string]int{A: 200, P: 200, T: 200, M: 200, V: 200, N: 200, X: 200}
+	// The setup workloads are vision's: to a token narrowed to nlp they do not exist.
+	visionReaders := map[string]int{A: 200, P: 200, T: 200, M: 200, V: 200, N: 403, X: 404}
 	newTemplate := func(role string) any {
 		return templateJSON(t, "../templates/dev-environment.yaml", func(m map[string]any) { m["metadata"].(map[string]any)["name"] = "new-" + role })
 	}
@@ -98,27 +115,27 @@ func TestRouteRoleMatrix(t *testing.T) {
 		"DELETE /api/v1/templates/{name}":       {"DELETE", "/api/v1/templates/del-{role}", nil, writers(204)},
 		"GET /api/v1/templates/{name}/versions": {"GET", "/api/v1/templates/vllm-inference/versions", nil, readers},
 		// A preview refuses what a launch refuses: only those who may launch in the team.
-		"POST /api/v1/templates/{name}/render": {"POST", "/api/v1/templates/dev-environment/render", render, map[string]int{A: 200, P: 403, T: 200, M: 200, V: 403, N: 403}},
+		"POST /api/v1/templates/{name}/render": {"POST", "/api/v1/templates/dev-environment/render", render, map[string]int{A: 200, P: 403, T: 200, M: 200, V: 403, N: 403, X: 403}},
 		"GET /api/v1/gpu-classes":              {"GET", "/api/v1/gpu-classes", nil, readers},
 		"GET /api/v1/gpu-classes/{name}":       {"GET", "/api/v1/gpu-classes/L4", nil, readers},
 		"GET /api/v1/workloads":                {"GET", "/api/v1/workloads", nil, readers},
-		"POST /api/v1/workloads":               {"POST", "/api/v1/workloads", launch, map[string]int{A: 201, P: 403, T: 201, M: 201, V: 403, N: 403}},
-		"GET /api/v1/workloads/{id}":           {"GET", "/api/v1/workloads/" + wid, nil, readers},
-		"GET /api/v1/workloads/{id}/events":    {"GET", "/api/v1/workloads/" + wid + "/events", nil, readers},
+		"POST /api/v1/workloads":               {"POST", "/api/v1/workloads", launch, map[string]int{A: 201, P: 403, T: 201, M: 201, V: 403, N: 403, X: 403}},
+		"GET /api/v1/workloads/{id}":           {"GET", "/api/v1/workloads/" + wid, nil, visionReaders},
+		"GET /api/v1/workloads/{id}/events":    {"GET", "/api/v1/workloads/" + wid + "/events", nil, visionReaders},
 		// No cluster here: whoever may read the workload learns it has no log.
-		"GET /api/v1/workloads/{id}/logs":  {"GET", "/api/v1/workloads/" + wid + "/logs", nil, map[string]int{A: 409, P: 409, T: 409, M: 409, V: 409, N: 403}},
-		"POST /api/v1/workloads/{id}/stop": {"POST", "/api/v1/workloads/{stop}/stop", nil, map[string]int{A: 200, P: 403, T: 200, M: 403, V: 403, N: 403}},
+		"GET /api/v1/workloads/{id}/logs":  {"GET", "/api/v1/workloads/" + wid + "/logs", nil, map[string]int{A: 409, P: 409, T: 409, M: 409, V: 409, N: 403, X: 404}},
+		"POST /api/v1/workloads/{id}/stop": {"POST", "/api/v1/workloads/{stop}/stop", nil, map[string]int{A: 200, P: 403, T: 200, M: 403, V: 403, N: 403, X: 404}},
 		// Every kind starts again; the admin's service is running, so starting it changes nothing.
-		"POST /api/v1/workloads/{id}/start": {"POST", "/api/v1/workloads/" + wid + "/start", nil, map[string]int{A: 200, P: 403, T: 200, M: 403, V: 403, N: 403}},
-		"DELETE /api/v1/workloads/{id}":     {"DELETE", "/api/v1/workloads/{delete}", nil, map[string]int{A: 204, P: 403, T: 204, M: 403, V: 403, N: 403}},
+		"POST /api/v1/workloads/{id}/start": {"POST", "/api/v1/workloads/" + wid + "/start", nil, map[string]int{A: 200, P: 403, T: 200, M: 403, V: 403, N: 403, X: 404}},
+		"DELETE /api/v1/workloads/{id}":     {"DELETE", "/api/v1/workloads/{delete}", nil, map[string]int{A: 204, P: 403, T: 204, M: 403, V: 403, N: 403, X: 404}},
 		"GET /api/v1/images":                {"GET", "/api/v1/images", nil, readers},
 		"GET /api/v1/images/{name}":         {"GET", "/api/v1/images/pytorch", nil, readers},
 		"POST /api/v1/images/{name}/verify": {"POST", "/api/v1/images/pytorch/verify", func(string) any { return map[string]any{"tag": "25.01-py3"} }, readers},
-		"GET /api/v1/audit":                 {"GET", "/api/v1/audit", nil, map[string]int{A: 200, P: 403, T: 403, M: 403, V: 403, N: 403}},
-		// Anyone signed in manages their own tokens.
-		"GET /api/v1/tokens":         {"GET", "/api/v1/tokens", nil, public},
-		"POST /api/v1/tokens":        {"POST", "/api/v1/tokens", func(string) any { return map[string]any{"name": "nb", "expiresInDays": 30} }, map[string]int{A: 201, P: 201, T: 201, M: 201, V: 201, N: 201}},
-		"DELETE /api/v1/tokens/{id}": {"DELETE", "/api/v1/tokens/{token}", nil, map[string]int{A: 204, P: 204, T: 204, M: 204, V: 204, N: 204}},
+		"GET /api/v1/audit":                 {"GET", "/api/v1/audit", nil, map[string]int{A: 200, P: 403, T: 403, M: 403, V: 403, N: 403, X: 403}},
+		// Anyone signed in manages their own tokens; a narrowed token manages none.
+		"GET /api/v1/tokens":         {"GET", "/api/v1/tokens", nil, map[string]int{A: 200, P: 200, T: 200, M: 200, V: 200, N: 200, X: 403}},
+		"POST /api/v1/tokens":        {"POST", "/api/v1/tokens", func(string) any { return map[string]any{"name": "nb", "expiresInDays": 30} }, map[string]int{A: 201, P: 201, T: 201, M: 201, V: 201, N: 201, X: 403}},
+		"DELETE /api/v1/tokens/{id}": {"DELETE", "/api/v1/tokens/{token}", nil, map[string]int{A: 204, P: 204, T: 204, M: 204, V: 204, N: 204, X: 403}},
 	}
 	// Every route of the spec has a row.
 	doc, err := openapi3.NewLoader().LoadFromData(gantry.OpenAPI)

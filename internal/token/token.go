@@ -131,11 +131,15 @@ func (s *Service) Revoke(ctx context.Context, id string) error {
 	return s.store.RevokeToken(ctx, owner.String(), id, s.now().UTC())
 }
 
-// manage refuses token management to a read-only token: read-only means no
-// writes of any kind, and its owner's other tokens are not its business.
+// manage refuses token management to a read-only token (read-only means no
+// writes of any kind) and to a team-narrowed one (tokens belong to no team):
+// its owner's other tokens are not its business.
 func manage(caller identity.Identity) error {
-	if caller.ReadOnly {
+	switch {
+	case caller.ReadOnly:
 		return &fault.Forbidden{Reason: "a read-only token cannot list or revoke tokens: sign in, or use a token that is not read-only"}
+	case caller.TokenTeam != "":
+		return &fault.Forbidden{Reason: fmt.Sprintf("a token narrowed to team %q cannot list or revoke tokens: sign in, or use a token that is not narrowed", caller.TokenTeam)}
 	}
 	return nil
 }

@@ -27,7 +27,9 @@ Usage:
   gantry templates validate [DIR]                     check template files (default: templates)
   gantry templates render NAME [flags]                print the objects a launch would create
   gantry templates apply -f DIR [--prune] [--dry-run] load template files into the catalog
-  gantry audit verify [--db DSN]                      check the audit log's hash chain
+  gantry audit verify [--db DSN] [--checkpoints FILE|URL --key PUB]
+                                                      check the audit log's hash chain and signed checkpoints
+  gantry audit keygen --out PREFIX                    make a checkpoint signing key (PREFIX.key, PREFIX.pub)
   gantry login [--server URL]                         sign the CLI in (device grant in a browser)
   gantry whoami [--server URL]                        who the CLI is signed in as
   gantry version                                      print the version
@@ -72,11 +74,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 	case "audit":
-		if len(args) < 2 || args[1] != "verify" {
+		if len(args) < 2 {
 			fmt.Fprint(stderr, usage)
 			return 2
 		}
-		err = auditVerifyCmd(ctx, args[2:], stdout, stderr)
+		switch args[1] {
+		case "verify":
+			err = auditVerifyCmd(ctx, args[2:], stdout, stderr)
+		case "keygen":
+			err = auditKeygenCmd(args[2:], stdout, stderr)
+		default:
+			fmt.Fprintf(stderr, "gantry audit: unknown command %q\n\n%s", args[1], usage)
+			return 2
+		}
 	case "login":
 		err = loginCmd(ctx, args[1:], stdout, stderr)
 	case "whoami":

@@ -2,7 +2,11 @@
 // decision, reason, time, request id, source address), the hash chain that makes
 // the log tamper-evident (each record's hash covers its fields and the hash of
 // the record before), and verifying a log: any changed, deleted or inserted
-// record is found and named.
+// record is found and named. The chain alone binds records to each other, not
+// to anything outside the database: whoever can write the database can delete
+// the newest records, or edit one and recompute every hash after it. Signed
+// checkpoints of the chain's head (checkpoint.go), kept outside the database,
+// close that: VerifyAgainst finds such rewrites up to the latest checkpoint.
 package audit
 
 import (
@@ -65,13 +69,18 @@ type Filter struct {
 	Limit    int
 }
 
-// Problem is one break in the chain.
+// Problem is one break in the chain, or a disagreement with a checkpoint.
 type Problem struct {
-	Seq     int64
+	Seq     int64 // the record concerned; 0: the log as a whole
 	Message string
 }
 
-func (p Problem) String() string { return fmt.Sprintf("record %d: %s", p.Seq, p.Message) }
+func (p Problem) String() string {
+	if p.Seq == 0 {
+		return p.Message
+	}
+	return fmt.Sprintf("record %d: %s", p.Seq, p.Message)
+}
 
 // Verify walks the whole log and reports every break: a record whose fields no
 // longer give its hash (changed), a gap in the sequence (deleted), a record that

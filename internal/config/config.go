@@ -80,7 +80,26 @@ type Config struct {
 	// RemoveOrphans deletes objects that carry Gantry's labels but belong to no
 	// live workload; otherwise they are only reported.
 	RemoveOrphans bool `json:"removeOrphans"`
+	// Audit configures the signed checkpoints of the audit log.
+	Audit Audit `json:"audit"`
 }
+
+// Audit configures signed checkpoints of the audit log's head, which make a
+// rewrite by whoever can write the database detectable.
+type Audit struct {
+	// CheckpointKey is the ed25519 private key (PEM, PKCS #8) checkpoints are
+	// signed with: a file or a mounted Secret, never in the database. None:
+	// no checkpoints (a development key in -tags dev builds).
+	CheckpointKey string `json:"checkpointKey"`
+	// CheckpointInterval is how often the head is signed when it has moved.
+	CheckpointInterval Duration `json:"checkpointInterval"`
+	// CheckpointFile, when set, gets every checkpoint as a JSON line,
+	// appended; every checkpoint also goes to the log.
+	CheckpointFile string `json:"checkpointFile"`
+}
+
+// Interval is the checkpoint interval.
+func (a Audit) Interval() time.Duration { return time.Duration(a.CheckpointInterval) }
 
 // Confidential configures confidential-computing launches.
 type Confidential struct {
@@ -179,6 +198,7 @@ func Default() Config {
 		SessionLifetime:   Duration(8 * time.Hour),
 		OIDC:              OIDC{ClockSkew: Duration(30 * time.Second), Scopes: []string{"openid", "profile", "email", "groups", "offline_access"}},
 		DevLogin:          DevLogin{Listen: "127.0.0.1:0", Users: DefaultDevUsers()},
+		Audit:             Audit{CheckpointInterval: Duration(time.Minute)},
 	}
 }
 
@@ -357,6 +377,7 @@ func (c *Config) validateDurations(errs *fault.List) {
 	between("images.cacheTTL", c.Images.CacheTTL, 0, 24*time.Hour)
 	between("reconcileInterval", c.ReconcileInterval, time.Second, 24*time.Hour)
 	between("leaseDuration", c.LeaseDuration, 2*time.Second, 5*time.Minute)
+	between("audit.checkpointInterval", c.Audit.CheckpointInterval, time.Second, 24*time.Hour)
 }
 
 // validateImages checks images.devRegistry, confidential.kbsURL, images.dir,

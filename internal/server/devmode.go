@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"path/filepath"
 
+	"github.com/gantryhq/gantry/internal/audit"
 	"github.com/gantryhq/gantry/internal/config"
 	"github.com/gantryhq/gantry/internal/devidp"
 	"github.com/gantryhq/gantry/internal/devregistry"
@@ -72,4 +73,17 @@ func devImages(ctx context.Context, images *imagecat.Catalog, vo imageverify.Opt
 	log.Warn("images.devRegistry: stand-in images signed with a development key are trusted (never in production)",
 		"registry", reg.Host, "key", keyPath, "images", len(reg.Published))
 	return v, nil
+}
+
+// devCheckpointKey is the development key audit checkpoints are signed with
+// when audit.checkpointKey is not set: made once in the data directory
+// (dev-audit-checkpoint.key, and .pub for gantry audit verify --key).
+func devCheckpointKey(log *slog.Logger) (string, error) {
+	prefix := filepath.Join(config.DataDir(), "dev-audit-checkpoint")
+	if _, err := audit.EnsureKeyFiles(prefix); err != nil {
+		return "", fmt.Errorf("development audit checkpoint key: %w", err)
+	}
+	log.Warn("no audit.checkpointKey: audit checkpoints are signed with a development key (never in production)",
+		"key", prefix+".key", "public", prefix+".pub")
+	return prefix + ".key", nil
 }

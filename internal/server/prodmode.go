@@ -31,3 +31,6 @@ func devSignIn(context.Context, config.Config, string, *slog.Logger) (config.OID
 func devImages(context.Context, *imagecat.Catalog, imageverify.Options, *slog.Logger) (*imageverify.Images, error) {
 	return nil, errors.New("images.devRegistry is set, and this gantry is a production build without the development registry: build with -tags dev (make dev and make serve do)")
 }
+
+// devCheckpointKey: this build has no development checkpoint key.
+func devCheckpointKey(*slog.Logger) (string, error) { return "", nil }

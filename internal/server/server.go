@@ -2,12 +2,13 @@
 // every service from the configuration, complete when it returns (the policy,
 // the image verifier and the store are required; nothing nil means "allow"),
 // and binds the listener. Run serves HTTP and runs every background loop under
-// one errgroup — the policy and image-catalog reloads always, and on the
-// replica that holds the Lease the workload controller and the lifecycle loop
-// (apply unapplied launches, converge stopped and deleted ones, stop those past
-// their max runtime) — and returns only after all of them have stopped, then
-// closes the store. `gantry serve`, `gantry dev` and the tests that run Gantry
-// whole all go through New.
+// one errgroup — the policy and image-catalog reloads and the audit log's
+// signed checkpoints always, and on the replica that holds the Lease the
+// workload controller and the lifecycle loop (apply unapplied launches,
+// converge stopped and deleted ones, stop those past their max runtime) — and
+// returns only after all of them have stopped (then signs the audit log's head
+// once more), then closes the store. `gantry serve`, `gantry dev` and the tests
+// that run Gantry whole all go through New.
 package server
 
 import (
@@ -30,6 +31,7 @@ import (
 	"github.com/gantryhq/gantry"
 	"github.com/gantryhq/gantry/api"
 	"github.com/gantryhq/gantry/api/gen"
+	"github.com/gantryhq/gantry/internal/audit"
 	"github.com/gantryhq/gantry/internal/authn"
 	"github.com/gantryhq/gantry/internal/authz"
 	"github.com/gantryhq/gantry/internal/catalog"
@@ -121,6 +123,8 @@ type Server struct {
 	dev       devProvider // nil with an organisation's provider
 	checks    []api.Check
 	clock     clock.WithTicker
+	// checkpoints signs the audit log's head (nil: no key configured).
+	checkpoints *audit.Checkpointer
 }
 
 // Overrides stand in for what lies outside Gantry, for tests that need to:
@@ -158,6 +162,9 @@ func New(ctx context.Context, cfg config.Config, ov Overrides) (s *Server, err e
 		return nil, err
 	}
 	if s.authz, err = authz.New(authz.InDir(cfg.PolicyDir)); err != nil {
+		return nil, err
+	}
+	if s.checkpoints, err = s.checkpointer(); err != nil {
 		return nil, err
 	}
 	s.checks = []api.Check{{Name: "database", Pinger: core.Store}}
@@ -269,7 +276,8 @@ func (s *Server) UseLogger() {
 }
 
 // Run serves until ctx ends, with every background loop; it returns after all
-// of them have stopped and the store is closed.
+// of them have stopped, a last audit checkpoint is written, and the store is
+// closed.
 func (s *Server) Run(ctx context.Context) error {
 	defer s.Store.Close()
 	cfg := s.Config
@@ -308,10 +316,48 @@ func (s *Server) Run(ctx context.Context) error {
 	g.Go(func() error {
 		return s.every(gctx, 3*time.Second, s.reload("image catalog", s.Images.Catalog.Reload, imagecat.ErrUnchanged))
 	})
+	if s.checkpoints != nil {
+		g.Go(func() error { return s.every(gctx, cfg.Audit.Interval(), s.checkpoints.Run) })
+	}
 	if s.cluster != nil {
 		g.Go(func() error { return s.leaderLoops(gctx) })
 	}
-	return g.Wait()
+	err := g.Wait()
+	if s.checkpoints != nil {
+		// Best effort: sign what the last requests appended.
+		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		s.checkpoints.Run(cctx)
+		cancel()
+	}
+	return err
+}
+
+// checkpointer signs the audit log's head with audit.checkpointKey (without
+// one, in -tags dev builds, with a development key; in production builds
+// with none, and says so).
+func (s *Server) checkpointer() (*audit.Checkpointer, error) {
+	ac := s.Config.Audit
+	path := ac.CheckpointKey
+	if path == "" {
+		var err error
+		if path, err = devCheckpointKey(s.Log); err != nil {
+			return nil, err
+		}
+	}
+	if path == "" {
+		s.Log.Warn("no audit.checkpointKey: audit checkpoints are off, so whoever can write the database can rewrite the audit log undetected")
+		return nil, nil
+	}
+	key, err := audit.LoadPrivateKey(path)
+	if err != nil {
+		return nil, fmt.Errorf("audit.checkpointKey: %w", err)
+	}
+	cp, err := audit.NewCheckpointer(audit.CheckpointerOptions{Store: s.Store, Key: key, Log: s.Log, File: ac.CheckpointFile, Now: s.clock.Now})
+	if err != nil {
+		return nil, fmt.Errorf("audit.checkpointFile: %w", err)
+	}
+	s.Log.Info("audit checkpoints on", "key_id", cp.KeyID(), "interval", ac.Interval().String(), "file", ac.CheckpointFile)
+	return cp, nil
 }
 
 // reload picks up edited files (the policy, the image catalog); a broken edit

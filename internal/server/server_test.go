@@ -41,9 +41,10 @@ func TestLoopsRunOnTheServersClock(t *testing.T) {
 	}
 	fake := clocktesting.NewFakeClock(time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC))
 	g := servertest.WithOverrides(t, server.Overrides{Clock: fake}, func(c *config.Config) { c.PolicyDir = policy })
-	// Both reload loops have made their first pass once their tickers wait.
+	// Both reload loops have made their first pass once their tickers wait
+	// (with the audit checkpoint loop's: three).
 	waitfor.Until(t, 10*time.Second, "the reload loops to start", func() error {
-		if n := fake.Waiters(); n < 2 {
+		if n := fake.Waiters(); n < 3 {
 			return fmt.Errorf("%d tickers waiting", n)
 		}
 		return nil

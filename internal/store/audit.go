@@ -5,11 +5,15 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/gantryhq/gantry/internal/audit"
+	"github.com/gantryhq/gantry/internal/fault"
 )
+
+var _ audit.CheckpointStore = (*Store)(nil)
 
 const auditColumns = `seq, at, actor, action, object, decision, status, reason, request_id, source, prev_hash, hash`
 
@@ -87,4 +91,44 @@ func (s *Store) EachAudit(ctx context.Context, fn func(audit.Record) error) erro
 		}
 	}
 	return rows.Err()
+}
+
+// LatestAudit implements audit.CheckpointStore.
+func (s *Store) LatestAudit(ctx context.Context) (audit.Record, bool, error) {
+	r, err := scanAudit(s.read.QueryRowContext(ctx, `SELECT `+auditColumns+` FROM audit ORDER BY seq DESC LIMIT 1`))
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return audit.Record{}, false, nil
+	case err != nil:
+		return audit.Record{}, false, fmt.Errorf("read the newest audit record: %w", err)
+	}
+	return r, true, nil
+}
+
+// AddCheckpoint implements audit.CheckpointStore.
+func (s *Store) AddCheckpoint(ctx context.Context, c audit.Checkpoint) error {
+	_, err := s.db.ExecContext(ctx, s.q(`INSERT INTO audit_checkpoints (seq, hash, at, key_id, signature) VALUES (?, ?, ?, ?, ?)`),
+		c.Seq, c.Hash, c.At.UnixMicro(), c.KeyID, c.Signature)
+	switch {
+	case err != nil && uniqueViolation(err):
+		return &fault.Conflict{Kind: "audit checkpoint", Name: strconv.FormatInt(c.Seq, 10), Reason: "that record has a checkpoint already"}
+	case err != nil:
+		return fmt.Errorf("store audit checkpoint: %w", err)
+	}
+	return nil
+}
+
+// Checkpoints implements audit.CheckpointStore.
+func (s *Store) Checkpoints(ctx context.Context) ([]audit.Checkpoint, error) {
+	rows, err := s.read.QueryContext(ctx, `SELECT seq, hash, at, key_id, signature FROM audit_checkpoints ORDER BY seq`)
+	if err != nil {
+		return nil, fmt.Errorf("list audit checkpoints: %w", err)
+	}
+	return collect(rows, func(row scanner) (audit.Checkpoint, error) {
+		var c audit.Checkpoint
+		var at int64
+		err := row.Scan(&c.Seq, &c.Hash, &at, &c.KeyID, &c.Signature)
+		c.At = time.UnixMicro(at).UTC()
+		return c, err
+	})
 }

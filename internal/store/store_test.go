@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"os"
@@ -92,6 +93,7 @@ func TestConformance(t *testing.T) {
 			t.Run("atomic workload updates", func(t *testing.T) { testUpdateWorkload(t, open(t)) })
 			t.Run("tokens", func(t *testing.T) { testTokens(t, open(t)) })
 			t.Run("audit chain", func(t *testing.T) { testAudit(t, open(t)) })
+			t.Run("audit checkpoints", func(t *testing.T) { testAuditCheckpoints(t, open(t)) })
 			t.Run("logins and sessions", func(t *testing.T) { testSessions(t, open(t)) })
 		})
 	}
@@ -570,6 +572,47 @@ func testAudit(t *testing.T, s *store.Store) {
 	recs, err := s.AuditRecords(ctx, audit.Filter{Actor: "u3", Limit: 10})
 	if err != nil || len(recs) != 1 {
 		t.Fatalf("filter: %d, %v", len(recs), err)
+	}
+}
+
+// testAuditCheckpoints: the head of the log is read back, checkpoints round
+// trip in sequence order, and a second checkpoint of one record is a conflict.
+func testAuditCheckpoints(t *testing.T, s *store.Store) {
+	ctx := context.Background()
+	if _, ok, err := s.LatestAudit(ctx); ok || err != nil {
+		t.Fatalf("empty log has a head: %v %v", ok, err)
+	}
+	var last audit.Record
+	for i := range 3 {
+		r, err := s.AppendAudit(ctx, audit.Record{At: time.Now(), Actor: fmt.Sprint("u", i), Action: "DELETE /api/v1/workloads/{id}", Decision: audit.Deny, Status: 403})
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = r
+	}
+	head, ok, err := s.LatestAudit(ctx)
+	if err != nil || !ok || !reflect.DeepEqual(head, last) {
+		t.Fatalf("head:\n got %+v %v %v\nwant %+v", head, ok, err, last)
+	}
+	_, priv, _ := ed25519.GenerateKey(nil)
+	at := time.Date(2026, 11, 30, 9, 0, 0, 123456000, time.UTC)
+	later := audit.Sign(priv, head.Seq, head.Hash, at.Add(time.Minute))
+	earlier := audit.Sign(priv, 1, "h1", at)
+	for _, c := range []audit.Checkpoint{later, earlier} {
+		if err := s.AddCheckpoint(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var conflict *fault.Conflict
+	if err := s.AddCheckpoint(ctx, audit.Sign(priv, head.Seq, head.Hash, at.Add(2*time.Minute))); !errors.As(err, &conflict) {
+		t.Errorf("second checkpoint of record %d: %v, want a conflict", head.Seq, err)
+	}
+	got, err := s.Checkpoints(ctx)
+	if err != nil || !reflect.DeepEqual(got, []audit.Checkpoint{earlier, later}) {
+		t.Fatalf("checkpoints:\n got %+v %v\nwant %+v", got, err, []audit.Checkpoint{earlier, later})
+	}
+	if err := got[1].Verify(priv.Public().(ed25519.PublicKey)); err != nil {
+		t.Errorf("checkpoint read back does not verify: %v", err)
 	}
 }
 

@@ -357,6 +357,10 @@ func (s *Server) checkpointer() (*audit.Checkpointer, error) {
 		return nil, fmt.Errorf("audit.checkpointFile: %w", err)
 	}
 	s.Log.Info("audit checkpoints on", "key_id", cp.KeyID(), "interval", ac.Interval().String(), "file", ac.CheckpointFile)
+	if ac.CheckpointFile == "" && !s.Log.Enabled(context.Background(), slog.LevelInfo) {
+		s.Log.Warn("audit checkpoints are logged at level info, which log.level drops, and audit.checkpointFile is not set: they are kept in the database only, where a rewrite can delete them",
+			"log.level", s.Config.Log.Level)
+	}
 	return cp, nil
 }
 

@@ -274,7 +274,7 @@ func TestWorkloadsAndPreview(t *testing.T) {
 	if s, _ := e.do("POST", "/api/v1/templates/batch-inference/render", req, &r); s != 200 {
 		t.Fatalf("render: %d", s)
 	}
-	if len(r.Objects) != 2 || r.Objects[1]["kind"] != "Job" || r.Hash == "" {
+	if len(r.Objects) != 3 || r.Objects[1]["kind"] != "Job" || r.Objects[2]["kind"] != "NetworkPolicy" || r.Hash == "" {
 		t.Fatalf("render result: %+v", r)
 	}
 	j, _ := json.Marshal(r.Objects[1])
@@ -473,5 +473,81 @@ func TestPreviewRefusesWhatLaunchRefuses(t *testing.T) {
 		if (ls == 201) != (ps == 200) || (c.want != 0 && (ls != c.want || ps != c.want)) {
 			t.Errorf("%s: launch %d, preview %d; want the same answer (%d)", c.name, ls, ps, c.want)
 		}
+	}
+}
+
+// TestTemplateVersionStatus: the platform team deprecates a version (launches
+// warned) and revokes it (launches, previews and starts refused, its
+// workloads flagged); a revocation is final.
+func TestTemplateVersionStatus(t *testing.T) {
+	e := newEnv(t, alice)
+	doc := templateJSON(t, "../templates/dev-environment.yaml", func(m map[string]any) { m["metadata"].(map[string]any)["name"] = "ide" })
+	if s, _ := e.do("POST", "/api/v1/templates", doc, nil); s != 201 {
+		t.Fatalf("create: %d", s)
+	}
+	doc["metadata"].(map[string]any)["title"] = "IDE, fixed"
+	if s, _ := e.do("PUT", "/api/v1/templates/ide", doc, nil); s != 200 {
+		t.Fatalf("update: %d", s)
+	}
+	launch := map[string]any{"template": "ide", "templateVersion": 1, "team": "vision"}
+	var w struct {
+		ID, TemplateStatus, TemplateStatusReason string
+	}
+	if s, _ := e.do("POST", "/api/v1/workloads", launch, &w); s != 201 || w.TemplateStatus != "" {
+		t.Fatalf("launch of an active version: %d %+v", s, w)
+	}
+	var p problem
+	if s, _ := e.do("PUT", "/api/v1/templates/ide/versions/1/status", map[string]any{"status": "deprecated"}, &p); s != 422 || p.fields()["reason"] == "" {
+		t.Fatalf("deprecation without a reason: %d %+v", s, p)
+	}
+	var v struct{ Status, StatusReason string }
+	if s, _ := e.do("PUT", "/api/v1/templates/ide/versions/1/status", map[string]any{"status": "deprecated", "reason": "use version 2"}, &v); s != 200 || v.Status != "deprecated" {
+		t.Fatalf("deprecate: %d %+v", s, v)
+	}
+	var w2 struct{ ID, TemplateStatus, TemplateStatusReason string }
+	if s, _ := e.do("POST", "/api/v1/workloads", launch, &w2); s != 201 || w2.TemplateStatus != "deprecated" || w2.TemplateStatusReason != "use version 2" {
+		t.Fatalf("launch of a deprecated version: %d %+v", s, w2)
+	}
+	if s, _ := e.do("POST", "/api/v1/workloads/"+w.ID+"/stop", nil, nil); s != 200 {
+		t.Fatalf("stop: %d", s)
+	}
+	if s, _ := e.do("PUT", "/api/v1/templates/ide/versions/1/status", map[string]any{"status": "revoked", "reason": "CVE-2026-0001 in the image"}, &v); s != 200 || v.Status != "revoked" {
+		t.Fatalf("revoke: %d %+v", s, v)
+	}
+	p = problem{}
+	if s, _ := e.do("POST", "/api/v1/workloads", launch, &p); s != 422 || !strings.Contains(p.fields()["templateVersion"], "revoked (CVE-2026-0001 in the image)") {
+		t.Fatalf("launch of a revoked version: %d %+v", s, p)
+	}
+	if s, _ := e.do("POST", "/api/v1/templates/ide/render", map[string]any{"team": "vision", "templateVersion": 1}, nil); s != 422 {
+		t.Fatalf("preview of a revoked version: %d, want 422 as its launch", s)
+	}
+	if s, _ := e.do("POST", "/api/v1/workloads", map[string]any{"template": "ide", "team": "vision"}, nil); s != 201 {
+		t.Fatalf("launch of the live (fixed) version: %d", s)
+	}
+	if s, _ := e.do("GET", "/api/v1/workloads/"+w.ID, nil, &w); s != 200 || w.TemplateStatus != "revoked" {
+		t.Fatalf("a workload of the revoked version is not flagged: %d %+v", s, w)
+	}
+	var list struct {
+		Items []struct{ ID, TemplateStatus string }
+	}
+	e.do("GET", "/api/v1/workloads?template=ide", nil, &list)
+	flagged := 0
+	for _, it := range list.Items {
+		if it.TemplateStatus == "revoked" {
+			flagged++
+		}
+	}
+	if flagged != 2 {
+		t.Errorf("%d of the listed workloads flagged revoked, want 2: %+v", flagged, list.Items)
+	}
+	p = problem{}
+	if s, _ := e.do("POST", "/api/v1/workloads/"+w.ID+"/start", nil, &p); s != 409 || !strings.Contains(p.Detail, "revoked") {
+		t.Fatalf("start of a workload of a revoked version: %d %+v", s, p)
+	}
+	if s, _ := e.do("PUT", "/api/v1/templates/ide/versions/1/status", map[string]any{"status": "active"}, nil); s != 409 {
+		t.Fatalf("un-revoking: %d, want 409", s)
+	}
+	if s, _ := e.do("PUT", "/api/v1/templates/ide/versions/9/status", map[string]any{"status": "deprecated", "reason": "x"}, nil); s != 404 {
+		t.Fatalf("no such version: %d, want 404", s)
 	}
 }

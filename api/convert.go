@@ -50,7 +50,14 @@ func templateVersion(v catalog.Version) gen.TemplateVersion {
 	if err := remarshal(v.Template, &doc); err != nil {
 		panic(err) // both sides describe the same JSON document; a test guards it
 	}
-	return gen.TemplateVersion{Name: v.Name, Version: v.Version, Digest: v.Digest, CreatedAt: v.CreatedAt, CreatedBy: v.CreatedBy, Template: doc}
+	out := gen.TemplateVersion{Name: v.Name, Version: v.Version, Digest: v.Digest, CreatedAt: v.CreatedAt, CreatedBy: v.CreatedBy, Template: doc}
+	if v.Status != "" {
+		out.Status = ptr(gen.TemplateVersionStatus(v.Status))
+	}
+	if v.StatusReason != "" {
+		out.StatusReason = ptr(v.StatusReason)
+	}
+	return out
 }
 
 func templateList(vs []catalog.Version) gen.TemplateList {
@@ -106,6 +113,13 @@ func workloadOut(w workload.Workload) gen.Workload {
 	}
 	if w.Endpoint != "" {
 		out.Endpoint = ptr(w.Endpoint)
+	}
+	if w.TemplateStatus != "" {
+		out.TemplateStatus = ptr(gen.WorkloadTemplateStatus(w.TemplateStatus))
+		out.TemplateStatusReason = ptr(w.TemplateStatusReason)
+	}
+	if w.Kind == template.Notebook {
+		out.Url = ptr(template.BasePath(w.ID))
 	}
 	if out.Parameters == nil {
 		out.Parameters = map[string]string{}

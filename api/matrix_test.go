@@ -114,6 +114,8 @@ func TestRouteRoleMatrix(t *testing.T) {
 		"PUT /api/v1/templates/{name}":          {"PUT", "/api/v1/templates/vllm-inference", sameTemplate, writers(200)},
 		"DELETE /api/v1/templates/{name}":       {"DELETE", "/api/v1/templates/del-{role}", nil, writers(204)},
 		"GET /api/v1/templates/{name}/versions": {"GET", "/api/v1/templates/vllm-inference/versions", nil, readers},
+		"PUT /api/v1/templates/{name}/versions/{version}/status": {"PUT", "/api/v1/templates/vllm-inference/versions/1/status",
+			func(string) any { return map[string]any{"status": "deprecated", "reason": "use version 2"} }, writers(200)},
 		// A preview refuses what a launch refuses: only those who may launch in the team.
 		"POST /api/v1/templates/{name}/render": {"POST", "/api/v1/templates/dev-environment/render", render, map[string]int{A: 200, P: 403, T: 200, M: 200, V: 403, N: 403, X: 403}},
 		"GET /api/v1/gpu-classes":              {"GET", "/api/v1/gpu-classes", nil, readers},

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/gantryhq/gantry/internal/authn"
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/identity"
+	"github.com/gantryhq/gantry/internal/interactive"
 	"github.com/gantryhq/gantry/internal/token"
 	"github.com/gantryhq/gantry/internal/weblogin"
 )
@@ -33,7 +35,8 @@ func identify(bearer func(*http.Request) (identity.Identity, error), tokens *tok
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			r := c.Request()
-			if !isAPI(r.URL.Path) {
+			app := isInteractive(r.URL.Path)
+			if !isAPI(r.URL.Path) && !app {
 				return next(c)
 			}
 			var id identity.Identity
@@ -53,15 +56,25 @@ func identify(bearer func(*http.Request) (identity.Identity, error), tokens *tok
 				if err != nil && !errors.Is(err, weblogin.ErrNoSession) {
 					return fmt.Errorf("look up the session: %w", err) // the store failed: not the caller's fault
 				}
-				if err == nil && !safeMethod(r.Method) && !ses.CheckCSRF(r.Header.Get(CSRFHeader)) {
+				if err == nil && !app && !safeMethod(r.Method) && !ses.CheckCSRF(r.Header.Get(CSRFHeader)) {
 					// The session is known: the refusal is audited under its user.
 					id = ses.Identity
 					id.Via = identity.ViaSession
 					c.SetRequest(r.WithContext(identity.With(r.Context(), id)))
 					return &fault.Forbidden{Reason: "missing or wrong " + CSRFHeader + " header: a signed-in browser sends its session's CSRF token with every change"}
 				}
+				if err == nil && app && !interactive.SameOrigin(r) {
+					id = ses.Identity
+					id.Via = identity.ViaSession
+					c.SetRequest(r.WithContext(identity.With(r.Context(), id)))
+					return &fault.Forbidden{Reason: "a change to an interactive workload must come from a page of this origin (Origin header)"}
+				}
 				id = ses.Identity
 				id.Via = identity.ViaSession
+			}
+			if err != nil && app && r.Method == http.MethodGet && strings.Contains(r.Header.Get("Accept"), "text/html") {
+				// A browser opening a notebook link signs in first, then comes back.
+				return c.Redirect(http.StatusFound, "/auth/login?return="+url.QueryEscape(r.URL.RequestURI()))
 			}
 			if err != nil {
 				// RFC 6750: say that the token is bad, never why.
@@ -84,11 +97,17 @@ func safeMethod(m string) bool {
 
 func isAPI(path string) bool { return len(path) >= 8 && path[:8] == "/api/v1/" || path == "/api/v1" }
 
+// isInteractive reports whether path is under /w/, where Gantry proxies
+// interactive workloads.
+func isInteractive(path string) bool { return strings.HasPrefix(path, interactive.Prefix) }
+
 func secureHeaders(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		h := c.Response().Header()
 		h.Set("X-Content-Type-Options", "nosniff")
-		h.Set("Cache-Control", "no-store")
+		if !isInteractive(c.Request().URL.Path) { // an app says how its files are cached
+			h.Set("Cache-Control", "no-store")
+		}
 		return next(c)
 	}
 }
@@ -139,7 +158,17 @@ func record(c echo.Context, store audit.Store, log *slog.Logger, err error) erro
 	var nf *fault.NotFound
 	hidden := errors.As(err, &nf) && nf.Denied != "" // a denial answered as 404
 	mutating := req.Method != http.MethodGet && req.Method != http.MethodHead && req.Method != http.MethodOptions
-	if !isAPI(req.URL.Path) || !(mutating || denied || hidden) {
+	if isInteractive(req.URL.Path) {
+		// An app's own traffic and answers are the app's: only Gantry's
+		// refusals (an error before anything was forwarded) are audited.
+		if err == nil {
+			return nil
+		}
+		mutating = false
+	} else if !isAPI(req.URL.Path) {
+		return nil
+	}
+	if !(mutating || denied || hidden) {
 		return nil
 	}
 	r := audit.Record{At: time.Now(), Actor: "anonymous", Action: req.Method + " " + c.Path(), Object: req.URL.Path,

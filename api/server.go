@@ -25,7 +25,9 @@ import (
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/imageverify"
+	"github.com/gantryhq/gantry/internal/interactive"
 	"github.com/gantryhq/gantry/internal/token"
+	"github.com/gantryhq/gantry/internal/weblogin"
 	"github.com/gantryhq/gantry/internal/workload"
 	"github.com/gantryhq/gantry/portal"
 )
@@ -59,6 +61,9 @@ type Options struct {
 	// Authorize decides whether an identity holds a route's declared permission
 	// in some team; nil denies every non-public route.
 	Authorize func(id identity.Identity, permission access.Permission) bool
+	// AppTransport reaches interactive workloads' apps behind /w/{id}/
+	// (default: a plain HTTP transport to their in-cluster addresses).
+	AppTransport http.RoundTripper
 }
 
 // New builds the HTTP handler.
@@ -78,13 +83,19 @@ func New(o Options) (*echo.Echo, error) {
 		accessLog(o.Logger),
 		auditLog(o.Audit, o.Logger),
 		middleware.Recover(),
-		middleware.BodyLimit(fmt.Sprint(o.MaxBodyBytes)+"B"),
+		middleware.BodyLimitWithConfig(middleware.BodyLimitConfig{Limit: fmt.Sprint(o.MaxBodyBytes) + "B",
+			Skipper: func(c echo.Context) bool { return isInteractive(c.Request().URL.Path) }}), // an app's uploads are its business
 		secureHeaders,
 		identify(o.Identify, o.Tokens, o.Sessions),
 		validate,
 	)
 	s := &server{o: o}
 	gen.RegisterHandlers(e, gen.NewStrictHandler(s, nil))
+	if o.Workloads != nil {
+		proxy := &interactive.Proxy{Opener: o.Workloads, Transport: o.AppTransport, Log: o.Logger,
+			Strip: []string{weblogin.SessionCookie, weblogin.StateCookie}}
+		e.Any(interactive.Prefix+"*", func(c echo.Context) error { return proxy.Serve(c.Response(), c.Request()) })
+	}
 	if o.Portal != nil {
 		for _, p := range portal.Paths {
 			e.Add(p.Method, p.Path, echo.WrapHandler(o.Portal))

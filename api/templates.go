@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/gantryhq/gantry/api/gen"
+	"github.com/gantryhq/gantry/internal/catalog"
 	"github.com/gantryhq/gantry/internal/team"
 	"github.com/gantryhq/gantry/internal/workload"
 )
@@ -65,6 +66,14 @@ func (s *server) ListTemplateVersions(ctx context.Context, req gen.ListTemplateV
 		return nil, err
 	}
 	return gen.ListTemplateVersions200JSONResponse(templateList(vs)), nil
+}
+
+func (s *server) SetTemplateVersionStatus(ctx context.Context, req gen.SetTemplateVersionStatusRequestObject) (gen.SetTemplateVersionStatusResponseObject, error) {
+	v, err := s.o.Catalog.SetStatus(ctx, req.Name, req.Version, catalog.Status(req.Body.Status), deref(req.Body.Reason))
+	if err != nil {
+		return nil, err
+	}
+	return gen.SetTemplateVersionStatus200JSONResponse(templateVersion(v)), nil
 }
 
 func (s *server) RenderTemplate(ctx context.Context, req gen.RenderTemplateRequestObject) (gen.RenderTemplateResponseObject, error) {

@@ -25,6 +25,7 @@ import (
 	"github.com/gantryhq/gantry/internal/access"
 	"github.com/gantryhq/gantry/internal/audit"
 	"github.com/gantryhq/gantry/internal/identity"
+	gtemplate "github.com/gantryhq/gantry/internal/template"
 	"github.com/gantryhq/gantry/internal/weblogin"
 )
 
@@ -71,11 +72,13 @@ var Paths = []struct{ Method, Path string }{
 var pages = []string{"/"}
 
 // returnTo is where a sign-in may come back to: a local path (weblogin's
-// check) of one of the portal's pages, with its query; "/" otherwise.
+// check) of one of the portal's pages or of an interactive workload
+// (/w/{id}/…, opened from a link before signing in), with its query; "/"
+// otherwise.
 func returnTo(asked string) string {
 	local := weblogin.LocalPath(asked)
 	path, _, _ := strings.Cut(local, "?")
-	if !slices.Contains(pages, path) {
+	if !slices.Contains(pages, path) && !strings.HasPrefix(path, gtemplate.InteractivePrefix) {
 		return "/"
 	}
 	return local

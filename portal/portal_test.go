@@ -12,6 +12,9 @@ func TestReturnTo(t *testing.T) {
 		"/api/v1/tokens":        "/",
 		"//evil.example":        "/",
 		"https://evil.example/": "/",
+		"/w/abc123/lab?x=1":     "/w/abc123/lab?x=1",
+		"/w/../api/v1/tokens":   "/",
+		"/w/%2e%2e/api":         "/",
 	} {
 		if got := returnTo(in); got != want {
 			t.Errorf("returnTo(%q) = %q, want %q", in, got, want)

@@ -244,6 +244,27 @@ func (e TemplateSpecWorkload) Valid() bool {
 	}
 }
 
+// Defines values for TemplateVersionStatus.
+const (
+	TemplateVersionStatusActive     TemplateVersionStatus = "active"
+	TemplateVersionStatusDeprecated TemplateVersionStatus = "deprecated"
+	TemplateVersionStatusRevoked    TemplateVersionStatus = "revoked"
+)
+
+// Valid indicates whether the value is a known member of the TemplateVersionStatus enum.
+func (e TemplateVersionStatus) Valid() bool {
+	switch e {
+	case TemplateVersionStatusActive:
+		return true
+	case TemplateVersionStatusDeprecated:
+		return true
+	case TemplateVersionStatusRevoked:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for WorkloadKind.
 const (
 	WorkloadKindJob      WorkloadKind = "job"
@@ -280,6 +301,24 @@ func (e WorkloadTee) Valid() bool {
 	case WorkloadTeeSnp:
 		return true
 	case WorkloadTeeTdx:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WorkloadTemplateStatus.
+const (
+	WorkloadTemplateStatusDeprecated WorkloadTemplateStatus = "deprecated"
+	WorkloadTemplateStatusRevoked    WorkloadTemplateStatus = "revoked"
+)
+
+// Valid indicates whether the value is a known member of the WorkloadTemplateStatus enum.
+func (e WorkloadTemplateStatus) Valid() bool {
+	switch e {
+	case WorkloadTemplateStatusDeprecated:
+		return true
+	case WorkloadTemplateStatusRevoked:
 		return true
 	default:
 		return false
@@ -340,6 +379,27 @@ func (e ListAuditParamsDecision) Valid() bool {
 	case ListAuditParamsDecisionAllow:
 		return true
 	case ListAuditParamsDecisionDeny:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for SetTemplateVersionStatusJSONBodyStatus.
+const (
+	SetTemplateVersionStatusJSONBodyStatusActive     SetTemplateVersionStatusJSONBodyStatus = "active"
+	SetTemplateVersionStatusJSONBodyStatusDeprecated SetTemplateVersionStatusJSONBodyStatus = "deprecated"
+	SetTemplateVersionStatusJSONBodyStatusRevoked    SetTemplateVersionStatusJSONBodyStatus = "revoked"
+)
+
+// Valid indicates whether the value is a known member of the SetTemplateVersionStatusJSONBodyStatus enum.
+func (e SetTemplateVersionStatusJSONBodyStatus) Valid() bool {
+	switch e {
+	case SetTemplateVersionStatusJSONBodyStatusActive:
+		return true
+	case SetTemplateVersionStatusJSONBodyStatusDeprecated:
+		return true
+	case SetTemplateVersionStatusJSONBodyStatusRevoked:
 		return true
 	default:
 		return false
@@ -745,7 +805,13 @@ type TemplateSpec struct {
 	Gpu          TemplateGPU `json:"gpu"`
 
 	// Image A catalog image (images/), name:tag. Launches verify it and run it pinned by digest.
-	Image      string            `json:"image"`
+	Image string `json:"image"`
+
+	// Interactive Required for notebooks: the app a person opens in the browser, only through Gantry at /w/{id}/ (the owner signed in; a NetworkPolicy admits nothing else). port names one of ports; stripPrefix serves the app at / (code-server) instead of passing /w/{id}/ on (an app given {{gantry.basePath}}, such as Jupyter's base_url).
+	Interactive *struct {
+		Port        string `json:"port"`
+		StripPrefix *bool  `json:"stripPrefix,omitempty"`
+	} `json:"interactive,omitempty"`
 	Lifecycle  *Lifecycle        `json:"lifecycle,omitempty"`
 	Parameters *[]Parameter      `json:"parameters,omitempty"`
 	Ports      *[]Port           `json:"ports,omitempty"`
@@ -776,10 +842,17 @@ type TemplateVersion struct {
 	// Name A lowercase DNS label.
 	Name Name `json:"name"`
 
+	// Status The platform team's standing of this version (see setTemplateVersionStatus).
+	Status       *TemplateVersionStatus `json:"status,omitempty"`
+	StatusReason *string                `json:"statusReason,omitempty"`
+
 	// Template A template, exactly as in a file under templates/ (JSON instead of YAML).
 	Template TemplateDocument `json:"template"`
 	Version  int              `json:"version"`
 }
+
+// TemplateVersionStatus The platform team's standing of this version (see setTemplateVersionStatus).
+type TemplateVersionStatus string
 
 // TokenCreated defines model for TokenCreated.
 type TokenCreated struct {
@@ -861,7 +934,7 @@ type Workload struct {
 	Applied   bool      `json:"applied"`
 	CreatedAt time.Time `json:"createdAt"`
 
-	// Endpoint In-cluster address of a service or notebook, such as http://vllm-inference-x.gantry-nlp.svc.cluster.local:8000.
+	// Endpoint In-cluster address of a service (such as http://vllm-inference-x.gantry-nlp.svc.cluster.local:8000) or of a notebook's app, which admits only Gantry's proxy: open a notebook at url.
 	Endpoint *string `json:"endpoint,omitempty"`
 	Gpu      struct {
 		Class      string  `json:"class"`
@@ -897,9 +970,16 @@ type Workload struct {
 	Tee *WorkloadTee `json:"tee,omitempty"`
 
 	// Template A lowercase DNS label.
-	Template        Name      `json:"template"`
-	TemplateVersion int       `json:"templateVersion"`
-	UpdatedAt       time.Time `json:"updatedAt"`
+	Template Name `json:"template"`
+
+	// TemplateStatus Set when the platform team deprecated or revoked the template version this workload runs: a revoked one cannot be started again, a deprecated one should be relaunched on a newer version.
+	TemplateStatus       *WorkloadTemplateStatus `json:"templateStatus,omitempty"`
+	TemplateStatusReason *string                 `json:"templateStatusReason,omitempty"`
+	TemplateVersion      int                     `json:"templateVersion"`
+	UpdatedAt            time.Time               `json:"updatedAt"`
+
+	// Url For a notebook, where its owner opens it in the browser: /w/{id}/ on this server (signed in; a bearer token works too). Only the owner gets in, only while it is Running.
+	Url *string `json:"url,omitempty"`
 }
 
 // WorkloadKind defines model for Workload.Kind.
@@ -907,6 +987,9 @@ type WorkloadKind string
 
 // WorkloadTee For a confidential workload, the TEE its VM runs in.
 type WorkloadTee string
+
+// WorkloadTemplateStatus Set when the platform team deprecated or revoked the template version this workload runs: a revoked one cannot be started again, a deprecated one should be relaunched on a newer version.
+type WorkloadTemplateStatus string
 
 // WorkloadID A workload id.
 type WorkloadID = string
@@ -948,6 +1031,16 @@ type GetTemplateParams struct {
 	// Version A version number; the live version when absent.
 	Version *int `form:"version,omitempty" json:"version,omitempty"`
 }
+
+// SetTemplateVersionStatusJSONBody defines parameters for SetTemplateVersionStatus.
+type SetTemplateVersionStatusJSONBody struct {
+	// Reason Why; required for deprecated and revoked, shown to everyone who launches it.
+	Reason *string                                `json:"reason,omitempty"`
+	Status SetTemplateVersionStatusJSONBodyStatus `json:"status"`
+}
+
+// SetTemplateVersionStatusJSONBodyStatus defines parameters for SetTemplateVersionStatus.
+type SetTemplateVersionStatusJSONBodyStatus string
 
 // ListWorkloadsParams defines parameters for ListWorkloads.
 type ListWorkloadsParams struct {
@@ -996,6 +1089,9 @@ type UpdateTemplateJSONRequestBody = TemplateDocument
 
 // RenderTemplateJSONRequestBody defines body for RenderTemplate for application/json ContentType.
 type RenderTemplateJSONRequestBody = RenderRequest
+
+// SetTemplateVersionStatusJSONRequestBody defines body for SetTemplateVersionStatus for application/json ContentType.
+type SetTemplateVersionStatusJSONRequestBody SetTemplateVersionStatusJSONBody
 
 // CreateTokenJSONRequestBody defines body for CreateToken for application/json ContentType.
 type CreateTokenJSONRequestBody = TokenRequest
@@ -1047,6 +1143,9 @@ type ServerInterface interface {
 	// ListTemplateVersions Template history
 	// (GET /api/v1/templates/{name}/versions)
 	ListTemplateVersions(ctx echo.Context, name TemplateName) error
+	// SetTemplateVersionStatus Deprecate or revoke a template version
+	// (PUT /api/v1/templates/{name}/versions/{version}/status)
+	SetTemplateVersionStatus(ctx echo.Context, name TemplateName, version int) error
 	// ListTokens List my tokens
 	// (GET /api/v1/tokens)
 	ListTokens(ctx echo.Context) error
@@ -1317,6 +1416,30 @@ func (w *ServerInterfaceWrapper) ListTemplateVersions(ctx echo.Context) error {
 
 	// Invoke the callback with all the unmarshaled arguments
 	err = w.Handler.ListTemplateVersions(ctx, name)
+	return err
+}
+
+// SetTemplateVersionStatus converts echo context to params.
+func (w *ServerInterfaceWrapper) SetTemplateVersionStatus(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "name" -------------
+	var name TemplateName
+
+	err = runtime.BindStyledParameterWithOptions("simple", "name", ctx.Param("name"), &name, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter name: %s", err))
+	}
+
+	// ------------- Path parameter "version" -------------
+	var version int
+
+	err = runtime.BindStyledParameterWithOptions("simple", "version", ctx.Param("version"), &version, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "integer", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter version: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.SetTemplateVersionStatus(ctx, name, version)
 	return err
 }
 
@@ -1640,6 +1763,7 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.GET(options.BaseURL+"/api/v1/templates/:name", wrapper.GetTemplate, options.OperationMiddlewares["getTemplate"]...)
 	router.PUT(options.BaseURL+"/api/v1/templates/:name", wrapper.UpdateTemplate, options.OperationMiddlewares["updateTemplate"]...)
 	router.GET(options.BaseURL+"/api/v1/templates/:name/versions", wrapper.ListTemplateVersions, options.OperationMiddlewares["listTemplateVersions"]...)
+	router.PUT(options.BaseURL+"/api/v1/templates/:name/versions/:version/status", wrapper.SetTemplateVersionStatus, options.OperationMiddlewares["setTemplateVersionStatus"]...)
 	router.POST(options.BaseURL+"/api/v1/templates/:name/render", wrapper.RenderTemplate, options.OperationMiddlewares["renderTemplate"]...)
 	router.GET(options.BaseURL+"/api/v1/gpu-classes", wrapper.ListGPUClasses, options.OperationMiddlewares["listGPUClasses"]...)
 	router.GET(options.BaseURL+"/api/v1/gpu-classes/:name", wrapper.GetGPUClass, options.OperationMiddlewares["getGPUClass"]...)
@@ -2194,6 +2318,47 @@ type ListTemplateVersionsdefaultApplicationProblemPlusJSONResponse struct {
 }
 
 func (response ListTemplateVersionsdefaultApplicationProblemPlusJSONResponse) VisitListTemplateVersionsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SetTemplateVersionStatusRequestObject struct {
+	Name    TemplateName `json:"name"`
+	Version int          `json:"version"`
+	Body    *SetTemplateVersionStatusJSONRequestBody
+}
+
+type SetTemplateVersionStatusResponseObject interface {
+	VisitSetTemplateVersionStatusResponse(w http.ResponseWriter) error
+}
+
+type SetTemplateVersionStatus200JSONResponse TemplateVersion
+
+func (response SetTemplateVersionStatus200JSONResponse) VisitSetTemplateVersionStatusResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SetTemplateVersionStatusdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response SetTemplateVersionStatusdefaultApplicationProblemPlusJSONResponse) VisitSetTemplateVersionStatusResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
@@ -2799,6 +2964,9 @@ type StrictServerInterface interface {
 	// ListTemplateVersions Template history
 	// (GET /api/v1/templates/{name}/versions)
 	ListTemplateVersions(ctx context.Context, request ListTemplateVersionsRequestObject) (ListTemplateVersionsResponseObject, error)
+	// SetTemplateVersionStatus Deprecate or revoke a template version
+	// (PUT /api/v1/templates/{name}/versions/{version}/status)
+	SetTemplateVersionStatus(ctx context.Context, request SetTemplateVersionStatusRequestObject) (SetTemplateVersionStatusResponseObject, error)
 	// ListTokens List my tokens
 	// (GET /api/v1/tokens)
 	ListTokens(ctx context.Context, request ListTokensRequestObject) (ListTokensResponseObject, error)
@@ -3285,6 +3453,55 @@ func (sh *strictHandler) ListTemplateVersions(ctx echo.Context, name TemplateNam
 		return err
 	} else if validResponse, ok := response.(ListTemplateVersionsResponseObject); ok {
 		return validResponse.VisitListTemplateVersionsResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// SetTemplateVersionStatus operation middleware
+func (sh *strictHandler) SetTemplateVersionStatus(ctx echo.Context, name TemplateName, version int) error {
+	var request SetTemplateVersionStatusRequestObject
+
+	request.Name = name
+	request.Version = version
+
+	var body SetTemplateVersionStatusJSONRequestBody
+	var err error
+	if binder, ok := ctx.Echo().Binder.(*echo.DefaultBinder); ok {
+		// A request validator built on kin-openapi's openapi3filter with
+		// KeepValidatedValue leaves the value it validated on the body. Bind
+		// that value, matching member names exactly, so the handler receives
+		// what was validated instead of a second, case-insensitive decode.
+		// Otherwise bind only the request body, so that path and query
+		// parameters are not also bound into the body struct.
+		if vb, ok := ctx.Request().Body.(interface{ ValidatedValue() any }); !ok || runtime.BindJSONValue(vb.ValidatedValue(), &body) != nil {
+			err = binder.BindBody(ctx, &body)
+		}
+	} else {
+		// A custom binder is installed on the Echo instance; defer to it
+		// entirely, since echo.Binder does not expose body-only binding and
+		// the binder may do more than decode (for example call ctx.Validate).
+		err = ctx.Bind(&body)
+	}
+	if err != nil {
+		return err
+	}
+	request.Body = &body
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.SetTemplateVersionStatus(ctx.Request().Context(), request.(SetTemplateVersionStatusRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "SetTemplateVersionStatus")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(SetTemplateVersionStatusResponseObject); ok {
+		return validResponse.VisitSetTemplateVersionStatusResponse(ctx.Response())
 	} else if response != nil {
 		return fmt.Errorf("unexpected response type: %T", response)
 	}

@@ -20,14 +20,37 @@ import (
 	"github.com/gantryhq/gantry/internal/template"
 )
 
-// Version is one immutable version of a template.
+// Version is one immutable version of a template. Only its Status (and the
+// reason for it) changes after it is stored.
 type Version struct {
-	Name      string
-	Version   int
-	Template  *template.Template
-	Digest    string
-	CreatedAt time.Time
-	CreatedBy string
+	Name         string
+	Version      int
+	Template     *template.Template
+	Digest       string
+	CreatedAt    time.Time
+	CreatedBy    string
+	Status       Status
+	StatusReason string
+}
+
+// Status is a version's standing with the platform team.
+type Status string
+
+// Statuses: an active version launches; a deprecated one launches with a
+// warning; a revoked one (a security fix, say) is refused for launches and
+// starts, and its running workloads are flagged. Revoked is final.
+const (
+	Active     Status = "active"
+	Deprecated Status = "deprecated"
+	Revoked    Status = "revoked"
+)
+
+// Warning is what a launch of v should tell its caller, "" for an active version.
+func (v Version) Warning() string {
+	if v.Status == Active || v.Status == "" {
+		return ""
+	}
+	return fmt.Sprintf("template %s version %d is %s: %s", v.Name, v.Version, v.Status, v.StatusReason)
 }
 
 // Change is one template change applied by Store.ApplyTemplates: a new version
@@ -56,6 +79,9 @@ type Store interface {
 	ApplyTemplates(ctx context.Context, changes []Change) ([]Version, error)
 	// AnyTemplateEver reports whether any template was ever stored.
 	AnyTemplateEver(ctx context.Context) (bool, error)
+	// SetTemplateVersionStatus sets a version's status; *fault.NotFound if
+	// there is no such version, *fault.Conflict if it is revoked.
+	SetTemplateVersionStatus(ctx context.Context, name string, version int, status Status, reason string) error
 }
 
 // Service is the catalog's domain logic.
@@ -95,6 +121,35 @@ func (s *Service) History(ctx context.Context, name string) ([]Version, error) {
 		return nil, &fault.NotFound{Kind: "template", Name: name}
 	}
 	return h, err
+}
+
+// SetStatus deprecates, revokes or (from deprecated) reactivates a version;
+// deprecating and revoking need a reason, which every later launch of it is
+// told.
+func (s *Service) SetStatus(ctx context.Context, name string, version int, status Status, reason string) (Version, error) {
+	var errs fault.List
+	reason = strings.TrimSpace(reason)
+	switch status {
+	case Active, Deprecated, Revoked:
+	default:
+		errs.Addf("status", "%q is not one of active, deprecated, revoked", status)
+	}
+	if status != Active && reason == "" {
+		errs.Addf("reason", "is required: say why (it is shown to everyone who launches the version)")
+	}
+	if len(reason) > 500 {
+		errs.Addf("reason", "at most 500 characters")
+	}
+	if version < 1 {
+		errs.Addf("version", "must be a version number (1 or more)")
+	}
+	if err := errs.Err(); err != nil {
+		return Version{}, err
+	}
+	if err := s.store.SetTemplateVersionStatus(ctx, name, version, status, reason); err != nil {
+		return Version{}, err
+	}
+	return s.store.TemplateVersion(ctx, name, version)
 }
 
 // Parse validates a template document exactly as files are validated.

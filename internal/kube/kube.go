@@ -23,6 +23,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -42,11 +43,12 @@ const FieldManager = "gantry"
 
 // resources maps the kinds Gantry renders to their API resources.
 var resources = map[schema.GroupVersionKind]schema.GroupVersionResource{
-	{Group: "batch", Version: "v1", Kind: "Job"}:              {Group: "batch", Version: "v1", Resource: "jobs"},
-	{Group: "apps", Version: "v1", Kind: "Deployment"}:        {Group: "apps", Version: "v1", Resource: "deployments"},
-	{Group: "apps", Version: "v1", Kind: "StatefulSet"}:       {Group: "apps", Version: "v1", Resource: "statefulsets"},
-	{Group: "", Version: "v1", Kind: "Service"}:               {Group: "", Version: "v1", Resource: "services"},
-	{Group: "", Version: "v1", Kind: "PersistentVolumeClaim"}: {Group: "", Version: "v1", Resource: "persistentvolumeclaims"},
+	{Group: "batch", Version: "v1", Kind: "Job"}:                       {Group: "batch", Version: "v1", Resource: "jobs"},
+	{Group: "apps", Version: "v1", Kind: "Deployment"}:                 {Group: "apps", Version: "v1", Resource: "deployments"},
+	{Group: "apps", Version: "v1", Kind: "StatefulSet"}:                {Group: "apps", Version: "v1", Resource: "statefulsets"},
+	{Group: "", Version: "v1", Kind: "Service"}:                        {Group: "", Version: "v1", Resource: "services"},
+	{Group: "", Version: "v1", Kind: "PersistentVolumeClaim"}:          {Group: "", Version: "v1", Resource: "persistentvolumeclaims"},
+	{Group: "networking.k8s.io", Version: "v1", Kind: "NetworkPolicy"}: {Group: "networking.k8s.io", Version: "v1", Resource: "networkpolicies"},
 	vmKind: vmResource,
 }
 
@@ -109,7 +111,8 @@ func (c *Cluster) Ping(ctx context.Context) error {
 }
 
 // EnsureNamespace applies a team's namespace, enforcing Pod Security
-// "restricted", at most once a minute per process (see Cluster.namespaces).
+// "restricted", and its default-deny ingress NetworkPolicy, at most once a
+// minute per process (see Cluster.namespaces).
 func (c *Cluster) EnsureNamespace(ctx context.Context, name, team string) error {
 	if at, ok := c.namespaces.Load(name); ok && time.Since(at.(time.Time)) < namespaceTTL {
 		return nil
@@ -129,11 +132,30 @@ func (c *Cluster) EnsureNamespace(ctx context.Context, name, team string) error 
 		return err
 	}
 	_, err = c.core.CoreV1().Namespaces().Patch(ctx, name, types.ApplyPatchType, data, metav1.PatchOptions{FieldManager: FieldManager, Force: ptr(true)})
-	if err == nil {
-		c.namespaces.Store(name, time.Now())
+	if err != nil {
+		return classify(err, "namespace", name)
 	}
-	return classify(err, "namespace", name)
+	// Nothing reaches a team's pods unless a workload's own NetworkPolicy
+	// (rendered with it) lets it: the namespace's default is no ingress.
+	deny := &networkingv1.NetworkPolicy{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "networking.k8s.io/v1", Kind: "NetworkPolicy"},
+		ObjectMeta: metav1.ObjectMeta{Name: DefaultDenyPolicy, Namespace: name, Labels: map[string]string{render.LabelManagedBy: render.ManagedBy}},
+		Spec:       networkingv1.NetworkPolicySpec{PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}},
+	}
+	if data, err = json.Marshal(deny); err != nil {
+		return err
+	}
+	_, err = c.core.NetworkingV1().NetworkPolicies(name).Patch(ctx, DefaultDenyPolicy, types.ApplyPatchType, data, metav1.PatchOptions{FieldManager: FieldManager, Force: ptr(true)})
+	if err != nil {
+		return classify(err, "network policy", DefaultDenyPolicy)
+	}
+	c.namespaces.Store(name, time.Now())
+	return nil
 }
+
+// DefaultDenyPolicy names the NetworkPolicy that gives every team namespace
+// a default of no ingress.
+const DefaultDenyPolicy = "gantry-default-deny-ingress"
 
 // namespaceGone reports whether err says that the namespace of an object is
 // not there (deleted behind Gantry's back), and forgets it if so.

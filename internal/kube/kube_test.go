@@ -80,6 +80,14 @@ func TestNamespaceIsRestricted(t *testing.T) {
 	if ns.Labels["pod-security.kubernetes.io/enforce"] != "restricted" || ns.Labels["gantry.dev/team"] != "ns1" {
 		t.Fatalf("labels %v", ns.Labels)
 	}
+	// Its default: no ingress to any pod.
+	deny, err := cluster.Client.NetworkingV1().NetworkPolicies("gantry-ns1").Get(ctx, kube.DefaultDenyPolicy, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(deny.Spec.PodSelector.MatchLabels) != 0 || len(deny.Spec.Ingress) != 0 || len(deny.Spec.PolicyTypes) != 1 || deny.Spec.PolicyTypes[0] != "Ingress" {
+		t.Fatalf("default policy %+v, want every pod, no ingress", deny.Spec)
+	}
 	// The real admission plugin refuses a privileged pod there.
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "root"}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "x"}}}}
 	if _, err := cluster.Client.CoreV1().Pods("gantry-ns1").Create(ctx, pod, metav1.CreateOptions{}); !apierrors.IsForbidden(err) {
@@ -108,6 +116,18 @@ func TestApplyIsIdempotentAndOwned(t *testing.T) {
 	}
 	if len(svc.OwnerReferences) != 1 || svc.OwnerReferences[0].UID != dep.UID {
 		t.Fatalf("service owner refs %+v, want the deployment %s", svc.OwnerReferences, dep.UID)
+	}
+	np, err := cluster.Client.NetworkingV1().NetworkPolicies("gantry-vision").Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(np.OwnerReferences) != 1 || np.OwnerReferences[0].UID != dep.UID {
+		t.Fatalf("network policy owner refs %+v, want the deployment %s", np.OwnerReferences, dep.UID)
+	}
+	for k, v := range np.Spec.PodSelector.MatchLabels {
+		if dep.Spec.Template.Labels[k] != v {
+			t.Errorf("network policy selects %s=%s, which the pods lack", k, v)
+		}
 	}
 	// Applying the same objects again changes nothing.
 	if err := k.Apply(ctx, objs); err != nil {
@@ -138,6 +158,10 @@ func TestApplyIsIdempotentAndOwned(t *testing.T) {
 		_, err := cluster.Client.CoreV1().PersistentVolumeClaims("gantry-vision").Get(ctx, name+"-models", metav1.GetOptions{})
 		return err
 	})
+	waitGone(t, func() error {
+		_, err := cluster.Client.NetworkingV1().NetworkPolicies("gantry-vision").Get(ctx, name, metav1.GetOptions{})
+		return err
+	})
 	if err := k.Delete(ctx, "gantry-vision", "Deployment", name); err != nil {
 		t.Fatalf("second delete: %v", err)
 	}
@@ -160,7 +184,7 @@ func TestRejectionNamesTheField(t *testing.T) {
 		t.Fatal(err)
 	}
 	objs := rendered(t, "batch-inference", "bad00001", "bad", template.Choice{Params: map[string]any{"input": "a.jsonl"}})
-	job := objs[len(objs)-1].(*batchv1.Job)
+	job := objs[len(objs)-2].(*batchv1.Job) // then its NetworkPolicy
 	job.Spec.Template.Spec.Containers[0].Image = ""
 	err := k.Apply(ctx, []render.Object{job})
 	var inv *fault.Invalid
@@ -199,7 +223,7 @@ func TestJobKeptRunning(t *testing.T) {
 		t.Fatal(err)
 	}
 	objs := rendered(t, "pytorch-train", "delay001", "delay", template.Choice{Count: 1})
-	job := objs[len(objs)-1].(*batchv1.Job)
+	job := objs[len(objs)-2].(*batchv1.Job) // then its NetworkPolicy
 	job.Spec.Template.Annotations["pod-complete.stage.kwok.x-k8s.io/delay"] = "60s"
 	if err := k.Apply(ctx, objs); err != nil {
 		t.Fatal(err)
@@ -251,7 +275,7 @@ func TestWatchReportsDeadline(t *testing.T) {
 		t.Fatal("caches did not fill")
 	}
 	objs := rendered(t, "pytorch-train", "dead0001", "deadline", template.Choice{Count: 1})
-	job := objs[len(objs)-1].(*batchv1.Job)
+	job := objs[len(objs)-2].(*batchv1.Job) // then its NetworkPolicy
 	job.Spec.ActiveDeadlineSeconds = ptr(int64(3))
 	job.Spec.Template.Annotations["pod-complete.stage.kwok.x-k8s.io/delay"] = "120s"
 	if err := k.Apply(ctx, objs); err != nil {

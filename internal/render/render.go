@@ -1,7 +1,8 @@
 // Package render owns turning a resolved template into Kubernetes objects: a pure
 // function from (template version, choices, team, owner, workload id) to typed
 // objects — a batch/v1 Job for a job, a Deployment and Service for a service, a
-// StatefulSet and headless Service for a notebook, plus claims for volumes. Objects
+// StatefulSet and headless Service for a notebook, plus claims for volumes and
+// a NetworkPolicy saying who may reach the pods. Objects
 // are built as structs, never by templating YAML, so a parameter value can only
 // ever become the text of the one field that references it.
 package render
@@ -24,6 +25,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -82,6 +84,14 @@ const (
 
 	// UserID is the non-root user every container runs as.
 	UserID = 1000
+
+	// Gantry's own pods carry LabelRole=RoleProxy (a label no template can
+	// put on a workload's pods) in a namespace labelled LabelRole=RoleProxy
+	// (only a cluster admin labels namespaces); an interactive workload
+	// admits only them. Labels, not names, so that the objects of a launch do
+	// not depend on where Gantry is deployed.
+	LabelRole = "gantry.dev/role"
+	RoleProxy = "proxy"
 )
 
 // Object is a Kubernetes object with metadata.
@@ -132,11 +142,11 @@ func Objects(r *template.Resolved, m Meta) ([]Object, error) {
 		}
 		return []Object{vm}, nil
 	case template.Job:
-		return b.jobObjects(claims, pod, podMeta), nil
+		return append(b.jobObjects(claims, pod, podMeta), b.networkPolicy()), nil
 	case template.Service:
-		return b.serviceObjects(claims, pod, podMeta), nil
+		return append(b.serviceObjects(claims, pod, podMeta), b.networkPolicy()), nil
 	case template.Notebook:
-		return b.notebookObjects(claims, pod, podMeta), nil
+		return append(b.notebookObjects(claims, pod, podMeta), b.networkPolicy()), nil
 	}
 	return nil, nil
 }
@@ -161,6 +171,7 @@ func newBuilder(r *template.Resolved, m Meta) *builder {
 		"gantry.gpuCount": strconv.Itoa(r.Count),
 		"gantry.workload": b.name,
 		"gantry.team":     m.Team,
+		"gantry.basePath": template.BasePath(m.WorkloadID),
 	}
 	b.expand = func(v string) string { return r.Expand(v, builtins) }
 	b.labels, b.annotations = b.metadata()
@@ -449,6 +460,46 @@ func (b *builder) notebookObjects(claims []corev1.PersistentVolumeClaim, pod cor
 			},
 		},
 	}}
+}
+
+// networkPolicy is what may reach the workload's pods, on top of the
+// namespace's default of nothing (see kube.EnsureNamespace):
+//   - a notebook: Gantry's proxy only, on the interactive port;
+//   - a service: pods of its team's namespace and Gantry, on its ports;
+//   - a job: its own pods (distributed training), on any port.
+func (b *builder) networkPolicy() *networkingv1.NetworkPolicy {
+	proxy := networkingv1.NetworkPolicyPeer{
+		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{LabelRole: RoleProxy}},
+		PodSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{LabelRole: RoleProxy}},
+	}
+	tcp := corev1.ProtocolTCP
+	ports := func(ps ...template.Port) []networkingv1.NetworkPolicyPort {
+		var out []networkingv1.NetworkPolicyPort
+		for _, p := range ps {
+			out = append(out, networkingv1.NetworkPolicyPort{Protocol: &tcp, Port: ptr(intstr.FromInt32(int32(p.Port)))})
+		}
+		return out
+	}
+	var rule networkingv1.NetworkPolicyIngressRule
+	switch s := b.s; s.Workload {
+	case template.Notebook:
+		rule = networkingv1.NetworkPolicyIngressRule{From: []networkingv1.NetworkPolicyPeer{proxy},
+			Ports: ports(template.Port{Port: s.InteractivePort()})}
+	case template.Service:
+		rule = networkingv1.NetworkPolicyIngressRule{From: []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{}}, proxy},
+			Ports: ports(s.Ports...)}
+	default:
+		rule = networkingv1.NetworkPolicyIngressRule{From: []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: b.selector}}}}
+	}
+	return &networkingv1.NetworkPolicy{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "networking.k8s.io/v1", Kind: "NetworkPolicy"},
+		ObjectMeta: b.meta(b.name),
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: b.selector},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+			Ingress:     []networkingv1.NetworkPolicyIngressRule{rule},
+		},
+	}
 }
 
 func podSpec(r *template.Resolved, c corev1.Container, volumes []corev1.Volume) corev1.PodSpec {

@@ -225,7 +225,7 @@ func TestJobDeadlineAndLabels(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	job := objs[len(objs)-1].(*batchv1.Job)
+	job := objs[len(objs)-2].(*batchv1.Job) // then its NetworkPolicy
 	if got := *job.Spec.ActiveDeadlineSeconds; got != 72*3600 {
 		t.Errorf("activeDeadlineSeconds = %d, want %d", got, 72*3600)
 	}

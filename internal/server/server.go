@@ -140,6 +140,9 @@ type Overrides struct {
 	// Clock drives every loop's ticker and the workloads' times (a fake
 	// clock steps them in tests). Default: the real clock.
 	Clock clock.WithTicker
+	// AppTransport reaches notebooks' apps behind /w/{id}/ (a test's
+	// stand-in for an app kwok cannot run). Default: their cluster addresses.
+	AppTransport http.RoundTripper
 }
 
 // New builds Gantry from the configuration and binds its listener; Run
@@ -225,6 +228,7 @@ func New(ctx context.Context, cfg config.Config, ov Overrides) (s *Server, err e
 		Identify: identify, Sessions: sessions, Tokens: s.tokens, Teams: s.authz.Teams,
 		SignIn:    gen.AuthConfig{Issuer: oc.Issuer, CliClientID: oc.CLIClientID, Scopes: oc.Scopes},
 		Authorize: s.authz.AllowedSomewhere, Audit: core.Store, Images: core.Images,
+		AppTransport: ov.AppTransport,
 	})
 	if err != nil {
 		return nil, err

@@ -13,13 +13,13 @@ import (
 	"github.com/gantryhq/gantry/internal/template"
 )
 
-const versionColumns = `v.name, v.version, v.document, v.digest, v.created_at, v.created_by`
+const versionColumns = `v.name, v.version, v.document, v.digest, v.created_at, v.created_by, v.status, v.status_reason`
 
 func scanVersion(row scanner) (catalog.Version, error) {
 	var v catalog.Version
 	var doc string
 	var at int64
-	if err := row.Scan(&v.Name, &v.Version, &doc, &v.Digest, &at, &v.CreatedBy); err != nil {
+	if err := row.Scan(&v.Name, &v.Version, &doc, &v.Digest, &at, &v.CreatedBy, &v.Status, &v.StatusReason); err != nil {
 		return v, err
 	}
 	v.CreatedAt = time.UnixMicro(at).UTC()
@@ -164,5 +164,22 @@ func (s *Store) applyOne(ctx context.Context, tx *sql.Tx, c catalog.Change) (*ca
 		c.Name, next, string(doc), c.Digest, at.UnixMicro(), c.Actor); err != nil {
 		return nil, fmt.Errorf("write template %s version %d: %w", c.Name, next, err)
 	}
-	return &catalog.Version{Name: c.Name, Version: next, Template: c.Template, Digest: c.Digest, CreatedAt: at, CreatedBy: c.Actor}, nil
+	return &catalog.Version{Name: c.Name, Version: next, Template: c.Template, Digest: c.Digest, CreatedAt: at, CreatedBy: c.Actor, Status: catalog.Active}, nil
+}
+
+// SetTemplateVersionStatus implements catalog.Store: one statement, so a
+// revoked version (final) is never changed back, whoever races.
+func (s *Store) SetTemplateVersionStatus(ctx context.Context, name string, version int, status catalog.Status, reason string) error {
+	res, err := s.db.ExecContext(ctx, s.q(`UPDATE template_versions SET status = ?, status_reason = ?
+		WHERE name = ? AND version = ? AND status <> ?`), string(status), reason, name, version, string(catalog.Revoked))
+	if err != nil {
+		return fmt.Errorf("set status of template %s version %d: %w", name, version, err)
+	}
+	if n, _ := res.RowsAffected(); n == 1 {
+		return nil
+	}
+	if _, err := s.TemplateVersion(ctx, name, version); err != nil {
+		return err // not found
+	}
+	return &fault.Conflict{Kind: "template version", Name: fmt.Sprintf("%s@%d", name, version), Reason: "is revoked, and a revocation is final: publish a fixed version"}
 }

@@ -83,6 +83,19 @@ type Spec struct {
 	// VM configures a vm workload: the cloud-init user and the SSH keys it
 	// accepts (usually a {{sshPublicKey}} parameter).
 	VM *VMSpec `json:"vm,omitempty"`
+	// Interactive says how a person opens the workload: through Gantry's
+	// authenticating proxy at /w/{id}/ and nowhere else (a NetworkPolicy
+	// admits only the proxy). Every notebook must have it.
+	Interactive *Interactive `json:"interactive,omitempty"`
+}
+
+// Interactive is an app a person uses in the browser (JupyterLab,
+// code-server): the port Gantry's proxy forwards to and whether the app
+// expects the /w/{id}/ prefix (an app given {{gantry.basePath}}, such as
+// Jupyter's base_url) or is served at / (stripPrefix, such as code-server).
+type Interactive struct {
+	Port        string `json:"port"`
+	StripPrefix bool   `json:"stripPrefix,omitempty"`
 }
 
 // VMSpec is what a VM gets from cloud-init.
@@ -184,7 +197,9 @@ var (
 )
 
 // Builtins are values every template may reference besides its parameters.
-var Builtins = []string{"gantry.gpuCount", "gantry.workload", "gantry.team"}
+// gantry.basePath is where Gantry's proxy serves an interactive workload
+// (/w/{id}/).
+var Builtins = []string{"gantry.gpuCount", "gantry.workload", "gantry.team", "gantry.basePath"}
 
 // ValidName reports whether name is a valid template name (a DNS-1123 label of at
 // most MaxNameLen characters, so that derived object names stay valid).
@@ -331,6 +346,7 @@ func (t *Template) Validate(classes *gpu.Catalog) error {
 	if (s.Workload == Service || s.Workload == Notebook) && len(s.Ports) == 0 {
 		errs.Addf("spec.ports", "a %s needs at least one port", s.Workload)
 	}
+	t.validateInteractive(&errs)
 	t.validateVolumes(c)
 	t.validateLifecycle(&errs)
 	t.validateScheduling(&errs)
@@ -449,6 +465,41 @@ func (t *Template) validateEnvAndCommand(c refChecker) {
 	if s.WorkingDir != "" && !strings.HasPrefix(s.WorkingDir, "/") && !refRE.MatchString(s.WorkingDir) {
 		c.errs.Addf("spec.workingDir", "must be an absolute path")
 	}
+}
+
+// validateInteractive checks spec.interactive: a notebook is opened by a
+// person, so it must say how (its proxied port); other kinds are not.
+func (t *Template) validateInteractive(errs *fault.List) {
+	s := &t.Spec
+	switch {
+	case s.Workload == Notebook && s.Interactive == nil:
+		errs.Addf("spec.interactive", "a notebook is opened in the browser through Gantry: name its port (interactive: {port: http})")
+	case s.Workload != Notebook && s.Interactive != nil:
+		errs.Addf("spec.interactive", "applies to notebook workloads only (a service is reached by its clients in the cluster)")
+	case s.Interactive != nil && !slices.ContainsFunc(s.Ports, func(p Port) bool { return p.Name == s.Interactive.Port }):
+		errs.Addf("spec.interactive.port", "%q is not one of spec.ports", clip(s.Interactive.Port))
+	}
+}
+
+// InteractivePrefix is where Gantry serves interactive workloads; each one
+// at BasePath, the value of {{gantry.basePath}}.
+const InteractivePrefix = "/w/"
+
+// BasePath is where workload id is served: /w/{id}/.
+func BasePath(id string) string { return InteractivePrefix + id + "/" }
+
+// InteractivePort is the port number a notebook's proxy forwards to, 0 if
+// the template is not interactive.
+func (s *Spec) InteractivePort() int {
+	if s.Interactive == nil {
+		return 0
+	}
+	for _, p := range s.Ports {
+		if p.Name == s.Interactive.Port {
+			return p.Port
+		}
+	}
+	return 0
 }
 
 // validatePorts checks spec.ports.

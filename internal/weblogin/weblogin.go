@@ -227,7 +227,9 @@ func LocalPath(p string) string {
 	if err != nil || u.Host != "" || u.Scheme != "" || u.Opaque != "" || u.User != nil {
 		return "/"
 	}
-	cleaned := path.Clean(u.EscapedPath())
+	// Browsers (the WHATWG URL parser) read %2e in a path segment as a dot,
+	// so "/w/%2e%2e/x" means "/x": clean what the browser will resolve.
+	cleaned := path.Clean(dotEncoded.Replace(u.EscapedPath()))
 	if !strings.HasPrefix(cleaned, "/") || strings.HasPrefix(cleaned, "//") {
 		return "/"
 	}
@@ -239,6 +241,8 @@ func LocalPath(p string) string {
 	}
 	return cleaned
 }
+
+var dotEncoded = strings.NewReplacer("%2e", ".", "%2E", ".")
 
 func random(n int) string {
 	b := make([]byte, n)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/gantryhq/gantry/internal/catalog"
 	"github.com/gantryhq/gantry/internal/fault"
 )
 
@@ -82,6 +83,10 @@ func (s *Service) Start(ctx context.Context, id string) (Workload, error) {
 	maxRuntime := ""
 	if v, err := s.templates.Get(ctx, w.Template, w.TemplateVersion); err == nil {
 		maxRuntime = v.Template.Spec.Lifecycle.MaxRuntime
+		if v.Status == catalog.Revoked && (w.Status == Stopped || w.Status == IdleStopped) {
+			return w, &fault.Conflict{Kind: "workload", Name: id, Reason: fmt.Sprintf(
+				"cannot start again: template %s version %d was revoked (%s); launch a version that is not", v.Name, v.Version, v.StatusReason)}
+		}
 	} else {
 		var nf *fault.NotFound
 		if !errors.As(err, &nf) {

@@ -109,6 +109,14 @@ func (s *Service) render(ctx context.Context, owner string, req Request, id stri
 	if err != nil {
 		return Rendered{}, err
 	}
+	if v.Status == catalog.Revoked {
+		field := "templateVersion"
+		if req.Version == 0 {
+			field = "template"
+		}
+		return Rendered{}, &fault.Invalid{Fields: []fault.Field{{Path: field, Message: fmt.Sprintf(
+			"template %s version %d was revoked (%s): launch a version that is not", v.Name, v.Version, v.StatusReason)}}}
+	}
 	r, err := v.Template.Resolve(s.templates.Classes(), req.Choice)
 	if err != nil {
 		return Rendered{}, err
@@ -207,6 +215,9 @@ func (s *Service) create(ctx context.Context, owner string, req Request) (Worklo
 	if rd.Choice.MIG != nil {
 		w.MIGProfile = rd.Choice.MIG.Name
 	}
+	if rd.Version.Status == catalog.Deprecated { // launched, with the warning
+		w.TemplateStatus, w.TemplateStatusReason = rd.Version.Status, rd.Version.StatusReason
+	}
 	if err := s.store.CreateWorkload(ctx, w); err != nil {
 		return Workload{}, fmt.Errorf("record workload: %w", err)
 	}
@@ -234,13 +245,19 @@ func expiry(from time.Time, maxRuntime string) time.Time {
 	return from.Add(d)
 }
 
-// endpoint is the in-cluster address of a service's or notebook's first port.
+// endpoint is the in-cluster address of a notebook's interactive port (where
+// Gantry's proxy forwards) or of a service's first port.
 func endpoint(rd Rendered) string {
 	spec := rd.Version.Template.Spec
-	if spec.Workload == template.Job || len(spec.Ports) == 0 {
+	port := spec.InteractivePort()
+	switch {
+	case port != 0:
+	case spec.Workload == template.Service && len(spec.Ports) > 0:
+		port = spec.Ports[0].Port
+	default:
 		return ""
 	}
-	return fmt.Sprintf("http://%s.%s.svc.cluster.local:%d", rd.Meta.Name(rd.Version.Name), rd.Meta.Namespace, spec.Ports[0].Port)
+	return fmt.Sprintf("http://%s.%s.svc.cluster.local:%d", rd.Meta.Name(rd.Version.Name), rd.Meta.Namespace, port)
 }
 
 // waitingForCluster is the reason a launch gives while the API server does

@@ -13,7 +13,13 @@ import (
 
 // Get returns one workload.
 func (s *Service) Get(ctx context.Context, id string) (Workload, error) {
-	return s.visible(ctx, id)
+	w, err := s.visible(ctx, id)
+	if err != nil {
+		return w, err
+	}
+	ws := []Workload{w}
+	s.flag(ctx, ws)
+	return ws[0], nil
 }
 
 // Page is one page of a listing; Next continues it ("" at the end).
@@ -79,6 +85,7 @@ func (s *Service) List(ctx context.Context, f Filter, cursor string) (Page, erro
 		last := p.Items[want-1]
 		p.Next = encodeCursor(Key{CreatedAt: last.CreatedAt, ID: last.ID})
 	}
+	s.flag(ctx, p.Items)
 	return p, nil
 }
 

@@ -75,6 +75,11 @@ type Workload struct {
 	RequestHash     string    // fingerprint of the launch request, to tell repeats from reuse
 	CreatedAt       time.Time
 	UpdatedAt       time.Time
+
+	// TemplateStatus is its template version's standing (deprecated,
+	// revoked; "" when active), looked up when the workload is read, not stored.
+	TemplateStatus       catalog.Status
+	TemplateStatusReason string
 }
 
 // Applied reports whether the workload's objects are on the cluster.
@@ -259,6 +264,29 @@ func (s *Service) clock() time.Time { return s.now().UTC().Truncate(time.Microse
 func (s *Service) may(ctx context.Context, t team.Name, permission access.Permission) bool {
 	id, ok := identity.From(ctx)
 	return ok && s.authz.Allowed(id, t.String(), permission)
+}
+
+// flag sets each workload's TemplateStatus, one lookup per template version.
+func (s *Service) flag(ctx context.Context, ws []Workload) {
+	type key struct {
+		name    string
+		version int
+	}
+	seen := map[key]catalog.Version{}
+	for i := range ws {
+		k := key{ws[i].Template, ws[i].TemplateVersion}
+		v, ok := seen[k]
+		if !ok {
+			var err error
+			if v, err = s.templates.Get(ctx, k.name, k.version); err != nil {
+				continue // flags are advice: a failed lookup leaves the workload unflagged
+			}
+			seen[k] = v
+		}
+		if v.Status != catalog.Active {
+			ws[i].TemplateStatus, ws[i].TemplateStatusReason = v.Status, v.StatusReason
+		}
+	}
 }
 
 // visible returns the workload if the caller may read it; another team's

@@ -1,0 +1,171 @@
+package interactive
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/gantryhq/gantry/internal/template"
+	"github.com/gantryhq/gantry/internal/workload"
+)
+
+// Opener decides whether the caller (the identity in the context) may open
+// a workload and where it listens (workload.Service.Open).
+type Opener interface {
+	Open(ctx context.Context, id string) (workload.Target, error)
+}
+
+// Proxy forwards /w/{id}/… to the workload's app. The caller is already
+// authenticated (the identity is in the request's context); Proxy asks
+// Opener on every request, so a stop, a deletion or a lost permission cuts
+// access on the next request.
+type Proxy struct {
+	Opener Opener
+	// Strip names the cookies that are Gantry's own: never forwarded to an
+	// app, and an app may not set them.
+	Strip []string
+	// Transport reaches the apps (default: http.DefaultTransport's settings).
+	Transport http.RoundTripper
+	Log       *slog.Logger
+}
+
+// ErrBadPath is a request outside /w/{id}/.
+var ErrBadPath = errors.New("not an interactive workload path: want /w/{id}/")
+
+// Serve forwards one request, or returns why not (before anything is
+// written) for the server's one mapping from errors to HTTP.
+func (p *Proxy) Serve(w http.ResponseWriter, r *http.Request) error {
+	id, rest, ok := Split(r.URL.Path)
+	if !ok {
+		return ErrBadPath
+	}
+	t, err := p.Opener.Open(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	if rest == "" { // /w/{id}: the app's relative links need the slash
+		u := *r.URL
+		u.Path += "/"
+		u.RawPath = ""
+		http.Redirect(w, r, u.RequestURI(), http.StatusFound)
+		return nil
+	}
+	if strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+		// A kernel's or an editor's socket lives as long as the tab: the
+		// server's read and write deadlines are for requests, not sockets.
+		rc := http.NewResponseController(w)
+		_ = rc.SetReadDeadline(time.Time{})
+		_ = rc.SetWriteDeadline(time.Time{})
+	}
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(t.URL)
+			path := r.URL.Path
+			if t.StripPrefix {
+				path = rest
+			}
+			pr.Out.URL.Path, pr.Out.URL.RawPath = path, ""
+			pr.Out.Host = t.URL.Host
+			pr.SetXForwarded()
+			pr.Out.Header.Set("X-Forwarded-Prefix", strings.TrimSuffix(template.BasePath(id), "/"))
+			// Gantry's credentials stay with Gantry: the app sees none of them.
+			pr.Out.Header.Del("Authorization")
+			pr.Out.Header.Del("X-CSRF-Token")
+			stripCookies(pr.Out.Header, p.Strip)
+		},
+		ModifyResponse: func(resp *http.Response) error {
+			dropSetCookies(resp.Header, p.Strip)
+			return nil
+		},
+		Transport:     p.transport(),
+		FlushInterval: -1, // stream (kernel messages, server-sent events)
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			p.log().WarnContext(r.Context(), "interactive workload unreachable", "workload", id, "err", err)
+			http.Error(w, "the workload's app does not answer yet: try again in a moment", http.StatusBadGateway)
+		},
+	}
+	rp.ServeHTTP(w, r)
+	return nil
+}
+
+func (p *Proxy) transport() http.RoundTripper {
+	if p.Transport != nil {
+		return p.Transport
+	}
+	return &http.Transport{Proxy: nil, ResponseHeaderTimeout: 5 * time.Minute, IdleConnTimeout: 90 * time.Second, MaxIdleConnsPerHost: 16}
+}
+
+func (p *Proxy) log() *slog.Logger {
+	if p.Log != nil {
+		return p.Log
+	}
+	return slog.Default()
+}
+
+// stripCookies removes the named cookies from a request's Cookie headers.
+func stripCookies(h http.Header, names []string) {
+	var kept []string
+	for _, line := range h.Values("Cookie") {
+		for _, part := range strings.Split(line, ";") {
+			name, _, _ := strings.Cut(strings.TrimSpace(part), "=")
+			if name != "" && !contains(names, name) {
+				kept = append(kept, strings.TrimSpace(part))
+			}
+		}
+	}
+	h.Del("Cookie")
+	if len(kept) > 0 {
+		h.Set("Cookie", strings.Join(kept, "; "))
+	}
+}
+
+// dropSetCookies removes Set-Cookie headers that would set one of the named
+// cookies: an app may not sign its owner in or out of Gantry.
+func dropSetCookies(h http.Header, names []string) {
+	var kept []string
+	for _, line := range h.Values("Set-Cookie") {
+		name, _, _ := strings.Cut(strings.TrimSpace(line), "=")
+		if !contains(names, strings.TrimSpace(name)) {
+			kept = append(kept, line)
+		}
+	}
+	h.Del("Set-Cookie")
+	for _, line := range kept {
+		h.Add("Set-Cookie", line)
+	}
+}
+
+func contains(names []string, name string) bool {
+	for _, n := range names {
+		if strings.EqualFold(n, name) {
+			return true
+		}
+	}
+	return false
+}
+
+// SameOrigin reports whether a request that changes something (any method
+// but GET, HEAD and OPTIONS, and every websocket handshake) comes from a
+// page of Gantry's own origin. The apps behind the proxy have their own
+// forms and sockets, so Gantry's CSRF header cannot be asked of them; the
+// browser's Origin (and Sec-Fetch-Site) can.
+func SameOrigin(r *http.Request) bool {
+	safe := r.Method == http.MethodGet || r.Method == http.MethodHead || r.Method == http.MethodOptions
+	if safe && !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+		return true
+	}
+	if site := r.Header.Get("Sec-Fetch-Site"); site != "" && site != "same-origin" {
+		return false
+	}
+	origin := r.Header.Get("Origin")
+	if origin == "" {
+		return false
+	}
+	u, err := url.Parse(origin)
+	return err == nil && u.Host != "" && strings.EqualFold(u.Host, r.Host)
+}

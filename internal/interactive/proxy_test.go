@@ -1,0 +1,196 @@
+package interactive_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/interactive"
+	"github.com/gantryhq/gantry/internal/workload"
+)
+
+// app stands for a notebook's app: it echoes what reached it, sets a cookie
+// of its own and one of Gantry's, and speaks a websocket-style upgrade.
+func app(t *testing.T) *httptest.Server {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+			conn, rw, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer conn.Close()
+			fmt.Fprint(rw, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+			rw.Flush()
+			line, _ := rw.ReadString('\n')
+			fmt.Fprint(rw, "echo "+line)
+			rw.Flush()
+			return
+		}
+		http.SetCookie(w, &http.Cookie{Name: "_xsrf", Value: "app", Path: "/"})
+		http.SetCookie(w, &http.Cookie{Name: "gantry_session", Value: "fixated", Path: "/"})
+		fmt.Fprintf(w, "path=%s auth=%q cookie=%q prefix=%s", r.URL.Path, r.Header.Get("Authorization"), r.Header.Get("Cookie"), r.Header.Get("X-Forwarded-Prefix"))
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+type opener struct {
+	target workload.Target
+	err    error
+}
+
+func (o opener) Open(context.Context, string) (workload.Target, error) { return o.target, o.err }
+
+func serve(p *interactive.Proxy) *httptest.Server {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := p.Serve(w, r); err != nil {
+			http.Error(w, err.Error(), 418)
+		}
+	}))
+	return srv
+}
+
+func TestProxy(t *testing.T) {
+	backend := app(t)
+	u, _ := url.Parse(backend.URL)
+	strip := []string{"gantry_session", "gantry_login"}
+	for _, tc := range []struct {
+		name     string
+		target   workload.Target
+		wantPath string
+	}{
+		{"prefix kept (Jupyter base_url)", workload.Target{URL: u}, "/w/abcd1234/lab/tree"},
+		{"prefix stripped (code-server)", workload.Target{URL: u, StripPrefix: true}, "/lab/tree"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			front := serve(&interactive.Proxy{Opener: opener{target: tc.target}, Strip: strip})
+			defer front.Close()
+			req, _ := http.NewRequest("GET", front.URL+"/w/abcd1234/lab/tree", nil)
+			req.Header.Set("Authorization", "Bearer gnt_secret")
+			req.Header.Set("Cookie", "gantry_session=s3cret; _xsrf=app; gantry_login=x")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			want := fmt.Sprintf("path=%s auth=\"\" cookie=\"_xsrf=app\" prefix=/w/abcd1234", tc.wantPath)
+			if string(body) != want {
+				t.Errorf("the app saw %q, want %q", body, want)
+			}
+			var names []string
+			for _, c := range resp.Cookies() {
+				names = append(names, c.Name)
+			}
+			if strings.Join(names, ",") != "_xsrf" {
+				t.Errorf("cookies set through the proxy: %v, want only the app's own _xsrf", names)
+			}
+		})
+	}
+
+	t.Run("websocket", func(t *testing.T) {
+		front := serve(&interactive.Proxy{Opener: opener{target: workload.Target{URL: u}}, Strip: strip})
+		defer front.Close()
+		conn, err := net.Dial("tcp", strings.TrimPrefix(front.URL, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		fmt.Fprintf(conn, "GET /w/abcd1234/api/kernels/k/channels HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n", strings.TrimPrefix(front.URL, "http://"))
+		br := bufio.NewReader(conn)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+			t.Fatalf("upgrade: %v %v", resp, err)
+		}
+		fmt.Fprint(conn, "hello kernel\n")
+		line, err := br.ReadString('\n')
+		if err != nil || line != "echo hello kernel\n" {
+			t.Fatalf("through the socket: %q %v", line, err)
+		}
+	})
+
+	t.Run("refused before anything is forwarded", func(t *testing.T) {
+		hits := 0
+		counted := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { hits++ }))
+		defer counted.Close()
+		cu, _ := url.Parse(counted.URL)
+		refusal := &fault.Forbidden{Reason: "only its owner"}
+		front := serve(&interactive.Proxy{Opener: opener{target: workload.Target{URL: cu}, err: refusal}})
+		defer front.Close()
+		resp, err := http.Get(front.URL + "/w/abcd1234/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 418 || hits != 0 {
+			t.Errorf("refused open: status %d, %d requests reached the app", resp.StatusCode, hits)
+		}
+	})
+
+	t.Run("no slash: redirected", func(t *testing.T) {
+		front := serve(&interactive.Proxy{Opener: opener{target: workload.Target{URL: u}}})
+		defer front.Close()
+		c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		resp, err := c.Get(front.URL + "/w/abcd1234?x=1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusFound || resp.Header.Get("Location") != "/w/abcd1234/?x=1" {
+			t.Errorf("%d %s", resp.StatusCode, resp.Header.Get("Location"))
+		}
+	})
+}
+
+func TestSplit(t *testing.T) {
+	for in, want := range map[string]string{
+		"/w/abc/":      "abc|/|true",
+		"/w/abc":       "abc||true",
+		"/w/abc/lab/x": "abc|/lab/x|true",
+		"/w/":          "||false",
+		"/api/v1/w":    "||false",
+	} {
+		id, rest, ok := interactive.Split(in)
+		if got := fmt.Sprintf("%s|%s|%v", id, rest, ok); got != want {
+			t.Errorf("Split(%q) = %s, want %s", in, got, want)
+		}
+	}
+}
+
+func TestSameOrigin(t *testing.T) {
+	for _, tc := range []struct {
+		method, origin, site, upgrade string
+		want                          bool
+	}{
+		{"GET", "", "", "", true},
+		{"POST", "http://gantry.example", "same-origin", "", true},
+		{"POST", "", "", "", false},
+		{"POST", "https://evil.example", "cross-site", "", false},
+		{"PUT", "http://gantry.example", "cross-site", "", false},
+		{"GET", "https://evil.example", "", "websocket", false},
+		{"GET", "http://gantry.example", "", "websocket", true},
+	} {
+		r := httptest.NewRequest(tc.method, "http://gantry.example/w/abc/api", nil)
+		if tc.origin != "" {
+			r.Header.Set("Origin", tc.origin)
+		}
+		if tc.site != "" {
+			r.Header.Set("Sec-Fetch-Site", tc.site)
+		}
+		if tc.upgrade != "" {
+			r.Header.Set("Upgrade", tc.upgrade)
+		}
+		if got := interactive.SameOrigin(r); got != tc.want {
+			t.Errorf("%+v: %v, want %v", tc, got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,53 @@
+package workload
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+
+	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/identity"
+	"github.com/gantryhq/gantry/internal/template"
+)
+
+// Target is where Gantry's proxy forwards an interactive workload's
+// requests: the in-cluster address of its interactive port, and whether the
+// /w/{id} prefix is removed first.
+type Target struct {
+	URL         *url.URL
+	StripPrefix bool
+}
+
+// Open decides whether the caller may open an interactive workload in the
+// browser and where its app listens. Only the owner may: a notebook holds
+// their code, credentials and data, so a team-admin of the team does not get
+// in either (they can stop or delete it). Another team's workload is not
+// found, and that denial is audited.
+func (s *Service) Open(ctx context.Context, id string) (Target, error) {
+	w, err := s.visible(ctx, id)
+	if err != nil {
+		return Target{}, err
+	}
+	caller, _ := identity.From(ctx)
+	if w.Owner != caller.String() {
+		return Target{}, &fault.Forbidden{Reason: "only its owner opens a notebook: it holds their code, credentials and data"}
+	}
+	if caller.ReadOnly {
+		return Target{}, &fault.Forbidden{Reason: "a read-only token cannot open a notebook: running code in it is a write"}
+	}
+	if w.Kind != template.Notebook || w.Endpoint == "" {
+		return Target{}, &fault.Conflict{Kind: "workload", Name: id, Reason: "is not interactive: only notebooks open in the browser"}
+	}
+	if w.Status != Running {
+		return Target{}, &fault.Conflict{Kind: "workload", Name: id, Reason: fmt.Sprintf("is %s: it opens once it is Running", w.Status)}
+	}
+	v, err := s.templates.Get(ctx, w.Template, w.TemplateVersion)
+	if err != nil {
+		return Target{}, fmt.Errorf("template of workload %s: %w", id, err)
+	}
+	u, err := url.Parse(w.Endpoint)
+	if err != nil {
+		return Target{}, fmt.Errorf("endpoint of workload %s: %w", id, err)
+	}
+	return Target{URL: u, StripPrefix: v.Template.Spec.Interactive != nil && v.Template.Spec.Interactive.StripPrefix}, nil
+}

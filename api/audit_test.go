@@ -43,9 +43,11 @@ func TestAuditLog(t *testing.T) {
 	if denial.Actor != "https://idp#ann" || denial.Decision != "deny" || denial.Status != 403 || !strings.Contains(denial.Reason, "templates:write") || denial.Object != "/api/v1/templates/vllm-inference" {
 		t.Errorf("denial record %+v", denial)
 	}
-	for i := 0; i < 3; i++ {
-		e.request("member", "POST", "/api/v1/workloads", map[string]any{"template": "vllm-inference", "team": "nlp"}, nil)
-	}
+	// Three more denials, of three kinds (repeats of one kind are counted,
+	// not written: TestAnonymousFlood).
+	e.request("member", "POST", "/api/v1/workloads", map[string]any{"template": "vllm-inference", "team": "nlp"}, nil)
+	e.request("member", "POST", "/api/v1/templates", templateJSON(t, "../templates/vllm-inference.yaml", nil), nil)
+	e.request("member", "PUT", "/api/v1/templates/vllm-inference", templateJSON(t, "../templates/vllm-inference.yaml", nil), nil)
 
 	st, err := store.Open(context.Background(), store.SQLite, e.dbPath)
 	if err != nil {

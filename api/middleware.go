@@ -131,8 +131,10 @@ func accessLog(log *slog.Logger) echo.MiddlewareFunc {
 	}
 }
 
-// auditLog records every mutating API request and every denial, once the
-// response is decided, with the caller, the route, the outcome and why.
+// auditLog records every mutating API request and every denial (401, 403,
+// 429 from the anonymous limit, a 404 hiding a denial), once the response is
+// decided, with the caller, the route, the outcome and why. Given an
+// audit.Aggregator, repeated denials are counted, not written one by one.
 func auditLog(store audit.Store, log *slog.Logger) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
@@ -154,7 +156,7 @@ func auditLog(store audit.Store, log *slog.Logger) echo.MiddlewareFunc {
 func record(c echo.Context, store audit.Store, log *slog.Logger, err error) error {
 	req := c.Request()
 	status := c.Response().Status
-	denied := status == http.StatusUnauthorized || status == http.StatusForbidden
+	denied := status == http.StatusUnauthorized || status == http.StatusForbidden || status == http.StatusTooManyRequests
 	var nf *fault.NotFound
 	hidden := errors.As(err, &nf) && nf.Denied != "" // a denial answered as 404
 	mutating := req.Method != http.MethodGet && req.Method != http.MethodHead && req.Method != http.MethodOptions

@@ -53,8 +53,11 @@ type Options struct {
 	Images *imageverify.Images
 	// Teams lists the teams where an identity holds a permission (for /me).
 	Teams func(id identity.Identity, permission access.Permission) (all bool, teams []string)
-	// Audit, when set, records every mutating request and every denial.
+	// Audit, when set, records every mutating request and every denial
+	// (through an audit.Aggregator, repeated denials are counted).
 	Audit audit.Store
+	// Anonymous limits requests without valid credentials per source.
+	Anonymous AnonymousLimit
 	// Tokens manages personal access tokens and authenticates bearer tokens
 	// with their prefix (gnt_) before Identify is asked.
 	Tokens *token.Service
@@ -86,6 +89,7 @@ func New(o Options) (*echo.Echo, error) {
 		middleware.BodyLimitWithConfig(middleware.BodyLimitConfig{Limit: fmt.Sprint(o.MaxBodyBytes) + "B",
 			Skipper: func(c echo.Context) bool { return isInteractive(c.Request().URL.Path) }}), // an app's uploads are its business
 		secureHeaders,
+		limitAnonymous(o.Anonymous),
 		identify(o.Identify, o.Tokens, o.Sessions),
 		validate,
 	)

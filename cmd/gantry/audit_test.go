@@ -253,9 +253,9 @@ func TestServeCheckpoints(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(ctx) }()
-	denied := func(n int) { // each a 401, so each an audit record
-		for range n {
-			resp, err := http.Get(srv.URL() + "/api/v1/workloads")
+	denied := func(paths ...string) { // each a 401 of its own route, so each an audit record
+		for _, p := range paths {
+			resp, err := http.Get(srv.URL() + "/api/v1/" + p)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -282,14 +282,14 @@ func TestServeCheckpoints(t *testing.T) {
 		return nil
 	}
 	// The checkpoint loop has made its first pass (on an empty log) once it
-	// waits for its next tick, with the two reload loops.
+	// waits for its next tick, with the two reload loops and the denial flush.
 	waitfor.Until(t, 10*time.Second, "the loops to wait on the clock", func() error {
-		if n := fake.Waiters(); n < 3 {
+		if n := fake.Waiters(); n < 4 {
 			return fmt.Errorf("%d tickers waiting", n)
 		}
 		return nil
 	})
-	denied(3)
+	denied("workloads", "templates", "gpu-classes")
 	waitfor.Until(t, 10*time.Second, "three audit records", func() error { return headIs(3) })
 	if _, err := checkpointed(); err == nil {
 		t.Fatal("a checkpoint before the interval passed")
@@ -302,7 +302,7 @@ func TestServeCheckpoints(t *testing.T) {
 		}
 		return err
 	})
-	denied(2)
+	denied("images", "tokens")
 	waitfor.Until(t, 10*time.Second, "five audit records", func() error { return headIs(5) })
 	cancel()
 	if err := <-done; err != nil {

@@ -82,6 +82,17 @@ type Config struct {
 	RemoveOrphans bool `json:"removeOrphans"`
 	// Audit configures the signed checkpoints of the audit log.
 	Audit Audit `json:"audit"`
+	// Security bounds what callers without valid credentials can cost.
+	Security Security `json:"security"`
+}
+
+// Security bounds what callers without valid credentials can cost.
+type Security struct {
+	// AnonymousRate is how many requests per second one source address may
+	// send to the API without valid credentials (0: no limit).
+	AnonymousRate int64 `json:"anonymousRate"`
+	// AnonymousBurst is how many such requests it may send at once.
+	AnonymousBurst int64 `json:"anonymousBurst"`
 }
 
 // Audit configures signed checkpoints of the audit log's head, which make a
@@ -96,10 +107,16 @@ type Audit struct {
 	// CheckpointFile, when set, gets every checkpoint as a JSON line,
 	// appended; every checkpoint also goes to the log.
 	CheckpointFile string `json:"checkpointFile"`
+	// DenialWindow is how long repeated denials of one kind are counted
+	// before one record sums them up.
+	DenialWindow Duration `json:"denialWindow"`
 }
 
 // Interval is the checkpoint interval.
 func (a Audit) Interval() time.Duration { return time.Duration(a.CheckpointInterval) }
+
+// Window is the denial aggregation window.
+func (a Audit) Window() time.Duration { return time.Duration(a.DenialWindow) }
 
 // Confidential configures confidential-computing launches.
 type Confidential struct {
@@ -198,7 +215,8 @@ func Default() Config {
 		SessionLifetime:   Duration(8 * time.Hour),
 		OIDC:              OIDC{ClockSkew: Duration(30 * time.Second), Scopes: []string{"openid", "profile", "email", "groups", "offline_access"}},
 		DevLogin:          DevLogin{Listen: "127.0.0.1:0", Users: DefaultDevUsers()},
-		Audit:             Audit{CheckpointInterval: Duration(time.Minute)},
+		Audit:             Audit{CheckpointInterval: Duration(time.Minute), DenialWindow: Duration(time.Minute)},
+		Security:          Security{AnonymousRate: 5, AnonymousBurst: 50},
 	}
 }
 
@@ -378,6 +396,7 @@ func (c *Config) validateDurations(errs *fault.List) {
 	between("reconcileInterval", c.ReconcileInterval, time.Second, 24*time.Hour)
 	between("leaseDuration", c.LeaseDuration, 2*time.Second, 5*time.Minute)
 	between("audit.checkpointInterval", c.Audit.CheckpointInterval, time.Second, 24*time.Hour)
+	between("audit.denialWindow", c.Audit.DenialWindow, time.Second, 24*time.Hour)
 }
 
 // validateImages checks images.devRegistry, confidential.kbsURL, images.dir,
@@ -407,14 +426,20 @@ func (c *Config) validateImages(errs *fault.List) {
 	}
 }
 
-// validateLimitsAndLogs checks namespacePrefix, maxBodyBytes, log and
-// namespace.
+// validateLimitsAndLogs checks namespacePrefix, maxBodyBytes, the anonymous
+// limit, log and namespace.
 func (c *Config) validateLimitsAndLogs(errs *fault.List) {
 	if len(c.NamespacePrefix) > 20 || strings.Trim(c.NamespacePrefix, "abcdefghijklmnopqrstuvwxyz0123456789-") != "" {
 		errs.Addf("namespacePrefix", "%q must be at most 20 lowercase letters, digits or '-'", c.NamespacePrefix)
 	}
 	if c.MaxBodyBytes < 1024 || c.MaxBodyBytes > 64<<20 {
 		errs.Addf("maxBodyBytes", "%d must be between 1024 and %d", c.MaxBodyBytes, 64<<20)
+	}
+	if c.Security.AnonymousRate < 0 || c.Security.AnonymousRate > 100_000 {
+		errs.Addf("security.anonymousRate", "%d must be between 0 (no limit) and 100000", c.Security.AnonymousRate)
+	}
+	if c.Security.AnonymousBurst < 1 || c.Security.AnonymousBurst > 1_000_000 {
+		errs.Addf("security.anonymousBurst", "%d must be between 1 and 1000000", c.Security.AnonymousBurst)
 	}
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":

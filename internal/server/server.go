@@ -3,12 +3,13 @@
 // the image verifier and the store are required; nothing nil means "allow"),
 // and binds the listener. Run serves HTTP and runs every background loop under
 // one errgroup — the policy and image-catalog reloads and the audit log's
-// signed checkpoints always, and on the replica that holds the Lease the
-// workload controller and the lifecycle loop (apply unapplied launches,
-// converge stopped and deleted ones, stop those past their max runtime) — and
-// returns only after all of them have stopped (then signs the audit log's head
-// once more), then closes the store. `gantry serve`, `gantry dev` and the tests
-// that run Gantry whole all go through New.
+// denial summaries and signed checkpoints always, and on the replica that
+// holds the Lease the workload controller and the lifecycle loop (apply
+// unapplied launches, converge stopped and deleted ones, stop those past their
+// max runtime) — and returns only after all of them have stopped (then sums up
+// the last denials and signs the audit log's head once more), then closes the
+// store. `gantry serve`, `gantry dev` and the tests that run Gantry whole all
+// go through New.
 package server
 
 import (
@@ -125,6 +126,9 @@ type Server struct {
 	clock     clock.WithTicker
 	// checkpoints signs the audit log's head (nil: no key configured).
 	checkpoints *audit.Checkpointer
+	// denials is what the API and the portal append to: repeated denials
+	// are counted and summed up every audit.denialWindow.
+	denials *audit.Aggregator
 }
 
 // Overrides stand in for what lies outside Gantry, for tests that need to:
@@ -168,6 +172,9 @@ func New(ctx context.Context, cfg config.Config, ov Overrides) (s *Server, err e
 		return nil, err
 	}
 	if s.checkpoints, err = s.checkpointer(); err != nil {
+		return nil, err
+	}
+	if s.denials, err = audit.NewAggregator(audit.AggregatorOptions{Store: core.Store, Now: s.clock.Now, Log: core.Log}); err != nil {
 		return nil, err
 	}
 	s.checks = []api.Check{{Name: "database", Pinger: core.Store}}
@@ -224,11 +231,12 @@ func New(ctx context.Context, cfg config.Config, ov Overrides) (s *Server, err e
 	h, err := api.New(api.Options{
 		Catalog: core.Catalog, Workloads: s.Workloads, Checks: s.checks, Spec: gantry.OpenAPI,
 		MaxBodyBytes: cfg.MaxBodyBytes, Logger: core.Log,
-		Portal:   portal.New(portal.Options{Sessions: sessions, Teams: s.authz.Teams, Secure: strings.HasPrefix(public, "https://"), Logger: core.Log, Audit: core.Store}),
+		Portal:   portal.New(portal.Options{Sessions: sessions, Teams: s.authz.Teams, Secure: strings.HasPrefix(public, "https://"), Logger: core.Log, Audit: s.denials}),
 		Identify: identify, Sessions: sessions, Tokens: s.tokens, Teams: s.authz.Teams,
 		SignIn:    gen.AuthConfig{Issuer: oc.Issuer, CliClientID: oc.CLIClientID, Scopes: oc.Scopes},
-		Authorize: s.authz.AllowedSomewhere, Audit: core.Store, Images: core.Images,
+		Authorize: s.authz.AllowedSomewhere, Audit: s.denials, Images: core.Images,
 		AppTransport: ov.AppTransport,
+		Anonymous:    api.AnonymousLimit{Rate: float64(cfg.Security.AnonymousRate), Burst: int(cfg.Security.AnonymousBurst), Now: s.clock.Now},
 	})
 	if err != nil {
 		return nil, err
@@ -320,6 +328,7 @@ func (s *Server) Run(ctx context.Context) error {
 	g.Go(func() error {
 		return s.every(gctx, 3*time.Second, s.reload("image catalog", s.Images.Catalog.Reload, imagecat.ErrUnchanged))
 	})
+	g.Go(func() error { return s.every(gctx, cfg.Audit.Window(), s.denials.Run) })
 	if s.checkpoints != nil {
 		g.Go(func() error { return s.every(gctx, cfg.Audit.Interval(), s.checkpoints.Run) })
 	}
@@ -327,6 +336,8 @@ func (s *Server) Run(ctx context.Context) error {
 		g.Go(func() error { return s.leaderLoops(gctx) })
 	}
 	err := g.Wait()
+	// Sum up the denials of the last window, then sign what was appended.
+	s.denials.Run(context.Background())
 	if s.checkpoints != nil {
 		// Best effort: sign what the last requests appended.
 		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

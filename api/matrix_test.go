@@ -10,6 +10,7 @@ import (
 
 	"github.com/gantryhq/gantry"
 	"github.com/gantryhq/gantry/internal/identity"
+	"github.com/gantryhq/gantry/internal/user"
 )
 
 // roles are the callers of the matrix, by the starter policy's groups.
@@ -83,6 +84,14 @@ func TestRouteRoleMatrix(t *testing.T) {
 		}
 		tokenIDs[ro.name] = tk.ID
 	}
+	onlyAdmin := func(ok int) map[string]int {
+		return map[string]int{A: ok, P: 403, T: 403, M: 403, V: 403, N: 403, X: 403}
+	}
+	aliceID := user.IDOf("alice") // the setup identity
+	var aliceToken struct{ ID string }
+	if s, _ := e.do("POST", "/api/v1/tokens", map[string]any{"name": "setup", "expiresInDays": 1}, &aliceToken); s != 201 {
+		t.Fatalf("setup token: %d", s)
+	}
 	readers := map[string]int{A: 200, P: 200, T: 200, M: 200, V: 200, N: 403, X: 200}
 	writers := func(ok int) map[string]int {
 		return map[string]int{A: ok, P: ok, T: 403, M: 403, V: 403, N: 403, X: 403}
@@ -133,7 +142,13 @@ func TestRouteRoleMatrix(t *testing.T) {
 		"GET /api/v1/images":                {"GET", "/api/v1/images", nil, readers},
 		"GET /api/v1/images/{name}":         {"GET", "/api/v1/images/pytorch", nil, readers},
 		"POST /api/v1/images/{name}/verify": {"POST", "/api/v1/images/pytorch/verify", func(string) any { return map[string]any{"tag": "25.01-py3"} }, readers},
-		"GET /api/v1/audit":                 {"GET", "/api/v1/audit", nil, map[string]int{A: 200, P: 403, T: 403, M: 403, V: 403, N: 403, X: 403}},
+		// Users are the platform admin's: anyone else, and any narrowed token, is refused.
+		"GET /api/v1/users":                       {"GET", "/api/v1/users", nil, onlyAdmin(200)},
+		"POST /api/v1/users/{user}/deactivate":    {"POST", "/api/v1/users/" + aliceID + "/deactivate", nil, onlyAdmin(200)},
+		"POST /api/v1/users/{user}/reactivate":    {"POST", "/api/v1/users/" + aliceID + "/reactivate", nil, onlyAdmin(200)},
+		"GET /api/v1/users/{user}/tokens":         {"GET", "/api/v1/users/" + aliceID + "/tokens", nil, onlyAdmin(200)},
+		"DELETE /api/v1/users/{user}/tokens/{id}": {"DELETE", "/api/v1/users/" + aliceID + "/tokens/" + aliceToken.ID, nil, onlyAdmin(204)},
+		"GET /api/v1/audit":                       {"GET", "/api/v1/audit", nil, map[string]int{A: 200, P: 403, T: 403, M: 403, V: 403, N: 403, X: 403}},
 		// Anyone signed in manages their own tokens; a narrowed token manages none.
 		"GET /api/v1/tokens":         {"GET", "/api/v1/tokens", nil, map[string]int{A: 200, P: 200, T: 200, M: 200, V: 200, N: 200, X: 403}},
 		"POST /api/v1/tokens":        {"POST", "/api/v1/tokens", func(string) any { return map[string]any{"name": "nb", "expiresInDays": 30} }, map[string]int{A: 201, P: 201, T: 201, M: 201, V: 201, N: 201, X: 403}},

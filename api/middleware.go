@@ -19,6 +19,7 @@ import (
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/interactive"
 	"github.com/gantryhq/gantry/internal/token"
+	"github.com/gantryhq/gantry/internal/user"
 	"github.com/gantryhq/gantry/internal/weblogin"
 )
 
@@ -46,6 +47,9 @@ func identify(bearer func(*http.Request) (identity.Identity, error), tokens *tok
 				case tokens != nil && token.Is(raw):
 					id, err = tokens.Authenticate(r.Context(), raw)
 					id.Via = identity.ViaToken
+					if err != nil && !errors.Is(err, token.ErrInvalid) && !errors.Is(err, user.ErrStale) && !errors.Is(err, user.ErrDeactivated) {
+						return fmt.Errorf("authenticate the token: %w", err) // the store failed: not the caller's fault
+					}
 				case bearer != nil:
 					id, err = bearer(r)
 					id.Via = identity.ViaBearer
@@ -77,13 +81,21 @@ func identify(bearer func(*http.Request) (identity.Identity, error), tokens *tok
 				return c.Redirect(http.StatusFound, "/auth/login?return="+url.QueryEscape(r.URL.RequestURI()))
 			}
 			if err != nil {
-				// RFC 6750: say that the token is bad, never why.
+				// RFC 6750: say that the token is bad, never why — except
+				// what its owner can act on (sign in again, ask an admin).
 				challenge := `Bearer realm="gantry"`
 				if !errors.Is(err, authn.ErrNoCredentials) && !errors.Is(err, weblogin.ErrNoSession) {
 					challenge += `, error="invalid_token"`
 				}
 				c.Response().Header().Set("WWW-Authenticate", challenge)
-				return echo.NewHTTPError(http.StatusUnauthorized, "not authenticated")
+				msg := "not authenticated"
+				switch {
+				case errors.Is(err, user.ErrDeactivated):
+					msg = "not authenticated: " + user.ErrDeactivated.Error()
+				case errors.Is(err, user.ErrStale):
+					msg = "not authenticated: " + user.ErrStale.Error()
+				}
+				return echo.NewHTTPError(http.StatusUnauthorized, msg)
 			}
 			c.SetRequest(r.WithContext(identity.With(r.Context(), id)))
 			return next(c)

@@ -27,6 +27,7 @@ import (
 	"github.com/gantryhq/gantry/internal/imageverify"
 	"github.com/gantryhq/gantry/internal/interactive"
 	"github.com/gantryhq/gantry/internal/token"
+	"github.com/gantryhq/gantry/internal/user"
 	"github.com/gantryhq/gantry/internal/weblogin"
 	"github.com/gantryhq/gantry/internal/workload"
 	"github.com/gantryhq/gantry/portal"
@@ -61,6 +62,8 @@ type Options struct {
 	// Tokens manages personal access tokens and authenticates bearer tokens
 	// with their prefix (gnt_) before Identify is asked.
 	Tokens *token.Service
+	// Users lists and deactivates users (platform admins).
+	Users *user.Service
 	// Authorize decides whether an identity holds a route's declared permission
 	// in some team; nil denies every non-public route.
 	Authorize func(id identity.Identity, permission access.Permission) bool

@@ -12,6 +12,7 @@ import (
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/store"
 	"github.com/gantryhq/gantry/internal/token"
+	"github.com/gantryhq/gantry/internal/user"
 )
 
 // TestPersonalAccessTokens: a member makes tokens and uses them as a notebook
@@ -113,8 +114,16 @@ func TestTokenExpiry(t *testing.T) {
 	}
 	defer st.Close()
 	now := time.Now()
-	svc := token.New(st).WithClock(func() time.Time { return now })
-	ctx := identity.With(context.Background(), identity.Identity{Issuer: "https://idp", Subject: "ann"})
+	users, err := user.New(st, 24*time.Hour, func() time.Time { return now })
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := token.New(st, users).WithClock(func() time.Time { return now })
+	ann := identity.Identity{Issuer: "https://idp", Subject: "ann"}
+	if _, err := users.Observe(context.Background(), ann); err != nil {
+		t.Fatal(err)
+	}
+	ctx := identity.With(context.Background(), ann)
 	_, secret, err := svc.Create(ctx, token.Request{Name: "short", Lifetime: time.Hour})
 	if err != nil {
 		t.Fatal(err)

@@ -894,6 +894,28 @@ type TokenRequest struct {
 	Team *Name `json:"team,omitempty"`
 }
 
+// User defines model for User.
+type User struct {
+	Active        bool       `json:"active"`
+	CreatedAt     time.Time  `json:"createdAt"`
+	DeactivatedAt *time.Time `json:"deactivatedAt,omitempty"`
+	Email         *string    `json:"email,omitempty"`
+	Groups        []string   `json:"groups"`
+
+	// GroupsAt When the identity provider last confirmed the groups (a sign-in or a provider token).
+	GroupsAt   time.Time `json:"groupsAt"`
+	Id         string    `json:"id"`
+	Issuer     string    `json:"issuer"`
+	LastSeenAt time.Time `json:"lastSeenAt"`
+	Name       *string   `json:"name,omitempty"`
+	Subject    string    `json:"subject"`
+}
+
+// UserList defines model for UserList.
+type UserList struct {
+	Items []User `json:"items"`
+}
+
 // Verification defines model for Verification.
 type Verification struct {
 	Annotations *[]string `json:"annotations,omitempty"`
@@ -1007,6 +1029,9 @@ type WorkloadStatus string
 
 // TemplateName A lowercase DNS label.
 type TemplateName = Name
+
+// UserID defines model for UserID.
+type UserID = string
 
 // ListAuditParams defines parameters for ListAudit.
 type ListAuditParams struct {
@@ -1155,6 +1180,21 @@ type ServerInterface interface {
 	// RevokeToken Revoke a token
 	// (DELETE /api/v1/tokens/{id})
 	RevokeToken(ctx echo.Context, id string) error
+	// ListUsers List users
+	// (GET /api/v1/users)
+	ListUsers(ctx echo.Context) error
+	// DeactivateUser Deactivate a user
+	// (POST /api/v1/users/{user}/deactivate)
+	DeactivateUser(ctx echo.Context, user UserID) error
+	// ReactivateUser Reactivate a user
+	// (POST /api/v1/users/{user}/reactivate)
+	ReactivateUser(ctx echo.Context, user UserID) error
+	// ListUserTokens A user's tokens
+	// (GET /api/v1/users/{user}/tokens)
+	ListUserTokens(ctx echo.Context, user UserID) error
+	// RevokeUserToken Revoke any user's token
+	// (DELETE /api/v1/users/{user}/tokens/{id})
+	RevokeUserToken(ctx echo.Context, user UserID, id string) error
 	// ListWorkloads List workloads
 	// (GET /api/v1/workloads)
 	ListWorkloads(ctx echo.Context, params ListWorkloadsParams) error
@@ -1477,6 +1517,87 @@ func (w *ServerInterfaceWrapper) RevokeToken(ctx echo.Context) error {
 	return err
 }
 
+// ListUsers converts echo context to params.
+func (w *ServerInterfaceWrapper) ListUsers(ctx echo.Context) error {
+	var err error
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.ListUsers(ctx)
+	return err
+}
+
+// DeactivateUser converts echo context to params.
+func (w *ServerInterfaceWrapper) DeactivateUser(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "user" -------------
+	var user UserID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "user", ctx.Param("user"), &user, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter user: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.DeactivateUser(ctx, user)
+	return err
+}
+
+// ReactivateUser converts echo context to params.
+func (w *ServerInterfaceWrapper) ReactivateUser(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "user" -------------
+	var user UserID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "user", ctx.Param("user"), &user, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter user: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.ReactivateUser(ctx, user)
+	return err
+}
+
+// ListUserTokens converts echo context to params.
+func (w *ServerInterfaceWrapper) ListUserTokens(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "user" -------------
+	var user UserID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "user", ctx.Param("user"), &user, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter user: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.ListUserTokens(ctx, user)
+	return err
+}
+
+// RevokeUserToken converts echo context to params.
+func (w *ServerInterfaceWrapper) RevokeUserToken(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "user" -------------
+	var user UserID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "user", ctx.Param("user"), &user, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter user: %s", err))
+	}
+
+	// ------------- Path parameter "id" -------------
+	var id string
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", ctx.Param("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter id: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.RevokeUserToken(ctx, user, id)
+	return err
+}
+
 // ListWorkloads converts echo context to params.
 func (w *ServerInterfaceWrapper) ListWorkloads(ctx echo.Context) error {
 	var err error
@@ -1780,6 +1901,11 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.GET(options.BaseURL+"/api/v1/tokens", wrapper.ListTokens, options.OperationMiddlewares["listTokens"]...)
 	router.POST(options.BaseURL+"/api/v1/tokens", wrapper.CreateToken, options.OperationMiddlewares["createToken"]...)
 	router.DELETE(options.BaseURL+"/api/v1/tokens/:id", wrapper.RevokeToken, options.OperationMiddlewares["revokeToken"]...)
+	router.GET(options.BaseURL+"/api/v1/users", wrapper.ListUsers, options.OperationMiddlewares["listUsers"]...)
+	router.POST(options.BaseURL+"/api/v1/users/:user/deactivate", wrapper.DeactivateUser, options.OperationMiddlewares["deactivateUser"]...)
+	router.POST(options.BaseURL+"/api/v1/users/:user/reactivate", wrapper.ReactivateUser, options.OperationMiddlewares["reactivateUser"]...)
+	router.GET(options.BaseURL+"/api/v1/users/:user/tokens", wrapper.ListUserTokens, options.OperationMiddlewares["listUserTokens"]...)
+	router.DELETE(options.BaseURL+"/api/v1/users/:user/tokens/:id", wrapper.RevokeUserToken, options.OperationMiddlewares["revokeUserToken"]...)
 	router.GET(options.BaseURL+"/api/v1/images", wrapper.ListImages, options.OperationMiddlewares["listImages"]...)
 	router.GET(options.BaseURL+"/api/v1/images/:name", wrapper.GetImage, options.OperationMiddlewares["getImage"]...)
 	router.POST(options.BaseURL+"/api/v1/images/:name/verify", wrapper.VerifyImage, options.OperationMiddlewares["verifyImage"]...)
@@ -2480,6 +2606,195 @@ func (response RevokeTokendefaultApplicationProblemPlusJSONResponse) VisitRevoke
 	return err
 }
 
+type ListUsersRequestObject struct {
+}
+
+type ListUsersResponseObject interface {
+	VisitListUsersResponse(w http.ResponseWriter) error
+}
+
+type ListUsers200JSONResponse UserList
+
+func (response ListUsers200JSONResponse) VisitListUsersResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListUsersdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListUsersdefaultApplicationProblemPlusJSONResponse) VisitListUsersResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeactivateUserRequestObject struct {
+	User UserID `json:"user"`
+}
+
+type DeactivateUserResponseObject interface {
+	VisitDeactivateUserResponse(w http.ResponseWriter) error
+}
+
+type DeactivateUser200JSONResponse User
+
+func (response DeactivateUser200JSONResponse) VisitDeactivateUserResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeactivateUserdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response DeactivateUserdefaultApplicationProblemPlusJSONResponse) VisitDeactivateUserResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReactivateUserRequestObject struct {
+	User UserID `json:"user"`
+}
+
+type ReactivateUserResponseObject interface {
+	VisitReactivateUserResponse(w http.ResponseWriter) error
+}
+
+type ReactivateUser200JSONResponse User
+
+func (response ReactivateUser200JSONResponse) VisitReactivateUserResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReactivateUserdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ReactivateUserdefaultApplicationProblemPlusJSONResponse) VisitReactivateUserResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListUserTokensRequestObject struct {
+	User UserID `json:"user"`
+}
+
+type ListUserTokensResponseObject interface {
+	VisitListUserTokensResponse(w http.ResponseWriter) error
+}
+
+type ListUserTokens200JSONResponse TokenList
+
+func (response ListUserTokens200JSONResponse) VisitListUserTokensResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListUserTokensdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListUserTokensdefaultApplicationProblemPlusJSONResponse) VisitListUserTokensResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RevokeUserTokenRequestObject struct {
+	User UserID `json:"user"`
+	Id   string `json:"id"`
+}
+
+type RevokeUserTokenResponseObject interface {
+	VisitRevokeUserTokenResponse(w http.ResponseWriter) error
+}
+
+type RevokeUserToken204Response struct {
+}
+
+func (response RevokeUserToken204Response) VisitRevokeUserTokenResponse(w http.ResponseWriter) error {
+	w.WriteHeader(204)
+	return nil
+}
+
+type RevokeUserTokendefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response RevokeUserTokendefaultApplicationProblemPlusJSONResponse) VisitRevokeUserTokenResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListWorkloadsRequestObject struct {
 	Params ListWorkloadsParams
 }
@@ -2976,6 +3291,21 @@ type StrictServerInterface interface {
 	// RevokeToken Revoke a token
 	// (DELETE /api/v1/tokens/{id})
 	RevokeToken(ctx context.Context, request RevokeTokenRequestObject) (RevokeTokenResponseObject, error)
+	// ListUsers List users
+	// (GET /api/v1/users)
+	ListUsers(ctx context.Context, request ListUsersRequestObject) (ListUsersResponseObject, error)
+	// DeactivateUser Deactivate a user
+	// (POST /api/v1/users/{user}/deactivate)
+	DeactivateUser(ctx context.Context, request DeactivateUserRequestObject) (DeactivateUserResponseObject, error)
+	// ReactivateUser Reactivate a user
+	// (POST /api/v1/users/{user}/reactivate)
+	ReactivateUser(ctx context.Context, request ReactivateUserRequestObject) (ReactivateUserResponseObject, error)
+	// ListUserTokens A user's tokens
+	// (GET /api/v1/users/{user}/tokens)
+	ListUserTokens(ctx context.Context, request ListUserTokensRequestObject) (ListUserTokensResponseObject, error)
+	// RevokeUserToken Revoke any user's token
+	// (DELETE /api/v1/users/{user}/tokens/{id})
+	RevokeUserToken(ctx context.Context, request RevokeUserTokenRequestObject) (RevokeUserTokenResponseObject, error)
 	// ListWorkloads List workloads
 	// (GET /api/v1/workloads)
 	ListWorkloads(ctx context.Context, request ListWorkloadsRequestObject) (ListWorkloadsResponseObject, error)
@@ -3596,6 +3926,130 @@ func (sh *strictHandler) RevokeToken(ctx echo.Context, id string) error {
 		return err
 	} else if validResponse, ok := response.(RevokeTokenResponseObject); ok {
 		return validResponse.VisitRevokeTokenResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// ListUsers operation middleware
+func (sh *strictHandler) ListUsers(ctx echo.Context) error {
+	var request ListUsersRequestObject
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.ListUsers(ctx.Request().Context(), request.(ListUsersRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListUsers")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(ListUsersResponseObject); ok {
+		return validResponse.VisitListUsersResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// DeactivateUser operation middleware
+func (sh *strictHandler) DeactivateUser(ctx echo.Context, user UserID) error {
+	var request DeactivateUserRequestObject
+
+	request.User = user
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.DeactivateUser(ctx.Request().Context(), request.(DeactivateUserRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "DeactivateUser")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(DeactivateUserResponseObject); ok {
+		return validResponse.VisitDeactivateUserResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// ReactivateUser operation middleware
+func (sh *strictHandler) ReactivateUser(ctx echo.Context, user UserID) error {
+	var request ReactivateUserRequestObject
+
+	request.User = user
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.ReactivateUser(ctx.Request().Context(), request.(ReactivateUserRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ReactivateUser")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(ReactivateUserResponseObject); ok {
+		return validResponse.VisitReactivateUserResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// ListUserTokens operation middleware
+func (sh *strictHandler) ListUserTokens(ctx echo.Context, user UserID) error {
+	var request ListUserTokensRequestObject
+
+	request.User = user
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.ListUserTokens(ctx.Request().Context(), request.(ListUserTokensRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListUserTokens")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(ListUserTokensResponseObject); ok {
+		return validResponse.VisitListUserTokensResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// RevokeUserToken operation middleware
+func (sh *strictHandler) RevokeUserToken(ctx echo.Context, user UserID, id string) error {
+	var request RevokeUserTokenRequestObject
+
+	request.User = user
+	request.Id = id
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.RevokeUserToken(ctx.Request().Context(), request.(RevokeUserTokenRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "RevokeUserToken")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(RevokeUserTokenResponseObject); ok {
+		return validResponse.VisitRevokeUserTokenResponse(ctx.Response())
 	} else if response != nil {
 		return fmt.Errorf("unexpected response type: %T", response)
 	}

@@ -36,13 +36,14 @@ var (
 	OwnWorkloadsManage = Permission{"own-workloads:manage"} // the caller's own workloads only
 	MembersManage      = Permission{"members:manage"}
 	AuditRead          = Permission{"audit:read"}
+	UsersManage        = Permission{"users:manage"} // list and deactivate users, revoke anyone's token
 )
 
 // All lists every permission.
 var All = []Permission{
 	TemplatesRead, TemplatesWrite, GPUClassesRead, GPUClassesWrite, ImagesRead, ImagesWrite,
 	PolicyRead, PolicyWrite, WorkloadsRead, WorkloadsLaunch, WorkloadsManage, OwnWorkloadsManage,
-	MembersManage, AuditRead,
+	MembersManage, AuditRead, UsersManage,
 }
 
 // Parse finds the permission written as s (object:action).
@@ -72,7 +73,7 @@ func (p Permission) ReadOnly() bool { return p.Action() == "read" }
 // made it.
 var platformScoped = map[Permission]bool{
 	TemplatesWrite: true, GPUClassesWrite: true, ImagesWrite: true,
-	PolicyRead: true, PolicyWrite: true, AuditRead: true,
+	PolicyRead: true, PolicyWrite: true, AuditRead: true, UsersManage: true,
 }
 
 // PlatformScoped reports whether the permission acts on the whole platform

@@ -55,6 +55,8 @@ type Config struct {
 	PublicURL string `json:"publicURL"`
 	// SessionLifetime is how long a browser stays signed in.
 	SessionLifetime Duration `json:"sessionLifetime"`
+	// MaxGroupAge bounds how old the groups a token or session acts with may be.
+	MaxGroupAge Duration `json:"maxGroupAge"`
 	// DevLogin is the development OpenID provider Gantry runs in-process when
 	// oidc.issuer is empty (loopback only), with its users.
 	DevLogin DevLogin `json:"devLogin"`
@@ -213,6 +215,7 @@ func Default() Config {
 		Namespace:         "gantry-system",
 		LeaseDuration:     Duration(15 * time.Second),
 		SessionLifetime:   Duration(8 * time.Hour),
+		MaxGroupAge:       Duration(24 * time.Hour),
 		OIDC:              OIDC{ClockSkew: Duration(30 * time.Second), Scopes: []string{"openid", "profile", "email", "groups", "offline_access"}},
 		DevLogin:          DevLogin{Listen: "127.0.0.1:0", Users: DefaultDevUsers()},
 		Audit:             Audit{CheckpointInterval: Duration(time.Minute), DenialWindow: Duration(time.Minute)},
@@ -391,6 +394,7 @@ func (c *Config) validateDurations(errs *fault.List) {
 		}
 	}
 	between("sessionLifetime", c.SessionLifetime, time.Minute, 30*24*time.Hour)
+	between("maxGroupAge", c.MaxGroupAge, time.Minute, 366*24*time.Hour)
 	between("oidc.clockSkew", c.OIDC.ClockSkew, 0, 5*time.Minute)
 	between("images.cacheTTL", c.Images.CacheTTL, 0, 24*time.Hour)
 	between("reconcileInterval", c.ReconcileInterval, time.Second, 24*time.Hour)

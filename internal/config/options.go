@@ -89,6 +89,8 @@ var options = []option{
 		doc: "largest request body (1024 to 67108864)"},
 	{key: "sessionLifetime", env: "GANTRY_SESSION_LIFETIME", field: func(c *Config) any { return &c.SessionLifetime },
 		doc: "how long a browser stays signed in (1m to 720h)"},
+	{key: "maxGroupAge", env: "GANTRY_MAX_GROUP_AGE", field: func(c *Config) any { return &c.MaxGroupAge },
+		doc: "how long a token or browser session may act with groups the identity provider has not confirmed (every sign-in and provider token refreshes them); past it, the user signs in again (1m to 8784h)"},
 	{key: "oidc.issuer", env: "GANTRY_OIDC_ISSUER", field: func(c *Config) any { return &c.OIDC.Issuer },
 		doc: "the OpenID provider; none: the development provider runs in-process (`-tags dev` builds, loopback only)", defaultDoc: "none"},
 	{key: "oidc.clientID", env: "GANTRY_OIDC_CLIENT_ID", field: func(c *Config) any { return &c.OIDC.ClientID },

@@ -48,6 +48,7 @@ import (
 	"github.com/gantryhq/gantry/internal/team"
 	"github.com/gantryhq/gantry/internal/template"
 	"github.com/gantryhq/gantry/internal/token"
+	"github.com/gantryhq/gantry/internal/user"
 	"github.com/gantryhq/gantry/internal/weblogin"
 	"github.com/gantryhq/gantry/internal/workload"
 	"github.com/gantryhq/gantry/portal"
@@ -120,6 +121,7 @@ type Server struct {
 	authz     *authz.Authorizer
 	cluster   *kube.Lazy // nil without a kubeconfig
 	tokens    *token.Service
+	users     *user.Service
 	issuer    string
 	dev       devProvider // nil with an organisation's provider
 	checks    []api.Check
@@ -218,12 +220,25 @@ func New(ctx context.Context, cfg config.Config, ov Overrides) (s *Server, err e
 	if err != nil {
 		return nil, err
 	}
+	s.users, err = user.New(core.Store, time.Duration(cfg.MaxGroupAge), s.clock.Now)
+	if err != nil {
+		return nil, err
+	}
 	sessions := weblogin.New(weblogin.Config{ClientID: oc.ClientID, ClientSecret: string(oc.ClientSecret), RedirectURL: public + "/auth/callback",
-		Scopes: oc.Scopes, Endpoint: an.Endpoint(), Lifetime: cfg.Session()}, an, core.Store)
-	s.tokens = token.New(core.Store)
-	identify := an.Identify
+		Scopes: oc.Scopes, Endpoint: an.Endpoint(), Lifetime: cfg.Session()}, an, core.Store, s.users)
+	s.tokens = token.New(core.Store, s.users)
+	bearer := an.Identify
 	if ov.Identify != nil {
-		identify = ov.Identify
+		bearer = ov.Identify
+	}
+	// A provider token says who the user is now: their groups are recorded
+	// (for their tokens and sessions), and a deactivated user is refused.
+	identify := func(r *http.Request) (identity.Identity, error) {
+		id, err := bearer(r)
+		if err != nil {
+			return id, err
+		}
+		return s.users.Observe(r.Context(), id)
 	}
 	if ov.Checks != nil {
 		s.checks = ov.Checks
@@ -232,7 +247,7 @@ func New(ctx context.Context, cfg config.Config, ov Overrides) (s *Server, err e
 		Catalog: core.Catalog, Workloads: s.Workloads, Checks: s.checks, Spec: gantry.OpenAPI,
 		MaxBodyBytes: cfg.MaxBodyBytes, Logger: core.Log,
 		Portal:   portal.New(portal.Options{Sessions: sessions, Teams: s.authz.Teams, Secure: strings.HasPrefix(public, "https://"), Logger: core.Log, Audit: s.denials}),
-		Identify: identify, Sessions: sessions, Tokens: s.tokens, Teams: s.authz.Teams,
+		Identify: identify, Sessions: sessions, Tokens: s.tokens, Users: s.users, Teams: s.authz.Teams,
 		SignIn:    gen.AuthConfig{Issuer: oc.Issuer, CliClientID: oc.CLIClientID, Scopes: oc.Scopes},
 		Authorize: s.authz.AllowedSomewhere, Audit: s.denials, Images: core.Images,
 		AppTransport: ov.AppTransport,
@@ -514,6 +529,10 @@ func (s *Server) DevToken(ctx context.Context, username string) (string, error) 
 	for _, u := range s.Config.DevLogin.Users {
 		if u.Username == username {
 			id := identity.Identity{Issuer: s.dev.Issuer(), Subject: s.dev.Subject(u.Username), Email: u.Email, Name: u.Name, Groups: u.Groups}
+			// As if they had just signed in at the development provider.
+			if _, err := s.users.Observe(ctx, id); err != nil {
+				return "", err
+			}
 			_, secret, err := s.tokens.Create(identity.With(ctx, id), token.Request{Name: "gantry dev", Lifetime: 24 * time.Hour})
 			return secret, err
 		}

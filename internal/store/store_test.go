@@ -26,6 +26,7 @@ import (
 	"github.com/gantryhq/gantry/internal/team"
 	"github.com/gantryhq/gantry/internal/template"
 	"github.com/gantryhq/gantry/internal/token"
+	"github.com/gantryhq/gantry/internal/user"
 	"github.com/gantryhq/gantry/internal/weblogin"
 	"github.com/gantryhq/gantry/internal/workload"
 	"github.com/gantryhq/gantry/internal/workload/workloadtest"
@@ -520,7 +521,14 @@ func isNotFound(err error) bool {
 func testTokens(t *testing.T, s *store.Store) {
 	ann := identity.Identity{Issuer: "https://idp", Subject: "ann", Email: "ann@example.com", Groups: []string{"ml-vision", "staff"}}
 	ctx := identity.With(context.Background(), ann)
-	svc := token.New(s)
+	users, err := user.New(s, 24*time.Hour, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := users.Observe(ctx, ann); err != nil {
+		t.Fatal(err)
+	}
+	svc := token.New(s, users)
 	tk, secret, err := svc.Create(ctx, token.Request{Name: "nb", Lifetime: 24 * time.Hour, Team: "vision", ReadOnly: true})
 	if err != nil {
 		t.Fatal(err)

@@ -1,8 +1,9 @@
 // Package token owns personal access tokens for notebooks and scripts: creating
 // one (its secret shown once, only its SHA-256 kept), listing and revoking them,
-// and authenticating a request that carries one. A token acts as its owner, with
-// the groups they had when it was made, optionally narrowed to one team and to
-// reading; it expires, and a revoked token fails on its very next use.
+// and authenticating a request that carries one. A token acts as its owner is
+// now (their current groups, looked up at use; refused once they are
+// deactivated), optionally narrowed to one team and to reading; it expires,
+// and a revoked token fails on its very next use.
 package token
 
 import (
@@ -50,14 +51,25 @@ type Store interface {
 	RevokeToken(ctx context.Context, owner, id string, at time.Time) error
 }
 
-// Service is the token domain logic.
-type Service struct {
-	store Store
-	now   func() time.Time
+// Owners says who a token's owner is now (user.Service.Current): their
+// current groups, or why they may no longer act (deactivated, groups not
+// confirmed by the provider for too long).
+type Owners interface {
+	Current(ctx context.Context, id identity.Identity) (identity.Identity, error)
 }
 
-// New returns a token service.
-func New(store Store) *Service { return &Service{store: store, now: time.Now} }
+// Service is the token domain logic.
+type Service struct {
+	store  Store
+	owners Owners
+	now    func() time.Time
+}
+
+// New returns a token service; every token acts as its owner is now, never
+// with the groups it was made with.
+func New(store Store, owners Owners) *Service {
+	return &Service{store: store, owners: owners, now: time.Now}
+}
 
 // WithClock replaces the clock (tests of expiry).
 func (s *Service) WithClock(now func() time.Time) *Service {
@@ -168,7 +180,17 @@ func (s *Service) Authenticate(ctx context.Context, presented string) (identity.
 	}
 	who := t.Owner
 	who.TokenID, who.TokenTeam, who.ReadOnly = t.ID, t.Team, t.ReadOnly
-	return who, nil
+	return s.owners.Current(ctx, who)
+}
+
+// ListFor returns every token of one user (a platform admin's view).
+func (s *Service) ListFor(ctx context.Context, owner string) ([]Token, error) {
+	return s.store.Tokens(ctx, owner)
+}
+
+// RevokeFor revokes one user's token (a platform admin's action).
+func (s *Service) RevokeFor(ctx context.Context, owner, id string) error {
+	return s.store.RevokeToken(ctx, owner, id, s.now().UTC())
 }
 
 // Is reports whether a bearer credential is a Gantry token.

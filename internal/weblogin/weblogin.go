@@ -24,6 +24,7 @@ import (
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/token"
+	"github.com/gantryhq/gantry/internal/user"
 )
 
 // Login is a sign-in in progress, stored under the hash of its state.
@@ -86,22 +87,30 @@ var (
 // loginTTL bounds how long a sign-in may take at the provider.
 const loginTTL = 10 * time.Minute
 
+// Users records who signed in (their groups, fresh from the provider) and
+// says who a session's user is now (user.Service).
+type Users interface {
+	Observe(ctx context.Context, id identity.Identity) (identity.Identity, error)
+	Current(ctx context.Context, id identity.Identity) (identity.Identity, error)
+}
+
 // Service is the browser sign-in logic.
 type Service struct {
 	cfg      Config
 	oauth    oauth2.Config
 	verifier IDTokenVerifier
 	store    Store
+	users    Users
 	now      func() time.Time
 }
 
 // New returns the service.
-func New(cfg Config, v IDTokenVerifier, st Store) *Service {
+func New(cfg Config, v IDTokenVerifier, st Store, users Users) *Service {
 	if cfg.Lifetime == 0 {
 		cfg.Lifetime = 8 * time.Hour
 	}
 	return &Service{
-		cfg: cfg, verifier: v, store: st, now: time.Now,
+		cfg: cfg, verifier: v, store: st, users: users, now: time.Now,
 		oauth: oauth2.Config{ClientID: cfg.ClientID, ClientSecret: cfg.ClientSecret, RedirectURL: cfg.RedirectURL, Endpoint: cfg.Endpoint, Scopes: cfg.Scopes},
 	}
 }
@@ -169,6 +178,9 @@ func (s *Service) Finish(ctx context.Context, cb Callback) (cookie string, ses S
 	if err != nil {
 		return "", ses, "", fmt.Errorf("%w: %v", ErrFailed, err)
 	}
+	if id, err = s.users.Observe(ctx, id); err != nil {
+		return "", ses, "", fmt.Errorf("%w: %v", ErrFailed, err)
+	}
 	cookie = random(32)
 	now := s.now()
 	ses = Session{IDHash: token.Hash(cookie), Identity: id, CSRF: random(32), CreatedAt: now, ExpiresAt: now.Add(s.cfg.Lifetime)}
@@ -194,6 +206,16 @@ func (s *Service) Authenticate(ctx context.Context, cookie string) (Session, err
 	if !s.now().Before(ses.ExpiresAt) {
 		return Session{}, ErrNoSession
 	}
+	// The session acts as its user is now: current groups; none once the
+	// user is deactivated or their groups are too old (sign in again).
+	cur, err := s.users.Current(ctx, ses.Identity)
+	if errors.Is(err, user.ErrStale) || errors.Is(err, user.ErrDeactivated) {
+		return Session{}, fmt.Errorf("%w: %w", ErrNoSession, err)
+	}
+	if err != nil {
+		return Session{}, err
+	}
+	ses.Identity = cur
 	return ses, nil
 }
 

@@ -23,6 +23,7 @@ import (
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/store"
 	"github.com/gantryhq/gantry/internal/token"
+	"github.com/gantryhq/gantry/internal/user"
 	"github.com/gantryhq/gantry/internal/weblogin"
 )
 
@@ -76,8 +77,12 @@ func setup(t *testing.T) *rig {
 	}
 	t.Cleanup(func() { st.Close() })
 	tp := &tamper{Store: st}
+	users, err := user.New(st, 24*time.Hour, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	svc := weblogin.New(weblogin.Config{ClientID: "portal", ClientSecret: "s", RedirectURL: rp.URL + "/auth/callback",
-		Scopes: []string{"openid", "profile", "email", "groups"}, Endpoint: an.Endpoint(), Lifetime: time.Hour}, an, tp)
+		Scopes: []string{"openid", "profile", "email", "groups"}, Endpoint: an.Endpoint(), Lifetime: time.Hour}, an, tp, users)
 	return &rig{svc: svc, codes: codes, st: tp}
 }
 
@@ -190,12 +195,20 @@ func BenchmarkAuthenticate(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer st.Close()
-	svc := weblogin.New(weblogin.Config{ClientID: "portal"}, nil, st)
+	users, err := user.New(st, 24*time.Hour, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	svc := weblogin.New(weblogin.Config{ClientID: "portal"}, nil, st, users)
 	var cookie, idHash string
 	for i := range 1000 {
 		c := fmt.Sprintf("cookie-%04d", i)
 		cookie, idHash = c, token.Hash(c)
-		err := st.CreateSession(ctx, weblogin.Session{IDHash: idHash, Identity: identity.Identity{Issuer: "https://idp", Subject: c, Groups: []string{"ml-vision", "staff"}},
+		who := identity.Identity{Issuer: "https://idp", Subject: c, Groups: []string{"ml-vision", "staff"}}
+		if _, err := users.Observe(ctx, who); err != nil {
+			b.Fatal(err)
+		}
+		err := st.CreateSession(ctx, weblogin.Session{IDHash: idHash, Identity: who,
 			CSRF: "x", CreatedAt: time.Now(), ExpiresAt: time.Now().Add(time.Hour)})
 		if err != nil {
 			b.Fatal(err)

@@ -1,0 +1,95 @@
+package api
+
+import (
+	"context"
+	"errors"
+
+	"github.com/gantryhq/gantry/api/gen"
+	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/user"
+)
+
+// noUsers answers user requests on a server built without a user service.
+var noUsers = &fault.Unavailable{What: "users", Err: errors.New("not configured on this server")}
+
+func (s *server) ListUsers(ctx context.Context, _ gen.ListUsersRequestObject) (gen.ListUsersResponseObject, error) {
+	if s.o.Users == nil {
+		return nil, noUsers
+	}
+	us, err := s.o.Users.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := gen.UserList{Items: make([]gen.User, len(us))}
+	for i, u := range us {
+		out.Items[i] = userOut(u)
+	}
+	return gen.ListUsers200JSONResponse(out), nil
+}
+
+func (s *server) DeactivateUser(ctx context.Context, req gen.DeactivateUserRequestObject) (gen.DeactivateUserResponseObject, error) {
+	if s.o.Users == nil {
+		return nil, noUsers
+	}
+	u, err := s.o.Users.Deactivate(ctx, req.User)
+	if err != nil {
+		return nil, err
+	}
+	return gen.DeactivateUser200JSONResponse(userOut(u)), nil
+}
+
+func (s *server) ReactivateUser(ctx context.Context, req gen.ReactivateUserRequestObject) (gen.ReactivateUserResponseObject, error) {
+	if s.o.Users == nil {
+		return nil, noUsers
+	}
+	u, err := s.o.Users.Reactivate(ctx, req.User)
+	if err != nil {
+		return nil, err
+	}
+	return gen.ReactivateUser200JSONResponse(userOut(u)), nil
+}
+
+func (s *server) ListUserTokens(ctx context.Context, req gen.ListUserTokensRequestObject) (gen.ListUserTokensResponseObject, error) {
+	if s.o.Users == nil || s.o.Tokens == nil {
+		return nil, noUsers
+	}
+	u, err := s.o.Users.Get(ctx, req.User)
+	if err != nil {
+		return nil, err
+	}
+	ts, err := s.o.Tokens.ListFor(ctx, u.Key)
+	if err != nil {
+		return nil, err
+	}
+	out := gen.TokenList{Items: make([]gen.TokenInfo, len(ts))}
+	for i, t := range ts {
+		out.Items[i] = tokenInfo(t)
+	}
+	return gen.ListUserTokens200JSONResponse(out), nil
+}
+
+func (s *server) RevokeUserToken(ctx context.Context, req gen.RevokeUserTokenRequestObject) (gen.RevokeUserTokenResponseObject, error) {
+	if s.o.Users == nil || s.o.Tokens == nil {
+		return nil, noUsers
+	}
+	u, err := s.o.Users.Get(ctx, req.User)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.o.Tokens.RevokeFor(ctx, u.Key, req.Id); err != nil {
+		return nil, err
+	}
+	return gen.RevokeUserToken204Response{}, nil
+}
+
+func userOut(u user.User) gen.User {
+	out := gen.User{Id: u.ID, Issuer: u.Issuer, Subject: u.Subject, Email: strp(u.Email), Name: strp(u.Name), Groups: u.Groups,
+		GroupsAt: u.GroupsAt, CreatedAt: u.CreatedAt, LastSeenAt: u.LastSeenAt, Active: u.Active()}
+	if out.Groups == nil {
+		out.Groups = []string{}
+	}
+	if !u.Active() {
+		out.DeactivatedAt = ptr(u.DeactivatedAt)
+	}
+	return out
+}

@@ -1,0 +1,169 @@
+// Package user owns the people who use Gantry as the identity provider last
+// described them: each user's groups, refreshed at every sign-in and every
+// use of a provider token, and whether a platform admin deactivated them.
+// Personal access tokens and browser sessions act with the user's current
+// groups, looked up at use time, not the ones they were made with; groups
+// older than the configured maximum age force a fresh sign-in, and a
+// deactivated user's sessions and tokens stop working at once.
+package user
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/identity"
+)
+
+// User is one person as the identity provider last described them.
+type User struct {
+	ID            string // short, URL-safe, stable: see IDOf
+	Key           string // issuer#subject (identity.Identity.String)
+	Issuer        string
+	Subject       string
+	Email         string
+	Name          string
+	Groups        []string
+	GroupsAt      time.Time // when the provider last told Gantry the groups
+	DeactivatedAt time.Time // zero while active
+	CreatedAt     time.Time
+	LastSeenAt    time.Time
+}
+
+// Active reports whether the user may act.
+func (u User) Active() bool { return u.DeactivatedAt.IsZero() }
+
+// IDOf is the user id of an identity: the first 16 hex digits of the
+// SHA-256 of issuer#subject (paths cannot carry an issuer URL).
+func IDOf(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:8])
+}
+
+// Store keeps users.
+type Store interface {
+	// UpsertUser records what the provider said about a user now (email,
+	// name, groups, GroupsAt, LastSeenAt), creating them if new; it never
+	// changes DeactivatedAt.
+	UpsertUser(ctx context.Context, u User) error
+	// User returns a user by id; *fault.NotFound if none.
+	User(ctx context.Context, id string) (User, error)
+	// Users lists every user, by key.
+	Users(ctx context.Context) ([]User, error)
+	// SetUserDeactivated deactivates (at non-zero) or reactivates (zero) a
+	// user; *fault.NotFound if none.
+	SetUserDeactivated(ctx context.Context, id string, at time.Time) error
+}
+
+// Errors callers branch on; each answers 401 with the reason.
+var (
+	ErrDeactivated = errors.New("this account is deactivated")
+	ErrStale       = errors.New("sign in again: your groups must be confirmed by the identity provider")
+)
+
+// Service is the user domain logic.
+type Service struct {
+	store  Store
+	maxAge time.Duration
+	now    func() time.Time
+}
+
+// refreshEvery is how stale a user's record may be before a provider token
+// that says the same again is written (a bearer JWT on every request would
+// otherwise be a write each).
+const refreshEvery = time.Minute
+
+// New returns a user service; maxAge bounds how old the groups a token or
+// session acts with may be (they are refreshed at every sign-in).
+func New(store Store, maxAge time.Duration, now func() time.Time) (*Service, error) {
+	if store == nil || maxAge <= 0 {
+		return nil, errors.New("user.New: a store and a positive maximum group age are required")
+	}
+	if now == nil {
+		now = time.Now
+	}
+	return &Service{store: store, maxAge: maxAge, now: now}, nil
+}
+
+// Observe records what the identity provider just said about id (a sign-in,
+// or a verified provider token) and returns id, unless the user is
+// deactivated.
+func (s *Service) Observe(ctx context.Context, id identity.Identity) (identity.Identity, error) {
+	key := id.String()
+	uid := IDOf(key)
+	now := s.now().UTC().Truncate(time.Microsecond)
+	u, err := s.store.User(ctx, uid)
+	var nf *fault.NotFound
+	switch {
+	case errors.As(err, &nf):
+	case err != nil:
+		return identity.Identity{}, fmt.Errorf("look up user %s: %w", key, err)
+	case !u.Active():
+		return identity.Identity{}, ErrDeactivated
+	case u.Email == id.Email && u.Name == id.Name && slices.Equal(u.Groups, id.Groups) && now.Sub(u.GroupsAt) < refreshEvery:
+		return id, nil // nothing new to record
+	}
+	groups := id.Groups
+	if groups == nil {
+		groups = []string{}
+	}
+	if err := s.store.UpsertUser(ctx, User{ID: uid, Key: key, Issuer: id.Issuer, Subject: id.Subject, Email: id.Email, Name: id.Name,
+		Groups: groups, GroupsAt: now, CreatedAt: now, LastSeenAt: now}); err != nil {
+		return identity.Identity{}, fmt.Errorf("record user %s: %w", key, err)
+	}
+	return id, nil
+}
+
+// Current returns id (the owner of a token or session) as the user is now:
+// their current groups, email and name, as long as they are active and the
+// provider confirmed the groups within the maximum age. id's narrowing (a
+// token's team, read-only) is kept.
+func (s *Service) Current(ctx context.Context, id identity.Identity) (identity.Identity, error) {
+	u, err := s.store.User(ctx, IDOf(id.String()))
+	var nf *fault.NotFound
+	switch {
+	case errors.As(err, &nf):
+		return identity.Identity{}, ErrStale // never signed in since users were kept
+	case err != nil:
+		return identity.Identity{}, fmt.Errorf("look up user %s: %w", id, err)
+	case !u.Active():
+		return identity.Identity{}, ErrDeactivated
+	case s.now().Sub(u.GroupsAt) > s.maxAge:
+		return identity.Identity{}, fmt.Errorf("%w (last confirmed %s, at most %s ago)", ErrStale, u.GroupsAt.Format(time.RFC3339), s.maxAge)
+	}
+	id.Groups, id.Email, id.Name = slices.Clone(u.Groups), u.Email, u.Name
+	return id, nil
+}
+
+// List returns every user.
+func (s *Service) List(ctx context.Context) ([]User, error) { return s.store.Users(ctx) }
+
+// Get returns one user.
+func (s *Service) Get(ctx context.Context, id string) (User, error) { return s.store.User(ctx, id) }
+
+// Deactivate stops a user at once: every session and token of theirs is
+// refused from the next request, and so are their provider tokens. A
+// platform admin cannot deactivate themselves (someone must be left to undo it).
+func (s *Service) Deactivate(ctx context.Context, id string) (User, error) {
+	if caller, ok := identity.From(ctx); ok && IDOf(caller.String()) == id {
+		return User{}, &fault.Conflict{Kind: "user", Name: id, Reason: "you cannot deactivate yourself"}
+	}
+	if err := s.store.SetUserDeactivated(ctx, id, s.now().UTC().Truncate(time.Microsecond)); err != nil {
+		return User{}, err
+	}
+	return s.store.User(ctx, id)
+}
+
+// Reactivate lets a deactivated user in again (at their next sign-in, their
+// groups are confirmed afresh).
+func (s *Service) Reactivate(ctx context.Context, id string) (User, error) {
+	if err := s.store.SetUserDeactivated(ctx, id, time.Time{}); err != nil {
+		return User{}, err
+	}
+	return s.store.User(ctx, id)
+}

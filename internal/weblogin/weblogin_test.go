@@ -245,7 +245,7 @@ func BenchmarkAuthenticate(b *testing.B) {
 // is the path sent).
 func FuzzLocalPath(f *testing.F) {
 	for _, s := range []string{"/", "/workloads?team=a", "//evil.example", "/\\evil", "https://x", "/%2F%2Fevil", "/a/../b", " /x", "\t//x", "/\x00",
-		"/a/../\\evil.example", "/\t/evil.example", "/./\\evil", "/..//evil.example", "/a/..//evil.example", "/\n/evil"} {
+		"/a/../\\evil.example", "/\t/evil.example", "/./\\evil", "/..//evil.example", "/a/..//evil.example", "/\n/evil", "/w/%2e%2e/api", "/%2E./x", "/a/.%2e/b"} {
 		f.Add(s)
 	}
 	base, _ := url.Parse("https://gantry.example/auth/callback")
@@ -260,6 +260,14 @@ func FuzzLocalPath(f *testing.F) {
 		}
 		if r := base.ResolveReference(u); r.Host != base.Host {
 			t.Fatalf("LocalPath(%q) = %q resolves to host %q", in, got, r.Host)
+		}
+		// A browser reads %2e in a segment as a dot: no dot segment may be
+		// left for it to resolve (the page allowlist checks the path as is).
+		path, _, _ := strings.Cut(got, "?")
+		for _, seg := range strings.Split(path, "/") {
+			if d := strings.ReplaceAll(strings.ToLower(seg), "%2e", "."); d == "." || d == ".." {
+				t.Fatalf("LocalPath(%q) = %q keeps the dot segment %q", in, got, seg)
+			}
 		}
 		rec := httptest.NewRecorder()
 		http.Redirect(rec, httptest.NewRequest(http.MethodGet, "https://gantry.example/auth/callback", nil), got, http.StatusFound)

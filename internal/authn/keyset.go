@@ -52,7 +52,7 @@ func newKeySet(ctx context.Context, url string, now func() time.Time) (*keySet, 
 
 // VerifySignature implements oidc.KeySet.
 func (k *keySet) VerifySignature(ctx context.Context, raw string) ([]byte, error) {
-	jws, err := jose.ParseSigned(raw, signingAlgs)
+	jws, err := jose.ParseSignedCompact(raw, signingAlgs)
 	if err != nil {
 		return nil, fmt.Errorf("parse: %w", err)
 	}

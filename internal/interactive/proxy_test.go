@@ -53,7 +53,7 @@ func (o opener) Open(context.Context, string) (workload.Target, error) { return 
 func serve(p *interactive.Proxy) *httptest.Server {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if err := p.Serve(w, r); err != nil {
-			http.Error(w, err.Error(), 418)
+			http.Error(w, err.Error(), http.StatusTeapot)
 		}
 	}))
 	return srv
@@ -131,7 +131,7 @@ func TestProxy(t *testing.T) {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
-		if resp.StatusCode != 418 || hits != 0 {
+		if resp.StatusCode != http.StatusTeapot || hits != 0 {
 			t.Errorf("refused open: status %d, %d requests reached the app", resp.StatusCode, hits)
 		}
 	})

@@ -343,7 +343,17 @@ func (s *Server) Run(ctx context.Context) error {
 	g.Go(func() error {
 		return s.every(gctx, 3*time.Second, s.reload("image catalog", s.Images.Catalog.Reload, imagecat.ErrUnchanged))
 	})
-	g.Go(func() error { return s.every(gctx, cfg.Audit.Window(), s.denials.Run) })
+	g.Go(func() error {
+		// Not at start: a flush then would close a window the first requests
+		// may already have opened, and write their kind in full twice.
+		started := false
+		return s.every(gctx, cfg.Audit.Window(), func(ctx context.Context) {
+			if started {
+				s.denials.Run(ctx)
+			}
+			started = true
+		})
+	})
 	if s.checkpoints != nil {
 		g.Go(func() error { return s.every(gctx, cfg.Audit.Interval(), s.checkpoints.Run) })
 	}

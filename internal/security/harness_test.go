@@ -1,0 +1,540 @@
+package security
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/cookiejar"
+	"net/netip"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gantryhq/gantry/internal/config"
+	"github.com/gantryhq/gantry/internal/devidp"
+	"github.com/gantryhq/gantry/internal/waitfor"
+)
+
+// outsider is a development user the default configuration lacks: a member
+// of team nlp (group ml-nlp in policy/bindings.yaml), the other team an
+// attacker from inside the company would sit in. Its password is not its
+// name, so that the log check can tell a leak from a mention of the user.
+var outsider = config.DevUser{Username: "nina", Password: "nina-Pw-4c1d9e0b7a", Name: "Nina Rossi (data scientist, team nlp)",
+	Email: "nina@gantry.localhost", Groups: []string{"ml-nlp"}}
+
+// gantry is one `gantry serve` process and what the tests learned from it.
+type gantry struct {
+	URL    string // http://127.0.0.1:port, as the server logged it
+	host   string // 127.0.0.1:port
+	dir    string // its data: the SQLite file, the development keys, the configuration
+	db     string
+	env    []string
+	cmd    *exec.Cmd
+	out    *logBuffer
+	exited chan struct{}
+	err    error // the process's exit, once exited is closed
+
+	mu      sync.Mutex
+	secrets map[string]string // secret → what it is; none may appear in the log
+	source  uint32            // the last source address handed out (127.0.0.x)
+}
+
+// logBuffer keeps everything the server writes to stdout and stderr.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+var servingRE = regexp.MustCompile(`msg="gantry is serving" url=(http://\S+)`)
+
+// start runs `gantry serve` on the embedded defaults in a temporary
+// directory and waits until it logs the URL it listens on (it binds port 0:
+// nothing picks a port and hands it on). The process is killed at cleanup if
+// a test did not stop it.
+func start(t *testing.T) *gantry {
+	t.Helper()
+	// Every client connects from an address of its own (nextSource).
+	if ln, err := net.Listen("tcp", "127.0.0.2:0"); err != nil {
+		t.Fatalf("these tests connect from several loopback addresses (127.0.0.x), and 127.0.0.2 is not usable here: %v", err)
+	} else {
+		ln.Close()
+	}
+	dir := t.TempDir()
+	g := &gantry{dir: dir, db: filepath.Join(dir, "gantry.db"), out: &logBuffer{}, exited: make(chan struct{}),
+		secrets: map[string]string{string(outsider.Password): "nina's password"}, source: 10}
+	cfgPath := filepath.Join(dir, "gantry.yaml")
+	if err := os.WriteFile(cfgPath, devUsersConfig(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The caller's GANTRY_* variables (a developer's database, CI's test
+	// settings) stay out: only what is set here configures the server.
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "GANTRY_") && !strings.HasPrefix(kv, "XDG_DATA_HOME=") {
+			g.env = append(g.env, kv)
+		}
+	}
+	g.env = append(g.env, "XDG_DATA_HOME="+filepath.Join(dir, "data"), "GANTRY_IMAGES_DEV_REGISTRY=true")
+	g.cmd = exec.Command(binary, "serve", "--config", cfgPath, "--listen", "127.0.0.1:0", "--db", g.db)
+	g.cmd.Dir, g.cmd.Env, g.cmd.Stdout, g.cmd.Stderr = repoRoot, g.env, g.out, g.out
+	if err := g.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		g.err = g.cmd.Wait()
+		close(g.exited)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-g.exited:
+		default:
+			g.cmd.Process.Kill()
+			<-g.exited
+		}
+		if t.Failed() {
+			t.Logf("gantry serve's log:\n%s", g.out.String())
+		}
+	})
+	waitfor.Until(t, 2*time.Minute, "gantry serve to log the URL it serves", func() error {
+		select {
+		case <-g.exited:
+			t.Fatalf("gantry serve exited before serving (%v):\n%s", g.err, g.out.String())
+		default:
+		}
+		m := servingRE.FindStringSubmatch(g.out.String())
+		if m == nil {
+			return errors.New(`no "gantry is serving" line yet`)
+		}
+		g.URL = m[1]
+		return nil
+	})
+	g.host = strings.TrimPrefix(g.URL, "http://")
+	return g
+}
+
+// devUsersConfig is the configuration file: the default development users
+// plus the outsider, nothing else.
+func devUsersConfig() []byte {
+	var b strings.Builder
+	b.WriteString("devLogin:\n  users:\n")
+	for _, u := range append(config.DefaultDevUsers(), outsider) {
+		groups, _ := json.Marshal(u.Groups)
+		fmt.Fprintf(&b, "    - {username: %q, password: %q, name: %q, email: %q, groups: %s}\n",
+			u.Username, string(u.Password), u.Name, u.Email, groups)
+	}
+	return []byte(b.String())
+}
+
+// stop sends SIGTERM and waits for a clean exit.
+func (g *gantry) stop(t *testing.T) {
+	t.Helper()
+	if err := g.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatalf("SIGTERM: %v", err)
+	}
+	select {
+	case <-g.exited:
+	case <-time.After(30 * time.Second):
+		g.cmd.Process.Kill()
+		<-g.exited
+		t.Fatalf("gantry serve did not stop within 30 s of SIGTERM")
+	}
+	if g.err != nil {
+		t.Fatalf("gantry serve exited with %v after SIGTERM; want exit 0", g.err)
+	}
+}
+
+// secret records a value that must never appear in the server's log.
+func (g *gantry) secret(value, what string) {
+	if value == "" {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.secrets[value] = what
+}
+
+// nextSource hands out a loopback address of its own to each client, so that
+// the anonymous limit (one bucket per source address) and the sign-in limit
+// charge each attack separately, as separate attackers would be.
+func (g *gantry) nextSource(t *testing.T) netip.Addr {
+	t.Helper()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.source++
+	if g.source > 254 {
+		t.Fatal("out of loopback source addresses")
+	}
+	return netip.AddrFrom4([4]byte{127, 0, 0, byte(g.source)})
+}
+
+// client is one caller: a browser (cookies, and the session's CSRF token once
+// signed in) or a script with a bearer credential. Every client connects from
+// its own source address.
+type client struct {
+	g      *gantry
+	hc     *http.Client
+	src    netip.Addr
+	bearer string // sent as Authorization: Bearer
+	csrf   string // the signed-in page's CSRF token (never sent unless asked)
+	hops   *hops
+}
+
+// hops records every response a client received, redirects included.
+type hops struct {
+	mu   sync.Mutex
+	list []hop
+	next http.RoundTripper
+}
+
+type hop struct {
+	url      *url.URL
+	status   int
+	location string
+}
+
+func (h *hops) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := h.next.RoundTrip(r)
+	if err == nil {
+		h.mu.Lock()
+		h.list = append(h.list, hop{url: r.URL, status: resp.StatusCode, location: resp.Header.Get("Location")})
+		h.mu.Unlock()
+	}
+	return resp, err
+}
+
+func (h *hops) reset() []hop {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := h.list
+	h.list = nil
+	return out
+}
+
+// newClient is a client from a new source address.
+func (g *gantry) newClient(t *testing.T) *client {
+	t.Helper()
+	return g.clientFrom(t, g.nextSource(t))
+}
+
+// clientFrom is a client connecting from src, with a cookie jar, that
+// follows redirects and gives up after 20 s: a hang fails the case, not the
+// suite.
+func (g *gantry) clientFrom(t *testing.T, src netip.Addr) *client {
+	t.Helper()
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: src.AsSlice()}, Timeout: 5 * time.Second}
+	tr := &http.Transport{DialContext: d.DialContext, Proxy: nil, MaxIdleConnsPerHost: 4}
+	t.Cleanup(tr.CloseIdleConnections)
+	jar, _ := cookiejar.New(nil)
+	h := &hops{next: tr}
+	return &client{g: g, src: src, hops: h, hc: &http.Client{Jar: jar, Transport: h, Timeout: 20 * time.Second}}
+}
+
+// bearerClient is a script presenting credential.
+func (g *gantry) bearerClient(t *testing.T, credential string) *client {
+	t.Helper()
+	c := g.newClient(t)
+	c.bearer = credential
+	return c
+}
+
+var csrfRE = regexp.MustCompile(`<meta name="csrf-token" content="([^"]+)">`)
+
+// signIn signs a browser in through the development provider's password
+// form, as a person would, and keeps its session cookie and CSRF token.
+func (g *gantry) signIn(t *testing.T, username, password string) *client {
+	t.Helper()
+	c := g.newClient(t)
+	resp, body, err := devidp.SignIn(context.Background(), c.hc, g.URL+"/auth/login", username, password)
+	if err != nil {
+		t.Fatalf("sign in as %s: %v", username, err)
+	}
+	if resp.Request.URL.String() != g.URL+"/" {
+		t.Fatalf("sign-in as %s ended at %s (%d), want %s/", username, resp.Request.URL, resp.StatusCode, g.URL)
+	}
+	m := csrfRE.FindStringSubmatch(body)
+	if m == nil {
+		t.Fatalf("the signed-in page of %s carries no CSRF token:\n%s", username, body)
+	}
+	c.csrf = m[1]
+	ses := c.cookie("gantry_session")
+	if ses == "" {
+		t.Fatalf("sign-in as %s set no session cookie", username)
+	}
+	g.secret(ses, username+"'s session cookie")
+	g.secret(c.csrf, username+"'s CSRF token")
+	c.hops.reset()
+	return c
+}
+
+// cookie is the value of the client's cookie for Gantry named name.
+func (c *client) cookie(name string) string {
+	u, _ := url.Parse(c.g.URL)
+	for _, ck := range c.hc.Jar.Cookies(u) {
+		if ck.Name == name {
+			return ck.Value
+		}
+	}
+	return ""
+}
+
+// token is a personal access token, with its secret.
+type token struct {
+	ID     string `json:"id"`
+	Secret string `json:"token"`
+}
+
+// token makes a personal access token with a signed-in browser's session
+// (POST /api/v1/tokens with the CSRF header).
+func (c *client) token(t *testing.T, req map[string]any) token {
+	t.Helper()
+	r := c.call(t, "POST", "/api/v1/tokens", req, "X-CSRF-Token", c.csrf)
+	if r.status != http.StatusCreated {
+		t.Fatalf("make a token %v: %s", req, r)
+	}
+	var tk token
+	r.decode(t, &tk)
+	if !strings.HasPrefix(tk.Secret, "gnt_") || tk.ID == "" {
+		t.Fatalf("token answer without a gnt_ secret or an id: %s", r)
+	}
+	c.g.secret(tk.Secret, fmt.Sprintf("token %s", tk.ID))
+	_, secretPart, _ := strings.Cut(strings.TrimPrefix(tk.Secret, "gnt_"), "_")
+	c.g.secret(secretPart, fmt.Sprintf("token %s's secret part", tk.ID))
+	return tk
+}
+
+// reply is an answer, body read.
+type reply struct {
+	status  int
+	header  http.Header
+	body    []byte
+	elapsed time.Duration
+}
+
+func (r reply) String() string {
+	b := string(r.body)
+	if len(b) > 600 {
+		b = b[:600] + "…"
+	}
+	return fmt.Sprintf("%d %s", r.status, strings.TrimSpace(b))
+}
+
+func (r reply) decode(t *testing.T, v any) {
+	t.Helper()
+	if err := json.Unmarshal(r.body, v); err != nil {
+		t.Fatalf("answer is not the JSON expected (%v): %s", err, r)
+	}
+}
+
+// problem is an RFC 9457 problem document.
+type problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail"`
+	Errors []struct {
+		Field  string `json:"field"`
+		Detail string `json:"detail"`
+	} `json:"errors"`
+}
+
+// problem decodes a problem+json answer, failing when it is not one.
+func (r reply) problem(t *testing.T) problem {
+	t.Helper()
+	if ct := r.header.Get("Content-Type"); !strings.HasPrefix(ct, "application/problem+json") {
+		t.Fatalf("Content-Type %q, want application/problem+json: %s", ct, r)
+	}
+	var p problem
+	r.decode(t, &p)
+	if p.Status != r.status {
+		t.Errorf("problem status %d differs from the response's %d", p.Status, r.status)
+	}
+	return p
+}
+
+// fields are the problem's field paths.
+func (p problem) fields() []string {
+	var out []string
+	for _, e := range p.Errors {
+		out = append(out, e.Field)
+	}
+	return out
+}
+
+// call sends one request. body is nil (none), a string (sent as is, as JSON)
+// or a value marshalled to JSON; headers are name, value pairs.
+func (c *client) call(t *testing.T, method, path string, body any, headers ...string) reply {
+	t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		rd = strings.NewReader(b)
+	default:
+		data, err := json.Marshal(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rd = bytes.NewReader(data)
+	}
+	req, err := http.NewRequest(method, c.g.URL+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rd != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+c.bearer)
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	start := time.Now()
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
+	if err != nil {
+		t.Fatalf("%s %s: reading the answer: %v", method, path, err)
+	}
+	return reply{status: resp.StatusCode, header: resp.Header, body: data, elapsed: time.Since(start)}
+}
+
+// noRedirects makes the client hand back redirects instead of following them.
+func (c *client) noRedirects() *client {
+	c.hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	return c
+}
+
+// record is one audit log row (GET /api/v1/audit).
+type record struct {
+	Seq      int64  `json:"seq"`
+	Actor    string `json:"actor"`
+	Action   string `json:"action"`
+	Object   string `json:"object"`
+	Decision string `json:"decision"`
+	Status   int    `json:"status"`
+	Reason   string `json:"reason"`
+	Source   string `json:"source"`
+}
+
+func (r record) String() string {
+	return fmt.Sprintf("#%d %s %s %s %s %d %q from %s", r.Seq, r.Actor, r.Action, r.Object, r.Decision, r.Status, r.Reason, r.Source)
+}
+
+// audit reads the audit log after seq (every page) as admin.
+func (c *client) audit(t *testing.T, after int64) []record {
+	t.Helper()
+	var out []record
+	for {
+		r := c.call(t, "GET", "/api/v1/audit?limit=1000&after="+strconv.FormatInt(after, 10), nil)
+		if r.status != http.StatusOK {
+			t.Fatalf("read the audit log: %s", r)
+		}
+		var page struct {
+			Items     []record `json:"items"`
+			NextAfter *int64   `json:"nextAfter"`
+		}
+		r.decode(t, &page)
+		out = append(out, page.Items...)
+		if page.NextAfter == nil {
+			return out
+		}
+		after = *page.NextAfter
+	}
+}
+
+// auditHead is the sequence number of the newest audit record.
+func (c *client) auditHead(t *testing.T) int64 {
+	t.Helper()
+	recs := c.audit(t, 0)
+	if len(recs) == 0 {
+		return 0
+	}
+	return recs[len(recs)-1].Seq
+}
+
+// workloadCount is how many workloads admin sees (every team's).
+func (c *client) workloadCount(t *testing.T) int {
+	t.Helper()
+	n, cursor := 0, ""
+	for {
+		r := c.call(t, "GET", "/api/v1/workloads?limit=500"+cursor, nil)
+		if r.status != http.StatusOK {
+			t.Fatalf("list workloads: %s", r)
+		}
+		var page struct {
+			Items      []json.RawMessage `json:"items"`
+			NextCursor string            `json:"nextCursor"`
+		}
+		r.decode(t, &page)
+		n += len(page.Items)
+		if page.NextCursor == "" {
+			return n
+		}
+		cursor = "&cursor=" + url.QueryEscape(page.NextCursor)
+	}
+}
+
+// raw is a request written by hand on a connection from a source of its
+// own: head is everything before the body, and body (when not nil) writes
+// the rest while the answer is read, so that a server answering before the
+// body ends is seen answering. It returns the answer (nil if the server
+// closed the connection without one), how many body bytes were written, and
+// the read error.
+func (g *gantry) raw(t *testing.T, head string, body func(w io.Writer) (int64, error)) (*reply, int64, error) {
+	t.Helper()
+	src := g.nextSource(t)
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: src.AsSlice()}, Timeout: 5 * time.Second}
+	conn, err := d.Dial("tcp", g.host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(20 * time.Second))
+	written := make(chan int64, 1)
+	go func() {
+		if _, err := io.WriteString(conn, head); err != nil || body == nil {
+			written <- 0
+			return
+		}
+		n, _ := body(conn)
+		written <- n
+	}()
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		conn.Close()
+		return nil, <-written, err
+	}
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	resp.Body.Close()
+	conn.Close() // ends the writer
+	return &reply{status: resp.StatusCode, header: resp.Header, body: data}, <-written, nil
+}

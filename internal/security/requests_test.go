@@ -1,0 +1,294 @@
+package security
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gantryhq/gantry/internal/waitfor"
+)
+
+// 5. Nothing under /api is served that openapi.yaml does not declare, however
+// the path is spelled; refused before any handler, as a problem.
+func testUndeclaredPaths(t *testing.T, w *world) {
+	g := w.g
+	admin, anonymous := w.api["ada"], g.newClient(t)
+	for _, c := range []struct {
+		path string
+		as   *client
+		want int
+	}{
+		{"/api/v1/secret", admin, http.StatusNotFound},
+		{"/api/v1/secret", anonymous, http.StatusUnauthorized}, // who you are is asked first: nothing about the path leaks
+		{"/api/v1/templates/../audit", admin, http.StatusNotFound},
+		{"/api/v1/templates/%2e%2e/audit", admin, http.StatusNotFound},
+		// An escaped slash stays inside one segment: a template name the
+		// spec refuses (400), not a way out of /templates.
+		{"/api/v1/templates/..%2faudit", admin, http.StatusBadRequest},
+		{"/api/v1/./audit", admin, http.StatusNotFound},
+		{"/api/v1//audit", admin, http.StatusNotFound},
+		{"/api/v1/audit/", admin, http.StatusNotFound},
+		{"/api/v2/x", admin, http.StatusNotFound},
+		{"/api/v2/x", anonymous, http.StatusNotFound},
+		{"/api", anonymous, http.StatusNotFound},
+		{"/api/", anonymous, http.StatusNotFound},
+	} {
+		who := "anonymous"
+		if c.as == admin {
+			who = "ada"
+		}
+		t.Run(who+" "+c.path, func(t *testing.T) {
+			r := c.as.call(t, "GET", c.path, nil)
+			wantStatus(t, "GET "+c.path, r, c.want)
+			if strings.Contains(string(r.body), `"items"`) {
+				t.Errorf("GET %s answered a listing: %s", c.path, r)
+			}
+		})
+	}
+	t.Run("method the path does not declare", func(t *testing.T) {
+		wantStatus(t, "DELETE /api/v1/audit", admin.call(t, "DELETE", "/api/v1/audit", nil), http.StatusMethodNotAllowed)
+	})
+}
+
+// 6. A body past maxBodyBytes (1 MiB) is refused with 413 without reading
+// it all: 100 MB streamed chunked (no length announced) or announced.
+func testOversizedBodies(t *testing.T, w *world) {
+	g, admin := w.g, w.api["ada"]
+	const size = 100 << 20
+	before := admin.workloadCount(t)
+	for _, c := range []struct{ name, framing string }{
+		{"chunked, no length announced", "Transfer-Encoding: chunked"},
+		{"Content-Length announced", "Content-Length: " + strconv.Itoa(size)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			head := "POST /api/v1/workloads HTTP/1.1\r\nHost: " + g.host + "\r\nAuthorization: Bearer " + w.tok["alice"].Secret +
+				"\r\nContent-Type: application/json\r\n" + c.framing + "\r\n\r\n"
+			start := time.Now()
+			r, written, err := g.raw(t, head, func(conn io.Writer) (int64, error) {
+				dst := conn
+				var cw io.WriteCloser
+				if strings.HasPrefix(c.framing, "Transfer-Encoding") {
+					cw = httputil.NewChunkedWriter(conn)
+					dst = cw
+				}
+				n, err := io.Copy(dst, io.LimitReader(&endless{prefix: `{"template":"dev-environment","team":"vision","parameters":{"x":"`}, size))
+				if err == nil && cw != nil {
+					err = cw.Close()
+				}
+				return n, err
+			})
+			if err != nil {
+				t.Fatalf("no answer (%v) after %d bytes", err, written)
+			}
+			wantStatus(t, "POST 100 MB", *r, http.StatusRequestEntityTooLarge)
+			if written >= size/2 {
+				t.Errorf("the server read %d of %d bytes before answering: it did not stop at the limit", written, size)
+			}
+			t.Logf("413 after %v; %d bytes sent before the connection closed", time.Since(start).Round(time.Millisecond), written)
+		})
+	}
+	wantStatus(t, "/healthz afterwards", admin.call(t, "GET", "/healthz", nil), http.StatusOK)
+	if after := admin.workloadCount(t); after != before {
+		t.Errorf("%d workloads before, %d after", before, after)
+	}
+}
+
+// endless is a reader of a prefix then 'a' forever: a big body without
+// holding it in memory.
+type endless struct {
+	prefix string
+	off    int
+}
+
+func (e *endless) Read(p []byte) (int, error) {
+	n := 0
+	for n < len(p) {
+		if e.off < len(e.prefix) {
+			k := copy(p[n:], e.prefix[e.off:])
+			e.off += k
+			n += k
+			continue
+		}
+		p[n] = 'a'
+		n++
+	}
+	return n, nil
+}
+
+// 7. A JSON body naming a key twice is refused, naming the key: a decoder
+// keeps the last, so what was checked and what is used could differ.
+func testDuplicateKeys(t *testing.T, w *world) {
+	admin := w.api["ada"]
+	doc := func(name string) string {
+		b, _ := json.Marshal(probeTemplate(name))
+		return string(b)
+	}
+	meta := func(name string) string { return `{"name":"` + name + `","title":"dup"}` }
+	spec, _ := json.Marshal(probeTemplate("x")["spec"])
+	before := admin.workloadCount(t)
+	for _, c := range []struct {
+		name, who, method, path, body, field string
+	}{
+		{"template metadata twice", "ada", "POST", "/api/v1/templates",
+			`{"apiVersion":"gantry.dev/v1alpha1","kind":"Template","metadata":` + meta("sec-dup-a") + `,"metadata":` + meta("sec-dup-b") + `,"spec":` + string(spec) + `}`, "metadata"},
+		{"resources.memory twice", "ada", "POST", "/api/v1/templates",
+			strings.Replace(doc("sec-dup-c"), `"memory":"{{mem}}"`, `"memory":"{{mem}}","memory":"1Gi"`, 1), "spec.resources.memory"},
+		{"launch team twice", "alice", "POST", "/api/v1/workloads",
+			`{"template":"dev-environment","team":"vision","team":"nlp"}`, "team"},
+		{"version status twice", "ada", "PUT", "/api/v1/templates/sec-probe/versions/1/status",
+			`{"status":"deprecated","reason":"dup","status":"revoked"}`, "status"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := wantStatus(t, c.method+" "+c.path, w.api[c.who].call(t, c.method, c.path, c.body), http.StatusUnprocessableEntity)
+			if !slices.Contains(p.fields(), c.field) {
+				t.Errorf("problem fields %v; want %q named", p.fields(), c.field)
+			}
+		})
+	}
+	for _, name := range []string{"sec-dup-a", "sec-dup-b", "sec-dup-c"} {
+		wantStatus(t, "template "+name, admin.call(t, "GET", "/api/v1/templates/"+name, nil), http.StatusNotFound)
+	}
+	if st := templateStatus(t, admin, "sec-probe", 1); st != "active" {
+		t.Errorf("sec-probe version 1 is %q after the refused status change; want active", st)
+	}
+	if after := admin.workloadCount(t); after != before {
+		t.Errorf("%d workloads before, %d after", before, after)
+	}
+}
+
+// 8. A quantity with a huge decimal exponent (apimachinery turns it into
+// big-number arithmetic that spins for minutes) is refused at once, from a
+// template body or through a parameter.
+func testHugeExponents(t *testing.T, w *world) {
+	admin := w.api["ada"]
+	before := admin.workloadCount(t)
+	probe := func(mem string) map[string]any {
+		return map[string]any{"team": "vision", "parameters": map[string]any{"mem": mem}}
+	}
+	launch := func(mem string) map[string]any {
+		return map[string]any{"template": "sec-probe", "team": "vision", "parameters": map[string]any{"mem": mem}}
+	}
+	for _, c := range []struct {
+		name, who, method, path string
+		body                    any
+		field                   string // the field the refusal names
+	}{
+		{"template resources.memory", "ada", "POST", "/api/v1/templates", with(probeTemplate("sec-exp-a"), "spec.resources.memory", "1E8000000000"), "spec.resources.memory"},
+		{"template resources.cpu", "ada", "POST", "/api/v1/templates", with(probeTemplate("sec-exp-b"), "spec.resources.cpu", "1e8000000000"), "spec.resources.cpu"},
+		{"template volume size", "ada", "POST", "/api/v1/templates", with(probeTemplate("sec-exp-c"), "spec.volumes",
+			[]any{map[string]any{"name": "data", "mountPath": "/data", "size": "1E8000000000"}}), "spec.volumes[0].size"},
+		{"parameter in a preview", "alice", "POST", "/api/v1/templates/sec-probe/render", probe("1E8000000000"), "spec.resources.memory"},
+		{"parameter in a launch", "alice", "POST", "/api/v1/workloads", launch("1E8000000000"), "spec.resources.memory"},
+		{"negative exponent in a launch", "alice", "POST", "/api/v1/workloads", launch("1e-8000000000"), "spec.resources.memory"},
+		{"a 40-digit quantity in a launch", "alice", "POST", "/api/v1/workloads", launch("1" + strings.Repeat("0", 39) + "Gi"), "spec.resources.memory"},
+		{"a 4000-digit parameter in a launch", "alice", "POST", "/api/v1/workloads", launch("1" + strings.Repeat("0", 4000) + "Gi"), "parameters.mem"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := w.api[c.who].call(t, c.method, c.path, c.body) // the client gives up after 20 s: a hang fails here
+			p := wantStatus(t, c.method+" "+c.path, r, http.StatusUnprocessableEntity)
+			if r.status == http.StatusUnprocessableEntity && !slices.Contains(p.fields(), c.field) {
+				t.Errorf("problem fields %v; want %q named", p.fields(), c.field)
+			}
+			if r.elapsed > 5*time.Second {
+				t.Errorf("answered after %v; want it refused at once", r.elapsed)
+			}
+		})
+	}
+	for _, name := range []string{"sec-exp-a", "sec-exp-b", "sec-exp-c"} {
+		wantStatus(t, "template "+name, admin.call(t, "GET", "/api/v1/templates/"+name, nil), http.StatusNotFound)
+	}
+	if after := admin.workloadCount(t); after != before {
+		t.Errorf("%d workloads before, %d after", before, after)
+	}
+}
+
+// 18. Headers past the server's limit (1 MB) are refused (431) or the
+// connection closed, never a crash; headers that never end are dropped.
+func testHeaders(t *testing.T, w *world, slow *slowHeaders) {
+	g := w.g
+	big := strings.Repeat("a", 2<<20)
+	var many strings.Builder
+	for i := 0; many.Len() < 2<<20; i++ {
+		fmt.Fprintf(&many, "X-Pad-%d: %s\r\n", i, strings.Repeat("b", 60))
+	}
+	for _, c := range []struct{ name, head string }{
+		{"one 2 MB header", "GET /healthz HTTP/1.1\r\nHost: " + g.host + "\r\nX-Pad: " + big + "\r\n\r\n"},
+		{"2 MB of small headers", "GET /healthz HTTP/1.1\r\nHost: " + g.host + "\r\n" + many.String() + "\r\n"},
+		{"a 2 MB cookie with a valid token", "GET /api/v1/templates HTTP/1.1\r\nHost: " + g.host + "\r\nAuthorization: Bearer " +
+			w.tok["alice"].Secret + "\r\nCookie: gantry_session=" + big + "\r\n\r\n"},
+		{"a 2 MB request line", "GET /healthz?" + big + " HTTP/1.1\r\nHost: " + g.host + "\r\n\r\n"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r, _, err := g.raw(t, c.head, nil)
+			switch {
+			case err != nil:
+				t.Logf("connection closed without an answer: %v", err)
+			case r.status != http.StatusRequestHeaderFieldsTooLarge:
+				t.Errorf("%s; want 431 or the connection closed", r)
+			default:
+				t.Logf("%s", r)
+			}
+			wantStatus(t, "/healthz afterwards", w.api["alice"].call(t, "GET", "/healthz", nil), http.StatusOK)
+		})
+	}
+	t.Run("headers that never end", func(t *testing.T) {
+		var end slowEnd
+		waitfor.Until(t, 30*time.Second, "the server to drop a connection whose headers never end", func() error {
+			select {
+			case end = <-slow.closed:
+				return nil
+			default:
+				return fmt.Errorf("still open %v after it was opened", time.Since(slow.opened).Round(time.Second))
+			}
+		})
+		if errors.Is(end.err, os.ErrDeadlineExceeded) {
+			t.Fatalf("the server kept the connection open until the test's own deadline")
+		}
+		t.Logf("dropped %v after it was opened (ReadHeaderTimeout 10 s)", end.at.Sub(slow.opened).Round(100*time.Millisecond))
+	})
+}
+
+// slowHeaders is a connection whose request headers never end.
+type slowHeaders struct {
+	opened time.Time
+	closed chan slowEnd
+}
+
+// slowEnd is how a slow connection ended: when, and the read's error (a
+// deadline of the test's own means the server never dropped it).
+type slowEnd struct {
+	at  time.Time
+	err error
+}
+
+// openSlowHeaders starts a request and never finishes its headers; the
+// server must drop it (ReadHeaderTimeout) while serving everyone else.
+func (g *gantry) openSlowHeaders(t *testing.T) *slowHeaders {
+	t.Helper()
+	src := g.nextSource(t)
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: src.AsSlice()}, Timeout: 5 * time.Second}
+	conn, err := d.Dial("tcp", g.host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &slowHeaders{opened: time.Now(), closed: make(chan slowEnd, 1)}
+	io.WriteString(conn, "GET /healthz HTTP/1.1\r\nHost: "+g.host+"\r\nX-Slow: a")
+	conn.SetReadDeadline(time.Now().Add(2 * time.Minute))
+	go func() {
+		_, err := io.Copy(io.Discard, conn) // until the server closes it (or the deadline)
+		s.closed <- slowEnd{at: time.Now(), err: err}
+		conn.Close()
+	}()
+	t.Cleanup(func() { conn.Close() })
+	return s
+}

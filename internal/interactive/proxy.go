@@ -2,7 +2,6 @@ package interactive
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
@@ -10,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/template"
 	"github.com/gantryhq/gantry/internal/workload"
 )
@@ -34,8 +34,8 @@ type Proxy struct {
 	Log       *slog.Logger
 }
 
-// ErrBadPath is a request outside /w/{id}/.
-var ErrBadPath = errors.New("not an interactive workload path: want /w/{id}/")
+// ErrBadPath is a request outside /w/{id}/: not found (404).
+var ErrBadPath = &fault.NotFound{Kind: "interactive workload", Name: "(no id in the path: want /w/{id}/)"}
 
 // Serve forwards one request, or returns why not (before anything is
 // written) for the server's one mapping from errors to HTTP.

@@ -191,9 +191,6 @@ func testNotebookProxy(t *testing.T, w *world) {
 	t.Run("a path without a workload id", func(t *testing.T) {
 		for _, p := range []string{"/w/", "/w//x"} {
 			r := w.api["alice"].call(t, "GET", p, nil)
-			if r.status == http.StatusInternalServerError {
-				t.Skipf("BUG: GET %s with valid credentials answers %s and logs an ERROR (interactive.ErrBadPath has no problem mapping: internal/interactive/proxy.go, api/problem.go); want 404", p, r)
-			}
 			wantStatus(t, "GET "+p, r, http.StatusNotFound)
 		}
 	})

@@ -151,6 +151,11 @@ func (s *Service) render(ctx context.Context, owner string, req Request, id stri
 // problem surfaces now) and their hash recorded with the workload. With an
 // idempotency key, a repeat returns the first launch's workload and replayed true.
 func (s *Service) Create(ctx context.Context, owner string, req Request) (w Workload, replayed bool, err error) {
+	// Checked before a replay is answered too: a key does not let a caller
+	// (a narrowed token, someone who lost the team) read what it may not.
+	if req.Team != "" && !s.may(ctx, req.Team, access.WorkloadsLaunch) {
+		return Workload{}, false, &fault.Forbidden{Reason: fmt.Sprintf("you may not launch workloads in team %q", req.Team)}
+	}
 	if req.IdempotencyKey != "" {
 		w, err := s.byKey(ctx, owner, req)
 		if err == nil {

@@ -43,6 +43,7 @@ type Store struct {
 	// while a write is in progress); on PostgreSQL it is db.
 	read   *sql.DB
 	driver string
+	seen   seriesSeen // telemetry series this process has written
 }
 
 // Open connects to the database and applies pending migrations. For SQLite, dsn

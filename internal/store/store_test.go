@@ -96,6 +96,7 @@ func TestConformance(t *testing.T) {
 			t.Run("audit chain", func(t *testing.T) { testAudit(t, open(t)) })
 			t.Run("audit checkpoints", func(t *testing.T) { testAuditCheckpoints(t, open(t)) })
 			t.Run("logins and sessions", func(t *testing.T) { testSessions(t, open(t)) })
+			t.Run("telemetry", func(t *testing.T) { testTelemetry(t, open(t)) })
 		})
 	}
 }

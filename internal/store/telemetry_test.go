@@ -1,0 +1,157 @@
+package store_test
+
+import (
+	"context"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/gantryhq/gantry/internal/store"
+	"github.com/gantryhq/gantry/internal/telemetry"
+)
+
+func telemetryValues(util, fb float64) telemetry.Values {
+	v := telemetry.NoValues()
+	v[telemetry.GPUUtil], v[telemetry.FBUsed] = util, fb
+	return v
+}
+
+// testTelemetry is the telemetry part of the conformance suite: samples,
+// rollups and their pending marks, retention in batches, GPU records.
+func testTelemetry(t *testing.T, s *store.Store) {
+	ctx := context.Background()
+	base := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	whole := telemetry.SeriesKey{Node: "n1", Device: telemetry.Device{GPU: "GPU-a", Index: 0, Model: "NVIDIA H100"},
+		Pod: telemetry.PodRef{Namespace: "gantry-vision", Name: "train-abcde", Container: "main"}, Workload: "w1"}
+	mig := telemetry.SeriesKey{Node: "n1", Device: telemetry.Device{GPU: "GPU-b", Index: 1, MIG: &telemetry.MIGInstance{UUID: "MIG-b1", Profile: "1g.10gb", InstanceID: 9}}}
+	var rs []telemetry.Stored
+	for i := 0; i < 12; i++ { // 10 s apart: two minutes
+		at := base.Add(time.Duration(i) * 10 * time.Second)
+		rs = append(rs, telemetry.Stored{Series: whole, Attribution: "exclusive", Time: at, Share: 1, Values: telemetryValues(float64(i), 1000)})
+		rs = append(rs, telemetry.Stored{Series: mig, Time: at, Share: 1, Values: telemetry.NoValues()})
+	}
+	if err := s.AppendSamples(ctx, rs); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AppendSamples(ctx, rs[:4]); err != nil { // a repeated push
+		t.Fatalf("a repeated sample must be ignored: %v", err)
+	}
+	series, err := s.WorkloadSeries(ctx, "w1")
+	if err != nil || len(series) != 1 || series[0].ID != whole.ID() || series[0].Key.Pod != whole.Pod || series[0].Key.Device.MIG != nil || series[0].Attribution != "exclusive" {
+		t.Fatalf("workload series: %+v %v", series, err)
+	}
+	var got []telemetry.Sample
+	err = s.Samples(ctx, []int64{whole.ID(), mig.ID()}, base, base.Add(time.Minute), func(sm telemetry.Sample) error { got = append(got, sm); return nil })
+	if err != nil || len(got) != 12 {
+		t.Fatalf("samples of the first minute: %d, %v (want 6 of each series)", len(got), err)
+	}
+	for _, sm := range got {
+		if sm.Series == mig.ID() && !math.IsNaN(sm.Values[telemetry.GPUUtil]) {
+			t.Fatalf("a value not measured must come back as NaN, not %v", sm.Values[telemetry.GPUUtil])
+		}
+		if sm.Series == whole.ID() && (sm.Values[telemetry.FBUsed] != 1000 || !math.IsNaN(sm.Values[telemetry.SMActive])) {
+			t.Fatalf("sample values: %v", sm.Values)
+		}
+	}
+
+	// Rollups: both minutes are pending once closed; the hour is not.
+	pend, err := s.PendingRollups(ctx, telemetry.Minute, base.Add(2*time.Minute), 10)
+	if err != nil || len(pend) != 2 || !pend[0].Bucket.Equal(base) {
+		t.Fatalf("pending minutes: %+v %v", pend, err)
+	}
+	if hp, err := s.PendingRollups(ctx, telemetry.Hour, base.Add(2*time.Minute), 10); err != nil || len(hp) != 0 {
+		t.Fatalf("an hour that has not closed is not due: %+v %v", hp, err)
+	}
+	roll := telemetry.Rollup{Series: whole.ID(), Bucket: base, N: 6, Avg: telemetryValues(2.5, 1000), Max: telemetryValues(5, 1000), P95: telemetryValues(4.75, 1000)}
+	// A sample arriving after the pending mark was read marks it again:
+	// writing the rollup must not clear the newer mark.
+	if err := s.AppendSamples(ctx, []telemetry.Stored{{Series: whole, Time: base.Add(59 * time.Second), Share: 1, Values: telemetryValues(1, 1)}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.WriteRollups(ctx, telemetry.Minute, pend[0], []telemetry.Rollup{roll}); err != nil {
+		t.Fatal(err)
+	}
+	again, err := s.PendingRollups(ctx, telemetry.Minute, base.Add(2*time.Minute), 10)
+	if err != nil || len(again) != 2 || again[0].Mark <= pend[0].Mark {
+		t.Fatalf("a period marked again while it was rolled up must stay pending: %+v %v", again, err)
+	}
+	if err := s.WriteRollups(ctx, telemetry.Minute, again[0], []telemetry.Rollup{roll}); err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := s.PendingRollups(ctx, telemetry.Minute, base.Add(2*time.Minute), 10); len(left) != 1 || !left[0].Bucket.Equal(base.Add(time.Minute)) {
+		t.Fatalf("after writing: %+v", left)
+	}
+	var rolls []telemetry.Rollup
+	err = s.Rollups(ctx, telemetry.Minute, []int64{whole.ID()}, base, base.Add(time.Hour), func(r telemetry.Rollup) error { rolls = append(rolls, r); return nil })
+	if err != nil || len(rolls) != 1 || rolls[0].N != 6 || rolls[0].P95[telemetry.GPUUtil] != 4.75 || !math.IsNaN(rolls[0].Avg[telemetry.SMActive]) || !rolls[0].Bucket.Equal(base) {
+		t.Fatalf("rollups read back: %+v %v", rolls, err)
+	}
+
+	// Retention deletes in batches, oldest first.
+	n, err := s.DeleteSamplesBefore(ctx, base.Add(time.Minute), 4)
+	if err != nil || n < 1 || n > 6 {
+		t.Fatalf("a batch of about 4 (two series per time): deleted %d, %v", n, err)
+	}
+	total := n
+	for {
+		n, err := s.DeleteSamplesBefore(ctx, base.Add(time.Minute), 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+		total += n
+	}
+	if total != 13 { // 12 of the first minute and the late one
+		t.Fatalf("deleted %d samples older than a minute, want 13", total)
+	}
+	var left int
+	s.SamplesBetween(ctx, base, base.Add(time.Hour), func(telemetry.Sample) error { left++; return nil })
+	if left != 12 {
+		t.Fatalf("%d samples left, want the second minute's 12", left)
+	}
+	if n, err := s.DeleteRollupsBefore(ctx, telemetry.Minute, base.Add(time.Hour), 100); err != nil || n != 1 {
+		t.Fatalf("rollups deleted: %d %v", n, err)
+	}
+
+	// Latest samples per series of a node.
+	latest, err := s.LatestSamples(ctx, "n1", base)
+	if err != nil || len(latest) != 2 {
+		t.Fatalf("latest: %+v %v", latest, err)
+	}
+	for _, l := range latest {
+		if !l.Sample.Time.Equal(base.Add(110*time.Second)) || (l.Series.Key.Device.MIG != nil) != (l.Series.ID == mig.ID()) {
+			t.Fatalf("latest of %d: %+v", l.Series.ID, l)
+		}
+	}
+
+	// GPU records: replaced in one transaction, given the old ones.
+	rec := telemetry.GPURecord{Node: "n1", State: telemetry.GPUState{Device: telemetry.Device{GPU: "GPU-a"}, MemoryMiB: 81559, ECC: telemetry.ECC{VolatileDBE: 2}},
+		Agent: "v1", SeenAt: base, Healthy: false, Reason: "ecc", Since: base, XID: 79, XIDAt: base}
+	err = s.UpdateNodeGPUs(ctx, "n1", func(old []telemetry.GPURecord) ([]telemetry.GPURecord, error) {
+		if len(old) != 0 {
+			t.Errorf("old records of a new node: %+v", old)
+		}
+		return []telemetry.GPURecord{rec}, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.UpdateNodeGPUs(ctx, "n1", func(old []telemetry.GPURecord) ([]telemetry.GPURecord, error) {
+		if len(old) != 1 || old[0].State.ECC.VolatileDBE != 2 || old[0].XID != 79 || !old[0].XIDAt.Equal(base) || old[0].Healthy {
+			t.Errorf("old records: %+v", old)
+		}
+		return nil, context.Canceled // refused: nothing changes
+	})
+	if err == nil {
+		t.Fatal("an update fn's error must be returned")
+	}
+	all, err := s.NodeGPUs(ctx, "")
+	if err != nil || len(all) != 1 || all[0].Reason != "ecc" || all[0].State.MemoryMiB != 81559 {
+		t.Fatalf("GPUs after a refused update: %+v %v", all, err)
+	}
+	if none, err := s.NodeGPUs(ctx, "n2"); err != nil || len(none) != 0 {
+		t.Fatalf("another node: %+v %v", none, err)
+	}
+}

@@ -137,8 +137,14 @@ func TestRouteRoleMatrix(t *testing.T) {
 		"GET /api/v1/workloads/{id}/logs":  {"GET", "/api/v1/workloads/" + wid + "/logs", nil, map[string]int{A: 409, P: 409, T: 409, M: 409, V: 409, N: 403, X: 404}},
 		"POST /api/v1/workloads/{id}/stop": {"POST", "/api/v1/workloads/{stop}/stop", nil, map[string]int{A: 200, P: 403, T: 200, M: 403, V: 403, N: 403, X: 404}},
 		// Every kind starts again; the admin's service is running, so starting it changes nothing.
-		"POST /api/v1/workloads/{id}/start": {"POST", "/api/v1/workloads/" + wid + "/start", nil, map[string]int{A: 200, P: 403, T: 200, M: 403, V: 403, N: 403, X: 404}},
-		"DELETE /api/v1/workloads/{id}":     {"DELETE", "/api/v1/workloads/{delete}", nil, map[string]int{A: 204, P: 403, T: 204, M: 403, V: 403, N: 403, X: 404}},
+		"POST /api/v1/workloads/{id}/start":  {"POST", "/api/v1/workloads/" + wid + "/start", nil, map[string]int{A: 200, P: 403, T: 200, M: 403, V: 403, N: 403, X: 404}},
+		"DELETE /api/v1/workloads/{id}":      {"DELETE", "/api/v1/workloads/{delete}", nil, map[string]int{A: 204, P: 403, T: 204, M: 403, V: 403, N: 403, X: 404}},
+		"GET /api/v1/workloads/{id}/metrics": {"GET", "/api/v1/workloads/" + wid + "/metrics", nil, visionReaders},
+		// GPU nodes are the platform's; the test server has no agents, so no node is known.
+		"GET /api/v1/nodes":        {"GET", "/api/v1/nodes", nil, map[string]int{A: 200, P: 200, T: 403, M: 403, V: 403, N: 403, X: 403}},
+		"GET /api/v1/nodes/{name}": {"GET", "/api/v1/nodes/gpu-node-1", nil, map[string]int{A: 404, P: 404, T: 403, M: 403, V: 403, N: 403, X: 403}},
+		// Only a node's agent pushes telemetry, by its ServiceAccount token: no person's credentials count.
+		"POST /api/v1/telemetry":            {"POST", "/api/v1/telemetry", func(string) any { return map[string]any{"node": "n1", "readings": []any{}} }, map[string]int{A: 401, P: 401, T: 401, M: 401, V: 401, N: 401, X: 401}},
 		"GET /api/v1/images":                {"GET", "/api/v1/images", nil, readers},
 		"GET /api/v1/images/{name}":         {"GET", "/api/v1/images/pytorch", nil, readers},
 		"POST /api/v1/images/{name}/verify": {"POST", "/api/v1/images/pytorch/verify", func(string) any { return map[string]any{"tag": "25.01-py3"} }, readers},

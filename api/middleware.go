@@ -32,10 +32,16 @@ type SessionAuthenticator interface {
 // (a personal access token by its prefix, else a JWT for Identify), or the
 // session cookie of a signed-in browser, which must also send the session's
 // CSRF token in X-CSRF-Token on anything but a read.
-func identify(bearer func(*http.Request) (identity.Identity, error), tokens *token.Service, sessions SessionAuthenticator) echo.MiddlewareFunc {
+//
+// On AgentPath only a node agent's ServiceAccount token counts (checked by
+// agents), and it counts nowhere else.
+func identify(bearer func(*http.Request) (identity.Identity, error), tokens *token.Service, sessions SessionAuthenticator, agents AgentAuthenticator) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			r := c.Request()
+			if r.URL.Path == AgentPath {
+				return identifyAgent(c, next, agents)
+			}
 			app := isInteractive(r.URL.Path)
 			if !isAPI(r.URL.Path) && !app {
 				return next(c)
@@ -101,6 +107,40 @@ func identify(bearer func(*http.Request) (identity.Identity, error), tokens *tok
 			return next(c)
 		}
 	}
+}
+
+// AgentPath is where node agents push telemetry.
+const AgentPath = "/api/v1/telemetry"
+
+// AgentAuthenticator checks a node agent's ServiceAccount token and says
+// which node it speaks for.
+type AgentAuthenticator interface {
+	AuthenticateAgent(ctx context.Context, token string) (identity.Identity, error)
+}
+
+// identifyAgent authenticates a node agent on AgentPath.
+func identifyAgent(c echo.Context, next echo.HandlerFunc, agents AgentAuthenticator) error {
+	r := c.Request()
+	raw, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || agents == nil {
+		c.Response().Header().Set("WWW-Authenticate", `Bearer realm="gantry-agent"`)
+		return echo.NewHTTPError(http.StatusUnauthorized, "not authenticated: a node agent's ServiceAccount token is required")
+	}
+	id, err := agents.AuthenticateAgent(r.Context(), raw)
+	var un *fault.Unavailable
+	var fb *fault.Forbidden
+	switch {
+	case errors.As(err, &un):
+		return err // the cluster did not answer: not the agent's fault
+	case errors.As(err, &fb):
+		return err
+	case err != nil:
+		c.Response().Header().Set("WWW-Authenticate", `Bearer realm="gantry-agent", error="invalid_token"`)
+		return echo.NewHTTPError(http.StatusUnauthorized, "not authenticated")
+	}
+	id.Via = identity.ViaAgent
+	c.SetRequest(r.WithContext(identity.With(r.Context(), id)))
+	return next(c)
 }
 
 func safeMethod(m string) bool {
@@ -184,6 +224,9 @@ func record(c echo.Context, store audit.Store, log *slog.Logger, err error) erro
 	}
 	if !(mutating || denied || hidden) {
 		return nil
+	}
+	if id, ok := identity.From(req.Context()); ok && id.Via == identity.ViaAgent && err == nil {
+		return nil // a node's telemetry changes nothing a person did: refusals only
 	}
 	r := audit.Record{At: time.Now(), Actor: "anonymous", Action: req.Method + " " + c.Path(), Object: req.URL.Path,
 		Decision: audit.Allow, Status: status, RequestID: c.Response().Header().Get(echo.HeaderXRequestID)}

@@ -26,6 +26,7 @@ import (
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/imageverify"
 	"github.com/gantryhq/gantry/internal/interactive"
+	"github.com/gantryhq/gantry/internal/telemetry"
 	"github.com/gantryhq/gantry/internal/token"
 	"github.com/gantryhq/gantry/internal/user"
 	"github.com/gantryhq/gantry/internal/weblogin"
@@ -70,6 +71,13 @@ type Options struct {
 	// AppTransport reaches interactive workloads' apps behind /w/{id}/
 	// (default: a plain HTTP transport to their in-cluster addresses).
 	AppTransport http.RoundTripper
+	// Agents authenticates node agents pushing telemetry (nil: refused).
+	Agents AgentAuthenticator
+	// Telemetry ingests agents' batches and lists GPU nodes; Metrics
+	// answers workloads' series (the same service, or Prometheus).
+	Telemetry     *telemetry.Service
+	Metrics       telemetry.Source
+	MetricsSource string // "gantry" or "prometheus"
 }
 
 // New builds the HTTP handler.
@@ -93,7 +101,7 @@ func New(o Options) (*echo.Echo, error) {
 			Skipper: func(c echo.Context) bool { return isInteractive(c.Request().URL.Path) }}), // an app's uploads are its business
 		secureHeaders,
 		limitAnonymous(o.Anonymous),
-		identify(o.Identify, o.Tokens, o.Sessions),
+		identify(o.Identify, o.Tokens, o.Sessions, o.Agents),
 		validate,
 	)
 	s := &server{o: o}

@@ -26,10 +26,12 @@ import (
 const PermissionExtension = "x-gantry-permission"
 
 // Public, as an operation's permission, needs no identity; Authenticated needs
-// one and nothing more.
+// one and nothing more; Agent needs a node agent's identity (and no user's
+// identity passes it).
 const (
 	Public        = "public"
 	Authenticated = "authenticated"
+	Agent         = "agent"
 )
 
 // permissionOf returns an operation's declared permission.
@@ -45,7 +47,7 @@ func checkPermissions(doc *openapi3.T) error {
 	for path, item := range doc.Paths.Map() {
 		for method, op := range item.Operations() {
 			p := permissionOf(op)
-			if _, known := access.Parse(p); p != Public && p != Authenticated && !known {
+			if _, known := access.Parse(p); p != Public && p != Authenticated && p != Agent && !known {
 				bad = append(bad, fmt.Sprintf("%s %s (%q)", method, path, p))
 			}
 		}
@@ -99,8 +101,11 @@ func validator(spec []byte, authorize func(identity.Identity, access.Permission)
 				if !ok {
 					return echo.NewHTTPError(http.StatusUnauthorized, "not authenticated")
 				}
+				if (perm == Agent) != (id.Via == identity.ViaAgent) {
+					return &fault.Forbidden{Reason: "only a node's gantry-agent calls this, and it calls nothing else"}
+				}
 				p, _ := access.Parse(perm) // checked at start: known
-				if perm != Authenticated && (authorize == nil || !authorize(id, p)) {
+				if perm != Authenticated && perm != Agent && (authorize == nil || !authorize(id, p)) {
 					return &fault.Forbidden{Reason: fmt.Sprintf("you need the %s permission", perm)}
 				}
 			}

@@ -127,6 +127,24 @@ func (e MeVia) Valid() bool {
 	}
 }
 
+// Defines values for MetricSeriesListSource.
+const (
+	Gantry     MetricSeriesListSource = "gantry"
+	Prometheus MetricSeriesListSource = "prometheus"
+)
+
+// Valid indicates whether the value is a known member of the MetricSeriesListSource enum.
+func (e MetricSeriesListSource) Valid() bool {
+	switch e {
+	case Gantry:
+		return true
+	case Prometheus:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ParameterType.
 const (
 	Bool   ParameterType = "bool"
@@ -163,6 +181,27 @@ func (e ReadinessStatus) Valid() bool {
 	case NotReady:
 		return true
 	case Ready:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ReadingAttribution.
+const (
+	Even      ReadingAttribution = "even"
+	Exclusive ReadingAttribution = "exclusive"
+	Process   ReadingAttribution = "process"
+)
+
+// Valid indicates whether the value is a known member of the ReadingAttribution enum.
+func (e ReadingAttribution) Valid() bool {
+	switch e {
+	case Even:
+		return true
+	case Exclusive:
+		return true
+	case Process:
 		return true
 	default:
 		return false
@@ -494,6 +533,30 @@ type CatalogImageConfidentialTee string
 // CatalogImageLayer defines model for CatalogImage.Layer.
 type CatalogImageLayer string
 
+// Device defines model for Device.
+type Device struct {
+	// Gpu UUID of the physical GPU.
+	Gpu string `json:"gpu"`
+
+	// Index The GPU's index on its node.
+	Index int          `json:"index"`
+	Mig   *MIGInstance `json:"mig,omitempty"`
+	Model *string      `json:"model,omitempty"`
+}
+
+// DeviceUse defines model for DeviceUse.
+type DeviceUse struct {
+	Device Device    `json:"device"`
+	Pod    *PodRef   `json:"pod,omitempty"`
+	T      time.Time `json:"t"`
+
+	// Values Values by metric name (gpu_util, sm_active, …); a metric not measured is left out.
+	Values MetricValues `json:"values"`
+
+	// Workload The Gantry workload the pod belongs to ("" for another pod).
+	Workload *string `json:"workload,omitempty"`
+}
+
 // EnvVar defines model for EnvVar.
 type EnvVar struct {
 	Name  string `json:"name"`
@@ -572,6 +635,37 @@ type GPUClassList struct {
 	Items []GPUClass `json:"items"`
 }
 
+// GPUEvent defines model for GPUEvent.
+type GPUEvent struct {
+	Detail *string   `json:"detail,omitempty"`
+	Gpu    string    `json:"gpu"`
+	T      time.Time `json:"t"`
+	Xid    int       `json:"xid"`
+}
+
+// GPUState defines model for GPUState.
+type GPUState struct {
+	Ecc *struct {
+		AggregateDoubleBit *int `json:"aggregateDoubleBit,omitempty"`
+		AggregateSingleBit *int `json:"aggregateSingleBit,omitempty"`
+		VolatileDoubleBit  *int `json:"volatileDoubleBit,omitempty"`
+		VolatileSingleBit  *int `json:"volatileSingleBit,omitempty"`
+	} `json:"ecc,omitempty"`
+	Gpu          string         `json:"gpu"`
+	Index        int            `json:"index"`
+	MemoryMiB    *int           `json:"memoryMiB,omitempty"`
+	MigEnabled   *bool          `json:"migEnabled,omitempty"`
+	MigInstances *[]MIGInstance `json:"migInstances,omitempty"`
+	Model        *string        `json:"model,omitempty"`
+	Remap        *struct {
+		Correctable   *int  `json:"correctable,omitempty"`
+		Failure       *bool `json:"failure,omitempty"`
+		Pending       *bool `json:"pending,omitempty"`
+		Uncorrectable *int  `json:"uncorrectable,omitempty"`
+	} `json:"remap,omitempty"`
+	Unsupported *[]string `json:"unsupported,omitempty"`
+}
+
 // Health defines model for Health.
 type Health struct {
 	Status HealthStatus `json:"status"`
@@ -613,6 +707,15 @@ type Lifecycle struct {
 	Retries     *int    `json:"retries,omitempty"`
 }
 
+// MIGInstance defines model for MIGInstance.
+type MIGInstance struct {
+	InstanceId int `json:"instanceId"`
+
+	// Profile MIG profile, such as 1g.10gb.
+	Profile string `json:"profile"`
+	Uuid    string `json:"uuid"`
+}
+
 // MIGProfile defines model for MIGProfile.
 type MIGProfile struct {
 	// ComputeShare Fraction of the GPU's SMs.
@@ -650,8 +753,93 @@ type Me struct {
 // MeVia How this request authenticated.
 type MeVia string
 
+// MetricPoint defines model for MetricPoint.
+type MetricPoint struct {
+	Avg float64 `json:"avg"`
+	Max float64 `json:"max"`
+
+	// N Samples behind the point.
+	N   int       `json:"n"`
+	P95 float64   `json:"p95"`
+	T   time.Time `json:"t"`
+}
+
+// MetricSeries defines model for MetricSeries.
+type MetricSeries struct {
+	// Dcgm dcgm-exporter's name: DCGM_FI_DEV_GPU_UTIL, …
+	Dcgm   string `json:"dcgm"`
+	Device Device `json:"device"`
+
+	// Metric Gantry's name: gpu_util, sm_active, …
+	Metric string        `json:"metric"`
+	Pod    *PodRef       `json:"pod,omitempty"`
+	Points []MetricPoint `json:"points"`
+	Unit   string        `json:"unit"`
+}
+
+// MetricSeriesList defines model for MetricSeriesList.
+type MetricSeriesList struct {
+	From   time.Time      `json:"from"`
+	Series []MetricSeries `json:"series"`
+
+	// Source Where the series come from.
+	Source MetricSeriesListSource `json:"source"`
+	Step   string                 `json:"step"`
+	To     time.Time              `json:"to"`
+}
+
+// MetricSeriesListSource Where the series come from.
+type MetricSeriesListSource string
+
+// MetricValues Values by metric name (gpu_util, sm_active, …); a metric not measured is left out.
+type MetricValues map[string]float64
+
 // Name A lowercase DNS label.
 type Name = string
+
+// Node defines model for Node.
+type Node struct {
+	// Agent The agent's version.
+	Agent *string `json:"agent,omitempty"`
+
+	// Devices Each device's newest reading of the last two minutes, with the pod that holds it.
+	Devices []DeviceUse `json:"devices"`
+	Gpus    []NodeGPU   `json:"gpus"`
+
+	// Healthy Every GPU healthy.
+	Healthy bool      `json:"healthy"`
+	Name    string    `json:"name"`
+	SeenAt  time.Time `json:"seenAt"`
+
+	// Stale The agent has not reported for two minutes.
+	Stale bool `json:"stale"`
+}
+
+// NodeGPU defines model for NodeGPU.
+type NodeGPU struct {
+	Ecc          *map[string]int `json:"ecc,omitempty"`
+	Gpu          string          `json:"gpu"`
+	Healthy      bool            `json:"healthy"`
+	Index        int             `json:"index"`
+	MemoryMiB    *int            `json:"memoryMiB,omitempty"`
+	MigEnabled   *bool           `json:"migEnabled,omitempty"`
+	MigInstances *[]MIGInstance  `json:"migInstances,omitempty"`
+	Model        *string         `json:"model,omitempty"`
+
+	// Reason Why the GPU is not healthy.
+	Reason *string                 `json:"reason,omitempty"`
+	Remap  *map[string]interface{} `json:"remap,omitempty"`
+	SeenAt time.Time               `json:"seenAt"`
+
+	// Since When its health last changed.
+	Since       *time.Time `json:"since,omitempty"`
+	Unsupported *[]string  `json:"unsupported,omitempty"`
+}
+
+// NodeList defines model for NodeList.
+type NodeList struct {
+	Items []Node `json:"items"`
+}
 
 // Parameter defines model for Parameter.
 type Parameter struct {
@@ -672,6 +860,13 @@ type ParameterType string
 
 // Parameters Parameter values by name (strings, integers or booleans as the template declares).
 type Parameters map[string]interface{}
+
+// PodRef defines model for PodRef.
+type PodRef struct {
+	Container *string `json:"container,omitempty"`
+	Namespace *string `json:"namespace,omitempty"`
+	Pod       *string `json:"pod,omitempty"`
+}
 
 // Port defines model for Port.
 type Port struct {
@@ -708,6 +903,24 @@ type Readiness struct {
 // ReadinessStatus defines model for Readiness.Status.
 type ReadinessStatus string
 
+// Reading defines model for Reading.
+type Reading struct {
+	// Attribution How the pod was attributed.
+	Attribution *ReadingAttribution `json:"attribution,omitempty"`
+	Device      Device              `json:"device"`
+	Pod         *PodRef             `json:"pod,omitempty"`
+
+	// Share Fraction of the device attributed to the pod (time-slicing).
+	Share *float64  `json:"share,omitempty"`
+	T     time.Time `json:"t"`
+
+	// Values Values by metric name (gpu_util, sm_active, …); a metric not measured is left out.
+	Values MetricValues `json:"values"`
+}
+
+// ReadingAttribution How the pod was attributed.
+type ReadingAttribution string
+
 // RenderRequest defines model for RenderRequest.
 type RenderRequest struct {
 	// Confidential Run in a confidential VM (Kata with the GPU in NVIDIA CC mode, on a TEE node). Needs a confidential catalog image and a GPU class that supports it; a template marked confidential is always confidential.
@@ -743,6 +956,27 @@ type Scheduling struct {
 
 // SchedulingPriority defines model for Scheduling.Priority.
 type SchedulingPriority string
+
+// TelemetryBatch defines model for TelemetryBatch.
+type TelemetryBatch struct {
+	// Agent The agent's version.
+	Agent *string `json:"agent,omitempty"`
+
+	// Dropped Readings the agent dropped since its last push (its buffer was full).
+	Dropped  *int        `json:"dropped,omitempty"`
+	Events   *[]GPUEvent `json:"events,omitempty"`
+	Gpus     *[]GPUState `json:"gpus,omitempty"`
+	Node     string      `json:"node"`
+	Readings []Reading   `json:"readings"`
+}
+
+// TelemetryResult defines model for TelemetryResult.
+type TelemetryResult struct {
+	Accepted int `json:"accepted"`
+
+	// Unattributed Readings of pods that are gone or not Gantry's.
+	Unattributed int `json:"unattributed"`
+}
 
 // TemplateDocument A template, exactly as in a file under templates/ (JSON instead of YAML).
 type TemplateDocument struct {
@@ -1103,8 +1337,26 @@ type GetWorkloadLogsParams struct {
 	TailLines *int `form:"tailLines,omitempty" json:"tailLines,omitempty"`
 }
 
+// GetWorkloadMetricsParams defines parameters for GetWorkloadMetrics.
+type GetWorkloadMetricsParams struct {
+	// From Start of the window (RFC 3339); default one hour before to.
+	From *time.Time `form:"from,omitempty" json:"from,omitempty"`
+
+	// To End of the window (RFC 3339), exclusive; default now.
+	To *time.Time `form:"to,omitempty" json:"to,omitempty"`
+
+	// Step Step between points, as a Go duration (10s, 1m, 1h); default the window divided into 120 steps, at least 10s.
+	Step *string `form:"step,omitempty" json:"step,omitempty"`
+
+	// Series Metrics to return, comma-separated (gpu_util,sm_active or DCGM names); default all.
+	Series *string `form:"series,omitempty" json:"series,omitempty"`
+}
+
 // VerifyImageJSONRequestBody defines body for VerifyImage for application/json ContentType.
 type VerifyImageJSONRequestBody = VerifyRequest
+
+// PushTelemetryJSONRequestBody defines body for PushTelemetry for application/json ContentType.
+type PushTelemetryJSONRequestBody = TelemetryBatch
 
 // CreateTemplateJSONRequestBody defines body for CreateTemplate for application/json ContentType.
 type CreateTemplateJSONRequestBody = TemplateDocument
@@ -1147,6 +1399,15 @@ type ServerInterface interface {
 	// GetMe Who am I
 	// (GET /api/v1/me)
 	GetMe(ctx echo.Context) error
+	// ListNodes List GPU nodes
+	// (GET /api/v1/nodes)
+	ListNodes(ctx echo.Context) error
+	// GetNode Get a GPU node
+	// (GET /api/v1/nodes/{name})
+	GetNode(ctx echo.Context, name string) error
+	// PushTelemetry Push GPU telemetry
+	// (POST /api/v1/telemetry)
+	PushTelemetry(ctx echo.Context) error
 	// ListTemplates List templates
 	// (GET /api/v1/templates)
 	ListTemplates(ctx echo.Context) error
@@ -1213,6 +1474,9 @@ type ServerInterface interface {
 	// GetWorkloadLogs Workload logs
 	// (GET /api/v1/workloads/{id}/logs)
 	GetWorkloadLogs(ctx echo.Context, id WorkloadID, params GetWorkloadLogsParams) error
+	// GetWorkloadMetrics Workload GPU metrics
+	// (GET /api/v1/workloads/{id}/metrics)
+	GetWorkloadMetrics(ctx echo.Context, id WorkloadID, params GetWorkloadMetricsParams) error
 	// StartWorkload Start a stopped workload
 	// (POST /api/v1/workloads/{id}/start)
 	StartWorkload(ctx echo.Context, id WorkloadID) error
@@ -1349,6 +1613,40 @@ func (w *ServerInterfaceWrapper) GetMe(ctx echo.Context) error {
 
 	// Invoke the callback with all the unmarshaled arguments
 	err = w.Handler.GetMe(ctx)
+	return err
+}
+
+// ListNodes converts echo context to params.
+func (w *ServerInterfaceWrapper) ListNodes(ctx echo.Context) error {
+	var err error
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.ListNodes(ctx)
+	return err
+}
+
+// GetNode converts echo context to params.
+func (w *ServerInterfaceWrapper) GetNode(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "name" -------------
+	var name string
+
+	err = runtime.BindStyledParameterWithOptions("simple", "name", ctx.Param("name"), &name, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter name: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.GetNode(ctx, name)
+	return err
+}
+
+// PushTelemetry converts echo context to params.
+func (w *ServerInterfaceWrapper) PushTelemetry(ctx echo.Context) error {
+	var err error
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.PushTelemetry(ctx)
 	return err
 }
 
@@ -1760,6 +2058,52 @@ func (w *ServerInterfaceWrapper) GetWorkloadLogs(ctx echo.Context) error {
 	return err
 }
 
+// GetWorkloadMetrics converts echo context to params.
+func (w *ServerInterfaceWrapper) GetWorkloadMetrics(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "id" -------------
+	var id WorkloadID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", ctx.Param("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter id: %s", err))
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params GetWorkloadMetricsParams
+	// ------------- Optional query parameter "from" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "from", ctx.QueryParams(), &params.From, runtime.BindQueryParameterOptions{Type: "string", Format: "date-time"})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter from: %s", err))
+	}
+
+	// ------------- Optional query parameter "to" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "to", ctx.QueryParams(), &params.To, runtime.BindQueryParameterOptions{Type: "string", Format: "date-time"})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter to: %s", err))
+	}
+
+	// ------------- Optional query parameter "step" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "step", ctx.QueryParams(), &params.Step, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter step: %s", err))
+	}
+
+	// ------------- Optional query parameter "series" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "series", ctx.QueryParams(), &params.Series, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter series: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.GetWorkloadMetrics(ctx, id, params)
+	return err
+}
+
 // StartWorkload converts echo context to params.
 func (w *ServerInterfaceWrapper) StartWorkload(ctx echo.Context) error {
 	var err error
@@ -1897,6 +2241,10 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.GET(options.BaseURL+"/api/v1/workloads/:id/events", wrapper.ListWorkloadEvents, options.OperationMiddlewares["listWorkloadEvents"]...)
 	router.GET(options.BaseURL+"/api/v1/workloads/:id/logs", wrapper.GetWorkloadLogs, options.OperationMiddlewares["getWorkloadLogs"]...)
 	router.GET(options.BaseURL+"/auth/config", wrapper.GetAuthConfig, options.OperationMiddlewares["getAuthConfig"]...)
+	router.GET(options.BaseURL+"/api/v1/workloads/:id/metrics", wrapper.GetWorkloadMetrics, options.OperationMiddlewares["getWorkloadMetrics"]...)
+	router.GET(options.BaseURL+"/api/v1/nodes", wrapper.ListNodes, options.OperationMiddlewares["listNodes"]...)
+	router.GET(options.BaseURL+"/api/v1/nodes/:name", wrapper.GetNode, options.OperationMiddlewares["getNode"]...)
+	router.POST(options.BaseURL+"/api/v1/telemetry", wrapper.PushTelemetry, options.OperationMiddlewares["pushTelemetry"]...)
 	router.GET(options.BaseURL+"/api/v1/me", wrapper.GetMe, options.OperationMiddlewares["getMe"]...)
 	router.GET(options.BaseURL+"/api/v1/tokens", wrapper.ListTokens, options.OperationMiddlewares["listTokens"]...)
 	router.POST(options.BaseURL+"/api/v1/tokens", wrapper.CreateToken, options.OperationMiddlewares["createToken"]...)
@@ -2175,6 +2523,122 @@ type GetMedefaultApplicationProblemPlusJSONResponse struct {
 }
 
 func (response GetMedefaultApplicationProblemPlusJSONResponse) VisitGetMeResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListNodesRequestObject struct {
+}
+
+type ListNodesResponseObject interface {
+	VisitListNodesResponse(w http.ResponseWriter) error
+}
+
+type ListNodes200JSONResponse NodeList
+
+func (response ListNodes200JSONResponse) VisitListNodesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListNodesdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListNodesdefaultApplicationProblemPlusJSONResponse) VisitListNodesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetNodeRequestObject struct {
+	Name string `json:"name"`
+}
+
+type GetNodeResponseObject interface {
+	VisitGetNodeResponse(w http.ResponseWriter) error
+}
+
+type GetNode200JSONResponse Node
+
+func (response GetNode200JSONResponse) VisitGetNodeResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetNodedefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetNodedefaultApplicationProblemPlusJSONResponse) VisitGetNodeResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PushTelemetryRequestObject struct {
+	Body *PushTelemetryJSONRequestBody
+}
+
+type PushTelemetryResponseObject interface {
+	VisitPushTelemetryResponse(w http.ResponseWriter) error
+}
+
+type PushTelemetry202JSONResponse TelemetryResult
+
+func (response PushTelemetry202JSONResponse) VisitPushTelemetryResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(202)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PushTelemetrydefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response PushTelemetrydefaultApplicationProblemPlusJSONResponse) VisitPushTelemetryResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
@@ -3036,6 +3500,46 @@ func (response GetWorkloadLogsdefaultApplicationProblemPlusJSONResponse) VisitGe
 	return err
 }
 
+type GetWorkloadMetricsRequestObject struct {
+	Id     WorkloadID `json:"id"`
+	Params GetWorkloadMetricsParams
+}
+
+type GetWorkloadMetricsResponseObject interface {
+	VisitGetWorkloadMetricsResponse(w http.ResponseWriter) error
+}
+
+type GetWorkloadMetrics200JSONResponse MetricSeriesList
+
+func (response GetWorkloadMetrics200JSONResponse) VisitGetWorkloadMetricsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetWorkloadMetricsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetWorkloadMetricsdefaultApplicationProblemPlusJSONResponse) VisitGetWorkloadMetricsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type StartWorkloadRequestObject struct {
 	Id WorkloadID `json:"id"`
 }
@@ -3258,6 +3762,15 @@ type StrictServerInterface interface {
 	// GetMe Who am I
 	// (GET /api/v1/me)
 	GetMe(ctx context.Context, request GetMeRequestObject) (GetMeResponseObject, error)
+	// ListNodes List GPU nodes
+	// (GET /api/v1/nodes)
+	ListNodes(ctx context.Context, request ListNodesRequestObject) (ListNodesResponseObject, error)
+	// GetNode Get a GPU node
+	// (GET /api/v1/nodes/{name})
+	GetNode(ctx context.Context, request GetNodeRequestObject) (GetNodeResponseObject, error)
+	// PushTelemetry Push GPU telemetry
+	// (POST /api/v1/telemetry)
+	PushTelemetry(ctx context.Context, request PushTelemetryRequestObject) (PushTelemetryResponseObject, error)
 	// ListTemplates List templates
 	// (GET /api/v1/templates)
 	ListTemplates(ctx context.Context, request ListTemplatesRequestObject) (ListTemplatesResponseObject, error)
@@ -3324,6 +3837,9 @@ type StrictServerInterface interface {
 	// GetWorkloadLogs Workload logs
 	// (GET /api/v1/workloads/{id}/logs)
 	GetWorkloadLogs(ctx context.Context, request GetWorkloadLogsRequestObject) (GetWorkloadLogsResponseObject, error)
+	// GetWorkloadMetrics Workload GPU metrics
+	// (GET /api/v1/workloads/{id}/metrics)
+	GetWorkloadMetrics(ctx context.Context, request GetWorkloadMetricsRequestObject) (GetWorkloadMetricsResponseObject, error)
 	// StartWorkload Start a stopped workload
 	// (POST /api/v1/workloads/{id}/start)
 	StartWorkload(ctx context.Context, request StartWorkloadRequestObject) (StartWorkloadResponseObject, error)
@@ -3542,6 +4058,100 @@ func (sh *strictHandler) GetMe(ctx echo.Context) error {
 		return err
 	} else if validResponse, ok := response.(GetMeResponseObject); ok {
 		return validResponse.VisitGetMeResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// ListNodes operation middleware
+func (sh *strictHandler) ListNodes(ctx echo.Context) error {
+	var request ListNodesRequestObject
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.ListNodes(ctx.Request().Context(), request.(ListNodesRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListNodes")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(ListNodesResponseObject); ok {
+		return validResponse.VisitListNodesResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// GetNode operation middleware
+func (sh *strictHandler) GetNode(ctx echo.Context, name string) error {
+	var request GetNodeRequestObject
+
+	request.Name = name
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.GetNode(ctx.Request().Context(), request.(GetNodeRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetNode")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(GetNodeResponseObject); ok {
+		return validResponse.VisitGetNodeResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// PushTelemetry operation middleware
+func (sh *strictHandler) PushTelemetry(ctx echo.Context) error {
+	var request PushTelemetryRequestObject
+
+	var body PushTelemetryJSONRequestBody
+	var err error
+	if binder, ok := ctx.Echo().Binder.(*echo.DefaultBinder); ok {
+		// A request validator built on kin-openapi's openapi3filter with
+		// KeepValidatedValue leaves the value it validated on the body. Bind
+		// that value, matching member names exactly, so the handler receives
+		// what was validated instead of a second, case-insensitive decode.
+		// Otherwise bind only the request body, so that path and query
+		// parameters are not also bound into the body struct.
+		if vb, ok := ctx.Request().Body.(interface{ ValidatedValue() any }); !ok || runtime.BindJSONValue(vb.ValidatedValue(), &body) != nil {
+			err = binder.BindBody(ctx, &body)
+		}
+	} else {
+		// A custom binder is installed on the Echo instance; defer to it
+		// entirely, since echo.Binder does not expose body-only binding and
+		// the binder may do more than decode (for example call ctx.Validate).
+		err = ctx.Bind(&body)
+	}
+	if err != nil {
+		return err
+	}
+	request.Body = &body
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.PushTelemetry(ctx.Request().Context(), request.(PushTelemetryRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "PushTelemetry")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(PushTelemetryResponseObject); ok {
+		return validResponse.VisitPushTelemetryResponse(ctx.Response())
 	} else if response != nil {
 		return fmt.Errorf("unexpected response type: %T", response)
 	}
@@ -4224,6 +4834,32 @@ func (sh *strictHandler) GetWorkloadLogs(ctx echo.Context, id WorkloadID, params
 		return err
 	} else if validResponse, ok := response.(GetWorkloadLogsResponseObject); ok {
 		return validResponse.VisitGetWorkloadLogsResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// GetWorkloadMetrics operation middleware
+func (sh *strictHandler) GetWorkloadMetrics(ctx echo.Context, id WorkloadID, params GetWorkloadMetricsParams) error {
+	var request GetWorkloadMetricsRequestObject
+
+	request.Id = id
+	request.Params = params
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.GetWorkloadMetrics(ctx.Request().Context(), request.(GetWorkloadMetricsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetWorkloadMetrics")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(GetWorkloadMetricsResponseObject); ok {
+		return validResponse.VisitGetWorkloadMetricsResponse(ctx.Response())
 	} else if response != nil {
 		return fmt.Errorf("unexpected response type: %T", response)
 	}

@@ -37,13 +37,14 @@ var (
 	MembersManage      = Permission{"members:manage"}
 	AuditRead          = Permission{"audit:read"}
 	UsersManage        = Permission{"users:manage"} // list and deactivate users, revoke anyone's token
+	NodesRead          = Permission{"nodes:read"}   // GPU nodes: their GPUs, health and current use
 )
 
 // All lists every permission.
 var All = []Permission{
 	TemplatesRead, TemplatesWrite, GPUClassesRead, GPUClassesWrite, ImagesRead, ImagesWrite,
 	PolicyRead, PolicyWrite, WorkloadsRead, WorkloadsLaunch, WorkloadsManage, OwnWorkloadsManage,
-	MembersManage, AuditRead, UsersManage,
+	MembersManage, AuditRead, UsersManage, NodesRead,
 }
 
 // Parse finds the permission written as s (object:action).
@@ -73,7 +74,7 @@ func (p Permission) ReadOnly() bool { return p.Action() == "read" }
 // made it.
 var platformScoped = map[Permission]bool{
 	TemplatesWrite: true, GPUClassesWrite: true, ImagesWrite: true,
-	PolicyRead: true, PolicyWrite: true, AuditRead: true, UsersManage: true,
+	PolicyRead: true, PolicyWrite: true, AuditRead: true, UsersManage: true, NodesRead: true,
 }
 
 // PlatformScoped reports whether the permission acts on the whole platform

@@ -86,6 +86,34 @@ type Config struct {
 	Audit Audit `json:"audit"`
 	// Security bounds what callers without valid credentials can cost.
 	Security Security `json:"security"`
+	// Telemetry configures GPU telemetry: what agents push, how long it is
+	// kept, and GPU health.
+	Telemetry Telemetry `json:"telemetry"`
+	// Metrics chooses where workloads' series are read from.
+	Metrics Metrics `json:"metrics"`
+}
+
+// Telemetry configures the GPU metrics gantry-agent pushes.
+type Telemetry struct {
+	// RawRetention keeps raw samples; RollupRetention keeps the one-minute
+	// and one-hour rollups.
+	RawRetention    Duration `json:"rawRetention"`
+	RollupRetention Duration `json:"rollupRetention"`
+	// Audience is what agents' projected ServiceAccount tokens must be
+	// meant for; ServiceAccount is the only account that may push.
+	Audience       string `json:"audience"`
+	ServiceAccount string `json:"serviceAccount"`
+	// Cordon cordons and labels a node when one of its GPUs turns unhealthy.
+	Cordon bool `json:"cordon"`
+	// XIDHold is how long a critical XID keeps a GPU unhealthy.
+	XIDHold Duration `json:"xidHold"`
+}
+
+// Metrics chooses where workloads' GPU series are read from.
+type Metrics struct {
+	// PrometheusURL, when set, reads series from a Prometheus that scrapes
+	// dcgm-exporter (or gantry-agent) instead of Gantry's own store.
+	PrometheusURL string `json:"prometheusURL"`
 }
 
 // Security bounds what callers without valid credentials can cost.
@@ -220,6 +248,8 @@ func Default() Config {
 		DevLogin:          DevLogin{Listen: "127.0.0.1:0", Users: DefaultDevUsers()},
 		Audit:             Audit{CheckpointInterval: Duration(time.Minute), DenialWindow: Duration(time.Minute)},
 		Security:          Security{AnonymousRate: 5, AnonymousBurst: 50},
+		Telemetry: Telemetry{RawRetention: Duration(48 * time.Hour), RollupRetention: Duration(90 * 24 * time.Hour), Audience: "gantry",
+			ServiceAccount: "system:serviceaccount:gantry-system:gantry-agent", XIDHold: Duration(24 * time.Hour)},
 	}
 }
 
@@ -445,6 +475,7 @@ func (c *Config) validateLimitsAndLogs(errs *fault.List) {
 	if c.Security.AnonymousBurst < 1 || c.Security.AnonymousBurst > 1_000_000 {
 		errs.Addf("security.anonymousBurst", "%d must be between 1 and 1000000", c.Security.AnonymousBurst)
 	}
+	c.validateTelemetry(errs)
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":
 	default:
@@ -483,4 +514,29 @@ func (c *Config) Logger() *slog.Logger {
 		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
 	}
 	return slog.New(slog.NewTextHandler(os.Stderr, opts))
+}
+
+// validateTelemetry checks the telemetry and metrics settings.
+func (c *Config) validateTelemetry(errs *fault.List) {
+	t := c.Telemetry
+	if d := time.Duration(t.RawRetention); d < time.Hour || d > 30*24*time.Hour {
+		errs.Addf("telemetry.rawRetention", "%s must be between 1h and 720h", d)
+	}
+	if d := time.Duration(t.RollupRetention); d < time.Duration(t.RawRetention) || d > 5*365*24*time.Hour {
+		errs.Addf("telemetry.rollupRetention", "%s must be at least telemetry.rawRetention and at most 43800h (5 years)", d)
+	}
+	if d := time.Duration(t.XIDHold); d < time.Minute || d > 30*24*time.Hour {
+		errs.Addf("telemetry.xidHold", "%s must be between 1m and 720h", d)
+	}
+	if t.Audience == "" {
+		errs.Addf("telemetry.audience", "is required")
+	}
+	if parts := strings.Split(t.ServiceAccount, ":"); len(parts) != 4 || parts[0] != "system" || parts[1] != "serviceaccount" || parts[2] == "" || parts[3] == "" {
+		errs.Addf("telemetry.serviceAccount", "%q must be system:serviceaccount:<namespace>:<name>", t.ServiceAccount)
+	}
+	if u := c.Metrics.PrometheusURL; u != "" {
+		if pu, err := url.Parse(u); err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
+			errs.Addf("metrics.prometheusURL", "%q is not an http(s) URL", u)
+		}
+	}
 }

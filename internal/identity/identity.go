@@ -19,8 +19,12 @@ type Identity struct {
 	TokenTeam string
 	ReadOnly  bool
 
-	// Via is how the request authenticated: ViaBearer, ViaToken or ViaSession.
+	// Via is how the request authenticated: ViaBearer, ViaToken, ViaSession
+	// or ViaAgent.
 	Via string
+	// Node is set for a node's gantry-agent: the node its ServiceAccount
+	// token is bound to.
+	Node string
 }
 
 // How a request authenticated.
@@ -28,6 +32,7 @@ const (
 	ViaBearer  = "bearer"  // a JWT from the OpenID provider (the CLI, scripts)
 	ViaToken   = "token"   // a personal access token
 	ViaSession = "session" // a signed-in browser's cookie
+	ViaAgent   = "agent"   // a node's gantry-agent, by its ServiceAccount token (telemetry only)
 )
 
 // String is the identity's stable name: its subject, qualified by issuer when

@@ -46,6 +46,7 @@ import (
 	"github.com/gantryhq/gantry/internal/kube"
 	"github.com/gantryhq/gantry/internal/store"
 	"github.com/gantryhq/gantry/internal/team"
+	"github.com/gantryhq/gantry/internal/telemetry"
 	"github.com/gantryhq/gantry/internal/template"
 	"github.com/gantryhq/gantry/internal/token"
 	"github.com/gantryhq/gantry/internal/user"
@@ -115,6 +116,8 @@ func openStore(ctx context.Context, cfg config.Config, log *slog.Logger, classes
 type Server struct {
 	*Core
 	Workloads *workload.Service
+	// Telemetry ingests agents' GPU readings and keeps the series.
+	Telemetry *telemetry.Service
 	ln        net.Listener
 	url       string
 	http      *http.Server
@@ -195,6 +198,22 @@ func New(ctx context.Context, cfg config.Config, ov Overrides) (s *Server, err e
 	if s.Workloads, err = workload.New(wo); err != nil {
 		return nil, err
 	}
+	tc := cfg.Telemetry
+	to := telemetry.Options{Store: core.Store, RawRetention: time.Duration(tc.RawRetention), RollupRetention: time.Duration(tc.RollupRetention),
+		XIDHold: time.Duration(tc.XIDHold), Now: s.clock.Now, Log: core.Log}
+	var agents api.AgentAuthenticator
+	if s.cluster != nil {
+		kt := kube.Telemetry{Lazy: s.cluster, Cordon: tc.Cordon}
+		to.Pods, to.Health = kt, kt
+		agents = &telemetry.AgentAuth{Reviewer: kt, Audience: tc.Audience, ServiceAccount: tc.ServiceAccount, Now: s.clock.Now}
+	}
+	if s.Telemetry, err = telemetry.New(to); err != nil {
+		return nil, err
+	}
+	metrics, metricsSource, err := metricsSource(cfg, s.Telemetry)
+	if err != nil {
+		return nil, err
+	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("listen: %w", err)
@@ -251,6 +270,7 @@ func New(ctx context.Context, cfg config.Config, ov Overrides) (s *Server, err e
 		SignIn:    gen.AuthConfig{Issuer: oc.Issuer, CliClientID: oc.CLIClientID, Scopes: oc.Scopes},
 		Authorize: s.authz.AllowedSomewhere, Audit: s.denials, Images: core.Images,
 		AppTransport: ov.AppTransport,
+		Agents:       agents, Telemetry: s.Telemetry, Metrics: metrics, MetricsSource: metricsSource,
 		Anonymous:    api.AnonymousLimit{Rate: float64(cfg.Security.AnonymousRate), Burst: int(cfg.Security.AnonymousBurst), Now: s.clock.Now},
 	})
 	if err != nil {
@@ -357,6 +377,9 @@ func (s *Server) Run(ctx context.Context) error {
 	if s.checkpoints != nil {
 		g.Go(func() error { return s.every(gctx, cfg.Audit.Interval(), s.checkpoints.Run) })
 	}
+	// Every replica rolls up and prunes: both are idempotent, and a period
+	// rolled up twice is written alike.
+	g.Go(func() error { return s.every(gctx, telemetryInterval, s.Telemetry.Run) })
 	if s.cluster != nil {
 		g.Go(func() error { return s.leaderLoops(gctx) })
 	}
@@ -370,6 +393,19 @@ func (s *Server) Run(ctx context.Context) error {
 		cancel()
 	}
 	return err
+}
+
+// telemetryInterval is how often closed periods are rolled up and old
+// telemetry is pruned.
+const telemetryInterval = 30 * time.Second
+
+// metricsSource is where workloads' series are read: Gantry's own store, or
+// the Prometheus of metrics.prometheusURL.
+func metricsSource(cfg config.Config, own *telemetry.Service) (telemetry.Source, string, error) {
+	if cfg.Metrics.PrometheusURL == "" {
+		return own, "gantry", nil
+	}
+	return nil, "", fmt.Errorf("metrics.prometheusURL: the Prometheus source is not built yet")
 }
 
 // checkpointer signs the audit log's head with audit.checkpointKey (without

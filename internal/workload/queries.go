@@ -112,3 +112,6 @@ func (s *Service) Events(ctx context.Context, id string) ([]Event, error) {
 	}
 	return s.cluster.Events(ctx, s.namespace(w.Team), w.Name)
 }
+
+// Namespace is the namespace a workload's objects live in.
+func (s *Service) Namespace(w Workload) string { return s.namespace(w.Team) }

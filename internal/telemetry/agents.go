@@ -1,0 +1,101 @@
+package telemetry
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/identity"
+)
+
+// TokenReviewer asks the cluster who a ServiceAccount token belongs to (a
+// TokenReview with the given audience).
+type TokenReviewer interface {
+	ReviewToken(ctx context.Context, token, audience string) (Review, error)
+}
+
+// Review is what the cluster said of a token.
+type Review struct {
+	Authenticated bool
+	Username      string   // system:serviceaccount:<namespace>:<name>
+	Audiences     []string // the audiences the token is valid for
+	Node          string   // the node of the pod the token is bound to ("" if none)
+	Error         string
+}
+
+// AgentAuth authenticates node agents by their projected ServiceAccount
+// tokens: the cluster must accept the token for Audience, it must belong to
+// ServiceAccount, and be bound to a pod on a node. Accepted tokens are
+// remembered (by hash) for a minute, so a fleet pushing every 10 s does not
+// cost the API server a review per push.
+type AgentAuth struct {
+	Reviewer       TokenReviewer
+	Audience       string // e.g. "gantry"
+	ServiceAccount string // e.g. system:serviceaccount:gantry-system:gantry-agent
+	Now            func() time.Time
+
+	mu    sync.Mutex
+	cache map[[32]byte]cachedAgent
+}
+
+type cachedAgent struct {
+	node    string
+	expires time.Time
+}
+
+// agentCacheTTL is how long an accepted token is trusted without a review;
+// agentCacheMax bounds the remembered tokens.
+const (
+	agentCacheTTL = time.Minute
+	agentCacheMax = 10000
+)
+
+// ErrNotAgent means a token the cluster accepted is not the agent's.
+var ErrNotAgent = errors.New("not the node agent's ServiceAccount")
+
+// AuthenticateAgent implements the API's agent authenticator: the
+// identity of the agent on its node, or an error (fault.Forbidden for a
+// valid token of another ServiceAccount or one not bound to a node).
+func (a *AgentAuth) AuthenticateAgent(ctx context.Context, token string) (identity.Identity, error) {
+	now := time.Now
+	if a.Now != nil {
+		now = a.Now
+	}
+	key := sha256.Sum256([]byte(token))
+	a.mu.Lock()
+	c, ok := a.cache[key]
+	a.mu.Unlock()
+	if ok && now().Before(c.expires) {
+		return a.identity(c.node), nil
+	}
+	r, err := a.Reviewer.ReviewToken(ctx, token, a.Audience)
+	if err != nil {
+		return identity.Identity{}, &fault.Unavailable{What: "token review", Err: err}
+	}
+	switch {
+	case !r.Authenticated:
+		return identity.Identity{}, fmt.Errorf("token not accepted by the cluster: %s", r.Error)
+	case !slices.Contains(r.Audiences, a.Audience):
+		return identity.Identity{}, fmt.Errorf("token not meant for audience %q", a.Audience)
+	case r.Username != a.ServiceAccount:
+		return identity.Identity{}, &fault.Forbidden{Reason: fmt.Sprintf("%s: %s may not push telemetry", ErrNotAgent, r.Username)}
+	case r.Node == "":
+		return identity.Identity{}, &fault.Forbidden{Reason: "the token is not bound to a pod on a node: use the agent pod's projected token"}
+	}
+	a.mu.Lock()
+	if a.cache == nil || len(a.cache) >= agentCacheMax {
+		a.cache = map[[32]byte]cachedAgent{}
+	}
+	a.cache[key] = cachedAgent{node: r.Node, expires: now().Add(agentCacheTTL)}
+	a.mu.Unlock()
+	return a.identity(r.Node), nil
+}
+
+func (a *AgentAuth) identity(node string) identity.Identity {
+	return identity.Identity{Issuer: "kubernetes", Subject: a.ServiceAccount, Name: "gantry-agent on " + node, Node: node, Via: identity.ViaAgent}
+}

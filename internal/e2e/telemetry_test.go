@@ -1,0 +1,213 @@
+package e2e_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	authnv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gantryhq/gantry/internal/telemetry"
+	"github.com/gantryhq/gantry/internal/waitfor"
+)
+
+// agentToken makes a ServiceAccount token for audience, bound to a pod of
+// account sa on node (created here, as the DaemonSet's pod would be), as
+// the kubelet projects it into the agent's pod.
+func agentToken(t *testing.T, ns, sa, node, audience string) string {
+	t.Helper()
+	ctx := context.Background()
+	c := cluster.Client
+	if _, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	if _, err := c.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	pod, err := c.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: sa + "-"},
+		Spec: corev1.PodSpec{ServiceAccountName: sa, NodeName: node,
+			Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+			Containers:  []corev1.Container{{Name: "agent", Image: "gantry-agent"}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.CoreV1().Pods(ns).Delete(context.Background(), pod.Name, metav1.DeleteOptions{}) })
+	exp := int64(600)
+	tr, err := c.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa, &authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{
+		Audiences: []string{audience}, ExpirationSeconds: &exp,
+		BoundObjectRef: &authnv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID},
+	}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr.Status.Token
+}
+
+// push posts a batch with a bearer token straight to Gantry (not through
+// the test's front, which signs requests in as a person).
+func push(t *testing.T, g *gantryServer, token string, b telemetry.Batch) (int, string) {
+	t.Helper()
+	body, _ := json.Marshal(b)
+	req, _ := http.NewRequest("POST", g.URL+"/api/v1/telemetry", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(data)
+}
+
+// TestTelemetryPush: an agent's projected token is checked with a
+// TokenReview by the real API server — only the agent's ServiceAccount, only
+// for its own node, only for pods on that node — and what it pushed comes
+// back as the workload's series, to its team, and on the node's page.
+func TestTelemetryPush(t *testing.T) {
+	g := start(t, filepath.Join(t.TempDir(), "g.db"), true)
+	var w wl
+	if s := g.post("/api/v1/workloads", map[string]any{"template": "vllm-inference", "team": "vision"}, &w); s != 201 {
+		t.Fatalf("launch: %d", s)
+	}
+	g.waitStatus(w.ID, "Running")
+	pods := podsOf(t, "vision", w.ID)
+	if len(pods) != 1 {
+		t.Fatalf("pods: %d", len(pods))
+	}
+	pod, node := pods[0], pods[0].Spec.NodeName
+	var other string // another GPU node
+	nodes, err := cluster.Client.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{LabelSelector: "nvidia.com/gpu.present=true"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes.Items {
+		if n.Name != node {
+			other = n.Name
+			break
+		}
+	}
+	now := time.Now().UTC().Truncate(time.Second)
+	batch := func(on string, podName string) telemetry.Batch {
+		b := telemetry.Batch{Node: on, Agent: "e2e", GPUs: []telemetry.GPUState{{Device: telemetry.Device{GPU: "GPU-e2e-0", Index: 0, Model: "NVIDIA H100 80GB HBM3"}, MemoryMiB: 81559}}}
+		for i := 0; i < 6; i++ {
+			v := telemetry.NoValues()
+			v[telemetry.SMActive], v[telemetry.FBUsed] = 0.1*float64(i+1), 30000
+			b.Readings = append(b.Readings, telemetry.Reading{Time: now.Add(time.Duration(i-6) * 10 * time.Second), Device: telemetry.Device{GPU: "GPU-e2e-0", Index: 0},
+				Pod: telemetry.PodRef{Namespace: "gantry-vision", Name: podName, Container: "main"}, Share: 1, Attribution: "exclusive", Values: v})
+		}
+		return b
+	}
+	const agentNS, agentSA = "gantry-system", "gantry-agent"
+	token := agentToken(t, agentNS, agentSA, node, "gantry")
+
+	for _, tc := range []struct {
+		name   string
+		token  string
+		batch  telemetry.Batch
+		status int
+		says   string
+	}{
+		{"no token", "", batch(node, pod.Name), 401, ""},
+		{"not a token", "garbage", batch(node, pod.Name), 401, ""},
+		{"another audience", agentToken(t, agentNS, agentSA, node, "kubernetes"), batch(node, pod.Name), 401, ""},
+		{"another ServiceAccount", agentToken(t, agentNS, "default", node, "gantry"), batch(node, pod.Name), 403, "may not push"},
+		{"another node's batch", token, batch(other, pod.Name), 403, other},
+		{"a pod of another node, from the agent on that node", agentToken(t, agentNS, agentSA, other, "gantry"), batch(other, pod.Name), 422, "readings[0].pod"},
+		{"the agent of the pod's node", token, batch(node, pod.Name), 202, `"accepted":6`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			status, body := push(t, g, tc.token, tc.batch)
+			if status != tc.status || !strings.Contains(body, tc.says) {
+				t.Fatalf("%d %s; want %d saying %q", status, body, tc.status, tc.says)
+			}
+		})
+	}
+
+	// The owner's team reads the series back.
+	var series struct {
+		Source string
+		Series []struct {
+			Metric, Dcgm string
+			Pod          struct{ Pod string }
+			Points       []struct {
+				Avg, Max float64
+				N        int
+			}
+		}
+	}
+	q := fmt.Sprintf("/api/v1/workloads/%s/metrics?from=%s&to=%s&step=1m&series=sm_active,DCGM_FI_DEV_FB_USED",
+		w.ID, now.Add(-2*time.Minute).Format(time.RFC3339), now.Format(time.RFC3339))
+	resp, err := http.Get(g.url + q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	json.NewDecoder(resp.Body).Decode(&series)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || series.Source != "gantry" || len(series.Series) != 2 {
+		t.Fatalf("metrics: %d %+v", resp.StatusCode, series)
+	}
+	var n int
+	maxSM := 0.0
+	for _, s := range series.Series {
+		if s.Pod.Pod != pod.Name {
+			t.Fatalf("series of pod %q, want %q", s.Pod.Pod, pod.Name)
+		}
+		for _, p := range s.Points {
+			if s.Metric == "sm_active" {
+				n += p.N
+				maxSM = max(maxSM, p.Max)
+			}
+		}
+	}
+	if n != 6 || maxSM < 0.59 || maxSM > 0.61 {
+		t.Fatalf("sm_active: %d samples, max %v; want the 6 pushed, max 0.6", n, maxSM)
+	}
+
+	// The node's page: the GPU, its use by the workload.
+	var nd struct {
+		Name    string
+		Healthy bool
+		Gpus    []struct{ Gpu string }
+		Devices []struct{ Workload string }
+	}
+	resp, err = http.Get(g.url + "/api/v1/nodes/" + node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	json.NewDecoder(resp.Body).Decode(&nd)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !nd.Healthy || len(nd.Gpus) != 1 || len(nd.Devices) != 1 || nd.Devices[0].Workload != w.ID {
+		t.Fatalf("node %s: %d %+v", node, resp.StatusCode, nd)
+	}
+
+	// A critical XID marks the GPU unhealthy and leaves a warning on the pod.
+	b := batch(node, pod.Name)
+	b.Readings = b.Readings[5:]
+	b.Events = []telemetry.Event{{Time: now, GPU: "GPU-e2e-0", XID: 79, Detail: "GPU has fallen off the bus"}}
+	if status, body := push(t, g, token, b); status != 202 {
+		t.Fatalf("push with an XID: %d %s", status, body)
+	}
+	waitfor.Until(t, 30*time.Second, "a GPUUnhealthy event on the workload's pod", func() error {
+		evs, err := cluster.Client.CoreV1().Events("gantry-vision").List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + pod.Name + ",reason=GPUUnhealthy"})
+		if err != nil {
+			return err
+		}
+		if len(evs.Items) == 0 || !strings.Contains(evs.Items[0].Message, "XID 79") {
+			return fmt.Errorf("events: %d", len(evs.Items))
+		}
+		return nil
+	})
+}

@@ -103,6 +103,8 @@ const (
 	MaxReadings = 20000
 	MaxGPUs     = 64
 	MaxEvents   = 1000
+	// maxProblems is how many problems of one batch are listed.
+	maxProblems = 100
 	// futureSkew is how far ahead of Gantry's clock a reading may be.
 	futureSkew = 5 * time.Minute
 )
@@ -134,6 +136,10 @@ func (s *Service) Ingest(ctx context.Context, node string, b Batch) (Result, err
 	stored := make([]Stored, 0, len(b.Readings))
 	var res Result
 	for i, r := range b.Readings {
+		if errs.Len() >= maxProblems {
+			errs.Addf("readings", "more problems from readings[%d] on are not listed", i)
+			break
+		}
 		p := fmt.Sprintf("readings[%d]", i)
 		checkReading(&errs, p, r, oldest, now.Add(futureSkew))
 		st := Stored{Series: SeriesKey{Node: node, Device: r.Device, Pod: r.Pod}, Attribution: r.Attribution, Time: r.Time, Share: r.Share, Values: r.Values}

@@ -96,6 +96,13 @@ func TestIngestRefusesWholeBatches(t *testing.T) {
 		{"a value out of range", "n1", telemetry.Batch{Node: "n1", Readings: []telemetry.Reading{good, tooHigh}}, []string{"readings[1].values.gpu_util"}},
 		{"older than the raw retention", "n1", telemetry.Batch{Node: "n1", Readings: []telemetry.Reading{old}}, []string{"readings[0].t"}},
 		{"a pod of another node", "n1", telemetry.Batch{Node: "n1", Readings: []telemetry.Reading{good, foreign}}, []string{"readings[1].pod"}},
+		{"many bad readings: the first hundred problems", "n1", telemetry.Batch{Node: "n1", Readings: func() []telemetry.Reading {
+			rs := make([]telemetry.Reading, 5000)
+			for i := range rs {
+				rs[i] = tooHigh
+			}
+			return rs
+		}()}, []string{"readings[99].values.gpu_util", "more problems from readings[100] on are not listed"}},
 		{"no GPU", "n1", telemetry.Batch{Node: "n1", Readings: []telemetry.Reading{{Time: now, Values: telemetry.NoValues()}}}, []string{"readings[0].device.gpu"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -158,7 +158,7 @@ func (s *server) GetWorkloadMetrics(ctx context.Context, req gen.GetWorkloadMetr
 		}
 		q.Step = d
 	} else {
-		q.Step = max(minStep, (q.To.Sub(q.From)/defaultPoints).Round(time.Second))
+		q.Step = max(minStep, (q.To.Sub(q.From) / defaultPoints).Round(time.Second))
 	}
 	if p.Series != nil {
 		for _, name := range strings.Split(*p.Series, ",") {

@@ -72,7 +72,7 @@ func (c *Cluster) GPUUnhealthy(ctx context.Context, node string, gpu telemetry.G
 			return classify(err, "pods", p.Namespace)
 		}
 		ev := &corev1.Event{
-			ObjectMeta: metav1.ObjectMeta{GenerateName: p.Name + ".gpu-", Namespace: p.Namespace},
+			ObjectMeta:     metav1.ObjectMeta{GenerateName: p.Name + ".gpu-", Namespace: p.Namespace},
 			InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: p.Namespace, Name: p.Name, UID: pod.UID, APIVersion: "v1"},
 			Reason:         "GPUUnhealthy", Message: msg, Type: corev1.EventTypeWarning,
 			Source:         corev1.EventSource{Component: "gantry", Host: node},

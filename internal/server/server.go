@@ -271,7 +271,7 @@ func New(ctx context.Context, cfg config.Config, ov Overrides) (s *Server, err e
 		Authorize: s.authz.AllowedSomewhere, Audit: s.denials, Images: core.Images,
 		AppTransport: ov.AppTransport,
 		Agents:       agents, Telemetry: s.Telemetry, Metrics: metrics, MetricsSource: metricsSource,
-		Anonymous:    api.AnonymousLimit{Rate: float64(cfg.Security.AnonymousRate), Burst: int(cfg.Security.AnonymousBurst), Now: s.clock.Now},
+		Anonymous: api.AnonymousLimit{Rate: float64(cfg.Security.AnonymousRate), Burst: int(cfg.Security.AnonymousBurst), Now: s.clock.Now},
 	})
 	if err != nil {
 		return nil, err

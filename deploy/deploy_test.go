@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	rbacv1 "k8s.io/api/rbac/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	"sigs.k8s.io/yaml"
 
@@ -38,5 +39,48 @@ func TestPriorityClasses(t *testing.T) {
 			t.Errorf("priority %q is not above the one before", p)
 		}
 		prev = v
+	}
+}
+
+// TestTelemetryRBAC: the ClusterRole grants what internal/kube's telemetry
+// adapter calls, and nothing wider (no wildcard, no reads of secrets).
+func TestTelemetryRBAC(t *testing.T) {
+	data, err := os.ReadFile("gantry-telemetry-rbac.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs := strings.Split(string(data), "\n---\n")
+	var role rbacv1.ClusterRole
+	if err := yaml.UnmarshalStrict([]byte(docs[0]), &role); err != nil {
+		t.Fatal(err)
+	}
+	var binding rbacv1.ClusterRoleBinding
+	if err := yaml.UnmarshalStrict([]byte(docs[1]), &binding); err != nil {
+		t.Fatal(err)
+	}
+	granted := map[string]bool{}
+	for _, r := range role.Rules {
+		for _, g := range r.APIGroups {
+			for _, res := range r.Resources {
+				for _, v := range r.Verbs {
+					if g == "*" || res == "*" || v == "*" {
+						t.Fatalf("wildcard in %+v", r)
+					}
+					granted[g+"/"+res+"/"+v] = true
+				}
+			}
+		}
+	}
+	want := []string{"authentication.k8s.io/tokenreviews/create", "/pods/get", "/events/create", "/nodes/patch"}
+	for _, w := range want {
+		if !granted[w] {
+			t.Errorf("%s not granted", w)
+		}
+	}
+	if len(granted) != len(want) {
+		t.Errorf("granted %v, want exactly %v", granted, want)
+	}
+	if binding.RoleRef.Name != role.Name {
+		t.Errorf("binding names role %q", binding.RoleRef.Name)
 	}
 }

@@ -35,30 +35,47 @@ var (
 )
 
 // seriesSeen remembers series this process has written (id → attribution),
-// so that a batch writes only new or changed series.
+// so that a batch writes only new or changed series. Entries expire: a
+// series another replica pruned (no samples left) is written again within
+// seriesSeenTTL, and its samples, keyed by the same id, show again.
 type seriesSeen struct {
 	mu sync.Mutex
-	m  map[int64]string
+	m  map[int64]seenSeries
 }
 
-const maxSeriesSeen = 200000
+type seenSeries struct {
+	attribution string
+	expires     time.Time
+}
+
+const (
+	maxSeriesSeen = 200000
+	seriesSeenTTL = time.Hour
+)
 
 func (c *seriesSeen) known(id int64, attribution string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	a, ok := c.m[id]
-	return ok && a == attribution
+	e, ok := c.m[id]
+	return ok && e.attribution == attribution && time.Now().Before(e.expires)
 }
 
 func (c *seriesSeen) add(ids map[int64]string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.m == nil || len(c.m)+len(ids) > maxSeriesSeen {
-		c.m = make(map[int64]string, len(ids))
+		c.m = make(map[int64]seenSeries, len(ids))
 	}
+	exp := time.Now().Add(seriesSeenTTL)
 	for id, a := range ids {
-		c.m[id] = a
+		c.m[id] = seenSeries{a, exp}
 	}
+}
+
+func (c *seriesSeen) reset() {
+	c.mu.Lock()
+	c.m = nil
+	c.mu.Unlock()
 }
 
 // rowsPerInsert is how many rows one multi-row INSERT carries (18 or 48
@@ -282,6 +299,21 @@ func (s *Store) DeleteSamplesBefore(ctx context.Context, cutoff time.Time, limit
 // DeleteRollupsBefore implements telemetry.Store.
 func (s *Store) DeleteRollupsBefore(ctx context.Context, res time.Duration, cutoff time.Time, limit int) (int64, error) {
 	return s.deleteOldest(ctx, "gpu_rollups", "bucket", " AND res = ?", []any{int64(res / time.Second)}, cutoff, limit)
+}
+
+// DeleteOrphanSeries implements telemetry.Store: series with neither
+// samples nor rollups left.
+func (s *Store) DeleteOrphanSeries(ctx context.Context) (int64, error) {
+	res, err := s.db.ExecContext(ctx, `DELETE FROM gpu_series WHERE NOT EXISTS (SELECT 1 FROM gpu_samples WHERE series_id = gpu_series.id)
+		AND NOT EXISTS (SELECT 1 FROM gpu_rollups WHERE series_id = gpu_series.id)`)
+	if err != nil {
+		return 0, fmt.Errorf("delete series without data: %w", err)
+	}
+	n, err := res.RowsAffected()
+	if n > 0 {
+		s.seen.reset()
+	}
+	return n, err
 }
 
 func scanSeries(r scanner) (telemetry.SeriesRecord, error) {

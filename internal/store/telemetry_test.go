@@ -127,6 +127,33 @@ func testTelemetry(t *testing.T, s *store.Store) {
 		}
 	}
 
+	// Series go once they have neither samples nor rollups.
+	if n, err := s.DeleteOrphanSeries(ctx); err != nil || n != 0 {
+		t.Fatalf("series with samples deleted: %d %v", n, err)
+	}
+	for {
+		n, err := s.DeleteSamplesBefore(ctx, base.Add(time.Hour), 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+	}
+	if n, err := s.DeleteOrphanSeries(ctx); err != nil || n != 2 {
+		t.Fatalf("series without data deleted: %d %v", n, err)
+	}
+	if series, err := s.WorkloadSeries(ctx, "w1"); err != nil || len(series) != 0 {
+		t.Fatalf("series left: %+v %v", series, err)
+	}
+	// Written again, a series comes back (the store forgot it had one).
+	if err := s.AppendSamples(ctx, rs[:2]); err != nil {
+		t.Fatal(err)
+	}
+	if series, err := s.WorkloadSeries(ctx, "w1"); err != nil || len(series) != 1 {
+		t.Fatalf("series written again: %+v %v", series, err)
+	}
+
 	// GPU records: replaced in one transaction, given the old ones.
 	rec := telemetry.GPURecord{Node: "n1", State: telemetry.GPUState{Device: telemetry.Device{GPU: "GPU-a"}, MemoryMiB: 81559, ECC: telemetry.ECC{VolatileDBE: 2}},
 		Agent: "v1", SeenAt: base, Healthy: false, Reason: "ecc", Since: base, XID: 79, XIDAt: base}

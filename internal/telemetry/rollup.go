@@ -109,6 +109,11 @@ func (s *Service) Prune(ctx context.Context, batch int) (int64, error) {
 			}
 		}
 	}
+	n, err := s.o.Store.DeleteOrphanSeries(ctx)
+	total += n
+	if err != nil {
+		return total, fmt.Errorf("prune telemetry: %w", err)
+	}
 	return total, nil
 }
 

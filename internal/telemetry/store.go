@@ -28,6 +28,8 @@ type Store interface {
 	// older than cutoff; DeleteRollupsBefore does the same for rollups of res.
 	DeleteSamplesBefore(ctx context.Context, cutoff time.Time, limit int) (int64, error)
 	DeleteRollupsBefore(ctx context.Context, res time.Duration, cutoff time.Time, limit int) (int64, error)
+	// DeleteOrphanSeries deletes series with neither samples nor rollups.
+	DeleteOrphanSeries(ctx context.Context) (int64, error)
 	// WorkloadSeries lists the series attributed to a workload.
 	WorkloadSeries(ctx context.Context, workload string) ([]SeriesRecord, error)
 	// Samples and Rollups read the given series in [from, to).

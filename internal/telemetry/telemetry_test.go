@@ -207,8 +207,11 @@ func TestReplayIngestRollupSeries(t *testing.T) {
 	}
 	// Rollups outlive raw samples, not their own retention.
 	c.Set(start.Add(91 * 24 * time.Hour))
-	if n, err := s.Prune(ctx, 7); err != nil || n != 31 {
-		t.Fatalf("pruned %d rollups, %v; want 30 minutes and 1 hour", n, err)
+	if n, err := s.Prune(ctx, 7); err != nil || n != 32 {
+		t.Fatalf("pruned %d rows, %v; want 30 minute and 1 hour rollups and the series they leave without data", n, err)
+	}
+	if got, err := s.Series(ctx, q); err != nil || len(got) != 0 {
+		t.Fatalf("after retention: %+v %v", got, err)
 	}
 }
 

@@ -135,21 +135,8 @@ func (s *Store) AppendSamples(ctx context.Context, rs []telemetry.Stored) error 
 				return fmt.Errorf("series %s on %s: %w", d.ID(), k.Node, err)
 			}
 		}
-		ncols := 3 + len(metricCols)
-		for start := 0; start < len(rs); start += rowsPerInsert {
-			end := min(start+rowsPerInsert, len(rs))
-			args := make([]any, 0, (end-start)*ncols)
-			for i := start; i < end; i++ {
-				r := rs[i]
-				args = append(args, ids[i], ms(r.Time), r.Share)
-				for _, v := range r.Values {
-					args = append(args, nullFloat(v))
-				}
-			}
-			q := `INSERT INTO gpu_samples (` + sampleCols + `) VALUES ` + placeholders(end-start, ncols) + ` ON CONFLICT (series_id, t) DO NOTHING`
-			if _, err := tx.ExecContext(ctx, s.q(q), args...); err != nil {
-				return fmt.Errorf("samples: %w", err)
-			}
+		if err := s.insertSamples(ctx, tx, rs, ids); err != nil {
+			return err
 		}
 		for p := range periods {
 			if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO gpu_rollup_pending (res, bucket, marked) VALUES (?, ?, 1)
@@ -167,6 +154,54 @@ func (s *Store) AppendSamples(ctx context.Context, rs []telemetry.Stored) error 
 		seen[id] = r.Attribution
 	}
 	s.seen.add(seen)
+	return nil
+}
+
+// insertSamples inserts the samples, ignoring repeats: on PostgreSQL as one
+// statement over arrays (unnest), on SQLite as multi-row INSERTs.
+func (s *Store) insertSamples(ctx context.Context, tx *sql.Tx, rs []telemetry.Stored, ids []int64) error {
+	if s.driver == Postgres {
+		ts, shares := make([]int64, len(rs)), make([]float64, len(rs))
+		cols := make([][]*float64, len(metricCols))
+		for m := range cols {
+			cols[m] = make([]*float64, len(rs))
+		}
+		for i, r := range rs {
+			ts[i], shares[i] = ms(r.Time), r.Share
+			for m, v := range r.Values {
+				if !math.IsNaN(v) && !math.IsInf(v, 0) {
+					cols[m][i] = &r.Values[m]
+				}
+			}
+		}
+		args := []any{ids, ts, shares}
+		casts := []string{"$1::bigint[]", "$2::bigint[]", "$3::float8[]"}
+		for m := range cols {
+			args = append(args, cols[m])
+			casts = append(casts, fmt.Sprintf("$%d::float8[]", m+4))
+		}
+		_, err := tx.ExecContext(ctx, `INSERT INTO gpu_samples (`+sampleCols+`) SELECT * FROM unnest(`+strings.Join(casts, ", ")+`) ON CONFLICT (series_id, t) DO NOTHING`, args...)
+		if err != nil {
+			return fmt.Errorf("samples: %w", err)
+		}
+		return nil
+	}
+	ncols := 3 + len(metricCols)
+	for start := 0; start < len(rs); start += rowsPerInsert {
+		end := min(start+rowsPerInsert, len(rs))
+		args := make([]any, 0, (end-start)*ncols)
+		for i := start; i < end; i++ {
+			r := rs[i]
+			args = append(args, ids[i], ms(r.Time), r.Share)
+			for _, v := range r.Values {
+				args = append(args, nullFloat(v))
+			}
+		}
+		q := `INSERT INTO gpu_samples (` + sampleCols + `) VALUES ` + placeholders(end-start, ncols) + ` ON CONFLICT (series_id, t) DO NOTHING`
+		if _, err := tx.ExecContext(ctx, s.q(q), args...); err != nil {
+			return fmt.Errorf("samples: %w", err)
+		}
+	}
 	return nil
 }
 

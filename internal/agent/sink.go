@@ -55,7 +55,7 @@ func (s *HTTPSink) Push(ctx context.Context, b telemetry.Batch) error {
 	case resp.StatusCode < 300:
 		return nil
 	case resp.StatusCode == http.StatusBadRequest || resp.StatusCode == http.StatusRequestEntityTooLarge || resp.StatusCode == http.StatusUnprocessableEntity:
-		return &PermanentError{fmt.Errorf("Gantry refused the batch: %d %s", resp.StatusCode, msg)}
+		return &PermanentError{fmt.Errorf("refused by Gantry: %d %s", resp.StatusCode, msg)}
 	}
 	return fmt.Errorf("push to %s: %d %s", s.URL, resp.StatusCode, msg)
 }

@@ -4,15 +4,22 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
 
+	"golang.org/x/sync/errgroup"
+
+	"github.com/gantryhq/gantry/internal/agent"
 	"github.com/gantryhq/gantry/internal/config"
+	"github.com/gantryhq/gantry/internal/devagent"
 	"github.com/gantryhq/gantry/internal/devcluster"
+	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/server"
+	"github.com/gantryhq/gantry/internal/telemetry"
 )
 
 // devCmd starts the local cluster with its simulated GPU fleet (building it the
@@ -97,7 +104,25 @@ Launch a notebook on a MIG slice:
 Stop with Ctrl-C (the cluster is removed too).
 `, srv.URL(), len(devcluster.Nodes(devcluster.Fleet)), cl.Bin, cl.Kubeconfig, srv.Issuer(), list.String(), firstUser(users), tok)
 	srv.UseLogger()
-	return srv.Run(ctx)
+	// The simulated GPU nodes' agents push into Gantry in-process, through
+	// the same ingest as a real agent's push (less the token check).
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return srv.Run(gctx) })
+	g.Go(func() error {
+		err := devagent.Run(gctx, devagent.Options{Client: cl.Client, Log: srv.Log, Sink: devagent.SinkFunc(func(ctx context.Context, b telemetry.Batch) error {
+			_, err := srv.Telemetry.Ingest(ctx, b.Node, b)
+			var bad *fault.Invalid
+			if errors.As(err, &bad) {
+				return &agent.PermanentError{Err: err}
+			}
+			return err
+		})})
+		if err != nil && gctx.Err() == nil {
+			srv.Log.Error("simulated GPU agents stopped; Gantry goes on without telemetry", "err", err)
+		}
+		return nil
+	})
+	return g.Wait()
 }
 
 func firstUser(us []config.DevUser) string {

@@ -1,16 +1,20 @@
 // Command gantry-agent runs on GPU nodes and reads the node's GPUs through NVML
-// (the only cgo binary of Gantry). Today it has one verb, probe: print a snapshot
-// of the node's GPUs as JSON, mapped to Gantry's GPU classes; metric shipping for
-// tuning advice builds on it.
+// (the only cgo binary of Gantry). Verbs: run (the DaemonSet's: sample every
+// interval, attribute devices to pods through the kubelet, serve /metrics
+// under dcgm-exporter's names, push to Gantry) and probe (print a snapshot of
+// the node's GPUs as JSON, mapped to Gantry's GPU classes).
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -23,6 +27,9 @@ func main() {
 	os.Exit(run(os.Args[1:], nvml.New(), os.Stdout, os.Stderr))
 }
 
+// version is set at build time (-ldflags -X main.version=…).
+var version = "dev"
+
 // probeReport is what probe prints: one snapshot per sample, and the Gantry GPU
 // class each device maps to.
 type probeReport struct {
@@ -30,9 +37,14 @@ type probeReport struct {
 	Classes map[string]string  `json:"classes"` // device UUID -> Gantry GPU class ("" if none)
 }
 
-func run(args []string, lib nodegpu.Library, stdout, stderr io.Writer) int {
+func run(args []string, lib nodegpu.Metrics, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "run" {
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+		defer stop()
+		return runAgent(ctx, args[1:], lib, stderr)
+	}
 	if len(args) == 0 || args[0] != "probe" {
-		fmt.Fprintln(stderr, "usage: gantry-agent probe [--gpu-classes FILE] [--samples N] [--interval D]")
+		fmt.Fprintln(stderr, "usage: gantry-agent run [flags] | probe [--gpu-classes FILE] [--samples N] [--interval D]")
 		return 2
 	}
 	fs := flag.NewFlagSet("gantry-agent probe", flag.ContinueOnError)

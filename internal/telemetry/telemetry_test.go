@@ -14,6 +14,7 @@ import (
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/store"
 	"github.com/gantryhq/gantry/internal/telemetry"
+	"github.com/gantryhq/gantry/internal/telemetry/sourcetest"
 )
 
 // pods is where pods run, as the API server would say (the kube adapter's
@@ -291,4 +292,28 @@ func TestHealth(t *testing.T) {
 	if _, err := s.Node(ctx, "nowhere"); !errors.As(err, new(*fault.NotFound)) {
 		t.Fatalf("an unknown node: %v", err)
 	}
+}
+
+// TestSourceConformance runs the suite every Source runs on Gantry's own
+// store (the Prometheus source runs it in internal/promsource).
+func TestSourceConformance(t *testing.T) {
+	sourcetest.Run(t, func(t *testing.T, rs []telemetry.Reading) telemetry.Source {
+		st, err := store.Open(context.Background(), store.SQLite, filepath.Join(t.TempDir(), "gantry.db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		located := pods{}
+		for _, r := range rs {
+			located[r.Pod.Namespace+"/"+r.Pod.Name] = telemetry.PodPlace{Found: true, Node: "n1", Workload: r.Workload}
+		}
+		s, err := telemetry.New(telemetry.Options{Store: st, Pods: located})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Ingest(context.Background(), "n1", telemetry.Batch{Node: "n1", Readings: rs}); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	})
 }

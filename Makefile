@@ -37,6 +37,7 @@ fuzz: ## every fuzzer for FUZZTIME each (default 10 minutes; CI runs short ones)
 	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./internal/imagecat
 	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./internal/team
 	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./internal/quantity
+	$(GO) test -run='^$$' -fuzz=FuzzBatch -fuzztime=$(FUZZTIME) ./internal/telemetry
 
 clean:
 	rm -rf bin bench.txt

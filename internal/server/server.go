@@ -44,6 +44,7 @@ import (
 	"github.com/gantryhq/gantry/internal/imagecat"
 	"github.com/gantryhq/gantry/internal/imageverify"
 	"github.com/gantryhq/gantry/internal/kube"
+	"github.com/gantryhq/gantry/internal/promsource"
 	"github.com/gantryhq/gantry/internal/store"
 	"github.com/gantryhq/gantry/internal/team"
 	"github.com/gantryhq/gantry/internal/telemetry"
@@ -405,7 +406,11 @@ func metricsSource(cfg config.Config, own *telemetry.Service) (telemetry.Source,
 	if cfg.Metrics.PrometheusURL == "" {
 		return own, "gantry", nil
 	}
-	return nil, "", fmt.Errorf("metrics.prometheusURL: the Prometheus source is not built yet")
+	src, err := promsource.New(cfg.Metrics.PrometheusURL, nil)
+	if err != nil {
+		return nil, "", err
+	}
+	return src, "prometheus", nil
 }
 
 // checkpointer signs the audit log's head with audit.checkpointKey (without

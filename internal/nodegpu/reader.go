@@ -33,7 +33,17 @@ type Reader struct {
 	gpm     map[string]nvml.GpmSample // device id → its previous GPM sample
 	lastPID map[string]uint64         // device id → timestamp of the last process sample
 	noGPM   map[string]string         // GPU UUID → why GPM is not there
+	// metricsGet is reused for every GPM read (NVML's struct holds room
+	// for 477 metrics: allocating one per device and pass would dominate).
+	metricsGet nvml.GpmMetricsGetType
+	// walked is the last walk of the devices and when: the agent asks for
+	// the inventory and then the samples of one pass, one walk serves both.
+	walked   []gpu
+	walkedAt time.Time
 }
+
+// walkReuse is how long a walk serves later calls of the same pass.
+const walkReuse = time.Second
 
 // gpmInterval is the least time between the two GPM samples NVML needs
 // (MIG samples must be at least 100 ms apart).
@@ -199,6 +209,9 @@ func (r *Reader) Inventory(context.Context) ([]telemetry.GPUState, error) {
 	if err != nil {
 		return nil, err
 	}
+	r.mu.Lock()
+	r.walked, r.walkedAt = gs, time.Now()
+	r.mu.Unlock()
 	out := make([]telemetry.GPUState, len(gs))
 	for i, g := range gs {
 		out[i] = g.state
@@ -210,9 +223,15 @@ func (r *Reader) Inventory(context.Context) ([]telemetry.GPUState, error) {
 // instance of a GPU with MIG on. GPM needs two samples: the previous pass's
 // is the first (on the first pass, one taken 100 ms before).
 func (r *Reader) Sample(ctx context.Context, now time.Time) ([]agent.DeviceSample, error) {
-	gs, err := r.walk()
-	if err != nil {
-		return nil, err
+	r.mu.Lock()
+	gs, fresh := r.walked, time.Since(r.walkedAt) < walkReuse
+	r.walked = nil // a walk serves one pass
+	r.mu.Unlock()
+	if !fresh || gs == nil {
+		var err error
+		if gs, err = r.walk(); err != nil {
+			return nil, err
+		}
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -319,9 +338,10 @@ func (r *Reader) readDevice(h nvml.Device, id string, d telemetry.Device, mig *m
 	if prev, ok := r.gpm[id]; ok {
 		dd := dev{dev: d, mig: mig}
 		if cur := r.gpmSample(g, dd); cur != nil {
-			mg := &nvml.GpmMetricsGetType{NumMetrics: uint32(len(gpmMetrics)), Sample1: prev, Sample2: cur}
+			mg := &r.metricsGet
+			mg.NumMetrics, mg.Sample1, mg.Sample2 = uint32(len(gpmMetrics)), prev, cur
 			for i, m := range gpmMetrics {
-				mg.Metrics[i].MetricId = uint32(m.id)
+				mg.Metrics[i] = nvml.GpmMetric{MetricId: uint32(m.id)}
 			}
 			if r.lib.GpmMetricsGet(mg) == nvml.SUCCESS {
 				for i, m := range gpmMetrics {

@@ -17,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/gantryhq/gantry/internal/devagent"
 	"github.com/gantryhq/gantry/internal/telemetry"
 	"github.com/gantryhq/gantry/internal/waitfor"
 )
@@ -207,6 +208,85 @@ func TestTelemetryPush(t *testing.T) {
 		}
 		if len(evs.Items) == 0 || !strings.Contains(evs.Items[0].Message, "XID 79") {
 			return fmt.Errorf("events: %d", len(evs.Items))
+		}
+		return nil
+	})
+}
+
+// TestLiveSeries: as in gantry dev, the simulated agents of the local
+// cluster's GPU nodes replay a profile on each GPU workload's devices and
+// push into Gantry; the workload's series come back through the API, for a
+// whole GPU and for a MIG instance.
+func TestLiveSeries(t *testing.T) {
+	g := start(t, filepath.Join(t.TempDir(), "g.db"), true)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	launch := func(template, profile string) (wl, corev1.Pod) {
+		var w wl
+		if s := g.post("/api/v1/workloads", map[string]any{"template": template, "team": "vision"}, &w); s != 201 {
+			t.Fatalf("launch %s: %d", template, s)
+		}
+		g.waitStatus(w.ID, "Running")
+		pod := podsOf(t, "vision", w.ID)[0]
+		// The profile the simulated GPU plays (gantry dev's default is a pod of the GenAI trace).
+		pod.Annotations[devagent.ProfileAnnotation] = profile
+		if _, err := cluster.Client.CoreV1().Pods(pod.Namespace).Update(ctx, &pod, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		return w, pod
+	}
+	service, _ := launch("vllm-inference", "compute-bound")
+	notebook, _ := launch("jupyter-notebook", "near-oom")
+	go devagent.Run(ctx, devagent.Options{Client: cluster.Client, Interval: time.Second, Sink: devagent.SinkFunc(func(ctx context.Context, b telemetry.Batch) error {
+		_, err := g.Telemetry.Ingest(ctx, b.Node, b)
+		return err
+	})})
+	type series struct {
+		Metric string
+		Device struct {
+			Gpu string
+			Mig *struct{ Profile string }
+		}
+		Points []struct {
+			Avg float64
+			N   int
+		}
+	}
+	read := func(id, metrics string) ([]series, error) {
+		resp, err := http.Get(g.url + "/api/v1/workloads/" + id + "/metrics?step=10s&from=" + time.Now().Add(-5*time.Minute).UTC().Format(time.RFC3339) + "&series=" + metrics)
+		if err != nil {
+			return nil, err
+		}
+		defer resp.Body.Close()
+		var out struct{ Series []series }
+		if resp.StatusCode != 200 {
+			b, _ := io.ReadAll(resp.Body)
+			return nil, fmt.Errorf("%d %s", resp.StatusCode, b)
+		}
+		err = json.NewDecoder(resp.Body).Decode(&out)
+		return out.Series, err
+	}
+	waitfor.Until(t, 60*time.Second, "the service's SM activity through the API", func() error {
+		ss, err := read(service.ID, "sm_active")
+		if err != nil {
+			return err
+		}
+		if len(ss) != 1 || ss[0].Device.Mig != nil || len(ss[0].Points) == 0 || ss[0].Points[len(ss[0].Points)-1].Avg < 0.85 {
+			return fmt.Errorf("series %+v", ss)
+		}
+		return nil
+	})
+	waitfor.Until(t, 60*time.Second, "the notebook's MIG memory through the API", func() error {
+		ss, err := read(notebook.ID, "fb_used,fb_total")
+		if err != nil {
+			return err
+		}
+		if len(ss) != 2 || ss[0].Device.Mig == nil || ss[0].Device.Mig.Profile != notebook.Gpu.MigProfile || len(ss[0].Points) == 0 || len(ss[1].Points) == 0 {
+			return fmt.Errorf("series %+v (want MIG %s)", ss, notebook.Gpu.MigProfile)
+		}
+		used, total := ss[0].Points[len(ss[0].Points)-1].Avg, ss[1].Points[len(ss[1].Points)-1].Avg
+		if ss[0].Metric != "fb_used" || used/total < 0.95 {
+			return fmt.Errorf("fb_used %v of %v", used, total)
 		}
 		return nil
 	})

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -69,6 +70,8 @@ func TestDev(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var launched struct{ ID string }
+	json.NewDecoder(resp.Body).Decode(&launched)
 	resp.Body.Close()
 	if resp.StatusCode != 201 {
 		t.Fatalf("launch: %d", resp.StatusCode)
@@ -87,6 +90,30 @@ func TestDev(t *testing.T) {
 	if node != "h100-mig-0" {
 		t.Errorf("notebook ran on %q, want the MIG node h100-mig-0", node)
 	}
+	// Its simulated MIG instance's series, live through the API.
+	waitfor.Until(t, 90*time.Second, "the notebook's GPU series through the API", func() error {
+		req, _ := http.NewRequest(http.MethodGet, url+"/api/v1/workloads/"+launched.ID+"/metrics?step=10s&series=fb_used,gpu_util", nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		var m struct {
+			Series []struct {
+				Metric string
+				Device struct{ Mig *struct{ Profile string } }
+				Points []struct{ N int }
+			}
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&m); err != nil || resp.StatusCode != 200 {
+			return fmt.Errorf("%d %v", resp.StatusCode, err)
+		}
+		if len(m.Series) != 2 || m.Series[0].Device.Mig == nil || len(m.Series[0].Points) == 0 {
+			return fmt.Errorf("series: %+v", m.Series)
+		}
+		return nil
+	})
 	cancel()
 	select {
 	case code := <-done:

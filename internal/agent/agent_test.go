@@ -91,7 +91,7 @@ func TestAttribute(t *testing.T) {
 			want: []telemetry.PodRef{{}}, shares: []float64{1}, how: "", fbUsed: []float64{0}, smValue: []float64{0}},
 		{name: "time-sliced, split by processes", sample: DeviceSample{Device: whole, Values: values(100, 0.8, 3000),
 			Processes: []ProcessUse{{PID: 10, SMUtil: 60, MemMiB: 2000}, {PID: 11, SMUtil: 20, MemMiB: 1000}, {PID: 12, SMUtil: 50}}},
-			pods: []PodDevices{{Pod: pa, UID: "uid-a", Resources: map[string][]string{"nvidia.com/gpu": {"GPU-aaaa::0"}}}, {Pod: pb, UID: "uid-b", Resources: map[string][]string{"nvidia.com/gpu": {"GPU-aaaa::1"}}}},
+			pods:  []PodDevices{{Pod: pa, UID: "uid-a", Resources: map[string][]string{"nvidia.com/gpu": {"GPU-aaaa::0"}}}, {Pod: pb, UID: "uid-b", Resources: map[string][]string{"nvidia.com/gpu": {"GPU-aaaa::1"}}}},
 			procs: procs{10: "uid-a", 11: "uid-b"}, // 12 is no pod's
 			want:  []telemetry.PodRef{pa, pb}, shares: []float64{0.75, 0.25}, how: ByProcess, fbUsed: []float64{2000, 1000}, smValue: []float64{0.6, 0.2}},
 		{name: "time-sliced, no per-process data: even, and said so", sample: DeviceSample{Device: whole, Values: values(100, 0.8, 3000)},
@@ -251,7 +251,7 @@ func TestRefusedBatchIsDroppedNotRetried(t *testing.T) {
 func TestMetrics(t *testing.T) {
 	v := values(80, 0.7, 1000)
 	g := &gpus{samples: []DeviceSample{{Device: whole, Values: v}, {Device: mig, Values: values(5, 0.05, 10)}},
-		inv: []telemetry.GPUState{{Device: whole, ECC: telemetry.ECC{VolatileDBE: 2}}, {Device: telemetry.Device{GPU: "GPU-bbbb", Index: 1}, Unsupported: []string{"nvlink"}}},
+		inv:    []telemetry.GPUState{{Device: whole, ECC: telemetry.ECC{VolatileDBE: 2}}, {Device: telemetry.Device{GPU: "GPU-bbbb", Index: 1}, Unsupported: []string{"nvlink"}}},
 		events: []telemetry.Event{{GPU: "GPU-aaaa", XID: 79}}}
 	a, _ := New(Options{Node: "gpu-node-1", GPUs: g, Pods: pods{{Pod: pa, Resources: map[string][]string{"nvidia.com/gpu": {"GPU-aaaa"}}}}})
 	if err := a.SampleOnce(context.Background()); err != nil {

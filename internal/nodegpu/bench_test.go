@@ -40,25 +40,29 @@ func dgx() *mock.Interface {
 				GetNameFunc:             func() (string, nvml.Return) { return "NVIDIA H100 80GB HBM3 MIG 1g.10gb", nvml.SUCCESS },
 				GetGpuInstanceIdFunc:    func() (int, nvml.Return) { return 7 + i, nvml.SUCCESS },
 				GetUtilizationRatesFunc: func() (nvml.Utilization, nvml.Return) { return nvml.Utilization{}, nvml.ERROR_NOT_SUPPORTED },
-				GetMemoryInfo_v2Func:    func() (nvml.Memory_v2, nvml.Return) { return nvml.Memory_v2{Total: 10 << 30, Used: 3 << 30}, nvml.SUCCESS },
+				GetMemoryInfo_v2Func: func() (nvml.Memory_v2, nvml.Return) {
+					return nvml.Memory_v2{Total: 10 << 30, Used: 3 << 30}, nvml.SUCCESS
+				},
 				GetProcessUtilizationFunc: func(uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) {
 					return nil, nvml.ERROR_NOT_SUPPORTED
 				},
 			})
 		}
 		devs = append(devs, &mock.Device{
-			GetUUIDFunc:              func() (string, nvml.Return) { return uuid, nvml.SUCCESS },
-			GetNameFunc:              func() (string, nvml.Return) { return "NVIDIA H100 80GB HBM3", nvml.SUCCESS },
-			GetMemoryInfo_v2Func:     func() (nvml.Memory_v2, nvml.Return) { return nvml.Memory_v2{Total: 80 << 30}, nvml.SUCCESS },
-			GetUtilizationRatesFunc:  func() (nvml.Utilization, nvml.Return) { return nvml.Utilization{Gpu: 50}, nvml.SUCCESS },
-			GetPowerUsageFunc:        func() (uint32, nvml.Return) { return 400000, nvml.SUCCESS },
-			GetTemperatureFunc:       func(nvml.TemperatureSensors) (uint32, nvml.Return) { return 50, nvml.SUCCESS },
-			GetClockInfoFunc:         func(nvml.ClockType) (uint32, nvml.Return) { return 1980, nvml.SUCCESS },
-			GetTotalEccErrorsFunc:    func(nvml.MemoryErrorType, nvml.EccCounterType) (uint64, nvml.Return) { return 0, nvml.SUCCESS },
-			GetRemappedRowsFunc:      func() (int, int, bool, bool, nvml.Return) { return 0, 0, false, false, nvml.SUCCESS },
-			RegisterEventsFunc:       func(uint64, nvml.EventSet) nvml.Return { return nvml.SUCCESS },
-			GetMigModeFunc:           func() (int, int, nvml.Return) { return nvml.DEVICE_MIG_ENABLE, nvml.DEVICE_MIG_ENABLE, nvml.SUCCESS },
-			GetMaxMigDeviceCountFunc: func() (int, nvml.Return) { return 7, nvml.SUCCESS },
+			GetUUIDFunc:                      func() (string, nvml.Return) { return uuid, nvml.SUCCESS },
+			GetNameFunc:                      func() (string, nvml.Return) { return "NVIDIA H100 80GB HBM3", nvml.SUCCESS },
+			GetMemoryInfo_v2Func:             func() (nvml.Memory_v2, nvml.Return) { return nvml.Memory_v2{Total: 80 << 30}, nvml.SUCCESS },
+			GetUtilizationRatesFunc:          func() (nvml.Utilization, nvml.Return) { return nvml.Utilization{Gpu: 50}, nvml.SUCCESS },
+			GetPowerUsageFunc:                func() (uint32, nvml.Return) { return 400000, nvml.SUCCESS },
+			GetTemperatureFunc:               func(nvml.TemperatureSensors) (uint32, nvml.Return) { return 50, nvml.SUCCESS },
+			GetClockInfoFunc:                 func(nvml.ClockType) (uint32, nvml.Return) { return 1980, nvml.SUCCESS },
+			GetTotalEnergyConsumptionFunc:    func() (uint64, nvml.Return) { return 1, nvml.SUCCESS },
+			GetCurrentClocksEventReasonsFunc: func() (uint64, nvml.Return) { return 0, nvml.SUCCESS },
+			GetTotalEccErrorsFunc:            func(nvml.MemoryErrorType, nvml.EccCounterType) (uint64, nvml.Return) { return 0, nvml.SUCCESS },
+			GetRemappedRowsFunc:              func() (int, int, bool, bool, nvml.Return) { return 0, 0, false, false, nvml.SUCCESS },
+			RegisterEventsFunc:               func(uint64, nvml.EventSet) nvml.Return { return nvml.SUCCESS },
+			GetMigModeFunc:                   func() (int, int, nvml.Return) { return nvml.DEVICE_MIG_ENABLE, nvml.DEVICE_MIG_ENABLE, nvml.SUCCESS },
+			GetMaxMigDeviceCountFunc:         func() (int, nvml.Return) { return 7, nvml.SUCCESS },
 			GetMigDeviceHandleByIndexFunc: func(i int) (nvml.Device, nvml.Return) {
 				return migs[i], nvml.SUCCESS
 			},

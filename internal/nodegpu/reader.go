@@ -269,7 +269,9 @@ func (r *Reader) Sample(ctx context.Context, now time.Time) ([]agent.DeviceSampl
 			// Device-wide readings: the GPU's temperature and clock hold
 			// for its instances; its power cannot be split, so it is not
 			// given to them.
-			s.Values[telemetry.Temperature], s.Values[telemetry.SMClock] = parent.Values[telemetry.Temperature], parent.Values[telemetry.SMClock]
+			for _, m := range []telemetry.Metric{telemetry.Temperature, telemetry.SMClock, telemetry.PowerThrottled, telemetry.ThermalThrottled} {
+				s.Values[m] = parent.Values[m]
+			}
 			out = append(out, s)
 		}
 	}
@@ -332,6 +334,12 @@ func (r *Reader) readDevice(h nvml.Device, id string, d telemetry.Device, mig *m
 		}
 		if c, ret := h.GetClockInfo(nvml.CLOCK_SM); ret == nvml.SUCCESS {
 			v[telemetry.SMClock] = float64(c)
+		}
+		if e, ret := h.GetTotalEnergyConsumption(); ret == nvml.SUCCESS {
+			v[telemetry.Energy] = float64(e)
+		}
+		if reasons, ret := h.GetCurrentClocksEventReasons(); ret == nvml.SUCCESS {
+			v[telemetry.PowerThrottled], v[telemetry.ThermalThrottled] = telemetry.Throttling(reasons)
 		}
 	}
 	// GPM: from the previous sample to this one.

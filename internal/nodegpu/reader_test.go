@@ -71,6 +71,8 @@ func (n *node) lib(initRet nvml.Return) *mock.Interface {
 		d.GetPowerUsageFunc = func() (uint32, nvml.Return) { return 612000, nvml.SUCCESS }
 		d.GetTemperatureFunc = func(nvml.TemperatureSensors) (uint32, nvml.Return) { return 63, nvml.SUCCESS }
 		d.GetClockInfoFunc = func(nvml.ClockType) (uint32, nvml.Return) { return 1980, nvml.SUCCESS }
+		d.GetTotalEnergyConsumptionFunc = func() (uint64, nvml.Return) { return 123456789, nvml.SUCCESS }
+		d.GetCurrentClocksEventReasonsFunc = func() (uint64, nvml.Return) { return 0x1 | 0x4, nvml.SUCCESS } // idle, SW power cap
 		d.GetTotalEccErrorsFunc = func(t nvml.MemoryErrorType, c nvml.EccCounterType) (uint64, nvml.Return) {
 			if t == nvml.MEMORY_ERROR_TYPE_UNCORRECTED && c == nvml.VOLATILE_ECC && uuid == "GPU-mig" {
 				return 2, nvml.SUCCESS
@@ -201,7 +203,8 @@ func TestReaderSamples(t *testing.T) {
 	// GPM on the first pass, from two samples 100 ms apart.
 	h := got["GPU-h100"].Values
 	for m, want := range map[telemetry.Metric]float64{telemetry.SMActive: 0.45, telemetry.DRAMActive: 0.8, telemetry.PCIeRX: 100 << 20,
-		telemetry.GPUUtil: 97, telemetry.FBUsed: 20 << 10, telemetry.FBTotal: 80 << 10, telemetry.Power: 612, telemetry.Temperature: 63, telemetry.SMClock: 1980} {
+		telemetry.GPUUtil: 97, telemetry.FBUsed: 20 << 10, telemetry.FBTotal: 80 << 10, telemetry.Power: 612, telemetry.Temperature: 63, telemetry.SMClock: 1980,
+		telemetry.Energy: 123456789, telemetry.PowerThrottled: 1, telemetry.ThermalThrottled: 0} {
 		if math.Abs(h[m]-want) > 1e-9 {
 			t.Errorf("H100 %s = %v, want %v", m, h[m], want)
 		}

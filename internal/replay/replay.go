@@ -212,6 +212,9 @@ type Shape struct {
 	Mem                               float64
 	PCIeRX, PCIeTX, NVLink            float64
 	Power                             float64 // share of the power limit
+	// PowerCapped and Hot say the clocks are slowed by a power cap or by
+	// heat (the SM clock drops with them).
+	PowerCapped, Hot bool
 }
 
 // Profile is a named pattern of GPU use over time.
@@ -252,6 +255,19 @@ func (p Profile) values(d Device, elapsed time.Duration, seed uint64) telemetry.
 	v[telemetry.Power] = math.Round(700 * d.ComputeShare * (0.1 + 0.9*jit(s.Power, 4)))
 	v[telemetry.Temperature] = math.Round(30 + 45*s.Power)
 	v[telemetry.SMClock] = 1980
+	v[telemetry.PowerThrottled], v[telemetry.ThermalThrottled] = 0, 0
+	if s.PowerCapped {
+		v[telemetry.PowerThrottled], v[telemetry.SMClock] = 1, 1410
+	}
+	if s.Hot {
+		v[telemetry.ThermalThrottled], v[telemetry.SMClock], v[telemetry.Temperature] = 1, 1200, 88
+	}
+	// Energy since the profile started, at its power now (close enough
+	// for a counter that only ever grows).
+	v[telemetry.Energy] = math.Round(v[telemetry.Power] * elapsed.Seconds() * 1000)
+	if d.MIG != nil {
+		v[telemetry.Power], v[telemetry.Energy] = math.NaN(), math.NaN() // a GPU's power is not its instances'
+	}
 	if d.GPM {
 		v[telemetry.SMActive] = jit(s.SM, 5)
 		v[telemetry.SMOccupancy] = jit(s.Occupancy, 6)
@@ -289,6 +305,8 @@ var synthetic = []Profile{
 		shape: steady(Shape{Util: 0.6, SM: 0.15, Occupancy: 0.05, Tensor: 0, DRAM: 0.1, Mem: 0.3, PCIeRX: 0.8, PCIeTX: 0.02, Power: 0.3})},
 	{Name: "idle", Description: "memory held (30%), no activity: a notebook left open",
 		shape: steady(Shape{Mem: 0.3, Power: 0.05})},
+	{Name: "power-throttled", Description: "SM activity 0.85 with the clocks held down by a power cap (SM clock 1410 MHz instead of 1980)",
+		shape: steady(Shape{Util: 1, SM: 0.85, Occupancy: 0.5, Tensor: 0.6, DRAM: 0.5, Mem: 0.6, PCIeRX: 0.01, PCIeTX: 0.01, Power: 1, PowerCapped: true})},
 	{Name: "near-oom", Description: "memory at 97% of the device, SM activity 0.6",
 		shape: steady(Shape{Util: 1, SM: 0.6, Occupancy: 0.4, Tensor: 0.3, DRAM: 0.5, Mem: 0.97, PCIeRX: 0.02, PCIeTX: 0.02, Power: 0.7})},
 }

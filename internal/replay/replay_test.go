@@ -53,6 +53,12 @@ func TestSyntheticProfiles(t *testing.T) {
 			return v[telemetry.SMActive] == 0 && v[telemetry.GPUUtil] == 0 && near(v[telemetry.FBUsed]/81559, 0.3)
 		}},
 		{"near-oom", time.Minute, func(v telemetry.Values) bool { return v[telemetry.FBUsed]/v[telemetry.FBTotal] > 0.95 }},
+		{"power-throttled", time.Minute, func(v telemetry.Values) bool {
+			return v[telemetry.PowerThrottled] == 1 && v[telemetry.ThermalThrottled] == 0 && v[telemetry.SMClock] < 1500 && v[telemetry.Energy] > 0
+		}},
+		{"compute-bound", 2 * time.Minute, func(v telemetry.Values) bool {
+			return v[telemetry.PowerThrottled] == 0 && v[telemetry.Energy] > 60*600*1000
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, err := Lookup(tc.name, "")

@@ -22,21 +22,24 @@ type Metric int
 // The metrics Gantry stores and serves. The order is the storage order (the
 // columns of the samples and rollups tables): append only.
 const (
-	GPUUtil      Metric = iota // DCGM_FI_DEV_GPU_UTIL, percent: a kernel was running
-	MemCopyUtil                // DCGM_FI_DEV_MEM_COPY_UTIL, percent
-	SMActive                   // DCGM_FI_PROF_SM_ACTIVE, ratio 0..1
-	SMOccupancy                // DCGM_FI_PROF_SM_OCCUPANCY, ratio 0..1
-	TensorActive               // DCGM_FI_PROF_PIPE_TENSOR_ACTIVE, ratio 0..1
-	DRAMActive                 // DCGM_FI_PROF_DRAM_ACTIVE, ratio 0..1
-	FBUsed                     // DCGM_FI_DEV_FB_USED, MiB
-	FBTotal                    // DCGM_FI_DEV_FB_TOTAL, MiB
-	PCIeTX                     // DCGM_FI_PROF_PCIE_TX_BYTES, bytes/s
-	PCIeRX                     // DCGM_FI_PROF_PCIE_RX_BYTES, bytes/s
-	NVLinkTX                   // DCGM_FI_PROF_NVLINK_TX_BYTES, bytes/s
-	NVLinkRX                   // DCGM_FI_PROF_NVLINK_RX_BYTES, bytes/s
-	Power                      // DCGM_FI_DEV_POWER_USAGE, W
-	Temperature                // DCGM_FI_DEV_GPU_TEMP, °C
-	SMClock                    // DCGM_FI_DEV_SM_CLOCK, MHz
+	GPUUtil          Metric = iota // DCGM_FI_DEV_GPU_UTIL, percent: a kernel was running
+	MemCopyUtil                    // DCGM_FI_DEV_MEM_COPY_UTIL, percent
+	SMActive                       // DCGM_FI_PROF_SM_ACTIVE, ratio 0..1
+	SMOccupancy                    // DCGM_FI_PROF_SM_OCCUPANCY, ratio 0..1
+	TensorActive                   // DCGM_FI_PROF_PIPE_TENSOR_ACTIVE, ratio 0..1
+	DRAMActive                     // DCGM_FI_PROF_DRAM_ACTIVE, ratio 0..1
+	FBUsed                         // DCGM_FI_DEV_FB_USED, MiB
+	FBTotal                        // DCGM_FI_DEV_FB_TOTAL, MiB
+	PCIeTX                         // DCGM_FI_PROF_PCIE_TX_BYTES, bytes/s
+	PCIeRX                         // DCGM_FI_PROF_PCIE_RX_BYTES, bytes/s
+	NVLinkTX                       // DCGM_FI_PROF_NVLINK_TX_BYTES, bytes/s
+	NVLinkRX                       // DCGM_FI_PROF_NVLINK_RX_BYTES, bytes/s
+	Power                          // DCGM_FI_DEV_POWER_USAGE, W
+	Temperature                    // DCGM_FI_DEV_GPU_TEMP, °C
+	SMClock                        // DCGM_FI_DEV_SM_CLOCK, MHz
+	Energy                         // DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION, mJ since the driver loaded
+	PowerThrottled                 // 1 while a power cap slows the clocks (clock event reasons SW/HW power cap, power brake), else 0
+	ThermalThrottled               // 1 while heat slows the clocks (SW/HW thermal slowdown), else 0
 	NumMetrics
 )
 
@@ -66,6 +69,36 @@ var metrics = [NumMetrics]MetricInfo{
 	Power:        {"power", "DCGM_FI_DEV_POWER_USAGE", "W", "power draw", 0, 1e5},
 	Temperature:  {"temperature", "DCGM_FI_DEV_GPU_TEMP", "C", "GPU temperature", -50, 200},
 	SMClock:      {"sm_clock", "DCGM_FI_DEV_SM_CLOCK", "MHz", "SM clock", 0, 1e5},
+	Energy:       {"energy", "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "mJ", "energy consumed since the driver loaded", 0, 1e18},
+	// dcgm-exporter exports the clock event reasons as a bitmask
+	// (DCGM_FI_DEV_CLOCKS_EVENT_REASONS, also exported by gantry-agent); a
+	// mean of a bitmask means nothing, so Gantry keeps each kind of
+	// throttling as a 0/1 series whose mean is the share of time throttled.
+	PowerThrottled:   {"power_throttled", "gantry_gpu_power_throttled", "ratio", "1 while a power cap slows the SM clock", 0, 1},
+	ThermalThrottled: {"thermal_throttled", "gantry_gpu_thermal_throttled", "ratio", "1 while heat slows the SM clock", 0, 1},
+}
+
+// Clock event reasons (NVML's bitmask) that count as throttling.
+const (
+	ClocksEventSwPowerCap        = 0x4
+	ClocksEventHwSlowdown        = 0x8
+	ClocksEventSwThermalSlowdown = 0x20
+	ClocksEventHwThermalSlowdown = 0x40
+	ClocksEventHwPowerBrake      = 0x80
+	powerReasons                 = ClocksEventSwPowerCap | ClocksEventHwPowerBrake
+	thermalReasons               = ClocksEventSwThermalSlowdown | ClocksEventHwThermalSlowdown
+)
+
+// Throttling turns NVML's clock event reasons into the two throttle series
+// (HW slowdown counts as both: NVML does not say which caused it).
+func Throttling(reasons uint64) (power, thermal float64) {
+	if reasons&(powerReasons|ClocksEventHwSlowdown) != 0 {
+		power = 1
+	}
+	if reasons&(thermalReasons|ClocksEventHwSlowdown) != 0 {
+		thermal = 1
+	}
+	return power, thermal
 }
 
 // Info describes m.

@@ -72,7 +72,9 @@ func Readings(start time.Time) []telemetry.Reading {
 
 // Start is when the suite's samples begin: within the last hour, whole
 // seconds, 3 s past a minute.
-func Start(now time.Time) time.Time { return now.Add(-50 * time.Minute).Truncate(time.Minute).Add(3 * time.Second) }
+func Start(now time.Time) time.Time {
+	return now.Add(-50 * time.Minute).Truncate(time.Minute).Add(3 * time.Second)
+}
 
 // key names a series the same way for every source: the device by its GPU
 // and MIG instance (dcgm-exporter's labels carry no MIG UUID), the pod.
@@ -132,7 +134,7 @@ func expect(rs []telemetry.Reading, q telemetry.Query) map[string][]telemetry.Po
 	return want
 }
 
-func close(a, b float64) bool {
+func near(a, b float64) bool {
 	return math.Abs(a-b) <= 1e-6*math.Max(1, math.Abs(b))
 }
 
@@ -180,7 +182,7 @@ func Run(t *testing.T, load Loader) {
 				}
 				for i, p := range s.Points {
 					e := w[i]
-					if !p.T.Equal(e.T) || p.N != e.N || !close(p.Avg, e.Avg) || !close(p.Max, e.Max) || !close(p.P95, e.P95) {
+					if !p.T.Equal(e.T) || p.N != e.N || !near(p.Avg, e.Avg) || !near(p.Max, e.Max) || !near(p.P95, e.P95) {
 						t.Errorf("%s point %d: %+v, want %+v", k, i, p, e)
 						break
 					}

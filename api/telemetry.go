@@ -36,9 +36,10 @@ func (s *server) PushTelemetry(ctx context.Context, req gen.PushTelemetryRequest
 
 // batchIn converts a pushed batch; a metric Gantry does not know is named.
 func batchIn(in *gen.TelemetryBatch) (telemetry.Batch, error) {
-	b := telemetry.Batch{Node: in.Node, Agent: deref(in.Agent), Dropped: uint64(deref(in.Dropped)), Readings: make([]telemetry.Reading, len(in.Readings))}
+	readings := deref(in.Readings)
+	b := telemetry.Batch{Node: in.Node, Agent: deref(in.Agent), Dropped: uint64(deref(in.Dropped)), Readings: make([]telemetry.Reading, len(readings))}
 	var errs fault.List
-	for i, r := range in.Readings {
+	for i, r := range readings {
 		out := telemetry.Reading{Time: r.T, Device: deviceIn(r.Device), Share: 1, Values: telemetry.NoValues()}
 		if r.Share != nil {
 			out.Share = *r.Share

@@ -967,7 +967,7 @@ type TelemetryBatch struct {
 	Events   *[]GPUEvent `json:"events,omitempty"`
 	Gpus     *[]GPUState `json:"gpus,omitempty"`
 	Node     string      `json:"node"`
-	Readings []Reading   `json:"readings"`
+	Readings *[]Reading  `json:"readings,omitempty"`
 }
 
 // TelemetryResult defines model for TelemetryResult.

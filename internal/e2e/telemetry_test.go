@@ -17,7 +17,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/gantryhq/gantry/internal/config"
 	"github.com/gantryhq/gantry/internal/devagent"
+	"github.com/gantryhq/gantry/internal/kube"
 	"github.com/gantryhq/gantry/internal/telemetry"
 	"github.com/gantryhq/gantry/internal/waitfor"
 )
@@ -290,4 +292,53 @@ func TestLiveSeries(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestUnhealthyGPUCordonsTheNode: with telemetry.cordon on, a GPU that
+// turns unhealthy (a double-bit ECC error) cordons its node and labels it,
+// and the node's page says why.
+func TestUnhealthyGPUCordonsTheNode(t *testing.T) {
+	g := start(t, filepath.Join(t.TempDir(), "g.db"), true, func(c *config.Config) { c.Telemetry.Cordon = true })
+	ctx := context.Background()
+	const node = "l4-spot-0"
+	t.Cleanup(func() {
+		n, err := cluster.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err == nil {
+			n.Spec.Unschedulable = false
+			delete(n.Labels, kube.UnhealthyLabel)
+			cluster.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+		}
+	})
+	token := agentToken(t, "gantry-system", "gantry-agent", node, "gantry")
+	gpus := []telemetry.GPUState{{Device: telemetry.Device{GPU: "GPU-l4-spot-0-0", Index: 0, Model: "NVIDIA L4"}, MemoryMiB: 23034}}
+	if s, body := push(t, g, token, telemetry.Batch{Node: node, GPUs: gpus}); s != 202 {
+		t.Fatalf("healthy: %d %s", s, body)
+	}
+	gpus[0].ECC.VolatileDBE = 1
+	if s, body := push(t, g, token, telemetry.Batch{Node: node, GPUs: gpus}); s != 202 {
+		t.Fatalf("a double-bit error: %d %s", s, body)
+	}
+	n, err := cluster.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !n.Spec.Unschedulable || n.Labels[kube.UnhealthyLabel] != "true" {
+		t.Fatalf("node %s: unschedulable %v, labels %v", node, n.Spec.Unschedulable, n.Labels)
+	}
+	var page struct {
+		Healthy bool
+		Gpus    []struct {
+			Healthy bool
+			Reason  string
+		}
+	}
+	resp, err := http.Get(g.url + "/api/v1/nodes/" + node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	json.NewDecoder(resp.Body).Decode(&page)
+	resp.Body.Close()
+	if page.Healthy || len(page.Gpus) != 1 || page.Gpus[0].Healthy || !strings.Contains(page.Gpus[0].Reason, "double-bit") {
+		t.Fatalf("node page: %+v", page)
+	}
 }

@@ -275,7 +275,7 @@ type Batch struct {
 	Node     string     `json:"node"`
 	Agent    string     `json:"agent,omitempty"` // the agent's version
 	GPUs     []GPUState `json:"gpus,omitempty"`
-	Readings []Reading  `json:"readings"`
+	Readings []Reading  `json:"readings,omitempty"`
 	Events   []Event    `json:"events,omitempty"`
 	Dropped  uint64     `json:"dropped,omitempty"`
 }

@@ -225,6 +225,9 @@ type Profile struct {
 	// memMiB, when set, gives memory in MiB directly (the trace), capped
 	// at the device's memory.
 	memMiB func(elapsed time.Duration) float64
+	// recorded: utilization is a recorded value, played as it is (no
+	// noise added).
+	recorded bool
 }
 
 // noise is a deterministic value in [-1, 1] for (seed, second, what).
@@ -243,6 +246,9 @@ func (p Profile) values(d Device, elapsed time.Duration, seed uint64) telemetry.
 	jit := func(v float64, what int) float64 { return clamp(v+0.02*noise(seed, sec, what)*math.Min(1, v*10), 0, 1) }
 	v := telemetry.NoValues()
 	v[telemetry.GPUUtil] = math.Round(100 * jit(s.Util, 0))
+	if p.recorded {
+		v[telemetry.GPUUtil] = math.Round(100 * s.Util)
+	}
 	v[telemetry.MemCopyUtil] = math.Round(100 * jit(s.DRAM*0.9, 1))
 	mem := s.Mem * d.MemoryMiB
 	if p.memMiB != nil {
@@ -311,22 +317,33 @@ var synthetic = []Profile{
 		shape: steady(Shape{Util: 1, SM: 0.6, Occupancy: 0.4, Tensor: 0.3, DRAM: 0.5, Mem: 0.97, PCIeRX: 0.02, PCIeTX: 0.02, Power: 0.7})},
 }
 
-// traceSM is how SM activity is derived from the trace's duty cycle, which
-// says only that a kernel ran: an inference server's kernels keep about
-// this share of cycles busy while they run (an assumption, documented in
-// genai/SOURCE.md); tensor and DRAM activity follow it.
-const traceSM = 0.7
+// TraceSMFactor is how SM activity is derived from a trace pod's duty
+// cycle, which says only that a kernel ran, not how many SMs it kept busy:
+// SM activity = duty/100 × the factor, a value in [0.6, 0.85] fixed per
+// pod by a hash of its id (an assumption about an inference server's
+// kernels, not a measurement; documented in genai/SOURCE.md). Tensor and
+// DRAM activity follow SM activity.
+func TraceSMFactor(pod string) float64 {
+	h := fnv.New32a()
+	h.Write([]byte(pod))
+	return 0.6 + 0.25*float64(h.Sum32()%1001)/1000
+}
 
-// TraceProfile plays one pod of the embedded GenAI trace.
+// TraceProfile plays one pod of the embedded GenAI trace: its duty cycle
+// as GPU utilization (exactly, no noise), its memory as memory used
+// (capped at the device's), each minute's sample held until the next, from
+// the pod's first sample; the series repeats past its end.
 func TraceProfile(tr *Trace, pod string) Profile {
-	return Profile{Name: "trace:" + pod, Description: "pod " + pod + " of Alibaba's GenAI trace",
+	k := TraceSMFactor(pod)
+	return Profile{Name: "trace:" + pod, Description: "pod " + pod + " of Alibaba's GenAI trace", recorded: true,
 		shape: func(e time.Duration) Shape {
 			duty, _ := tr.At(pod, int64(e/time.Second))
 			if math.IsNaN(duty) {
 				duty = 0
 			}
 			f := duty / 100
-			return Shape{Util: f, SM: f * traceSM, Occupancy: f * 0.4, Tensor: f * 0.45, DRAM: f * 0.35, PCIeRX: f * 0.02, PCIeTX: f * 0.01, Power: 0.1 + 0.8*f}
+			sm := f * k
+			return Shape{Util: f, SM: sm, Occupancy: sm * 0.55, Tensor: sm * 0.65, DRAM: sm * 0.5, PCIeRX: f * 0.02, PCIeTX: f * 0.01, Power: 0.1 + 0.8*f}
 		},
 		memMiB: func(e time.Duration) float64 {
 			_, mem := tr.At(pod, int64(e/time.Second))
@@ -337,6 +354,11 @@ func TraceProfile(tr *Trace, pod string) Profile {
 		},
 	}
 }
+
+// TraceDefaultSpan is the least a trace pod's series must last to be
+// picked by the plain "trace" profile (the trace's short-lived pods hold a
+// few minutes of data: looped, they would not look like a service).
+const TraceDefaultSpan = 6 * time.Hour
 
 // Names lists the profiles Lookup knows.
 func Names() []string {
@@ -351,8 +373,9 @@ func Names() []string {
 func Synthetic() []Profile { return append([]Profile(nil), synthetic...) }
 
 // Lookup finds a profile by name: a synthetic one, "trace:<pod id, id
-// prefix or index>", or "trace" (a pod of the trace chosen by key, so that a
-// workload keeps its pod across restarts).
+// prefix or index>", or "trace" (a pod of the trace with at least
+// TraceDefaultSpan of data, chosen by a hash of key, so that a workload
+// keeps its pod across restarts).
 func Lookup(name, key string) (Profile, error) {
 	for _, p := range synthetic {
 		if p.Name == name {
@@ -366,9 +389,18 @@ func Lookup(name, key string) (Profile, error) {
 		}
 		pod, ok := strings.CutPrefix(name, "trace:")
 		if !ok {
+			var long []string
+			for _, p := range tr.Pods {
+				if tr.Span(p) >= int64(TraceDefaultSpan/time.Second) {
+					long = append(long, p)
+				}
+			}
+			if len(long) == 0 {
+				return Profile{}, fmt.Errorf("the embedded trace has no pod with %s of data", TraceDefaultSpan)
+			}
 			h := fnv.New32a()
 			h.Write([]byte(key))
-			return TraceProfile(tr, tr.Pods[int(h.Sum32())%len(tr.Pods)]), nil
+			return TraceProfile(tr, long[int(h.Sum32()%uint32(len(long)))]), nil
 		}
 		var idx int
 		if _, err := fmt.Sscanf(pod, "%d", &idx); err == nil && fmt.Sprint(idx) == pod {

@@ -6,6 +6,7 @@
 package main
 
 import (
+	"bytes"
 	"flag"
 	"fmt"
 	"os"
@@ -33,6 +34,7 @@ func run(dir, out string) error {
 	if err != nil {
 		return err
 	}
+	defer os.Remove(out + ".tmp") // after a failure
 	if err := tr.Compact(f); err != nil {
 		f.Close()
 		return err
@@ -40,6 +42,18 @@ func run(dir, out string) error {
 	if err := f.Close(); err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "%d pods from %s → %s\n", len(tr.Pods), filepath.Clean(dir), out)
-	return os.Rename(out+".tmp", out)
+	if err := os.Rename(out+".tmp", out); err != nil {
+		return err
+	}
+	// Read back what was written, as replay will.
+	data, err := os.ReadFile(out)
+	if err != nil {
+		return err
+	}
+	back, err := replay.ReadCompact(bytes.NewReader(data))
+	if err != nil {
+		return fmt.Errorf("reading back %s: %w", out, err)
+	}
+	fmt.Fprintf(os.Stderr, "%d pods read from %s, %d written to %s (%d bytes)\n", len(tr.Pods), filepath.Clean(dir), len(back.Pods), out, len(data))
+	return nil
 }

@@ -3,6 +3,7 @@ package devagent_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/gantryhq/gantry/internal/devagent"
 	"github.com/gantryhq/gantry/internal/devcluster"
 	"github.com/gantryhq/gantry/internal/devcluster/clustertest"
+	"github.com/gantryhq/gantry/internal/replay"
 	"github.com/gantryhq/gantry/internal/telemetry"
 	"github.com/gantryhq/gantry/internal/waitfor"
 )
@@ -26,11 +28,13 @@ func TestMain(m *testing.M) { clustertest.Main(m, "devagent", &cluster) }
 type recorder struct {
 	mu     sync.Mutex
 	latest map[string]telemetry.Reading // node/device → reading
+	events []telemetry.Event
 }
 
 func (r *recorder) push(_ context.Context, b telemetry.Batch) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.events = append(r.events, b.Events...)
 	for _, rd := range b.Readings {
 		k := b.Node + "/" + rd.Device.ID()
 		if old, ok := r.latest[k]; !ok || !rd.Time.Before(old.Time) {
@@ -95,10 +99,20 @@ func TestSimulatedAgents(t *testing.T) {
 		return nil
 	})
 	rec := &recorder{latest: map[string]telemetry.Reading{}}
-	done := make(chan error, 1)
-	go func() {
-		done <- devagent.Run(ctx, devagent.Options{Client: c, Sink: devagent.SinkFunc(rec.push), Interval: 200 * time.Millisecond})
-	}()
+	fleet, err := devagent.Start(ctx, devagent.Options{Client: c, Sink: devagent.SinkFunc(rec.push), Interval: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every simulated GPU node has an agent; confidential nodes (passthrough GPUs) have none.
+	nodes := map[string]bool{}
+	for _, n := range fleet.Nodes() {
+		nodes[n] = true
+	}
+	for _, n := range devcluster.Nodes(devcluster.Fleet) {
+		if want := n.Labels["nvidia.com/cc.mode"] != "on"; nodes[n.Name] != want {
+			t.Errorf("node %s: agent %v, want %v", n.Name, nodes[n.Name], want)
+		}
+	}
 	var trainerDevice string
 	waitfor.Until(t, 30*time.Second, "readings of both pods", func() error {
 		k, rd, ok := rec.of("trainer")
@@ -106,6 +120,9 @@ func TestSimulatedAgents(t *testing.T) {
 			return fmt.Errorf("trainer: %v %+v", ok, rd)
 		}
 		trainerDevice = k
+		if rd.Device.GPU != rd.Device.ID() || len(rd.Device.GPU) != len("GPU-")+36 {
+			return fmt.Errorf("trainer's GPU: %+v", rd.Device)
+		}
 		_, rd, ok = rec.of("notebook")
 		if !ok || rd.Device.MIG == nil || rd.Device.MIG.Profile != "1g.10gb" || rd.Values[telemetry.FBUsed]/rd.Values[telemetry.FBTotal] < 0.95 {
 			return fmt.Errorf("notebook: %v %+v", ok, rd)
@@ -124,8 +141,21 @@ func TestSimulatedAgents(t *testing.T) {
 		}
 		return nil
 	})
+	// A fault injected into a simulated GPU reaches the sink as an event.
+	node, gpu, _ := strings.Cut(trainerDevice, "/")
+	fleet.GPUs(node).Inject(replay.Fault{GPU: gpu, XID: 79, At: time.Now()})
+	waitfor.Until(t, 30*time.Second, "the injected XID pushed", func() error {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		for _, e := range rec.events {
+			if e.GPU == gpu && e.XID == 79 {
+				return nil
+			}
+		}
+		return fmt.Errorf("events %+v", rec.events)
+	})
 	cancel()
-	if err := <-done; err != nil {
+	if err := fleet.Wait(); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -78,7 +78,19 @@ type slot struct {
 	profile *Profile // nil: idle
 	start   time.Time
 	seed    uint64
+	energy  energyMemo
 }
+
+// energyMemo is the energy a slot's profile used in its first steps
+// (energyStep long), so that the next reading adds only the steps since.
+type energyMemo struct {
+	steps int64
+	mJ    float64
+}
+
+// energyStep is the step energy is integrated over: power is taken at the
+// start of each step.
+const energyStep = 10 * time.Second
 
 // NewNode simulates the given GPUs, every device idle.
 func NewNode(gpus []GPU) *Node {
@@ -122,7 +134,7 @@ func (n *Node) Play(device string, p Profile, start time.Time, seed uint64) erro
 	if !ok {
 		return fmt.Errorf("no device %s on this node", device)
 	}
-	s.profile, s.start, s.seed = &p, start, seed
+	s.profile, s.start, s.seed, s.energy = &p, start, seed, energyMemo{}
 	return nil
 }
 
@@ -190,7 +202,11 @@ func (n *Node) Sample(_ context.Context, now time.Time) ([]agent.DeviceSample, e
 		if s.profile != nil {
 			p, elapsed = s.profile, now.Sub(s.start)
 		}
-		out = append(out, agent.DeviceSample{Device: s.dev.Device, Values: p.values(s.dev, elapsed, s.seed)})
+		v := p.values(s.dev, elapsed, s.seed)
+		if v.Has(telemetry.Energy) {
+			v[telemetry.Energy] = math.Round(p.energy(s.dev, elapsed, s.seed, &s.energy))
+		}
+		out = append(out, agent.DeviceSample{Device: s.dev.Device, Values: v})
 	}
 	return out, nil
 }
@@ -258,7 +274,7 @@ func (p Profile) values(d Device, elapsed time.Duration, seed uint64) telemetry.
 	v[telemetry.FBTotal] = d.MemoryMiB
 	v[telemetry.PCIeRX] = math.Round(jit(s.PCIeRX, 2) * LinkBytes * d.ComputeShare)
 	v[telemetry.PCIeTX] = math.Round(jit(s.PCIeTX, 3) * LinkBytes * d.ComputeShare)
-	v[telemetry.Power] = math.Round(700 * d.ComputeShare * (0.1 + 0.9*jit(s.Power, 4)))
+	v[telemetry.Power] = power(d, s, seed, sec)
 	v[telemetry.Temperature] = math.Round(30 + 45*s.Power)
 	v[telemetry.SMClock] = 1980
 	v[telemetry.PowerThrottled], v[telemetry.ThermalThrottled] = 0, 0
@@ -268,9 +284,9 @@ func (p Profile) values(d Device, elapsed time.Duration, seed uint64) telemetry.
 	if s.Hot {
 		v[telemetry.ThermalThrottled], v[telemetry.SMClock], v[telemetry.Temperature] = 1, 1200, 88
 	}
-	// Energy since the profile started, at its power now (close enough
-	// for a counter that only ever grows).
-	v[telemetry.Energy] = math.Round(v[telemetry.Power] * elapsed.Seconds() * 1000)
+	// Energy since the profile started: Sample integrates the power (this
+	// is only its mark, never NaN for a whole GPU).
+	v[telemetry.Energy] = 0
 	if d.MIG != nil {
 		v[telemetry.Power], v[telemetry.Energy] = math.NaN(), math.NaN() // a GPU's power is not its instances'
 	}
@@ -285,6 +301,35 @@ func (p Profile) values(d Device, elapsed time.Duration, seed uint64) telemetry.
 		}
 	}
 	return v
+}
+
+// power is a device's power draw in W (700 W for a whole GPU at full
+// power, noise included).
+func power(d Device, s Shape, seed uint64, sec int64) float64 {
+	p := clamp(s.Power+0.02*noise(seed, sec, 4)*math.Min(1, s.Power*10), 0, 1)
+	return math.Round(700 * d.ComputeShare * (0.1 + 0.9*p))
+}
+
+// energy is what the profile used from its start to elapsed, in mJ: its
+// power at the start of each energyStep times the step (the last one in
+// part), the same whenever and however often it is read, and never less
+// for a later elapsed. memo keeps the sum of whole steps.
+func (p Profile) energy(d Device, elapsed time.Duration, seed uint64, memo *energyMemo) float64 {
+	if elapsed <= 0 {
+		return 0
+	}
+	at := func(k int64) float64 {
+		e := time.Duration(k) * energyStep
+		return power(d, p.shape(e), seed, int64(e/time.Second))
+	}
+	k := int64(elapsed / energyStep)
+	if k < memo.steps {
+		*memo = energyMemo{}
+	}
+	for ; memo.steps < k; memo.steps++ {
+		memo.mJ += at(memo.steps) * energyStep.Seconds() * 1000
+	}
+	return memo.mJ + at(k)*(elapsed-time.Duration(k)*energyStep).Seconds()*1000
 }
 
 // unheld is a device nothing holds.

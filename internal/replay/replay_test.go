@@ -390,3 +390,52 @@ func TestReadAlibabaErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestEnergy: the energy counter integrates power since the profile
+// started: it never falls while power does (input-starved, a trace pod),
+// it is the same whatever was read before, it grows by about power × time,
+// and a MIG instance has none (a GPU's power is not its instances').
+func TestEnergy(t *testing.T) {
+	start := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
+	for _, name := range []string{"input-starved", "trace:0", "compute-bound"} {
+		p, err := Lookup(name, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, fresh := NewNode([]GPU{h100}), NewNode([]GPU{h100})
+		n.Play("GPU-1", p, start, 3)
+		prev := -1.0
+		for s := 0; s <= 1800; s += 7 {
+			at := start.Add(time.Duration(s) * time.Second)
+			v := sampleOf(t, n, "GPU-1", at)
+			e := v[telemetry.Energy]
+			if e < prev {
+				t.Fatalf("%s at %d s: energy %v after %v", name, s, e, prev)
+			}
+			if prev >= 0 && s > 20 && (e-prev > 7*700*1000*1.01) {
+				t.Fatalf("%s at %d s: %v mJ in 7 s at most 700 W", name, s, e-prev)
+			}
+			if s%301 == 0 {
+				fresh.Play("GPU-1", p, start, 3)
+				if f := sampleOf(t, fresh, "GPU-1", at); f[telemetry.Energy] != e {
+					t.Fatalf("%s at %d s: %v read in order, %v read at once", name, s, e, f[telemetry.Energy])
+				}
+			}
+			prev = e
+		}
+		if name == "compute-bound" {
+			// 0.95 of the power scale: 700 × (0.1 + 0.9 × 0.95) ≈ 668 W for 1800 s.
+			if math.Abs(prev-668.5*1800*1000) > 0.03*668.5*1800*1000 {
+				t.Fatalf("compute-bound: %v mJ in 30 min", prev)
+			}
+		}
+	}
+	g := h100
+	g.MIG = []MIG{{UUID: "MIG-a", Profile: "1g.10gb", InstanceID: 1, MemoryMiB: 10194, ComputeShare: 1.0 / 7}}
+	n := NewNode([]GPU{g})
+	p, _ := Lookup("compute-bound", "")
+	n.Play("MIG-a", p, start, 1)
+	if v := sampleOf(t, n, "MIG-a", start.Add(time.Minute)); v.Has(telemetry.Energy) || v.Has(telemetry.Power) {
+		t.Fatalf("a MIG instance's energy: %v", v)
+	}
+}

@@ -42,6 +42,17 @@ type TracePoint struct {
 // timestamps advance by a fixed step that is not 60 s (57 s in this
 // release): the k-th step after the earliest timestamp becomes minute k.
 func ReadAlibaba(duty io.Reader, dutyName string, mem io.Reader, memName string) (*Trace, error) {
+	return readAlibaba(duty, dutyName, mem, memName, false)
+}
+
+// ReadAlibabaRaw reads the trace as ReadAlibaba does but keeps the
+// publisher's timestamps: T is seconds since the earliest one (advice's
+// replay and its scorer measure timeouts and pod-time on them).
+func ReadAlibabaRaw(duty io.Reader, dutyName string, mem io.Reader, memName string) (*Trace, error) {
+	return readAlibaba(duty, dutyName, mem, memName, true)
+}
+
+func readAlibaba(duty io.Reader, dutyName string, mem io.Reader, memName string, raw bool) (*Trace, error) {
 	type key struct {
 		pod string
 		ts  float64
@@ -125,6 +136,12 @@ func ReadAlibaba(duty io.Reader, dutyName string, mem io.Reader, memName string)
 		}
 	}
 	for k, p := range points {
+		if raw {
+			q := *p
+			q.T = int64(math.Round(k.ts - ts[0]))
+			tr.Series[k.pod] = append(tr.Series[k.pod], q)
+			continue
+		}
 		steps := (k.ts - ts[0]) / step
 		if math.Abs(steps-math.Round(steps)) > 0.1 {
 			return nil, fmt.Errorf("pod %s: timestamp %.0f is not a whole number of %.0f s steps after the first (%.0f)", k.pod, k.ts, step, ts[0])

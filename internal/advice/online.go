@@ -1,0 +1,212 @@
+// Package advice owns Gantry's tuning advice: the online rules that decide,
+// sample by sample, when a GPU workload should move to a smaller or larger
+// MIG profile and when an idle one should be stopped — learning from the
+// workload's own series and from its template's fleet — and the scorer that
+// measures those decisions on a trace. The same rules run in Gantry and in
+// `gantry advise replay`. It imports no HTTP, SQL or client-go.
+package advice
+
+import (
+	"fmt"
+	"math"
+	"sort"
+
+	"github.com/gantryhq/gantry/internal/gpu"
+)
+
+// Obs is one sample of a pod's GPU: duty cycle in percent (the share of time
+// a kernel ran; DCGM's GPU utilization) and memory used in bytes; NaN where
+// not measured. T is in seconds.
+type Obs struct {
+	T        int64
+	Duty     float64
+	MemBytes float64
+}
+
+// Decision is what the rules decided for a pod at time T, from samples up
+// to T: "resize" to Profile, or "stop". It takes effect after T.
+type Decision struct {
+	Pod     string `json:"pod"`
+	T       int64  `json:"t"`
+	Action  string `json:"action"`
+	Profile string `json:"profile,omitempty"`
+}
+
+// Actions.
+const (
+	Resize = "resize"
+	Stop   = "stop"
+)
+
+// Profile is a MIG profile as advice weighs it: its share of the GPU
+// (max(compute/7, memory/8)) and its memory in GiB.
+type Profile struct {
+	Name   string
+	Share  float64
+	MemGiB float64
+}
+
+// Profiles lists a class's MIG profiles, smallest share first (by memory on
+// a tie); the last is the whole GPU's.
+func Profiles(c gpu.Class) []Profile {
+	var out []Profile
+	for _, p := range c.MIG {
+		out = append(out, Profile{Name: p.Name, Share: math.Max(p.ComputeShare(), p.MemoryShare()), MemGiB: float64(c.MemoryGiB) * p.MemoryShare()})
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		if out[i].Share != out[j].Share {
+			return out[i].Share < out[j].Share
+		}
+		return out[i].MemGiB < out[j].MemGiB
+	})
+	return out
+}
+
+// Rules are the online rules' settings. The defaults (DefaultRules) and
+// where each number comes from are in docs/advice.md.
+type Rules struct {
+	// Idle: an idle sample has duty ≤ IdleDuty percent. A pod idle for
+	// QuietIdle is stopped while less than QuietFleet of its fleet has been
+	// active within FleetWindow (the fleet's quiet hours); otherwise after
+	// BusyIdle.
+	IdleDuty    float64
+	QuietIdle   int64 // seconds
+	QuietFleet  float64
+	FleetWindow int64 // seconds
+	BusyIdle    int64 // seconds
+	// Right-sizing: after Warmup, the smallest profile whose memory holds
+	// the peak so far × Headroom within Fill of its memory; a pod whose
+	// memory passes MoveUp of its profile's moves to the smallest profile
+	// that holds it the same way (the whole GPU at worst), and never back.
+	Warmup   int64 // seconds
+	Headroom float64
+	Fill     float64
+	MoveUp   float64
+}
+
+// DefaultRules are the rules Gantry runs.
+var DefaultRules = Rules{
+	IdleDuty: 1, QuietIdle: 15 * 60, QuietFleet: 0.2, FleetWindow: 15 * 60, BusyIdle: 90 * 60,
+	Warmup: 10 * 60, Headroom: 1.2, Fill: 0.98, MoveUp: 0.65,
+}
+
+// Fleet is what the rules know of one template's pods: when each was last
+// seen and last active.
+type Fleet struct {
+	lastSeen, lastActive map[string]int64
+}
+
+// NewFleet starts an empty fleet.
+func NewFleet() *Fleet {
+	return &Fleet{lastSeen: map[string]int64{}, lastActive: map[string]int64{}}
+}
+
+// Active is the share of the fleet's pods seen within window before t that
+// were active (duty above idle) in it.
+func (f *Fleet) Active(t, window int64) float64 {
+	seen, active := 0, 0
+	for p, s := range f.lastSeen {
+		if s > t-window && s <= t {
+			seen++
+			if a, ok := f.lastActive[p]; ok && a > t-window && a <= t {
+				active++
+			}
+		}
+	}
+	if seen == 0 {
+		return 0
+	}
+	return float64(active) / float64(seen)
+}
+
+// Pod is the rules' state for one pod.
+type Pod struct {
+	ID       string
+	start    int64
+	started  bool
+	peak     float64 // GiB
+	profile  string  // "" while on the whole GPU it was launched with
+	memGiB   float64 // memory of the current profile
+	idleFrom int64   // first sample of the current idle stretch (−1: active)
+	stopped  bool
+}
+
+// Engine runs the rules for the pods of one fleet on one GPU class.
+type Engine struct {
+	Rules    Rules
+	Profiles []Profile
+	Fleet    *Fleet
+	pods     map[string]*Pod
+}
+
+// NewEngine runs rules for pods of class c.
+func NewEngine(c gpu.Class, r Rules) (*Engine, error) {
+	ps := Profiles(c)
+	if len(ps) == 0 {
+		return nil, fmt.Errorf("GPU class %s has no MIG profiles to right-size to", c.Name)
+	}
+	return &Engine{Rules: r, Profiles: ps, Fleet: NewFleet(), pods: map[string]*Pod{}}, nil
+}
+
+// fit is the smallest-share profile whose memory holds need GiB within
+// Fill, or the whole GPU's ("" when none does).
+func (e *Engine) fit(needGiB float64) Profile {
+	for _, p := range e.Profiles {
+		if needGiB <= e.Rules.Fill*p.MemGiB {
+			return p
+		}
+	}
+	return e.Profiles[len(e.Profiles)-1]
+}
+
+// Observe takes a pod's sample (samples of every pod in time order) and
+// returns the decisions it leads to.
+func (e *Engine) Observe(pod string, o Obs) []Decision {
+	r := e.Rules
+	p := e.pods[pod]
+	if p == nil {
+		p = &Pod{ID: pod, start: o.T, idleFrom: -1}
+		e.pods[pod] = p
+	}
+	e.Fleet.lastSeen[pod] = o.T
+	var out []Decision
+	if !math.IsNaN(o.Duty) {
+		if o.Duty > r.IdleDuty {
+			e.Fleet.lastActive[pod] = o.T
+			p.idleFrom, p.stopped = -1, false
+		} else {
+			if p.idleFrom < 0 {
+				p.idleFrom = o.T
+			}
+			idle := o.T - p.idleFrom
+			quiet := e.Fleet.Active(o.T, r.FleetWindow) < r.QuietFleet
+			if !p.stopped && (idle >= r.BusyIdle || idle >= r.QuietIdle && quiet) {
+				p.stopped = true
+				out = append(out, Decision{Pod: pod, T: o.T, Action: Stop})
+			}
+		}
+	}
+	if !math.IsNaN(o.MemBytes) {
+		gib := o.MemBytes / (1 << 30)
+		p.peak = math.Max(p.peak, gib)
+		switch {
+		case !p.started && o.T-p.start >= r.Warmup:
+			p.started = true
+			if to := e.fit(p.peak * r.Headroom); to.Share < 1 {
+				p.profile, p.memGiB = to.Name, to.MemGiB
+				out = append(out, Decision{Pod: pod, T: o.T, Action: Resize, Profile: to.Name})
+			}
+		case p.profile != "" && gib > r.MoveUp*p.memGiB:
+			to := e.fit(gib * r.Headroom)
+			if to.MemGiB <= p.memGiB {
+				to = e.Profiles[len(e.Profiles)-1]
+			}
+			p.profile, p.memGiB = to.Name, to.MemGiB
+			if to.Share >= 1 {
+				p.profile = "" // the whole GPU: nothing left to right-size
+			}
+			out = append(out, Decision{Pod: pod, T: o.T, Action: Resize, Profile: to.Name})
+		}
+	}
+	return out
+}

@@ -30,6 +30,7 @@ Usage:
   gantry audit verify [--db DSN] [--checkpoints FILE|URL --key PUB]
                                                       check the audit log's hash chain and signed checkpoints
   gantry audit keygen --out PREFIX                    make a checkpoint signing key (PREFIX.key, PREFIX.pub)
+  gantry advise replay --dir DIR [--gpu-class C] [-o FILE] [--score]  replay a GPU trace (Alibaba GenAI format) through the advice rules
   gantry login [--server URL]                         sign the CLI in (device grant in a browser)
   gantry whoami [--server URL]                        who the CLI is signed in as
   gantry version                                      print the version
@@ -87,6 +88,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "gantry audit: unknown command %q\n\n%s", args[1], usage)
 			return 2
 		}
+	case "advise":
+		if len(args) < 2 || args[1] != "replay" {
+			fmt.Fprint(stderr, usage)
+			return 2
+		}
+		err = adviseReplayCmd(ctx, args[2:], stdout, stderr)
 	case "login":
 		err = loginCmd(ctx, args[1:], stdout, stderr)
 	case "whoami":

@@ -1,6 +1,11 @@
 package advice
 
 import (
+	"compress/gzip"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
 	"sort"
 
 	"github.com/gantryhq/gantry/internal/replay"
@@ -34,4 +39,36 @@ func Replay(tr *replay.Trace, e *Engine, cut int64) []Decision {
 		out = append(out, e.Observe(o.pod, Obs{T: o.p.T, Duty: o.p.Duty, MemBytes: o.p.MemBytes})...)
 	}
 	return out
+}
+
+// LoadTrace reads a trace in Alibaba's GenAI format from dir (each file
+// plain or gzipped, .gz), with its own timestamps.
+func LoadTrace(dir string) (*replay.Trace, error) {
+	open := func(name string) (io.Reader, string, func(), error) {
+		p := filepath.Join(dir, name)
+		if f, err := os.Open(p); err == nil {
+			return f, p, func() { f.Close() }, nil
+		}
+		f, err := os.Open(p + ".gz")
+		if err != nil {
+			return nil, "", nil, fmt.Errorf("%s: neither %s nor %s.gz: %w", dir, name, name, err)
+		}
+		z, err := gzip.NewReader(f)
+		if err != nil {
+			f.Close()
+			return nil, "", nil, fmt.Errorf("%s.gz: %w", p, err)
+		}
+		return z, p + ".gz", func() { f.Close() }, nil
+	}
+	duty, dn, dc, err := open(replay.DutyFile)
+	if err != nil {
+		return nil, err
+	}
+	defer dc()
+	mem, mn, mc, err := open(replay.MemoryFile)
+	if err != nil {
+		return nil, err
+	}
+	defer mc()
+	return replay.ReadAlibabaRaw(duty, dn, mem, mn)
 }

@@ -1,9 +1,7 @@
 package advice
 
 import (
-	"compress/gzip"
 	"math"
-	"os"
 	"reflect"
 	"sort"
 	"testing"
@@ -17,19 +15,7 @@ import (
 // timestamps.
 func trainingTrace(t testing.TB) *replay.Trace {
 	t.Helper()
-	open := func(name string) *gzip.Reader {
-		f, err := os.Open("testdata/genai-train/" + name + ".gz")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { f.Close() })
-		z, err := gzip.NewReader(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return z
-	}
-	tr, err := replay.ReadAlibabaRaw(open(replay.DutyFile), replay.DutyFile, open(replay.MemoryFile), replay.MemoryFile)
+	tr, err := LoadTrace("testdata/genai-train")
 	if err != nil {
 		t.Fatal(err)
 	}

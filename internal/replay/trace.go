@@ -25,6 +25,9 @@ type Trace struct {
 	Pods []string // sorted
 	// Series holds each pod's samples in time order.
 	Series map[string][]TracePoint
+	// Start is the earliest timestamp of the source (Unix seconds, as the
+	// publisher shifted them); T counts from it.
+	Start int64
 }
 
 // TracePoint is one sample; NaN where the trace has no value.
@@ -124,6 +127,7 @@ func readAlibaba(duty io.Reader, dutyName string, mem io.Reader, memName string,
 	if len(ts) == 0 {
 		return tr, nil
 	}
+	tr.Start = int64(ts[0])
 	gaps := map[float64]int{}
 	step := 60.0
 	for i := 1; i < len(ts); i++ {

@@ -140,6 +140,7 @@ func TestRouteRoleMatrix(t *testing.T) {
 		"POST /api/v1/workloads/{id}/start":  {"POST", "/api/v1/workloads/" + wid + "/start", nil, map[string]int{A: 200, P: 403, T: 200, M: 403, V: 403, N: 403, X: 404}},
 		"DELETE /api/v1/workloads/{id}":      {"DELETE", "/api/v1/workloads/{delete}", nil, map[string]int{A: 204, P: 403, T: 204, M: 403, V: 403, N: 403, X: 404}},
 		"GET /api/v1/workloads/{id}/metrics": {"GET", "/api/v1/workloads/" + wid + "/metrics", nil, visionReaders},
+		"GET /api/v1/workloads/{id}/advice":  {"GET", "/api/v1/workloads/" + wid + "/advice", nil, visionReaders},
 		// GPU nodes are the platform's; the test server has no agents, so no node is known.
 		"GET /api/v1/nodes":        {"GET", "/api/v1/nodes", nil, map[string]int{A: 200, P: 200, T: 403, M: 403, V: 403, N: 403, X: 403}},
 		"GET /api/v1/nodes/{name}": {"GET", "/api/v1/nodes/gpu-node-1", nil, map[string]int{A: 404, P: 404, T: 403, M: 403, V: 403, N: 403, X: 403}},

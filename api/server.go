@@ -20,6 +20,7 @@ import (
 
 	"github.com/gantryhq/gantry/api/gen"
 	"github.com/gantryhq/gantry/internal/access"
+	"github.com/gantryhq/gantry/internal/advice"
 	"github.com/gantryhq/gantry/internal/audit"
 	"github.com/gantryhq/gantry/internal/catalog"
 	"github.com/gantryhq/gantry/internal/fault"
@@ -78,6 +79,8 @@ type Options struct {
 	Telemetry     *telemetry.Service
 	Metrics       telemetry.Source
 	MetricsSource string // "gantry" or "prometheus"
+	// Advice judges workloads' series.
+	Advice *advice.Service
 }
 
 // New builds the HTTP handler.

@@ -73,6 +73,75 @@ func (e CatalogImageLayer) Valid() bool {
 	}
 }
 
+// Defines values for FindingKind.
+const (
+	ComputeBoundWellUsed FindingKind = "compute-bound-well-used"
+	FewerGpus            FindingKind = "fewer-gpus"
+	Idle                 FindingKind = "idle"
+	InputStarved         FindingKind = "input-starved"
+	InterconnectBound    FindingKind = "interconnect-bound"
+	MemoryBandwidthBound FindingKind = "memory-bandwidth-bound"
+	NearOom              FindingKind = "near-oom"
+	NotEnoughData        FindingKind = "not-enough-data"
+	OverProvisioned      FindingKind = "over-provisioned"
+	TensorCoresUnused    FindingKind = "tensor-cores-unused"
+	Throttled            FindingKind = "throttled"
+	UnhealthyGpu         FindingKind = "unhealthy-gpu"
+)
+
+// Valid indicates whether the value is a known member of the FindingKind enum.
+func (e FindingKind) Valid() bool {
+	switch e {
+	case ComputeBoundWellUsed:
+		return true
+	case FewerGpus:
+		return true
+	case Idle:
+		return true
+	case InputStarved:
+		return true
+	case InterconnectBound:
+		return true
+	case MemoryBandwidthBound:
+		return true
+	case NearOom:
+		return true
+	case NotEnoughData:
+		return true
+	case OverProvisioned:
+		return true
+	case TensorCoresUnused:
+		return true
+	case Throttled:
+		return true
+	case UnhealthyGpu:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for FindingSeverity.
+const (
+	Critical FindingSeverity = "critical"
+	Info     FindingSeverity = "info"
+	Warning  FindingSeverity = "warning"
+)
+
+// Valid indicates whether the value is a known member of the FindingSeverity enum.
+func (e FindingSeverity) Valid() bool {
+	switch e {
+	case Critical:
+		return true
+	case Info:
+		return true
+	case Warning:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for GPUClassConfidentialTees.
 const (
 	GPUClassConfidentialTeesSnp GPUClassConfidentialTees = "snp"
@@ -445,6 +514,15 @@ func (e SetTemplateVersionStatusJSONBodyStatus) Valid() bool {
 	}
 }
 
+// AdviceReport defines model for AdviceReport.
+type AdviceReport struct {
+	Findings []Finding `json:"findings"`
+	From     time.Time `json:"from"`
+	Step     string    `json:"step"`
+	To       time.Time `json:"to"`
+	Workload string    `json:"workload"`
+}
+
 // AuditList defines model for AuditList.
 type AuditList struct {
 	Items []AuditRecord `json:"items"`
@@ -591,6 +669,43 @@ type FieldError struct {
 	// Field Dotted path of the field, such as spec.gpu.count.max or query.limit.
 	Field string `json:"field"`
 }
+
+// Finding defines model for Finding.
+type Finding struct {
+	Action     string  `json:"action"`
+	Confidence float64 `json:"confidence"`
+	Evidence   []struct {
+		Metric string  `json:"metric"`
+		Stat   string  `json:"stat"`
+		Value  float64 `json:"value"`
+	} `json:"evidence"`
+	Kind FindingKind `json:"kind"`
+
+	// MonthlyUSD What the action saves a month at the class's price (negative: what it costs).
+	MonthlyUSD float64 `json:"monthlyUSD"`
+
+	// Platform The platform team's to fix, not the workload's owner's.
+	Platform bool `json:"platform"`
+
+	// Reason One sentence naming the measured values, the threshold and where it comes from.
+	Reason    string `json:"reason"`
+	Recommend *struct {
+		Count int `json:"count"`
+
+		// Profile The MIG profile to relaunch on (empty for whole GPUs).
+		Profile *string `json:"profile,omitempty"`
+	} `json:"recommend,omitempty"`
+
+	// SeriesURL The metrics endpoint with the window and series that prove the finding.
+	SeriesURL string          `json:"seriesURL"`
+	Severity  FindingSeverity `json:"severity"`
+}
+
+// FindingKind defines model for Finding.Kind.
+type FindingKind string
+
+// FindingSeverity defines model for Finding.Severity.
+type FindingSeverity string
 
 // GPUChoice The GPUs to ask for; each field defaults to the template's choice.
 type GPUChoice struct {
@@ -1468,6 +1583,9 @@ type ServerInterface interface {
 	// GetWorkload Get a workload
 	// (GET /api/v1/workloads/{id})
 	GetWorkload(ctx echo.Context, id WorkloadID) error
+	// GetWorkloadAdvice Workload tuning advice
+	// (GET /api/v1/workloads/{id}/advice)
+	GetWorkloadAdvice(ctx echo.Context, id WorkloadID) error
 	// ListWorkloadEvents Workload events
 	// (GET /api/v1/workloads/{id}/events)
 	ListWorkloadEvents(ctx echo.Context, id WorkloadID) error
@@ -2010,6 +2128,22 @@ func (w *ServerInterfaceWrapper) GetWorkload(ctx echo.Context) error {
 	return err
 }
 
+// GetWorkloadAdvice converts echo context to params.
+func (w *ServerInterfaceWrapper) GetWorkloadAdvice(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "id" -------------
+	var id WorkloadID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", ctx.Param("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter id: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.GetWorkloadAdvice(ctx, id)
+	return err
+}
+
 // ListWorkloadEvents converts echo context to params.
 func (w *ServerInterfaceWrapper) ListWorkloadEvents(ctx echo.Context) error {
 	var err error
@@ -2242,6 +2376,7 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.GET(options.BaseURL+"/api/v1/workloads/:id/logs", wrapper.GetWorkloadLogs, options.OperationMiddlewares["getWorkloadLogs"]...)
 	router.GET(options.BaseURL+"/auth/config", wrapper.GetAuthConfig, options.OperationMiddlewares["getAuthConfig"]...)
 	router.GET(options.BaseURL+"/api/v1/workloads/:id/metrics", wrapper.GetWorkloadMetrics, options.OperationMiddlewares["getWorkloadMetrics"]...)
+	router.GET(options.BaseURL+"/api/v1/workloads/:id/advice", wrapper.GetWorkloadAdvice, options.OperationMiddlewares["getWorkloadAdvice"]...)
 	router.GET(options.BaseURL+"/api/v1/nodes", wrapper.ListNodes, options.OperationMiddlewares["listNodes"]...)
 	router.GET(options.BaseURL+"/api/v1/nodes/:name", wrapper.GetNode, options.OperationMiddlewares["getNode"]...)
 	router.POST(options.BaseURL+"/api/v1/telemetry", wrapper.PushTelemetry, options.OperationMiddlewares["pushTelemetry"]...)
@@ -3424,6 +3559,45 @@ func (response GetWorkloaddefaultApplicationProblemPlusJSONResponse) VisitGetWor
 	return err
 }
 
+type GetWorkloadAdviceRequestObject struct {
+	Id WorkloadID `json:"id"`
+}
+
+type GetWorkloadAdviceResponseObject interface {
+	VisitGetWorkloadAdviceResponse(w http.ResponseWriter) error
+}
+
+type GetWorkloadAdvice200JSONResponse AdviceReport
+
+func (response GetWorkloadAdvice200JSONResponse) VisitGetWorkloadAdviceResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetWorkloadAdvicedefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetWorkloadAdvicedefaultApplicationProblemPlusJSONResponse) VisitGetWorkloadAdviceResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListWorkloadEventsRequestObject struct {
 	Id WorkloadID `json:"id"`
 }
@@ -3831,6 +4005,9 @@ type StrictServerInterface interface {
 	// GetWorkload Get a workload
 	// (GET /api/v1/workloads/{id})
 	GetWorkload(ctx context.Context, request GetWorkloadRequestObject) (GetWorkloadResponseObject, error)
+	// GetWorkloadAdvice Workload tuning advice
+	// (GET /api/v1/workloads/{id}/advice)
+	GetWorkloadAdvice(ctx context.Context, request GetWorkloadAdviceRequestObject) (GetWorkloadAdviceResponseObject, error)
 	// ListWorkloadEvents Workload events
 	// (GET /api/v1/workloads/{id}/events)
 	ListWorkloadEvents(ctx context.Context, request ListWorkloadEventsRequestObject) (ListWorkloadEventsResponseObject, error)
@@ -4783,6 +4960,31 @@ func (sh *strictHandler) GetWorkload(ctx echo.Context, id WorkloadID) error {
 		return err
 	} else if validResponse, ok := response.(GetWorkloadResponseObject); ok {
 		return validResponse.VisitGetWorkloadResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// GetWorkloadAdvice operation middleware
+func (sh *strictHandler) GetWorkloadAdvice(ctx echo.Context, id WorkloadID) error {
+	var request GetWorkloadAdviceRequestObject
+
+	request.Id = id
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.GetWorkloadAdvice(ctx.Request().Context(), request.(GetWorkloadAdviceRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetWorkloadAdvice")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(GetWorkloadAdviceResponseObject); ok {
+		return validResponse.VisitGetWorkloadAdviceResponse(ctx.Response())
 	} else if response != nil {
 		return fmt.Errorf("unexpected response type: %T", response)
 	}

@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -20,6 +21,7 @@ import (
 	"github.com/gantryhq/gantry/internal/config"
 	"github.com/gantryhq/gantry/internal/devagent"
 	"github.com/gantryhq/gantry/internal/kube"
+	"github.com/gantryhq/gantry/internal/replay"
 	"github.com/gantryhq/gantry/internal/telemetry"
 	"github.com/gantryhq/gantry/internal/waitfor"
 )
@@ -340,5 +342,84 @@ func TestUnhealthyGPUCordonsTheNode(t *testing.T) {
 	resp.Body.Close()
 	if page.Healthy || len(page.Gpus) != 1 || page.Gpus[0].Healthy || !strings.Contains(page.Gpus[0].Reason, "double-bit") {
 		t.Fatalf("node page: %+v", page)
+	}
+}
+
+// TestAdviceThroughTheAPI: a workload whose GPU played the input-starved
+// profile for 40 minutes (pushed by its node's agent) gets that finding
+// through the API, with its evidence and the series that prove it.
+func TestAdviceThroughTheAPI(t *testing.T) {
+	g := start(t, filepath.Join(t.TempDir(), "g.db"), true)
+	ctx := context.Background()
+	var w wl
+	if s := g.post("/api/v1/workloads", map[string]any{"template": "vllm-inference", "team": "vision"}, &w); s != 201 {
+		t.Fatalf("launch: %d", s)
+	}
+	g.waitStatus(w.ID, "Running")
+	pod := podsOf(t, "vision", w.ID)[0]
+	// It has run for an hour: the record is moved back in time (the
+	// samples below are the last 40 minutes of it; no API changes when a
+	// workload was created, so the test writes the database).
+	db, err := sql.Open("sqlite", string(g.Config.Database.DSN))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`UPDATE workloads SET created_at = created_at - ? WHERE id = ?`, time.Hour.Microseconds(), w.ID); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	node := replay.NewNode([]replay.GPU{{UUID: "GPU-advice-0", Index: 0, Model: "NVIDIA H100 80GB HBM3", MemoryMiB: 81559}})
+	prof, _ := replay.Lookup("input-starved", "")
+	now := time.Now().UTC().Truncate(time.Second)
+	start := now.Add(-40 * time.Minute)
+	node.Play("GPU-advice-0", prof, start, 1)
+	b := telemetry.Batch{Node: pod.Spec.NodeName}
+	for at := start; at.Before(now); at = at.Add(10 * time.Second) {
+		ss, _ := node.Sample(ctx, at)
+		for _, s := range ss {
+			b.Readings = append(b.Readings, telemetry.Reading{Time: at, Device: s.Device, Pod: telemetry.PodRef{Namespace: pod.Namespace, Name: pod.Name, Container: "main"},
+				Share: 1, Attribution: "exclusive", Values: s.Values})
+		}
+	}
+	token := agentToken(t, "gantry-system", "gantry-agent", pod.Spec.NodeName, "gantry")
+	if s, body := push(t, g, token, b); s != 202 {
+		t.Fatalf("push: %d %s", s, body)
+	}
+	var report struct {
+		Findings []struct {
+			Kind      string
+			Reason    string
+			Evidence  []struct{ Metric string }
+			SeriesURL string
+		}
+	}
+	resp, err := http.Get(g.url + "/api/v1/workloads/" + w.ID + "/advice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	json.NewDecoder(resp.Body).Decode(&report)
+	resp.Body.Close()
+	var found bool
+	for _, f := range report.Findings {
+		if f.Kind == "input-starved" {
+			found = true
+			if len(f.Evidence) == 0 || !strings.Contains(f.SeriesURL, "/api/v1/workloads/"+w.ID+"/metrics?") || !strings.Contains(f.Reason, "data loader") {
+				t.Fatalf("finding: %+v", f)
+			}
+			// The evidence link answers with the series.
+			r, err := http.Get(g.url + f.SeriesURL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var m struct{ Series []struct{ Metric string } }
+			json.NewDecoder(r.Body).Decode(&m)
+			r.Body.Close()
+			if r.StatusCode != 200 || len(m.Series) == 0 {
+				t.Fatalf("evidence %s: %d %+v", f.SeriesURL, r.StatusCode, m)
+			}
+		}
+	}
+	if resp.StatusCode != 200 || !found {
+		t.Fatalf("advice: %d %+v", resp.StatusCode, report)
 	}
 }

@@ -32,6 +32,7 @@ import (
 	"github.com/gantryhq/gantry"
 	"github.com/gantryhq/gantry/api"
 	"github.com/gantryhq/gantry/api/gen"
+	"github.com/gantryhq/gantry/internal/advice"
 	"github.com/gantryhq/gantry/internal/audit"
 	"github.com/gantryhq/gantry/internal/authn"
 	"github.com/gantryhq/gantry/internal/authz"
@@ -215,6 +216,10 @@ func New(ctx context.Context, cfg config.Config, ov Overrides) (s *Server, err e
 	if err != nil {
 		return nil, err
 	}
+	adv, err := advice.NewService(metrics, core.Catalog.Classes(), s.unhealthyGPUs, s.clock.Now)
+	if err != nil {
+		return nil, err
+	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("listen: %w", err)
@@ -271,7 +276,7 @@ func New(ctx context.Context, cfg config.Config, ov Overrides) (s *Server, err e
 		SignIn:    gen.AuthConfig{Issuer: oc.Issuer, CliClientID: oc.CLIClientID, Scopes: oc.Scopes},
 		Authorize: s.authz.AllowedSomewhere, Audit: s.denials, Images: core.Images,
 		AppTransport: ov.AppTransport,
-		Agents:       agents, Telemetry: s.Telemetry, Metrics: metrics, MetricsSource: metricsSource,
+		Agents:       agents, Telemetry: s.Telemetry, Metrics: metrics, MetricsSource: metricsSource, Advice: adv,
 		Anonymous: api.AnonymousLimit{Rate: float64(cfg.Security.AnonymousRate), Burst: int(cfg.Security.AnonymousBurst), Now: s.clock.Now},
 	})
 	if err != nil {
@@ -394,6 +399,29 @@ func (s *Server) Run(ctx context.Context) error {
 		cancel()
 	}
 	return err
+}
+
+// unhealthyGPUs says why GPUs a workload's pods hold now are unhealthy, from
+// the nodes' reports.
+func (s *Server) unhealthyGPUs(ctx context.Context, workloadID string) ([]string, error) {
+	nodes, err := s.Telemetry.Nodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, n := range nodes {
+		for _, l := range n.InUse {
+			if l.Series.Key.Workload != workloadID {
+				continue
+			}
+			for _, g := range n.GPUs {
+				if g.State.GPU == l.Series.Key.Device.GPU && !g.Healthy {
+					out = append(out, fmt.Sprintf("node %s GPU %d: %s", n.Name, g.State.Index, g.Reason))
+				}
+			}
+		}
+	}
+	return out, nil
 }
 
 // telemetryInterval is how often closed periods are rolled up and old

@@ -90,33 +90,77 @@ var DefaultRules = Rules{
 	Warmup: 10 * 60, Headroom: 1.2, Fill: 0.98, MoveUp: 0.65,
 }
 
-// Fleet is what the rules know of one template's pods: when each was last
-// seen and last active.
+// Fleet is what the rules know of one template's pods: which were seen,
+// and which were active, within a sliding window. Samples come in time
+// order; each is O(1) amortised, whatever the fleet's size.
 type Fleet struct {
-	lastSeen, lastActive map[string]int64
+	window       int64
+	seen, active windowSet
 }
 
-// NewFleet starts an empty fleet.
-func NewFleet() *Fleet {
-	return &Fleet{lastSeen: map[string]int64{}, lastActive: map[string]int64{}}
+// NewFleet starts an empty fleet watched over a window (seconds).
+func NewFleet(window int64) *Fleet {
+	return &Fleet{window: window, seen: newWindowSet(), active: newWindowSet()}
 }
 
-// Active is the share of the fleet's pods seen within window before t that
-// were active (duty above idle) in it.
-func (f *Fleet) Active(t, window int64) float64 {
-	seen, active := 0, 0
-	for p, s := range f.lastSeen {
-		if s > t-window && s <= t {
-			seen++
-			if a, ok := f.lastActive[p]; ok && a > t-window && a <= t {
-				active++
-			}
-		}
+// Observe records that pod was seen at t, and active or not.
+func (f *Fleet) Observe(pod string, t int64, active bool) {
+	f.seen.add(pod, t, f.window)
+	if active {
+		f.active.add(pod, t, f.window)
 	}
-	if seen == 0 {
+}
+
+// Active is the share of the pods seen within the window before t that
+// were active in it.
+func (f *Fleet) Active(t int64) float64 {
+	f.seen.expire(t, f.window)
+	f.active.expire(t, f.window)
+	if f.seen.n == 0 {
 		return 0
 	}
-	return float64(active) / float64(seen)
+	return float64(f.active.n) / float64(f.seen.n)
+}
+
+// windowSet counts the pods last added within a sliding window.
+type windowSet struct {
+	last  map[string]int64
+	queue []stamp // adds in time order, from head on
+	head  int
+	n     int // pods whose last add is within the window
+}
+
+type stamp struct {
+	pod string
+	t   int64
+}
+
+func newWindowSet() windowSet { return windowSet{last: map[string]int64{}} }
+
+func (w *windowSet) add(pod string, t, window int64) {
+	w.expire(t, window)
+	if prev, ok := w.last[pod]; !ok || prev <= t-window {
+		w.n++
+	}
+	w.last[pod] = t
+	w.queue = append(w.queue, stamp{pod, t})
+}
+
+// expire drops adds at or before t−window; a pod leaves the count when its
+// last add does.
+func (w *windowSet) expire(t, window int64) {
+	for ; w.head < len(w.queue) && w.queue[w.head].t <= t-window; w.head++ {
+		s := w.queue[w.head]
+		if last, ok := w.last[s.pod]; ok && last == s.t {
+			w.n--
+			delete(w.last, s.pod)
+		}
+	}
+	// Drop what expired once it is most of the queue (amortised O(1)).
+	if w.head > 1024 && w.head > len(w.queue)/2 {
+		w.queue = append(w.queue[:0], w.queue[w.head:]...)
+		w.head = 0
+	}
 }
 
 // Pod is the rules' state for one pod.
@@ -145,7 +189,7 @@ func NewEngine(c gpu.Class, r Rules) (*Engine, error) {
 	if len(ps) == 0 {
 		return nil, fmt.Errorf("GPU class %s has no MIG profiles to right-size to", c.Name)
 	}
-	return &Engine{Rules: r, Profiles: ps, Fleet: NewFleet(), pods: map[string]*Pod{}}, nil
+	return &Engine{Rules: r, Profiles: ps, Fleet: NewFleet(r.FleetWindow), pods: map[string]*Pod{}}, nil
 }
 
 // fit is the smallest-share profile whose memory holds need GiB within
@@ -168,18 +212,19 @@ func (e *Engine) Observe(pod string, o Obs) []Decision {
 		p = &Pod{ID: pod, start: o.T, idleFrom: -1}
 		e.pods[pod] = p
 	}
-	e.Fleet.lastSeen[pod] = o.T
 	var out []Decision
-	if !math.IsNaN(o.Duty) {
+	if math.IsNaN(o.Duty) {
+		e.Fleet.Observe(pod, o.T, false)
+	} else {
+		e.Fleet.Observe(pod, o.T, o.Duty > r.IdleDuty)
 		if o.Duty > r.IdleDuty {
-			e.Fleet.lastActive[pod] = o.T
 			p.idleFrom, p.stopped = -1, false
 		} else {
 			if p.idleFrom < 0 {
 				p.idleFrom = o.T
 			}
 			idle := o.T - p.idleFrom
-			quiet := e.Fleet.Active(o.T, r.FleetWindow) < r.QuietFleet
+			quiet := e.Fleet.Active(o.T) < r.QuietFleet
 			if !p.stopped && (idle >= r.BusyIdle || idle >= r.QuietIdle && quiet) {
 				p.stopped = true
 				out = append(out, Decision{Pod: pod, T: o.T, Action: Stop})

@@ -31,6 +31,10 @@ import (
 type Source struct {
 	api  v1.API
 	host string // for errors: the URL without credentials
+
+	mu       sync.Mutex
+	versions bool // leftOpen has been learnt from the server's build info
+	leftOpen bool // range selectors exclude their start (Prometheus 3 and later)
 }
 
 // New connects to the Prometheus at rawURL (http or https; user:password@
@@ -89,9 +93,10 @@ func selector(metric string, t telemetry.Target) string {
 // stats are the four range functions a point is made of.
 var stats = []string{"avg", "max", "p95", "n"}
 
-// Query is the PromQL of one statistic over each step.
-func Query(stat, metric string, t telemetry.Target, step time.Duration) string {
-	sel := fmt.Sprintf("%s[%s]", selector(metric, t), model.Duration(step))
+// Query is the PromQL of one statistic over a window ending at each
+// evaluation.
+func Query(stat, metric string, t telemetry.Target, window time.Duration) string {
+	sel := fmt.Sprintf("%s[%s]", selector(metric, t), model.Duration(window))
 	switch stat {
 	case "avg":
 		return "avg_over_time(" + sel + ")"
@@ -104,10 +109,20 @@ func Query(stat, metric string, t telemetry.Target, step time.Duration) string {
 }
 
 // Series implements telemetry.Source. A step's point covers the samples in
-// [T, T+step): each is evaluated at T+step−1 ms, over the step before.
+// [T, T+step) at Prometheus's millisecond resolution: each is evaluated at
+// T+step−1 ms over a window that reaches back to T — step−1 ms on
+// Prometheus 2, whose range selectors include their start, the whole step on
+// Prometheus 3, whose ranges are left-open.
 func (s *Source) Series(ctx context.Context, q telemetry.Query) ([]telemetry.Series, error) {
 	if err := telemetry.CheckQuery(q); err != nil {
 		return nil, err
+	}
+	if q.Step < 2*time.Millisecond || q.Step%time.Millisecond != 0 {
+		return nil, fmt.Errorf("step %s: a Prometheus source needs whole milliseconds, 2ms or more", q.Step)
+	}
+	window := q.Step
+	if !s.rangesLeftOpen(ctx) {
+		window -= time.Millisecond
 	}
 	metrics := q.Metrics
 	if len(metrics) == 0 {
@@ -130,7 +145,7 @@ func (s *Source) Series(ctx context.Context, q telemetry.Query) ([]telemetry.Ser
 	for _, m := range metrics {
 		for i, stat := range stats {
 			g.Go(func() error {
-				v, _, _, err := s.api.QueryRange(gctx, Query(stat, m.Info().DCGM, q.Target, q.Step), r)
+				v, _, _, err := s.api.QueryRange(gctx, Query(stat, m.Info().DCGM, q.Target, window), r)
 				if err != nil {
 					return &fault.Unavailable{What: "prometheus " + s.host, Err: err}
 				}
@@ -208,6 +223,25 @@ func (s *Source) Series(ctx context.Context, q telemetry.Query) ([]telemetry.Ser
 		return a.Metric < b.Metric
 	})
 	return out, nil
+}
+
+// rangesLeftOpen asks the server's version once: Prometheus 3 made range
+// selectors left-open ((t−w, t]; Prometheus 2's are [t−w, t]). A server that
+// does not say (an error, a backend without build info) is taken for
+// Prometheus 2 and asked again at the next query.
+func (s *Source) rangesLeftOpen(ctx context.Context) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.versions {
+		bi, err := s.api.Buildinfo(ctx)
+		if err != nil {
+			return false
+		}
+		major, _, _ := strings.Cut(strings.TrimPrefix(bi.Version, "v"), ".")
+		n, err := strconv.Atoi(major)
+		s.leftOpen, s.versions = err == nil && n >= 3, true
+	}
+	return s.leftOpen
 }
 
 // labelsOf reads a device and pod from dcgm-exporter's labels. dcgm-exporter

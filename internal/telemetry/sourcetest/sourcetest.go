@@ -19,16 +19,20 @@ import (
 type Loader func(t *testing.T, readings []telemetry.Reading) telemetry.Source
 
 // The suite's workloads: "train" (a Job's pod, two devices: a whole GPU and
-// a MIG instance), and "train-2", whose name has train's as a prefix and
-// whose series must never show up in train's.
+// a MIG instance), "train-2", whose name has train's as a prefix, and
+// another "train" in another namespace; the series of neither may show up
+// in train's.
 var (
-	Train  = telemetry.Target{ID: "w-train", Namespace: "gantry-vision", Name: "train"}
-	Train2 = telemetry.Target{ID: "w-train-2", Namespace: "gantry-vision", Name: "train-2"}
+	Train      = telemetry.Target{ID: "w-train", Namespace: "gantry-vision", Name: "train"}
+	Train2     = telemetry.Target{ID: "w-train-2", Namespace: "gantry-vision", Name: "train-2"}
+	AudioTrain = telemetry.Target{ID: "w-audio-train", Namespace: "gantry-audio", Name: "train"}
 )
 
 var (
 	trainPod  = telemetry.PodRef{Namespace: "gantry-vision", Name: "train-x7k2p", Container: "main"}
 	train2Pod = telemetry.PodRef{Namespace: "gantry-vision", Name: "train-2-q9w4z", Container: "main"}
+	audioPod  = telemetry.PodRef{Namespace: "gantry-audio", Name: "train-m4n8d", Container: "main"}
+	other     = telemetry.Device{GPU: "GPU-00000000-0000-0000-0000-00000000dddd", Index: 2, Model: "NVIDIA A100-SXM4-80GB"}
 	whole     = telemetry.Device{GPU: "GPU-00000000-0000-0000-0000-00000000aaaa", Index: 0, Model: "NVIDIA H100 80GB HBM3"}
 	mig       = telemetry.Device{GPU: "GPU-00000000-0000-0000-0000-00000000bbbb", Index: 1, Model: "NVIDIA H100 80GB HBM3",
 		MIG: &telemetry.MIGInstance{UUID: "MIG-00000000-0000-0000-0000-00000000cccc", Profile: "1g.10gb", InstanceID: 9}}
@@ -50,7 +54,9 @@ func value(m telemetry.Metric, dev int, i int) float64 {
 
 // Readings are the suite's samples: every 10 s for 30 minutes from start
 // (3 s past a minute, so never on a step boundary), gpu_util, sm_active and
-// fb_used on train's two devices and train-2's one.
+// fb_used on train's two devices, train-2's one and the other namespace's
+// train's one. Train's MIG instance has none from minute 12 to 15 (steps
+// without samples have no point).
 func Readings(start time.Time) []telemetry.Reading {
 	var out []telemetry.Reading
 	for i := 0; i < 180; i++ {
@@ -59,7 +65,10 @@ func Readings(start time.Time) []telemetry.Reading {
 			dev telemetry.Device
 			pod telemetry.PodRef
 			wl  string
-		}{{whole, trainPod, Train.ID}, {mig, trainPod, Train.ID}, {whole, train2Pod, Train2.ID}} {
+		}{{whole, trainPod, Train.ID}, {mig, trainPod, Train.ID}, {whole, train2Pod, Train2.ID}, {other, audioPod, AudioTrain.ID}} {
+			if x.dev.MIG != nil && i >= 72 && i < 90 {
+				continue
+			}
 			v := telemetry.NoValues()
 			for _, m := range []telemetry.Metric{telemetry.GPUUtil, telemetry.SMActive, telemetry.FBUsed} {
 				v[m] = value(m, d, i)
@@ -155,7 +164,14 @@ func Run(t *testing.T, load Loader) {
 			Metrics: []telemetry.Metric{telemetry.SMActive, telemetry.FBUsed}}},
 		{"5 min steps, one metric", telemetry.Query{Target: Train, From: from, To: from.Add(35 * time.Minute), Step: 5 * time.Minute,
 			Metrics: []telemetry.Metric{telemetry.GPUUtil}}},
+		{"30 s steps from 7 s past a minute", telemetry.Query{Target: Train, From: from.Add(7 * time.Second), To: from.Add(17*time.Minute + 7*time.Second), Step: 30 * time.Second}},
+		{"10 s steps across the MIG instance's gap", telemetry.Query{Target: Train, From: from.Add(11 * time.Minute), To: from.Add(16 * time.Minute), Step: 10 * time.Second,
+			Metrics: []telemetry.Metric{telemetry.SMActive}}},
+		{"only a metric nobody measured", telemetry.Query{Target: Train, From: from, To: from.Add(30 * time.Minute), Step: time.Minute,
+			Metrics: []telemetry.Metric{telemetry.Power}}},
 		{"the other workload", telemetry.Query{Target: Train2, From: from, To: from.Add(30 * time.Minute), Step: 3 * time.Minute}},
+		{"the same name in another namespace", telemetry.Query{Target: AudioTrain, From: from, To: from.Add(30 * time.Minute), Step: 2 * time.Minute}},
+		{"a workload without samples", telemetry.Query{Target: telemetry.Target{ID: "w-none", Namespace: "gantry-vision", Name: "tra"}, From: from, To: from.Add(30 * time.Minute), Step: time.Minute}},
 		{"a window with no samples", telemetry.Query{Target: Train, From: from.Add(-3 * time.Hour), To: from.Add(-2 * time.Hour), Step: time.Minute}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

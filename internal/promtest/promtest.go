@@ -56,6 +56,7 @@ type Options struct {
 // Server is a running Prometheus.
 type Server struct {
 	URL string
+	PID int // Prometheus's process
 }
 
 // Start runs Prometheus until the test ends.
@@ -93,6 +94,7 @@ func Start(t testing.TB, o Options) *Server {
 	cmd := exec.Command(Prometheus, "--config.file="+cfgPath, "--storage.tsdb.path="+data, "--web.listen-address=127.0.0.1:0",
 		"--storage.tsdb.retention.time=30d", "--log.level=warn")
 	cmd.Stdout, cmd.Stderr = &logs, &logs
+	cmd.SysProcAttr = procAttr()
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start prometheus: %v", err)
 	}
@@ -107,7 +109,7 @@ func Start(t testing.TB, o Options) *Server {
 			<-exited
 		}
 	})
-	s := &Server{}
+	s := &Server{PID: cmd.Process.Pid}
 	waitfor.Until(t, 60*time.Second, "Prometheus ready", func() error {
 		select {
 		case err := <-exited:
@@ -122,7 +124,7 @@ func Start(t testing.TB, o Options) *Server {
 			}
 			s.URL = "http://127.0.0.1:" + strconv.Itoa(ports[0])
 		}
-		resp, err := http.Get(s.URL + "/-/ready")
+		resp, err := probe.Get(s.URL + "/-/ready")
 		if err != nil {
 			return err
 		}
@@ -134,6 +136,10 @@ func Start(t testing.TB, o Options) *Server {
 	})
 	return s
 }
+
+// probe asks whether the server is ready; a hung server is a failed probe,
+// asked again.
+var probe = &http.Client{Timeout: 5 * time.Second}
 
 func quoteAll(ss []string) string {
 	q := make([]string, len(ss))

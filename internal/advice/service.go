@@ -3,6 +3,7 @@ package advice
 import (
 	"context"
 	"fmt"
+	"math"
 	"net/url"
 	"strings"
 	"sync"
@@ -18,6 +19,7 @@ import (
 type Service struct {
 	source  telemetry.Source
 	classes *gpu.Catalog
+	live    *Live // the online rules' decisions (nil: none)
 	// health says why GPUs a workload runs on are unhealthy (none: nil).
 	health func(ctx context.Context, workloadID string) ([]string, error)
 	now    func() time.Time
@@ -38,15 +40,16 @@ const cacheFor = time.Minute
 // Lookback is the most of a workload's life advice looks at.
 const Lookback = 24 * time.Hour
 
-// NewService builds the service; a source and the GPU classes are required.
-func NewService(source telemetry.Source, classes *gpu.Catalog, health func(context.Context, string) ([]string, error), now func() time.Time) (*Service, error) {
+// NewService builds the service; a source and the GPU classes are required;
+// live, when set, adds the online rules' decisions as findings.
+func NewService(source telemetry.Source, classes *gpu.Catalog, live *Live, health func(context.Context, string) ([]string, error), now func() time.Time) (*Service, error) {
 	if source == nil || classes == nil {
 		return nil, fmt.Errorf("advice: a telemetry source and the GPU classes are required")
 	}
 	if now == nil {
 		now = time.Now
 	}
-	return &Service{source: source, classes: classes, health: health, now: now, cache: map[string]cached{}}, nil
+	return &Service{source: source, classes: classes, live: live, health: health, now: now, cache: map[string]cached{}}, nil
 }
 
 // Report is the advice on one workload.
@@ -92,7 +95,11 @@ func (s *Service) Workload(ctx context.Context, w workload.Workload, ns string) 
 			return Report{}, err
 		}
 	}
-	r := Report{Workload: w.ID, From: from, To: to, Step: step, Findings: Advise(in)}
+	fs := Advise(in)
+	if s.live != nil {
+		fs = withDecisions(fs, s.live.Decisions(w.ID), in)
+	}
+	r := Report{Workload: w.ID, From: from, To: to, Step: step, Findings: fs}
 	s.mu.Lock()
 	if len(s.cache) > 10000 {
 		s.cache = map[string]cached{}
@@ -111,4 +118,52 @@ func SeriesURL(workloadID string, f Finding) string {
 		q.Set("series", strings.Join(f.Series, ","))
 	}
 	return "/api/v1/workloads/" + url.PathEscape(workloadID) + "/metrics?" + q.Encode()
+}
+
+// withDecisions adds what the online rules decided and the findings do not
+// already say: a stop of an idle GPU, a smaller profile.
+func withDecisions(fs []Finding, ds []Decision, in Input) []Finding {
+	has := map[string]bool{}
+	for _, f := range fs {
+		has[f.Kind] = true
+	}
+	price := in.Class.Price.OnDemand
+	if in.Spot && in.Class.Price.Spot > 0 {
+		price = in.Class.Price.Spot
+	}
+	cur := Profile{Share: 1, MemGiB: float64(in.Class.MemoryGiB)}
+	byName := map[string]Profile{}
+	for _, p := range Profiles(in.Class) {
+		byName[p.Name] = p
+		if p.Name == in.Profile {
+			cur = p
+		}
+	}
+	count := float64(max(1, in.Count))
+	for _, d := range ds {
+		at := time.Unix(d.T, 0).UTC()
+		switch {
+		case d.Action == Stop && !has[KindIdle]:
+			has[KindIdle] = true
+			fs = append(fs, Finding{Kind: KindIdle, Severity: "warning", From: in.From, To: in.To,
+				Evidence: []Evidence{{Metric: telemetry.GPUUtil.String(), Stat: "idle since (Unix s)", Value: float64(d.T)}},
+				Reason: fmt.Sprintf("the online idle rule stopped it at %s: idle (utilization ≤ %.0f %%) for %s while fewer than %.0f %% of its template's pods were active, or for %s (docs/advice.md)",
+					at.Format(time.RFC3339), DefaultRules.IdleDuty, time.Duration(DefaultRules.QuietIdle)*time.Second, 100*DefaultRules.QuietFleet, time.Duration(DefaultRules.BusyIdle)*time.Second),
+				Action: "stop the workload, or set an idle timeout in its template's lifecycle", Confidence: 0.7,
+				MonthlyUSD: math.Round(cur.Share*count*price*hoursPerMonth*100) / 100, Series: []string{telemetry.GPUUtil.String(), telemetry.SMActive.String()}})
+		case d.Action == Resize && !has[KindOverProvisioned] && !has[KindNearOOM]:
+			p, ok := byName[d.Profile]
+			if !ok || p.Share >= cur.Share {
+				continue
+			}
+			has[KindOverProvisioned] = true
+			fs = append(fs, Finding{Kind: KindOverProvisioned, Severity: "warning", From: in.From, To: in.To,
+				Evidence: []Evidence{{Metric: telemetry.FBUsed.String(), Stat: "fits in (GiB)", Value: p.MemGiB}},
+				Reason: fmt.Sprintf("the online right-sizing rule moved it to %s at %s: its peak memory × %.1f fits within %.0f %% of %.0f GiB and has not passed %.0f %% of it since (docs/advice.md)",
+					p.Name, at.Format(time.RFC3339), DefaultRules.Headroom, 100*DefaultRules.Fill, p.MemGiB, 100*DefaultRules.MoveUp),
+				Action: "relaunch on " + p.Name, Confidence: 0.6, Recommend: &Choice{Profile: p.Name, Count: int(count)},
+				MonthlyUSD: math.Round((cur.Share-p.Share)*count*price*hoursPerMonth*100) / 100, Series: []string{telemetry.FBUsed.String()}})
+		}
+	}
+	return fs
 }

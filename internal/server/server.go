@@ -200,8 +200,13 @@ func New(ctx context.Context, cfg config.Config, ov Overrides) (s *Server, err e
 	if s.Workloads, err = workload.New(wo); err != nil {
 		return nil, err
 	}
+	// The online advice rules run on every batch this replica ingests.
+	live := advice.NewLive(core.Catalog.Classes(), func(ctx context.Context, id string) (string, string, error) {
+		w, err := core.Store.Workload(ctx, id)
+		return w.Template, w.GPUClass, err
+	}, core.Log)
 	tc := cfg.Telemetry
-	to := telemetry.Options{Store: core.Store, RawRetention: time.Duration(tc.RawRetention), RollupRetention: time.Duration(tc.RollupRetention),
+	to := telemetry.Options{Store: core.Store, Observer: live, RawRetention: time.Duration(tc.RawRetention), RollupRetention: time.Duration(tc.RollupRetention),
 		XIDHold: time.Duration(tc.XIDHold), Now: s.clock.Now, Log: core.Log}
 	var agents api.AgentAuthenticator
 	if s.cluster != nil {
@@ -216,7 +221,7 @@ func New(ctx context.Context, cfg config.Config, ov Overrides) (s *Server, err e
 	if err != nil {
 		return nil, err
 	}
-	adv, err := advice.NewService(metrics, core.Catalog.Classes(), s.unhealthyGPUs, s.clock.Now)
+	adv, err := advice.NewService(metrics, core.Catalog.Classes(), live, s.unhealthyGPUs, s.clock.Now)
 	if err != nil {
 		return nil, err
 	}

@@ -33,6 +33,12 @@ type Health interface {
 	GPUUnhealthy(ctx context.Context, node string, gpu GPURecord, pods []PodRef) error
 }
 
+// Observer is told of every batch's stored readings (the advice rules run
+// on them as they arrive).
+type Observer interface {
+	Observe(ctx context.Context, readings []Stored)
+}
+
 // Options configure the telemetry service.
 type Options struct {
 	Store Store
@@ -42,6 +48,8 @@ type Options struct {
 	Pods PodLocator
 	// Health is told about GPUs that turned unhealthy (nil: recorded only).
 	Health Health
+	// Observer sees the readings of every stored batch (nil: none).
+	Observer Observer
 	// RawRetention keeps raw samples (default 48h); RollupRetention keeps
 	// rollups (default 90 days). XIDHold keeps a GPU unhealthy after a
 	// critical XID without a new one (default 24h).
@@ -177,6 +185,9 @@ func (s *Service) Ingest(ctx context.Context, node string, b Batch) (Result, err
 	}
 	if err := s.o.Store.AppendSamples(ctx, stored); err != nil {
 		return Result{}, fmt.Errorf("store samples of node %s: %w", node, err)
+	}
+	if s.o.Observer != nil {
+		s.o.Observer.Observe(ctx, stored)
 	}
 	if len(b.GPUs) > 0 || len(b.Events) > 0 {
 		if err := s.updateHealth(ctx, node, b, now); err != nil {

@@ -31,6 +31,8 @@ func runAgent(ctx context.Context, args []string, lib nodegpu.Metrics, stderr io
 	interval := fs.Duration("interval", agent.DefaultInterval, "time between samples")
 	listen := fs.String("listen", ":9400", "address for /metrics and /healthz")
 	socket := fs.String("pod-resources-socket", podresources.DefaultSocket, "the kubelet's PodResources socket; empty: readings are not attributed to pods")
+	podLogs := fs.String("pod-logs", podresources.DefaultPodLogs, "the kubelet's pod log directory, whose entry names map pods to their UIDs for per-process attribution of shared GPUs; empty: no per-process attribution")
+	proc := fs.String("proc", "/proc", "the proc filesystem in which NVML's process ids are read (/proc/<pid>/cgroup names the pod); needs the host's PID namespace")
 	buffer := fs.Int("buffer", agent.DefaultBuffer, "readings kept while Gantry is away (the oldest are dropped past it)")
 	replayProfile := fs.String("replay", "", "no NVML: simulate one GPU playing this replay profile ("+strings.Join(replay.Names(), ", ")+")")
 	if err := fs.Parse(args); err != nil {
@@ -67,13 +69,14 @@ func runAgent(ctx context.Context, args []string, lib nodegpu.Metrics, stderr io
 		defer r.Close()
 		gpus = r
 	}
-	o := agent.Options{Node: *node, GPUs: gpus, Interval: *interval, Buffer: *buffer, Log: log, Version: version}
+	o := agent.Options{Node: *node, GPUs: gpus, Interval: *interval, Buffer: *buffer, Log: log, Version: version, Procs: agent.CgroupPods{Proc: *proc}}
 	if *socket != "" {
 		c, err := podresources.Dial(*socket)
 		if err != nil {
 			return fail(err)
 		}
 		defer c.Close()
+		c.PodLogs = *podLogs
 		o.Pods = c
 	}
 	if *gantryURL != "" {

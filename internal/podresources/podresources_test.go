@@ -3,9 +3,11 @@ package podresources_test
 import (
 	"context"
 	"net"
+	"os"
 	"path/filepath"
 	"reflect"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
@@ -48,16 +50,39 @@ func TestList(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
+	// The kubelet's pod log directory: <namespace>_<name>_<uid>. nb-0 was
+	// recreated and its old directory is still there: the newer one counts.
+	logs := t.TempDir()
+	old := time.Now().Add(-time.Hour)
+	for name, mod := range map[string]time.Time{
+		"gantry-vision_train-abcde_3f0c2a8e-1111-4a4a-9b9b-000000000001": old,
+		"gantry-nlp_nb-0_3f0c2a8e-2222-4a4a-9b9b-000000000002":           old.Add(-time.Hour),
+		"gantry-nlp_nb-0_3f0c2a8e-3333-4a4a-9b9b-000000000003":           old,
+		"not-a-pod": old,
+	} {
+		if err := os.Mkdir(filepath.Join(logs, name), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		os.Chtimes(filepath.Join(logs, name), mod, mod)
+	}
+	c.PodLogs = logs
 	got, err := c.List(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := []agent.PodDevices{
-		{Pod: telemetry.PodRef{Namespace: "gantry-vision", Name: "train-abcde", Container: "main"}, Resources: map[string][]string{"nvidia.com/gpu": {"GPU-1", "GPU-2"}}},
-		{Pod: telemetry.PodRef{Namespace: "gantry-nlp", Name: "nb-0", Container: "notebook"}, Resources: map[string][]string{"nvidia.com/mig-1g.10gb": {"MIG-a"}}},
+		{Pod: telemetry.PodRef{Namespace: "gantry-vision", Name: "train-abcde", Container: "main"}, UID: "3f0c2a8e-1111-4a4a-9b9b-000000000001",
+			Resources: map[string][]string{"nvidia.com/gpu": {"GPU-1", "GPU-2"}}},
+		{Pod: telemetry.PodRef{Namespace: "gantry-nlp", Name: "nb-0", Container: "notebook"}, UID: "3f0c2a8e-3333-4a4a-9b9b-000000000003",
+			Resources: map[string][]string{"nvidia.com/mig-1g.10gb": {"MIG-a"}}},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got %+v\nwant %+v", got, want)
+	}
+	// Without the log directory: the same answer without UIDs.
+	c.PodLogs = filepath.Join(logs, "missing")
+	if got, err = c.List(context.Background()); err != nil || got[0].UID != "" || got[1].UID != "" {
+		t.Fatalf("without pod logs: %+v %v", got, err)
 	}
 	srv.Stop()
 	if _, err := c.List(context.Background()); err == nil {

@@ -241,8 +241,21 @@ func TestRefusedBatchIsDroppedNotRetried(t *testing.T) {
 	defer cancel()
 	go a.Run(ctx)
 	waitfor.Until(t, 10*time.Second, "the refused batch dropped", func() error {
-		if n := a.Buffered(); n != 0 {
-			return fmt.Errorf("%d buffered", n)
+		if p, n := a.passes(), a.Buffered(); p < 1 || n != 0 {
+			return fmt.Errorf("%d passes, %d buffered", p, n)
+		}
+		return nil
+	})
+	// Gantry takes the next batch: it carries the refused reading's count.
+	s.mu.Lock()
+	s.failing = false
+	s.mu.Unlock()
+	if err := a.SampleOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitfor.Until(t, 10*time.Second, "the next batch", func() error {
+		if n, dropped := s.readings(); n != 1 || dropped != 1 {
+			return fmt.Errorf("%d readings, %d dropped", n, dropped)
 		}
 		return nil
 	})
@@ -344,16 +357,27 @@ func TestHTTPSink(t *testing.T) {
 	if len(seen) != 2 || seen[0] != "Bearer first" || seen[1] != "Bearer rotated" {
 		t.Fatalf("tokens sent: %q", seen)
 	}
-	status = 422
 	mu.Unlock()
-	var perm *PermanentError
-	if err := s.Push(ctx, b); !errors.As(err, &perm) {
-		t.Fatalf("a refused batch: %v, want a PermanentError", err)
+	for _, tc := range []struct {
+		status    int
+		permanent bool
+	}{
+		{422, true}, {400, true}, {404, true}, {413, true}, // the batch or the URL is wrong: drop
+		{429, false}, {401, false}, {403, false}, // slow down; a token being rotated
+		{503, false}, {500, false},
+	} {
+		mu.Lock()
+		status = tc.status
+		mu.Unlock()
+		var perm *PermanentError
+		err := s.Push(ctx, b)
+		if err == nil || errors.As(err, &perm) != tc.permanent {
+			t.Errorf("status %d: %v, want permanent %v", tc.status, err, tc.permanent)
+		}
 	}
-	mu.Lock()
-	status = 503
-	mu.Unlock()
+	srv.Close()
+	var perm *PermanentError
 	if err := s.Push(ctx, b); err == nil || errors.As(err, &perm) {
-		t.Fatalf("an unavailable Gantry: %v, want a retryable error", err)
+		t.Fatalf("an unreachable Gantry: %v, want a retryable error", err)
 	}
 }

@@ -229,7 +229,13 @@ func (a *Agent) pushLoop(ctx context.Context) {
 					a.events = a.events[n:]
 					a.eventsBase += uint64(n)
 				}
-				a.dropped -= b.Dropped
+				if err == nil {
+					a.dropped -= b.Dropped
+				} else {
+					// Gantry did not take the batch, nor its count: the
+					// next batch tells it of both.
+					a.dropped += uint64(len(readings))
+				}
 				a.mu.Unlock()
 				backoff = minBackoff
 				if err != nil {

@@ -23,9 +23,13 @@ type HTTPSink struct {
 	Client    *http.Client // default: a client with a 30 s timeout
 }
 
-// Push implements Sink. Gantry refusing the batch itself (400, 413, 422) is
-// a *PermanentError; anything else (unreachable, 401/403 while a token
-// rotates, 429, 5xx) is worth retrying.
+// Push implements Sink. A 4xx is a *PermanentError (the agent drops the
+// batch and counts it) except 429 (slow down) and 401/403: the token is
+// re-read at every push, so a refusal while the kubelet rotates it, or
+// before Gantry's TokenReview cache catches up, heals itself; dropping the
+// batch would lose readings for nothing (a token that stays refused fills the
+// buffer, which then drops and counts the oldest). Unreachable, 5xx and 429
+// are retried.
 func (s *HTTPSink) Push(ctx context.Context, b telemetry.Batch) error {
 	token, err := os.ReadFile(s.TokenFile)
 	if err != nil {
@@ -54,7 +58,8 @@ func (s *HTTPSink) Push(ctx context.Context, b telemetry.Batch) error {
 	switch {
 	case resp.StatusCode < 300:
 		return nil
-	case resp.StatusCode == http.StatusBadRequest || resp.StatusCode == http.StatusRequestEntityTooLarge || resp.StatusCode == http.StatusUnprocessableEntity:
+	case resp.StatusCode >= 400 && resp.StatusCode < 500 && resp.StatusCode != http.StatusTooManyRequests &&
+		resp.StatusCode != http.StatusUnauthorized && resp.StatusCode != http.StatusForbidden:
 		return &PermanentError{fmt.Errorf("refused by Gantry: %d %s", resp.StatusCode, msg)}
 	}
 	return fmt.Errorf("push to %s: %d %s", s.URL, resp.StatusCode, msg)

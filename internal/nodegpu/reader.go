@@ -3,7 +3,9 @@ package nodegpu
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -33,6 +35,9 @@ type Reader struct {
 	gpm     map[string]nvml.GpmSample // device id → its previous GPM sample
 	lastPID map[string]uint64         // device id → timestamp of the last process sample
 	noGPM   map[string]string         // GPU UUID → why GPM is not there
+	// missing is what the last pass could not read of each GPU (its
+	// devices'), by GPU UUID: reading → why. Inventory lists it.
+	missing map[string]map[string]string
 	// metricsGet is reused for every GPM read (NVML's struct holds room
 	// for 477 metrics: allocating one per device and pass would dominate).
 	metricsGet nvml.GpmMetricsGetType
@@ -76,7 +81,7 @@ func Open(lib Metrics) (*Reader, error) {
 		}
 		return nil, fmt.Errorf("NVML init: %s", errorString(ret))
 	}
-	r := &Reader{lib: lib, gpm: map[string]nvml.GpmSample{}, lastPID: map[string]uint64{}, noGPM: map[string]string{}}
+	r := &Reader{lib: lib, gpm: map[string]nvml.GpmSample{}, lastPID: map[string]uint64{}, noGPM: map[string]string{}, missing: map[string]map[string]string{}}
 	if set, ret := lib.EventSetCreate(); ret == nvml.SUCCESS {
 		n, _ := lib.DeviceGetCount()
 		registered := 0
@@ -165,6 +170,9 @@ func (r *Reader) walk() ([]gpu, error) {
 		r.mu.Lock()
 		if why, ok := r.noGPM[st.GPU]; ok {
 			st.Unsupported = append(st.Unsupported, why)
+		}
+		for _, what := range slices.Sorted(maps.Keys(r.missing[st.GPU])) {
+			st.Unsupported = append(st.Unsupported, what+": "+r.missing[st.GPU][what])
 		}
 		r.mu.Unlock()
 		if cur, _, ret := h.GetMigMode(); ret == nvml.SUCCESS && cur == nvml.DEVICE_MIG_ENABLE {
@@ -259,6 +267,7 @@ func (r *Reader) Sample(ctx context.Context, now time.Time) ([]agent.DeviceSampl
 	}
 	var out []agent.DeviceSample
 	for _, g := range gs {
+		clear(r.missing[g.state.GPU])
 		parent := r.readDevice(g.h, g.state.GPU, telemetry.Device{GPU: g.state.GPU, Index: g.state.Index, Model: g.state.Model}, nil, g)
 		if !g.state.MIGEnabled {
 			out = append(out, parent)
@@ -351,12 +360,21 @@ func (r *Reader) readDevice(h nvml.Device, id string, d telemetry.Device, mig *m
 			for i, m := range gpmMetrics {
 				mg.Metrics[i] = nvml.GpmMetric{MetricId: uint32(m.id)}
 			}
-			if r.lib.GpmMetricsGet(mg) == nvml.SUCCESS {
+			if ret := r.lib.GpmMetricsGet(mg); ret == nvml.SUCCESS {
 				for i, m := range gpmMetrics {
-					if x := mg.Metrics[i]; nvml.Return(x.NvmlReturn) == nvml.SUCCESS && !math.IsNaN(x.Value) {
-						v[m.m] = x.Value * m.scale
+					x := mg.Metrics[i]
+					if nvml.Return(x.NvmlReturn) != nvml.SUCCESS || math.IsNaN(x.Value) {
+						// e.g. NVLink on a PCIe card, PCIe on a MIG instance
+						r.miss(g, mig, m.m.String(), "GPM: "+errorString(nvml.Return(x.NvmlReturn)))
+						continue
+					}
+					v[m.m] = x.Value * m.scale
+					if m.m.Info().Unit == "ratio" {
+						v[m.m] = min(max(v[m.m], 0), 1) // GPM's percentages may round past 100
 					}
 				}
+			} else {
+				r.miss(g, mig, "GPM metrics", errorString(ret))
 			}
 			prev.Free()
 			r.gpm[id] = cur
@@ -371,8 +389,15 @@ func (r *Reader) readDevice(h nvml.Device, id string, d telemetry.Device, mig *m
 		}
 	}
 	s := agent.DeviceSample{Device: d, Values: v}
-	// Per-process utilization, for splitting a time-sliced GPU.
-	if ps, ret := h.GetProcessUtilization(r.lastPID[id]); ret == nvml.SUCCESS {
+	// Per-process utilization, for splitting a time-sliced GPU. NOT_FOUND
+	// (and go-nvml's INSUFFICIENT_SIZE with no samples): no process was busy.
+	ps, ret := h.GetProcessUtilization(r.lastPID[id])
+	switch ret {
+	case nvml.SUCCESS, nvml.ERROR_NOT_FOUND, nvml.ERROR_INSUFFICIENT_SIZE:
+	default:
+		r.miss(g, mig, "process utilization", errorString(ret))
+	}
+	if ret == nvml.SUCCESS {
 		mem := map[uint32]uint64{}
 		if procs, ret := h.GetComputeRunningProcesses(); ret == nvml.SUCCESS {
 			for _, p := range procs {
@@ -385,6 +410,19 @@ func (r *Reader) readDevice(h nvml.Device, id string, d telemetry.Device, mig *m
 		}
 	}
 	return s
+}
+
+// miss notes a reading a device of g did not give (r.mu held).
+func (r *Reader) miss(g gpu, mig *migDevice, what, why string) {
+	if mig != nil {
+		what = "MIG " + what
+	}
+	m := r.missing[g.state.GPU]
+	if m == nil {
+		m = map[string]string{}
+		r.missing[g.state.GPU] = m
+	}
+	m[what] = why
 }
 
 // Events implements agent.GPUs: the critical events NVML queued since the

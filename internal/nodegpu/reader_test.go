@@ -146,6 +146,8 @@ func (n *node) lib(initRet nvml.Return) *mock.Interface {
 					m.Metrics[i].Value = 45
 				case nvml.GPM_METRIC_DRAM_BW_UTIL:
 					m.Metrics[i].Value = 80
+				case nvml.GPM_METRIC_SM_OCCUPANCY:
+					m.Metrics[i].Value = 100.4 // GPM rounds past 100 %
 				case nvml.GPM_METRIC_PCIE_RX_PER_SEC:
 					m.Metrics[i].Value = 100 // MiB/s
 				case nvml.GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC:
@@ -202,7 +204,7 @@ func TestReaderSamples(t *testing.T) {
 	}
 	// GPM on the first pass, from two samples 100 ms apart.
 	h := got["GPU-h100"].Values
-	for m, want := range map[telemetry.Metric]float64{telemetry.SMActive: 0.45, telemetry.DRAMActive: 0.8, telemetry.PCIeRX: 100 << 20,
+	for m, want := range map[telemetry.Metric]float64{telemetry.SMActive: 0.45, telemetry.DRAMActive: 0.8, telemetry.SMOccupancy: 1, telemetry.PCIeRX: 100 << 20,
 		telemetry.GPUUtil: 97, telemetry.FBUsed: 20 << 10, telemetry.FBTotal: 80 << 10, telemetry.Power: 612, telemetry.Temperature: 63, telemetry.SMClock: 1980,
 		telemetry.Energy: 123456789, telemetry.PowerThrottled: 1, telemetry.ThermalThrottled: 0} {
 		if math.Abs(h[m]-want) > 1e-9 {
@@ -246,6 +248,14 @@ func TestReaderSamples(t *testing.T) {
 	}
 	if u := strings.Join(inv[2].Unsupported, "; "); !strings.Contains(u, "GPM") {
 		t.Errorf("the L4 must say GPM is not supported: %q", u)
+	}
+	// A GPM metric NVML did not give, and per-process utilization on MIG,
+	// are listed too.
+	if u := strings.Join(inv[0].Unsupported, "; "); !strings.Contains(u, "nvlink_tx: GPM: not supported") || strings.Contains(u, "sm_active") {
+		t.Errorf("the H100 must list NVLink TX alone: %q", u)
+	}
+	if u := strings.Join(inv[1].Unsupported, "; "); !strings.Contains(u, "MIG process utilization: not supported") {
+		t.Errorf("the MIG GPU must say per-process utilization is not there: %q", u)
 	}
 	n.mu.Lock()
 	n.events = []nvml.EventData{{Device: mustDev(lib, 1)}, {EventType: nvml.EventTypeXidCriticalError, EventData: 79, Device: mustDev(lib, 1)}}

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -321,6 +322,24 @@ func TestMetrics(t *testing.T) {
 	}
 	if _, ok := families["DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"]; ok {
 		t.Error("a metric not measured must be absent, not zero")
+	}
+	// Prometheus's own checker, where installed (Debian's prometheus
+	// package). Exit status 3 is lint only: the one complaint allowed is
+	// dcgm-exporter's camelCase labels (modelName, Hostname), which
+	// dashboards depend on.
+	if promtool, err := exec.LookPath("promtool"); err == nil {
+		cmd := exec.Command(promtool, "check", "metrics")
+		cmd.Stdin = strings.NewReader(string(body))
+		out, err := cmd.CombinedOutput()
+		var exit *exec.ExitError
+		if err != nil && (!errors.As(err, &exit) || exit.ExitCode() != 3) {
+			t.Fatalf("promtool check metrics: %v\n%s", err, out)
+		}
+		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			if line != "" && !strings.HasSuffix(line, "label names should be written in 'snake_case' not 'camelCase'") {
+				t.Errorf("promtool check metrics: %s", line)
+			}
+		}
 	}
 }
 

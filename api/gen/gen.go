@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -521,6 +522,12 @@ type AdviceReport struct {
 	Step     string    `json:"step"`
 	To       time.Time `json:"to"`
 	Workload string    `json:"workload"`
+}
+
+// AppliedAdvice defines model for AppliedAdvice.
+type AppliedAdvice struct {
+	Applied  Finding  `json:"applied"`
+	Workload Workload `json:"workload"`
 }
 
 // AuditList defines model for AuditList.
@@ -1072,6 +1079,17 @@ type Scheduling struct {
 // SchedulingPriority defines model for Scheduling.Priority.
 type SchedulingPriority string
 
+// TeamAdvice defines model for TeamAdvice.
+type TeamAdvice struct {
+	Items []struct {
+		Finding  Finding `json:"finding"`
+		Name     string  `json:"name"`
+		Owner    string  `json:"owner"`
+		Team     string  `json:"team"`
+		Workload string  `json:"workload"`
+	} `json:"items"`
+}
+
 // TelemetryBatch defines model for TelemetryBatch.
 type TelemetryBatch struct {
 	// Agent The agent's version.
@@ -1091,6 +1109,26 @@ type TelemetryResult struct {
 
 	// Unattributed Readings of pods that are gone or not Gantry's.
 	Unattributed int `json:"unattributed"`
+}
+
+// TemplateAdvice defines model for TemplateAdvice.
+type TemplateAdvice struct {
+	// Default The template's default MIG profile (empty for whole GPUs).
+	Default        *string        `json:"default,omitempty"`
+	FindingsByKind map[string]int `json:"findingsByKind"`
+
+	// FittingShare Share of measured launches whose peak it holds.
+	FittingShare *float64 `json:"fittingShare,omitempty"`
+	Launches     int      `json:"launches"`
+
+	// Measured Launches with memory samples.
+	Measured         int      `json:"measured"`
+	MonthlyUSD       *float64 `json:"monthlyUSD,omitempty"`
+	PeakMemoryP95GiB *float64 `json:"peakMemoryP95GiB,omitempty"`
+
+	// Recommended The smallest profile holding the p95 peak with headroom.
+	Recommended *string `json:"recommended,omitempty"`
+	Template    string  `json:"template"`
 }
 
 // TemplateDocument A template, exactly as in a file under templates/ (JSON instead of YAML).
@@ -1382,6 +1420,12 @@ type TemplateName = Name
 // UserID defines model for UserID.
 type UserID = string
 
+// ListAdviceParams defines parameters for ListAdvice.
+type ListAdviceParams struct {
+	// Team Only this team's workloads.
+	Team *Name `form:"team,omitempty" json:"team,omitempty"`
+}
+
 // ListAuditParams defines parameters for ListAudit.
 type ListAuditParams struct {
 	// Actor Only this actor (issuer#subject).
@@ -1443,6 +1487,12 @@ type CreateWorkloadParams struct {
 	IdempotencyKey *string `json:"Idempotency-Key,omitempty"`
 }
 
+// ApplyWorkloadAdviceJSONBody defines parameters for ApplyWorkloadAdvice.
+type ApplyWorkloadAdviceJSONBody struct {
+	// Kind The finding to apply.
+	Kind *string `json:"kind,omitempty"`
+}
+
 // GetWorkloadLogsParams defines parameters for GetWorkloadLogs.
 type GetWorkloadLogsParams struct {
 	// Follow Keep the response open and stream new lines.
@@ -1491,8 +1541,14 @@ type CreateTokenJSONRequestBody = TokenRequest
 // CreateWorkloadJSONRequestBody defines body for CreateWorkload for application/json ContentType.
 type CreateWorkloadJSONRequestBody = LaunchRequest
 
+// ApplyWorkloadAdviceJSONRequestBody defines body for ApplyWorkloadAdvice for application/json ContentType.
+type ApplyWorkloadAdviceJSONRequestBody ApplyWorkloadAdviceJSONBody
+
 // ServerInterface represents all server handlers.
 type ServerInterface interface {
+	// ListAdvice A team's open advice
+	// (GET /api/v1/advice)
+	ListAdvice(ctx echo.Context, params ListAdviceParams) error
 	// ListAudit Audit log
 	// (GET /api/v1/audit)
 	ListAudit(ctx echo.Context, params ListAuditParams) error
@@ -1538,6 +1594,9 @@ type ServerInterface interface {
 	// UpdateTemplate Update a template
 	// (PUT /api/v1/templates/{name})
 	UpdateTemplate(ctx echo.Context, name TemplateName) error
+	// GetTemplateAdvice Advice on a template's default
+	// (GET /api/v1/templates/{name}/advice)
+	GetTemplateAdvice(ctx echo.Context, name TemplateName) error
 	// RenderTemplate Preview a launch
 	// (POST /api/v1/templates/{name}/render)
 	RenderTemplate(ctx echo.Context, name TemplateName) error
@@ -1586,6 +1645,9 @@ type ServerInterface interface {
 	// GetWorkloadAdvice Workload tuning advice
 	// (GET /api/v1/workloads/{id}/advice)
 	GetWorkloadAdvice(ctx echo.Context, id WorkloadID) error
+	// ApplyWorkloadAdvice Apply a right-size
+	// (POST /api/v1/workloads/{id}/advice/apply)
+	ApplyWorkloadAdvice(ctx echo.Context, id WorkloadID) error
 	// ListWorkloadEvents Workload events
 	// (GET /api/v1/workloads/{id}/events)
 	ListWorkloadEvents(ctx echo.Context, id WorkloadID) error
@@ -1618,6 +1680,24 @@ type ServerInterface interface {
 // ServerInterfaceWrapper converts echo contexts to parameters.
 type ServerInterfaceWrapper struct {
 	Handler ServerInterface
+}
+
+// ListAdvice converts echo context to params.
+func (w *ServerInterfaceWrapper) ListAdvice(ctx echo.Context) error {
+	var err error
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListAdviceParams
+	// ------------- Optional query parameter "team" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "team", ctx.QueryParams(), &params.Team, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter team: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.ListAdvice(ctx, params)
+	return err
 }
 
 // ListAudit converts echo context to params.
@@ -1840,6 +1920,22 @@ func (w *ServerInterfaceWrapper) UpdateTemplate(ctx echo.Context) error {
 
 	// Invoke the callback with all the unmarshaled arguments
 	err = w.Handler.UpdateTemplate(ctx, name)
+	return err
+}
+
+// GetTemplateAdvice converts echo context to params.
+func (w *ServerInterfaceWrapper) GetTemplateAdvice(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "name" -------------
+	var name TemplateName
+
+	err = runtime.BindStyledParameterWithOptions("simple", "name", ctx.Param("name"), &name, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter name: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.GetTemplateAdvice(ctx, name)
 	return err
 }
 
@@ -2144,6 +2240,22 @@ func (w *ServerInterfaceWrapper) GetWorkloadAdvice(ctx echo.Context) error {
 	return err
 }
 
+// ApplyWorkloadAdvice converts echo context to params.
+func (w *ServerInterfaceWrapper) ApplyWorkloadAdvice(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "id" -------------
+	var id WorkloadID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", ctx.Param("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter id: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.ApplyWorkloadAdvice(ctx, id)
+	return err
+}
+
 // ListWorkloadEvents converts echo context to params.
 func (w *ServerInterfaceWrapper) ListWorkloadEvents(ctx echo.Context) error {
 	var err error
@@ -2363,6 +2475,7 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.PUT(options.BaseURL+"/api/v1/templates/:name", wrapper.UpdateTemplate, options.OperationMiddlewares["updateTemplate"]...)
 	router.GET(options.BaseURL+"/api/v1/templates/:name/versions", wrapper.ListTemplateVersions, options.OperationMiddlewares["listTemplateVersions"]...)
 	router.PUT(options.BaseURL+"/api/v1/templates/:name/versions/:version/status", wrapper.SetTemplateVersionStatus, options.OperationMiddlewares["setTemplateVersionStatus"]...)
+	router.GET(options.BaseURL+"/api/v1/templates/:name/advice", wrapper.GetTemplateAdvice, options.OperationMiddlewares["getTemplateAdvice"]...)
 	router.POST(options.BaseURL+"/api/v1/templates/:name/render", wrapper.RenderTemplate, options.OperationMiddlewares["renderTemplate"]...)
 	router.GET(options.BaseURL+"/api/v1/gpu-classes", wrapper.ListGPUClasses, options.OperationMiddlewares["listGPUClasses"]...)
 	router.GET(options.BaseURL+"/api/v1/gpu-classes/:name", wrapper.GetGPUClass, options.OperationMiddlewares["getGPUClass"]...)
@@ -2377,6 +2490,8 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.GET(options.BaseURL+"/auth/config", wrapper.GetAuthConfig, options.OperationMiddlewares["getAuthConfig"]...)
 	router.GET(options.BaseURL+"/api/v1/workloads/:id/metrics", wrapper.GetWorkloadMetrics, options.OperationMiddlewares["getWorkloadMetrics"]...)
 	router.GET(options.BaseURL+"/api/v1/workloads/:id/advice", wrapper.GetWorkloadAdvice, options.OperationMiddlewares["getWorkloadAdvice"]...)
+	router.POST(options.BaseURL+"/api/v1/workloads/:id/advice/apply", wrapper.ApplyWorkloadAdvice, options.OperationMiddlewares["applyWorkloadAdvice"]...)
+	router.GET(options.BaseURL+"/api/v1/advice", wrapper.ListAdvice, options.OperationMiddlewares["listAdvice"]...)
 	router.GET(options.BaseURL+"/api/v1/nodes", wrapper.ListNodes, options.OperationMiddlewares["listNodes"]...)
 	router.GET(options.BaseURL+"/api/v1/nodes/:name", wrapper.GetNode, options.OperationMiddlewares["getNode"]...)
 	router.POST(options.BaseURL+"/api/v1/telemetry", wrapper.PushTelemetry, options.OperationMiddlewares["pushTelemetry"]...)
@@ -2397,6 +2512,45 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 }
 
 type ProblemApplicationProblemPlusJSONResponse Problem
+
+type ListAdviceRequestObject struct {
+	Params ListAdviceParams
+}
+
+type ListAdviceResponseObject interface {
+	VisitListAdviceResponse(w http.ResponseWriter) error
+}
+
+type ListAdvice200JSONResponse TeamAdvice
+
+func (response ListAdvice200JSONResponse) VisitListAdviceResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListAdvicedefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListAdvicedefaultApplicationProblemPlusJSONResponse) VisitListAdviceResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
 
 type ListAuditRequestObject struct {
 	Params ListAuditParams
@@ -2964,6 +3118,45 @@ type UpdateTemplatedefaultApplicationProblemPlusJSONResponse struct {
 }
 
 func (response UpdateTemplatedefaultApplicationProblemPlusJSONResponse) VisitUpdateTemplateResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetTemplateAdviceRequestObject struct {
+	Name TemplateName `json:"name"`
+}
+
+type GetTemplateAdviceResponseObject interface {
+	VisitGetTemplateAdviceResponse(w http.ResponseWriter) error
+}
+
+type GetTemplateAdvice200JSONResponse TemplateAdvice
+
+func (response GetTemplateAdvice200JSONResponse) VisitGetTemplateAdviceResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetTemplateAdvicedefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetTemplateAdvicedefaultApplicationProblemPlusJSONResponse) VisitGetTemplateAdviceResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
@@ -3598,6 +3791,46 @@ func (response GetWorkloadAdvicedefaultApplicationProblemPlusJSONResponse) Visit
 	return err
 }
 
+type ApplyWorkloadAdviceRequestObject struct {
+	Id   WorkloadID `json:"id"`
+	Body *ApplyWorkloadAdviceJSONRequestBody
+}
+
+type ApplyWorkloadAdviceResponseObject interface {
+	VisitApplyWorkloadAdviceResponse(w http.ResponseWriter) error
+}
+
+type ApplyWorkloadAdvice201JSONResponse AppliedAdvice
+
+func (response ApplyWorkloadAdvice201JSONResponse) VisitApplyWorkloadAdviceResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(201)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ApplyWorkloadAdvicedefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ApplyWorkloadAdvicedefaultApplicationProblemPlusJSONResponse) VisitApplyWorkloadAdviceResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListWorkloadEventsRequestObject struct {
 	Id WorkloadID `json:"id"`
 }
@@ -3915,6 +4148,9 @@ func (response GetReady503JSONResponse) VisitGetReadyResponse(w http.ResponseWri
 
 // StrictServerInterface represents all server handlers.
 type StrictServerInterface interface {
+	// ListAdvice A team's open advice
+	// (GET /api/v1/advice)
+	ListAdvice(ctx context.Context, request ListAdviceRequestObject) (ListAdviceResponseObject, error)
 	// ListAudit Audit log
 	// (GET /api/v1/audit)
 	ListAudit(ctx context.Context, request ListAuditRequestObject) (ListAuditResponseObject, error)
@@ -3960,6 +4196,9 @@ type StrictServerInterface interface {
 	// UpdateTemplate Update a template
 	// (PUT /api/v1/templates/{name})
 	UpdateTemplate(ctx context.Context, request UpdateTemplateRequestObject) (UpdateTemplateResponseObject, error)
+	// GetTemplateAdvice Advice on a template's default
+	// (GET /api/v1/templates/{name}/advice)
+	GetTemplateAdvice(ctx context.Context, request GetTemplateAdviceRequestObject) (GetTemplateAdviceResponseObject, error)
 	// RenderTemplate Preview a launch
 	// (POST /api/v1/templates/{name}/render)
 	RenderTemplate(ctx context.Context, request RenderTemplateRequestObject) (RenderTemplateResponseObject, error)
@@ -4008,6 +4247,9 @@ type StrictServerInterface interface {
 	// GetWorkloadAdvice Workload tuning advice
 	// (GET /api/v1/workloads/{id}/advice)
 	GetWorkloadAdvice(ctx context.Context, request GetWorkloadAdviceRequestObject) (GetWorkloadAdviceResponseObject, error)
+	// ApplyWorkloadAdvice Apply a right-size
+	// (POST /api/v1/workloads/{id}/advice/apply)
+	ApplyWorkloadAdvice(ctx context.Context, request ApplyWorkloadAdviceRequestObject) (ApplyWorkloadAdviceResponseObject, error)
 	// ListWorkloadEvents Workload events
 	// (GET /api/v1/workloads/{id}/events)
 	ListWorkloadEvents(ctx context.Context, request ListWorkloadEventsRequestObject) (ListWorkloadEventsResponseObject, error)
@@ -4047,6 +4289,31 @@ func NewStrictHandler(ssi StrictServerInterface, middlewares []StrictMiddlewareF
 type strictHandler struct {
 	ssi         StrictServerInterface
 	middlewares []StrictMiddlewareFunc
+}
+
+// ListAdvice operation middleware
+func (sh *strictHandler) ListAdvice(ctx echo.Context, params ListAdviceParams) error {
+	var request ListAdviceRequestObject
+
+	request.Params = params
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.ListAdvice(ctx.Request().Context(), request.(ListAdviceRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListAdvice")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(ListAdviceResponseObject); ok {
+		return validResponse.VisitListAdviceResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
 }
 
 // ListAudit operation middleware
@@ -4497,6 +4764,31 @@ func (sh *strictHandler) UpdateTemplate(ctx echo.Context, name TemplateName) err
 		return err
 	} else if validResponse, ok := response.(UpdateTemplateResponseObject); ok {
 		return validResponse.VisitUpdateTemplateResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// GetTemplateAdvice operation middleware
+func (sh *strictHandler) GetTemplateAdvice(ctx echo.Context, name TemplateName) error {
+	var request GetTemplateAdviceRequestObject
+
+	request.Name = name
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.GetTemplateAdvice(ctx.Request().Context(), request.(GetTemplateAdviceRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetTemplateAdvice")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(GetTemplateAdviceResponseObject); ok {
+		return validResponse.VisitGetTemplateAdviceResponse(ctx.Response())
 	} else if response != nil {
 		return fmt.Errorf("unexpected response type: %T", response)
 	}
@@ -4985,6 +5277,57 @@ func (sh *strictHandler) GetWorkloadAdvice(ctx echo.Context, id WorkloadID) erro
 		return err
 	} else if validResponse, ok := response.(GetWorkloadAdviceResponseObject); ok {
 		return validResponse.VisitGetWorkloadAdviceResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// ApplyWorkloadAdvice operation middleware
+func (sh *strictHandler) ApplyWorkloadAdvice(ctx echo.Context, id WorkloadID) error {
+	var request ApplyWorkloadAdviceRequestObject
+
+	request.Id = id
+
+	var body ApplyWorkloadAdviceJSONRequestBody
+	var err error
+	if binder, ok := ctx.Echo().Binder.(*echo.DefaultBinder); ok {
+		// A request validator built on kin-openapi's openapi3filter with
+		// KeepValidatedValue leaves the value it validated on the body. Bind
+		// that value, matching member names exactly, so the handler receives
+		// what was validated instead of a second, case-insensitive decode.
+		// Otherwise bind only the request body, so that path and query
+		// parameters are not also bound into the body struct.
+		if vb, ok := ctx.Request().Body.(interface{ ValidatedValue() any }); !ok || runtime.BindJSONValue(vb.ValidatedValue(), &body) != nil {
+			err = binder.BindBody(ctx, &body)
+		}
+	} else {
+		// A custom binder is installed on the Echo instance; defer to it
+		// entirely, since echo.Binder does not expose body-only binding and
+		// the binder may do more than decode (for example call ctx.Validate).
+		err = ctx.Bind(&body)
+	}
+	if err != nil {
+		if !errors.Is(err, io.EOF) {
+			return err
+		}
+	} else {
+		request.Body = &body
+	}
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.ApplyWorkloadAdvice(ctx.Request().Context(), request.(ApplyWorkloadAdviceRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ApplyWorkloadAdvice")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(ApplyWorkloadAdviceResponseObject); ok {
+		return validResponse.VisitApplyWorkloadAdviceResponse(ctx.Response())
 	} else if response != nil {
 		return fmt.Errorf("unexpected response type: %T", response)
 	}

@@ -3,6 +3,7 @@ package advice
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"time"
 
@@ -17,6 +18,10 @@ type Input struct {
 	Class    gpu.Class
 	Count    int    // GPUs (or MIG instances) it holds
 	Profile  string // its MIG profile; "" for whole GPUs
+	// Allowed are the MIG profiles its template allows (a recommendation
+	// outside them is said as a request to the platform team).
+	Allowed  []string
+	Template string
 	Spot     bool
 	Series   []telemetry.Series
 	From, To time.Time
@@ -180,7 +185,24 @@ func Advise(in Input) []Finding {
 		act = stats{vals: scale(u.vals, 0.01), maxs: scale(u.maxs, 0.01)}
 		actName = telemetry.GPUUtil.String() + "/100"
 	}
-	observed := time.Duration(act.n()/max(1, len(perDevice))) * in.Step
+	// Observed: from the first point to the last (samples may come less
+	// often than the step).
+	var first, last time.Time
+	for _, s := range in.Series {
+		if len(s.Points) == 0 || (s.Metric != telemetry.SMActive && s.Metric != telemetry.GPUUtil) {
+			continue
+		}
+		if first.IsZero() || s.Points[0].T.Before(first) {
+			first = s.Points[0].T
+		}
+		if l := s.Points[len(s.Points)-1].T; l.After(last) {
+			last = l
+		}
+	}
+	observed := time.Duration(0)
+	if !first.IsZero() {
+		observed = last.Sub(first) + in.Step
+	}
 	window := fmt.Sprintf("over %s", roundDur(observed))
 	f := func(kind, sev string, ev []Evidence, reason, action string, conf float64, series ...telemetry.Metric) Finding {
 		names := make([]string, len(series))
@@ -261,11 +283,16 @@ func Advise(in Input) []Finding {
 				if p.Share >= curShare || peakGiB*headroom > p.MemGiB*0.98 || need > p.Share {
 					continue
 				}
+				allowed := slices.Contains(in.Allowed, p.Name)
 				op := f(KindOverProvisioned, "warning", []Evidence{{telemetry.FBUsed.String(), "max", fb.max()}, {actName, "p95", act.q(0.95)}},
 					fmt.Sprintf("memory peaked at %.1f GiB and %s p95 is %.2f of the %s %s: %s holds the peak × %.1f (%.1f GiB of %.0f) and the activity (%.2f of the GPU ≤ %.2f)",
 						peakGiB, actName, act.q(0.95), orWhole(in.Profile), window, p.Name, headroom, peakGiB*headroom, p.MemGiB, need, p.Share),
 					"relaunch on "+p.Name, conf, telemetry.FBUsed, telemetry.SMActive)
 				op.Recommend = &Choice{Profile: p.Name, Count: count}
+				if !allowed {
+					op.Recommend = nil
+					op.Action = fmt.Sprintf("template %s allows no %s: ask the platform team to add it to spec.gpu.migProfiles, then relaunch on it", in.Template, p.Name)
+				}
 				op.MonthlyUSD = monthly((curShare - p.Share) * float64(count))
 				out = append(out, op)
 				break

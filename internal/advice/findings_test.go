@@ -73,6 +73,23 @@ func kinds(fs []Finding) []string {
 	return out
 }
 
+// TestRecommendOnlyWhatTheTemplateAllows: a smaller profile the template
+// does not list is advice for the platform team, not a choice to apply.
+func TestRecommendOnlyWhatTheTemplateAllows(t *testing.T) {
+	series := played(t, 4*time.Hour, []replay.GPU{h100GPU}, map[string]string{"GPU-1": "trace:1"})
+	in := Input{Workload: "w1", Class: h100(t), Count: 1, Template: "vllm-inference", Series: series, Step: 10 * time.Second,
+		From: series[0].Points[0].T, To: series[0].Points[len(series[0].Points)-1].T}
+	for _, f := range Advise(in) {
+		if f.Kind == KindOverProvisioned {
+			if f.Recommend != nil || !strings.Contains(f.Action, "ask the platform team") || !strings.Contains(f.Action, "vllm-inference") || f.MonthlyUSD <= 0 {
+				t.Fatalf("%+v", f)
+			}
+			return
+		}
+	}
+	t.Fatal("no over-provisioned finding")
+}
+
 // TestFindings: each pattern the replay profiles make gets its finding, and
 // not the findings of other patterns.
 func TestFindings(t *testing.T) {
@@ -125,7 +142,7 @@ func TestFindings(t *testing.T) {
 					}
 				}
 			}
-			fs := Advise(Input{Workload: "w1", Class: c, Count: max(1, tc.count), Profile: tc.profile, Series: series, Step: 10 * time.Second,
+			fs := Advise(Input{Workload: "w1", Class: c, Allowed: []string{"1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb"}, Count: max(1, tc.count), Profile: tc.profile, Series: series, Step: 10 * time.Second,
 				From: series[0].Points[0].T, To: series[0].Points[len(series[0].Points)-1].T, Unhealthy: tc.unhealthy})
 			got := kinds(fs)
 			for _, k := range tc.want {

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gantryhq/gantry/internal/catalog"
 	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/telemetry"
 	"github.com/gantryhq/gantry/internal/workload"
@@ -17,9 +18,10 @@ import (
 // Service advises on live workloads from their series, recomputing as
 // samples arrive (cached for a minute per workload).
 type Service struct {
-	source  telemetry.Source
-	classes *gpu.Catalog
-	live    *Live // the online rules' decisions (nil: none)
+	source    telemetry.Source
+	classes   *gpu.Catalog
+	templates Templates
+	live      *Live // the online rules' decisions (nil: none)
 	// health says why GPUs a workload runs on are unhealthy (none: nil).
 	health func(ctx context.Context, workloadID string) ([]string, error)
 	now    func() time.Time
@@ -40,16 +42,22 @@ const cacheFor = time.Minute
 // Lookback is the most of a workload's life advice looks at.
 const Lookback = 24 * time.Hour
 
-// NewService builds the service; a source and the GPU classes are required;
-// live, when set, adds the online rules' decisions as findings.
-func NewService(source telemetry.Source, classes *gpu.Catalog, live *Live, health func(context.Context, string) ([]string, error), now func() time.Time) (*Service, error) {
-	if source == nil || classes == nil {
-		return nil, fmt.Errorf("advice: a telemetry source and the GPU classes are required")
+// Templates finds a template version (the catalog).
+type Templates interface {
+	Get(ctx context.Context, name string, version int) (catalog.Version, error)
+}
+
+// NewService builds the service; a source, the GPU classes and the
+// templates are required; live, when set, adds the online rules' decisions
+// as findings.
+func NewService(source telemetry.Source, classes *gpu.Catalog, templates Templates, live *Live, health func(context.Context, string) ([]string, error), now func() time.Time) (*Service, error) {
+	if source == nil || classes == nil || templates == nil {
+		return nil, fmt.Errorf("advice: a telemetry source, the GPU classes and the templates are required")
 	}
 	if now == nil {
 		now = time.Now
 	}
-	return &Service{source: source, classes: classes, live: live, health: health, now: now, cache: map[string]cached{}}, nil
+	return &Service{source: source, classes: classes, templates: templates, live: live, health: health, now: now, cache: map[string]cached{}}, nil
 }
 
 // Report is the advice on one workload.
@@ -89,7 +97,10 @@ func (s *Service) Workload(ctx context.Context, w workload.Workload, ns string) 
 	if err != nil {
 		return Report{}, err
 	}
-	in := Input{Workload: w.ID, Class: class, Count: w.GPUCount, Profile: w.MIGProfile, Series: series, From: from, To: to, Step: step}
+	in := Input{Workload: w.ID, Class: class, Count: w.GPUCount, Profile: w.MIGProfile, Series: series, From: from, To: to, Step: step, Template: w.Template}
+	if v, err := s.templates.Get(ctx, w.Template, w.TemplateVersion); err == nil {
+		in.Allowed = v.Template.Spec.GPU.MIGProfiles
+	}
 	if s.health != nil {
 		if in.Unhealthy, err = s.health(ctx, w.ID); err != nil {
 			return Report{}, err

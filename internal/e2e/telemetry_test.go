@@ -423,3 +423,99 @@ func TestAdviceThroughTheAPI(t *testing.T) {
 		t.Fatalf("advice: %d %+v", resp.StatusCode, report)
 	}
 }
+
+// TestApplyRightSize: a notebook on 3g.40gb that used 8 GiB at 10 % for two
+// and a half hours is told to move to 1g.10gb — on its page, in its team's
+// advice, in the template's rollup — and one call relaunches it there and
+// stops the old one.
+func TestApplyRightSize(t *testing.T) {
+	g := start(t, filepath.Join(t.TempDir(), "g.db"), true)
+	var w wl
+	if s := g.post("/api/v1/workloads", map[string]any{"template": "jupyter-notebook", "team": "vision", "gpu": map[string]any{"migProfile": "3g.40gb"}}, &w); s != 201 {
+		t.Fatalf("launch: %d", s)
+	}
+	g.waitStatus(w.ID, "Running")
+	pod := podsOf(t, "vision", w.ID)[0]
+	db, err := sql.Open("sqlite", string(g.Config.Database.DSN))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`UPDATE workloads SET created_at = created_at - ? WHERE id = ?`, (3 * time.Hour).Microseconds(), w.ID); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	now := time.Now().UTC().Truncate(time.Second)
+	dev := telemetry.Device{GPU: "GPU-rs-0", Index: 0, Model: "NVIDIA H100 80GB HBM3", MIG: &telemetry.MIGInstance{UUID: "MIG-rs-0", Profile: "3g.40gb", InstanceID: 2}}
+	b := telemetry.Batch{Node: pod.Spec.NodeName}
+	for at := now.Add(-150 * time.Minute); at.Before(now); at = at.Add(30 * time.Second) {
+		v := telemetry.NoValues()
+		v[telemetry.GPUUtil], v[telemetry.SMActive], v[telemetry.FBUsed], v[telemetry.FBTotal], v[telemetry.DRAMActive], v[telemetry.TensorActive] = 10, 0.1, 8000, 40960, 0.05, 0.05
+		b.Readings = append(b.Readings, telemetry.Reading{Time: at, Device: dev, Pod: telemetry.PodRef{Namespace: pod.Namespace, Name: pod.Name, Container: "notebook"}, Share: 1, Values: v})
+	}
+	token := agentToken(t, "gantry-system", "gantry-agent", pod.Spec.NodeName, "gantry")
+	if s, body := push(t, g, token, b); s != 202 {
+		t.Fatalf("push: %d %s", s, body)
+	}
+	type finding struct {
+		Kind       string
+		MonthlyUSD float64
+		Recommend  *struct{ Profile string }
+	}
+	getJSON := func(path string, out any) int {
+		resp, err := http.Get(g.url + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		json.NewDecoder(resp.Body).Decode(out)
+		return resp.StatusCode
+	}
+	var report struct{ Findings []finding }
+	if s := getJSON("/api/v1/workloads/"+w.ID+"/advice", &report); s != 200 {
+		t.Fatalf("advice: %d", s)
+	}
+	over := func(fs []finding) *finding {
+		for i := range fs {
+			if fs[i].Kind == "over-provisioned" {
+				return &fs[i]
+			}
+		}
+		return nil
+	}
+	if f := over(report.Findings); f == nil || f.Recommend == nil || f.Recommend.Profile != "1g.10gb" || f.MonthlyUSD <= 0 {
+		t.Fatalf("advice: %+v", report.Findings)
+	}
+	var team struct {
+		Items []struct {
+			Workload string
+			Finding  finding
+		}
+	}
+	if s := getJSON("/api/v1/advice?team=vision", &team); s != 200 || len(team.Items) == 0 {
+		t.Fatalf("team advice: %d %+v", s, team)
+	}
+	var rollup struct {
+		Measured    int
+		Recommended string
+	}
+	if s := getJSON("/api/v1/templates/jupyter-notebook/advice", &rollup); s != 200 || rollup.Measured != 1 || rollup.Recommended != "1g.10gb" {
+		t.Fatalf("template advice: %d %+v", s, rollup)
+	}
+	var applied struct {
+		Workload struct {
+			ID  string
+			Gpu struct{ MigProfile string }
+		}
+		Applied finding
+	}
+	if s := g.post("/api/v1/workloads/"+w.ID+"/advice/apply", map[string]any{"kind": "over-provisioned"}, &applied); s != 201 {
+		t.Fatalf("apply: %d", s)
+	}
+	if applied.Workload.ID == w.ID || applied.Workload.Gpu.MigProfile != "1g.10gb" || applied.Applied.Kind != "over-provisioned" {
+		t.Fatalf("applied: %+v", applied)
+	}
+	if old := g.get(w.ID); old.Status != "Stopped" {
+		t.Fatalf("the old notebook is %s, want Stopped", old.Status)
+	}
+	g.waitStatus(applied.Workload.ID, "Running")
+}

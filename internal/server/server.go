@@ -221,7 +221,7 @@ func New(ctx context.Context, cfg config.Config, ov Overrides) (s *Server, err e
 	if err != nil {
 		return nil, err
 	}
-	adv, err := advice.NewService(metrics, core.Catalog.Classes(), live, s.unhealthyGPUs, s.clock.Now)
+	adv, err := advice.NewService(metrics, core.Catalog.Classes(), core.Catalog, live, s.unhealthyGPUs, s.clock.Now)
 	if err != nil {
 		return nil, err
 	}

@@ -115,3 +115,10 @@ func (s *Service) Events(ctx context.Context, id string) ([]Event, error) {
 
 // Namespace is the namespace a workload's objects live in.
 func (s *Service) Namespace(w Workload) string { return s.namespace(w.Team) }
+
+// Manageable returns the workload if the caller may stop, start or delete
+// it (its owner, or who manages the team's workloads), else the error the
+// API answers.
+func (s *Service) Manageable(ctx context.Context, id string) (Workload, error) {
+	return s.manageable(ctx, id)
+}

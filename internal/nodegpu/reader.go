@@ -3,7 +3,6 @@ package nodegpu
 import (
 	"context"
 	"fmt"
-	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -37,7 +36,8 @@ type Reader struct {
 	noGPM   map[string]string         // GPU UUID → why GPM is not there
 	// missing is what the last pass could not read of each GPU (its
 	// devices'), by GPU UUID: reading → why. Inventory lists it.
-	missing map[string]map[string]string
+	missing map[string]map[missKey]missed
+	pass    uint64 // Sample calls so far; missed entries of older passes are stale
 	// metricsGet is reused for every GPM read (NVML's struct holds room
 	// for 477 metrics: allocating one per device and pass would dominate).
 	metricsGet nvml.GpmMetricsGetType
@@ -81,7 +81,7 @@ func Open(lib Metrics) (*Reader, error) {
 		}
 		return nil, fmt.Errorf("NVML init: %s", errorString(ret))
 	}
-	r := &Reader{lib: lib, gpm: map[string]nvml.GpmSample{}, lastPID: map[string]uint64{}, noGPM: map[string]string{}, missing: map[string]map[string]string{}}
+	r := &Reader{lib: lib, gpm: map[string]nvml.GpmSample{}, lastPID: map[string]uint64{}, noGPM: map[string]string{}, missing: map[string]map[missKey]missed{}}
 	if set, ret := lib.EventSetCreate(); ret == nvml.SUCCESS {
 		n, _ := lib.DeviceGetCount()
 		registered := 0
@@ -171,8 +171,15 @@ func (r *Reader) walk() ([]gpu, error) {
 		if why, ok := r.noGPM[st.GPU]; ok {
 			st.Unsupported = append(st.Unsupported, why)
 		}
-		for _, what := range slices.Sorted(maps.Keys(r.missing[st.GPU])) {
-			st.Unsupported = append(st.Unsupported, what+": "+r.missing[st.GPU][what])
+		if m := r.missing[st.GPU]; len(m) > 0 {
+			miss := make([]string, 0, len(m))
+			for _, x := range m {
+				if x.pass == r.pass {
+					miss = append(miss, x.line)
+				}
+			}
+			slices.Sort(miss)
+			st.Unsupported = append(st.Unsupported, miss...)
 		}
 		r.mu.Unlock()
 		if cur, _, ret := h.GetMigMode(); ret == nvml.SUCCESS && cur == nvml.DEVICE_MIG_ENABLE {
@@ -265,9 +272,9 @@ func (r *Reader) Sample(ctx context.Context, now time.Time) ([]agent.DeviceSampl
 		}
 		r.mu.Lock()
 	}
+	r.pass++
 	var out []agent.DeviceSample
 	for _, g := range gs {
-		clear(r.missing[g.state.GPU])
 		parent := r.readDevice(g.h, g.state.GPU, telemetry.Device{GPU: g.state.GPU, Index: g.state.Index, Model: g.state.Model}, nil, g)
 		if !g.state.MIGEnabled {
 			out = append(out, parent)
@@ -412,17 +419,41 @@ func (r *Reader) readDevice(h nvml.Device, id string, d telemetry.Device, mig *m
 	return s
 }
 
-// miss notes a reading a device of g did not give (r.mu held).
-func (r *Reader) miss(g gpu, mig *migDevice, what, why string) {
-	if mig != nil {
-		what = "MIG " + what
+// missKey is a reading a GPU, or its MIG instances, did not give.
+type missKey struct {
+	mig  bool
+	what string
+}
+
+func (k missKey) String() string {
+	if k.mig {
+		return "MIG " + k.what
 	}
+	return k.what
+}
+
+// missed is why, the line the inventory lists and the last pass that
+// missed it.
+type missed struct {
+	why, line string
+	pass      uint64
+}
+
+// miss notes a reading a device of g did not give (r.mu held). It runs
+// every pass: the line is formatted only when the reason is new.
+func (r *Reader) miss(g gpu, mig *migDevice, what, why string) {
 	m := r.missing[g.state.GPU]
 	if m == nil {
-		m = map[string]string{}
+		m = map[missKey]missed{}
 		r.missing[g.state.GPU] = m
 	}
-	m[what] = why
+	k := missKey{mig != nil, what}
+	x, ok := m[k]
+	if !ok || x.why != why {
+		x = missed{why: why, line: k.String() + ": " + why}
+	}
+	x.pass = r.pass
+	m[k] = x
 }
 
 // Events implements agent.GPUs: the critical events NVML queued since the

@@ -95,6 +95,9 @@ func TestAttribute(t *testing.T) {
 			pods:  []PodDevices{{Pod: pa, UID: "uid-a", Resources: map[string][]string{"nvidia.com/gpu": {"GPU-aaaa::0"}}}, {Pod: pb, UID: "uid-b", Resources: map[string][]string{"nvidia.com/gpu": {"GPU-aaaa::1"}}}},
 			procs: procs{10: "uid-a", 11: "uid-b"}, // 12 is no pod's
 			want:  []telemetry.PodRef{pa, pb}, shares: []float64{0.75, 0.25}, how: ByProcess, fbUsed: []float64{2000, 1000}, smValue: []float64{0.6, 0.2}},
+		{name: "time-sliced under the renamed resource", sample: DeviceSample{Device: whole, Values: values(100, 0.8, 3000)},
+			pods: []PodDevices{{Pod: pa, Resources: map[string][]string{"nvidia.com/gpu.shared": {"GPU-aaaa::0"}}}, {Pod: pb, Resources: map[string][]string{"nvidia.com/gpu.shared": {"GPU-aaaa::3"}}}},
+			want: []telemetry.PodRef{pa, pb}, shares: []float64{0.5, 0.5}, how: Even, fbUsed: []float64{1500, 1500}, smValue: []float64{0.4, 0.4}},
 		{name: "time-sliced, no per-process data: even, and said so", sample: DeviceSample{Device: whole, Values: values(100, 0.8, 3000)},
 			pods: []PodDevices{{Pod: pa, UID: "uid-a", Resources: map[string][]string{"nvidia.com/gpu": {"GPU-aaaa::0"}}}, {Pod: pb, UID: "uid-b", Resources: map[string][]string{"nvidia.com/gpu": {"GPU-aaaa::1"}}}},
 			want: []telemetry.PodRef{pa, pb}, shares: []float64{0.5, 0.5}, how: Even, fbUsed: []float64{1500, 1500}, smValue: []float64{0.4, 0.4}},

@@ -69,9 +69,11 @@ func deviceID(id string) string {
 }
 
 // isGPUResource reports whether a resource name is the NVIDIA device
-// plugin's: nvidia.com/gpu, or a MIG profile under the mixed strategy.
+// plugin's: nvidia.com/gpu, a MIG profile under the mixed strategy
+// (nvidia.com/mig-1g.10gb), or either renamed for time-slicing
+// (renameByDefault: nvidia.com/gpu.shared, nvidia.com/mig-1g.10gb.shared).
 func isGPUResource(name string) bool {
-	return name == "nvidia.com/gpu" || strings.HasPrefix(name, "nvidia.com/mig-")
+	return name == "nvidia.com/gpu" || strings.HasPrefix(name, "nvidia.com/gpu.") || strings.HasPrefix(name, "nvidia.com/mig-")
 }
 
 // shared are the metrics that measure activity, split between the pods that

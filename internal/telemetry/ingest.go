@@ -163,6 +163,11 @@ func (s *Service) Ingest(ctx context.Context, node string, b Batch) (Result, err
 				errs.Addf(p+".pod", "pod %s/%s runs on node %q, not on this agent's node %q", r.Pod.Namespace, r.Pod.Name, place.Node, node)
 			case place.Found:
 				st.Series.Workload = place.Workload
+			case s.o.Pods != nil:
+				// A pod the API server does not know (gone, or never there)
+				// is not taken on the agent's word: the reading is kept as
+				// the device's, so invented names cannot multiply series.
+				st.Series.Pod = PodRef{}
 			}
 		}
 		if st.Series.Workload == "" {

@@ -131,9 +131,22 @@ func TestIngestRefusesWholeBatches(t *testing.T) {
 	if err != nil || len(got) != 0 {
 		t.Fatalf("series after refused batches: %+v %v", got, err)
 	}
-	res, err := s.Ingest(ctx, "n1", telemetry.Batch{Node: "n1", Readings: []telemetry.Reading{good, reading(now, telemetry.PodRef{Namespace: "kube-system", Name: "other"}, 1, 0.1)}})
-	if err != nil || res.Accepted != 2 || res.Unattributed != 1 {
+	invented := reading(now, telemetry.PodRef{Namespace: "gantry-vision", Name: "no-such-pod"}, 1, 0.1)
+	invented.Device.GPU = "GPU-b"
+	res, err := s.Ingest(ctx, "n1", telemetry.Batch{Node: "n1", GPUs: []telemetry.GPUState{{Device: gpuA}},
+		Readings: []telemetry.Reading{good, reading(now, telemetry.PodRef{Namespace: "kube-system", Name: "other"}, 1, 0.1), invented}})
+	if err != nil || res.Accepted != 3 || res.Unattributed != 2 {
 		t.Fatalf("a good batch: %+v %v", res, err)
+	}
+	// A pod the API server does not know is not recorded under its name.
+	n, err := s.Node(ctx, "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range append(n.InUse, n.Idle...) {
+		if l.Series.Key.Pod.Name == "no-such-pod" {
+			t.Fatalf("a series under an invented pod name: %+v", l.Series)
+		}
 	}
 }
 

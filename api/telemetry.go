@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -168,7 +169,9 @@ func (s *server) GetWorkloadMetrics(ctx context.Context, req gen.GetWorkloadMetr
 				errs.Addf("series", "unknown metric %q (known: %s)", name, strings.Join(metricNames(), ", "))
 				continue
 			}
-			q.Metrics = append(q.Metrics, m)
+			if !slices.Contains(q.Metrics, m) {
+				q.Metrics = append(q.Metrics, m)
+			}
 		}
 	}
 	if errs.Len() == 0 {

@@ -255,9 +255,11 @@ func Advise(in Input) []Finding {
 	if fb.n() > 0 && fbTotal.n() > 0 {
 		total := fbTotal.max()
 		if fb.max() > nearOOM*total {
+			// The next profile the template allows with more memory; if
+			// none, whole GPUs ("" below).
 			next := ""
 			for _, p := range profiles {
-				if p.MemGiB > curMem*1.01 {
+				if p.MemGiB > curMem*1.01 && p.Share < 1 && slices.Contains(in.Allowed, p.Name) {
 					next = p.Name
 					break
 				}
@@ -265,7 +267,8 @@ func Advise(in Input) []Finding {
 			nf := f(KindNearOOM, "critical", []Evidence{{telemetry.FBUsed.String(), "max", fb.max()}, {telemetry.FBTotal.String(), "max", total}},
 				fmt.Sprintf("memory peaked at %.1f of %.1f GiB (%.0f %%) %s: above %.0f %% an allocation can fail at any moment", fb.max()/1024, total/1024, 100*fb.max()/total, window, 100*nearOOM),
 				"move to a profile with more memory before it fails", 0.9, telemetry.FBUsed, telemetry.FBTotal)
-			if next != "" {
+			switch {
+			case next != "":
 				nf.Action = "move to " + next + " before it fails"
 				nf.Recommend = &Choice{Profile: next, Count: count}
 				for _, p := range profiles {
@@ -273,6 +276,10 @@ func Advise(in Input) []Finding {
 						nf.MonthlyUSD = -monthly((p.Share - curShare) * float64(count))
 					}
 				}
+			case in.Profile != "":
+				nf.Action = "move to whole GPUs before it fails"
+				nf.Recommend = &Choice{Count: count}
+				nf.MonthlyUSD = -monthly((1 - curShare) * float64(count))
 			}
 			out = append(out, nf)
 		} else if observed >= minRightsize {

@@ -46,7 +46,7 @@ func TestLive(t *testing.T) {
 	if got := actions(live.Decisions("w2")); len(got) != 0 {
 		t.Fatalf("another workload's decisions: %v", got)
 	}
-	fs := withDecisions(nil, ds, Input{Class: c, Count: 1})
+	fs := withDecisions(nil, ds, Input{Class: c, Count: 1, Allowed: []string{"1g.10gb", "1g.20gb"}})
 	if ks := kinds(fs); !slices.Equal(ks, []string{KindIdle, KindOverProvisioned}) && !slices.Equal(ks, []string{KindOverProvisioned, KindIdle}) {
 		t.Fatalf("findings: %v", ks)
 	}

@@ -188,6 +188,9 @@ var ErrNothingToApply = errors.New("no finding recommends another GPU choice")
 // one may not be stopped by the caller, the new one is deleted again:
 // nothing is left half done.
 func (s *Service) Apply(ctx context.Context, ws Workloads, caller string, w workload.Workload, kind string) (workload.Workload, Finding, error) {
+	if !live(w) {
+		return workload.Workload{}, Finding{}, &fault.Conflict{Kind: "workload", Name: w.ID, Reason: fmt.Sprintf("it is %s: only a live workload is right-sized", w.Status)}
+	}
 	r, err := s.Workload(ctx, w, ws.Namespace(w))
 	if err != nil {
 		return workload.Workload{}, Finding{}, err
@@ -210,11 +213,20 @@ func (s *Service) Apply(ctx context.Context, ws Workloads, caller string, w work
 	for k, v := range w.Parameters {
 		params[k] = v
 	}
+	profile := f.Recommend.Profile
+	if profile == "" {
+		profile = template.NoMIG // whole GPUs, not the template's default slice
+	}
+	// The same key for the same workload and finding: a repeated apply
+	// returns the first relaunch instead of a second one.
 	nw, _, err := ws.Create(ctx, caller, workload.Request{Template: w.Template, Version: w.TemplateVersion, Team: w.Team,
-		Choice: template.Choice{Class: w.GPUClass, MIGProfile: f.Recommend.Profile, Count: f.Recommend.Count, Params: params, Confidential: w.TEE != ""}})
+		IdempotencyKey: "advice-apply:" + w.ID + ":" + f.Kind,
+		Choice:         template.Choice{Class: w.GPUClass, MIGProfile: profile, Count: f.Recommend.Count, Params: params, Confidential: w.TEE != ""}})
 	if err != nil {
 		return workload.Workload{}, *f, err
 	}
+	// The caller leaving must not leave both running: finish regardless.
+	ctx = context.WithoutCancel(ctx)
 	if _, err := ws.Stop(ctx, w.ID); err != nil {
 		if derr := ws.Delete(ctx, nw.ID); derr != nil {
 			return workload.Workload{}, *f, errors.Join(err, fmt.Errorf("and the new workload %s could not be deleted again: %w", nw.ID, derr))

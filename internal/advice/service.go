@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -81,7 +82,9 @@ func (s *Service) Workload(ctx context.Context, w workload.Workload, ns string) 
 	s.mu.Unlock()
 	class, ok := s.classes.Get(w.GPUClass)
 	if !ok {
-		return Report{}, fmt.Errorf("workload %s: GPU class %q is not in the catalog", w.ID, w.GPUClass)
+		// No GPU class (a CPU workload), or one the catalog no longer has:
+		// nothing to judge it against.
+		return Report{Workload: w.ID, From: now, To: now, Step: time.Minute, Findings: []Finding{}}, nil
 	}
 	from := w.CreatedAt.UTC()
 	if now.Sub(from) > Lookback {
@@ -164,7 +167,7 @@ func withDecisions(fs []Finding, ds []Decision, in Input) []Finding {
 				MonthlyUSD: math.Round(cur.Share*count*price*hoursPerMonth*100) / 100, Series: []string{telemetry.GPUUtil.String(), telemetry.SMActive.String()}})
 		case d.Action == Resize && !has[KindOverProvisioned] && !has[KindNearOOM]:
 			p, ok := byName[d.Profile]
-			if !ok || p.Share >= cur.Share {
+			if !ok || p.Share >= cur.Share || !slices.Contains(in.Allowed, p.Name) {
 				continue
 			}
 			has[KindOverProvisioned] = true

@@ -37,8 +37,10 @@ type Options struct {
 const (
 	DefaultInterval = 10 * time.Second
 	DefaultBuffer   = 100_000
-	// MaxBatch is the most readings one push carries.
-	MaxBatch = 2000
+	// MaxBatch is the most readings one push carries: about 700 bytes each
+	// as JSON, so a full batch stays well under Gantry's default body limit
+	// (1 MiB) after an outage.
+	MaxBatch = 500
 	// backoff bounds between failed pushes.
 	minBackoff = time.Second
 	maxBackoff = time.Minute

@@ -517,5 +517,9 @@ func TestApplyRightSize(t *testing.T) {
 	if old := g.get(w.ID); old.Status != "Stopped" {
 		t.Fatalf("the old notebook is %s, want Stopped", old.Status)
 	}
+	// A second apply (a double click) relaunches nothing more.
+	if s := g.post("/api/v1/workloads/"+w.ID+"/advice/apply", map[string]any{"kind": "over-provisioned"}, nil); s != 409 {
+		t.Fatalf("a second apply: %d, want 409", s)
+	}
 	g.waitStatus(applied.Workload.ID, "Running")
 }

@@ -3,9 +3,12 @@ package telemetry
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -39,13 +42,66 @@ type AgentAuth struct {
 	ServiceAccount string // e.g. system:serviceaccount:gantry-system:gantry-agent
 	Now            func() time.Time
 
-	mu    sync.Mutex
-	cache map[[32]byte]cachedAgent
+	mu       sync.Mutex
+	cache    map[[32]byte]cachedAgent
+	rejected map[[32]byte]time.Time // refused tokens, not reviewed again until then
 }
 
 type cachedAgent struct {
-	node    string
-	expires time.Time
+	node        string
+	expires     time.Time
+	tokenExpiry time.Time // the token's own exp: a cached token does not outlive it
+}
+
+// rejectFor is how long a refused token is refused without a review.
+const rejectFor = 10 * time.Second
+
+func (a *AgentAuth) reject(key [32]byte, now time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.rejected == nil || len(a.rejected) >= agentCacheMax {
+		a.rejected = map[[32]byte]time.Time{}
+	}
+	a.rejected[key] = now.Add(rejectFor)
+}
+
+// shapeOf checks, without verifying it (the TokenReview does), that a token
+// is a JWT meant for audience that has not expired, and returns its expiry.
+func shapeOf(token, audience string, now time.Time) (time.Time, error) {
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
+		return time.Time{}, errors.New("not a JWT")
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		return time.Time{}, errors.New("not a JWT")
+	}
+	var claims struct {
+		Aud any   `json:"aud"`
+		Exp int64 `json:"exp"`
+	}
+	if err := json.Unmarshal(payload, &claims); err != nil {
+		return time.Time{}, errors.New("not a JWT")
+	}
+	var auds []string
+	switch v := claims.Aud.(type) {
+	case string:
+		auds = []string{v}
+	case []any:
+		for _, x := range v {
+			if s, ok := x.(string); ok {
+				auds = append(auds, s)
+			}
+		}
+	}
+	exp := time.Unix(claims.Exp, 0)
+	switch {
+	case !slices.Contains(auds, audience):
+		return time.Time{}, fmt.Errorf("token not meant for audience %q", audience)
+	case claims.Exp == 0 || !exp.After(now):
+		return time.Time{}, errors.New("token expired")
+	}
+	return exp, nil
 }
 
 // agentCacheTTL is how long an accepted token is trusted without a review;
@@ -69,13 +125,27 @@ func (a *AgentAuth) AuthenticateAgent(ctx context.Context, token string) (identi
 	key := sha256.Sum256([]byte(token))
 	a.mu.Lock()
 	c, ok := a.cache[key]
+	until, refused := a.rejected[key]
 	a.mu.Unlock()
-	if ok && now().Before(c.expires) {
+	if ok && now().Before(c.expires) && now().Before(c.tokenExpiry) {
 		return a.identity(c.node), nil
+	}
+	if refused && now().Before(until) {
+		return identity.Identity{}, errors.New("token refused recently")
+	}
+	// Only what looks like a projected token for this audience costs the
+	// API server a review: anyone can send a bearer token here.
+	exp, err := shapeOf(token, a.Audience, now())
+	if err != nil {
+		a.reject(key, now())
+		return identity.Identity{}, err
 	}
 	r, err := a.Reviewer.ReviewToken(ctx, token, a.Audience)
 	if err != nil {
 		return identity.Identity{}, &fault.Unavailable{What: "token review", Err: err}
+	}
+	if !r.Authenticated || r.Username != a.ServiceAccount {
+		a.reject(key, now())
 	}
 	switch {
 	case !r.Authenticated:
@@ -91,7 +161,7 @@ func (a *AgentAuth) AuthenticateAgent(ctx context.Context, token string) (identi
 	if a.cache == nil || len(a.cache) >= agentCacheMax {
 		a.cache = map[[32]byte]cachedAgent{}
 	}
-	a.cache[key] = cachedAgent{node: r.Node, expires: now().Add(agentCacheTTL)}
+	a.cache[key] = cachedAgent{node: r.Node, expires: now().Add(agentCacheTTL), tokenExpiry: exp}
 	a.mu.Unlock()
 	return a.identity(r.Node), nil
 }

@@ -140,7 +140,10 @@ func (s *Service) Ingest(ctx context.Context, node string, b Batch) (Result, err
 	if err := errs.Err(); err != nil {
 		return Result{}, err
 	}
-	oldest := now.Add(-s.o.RawRetention)
+	// A reading must fall in an hour that starts within the raw retention:
+	// rolling up a period some of whose raw samples are already pruned
+	// would replace its rollups with partial ones.
+	oldest := Bucket(now.Add(-s.o.RawRetention), Hour).Add(Hour)
 	stored := make([]Stored, 0, len(b.Readings))
 	var res Result
 	for i, r := range b.Readings {
@@ -151,14 +154,18 @@ func (s *Service) Ingest(ctx context.Context, node string, b Batch) (Result, err
 		p := fmt.Sprintf("readings[%d]", i)
 		checkReading(&errs, p, r, oldest, now.Add(futureSkew))
 		st := Stored{Series: SeriesKey{Node: node, Device: r.Device, Pod: r.Pod}, Attribution: r.Attribution, Time: r.Time, Share: r.Share, Values: r.Values}
-		if st.Share == 0 {
-			st.Share = 1
-		}
 		if r.Pod.Name != "" {
-			place, err := s.locate(ctx, r.Pod.Namespace, r.Pod.Name)
+			place, err := s.locate(ctx, r.Pod.Namespace, r.Pod.Name, false)
+			if err == nil && place.Found && place.Node != node {
+				// The cache may be behind a pod that moved (a stopped and
+				// started notebook): ask again before refusing.
+				place, err = s.locate(ctx, r.Pod.Namespace, r.Pod.Name, true)
+			}
 			switch {
 			case err != nil:
-				return Result{}, fmt.Errorf("attribute %s/%s: %w", r.Pod.Namespace, r.Pod.Name, err)
+				// The cluster did not answer (or refused Gantry): not the
+				// agent's fault; it retries.
+				return Result{}, &fault.Unavailable{What: "the cluster, to attribute readings", Err: err}
 			case place.Found && place.Node != node:
 				errs.Addf(p+".pod", "pod %s/%s runs on node %q, not on this agent's node %q", r.Pod.Namespace, r.Pod.Name, place.Node, node)
 			case place.Found:
@@ -183,6 +190,9 @@ func (s *Service) Ingest(ctx context.Context, node string, b Batch) (Result, err
 	for i, e := range b.Events {
 		if e.GPU == "" {
 			errs.Addf(fmt.Sprintf("events[%d].gpu", i), "the GPU's UUID is required")
+		}
+		if e.Time.Before(oldest) || e.Time.After(now.Add(futureSkew)) {
+			errs.Addf(fmt.Sprintf("events[%d].t", i), "%s is not within the raw retention", e.Time.UTC().Format(time.RFC3339))
 		}
 	}
 	if err := errs.Err(); err != nil {
@@ -212,7 +222,7 @@ func checkReading(errs *fault.List, p string, r Reading, oldest, latest time.Tim
 	case r.Time.IsZero():
 		errs.Addf(p+".t", "the time is required")
 	case r.Time.Before(oldest):
-		errs.Addf(p+".t", "%s is older than the raw retention (samples since %s are kept)", r.Time.UTC().Format(time.RFC3339), oldest.UTC().Format(time.RFC3339))
+		errs.Addf(p+".t", "%s is too old: readings since %s are taken (the raw retention, from a whole hour)", r.Time.UTC().Format(time.RFC3339), oldest.UTC().Format(time.RFC3339))
 	case r.Time.After(latest):
 		errs.Addf(p+".t", "%s is in the future", r.Time.UTC().Format(time.RFC3339))
 	}
@@ -248,7 +258,7 @@ const maxPods = 50000
 
 // locate finds a pod's place, cached: found pods for podTTL, missing ones
 // for a minute (they may be about to appear in the API server's view).
-func (s *Service) locate(ctx context.Context, namespace, name string) (PodPlace, error) {
+func (s *Service) locate(ctx context.Context, namespace, name string, fresh bool) (PodPlace, error) {
 	if s.o.Pods == nil {
 		return PodPlace{}, nil
 	}
@@ -257,7 +267,7 @@ func (s *Service) locate(ctx context.Context, namespace, name string) (PodPlace,
 	s.mu.Lock()
 	e, ok := s.pods[key]
 	s.mu.Unlock()
-	if ok && now.Before(e.expires) {
+	if ok && now.Before(e.expires) && !fresh {
 		return e.place, nil
 	}
 	place, err := s.o.Pods.LocatePod(ctx, namespace, name)

@@ -3,13 +3,19 @@ package telemetry
 import (
 	"context"
 	"fmt"
+
+	"github.com/gantryhq/gantry/internal/fault"
 	"math"
 	"sort"
 	"time"
 )
 
-// MaxPoints is the most points one series of a query may have.
-const MaxPoints = 11000
+// MaxPoints is the most points one series of a query may have;
+// MaxTotalPoints the most all its series together may have.
+const (
+	MaxPoints      = 11000
+	MaxTotalPoints = 200000
+)
 
 // CheckQuery names what is wrong with a query's window and step.
 func CheckQuery(q Query) error {
@@ -41,6 +47,10 @@ func (s *Service) Series(ctx context.Context, q Query) ([]Series, error) {
 	want := q.Metrics
 	if len(want) == 0 {
 		want = AllMetrics()
+	}
+	if n := int(q.To.Sub(q.From)/q.Step) * len(recs) * len(want); n > MaxTotalPoints {
+		return nil, &fault.Invalid{Fields: []fault.Field{{Path: "step", Message: fmt.Sprintf("%d series over %d steps is %d points; at most %d: choose a larger step, fewer series or a shorter window",
+			len(recs)*len(want), int(q.To.Sub(q.From)/q.Step), n, MaxTotalPoints)}}}
 	}
 	ids := make([]int64, len(recs))
 	for i, r := range recs {

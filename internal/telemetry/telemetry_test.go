@@ -96,6 +96,10 @@ func TestIngestRefusesWholeBatches(t *testing.T) {
 		{"another node's batch", "n1", telemetry.Batch{Node: "n2", Readings: []telemetry.Reading{good}}, []string{"forbidden"}},
 		{"a value out of range", "n1", telemetry.Batch{Node: "n1", Readings: []telemetry.Reading{good, tooHigh}}, []string{"readings[1].values.gpu_util"}},
 		{"older than the raw retention", "n1", telemetry.Batch{Node: "n1", Readings: []telemetry.Reading{old}}, []string{"readings[0].t"}},
+		// Its hour started before the retention: its raw samples are partly
+		// pruned, so rolling it up again would spoil its rollups.
+		{"in an hour partly pruned", "n1", telemetry.Batch{Node: "n1", Readings: []telemetry.Reading{reading(now.Add(-47*time.Hour-30*time.Minute), trainPod, 1, 0.1)}}, []string{"readings[0].t"}},
+		{"an event from the future", "n1", telemetry.Batch{Node: "n1", Events: []telemetry.Event{{Time: now.Add(time.Hour), GPU: "GPU-a", XID: 79}}}, []string{"events[0].t"}},
 		{"a pod of another node", "n1", telemetry.Batch{Node: "n1", Readings: []telemetry.Reading{good, foreign}}, []string{"readings[1].pod"}},
 		{"many bad readings: the first hundred problems", "n1", telemetry.Batch{Node: "n1", Readings: func() []telemetry.Reading {
 			rs := make([]telemetry.Reading, 5000)

@@ -1,0 +1,79 @@
+package telemetry_test
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/telemetry"
+)
+
+// reviewer answers as the API server would, and counts the reviews.
+type reviewer struct {
+	n      atomic.Int32
+	review telemetry.Review
+}
+
+func (r *reviewer) ReviewToken(context.Context, string, string) (telemetry.Review, error) {
+	r.n.Add(1)
+	return r.review, nil
+}
+
+func jwt(t *testing.T, aud any, exp time.Time) string {
+	t.Helper()
+	payload, _ := json.Marshal(map[string]any{"aud": aud, "exp": exp.Unix()})
+	return "e30." + base64.RawURLEncoding.EncodeToString(payload) + ".c2ln"
+}
+
+// TestAgentAuthSparesTheAPIServer: tokens that cannot be the agent's cost no
+// review; a refused one is not reviewed again for a while; an accepted one
+// is remembered, but not past its own expiry.
+func TestAgentAuthSparesTheAPIServer(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	rv := &reviewer{review: telemetry.Review{Authenticated: true, Username: "system:serviceaccount:gantry-system:gantry-agent", Audiences: []string{"gantry"}, Node: "n1"}}
+	a := &telemetry.AgentAuth{Reviewer: rv, Audience: "gantry", ServiceAccount: "system:serviceaccount:gantry-system:gantry-agent", Now: clock}
+	ctx := context.Background()
+	for _, bad := range []string{"garbage", "a.b.c", jwt(t, "kubernetes", now.Add(time.Hour)), jwt(t, []string{"gantry"}, now.Add(-time.Minute))} {
+		if _, err := a.AuthenticateAgent(ctx, bad); err == nil {
+			t.Fatalf("%q accepted", bad)
+		}
+	}
+	if n := rv.n.Load(); n != 0 {
+		t.Fatalf("%d reviews for tokens that cannot be the agent's", n)
+	}
+	good := jwt(t, []string{"gantry", "other"}, now.Add(2*time.Minute))
+	for i := 0; i < 3; i++ {
+		id, err := a.AuthenticateAgent(ctx, good)
+		if err != nil || id.Node != "n1" {
+			t.Fatalf("the agent's token: %+v %v", id, err)
+		}
+	}
+	if n := rv.n.Load(); n != 1 {
+		t.Fatalf("%d reviews for one token used three times", n)
+	}
+	// Past the token's own expiry the cache does not vouch for it.
+	now = now.Add(3 * time.Minute)
+	if _, err := a.AuthenticateAgent(ctx, good); err == nil {
+		t.Fatal("an expired token accepted from the cache")
+	}
+	other := jwt(t, "gantry", now.Add(time.Hour))
+	rv.review.Username = "system:serviceaccount:default:default"
+	for i := 0; i < 3; i++ {
+		_, err := a.AuthenticateAgent(ctx, other)
+		if err == nil {
+			t.Fatal("another account's token accepted")
+		}
+		if i == 0 && !errors.As(err, new(*fault.Forbidden)) {
+			t.Fatalf("another account: %v, want forbidden", err)
+		}
+	}
+	if n := rv.n.Load(); n != 2 {
+		t.Fatalf("%d reviews: a refused token must not be reviewed again at once", n)
+	}
+}

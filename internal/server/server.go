@@ -206,7 +206,11 @@ func New(ctx context.Context, cfg config.Config, ov Overrides) (s *Server, err e
 		return w.Template, w.GPUClass, err
 	}, core.Log)
 	tc := cfg.Telemetry
-	to := telemetry.Options{Store: core.Store, Observer: live, RawRetention: time.Duration(tc.RawRetention), RollupRetention: time.Duration(tc.RollupRetention),
+	to := telemetry.Options{Store: core.Store, Observer: live,
+		WorkloadNamespace: func(ctx context.Context, id string) (string, error) {
+			w, err := core.Store.Workload(ctx, id)
+			return cfg.NamespacePrefix + w.Team.String(), err
+		}, RawRetention: time.Duration(tc.RawRetention), RollupRetention: time.Duration(tc.RollupRetention),
 		XIDHold: time.Duration(tc.XIDHold), Now: s.clock.Now, Log: core.Log}
 	var agents api.AgentAuthenticator
 	if s.cluster != nil {

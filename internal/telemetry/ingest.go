@@ -50,6 +50,10 @@ type Options struct {
 	Health Health
 	// Observer sees the readings of every stored batch (nil: none).
 	Observer Observer
+	// WorkloadNamespace says which namespace a workload's pods run in; a
+	// pod that names a workload from elsewhere (its labels are anyone's to
+	// write) is not attributed to it. Nil: labels are taken as they are.
+	WorkloadNamespace func(ctx context.Context, workloadID string) (string, error)
 	// RawRetention keeps raw samples (default 48h); RollupRetention keeps
 	// rollups (default 90 days). XIDHold keeps a GPU unhealthy after a
 	// critical XID without a new one (default 24h).
@@ -273,6 +277,19 @@ func (s *Service) locate(ctx context.Context, namespace, name string, fresh bool
 	place, err := s.o.Pods.LocatePod(ctx, namespace, name)
 	if err != nil {
 		return PodPlace{}, err
+	}
+	if place.Workload != "" && s.o.WorkloadNamespace != nil {
+		ns, err := s.o.WorkloadNamespace(ctx, place.Workload)
+		var nf *fault.NotFound
+		switch {
+		case errors.As(err, &nf):
+			place.Workload = ""
+		case err != nil:
+			return PodPlace{}, err
+		case ns != namespace:
+			s.o.Log.Warn("a pod names a workload of another namespace; not attributed", "pod", namespace+"/"+name, "workload", place.Workload)
+			place.Workload = ""
+		}
 	}
 	ttl := podTTL
 	if !place.Found {

@@ -62,6 +62,9 @@ func newService(t *testing.T, now time.Time) (*telemetry.Service, *clock, *healt
 		"gantry-vision/train-abcde": {Found: true, Node: "n1", Workload: "w1"},
 		"gantry-nlp/serve-xyz12":    {Found: true, Node: "n2", Workload: "w2"},
 		"kube-system/other":         {Found: true, Node: "n1"},
+		"gantry-nlp/forged":         {Found: true, Node: "n1", Workload: "w1"}, // labels claiming vision's workload
+	}, WorkloadNamespace: func(_ context.Context, id string) (string, error) {
+		return map[string]string{"w1": "gantry-vision", "w2": "gantry-nlp"}[id], nil
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -135,11 +138,13 @@ func TestIngestRefusesWholeBatches(t *testing.T) {
 	if err != nil || len(got) != 0 {
 		t.Fatalf("series after refused batches: %+v %v", got, err)
 	}
+	forged := reading(now, telemetry.PodRef{Namespace: "gantry-nlp", Name: "forged"}, 90, 0.9)
+	forged.Device.GPU = "GPU-c"
 	invented := reading(now, telemetry.PodRef{Namespace: "gantry-vision", Name: "no-such-pod"}, 1, 0.1)
 	invented.Device.GPU = "GPU-b"
 	res, err := s.Ingest(ctx, "n1", telemetry.Batch{Node: "n1", GPUs: []telemetry.GPUState{{Device: gpuA}},
-		Readings: []telemetry.Reading{good, reading(now, telemetry.PodRef{Namespace: "kube-system", Name: "other"}, 1, 0.1), invented}})
-	if err != nil || res.Accepted != 3 || res.Unattributed != 2 {
+		Readings: []telemetry.Reading{good, reading(now, telemetry.PodRef{Namespace: "kube-system", Name: "other"}, 1, 0.1), invented, forged}})
+	if err != nil || res.Accepted != 4 || res.Unattributed != 3 {
 		t.Fatalf("a good batch: %+v %v", res, err)
 	}
 	// A pod the API server does not know is not recorded under its name.

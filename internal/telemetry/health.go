@@ -16,6 +16,9 @@ var applicationXIDs = map[uint64]bool{13: true, 31: true, 43: true, 45: true, 68
 // failed.
 func CriticalXID(xid uint64) bool { return xid != 0 && !applicationXIDs[xid] }
 
+// gpuForgottenAfter is how long a node's GPU record outlives its last report.
+const gpuForgottenAfter = 7 * 24 * time.Hour
+
 // judge decides a GPU's health from its record (with the newest state and
 // last critical XID): a critical XID within hold, double-bit ECC errors
 // since the driver loaded, or a failed row remapping make it unhealthy.
@@ -39,7 +42,11 @@ func (s *Service) updateHealth(ctx context.Context, node string, b Batch, now ti
 		turned = nil
 		byGPU := map[string]GPURecord{}
 		for _, r := range old {
-			byGPU[r.State.GPU] = r
+			// A GPU the node has not reported for gpuForgottenAfter was
+			// removed (or its agent lies): it is forgotten.
+			if now.Sub(r.SeenAt) < gpuForgottenAfter {
+				byGPU[r.State.GPU] = r
+			}
 		}
 		for _, g := range b.GPUs {
 			r, known := byGPU[g.GPU]

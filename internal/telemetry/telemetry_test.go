@@ -307,6 +307,14 @@ func TestHealth(t *testing.T) {
 	if len(h.calls) != 2 {
 		t.Fatalf("health actions on each turn to unhealthy only: %q", h.calls)
 	}
+	// A GPU the node stopped reporting a week ago is forgotten.
+	c.Set(now.Add(25*time.Hour + 8*24*time.Hour))
+	push([]telemetry.GPUState{{Device: gpuA, MemoryMiB: 81559, Remap: telemetry.Remap{Failure: true}}})
+	n, err := s.Node(ctx, "n1")
+	if err != nil || len(n.GPUs) != 1 || n.GPUs[0].State.GPU != "GPU-a" {
+		t.Fatalf("after a week without GPU-b: %+v %v", n.GPUs, err)
+	}
+	c.Set(now.Add(25 * time.Hour))
 	nodes, err := s.Nodes(ctx)
 	if err != nil || len(nodes) != 1 || nodes[0].Healthy || nodes[0].Stale || len(nodes[0].InUse) != 1 || nodes[0].InUse[0].Series.Key.Workload != "w1" {
 		t.Fatalf("nodes: %+v %v", nodes, err)

@@ -191,6 +191,9 @@ func (s *Service) Ingest(ctx context.Context, node string, b Batch) (Result, err
 			errs.Addf(fmt.Sprintf("gpus[%d].gpu", i), "a GPU's UUID is required")
 		}
 	}
+	if err := s.checkInventory(ctx, node, b, &errs); err != nil {
+		return Result{}, err
+	}
 	for i, e := range b.Events {
 		if e.GPU == "" {
 			errs.Addf(fmt.Sprintf("events[%d].gpu", i), "the GPU's UUID is required")
@@ -306,4 +309,50 @@ func (s *Service) locate(ctx context.Context, namespace, name string, fresh bool
 	}
 	s.pods[key] = podEntry{place: place, expires: now.Add(ttl)}
 	return place, nil
+}
+
+// checkInventory refuses readings of devices the node's inventory (this
+// batch's GPUs, or the ones it reported before) does not list, so that an
+// agent cannot multiply series with invented devices. A node that never
+// reported its GPUs is taken at its word.
+func (s *Service) checkInventory(ctx context.Context, node string, b Batch, errs *fault.List) error {
+	known := map[string]bool{}
+	add := func(g GPUState) {
+		known[g.GPU] = true
+		for _, m := range g.MIG {
+			known[m.UUID] = true
+		}
+	}
+	for _, g := range b.GPUs {
+		add(g)
+	}
+	missing := false
+	for _, r := range b.Readings {
+		if !known[r.Device.ID()] {
+			missing = true
+			break
+		}
+	}
+	if !missing {
+		return nil
+	}
+	recs, err := s.o.Store.NodeGPUs(ctx, node)
+	if err != nil {
+		return fmt.Errorf("GPUs of node %s: %w", node, err)
+	}
+	for _, r := range recs {
+		add(r.State)
+	}
+	if len(known) == 0 {
+		return nil
+	}
+	for i, r := range b.Readings {
+		if !known[r.Device.ID()] {
+			errs.Addf(fmt.Sprintf("readings[%d].device", i), "%s is not one of node %s's GPUs or MIG instances (its inventory)", r.Device.ID(), node)
+			if errs.Len() >= maxProblems {
+				break
+			}
+		}
+	}
+	return nil
 }

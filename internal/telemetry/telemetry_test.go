@@ -142,10 +142,17 @@ func TestIngestRefusesWholeBatches(t *testing.T) {
 	forged.Device.GPU = "GPU-c"
 	invented := reading(now, telemetry.PodRef{Namespace: "gantry-vision", Name: "no-such-pod"}, 1, 0.1)
 	invented.Device.GPU = "GPU-b"
-	res, err := s.Ingest(ctx, "n1", telemetry.Batch{Node: "n1", GPUs: []telemetry.GPUState{{Device: gpuA}},
+	inventory := []telemetry.GPUState{{Device: gpuA}, {Device: telemetry.Device{GPU: "GPU-b"}}, {Device: telemetry.Device{GPU: "GPU-c"}}}
+	res, err := s.Ingest(ctx, "n1", telemetry.Batch{Node: "n1", GPUs: inventory,
 		Readings: []telemetry.Reading{good, reading(now, telemetry.PodRef{Namespace: "kube-system", Name: "other"}, 1, 0.1), invented, forged}})
 	if err != nil || res.Accepted != 4 || res.Unattributed != 3 {
 		t.Fatalf("a good batch: %+v %v", res, err)
+	}
+	// A device the node's inventory does not list is refused.
+	stray := reading(now, trainPod, 1, 0.1)
+	stray.Device.GPU = "GPU-invented"
+	if _, err := s.Ingest(ctx, "n1", telemetry.Batch{Node: "n1", Readings: []telemetry.Reading{good, stray}}); err == nil || !strings.Contains(err.Error(), "readings[1].device") {
+		t.Fatalf("a device outside the inventory: %v", err)
 	}
 	// A pod the API server does not know is not recorded under its name.
 	n, err := s.Node(ctx, "n1")

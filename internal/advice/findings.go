@@ -220,7 +220,7 @@ func Advise(in Input) []Finding {
 		out = append(out, u)
 	}
 	if act.n() == 0 || observed < minAny {
-		return append(out, f(KindTooLittleSamples, "info", nil, fmt.Sprintf("%s of GPU samples; advice needs at least %s", roundDur(observed), minAny), "wait for more samples", 0))
+		return append(out, f(KindTooLittleSamples, "info", nil, fmt.Sprintf("%s of GPU samples; advice needs at least %s", roundDur(observed), roundDur(minAny)), "wait for more samples", 0))
 	}
 	conf := math.Min(1, observed.Hours()/24) // a day shows the daily rhythm
 	price := in.Class.Price.OnDemand

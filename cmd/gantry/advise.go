@@ -81,7 +81,7 @@ func adviseReplayCmd(_ context.Context, args []string, stdout, stderr io.Writer)
 	fmt.Fprintf(report, "idle: %d stops (%d false), %.1f h reclaimed of %.1f h reclaimable (%.1f %%)\n", s.Stops, s.FalseStops, s.ReclaimedH, s.ReclaimableH, 100*s.ReclaimedShare)
 	fmt.Fprintf(report, "fixed timeouts at the same reclaimed hours: %.1f false stops; ours are %.2f × that\n", s.LineFalse, s.FalseRatio)
 	fmt.Fprintln(report, "fixed timeouts (minutes: reclaimed h, stops, false):")
-	for _, p := range advice.Line(tr) {
+	for _, p := range s.Line {
 		fmt.Fprintf(report, "  %4d: %6.1f h %5d %5d\n", p.Minutes, p.ReclaimedH, p.Stops, p.FalseStops)
 	}
 	return nil

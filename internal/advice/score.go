@@ -31,6 +31,8 @@ type Score struct {
 	// reclaimed hours, and FalseStops over it.
 	LineFalse  float64 `json:"fixedTimeoutFalseStopsAtSameHours"`
 	FalseRatio float64 `json:"falseStopsOverFixedTimeouts"`
+	// Line is every fixed timeout's result.
+	Line []LinePoint `json:"fixedTimeouts"`
 }
 
 // Scoring constants (the issue's).
@@ -56,22 +58,19 @@ func ScoreDecisions(tr *replay.Trace, ds []Decision, profiles []Profile) Score {
 	for _, p := range profiles {
 		prof[p.Name] = p
 	}
-	var s Score
+	s := scoreIdle(tr, ds)
 	var total, used float64
 	under := 0
 	for _, pod := range tr.Pods {
 		pts := tr.Series[pod]
-		if !hasDuty(pts) {
+		if len(points(pts, duty)) == 0 {
 			continue // pods without duty cycle are not scored
 		}
 		s.Pods++
-		var resizes, stops []Decision
+		var resizes []Decision
 		for _, d := range byPod[pod] {
-			switch d.Action {
-			case Resize:
+			if d.Action == Resize {
 				resizes = append(resizes, d)
-			case Stop:
-				stops = append(stops, d)
 			}
 		}
 		sort.SliceStable(resizes, func(i, j int) bool { return resizes[i].T < resizes[j].T })
@@ -79,7 +78,7 @@ func ScoreDecisions(tr *replay.Trace, ds []Decision, profiles []Profile) Score {
 			s.Resized++
 		}
 		// Right-sizing over the memory samples.
-		mem := memPoints(pts)
+		mem := points(pts, memory)
 		bad := false
 		k := -1
 		for i, p := range mem {
@@ -106,13 +105,7 @@ func ScoreDecisions(tr *replay.Trace, ds []Decision, profiles []Profile) Score {
 		if bad {
 			under++
 		}
-		// Idle.
-		duty := dutyPoints(pts)
-		s.ReclaimableH += float64(reclaimable(duty)) / 3600
-		rec, n, f := reclaim(duty, stops)
-		s.ReclaimedH += float64(rec) / 3600
-		s.Stops += n
-		s.FalseStops += f
+		s.ReclaimableH += float64(reclaimable(points(pts, duty))) / 3600
 	}
 	if total > 0 {
 		s.Saved = 1 - used/total
@@ -123,36 +116,23 @@ func ScoreDecisions(tr *replay.Trace, ds []Decision, profiles []Profile) Score {
 	if s.ReclaimableH > 0 {
 		s.ReclaimedShare = s.ReclaimedH / s.ReclaimableH
 	}
-	s.LineFalse = lineFalse(tr, s.ReclaimedH)
+	s.Line = Line(tr)
+	s.LineFalse = lineFalse(s.Line, s.ReclaimedH)
 	if s.LineFalse > 0 {
 		s.FalseRatio = float64(s.FalseStops) / s.LineFalse
 	}
 	return s
 }
 
-func hasDuty(pts []replay.TracePoint) bool {
-	for _, p := range pts {
-		if !math.IsNaN(p.Duty) {
-			return true
-		}
-	}
-	return false
-}
+// duty and memory read a sample's duty cycle and memory (NaN: none).
+func duty(p replay.TracePoint) float64   { return p.Duty }
+func memory(p replay.TracePoint) float64 { return p.MemBytes }
 
-func memPoints(pts []replay.TracePoint) []replay.TracePoint {
+// points keeps the samples that have a value of what reads.
+func points(pts []replay.TracePoint, value func(replay.TracePoint) float64) []replay.TracePoint {
 	var out []replay.TracePoint
 	for _, p := range pts {
-		if !math.IsNaN(p.MemBytes) {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
-func dutyPoints(pts []replay.TracePoint) []replay.TracePoint {
-	var out []replay.TracePoint
-	for _, p := range pts {
-		if !math.IsNaN(p.Duty) {
+		if !math.IsNaN(value(p)) {
 			out = append(out, p)
 		}
 	}
@@ -191,10 +171,8 @@ func reclaim(duty []replay.TracePoint, stops []Decision) (rec int64, n, bad int)
 	return rec, n, bad
 }
 
-// reclaimable is the length of every idle stretch of reclaimableFrom or
-// more: from its first idle sample to the next active one (or the end).
-func reclaimable(duty []replay.TracePoint) int64 {
-	var total int64
+// idleStretches calls fn with each run duty[i:j] of idle samples.
+func idleStretches(duty []replay.TracePoint, fn func(i, j int)) {
 	for i := 0; i < len(duty); {
 		if duty[i].Duty > scoreIdleDuty {
 			i++
@@ -204,6 +182,16 @@ func reclaimable(duty []replay.TracePoint) int64 {
 		for j < len(duty) && duty[j].Duty <= scoreIdleDuty {
 			j++
 		}
+		fn(i, j)
+		i = j
+	}
+}
+
+// reclaimable is the length of every idle stretch of reclaimableFrom or
+// more: from its first idle sample to the next active one (or the end).
+func reclaimable(duty []replay.TracePoint) int64 {
+	var total int64
+	idleStretches(duty, func(i, j int) {
 		end := duty[j-1].T + sampleSeconds
 		if j < len(duty) {
 			end = duty[j].T
@@ -211,8 +199,7 @@ func reclaimable(duty []replay.TracePoint) int64 {
 		if end-duty[i].T >= reclaimableFrom {
 			total += end - duty[i].T
 		}
-		i = j
-	}
+	})
 	return total
 }
 
@@ -221,24 +208,15 @@ func reclaimable(duty []replay.TracePoint) int64 {
 func FixedTimeout(tr *replay.Trace, minutes int64) []Decision {
 	var out []Decision
 	for _, pod := range tr.Pods {
-		duty := dutyPoints(tr.Series[pod])
-		for i := 0; i < len(duty); {
-			if duty[i].Duty > scoreIdleDuty {
-				i++
-				continue
-			}
-			j := i
-			for j < len(duty) && duty[j].Duty <= scoreIdleDuty {
-				j++
-			}
+		d := points(tr.Series[pod], duty)
+		idleStretches(d, func(i, j int) {
 			for k := i; k < j; k++ {
-				if duty[k].T-duty[i].T >= minutes*60 {
-					out = append(out, Decision{Pod: pod, T: duty[k].T, Action: Stop})
-					break
+				if d[k].T-d[i].T >= minutes*60 {
+					out = append(out, Decision{Pod: pod, T: d[k].T, Action: Stop})
+					return
 				}
 			}
-			i = j
-		}
+		})
 	}
 	return out
 }
@@ -251,7 +229,7 @@ type LinePoint struct {
 	FalseStops int     `json:"falseStops"`
 }
 
-// Line runs every fixed timeout through the scorer.
+// Line runs every fixed timeout through the idle scorer.
 func Line(tr *replay.Trace) []LinePoint {
 	var out []LinePoint
 	for _, m := range FixedTimeouts {
@@ -261,18 +239,21 @@ func Line(tr *replay.Trace) []LinePoint {
 	return out
 }
 
+// scoreIdle scores the stops among decisions.
 func scoreIdle(tr *replay.Trace, ds []Decision) Score {
 	var s Score
 	byPod := map[string][]Decision{}
 	for _, d := range ds {
-		byPod[d.Pod] = append(byPod[d.Pod], d)
+		if d.Action == Stop {
+			byPod[d.Pod] = append(byPod[d.Pod], d)
+		}
 	}
 	for _, pod := range tr.Pods {
-		duty := dutyPoints(tr.Series[pod])
-		if len(duty) == 0 {
+		d := points(tr.Series[pod], duty)
+		if len(d) == 0 {
 			continue
 		}
-		rec, n, f := reclaim(duty, byPod[pod])
+		rec, n, f := reclaim(d, byPod[pod])
 		s.ReclaimedH += float64(rec) / 3600
 		s.Stops += n
 		s.FalseStops += f
@@ -282,8 +263,8 @@ func scoreIdle(tr *replay.Trace, ds []Decision) Score {
 
 // lineFalse reads the fixed timeouts' line at reclaimed hours h: false stops
 // interpolated linearly between its neighbours (0 outside the line).
-func lineFalse(tr *replay.Trace, h float64) float64 {
-	pts := Line(tr)
+func lineFalse(line []LinePoint, h float64) float64 {
+	pts := append([]LinePoint(nil), line...)
 	sort.Slice(pts, func(i, j int) bool { return pts[i].ReclaimedH < pts[j].ReclaimedH })
 	for i := 0; i+1 < len(pts); i++ {
 		a, b := pts[i], pts[i+1]

@@ -40,7 +40,7 @@ func h100(t testing.TB) gpu.Class {
 func hindsight(tr *replay.Trace, ps []Profile) []Decision {
 	var out []Decision
 	for _, pod := range tr.Pods {
-		pts := memPoints(tr.Series[pod])
+		pts := points(tr.Series[pod], memory)
 		if len(pts) == 0 {
 			continue
 		}
@@ -67,7 +67,7 @@ func fitIn(ps []Profile, gib float64) string {
 func firstWindow(tr *replay.Trace, ps []Profile, hours, factor float64) []Decision {
 	var out []Decision
 	for _, pod := range tr.Pods {
-		pts := memPoints(tr.Series[pod])
+		pts := points(tr.Series[pod], memory)
 		if len(pts) == 0 {
 			continue
 		}
@@ -108,7 +108,7 @@ func firstHourMoveUp(tr *replay.Trace, ps []Profile) []Decision {
 			}
 		}
 		out = append(out, d)
-		for _, p := range memPoints(tr.Series[d.Pod]) {
+		for _, p := range points(tr.Series[d.Pod], memory) {
 			if p.T <= d.T || p.MemBytes <= 0.7*cur.MemGiB*(1<<30) {
 				continue
 			}

@@ -225,7 +225,7 @@ func New(ctx context.Context, cfg config.Config, ov Overrides) (s *Server, err e
 	if err != nil {
 		return nil, err
 	}
-	adv, err := advice.NewService(metrics, core.Catalog.Classes(), core.Catalog, live, s.unhealthyGPUs, s.clock.Now)
+	adv, err := advice.NewService(metrics, core.Catalog.Classes(), core.Catalog, live, s.Telemetry.Unhealthy, s.clock.Now)
 	if err != nil {
 		return nil, err
 	}
@@ -408,29 +408,6 @@ func (s *Server) Run(ctx context.Context) error {
 		cancel()
 	}
 	return err
-}
-
-// unhealthyGPUs says why GPUs a workload's pods hold now are unhealthy, from
-// the nodes' reports.
-func (s *Server) unhealthyGPUs(ctx context.Context, workloadID string) ([]string, error) {
-	nodes, err := s.Telemetry.Nodes(ctx)
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	for _, n := range nodes {
-		for _, l := range n.InUse {
-			if l.Series.Key.Workload != workloadID {
-				continue
-			}
-			for _, g := range n.GPUs {
-				if g.State.GPU == l.Series.Key.Device.GPU && !g.Healthy {
-					out = append(out, fmt.Sprintf("node %s GPU %d: %s", n.Name, g.State.Index, g.Reason))
-				}
-			}
-		}
-	}
-	return out, nil
 }
 
 // telemetryInterval is how often closed periods are rolled up and old

@@ -102,3 +102,37 @@ func (s *Service) node(ctx context.Context, name string, recs []GPURecord) (Node
 	}
 	return n, nil
 }
+
+// Unhealthy says why GPUs a workload's pods hold now are unhealthy. It
+// reads the GPU records once, and the current use only of the nodes that
+// have an unhealthy GPU (rare), so asking for many workloads stays cheap.
+func (s *Service) Unhealthy(ctx context.Context, workloadID string) ([]string, error) {
+	recs, err := s.o.Store.NodeGPUs(ctx, "")
+	if err != nil {
+		return nil, fmt.Errorf("GPU records: %w", err)
+	}
+	bad := map[string]map[string]GPURecord{} // node → GPU UUID → record
+	for _, r := range recs {
+		if !r.Healthy {
+			if bad[r.Node] == nil {
+				bad[r.Node] = map[string]GPURecord{}
+			}
+			bad[r.Node][r.State.GPU] = r
+		}
+	}
+	var out []string
+	for node, gpus := range bad {
+		latest, err := s.o.Store.LatestSamples(ctx, node, s.o.Now().Add(-current))
+		if err != nil {
+			return nil, fmt.Errorf("current use of node %s: %w", node, err)
+		}
+		for _, l := range latest {
+			if g, ok := gpus[l.Series.Key.Device.GPU]; ok && l.Series.Key.Workload == workloadID {
+				out = append(out, fmt.Sprintf("node %s GPU %d: %s", node, g.State.Index, g.Reason))
+				delete(gpus, l.Series.Key.Device.GPU) // once per GPU, however many instances
+			}
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}

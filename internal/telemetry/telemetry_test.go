@@ -294,6 +294,12 @@ func TestHealth(t *testing.T) {
 	if ok, _ := healthOf("GPU-b"); !ok {
 		t.Fatal("another GPU of the node turned unhealthy too")
 	}
+	if why, err := s.Unhealthy(ctx, "w1"); err != nil || len(why) != 1 || !strings.Contains(why[0], "node n1 GPU 0: critical XID 79") {
+		t.Fatalf("why w1's GPUs are unhealthy: %q %v", why, err)
+	}
+	if why, err := s.Unhealthy(ctx, "w2"); err != nil || len(why) != 0 {
+		t.Fatalf("w2 holds no unhealthy GPU: %q %v", why, err)
+	}
 	if len(h.calls) != 1 || !strings.Contains(h.calls[0], "n1 GPU-a critical XID 79") || !strings.HasSuffix(h.calls[0], "pods=train-abcde") {
 		t.Fatalf("health actions: %q", h.calls)
 	}

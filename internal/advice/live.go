@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"math"
+	"strings"
 	"sync"
 	"time"
 
@@ -105,9 +106,12 @@ func (l *Live) feed(wl string, info wlInfo, r telemetry.Stored) {
 	}
 	pod := wl + "/" + r.Series.Device.ID()
 	for _, d := range e.Observe(pod, Obs{T: t, Duty: util, MemBytes: mem}) {
-		d.Pod = wl
+		// A decision may be for another pod of the fleet (its lull ended):
+		// pods are workload/device, and workload IDs hold no slash.
+		key := d.Pod + "/" + d.Action
+		d.Pod, _, _ = strings.Cut(d.Pod, "/")
 		d.T = r.Time.Unix()
-		l.decided[pod+"/"+d.Action] = d
+		l.decided[key] = d
 	}
 }
 
@@ -123,6 +127,14 @@ func (l *Live) Decisions(workloadID string) []Decision {
 		}
 		if d.Action == Stop && l.activeAt[workloadID].Unix() > d.T {
 			continue // it ran again since
+		}
+		if d.Lull {
+			// The dollars of a quiet-hours resize follow how much of the
+			// time the fleet has been quiet so far.
+			info := l.info[workloadID]
+			if e := l.engines[info.template+"/"+info.class]; e != nil {
+				d.LullShare = e.LullShare()
+			}
 		}
 		out = append(out, d)
 	}

@@ -30,6 +30,11 @@ type Decision struct {
 	T       int64  `json:"t"`
 	Action  string `json:"action"`
 	Profile string `json:"profile,omitempty"`
+	// Lull marks a resize made for the fleet's quiet hours; LullShare is
+	// the share of the time the fleet has been watched that it spent in
+	// lulls.
+	Lull      bool    `json:"-"`
+	LullShare float64 `json:"-"`
 }
 
 // Actions.
@@ -82,12 +87,24 @@ type Rules struct {
 	Headroom float64
 	Fill     float64
 	MoveUp   float64
+	// Lulls: while less than LullFleet of the fleet's samples within
+	// LullWindow were active (its quiet hours, once it has been watched
+	// that long), a pod on the whole GPU is sized to the smallest profile
+	// that holds its peak so far × LullHeadroom; one whose memory passes
+	// MoveUp of that profile's stays on (or goes back to) the whole GPU
+	// until it has stayed below for LullHold; when the fleet wakes, every
+	// pod sized this way goes back to the whole GPU. LullWindow 0: off.
+	LullFleet    float64
+	LullWindow   int64 // seconds
+	LullHeadroom float64
+	LullHold     int64 // seconds
 }
 
 // DefaultRules are the rules Gantry runs.
 var DefaultRules = Rules{
 	IdleDuty: 1, QuietIdle: 15 * 60, QuietFleet: 0.2, FleetWindow: 15 * 60, BusyIdle: 90 * 60,
 	Warmup: 10 * 60, Headroom: 1.2, Fill: 0.98, MoveUp: 0.65,
+	LullFleet: 0.12, LullWindow: 60 * 60, LullHeadroom: 1.05, LullHold: 30 * 60,
 }
 
 // Fleet is what the rules know of one template's pods: which were seen,
@@ -95,19 +112,34 @@ var DefaultRules = Rules{
 // order; each is O(1) amortised, whatever the fleet's size.
 type Fleet struct {
 	window       int64
+	ids          map[string]int // pod → its index in the window sets
 	seen, active windowSet
 }
 
 // NewFleet starts an empty fleet watched over a window (seconds).
 func NewFleet(window int64) *Fleet {
-	return &Fleet{window: window, seen: newWindowSet(), active: newWindowSet()}
+	return &Fleet{window: window, ids: map[string]int{}}
+}
+
+// id is pod's index in the window sets.
+func (f *Fleet) id(pod string) int {
+	i, ok := f.ids[pod]
+	if !ok {
+		i = len(f.ids)
+		f.ids[pod] = i
+	}
+	return i
 }
 
 // Observe records that pod was seen at t, and active or not.
 func (f *Fleet) Observe(pod string, t int64, active bool) {
-	f.seen.add(pod, t, f.window)
+	f.observe(f.id(pod), t, active)
+}
+
+func (f *Fleet) observe(id int, t int64, active bool) {
+	f.seen.add(id, t, f.window)
 	if active {
-		f.active.add(pod, t, f.window)
+		f.active.add(id, t, f.window)
 	}
 }
 
@@ -122,28 +154,77 @@ func (f *Fleet) Active(t int64) float64 {
 	return float64(f.active.n) / float64(f.seen.n)
 }
 
+// sampleShare is the share of active samples within a sliding window;
+// samples come in time order and are counted per timestamp, so each is
+// O(1) amortised and the window holds one entry per distinct time.
+type sampleShare struct {
+	window    int64
+	queue     []sampleCount // from head on
+	head      int
+	n, active int
+}
+
+type sampleCount struct {
+	t         int64
+	n, active int
+}
+
+func (w *sampleShare) add(t int64, active bool) {
+	a := 0
+	if active {
+		a = 1
+	}
+	if k := len(w.queue) - 1; k >= w.head && w.queue[k].t == t {
+		w.queue[k].n++
+		w.queue[k].active += a
+	} else {
+		w.queue = append(w.queue, sampleCount{t, 1, a})
+	}
+	w.n++
+	w.active += a
+}
+
+// share is the share of active samples after t−window.
+func (w *sampleShare) share(t int64) float64 {
+	for ; w.head < len(w.queue) && w.queue[w.head].t <= t-w.window; w.head++ {
+		w.n -= w.queue[w.head].n
+		w.active -= w.queue[w.head].active
+	}
+	if w.head > 1024 && w.head > len(w.queue)/2 {
+		w.queue = append(w.queue[:0], w.queue[w.head:]...)
+		w.head = 0
+	}
+	if w.n == 0 {
+		return 0
+	}
+	return float64(w.active) / float64(w.n)
+}
+
 // windowSet counts the pods last added within a sliding window.
 type windowSet struct {
-	last  map[string]int64
+	last  []int64 // by pod index: its last add (noAdd: none in the window)
 	queue []stamp // adds in time order, from head on
 	head  int
 	n     int // pods whose last add is within the window
 }
 
 type stamp struct {
-	pod string
+	pod int32
 	t   int64
 }
 
-func newWindowSet() windowSet { return windowSet{last: map[string]int64{}} }
+const noAdd = math.MinInt64
 
-func (w *windowSet) add(pod string, t, window int64) {
+func (w *windowSet) add(pod int, t, window int64) {
 	w.expire(t, window)
-	if prev, ok := w.last[pod]; !ok || prev <= t-window {
+	for len(w.last) <= pod {
+		w.last = append(w.last, noAdd)
+	}
+	if w.last[pod] == noAdd {
 		w.n++
 	}
 	w.last[pod] = t
-	w.queue = append(w.queue, stamp{pod, t})
+	w.queue = append(w.queue, stamp{int32(pod), t})
 }
 
 // expire drops adds at or before t−window; a pod leaves the count when its
@@ -151,9 +232,9 @@ func (w *windowSet) add(pod string, t, window int64) {
 func (w *windowSet) expire(t, window int64) {
 	for ; w.head < len(w.queue) && w.queue[w.head].t <= t-window; w.head++ {
 		s := w.queue[w.head]
-		if last, ok := w.last[s.pod]; ok && last == s.t {
+		if w.last[s.pod] == s.t {
 			w.n--
-			delete(w.last, s.pod)
+			w.last[s.pod] = noAdd
 		}
 	}
 	// Drop what expired once it is most of the queue (amortised O(1)).
@@ -166,6 +247,7 @@ func (w *windowSet) expire(t, window int64) {
 // Pod is the rules' state for one pod.
 type Pod struct {
 	ID       string
+	idx      int // in the fleet's window sets
 	start    int64
 	started  bool
 	peak     float64 // GiB
@@ -173,6 +255,8 @@ type Pod struct {
 	memGiB   float64 // memory of the current profile
 	idleFrom int64   // first sample of the current idle stretch (−1: active)
 	stopped  bool
+	lulled   bool  // sized down during the fleet's lull
+	highAt   int64 // last sample above MoveUp of the lull's profile
 }
 
 // Engine runs the rules for the pods of one fleet on one GPU class.
@@ -181,6 +265,11 @@ type Engine struct {
 	Profiles []Profile
 	Fleet    *Fleet
 	pods     map[string]*Pod
+	activity sampleShare     // the fleet's samples within LullWindow
+	since    int64           // the fleet's first sample
+	last     int64           // the fleet's newest sample
+	lullFor  int64           // seconds of the watched time in lulls
+	lulled   map[string]*Pod // pods sized down during the lull
 }
 
 // NewEngine runs rules for pods of class c.
@@ -189,7 +278,63 @@ func NewEngine(c gpu.Class, r Rules) (*Engine, error) {
 	if len(ps) == 0 {
 		return nil, fmt.Errorf("GPU class %s has no MIG profiles to right-size to", c.Name)
 	}
-	return &Engine{Rules: r, Profiles: ps, Fleet: NewFleet(r.FleetWindow), pods: map[string]*Pod{}}, nil
+	return &Engine{Rules: r, Profiles: ps, Fleet: NewFleet(r.FleetWindow), pods: map[string]*Pod{},
+		activity: sampleShare{window: r.LullWindow}, since: math.MinInt64, lulled: map[string]*Pod{}}, nil
+}
+
+// LullShare is the share of the time the fleet has been watched that it
+// spent in lulls.
+func (e *Engine) LullShare() float64 {
+	if e.last <= e.since {
+		return 0
+	}
+	return float64(e.lullFor) / float64(e.last-e.since)
+}
+
+// wake moves every pod sized down during the lull back to the whole GPU.
+func (e *Engine) wake(t int64) []Decision {
+	ids := make([]string, 0, len(e.lulled))
+	for id := range e.lulled {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	whole := e.Profiles[len(e.Profiles)-1].Name
+	var out []Decision
+	for _, id := range ids {
+		q := e.lulled[id]
+		q.lulled, q.profile, q.memGiB = false, "", 0
+		out = append(out, Decision{Pod: id, T: t, Action: Resize, Profile: whole})
+	}
+	clear(e.lulled)
+	return out
+}
+
+// sizeInLull sizes a pod during the fleet's lull: the profile that holds
+// its peak × LullHeadroom, or the whole GPU while its memory has passed
+// MoveUp of that profile's within LullHold.
+func (e *Engine) sizeInLull(p *Pod, t int64, gib float64) []Decision {
+	r := e.Rules
+	to := e.fit(p.peak * r.LullHeadroom)
+	if gib > r.MoveUp*to.MemGiB {
+		p.highAt = t
+	}
+	if t-p.highAt < r.LullHold {
+		to = e.Profiles[len(e.Profiles)-1]
+	}
+	name := to.Name
+	if to.Share >= 1 {
+		name = "" // the whole GPU
+	}
+	if name == p.profile {
+		return nil
+	}
+	p.profile, p.memGiB, p.lulled = name, to.MemGiB, name != ""
+	if p.lulled {
+		e.lulled[p.ID] = p
+	} else {
+		delete(e.lulled, p.ID)
+	}
+	return []Decision{{Pod: p.ID, T: t, Action: Resize, Profile: to.Name, Lull: true, LullShare: e.LullShare()}}
 }
 
 // fit is the smallest-share profile whose memory holds need GiB within
@@ -209,14 +354,18 @@ func (e *Engine) Observe(pod string, o Obs) []Decision {
 	r := e.Rules
 	p := e.pods[pod]
 	if p == nil {
-		p = &Pod{ID: pod, start: o.T, idleFrom: -1}
+		p = &Pod{ID: pod, idx: e.Fleet.id(pod), start: o.T, idleFrom: -1, highAt: math.MinInt64 / 2}
 		e.pods[pod] = p
+	}
+	if e.since == math.MinInt64 {
+		e.since = o.T
 	}
 	var out []Decision
 	if math.IsNaN(o.Duty) {
-		e.Fleet.Observe(pod, o.T, false)
+		e.Fleet.observe(p.idx, o.T, false)
 	} else {
-		e.Fleet.Observe(pod, o.T, o.Duty > r.IdleDuty)
+		e.Fleet.observe(p.idx, o.T, o.Duty > r.IdleDuty)
+		e.activity.add(o.T, o.Duty > r.IdleDuty)
 		if o.Duty > r.IdleDuty {
 			p.idleFrom, p.stopped = -1, false
 		} else {
@@ -234,6 +383,19 @@ func (e *Engine) Observe(pod string, o Obs) []Decision {
 	if !math.IsNaN(o.MemBytes) {
 		gib := o.MemBytes / (1 << 30)
 		p.peak = math.Max(p.peak, gib)
+		lull := r.LullWindow > 0 && o.T-e.since >= r.LullWindow && e.activity.share(o.T) < r.LullFleet
+		if o.T > e.last {
+			if lull {
+				e.lullFor += o.T - max(e.last, e.since)
+			}
+			e.last = o.T
+		}
+		if !lull && len(e.lulled) > 0 {
+			out = append(out, e.wake(o.T)...)
+		}
+		if lull && p.started && (p.profile == "" || p.lulled) {
+			return append(out, e.sizeInLull(p, o.T, gib)...)
+		}
 		switch {
 		case !p.started && o.T-p.start >= r.Warmup:
 			p.started = true

@@ -172,9 +172,9 @@ func TestReferencePoints(t *testing.T) {
 }
 
 // TestRulesOnTheTrainingTrace: Gantry's rules, online, scored on the
-// training half. The idle target holds; right-sizing stays under the
-// under-provisioning bound but saves less than the 10 % target (see
-// docs/advice.md).
+// training half, meet the targets: right-sizing saves ≥ 10 % of
+// the GPU share with ≤ 2 % of pods under-provisioned; idle reclaims ≥ 50 %
+// of the reclaimable hours with ≤ 0.4 × the fixed timeouts' false stops.
 func TestRulesOnTheTrainingTrace(t *testing.T) {
 	tr := trainingTrace(t)
 	c := h100(t)
@@ -186,14 +186,39 @@ func TestRulesOnTheTrainingTrace(t *testing.T) {
 	s := ScoreDecisions(tr, ds, Profiles(c))
 	t.Logf("saved %.1f %% with %.1f %% under-provisioned (%d of %d pods resized); idle: %d stops, %d false, %.1f of %.1f h reclaimed (%.0f %%), %.2f × the fixed timeouts' false stops",
 		100*s.Saved, 100*s.UnderProvisioned, s.Resized, s.Pods, s.Stops, s.FalseStops, s.ReclaimedH, s.ReclaimableH, 100*s.ReclaimedShare, s.FalseRatio)
-	if s.UnderProvisioned > 0.02 {
-		t.Errorf("under-provisioned %.3f, more than 2 %%", s.UnderProvisioned)
-	}
-	if s.Saved < 0.06 {
-		t.Errorf("saved %.3f: right-sizing got worse", s.Saved)
+	if s.UnderProvisioned > 0.02 || s.Saved < 0.10 {
+		t.Errorf("right-sizing saved %.3f with %.3f under-provisioned; the target is ≥ 0.10 at ≤ 0.02", s.Saved, s.UnderProvisioned)
 	}
 	if s.ReclaimedShare < 0.5 || s.FalseRatio > 0.4 {
-		t.Errorf("idle: reclaimed %.3f of the reclaimable hours with %.2f × the line's false stops; the target is ≥ 0.5 at ≤ 0.4", s.ReclaimedShare, s.FalseRatio)
+		t.Errorf("idle: reclaimed %.3f of the reclaimable hours with %.3f × the line's false stops; the target is ≥ 0.5 at ≤ 0.4", s.ReclaimedShare, s.FalseRatio)
+	}
+}
+
+// TestRulesOnFleetSubsets stands in for the pods advice is scored on but
+// never saw: each third of the training pods, replayed as a fleet of its
+// own, stays within the under-provisioning bound and saves close to the
+// whole trace's share. (The rules' numbers were chosen on the whole
+// training half; a subset has a different fleet rhythm to learn.)
+func TestRulesOnFleetSubsets(t *testing.T) {
+	full := trainingTrace(t)
+	c := h100(t)
+	for k := range 3 {
+		tr := &replay.Trace{Series: full.Series, Start: full.Start}
+		for i, p := range full.Pods {
+			if i%3 == k {
+				tr.Pods = append(tr.Pods, p)
+			}
+		}
+		e, err := NewEngine(c, DefaultRules)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := ScoreDecisions(tr, Replay(tr, e, 0), Profiles(c))
+		t.Logf("third %d (%d pods): saved %.1f %% with %.1f %% under-provisioned; idle %.0f %% reclaimed at %.2f × the line's false stops",
+			k, s.Pods, 100*s.Saved, 100*s.UnderProvisioned, 100*s.ReclaimedShare, s.FalseRatio)
+		if s.UnderProvisioned > 0.02 || s.Saved < 0.08 {
+			t.Errorf("third %d: saved %.3f with %.3f under-provisioned", k, s.Saved, s.UnderProvisioned)
+		}
 	}
 }
 

@@ -171,6 +171,15 @@ func withDecisions(fs []Finding, ds []Decision, in Input) []Finding {
 				continue
 			}
 			has[KindOverProvisioned] = true
+			if d.Lull {
+				fs = append(fs, Finding{Kind: KindOverProvisioned, Severity: "info", From: in.From, To: in.To,
+					Evidence: []Evidence{{Metric: telemetry.FBUsed.String(), Stat: "fits in (GiB)", Value: p.MemGiB}, {Metric: telemetry.GPUUtil.String(), Stat: "share of time its fleet was quiet", Value: math.Round(d.LullShare*1000) / 1000}},
+					Reason: fmt.Sprintf("its template's fleet is in its quiet hours (fewer than %.0f %% of its samples active over %s) since %s, and its peak memory × %.2f fits within %.0f %% of %s's %.0f GiB (docs/advice.md)",
+						100*DefaultRules.LullFleet, time.Duration(DefaultRules.LullWindow)*time.Second, at.Format(time.RFC3339), DefaultRules.LullHeadroom, 100*DefaultRules.Fill, p.Name, p.MemGiB),
+					Action: "run on " + p.Name + " during the fleet's quiet hours (a smaller replica set or a schedule), the whole GPU when it wakes", Confidence: 0.5,
+					MonthlyUSD: math.Round((cur.Share-p.Share)*count*price*hoursPerMonth*d.LullShare*100) / 100, Series: []string{telemetry.FBUsed.String(), telemetry.GPUUtil.String()}})
+				continue
+			}
 			fs = append(fs, Finding{Kind: KindOverProvisioned, Severity: "warning", From: in.From, To: in.To,
 				Evidence: []Evidence{{Metric: telemetry.FBUsed.String(), Stat: "fits in (GiB)", Value: p.MemGiB}},
 				Reason: fmt.Sprintf("the online right-sizing rule moved it to %s at %s: its peak memory × %.1f fits within %.0f %% of %.0f GiB and has not passed %.0f %% of it since (docs/advice.md)",

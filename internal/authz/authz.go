@@ -27,7 +27,9 @@ import (
 
 	"github.com/gantryhq/gantry/internal/access"
 	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/identity"
+	"github.com/gantryhq/gantry/internal/quota"
 	"github.com/gantryhq/gantry/internal/team"
 	"github.com/gantryhq/gantry/internal/yamldoc"
 )
@@ -43,6 +45,8 @@ type Files struct {
 	Model    string // model.conf
 	Roles    string // roles.csv
 	Bindings string // bindings.yaml
+	// Classes are the GPU classes quotas may name (nil: names unchecked).
+	Classes *gpu.Catalog
 }
 
 // InDir names the policy files of dir.
@@ -84,6 +88,9 @@ type Usage struct {
 	// VMUsers are the cloud-init users a VM template may create. Unset: any
 	// user but root; root only when listed by name ("*" does not include it).
 	VMUsers []string `json:"vmUsers,omitempty"`
+	// Quota is the team's share of the cluster's GPUs, enforced by Kueue.
+	// Unset: none (its workloads wait in its queue, unless its cohort lends).
+	Quota *quota.Quota `json:"quota,omitempty"`
 }
 
 // Policy is one loaded, immutable policy.
@@ -133,7 +140,7 @@ func Load(f Files) (*Policy, error) {
 	lines, derr := yamldoc.Decode(f.Bindings, data, &b)
 	if derr != nil {
 		errs.AddErr("", derr)
-	} else if verr := b.validate(); verr != nil {
+	} else if verr := b.validate(f.Classes); verr != nil {
 		errs.AddErr("", lines.Locate(f.Bindings, verr))
 	}
 	if err := errs.Err(); err != nil {
@@ -240,7 +247,7 @@ func readRoles(path string, errs *fault.List) ([][]string, error) {
 	return rules, sc.Err()
 }
 
-func (b *Bindings) validate() error {
+func (b *Bindings) validate(classes *gpu.Catalog) error {
 	var errs fault.List
 	if b.APIVersion != "gantry.dev/v1alpha1" || b.Kind != "Policy" {
 		errs.Addf("kind", "must be apiVersion gantry.dev/v1alpha1, kind Policy")
@@ -277,6 +284,9 @@ func (b *Bindings) validate() error {
 			if u != "*" && !vmUserRE.MatchString(u) {
 				errs.Addf(fmt.Sprintf("teams.%s.vmUsers[%d]", t, i), "%q is not a Linux user name (or *)", u)
 			}
+		}
+		if q := b.Teams[t].Quota; q != nil {
+			q.Validate("teams."+t+".quota", classes, &errs)
 		}
 	}
 	return errs.Err()
@@ -454,6 +464,30 @@ func (p *Policy) MayUse(team string, u access.Use) error {
 		errs.Addf("spec.vm.user", "team %q may not create VMs with user %q (policy: teams.%s.vmUsers)", team, u.VMUser, team)
 	}
 	return errs.Err()
+}
+
+// Quota is a team's GPU quota: its own entry's, else the default entry's
+// ("*"), else none.
+func (p *Policy) Quota(team string) quota.Quota {
+	u, ok := p.teams[team]
+	if !ok {
+		u = p.teams[AnyTeam]
+	}
+	if u.Quota == nil {
+		return quota.Quota{}
+	}
+	return *u.Quota
+}
+
+// Quotas are the quotas of the teams the policy names (not the default).
+func (p *Policy) Quotas() map[string]quota.Quota {
+	out := map[string]quota.Quota{}
+	for t := range p.teams {
+		if t != AnyTeam {
+			out[t] = p.Quota(t)
+		}
+	}
+	return out
 }
 
 // Authorizer holds the current policy and swaps it on reload.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/gantryhq/gantry/internal/access"
 	"github.com/gantryhq/gantry/internal/authz"
+	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/identity"
 )
 
@@ -148,8 +149,8 @@ func TestBrokenFilesNamed(t *testing.T) {
 		f.Roles + `:` + line + `: unknown role "wizard"`,
 		f.Roles + `:` + line + `: role rules apply in every team`,
 		f.Roles + `:` + line + `: unknown permission "images:fly"`,
-		f.Bindings + `:18: groups[4].role: unknown role "boss"`,
-		f.Bindings + `:18: groups[4].team: "NLP" is not a team name`,
+		f.Bindings + `:22: groups[4].role: unknown role "boss"`,
+		f.Bindings + `:22: groups[4].team: "NLP" is not a team name`,
 	} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("missing %q in %v", want, err)
@@ -173,7 +174,7 @@ func TestReload(t *testing.T) {
 	}
 	// A broken file keeps the policy in force.
 	edit(t, f.Bindings, "role: member}\n  - {group: ml-vision-leads", "role: memberr}\n  - {group: ml-vision-leads")
-	if err := a.Reload(); err == nil || !strings.Contains(err.Error(), "bindings.yaml:16") {
+	if err := a.Reload(); err == nil || !strings.Contains(err.Error(), "bindings.yaml:20") {
 		t.Fatalf("broken reload: %v", err)
 	}
 	if !a.Policy().Allowed(ann, "vision", access.WorkloadsLaunch) {
@@ -249,4 +250,47 @@ func BenchmarkAllowed(b *testing.B) {
 			p.Allowed(ids[i%1000], teams[(i*7)%100], perms[r.IntN(4)])
 		}
 	})
+}
+
+// TestQuotas: a team's quota is its own, else the default entry's; a bad
+// quota is refused at file:line with its field path.
+func TestQuotas(t *testing.T) {
+	classes, err := gpu.LoadFile("../../templates/gpu-classes.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := copyPolicy(t)
+	f := authz.InDir(dir)
+	f.Classes = classes
+	p, err := authz.Load(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q := p.Quota("vision"); q.For("H100-80GB") != 8 || q.For("H200-141GB") != 0 || q.Cohort != "research" {
+		t.Errorf("vision: %+v", q)
+	}
+	if q := p.Quota("nlp"); q.For("H200-141GB") != 4 || q.BorrowingLimit["H100-80GB"] != 4 {
+		t.Errorf("nlp (\"*\": 4): %+v", q)
+	}
+	if q := p.Quota("robotics"); q.For("H100-80GB") != 0 {
+		t.Errorf("a team the policy does not name has no quota: %+v", q)
+	}
+	if qs := p.Quotas(); len(qs) != 2 {
+		t.Errorf("quotas of the named teams: %v", qs)
+	}
+	edit(t, f.Bindings, "gpus: {H100-80GB: 8, A100-80GB: 8, A100-40GB: 8, L4: 8}\n      cohort: research",
+		"gpus: {H100-80GB: -1, B300: 8}\n      cohort: Research\n      borrowingLimit: {L4: 2}")
+	edit(t, f.Bindings, "      cohort: research\n      borrowingLimit: {H100-80GB: 4}", "      borrowingLimit: {H100-80GB: 4}")
+	_, err = authz.Load(f)
+	for _, want := range []string{
+		`teams.vision.quota.gpus.H100-80GB: -1 GPUs: must be a number from 0 to 1000000`,
+		`teams.vision.quota.gpus.B300: unknown GPU class "B300"`,
+		`teams.vision.quota.cohort: "Research" must be a lowercase DNS label`,
+		`teams.nlp.quota.borrowingLimit: borrowing needs a cohort to borrow from`,
+		f.Bindings + `:`,
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("missing %q in %v", want, err)
+		}
+	}
 }

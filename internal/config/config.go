@@ -69,6 +69,8 @@ type Config struct {
 	// OIDC, when its issuer is set, authenticates every API request with a
 	// bearer token from that provider (and the dev user is not used).
 	OIDC OIDC `json:"oidc"`
+	// Quota is how the policy's quotas are enforced.
+	Quota Quota `json:"quota"`
 	// Kubeconfig is the cluster workloads are applied to; without one, launches
 	// are recorded and rendered but not applied.
 	Kubeconfig string `json:"kubeconfig"`
@@ -107,6 +109,14 @@ type Telemetry struct {
 	Cordon bool `json:"cordon"`
 	// XIDHold is how long a critical XID keeps a GPU unhealthy.
 	XIDHold Duration `json:"xidHold"`
+}
+
+// Quota configures how quotas are enforced.
+type Quota struct {
+	// Kueue says that Kueue (sigs.k8s.io/kueue) runs in the cluster and
+	// admits Gantry's workloads against the policy's quotas: Gantry keeps
+	// its queues in sync and renders workloads queued.
+	Kueue bool `json:"kueue"`
 }
 
 // Metrics chooses where workloads' GPU series are read from.
@@ -248,6 +258,7 @@ func Default() Config {
 		DevLogin:          DevLogin{Listen: "127.0.0.1:0", Users: DefaultDevUsers()},
 		Audit:             Audit{CheckpointInterval: Duration(time.Minute), DenialWindow: Duration(time.Minute)},
 		Security:          Security{AnonymousRate: 5, AnonymousBurst: 50},
+		Quota:             Quota{Kueue: true},
 		Telemetry: Telemetry{RawRetention: Duration(48 * time.Hour), RollupRetention: Duration(90 * 24 * time.Hour), Audience: "gantry",
 			ServiceAccount: "system:serviceaccount:gantry-system:gantry-agent", XIDHold: Duration(24 * time.Hour)},
 	}

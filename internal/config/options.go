@@ -133,6 +133,8 @@ var options = []option{
 		doc: "cordon a node and label it `gantry.dev/gpu-unhealthy=true` when one of its GPUs turns unhealthy (a critical XID, a double-bit ECC error, a failed row remapping); uncordoning is the operator's"},
 	{key: "telemetry.xidHold", env: "GANTRY_TELEMETRY_XID_HOLD", field: func(c *Config) any { return &c.Telemetry.XIDHold },
 		doc: "how long a critical XID keeps a GPU unhealthy without another one (1m to 720h)"},
+	{key: "quota.kueue", env: "GANTRY_QUOTA_KUEUE", field: func(c *Config) any { return &c.Quota.Kueue },
+		doc: "Kueue admits workloads against the policy's quotas: Gantry keeps its ResourceFlavors, ClusterQueues, LocalQueues and WorkloadPriorityClasses in sync and creates workloads queued (false: a cluster without Kueue; quotas are not enforced)"},
 	{key: "metrics.prometheusURL", env: "GANTRY_METRICS_PROMETHEUS_URL", field: func(c *Config) any { return &c.Metrics.PrometheusURL },
 		doc: "read workloads' GPU series with PromQL from this Prometheus (which scrapes dcgm-exporter or gantry-agent) instead of Gantry's own store", defaultDoc: "none (Gantry's store)"},
 	{key: "devLogin.listen", env: "GANTRY_DEV_LOGIN_LISTEN", field: func(c *Config) any { return &c.DevLogin.Listen },

@@ -3,7 +3,8 @@
 // and kube-scheduler built from source (deploy/cluster/build.sh, cached by version),
 // kwok simulating nodes and pod lifecycles, and a simulated GPU fleet with the
 // labels, taints and resources GPU Feature Discovery and the NVIDIA device plugin
-// would publish. Everything listens on loopback.
+// would publish, and Kueue (deploy/kueue/build.sh) admitting workloads against
+// quotas. Everything listens on loopback.
 package devcluster
 
 import (
@@ -32,6 +33,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gantryhq/gantry/deploy"
+	"github.com/gantryhq/gantry/internal/gpu"
+	"github.com/gantryhq/gantry/internal/quota"
 )
 
 //go:embed stages.yaml
@@ -44,6 +47,9 @@ type Options struct {
 	WorkDir string    // kwokctl's working directory; a temporary one when empty
 	Log     io.Writer // progress and tool output; discarded when nil
 	Fleet   []NodeSpec
+	// KueueTransformations are the resource transformations Kueue counts
+	// quota with (a MIG slice as its share of a GPU).
+	KueueTransformations []KueueTransformation
 }
 
 // Cluster is a running local cluster.
@@ -58,6 +64,7 @@ type Cluster struct {
 	Client      kubernetes.Interface
 	stopVolumes context.CancelFunc // ends the volume provisioner
 	volumesDone chan struct{}
+	kueue       *kueue
 }
 
 // Config is the client configuration for the cluster.
@@ -89,6 +96,17 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 	}
 	if o.Fleet == nil {
 		o.Fleet = Fleet
+	}
+	if o.KueueTransformations == nil {
+		// A MIG slice counts as its share of a GPU, from the GPU classes
+		// Gantry serves (package quota).
+		classes, err := gpu.LoadFile(filepath.Join(o.Root, "templates", "gpu-classes.yaml"))
+		if err != nil {
+			return nil, err
+		}
+		for _, t := range quota.Transformations(classes) {
+			o.KueueTransformations = append(o.KueueTransformations, KueueTransformation{Input: t.Input, Output: quota.GPUMilli, Milli: t.Milli})
+		}
 	}
 	bin, err := Build(ctx, o.Root, o.Log)
 	if err != nil {
@@ -126,6 +144,10 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 	}
 	if err := c.provision(ctx, o); err != nil {
 		err = fmt.Errorf("%w%s", err, c.componentLogs())
+		c.Stop(context.Background())
+		return nil, err
+	}
+	if err := c.startKueue(ctx, o); err != nil {
 		c.Stop(context.Background())
 		return nil, err
 	}
@@ -227,6 +249,7 @@ func (c *Cluster) Stop(ctx context.Context) error {
 		c.stopVolumes()
 		<-c.volumesDone
 	}
+	c.kueue.stop()
 	err := c.kwokctl(ctx, "delete", "cluster")
 	if c.ownWorkDir {
 		os.RemoveAll(c.workDir)

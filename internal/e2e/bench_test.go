@@ -41,7 +41,7 @@ func BenchmarkLaunch(b *testing.B) {
 	// The lifecycle loop at its production interval, not the tests' 1 s.
 	g := start(b, filepath.Join(b.TempDir(), "g.db"), true, func(c *config.Config) { c.ReconcileInterval = config.Default().ReconcileInterval })
 	body, _ := json.Marshal(map[string]any{"template": "vllm-inference", "team": "bench"})
-	k, err := kube.New(cluster.Config())
+	k, err := kube.New(cluster.Config(), kube.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -232,7 +232,7 @@ func BenchmarkSustainedLaunch(b *testing.B) {
 		tokens[i] = g.Token("ada")
 	}
 	body, _ := json.Marshal(map[string]any{"template": "bench-job", "team": "sustained", "gpu": map[string]any{"count": 1}})
-	k, err := kube.New(cluster.Config())
+	k, err := kube.New(cluster.Config(), kube.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}

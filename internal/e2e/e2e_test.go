@@ -727,8 +727,37 @@ func TestRejectedByAdmission(t *testing.T) {
 
 func ptr[T any](v T) *T { return &v }
 
+// TestQuotaQueues: a team whose quota holds one H100 runs one service and
+// queues the next — Queued through the API, with Kueue's reason and its
+// place in the queue — and stopping the first lets the second run.
+func TestQuotaQueues(t *testing.T) {
+	g := start(t, filepath.Join(t.TempDir(), "g.db"), true)
+	launch := func() wl {
+		var w wl
+		if s := g.post("/api/v1/workloads", map[string]any{"template": "vllm-inference", "team": "tight", "gpu": map[string]any{"class": "H100-80GB", "count": 1}}, &w); s != 201 {
+			t.Fatalf("launch: %d", s)
+		}
+		return w
+	}
+	first := launch()
+	g.waitStatus(first.ID, "Running")
+	second := launch()
+	g.waitStatus(second.ID, "Queued")
+	waitfor.Until(t, 30*time.Second, "Kueue's reason and the place in the queue", func() error {
+		if w := g.get(second.ID); w.Status != "Queued" || !strings.Contains(w.Reason, "position 1 in its team's queue") || !strings.Contains(w.Reason, "insufficient unused quota") {
+			return fmt.Errorf("%s (%s)", w.Status, w.Reason)
+		}
+		return nil
+	})
+	if s := g.post("/api/v1/workloads/"+first.ID+"/stop", nil, nil); s != 200 {
+		t.Fatalf("stop: %d", s)
+	}
+	g.waitStatus(second.ID, "Running")
+}
+
 // testPolicy is policy/ with the starter roles and bindings, but every team
-// may use every template and GPU class, so that tests choose freely.
+// may use every template and GPU class with room to spare, so that tests
+// choose freely — except team tight, whose quota is one H100.
 func testPolicy(t testing.TB) string {
 	t.Helper()
 	dir := t.TempDir()
@@ -742,7 +771,8 @@ func testPolicy(t testing.TB) string {
 			if i < 0 {
 				t.Fatal("policy/bindings.yaml has no teams section")
 			}
-			b = append(b[:i+1], []byte("teams:\n  \"*\":\n    templates: [\"*\"]\n    gpuClasses: [\"*\"]\n")...)
+			b = append(b[:i+1], []byte("teams:\n  \"*\":\n    templates: [\"*\"]\n    gpuClasses: [\"*\"]\n    quota: {gpus: {\"*\": 1000}}\n"+
+				"  tight:\n    templates: [\"*\"]\n    gpuClasses: [\"*\"]\n    quota: {gpus: {H100-80GB: 1}}\n")...)
 		}
 		if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
 			t.Fatal(err)

@@ -6,7 +6,10 @@
 // and starting primary objects without losing them, informers indexed by
 // workload id (Watcher) and what they say about a workload (Observe), leader
 // election among Gantry's replicas (Lead), and mapping apiserver errors to
-// Gantry's typed errors.
+// Gantry's typed errors. With Kueue (Options.Kueue) it also keeps Kueue's
+// objects in sync with the policy's quotas (SyncQuotas), gives each team
+// namespace its LocalQueue, stops and starts queued Jobs through Kueue, and
+// reads Kueue's Workloads to say that a workload is queued and where.
 package kube
 
 import (
@@ -34,6 +37,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/quota"
 	"github.com/gantryhq/gantry/internal/render"
 	"github.com/gantryhq/gantry/internal/workload"
 )
@@ -68,6 +72,13 @@ type Cluster struct {
 	// the TTL, so that labels changed behind Gantry's back (Pod Security)
 	// are put back within it.
 	namespaces sync.Map // name → time.Time
+	kueue      bool
+}
+
+// Options configure a Cluster.
+type Options struct {
+	// Kueue says that Kueue admits Gantry's workloads (render.Meta.Kueue).
+	Kueue bool
 }
 
 // namespaceTTL is how long an applied namespace is taken as it was applied.
@@ -85,7 +96,7 @@ const (
 
 // New returns a Cluster for the configuration, with DefaultQPS and
 // DefaultBurst unless it sets client rate limits of its own.
-func New(cfg *rest.Config) (*Cluster, error) {
+func New(cfg *rest.Config, o Options) (*Cluster, error) {
 	if cfg.QPS == 0 && cfg.RateLimiter == nil {
 		cfg = rest.CopyConfig(cfg)
 		cfg.QPS, cfg.Burst = DefaultQPS, DefaultBurst
@@ -98,7 +109,7 @@ func New(cfg *rest.Config) (*Cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
-	return &Cluster{dyn: dyn, core: core}, nil
+	return &Cluster{dyn: dyn, core: core, kueue: o.Kueue}, nil
 }
 
 // Ping checks that the API server answers.
@@ -148,6 +159,11 @@ func (c *Cluster) EnsureNamespace(ctx context.Context, name, team string) error 
 	_, err = c.core.NetworkingV1().NetworkPolicies(name).Patch(ctx, DefaultDenyPolicy, types.ApplyPatchType, data, metav1.PatchOptions{FieldManager: FieldManager, Force: ptr(true)})
 	if err != nil {
 		return classify(err, "network policy", DefaultDenyPolicy)
+	}
+	if c.kueue {
+		if err := c.applyKueue(ctx, quota.LocalQueueObject(name, team)); err != nil {
+			return err
+		}
 	}
 	c.namespaces.Store(name, time.Now())
 	return nil
@@ -259,6 +275,9 @@ func (c *Cluster) Delete(ctx context.Context, namespace, kind, name string) erro
 // scaled to zero (a StatefulSet keeps its volume claims when scaled), a
 // VirtualMachine halted (KubeVirt removes the running instance).
 func (c *Cluster) SetRunning(ctx context.Context, o workload.ObjectRef, run bool) error {
+	if o.Kind == "Job" && c.kueue {
+		return c.setJobActive(ctx, o, run)
+	}
 	var spec map[string]any
 	switch o.Kind {
 	case "Job":
@@ -287,6 +306,11 @@ func (c *Cluster) SetRunning(ctx context.Context, o workload.ObjectRef, run bool
 func running(u *unstructured.Unstructured) bool {
 	switch u.GetKind() {
 	case "Job":
+		if _, queued := u.GetLabels()[quota.LabelQueueName]; queued {
+			// Kueue suspends and resumes it: Gantry's stop is an annotation
+			// (and the Kueue Workload deactivated).
+			return u.GetAnnotations()[AnnotationStopped] == ""
+		}
 		s, _, _ := unstructured.NestedBool(u.Object, "spec", "suspend")
 		return !s
 	case "Deployment", "StatefulSet":

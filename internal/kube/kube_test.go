@@ -33,7 +33,7 @@ func need(t *testing.T) *kube.Cluster {
 	if cluster == nil {
 		t.Skip(clustertest.ErrNotRequested)
 	}
-	k, err := kube.New(cluster.Config())
+	k, err := kube.New(cluster.Config(), kube.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,6 +41,12 @@ func need(t *testing.T) *kube.Cluster {
 }
 
 func rendered(t *testing.T, name, id, team string, choice template.Choice) []render.Object {
+	t.Helper()
+	return renderedWith(t, name, id, team, choice, false)
+}
+
+// renderedWith renders a starter template, queued for Kueue or not.
+func renderedWith(t *testing.T, name, id, team string, choice template.Choice, kueue bool) []render.Object {
 	t.Helper()
 	classes, files, err := template.LoadCatalog("../../templates")
 	if err != nil {
@@ -54,7 +60,7 @@ func rendered(t *testing.T, name, id, team string, choice template.Choice) []ren
 		if err != nil {
 			t.Fatal(err)
 		}
-		objs, err := render.Objects(r, render.Meta{WorkloadID: id, Team: team, Owner: "alice@example.com", Namespace: "gantry-" + team, TemplateVersion: 1, Image: "registry.gantry.internal/test/image@sha256:" + strings.Repeat("1", 64)})
+		objs, err := render.Objects(r, render.Meta{WorkloadID: id, Team: team, Owner: "alice@example.com", Namespace: "gantry-" + team, TemplateVersion: 1, Image: "registry.gantry.internal/test/image@sha256:" + strings.Repeat("1", 64), Kueue: kueue})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -204,7 +210,7 @@ func TestUnreachable(t *testing.T) {
 	c := cfg.Config()
 	c.Host = "https://127.0.0.1:1"
 	c.Timeout = 2 * time.Second
-	k, err := kube.New(c)
+	k, err := kube.New(c, kube.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,12 +20,13 @@ import (
 // call answers *fault.Unavailable naming the problem.
 type Lazy struct {
 	path    string
+	opts    Options
 	mu      sync.Mutex
 	cluster *Cluster
 }
 
 // NewLazy returns a Lazy for the kubeconfig at path.
-func NewLazy(path string) *Lazy { return &Lazy{path: path} }
+func NewLazy(path string, o Options) *Lazy { return &Lazy{path: path, opts: o} }
 
 // Cluster returns the cluster, loading the kubeconfig if it has not loaded
 // yet; *fault.Unavailable names the problem.
@@ -41,7 +42,7 @@ func (l *Lazy) get() (*Cluster, error) {
 	if err != nil {
 		return nil, &fault.Unavailable{What: "kubernetes API server", Err: fmt.Errorf("kubeconfig %s: %w", l.path, err)}
 	}
-	c, err := New(rest.CopyConfig(cfg))
+	c, err := New(rest.CopyConfig(cfg), l.opts)
 	if err != nil {
 		return nil, &fault.Unavailable{What: "kubernetes API server", Err: err}
 	}

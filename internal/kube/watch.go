@@ -23,9 +23,10 @@ import (
 // Observation is what the cluster says about one workload.
 type Observation struct {
 	WorkloadID string
-	Phase      string // Pending, Scheduled, Running, Succeeded or Failed
-	Reason     string // why it is pending or failed, in the cluster's words
+	Phase      string // Pending, Queued, Scheduled, Running, Succeeded or Failed
+	Reason     string // why it is pending, queued or failed, in the cluster's words
 	Node       string
+	Position   int // Queued: its place in its team's queue (1: next), 0 if not known
 }
 
 // byWorkload indexes the informers' caches by the workload id label.
@@ -51,6 +52,8 @@ type Watcher struct {
 	jobs    cache.SharedIndexInformer
 	vmf     dynamicinformer.DynamicSharedInformerFactory // nil without KubeVirt
 	vms     cache.SharedIndexInformer
+	kf      dynamicinformer.DynamicSharedInformerFactory // nil without Kueue
+	queued  cache.SharedIndexInformer                    // Kueue's Workloads
 }
 
 // Watcher returns informers on the cluster's Gantry-managed objects; resync
@@ -67,6 +70,13 @@ func (c *Cluster) Watcher(resync time.Duration) (*Watcher, error) {
 	}
 	for _, inf := range infs {
 		if err := inf.AddIndexers(cache.Indexers{byWorkload: workloadIndex}); err != nil {
+			return nil, fmt.Errorf("kube: index informer: %w", err)
+		}
+	}
+	if c.kueue {
+		w.kf = dynamicinformer.NewDynamicSharedInformerFactory(c.dyn, resync)
+		w.queued = w.kf.ForResource(kueueWorkloads).Informer()
+		if err := w.queued.AddIndexers(cache.Indexers{byOwner: kueueOwnerIndex}); err != nil {
 			return nil, fmt.Errorf("kube: index informer: %w", err)
 		}
 	}
@@ -93,6 +103,33 @@ func (w *Watcher) OnChange(changed func(workloadID string)) error {
 			return fmt.Errorf("kube: watch: %w", err)
 		}
 	}
+	if w.queued != nil {
+		// A Kueue Workload speaks for the Job or pod it admits: the change
+		// is that object's workload's.
+		k := func(obj any) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			u, ok := obj.(*unstructured.Unstructured)
+			if !ok {
+				return
+			}
+			for _, r := range u.GetOwnerReferences() {
+				inf := map[string]cache.SharedIndexInformer{"Job": w.jobs, "Pod": w.pods}[r.Kind]
+				if inf == nil {
+					continue
+				}
+				if o, exists, _ := inf.GetIndexer().GetByKey(u.GetNamespace() + "/" + r.Name); exists {
+					if ids, _ := workloadIndex(o); len(ids) == 1 {
+						changed(ids[0])
+					}
+				}
+			}
+		}
+		if _, err := w.queued.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: k, UpdateFunc: func(_, n any) { k(n) }, DeleteFunc: k}); err != nil {
+			return fmt.Errorf("kube: watch: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -101,9 +138,11 @@ func (w *Watcher) OnChange(changed func(workloadID string)) error {
 func (w *Watcher) Run(ctx context.Context) (synced bool) {
 	w.factory.Start(ctx.Done())
 	ok := !slices.Contains(slices.Collect(maps.Values(w.factory.WaitForCacheSync(ctx.Done()))), false)
-	if w.vmf != nil {
-		w.vmf.Start(ctx.Done())
-		ok = ok && !slices.Contains(slices.Collect(maps.Values(w.vmf.WaitForCacheSync(ctx.Done()))), false)
+	for _, f := range []dynamicinformer.DynamicSharedInformerFactory{w.vmf, w.kf} {
+		if f != nil {
+			f.Start(ctx.Done())
+			ok = ok && !slices.Contains(slices.Collect(maps.Values(f.WaitForCacheSync(ctx.Done()))), false)
+		}
 	}
 	return ok
 }
@@ -113,6 +152,9 @@ func (w *Watcher) Shutdown() {
 	w.factory.Shutdown()
 	if w.vmf != nil {
 		w.vmf.Shutdown()
+	}
+	if w.kf != nil {
+		w.kf.Shutdown()
 	}
 }
 
@@ -141,7 +183,39 @@ func (w *Watcher) Observe(id string) (Observation, bool) {
 			pods = append(pods, p)
 		}
 	}
-	return Observe(id, jobs, pods)
+	o, ok := Observe(id, jobs, pods)
+	if w.queued != nil && (!ok || o.Phase == "Pending") {
+		if q, waiting := w.queuedFor(id, jobs, pods); waiting {
+			return q, true
+		}
+	}
+	return o, ok
+}
+
+// queuedFor says whether Kueue holds the workload's Job or a pod of it in
+// its queue, why, and where.
+func (w *Watcher) queuedFor(id string, jobs []*batchv1.Job, pods []*corev1.Pod) (Observation, bool) {
+	var keys []string
+	for _, j := range jobs {
+		keys = append(keys, ownerKey(j.Namespace, "Job", j.Name))
+	}
+	for _, p := range pods {
+		keys = append(keys, ownerKey(p.Namespace, "Pod", p.Name))
+	}
+	for _, k := range keys {
+		objs, _ := w.queued.GetIndexer().ByIndex(byOwner, k)
+		for _, obj := range objs {
+			u, ok := obj.(*unstructured.Unstructured)
+			if !ok {
+				continue
+			}
+			if waiting, reason := queuedIn(u); waiting {
+				pos := queuePosition(w.queued.GetStore().List(), u)
+				return Observation{WorkloadID: id, Phase: "Queued", Reason: kueueReason(reason, pos), Position: pos}, true
+			}
+		}
+	}
+	return Observation{}, false
 }
 
 // Observe derives a workload's phase from its Job (if any) and pods. ok is false

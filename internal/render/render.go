@@ -36,6 +36,7 @@ import (
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/quantity"
+	"github.com/gantryhq/gantry/internal/quota"
 	"github.com/gantryhq/gantry/internal/template"
 )
 
@@ -115,6 +116,12 @@ type Meta struct {
 	// the key broker (base64 of gzip, see InitData).
 	TEE      string
 	InitData string
+	// Kueue puts the workload in its team's Kueue queue: a Job is created
+	// suspended with the queue's label, a Deployment's or StatefulSet's pods
+	// wait at Kueue's admission gate (what Kueue's webhooks would do), and
+	// the pods tolerate their class's flavor taint (package quota). VMs are
+	// not queued.
+	Kueue bool
 }
 
 // Name is the name of the workload's objects: template name and workload id.
@@ -133,6 +140,10 @@ func Objects(r *template.Resolved, m Meta) ([]Object, error) {
 	if err := b.errs.Err(); err != nil {
 		return nil, err
 	}
+	queued := m.Kueue && b.s.Workload != template.VM
+	if queued {
+		b.enqueue(&pod, &podMeta)
+	}
 
 	switch b.s.Workload {
 	case template.VM:
@@ -142,7 +153,14 @@ func Objects(r *template.Resolved, m Meta) ([]Object, error) {
 		}
 		return []Object{vm}, nil
 	case template.Job:
-		return append(b.jobObjects(claims, pod, podMeta), b.networkPolicy()), nil
+		objs := b.jobObjects(claims, pod, podMeta)
+		if queued {
+			job := objs[len(objs)-1].(*batchv1.Job)
+			job.Labels[quota.LabelQueueName] = quota.LocalQueue
+			job.Labels[quota.LabelPriorityClass] = b.kueuePriority(&job.Spec.Template.Spec)
+			job.Spec.Suspend = ptr(true) // Kueue resumes it when it admits it
+		}
+		return append(objs, b.networkPolicy()), nil
 	case template.Service:
 		return append(b.serviceObjects(claims, pod, podMeta), b.networkPolicy()), nil
 	case template.Notebook:
@@ -397,6 +415,25 @@ func (b *builder) pod(c corev1.Container, volumes []corev1.Volume) (corev1.PodSp
 		podMeta.Annotations[AnnotationInitData] = b.m.InitData
 	}
 	return pod, podMeta
+}
+
+// enqueue readies a pod for Kueue: it tolerates its class's flavor taint;
+// a pod that is not a Job's (Kueue's pod integration) carries its queue and
+// priority, is marked managed, and waits at Kueue's admission gate (a Job
+// carries its queue itself and is created suspended).
+func (b *builder) enqueue(pod *corev1.PodSpec, podMeta *metav1.ObjectMeta) {
+	pod.Tolerations = append(pod.Tolerations, corev1.Toleration{Key: quota.TaintGPUClass, Operator: corev1.TolerationOpEqual, Value: b.r.Class.Name, Effect: corev1.TaintEffectNoSchedule})
+	if b.s.Workload != template.Job {
+		podMeta.Labels[quota.LabelQueueName] = quota.LocalQueue
+		podMeta.Labels[quota.LabelPriorityClass] = b.kueuePriority(pod)
+		podMeta.Labels[quota.LabelManagedPod] = "true"
+		pod.SchedulingGates = append(pod.SchedulingGates, corev1.PodSchedulingGate{Name: quota.GatePodAdmission})
+	}
+}
+
+// kueuePriority is the WorkloadPriorityClass of the pod's priority.
+func (b *builder) kueuePriority(pod *corev1.PodSpec) string {
+	return quota.PriorityClass(strings.TrimPrefix(pod.PriorityClassName, PriorityClassPrefix))
 }
 
 // jobObjects is a job's claims and its Job.

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -43,7 +44,7 @@ func load(t testing.TB) (*gpu.Catalog, map[string]*template.Template) {
 
 const testKey = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGantryTestKeyForGoldenFilesOnly0000000000 alice@laptop"
 
-var meta = render.Meta{WorkloadID: "k7f3x9q2ab", Team: "vision", Owner: "alice@example.com", Namespace: "gantry-vision", TemplateVersion: 3}
+var meta = render.Meta{WorkloadID: "k7f3x9q2ab", Team: "vision", Owner: "alice@example.com", Namespace: "gantry-vision", TemplateVersion: 3, Kueue: true}
 
 // cases: every starter template with its defaults, plus variants that change what
 // is rendered. Every template in templates/ must appear at least once.
@@ -561,4 +562,78 @@ func deref[T any](p *T) T {
 		return zero
 	}
 	return *p
+}
+
+// TestKueue: with Kueue on, a Job is created suspended in its team's queue
+// with its priority; the pods of a service or notebook wait at Kueue's
+// admission gate; every queued pod tolerates its class's flavor taint; a VM
+// is not queued. With Kueue off, none of it.
+func TestKueue(t *testing.T) {
+	classes, templates := load(t)
+	for _, tc := range []struct{ template, kind string }{
+		{"pytorch-train", "Job"}, {"vllm-inference", "Deployment"}, {"jupyter-notebook", "StatefulSet"}, {"gpu-vm", "VirtualMachine"},
+	} {
+		choice := template.Choice{}
+		if tc.kind == "VirtualMachine" {
+			choice.Params = map[string]any{"sshPublicKey": testKey}
+		}
+		r, err := templates[tc.template].Resolve(classes, choice)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, on := range []bool{true, false} {
+			m := metaFor(r)
+			m.Kueue = on
+			objs, err := render.Objects(r, m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var primary render.Object
+			for _, o := range objs {
+				if o.GetObjectKind().GroupVersionKind().Kind == tc.kind {
+					primary = o
+				}
+			}
+			if primary == nil {
+				t.Fatalf("%s: no %s", tc.template, tc.kind)
+			}
+			queued := on && tc.kind != "VirtualMachine"
+			if tc.kind == "VirtualMachine" {
+				if _, ok := primary.GetLabels()["kueue.x-k8s.io/queue-name"]; ok {
+					t.Errorf("%s: a VM is labelled for a queue", tc.template)
+				}
+				continue
+			}
+			podMeta, pod := podOf(t, primary)
+			tolerates := slices.ContainsFunc(pod.Tolerations, func(tl corev1.Toleration) bool {
+				return tl.Key == "gantry.dev/gpu-class" && tl.Value == r.Class.Name && tl.Effect == corev1.TaintEffectNoSchedule
+			})
+			gated := slices.ContainsFunc(pod.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == "kueue.x-k8s.io/admission" })
+			if tolerates != queued {
+				t.Errorf("%s (kueue %v): tolerates the flavor taint: %v", tc.template, on, tolerates)
+			}
+			if gated != (queued && tc.kind != "Job") {
+				t.Errorf("%s (kueue %v): gated: %v", tc.template, on, gated)
+			}
+			queueLabel := primary.GetLabels()["kueue.x-k8s.io/queue-name"]
+			if tc.kind != "Job" {
+				queueLabel = podMeta.Labels["kueue.x-k8s.io/queue-name"]
+				if queued && podMeta.Labels["kueue.x-k8s.io/managed"] != "true" {
+					t.Errorf("%s: pod not marked as managed by Kueue", tc.template)
+				}
+			}
+			if (queueLabel == "gantry") != queued {
+				t.Errorf("%s (kueue %v): queue label %q", tc.template, on, queueLabel)
+			}
+			if job, ok := primary.(*batchv1.Job); ok {
+				if _, ok := podMeta.Labels["kueue.x-k8s.io/queue-name"]; ok {
+					t.Errorf("%s: a Job's pods are labelled for a queue (Kueue's pod integration would take them)", tc.template)
+				}
+				suspended := job.Spec.Suspend != nil && *job.Spec.Suspend
+				if suspended != queued || queued && job.Labels["kueue.x-k8s.io/priority-class"] != "gantry-"+strings.TrimPrefix(pod.PriorityClassName, "gantry-") {
+					t.Errorf("%s (kueue %v): suspended %v, labels %v", tc.template, on, suspended, job.Labels)
+				}
+			}
+		}
+	}
 }

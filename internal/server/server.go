@@ -16,6 +16,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -28,10 +29,12 @@ import (
 	"golang.org/x/sync/errgroup"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+	"sigs.k8s.io/yaml"
 
 	"github.com/gantryhq/gantry"
 	"github.com/gantryhq/gantry/api"
 	"github.com/gantryhq/gantry/api/gen"
+	"github.com/gantryhq/gantry/deploy"
 	"github.com/gantryhq/gantry/internal/advice"
 	"github.com/gantryhq/gantry/internal/audit"
 	"github.com/gantryhq/gantry/internal/authn"
@@ -46,6 +49,8 @@ import (
 	"github.com/gantryhq/gantry/internal/imageverify"
 	"github.com/gantryhq/gantry/internal/kube"
 	"github.com/gantryhq/gantry/internal/promsource"
+	"github.com/gantryhq/gantry/internal/quota"
+	"github.com/gantryhq/gantry/internal/render"
 	"github.com/gantryhq/gantry/internal/store"
 	"github.com/gantryhq/gantry/internal/team"
 	"github.com/gantryhq/gantry/internal/telemetry"
@@ -175,7 +180,9 @@ func New(ctx context.Context, cfg config.Config, ov Overrides) (s *Server, err e
 	if err := s.seed(ctx); err != nil {
 		return nil, err
 	}
-	if s.authz, err = authz.New(authz.InDir(cfg.PolicyDir)); err != nil {
+	policyFiles := authz.InDir(cfg.PolicyDir)
+	policyFiles.Classes = core.Catalog.Classes()
+	if s.authz, err = authz.New(policyFiles); err != nil {
 		return nil, err
 	}
 	if s.checkpoints, err = s.checkpointer(); err != nil {
@@ -186,12 +193,12 @@ func New(ctx context.Context, cfg config.Config, ov Overrides) (s *Server, err e
 	}
 	s.checks = []api.Check{{Name: "database", Pinger: core.Store}}
 	wo := workload.Options{Store: core.Store, Templates: core.Catalog, Authorizer: s.authz, Images: core.Images,
-		Namespace: func(t team.Name) string { return cfg.NamespacePrefix + t.String() }, KBSURL: cfg.Confidential.KBSURL, Log: core.Log, Now: s.clock.Now}
+		Namespace: func(t team.Name) string { return cfg.NamespacePrefix + t.String() }, KBSURL: cfg.Confidential.KBSURL, Kueue: cfg.Quota.Kueue, Log: core.Log, Now: s.clock.Now}
 	if cfg.Kubeconfig != "" {
 		// The kubeconfig is loaded lazily: with it missing or the API server
 		// away, Gantry still serves, /readyz says why it is not ready, and
 		// launches are kept and applied once the cluster answers.
-		s.cluster = kube.NewLazy(cfg.Kubeconfig)
+		s.cluster = kube.NewLazy(cfg.Kubeconfig, kube.Options{Kueue: cfg.Quota.Kueue})
 		wo.Cluster = s.cluster
 		s.checks = append(s.checks, api.Check{Name: "kubernetes", Pinger: s.cluster})
 	} else {
@@ -534,8 +541,69 @@ func (s *Server) lead(ctx context.Context, c *kube.Cluster) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return ctl.Run(gctx) })
 	g.Go(func() error { return s.every(gctx, s.Config.Reconcile(), s.lifecycle) })
+	if s.Config.Quota.Kueue {
+		g.Go(func() error { return s.every(gctx, s.Config.Reconcile(), s.syncQuotas(c)) })
+	}
 	return g.Wait()
 }
+
+// syncQuotas keeps Kueue's objects as the policy's quotas say: applied when
+// the policy (or the first pass) gives different objects than the last
+// applied, and again every tenth pass (someone may have edited them).
+func (s *Server) syncQuotas(c *kube.Cluster) func(context.Context) {
+	var last string
+	pass := 0
+	return func(ctx context.Context) {
+		// The teams the policy names, and those (allowed by its default
+		// entry) that have launched: each gets its ClusterQueue.
+		policy := s.authz.Policy()
+		teams := policy.Quotas()
+		onCluster, err := c.Teams(ctx)
+		if err != nil {
+			s.Log.Error("quotas: teams on the cluster not listed", "err", err)
+			return
+		}
+		for _, t := range onCluster {
+			if _, ok := teams[t]; !ok {
+				teams[t] = policy.Quota(t)
+			}
+		}
+		objs := quota.Objects(s.Catalog.Classes(), teams, priorities)
+		data, _ := json.Marshal(objs)
+		if string(data) == last && pass%10 != 0 {
+			pass++
+			return
+		}
+		pass++
+		if err := c.SyncQuotas(ctx, objs); err != nil {
+			s.Log.Error("quotas: Kueue objects not synced", "err", err)
+			return
+		}
+		if string(data) != last {
+			s.Log.Info("quotas: Kueue objects synced", "objects", len(objs))
+		}
+		last = string(data)
+	}
+}
+
+// priorities are the template priorities, the PriorityClasses of
+// deploy/priorityclasses.yaml (gantry-<priority>), as Kueue sees them.
+var priorities = func() []quota.Priority {
+	var out []quota.Priority
+	for _, doc := range strings.Split(string(deploy.PriorityClasses), "\n---\n") {
+		var pc struct {
+			Metadata struct {
+				Name string `json:"name"`
+			} `json:"metadata"`
+			Value int64 `json:"value"`
+		}
+		if err := yaml.Unmarshal([]byte(doc), &pc); err != nil || !strings.HasPrefix(pc.Metadata.Name, render.PriorityClassPrefix) {
+			panic(fmt.Sprintf("deploy/priorityclasses.yaml: %v %q", err, pc.Metadata.Name)) // embedded, checked by the tests
+		}
+		out = append(out, quota.Priority{Name: strings.TrimPrefix(pc.Metadata.Name, render.PriorityClassPrefix), Value: pc.Value})
+	}
+	return out
+}()
 
 // lifecycle is one pass of the lifecycle loop: apply recorded launches that
 // are not on the cluster yet (a crash mid-launch, a cluster that was away),

@@ -125,7 +125,7 @@ func (s *Service) render(ctx context.Context, owner string, req Request, id stri
 	if err != nil {
 		return Rendered{}, err
 	}
-	meta := render.Meta{WorkloadID: id, Team: req.Team.String(), Owner: owner, Namespace: s.namespace(req.Team), TemplateVersion: v.Version, Image: pinned}
+	meta := render.Meta{WorkloadID: id, Team: req.Team.String(), Owner: owner, Namespace: s.namespace(req.Team), TemplateVersion: v.Version, Image: pinned, Kueue: s.kueue}
 	if r.Confidential {
 		if tee == "" {
 			return Rendered{}, &fault.Invalid{Fields: []fault.Field{{Path: "confidential", Message: fmt.Sprintf(
@@ -322,7 +322,7 @@ func (s *Service) rerender(ctx context.Context, w Workload) ([]render.Object, er
 	if err != nil {
 		return nil, err
 	}
-	objs, err := render.Objects(r, render.Meta{WorkloadID: w.ID, Team: w.Team.String(), Owner: w.Owner, Namespace: s.namespace(w.Team), TemplateVersion: w.TemplateVersion, Image: w.Image, TEE: w.TEE, InitData: s.initDataFor(w.TEE)})
+	objs, err := render.Objects(r, render.Meta{WorkloadID: w.ID, Team: w.Team.String(), Owner: w.Owner, Namespace: s.namespace(w.Team), TemplateVersion: w.TemplateVersion, Image: w.Image, TEE: w.TEE, InitData: s.initDataFor(w.TEE), Kueue: s.kueue})
 	if err != nil {
 		return nil, err
 	}

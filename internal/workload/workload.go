@@ -205,8 +205,10 @@ type Options struct {
 	// KBSURL enables confidential launches: their pods carry Kata init data
 	// pointing the attestation agent at this key broker. "": refused.
 	KBSURL string
-	Log    *slog.Logger     // default: slog.Default()
-	Now    func() time.Time // default: time.Now
+	// Kueue renders workloads queued for Kueue (render.Meta.Kueue).
+	Kueue bool
+	Log   *slog.Logger     // default: slog.Default()
+	Now   func() time.Time // default: time.Now
 }
 
 // Service is the workload domain logic.
@@ -218,6 +220,7 @@ type Service struct {
 	authz     Authorizer
 	images    Images
 	initData  string // "": confidential launches are refused
+	kueue     bool
 	log       *slog.Logger
 	now       func() time.Time
 	newID     func() string
@@ -240,7 +243,7 @@ func New(o Options) (*Service, error) {
 		return nil, fmt.Errorf("workload.New: missing %s", strings.Join(missing, ", "))
 	}
 	s := &Service{store: o.Store, templates: o.Templates, namespace: o.Namespace, cluster: o.Cluster,
-		authz: o.Authorizer, images: o.Images, log: o.Log, now: o.Now, newID: NewID}
+		authz: o.Authorizer, images: o.Images, kueue: o.Kueue, log: o.Log, now: o.Now, newID: NewID}
 	if s.log == nil {
 		s.log = slog.Default()
 	}

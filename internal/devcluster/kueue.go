@@ -1,0 +1,347 @@
+package devcluster
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"sigs.k8s.io/yaml"
+)
+
+// Kueue runs on the binary-runtime cluster as a process on loopback, like
+// the control plane. Its webhooks are not registered with the API server:
+// the API server could reach them only through a Service, and there is no
+// kube-proxy here. Gantry does what Kueue's webhooks would do for its
+// workloads (creates Jobs suspended, labels pods for Kueue's pod integration
+// and gates them). Kueue still serves webhooks on a loopback port and
+// manages its own certificates (internalCertManagement), because it insists
+// on both; the CRDs it converts carry its conversion webhook settings, which
+// the API server never calls as long as every client uses the stored
+// version, v1beta2.
+
+// KueueNamespace is where Kueue keeps its certificate Secret.
+const KueueNamespace = "kueue-system"
+
+// kueueConverted are the CRDs whose conversion webhook Kueue's certificate
+// manager must find (it waits until it has put its CA in each).
+var kueueConverted = map[string]bool{
+	"localqueues.kueue.x-k8s.io": true, "clusterqueues.kueue.x-k8s.io": true, "workloads.kueue.x-k8s.io": true,
+	"cohorts.kueue.x-k8s.io": true, "multikueueclusters.kueue.x-k8s.io": true,
+}
+
+// KueueTransformation is one of Kueue's resource transformations: each unit
+// of Input counts as Milli thousandths of Output in quota (Input replaced).
+type KueueTransformation struct {
+	Input, Output string
+	Milli         int64
+}
+
+// kueue is the running controller manager.
+type kueue struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error
+	mu   sync.Mutex
+	log  bytes.Buffer // its output, for errors
+}
+
+// BuildKueue builds (first time) or finds Kueue and returns its directory
+// (bin/kueue, crds/).
+func BuildKueue(ctx context.Context, root string, log io.Writer) (string, error) {
+	cmd := exec.CommandContext(ctx, "bash", filepath.Join(root, "deploy", "kueue", "build.sh"))
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	cmd.Stderr = log
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("build Kueue (deploy/kueue/build.sh): %w", err)
+	}
+	return strings.TrimSpace(out.String()), nil
+}
+
+// startKueue installs Kueue's CRDs and runs its controller manager against
+// the cluster until Stop, waiting until it manages ClusterQueues.
+func (c *Cluster) startKueue(ctx context.Context, o Options) error {
+	dir, err := BuildKueue(ctx, o.Root, o.Log)
+	if err != nil {
+		return err
+	}
+	if err := c.installKueueCRDs(ctx, filepath.Join(dir, "crds")); err != nil {
+		return fmt.Errorf("install Kueue's CRDs: %w", err)
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: KueueNamespace}}
+	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create namespace %s: %w", KueueNamespace, err)
+	}
+	// Kueue's certificate manager fills this Secret; it must exist.
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "kueue-webhook-server-cert", Namespace: KueueNamespace}}
+	if _, err := c.Client.CoreV1().Secrets(KueueNamespace).Create(ctx, secret, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create Kueue's certificate Secret: %w", err)
+	}
+	// Under clusters/<name>/ so that a test run's cleanup (which kills the
+	// processes of its clusters by path) ends Kueue too.
+	kdir := filepath.Join(c.workDir, "clusters", c.Name, "kueue")
+	if err := os.MkdirAll(filepath.Join(kdir, "certs"), 0o700); err != nil {
+		return err
+	}
+	// Kueue's webhook server needs a port of its own; a taken one makes it
+	// exit at once, and another is tried.
+	var lastErr error
+	for attempt := 0; attempt < 5; attempt++ {
+		port := 20000 + rand.IntN(20000)
+		cfg := filepath.Join(kdir, "config.yaml")
+		if err := os.WriteFile(cfg, kueueConfig(port, filepath.Join(kdir, "certs"), o.KueueTransformations), 0o600); err != nil {
+			return err
+		}
+		k, err := c.runKueue(filepath.Join(dir, "bin", "kueue"), cfg, filepath.Join(kdir, "kueue.log"))
+		if err != nil {
+			return err
+		}
+		go c.mountKueueCerts(k, filepath.Join(kdir, "certs"))
+		if lastErr = c.waitKueue(ctx, k); lastErr == nil {
+			c.kueue = k
+			return nil
+		}
+		k.stop()
+		if !strings.Contains(k.output(), "address already in use") {
+			break
+		}
+	}
+	return fmt.Errorf("start Kueue: %w", lastErr)
+}
+
+func (c *Cluster) runKueue(bin, cfg, logFile string) (*kueue, error) {
+	f, err := os.Create(logFile)
+	if err != nil {
+		return nil, err
+	}
+	k := &kueue{done: make(chan struct{})}
+	cmd := exec.Command(bin, "--config", cfg, "--feature-gates", "VisibilityOnDemand=false", "--zap-log-level", "info")
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+c.Kubeconfig)
+	w := io.MultiWriter(f, writerFunc(func(p []byte) (int, error) {
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		if k.log.Len() < 1<<20 {
+			k.log.Write(p)
+		}
+		return len(p), nil
+	}))
+	cmd.Stdout, cmd.Stderr = w, w
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("start Kueue: %w", err)
+	}
+	k.cmd = cmd
+	go func() {
+		k.err = cmd.Wait()
+		f.Close()
+		close(k.done)
+	}()
+	return k, nil
+}
+
+// mountKueueCerts does what the kubelet's Secret volume does for Kueue in a
+// pod: it writes the certificate Secret Kueue's certificate manager fills
+// into Kueue's certificate directory, and again when it changes, until Kueue
+// ends.
+func (c *Cluster) mountKueueCerts(k *kueue, dir string) {
+	var written string
+	for {
+		s, err := c.Client.CoreV1().Secrets(KueueNamespace).Get(context.Background(), "kueue-webhook-server-cert", metav1.GetOptions{})
+		if err == nil && len(s.Data["tls.crt"]) > 0 && len(s.Data["tls.key"]) > 0 {
+			if v := string(s.Data["tls.crt"]) + string(s.Data["tls.key"]) + string(s.Data["ca.crt"]); v != written {
+				ok := true
+				for name, data := range s.Data {
+					tmp := filepath.Join(dir, "."+name)
+					if os.WriteFile(tmp, data, 0o600) != nil || os.Rename(tmp, filepath.Join(dir, name)) != nil {
+						ok = false
+					}
+				}
+				if ok {
+					written = v
+				}
+			}
+		}
+		select {
+		case <-k.done:
+			return
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// output is the end of what Kueue printed.
+func (k *kueue) output() string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	s := k.log.String()
+	if len(s) > 2000 {
+		s = s[len(s)-2000:]
+	}
+	return s
+}
+
+// stop ends Kueue and waits for it.
+func (k *kueue) stop() {
+	if k == nil || k.cmd == nil || k.cmd.Process == nil {
+		return
+	}
+	syscall.Kill(-k.cmd.Process.Pid, syscall.SIGTERM)
+	select {
+	case <-k.done:
+	case <-time.After(10 * time.Second):
+		syscall.Kill(-k.cmd.Process.Pid, syscall.SIGKILL)
+		<-k.done
+	}
+}
+
+var (
+	clusterQueueResource = schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "clusterqueues"}
+)
+
+// waitKueue waits until Kueue marks a probe ClusterQueue active: its
+// controllers run and its caches are warm.
+func (c *Cluster) waitKueue(ctx context.Context, k *kueue) error {
+	dyn, err := dynamic.NewForConfig(c.Config())
+	if err != nil {
+		return err
+	}
+	probe := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
+		"metadata": map[string]any{"name": "gantry-kueue-probe"},
+		"spec":     map[string]any{"namespaceSelector": map[string]any{"matchLabels": map[string]any{"gantry.dev/kueue-probe": "none"}}},
+	}}
+	cqs := dyn.Resource(clusterQueueResource)
+	if _, err := cqs.Create(ctx, probe, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create the probe ClusterQueue: %w", err)
+	}
+	defer cqs.Delete(context.Background(), "gantry-kueue-probe", metav1.DeleteOptions{})
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	for {
+		if u, err := cqs.Get(ctx, "gantry-kueue-probe", metav1.GetOptions{}); err == nil && conditionTrue(u, "Active") {
+			return nil
+		}
+		select {
+		case <-k.done:
+			return fmt.Errorf("kueue exited (%v):\n%s", k.err, k.output())
+		case <-ctx.Done():
+			return fmt.Errorf("kueue did not activate a ClusterQueue within 2 minutes:\n%s", k.output())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func conditionTrue(u *unstructured.Unstructured, typ string) bool {
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, c := range conds {
+		m, _ := c.(map[string]any)
+		if m["type"] == typ && m["status"] == "True" {
+			return true
+		}
+	}
+	return false
+}
+
+// installKueueCRDs installs Kueue's CRDs from dir, giving those it converts
+// their conversion webhook settings (see the comment at the top).
+func (c *Cluster) installKueueCRDs(ctx context.Context, dir string) error {
+	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	if err != nil {
+		return err
+	}
+	if len(files) == 0 {
+		return errors.New("no CRDs in " + dir)
+	}
+	var docs []string
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		var crd map[string]any
+		if err := yaml.Unmarshal(data, &crd); err != nil {
+			return fmt.Errorf("%s: %w", f, err)
+		}
+		name, _, _ := unstructured.NestedString(crd, "metadata", "name")
+		if kueueConverted[name] {
+			unstructured.SetNestedField(crd, map[string]any{
+				"strategy": "Webhook",
+				"webhook": map[string]any{
+					"clientConfig": map[string]any{"service": map[string]any{
+						"namespace": KueueNamespace, "name": "kueue-webhook-service", "path": "/convert",
+					}},
+					"conversionReviewVersions": []any{"v1"},
+				},
+			}, "spec", "conversion")
+		}
+		out, err := yaml.Marshal(crd)
+		if err != nil {
+			return err
+		}
+		docs = append(docs, string(out))
+	}
+	return c.installCRDs(ctx, []byte(strings.Join(docs, "\n---\n")))
+}
+
+// kueueConfig is Kueue's configuration on the local cluster.
+func kueueConfig(port int, certDir string, tr []KueueTransformation) []byte {
+	var b strings.Builder
+	fmt.Fprintf(&b, `apiVersion: config.kueue.x-k8s.io/v1beta2
+kind: Configuration
+namespace: %s
+health:
+  healthProbeBindAddress: "0"
+metrics:
+  bindAddress: "0"
+webhook:
+  host: 127.0.0.1
+  port: %d
+  certDir: %s
+leaderElection:
+  leaderElect: false
+internalCertManagement:
+  enable: true
+  webhookServiceName: kueue-webhook-service
+  webhookSecretName: kueue-webhook-server-cert
+clientConnection:
+  qps: -1
+fairSharing:
+  preemptionStrategies: [LessThanOrEqualToFinalShare, LessThanInitialShare]
+integrations:
+  frameworks: ["batch/job", "pod"]
+  labelKeysToCopy: ["gantry.dev/workload-id", "app.kubernetes.io/managed-by", "gantry.dev/team"]
+managedJobsNamespaceSelector:
+  matchLabels:
+    app.kubernetes.io/managed-by: gantry
+resources:
+  excludeResourcePrefixes: ["cpu", "memory", "ephemeral-storage", "pods"]
+`, KueueNamespace, port, certDir)
+	if len(tr) > 0 {
+		b.WriteString("  transformations:\n")
+		for _, t := range tr {
+			fmt.Fprintf(&b, "  - input: %s\n    strategy: Replace\n    outputs:\n      %s: %d\n", t.Input, t.Output, t.Milli)
+		}
+	}
+	return []byte(b.String())
+}

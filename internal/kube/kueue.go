@@ -1,0 +1,255 @@
+package kube
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/quota"
+	"github.com/gantryhq/gantry/internal/render"
+	"github.com/gantryhq/gantry/internal/workload"
+)
+
+// AnnotationStopped marks a queued Job that Gantry stopped: Kueue owns the
+// Job's suspend field, so the stop is said on the Job and done by
+// deactivating its Kueue Workload.
+const AnnotationStopped = "gantry.dev/stopped"
+
+// Kueue's resources.
+var kueueResources = map[string]schema.GroupVersionResource{
+	"ResourceFlavor":        {Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "resourceflavors"},
+	"ClusterQueue":          {Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "clusterqueues"},
+	"LocalQueue":            {Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "localqueues"},
+	"WorkloadPriorityClass": {Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "workloadpriorityclasses"},
+	"Cohort":                {Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "cohorts"},
+}
+
+var kueueWorkloads = schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "workloads"}
+
+// applyKueue server-side applies one Kueue object.
+func (c *Cluster) applyKueue(ctx context.Context, o quota.Object) error {
+	u := &unstructured.Unstructured{Object: o}
+	gvr, ok := kueueResources[u.GetKind()]
+	if !ok {
+		return fmt.Errorf("kube: no Kueue resource known for %s", u.GetKind())
+	}
+	data, err := json.Marshal(u)
+	if err != nil {
+		return err
+	}
+	_, err = c.dyn.Resource(gvr).Namespace(u.GetNamespace()).Patch(ctx, u.GetName(), types.ApplyPatchType, data,
+		metav1.PatchOptions{FieldManager: FieldManager, Force: ptr(true)})
+	if err != nil {
+		return classify(err, u.GetKind(), u.GetName())
+	}
+	return nil
+}
+
+// SyncQuotas applies Kueue's cluster-wide objects (package quota's Objects)
+// and deletes the ClusterQueues, ResourceFlavors and WorkloadPriorityClasses
+// Gantry made that are no longer wanted (a team or class removed).
+func (c *Cluster) SyncQuotas(ctx context.Context, objs []quota.Object) error {
+	want := map[string]bool{}
+	for _, o := range objs {
+		if err := c.applyKueue(ctx, o); err != nil {
+			return err
+		}
+		u := unstructured.Unstructured{Object: o}
+		want[u.GetKind()+"/"+u.GetName()] = true
+	}
+	for _, kind := range []string{"ClusterQueue", "ResourceFlavor", "WorkloadPriorityClass"} {
+		list, err := c.dyn.Resource(kueueResources[kind]).List(ctx, metav1.ListOptions{LabelSelector: render.LabelManagedBy + "=" + render.ManagedBy})
+		if err != nil {
+			return classify(err, kind, "")
+		}
+		for _, u := range list.Items {
+			if !want[kind+"/"+u.GetName()] {
+				if err := c.dyn.Resource(kueueResources[kind]).Delete(ctx, u.GetName(), metav1.DeleteOptions{}); err != nil {
+					return classify(err, kind, u.GetName())
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// Teams are the teams that have a namespace Gantry applied on the cluster.
+func (c *Cluster) Teams(ctx context.Context) ([]string, error) {
+	list, err := c.core.CoreV1().Namespaces().List(ctx, metav1.ListOptions{LabelSelector: render.LabelManagedBy + "=" + render.ManagedBy, ResourceVersion: "0"})
+	if err != nil {
+		return nil, classify(err, "namespace", "")
+	}
+	var out []string
+	for _, ns := range list.Items {
+		if t := ns.Labels[render.LabelTeam]; t != "" {
+			out = append(out, t)
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// setJobActive stops or starts a queued Job: the annotation says it on the
+// Job, and its Kueue Workload is deactivated (Kueue suspends the Job and
+// releases its quota) or activated (it queues again).
+func (c *Cluster) setJobActive(ctx context.Context, o workload.ObjectRef, run bool) error {
+	gvr, _ := resourceOf("Job")
+	ann := map[string]any{AnnotationStopped: "true"}
+	if run {
+		ann = map[string]any{AnnotationStopped: nil}
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": ann}})
+	job, err := c.dyn.Resource(gvr).Namespace(o.Namespace).Patch(ctx, o.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+	if err != nil {
+		return classify(err, "Job", o.Name)
+	}
+	list, err := c.dyn.Resource(kueueWorkloads).Namespace(o.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "kueue.x-k8s.io/job-uid=" + string(job.GetUID())})
+	if err != nil {
+		return classify(err, "Kueue Workload", o.Name)
+	}
+	if len(list.Items) == 0 {
+		if !run {
+			// Kueue has not made its Workload yet: say so, and the
+			// lifecycle loop tries again.
+			return &fault.Unavailable{What: "Kueue", Err: fmt.Errorf("no Kueue Workload for Job %s/%s yet", o.Namespace, o.Name)}
+		}
+		return nil
+	}
+	active, _ := json.Marshal(map[string]any{"spec": map[string]any{"active": run}})
+	for _, w := range list.Items {
+		if _, err := c.dyn.Resource(kueueWorkloads).Namespace(o.Namespace).Patch(ctx, w.GetName(), types.MergePatchType, active, metav1.PatchOptions{FieldManager: FieldManager}); err != nil {
+			return classify(err, "Kueue Workload", w.GetName())
+		}
+	}
+	return nil
+}
+
+// queuedIn says whether a Kueue Workload waits for admission, and why.
+func queuedIn(u *unstructured.Unstructured) (waiting bool, reason string) {
+	if active, found, _ := unstructured.NestedBool(u.Object, "spec", "active"); found && !active {
+		return false, ""
+	}
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	reserved, finished := false, false
+	for _, c := range conds {
+		m, _ := c.(map[string]any)
+		switch m["type"] {
+		case "QuotaReserved":
+			if m["status"] == "True" {
+				reserved = true
+			} else if msg, _ := m["message"].(string); msg != "" {
+				reason = msg
+			}
+		case "Finished":
+			finished = m["status"] == "True"
+		case "Evicted", "Preempted":
+			if m["status"] == "True" {
+				if msg, _ := m["message"].(string); msg != "" {
+					reason = fmt.Sprint(m["type"], ": ", msg)
+				}
+			}
+		}
+	}
+	return !reserved && !finished, reason
+}
+
+// ownerKey indexes Kueue Workloads by the object they admit.
+func ownerKey(namespace, kind, name string) string { return namespace + "/" + kind + "/" + name }
+
+const byOwner = "owner"
+
+func kueueOwnerIndex(obj any) ([]string, error) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return nil, nil
+	}
+	var out []string
+	for _, r := range u.GetOwnerReferences() {
+		out = append(out, ownerKey(u.GetNamespace(), r.Kind, r.Name))
+	}
+	return out, nil
+}
+
+// queuePosition is a waiting Kueue Workload's place in its queue (1: next):
+// the workloads waiting in the same LocalQueue, by priority and then age,
+// as Kueue's BestEffortFIFO orders them.
+func queuePosition(all []any, w *unstructured.Unstructured) int {
+	queue, _, _ := unstructured.NestedString(w.Object, "spec", "queueName")
+	type entry struct {
+		prio    int64
+		created time.Time
+		name    string
+	}
+	key := func(u *unstructured.Unstructured) entry {
+		p, _, _ := unstructured.NestedInt64(u.Object, "spec", "priority")
+		return entry{p, queuedSince(u), u.GetName()}
+	}
+	var waiting []entry
+	for _, o := range all {
+		u, ok := o.(*unstructured.Unstructured)
+		if !ok || u.GetNamespace() != w.GetNamespace() {
+			continue
+		}
+		if q, _, _ := unstructured.NestedString(u.Object, "spec", "queueName"); q != queue {
+			continue
+		}
+		if ok, _ := queuedIn(u); ok {
+			waiting = append(waiting, key(u))
+		}
+	}
+	sort.Slice(waiting, func(i, j int) bool {
+		a, b := waiting[i], waiting[j]
+		if a.prio != b.prio {
+			return a.prio > b.prio
+		}
+		if !a.created.Equal(b.created) {
+			return a.created.Before(b.created)
+		}
+		return a.name < b.name
+	})
+	for i, e := range waiting {
+		if e.name == w.GetName() {
+			return i + 1
+		}
+	}
+	return 0
+}
+
+// queuedSince is when a Kueue Workload joined its queue as Kueue orders
+// it: when it was made, or when it was last evicted (a stopped Job started
+// again, a preempted one: its Evicted or Requeued condition) — Kueue's
+// default queueing timestamp.
+func queuedSince(u *unstructured.Unstructured) time.Time {
+	t := u.GetCreationTimestamp().Time
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, c := range conds {
+		m, _ := c.(map[string]any)
+		if (m["type"] == "Evicted" || m["type"] == "Requeued") && m["status"] == "True" {
+			if at, err := time.Parse(time.RFC3339, fmt.Sprint(m["lastTransitionTime"])); err == nil && at.After(t) {
+				t = at
+			}
+		}
+	}
+	return t
+}
+
+// kueueReason says why a workload waits, in Kueue's words, shortened.
+func kueueReason(reason string, position int) string {
+	reason = strings.TrimSpace(reason)
+	if reason == "" {
+		reason = "waiting for Kueue to admit it"
+	}
+	if position > 0 {
+		return fmt.Sprintf("position %d in its team's queue: %s", position, reason)
+	}
+	return reason
+}

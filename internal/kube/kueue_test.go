@@ -1,0 +1,184 @@
+package kube_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+
+	"github.com/gantryhq/gantry/internal/gpu"
+	"github.com/gantryhq/gantry/internal/kube"
+	"github.com/gantryhq/gantry/internal/quota"
+	"github.com/gantryhq/gantry/internal/template"
+	"github.com/gantryhq/gantry/internal/waitfor"
+	"github.com/gantryhq/gantry/internal/workload"
+)
+
+// queueTest is a Kueue-aware Cluster with its watcher running.
+type queueTest struct {
+	t *testing.T
+	k *kube.Cluster
+	w *kube.Watcher
+}
+
+func newQueueTest(t *testing.T, quotas map[string]quota.Quota) *queueTest {
+	t.Helper()
+	if cluster == nil {
+		t.Skip("no cluster")
+	}
+	k, err := kube.New(cluster.Config(), kube.Options{Kueue: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	classes, err := gpu.LoadFile("../../templates/gpu-classes.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := k.SyncQuotas(ctx, quota.Objects(classes, quotas, []quota.Priority{{Name: "low", Value: 1000}, {Name: "normal", Value: 10000}, {Name: "high", Value: 100000}})); err != nil {
+		t.Fatal(err)
+	}
+	for team := range quotas {
+		if err := k.EnsureNamespace(ctx, "gantry-"+team, team); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w, err := k.Watcher(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.OnChange(func(string) {}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); w.Shutdown() }) // informers stop with ctx
+	if !w.Run(ctx) {
+		t.Fatal("caches did not fill")
+	}
+	return &queueTest{t: t, k: k, w: w}
+}
+
+// launch applies a queued starter template whose pods run for an hour.
+func (q *queueTest) launch(name, id, team string, choice template.Choice) {
+	q.t.Helper()
+	objs := renderedWith(q.t, name, id, team, choice, true)
+	for _, o := range objs {
+		if j, ok := o.(*batchv1.Job); ok {
+			j.Spec.Template.Annotations["pod-complete.stage.kwok.x-k8s.io/delay"] = "1h"
+		}
+	}
+	if err := q.k.Apply(context.Background(), objs); err != nil {
+		q.t.Fatal(err)
+	}
+}
+
+// phases waits until the workloads are observed in these phases.
+func (q *queueTest) phases(want map[string]string) map[string]kube.Observation {
+	q.t.Helper()
+	got := map[string]kube.Observation{}
+	waitfor.Until(q.t, 90*time.Second, fmt.Sprintf("phases %v", want), func() error {
+		for id, phase := range want {
+			o, ok := q.w.Observe(id)
+			if !ok || o.Phase != phase {
+				return fmt.Errorf("%s: %q (%s), want %s", id, o.Phase, o.Reason, phase)
+			}
+			got[id] = o
+		}
+		return nil
+	})
+	return got
+}
+
+// TestKueueAdmitsUpToTheQuota: a team with 2 H100s runs two one-GPU jobs
+// and queues the third (Queued, position 1, with Kueue's reason); stopping a
+// running job frees its quota and the queued one runs; starting the stopped
+// one queues it again.
+func TestKueueAdmitsUpToTheQuota(t *testing.T) {
+	q := newQueueTest(t, map[string]quota.Quota{"qa": {GPUs: map[string]float64{"H100-80GB": 2}}})
+	h100 := template.Choice{Class: "H100-80GB", Count: 1}
+	q.launch("pytorch-train", "qa000001", "qa", h100)
+	q.launch("pytorch-train", "qa000002", "qa", h100)
+	q.phases(map[string]string{"qa000001": "Running", "qa000002": "Running"})
+	q.launch("pytorch-train", "qa000003", "qa", h100)
+	q.launch("pytorch-train", "qa000004", "qa", h100)
+	obs := q.phases(map[string]string{"qa000003": "Queued", "qa000004": "Queued"})
+	if o := obs["qa000003"]; o.Position != 1 || !strings.Contains(o.Reason, "position 1") || !strings.Contains(o.Reason, "insufficient unused quota") {
+		t.Errorf("the first queued: position %d, reason %q", o.Position, o.Reason)
+	}
+	if o := obs["qa000004"]; o.Position != 2 {
+		t.Errorf("the second queued: position %d, reason %q", o.Position, o.Reason)
+	}
+	ctx := context.Background()
+	ref := workload.ObjectRef{Namespace: "gantry-qa", Kind: "Job", Name: "pytorch-train-qa000001", WorkloadID: "qa000001"}
+	if err := q.k.SetRunning(ctx, ref, false); err != nil {
+		t.Fatal(err)
+	}
+	// Kueue's BestEffortFIFO lets either waiting job through first; the
+	// other is then next.
+	waitfor.Until(t, 90*time.Second, "one queued job to run in the freed quota", func() error {
+		o3, _ := q.w.Observe("qa000003")
+		o4, _ := q.w.Observe("qa000004")
+		if !(o3.Phase == "Running" && o4.Phase == "Queued" && o4.Position == 1 || o4.Phase == "Running" && o3.Phase == "Queued" && o3.Position == 1) {
+			return fmt.Errorf("qa000003 %s (%s), qa000004 %s (%s)", o3.Phase, o3.Reason, o4.Phase, o4.Reason)
+		}
+		return nil
+	})
+	managed, err := q.k.Managed(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range managed {
+		if m.WorkloadID == "qa000001" && m.Running {
+			t.Errorf("the stopped job is seen as running")
+		}
+		if (m.WorkloadID == "qa000003" || m.WorkloadID == "qa000004") && !m.Running {
+			t.Errorf("a queued job is seen as stopped (the lifecycle loop would start it)")
+		}
+	}
+	if err := q.k.SetRunning(ctx, ref, true); err != nil {
+		t.Fatal(err)
+	}
+	// Queued again, behind or (started within the same second as the other
+	// was queued: Kueue's timestamps are in seconds) level with the one
+	// already waiting: the two hold places 1 and 2.
+	o1 := q.phases(map[string]string{"qa000001": "Queued"})["qa000001"]
+	var other kube.Observation
+	for _, id := range []string{"qa000003", "qa000004"} {
+		if o, _ := q.w.Observe(id); o.Phase == "Queued" {
+			other = o
+		}
+	}
+	if o1.Position+other.Position != 3 || o1.Position*other.Position != 2 {
+		t.Errorf("started again at position %d, the other waiting at %d; want places 1 and 2", o1.Position, other.Position)
+	}
+}
+
+// TestKueueCountsMIGSlicesAsShares: a quota of one H100 holds two 3g.40gb
+// slices (half a GPU each) and queues a third.
+func TestKueueCountsMIGSlicesAsShares(t *testing.T) {
+	q := newQueueTest(t, map[string]quota.Quota{"qm": {GPUs: map[string]float64{"H100-80GB": 1}}})
+	mig := template.Choice{Class: "H100-80GB", MIGProfile: "3g.40gb", Count: 1, Params: map[string]any{"input": "prompts.jsonl"}}
+	for i := 1; i <= 3; i++ {
+		q.launch("batch-inference", fmt.Sprintf("qm00000%d", i), "qm", mig)
+	}
+	q.phases(map[string]string{"qm000001": "Running", "qm000002": "Running", "qm000003": "Queued"})
+}
+
+// TestKueueBorrowsInTheCohort: a team with one H100 borrows its cohort
+// partner's unused two; a team outside the cohort does not.
+func TestKueueBorrowsInTheCohort(t *testing.T) {
+	q := newQueueTest(t, map[string]quota.Quota{
+		"qb1":  {GPUs: map[string]float64{"L4": 1}, Cohort: "shared"},
+		"qb2":  {GPUs: map[string]float64{"L4": 2}, Cohort: "shared"},
+		"qsol": {GPUs: map[string]float64{"L4": 1}},
+	})
+	l4 := template.Choice{Class: "L4", Count: 1, Params: map[string]any{"input": "prompts.jsonl"}}
+	for i := 1; i <= 3; i++ {
+		q.launch("batch-inference", fmt.Sprintf("qb10000%d", i), "qb1", l4)
+	}
+	q.launch("batch-inference", "qs000001", "qsol", l4)
+	q.launch("batch-inference", "qs000002", "qsol", l4)
+	q.phases(map[string]string{"qb100001": "Running", "qb100002": "Running", "qb100003": "Running", "qs000001": "Running", "qs000002": "Queued"})
+}

@@ -1,0 +1,69 @@
+package kube
+
+import (
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+// kw is a Kueue Workload in namespace ns of LocalQueue gantry.
+func kw(name string, prio int64, created time.Time, active bool, conds ...map[string]any) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+		"metadata": map[string]any{"name": name, "namespace": "ns"},
+		"spec":     map[string]any{"queueName": "gantry", "priority": prio, "active": active},
+	}}
+	u.SetCreationTimestamp(metav1.NewTime(created))
+	var cs []any
+	for _, c := range conds {
+		cs = append(cs, c)
+	}
+	unstructured.SetNestedSlice(u.Object, cs, "status", "conditions")
+	return u
+}
+
+func cond(typ, status string, at time.Time, msg string) map[string]any {
+	return map[string]any{"type": typ, "status": status, "lastTransitionTime": at.UTC().Format(time.RFC3339), "message": msg}
+}
+
+// TestQueuePosition: the waiting Workloads of a queue, by priority, then by
+// when each joined (made, or evicted and requeued); admitted, finished and
+// deactivated ones do not wait.
+func TestQueuePosition(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	pending := cond("QuotaReserved", "False", t0, "couldn't assign flavors: insufficient unused quota")
+	all := []*unstructured.Unstructured{
+		kw("old", 10, t0, true, pending),
+		kw("new", 10, t0.Add(time.Minute), true, pending),
+		kw("urgent", 100, t0.Add(2*time.Minute), true, pending),
+		kw("requeued", 10, t0.Add(-time.Hour), true, pending, cond("Evicted", "True", t0.Add(3*time.Minute), "deactivated")),
+		kw("admitted", 10, t0.Add(-time.Hour), true, cond("QuotaReserved", "True", t0, "")),
+		kw("done", 10, t0.Add(-time.Hour), true, cond("Finished", "True", t0, "")),
+		kw("stopped", 10, t0.Add(-time.Hour), false, pending),
+	}
+	var objs []any
+	for _, u := range all {
+		objs = append(objs, u)
+	}
+	want := map[string]int{"urgent": 1, "old": 2, "new": 3, "requeued": 4, "admitted": 0, "done": 0, "stopped": 0}
+	for _, u := range all {
+		waiting, reason := queuedIn(u)
+		if waiting != (want[u.GetName()] > 0) {
+			t.Errorf("%s: waiting %v", u.GetName(), waiting)
+		}
+		if !waiting {
+			continue
+		}
+		if got := queuePosition(objs, u); got != want[u.GetName()] {
+			t.Errorf("%s: position %d, want %d", u.GetName(), got, want[u.GetName()])
+		}
+		if reason == "" {
+			t.Errorf("%s: no reason", u.GetName())
+		}
+	}
+	if got := kueueReason("insufficient unused quota", 2); got != "position 2 in its team's queue: insufficient unused quota" {
+		t.Errorf("reason %q", got)
+	}
+}

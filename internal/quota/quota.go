@@ -1,0 +1,252 @@
+// Package quota owns how Gantry's GPU quotas are expressed in Kueue, the
+// quota engine that admits workloads: a team's quota in the policy (GPUs per
+// class, a cohort to borrow in), the Kueue objects that carry it — one
+// ResourceFlavor per GPU class, a ClusterQueue per team, a LocalQueue in each
+// team namespace, a WorkloadPriorityClass per template priority — the
+// resource transformations that count a MIG slice as its share of a GPU, and
+// the names a rendered workload uses to enter its team's queue. It builds
+// objects as plain maps; applying them is package kube's.
+package quota
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/gpu"
+)
+
+// Kueue's API, and the names Gantry gives its objects.
+const (
+	APIVersion = "kueue.x-k8s.io/v1beta2"
+	// LocalQueue is the queue in every team namespace.
+	LocalQueue = "gantry"
+	// LabelQueueName puts a Job or pod in a LocalQueue.
+	LabelQueueName = "kueue.x-k8s.io/queue-name"
+	// LabelPriorityClass names a workload's WorkloadPriorityClass.
+	LabelPriorityClass = "kueue.x-k8s.io/priority-class"
+	// LabelManagedPod and GatePodAdmission are what Kueue's pod webhook
+	// would add to a pod it manages: the pod waits at the gate until Kueue
+	// admits it.
+	LabelManagedPod  = "kueue.x-k8s.io/managed"
+	GatePodAdmission = "kueue.x-k8s.io/admission"
+	// TaintGPUClass marks a class's ResourceFlavor: only workloads that
+	// tolerate it (those rendered for the class) are assigned that flavor.
+	// No node carries it; a toleration of a taint no node has is inert.
+	TaintGPUClass = "gantry.dev/gpu-class"
+	// GPUMilli is the resource quotas count, in thousandths of a GPU: a
+	// whole GPU (nvidia.com/gpu) and each MIG slice are transformed into it
+	// (Kueue counts extended resources in whole units, so a share must be a
+	// whole number of something).
+	GPUMilli = "gantry.dev/gpu-milli"
+	// wholeGPU is the device plugin's resource for a whole GPU, and
+	// passthroughGPU a whole GPU passed to a confidential (Kata) pod.
+	wholeGPU       = "nvidia.com/gpu"
+	passthroughGPU = "nvidia.com/pgpu"
+	// labelManagedBy and managedBy mark the objects Gantry owns (the same
+	// pair package render puts on workloads).
+	labelManagedBy = "app.kubernetes.io/managed-by"
+	managedBy      = "gantry"
+)
+
+// Quota is a team's share of the cluster's GPUs, as the policy declares it.
+type Quota struct {
+	// GPUs per GPU class (whole GPUs; a MIG slice counts as its share, so
+	// 0.5 holds one 3g.40gb slice); "*" is every class not listed. A class
+	// not listed, without "*", has none.
+	GPUs map[string]float64 `json:"gpus,omitempty"`
+	// Cohort: teams naming the same cohort lend each other the quota they
+	// leave unused, and borrow it (up to BorrowingLimit), with fair sharing.
+	Cohort string `json:"cohort,omitempty"`
+	// BorrowingLimit caps, per class, how many GPUs beyond its own quota the
+	// team may borrow in its cohort (unset: no cap).
+	BorrowingLimit map[string]float64 `json:"borrowingLimit,omitempty"`
+}
+
+// Validate checks q (at path, e.g. "teams.vision.quota") against the GPU
+// classes (nil: class names unchecked).
+func (q Quota) Validate(path string, classes *gpu.Catalog, errs *fault.List) {
+	check := func(field string, m map[string]float64) {
+		for _, class := range sortedKeys(m) {
+			v := m[class]
+			p := fmt.Sprintf("%s.%s.%s", path, field, class)
+			if classes != nil && class != "*" {
+				if _, ok := classes.Get(class); !ok {
+					errs.Addf(p, "unknown GPU class %q (classes: %s)", class, strings.Join(classes.Names(), ", "))
+				}
+			}
+			if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) || v > 1e6 {
+				errs.Addf(p, "%v GPUs: must be a number from 0 to 1000000", v)
+			}
+		}
+	}
+	check("gpus", q.GPUs)
+	check("borrowingLimit", q.BorrowingLimit)
+	if q.Cohort != "" && !dnsLabel(q.Cohort) {
+		errs.Addf(path+".cohort", "%q must be a lowercase DNS label", q.Cohort)
+	}
+	if len(q.BorrowingLimit) > 0 && q.Cohort == "" {
+		errs.Addf(path+".borrowingLimit", "borrowing needs a cohort to borrow from")
+	}
+}
+
+func dnsLabel(s string) bool {
+	if s == "" || len(s) > 63 || s[0] == '-' || s[len(s)-1] == '-' {
+		return false
+	}
+	return strings.Trim(s, "abcdefghijklmnopqrstuvwxyz0123456789-") == ""
+}
+
+// Flavor names a GPU class's ResourceFlavor.
+func Flavor(class string) string { return "gantry-" + strings.ToLower(class) }
+
+// ClusterQueue names a team's ClusterQueue.
+func ClusterQueue(team string) string { return "gantry-" + team }
+
+// Cohort names a policy cohort's Kueue Cohort.
+func Cohort(name string) string { return "gantry-" + name }
+
+// Object is a Kueue object as a plain map, ready to apply.
+type Object = map[string]any
+
+// Priority is a template priority and its value.
+type Priority struct {
+	Name  string
+	Value int64
+}
+
+// Objects are the cluster-wide Kueue objects for the classes, the teams'
+// quotas and the priorities: the ResourceFlavors, one ClusterQueue per team
+// (covering every class, the classes it has no quota for at zero) and the
+// WorkloadPriorityClasses. Teams come sorted; the result is deterministic.
+func Objects(classes *gpu.Catalog, teams map[string]Quota, priorities []Priority) []Object {
+	var out []Object
+	names := classes.Names()
+	for _, c := range names {
+		out = append(out, Object{
+			"apiVersion": APIVersion, "kind": "ResourceFlavor",
+			"metadata": meta(Flavor(c), nil),
+			"spec": map[string]any{
+				"nodeTaints": []any{map[string]any{"key": TaintGPUClass, "value": c, "effect": "NoSchedule"}},
+			},
+		})
+	}
+	for _, p := range priorities {
+		out = append(out, Object{
+			"apiVersion": APIVersion, "kind": "WorkloadPriorityClass",
+			"metadata": meta(PriorityClass(p.Name), nil),
+			"value":    p.Value,
+		})
+	}
+	for _, t := range sortedKeys(teams) {
+		out = append(out, ClusterQueueObject(classes, t, teams[t]))
+	}
+	return out
+}
+
+// PriorityClass names a template priority's WorkloadPriorityClass.
+func PriorityClass(priority string) string { return "gantry-" + priority }
+
+// ClusterQueueObject is a team's ClusterQueue: nominal quota per class
+// flavor, in its cohort when it has one, admitting only from the team's
+// namespaces.
+func ClusterQueueObject(classes *gpu.Catalog, team string, q Quota) Object {
+	var flavors []any
+	for _, c := range classes.Names() {
+		r := map[string]any{"name": GPUMilli, "nominalQuota": quantity(q.For(c))}
+		if l, ok := lookup(q.BorrowingLimit, c); ok && q.Cohort != "" {
+			r["borrowingLimit"] = quantity(l)
+		}
+		flavors = append(flavors, map[string]any{"name": Flavor(c), "resources": []any{r}})
+	}
+	spec := map[string]any{
+		"namespaceSelector": map[string]any{"matchLabels": map[string]any{"gantry.dev/team": team, labelManagedBy: managedBy}},
+		"queueingStrategy":  "BestEffortFIFO",
+		"resourceGroups":    []any{map[string]any{"coveredResources": []any{GPUMilli}, "flavors": flavors}},
+		"preemption": map[string]any{
+			"withinClusterQueue":  "LowerPriority",
+			"reclaimWithinCohort": "Any",
+		},
+	}
+	if q.Cohort != "" {
+		spec["cohortName"] = Cohort(q.Cohort)
+	}
+	return Object{"apiVersion": APIVersion, "kind": "ClusterQueue", "metadata": meta(ClusterQueue(team), map[string]any{"gantry.dev/team": team}), "spec": spec}
+}
+
+// For is the team's quota of class c, in GPUs.
+func (q Quota) For(c string) float64 {
+	v, _ := lookup(q.GPUs, c)
+	return v
+}
+
+// lookup reads class c from a per-class map, "*" standing for the classes
+// not listed.
+func lookup(m map[string]float64, c string) (float64, bool) {
+	if v, ok := m[c]; ok {
+		return v, true
+	}
+	v, ok := m["*"]
+	return v, ok
+}
+
+// LocalQueueObject is the queue in a team's namespace.
+func LocalQueueObject(namespace, team string) Object {
+	return Object{
+		"apiVersion": APIVersion, "kind": "LocalQueue",
+		"metadata": map[string]any{"name": LocalQueue, "namespace": namespace, "labels": map[string]any{labelManagedBy: managedBy, "gantry.dev/team": team}},
+		"spec":     map[string]any{"clusterQueue": ClusterQueue(team)},
+	}
+}
+
+func meta(name string, labels map[string]any) map[string]any {
+	l := map[string]any{labelManagedBy: managedBy}
+	for k, v := range labels {
+		l[k] = v
+	}
+	return map[string]any{"name": name, "labels": l}
+}
+
+// quantity writes GPUs in thousandths (GPUMilli).
+func quantity(v float64) string { return fmt.Sprint(int64(math.Round(v * 1000))) }
+
+// Transformation is one of Kueue's resource transformations: each unit of
+// Input (a whole GPU or a MIG slice) counts as Milli of GPUMilli.
+type Transformation struct {
+	Input string
+	Milli int64
+}
+
+// Transformations count a whole GPU (passed through or not) as 1000 and each MIG profile as its
+// share of a GPU,
+// max(compute/7, memory/8), in thousandths rounded up. A profile name that
+// several classes cut differently (1g.10gb is an eighth of an A100-80GB's
+// memory and a quarter of an A100-40GB's) counts at its largest share: Kueue
+// transforms by resource name, which does not say the class.
+func Transformations(classes *gpu.Catalog) []Transformation {
+	share := map[string]int64{wholeGPU: 1000, passthroughGPU: 1000}
+	for _, name := range classes.Names() {
+		c, _ := classes.Get(name)
+		for _, p := range c.MIG {
+			m := int64(math.Ceil(1000 * math.Max(p.ComputeShare(), p.MemoryShare())))
+			share[p.Resource()] = max(share[p.Resource()], m)
+		}
+	}
+	var out []Transformation
+	for _, r := range sortedKeys(share) {
+		out = append(out, Transformation{Input: r, Milli: share[r]})
+	}
+	return out
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return slices.Clip(keys)
+}

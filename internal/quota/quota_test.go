@@ -1,0 +1,125 @@
+package quota
+
+import (
+	"testing"
+
+	"github.com/gantryhq/gantry/internal/gpu"
+)
+
+func classes(t *testing.T) *gpu.Catalog {
+	t.Helper()
+	c, err := gpu.LoadFile("../../templates/gpu-classes.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TestTransformations: a MIG slice counts as max(compute/7, memory/8) of a
+// GPU, in thousandths rounded up; a name two classes cut differently at its
+// larger share.
+func TestTransformations(t *testing.T) {
+	got := map[string]int64{}
+	for _, tr := range Transformations(classes(t)) {
+		got[tr.Input] = tr.Milli
+	}
+	for in, want := range map[string]int64{
+		"nvidia.com/mig-3g.40gb": 500, // 3/7 of the SMs, 4/8 of the memory
+		"nvidia.com/mig-1g.20gb": 250,
+		"nvidia.com/mig-2g.20gb": 286,
+		"nvidia.com/mig-7g.80gb": 1000,
+		"nvidia.com/mig-1g.5gb":  143,
+		"nvidia.com/mig-1g.10gb": 250, // 1/8 of an H100's memory, 2/8 of an A100-40GB's
+		"nvidia.com/gpu":         1000,
+		"nvidia.com/pgpu":        1000, // a whole GPU passed to a confidential pod
+	} {
+		if got[in] != want {
+			t.Errorf("%s: %d thousandths, want %d", in, got[in], want)
+		}
+	}
+}
+
+// TestClusterQueue: nominal quota per class flavor ("*" for the rest, none
+// without it), borrowing only in a cohort, admission only from the team's
+// namespaces.
+func TestClusterQueue(t *testing.T) {
+	c := classes(t)
+	quotas := func(o Object) map[string]map[string]any {
+		out := map[string]map[string]any{}
+		rg := o["spec"].(map[string]any)["resourceGroups"].([]any)[0].(map[string]any)
+		for _, f := range rg["flavors"].([]any) {
+			fm := f.(map[string]any)
+			out[fm["name"].(string)] = fm["resources"].([]any)[0].(map[string]any)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name   string
+		q      Quota
+		want   map[string]string // flavor → nominal quota
+		borrow map[string]string
+		cohort string
+	}{
+		{"listed", Quota{GPUs: map[string]float64{"H100-80GB": 8, "L4": 0.5}},
+			map[string]string{"gantry-h100-80gb": "8000", "gantry-l4": "500", "gantry-a100-80gb": "0"}, nil, ""},
+		{"default", Quota{GPUs: map[string]float64{"*": 4, "H100-80GB": 2}, Cohort: "research", BorrowingLimit: map[string]float64{"H100-80GB": 1}},
+			map[string]string{"gantry-h100-80gb": "2000", "gantry-l4": "4000"}, map[string]string{"gantry-h100-80gb": "1000"}, "gantry-research"},
+		{"none", Quota{}, map[string]string{"gantry-h100-80gb": "0"}, nil, ""},
+		{"borrowing without a cohort is dropped", Quota{GPUs: map[string]float64{"L4": 1}, BorrowingLimit: map[string]float64{"L4": 1}},
+			map[string]string{"gantry-l4": "1000"}, nil, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := ClusterQueueObject(c, "vision", tc.q)
+			got := quotas(o)
+			if len(got) != len(c.Names()) {
+				t.Errorf("%d flavors, want one per class (%d)", len(got), len(c.Names()))
+			}
+			for f, want := range tc.want {
+				if got[f]["nominalQuota"] != want {
+					t.Errorf("%s: nominal %v, want %s", f, got[f]["nominalQuota"], want)
+				}
+			}
+			for f, r := range got {
+				b, has := r["borrowingLimit"]
+				if want, ok := tc.borrow[f]; ok != has || ok && b != want {
+					t.Errorf("%s: borrowing limit %v, want %q", f, b, tc.borrow[f])
+				}
+			}
+			spec := o["spec"].(map[string]any)
+			if got, _ := spec["cohortName"].(string); got != tc.cohort {
+				t.Errorf("cohort %q, want %q", got, tc.cohort)
+			}
+			sel := spec["namespaceSelector"].(map[string]any)["matchLabels"].(map[string]any)
+			if sel["gantry.dev/team"] != "vision" {
+				t.Errorf("namespace selector %v", sel)
+			}
+		})
+	}
+}
+
+// TestObjects: one flavor per class tainted with the class, a priority
+// class per priority, a queue per team, in a stable order.
+func TestObjects(t *testing.T) {
+	c := classes(t)
+	objs := Objects(c, map[string]Quota{"nlp": {}, "vision": {}}, []Priority{{"low", 1000}})
+	kinds := map[string]int{}
+	var queues []string
+	for _, o := range objs {
+		kinds[o["kind"].(string)]++
+		if o["kind"] == "ClusterQueue" {
+			queues = append(queues, o["metadata"].(map[string]any)["name"].(string))
+		}
+		if o["kind"] == "ResourceFlavor" {
+			taint := o["spec"].(map[string]any)["nodeTaints"].([]any)[0].(map[string]any)
+			if taint["key"] != TaintGPUClass || taint["effect"] != "NoSchedule" {
+				t.Errorf("flavor taint %v", taint)
+			}
+		}
+	}
+	if kinds["ResourceFlavor"] != len(c.Names()) || kinds["WorkloadPriorityClass"] != 1 || kinds["ClusterQueue"] != 2 {
+		t.Errorf("objects: %v", kinds)
+	}
+	if len(queues) != 2 || queues[0] != "gantry-nlp" || queues[1] != "gantry-vision" {
+		t.Errorf("queues %v", queues)
+	}
+}

@@ -134,8 +134,9 @@ func TestRouteRoleMatrix(t *testing.T) {
 		"GET /api/v1/workloads/{id}":           {"GET", "/api/v1/workloads/" + wid, nil, visionReaders},
 		"GET /api/v1/workloads/{id}/events":    {"GET", "/api/v1/workloads/" + wid + "/events", nil, visionReaders},
 		// No cluster here: whoever may read the workload learns it has no log.
-		"GET /api/v1/workloads/{id}/logs":  {"GET", "/api/v1/workloads/" + wid + "/logs", nil, map[string]int{A: 409, P: 409, T: 409, M: 409, V: 409, N: 403, X: 404}},
-		"POST /api/v1/workloads/{id}/stop": {"POST", "/api/v1/workloads/{stop}/stop", nil, map[string]int{A: 200, P: 403, T: 200, M: 403, V: 403, N: 403, X: 404}},
+		"GET /api/v1/workloads/{id}/logs":       {"GET", "/api/v1/workloads/" + wid + "/logs", nil, map[string]int{A: 409, P: 409, T: 409, M: 409, V: 409, N: 403, X: 404}},
+		"POST /api/v1/workloads/{id}/stop":      {"POST", "/api/v1/workloads/{stop}/stop", nil, map[string]int{A: 200, P: 403, T: 200, M: 403, V: 403, N: 403, X: 404}},
+		"POST /api/v1/workloads/{id}/keepalive": {"POST", "/api/v1/workloads/" + wid + "/keepalive", nil, map[string]int{A: 200, P: 403, T: 200, M: 403, V: 403, N: 403, X: 404}},
 		// Every kind starts again; the admin's service is running, so starting it changes nothing.
 		"POST /api/v1/workloads/{id}/start":  {"POST", "/api/v1/workloads/" + wid + "/start", nil, map[string]int{A: 200, P: 403, T: 200, M: 403, V: 403, N: 403, X: 404}},
 		"DELETE /api/v1/workloads/{id}":      {"DELETE", "/api/v1/workloads/{delete}", nil, map[string]int{A: 204, P: 403, T: 204, M: 403, V: 403, N: 403, X: 404}},

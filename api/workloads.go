@@ -37,6 +37,14 @@ func (s *server) StopWorkload(ctx context.Context, req gen.StopWorkloadRequestOb
 	return gen.StopWorkload200JSONResponse(workloadOut(w)), nil
 }
 
+func (s *server) KeepWorkloadAlive(ctx context.Context, req gen.KeepWorkloadAliveRequestObject) (gen.KeepWorkloadAliveResponseObject, error) {
+	w, err := s.o.Workloads.KeepAlive(ctx, req.Id)
+	if err != nil {
+		return nil, err
+	}
+	return gen.KeepWorkloadAlive200JSONResponse(workloadOut(w)), nil
+}
+
 func (s *server) StartWorkload(ctx context.Context, req gen.StartWorkloadRequestObject) (gen.StartWorkloadResponseObject, error) {
 	w, err := s.o.Workloads.Start(ctx, req.Id)
 	if err != nil {

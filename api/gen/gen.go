@@ -1651,6 +1651,9 @@ type ServerInterface interface {
 	// ListWorkloadEvents Workload events
 	// (GET /api/v1/workloads/{id}/events)
 	ListWorkloadEvents(ctx echo.Context, id WorkloadID) error
+	// KeepWorkloadAlive Keep a workload from being stopped as idle
+	// (POST /api/v1/workloads/{id}/keepalive)
+	KeepWorkloadAlive(ctx echo.Context, id WorkloadID) error
 	// GetWorkloadLogs Workload logs
 	// (GET /api/v1/workloads/{id}/logs)
 	GetWorkloadLogs(ctx echo.Context, id WorkloadID, params GetWorkloadLogsParams) error
@@ -2272,6 +2275,22 @@ func (w *ServerInterfaceWrapper) ListWorkloadEvents(ctx echo.Context) error {
 	return err
 }
 
+// KeepWorkloadAlive converts echo context to params.
+func (w *ServerInterfaceWrapper) KeepWorkloadAlive(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "id" -------------
+	var id WorkloadID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", ctx.Param("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter id: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.KeepWorkloadAlive(ctx, id)
+	return err
+}
+
 // GetWorkloadLogs converts echo context to params.
 func (w *ServerInterfaceWrapper) GetWorkloadLogs(ctx echo.Context) error {
 	var err error
@@ -2484,6 +2503,7 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.DELETE(options.BaseURL+"/api/v1/workloads/:id", wrapper.DeleteWorkload, options.OperationMiddlewares["deleteWorkload"]...)
 	router.GET(options.BaseURL+"/api/v1/workloads/:id", wrapper.GetWorkload, options.OperationMiddlewares["getWorkload"]...)
 	router.POST(options.BaseURL+"/api/v1/workloads/:id/stop", wrapper.StopWorkload, options.OperationMiddlewares["stopWorkload"]...)
+	router.POST(options.BaseURL+"/api/v1/workloads/:id/keepalive", wrapper.KeepWorkloadAlive, options.OperationMiddlewares["keepWorkloadAlive"]...)
 	router.POST(options.BaseURL+"/api/v1/workloads/:id/start", wrapper.StartWorkload, options.OperationMiddlewares["startWorkload"]...)
 	router.GET(options.BaseURL+"/api/v1/workloads/:id/events", wrapper.ListWorkloadEvents, options.OperationMiddlewares["listWorkloadEvents"]...)
 	router.GET(options.BaseURL+"/api/v1/workloads/:id/logs", wrapper.GetWorkloadLogs, options.OperationMiddlewares["getWorkloadLogs"]...)
@@ -3870,6 +3890,45 @@ func (response ListWorkloadEventsdefaultApplicationProblemPlusJSONResponse) Visi
 	return err
 }
 
+type KeepWorkloadAliveRequestObject struct {
+	Id WorkloadID `json:"id"`
+}
+
+type KeepWorkloadAliveResponseObject interface {
+	VisitKeepWorkloadAliveResponse(w http.ResponseWriter) error
+}
+
+type KeepWorkloadAlive200JSONResponse Workload
+
+func (response KeepWorkloadAlive200JSONResponse) VisitKeepWorkloadAliveResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type KeepWorkloadAlivedefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response KeepWorkloadAlivedefaultApplicationProblemPlusJSONResponse) VisitKeepWorkloadAliveResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetWorkloadLogsRequestObject struct {
 	Id     WorkloadID `json:"id"`
 	Params GetWorkloadLogsParams
@@ -4253,6 +4312,9 @@ type StrictServerInterface interface {
 	// ListWorkloadEvents Workload events
 	// (GET /api/v1/workloads/{id}/events)
 	ListWorkloadEvents(ctx context.Context, request ListWorkloadEventsRequestObject) (ListWorkloadEventsResponseObject, error)
+	// KeepWorkloadAlive Keep a workload from being stopped as idle
+	// (POST /api/v1/workloads/{id}/keepalive)
+	KeepWorkloadAlive(ctx context.Context, request KeepWorkloadAliveRequestObject) (KeepWorkloadAliveResponseObject, error)
 	// GetWorkloadLogs Workload logs
 	// (GET /api/v1/workloads/{id}/logs)
 	GetWorkloadLogs(ctx context.Context, request GetWorkloadLogsRequestObject) (GetWorkloadLogsResponseObject, error)
@@ -5353,6 +5415,31 @@ func (sh *strictHandler) ListWorkloadEvents(ctx echo.Context, id WorkloadID) err
 		return err
 	} else if validResponse, ok := response.(ListWorkloadEventsResponseObject); ok {
 		return validResponse.VisitListWorkloadEventsResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// KeepWorkloadAlive operation middleware
+func (sh *strictHandler) KeepWorkloadAlive(ctx echo.Context, id WorkloadID) error {
+	var request KeepWorkloadAliveRequestObject
+
+	request.Id = id
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.KeepWorkloadAlive(ctx.Request().Context(), request.(KeepWorkloadAliveRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "KeepWorkloadAlive")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(KeepWorkloadAliveResponseObject); ok {
+		return validResponse.VisitKeepWorkloadAliveResponse(ctx.Response())
 	} else if response != nil {
 		return fmt.Errorf("unexpected response type: %T", response)
 	}

@@ -112,12 +112,19 @@ func (c *Cluster) startKueue(ctx context.Context, o Options) error {
 		if err != nil {
 			return err
 		}
-		go c.mountKueueCerts(k, filepath.Join(kdir, "certs"))
-		if lastErr = c.waitKueue(ctx, k); lastErr == nil {
+		mounted := make(chan struct{})
+		go func() { defer close(mounted); c.mountKueueCerts(k, filepath.Join(kdir, "certs")) }()
+		lastErr = c.waitKueue(ctx, k)
+		if lastErr == nil {
+			// Kueue starts only once its certificates are mounted, so the
+			// mount is done: nothing of the cluster's keeps running in the
+			// background (client-go logs through process-wide state).
+			<-mounted
 			c.kueue = k
 			return nil
 		}
 		k.stop()
+		<-mounted
 		if !strings.Contains(k.output(), "address already in use") {
 			break
 		}
@@ -157,12 +164,13 @@ func (c *Cluster) runKueue(bin, cfg, logFile string) (*kueue, error) {
 }
 
 // mountKueueCerts does what the kubelet's Secret volume does for Kueue in a
-// pod: it writes the certificate Secret Kueue's certificate manager fills
-// into Kueue's certificate directory, and again when it changes, until Kueue
-// ends.
+// pod: once Kueue's certificate manager has filled the certificate Secret,
+// it writes it into Kueue's certificate directory, and returns (or when
+// Kueue ends first). The certificates outlive any local cluster (Kueue's
+// are valid for years), so they are not followed after.
 func (c *Cluster) mountKueueCerts(k *kueue, dir string) {
 	var written string
-	for {
+	for written == "" {
 		s, err := c.Client.CoreV1().Secrets(KueueNamespace).Get(context.Background(), "kueue-webhook-server-cert", metav1.GetOptions{})
 		if err == nil && len(s.Data["tls.crt"]) > 0 && len(s.Data["tls.key"]) > 0 {
 			if v := string(s.Data["tls.crt"]) + string(s.Data["tls.key"]) + string(s.Data["ca.crt"]); v != written {
@@ -177,6 +185,9 @@ func (c *Cluster) mountKueueCerts(k *kueue, dir string) {
 					written = v
 				}
 			}
+		}
+		if written != "" {
+			return
 		}
 		select {
 		case <-k.done:

@@ -140,24 +140,30 @@ func queuedIn(u *unstructured.Unstructured) (waiting bool, reason string) {
 	}
 	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
 	reserved, finished := false, false
+	var why, preempted string
 	for _, c := range conds {
 		m, _ := c.(map[string]any)
+		msg, _ := m["message"].(string)
 		switch m["type"] {
 		case "QuotaReserved":
 			if m["status"] == "True" {
 				reserved = true
-			} else if msg, _ := m["message"].(string); msg != "" {
-				reason = msg
+			} else {
+				why = msg
 			}
 		case "Finished":
 			finished = m["status"] == "True"
-		case "Evicted", "Preempted":
-			if m["status"] == "True" {
-				if msg, _ := m["message"].(string); msg != "" {
-					reason = fmt.Sprint(m["type"], ": ", msg)
-				}
+		case "Preempted":
+			// Preemption is said as such: it is why the workload waits
+			// again, not a failure.
+			if m["status"] == "True" && msg != "" {
+				preempted = "preempted by Kueue: " + msg
 			}
 		}
+	}
+	reason = why
+	if preempted != "" {
+		reason = strings.TrimSuffix(preempted+"; "+why, "; ")
 	}
 	return !reserved && !finished, reason
 }

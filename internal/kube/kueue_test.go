@@ -182,3 +182,18 @@ func TestKueueBorrowsInTheCohort(t *testing.T) {
 	q.launch("batch-inference", "qs000002", "qsol", l4)
 	q.phases(map[string]string{"qb100001": "Running", "qb100002": "Running", "qb100003": "Running", "qs000001": "Running", "qs000002": "Queued"})
 }
+
+// TestKueuePreemptionIsQueuedNotFailed: a higher-priority job takes the quota
+// of a running lower-priority one; Kueue preempts it, and it is reported
+// Queued with the preemption as its reason — not Failed.
+func TestKueuePreemptionIsQueuedNotFailed(t *testing.T) {
+	q := newQueueTest(t, map[string]quota.Quota{"qp": {GPUs: map[string]float64{"H100-80GB": 1}}})
+	// batch-inference runs at priority low, pytorch-train at normal.
+	q.launch("batch-inference", "qp000001", "qp", template.Choice{Class: "H100-80GB", Count: 1, Params: map[string]any{"input": "prompts.jsonl"}})
+	q.phases(map[string]string{"qp000001": "Running"})
+	q.launch("pytorch-train", "qp000002", "qp", template.Choice{Class: "H100-80GB", Count: 1})
+	o := q.phases(map[string]string{"qp000002": "Running", "qp000001": "Queued"})["qp000001"]
+	if !strings.Contains(o.Reason, "Preempted") && !strings.Contains(o.Reason, "preempted") {
+		t.Errorf("the preempted job's reason %q does not say it was preempted", o.Reason)
+	}
+}

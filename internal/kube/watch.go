@@ -106,14 +106,7 @@ func (w *Watcher) OnChange(changed func(workloadID string)) error {
 	if w.queued != nil {
 		// A Kueue Workload speaks for the Job or pod it admits: the change
 		// is that object's workload's.
-		k := func(obj any) {
-			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = d.Obj
-			}
-			u, ok := obj.(*unstructured.Unstructured)
-			if !ok {
-				return
-			}
+		owner := func(u *unstructured.Unstructured) {
 			for _, r := range u.GetOwnerReferences() {
 				inf := map[string]cache.SharedIndexInformer{"Job": w.jobs, "Pod": w.pods}[r.Kind]
 				if inf == nil {
@@ -122,6 +115,25 @@ func (w *Watcher) OnChange(changed func(workloadID string)) error {
 				if o, exists, _ := inf.GetIndexer().GetByKey(u.GetNamespace() + "/" + r.Name); exists {
 					if ids, _ := workloadIndex(o); len(ids) == 1 {
 						changed(ids[0])
+					}
+				}
+			}
+		}
+		k := func(obj any) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			u, ok := obj.(*unstructured.Unstructured)
+			if !ok {
+				return
+			}
+			owner(u)
+			// One workload admitted, queued or gone moves the others
+			// waiting in its namespace's queue: their positions change.
+			for _, o := range w.queued.GetStore().List() {
+				if v, ok := o.(*unstructured.Unstructured); ok && v.GetNamespace() == u.GetNamespace() && v.GetName() != u.GetName() {
+					if waiting, _ := queuedIn(v); waiting {
+						owner(v)
 					}
 				}
 			}

@@ -42,6 +42,7 @@ import (
 	"github.com/gantryhq/gantry/internal/catalog"
 	"github.com/gantryhq/gantry/internal/config"
 	"github.com/gantryhq/gantry/internal/controller"
+	"github.com/gantryhq/gantry/internal/cull"
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/identity"
@@ -538,9 +539,20 @@ func (s *Server) lead(ctx context.Context, c *kube.Cluster) error {
 	if err != nil {
 		return err
 	}
+	culler, err := cull.New(cull.Options{Store: s.Store, Templates: s.Catalog, Stopper: s.Workloads, Log: s.Log, Now: s.clock.Now})
+	if err != nil {
+		return err
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return ctl.Run(gctx) })
 	g.Go(func() error { return s.every(gctx, s.Config.Reconcile(), s.lifecycle) })
+	g.Go(func() error {
+		return s.every(gctx, s.Config.Reconcile(), func(ctx context.Context) {
+			if _, err := culler.Run(ctx); err != nil && ctx.Err() == nil {
+				s.Log.Warn("idle culling", "err", err)
+			}
+		})
+	})
 	if s.Config.Quota.Kueue {
 		g.Go(func() error { return s.every(gctx, s.Config.Reconcile(), s.syncQuotas(c)) })
 	}

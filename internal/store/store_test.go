@@ -97,6 +97,7 @@ func TestConformance(t *testing.T) {
 			t.Run("audit checkpoints", func(t *testing.T) { testAuditCheckpoints(t, open(t)) })
 			t.Run("logins and sessions", func(t *testing.T) { testSessions(t, open(t)) })
 			t.Run("telemetry", func(t *testing.T) { testTelemetry(t, open(t)) })
+			t.Run("workload activity", func(t *testing.T) { testActivity(t, open(t)) })
 		})
 	}
 }
@@ -655,5 +656,24 @@ func testSessions(t *testing.T, s *store.Store) {
 	}
 	if _, err := s.Session(ctx, "s1"); !errors.As(err, &nf) {
 		t.Errorf("deleted session: %v", err)
+	}
+}
+
+// testActivity: the newest use of a workload wins, an older report never
+// replaces it, and a workload never used has none.
+func testActivity(t *testing.T, s *store.Store) {
+	ctx := context.Background()
+	t1 := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	t2 := t1.Add(time.Minute)
+	for _, at := range []time.Time{t2, t1} {
+		if err := s.TouchWorkload(ctx, "w1", at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, err := s.WorkloadActivity(ctx, "w1"); err != nil || !got.Equal(t2) {
+		t.Fatalf("activity %v %v, want %v", got, err, t2)
+	}
+	if got, err := s.WorkloadActivity(ctx, "w2"); err != nil || !got.IsZero() {
+		t.Fatalf("a workload never used: %v %v", got, err)
 	}
 }

@@ -37,6 +37,15 @@ func testTelemetry(t *testing.T, s *store.Store) {
 	if err := s.AppendSamples(ctx, rs[:4]); err != nil { // a repeated push
 		t.Fatalf("a repeated sample must be ignored: %v", err)
 	}
+	// GPU activity: utilization i at sample i, so the GPU is in use (above
+	// 1 %) from the third sample to the last.
+	act, err := s.GPUActivity(ctx, "w1", base)
+	if err != nil || !act.First.Equal(base) || !act.Last.Equal(base.Add(110*time.Second)) || !act.LastActive.Equal(base.Add(110*time.Second)) {
+		t.Fatalf("GPU activity %+v %v", act, err)
+	}
+	if act, err := s.GPUActivity(ctx, "w1", base.Add(time.Hour)); err != nil || !act.First.IsZero() || !act.LastActive.IsZero() {
+		t.Fatalf("GPU activity after the samples: %+v %v", act, err)
+	}
 	series, err := s.WorkloadSeries(ctx, "w1")
 	if err != nil || len(series) != 1 || series[0].ID != whole.ID() || series[0].Key.Pod != whole.Pod || series[0].Key.Device.MIG != nil || series[0].Attribution != "exclusive" {
 		t.Fatalf("workload series: %+v %v", series, err)

@@ -199,3 +199,34 @@ func (s *Store) ExpiredWorkloads(ctx context.Context, now time.Time, limit int) 
 		WHERE expires_at > 0 AND expires_at <= ? AND status IN (?, ?, ?, ?) AND kind <> ? ORDER BY expires_at, id LIMIT ?`,
 		now.UnixMicro(), string(workload.Pending), string(workload.Queued), string(workload.Scheduled), string(workload.Running), template.Job, limit)
 }
+
+// TouchWorkload records that a person used the workload at at (a later
+// time replaces an earlier one, never the other way).
+func (s *Store) TouchWorkload(ctx context.Context, id string, at time.Time) error {
+	_, err := s.db.ExecContext(ctx, s.q(`INSERT INTO workload_activity (workload_id, at) VALUES (?, ?)
+		ON CONFLICT (workload_id) DO UPDATE SET at = CASE WHEN excluded.at > workload_activity.at THEN excluded.at ELSE workload_activity.at END`),
+		id, at.UnixMicro())
+	if err != nil {
+		return fmt.Errorf("record activity on workload %s: %w", id, err)
+	}
+	return nil
+}
+
+// WorkloadActivity is when a person last used the workload (zero: never).
+func (s *Store) WorkloadActivity(ctx context.Context, id string) (time.Time, error) {
+	var at int64
+	err := s.read.QueryRowContext(ctx, s.q(`SELECT at FROM workload_activity WHERE workload_id = ?`), id).Scan(&at)
+	if errors.Is(err, sql.ErrNoRows) {
+		return time.Time{}, nil
+	}
+	if err != nil {
+		return time.Time{}, fmt.Errorf("activity on workload %s: %w", id, err)
+	}
+	return time.UnixMicro(at).UTC(), nil
+}
+
+// RunningWorkloads lists Running workloads, oldest first.
+func (s *Store) RunningWorkloads(ctx context.Context, limit int) ([]workload.Workload, error) {
+	return s.queryWorkloads(ctx, "list running workloads", `SELECT `+workloadColumns+` FROM workloads
+		WHERE status = ? ORDER BY updated_at, id LIMIT ?`, string(workload.Running), limit)
+}

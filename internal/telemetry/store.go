@@ -106,6 +106,12 @@ type Rollup struct {
 	P95    Values
 }
 
+// Activity is when a workload's GPUs were sampled within a window: its
+// first and newest samples, and the newest with a GPU in use (zero: none).
+type Activity struct {
+	First, Last, LastActive time.Time
+}
+
 // Latest is a series' newest sample.
 type Latest struct {
 	Series SeriesRecord

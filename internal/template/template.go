@@ -580,8 +580,8 @@ func (t *Template) validateLifecycle(errs *fault.List) {
 	}
 	duration("spec.lifecycle.maxRuntime", s.Lifecycle.MaxRuntime)
 	duration("spec.lifecycle.idleTimeout", s.Lifecycle.IdleTimeout)
-	if s.Lifecycle.IdleTimeout != "" && s.Workload != Notebook {
-		errs.Addf("spec.lifecycle.idleTimeout", "applies to notebooks only")
+	if s.Lifecycle.IdleTimeout != "" && s.Workload == VM {
+		errs.Addf("spec.lifecycle.idleTimeout", "does not apply to VMs: their GPUs are not sampled per workload")
 	}
 	if s.Lifecycle.Retries < 0 || s.Lifecycle.Retries > 10 {
 		errs.Addf("spec.lifecycle.retries", "must be between 0 and 10")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"time"
 
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/identity"
@@ -49,5 +50,44 @@ func (s *Service) Open(ctx context.Context, id string) (Target, error) {
 	if err != nil {
 		return Target{}, fmt.Errorf("endpoint of workload %s: %w", id, err)
 	}
+	// Its owner using it in the browser is activity: the idle culler
+	// leaves it alone.
+	s.touch(ctx, id)
 	return Target{URL: u, StripPrefix: v.Template.Spec.Interactive != nil && v.Template.Spec.Interactive.StripPrefix}, nil
+}
+
+// KeepAlive records that the caller still uses the workload, so that the
+// idle culler counts its idle time from now.
+func (s *Service) KeepAlive(ctx context.Context, id string) (Workload, error) {
+	w, err := s.manageable(ctx, id)
+	if err != nil {
+		return w, err
+	}
+	if err := s.store.TouchWorkload(ctx, id, s.clock()); err != nil {
+		return w, err
+	}
+	s.touched.Store(id, s.clock())
+	return w, nil
+}
+
+// touchEvery is how often a workload's use through its UI is written.
+const touchEvery = time.Minute
+
+// touch records activity on a workload, at most once per touchEvery per
+// process (a UI's requests come many a second); a failure is logged.
+func (s *Service) touch(ctx context.Context, id string) {
+	now := s.clock()
+	if last, ok := s.touched.Load(id); ok && now.Sub(last.(time.Time)) < touchEvery {
+		return
+	}
+	s.touched.Store(id, now)
+	if err := s.store.TouchWorkload(ctx, id, now); err != nil {
+		s.log.Warn("activity on a workload not recorded", "workload", id, "err", err)
+	}
+}
+
+// IdleStop stops a workload the idle culler found unused, with why on the
+// record (IdleStopped; Start brings it back with its volumes).
+func (s *Service) IdleStop(ctx context.Context, id, reason string) (Workload, error) {
+	return s.halt(ctx, id, IdleStop, reason)
 }

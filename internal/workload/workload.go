@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gantryhq/gantry/internal/access"
@@ -123,6 +124,9 @@ type Store interface {
 	// (the cluster ends those by activeDeadlineSeconds), whose max runtime
 	// ended at or before now.
 	ExpiredWorkloads(ctx context.Context, now time.Time, limit int) ([]Workload, error)
+	// TouchWorkload records that a person used the workload at at (the
+	// idle culler counts from the newest).
+	TouchWorkload(ctx context.Context, id string, at time.Time) error
 }
 
 // Cluster is where workloads run.
@@ -224,6 +228,7 @@ type Service struct {
 	log       *slog.Logger
 	now       func() time.Time
 	newID     func() string
+	touched   sync.Map // workload id → time.Time of the last activity written
 }
 
 // New returns a workload service, complete: every required dependency is

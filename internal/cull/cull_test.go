@@ -1,0 +1,164 @@
+package cull_test
+
+import (
+	"context"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gantryhq/gantry/internal/catalog"
+	"github.com/gantryhq/gantry/internal/cull"
+	"github.com/gantryhq/gantry/internal/devregistry"
+	"github.com/gantryhq/gantry/internal/identity"
+	"github.com/gantryhq/gantry/internal/store"
+	"github.com/gantryhq/gantry/internal/team"
+	"github.com/gantryhq/gantry/internal/telemetry"
+	"github.com/gantryhq/gantry/internal/template"
+	"github.com/gantryhq/gantry/internal/workload"
+	"github.com/gantryhq/gantry/internal/workload/workloadtest"
+)
+
+// TestDecide: the rule, on its edges.
+func TestDecide(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	const timeout = time.Hour
+	started := now.Add(-5 * time.Hour)
+	covered := telemetry.Activity{First: now.Add(-timeout), Last: now.Add(-10 * time.Second)}
+	for _, tc := range []struct {
+		name   string
+		gpu    telemetry.Activity
+		person time.Time
+		since  time.Time
+		stop   bool
+	}{
+		{"idle GPUs, nobody", covered, time.Time{}, started, true},
+		{"GPU busy a minute ago (a quiet web UI does not matter)", telemetry.Activity{First: covered.First, Last: covered.Last, LastActive: now.Add(-time.Minute)}, time.Time{}, started, false},
+		{"GPU busy just past the timeout", telemetry.Activity{First: covered.First, Last: covered.Last, LastActive: now.Add(-timeout - time.Second)}, time.Time{}, started, true},
+		{"a person used it 10 minutes ago", covered, now.Add(-10 * time.Minute), started, false},
+		{"started again 20 minutes ago", covered, time.Time{}, now.Add(-20 * time.Minute), false},
+		{"no samples: unknown is not idle", telemetry.Activity{}, time.Time{}, started, false},
+		{"the agent went away 10 minutes ago", telemetry.Activity{First: covered.First, Last: now.Add(-10 * time.Minute)}, time.Time{}, started, false},
+		{"samples only for the last 20 minutes", telemetry.Activity{First: now.Add(-20 * time.Minute), Last: covered.Last}, time.Time{}, started, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := cull.Decide(now, timeout, tc.since, tc.gpu, tc.person)
+			if v.Stop != tc.stop {
+				t.Fatalf("stop %v (%s), want %v", v.Stop, v.Reason, tc.stop)
+			}
+			if v.Stop && !strings.Contains(v.Reason, "idle timeout") {
+				t.Errorf("reason %q", v.Reason)
+			}
+		})
+	}
+}
+
+// TestRun: on the real store and workload service, a pass stops the
+// notebook whose GPU replayed idle for its template's timeout, and leaves a
+// GPU-busy notebook, one its owner kept alive, one without samples, and a
+// service without an idle timeout alone.
+func TestRun(t *testing.T) {
+	ctx := identity.With(context.Background(), identity.Identity{Issuer: "https://idp.test", Subject: "alice"})
+	classes, files, err := template.LoadCatalog("../../templates")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(ctx, store.SQLite, filepath.Join(t.TempDir(), "c.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	_, images, err := devregistry.StartDir(ctx, "../../images", classes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cat := catalog.New(st, classes).WithImages(images.Catalog)
+	if _, err := cat.Seed(ctx, "seed", files); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	now := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	svc, err := workload.New(workload.Options{Store: st, Templates: cat, Images: images, Authorizer: workloadtest.AllowAll{},
+		Namespace: func(t team.Name) string { return "gantry-" + t.String() }, Cluster: workloadtest.NewCluster(), Now: clock, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	launch := func(tpl string) workload.Workload {
+		w, _, err := svc.Create(ctx, "", workload.Request{Template: tpl, Team: "vision"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := svc.Report(ctx, w.ID, workload.Running, ""); err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	idle, busy, kept, blind := launch("jupyter-notebook"), launch("jupyter-notebook"), launch("jupyter-notebook"), launch("jupyter-notebook")
+	service := launch("vllm-inference")
+	// Three hours later (the notebook's idle timeout is 2 h), with samples
+	// every 30 s for those hours: idle, busy at the end, idle.
+	mu.Lock()
+	start := now
+	now = now.Add(3 * time.Hour)
+	mu.Unlock()
+	var rs []telemetry.Stored
+	for at := start; at.Before(start.Add(3 * time.Hour)); at = at.Add(30 * time.Second) {
+		for i, w := range []workload.Workload{idle, busy, kept, service} {
+			util := 0.0
+			if w.ID == busy.ID && at.After(start.Add(170*time.Minute)) || w.ID == service.ID {
+				util = 60
+			}
+			v := telemetry.NoValues()
+			v[telemetry.GPUUtil] = util
+			rs = append(rs, telemetry.Stored{Series: telemetry.SeriesKey{Node: "n1", Device: telemetry.Device{GPU: "GPU-" + w.ID, Index: i}, Workload: w.ID}, Time: at, Share: 1, Values: v})
+		}
+	}
+	if err := st.AppendSamples(ctx, rs); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	now = start.Add(3*time.Hour - 30*time.Minute)
+	mu.Unlock()
+	if _, err := svc.KeepAlive(ctx, kept.ID); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	now = start.Add(3 * time.Hour)
+	mu.Unlock()
+	c, err := cull.New(cull.Options{Store: st, Templates: cat, Stopper: svc, Now: clock, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := c.Run(ctx)
+	if err != nil || n != 1 {
+		t.Fatalf("stopped %d (%v), want 1", n, err)
+	}
+	for _, tc := range []struct {
+		w    workload.Workload
+		want workload.Status
+	}{{idle, workload.IdleStopped}, {busy, workload.Running}, {kept, workload.Running}, {blind, workload.Running}, {service, workload.Running}} {
+		got, err := svc.Get(ctx, tc.w.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Status != tc.want {
+			t.Errorf("%s (%s): %s (%s), want %s", tc.w.ID, tc.w.Template, got.Status, got.Reason, tc.want)
+		}
+		if tc.want == workload.IdleStopped && !strings.Contains(got.Reason, "idle culler") {
+			t.Errorf("reason %q", got.Reason)
+		}
+	}
+	// Started again, it is not culled at once: its idle time counts anew.
+	if _, err := svc.Start(ctx, idle.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Report(ctx, idle.ID, workload.Running, ""); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := c.Run(ctx); err != nil || n != 0 {
+		t.Fatalf("second pass stopped %d (%v), want none", n, err)
+	}
+}

@@ -131,6 +131,7 @@ func TestRouteRoleMatrix(t *testing.T) {
 		"GET /api/v1/gpu-classes/{name}":       {"GET", "/api/v1/gpu-classes/L4", nil, readers},
 		"GET /api/v1/workloads":                {"GET", "/api/v1/workloads", nil, readers},
 		"POST /api/v1/workloads":               {"POST", "/api/v1/workloads", launch, map[string]int{A: 201, P: 403, T: 201, M: 201, V: 403, N: 403, X: 403}},
+		"POST /api/v1/workloads/estimate":      {"POST", "/api/v1/workloads/estimate", launch, map[string]int{A: 200, P: 403, T: 200, M: 200, V: 403, N: 403, X: 403}},
 		"GET /api/v1/workloads/{id}":           {"GET", "/api/v1/workloads/" + wid, nil, visionReaders},
 		"GET /api/v1/workloads/{id}/events":    {"GET", "/api/v1/workloads/" + wid + "/events", nil, visionReaders},
 		// No cluster here: whoever may read the workload learns it has no log.

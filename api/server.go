@@ -23,6 +23,7 @@ import (
 	"github.com/gantryhq/gantry/internal/advice"
 	"github.com/gantryhq/gantry/internal/audit"
 	"github.com/gantryhq/gantry/internal/catalog"
+	"github.com/gantryhq/gantry/internal/estimate"
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/imageverify"
@@ -37,8 +38,10 @@ import (
 
 // Options configure the HTTP server.
 type Options struct {
-	Catalog      *catalog.Service
-	Workloads    *workload.Service
+	Catalog   *catalog.Service
+	Workloads *workload.Service
+	// Estimates prices launches before they are made.
+	Estimates    *estimate.Service
 	Checks       []Check // what /readyz asks, in order
 	Spec         []byte  // openapi.yaml
 	MaxBodyBytes int64

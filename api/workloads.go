@@ -29,6 +29,30 @@ func (s *server) CreateWorkload(ctx context.Context, req gen.CreateWorkloadReque
 	return gen.CreateWorkload201JSONResponse(workloadOut(w)), nil
 }
 
+func (s *server) EstimateWorkload(ctx context.Context, req gen.EstimateWorkloadRequestObject) (gen.EstimateWorkloadResponseObject, error) {
+	b := req.Body
+	t, err := team.Parse(b.Team)
+	if err != nil {
+		return nil, err
+	}
+	e, err := s.o.Estimates.Estimate(ctx, caller(ctx), workload.Request{
+		Template: b.Template, Version: deref(b.TemplateVersion), Team: t, Choice: choice(b.Gpu, b.Parameters, b.Confidential),
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := gen.Estimate{Gpus: e.GPUs, Spot: e.Spot, PricePerHour: e.PricePerHour, Currency: gen.USD, Quota: e.Quota, QuotaUsed: e.QuotaUsed,
+		Known: e.Known, StartsNow: e.StartsNow, Why: omitEmpty(e.Why), Cohort: omitEmpty(e.Cohort)}
+	out.Gpu.Class, out.Gpu.Count, out.Gpu.MigProfile = e.Class, e.Count, omitEmpty(e.MIGProfile)
+	if e.MaxRuntime > 0 {
+		out.MaxRuntime, out.CostAtMaxRuntime = ptr(e.MaxRuntime.String()), ptr(e.CostAtMaxRuntime)
+	}
+	if e.Known {
+		out.Pending, out.FreeGPUs = ptr(e.Pending), ptr(e.FreeGPUs)
+	}
+	return gen.EstimateWorkload200JSONResponse(out), nil
+}
+
 func (s *server) StopWorkload(ctx context.Context, req gen.StopWorkloadRequestObject) (gen.StopWorkloadResponseObject, error) {
 	w, err := s.o.Workloads.Stop(ctx, req.Id)
 	if err != nil {
@@ -141,4 +165,12 @@ func (s *server) DeleteWorkload(ctx context.Context, req gen.DeleteWorkloadReque
 		return nil, err
 	}
 	return gen.DeleteWorkload204Response{}, nil
+}
+
+// omitEmpty is nil for "", so that an empty field is left out.
+func omitEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }

@@ -74,6 +74,21 @@ func (e CatalogImageLayer) Valid() bool {
 	}
 }
 
+// Defines values for EstimateCurrency.
+const (
+	USD EstimateCurrency = "USD"
+)
+
+// Valid indicates whether the value is a known member of the EstimateCurrency enum.
+func (e EstimateCurrency) Valid() bool {
+	switch e {
+	case USD:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for FindingKind.
 const (
 	ComputeBoundWellUsed FindingKind = "compute-bound-well-used"
@@ -647,6 +662,53 @@ type EnvVar struct {
 	Name  string `json:"name"`
 	Value string `json:"value"`
 }
+
+// Estimate What a launch would cost and whether it would start now.
+type Estimate struct {
+	// Cohort Where the team may borrow unused quota.
+	Cohort *string `json:"cohort,omitempty"`
+
+	// CostAtMaxRuntime Cost if it runs for its max runtime; absent when there is none.
+	CostAtMaxRuntime *float64         `json:"costAtMaxRuntime,omitempty"`
+	Currency         EstimateCurrency `json:"currency"`
+
+	// FreeGPUs The class's GPUs in the cluster that no pod requests.
+	FreeGPUs *float64 `json:"freeGPUs,omitempty"`
+	Gpu      struct {
+		Class      string  `json:"class"`
+		Count      int     `json:"count"`
+		MigProfile *string `json:"migProfile,omitempty"`
+	} `json:"gpu"`
+
+	// Gpus Whole GPUs' worth (a MIG slice counts as its share).
+	Gpus float64 `json:"gpus"`
+
+	// Known The cluster answered; without one the next fields are absent.
+	Known bool `json:"known"`
+
+	// MaxRuntime The template's max runtime; absent when it sets none.
+	MaxRuntime *string `json:"maxRuntime,omitempty"`
+
+	// Pending The team's workloads waiting in its queue.
+	Pending      *int    `json:"pending,omitempty"`
+	PricePerHour float64 `json:"pricePerHour"`
+
+	// Quota The team's quota of the class, in GPUs.
+	Quota float64 `json:"quota"`
+
+	// QuotaUsed GPUs of the class the team's queue has admitted.
+	QuotaUsed float64 `json:"quotaUsed"`
+
+	// Spot Priced at the class's spot price.
+	Spot      bool `json:"spot"`
+	StartsNow bool `json:"startsNow"`
+
+	// Why Why it would not start now (or why that is not known).
+	Why *string `json:"why,omitempty"`
+}
+
+// EstimateCurrency defines model for Estimate.Currency.
+type EstimateCurrency string
 
 // Event defines model for Event.
 type Event struct {
@@ -1541,6 +1603,9 @@ type CreateTokenJSONRequestBody = TokenRequest
 // CreateWorkloadJSONRequestBody defines body for CreateWorkload for application/json ContentType.
 type CreateWorkloadJSONRequestBody = LaunchRequest
 
+// EstimateWorkloadJSONRequestBody defines body for EstimateWorkload for application/json ContentType.
+type EstimateWorkloadJSONRequestBody = LaunchRequest
+
 // ApplyWorkloadAdviceJSONRequestBody defines body for ApplyWorkloadAdvice for application/json ContentType.
 type ApplyWorkloadAdviceJSONRequestBody ApplyWorkloadAdviceJSONBody
 
@@ -1636,6 +1701,9 @@ type ServerInterface interface {
 	// CreateWorkload Launch a workload
 	// (POST /api/v1/workloads)
 	CreateWorkload(ctx echo.Context, params CreateWorkloadParams) error
+	// EstimateWorkload Estimate a launch
+	// (POST /api/v1/workloads/estimate)
+	EstimateWorkload(ctx echo.Context) error
 	// DeleteWorkload Delete a workload
 	// (DELETE /api/v1/workloads/{id})
 	DeleteWorkload(ctx echo.Context, id WorkloadID) error
@@ -2195,6 +2263,15 @@ func (w *ServerInterfaceWrapper) CreateWorkload(ctx echo.Context) error {
 	return err
 }
 
+// EstimateWorkload converts echo context to params.
+func (w *ServerInterfaceWrapper) EstimateWorkload(ctx echo.Context) error {
+	var err error
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.EstimateWorkload(ctx)
+	return err
+}
+
 // DeleteWorkload converts echo context to params.
 func (w *ServerInterfaceWrapper) DeleteWorkload(ctx echo.Context) error {
 	var err error
@@ -2500,6 +2577,7 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.GET(options.BaseURL+"/api/v1/gpu-classes/:name", wrapper.GetGPUClass, options.OperationMiddlewares["getGPUClass"]...)
 	router.GET(options.BaseURL+"/api/v1/workloads", wrapper.ListWorkloads, options.OperationMiddlewares["listWorkloads"]...)
 	router.POST(options.BaseURL+"/api/v1/workloads", wrapper.CreateWorkload, options.OperationMiddlewares["createWorkload"]...)
+	router.POST(options.BaseURL+"/api/v1/workloads/estimate", wrapper.EstimateWorkload, options.OperationMiddlewares["estimateWorkload"]...)
 	router.DELETE(options.BaseURL+"/api/v1/workloads/:id", wrapper.DeleteWorkload, options.OperationMiddlewares["deleteWorkload"]...)
 	router.GET(options.BaseURL+"/api/v1/workloads/:id", wrapper.GetWorkload, options.OperationMiddlewares["getWorkload"]...)
 	router.POST(options.BaseURL+"/api/v1/workloads/:id/stop", wrapper.StopWorkload, options.OperationMiddlewares["stopWorkload"]...)
@@ -3700,6 +3778,45 @@ func (response CreateWorkloaddefaultApplicationProblemPlusJSONResponse) VisitCre
 	return err
 }
 
+type EstimateWorkloadRequestObject struct {
+	Body *EstimateWorkloadJSONRequestBody
+}
+
+type EstimateWorkloadResponseObject interface {
+	VisitEstimateWorkloadResponse(w http.ResponseWriter) error
+}
+
+type EstimateWorkload200JSONResponse Estimate
+
+func (response EstimateWorkload200JSONResponse) VisitEstimateWorkloadResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type EstimateWorkloaddefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response EstimateWorkloaddefaultApplicationProblemPlusJSONResponse) VisitEstimateWorkloadResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type DeleteWorkloadRequestObject struct {
 	Id WorkloadID `json:"id"`
 }
@@ -4297,6 +4414,9 @@ type StrictServerInterface interface {
 	// CreateWorkload Launch a workload
 	// (POST /api/v1/workloads)
 	CreateWorkload(ctx context.Context, request CreateWorkloadRequestObject) (CreateWorkloadResponseObject, error)
+	// EstimateWorkload Estimate a launch
+	// (POST /api/v1/workloads/estimate)
+	EstimateWorkload(ctx context.Context, request EstimateWorkloadRequestObject) (EstimateWorkloadResponseObject, error)
 	// DeleteWorkload Delete a workload
 	// (DELETE /api/v1/workloads/{id})
 	DeleteWorkload(ctx context.Context, request DeleteWorkloadRequestObject) (DeleteWorkloadResponseObject, error)
@@ -5264,6 +5384,52 @@ func (sh *strictHandler) CreateWorkload(ctx echo.Context, params CreateWorkloadP
 		return err
 	} else if validResponse, ok := response.(CreateWorkloadResponseObject); ok {
 		return validResponse.VisitCreateWorkloadResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// EstimateWorkload operation middleware
+func (sh *strictHandler) EstimateWorkload(ctx echo.Context) error {
+	var request EstimateWorkloadRequestObject
+
+	var body EstimateWorkloadJSONRequestBody
+	var err error
+	if binder, ok := ctx.Echo().Binder.(*echo.DefaultBinder); ok {
+		// A request validator built on kin-openapi's openapi3filter with
+		// KeepValidatedValue leaves the value it validated on the body. Bind
+		// that value, matching member names exactly, so the handler receives
+		// what was validated instead of a second, case-insensitive decode.
+		// Otherwise bind only the request body, so that path and query
+		// parameters are not also bound into the body struct.
+		if vb, ok := ctx.Request().Body.(interface{ ValidatedValue() any }); !ok || runtime.BindJSONValue(vb.ValidatedValue(), &body) != nil {
+			err = binder.BindBody(ctx, &body)
+		}
+	} else {
+		// A custom binder is installed on the Echo instance; defer to it
+		// entirely, since echo.Binder does not expose body-only binding and
+		// the binder may do more than decode (for example call ctx.Validate).
+		err = ctx.Bind(&body)
+	}
+	if err != nil {
+		return err
+	}
+	request.Body = &body
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.EstimateWorkload(ctx.Request().Context(), request.(EstimateWorkloadRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "EstimateWorkload")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(EstimateWorkloadResponseObject); ok {
+		return validResponse.VisitEstimateWorkloadResponse(ctx.Response())
 	} else if response != nil {
 		return fmt.Errorf("unexpected response type: %T", response)
 	}

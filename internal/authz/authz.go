@@ -560,3 +560,8 @@ func (a *Authorizer) Teams(id identity.Identity, permission access.Permission) (
 func (a *Authorizer) MayUse(team string, u access.Use) error {
 	return a.Policy().MayUse(team, u)
 }
+
+// Quota answers with the policy in force.
+func (a *Authorizer) Quota(team string) quota.Quota {
+	return a.Policy().Quota(team)
+}

@@ -4,16 +4,21 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/quota"
 	"github.com/gantryhq/gantry/internal/render"
 	"github.com/gantryhq/gantry/internal/workload"
@@ -258,4 +263,80 @@ func kueueReason(reason string, position int) string {
 		return fmt.Sprintf("position %d in its team's queue: %s", position, reason)
 	}
 	return reason
+}
+
+// QueueUsage implements estimate.Cluster: the GPUs (gpu-milli / 1000) of
+// class's flavor that the team's ClusterQueue has reserved, and how many of
+// its workloads wait.
+func (c *Cluster) QueueUsage(ctx context.Context, team, class string) (float64, int, error) {
+	cq, err := c.dyn.Resource(kueueResources["ClusterQueue"]).Get(ctx, quota.ClusterQueue(team), metav1.GetOptions{})
+	if err != nil {
+		if apierrors.IsNotFound(err) {
+			return 0, 0, nil // its queue is made with its first namespace
+		}
+		return 0, 0, classify(err, "ClusterQueue", quota.ClusterQueue(team))
+	}
+	pending, _, _ := unstructured.NestedInt64(cq.Object, "status", "pendingWorkloads")
+	used := 0.0
+	flavors, _, _ := unstructured.NestedSlice(cq.Object, "status", "flavorsReservation")
+	for _, f := range flavors {
+		fm, _ := f.(map[string]any)
+		if fm["name"] != quota.Flavor(class) {
+			continue
+		}
+		rs, _ := fm["resources"].([]any)
+		for _, r := range rs {
+			rm, _ := r.(map[string]any)
+			if rm["name"] != quota.GPUMilli {
+				continue
+			}
+			if q, err := resource.ParseQuantity(fmt.Sprint(rm["total"])); err == nil {
+				used = float64(q.Value()) / 1000
+			}
+		}
+	}
+	return used, int(pending), nil
+}
+
+// FreeGPUs implements estimate.Cluster: on the nodes of the class's
+// products, the GPUs (MIG slices as their share of one) allocatable and not
+// requested by a pod that has not ended.
+func (c *Cluster) FreeGPUs(ctx context.Context, class gpu.Class) (float64, error) {
+	nodes, err := c.core.CoreV1().Nodes().List(ctx, metav1.ListOptions{
+		LabelSelector: render.LabelGPUProduct + " in (" + strings.Join(class.Products, ",") + ")", ResourceVersion: "0"})
+	if err != nil {
+		return 0, classify(err, "node", "")
+	}
+	weight := map[corev1.ResourceName]float64{"nvidia.com/gpu": 1, render.ResourcePassthrough: 1}
+	for _, p := range class.MIG {
+		weight[corev1.ResourceName(p.Resource())] = math.Max(p.ComputeShare(), p.MemoryShare())
+	}
+	free := 0.0
+	for _, n := range nodes.Items {
+		if n.Spec.Unschedulable {
+			continue
+		}
+		for r, w := range weight {
+			if q, ok := n.Status.Allocatable[r]; ok {
+				free += w * float64(q.Value())
+			}
+		}
+		pods, err := c.core.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + n.Name, ResourceVersion: "0"})
+		if err != nil {
+			return 0, classify(err, "pod", "")
+		}
+		for _, p := range pods.Items {
+			if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+				continue
+			}
+			for _, ctr := range p.Spec.Containers {
+				for r, w := range weight {
+					if q, ok := ctr.Resources.Limits[r]; ok {
+						free -= w * float64(q.Value())
+					}
+				}
+			}
+		}
+	}
+	return math.Max(0, free), nil
 }

@@ -3,11 +3,13 @@ package kube_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/kube"
@@ -104,6 +106,20 @@ func TestKueueAdmitsUpToTheQuota(t *testing.T) {
 	q.launch("pytorch-train", "qa000003", "qa", h100)
 	q.launch("pytorch-train", "qa000004", "qa", h100)
 	obs := q.phases(map[string]string{"qa000003": "Queued", "qa000004": "Queued"})
+	// What an estimate reads: two GPUs of the team's H100s admitted, two
+	// workloads waiting; two fewer H100s free than the class has.
+	waitfor.Until(t, 30*time.Second, "the ClusterQueue's usage", func() error {
+		used, pending, err := q.k.QueueUsage(context.Background(), "qa", "H100-80GB")
+		if err != nil || used != 2 || pending != 2 {
+			return fmt.Errorf("used %v, pending %d, %v", used, pending, err)
+		}
+		return nil
+	})
+	if free, err := q.k.FreeGPUs(context.Background(), h100Class(t)); err != nil || free < 1 {
+		t.Errorf("free H100s %v %v", free, err)
+	} else if all := h100Total(t); free > all-2 {
+		t.Errorf("free H100s %v, want at most %v (all %v, two running)", free, all-2, all)
+	}
 	if o := obs["qa000003"]; o.Position != 1 || !strings.Contains(o.Reason, "position 1") || !strings.Contains(o.Reason, "insufficient unused quota") {
 		t.Errorf("the first queued: position %d, reason %q", o.Position, o.Reason)
 	}
@@ -196,4 +212,42 @@ func TestKueuePreemptionIsQueuedNotFailed(t *testing.T) {
 	if !strings.Contains(o.Reason, "Preempted") && !strings.Contains(o.Reason, "preempted") {
 		t.Errorf("the preempted job's reason %q does not say it was preempted", o.Reason)
 	}
+}
+
+func h100Class(t *testing.T) gpu.Class {
+	t.Helper()
+	classes, err := gpu.LoadFile("../../templates/gpu-classes.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := classes.Get("H100-80GB")
+	return c
+}
+
+// h100Total is the H100s (MIG slices as their share) on the cluster's
+// nodes, from their allocatable resources.
+func h100Total(t *testing.T) float64 {
+	t.Helper()
+	c := h100Class(t)
+	nodes, err := cluster.Client.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0.0
+	for _, n := range nodes.Items {
+		if !slices.Contains(c.Products, n.Labels["nvidia.com/gpu.product"]) {
+			continue
+		}
+		for r, q := range n.Status.Allocatable {
+			switch {
+			case r == "nvidia.com/gpu" || r == "nvidia.com/pgpu":
+				total += float64(q.Value())
+			case strings.HasPrefix(string(r), "nvidia.com/mig-"):
+				if p, ok := c.Profile(strings.TrimPrefix(string(r), "nvidia.com/mig-")); ok {
+					total += float64(q.Value()) * max(p.ComputeShare(), p.MemoryShare())
+				}
+			}
+		}
+	}
+	return total
 }

@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/render"
 	"github.com/gantryhq/gantry/internal/workload"
 )
@@ -120,4 +121,22 @@ func (l *Lazy) SetRunning(ctx context.Context, o workload.ObjectRef, run bool) e
 		return err
 	}
 	return c.SetRunning(ctx, o, run)
+}
+
+// QueueUsage implements estimate.Cluster.
+func (l *Lazy) QueueUsage(ctx context.Context, team, class string) (float64, int, error) {
+	c, err := l.get()
+	if err != nil {
+		return 0, 0, err
+	}
+	return c.QueueUsage(ctx, team, class)
+}
+
+// FreeGPUs implements estimate.Cluster.
+func (l *Lazy) FreeGPUs(ctx context.Context, class gpu.Class) (float64, error) {
+	c, err := l.get()
+	if err != nil {
+		return 0, err
+	}
+	return c.FreeGPUs(ctx, class)
 }

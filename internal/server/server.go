@@ -43,6 +43,7 @@ import (
 	"github.com/gantryhq/gantry/internal/config"
 	"github.com/gantryhq/gantry/internal/controller"
 	"github.com/gantryhq/gantry/internal/cull"
+	"github.com/gantryhq/gantry/internal/estimate"
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/identity"
@@ -285,8 +286,16 @@ func New(ctx context.Context, cfg config.Config, ov Overrides) (s *Server, err e
 	if ov.Checks != nil {
 		s.checks = ov.Checks
 	}
+	eo := estimate.Options{Previewer: s.Workloads, Quotas: s.authz}
+	if s.cluster != nil {
+		eo.Cluster = s.cluster
+	}
+	estimates, err := estimate.New(eo)
+	if err != nil {
+		return nil, err
+	}
 	h, err := api.New(api.Options{
-		Catalog: core.Catalog, Workloads: s.Workloads, Checks: s.checks, Spec: gantry.OpenAPI,
+		Catalog: core.Catalog, Workloads: s.Workloads, Estimates: estimates, Checks: s.checks, Spec: gantry.OpenAPI,
 		MaxBodyBytes: cfg.MaxBodyBytes, Logger: core.Log,
 		Portal:   portal.New(portal.Options{Sessions: sessions, Teams: s.authz.Teams, Secure: strings.HasPrefix(public, "https://"), Logger: core.Log, Audit: s.denials}),
 		Identify: identify, Sessions: sessions, Tokens: s.tokens, Users: s.users, Teams: s.authz.Teams,

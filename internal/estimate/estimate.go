@@ -1,0 +1,138 @@
+// Package estimate answers what a launch would cost and whether it would
+// start now, before it is made: its price per hour (its GPUs' share at the
+// class's on-demand or spot price), its cost at the template's max runtime,
+// the team's quota of the class and what of it is in use, and the free
+// capacity of the class in the cluster. It checks what a launch checks (by
+// previewing it) and records nothing.
+package estimate
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/gantryhq/gantry/internal/gpu"
+	"github.com/gantryhq/gantry/internal/quota"
+	"github.com/gantryhq/gantry/internal/workload"
+)
+
+// Previewer renders a launch after the checks a launch makes.
+type Previewer interface {
+	Preview(ctx context.Context, owner string, req workload.Request) (workload.Rendered, error)
+}
+
+// Quotas says a team's quota.
+type Quotas interface {
+	Quota(team string) quota.Quota
+}
+
+// Cluster says how much of a class a team's queue holds and how much of it
+// is free on the nodes.
+type Cluster interface {
+	// QueueUsage is the GPUs of class the team's Kueue queue has admitted,
+	// and how many of its workloads wait.
+	QueueUsage(ctx context.Context, team, class string) (usedGPUs float64, pending int, err error)
+	// FreeGPUs is the class's GPUs (MIG slices as their share) on its
+	// nodes that no pod requests.
+	FreeGPUs(ctx context.Context, class gpu.Class) (float64, error)
+}
+
+// Options configure a Service. Cluster nil: there is no cluster (gantry
+// serve without a kubeconfig), and whether it would start is not known.
+type Options struct {
+	Previewer Previewer
+	Quotas    Quotas
+	Cluster   Cluster
+}
+
+// Service estimates launches.
+type Service struct{ o Options }
+
+// New returns a Service; Previewer and Quotas are required.
+func New(o Options) (*Service, error) {
+	if o.Previewer == nil || o.Quotas == nil {
+		return nil, fmt.Errorf("estimate.New: Previewer and Quotas are required")
+	}
+	return &Service{o: o}, nil
+}
+
+// Estimate is the answer.
+type Estimate struct {
+	Class        string
+	MIGProfile   string
+	Count        int
+	GPUs         float64 // whole GPUs' worth: a MIG slice is its share
+	Spot         bool
+	PricePerHour float64 // USD
+	// MaxRuntime and CostAtMaxRuntime are zero when the template sets none.
+	MaxRuntime       time.Duration
+	CostAtMaxRuntime float64
+	// Quota is the team's quota of the class (GPUs); QuotaUsed what its
+	// queue has admitted; Cohort where it may borrow more.
+	Quota     float64
+	QuotaUsed float64
+	Cohort    string
+	// Known says the cluster answered; then Pending is how many of the
+	// team's workloads wait in its queue, FreeGPUs the class's free GPUs,
+	// StartsNow whether it would be admitted and placed at once, and Why
+	// says why not.
+	Known     bool
+	Pending   int
+	FreeGPUs  float64
+	StartsNow bool
+	Why       string
+}
+
+// Estimate previews req (as owner) and prices it.
+func (s *Service) Estimate(ctx context.Context, owner string, req workload.Request) (Estimate, error) {
+	rd, err := s.o.Previewer.Preview(ctx, owner, req)
+	if err != nil {
+		return Estimate{}, err
+	}
+	r := rd.Choice
+	spec := rd.Version.Template.Spec
+	e := Estimate{Class: r.Class.Name, Count: r.Count, GPUs: float64(r.Count)}
+	if r.MIG != nil {
+		e.MIGProfile = r.MIG.Name
+		e.GPUs = float64(r.Count) * math.Max(r.MIG.ComputeShare(), r.MIG.MemoryShare())
+	}
+	price := r.Class.Price.OnDemand
+	if spec.Scheduling.Spot && r.Class.Price.Spot > 0 {
+		price, e.Spot = r.Class.Price.Spot, true
+	}
+	e.PricePerHour = round(e.GPUs * price)
+	if d, err := time.ParseDuration(spec.Lifecycle.MaxRuntime); err == nil && d > 0 {
+		e.MaxRuntime = d
+		e.CostAtMaxRuntime = round(e.PricePerHour * d.Hours())
+	}
+	q := s.o.Quotas.Quota(req.Team.String())
+	e.Quota, e.Cohort = q.For(r.Class.Name), q.Cohort
+	if s.o.Cluster == nil {
+		e.Why = "no cluster: whether it would start is not known"
+		return e, nil
+	}
+	if e.QuotaUsed, e.Pending, err = s.o.Cluster.QueueUsage(ctx, req.Team.String(), r.Class.Name); err != nil {
+		return Estimate{}, err
+	}
+	if e.FreeGPUs, err = s.o.Cluster.FreeGPUs(ctx, r.Class); err != nil {
+		return Estimate{}, err
+	}
+	e.Known = true
+	left := e.Quota - e.QuotaUsed
+	switch {
+	case left+1e-9 < e.GPUs && e.Cohort == "":
+		e.Why = fmt.Sprintf("queued: it needs %s GPUs of %s and the team's quota has %s left", num(e.GPUs), r.Class.Name, num(math.Max(0, left)))
+	case left+1e-9 < e.GPUs:
+		e.Why = fmt.Sprintf("queued unless cohort %s lends: it needs %s GPUs of %s and the team's quota has %s left", e.Cohort, num(e.GPUs), r.Class.Name, num(math.Max(0, left)))
+	case e.FreeGPUs+1e-9 < e.GPUs:
+		e.Why = fmt.Sprintf("admitted but waiting for capacity: %s GPUs of %s are free in the cluster", num(e.FreeGPUs), r.Class.Name)
+	default:
+		e.StartsNow = true
+	}
+	return e, nil
+}
+
+func round(v float64) float64 { return math.Round(v*100) / 100 }
+
+func num(v float64) string { return fmt.Sprintf("%.3g", v) }

@@ -1,0 +1,153 @@
+package estimate_test
+
+import (
+	"context"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gantryhq/gantry/internal/catalog"
+	"github.com/gantryhq/gantry/internal/devregistry"
+	"github.com/gantryhq/gantry/internal/estimate"
+	"github.com/gantryhq/gantry/internal/gpu"
+	"github.com/gantryhq/gantry/internal/identity"
+	"github.com/gantryhq/gantry/internal/quota"
+	"github.com/gantryhq/gantry/internal/store"
+	"github.com/gantryhq/gantry/internal/team"
+	"github.com/gantryhq/gantry/internal/template"
+	"github.com/gantryhq/gantry/internal/workload"
+	"github.com/gantryhq/gantry/internal/workload/workloadtest"
+)
+
+type quotas map[string]quota.Quota
+
+func (q quotas) Quota(team string) quota.Quota { return q[team] }
+
+// cluster stands in for Kueue's and the nodes' answers (the kube package
+// reads them from a real cluster in its tests).
+type cluster struct {
+	used    float64
+	pending int
+	free    float64
+}
+
+func (c cluster) QueueUsage(context.Context, string, string) (float64, int, error) {
+	return c.used, c.pending, nil
+}
+func (c cluster) FreeGPUs(context.Context, gpu.Class) (float64, error) { return c.free, nil }
+
+// TestEstimate: the price of the GPUs' share at the class's spot or
+// on-demand price, the cost at the max runtime, and whether it would start
+// now — quota first, then capacity — on the real workload service's
+// preview, which refuses what a launch refuses.
+func TestEstimate(t *testing.T) {
+	ctx, svc, classes := harness(t)
+	h100, _ := classes.Get("H100-80GB")
+	q := quotas{"vision": {GPUs: map[string]float64{"H100-80GB": 2}}, "nlp": {GPUs: map[string]float64{"H100-80GB": 1}, Cohort: "research"}}
+	runCases(t, ctx, svc, h100, q)
+}
+
+// harness is the real workload service on SQLite with the starter catalog.
+func harness(t testing.TB) (context.Context, *workload.Service, *gpu.Catalog) {
+	t.Helper()
+	ctx := identity.With(context.Background(), identity.Identity{Issuer: "https://idp.test", Subject: "alice"})
+	classes, files, err := template.LoadCatalog("../../templates")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(ctx, store.SQLite, filepath.Join(t.TempDir(), "e.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	_, images, err := devregistry.StartDir(ctx, "../../images", classes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cat := catalog.New(st, classes).WithImages(images.Catalog)
+	if _, err := cat.Seed(ctx, "seed", files); err != nil {
+		t.Fatal(err)
+	}
+	svc, err := workload.New(workload.Options{Store: st, Templates: cat, Images: images, Authorizer: workloadtest.AllowAll{},
+		Namespace: func(t team.Name) string { return "gantry-" + t.String() }, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ctx, svc, classes
+}
+
+var batchMIG = workload.Request{Template: "batch-inference", Team: "vision", Choice: template.Choice{Class: "H100-80GB", MIGProfile: "3g.40gb", Params: map[string]any{"input": "p.jsonl"}}}
+
+func runCases(t *testing.T, ctx context.Context, svc *workload.Service, h100 gpu.Class, q quotas) {
+	train2 := workload.Request{Template: "pytorch-train", Team: "vision", Choice: template.Choice{Class: "H100-80GB", Count: 2}}
+	for _, tc := range []struct {
+		name    string
+		req     workload.Request
+		cl      estimate.Cluster
+		gpus    float64
+		price   float64
+		runtime time.Duration
+		starts  bool
+		why     string
+	}{
+		{"a MIG slice on spot: half a GPU at the spot price", batchMIG, cluster{free: 8}, 0.5, 0.5 * h100.Price.Spot, 12 * time.Hour, true, ""},
+		{"two whole GPUs on demand, the quota full", train2, cluster{used: 1, pending: 3, free: 8}, 2, 2 * h100.Price.OnDemand, 72 * time.Hour, false, "the team's quota has 1 left"},
+		{"the quota holds it but the class is full", train2, cluster{free: 1}, 2, 2 * h100.Price.OnDemand, 72 * time.Hour, false, "1 GPUs of H100-80GB are free"},
+		{"a cohort may lend", workload.Request{Template: "pytorch-train", Team: "nlp", Choice: template.Choice{Class: "H100-80GB", Count: 2}}, cluster{free: 8}, 2, 2 * h100.Price.OnDemand, 72 * time.Hour, false, "unless cohort research lends"},
+		{"no cluster: not known", batchMIG, nil, 0.5, 0.5 * h100.Price.Spot, 12 * time.Hour, false, "no cluster"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			es, err := estimate.New(estimate.Options{Previewer: svc, Quotas: q, Cluster: tc.cl})
+			if err != nil {
+				t.Fatal(err)
+			}
+			e, err := es.Estimate(ctx, "alice", tc.req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if e.GPUs != tc.gpus || e.PricePerHour != float64(int(tc.price*100+0.5))/100 || e.MaxRuntime != tc.runtime {
+				t.Errorf("%v GPUs at %v/h for %v, want %v at %v for %v", e.GPUs, e.PricePerHour, e.MaxRuntime, tc.gpus, tc.price, tc.runtime)
+			}
+			if want := float64(int(e.PricePerHour*tc.runtime.Hours()*100+0.5)) / 100; e.CostAtMaxRuntime != want {
+				t.Errorf("cost at max runtime %v, want %v", e.CostAtMaxRuntime, want)
+			}
+			if e.StartsNow != tc.starts || !strings.Contains(e.Why, tc.why) {
+				t.Errorf("starts now %v (%q), want %v (%q)", e.StartsNow, e.Why, tc.starts, tc.why)
+			}
+		})
+	}
+	// What a launch refuses, the estimate refuses: a parameter it lacks.
+	if _, err := (func() (estimate.Estimate, error) {
+		es, _ := estimate.New(estimate.Options{Previewer: svc, Quotas: q})
+		return es.Estimate(ctx, "alice", workload.Request{Template: "batch-inference", Team: "vision"})
+	})(); err == nil || !strings.Contains(err.Error(), "parameters.input") {
+		t.Errorf("a launch without its required parameter: %v", err)
+	}
+}
+
+// BenchmarkEstimate: an estimate against its natural baseline, the preview
+// of the same launch (what it adds: pricing, the quota, the cluster's
+// answers — here in memory; on a cluster they are two API reads).
+func BenchmarkEstimate(b *testing.B) {
+	ctx, svc, _ := harness(b)
+	es, err := estimate.New(estimate.Options{Previewer: svc, Quotas: quotas{"vision": {GPUs: map[string]float64{"H100-80GB": 2}}}, Cluster: cluster{free: 8}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("estimate", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := es.Estimate(ctx, "alice", batchMIG); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("baseline=preview", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := svc.Preview(ctx, "alice", batchMIG); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

@@ -889,6 +889,9 @@ type Lifecycle struct {
 	IdleTimeout *string `json:"idleTimeout,omitempty"`
 	MaxRuntime  *string `json:"maxRuntime,omitempty"`
 	Retries     *int    `json:"retries,omitempty"`
+
+	// Sleep Off-hours schedule, such as weekdays 20:00-08:00 Europe/Berlin: what runs when a window begins is stopped as IdleStopped.
+	Sleep *string `json:"sleep,omitempty"`
 }
 
 // MIGInstance defines model for MIGInstance.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/gantryhq/gantry/internal/catalog"
 	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/offhours"
 	"github.com/gantryhq/gantry/internal/telemetry"
 	"github.com/gantryhq/gantry/internal/workload"
 )
@@ -119,7 +120,13 @@ func (c *Culler) Run(ctx context.Context) (int, error) {
 			errs = append(errs, fmt.Errorf("workload %s: template: %w", w.ID, err))
 			continue
 		}
-		timeout, err := time.ParseDuration(v.Template.Spec.Lifecycle.IdleTimeout)
+		lc := v.Template.Spec.Lifecycle
+		if why, sleep := offHours(lc.Sleep, now, w.UpdatedAt); sleep {
+			if c.stop(ctx, w, why, &n, &errs) {
+				continue
+			}
+		}
+		timeout, err := time.ParseDuration(lc.IdleTimeout)
 		if err != nil || timeout <= 0 {
 			continue // no idle timeout (validated with the template)
 		}
@@ -134,20 +141,46 @@ func (c *Culler) Run(ctx context.Context) (int, error) {
 			continue
 		}
 		verdict := Decide(now, timeout, w.UpdatedAt, gpu, person)
-		if !verdict.Stop {
-			continue
-		}
-		_, err = c.o.Stopper.IdleStop(ctx, w.ID, verdict.Reason)
-		var conflict *fault.Conflict
-		switch {
-		case errors.As(err, &conflict):
-			// Stopped or ended in the meantime.
-		case err != nil:
-			errs = append(errs, fmt.Errorf("workload %s: %w", w.ID, err))
-		default:
-			n++
-			c.o.Log.Info("idle workload stopped", "workload", w.ID, "template", w.Template, "quiet_for", verdict.QuietFor.Round(time.Second).String())
+		if verdict.Stop {
+			c.stop(ctx, w, verdict.Reason, &n, &errs)
 		}
 	}
 	return n, errors.Join(errs...)
+}
+
+// stop stops w as idle with why, counting it or its error; false when it
+// could not be stopped for an error.
+func (c *Culler) stop(ctx context.Context, w workload.Workload, why string, n *int, errs *[]error) bool {
+	_, err := c.o.Stopper.IdleStop(ctx, w.ID, why)
+	var conflict *fault.Conflict
+	switch {
+	case errors.As(err, &conflict):
+		// Stopped or ended in the meantime.
+	case err != nil:
+		*errs = append(*errs, fmt.Errorf("workload %s: %w", w.ID, err))
+		return false
+	default:
+		*n++
+		c.o.Log.Info("idle workload stopped", "workload", w.ID, "template", w.Template, "why", why)
+	}
+	return true
+}
+
+// offHours says whether a workload running since runningSince sleeps now
+// under schedule: it is in a window that began after it started (one
+// started during the window runs on — someone wanted it then).
+func offHours(schedule string, now, runningSince time.Time) (string, bool) {
+	if schedule == "" {
+		return "", false
+	}
+	s, err := offhours.Parse(schedule)
+	if err != nil {
+		return "", false // validated with the template
+	}
+	in, from, until := s.Window(now)
+	if !in || !runningSince.Before(from) {
+		return "", false
+	}
+	return fmt.Sprintf("stopped at %s for its template's off-hours (%s, until %s); start it again to use it now (its volumes are kept)",
+		now.UTC().Format(time.RFC3339), s, until.Format("Mon 15:04 MST")), true
 }

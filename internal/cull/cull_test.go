@@ -162,3 +162,99 @@ func TestRun(t *testing.T) {
 		t.Fatalf("second pass stopped %d (%v), want none", n, err)
 	}
 }
+
+// TestOffHours: a workload running when its template's off-hours window
+// begins is stopped with the schedule on the record; one started during
+// the window runs on; at the same time tomorrow evening, after a restart in
+// the day, it is stopped again.
+func TestOffHours(t *testing.T) {
+	ctx := identity.With(context.Background(), identity.Identity{Issuer: "https://idp.test", Subject: "alice"})
+	classes, files, err := template.LoadCatalog("../../templates")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(ctx, store.SQLite, filepath.Join(t.TempDir(), "o.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	_, images, err := devregistry.StartDir(ctx, "../../images", classes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cat := catalog.New(st, classes).WithImages(images.Catalog)
+	if _, err := cat.Seed(ctx, "seed", files); err != nil {
+		t.Fatal(err)
+	}
+	dev, err := cat.Get(ctx, "dev-environment", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	night := *dev.Template
+	night.Metadata.Name = "night-env"
+	night.Spec.Lifecycle.Sleep = "weekdays 20:00-08:00 Europe/Berlin"
+	night.Spec.Lifecycle.IdleTimeout = ""
+	if _, err := cat.Create(ctx, "alice", &night); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	now := time.Date(2026, 12, 1, 18, 30, 0, 0, time.UTC) // Tue 19:30 in Berlin
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	set := func(t time.Time) { mu.Lock(); now = t; mu.Unlock() }
+	svc, err := workload.New(workload.Options{Store: st, Templates: cat, Images: images, Authorizer: workloadtest.AllowAll{},
+		Namespace: func(t team.Name) string { return "gantry-" + t.String() }, Cluster: workloadtest.NewCluster(), Now: clock, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func() workload.Workload {
+		w, _, err := svc.Create(ctx, "", workload.Request{Template: "night-env", Team: "vision"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := svc.Report(ctx, w.ID, workload.Running, ""); err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	c, err := cull.New(cull.Options{Store: st, Templates: cat, Stopper: svc, Now: clock, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	status := func(id string) workload.Workload {
+		w, err := svc.Get(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	early := run()
+	if n, err := c.Run(ctx); err != nil || n != 0 {
+		t.Fatalf("before the window: stopped %d (%v)", n, err)
+	}
+	set(time.Date(2026, 12, 1, 19, 5, 0, 0, time.UTC)) // 20:05 in Berlin
+	late := run()
+	if n, err := c.Run(ctx); err != nil || n != 1 {
+		t.Fatalf("in the window: stopped %d (%v), want the one running before it", n, err)
+	}
+	if w := status(early.ID); w.Status != workload.IdleStopped || !strings.Contains(w.Reason, "off-hours (weekdays 20:00-08:00 Europe/Berlin") {
+		t.Errorf("running before the window: %s (%s)", w.Status, w.Reason)
+	}
+	if w := status(late.ID); w.Status != workload.Running {
+		t.Errorf("started during the window: %s (%s), want it left running", w.Status, w.Reason)
+	}
+	// Wednesday: started in the morning, stopped again in the evening.
+	set(time.Date(2026, 12, 2, 8, 0, 0, 0, time.UTC))
+	if _, err := svc.Start(ctx, early.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Report(ctx, early.ID, workload.Running, ""); err != nil {
+		t.Fatal(err)
+	}
+	set(time.Date(2026, 12, 2, 19, 1, 0, 0, time.UTC))
+	if _, err := c.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if w := status(early.ID); w.Status != workload.IdleStopped {
+		t.Errorf("the next evening: %s (%s)", w.Status, w.Reason)
+	}
+}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/gpu"
+	"github.com/gantryhq/gantry/internal/offhours"
 	"github.com/gantryhq/gantry/internal/quantity"
 	"github.com/gantryhq/gantry/internal/yamldoc"
 )
@@ -153,7 +154,11 @@ type Volume struct {
 type Lifecycle struct {
 	MaxRuntime  string `json:"maxRuntime,omitempty"`
 	IdleTimeout string `json:"idleTimeout,omitempty"`
-	Retries     int    `json:"retries,omitempty"`
+	// Sleep is an off-hours schedule ("weekdays 20:00-08:00 Europe/Berlin",
+	// package offhours): workloads running when a window begins are
+	// stopped as IdleStopped; one started during it runs on.
+	Sleep   string `json:"sleep,omitempty"`
+	Retries int    `json:"retries,omitempty"`
 }
 
 // Scheduling sets priority and whether spot capacity may be used.
@@ -580,6 +585,13 @@ func (t *Template) validateLifecycle(errs *fault.List) {
 	}
 	duration("spec.lifecycle.maxRuntime", s.Lifecycle.MaxRuntime)
 	duration("spec.lifecycle.idleTimeout", s.Lifecycle.IdleTimeout)
+	if s.Lifecycle.Sleep != "" {
+		if _, err := offhours.Parse(s.Lifecycle.Sleep); err != nil {
+			errs.Addf("spec.lifecycle.sleep", "%v", err)
+		} else if s.Workload == Job {
+			errs.Addf("spec.lifecycle.sleep", "does not apply to jobs: a job stopped at night starts over")
+		}
+	}
 	if s.Lifecycle.IdleTimeout != "" && s.Workload == VM {
 		errs.Addf("spec.lifecycle.idleTimeout", "does not apply to VMs: their GPUs are not sampled per workload")
 	}

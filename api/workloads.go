@@ -48,7 +48,7 @@ func (s *server) EstimateWorkload(ctx context.Context, req gen.EstimateWorkloadR
 		out.MaxRuntime, out.CostAtMaxRuntime = ptr(e.MaxRuntime.String()), ptr(e.CostAtMaxRuntime)
 	}
 	if e.Known {
-		out.Pending, out.FreeGPUs = ptr(e.Pending), ptr(e.FreeGPUs)
+		out.Pending, out.Free = ptr(e.Pending), ptr(e.Free)
 	}
 	return gen.EstimateWorkload200JSONResponse(out), nil
 }

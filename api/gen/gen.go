@@ -672,9 +672,9 @@ type Estimate struct {
 	CostAtMaxRuntime *float64         `json:"costAtMaxRuntime,omitempty"`
 	Currency         EstimateCurrency `json:"currency"`
 
-	// FreeGPUs The class's GPUs in the cluster that no pod requests.
-	FreeGPUs *float64 `json:"freeGPUs,omitempty"`
-	Gpu      struct {
+	// Free Free units of what it asks for in the class (whole GPUs, or slices of its MIG profile) that no pod requests.
+	Free *int `json:"free,omitempty"`
+	Gpu  struct {
 		Class      string  `json:"class"`
 		Count      int     `json:"count"`
 		MigProfile *string `json:"migProfile,omitempty"`

@@ -171,7 +171,9 @@ func (c *Cluster) runKueue(bin, cfg, logFile string) (*kueue, error) {
 func (c *Cluster) mountKueueCerts(k *kueue, dir string) {
 	var written string
 	for written == "" {
-		s, err := c.Client.CoreV1().Secrets(KueueNamespace).Get(context.Background(), "kueue-webhook-server-cert", metav1.GetOptions{})
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		s, err := c.Client.CoreV1().Secrets(KueueNamespace).Get(ctx, "kueue-webhook-server-cert", metav1.GetOptions{})
+		cancel()
 		if err == nil && len(s.Data["tls.crt"]) > 0 && len(s.Data["tls.key"]) > 0 {
 			if v := string(s.Data["tls.crt"]) + string(s.Data["tls.key"]) + string(s.Data["ca.crt"]); v != written {
 				ok := true
@@ -216,6 +218,11 @@ func (k *kueue) output() string {
 func (k *kueue) stop() {
 	if k == nil || k.cmd == nil || k.cmd.Process == nil {
 		return
+	}
+	select {
+	case <-k.done:
+		return // gone: its process group id may be someone else's by now
+	default:
 	}
 	syscall.Kill(-k.cmd.Process.Pid, syscall.SIGTERM)
 	select {

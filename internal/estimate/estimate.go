@@ -14,6 +14,7 @@ import (
 
 	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/quota"
+	"github.com/gantryhq/gantry/internal/render"
 	"github.com/gantryhq/gantry/internal/workload"
 )
 
@@ -33,9 +34,10 @@ type Cluster interface {
 	// QueueUsage is the GPUs of class the team's Kueue queue has admitted,
 	// and how many of its workloads wait.
 	QueueUsage(ctx context.Context, team, class string) (usedGPUs float64, pending int, err error)
-	// FreeGPUs is the class's GPUs (MIG slices as their share) on its
-	// nodes that no pod requests.
-	FreeGPUs(ctx context.Context, class gpu.Class) (float64, error)
+	// FreeGPUs is the units of resource (whole GPUs, or slices of a MIG
+	// profile) on the class's nodes that no pod requests: in all, and the
+	// most on one node.
+	FreeGPUs(ctx context.Context, class gpu.Class, resource string) (total, onOneNode int, err error)
 }
 
 // Options configure a Service. Cluster nil: there is no cluster (gantry
@@ -44,6 +46,9 @@ type Options struct {
 	Previewer Previewer
 	Quotas    Quotas
 	Cluster   Cluster
+	// Kueue says quotas are enforced (config quota.kueue); without it the
+	// quota is not weighed.
+	Kueue bool
 }
 
 // Service estimates launches.
@@ -74,12 +79,13 @@ type Estimate struct {
 	QuotaUsed float64
 	Cohort    string
 	// Known says the cluster answered; then Pending is how many of the
-	// team's workloads wait in its queue, FreeGPUs the class's free GPUs,
+	// team's workloads wait in its queue, Free the free units of what it
+	// asks for (whole GPUs or slices of its MIG profile) in the class,
 	// StartsNow whether it would be admitted and placed at once, and Why
 	// says why not.
 	Known     bool
 	Pending   int
-	FreeGPUs  float64
+	Free      int
 	StartsNow bool
 	Why       string
 }
@@ -112,21 +118,35 @@ func (s *Service) Estimate(ctx context.Context, owner string, req workload.Reque
 		e.Why = "no cluster: whether it would start is not known"
 		return e, nil
 	}
-	if e.QuotaUsed, e.Pending, err = s.o.Cluster.QueueUsage(ctx, req.Team.String(), r.Class.Name); err != nil {
+	if s.o.Kueue {
+		if e.QuotaUsed, e.Pending, err = s.o.Cluster.QueueUsage(ctx, req.Team.String(), r.Class.Name); err != nil {
+			return Estimate{}, err
+		}
+	}
+	resource := "nvidia.com/gpu"
+	switch {
+	case r.MIG != nil:
+		resource = r.MIG.Resource()
+	case r.Confidential:
+		resource = render.ResourcePassthrough
+	}
+	free, onOne, err := s.o.Cluster.FreeGPUs(ctx, r.Class, resource)
+	if err != nil {
 		return Estimate{}, err
 	}
-	if e.FreeGPUs, err = s.o.Cluster.FreeGPUs(ctx, r.Class); err != nil {
-		return Estimate{}, err
-	}
-	e.Known = true
+	e.Known, e.Free = true, free
 	left := e.Quota - e.QuotaUsed
 	switch {
+	case !s.o.Kueue && onOne < r.Count:
+		e.Why = fmt.Sprintf("waiting for capacity: no node of %s has %d free %s (quotas are not enforced: quota.kueue is off)", r.Class.Name, r.Count, resource)
+	case !s.o.Kueue:
+		e.StartsNow = true
 	case left+1e-9 < e.GPUs && e.Cohort == "":
 		e.Why = fmt.Sprintf("queued: it needs %s GPUs of %s and the team's quota has %s left", num(e.GPUs), r.Class.Name, num(math.Max(0, left)))
 	case left+1e-9 < e.GPUs:
 		e.Why = fmt.Sprintf("queued unless cohort %s lends: it needs %s GPUs of %s and the team's quota has %s left", e.Cohort, num(e.GPUs), r.Class.Name, num(math.Max(0, left)))
-	case e.FreeGPUs+1e-9 < e.GPUs:
-		e.Why = fmt.Sprintf("admitted but waiting for capacity: %s GPUs of %s are free in the cluster", num(e.FreeGPUs), r.Class.Name)
+	case onOne < r.Count:
+		e.Why = fmt.Sprintf("admitted but waiting for capacity: no node of %s has %d free %s (%d free in all)", r.Class.Name, r.Count, resource, free)
 	default:
 		e.StartsNow = true
 	}

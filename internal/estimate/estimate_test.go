@@ -28,15 +28,17 @@ func (q quotas) Quota(team string) quota.Quota { return q[team] }
 // cluster stands in for Kueue's and the nodes' answers (the kube package
 // reads them from a real cluster in its tests).
 type cluster struct {
-	used    float64
-	pending int
-	free    float64
+	used            float64
+	pending         int
+	free, onOneNode int
 }
 
 func (c cluster) QueueUsage(context.Context, string, string) (float64, int, error) {
 	return c.used, c.pending, nil
 }
-func (c cluster) FreeGPUs(context.Context, gpu.Class) (float64, error) { return c.free, nil }
+func (c cluster) FreeGPUs(context.Context, gpu.Class, string) (int, int, error) {
+	return c.free, c.onOneNode, nil
+}
 
 // TestEstimate: the price of the GPUs' share at the class's spot or
 // on-demand price, the cost at the max runtime, and whether it would start
@@ -92,14 +94,14 @@ func runCases(t *testing.T, ctx context.Context, svc *workload.Service, h100 gpu
 		starts  bool
 		why     string
 	}{
-		{"a MIG slice on spot: half a GPU at the spot price", batchMIG, cluster{free: 8}, 0.5, 0.5 * h100.Price.Spot, 12 * time.Hour, true, ""},
-		{"two whole GPUs on demand, the quota full", train2, cluster{used: 1, pending: 3, free: 8}, 2, 2 * h100.Price.OnDemand, 72 * time.Hour, false, "the team's quota has 1 left"},
-		{"the quota holds it but the class is full", train2, cluster{free: 1}, 2, 2 * h100.Price.OnDemand, 72 * time.Hour, false, "1 GPUs of H100-80GB are free"},
-		{"a cohort may lend", workload.Request{Template: "pytorch-train", Team: "nlp", Choice: template.Choice{Class: "H100-80GB", Count: 2}}, cluster{free: 8}, 2, 2 * h100.Price.OnDemand, 72 * time.Hour, false, "unless cohort research lends"},
+		{"a MIG slice on spot: half a GPU at the spot price", batchMIG, cluster{free: 8, onOneNode: 8}, 0.5, 0.5 * h100.Price.Spot, 12 * time.Hour, true, ""},
+		{"two whole GPUs on demand, the quota full", train2, cluster{used: 1, pending: 3, free: 8, onOneNode: 8}, 2, 2 * h100.Price.OnDemand, 72 * time.Hour, false, "the team's quota has 1 left"},
+		{"the quota holds it but no node has two free", train2, cluster{free: 2, onOneNode: 1}, 2, 2 * h100.Price.OnDemand, 72 * time.Hour, false, "no node of H100-80GB has 2 free nvidia.com/gpu (2 free in all)"},
+		{"a cohort may lend", workload.Request{Template: "pytorch-train", Team: "nlp", Choice: template.Choice{Class: "H100-80GB", Count: 2}}, cluster{free: 8, onOneNode: 8}, 2, 2 * h100.Price.OnDemand, 72 * time.Hour, false, "unless cohort research lends"},
 		{"no cluster: not known", batchMIG, nil, 0.5, 0.5 * h100.Price.Spot, 12 * time.Hour, false, "no cluster"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			es, err := estimate.New(estimate.Options{Previewer: svc, Quotas: q, Cluster: tc.cl})
+			es, err := estimate.New(estimate.Options{Previewer: svc, Quotas: q, Cluster: tc.cl, Kueue: true})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -118,6 +120,15 @@ func runCases(t *testing.T, ctx context.Context, svc *workload.Service, h100 gpu
 			}
 		})
 	}
+	// Without Kueue the quota is not weighed: only capacity.
+	es, err := estimate.New(estimate.Options{Previewer: svc, Quotas: q, Cluster: cluster{free: 8, onOneNode: 8}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	over := workload.Request{Template: "pytorch-train", Team: "nlp", Choice: template.Choice{Class: "H100-80GB", Count: 2}}
+	if e, err := es.Estimate(ctx, "alice", over); err != nil || !e.StartsNow {
+		t.Errorf("quota.kueue off, beyond the quota: starts now %v (%q), %v", e.StartsNow, e.Why, err)
+	}
 	// What a launch refuses, the estimate refuses: a parameter it lacks.
 	if _, err := (func() (estimate.Estimate, error) {
 		es, _ := estimate.New(estimate.Options{Previewer: svc, Quotas: q})
@@ -132,7 +143,7 @@ func runCases(t *testing.T, ctx context.Context, svc *workload.Service, h100 gpu
 // answers — here in memory; on a cluster they are two API reads).
 func BenchmarkEstimate(b *testing.B) {
 	ctx, svc, _ := harness(b)
-	es, err := estimate.New(estimate.Options{Previewer: svc, Quotas: quotas{"vision": {GPUs: map[string]float64{"H100-80GB": 2}}}, Cluster: cluster{free: 8}})
+	es, err := estimate.New(estimate.Options{Previewer: svc, Quotas: quotas{"vision": {GPUs: map[string]float64{"H100-80GB": 2}}}, Cluster: cluster{free: 8, onOneNode: 8}, Kueue: true})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -276,7 +276,9 @@ func (c *Cluster) Delete(ctx context.Context, namespace, kind, name string) erro
 // VirtualMachine halted (KubeVirt removes the running instance).
 func (c *Cluster) SetRunning(ctx context.Context, o workload.ObjectRef, run bool) error {
 	if o.Kind == "Job" && c.kueue {
-		return c.setJobActive(ctx, o, run)
+		if queued, err := c.setJobActive(ctx, o, run); queued || err != nil {
+			return err
+		}
 	}
 	var spec map[string]any
 	switch o.Kind {

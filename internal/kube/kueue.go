@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math"
 	"sort"
 	"strings"
 	"time"
@@ -103,39 +102,45 @@ func (c *Cluster) Teams(ctx context.Context) ([]string, error) {
 	return out, nil
 }
 
-// setJobActive stops or starts a queued Job: the annotation says it on the
-// Job, and its Kueue Workload is deactivated (Kueue suspends the Job and
-// releases its quota) or activated (it queues again).
-func (c *Cluster) setJobActive(ctx context.Context, o workload.ObjectRef, run bool) error {
+// setJobActive stops or starts a Job. A queued one (Kueue owns its
+// suspend field) has its Kueue Workload deactivated (Kueue suspends the Job
+// and frees its quota) or activated (it queues again), and then the
+// annotation says so on the Job — last, so that a failure half way leaves
+// the Job looking as it was and the lifecycle loop tries again. A Job
+// without the queue label (made before Kueue was on) is suspended as ever.
+func (c *Cluster) setJobActive(ctx context.Context, o workload.ObjectRef, run bool) (queued bool, err error) {
 	gvr, _ := resourceOf("Job")
+	job, err := c.dyn.Resource(gvr).Namespace(o.Namespace).Get(ctx, o.Name, metav1.GetOptions{})
+	if err != nil {
+		return false, classify(err, "Job", o.Name)
+	}
+	if _, ok := job.GetLabels()[quota.LabelQueueName]; !ok {
+		return false, nil
+	}
+	list, err := c.dyn.Resource(kueueWorkloads).Namespace(o.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "kueue.x-k8s.io/job-uid=" + string(job.GetUID())})
+	if err != nil {
+		return true, classify(err, "Kueue Workload", o.Name)
+	}
+	if len(list.Items) == 0 && !run {
+		// Kueue has not made its Workload yet: the lifecycle loop tries
+		// again (the Job still looks running).
+		return true, &fault.Unavailable{What: "Kueue", Err: fmt.Errorf("no Kueue Workload for Job %s/%s yet", o.Namespace, o.Name)}
+	}
+	active, _ := json.Marshal(map[string]any{"spec": map[string]any{"active": run}})
+	for _, w := range list.Items {
+		if _, err := c.dyn.Resource(kueueWorkloads).Namespace(o.Namespace).Patch(ctx, w.GetName(), types.MergePatchType, active, metav1.PatchOptions{FieldManager: FieldManager}); err != nil {
+			return true, classify(err, "Kueue Workload", w.GetName())
+		}
+	}
 	ann := map[string]any{AnnotationStopped: "true"}
 	if run {
 		ann = map[string]any{AnnotationStopped: nil}
 	}
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": ann}})
-	job, err := c.dyn.Resource(gvr).Namespace(o.Namespace).Patch(ctx, o.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
-	if err != nil {
-		return classify(err, "Job", o.Name)
+	if _, err := c.dyn.Resource(gvr).Namespace(o.Namespace).Patch(ctx, o.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager}); err != nil {
+		return true, classify(err, "Job", o.Name)
 	}
-	list, err := c.dyn.Resource(kueueWorkloads).Namespace(o.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "kueue.x-k8s.io/job-uid=" + string(job.GetUID())})
-	if err != nil {
-		return classify(err, "Kueue Workload", o.Name)
-	}
-	if len(list.Items) == 0 {
-		if !run {
-			// Kueue has not made its Workload yet: say so, and the
-			// lifecycle loop tries again.
-			return &fault.Unavailable{What: "Kueue", Err: fmt.Errorf("no Kueue Workload for Job %s/%s yet", o.Namespace, o.Name)}
-		}
-		return nil
-	}
-	active, _ := json.Marshal(map[string]any{"spec": map[string]any{"active": run}})
-	for _, w := range list.Items {
-		if _, err := c.dyn.Resource(kueueWorkloads).Namespace(o.Namespace).Patch(ctx, w.GetName(), types.MergePatchType, active, metav1.PatchOptions{FieldManager: FieldManager}); err != nil {
-			return classify(err, "Kueue Workload", w.GetName())
-		}
-	}
-	return nil
+	return true, nil
 }
 
 // queuedIn says whether a Kueue Workload waits for admission, and why.
@@ -298,45 +303,42 @@ func (c *Cluster) QueueUsage(ctx context.Context, team, class string) (float64, 
 	return used, int(pending), nil
 }
 
-// FreeGPUs implements estimate.Cluster: on the nodes of the class's
-// products, the GPUs (MIG slices as their share of one) allocatable and not
-// requested by a pod that has not ended.
-func (c *Cluster) FreeGPUs(ctx context.Context, class gpu.Class) (float64, error) {
+// FreeGPUs implements estimate.Cluster: on the schedulable nodes of the
+// class's products, the units of resource (nvidia.com/gpu, a MIG profile's
+// resource, or nvidia.com/pgpu) allocatable and not requested by a pod that
+// has not ended — in all, and the most on one node. (Node affinity beyond
+// the class — spot, confidential computing — is not weighed.)
+func (c *Cluster) FreeGPUs(ctx context.Context, class gpu.Class, res string) (total, onOneNode int, err error) {
 	nodes, err := c.core.CoreV1().Nodes().List(ctx, metav1.ListOptions{
 		LabelSelector: render.LabelGPUProduct + " in (" + strings.Join(class.Products, ",") + ")", ResourceVersion: "0"})
 	if err != nil {
-		return 0, classify(err, "node", "")
+		return 0, 0, classify(err, "node", "")
 	}
-	weight := map[corev1.ResourceName]float64{"nvidia.com/gpu": 1, render.ResourcePassthrough: 1}
-	for _, p := range class.MIG {
-		weight[corev1.ResourceName(p.Resource())] = math.Max(p.ComputeShare(), p.MemoryShare())
-	}
-	free := 0.0
+	name := corev1.ResourceName(res)
 	for _, n := range nodes.Items {
-		if n.Spec.Unschedulable {
+		q, ok := n.Status.Allocatable[name]
+		if n.Spec.Unschedulable || !ok {
 			continue
 		}
-		for r, w := range weight {
-			if q, ok := n.Status.Allocatable[r]; ok {
-				free += w * float64(q.Value())
-			}
-		}
+		free := q.Value()
 		pods, err := c.core.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + n.Name, ResourceVersion: "0"})
 		if err != nil {
-			return 0, classify(err, "pod", "")
+			return 0, 0, classify(err, "pod", "")
 		}
 		for _, p := range pods.Items {
 			if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 				continue
 			}
 			for _, ctr := range p.Spec.Containers {
-				for r, w := range weight {
-					if q, ok := ctr.Resources.Limits[r]; ok {
-						free -= w * float64(q.Value())
-					}
+				if l, ok := ctr.Resources.Limits[name]; ok {
+					free -= l.Value()
 				}
 			}
 		}
+		if free > 0 {
+			total += int(free)
+			onOneNode = max(onOneNode, int(free))
+		}
 	}
-	return math.Max(0, free), nil
+	return total, onOneNode, nil
 }

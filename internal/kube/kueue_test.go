@@ -115,10 +115,9 @@ func TestKueueAdmitsUpToTheQuota(t *testing.T) {
 		}
 		return nil
 	})
-	if free, err := q.k.FreeGPUs(context.Background(), h100Class(t)); err != nil || free < 1 {
-		t.Errorf("free H100s %v %v", free, err)
-	} else if all := h100Total(t); free > all-2 {
-		t.Errorf("free H100s %v, want at most %v (all %v, two running)", free, all-2, all)
+	free, onOne, err := q.k.FreeGPUs(context.Background(), h100Class(t), "nvidia.com/gpu")
+	if all := h100Total(t); err != nil || free > all-2 || free < 1 || onOne < 1 || onOne > free {
+		t.Errorf("free whole H100s %d (%d on one node), %v; want at most %d of the %d (two running)", free, onOne, err, all-2, all)
 	}
 	if o := obs["qa000003"]; o.Position != 1 || !strings.Contains(o.Reason, "position 1") || !strings.Contains(o.Reason, "insufficient unused quota") {
 		t.Errorf("the first queued: position %d, reason %q", o.Position, o.Reason)
@@ -224,29 +223,18 @@ func h100Class(t *testing.T) gpu.Class {
 	return c
 }
 
-// h100Total is the H100s (MIG slices as their share) on the cluster's
-// nodes, from their allocatable resources.
-func h100Total(t *testing.T) float64 {
+// h100Total is the whole H100s allocatable on the cluster's nodes.
+func h100Total(t *testing.T) int {
 	t.Helper()
 	c := h100Class(t)
 	nodes, err := cluster.Client.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	total := 0.0
+	total := 0
 	for _, n := range nodes.Items {
-		if !slices.Contains(c.Products, n.Labels["nvidia.com/gpu.product"]) {
-			continue
-		}
-		for r, q := range n.Status.Allocatable {
-			switch {
-			case r == "nvidia.com/gpu" || r == "nvidia.com/pgpu":
-				total += float64(q.Value())
-			case strings.HasPrefix(string(r), "nvidia.com/mig-"):
-				if p, ok := c.Profile(strings.TrimPrefix(string(r), "nvidia.com/mig-")); ok {
-					total += float64(q.Value()) * max(p.ComputeShare(), p.MemoryShare())
-				}
-			}
+		if q, ok := n.Status.Allocatable["nvidia.com/gpu"]; ok && slices.Contains(c.Products, n.Labels["nvidia.com/gpu.product"]) {
+			total += int(q.Value())
 		}
 	}
 	return total

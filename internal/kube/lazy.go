@@ -133,10 +133,27 @@ func (l *Lazy) QueueUsage(ctx context.Context, team, class string) (float64, int
 }
 
 // FreeGPUs implements estimate.Cluster.
-func (l *Lazy) FreeGPUs(ctx context.Context, class gpu.Class) (float64, error) {
+func (l *Lazy) FreeGPUs(ctx context.Context, class gpu.Class, res string) (int, int, error) {
 	c, err := l.get()
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	return c.FreeGPUs(ctx, class)
+	return c.FreeGPUs(ctx, class, res)
+}
+
+// Kueue is what /readyz asks when quotas are on Kueue: whether the API
+// server serves Kueue's API (without it every launch would wait forever).
+func (l *Lazy) Kueue() interface{ Ping(context.Context) error } { return kueuePing{l} }
+
+type kueuePing struct{ l *Lazy }
+
+func (p kueuePing) Ping(ctx context.Context) error {
+	c, err := p.l.get()
+	if err != nil {
+		return err
+	}
+	if _, err := c.core.Discovery().ServerResourcesForGroupVersion("kueue.x-k8s.io/v1beta2"); err != nil {
+		return &fault.Unavailable{What: "Kueue", Err: fmt.Errorf("the API server does not serve kueue.x-k8s.io/v1beta2 (%v): install Kueue, or set quota.kueue: false", err)}
+	}
+	return nil
 }

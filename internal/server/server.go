@@ -203,6 +203,9 @@ func New(ctx context.Context, cfg config.Config, ov Overrides) (s *Server, err e
 		s.cluster = kube.NewLazy(cfg.Kubeconfig, kube.Options{Kueue: cfg.Quota.Kueue})
 		wo.Cluster = s.cluster
 		s.checks = append(s.checks, api.Check{Name: "kubernetes", Pinger: s.cluster})
+		if cfg.Quota.Kueue {
+			s.checks = append(s.checks, api.Check{Name: "kueue", Pinger: s.cluster.Kueue()})
+		}
 	} else {
 		core.Log.Warn("no kubeconfig: launches are recorded and rendered, not applied to a cluster")
 	}
@@ -286,7 +289,7 @@ func New(ctx context.Context, cfg config.Config, ov Overrides) (s *Server, err e
 	if ov.Checks != nil {
 		s.checks = ov.Checks
 	}
-	eo := estimate.Options{Previewer: s.Workloads, Quotas: s.authz}
+	eo := estimate.Options{Previewer: s.Workloads, Quotas: s.authz, Kueue: cfg.Quota.Kueue}
 	if s.cluster != nil {
 		eo.Cluster = s.cluster
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/gantryhq/gantry/internal/store"
 	"github.com/gantryhq/gantry/internal/store/storetest"
 	"github.com/gantryhq/gantry/internal/team"
+	"github.com/gantryhq/gantry/internal/telemetry"
 	"github.com/gantryhq/gantry/internal/template"
 	"github.com/gantryhq/gantry/internal/token"
 	"github.com/gantryhq/gantry/internal/user"
@@ -675,5 +676,14 @@ func testActivity(t *testing.T, s *store.Store) {
 	}
 	if got, err := s.WorkloadActivity(ctx, "w2"); err != nil || !got.IsZero() {
 		t.Fatalf("a workload never used: %v %v", got, err)
+	}
+	// A device that measured neither utilization nor SM activity says
+	// nothing about idleness: no activity window at all.
+	unmeasured := telemetry.SeriesKey{Node: "n1", Device: telemetry.Device{GPU: "GPU-c", Index: 2}, Workload: "w-unmeasured"}
+	if err := s.AppendSamples(ctx, []telemetry.Stored{{Series: unmeasured, Time: t1, Share: 1, Values: telemetry.NoValues()}}); err != nil {
+		t.Fatal(err)
+	}
+	if act, err := s.GPUActivity(ctx, "w-unmeasured", t1.Add(-time.Hour)); err != nil || !act.First.IsZero() {
+		t.Fatalf("GPU activity of samples that measured nothing: %+v %v", act, err)
 	}
 }

@@ -549,12 +549,15 @@ func (s *Store) LatestSamples(ctx context.Context, node string, since time.Time)
 }
 
 // GPUActivity implements telemetry.Store: over the workload's samples since
-// since, the first and the newest, and the newest with its GPU in use
-// (utilization above 1 % or SM activity above 0.01).
+// since that measured its use (utilization or SM activity; a sample
+// measuring neither says nothing about idleness), the first and the newest,
+// and the newest with its GPU in use (utilization above 1 % or SM activity
+// above 0.01).
 func (s *Store) GPUActivity(ctx context.Context, workload string, since time.Time) (telemetry.Activity, error) {
 	var first, last, active sql.NullInt64
 	err := s.read.QueryRowContext(ctx, s.q(`SELECT min(s.t), max(s.t), max(CASE WHEN s.gpu_util > 1 OR s.sm_active > 0.01 THEN s.t END)
-		FROM gpu_samples s JOIN gpu_series r ON r.id = s.series_id WHERE r.workload = ? AND s.t >= ?`), workload, ms(since)).Scan(&first, &last, &active)
+		FROM gpu_samples s JOIN gpu_series r ON r.id = s.series_id
+		WHERE r.workload = ? AND s.t >= ? AND (s.gpu_util IS NOT NULL OR s.sm_active IS NOT NULL)`), workload, ms(since)).Scan(&first, &last, &active)
 	if err != nil {
 		return telemetry.Activity{}, fmt.Errorf("GPU activity of %s: %w", workload, err)
 	}

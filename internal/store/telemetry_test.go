@@ -46,6 +46,7 @@ func testTelemetry(t *testing.T, s *store.Store) {
 	if act, err := s.GPUActivity(ctx, "w1", base.Add(time.Hour)); err != nil || !act.First.IsZero() || !act.LastActive.IsZero() {
 		t.Fatalf("GPU activity after the samples: %+v %v", act, err)
 	}
+
 	series, err := s.WorkloadSeries(ctx, "w1")
 	if err != nil || len(series) != 1 || series[0].ID != whole.ID() || series[0].Key.Pod != whole.Pod || series[0].Key.Device.MIG != nil || series[0].Attribution != "exclusive" {
 		t.Fatalf("workload series: %+v %v", series, err)

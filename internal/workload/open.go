@@ -70,8 +70,12 @@ func (s *Service) KeepAlive(ctx context.Context, id string) (Workload, error) {
 	return w, nil
 }
 
-// touchEvery is how often a workload's use through its UI is written.
-const touchEvery = time.Minute
+// touchEvery is how often a workload's use through its UI is written; the
+// process remembers at most maxTouched workloads' last write.
+const (
+	touchEvery = time.Minute
+	maxTouched = 100000
+)
 
 // touch records activity on a workload, at most once per touchEvery per
 // process (a UI's requests come many a second); a failure is logged.
@@ -80,10 +84,15 @@ func (s *Service) touch(ctx context.Context, id string) {
 	if last, ok := s.touched.Load(id); ok && now.Sub(last.(time.Time)) < touchEvery {
 		return
 	}
-	s.touched.Store(id, now)
 	if err := s.store.TouchWorkload(ctx, id, now); err != nil {
 		s.log.Warn("activity on a workload not recorded", "workload", id, "err", err)
+		return // tried again on the next request
 	}
+	if n := s.touchedN.Add(1); n > maxTouched {
+		s.touched.Clear() // bounded: a forgotten entry costs one write more
+		s.touchedN.Store(0)
+	}
+	s.touched.Store(id, now)
 }
 
 // IdleStop stops a workload the idle culler found unused, with why on the

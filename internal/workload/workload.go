@@ -19,6 +19,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gantryhq/gantry/internal/access"
@@ -229,6 +230,7 @@ type Service struct {
 	now       func() time.Time
 	newID     func() string
 	touched   sync.Map // workload id → time.Time of the last activity written
+	touchedN  atomic.Int64
 }
 
 // New returns a workload service, complete: every required dependency is

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
+	"time"
 
 	"github.com/gantryhq/gantry/api/gen"
 	"github.com/gantryhq/gantry/internal/catalog"
@@ -101,6 +103,7 @@ func workloadOut(w workload.Workload) gen.Workload {
 		Id: w.ID, Name: w.Name, Team: w.Team.String(), Owner: w.Owner, Template: w.Template, TemplateVersion: w.TemplateVersion,
 		Kind: gen.WorkloadKind(w.Kind), Parameters: w.Parameters, ObjectsHash: w.ObjectsHash, Status: gen.WorkloadStatus(w.Status),
 		Applied: w.Applied(), CreatedAt: w.CreatedAt, UpdatedAt: w.UpdatedAt,
+		PricePerHour: w.PricePerHour, CostSoFar: math.Round(w.CostAt(time.Now())*100) / 100,
 	}
 	if w.Reason != "" {
 		out.Reason = ptr(w.Reason)

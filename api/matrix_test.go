@@ -146,6 +146,7 @@ func TestRouteRoleMatrix(t *testing.T) {
 		// No telemetry here: whoever may manage the workload learns there is nothing to apply.
 		"POST /api/v1/workloads/{id}/advice/apply": {"POST", "/api/v1/workloads/" + wid + "/advice/apply", func(string) any { return map[string]any{} }, map[string]int{A: 409, P: 403, T: 409, M: 403, V: 403, N: 403, X: 404}},
 		"GET /api/v1/advice":                       {"GET", "/api/v1/advice", nil, readers},
+		"GET /api/v1/costs":                        {"GET", "/api/v1/costs", nil, readers},
 		"GET /api/v1/templates/{name}/advice":      {"GET", "/api/v1/templates/vllm-inference/advice", nil, writers(200)},
 		// GPU nodes are the platform's; the test server has no agents, so no node is known.
 		"GET /api/v1/nodes":        {"GET", "/api/v1/nodes", nil, map[string]int{A: 200, P: 200, T: 403, M: 403, V: 403, N: 403, X: 403}},

@@ -41,7 +41,7 @@ func (s *server) EstimateWorkload(ctx context.Context, req gen.EstimateWorkloadR
 	if err != nil {
 		return nil, err
 	}
-	out := gen.Estimate{Gpus: e.GPUs, Spot: e.Spot, PricePerHour: e.PricePerHour, Currency: gen.USD, Quota: e.Quota, QuotaUsed: e.QuotaUsed,
+	out := gen.Estimate{Gpus: e.GPUs, Spot: e.Spot, PricePerHour: e.PricePerHour, Currency: gen.EstimateCurrencyUSD, Quota: e.Quota, QuotaUsed: e.QuotaUsed,
 		Known: e.Known, StartsNow: e.StartsNow, Why: omitEmpty(e.Why), Cohort: omitEmpty(e.Cohort)}
 	out.Gpu.Class, out.Gpu.Count, out.Gpu.MigProfile = e.Class, e.Count, omitEmpty(e.MIGProfile)
 	if e.MaxRuntime > 0 {

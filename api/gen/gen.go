@@ -74,15 +74,30 @@ func (e CatalogImageLayer) Valid() bool {
 	}
 }
 
+// Defines values for CostReportCurrency.
+const (
+	CostReportCurrencyUSD CostReportCurrency = "USD"
+)
+
+// Valid indicates whether the value is a known member of the CostReportCurrency enum.
+func (e CostReportCurrency) Valid() bool {
+	switch e {
+	case CostReportCurrencyUSD:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for EstimateCurrency.
 const (
-	USD EstimateCurrency = "USD"
+	EstimateCurrencyUSD EstimateCurrency = "USD"
 )
 
 // Valid indicates whether the value is a known member of the EstimateCurrency enum.
 func (e EstimateCurrency) Valid() bool {
 	switch e {
-	case USD:
+	case EstimateCurrencyUSD:
 		return true
 	default:
 		return false
@@ -331,13 +346,13 @@ func (e TemplateDocumentApiVersion) Valid() bool {
 
 // Defines values for TemplateDocumentKind.
 const (
-	Template TemplateDocumentKind = "Template"
+	TemplateDocumentKindTemplate TemplateDocumentKind = "Template"
 )
 
 // Valid indicates whether the value is a known member of the TemplateDocumentKind enum.
 func (e TemplateDocumentKind) Valid() bool {
 	switch e {
-	case Template:
+	case TemplateDocumentKindTemplate:
 		return true
 	default:
 		return false
@@ -509,6 +524,51 @@ func (e ListAuditParamsDecision) Valid() bool {
 	}
 }
 
+// Defines values for GetCostsParamsGroupBy.
+const (
+	GetCostsParamsGroupByCostCenter GetCostsParamsGroupBy = "costCenter"
+	GetCostsParamsGroupByGpuClass   GetCostsParamsGroupBy = "gpuClass"
+	GetCostsParamsGroupByTeam       GetCostsParamsGroupBy = "team"
+	GetCostsParamsGroupByTemplate   GetCostsParamsGroupBy = "template"
+	GetCostsParamsGroupByUser       GetCostsParamsGroupBy = "user"
+)
+
+// Valid indicates whether the value is a known member of the GetCostsParamsGroupBy enum.
+func (e GetCostsParamsGroupBy) Valid() bool {
+	switch e {
+	case GetCostsParamsGroupByCostCenter:
+		return true
+	case GetCostsParamsGroupByGpuClass:
+		return true
+	case GetCostsParamsGroupByTeam:
+		return true
+	case GetCostsParamsGroupByTemplate:
+		return true
+	case GetCostsParamsGroupByUser:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for GetCostsParamsFormat.
+const (
+	Csv  GetCostsParamsFormat = "csv"
+	Json GetCostsParamsFormat = "json"
+)
+
+// Valid indicates whether the value is a known member of the GetCostsParamsFormat enum.
+func (e GetCostsParamsFormat) Valid() bool {
+	switch e {
+	case Csv:
+		return true
+	case Json:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for SetTemplateVersionStatusJSONBodyStatus.
 const (
 	SetTemplateVersionStatusJSONBodyStatusActive     SetTemplateVersionStatusJSONBodyStatus = "active"
@@ -632,6 +692,33 @@ type CatalogImageConfidentialTee string
 
 // CatalogImageLayer defines model for CatalogImage.Layer.
 type CatalogImageLayer string
+
+// CostLine defines model for CostLine.
+type CostLine struct {
+	Cost float64 `json:"cost"`
+
+	// GpuHours Whole GPUs' worth times hours Running.
+	GpuHours float64 `json:"gpuHours"`
+
+	// Key The team, user, template, GPU class or cost center (empty: none).
+	Key string `json:"key"`
+
+	// Workloads Workloads with a run in the period.
+	Workloads int `json:"workloads"`
+}
+
+// CostReport defines model for CostReport.
+type CostReport struct {
+	Currency CostReportCurrency `json:"currency"`
+	From     time.Time          `json:"from"`
+	GroupBy  string             `json:"groupBy"`
+	Items    []CostLine         `json:"items"`
+	To       time.Time          `json:"to"`
+	Total    float64            `json:"total"`
+}
+
+// CostReportCurrency defines model for CostReport.Currency.
+type CostReportCurrency string
 
 // Device defines model for Device.
 type Device struct {
@@ -1405,7 +1492,10 @@ type Volume struct {
 // Workload defines model for Workload.
 type Workload struct {
 	// Applied Whether the workload's objects are on the cluster.
-	Applied   bool      `json:"applied"`
+	Applied bool `json:"applied"`
+
+	// CostSoFar USD it has cost up to this answer, its price per hour over the time it was Running.
+	CostSoFar float64   `json:"costSoFar"`
 	CreatedAt time.Time `json:"createdAt"`
 
 	// Endpoint In-cluster address of a service (such as http://vllm-inference-x.gantry-nlp.svc.cluster.local:8000) or of a notebook's app, which admits only Gantry's proxy: open a notebook at url.
@@ -1430,6 +1520,9 @@ type Workload struct {
 	ObjectsHash string            `json:"objectsHash"`
 	Owner       string            `json:"owner"`
 	Parameters  map[string]string `json:"parameters"`
+
+	// PricePerHour USD per hour while it runs, at its GPU class's price when it was launched (spot when the template runs on spot and the class has a spot price, else on demand; a MIG slice at its share of the GPU, max(compute/7, memory/8)).
+	PricePerHour float64 `json:"pricePerHour"`
 
 	// Reason Why the workload is stuck or failed.
 	Reason *string `json:"reason,omitempty"`
@@ -1508,6 +1601,27 @@ type ListAuditParams struct {
 
 // ListAuditParamsDecision defines parameters for ListAudit.
 type ListAuditParamsDecision string
+
+// GetCostsParams defines parameters for GetCosts.
+type GetCostsParams struct {
+	// From Start of the period (RFC 3339); default the start of this month (UTC).
+	From *time.Time `form:"from,omitempty" json:"from,omitempty"`
+
+	// To End of the period (RFC 3339, exclusive); default now. At most 400 days after from.
+	To *time.Time `form:"to,omitempty" json:"to,omitempty"`
+
+	// GroupBy What the lines are (the template's cost center for costCenter).
+	GroupBy *GetCostsParamsGroupBy `form:"groupBy,omitempty" json:"groupBy,omitempty"`
+
+	// Format JSON, or CSV for a spreadsheet.
+	Format *GetCostsParamsFormat `form:"format,omitempty" json:"format,omitempty"`
+}
+
+// GetCostsParamsGroupBy defines parameters for GetCosts.
+type GetCostsParamsGroupBy string
+
+// GetCostsParamsFormat defines parameters for GetCosts.
+type GetCostsParamsFormat string
 
 // GetTemplateParams defines parameters for GetTemplate.
 type GetTemplateParams struct {
@@ -1620,6 +1734,9 @@ type ServerInterface interface {
 	// ListAudit Audit log
 	// (GET /api/v1/audit)
 	ListAudit(ctx echo.Context, params ListAuditParams) error
+	// GetCosts What workloads cost over a period
+	// (GET /api/v1/costs)
+	GetCosts(ctx echo.Context, params GetCostsParams) error
 	// ListGPUClasses List GPU classes
 	// (GET /api/v1/gpu-classes)
 	ListGPUClasses(ctx echo.Context) error
@@ -1810,6 +1927,45 @@ func (w *ServerInterfaceWrapper) ListAudit(ctx echo.Context) error {
 
 	// Invoke the callback with all the unmarshaled arguments
 	err = w.Handler.ListAudit(ctx, params)
+	return err
+}
+
+// GetCosts converts echo context to params.
+func (w *ServerInterfaceWrapper) GetCosts(ctx echo.Context) error {
+	var err error
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params GetCostsParams
+	// ------------- Optional query parameter "from" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "from", ctx.QueryParams(), &params.From, runtime.BindQueryParameterOptions{Type: "string", Format: "date-time"})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter from: %s", err))
+	}
+
+	// ------------- Optional query parameter "to" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "to", ctx.QueryParams(), &params.To, runtime.BindQueryParameterOptions{Type: "string", Format: "date-time"})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter to: %s", err))
+	}
+
+	// ------------- Optional query parameter "groupBy" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "groupBy", ctx.QueryParams(), &params.GroupBy, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter groupBy: %s", err))
+	}
+
+	// ------------- Optional query parameter "format" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "format", ctx.QueryParams(), &params.Format, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter format: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.GetCosts(ctx, params)
 	return err
 }
 
@@ -2592,6 +2748,7 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.GET(options.BaseURL+"/api/v1/workloads/:id/metrics", wrapper.GetWorkloadMetrics, options.OperationMiddlewares["getWorkloadMetrics"]...)
 	router.GET(options.BaseURL+"/api/v1/workloads/:id/advice", wrapper.GetWorkloadAdvice, options.OperationMiddlewares["getWorkloadAdvice"]...)
 	router.POST(options.BaseURL+"/api/v1/workloads/:id/advice/apply", wrapper.ApplyWorkloadAdvice, options.OperationMiddlewares["applyWorkloadAdvice"]...)
+	router.GET(options.BaseURL+"/api/v1/costs", wrapper.GetCosts, options.OperationMiddlewares["getCosts"]...)
 	router.GET(options.BaseURL+"/api/v1/advice", wrapper.ListAdvice, options.OperationMiddlewares["listAdvice"]...)
 	router.GET(options.BaseURL+"/api/v1/nodes", wrapper.ListNodes, options.OperationMiddlewares["listNodes"]...)
 	router.GET(options.BaseURL+"/api/v1/nodes/:name", wrapper.GetNode, options.OperationMiddlewares["getNode"]...)
@@ -2681,6 +2838,65 @@ type ListAuditdefaultApplicationProblemPlusJSONResponse struct {
 }
 
 func (response ListAuditdefaultApplicationProblemPlusJSONResponse) VisitListAuditResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetCostsRequestObject struct {
+	Params GetCostsParams
+}
+
+type GetCostsResponseObject interface {
+	VisitGetCostsResponse(w http.ResponseWriter) error
+}
+
+type GetCosts200JSONResponse CostReport
+
+func (response GetCosts200JSONResponse) VisitGetCostsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetCosts200TextcsvResponse struct {
+	Body          io.Reader
+	ContentLength int64
+}
+
+func (response GetCosts200TextcsvResponse) VisitGetCostsResponse(w http.ResponseWriter) error {
+
+	w.Header().Set("Content-Type", "text/csv")
+	if response.ContentLength != 0 {
+		w.Header().Set("Content-Length", fmt.Sprint(response.ContentLength))
+	}
+	w.WriteHeader(200)
+
+	if closer, ok := response.Body.(io.ReadCloser); ok {
+		defer closer.Close()
+	}
+	_, err := io.Copy(w, response.Body)
+	return err
+}
+
+type GetCostsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetCostsdefaultApplicationProblemPlusJSONResponse) VisitGetCostsResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
@@ -4333,6 +4549,9 @@ type StrictServerInterface interface {
 	// ListAudit Audit log
 	// (GET /api/v1/audit)
 	ListAudit(ctx context.Context, request ListAuditRequestObject) (ListAuditResponseObject, error)
+	// GetCosts What workloads cost over a period
+	// (GET /api/v1/costs)
+	GetCosts(ctx context.Context, request GetCostsRequestObject) (GetCostsResponseObject, error)
 	// ListGPUClasses List GPU classes
 	// (GET /api/v1/gpu-classes)
 	ListGPUClasses(ctx context.Context, request ListGPUClassesRequestObject) (ListGPUClassesResponseObject, error)
@@ -4520,6 +4739,31 @@ func (sh *strictHandler) ListAudit(ctx echo.Context, params ListAuditParams) err
 		return err
 	} else if validResponse, ok := response.(ListAuditResponseObject); ok {
 		return validResponse.VisitListAuditResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// GetCosts operation middleware
+func (sh *strictHandler) GetCosts(ctx echo.Context, params GetCostsParams) error {
+	var request GetCostsRequestObject
+
+	request.Params = params
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.GetCosts(ctx.Request().Context(), request.(GetCostsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetCosts")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(GetCostsResponseObject); ok {
+		return validResponse.VisitGetCostsResponse(ctx.Response())
 	} else if response != nil {
 		return fmt.Errorf("unexpected response type: %T", response)
 	}

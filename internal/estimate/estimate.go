@@ -103,11 +103,8 @@ func (s *Service) Estimate(ctx context.Context, owner string, req workload.Reque
 		e.MIGProfile = r.MIG.Name
 		e.GPUs = float64(r.Count) * math.Max(r.MIG.ComputeShare(), r.MIG.MemoryShare())
 	}
-	price := r.Class.Price.OnDemand
-	if spec.Scheduling.Spot && r.Class.Price.Spot > 0 {
-		price, e.Spot = r.Class.Price.Spot, true
-	}
-	e.PricePerHour = round(e.GPUs * price)
+	price, spot := r.Class.HourlyPrice(r.MIG, r.Count, spec.Scheduling.Spot)
+	e.PricePerHour, e.Spot = round(price), spot
 	if d, err := time.ParseDuration(spec.Lifecycle.MaxRuntime); err == nil && d > 0 {
 		e.MaxRuntime = d
 		e.CostAtMaxRuntime = round(e.PricePerHour * d.Hours())

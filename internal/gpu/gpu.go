@@ -6,6 +6,7 @@ package gpu
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"regexp"
 	"slices"
@@ -64,6 +65,22 @@ func (c Class) SupportsTEE(tee string) bool {
 type Price struct {
 	OnDemand float64 `json:"onDemand"`
 	Spot     float64 `json:"spot,omitempty"`
+}
+
+// HourlyPrice is the price per hour of count GPUs of the class, or count
+// slices of mig (each priced at its share of the GPU, max(compute/7,
+// memory/8)), at the spot price when spot is asked for and the class has
+// one (spotUsed), else on demand. USD.
+func (c Class) HourlyPrice(mig *MIGProfile, count int, spot bool) (price float64, spotUsed bool) {
+	per := c.Price.OnDemand
+	if spot && c.Price.Spot > 0 {
+		per, spotUsed = c.Price.Spot, true
+	}
+	gpus := float64(count)
+	if mig != nil {
+		gpus *= math.Max(mig.ComputeShare(), mig.MemoryShare())
+	}
+	return math.Round(gpus*per*10000) / 10000, spotUsed
 }
 
 // MIGProfile is one way of slicing the GPU: Compute sevenths of its SMs and

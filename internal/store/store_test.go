@@ -99,6 +99,7 @@ func TestConformance(t *testing.T) {
 			t.Run("logins and sessions", func(t *testing.T) { testSessions(t, open(t)) })
 			t.Run("telemetry", func(t *testing.T) { testTelemetry(t, open(t)) })
 			t.Run("workload activity", func(t *testing.T) { testActivity(t, open(t)) })
+			t.Run("metering", func(t *testing.T) { testMetering(t, open(t)) })
 		})
 	}
 }
@@ -685,5 +686,52 @@ func testActivity(t *testing.T, s *store.Store) {
 	}
 	if act, err := s.GPUActivity(ctx, "w-unmeasured", t1.Add(-time.Hour)); err != nil || !act.First.IsZero() {
 		t.Fatalf("GPU activity of samples that measured nothing: %+v %v", act, err)
+	}
+}
+
+// testMetering: the price and running time round-trip, each run is
+// recorded as the lifecycle moves RunningSince, and runs are listed by
+// period and team.
+func testMetering(t *testing.T, s *store.Store) {
+	ctx := context.Background()
+	classes, _, files := starter(t)
+	if _, err := catalog.New(s, classes).Seed(ctx, "gitops", files); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	w := workload.Workload{ID: "meter00001", Name: "x-meter00001", Team: "vision", Owner: "alice", Template: "pytorch-train", TemplateVersion: 1,
+		Kind: "job", GPUClass: "H100-80GB", GPUCount: 2, Parameters: map[string]string{}, ObjectsHash: "h", Status: workload.Pending,
+		PricePerHour: 13.8, CreatedAt: at, UpdatedAt: at}
+	if err := s.CreateWorkload(ctx, w); err != nil {
+		t.Fatal(err)
+	}
+	move := func(now time.Time, st workload.Status) {
+		t.Helper()
+		if _, err := s.UpdateWorkload(ctx, w.ID, func(old workload.Workload) (workload.Workload, error) {
+			out, _, err := workload.Transition(old, workload.Reported(st), "", now)
+			return out, err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	move(at.Add(time.Hour), workload.Running)
+	move(at.Add(3*time.Hour), workload.Pending)
+	move(at.Add(4*time.Hour), workload.Running)
+	got, err := s.Workload(ctx, w.ID)
+	if err != nil || got.PricePerHour != 13.8 || got.RunningFor != 2*time.Hour || !got.RunningSince.Equal(at.Add(4*time.Hour)) {
+		t.Fatalf("metering fields %v %v %v, %v", got.PricePerHour, got.RunningFor, got.RunningSince, err)
+	}
+	runs, err := s.WorkloadRuns(ctx, at, at.Add(24*time.Hour), nil)
+	if err != nil || len(runs) != 2 || !runs[0].From.Equal(at.Add(time.Hour)) || !runs[0].To.Equal(at.Add(3*time.Hour)) || !runs[1].To.IsZero() || runs[1].PricePerHour != 13.8 {
+		t.Fatalf("runs %+v, %v", runs, err)
+	}
+	if runs, err := s.WorkloadRuns(ctx, at.Add(150*time.Minute), at.Add(200*time.Minute), nil); err != nil || len(runs) != 1 {
+		t.Fatalf("runs overlapping 11:30-12:20: %+v, %v", runs, err)
+	}
+	if runs, err := s.WorkloadRuns(ctx, at, at.Add(24*time.Hour), []team.Name{"nlp"}); err != nil || len(runs) != 0 {
+		t.Fatalf("another team's runs: %+v, %v", runs, err)
+	}
+	if runs, err := s.WorkloadRuns(ctx, at, at.Add(24*time.Hour), []team.Name{}); err != nil || len(runs) != 0 {
+		t.Fatalf("no teams: %+v, %v", runs, err)
 	}
 }

@@ -10,11 +10,12 @@ import (
 	"time"
 
 	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/team"
 	"github.com/gantryhq/gantry/internal/template"
 	"github.com/gantryhq/gantry/internal/workload"
 )
 
-const workloadColumns = `id, name, team, owner, template, template_version, kind, gpu_class, mig_profile, gpu_count, parameters, objects_hash, status, created_at, updated_at, applied_hash, reason, idempotency_key, request_hash, endpoint, image, tee, expires_at`
+const workloadColumns = `id, name, team, owner, template, template_version, kind, gpu_class, mig_profile, gpu_count, parameters, objects_hash, status, created_at, updated_at, applied_hash, reason, idempotency_key, request_hash, endpoint, image, tee, expires_at, price_per_hour, running_us, running_since`
 
 // CreateWorkload implements workload.Store.
 func (s *Store) CreateWorkload(ctx context.Context, w workload.Workload) error {
@@ -22,10 +23,10 @@ func (s *Store) CreateWorkload(ctx context.Context, w workload.Workload) error {
 	if err != nil {
 		return err
 	}
-	_, err = s.db.ExecContext(ctx, s.q(`INSERT INTO workloads (`+workloadColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+	_, err = s.db.ExecContext(ctx, s.q(`INSERT INTO workloads (`+workloadColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 		w.ID, w.Name, w.Team, w.Owner, w.Template, w.TemplateVersion, w.Kind, w.GPUClass, w.MIGProfile, w.GPUCount,
 		string(params), w.ObjectsHash, string(w.Status), w.CreatedAt.UnixMicro(), w.UpdatedAt.UnixMicro(), w.AppliedHash, w.Reason,
-		nullable(w.IdempotencyKey), w.RequestHash, w.Endpoint, w.Image, w.TEE, micros(w.ExpiresAt))
+		nullable(w.IdempotencyKey), w.RequestHash, w.Endpoint, w.Image, w.TEE, micros(w.ExpiresAt), w.PricePerHour, w.RunningFor.Microseconds(), micros(w.RunningSince))
 	if err != nil {
 		if w.IdempotencyKey != "" && uniqueViolation(err) {
 			return &fault.Conflict{Kind: "workload", Name: w.IdempotencyKey, Reason: "Idempotency-Key already used"}
@@ -38,10 +39,11 @@ func (s *Store) CreateWorkload(ctx context.Context, w workload.Workload) error {
 func scanWorkload(row scanner) (workload.Workload, error) {
 	var w workload.Workload
 	var params, status string
-	var created, updated, expires int64
+	var created, updated, expires, runningUS, runningSince int64
 	var key sql.NullString
 	err := row.Scan(&w.ID, &w.Name, &w.Team, &w.Owner, &w.Template, &w.TemplateVersion, &w.Kind, &w.GPUClass, &w.MIGProfile,
-		&w.GPUCount, &params, &w.ObjectsHash, &status, &created, &updated, &w.AppliedHash, &w.Reason, &key, &w.RequestHash, &w.Endpoint, &w.Image, &w.TEE, &expires)
+		&w.GPUCount, &params, &w.ObjectsHash, &status, &created, &updated, &w.AppliedHash, &w.Reason, &key, &w.RequestHash, &w.Endpoint, &w.Image, &w.TEE, &expires,
+		&w.PricePerHour, &runningUS, &runningSince)
 	if err != nil {
 		return w, err
 	}
@@ -50,6 +52,10 @@ func scanWorkload(row scanner) (workload.Workload, error) {
 	w.CreatedAt, w.UpdatedAt = time.UnixMicro(created).UTC(), time.UnixMicro(updated).UTC()
 	if expires != 0 {
 		w.ExpiresAt = time.UnixMicro(expires).UTC()
+	}
+	w.RunningFor = time.Duration(runningUS) * time.Microsecond
+	if runningSince != 0 {
+		w.RunningSince = time.UnixMicro(runningSince).UTC()
 	}
 	if err := json.Unmarshal([]byte(params), &w.Parameters); err != nil {
 		return w, fmt.Errorf("workload %s: stored parameters are corrupt: %w", w.ID, err)
@@ -146,7 +152,7 @@ func (s *Store) queryWorkloads(ctx context.Context, what, query string, args ...
 // returns the one to write, in one transaction that holds the row (SELECT …
 // FOR UPDATE on PostgreSQL; on SQLite every write transaction is exclusive),
 // so concurrent updaters queue and none is lost. Only the mutable fields
-// (status, reason, applied hash, endpoint, expiry, updated at) are written, and nothing
+// (status, reason, applied hash, endpoint, expiry, updated at, running time) are written, and nothing
 // when they are unchanged. fn must not use the store.
 func (s *Store) UpdateWorkload(ctx context.Context, id string, fn func(workload.Workload) (workload.Workload, error)) (workload.Workload, error) {
 	var out workload.Workload
@@ -170,18 +176,70 @@ func (s *Store) UpdateWorkload(ctx context.Context, id string, fn func(workload.
 			return fmt.Errorf("update workload %s: the updater changed its id to %q", id, w.ID)
 		}
 		out = w
-		if w.Status == old.Status && w.Reason == old.Reason && w.AppliedHash == old.AppliedHash && w.Endpoint == old.Endpoint && w.ExpiresAt.Equal(old.ExpiresAt) {
+		if w.Status == old.Status && w.Reason == old.Reason && w.AppliedHash == old.AppliedHash && w.Endpoint == old.Endpoint && w.ExpiresAt.Equal(old.ExpiresAt) &&
+			w.RunningFor == old.RunningFor && w.RunningSince.Equal(old.RunningSince) {
 			out.UpdatedAt = old.UpdatedAt
 			return nil
 		}
-		_, err = tx.ExecContext(ctx, s.q(`UPDATE workloads SET status = ?, reason = ?, applied_hash = ?, endpoint = ?, expires_at = ?, updated_at = ? WHERE id = ?`),
-			string(w.Status), w.Reason, w.AppliedHash, w.Endpoint, micros(w.ExpiresAt), w.UpdatedAt.UnixMicro(), id)
+		_, err = tx.ExecContext(ctx, s.q(`UPDATE workloads SET status = ?, reason = ?, applied_hash = ?, endpoint = ?, expires_at = ?, updated_at = ?, running_us = ?, running_since = ? WHERE id = ?`),
+			string(w.Status), w.Reason, w.AppliedHash, w.Endpoint, micros(w.ExpiresAt), w.UpdatedAt.UnixMicro(), w.RunningFor.Microseconds(), micros(w.RunningSince), id)
 		if err != nil {
 			return fmt.Errorf("update workload %s: %w", id, err)
+		}
+		// Its runs, for costs over a period: one begins when RunningSince is
+		// set, and ends when it is cleared.
+		if !old.RunningSince.IsZero() && !old.RunningSince.Equal(w.RunningSince) {
+			if _, err := tx.ExecContext(ctx, s.q(`UPDATE workload_runs SET ended_at = ? WHERE workload_id = ? AND started_at = ?`),
+				old.RunningSince.Add(w.RunningFor-old.RunningFor).UnixMicro(), id, old.RunningSince.UnixMicro()); err != nil {
+				return fmt.Errorf("end a run of workload %s: %w", id, err)
+			}
+		}
+		if !w.RunningSince.IsZero() && !w.RunningSince.Equal(old.RunningSince) {
+			if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO workload_runs (workload_id, started_at) VALUES (?, ?)`), id, w.RunningSince.UnixMicro()); err != nil {
+				return fmt.Errorf("record a run of workload %s: %w", id, err)
+			}
 		}
 		return nil
 	})
 	return out, err
+}
+
+// WorkloadRuns implements workload.Store: the runs overlapping [from, to) of
+// the teams' workloads (every team's when teams is nil), with what they are
+// billed by.
+func (s *Store) WorkloadRuns(ctx context.Context, from, to time.Time, teams []team.Name) ([]workload.Run, error) {
+	q := `SELECT w.id, w.team, w.owner, w.template, w.template_version, w.gpu_class, w.mig_profile, w.gpu_count, w.price_per_hour, r.started_at, r.ended_at
+		FROM workload_runs r JOIN workloads w ON w.id = r.workload_id
+		WHERE r.started_at < ? AND (r.ended_at = 0 OR r.ended_at > ?)`
+	args := []any{to.UnixMicro(), from.UnixMicro()}
+	if teams != nil {
+		if len(teams) == 0 {
+			return nil, nil
+		}
+		q += ` AND w.team IN (` + strings.TrimSuffix(strings.Repeat("?, ", len(teams)), ", ") + `)`
+		for _, t := range teams {
+			args = append(args, t.String())
+		}
+	}
+	rows, err := s.read.QueryContext(ctx, s.q(q+` ORDER BY r.started_at, w.id`), args...)
+	if err != nil {
+		return nil, fmt.Errorf("list workload runs: %w", err)
+	}
+	defer rows.Close()
+	var out []workload.Run
+	for rows.Next() {
+		var r workload.Run
+		var started, ended int64
+		if err := rows.Scan(&r.Workload, &r.Team, &r.Owner, &r.Template, &r.TemplateVersion, &r.GPUClass, &r.MIGProfile, &r.GPUCount, &r.PricePerHour, &started, &ended); err != nil {
+			return nil, fmt.Errorf("list workload runs: %w", err)
+		}
+		r.From = time.UnixMicro(started).UTC()
+		if ended != 0 {
+			r.To = time.UnixMicro(ended).UTC()
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
 }
 
 // UnappliedWorkloads implements workload.Store: live workloads whose objects

@@ -195,6 +195,7 @@ func (s *Service) create(ctx context.Context, owner string, req Request) (Worklo
 		return Workload{}, err
 	}
 	now := s.clock()
+	price, _ := rd.Choice.Class.HourlyPrice(rd.Choice.MIG, rd.Choice.Count, rd.Version.Template.Spec.Scheduling.Spot)
 	w := Workload{
 		ID:              id,
 		Name:            rd.Meta.Name(rd.Version.Name),
@@ -207,6 +208,7 @@ func (s *Service) create(ctx context.Context, owner string, req Request) (Worklo
 		GPUCount:        rd.Choice.Count,
 		Parameters:      rd.Choice.Params,
 		ObjectsHash:     rd.Hash,
+		PricePerHour:    price,
 		Status:          Pending,
 		IdempotencyKey:  req.IdempotencyKey,
 		RequestHash:     req.fingerprint(),

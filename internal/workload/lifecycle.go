@@ -128,7 +128,8 @@ func (st Status) Ended() bool {
 	return false
 }
 
-// Transition applies tr to w: the new status and reason, UpdatedAt = at. It
+// Transition applies tr to w: the new status and reason, UpdatedAt = at, and
+// its running time (metering: RunningSince, RunningFor). It
 // returns changed false (and w unchanged) when neither status nor reason
 // would change, and a *fault.Conflict when the table refuses tr.
 func Transition(w Workload, tr Trigger, reason string, at time.Time) (out Workload, changed bool, err error) {
@@ -139,6 +140,14 @@ func Transition(w Workload, tr Trigger, reason string, at time.Time) (out Worklo
 	}
 	if to == w.Status && reason == w.Reason {
 		return w, false, nil
+	}
+	// Metering: a run begins when it turns Running and ends when it leaves.
+	switch {
+	case to == Running && w.Status != Running:
+		w.RunningSince = at
+	case to != Running && w.Status == Running && !w.RunningSince.IsZero():
+		w.RunningFor += at.Sub(w.RunningSince)
+		w.RunningSince = time.Time{}
 	}
 	w.Status, w.Reason, w.UpdatedAt = to, reason, at
 	return w, true, nil

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"log/slog"
+	"math"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -331,5 +332,103 @@ func TestReconcileFailsWhatCanNeverApply(t *testing.T) {
 	}
 	if n, err := h.svc.Reconcile(ctx); err != nil || n != 0 {
 		t.Fatalf("a second pass: applied %d, %v; want nothing left to apply", n, err)
+	}
+}
+
+// TestMetering: a workload costs its price per hour — its GPUs' share at the
+// class's spot or on-demand price when it was launched — over the time it
+// was Running, across an eviction and a stop, on a fixed clock; the record
+// keeps it through the store.
+func TestMetering(t *testing.T) {
+	h := newHarness(t)
+	ctx := asAlice()
+	classes, _, err := template.LoadCatalog("../../templates")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h100, _ := classes.Get("H100-80GB")
+	// A 3g.40gb slice of an H100 (half the GPU) for a batch job that runs
+	// on spot, and two whole H100s on demand for training.
+	mig, _, err := h.svc.Create(ctx, "alice", workload.Request{Template: "batch-inference", Team: "vision",
+		Choice: template.Choice{Class: "H100-80GB", MIGProfile: "3g.40gb", Params: map[string]any{"input": "p.jsonl"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	train, _, err := h.svc.Create(ctx, "alice", workload.Request{Template: "pytorch-train", Team: "vision", Choice: template.Choice{Class: "H100-80GB", Count: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mig.PricePerHour != 0.5*h100.Price.Spot || train.PricePerHour != 2*h100.Price.OnDemand {
+		t.Fatalf("prices %v and %v, want %v and %v", mig.PricePerHour, train.PricePerHour, 0.5*h100.Price.Spot, 2*h100.Price.OnDemand)
+	}
+	report := func(id string, st workload.Status) {
+		t.Helper()
+		if _, err := h.svc.Report(ctx, id, st, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.advance(10 * time.Minute) // pending: not billed
+	report(mig.ID, workload.Running)
+	report(train.ID, workload.Running)
+	h.advance(2 * time.Hour)
+	report(mig.ID, workload.Pending) // evicted, waiting again: not billed
+	h.advance(30 * time.Minute)
+	report(mig.ID, workload.Running)
+	h.advance(time.Hour)
+	if _, err := h.svc.Stop(ctx, mig.ID); err != nil {
+		t.Fatal(err)
+	}
+	h.advance(5 * time.Hour) // stopped: not billed; training runs on
+	now := h.clock()
+	got, err := h.svc.Get(ctx, mig.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := 3 * 0.5 * h100.Price.Spot; math.Abs(got.CostAt(now)-want) > 1e-9 {
+		t.Errorf("the slice cost %v over 3 h running, want %v", got.CostAt(now), want)
+	}
+	got, err = h.svc.Get(ctx, train.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := 8.5 * 2 * h100.Price.OnDemand; math.Abs(got.CostAt(now)-want) > 1e-9 {
+		t.Errorf("training cost %v over 8.5 h running, want %v", got.CostAt(now), want)
+	}
+
+	// Showback over periods, from the runs: the whole day, and one hour
+	// (the slice's first run and the training, one hour each).
+	start := now.Add(-8*time.Hour - 40*time.Minute) // the launches
+	slice, whole := 0.5*h100.Price.Spot, 2*h100.Price.OnDemand
+	cents := func(v float64) float64 { return math.Round(v*100) / 100 }
+	for _, tc := range []struct {
+		from, to time.Time
+		groupBy  string
+		want     map[string]float64
+	}{
+		{start, now, "team", map[string]float64{"vision": cents(3*slice + 8.5*whole)}},
+		{start, now, "template", map[string]float64{"batch-inference": cents(3 * slice), "pytorch-train": cents(8.5 * whole)}},
+		{start, now, "costCenter", map[string]float64{"ml-serving": cents(3 * slice), "ml-training": cents(8.5 * whole)}},
+		{start.Add(time.Hour), start.Add(2 * time.Hour), "gpuClass", map[string]float64{"H100-80GB": cents(slice + whole)}},
+		{start.Add(-time.Hour), start, "team", map[string]float64{}}, // before any run
+	} {
+		c, err := h.svc.Costs(ctx, tc.from, tc.to, tc.groupBy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]float64{}
+		for _, l := range c.Lines {
+			got[l.Key] = l.Cost
+		}
+		if len(got) != len(tc.want) {
+			t.Errorf("%s by %s: %v, want %v", tc.from.Format(time.Kitchen), tc.groupBy, got, tc.want)
+		}
+		for k, v := range tc.want {
+			if math.Abs(got[k]-v) > 0.011 {
+				t.Errorf("%s by %s: %s cost %v, want %v", tc.from.Format(time.Kitchen), tc.groupBy, k, got[k], v)
+			}
+		}
+	}
+	if _, err := h.svc.Costs(ctx, now, start, "planet"); err == nil || !strings.Contains(err.Error(), "groupBy") || !strings.Contains(err.Error(), "from") {
+		t.Errorf("a bad request: %v", err)
 	}
 }

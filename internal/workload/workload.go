@@ -77,11 +77,28 @@ type Workload struct {
 	RequestHash     string    // fingerprint of the launch request, to tell repeats from reuse
 	CreatedAt       time.Time
 	UpdatedAt       time.Time
+	// PricePerHour is what it costs running, in USD, at its class's price
+	// when it was launched (spot or on demand, a MIG slice at its share).
+	// RunningFor is the time it ran before its current run; RunningSince
+	// when its current run began (zero: not running). Metering reads them.
+	PricePerHour float64
+	RunningFor   time.Duration
+	RunningSince time.Time
 
 	// TemplateStatus is its template version's standing (deprecated,
 	// revoked; "" when active), looked up when the workload is read, not stored.
 	TemplateStatus       catalog.Status
 	TemplateStatusReason string
+}
+
+// CostAt is what the workload cost up to now: its price per hour over the
+// time it was Running.
+func (w Workload) CostAt(now time.Time) float64 {
+	d := w.RunningFor
+	if !w.RunningSince.IsZero() && now.After(w.RunningSince) {
+		d += now.Sub(w.RunningSince)
+	}
+	return w.PricePerHour * d.Hours()
 }
 
 // Applied reports whether the workload's objects are on the cluster.
@@ -116,7 +133,7 @@ type Store interface {
 	ListWorkloads(ctx context.Context, f Filter) ([]Workload, error)
 	// UpdateWorkload changes a record atomically: fn gets the record as it
 	// is and returns the one to write (only status, reason, applied hash,
-	// endpoint and expiry change), in one transaction; an error from fn
+	// endpoint, expiry and running time change), in one transaction; an error from fn
 	// writes nothing and is returned. *fault.NotFound if there is no record.
 	UpdateWorkload(ctx context.Context, id string, fn func(Workload) (Workload, error)) (Workload, error)
 	// UnappliedWorkloads returns up to limit live workloads not yet applied.
@@ -128,6 +145,9 @@ type Store interface {
 	// TouchWorkload records that a person used the workload at at (the
 	// idle culler counts from the newest).
 	TouchWorkload(ctx context.Context, id string, at time.Time) error
+	// WorkloadRuns lists the runs overlapping [from, to) of the teams'
+	// workloads (every team's when teams is nil; none when it is empty).
+	WorkloadRuns(ctx context.Context, from, to time.Time, teams []team.Name) ([]Run, error)
 }
 
 // Cluster is where workloads run.

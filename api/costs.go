@@ -1,0 +1,46 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/csv"
+	"strconv"
+	"time"
+
+	"github.com/gantryhq/gantry/api/gen"
+)
+
+func (s *server) GetCosts(ctx context.Context, req gen.GetCostsRequestObject) (gen.GetCostsResponseObject, error) {
+	now := time.Now().UTC()
+	from := time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC)
+	to := now
+	if req.Params.From != nil {
+		from = *req.Params.From
+	}
+	if req.Params.To != nil {
+		to = *req.Params.To
+	}
+	groupBy := "team"
+	if req.Params.GroupBy != nil {
+		groupBy = string(*req.Params.GroupBy)
+	}
+	c, err := s.o.Workloads.Costs(ctx, from, to, groupBy)
+	if err != nil {
+		return nil, err
+	}
+	if req.Params.Format != nil && *req.Params.Format == gen.Csv {
+		var b bytes.Buffer
+		w := csv.NewWriter(&b)
+		w.Write([]string{groupBy, "cost_usd", "gpu_hours", "workloads"})
+		for _, l := range c.Lines {
+			w.Write([]string{l.Key, strconv.FormatFloat(l.Cost, 'f', 2, 64), strconv.FormatFloat(l.GPUHours, 'f', 3, 64), strconv.Itoa(l.Workloads)})
+		}
+		w.Flush()
+		return gen.GetCosts200TextcsvResponse{Body: &b, ContentLength: int64(b.Len())}, nil
+	}
+	out := gen.CostReport{From: c.From, To: c.To, GroupBy: c.GroupBy, Currency: gen.CostReportCurrencyUSD, Total: c.Total, Items: []gen.CostLine{}}
+	for _, l := range c.Lines {
+		out.Items = append(out.Items, gen.CostLine{Key: l.Key, Cost: l.Cost, GpuHours: l.GPUHours, Workloads: l.Workloads})
+	}
+	return gen.GetCosts200JSONResponse(out), nil
+}

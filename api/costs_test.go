@@ -1,0 +1,37 @@
+package api_test
+
+import (
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// TestCosts: showback answers JSON by default and CSV on request (a header
+// line and one line per group), and names a bad period's field.
+func TestCosts(t *testing.T) {
+	e := newEnv(t, alice)
+	var r struct {
+		GroupBy, Currency string
+		Total             float64
+		Items             []struct{ Key string }
+	}
+	if s, _ := e.do("GET", "/api/v1/costs?groupBy=template", nil, &r); s != 200 || r.GroupBy != "template" || r.Currency != "USD" || r.Items == nil {
+		t.Fatalf("costs: %d %+v", s, r)
+	}
+	req, _ := http.NewRequest("GET", e.url+"/api/v1/costs?format=csv&groupBy=gpuClass", nil)
+	req.Header.Set("Authorization", "Bearer test.jwt.token")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/csv") || !strings.HasPrefix(string(body), "gpuClass,cost_usd,gpu_hours,workloads\n") {
+		t.Fatalf("csv: %d %s %q", resp.StatusCode, resp.Header.Get("Content-Type"), body)
+	}
+	var p struct{ Errors []struct{ Field string } }
+	if s, _ := e.do("GET", "/api/v1/costs?from=2026-12-02T00:00:00Z&to=2026-12-01T00:00:00Z", nil, &p); s != 422 || len(p.Errors) == 0 || p.Errors[0].Field != "from" {
+		t.Fatalf("a period ending before it starts: %d %+v", s, p)
+	}
+}

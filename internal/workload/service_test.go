@@ -46,7 +46,7 @@ func (h *harness) advance(d time.Duration) {
 	h.now = h.now.Add(d)
 }
 
-func newHarness(t *testing.T) *harness {
+func newHarness(t testing.TB) *harness {
 	t.Helper()
 	ctx := asAlice()
 	classes, files, err := template.LoadCatalog("../../templates")

@@ -124,6 +124,14 @@ func workloadOut(w workload.Workload) gen.Workload {
 	if w.Kind == template.Notebook {
 		out.Url = ptr(template.BasePath(w.ID))
 	}
+	if a := w.Approval; a.Needed() {
+		out.Approval = &gen.Approval{Why: a.Why, ExpiresAt: a.Expires,
+			Approvers: []string{"team-admin of " + w.Team.String(), "platform-admin"}}
+		if a.Decision != "" {
+			out.Approval.Decision = ptr(gen.ApprovalDecision(a.Decision))
+			out.Approval.DecidedBy, out.Approval.Note, out.Approval.DecidedAt = ptr(a.By), ptr(a.Note), ptr(a.At)
+		}
+	}
 	if out.Parameters == nil {
 		out.Parameters = map[string]string{}
 	}

@@ -19,7 +19,7 @@ type Check struct {
 }
 
 func (s *server) GetHealth(ctx context.Context, _ gen.GetHealthRequestObject) (gen.GetHealthResponseObject, error) {
-	return gen.GetHealth200JSONResponse{Status: gen.Ok}, nil
+	return gen.GetHealth200JSONResponse{Status: gen.HealthStatusOk}, nil
 }
 
 func (s *server) GetReady(ctx context.Context, _ gen.GetReadyRequestObject) (gen.GetReadyResponseObject, error) {

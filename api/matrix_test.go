@@ -106,6 +106,7 @@ func TestRouteRoleMatrix(t *testing.T) {
 	render := func(string) any { return map[string]any{"team": "vision"} }
 	launch := func(string) any { return map[string]any{"template": "dev-environment", "team": "vision"} }
 	wid := stopIDs[A]
+	decision := func(string) any { return map[string]any{"reason": "within the quarter's plan"} }
 	type row struct {
 		method, path string
 		body         func(role string) any
@@ -147,7 +148,11 @@ func TestRouteRoleMatrix(t *testing.T) {
 		"POST /api/v1/workloads/{id}/advice/apply": {"POST", "/api/v1/workloads/" + wid + "/advice/apply", func(string) any { return map[string]any{} }, map[string]int{A: 409, P: 403, T: 409, M: 403, V: 403, N: 403, X: 404}},
 		"GET /api/v1/advice":                       {"GET", "/api/v1/advice", nil, readers},
 		"GET /api/v1/costs":                        {"GET", "/api/v1/costs", nil, readers},
-		"GET /api/v1/templates/{name}/advice":      {"GET", "/api/v1/templates/vllm-inference/advice", nil, writers(200)},
+		"GET /api/v1/budgets":                      {"GET", "/api/v1/budgets", nil, readers},
+		// The workload needs no approval: who may decide learns it is not waiting.
+		"POST /api/v1/workloads/{id}/approve": {"POST", "/api/v1/workloads/" + wid + "/approve", decision, map[string]int{A: 409, P: 403, T: 409, M: 403, V: 403, N: 403, X: 404}},
+		"POST /api/v1/workloads/{id}/deny":    {"POST", "/api/v1/workloads/" + wid + "/deny", decision, map[string]int{A: 409, P: 403, T: 409, M: 403, V: 403, N: 403, X: 404}},
+		"GET /api/v1/templates/{name}/advice": {"GET", "/api/v1/templates/vllm-inference/advice", nil, writers(200)},
 		// GPU nodes are the platform's; the test server has no agents, so no node is known.
 		"GET /api/v1/nodes":        {"GET", "/api/v1/nodes", nil, map[string]int{A: 200, P: 200, T: 403, M: 403, V: 403, N: 403, X: 403}},
 		"GET /api/v1/nodes/{name}": {"GET", "/api/v1/nodes/gpu-node-1", nil, map[string]int{A: 404, P: 404, T: 403, M: 403, V: 403, N: 403, X: 403}},

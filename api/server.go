@@ -22,6 +22,7 @@ import (
 	"github.com/gantryhq/gantry/internal/access"
 	"github.com/gantryhq/gantry/internal/advice"
 	"github.com/gantryhq/gantry/internal/audit"
+	"github.com/gantryhq/gantry/internal/budget"
 	"github.com/gantryhq/gantry/internal/catalog"
 	"github.com/gantryhq/gantry/internal/estimate"
 	"github.com/gantryhq/gantry/internal/fault"
@@ -41,7 +42,9 @@ type Options struct {
 	Catalog   *catalog.Service
 	Workloads *workload.Service
 	// Estimates prices launches before they are made.
-	Estimates    *estimate.Service
+	Estimates *estimate.Service
+	// Budgets say where the teams' budgets stand.
+	Budgets      *budget.Service
 	Checks       []Check // what /readyz asks, in order
 	Spec         []byte  // openapi.yaml
 	MaxBodyBytes int64

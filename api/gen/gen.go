@@ -17,6 +17,27 @@ import (
 	"github.com/oapi-codegen/runtime"
 )
 
+// Defines values for ApprovalDecision.
+const (
+	Approved ApprovalDecision = "approved"
+	Denied   ApprovalDecision = "denied"
+	Expired  ApprovalDecision = "expired"
+)
+
+// Valid indicates whether the value is a known member of the ApprovalDecision enum.
+func (e ApprovalDecision) Valid() bool {
+	switch e {
+	case Approved:
+		return true
+	case Denied:
+		return true
+	case Expired:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for AuditRecordDecision.
 const (
 	AuditRecordDecisionAllow AuditRecordDecision = "allow"
@@ -29,6 +50,63 @@ func (e AuditRecordDecision) Valid() bool {
 	case AuditRecordDecisionAllow:
 		return true
 	case AuditRecordDecisionDeny:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for BudgetAtLimit.
+const (
+	Block           BudgetAtLimit = "block"
+	RequireApproval BudgetAtLimit = "require-approval"
+	Warn            BudgetAtLimit = "warn"
+)
+
+// Valid indicates whether the value is a known member of the BudgetAtLimit enum.
+func (e BudgetAtLimit) Valid() bool {
+	switch e {
+	case Block:
+		return true
+	case RequireApproval:
+		return true
+	case Warn:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for BudgetCurrency.
+const (
+	BudgetCurrencyUSD BudgetCurrency = "USD"
+)
+
+// Valid indicates whether the value is a known member of the BudgetCurrency enum.
+func (e BudgetCurrency) Valid() bool {
+	switch e {
+	case BudgetCurrencyUSD:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for BudgetState.
+const (
+	BudgetStateExceeded BudgetState = "exceeded"
+	BudgetStateOk       BudgetState = "ok"
+	BudgetStateWarning  BudgetState = "warning"
+)
+
+// Valid indicates whether the value is a known member of the BudgetState enum.
+func (e BudgetState) Valid() bool {
+	switch e {
+	case BudgetStateExceeded:
+		return true
+	case BudgetStateOk:
+		return true
+	case BudgetStateWarning:
 		return true
 	default:
 		return false
@@ -68,6 +146,27 @@ func (e CatalogImageLayer) Valid() bool {
 	case Base:
 		return true
 	case Framework:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for CostCenterBudgetState.
+const (
+	CostCenterBudgetStateExceeded CostCenterBudgetState = "exceeded"
+	CostCenterBudgetStateOk       CostCenterBudgetState = "ok"
+	CostCenterBudgetStateWarning  CostCenterBudgetState = "warning"
+)
+
+// Valid indicates whether the value is a known member of the CostCenterBudgetState enum.
+func (e CostCenterBudgetState) Valid() bool {
+	switch e {
+	case CostCenterBudgetStateExceeded:
+		return true
+	case CostCenterBudgetStateOk:
+		return true
+	case CostCenterBudgetStateWarning:
 		return true
 	default:
 		return false
@@ -154,19 +253,19 @@ func (e FindingKind) Valid() bool {
 
 // Defines values for FindingSeverity.
 const (
-	Critical FindingSeverity = "critical"
-	Info     FindingSeverity = "info"
-	Warning  FindingSeverity = "warning"
+	FindingSeverityCritical FindingSeverity = "critical"
+	FindingSeverityInfo     FindingSeverity = "info"
+	FindingSeverityWarning  FindingSeverity = "warning"
 )
 
 // Valid indicates whether the value is a known member of the FindingSeverity enum.
 func (e FindingSeverity) Valid() bool {
 	switch e {
-	case Critical:
+	case FindingSeverityCritical:
 		return true
-	case Info:
+	case FindingSeverityInfo:
 		return true
-	case Warning:
+	case FindingSeverityWarning:
 		return true
 	default:
 		return false
@@ -193,13 +292,13 @@ func (e GPUClassConfidentialTees) Valid() bool {
 
 // Defines values for HealthStatus.
 const (
-	Ok HealthStatus = "ok"
+	HealthStatusOk HealthStatus = "ok"
 )
 
 // Valid indicates whether the value is a known member of the HealthStatus enum.
 func (e HealthStatus) Valid() bool {
 	switch e {
-	case Ok:
+	case HealthStatusOk:
 		return true
 	default:
 		return false
@@ -605,6 +704,31 @@ type AppliedAdvice struct {
 	Workload Workload `json:"workload"`
 }
 
+// Approval Why the launch needed approval, who may give it, until when, and the decision.
+type Approval struct {
+	// Approvers Who may decide (the roles, in the launch's team).
+	Approvers []string   `json:"approvers"`
+	DecidedAt *time.Time `json:"decidedAt,omitempty"`
+
+	// DecidedBy issuer#subject of who decided; gantry for an expiry.
+	DecidedBy *string `json:"decidedBy,omitempty"`
+
+	// Decision Absent while it waits.
+	Decision *ApprovalDecision `json:"decision,omitempty"`
+
+	// ExpiresAt When an undecided launch is refused.
+	ExpiresAt time.Time `json:"expiresAt"`
+
+	// Note The decision's reason.
+	Note *string `json:"note,omitempty"`
+
+	// Why What made it need approval, with the figures.
+	Why string `json:"why"`
+}
+
+// ApprovalDecision Absent while it waits.
+type ApprovalDecision string
+
 // AuditList defines model for AuditList.
 type AuditList struct {
 	Items []AuditRecord `json:"items"`
@@ -639,6 +763,52 @@ type AuthConfig struct {
 	// Issuer The OpenID provider's issuer URL.
 	Issuer string   `json:"issuer"`
 	Scopes []string `json:"scopes"`
+}
+
+// Budget defines model for Budget.
+type Budget struct {
+	// Amount USD the team may spend in the period.
+	Amount float64 `json:"amount"`
+
+	// AtLimit What a spent budget does to new launches.
+	AtLimit BudgetAtLimit `json:"atLimit"`
+
+	// Banner The sentence to show the team; absent while ok.
+	Banner *string `json:"banner,omitempty"`
+
+	// CostCenters The team's cost center budgets (alerts only).
+	CostCenters []CostCenterBudget `json:"costCenters"`
+	Currency    BudgetCurrency     `json:"currency"`
+
+	// From The period's start (UTC).
+	From time.Time `json:"from"`
+
+	// Spent USD its workloads cost in the period so far.
+	Spent float64     `json:"spent"`
+	State BudgetState `json:"state"`
+
+	// Team A lowercase DNS label.
+	Team Name `json:"team"`
+
+	// ThresholdsReached The alert thresholds (shares of the amount) reached; each alerted once.
+	ThresholdsReached []float64 `json:"thresholdsReached"`
+
+	// To The period's end (exclusive).
+	To time.Time `json:"to"`
+}
+
+// BudgetAtLimit What a spent budget does to new launches.
+type BudgetAtLimit string
+
+// BudgetCurrency defines model for Budget.Currency.
+type BudgetCurrency string
+
+// BudgetState defines model for Budget.State.
+type BudgetState string
+
+// BudgetList defines model for BudgetList.
+type BudgetList struct {
+	Items []Budget `json:"items"`
 }
 
 // CatalogImage defines model for CatalogImage.
@@ -693,6 +863,18 @@ type CatalogImageConfidentialTee string
 // CatalogImageLayer defines model for CatalogImage.Layer.
 type CatalogImageLayer string
 
+// CostCenterBudget defines model for CostCenterBudget.
+type CostCenterBudget struct {
+	Amount     float64               `json:"amount"`
+	Banner     *string               `json:"banner,omitempty"`
+	CostCenter string                `json:"costCenter"`
+	Spent      float64               `json:"spent"`
+	State      CostCenterBudgetState `json:"state"`
+}
+
+// CostCenterBudgetState defines model for CostCenterBudget.State.
+type CostCenterBudgetState string
+
 // CostLine defines model for CostLine.
 type CostLine struct {
 	Cost float64 `json:"cost"`
@@ -719,6 +901,12 @@ type CostReport struct {
 
 // CostReportCurrency defines model for CostReport.Currency.
 type CostReportCurrency string
+
+// DecisionRequest defines model for DecisionRequest.
+type DecisionRequest struct {
+	// Reason Why, for the requester and the audit log.
+	Reason string `json:"reason"`
+}
 
 // Device defines model for Device.
 type Device struct {
@@ -1494,6 +1682,9 @@ type Workload struct {
 	// Applied Whether the workload's objects are on the cluster.
 	Applied bool `json:"applied"`
 
+	// Approval Why the launch needed approval, who may give it, until when, and the decision.
+	Approval *Approval `json:"approval,omitempty"`
+
 	// CostSoFar USD it has cost up to this answer, its price per hour over the time it was Running.
 	CostSoFar float64   `json:"costSoFar"`
 	CreatedAt time.Time `json:"createdAt"`
@@ -1601,6 +1792,12 @@ type ListAuditParams struct {
 
 // ListAuditParamsDecision defines parameters for ListAudit.
 type ListAuditParamsDecision string
+
+// ListBudgetsParams defines parameters for ListBudgets.
+type ListBudgetsParams struct {
+	// Team Only this team's budget.
+	Team *Name `form:"team,omitempty" json:"team,omitempty"`
+}
 
 // GetCostsParams defines parameters for GetCosts.
 type GetCostsParams struct {
@@ -1726,6 +1923,12 @@ type EstimateWorkloadJSONRequestBody = LaunchRequest
 // ApplyWorkloadAdviceJSONRequestBody defines body for ApplyWorkloadAdvice for application/json ContentType.
 type ApplyWorkloadAdviceJSONRequestBody ApplyWorkloadAdviceJSONBody
 
+// ApproveWorkloadJSONRequestBody defines body for ApproveWorkload for application/json ContentType.
+type ApproveWorkloadJSONRequestBody = DecisionRequest
+
+// DenyWorkloadJSONRequestBody defines body for DenyWorkload for application/json ContentType.
+type DenyWorkloadJSONRequestBody = DecisionRequest
+
 // ServerInterface represents all server handlers.
 type ServerInterface interface {
 	// ListAdvice A team's open advice
@@ -1734,6 +1937,9 @@ type ServerInterface interface {
 	// ListAudit Audit log
 	// (GET /api/v1/audit)
 	ListAudit(ctx echo.Context, params ListAuditParams) error
+	// ListBudgets Where the teams' budgets stand
+	// (GET /api/v1/budgets)
+	ListBudgets(ctx echo.Context, params ListBudgetsParams) error
 	// GetCosts What workloads cost over a period
 	// (GET /api/v1/costs)
 	GetCosts(ctx echo.Context, params GetCostsParams) error
@@ -1836,6 +2042,12 @@ type ServerInterface interface {
 	// ApplyWorkloadAdvice Apply a right-size
 	// (POST /api/v1/workloads/{id}/advice/apply)
 	ApplyWorkloadAdvice(ctx echo.Context, id WorkloadID) error
+	// ApproveWorkload Approve a launch held for approval
+	// (POST /api/v1/workloads/{id}/approve)
+	ApproveWorkload(ctx echo.Context, id WorkloadID) error
+	// DenyWorkload Deny a launch held for approval
+	// (POST /api/v1/workloads/{id}/deny)
+	DenyWorkload(ctx echo.Context, id WorkloadID) error
 	// ListWorkloadEvents Workload events
 	// (GET /api/v1/workloads/{id}/events)
 	ListWorkloadEvents(ctx echo.Context, id WorkloadID) error
@@ -1927,6 +2139,24 @@ func (w *ServerInterfaceWrapper) ListAudit(ctx echo.Context) error {
 
 	// Invoke the callback with all the unmarshaled arguments
 	err = w.Handler.ListAudit(ctx, params)
+	return err
+}
+
+// ListBudgets converts echo context to params.
+func (w *ServerInterfaceWrapper) ListBudgets(ctx echo.Context) error {
+	var err error
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListBudgetsParams
+	// ------------- Optional query parameter "team" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "team", ctx.QueryParams(), &params.Team, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter team: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.ListBudgets(ctx, params)
 	return err
 }
 
@@ -2495,6 +2725,38 @@ func (w *ServerInterfaceWrapper) ApplyWorkloadAdvice(ctx echo.Context) error {
 	return err
 }
 
+// ApproveWorkload converts echo context to params.
+func (w *ServerInterfaceWrapper) ApproveWorkload(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "id" -------------
+	var id WorkloadID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", ctx.Param("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter id: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.ApproveWorkload(ctx, id)
+	return err
+}
+
+// DenyWorkload converts echo context to params.
+func (w *ServerInterfaceWrapper) DenyWorkload(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "id" -------------
+	var id WorkloadID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", ctx.Param("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter id: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.DenyWorkload(ctx, id)
+	return err
+}
+
 // ListWorkloadEvents converts echo context to params.
 func (w *ServerInterfaceWrapper) ListWorkloadEvents(ctx echo.Context) error {
 	var err error
@@ -2741,6 +3003,8 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.GET(options.BaseURL+"/api/v1/workloads/:id", wrapper.GetWorkload, options.OperationMiddlewares["getWorkload"]...)
 	router.POST(options.BaseURL+"/api/v1/workloads/:id/stop", wrapper.StopWorkload, options.OperationMiddlewares["stopWorkload"]...)
 	router.POST(options.BaseURL+"/api/v1/workloads/:id/keepalive", wrapper.KeepWorkloadAlive, options.OperationMiddlewares["keepWorkloadAlive"]...)
+	router.POST(options.BaseURL+"/api/v1/workloads/:id/approve", wrapper.ApproveWorkload, options.OperationMiddlewares["approveWorkload"]...)
+	router.POST(options.BaseURL+"/api/v1/workloads/:id/deny", wrapper.DenyWorkload, options.OperationMiddlewares["denyWorkload"]...)
 	router.POST(options.BaseURL+"/api/v1/workloads/:id/start", wrapper.StartWorkload, options.OperationMiddlewares["startWorkload"]...)
 	router.GET(options.BaseURL+"/api/v1/workloads/:id/events", wrapper.ListWorkloadEvents, options.OperationMiddlewares["listWorkloadEvents"]...)
 	router.GET(options.BaseURL+"/api/v1/workloads/:id/logs", wrapper.GetWorkloadLogs, options.OperationMiddlewares["getWorkloadLogs"]...)
@@ -2749,6 +3013,7 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.GET(options.BaseURL+"/api/v1/workloads/:id/advice", wrapper.GetWorkloadAdvice, options.OperationMiddlewares["getWorkloadAdvice"]...)
 	router.POST(options.BaseURL+"/api/v1/workloads/:id/advice/apply", wrapper.ApplyWorkloadAdvice, options.OperationMiddlewares["applyWorkloadAdvice"]...)
 	router.GET(options.BaseURL+"/api/v1/costs", wrapper.GetCosts, options.OperationMiddlewares["getCosts"]...)
+	router.GET(options.BaseURL+"/api/v1/budgets", wrapper.ListBudgets, options.OperationMiddlewares["listBudgets"]...)
 	router.GET(options.BaseURL+"/api/v1/advice", wrapper.ListAdvice, options.OperationMiddlewares["listAdvice"]...)
 	router.GET(options.BaseURL+"/api/v1/nodes", wrapper.ListNodes, options.OperationMiddlewares["listNodes"]...)
 	router.GET(options.BaseURL+"/api/v1/nodes/:name", wrapper.GetNode, options.OperationMiddlewares["getNode"]...)
@@ -2838,6 +3103,45 @@ type ListAuditdefaultApplicationProblemPlusJSONResponse struct {
 }
 
 func (response ListAuditdefaultApplicationProblemPlusJSONResponse) VisitListAuditResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListBudgetsRequestObject struct {
+	Params ListBudgetsParams
+}
+
+type ListBudgetsResponseObject interface {
+	VisitListBudgetsResponse(w http.ResponseWriter) error
+}
+
+type ListBudgets200JSONResponse BudgetList
+
+func (response ListBudgets200JSONResponse) VisitListBudgetsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListBudgetsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListBudgetsdefaultApplicationProblemPlusJSONResponse) VisitListBudgetsResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
@@ -4187,6 +4491,86 @@ func (response ApplyWorkloadAdvicedefaultApplicationProblemPlusJSONResponse) Vis
 	return err
 }
 
+type ApproveWorkloadRequestObject struct {
+	Id   WorkloadID `json:"id"`
+	Body *ApproveWorkloadJSONRequestBody
+}
+
+type ApproveWorkloadResponseObject interface {
+	VisitApproveWorkloadResponse(w http.ResponseWriter) error
+}
+
+type ApproveWorkload200JSONResponse Workload
+
+func (response ApproveWorkload200JSONResponse) VisitApproveWorkloadResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ApproveWorkloaddefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ApproveWorkloaddefaultApplicationProblemPlusJSONResponse) VisitApproveWorkloadResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DenyWorkloadRequestObject struct {
+	Id   WorkloadID `json:"id"`
+	Body *DenyWorkloadJSONRequestBody
+}
+
+type DenyWorkloadResponseObject interface {
+	VisitDenyWorkloadResponse(w http.ResponseWriter) error
+}
+
+type DenyWorkload200JSONResponse Workload
+
+func (response DenyWorkload200JSONResponse) VisitDenyWorkloadResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DenyWorkloaddefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response DenyWorkloaddefaultApplicationProblemPlusJSONResponse) VisitDenyWorkloadResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListWorkloadEventsRequestObject struct {
 	Id WorkloadID `json:"id"`
 }
@@ -4549,6 +4933,9 @@ type StrictServerInterface interface {
 	// ListAudit Audit log
 	// (GET /api/v1/audit)
 	ListAudit(ctx context.Context, request ListAuditRequestObject) (ListAuditResponseObject, error)
+	// ListBudgets Where the teams' budgets stand
+	// (GET /api/v1/budgets)
+	ListBudgets(ctx context.Context, request ListBudgetsRequestObject) (ListBudgetsResponseObject, error)
 	// GetCosts What workloads cost over a period
 	// (GET /api/v1/costs)
 	GetCosts(ctx context.Context, request GetCostsRequestObject) (GetCostsResponseObject, error)
@@ -4651,6 +5038,12 @@ type StrictServerInterface interface {
 	// ApplyWorkloadAdvice Apply a right-size
 	// (POST /api/v1/workloads/{id}/advice/apply)
 	ApplyWorkloadAdvice(ctx context.Context, request ApplyWorkloadAdviceRequestObject) (ApplyWorkloadAdviceResponseObject, error)
+	// ApproveWorkload Approve a launch held for approval
+	// (POST /api/v1/workloads/{id}/approve)
+	ApproveWorkload(ctx context.Context, request ApproveWorkloadRequestObject) (ApproveWorkloadResponseObject, error)
+	// DenyWorkload Deny a launch held for approval
+	// (POST /api/v1/workloads/{id}/deny)
+	DenyWorkload(ctx context.Context, request DenyWorkloadRequestObject) (DenyWorkloadResponseObject, error)
 	// ListWorkloadEvents Workload events
 	// (GET /api/v1/workloads/{id}/events)
 	ListWorkloadEvents(ctx context.Context, request ListWorkloadEventsRequestObject) (ListWorkloadEventsResponseObject, error)
@@ -4739,6 +5132,31 @@ func (sh *strictHandler) ListAudit(ctx echo.Context, params ListAuditParams) err
 		return err
 	} else if validResponse, ok := response.(ListAuditResponseObject); ok {
 		return validResponse.VisitListAuditResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// ListBudgets operation middleware
+func (sh *strictHandler) ListBudgets(ctx echo.Context, params ListBudgetsParams) error {
+	var request ListBudgetsRequestObject
+
+	request.Params = params
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.ListBudgets(ctx.Request().Context(), request.(ListBudgetsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListBudgets")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(ListBudgetsResponseObject); ok {
+		return validResponse.VisitListBudgetsResponse(ctx.Response())
 	} else if response != nil {
 		return fmt.Errorf("unexpected response type: %T", response)
 	}
@@ -5803,6 +6221,102 @@ func (sh *strictHandler) ApplyWorkloadAdvice(ctx echo.Context, id WorkloadID) er
 		return err
 	} else if validResponse, ok := response.(ApplyWorkloadAdviceResponseObject); ok {
 		return validResponse.VisitApplyWorkloadAdviceResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// ApproveWorkload operation middleware
+func (sh *strictHandler) ApproveWorkload(ctx echo.Context, id WorkloadID) error {
+	var request ApproveWorkloadRequestObject
+
+	request.Id = id
+
+	var body ApproveWorkloadJSONRequestBody
+	var err error
+	if binder, ok := ctx.Echo().Binder.(*echo.DefaultBinder); ok {
+		// A request validator built on kin-openapi's openapi3filter with
+		// KeepValidatedValue leaves the value it validated on the body. Bind
+		// that value, matching member names exactly, so the handler receives
+		// what was validated instead of a second, case-insensitive decode.
+		// Otherwise bind only the request body, so that path and query
+		// parameters are not also bound into the body struct.
+		if vb, ok := ctx.Request().Body.(interface{ ValidatedValue() any }); !ok || runtime.BindJSONValue(vb.ValidatedValue(), &body) != nil {
+			err = binder.BindBody(ctx, &body)
+		}
+	} else {
+		// A custom binder is installed on the Echo instance; defer to it
+		// entirely, since echo.Binder does not expose body-only binding and
+		// the binder may do more than decode (for example call ctx.Validate).
+		err = ctx.Bind(&body)
+	}
+	if err != nil {
+		return err
+	}
+	request.Body = &body
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.ApproveWorkload(ctx.Request().Context(), request.(ApproveWorkloadRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ApproveWorkload")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(ApproveWorkloadResponseObject); ok {
+		return validResponse.VisitApproveWorkloadResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// DenyWorkload operation middleware
+func (sh *strictHandler) DenyWorkload(ctx echo.Context, id WorkloadID) error {
+	var request DenyWorkloadRequestObject
+
+	request.Id = id
+
+	var body DenyWorkloadJSONRequestBody
+	var err error
+	if binder, ok := ctx.Echo().Binder.(*echo.DefaultBinder); ok {
+		// A request validator built on kin-openapi's openapi3filter with
+		// KeepValidatedValue leaves the value it validated on the body. Bind
+		// that value, matching member names exactly, so the handler receives
+		// what was validated instead of a second, case-insensitive decode.
+		// Otherwise bind only the request body, so that path and query
+		// parameters are not also bound into the body struct.
+		if vb, ok := ctx.Request().Body.(interface{ ValidatedValue() any }); !ok || runtime.BindJSONValue(vb.ValidatedValue(), &body) != nil {
+			err = binder.BindBody(ctx, &body)
+		}
+	} else {
+		// A custom binder is installed on the Echo instance; defer to it
+		// entirely, since echo.Binder does not expose body-only binding and
+		// the binder may do more than decode (for example call ctx.Validate).
+		err = ctx.Bind(&body)
+	}
+	if err != nil {
+		return err
+	}
+	request.Body = &body
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.DenyWorkload(ctx.Request().Context(), request.(DenyWorkloadRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "DenyWorkload")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(DenyWorkloadResponseObject); ok {
+		return validResponse.VisitDenyWorkloadResponse(ctx.Response())
 	} else if response != nil {
 		return fmt.Errorf("unexpected response type: %T", response)
 	}

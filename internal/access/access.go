@@ -36,15 +36,16 @@ var (
 	OwnWorkloadsManage = Permission{"own-workloads:manage"} // the caller's own workloads only
 	MembersManage      = Permission{"members:manage"}
 	AuditRead          = Permission{"audit:read"}
-	UsersManage        = Permission{"users:manage"} // list and deactivate users, revoke anyone's token
-	NodesRead          = Permission{"nodes:read"}   // GPU nodes: their GPUs, health and current use
+	UsersManage        = Permission{"users:manage"}      // list and deactivate users, revoke anyone's token
+	NodesRead          = Permission{"nodes:read"}        // GPU nodes: their GPUs, health and current use
+	WorkloadsApprove   = Permission{"workloads:approve"} // approve or deny launches held for approval
 )
 
 // All lists every permission.
 var All = []Permission{
 	TemplatesRead, TemplatesWrite, GPUClassesRead, GPUClassesWrite, ImagesRead, ImagesWrite,
 	PolicyRead, PolicyWrite, WorkloadsRead, WorkloadsLaunch, WorkloadsManage, OwnWorkloadsManage,
-	MembersManage, AuditRead, UsersManage, NodesRead,
+	MembersManage, AuditRead, UsersManage, NodesRead, WorkloadsApprove,
 }
 
 // Parse finds the permission written as s (object:action).

@@ -26,6 +26,7 @@ import (
 	"github.com/casbin/casbin/v2/model"
 
 	"github.com/gantryhq/gantry/internal/access"
+	"github.com/gantryhq/gantry/internal/budget"
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/identity"
@@ -91,6 +92,12 @@ type Usage struct {
 	// Quota is the team's share of the cluster's GPUs, enforced by Kueue.
 	// Unset: none (its workloads wait in its queue, unless its cohort lends).
 	Quota *quota.Quota `json:"quota,omitempty"`
+	// Budget is the team's dollar budget per period, its alerts and what
+	// a spent budget does. Unset: none.
+	Budget *budget.Budget `json:"budget,omitempty"`
+	// Approval says which of the team's launches need a team-admin's
+	// approval. Unset: none (unless a spent budget requires it).
+	Approval *budget.Approval `json:"approval,omitempty"`
 }
 
 // Policy is one loaded, immutable policy.
@@ -288,6 +295,12 @@ func (b *Bindings) validate(classes *gpu.Catalog) error {
 		if q := b.Teams[t].Quota; q != nil {
 			q.Validate("teams."+t+".quota", classes, &errs)
 		}
+		if bu := b.Teams[t].Budget; bu != nil {
+			bu.Validate("teams."+t+".budget", &errs)
+		}
+		if a := b.Teams[t].Approval; a != nil {
+			a.Validate("teams."+t+".approval", &errs)
+		}
 	}
 	return errs.Err()
 }
@@ -479,6 +492,32 @@ func (p *Policy) Quota(team string) quota.Quota {
 	return *u.Quota
 }
 
+// usage is a team's entry, else the default entry ("*").
+func (p *Policy) usage(team string) Usage {
+	u, ok := p.teams[team]
+	if !ok {
+		u = p.teams[AnyTeam]
+	}
+	return u
+}
+
+// Budget is a team's budget (nil: none).
+func (p *Policy) Budget(team string) *budget.Budget { return p.usage(team).Budget }
+
+// Approval is a team's approval rule (nil: none).
+func (p *Policy) Approval(team string) *budget.Approval { return p.usage(team).Approval }
+
+// Budgets are the budgets of the teams the policy names (not the default).
+func (p *Policy) Budgets() map[string]budget.Budget {
+	out := map[string]budget.Budget{}
+	for t, u := range p.teams {
+		if t != AnyTeam && u.Budget != nil {
+			out[t] = *u.Budget
+		}
+	}
+	return out
+}
+
 // Quotas are the quotas of the teams the policy names (not the default).
 func (p *Policy) Quotas() map[string]quota.Quota {
 	out := map[string]quota.Quota{}
@@ -565,3 +604,12 @@ func (a *Authorizer) MayUse(team string, u access.Use) error {
 func (a *Authorizer) Quota(team string) quota.Quota {
 	return a.Policy().Quota(team)
 }
+
+// Budget answers with the policy in force.
+func (a *Authorizer) Budget(team string) *budget.Budget { return a.Policy().Budget(team) }
+
+// Approval answers with the policy in force.
+func (a *Authorizer) Approval(team string) *budget.Approval { return a.Policy().Approval(team) }
+
+// Budgets answers with the policy in force.
+func (a *Authorizer) Budgets() map[string]budget.Budget { return a.Policy().Budgets() }

@@ -71,6 +71,8 @@ type Config struct {
 	OIDC OIDC `json:"oidc"`
 	// Quota is how the policy's quotas are enforced.
 	Quota Quota `json:"quota"`
+	// Notify is where Gantry's webhooks (budget alerts) go.
+	Notify Notify `json:"notify"`
 	// Kubeconfig is the cluster workloads are applied to; without one, launches
 	// are recorded and rendered but not applied.
 	Kubeconfig string `json:"kubeconfig"`
@@ -117,6 +119,15 @@ type Quota struct {
 	// admits Gantry's workloads against the policy's quotas: Gantry keeps
 	// its queues in sync and renders workloads queued.
 	Kueue bool `json:"kueue"`
+}
+
+// Notify configures the outgoing webhook.
+type Notify struct {
+	// WebhookURL receives budget alerts as Slack-compatible JSON; "" keeps
+	// them in the outbox (and the audit log and banner) only.
+	WebhookURL string `json:"webhookURL"`
+	// WebhookSecret signs every delivery (HMAC-SHA256, X-Gantry-Signature).
+	WebhookSecret Secret `json:"webhookSecret"`
 }
 
 // Metrics chooses where workloads' GPU series are read from.

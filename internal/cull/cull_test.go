@@ -81,7 +81,7 @@ func TestRun(t *testing.T) {
 	var mu sync.Mutex
 	now := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	svc, err := workload.New(workload.Options{Store: st, Templates: cat, Images: images, Authorizer: workloadtest.AllowAll{},
+	svc, err := workload.New(workload.Options{Store: st, Templates: cat, Images: images, Authorizer: workloadtest.AllowAll{}, Budgets: workloadtest.NoBudgets{},
 		Namespace: func(t team.Name) string { return "gantry-" + t.String() }, Cluster: workloadtest.NewCluster(), Now: clock, Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
@@ -201,7 +201,7 @@ func TestOffHours(t *testing.T) {
 	now := time.Date(2026, 12, 1, 18, 30, 0, 0, time.UTC) // Tue 19:30 in Berlin
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	set := func(t time.Time) { mu.Lock(); now = t; mu.Unlock() }
-	svc, err := workload.New(workload.Options{Store: st, Templates: cat, Images: images, Authorizer: workloadtest.AllowAll{},
+	svc, err := workload.New(workload.Options{Store: st, Templates: cat, Images: images, Authorizer: workloadtest.AllowAll{}, Budgets: workloadtest.NoBudgets{},
 		Namespace: func(t team.Name) string { return "gantry-" + t.String() }, Cluster: workloadtest.NewCluster(), Now: clock, Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)

@@ -72,7 +72,7 @@ func harness(t testing.TB) (context.Context, *workload.Service, *gpu.Catalog) {
 	if _, err := cat.Seed(ctx, "seed", files); err != nil {
 		t.Fatal(err)
 	}
-	svc, err := workload.New(workload.Options{Store: st, Templates: cat, Images: images, Authorizer: workloadtest.AllowAll{},
+	svc, err := workload.New(workload.Options{Store: st, Templates: cat, Images: images, Authorizer: workloadtest.AllowAll{}, Budgets: workloadtest.NoBudgets{},
 		Namespace: func(t team.Name) string { return "gantry-" + t.String() }, Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)

@@ -35,6 +35,7 @@ var kueueResources = map[string]schema.GroupVersionResource{
 	"LocalQueue":            {Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "localqueues"},
 	"WorkloadPriorityClass": {Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "workloadpriorityclasses"},
 	"Cohort":                {Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "cohorts"},
+	"AdmissionCheck":        {Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "admissionchecks"},
 }
 
 var kueueWorkloads = schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "workloads"}
@@ -70,7 +71,7 @@ func (c *Cluster) SyncQuotas(ctx context.Context, objs []quota.Object) error {
 		u := unstructured.Unstructured{Object: o}
 		want[u.GetKind()+"/"+u.GetName()] = true
 	}
-	for _, kind := range []string{"ClusterQueue", "ResourceFlavor", "WorkloadPriorityClass"} {
+	for _, kind := range []string{"ClusterQueue", "ResourceFlavor", "WorkloadPriorityClass", "AdmissionCheck"} {
 		list, err := c.dyn.Resource(kueueResources[kind]).List(ctx, metav1.ListOptions{LabelSelector: render.LabelManagedBy + "=" + render.ManagedBy})
 		if err != nil {
 			return classify(err, kind, "")

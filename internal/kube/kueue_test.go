@@ -40,7 +40,7 @@ func newQueueTest(t *testing.T, quotas map[string]quota.Quota) *queueTest {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	if err := k.SyncQuotas(ctx, quota.Objects(classes, quotas, []quota.Priority{{Name: "low", Value: 1000}, {Name: "normal", Value: 10000}, {Name: "high", Value: 100000}})); err != nil {
+	if err := k.SyncQuotas(ctx, quota.Objects(classes, quotas, []quota.Priority{{Name: "low", Value: 1000}, {Name: "normal", Value: 10000}, {Name: "high", Value: 100000}}, quota.Options{})); err != nil {
 		t.Fatal(err)
 	}
 	for team := range quotas {

@@ -123,6 +123,15 @@ func (l *Lazy) SetRunning(ctx context.Context, o workload.ObjectRef, run bool) e
 	return c.SetRunning(ctx, o, run)
 }
 
+// SetAdmission implements workload.Cluster.
+func (l *Lazy) SetAdmission(ctx context.Context, namespace, id string, a workload.Admission) error {
+	c, err := l.get()
+	if err != nil {
+		return err
+	}
+	return c.SetAdmission(ctx, namespace, id, a)
+}
+
 // QueueUsage implements estimate.Cluster.
 func (l *Lazy) QueueUsage(ctx context.Context, team, class string) (float64, int, error) {
 	c, err := l.get()

@@ -122,8 +122,15 @@ type Priority struct {
 // quotas and the priorities: the ResourceFlavors, one ClusterQueue per team
 // (covering every class, the classes it has no quota for at zero) and the
 // WorkloadPriorityClasses. Teams come sorted; the result is deterministic.
-func Objects(classes *gpu.Catalog, teams map[string]Quota, priorities []Priority) []Object {
+func Objects(classes *gpu.Catalog, teams map[string]Quota, priorities []Priority, opt Options) []Object {
 	var out []Object
+	if opt.ApprovalCheck {
+		out = append(out, Object{
+			"apiVersion": APIVersion, "kind": "AdmissionCheck",
+			"metadata": meta(ApprovalCheck, nil),
+			"spec":     map[string]any{"controllerName": ApprovalController},
+		})
+	}
 	names := classes.Names()
 	for _, c := range names {
 		out = append(out, Object{
@@ -142,10 +149,36 @@ func Objects(classes *gpu.Catalog, teams map[string]Quota, priorities []Priority
 		})
 	}
 	for _, t := range sortedKeys(teams) {
-		out = append(out, ClusterQueueObject(classes, t, teams[t]))
+		cq := ClusterQueueObject(classes, t, teams[t])
+		spec := cq["spec"].(map[string]any)
+		if opt.ApprovalCheck {
+			spec["admissionChecksStrategy"] = map[string]any{"admissionChecks": []any{map[string]any{"name": ApprovalCheck}}}
+		}
+		if opt.Held[t] {
+			spec["stopPolicy"] = "Hold"
+		}
+		out = append(out, cq)
 	}
 	return out
 }
+
+// Options shape the ClusterQueues beyond the quotas.
+type Options struct {
+	// ApprovalCheck puts Gantry's AdmissionCheck on every team's queue:
+	// Kueue admits nothing until Gantry says it needs no approval or was
+	// approved (Gantry must run its check controller).
+	ApprovalCheck bool
+	// Held teams' queues admit nothing new (stopPolicy Hold: a spent
+	// budget under block); what runs goes on.
+	Held map[string]bool
+}
+
+// ApprovalCheck names Gantry's AdmissionCheck; ApprovalController is its
+// controllerName.
+const (
+	ApprovalCheck      = "gantry-approval"
+	ApprovalController = "gantry.dev/approval"
+)
 
 // PriorityClass names a template priority's WorkloadPriorityClass.
 func PriorityClass(priority string) string { return "gantry-" + priority }

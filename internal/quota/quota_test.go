@@ -101,7 +101,7 @@ func TestClusterQueue(t *testing.T) {
 // class per priority, a queue per team, in a stable order.
 func TestObjects(t *testing.T) {
 	c := classes(t)
-	objs := Objects(c, map[string]Quota{"nlp": {}, "vision": {}}, []Priority{{"low", 1000}})
+	objs := Objects(c, map[string]Quota{"nlp": {}, "vision": {}}, []Priority{{"low", 1000}}, Options{})
 	kinds := map[string]int{}
 	var queues []string
 	for _, o := range objs {
@@ -121,5 +121,40 @@ func TestObjects(t *testing.T) {
 	}
 	if len(queues) != 2 || queues[0] != "gantry-nlp" || queues[1] != "gantry-vision" {
 		t.Errorf("queues %v", queues)
+	}
+}
+
+// TestObjectsChecksAndHolds: the approval check on every team's queue with
+// its AdmissionCheck, and stopPolicy Hold only on the held team's.
+func TestObjectsChecksAndHolds(t *testing.T) {
+	c := classes(t)
+	objs := Objects(c, map[string]Quota{"nlp": {}, "vision": {}}, nil, Options{ApprovalCheck: true, Held: map[string]bool{"nlp": true}})
+	checks := 0
+	for _, o := range objs {
+		spec, _ := o["spec"].(map[string]any)
+		switch o["kind"] {
+		case "AdmissionCheck":
+			checks++
+			if spec["controllerName"] != ApprovalController || o["metadata"].(map[string]any)["name"] != ApprovalCheck {
+				t.Errorf("admission check %v", o)
+			}
+		case "ClusterQueue":
+			name := o["metadata"].(map[string]any)["name"]
+			strategy := spec["admissionChecksStrategy"].(map[string]any)["admissionChecks"].([]any)
+			if len(strategy) != 1 || strategy[0].(map[string]any)["name"] != ApprovalCheck {
+				t.Errorf("%s: checks %v", name, strategy)
+			}
+			if held := spec["stopPolicy"] == "Hold"; held != (name == "gantry-nlp") {
+				t.Errorf("%s: stopPolicy %v", name, spec["stopPolicy"])
+			}
+		}
+	}
+	if checks != 1 {
+		t.Errorf("%d AdmissionChecks", checks)
+	}
+	for _, o := range Objects(c, map[string]Quota{"nlp": {}}, nil, Options{}) {
+		if spec, _ := o["spec"].(map[string]any); o["kind"] == "AdmissionCheck" || spec["admissionChecksStrategy"] != nil || spec["stopPolicy"] != nil {
+			t.Errorf("without options: %v", o)
+		}
 	}
 }

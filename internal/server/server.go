@@ -39,6 +39,7 @@ import (
 	"github.com/gantryhq/gantry/internal/audit"
 	"github.com/gantryhq/gantry/internal/authn"
 	"github.com/gantryhq/gantry/internal/authz"
+	"github.com/gantryhq/gantry/internal/budget"
 	"github.com/gantryhq/gantry/internal/catalog"
 	"github.com/gantryhq/gantry/internal/config"
 	"github.com/gantryhq/gantry/internal/controller"
@@ -50,6 +51,7 @@ import (
 	"github.com/gantryhq/gantry/internal/imagecat"
 	"github.com/gantryhq/gantry/internal/imageverify"
 	"github.com/gantryhq/gantry/internal/kube"
+	"github.com/gantryhq/gantry/internal/notify"
 	"github.com/gantryhq/gantry/internal/promsource"
 	"github.com/gantryhq/gantry/internal/quota"
 	"github.com/gantryhq/gantry/internal/render"
@@ -127,17 +129,20 @@ type Server struct {
 	Workloads *workload.Service
 	// Telemetry ingests agents' GPU readings and keeps the series.
 	Telemetry *telemetry.Service
-	ln        net.Listener
-	url       string
-	http      *http.Server
-	authz     *authz.Authorizer
-	cluster   *kube.Lazy // nil without a kubeconfig
-	tokens    *token.Service
-	users     *user.Service
-	issuer    string
-	dev       devProvider // nil with an organisation's provider
-	checks    []api.Check
-	clock     clock.WithTicker
+	// Budgets track the teams' budgets, alert, and hold launches.
+	Budgets  *budget.Service
+	notifier *notify.Sender
+	ln       net.Listener
+	url      string
+	http     *http.Server
+	authz    *authz.Authorizer
+	cluster  *kube.Lazy // nil without a kubeconfig
+	tokens   *token.Service
+	users    *user.Service
+	issuer   string
+	dev      devProvider // nil with an organisation's provider
+	checks   []api.Check
+	clock    clock.WithTicker
 	// checkpoints signs the audit log's head (nil: no key configured).
 	checkpoints *audit.Checkpointer
 	// denials is what the API and the portal append to: repeated denials
@@ -194,7 +199,15 @@ func New(ctx context.Context, cfg config.Config, ov Overrides) (s *Server, err e
 		return nil, err
 	}
 	s.checks = []api.Check{{Name: "database", Pinger: core.Store}}
-	wo := workload.Options{Store: core.Store, Templates: core.Catalog, Authorizer: s.authz, Images: core.Images,
+	if s.Budgets, err = budget.New(budget.Options{Rules: s.authz, Spender: workload.NewMeter(core.Store, core.Catalog, s.clock.Now),
+		Store: core.Store, Log: core.Log, Now: s.clock.Now}); err != nil {
+		return nil, err
+	}
+	if s.notifier, err = notify.NewSender(notify.Options{Outbox: core.Store, URL: cfg.Notify.WebhookURL, Secret: []byte(cfg.Notify.WebhookSecret),
+		Log: core.Log, Now: s.clock.Now}); err != nil {
+		return nil, err
+	}
+	wo := workload.Options{Store: core.Store, Templates: core.Catalog, Authorizer: s.authz, Images: core.Images, Budgets: s.Budgets,
 		Namespace: func(t team.Name) string { return cfg.NamespacePrefix + t.String() }, KBSURL: cfg.Confidential.KBSURL, Kueue: cfg.Quota.Kueue, Log: core.Log, Now: s.clock.Now}
 	if cfg.Kubeconfig != "" {
 		// The kubeconfig is loaded lazily: with it missing or the API server
@@ -298,7 +311,7 @@ func New(ctx context.Context, cfg config.Config, ov Overrides) (s *Server, err e
 		return nil, err
 	}
 	h, err := api.New(api.Options{
-		Catalog: core.Catalog, Workloads: s.Workloads, Estimates: estimates, Checks: s.checks, Spec: gantry.OpenAPI,
+		Catalog: core.Catalog, Workloads: s.Workloads, Estimates: estimates, Budgets: s.Budgets, Checks: s.checks, Spec: gantry.OpenAPI,
 		MaxBodyBytes: cfg.MaxBodyBytes, Logger: core.Log,
 		Portal:   portal.New(portal.Options{Sessions: sessions, Teams: s.authz.Teams, Secure: strings.HasPrefix(public, "https://"), Logger: core.Log, Audit: s.denials}),
 		Identify: identify, Sessions: sessions, Tokens: s.tokens, Users: s.users, Teams: s.authz.Teams,
@@ -565,11 +578,29 @@ func (s *Server) lead(ctx context.Context, c *kube.Cluster) error {
 			}
 		})
 	})
+	g.Go(func() error {
+		return s.every(gctx, s.Config.Reconcile(), func(ctx context.Context) {
+			if n, err := s.Budgets.Run(ctx); err != nil && ctx.Err() == nil {
+				s.Log.Warn("budget alerts", "sent", n, "err", err)
+			}
+		})
+	})
+	g.Go(func() error {
+		return s.every(gctx, notifyInterval, func(ctx context.Context) {
+			if _, err := s.notifier.Run(ctx); err != nil && ctx.Err() == nil {
+				s.Log.Warn("webhooks", "err", err)
+			}
+		})
+	})
 	if s.Config.Quota.Kueue {
 		g.Go(func() error { return s.every(gctx, s.Config.Reconcile(), s.syncQuotas(c)) })
+		g.Go(func() error { return c.RunAdmissionChecks(gctx, s.Workloads.Admission, s.Config.Reconcile(), s.Log) })
 	}
 	return g.Wait()
 }
+
+// notifyInterval is how often the webhook outbox is looked at.
+const notifyInterval = 5 * time.Second
 
 // syncQuotas keeps Kueue's objects as the policy's quotas say: applied when
 // the policy (or the first pass) gives different objects than the last
@@ -592,7 +623,15 @@ func (s *Server) syncQuotas(c *kube.Cluster) func(context.Context) {
 				teams[t] = policy.Quota(t)
 			}
 		}
-		objs := quota.Objects(s.Catalog.Classes(), teams, priorities)
+		// Every queue carries Gantry's approval check; a team whose spent
+		// budget blocks launches has its queue held.
+		held := map[string]bool{}
+		for t := range teams {
+			if _, ok := s.Budgets.Held(ctx, t); ok {
+				held[t] = true
+			}
+		}
+		objs := quota.Objects(s.Catalog.Classes(), teams, priorities, quota.Options{ApprovalCheck: true, Held: held})
 		data, _ := json.Marshal(objs)
 		if string(data) == last && pass%10 != 0 {
 			pass++
@@ -644,6 +683,9 @@ func (s *Server) lifecycle(ctx context.Context) {
 		if errors.As(err, &un) {
 			return // the cluster is away: nothing else can be done now
 		}
+	}
+	if n, err := s.Workloads.ExpireApprovals(ctx); n > 0 || (err != nil && ctx.Err() == nil) {
+		s.Log.Info("refused launches whose approval expired", "refused", n, "err", err)
 	}
 	if n, err := s.Workloads.Expire(ctx); n > 0 || (err != nil && ctx.Err() == nil) {
 		s.Log.Info("stopped workloads past their max runtime", "stopped", n, "err", err)

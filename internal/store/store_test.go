@@ -16,11 +16,13 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/gantryhq/gantry/internal/audit"
+	"github.com/gantryhq/gantry/internal/budget"
 	"github.com/gantryhq/gantry/internal/catalog"
 	"github.com/gantryhq/gantry/internal/devregistry"
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/identity"
+	"github.com/gantryhq/gantry/internal/notify"
 	"github.com/gantryhq/gantry/internal/store"
 	"github.com/gantryhq/gantry/internal/store/storetest"
 	"github.com/gantryhq/gantry/internal/team"
@@ -100,6 +102,7 @@ func TestConformance(t *testing.T) {
 			t.Run("telemetry", func(t *testing.T) { testTelemetry(t, open(t)) })
 			t.Run("workload activity", func(t *testing.T) { testActivity(t, open(t)) })
 			t.Run("metering", func(t *testing.T) { testMetering(t, open(t)) })
+			t.Run("governance", func(t *testing.T) { testGovernance(t, open(t)) })
 		})
 	}
 }
@@ -363,7 +366,7 @@ func testWorkloads(t *testing.T, s *store.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := workload.New(workload.Options{Store: s, Templates: cat, Namespace: namespace, Images: images, Authorizer: workloadtest.AllowAll{}})
+	svc, err := workload.New(workload.Options{Store: s, Templates: cat, Namespace: namespace, Images: images, Authorizer: workloadtest.AllowAll{}, Budgets: workloadtest.NoBudgets{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -733,5 +736,117 @@ func testMetering(t *testing.T, s *store.Store) {
 	}
 	if runs, err := s.WorkloadRuns(ctx, at, at.Add(24*time.Hour), []team.Name{}); err != nil || len(runs) != 0 {
 		t.Fatalf("no teams: %+v, %v", runs, err)
+	}
+}
+
+// testGovernance: a budget alert is recorded once per team, cost center,
+// period and threshold — the second try writes neither the alert nor its
+// webhook, even concurrently; the outbox gives due messages until they are
+// delivered or given up; a workload's approval round-trips and expired
+// approvals are found.
+func testGovernance(t *testing.T, s *store.Store) {
+	ctx := context.Background()
+	classes, _, files := starter(t)
+	if _, err := catalog.New(s, classes).Seed(ctx, "gitops", files); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	from := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	alert := budget.Alert{Team: "vision", From: from, Threshold: 0.8, At: at, Spent: 812.5, Amount: 1000}
+	recorded := 0
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m, _ := notify.New(budget.EventThreshold, "80 %", nil, at)
+			ok, err := s.RecordBudgetAlert(ctx, alert, m)
+			if err != nil {
+				t.Error(err)
+			}
+			if ok {
+				mu.Lock()
+				recorded++
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	other := alert
+	other.Threshold = 1
+	m100, _ := notify.New(budget.EventThreshold, "100 %", nil, at)
+	if ok, err := s.RecordBudgetAlert(ctx, other, m100); !ok || err != nil {
+		t.Fatalf("the 100 %% alert: %v %v", ok, err)
+	}
+	cc := alert
+	cc.CostCenter = "cc-7"
+	mcc, _ := notify.New(budget.EventThreshold, "cc", nil, at)
+	if ok, _ := s.RecordBudgetAlert(ctx, cc, mcc); !ok {
+		t.Fatal("a cost center's alert is its own")
+	}
+	if recorded != 1 {
+		t.Fatalf("the same alert recorded %d times", recorded)
+	}
+	alerts, err := s.BudgetAlerts(ctx, "vision", from)
+	if err != nil || len(alerts) != 3 || alerts[0].Spent != 812.5 || !alerts[0].From.Equal(from) {
+		t.Fatalf("alerts %+v %v", alerts, err)
+	}
+	due, err := s.DueNotifications(ctx, at, 10)
+	if err != nil || len(due) != 3 {
+		t.Fatalf("due %d %v, want 3 (one per recorded alert)", len(due), err)
+	}
+	first := due[0]
+	if err := s.NotificationSent(ctx, first.ID, 1, false, at.Add(time.Minute), "503", at); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.NotificationSent(ctx, due[1].ID, 1, true, time.Time{}, "", at); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.NotificationSent(ctx, due[2].ID, 8, false, time.Time{}, "gave up", at); err != nil {
+		t.Fatal(err)
+	}
+	if due, _ := s.DueNotifications(ctx, at, 10); len(due) != 0 {
+		t.Fatalf("before the retry: %d due", len(due))
+	}
+	due, _ = s.DueNotifications(ctx, at.Add(time.Minute), 10)
+	if len(due) != 1 || due[0].ID != first.ID || due[0].Attempts != 1 || string(due[0].Body) != string(first.Body) {
+		t.Fatalf("the retry: %+v", due)
+	}
+
+	w := workload.Workload{ID: "appr000001", Name: "x-appr000001", Team: "vision", Owner: "alice", Template: "pytorch-train", TemplateVersion: 1,
+		Kind: "job", GPUClass: "H100-80GB", GPUCount: 8, Parameters: map[string]string{}, ObjectsHash: "h", Status: workload.PendingApproval,
+		Approval: workload.Approval{Why: "over the ceiling", Expires: at.Add(time.Hour)}, CreatedAt: at, UpdatedAt: at}
+	if err := s.CreateWorkload(ctx, w); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.Workload(ctx, w.ID); got.Approval != w.Approval {
+		t.Fatalf("approval %+v, want %+v", got.Approval, w.Approval)
+	}
+	if held, _ := s.UnappliedWorkloads(ctx, 10, false); len(held) != 0 {
+		t.Fatalf("without Kueue a held launch is not applied: %d", len(held))
+	}
+	if held, _ := s.UnappliedWorkloads(ctx, 10, true); len(held) != 1 {
+		t.Fatalf("with Kueue a held launch is applied: %d", len(held))
+	}
+	if exp, _ := s.ExpiredApprovals(ctx, at.Add(59*time.Minute), 10); len(exp) != 0 {
+		t.Fatalf("expired early: %d", len(exp))
+	}
+	if exp, _ := s.ExpiredApprovals(ctx, at.Add(time.Hour), 10); len(exp) != 1 {
+		t.Fatalf("expired: %d", len(exp))
+	}
+	got, err := s.UpdateWorkload(ctx, w.ID, func(old workload.Workload) (workload.Workload, error) {
+		out, _, err := workload.Transition(old, workload.Approve, "", at.Add(time.Minute))
+		out.Approval.Decision, out.Approval.By, out.Approval.Note, out.Approval.At = "approved", "lee", "ok", at.Add(time.Minute)
+		return out, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := s.Workload(ctx, w.ID); again.Approval != got.Approval || again.Status != workload.Pending {
+		t.Fatalf("decision stored %+v, want %+v", again.Approval, got.Approval)
+	}
+	if exp, _ := s.ExpiredApprovals(ctx, at.Add(2*time.Hour), 10); len(exp) != 0 {
+		t.Fatalf("a decided approval expired: %d", len(exp))
 	}
 }

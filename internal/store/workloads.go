@@ -15,7 +15,7 @@ import (
 	"github.com/gantryhq/gantry/internal/workload"
 )
 
-const workloadColumns = `id, name, team, owner, template, template_version, kind, gpu_class, mig_profile, gpu_count, parameters, objects_hash, status, created_at, updated_at, applied_hash, reason, idempotency_key, request_hash, endpoint, image, tee, expires_at, price_per_hour, running_us, running_since`
+const workloadColumns = `id, name, team, owner, template, template_version, kind, gpu_class, mig_profile, gpu_count, parameters, objects_hash, status, created_at, updated_at, applied_hash, reason, idempotency_key, request_hash, endpoint, image, tee, expires_at, price_per_hour, running_us, running_since, approval_why, approval_expires, approval_decision, approval_by, approval_note, approval_at`
 
 // CreateWorkload implements workload.Store.
 func (s *Store) CreateWorkload(ctx context.Context, w workload.Workload) error {
@@ -23,10 +23,11 @@ func (s *Store) CreateWorkload(ctx context.Context, w workload.Workload) error {
 	if err != nil {
 		return err
 	}
-	_, err = s.db.ExecContext(ctx, s.q(`INSERT INTO workloads (`+workloadColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+	_, err = s.db.ExecContext(ctx, s.q(`INSERT INTO workloads (`+workloadColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 		w.ID, w.Name, w.Team, w.Owner, w.Template, w.TemplateVersion, w.Kind, w.GPUClass, w.MIGProfile, w.GPUCount,
 		string(params), w.ObjectsHash, string(w.Status), w.CreatedAt.UnixMicro(), w.UpdatedAt.UnixMicro(), w.AppliedHash, w.Reason,
-		nullable(w.IdempotencyKey), w.RequestHash, w.Endpoint, w.Image, w.TEE, micros(w.ExpiresAt), w.PricePerHour, w.RunningFor.Microseconds(), micros(w.RunningSince))
+		nullable(w.IdempotencyKey), w.RequestHash, w.Endpoint, w.Image, w.TEE, micros(w.ExpiresAt), w.PricePerHour, w.RunningFor.Microseconds(), micros(w.RunningSince),
+		w.Approval.Why, micros(w.Approval.Expires), w.Approval.Decision, w.Approval.By, w.Approval.Note, micros(w.Approval.At))
 	if err != nil {
 		if w.IdempotencyKey != "" && uniqueViolation(err) {
 			return &fault.Conflict{Kind: "workload", Name: w.IdempotencyKey, Reason: "Idempotency-Key already used"}
@@ -39,11 +40,11 @@ func (s *Store) CreateWorkload(ctx context.Context, w workload.Workload) error {
 func scanWorkload(row scanner) (workload.Workload, error) {
 	var w workload.Workload
 	var params, status string
-	var created, updated, expires, runningUS, runningSince int64
+	var created, updated, expires, runningUS, runningSince, approvalExpires, approvalAt int64
 	var key sql.NullString
 	err := row.Scan(&w.ID, &w.Name, &w.Team, &w.Owner, &w.Template, &w.TemplateVersion, &w.Kind, &w.GPUClass, &w.MIGProfile,
 		&w.GPUCount, &params, &w.ObjectsHash, &status, &created, &updated, &w.AppliedHash, &w.Reason, &key, &w.RequestHash, &w.Endpoint, &w.Image, &w.TEE, &expires,
-		&w.PricePerHour, &runningUS, &runningSince)
+		&w.PricePerHour, &runningUS, &runningSince, &w.Approval.Why, &approvalExpires, &w.Approval.Decision, &w.Approval.By, &w.Approval.Note, &approvalAt)
 	if err != nil {
 		return w, err
 	}
@@ -57,6 +58,7 @@ func scanWorkload(row scanner) (workload.Workload, error) {
 	if runningSince != 0 {
 		w.RunningSince = time.UnixMicro(runningSince).UTC()
 	}
+	w.Approval.Expires, w.Approval.At = fromMicros(approvalExpires), fromMicros(approvalAt)
 	if err := json.Unmarshal([]byte(params), &w.Parameters); err != nil {
 		return w, fmt.Errorf("workload %s: stored parameters are corrupt: %w", w.ID, err)
 	}
@@ -69,6 +71,14 @@ func micros(t time.Time) int64 {
 		return 0
 	}
 	return t.UnixMicro()
+}
+
+// fromMicros is UnixMicro us as a UTC time, the zero time for 0.
+func fromMicros(us int64) time.Time {
+	if us == 0 {
+		return time.Time{}
+	}
+	return time.UnixMicro(us).UTC()
 }
 
 func nullable(s string) any {
@@ -152,7 +162,8 @@ func (s *Store) queryWorkloads(ctx context.Context, what, query string, args ...
 // returns the one to write, in one transaction that holds the row (SELECT …
 // FOR UPDATE on PostgreSQL; on SQLite every write transaction is exclusive),
 // so concurrent updaters queue and none is lost. Only the mutable fields
-// (status, reason, applied hash, endpoint, expiry, updated at, running time) are written, and nothing
+// (status, reason, applied hash, endpoint, expiry, updated at, running time,
+// approval) are written, and nothing
 // when they are unchanged. fn must not use the store.
 func (s *Store) UpdateWorkload(ctx context.Context, id string, fn func(workload.Workload) (workload.Workload, error)) (workload.Workload, error) {
 	var out workload.Workload
@@ -177,12 +188,14 @@ func (s *Store) UpdateWorkload(ctx context.Context, id string, fn func(workload.
 		}
 		out = w
 		if w.Status == old.Status && w.Reason == old.Reason && w.AppliedHash == old.AppliedHash && w.Endpoint == old.Endpoint && w.ExpiresAt.Equal(old.ExpiresAt) &&
-			w.RunningFor == old.RunningFor && w.RunningSince.Equal(old.RunningSince) {
+			w.RunningFor == old.RunningFor && w.RunningSince.Equal(old.RunningSince) && w.Approval == old.Approval {
 			out.UpdatedAt = old.UpdatedAt
 			return nil
 		}
-		_, err = tx.ExecContext(ctx, s.q(`UPDATE workloads SET status = ?, reason = ?, applied_hash = ?, endpoint = ?, expires_at = ?, updated_at = ?, running_us = ?, running_since = ? WHERE id = ?`),
-			string(w.Status), w.Reason, w.AppliedHash, w.Endpoint, micros(w.ExpiresAt), w.UpdatedAt.UnixMicro(), w.RunningFor.Microseconds(), micros(w.RunningSince), id)
+		_, err = tx.ExecContext(ctx, s.q(`UPDATE workloads SET status = ?, reason = ?, applied_hash = ?, endpoint = ?, expires_at = ?, updated_at = ?, running_us = ?, running_since = ?,
+			approval_why = ?, approval_expires = ?, approval_decision = ?, approval_by = ?, approval_note = ?, approval_at = ? WHERE id = ?`),
+			string(w.Status), w.Reason, w.AppliedHash, w.Endpoint, micros(w.ExpiresAt), w.UpdatedAt.UnixMicro(), w.RunningFor.Microseconds(), micros(w.RunningSince),
+			w.Approval.Why, micros(w.Approval.Expires), w.Approval.Decision, w.Approval.By, w.Approval.Note, micros(w.Approval.At), id)
 		if err != nil {
 			return fmt.Errorf("update workload %s: %w", id, err)
 		}
@@ -243,11 +256,24 @@ func (s *Store) WorkloadRuns(ctx context.Context, from, to time.Time, teams []te
 }
 
 // UnappliedWorkloads implements workload.Store: live workloads whose objects
-// were never applied (not ended, not held for approval), oldest first.
-func (s *Store) UnappliedWorkloads(ctx context.Context, limit int) ([]workload.Workload, error) {
+// were never applied (not ended; those held for approval only with
+// withHeld), oldest first.
+func (s *Store) UnappliedWorkloads(ctx context.Context, limit int, withHeld bool) ([]workload.Workload, error) {
+	held := string(workload.PendingApproval)
+	if withHeld {
+		held = string(workload.Deleted) // excluded anyway
+	}
 	return s.queryWorkloads(ctx, "list unapplied workloads", `SELECT `+workloadColumns+` FROM workloads
 		WHERE applied_hash <> objects_hash AND status NOT IN (?, ?, ?, ?, ?) ORDER BY created_at, id LIMIT ?`,
-		string(workload.Deleted), string(workload.Failed), string(workload.Stopped), string(workload.IdleStopped), string(workload.PendingApproval), limit)
+		string(workload.Deleted), string(workload.Failed), string(workload.Stopped), string(workload.IdleStopped), held, limit)
+}
+
+// ExpiredApprovals implements workload.Store: launches still waiting for
+// approval whose time to decide ended at or before now, oldest first.
+func (s *Store) ExpiredApprovals(ctx context.Context, now time.Time, limit int) ([]workload.Workload, error) {
+	return s.queryWorkloads(ctx, "list expired approvals", `SELECT `+workloadColumns+` FROM workloads
+		WHERE status = ? AND approval_expires > 0 AND approval_expires <= ? ORDER BY approval_expires, id LIMIT ?`,
+		string(workload.PendingApproval), now.UnixMicro(), limit)
 }
 
 // ExpiredWorkloads implements workload.Store: live workloads other than Jobs

@@ -29,6 +29,15 @@ func (s *Service) Report(ctx context.Context, id string, st Status, reason strin
 	if tr == "" {
 		return Workload{}, fmt.Errorf("report about workload %s: the cluster cannot report status %q", id, st)
 	}
+	if st == Queued && s.kueue {
+		// A team whose spent budget blocks launches has its queue held by
+		// Kueue: say why in the budget's words, not the queue's.
+		if w, err := s.store.Workload(ctx, id); err == nil {
+			if why, held := s.budgets.Held(ctx, w.Team.String()); held {
+				reason = "held: " + why
+			}
+		}
+	}
 	return s.transition(ctx, id, tr, reason)
 }
 

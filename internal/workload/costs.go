@@ -79,7 +79,45 @@ func (s *Service) Costs(ctx context.Context, from, to time.Time, groupBy string)
 	if err != nil {
 		return Costs{}, err
 	}
-	now := s.clock()
+	return s.meter.group(ctx, runs, from, to, groupBy), nil
+}
+
+// Meter prices workloads' runs: the showback's and the budgets' one
+// arithmetic.
+type Meter struct {
+	store     Store
+	templates Templates
+	now       func() time.Time
+}
+
+// NewMeter meters the runs in store, looking templates' cost centers up in
+// templates.
+func NewMeter(store Store, templates Templates, now func() time.Time) *Meter {
+	if now == nil {
+		now = time.Now
+	}
+	return &Meter{store: store, templates: templates, now: now}
+}
+
+// Spend implements budget.Spender: what team's workloads cost in [from,
+// to), in all and by their templates' cost centers.
+func (m *Meter) Spend(ctx context.Context, t string, from, to time.Time) (float64, map[string]float64, error) {
+	runs, err := m.store.WorkloadRuns(ctx, from, to, []team.Name{team.Name(t)})
+	if err != nil {
+		return 0, nil, err
+	}
+	c := m.group(ctx, runs, from, to, "costCenter")
+	by := map[string]float64{}
+	for _, l := range c.Lines {
+		by[l.Key] = l.Cost
+	}
+	return c.Total, by, nil
+}
+
+// group meters runs inside [from, to) — up to now for those still running —
+// and groups them by groupBy, biggest first.
+func (m *Meter) group(ctx context.Context, runs []Run, from, to time.Time, groupBy string) Costs {
+	now := m.now().UTC()
 	byKey := map[string]*CostLine{}
 	seen := map[string]map[string]bool{}
 	costCenters := map[string]string{} // template@version → cost center
@@ -113,7 +151,7 @@ func (s *Service) Costs(ctx context.Context, from, to time.Time, groupBy string)
 			tv := fmt.Sprintf("%s@%d", r.Template, r.TemplateVersion)
 			cc, ok := costCenters[tv]
 			if !ok {
-				if v, err := s.templates.Get(ctx, r.Template, r.TemplateVersion); err == nil {
+				if v, err := m.templates.Get(ctx, r.Template, r.TemplateVersion); err == nil {
 					cc = v.Template.Spec.CostCenter
 				}
 				costCenters[tv] = cc
@@ -127,7 +165,7 @@ func (s *Service) Costs(ctx context.Context, from, to time.Time, groupBy string)
 		}
 		cost := r.PricePerHour * hours
 		l.Cost += cost
-		l.GPUHours += s.gpuShare(r) * hours
+		l.GPUHours += m.gpuShare(r) * hours
 		if !seen[key][r.Workload] {
 			seen[key][r.Workload] = true
 			l.Workloads++
@@ -145,17 +183,17 @@ func (s *Service) Costs(ctx context.Context, from, to time.Time, groupBy string)
 		return out.Lines[i].Key < out.Lines[j].Key
 	})
 	out.Total = cents(out.Total)
-	return out, nil
+	return out
 }
 
 // gpuShare is a run's whole GPUs' worth: its count, a MIG slice at its
 // share of the GPU.
-func (s *Service) gpuShare(r Run) float64 {
+func (m *Meter) gpuShare(r Run) float64 {
 	n := float64(r.GPUCount)
 	if r.MIGProfile == "" {
 		return n
 	}
-	if c, ok := s.templates.Classes().Get(r.GPUClass); ok {
+	if c, ok := m.templates.Classes().Get(r.GPUClass); ok {
 		if p, ok := c.Profile(r.MIGProfile); ok {
 			return n * math.Max(p.ComputeShare(), p.MemoryShare())
 		}

@@ -225,10 +225,14 @@ func (s *Service) create(ctx context.Context, owner string, req Request) (Worklo
 	if rd.Version.Status == catalog.Deprecated { // launched, with the warning
 		w.TemplateStatus, w.TemplateStatusReason = rd.Version.Status, rd.Version.StatusReason
 	}
+	if err := s.govern(ctx, &w, rd); err != nil {
+		return Workload{}, err
+	}
 	if err := s.store.CreateWorkload(ctx, w); err != nil {
 		return Workload{}, fmt.Errorf("record workload: %w", err)
 	}
-	if s.cluster == nil {
+	if s.cluster == nil || (w.Status == PendingApproval && !s.kueue) {
+		// Without Kueue a launch held for approval is applied once approved.
 		return w, nil
 	}
 	// Recorded first, applied second: if Gantry stops in between, the reconciler
@@ -240,6 +244,39 @@ func (s *Service) create(ctx context.Context, owner string, req Request) (Worklo
 		return w, nil // accepted; pending until the cluster answers
 	}
 	return w, err
+}
+
+// govern applies the team's budget and approval rules to a launch about to
+// be recorded: a launch that needs approval is recorded PendingApproval (with
+// Kueue it is applied, and waits at Gantry's AdmissionCheck); one in a team
+// whose spent budget blocks launches waits in the team's queue, which Kueue
+// holds (without Kueue, it is refused).
+func (s *Service) govern(ctx context.Context, w *Workload, rd Rendered) error {
+	hours := 0.0
+	if d, err := time.ParseDuration(rd.Version.Template.Spec.Lifecycle.MaxRuntime); err == nil {
+		hours = d.Hours()
+	}
+	v, expiry, err := s.budgets.Verdict(ctx, w.Team.String(), w.PricePerHour, hours)
+	if err != nil {
+		return err
+	}
+	switch {
+	case v.Hold && !s.kueue:
+		return &fault.Forbidden{Reason: "the launch is refused: " + v.Why}
+	case v.Hold:
+		w.Reason = "held: " + v.Why
+	case v.Approval:
+		w.Status = PendingApproval
+		w.Approval = Approval{Why: v.Why, Expires: w.CreatedAt.Add(expiry)}
+		w.Reason = approvalReason(w.Team, w.Approval)
+	}
+	return nil
+}
+
+// approvalReason says who must approve a held launch, why, and until when.
+func approvalReason(t team.Name, a Approval) string {
+	return fmt.Sprintf("waiting for approval by a team-admin of %s or a platform-admin until %s: %s",
+		t, a.Expires.Format(time.RFC3339), a.Why)
 }
 
 // expiry is when a workload started at from must stop, given its template's

@@ -17,7 +17,9 @@ func (s *Service) Reconcile(ctx context.Context) (applied int, err error) {
 	if s.cluster == nil {
 		return 0, nil
 	}
-	pending, err := s.store.UnappliedWorkloads(ctx, 500)
+	// With Kueue, a launch held for approval is applied and waits at its
+	// AdmissionCheck; without, it is applied once approved.
+	pending, err := s.store.UnappliedWorkloads(ctx, 500, s.kueue)
 	if err != nil {
 		return 0, err
 	}

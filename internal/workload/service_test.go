@@ -29,6 +29,7 @@ type harness struct {
 	svc     *workload.Service
 	store   *store.Store
 	cluster *workloadtest.Cluster
+	cat     *catalog.Service
 	dbPath  string
 	mu      sync.Mutex
 	now     time.Time
@@ -46,7 +47,11 @@ func (h *harness) advance(d time.Duration) {
 	h.now = h.now.Add(d)
 }
 
-func newHarness(t testing.TB) *harness {
+func newHarness(t testing.TB) *harness { return newHarnessWith(t, nil, false) }
+
+// newHarnessWith is newHarness with a budget service made by budgets (nil:
+// none) and Kueue on or off.
+func newHarnessWith(t testing.TB, budgets func(*harness) workload.Budgets, kueue bool) *harness {
 	t.Helper()
 	ctx := asAlice()
 	classes, files, err := template.LoadCatalog("../../templates")
@@ -68,7 +73,12 @@ func newHarness(t testing.TB) *harness {
 		t.Fatal(err)
 	}
 	h := &harness{store: st, dbPath: dbPath, cluster: workloadtest.NewCluster(), now: time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)}
-	h.svc, err = workload.New(workload.Options{Store: st, Templates: cat, Images: images, Authorizer: workloadtest.AllowAll{},
+	h.cat = cat
+	var b workload.Budgets = workloadtest.NoBudgets{}
+	if budgets != nil {
+		b = budgets(h)
+	}
+	h.svc, err = workload.New(workload.Options{Store: st, Templates: cat, Images: images, Authorizer: workloadtest.AllowAll{}, Budgets: b, Kueue: kueue,
 		Namespace: func(t team.Name) string { return "gantry-" + t.String() }, Cluster: h.cluster, Now: h.clock, Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
@@ -117,7 +127,7 @@ func asAlice() context.Context {
 
 func TestNewNeedsEveryDependency(t *testing.T) {
 	_, err := workload.New(workload.Options{})
-	if err == nil || !strings.Contains(err.Error(), "Authorizer, Images, Namespace, Store, Templates") {
+	if err == nil || !strings.Contains(err.Error(), "Authorizer, Budgets, Images, Namespace, Store, Templates") {
 		t.Fatalf("err = %v, want every missing dependency named", err)
 	}
 }

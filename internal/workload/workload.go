@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/gantryhq/gantry/internal/access"
+	"github.com/gantryhq/gantry/internal/budget"
 	"github.com/gantryhq/gantry/internal/catalog"
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/gpu"
@@ -84,12 +85,30 @@ type Workload struct {
 	PricePerHour float64
 	RunningFor   time.Duration
 	RunningSince time.Time
+	// Approval is why the launch needed a team-admin's approval and what
+	// became of it (zero when it needed none).
+	Approval Approval
 
 	// TemplateStatus is its template version's standing (deprecated,
 	// revoked; "" when active), looked up when the workload is read, not stored.
 	TemplateStatus       catalog.Status
 	TemplateStatusReason string
 }
+
+// Approval is a launch's approval: why it was needed, until when a decision
+// may come, and the decision.
+type Approval struct {
+	Why     string    // "": none was needed
+	Expires time.Time // when an undecided launch is refused
+	// Decision is "approved", "denied" or "expired" ("" while it waits).
+	Decision string
+	By       string    // who decided (issuer#subject); "gantry" for an expiry
+	Note     string    // the decision's reason
+	At       time.Time // when it was decided; zero while it waits
+}
+
+// Needed reports whether the launch needed approval.
+func (a Approval) Needed() bool { return a.Why != "" }
 
 // CostAt is what the workload cost up to now: its price per hour over the
 // time it was Running.
@@ -136,8 +155,12 @@ type Store interface {
 	// endpoint, expiry and running time change), in one transaction; an error from fn
 	// writes nothing and is returned. *fault.NotFound if there is no record.
 	UpdateWorkload(ctx context.Context, id string, fn func(Workload) (Workload, error)) (Workload, error)
-	// UnappliedWorkloads returns up to limit live workloads not yet applied.
-	UnappliedWorkloads(ctx context.Context, limit int) ([]Workload, error)
+	// UnappliedWorkloads returns up to limit live workloads not yet
+	// applied (those held for approval only with withHeld).
+	UnappliedWorkloads(ctx context.Context, limit int, withHeld bool) ([]Workload, error)
+	// ExpiredApprovals returns up to limit launches held for approval past
+	// their time to decide.
+	ExpiredApprovals(ctx context.Context, now time.Time, limit int) ([]Workload, error)
 	// ExpiredWorkloads returns up to limit live workloads, other than Jobs
 	// (the cluster ends those by activeDeadlineSeconds), whose max runtime
 	// ended at or before now.
@@ -167,6 +190,9 @@ type Cluster interface {
 	// and keeps it, with its volumes: a Job is suspended, a Deployment or
 	// StatefulSet scaled to zero, a VirtualMachine halted.
 	SetRunning(ctx context.Context, o ObjectRef, run bool) error
+	// SetAdmission sets Gantry's AdmissionCheck on the Kueue Workloads of
+	// the workload id in namespace (with Kueue; none yet is not an error).
+	SetAdmission(ctx context.Context, namespace, id string, a Admission) error
 }
 
 // ObjectRef names a workload's primary object on the cluster.
@@ -212,9 +238,20 @@ type Images interface {
 	PinImage(ctx context.Context, ref string) (pinned, tee string, err error)
 }
 
+// Budgets say what a team's budget and approval rules make of a launch
+// (package budget's Service).
+type Budgets interface {
+	// Verdict decides on a launch in team costing pricePerHour for hours
+	// (its max runtime; 0: none): held, waiting for approval (for how
+	// long), or neither.
+	Verdict(ctx context.Context, team string, pricePerHour, hours float64) (budget.Verdict, time.Duration, error)
+	// Held says whether the team's spent budget holds its launches, and why.
+	Held(ctx context.Context, team string) (why string, held bool)
+}
+
 // Options is what a Service is made of. Store, Templates, Namespace,
-// Authorizer and Images are required: there is no nil that means "allow" or
-// "unverified".
+// Authorizer, Images and Budgets are required: there is no nil that means
+// "allow" or "unverified".
 type Options struct {
 	Store     Store
 	Templates Templates
@@ -224,6 +261,9 @@ type Options struct {
 	Authorizer Authorizer
 	// Images verifies and pins every launch's image.
 	Images Images
+	// Budgets hold or send for approval the launches the teams' budgets
+	// and approval rules say.
+	Budgets Budgets
 	// Cluster is where launches are applied; nil: they are recorded and
 	// rendered, not applied (gantry serve without a kubeconfig).
 	Cluster Cluster
@@ -244,6 +284,8 @@ type Service struct {
 	cluster   Cluster // nil: workloads are recorded, not applied
 	authz     Authorizer
 	images    Images
+	budgets   Budgets
+	meter     *Meter
 	initData  string // "": confidential launches are refused
 	kueue     bool
 	log       *slog.Logger
@@ -259,7 +301,7 @@ func New(o Options) (*Service, error) {
 	var missing []string
 	for name, nilValue := range map[string]bool{
 		"Store": o.Store == nil, "Templates": o.Templates == nil, "Namespace": o.Namespace == nil,
-		"Authorizer": o.Authorizer == nil, "Images": o.Images == nil,
+		"Authorizer": o.Authorizer == nil, "Images": o.Images == nil, "Budgets": o.Budgets == nil,
 	} {
 		if nilValue {
 			missing = append(missing, name)
@@ -270,13 +312,14 @@ func New(o Options) (*Service, error) {
 		return nil, fmt.Errorf("workload.New: missing %s", strings.Join(missing, ", "))
 	}
 	s := &Service{store: o.Store, templates: o.Templates, namespace: o.Namespace, cluster: o.Cluster,
-		authz: o.Authorizer, images: o.Images, kueue: o.Kueue, log: o.Log, now: o.Now, newID: NewID}
+		authz: o.Authorizer, images: o.Images, budgets: o.Budgets, kueue: o.Kueue, log: o.Log, now: o.Now, newID: NewID}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
 	if s.now == nil {
 		s.now = time.Now
 	}
+	s.meter = NewMeter(o.Store, o.Templates, s.now)
 	if o.KBSURL != "" {
 		d, err := render.InitData(o.KBSURL)
 		if err != nil {

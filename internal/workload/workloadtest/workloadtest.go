@@ -12,8 +12,10 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/gantryhq/gantry/internal/access"
+	"github.com/gantryhq/gantry/internal/budget"
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/render"
@@ -35,9 +37,10 @@ func (AllowAll) MayUse(string, access.Use) error { return nil }
 // Cluster is an in-memory workload.Cluster: applied primary objects and
 // whether each runs. SetErr makes every call fail.
 type Cluster struct {
-	mu      sync.Mutex
-	objects map[string]workload.ObjectRef // by namespace/name
-	err     error
+	mu         sync.Mutex
+	objects    map[string]workload.ObjectRef // by namespace/name
+	admissions map[string]workload.Admission // by workload id
+	err        error
 }
 
 // NewCluster returns an empty cluster.
@@ -106,6 +109,40 @@ func (c *Cluster) SetRunning(_ context.Context, o workload.ObjectRef, run bool) 
 	c.objects[k] = got
 	return nil
 }
+
+// SetAdmission implements workload.Cluster: it records the check.
+func (c *Cluster) SetAdmission(_ context.Context, _ string, id string, a workload.Admission) error {
+	if err := c.fail(); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.admissions == nil {
+		c.admissions = map[string]workload.Admission{}
+	}
+	c.admissions[id] = a
+	return nil
+}
+
+// Admission is the check last set on workload id.
+func (c *Cluster) Admission(id string) (workload.Admission, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	a, ok := c.admissions[id]
+	return a, ok
+}
+
+// NoBudgets is a budget service for teams without budgets or approval
+// rules: every launch goes ahead.
+type NoBudgets struct{}
+
+// Verdict implements workload.Budgets.
+func (NoBudgets) Verdict(context.Context, string, float64, float64) (budget.Verdict, time.Duration, error) {
+	return budget.Verdict{}, budget.DefaultExpiry, nil
+}
+
+// Held implements workload.Budgets.
+func (NoBudgets) Held(context.Context, string) (string, bool) { return "", false }
 
 // Events implements workload.Cluster: none.
 func (c *Cluster) Events(context.Context, string, string) ([]workload.Event, error) {

@@ -1,0 +1,73 @@
+package api
+
+import (
+	"context"
+	"slices"
+
+	"github.com/gantryhq/gantry/api/gen"
+	"github.com/gantryhq/gantry/internal/access"
+	"github.com/gantryhq/gantry/internal/budget"
+	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/identity"
+	"github.com/gantryhq/gantry/internal/team"
+)
+
+func (s *server) ListBudgets(ctx context.Context, req gen.ListBudgetsRequestObject) (gen.ListBudgetsResponseObject, error) {
+	id, _ := identity.From(ctx)
+	all, mine := s.o.Teams(id, access.WorkloadsRead)
+	teams := s.o.Budgets.Teams()
+	if !all {
+		teams = slices.DeleteFunc(teams, func(t string) bool { return !slices.Contains(mine, t) })
+	}
+	if req.Params.Team != nil {
+		t, err := team.Parse(*req.Params.Team)
+		if err != nil {
+			return nil, &fault.Invalid{Fields: []fault.Field{{Path: "team", Message: err.Error()}}}
+		}
+		teams = slices.DeleteFunc(teams, func(x string) bool { return x != t.String() })
+	}
+	out := gen.BudgetList{Items: []gen.Budget{}}
+	for _, t := range teams {
+		st, ccs, err := s.o.Budgets.Status(ctx, t)
+		if err != nil {
+			return nil, err
+		}
+		if st == nil {
+			continue
+		}
+		b := gen.Budget{Team: t, From: st.From, To: st.To, Amount: st.Amount, Spent: cents(st.Spent), Currency: gen.BudgetCurrencyUSD,
+			ThresholdsReached: append([]float64{}, st.Crossed...), State: gen.BudgetState(st.State), AtLimit: gen.BudgetAtLimit(st.AtLimit),
+			Banner: optional(st.Banner), CostCenters: []gen.CostCenterBudget{}}
+		for _, cc := range ccs {
+			b.CostCenters = append(b.CostCenters, gen.CostCenterBudget{CostCenter: cc.CostCenter, Amount: cc.Amount, Spent: cents(cc.Spent),
+				State: gen.CostCenterBudgetState(cc.State), Banner: optional(cc.Banner)})
+		}
+		out.Items = append(out.Items, b)
+	}
+	return gen.ListBudgets200JSONResponse(out), nil
+}
+
+func (s *server) ApproveWorkload(ctx context.Context, req gen.ApproveWorkloadRequestObject) (gen.ApproveWorkloadResponseObject, error) {
+	w, err := s.o.Workloads.Decide(ctx, req.Id, true, req.Body.Reason)
+	if err != nil {
+		return nil, err
+	}
+	return gen.ApproveWorkload200JSONResponse(workloadOut(w)), nil
+}
+
+func (s *server) DenyWorkload(ctx context.Context, req gen.DenyWorkloadRequestObject) (gen.DenyWorkloadResponseObject, error) {
+	w, err := s.o.Workloads.Decide(ctx, req.Id, false, req.Body.Reason)
+	if err != nil {
+		return nil, err
+	}
+	return gen.DenyWorkload200JSONResponse(workloadOut(w)), nil
+}
+
+func optional(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func cents(v float64) float64 { return budget.Round(v) }

@@ -1,0 +1,207 @@
+package budget
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/gantryhq/gantry/internal/audit"
+	"github.com/gantryhq/gantry/internal/notify"
+)
+
+// Alert is one alert threshold of a budget reached in a period.
+type Alert struct {
+	Team       string
+	CostCenter string // "" for the team's budget
+	From       time.Time
+	Threshold  float64
+	At         time.Time
+	Spent      float64
+	Amount     float64
+}
+
+// Rules are the teams' budgets and approval rules: the policy in force.
+type Rules interface {
+	Budget(team string) *Budget
+	Approval(team string) *Approval
+	Budgets() map[string]Budget
+}
+
+// Spender meters what a team spent in [from, to): in all, and by the cost
+// center of the templates it ran.
+type Spender interface {
+	Spend(ctx context.Context, team string, from, to time.Time) (total float64, byCostCenter map[string]float64, err error)
+}
+
+// Store records alerts once, with their webhook, and the audit trail.
+type Store interface {
+	RecordBudgetAlert(ctx context.Context, a Alert, m notify.Message) (recorded bool, err error)
+	AppendAudit(ctx context.Context, r audit.Record) (audit.Record, error)
+}
+
+// Options configure a Service.
+type Options struct {
+	Rules   Rules
+	Spender Spender
+	Store   Store
+	Log     *slog.Logger
+	Now     func() time.Time
+	// Fresh is how long a team's status is reused before it is metered
+	// again (default 10 s).
+	Fresh time.Duration
+}
+
+// Service tracks the teams' budgets: their status for the API's banner and
+// for launches, and alerts when a threshold is reached.
+type Service struct {
+	o     Options
+	mu    sync.Mutex
+	cache map[string]cached
+}
+
+type cached struct {
+	at  time.Time
+	st  Status
+	ccs []Status
+}
+
+// New is complete when it returns.
+func New(o Options) (*Service, error) {
+	if o.Rules == nil || o.Spender == nil || o.Store == nil || o.Log == nil || o.Now == nil {
+		return nil, errors.New("budget: rules, spender, store, log and clock are required")
+	}
+	if o.Fresh <= 0 {
+		o.Fresh = 10 * time.Second
+	}
+	return &Service{o: o, cache: map[string]cached{}}, nil
+}
+
+// Status is where team's budget stands now, and its cost centers' (nil: the
+// team has no budget).
+func (s *Service) Status(ctx context.Context, team string) (*Status, []Status, error) {
+	b := s.o.Rules.Budget(team)
+	if b == nil {
+		return nil, nil, nil
+	}
+	now := s.o.Now()
+	s.mu.Lock()
+	c, ok := s.cache[team]
+	s.mu.Unlock()
+	if ok && now.Sub(c.at) < s.o.Fresh && now.Sub(c.at) >= 0 && c.st.Amount == b.Amount && !now.Before(c.st.From) && now.Before(c.st.To) && c.st.AtLimit == b.Limit() {
+		return &c.st, c.ccs, nil
+	}
+	from, to := b.PeriodAt(now)
+	total, byCC, err := s.o.Spender.Spend(ctx, team, from, to)
+	if err != nil {
+		return nil, nil, fmt.Errorf("budget of team %s: %w", team, err)
+	}
+	st := b.Status(team, total, from, to)
+	var ccs []Status
+	for _, cc := range sortedKeys(b.CostCenters) {
+		ccs = append(ccs, b.CostCenterStatus(team, cc, byCC[cc], from, to))
+	}
+	s.mu.Lock()
+	s.cache[team] = cached{at: now, st: st, ccs: ccs}
+	s.mu.Unlock()
+	return &st, ccs, nil
+}
+
+// Teams are the teams with a budget, sorted.
+func (s *Service) Teams() []string {
+	return sortedKeys(s.o.Rules.Budgets())
+}
+
+// Verdict decides on a launch in team costing pricePerHour for hours (its
+// max runtime; 0: none): held, waiting for approval (for how long), or
+// neither.
+func (s *Service) Verdict(ctx context.Context, team string, pricePerHour, hours float64) (Verdict, time.Duration, error) {
+	st, _, err := s.Status(ctx, team)
+	if err != nil {
+		return Verdict{}, 0, err
+	}
+	a := s.o.Rules.Approval(team)
+	v := Launch(st, a, pricePerHour, hours)
+	expiry := DefaultExpiry
+	if a != nil {
+		expiry = a.Expiry()
+	}
+	return v, expiry, nil
+}
+
+// Held says whether the team's budget is spent under block, and why.
+func (s *Service) Held(ctx context.Context, team string) (string, bool) {
+	st, _, err := s.Status(ctx, team)
+	if err != nil || st == nil || st.State != Exceeded || st.AtLimit != Block {
+		return "", false
+	}
+	return st.Banner, true
+}
+
+// Run is one pass of the alert loop (on the leader): every team budget and
+// cost center budget is metered, and each threshold reached this period
+// that has not alerted yet alerts now — recorded with its webhook in one
+// transaction (so once, even across replicas and restarts), then written
+// to the audit log. It returns how many alerts went out.
+func (s *Service) Run(ctx context.Context) (int, error) {
+	teams := s.Teams()
+	n := 0
+	var errs []error
+	for _, team := range teams {
+		st, ccs, err := s.Status(ctx, team)
+		if err != nil || st == nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, status := range append([]Status{*st}, ccs...) {
+			for _, th := range status.Crossed {
+				ok, err := s.alert(ctx, status, th)
+				if err != nil {
+					errs = append(errs, err)
+				}
+				if ok {
+					n++
+				}
+			}
+		}
+	}
+	return n, errors.Join(errs...)
+}
+
+// EventThreshold is the webhook event of a budget alert.
+const EventThreshold = "budget.threshold"
+
+func (s *Service) alert(ctx context.Context, st Status, th float64) (bool, error) {
+	now := s.o.Now()
+	a := Alert{Team: st.Team, CostCenter: st.CostCenter, From: st.From, Threshold: th, At: now, Spent: st.Spent, Amount: st.Amount}
+	text := fmt.Sprintf("Budget alert (%.0f %%): %s", th*100, st.Banner)
+	fields := map[string]any{
+		"team": st.Team, "threshold": th, "spent": st.Spent, "amount": st.Amount, "currency": "USD",
+		"periodStart": st.From.Format(time.RFC3339), "periodEnd": st.To.Format(time.RFC3339), "state": string(st.State),
+	}
+	if st.CostCenter != "" {
+		fields["costCenter"] = st.CostCenter
+	} else {
+		fields["atLimit"] = string(st.AtLimit)
+	}
+	m, err := notify.New(EventThreshold, text, fields, now)
+	if err != nil {
+		return false, err
+	}
+	recorded, err := s.o.Store.RecordBudgetAlert(ctx, a, m)
+	if err != nil || !recorded {
+		return false, err
+	}
+	object := "/api/v1/budgets?team=" + st.Team
+	if st.CostCenter != "" {
+		object += "&costCenter=" + st.CostCenter
+	}
+	if _, err := s.o.Store.AppendAudit(ctx, audit.Record{At: now, Actor: "gantry", Action: "budget alert", Object: object,
+		Decision: audit.Allow, Reason: text, Source: "budget"}); err != nil {
+		return true, fmt.Errorf("audit budget alert of team %s: %w", st.Team, err)
+	}
+	s.o.Log.Info("budget alert", "team", st.Team, "cost_center", st.CostCenter, "threshold", th, "spent", st.Spent, "amount", st.Amount)
+	return true, nil
+}

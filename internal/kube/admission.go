@@ -1,0 +1,181 @@
+package kube
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+
+	"github.com/gantryhq/gantry/internal/quota"
+	"github.com/gantryhq/gantry/internal/render"
+	"github.com/gantryhq/gantry/internal/workload"
+)
+
+// admissionManager is the field manager of Gantry's AdmissionCheck states:
+// Kueue owns the rest of a Workload's status.
+const admissionManager = "gantry-approval"
+
+// SetAdmission implements workload.Cluster: Gantry's AdmissionCheck on the
+// Kueue Workloads of workload id (found by the gantry.dev/workload-id label
+// Kueue copies from the Job or pod) is set to a, by server-side apply of
+// that one entry of status.admissionChecks. A Workload that does not carry
+// the check (a queue without it) is left alone.
+func (c *Cluster) SetAdmission(ctx context.Context, namespace, id string, a workload.Admission) error {
+	list, err := c.dyn.Resource(kueueWorkloads).Namespace(namespace).List(ctx, metav1.ListOptions{LabelSelector: render.LabelWorkloadID + "=" + id})
+	if err != nil {
+		return classify(err, "Kueue Workload", id)
+	}
+	for i := range list.Items {
+		if err := c.setCheck(ctx, &list.Items[i], a); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkState is Gantry's AdmissionCheck entry on a Kueue Workload.
+func checkState(u *unstructured.Unstructured) (state, message string, found bool) {
+	checks, _, _ := unstructured.NestedSlice(u.Object, "status", "admissionChecks")
+	for _, ch := range checks {
+		m, _ := ch.(map[string]any)
+		if m["name"] == quota.ApprovalCheck {
+			state, _ = m["state"].(string)
+			message, _ = m["message"].(string)
+			return state, message, true
+		}
+	}
+	return "", "", false
+}
+
+func (c *Cluster) setCheck(ctx context.Context, u *unstructured.Unstructured, a workload.Admission) error {
+	state, msg, found := checkState(u)
+	if !found || (state == a.State && msg == a.Message) {
+		return nil
+	}
+	if len(a.Message) > 32768 {
+		a.Message = a.Message[:32768]
+	}
+	patch, _ := json.Marshal(map[string]any{
+		"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+		"metadata": map[string]any{"name": u.GetName(), "namespace": u.GetNamespace()},
+		"status": map[string]any{"admissionChecks": []any{map[string]any{
+			"name": quota.ApprovalCheck, "state": a.State, "message": a.Message,
+			"lastTransitionTime": time.Now().UTC().Format(time.RFC3339),
+		}}},
+	})
+	_, err := c.dyn.Resource(kueueWorkloads).Namespace(u.GetNamespace()).Patch(ctx, u.GetName(), types.ApplyPatchType, patch,
+		metav1.PatchOptions{FieldManager: admissionManager, Force: ptr(true)}, "status")
+	if err != nil && !apierrors.IsNotFound(err) {
+		return classify(err, "Kueue Workload", u.GetName())
+	}
+	return nil
+}
+
+// activateCheck marks Gantry's AdmissionCheck Active: Kueue holds every
+// queue whose checks are not active, so it is said once Gantry's controller
+// runs.
+func (c *Cluster) activateCheck(ctx context.Context) error {
+	patch, _ := json.Marshal(map[string]any{
+		"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "AdmissionCheck",
+		"metadata": map[string]any{"name": quota.ApprovalCheck},
+		"status": map[string]any{"conditions": []any{map[string]any{
+			"type": "Active", "status": "True", "reason": "Active", "message": "Gantry's approval controller is running",
+			"lastTransitionTime": time.Now().UTC().Format(time.RFC3339),
+		}}},
+	})
+	_, err := c.dyn.Resource(kueueResources["AdmissionCheck"]).Patch(ctx, quota.ApprovalCheck, types.ApplyPatchType, patch,
+		metav1.PatchOptions{FieldManager: admissionManager, Force: ptr(true)}, "status")
+	if err != nil {
+		return classify(err, "AdmissionCheck", quota.ApprovalCheck)
+	}
+	return nil
+}
+
+// Decider says what Gantry's AdmissionCheck should say of a launch
+// (workload.Service.Admission).
+type Decider func(ctx context.Context, workloadID string) (workload.Admission, error)
+
+// RunAdmissionChecks is Gantry's AdmissionCheck controller (on the leader,
+// until ctx ends): every Kueue Workload carrying Gantry's check is queued on
+// a workqueue, on each change and every resync, and its check set to what
+// decide says — Ready, Pending (held for approval) or Rejected — with retries
+// and backoff on failure. The AdmissionCheck object is marked Active once it
+// exists (syncQuotas applies it).
+func (c *Cluster) RunAdmissionChecks(ctx context.Context, decide Decider, resync time.Duration, log *slog.Logger) error {
+	f := dynamicinformer.NewDynamicSharedInformerFactory(c.dyn, resync)
+	inf := f.ForResource(kueueWorkloads).Informer()
+	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())
+	defer q.ShutDown()
+	enqueue := func(obj any) {
+		if k, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+			q.Add(k)
+		}
+	}
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: enqueue, UpdateFunc: func(_, n any) { enqueue(n) }}); err != nil {
+		return fmt.Errorf("kube: admission checks: %w", err)
+	}
+	f.Start(ctx.Done())
+	defer f.Shutdown()
+	go func() {
+		// Active once the AdmissionCheck exists; tried until it does.
+		for ctx.Err() == nil {
+			if err := c.activateCheck(ctx); err == nil {
+				return
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+		}
+	}()
+	go func() {
+		<-ctx.Done()
+		q.ShutDown()
+	}()
+	for {
+		key, quit := q.Get()
+		if quit {
+			return nil
+		}
+		err := c.checkOne(ctx, inf, key, decide)
+		if err != nil && ctx.Err() == nil {
+			log.Warn("admission check not set; retrying", "workload", key, "err", err)
+			q.AddRateLimited(key)
+		} else {
+			q.Forget(key)
+		}
+		q.Done(key)
+	}
+}
+
+func (c *Cluster) checkOne(ctx context.Context, inf cache.SharedIndexInformer, key string, decide Decider) error {
+	obj, exists, err := inf.GetIndexer().GetByKey(key)
+	if err != nil || !exists {
+		return err
+	}
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return nil
+	}
+	if _, _, found := checkState(u); !found {
+		return nil
+	}
+	id := u.GetLabels()[render.LabelWorkloadID]
+	a := workload.Admission{State: workload.AdmissionRejected,
+		Message: "not launched by Gantry: no " + render.LabelWorkloadID + " label (Kueue's labelKeysToCopy must copy it)"}
+	if id != "" {
+		if a, err = decide(ctx, id); err != nil {
+			return err
+		}
+	}
+	return c.setCheck(ctx, u, a)
+}

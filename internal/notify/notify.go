@@ -1,0 +1,213 @@
+// Package notify owns Gantry's outgoing webhooks: messages kept in an outbox
+// in the store (so an alert survives a restart and goes out once), delivered
+// by the leader with retries and exponential backoff, each body a
+// Slack-compatible JSON object ({"text": …} plus Gantry's own fields) signed
+// with HMAC-SHA256 over the timestamp and the body, and Verify, which a
+// receiver uses to check a delivery (and Gantry's tests use as the receiver).
+package notify
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Headers of a delivery.
+const (
+	// HeaderSignature is "sha256=" and the hex HMAC-SHA256, keyed with the
+	// shared secret, of the timestamp, ".", and the body.
+	HeaderSignature = "X-Gantry-Signature"
+	// HeaderTimestamp is the Unix time of the delivery attempt, in seconds.
+	HeaderTimestamp = "X-Gantry-Timestamp"
+	// HeaderDelivery is the message's id: the same on every retry, so that
+	// a receiver can drop a repeat.
+	HeaderDelivery = "X-Gantry-Delivery"
+	// HeaderEvent names the event (budget.threshold, workload.idle-warning …).
+	HeaderEvent = "X-Gantry-Event"
+)
+
+// Message is one webhook in the outbox.
+type Message struct {
+	ID       string
+	Event    string
+	Body     []byte // JSON, Slack-compatible: has "text"
+	Created  time.Time
+	Attempts int
+	NextAt   time.Time
+}
+
+// New makes a message for event with a Slack-compatible body: text, and the
+// event's fields under "gantry".
+func New(event, text string, fields map[string]any, now time.Time) (Message, error) {
+	body, err := json.Marshal(map[string]any{"text": text, "gantry": withEvent(event, fields)})
+	if err != nil {
+		return Message{}, fmt.Errorf("notify: %s: %w", event, err)
+	}
+	id := make([]byte, 12)
+	if _, err := rand.Read(id); err != nil {
+		return Message{}, err
+	}
+	return Message{ID: hex.EncodeToString(id), Event: event, Body: body, Created: now, NextAt: now}, nil
+}
+
+func withEvent(event string, fields map[string]any) map[string]any {
+	out := map[string]any{"event": event}
+	for k, v := range fields {
+		out[k] = v
+	}
+	return out
+}
+
+// Sign is the signature header's value for body sent at ts.
+func Sign(secret []byte, ts time.Time, body []byte) string {
+	m := hmac.New(sha256.New, secret)
+	fmt.Fprintf(m, "%d.", ts.Unix())
+	m.Write(body)
+	return "sha256=" + hex.EncodeToString(m.Sum(nil))
+}
+
+// ErrSignature means a delivery's signature or timestamp did not check out.
+var ErrSignature = errors.New("notify: bad webhook signature")
+
+// Verify checks a delivery as a receiver should: the signature header
+// matches the body and the timestamp header under secret (compared in
+// constant time), and the timestamp is within tolerance of now (a replayed
+// old delivery is refused).
+func Verify(secret []byte, h http.Header, body []byte, now time.Time, tolerance time.Duration) error {
+	sec, err := strconv.ParseInt(h.Get(HeaderTimestamp), 10, 64)
+	if err != nil {
+		return fmt.Errorf("%w: timestamp %q", ErrSignature, h.Get(HeaderTimestamp))
+	}
+	ts := time.Unix(sec, 0)
+	if d := now.Sub(ts); d > tolerance || d < -tolerance {
+		return fmt.Errorf("%w: timestamp %s is more than %s from now", ErrSignature, ts.UTC().Format(time.RFC3339), tolerance)
+	}
+	if !hmac.Equal([]byte(h.Get(HeaderSignature)), []byte(Sign(secret, ts, body))) {
+		return fmt.Errorf("%w: signature does not match the body", ErrSignature)
+	}
+	return nil
+}
+
+// Outbox is where messages wait for delivery (the store).
+type Outbox interface {
+	DueNotifications(ctx context.Context, now time.Time, limit int) ([]Message, error)
+	// NotificationSent records the outcome of an attempt: delivered, or
+	// the next attempt's time (zero: given up) and why.
+	NotificationSent(ctx context.Context, id string, attempts int, delivered bool, next time.Time, why string, now time.Time) error
+}
+
+// Options configure a Sender.
+type Options struct {
+	Outbox Outbox
+	URL    string // the webhook; "" keeps messages in the outbox, undelivered
+	Secret []byte // the HMAC key (required with a URL)
+	Client *http.Client
+	Log    *slog.Logger
+	Now    func() time.Time
+	// MaxAttempts before a message is given up (default 8: about 21 minutes of backoff).
+	MaxAttempts int
+	// Backoff is the wait after the first failed attempt, doubling after
+	// each (default 10 s, at most an hour).
+	Backoff time.Duration
+}
+
+// Sender delivers the outbox's due messages.
+type Sender struct{ o Options }
+
+// NewSender is complete when it returns: a URL needs a secret (deliveries
+// are never unsigned).
+func NewSender(o Options) (*Sender, error) {
+	if o.Outbox == nil || o.Log == nil || o.Now == nil {
+		return nil, errors.New("notify: outbox, log and clock are required")
+	}
+	if o.URL != "" {
+		if len(o.Secret) < 16 {
+			return nil, errors.New("notify: a webhook URL needs a secret of at least 16 bytes to sign its deliveries (notify.webhookSecret)")
+		}
+		if !strings.HasPrefix(o.URL, "https://") && !strings.HasPrefix(o.URL, "http://") {
+			return nil, fmt.Errorf("notify: webhook URL %q is not http(s)", o.URL)
+		}
+	}
+	if o.Client == nil {
+		o.Client = &http.Client{Timeout: 10 * time.Second}
+	}
+	if o.MaxAttempts <= 0 {
+		o.MaxAttempts = 8
+	}
+	if o.Backoff <= 0 {
+		o.Backoff = 10 * time.Second
+	}
+	return &Sender{o: o}, nil
+}
+
+// Run makes one pass: each due message is posted once; it returns how many
+// were delivered.
+func (s *Sender) Run(ctx context.Context) (int, error) {
+	if s.o.URL == "" {
+		return 0, nil
+	}
+	due, err := s.o.Outbox.DueNotifications(ctx, s.o.Now(), 100)
+	if err != nil {
+		return 0, err
+	}
+	delivered := 0
+	var errs []error
+	for _, m := range due {
+		attempts := m.Attempts + 1
+		perr := s.post(ctx, m)
+		now := s.o.Now()
+		var next time.Time
+		why := ""
+		if perr != nil {
+			why = perr.Error()
+			if attempts < s.o.MaxAttempts {
+				next = now.Add(min(s.o.Backoff<<(attempts-1), time.Hour))
+			}
+			s.o.Log.Warn("webhook not delivered", "event", m.Event, "delivery", m.ID, "attempt", attempts, "err", perr, "retry_at", next)
+		} else {
+			delivered++
+		}
+		if err := s.o.Outbox.NotificationSent(ctx, m.ID, attempts, perr == nil, next, why, now); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return delivered, errors.Join(errs...)
+}
+
+func (s *Sender) post(ctx context.Context, m Message) error {
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.o.URL, bytes.NewReader(m.Body))
+	if err != nil {
+		return err
+	}
+	now := s.o.Now()
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", "gantry-webhook")
+	req.Header.Set(HeaderTimestamp, strconv.FormatInt(now.Unix(), 10))
+	req.Header.Set(HeaderSignature, Sign(s.o.Secret, now, m.Body))
+	req.Header.Set(HeaderDelivery, m.ID)
+	req.Header.Set(HeaderEvent, m.Event)
+	resp, err := s.o.Client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("the webhook answered %s", resp.Status)
+	}
+	return nil
+}

@@ -1,0 +1,208 @@
+package notify
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+)
+
+// outbox is an in-memory Outbox; the store's is in its conformance suite.
+type outbox struct {
+	mu   sync.Mutex
+	msgs map[string]*entry
+}
+
+type entry struct {
+	m         Message
+	delivered bool
+	gaveUp    bool
+	why       string
+}
+
+func (o *outbox) add(m Message) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.msgs == nil {
+		o.msgs = map[string]*entry{}
+	}
+	o.msgs[m.ID] = &entry{m: m}
+}
+
+func (o *outbox) DueNotifications(_ context.Context, now time.Time, limit int) ([]Message, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var out []Message
+	for _, e := range o.msgs {
+		if !e.delivered && !e.gaveUp && !e.m.NextAt.After(now) && len(out) < limit {
+			out = append(out, e.m)
+		}
+	}
+	return out, nil
+}
+
+func (o *outbox) NotificationSent(_ context.Context, id string, attempts int, delivered bool, next time.Time, why string, _ time.Time) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	e := o.msgs[id]
+	e.m.Attempts, e.delivered, e.why = attempts, delivered, why
+	if !delivered {
+		e.m.NextAt, e.gaveUp = next, next.IsZero()
+	}
+	return nil
+}
+
+var secret = []byte("0123456789abcdef-secret")
+
+// receiver is a webhook endpoint that checks signatures with Verify, the way
+// a team's receiver should; it fails the first `fail` deliveries.
+type receiver struct {
+	mu       sync.Mutex
+	fail     int
+	got      []map[string]any
+	ids      []string
+	refused  int
+	now      func() time.Time
+	received int
+}
+
+func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	body, _ := io.ReadAll(req.Body)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.received++
+	if err := Verify(secret, req.Header, body, r.now(), 5*time.Minute); err != nil {
+		r.refused++
+		http.Error(w, err.Error(), http.StatusUnauthorized)
+		return
+	}
+	if r.fail > 0 {
+		r.fail--
+		http.Error(w, "busy", http.StatusServiceUnavailable)
+		return
+	}
+	var m map[string]any
+	json.Unmarshal(body, &m)
+	r.got = append(r.got, m)
+	r.ids = append(r.ids, req.Header.Get(HeaderDelivery))
+}
+
+func TestDeliverWithRetries(t *testing.T) {
+	now := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	rcv := &receiver{fail: 2, now: clock}
+	srv := httptest.NewServer(rcv)
+	defer srv.Close()
+	ob := &outbox{}
+	s, err := NewSender(Options{Outbox: ob, URL: srv.URL, Secret: secret, Log: slog.New(slog.DiscardHandler), Now: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := New("budget.threshold", "Team vision has spent 80 %", map[string]any{"team": "vision"}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ob.add(m)
+	// Attempt 1 fails; the next is due 10 s later, not before.
+	if n, err := s.Run(context.Background()); n != 0 || err != nil {
+		t.Fatalf("first pass: %d, %v", n, err)
+	}
+	if n, _ := s.Run(context.Background()); n != 0 || rcv.received != 1 {
+		t.Fatalf("retried before its backoff: %d delivered, %d received", n, rcv.received)
+	}
+	now = now.Add(10 * time.Second) // attempt 2 fails: next after 20 s
+	s.Run(context.Background())
+	now = now.Add(19 * time.Second)
+	s.Run(context.Background())
+	if rcv.received != 2 {
+		t.Fatalf("received %d, want 2 (backoff doubles)", rcv.received)
+	}
+	now = now.Add(time.Second)
+	if n, _ := s.Run(context.Background()); n != 1 {
+		t.Fatalf("third attempt: %d delivered", n)
+	}
+	now = now.Add(time.Hour)
+	s.Run(context.Background()) // nothing more: delivered once
+	if len(rcv.got) != 1 || rcv.refused != 0 || rcv.ids[0] != m.ID {
+		t.Fatalf("got %v (ids %v), refused %d", rcv.got, rcv.ids, rcv.refused)
+	}
+	g := rcv.got[0]
+	if g["text"] != "Team vision has spent 80 %" || g["gantry"].(map[string]any)["event"] != "budget.threshold" || g["gantry"].(map[string]any)["team"] != "vision" {
+		t.Errorf("body: %v", g)
+	}
+}
+
+func TestGiveUp(t *testing.T) {
+	now := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusInternalServerError) }))
+	defer srv.Close()
+	ob := &outbox{}
+	s, _ := NewSender(Options{Outbox: ob, URL: srv.URL, Secret: secret, Log: slog.New(slog.DiscardHandler), Now: clock, MaxAttempts: 3})
+	m, _ := New("budget.threshold", "x", nil, now)
+	ob.add(m)
+	for range 10 {
+		s.Run(context.Background())
+		now = now.Add(time.Hour)
+	}
+	e := ob.msgs[m.ID]
+	if !e.gaveUp || e.m.Attempts != 3 || e.why != "the webhook answered 500 Internal Server Error" {
+		t.Errorf("after 3 failures: %+v", e)
+	}
+}
+
+func TestVerify(t *testing.T) {
+	now := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	body := []byte(`{"text":"hi"}`)
+	good := http.Header{}
+	good.Set(HeaderTimestamp, "1796115600") // now
+	good.Set(HeaderSignature, Sign(secret, now, body))
+	if err := Verify(secret, good, body, now, time.Minute); err != nil {
+		t.Fatalf("good delivery refused: %v", err)
+	}
+	for name, tc := range map[string]struct {
+		secret []byte
+		h      func(http.Header)
+		body   string
+		at     time.Time
+	}{
+		"tampered body":      {secret, nil, `{"text":"hi!"}`, now},
+		"tampered signature": {secret, func(h http.Header) { h.Set(HeaderSignature, "sha256=00"+h.Get(HeaderSignature)[9:]) }, string(body), now},
+		"other secret":       {[]byte("another secret of 16+"), nil, string(body), now},
+		"replayed later":     {secret, nil, string(body), now.Add(2 * time.Minute)},
+		"no timestamp":       {secret, func(h http.Header) { h.Del(HeaderTimestamp) }, string(body), now},
+		"timestamp moved":    {secret, func(h http.Header) { h.Set(HeaderTimestamp, "1796115601") }, string(body), now},
+	} {
+		h := good.Clone()
+		if tc.h != nil {
+			tc.h(h)
+		}
+		if err := Verify(tc.secret, h, []byte(tc.body), tc.at, time.Minute); !errors.Is(err, ErrSignature) {
+			t.Errorf("%s: %v, want ErrSignature", name, err)
+		}
+	}
+}
+
+func TestNewSender(t *testing.T) {
+	base := Options{Outbox: &outbox{}, Log: slog.New(slog.DiscardHandler), Now: time.Now}
+	o := base
+	o.URL = "https://hooks.example/x"
+	if _, err := NewSender(o); err == nil {
+		t.Error("a URL without a secret was accepted: deliveries would be unsigned")
+	}
+	o.Secret, o.URL = secret, "ftp://x"
+	if _, err := NewSender(o); err == nil {
+		t.Error("ftp URL accepted")
+	}
+	if s, err := NewSender(base); err != nil {
+		t.Error(err)
+	} else if n, err := s.Run(context.Background()); n != 0 || err != nil {
+		t.Error("no URL: nothing is sent")
+	}
+}

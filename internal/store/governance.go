@@ -1,0 +1,104 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/gantryhq/gantry/internal/budget"
+	"github.com/gantryhq/gantry/internal/notify"
+)
+
+// RecordBudgetAlert implements budget.Store: the alert is recorded, and its
+// webhook put in the outbox, in one transaction — only if no alert for the
+// same team, cost center, period and threshold was recorded before
+// (recorded false then, and nothing written).
+func (s *Store) RecordBudgetAlert(ctx context.Context, a budget.Alert, m notify.Message) (recorded bool, err error) {
+	err = s.tx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, s.q(`INSERT INTO budget_alerts (team, cost_center, period_start, threshold_pct, at, spent, amount)
+			VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`),
+			a.Team, a.CostCenter, a.From.UnixMicro(), int(math.Round(a.Threshold*100)), a.At.UnixMicro(), a.Spent, a.Amount)
+		if err != nil {
+			return fmt.Errorf("record budget alert: %w", err)
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 0 {
+			return err
+		}
+		recorded = true
+		return insertNotification(ctx, s, tx, m)
+	})
+	return recorded, err
+}
+
+// BudgetAlerts implements budget.Store: the alerts recorded for a team's
+// period, oldest first.
+func (s *Store) BudgetAlerts(ctx context.Context, team string, from time.Time) ([]budget.Alert, error) {
+	rows, err := s.read.QueryContext(ctx, s.q(`SELECT team, cost_center, period_start, threshold_pct, at, spent, amount FROM budget_alerts
+		WHERE team = ? AND period_start = ? ORDER BY at, cost_center, threshold_pct`), team, from.UnixMicro())
+	if err != nil {
+		return nil, fmt.Errorf("list budget alerts: %w", err)
+	}
+	return collect(rows, func(r scanner) (budget.Alert, error) {
+		var a budget.Alert
+		var start, at int64
+		var pct int
+		if err := r.Scan(&a.Team, &a.CostCenter, &start, &pct, &at, &a.Spent, &a.Amount); err != nil {
+			return a, err
+		}
+		a.From, a.At, a.Threshold = time.UnixMicro(start).UTC(), time.UnixMicro(at).UTC(), float64(pct)/100
+		return a, nil
+	})
+}
+
+// Notify implements workload.Notifier: a message into the outbox.
+func (s *Store) Notify(ctx context.Context, m notify.Message) error {
+	return s.tx(ctx, func(tx *sql.Tx) error { return insertNotification(ctx, s, tx, m) })
+}
+
+func insertNotification(ctx context.Context, s *Store, tx *sql.Tx, m notify.Message) error {
+	_, err := tx.ExecContext(ctx, s.q(`INSERT INTO notifications (id, event, body, created_at, next_at) VALUES (?, ?, ?, ?, ?)`),
+		m.ID, m.Event, string(m.Body), m.Created.UnixMicro(), m.NextAt.UnixMicro())
+	if err != nil {
+		return fmt.Errorf("queue notification %s: %w", m.Event, err)
+	}
+	return nil
+}
+
+// DueNotifications implements notify.Outbox: undelivered messages due at
+// now, oldest first.
+func (s *Store) DueNotifications(ctx context.Context, now time.Time, limit int) ([]notify.Message, error) {
+	rows, err := s.read.QueryContext(ctx, s.q(`SELECT id, event, body, created_at, attempts, next_at FROM notifications
+		WHERE delivered_at = 0 AND gave_up_at = 0 AND next_at <= ? ORDER BY next_at, id LIMIT ?`), now.UnixMicro(), limit)
+	if err != nil {
+		return nil, fmt.Errorf("list due notifications: %w", err)
+	}
+	return collect(rows, func(r scanner) (notify.Message, error) {
+		var m notify.Message
+		var body string
+		var created, next int64
+		if err := r.Scan(&m.ID, &m.Event, &body, &created, &m.Attempts, &next); err != nil {
+			return m, err
+		}
+		m.Body, m.Created, m.NextAt = []byte(body), time.UnixMicro(created).UTC(), time.UnixMicro(next).UTC()
+		return m, nil
+	})
+}
+
+// NotificationSent implements notify.Outbox.
+func (s *Store) NotificationSent(ctx context.Context, id string, attempts int, delivered bool, next time.Time, why string, now time.Time) error {
+	var err error
+	switch {
+	case delivered:
+		_, err = s.db.ExecContext(ctx, s.q(`UPDATE notifications SET attempts = ?, delivered_at = ?, last_error = '' WHERE id = ?`), attempts, now.UnixMicro(), id)
+	case next.IsZero():
+		_, err = s.db.ExecContext(ctx, s.q(`UPDATE notifications SET attempts = ?, gave_up_at = ?, last_error = ? WHERE id = ?`), attempts, now.UnixMicro(), why, id)
+	default:
+		_, err = s.db.ExecContext(ctx, s.q(`UPDATE notifications SET attempts = ?, next_at = ?, last_error = ? WHERE id = ?`), attempts, next.UnixMicro(), why, id)
+	}
+	if err != nil {
+		return fmt.Errorf("record notification %s: %w", id, err)
+	}
+	return nil
+}

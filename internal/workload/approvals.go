@@ -1,0 +1,172 @@
+package workload
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/gantryhq/gantry/internal/access"
+	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/identity"
+)
+
+// Admission is Gantry's AdmissionCheck on a launch, as Kueue reads it: the
+// check's state (AdmissionReady, AdmissionPending or AdmissionRejected) and
+// why.
+type Admission struct {
+	State   string
+	Message string
+}
+
+// States of Gantry's AdmissionCheck (Kueue's words).
+const (
+	AdmissionPending  = "Pending"
+	AdmissionReady    = "Ready"
+	AdmissionRejected = "Rejected"
+)
+
+// Admission says what Gantry's AdmissionCheck should say of the launch id
+// (the check controller asks for every Kueue Workload that carries it): wait
+// while it is held for approval, reject it when it was denied or its time to
+// decide ran out (or when no launch of Gantry's has the id), ready
+// otherwise.
+func (s *Service) Admission(ctx context.Context, id string) (Admission, error) {
+	w, err := s.store.Workload(ctx, id)
+	var nf *fault.NotFound
+	switch {
+	case errors.As(err, &nf):
+		return Admission{State: AdmissionRejected, Message: "no launch of Gantry's has workload id " + id}, nil
+	case err != nil:
+		return Admission{}, err
+	}
+	switch {
+	case w.Status == PendingApproval:
+		return Admission{State: AdmissionPending, Message: w.Reason}, nil
+	case w.Approval.Decision == "approved":
+		return Admission{State: AdmissionReady, Message: fmt.Sprintf("approved by %s: %s", w.Approval.By, w.Approval.Note)}, nil
+	case w.Approval.Needed():
+		// Denied, expired, or deleted before a decision.
+		return Admission{State: AdmissionRejected, Message: fmt.Sprintf("%s by %s: %s", orDefault(w.Approval.Decision, "deleted"), orDefault(w.Approval.By, w.Owner), orDefault(w.Approval.Note, "no decision"))}, nil
+	}
+	return Admission{State: AdmissionReady, Message: "needs no approval"}, nil
+}
+
+// Decide approves (approve true) or denies a launch held for approval, with
+// the approver's reason. Only who may approve in its team (a team-admin, a
+// platform-admin) may, and never for their own launch. An approved launch
+// goes ahead (with Kueue: its AdmissionCheck turns Ready and Kueue admits it
+// as quota allows; without: it is applied now); a denied one fails with the
+// reason (Kueue rejects it and frees what it reserved).
+func (s *Service) Decide(ctx context.Context, id string, approve bool, note string) (Workload, error) {
+	w, err := s.visible(ctx, id)
+	if err != nil {
+		return w, err
+	}
+	if !s.may(ctx, w.Team, access.WorkloadsApprove) {
+		return w, &fault.Forbidden{Reason: fmt.Sprintf("only a team-admin of %q or a platform-admin may approve or deny its launches", w.Team)}
+	}
+	caller, _ := identity.From(ctx)
+	if w.Owner == caller.String() {
+		return w, &fault.Forbidden{Reason: "you may not decide on your own launch: another team-admin or a platform-admin must"}
+	}
+	note = strings.TrimSpace(note)
+	if note == "" || len(note) > 1000 {
+		return w, &fault.Invalid{Fields: []fault.Field{{Path: "reason", Message: "is required: say why, in up to 1000 characters"}}}
+	}
+	tr, verb := Approve, "approved"
+	if !approve {
+		tr, verb = Deny, "denied"
+	}
+	now := s.clock()
+	w, err = s.store.UpdateWorkload(ctx, id, func(w Workload) (Workload, error) {
+		if w.Status != PendingApproval {
+			return w, &fault.Conflict{Kind: "workload", Name: id, Reason: fmt.Sprintf("is %s, not waiting for approval", w.Status)}
+		}
+		reason := ""
+		if !approve {
+			reason = fmt.Sprintf("denied by %s: %s", caller.String(), note)
+		}
+		out, _, err := Transition(w, tr, reason, now)
+		out.Approval.Decision, out.Approval.By, out.Approval.Note, out.Approval.At = verb, caller.String(), note, now
+		return out, err
+	})
+	if err != nil {
+		return w, err
+	}
+	s.log.Info("launch "+verb, "workload", id, "team", w.Team, "by", caller.String())
+	return s.released(ctx, w)
+}
+
+// ExpireApprovals refuses the launches whose time to decide ran out; it
+// returns how many.
+func (s *Service) ExpireApprovals(ctx context.Context) (int, error) {
+	now := s.clock()
+	due, err := s.store.ExpiredApprovals(ctx, now, 500)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	var errs []error
+	for _, w := range due {
+		got, err := s.store.UpdateWorkload(ctx, w.ID, func(w Workload) (Workload, error) {
+			if w.Status != PendingApproval {
+				return w, &fault.Conflict{Kind: "workload", Name: w.ID, Reason: "decided meanwhile"}
+			}
+			out, _, err := Transition(w, Deny, fmt.Sprintf("denied by gantry: no decision by %s (the approval expired)", w.Approval.Expires.Format(time.RFC3339)), now)
+			out.Approval.Decision, out.Approval.By, out.Approval.Note, out.Approval.At = "expired", "gantry", "no decision in time", now
+			return out, err
+		})
+		var c *fault.Conflict
+		switch {
+		case errors.As(err, &c):
+			continue
+		case err != nil:
+			errs = append(errs, err)
+			continue
+		}
+		n++
+		if _, err := s.released(ctx, got); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return n, errors.Join(errs...)
+}
+
+// released tells the cluster a decision: with Kueue, the launch's
+// AdmissionCheck (the check controller on the leader does it too, so a
+// failure here only delays it); without, an approved launch is applied now.
+// It returns the workload as it is then.
+func (s *Service) released(ctx context.Context, w Workload) (Workload, error) {
+	if s.cluster == nil {
+		return w, nil
+	}
+	if !s.kueue {
+		if w.Status != Pending {
+			return w, nil
+		}
+		objs, err := s.rerender(ctx, w)
+		if err != nil {
+			return w, err
+		}
+		got, err := s.apply(ctx, w, objs)
+		var un *fault.Unavailable
+		if errors.As(err, &un) {
+			return got, nil // the lifecycle loop applies it when the cluster answers
+		}
+		return got, err
+	}
+	a, err := s.Admission(ctx, w.ID)
+	if err != nil {
+		return w, err
+	}
+	return w, s.tell(ctx, w, func(ctx context.Context) error { return s.cluster.SetAdmission(ctx, s.namespace(w.Team), w.ID, a) })
+}
+
+func orDefault(s, d string) string {
+	if s == "" {
+		return d
+	}
+	return s
+}

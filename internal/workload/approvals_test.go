@@ -1,0 +1,195 @@
+package workload_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gantryhq/gantry/internal/budget"
+	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/identity"
+	"github.com/gantryhq/gantry/internal/workload"
+)
+
+// rules is a policy's budgets and approval rules, fixed for a test.
+type rules struct {
+	budgets   map[string]budget.Budget
+	approvals map[string]budget.Approval
+}
+
+func (r rules) Budget(t string) *budget.Budget {
+	if b, ok := r.budgets[t]; ok {
+		return &b
+	}
+	return nil
+}
+
+func (r rules) Approval(t string) *budget.Approval {
+	if a, ok := r.approvals[t]; ok {
+		return &a
+	}
+	return nil
+}
+
+func (r rules) Budgets() map[string]budget.Budget { return r.budgets }
+
+// withRules is a harness whose budget service (the real one, metering the
+// harness's store) follows r.
+func withRules(t *testing.T, r rules, kueue bool) *harness {
+	return newHarnessWith(t, func(h *harness) workload.Budgets {
+		b, err := budget.New(budget.Options{Rules: r, Spender: workload.NewMeter(h.store, h.cat, h.clock), Store: h.store,
+			Log: slog.New(slog.DiscardHandler), Now: h.clock, Fresh: time.Nanosecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}, kueue)
+}
+
+func as(subject string) context.Context {
+	return identity.With(context.Background(), identity.Identity{Issuer: "https://idp.test", Subject: subject})
+}
+
+// TestApprovalCeiling: a launch above the team's per-launch ceiling waits for
+// approval (recorded, not applied without Kueue) and says who must decide
+// and why; its owner may not approve it; another approver's approval applies
+// it; a denial fails it with the reason; an undecided one is refused when
+// its time runs out.
+func TestApprovalCeiling(t *testing.T) {
+	h := withRules(t, rules{approvals: map[string]budget.Approval{"vision": {LaunchCeiling: 1000, Expires: "2h"}}}, false)
+	ctx := asAlice()
+	// pytorch-train: 8 × H100-80GB at $6.90 for its 72 h max runtime.
+	w, _, err := h.svc.Create(ctx, "https://idp.test#alice", workload.Request{Template: "pytorch-train", Team: "vision"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.Status != workload.PendingApproval || w.Applied() || h.objects(t) != 0 {
+		t.Fatalf("launch above the ceiling: %s, applied %v, %d objects", w.Status, w.Applied(), h.objects(t))
+	}
+	want := "it may cost $3,974.40 over its max runtime of 72h at $55.20/h, above the team's per-launch ceiling of $1,000.00"
+	if w.Approval.Why != want || !w.Approval.Expires.Equal(h.clock().Add(2*time.Hour)) || !strings.Contains(w.Reason, "a team-admin of vision") {
+		t.Fatalf("approval %+v, reason %q", w.Approval, w.Reason)
+	}
+	// A launch under the ceiling goes ahead: a notebook on 1g.10gb, $165.60 over its 168 h.
+	small, _, err := h.svc.Create(ctx, "https://idp.test#alice", workload.Request{Template: "jupyter-notebook", Team: "vision"})
+	if err != nil || small.Status != workload.Pending || small.Approval.Needed() {
+		t.Fatalf("small launch: %s %+v %v", small.Status, small.Approval, err)
+	}
+	var forbidden *fault.Forbidden
+	if _, err := h.svc.Decide(ctx, w.ID, true, "mine"); !errors.As(err, &forbidden) {
+		t.Fatalf("self-approval: %v, want forbidden", err)
+	}
+	var invalid *fault.Invalid
+	if _, err := h.svc.Decide(as("lee"), w.ID, true, "  "); !errors.As(err, &invalid) {
+		t.Fatalf("no reason: %v", err)
+	}
+	if a, _ := h.svc.Admission(context.Background(), w.ID); a.State != workload.AdmissionPending {
+		t.Fatalf("admission while waiting: %+v", a)
+	}
+	h.advance(time.Minute)
+	got, err := h.svc.Decide(as("lee"), w.ID, true, "the quarter's training run")
+	if err != nil || got.Status != workload.Pending || !got.Applied() || got.Approval.Decision != "approved" || got.Approval.By != "https://idp.test#lee" {
+		t.Fatalf("approved: %s applied %v %+v %v", got.Status, got.Applied(), got.Approval, err)
+	}
+	var conflict *fault.Conflict
+	if _, err := h.svc.Decide(as("lee"), w.ID, false, "changed my mind"); !errors.As(err, &conflict) {
+		t.Fatalf("deciding twice: %v, want conflict", err)
+	}
+	if a, _ := h.svc.Admission(context.Background(), w.ID); a.State != workload.AdmissionReady || !strings.Contains(a.Message, "approved by https://idp.test#lee") {
+		t.Fatalf("admission once approved: %+v", a)
+	}
+
+	denied, _, _ := h.svc.Create(ctx, "https://idp.test#alice", workload.Request{Template: "pytorch-train", Team: "vision"})
+	got, err = h.svc.Decide(as("lee"), denied.ID, false, "use spot next week")
+	if err != nil || got.Status != workload.Failed || got.Reason != "denied by https://idp.test#lee: use spot next week" {
+		t.Fatalf("denied: %s %q %v", got.Status, got.Reason, err)
+	}
+	if a, _ := h.svc.Admission(context.Background(), denied.ID); a.State != workload.AdmissionRejected {
+		t.Fatalf("admission once denied: %+v", a)
+	}
+
+	late, _, _ := h.svc.Create(ctx, "https://idp.test#alice", workload.Request{Template: "pytorch-train", Team: "vision"})
+	if n, err := h.svc.ExpireApprovals(context.Background()); n != 0 || err != nil {
+		t.Fatalf("expired early: %d %v", n, err)
+	}
+	h.advance(2 * time.Hour)
+	if n, err := h.svc.ExpireApprovals(context.Background()); n != 1 || err != nil {
+		t.Fatalf("expiry: %d %v", n, err)
+	}
+	got, _ = h.store.Workload(context.Background(), late.ID)
+	if got.Status != workload.Failed || got.Approval.Decision != "expired" || !strings.Contains(got.Reason, "the approval expired") {
+		t.Fatalf("expired: %s %+v %q", got.Status, got.Approval, got.Reason)
+	}
+	if a, _ := h.svc.Admission(context.Background(), "nosuchworkload"); a.State != workload.AdmissionRejected {
+		t.Fatalf("unknown workload: %+v", a)
+	}
+}
+
+// TestApprovalWithKueue: with Kueue a held launch is applied at once and
+// waits at Gantry's AdmissionCheck, which the decision turns Ready.
+func TestApprovalWithKueue(t *testing.T) {
+	h := withRules(t, rules{approvals: map[string]budget.Approval{"vision": {LaunchCeiling: 1000}}}, true)
+	w, _, err := h.svc.Create(asAlice(), "https://idp.test#alice", workload.Request{Template: "pytorch-train", Team: "vision"})
+	if err != nil || w.Status != workload.PendingApproval || !w.Applied() {
+		t.Fatalf("held launch with Kueue: %s applied %v %v", w.Status, w.Applied(), err)
+	}
+	if !w.Approval.Expires.Equal(h.clock().Add(budget.DefaultExpiry)) {
+		t.Errorf("default expiry: %s", w.Approval.Expires)
+	}
+	if _, err := h.svc.Decide(as("lee"), w.ID, true, "ok"); err != nil {
+		t.Fatal(err)
+	}
+	if a, ok := h.cluster.Admission(w.ID); !ok || a.State != workload.AdmissionReady {
+		t.Fatalf("the cluster's check: %+v %v", a, ok)
+	}
+}
+
+// TestBudgetAtLimit: a spent budget under require-approval holds each launch
+// for approval; under block (without Kueue) refuses it with the banner;
+// under warn lets it go ahead.
+func TestBudgetAtLimit(t *testing.T) {
+	for _, tc := range []struct {
+		atLimit budget.AtLimit
+		status  workload.Status
+		refused bool
+	}{
+		{budget.Warn, workload.Pending, false},
+		{budget.RequireApproval, workload.PendingApproval, false},
+		{budget.Block, "", true},
+	} {
+		t.Run(string(tc.atLimit), func(t *testing.T) {
+			h := withRules(t, rules{budgets: map[string]budget.Budget{"vision": {Amount: 10, AtLimit: tc.atLimit}}}, false)
+			ctx := asAlice()
+			// Spend the budget: 8 × H100 ($55.20/h) running for 2 h.
+			w, _, err := h.svc.Create(ctx, "https://idp.test#alice", workload.Request{Template: "pytorch-train", Team: "vision"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := h.svc.Report(context.Background(), w.ID, workload.Running, ""); err != nil {
+				t.Fatal(err)
+			}
+			h.advance(2 * time.Hour)
+			next, _, err := h.svc.Create(ctx, "https://idp.test#alice", workload.Request{Template: "jupyter-notebook", Team: "vision"})
+			var forbidden *fault.Forbidden
+			switch {
+			case tc.refused:
+				if !errors.As(err, &forbidden) || !strings.Contains(err.Error(), "has spent $110.40 of its $10.00 budget") || !strings.Contains(err.Error(), "policy: block") {
+					t.Fatalf("blocked launch: %v", err)
+				}
+			case err != nil || next.Status != tc.status:
+				t.Fatalf("launch over budget: %s, %v; want %s", next.Status, err, tc.status)
+			}
+		})
+	}
+}
+
+func (h *harness) objects(t *testing.T) int {
+	objs, err := h.cluster.Managed(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(objs)
+}

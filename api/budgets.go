@@ -35,13 +35,7 @@ func (s *server) ListBudgets(ctx context.Context, req gen.ListBudgetsRequestObje
 		if st == nil {
 			continue
 		}
-		b := gen.Budget{Team: t, From: st.From, To: st.To, Amount: st.Amount, Spent: cents(st.Spent), Currency: gen.BudgetCurrencyUSD,
-			ThresholdsReached: append([]float64{}, st.Crossed...), State: gen.BudgetState(st.State), AtLimit: gen.BudgetAtLimit(st.AtLimit),
-			Banner: optional(st.Banner), CostCenters: []gen.CostCenterBudget{}}
-		for _, cc := range ccs {
-			b.CostCenters = append(b.CostCenters, gen.CostCenterBudget{CostCenter: cc.CostCenter, Amount: cc.Amount, Spent: cents(cc.Spent),
-				State: gen.CostCenterBudgetState(cc.State), Banner: optional(cc.Banner)})
-		}
+		b := budgetOut(*st, ccs)
 		out.Items = append(out.Items, b)
 	}
 	return gen.ListBudgets200JSONResponse(out), nil
@@ -61,6 +55,18 @@ func (s *server) DenyWorkload(ctx context.Context, req gen.DenyWorkloadRequestOb
 		return nil, err
 	}
 	return gen.DenyWorkload200JSONResponse(workloadOut(w)), nil
+}
+
+// budgetOut is a budget's status, with its cost centers', as the API says it.
+func budgetOut(st budget.Status, ccs []budget.Status) gen.Budget {
+	b := gen.Budget{Team: st.Team, From: st.From, To: st.To, Amount: st.Amount, Spent: cents(st.Spent), Currency: gen.BudgetCurrencyUSD,
+		ThresholdsReached: append([]float64{}, st.Crossed...), State: gen.BudgetState(st.State), AtLimit: gen.BudgetAtLimit(st.AtLimit),
+		Banner: optional(st.Banner), CostCenters: []gen.CostCenterBudget{}}
+	for _, cc := range ccs {
+		b.CostCenters = append(b.CostCenters, gen.CostCenterBudget{CostCenter: cc.CostCenter, Amount: cc.Amount, Spent: cents(cc.Spent),
+			State: gen.CostCenterBudgetState(cc.State), Banner: optional(cc.Banner)})
+	}
+	return b
 }
 
 func optional(s string) *string {

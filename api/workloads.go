@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	"github.com/gantryhq/gantry/api/gen"
+	"github.com/gantryhq/gantry/internal/estimate"
 	"github.com/gantryhq/gantry/internal/team"
 	"github.com/gantryhq/gantry/internal/workload"
 )
@@ -35,9 +36,9 @@ func (s *server) EstimateWorkload(ctx context.Context, req gen.EstimateWorkloadR
 	if err != nil {
 		return nil, err
 	}
-	e, err := s.o.Estimates.Estimate(ctx, caller(ctx), workload.Request{
+	e, err := s.o.Estimates.Estimate(ctx, caller(ctx), estimate.Request{Request: workload.Request{
 		Template: b.Template, Version: deref(b.TemplateVersion), Team: t, Choice: choice(b.Gpu, b.Parameters, b.Confidential),
-	})
+	}, MinMemoryGiB: deref(req.Params.MinMemoryGiB)})
 	if err != nil {
 		return nil, err
 	}
@@ -49,6 +50,25 @@ func (s *server) EstimateWorkload(ctx context.Context, req gen.EstimateWorkloadR
 	}
 	if e.Known {
 		out.Pending, out.Free = ptr(e.Pending), ptr(e.Free)
+	}
+	if e.Spot {
+		out.OnDemandPerHour = ptr(e.OnDemandPerHour)
+	}
+	if e.Budget != nil {
+		out.Budget = ptr(budgetOut(*e.Budget, nil))
+	}
+	out.NeedsApproval, out.Held, out.Verdict = ptr(e.Approval), ptr(e.Held), omitEmpty(e.Verdict)
+	if req.Params.MinMemoryGiB != nil {
+		opts := []gen.EstimateOption{}
+		for _, o := range e.Options {
+			g := gen.EstimateOption{MemoryGiB: o.MemoryGiB, Spot: o.Spot, PricePerHour: o.PricePerHour}
+			g.Gpu.Class, g.Gpu.Count, g.Gpu.MigProfile = o.Class, o.Count, omitEmpty(o.MIGProfile)
+			if o.Known {
+				g.Free = ptr(o.Free)
+			}
+			opts = append(opts, g)
+		}
+		out.Options = &opts
 	}
 	return gen.EstimateWorkload200JSONResponse(out), nil
 }

@@ -940,6 +940,8 @@ type EnvVar struct {
 
 // Estimate What a launch would cost and whether it would start now.
 type Estimate struct {
+	Budget *Budget `json:"budget,omitempty"`
+
 	// Cohort Where the team may borrow unused quota.
 	Cohort *string `json:"cohort,omitempty"`
 
@@ -958,11 +960,23 @@ type Estimate struct {
 	// Gpus Whole GPUs' worth (a MIG slice counts as its share).
 	Gpus float64 `json:"gpus"`
 
+	// Held The team's spent budget would hold the launch in its queue (policy block).
+	Held *bool `json:"held,omitempty"`
+
 	// Known The cluster answered; without one the next fields are absent.
 	Known bool `json:"known"`
 
 	// MaxRuntime The template's max runtime; absent when it sets none.
 	MaxRuntime *string `json:"maxRuntime,omitempty"`
+
+	// NeedsApproval The launch would wait for a team-admin's approval.
+	NeedsApproval *bool `json:"needsApproval,omitempty"`
+
+	// OnDemandPerHour On spot: the on-demand price, so the saving is the difference.
+	OnDemandPerHour *float64 `json:"onDemandPerHour,omitempty"`
+
+	// Options With minMemoryGiB, the ways to run it that hold that memory, cheapest first.
+	Options *[]EstimateOption `json:"options,omitempty"`
 
 	// Pending The team's workloads waiting in its queue.
 	Pending      *int    `json:"pending,omitempty"`
@@ -978,12 +992,31 @@ type Estimate struct {
 	Spot      bool `json:"spot"`
 	StartsNow bool `json:"startsNow"`
 
+	// Verdict Why it would need approval or be held.
+	Verdict *string `json:"verdict,omitempty"`
+
 	// Why Why it would not start now (or why that is not known).
 	Why *string `json:"why,omitempty"`
 }
 
 // EstimateCurrency defines model for Estimate.Currency.
 type EstimateCurrency string
+
+// EstimateOption defines model for EstimateOption.
+type EstimateOption struct {
+	// Free Free units in the cluster; absent without one.
+	Free *int `json:"free,omitempty"`
+	Gpu  struct {
+		Class      string  `json:"class"`
+		Count      int     `json:"count"`
+		MigProfile *string `json:"migProfile,omitempty"`
+	} `json:"gpu"`
+
+	// MemoryGiB Memory of each GPU or slice.
+	MemoryGiB    float64 `json:"memoryGiB"`
+	PricePerHour float64 `json:"pricePerHour"`
+	Spot         bool    `json:"spot"`
+}
 
 // Event defines model for Event.
 type Event struct {
@@ -1863,6 +1896,12 @@ type CreateWorkloadParams struct {
 	IdempotencyKey *string `json:"Idempotency-Key,omitempty"`
 }
 
+// EstimateWorkloadParams defines parameters for EstimateWorkload.
+type EstimateWorkloadParams struct {
+	// MinMemoryGiB For "N GPUs with at least M GiB each", the least memory per GPU or MIG slice; answers options.
+	MinMemoryGiB *float64 `form:"minMemoryGiB,omitempty" json:"minMemoryGiB,omitempty"`
+}
+
 // ApplyWorkloadAdviceJSONBody defines parameters for ApplyWorkloadAdvice.
 type ApplyWorkloadAdviceJSONBody struct {
 	// Kind The finding to apply.
@@ -2029,7 +2068,7 @@ type ServerInterface interface {
 	CreateWorkload(ctx echo.Context, params CreateWorkloadParams) error
 	// EstimateWorkload Estimate a launch
 	// (POST /api/v1/workloads/estimate)
-	EstimateWorkload(ctx echo.Context) error
+	EstimateWorkload(ctx echo.Context, params EstimateWorkloadParams) error
 	// DeleteWorkload Delete a workload
 	// (DELETE /api/v1/workloads/{id})
 	DeleteWorkload(ctx echo.Context, id WorkloadID) error
@@ -2656,8 +2695,17 @@ func (w *ServerInterfaceWrapper) CreateWorkload(ctx echo.Context) error {
 func (w *ServerInterfaceWrapper) EstimateWorkload(ctx echo.Context) error {
 	var err error
 
+	// Parameter object where we will unmarshal all parameters from the context
+	var params EstimateWorkloadParams
+	// ------------- Optional query parameter "minMemoryGiB" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "minMemoryGiB", ctx.QueryParams(), &params.MinMemoryGiB, runtime.BindQueryParameterOptions{Type: "number", Format: "double"})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter minMemoryGiB: %s", err))
+	}
+
 	// Invoke the callback with all the unmarshaled arguments
-	err = w.Handler.EstimateWorkload(ctx)
+	err = w.Handler.EstimateWorkload(ctx, params)
 	return err
 }
 
@@ -4302,7 +4350,8 @@ func (response CreateWorkloaddefaultApplicationProblemPlusJSONResponse) VisitCre
 }
 
 type EstimateWorkloadRequestObject struct {
-	Body *EstimateWorkloadJSONRequestBody
+	Params EstimateWorkloadParams
+	Body   *EstimateWorkloadJSONRequestBody
 }
 
 type EstimateWorkloadResponseObject interface {
@@ -6056,8 +6105,10 @@ func (sh *strictHandler) CreateWorkload(ctx echo.Context, params CreateWorkloadP
 }
 
 // EstimateWorkload operation middleware
-func (sh *strictHandler) EstimateWorkload(ctx echo.Context) error {
+func (sh *strictHandler) EstimateWorkload(ctx echo.Context, params EstimateWorkloadParams) error {
 	var request EstimateWorkloadRequestObject
+
+	request.Params = params
 
 	var body EstimateWorkloadJSONRequestBody
 	var err error

@@ -1,20 +1,26 @@
 // Package estimate answers what a launch would cost and whether it would
 // start now, before it is made: its price per hour (its GPUs' share at the
-// class's on-demand or spot price), its cost at the template's max runtime,
-// the team's quota of the class and what of it is in use, and the free
-// capacity of the class in the cluster. It checks what a launch checks (by
-// previewing it) and records nothing.
+// class's on-demand or spot price, and what spot saves), its cost at the
+// template's max runtime, the team's quota of the class and what of it is in
+// use, the free capacity of the class in the cluster, the team's budget left
+// and whether the launch would wait for approval or be held; and, for "N
+// GPUs with at least M GiB each", the cheapest class or MIG profile the
+// template and the team allow that holds it. It checks what a launch checks
+// (by previewing it) and records nothing.
 package estimate
 
 import (
 	"context"
 	"fmt"
 	"math"
+	"sort"
 	"time"
 
+	"github.com/gantryhq/gantry/internal/budget"
 	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/quota"
 	"github.com/gantryhq/gantry/internal/render"
+	"github.com/gantryhq/gantry/internal/template"
 	"github.com/gantryhq/gantry/internal/workload"
 )
 
@@ -40,11 +46,18 @@ type Cluster interface {
 	FreeGPUs(ctx context.Context, class gpu.Class, resource string) (total, onOneNode int, err error)
 }
 
+// Budgets say where a team's budget stands and what it makes of a launch.
+type Budgets interface {
+	Status(ctx context.Context, team string) (*budget.Status, []budget.Status, error)
+	Verdict(ctx context.Context, team string, pricePerHour, hours float64) (budget.Verdict, time.Duration, error)
+}
+
 // Options configure a Service. Cluster nil: there is no cluster (gantry
 // serve without a kubeconfig), and whether it would start is not known.
 type Options struct {
 	Previewer Previewer
 	Quotas    Quotas
+	Budgets   Budgets
 	Cluster   Cluster
 	// Kueue says quotas are enforced (config quota.kueue); without it the
 	// quota is not weighed.
@@ -54,10 +67,10 @@ type Options struct {
 // Service estimates launches.
 type Service struct{ o Options }
 
-// New returns a Service; Previewer and Quotas are required.
+// New returns a Service; Previewer, Quotas and Budgets are required.
 func New(o Options) (*Service, error) {
-	if o.Previewer == nil || o.Quotas == nil {
-		return nil, fmt.Errorf("estimate.New: Previewer and Quotas are required")
+	if o.Previewer == nil || o.Quotas == nil || o.Budgets == nil {
+		return nil, fmt.Errorf("estimate.New: Previewer, Quotas and Budgets are required")
 	}
 	return &Service{o: o}, nil
 }
@@ -88,14 +101,63 @@ type Estimate struct {
 	Free      int
 	StartsNow bool
 	Why       string
+	// OnDemandPerHour is the on-demand price, when it runs on spot (what
+	// spot saves is the difference).
+	OnDemandPerHour float64
+	// Budget is the team's budget as it stands (nil: none).
+	Budget *budget.Status
+	// Approval: the launch would wait for a team-admin's approval; Held:
+	// the team's spent budget would hold it in its queue. Verdict says why.
+	Approval bool
+	Held     bool
+	Verdict  string
+	// Options are the classes and MIG profiles, cheapest first, that the
+	// template and the team allow and that give each GPU or slice at least
+	// the memory asked for (EstimateOptions with MinMemoryGiB).
+	Options []Option
+}
+
+// Option is one way to run a launch asking for a minimum memory per GPU.
+type Option struct {
+	Class        string
+	MIGProfile   string // "": whole GPUs
+	Count        int
+	MemoryGiB    float64 // per GPU or slice
+	Spot         bool
+	PricePerHour float64
+	Free         int  // free units in the cluster (Known)
+	Known        bool // the cluster answered
+}
+
+// Request is what to estimate: a launch, and optionally the least memory
+// each GPU or slice needs (0: none), for the cheapest options.
+type Request struct {
+	workload.Request
+	MinMemoryGiB float64
 }
 
 // Estimate previews req (as owner) and prices it.
-func (s *Service) Estimate(ctx context.Context, owner string, req workload.Request) (Estimate, error) {
+func (s *Service) Estimate(ctx context.Context, owner string, er Request) (Estimate, error) {
+	req := er.Request
 	rd, err := s.o.Previewer.Preview(ctx, owner, req)
 	if err != nil {
 		return Estimate{}, err
 	}
+	e, err := s.price(ctx, rd, req)
+	if err != nil {
+		return Estimate{}, err
+	}
+	if er.MinMemoryGiB > 0 {
+		if e.Options, err = s.options(ctx, owner, req, rd, er.MinMemoryGiB); err != nil {
+			return Estimate{}, err
+		}
+	}
+	return e, nil
+}
+
+// price is the estimate of one rendered launch.
+func (s *Service) price(ctx context.Context, rd workload.Rendered, req workload.Request) (Estimate, error) {
+	var err error
 	r := rd.Choice
 	spec := rd.Version.Template.Spec
 	e := Estimate{Class: r.Class.Name, Count: r.Count, GPUs: float64(r.Count)}
@@ -105,15 +167,27 @@ func (s *Service) Estimate(ctx context.Context, owner string, req workload.Reque
 	}
 	price, spot := r.Class.HourlyPrice(r.MIG, r.Count, spec.Scheduling.Spot)
 	e.PricePerHour, e.Spot = round(price), spot
+	if spot {
+		onDemand, _ := r.Class.HourlyPrice(r.MIG, r.Count, false)
+		e.OnDemandPerHour = round(onDemand)
+	}
 	if d, err := time.ParseDuration(spec.Lifecycle.MaxRuntime); err == nil && d > 0 {
 		e.MaxRuntime = d
 		e.CostAtMaxRuntime = round(e.PricePerHour * d.Hours())
 	}
+	if e.Budget, _, err = s.o.Budgets.Status(ctx, req.Team.String()); err != nil {
+		return Estimate{}, err
+	}
+	v, _, err := s.o.Budgets.Verdict(ctx, req.Team.String(), price, e.MaxRuntime.Hours())
+	if err != nil {
+		return Estimate{}, err
+	}
+	e.Approval, e.Held, e.Verdict = v.Approval, v.Hold, v.Why
 	q := s.o.Quotas.Quota(req.Team.String())
 	e.Quota, e.Cohort = q.For(r.Class.Name), q.Cohort
 	if s.o.Cluster == nil {
 		e.Why = "no cluster: whether it would start is not known"
-		return e, nil
+		return held(e), nil
 	}
 	if s.o.Kueue {
 		if e.QuotaUsed, e.Pending, err = s.o.Cluster.QueueUsage(ctx, req.Team.String(), r.Class.Name); err != nil {
@@ -147,7 +221,60 @@ func (s *Service) Estimate(ctx context.Context, owner string, req workload.Reque
 	default:
 		e.StartsNow = true
 	}
-	return e, nil
+	return held(e), nil
+}
+
+// held says that a launch held by the team's budget or waiting for approval
+// does not start now, whatever the capacity.
+func held(e Estimate) Estimate {
+	switch {
+	case e.Held:
+		e.StartsNow, e.Why = false, "held: "+e.Verdict
+	case e.Approval:
+		e.StartsNow, e.Why = false, "waits for a team-admin's approval: "+e.Verdict
+	}
+	return e
+}
+
+// options are the classes and MIG profiles of the template that the team
+// may launch with the request's count and whose GPU or slice holds at
+// least minGiB, cheapest first (then the most free units).
+func (s *Service) options(ctx context.Context, owner string, req workload.Request, rd workload.Rendered, minGiB float64) ([]Option, error) {
+	g := rd.Version.Template.Spec.GPU
+	var out []Option
+	for _, class := range g.Classes {
+		for _, profile := range append([]string{template.NoMIG}, g.MIGProfiles...) {
+			c := req.Choice
+			c.Class, c.MIGProfile, c.Count = class, profile, rd.Choice.Count
+			alt := req
+			alt.Choice = c
+			ard, err := s.o.Previewer.Preview(ctx, owner, alt)
+			if err != nil {
+				continue // the template or the team does not allow it
+			}
+			r := ard.Choice
+			mem := float64(r.Class.MemoryGiB)
+			if r.MIG != nil {
+				mem = float64(r.Class.MemoryGiB) * float64(r.MIG.Memory) / 8
+			}
+			if mem < minGiB {
+				continue
+			}
+			e, err := s.price(ctx, ard, alt)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, Option{Class: e.Class, MIGProfile: e.MIGProfile, Count: e.Count, MemoryGiB: mem, Spot: e.Spot,
+				PricePerHour: e.PricePerHour, Free: e.Free, Known: e.Known})
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		if out[i].PricePerHour != out[j].PricePerHour {
+			return out[i].PricePerHour < out[j].PricePerHour
+		}
+		return out[i].Free > out[j].Free
+	})
+	return out, nil
 }
 
 func round(v float64) float64 { return math.Round(v*100) / 100 }

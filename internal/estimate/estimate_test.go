@@ -8,11 +8,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gantryhq/gantry/internal/audit"
+	"github.com/gantryhq/gantry/internal/budget"
 	"github.com/gantryhq/gantry/internal/catalog"
 	"github.com/gantryhq/gantry/internal/devregistry"
 	"github.com/gantryhq/gantry/internal/estimate"
 	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/identity"
+	"github.com/gantryhq/gantry/internal/notify"
 	"github.com/gantryhq/gantry/internal/quota"
 	"github.com/gantryhq/gantry/internal/store"
 	"github.com/gantryhq/gantry/internal/team"
@@ -20,6 +23,37 @@ import (
 	"github.com/gantryhq/gantry/internal/workload"
 	"github.com/gantryhq/gantry/internal/workload/workloadtest"
 )
+
+// noBudgets: no team has a budget or approval rule.
+type noBudgets struct{}
+
+func (noBudgets) Status(context.Context, string) (*budget.Status, []budget.Status, error) {
+	return nil, nil, nil
+}
+func (noBudgets) Verdict(context.Context, string, float64, float64) (budget.Verdict, time.Duration, error) {
+	return budget.Verdict{}, 0, nil
+}
+
+// rules are a team's budget and approval rule, for the real budget service.
+type rules struct {
+	b *budget.Budget
+	a *budget.Approval
+}
+
+func (r rules) Budget(string) *budget.Budget     { return r.b }
+func (r rules) Approval(string) *budget.Approval { return r.a }
+func (r rules) Budgets() map[string]budget.Budget {
+	if r.b == nil {
+		return nil
+	}
+	return map[string]budget.Budget{"vision": *r.b}
+}
+
+type spend float64
+
+func (s spend) Spend(context.Context, string, time.Time, time.Time) (float64, map[string]float64, error) {
+	return float64(s), nil, nil
+}
 
 type quotas map[string]quota.Quota
 
@@ -101,11 +135,11 @@ func runCases(t *testing.T, ctx context.Context, svc *workload.Service, h100 gpu
 		{"no cluster: not known", batchMIG, nil, 0.5, 0.5 * h100.Price.Spot, 12 * time.Hour, false, "no cluster"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			es, err := estimate.New(estimate.Options{Previewer: svc, Quotas: q, Cluster: tc.cl, Kueue: true})
+			es, err := estimate.New(estimate.Options{Previewer: svc, Quotas: q, Budgets: noBudgets{}, Cluster: tc.cl, Kueue: true})
 			if err != nil {
 				t.Fatal(err)
 			}
-			e, err := es.Estimate(ctx, "alice", tc.req)
+			e, err := es.Estimate(ctx, "alice", estimate.Request{Request: tc.req})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -121,35 +155,94 @@ func runCases(t *testing.T, ctx context.Context, svc *workload.Service, h100 gpu
 		})
 	}
 	// Without Kueue the quota is not weighed: only capacity.
-	es, err := estimate.New(estimate.Options{Previewer: svc, Quotas: q, Cluster: cluster{free: 8, onOneNode: 8}})
+	es, err := estimate.New(estimate.Options{Previewer: svc, Quotas: q, Budgets: noBudgets{}, Cluster: cluster{free: 8, onOneNode: 8}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	over := workload.Request{Template: "pytorch-train", Team: "nlp", Choice: template.Choice{Class: "H100-80GB", Count: 2}}
-	if e, err := es.Estimate(ctx, "alice", over); err != nil || !e.StartsNow {
+	if e, err := es.Estimate(ctx, "alice", estimate.Request{Request: over}); err != nil || !e.StartsNow {
 		t.Errorf("quota.kueue off, beyond the quota: starts now %v (%q), %v", e.StartsNow, e.Why, err)
 	}
 	// What a launch refuses, the estimate refuses: a parameter it lacks.
 	if _, err := (func() (estimate.Estimate, error) {
-		es, _ := estimate.New(estimate.Options{Previewer: svc, Quotas: q})
-		return es.Estimate(ctx, "alice", workload.Request{Template: "batch-inference", Team: "vision"})
+		es, _ := estimate.New(estimate.Options{Previewer: svc, Quotas: q, Budgets: noBudgets{}})
+		return es.Estimate(ctx, "alice", estimate.Request{Request: workload.Request{Template: "batch-inference", Team: "vision"}})
 	})(); err == nil || !strings.Contains(err.Error(), "parameters.input") {
 		t.Errorf("a launch without its required parameter: %v", err)
 	}
 }
+
+// TestEstimateBudgetAndOptions: the estimate says the team's budget left,
+// whether the launch would wait for approval (and then does not start now),
+// what spot saves, and, for "one GPU with at least 30 GiB", every class and
+// profile the template and team allow that holds it, cheapest first.
+func TestEstimateBudgetAndOptions(t *testing.T) {
+	ctx, svc, classes := harness(t)
+	b, err := budget.New(budget.Options{Rules: rules{b: &budget.Budget{Amount: 1000}, a: &budget.Approval{LaunchCeiling: 100}},
+		Spender: spend(250), Store: nopStore{}, Log: slog.New(slog.DiscardHandler), Now: time.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	es, err := estimate.New(estimate.Options{Previewer: svc, Quotas: quotas{"vision": {GPUs: map[string]float64{"*": 8}}}, Budgets: b,
+		Cluster: cluster{free: 8, onOneNode: 8}, Kueue: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 2 × H100 for 72 h: $993.60, above the ceiling.
+	e, err := es.Estimate(ctx, "alice", estimate.Request{Request: workload.Request{Template: "pytorch-train", Team: "vision", Choice: template.Choice{Class: "H100-80GB", Count: 2}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Budget == nil || e.Budget.Spent != 250 || e.Budget.Amount != 1000 || !e.Approval || e.StartsNow || !strings.Contains(e.Why, "approval") || !strings.Contains(e.Verdict, "$993.60") {
+		t.Fatalf("budget %+v, approval %v, starts %v (%q)", e.Budget, e.Approval, e.StartsNow, e.Why)
+	}
+	h100, _ := classes.Get("H100-80GB")
+	e, err = es.Estimate(ctx, "alice", estimate.Request{Request: batchMIG})
+	if err != nil || !e.Spot || e.OnDemandPerHour != 0.5*h100.Price.OnDemand {
+		t.Fatalf("spot: %v, on demand %v, %v", e.Spot, e.OnDemandPerHour, err)
+	}
+	// jupyter-notebook: classes H100-80GB, A100-80GB, A100-40GB, L4 and six profiles.
+	e, err = es.Estimate(ctx, "alice", estimate.Request{Request: workload.Request{Template: "jupyter-notebook", Team: "vision"}, MinMemoryGiB: 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(e.Options) == 0 {
+		t.Fatal("no options")
+	}
+	for i, o := range e.Options {
+		if o.MemoryGiB < 30 {
+			t.Errorf("option %+v holds less than 30 GiB", o)
+		}
+		if i > 0 && o.PricePerHour < e.Options[i-1].PricePerHour {
+			t.Errorf("not cheapest first: %+v after %+v", o, e.Options[i-1])
+		}
+	}
+	first := e.Options[0]
+	// The cheapest with 30 GiB: a 3g.40gb slice of an A100-80GB (half of $3.50).
+	if first.Class != "A100-80GB" || first.MIGProfile != "3g.40gb" || first.PricePerHour != 1.75 {
+		t.Errorf("cheapest %+v", first)
+	}
+}
+
+type nopStore struct{}
+
+func (nopStore) RecordBudgetAlert(context.Context, budget.Alert, notify.Message) (bool, error) {
+	return false, nil
+}
+func (nopStore) AppendAudit(_ context.Context, r audit.Record) (audit.Record, error) { return r, nil }
 
 // BenchmarkEstimate: an estimate against its natural baseline, the preview
 // of the same launch (what it adds: pricing, the quota, the cluster's
 // answers — here in memory; on a cluster they are two API reads).
 func BenchmarkEstimate(b *testing.B) {
 	ctx, svc, _ := harness(b)
-	es, err := estimate.New(estimate.Options{Previewer: svc, Quotas: quotas{"vision": {GPUs: map[string]float64{"H100-80GB": 2}}}, Cluster: cluster{free: 8, onOneNode: 8}, Kueue: true})
+	es, err := estimate.New(estimate.Options{Previewer: svc, Budgets: noBudgets{}, Quotas: quotas{"vision": {GPUs: map[string]float64{"H100-80GB": 2}}}, Cluster: cluster{free: 8, onOneNode: 8}, Kueue: true})
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Run("estimate", func(b *testing.B) {
 		for b.Loop() {
-			if _, err := es.Estimate(ctx, "alice", batchMIG); err != nil {
+			if _, err := es.Estimate(ctx, "alice", estimate.Request{Request: batchMIG}); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -110,13 +111,16 @@ type Decider func(ctx context.Context, workloadID string) (workload.Admission, e
 // decide says — Ready, Pending (held for approval) or Rejected — with retries
 // and backoff on failure. The AdmissionCheck object is marked Active once it
 // exists (syncQuotas applies it).
-func (c *Cluster) RunAdmissionChecks(ctx context.Context, decide Decider, resync time.Duration, log *slog.Logger) error {
+//
+// Only Kueue Workloads in namespaces starting with namespacePrefix (this
+// install's teams) are decided: another install's are its own.
+func (c *Cluster) RunAdmissionChecks(ctx context.Context, namespacePrefix string, decide Decider, resync time.Duration, log *slog.Logger) error {
 	f := dynamicinformer.NewDynamicSharedInformerFactory(c.dyn, resync)
 	inf := f.ForResource(kueueWorkloads).Informer()
 	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())
 	defer q.ShutDown()
 	enqueue := func(obj any) {
-		if k, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+		if k, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil && strings.HasPrefix(k, namespacePrefix) {
 			q.Add(k)
 		}
 	}

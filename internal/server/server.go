@@ -302,7 +302,7 @@ func New(ctx context.Context, cfg config.Config, ov Overrides) (s *Server, err e
 	if ov.Checks != nil {
 		s.checks = ov.Checks
 	}
-	eo := estimate.Options{Previewer: s.Workloads, Quotas: s.authz, Kueue: cfg.Quota.Kueue}
+	eo := estimate.Options{Previewer: s.Workloads, Quotas: s.authz, Budgets: s.Budgets, Kueue: cfg.Quota.Kueue}
 	if s.cluster != nil {
 		eo.Cluster = s.cluster
 	}
@@ -594,7 +594,9 @@ func (s *Server) lead(ctx context.Context, c *kube.Cluster) error {
 	})
 	if s.Config.Quota.Kueue {
 		g.Go(func() error { return s.every(gctx, s.Config.Reconcile(), s.syncQuotas(c)) })
-		g.Go(func() error { return c.RunAdmissionChecks(gctx, s.Workloads.Admission, s.Config.Reconcile(), s.Log) })
+		g.Go(func() error {
+			return c.RunAdmissionChecks(gctx, s.Config.NamespacePrefix, s.Workloads.Admission, s.Config.Reconcile(), s.Log)
+		})
 	}
 	return g.Wait()
 }

@@ -1,0 +1,255 @@
+package e2e_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/gantryhq/gantry/internal/config"
+	"github.com/gantryhq/gantry/internal/notify"
+	"github.com/gantryhq/gantry/internal/waitfor"
+)
+
+// webhookReceiver is a team's webhook endpoint: it checks every delivery's
+// signature with notify.Verify and keeps the ones that pass.
+type webhookReceiver struct {
+	secret  []byte
+	mu      sync.Mutex
+	got     []map[string]any
+	refused int
+}
+
+func (r *webhookReceiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	body, _ := io.ReadAll(req.Body)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := notify.Verify(r.secret, req.Header, body, time.Now(), 5*time.Minute); err != nil {
+		r.refused++
+		http.Error(w, err.Error(), http.StatusUnauthorized)
+		return
+	}
+	var m map[string]any
+	json.Unmarshal(body, &m)
+	r.got = append(r.got, m)
+}
+
+func (r *webhookReceiver) deliveries() ([]map[string]any, int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]map[string]any{}, r.got...), r.refused
+}
+
+// TestApprovalsAndBudgets runs governance on the local cluster with real
+// Kueue: a launch above the team's per-launch ceiling is PendingApproval
+// while Gantry's AdmissionCheck holds it in Kueue; a team-admin's approval
+// lets Kueue admit it and it runs; a denial fails another and Kueue rejects
+// it. The running one spends the team's budget: the 80 % and 100 % alerts
+// reach a webhook receiver once each, signed (a tampered delivery is
+// refused), and land in the audit log; the budget's banner says so; and
+// under block the team's ClusterQueue is held, so the next launch waits,
+// saying why.
+func TestApprovalsAndBudgets(t *testing.T) {
+	secret := []byte("e2e-webhook-secret-0123456789")
+	rcv := &webhookReceiver{secret: secret}
+	hook := httptest.NewServer(rcv)
+	defer hook.Close()
+	g := start(t, filepath.Join(t.TempDir(), "g.db"), true, func(c *config.Config) {
+		c.PolicyDir = policyWith(t, "  vision:\n    templates: [\"*\"]\n    gpuClasses: [\"*\"]\n    quota: {gpus: {\"*\": 1000}}\n"+
+			"    approval: {launchCeiling: 100, expires: 1h}\n"+
+			"    budget: {amount: 0.05, atLimit: block}\n")
+		c.Notify.WebhookURL, c.Notify.WebhookSecret = hook.URL, config.Secret(secret)
+	})
+	dyn, err := dynamic.NewForConfig(cluster.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	lee := g.Token("lee") // a team-admin of vision
+	decide := func(id, verb, reason string) int {
+		b, _ := json.Marshal(map[string]any{"reason": reason})
+		req, _ := http.NewRequest("POST", g.URL+"/api/v1/workloads/"+id+"/"+verb, bytes.NewReader(b))
+		req.Header.Set("Authorization", "Bearer "+lee)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	// One H100 for its 72 h max runtime: $496.80, above the $100 ceiling.
+	launch := func() wl {
+		var w wl
+		if s := g.post("/api/v1/workloads", map[string]any{"template": "pytorch-train", "team": "vision", "gpu": map[string]any{"class": "H100-80GB", "count": 1}}, &w); s != 201 {
+			t.Fatalf("launch: %d", s)
+		}
+		return w
+	}
+	approved := launch()
+	if approved.Status != "PendingApproval" || !strings.Contains(approved.Reason, "a team-admin of vision") || !strings.Contains(approved.Reason, "$496.80") {
+		t.Fatalf("launch above the ceiling: %s (%s)", approved.Status, approved.Reason)
+	}
+	check := func(id string) (string, error) {
+		list, err := dyn.Resource(schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "workloads"}).Namespace("gantry-vision").
+			List(context.Background(), metav1.ListOptions{LabelSelector: "gantry.dev/workload-id=" + id})
+		if err != nil || len(list.Items) == 0 {
+			return "", fmt.Errorf("no Kueue Workload yet (%v)", err)
+		}
+		checks, _, _ := unstructured.NestedSlice(list.Items[0].Object, "status", "admissionChecks")
+		for _, c := range checks {
+			if m := c.(map[string]any); m["name"] == "gantry-approval" {
+				return fmt.Sprint(m["state"]), nil
+			}
+		}
+		return "", fmt.Errorf("no gantry-approval check on %s", list.Items[0].GetName())
+	}
+	waitCheck := func(id, want string) {
+		t.Helper()
+		waitfor.Until(t, 60*time.Second, "the AdmissionCheck "+want, func() error {
+			st, err := check(id)
+			if err == nil && st != want {
+				err = fmt.Errorf("state %s", st)
+			}
+			return err
+		})
+	}
+	waitCheck(approved.ID, "Pending")
+	if w := g.get(approved.ID); w.Status != "PendingApproval" {
+		t.Fatalf("held by its check, the launch says %s (%s)", w.Status, w.Reason)
+	}
+	if s := decide(approved.ID, "approve", "the quarter's plan"); s != 200 {
+		t.Fatalf("approve: %d", s)
+	}
+	waitCheck(approved.ID, "Ready")
+	g.waitStatus(approved.ID, "Running")
+
+	denied := launch()
+	waitCheck(denied.ID, "Pending")
+	if s := decide(denied.ID, "deny", "one run at a time"); s != 200 {
+		t.Fatalf("deny: %d", s)
+	}
+	waitCheck(denied.ID, "Rejected")
+	if w := g.get(denied.ID); w.Status != "Failed" || !strings.Contains(w.Reason, "one run at a time") {
+		t.Fatalf("denied: %s (%s)", w.Status, w.Reason)
+	}
+
+	// $6.90/h spends $0.05 in 26 s: both alerts go out, once each.
+	waitfor.Until(t, 90*time.Second, "two budget alerts at the webhook", func() error {
+		if got, _ := rcv.deliveries(); len(got) < 2 {
+			return fmt.Errorf("%d delivered", len(got))
+		}
+		return nil
+	})
+	got, refused := rcv.deliveries()
+	if len(got) != 2 || refused != 0 {
+		t.Fatalf("deliveries %v, refused %d; want the 80 %% and 100 %% alerts once", got, refused)
+	}
+	for i, th := range []float64{0.8, 1} {
+		fields := got[i]["gantry"].(map[string]any)
+		if fields["event"] != "budget.threshold" || fields["team"] != "vision" || fields["threshold"] != th || !strings.Contains(got[i]["text"].(string), "Team vision has spent") {
+			t.Errorf("delivery %d: %v", i, got[i])
+		}
+	}
+	// A delivery whose body was changed on the way is refused.
+	tampered, _ := http.NewRequest("POST", hook.URL, strings.NewReader(`{"text":"Team vision has spent nothing"}`))
+	tampered.Header.Set(notify.HeaderTimestamp, fmt.Sprint(time.Now().Unix()))
+	tampered.Header.Set(notify.HeaderSignature, notify.Sign(secret, time.Now(), []byte(`{"text":"Team vision has spent $0.05"}`)))
+	if resp, err := http.DefaultClient.Do(tampered); err != nil || resp.StatusCode != 401 {
+		t.Fatalf("tampered delivery: %v %v", resp, err)
+	}
+
+	var budgets struct {
+		Items []struct {
+			Team, State, AtLimit, Banner string
+			ThresholdsReached            []float64
+		}
+	}
+	g.getJSON("/api/v1/budgets?team=vision", &budgets)
+	if len(budgets.Items) != 1 || budgets.Items[0].State != "exceeded" || !strings.Contains(budgets.Items[0].Banner, "policy: block") || len(budgets.Items[0].ThresholdsReached) != 2 {
+		t.Fatalf("budgets: %+v", budgets.Items)
+	}
+	var audit struct {
+		Items []struct{ Actor, Action, Reason string }
+	}
+	g.getJSON("/api/v1/audit?limit=200", &audit)
+	alerts := 0
+	for _, r := range audit.Items {
+		if r.Action == "budget alert" && r.Actor == "gantry" {
+			alerts++
+		}
+	}
+	if alerts != 2 {
+		t.Errorf("%d budget alerts in the audit log, want 2", alerts)
+	}
+
+	// Block: the team's queue is held; a new launch waits and says why.
+	waitfor.Until(t, 30*time.Second, "the ClusterQueue held", func() error {
+		cq, err := dyn.Resource(schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "clusterqueues"}).Get(context.Background(), "gantry-vision", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if p, _, _ := unstructured.NestedString(cq.Object, "spec", "stopPolicy"); p != "Hold" {
+			return fmt.Errorf("stopPolicy %q", p)
+		}
+		return nil
+	})
+	var held wl
+	if s := g.post("/api/v1/workloads", map[string]any{"template": "vllm-inference", "team": "vision", "gpu": map[string]any{"class": "L4", "count": 1}}, &held); s != 201 {
+		t.Fatalf("launch while blocked: %d", s)
+	}
+	waitfor.Until(t, 60*time.Second, "the blocked launch queued with the budget's reason", func() error {
+		if w := g.get(held.ID); w.Status != "Queued" || !strings.Contains(w.Reason, "held: Team vision has spent") {
+			return fmt.Errorf("%s (%s)", w.Status, w.Reason)
+		}
+		return nil
+	})
+	if w := g.get(approved.ID); w.Status != "Running" {
+		t.Errorf("what ran before the block: %s", w.Status)
+	}
+	// Many alert passes later (one a second), still one delivery each.
+	if got, _ := rcv.deliveries(); len(got) != 2 {
+		t.Errorf("%d deliveries by the end, want 2", len(got))
+	}
+}
+
+// policyWith is testPolicy with more teams appended to its teams section.
+func policyWith(t *testing.T, teams string) string {
+	dir := testPolicy(t)
+	path := filepath.Join(dir, "bindings.yaml")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, append(b, teams...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func (g *gantryServer) getJSON(path string, out any) {
+	g.t.Helper()
+	resp, err := http.Get(g.url + path)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		b, _ := io.ReadAll(resp.Body)
+		g.t.Fatalf("GET %s: %d %s", path, resp.StatusCode, b)
+	}
+	json.NewDecoder(resp.Body).Decode(out)
+}

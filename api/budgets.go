@@ -2,7 +2,9 @@ package api
 
 import (
 	"context"
+	"fmt"
 	"slices"
+	"time"
 
 	"github.com/gantryhq/gantry/api/gen"
 	"github.com/gantryhq/gantry/internal/access"
@@ -77,3 +79,35 @@ func optional(s string) *string {
 }
 
 func cents(v float64) float64 { return budget.Round(v) }
+
+func (s *server) GetTeamReport(ctx context.Context, req gen.GetTeamReportRequestObject) (gen.GetTeamReportResponseObject, error) {
+	t, err := team.Parse(req.Team)
+	if err != nil {
+		return nil, &fault.Invalid{Fields: []fault.Field{{Path: "team", Message: err.Error()}}}
+	}
+	at := time.Now().UTC()
+	if req.Params.Month != nil {
+		if at, err = time.Parse("2006-01", *req.Params.Month); err != nil {
+			return nil, &fault.Invalid{Fields: []fault.Field{{Path: "month", Message: fmt.Sprintf("%q is not YYYY-MM", *req.Params.Month)}}}
+		}
+	}
+	r, err := s.o.Workloads.TeamReport(ctx, t, at)
+	if err != nil {
+		return nil, err
+	}
+	out := gen.TeamReport{Team: t.String(), Month: r.From.Format("2006-01"), From: r.From, To: r.To, Currency: gen.TeamReportCurrencyUSD,
+		Total: r.Total, Used: r.Used, Idle: r.Idle, Unmeasured: r.Unmeasured,
+		ByUser: costLines(r.ByUser), ByTemplate: costLines(r.ByTemplate), ByGpuClass: costLines(r.ByGPUClass), ByCostCenter: costLines(r.ByCostCenter),
+		Alerts: []gen.BudgetAlert{}}
+	st, alerts, err := s.o.Budgets.Month(ctx, t.String(), r.Total, r.From, r.To)
+	if err != nil {
+		return nil, err
+	}
+	if st != nil {
+		out.Budget = ptr(budgetOut(*st, nil))
+	}
+	for _, a := range alerts {
+		out.Alerts = append(out.Alerts, gen.BudgetAlert{CostCenter: optional(a.CostCenter), Threshold: a.Threshold, At: a.At, Spent: cents(a.Spent), Amount: a.Amount})
+	}
+	return gen.GetTeamReport200JSONResponse(out), nil
+}

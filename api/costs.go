@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gantryhq/gantry/api/gen"
+	"github.com/gantryhq/gantry/internal/workload"
 )
 
 func (s *server) GetCosts(ctx context.Context, req gen.GetCostsRequestObject) (gen.GetCostsResponseObject, error) {
@@ -31,16 +32,23 @@ func (s *server) GetCosts(ctx context.Context, req gen.GetCostsRequestObject) (g
 	if req.Params.Format != nil && *req.Params.Format == gen.Csv {
 		var b bytes.Buffer
 		w := csv.NewWriter(&b)
-		w.Write([]string{groupBy, "cost_usd", "gpu_hours", "workloads"})
+		w.Write([]string{groupBy, "cost_usd", "used_usd", "idle_usd", "unmeasured_usd", "gpu_hours", "workloads"})
+		usd := func(v float64) string { return strconv.FormatFloat(v, 'f', 2, 64) }
 		for _, l := range c.Lines {
-			w.Write([]string{l.Key, strconv.FormatFloat(l.Cost, 'f', 2, 64), strconv.FormatFloat(l.GPUHours, 'f', 3, 64), strconv.Itoa(l.Workloads)})
+			w.Write([]string{l.Key, usd(l.Cost), usd(l.Used), usd(l.Idle), usd(l.Unmeasured), strconv.FormatFloat(l.GPUHours, 'f', 3, 64), strconv.Itoa(l.Workloads)})
 		}
 		w.Flush()
 		return gen.GetCosts200TextcsvResponse{Body: &b, ContentLength: int64(b.Len())}, nil
 	}
-	out := gen.CostReport{From: c.From, To: c.To, GroupBy: c.GroupBy, Currency: gen.CostReportCurrencyUSD, Total: c.Total, Items: []gen.CostLine{}}
-	for _, l := range c.Lines {
-		out.Items = append(out.Items, gen.CostLine{Key: l.Key, Cost: l.Cost, GpuHours: l.GPUHours, Workloads: l.Workloads})
-	}
+	out := gen.CostReport{From: c.From, To: c.To, GroupBy: c.GroupBy, Currency: gen.CostReportCurrencyUSD, Total: c.Total,
+		Used: c.Used, Idle: c.Idle, Unmeasured: c.Unmeasured, Items: costLines(c.Lines)}
 	return gen.GetCosts200JSONResponse(out), nil
+}
+
+func costLines(lines []workload.CostLine) []gen.CostLine {
+	out := []gen.CostLine{}
+	for _, l := range lines {
+		out = append(out, gen.CostLine{Key: l.Key, Cost: l.Cost, GpuHours: l.GPUHours, Workloads: l.Workloads, Used: l.Used, Idle: l.Idle, Unmeasured: l.Unmeasured})
+	}
+	return out
 }

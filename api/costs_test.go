@@ -27,8 +27,22 @@ func TestCosts(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/csv") || !strings.HasPrefix(string(body), "gpuClass,cost_usd,gpu_hours,workloads\n") {
+	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/csv") || !strings.HasPrefix(string(body), "gpuClass,cost_usd,used_usd,idle_usd,unmeasured_usd,gpu_hours,workloads\n") {
 		t.Fatalf("csv: %d %s %q", resp.StatusCode, resp.Header.Get("Content-Type"), body)
+	}
+	// A team's month: the report's shape, and a month that is not one.
+	var rep struct {
+		Team, Month                      string
+		Total                            float64
+		ByUser, ByTemplate, ByCostCenter []struct{ Key string }
+		Alerts                           []any
+	}
+	if s, _ := e.do("GET", "/api/v1/teams/vision/report?month=2026-11", nil, &rep); s != 200 || rep.Team != "vision" || rep.Month != "2026-11" || rep.ByUser == nil || rep.Alerts == nil {
+		t.Fatalf("report: %d %+v", s, rep)
+	}
+	var bad struct{ Errors []struct{ Field string } }
+	if s, _ := e.do("GET", "/api/v1/teams/vision/report?month=2026-13", nil, &bad); s != 422 && s != 400 {
+		t.Fatalf("month 13: %d %+v", s, bad)
 	}
 	var p struct{ Errors []struct{ Field string } }
 	if s, _ := e.do("GET", "/api/v1/costs?from=2026-12-02T00:00:00Z&to=2026-12-01T00:00:00Z", nil, &p); s != 422 || len(p.Errors) == 0 || p.Errors[0].Field != "from" {

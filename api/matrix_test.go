@@ -149,6 +149,7 @@ func TestRouteRoleMatrix(t *testing.T) {
 		"GET /api/v1/advice":                       {"GET", "/api/v1/advice", nil, readers},
 		"GET /api/v1/costs":                        {"GET", "/api/v1/costs", nil, readers},
 		"GET /api/v1/budgets":                      {"GET", "/api/v1/budgets", nil, readers},
+		"GET /api/v1/teams/{team}/report":          {"GET", "/api/v1/teams/vision/report", nil, visionReaders},
 		// The workload needs no approval: who may decide learns it is not waiting.
 		"POST /api/v1/workloads/{id}/approve": {"POST", "/api/v1/workloads/" + wid + "/approve", decision, map[string]int{A: 409, P: 403, T: 409, M: 403, V: 403, N: 403, X: 404}},
 		"POST /api/v1/workloads/{id}/deny":    {"POST", "/api/v1/workloads/" + wid + "/deny", decision, map[string]int{A: 409, P: 403, T: 409, M: 403, V: 403, N: 403, X: 404}},

@@ -428,6 +428,21 @@ func (e SchedulingPriority) Valid() bool {
 	}
 }
 
+// Defines values for TeamReportCurrency.
+const (
+	TeamReportCurrencyUSD TeamReportCurrency = "USD"
+)
+
+// Valid indicates whether the value is a known member of the TeamReportCurrency enum.
+func (e TeamReportCurrency) Valid() bool {
+	switch e {
+	case TeamReportCurrencyUSD:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for TemplateDocumentApiVersion.
 const (
 	GantryDevv1alpha1 TemplateDocumentApiVersion = "gantry.dev/v1alpha1"
@@ -806,6 +821,17 @@ type BudgetCurrency string
 // BudgetState defines model for Budget.State.
 type BudgetState string
 
+// BudgetAlert defines model for BudgetAlert.
+type BudgetAlert struct {
+	Amount float64   `json:"amount"`
+	At     time.Time `json:"at"`
+
+	// CostCenter Absent for the team's budget.
+	CostCenter *string `json:"costCenter,omitempty"`
+	Spent      float64 `json:"spent"`
+	Threshold  float64 `json:"threshold"`
+}
+
 // BudgetList defines model for BudgetList.
 type BudgetList struct {
 	Items []Budget `json:"items"`
@@ -882,8 +908,17 @@ type CostLine struct {
 	// GpuHours Whole GPUs' worth times hours Running.
 	GpuHours float64 `json:"gpuHours"`
 
+	// Idle Of cost, the running minutes its GPUs were measured and idle.
+	Idle float64 `json:"idle"`
+
 	// Key The team, user, template, GPU class or cost center (empty: none).
 	Key string `json:"key"`
+
+	// Unmeasured Of cost, the running minutes without GPU samples (no agent, or older than the rollups' retention).
+	Unmeasured float64 `json:"unmeasured"`
+
+	// Used Of cost, the running minutes in which one of the workload's GPUs was active (utilization above 1 % or SM activity above 0.01 on average).
+	Used float64 `json:"used"`
 
 	// Workloads Workloads with a run in the period.
 	Workloads int `json:"workloads"`
@@ -894,9 +929,18 @@ type CostReport struct {
 	Currency CostReportCurrency `json:"currency"`
 	From     time.Time          `json:"from"`
 	GroupBy  string             `json:"groupBy"`
-	Items    []CostLine         `json:"items"`
-	To       time.Time          `json:"to"`
-	Total    float64            `json:"total"`
+
+	// Idle Of total, while the GPUs were measured idle.
+	Idle  float64    `json:"idle"`
+	Items []CostLine `json:"items"`
+	To    time.Time  `json:"to"`
+	Total float64    `json:"total"`
+
+	// Unmeasured Of total, without GPU samples.
+	Unmeasured float64 `json:"unmeasured"`
+
+	// Used Of total, while the GPUs were active.
+	Used float64 `json:"used"`
 }
 
 // CostReportCurrency defines model for CostReport.Currency.
@@ -1463,6 +1507,33 @@ type TeamAdvice struct {
 	} `json:"items"`
 }
 
+// TeamReport A team's month.
+type TeamReport struct {
+	// Alerts The budget alerts of the month, as they went out.
+	Alerts       []BudgetAlert      `json:"alerts"`
+	Budget       *Budget            `json:"budget,omitempty"`
+	ByCostCenter []CostLine         `json:"byCostCenter"`
+	ByGpuClass   []CostLine         `json:"byGpuClass"`
+	ByTemplate   []CostLine         `json:"byTemplate"`
+	ByUser       []CostLine         `json:"byUser"`
+	Currency     TeamReportCurrency `json:"currency"`
+	From         time.Time          `json:"from"`
+	Idle         float64            `json:"idle"`
+
+	// Month YYYY-MM (UTC).
+	Month string `json:"month"`
+
+	// Team A lowercase DNS label.
+	Team       Name      `json:"team"`
+	To         time.Time `json:"to"`
+	Total      float64   `json:"total"`
+	Unmeasured float64   `json:"unmeasured"`
+	Used       float64   `json:"used"`
+}
+
+// TeamReportCurrency defines model for TeamReport.Currency.
+type TeamReportCurrency string
+
 // TelemetryBatch defines model for TelemetryBatch.
 type TelemetryBatch struct {
 	// Agent The agent's version.
@@ -1853,6 +1924,12 @@ type GetCostsParamsGroupBy string
 // GetCostsParamsFormat defines parameters for GetCosts.
 type GetCostsParamsFormat string
 
+// GetTeamReportParams defines parameters for GetTeamReport.
+type GetTeamReportParams struct {
+	// Month YYYY-MM; default this month.
+	Month *string `form:"month,omitempty" json:"month,omitempty"`
+}
+
 // GetTemplateParams defines parameters for GetTemplate.
 type GetTemplateParams struct {
 	// Version A version number; the live version when absent.
@@ -2006,6 +2083,9 @@ type ServerInterface interface {
 	// GetNode Get a GPU node
 	// (GET /api/v1/nodes/{name})
 	GetNode(ctx echo.Context, name string) error
+	// GetTeamReport A team's monthly cost report
+	// (GET /api/v1/teams/{team}/report)
+	GetTeamReport(ctx echo.Context, team Name, params GetTeamReportParams) error
 	// PushTelemetry Push GPU telemetry
 	// (POST /api/v1/telemetry)
 	PushTelemetry(ctx echo.Context) error
@@ -2335,6 +2415,31 @@ func (w *ServerInterfaceWrapper) GetNode(ctx echo.Context) error {
 
 	// Invoke the callback with all the unmarshaled arguments
 	err = w.Handler.GetNode(ctx, name)
+	return err
+}
+
+// GetTeamReport converts echo context to params.
+func (w *ServerInterfaceWrapper) GetTeamReport(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "team" -------------
+	var team Name
+
+	err = runtime.BindStyledParameterWithOptions("simple", "team", ctx.Param("team"), &team, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter team: %s", err))
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params GetTeamReportParams
+	// ------------- Optional query parameter "month" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "month", ctx.QueryParams(), &params.Month, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter month: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.GetTeamReport(ctx, team, params)
 	return err
 }
 
@@ -3061,6 +3166,7 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.GET(options.BaseURL+"/api/v1/workloads/:id/advice", wrapper.GetWorkloadAdvice, options.OperationMiddlewares["getWorkloadAdvice"]...)
 	router.POST(options.BaseURL+"/api/v1/workloads/:id/advice/apply", wrapper.ApplyWorkloadAdvice, options.OperationMiddlewares["applyWorkloadAdvice"]...)
 	router.GET(options.BaseURL+"/api/v1/costs", wrapper.GetCosts, options.OperationMiddlewares["getCosts"]...)
+	router.GET(options.BaseURL+"/api/v1/teams/:team/report", wrapper.GetTeamReport, options.OperationMiddlewares["getTeamReport"]...)
 	router.GET(options.BaseURL+"/api/v1/budgets", wrapper.ListBudgets, options.OperationMiddlewares["listBudgets"]...)
 	router.GET(options.BaseURL+"/api/v1/advice", wrapper.ListAdvice, options.OperationMiddlewares["listAdvice"]...)
 	router.GET(options.BaseURL+"/api/v1/nodes", wrapper.ListNodes, options.OperationMiddlewares["listNodes"]...)
@@ -3558,6 +3664,46 @@ type GetNodedefaultApplicationProblemPlusJSONResponse struct {
 }
 
 func (response GetNodedefaultApplicationProblemPlusJSONResponse) VisitGetNodeResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetTeamReportRequestObject struct {
+	Team   Name `json:"team"`
+	Params GetTeamReportParams
+}
+
+type GetTeamReportResponseObject interface {
+	VisitGetTeamReportResponse(w http.ResponseWriter) error
+}
+
+type GetTeamReport200JSONResponse TeamReport
+
+func (response GetTeamReport200JSONResponse) VisitGetTeamReportResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetTeamReportdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetTeamReportdefaultApplicationProblemPlusJSONResponse) VisitGetTeamReportResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
@@ -5012,6 +5158,9 @@ type StrictServerInterface interface {
 	// GetNode Get a GPU node
 	// (GET /api/v1/nodes/{name})
 	GetNode(ctx context.Context, request GetNodeRequestObject) (GetNodeResponseObject, error)
+	// GetTeamReport A team's monthly cost report
+	// (GET /api/v1/teams/{team}/report)
+	GetTeamReport(ctx context.Context, request GetTeamReportRequestObject) (GetTeamReportResponseObject, error)
 	// PushTelemetry Push GPU telemetry
 	// (POST /api/v1/telemetry)
 	PushTelemetry(ctx context.Context, request PushTelemetryRequestObject) (PushTelemetryResponseObject, error)
@@ -5446,6 +5595,32 @@ func (sh *strictHandler) GetNode(ctx echo.Context, name string) error {
 		return err
 	} else if validResponse, ok := response.(GetNodeResponseObject); ok {
 		return validResponse.VisitGetNodeResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// GetTeamReport operation middleware
+func (sh *strictHandler) GetTeamReport(ctx echo.Context, team Name, params GetTeamReportParams) error {
+	var request GetTeamReportRequestObject
+
+	request.Team = team
+	request.Params = params
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.GetTeamReport(ctx.Request().Context(), request.(GetTeamReportRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetTeamReport")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(GetTeamReportResponseObject); ok {
+		return validResponse.VisitGetTeamReportResponse(ctx.Response())
 	} else if response != nil {
 		return fmt.Errorf("unexpected response type: %T", response)
 	}

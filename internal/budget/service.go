@@ -39,6 +39,7 @@ type Spender interface {
 // Store records alerts once, with their webhook, and the audit trail.
 type Store interface {
 	RecordBudgetAlert(ctx context.Context, a Alert, m notify.Message) (recorded bool, err error)
+	BudgetAlerts(ctx context.Context, team string, from time.Time) ([]Alert, error)
 	AppendAudit(ctx context.Context, r audit.Record) (audit.Record, error)
 }
 
@@ -129,6 +130,18 @@ func (s *Service) Verdict(ctx context.Context, team string, pricePerHour, hours 
 		expiry = a.Expiry()
 	}
 	return v, expiry, nil
+}
+
+// Month is the team's monthly budget against spent in the month [from, to)
+// and the alerts it sent then (nil status: no monthly budget).
+func (s *Service) Month(ctx context.Context, team string, spent float64, from, to time.Time) (*Status, []Alert, error) {
+	b := s.o.Rules.Budget(team)
+	if b == nil || (b.Period != "" && b.Period != "monthly") {
+		return nil, nil, nil
+	}
+	st := b.Status(team, spent, from, to)
+	alerts, err := s.o.Store.BudgetAlerts(ctx, team, from)
+	return &st, alerts, err
 }
 
 // Held says whether the team's budget is spent under block, and why.

@@ -229,6 +229,9 @@ type nopStore struct{}
 func (nopStore) RecordBudgetAlert(context.Context, budget.Alert, notify.Message) (bool, error) {
 	return false, nil
 }
+func (nopStore) BudgetAlerts(context.Context, string, time.Time) ([]budget.Alert, error) {
+	return nil, nil
+}
 func (nopStore) AppendAudit(_ context.Context, r audit.Record) (audit.Record, error) { return r, nil }
 
 // BenchmarkEstimate: an estimate against its natural baseline, the preview

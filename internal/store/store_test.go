@@ -849,4 +849,42 @@ func testGovernance(t *testing.T, s *store.Store) {
 	if exp, _ := s.ExpiredApprovals(ctx, at.Add(2*time.Hour), 10); len(exp) != 0 {
 		t.Fatalf("a decided approval expired: %d", len(exp))
 	}
+
+	// GPU minutes for the used/idle split: a minute counts once per
+	// workload, active when any of its GPUs was.
+	var ids []int64
+	for _, gpuID := range []string{"GPU-a", "GPU-b"} {
+		key := telemetry.SeriesKey{Node: "n1", Device: telemetry.Device{GPU: gpuID}, Workload: w.ID}
+		v := telemetry.NoValues()
+		v[telemetry.GPUUtil] = 50
+		if err := s.AppendSamples(ctx, []telemetry.Stored{{Series: key, Time: at, Share: 1, Values: v}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recs, _ := s.WorkloadSeries(ctx, w.ID)
+	for _, r := range recs {
+		ids = append(ids, r.ID)
+	}
+	for i := range 3 {
+		b := at.Add(time.Duration(i) * time.Minute)
+		var rs []telemetry.Rollup
+		for j, id := range ids {
+			avg := telemetry.NoValues()
+			avg[telemetry.GPUUtil] = 0
+			if i == 0 && j == 1 { // minute 0: one GPU of two busy
+				avg[telemetry.GPUUtil] = 90
+			}
+			rs = append(rs, telemetry.Rollup{Series: id, Bucket: b, N: 6, Avg: avg, Max: avg, P95: avg})
+		}
+		if err := s.WriteRollups(ctx, telemetry.Minute, telemetry.Pending{Bucket: b}, rs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m, err := s.GPUMinutes(ctx, at, at.Add(time.Hour))
+	if err != nil || len(ids) != 2 || m[w.ID] != (workload.GPUMinutes{Measured: 3, Active: 1}) {
+		t.Fatalf("GPU minutes %+v %v (series %v)", m, err, ids)
+	}
+	if m, _ := s.GPUMinutes(ctx, at.Add(time.Minute), at.Add(2*time.Minute)); m[w.ID] != (workload.GPUMinutes{Measured: 1}) {
+		t.Fatalf("GPU minutes of one idle minute: %+v", m)
+	}
 }

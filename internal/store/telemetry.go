@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gantryhq/gantry/internal/telemetry"
+	"github.com/gantryhq/gantry/internal/workload"
 )
 
 // The telemetry tables' metric columns, in telemetry.Metric order.
@@ -568,4 +569,30 @@ func (s *Store) GPUActivity(ctx context.Context, workload string, since time.Tim
 		return time.UnixMilli(v.Int64).UTC()
 	}
 	return telemetry.Activity{First: at(first), Last: at(last), LastActive: at(active)}, nil
+}
+
+// GPUMinutes implements workload.Store: per workload, the one-minute rollup
+// buckets in [from, to) in which any of its GPUs measured utilization or SM
+// activity (Measured), and those in which one was active on average (GPU
+// utilization above 1 %, or SM activity above 0.01: Active).
+func (s *Store) GPUMinutes(ctx context.Context, from, to time.Time) (map[string]workload.GPUMinutes, error) {
+	rows, err := s.read.QueryContext(ctx, s.q(`SELECT workload, COUNT(*), SUM(active) FROM (
+		SELECT r.workload AS workload, g.bucket AS bucket, MAX(CASE WHEN g.gpu_util_avg > 1 OR g.sm_active_avg > 0.01 THEN 1 ELSE 0 END) AS active
+		FROM gpu_rollups g JOIN gpu_series r ON r.id = g.series_id
+		WHERE g.res = ? AND g.bucket >= ? AND g.bucket < ? AND r.workload <> '' AND (g.gpu_util_avg IS NOT NULL OR g.sm_active_avg IS NOT NULL)
+		GROUP BY r.workload, g.bucket) m GROUP BY workload`), int64(telemetry.Minute/time.Second), ms(from), ms(to))
+	if err != nil {
+		return nil, fmt.Errorf("GPU minutes: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]workload.GPUMinutes{}
+	for rows.Next() {
+		var id string
+		var m workload.GPUMinutes
+		if err := rows.Scan(&id, &m.Measured, &m.Active); err != nil {
+			return nil, fmt.Errorf("GPU minutes: %w", err)
+		}
+		out[id] = m
+	}
+	return out, rows.Err()
 }

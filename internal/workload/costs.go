@@ -38,15 +38,25 @@ type CostLine struct {
 	Cost      float64 // USD
 	GPUHours  float64 // whole GPUs' worth (a MIG slice at its share) × hours Running
 	Workloads int     // with a run in the period
+	// Cost split by the GPU series: Used while a GPU of the workload was
+	// active, Idle while its GPUs were measured idle, Unmeasured for
+	// running time without samples (no agent, or past their retention).
+	Used, Idle, Unmeasured float64
 }
+
+// GPUMinutes is a workload's GPU time in a period by one-minute buckets:
+// Measured, and Active (GPU utilization above 1 % or SM activity above
+// 0.01 on average in the minute).
+type GPUMinutes struct{ Measured, Active int }
 
 // Costs is showback: what the caller's teams' workloads cost in [From, To),
 // grouped, biggest first.
 type Costs struct {
-	From, To time.Time
-	GroupBy  string
-	Total    float64
-	Lines    []CostLine
+	From, To               time.Time
+	GroupBy                string
+	Total                  float64
+	Used, Idle, Unmeasured float64
+	Lines                  []CostLine
 }
 
 // Costs meters the runs of the workloads the caller may read in [from, to)
@@ -79,7 +89,11 @@ func (s *Service) Costs(ctx context.Context, from, to time.Time, groupBy string)
 	if err != nil {
 		return Costs{}, err
 	}
-	return s.meter.group(ctx, runs, from, to, groupBy), nil
+	minutes, err := s.store.GPUMinutes(ctx, from, to)
+	if err != nil {
+		return Costs{}, err
+	}
+	return s.meter.group(ctx, runs, from, to, groupBy, minutes), nil
 }
 
 // Meter prices workloads' runs: the showback's and the budgets' one
@@ -106,7 +120,7 @@ func (m *Meter) Spend(ctx context.Context, t string, from, to time.Time) (float6
 	if err != nil {
 		return 0, nil, err
 	}
-	c := m.group(ctx, runs, from, to, "costCenter")
+	c := m.group(ctx, runs, from, to, "costCenter", nil)
 	by := map[string]float64{}
 	for _, l := range c.Lines {
 		by[l.Key] = l.Cost
@@ -115,28 +129,36 @@ func (m *Meter) Spend(ctx context.Context, t string, from, to time.Time) (float6
 }
 
 // group meters runs inside [from, to) — up to now for those still running —
-// and groups them by groupBy, biggest first.
-func (m *Meter) group(ctx context.Context, runs []Run, from, to time.Time, groupBy string) Costs {
+// and groups them by groupBy, biggest first. With minutes, each workload's
+// cost is split into used, idle and unmeasured by the shares of its running
+// minutes in the period that its GPU series measured active and idle.
+func (m *Meter) group(ctx context.Context, runs []Run, from, to time.Time, groupBy string, minutes map[string]GPUMinutes) Costs {
 	now := m.now().UTC()
+	clip := func(r Run) (float64, bool) {
+		start, end := r.From, r.To
+		if end.IsZero() || end.After(now) {
+			end = now
+		}
+		start, end = later(start, from), earlier(end, to)
+		return end.Sub(start).Hours(), end.After(start)
+	}
+	running := map[string]float64{} // workload → hours Running in the period
+	if minutes != nil {
+		for _, r := range runs {
+			if h, ok := clip(r); ok {
+				running[r.Workload] += h
+			}
+		}
+	}
 	byKey := map[string]*CostLine{}
 	seen := map[string]map[string]bool{}
 	costCenters := map[string]string{} // template@version → cost center
 	out := Costs{From: from, To: to, GroupBy: groupBy}
 	for _, r := range runs {
-		start, end := r.From, r.To
-		if end.IsZero() || end.After(now) {
-			end = now
-		}
-		if start.Before(from) {
-			start = from
-		}
-		if end.After(to) {
-			end = to
-		}
-		if !end.After(start) {
+		hours, ok := clip(r)
+		if !ok {
 			continue
 		}
-		hours := end.Sub(start).Hours()
 		key := ""
 		switch groupBy {
 		case "team":
@@ -166,6 +188,20 @@ func (m *Meter) group(ctx context.Context, runs []Run, from, to time.Time, group
 		cost := r.PricePerHour * hours
 		l.Cost += cost
 		l.GPUHours += m.gpuShare(r) * hours
+		if minutes != nil {
+			used, idle := 0.0, 0.0
+			if total := running[r.Workload] * 60; total > 0 {
+				g := minutes[r.Workload]
+				used = math.Min(1, float64(g.Active)/total)
+				idle = math.Min(1-used, float64(g.Measured-g.Active)/total)
+			}
+			l.Used += cost * used
+			l.Idle += cost * idle
+			l.Unmeasured += cost * (1 - used - idle)
+			out.Used += cost * used
+			out.Idle += cost * idle
+			out.Unmeasured += cost * (1 - used - idle)
+		}
 		if !seen[key][r.Workload] {
 			seen[key][r.Workload] = true
 			l.Workloads++
@@ -174,6 +210,7 @@ func (m *Meter) group(ctx context.Context, runs []Run, from, to time.Time, group
 	}
 	for _, l := range byKey {
 		l.Cost, l.GPUHours = cents(l.Cost), math.Round(l.GPUHours*1000)/1000
+		l.Used, l.Idle, l.Unmeasured = cents(l.Used), cents(l.Idle), cents(l.Unmeasured)
 		out.Lines = append(out.Lines, *l)
 	}
 	sort.Slice(out.Lines, func(i, j int) bool {
@@ -183,7 +220,22 @@ func (m *Meter) group(ctx context.Context, runs []Run, from, to time.Time, group
 		return out.Lines[i].Key < out.Lines[j].Key
 	})
 	out.Total = cents(out.Total)
+	out.Used, out.Idle, out.Unmeasured = cents(out.Used), cents(out.Idle), cents(out.Unmeasured)
 	return out
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func earlier(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 // gpuShare is a run's whole GPUs' worth: its count, a MIG slice at its
@@ -202,3 +254,41 @@ func (m *Meter) gpuShare(r Run) float64 {
 }
 
 func cents(v float64) float64 { return math.Round(v*100) / 100 }
+
+// TeamReport is a team's month: its costs by user, template, GPU class and
+// cost center, each split into used, idle and unmeasured.
+type TeamReport struct {
+	Team                                         team.Name
+	From, To                                     time.Time
+	Total, Used, Idle, Unmeasured                float64
+	ByUser, ByTemplate, ByGPUClass, ByCostCenter []CostLine
+}
+
+// TeamReport meters team's month holding at (UTC) for a caller who may
+// read its workloads (another team's is *fault.NotFound, as if it had none).
+func (s *Service) TeamReport(ctx context.Context, t team.Name, at time.Time) (TeamReport, error) {
+	if !s.may(ctx, t, access.WorkloadsRead) {
+		return TeamReport{}, &fault.NotFound{Kind: "team", Name: t.String(), Denied: "may not read the workloads of team " + t.String()}
+	}
+	at = at.UTC()
+	from := time.Date(at.Year(), at.Month(), 1, 0, 0, 0, 0, time.UTC)
+	to := from.AddDate(0, 1, 0)
+	runs, err := s.store.WorkloadRuns(ctx, from, to, []team.Name{t})
+	if err != nil {
+		return TeamReport{}, err
+	}
+	minutes, err := s.store.GPUMinutes(ctx, from, to)
+	if err != nil {
+		return TeamReport{}, err
+	}
+	r := TeamReport{Team: t, From: from, To: to}
+	for _, g := range []struct {
+		by   string
+		into *[]CostLine
+	}{{"user", &r.ByUser}, {"template", &r.ByTemplate}, {"gpuClass", &r.ByGPUClass}, {"costCenter", &r.ByCostCenter}} {
+		c := s.meter.group(ctx, runs, from, to, g.by, minutes)
+		*g.into = c.Lines
+		r.Total, r.Used, r.Idle, r.Unmeasured = c.Total, c.Used, c.Idle, c.Unmeasured
+	}
+	return r, nil
+}

@@ -18,6 +18,7 @@ import (
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/store"
 	"github.com/gantryhq/gantry/internal/team"
+	"github.com/gantryhq/gantry/internal/telemetry"
 	"github.com/gantryhq/gantry/internal/template"
 	"github.com/gantryhq/gantry/internal/workload"
 	"github.com/gantryhq/gantry/internal/workload/workloadtest"
@@ -437,6 +438,44 @@ func TestMetering(t *testing.T) {
 				t.Errorf("%s by %s: %s cost %v, want %v", tc.from.Format(time.Kitchen), tc.groupBy, k, got[k], v)
 			}
 		}
+	}
+	// Used and idle, from the GPU series: in the second hour the training's
+	// GPUs were active 45 of 60 minutes; the slice sent no samples.
+	hour := start.Add(time.Hour)
+	series := telemetry.SeriesKey{Node: "n1", Device: telemetry.Device{GPU: "GPU-a"}, Workload: train.ID}
+	v := telemetry.NoValues()
+	v[telemetry.GPUUtil] = 80
+	if err := h.store.AppendSamples(context.Background(), []telemetry.Stored{{Series: series, Time: hour, Share: 1, Values: v}}); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := h.store.WorkloadSeries(context.Background(), train.ID)
+	if err != nil || len(recs) != 1 {
+		t.Fatalf("series %v %v", recs, err)
+	}
+	for i := range 60 {
+		avg := telemetry.NoValues()
+		avg[telemetry.GPUUtil] = 0
+		if i < 45 {
+			avg[telemetry.GPUUtil] = 80
+		}
+		b := hour.Add(time.Duration(i) * time.Minute)
+		if err := h.store.WriteRollups(context.Background(), telemetry.Minute, telemetry.Pending{Bucket: b},
+			[]telemetry.Rollup{{Series: recs[0].ID, Bucket: b, N: 6, Avg: avg, Max: avg, P95: avg}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := h.svc.Costs(ctx, hour, hour.Add(time.Hour), "template")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range c.Lines {
+		want := map[string][3]float64{"pytorch-train": {cents(0.75 * whole), cents(0.25 * whole), 0}, "batch-inference": {0, 0, cents(slice)}}[l.Key]
+		if got := [3]float64{l.Used, l.Idle, l.Unmeasured}; math.Abs(got[0]-want[0]) > 0.011 || math.Abs(got[1]-want[1]) > 0.011 || math.Abs(got[2]-want[2]) > 0.011 {
+			t.Errorf("%s: used, idle, unmeasured %v, want %v", l.Key, got, want)
+		}
+	}
+	if math.Abs(c.Used+c.Idle+c.Unmeasured-c.Total) > 0.02 {
+		t.Errorf("used %v + idle %v + unmeasured %v != total %v", c.Used, c.Idle, c.Unmeasured, c.Total)
 	}
 	if _, err := h.svc.Costs(ctx, now, start, "planet"); err == nil || !strings.Contains(err.Error(), "groupBy") || !strings.Contains(err.Error(), "from") {
 		t.Errorf("a bad request: %v", err)

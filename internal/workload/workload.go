@@ -171,6 +171,9 @@ type Store interface {
 	// WorkloadRuns lists the runs overlapping [from, to) of the teams'
 	// workloads (every team's when teams is nil; none when it is empty).
 	WorkloadRuns(ctx context.Context, from, to time.Time, teams []team.Name) ([]Run, error)
+	// GPUMinutes counts, per workload, the one-minute buckets in [from,
+	// to) its GPU series measured, and those it was active in.
+	GPUMinutes(ctx context.Context, from, to time.Time) (map[string]GPUMinutes, error)
 }
 
 // Cluster is where workloads run.

@@ -5,7 +5,12 @@
 // people's use is the workload's UI through Gantry's proxy and keep-alives.
 // A workload busy on its GPU is never culled however quiet its web UI, and
 // one whose GPUs Gantry has no recent samples of is never culled: unknown is
-// not idle.
+// not idle. Before it stops one, the culler warns — Warning before the idle
+// timeout ends (half the timeout when that is shorter): a webhook
+// (workload.idle-warning) and the workload's reason in the API and portal
+// say when it will stop and how to keep it (a keep-alive, or any use). It
+// never stops a workload it has not warned for the same quiet stretch at
+// least that long before.
 package cull
 
 import (
@@ -13,10 +18,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/gantryhq/gantry/internal/catalog"
 	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/notify"
 	"github.com/gantryhq/gantry/internal/offhours"
 	"github.com/gantryhq/gantry/internal/telemetry"
 	"github.com/gantryhq/gantry/internal/workload"
@@ -34,9 +41,16 @@ type Templates interface {
 	Get(ctx context.Context, name string, version int) (catalog.Version, error)
 }
 
-// Stopper stops a workload as idle.
+// Stopper stops a workload as idle, and says why it may be soon.
 type Stopper interface {
 	IdleStop(ctx context.Context, id, reason string) (workload.Workload, error)
+	// Notice sets a running workload's reason (a warning; "" clears it).
+	Notice(ctx context.Context, id, reason string) error
+}
+
+// Notifier queues a webhook (the store's outbox).
+type Notifier interface {
+	Notify(ctx context.Context, m notify.Message) error
 }
 
 // Options configure a Culler; Store, Templates and Stopper are required.
@@ -44,19 +58,38 @@ type Options struct {
 	Store     Store
 	Templates Templates
 	Stopper   Stopper
-	Log       *slog.Logger     // default: slog.Default()
+	Notifier  Notifier
+	// Warning is how long before an idle stop the warning goes out
+	// (default 10 minutes; at most half the idle timeout).
+	Warning time.Duration
+	Log     *slog.Logger     // default: slog.Default()
 	Now       func() time.Time // default: time.Now
 }
 
 // Culler stops idle workloads; Run is one pass.
 type Culler struct {
 	o Options
+	// warned is, per workload, the quiet stretch it was warned about (when
+	// it began) and when the stop may come. Kept by the leader; a new
+	// leader warns again.
+	warned map[string]warning
 }
+
+type warning struct{ quietFrom, stopAt time.Time }
+
+// EventIdleWarning is the webhook event of an idle warning.
+const EventIdleWarning = "workload.idle-warning"
+
+// warningPrefix starts the reason of a warned workload.
+const warningPrefix = "idle: "
 
 // New returns a Culler, complete.
 func New(o Options) (*Culler, error) {
-	if o.Store == nil || o.Templates == nil || o.Stopper == nil {
-		return nil, errors.New("cull.New: Store, Templates and Stopper are required")
+	if o.Store == nil || o.Templates == nil || o.Stopper == nil || o.Notifier == nil {
+		return nil, errors.New("cull.New: Store, Templates, Stopper and Notifier are required")
+	}
+	if o.Warning <= 0 {
+		o.Warning = 10 * time.Minute
 	}
 	if o.Log == nil {
 		o.Log = slog.Default()
@@ -64,7 +97,7 @@ func New(o Options) (*Culler, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	return &Culler{o: o}, nil
+	return &Culler{o: o, warned: map[string]warning{}}, nil
 }
 
 // Freshness is how recent a workload's newest GPU sample must be, and how
@@ -114,17 +147,28 @@ func (c *Culler) Run(ctx context.Context) (int, error) {
 	}
 	n := 0
 	var errs []error
+	seen := map[string]bool{}
 	for _, w := range running {
+		seen[w.ID] = true
 		v, err := c.o.Templates.Get(ctx, w.Template, w.TemplateVersion)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("workload %s: template: %w", w.ID, err))
 			continue
 		}
 		lc := v.Template.Spec.Lifecycle
-		if why, sleep := offHours(lc.Sleep, now, w.UpdatedAt); sleep {
+		since := w.RunningSince // when its current run began
+		if since.IsZero() {
+			since = w.UpdatedAt
+		}
+		if why, sleep := offHours(lc.Sleep, now, since); sleep {
 			if c.stop(ctx, w, why, &n, &errs) {
 				continue
 			}
+		}
+		if at, sched, soon := sleepsSoon(lc.Sleep, now, since, c.o.Warning); soon && !c.warned[w.ID+"/sleep"].stopAt.Equal(at) {
+			c.notice(ctx, w, at, fmt.Sprintf("%sit will be stopped at %s for its template's off-hours (%s); start it again then if it is still needed (its volumes are kept)",
+				warningPrefix, at.UTC().Format(time.RFC3339), sched), &errs)
+			c.warned[w.ID+"/sleep"] = warning{stopAt: at}
 		}
 		timeout, err := time.ParseDuration(lc.IdleTimeout)
 		if err != nil || timeout <= 0 {
@@ -140,12 +184,94 @@ func (c *Culler) Run(ctx context.Context) (int, error) {
 			errs = append(errs, err)
 			continue
 		}
-		verdict := Decide(now, timeout, w.UpdatedAt, gpu, person)
-		if verdict.Stop {
-			c.stop(ctx, w, verdict.Reason, &n, &errs)
+		warn := min(c.o.Warning, timeout/2)
+		// Quiet for the timeout less the warning: warn now.
+		early := Decide(now, timeout-warn, since, gpu, person)
+		if !early.Stop {
+			c.clear(ctx, w, &errs)
+			continue
+		}
+		prev, ok := c.warned[w.ID]
+		if !ok || !prev.quietFrom.Equal(early.QuietFrom) {
+			c.warn(ctx, w, early.QuietFrom, now.Add(warn), &errs)
+			continue
+		}
+		verdict := Decide(now, timeout, since, gpu, person)
+		if verdict.Stop && !now.Before(prev.stopAt) {
+			if c.stop(ctx, w, verdict.Reason, &n, &errs) {
+				delete(c.warned, w.ID)
+			}
+		}
+	}
+	for id := range c.warned {
+		if !seen[strings.TrimSuffix(id, "/sleep")] {
+			delete(c.warned, id) // no longer running
 		}
 	}
 	return n, errors.Join(errs...)
+}
+
+// warn says that w, quiet since quietFrom, will be stopped at stopAt unless
+// used: its reason and a webhook.
+func (c *Culler) warn(ctx context.Context, w workload.Workload, quietFrom, stopAt time.Time, errs *[]error) {
+	reason := fmt.Sprintf("%sits GPUs and its users have been quiet since %s; it will be stopped at %s unless used (POST /api/v1/workloads/%s/keepalive keeps it)",
+		warningPrefix, quietFrom.UTC().Format(time.RFC3339), stopAt.UTC().Format(time.RFC3339), w.ID)
+	if c.notice(ctx, w, stopAt, reason, errs) {
+		c.warned[w.ID] = warning{quietFrom: quietFrom, stopAt: stopAt}
+	}
+}
+
+// notice puts a warning on w's record and in the webhook outbox; false if
+// the record could not be written.
+func (c *Culler) notice(ctx context.Context, w workload.Workload, stopAt time.Time, reason string, errs *[]error) bool {
+	if err := c.o.Stopper.Notice(ctx, w.ID, reason); err != nil {
+		*errs = append(*errs, fmt.Errorf("workload %s: warn: %w", w.ID, err))
+		return false
+	}
+	m, err := notify.New(EventIdleWarning, fmt.Sprintf("%s (%s of %s, team %s): %s", w.Name, w.Template, w.Owner, w.Team, strings.TrimPrefix(reason, warningPrefix)),
+		map[string]any{"workload": w.ID, "team": w.Team.String(), "owner": w.Owner, "template": w.Template, "stopAt": stopAt.UTC().Format(time.RFC3339),
+			"keepAlive": "/api/v1/workloads/" + w.ID + "/keepalive"}, c.o.Now())
+	if err == nil {
+		err = c.o.Notifier.Notify(ctx, m)
+	}
+	if err != nil {
+		*errs = append(*errs, fmt.Errorf("workload %s: warning webhook: %w", w.ID, err))
+	}
+	c.o.Log.Info("workload warned before a stop", "workload", w.ID, "stop_at", stopAt)
+	return true
+}
+
+// sleepsSoon says whether an off-hours window of schedule begins within
+// warn of now for a workload running since runningSince, and when.
+func sleepsSoon(schedule string, now, runningSince time.Time, warn time.Duration) (time.Time, string, bool) {
+	if schedule == "" {
+		return time.Time{}, "", false
+	}
+	s, err := offhours.Parse(schedule)
+	if err != nil {
+		return time.Time{}, "", false
+	}
+	if in, _, _ := s.Window(now); in {
+		return time.Time{}, "", false
+	}
+	in, from, _ := s.Window(now.Add(warn))
+	if !in || !runningSince.Before(from) {
+		return time.Time{}, "", false
+	}
+	return from, s.String(), true
+}
+
+// clear withdraws a warning once the workload is used again.
+func (c *Culler) clear(ctx context.Context, w workload.Workload, errs *[]error) {
+	if _, ok := c.warned[w.ID]; !ok && !strings.HasPrefix(w.Reason, warningPrefix) {
+		return
+	}
+	delete(c.warned, w.ID)
+	if strings.HasPrefix(w.Reason, warningPrefix) {
+		if err := c.o.Stopper.Notice(ctx, w.ID, ""); err != nil {
+			*errs = append(*errs, fmt.Errorf("workload %s: clear warning: %w", w.ID, err))
+		}
+	}
 }
 
 // stop stops w as idle with why, counting it or its error; false when it

@@ -79,8 +79,11 @@ func TestRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	var mu sync.Mutex
-	now := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	t0 := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	now := t0
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	set := func(t time.Time) { mu.Lock(); now = t; mu.Unlock() }
+	start := func(d time.Duration) time.Time { return t0.Add(d) }
 	svc, err := workload.New(workload.Options{Store: st, Templates: cat, Images: images, Authorizer: workloadtest.AllowAll{}, Budgets: workloadtest.NoBudgets{},
 		Namespace: func(t team.Name) string { return "gantry-" + t.String() }, Cluster: workloadtest.NewCluster(), Now: clock, Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
@@ -96,50 +99,70 @@ func TestRun(t *testing.T) {
 		}
 		return w
 	}
-	idle, busy, kept, blind := launch("jupyter-notebook"), launch("jupyter-notebook"), launch("jupyter-notebook"), launch("jupyter-notebook")
+	idle, busy, kept, blind, rescued := launch("jupyter-notebook"), launch("jupyter-notebook"), launch("jupyter-notebook"), launch("jupyter-notebook"), launch("jupyter-notebook")
 	service := launch("vllm-inference")
-	// Three hours later (the notebook's idle timeout is 2 h), with samples
-	// every 30 s for those hours: idle, busy at the end, idle.
-	mu.Lock()
-	start := now
-	now = now.Add(3 * time.Hour)
-	mu.Unlock()
-	var rs []telemetry.Stored
-	for at := start; at.Before(start.Add(3 * time.Hour)); at = at.Add(30 * time.Second) {
-		for i, w := range []workload.Workload{idle, busy, kept, service} {
-			util := 0.0
-			if w.ID == busy.ID && at.After(start.Add(170*time.Minute)) || w.ID == service.ID {
-				util = 60
+	// Samples every 30 s from start to end: idle, busy at the end, idle.
+	samples := func(from, to time.Time) {
+		t.Helper()
+		var rs []telemetry.Stored
+		for at := from; at.Before(to); at = at.Add(30 * time.Second) {
+			for i, w := range []workload.Workload{idle, busy, kept, service, rescued} {
+				util := 0.0
+				if w.ID == busy.ID && at.After(start(170*time.Minute)) || w.ID == service.ID {
+					util = 60
+				}
+				v := telemetry.NoValues()
+				v[telemetry.GPUUtil] = util
+				rs = append(rs, telemetry.Stored{Series: telemetry.SeriesKey{Node: "n1", Device: telemetry.Device{GPU: "GPU-" + w.ID, Index: i}, Workload: w.ID}, Time: at, Share: 1, Values: v})
 			}
-			v := telemetry.NoValues()
-			v[telemetry.GPUUtil] = util
-			rs = append(rs, telemetry.Stored{Series: telemetry.SeriesKey{Node: "n1", Device: telemetry.Device{GPU: "GPU-" + w.ID, Index: i}, Workload: w.ID}, Time: at, Share: 1, Values: v})
+		}
+		if err := st.AppendSamples(ctx, rs); err != nil {
+			t.Fatal(err)
 		}
 	}
-	if err := st.AppendSamples(ctx, rs); err != nil {
-		t.Fatal(err)
-	}
-	mu.Lock()
-	now = start.Add(3*time.Hour - 30*time.Minute)
-	mu.Unlock()
+	// Three hours later (the notebook's idle timeout is 2 h).
+	samples(start(0), start(3*time.Hour))
+	set(start(3*time.Hour - 30*time.Minute))
 	if _, err := svc.KeepAlive(ctx, kept.ID); err != nil {
 		t.Fatal(err)
 	}
-	mu.Lock()
-	now = start.Add(3 * time.Hour)
-	mu.Unlock()
-	c, err := cull.New(cull.Options{Store: st, Templates: cat, Stopper: svc, Now: clock, Log: slog.New(slog.DiscardHandler)})
+	set(start(3 * time.Hour))
+	c, err := cull.New(cull.Options{Store: st, Templates: cat, Stopper: svc, Notifier: st, Now: clock, Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := c.Run(ctx)
-	if err != nil || n != 1 {
+	// The first pass warns the idle ones and stops nothing.
+	if n, err := c.Run(ctx); err != nil || n != 0 {
+		t.Fatalf("first pass stopped %d (%v), want only warnings", n, err)
+	}
+	for _, w := range []workload.Workload{idle, rescued} {
+		got, _ := svc.Get(ctx, w.ID)
+		if got.Status != workload.Running || !strings.Contains(got.Reason, "will be stopped at 2026-12-01T12:10:00Z unless used") {
+			t.Fatalf("warned: %s (%s)", got.Status, got.Reason)
+		}
+	}
+	due, err := st.DueNotifications(ctx, start(4*time.Hour), 10)
+	if err != nil || len(due) != 2 || due[0].Event != cull.EventIdleWarning || !strings.Contains(string(due[0].Body), "keepalive") {
+		t.Fatalf("warning webhooks: %+v %v", due, err)
+	}
+	// Its owner keeps one; ten minutes later the other is stopped.
+	set(start(3*time.Hour + 5*time.Minute))
+	if _, err := svc.KeepAlive(ctx, rescued.ID); err != nil {
+		t.Fatal(err)
+	}
+	samples(start(3*time.Hour), start(3*time.Hour+10*time.Minute))
+	set(start(3*time.Hour + 9*time.Minute))
+	if n, err := c.Run(ctx); err != nil || n != 0 {
+		t.Fatalf("before the warned time: stopped %d (%v)", n, err)
+	}
+	set(start(3*time.Hour + 10*time.Minute))
+	if n, err := c.Run(ctx); err != nil || n != 1 {
 		t.Fatalf("stopped %d (%v), want 1", n, err)
 	}
 	for _, tc := range []struct {
 		w    workload.Workload
 		want workload.Status
-	}{{idle, workload.IdleStopped}, {busy, workload.Running}, {kept, workload.Running}, {blind, workload.Running}, {service, workload.Running}} {
+	}{{idle, workload.IdleStopped}, {busy, workload.Running}, {kept, workload.Running}, {blind, workload.Running}, {service, workload.Running}, {rescued, workload.Running}} {
 		got, err := svc.Get(ctx, tc.w.ID)
 		if err != nil {
 			t.Fatal(err)
@@ -149,6 +172,9 @@ func TestRun(t *testing.T) {
 		}
 		if tc.want == workload.IdleStopped && !strings.Contains(got.Reason, "idle culler") {
 			t.Errorf("reason %q", got.Reason)
+		}
+		if tc.w.ID == rescued.ID && got.Reason != "" {
+			t.Errorf("the kept one's warning stays: %q", got.Reason)
 		}
 	}
 	// Started again, it is not culled at once: its idle time counts anew.
@@ -216,7 +242,7 @@ func TestOffHours(t *testing.T) {
 		}
 		return w
 	}
-	c, err := cull.New(cull.Options{Store: st, Templates: cat, Stopper: svc, Now: clock, Log: slog.New(slog.DiscardHandler)})
+	c, err := cull.New(cull.Options{Store: st, Templates: cat, Stopper: svc, Notifier: st, Now: clock, Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,6 +256,22 @@ func TestOffHours(t *testing.T) {
 	early := run()
 	if n, err := c.Run(ctx); err != nil || n != 0 {
 		t.Fatalf("before the window: stopped %d (%v)", n, err)
+	}
+	if w := status(early.ID); w.Reason != "" {
+		t.Fatalf("warned 35 minutes ahead: %q", w.Reason)
+	}
+	// Ten minutes before the window: warned, once.
+	set(time.Date(2026, 12, 1, 18, 50, 0, 0, time.UTC))
+	for range 2 {
+		if n, err := c.Run(ctx); err != nil || n != 0 {
+			t.Fatalf("warning pass: stopped %d (%v)", n, err)
+		}
+	}
+	if w := status(early.ID); !strings.Contains(w.Reason, "will be stopped at 2026-12-01T19:00:00Z for its template's off-hours") {
+		t.Fatalf("off-hours warning: %q", w.Reason)
+	}
+	if due, _ := st.DueNotifications(ctx, time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC), 10); len(due) != 1 {
+		t.Fatalf("%d off-hours warnings, want 1", len(due))
 	}
 	set(time.Date(2026, 12, 1, 19, 5, 0, 0, time.UTC)) // 20:05 in Berlin
 	late := run()

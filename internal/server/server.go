@@ -564,7 +564,7 @@ func (s *Server) lead(ctx context.Context, c *kube.Cluster) error {
 	if err != nil {
 		return err
 	}
-	culler, err := cull.New(cull.Options{Store: s.Store, Templates: s.Catalog, Stopper: s.Workloads, Log: s.Log, Now: s.clock.Now})
+	culler, err := cull.New(cull.Options{Store: s.Store, Templates: s.Catalog, Stopper: s.Workloads, Notifier: s.Store, Log: s.Log, Now: s.clock.Now})
 	if err != nil {
 		return err
 	}

@@ -100,3 +100,17 @@ func (s *Service) touch(ctx context.Context, id string) {
 func (s *Service) IdleStop(ctx context.Context, id, reason string) (Workload, error) {
 	return s.halt(ctx, id, IdleStop, reason)
 }
+
+// Notice sets a running workload's reason — the idle culler's warning, or
+// "" to withdraw it — without changing its status; a workload no longer
+// Running is left alone.
+func (s *Service) Notice(ctx context.Context, id, reason string) error {
+	_, err := s.store.UpdateWorkload(ctx, id, func(w Workload) (Workload, error) {
+		if w.Status != Running || w.Reason == reason {
+			return w, nil
+		}
+		w.Reason, w.UpdatedAt = reason, s.clock()
+		return w, nil
+	})
+	return err
+}

@@ -63,7 +63,7 @@ type Options struct {
 	// (default 10 minutes; at most half the idle timeout).
 	Warning time.Duration
 	Log     *slog.Logger     // default: slog.Default()
-	Now       func() time.Time // default: time.Now
+	Now     func() time.Time // default: time.Now
 }
 
 // Culler stops idle workloads; Run is one pass.

@@ -335,9 +335,21 @@ func TestGPUClassesAndOperations(t *testing.T) {
 			Name, Resource            string
 			ComputeShare, MemoryShare float64
 		}
+		Price struct {
+			OnDemand       float64
+			Currency, Unit string
+		}
+		PriceHistory []struct {
+			Since string
+			Price struct{ OnDemand float64 }
+		}
 	}
 	if s, _ := e.do("GET", "/api/v1/gpu-classes/H100-80GB", nil, &c); s != 200 || len(c.MigProfiles) != 6 {
 		t.Fatalf("%d %+v", s, c)
+	}
+	// The price as it stood when Gantry started is its history's first row.
+	if c.Price.Currency != "USD" || c.Price.Unit != "gpu-hour" || len(c.PriceHistory) != 1 || c.PriceHistory[0].Price.OnDemand != c.Price.OnDemand || c.PriceHistory[0].Since == "" {
+		t.Errorf("price %+v, history %+v", c.Price, c.PriceHistory)
 	}
 	p := c.MigProfiles[0]
 	if p.Name != "1g.10gb" || p.Resource != "nvidia.com/mig-1g.10gb" || p.ComputeShare != 1.0/7 || p.MemoryShare != 1.0/8 {

@@ -88,10 +88,7 @@ func gpuClass(c gpu.Class) gen.GPUClass {
 	if c.Description != "" {
 		out.Description = ptr(c.Description)
 	}
-	out.Price.OnDemand = c.Price.OnDemand
-	if c.Price.Spot > 0 {
-		out.Price.Spot = ptr(c.Price.Spot)
-	}
+	out.Price = priceOut(c.Price)
 	for _, p := range c.MIG {
 		out.MigProfiles = append(out.MigProfiles, gen.MIGProfile{Name: p.Name, Resource: p.Resource(), ComputeShare: p.ComputeShare(), MemoryShare: p.MemoryShare(), MaxInstances: p.MaxInstances})
 	}
@@ -217,4 +214,12 @@ func catalogImageOut(e *imagecat.Entry) (gen.CatalogImage, error) {
 		return gen.CatalogImage{}, fmt.Errorf("image %s: %w", e.Image.Metadata.Name, err)
 	}
 	return out, nil
+}
+
+func priceOut(p gpu.Price) gen.Price {
+	out := gen.Price{OnDemand: p.OnDemand, Currency: gen.PriceCurrencyUSD, Unit: gen.GpuHour}
+	if p.Spot > 0 {
+		out.Spot = ptr(p.Spot)
+	}
+	return out
 }

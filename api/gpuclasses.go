@@ -19,5 +19,15 @@ func (s *server) GetGPUClass(ctx context.Context, req gen.GetGPUClassRequestObje
 	if !ok {
 		return nil, notFound("GPU class", req.Name)
 	}
-	return gen.GetGPUClass200JSONResponse(gpuClass(c)), nil
+	out := gpuClass(c)
+	hist, err := s.o.Prices(ctx, c.Name)
+	if err != nil {
+		return nil, err
+	}
+	h := []gen.PricePoint{}
+	for _, p := range hist {
+		h = append(h, gen.PricePoint{Since: p.Since, Price: priceOut(p.Price)})
+	}
+	out.PriceHistory = &h
+	return gen.GetGPUClass200JSONResponse(out), nil
 }

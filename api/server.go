@@ -26,6 +26,7 @@ import (
 	"github.com/gantryhq/gantry/internal/catalog"
 	"github.com/gantryhq/gantry/internal/estimate"
 	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/imageverify"
 	"github.com/gantryhq/gantry/internal/interactive"
@@ -44,7 +45,9 @@ type Options struct {
 	// Estimates prices launches before they are made.
 	Estimates *estimate.Service
 	// Budgets say where the teams' budgets stand.
-	Budgets      *budget.Service
+	Budgets *budget.Service
+	// Prices is a GPU class's price history.
+	Prices       func(ctx context.Context, class string) ([]gpu.PriceRecord, error)
 	Checks       []Check // what /readyz asks, in order
 	Spec         []byte  // openapi.yaml
 	MaxBodyBytes int64

@@ -368,6 +368,36 @@ func (e ParameterType) Valid() bool {
 	}
 }
 
+// Defines values for PriceCurrency.
+const (
+	PriceCurrencyUSD PriceCurrency = "USD"
+)
+
+// Valid indicates whether the value is a known member of the PriceCurrency enum.
+func (e PriceCurrency) Valid() bool {
+	switch e {
+	case PriceCurrencyUSD:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for PriceUnit.
+const (
+	GpuHour PriceUnit = "gpu-hour"
+)
+
+// Valid indicates whether the value is a known member of the PriceUnit enum.
+func (e PriceUnit) Valid() bool {
+	switch e {
+	case GpuHour:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ReadinessStatus.
 const (
 	NotReady ReadinessStatus = "not ready"
@@ -1150,11 +1180,11 @@ type GPUClass struct {
 	MigProfiles []MIGProfile `json:"migProfiles"`
 	Name        string       `json:"name"`
 
-	// Price USD per GPU-hour.
-	Price struct {
-		OnDemand float64  `json:"onDemand"`
-		Spot     *float64 `json:"spot,omitempty"`
-	} `json:"price"`
+	// Price A price per GPU-hour.
+	Price Price `json:"price"`
+
+	// PriceHistory GET /api/v1/gpu-classes/{name} only: the class's prices over time, oldest first — a row each time Gantry started or reloaded with a price that differed. A workload keeps the price of its launch.
+	PriceHistory *[]PricePoint `json:"priceHistory,omitempty"`
 
 	// Products Values of the node label nvidia.com/gpu.product this class matches.
 	Products []string `json:"products"`
@@ -1411,6 +1441,27 @@ type PodRef struct {
 type Port struct {
 	Name string `json:"name"`
 	Port int    `json:"port"`
+}
+
+// Price A price per GPU-hour.
+type Price struct {
+	Currency PriceCurrency `json:"currency"`
+	OnDemand float64       `json:"onDemand"`
+	Spot     *float64      `json:"spot,omitempty"`
+	Unit     PriceUnit     `json:"unit"`
+}
+
+// PriceCurrency defines model for Price.Currency.
+type PriceCurrency string
+
+// PriceUnit defines model for Price.Unit.
+type PriceUnit string
+
+// PricePoint defines model for PricePoint.
+type PricePoint struct {
+	// Price A price per GPU-hour.
+	Price Price     `json:"price"`
+	Since time.Time `json:"since"`
 }
 
 // Problem RFC 9457 problem details.

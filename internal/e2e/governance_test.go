@@ -57,8 +57,8 @@ func (r *webhookReceiver) deliveries() ([]map[string]any, int) {
 // TestApprovalsAndBudgets runs governance on the local cluster with real
 // Kueue: a launch above the team's per-launch ceiling is PendingApproval
 // while Gantry's AdmissionCheck holds it in Kueue; a team-admin's approval
-// lets Kueue admit it and it runs; a denial fails another and Kueue rejects
-// it. The running one spends the team's budget: the 80 % and 100 % alerts
+// lets Kueue admit it and the service runs; a denial fails another and
+// Kueue rejects it. The running one spends the team's budget: the 80 % and 100 % alerts
 // reach a webhook receiver once each, signed (a tampered delivery is
 // refused), and land in the audit log; the budget's banner says so; and
 // under block the team's ClusterQueue is held, so the next launch waits,
@@ -91,16 +91,17 @@ func TestApprovalsAndBudgets(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
-	// One H100 for its 72 h max runtime: $496.80, above the $100 ceiling.
+	// A service on two H100s ($13.80/h) without a max runtime, priced for a
+	// month: $10,074.00, above the $100 ceiling.
 	launch := func() wl {
 		var w wl
-		if s := g.post("/api/v1/workloads", map[string]any{"template": "pytorch-train", "team": "vision", "gpu": map[string]any{"class": "H100-80GB", "count": 1}}, &w); s != 201 {
+		if s := g.post("/api/v1/workloads", map[string]any{"template": "vllm-inference", "team": "vision", "gpu": map[string]any{"class": "H100-80GB", "count": 2}}, &w); s != 201 {
 			t.Fatalf("launch: %d", s)
 		}
 		return w
 	}
 	approved := launch()
-	if approved.Status != "PendingApproval" || !strings.Contains(approved.Reason, "a team-admin of vision") || !strings.Contains(approved.Reason, "$496.80") {
+	if approved.Status != "PendingApproval" || !strings.Contains(approved.Reason, "a team-admin of vision") || !strings.Contains(approved.Reason, "$10,074.00") {
 		t.Fatalf("launch above the ceiling: %s (%s)", approved.Status, approved.Reason)
 	}
 	check := func(id string) (string, error) {
@@ -147,7 +148,7 @@ func TestApprovalsAndBudgets(t *testing.T) {
 		t.Fatalf("denied: %s (%s)", w.Status, w.Reason)
 	}
 
-	// $6.90/h spends $0.05 in 26 s: both alerts go out, once each.
+	// $13.80/h spends $0.05 in 13 s: both alerts go out, once each.
 	waitfor.Until(t, 90*time.Second, "two budget alerts at the webhook", func() error {
 		if got, _ := rcv.deliveries(); len(got) < 2 {
 			return fmt.Errorf("%d delivered", len(got))

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/yamldoc"
@@ -61,10 +62,26 @@ func (c Class) SupportsTEE(tee string) bool {
 	return c.Confidential != nil && slices.Contains(c.Confidential.TEEs, tee)
 }
 
-// Price is in USD per GPU-hour.
+// Price is per GPU-hour, in Currency (USD, the only currency Gantry bills
+// in: budgets are USD too).
 type Price struct {
 	OnDemand float64 `json:"onDemand"`
 	Spot     float64 `json:"spot,omitempty"`
+	Currency string  `json:"currency,omitempty"` // "" is USD
+}
+
+// Unit is what a price is for.
+const Unit = "gpu-hour"
+
+// Currencies are the currencies a price may be in.
+var Currencies = []string{"USD"}
+
+// PriceRecord is a class's price from Since until the next record of the
+// class (the price history).
+type PriceRecord struct {
+	Class string
+	Since time.Time
+	Price Price
 }
 
 // HourlyPrice is the price per hour of count GPUs of the class, or count
@@ -231,6 +248,9 @@ func New(f File) (*Catalog, error) {
 		}
 		if c.Price.OnDemand < 0 || c.Price.Spot < 0 {
 			errs.Addf(p+".price", "prices cannot be negative")
+		}
+		if c.Price.Currency != "" && !slices.Contains(Currencies, c.Price.Currency) {
+			errs.Addf(p+".price.currency", "%q: prices are in %s (budgets are too)", c.Price.Currency, strings.Join(Currencies, ", "))
 		}
 		if cc := c.Confidential; cc != nil {
 			if len(cc.TEEs) == 0 {

@@ -187,6 +187,10 @@ func New(ctx context.Context, cfg config.Config, ov Overrides) (s *Server, err e
 	if err := s.seed(ctx); err != nil {
 		return nil, err
 	}
+	// The classes' prices as they are now join their history.
+	if _, err := core.Store.RecordPrices(ctx, core.Catalog.Classes().List(), s.clock.Now()); err != nil {
+		return nil, err
+	}
 	policyFiles := authz.InDir(cfg.PolicyDir)
 	policyFiles.Classes = core.Catalog.Classes()
 	if s.authz, err = authz.New(policyFiles); err != nil {
@@ -311,7 +315,7 @@ func New(ctx context.Context, cfg config.Config, ov Overrides) (s *Server, err e
 		return nil, err
 	}
 	h, err := api.New(api.Options{
-		Catalog: core.Catalog, Workloads: s.Workloads, Estimates: estimates, Budgets: s.Budgets, Checks: s.checks, Spec: gantry.OpenAPI,
+		Catalog: core.Catalog, Workloads: s.Workloads, Estimates: estimates, Budgets: s.Budgets, Prices: core.Store.PriceHistory, Checks: s.checks, Spec: gantry.OpenAPI,
 		MaxBodyBytes: cfg.MaxBodyBytes, Logger: core.Log,
 		Portal:   portal.New(portal.Options{Sessions: sessions, Teams: s.authz.Teams, Secure: strings.HasPrefix(public, "https://"), Logger: core.Log, Audit: s.denials}),
 		Identify: identify, Sessions: sessions, Tokens: s.tokens, Users: s.users, Teams: s.authz.Teams,

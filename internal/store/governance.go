@@ -3,11 +3,13 @@ package store
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"math"
 	"time"
 
 	"github.com/gantryhq/gantry/internal/budget"
+	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/notify"
 )
 
@@ -101,4 +103,50 @@ func (s *Store) NotificationSent(ctx context.Context, id string, attempts int, d
 		return fmt.Errorf("record notification %s: %w", id, err)
 	}
 	return nil
+}
+
+// RecordPrices adds a row to each class's price history whose price differs
+// from its newest row (or that has none), as of at; it returns how many.
+func (s *Store) RecordPrices(ctx context.Context, classes []gpu.Class, at time.Time) (int, error) {
+	n := 0
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		for _, c := range classes {
+			cur := c.Price.Currency
+			if cur == "" {
+				cur = "USD"
+			}
+			var od, spot float64
+			var currency string
+			err := tx.QueryRowContext(ctx, s.q(`SELECT on_demand, spot, currency FROM gpu_prices WHERE class = ? ORDER BY since DESC LIMIT 1`), c.Name).Scan(&od, &spot, &currency)
+			switch {
+			case errors.Is(err, sql.ErrNoRows):
+			case err != nil:
+				return fmt.Errorf("price history of %s: %w", c.Name, err)
+			case od == c.Price.OnDemand && spot == c.Price.Spot && currency == cur:
+				continue
+			}
+			if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO gpu_prices (class, since, on_demand, spot, currency) VALUES (?, ?, ?, ?, ?)`),
+				c.Name, at.UnixMicro(), c.Price.OnDemand, c.Price.Spot, cur); err != nil {
+				return fmt.Errorf("price history of %s: %w", c.Name, err)
+			}
+			n++
+		}
+		return nil
+	})
+	return n, err
+}
+
+// PriceHistory is a class's prices, oldest first.
+func (s *Store) PriceHistory(ctx context.Context, class string) ([]gpu.PriceRecord, error) {
+	rows, err := s.read.QueryContext(ctx, s.q(`SELECT class, since, on_demand, spot, currency FROM gpu_prices WHERE class = ? ORDER BY since`), class)
+	if err != nil {
+		return nil, fmt.Errorf("price history of %s: %w", class, err)
+	}
+	return collect(rows, func(r scanner) (gpu.PriceRecord, error) {
+		var p gpu.PriceRecord
+		var since int64
+		err := r.Scan(&p.Class, &since, &p.Price.OnDemand, &p.Price.Spot, &p.Price.Currency)
+		p.Since = time.UnixMicro(since).UTC()
+		return p, err
+	})
 }

@@ -850,6 +850,22 @@ func testGovernance(t *testing.T, s *store.Store) {
 		t.Fatalf("a decided approval expired: %d", len(exp))
 	}
 
+	// The price history: a row when a class's price changes, none when not.
+	h100 := gpu.Class{Name: "H100-80GB", Price: gpu.Price{OnDemand: 6.9, Spot: 4.5}}
+	l4 := gpu.Class{Name: "L4", Price: gpu.Price{OnDemand: 0.8}}
+	for i, tc := range []struct {
+		classes []gpu.Class
+		want    int
+	}{{[]gpu.Class{h100, l4}, 2}, {[]gpu.Class{h100, l4}, 0}, {[]gpu.Class{{Name: "H100-80GB", Price: gpu.Price{OnDemand: 5.9, Spot: 4.5}}, l4}, 1}} {
+		if n, err := s.RecordPrices(ctx, tc.classes, at.Add(time.Duration(i)*time.Hour)); err != nil || n != tc.want {
+			t.Fatalf("prices, pass %d: %d recorded (%v), want %d", i, n, err, tc.want)
+		}
+	}
+	hist, err := s.PriceHistory(ctx, "H100-80GB")
+	if err != nil || len(hist) != 2 || hist[0].Price.OnDemand != 6.9 || hist[1].Price.OnDemand != 5.9 || !hist[1].Since.Equal(at.Add(2*time.Hour)) || hist[1].Price.Currency != "USD" {
+		t.Fatalf("price history %+v %v", hist, err)
+	}
+
 	// GPU minutes for the used/idle split: a minute counts once per
 	// workload, active when any of its GPUs was.
 	var ids []int64

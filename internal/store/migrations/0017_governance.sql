@@ -34,3 +34,14 @@ CREATE TABLE notifications (
     last_error   TEXT   NOT NULL DEFAULT ''
 );
 CREATE INDEX notifications_due ON notifications (delivered_at, gave_up_at, next_at);
+-- The GPU classes' price history: a row whenever a class's price (per
+-- GPU-hour) differs from its newest row, from Gantry's start or a reload of
+-- the classes. Unix microseconds.
+CREATE TABLE gpu_prices (
+    class     TEXT   NOT NULL,
+    since     BIGINT NOT NULL,
+    on_demand DOUBLE PRECISION NOT NULL,
+    spot      DOUBLE PRECISION NOT NULL,
+    currency  TEXT   NOT NULL,
+    PRIMARY KEY (class, since)
+);

@@ -11,6 +11,7 @@ import (
 	"github.com/gantryhq/gantry/internal/budget"
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/identity"
+	"github.com/gantryhq/gantry/internal/overrides"
 	"github.com/gantryhq/gantry/internal/team"
 )
 
@@ -110,4 +111,43 @@ func (s *server) GetTeamReport(ctx context.Context, req gen.GetTeamReportRequest
 		out.Alerts = append(out.Alerts, gen.BudgetAlert{CostCenter: optional(a.CostCenter), Threshold: a.Threshold, At: a.At, Spent: cents(a.Spent), Amount: a.Amount})
 	}
 	return gen.GetTeamReport200JSONResponse(out), nil
+}
+
+func (s *server) GetTeamSettings(ctx context.Context, req gen.GetTeamSettingsRequestObject) (gen.GetTeamSettingsResponseObject, error) {
+	t, err := team.Parse(req.Team)
+	if err != nil {
+		return nil, &fault.Invalid{Fields: []fault.Field{{Path: "team", Message: err.Error()}}}
+	}
+	set, err := s.o.Settings.Get(ctx, t.String())
+	if err != nil {
+		return nil, err
+	}
+	return gen.GetTeamSettings200JSONResponse(settingsOut(t.String(), set)), nil
+}
+
+func (s *server) PutTeamSettings(ctx context.Context, req gen.PutTeamSettingsRequestObject) (gen.PutTeamSettingsResponseObject, error) {
+	t, err := team.Parse(req.Team)
+	if err != nil {
+		return nil, &fault.Invalid{Fields: []fault.Field{{Path: "team", Message: err.Error()}}}
+	}
+	in := overrides.Settings{Templates: map[string]overrides.Template{}}
+	for name, o := range req.Body.Templates {
+		in.Templates[name] = overrides.Template{IdleTimeout: deref(o.IdleTimeout), Sleep: deref(o.Sleep)}
+	}
+	set, err := s.o.Settings.Put(ctx, t.String(), in)
+	if err != nil {
+		return nil, err
+	}
+	return gen.PutTeamSettings200JSONResponse(settingsOut(t.String(), set)), nil
+}
+
+func settingsOut(t string, set overrides.Settings) gen.TeamSettings {
+	out := gen.TeamSettings{Team: t, Templates: map[string]gen.TemplateOverride{}}
+	for name, o := range set.Templates {
+		out.Templates[name] = gen.TemplateOverride{IdleTimeout: optional(o.IdleTimeout), Sleep: optional(o.Sleep)}
+	}
+	if set.UpdatedBy != "" {
+		out.UpdatedBy, out.UpdatedAt = ptr(set.UpdatedBy), ptr(set.UpdatedAt)
+	}
+	return out
 }

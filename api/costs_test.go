@@ -44,6 +44,25 @@ func TestCosts(t *testing.T) {
 	if s, _ := e.do("GET", "/api/v1/teams/vision/report?month=2026-13", nil, &bad); s != 422 && s != 400 {
 		t.Fatalf("month 13: %d %+v", s, bad)
 	}
+	// A team's settings: within the templates' limits, or refused by field.
+	var set struct {
+		Team      string
+		Templates map[string]struct{ IdleTimeout, Sleep string }
+		UpdatedBy string
+	}
+	put := map[string]any{"templates": map[string]any{"jupyter-notebook": map[string]any{"idleTimeout": "6h"}, "dev-environment": map[string]any{"sleep": "weekdays 19:00-07:00 Europe/Paris"}}}
+	if s, _ := e.do("PUT", "/api/v1/teams/vision/settings", put, &set); s != 200 || set.Templates["jupyter-notebook"].IdleTimeout != "6h" || set.UpdatedBy == "" {
+		t.Fatalf("settings: %d %+v", s, set)
+	}
+	if s, _ := e.do("GET", "/api/v1/teams/vision/settings", nil, &set); s != 200 || set.Templates["dev-environment"].Sleep != "weekdays 19:00-07:00 Europe/Paris" {
+		t.Fatalf("settings read back: %d %+v", s, set)
+	}
+	var refused struct{ Errors []struct{ Field string } }
+	put = map[string]any{"templates": map[string]any{"jupyter-notebook": map[string]any{"idleTimeout": "72h"}, "pytorch-train": map[string]any{"sleep": "daily 19:00-07:00 UTC"}}}
+	if s, _ := e.do("PUT", "/api/v1/teams/vision/settings", put, &refused); s != 422 || len(refused.Errors) != 2 ||
+		refused.Errors[0].Field != "templates.jupyter-notebook.idleTimeout" || refused.Errors[1].Field != "templates.pytorch-train.sleep" {
+		t.Fatalf("settings past the limits: %d %+v", s, refused)
+	}
 	var p struct{ Errors []struct{ Field string } }
 	if s, _ := e.do("GET", "/api/v1/costs?from=2026-12-02T00:00:00Z&to=2026-12-01T00:00:00Z", nil, &p); s != 422 || len(p.Errors) == 0 || p.Errors[0].Field != "from" {
 		t.Fatalf("a period ending before it starts: %d %+v", s, p)

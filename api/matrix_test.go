@@ -150,6 +150,11 @@ func TestRouteRoleMatrix(t *testing.T) {
 		"GET /api/v1/costs":                        {"GET", "/api/v1/costs", nil, readers},
 		"GET /api/v1/budgets":                      {"GET", "/api/v1/budgets", nil, readers},
 		"GET /api/v1/teams/{team}/report":          {"GET", "/api/v1/teams/vision/report", nil, visionReaders},
+		"GET /api/v1/teams/{team}/settings":        {"GET", "/api/v1/teams/vision/settings", nil, visionReaders},
+		// A team-admin's: the platform team sets the limits in the templates.
+		"PUT /api/v1/teams/{team}/settings": {"PUT", "/api/v1/teams/vision/settings", func(string) any {
+			return map[string]any{"templates": map[string]any{"jupyter-notebook": map[string]any{"idleTimeout": "4h"}}}
+		}, map[string]int{A: 200, P: 403, T: 200, M: 403, V: 403, N: 403, X: 404}},
 		// The workload needs no approval: who may decide learns it is not waiting.
 		"POST /api/v1/workloads/{id}/approve": {"POST", "/api/v1/workloads/" + wid + "/approve", decision, map[string]int{A: 409, P: 403, T: 409, M: 403, V: 403, N: 403, X: 404}},
 		"POST /api/v1/workloads/{id}/deny":    {"POST", "/api/v1/workloads/" + wid + "/deny", decision, map[string]int{A: 409, P: 403, T: 409, M: 403, V: 403, N: 403, X: 404}},

@@ -30,6 +30,7 @@ import (
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/imageverify"
 	"github.com/gantryhq/gantry/internal/interactive"
+	"github.com/gantryhq/gantry/internal/overrides"
 	"github.com/gantryhq/gantry/internal/telemetry"
 	"github.com/gantryhq/gantry/internal/token"
 	"github.com/gantryhq/gantry/internal/user"
@@ -46,6 +47,8 @@ type Options struct {
 	Estimates *estimate.Service
 	// Budgets say where the teams' budgets stand.
 	Budgets *budget.Service
+	// Settings are the teams' own lifecycle choices.
+	Settings *overrides.Service
 	// Prices is a GPU class's price history.
 	Prices       func(ctx context.Context, class string) ([]gpu.PriceRecord, error)
 	Checks       []Check // what /readyz asks, in order

@@ -1269,8 +1269,11 @@ type LaunchRequest struct {
 // Lifecycle defines model for Lifecycle.
 type Lifecycle struct {
 	IdleTimeout *string `json:"idleTimeout,omitempty"`
-	MaxRuntime  *string `json:"maxRuntime,omitempty"`
-	Retries     *int    `json:"retries,omitempty"`
+
+	// IdleTimeoutMax The longest idle timeout a team may choose (PUT /api/v1/teams/{team}/settings); unset, teams may only shorten idleTimeout.
+	IdleTimeoutMax *string `json:"idleTimeoutMax,omitempty"`
+	MaxRuntime     *string `json:"maxRuntime,omitempty"`
+	Retries        *int    `json:"retries,omitempty"`
 
 	// Sleep Off-hours schedule, such as weekdays 20:00-08:00 Europe/Berlin: what runs when a window begins is stopped as IdleStopped.
 	Sleep *string `json:"sleep,omitempty"`
@@ -1585,6 +1588,21 @@ type TeamReport struct {
 // TeamReportCurrency defines model for TeamReport.Currency.
 type TeamReportCurrency string
 
+// TeamSettings defines model for TeamSettings.
+type TeamSettings struct {
+	// Team A lowercase DNS label.
+	Team      Name                        `json:"team"`
+	Templates map[string]TemplateOverride `json:"templates"`
+	UpdatedAt *time.Time                  `json:"updatedAt,omitempty"`
+	UpdatedBy *string                     `json:"updatedBy,omitempty"`
+}
+
+// TeamSettingsRequest defines model for TeamSettingsRequest.
+type TeamSettingsRequest struct {
+	// Templates By template name.
+	Templates map[string]TemplateOverride `json:"templates"`
+}
+
 // TelemetryBatch defines model for TelemetryBatch.
 type TelemetryBatch struct {
 	// Agent The agent's version.
@@ -1665,6 +1683,15 @@ type TemplateMetadata struct {
 	// Name A lowercase DNS label.
 	Name  Name   `json:"name"`
 	Title string `json:"title"`
+}
+
+// TemplateOverride defines model for TemplateOverride.
+type TemplateOverride struct {
+	// IdleTimeout Such as 4h; within the template's limits.
+	IdleTimeout *string `json:"idleTimeout,omitempty"`
+
+	// Sleep Such as weekdays 19:00-07:00 Europe/Paris.
+	Sleep *string `json:"sleep,omitempty"`
 }
 
 // TemplateResources defines model for TemplateResources.
@@ -2063,6 +2090,9 @@ type GetWorkloadMetricsParams struct {
 // VerifyImageJSONRequestBody defines body for VerifyImage for application/json ContentType.
 type VerifyImageJSONRequestBody = VerifyRequest
 
+// PutTeamSettingsJSONRequestBody defines body for PutTeamSettings for application/json ContentType.
+type PutTeamSettingsJSONRequestBody = TeamSettingsRequest
+
 // PushTelemetryJSONRequestBody defines body for PushTelemetry for application/json ContentType.
 type PushTelemetryJSONRequestBody = TelemetryBatch
 
@@ -2137,6 +2167,12 @@ type ServerInterface interface {
 	// GetTeamReport A team's monthly cost report
 	// (GET /api/v1/teams/{team}/report)
 	GetTeamReport(ctx echo.Context, team Name, params GetTeamReportParams) error
+	// GetTeamSettings A team's own lifecycle settings
+	// (GET /api/v1/teams/{team}/settings)
+	GetTeamSettings(ctx echo.Context, team Name) error
+	// PutTeamSettings Change a team's lifecycle settings
+	// (PUT /api/v1/teams/{team}/settings)
+	PutTeamSettings(ctx echo.Context, team Name) error
 	// PushTelemetry Push GPU telemetry
 	// (POST /api/v1/telemetry)
 	PushTelemetry(ctx echo.Context) error
@@ -2491,6 +2527,38 @@ func (w *ServerInterfaceWrapper) GetTeamReport(ctx echo.Context) error {
 
 	// Invoke the callback with all the unmarshaled arguments
 	err = w.Handler.GetTeamReport(ctx, team, params)
+	return err
+}
+
+// GetTeamSettings converts echo context to params.
+func (w *ServerInterfaceWrapper) GetTeamSettings(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "team" -------------
+	var team Name
+
+	err = runtime.BindStyledParameterWithOptions("simple", "team", ctx.Param("team"), &team, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter team: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.GetTeamSettings(ctx, team)
+	return err
+}
+
+// PutTeamSettings converts echo context to params.
+func (w *ServerInterfaceWrapper) PutTeamSettings(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "team" -------------
+	var team Name
+
+	err = runtime.BindStyledParameterWithOptions("simple", "team", ctx.Param("team"), &team, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter team: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.PutTeamSettings(ctx, team)
 	return err
 }
 
@@ -3217,6 +3285,8 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.GET(options.BaseURL+"/api/v1/workloads/:id/advice", wrapper.GetWorkloadAdvice, options.OperationMiddlewares["getWorkloadAdvice"]...)
 	router.POST(options.BaseURL+"/api/v1/workloads/:id/advice/apply", wrapper.ApplyWorkloadAdvice, options.OperationMiddlewares["applyWorkloadAdvice"]...)
 	router.GET(options.BaseURL+"/api/v1/costs", wrapper.GetCosts, options.OperationMiddlewares["getCosts"]...)
+	router.GET(options.BaseURL+"/api/v1/teams/:team/settings", wrapper.GetTeamSettings, options.OperationMiddlewares["getTeamSettings"]...)
+	router.PUT(options.BaseURL+"/api/v1/teams/:team/settings", wrapper.PutTeamSettings, options.OperationMiddlewares["putTeamSettings"]...)
 	router.GET(options.BaseURL+"/api/v1/teams/:team/report", wrapper.GetTeamReport, options.OperationMiddlewares["getTeamReport"]...)
 	router.GET(options.BaseURL+"/api/v1/budgets", wrapper.ListBudgets, options.OperationMiddlewares["listBudgets"]...)
 	router.GET(options.BaseURL+"/api/v1/advice", wrapper.ListAdvice, options.OperationMiddlewares["listAdvice"]...)
@@ -3755,6 +3825,85 @@ type GetTeamReportdefaultApplicationProblemPlusJSONResponse struct {
 }
 
 func (response GetTeamReportdefaultApplicationProblemPlusJSONResponse) VisitGetTeamReportResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetTeamSettingsRequestObject struct {
+	Team Name `json:"team"`
+}
+
+type GetTeamSettingsResponseObject interface {
+	VisitGetTeamSettingsResponse(w http.ResponseWriter) error
+}
+
+type GetTeamSettings200JSONResponse TeamSettings
+
+func (response GetTeamSettings200JSONResponse) VisitGetTeamSettingsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetTeamSettingsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetTeamSettingsdefaultApplicationProblemPlusJSONResponse) VisitGetTeamSettingsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PutTeamSettingsRequestObject struct {
+	Team Name `json:"team"`
+	Body *PutTeamSettingsJSONRequestBody
+}
+
+type PutTeamSettingsResponseObject interface {
+	VisitPutTeamSettingsResponse(w http.ResponseWriter) error
+}
+
+type PutTeamSettings200JSONResponse TeamSettings
+
+func (response PutTeamSettings200JSONResponse) VisitPutTeamSettingsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PutTeamSettingsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response PutTeamSettingsdefaultApplicationProblemPlusJSONResponse) VisitPutTeamSettingsResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
@@ -5212,6 +5361,12 @@ type StrictServerInterface interface {
 	// GetTeamReport A team's monthly cost report
 	// (GET /api/v1/teams/{team}/report)
 	GetTeamReport(ctx context.Context, request GetTeamReportRequestObject) (GetTeamReportResponseObject, error)
+	// GetTeamSettings A team's own lifecycle settings
+	// (GET /api/v1/teams/{team}/settings)
+	GetTeamSettings(ctx context.Context, request GetTeamSettingsRequestObject) (GetTeamSettingsResponseObject, error)
+	// PutTeamSettings Change a team's lifecycle settings
+	// (PUT /api/v1/teams/{team}/settings)
+	PutTeamSettings(ctx context.Context, request PutTeamSettingsRequestObject) (PutTeamSettingsResponseObject, error)
 	// PushTelemetry Push GPU telemetry
 	// (POST /api/v1/telemetry)
 	PushTelemetry(ctx context.Context, request PushTelemetryRequestObject) (PushTelemetryResponseObject, error)
@@ -5672,6 +5827,79 @@ func (sh *strictHandler) GetTeamReport(ctx echo.Context, team Name, params GetTe
 		return err
 	} else if validResponse, ok := response.(GetTeamReportResponseObject); ok {
 		return validResponse.VisitGetTeamReportResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// GetTeamSettings operation middleware
+func (sh *strictHandler) GetTeamSettings(ctx echo.Context, team Name) error {
+	var request GetTeamSettingsRequestObject
+
+	request.Team = team
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.GetTeamSettings(ctx.Request().Context(), request.(GetTeamSettingsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetTeamSettings")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(GetTeamSettingsResponseObject); ok {
+		return validResponse.VisitGetTeamSettingsResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// PutTeamSettings operation middleware
+func (sh *strictHandler) PutTeamSettings(ctx echo.Context, team Name) error {
+	var request PutTeamSettingsRequestObject
+
+	request.Team = team
+
+	var body PutTeamSettingsJSONRequestBody
+	var err error
+	if binder, ok := ctx.Echo().Binder.(*echo.DefaultBinder); ok {
+		// A request validator built on kin-openapi's openapi3filter with
+		// KeepValidatedValue leaves the value it validated on the body. Bind
+		// that value, matching member names exactly, so the handler receives
+		// what was validated instead of a second, case-insensitive decode.
+		// Otherwise bind only the request body, so that path and query
+		// parameters are not also bound into the body struct.
+		if vb, ok := ctx.Request().Body.(interface{ ValidatedValue() any }); !ok || runtime.BindJSONValue(vb.ValidatedValue(), &body) != nil {
+			err = binder.BindBody(ctx, &body)
+		}
+	} else {
+		// A custom binder is installed on the Echo instance; defer to it
+		// entirely, since echo.Binder does not expose body-only binding and
+		// the binder may do more than decode (for example call ctx.Validate).
+		err = ctx.Bind(&body)
+	}
+	if err != nil {
+		return err
+	}
+	request.Body = &body
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.PutTeamSettings(ctx.Request().Context(), request.(PutTeamSettingsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "PutTeamSettings")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(PutTeamSettingsResponseObject); ok {
+		return validResponse.VisitPutTeamSettingsResponse(ctx.Response())
 	} else if response != nil {
 		return fmt.Errorf("unexpected response type: %T", response)
 	}

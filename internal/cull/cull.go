@@ -25,6 +25,7 @@ import (
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/notify"
 	"github.com/gantryhq/gantry/internal/offhours"
+	"github.com/gantryhq/gantry/internal/overrides"
 	"github.com/gantryhq/gantry/internal/telemetry"
 	"github.com/gantryhq/gantry/internal/workload"
 )
@@ -48,6 +49,11 @@ type Stopper interface {
 	Notice(ctx context.Context, id, reason string) error
 }
 
+// Settings are the teams' own lifecycle choices (the store).
+type Settings interface {
+	TeamSettings(ctx context.Context, team string) (overrides.Settings, error)
+}
+
 // Notifier queues a webhook (the store's outbox).
 type Notifier interface {
 	Notify(ctx context.Context, m notify.Message) error
@@ -59,6 +65,9 @@ type Options struct {
 	Templates Templates
 	Stopper   Stopper
 	Notifier  Notifier
+	// Settings give each team's idle timeouts and schedules, within the
+	// templates' limits (package overrides).
+	Settings Settings
 	// Warning is how long before an idle stop the warning goes out
 	// (default 10 minutes; at most half the idle timeout).
 	Warning time.Duration
@@ -85,8 +94,8 @@ const warningPrefix = "idle: "
 
 // New returns a Culler, complete.
 func New(o Options) (*Culler, error) {
-	if o.Store == nil || o.Templates == nil || o.Stopper == nil || o.Notifier == nil {
-		return nil, errors.New("cull.New: Store, Templates, Stopper and Notifier are required")
+	if o.Store == nil || o.Templates == nil || o.Stopper == nil || o.Notifier == nil || o.Settings == nil {
+		return nil, errors.New("cull.New: Store, Templates, Stopper, Notifier and Settings are required")
 	}
 	if o.Warning <= 0 {
 		o.Warning = 10 * time.Minute
@@ -148,6 +157,7 @@ func (c *Culler) Run(ctx context.Context) (int, error) {
 	n := 0
 	var errs []error
 	seen := map[string]bool{}
+	settings := map[string]overrides.Settings{} // by team, read once a pass
 	for _, w := range running {
 		seen[w.ID] = true
 		v, err := c.o.Templates.Get(ctx, w.Template, w.TemplateVersion)
@@ -155,8 +165,16 @@ func (c *Culler) Run(ctx context.Context) (int, error) {
 			errs = append(errs, fmt.Errorf("workload %s: template: %w", w.ID, err))
 			continue
 		}
-		lc := v.Template.Spec.Lifecycle
-		since := w.RunningSince // when its current run began
+		set, ok := settings[w.Team.String()]
+		if !ok {
+			if set, err = c.o.Settings.TeamSettings(ctx, w.Team.String()); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			settings[w.Team.String()] = set
+		}
+		lc := set.Effective(v.Template) // the template's, or the team's choice within its limits
+		since := w.RunningSince         // when its current run began
 		if since.IsZero() {
 			since = w.UpdatedAt
 		}

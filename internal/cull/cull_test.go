@@ -13,6 +13,7 @@ import (
 	"github.com/gantryhq/gantry/internal/cull"
 	"github.com/gantryhq/gantry/internal/devregistry"
 	"github.com/gantryhq/gantry/internal/identity"
+	"github.com/gantryhq/gantry/internal/overrides"
 	"github.com/gantryhq/gantry/internal/store"
 	"github.com/gantryhq/gantry/internal/team"
 	"github.com/gantryhq/gantry/internal/telemetry"
@@ -127,7 +128,7 @@ func TestRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	set(start(3 * time.Hour))
-	c, err := cull.New(cull.Options{Store: st, Templates: cat, Stopper: svc, Notifier: st, Now: clock, Log: slog.New(slog.DiscardHandler)})
+	c, err := cull.New(cull.Options{Store: st, Templates: cat, Stopper: svc, Notifier: st, Settings: st, Now: clock, Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +243,7 @@ func TestOffHours(t *testing.T) {
 		}
 		return w
 	}
-	c, err := cull.New(cull.Options{Store: st, Templates: cat, Stopper: svc, Notifier: st, Now: clock, Log: slog.New(slog.DiscardHandler)})
+	c, err := cull.New(cull.Options{Store: st, Templates: cat, Stopper: svc, Notifier: st, Settings: st, Now: clock, Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -254,6 +255,18 @@ func TestOffHours(t *testing.T) {
 		return w
 	}
 	early := run()
+	// The team gives dev-environment (which has no schedule) its own.
+	if err := st.PutTeamSettings(ctx, "vision", overrides.Settings{Templates: map[string]overrides.Template{
+		"dev-environment": {Sleep: "weekdays 20:00-08:00 Europe/Berlin"}}, UpdatedBy: "lee", UpdatedAt: clock()}); err != nil {
+		t.Fatal(err)
+	}
+	devEnv, _, err := svc.Create(ctx, "", workload.Request{Template: "dev-environment", Team: "vision"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Report(ctx, devEnv.ID, workload.Running, ""); err != nil {
+		t.Fatal(err)
+	}
 	if n, err := c.Run(ctx); err != nil || n != 0 {
 		t.Fatalf("before the window: stopped %d (%v)", n, err)
 	}
@@ -270,13 +283,16 @@ func TestOffHours(t *testing.T) {
 	if w := status(early.ID); !strings.Contains(w.Reason, "will be stopped at 2026-12-01T19:00:00Z for its template's off-hours") {
 		t.Fatalf("off-hours warning: %q", w.Reason)
 	}
-	if due, _ := st.DueNotifications(ctx, time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC), 10); len(due) != 1 {
-		t.Fatalf("%d off-hours warnings, want 1", len(due))
+	if due, _ := st.DueNotifications(ctx, time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC), 10); len(due) != 2 {
+		t.Fatalf("%d off-hours warnings, want 2 (the template's schedule and the team's)", len(due))
 	}
 	set(time.Date(2026, 12, 1, 19, 5, 0, 0, time.UTC)) // 20:05 in Berlin
 	late := run()
-	if n, err := c.Run(ctx); err != nil || n != 1 {
-		t.Fatalf("in the window: stopped %d (%v), want the one running before it", n, err)
+	if n, err := c.Run(ctx); err != nil || n != 2 {
+		t.Fatalf("in the window: stopped %d (%v), want the two running before it", n, err)
+	}
+	if w := status(devEnv.ID); w.Status != workload.IdleStopped {
+		t.Errorf("by the team's own schedule: %s (%s)", w.Status, w.Reason)
 	}
 	if w := status(early.ID); w.Status != workload.IdleStopped || !strings.Contains(w.Reason, "off-hours (weekdays 20:00-08:00 Europe/Berlin") {
 		t.Errorf("running before the window: %s (%s)", w.Status, w.Reason)

@@ -52,6 +52,7 @@ import (
 	"github.com/gantryhq/gantry/internal/imageverify"
 	"github.com/gantryhq/gantry/internal/kube"
 	"github.com/gantryhq/gantry/internal/notify"
+	"github.com/gantryhq/gantry/internal/overrides"
 	"github.com/gantryhq/gantry/internal/promsource"
 	"github.com/gantryhq/gantry/internal/quota"
 	"github.com/gantryhq/gantry/internal/render"
@@ -314,8 +315,15 @@ func New(ctx context.Context, cfg config.Config, ov Overrides) (s *Server, err e
 	if err != nil {
 		return nil, err
 	}
+	settings, err := overrides.NewService(core.Store, s.authz, func(ctx context.Context, name string) (*template.Template, error) {
+		v, err := core.Catalog.Get(ctx, name, 0)
+		return v.Template, err
+	}, s.clock.Now)
+	if err != nil {
+		return nil, err
+	}
 	h, err := api.New(api.Options{
-		Catalog: core.Catalog, Workloads: s.Workloads, Estimates: estimates, Budgets: s.Budgets, Prices: core.Store.PriceHistory, Checks: s.checks, Spec: gantry.OpenAPI,
+		Catalog: core.Catalog, Workloads: s.Workloads, Estimates: estimates, Budgets: s.Budgets, Settings: settings, Prices: core.Store.PriceHistory, Checks: s.checks, Spec: gantry.OpenAPI,
 		MaxBodyBytes: cfg.MaxBodyBytes, Logger: core.Log,
 		Portal:   portal.New(portal.Options{Sessions: sessions, Teams: s.authz.Teams, Secure: strings.HasPrefix(public, "https://"), Logger: core.Log, Audit: s.denials}),
 		Identify: identify, Sessions: sessions, Tokens: s.tokens, Users: s.users, Teams: s.authz.Teams,
@@ -568,7 +576,7 @@ func (s *Server) lead(ctx context.Context, c *kube.Cluster) error {
 	if err != nil {
 		return err
 	}
-	culler, err := cull.New(cull.Options{Store: s.Store, Templates: s.Catalog, Stopper: s.Workloads, Notifier: s.Store, Log: s.Log, Now: s.clock.Now})
+	culler, err := cull.New(cull.Options{Store: s.Store, Templates: s.Catalog, Stopper: s.Workloads, Notifier: s.Store, Settings: s.Store, Log: s.Log, Now: s.clock.Now})
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -11,6 +12,7 @@ import (
 	"github.com/gantryhq/gantry/internal/budget"
 	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/notify"
+	"github.com/gantryhq/gantry/internal/overrides"
 )
 
 // RecordBudgetAlert implements budget.Store: the alert is recorded, and its
@@ -149,4 +151,41 @@ func (s *Store) PriceHistory(ctx context.Context, class string) ([]gpu.PriceReco
 		p.Since = time.UnixMicro(since).UTC()
 		return p, err
 	})
+}
+
+// TeamSettings implements overrides.Store: a team's settings (none: empty).
+func (s *Store) TeamSettings(ctx context.Context, team string) (overrides.Settings, error) {
+	var data, by string
+	var at int64
+	err := s.read.QueryRowContext(ctx, s.q(`SELECT data, updated_by, updated_at FROM team_settings WHERE team = ?`), team).Scan(&data, &by, &at)
+	if errors.Is(err, sql.ErrNoRows) {
+		return overrides.Settings{Templates: map[string]overrides.Template{}}, nil
+	}
+	if err != nil {
+		return overrides.Settings{}, fmt.Errorf("settings of team %s: %w", team, err)
+	}
+	var set overrides.Settings
+	if err := json.Unmarshal([]byte(data), &set); err != nil {
+		return overrides.Settings{}, fmt.Errorf("settings of team %s are corrupt: %w", team, err)
+	}
+	if set.Templates == nil {
+		set.Templates = map[string]overrides.Template{}
+	}
+	set.UpdatedBy, set.UpdatedAt = by, time.UnixMicro(at).UTC()
+	return set, nil
+}
+
+// PutTeamSettings implements overrides.Store: the team's settings replaced.
+func (s *Store) PutTeamSettings(ctx context.Context, team string, set overrides.Settings) error {
+	data, err := json.Marshal(set)
+	if err != nil {
+		return err
+	}
+	_, err = s.db.ExecContext(ctx, s.q(`INSERT INTO team_settings (team, data, updated_by, updated_at) VALUES (?, ?, ?, ?)
+		ON CONFLICT (team) DO UPDATE SET data = excluded.data, updated_by = excluded.updated_by, updated_at = excluded.updated_at`),
+		team, string(data), set.UpdatedBy, set.UpdatedAt.UnixMicro())
+	if err != nil {
+		return fmt.Errorf("settings of team %s: %w", team, err)
+	}
+	return nil
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/notify"
+	"github.com/gantryhq/gantry/internal/overrides"
 	"github.com/gantryhq/gantry/internal/store"
 	"github.com/gantryhq/gantry/internal/store/storetest"
 	"github.com/gantryhq/gantry/internal/team"
@@ -864,6 +865,20 @@ func testGovernance(t *testing.T, s *store.Store) {
 	hist, err := s.PriceHistory(ctx, "H100-80GB")
 	if err != nil || len(hist) != 2 || hist[0].Price.OnDemand != 6.9 || hist[1].Price.OnDemand != 5.9 || !hist[1].Since.Equal(at.Add(2*time.Hour)) || hist[1].Price.Currency != "USD" {
 		t.Fatalf("price history %+v %v", hist, err)
+	}
+
+	// A team's settings: none, then written, then replaced.
+	if set, err := s.TeamSettings(ctx, "vision"); err != nil || len(set.Templates) != 0 || set.Templates == nil {
+		t.Fatalf("no settings: %+v %v", set, err)
+	}
+	for _, idle := range []string{"4h", "6h"} {
+		in := overrides.Settings{Templates: map[string]overrides.Template{"jupyter-notebook": {IdleTimeout: idle}}, UpdatedBy: "lee", UpdatedAt: at}
+		if err := s.PutTeamSettings(ctx, "vision", in); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if set, err := s.TeamSettings(ctx, "vision"); err != nil || set.Templates["jupyter-notebook"].IdleTimeout != "6h" || set.UpdatedBy != "lee" || !set.UpdatedAt.Equal(at) {
+		t.Fatalf("settings %+v %v", set, err)
 	}
 
 	// GPU minutes for the used/idle split: a minute counts once per

@@ -159,6 +159,10 @@ type Lifecycle struct {
 	// stopped as IdleStopped; one started during it runs on.
 	Sleep   string `json:"sleep,omitempty"`
 	Retries int    `json:"retries,omitempty"`
+	// IdleTimeoutMax is the longest idle timeout a team may choose for
+	// its launches of this template (a team override, package overrides);
+	// unset, a team may only shorten IdleTimeout.
+	IdleTimeoutMax string `json:"idleTimeoutMax,omitempty"`
 }
 
 // Scheduling sets priority and whether spot capacity may be used.
@@ -590,6 +594,14 @@ func (t *Template) validateLifecycle(errs *fault.List) {
 			errs.Addf("spec.lifecycle.sleep", "%v", err)
 		} else if s.Workload == Job {
 			errs.Addf("spec.lifecycle.sleep", "does not apply to jobs: a job stopped at night starts over")
+		}
+	}
+	duration("spec.lifecycle.idleTimeoutMax", s.Lifecycle.IdleTimeoutMax)
+	if s.Lifecycle.IdleTimeoutMax != "" {
+		limit, _ := time.ParseDuration(s.Lifecycle.IdleTimeoutMax)
+		idle, err := time.ParseDuration(s.Lifecycle.IdleTimeout)
+		if s.Lifecycle.IdleTimeout == "" || err != nil || limit < idle {
+			errs.Addf("spec.lifecycle.idleTimeoutMax", "needs spec.lifecycle.idleTimeout, and must not be shorter than it")
 		}
 	}
 	if s.Lifecycle.IdleTimeout != "" && s.Workload == VM {

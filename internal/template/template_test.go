@@ -116,6 +116,12 @@ func TestParseErrors(t *testing.T) {
 			`21: spec.volumes[5].mountPath: "/dev/shm" overlaps /dev`,
 			`22: spec.volumes[6].mountPath: "/data/" must be a clean absolute path`,
 		}},
+		{"an idle timeout maximum needs an idle timeout no longer than it", func(s string) string {
+			return strings.Replace(s, "  args:", "  lifecycle: {idleTimeoutMax: 1h}\n  args:", 1)
+		}, []string{"spec.lifecycle.idleTimeoutMax: needs spec.lifecycle.idleTimeout, and must not be shorter than it"}},
+		{"an idle timeout maximum shorter than the timeout", func(s string) string {
+			return strings.Replace(s, "  args:", "  lifecycle: {idleTimeout: 2h, idleTimeoutMax: 1h}\n  args:", 1)
+		}, []string{"spec.lifecycle.idleTimeoutMax: needs spec.lifecycle.idleTimeout"}},
 		{"anchors refused", func(s string) string {
 			return strings.Replace(strings.Replace(s, "resources: {", "resources: &r {", 1), "  args:", "  ports: *r\n  args:", 1)
 		}, []string{"anchors and aliases are not supported"}},

@@ -45,3 +45,11 @@ CREATE TABLE gpu_prices (
     currency  TEXT   NOT NULL,
     PRIMARY KEY (class, since)
 );
+-- Each team's own lifecycle choices per template (package overrides), as
+-- JSON, with who changed them last and when (Unix microseconds).
+CREATE TABLE team_settings (
+    team       TEXT PRIMARY KEY,
+    data       TEXT   NOT NULL,
+    updated_by TEXT   NOT NULL,
+    updated_at BIGINT NOT NULL
+);

@@ -121,6 +121,9 @@ func workloadOut(w workload.Workload) gen.Workload {
 	if w.Kind == template.Notebook {
 		out.Url = ptr(template.BasePath(w.ID))
 	}
+	if n := len(w.SpotEvictions); n > 0 {
+		out.SpotEvictions = ptr(n)
+	}
 	if a := w.Approval; a.Needed() {
 		out.Approval = &gen.Approval{Why: a.Why, ExpiresAt: a.Expires,
 			Approvers: []string{"team-admin of " + w.Team.String(), "platform-admin"}}

@@ -1545,6 +1545,9 @@ type RenderResult struct {
 type Scheduling struct {
 	Priority *SchedulingPriority `json:"priority,omitempty"`
 	Spot     *bool               `json:"spot,omitempty"`
+
+	// SpotRequeues A spot job starts again after an eviction this many times (0: 3), then fails.
+	SpotRequeues *int `json:"spotRequeues,omitempty"`
 }
 
 // SchedulingPriority defines model for Scheduling.Priority.
@@ -1899,6 +1902,9 @@ type Workload struct {
 
 	// Reason Why the workload is stuck or failed.
 	Reason *string `json:"reason,omitempty"`
+
+	// SpotEvictions A spot job: how often the cluster evicted its pod (it starts again up to its template's spotRequeues).
+	SpotEvictions *int `json:"spotEvictions,omitempty"`
 
 	// Status Where a workload is in its lifecycle. PendingApproval waits for an approver, Queued for quota; Stopped (by a person, or past the template's max runtime) and IdleStopped (by the idle culler) may be started again; Succeeded, Failed and Deleted are final.
 	Status WorkloadStatus `json:"status"`

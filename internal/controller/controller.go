@@ -40,6 +40,8 @@ type Source interface {
 // Recorder records what the cluster says: workload.Service.
 type Recorder interface {
 	Report(ctx context.Context, id string, st workload.Status, reason string) (workload.Workload, error)
+	// Evicted records the pods of a workload's Job the cluster disrupted.
+	Evicted(ctx context.Context, id string, pods []string) (workload.Workload, error)
 }
 
 // Options tune a controller; the zero value is sensible.
@@ -154,6 +156,18 @@ func (c *Controller) next(ctx context.Context) bool {
 func (c *Controller) sync(ctx context.Context, id string) error {
 	o, ok := c.src.Observe(id)
 	if !ok {
+		return nil
+	}
+	if len(o.Evicted) > 0 {
+		w, err := c.rec.Evicted(ctx, id, o.Evicted)
+		if err != nil {
+			return err
+		}
+		if w.Status == workload.Failed {
+			return nil // past its spot requeues: nothing more to report
+		}
+	}
+	if o.Phase == "" {
 		return nil
 	}
 	_, err := c.rec.Report(ctx, id, workload.Status(o.Phase), o.Reason)

@@ -68,6 +68,8 @@ type recorder struct {
 	err      error
 	calls    map[string]int
 	got      map[string]workload.Status
+	evicted  map[string][]string
+	failAt   int // Evicted fails the workload once it has seen this many pods (0: never)
 }
 
 func (r *recorder) Report(_ context.Context, id string, st workload.Status, _ string) (workload.Workload, error) {
@@ -83,6 +85,21 @@ func (r *recorder) Report(_ context.Context, id string, st workload.Status, _ st
 	}
 	r.got[id] = st
 	return workload.Workload{ID: id, Status: st}, nil
+}
+
+// Evicted implements Recorder: it keeps what it was told.
+func (r *recorder) Evicted(_ context.Context, id string, pods []string) (workload.Workload, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.evicted == nil {
+		r.evicted = map[string][]string{}
+	}
+	r.evicted[id] = pods
+	if r.failAt > 0 && len(pods) >= r.failAt {
+		r.got[id] = workload.Failed
+		return workload.Workload{ID: id, Status: workload.Failed}, nil
+	}
+	return workload.Workload{ID: id, Status: r.got[id]}, nil
 }
 
 func (r *recorder) state(id string) (workload.Status, int) {
@@ -208,5 +225,45 @@ func TestNothingToSay(t *testing.T) {
 	stop()
 	if _, n := rec.state("w1"); n != 0 {
 		t.Fatalf("w1 reported %d times with nothing to say", n)
+	}
+}
+
+// TestEvictions: a Job's disrupted pods reach the recorder with the phase;
+// an observation of evictions alone reports no phase; once the evictions
+// fail the workload, the phase is not reported over it.
+func TestEvictions(t *testing.T) {
+	rec := &recorder{calls: map[string]int{}, got: map[string]workload.Status{}, failAt: 2}
+	src, stop := run(t, rec)
+	defer stop()
+	put := func(id string, o kube.Observation) {
+		src.mu.Lock()
+		src.obs[id] = o
+		src.mu.Unlock()
+		src.fire(id)
+	}
+	put("w1", kube.Observation{WorkloadID: "w1", Phase: "Running", Evicted: []string{"uid-1"}})
+	waitfor.Until(t, 10*time.Second, "w1's eviction and phase", func() error {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		if len(rec.evicted["w1"]) != 1 || rec.got["w1"] != workload.Running {
+			return fmt.Errorf("evicted %v, status %q", rec.evicted["w1"], rec.got["w1"])
+		}
+		return nil
+	})
+	put("w2", kube.Observation{WorkloadID: "w2", Evicted: []string{"uid-2"}})
+	put("w3", kube.Observation{WorkloadID: "w3", Phase: "Pending", Evicted: []string{"uid-3", "uid-4"}})
+	waitfor.Until(t, 10*time.Second, "w2's and w3's evictions", func() error {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		if len(rec.evicted["w2"]) != 1 || len(rec.evicted["w3"]) != 2 {
+			return fmt.Errorf("evicted %v", rec.evicted)
+		}
+		return nil
+	})
+	if _, n := rec.state("w2"); n != 0 {
+		t.Errorf("w2 had no phase to report, reported %d times", n)
+	}
+	if st, n := rec.state("w3"); st != workload.Failed || n != 0 {
+		t.Errorf("w3, failed by its evictions: %s after %d reports", st, n)
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -363,5 +364,97 @@ func TestNamespaceDeletedBehindGantrysBack(t *testing.T) {
 	ns, err := cluster.Client.CoreV1().Namespaces().Get(ctx, "gantry-nsgone", metav1.GetOptions{})
 	if err != nil || ns.Labels["pod-security.kubernetes.io/enforce"] != "restricted" {
 		t.Fatalf("namespace after apply: %v %v", ns.Labels, err)
+	}
+}
+
+// TestSpotEviction: a spot job's pod evicted through the Eviction API (as a
+// drain or a reclaimed spot node does) carries DisruptionTarget; the watcher
+// reports its UID, and the Job — whose pod failure policy ignores
+// disruptions — starts a new pod instead of failing (with no retries left).
+func TestSpotEviction(t *testing.T) {
+	k := need(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := k.EnsureNamespace(ctx, "gantry-spot", "spot"); err != nil {
+		t.Fatal(err)
+	}
+	w, err := k.Watcher(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evicted := make(chan []string, 100)
+	if err := w.OnChange(func(id string) {
+		if o, ok := w.Observe(id); ok && id == "spot0001" && len(o.Evicted) > 0 {
+			evicted <- o.Evicted
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cancel(); w.Shutdown() }()
+	if !w.Run(ctx) {
+		t.Fatal("caches did not fill")
+	}
+	classes, files, err := template.LoadCatalog("../../templates")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tpl *template.Template
+	for _, f := range files {
+		if f.Template.Metadata.Name == "pytorch-train" {
+			tpl = f.Template
+		}
+	}
+	tpl.Spec.Scheduling.Spot = true
+	r, err := tpl.Resolve(classes, template.Choice{Count: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := render.Objects(r, render.Meta{WorkloadID: "spot0001", Team: "spot", Owner: "alice@example.com", Namespace: "gantry-spot", TemplateVersion: 1,
+		Image: "registry.gantry.internal/test/image@sha256:" + strings.Repeat("1", 64)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := objs[len(objs)-2].(*batchv1.Job)
+	job.Spec.Template.Annotations["pod-complete.stage.kwok.x-k8s.io/delay"] = "300s"
+	if job.Spec.PodFailurePolicy == nil {
+		t.Fatal("a spot job without a pod failure policy")
+	}
+	job.Spec.BackoffLimit = ptr(int32(0)) // any counted failure would fail it
+	if err := k.Apply(ctx, objs); err != nil {
+		t.Fatal(err)
+	}
+	sel := metav1.ListOptions{LabelSelector: "gantry.dev/workload-id=spot0001"}
+	var first corev1.Pod
+	waitfor.Until(t, time.Minute, "the job's pod to run", func() error {
+		pods, _ := cluster.Client.CoreV1().Pods("gantry-spot").List(ctx, sel)
+		if len(pods.Items) == 1 && pods.Items[0].Status.Phase == corev1.PodRunning {
+			first = pods.Items[0]
+			return nil
+		}
+		return errors.New("not running")
+	})
+	if err := cluster.Client.CoreV1().Pods("gantry-spot").EvictV1(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: first.Name, Namespace: "gantry-spot"}}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case uids := <-evicted:
+		if len(uids) != 1 || uids[0] != string(first.UID) {
+			t.Fatalf("evicted %v, want [%s]", uids, first.UID)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the eviction was not observed")
+	}
+	waitfor.Until(t, time.Minute, "a new pod for the job", func() error {
+		pods, _ := cluster.Client.CoreV1().Pods("gantry-spot").List(ctx, sel)
+		for _, p := range pods.Items {
+			if p.UID != first.UID && p.DeletionTimestamp == nil {
+				return nil
+			}
+		}
+		j, _ := cluster.Client.BatchV1().Jobs("gantry-spot").Get(ctx, job.Name, metav1.GetOptions{})
+		return fmt.Errorf("no new pod; job status %+v", j.Status)
+	})
+	if o, ok := w.Observe("spot0001"); !ok || o.Phase == "Failed" {
+		t.Errorf("after the eviction the job is %s (%s)", o.Phase, o.Reason)
 	}
 }

@@ -27,6 +27,10 @@ type Observation struct {
 	Reason     string // why it is pending, queued or failed, in the cluster's words
 	Node       string
 	Position   int // Queued: its place in its team's queue (1: next), 0 if not known
+	// Evicted are the UIDs of its Job's pods the cluster disrupted (the
+	// DisruptionTarget condition: evicted, preempted, their node drained
+	// or reclaimed), terminating ones included.
+	Evicted []string
 }
 
 // byWorkload indexes the informers' caches by the workload id label.
@@ -190,18 +194,41 @@ func (w *Watcher) Observe(id string) (Observation, bool) {
 		}
 	}
 	objs, _ := w.pods.GetIndexer().ByIndex(byWorkload, id)
+	var evicted []string
 	for _, o := range objs {
-		if p, ok := o.(*corev1.Pod); ok && p.DeletionTimestamp == nil {
+		p, ok := o.(*corev1.Pod)
+		if !ok {
+			continue
+		}
+		if len(jobs) > 0 && disrupted(p) {
+			evicted = append(evicted, string(p.UID))
+		}
+		if p.DeletionTimestamp == nil {
 			pods = append(pods, p)
 		}
 	}
+	slices.Sort(evicted)
 	o, ok := Observe(id, jobs, pods)
+	if len(evicted) > 0 {
+		o.WorkloadID, o.Evicted, ok = id, evicted, true // Phase "" when that is all there is to say
+	}
 	if w.queued != nil && (!ok || o.Phase == "Pending") {
 		if q, waiting := w.queuedFor(id, jobs, pods); waiting {
+			q.Evicted = evicted
 			return q, true
 		}
 	}
 	return o, ok
+}
+
+// disrupted reports whether the cluster disrupted a pod (DisruptionTarget).
+func disrupted(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
 }
 
 // queuedFor says whether Kueue holds the workload's Job or a pod of it in

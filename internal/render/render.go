@@ -448,7 +448,7 @@ func (b *builder) jobObjects(claims []corev1.PersistentVolumeClaim, pod corev1.P
 		maxRuntime = ptr(int64(d / time.Second))
 	}
 	pod.RestartPolicy = corev1.RestartPolicyNever
-	return append(objs, &batchv1.Job{
+	job := &batchv1.Job{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "batch/v1", Kind: "Job"},
 		ObjectMeta: b.meta(b.name),
 		Spec: batchv1.JobSpec{
@@ -456,7 +456,18 @@ func (b *builder) jobObjects(claims []corev1.PersistentVolumeClaim, pod corev1.P
 			ActiveDeadlineSeconds: maxRuntime,
 			Template:              corev1.PodTemplateSpec{ObjectMeta: podMeta, Spec: pod},
 		},
-	})
+	}
+	if b.s.Scheduling.Spot {
+		// A pod evicted from spot capacity (the DisruptionTarget condition:
+		// a node drained or reclaimed, a preemption) does not count against
+		// the retries: the Job starts a new one. Gantry counts evictions
+		// and fails the workload past spec.scheduling.spotRequeues.
+		job.Spec.PodFailurePolicy = &batchv1.PodFailurePolicy{Rules: []batchv1.PodFailurePolicyRule{{
+			Action:          batchv1.PodFailurePolicyActionIgnore,
+			OnPodConditions: []batchv1.PodFailurePolicyOnPodConditionsPattern{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue}},
+		}}}
+	}
+	return append(objs, job)
 }
 
 // serviceObjects is a service's claims, its Deployment and its Service.

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -15,7 +16,7 @@ import (
 	"github.com/gantryhq/gantry/internal/workload"
 )
 
-const workloadColumns = `id, name, team, owner, template, template_version, kind, gpu_class, mig_profile, gpu_count, parameters, objects_hash, status, created_at, updated_at, applied_hash, reason, idempotency_key, request_hash, endpoint, image, tee, expires_at, price_per_hour, running_us, running_since, approval_why, approval_expires, approval_decision, approval_by, approval_note, approval_at`
+const workloadColumns = `id, name, team, owner, template, template_version, kind, gpu_class, mig_profile, gpu_count, parameters, objects_hash, status, created_at, updated_at, applied_hash, reason, idempotency_key, request_hash, endpoint, image, tee, expires_at, price_per_hour, running_us, running_since, approval_why, approval_expires, approval_decision, approval_by, approval_note, approval_at, spot_evictions`
 
 // CreateWorkload implements workload.Store.
 func (s *Store) CreateWorkload(ctx context.Context, w workload.Workload) error {
@@ -23,11 +24,11 @@ func (s *Store) CreateWorkload(ctx context.Context, w workload.Workload) error {
 	if err != nil {
 		return err
 	}
-	_, err = s.db.ExecContext(ctx, s.q(`INSERT INTO workloads (`+workloadColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+	_, err = s.db.ExecContext(ctx, s.q(`INSERT INTO workloads (`+workloadColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 		w.ID, w.Name, w.Team, w.Owner, w.Template, w.TemplateVersion, w.Kind, w.GPUClass, w.MIGProfile, w.GPUCount,
 		string(params), w.ObjectsHash, string(w.Status), w.CreatedAt.UnixMicro(), w.UpdatedAt.UnixMicro(), w.AppliedHash, w.Reason,
 		nullable(w.IdempotencyKey), w.RequestHash, w.Endpoint, w.Image, w.TEE, micros(w.ExpiresAt), w.PricePerHour, w.RunningFor.Microseconds(), micros(w.RunningSince),
-		w.Approval.Why, micros(w.Approval.Expires), w.Approval.Decision, w.Approval.By, w.Approval.Note, micros(w.Approval.At))
+		w.Approval.Why, micros(w.Approval.Expires), w.Approval.Decision, w.Approval.By, w.Approval.Note, micros(w.Approval.At), strings.Join(w.SpotEvictions, ","))
 	if err != nil {
 		if w.IdempotencyKey != "" && uniqueViolation(err) {
 			return &fault.Conflict{Kind: "workload", Name: w.IdempotencyKey, Reason: "Idempotency-Key already used"}
@@ -42,9 +43,10 @@ func scanWorkload(row scanner) (workload.Workload, error) {
 	var params, status string
 	var created, updated, expires, runningUS, runningSince, approvalExpires, approvalAt int64
 	var key sql.NullString
+	var evictions string
 	err := row.Scan(&w.ID, &w.Name, &w.Team, &w.Owner, &w.Template, &w.TemplateVersion, &w.Kind, &w.GPUClass, &w.MIGProfile,
 		&w.GPUCount, &params, &w.ObjectsHash, &status, &created, &updated, &w.AppliedHash, &w.Reason, &key, &w.RequestHash, &w.Endpoint, &w.Image, &w.TEE, &expires,
-		&w.PricePerHour, &runningUS, &runningSince, &w.Approval.Why, &approvalExpires, &w.Approval.Decision, &w.Approval.By, &w.Approval.Note, &approvalAt)
+		&w.PricePerHour, &runningUS, &runningSince, &w.Approval.Why, &approvalExpires, &w.Approval.Decision, &w.Approval.By, &w.Approval.Note, &approvalAt, &evictions)
 	if err != nil {
 		return w, err
 	}
@@ -59,6 +61,9 @@ func scanWorkload(row scanner) (workload.Workload, error) {
 		w.RunningSince = time.UnixMicro(runningSince).UTC()
 	}
 	w.Approval.Expires, w.Approval.At = fromMicros(approvalExpires), fromMicros(approvalAt)
+	if evictions != "" {
+		w.SpotEvictions = strings.Split(evictions, ",")
+	}
 	if err := json.Unmarshal([]byte(params), &w.Parameters); err != nil {
 		return w, fmt.Errorf("workload %s: stored parameters are corrupt: %w", w.ID, err)
 	}
@@ -188,14 +193,15 @@ func (s *Store) UpdateWorkload(ctx context.Context, id string, fn func(workload.
 		}
 		out = w
 		if w.Status == old.Status && w.Reason == old.Reason && w.AppliedHash == old.AppliedHash && w.Endpoint == old.Endpoint && w.ExpiresAt.Equal(old.ExpiresAt) &&
-			w.RunningFor == old.RunningFor && w.RunningSince.Equal(old.RunningSince) && w.Approval == old.Approval {
+			w.RunningFor == old.RunningFor && w.RunningSince.Equal(old.RunningSince) && w.Approval == old.Approval &&
+			slices.Equal(w.SpotEvictions, old.SpotEvictions) {
 			out.UpdatedAt = old.UpdatedAt
 			return nil
 		}
 		_, err = tx.ExecContext(ctx, s.q(`UPDATE workloads SET status = ?, reason = ?, applied_hash = ?, endpoint = ?, expires_at = ?, updated_at = ?, running_us = ?, running_since = ?,
-			approval_why = ?, approval_expires = ?, approval_decision = ?, approval_by = ?, approval_note = ?, approval_at = ? WHERE id = ?`),
+			approval_why = ?, approval_expires = ?, approval_decision = ?, approval_by = ?, approval_note = ?, approval_at = ?, spot_evictions = ? WHERE id = ?`),
 			string(w.Status), w.Reason, w.AppliedHash, w.Endpoint, micros(w.ExpiresAt), w.UpdatedAt.UnixMicro(), w.RunningFor.Microseconds(), micros(w.RunningSince),
-			w.Approval.Why, micros(w.Approval.Expires), w.Approval.Decision, w.Approval.By, w.Approval.Note, micros(w.Approval.At), id)
+			w.Approval.Why, micros(w.Approval.Expires), w.Approval.Decision, w.Approval.By, w.Approval.Note, micros(w.Approval.At), strings.Join(w.SpotEvictions, ","), id)
 		if err != nil {
 			return fmt.Errorf("update workload %s: %w", id, err)
 		}

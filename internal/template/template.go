@@ -169,6 +169,22 @@ type Lifecycle struct {
 type Scheduling struct {
 	Priority string `json:"priority,omitempty"`
 	Spot     bool   `json:"spot,omitempty"`
+	// SpotRequeues bounds how often a job on spot capacity starts again
+	// after its pod was evicted (0: the default, DefaultSpotRequeues);
+	// past it the workload fails.
+	SpotRequeues int `json:"spotRequeues,omitempty"`
+}
+
+// DefaultSpotRequeues is how often a spot job starts again after an
+// eviction unless its template says otherwise.
+const DefaultSpotRequeues = 3
+
+// Requeues is how often a spot job starts again after an eviction.
+func (s Scheduling) Requeues() int {
+	if s.SpotRequeues > 0 {
+		return s.SpotRequeues
+	}
+	return DefaultSpotRequeues
 }
 
 // Parameter is a typed value the user supplies at launch and the template body
@@ -606,6 +622,11 @@ func (t *Template) validateLifecycle(errs *fault.List) {
 	}
 	if s.Lifecycle.IdleTimeout != "" && s.Workload == VM {
 		errs.Addf("spec.lifecycle.idleTimeout", "does not apply to VMs: their GPUs are not sampled per workload")
+	}
+	if s.Scheduling.SpotRequeues < 0 || s.Scheduling.SpotRequeues > 20 {
+		errs.Addf("spec.scheduling.spotRequeues", "must be between 0 (the default, %d) and 20", DefaultSpotRequeues)
+	} else if s.Scheduling.SpotRequeues > 0 && (!s.Scheduling.Spot || s.Workload != Job) {
+		errs.Addf("spec.scheduling.spotRequeues", "applies to jobs with spot: true")
 	}
 	if s.Lifecycle.Retries < 0 || s.Lifecycle.Retries > 10 {
 		errs.Addf("spec.lifecycle.retries", "must be between 0 and 10")

@@ -122,6 +122,9 @@ func TestParseErrors(t *testing.T) {
 		{"an idle timeout maximum shorter than the timeout", func(s string) string {
 			return strings.Replace(s, "  args:", "  lifecycle: {idleTimeout: 2h, idleTimeoutMax: 1h}\n  args:", 1)
 		}, []string{"spec.lifecycle.idleTimeoutMax: needs spec.lifecycle.idleTimeout"}},
+		{"spot requeues without spot", func(s string) string {
+			return strings.Replace(s, "  args:", "  scheduling: {spotRequeues: 5}\n  args:", 1)
+		}, []string{"spec.scheduling.spotRequeues: applies to jobs with spot: true"}},
 		{"anchors refused", func(s string) string {
 			return strings.Replace(strings.Replace(s, "resources: {", "resources: &r {", 1), "  args:", "  ports: *r\n  args:", 1)
 		}, []string{"anchors and aliases are not supported"}},

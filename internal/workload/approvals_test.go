@@ -11,6 +11,7 @@ import (
 	"github.com/gantryhq/gantry/internal/budget"
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/identity"
+	"github.com/gantryhq/gantry/internal/template"
 	"github.com/gantryhq/gantry/internal/workload"
 )
 
@@ -192,4 +193,46 @@ func (h *harness) objects(t *testing.T) int {
 		t.Fatal(err)
 	}
 	return len(objs)
+}
+
+// TestSpotEvictions: a spot job starts again after each of its template's
+// spotRequeues (3) evictions, counted once per pod however often reported;
+// the next fails it and stops its Job. A job not on spot is not counted.
+func TestSpotEvictions(t *testing.T) {
+	h := newHarness(t)
+	ctx := asAlice()
+	// batch-inference runs on spot.
+	w, _, err := h.svc.Create(ctx, "alice", workload.Request{Template: "batch-inference", Team: "vision", Choice: template.Choice{Params: map[string]any{"input": "p.jsonl"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.svc.Report(ctx, w.ID, workload.Running, ""); err != nil {
+		t.Fatal(err)
+	}
+	for i, pods := range [][]string{{"uid-1"}, {"uid-1"}, {"uid-1", "uid-2"}, {"uid-3"}} {
+		got, err := h.svc.Evicted(context.Background(), w.ID, pods)
+		if err != nil || got.Status != workload.Running {
+			t.Fatalf("report %d: %s (%s) %v", i, got.Status, got.Reason, err)
+		}
+	}
+	got, _ := h.store.Workload(context.Background(), w.ID)
+	if len(got.SpotEvictions) != 3 {
+		t.Fatalf("evictions %v, want 3", got.SpotEvictions)
+	}
+	got, err = h.svc.Evicted(context.Background(), w.ID, []string{"uid-4"})
+	if err != nil || got.Status != workload.Failed || !strings.Contains(got.Reason, "evicted from spot capacity 4 times") {
+		t.Fatalf("the fourth eviction: %s (%s) %v", got.Status, got.Reason, err)
+	}
+	if o, ok := h.cluster.Object(w.ID); !ok || o.Running {
+		t.Errorf("its Job is still running: %+v", o)
+	}
+	// A later report changes nothing.
+	if got, err := h.svc.Evicted(context.Background(), w.ID, []string{"uid-5"}); err != nil || len(got.SpotEvictions) != 4 {
+		t.Errorf("after it failed: %v %v", got.SpotEvictions, err)
+	}
+	// pytorch-train is not on spot: its evictions are not counted.
+	train, _, _ := h.svc.Create(ctx, "alice", workload.Request{Template: "pytorch-train", Team: "vision"})
+	if got, err := h.svc.Evicted(context.Background(), train.ID, []string{"a", "b", "c", "d", "e"}); err != nil || len(got.SpotEvictions) != 0 {
+		t.Errorf("on-demand job: %v %v", got.SpotEvictions, err)
+	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/gantryhq/gantry/internal/catalog"
 	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/template"
 )
 
 // transition moves a workload through the lifecycle table in one store
@@ -160,4 +161,55 @@ func (s *Service) tell(ctx context.Context, w Workload, do func(context.Context)
 		return nil // nothing on the cluster to change
 	}
 	return err
+}
+
+// maxEvictionsKept bounds the eviction UIDs a workload keeps.
+const maxEvictionsKept = 64
+
+// Evicted records the pods of a workload's Job that the cluster disrupted.
+// For a job on spot capacity each is one requeue (the Job starts a new pod;
+// its pod failure policy does not count it as a retry); past its template's
+// spotRequeues the workload fails and its Job is stopped. Other workloads'
+// evictions are the cluster's business (a Deployment replaces its pod).
+func (s *Service) Evicted(ctx context.Context, id string, pods []string) (Workload, error) {
+	w, err := s.store.Workload(ctx, id)
+	if err != nil {
+		return w, err
+	}
+	v, err := s.templates.Get(ctx, w.Template, w.TemplateVersion)
+	if err != nil {
+		return w, err
+	}
+	sched := v.Template.Spec.Scheduling
+	if w.Kind != template.Job || !sched.Spot {
+		return w, nil
+	}
+	limit := sched.Requeues()
+	failed := false
+	w, err = s.store.UpdateWorkload(ctx, id, func(w Workload) (Workload, error) {
+		if _, live := Next(w.Status, SpotGone); !live {
+			return w, nil // stopped, ended or held: its evictions no longer count
+		}
+		seen := map[string]bool{}
+		for _, uid := range w.SpotEvictions {
+			seen[uid] = true
+		}
+		for _, uid := range pods {
+			if !seen[uid] && len(w.SpotEvictions) < maxEvictionsKept {
+				seen[uid] = true
+				w.SpotEvictions = append(w.SpotEvictions, uid)
+			}
+		}
+		if n := len(w.SpotEvictions); n > limit {
+			out, _, err := Transition(w, SpotGone, fmt.Sprintf("evicted from spot capacity %d times; template %s starts a job again after at most %d (spec.scheduling.spotRequeues)", n, w.Template, limit), s.clock())
+			failed = err == nil
+			return out, err
+		}
+		return w, nil
+	})
+	if err != nil || !failed {
+		return w, err
+	}
+	s.log.Info("spot job failed after its requeues", "workload", id, "evictions", len(w.SpotEvictions))
+	return w, s.tell(ctx, w, func(ctx context.Context) error { return s.cluster.SetRunning(ctx, s.ref(w), false) })
 }

@@ -30,6 +30,7 @@ const (
 	Stop     Trigger = "stop"      // its owner or a team-admin stopped it
 	Expire   Trigger = "expire"    // it ran past its template's max runtime
 	IdleStop Trigger = "idle-stop" // the idle culler stopped it
+	SpotGone Trigger = "spot-gone" // evicted from spot capacity more often than its template allows
 	Start    Trigger = "start"     // a stopped workload was started again
 	Delete   Trigger = "delete"    // its owner or a team-admin deleted it
 )
@@ -37,7 +38,7 @@ const (
 // Triggers lists every trigger, for tests and documentation.
 var Triggers = []Trigger{
 	ReportedPending, ReportedQueued, ReportedScheduled, ReportedRunning, ReportedSucceeded, ReportedFailed,
-	Refused, Approve, Deny, Admit, Stop, Expire, IdleStop, Start, Delete,
+	Refused, Approve, Deny, Admit, Stop, Expire, IdleStop, SpotGone, Start, Delete,
 }
 
 // Reported is the trigger of the cluster reporting st; "" for a status the
@@ -96,7 +97,7 @@ func live() map[Trigger]Status {
 	return map[Trigger]Status{
 		ReportedPending: Pending, ReportedQueued: Queued, ReportedScheduled: Scheduled, ReportedRunning: Running,
 		ReportedSucceeded: Succeeded, ReportedFailed: Failed,
-		Admit: Pending, Refused: Failed,
+		Admit: Pending, Refused: Failed, SpotGone: Failed,
 		Stop: Stopped, Expire: Stopped, IdleStop: IdleStopped, Delete: Deleted,
 	}
 }

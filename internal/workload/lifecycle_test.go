@@ -34,7 +34,7 @@ func TestTransitionTable(t *testing.T) {
 				return Stopped, true
 			case IdleStop:
 				return IdleStopped, true
-			case Refused:
+			case Refused, SpotGone:
 				return Failed, true
 			case Admit:
 				return Pending, true

@@ -88,6 +88,9 @@ type Workload struct {
 	// Approval is why the launch needed a team-admin's approval and what
 	// became of it (zero when it needed none).
 	Approval Approval
+	// SpotEvictions are the UIDs of a spot job's pods the cluster evicted:
+	// it started again after each, up to its template's spotRequeues.
+	SpotEvictions []string
 
 	// TemplateStatus is its template version's standing (deprecated,
 	// revoked; "" when active), looked up when the workload is read, not stored.

@@ -53,3 +53,6 @@ CREATE TABLE team_settings (
     updated_by TEXT   NOT NULL,
     updated_at BIGINT NOT NULL
 );
+-- The pods of a spot job the cluster evicted (their UIDs, comma-separated):
+-- the job starts again after each, up to its template's spotRequeues.
+ALTER TABLE workloads ADD COLUMN spot_evictions TEXT NOT NULL DEFAULT '';

@@ -2,7 +2,13 @@
 // the tools module (deploy/cluster) that builds the local control plane.
 package deploy
 
-import _ "embed"
+import (
+	_ "embed"
+	"fmt"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+)
 
 // PriorityClasses is priorityclasses.yaml: the gantry-low, gantry-normal and
 // gantry-high PriorityClasses that rendered pods name.
@@ -24,3 +30,38 @@ var RuntimeClasses []byte
 //
 //go:embed kubevirt/crds.yaml
 var KubeVirtCRDs []byte
+
+// Priority is a template priority (low, normal, high) and its PriorityClass
+// value.
+type Priority struct {
+	Name  string
+	Value int64
+}
+
+// Priorities are the template priorities of PriorityClasses, in its order.
+var Priorities = func() []Priority {
+	var out []Priority
+	for _, doc := range strings.Split(string(PriorityClasses), "\n---\n") {
+		var pc struct {
+			Metadata struct {
+				Name string `json:"name"`
+			} `json:"metadata"`
+			Value int64 `json:"value"`
+		}
+		if err := yaml.Unmarshal([]byte(doc), &pc); err != nil || !strings.HasPrefix(pc.Metadata.Name, "gantry-") {
+			panic(fmt.Sprintf("deploy/priorityclasses.yaml: %v %q", err, pc.Metadata.Name)) // embedded, checked by the tests
+		}
+		out = append(out, Priority{Name: strings.TrimPrefix(pc.Metadata.Name, "gantry-"), Value: pc.Value})
+	}
+	return out
+}()
+
+// PriorityValue is a template priority's value (0 if unknown).
+func PriorityValue(name string) int64 {
+	for _, p := range Priorities {
+		if p.Name == name {
+			return p.Value
+		}
+	}
+	return 0
+}

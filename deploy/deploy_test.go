@@ -1,4 +1,4 @@
-package deploy
+package deploy_test
 
 import (
 	"os"
@@ -11,6 +11,7 @@ import (
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/gantryhq/gantry/deploy"
 	"github.com/gantryhq/gantry/internal/render"
 	"github.com/gantryhq/gantry/internal/template"
 )
@@ -41,6 +42,9 @@ func TestPriorityClasses(t *testing.T) {
 			t.Errorf("priority %q is not above the one before", p)
 		}
 		prev = v
+		if deploy.PriorityValue(p) != int64(v) {
+			t.Errorf("priority %q: PriorityValue %d, want %d", p, deploy.PriorityValue(p), v)
+		}
 	}
 }
 

@@ -9,11 +9,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gantryhq/gantry/internal/waitfor"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
+
+	"github.com/gantryhq/gantry/internal/waitfor"
 )
 
 var vmGVR = schema.GroupVersionResource{Group: "kubevirt.io", Version: "v1", Resource: "virtualmachines"}
@@ -41,11 +42,18 @@ func TestVMLifecycle(t *testing.T) {
 		t.Fatalf("launch: %d %+v", s, w)
 	}
 	vms := dyn.Resource(vmGVR).Namespace("gantry-vision")
-	vm, err := vms.Get(ctx, w.Name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rs, _, _ := unstructured.NestedString(vm.Object, "spec", "runStrategy")
+	// Queued by Gantry in Kueue: created halted, started once admitted.
+	var vm *unstructured.Unstructured
+	var rs string
+	waitfor.Until(t, 60*time.Second, "the VM started once Kueue admits it", func() error {
+		if vm, err = vms.Get(ctx, w.Name, metav1.GetOptions{}); err != nil {
+			return err
+		}
+		if rs, _, _ = unstructured.NestedString(vm.Object, "spec", "runStrategy"); rs != "Always" {
+			return fmt.Errorf("runStrategy %s", rs)
+		}
+		return nil
+	})
 	gpus, _, _ := unstructured.NestedSlice(vm.Object, "spec", "template", "spec", "domain", "devices", "gpus")
 	vols, _, _ := unstructured.NestedSlice(vm.Object, "spec", "template", "spec", "volumes")
 	disk, _, _ := unstructured.NestedString(vols[0].(map[string]any), "containerDisk", "image")
@@ -71,7 +79,9 @@ func TestVMLifecycle(t *testing.T) {
 	}
 	setStatus("ErrorUnschedulable", map[string]any{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
 		"message": "0/11 nodes are available: 11 Insufficient nvidia.com/AD104GL_L4."})
-	got := waitFor(t, g, w.ID, func(x wl) bool { return x.Reason != "" })
+	// Kueue's Workload and the VM are watched apart: the first report may
+	// still see it queued; the scheduler's reason follows.
+	got := waitFor(t, g, w.ID, func(x wl) bool { return x.Status == "Pending" && x.Reason != "" })
 	if got.Status != "Pending" || got.Reason != "0/11 nodes are available: 11 Insufficient nvidia.com/AD104GL_L4." {
 		t.Errorf("unschedulable VM: %+v", got)
 	}
@@ -98,9 +108,12 @@ func TestVMLifecycle(t *testing.T) {
 	if s := g.post("/api/v1/workloads/"+w.ID+"/start", nil, &started); s != 200 || started.Status != "Pending" {
 		t.Fatalf("start: %d %+v", s, started)
 	}
-	if rs := runStrategy(); rs != "Always" {
-		t.Errorf("after start, runStrategy %q", rs)
-	}
+	waitfor.Until(t, 60*time.Second, "the VM started again once Kueue admits it again", func() error {
+		if rs := runStrategy(); rs != "Always" {
+			return fmt.Errorf("runStrategy %s", rs)
+		}
+		return nil
+	})
 	setStatus("Running", map[string]any{"type": "Ready", "status": "True"})
 	g.waitStatus(w.ID, "Running")
 

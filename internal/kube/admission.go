@@ -105,16 +105,18 @@ func (c *Cluster) activateCheck(ctx context.Context) error {
 // (workload.Service.Admission).
 type Decider func(ctx context.Context, workloadID string) (workload.Admission, error)
 
-// RunAdmissionChecks is Gantry's AdmissionCheck controller (on the leader,
-// until ctx ends): every Kueue Workload carrying Gantry's check is queued on
-// a workqueue, on each change and every resync, and its check set to what
-// decide says — Ready, Pending (held for approval) or Rejected — with retries
-// and backoff on failure. The AdmissionCheck object is marked Active once it
-// exists (syncQuotas applies it).
+// RunQueueController is Gantry's controller of Kueue's Workloads (on the
+// leader, until ctx ends): every Kueue Workload is queued on a workqueue, on
+// each change and every resync, with retries and backoff on failure. One
+// carrying Gantry's AdmissionCheck gets the check decide says — Ready,
+// Pending (held for approval) or Rejected; one that queues a VM starts or
+// halts it as Kueue admits it or takes the admission back. The
+// AdmissionCheck object is marked Active once it exists (syncQuotas applies
+// it).
 //
 // Only Kueue Workloads in namespaces starting with namespacePrefix (this
 // install's teams) are decided: another install's are its own.
-func (c *Cluster) RunAdmissionChecks(ctx context.Context, namespacePrefix string, decide Decider, resync time.Duration, log *slog.Logger) error {
+func (c *Cluster) RunQueueController(ctx context.Context, namespacePrefix string, decide Decider, resync time.Duration, log *slog.Logger) error {
 	f := dynamicinformer.NewDynamicSharedInformerFactory(c.dyn, resync)
 	inf := f.ForResource(kueueWorkloads).Informer()
 	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())
@@ -170,6 +172,9 @@ func (c *Cluster) checkOne(ctx context.Context, inf cache.SharedIndexInformer, k
 	if !ok {
 		return nil
 	}
+	if err := c.syncVM(ctx, u); err != nil {
+		return err
+	}
 	if _, _, found := checkState(u); !found {
 		return nil
 	}
@@ -182,4 +187,125 @@ func (c *Cluster) checkOne(ctx context.Context, inf cache.SharedIndexInformer, k
 		}
 	}
 	return c.setCheck(ctx, u, a)
+}
+
+// setVMActive stops or starts a VM that Gantry queues (its VirtualMachine
+// labelled for the queue, with a Kueue Workload of the same name): a stop
+// deactivates the Kueue Workload (freeing its quota), halts the VM and says
+// so on it; a start activates the Kueue Workload and clears the mark, and
+// the VM starts once Kueue admits it again (syncVM). A VM without the label
+// (made before Kueue was on) is halted or started as ever.
+func (c *Cluster) setVMActive(ctx context.Context, o workload.ObjectRef, run bool) (queued bool, err error) {
+	vm, err := c.dyn.Resource(vmResource).Namespace(o.Namespace).Get(ctx, o.Name, metav1.GetOptions{})
+	if err != nil {
+		return false, classify(err, "VirtualMachine", o.Name)
+	}
+	if _, ok := vm.GetLabels()[quota.LabelQueueName]; !ok {
+		return false, nil
+	}
+	active, _ := json.Marshal(map[string]any{"spec": map[string]any{"active": run}})
+	if _, err := c.dyn.Resource(kueueWorkloads).Namespace(o.Namespace).Patch(ctx, o.Name, types.MergePatchType, active, metav1.PatchOptions{FieldManager: FieldManager}); err != nil && !apierrors.IsNotFound(err) {
+		return true, classify(err, "Kueue Workload", o.Name)
+	}
+	ann := map[string]any{AnnotationStopped: nil}
+	spec := map[string]any{}
+	if !run {
+		ann[AnnotationStopped] = "true"
+		spec["runStrategy"] = "Halted"
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": ann}, "spec": spec})
+	if _, err := c.dyn.Resource(vmResource).Namespace(o.Namespace).Patch(ctx, o.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager}); err != nil {
+		return true, classify(err, "VirtualMachine", o.Name)
+	}
+	return true, nil
+}
+
+// admitted reports whether Kueue admits a Workload now.
+func admitted(u *unstructured.Unstructured) bool {
+	if active, found, _ := unstructured.NestedBool(u.Object, "spec", "active"); found && !active {
+		return false
+	}
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, c := range conds {
+		if m, _ := c.(map[string]any); m["type"] == "Admitted" {
+			return m["status"] == "True"
+		}
+	}
+	return false
+}
+
+// syncVM runs a queued VM while Kueue admits its Workload and halts it when
+// Kueue takes the admission back (preemption, eviction) — unless Gantry
+// stopped it. A Workload that queues no VM is left alone.
+func (c *Cluster) syncVM(ctx context.Context, u *unstructured.Unstructured) error {
+	name := ""
+	for _, r := range u.GetOwnerReferences() {
+		if r.Kind == "VirtualMachine" {
+			name = r.Name
+		}
+	}
+	if name == "" {
+		return nil
+	}
+	vm, err := c.dyn.Resource(vmResource).Namespace(u.GetNamespace()).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return classify(err, "VirtualMachine", name)
+	}
+	want := "Halted"
+	if admitted(u) && !evicted(u) && vm.GetAnnotations()[AnnotationStopped] == "" {
+		want = "Always"
+	}
+	if current, _, _ := unstructured.NestedString(vm.Object, "spec", "runStrategy"); current != want {
+		patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"runStrategy": want}})
+		_, err = c.dyn.Resource(vmResource).Namespace(u.GetNamespace()).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+		if err != nil {
+			return classify(err, "VirtualMachine", name)
+		}
+	}
+	if evicted(u) {
+		return c.release(ctx, u)
+	}
+	return nil
+}
+
+// evicted reports whether Kueue evicted a Workload that still holds its
+// quota reservation (deactivated, preempted): the job's controller — for a
+// VM, Gantry — must stop it and give the reservation back.
+func evicted(u *unstructured.Unstructured) bool {
+	if _, found, _ := unstructured.NestedMap(u.Object, "status", "admission"); !found {
+		return false
+	}
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, c := range conds {
+		if m, _ := c.(map[string]any); m["type"] == "Evicted" {
+			return m["status"] == "True"
+		}
+	}
+	return false
+}
+
+// release gives an evicted Workload's quota reservation back once its VM is
+// halted, as Kueue's job integrations do for their jobs: no admission, and
+// QuotaReserved and Admitted false. Kueue then queues it again (when active).
+func (c *Cluster) release(ctx context.Context, u *unstructured.Unstructured) error {
+	now := time.Now().UTC().Format(time.RFC3339)
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for i, cond := range conds {
+		m, _ := cond.(map[string]any)
+		switch m["type"] {
+		case "QuotaReserved", "Admitted":
+			m["status"], m["reason"], m["message"], m["lastTransitionTime"] = "False", "Pending", "The VM was halted after its eviction", now
+			conds[i] = m
+		}
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": u.GetResourceVersion()},
+		"status": map[string]any{"admission": nil, "conditions": conds}})
+	_, err := c.dyn.Resource(kueueWorkloads).Namespace(u.GetNamespace()).Patch(ctx, u.GetName(), types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager}, "status")
+	if err != nil && !apierrors.IsNotFound(err) {
+		return classify(err, "Kueue Workload", u.GetName())
+	}
+	return nil
 }

@@ -54,6 +54,8 @@ var resources = map[schema.GroupVersionKind]schema.GroupVersionResource{
 	{Group: "", Version: "v1", Kind: "PersistentVolumeClaim"}:          {Group: "", Version: "v1", Resource: "persistentvolumeclaims"},
 	{Group: "networking.k8s.io", Version: "v1", Kind: "NetworkPolicy"}: {Group: "networking.k8s.io", Version: "v1", Resource: "networkpolicies"},
 	vmKind: vmResource,
+	// The Kueue Workload that queues a VM (render.vmWorkload).
+	{Group: "kueue.x-k8s.io", Version: "v1beta2", Kind: "Workload"}: kueueWorkloads,
 }
 
 // KubeVirt's VirtualMachine, the primary object of a vm workload.
@@ -211,7 +213,11 @@ func (c *Cluster) Apply(ctx context.Context, objs []render.Object) error {
 		Controller: ptr(true), BlockOwnerDeletion: ptr(true),
 	}
 	for _, o := range rest {
-		if _, err := c.apply(ctx, o, &owner); err != nil {
+		own := owner
+		if o.GetObjectKind().GroupVersionKind().Kind == "Workload" {
+			own.Controller = nil // Kueue must not take the VM for a job of one of its integrations
+		}
+		if _, err := c.apply(ctx, o, &own); err != nil {
 			return err
 		}
 	}
@@ -280,6 +286,11 @@ func (c *Cluster) SetRunning(ctx context.Context, o workload.ObjectRef, run bool
 			return err
 		}
 	}
+	if o.Kind == "VirtualMachine" && c.kueue {
+		if queued, err := c.setVMActive(ctx, o, run); queued || err != nil {
+			return err
+		}
+	}
 	var spec map[string]any
 	switch o.Kind {
 	case "Job":
@@ -319,6 +330,10 @@ func running(u *unstructured.Unstructured) bool {
 		n, found, _ := unstructured.NestedInt64(u.Object, "spec", "replicas")
 		return !found || n > 0
 	case "VirtualMachine":
+		if _, queued := u.GetLabels()[quota.LabelQueueName]; queued {
+			// Halted until Kueue admits it: Gantry's stop is an annotation.
+			return u.GetAnnotations()[AnnotationStopped] == ""
+		}
 		s, _, _ := unstructured.NestedString(u.Object, "spec", "runStrategy")
 		return s != "Halted"
 	}

@@ -3,6 +3,7 @@ package kube_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"testing"
@@ -10,6 +11,9 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 
 	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/kube"
@@ -238,4 +242,79 @@ func h100Total(t *testing.T) int {
 		}
 	}
 	return total
+}
+
+// TestVMQueue: Gantry queues VMs itself. With one L4 of quota, the first VM
+// is started once Kueue admits its Workload, the second stays halted and is
+// Queued with its place; stopping the first frees the quota and the second
+// starts; starting the first again queues it.
+func TestVMQueue(t *testing.T) {
+	q := newQueueTest(t, map[string]quota.Quota{"vmq": {GPUs: map[string]float64{"L4": 1}}})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ready := func(context.Context, string) (workload.Admission, error) {
+		return workload.Admission{State: workload.AdmissionReady}, nil
+	}
+	done := make(chan error, 1)
+	go func() { done <- q.k.RunQueueController(ctx, "gantry-", ready, 0, slog.New(slog.DiscardHandler)) }()
+	defer func() { cancel(); <-done }()
+	vm := template.Choice{Params: map[string]any{"sshPublicKey": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKubeTestKey0000000000000000000000000000 bob@host"}}
+	q.launch("gpu-vm", "vmq00001", "vmq", vm)
+	dyn, err := dynamic.NewForConfig(cluster.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	strategy := func(id string) string {
+		u, err := dyn.Resource(schema.GroupVersionResource{Group: "kubevirt.io", Version: "v1", Resource: "virtualmachines"}).
+			Namespace("gantry-vmq").Get(ctx, "gpu-vm-"+id, metav1.GetOptions{})
+		if err != nil {
+			return err.Error()
+		}
+		s, _, _ := unstructured.NestedString(u.Object, "spec", "runStrategy")
+		return s
+	}
+	wait := func(id, want string) {
+		t.Helper()
+		waitfor.Until(t, 90*time.Second, id+" "+want, func() error {
+			if got := strategy(id); got != want {
+				return fmt.Errorf("runStrategy %s", got)
+			}
+			return nil
+		})
+	}
+	wait("vmq00001", "Always")
+	q.launch("gpu-vm", "vmq00002", "vmq", vm)
+	waitfor.Until(t, 60*time.Second, "the second VM queued with Kueue's reason and its place", func() error {
+		if o, ok := q.w.Observe("vmq00002"); !ok || o.Phase != "Queued" || o.Position != 1 || !strings.Contains(o.Reason, "insufficient unused quota") {
+			return fmt.Errorf("%s, position %d (%s)", o.Phase, o.Position, o.Reason)
+		}
+		return nil
+	})
+	if got := strategy("vmq00002"); got != "Halted" {
+		t.Fatalf("the queued VM runs: %s", got)
+	}
+	first := workload.ObjectRef{Namespace: "gantry-vmq", Kind: "VirtualMachine", Name: "gpu-vm-vmq00001", WorkloadID: "vmq00001"}
+	if err := q.k.SetRunning(ctx, first, false); err != nil {
+		t.Fatal(err)
+	}
+	wait("vmq00001", "Halted")
+	wait("vmq00002", "Always")
+	if err := q.k.SetRunning(ctx, first, true); err != nil {
+		t.Fatal(err)
+	}
+	q.phases(map[string]string{"vmq00001": "Queued"})
+	if got := strategy("vmq00001"); got != "Halted" {
+		t.Errorf("started again while the quota is used: %s", got)
+	}
+	// What Gantry's lifecycle loop reads: the stopped-then-started VM wants
+	// to run, though it is halted in the queue.
+	objs, err := q.k.Managed(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objs {
+		if o.WorkloadID == "vmq00001" && !o.Running {
+			t.Errorf("a queued VM is seen as stopped: the lifecycle loop would start it past Kueue")
+		}
+	}
 }

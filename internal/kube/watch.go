@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/gantryhq/gantry/internal/quota"
 	"github.com/gantryhq/gantry/internal/render"
 )
 
@@ -112,7 +113,7 @@ func (w *Watcher) OnChange(changed func(workloadID string)) error {
 		// is that object's workload's.
 		owner := func(u *unstructured.Unstructured) {
 			for _, r := range u.GetOwnerReferences() {
-				inf := map[string]cache.SharedIndexInformer{"Job": w.jobs, "Pod": w.pods}[r.Kind]
+				inf := map[string]cache.SharedIndexInformer{"Job": w.jobs, "Pod": w.pods, "VirtualMachine": w.vms}[r.Kind]
 				if inf == nil {
 					continue
 				}
@@ -180,7 +181,13 @@ func (w *Watcher) Observe(id string) (Observation, bool) {
 	if w.vms != nil {
 		if vms, _ := w.vms.GetIndexer().ByIndex(byWorkload, id); len(vms) > 0 {
 			if u, ok := vms[0].(*unstructured.Unstructured); ok {
-				return ObserveVM(u)
+				o, ok := ObserveVM(u)
+				if _, queued := u.GetLabels()[quota.LabelQueueName]; queued && w.queued != nil && (!ok || o.Phase == "Pending") {
+					if q, waiting := w.queuedBy(id, ownerKey(u.GetNamespace(), "VirtualMachine", u.GetName())); waiting {
+						return q, true
+					}
+				}
+				return o, ok
 			}
 		}
 	}
@@ -241,6 +248,12 @@ func (w *Watcher) queuedFor(id string, jobs []*batchv1.Job, pods []*corev1.Pod) 
 	for _, p := range pods {
 		keys = append(keys, ownerKey(p.Namespace, "Pod", p.Name))
 	}
+	return w.queuedBy(id, keys...)
+}
+
+// queuedBy says whether a Kueue Workload owned by one of the objects keys
+// name (ownerKey) waits for admission, why, and where.
+func (w *Watcher) queuedBy(id string, keys ...string) (Observation, bool) {
 	for _, k := range keys {
 		objs, _ := w.queued.GetIndexer().ByIndex(byOwner, k)
 		for _, obj := range objs {

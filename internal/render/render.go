@@ -28,11 +28,13 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/gantryhq/gantry/deploy"
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/quantity"
@@ -151,7 +153,16 @@ func Objects(r *template.Resolved, m Meta) ([]Object, error) {
 		if err != nil {
 			return nil, err
 		}
-		return []Object{vm}, nil
+		if !m.Kueue {
+			return []Object{vm}, nil
+		}
+		// KubeVirt's Kueue integration needs Kueue's webhooks: Gantry
+		// queues a VM itself, with a Kueue Workload that asks for its GPUs.
+		// The VM waits halted until Kueue admits that Workload; Gantry's
+		// Kueue controller then starts it (and halts it if Kueue evicts).
+		vm.Spec.RunStrategy = ptr(kubevirtv1.RunStrategyHalted)
+		vm.Labels[quota.LabelQueueName] = quota.LocalQueue
+		return []Object{vm, b.vmWorkload(pod)}, nil
 	case template.Job:
 		objs := b.jobObjects(claims, pod, podMeta)
 		if queued {
@@ -429,6 +440,42 @@ func (b *builder) enqueue(pod *corev1.PodSpec, podMeta *metav1.ObjectMeta) {
 		podMeta.Labels[quota.LabelManagedPod] = "true"
 		pod.SchedulingGates = append(pod.SchedulingGates, corev1.PodSchedulingGate{Name: quota.GatePodAdmission})
 	}
+}
+
+// vmWorkload is the Kueue Workload that queues a VM: one pod set asking for
+// its GPUs as whole GPUs (1000 thousandths each), tolerating its class's
+// flavor, at its priority, named and labelled like the VM.
+func (b *builder) vmWorkload(pod corev1.PodSpec) Object {
+	tolerations := []any{map[string]any{"key": quota.TaintGPUClass, "operator": "Equal", "value": b.r.Class.Name, "effect": "NoSchedule"}}
+	for _, t := range pod.Tolerations {
+		if t.Key == TaintSpot {
+			tolerations = append(tolerations, map[string]any{"key": t.Key, "operator": string(t.Operator), "effect": string(t.Effect)})
+		}
+	}
+	gpus := fmt.Sprint(b.r.Count)
+	meta := b.meta(b.name)
+	labels := map[string]any{}
+	for k, v := range meta.Labels {
+		labels[k] = v
+	}
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": quota.APIVersion, "kind": "Workload",
+		"metadata": map[string]any{"name": meta.Name, "namespace": meta.Namespace, "labels": labels},
+		"spec": map[string]any{
+			"queueName":        quota.LocalQueue,
+			"priorityClassRef": map[string]any{"group": "kueue.x-k8s.io", "kind": "WorkloadPriorityClass", "name": b.kueuePriority(&pod)},
+			// What Kueue's defaulting webhook would set from the class.
+			"priority": deploy.PriorityValue(strings.TrimPrefix(pod.PriorityClassName, PriorityClassPrefix)),
+			"podSets": []any{map[string]any{
+				"name": "vm", "count": int64(1),
+				"template": map[string]any{"spec": map[string]any{
+					"containers": []any{map[string]any{"name": "vm", "resources": map[string]any{
+						"requests": map[string]any{"nvidia.com/gpu": gpus}, "limits": map[string]any{"nvidia.com/gpu": gpus}}}},
+					"tolerations": tolerations,
+				}},
+			}},
+		},
+	}}
 }
 
 // kueuePriority is the WorkloadPriorityClass of the pod's priority.

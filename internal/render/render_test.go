@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"flag"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -18,8 +19,10 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	psa "k8s.io/pod-security-admission/api"
 	"k8s.io/pod-security-admission/policy"
+	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/gantryhq/gantry/internal/gpu"
@@ -599,8 +602,32 @@ func TestKueue(t *testing.T) {
 			}
 			queued := on && tc.kind != "VirtualMachine"
 			if tc.kind == "VirtualMachine" {
-				if _, ok := primary.GetLabels()["kueue.x-k8s.io/queue-name"]; ok {
-					t.Errorf("%s: a VM is labelled for a queue", tc.template)
+				// Queued by Gantry: halted, with a Kueue Workload asking for
+				// its GPUs in its class's flavor; its pods are not Kueue's.
+				vm := primary.(*kubevirtv1.VirtualMachine)
+				halted := vm.Spec.RunStrategy != nil && *vm.Spec.RunStrategy == kubevirtv1.RunStrategyHalted
+				_, labelled := vm.Labels["kueue.x-k8s.io/queue-name"]
+				var wl *unstructured.Unstructured
+				for _, o := range objs {
+					if u, ok := o.(*unstructured.Unstructured); ok && u.GetKind() == "Workload" {
+						wl = u
+					}
+				}
+				if halted != on || labelled != on || (wl != nil) != on {
+					t.Errorf("gpu-vm (kueue %v): halted %v, labelled %v, Kueue Workload %v", on, halted, labelled, wl != nil)
+				}
+				if _, gated := vm.Spec.Template.ObjectMeta.Labels["kueue.x-k8s.io/queue-name"]; gated {
+					t.Errorf("gpu-vm: its launcher pod is labelled for Kueue's pod integration")
+				}
+				if wl != nil {
+					sets, _, _ := unstructured.NestedSlice(wl.Object, "spec", "podSets")
+					ctr, _, _ := unstructured.NestedSlice(sets[0].(map[string]any), "template", "spec", "containers")
+					gpus, _, _ := unstructured.NestedString(ctr[0].(map[string]any), "resources", "requests", "nvidia.com/gpu")
+					tol, _, _ := unstructured.NestedSlice(sets[0].(map[string]any), "template", "spec", "tolerations")
+					if q, _, _ := unstructured.NestedString(wl.Object, "spec", "queueName"); q != "gantry" || gpus != fmt.Sprint(r.Count) || len(tol) == 0 || wl.GetName() != vm.Name ||
+						wl.GetLabels()["gantry.dev/workload-id"] != vm.Labels["gantry.dev/workload-id"] {
+						t.Errorf("the VM's Kueue Workload: %v", wl.Object)
+					}
 				}
 				continue
 			}

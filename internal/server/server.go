@@ -29,7 +29,6 @@ import (
 	"golang.org/x/sync/errgroup"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
-	"sigs.k8s.io/yaml"
 
 	"github.com/gantryhq/gantry"
 	"github.com/gantryhq/gantry/api"
@@ -55,7 +54,6 @@ import (
 	"github.com/gantryhq/gantry/internal/overrides"
 	"github.com/gantryhq/gantry/internal/promsource"
 	"github.com/gantryhq/gantry/internal/quota"
-	"github.com/gantryhq/gantry/internal/render"
 	"github.com/gantryhq/gantry/internal/store"
 	"github.com/gantryhq/gantry/internal/team"
 	"github.com/gantryhq/gantry/internal/telemetry"
@@ -607,7 +605,7 @@ func (s *Server) lead(ctx context.Context, c *kube.Cluster) error {
 	if s.Config.Quota.Kueue {
 		g.Go(func() error { return s.every(gctx, s.Config.Reconcile(), s.syncQuotas(c)) })
 		g.Go(func() error {
-			return c.RunAdmissionChecks(gctx, s.Config.NamespacePrefix, s.Workloads.Admission, s.Config.Reconcile(), s.Log)
+			return c.RunQueueController(gctx, s.Config.NamespacePrefix, s.Workloads.Admission, s.Config.Reconcile(), s.Log)
 		})
 	}
 	return g.Wait()
@@ -667,17 +665,8 @@ func (s *Server) syncQuotas(c *kube.Cluster) func(context.Context) {
 // deploy/priorityclasses.yaml (gantry-<priority>), as Kueue sees them.
 var priorities = func() []quota.Priority {
 	var out []quota.Priority
-	for _, doc := range strings.Split(string(deploy.PriorityClasses), "\n---\n") {
-		var pc struct {
-			Metadata struct {
-				Name string `json:"name"`
-			} `json:"metadata"`
-			Value int64 `json:"value"`
-		}
-		if err := yaml.Unmarshal([]byte(doc), &pc); err != nil || !strings.HasPrefix(pc.Metadata.Name, render.PriorityClassPrefix) {
-			panic(fmt.Sprintf("deploy/priorityclasses.yaml: %v %q", err, pc.Metadata.Name)) // embedded, checked by the tests
-		}
-		out = append(out, quota.Priority{Name: strings.TrimPrefix(pc.Metadata.Name, render.PriorityClassPrefix), Value: pc.Value})
+	for _, p := range deploy.Priorities {
+		out = append(out, quota.Priority{Name: p.Name, Value: p.Value})
 	}
 	return out
 }()

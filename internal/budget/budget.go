@@ -1,11 +1,13 @@
-// Package budget owns the money rules of cost governance as plain data and
-// pure functions: a team's dollar budget per period (monthly, weekly or a
-// custom number of days), its alert thresholds and what happens when it is
-// spent (warn, require approval, block), per-cost-center budgets, and when a
-// launch needs a team-admin's approval (its cost at the template's max
-// runtime above the team's per-launch ceiling). Spend comes in; a status, a
-// banner and a launch verdict come out. Amounts are USD, as the GPU classes'
-// prices are.
+// Package budget owns the money rules of cost governance: as plain data and
+// pure functions (budget.go) a team's dollar budget per period (monthly,
+// weekly or a custom number of days), its alert thresholds and what happens
+// when it is spent (warn, require approval, block), per-cost-center budgets,
+// and when a launch needs a team-admin's approval (its cost at the
+// template's max runtime above the team's per-launch ceiling) — spend in, a
+// status, a banner and a launch verdict out; and the Service over them
+// (service.go), which meters the teams' spend, answers launches and sends
+// each threshold's alert once. Amounts are USD, as the GPU classes' prices
+// are.
 package budget
 
 import (

@@ -144,13 +144,17 @@ func (s *Service) Month(ctx context.Context, team string, spent float64, from, t
 	return &st, alerts, err
 }
 
-// Held says whether the team's budget is spent under block, and why.
-func (s *Service) Held(ctx context.Context, team string) (string, bool) {
+// Held says whether the team's budget is spent under block, and why; an
+// error means it is not known (the caller keeps what it did last).
+func (s *Service) Held(ctx context.Context, team string) (string, bool, error) {
 	st, _, err := s.Status(ctx, team)
-	if err != nil || st == nil || st.State != Exceeded || st.AtLimit != Block {
-		return "", false
+	if err != nil {
+		return "", false, err
 	}
-	return st.Banner, true
+	if st == nil || st.State != Exceeded || st.AtLimit != Block {
+		return "", false, nil
+	}
+	return st.Banner, true, nil
 }
 
 // Run is one pass of the alert loop (on the leader): every team budget and

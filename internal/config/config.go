@@ -125,7 +125,7 @@ type Quota struct {
 type Notify struct {
 	// WebhookURL receives budget alerts as Slack-compatible JSON; "" keeps
 	// them in the outbox (and the audit log and banner) only.
-	WebhookURL string `json:"webhookURL"`
+	WebhookURL Secret `json:"webhookURL"` // a credential (a Slack webhook's URL is): never logged
 	// WebhookSecret signs every delivery (HMAC-SHA256, X-Gantry-Signature).
 	WebhookSecret Secret `json:"webhookSecret"`
 }

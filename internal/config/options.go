@@ -138,7 +138,7 @@ var options = []option{
 	{key: "notify.webhookURL", env: "GANTRY_NOTIFY_WEBHOOK_URL", field: func(c *Config) any { return &c.Notify.WebhookURL },
 		doc: "where budget alerts are posted (Slack-compatible JSON, signed; retried with backoff)", defaultDoc: "none (alerts reach the audit log and the budget banner only)"},
 	{key: "notify.webhookSecret", env: "GANTRY_NOTIFY_WEBHOOK_SECRET", field: func(c *Config) any { return &c.Notify.WebhookSecret },
-		doc: "the HMAC-SHA256 key of the webhook's `X-Gantry-Signature: sha256=<hex of HMAC(timestamp + \".\" + body)>` (at least 16 bytes; required with a URL)", defaultDoc: "none"},
+		doc: "the HMAC-SHA256 key of the webhook's `X-Gantry-Signature: sha256=<hex of HMAC(timestamp + \".\" + delivery id + \".\" + body)>` (at least 16 bytes; required with a URL)", defaultDoc: "none"},
 	{key: "metrics.prometheusURL", env: "GANTRY_METRICS_PROMETHEUS_URL", field: func(c *Config) any { return &c.Metrics.PrometheusURL },
 		doc: "read workloads' GPU series with PromQL from this Prometheus (which scrapes dcgm-exporter or gantry-agent) instead of Gantry's own store", defaultDoc: "none (Gantry's store)"},
 	{key: "devLogin.listen", env: "GANTRY_DEV_LOGIN_LISTEN", field: func(c *Config) any { return &c.DevLogin.Listen },

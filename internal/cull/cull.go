@@ -59,7 +59,8 @@ type Notifier interface {
 	Notify(ctx context.Context, m notify.Message) error
 }
 
-// Options configure a Culler; Store, Templates and Stopper are required.
+// Options configure a Culler; Store, Templates, Stopper, Notifier and
+// Settings are required.
 type Options struct {
 	Store     Store
 	Templates Templates
@@ -89,8 +90,13 @@ type warning struct{ quietFrom, stopAt time.Time }
 // EventIdleWarning is the webhook event of an idle warning.
 const EventIdleWarning = "workload.idle-warning"
 
-// warningPrefix starts the reason of a warned workload.
-const warningPrefix = "idle: "
+// warningPrefix starts the reason of a workload warned as idle (any use
+// withdraws it); sleepPrefix that of one its off-hours will stop (only the
+// stop ends it).
+const (
+	warningPrefix = "idle: "
+	sleepPrefix   = "off-hours: "
+)
 
 // New returns a Culler, complete.
 func New(o Options) (*Culler, error) {
@@ -184,15 +190,18 @@ func (c *Culler) Run(ctx context.Context) (int, error) {
 			}
 		}
 		if at, sched, soon := sleepsSoon(lc.Sleep, now, since, c.o.Warning); soon && !c.warned[w.ID+"/sleep"].stopAt.Equal(at) {
-			c.notice(ctx, w, at, fmt.Sprintf("%sit will be stopped at %s for its template's off-hours (%s); start it again then if it is still needed (its volumes are kept)",
-				warningPrefix, at.UTC().Format(time.RFC3339), sched), &errs)
+			c.notice(ctx, w, at, fmt.Sprintf("%sit will be stopped at %s for its off-hours (%s); start it again then if it is still needed (its volumes are kept)",
+				sleepPrefix, at.UTC().Format(time.RFC3339), sched), &errs)
 			c.warned[w.ID+"/sleep"] = warning{stopAt: at}
 		}
 		timeout, err := time.ParseDuration(lc.IdleTimeout)
 		if err != nil || timeout <= 0 {
 			continue // no idle timeout (validated with the template)
 		}
-		gpu, err := c.o.Store.GPUActivity(ctx, w.ID, now.Add(-timeout))
+		warn := min(c.o.Warning, timeout/2)
+		// From before the warning's window too, so that the GPU use a
+		// warning counted from is still seen when the stop comes.
+		gpu, err := c.o.Store.GPUActivity(ctx, w.ID, now.Add(-timeout-warn))
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -202,15 +211,16 @@ func (c *Culler) Run(ctx context.Context) (int, error) {
 			errs = append(errs, err)
 			continue
 		}
-		warn := min(c.o.Warning, timeout/2)
 		// Quiet for the timeout less the warning: warn now.
 		early := Decide(now, timeout-warn, since, gpu, person)
 		if !early.Stop {
 			c.clear(ctx, w, &errs)
 			continue
 		}
+		// The same quiet stretch unless something was used since it began
+		// (GPU use that slid out of the window only moves it earlier).
 		prev, ok := c.warned[w.ID]
-		if !ok || !prev.quietFrom.Equal(early.QuietFrom) {
+		if !ok || early.QuietFrom.After(prev.quietFrom) {
 			c.warn(ctx, w, early.QuietFrom, now.Add(warn), &errs)
 			continue
 		}
@@ -246,7 +256,7 @@ func (c *Culler) notice(ctx context.Context, w workload.Workload, stopAt time.Ti
 		*errs = append(*errs, fmt.Errorf("workload %s: warn: %w", w.ID, err))
 		return false
 	}
-	m, err := notify.New(EventIdleWarning, fmt.Sprintf("%s (%s of %s, team %s): %s", w.Name, w.Template, w.Owner, w.Team, strings.TrimPrefix(reason, warningPrefix)),
+	m, err := notify.New(EventIdleWarning, fmt.Sprintf("%s (%s of %s, team %s): %s", w.Name, w.Template, w.Owner, w.Team, strings.TrimPrefix(strings.TrimPrefix(reason, warningPrefix), sleepPrefix)),
 		map[string]any{"workload": w.ID, "team": w.Team.String(), "owner": w.Owner, "template": w.Template, "stopAt": stopAt.UTC().Format(time.RFC3339),
 			"keepAlive": "/api/v1/workloads/" + w.ID + "/keepalive"}, c.o.Now())
 	if err == nil {

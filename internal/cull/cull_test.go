@@ -101,15 +101,16 @@ func TestRun(t *testing.T) {
 		return w
 	}
 	idle, busy, kept, blind, rescued := launch("jupyter-notebook"), launch("jupyter-notebook"), launch("jupyter-notebook"), launch("jupyter-notebook"), launch("jupyter-notebook")
+	earlyBusy := launch("jupyter-notebook") // busy for its first half hour only
 	service := launch("vllm-inference")
 	// Samples every 30 s from start to end: idle, busy at the end, idle.
 	samples := func(from, to time.Time) {
 		t.Helper()
 		var rs []telemetry.Stored
 		for at := from; at.Before(to); at = at.Add(30 * time.Second) {
-			for i, w := range []workload.Workload{idle, busy, kept, service, rescued} {
+			for i, w := range []workload.Workload{idle, busy, kept, service, rescued, earlyBusy} {
 				util := 0.0
-				if w.ID == busy.ID && at.After(start(170*time.Minute)) || w.ID == service.ID {
+				if w.ID == busy.ID && at.After(start(170*time.Minute)) || w.ID == service.ID || w.ID == earlyBusy.ID && at.Before(start(30*time.Minute)) {
 					util = 60
 				}
 				v := telemetry.NoValues()
@@ -136,14 +137,14 @@ func TestRun(t *testing.T) {
 	if n, err := c.Run(ctx); err != nil || n != 0 {
 		t.Fatalf("first pass stopped %d (%v), want only warnings", n, err)
 	}
-	for _, w := range []workload.Workload{idle, rescued} {
+	for _, w := range []workload.Workload{idle, rescued, earlyBusy} {
 		got, _ := svc.Get(ctx, w.ID)
 		if got.Status != workload.Running || !strings.Contains(got.Reason, "will be stopped at 2026-12-01T12:10:00Z unless used") {
 			t.Fatalf("warned: %s (%s)", got.Status, got.Reason)
 		}
 	}
 	due, err := st.DueNotifications(ctx, start(4*time.Hour), 10)
-	if err != nil || len(due) != 2 || due[0].Event != cull.EventIdleWarning || !strings.Contains(string(due[0].Body), "keepalive") {
+	if err != nil || len(due) != 3 || due[0].Event != cull.EventIdleWarning || !strings.Contains(string(due[0].Body), "keepalive") {
 		t.Fatalf("warning webhooks: %+v %v", due, err)
 	}
 	// Its owner keeps one; ten minutes later the other is stopped.
@@ -157,13 +158,18 @@ func TestRun(t *testing.T) {
 		t.Fatalf("before the warned time: stopped %d (%v)", n, err)
 	}
 	set(start(3*time.Hour + 10*time.Minute))
-	if n, err := c.Run(ctx); err != nil || n != 1 {
-		t.Fatalf("stopped %d (%v), want 1", n, err)
+	// The one busy early is stopped too, warned once: the GPU use its
+	// warning counted from has left the window since.
+	if n, err := c.Run(ctx); err != nil || n != 2 {
+		t.Fatalf("stopped %d (%v), want 2", n, err)
+	}
+	if due, _ := st.DueNotifications(ctx, start(4*time.Hour), 10); len(due) != 3 {
+		t.Fatalf("%d warnings, want the 3 of the first pass only", len(due))
 	}
 	for _, tc := range []struct {
 		w    workload.Workload
 		want workload.Status
-	}{{idle, workload.IdleStopped}, {busy, workload.Running}, {kept, workload.Running}, {blind, workload.Running}, {service, workload.Running}, {rescued, workload.Running}} {
+	}{{idle, workload.IdleStopped}, {busy, workload.Running}, {kept, workload.Running}, {blind, workload.Running}, {service, workload.Running}, {rescued, workload.Running}, {earlyBusy, workload.IdleStopped}} {
 		got, err := svc.Get(ctx, tc.w.ID)
 		if err != nil {
 			t.Fatal(err)
@@ -280,8 +286,11 @@ func TestOffHours(t *testing.T) {
 			t.Fatalf("warning pass: stopped %d (%v)", n, err)
 		}
 	}
-	if w := status(early.ID); !strings.Contains(w.Reason, "will be stopped at 2026-12-01T19:00:00Z for its template's off-hours") {
+	if w := status(early.ID); !strings.Contains(w.Reason, "will be stopped at 2026-12-01T19:00:00Z for its off-hours") {
 		t.Fatalf("off-hours warning: %q", w.Reason)
+	}
+	if w := status(devEnv.ID); !strings.HasPrefix(w.Reason, "off-hours: it will be stopped at 2026-12-01T19:00:00Z") {
+		t.Fatalf("the team's schedule's warning, after a second pass: %q", w.Reason)
 	}
 	if due, _ := st.DueNotifications(ctx, time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC), 10); len(due) != 2 {
 		t.Fatalf("%d off-hours warnings, want 2 (the template's schedule and the team's)", len(due))

@@ -72,7 +72,7 @@ func TestApprovalsAndBudgets(t *testing.T) {
 		c.PolicyDir = policyWith(t, "  vision:\n    templates: [\"*\"]\n    gpuClasses: [\"*\"]\n    quota: {gpus: {\"*\": 1000}}\n"+
 			"    approval: {launchCeiling: 100, expires: 1h}\n"+
 			"    budget: {amount: 0.05, atLimit: block}\n")
-		c.Notify.WebhookURL, c.Notify.WebhookSecret = hook.URL, config.Secret(secret)
+		c.Notify.WebhookURL, c.Notify.WebhookSecret = config.Secret(hook.URL), config.Secret(secret)
 	})
 	dyn, err := dynamic.NewForConfig(cluster.Config())
 	if err != nil {
@@ -168,7 +168,8 @@ func TestApprovalsAndBudgets(t *testing.T) {
 	// A delivery whose body was changed on the way is refused.
 	tampered, _ := http.NewRequest("POST", hook.URL, strings.NewReader(`{"text":"Team vision has spent nothing"}`))
 	tampered.Header.Set(notify.HeaderTimestamp, fmt.Sprint(time.Now().Unix()))
-	tampered.Header.Set(notify.HeaderSignature, notify.Sign(secret, time.Now(), []byte(`{"text":"Team vision has spent $0.05"}`)))
+	tampered.Header.Set(notify.HeaderDelivery, "d1")
+	tampered.Header.Set(notify.HeaderSignature, notify.Sign(secret, time.Now(), "d1", []byte(`{"text":"Team vision has spent $0.05"}`)))
 	if resp, err := http.DefaultClient.Do(tampered); err != nil || resp.StatusCode != 401 {
 		t.Fatalf("tampered delivery: %v %v", resp, err)
 	}

@@ -81,10 +81,10 @@ func (c *Cluster) setCheck(ctx context.Context, u *unstructured.Unstructured, a 
 	return nil
 }
 
-// activateCheck marks Gantry's AdmissionCheck Active: Kueue holds every
+// ActivateCheck marks Gantry's AdmissionCheck Active: Kueue holds every
 // queue whose checks are not active, so it is said once Gantry's controller
 // runs.
-func (c *Cluster) activateCheck(ctx context.Context) error {
+func (c *Cluster) ActivateCheck(ctx context.Context) error {
 	patch, _ := json.Marshal(map[string]any{
 		"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "AdmissionCheck",
 		"metadata": map[string]any{"name": quota.ApprovalCheck},
@@ -101,9 +101,10 @@ func (c *Cluster) activateCheck(ctx context.Context) error {
 	return nil
 }
 
-// Decider says what Gantry's AdmissionCheck should say of a launch
-// (workload.Service.Admission).
-type Decider func(ctx context.Context, workloadID string) (workload.Admission, error)
+// Decider says what Gantry's AdmissionCheck should say of a launch whose
+// Kueue Workload is in namespace (workload.Service.Admission); State ""
+// leaves the check as it is.
+type Decider func(ctx context.Context, namespace, workloadID string) (workload.Admission, error)
 
 // RunQueueController is Gantry's controller of Kueue's Workloads (on the
 // leader, until ctx ends): every Kueue Workload is queued on a workqueue, on
@@ -134,7 +135,7 @@ func (c *Cluster) RunQueueController(ctx context.Context, namespacePrefix string
 	go func() {
 		// Active once the AdmissionCheck exists; tried until it does.
 		for ctx.Err() == nil {
-			if err := c.activateCheck(ctx); err == nil {
+			if err := c.ActivateCheck(ctx); err == nil {
 				return
 			}
 			select {
@@ -179,12 +180,12 @@ func (c *Cluster) checkOne(ctx context.Context, inf cache.SharedIndexInformer, k
 		return nil
 	}
 	id := u.GetLabels()[render.LabelWorkloadID]
-	a := workload.Admission{State: workload.AdmissionRejected,
-		Message: "not launched by Gantry: no " + render.LabelWorkloadID + " label (Kueue's labelKeysToCopy must copy it)"}
-	if id != "" {
-		if a, err = decide(ctx, id); err != nil {
-			return err
-		}
+	if id == "" {
+		return nil // not Gantry's launch (or labelKeysToCopy lacks the label): its check stays Pending
+	}
+	a, err := decide(ctx, u.GetNamespace(), id)
+	if err != nil || a.State == "" {
+		return err
 	}
 	return c.setCheck(ctx, u, a)
 }

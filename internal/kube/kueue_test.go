@@ -252,7 +252,7 @@ func TestVMQueue(t *testing.T) {
 	q := newQueueTest(t, map[string]quota.Quota{"vmq": {GPUs: map[string]float64{"L4": 1}}})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ready := func(context.Context, string) (workload.Admission, error) {
+	ready := func(context.Context, string, string) (workload.Admission, error) {
 		return workload.Admission{State: workload.AdmissionReady}, nil
 	}
 	done := make(chan error, 1)

@@ -219,7 +219,7 @@ func (w *Watcher) Observe(id string) (Observation, bool) {
 	if len(evicted) > 0 {
 		o.WorkloadID, o.Evicted, ok = id, evicted, true // Phase "" when that is all there is to say
 	}
-	if w.queued != nil && (!ok || o.Phase == "Pending") {
+	if w.queued != nil && (!ok || o.Phase == "" || o.Phase == "Pending") {
 		if q, waiting := w.queuedFor(id, jobs, pods); waiting {
 			q.Evicted = evicted
 			return q, true

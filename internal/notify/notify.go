@@ -18,16 +18,18 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/url"
 	"strconv"
-	"strings"
 	"time"
 )
 
 // Headers of a delivery.
 const (
 	// HeaderSignature is "sha256=" and the hex HMAC-SHA256, keyed with the
-	// shared secret, of the timestamp, ".", and the body.
+	// shared secret, of the timestamp, ".", the delivery id, ".", and the
+	// body — so neither the time nor the id can be changed on a replay.
 	HeaderSignature = "X-Gantry-Signature"
 	// HeaderTimestamp is the Unix time of the delivery attempt, in seconds.
 	HeaderTimestamp = "X-Gantry-Timestamp"
@@ -70,10 +72,10 @@ func withEvent(event string, fields map[string]any) map[string]any {
 	return out
 }
 
-// Sign is the signature header's value for body sent at ts.
-func Sign(secret []byte, ts time.Time, body []byte) string {
+// Sign is the signature header's value for delivery id of body sent at ts.
+func Sign(secret []byte, ts time.Time, id string, body []byte) string {
 	m := hmac.New(sha256.New, secret)
-	fmt.Fprintf(m, "%d.", ts.Unix())
+	fmt.Fprintf(m, "%d.%s.", ts.Unix(), id)
 	m.Write(body)
 	return "sha256=" + hex.EncodeToString(m.Sum(nil))
 }
@@ -82,9 +84,10 @@ func Sign(secret []byte, ts time.Time, body []byte) string {
 var ErrSignature = errors.New("notify: bad webhook signature")
 
 // Verify checks a delivery as a receiver should: the signature header
-// matches the body and the timestamp header under secret (compared in
-// constant time), and the timestamp is within tolerance of now (a replayed
-// old delivery is refused).
+// matches the body, the timestamp and the delivery id headers under secret
+// (compared in constant time), and the timestamp is within tolerance of now
+// (a replayed old delivery is refused; a receiver drops a delivery id it has
+// seen).
 func Verify(secret []byte, h http.Header, body []byte, now time.Time, tolerance time.Duration) error {
 	sec, err := strconv.ParseInt(h.Get(HeaderTimestamp), 10, 64)
 	if err != nil {
@@ -94,7 +97,7 @@ func Verify(secret []byte, h http.Header, body []byte, now time.Time, tolerance 
 	if d := now.Sub(ts); d > tolerance || d < -tolerance {
 		return fmt.Errorf("%w: timestamp %s is more than %s from now", ErrSignature, ts.UTC().Format(time.RFC3339), tolerance)
 	}
-	if !hmac.Equal([]byte(h.Get(HeaderSignature)), []byte(Sign(secret, ts, body))) {
+	if !hmac.Equal([]byte(h.Get(HeaderSignature)), []byte(Sign(secret, ts, h.Get(HeaderDelivery), body))) {
 		return fmt.Errorf("%w: signature does not match the body", ErrSignature)
 	}
 	return nil
@@ -136,12 +139,21 @@ func NewSender(o Options) (*Sender, error) {
 		if len(o.Secret) < 16 {
 			return nil, errors.New("notify: a webhook URL needs a secret of at least 16 bytes to sign its deliveries (notify.webhookSecret)")
 		}
-		if !strings.HasPrefix(o.URL, "https://") && !strings.HasPrefix(o.URL, "http://") {
-			return nil, fmt.Errorf("notify: webhook URL %q is not http(s)", o.URL)
+		// The URL is a credential (a Slack webhook's is): never said whole.
+		u, err := url.Parse(o.URL)
+		switch {
+		case err != nil || u.Host == "":
+			return nil, errors.New("notify.webhookURL is not a URL")
+		case u.Scheme == "http" && !loopback(u.Hostname()):
+			return nil, fmt.Errorf("notify.webhookURL: plain http to %s would send signed alerts in the clear: use https", u.Hostname())
+		case u.Scheme != "https" && u.Scheme != "http":
+			return nil, fmt.Errorf("notify.webhookURL: scheme %q is not https", u.Scheme)
 		}
 	}
 	if o.Client == nil {
-		o.Client = &http.Client{Timeout: 10 * time.Second}
+		// Redirects are not followed: a body and its signature go to the
+		// configured receiver only.
+		o.Client = &http.Client{Timeout: 10 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	}
 	if o.MaxAttempts <= 0 {
 		o.MaxAttempts = 8
@@ -197,10 +209,14 @@ func (s *Sender) post(ctx context.Context, m Message) error {
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "gantry-webhook")
 	req.Header.Set(HeaderTimestamp, strconv.FormatInt(now.Unix(), 10))
-	req.Header.Set(HeaderSignature, Sign(s.o.Secret, now, m.Body))
+	req.Header.Set(HeaderSignature, Sign(s.o.Secret, now, m.ID, m.Body))
 	req.Header.Set(HeaderDelivery, m.ID)
 	req.Header.Set(HeaderEvent, m.Event)
 	resp, err := s.o.Client.Do(req)
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err // without the URL, a credential
+	}
 	if err != nil {
 		return err
 	}
@@ -210,4 +226,13 @@ func (s *Sender) post(ctx context.Context, m Message) error {
 		return fmt.Errorf("the webhook answered %s", resp.Status)
 	}
 	return nil
+}
+
+// loopback reports whether host is a loopback name or address.
+func loopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -162,7 +163,8 @@ func TestVerify(t *testing.T) {
 	body := []byte(`{"text":"hi"}`)
 	good := http.Header{}
 	good.Set(HeaderTimestamp, "1796115600") // now
-	good.Set(HeaderSignature, Sign(secret, now, body))
+	good.Set(HeaderDelivery, "d1")
+	good.Set(HeaderSignature, Sign(secret, now, "d1", body))
 	if err := Verify(secret, good, body, now, time.Minute); err != nil {
 		t.Fatalf("good delivery refused: %v", err)
 	}
@@ -172,12 +174,13 @@ func TestVerify(t *testing.T) {
 		body   string
 		at     time.Time
 	}{
-		"tampered body":      {secret, nil, `{"text":"hi!"}`, now},
-		"tampered signature": {secret, func(h http.Header) { h.Set(HeaderSignature, "sha256=00"+h.Get(HeaderSignature)[9:]) }, string(body), now},
-		"other secret":       {[]byte("another secret of 16+"), nil, string(body), now},
-		"replayed later":     {secret, nil, string(body), now.Add(2 * time.Minute)},
-		"no timestamp":       {secret, func(h http.Header) { h.Del(HeaderTimestamp) }, string(body), now},
-		"timestamp moved":    {secret, func(h http.Header) { h.Set(HeaderTimestamp, "1796115601") }, string(body), now},
+		"tampered body":       {secret, nil, `{"text":"hi!"}`, now},
+		"tampered signature":  {secret, func(h http.Header) { h.Set(HeaderSignature, "sha256="+strings.Repeat("0", 64)) }, string(body), now},
+		"other secret":        {[]byte("another secret of 16+"), nil, string(body), now},
+		"replayed later":      {secret, nil, string(body), now.Add(2 * time.Minute)},
+		"no timestamp":        {secret, func(h http.Header) { h.Del(HeaderTimestamp) }, string(body), now},
+		"timestamp moved":     {secret, func(h http.Header) { h.Set(HeaderTimestamp, "1796115601") }, string(body), now},
+		"another delivery id": {secret, func(h http.Header) { h.Set(HeaderDelivery, "d2") }, string(body), now},
 	} {
 		h := good.Clone()
 		if tc.h != nil {
@@ -199,6 +202,14 @@ func TestNewSender(t *testing.T) {
 	o.Secret, o.URL = secret, "ftp://x"
 	if _, err := NewSender(o); err == nil {
 		t.Error("ftp URL accepted")
+	}
+	o.URL = "http://hooks.example/T000/B000/secret-path"
+	if _, err := NewSender(o); err == nil || strings.Contains(err.Error(), "secret-path") {
+		t.Errorf("plain http off loopback: %v (and never the whole URL)", err)
+	}
+	o.URL = "http://127.0.0.1:9/hook"
+	if _, err := NewSender(o); err != nil {
+		t.Errorf("http on loopback: %v", err)
 	}
 	if s, err := NewSender(base); err != nil {
 		t.Error(err)

@@ -3,8 +3,9 @@
 // idle timeout (any from 10 minutes up to the template's idleTimeoutMax, or
 // only shorter than its idleTimeout when it sets no maximum) and an
 // off-hours schedule (added or changed, never removed where the template
-// has one: sleeping only saves). Pure: settings and templates in, the
-// effective lifecycle or field-path errors out.
+// has one: sleeping only saves). Settings and templates in, the effective
+// lifecycle or field-path errors out; the Service reads and changes a team's
+// settings for its readers and team-admins.
 package overrides
 
 import (

@@ -206,7 +206,7 @@ func New(ctx context.Context, cfg config.Config, ov Overrides) (s *Server, err e
 		Store: core.Store, Log: core.Log, Now: s.clock.Now}); err != nil {
 		return nil, err
 	}
-	if s.notifier, err = notify.NewSender(notify.Options{Outbox: core.Store, URL: cfg.Notify.WebhookURL, Secret: []byte(cfg.Notify.WebhookSecret),
+	if s.notifier, err = notify.NewSender(notify.Options{Outbox: core.Store, URL: string(cfg.Notify.WebhookURL), Secret: []byte(cfg.Notify.WebhookSecret),
 		Log: core.Log, Now: s.clock.Now}); err != nil {
 		return nil, err
 	}
@@ -639,9 +639,14 @@ func (s *Server) syncQuotas(c *kube.Cluster) func(context.Context) {
 		// budget blocks launches has its queue held.
 		held := map[string]bool{}
 		for t := range teams {
-			if _, ok := s.Budgets.Held(ctx, t); ok {
-				held[t] = true
+			_, ok, err := s.Budgets.Held(ctx, t)
+			if err != nil {
+				// Not known: keep the queues as last applied rather than
+				// release a hold by accident.
+				s.Log.Error("quotas: a team's budget could not be read; queues left as they are", "team", t, "err", err)
+				return
 			}
+			held[t] = ok
 		}
 		objs := quota.Objects(s.Catalog.Classes(), teams, priorities, quota.Options{ApprovalCheck: true, Held: held})
 		data, _ := json.Marshal(objs)
@@ -653,6 +658,11 @@ func (s *Server) syncQuotas(c *kube.Cluster) func(context.Context) {
 		if err := c.SyncQuotas(ctx, objs); err != nil {
 			s.Log.Error("quotas: Kueue objects not synced", "err", err)
 			return
+		}
+		// Kueue holds every queue whose checks are not active: say so
+		// again (the AdmissionCheck may have been made anew).
+		if err := c.ActivateCheck(ctx); err != nil {
+			s.Log.Error("quotas: Gantry's AdmissionCheck not marked active", "err", err)
 		}
 		if string(data) != last {
 			s.Log.Info("quotas: Kueue objects synced", "objects", len(objs))
@@ -680,15 +690,16 @@ func (s *Server) lifecycle(ctx context.Context) {
 	if n > 0 {
 		s.Log.Info("reconciled workloads", "applied", n)
 	}
+	// Expired approvals are refused whether or not the cluster answers.
+	if n, err := s.Workloads.ExpireApprovals(ctx); n > 0 || (err != nil && ctx.Err() == nil) {
+		s.Log.Info("refused launches whose approval expired", "refused", n, "err", err)
+	}
 	var un *fault.Unavailable
 	if err != nil && ctx.Err() == nil {
 		s.Log.Warn("reconcile", "err", err)
 		if errors.As(err, &un) {
 			return // the cluster is away: nothing else can be done now
 		}
-	}
-	if n, err := s.Workloads.ExpireApprovals(ctx); n > 0 || (err != nil && ctx.Err() == nil) {
-		s.Log.Info("refused launches whose approval expired", "refused", n, "err", err)
 	}
 	if n, err := s.Workloads.Expire(ctx); n > 0 || (err != nil && ctx.Err() == nil) {
 		s.Log.Info("stopped workloads past their max runtime", "stopped", n, "err", err)

@@ -28,18 +28,23 @@ const (
 )
 
 // Admission says what Gantry's AdmissionCheck should say of the launch id
-// (the check controller asks for every Kueue Workload that carries it): wait
-// while it is held for approval, reject it when it was denied or its time to
-// decide ran out (or when no launch of Gantry's has the id), ready
-// otherwise.
-func (s *Service) Admission(ctx context.Context, id string) (Admission, error) {
+// whose Kueue Workload is in namespace (the check controller asks for every
+// Kueue Workload that carries the check): wait while it is held for
+// approval, reject it when it was denied or its time to decide ran out,
+// ready otherwise. A Kueue Workload that is not this Gantry's launch — no
+// such id, or not in that launch's team namespace (a label anyone who may
+// create objects there can copy) — gets no answer (State ""): its check
+// stays Pending, so Kueue does not admit it.
+func (s *Service) Admission(ctx context.Context, namespace, id string) (Admission, error) {
 	w, err := s.store.Workload(ctx, id)
 	var nf *fault.NotFound
 	switch {
 	case errors.As(err, &nf):
-		return Admission{State: AdmissionRejected, Message: "no launch of Gantry's has workload id " + id}, nil
+		return Admission{}, nil
 	case err != nil:
 		return Admission{}, err
+	case namespace != s.namespace(w.Team):
+		return Admission{}, nil
 	}
 	switch {
 	case w.Status == PendingApproval:
@@ -157,7 +162,7 @@ func (s *Service) released(ctx context.Context, w Workload) (Workload, error) {
 		}
 		return got, err
 	}
-	a, err := s.Admission(ctx, w.ID)
+	a, err := s.Admission(ctx, s.namespace(w.Team), w.ID)
 	if err != nil {
 		return w, err
 	}

@@ -87,7 +87,7 @@ func TestApprovalCeiling(t *testing.T) {
 	if _, err := h.svc.Decide(as("lee"), w.ID, true, "  "); !errors.As(err, &invalid) {
 		t.Fatalf("no reason: %v", err)
 	}
-	if a, _ := h.svc.Admission(context.Background(), w.ID); a.State != workload.AdmissionPending {
+	if a, _ := h.svc.Admission(context.Background(), "gantry-vision", w.ID); a.State != workload.AdmissionPending {
 		t.Fatalf("admission while waiting: %+v", a)
 	}
 	h.advance(time.Minute)
@@ -99,7 +99,7 @@ func TestApprovalCeiling(t *testing.T) {
 	if _, err := h.svc.Decide(as("lee"), w.ID, false, "changed my mind"); !errors.As(err, &conflict) {
 		t.Fatalf("deciding twice: %v, want conflict", err)
 	}
-	if a, _ := h.svc.Admission(context.Background(), w.ID); a.State != workload.AdmissionReady || !strings.Contains(a.Message, "approved by https://idp.test#lee") {
+	if a, _ := h.svc.Admission(context.Background(), "gantry-vision", w.ID); a.State != workload.AdmissionReady || !strings.Contains(a.Message, "approved by https://idp.test#lee") {
 		t.Fatalf("admission once approved: %+v", a)
 	}
 
@@ -108,7 +108,7 @@ func TestApprovalCeiling(t *testing.T) {
 	if err != nil || got.Status != workload.Failed || got.Reason != "denied by https://idp.test#lee: use spot next week" {
 		t.Fatalf("denied: %s %q %v", got.Status, got.Reason, err)
 	}
-	if a, _ := h.svc.Admission(context.Background(), denied.ID); a.State != workload.AdmissionRejected {
+	if a, _ := h.svc.Admission(context.Background(), "gantry-vision", denied.ID); a.State != workload.AdmissionRejected {
 		t.Fatalf("admission once denied: %+v", a)
 	}
 
@@ -124,8 +124,13 @@ func TestApprovalCeiling(t *testing.T) {
 	if got.Status != workload.Failed || got.Approval.Decision != "expired" || !strings.Contains(got.Reason, "the approval expired") {
 		t.Fatalf("expired: %s %+v %q", got.Status, got.Approval, got.Reason)
 	}
-	if a, _ := h.svc.Admission(context.Background(), "nosuchworkload"); a.State != workload.AdmissionRejected {
-		t.Fatalf("unknown workload: %+v", a)
+	// Not this Gantry's launch, or its id copied into another namespace:
+	// no answer, so the check stays Pending and Kueue admits nothing.
+	if a, err := h.svc.Admission(context.Background(), "gantry-vision", "nosuchworkload"); a.State != "" || err != nil {
+		t.Fatalf("unknown workload: %+v %v", a, err)
+	}
+	if a, err := h.svc.Admission(context.Background(), "gantry-nlp", w.ID); a.State != "" || err != nil {
+		t.Fatalf("an approved launch's id in another team's namespace: %+v %v", a, err)
 	}
 }
 
@@ -150,16 +155,18 @@ func TestApprovalWithKueue(t *testing.T) {
 
 // TestBudgetAtLimit: a spent budget under require-approval holds each launch
 // for approval; under block (without Kueue) refuses it with the banner;
-// under warn lets it go ahead.
+// under warn lets it go ahead. Starting a stopped workload again is refused
+// under both require-approval and block.
 func TestBudgetAtLimit(t *testing.T) {
 	for _, tc := range []struct {
-		atLimit budget.AtLimit
-		status  workload.Status
-		refused bool
+		atLimit      budget.AtLimit
+		status       workload.Status
+		refused      bool
+		refusesStart bool
 	}{
-		{budget.Warn, workload.Pending, false},
-		{budget.RequireApproval, workload.PendingApproval, false},
-		{budget.Block, "", true},
+		{budget.Warn, workload.Pending, false, false},
+		{budget.RequireApproval, workload.PendingApproval, false, true},
+		{budget.Block, "", true, true},
 	} {
 		t.Run(string(tc.atLimit), func(t *testing.T) {
 			h := withRules(t, rules{budgets: map[string]budget.Budget{"vision": {Amount: 10, AtLimit: tc.atLimit}}}, false)
@@ -173,6 +180,14 @@ func TestBudgetAtLimit(t *testing.T) {
 				t.Fatal(err)
 			}
 			h.advance(2 * time.Hour)
+			// Starting a stopped one again spends like a launch.
+			if _, err := h.svc.Stop(ctx, w.ID); err != nil {
+				t.Fatal(err)
+			}
+			_, startErr := h.svc.Start(ctx, w.ID)
+			if var403 := new(fault.Forbidden); errors.As(startErr, &var403) != tc.refusesStart {
+				t.Errorf("start again: %v, want refused %v", startErr, tc.refusesStart)
+			}
 			next, _, err := h.svc.Create(ctx, "https://idp.test#alice", workload.Request{Template: "jupyter-notebook", Team: "vision"})
 			var forbidden *fault.Forbidden
 			switch {

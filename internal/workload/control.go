@@ -34,7 +34,7 @@ func (s *Service) Report(ctx context.Context, id string, st Status, reason strin
 		// A team whose spent budget blocks launches has its queue held by
 		// Kueue: say why in the budget's words, not the queue's.
 		if w, err := s.store.Workload(ctx, id); err == nil {
-			if why, held := s.budgets.Held(ctx, w.Team.String()); held {
+			if why, held, err := s.budgets.Held(ctx, w.Team.String()); err == nil && held {
 				reason = "held: " + why
 			}
 		}
@@ -89,6 +89,13 @@ func (s *Service) Start(ctx context.Context, id string) (Workload, error) {
 	w, err := s.manageable(ctx, id)
 	if err != nil {
 		return w, err
+	}
+	if w.Status == Stopped || w.Status == IdleStopped {
+		// Starting again spends like a launch: the team's spent budget
+		// holds it or asks for approval the same way.
+		if err := s.mayRestart(ctx, w); err != nil {
+			return w, err
+		}
 	}
 	maxRuntime := ""
 	if v, err := s.templates.Get(ctx, w.Template, w.TemplateVersion); err == nil {
@@ -212,4 +219,23 @@ func (s *Service) Evicted(ctx context.Context, id string, pods []string) (Worklo
 	}
 	s.log.Info("spot job failed after its requeues", "workload", id, "evictions", len(w.SpotEvictions))
 	return w, s.tell(ctx, w, func(ctx context.Context) error { return s.cluster.SetRunning(ctx, s.ref(w), false) })
+}
+
+// mayRestart applies the team's budget rules to starting w again: under
+// block it waits in the held queue (without Kueue it is refused), and under
+// require-approval it is refused — a new launch asks for the approval (a
+// stopped workload cannot be held for one). The per-launch ceiling was
+// weighed when it was launched.
+func (s *Service) mayRestart(ctx context.Context, w Workload) error {
+	v, _, err := s.budgets.Verdict(ctx, w.Team.String(), 0, 0)
+	if err != nil {
+		return err
+	}
+	switch {
+	case v.Hold && !s.kueue:
+		return &fault.Forbidden{Reason: "cannot start again: " + v.Why}
+	case v.Approval:
+		return &fault.Forbidden{Reason: "cannot start again without approval: " + v.Why + " Launch it anew to ask for one."}
+	}
+	return nil
 }

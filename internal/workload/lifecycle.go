@@ -76,6 +76,8 @@ var transitions = map[Status]map[Trigger]Status{
 	// approval. Deny or Delete take it back.
 	PendingApproval: {
 		Approve: Pending, Deny: Failed, Delete: Deleted,
+		// With Kueue a held launch is applied: the API server may refuse it.
+		Refused: Failed,
 	},
 	Pending:   live(),
 	Queued:    live(),

@@ -44,7 +44,7 @@ func TestTransitionTable(t *testing.T) {
 			switch tr {
 			case Approve:
 				return Pending, true
-			case Deny:
+			case Deny, Refused:
 				return Failed, true
 			}
 			return "", false // not on the cluster yet: no reports; no stop (start would skip the approval)

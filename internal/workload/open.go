@@ -109,7 +109,7 @@ func (s *Service) Notice(ctx context.Context, id, reason string) error {
 		if w.Status != Running || w.Reason == reason {
 			return w, nil
 		}
-		w.Reason, w.UpdatedAt = reason, s.clock()
+		w.Reason = reason // not UpdatedAt: a warning is not a change of the workload's state
 		return w, nil
 	})
 	return err

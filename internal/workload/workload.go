@@ -252,7 +252,7 @@ type Budgets interface {
 	// long), or neither.
 	Verdict(ctx context.Context, team string, pricePerHour, hours float64) (budget.Verdict, time.Duration, error)
 	// Held says whether the team's spent budget holds its launches, and why.
-	Held(ctx context.Context, team string) (why string, held bool)
+	Held(ctx context.Context, team string) (why string, held bool, err error)
 }
 
 // Options is what a Service is made of. Store, Templates, Namespace,

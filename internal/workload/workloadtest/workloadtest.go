@@ -142,7 +142,7 @@ func (NoBudgets) Verdict(context.Context, string, float64, float64) (budget.Verd
 }
 
 // Held implements workload.Budgets.
-func (NoBudgets) Held(context.Context, string) (string, bool) { return "", false }
+func (NoBudgets) Held(context.Context, string) (string, bool, error) { return "", false, nil }
 
 // Events implements workload.Cluster: none.
 func (c *Cluster) Events(context.Context, string, string) ([]workload.Event, error) {

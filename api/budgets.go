@@ -18,7 +18,10 @@ import (
 func (s *server) ListBudgets(ctx context.Context, req gen.ListBudgetsRequestObject) (gen.ListBudgetsResponseObject, error) {
 	id, _ := identity.From(ctx)
 	all, mine := s.o.Teams(id, access.WorkloadsRead)
-	teams := s.o.Budgets.Teams()
+	teams, err := s.o.Budgets.Teams(ctx)
+	if err != nil {
+		return nil, err
+	}
 	if !all {
 		teams = slices.DeleteFunc(teams, func(t string) bool { return !slices.Contains(mine, t) })
 	}

@@ -38,6 +38,8 @@ type Spender interface {
 
 // Store records alerts once, with their webhook, and the audit trail.
 type Store interface {
+	// Teams are the teams that have launched anything.
+	Teams(ctx context.Context) ([]string, error)
 	RecordBudgetAlert(ctx context.Context, a Alert, m notify.Message) (recorded bool, err error)
 	BudgetAlerts(ctx context.Context, team string, from time.Time) ([]Alert, error)
 	AppendAudit(ctx context.Context, r audit.Record) (audit.Record, error)
@@ -110,9 +112,22 @@ func (s *Service) Status(ctx context.Context, team string) (*Status, []Status, e
 	return &st, ccs, nil
 }
 
-// Teams are the teams with a budget, sorted.
-func (s *Service) Teams() []string {
-	return sortedKeys(s.o.Rules.Budgets())
+// Teams are the teams with a budget, sorted: those the policy names, and
+// those that have launched and fall under its default ("*") budget.
+func (s *Service) Teams(ctx context.Context) ([]string, error) {
+	set := s.o.Rules.Budgets()
+	launched, err := s.o.Store.Teams(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("budgets: teams: %w", err)
+	}
+	for _, t := range launched {
+		if _, ok := set[t]; !ok {
+			if b := s.o.Rules.Budget(t); b != nil {
+				set[t] = *b
+			}
+		}
+	}
+	return sortedKeys(set), nil
 }
 
 // Verdict decides on a launch in team costing pricePerHour for hours (its
@@ -163,7 +178,10 @@ func (s *Service) Held(ctx context.Context, team string) (string, bool, error) {
 // transaction (so once, even across replicas and restarts), then written
 // to the audit log. It returns how many alerts went out.
 func (s *Service) Run(ctx context.Context) (int, error) {
-	teams := s.Teams()
+	teams, err := s.Teams(ctx)
+	if err != nil {
+		return 0, err
+	}
 	n := 0
 	var errs []error
 	for _, team := range teams {

@@ -229,6 +229,7 @@ type nopStore struct{}
 func (nopStore) RecordBudgetAlert(context.Context, budget.Alert, notify.Message) (bool, error) {
 	return false, nil
 }
+func (nopStore) Teams(context.Context) ([]string, error) { return nil, nil }
 func (nopStore) BudgetAlerts(context.Context, string, time.Time) ([]budget.Alert, error) {
 	return nil, nil
 }

@@ -109,6 +109,9 @@ type Outbox interface {
 	// NotificationSent records the outcome of an attempt: delivered, or
 	// the next attempt's time (zero: given up) and why.
 	NotificationSent(ctx context.Context, id string, attempts int, delivered bool, next time.Time, why string, now time.Time) error
+	// PruneNotifications deletes delivered and given-up messages that
+	// ended before before.
+	PruneNotifications(ctx context.Context, before time.Time) (int64, error)
 }
 
 // Options configure a Sender.
@@ -124,6 +127,10 @@ type Options struct {
 	// Backoff is the wait after the first failed attempt, doubling after
 	// each (default 10 s, at most an hour).
 	Backoff time.Duration
+	// MaxAge: a message not sent by then is given up (default 24 h: an
+	// alert or a warning that late is noise); Keep is how long ended
+	// messages stay in the outbox (default 30 days).
+	MaxAge, Keep time.Duration
 }
 
 // Sender delivers the outbox's due messages.
@@ -161,12 +168,21 @@ func NewSender(o Options) (*Sender, error) {
 	if o.Backoff <= 0 {
 		o.Backoff = 10 * time.Second
 	}
+	if o.MaxAge <= 0 {
+		o.MaxAge = 24 * time.Hour
+	}
+	if o.Keep <= 0 {
+		o.Keep = 30 * 24 * time.Hour
+	}
 	return &Sender{o: o}, nil
 }
 
 // Run makes one pass: each due message is posted once; it returns how many
 // were delivered.
 func (s *Sender) Run(ctx context.Context) (int, error) {
+	if _, err := s.o.Outbox.PruneNotifications(ctx, s.o.Now().Add(-s.o.Keep)); err != nil {
+		return 0, err
+	}
 	if s.o.URL == "" {
 		return 0, nil
 	}
@@ -177,6 +193,12 @@ func (s *Sender) Run(ctx context.Context) (int, error) {
 	delivered := 0
 	var errs []error
 	for _, m := range due {
+		if now := s.o.Now(); now.Sub(m.Created) > s.o.MaxAge {
+			if err := s.o.Outbox.NotificationSent(ctx, m.ID, m.Attempts, false, time.Time{}, fmt.Sprintf("not sent within %s", s.o.MaxAge), now); err != nil {
+				errs = append(errs, err)
+			}
+			continue
+		}
 		attempts := m.Attempts + 1
 		perr := s.post(ctx, m)
 		now := s.o.Now()

@@ -25,6 +25,7 @@ type entry struct {
 	delivered bool
 	gaveUp    bool
 	why       string
+	ended     time.Time
 }
 
 func (o *outbox) add(m Message) {
@@ -48,13 +49,29 @@ func (o *outbox) DueNotifications(_ context.Context, now time.Time, limit int) (
 	return out, nil
 }
 
-func (o *outbox) NotificationSent(_ context.Context, id string, attempts int, delivered bool, next time.Time, why string, _ time.Time) error {
+func (o *outbox) PruneNotifications(_ context.Context, before time.Time) (int64, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	n := int64(0)
+	for id, e := range o.msgs {
+		if (e.delivered || e.gaveUp) && e.ended.Before(before) {
+			delete(o.msgs, id)
+			n++
+		}
+	}
+	return n, nil
+}
+
+func (o *outbox) NotificationSent(_ context.Context, id string, attempts int, delivered bool, next time.Time, why string, now time.Time) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	e := o.msgs[id]
 	e.m.Attempts, e.delivered, e.why = attempts, delivered, why
 	if !delivered {
 		e.m.NextAt, e.gaveUp = next, next.IsZero()
+	}
+	if e.delivered || e.gaveUp {
+		e.ended = now
 	}
 	return nil
 }
@@ -215,5 +232,27 @@ func TestNewSender(t *testing.T) {
 		t.Error(err)
 	} else if n, err := s.Run(context.Background()); n != 0 || err != nil {
 		t.Error("no URL: nothing is sent")
+	}
+}
+
+// TestMaxAge: a message not sent within a day (no URL until now) is given
+// up, not delivered late.
+func TestMaxAge(t *testing.T) {
+	now := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	rcv := &receiver{now: clock}
+	srv := httptest.NewServer(rcv)
+	defer srv.Close()
+	ob := &outbox{}
+	old, _ := New("workload.idle-warning", "stale", nil, now.Add(-25*time.Hour))
+	fresh, _ := New("budget.threshold", "fresh", nil, now.Add(-time.Hour))
+	ob.add(old)
+	ob.add(fresh)
+	s, _ := NewSender(Options{Outbox: ob, URL: srv.URL, Secret: secret, Log: slog.New(slog.DiscardHandler), Now: clock})
+	if n, err := s.Run(context.Background()); n != 1 || err != nil {
+		t.Fatalf("delivered %d, %v", n, err)
+	}
+	if e := ob.msgs[old.ID]; !e.gaveUp || rcv.received != 1 || rcv.got[0]["text"] != "fresh" {
+		t.Errorf("stale message: %+v; received %v", e, rcv.got)
 	}
 }

@@ -189,3 +189,25 @@ func (s *Store) PutTeamSettings(ctx context.Context, team string, set overrides.
 	}
 	return nil
 }
+
+// Teams implements budget.Store: the teams with any workload, sorted.
+func (s *Store) Teams(ctx context.Context) ([]string, error) {
+	rows, err := s.read.QueryContext(ctx, `SELECT DISTINCT team FROM workloads ORDER BY team`)
+	if err != nil {
+		return nil, fmt.Errorf("list teams: %w", err)
+	}
+	return collect(rows, func(r scanner) (string, error) {
+		var t string
+		return t, r.Scan(&t)
+	})
+}
+
+// PruneNotifications implements notify.Outbox.
+func (s *Store) PruneNotifications(ctx context.Context, before time.Time) (int64, error) {
+	res, err := s.db.ExecContext(ctx, s.q(`DELETE FROM notifications WHERE (delivered_at > 0 AND delivered_at < ?) OR (gave_up_at > 0 AND gave_up_at < ?)`),
+		before.UnixMicro(), before.UnixMicro())
+	if err != nil {
+		return 0, fmt.Errorf("prune notifications: %w", err)
+	}
+	return res.RowsAffected()
+}

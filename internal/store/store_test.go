@@ -814,12 +814,22 @@ func testGovernance(t *testing.T, s *store.Store) {
 	if len(due) != 1 || due[0].ID != first.ID || due[0].Attempts != 1 || string(due[0].Body) != string(first.Body) {
 		t.Fatalf("the retry: %+v", due)
 	}
+	// Delivered and given-up messages are pruned; the one still to retry stays.
+	if n, err := s.PruneNotifications(ctx, at.Add(time.Hour)); n != 2 || err != nil {
+		t.Fatalf("pruned %d, %v; want 2", n, err)
+	}
+	if due, _ := s.DueNotifications(ctx, at.Add(time.Minute), 10); len(due) != 1 {
+		t.Fatalf("after pruning: %d due", len(due))
+	}
 
 	w := workload.Workload{ID: "appr000001", Name: "x-appr000001", Team: "vision", Owner: "alice", Template: "pytorch-train", TemplateVersion: 1,
 		Kind: "job", GPUClass: "H100-80GB", GPUCount: 8, Parameters: map[string]string{}, ObjectsHash: "h", Status: workload.PendingApproval,
 		Approval: workload.Approval{Why: "over the ceiling", Expires: at.Add(time.Hour)}, CreatedAt: at, UpdatedAt: at}
 	if err := s.CreateWorkload(ctx, w); err != nil {
 		t.Fatal(err)
+	}
+	if teams, err := s.Teams(ctx); err != nil || len(teams) != 1 || teams[0] != "vision" {
+		t.Fatalf("teams %v %v", teams, err)
 	}
 	if got, _ := s.Workload(ctx, w.ID); got.Approval != w.Approval {
 		t.Fatalf("approval %+v, want %+v", got.Approval, w.Approval)

@@ -1,0 +1,119 @@
+package budget
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gantryhq/gantry/internal/audit"
+	"github.com/gantryhq/gantry/internal/notify"
+)
+
+// policy is fixed rules: named budgets and a default ("*") one.
+type policy struct {
+	named map[string]Budget
+	def   *Budget
+}
+
+func (p policy) Budget(t string) *Budget {
+	if b, ok := p.named[t]; ok {
+		return &b
+	}
+	return p.def
+}
+func (p policy) Approval(string) *Approval { return nil }
+func (p policy) Budgets() map[string]Budget {
+	out := map[string]Budget{}
+	for k, v := range p.named {
+		out[k] = v
+	}
+	return out
+}
+
+// spender says each team spent what its map says, or fails.
+type spender struct {
+	spent map[string]float64
+	err   error
+}
+
+func (s spender) Spend(_ context.Context, t string, _, _ time.Time) (float64, map[string]float64, error) {
+	return s.spent[t], map[string]float64{"cc-1": s.spent[t] / 2}, s.err
+}
+
+// memStore keeps alerts once per key, as the store's primary key does (the
+// store's own behaviour is in its conformance suite).
+type memStore struct {
+	mu       sync.Mutex
+	teams    []string
+	alerts   map[string]Alert
+	messages []notify.Message
+	audited  []audit.Record
+}
+
+func (m *memStore) Teams(context.Context) ([]string, error) { return m.teams, nil }
+func (m *memStore) RecordBudgetAlert(_ context.Context, a Alert, msg notify.Message) (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	k := a.Team + "/" + a.CostCenter + "/" + a.From.String() + "/" + time.Duration(a.Threshold*1000).String()
+	if _, ok := m.alerts[k]; ok {
+		return false, nil
+	}
+	m.alerts[k] = a
+	m.messages = append(m.messages, msg)
+	return true, nil
+}
+func (m *memStore) BudgetAlerts(context.Context, string, time.Time) ([]Alert, error) { return nil, nil }
+func (m *memStore) AppendAudit(_ context.Context, r audit.Record) (audit.Record, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.audited = append(m.audited, r)
+	return r, nil
+}
+
+// TestRun: every threshold reached alerts once — the team's and its cost
+// centers' — audited; a default budget covers the teams that launched and
+// the policy does not name; a status that cannot be read is an error, and
+// Held says so instead of releasing a hold.
+func TestRun(t *testing.T) {
+	now := time.Date(2026, 12, 15, 9, 0, 0, 0, time.UTC)
+	rules := policy{
+		named: map[string]Budget{"vision": {Amount: 100, CostCenters: map[string]float64{"cc-1": 40}}},
+		def:   &Budget{Amount: 10, AtLimit: Block},
+	}
+	st := &memStore{teams: []string{"nlp", "vision"}, alerts: map[string]Alert{}}
+	sp := spender{spent: map[string]float64{"vision": 85, "nlp": 12}}
+	s, err := New(Options{Rules: rules, Spender: sp, Store: st, Log: slog.New(slog.DiscardHandler), Now: func() time.Time { return now }, Fresh: time.Nanosecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// vision: 80 % of its budget, and its cost center's 100 % (42.5 of 40)
+	// and 80 %; nlp (the default budget): 80 % and 100 %.
+	if n, err := s.Run(context.Background()); n != 5 || err != nil {
+		t.Fatalf("first pass: %d alerts, %v; want 5", n, err)
+	}
+	if n, err := s.Run(context.Background()); n != 0 || err != nil {
+		t.Fatalf("second pass: %d alerts, %v; want none", n, err)
+	}
+	if len(st.messages) != 5 || len(st.audited) != 5 || st.audited[0].Actor != "gantry" || st.audited[0].Action != "budget alert" {
+		t.Fatalf("%d webhooks, %d audit records (%+v)", len(st.messages), len(st.audited), st.audited)
+	}
+	if teams, _ := s.Teams(context.Background()); len(teams) != 2 {
+		t.Errorf("teams with a budget: %v", teams)
+	}
+	if why, held, err := s.Held(context.Background(), "nlp"); !held || err != nil || why == "" {
+		t.Errorf("nlp under the default block: held %v %q %v", held, why, err)
+	}
+	if _, held, err := s.Held(context.Background(), "vision"); held || err != nil {
+		t.Errorf("vision under warn: held %v %v", held, err)
+	}
+	broken, _ := New(Options{Rules: rules, Spender: spender{err: errors.New("database is locked")}, Store: st, Log: slog.New(slog.DiscardHandler), Now: func() time.Time { return now }})
+	if _, held, err := broken.Held(context.Background(), "nlp"); err == nil || held {
+		t.Errorf("spend unknown: held %v, %v; want an error", held, err)
+	}
+	if _, err := broken.Run(context.Background()); err == nil {
+		t.Error("an alert pass that could not meter said nothing")
+	}
+}

@@ -65,11 +65,11 @@ func (s *server) DenyWorkload(ctx context.Context, req gen.DenyWorkloadRequestOb
 
 // budgetOut is a budget's status, with its cost centers', as the API says it.
 func budgetOut(st budget.Status, ccs []budget.Status) gen.Budget {
-	b := gen.Budget{Team: st.Team, From: st.From, To: st.To, Amount: st.Amount, Spent: cents(st.Spent), Currency: gen.BudgetCurrencyUSD,
+	b := gen.Budget{Team: st.Team, From: st.From, To: st.To, Amount: st.Amount, Spent: budget.Round(st.Spent), Currency: gen.BudgetCurrencyUSD,
 		ThresholdsReached: append([]float64{}, st.Crossed...), State: gen.BudgetState(st.State), AtLimit: gen.BudgetAtLimit(st.AtLimit),
 		Banner: optional(st.Banner), CostCenters: []gen.CostCenterBudget{}}
 	for _, cc := range ccs {
-		b.CostCenters = append(b.CostCenters, gen.CostCenterBudget{CostCenter: cc.CostCenter, Amount: cc.Amount, Spent: cents(cc.Spent),
+		b.CostCenters = append(b.CostCenters, gen.CostCenterBudget{CostCenter: cc.CostCenter, Amount: cc.Amount, Spent: budget.Round(cc.Spent),
 			State: gen.CostCenterBudgetState(cc.State), Banner: optional(cc.Banner)})
 	}
 	return b
@@ -81,8 +81,6 @@ func optional(s string) *string {
 	}
 	return &s
 }
-
-func cents(v float64) float64 { return budget.Round(v) }
 
 func (s *server) GetTeamReport(ctx context.Context, req gen.GetTeamReportRequestObject) (gen.GetTeamReportResponseObject, error) {
 	t, err := team.Parse(req.Team)
@@ -111,7 +109,7 @@ func (s *server) GetTeamReport(ctx context.Context, req gen.GetTeamReportRequest
 		out.Budget = ptr(budgetOut(*st, nil))
 	}
 	for _, a := range alerts {
-		out.Alerts = append(out.Alerts, gen.BudgetAlert{CostCenter: optional(a.CostCenter), Threshold: a.Threshold, At: a.At, Spent: cents(a.Spent), Amount: a.Amount})
+		out.Alerts = append(out.Alerts, gen.BudgetAlert{CostCenter: optional(a.CostCenter), Threshold: a.Threshold, At: a.At, Spent: budget.Round(a.Spent), Amount: a.Amount})
 	}
 	return gen.GetTeamReport200JSONResponse(out), nil
 }

@@ -166,14 +166,14 @@ func (s *Service) price(ctx context.Context, rd workload.Rendered, req workload.
 		e.GPUs = float64(r.Count) * math.Max(r.MIG.ComputeShare(), r.MIG.MemoryShare())
 	}
 	price, spot := r.Class.HourlyPrice(r.MIG, r.Count, spec.Scheduling.Spot)
-	e.PricePerHour, e.Spot = round(price), spot
+	e.PricePerHour, e.Spot = budget.Round(price), spot
 	if spot {
 		onDemand, _ := r.Class.HourlyPrice(r.MIG, r.Count, false)
-		e.OnDemandPerHour = round(onDemand)
+		e.OnDemandPerHour = budget.Round(onDemand)
 	}
 	if d, err := time.ParseDuration(spec.Lifecycle.MaxRuntime); err == nil && d > 0 {
 		e.MaxRuntime = d
-		e.CostAtMaxRuntime = round(e.PricePerHour * d.Hours())
+		e.CostAtMaxRuntime = budget.Round(e.PricePerHour * d.Hours())
 	}
 	if e.Budget, _, err = s.o.Budgets.Status(ctx, req.Team.String()); err != nil {
 		return Estimate{}, err
@@ -276,7 +276,5 @@ func (s *Service) options(ctx context.Context, owner string, req workload.Reques
 	})
 	return out, nil
 }
-
-func round(v float64) float64 { return math.Round(v*100) / 100 }
 
 func num(v float64) string { return fmt.Sprintf("%.3g", v) }

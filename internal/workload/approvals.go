@@ -101,7 +101,14 @@ func (s *Service) Decide(ctx context.Context, id string, approve bool, note stri
 		return w, err
 	}
 	s.log.Info("launch "+verb, "workload", id, "team", w.Team, "by", caller.String())
-	return s.released(ctx, w)
+	// The decision stands; telling the cluster is retried by the loops (the
+	// lifecycle loop applies, the queue controller sets the check).
+	got, err := s.released(ctx, w)
+	if err != nil {
+		s.log.Warn("decision recorded; the cluster is told later", "workload", id, "err", err)
+		return w, nil
+	}
+	return got, nil
 }
 
 // ExpireApprovals refuses the launches whose time to decide ran out; it

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gantryhq/gantry/internal/access"
+	"github.com/gantryhq/gantry/internal/budget"
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/team"
@@ -209,8 +210,8 @@ func (m *Meter) group(ctx context.Context, runs []Run, from, to time.Time, group
 		out.Total += cost
 	}
 	for _, l := range byKey {
-		l.Cost, l.GPUHours = cents(l.Cost), math.Round(l.GPUHours*1000)/1000
-		l.Used, l.Idle, l.Unmeasured = cents(l.Used), cents(l.Idle), cents(l.Unmeasured)
+		l.Cost, l.GPUHours = budget.Round(l.Cost), math.Round(l.GPUHours*1000)/1000
+		l.Used, l.Idle, l.Unmeasured = budget.Round(l.Used), budget.Round(l.Idle), budget.Round(l.Unmeasured)
 		out.Lines = append(out.Lines, *l)
 	}
 	sort.Slice(out.Lines, func(i, j int) bool {
@@ -219,8 +220,8 @@ func (m *Meter) group(ctx context.Context, runs []Run, from, to time.Time, group
 		}
 		return out.Lines[i].Key < out.Lines[j].Key
 	})
-	out.Total = cents(out.Total)
-	out.Used, out.Idle, out.Unmeasured = cents(out.Used), cents(out.Idle), cents(out.Unmeasured)
+	out.Total = budget.Round(out.Total)
+	out.Used, out.Idle, out.Unmeasured = budget.Round(out.Used), budget.Round(out.Idle), budget.Round(out.Unmeasured)
 	return out
 }
 
@@ -252,8 +253,6 @@ func (m *Meter) gpuShare(r Run) float64 {
 	}
 	return n
 }
-
-func cents(v float64) float64 { return math.Round(v*100) / 100 }
 
 // TeamReport is a team's month: its costs by user, template, GPU class and
 // cost center, each split into used, idle and unmeasured.

@@ -33,6 +33,18 @@ Usage:
   gantry advise replay --dir DIR [--gpu-class C] [-o FILE] [--score]  replay a GPU trace (Alibaba GenAI format) through the advice rules
   gantry login [--server URL]                         sign the CLI in (device grant in a browser)
   gantry whoami [--server URL]                        who the CLI is signed in as
+
+Against a server (signed in with gantry login, or $GANTRY_TOKEN and $GANTRY_SERVER):
+  gantry launch TEMPLATE --team T [--gpu CLASS[:N]] [--mig P] [--set k=v]... [--wait]
+                                                      launch a template; --wait follows it until it runs
+  gantry ls [--team T] [--status S] [-o wide|json]    list workloads
+  gantry get ID [-o json]                             one workload
+  gantry stop|start|rm ID                             stop, start again, delete
+  gantry approve|deny ID --reason TEXT                decide on a launch held for approval
+  gantry estimate TEMPLATE --team T [--gpu ...] [--min-memory GIB]
+                                                      price a launch, and whether it would start now
+  gantry cost [--by team|user|template|gpuClass|costCenter] [--since DUR]
+                                                      showback: used and idle dollars
   gantry version                                      print the version
 
 Run "gantry COMMAND -h" for a command's flags.
@@ -98,6 +110,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = loginCmd(ctx, args[1:], stdout, stderr)
 	case "whoami":
 		err = whoamiCmd(ctx, args[1:], stdout, stderr)
+	case "launch":
+		err = launchCmd(ctx, args[1:], stdout, stderr)
+	case "ls":
+		err = lsCmd(ctx, args[1:], stdout, stderr)
+	case "get":
+		err = getCmd(ctx, args[1:], stdout, stderr)
+	case "stop", "start", "rm":
+		err = changeCmd(ctx, args[0], args[1:], stdout, stderr)
+	case "approve", "deny":
+		err = decideCmd(ctx, args[0], args[1:], stdout, stderr)
+	case "estimate":
+		err = estimateCmd(ctx, args[1:], stdout, stderr)
+	case "cost":
+		err = costCmd(ctx, args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintf(stdout, "gantry %s (%s)\n", version, goVersion())
 		return 0

@@ -1,0 +1,476 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/gantryhq/gantry/api/client"
+)
+
+// The workload verbs talk to a server through the generated client
+// (package api/client): launch, ls, get, stop, start, rm, approve, deny,
+// estimate and cost.
+
+// launchCmd launches a template; with --wait it follows the launch until it
+// runs (or ends) and says each step.
+func launchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flags("gantry launch TEMPLATE", stderr)
+	srv := fs.String("server", "", "Gantry server URL (default: $GANTRY_SERVER, the last one signed in to)")
+	teamName := fs.String("team", "", "the team to launch in (required)")
+	gpu := fs.String("gpu", "", "GPU class and count, CLASS[:COUNT] (default: the template's)")
+	mig := fs.String("mig", "", `MIG profile such as 1g.10gb, or "none" for whole GPUs (default: the template's)`)
+	var sets multiFlag
+	fs.Var(&sets, "set", "a parameter, k=v (repeatable)")
+	wait := fs.Bool("wait", false, "follow the launch until it runs or ends")
+	timeout := fs.Duration("timeout", 30*time.Minute, "with --wait: give up after this long")
+	output := fs.String("o", "", "output: json")
+	rest, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(rest) != 1 || *teamName == "" {
+		return usageError{"gantry launch TEMPLATE --team TEAM [--gpu CLASS[:COUNT]] [--mig PROFILE] [--set k=v]... [--wait]"}
+	}
+	req := client.LaunchRequest{Template: rest[0], Team: *teamName}
+	if *gpu != "" || *mig != "" {
+		req.Gpu = &client.GPUChoice{}
+		if *gpu != "" {
+			class, count, found := strings.Cut(*gpu, ":")
+			req.Gpu.Class = &class
+			if found {
+				n, err := strconv.Atoi(count)
+				if err != nil || n < 1 {
+					return usageError{fmt.Sprintf("--gpu %q: the count after : must be a positive number", *gpu)}
+				}
+				req.Gpu.Count = &n
+			}
+		}
+		if *mig != "" {
+			req.Gpu.MigProfile = mig
+		}
+	}
+	if len(sets) > 0 {
+		p := client.Parameters{}
+		for _, kv := range sets {
+			k, v, found := strings.Cut(kv, "=")
+			if !found || k == "" {
+				return usageError{fmt.Sprintf("--set %q: want name=value", kv)}
+			}
+			p[k] = typed(v)
+		}
+		req.Parameters = &p
+	}
+	cl, _, err := remote(ctx, *srv)
+	if err != nil {
+		return err
+	}
+	// One key per intended launch: a retry after a lost answer launches once.
+	key := newKey()
+	resp, err := cl.CreateWorkloadWithResponse(ctx, &client.CreateWorkloadParams{IdempotencyKey: &key}, req)
+	if err := ok(resp, err); err != nil {
+		return err
+	}
+	w := resp.JSON201
+	if w == nil {
+		w = resp.JSON200
+	}
+	if w == nil {
+		return errors.New("the server's answer carried no workload")
+	}
+	if !*wait {
+		return show(stdout, *output, *w, func() { fmt.Fprintf(stdout, "launched %s (%s) in team %s: %s\n", w.Id, w.Name, w.Team, describe(*w)) })
+	}
+	fmt.Fprintf(stderr, "launched %s (%s) in team %s\n", w.Id, w.Name, w.Team)
+	got, err := follow(ctx, cl, w.Id, *timeout, stderr)
+	if err != nil {
+		return err
+	}
+	return show(stdout, *output, got, func() { fmt.Fprintf(stdout, "%s: %s\n", got.Id, describe(got)) })
+}
+
+// follow polls a workload until it runs or ends, printing each change of
+// status or reason with the time since it began; a failure is an error.
+func follow(ctx context.Context, cl *client.ClientWithResponses, id string, timeout time.Duration, stderr io.Writer) (client.Workload, error) {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	last := ""
+	for {
+		resp, err := cl.GetWorkloadWithResponse(ctx, id)
+		if err := ok(resp, err); err != nil {
+			return client.Workload{}, err
+		}
+		w := *resp.JSON200
+		if line := describe(w); line != last {
+			fmt.Fprintf(stderr, "%6s  %s\n", time.Since(start).Round(time.Second), line)
+			last = line
+		}
+		switch w.Status {
+		case client.Running, client.Succeeded:
+			return w, nil
+		case client.Failed, client.Deleted, client.Stopped, client.IdleStopped:
+			return w, fmt.Errorf("workload %s is %s: %s", id, w.Status, deref(w.Reason))
+		}
+		select {
+		case <-ctx.Done():
+			return w, fmt.Errorf("workload %s still %s after %s", id, w.Status, timeout)
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// describe says a workload's status as a person reads it.
+func describe(w client.Workload) string {
+	s := string(w.Status)
+	if r := deref(w.Reason); r != "" {
+		s += ": " + r
+	}
+	if a := w.Approval; w.Status == client.PendingApproval && a != nil {
+		s += " (may decide: " + strings.Join(a.Approvers, ", ") + ")"
+	}
+	return s
+}
+
+// lsCmd lists workloads, a table or JSON.
+func lsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flags("gantry ls", stderr)
+	srv := fs.String("server", "", "Gantry server URL")
+	teamName := fs.String("team", "", "only this team's")
+	st := fs.String("status", "", "only workloads in this status")
+	output := fs.String("o", "", "output: wide or json")
+	if _, err := parse(fs, args); err != nil {
+		return err
+	}
+	cl, _, err := remote(ctx, *srv)
+	if err != nil {
+		return err
+	}
+	params := &client.ListWorkloadsParams{}
+	if *teamName != "" {
+		params.Team = teamName
+	}
+	if *st != "" {
+		s := client.WorkloadStatus(*st)
+		params.Status = &s
+	}
+	var all []client.Workload
+	for {
+		resp, err := cl.ListWorkloadsWithResponse(ctx, params)
+		if err := ok(resp, err); err != nil {
+			return err
+		}
+		all = append(all, resp.JSON200.Items...)
+		if resp.JSON200.NextCursor == nil || len(all) >= 10000 {
+			break
+		}
+		params.Cursor = resp.JSON200.NextCursor
+	}
+	if *output == "json" {
+		return json.NewEncoder(stdout).Encode(all)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tNAME\tTEAM\tSTATUS\tGPU\tCOST\tAGE"+map[bool]string{true: "\tOWNER\tREASON"}[*output == "wide"])
+	for _, w := range all {
+		line := fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t$%.2f\t%s", w.Id, w.Name, w.Team, w.Status, gpuText(w), w.CostSoFar, age(w.CreatedAt))
+		if *output == "wide" {
+			line += "\t" + w.Owner + "\t" + deref(w.Reason)
+		}
+		fmt.Fprintln(tw, line)
+	}
+	return tw.Flush()
+}
+
+// getCmd prints one workload.
+func getCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flags("gantry get ID", stderr)
+	srv := fs.String("server", "", "Gantry server URL")
+	output := fs.String("o", "", "output: json")
+	rest, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(rest) != 1 {
+		return usageError{"gantry get ID"}
+	}
+	cl, _, err := remote(ctx, *srv)
+	if err != nil {
+		return err
+	}
+	resp, err := cl.GetWorkloadWithResponse(ctx, rest[0])
+	if err := ok(resp, err); err != nil {
+		return err
+	}
+	w := *resp.JSON200
+	return show(stdout, *output, w, func() {
+		fmt.Fprintf(stdout, "%s (%s)\nteam:     %s\nowner:    %s\ntemplate: %s v%d\ngpu:      %s\nstatus:   %s\ncost:     $%.2f ($%.2f/h)\n",
+			w.Id, w.Name, w.Team, w.Owner, w.Template, w.TemplateVersion, gpuText(w), describe(w), w.CostSoFar, w.PricePerHour)
+		if w.Url != nil {
+			fmt.Fprintf(stdout, "url:      %s\n", *w.Url)
+		}
+	})
+}
+
+// changeCmd is stop, start and rm.
+func changeCmd(ctx context.Context, verb string, args []string, stdout, stderr io.Writer) error {
+	fs := flags("gantry "+verb+" ID", stderr)
+	srv := fs.String("server", "", "Gantry server URL")
+	rest, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(rest) != 1 {
+		return usageError{"gantry " + verb + " ID"}
+	}
+	cl, _, err := remote(ctx, *srv)
+	if err != nil {
+		return err
+	}
+	id := rest[0]
+	switch verb {
+	case "stop":
+		resp, err := cl.StopWorkloadWithResponse(ctx, id)
+		if err := ok(resp, err); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "%s: %s\n", id, describe(*resp.JSON200))
+	case "start":
+		resp, err := cl.StartWorkloadWithResponse(ctx, id)
+		if err := ok(resp, err); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "%s: %s\n", id, describe(*resp.JSON200))
+	case "rm":
+		resp, err := cl.DeleteWorkloadWithResponse(ctx, id)
+		if err := ok(resp, err); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "%s: deleted\n", id)
+	}
+	return nil
+}
+
+// decideCmd approves or denies a launch held for approval.
+func decideCmd(ctx context.Context, verb string, args []string, stdout, stderr io.Writer) error {
+	fs := flags("gantry "+verb+" ID --reason TEXT", stderr)
+	srv := fs.String("server", "", "Gantry server URL")
+	reason := fs.String("reason", "", "why (required; the requester and the audit log read it)")
+	rest, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(rest) != 1 || strings.TrimSpace(*reason) == "" {
+		return usageError{"gantry " + verb + " ID --reason TEXT"}
+	}
+	cl, _, err := remote(ctx, *srv)
+	if err != nil {
+		return err
+	}
+	in := client.DecisionRequest{Reason: *reason}
+	var w *client.Workload
+	if verb == "approve" {
+		resp, err := cl.ApproveWorkloadWithResponse(ctx, rest[0], in)
+		if err := ok(resp, err); err != nil {
+			return err
+		}
+		w = resp.JSON200
+	} else {
+		resp, err := cl.DenyWorkloadWithResponse(ctx, rest[0], in)
+		if err := ok(resp, err); err != nil {
+			return err
+		}
+		w = resp.JSON200
+	}
+	fmt.Fprintf(stdout, "%s: %s\n", w.Id, describe(*w))
+	return nil
+}
+
+// estimateCmd prices a launch without making it.
+func estimateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flags("gantry estimate TEMPLATE", stderr)
+	srv := fs.String("server", "", "Gantry server URL")
+	teamName := fs.String("team", "", "the team (required)")
+	gpu := fs.String("gpu", "", "GPU class and count, CLASS[:COUNT]")
+	mig := fs.String("mig", "", "MIG profile")
+	minMem := fs.Float64("min-memory", 0, "list every class and profile with at least this many GiB per GPU, cheapest first")
+	output := fs.String("o", "", "output: json")
+	rest, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(rest) != 1 || *teamName == "" {
+		return usageError{"gantry estimate TEMPLATE --team TEAM [--gpu CLASS[:COUNT]] [--mig PROFILE] [--min-memory GIB]"}
+	}
+	req := client.LaunchRequest{Template: rest[0], Team: *teamName}
+	if *gpu != "" || *mig != "" {
+		req.Gpu = &client.GPUChoice{}
+		if *gpu != "" {
+			class, count, found := strings.Cut(*gpu, ":")
+			req.Gpu.Class = &class
+			if n, err := strconv.Atoi(count); found && (err != nil || n < 1) {
+				return usageError{fmt.Sprintf("--gpu %q: the count after : must be a positive number", *gpu)}
+			} else if found {
+				req.Gpu.Count = &n
+			}
+		}
+		if *mig != "" {
+			req.Gpu.MigProfile = mig
+		}
+	}
+	cl, _, err := remote(ctx, *srv)
+	if err != nil {
+		return err
+	}
+	params := &client.EstimateWorkloadParams{}
+	if *minMem > 0 {
+		params.MinMemoryGiB = minMem
+	}
+	resp, err := cl.EstimateWorkloadWithResponse(ctx, params, req)
+	if err := ok(resp, err); err != nil {
+		return err
+	}
+	e := *resp.JSON200
+	return show(stdout, *output, e, func() {
+		fmt.Fprintf(stdout, "%s × %d%s: $%.2f/h", e.Gpu.Class, e.Gpu.Count, prefixed(" ", deref(e.Gpu.MigProfile)), e.PricePerHour)
+		if e.Spot && e.OnDemandPerHour != nil {
+			fmt.Fprintf(stdout, " on spot (on demand $%.2f/h)", *e.OnDemandPerHour)
+		}
+		if e.CostAtMaxRuntime != nil {
+			fmt.Fprintf(stdout, ", $%.2f over its max runtime of %s", *e.CostAtMaxRuntime, deref(e.MaxRuntime))
+		}
+		fmt.Fprintf(stdout, "\nquota: %.3g of %.3g GPUs in use\n", e.QuotaUsed, e.Quota)
+		if b := e.Budget; b != nil {
+			fmt.Fprintf(stdout, "budget: $%.2f of $%.2f spent (%s)\n", b.Spent, b.Amount, b.State)
+		}
+		if e.StartsNow {
+			fmt.Fprintln(stdout, "starts now")
+		} else {
+			fmt.Fprintf(stdout, "does not start now: %s\n", deref(e.Why))
+		}
+		if e.Options != nil {
+			for _, o := range *e.Options {
+				fmt.Fprintf(stdout, "  %-10s %-8s %5.1f GiB  $%.2f/h%s\n", o.Gpu.Class, deref(o.Gpu.MigProfile), o.MemoryGiB, o.PricePerHour, map[bool]string{true: " spot"}[o.Spot])
+			}
+		}
+	})
+}
+
+// costCmd prints showback over a period.
+func costCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flags("gantry cost", stderr)
+	srv := fs.String("server", "", "Gantry server URL")
+	by := fs.String("by", "team", "group by team, user, template, gpuClass or costCenter")
+	since := fs.Duration("since", 0, "the period's length back from now (default: this month)")
+	output := fs.String("o", "", "output: json")
+	if _, err := parse(fs, args); err != nil {
+		return err
+	}
+	cl, _, err := remote(ctx, *srv)
+	if err != nil {
+		return err
+	}
+	g := client.GetCostsParamsGroupBy(*by)
+	params := &client.GetCostsParams{GroupBy: &g}
+	if *since > 0 {
+		from := time.Now().Add(-*since)
+		params.From = &from
+	}
+	resp, err := cl.GetCostsWithResponse(ctx, params)
+	if err := ok(resp, err); err != nil {
+		return err
+	}
+	c := *resp.JSON200
+	return show(stdout, *output, c, func() {
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintf(tw, "%s\tCOST\tUSED\tIDLE\tUNMEASURED\tGPU-HOURS\tWORKLOADS\n", strings.ToUpper(c.GroupBy))
+		for _, l := range c.Items {
+			fmt.Fprintf(tw, "%s\t$%.2f\t$%.2f\t$%.2f\t$%.2f\t%.1f\t%d\n", orDash(l.Key), l.Cost, l.Used, l.Idle, l.Unmeasured, l.GpuHours, l.Workloads)
+		}
+		fmt.Fprintf(tw, "total\t$%.2f\t$%.2f\t$%.2f\t$%.2f\t\t\n", c.Total, c.Used, c.Idle, c.Unmeasured)
+		tw.Flush()
+	})
+}
+
+// show prints v as JSON with -o json, else as text says it.
+func show(stdout io.Writer, output string, v any, text func()) error {
+	if output == "json" {
+		return json.NewEncoder(stdout).Encode(v)
+	}
+	text()
+	return nil
+}
+
+func gpuText(w client.Workload) string {
+	s := fmt.Sprintf("%s×%d", w.Gpu.Class, w.Gpu.Count)
+	if p := deref(w.Gpu.MigProfile); p != "" {
+		s += " " + p
+	}
+	return s
+}
+
+func age(t time.Time) string {
+	d := time.Since(t)
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh", int(d.Hours()))
+	}
+	return fmt.Sprintf("%dd", int(d.Hours()/24))
+}
+
+// typed reads a --set value as the JSON it would be: a number, a boolean,
+// else a string.
+func typed(v string) any {
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		return n
+	}
+	if b, err := strconv.ParseBool(v); err == nil && (v == "true" || v == "false") {
+		return b
+	}
+	return v
+}
+
+func newKey() string {
+	b := make([]byte, 16)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}
+
+func prefixed(p, s string) string {
+	if s == "" {
+		return ""
+	}
+	return p + s
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// multiFlag is a repeatable string flag.
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
+func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }

@@ -1,0 +1,87 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// TestWorkloadVerbs runs the CLI's workload verbs against the real server
+// (no cluster: launches are recorded and rendered) signed in with a personal
+// access token from $GANTRY_TOKEN: launch, ls, get, stop, start, estimate,
+// cost; a field problem is one line naming the field; a refused decision
+// says why; a usage error exits 2; --wait gives up with the state it saw.
+func TestWorkloadVerbs(t *testing.T) {
+	g := startGantry(t)
+	t.Setenv("GANTRY_TOKEN", g.Token("lee")) // a team-admin of vision
+	t.Setenv("GANTRY_SERVER", g.URL)
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir()) // no credentials file of the machine's
+	cli := func(args ...string) (code int, out, errOut string) {
+		var o, e bytes.Buffer
+		code = run(context.Background(), args, &o, &e)
+		return code, o.String(), e.String()
+	}
+
+	code, out, errOut := cli("launch", "dev-environment", "--team", "vision", "--gpu", "L4:1")
+	m := regexp.MustCompile(`^launched ([a-z0-9]+) \(dev-environment-[a-z0-9]+\) in team vision: Pending`).FindStringSubmatch(out)
+	if code != 0 || m == nil {
+		t.Fatalf("launch: %d %q %q", code, out, errOut)
+	}
+	id := m[1]
+	if code, out, _ := cli("ls", "--team", "vision"); code != 0 || !strings.Contains(out, id) || !strings.HasPrefix(out, "ID ") {
+		t.Fatalf("ls: %d %q", code, out)
+	}
+	code, out, _ = cli("get", id, "-o", "json")
+	var w struct {
+		ID, Status, Team string
+		Gpu              struct{ Class string }
+	}
+	if json.Unmarshal([]byte(out), &w); code != 0 || w.ID != id || w.Gpu.Class != "L4" || w.Team != "vision" {
+		t.Fatalf("get: %d %q", code, out)
+	}
+	if code, out, _ := cli("stop", id); code != 0 || out != id+": Stopped\n" {
+		t.Fatalf("stop: %d %q", code, out)
+	}
+	if code, out, _ := cli("start", id); code != 0 || !strings.HasPrefix(out, id+": Pending") {
+		t.Fatalf("start: %d %q", code, out)
+	}
+	if code, out, _ := cli("estimate", "jupyter-notebook", "--team", "vision", "--min-memory", "30"); code != 0 ||
+		!strings.HasPrefix(out, "H100-80GB × 1 1g.10gb: $0.99/h") || !strings.Contains(out, "3g.40gb") {
+		t.Fatalf("estimate: %d %q", code, out)
+	}
+	if code, out, _ := cli("cost", "--by", "template"); code != 0 || !strings.HasPrefix(out, "TEMPLATE") || !strings.Contains(out, "total") {
+		t.Fatalf("cost: %d %q", code, out)
+	}
+	// A field problem: the server's, one line naming the field.
+	code, _, errOut = cli("launch", "dev-environment", "--team", "vision", "--gpu", "V100")
+	if code != 1 || !strings.Contains(errOut, "gpu.class") {
+		t.Fatalf("a GPU class that does not exist: %d %q", code, errOut)
+	}
+	// Decisions: never on one's own launch; and one not held for approval
+	// says so (as ada, a platform admin) — the server's reasons.
+	code, _, errOut = cli("approve", id, "--reason", "ok")
+	if code != 1 || !strings.Contains(errOut, "your own launch") {
+		t.Fatalf("approve one's own: %d %q", code, errOut)
+	}
+	t.Setenv("GANTRY_TOKEN", g.Token("ada"))
+	code, _, errOut = cli("deny", id, "--reason", "no")
+	if code != 1 || !strings.Contains(errOut, "not waiting for approval") {
+		t.Fatalf("deny: %d %q", code, errOut)
+	}
+	if code, _, _ := cli("launch", "dev-environment"); code != 2 {
+		t.Fatalf("launch without --team: exit %d, want 2", code)
+	}
+	// Without a cluster nothing runs: --wait gives up, saying what it saw.
+	code, _, errOut = cli("launch", "dev-environment", "--team", "vision", "--wait", "--timeout", "2s")
+	if code != 1 || !strings.Contains(errOut, "still Pending after 2s") || !strings.Contains(errOut, "launched ") {
+		t.Fatalf("launch --wait: %d %q", code, errOut)
+	}
+	// Without credentials: one line that says how to sign in.
+	t.Setenv("GANTRY_TOKEN", "")
+	if code, _, errOut := cli("ls"); code != 1 || !strings.Contains(errOut, "GANTRY_TOKEN") || strings.Count(errOut, "\n") != 1 {
+		t.Fatalf("not signed in: %d %q", code, errOut)
+	}
+}

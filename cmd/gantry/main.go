@@ -40,6 +40,10 @@ Against a server (signed in with gantry login, or $GANTRY_TOKEN and $GANTRY_SERV
   gantry ls [--team T] [--status S] [-o wide|json]    list workloads
   gantry get ID [-o json]                             one workload
   gantry stop|start|rm ID                             stop, start again, delete
+  gantry logs ID [-f] [--tail N]                      a workload's log (-f follows it)
+  gantry events ID                                    a workload's Kubernetes events
+  gantry tokens create [--team T] [--read-only] [--days N] | ls | revoke ID
+                                                      personal access tokens (for notebooks, CI)
   gantry approve|deny ID --reason TEXT                decide on a launch held for approval
   gantry estimate TEMPLATE --team T [--gpu ...] [--min-memory GIB]
                                                       price a launch, and whether it would start now
@@ -122,6 +126,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = decideCmd(ctx, args[0], args[1:], stdout, stderr)
 	case "estimate":
 		err = estimateCmd(ctx, args[1:], stdout, stderr)
+	case "logs":
+		err = logsCmd(ctx, args[1:], stdout, stderr)
+	case "events":
+		err = eventsCmd(ctx, args[1:], stdout, stderr)
+	case "tokens":
+		err = tokensCmd(ctx, args[1:], stdout, stderr)
 	case "cost":
 		err = costCmd(ctx, args[1:], stdout, stderr)
 	case "version", "--version":

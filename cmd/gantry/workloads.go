@@ -474,3 +474,134 @@ type multiFlag []string
 
 func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
 func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+
+// logsCmd prints, or with -f follows, a workload's log.
+func logsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flags("gantry logs ID", stderr)
+	srv := fs.String("server", "", "Gantry server URL")
+	followLog := fs.Bool("f", false, "follow: keep printing new lines")
+	tail := fs.Int("tail", 0, "only the last N lines")
+	rest, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(rest) != 1 {
+		return usageError{"gantry logs ID [-f] [--tail N]"}
+	}
+	cl, _, err := remote(ctx, *srv)
+	if err != nil {
+		return err
+	}
+	params := &client.GetWorkloadLogsParams{}
+	if *followLog {
+		params.Follow = followLog
+	}
+	if *tail > 0 {
+		params.TailLines = tail
+	}
+	// The raw client: a followed log is streamed, not read whole.
+	resp, err := cl.ClientInterface.(*client.Client).GetWorkloadLogs(ctx, rest[0], params)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		return problem(resp.StatusCode, b)
+	}
+	_, err = io.Copy(stdout, resp.Body)
+	if ctx.Err() != nil {
+		return nil // interrupted while following
+	}
+	return err
+}
+
+// eventsCmd prints a workload's Kubernetes events.
+func eventsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flags("gantry events ID", stderr)
+	srv := fs.String("server", "", "Gantry server URL")
+	output := fs.String("o", "", "output: json")
+	rest, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(rest) != 1 {
+		return usageError{"gantry events ID"}
+	}
+	cl, _, err := remote(ctx, *srv)
+	if err != nil {
+		return err
+	}
+	resp, err := cl.ListWorkloadEventsWithResponse(ctx, rest[0])
+	if err := ok(resp, err); err != nil {
+		return err
+	}
+	return show(stdout, *output, resp.JSON200.Items, func() {
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "TIME\tTYPE\tREASON\tOBJECT\tMESSAGE")
+		for _, e := range resp.JSON200.Items {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", e.Time.Local().Format(time.TimeOnly), e.Type, e.Reason, e.Object, e.Message)
+		}
+		tw.Flush()
+	})
+}
+
+// tokensCmd creates, lists and revokes the caller's personal access tokens.
+func tokensCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return usageError{"gantry tokens create|ls|revoke"}
+	}
+	fs := flags("gantry tokens "+args[0], stderr)
+	srv := fs.String("server", "", "Gantry server URL")
+	name := fs.String("name", "cli", "create: the token's name")
+	days := fs.Int("days", 30, "create: days until it expires")
+	teamName := fs.String("team", "", "create: narrow it to one team")
+	readOnly := fs.Bool("read-only", false, "create: reads only")
+	rest, err := parse(fs, args[1:])
+	if err != nil {
+		return err
+	}
+	cl, _, err := remote(ctx, *srv)
+	if err != nil {
+		return err
+	}
+	switch args[0] {
+	case "create":
+		req := client.TokenRequest{Name: *name, ExpiresInDays: *days}
+		if *teamName != "" {
+			req.Team = teamName
+		}
+		if *readOnly {
+			req.ReadOnly = readOnly
+		}
+		resp, err := cl.CreateTokenWithResponse(ctx, req)
+		if err := ok(resp, err); err != nil {
+			return err
+		}
+		created := resp.JSON201
+		if created == nil {
+			return errors.New("the server's answer carried no token")
+		}
+		fmt.Fprintln(stderr, "token "+created.Id+" (shown once; keep it secret):")
+		fmt.Fprintln(stdout, created.Token)
+	case "ls":
+		resp, err := cl.ListTokensWithResponse(ctx)
+		if err := ok(resp, err); err != nil {
+			return err
+		}
+		_, err = stdout.Write(append(resp.Body, '\n'))
+		return err
+	case "revoke":
+		if len(rest) != 1 {
+			return usageError{"gantry tokens revoke ID"}
+		}
+		resp, err := cl.RevokeTokenWithResponse(ctx, rest[0])
+		if err := ok(resp, err); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "%s: revoked\n", rest[0])
+	default:
+		return usageError{"gantry tokens create|ls|revoke"}
+	}
+	return nil
+}

@@ -57,7 +57,7 @@ func TestWorkloadVerbs(t *testing.T) {
 	}
 	// A field problem: the server's, one line naming the field.
 	code, _, errOut = cli("launch", "dev-environment", "--team", "vision", "--gpu", "V100")
-	if code != 1 || !strings.Contains(errOut, "gpu.class") {
+	if code != 1 || !regexp.MustCompile(`gpu\.class: .*V100`).MatchString(errOut) {
 		t.Fatalf("a GPU class that does not exist: %d %q", code, errOut)
 	}
 	// Decisions: never on one's own launch; and one not held for approval
@@ -78,6 +78,24 @@ func TestWorkloadVerbs(t *testing.T) {
 	code, _, errOut = cli("launch", "dev-environment", "--team", "vision", "--wait", "--timeout", "2s")
 	if code != 1 || !strings.Contains(errOut, "still Pending after 2s") || !strings.Contains(errOut, "launched ") {
 		t.Fatalf("launch --wait: %d %q", code, errOut)
+	}
+	// Tokens: a token cannot make tokens (sign in for that), and says so;
+	// it lists the caller's; a token that is not there is not revoked.
+	if code, _, errOut := cli("tokens", "create", "--name", "nb", "--team", "vision", "--read-only", "--days", "7"); code != 1 || !strings.Contains(errOut, "a token cannot make tokens") {
+		t.Fatalf("tokens create with a token: %d %q", code, errOut)
+	}
+	if code, out, _ := cli("tokens", "ls"); code != 0 || !strings.Contains(out, `"items"`) {
+		t.Fatalf("tokens ls: %d %q", code, out)
+	}
+	if code, _, errOut := cli("tokens", "revoke", "not a token"); code != 1 || !regexp.MustCompile(`\n  path\.id: .+\n`).MatchString(errOut) {
+		t.Fatalf("tokens revoke: %d %q", code, errOut)
+	}
+	// No cluster: the log is not there, and the server says so.
+	if code, _, errOut := cli("logs", id); code != 1 || !strings.Contains(errOut, "(409)") {
+		t.Fatalf("logs: %d %q", code, errOut)
+	}
+	if code, out, _ := cli("events", id); code != 0 || !strings.HasPrefix(out, "TIME") {
+		t.Fatalf("events: %d %q", code, out)
 	}
 	// Without credentials: one line that says how to sign in.
 	t.Setenv("GANTRY_TOKEN", "")

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strings"
 	"syscall"
 
 	"github.com/gantryhq/gantry/internal/fault"
@@ -49,6 +50,7 @@ Against a server (signed in with gantry login, or $GANTRY_TOKEN and $GANTRY_SERV
                                                       price a launch, and whether it would start now
   gantry cost [--by team|user|template|gpuClass|costCenter] [--since DUR]
                                                       showback: used and idle dollars
+  gantry completion bash|zsh|fish                     print a shell completion script
   gantry version                                      print the version
 
 Run "gantry COMMAND -h" for a command's flags.
@@ -67,6 +69,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return 2
+	}
+	// "gantry templates -h" and the like: the group's lines of the usage.
+	if groups[args[0]] && len(args) > 1 && (args[1] == "-h" || args[1] == "--help" || args[1] == "help") {
+		fmt.Fprint(stdout, groupUsage(args[0]))
+		return 0
 	}
 	var err error
 	switch args[0] {
@@ -132,6 +139,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = eventsCmd(ctx, args[1:], stdout, stderr)
 	case "tokens":
 		err = tokensCmd(ctx, args[1:], stdout, stderr)
+	case "completion":
+		err = completionCmd(args[1:], stdout)
 	case "cost":
 		err = costCmd(ctx, args[1:], stdout, stderr)
 	case "version", "--version":
@@ -170,6 +179,27 @@ func report(err error, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stderr, "gantry: %v\n", err)
 	return 1
+}
+
+// groups are the commands whose first argument is a subcommand.
+var groups = map[string]bool{"templates": true, "audit": true, "advise": true, "tokens": true}
+
+// groupUsage is the lines of the usage about the command group name.
+func groupUsage(name string) string {
+	var b strings.Builder
+	b.WriteString("Usage:\n")
+	lines := strings.Split(usage, "\n")
+	for i, l := range lines {
+		if strings.HasPrefix(strings.TrimSpace(l), "gantry "+name+" ") {
+			b.WriteString(l + "\n")
+			// A description on the next line belongs to it.
+			if i+1 < len(lines) && strings.HasPrefix(lines[i+1], "      ") && !strings.HasPrefix(strings.TrimSpace(lines[i+1]), "gantry ") {
+				b.WriteString(lines[i+1] + "\n")
+			}
+		}
+	}
+	b.WriteString("\nRun \"gantry " + name + " SUBCOMMAND -h\" for its flags.\n")
+	return b.String()
 }
 
 type usageError struct{ msg string }

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
+	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
@@ -101,5 +103,52 @@ func TestWorkloadVerbs(t *testing.T) {
 	t.Setenv("GANTRY_TOKEN", "")
 	if code, _, errOut := cli("ls"); code != 1 || !strings.Contains(errOut, "GANTRY_TOKEN") || strings.Count(errOut, "\n") != 1 {
 		t.Fatalf("not signed in: %d %q", code, errOut)
+	}
+}
+
+// TestHelpEverywhere: every command and every group answers -h with its
+// usage and exit 0, starting nothing.
+func TestHelpEverywhere(t *testing.T) {
+	for _, args := range [][]string{
+		{"serve"}, {"dev"}, {"templates"}, {"templates", "validate"}, {"templates", "render"}, {"templates", "apply"},
+		{"audit"}, {"audit", "verify"}, {"audit", "keygen"}, {"advise"}, {"advise", "replay"}, {"login"}, {"whoami"},
+		{"launch"}, {"ls"}, {"get"}, {"stop"}, {"start"}, {"rm"}, {"approve"}, {"deny"}, {"estimate"}, {"cost"},
+		{"logs"}, {"events"}, {"tokens"}, {"tokens", "create"},
+	} {
+		var out, errOut bytes.Buffer
+		if code := run(context.Background(), append(args, "-h"), &out, &errOut); code != 0 || out.Len()+errOut.Len() == 0 || strings.Contains(errOut.String(), "unknown") {
+			t.Errorf("gantry %s -h: exit %d, %q %q", strings.Join(args, " "), code, out.String(), errOut.String())
+		}
+	}
+}
+
+// TestCompletion: bash accepts the script, which offers every command and a
+// group's subcommands; zsh and fish scripts name them too; every command
+// the usage lists is offered.
+func TestCompletion(t *testing.T) {
+	for _, sh := range []string{"bash", "zsh", "fish"} {
+		var out, errOut bytes.Buffer
+		if code := run(context.Background(), []string{"completion", sh}, &out, &errOut); code != 0 || !strings.Contains(out.String(), "estimate") || !strings.Contains(out.String(), "keygen") {
+			t.Errorf("%s: %d %q", sh, code, errOut.String())
+		}
+	}
+	for _, l := range strings.Split(usage, "\n") {
+		if f := strings.Fields(l); len(f) > 1 && f[0] == "gantry" && f[1] != "COMMAND" {
+			for _, c := range strings.Split(f[1], "|") {
+				if _, ok := commands[c]; !ok {
+					t.Errorf("usage lists %q, completion does not offer it", c)
+				}
+			}
+		}
+	}
+	if _, err := exec.LookPath("bash"); err != nil {
+		return
+	}
+	var out bytes.Buffer
+	run(context.Background(), []string{"completion", "bash"}, &out, io.Discard)
+	cmd := exec.Command("bash", "-c", out.String()+"\nCOMP_WORDS=(gantry tok); COMP_CWORD=1; _gantry; echo ${COMPREPLY[@]}; COMP_WORDS=(gantry tokens r); COMP_CWORD=2; _gantry; echo ${COMPREPLY[@]}")
+	got, err := cmd.CombinedOutput()
+	if err != nil || string(got) != "tokens\nrevoke\n" {
+		t.Errorf("bash completion: %q %v", got, err)
 	}
 }

@@ -52,6 +52,7 @@ func (s *server) ApproveWorkload(ctx context.Context, req gen.ApproveWorkloadReq
 	if err != nil {
 		return nil, err
 	}
+	s.o.Own.Decision(true)
 	return gen.ApproveWorkload200JSONResponse(workloadOut(w)), nil
 }
 
@@ -60,6 +61,7 @@ func (s *server) DenyWorkload(ctx context.Context, req gen.DenyWorkloadRequestOb
 	if err != nil {
 		return nil, err
 	}
+	s.o.Own.Decision(false)
 	return gen.DenyWorkload200JSONResponse(workloadOut(w)), nil
 }
 

@@ -4,7 +4,10 @@ import (
 	"context"
 	"time"
 
+	"github.com/labstack/echo/v4"
+
 	"github.com/gantryhq/gantry/api/gen"
+	"github.com/gantryhq/gantry/internal/ownmetrics"
 )
 
 // Pinger checks a dependency for /readyz.
@@ -51,4 +54,27 @@ func (s *server) GetReady(ctx context.Context, _ gen.GetReadyRequestObject) (gen
 
 func (s *server) GetOpenAPI(ctx context.Context, _ gen.GetOpenAPIRequestObject) (gen.GetOpenAPIResponseObject, error) {
 	return gen.GetOpenAPI200ApplicationyamlResponse{Body: bytesReader(s.o.Spec), ContentLength: int64(len(s.o.Spec))}, nil
+}
+
+func (s *server) GetGantryMetrics(ctx context.Context, _ gen.GetGantryMetricsRequestObject) (gen.GetGantryMetricsResponseObject, error) {
+	text, err := s.o.Own.Text()
+	if err != nil {
+		return nil, err
+	}
+	return gen.GetGantryMetrics200TextResponse(text), nil
+}
+
+// measure counts every request by its route template (not its path: ids
+// would make a series each), method and status, and times it.
+func measure(m *ownmetrics.Metrics) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			start := time.Now()
+			if err := next(c); err != nil {
+				c.Error(err) // the one error handler writes the answer: its code is the one counted
+			}
+			m.Request(c.Path(), c.Request().Method, c.Response().Status, time.Since(start))
+			return nil
+		}
+	}
 }

@@ -115,6 +115,7 @@ func TestRouteRoleMatrix(t *testing.T) {
 	matrix := map[string]row{
 		"GET /healthz":                          {"GET", "/healthz", nil, public},
 		"GET /readyz":                           {"GET", "/readyz", nil, public},
+		"GET /metrics":                          {"GET", "/metrics", nil, public},
 		"GET /openapi.yaml":                     {"GET", "/openapi.yaml", nil, public},
 		"GET /auth/config":                      {"GET", "/auth/config", nil, public},
 		"GET /api/v1/me":                        {"GET", "/api/v1/me", nil, public},

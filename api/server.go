@@ -31,6 +31,7 @@ import (
 	"github.com/gantryhq/gantry/internal/imageverify"
 	"github.com/gantryhq/gantry/internal/interactive"
 	"github.com/gantryhq/gantry/internal/overrides"
+	"github.com/gantryhq/gantry/internal/ownmetrics"
 	"github.com/gantryhq/gantry/internal/telemetry"
 	"github.com/gantryhq/gantry/internal/token"
 	"github.com/gantryhq/gantry/internal/user"
@@ -47,6 +48,9 @@ type Options struct {
 	Estimates *estimate.Service
 	// Budgets say where the teams' budgets stand.
 	Budgets *budget.Service
+	// Own is Gantry's own metrics (GET /metrics); nil: a registry of the
+	// handler's own.
+	Own *ownmetrics.Metrics
 	// Settings are the teams' own lifecycle choices.
 	Settings *overrides.Service
 	// Prices is a GPU class's price history.
@@ -104,11 +108,15 @@ func New(o Options) (*echo.Echo, error) {
 	if err != nil {
 		return nil, err
 	}
+	if o.Own == nil {
+		o.Own = ownmetrics.New()
+	}
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = errorHandler(o.Logger)
 	e.Use(
 		middleware.RequestID(),
+		measure(o.Own),
 		accessLog(o.Logger),
 		auditLog(o.Audit, o.Logger),
 		middleware.Recover(),

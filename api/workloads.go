@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"strings"
 
 	"github.com/gantryhq/gantry/api/gen"
 	"github.com/gantryhq/gantry/internal/estimate"
@@ -21,11 +22,19 @@ func (s *server) CreateWorkload(ctx context.Context, req gen.CreateWorkloadReque
 		Template: b.Template, Version: deref(b.TemplateVersion), Team: t, Choice: choice(b.Gpu, b.Parameters, b.Confidential),
 		IdempotencyKey: deref(req.Params.IdempotencyKey),
 	})
-	if err != nil {
+	switch {
+	case err != nil:
+		s.o.Own.Launch("refused")
 		return nil, err
-	}
-	if replayed {
+	case replayed:
+		s.o.Own.Launch("replayed")
 		return gen.CreateWorkload200JSONResponse(workloadOut(w)), nil
+	case w.Status == workload.PendingApproval:
+		s.o.Own.Launch("held_for_approval")
+	case strings.HasPrefix(w.Reason, "held: "):
+		s.o.Own.Launch("held_by_budget")
+	default:
+		s.o.Own.Launch("started")
 	}
 	return gen.CreateWorkload201JSONResponse(workloadOut(w)), nil
 }

@@ -2703,6 +2703,13 @@ type ClientInterface interface {
 	// Corresponds with GET /healthz (the `GetHealth` operationId).
 	GetHealth(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// GetGantryMetrics Gantry's own metrics
+	//
+	// Prometheus text exposition: HTTP requests and their durations by route, launches by outcome, approval decisions, what the leader's loops did (idle stops, budget alerts, webhooks, expired approvals, applies), and Go's and the process's collectors. Public, like /healthz: scrape it inside the cluster; it carries counts by route, never workloads, users or teams.
+	//
+	// Corresponds with GET /metrics (the `GetGantryMetrics` operationId).
+	GetGantryMetrics(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// GetOpenAPI This specification
 	//
 	// The OpenAPI document the server validates every request against.
@@ -3833,6 +3840,23 @@ func (c *Client) GetAuthConfig(ctx context.Context, reqEditors ...RequestEditorF
 // Corresponds with GET /healthz (the `GetHealth` operationId).
 func (c *Client) GetHealth(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetHealthRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetGantryMetrics Gantry's own metrics
+//
+// Prometheus text exposition: HTTP requests and their durations by route, launches by outcome, approval decisions, what the leader's loops did (idle stops, budget alerts, webhooks, expired approvals, applies), and Go's and the process's collectors. Public, like /healthz: scrape it inside the cluster; it carries counts by route, never workloads, users or teams.
+//
+// Corresponds with GET /metrics (the `GetGantryMetrics` operationId).
+func (c *Client) GetGantryMetrics(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetGantryMetricsRequest(c.Server)
 	if err != nil {
 		return nil, err
 	}
@@ -6092,6 +6116,33 @@ func NewGetHealthRequest(server string) (*http.Request, error) {
 	return req, nil
 }
 
+// NewGetGantryMetricsRequest constructs an http.Request for the GetGantryMetrics method
+func NewGetGantryMetricsRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/metrics")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewGetOpenAPIRequest constructs an http.Request for the GetOpenAPI method
 func NewGetOpenAPIRequest(server string) (*http.Request, error) {
 	var err error
@@ -6758,6 +6809,15 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /healthz (the `GetHealth` operationId).
 	GetHealthWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetHealthResponse, error)
+
+	// GetGantryMetricsWithResponse Gantry's own metrics
+	//
+	// Prometheus text exposition: HTTP requests and their durations by route, launches by outcome, approval decisions, what the leader's loops did (idle stops, budget alerts, webhooks, expired approvals, applies), and Go's and the process's collectors. Public, like /healthz: scrape it inside the cluster; it carries counts by route, never workloads, users or teams.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /metrics (the `GetGantryMetrics` operationId).
+	GetGantryMetricsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetGantryMetricsResponse, error)
 
 	// GetOpenAPIWithResponse This specification
 	//
@@ -9143,6 +9203,40 @@ func (r GetHealthResponse) ContentType() string {
 	return ""
 }
 
+type GetGantryMetricsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+}
+
+// GetBody returns the raw response body bytes
+func (r GetGantryMetricsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetGantryMetricsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetGantryMetricsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetGantryMetricsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type GetOpenAPIResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -10177,6 +10271,21 @@ func (c *ClientWithResponses) GetHealthWithResponse(ctx context.Context, reqEdit
 		return nil, err
 	}
 	return ParseGetHealthResponse(rsp)
+}
+
+// GetGantryMetricsWithResponse Gantry's own metrics
+//
+// Prometheus text exposition: HTTP requests and their durations by route, launches by outcome, approval decisions, what the leader's loops did (idle stops, budget alerts, webhooks, expired approvals, applies), and Go's and the process's collectors. Public, like /healthz: scrape it inside the cluster; it carries counts by route, never workloads, users or teams.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /metrics (the `GetGantryMetrics` operationId).
+func (c *ClientWithResponses) GetGantryMetricsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetGantryMetricsResponse, error) {
+	rsp, err := c.GetGantryMetrics(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetGantryMetricsResponse(rsp)
 }
 
 // GetOpenAPIWithResponse This specification
@@ -11834,6 +11943,22 @@ func ParseGetHealthResponse(rsp *http.Response) (*GetHealthResponse, error) {
 		}
 		response.JSON200 = &dest
 
+	}
+
+	return response, nil
+}
+
+// ParseGetGantryMetricsResponse parses an HTTP response from a GetGantryMetricsWithResponse call
+func ParseGetGantryMetricsResponse(rsp *http.Response) (*GetGantryMetricsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetGantryMetricsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
 	}
 
 	return response, nil

@@ -2284,6 +2284,9 @@ type ServerInterface interface {
 	// GetHealth Liveness
 	// (GET /healthz)
 	GetHealth(ctx echo.Context) error
+	// GetGantryMetrics Gantry's own metrics
+	// (GET /metrics)
+	GetGantryMetrics(ctx echo.Context) error
 	// GetOpenAPI This specification
 	// (GET /openapi.yaml)
 	GetOpenAPI(ctx echo.Context) error
@@ -3195,6 +3198,15 @@ func (w *ServerInterfaceWrapper) GetHealth(ctx echo.Context) error {
 	return err
 }
 
+// GetGantryMetrics converts echo context to params.
+func (w *ServerInterfaceWrapper) GetGantryMetrics(ctx echo.Context) error {
+	var err error
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.GetGantryMetrics(ctx)
+	return err
+}
+
 // GetOpenAPI converts echo context to params.
 func (w *ServerInterfaceWrapper) GetOpenAPI(ctx echo.Context) error {
 	var err error
@@ -3261,6 +3273,7 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	}
 
 	router.GET(options.BaseURL+"/healthz", wrapper.GetHealth, options.OperationMiddlewares["getHealth"]...)
+	router.GET(options.BaseURL+"/metrics", wrapper.GetGantryMetrics, options.OperationMiddlewares["getGantryMetrics"]...)
 	router.GET(options.BaseURL+"/readyz", wrapper.GetReady, options.OperationMiddlewares["getReady"]...)
 	router.GET(options.BaseURL+"/openapi.yaml", wrapper.GetOpenAPI, options.OperationMiddlewares["getOpenAPI"]...)
 	router.GET(options.BaseURL+"/api/v1/templates", wrapper.ListTemplates, options.OperationMiddlewares["listTemplates"]...)
@@ -5264,6 +5277,24 @@ func (response GetHealth200JSONResponse) VisitGetHealthResponse(w http.ResponseW
 	return err
 }
 
+type GetGantryMetricsRequestObject struct {
+}
+
+type GetGantryMetricsResponseObject interface {
+	VisitGetGantryMetricsResponse(w http.ResponseWriter) error
+}
+
+type GetGantryMetrics200TextResponse string
+
+func (response GetGantryMetrics200TextResponse) VisitGetGantryMetricsResponse(w http.ResponseWriter) error {
+
+	w.Header().Set("Content-Type", "text/plain")
+	w.WriteHeader(200)
+
+	_, err := w.Write([]byte(fmt.Sprint(response)))
+	return err
+}
+
 type GetOpenAPIRequestObject struct {
 }
 
@@ -5478,6 +5509,9 @@ type StrictServerInterface interface {
 	// GetHealth Liveness
 	// (GET /healthz)
 	GetHealth(ctx context.Context, request GetHealthRequestObject) (GetHealthResponseObject, error)
+	// GetGantryMetrics Gantry's own metrics
+	// (GET /metrics)
+	GetGantryMetrics(ctx context.Context, request GetGantryMetricsRequestObject) (GetGantryMetricsResponseObject, error)
 	// GetOpenAPI This specification
 	// (GET /openapi.yaml)
 	GetOpenAPI(ctx context.Context, request GetOpenAPIRequestObject) (GetOpenAPIResponseObject, error)
@@ -7026,6 +7060,29 @@ func (sh *strictHandler) GetHealth(ctx echo.Context) error {
 		return err
 	} else if validResponse, ok := response.(GetHealthResponseObject); ok {
 		return validResponse.VisitGetHealthResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// GetGantryMetrics operation middleware
+func (sh *strictHandler) GetGantryMetrics(ctx echo.Context) error {
+	var request GetGantryMetricsRequestObject
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.GetGantryMetrics(ctx.Request().Context(), request.(GetGantryMetricsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetGantryMetrics")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(GetGantryMetricsResponseObject); ok {
+		return validResponse.VisitGetGantryMetricsResponse(ctx.Response())
 	} else if response != nil {
 		return fmt.Errorf("unexpected response type: %T", response)
 	}

@@ -52,6 +52,7 @@ import (
 	"github.com/gantryhq/gantry/internal/kube"
 	"github.com/gantryhq/gantry/internal/notify"
 	"github.com/gantryhq/gantry/internal/overrides"
+	"github.com/gantryhq/gantry/internal/ownmetrics"
 	"github.com/gantryhq/gantry/internal/promsource"
 	"github.com/gantryhq/gantry/internal/quota"
 	"github.com/gantryhq/gantry/internal/store"
@@ -131,6 +132,7 @@ type Server struct {
 	// Budgets track the teams' budgets, alert, and hold launches.
 	Budgets  *budget.Service
 	notifier *notify.Sender
+	own      *ownmetrics.Metrics
 	ln       net.Listener
 	url      string
 	http     *http.Server
@@ -179,7 +181,7 @@ func New(ctx context.Context, cfg config.Config, ov Overrides) (s *Server, err e
 			core.Store.Close()
 		}
 	}()
-	s = &Server{Core: core, clock: ov.Clock}
+	s = &Server{Core: core, clock: ov.Clock, own: ownmetrics.New()}
 	if s.clock == nil {
 		s.clock = clock.RealClock{}
 	}
@@ -321,7 +323,7 @@ func New(ctx context.Context, cfg config.Config, ov Overrides) (s *Server, err e
 		return nil, err
 	}
 	h, err := api.New(api.Options{
-		Catalog: core.Catalog, Workloads: s.Workloads, Estimates: estimates, Budgets: s.Budgets, Settings: settings, Prices: core.Store.PriceHistory, Checks: s.checks, Spec: gantry.OpenAPI,
+		Catalog: core.Catalog, Workloads: s.Workloads, Estimates: estimates, Budgets: s.Budgets, Settings: settings, Prices: core.Store.PriceHistory, Own: s.own, Checks: s.checks, Spec: gantry.OpenAPI,
 		MaxBodyBytes: cfg.MaxBodyBytes, Logger: core.Log,
 		Portal:   portal.New(portal.Options{Sessions: sessions, Teams: s.authz.Teams, Secure: strings.HasPrefix(public, "https://"), Logger: core.Log, Audit: s.denials}),
 		Identify: identify, Sessions: sessions, Tokens: s.tokens, Users: s.users, Teams: s.authz.Teams,
@@ -583,21 +585,27 @@ func (s *Server) lead(ctx context.Context, c *kube.Cluster) error {
 	g.Go(func() error { return s.every(gctx, s.Config.Reconcile(), s.lifecycle) })
 	g.Go(func() error {
 		return s.every(gctx, s.Config.Reconcile(), func(ctx context.Context) {
-			if _, err := culler.Run(ctx); err != nil && ctx.Err() == nil {
+			n, err := culler.Run(ctx)
+			s.own.Loop(ownmetrics.IdleStops, n)
+			if err != nil && ctx.Err() == nil {
 				s.Log.Warn("idle culling", "err", err)
 			}
 		})
 	})
 	g.Go(func() error {
 		return s.every(gctx, s.Config.Reconcile(), func(ctx context.Context) {
-			if n, err := s.Budgets.Run(ctx); err != nil && ctx.Err() == nil {
+			n, err := s.Budgets.Run(ctx)
+			s.own.Loop(ownmetrics.BudgetAlerts, n)
+			if err != nil && ctx.Err() == nil {
 				s.Log.Warn("budget alerts", "sent", n, "err", err)
 			}
 		})
 	})
 	g.Go(func() error {
 		return s.every(gctx, notifyInterval, func(ctx context.Context) {
-			if _, err := s.notifier.Run(ctx); err != nil && ctx.Err() == nil {
+			n, err := s.notifier.Run(ctx)
+			s.own.Loop(ownmetrics.WebhooksSent, n)
+			if err != nil && ctx.Err() == nil {
 				s.Log.Warn("webhooks", "err", err)
 			}
 		})
@@ -687,12 +695,15 @@ var priorities = func() []quota.Priority {
 // deleted workloads' objects.
 func (s *Server) lifecycle(ctx context.Context) {
 	n, err := s.Workloads.Reconcile(ctx)
+	s.own.Loop(ownmetrics.Applied, n)
 	if n > 0 {
 		s.Log.Info("reconciled workloads", "applied", n)
 	}
 	// Expired approvals are refused whether or not the cluster answers.
-	if n, err := s.Workloads.ExpireApprovals(ctx); n > 0 || (err != nil && ctx.Err() == nil) {
-		s.Log.Info("refused launches whose approval expired", "refused", n, "err", err)
+	expired, eerr := s.Workloads.ExpireApprovals(ctx)
+	s.own.Loop(ownmetrics.ApprovalsExpired, expired)
+	if expired > 0 || (eerr != nil && ctx.Err() == nil) {
+		s.Log.Info("refused launches whose approval expired", "refused", expired, "err", eerr)
 	}
 	var un *fault.Unavailable
 	if err != nil && ctx.Err() == nil {
@@ -701,7 +712,9 @@ func (s *Server) lifecycle(ctx context.Context) {
 			return // the cluster is away: nothing else can be done now
 		}
 	}
-	if n, err := s.Workloads.Expire(ctx); n > 0 || (err != nil && ctx.Err() == nil) {
+	stopped, serr := s.Workloads.Expire(ctx)
+	s.own.Loop(ownmetrics.Expired, stopped)
+	if n, err := stopped, serr; n > 0 || (err != nil && ctx.Err() == nil) {
 		s.Log.Info("stopped workloads past their max runtime", "stopped", n, "err", err)
 	}
 	actions, err := s.Workloads.Converge(ctx, s.Config.RemoveOrphans)

@@ -11,7 +11,7 @@ import (
 // the shell completions offer.
 var commands = map[string][]string{
 	"dev": nil, "serve": nil, "login": nil, "whoami": nil, "version": nil, "completion": {"bash", "zsh", "fish"},
-	"templates": {"validate", "render", "apply"}, "audit": {"verify", "keygen"}, "advise": {"replay"},
+	"templates": {"validate", "render", "apply", "ls", "show"}, "advice": nil, "audit": {"verify", "keygen"}, "advise": {"replay"},
 	"launch": nil, "ls": nil, "get": nil, "stop": nil, "start": nil, "rm": nil, "logs": nil, "events": nil,
 	"approve": nil, "deny": nil, "estimate": nil, "cost": nil, "tokens": {"create", "ls", "revoke"},
 }

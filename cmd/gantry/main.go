@@ -41,6 +41,8 @@ Against a server (signed in with gantry login, or $GANTRY_TOKEN and $GANTRY_SERV
   gantry ls [--team T] [--status S] [-o wide|json]    list workloads
   gantry get ID [-o json]                             one workload
   gantry stop|start|rm ID                             stop, start again, delete
+  gantry advice [ID]                                  a workload's findings, or the teams' open advice
+  gantry templates ls | show NAME                     the server's template catalog
   gantry logs ID [-f] [--tail N]                      a workload's log (-f follows it)
   gantry events ID                                    a workload's Kubernetes events
   gantry tokens create [--team T] [--read-only] [--days N] | ls | revoke ID
@@ -93,6 +95,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			err = renderCmd(args[2:], stdout, stderr)
 		case "apply":
 			err = applyCmd(ctx, args[2:], stdout, stderr)
+		case "ls", "show":
+			err = catalogCmd(ctx, args[1], args[2:], stdout, stderr)
 		default:
 			fmt.Fprintf(stderr, "gantry templates: unknown command %q\n\n%s", args[1], usage)
 			return 2
@@ -139,6 +143,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = eventsCmd(ctx, args[1:], stdout, stderr)
 	case "tokens":
 		err = tokensCmd(ctx, args[1:], stdout, stderr)
+	case "advice":
+		err = adviceCmd(ctx, args[1:], stdout, stderr)
 	case "completion":
 		err = completionCmd(args[1:], stdout)
 	case "cost":

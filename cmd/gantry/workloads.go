@@ -605,3 +605,87 @@ func tokensCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	return nil
 }
+
+// catalogCmd is templates ls|show against a server.
+func catalogCmd(ctx context.Context, sub string, args []string, stdout, stderr io.Writer) error {
+	fs := flags("gantry templates "+sub, stderr)
+	srv := fs.String("server", "", "Gantry server URL")
+	output := fs.String("o", "", "output: json")
+	rest, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	cl, _, err := remote(ctx, *srv)
+	if err != nil {
+		return err
+	}
+	if sub == "ls" {
+		resp, err := cl.ListTemplatesWithResponse(ctx)
+		if err := ok(resp, err); err != nil {
+			return err
+		}
+		return show(stdout, *output, resp.JSON200.Items, func() {
+			tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tVERSION\tKIND\tTITLE")
+			for _, v := range resp.JSON200.Items {
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", v.Name, v.Version, v.Template.Spec.Workload, v.Template.Metadata.Title)
+			}
+			tw.Flush()
+		})
+	}
+	if len(rest) != 1 {
+		return usageError{"gantry templates show NAME"}
+	}
+	resp, err := cl.GetTemplateWithResponse(ctx, rest[0], &client.GetTemplateParams{})
+	if err := ok(resp, err); err != nil {
+		return err
+	}
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(resp.JSON200)
+}
+
+// adviceCmd prints a workload's findings, or the caller's teams' open
+// advice, biggest dollars first.
+func adviceCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flags("gantry advice [ID]", stderr)
+	srv := fs.String("server", "", "Gantry server URL")
+	output := fs.String("o", "", "output: json")
+	rest, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	cl, _, err := remote(ctx, *srv)
+	if err != nil {
+		return err
+	}
+	line := func(w io.Writer, f client.Finding) {
+		fmt.Fprintf(w, "%s\t%s\t$%.0f/mo\t%s\n", f.Kind, f.Severity, f.MonthlyUSD, f.Reason)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	if len(rest) == 1 {
+		resp, err := cl.GetWorkloadAdviceWithResponse(ctx, rest[0])
+		if err := ok(resp, err); err != nil {
+			return err
+		}
+		return show(stdout, *output, resp.JSON200, func() {
+			fmt.Fprintln(tw, "KIND\tSEVERITY\tSAVES\tWHY")
+			for _, f := range resp.JSON200.Findings {
+				line(tw, f)
+			}
+			tw.Flush()
+		})
+	}
+	resp, err := cl.ListAdviceWithResponse(ctx, &client.ListAdviceParams{})
+	if err := ok(resp, err); err != nil {
+		return err
+	}
+	return show(stdout, *output, resp.JSON200, func() {
+		fmt.Fprintln(tw, "WORKLOAD\tKIND\tSEVERITY\tSAVES\tWHY")
+		for _, it := range resp.JSON200.Items {
+			fmt.Fprintf(tw, "%s\t", it.Workload)
+			line(tw, it.Finding)
+		}
+		tw.Flush()
+	})
+}

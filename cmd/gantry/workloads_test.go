@@ -57,6 +57,18 @@ func TestWorkloadVerbs(t *testing.T) {
 	if code, out, _ := cli("cost", "--by", "template"); code != 0 || !strings.HasPrefix(out, "TEMPLATE") || !strings.Contains(out, "total") {
 		t.Fatalf("cost: %d %q", code, out)
 	}
+	if code, out, _ := cli("templates", "ls"); code != 0 || !strings.Contains(out, "jupyter-notebook") || !strings.HasPrefix(out, "NAME") {
+		t.Fatalf("templates ls: %d %q", code, out)
+	}
+	if code, out, _ := cli("templates", "show", "gpu-vm"); code != 0 || !strings.Contains(out, `"workload": "vm"`) {
+		t.Fatalf("templates show: %d %q", code, out)
+	}
+	if code, out, _ := cli("advice", id); code != 0 || !strings.HasPrefix(out, "KIND") {
+		t.Fatalf("advice: %d %q", code, out)
+	}
+	if code, out, _ := cli("advice"); code != 0 || !strings.HasPrefix(out, "WORKLOAD") {
+		t.Fatalf("team advice: %d %q", code, out)
+	}
 	// A field problem: the server's, one line naming the field.
 	code, _, errOut = cli("launch", "dev-environment", "--team", "vision", "--gpu", "V100")
 	if code != 1 || !regexp.MustCompile(`gpu\.class: .*V100`).MatchString(errOut) {
@@ -113,7 +125,7 @@ func TestHelpEverywhere(t *testing.T) {
 		{"serve"}, {"dev"}, {"templates"}, {"templates", "validate"}, {"templates", "render"}, {"templates", "apply"},
 		{"audit"}, {"audit", "verify"}, {"audit", "keygen"}, {"advise"}, {"advise", "replay"}, {"login"}, {"whoami"},
 		{"launch"}, {"ls"}, {"get"}, {"stop"}, {"start"}, {"rm"}, {"approve"}, {"deny"}, {"estimate"}, {"cost"},
-		{"logs"}, {"events"}, {"tokens"}, {"tokens", "create"},
+		{"logs"}, {"events"}, {"tokens"}, {"tokens", "create"}, {"advice"}, {"templates", "ls"}, {"templates", "show"},
 	} {
 		var out, errOut bytes.Buffer
 		if code := run(context.Background(), append(args, "-h"), &out, &errOut); code != 0 || out.Len()+errOut.Len() == 0 || strings.Contains(errOut.String(), "unknown") {

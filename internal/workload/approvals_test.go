@@ -113,11 +113,21 @@ func TestApprovalCeiling(t *testing.T) {
 	}
 
 	late, _, _ := h.svc.Create(ctx, "https://idp.test#alice", workload.Request{Template: "pytorch-train", Team: "vision"})
+	// At most MaxPendingApprovals of one person's launches wait at once.
+	for range workload.MaxPendingApprovals - 1 {
+		if _, _, err := h.svc.Create(ctx, "https://idp.test#alice", workload.Request{Template: "pytorch-train", Team: "vision"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var full *fault.Conflict
+	if _, _, err := h.svc.Create(ctx, "https://idp.test#alice", workload.Request{Template: "pytorch-train", Team: "vision"}); !errors.As(err, &full) || !strings.Contains(err.Error(), "already wait for one") {
+		t.Fatalf("a sixth launch waiting for approval: %v", err)
+	}
 	if n, err := h.svc.ExpireApprovals(context.Background()); n != 0 || err != nil {
 		t.Fatalf("expired early: %d %v", n, err)
 	}
 	h.advance(2 * time.Hour)
-	if n, err := h.svc.ExpireApprovals(context.Background()); n != 1 || err != nil {
+	if n, err := h.svc.ExpireApprovals(context.Background()); n != workload.MaxPendingApprovals || err != nil {
 		t.Fatalf("expiry: %d %v", n, err)
 	}
 	got, _ = h.store.Workload(context.Background(), late.ID)

@@ -266,12 +266,26 @@ func (s *Service) govern(ctx context.Context, w *Workload, rd Rendered) error {
 	case v.Hold:
 		w.Reason = "held: " + v.Why
 	case v.Approval:
+		// Kueue reserves a held launch's quota while it waits: one person
+		// may not fill the team's queue with launches nobody approved.
+		waiting, err := s.store.ListWorkloads(ctx, Filter{Team: w.Team, Owner: w.Owner, Status: PendingApproval, Limit: MaxPendingApprovals})
+		if err != nil {
+			return err
+		}
+		if len(waiting) >= MaxPendingApprovals {
+			return &fault.Conflict{Kind: "launch", Name: w.Template, Reason: fmt.Sprintf(
+				"needs approval (%s), and %d of your launches in team %s already wait for one: wait for a decision, or delete one", v.Why, len(waiting), w.Team)}
+		}
 		w.Status = PendingApproval
 		w.Approval = Approval{Why: v.Why, Expires: w.CreatedAt.Add(expiry)}
 		w.Reason = approvalReason(w.Team, w.Approval)
 	}
 	return nil
 }
+
+// MaxPendingApprovals is how many of one person's launches in a team may
+// wait for approval at once.
+const MaxPendingApprovals = 5
 
 // approvalReason says who must approve a held launch, why, and until when.
 func approvalReason(t team.Name, a Approval) string {

@@ -310,3 +310,15 @@ func (c *Cluster) release(ctx context.Context, u *unstructured.Unstructured) err
 	}
 	return nil
 }
+
+// HoldQueue implements workload.Cluster: the team's ClusterQueue gets
+// stopPolicy Hold now (Kueue admits nothing new from it), ahead of the quota
+// sync that keeps it so while the team's budget blocks launches.
+func (c *Cluster) HoldQueue(ctx context.Context, team string) error {
+	patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"stopPolicy": "Hold"}})
+	_, err := c.dyn.Resource(kueueResources["ClusterQueue"]).Patch(ctx, quota.ClusterQueue(team), types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return classify(err, "ClusterQueue", quota.ClusterQueue(team))
+	}
+	return nil
+}

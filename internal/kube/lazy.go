@@ -132,6 +132,15 @@ func (l *Lazy) SetAdmission(ctx context.Context, namespace, id string, a workloa
 	return c.SetAdmission(ctx, namespace, id, a)
 }
 
+// HoldQueue implements workload.Cluster.
+func (l *Lazy) HoldQueue(ctx context.Context, team string) error {
+	c, err := l.get()
+	if err != nil {
+		return err
+	}
+	return c.HoldQueue(ctx, team)
+}
+
 // QueueUsage implements estimate.Cluster.
 func (l *Lazy) QueueUsage(ctx context.Context, team, class string) (float64, int, error) {
 	c, err := l.get()

@@ -261,3 +261,26 @@ func TestSpotEvictions(t *testing.T) {
 		t.Errorf("on-demand job: %v %v", got.SpotEvictions, err)
 	}
 }
+
+// TestBlockHoldsTheQueueAtOnce: with Kueue, a launch into a team whose spent
+// budget blocks launches is recorded and applied, says why it waits, and
+// holds the team's queue at once (not only at the next quota sync).
+func TestBlockHoldsTheQueueAtOnce(t *testing.T) {
+	h := withRules(t, rules{budgets: map[string]budget.Budget{"vision": {Amount: 10, AtLimit: budget.Block}}}, true)
+	ctx := asAlice()
+	w, _, err := h.svc.Create(ctx, "https://idp.test#alice", workload.Request{Template: "pytorch-train", Team: "vision"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.svc.Report(context.Background(), w.ID, workload.Running, ""); err != nil {
+		t.Fatal(err)
+	}
+	if h.cluster.Held("vision") {
+		t.Fatal("held before the budget was spent")
+	}
+	h.advance(time.Hour) // $55.20 spent
+	next, _, err := h.svc.Create(ctx, "https://idp.test#alice", workload.Request{Template: "pytorch-train", Team: "vision"})
+	if err != nil || !next.Applied() || !strings.HasPrefix(next.Reason, "held: Team vision has spent $55.20") || !h.cluster.Held("vision") {
+		t.Fatalf("launch while blocked: %v, applied %v, %q, queue held %v", err, next.Applied(), next.Reason, h.cluster.Held("vision"))
+	}
+}

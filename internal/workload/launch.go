@@ -265,6 +265,12 @@ func (s *Service) govern(ctx context.Context, w *Workload, rd Rendered) error {
 		return &fault.Forbidden{Reason: "the launch is refused: " + v.Why}
 	case v.Hold:
 		w.Reason = "held: " + v.Why
+		// Not only at the next quota sync: this launch must not slip in.
+		if s.cluster != nil {
+			if err := s.cluster.HoldQueue(ctx, w.Team.String()); err != nil {
+				s.log.Warn("team's queue not held at once; the next quota sync holds it", "team", w.Team, "err", err)
+			}
+		}
 	case v.Approval:
 		// Kueue reserves a held launch's quota while it waits: one person
 		// may not fill the team's queue with launches nobody approved.

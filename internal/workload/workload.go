@@ -199,6 +199,9 @@ type Cluster interface {
 	// SetAdmission sets Gantry's AdmissionCheck on the Kueue Workloads of
 	// the workload id in namespace (with Kueue; none yet is not an error).
 	SetAdmission(ctx context.Context, namespace, id string, a Admission) error
+	// HoldQueue holds the team's Kueue queue (stopPolicy Hold) at once,
+	// ahead of the next quota sync, which keeps it so.
+	HoldQueue(ctx context.Context, team string) error
 }
 
 // ObjectRef names a workload's primary object on the cluster.

@@ -40,6 +40,7 @@ type Cluster struct {
 	mu         sync.Mutex
 	objects    map[string]workload.ObjectRef // by namespace/name
 	admissions map[string]workload.Admission // by workload id
+	held       map[string]bool               // teams whose queue was held
 	err        error
 }
 
@@ -122,6 +123,27 @@ func (c *Cluster) SetAdmission(_ context.Context, _ string, id string, a workloa
 	}
 	c.admissions[id] = a
 	return nil
+}
+
+// HoldQueue implements workload.Cluster: it records the hold.
+func (c *Cluster) HoldQueue(_ context.Context, team string) error {
+	if err := c.fail(); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.held == nil {
+		c.held = map[string]bool{}
+	}
+	c.held[team] = true
+	return nil
+}
+
+// Held says whether the team's queue was held.
+func (c *Cluster) Held(team string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.held[team]
 }
 
 // Admission is the check last set on workload id.

@@ -1,0 +1,122 @@
+"""The Python client against a real `gantry serve` (GANTRY_SERVER and
+GANTRY_TOKEN, set by the Go test that starts it: api/python_test.go), and
+its retries against a stand-in that answers 503 first."""
+
+import http.server
+import json
+import os
+import re
+import threading
+import unittest
+
+from gantry import ABSENT, Gantry, GantryError, Workload
+from gantry.client import METHODS
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SPEC = os.path.join(HERE, "..", "..", "..", "openapi.yaml")
+
+
+class CoverageTest(unittest.TestCase):
+    def test_every_operation_has_a_method_or_is_absent(self):
+        with open(SPEC) as f:
+            ops = set(re.findall(r"^\s+operationId: (\w+)$", f.read(), re.M))
+        self.assertTrue(ops, "no operations found in openapi.yaml")
+        for op in sorted(ops):
+            with self.subTest(operation=op):
+                if op in ABSENT:
+                    continue
+                self.assertIn(op, METHODS, f"{op} has no method and is not listed in ABSENT")
+                self.assertTrue(callable(getattr(Gantry, METHODS[op], None)), f"{op}: Gantry.{METHODS[op]} is missing")
+        self.assertEqual(set(METHODS) | set(ABSENT), ops, "methods for operations openapi.yaml does not have")
+
+
+class RetryTest(unittest.TestCase):
+    def test_retries_503_honouring_retry_after(self):
+        calls = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                calls.append(self.headers.get("Authorization"))
+                if len(calls) < 3:
+                    self.send_response(503)
+                    self.send_header("Retry-After", "0")
+                    self.send_header("Content-Type", "application/problem+json")
+                    self.end_headers()
+                    self.wfile.write(b'{"title": "Service Unavailable", "status": 503}')
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(b'{"status": "ok"}')
+
+            def log_message(self, *args):
+                pass
+
+        srv = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        try:
+            g = Gantry(server=f"http://127.0.0.1:{srv.server_port}", token="gnt_test")
+            self.assertEqual(g.health(), {"status": "ok"})
+            self.assertEqual(calls, ["Bearer gnt_test"] * 3)
+            g = Gantry(server=f"http://127.0.0.1:{srv.server_port}", token="gnt_test", retries=0)
+            calls.clear()
+            with self.assertRaises(GantryError) as e:
+                g.health()
+            self.assertEqual(e.exception.status, 503)
+        finally:
+            srv.shutdown()
+
+
+@unittest.skipUnless(os.environ.get("GANTRY_SERVER") and os.environ.get("GANTRY_TOKEN"), "no Gantry server (api/python_test.go starts one)")
+class ServerTest(unittest.TestCase):
+    def setUp(self):
+        self.g = Gantry()
+
+    def test_launch_and_manage(self):
+        g = self.g
+        w = g.launch("dev-environment", team="vision", gpu="L4", count=1)
+        self.assertIsInstance(w, Workload)
+        self.assertEqual((w.team, w.status, w.gpu["class"]), ("vision", "Pending", "L4"))
+        self.assertIn(w.id, [x.id for x in g.workloads(team="vision")])
+        self.assertEqual(g.get(w.id).template, "dev-environment")
+        self.assertEqual(g.stop(w.id).status, "Stopped")
+        self.assertEqual(g.start(w.id).status, "Pending")
+        # The same key launches once.
+        a = g.launch("dev-environment", team="vision", idempotency_key="nb-cell-7")
+        b = g.launch("dev-environment", team="vision", idempotency_key="nb-cell-7")
+        self.assertEqual(a.id, b.id)
+        # No cluster here: nothing runs, so waiting gives up, saying what it saw.
+        with self.assertRaises(GantryError) as e:
+            g.wait(w.id, timeout=1, poll=0.2)
+        self.assertIn("still Pending", str(e.exception))
+        with self.assertRaises(GantryError) as e:
+            list(g.logs(w.id))
+        self.assertEqual(e.exception.status, 409)
+        self.assertEqual(g.events(w.id), [])
+        g.delete(w.id)
+        self.assertEqual(g.get(w.id).status, "Deleted")
+
+    def test_field_errors(self):
+        with self.assertRaises(GantryError) as e:
+            self.g.launch("dev-environment", team="vision", gpu="V100")
+        self.assertIn("gpu.class", [x.field for x in e.exception.errors])
+        with self.assertRaises(GantryError) as e:
+            self.g.get("zzzzzzzzzz")
+        self.assertEqual(e.exception.status, 404)
+
+    def test_money_and_catalog(self):
+        g = self.g
+        est = g.estimate("jupyter-notebook", team="vision", min_memory_gib=30)
+        self.assertGreater(est["pricePerHour"], 0)
+        self.assertTrue(any(o["gpu"].get("migProfile") == "3g.40gb" for o in est["options"]))
+        self.assertIn("items", g.costs(group_by="template"))
+        self.assertIsInstance(g.budgets(), list)
+        self.assertIn("jupyter-notebook", [t["name"] for t in g.templates()])
+        self.assertEqual(g.gpu_class("H100-80GB")["price"]["unit"], "gpu-hour")
+        self.assertEqual(g.me()["subject"] != "", True)
+        self.assertIn("gantry_http_requests_total", g.gantry_metrics())
+        self.assertEqual(json.loads(json.dumps(g.team_report("vision")))["team"], "vision")
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -714,8 +714,8 @@ func (s *Server) lifecycle(ctx context.Context) {
 	}
 	stopped, serr := s.Workloads.Expire(ctx)
 	s.own.Loop(ownmetrics.Expired, stopped)
-	if n, err := stopped, serr; n > 0 || (err != nil && ctx.Err() == nil) {
-		s.Log.Info("stopped workloads past their max runtime", "stopped", n, "err", err)
+	if stopped > 0 || (serr != nil && ctx.Err() == nil) {
+		s.Log.Info("stopped workloads past their max runtime", "stopped", stopped, "err", serr)
 	}
 	actions, err := s.Workloads.Converge(ctx, s.Config.RemoveOrphans)
 	for _, a := range actions {

@@ -125,6 +125,7 @@ func TestRouteRoleMatrix(t *testing.T) {
 		"PUT /api/v1/templates/{name}":          {"PUT", "/api/v1/templates/vllm-inference", sameTemplate, writers(200)},
 		"DELETE /api/v1/templates/{name}":       {"DELETE", "/api/v1/templates/del-{role}", nil, writers(204)},
 		"GET /api/v1/templates/{name}/versions": {"GET", "/api/v1/templates/vllm-inference/versions", nil, readers},
+		"POST /api/v1/catalog/apply":            {"POST", "/api/v1/catalog/apply", func(string) any { return map[string]any{"files": []any{}, "dryRun": true} }, writers(200)},
 		"PUT /api/v1/templates/{name}/versions/{version}/status": {"PUT", "/api/v1/templates/vllm-inference/versions/1/status",
 			func(string) any { return map[string]any{"status": "deprecated", "reason": "use version 2"} }, writers(200)},
 		// A preview refuses what a launch refuses: only those who may launch in the team.

@@ -50,6 +50,12 @@ func problemFor(err error) (int, gen.Problem) {
 		fields := make([]gen.FieldError, len(inv.Fields))
 		for i, f := range inv.Fields {
 			fields[i] = gen.FieldError{Field: f.Path, Detail: f.Message}
+			if f.File != "" {
+				fields[i].File = &f.File
+			}
+			if f.Line > 0 {
+				fields[i].Line = &f.Line
+			}
 		}
 		return http.StatusUnprocessableEntity, gen.Problem{Type: problemValidation, Title: "Invalid request", Detail: ptr(detailOf(len(fields))), Errors: &fields}
 	case errors.As(err, &re), errors.As(err, &se):

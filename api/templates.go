@@ -6,6 +6,7 @@ import (
 	"github.com/gantryhq/gantry/api/gen"
 	"github.com/gantryhq/gantry/internal/catalog"
 	"github.com/gantryhq/gantry/internal/team"
+	"github.com/gantryhq/gantry/internal/template"
 	"github.com/gantryhq/gantry/internal/workload"
 )
 
@@ -98,4 +99,49 @@ func (s *server) RenderTemplate(ctx context.Context, req gen.RenderTemplateReque
 		out.Objects = append(out.Objects, m)
 	}
 	return gen.RenderTemplate200JSONResponse(out), nil
+}
+
+func (s *server) ApplyTemplates(ctx context.Context, req gen.ApplyTemplatesRequestObject) (gen.ApplyTemplatesResponseObject, error) {
+	var sources []template.Source
+	for _, f := range req.Body.Files {
+		sources = append(sources, template.Source{Path: f.Path, Data: []byte(f.Content)})
+	}
+	files, err := template.ParseSources(sources, s.o.Catalog.Parse)
+	if err != nil {
+		return nil, err
+	}
+	plan, err := s.o.Catalog.Plan(ctx, caller(ctx), files, deref(req.Body.Prune))
+	if err != nil {
+		return nil, err
+	}
+	out := gen.TemplateSetPlan{}
+	for _, st := range plan.Steps {
+		step := struct {
+			Action gen.TemplateSetPlanStepsAction `json:"action"`
+			Diff   *string                        `json:"diff,omitempty"`
+			Name   string                         `json:"name"`
+			Source *string                        `json:"source,omitempty"`
+		}{Action: gen.TemplateSetPlanStepsAction(st.Action), Name: st.Name, Diff: omitEmpty(st.Diff), Source: omitEmpty(st.Source)}
+		out.Steps = append(out.Steps, step)
+	}
+	if deref(req.Body.DryRun) || !plan.Changed() {
+		return gen.ApplyTemplates200JSONResponse(out), nil
+	}
+	vs, err := s.o.Catalog.Apply(ctx, plan)
+	if err != nil {
+		return nil, err
+	}
+	out.Applied = true
+	made := []struct {
+		Name    string `json:"name"`
+		Version int    `json:"version"`
+	}{}
+	for _, v := range vs {
+		made = append(made, struct {
+			Name    string `json:"name"`
+			Version int    `json:"version"`
+		}{v.Name, v.Version})
+	}
+	out.Versions = &made
+	return gen.ApplyTemplates200JSONResponse(out), nil
 }

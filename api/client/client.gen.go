@@ -505,6 +505,30 @@ func (e TemplateDocumentKind) Valid() bool {
 	}
 }
 
+// Defines values for TemplateSetPlanStepsAction.
+const (
+	Create    TemplateSetPlanStepsAction = "create"
+	Delete    TemplateSetPlanStepsAction = "delete"
+	Unchanged TemplateSetPlanStepsAction = "unchanged"
+	Update    TemplateSetPlanStepsAction = "update"
+)
+
+// Valid indicates whether the value is a known member of the TemplateSetPlanStepsAction enum.
+func (e TemplateSetPlanStepsAction) Valid() bool {
+	switch e {
+	case Create:
+		return true
+	case Delete:
+		return true
+	case Unchanged:
+		return true
+	case Update:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for TemplateSpecWorkload.
 const (
 	TemplateSpecWorkloadJob      TemplateSpecWorkload = "job"
@@ -1121,6 +1145,12 @@ type FieldError struct {
 
 	// Field Dotted path of the field, such as spec.gpu.count.max or query.limit.
 	Field string `json:"field"`
+
+	// File The file the problem is in, when the request carried files (POST /api/v1/catalog/apply).
+	File *string `json:"file,omitempty"`
+
+	// Line Its line in that file.
+	Line *int `json:"line,omitempty"`
 }
 
 // Finding defines model for Finding.
@@ -1707,6 +1737,47 @@ type TemplateResources struct {
 	SharedMemory     *string `json:"sharedMemory,omitempty"`
 }
 
+// TemplateSetPlan defines model for TemplateSetPlan.
+type TemplateSetPlan struct {
+	// Applied The changes were made (not a dry run, and something changed).
+	Applied bool `json:"applied"`
+	Steps   []struct {
+		Action TemplateSetPlanStepsAction `json:"action"`
+
+		// Diff Unified diff of the template's YAML.
+		Diff *string `json:"diff,omitempty"`
+		Name string  `json:"name"`
+
+		// Source The file, for create and update.
+		Source *string `json:"source,omitempty"`
+	} `json:"steps"`
+
+	// Versions The versions made.
+	Versions *[]struct {
+		Name    string `json:"name"`
+		Version int    `json:"version"`
+	} `json:"versions,omitempty"`
+}
+
+// TemplateSetPlanStepsAction defines model for TemplateSetPlan.Steps.Action.
+type TemplateSetPlanStepsAction string
+
+// TemplateSetRequest defines model for TemplateSetRequest.
+type TemplateSetRequest struct {
+	// DryRun Say what would change; change nothing.
+	DryRun *bool `json:"dryRun,omitempty"`
+	Files  []struct {
+		// Content The file as it is.
+		Content string `json:"content"`
+
+		// Path The file's path, for the problems' file:line.
+		Path string `json:"path"`
+	} `json:"files"`
+
+	// Prune Delete live templates no file defines.
+	Prune *bool `json:"prune,omitempty"`
+}
+
 // TemplateSpec defines model for TemplateSpec.
 type TemplateSpec struct {
 	Args    *[]string `json:"args,omitempty"`
@@ -2095,6 +2166,9 @@ type GetWorkloadMetricsParams struct {
 	Series *string `form:"series,omitempty" json:"series,omitempty"`
 }
 
+// ApplyTemplatesJSONRequestBody defines body for ApplyTemplates for application/json ContentType.
+type ApplyTemplatesJSONRequestBody = TemplateSetRequest
+
 // VerifyImageJSONRequestBody defines body for VerifyImage for application/json ContentType.
 type VerifyImageJSONRequestBody = VerifyRequest
 
@@ -2228,6 +2302,24 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /api/v1/budgets (the `ListBudgets` operationId).
 	ListBudgets(ctx context.Context, params *ListBudgetsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ApplyTemplatesWithBody Apply a directory of templates at once
+	//
+	// What `gantry templates apply -f DIR` sends: the directory's files as they are (YAML or JSON; GPU class files are skipped). Every template is validated as a file would be — problems name the file, line and field path — and compared with the live catalog: created, updated (a new version), unchanged, or with prune deleted when no file defines it. With dryRun nothing changes; otherwise every change is made in one transaction (all or nothing), recorded as the caller.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /api/v1/catalog/apply (the `ApplyTemplates` operationId).
+	ApplyTemplatesWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ApplyTemplates Apply a directory of templates at once
+	//
+	// What `gantry templates apply -f DIR` sends: the directory's files as they are (YAML or JSON; GPU class files are skipped). Every template is validated as a file would be — problems name the file, line and field path — and compared with the live catalog: created, updated (a new version), unchanged, or with prune deleted when no file defines it. With dryRun nothing changes; otherwise every change is made in one transaction (all or nothing), recorded as the caller.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /api/v1/catalog/apply (the `ApplyTemplates` operationId).
+	ApplyTemplates(ctx context.Context, body ApplyTemplatesJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetCosts What workloads cost over a period
 	//
@@ -2766,6 +2858,44 @@ func (c *Client) ListAudit(ctx context.Context, params *ListAuditParams, reqEdit
 // Corresponds with GET /api/v1/budgets (the `ListBudgets` operationId).
 func (c *Client) ListBudgets(ctx context.Context, params *ListBudgetsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewListBudgetsRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ApplyTemplatesWithBody Apply a directory of templates at once
+//
+// What `gantry templates apply -f DIR` sends: the directory's files as they are (YAML or JSON; GPU class files are skipped). Every template is validated as a file would be — problems name the file, line and field path — and compared with the live catalog: created, updated (a new version), unchanged, or with prune deleted when no file defines it. With dryRun nothing changes; otherwise every change is made in one transaction (all or nothing), recorded as the caller.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /api/v1/catalog/apply (the `ApplyTemplates` operationId).
+func (c *Client) ApplyTemplatesWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewApplyTemplatesRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ApplyTemplates Apply a directory of templates at once
+//
+// What `gantry templates apply -f DIR` sends: the directory's files as they are (YAML or JSON; GPU class files are skipped). Every template is validated as a file would be — problems name the file, line and field path — and compared with the live catalog: created, updated (a new version), unchanged, or with prune deleted when no file defines it. With dryRun nothing changes; otherwise every change is made in one transaction (all or nothing), recorded as the caller.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /api/v1/catalog/apply (the `ApplyTemplates` operationId).
+func (c *Client) ApplyTemplates(ctx context.Context, body ApplyTemplatesJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewApplyTemplatesRequest(c.Server, body)
 	if err != nil {
 		return nil, err
 	}
@@ -4095,6 +4225,46 @@ func NewListBudgetsRequest(server string, params *ListBudgetsParams) (*http.Requ
 	if err != nil {
 		return nil, err
 	}
+
+	return req, nil
+}
+
+// NewApplyTemplatesRequest calls the generic ApplyTemplates builder with application/json body
+func NewApplyTemplatesRequest(server string, body ApplyTemplatesJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewApplyTemplatesRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewApplyTemplatesRequestWithBody constructs an http.Request for the ApplyTemplates method, with any body, and a specified content type
+func NewApplyTemplatesRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/catalog/apply")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
 
 	return req, nil
 }
@@ -6268,6 +6438,24 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /api/v1/budgets (the `ListBudgets` operationId).
 	ListBudgetsWithResponse(ctx context.Context, params *ListBudgetsParams, reqEditors ...RequestEditorFn) (*ListBudgetsResponse, error)
 
+	// ApplyTemplatesWithBodyWithResponse Apply a directory of templates at once
+	//
+	// What `gantry templates apply -f DIR` sends: the directory's files as they are (YAML or JSON; GPU class files are skipped). Every template is validated as a file would be — problems name the file, line and field path — and compared with the live catalog: created, updated (a new version), unchanged, or with prune deleted when no file defines it. With dryRun nothing changes; otherwise every change is made in one transaction (all or nothing), recorded as the caller.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/catalog/apply (the `ApplyTemplates` operationId).
+	ApplyTemplatesWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ApplyTemplatesResponse, error)
+
+	// ApplyTemplatesWithResponse Apply a directory of templates at once
+	//
+	// What `gantry templates apply -f DIR` sends: the directory's files as they are (YAML or JSON; GPU class files are skipped). Every template is validated as a file would be — problems name the file, line and field path — and compared with the live catalog: created, updated (a new version), unchanged, or with prune deleted when no file defines it. With dryRun nothing changes; otherwise every change is made in one transaction (all or nothing), recorded as the caller.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/catalog/apply (the `ApplyTemplates` operationId).
+	ApplyTemplatesWithResponse(ctx context.Context, body ApplyTemplatesJSONRequestBody, reqEditors ...RequestEditorFn) (*ApplyTemplatesResponse, error)
+
 	// GetCostsWithResponse What workloads cost over a period
 	//
 	// Showback: the cost of the workloads of every team the caller may read, over [from, to), grouped. Each run of a workload (from when it turned Running until it left) counts for the part inside the period, at the workload's price per hour (its GPU class's price when it was launched, spot or on demand, a MIG slice at its share); GPU-hours count whole GPUs' worth. Each line's cost is split into used, idle and unmeasured by the workloads' GPU series (one-minute rollups): the share of each workload's running minutes in the period in which one of its GPUs was active, measured idle, or not measured. Biggest first. format=csv answers the same lines as CSV (key, cost_usd, used_usd, idle_usd, unmeasured_usd, gpu_hours, workloads).
@@ -6976,6 +7164,54 @@ func (r ListBudgetsResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r ListBudgetsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ApplyTemplatesResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *TemplateSetPlan
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ApplyTemplatesResponse) GetJSON200() *TemplateSetPlan {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ApplyTemplatesResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ApplyTemplatesResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ApplyTemplatesResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ApplyTemplatesResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ApplyTemplatesResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -9371,6 +9607,36 @@ func (c *ClientWithResponses) ListBudgetsWithResponse(ctx context.Context, param
 	return ParseListBudgetsResponse(rsp)
 }
 
+// ApplyTemplatesWithBodyWithResponse Apply a directory of templates at once
+//
+// What `gantry templates apply -f DIR` sends: the directory's files as they are (YAML or JSON; GPU class files are skipped). Every template is validated as a file would be — problems name the file, line and field path — and compared with the live catalog: created, updated (a new version), unchanged, or with prune deleted when no file defines it. With dryRun nothing changes; otherwise every change is made in one transaction (all or nothing), recorded as the caller.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/catalog/apply (the `ApplyTemplates` operationId).
+func (c *ClientWithResponses) ApplyTemplatesWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ApplyTemplatesResponse, error) {
+	rsp, err := c.ApplyTemplatesWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseApplyTemplatesResponse(rsp)
+}
+
+// ApplyTemplatesWithResponse Apply a directory of templates at once
+//
+// What `gantry templates apply -f DIR` sends: the directory's files as they are (YAML or JSON; GPU class files are skipped). Every template is validated as a file would be — problems name the file, line and field path — and compared with the live catalog: created, updated (a new version), unchanged, or with prune deleted when no file defines it. With dryRun nothing changes; otherwise every change is made in one transaction (all or nothing), recorded as the caller.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/catalog/apply (the `ApplyTemplates` operationId).
+func (c *ClientWithResponses) ApplyTemplatesWithResponse(ctx context.Context, body ApplyTemplatesJSONRequestBody, reqEditors ...RequestEditorFn) (*ApplyTemplatesResponse, error) {
+	rsp, err := c.ApplyTemplates(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseApplyTemplatesResponse(rsp)
+}
+
 // GetCostsWithResponse What workloads cost over a period
 //
 // Showback: the cost of the workloads of every team the caller may read, over [from, to), grouped. Each run of a workload (from when it turned Running until it left) counts for the part inside the period, at the workload's price per hour (its GPU class's price when it was launched, spot or on demand, a MIG slice at its share); GPU-hours count whole GPUs' worth. Each line's cost is split into used, idle and unmeasured by the workloads' GPU series (one-minute rollups): the share of each workload's running minutes in the period in which one of its GPUs was active, measured idle, or not measured. Biggest first. format=csv answers the same lines as CSV (key, cost_usd, used_usd, idle_usd, unmeasured_usd, gpu_hours, workloads).
@@ -10400,6 +10666,39 @@ func ParseListBudgetsResponse(rsp *http.Response) (*ListBudgetsResponse, error) 
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
 		var dest BudgetList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseApplyTemplatesResponse parses an HTTP response from a ApplyTemplatesWithResponse call
+func ParseApplyTemplatesResponse(rsp *http.Response) (*ApplyTemplatesResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ApplyTemplatesResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest TemplateSetPlan
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}

@@ -503,6 +503,30 @@ func (e TemplateDocumentKind) Valid() bool {
 	}
 }
 
+// Defines values for TemplateSetPlanStepsAction.
+const (
+	Create    TemplateSetPlanStepsAction = "create"
+	Delete    TemplateSetPlanStepsAction = "delete"
+	Unchanged TemplateSetPlanStepsAction = "unchanged"
+	Update    TemplateSetPlanStepsAction = "update"
+)
+
+// Valid indicates whether the value is a known member of the TemplateSetPlanStepsAction enum.
+func (e TemplateSetPlanStepsAction) Valid() bool {
+	switch e {
+	case Create:
+		return true
+	case Delete:
+		return true
+	case Unchanged:
+		return true
+	case Update:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for TemplateSpecWorkload.
 const (
 	TemplateSpecWorkloadJob      TemplateSpecWorkload = "job"
@@ -1119,6 +1143,12 @@ type FieldError struct {
 
 	// Field Dotted path of the field, such as spec.gpu.count.max or query.limit.
 	Field string `json:"field"`
+
+	// File The file the problem is in, when the request carried files (POST /api/v1/catalog/apply).
+	File *string `json:"file,omitempty"`
+
+	// Line Its line in that file.
+	Line *int `json:"line,omitempty"`
 }
 
 // Finding defines model for Finding.
@@ -1705,6 +1735,47 @@ type TemplateResources struct {
 	SharedMemory     *string `json:"sharedMemory,omitempty"`
 }
 
+// TemplateSetPlan defines model for TemplateSetPlan.
+type TemplateSetPlan struct {
+	// Applied The changes were made (not a dry run, and something changed).
+	Applied bool `json:"applied"`
+	Steps   []struct {
+		Action TemplateSetPlanStepsAction `json:"action"`
+
+		// Diff Unified diff of the template's YAML.
+		Diff *string `json:"diff,omitempty"`
+		Name string  `json:"name"`
+
+		// Source The file, for create and update.
+		Source *string `json:"source,omitempty"`
+	} `json:"steps"`
+
+	// Versions The versions made.
+	Versions *[]struct {
+		Name    string `json:"name"`
+		Version int    `json:"version"`
+	} `json:"versions,omitempty"`
+}
+
+// TemplateSetPlanStepsAction defines model for TemplateSetPlan.Steps.Action.
+type TemplateSetPlanStepsAction string
+
+// TemplateSetRequest defines model for TemplateSetRequest.
+type TemplateSetRequest struct {
+	// DryRun Say what would change; change nothing.
+	DryRun *bool `json:"dryRun,omitempty"`
+	Files  []struct {
+		// Content The file as it is.
+		Content string `json:"content"`
+
+		// Path The file's path, for the problems' file:line.
+		Path string `json:"path"`
+	} `json:"files"`
+
+	// Prune Delete live templates no file defines.
+	Prune *bool `json:"prune,omitempty"`
+}
+
 // TemplateSpec defines model for TemplateSpec.
 type TemplateSpec struct {
 	Args    *[]string `json:"args,omitempty"`
@@ -2093,6 +2164,9 @@ type GetWorkloadMetricsParams struct {
 	Series *string `form:"series,omitempty" json:"series,omitempty"`
 }
 
+// ApplyTemplatesJSONRequestBody defines body for ApplyTemplates for application/json ContentType.
+type ApplyTemplatesJSONRequestBody = TemplateSetRequest
+
 // VerifyImageJSONRequestBody defines body for VerifyImage for application/json ContentType.
 type VerifyImageJSONRequestBody = VerifyRequest
 
@@ -2143,6 +2217,9 @@ type ServerInterface interface {
 	// ListBudgets Where the teams' budgets stand
 	// (GET /api/v1/budgets)
 	ListBudgets(ctx echo.Context, params ListBudgetsParams) error
+	// ApplyTemplates Apply a directory of templates at once
+	// (POST /api/v1/catalog/apply)
+	ApplyTemplates(ctx echo.Context) error
 	// GetCosts What workloads cost over a period
 	// (GET /api/v1/costs)
 	GetCosts(ctx echo.Context, params GetCostsParams) error
@@ -2372,6 +2449,15 @@ func (w *ServerInterfaceWrapper) ListBudgets(ctx echo.Context) error {
 
 	// Invoke the callback with all the unmarshaled arguments
 	err = w.Handler.ListBudgets(ctx, params)
+	return err
+}
+
+// ApplyTemplates converts echo context to params.
+func (w *ServerInterfaceWrapper) ApplyTemplates(ctx echo.Context) error {
+	var err error
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.ApplyTemplates(ctx)
 	return err
 }
 
@@ -3278,6 +3364,7 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.GET(options.BaseURL+"/openapi.yaml", wrapper.GetOpenAPI, options.OperationMiddlewares["getOpenAPI"]...)
 	router.GET(options.BaseURL+"/api/v1/templates", wrapper.ListTemplates, options.OperationMiddlewares["listTemplates"]...)
 	router.POST(options.BaseURL+"/api/v1/templates", wrapper.CreateTemplate, options.OperationMiddlewares["createTemplate"]...)
+	router.POST(options.BaseURL+"/api/v1/catalog/apply", wrapper.ApplyTemplates, options.OperationMiddlewares["applyTemplates"]...)
 	router.DELETE(options.BaseURL+"/api/v1/templates/:name", wrapper.DeleteTemplate, options.OperationMiddlewares["deleteTemplate"]...)
 	router.GET(options.BaseURL+"/api/v1/templates/:name", wrapper.GetTemplate, options.OperationMiddlewares["getTemplate"]...)
 	router.PUT(options.BaseURL+"/api/v1/templates/:name", wrapper.UpdateTemplate, options.OperationMiddlewares["updateTemplate"]...)
@@ -3436,6 +3523,45 @@ type ListBudgetsdefaultApplicationProblemPlusJSONResponse struct {
 }
 
 func (response ListBudgetsdefaultApplicationProblemPlusJSONResponse) VisitListBudgetsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ApplyTemplatesRequestObject struct {
+	Body *ApplyTemplatesJSONRequestBody
+}
+
+type ApplyTemplatesResponseObject interface {
+	VisitApplyTemplatesResponse(w http.ResponseWriter) error
+}
+
+type ApplyTemplates200JSONResponse TemplateSetPlan
+
+func (response ApplyTemplates200JSONResponse) VisitApplyTemplatesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ApplyTemplatesdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ApplyTemplatesdefaultApplicationProblemPlusJSONResponse) VisitApplyTemplatesResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
@@ -5368,6 +5494,9 @@ type StrictServerInterface interface {
 	// ListBudgets Where the teams' budgets stand
 	// (GET /api/v1/budgets)
 	ListBudgets(ctx context.Context, request ListBudgetsRequestObject) (ListBudgetsResponseObject, error)
+	// ApplyTemplates Apply a directory of templates at once
+	// (POST /api/v1/catalog/apply)
+	ApplyTemplates(ctx context.Context, request ApplyTemplatesRequestObject) (ApplyTemplatesResponseObject, error)
 	// GetCosts What workloads cost over a period
 	// (GET /api/v1/costs)
 	GetCosts(ctx context.Context, request GetCostsRequestObject) (GetCostsResponseObject, error)
@@ -5601,6 +5730,52 @@ func (sh *strictHandler) ListBudgets(ctx echo.Context, params ListBudgetsParams)
 		return err
 	} else if validResponse, ok := response.(ListBudgetsResponseObject); ok {
 		return validResponse.VisitListBudgetsResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// ApplyTemplates operation middleware
+func (sh *strictHandler) ApplyTemplates(ctx echo.Context) error {
+	var request ApplyTemplatesRequestObject
+
+	var body ApplyTemplatesJSONRequestBody
+	var err error
+	if binder, ok := ctx.Echo().Binder.(*echo.DefaultBinder); ok {
+		// A request validator built on kin-openapi's openapi3filter with
+		// KeepValidatedValue leaves the value it validated on the body. Bind
+		// that value, matching member names exactly, so the handler receives
+		// what was validated instead of a second, case-insensitive decode.
+		// Otherwise bind only the request body, so that path and query
+		// parameters are not also bound into the body struct.
+		if vb, ok := ctx.Request().Body.(interface{ ValidatedValue() any }); !ok || runtime.BindJSONValue(vb.ValidatedValue(), &body) != nil {
+			err = binder.BindBody(ctx, &body)
+		}
+	} else {
+		// A custom binder is installed on the Echo instance; defer to it
+		// entirely, since echo.Binder does not expose body-only binding and
+		// the binder may do more than decode (for example call ctx.Validate).
+		err = ctx.Bind(&body)
+	}
+	if err != nil {
+		return err
+	}
+	request.Body = &body
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.ApplyTemplates(ctx.Request().Context(), request.(ApplyTemplatesRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ApplyTemplates")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(ApplyTemplatesResponseObject); ok {
+		return validResponse.VisitApplyTemplatesResponse(ctx.Response())
 	} else if response != nil {
 		return fmt.Errorf("unexpected response type: %T", response)
 	}

@@ -60,7 +60,10 @@ func remote(ctx context.Context, flagServer string) (*client.ClientWithResponses
 func problem(status int, body []byte) error {
 	var p struct {
 		Title, Detail string
-		Errors        []struct{ Field, Detail string }
+		Errors        []struct {
+			Field, Detail, File string
+			Line                int
+		}
 	}
 	if json.Unmarshal(body, &p) != nil || (p.Title == "" && p.Detail == "") {
 		text := strings.TrimSpace(string(body))
@@ -72,7 +75,7 @@ func problem(status int, body []byte) error {
 	if len(p.Errors) > 0 {
 		inv := &fault.Invalid{}
 		for _, e := range p.Errors {
-			inv.Fields = append(inv.Fields, fault.Field{Path: e.Field, Message: e.Detail})
+			inv.Fields = append(inv.Fields, fault.Field{File: e.File, Line: e.Line, Path: e.Field, Message: e.Detail})
 		}
 		return inv
 	}

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gantryhq/gantry/api/client"
 	"github.com/gantryhq/gantry/internal/catalog"
 	"github.com/gantryhq/gantry/internal/config"
 	"github.com/gantryhq/gantry/internal/gpu"
@@ -152,16 +153,22 @@ func applyCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	dir := fs.String("f", "", "directory of template files (required)")
 	prune := fs.Bool("prune", false, "delete live templates that no file defines")
 	dryRun := fs.Bool("dry-run", false, "print what would change, change nothing")
-	cfgPath := fs.String("config", "", "configuration file (YAML); also $GANTRY_CONFIG")
-	db := fs.String("db", "", "database: SQLite file or PostgreSQL URL (default: from the configuration)")
-	dbDriver := fs.String("db-driver", "", "database driver: sqlite or postgres")
-	actor := fs.String("actor", "gitops", "who the change is recorded as")
+	srv := fs.String("server", "", "Gantry server URL (default: $GANTRY_SERVER, the last one signed in to)")
+	cfgPath := fs.String("config", "", "with --db: configuration file (YAML)")
+	db := fs.String("db", "", "write this database directly instead of going through a server: SQLite file or PostgreSQL URL")
+	dbDriver := fs.String("db-driver", "", "with --db: database driver, sqlite or postgres")
+	actor := fs.String("actor", "gitops", "with --db: who the change is recorded as")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
 	}
 	if *dir == "" || len(pos) > 0 {
 		return usageError{"apply needs -f DIR and no other arguments"}
+	}
+	if *db == "" {
+		// Through the server: the diff is against what it serves, and the
+		// change is recorded as whoever is signed in.
+		return applyRemote(ctx, *srv, *dir, *prune, *dryRun, stdout)
 	}
 	cfg, err := loadConfig(*cfgPath, config.Flags{"db": *db, "db-driver": *dbDriver})
 	if err != nil {
@@ -215,4 +222,50 @@ func versions(vs []catalog.Version) string {
 
 func indent(s string) string {
 	return "    " + strings.ReplaceAll(s, "\n", "\n    ")
+}
+
+// applyRemote sends a template directory to a server (POST
+// /api/v1/catalog/apply), which validates, plans and applies it at once.
+func applyRemote(ctx context.Context, server, dir string, prune, dryRun bool, stdout io.Writer) error {
+	sources, err := template.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	cl, target, err := remote(ctx, server)
+	if err != nil {
+		return err
+	}
+	body := client.TemplateSetRequest{Prune: &prune, DryRun: &dryRun}
+	for _, src := range sources {
+		body.Files = append(body.Files, struct {
+			Content string `json:"content"`
+			Path    string `json:"path"`
+		}{Content: string(src.Data), Path: src.Path})
+	}
+	resp, err := cl.ApplyTemplatesWithResponse(ctx, body)
+	if err := ok(resp, err); err != nil {
+		return err
+	}
+	counts := map[string]int{}
+	for _, st := range resp.JSON200.Steps {
+		counts[string(st.Action)]++
+		fmt.Fprintf(stdout, "%-9s %s\n", st.Action, st.Name)
+		if d := deref(st.Diff); d != "" && st.Action != client.Unchanged {
+			fmt.Fprintln(stdout, indent(d))
+		}
+	}
+	summary := fmt.Sprintf("%d to create, %d to update, %d to delete, %d unchanged", counts["create"], counts["update"], counts["delete"], counts["unchanged"])
+	switch {
+	case dryRun:
+		fmt.Fprintf(stdout, "dry run against %s: %s; nothing changed\n", target, summary)
+	case resp.JSON200.Applied:
+		var made []string
+		for _, v := range deref(resp.JSON200.Versions) {
+			made = append(made, v.Name+"@"+strconv.Itoa(v.Version))
+		}
+		fmt.Fprintf(stdout, "applied to %s: %s (%s)\n", target, summary, strings.Join(made, ", "))
+	default:
+		fmt.Fprintf(stdout, "%s: %s; nothing to change\n", target, summary)
+	}
+	return nil
 }

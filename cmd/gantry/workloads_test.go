@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -163,4 +165,69 @@ func TestCompletion(t *testing.T) {
 	if err != nil || string(got) != "tokens\nrevoke\n" {
 		t.Errorf("bash completion: %q %v", got, err)
 	}
+}
+
+// TestApplyThroughTheServer: `templates apply -f DIR` goes through the
+// server by default: the dry run diffs against what it serves (the starter
+// catalog: nothing to change) and writes no database; an edit is an update
+// recorded as the person; a broken file names its file and line; --prune
+// deletes what no file defines, all at once.
+func TestApplyThroughTheServer(t *testing.T) {
+	g := startGantry(t)
+	t.Setenv("GANTRY_TOKEN", g.Token("pat")) // a platform engineer
+	t.Setenv("GANTRY_SERVER", g.URL)
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+	starter := filepath.Join(repoRoot(t), "templates")
+	work := t.TempDir()
+	t.Chdir(work)
+	dir := filepath.Join(work, "templates")
+	if err := os.CopyFS(dir, os.DirFS(starter)); err != nil {
+		t.Fatal(err)
+	}
+	cli := func(args ...string) (int, string, string) {
+		var o, e bytes.Buffer
+		code := run(context.Background(), args, &o, &e)
+		return code, o.String(), e.String()
+	}
+	code, out, errOut := cli("templates", "apply", "-f", dir, "--dry-run")
+	if code != 0 || !strings.Contains(out, "dry run against "+g.URL+": 0 to create, 0 to update, 0 to delete, 7 unchanged; nothing changed") {
+		t.Fatalf("dry run: %d %q %q", code, out, errOut)
+	}
+	if entries, _ := os.ReadDir(work); len(entries) != 1 {
+		t.Fatalf("the dry run left files behind: %v", entries)
+	}
+	nb := filepath.Join(dir, "jupyter-notebook.yaml")
+	data, _ := os.ReadFile(nb)
+	os.WriteFile(nb, []byte(strings.Replace(string(data), "idleTimeout: 2h", "idleTimeout: 3h", 1)), 0o644)
+	if code, out, _ := cli("templates", "apply", "-f", dir); code != 0 || !strings.Contains(out, "update    jupyter-notebook") || !strings.Contains(out, "applied to "+g.URL+": 0 to create, 1 to update") {
+		t.Fatalf("apply: %d %q", code, out)
+	}
+	var v struct{ CreatedBy string }
+	t.Setenv("GANTRY_TOKEN", g.Token("ada"))
+	if code, out, _ := cli("templates", "show", "jupyter-notebook"); code != 0 || json.Unmarshal([]byte(out), &v) != nil || !strings.Contains(v.CreatedBy, "pat") {
+		t.Fatalf("recorded as %q (%d)", v.CreatedBy, code)
+	}
+	t.Setenv("GANTRY_TOKEN", g.Token("pat"))
+	os.WriteFile(nb, []byte(strings.Replace(string(data), "idleTimeout: 2h", "idleTimeout: soon", 1)), 0o644)
+	if code, _, errOut := cli("templates", "apply", "-f", dir); code != 1 || !regexp.MustCompile(`jupyter-notebook\.yaml:\d+: spec\.lifecycle\.idleTimeout`).MatchString(errOut) {
+		t.Fatalf("a broken file: %d %q", code, errOut)
+	}
+	os.WriteFile(nb, data, 0o644)
+	os.Remove(filepath.Join(dir, "gpu-vm.yaml"))
+	if code, out, _ := cli("templates", "apply", "-f", dir, "--prune"); code != 0 || !strings.Contains(out, "delete    gpu-vm") || !strings.Contains(out, "1 to update, 1 to delete") {
+		t.Fatalf("prune: %d %q", code, out)
+	}
+	if code, _, errOut := cli("templates", "show", "gpu-vm"); code != 1 || !strings.Contains(errOut, "(404)") {
+		t.Fatalf("the pruned template: %d %q", code, errOut)
+	}
+}
+
+// repoRoot is the repository's root (the tests run in cmd/gantry).
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(wd, "..", "..")
 }

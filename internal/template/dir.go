@@ -1,6 +1,7 @@
 package template
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -38,13 +39,39 @@ func LoadCatalog(dir string) (*gpu.Catalog, []File, error) {
 // skipping GPU class files, checks their images against images (when not nil)
 // and reports every problem in every file at once.
 func LoadDir(dir string, classes *gpu.Catalog, images Images) ([]File, error) {
+	sources, rerr := ReadDir(dir)
+	var unreadable *fault.Invalid
+	if rerr != nil && !errors.As(rerr, &unreadable) {
+		return nil, rerr
+	}
+	files, perr := ParseSources(sources, func(path string, data []byte) (*Template, error) { return Parse(path, data, classes, images) })
+	if rerr == nil {
+		return files, perr
+	}
+	// Files that could not be read, and the problems of those that could.
+	var errs fault.List
+	errs.AddErr("", rerr)
+	if perr != nil {
+		errs.AddErr("", perr)
+	}
+	return nil, errs.Err()
+}
+
+// Source is one file of a template directory: its path and contents.
+type Source struct {
+	Path string
+	Data []byte
+}
+
+// ReadDir reads the files of dir that may hold templates (*.yaml, *.yml,
+// *.json; GPU class files too: ParseSources skips them).
+func ReadDir(dir string) ([]Source, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("read template directory: %w", err)
 	}
 	var errs fault.List
-	var out []File
-	seen := map[string]string{}
+	var out []Source
 	for _, e := range entries {
 		ext := strings.ToLower(filepath.Ext(e.Name()))
 		if e.IsDir() || (ext != ".yaml" && ext != ".yml" && ext != ".json") {
@@ -56,20 +83,33 @@ func LoadDir(dir string, classes *gpu.Catalog, images Images) ([]File, error) {
 			errs.Add(fault.Field{File: path, Message: err.Error()})
 			continue
 		}
-		if kindOf(data) == gpu.Kind {
+		out = append(out, Source{Path: path, Data: data})
+	}
+	return out, errs.Err()
+}
+
+// ParseSources parses the templates among sources with parse (GPU class
+// files are skipped), refuses a name defined twice, reports every problem
+// in every file at once (file:line), and sorts the templates by name.
+func ParseSources(sources []Source, parse func(path string, data []byte) (*Template, error)) ([]File, error) {
+	var errs fault.List
+	var out []File
+	seen := map[string]string{}
+	for _, src := range sources {
+		if kindOf(src.Data) == gpu.Kind {
 			continue
 		}
-		t, err := Parse(path, data, classes, images)
+		t, err := parse(src.Path, src.Data)
 		if err != nil {
 			errs.AddErr("", err)
 			continue
 		}
 		if prev, dup := seen[t.Metadata.Name]; dup {
-			errs.Add(fault.Field{File: path, Path: "metadata.name", Message: fmt.Sprintf("template %q is also defined in %s", t.Metadata.Name, prev)})
+			errs.Add(fault.Field{File: src.Path, Path: "metadata.name", Message: fmt.Sprintf("template %q is also defined in %s", t.Metadata.Name, prev)})
 			continue
 		}
-		seen[t.Metadata.Name] = path
-		out = append(out, File{Path: path, Template: t})
+		seen[t.Metadata.Name] = src.Path
+		out = append(out, File{Path: src.Path, Template: t})
 	}
 	if err := errs.Err(); err != nil {
 		return nil, err

@@ -236,6 +236,12 @@ class Gantry:
     def update_template(self, name: str, document: Dict[str, Any]) -> Dict[str, Any]:
         return self._call("PUT", f"/api/v1/templates/{name}", body=document)
 
+    def apply_templates(self, files: Dict[str, str], prune: bool = False, dry_run: bool = False) -> Dict[str, Any]:
+        """Apply a set of template files ({path: content}) at once, as
+        `gantry templates apply` does: validated, planned, all or nothing."""
+        return self._call("POST", "/api/v1/catalog/apply",
+                          body={"files": [{"path": p, "content": c} for p, c in files.items()], "prune": prune, "dryRun": dry_run})
+
     def delete_template(self, name: str) -> None:
         self._call("DELETE", f"/api/v1/templates/{name}")
 
@@ -339,7 +345,7 @@ class Gantry:
 METHODS = {
     "getHealth": "health", "getGantryMetrics": "gantry_metrics", "getReady": "ready", "getAuthConfig": "auth_config",
     "listTemplates": "templates", "createTemplate": "create_template", "getTemplate": "template",
-    "updateTemplate": "update_template", "deleteTemplate": "delete_template", "listTemplateVersions": "template_versions",
+    "updateTemplate": "update_template", "deleteTemplate": "delete_template", "applyTemplates": "apply_templates", "listTemplateVersions": "template_versions",
     "setTemplateVersionStatus": "set_template_version_status", "getTemplateAdvice": "template_advice",
     "renderTemplate": "render", "listGPUClasses": "gpu_classes", "getGPUClass": "gpu_class",
     "listWorkloads": "workloads", "createWorkload": "launch", "estimateWorkload": "estimate", "getWorkload": "get",

@@ -63,6 +63,10 @@ type Agent struct {
 	lastXID    map[string]uint64 // GPU UUID → its last XID, for /metrics
 	// dropped counts readings dropped since the last push that went through.
 	dropped uint64
+	// inflightEnd numbers the reading after the last one of the batch being
+	// pushed (0: none): a full buffer that drops readings of that batch has
+	// not lost them unless the push fails.
+	inflightEnd uint64
 
 	wake chan struct{}
 
@@ -178,9 +182,16 @@ func (a *Agent) sample(ctx context.Context, now time.Time) error {
 		a.lastXID[e.GPU] = e.XID
 	}
 	if a.o.Sink != nil {
+		firstBefore := a.buf.first
 		n := a.buf.push(readings)
-		a.dropped += uint64(n)
-		a.droppedTotal.Add(float64(n))
+		// Dropped readings still being pushed are not lost (yet): the
+		// push's outcome decides.
+		inflight := 0
+		if a.inflightEnd > firstBefore {
+			inflight = min(n, int(a.inflightEnd-firstBefore))
+		}
+		a.dropped += uint64(n - inflight)
+		a.droppedTotal.Add(float64(n - inflight))
 	}
 	a.mu.Unlock()
 	select {
@@ -213,11 +224,26 @@ func (a *Agent) pushLoop(ctx context.Context) {
 			b := telemetry.Batch{Node: a.o.Node, Agent: a.o.Version, GPUs: a.gpus, Readings: readings,
 				Events: append([]telemetry.Event(nil), a.events...), Dropped: a.dropped}
 			nEvents, eventsFrom := len(a.events), a.eventsBase
+			end := from + uint64(len(readings))
+			if len(readings) > 0 {
+				a.inflightEnd = end
+			}
 			a.mu.Unlock()
 			if len(readings) == 0 && nEvents == 0 {
 				break
 			}
 			err := a.o.Sink.Push(ctx, b)
+			a.mu.Lock()
+			a.inflightEnd = 0
+			if err != nil && !errors.As(err, new(*PermanentError)) {
+				// Not taken: what a full buffer dropped of this batch
+				// meanwhile is lost now, and counted.
+				if lost := min(a.buf.first, end); lost > from {
+					a.dropped += lost - from
+					a.droppedTotal.Add(float64(lost - from))
+				}
+			}
+			a.mu.Unlock()
 			var perm *PermanentError
 			switch {
 			case err == nil || errors.As(err, &perm):

@@ -48,7 +48,7 @@ Against a server (signed in with gantry login, or $GANTRY_TOKEN and $GANTRY_SERV
   gantry tokens create [--team T] [--read-only] [--days N] | ls | revoke ID
                                                       personal access tokens (for notebooks, CI)
   gantry approve|deny ID --reason TEXT                decide on a launch held for approval
-  gantry estimate TEMPLATE --team T [--gpu ...] [--min-memory GIB]
+  gantry estimate TEMPLATE --team T [--gpu ...] [--set k=v]... [--min-memory GIB]
                                                       price a launch, and whether it would start now
   gantry cost [--by team|user|template|gpuClass|costCenter] [--since DUR]
                                                       showback: used and idle dollars

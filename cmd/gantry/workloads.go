@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"strconv"
@@ -25,11 +26,7 @@ import (
 func launchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flags("gantry launch TEMPLATE", stderr)
 	srv := fs.String("server", "", "Gantry server URL (default: $GANTRY_SERVER, the last one signed in to)")
-	teamName := fs.String("team", "", "the team to launch in (required)")
-	gpu := fs.String("gpu", "", "GPU class and count, CLASS[:COUNT] (default: the template's)")
-	mig := fs.String("mig", "", `MIG profile such as 1g.10gb, or "none" for whole GPUs (default: the template's)`)
-	var sets multiFlag
-	fs.Var(&sets, "set", "a parameter, k=v (repeatable)")
+	request := launchFlags(fs)
 	wait := fs.Bool("wait", false, "follow the launch until it runs or ends")
 	timeout := fs.Duration("timeout", 30*time.Minute, "with --wait: give up after this long")
 	output := fs.String("o", "", "output: json")
@@ -37,37 +34,9 @@ func launchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	if len(rest) != 1 || *teamName == "" {
-		return usageError{"gantry launch TEMPLATE --team TEAM [--gpu CLASS[:COUNT]] [--mig PROFILE] [--set k=v]... [--wait]"}
-	}
-	req := client.LaunchRequest{Template: rest[0], Team: *teamName}
-	if *gpu != "" || *mig != "" {
-		req.Gpu = &client.GPUChoice{}
-		if *gpu != "" {
-			class, count, found := strings.Cut(*gpu, ":")
-			req.Gpu.Class = &class
-			if found {
-				n, err := strconv.Atoi(count)
-				if err != nil || n < 1 {
-					return usageError{fmt.Sprintf("--gpu %q: the count after : must be a positive number", *gpu)}
-				}
-				req.Gpu.Count = &n
-			}
-		}
-		if *mig != "" {
-			req.Gpu.MigProfile = mig
-		}
-	}
-	if len(sets) > 0 {
-		p := client.Parameters{}
-		for _, kv := range sets {
-			k, v, found := strings.Cut(kv, "=")
-			if !found || k == "" {
-				return usageError{fmt.Sprintf("--set %q: want name=value", kv)}
-			}
-			p[k] = typed(v)
-		}
-		req.Parameters = &p
+	req, err := request(rest, "gantry launch TEMPLATE --team TEAM [--gpu CLASS[:COUNT]] [--mig PROFILE] [--set k=v]... [--wait]")
+	if err != nil {
+		return err
 	}
 	cl, _, err := remote(ctx, *srv)
 	if err != nil {
@@ -194,18 +163,11 @@ func getCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs := flags("gantry get ID", stderr)
 	srv := fs.String("server", "", "Gantry server URL")
 	output := fs.String("o", "", "output: json")
-	rest, err := parse(fs, args)
+	cl, id, err := oneArgument(ctx, fs, args, srv, "gantry get ID")
 	if err != nil {
 		return err
 	}
-	if len(rest) != 1 {
-		return usageError{"gantry get ID"}
-	}
-	cl, _, err := remote(ctx, *srv)
-	if err != nil {
-		return err
-	}
-	resp, err := cl.GetWorkloadWithResponse(ctx, rest[0])
+	resp, err := cl.GetWorkloadWithResponse(ctx, id)
 	if err := ok(resp, err); err != nil {
 		return err
 	}
@@ -223,18 +185,10 @@ func getCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 func changeCmd(ctx context.Context, verb string, args []string, stdout, stderr io.Writer) error {
 	fs := flags("gantry "+verb+" ID", stderr)
 	srv := fs.String("server", "", "Gantry server URL")
-	rest, err := parse(fs, args)
+	cl, id, err := oneArgument(ctx, fs, args, srv, "gantry "+verb+" ID")
 	if err != nil {
 		return err
 	}
-	if len(rest) != 1 {
-		return usageError{"gantry " + verb + " ID"}
-	}
-	cl, _, err := remote(ctx, *srv)
-	if err != nil {
-		return err
-	}
-	id := rest[0]
 	switch verb {
 	case "stop":
 		resp, err := cl.StopWorkloadWithResponse(ctx, id)
@@ -263,27 +217,23 @@ func decideCmd(ctx context.Context, verb string, args []string, stdout, stderr i
 	fs := flags("gantry "+verb+" ID --reason TEXT", stderr)
 	srv := fs.String("server", "", "Gantry server URL")
 	reason := fs.String("reason", "", "why (required; the requester and the audit log read it)")
-	rest, err := parse(fs, args)
+	cl, id, err := oneArgument(ctx, fs, args, srv, "gantry "+verb+" ID --reason TEXT")
 	if err != nil {
 		return err
 	}
-	if len(rest) != 1 || strings.TrimSpace(*reason) == "" {
+	if strings.TrimSpace(*reason) == "" {
 		return usageError{"gantry " + verb + " ID --reason TEXT"}
-	}
-	cl, _, err := remote(ctx, *srv)
-	if err != nil {
-		return err
 	}
 	in := client.DecisionRequest{Reason: *reason}
 	var w *client.Workload
 	if verb == "approve" {
-		resp, err := cl.ApproveWorkloadWithResponse(ctx, rest[0], in)
+		resp, err := cl.ApproveWorkloadWithResponse(ctx, id, in)
 		if err := ok(resp, err); err != nil {
 			return err
 		}
 		w = resp.JSON200
 	} else {
-		resp, err := cl.DenyWorkloadWithResponse(ctx, rest[0], in)
+		resp, err := cl.DenyWorkloadWithResponse(ctx, id, in)
 		if err := ok(resp, err); err != nil {
 			return err
 		}
@@ -297,33 +247,16 @@ func decideCmd(ctx context.Context, verb string, args []string, stdout, stderr i
 func estimateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flags("gantry estimate TEMPLATE", stderr)
 	srv := fs.String("server", "", "Gantry server URL")
-	teamName := fs.String("team", "", "the team (required)")
-	gpu := fs.String("gpu", "", "GPU class and count, CLASS[:COUNT]")
-	mig := fs.String("mig", "", "MIG profile")
+	request := launchFlags(fs)
 	minMem := fs.Float64("min-memory", 0, "list every class and profile with at least this many GiB per GPU, cheapest first")
 	output := fs.String("o", "", "output: json")
 	rest, err := parse(fs, args)
 	if err != nil {
 		return err
 	}
-	if len(rest) != 1 || *teamName == "" {
-		return usageError{"gantry estimate TEMPLATE --team TEAM [--gpu CLASS[:COUNT]] [--mig PROFILE] [--min-memory GIB]"}
-	}
-	req := client.LaunchRequest{Template: rest[0], Team: *teamName}
-	if *gpu != "" || *mig != "" {
-		req.Gpu = &client.GPUChoice{}
-		if *gpu != "" {
-			class, count, found := strings.Cut(*gpu, ":")
-			req.Gpu.Class = &class
-			if n, err := strconv.Atoi(count); found && (err != nil || n < 1) {
-				return usageError{fmt.Sprintf("--gpu %q: the count after : must be a positive number", *gpu)}
-			} else if found {
-				req.Gpu.Count = &n
-			}
-		}
-		if *mig != "" {
-			req.Gpu.MigProfile = mig
-		}
+	req, err := request(rest, "gantry estimate TEMPLATE --team TEAM [--gpu CLASS[:COUNT]] [--mig PROFILE] [--set k=v]... [--min-memory GIB]")
+	if err != nil {
+		return err
 	}
 	cl, _, err := remote(ctx, *srv)
 	if err != nil {
@@ -481,14 +414,7 @@ func logsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	srv := fs.String("server", "", "Gantry server URL")
 	followLog := fs.Bool("f", false, "follow: keep printing new lines")
 	tail := fs.Int("tail", 0, "only the last N lines")
-	rest, err := parse(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(rest) != 1 {
-		return usageError{"gantry logs ID [-f] [--tail N]"}
-	}
-	cl, _, err := remote(ctx, *srv)
+	cl, id, err := oneArgument(ctx, fs, args, srv, "gantry logs ID [-f] [--tail N]")
 	if err != nil {
 		return err
 	}
@@ -500,7 +426,7 @@ func logsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		params.TailLines = tail
 	}
 	// The raw client: a followed log is streamed, not read whole.
-	resp, err := cl.ClientInterface.(*client.Client).GetWorkloadLogs(ctx, rest[0], params)
+	resp, err := cl.ClientInterface.(*client.Client).GetWorkloadLogs(ctx, id, params)
 	if err != nil {
 		return err
 	}
@@ -521,18 +447,11 @@ func eventsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs := flags("gantry events ID", stderr)
 	srv := fs.String("server", "", "Gantry server URL")
 	output := fs.String("o", "", "output: json")
-	rest, err := parse(fs, args)
+	cl, id, err := oneArgument(ctx, fs, args, srv, "gantry events ID")
 	if err != nil {
 		return err
 	}
-	if len(rest) != 1 {
-		return usageError{"gantry events ID"}
-	}
-	cl, _, err := remote(ctx, *srv)
-	if err != nil {
-		return err
-	}
-	resp, err := cl.ListWorkloadEventsWithResponse(ctx, rest[0])
+	resp, err := cl.ListWorkloadEventsWithResponse(ctx, id)
 	if err := ok(resp, err); err != nil {
 		return err
 	}
@@ -688,4 +607,75 @@ func adviceCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		tw.Flush()
 	})
+}
+
+// oneArgument parses a command's flags and its one argument (an id, a
+// name), and signs in to the server: the preamble of most verbs.
+func oneArgument(ctx context.Context, fs *flag.FlagSet, args []string, server *string, usage string) (*client.ClientWithResponses, string, error) {
+	rest, err := parse(fs, args)
+	if err != nil {
+		return nil, "", err
+	}
+	if len(rest) != 1 {
+		return nil, "", usageError{usage}
+	}
+	cl, _, err := remote(ctx, *server)
+	return cl, rest[0], err
+}
+
+// launchFlags defines the flags a launch request is made of (a launch's,
+// an estimate's) and returns what builds the request from them and the
+// command's one argument, the template.
+func launchFlags(fs *flag.FlagSet) func(rest []string, usage string) (client.LaunchRequest, error) {
+	teamName := fs.String("team", "", "the team (required)")
+	gpu := fs.String("gpu", "", "GPU class and count, CLASS[:COUNT] (default: the template's)")
+	mig := fs.String("mig", "", `MIG profile such as 1g.10gb, or "none" for whole GPUs (default: the template's)`)
+	var sets multiFlag
+	fs.Var(&sets, "set", "a parameter, k=v (repeatable)")
+	return func(rest []string, usage string) (client.LaunchRequest, error) {
+		if len(rest) != 1 || *teamName == "" {
+			return client.LaunchRequest{}, usageError{usage}
+		}
+		req := client.LaunchRequest{Template: rest[0], Team: *teamName}
+		var err error
+		if req.Gpu, err = gpuChoice(*gpu, *mig); err != nil {
+			return req, err
+		}
+		if len(sets) > 0 {
+			p := client.Parameters{}
+			for _, kv := range sets {
+				k, v, found := strings.Cut(kv, "=")
+				if !found || k == "" {
+					return req, usageError{fmt.Sprintf("--set %q: want name=value", kv)}
+				}
+				p[k] = typed(v)
+			}
+			req.Parameters = &p
+		}
+		return req, nil
+	}
+}
+
+// gpuChoice reads --gpu CLASS[:COUNT] and --mig PROFILE (nil: the
+// template's defaults).
+func gpuChoice(gpu, mig string) (*client.GPUChoice, error) {
+	if gpu == "" && mig == "" {
+		return nil, nil
+	}
+	c := &client.GPUChoice{}
+	if gpu != "" {
+		class, count, found := strings.Cut(gpu, ":")
+		c.Class = &class
+		if found {
+			n, err := strconv.Atoi(count)
+			if err != nil || n < 1 {
+				return nil, usageError{fmt.Sprintf("--gpu %q: the count after : must be a positive number", gpu)}
+			}
+			c.Count = &n
+		}
+	}
+	if mig != "" {
+		c.MigProfile = &mig
+	}
+	return c, nil
 }

@@ -69,19 +69,12 @@ func (s *server) DenyWorkload(ctx context.Context, req gen.DenyWorkloadRequestOb
 func budgetOut(st budget.Status, ccs []budget.Status) gen.Budget {
 	b := gen.Budget{Team: st.Team, From: st.From, To: st.To, Amount: st.Amount, Spent: budget.Round(st.Spent), Currency: gen.BudgetCurrencyUSD,
 		ThresholdsReached: append([]float64{}, st.Crossed...), State: gen.BudgetState(st.State), AtLimit: gen.BudgetAtLimit(st.AtLimit),
-		Banner: optional(st.Banner), CostCenters: []gen.CostCenterBudget{}}
+		Banner: omitEmpty(st.Banner), CostCenters: []gen.CostCenterBudget{}}
 	for _, cc := range ccs {
 		b.CostCenters = append(b.CostCenters, gen.CostCenterBudget{CostCenter: cc.CostCenter, Amount: cc.Amount, Spent: budget.Round(cc.Spent),
-			State: gen.CostCenterBudgetState(cc.State), Banner: optional(cc.Banner)})
+			State: gen.CostCenterBudgetState(cc.State), Banner: omitEmpty(cc.Banner)})
 	}
 	return b
-}
-
-func optional(s string) *string {
-	if s == "" {
-		return nil
-	}
-	return &s
 }
 
 func (s *server) GetTeamReport(ctx context.Context, req gen.GetTeamReportRequestObject) (gen.GetTeamReportResponseObject, error) {
@@ -111,7 +104,7 @@ func (s *server) GetTeamReport(ctx context.Context, req gen.GetTeamReportRequest
 		out.Budget = ptr(budgetOut(*st, nil))
 	}
 	for _, a := range alerts {
-		out.Alerts = append(out.Alerts, gen.BudgetAlert{CostCenter: optional(a.CostCenter), Threshold: a.Threshold, At: a.At, Spent: budget.Round(a.Spent), Amount: a.Amount})
+		out.Alerts = append(out.Alerts, gen.BudgetAlert{CostCenter: omitEmpty(a.CostCenter), Threshold: a.Threshold, At: a.At, Spent: budget.Round(a.Spent), Amount: a.Amount})
 	}
 	return gen.GetTeamReport200JSONResponse(out), nil
 }
@@ -147,7 +140,7 @@ func (s *server) PutTeamSettings(ctx context.Context, req gen.PutTeamSettingsReq
 func settingsOut(t string, set overrides.Settings) gen.TeamSettings {
 	out := gen.TeamSettings{Team: t, Templates: map[string]gen.TemplateOverride{}}
 	for name, o := range set.Templates {
-		out.Templates[name] = gen.TemplateOverride{IdleTimeout: optional(o.IdleTimeout), Sleep: optional(o.Sleep)}
+		out.Templates[name] = gen.TemplateOverride{IdleTimeout: omitEmpty(o.IdleTimeout), Sleep: omitEmpty(o.Sleep)}
 	}
 	if set.UpdatedBy != "" {
 		out.UpdatedBy, out.UpdatedAt = ptr(set.UpdatedBy), ptr(set.UpdatedAt)

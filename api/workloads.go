@@ -31,7 +31,7 @@ func (s *server) CreateWorkload(ctx context.Context, req gen.CreateWorkloadReque
 		return gen.CreateWorkload200JSONResponse(workloadOut(w)), nil
 	case w.Status == workload.PendingApproval:
 		s.o.Own.Launch("held_for_approval")
-	case strings.HasPrefix(w.Reason, "held: "):
+	case strings.HasPrefix(w.Reason, workload.HeldPrefix):
 		s.o.Own.Launch("held_by_budget")
 	default:
 		s.o.Own.Launch("started")

@@ -61,35 +61,10 @@ func TestDecide(t *testing.T) {
 // GPU-busy notebook, one its owner kept alive, one without samples, and a
 // service without an idle timeout alone.
 func TestRun(t *testing.T) {
-	ctx := identity.With(context.Background(), identity.Identity{Issuer: "https://idp.test", Subject: "alice"})
-	classes, files, err := template.LoadCatalog("../../templates")
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := store.Open(ctx, store.SQLite, filepath.Join(t.TempDir(), "c.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	_, images, err := devregistry.StartDir(ctx, "../../images", classes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cat := catalog.New(st, classes).WithImages(images.Catalog)
-	if _, err := cat.Seed(ctx, "seed", files); err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
 	t0 := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
-	now := t0
-	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	set := func(t time.Time) { mu.Lock(); now = t; mu.Unlock() }
+	e := newEnv(t, t0)
+	ctx, st, cat, svc, clock, set := e.ctx, e.st, e.cat, e.svc, e.clock, e.set
 	start := func(d time.Duration) time.Time { return t0.Add(d) }
-	svc, err := workload.New(workload.Options{Store: st, Templates: cat, Images: images, Authorizer: workloadtest.AllowAll{}, Budgets: workloadtest.NoBudgets{},
-		Namespace: func(t team.Name) string { return "gantry-" + t.String() }, Cluster: workloadtest.NewCluster(), Now: clock, Log: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
 	launch := func(tpl string) workload.Workload {
 		w, _, err := svc.Create(ctx, "", workload.Request{Template: tpl, Team: "vision"})
 		if err != nil {
@@ -201,24 +176,8 @@ func TestRun(t *testing.T) {
 // the window runs on; at the same time tomorrow evening, after a restart in
 // the day, it is stopped again.
 func TestOffHours(t *testing.T) {
-	ctx := identity.With(context.Background(), identity.Identity{Issuer: "https://idp.test", Subject: "alice"})
-	classes, files, err := template.LoadCatalog("../../templates")
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := store.Open(ctx, store.SQLite, filepath.Join(t.TempDir(), "o.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	_, images, err := devregistry.StartDir(ctx, "../../images", classes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cat := catalog.New(st, classes).WithImages(images.Catalog)
-	if _, err := cat.Seed(ctx, "seed", files); err != nil {
-		t.Fatal(err)
-	}
+	e := newEnv(t, time.Date(2026, 12, 1, 18, 30, 0, 0, time.UTC)) // Tue 19:30 in Berlin
+	ctx, st, cat, svc, clock, set := e.ctx, e.st, e.cat, e.svc, e.clock, e.set
 	dev, err := cat.Get(ctx, "dev-environment", 0)
 	if err != nil {
 		t.Fatal(err)
@@ -228,15 +187,6 @@ func TestOffHours(t *testing.T) {
 	night.Spec.Lifecycle.Sleep = "weekdays 20:00-08:00 Europe/Berlin"
 	night.Spec.Lifecycle.IdleTimeout = ""
 	if _, err := cat.Create(ctx, "alice", &night); err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	now := time.Date(2026, 12, 1, 18, 30, 0, 0, time.UTC) // Tue 19:30 in Berlin
-	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	set := func(t time.Time) { mu.Lock(); now = t; mu.Unlock() }
-	svc, err := workload.New(workload.Options{Store: st, Templates: cat, Images: images, Authorizer: workloadtest.AllowAll{}, Budgets: workloadtest.NoBudgets{},
-		Namespace: func(t team.Name) string { return "gantry-" + t.String() }, Cluster: workloadtest.NewCluster(), Now: clock, Log: slog.New(slog.DiscardHandler)})
-	if err != nil {
 		t.Fatal(err)
 	}
 	run := func() workload.Workload {
@@ -325,3 +275,44 @@ func TestOffHours(t *testing.T) {
 		t.Errorf("the next evening: %s (%s)", w.Status, w.Reason)
 	}
 }
+
+// env is the real SQLite store with the starter catalog and the workload
+// service, on a clock the test sets.
+type env struct {
+	ctx context.Context
+	st  *store.Store
+	cat *catalog.Service
+	svc *workload.Service
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newEnv(t *testing.T, at time.Time) *env {
+	t.Helper()
+	e := &env{ctx: identity.With(context.Background(), identity.Identity{Issuer: "https://idp.test", Subject: "alice"}), now: at}
+	classes, files, err := template.LoadCatalog("../../templates")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.st, err = store.Open(e.ctx, store.SQLite, filepath.Join(t.TempDir(), "c.db")); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.st.Close() })
+	_, images, err := devregistry.StartDir(e.ctx, "../../images", classes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.cat = catalog.New(e.st, classes).WithImages(images.Catalog)
+	if _, err := e.cat.Seed(e.ctx, "seed", files); err != nil {
+		t.Fatal(err)
+	}
+	e.svc, err = workload.New(workload.Options{Store: e.st, Templates: e.cat, Images: images, Authorizer: workloadtest.AllowAll{}, Budgets: workloadtest.NoBudgets{},
+		Namespace: func(t team.Name) string { return "gantry-" + t.String() }, Cluster: workloadtest.NewCluster(), Now: e.clock, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func (e *env) clock() time.Time { e.mu.Lock(); defer e.mu.Unlock(); return e.now }
+func (e *env) set(t time.Time)  { e.mu.Lock(); e.now = t; e.mu.Unlock() }

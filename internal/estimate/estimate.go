@@ -229,7 +229,7 @@ func (s *Service) price(ctx context.Context, rd workload.Rendered, req workload.
 func held(e Estimate) Estimate {
 	switch {
 	case e.Held:
-		e.StartsNow, e.Why = false, "held: "+e.Verdict
+		e.StartsNow, e.Why = false, workload.HeldPrefix+e.Verdict
 	case e.Approval:
 		e.StartsNow, e.Why = false, "waits for a team-admin's approval: "+e.Verdict
 	}

@@ -53,13 +53,8 @@ func scanWorkload(row scanner) (workload.Workload, error) {
 	w.Status = workload.Status(status)
 	w.IdempotencyKey = key.String
 	w.CreatedAt, w.UpdatedAt = time.UnixMicro(created).UTC(), time.UnixMicro(updated).UTC()
-	if expires != 0 {
-		w.ExpiresAt = time.UnixMicro(expires).UTC()
-	}
 	w.RunningFor = time.Duration(runningUS) * time.Microsecond
-	if runningSince != 0 {
-		w.RunningSince = time.UnixMicro(runningSince).UTC()
-	}
+	w.ExpiresAt, w.RunningSince = fromMicros(expires), fromMicros(runningSince)
 	w.Approval.Expires, w.Approval.At = fromMicros(approvalExpires), fromMicros(approvalAt)
 	if evictions != "" {
 		w.SpotEvictions = strings.Split(evictions, ",")

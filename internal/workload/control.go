@@ -35,7 +35,7 @@ func (s *Service) Report(ctx context.Context, id string, st Status, reason strin
 		// Kueue: say why in the budget's words, not the queue's.
 		if w, err := s.store.Workload(ctx, id); err == nil {
 			if why, held, err := s.budgets.Held(ctx, w.Team.String()); err == nil && held {
-				reason = "held: " + why
+				reason = HeldPrefix + why
 			}
 		}
 	}

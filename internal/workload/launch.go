@@ -264,7 +264,7 @@ func (s *Service) govern(ctx context.Context, w *Workload, rd Rendered) error {
 	case v.Hold && !s.kueue:
 		return &fault.Forbidden{Reason: "the launch is refused: " + v.Why}
 	case v.Hold:
-		w.Reason = "held: " + v.Why
+		w.Reason = HeldPrefix + v.Why
 		// Not only at the next quota sync: this launch must not slip in.
 		if s.cluster != nil {
 			if err := s.cluster.HoldQueue(ctx, w.Team.String()); err != nil {
@@ -288,6 +288,10 @@ func (s *Service) govern(ctx context.Context, w *Workload, rd Rendered) error {
 	}
 	return nil
 }
+
+// HeldPrefix starts the reason of a launch that a spent budget holds in its
+// team's queue (policy block).
+const HeldPrefix = "held: "
 
 // MaxPendingApprovals is how many of one person's launches in a team may
 // wait for approval at once.

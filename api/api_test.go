@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -101,6 +102,17 @@ func (e *env) send(role, method, path string, body, out any, header *http.Header
 		e.t.Fatal(err)
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode == 200 && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		// A stream stays open: its first event's data is the answer.
+		data := firstEvent(e.t, resp.Body)
+		if out != nil {
+			if err := json.Unmarshal(data, out); err != nil {
+				e.t.Fatalf("%s %s: %v in %s", method, path, err, data)
+			}
+		}
+		*header = resp.Header
+		return resp.StatusCode
+	}
 	data, _ := io.ReadAll(resp.Body)
 	if out != nil && len(data) > 0 {
 		if err := json.Unmarshal(data, out); err != nil {
@@ -109,6 +121,21 @@ func (e *env) send(role, method, path string, body, out any, header *http.Header
 	}
 	*header = resp.Header
 	return resp.StatusCode
+}
+
+// firstEvent reads a server-sent event stream up to its first event and
+// returns that event's data.
+func firstEvent(t *testing.T, r io.Reader) []byte {
+	t.Helper()
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		if d, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+			return []byte(d)
+		}
+	}
+	t.Fatalf("the stream ended without an event: %v", sc.Err())
+	return nil
 }
 
 type problem struct {

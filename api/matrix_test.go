@@ -137,6 +137,7 @@ func TestRouteRoleMatrix(t *testing.T) {
 		"POST /api/v1/workloads/estimate":      {"POST", "/api/v1/workloads/estimate", launch, map[string]int{A: 200, P: 403, T: 200, M: 200, V: 403, N: 403, X: 403}},
 		"GET /api/v1/workloads/{id}":           {"GET", "/api/v1/workloads/" + wid, nil, visionReaders},
 		"GET /api/v1/workloads/{id}/events":    {"GET", "/api/v1/workloads/" + wid + "/events", nil, visionReaders},
+		"GET /api/v1/workloads/{id}/watch":     {"GET", "/api/v1/workloads/" + wid + "/watch", nil, visionReaders},
 		// No cluster here: whoever may read the workload learns it has no log.
 		"GET /api/v1/workloads/{id}/logs":       {"GET", "/api/v1/workloads/" + wid + "/logs", nil, map[string]int{A: 409, P: 409, T: 409, M: 409, V: 409, N: 403, X: 404}},
 		"POST /api/v1/workloads/{id}/stop":      {"POST", "/api/v1/workloads/{stop}/stop", nil, map[string]int{A: 200, P: 403, T: 200, M: 403, V: 403, N: 403, X: 404}},

@@ -18,6 +18,7 @@ import (
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/interactive"
+	"github.com/gantryhq/gantry/internal/logctx"
 	"github.com/gantryhq/gantry/internal/token"
 	"github.com/gantryhq/gantry/internal/user"
 	"github.com/gantryhq/gantry/internal/weblogin"
@@ -176,8 +177,7 @@ func accessLog(log *slog.Logger) echo.MiddlewareFunc {
 				slog.String("method", c.Request().Method),
 				slog.String("route", c.Path()),
 				slog.Int("status", c.Response().Status),
-				slog.Duration("duration", time.Since(start)),
-				slog.String("request_id", c.Response().Header().Get(echo.HeaderXRequestID)))
+				slog.Duration("duration", time.Since(start))) // request_id and workload_id come from the context (logIDs)
 			return nil
 		}
 	}
@@ -256,4 +256,19 @@ func record(c echo.Context, store audit.Store, log *slog.Logger, err error) erro
 		log.ErrorContext(req.Context(), "audit record not written", "err", aerr, "action", r.Action, "actor", r.Actor)
 	}
 	return nil
+}
+
+// logIDs puts the request's id, and the workload's id on a workload's routes,
+// into the request's context: every line logged while serving it carries
+// them (package logctx).
+func logIDs(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		attrs := []slog.Attr{slog.String("request_id", c.Response().Header().Get(echo.HeaderXRequestID))}
+		if strings.HasPrefix(c.Path(), "/api/v1/workloads/:id") {
+			attrs = append(attrs, slog.String("workload_id", c.Param("id")))
+		}
+		r := c.Request()
+		c.SetRequest(r.WithContext(logctx.With(r.Context(), attrs...)))
+		return next(c)
+	}
 }

@@ -36,6 +36,8 @@ func TestOwnMetrics(t *testing.T) {
 		`gantry_http_requests_total{code="404",method="GET",route="/api/v1/workloads/:id"} 1`,
 		`gantry_launches_total{outcome="started"} 1`,
 		`gantry_http_request_duration_seconds_bucket{method="POST",route="/api/v1/workloads",le="+Inf"} 1`,
+		`gantry_image_verifications_total{result="verified"} `,
+		`gantry_image_verifications_total{result="cache_hit"} `,
 		"go_goroutines ",
 	} {
 		if !strings.Contains(text, want) {

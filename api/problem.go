@@ -168,7 +168,7 @@ func errorHandler(log *slog.Logger) echo.HTTPErrorHandler {
 			p.Instance = ptr("urn:gantry:request:" + id)
 		}
 		if status >= 500 {
-			log.ErrorContext(c.Request().Context(), "request failed", "err", err, "method", c.Request().Method, "path", c.Path(), "request_id", c.Response().Header().Get(echo.HeaderXRequestID))
+			log.ErrorContext(c.Request().Context(), "request failed", "err", err, "method", c.Request().Method, "path", c.Path())
 		}
 		if c.Request().Method == http.MethodHead {
 			c.NoContent(status)

@@ -30,6 +30,7 @@ import (
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/imageverify"
 	"github.com/gantryhq/gantry/internal/interactive"
+	"github.com/gantryhq/gantry/internal/logctx"
 	"github.com/gantryhq/gantry/internal/overrides"
 	"github.com/gantryhq/gantry/internal/ownmetrics"
 	"github.com/gantryhq/gantry/internal/telemetry"
@@ -104,6 +105,7 @@ func New(o Options) (*echo.Echo, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	o.Logger = slog.New(logctx.Handler(o.Logger.Handler())) // request and workload ids from the context
 	validate, err := validator(o.Spec, o.Authorize)
 	if err != nil {
 		return nil, err
@@ -116,6 +118,7 @@ func New(o Options) (*echo.Echo, error) {
 	e.HTTPErrorHandler = errorHandler(o.Logger)
 	e.Use(
 		middleware.RequestID(),
+		logIDs,
 		measure(o.Own),
 		accessLog(o.Logger),
 		auditLog(o.Audit, o.Logger),

@@ -1,10 +1,14 @@
 package api
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/gantryhq/gantry/api/gen"
 	"github.com/gantryhq/gantry/internal/estimate"
@@ -202,4 +206,95 @@ func omitEmpty(s string) *string {
 		return nil
 	}
 	return &s
+}
+
+func (s *server) WatchWorkload(ctx context.Context, req gen.WatchWorkloadRequestObject) (gen.WatchWorkloadResponseObject, error) {
+	// The first read answers a missing workload or a refused caller with a
+	// problem, before the stream starts.
+	w, err := s.o.Workloads.Get(ctx, req.Id)
+	if err != nil {
+		return nil, err
+	}
+	return watchStream{ctx: ctx, first: w, get: func() (workload.Workload, error) { return s.o.Workloads.Get(ctx, req.Id) }}, nil
+}
+
+// watchStream is a workload's server-sent events: the workload whenever it
+// changes, read once a second.
+type watchStream struct {
+	ctx   context.Context
+	first workload.Workload
+	get   func() (workload.Workload, error)
+}
+
+// watchEvery and keepAliveEvery pace a watch stream.
+const (
+	watchEvery     = time.Second
+	keepAliveEvery = 15 * time.Second
+)
+
+func (ws watchStream) VisitWatchWorkloadResponse(w http.ResponseWriter) error {
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
+	w.WriteHeader(http.StatusOK)
+	flusher, _ := w.(http.Flusher)
+	flush := func() {
+		if flusher != nil {
+			flusher.Flush()
+		}
+	}
+	if _, err := io.WriteString(w, "retry: 3000\n\n"); err != nil {
+		return nil
+	}
+	var last []byte
+	send := func(wl workload.Workload) error {
+		out := workloadOut(wl)
+		data, err := json.Marshal(out)
+		if err != nil {
+			return err
+		}
+		out.CostSoFar = 0 // grows by itself: not a change
+		key, _ := json.Marshal(out)
+		if bytes.Equal(key, last) {
+			return nil
+		}
+		last = key
+		if _, err := fmt.Fprintf(w, "event: workload\ndata: %s\n\n", data); err != nil {
+			return err
+		}
+		flush()
+		return nil
+	}
+	if err := send(ws.first); err != nil {
+		return nil
+	}
+	tick := time.NewTicker(watchEvery)
+	defer tick.Stop()
+	quiet := time.Now()
+	for {
+		select {
+		case <-ws.ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+		wl, err := ws.get()
+		if err != nil {
+			// Deleted for good, or the caller lost the right to see it:
+			// say so and end the stream (the client reconnects to a problem).
+			fmt.Fprintf(w, "event: gone\ndata: %q\n\n", err.Error())
+			flush()
+			return nil
+		}
+		if err := send(wl); err != nil {
+			return nil
+		}
+		if time.Since(quiet) >= keepAliveEvery {
+			if _, err := io.WriteString(w, ": keep-alive\n\n"); err != nil {
+				return nil
+			}
+			flush()
+			quiet = time.Now()
+		}
+	}
 }

@@ -1,4 +1,5 @@
-// Package deploy holds the manifests a cluster needs for Gantry's workloads, and
+// Package deploy holds the manifests a cluster needs for Gantry's workloads (in
+// the Helm chart, deploy/helm/gantry, which installs Gantry itself), and
 // the tools module (deploy/cluster) that builds the local control plane.
 package deploy
 
@@ -10,17 +11,17 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// PriorityClasses is priorityclasses.yaml: the gantry-low, gantry-normal and
+// PriorityClasses is helm/gantry/files/priorityclasses.yaml: the gantry-low, gantry-normal and
 // gantry-high PriorityClasses that rendered pods name.
 //
-//go:embed priorityclasses.yaml
+//go:embed helm/gantry/files/priorityclasses.yaml
 var PriorityClasses []byte
 
-// RuntimeClasses is runtimeclasses.yaml: the Kata runtime classes of
+// RuntimeClasses is helm/gantry/files/runtimeclasses.yaml: the Kata runtime classes of
 // confidential workloads (kata-qemu-nvidia-gpu-snp and -tdx), with the node
 // selectors that keep each on nodes of its TEE.
 //
-//go:embed runtimeclasses.yaml
+//go:embed helm/gantry/files/runtimeclasses.yaml
 var RuntimeClasses []byte
 
 // KubeVirtCRDs is kubevirt/crds.yaml: KubeVirt's VirtualMachine and
@@ -49,7 +50,7 @@ var Priorities = func() []Priority {
 			Value int64 `json:"value"`
 		}
 		if err := yaml.Unmarshal([]byte(doc), &pc); err != nil || !strings.HasPrefix(pc.Metadata.Name, "gantry-") {
-			panic(fmt.Sprintf("deploy/priorityclasses.yaml: %v %q", err, pc.Metadata.Name)) // embedded, checked by the tests
+			panic(fmt.Sprintf("deploy/helm/gantry/files/priorityclasses.yaml: %v %q", err, pc.Metadata.Name)) // embedded, checked by the tests
 		}
 		out = append(out, Priority{Name: strings.TrimPrefix(pc.Metadata.Name, "gantry-"), Value: pc.Value})
 	}
@@ -65,3 +66,13 @@ func PriorityValue(name string) int64 {
 	}
 	return 0
 }
+
+// ClusterRoleRules and RoleRules are the Helm chart's RBAC rules for Gantry's
+// ServiceAccount (helm/gantry/files): across the cluster, and in its own
+// namespace.
+var (
+	//go:embed helm/gantry/files/clusterrole-rules.yaml
+	ClusterRoleRules []byte
+	//go:embed helm/gantry/files/role-rules.yaml
+	RoleRules []byte
+)

@@ -2781,6 +2781,13 @@ type ClientInterface interface {
 	// Corresponds with POST /api/v1/workloads/{id}/stop (the `StopWorkload` operationId).
 	StopWorkload(ctx context.Context, id WorkloadID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// WatchWorkload Follow a workload's status (server-sent events)
+	//
+	// A text/event-stream: an event `workload` carrying the workload (as GET /api/v1/workloads/{id} answers it) at once and again whenever it changes (status, reason, queue position, approval, cost), a comment every 15 seconds to keep proxies from closing the stream, and a retry hint of 3 seconds; the event id is the workload's version, so a client that reconnects with Last-Event-ID gets the workload again only if it changed. The stream stays open until the client closes it.
+	//
+	// Corresponds with GET /api/v1/workloads/{id}/watch (the `WatchWorkload` operationId).
+	WatchWorkload(ctx context.Context, id WorkloadID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// GetAuthConfig How clients sign in
 	//
 	// The OpenID provider and client id that `gantry login` uses for the device authorization grant (RFC 8628), and the scopes to ask for. Browsers sign in at /auth/login (authorization code flow with PKCE) instead.
@@ -3936,6 +3943,23 @@ func (c *Client) StartWorkload(ctx context.Context, id WorkloadID, reqEditors ..
 // Corresponds with POST /api/v1/workloads/{id}/stop (the `StopWorkload` operationId).
 func (c *Client) StopWorkload(ctx context.Context, id WorkloadID, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewStopWorkloadRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// WatchWorkload Follow a workload's status (server-sent events)
+//
+// A text/event-stream: an event `workload` carrying the workload (as GET /api/v1/workloads/{id} answers it) at once and again whenever it changes (status, reason, queue position, approval, cost), a comment every 15 seconds to keep proxies from closing the stream, and a retry hint of 3 seconds; the event id is the workload's version, so a client that reconnects with Last-Event-ID gets the workload again only if it changed. The stream stays open until the client closes it.
+//
+// Corresponds with GET /api/v1/workloads/{id}/watch (the `WatchWorkload` operationId).
+func (c *Client) WatchWorkload(ctx context.Context, id WorkloadID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWatchWorkloadRequest(c.Server, id)
 	if err != nil {
 		return nil, err
 	}
@@ -6232,6 +6256,40 @@ func NewStopWorkloadRequest(server string, id WorkloadID) (*http.Request, error)
 	return req, nil
 }
 
+// NewWatchWorkloadRequest constructs an http.Request for the WatchWorkload method
+func NewWatchWorkloadRequest(server string, id WorkloadID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/workloads/%s/watch", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewGetAuthConfigRequest constructs an http.Request for the GetAuthConfig method
 func NewGetAuthConfigRequest(server string) (*http.Request, error) {
 	var err error
@@ -6979,6 +7037,15 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /api/v1/workloads/{id}/stop (the `StopWorkload` operationId).
 	StopWorkloadWithResponse(ctx context.Context, id WorkloadID, reqEditors ...RequestEditorFn) (*StopWorkloadResponse, error)
+
+	// WatchWorkloadWithResponse Follow a workload's status (server-sent events)
+	//
+	// A text/event-stream: an event `workload` carrying the workload (as GET /api/v1/workloads/{id} answers it) at once and again whenever it changes (status, reason, queue position, approval, cost), a comment every 15 seconds to keep proxies from closing the stream, and a retry hint of 3 seconds; the event id is the workload's version, so a client that reconnects with Last-Event-ID gets the workload again only if it changed. The stream stays open until the client closes it.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/workloads/{id}/watch (the `WatchWorkload` operationId).
+	WatchWorkloadWithResponse(ctx context.Context, id WorkloadID, reqEditors ...RequestEditorFn) (*WatchWorkloadResponse, error)
 
 	// GetAuthConfigWithResponse How clients sign in
 	//
@@ -9350,6 +9417,47 @@ func (r StopWorkloadResponse) ContentType() string {
 	return ""
 }
 
+type WatchWorkloadResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r WatchWorkloadResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r WatchWorkloadResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r WatchWorkloadResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r WatchWorkloadResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r WatchWorkloadResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type GetAuthConfigResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -10507,6 +10615,21 @@ func (c *ClientWithResponses) StopWorkloadWithResponse(ctx context.Context, id W
 		return nil, err
 	}
 	return ParseStopWorkloadResponse(rsp)
+}
+
+// WatchWorkloadWithResponse Follow a workload's status (server-sent events)
+//
+// A text/event-stream: an event `workload` carrying the workload (as GET /api/v1/workloads/{id} answers it) at once and again whenever it changes (status, reason, queue position, approval, cost), a comment every 15 seconds to keep proxies from closing the stream, and a retry hint of 3 seconds; the event id is the workload's version, so a client that reconnects with Last-Event-ID gets the workload again only if it changed. The stream stays open until the client closes it.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/workloads/{id}/watch (the `WatchWorkload` operationId).
+func (c *ClientWithResponses) WatchWorkloadWithResponse(ctx context.Context, id WorkloadID, reqEditors ...RequestEditorFn) (*WatchWorkloadResponse, error) {
+	rsp, err := c.WatchWorkload(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseWatchWorkloadResponse(rsp)
 }
 
 // GetAuthConfigWithResponse How clients sign in
@@ -12176,6 +12299,32 @@ func ParseStopWorkloadResponse(rsp *http.Response) (*StopWorkloadResponse, error
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseWatchWorkloadResponse parses an HTTP response from a WatchWorkloadWithResponse call
+func ParseWatchWorkloadResponse(rsp *http.Response) (*WatchWorkloadResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &WatchWorkloadResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {

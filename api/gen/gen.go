@@ -2355,6 +2355,9 @@ type ServerInterface interface {
 	// StopWorkload Stop a workload
 	// (POST /api/v1/workloads/{id}/stop)
 	StopWorkload(ctx echo.Context, id WorkloadID) error
+	// WatchWorkload Follow a workload's status (server-sent events)
+	// (GET /api/v1/workloads/{id}/watch)
+	WatchWorkload(ctx echo.Context, id WorkloadID) error
 	// GetAuthConfig How clients sign in
 	// (GET /auth/config)
 	GetAuthConfig(ctx echo.Context) error
@@ -3266,6 +3269,22 @@ func (w *ServerInterfaceWrapper) StopWorkload(ctx echo.Context) error {
 	return err
 }
 
+// WatchWorkload converts echo context to params.
+func (w *ServerInterfaceWrapper) WatchWorkload(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "id" -------------
+	var id WorkloadID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", ctx.Param("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter id: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.WatchWorkload(ctx, id)
+	return err
+}
+
 // GetAuthConfig converts echo context to params.
 func (w *ServerInterfaceWrapper) GetAuthConfig(ctx echo.Context) error {
 	var err error
@@ -3379,6 +3398,7 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.POST(options.BaseURL+"/api/v1/workloads/estimate", wrapper.EstimateWorkload, options.OperationMiddlewares["estimateWorkload"]...)
 	router.DELETE(options.BaseURL+"/api/v1/workloads/:id", wrapper.DeleteWorkload, options.OperationMiddlewares["deleteWorkload"]...)
 	router.GET(options.BaseURL+"/api/v1/workloads/:id", wrapper.GetWorkload, options.OperationMiddlewares["getWorkload"]...)
+	router.GET(options.BaseURL+"/api/v1/workloads/:id/watch", wrapper.WatchWorkload, options.OperationMiddlewares["watchWorkload"]...)
 	router.POST(options.BaseURL+"/api/v1/workloads/:id/stop", wrapper.StopWorkload, options.OperationMiddlewares["stopWorkload"]...)
 	router.POST(options.BaseURL+"/api/v1/workloads/:id/keepalive", wrapper.KeepWorkloadAlive, options.OperationMiddlewares["keepWorkloadAlive"]...)
 	router.POST(options.BaseURL+"/api/v1/workloads/:id/approve", wrapper.ApproveWorkload, options.OperationMiddlewares["approveWorkload"]...)
@@ -5344,6 +5364,74 @@ func (response StopWorkloaddefaultApplicationProblemPlusJSONResponse) VisitStopW
 	return err
 }
 
+type WatchWorkloadRequestObject struct {
+	Id WorkloadID `json:"id"`
+}
+
+type WatchWorkloadResponseObject interface {
+	VisitWatchWorkloadResponse(w http.ResponseWriter) error
+}
+
+type WatchWorkload200TexteventStreamResponse struct {
+	Body          io.Reader
+	ContentLength int64
+}
+
+func (response WatchWorkload200TexteventStreamResponse) VisitWatchWorkloadResponse(w http.ResponseWriter) error {
+
+	w.Header().Set("Content-Type", "text/event-stream")
+	if response.ContentLength != 0 {
+		w.Header().Set("Content-Length", fmt.Sprint(response.ContentLength))
+	}
+	w.WriteHeader(200)
+
+	if closer, ok := response.Body.(io.ReadCloser); ok {
+		defer closer.Close()
+	}
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		// If w doesn't support flushing, fall back to io.Copy.
+		_, err := io.Copy(w, response.Body)
+		return err
+	}
+	// text/event-stream messages are typically small; use a
+	// modest buffer and flush after each chunk so clients see
+	// events immediately instead of waiting on OS buffering.
+	buf := make([]byte, 4096)
+	for {
+		n, err := response.Body.Read(buf)
+		if n > 0 {
+			if _, writeErr := w.Write(buf[:n]); writeErr != nil {
+				return writeErr
+			}
+			flusher.Flush()
+		}
+		if err != nil {
+			if err == io.EOF {
+				return nil
+			}
+			return err
+		}
+	}
+}
+
+type WatchWorkloaddefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response WatchWorkloaddefaultApplicationProblemPlusJSONResponse) VisitWatchWorkloadResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetAuthConfigRequestObject struct {
 }
 
@@ -5632,6 +5720,9 @@ type StrictServerInterface interface {
 	// StopWorkload Stop a workload
 	// (POST /api/v1/workloads/{id}/stop)
 	StopWorkload(ctx context.Context, request StopWorkloadRequestObject) (StopWorkloadResponseObject, error)
+	// WatchWorkload Follow a workload's status (server-sent events)
+	// (GET /api/v1/workloads/{id}/watch)
+	WatchWorkload(ctx context.Context, request WatchWorkloadRequestObject) (WatchWorkloadResponseObject, error)
 	// GetAuthConfig How clients sign in
 	// (GET /auth/config)
 	GetAuthConfig(ctx context.Context, request GetAuthConfigRequestObject) (GetAuthConfigResponseObject, error)
@@ -7189,6 +7280,31 @@ func (sh *strictHandler) StopWorkload(ctx echo.Context, id WorkloadID) error {
 		return err
 	} else if validResponse, ok := response.(StopWorkloadResponseObject); ok {
 		return validResponse.VisitStopWorkloadResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// WatchWorkload operation middleware
+func (sh *strictHandler) WatchWorkload(ctx echo.Context, id WorkloadID) error {
+	var request WatchWorkloadRequestObject
+
+	request.Id = id
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.WatchWorkload(ctx.Request().Context(), request.(WatchWorkloadRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "WatchWorkload")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(WatchWorkloadResponseObject); ok {
+		return validResponse.VisitWatchWorkloadResponse(ctx.Response())
 	} else if response != nil {
 		return fmt.Errorf("unexpected response type: %T", response)
 	}

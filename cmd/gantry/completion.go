@@ -14,6 +14,7 @@ var commands = map[string][]string{
 	"templates": {"validate", "render", "apply", "ls", "show"}, "advice": nil, "audit": {"verify", "keygen"}, "advise": {"replay"},
 	"launch": nil, "ls": nil, "get": nil, "stop": nil, "start": nil, "rm": nil, "logs": nil, "events": nil,
 	"approve": nil, "deny": nil, "estimate": nil, "cost": nil, "tokens": {"create", "ls", "revoke"},
+	"top": nil, "images": {"ls"},
 }
 
 // completionCmd prints a completion script for bash, zsh or fish.

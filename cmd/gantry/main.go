@@ -43,6 +43,8 @@ Against a server (signed in with gantry login, or $GANTRY_TOKEN and $GANTRY_SERV
   gantry stop|start|rm ID                             stop, start again, delete
   gantry advice [ID]                                  a workload's findings, or the teams' open advice
   gantry templates ls | show NAME                     the server's template catalog
+  gantry images ls                                    the approved image catalog and who signs each image
+  gantry top [--team T] [--watch 5s]                  live GPU use of running workloads (utilization, memory, $/h)
   gantry logs ID [-f] [--tail N]                      a workload's log (-f follows it)
   gantry events ID                                    a workload's Kubernetes events
   gantry tokens create [--team T] [--read-only] [--days N] | ls | revoke ID
@@ -149,6 +151,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = completionCmd(args[1:], stdout)
 	case "cost":
 		err = costCmd(ctx, args[1:], stdout, stderr)
+	case "top":
+		err = topCmd(ctx, args[1:], stdout, stderr)
+	case "images":
+		err = imagesCmd(ctx, args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintf(stdout, "gantry %s (%s)\n", version, goVersion())
 		return 0
@@ -188,7 +194,7 @@ func report(err error, stderr io.Writer) int {
 }
 
 // groups are the commands whose first argument is a subcommand.
-var groups = map[string]bool{"templates": true, "audit": true, "advise": true, "tokens": true}
+var groups = map[string]bool{"templates": true, "audit": true, "advise": true, "tokens": true, "images": true}
 
 // groupUsage is the lines of the usage about the command group name.
 func groupUsage(name string) string {

@@ -73,13 +73,31 @@ func follow(ctx context.Context, cl *client.ClientWithResponses, id string, time
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	last := ""
+	// On a terminal the current state's line is redrawn each second with a
+	// spinner and the elapsed time; elsewhere each state is one line.
+	tty := isTerminal(stderr)
+	spin := 0
+	defer func() {
+		if tty && last != "" {
+			fmt.Fprintln(stderr)
+		}
+	}()
 	for {
 		resp, err := cl.GetWorkloadWithResponse(ctx, id)
 		if err := ok(resp, err); err != nil {
 			return client.Workload{}, err
 		}
 		w := *resp.JSON200
-		if line := describe(w); line != last {
+		line := describe(w)
+		switch {
+		case tty:
+			if line != last && last != "" {
+				fmt.Fprintln(stderr)
+			}
+			spin++
+			fmt.Fprintf(stderr, "\r\x1b[K%c %6s  %s", `|/-\`[spin%4], time.Since(start).Round(time.Second), line)
+			last = line
+		case line != last:
 			fmt.Fprintf(stderr, "%6s  %s\n", time.Since(start).Round(time.Second), line)
 			last = line
 		}

@@ -65,6 +65,19 @@ func TestWorkloadVerbs(t *testing.T) {
 	if code, out, _ := cli("templates", "show", "gpu-vm"); code != 0 || !strings.Contains(out, `"workload": "vm"`) {
 		t.Fatalf("templates show: %d %q", code, out)
 	}
+	if code, out, _ := cli("images", "ls"); code != 0 || !strings.HasPrefix(out, "NAME") || !regexp.MustCompile(`(?m)^cuda +registry\.gantry\.internal/nvidia/cuda +base +12\.8 .*key keys/platform\.pub$`).MatchString(out) {
+		t.Fatalf("images ls: %d %q", code, out)
+	}
+	// Nothing runs without a cluster: top says so, and -o json is an empty list.
+	if code, out, _ := cli("top", "--team", "vision"); code != 0 || !strings.HasPrefix(out, "ID ") || !strings.Contains(out, "no running workloads") {
+		t.Fatalf("top: %d %q", code, out)
+	}
+	if code, out, _ := cli("top", "-o", "json"); code != 0 || out != "[]\n" {
+		t.Fatalf("top -o json: %d %q", code, out)
+	}
+	if code, _, errOut := cli("top", "--watch", "10ms"); code != 2 || !strings.Contains(errOut, "at least 1s") {
+		t.Fatalf("top --watch 10ms: %d %q", code, errOut)
+	}
 	if code, out, _ := cli("advice", id); code != 0 || !strings.HasPrefix(out, "KIND") {
 		t.Fatalf("advice: %d %q", code, out)
 	}

@@ -58,7 +58,7 @@ func (l *Live) Observe(ctx context.Context, rs []telemetry.Stored) {
 		if !ok {
 			t, c, err := l.lookup(ctx, wl)
 			if err != nil {
-				l.log.Debug("advice: workload of a reading", "workload", wl, "err", err)
+				l.log.Debug("advice: workload of a reading", "workload_id", wl, "err", err)
 				continue
 			}
 			info = wlInfo{t, c}

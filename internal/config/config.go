@@ -8,6 +8,7 @@ package config
 
 import (
 	"fmt"
+	"github.com/gantryhq/gantry/internal/logctx"
 	"log/slog"
 	"maps"
 	"net"
@@ -532,10 +533,12 @@ func (c *Config) Logger() *slog.Logger {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(c.Log.Level))
 	opts := &slog.HandlerOptions{Level: level}
+	// Lines logged with a request's context carry its request and workload
+	// ids (package logctx).
 	if c.Log.Format == "json" {
-		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
+		return slog.New(logctx.Handler(slog.NewJSONHandler(os.Stderr, opts)))
 	}
-	return slog.New(slog.NewTextHandler(os.Stderr, opts))
+	return slog.New(logctx.Handler(slog.NewTextHandler(os.Stderr, opts)))
 }
 
 // validateTelemetry checks the telemetry and metrics settings.

@@ -56,7 +56,7 @@ var options = []option{
 	{key: "log.format", env: "GANTRY_LOG_FORMAT", field: func(c *Config) any { return &c.Log.Format },
 		doc: "`text` or `json`"},
 	{key: "kubeconfig", env: "GANTRY_KUBECONFIG", flag: "kubeconfig", field: func(c *Config) any { return &c.Kubeconfig },
-		doc: "the cluster workloads are applied to; none: launches are recorded and rendered, not applied (`gantry dev` sets it)"},
+		doc: "the cluster workloads are applied to: a kubeconfig file, or `in-cluster` for the pod's ServiceAccount (the Helm chart); none: launches are recorded and rendered, not applied (`gantry dev` sets it)"},
 	{key: "namespace", env: "GANTRY_NAMESPACE", field: func(c *Config) any { return &c.Namespace },
 		doc: "Gantry's own namespace, where its replicas' Lease lives"},
 	{key: "leaseDuration", env: "GANTRY_LEASE_DURATION", field: func(c *Config) any { return &c.LeaseDuration },

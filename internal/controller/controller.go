@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gantryhq/gantry/internal/logctx"
 	"log/slog"
 	"sync"
 	"time"
@@ -52,6 +53,8 @@ type Options struct {
 	BaseDelay, MaxDelay time.Duration
 	Clock               clock.WithTicker // default: the real clock
 	Log                 *slog.Logger
+	// Queues measures the work queue (named "workloads"); none: unmeasured.
+	Queues workqueue.MetricsProvider
 }
 
 // Controller records the cluster's reports about workloads.
@@ -87,7 +90,7 @@ func New(src Source, rec Recorder, o Options) (*Controller, error) {
 	}
 	q := workqueue.NewTypedRateLimitingQueueWithConfig(
 		workqueue.NewTypedItemExponentialFailureRateLimiter[string](o.BaseDelay, o.MaxDelay),
-		workqueue.TypedRateLimitingQueueConfig[string]{Name: "", Clock: o.Clock})
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: "workloads", Clock: o.Clock, MetricsProvider: o.Queues})
 	return &Controller{src: src, rec: rec, o: o, queue: q}, nil
 }
 
@@ -128,25 +131,25 @@ func (c *Controller) next(ctx context.Context) bool {
 		return false
 	}
 	defer c.queue.Done(id)
-	err := c.sync(ctx, id)
+	err := c.sync(logctx.With(ctx, slog.String("workload_id", id)), id)
 	var conflict *fault.Conflict
 	var nf *fault.NotFound
 	switch {
 	case err == nil:
 		c.queue.Forget(id)
 	case errors.As(err, &conflict):
-		c.o.Log.Info("cluster report refused by the workload lifecycle", "workload", id, "why", err)
+		c.o.Log.Info("cluster report refused by the workload lifecycle", "workload_id", id, "why", err)
 		c.queue.Forget(id)
 	case errors.As(err, &nf):
-		c.o.Log.Debug("cluster report about no recorded workload", "workload", id)
+		c.o.Log.Debug("cluster report about no recorded workload", "workload_id", id)
 		c.queue.Forget(id)
 	case ctx.Err() != nil:
 		c.queue.Forget(id)
 	case c.queue.NumRequeues(id) < c.o.MaxRetries:
-		c.o.Log.Warn("recording workload status failed; retrying", "workload", id, "attempt", c.queue.NumRequeues(id)+1, "err", err)
+		c.o.Log.Warn("recording workload status failed; retrying", "workload_id", id, "attempt", c.queue.NumRequeues(id)+1, "err", err)
 		c.queue.AddRateLimited(id)
 	default:
-		c.o.Log.Error("recording workload status failed; giving up until it changes again", "workload", id, "attempts", c.queue.NumRequeues(id)+1, "err", err)
+		c.o.Log.Error("recording workload status failed; giving up until it changes again", "workload_id", id, "attempts", c.queue.NumRequeues(id)+1, "err", err)
 		c.queue.Forget(id)
 	}
 	return true

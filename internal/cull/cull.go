@@ -265,7 +265,7 @@ func (c *Culler) notice(ctx context.Context, w workload.Workload, stopAt time.Ti
 	if err != nil {
 		*errs = append(*errs, fmt.Errorf("workload %s: warning webhook: %w", w.ID, err))
 	}
-	c.o.Log.Info("workload warned before a stop", "workload", w.ID, "stop_at", stopAt)
+	c.o.Log.Info("workload warned before a stop", "workload_id", w.ID, "stop_at", stopAt)
 	return true
 }
 
@@ -315,7 +315,7 @@ func (c *Culler) stop(ctx context.Context, w workload.Workload, why string, n *i
 		return false
 	default:
 		*n++
-		c.o.Log.Info("idle workload stopped", "workload", w.ID, "template", w.Template, "why", why)
+		c.o.Log.Info("idle workload stopped", "workload_id", w.ID, "template", w.Template, "why", why)
 	}
 	return true
 }

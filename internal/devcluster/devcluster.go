@@ -50,6 +50,9 @@ type Options struct {
 	// KueueTransformations are the resource transformations Kueue counts
 	// quota with (a MIG slice as its share of a GPU).
 	KueueTransformations []KueueTransformation
+	// Audit has the API server write an audit log of every request (at the
+	// Metadata level) to AuditLog: who did what to which resource.
+	Audit bool
 }
 
 // Cluster is a running local cluster.
@@ -67,18 +70,39 @@ type Cluster struct {
 	kueue       *kueue
 }
 
+// AuditLog is the API server's audit log (JSON lines, audit.k8s.io/v1
+// Events); it exists only when the cluster started with Options.Audit.
+func (c *Cluster) AuditLog() string {
+	return filepath.Join(c.workDir, "clusters", c.Name, "logs", "audit.log")
+}
+
 // Config is the client configuration for the cluster.
 func (c *Cluster) Config() *rest.Config { return rest.CopyConfig(c.config) }
 
 // Build builds (first time) or finds the control plane binaries and returns
 // their directory.
 func Build(ctx context.Context, root string, log io.Writer) (string, error) {
-	cmd := exec.CommandContext(ctx, "bash", filepath.Join(root, "deploy", "cluster", "build.sh"))
+	return runBuild(ctx, root, "deploy/cluster/build.sh", "the cluster binaries", log)
+}
+
+// Helm builds (first time) or finds Helm (deploy/helm/build.sh) and returns
+// the binary's path.
+func Helm(ctx context.Context, root string, log io.Writer) (string, error) {
+	return runBuild(ctx, root, "deploy/helm/build.sh", "Helm", log)
+}
+
+// runBuild runs one of the repository's cached build scripts and returns what
+// it prints: where the result is.
+func runBuild(ctx context.Context, root, script, what string, log io.Writer) (string, error) {
+	if log == nil {
+		log = io.Discard
+	}
+	cmd := exec.CommandContext(ctx, "bash", filepath.Join(root, filepath.FromSlash(script)))
 	var out bytes.Buffer
 	cmd.Stdout = &out
 	cmd.Stderr = log
 	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("build the cluster binaries (deploy/cluster/build.sh): %w", err)
+		return "", fmt.Errorf("build %s (%s): %w", what, script, err)
 	}
 	return strings.TrimSpace(out.String()), nil
 }
@@ -125,7 +149,14 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 	if err := os.WriteFile(logFile, []byte(containerLog), 0o644); err != nil {
 		return nil, err
 	}
-	if err := os.WriteFile(cfgFile, kwokctlConfig(bin, logFile), 0o600); err != nil {
+	var auditPolicy string
+	if o.Audit {
+		auditPolicy = filepath.Join(c.workDir, "audit-policy.yaml")
+		if err := os.WriteFile(auditPolicy, []byte(auditPolicyMetadata), 0o644); err != nil {
+			return nil, err
+		}
+	}
+	if err := os.WriteFile(cfgFile, kwokctlConfig(bin, logFile, auditPolicy), 0o600); err != nil {
 		return nil, err
 	}
 	fmt.Fprintf(o.Log, "cluster: starting %q (kwokctl, binary runtime, loopback)\n", o.Name)
@@ -176,7 +207,7 @@ func (c *Cluster) componentLogs() string {
 // lifts the components' client QPS limits (with them, a batch of 100 launches
 // waits ~15 s on the controller manager's 20 requests a second), and adds the
 // Stages.
-func kwokctlConfig(bin, logFile string) []byte {
+func kwokctlConfig(bin, logFile, auditPolicy string) []byte {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, `apiVersion: config.kwok.x-k8s.io/v1alpha1
 kind: KwokctlConfiguration
@@ -193,6 +224,7 @@ options:
   kwokControllerBinary: %[1]s/kwok
   kubectlBinary: %[1]s/kubectl
   kubeVersion: v1.37.2
+  kubeAuditPolicy: "%[2]s"
 componentsPatches:
 - name: kube-apiserver
   extraArgs:
@@ -200,7 +232,7 @@ componentsPatches:
   - key: service-cluster-ip-range
     value: 10.96.0.0/16
 ---
-`, bin)
+`, bin, auditPolicy)
 	b.Write(stages)
 	// Every simulated container "prints" the same log, served through the real
 	// pods/log API (kwok answers for the kubelet).
@@ -217,6 +249,15 @@ spec:
 `, logFile)
 	return b.Bytes()
 }
+
+// auditPolicyMetadata records who did what to which resource, for every
+// request once it is answered (no bodies).
+const auditPolicyMetadata = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+`
 
 // containerLog is what every simulated container logs, in the CRI log format
 // the kubelet (here kwok) reads.

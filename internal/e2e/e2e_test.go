@@ -36,7 +36,7 @@ import (
 
 var cluster *devcluster.Cluster
 
-func TestMain(m *testing.M) { clustertest.Main(m, "e2e", &cluster) }
+func TestMain(m *testing.M) { clustertest.Main(m, "e2e", &cluster, chartHooks) }
 
 // gantryServer is Gantry as `gantry serve --kubeconfig` runs it, in process,
 // started by the one harness (servertest) on the production constructor.
@@ -61,10 +61,13 @@ func start(t testing.TB, dbPath string, withCluster bool, edit ...func(*config.C
 		c.ReconcileInterval = config.Duration(time.Second)
 		c.Namespace = "gantry-e2e-" + workload.NewID()
 		if withCluster {
-			c.Kubeconfig = cluster.Kubeconfig
+			c.Kubeconfig = gantryKubeconfig // as the Helm chart's ServiceAccount
 		}
 		for _, e := range edit {
 			e(c)
+		}
+		if withCluster {
+			grantLease(t, c.Namespace)
 		}
 	})
 	// The test's clients stand for a signed-in platform admin: a front adds
@@ -518,7 +521,7 @@ func TestClusterAway(t *testing.T) {
 		t.Fatal("reconcile with the cluster away reported no problem")
 	}
 
-	data, err := os.ReadFile(cluster.Kubeconfig)
+	data, err := os.ReadFile(gantryKubeconfig)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -206,7 +206,7 @@ func startProcess(t *testing.T, root, bin, db string) (*exec.Cmd, string) {
 // development signing key.
 func startServe(t *testing.T, root, bin, dataDir string, args ...string) *process {
 	t.Helper()
-	args = append([]string{"serve", "--listen", "127.0.0.1:0", "--kubeconfig", cluster.Kubeconfig, "--log-level", "info"}, args...)
+	args = append([]string{"serve", "--listen", "127.0.0.1:0", "--kubeconfig", gantryKubeconfig, "--log-level", "info"}, args...)
 	cmd := exec.Command(bin, args...)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "GANTRY_RECONCILE_INTERVAL=1s", "GANTRY_POLICY_DIR="+testPolicy(t), "GANTRY_IMAGES_DEV_REGISTRY=true",

@@ -60,12 +60,14 @@ func TestNotebookOpensOnlyForItsOwner(t *testing.T) {
 		}
 		return (&net.Dialer{}).DialContext(ctx, network, strings.TrimPrefix(app.URL, "http://"))
 	}}
+	ns := "gantry-e2e-" + workload.NewID()
+	grantLease(t, ns)
 	g := servertest.WithOverrides(t, server.Overrides{AppTransport: tr}, func(c *config.Config) {
 		c.Database.DSN = config.Secret(filepath.Join(t.TempDir(), "gantry.db"))
 		c.PolicyDir = testPolicy(t)
 		c.ReconcileInterval = config.Duration(time.Second)
-		c.Namespace = "gantry-e2e-" + workload.NewID()
-		c.Kubeconfig = cluster.Kubeconfig
+		c.Namespace = ns
+		c.Kubeconfig = gantryKubeconfig
 		c.DevLogin.Users = append(c.DevLogin.Users, config.DevUser{Username: "nils", Password: "nils", Name: "Nils (team nlp)", Groups: []string{"ml-nlp"}})
 	})
 	call := func(user, method, path string, header map[string]string) (int, string, http.Header) {

@@ -43,6 +43,7 @@ func TestTwoReplicasLeaderKilled(t *testing.T) {
 	replica := func() *process {
 		return startServe(t, root, bin, data, "--db-driver", "postgres", "--db", dsn)
 	}
+	grantLease(t, lease)
 	t.Setenv("GANTRY_NAMESPACE", lease)
 	t.Setenv("GANTRY_LEASE_DURATION", leaseDuration.String())
 	a, b := replica(), replica()

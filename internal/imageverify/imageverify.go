@@ -21,6 +21,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
@@ -89,7 +90,15 @@ type Verifier struct {
 
 	mu    sync.Mutex
 	cache map[cacheKey]Result
+
+	hits, misses atomic.Uint64 // cache lookups, for Gantry's metrics
 }
+
+// CacheHits is how many verifications the cache answered.
+func (v *Verifier) CacheHits() uint64 { return v.hits.Load() }
+
+// CacheMisses is how many verifications went to the registry.
+func (v *Verifier) CacheMisses() uint64 { return v.misses.Load() }
 
 type cacheKey struct{ digest, policy string }
 
@@ -184,8 +193,10 @@ func (v *Verifier) cached(key cacheKey, now time.Time) (Result, bool) {
 	defer v.mu.Unlock()
 	r, ok := v.cache[key]
 	if !ok || now.Sub(r.VerifiedAt) >= v.o.TTL {
+		v.misses.Add(1)
 		return Result{}, false
 	}
+	v.hits.Add(1)
 	return r, true
 }
 

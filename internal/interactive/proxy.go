@@ -85,7 +85,7 @@ func (p *Proxy) Serve(w http.ResponseWriter, r *http.Request) error {
 		Transport:     p.transport(),
 		FlushInterval: -1, // stream (kernel messages, server-sent events)
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			p.log().WarnContext(r.Context(), "interactive workload unreachable", "workload", id, "err", err)
+			p.log().WarnContext(r.Context(), "interactive workload unreachable", "workload_id", id, "err", err)
 			http.Error(w, "the workload's app does not answer yet: try again in a moment", http.StatusBadGateway)
 		},
 	}

@@ -120,14 +120,25 @@ type Decider func(ctx context.Context, namespace, workloadID string) (workload.A
 func (c *Cluster) RunQueueController(ctx context.Context, namespacePrefix string, decide Decider, resync time.Duration, log *slog.Logger) error {
 	f := dynamicinformer.NewDynamicSharedInformerFactory(c.dyn, resync)
 	inf := f.ForResource(kueueWorkloads).Informer()
-	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())
+	q := workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: "kueue_workloads", MetricsProvider: c.queues})
 	defer q.ShutDown()
 	enqueue := func(obj any) {
 		if k, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil && strings.HasPrefix(k, namespacePrefix) {
 			q.Add(k)
 		}
 	}
-	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: enqueue, UpdateFunc: func(_, n any) { enqueue(n) }}); err != nil {
+	update := func(o, n any) {
+		ou, _ := o.(*unstructured.Unstructured)
+		nu, _ := n.(*unstructured.Unstructured)
+		if ou != nil && nu != nil && !admitted(ou) && admitted(nu) && strings.HasPrefix(nu.GetNamespace(), namespacePrefix) {
+			if at, ok := admittedAt(nu); ok {
+				c.obs.ObserveAdmission(at.Sub(nu.GetCreationTimestamp().Time))
+			}
+		}
+		enqueue(n)
+	}
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: enqueue, UpdateFunc: update}); err != nil {
 		return fmt.Errorf("kube: admission checks: %w", err)
 	}
 	f.Start(ctx.Done())
@@ -155,7 +166,7 @@ func (c *Cluster) RunQueueController(ctx context.Context, namespacePrefix string
 		}
 		err := c.checkOne(ctx, inf, key, decide)
 		if err != nil && ctx.Err() == nil {
-			log.Warn("admission check not set; retrying", "workload", key, "err", err)
+			log.Warn("admission check not set; retrying", "kueue_workload", key, "err", err)
 			q.AddRateLimited(key)
 		} else {
 			q.Forget(key)
@@ -233,6 +244,19 @@ func admitted(u *unstructured.Unstructured) bool {
 		}
 	}
 	return false
+}
+
+// admittedAt is when a Kueue Workload's Admitted condition last turned.
+func admittedAt(u *unstructured.Unstructured) (time.Time, bool) {
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, c := range conds {
+		if m, _ := c.(map[string]any); m["type"] == "Admitted" {
+			s, _ := m["lastTransitionTime"].(string)
+			t, err := time.Parse(time.RFC3339, s)
+			return t, err == nil
+		}
+	}
+	return time.Time{}, false
 }
 
 // syncVM runs a queued VM while Kueue admits its Workload and halts it when

@@ -35,6 +35,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/workqueue"
 
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/quota"
@@ -75,13 +76,35 @@ type Cluster struct {
 	// are put back within it.
 	namespaces sync.Map // name → time.Time
 	kueue      bool
+	obs        Observer
+	queues     workqueue.MetricsProvider // nil: unmeasured
 }
 
 // Options configure a Cluster.
 type Options struct {
 	// Kueue says that Kueue admits Gantry's workloads (render.Meta.Kueue).
 	Kueue bool
+	// Observer is told how long applies and admissions take and how far
+	// the informers lag; none: nothing is measured.
+	Observer Observer
+	// Queues measures the work queues of the controllers here; none:
+	// client-go's default (nothing).
+	Queues workqueue.MetricsProvider
 }
+
+// Observer receives the cluster's measurements (Gantry's own metrics).
+type Observer interface {
+	ObserveApply(took time.Duration, err error)
+	ObserveAdmission(wait time.Duration)
+	ObserveLag(resource string, lag time.Duration)
+}
+
+// unobserved is the Observer of a cluster given none.
+type unobserved struct{}
+
+func (unobserved) ObserveApply(time.Duration, error) {}
+func (unobserved) ObserveAdmission(time.Duration)    {}
+func (unobserved) ObserveLag(string, time.Duration)  {}
 
 // namespaceTTL is how long an applied namespace is taken as it was applied.
 const namespaceTTL = time.Minute
@@ -111,7 +134,10 @@ func New(cfg *rest.Config, o Options) (*Cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
-	return &Cluster{dyn: dyn, core: core, kueue: o.Kueue}, nil
+	if o.Observer == nil {
+		o.Observer = unobserved{}
+	}
+	return &Cluster{dyn: dyn, core: core, kueue: o.Kueue, obs: o.Observer, queues: o.Queues}, nil
 }
 
 // Ping checks that the API server answers.
@@ -191,7 +217,8 @@ func (c *Cluster) namespaceGone(err error, namespace string) bool {
 
 // Apply server-side applies a workload's objects: its primary object (Job,
 // Deployment or StatefulSet) first, then the others owned by it.
-func (c *Cluster) Apply(ctx context.Context, objs []render.Object) error {
+func (c *Cluster) Apply(ctx context.Context, objs []render.Object) (err error) {
+	defer func(start time.Time) { c.obs.ObserveApply(time.Since(start), err) }(time.Now())
 	var primary *unstructured.Unstructured
 	var rest []render.Object
 	for _, o := range objs {
@@ -440,6 +467,13 @@ func (c *Cluster) Managed(ctx context.Context) ([]workload.ObjectRef, error) {
 // *fault.Conflict, and an unreachable server to *fault.Unavailable.
 var typedPatchRE = regexp.MustCompile(`\): \.([A-Za-z0-9_.\[\]]+): (.+)$`)
 
+// rbacDenied says whether a Forbidden answer is the authorizer's (RBAC:
+// `... is forbidden: User "x" cannot create resource ...`) rather than an
+// admission plugin's (Pod Security, quotas), which is about the object.
+func rbacDenied(msg string) bool {
+	return strings.Contains(msg, `is forbidden: User "`) && strings.Contains(msg, `" cannot `)
+}
+
 func classify(err error, kind, name string) error {
 	if err == nil {
 		return nil
@@ -448,6 +482,11 @@ func classify(err error, kind, name string) error {
 	if errors.As(err, &status) {
 		st := status.Status()
 		switch {
+		case apierrors.IsForbidden(err) && rbacDenied(st.Message):
+			// Gantry's own identity lacks a permission: nothing the caller
+			// can change. The cluster is as good as away until an operator
+			// grants it; launches are kept and applied then.
+			return &fault.Unavailable{What: "kubernetes API server", Err: fmt.Errorf("not allowed to Gantry's ServiceAccount (grant it: deploy/helm/gantry/files/clusterrole-rules.yaml): %s", st.Message)}
 		case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) || apierrors.IsForbidden(err) && st.Details != nil:
 			var l fault.List
 			prefix := fmt.Sprintf("objects.%s/%s", kind, name)

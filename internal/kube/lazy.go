@@ -26,7 +26,12 @@ type Lazy struct {
 	cluster *Cluster
 }
 
-// NewLazy returns a Lazy for the kubeconfig at path.
+// InCluster, as a kubeconfig path, means the pod's own ServiceAccount and the
+// API server's in-cluster address (how the Helm chart runs Gantry).
+const InCluster = "in-cluster"
+
+// NewLazy returns a Lazy for the kubeconfig at path, or for the pod's
+// ServiceAccount when path is InCluster.
 func NewLazy(path string, o Options) *Lazy { return &Lazy{path: path, opts: o} }
 
 // Cluster returns the cluster, loading the kubeconfig if it has not loaded
@@ -39,7 +44,13 @@ func (l *Lazy) get() (*Cluster, error) {
 	if l.cluster != nil {
 		return l.cluster, nil
 	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", l.path)
+	var cfg *rest.Config
+	var err error
+	if l.path == InCluster {
+		cfg, err = rest.InClusterConfig()
+	} else {
+		cfg, err = clientcmd.BuildConfigFromFlags("", l.path)
+	}
 	if err != nil {
 		return nil, &fault.Unavailable{What: "kubernetes API server", Err: fmt.Errorf("kubeconfig %s: %w", l.path, err)}
 	}

@@ -59,6 +59,7 @@ type Watcher struct {
 	vms     cache.SharedIndexInformer
 	kf      dynamicinformer.DynamicSharedInformerFactory // nil without Kueue
 	queued  cache.SharedIndexInformer                    // Kueue's Workloads
+	obs     Observer
 }
 
 // Watcher returns informers on the cluster's Gantry-managed objects; resync
@@ -66,7 +67,7 @@ type Watcher struct {
 func (c *Cluster) Watcher(resync time.Duration) (*Watcher, error) {
 	managed := func(o *metav1.ListOptions) { o.LabelSelector = render.LabelManagedBy + "=" + render.ManagedBy }
 	f := informers.NewSharedInformerFactoryWithOptions(c.core, resync, informers.WithTweakListOptions(managed))
-	w := &Watcher{factory: f, pods: f.Core().V1().Pods().Informer(), jobs: f.Batch().V1().Jobs().Informer()}
+	w := &Watcher{factory: f, pods: f.Core().V1().Pods().Informer(), jobs: f.Batch().V1().Jobs().Informer(), obs: c.obs}
 	infs := []cache.SharedIndexInformer{w.pods, w.jobs}
 	if c.hasKubeVirt() {
 		w.vmf = dynamicinformer.NewFilteredDynamicSharedInformerFactory(c.dyn, resync, metav1.NamespaceAll, managed)
@@ -100,6 +101,20 @@ func (w *Watcher) OnChange(changed func(workloadID string)) error {
 		}
 	}
 	funcs := cache.ResourceEventHandlerFuncs{AddFunc: h, UpdateFunc: func(_, n any) { h(n) }, DeleteFunc: h}
+	// A pod whose conditions changed says when (to the second): how far
+	// behind the cluster the informer is.
+	if _, err := w.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{UpdateFunc: func(o, n any) {
+		op, _ := o.(*corev1.Pod)
+		np, _ := n.(*corev1.Pod)
+		if op == nil || np == nil {
+			return
+		}
+		if before, after := lastTransition(op), lastTransition(np); after.After(before) {
+			w.obs.ObserveLag("pods", time.Since(after))
+		}
+	}}); err != nil {
+		return fmt.Errorf("kube: watch: %w", err)
+	}
 	for _, inf := range []cache.SharedIndexInformer{w.pods, w.jobs, w.vms} {
 		if inf == nil {
 			continue
@@ -379,4 +394,15 @@ func pendingReason(reason, message string) string {
 		return fmt.Sprintf("waiting for its volumes: a claim is not yet bound to a volume (%s: %s)", reason, message)
 	}
 	return fmt.Sprintf("%s: %s", reason, message)
+}
+
+// lastTransition is when the newest of a pod's conditions last changed.
+func lastTransition(p *corev1.Pod) time.Time {
+	var t time.Time
+	for _, c := range p.Status.Conditions {
+		if c.LastTransitionTime.After(t) {
+			t = c.LastTransitionTime.Time
+		}
+	}
+	return t
 }

@@ -2,8 +2,10 @@
 // the API's requests by route, method and code and their durations, launches
 // by outcome, approval decisions, and what the leader's loops did — idle and
 // off-hours stops, budget alerts, webhook deliveries, expired approvals,
-// workloads applied by the reconciler — with Go's and the process's
-// collectors. Names follow Prometheus conventions (gantry_ prefix, _total
+// workloads applied by the reconciler — how long applying to the cluster and
+// waiting for Kueue's admission take, how far the informers lag behind the
+// cluster, the controllers' work queues, and the image verifier's cache, with
+// Go's and the process's collectors. Names follow Prometheus conventions (gantry_ prefix, _total
 // counters, _seconds durations) and pass promtool check metrics.
 package ownmetrics
 
@@ -11,6 +13,8 @@ import (
 	"bytes"
 	"strconv"
 	"time"
+
+	"k8s.io/client-go/util/workqueue"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -26,6 +30,17 @@ type Metrics struct {
 	launches *prometheus.CounterVec
 	decided  *prometheus.CounterVec
 	actions  *prometheus.CounterVec
+	apply    *prometheus.HistogramVec
+	admitted prometheus.Histogram
+	lag      *prometheus.HistogramVec
+	queue    queueMetrics
+}
+
+// queueMetrics are client-go work queues' instruments, by queue name.
+type queueMetrics struct {
+	depth, unfinished, longest *prometheus.GaugeVec
+	adds, retries              *prometheus.CounterVec
+	latency, work              *prometheus.HistogramVec
 }
 
 // Loop actions, the action label of gantry_loop_actions_total.
@@ -53,9 +68,78 @@ func New() *Metrics {
 		actions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gantry_loop_actions_total",
 			Help: "What the leader's loops did: idle_stop, budget_alert, webhook_delivered, approval_expired, workload_applied, max_runtime_stop."}, []string{"action"}),
 	}
-	m.reg.MustRegister(m.requests, m.duration, m.launches, m.decided, m.actions,
+	m.apply = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "gantry_kube_apply_duration_seconds",
+		Help: "Time to apply one workload's objects to the cluster (server-side apply), by outcome: ok or error.", Buckets: prometheus.ExponentialBuckets(0.005, 2, 12)}, []string{"outcome"})
+	m.admitted = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "gantry_kueue_admission_wait_seconds",
+		Help: "Time from a Kueue Workload's creation to its admission (quota reserved and every admission check ready).", Buckets: prometheus.ExponentialBuckets(0.25, 4, 10)})
+	m.lag = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "gantry_informer_lag_seconds",
+		Help: "Time from a change in the cluster (a condition's last transition) to Gantry's informer seeing it, by resource.", Buckets: prometheus.ExponentialBuckets(0.25, 2, 10)}, []string{"resource"})
+	q := []string{"queue"}
+	m.queue = queueMetrics{
+		depth:      prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gantry_workqueue_depth", Help: "Items waiting in a controller's work queue."}, q),
+		unfinished: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gantry_workqueue_unfinished_work_seconds", Help: "Seconds of work in progress not yet done, summed over a queue's workers."}, q),
+		longest:    prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gantry_workqueue_longest_running_processor_seconds", Help: "How long the longest-running worker of a queue has been at its item."}, q),
+		adds:       prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gantry_workqueue_adds_total", Help: "Items added to a controller's work queue."}, q),
+		retries:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gantry_workqueue_retries_total", Help: "Items a controller's work queue took back to retry."}, q),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "gantry_workqueue_queue_duration_seconds",
+			Help: "Time an item waits in a work queue before a worker takes it.", Buckets: prometheus.ExponentialBuckets(0.001, 4, 9)}, q),
+		work: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "gantry_workqueue_work_duration_seconds",
+			Help: "Time a worker spends on one item.", Buckets: prometheus.ExponentialBuckets(0.001, 4, 9)}, q),
+	}
+	m.reg.MustRegister(m.requests, m.duration, m.launches, m.decided, m.actions, m.apply, m.admitted, m.lag,
+		m.queue.depth, m.queue.unfinished, m.queue.longest, m.queue.adds, m.queue.retries, m.queue.latency, m.queue.work,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// ObserveApply records one workload's apply to the cluster.
+func (m *Metrics) ObserveApply(took time.Duration, err error) {
+	m.apply.WithLabelValues(map[bool]string{true: "ok", false: "error"}[err == nil]).Observe(took.Seconds())
+}
+
+// ObserveAdmission records how long a Kueue Workload waited for admission.
+func (m *Metrics) ObserveAdmission(wait time.Duration) { m.admitted.Observe(max(wait, 0).Seconds()) }
+
+// ObserveLag records how far behind the cluster an informer saw a change of
+// resource.
+func (m *Metrics) ObserveLag(resource string, lag time.Duration) {
+	m.lag.WithLabelValues(resource).Observe(max(lag, 0).Seconds())
+}
+
+// ImageCache exports the image verifier's cache hits and misses (counts the
+// verifier keeps) as gantry_image_verifications_total{result}.
+func (m *Metrics) ImageCache(hits, misses func() uint64) {
+	for result, f := range map[string]func() uint64{"cache_hit": hits, "verified": misses} {
+		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "gantry_image_verifications_total",
+			Help:        "Image verifications asked of the verifier: cache_hit (a digest verified within images.cacheTTL) or verified (signatures and attestations checked against the registry).",
+			ConstLabels: prometheus.Labels{"result": result}}, func() float64 { return float64(f()) }))
+	}
+}
+
+// Queues is a client-go workqueue.MetricsProvider: each named queue's
+// depth, adds, waits, work and retries.
+func (m *Metrics) Queues() workqueue.MetricsProvider { return m.queue }
+
+func (q queueMetrics) NewDepthMetric(name string) workqueue.GaugeMetric {
+	return q.depth.WithLabelValues(name)
+}
+func (q queueMetrics) NewAddsMetric(name string) workqueue.CounterMetric {
+	return q.adds.WithLabelValues(name)
+}
+func (q queueMetrics) NewLatencyMetric(name string) workqueue.HistogramMetric {
+	return q.latency.WithLabelValues(name)
+}
+func (q queueMetrics) NewWorkDurationMetric(name string) workqueue.HistogramMetric {
+	return q.work.WithLabelValues(name)
+}
+func (q queueMetrics) NewUnfinishedWorkSecondsMetric(name string) workqueue.SettableGaugeMetric {
+	return q.unfinished.WithLabelValues(name)
+}
+func (q queueMetrics) NewLongestRunningProcessorSecondsMetric(name string) workqueue.SettableGaugeMetric {
+	return q.longest.WithLabelValues(name)
+}
+func (q queueMetrics) NewRetriesMetric(name string) workqueue.CounterMetric {
+	return q.retries.WithLabelValues(name)
 }
 
 // Request records one served request.

@@ -50,6 +50,7 @@ import (
 	"github.com/gantryhq/gantry/internal/imagecat"
 	"github.com/gantryhq/gantry/internal/imageverify"
 	"github.com/gantryhq/gantry/internal/kube"
+	"github.com/gantryhq/gantry/internal/logctx"
 	"github.com/gantryhq/gantry/internal/notify"
 	"github.com/gantryhq/gantry/internal/overrides"
 	"github.com/gantryhq/gantry/internal/ownmetrics"
@@ -182,6 +183,9 @@ func New(ctx context.Context, cfg config.Config, ov Overrides) (s *Server, err e
 		}
 	}()
 	s = &Server{Core: core, clock: ov.Clock, own: ownmetrics.New()}
+	if v := core.Images.Verifier; v != nil {
+		s.own.ImageCache(v.CacheHits, v.CacheMisses)
+	}
 	if s.clock == nil {
 		s.clock = clock.RealClock{}
 	}
@@ -218,7 +222,7 @@ func New(ctx context.Context, cfg config.Config, ov Overrides) (s *Server, err e
 		// The kubeconfig is loaded lazily: with it missing or the API server
 		// away, Gantry still serves, /readyz says why it is not ready, and
 		// launches are kept and applied once the cluster answers.
-		s.cluster = kube.NewLazy(cfg.Kubeconfig, kube.Options{Kueue: cfg.Quota.Kueue})
+		s.cluster = kube.NewLazy(cfg.Kubeconfig, kube.Options{Kueue: cfg.Quota.Kueue, Observer: s.own, Queues: s.own.Queues()})
 		wo.Cluster = s.cluster
 		s.checks = append(s.checks, api.Check{Name: "kubernetes", Pinger: s.cluster})
 		if cfg.Quota.Kueue {
@@ -376,9 +380,11 @@ func (s *Server) DevUsers() []config.DevUser {
 // UseLogger makes the libraries that log on their own — to slog's default
 // logger (the OpenID provider) or to klog (client-go: leader election,
 // informers) — log like Gantry. It sets process-wide state: commands call it
-// once, before Run; tests running several servers do not.
+// once, before Run; tests running several servers do not. Libraries' info
+// lines are dropped: the OpenID provider logs one per device-flow poll
+// ("authorization_pending", once a second while a person signs in).
 func (s *Server) UseLogger() {
-	slog.SetDefault(s.Log)
+	slog.SetDefault(slog.New(logctx.AtLeast(s.Log.Handler(), slog.LevelWarn)))
 	klog.SetSlogLogger(s.Log)
 }
 
@@ -572,7 +578,7 @@ func (s *Server) lead(ctx context.Context, c *kube.Cluster) error {
 	if err != nil {
 		return err
 	}
-	ctl, err := controller.New(w, s.Workloads, controller.Options{Log: s.Log, Clock: s.clock})
+	ctl, err := controller.New(w, s.Workloads, controller.Options{Log: s.Log, Clock: s.clock, Queues: s.own.Queues()})
 	if err != nil {
 		return err
 	}
@@ -720,9 +726,9 @@ func (s *Server) lifecycle(ctx context.Context) {
 	actions, err := s.Workloads.Converge(ctx, s.Config.RemoveOrphans)
 	for _, a := range actions {
 		if a.Done {
-			s.Log.Info("converged a workload's objects", "object", a.Object.String(), "workload", a.Object.WorkloadID, "did", a.Do, "why", a.Why)
+			s.Log.Info("converged a workload's objects", "object", a.Object.String(), "workload_id", a.Object.WorkloadID, "did", a.Do, "why", a.Why)
 		} else {
-			s.Log.Warn("object carries Gantry's labels but belongs to no live workload", "object", a.Object.String(), "workload", a.Object.WorkloadID, "removed", false)
+			s.Log.Warn("object carries Gantry's labels but belongs to no live workload", "object", a.Object.String(), "workload_id", a.Object.WorkloadID, "removed", false)
 		}
 	}
 	if err != nil && ctx.Err() == nil {

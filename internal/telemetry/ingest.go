@@ -290,7 +290,7 @@ func (s *Service) locate(ctx context.Context, namespace, name string, fresh bool
 		case err != nil:
 			return PodPlace{}, err
 		case ns != namespace:
-			s.o.Log.Warn("a pod names a workload of another namespace; not attributed", "pod", namespace+"/"+name, "workload", place.Workload)
+			s.o.Log.Warn("a pod names a workload of another namespace; not attributed", "pod", namespace+"/"+name, "workload_id", place.Workload)
 			place.Workload = ""
 		}
 	}

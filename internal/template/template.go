@@ -714,11 +714,13 @@ func (t *Template) validateParameters(errs *fault.List) map[string]bool {
 		if p.Min != nil && p.Max != nil && *p.Min > *p.Max {
 			errs.Addf(pp+".max", "must not be less than min")
 		}
+		badPattern := false
 		if p.Pattern != "" {
 			if p.Type != TypeString {
 				errs.Addf(pp+".pattern", "applies to string parameters only")
 			} else if _, err := pattern(p.Pattern); err != nil {
 				errs.Addf(pp+".pattern", "%v", err)
+				badPattern = true
 			}
 		}
 		if p.Type == TypeEnum && len(p.Values) == 0 {
@@ -730,7 +732,7 @@ func (t *Template) validateParameters(errs *fault.List) map[string]bool {
 		if p.Default == nil && !p.Required {
 			errs.Addf(pp+".default", "a parameter needs a default unless it is required")
 		}
-		if p.Default != nil {
+		if p.Default != nil && !badPattern { // a pattern that does not compile is reported once, above
 			if _, err := p.Value(p.Default); err != nil {
 				errs.Addf(pp+".default", "%v", err)
 			}

@@ -125,9 +125,12 @@ func TestParseErrors(t *testing.T) {
 		{"spot requeues without spot", func(s string) string {
 			return strings.Replace(s, "  args:", "  scheduling: {spotRequeues: 5}\n  args:", 1)
 		}, []string{"spec.scheduling.spotRequeues: applies to jobs with spot: true"}},
+		{"a pattern that does not compile, reported once", func(s string) string {
+			return s + "    - {name: s, type: string, default: abc, pattern: '[a-z'}\n"
+		}, []string{"18: spec.parameters[1].pattern: invalid regular expression"}},
 		{"anchors refused", func(s string) string {
 			return strings.Replace(strings.Replace(s, "resources: {", "resources: &r {", 1), "  args:", "  ports: *r\n  args:", 1)
-		}, []string{"anchors and aliases are not supported"}},
+		}, []string{"14: spec.resources: YAML anchors and aliases are not supported", "15: spec.ports: YAML anchors and aliases are not supported"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -144,6 +147,9 @@ func TestParseErrors(t *testing.T) {
 				}
 			}
 			all := strings.Join(got, "\n")
+			if len(got) != len(tc.want) && !strings.Contains(tc.name, "all reported") {
+				t.Errorf("%d problems, want %d (each reported once):\n%s", len(got), len(tc.want), all)
+			}
 			for _, w := range tc.want {
 				if !strings.Contains(all, w) {
 					t.Errorf("missing %q in:\n%s", w, all)

@@ -100,12 +100,12 @@ func (s *Service) Decide(ctx context.Context, id string, approve bool, note stri
 	if err != nil {
 		return w, err
 	}
-	s.log.Info("launch "+verb, "workload", id, "team", w.Team, "by", caller.String())
+	s.log.InfoContext(ctx, "launch "+verb, "workload_id", id, "team", w.Team, "by", caller.String())
 	// The decision stands; telling the cluster is retried by the loops (the
 	// lifecycle loop applies, the queue controller sets the check).
 	got, err := s.released(ctx, w)
 	if err != nil {
-		s.log.Warn("decision recorded; the cluster is told later", "workload", id, "err", err)
+		s.log.WarnContext(ctx, "decision recorded; the cluster is told later", "workload_id", id, "err", err)
 		return w, nil
 	}
 	return got, nil

@@ -162,7 +162,7 @@ func (s *Service) tell(ctx context.Context, w Workload, do func(context.Context)
 	var nf *fault.NotFound
 	switch {
 	case errors.As(err, &un):
-		s.log.Warn("the cluster did not answer; the change is recorded and carried out when it does", "workload", w.ID, "status", w.Status, "err", err)
+		s.log.WarnContext(ctx, "the cluster did not answer; the change is recorded and carried out when it does", "workload_id", w.ID, "status", w.Status, "err", err)
 		return nil
 	case errors.As(err, &nf):
 		return nil // nothing on the cluster to change
@@ -217,7 +217,7 @@ func (s *Service) Evicted(ctx context.Context, id string, pods []string) (Worklo
 	if err != nil || !failed {
 		return w, err
 	}
-	s.log.Info("spot job failed after its requeues", "workload", id, "evictions", len(w.SpotEvictions))
+	s.log.InfoContext(ctx, "spot job failed after its requeues", "workload_id", id, "evictions", len(w.SpotEvictions))
 	return w, s.tell(ctx, w, func(ctx context.Context) error { return s.cluster.SetRunning(ctx, s.ref(w), false) })
 }
 

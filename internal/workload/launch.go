@@ -268,7 +268,7 @@ func (s *Service) govern(ctx context.Context, w *Workload, rd Rendered) error {
 		// Not only at the next quota sync: this launch must not slip in.
 		if s.cluster != nil {
 			if err := s.cluster.HoldQueue(ctx, w.Team.String()); err != nil {
-				s.log.Warn("team's queue not held at once; the next quota sync holds it", "team", w.Team, "err", err)
+				s.log.WarnContext(ctx, "team's queue not held at once; the next quota sync holds it", "workload_id", w.ID, "team", w.Team, "err", err)
 			}
 		}
 	case v.Approval:

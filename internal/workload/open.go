@@ -85,7 +85,7 @@ func (s *Service) touch(ctx context.Context, id string) {
 		return
 	}
 	if err := s.store.TouchWorkload(ctx, id, now); err != nil {
-		s.log.Warn("activity on a workload not recorded", "workload", id, "err", err)
+		s.log.WarnContext(ctx, "activity on a workload not recorded", "workload_id", id, "err", err)
 		return // tried again on the next request
 	}
 	if n := s.touchedN.Add(1); n > maxTouched {

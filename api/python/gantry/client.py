@@ -19,6 +19,7 @@ from typing import Any, Dict, Iterator, List, Optional
 ABSENT = {
     "pushTelemetry": "only node agents push telemetry, with their ServiceAccount token",
     "getOpenAPI": "the spec is a file, not data: read openapi.yaml",
+    "watchWorkload": "server-sent events for browsers (the portal); from Python, wait() follows a workload",
 }
 
 

@@ -44,7 +44,9 @@ func ForTests(pkg string) (c *devcluster.Cluster, stop func(), err error) {
 		if run == "" {
 			run = "local"
 		}
-		o := devcluster.Options{Name: fmt.Sprintf("gt-%s-%s-%d-%d", run, pkg, os.Getpid(), attempt), Root: root}
+		// The API server audits every request: the e2e suite checks the
+		// Helm chart's RBAC against what Gantry asked for.
+		o := devcluster.Options{Name: fmt.Sprintf("gt-%s-%s-%d-%d", run, pkg, os.Getpid(), attempt), Root: root, Audit: true}
 		if log != nil {
 			o.Log = log
 		}
@@ -63,10 +65,17 @@ func ForTests(pkg string) (c *devcluster.Cluster, stop func(), err error) {
 	}, nil
 }
 
+// Hooks run around a package's tests on its cluster: Before once it has
+// started (an error ends the run), After once the tests passed (an error
+// fails the run).
+type Hooks struct {
+	Before, After func(*devcluster.Cluster) error
+}
+
 // Main runs a test package whose tests use a local cluster: it starts one when
 // cluster tests are asked for (tests then find it in *c; without, they skip),
 // runs the tests, stops the cluster and exits.
-func Main(m *testing.M, pkg string, c **devcluster.Cluster) {
+func Main(m *testing.M, pkg string, c **devcluster.Cluster, hooks ...Hooks) {
 	if os.Getenv("GANTRY_TEST_CLUSTER_LOG") == "" {
 		// client-go logs through klog (leader election, informers); in
 		// tests that is noise between the results, unless asked for.
@@ -82,7 +91,24 @@ func Main(m *testing.M, pkg string, c **devcluster.Cluster) {
 		os.Exit(1)
 	}
 	*c = cl
+	for _, h := range hooks {
+		if cl != nil && h.Before != nil {
+			if err := h.Before(cl); err != nil {
+				fmt.Fprintln(os.Stderr, "before the tests:", err)
+				stop()
+				os.Exit(1)
+			}
+		}
+	}
 	code := m.Run()
+	for _, h := range hooks {
+		if cl != nil && code == 0 && h.After != nil {
+			if err := h.After(cl); err != nil {
+				fmt.Fprintln(os.Stderr, "FAIL after the tests:", err)
+				code = 1
+			}
+		}
+	}
 	stop()
 	os.Exit(code)
 }

@@ -1,0 +1,70 @@
+package api_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestWatchWorkload: the stream sends the workload at once, then again when
+// it changes (a stop, made through the API meanwhile), with a retry hint for
+// browsers' reconnects; a workload that does not exist is a 404 problem, not
+// a stream.
+func TestWatchWorkload(t *testing.T) {
+	e := newEnv(t, alice)
+	var w struct{ ID string }
+	if s, _ := e.do("POST", "/api/v1/workloads", map[string]any{"template": "dev-environment", "team": "vision"}, &w); s != 201 {
+		t.Fatalf("launch: %d", s)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", e.url+"/api/v1/workloads/"+w.ID+"/watch", nil)
+	req.Header.Set("Authorization", "Bearer test.jwt.token")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" || resp.Header.Get("Cache-Control") != "no-cache" {
+		t.Fatalf("%d %v", resp.StatusCode, resp.Header)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	retry := false
+	next := func() (event, status string) {
+		t.Helper()
+		for sc.Scan() {
+			line := sc.Text()
+			switch {
+			case line == "retry: 3000":
+				retry = true
+			case strings.HasPrefix(line, "event: "):
+				event = strings.TrimPrefix(line, "event: ")
+			case strings.HasPrefix(line, "data: "):
+				var got struct{ ID, Status string }
+				if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &got); err != nil || got.ID != w.ID {
+					t.Fatalf("event data %q: %v", line, err)
+				}
+				return event, got.Status
+			}
+		}
+		t.Fatalf("the stream ended: %v", sc.Err())
+		return "", ""
+	}
+	if ev, st := next(); ev != "workload" || st != "Pending" || !retry {
+		t.Fatalf("first event %s %s (retry hint %v)", ev, st, retry)
+	}
+	if s, _ := e.do("POST", "/api/v1/workloads/"+w.ID+"/stop", nil, nil); s != 200 {
+		t.Fatalf("stop: %d", s)
+	}
+	if ev, st := next(); ev != "workload" || st != "Stopped" {
+		t.Fatalf("after the stop: %s %s", ev, st)
+	}
+	if s, _ := e.do("GET", "/api/v1/workloads/zzzzzzzzzz/watch", nil, nil); s != 404 {
+		t.Fatalf("a workload that does not exist: %d", s)
+	}
+}

@@ -1,0 +1,83 @@
+package e2e_test
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gantryhq/gantry/internal/waitfor"
+)
+
+// TestOwnMetricsOnCluster: a launch that Kueue admits and the cluster runs
+// shows in Gantry's /metrics as an apply, an admission wait, informer lag
+// and work on the controllers' queues, and the text passes promtool. Then
+// an estimate (the team's queue usage, free GPUs) and a stop of the queued
+// Job (through its Kueue Workload): the calls the chart's RBAC must allow.
+func TestOwnMetricsOnCluster(t *testing.T) {
+	g := start(t, filepath.Join(t.TempDir(), "g.db"), true)
+	var w wl
+	if s := g.post("/api/v1/workloads", map[string]any{"template": "pytorch-train", "team": "metrics", "gpu": map[string]any{"count": 1}}, &w); s != 201 {
+		t.Fatalf("launch: %d", s)
+	}
+	g.waitStatus(w.ID, "Running")
+	want := []string{
+		`gantry_kube_apply_duration_seconds_count{outcome="ok"}`,
+		`gantry_kueue_admission_wait_seconds_count`,
+		`gantry_informer_lag_seconds_count{resource="pods"}`,
+		`gantry_workqueue_adds_total{queue="workloads"}`,
+		`gantry_workqueue_adds_total{queue="kueue_workloads"}`,
+		`gantry_image_verifications_total{result="verified"}`,
+	}
+	var text string
+	waitfor.Until(t, 30*time.Second, "the launch's measurements in /metrics", func() error {
+		resp, err := http.Get(g.url + "/metrics")
+		if err != nil {
+			return err
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		text = string(body)
+		for _, m := range want {
+			if v, ok := sample(text, m); !ok || v < 1 {
+				return fmt.Errorf("%s is %v (found %v)", m, v, ok)
+			}
+		}
+		return nil
+	})
+	var est struct {
+		Known, StartsNow bool
+		Free             int
+	}
+	if s := g.post("/api/v1/workloads/estimate", map[string]any{"template": "pytorch-train", "team": "metrics", "gpu": map[string]any{"count": 1}}, &est); s != 200 || !est.Known {
+		t.Errorf("estimate on the cluster: %d %+v", s, est)
+	}
+	if s := g.post("/api/v1/workloads/"+w.ID+"/stop", nil, nil); s != 200 {
+		t.Errorf("stop: %d", s)
+	}
+	g.waitStatus(w.ID, "Stopped")
+	if promtool, err := exec.LookPath("promtool"); err == nil {
+		cmd := exec.Command(promtool, "check", "metrics")
+		cmd.Stdin = strings.NewReader(text)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("promtool check metrics: %v\n%s", err, out)
+		}
+	}
+}
+
+// sample is the value of the series named exactly series (name and labels)
+// in Prometheus text.
+func sample(text, series string) (float64, bool) {
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(series) + ` (\S+)$`).FindStringSubmatch(text)
+	if m == nil {
+		return 0, false
+	}
+	v, err := strconv.ParseFloat(m[1], 64)
+	return v, err == nil
+}

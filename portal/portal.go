@@ -62,14 +62,19 @@ type Auditor interface {
 	AppendAudit(ctx context.Context, r audit.Record) (audit.Record, error)
 }
 
-// Paths the portal serves, with their methods.
+// Paths the portal serves, with their methods (echo's patterns).
 var Paths = []struct{ Method, Path string }{
 	{http.MethodGet, "/"}, {http.MethodGet, "/portal.js"}, {http.MethodGet, "/portal.css"},
+	{http.MethodGet, "/workloads"}, {http.MethodGet, "/workloads/:id"}, {http.MethodGet, "/launch/:name"},
 	{http.MethodGet, "/auth/login"}, {http.MethodGet, "/auth/callback"}, {http.MethodPost, "/auth/logout"},
 }
 
-// pages are the portal's pages, the only places a sign-in returns to.
-var pages = []string{"/"}
+// pages are the portal's pages, the only places a sign-in returns to: exact
+// paths, and prefixes of pages about one workload or template.
+var (
+	pages        = []string{"/", "/workloads"}
+	pagePrefixes = []string{"/workloads/", "/launch/", gtemplate.InteractivePrefix}
+)
 
 // returnTo is where a sign-in may come back to: a local path (weblogin's
 // check) of one of the portal's pages or of an interactive workload
@@ -78,10 +83,15 @@ var pages = []string{"/"}
 func returnTo(asked string) string {
 	local := weblogin.LocalPath(asked)
 	path, _, _ := strings.Cut(local, "?")
-	if !slices.Contains(pages, path) && !strings.HasPrefix(path, gtemplate.InteractivePrefix) {
-		return "/"
+	if slices.Contains(pages, path) {
+		return local
 	}
-	return local
+	for _, p := range pagePrefixes {
+		if strings.HasPrefix(path, p) {
+			return local
+		}
+	}
+	return "/"
 }
 
 type portal struct {
@@ -129,7 +139,10 @@ func New(o Options) http.Handler {
 	p := &portal{o: o, files: http.FileServer(http.FS(sub)),
 		limiter: &limiter{clients: map[string]*rate.Limiter{}, every: rate.Every(time.Second), burst: 60}}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /{$}", p.home)
+	mux.HandleFunc("GET /{$}", p.page("catalog"))
+	mux.HandleFunc("GET /workloads", p.page("workloads"))
+	mux.HandleFunc("GET /workloads/{id}", p.page("workload"))
+	mux.HandleFunc("GET /launch/{name}", p.page("launch"))
 	mux.Handle("GET /portal.js", p.files)
 	mux.Handle("GET /portal.css", p.files)
 	mux.HandleFunc("GET /auth/login", p.login)
@@ -137,7 +150,7 @@ func New(o Options) http.Handler {
 	mux.HandleFunc("POST /auth/logout", p.logout)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
-		h.Set("Content-Security-Policy", "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'self'")
+		h.Set("Content-Security-Policy", "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'; object-src 'none'")
 		h.Set("X-Frame-Options", "DENY")
 		h.Set("Referrer-Policy", "no-referrer")
 		mux.ServeHTTP(w, r)
@@ -149,6 +162,9 @@ type view struct {
 	Error    string
 	AllTeams bool
 	Teams    []string
+	Page     string // catalog, workloads, workload, launch
+	Param    string // the workload's id or the template's name
+	Path     string // this page, where a sign-in comes back to
 }
 
 func (p *portal) session(r *http.Request) *weblogin.Session {
@@ -166,13 +182,18 @@ func (p *portal) session(r *http.Request) *weblogin.Session {
 	return &s
 }
 
-// home is the signed-in page, or the invitation to sign in.
-func (p *portal) home(w http.ResponseWriter, r *http.Request) {
-	v := view{Session: p.session(r)}
-	if v.Session != nil && p.o.Teams != nil {
-		v.AllTeams, v.Teams = p.o.Teams(v.Session.Identity, access.WorkloadsLaunch)
+// page serves one of the portal's pages: the shell the server renders
+// (who is signed in, the teams they may launch in, the CSRF token) that the
+// page's script fills from the API — or the invitation to sign in, coming
+// back here.
+func (p *portal) page(name string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		v := view{Session: p.session(r), Page: name, Param: r.PathValue("id") + r.PathValue("name"), Path: r.URL.RequestURI()}
+		if v.Session != nil && p.o.Teams != nil {
+			v.AllTeams, v.Teams = p.o.Teams(v.Session.Identity, access.WorkloadsLaunch)
+		}
+		p.render(w, http.StatusOK, v)
 	}
-	p.render(w, http.StatusOK, v)
 }
 
 func (p *portal) render(w http.ResponseWriter, status int, v view) {

@@ -15,6 +15,11 @@ func TestReturnTo(t *testing.T) {
 		"/w/abc123/lab?x=1":     "/w/abc123/lab?x=1",
 		"/w/../api/v1/tokens":   "/",
 		"/w/%2e%2e/api":         "/",
+		"/workloads":            "/workloads",
+		"/workloads/abc123":     "/workloads/abc123",
+		"/launch/jupyter":       "/launch/jupyter",
+		"/workloads/../api":     "/",
+		"/launch/%2e%2e/auth":   "/",
 	} {
 		if got := returnTo(in); got != want {
 			t.Errorf("returnTo(%q) = %q, want %q", in, got, want)

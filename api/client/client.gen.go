@@ -2783,7 +2783,7 @@ type ClientInterface interface {
 
 	// WatchWorkload Follow a workload's status (server-sent events)
 	//
-	// A text/event-stream: an event `workload` carrying the workload (as GET /api/v1/workloads/{id} answers it) at once and again whenever it changes (status, reason, queue position, approval, cost), a comment every 15 seconds to keep proxies from closing the stream, and a retry hint of 3 seconds; the event id is the workload's version, so a client that reconnects with Last-Event-ID gets the workload again only if it changed. The stream stays open until the client closes it.
+	// A text/event-stream: an event `workload` carrying the workload (as GET /api/v1/workloads/{id} answers it) at once and again whenever it changes (status, reason, queue position, approval, endpoint; not the cost so far alone, which grows every second: compute it from pricePerHour between events), a comment every 15 seconds to keep proxies from closing the stream, and a retry hint of 3 seconds (a browser's EventSource reconnects by itself and gets the workload again at once). The stream stays open until the client closes it; the workload is read once a second from the database, so every replica serves the same changes.
 	//
 	// Corresponds with GET /api/v1/workloads/{id}/watch (the `WatchWorkload` operationId).
 	WatchWorkload(ctx context.Context, id WorkloadID, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3955,7 +3955,7 @@ func (c *Client) StopWorkload(ctx context.Context, id WorkloadID, reqEditors ...
 
 // WatchWorkload Follow a workload's status (server-sent events)
 //
-// A text/event-stream: an event `workload` carrying the workload (as GET /api/v1/workloads/{id} answers it) at once and again whenever it changes (status, reason, queue position, approval, cost), a comment every 15 seconds to keep proxies from closing the stream, and a retry hint of 3 seconds; the event id is the workload's version, so a client that reconnects with Last-Event-ID gets the workload again only if it changed. The stream stays open until the client closes it.
+// A text/event-stream: an event `workload` carrying the workload (as GET /api/v1/workloads/{id} answers it) at once and again whenever it changes (status, reason, queue position, approval, endpoint; not the cost so far alone, which grows every second: compute it from pricePerHour between events), a comment every 15 seconds to keep proxies from closing the stream, and a retry hint of 3 seconds (a browser's EventSource reconnects by itself and gets the workload again at once). The stream stays open until the client closes it; the workload is read once a second from the database, so every replica serves the same changes.
 //
 // Corresponds with GET /api/v1/workloads/{id}/watch (the `WatchWorkload` operationId).
 func (c *Client) WatchWorkload(ctx context.Context, id WorkloadID, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -7040,7 +7040,7 @@ type ClientWithResponsesInterface interface {
 
 	// WatchWorkloadWithResponse Follow a workload's status (server-sent events)
 	//
-	// A text/event-stream: an event `workload` carrying the workload (as GET /api/v1/workloads/{id} answers it) at once and again whenever it changes (status, reason, queue position, approval, cost), a comment every 15 seconds to keep proxies from closing the stream, and a retry hint of 3 seconds; the event id is the workload's version, so a client that reconnects with Last-Event-ID gets the workload again only if it changed. The stream stays open until the client closes it.
+	// A text/event-stream: an event `workload` carrying the workload (as GET /api/v1/workloads/{id} answers it) at once and again whenever it changes (status, reason, queue position, approval, endpoint; not the cost so far alone, which grows every second: compute it from pricePerHour between events), a comment every 15 seconds to keep proxies from closing the stream, and a retry hint of 3 seconds (a browser's EventSource reconnects by itself and gets the workload again at once). The stream stays open until the client closes it; the workload is read once a second from the database, so every replica serves the same changes.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -10619,7 +10619,7 @@ func (c *ClientWithResponses) StopWorkloadWithResponse(ctx context.Context, id W
 
 // WatchWorkloadWithResponse Follow a workload's status (server-sent events)
 //
-// A text/event-stream: an event `workload` carrying the workload (as GET /api/v1/workloads/{id} answers it) at once and again whenever it changes (status, reason, queue position, approval, cost), a comment every 15 seconds to keep proxies from closing the stream, and a retry hint of 3 seconds; the event id is the workload's version, so a client that reconnects with Last-Event-ID gets the workload again only if it changed. The stream stays open until the client closes it.
+// A text/event-stream: an event `workload` carrying the workload (as GET /api/v1/workloads/{id} answers it) at once and again whenever it changes (status, reason, queue position, approval, endpoint; not the cost so far alone, which grows every second: compute it from pricePerHour between events), a comment every 15 seconds to keep proxies from closing the stream, and a retry hint of 3 seconds (a browser's EventSource reconnects by itself and gets the workload again at once). The stream stays open until the client closes it; the workload is read once a second from the database, so every replica serves the same changes.
 //
 // Returns a wrapper object for the known response body format(s).
 //

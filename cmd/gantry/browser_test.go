@@ -1,33 +1,16 @@
 package main
 
 import (
-	"context"
 	"fmt"
-	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
-)
 
-// chromium finds the browser; in CI (or with GANTRY_TEST_BROWSER set) a
-// missing browser fails the test instead of skipping it.
-func chromium(t *testing.T) string {
-	t.Helper()
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	if os.Getenv("CI") != "" || os.Getenv("GANTRY_TEST_BROWSER") != "" {
-		t.Fatal("chromium is not installed (apt-get install chromium); .ci/test installs it")
-	}
-	t.Skip("chromium is not installed: the browser test is skipped (make test installs it)")
-	return ""
-}
+	"github.com/gantryhq/gantry/internal/servertest"
+)
 
 // TestBrowserSignIn drives a real Chromium through the portal: it lands on
 // the signed-out page, follows "Sign in" to the development provider, is
@@ -35,17 +18,8 @@ func chromium(t *testing.T) string {
 // script lists the templates through the API with the session cookie), finds
 // the session cookie HttpOnly and SameSite=Lax, and signs out.
 func TestBrowserSignIn(t *testing.T) {
-	bin := chromium(t)
+	ctx := servertest.Browser(t, 90*time.Second)
 	g := startGantry(t)
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(bin), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.Headless,
-		chromedp.UserDataDir(t.TempDir()), chromedp.Flag("disable-background-networking", true))
-	actx, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancel()
-	ctx, cancel := chromedp.NewContext(actx)
-	defer cancel()
-	ctx, cancel = context.WithTimeout(ctx, 90*time.Second)
-	defer cancel()
 
 	text := func(sel string) string {
 		t.Helper()
@@ -97,6 +71,9 @@ func TestBrowserSignIn(t *testing.T) {
 	}
 	if session == nil || !session.HTTPOnly || session.SameSite != network.CookieSameSiteLax {
 		t.Errorf("session cookie in the browser: %+v", session)
+	}
+	if v, err := servertest.CSPViolations(ctx); err != nil || len(v) > 0 {
+		t.Errorf("the page broke its Content Security Policy: %v %v", v, err)
 	}
 	step("sign out",
 		chromedp.Click(chromedp.ID("sign-out")),

@@ -1,29 +1,391 @@
-// The catalog page: lists the live templates from the API. The full portal
-// (launch form, my workloads, advice) builds on this.
-(async function () {
-  const body = document.querySelector('#templates tbody');
-  const status = document.getElementById('status');
-  try {
-    const resp = await fetch('/api/v1/templates', { headers: { Accept: 'application/json' } });
-    if (!resp.ok) {
-      const p = await resp.json();
-      status.textContent = p.title + (p.detail ? ': ' + p.detail : '');
-      return;
+// Gantry's portal: each page is a shell the server renders (who is signed
+// in, the teams, the CSRF token); this script fills it from the REST API with
+// the session cookie, as any client would. No inline script or style (the
+// CSP forbids them), no innerHTML with data: text goes in as text.
+'use strict';
+
+const csrf = (document.querySelector('meta[name="csrf-token"]') || {}).content || '';
+const statusLine = document.getElementById('status');
+
+// api calls the REST API; a problem+json answer is thrown as an Error with
+// the problem attached (err.problem: title, detail, errors[]).
+async function api(method, path, body, headers) {
+  const h = Object.assign({ Accept: 'application/json' }, headers || {});
+  if (method !== 'GET') h['X-CSRF-Token'] = csrf;
+  if (body !== undefined) h['Content-Type'] = 'application/json';
+  const resp = await fetch(path, { method, headers: h, body: body === undefined ? undefined : JSON.stringify(body), credentials: 'same-origin' });
+  if (resp.status === 204) return null;
+  const text = await resp.text();
+  let data = null;
+  try { data = text ? JSON.parse(text) : null; } catch (e) { data = { title: text }; }
+  if (!resp.ok) {
+    const err = new Error(problemText(data, resp.status));
+    err.problem = data || {};
+    err.status = resp.status;
+    throw err;
+  }
+  return data;
+}
+
+// problemText is a problem as a person reads it; a 403 says which
+// permission is missing (the server's detail names it and who grants it).
+function problemText(p, status) {
+  if (!p) return 'HTTP ' + status;
+  let s = p.title || ('HTTP ' + status);
+  if (p.detail) s += ': ' + p.detail;
+  return s;
+}
+
+function say(text) { if (statusLine) statusLine.textContent = text; }
+
+function el(tag, attrs, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k === 'text') e.textContent = v; else e.setAttribute(k, v === true ? '' : v);
+  }
+  for (const c of children) if (c !== null && c !== undefined) e.append(c);
+  return e;
+}
+
+const money = (x) => '$' + (x || 0).toFixed(2);
+
+function gpuText(g) {
+  if (!g) return '';
+  return g.count + ' × ' + g.class + (g.migProfile ? ' MIG ' + g.migProfile : '');
+}
+
+function age(iso) {
+  const s = Math.max(0, (Date.now() - Date.parse(iso)) / 1000);
+  if (s < 60) return Math.round(s) + 's';
+  if (s < 3600) return Math.round(s / 60) + 'm';
+  if (s < 86400) return Math.round(s / 3600) + 'h';
+  return Math.round(s / 86400) + 'd';
+}
+
+// ---------------------------------------------------------------- catalog
+
+async function catalogPage() {
+  const list = document.getElementById('templates');
+  const [templates, classes] = await Promise.all([api('GET', '/api/v1/templates'), api('GET', '/api/v1/gpu-classes')]);
+  const byName = Object.fromEntries(classes.items.map((c) => [c.name, c]));
+  for (const v of templates.items) {
+    const t = v.template, g = t.spec.gpu;
+    const prices = el('ul', { class: 'prices' });
+    for (const c of g.classes) {
+      const k = byName[c];
+      prices.append(el('li', { text: c + (k ? ' — ' + money(k.price.onDemand) + '/h, ' + k.memoryGiB + ' GiB' : '') }));
     }
-    const list = await resp.json();
-    for (const v of list.items) {
-      const t = v.template, g = t.spec.gpu;
-      const tr = document.createElement('tr');
-      for (const text of [t.metadata.name, t.metadata.title, t.spec.workload,
-        g.count.default + ' × ' + (g.defaultMigProfile ? g.defaultClass + ' MIG ' + g.defaultMigProfile : g.defaultClass), v.version]) {
-        const td = document.createElement('td');
-        td.textContent = text; // never innerHTML: template text is data
-        tr.appendChild(td);
+    const card = el('li', { class: 'card', 'data-template': t.metadata.name },
+      el('h2', { text: t.metadata.title || t.metadata.name }),
+      el('p', { class: 'muted', text: t.metadata.name + ' · ' + t.spec.workload + ' · version ' + v.version }),
+      t.metadata.description ? el('p', { text: t.metadata.description }) : null,
+      el('p', { text: 'Default: ' + g.count.default + ' × ' + g.defaultClass + (g.defaultMigProfile ? ', MIG ' + g.defaultMigProfile : '') }),
+      prices,
+      el('a', { class: 'button', href: '/launch/' + encodeURIComponent(t.metadata.name), 'aria-label': 'Launch ' + (t.metadata.title || t.metadata.name), text: 'Launch' }));
+    list.append(card);
+  }
+  say(templates.items.length + ' templates');
+}
+
+// ----------------------------------------------------------------- launch
+
+async function launchPage(name) {
+  const form = document.getElementById('launch');
+  const [tv, classes] = await Promise.all([api('GET', '/api/v1/templates/' + encodeURIComponent(name)), api('GET', '/api/v1/gpu-classes')]);
+  const t = tv.template, g = t.spec.gpu;
+  document.getElementById('template-title').textContent = t.metadata.title || t.metadata.name;
+  document.getElementById('template-description').textContent = t.metadata.description || '';
+  const byName = Object.fromEntries(classes.items.map((c) => [c.name, c]));
+  const classSel = document.getElementById('f-class');
+  for (const c of g.classes) {
+    const k = byName[c];
+    classSel.append(el('option', { value: c, selected: c === g.defaultClass, text: c + (k ? ' (' + k.memoryGiB + ' GiB, ' + money(k.price.onDemand) + '/h)' : '') }));
+  }
+  const count = document.getElementById('f-count');
+  count.min = g.count.min; count.max = g.count.max; count.value = g.count.default;
+  const migSel = document.getElementById('f-mig');
+  const fillMIG = () => {
+    const k = byName[classSel.value];
+    const keep = migSel.value;
+    migSel.replaceChildren(el('option', { value: '', text: 'whole GPU' }));
+    for (const p of (g.migProfiles || [])) {
+      const prof = k && (k.migProfiles || []).find((m) => m.name === p);
+      if (!prof) continue; // this class cannot be cut this way
+      const price = k.price.onDemand * Math.max(prof.computeShare, prof.memoryShare);
+      migSel.append(el('option', { value: p, text: p + ' (' + money(price) + '/h)' }));
+    }
+    const want = keep || (classSel.value === g.defaultClass ? g.defaultMigProfile : '');
+    if ([...migSel.options].some((o) => o.value === want)) migSel.value = want || '';
+  };
+  fillMIG();
+  classSel.addEventListener('change', fillMIG);
+
+  // One input per typed parameter, with the template's constraints as the
+  // browser's hints; the server's check is the one that counts.
+  const params = document.getElementById('parameters');
+  const inputs = {};
+  for (const p of (t.spec.parameters || [])) {
+    const id = 'p-' + p.name, field = 'parameters.' + p.name, errId = 'err-' + field;
+    let input;
+    if (p.type === 'enum') {
+      input = el('select', { id, name: p.name });
+      for (const v of p.values || []) input.append(el('option', { value: v, text: v, selected: v === p.default }));
+    } else if (p.type === 'bool') {
+      input = el('input', { id, name: p.name, type: 'checkbox' });
+      input.checked = p.default === true;
+    } else {
+      input = el('input', { id, name: p.name, type: p.type === 'int' ? 'number' : 'text',
+        min: p.min, max: p.max, pattern: p.pattern, required: p.required === true });
+      if (p.default !== undefined && p.default !== null) input.value = String(p.default);
+    }
+    input.setAttribute('data-field', field);
+    input.setAttribute('aria-describedby', errId + (p.description ? ' h-' + p.name : ''));
+    inputs[p.name] = { input, p };
+    params.append(el('div', { class: 'field' },
+      el('label', { for: id, text: p.name + (p.required ? ' (required)' : '') }), input,
+      p.description ? el('small', { id: 'h-' + p.name, text: p.description }) : null,
+      el('span', { class: 'field-error', id: errId })));
+  }
+  if (!(t.spec.parameters || []).length) params.hidden = true;
+
+  const request = () => {
+    const teamSel = document.getElementById('f-team');
+    const other = document.getElementById('f-team-other');
+    const body = { template: name, team: (other && other.value.trim()) || teamSel.value,
+      gpu: { class: classSel.value, count: Number(count.value) }, parameters: {} };
+    if (migSel.value) body.gpu.migProfile = migSel.value;
+    for (const [n, { input, p }] of Object.entries(inputs)) {
+      if (p.type === 'bool') body.parameters[n] = input.checked;
+      else if (p.type === 'int') { if (input.value !== '') body.parameters[n] = Number(input.value); }
+      else if (input.value !== '') body.parameters[n] = input.value;
+    }
+    return body;
+  };
+
+  const clearErrors = () => {
+    for (const e of form.querySelectorAll('.field-error')) e.textContent = '';
+    for (const e of form.querySelectorAll('[aria-invalid]')) e.removeAttribute('aria-invalid');
+  };
+  // showProblem puts each of the server's field errors next to the field it
+  // names, and the rest above the button.
+  const showProblem = (err) => {
+    clearErrors();
+    const rest = [];
+    for (const fe of (err.problem && err.problem.errors) || []) {
+      const input = form.querySelector('[data-field="' + CSS.escape(fe.field) + '"]');
+      const span = document.getElementById('err-' + fe.field);
+      if (input && span) {
+        span.textContent = fe.detail;
+        input.setAttribute('aria-invalid', 'true');
+      } else rest.push((fe.field ? fe.field + ': ' : '') + fe.detail);
+    }
+    const formErr = document.getElementById('err-form');
+    formErr.textContent = rest.length ? rest.join('; ') : ((err.problem && err.problem.errors && err.problem.errors.length) ? '' : err.message);
+    const first = form.querySelector('[aria-invalid]');
+    if (first) first.focus();
+  };
+
+  // The estimate follows the choices (debounced).
+  const est = document.getElementById('estimate');
+  let timer = null, seq = 0;
+  const estimate = () => {
+    clearTimeout(timer);
+    timer = setTimeout(async () => {
+      const mine = ++seq;
+      try {
+        const e = await api('POST', '/api/v1/workloads/estimate', request());
+        if (mine !== seq) return;
+        const lines = [money(e.pricePerHour) + ' per hour' + (e.onDemandPerHour ? ' (spot; on demand ' + money(e.onDemandPerHour) + ')' : '')];
+        if (e.costAtMaxRuntime !== undefined) lines.push('at most ' + money(e.costAtMaxRuntime) + ' if it runs its maximum runtime');
+        lines.push('quota: ' + e.quotaUsed + ' of ' + e.quota + ' GPUs of this class in use by the team');
+        if (e.budget) lines.push('budget: ' + money(e.budget.spent) + ' of ' + money(e.budget.amount) + ' spent this period');
+        if (e.needsApproval) lines.push('needs approval before it starts');
+        if (e.held) lines.push('the team\'s queue is held by its budget');
+        lines.push(e.startsNow ? 'starts now' : 'will queue' + (e.why ? ': ' + e.why : ''));
+        est.replaceChildren(el('h2', { text: 'Estimate' }), el('ul', {}, ...lines.map((l) => el('li', { text: l }))));
+      } catch (err) {
+        if (mine === seq) est.replaceChildren(el('h2', { text: 'Estimate' }), el('p', { text: err.message }));
       }
-      body.appendChild(tr);
+    }, 300);
+  };
+  form.addEventListener('input', estimate);
+  form.addEventListener('change', estimate);
+  estimate();
+
+  // One Idempotency-Key per form: a double click, or a retry after a lost
+  // answer, launches once.
+  let key = crypto.randomUUID();
+  const submit = document.getElementById('submit');
+  form.addEventListener('submit', async (ev) => {
+    ev.preventDefault();
+    if (submit.disabled) return;
+    submit.disabled = true;
+    say('Launching…');
+    try {
+      const w = await api('POST', '/api/v1/workloads', request(), { 'Idempotency-Key': key });
+      key = crypto.randomUUID();
+      location.assign('/workloads/' + encodeURIComponent(w.id));
+    } catch (err) {
+      showProblem(err);
+      say('Not launched: ' + err.message);
+      if (err.status && err.status < 500) key = crypto.randomUUID(); // refused: a corrected form is a new launch
+    } finally {
+      submit.disabled = false;
     }
-    status.textContent = list.items.length + ' templates';
-  } catch (e) {
-    status.textContent = 'Could not load templates: ' + e;
+  });
+}
+
+// -------------------------------------------------------------- workloads
+
+async function workloadsPage() {
+  const body = document.querySelector('#workloads tbody');
+  const filter = document.getElementById('team-filter');
+  const refresh = async () => {
+    const q = filter.value ? '?team=' + encodeURIComponent(filter.value) : '';
+    try {
+      const list = await api('GET', '/api/v1/workloads' + q);
+      body.replaceChildren(...list.items.map((w) => el('tr', { 'data-id': w.id },
+        el('td', {}, el('a', { href: '/workloads/' + encodeURIComponent(w.id), text: w.name })),
+        el('td', { text: w.team }),
+        el('td', { class: 'st-' + w.status, text: w.status + (w.reason ? ': ' + w.reason : '') }),
+        el('td', { text: gpuText(w.gpu) }),
+        el('td', { text: age(w.createdAt) }),
+        el('td', { text: money(w.costSoFar) }))));
+      say(list.items.length + ' workloads');
+    } catch (err) {
+      say('Could not load workloads: ' + err.message);
+    }
+  };
+  filter.addEventListener('change', refresh);
+  await refresh();
+  setInterval(refresh, 5000);
+}
+
+// --------------------------------------------------------------- workload
+
+function reproduce(w) {
+  const g = w.gpu;
+  const gpu = g.class + ':' + g.count;
+  const sets = Object.entries(w.parameters || {}).map(([k, v]) => ' --set ' + k + '=' + v).join('');
+  const cli = 'gantry launch ' + w.template + ' --team ' + w.team + ' --gpu ' + gpu + (g.migProfile ? ' --mig ' + g.migProfile : '') + sets + ' --wait';
+  const body = { template: w.template, team: w.team, gpu: { class: g.class, count: g.count }, parameters: w.parameters || {} };
+  if (g.migProfile) body.gpu.migProfile = g.migProfile;
+  const curl = "curl -H \"Authorization: Bearer $GANTRY_TOKEN\" -H 'Content-Type: application/json' -H \"Idempotency-Key: $(uuidgen)\" \\\n  -d '" + JSON.stringify(body) + "' " + location.origin + '/api/v1/workloads';
+  const py = 'from gantry import Gantry\nw = Gantry().launch(' + JSON.stringify(w.template) + ', team=' + JSON.stringify(w.team) +
+    ', gpu=' + JSON.stringify(g.class) + ', count=' + g.count + (g.migProfile ? ', mig=' + JSON.stringify(g.migProfile) : '') +
+    ', parameters=' + JSON.stringify(w.parameters || {}) + ')\nw.wait()';
+  document.getElementById('repro-cli').textContent = cli;
+  document.getElementById('repro-curl').textContent = curl;
+  document.getElementById('repro-python').textContent = py;
+}
+
+async function workloadPage(id) {
+  const path = '/api/v1/workloads/' + encodeURIComponent(id);
+  const stream = document.getElementById('stream-state');
+  let current = null, shownAt = 0;
+  const render = (w) => {
+    current = w;
+    shownAt = Date.now();
+    document.getElementById('w-name').textContent = w.name;
+    document.getElementById('w-status').textContent = w.status;
+    document.getElementById('w-status').className = 'st-' + w.status;
+    document.getElementById('w-reason').textContent = w.reason || '';
+    document.getElementById('w-template').textContent = w.template + ' (version ' + w.templateVersion + ')';
+    document.getElementById('w-team').textContent = w.team;
+    document.getElementById('w-gpu').textContent = gpuText(w.gpu);
+    document.getElementById('w-price').textContent = money(w.pricePerHour) + ' per hour';
+    document.getElementById('w-cost').textContent = money(w.costSoFar);
+    document.getElementById('w-endpoint').textContent = w.endpoint || '-';
+    const a = w.approval;
+    document.getElementById('w-approval').textContent = !a ? '-' :
+      (a.decision ? a.decision + ' by ' + a.decidedBy + (a.note ? ': ' + a.note : '') :
+        'waiting: ' + a.why + ' — any of ' + a.approvers.join(', ') + ' may approve until ' + new Date(a.expiresAt).toLocaleString());
+    const running = ['Pending', 'Queued', 'PendingApproval', 'Scheduled', 'Running'].includes(w.status);
+    document.getElementById('stop').disabled = !running;
+    document.getElementById('start').disabled = !['Stopped', 'IdleStopped'].includes(w.status);
+    document.getElementById('delete').disabled = w.status === 'Deleted';
+    reproduce(w);
+    if (w.status === 'Running' && !following) follow();
+  };
+  // The cost grows between events: count it here from the price.
+  setInterval(() => {
+    if (current && current.status === 'Running') {
+      const c = current.costSoFar + current.pricePerHour * (Date.now() - shownAt) / 3600000;
+      document.getElementById('w-cost').textContent = money(c);
+    }
+  }, 1000);
+
+  // Live status: server-sent events; EventSource reconnects by itself after
+  // a lost connection, and the server sends the workload again at once.
+  const es = new EventSource(path + '/watch');
+  es.addEventListener('open', () => { stream.textContent = 'Live.'; });
+  es.addEventListener('workload', (ev) => render(JSON.parse(ev.data)));
+  es.addEventListener('gone', (ev) => { stream.textContent = 'No longer available: ' + JSON.parse(ev.data); es.close(); });
+  es.addEventListener('error', () => {
+    stream.textContent = es.readyState === EventSource.CLOSED ? 'Disconnected; reload the page.' : 'Connection lost; reconnecting…';
+  });
+
+  // Logs stream into the page as the server sends them.
+  const logs = document.getElementById('logs');
+  const logState = document.getElementById('log-state');
+  let following = false;
+  async function follow() {
+    if (following) return;
+    following = true;
+    logState.textContent = 'following…';
+    try {
+      const resp = await fetch(path + '/logs?follow=true&tailLines=500', { credentials: 'same-origin' });
+      if (!resp.ok) {
+        const p = await resp.json().catch(() => null);
+        logState.textContent = problemText(p, resp.status);
+        return;
+      }
+      logs.textContent = '';
+      const reader = resp.body.getReader();
+      const dec = new TextDecoder();
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        logs.append(dec.decode(value, { stream: true }));
+        logs.scrollTop = logs.scrollHeight;
+      }
+      logState.textContent = 'the log ended';
+    } catch (err) {
+      logState.textContent = 'log stream lost: ' + err.message;
+    } finally {
+      following = false;
+    }
+  }
+  document.getElementById('follow').addEventListener('click', follow);
+
+  const act = (button, verb, method, url, question) => {
+    document.getElementById(button).addEventListener('click', async () => {
+      if (!confirm(question)) return;
+      try {
+        const w = await api(method, url);
+        if (w) render(w);
+        say(current.name + ': ' + verb);
+      } catch (err) {
+        say(verb + ' refused: ' + err.message);
+      }
+    });
+  };
+  act('stop', 'stopped', 'POST', path + '/stop', 'Stop this workload? Its GPUs are given back; its volumes stay.');
+  act('start', 'started', 'POST', path + '/start', 'Start this workload again?');
+  act('delete', 'deleted', 'DELETE', path, 'Delete this workload? It stops for good; its record stays for accounting.');
+}
+
+// ------------------------------------------------------------------- main
+
+(async function () {
+  const page = document.body.dataset.page, param = document.body.dataset.param;
+  try {
+    if (page === 'catalog') await catalogPage();
+    else if (page === 'launch') await launchPage(param);
+    else if (page === 'workloads') await workloadsPage();
+    else if (page === 'workload') await workloadPage(param);
+  } catch (err) {
+    say(err.message);
   }
 })();

@@ -1,0 +1,141 @@
+package e2e_test
+
+import (
+	"net/http"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/gantryhq/gantry/internal/servertest"
+)
+
+// TestPortalLaunchWatchStop drives a real Chromium through the portal on the
+// local cluster, as a member of team vision: a launch refused for a
+// parameter shows the server's message next to that field and launches
+// nothing; a jupyter-notebook launched from the form with a MIG profile
+// lands on its page, which shows it go from Pending to Running live (server-
+// sent events), streams its log, and shows it Stopped after Stop. The list
+// shows it and not another team's workload, and no page breaks its Content
+// Security Policy.
+func TestPortalLaunchWatchStop(t *testing.T) {
+	g := start(t, filepath.Join(t.TempDir(), "g.db"), true)
+	ctx := servertest.Browser(t, 3*time.Minute)
+	step := func(what string, steps ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(ctx, steps...); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	js := func(expr string) string {
+		t.Helper()
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr))
+		if err != nil {
+			t.Fatalf("%s: %v", expr, err)
+		}
+		return v
+	}
+	poll := func(what, cond string) {
+		t.Helper()
+		if _, err := chromedp.Run(ctx, chromedp.Poll[bool](cond, chromedp.WithPollingTimeout(60*time.Second))); err != nil {
+			t.Fatalf("%s (%s): %v; status line %q", what, cond, err, js(`(document.getElementById('status')||{}).textContent || ''`))
+		}
+	}
+	noCSPViolations := func(page string) {
+		t.Helper()
+		if v, err := servertest.CSPViolations(ctx); err != nil || len(v) > 0 {
+			t.Errorf("%s broke the Content Security Policy: %v %v", page, v, err)
+		}
+	}
+	// Another team's workload, launched through the API as a platform admin.
+	var other wl
+	if s := g.post("/api/v1/workloads", map[string]any{"template": "vllm-inference", "team": "ops"}, &other); s != 201 {
+		t.Fatalf("launch for ops: %d", s)
+	}
+
+	step("open a launch form signed out, sign in, come back to it",
+		chromedp.Navigate(g.URL+"/launch/batch-inference"),
+		chromedp.WaitVisible(chromedp.ID("sign-in")),
+		chromedp.Click(chromedp.ID("sign-in")),
+		chromedp.WaitVisible(chromedp.ID("username")),
+		chromedp.SendKeys(chromedp.ID("username"), "alice"),
+		chromedp.SendKeys(chromedp.ID("password"), "alice"),
+		chromedp.Click(chromedp.ID("submit")),
+		chromedp.WaitVisible(chromedp.ID("launch")))
+	poll("the form's parameters", `!!document.getElementById('p-input')`)
+	step("a parameter the template's pattern refuses",
+		chromedp.SetValue(chromedp.ID("p-input"), "not a file!"),
+		chromedp.Click(chromedp.ID("submit")))
+	poll("the server's message next to the field", `document.getElementById('err-parameters.input').textContent.length > 0`)
+	if msg := js(`document.getElementById('err-parameters.input').textContent`); !strings.Contains(msg, "does not match") && !strings.Contains(msg, "pattern") {
+		t.Errorf("the field's message: %q", msg)
+	}
+	if inv := js(`document.getElementById('p-input').getAttribute('aria-invalid') || ''`); inv != "true" {
+		t.Errorf("the refused field is not marked invalid: %q", inv)
+	}
+	noCSPViolations("the launch form")
+	var list struct{ Items []wl }
+	g.getJSON("/api/v1/workloads?team=vision", &list)
+	if len(list.Items) != 0 {
+		t.Fatalf("a refused launch left workloads: %+v", list.Items)
+	}
+
+	step("launch a notebook on a MIG slice",
+		chromedp.Navigate(g.URL+"/launch/jupyter-notebook"),
+		chromedp.WaitVisible(chromedp.ID("launch")))
+	poll("the MIG profiles of the default class", `[...document.getElementById('f-mig').options].some(o => o.value === '1g.10gb')`)
+	step("choose and submit",
+		chromedp.SetValue(chromedp.ID("f-class"), "H100-80GB"),
+		chromedp.SetValue(chromedp.ID("f-mig"), "1g.10gb"))
+	poll("the estimate", `document.getElementById('estimate').textContent.includes('per hour')`)
+	step("submit, land on the workload's page", chromedp.Click(chromedp.ID("submit")), chromedp.WaitVisible(chromedp.ID("w-status")))
+	id := strings.TrimPrefix(js(`location.pathname`), "/workloads/")
+	if w := g.get(id); w.Gpu.MigProfile != "1g.10gb" || w.Gpu.Class != "H100-80GB" {
+		t.Fatalf("launched %+v", w)
+	}
+	// Every status the page shows, as it shows it (a MutationObserver on the
+	// status element, fed only by the event stream).
+	js(`window.__seen = [document.getElementById('w-status').textContent];
+new MutationObserver(() => window.__seen.push(document.getElementById('w-status').textContent))
+  .observe(document.getElementById('w-status'), {childList: true, characterData: true, subtree: true}); 'ok'`)
+	poll("Running, live", `document.getElementById('w-status').textContent === 'Running'`)
+	seen := strings.Split(js(`window.__seen.join(',')`), ",")
+	if !slices.ContainsFunc(seen, func(s string) bool { return s == "Pending" || s == "Queued" || s == "Scheduled" }) {
+		t.Errorf("the page never showed the workload before it ran: %v", seen)
+	}
+	t.Logf("the page showed: %v", seen)
+	poll("the log streams into the page", `document.getElementById('logs').textContent.includes('simulated container: ready')`)
+	if cli := js(`document.getElementById('repro-cli').textContent`); cli != "gantry launch jupyter-notebook --team vision --gpu H100-80GB:1 --mig 1g.10gb --set memory=32Gi --wait" {
+		t.Errorf("the CLI line to reproduce it: %q", cli)
+	}
+	noCSPViolations("the workload's page")
+
+	step("stop it", chromedp.Evaluate[chromedp.Void](`window.confirm = () => true; undefined`), chromedp.Click(chromedp.ID("stop")))
+	poll("Stopped, live", `document.getElementById('w-status').textContent === 'Stopped'`)
+
+	step("my workloads", chromedp.Navigate(g.URL+"/workloads"))
+	poll("the list", `document.querySelectorAll('#workloads tbody tr').length > 0`)
+	rows := js(`[...document.querySelectorAll('#workloads tbody tr')].map(r => r.dataset.id).join(',')`)
+	if !strings.Contains(rows, id) || strings.Contains(rows, other.ID) {
+		t.Errorf("alice's list: %s (hers %s, ops's %s)", rows, id, other.ID)
+	}
+	step("another team's workload", chromedp.Navigate(g.URL+"/workloads/"+other.ID))
+	poll("refused", `document.getElementById('status').textContent.length > 0 || document.getElementById('stream-state').textContent.length > 0`)
+	if st := js(`document.getElementById('w-status').textContent`); st != "…" {
+		t.Errorf("alice sees ops's workload as %q", st)
+	}
+	noCSPViolations("the list")
+
+	// The portal's pages answer with the strict policy.
+	resp, err := http.Get(g.URL + "/workloads")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if csp := resp.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "script-src 'self'") || strings.Contains(csp, "unsafe-inline") {
+		t.Errorf("CSP %q", csp)
+	}
+}

@@ -3,7 +3,7 @@ GO      ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: dev serve test build agent generate bench fuzz clean
+.PHONY: dev serve test build agent generate bench fuzz clean screenshots
 
 dev: ## local cluster with simulated GPU nodes + Gantry on SQLite at http://127.0.0.1:8080
 	$(GO) run -tags dev -ldflags "$(LDFLAGS)" ./cmd/gantry dev
@@ -38,6 +38,10 @@ fuzz: ## every fuzzer for FUZZTIME each (default 10 minutes; CI runs short ones)
 	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./internal/team
 	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./internal/quantity
 	$(GO) test -run='^$$' -fuzz=FuzzBatch -fuzztime=$(FUZZTIME) ./internal/telemetry
+
+screenshots: ## refresh docs/portal/*.png: the portal's main pages, from its browser test on a local cluster
+	mkdir -p docs/portal
+	GANTRY_TEST_CLUSTER=1 GANTRY_SCREENSHOTS=$(CURDIR)/docs/portal $(GO) test -tags dev -count=1 -run 'TestPortalLaunchWatchStop' ./internal/e2e
 
 clean:
 	rm -rf bin bench.txt

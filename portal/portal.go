@@ -65,14 +65,14 @@ type Auditor interface {
 // Paths the portal serves, with their methods (echo's patterns).
 var Paths = []struct{ Method, Path string }{
 	{http.MethodGet, "/"}, {http.MethodGet, "/portal.js"}, {http.MethodGet, "/portal.css"},
-	{http.MethodGet, "/workloads"}, {http.MethodGet, "/workloads/:id"}, {http.MethodGet, "/launch/:name"},
+	{http.MethodGet, "/workloads"}, {http.MethodGet, "/workloads/:id"}, {http.MethodGet, "/launch/:name"}, {http.MethodGet, "/tokens"},
 	{http.MethodGet, "/auth/login"}, {http.MethodGet, "/auth/callback"}, {http.MethodPost, "/auth/logout"},
 }
 
 // pages are the portal's pages, the only places a sign-in returns to: exact
 // paths, and prefixes of pages about one workload or template.
 var (
-	pages        = []string{"/", "/workloads"}
+	pages        = []string{"/", "/workloads", "/tokens"}
 	pagePrefixes = []string{"/workloads/", "/launch/", gtemplate.InteractivePrefix}
 )
 
@@ -143,6 +143,7 @@ func New(o Options) http.Handler {
 	mux.HandleFunc("GET /workloads", p.page("workloads"))
 	mux.HandleFunc("GET /workloads/{id}", p.page("workload"))
 	mux.HandleFunc("GET /launch/{name}", p.page("launch"))
+	mux.HandleFunc("GET /tokens", p.page("tokens"))
 	mux.Handle("GET /portal.js", p.files)
 	mux.Handle("GET /portal.css", p.files)
 	mux.HandleFunc("GET /auth/login", p.login)
@@ -162,7 +163,7 @@ type view struct {
 	Error    string
 	AllTeams bool
 	Teams    []string
-	Page     string // catalog, workloads, workload, launch
+	Page     string // catalog, workloads, workload, launch, tokens
 	Param    string // the workload's id or the template's name
 	Path     string // this page, where a sign-in comes back to
 }

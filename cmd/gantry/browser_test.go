@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -75,10 +76,59 @@ func TestBrowserSignIn(t *testing.T) {
 	if v, err := servertest.CSPViolations(ctx); err != nil || len(v) > 0 {
 		t.Errorf("the page broke its Content Security Policy: %v %v", v, err)
 	}
+	if v := servertest.Accessibility(t, ctx); len(v) > 0 {
+		t.Errorf("the catalog page: accessibility violations: %v", v)
+	}
+	// Tokens: a refused form says why next to the field; a created token is
+	// shown once, works, is listed, and stops working when revoked.
+	step("the tokens page", chromedp.Navigate(g.URL+"/tokens"), chromedp.WaitVisible(chromedp.ID("new-token")))
+	step("a token without a name", chromedp.Click(chromedp.ID("create-token")))
+	poll := func(what, cond string) {
+		t.Helper()
+		if _, err := chromedp.Run(ctx, chromedp.Poll[bool](cond, chromedp.WithPollingTimeout(20*time.Second))); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	poll("the name's error", `document.getElementById('err-name').textContent.length > 0`)
+	step("create one",
+		chromedp.SendKeys(chromedp.ID("t-name"), "notebook"),
+		chromedp.SetValue(chromedp.ID("t-team"), "vision"),
+		chromedp.Click(chromedp.ID("t-readonly")),
+		chromedp.Click(chromedp.ID("create-token")))
+	poll("the new token", `document.getElementById('token-value').textContent.startsWith('gnt_')`)
+	tok, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById('token-value').textContent`))
+	poll("the list", `document.querySelectorAll('#tokens tbody tr').length === 1`)
+	me := func() int {
+		req, _ := http.NewRequest(http.MethodGet, g.URL+"/api/v1/workloads", nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if s := me(); s != 200 {
+		t.Fatalf("the new token: %d", s)
+	}
+	if v := servertest.Accessibility(t, ctx); len(v) > 0 {
+		t.Errorf("the tokens page: accessibility violations: %v", v)
+	}
+	step("revoke it", chromedp.Evaluate[chromedp.Void](`window.confirm = () => true; undefined`), chromedp.Click(chromedp.CSS("#tokens tbody button")))
+	poll("revoked", `document.querySelector('#tokens tbody tr td:nth-child(5)').textContent === 'revoked'`)
+	if s := me(); s != 401 {
+		t.Errorf("a revoked token: %d", s)
+	}
+	if v, err := servertest.CSPViolations(ctx); err != nil || len(v) > 0 {
+		t.Errorf("the tokens page broke its Content Security Policy: %v %v", v, err)
+	}
 	step("sign out",
 		chromedp.Click(chromedp.ID("sign-out")),
 		chromedp.WaitVisible(chromedp.ID("sign-in")))
 	if out := text("signed-out"); !strings.Contains(out, "not signed in") {
 		t.Errorf("after sign-out: %q", out)
+	}
+	if v := servertest.Accessibility(t, ctx); len(v) > 0 {
+		t.Errorf("the signed-out page: accessibility violations: %v", v)
 	}
 }

@@ -114,6 +114,44 @@ func TestDev(t *testing.T) {
 		}
 		return nil
 	})
+	// The CLI against it, as a person would use it after `make dev`.
+	t.Setenv("GANTRY_SERVER", url)
+	t.Setenv("GANTRY_TOKEN", tok)
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+	cli := func(args ...string) (int, string, string) {
+		var o, e strings.Builder
+		code := run(context.Background(), args, &o, &e)
+		return code, o.String(), e.String()
+	}
+	code, out, errOut := cli("launch", "pytorch-train", "--team", "vision", "--gpu", "H100-80GB:1", "--wait", "--timeout", "90s")
+	// Progress: a line per state (not a terminal: no spinner), the waiting
+	// state with its reason, then Running.
+	if code != 0 || !regexp.MustCompile(`(?m)^ +\d+s  (Running|Succeeded)$`).MatchString(errOut) || !regexp.MustCompile(`(?m)^ +\d+s  (Pending|Queued|Scheduled)(: .+)?$`).MatchString(errOut) {
+		t.Errorf("launch --wait: %d %q %q", code, out, errOut)
+	}
+	waitfor.Until(t, 60*time.Second, "gantry top to show the notebook's GPU use", func() error {
+		code, out, errOut := cli("top", "--team", "vision", "-o", "json")
+		var rows []struct {
+			ID          string
+			Measured    bool
+			MemTotalMiB float64
+		}
+		if err := json.Unmarshal([]byte(out), &rows); code != 0 || err != nil {
+			return fmt.Errorf("top: %d %v %q", code, err, errOut)
+		}
+		for _, r := range rows {
+			if r.ID == launched.ID && r.Measured && r.MemTotalMiB > 0 {
+				return nil
+			}
+		}
+		return fmt.Errorf("top: %s", out)
+	})
+	if code, out, errOut := cli("logs", launched.ID, "--tail", "5"); code != 0 || !strings.Contains(out, "simulated container") {
+		t.Errorf("logs: %d %q %q", code, out, errOut)
+	}
+	if code, out, errOut := cli("stop", launched.ID); code != 0 || out != launched.ID+": Stopped\n" {
+		t.Errorf("stop: %d %q %q", code, out, errOut)
+	}
 	cancel()
 	select {
 	case code := <-done:

@@ -2,6 +2,7 @@ package e2e_test
 
 import (
 	"net/http"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -44,10 +45,30 @@ func TestPortalLaunchWatchStop(t *testing.T) {
 			t.Fatalf("%s (%s): %v; status line %q", what, cond, err, js(`(document.getElementById('status')||{}).textContent || ''`))
 		}
 	}
+	// Every page keeps its Content Security Policy and passes axe-core
+	// with no serious or critical violation.
 	noCSPViolations := func(page string) {
 		t.Helper()
 		if v, err := servertest.CSPViolations(ctx); err != nil || len(v) > 0 {
 			t.Errorf("%s broke the Content Security Policy: %v %v", page, v, err)
+		}
+		if v := servertest.Accessibility(t, ctx); len(v) > 0 {
+			t.Errorf("%s: accessibility violations: %v", page, v)
+		}
+	}
+	// make screenshots sets GANTRY_SCREENSHOTS: the main pages as PNGs.
+	shot := func(name string) {
+		t.Helper()
+		dir := os.Getenv("GANTRY_SCREENSHOTS")
+		if dir == "" {
+			return
+		}
+		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)) // quality 100: PNG
+		if err != nil {
+			t.Fatalf("screenshot %s: %v", name, err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644); err != nil {
+			t.Fatal(err)
 		}
 	}
 	// Another team's workload, launched through the API as a platform admin.
@@ -77,12 +98,17 @@ func TestPortalLaunchWatchStop(t *testing.T) {
 		t.Errorf("the refused field is not marked invalid: %q", inv)
 	}
 	noCSPViolations("the launch form")
+	shot("launch-refused")
 	var list struct{ Items []wl }
 	g.getJSON("/api/v1/workloads?team=vision", &list)
 	if len(list.Items) != 0 {
 		t.Fatalf("a refused launch left workloads: %+v", list.Items)
 	}
 
+	step("the catalog", chromedp.Navigate(g.URL+"/"), chromedp.WaitVisible(chromedp.ID("templates")))
+	poll("the cards", `document.querySelectorAll('#templates .card').length > 0`)
+	noCSPViolations("the catalog")
+	shot("catalog")
 	step("launch a notebook on a MIG slice",
 		chromedp.Navigate(g.URL+"/launch/jupyter-notebook"),
 		chromedp.WaitVisible(chromedp.ID("launch")))
@@ -91,6 +117,7 @@ func TestPortalLaunchWatchStop(t *testing.T) {
 		chromedp.SetValue(chromedp.ID("f-class"), "H100-80GB"),
 		chromedp.SetValue(chromedp.ID("f-mig"), "1g.10gb"))
 	poll("the estimate", `document.getElementById('estimate').textContent.includes('per hour')`)
+	shot("launch")
 	step("submit, land on the workload's page", chromedp.Click(chromedp.ID("submit")), chromedp.WaitVisible(chromedp.ID("w-status")))
 	id := strings.TrimPrefix(js(`location.pathname`), "/workloads/")
 	if w := g.get(id); w.Gpu.MigProfile != "1g.10gb" || w.Gpu.Class != "H100-80GB" {
@@ -112,6 +139,7 @@ new MutationObserver(() => window.__seen.push(document.getElementById('w-status'
 		t.Errorf("the CLI line to reproduce it: %q", cli)
 	}
 	noCSPViolations("the workload's page")
+	shot("workload")
 
 	step("stop it", chromedp.Evaluate[chromedp.Void](`window.confirm = () => true; undefined`), chromedp.Click(chromedp.ID("stop")))
 	poll("Stopped, live", `document.getElementById('w-status').textContent === 'Stopped'`)
@@ -119,6 +147,7 @@ new MutationObserver(() => window.__seen.push(document.getElementById('w-status'
 	step("my workloads", chromedp.Navigate(g.URL+"/workloads"))
 	poll("the list", `document.querySelectorAll('#workloads tbody tr').length > 0`)
 	rows := js(`[...document.querySelectorAll('#workloads tbody tr')].map(r => r.dataset.id).join(',')`)
+	shot("workloads")
 	if !strings.Contains(rows, id) || strings.Contains(rows, other.ID) {
 		t.Errorf("alice's list: %s (hers %s, ops's %s)", rows, id, other.ID)
 	}

@@ -4,11 +4,15 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
+
+	"github.com/gantryhq/gantry/internal/devcluster"
 )
 
 // Browser starts a headless Chromium for a test and returns its context
@@ -53,4 +57,38 @@ document.addEventListener('securitypolicyviolation', (e) => window.__cspViolatio
 // CSPViolations are the violations the current page reported.
 func CSPViolations(ctx context.Context) ([]string, error) {
 	return chromedp.Run(ctx, chromedp.Evaluate[[]string](`window.__cspViolations || []`))
+}
+
+// Accessibility runs axe-core (portal/axe.sh installs it, cached by version)
+// in the current page and returns its serious and critical violations, each
+// as "rule: the first element's selector (n elements)". Without npm it skips
+// the test, except in CI.
+func Accessibility(t *testing.T, ctx context.Context) []string {
+	t.Helper()
+	root, err := devcluster.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("bash", filepath.Join(root, "portal", "axe.sh")).Output()
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("install axe-core (portal/axe.sh): %v", err)
+		}
+		t.Skipf("axe-core not installed (portal/axe.sh: %v)", err)
+	}
+	src, err := os.ReadFile(strings.TrimSpace(string(out)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// DevTools' evaluation is not the page's script: the CSP does not apply.
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[chromedp.Void](string(src)+"\n;undefined")); err != nil {
+		t.Fatalf("load axe-core: %v", err)
+	}
+	found, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`axe.run(document, {resultTypes: ['violations']}).then(r =>
+  r.violations.filter(v => v.impact === 'serious' || v.impact === 'critical')
+    .map(v => v.id + ': ' + v.nodes[0].target.join(' ') + ' (' + v.nodes.length + ' elements)'))`, chromedp.EvalAwaitPromise))
+	if err != nil {
+		t.Fatalf("run axe-core: %v", err)
+	}
+	return found
 }

@@ -376,6 +376,49 @@ async function workloadPage(id) {
   act('delete', 'deleted', 'DELETE', path, 'Delete this workload? It stops for good; its record stays for accounting.');
 }
 
+// ----------------------------------------------------------------- tokens
+
+async function tokensPage() {
+  const body = document.querySelector('#tokens tbody');
+  const form = document.getElementById('new-token');
+  const refresh = async () => {
+    const list = await api('GET', '/api/v1/tokens');
+    body.replaceChildren(...list.items.map((k) => {
+      const revoke = el('button', { type: 'button', 'aria-label': 'Revoke ' + k.name, text: 'Revoke', disabled: k.revoked });
+      revoke.addEventListener('click', async () => {
+        if (!confirm('Revoke the token ' + k.name + '? Whatever uses it stops working at once.')) return;
+        try { await api('DELETE', '/api/v1/tokens/' + encodeURIComponent(k.id)); say(k.name + ' revoked'); await refresh(); } catch (err) { say(err.message); }
+      });
+      return el('tr', { 'data-id': k.id }, el('td', { text: k.name }), el('td', { text: k.team || 'all' }),
+        el('td', { text: k.readOnly ? 'read-only' : 'read and write' }), el('td', { text: new Date(k.expiresAt).toLocaleDateString() }),
+        el('td', { text: k.revoked ? 'revoked' : 'active' }), el('td', {}, revoke));
+    }));
+  };
+  form.addEventListener('submit', async (ev) => {
+    ev.preventDefault();
+    for (const e of form.querySelectorAll('.field-error')) e.textContent = '';
+    const body = { name: document.getElementById('t-name').value.trim(), expiresInDays: Number(document.getElementById('t-days').value),
+      readOnly: document.getElementById('t-readonly').checked };
+    const team = document.getElementById('t-team').value;
+    if (team) body.team = team;
+    try {
+      const k = await api('POST', '/api/v1/tokens', body);
+      document.getElementById('token-value').textContent = k.token;
+      document.getElementById('created').hidden = false;
+      form.reset();
+      await refresh();
+    } catch (err) {
+      const rest = [];
+      for (const fe of (err.problem && err.problem.errors) || []) {
+        const span = document.getElementById('err-' + fe.field);
+        if (span) span.textContent = fe.detail; else rest.push(fe.field + ': ' + fe.detail);
+      }
+      document.getElementById('err-form').textContent = rest.length ? rest.join('; ') : (err.problem && err.problem.errors ? '' : err.message);
+    }
+  });
+  await refresh();
+}
+
 // ------------------------------------------------------------------- main
 
 (async function () {
@@ -385,6 +428,7 @@ async function workloadPage(id) {
     else if (page === 'launch') await launchPage(param);
     else if (page === 'workloads') await workloadsPage();
     else if (page === 'workload') await workloadPage(param);
+    else if (page === 'tokens') await tokensPage();
   } catch (err) {
     say(err.message);
   }

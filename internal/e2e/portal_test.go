@@ -12,6 +12,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/gantryhq/gantry/internal/servertest"
+	"github.com/gantryhq/gantry/internal/telemetry"
 )
 
 // TestPortalLaunchWatchStop drives a real Chromium through the portal on the
@@ -135,6 +136,24 @@ new MutationObserver(() => window.__seen.push(document.getElementById('w-status'
 	}
 	t.Logf("the page showed: %v", seen)
 	poll("the log streams into the page", `document.getElementById('logs').textContent.includes('simulated container: ready')`)
+
+	// The node agent reports the notebook's GPU: the page draws it.
+	pod := podsOf(t, "vision", id)[0]
+	now := time.Now().UTC().Truncate(time.Second)
+	b := telemetry.Batch{Node: pod.Spec.NodeName, Agent: "e2e", GPUs: []telemetry.GPUState{{Device: telemetry.Device{GPU: "GPU-portal-0", Index: 0, Model: "NVIDIA H100 80GB HBM3"}, MemoryMiB: 81559}}}
+	for i := range 12 {
+		v := telemetry.NoValues()
+		v[telemetry.SMActive], v[telemetry.GPUUtil], v[telemetry.FBUsed] = 0.05*float64(i%4), 10*float64(i%4), 4000
+		b.Readings = append(b.Readings, telemetry.Reading{Time: now.Add(time.Duration(i-12) * 10 * time.Second), Device: telemetry.Device{GPU: "GPU-portal-0", Index: 0},
+			Pod: telemetry.PodRef{Namespace: "gantry-vision", Name: pod.Name, Container: "main"}, Share: 1, Attribution: "exclusive", Values: v})
+	}
+	if s, body := push(t, g, agentToken(t, "gantry-system", "gantry-agent", pod.Spec.NodeName, "gantry"), b); s != 202 && s != 200 {
+		t.Fatalf("push: %d %s", s, body)
+	}
+	step("the last 15 minutes", chromedp.SetValue(chromedp.ID("window"), "15"),
+		chromedp.Evaluate[chromedp.Void](`document.getElementById('window').dispatchEvent(new Event('change')); undefined`))
+	poll("the GPU charts", `!!document.querySelector('#charts figure[data-metric="sm_active"] polyline') && !!document.querySelector('#charts figure[data-metric="gpu_util"]')`)
+	poll("the advice section", `document.getElementById('advice').textContent.length > 0 && !document.getElementById('advice').textContent.startsWith('No advice:')`)
 	if cli := js(`document.getElementById('repro-cli').textContent`); cli != "gantry launch jupyter-notebook --team vision --gpu H100-80GB:1 --mig 1g.10gb --set memory=32Gi --wait" {
 		t.Errorf("the CLI line to reproduce it: %q", cli)
 	}

@@ -280,6 +280,77 @@ function reproduce(w) {
   document.getElementById('repro-python').textContent = py;
 }
 
+// ------------------------------------------------------------ GPU charts
+
+const SVG = 'http://www.w3.org/2000/svg';
+function svg(tag, attrs) {
+  const e = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
+  return e;
+}
+
+// What the charts draw: one chart per metric, a line per GPU or MIG
+// instance (the mean of each step), with the unit's own scale.
+const CHARTS = [
+  ['gpu_util', 'GPU utilization', '%', 100],
+  ['sm_active', 'SM activity', 'ratio', 1],
+  ['fb_used', 'Memory used', 'MiB', 0],
+  ['dram_active', 'DRAM activity', 'ratio', 1],
+  ['pcie_tx', 'PCIe sent', 'B/s', 0],
+  ['nvlink_tx', 'NVLink sent', 'B/s', 0],
+];
+const COLOURS = ['#0a58ca', '#b35900', '#116329', '#8250df', '#b00020', '#1b1f24'];
+
+// drawCharts draws the series of a window, drawn here as SVG (no library,
+// no CDN); highlight ({from, to}) shades an advice finding's evidence.
+function drawCharts(box, data, highlight) {
+  box.replaceChildren();
+  const from = Date.parse(data.from), to = Date.parse(data.to);
+  const W = 560, H = 140, L = 48, B = 18;
+  let drawn = 0;
+  for (const [metric, title, unit, fixedMax] of CHARTS) {
+    const series = data.series.filter((s) => s.metric === metric && s.points.length);
+    if (!series.length) continue;
+    drawn++;
+    let max = fixedMax;
+    if (!max) for (const s of series) for (const p of s.points) max = Math.max(max, p.max);
+    max = max || 1;
+    const x = (t) => L + (W - L) * (t - from) / Math.max(1, to - from);
+    const y = (v) => (H - B) - (H - B - 4) * Math.min(v, max) / max;
+    const last = series.map((s) => s.points[s.points.length - 1].avg);
+    const fig = el('figure', { class: 'chart', 'data-metric': metric });
+    const chart = svg('svg', { viewBox: '0 0 ' + W + ' ' + H, role: 'img', 'aria-label': title + ': latest ' + last.map((v) => v.toFixed(2)).join(', ') + ' ' + unit });
+    chart.append(svg('line', { x1: L, y1: H - B, x2: W, y2: H - B, stroke: '#57606a' }));
+    chart.append(svg('line', { x1: L, y1: 4, x2: L, y2: H - B, stroke: '#57606a' }));
+    const label = (text, lx, ly, anchor) => { const t = svg('text', { x: lx, y: ly, 'font-size': 11, fill: '#1b1f24', 'text-anchor': anchor }); t.textContent = text; chart.append(t); };
+    label(fmt(max, unit), L - 4, 12, 'end');
+    label('0', L - 4, H - B, 'end');
+    label(new Date(from).toLocaleTimeString(), L, H - 4, 'start');
+    label(new Date(to).toLocaleTimeString(), W, H - 4, 'end');
+    if (highlight) {
+      const a = x(Math.max(from, highlight.from)), b = x(Math.min(to, highlight.to));
+      if (b > a) chart.append(svg('rect', { class: 'evidence', x: a, y: 4, width: b - a, height: H - B - 4, fill: '#fff8c5', stroke: '#9a6700' }));
+    }
+    series.forEach((s, i) => {
+      const pts = s.points.map((p) => x(Date.parse(p.t)).toFixed(1) + ',' + y(p.avg).toFixed(1)).join(' ');
+      chart.append(svg('polyline', { points: pts, fill: 'none', stroke: COLOURS[i % COLOURS.length], 'stroke-width': 1.5 }));
+    });
+    const legend = el('figcaption', { text: title + ' (' + unit + ') — ' + series.map((s, i) => device(s.device) + ': ' + fmt(last[i], unit)).join('; ') });
+    fig.append(chart, legend);
+    box.append(fig);
+  }
+  if (!drawn) box.append(el('p', { class: 'muted', text: 'No GPU readings in this window yet.' }));
+}
+
+function device(d) { return 'GPU ' + d.index + (d.mig ? ' MIG ' + d.mig.profile : ''); }
+function fmt(v, unit) {
+  if (unit === 'ratio') return (v * 100).toFixed(0) + '%';
+  if (unit === '%') return v.toFixed(0) + '%';
+  if (unit === 'MiB') return (v / 1024).toFixed(1) + ' GiB';
+  if (unit === 'B/s') return v >= 1e9 ? (v / 1e9).toFixed(1) + ' GB/s' : (v / 1e6).toFixed(1) + ' MB/s';
+  return v.toFixed(2);
+}
+
 async function workloadPage(id) {
   const path = '/api/v1/workloads/' + encodeURIComponent(id);
   const stream = document.getElementById('stream-state');
@@ -358,6 +429,69 @@ async function workloadPage(id) {
     }
   }
   document.getElementById('follow').addEventListener('click', follow);
+
+  // GPU charts over the chosen window, redrawn every 30 s; an advice
+  // card's "show evidence" shades its window on them.
+  const charts = document.getElementById('charts');
+  const windowSel = document.getElementById('window');
+  let highlight = null;
+  const chartsNow = async () => {
+    const to = new Date(), from = new Date(to - Number(windowSel.value) * 60000);
+    try {
+      const data = await api('GET', path + '/metrics?from=' + from.toISOString() + '&to=' + to.toISOString() +
+        '&series=' + CHARTS.map((c) => c[0]).join(','));
+      drawCharts(charts, data, highlight);
+    } catch (err) {
+      charts.replaceChildren(el('p', { class: 'muted', text: 'No charts: ' + err.message }));
+    }
+  };
+  windowSel.addEventListener('change', chartsNow);
+  chartsNow();
+  setInterval(chartsNow, 30000);
+
+  // Advice: each finding's reason, evidence and dollars; right-sizing
+  // findings apply in one click (a relaunch with the recommended choice).
+  const adviceBox = document.getElementById('advice');
+  const adviceNow = async () => {
+    try {
+      const r = await api('GET', path + '/advice');
+      if (!r.findings.length) { adviceBox.replaceChildren(el('p', { class: 'muted', text: 'No findings.' })); return; }
+      adviceBox.replaceChildren(...r.findings.map((f) => {
+        const card = el('article', { class: 'advice sev-' + f.severity, 'data-kind': f.kind },
+          el('h3', { text: f.kind.replaceAll('-', ' ') + (f.monthlyUSD ? ' — ' + money(f.monthlyUSD) + ' a month' : '') }),
+          el('p', { text: f.reason }),
+          el('p', { class: 'muted', text: f.evidence.map((e) => e.metric + ' ' + e.stat + ' ' + e.value.toFixed(2)).join('; ') + ' · confidence ' + Math.round(f.confidence * 100) + '%' }),
+          el('p', { text: f.action }));
+        const u = new URL(f.seriesURL, location.origin);
+        if (u.searchParams.get('from') && u.searchParams.get('to')) {
+          const show = el('button', { type: 'button', text: 'Show the evidence' });
+          show.addEventListener('click', () => {
+            highlight = { from: Date.parse(u.searchParams.get('from')), to: Date.parse(u.searchParams.get('to')) };
+            const span = (highlight.to - highlight.from) / 60000;
+            windowSel.value = [...windowSel.options].map((o) => o.value).find((v) => Number(v) >= span) || '1440';
+            chartsNow();
+          });
+          card.append(show);
+        }
+        if (f.recommend) {
+          const apply = el('button', { type: 'button', text: 'Apply: relaunch on ' + (f.recommend.count || '') + ' ' + (f.recommend.class || '') + (f.recommend.profile ? ' MIG ' + f.recommend.profile : '') });
+          apply.addEventListener('click', async () => {
+            if (!confirm('Relaunch this workload with the recommended GPUs and stop this one?')) return;
+            try {
+              const a = await api('POST', path + '/advice/apply', { kind: f.kind });
+              location.assign('/workloads/' + encodeURIComponent(a.workload.id));
+            } catch (err) { say('Not applied: ' + err.message); }
+          });
+          card.append(apply);
+        }
+        return card;
+      }));
+    } catch (err) {
+      adviceBox.replaceChildren(el('p', { class: 'muted', text: 'No advice: ' + err.message }));
+    }
+  };
+  adviceNow();
+  setInterval(adviceNow, 60000);
 
   const act = (button, verb, method, url, question) => {
     document.getElementById(button).addEventListener('click', async () => {

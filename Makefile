@@ -41,7 +41,7 @@ fuzz: ## every fuzzer for FUZZTIME each (default 10 minutes; CI runs short ones)
 
 screenshots: ## refresh docs/portal/*.png: the portal's main pages, from its browser test on a local cluster
 	mkdir -p docs/portal
-	GANTRY_TEST_CLUSTER=1 GANTRY_SCREENSHOTS=$(CURDIR)/docs/portal $(GO) test -tags dev -count=1 -run 'TestPortalLaunchWatchStop' ./internal/e2e
+	GANTRY_TEST_CLUSTER=1 GANTRY_SCREENSHOTS=$(CURDIR)/docs/portal $(GO) test -tags dev -count=1 -run 'TestPortal' ./internal/e2e
 
 clean:
 	rm -rf bin bench.txt

@@ -65,7 +65,7 @@ type Auditor interface {
 // Paths the portal serves, with their methods (echo's patterns).
 var Paths = []struct{ Method, Path string }{
 	{http.MethodGet, "/"}, {http.MethodGet, "/portal.js"}, {http.MethodGet, "/portal.css"},
-	{http.MethodGet, "/workloads"}, {http.MethodGet, "/workloads/:id"}, {http.MethodGet, "/launch/:name"}, {http.MethodGet, "/tokens"},
+	{http.MethodGet, "/workloads"}, {http.MethodGet, "/workloads/:id"}, {http.MethodGet, "/launch/:name"}, {http.MethodGet, "/tokens"}, {http.MethodGet, "/teams/:team"},
 	{http.MethodGet, "/auth/login"}, {http.MethodGet, "/auth/callback"}, {http.MethodPost, "/auth/logout"},
 }
 
@@ -73,7 +73,7 @@ var Paths = []struct{ Method, Path string }{
 // paths, and prefixes of pages about one workload or template.
 var (
 	pages        = []string{"/", "/workloads", "/tokens"}
-	pagePrefixes = []string{"/workloads/", "/launch/", gtemplate.InteractivePrefix}
+	pagePrefixes = []string{"/workloads/", "/launch/", "/teams/", gtemplate.InteractivePrefix}
 )
 
 // returnTo is where a sign-in may come back to: a local path (weblogin's
@@ -144,6 +144,7 @@ func New(o Options) http.Handler {
 	mux.HandleFunc("GET /workloads/{id}", p.page("workload"))
 	mux.HandleFunc("GET /launch/{name}", p.page("launch"))
 	mux.HandleFunc("GET /tokens", p.page("tokens"))
+	mux.HandleFunc("GET /teams/{team}", p.page("team"))
 	mux.Handle("GET /portal.js", p.files)
 	mux.Handle("GET /portal.css", p.files)
 	mux.HandleFunc("GET /auth/login", p.login)
@@ -163,8 +164,12 @@ type view struct {
 	Error    string
 	AllTeams bool
 	Teams    []string
-	Page     string // catalog, workloads, workload, launch, tokens
-	Param    string // the workload's id or the template's name
+	Page     string // catalog, workloads, workload, launch, tokens, team
+	Param    string // the workload's id, the template's or the team's name
+	// Leads are the teams whose launches the caller may approve (a team
+	// view each); AllLead: every team.
+	AllLead bool
+	Leads   []string
 	Path     string // this page, where a sign-in comes back to
 }
 
@@ -189,9 +194,10 @@ func (p *portal) session(r *http.Request) *weblogin.Session {
 // back here.
 func (p *portal) page(name string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		v := view{Session: p.session(r), Page: name, Param: r.PathValue("id") + r.PathValue("name"), Path: r.URL.RequestURI()}
+		v := view{Session: p.session(r), Page: name, Param: r.PathValue("id") + r.PathValue("name") + r.PathValue("team"), Path: r.URL.RequestURI()}
 		if v.Session != nil && p.o.Teams != nil {
 			v.AllTeams, v.Teams = p.o.Teams(v.Session.Identity, access.WorkloadsLaunch)
+			v.AllLead, v.Leads = p.o.Teams(v.Session.Identity, access.WorkloadsApprove)
 		}
 		p.render(w, http.StatusOK, v)
 	}

@@ -1,6 +1,7 @@
 package e2e_test
 
 import (
+	"context"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/gantryhq/gantry/internal/config"
 	"github.com/gantryhq/gantry/internal/servertest"
 	"github.com/gantryhq/gantry/internal/telemetry"
 )
@@ -57,21 +59,7 @@ func TestPortalLaunchWatchStop(t *testing.T) {
 			t.Errorf("%s: accessibility violations: %v", page, v)
 		}
 	}
-	// make screenshots sets GANTRY_SCREENSHOTS: the main pages as PNGs.
-	shot := func(name string) {
-		t.Helper()
-		dir := os.Getenv("GANTRY_SCREENSHOTS")
-		if dir == "" {
-			return
-		}
-		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)) // quality 100: PNG
-		if err != nil {
-			t.Fatalf("screenshot %s: %v", name, err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	shot := func(name string) { t.Helper(); screenshot(t, ctx, name) }
 	// Another team's workload, launched through the API as a platform admin.
 	var other wl
 	if s := g.post("/api/v1/workloads", map[string]any{"template": "vllm-inference", "team": "ops"}, &other); s != 201 {
@@ -185,5 +173,74 @@ new MutationObserver(() => window.__seen.push(document.getElementById('w-status'
 	resp.Body.Close()
 	if csp := resp.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "script-src 'self'") || strings.Contains(csp, "unsafe-inline") {
 		t.Errorf("CSP %q", csp)
+	}
+}
+
+// TestPortalTeamView: a team-admin's team page shows the budget against its
+// amount with the 80 % and 100 % marks, and the launches waiting for
+// approval; approving one there (with a reason) lets it go to Kueue.
+func TestPortalTeamView(t *testing.T) {
+	g := start(t, filepath.Join(t.TempDir(), "g.db"), true, func(c *config.Config) {
+		c.PolicyDir = policyWith(t, "  vision:\n    templates: [\"*\"]\n    gpuClasses: [\"*\"]\n    quota: {gpus: {\"*\": 1000}}\n"+
+			"    approval: {launchCeiling: 1, expires: 1h}\n"+
+			"    budget: {amount: 100}\n")
+	})
+	var w wl
+	if s := g.post("/api/v1/workloads", map[string]any{"template": "vllm-inference", "team": "vision"}, &w); s != 201 || w.Status != "PendingApproval" {
+		t.Fatalf("launch above the ceiling: %d %+v", s, w)
+	}
+	ctx := servertest.Browser(t, 2*time.Minute)
+	poll := func(what, cond string) {
+		t.Helper()
+		if _, err := chromedp.Run(ctx, chromedp.Poll[bool](cond, chromedp.WithPollingTimeout(60*time.Second))); err != nil {
+			t.Fatalf("%s (%s): %v", what, cond, err)
+		}
+	}
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(g.URL+"/teams/vision"),
+		chromedp.WaitVisible(chromedp.ID("sign-in")),
+		chromedp.Click(chromedp.ID("sign-in")),
+		chromedp.WaitVisible(chromedp.ID("username")),
+		chromedp.SendKeys(chromedp.ID("username"), "lee"),
+		chromedp.SendKeys(chromedp.ID("password"), "lee"),
+		chromedp.Click(chromedp.ID("submit")),
+		chromedp.WaitVisible(chromedp.ID("approvals"))); err != nil {
+		t.Fatalf("sign in as lee onto the team page: %v", err)
+	}
+	poll("the budget", `document.getElementById('budget-text') && document.getElementById('budget-text').textContent.includes('of $100.00 spent')`)
+	poll("the 80 % and 100 % marks", `document.querySelectorAll('#budget .mark').length === 2`)
+	poll("the launch waiting", `!!document.querySelector('#approvals tr[data-id="`+w.ID+`"]')`)
+	screenshot(t, ctx, "team")
+	if v, err := servertest.CSPViolations(ctx); err != nil || len(v) > 0 {
+		t.Errorf("the team page broke its Content Security Policy: %v %v", v, err)
+	}
+	if v := servertest.Accessibility(t, ctx); len(v) > 0 {
+		t.Errorf("the team page: accessibility violations: %v", v)
+	}
+	if err := chromedp.Do(ctx,
+		chromedp.SendKeys(chromedp.ID("reason-"+w.ID), "within the quarter's plan"),
+		chromedp.Click(chromedp.CSS(`#approvals tr[data-id="`+w.ID+`"] button[data-verb="approve"]`))); err != nil {
+		t.Fatal(err)
+	}
+	poll("the row gone once approved", `!document.querySelector('#approvals tr[data-id="`+w.ID+`"]')`)
+	if got := g.get(w.ID); got.Status == "PendingApproval" {
+		t.Errorf("after the approval: %+v", got)
+	}
+}
+
+// screenshot saves the page as docs/portal/<name>.png when make screenshots
+// asks (GANTRY_SCREENSHOTS names the directory).
+func screenshot(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	dir := os.Getenv("GANTRY_SCREENSHOTS")
+	if dir == "" {
+		return
+	}
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)) // quality 100: PNG
+	if err != nil {
+		t.Fatalf("screenshot %s: %v", name, err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -553,6 +553,78 @@ async function tokensPage() {
   await refresh();
 }
 
+// ------------------------------------------------------------------- team
+
+// budgetBar draws spent against the budget with marks at its thresholds
+// (80 % and 100 % unless the policy says otherwise), as SVG.
+function budgetBar(b) {
+  const W = 600, H = 34, full = Math.max(b.amount, b.spent, 1e-9) * 1.1;
+  const x = (v) => W * v / full;
+  const bar = svg('svg', { viewBox: '0 0 ' + W + ' ' + H, role: 'img', class: 'budget-bar',
+    'aria-label': money(b.spent) + ' of ' + money(b.amount) + ' spent (' + Math.round(100 * b.spent / b.amount) + '%)' });
+  bar.append(svg('rect', { x: 0, y: 6, width: x(b.amount), height: 16, fill: '#eaeef2', stroke: '#57606a' }));
+  bar.append(svg('rect', { x: 0, y: 6, width: x(Math.min(b.spent, full)), height: 16, fill: b.spent >= b.amount ? '#b00020' : b.spent >= 0.8 * b.amount ? '#9a6700' : '#116329' }));
+  for (const th of (b.thresholds && b.thresholds.length ? b.thresholds : [0.8, 1])) {
+    bar.append(svg('line', { x1: x(th * b.amount), y1: 2, x2: x(th * b.amount), y2: 26, stroke: '#1b1f24', 'stroke-width': 2, class: 'mark' }));
+    const t = svg('text', { x: x(th * b.amount), y: 33, 'font-size': 9, 'text-anchor': 'middle', fill: '#1b1f24' });
+    t.textContent = Math.round(th * 100) + '%';
+    bar.append(t);
+  }
+  return bar;
+}
+
+async function teamPage(team) {
+  const q = encodeURIComponent(team);
+  const budgetBox = document.getElementById('budget');
+  const refresh = async () => {
+    try {
+      const budgets = await api('GET', '/api/v1/budgets');
+      const b = budgets.items.find((x) => x.team === team);
+      budgetBox.replaceChildren(...(b ? [budgetBar(b),
+        el('p', { id: 'budget-text', text: money(b.spent) + ' of ' + money(b.amount) + ' spent, ' + new Date(b.from).toLocaleDateString() + ' to ' + new Date(b.to).toLocaleDateString() + '; at the limit: ' + b.atLimit + (b.banner ? '. ' + b.banner : '') })]
+        : [el('p', { id: 'budget-text', text: 'No budget is set for this team (policy/bindings.yaml, teams.' + team + '.budget).' })]));
+    } catch (err) { budgetBox.replaceChildren(el('p', { text: err.message })); }
+
+    try {
+      const pending = await api('GET', '/api/v1/workloads?team=' + q + '&status=PendingApproval');
+      document.querySelector('#approvals tbody').replaceChildren(...pending.items.map((w) => {
+        const reason = el('input', { id: 'reason-' + w.id, 'aria-label': 'Reason for ' + w.name, placeholder: 'reason (recorded)' });
+        const decide = (verb) => {
+          const b = el('button', { type: 'button', text: verb === 'approve' ? 'Approve' : 'Deny', 'data-verb': verb, 'aria-label': (verb === 'approve' ? 'Approve ' : 'Deny ') + w.name });
+          b.addEventListener('click', async () => {
+            if (!reason.value.trim()) { reason.setAttribute('aria-invalid', 'true'); reason.focus(); say('Give a reason: it is recorded with the decision.'); return; }
+            try { await api('POST', '/api/v1/workloads/' + encodeURIComponent(w.id) + '/' + verb, { reason: reason.value.trim() }); say(w.name + ': ' + verb + 'd'); await refresh(); } catch (err) { say(err.message); }
+          });
+          return b;
+        };
+        return el('tr', { 'data-id': w.id }, el('td', {}, el('a', { href: '/workloads/' + encodeURIComponent(w.id), text: w.name })),
+          el('td', { text: w.owner }), el('td', { text: gpuText(w.gpu) }), el('td', { text: w.approval ? w.approval.why : '' }),
+          el('td', {}, reason, decide('approve'), decide('deny')));
+      }));
+    } catch (err) { say(err.message); }
+
+    try {
+      const running = await api('GET', '/api/v1/workloads?team=' + q + '&status=Running');
+      let perHour = 0;
+      document.querySelector('#running tbody').replaceChildren(...running.items.map((w) => {
+        perHour += w.pricePerHour;
+        return el('tr', { 'data-id': w.id }, el('td', {}, el('a', { href: '/workloads/' + encodeURIComponent(w.id), text: w.name })),
+          el('td', { text: w.owner }), el('td', { text: gpuText(w.gpu) }), el('td', { text: money(w.pricePerHour) }), el('td', { text: money(w.costSoFar) }));
+      }));
+      document.getElementById('running-total').textContent = running.items.length + ' running, ' + money(perHour) + ' per hour';
+    } catch (err) { say(err.message); }
+
+    try {
+      const advice = await api('GET', '/api/v1/advice?team=' + q);
+      document.querySelector('#team-advice tbody').replaceChildren(...advice.items.map((a) =>
+        el('tr', {}, el('td', {}, el('a', { href: '/workloads/' + encodeURIComponent(a.workload), text: a.name })),
+          el('td', { text: a.finding.kind + ': ' + a.finding.reason }), el('td', { text: money(a.finding.monthlyUSD) }))));
+    } catch (err) { say(err.message); }
+  };
+  await refresh();
+  setInterval(refresh, 10000);
+}
+
 // ------------------------------------------------------------------- main
 
 (async function () {
@@ -563,6 +635,7 @@ async function tokensPage() {
     else if (page === 'workloads') await workloadsPage();
     else if (page === 'workload') await workloadPage(param);
     else if (page === 'tokens') await tokensPage();
+    else if (page === 'team') await teamPage(param);
   } catch (err) {
     say(err.message);
   }

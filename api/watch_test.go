@@ -12,8 +12,8 @@ import (
 
 // TestWatchWorkload: the stream sends the workload at once, then again when
 // it changes (a stop, made through the API meanwhile), with a retry hint for
-// browsers' reconnects; a workload that does not exist is a 404 problem, not
-// a stream.
+// browsers' reconnects, and ends after the workload is deleted; a workload
+// that does not exist is a 404 problem, not a stream.
 func TestWatchWorkload(t *testing.T) {
 	e := newEnv(t, alice)
 	var w struct{ ID string }
@@ -63,6 +63,21 @@ func TestWatchWorkload(t *testing.T) {
 	}
 	if ev, st := next(); ev != "workload" || st != "Stopped" {
 		t.Fatalf("after the stop: %s %s", ev, st)
+	}
+	// Deleted: the last event, then the stream ends.
+	if s, _ := e.do("DELETE", "/api/v1/workloads/"+w.ID, nil, nil); s != 204 {
+		t.Fatalf("delete: %d", s)
+	}
+	if ev, st := next(); ev != "workload" || st != "Deleted" {
+		t.Fatalf("after the delete: %s %s", ev, st)
+	}
+	for sc.Scan() {
+		if strings.HasPrefix(sc.Text(), "data: ") {
+			t.Fatalf("an event after Deleted: %s", sc.Text())
+		}
+	}
+	if ctx.Err() != nil {
+		t.Fatal("the stream did not end after Deleted")
 	}
 	if s, _ := e.do("GET", "/api/v1/workloads/zzzzzzzzzz/watch", nil, nil); s != 404 {
 		t.Fatalf("a workload that does not exist: %d", s)

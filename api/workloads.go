@@ -4,14 +4,17 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"strings"
 	"time"
 
 	"github.com/gantryhq/gantry/api/gen"
 	"github.com/gantryhq/gantry/internal/estimate"
+	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/team"
 	"github.com/gantryhq/gantry/internal/workload"
 )
@@ -208,6 +211,10 @@ func omitEmpty(s string) *string {
 	return &s
 }
 
+// WatchWorkload streams a workload's changes (server-sent events) until the
+// client goes, the workload is deleted, or watchLifetime passes — then the
+// browser's EventSource reconnects, and authentication and authorization are
+// checked again, so a revoked session or token stops streaming within it.
 func (s *server) WatchWorkload(ctx context.Context, req gen.WatchWorkloadRequestObject) (gen.WatchWorkloadResponseObject, error) {
 	// The first read answers a missing workload or a refused caller with a
 	// problem, before the stream starts.
@@ -215,7 +222,7 @@ func (s *server) WatchWorkload(ctx context.Context, req gen.WatchWorkloadRequest
 	if err != nil {
 		return nil, err
 	}
-	return watchStream{ctx: ctx, first: w, get: func() (workload.Workload, error) { return s.o.Workloads.Get(ctx, req.Id) }}, nil
+	return watchStream{ctx: ctx, first: w, log: s.o.Logger, get: func() (workload.Workload, error) { return s.o.Workloads.Get(ctx, req.Id) }}, nil
 }
 
 // watchStream is a workload's server-sent events: the workload whenever it
@@ -223,13 +230,15 @@ func (s *server) WatchWorkload(ctx context.Context, req gen.WatchWorkloadRequest
 type watchStream struct {
 	ctx   context.Context
 	first workload.Workload
+	log   *slog.Logger
 	get   func() (workload.Workload, error)
 }
 
-// watchEvery and keepAliveEvery pace a watch stream.
+// watchEvery, keepAliveEvery and watchLifetime pace a watch stream.
 const (
 	watchEvery     = time.Second
 	keepAliveEvery = 15 * time.Second
+	watchLifetime  = 5 * time.Minute
 )
 
 func (ws watchStream) VisitWatchWorkloadResponse(w http.ResponseWriter) error {
@@ -248,45 +257,57 @@ func (ws watchStream) VisitWatchWorkloadResponse(w http.ResponseWriter) error {
 		return nil
 	}
 	var last []byte
-	send := func(wl workload.Workload) error {
+	// send writes the workload if it changed; false: stop streaming.
+	send := func(wl workload.Workload) bool {
 		out := workloadOut(wl)
 		data, err := json.Marshal(out)
 		if err != nil {
-			return err
+			ws.log.ErrorContext(ws.ctx, "watch: encode the workload", "err", err)
+			return false
 		}
 		out.CostSoFar = 0 // grows by itself: not a change
 		key, _ := json.Marshal(out)
 		if bytes.Equal(key, last) {
-			return nil
+			return true
 		}
 		last = key
 		if _, err := fmt.Fprintf(w, "event: workload\ndata: %s\n\n", data); err != nil {
-			return err
+			return false // the client went away
 		}
 		flush()
-		return nil
+		return wl.Status != workload.Deleted
 	}
-	if err := send(ws.first); err != nil {
+	if !send(ws.first) {
 		return nil
 	}
 	tick := time.NewTicker(watchEvery)
 	defer tick.Stop()
+	end := time.After(watchLifetime)
 	quiet := time.Now()
 	for {
 		select {
 		case <-ws.ctx.Done():
 			return nil
+		case <-end:
+			return nil // the client reconnects, and is checked again
 		case <-tick.C:
 		}
 		wl, err := ws.get()
-		if err != nil {
-			// Deleted for good, or the caller lost the right to see it:
-			// say so and end the stream (the client reconnects to a problem).
-			fmt.Fprintf(w, "event: gone\ndata: %q\n\n", err.Error())
+		var nf *fault.NotFound
+		switch {
+		case errors.As(err, &nf):
+			// Gone, or no longer the caller's to see.
+			msg, _ := json.Marshal("workload " + nf.Name + " is not there")
+			fmt.Fprintf(w, "event: gone\ndata: %s\n\n", msg)
 			flush()
 			return nil
+		case err != nil:
+			// Say nothing of the cause (the log has it): the client
+			// reconnects and is answered with a problem if it persists.
+			ws.log.WarnContext(ws.ctx, "watch: read the workload", "err", err)
+			return nil
 		}
-		if err := send(wl); err != nil {
+		if !send(wl) {
 			return nil
 		}
 		if time.Since(quiet) >= keepAliveEvery {

@@ -167,10 +167,10 @@ type view struct {
 	Page     string // catalog, workloads, workload, launch, tokens, team
 	Param    string // the workload's id, the template's or the team's name
 	// Leads are the teams whose launches the caller may approve (a team
-	// view each); AllLead: every team.
-	AllLead bool
-	Leads   []string
-	Path     string // this page, where a sign-in comes back to
+	// view each; a platform admin, who may approve for every team, reaches
+	// any team's view by its address).
+	Leads []string
+	Path  string // this page, where a sign-in comes back to
 }
 
 func (p *portal) session(r *http.Request) *weblogin.Session {
@@ -197,7 +197,7 @@ func (p *portal) page(name string) http.HandlerFunc {
 		v := view{Session: p.session(r), Page: name, Param: r.PathValue("id") + r.PathValue("name") + r.PathValue("team"), Path: r.URL.RequestURI()}
 		if v.Session != nil && p.o.Teams != nil {
 			v.AllTeams, v.Teams = p.o.Teams(v.Session.Identity, access.WorkloadsLaunch)
-			v.AllLead, v.Leads = p.o.Teams(v.Session.Identity, access.WorkloadsApprove)
+			_, v.Leads = p.o.Teams(v.Session.Identity, access.WorkloadsApprove)
 		}
 		p.render(w, http.StatusOK, v)
 	}

@@ -57,7 +57,10 @@ Against a server (signed in with gantry login, or $GANTRY_TOKEN and $GANTRY_SERV
   gantry completion bash|zsh|fish                     print a shell completion script
   gantry version                                      print the version
 
-Run "gantry COMMAND -h" for a command's flags.
+Run "gantry COMMAND -h" for a command's flags. Exit codes: 0 done; 1 the command
+failed (one line on stderr says why: the server's problem, a workload that
+failed or did not start in time under --wait); 2 a usage error (a flag or an
+argument). Tables on a terminal; -o json for programs.
 `
 
 func main() {

@@ -222,7 +222,8 @@ func TestRBAC(t *testing.T) {
 		if err := yaml.UnmarshalStrict(data, &want); err != nil {
 			t.Fatalf("%s: %v", tc.file, err)
 		}
-		role := find[rbacv1.ClusterRole](t, objs, tc.kind, "gantry")
+		name := map[string]string{"ClusterRole": "gantry-system-gantry", "Role": "gantry"}[tc.kind]
+		role := find[rbacv1.ClusterRole](t, objs, tc.kind, name)
 		if role == nil {
 			t.Fatalf("no %s", tc.kind)
 		}
@@ -240,9 +241,9 @@ func TestRBAC(t *testing.T) {
 			}
 		}
 	}
-	for _, kind := range []string{"ClusterRoleBinding", "RoleBinding"} {
-		b := find[rbacv1.ClusterRoleBinding](t, objs, kind, "gantry")
-		if b == nil || b.RoleRef.Name != "gantry" || len(b.Subjects) != 1 || b.Subjects[0].Name != "gantry" || b.Subjects[0].Namespace != "gantry-system" {
+	for kind, name := range map[string]string{"ClusterRoleBinding": "gantry-system-gantry", "RoleBinding": "gantry"} {
+		b := find[rbacv1.ClusterRoleBinding](t, objs, kind, name)
+		if b == nil || b.RoleRef.Name != name || len(b.Subjects) != 1 || b.Subjects[0].Name != "gantry" || b.Subjects[0].Namespace != "gantry-system" {
 			t.Errorf("%s: %+v", kind, b)
 		}
 	}
@@ -294,6 +295,16 @@ func TestAgent(t *testing.T) {
 	cm := find[corev1.ConfigMap](t, objs, "ConfigMap", "gantry-config")
 	if !strings.Contains(cm.Data["gantry.yaml"], `serviceAccount: "system:serviceaccount:gantry-system:gantry-agent"`) {
 		t.Errorf("telemetry.serviceAccount is not the agent's:\n%s", cm.Data["gantry.yaml"])
+	}
+	// A NetworkPolicy narrowed to some peers still lets the agents push.
+	var np map[string]any
+	for _, o := range render(t, "gitsync") {
+		if o.GetKind() == "NetworkPolicy" && o.GetName() == "gantry" {
+			np = o.Object
+		}
+	}
+	if peers, _ := yaml.Marshal(np["spec"]); !strings.Contains(string(peers), "component: agent") {
+		t.Errorf("the agents are not among the peers of Gantry's NetworkPolicy:\n%s", peers)
 	}
 	if find[appsv1.DaemonSet](t, render(t, "sqlite"), "DaemonSet", "gantry-agent") != nil {
 		t.Error("agent.enabled: false still renders the DaemonSet")

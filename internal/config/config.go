@@ -8,7 +8,6 @@ package config
 
 import (
 	"fmt"
-	"github.com/gantryhq/gantry/internal/logctx"
 	"log/slog"
 	"maps"
 	"net"
@@ -22,6 +21,7 @@ import (
 	"time"
 
 	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/logctx"
 	"github.com/gantryhq/gantry/internal/yamldoc"
 )
 

@@ -36,6 +36,18 @@ function problemText(p, status) {
   return s;
 }
 
+// listAll follows a list's pages (up to 2,000 items).
+async function listAll(path) {
+  const sep = path.includes('?') ? '&' : '?';
+  let items = [], cursor = '';
+  do {
+    const page = await api('GET', path + sep + 'limit=200' + (cursor ? '&cursor=' + encodeURIComponent(cursor) : ''));
+    items = items.concat(page.items);
+    cursor = page.nextCursor || '';
+  } while (cursor && items.length < 2000);
+  return items;
+}
+
 function say(text) { if (statusLine) statusLine.textContent = text; }
 
 function el(tag, attrs, ...children) {
@@ -244,7 +256,7 @@ async function workloadsPage() {
   const refresh = async () => {
     const q = filter.value ? '?team=' + encodeURIComponent(filter.value) : '';
     try {
-      const list = await api('GET', '/api/v1/workloads' + q);
+      const list = { items: await listAll('/api/v1/workloads' + q) };
       body.replaceChildren(...list.items.map((w) => el('tr', { 'data-id': w.id },
         el('td', {}, el('a', { href: '/workloads/' + encodeURIComponent(w.id), text: w.name })),
         el('td', { text: w.team }),
@@ -264,14 +276,20 @@ async function workloadsPage() {
 
 // --------------------------------------------------------------- workload
 
+// sh quotes a word for a POSIX shell: the launch's values are the
+// launcher's, and the lines below are for someone else to paste.
+function sh(v) {
+  const s = String(v);
+  return /^[A-Za-z0-9_.:\/=@%+-]+$/.test(s) ? s : "'" + s.replaceAll("'", "'\\''") + "'";
+}
+
 function reproduce(w) {
   const g = w.gpu;
-  const gpu = g.class + ':' + g.count;
-  const sets = Object.entries(w.parameters || {}).map(([k, v]) => ' --set ' + k + '=' + v).join('');
-  const cli = 'gantry launch ' + w.template + ' --team ' + w.team + ' --gpu ' + gpu + (g.migProfile ? ' --mig ' + g.migProfile : '') + sets + ' --wait';
+  const sets = Object.entries(w.parameters || {}).map(([k, v]) => ' --set ' + sh(k + '=' + v)).join('');
+  const cli = 'gantry launch ' + sh(w.template) + ' --team ' + sh(w.team) + ' --gpu ' + sh(g.class + ':' + g.count) + (g.migProfile ? ' --mig ' + sh(g.migProfile) : '') + sets + ' --wait';
   const body = { template: w.template, team: w.team, gpu: { class: g.class, count: g.count }, parameters: w.parameters || {} };
   if (g.migProfile) body.gpu.migProfile = g.migProfile;
-  const curl = "curl -H \"Authorization: Bearer $GANTRY_TOKEN\" -H 'Content-Type: application/json' -H \"Idempotency-Key: $(uuidgen)\" \\\n  -d '" + JSON.stringify(body) + "' " + location.origin + '/api/v1/workloads';
+  const curl = 'curl -H "Authorization: Bearer $GANTRY_TOKEN" -H \'Content-Type: application/json\' -H "Idempotency-Key: $(uuidgen)" \\\n  -d ' + sh(JSON.stringify(body)) + ' ' + sh(location.origin + '/api/v1/workloads');
   const py = 'from gantry import Gantry\nw = Gantry().launch(' + JSON.stringify(w.template) + ', team=' + JSON.stringify(w.team) +
     ', gpu=' + JSON.stringify(g.class) + ', count=' + g.count + (g.migProfile ? ', mig=' + JSON.stringify(g.migProfile) : '') +
     ', parameters=' + JSON.stringify(w.parameters || {}) + ')\nw.wait()';
@@ -419,6 +437,7 @@ async function workloadPage(id) {
         const { value, done } = await reader.read();
         if (done) break;
         logs.append(dec.decode(value, { stream: true }));
+        if (logs.textContent.length > 200000) logs.textContent = logs.textContent.slice(-150000); // the newest lines only
         logs.scrollTop = logs.scrollHeight;
       }
       logState.textContent = 'the log ended';
@@ -474,7 +493,7 @@ async function workloadPage(id) {
           card.append(show);
         }
         if (f.recommend) {
-          const apply = el('button', { type: 'button', text: 'Apply: relaunch on ' + (f.recommend.count || '') + ' ' + (f.recommend.class || '') + (f.recommend.profile ? ' MIG ' + f.recommend.profile : '') });
+          const apply = el('button', { type: 'button', text: 'Apply: relaunch on ' + (f.recommend.count || current.gpu.count) + ' × ' + current.gpu.class + (f.recommend.profile ? ' MIG ' + f.recommend.profile : ' (whole GPUs)') });
           apply.addEventListener('click', async () => {
             if (!confirm('Relaunch this workload with the recommended GPUs and stop this one?')) return;
             try {
@@ -499,7 +518,7 @@ async function workloadPage(id) {
       try {
         const w = await api(method, url);
         if (w) render(w);
-        say(current.name + ': ' + verb);
+        say((current ? current.name : id) + ': ' + verb);
       } catch (err) {
         say(verb + ' refused: ' + err.message);
       }
@@ -564,7 +583,7 @@ function budgetBar(b) {
     'aria-label': money(b.spent) + ' of ' + money(b.amount) + ' spent (' + Math.round(100 * b.spent / b.amount) + '%)' });
   bar.append(svg('rect', { x: 0, y: 6, width: x(b.amount), height: 16, fill: '#eaeef2', stroke: '#57606a' }));
   bar.append(svg('rect', { x: 0, y: 6, width: x(Math.min(b.spent, full)), height: 16, fill: b.spent >= b.amount ? '#b00020' : b.spent >= 0.8 * b.amount ? '#9a6700' : '#116329' }));
-  for (const th of (b.thresholds && b.thresholds.length ? b.thresholds : [0.8, 1])) {
+  for (const th of [0.8, 1]) { // the alert thresholds the policy uses unless it sets its own
     bar.append(svg('line', { x1: x(th * b.amount), y1: 2, x2: x(th * b.amount), y2: 26, stroke: '#1b1f24', 'stroke-width': 2, class: 'mark' }));
     const t = svg('text', { x: x(th * b.amount), y: 33, 'font-size': 9, 'text-anchor': 'middle', fill: '#1b1f24' });
     t.textContent = Math.round(th * 100) + '%';
@@ -585,15 +604,22 @@ async function teamPage(team) {
         : [el('p', { id: 'budget-text', text: 'No budget is set for this team (policy/bindings.yaml, teams.' + team + '.budget).' })]));
     } catch (err) { budgetBox.replaceChildren(el('p', { text: err.message })); }
 
-    try {
-      const pending = await api('GET', '/api/v1/workloads?team=' + q + '&status=PendingApproval');
+    // Not while a reason is being typed: the rows would be rebuilt under it.
+    const typing = [...document.querySelectorAll('#approvals input')].some((i) => i.value || i === document.activeElement);
+    if (!typing) try {
+      const pending = { items: await listAll('/api/v1/workloads?team=' + q + '&status=PendingApproval') };
       document.querySelector('#approvals tbody').replaceChildren(...pending.items.map((w) => {
         const reason = el('input', { id: 'reason-' + w.id, 'aria-label': 'Reason for ' + w.name, placeholder: 'reason (recorded)' });
         const decide = (verb) => {
           const b = el('button', { type: 'button', text: verb === 'approve' ? 'Approve' : 'Deny', 'data-verb': verb, 'aria-label': (verb === 'approve' ? 'Approve ' : 'Deny ') + w.name });
           b.addEventListener('click', async () => {
             if (!reason.value.trim()) { reason.setAttribute('aria-invalid', 'true'); reason.focus(); say('Give a reason: it is recorded with the decision.'); return; }
-            try { await api('POST', '/api/v1/workloads/' + encodeURIComponent(w.id) + '/' + verb, { reason: reason.value.trim() }); say(w.name + ': ' + verb + 'd'); await refresh(); } catch (err) { say(err.message); }
+            try {
+              await api('POST', '/api/v1/workloads/' + encodeURIComponent(w.id) + '/' + verb, { reason: reason.value.trim() });
+              b.closest('tr').remove(); // decided: its reason is no longer being typed
+              say(w.name + ': ' + verb + (verb === 'deny' ? 'ed' : 'd'));
+              await refresh();
+            } catch (err) { say(err.message); }
           });
           return b;
         };
@@ -604,7 +630,7 @@ async function teamPage(team) {
     } catch (err) { say(err.message); }
 
     try {
-      const running = await api('GET', '/api/v1/workloads?team=' + q + '&status=Running');
+      const running = { items: await listAll('/api/v1/workloads?team=' + q + '&status=Running') };
       let perHour = 0;
       document.querySelector('#running tbody').replaceChildren(...running.items.map((w) => {
         perHour += w.pricePerHour;

@@ -65,15 +65,15 @@ type Auditor interface {
 // Paths the portal serves, with their methods (echo's patterns).
 var Paths = []struct{ Method, Path string }{
 	{http.MethodGet, "/"}, {http.MethodGet, "/portal.js"}, {http.MethodGet, "/portal.css"},
-	{http.MethodGet, "/workloads"}, {http.MethodGet, "/workloads/:id"}, {http.MethodGet, "/launch/:name"}, {http.MethodGet, "/tokens"}, {http.MethodGet, "/teams/:team"},
+	{http.MethodGet, "/workloads"}, {http.MethodGet, "/workloads/:id"}, {http.MethodGet, "/launch/:name"}, {http.MethodGet, "/tokens"}, {http.MethodGet, "/teams/:team"}, {http.MethodGet, "/platform"}, {http.MethodGet, "/templates/:name/edit"},
 	{http.MethodGet, "/auth/login"}, {http.MethodGet, "/auth/callback"}, {http.MethodPost, "/auth/logout"},
 }
 
 // pages are the portal's pages, the only places a sign-in returns to: exact
 // paths, and prefixes of pages about one workload or template.
 var (
-	pages        = []string{"/", "/workloads", "/tokens"}
-	pagePrefixes = []string{"/workloads/", "/launch/", "/teams/", gtemplate.InteractivePrefix}
+	pages        = []string{"/", "/workloads", "/tokens", "/platform"}
+	pagePrefixes = []string{"/workloads/", "/launch/", "/teams/", "/templates/", gtemplate.InteractivePrefix}
 )
 
 // returnTo is where a sign-in may come back to: a local path (weblogin's
@@ -145,6 +145,8 @@ func New(o Options) http.Handler {
 	mux.HandleFunc("GET /launch/{name}", p.page("launch"))
 	mux.HandleFunc("GET /tokens", p.page("tokens"))
 	mux.HandleFunc("GET /teams/{team}", p.page("team"))
+	mux.HandleFunc("GET /platform", p.page("platform"))
+	mux.HandleFunc("GET /templates/{name}/edit", p.page("editor"))
 	mux.Handle("GET /portal.js", p.files)
 	mux.Handle("GET /portal.css", p.files)
 	mux.HandleFunc("GET /auth/login", p.login)
@@ -164,7 +166,7 @@ type view struct {
 	Error    string
 	AllTeams bool
 	Teams    []string
-	Page     string // catalog, workloads, workload, launch, tokens, team
+	Page     string // catalog, workloads, workload, launch, tokens, team, platform, editor
 	Param    string // the workload's id, the template's or the team's name
 	// Leads are the teams whose launches the caller may approve (a team
 	// view each; a platform admin, who may approve for every team, reaches

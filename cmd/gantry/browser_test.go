@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -122,6 +123,23 @@ func TestBrowserSignIn(t *testing.T) {
 	if v, err := servertest.CSPViolations(ctx); err != nil || len(v) > 0 {
 		t.Errorf("the tokens page broke its Content Security Policy: %v %v", v, err)
 	}
+	// The platform page as a member: the catalogs are readable, and verifying
+	// an image works; the audit log is a platform-admin's, and the section
+	// says which permission is missing instead of breaking the page.
+	step("the platform page", chromedp.Navigate(g.URL+"/platform"), chromedp.WaitVisible(chromedp.ID("images")))
+	poll("images and classes", `document.querySelectorAll('#images tbody tr').length > 0 && document.querySelectorAll('#classes tbody tr').length > 0`)
+	poll("the audit log refused, saying why", `document.getElementById('audit-status').textContent.length > 0`)
+	if msg, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById('audit-status').textContent`)); !strings.Contains(msg, "audit") {
+		t.Errorf("the audit section as a member: %q", msg)
+	}
+	step("verify an image", chromedp.Click(chromedp.CSS(`#images tr[data-name="cuda"] button`)))
+	poll("verified", `document.querySelector('#images tr[data-name="cuda"] .verification').textContent.startsWith('verified: sha256:')`)
+	if v := servertest.Accessibility(t, ctx); len(v) > 0 {
+		t.Errorf("the platform page: accessibility violations: %v", v)
+	}
+	if v, err := servertest.CSPViolations(ctx); err != nil || len(v) > 0 {
+		t.Errorf("the platform page broke its Content Security Policy: %v %v", v, err)
+	}
 	step("sign out",
 		chromedp.Click(chromedp.ID("sign-out")),
 		chromedp.WaitVisible(chromedp.ID("sign-in")))
@@ -132,3 +150,79 @@ func TestBrowserSignIn(t *testing.T) {
 		t.Errorf("the signed-out page: accessibility violations: %v", v)
 	}
 }
+
+// TestBrowserTemplateEditor: a platform admin opens a template in the
+// editor (the live version, which the server finds unchanged), breaks it and
+// sees the server's file:line problem with its field path, fixes it with a
+// real change and sees the diff, saves a new version, previews the objects,
+// and rolls back to the first version (a third version equal to it).
+func TestBrowserTemplateEditor(t *testing.T) {
+	ctx := servertest.Browser(t, 90*time.Second)
+	g := startGantry(t)
+	poll := func(what, cond string) {
+		t.Helper()
+		if _, err := chromedp.Run(ctx, chromedp.Poll[bool](cond, chromedp.WithPollingTimeout(20*time.Second))); err != nil {
+			t.Fatalf("%s (%s): %v", what, cond, err)
+		}
+	}
+	js := func(expr string) string {
+		t.Helper()
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr))
+		if err != nil {
+			t.Fatalf("%s: %v", expr, err)
+		}
+		return v
+	}
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(g.URL+"/templates/dev-environment/edit"),
+		chromedp.WaitVisible(chromedp.ID("sign-in")),
+		chromedp.Click(chromedp.ID("sign-in")),
+		chromedp.WaitVisible(chromedp.ID("username")),
+		chromedp.SendKeys(chromedp.ID("username"), "ada"),
+		chromedp.SendKeys(chromedp.ID("password"), "ada"),
+		chromedp.Click(chromedp.ID("submit")),
+		chromedp.WaitVisible(chromedp.ID("source"))); err != nil {
+		t.Fatalf("sign in as ada onto the editor: %v", err)
+	}
+	poll("the live version, unchanged", `document.getElementById('diff').textContent === 'Unchanged.'`)
+	// An edit as a person types it: the page checks it once the typing stops.
+	edit := func(from, to string) {
+		t.Helper()
+		js(`(() => { const s = document.getElementById('source'); s.value = s.value.replace(` + strconvQuote(from) + `, ` + strconvQuote(to) + `); s.dispatchEvent(new Event('input')); return 'ok'; })()`)
+	}
+	edit("max: ", "max: two-")
+	poll("the server's problem", `document.getElementById('problems').textContent.includes('dev-environment.yaml:')`)
+	if p := js(`document.getElementById('problems').textContent`); !strings.Contains(p, "spec.gpu.count.max") {
+		t.Errorf("the problem: %q", p)
+	}
+	edit("max: two-", "max: ")
+	edit("title: ", "title: Edited ")
+	poll("the diff", `document.getElementById('diff').textContent.startsWith('update')`)
+	step := func(what string, steps ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(ctx, steps...); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	step("save", chromedp.Click(chromedp.ID("save")))
+	poll("version 2", `!!document.querySelector('#versions tr[data-version="2"]')`)
+	step("preview for team vision", chromedp.SendKeys(chromedp.ID("preview-team"), "vision"), chromedp.Click(chromedp.ID("preview")))
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.getElementById('objects').textContent.includes('kind: Service') && document.getElementById('objects').textContent.includes('app.kubernetes.io/managed-by: gantry')`, chromedp.WithPollingTimeout(10*time.Second))); err != nil {
+		t.Fatalf("the objects: %q", js(`document.getElementById('objects').textContent.slice(0, 500)`))
+	}
+	if v := servertest.Accessibility(t, ctx); len(v) > 0 {
+		t.Errorf("the editor: accessibility violations: %v", v)
+	}
+	step("roll back to version 1", chromedp.Evaluate[chromedp.Void](`window.confirm = () => true; undefined`),
+		chromedp.Click(chromedp.CSS(`#versions tr[data-version="1"] button`)))
+	poll("version 3", `!!document.querySelector('#versions tr[data-version="3"]')`)
+	step("compare 1 and 3", chromedp.SetValue(chromedp.ID("cmp-a"), "1"), chromedp.SetValue(chromedp.ID("cmp-b"), "3"),
+		chromedp.Click(chromedp.CSS(`#compare button`)))
+	poll("no differences", `document.getElementById('version-diff').textContent === 'no differences'`)
+	if v, err := servertest.CSPViolations(ctx); err != nil || len(v) > 0 {
+		t.Errorf("the editor broke its Content Security Policy: %v %v", v, err)
+	}
+}
+
+// strconvQuote is a Go string as a JavaScript string literal.
+func strconvQuote(s string) string { b, _ := json.Marshal(s); return string(b) }

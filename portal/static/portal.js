@@ -94,7 +94,8 @@ async function catalogPage() {
       t.metadata.description ? el('p', { text: t.metadata.description }) : null,
       el('p', { text: 'Default: ' + g.count.default + ' × ' + g.defaultClass + (g.defaultMigProfile ? ', MIG ' + g.defaultMigProfile : '') }),
       prices,
-      el('a', { class: 'button', href: '/launch/' + encodeURIComponent(t.metadata.name), 'aria-label': 'Launch ' + (t.metadata.title || t.metadata.name), text: 'Launch' }));
+      el('a', { class: 'button', href: '/launch/' + encodeURIComponent(t.metadata.name), 'aria-label': 'Launch ' + (t.metadata.title || t.metadata.name), text: 'Launch' }),
+      ' ', el('a', { href: '/templates/' + encodeURIComponent(t.metadata.name) + '/edit', 'aria-label': 'Edit ' + (t.metadata.title || t.metadata.name), text: 'Edit' }));
     list.append(card);
   }
   say(templates.items.length + ' templates');
@@ -651,6 +652,204 @@ async function teamPage(team) {
   setInterval(refresh, 10000);
 }
 
+// --------------------------------------------------------------- platform
+
+// section fills one table of the platform page; a refusal (a 403 names the
+// permission) is shown in the section, not as a broken page.
+async function section(id, load) {
+  const status = document.getElementById(id + '-status');
+  try {
+    await load(document.querySelector('#' + id + ' tbody'));
+  } catch (err) {
+    if (status) status.textContent = err.message;
+    else say(err.message);
+  }
+}
+
+async function platformPage() {
+  await Promise.all([
+    section('images', async (body) => {
+      const list = await api('GET', '/api/v1/images');
+      body.replaceChildren(...list.items.map((im) => {
+        const signer = im.signing.keys ? im.signing.keys.map((k) => k.file + ' (' + k.fingerprint.slice(0, 16) + '…)').join(', ') :
+          im.signing.keyless ? im.signing.keyless.subject + ' at ' + im.signing.keyless.issuer : '-';
+        const result = el('td', { class: 'verification', text: 'not checked this session' });
+        const verify = el('button', { type: 'button', 'aria-label': 'Verify ' + im.name + ' now', text: 'Verify' });
+        verify.addEventListener('click', async () => {
+          result.textContent = 'verifying…';
+          try {
+            const v = await api('POST', '/api/v1/images/' + encodeURIComponent(im.name) + '/verify', { tag: im.tags[0] });
+            result.textContent = 'verified: ' + v.digest.slice(0, 19) + '… by ' + v.signer + (v.cached ? ' (cached)' : '');
+          } catch (err) { result.textContent = 'refused: ' + err.message; }
+        });
+        result.append(' ', verify);
+        return el('tr', { 'data-name': im.name }, el('td', { text: (im.title || im.name) }), el('td', { text: im.repository + ':' + im.tags.join(', ') }),
+          el('td', { text: signer }), el('td', { text: (im.attestations || []).map((a) => a.predicateType).join(', ') || '-' }), result);
+      }));
+    }),
+    section('classes', async (body) => {
+      const list = await api('GET', '/api/v1/gpu-classes');
+      body.replaceChildren(...list.items.map((c) => el('tr', {}, el('td', { text: c.name }), el('td', { text: c.memoryGiB + ' GiB' }),
+        el('td', { text: money(c.price.onDemand) + '/h' }), el('td', { text: c.price.spot ? money(c.price.spot) + '/h' : '-' }),
+        el('td', { text: (c.migProfiles || []).map((m) => m.name).join(', ') || '-' }))));
+    }),
+    section('nodes', async (body) => {
+      const list = await api('GET', '/api/v1/nodes');
+      body.replaceChildren(...list.items.map((n) => el('tr', {}, el('td', { text: n.name }),
+        el('td', { text: n.gpus.map((g) => g.index + ': ' + (g.model || g.gpu) + (g.migEnabled ? ' (MIG)' : '')).join('; ') }),
+        el('td', { text: n.healthy ? 'healthy' : 'unhealthy: ' + n.gpus.filter((g) => !g.healthy).map((g) => 'GPU ' + g.index + (g.reason ? ' ' + g.reason : '')).join('; ') }),
+        el('td', { text: new Date(n.seenAt).toLocaleString() + (n.stale ? ' (stale)' : '') }))));
+      if (!list.items.length) document.getElementById('nodes-status').textContent = 'No node agent has reported yet.';
+    }),
+    section('fleet', async (body) => {
+      const templates = await api('GET', '/api/v1/templates');
+      const rows = await Promise.all(templates.items.map((v) => api('GET', '/api/v1/templates/' + encodeURIComponent(v.template.metadata.name) + '/advice')));
+      rows.sort((a, b) => (b.monthlyUSD || 0) - (a.monthlyUSD || 0));
+      body.replaceChildren(...rows.map((r) => el('tr', {}, el('td', { text: r.template }), el('td', { text: r.measured + ' of ' + r.launches }),
+        el('td', { text: r.peakMemoryP95GiB !== undefined ? r.peakMemoryP95GiB.toFixed(1) + ' GiB' : '-' }),
+        el('td', { text: (r.default || '-') + (r.recommended && r.recommended !== r.default ? ' → ' + r.recommended : '') }),
+        el('td', { text: r.monthlyUSD ? money(r.monthlyUSD) : '-' }))));
+    }),
+    section('audit', async (body) => {
+      const list = await api('GET', '/api/v1/audit?limit=50');
+      body.replaceChildren(...list.items.map((a) => el('tr', {}, el('td', { text: a.seq }), el('td', { text: new Date(a.at).toLocaleString() }),
+        el('td', { text: a.actor }), el('td', { text: a.action + (a.reason ? ' — ' + a.reason : '') }), el('td', { text: a.decision + ' ' + a.status }))));
+    }),
+  ]);
+  say('');
+}
+
+// ----------------------------------------------------------------- editor
+
+// yaml writes a JSON value as block YAML (scalars as JSON, which YAML reads).
+function yaml(v, indent) {
+  indent = indent || '';
+  if (Array.isArray(v)) {
+    if (!v.length) return ' []';
+    return v.map((x) => '\n' + indent + '-' + (x !== null && typeof x === 'object' && !Array.isArray(x) && Object.keys(x).length ? yaml(x, indent + '  ').replace(/^\n\s*/, ' ') : yaml(x, indent + '  '))).join('');
+  }
+  if (v !== null && typeof v === 'object') {
+    const keys = Object.keys(v);
+    if (!keys.length) return ' {}';
+    return keys.map((k) => '\n' + indent + (/^[A-Za-z0-9_./-]+$/.test(k) ? k : JSON.stringify(k)) + ':' + yaml(v[k], indent + '  ')).join('');
+  }
+  if (typeof v === 'string' && /^[A-Za-z0-9_./-][A-Za-z0-9 _./:-]*$/.test(v) && !/^(true|false|null|yes|no|on|off|~|[0-9.+-]+)$/i.test(v) && !v.endsWith(' ') && !v.includes(': ')) return ' ' + v;
+  return ' ' + JSON.stringify(v);
+}
+const toYAML = (doc) => yaml(doc).replace(/^\n/, '') + '\n';
+
+// lineDiff is a unified-style diff of two texts (longest common subsequence).
+function lineDiff(a, b) {
+  const x = a.split('\n'), y = b.split('\n');
+  const n = x.length, m = y.length;
+  const L = Array.from({ length: n + 1 }, () => new Array(m + 1).fill(0));
+  for (let i = n - 1; i >= 0; i--) for (let j = m - 1; j >= 0; j--) L[i][j] = x[i] === y[j] ? L[i + 1][j + 1] + 1 : Math.max(L[i + 1][j], L[i][j + 1]);
+  const out = [];
+  let i = 0, j = 0;
+  while (i < n || j < m) {
+    if (i < n && j < m && x[i] === y[j]) { i++; j++; continue; }
+    if (j < m && (i === n || L[i][j + 1] >= L[i + 1][j])) out.push('+ ' + y[j++]);
+    else out.push('- ' + x[i++]);
+  }
+  return out.length ? out.join('\n') : 'no differences';
+}
+
+async function editorPage(name) {
+  const q = encodeURIComponent(name);
+  const source = document.getElementById('source');
+  const problems = document.getElementById('problems');
+  const diffBox = document.getElementById('diff');
+  let versions = [];
+  const file = () => ({ files: [{ path: name + '.yaml', content: source.value }] });
+
+  // check asks the server what saving would do: every problem with its
+  // file:line and field path (what `gantry templates validate` says), or
+  // the diff against the live version.
+  let timer = null, seq = 0;
+  const check = async () => {
+    const mine = ++seq;
+    try {
+      const plan = await api('POST', '/api/v1/catalog/apply', Object.assign({ dryRun: true }, file()));
+      if (mine !== seq) return;
+      problems.replaceChildren(el('li', { class: 'ok', text: 'No problems.' }));
+      source.removeAttribute('aria-invalid');
+      const step = plan.steps.find((s) => s.name === name) || plan.steps[0];
+      diffBox.textContent = !step ? '' : step.action === 'unchanged' ? 'Unchanged.' : step.action + (step.name !== name ? ' (another template: ' + step.name + ')' : '') + '\n' + (step.diff || '');
+    } catch (err) {
+      if (mine !== seq) return;
+      const list = (err.problem && err.problem.errors) || [];
+      problems.replaceChildren(...(list.length ? list : [{ detail: err.message }]).map((e) =>
+        el('li', { class: 'field-error', text: (e.file ? e.file + (e.line ? ':' + e.line : '') + ': ' : '') + (e.field ? e.field + ': ' : '') + e.detail })));
+      source.setAttribute('aria-invalid', 'true');
+      diffBox.textContent = '';
+    }
+  };
+  source.addEventListener('input', () => { clearTimeout(timer); timer = setTimeout(check, 400); });
+
+  const loadVersions = async () => {
+    versions = (await api('GET', '/api/v1/templates/' + q + '/versions')).items;
+    const live = versions[versions.length - 1];
+    document.getElementById('editor-origin').textContent = 'Live: version ' + live.version + ', saved ' + new Date(live.createdAt).toLocaleString() + ' by ' + live.createdBy +
+      '. Templates kept in git come in with gantry templates apply -f DIR (as the person or CI token that runs it); a save here is the next version, and the next apply from git replaces it.';
+    const body = document.querySelector('#versions tbody');
+    body.replaceChildren(...versions.slice().reverse().map((v) => {
+      const back = el('button', { type: 'button', text: 'Roll back to version ' + v.version, disabled: v === live });
+      back.addEventListener('click', async () => {
+        if (!confirm('Make version ' + v.version + ' the live one again (as a new version)?')) return;
+        source.value = toYAML(v.template);
+        await save();
+      });
+      return el('tr', { 'data-version': v.version }, el('td', { text: String(v.version) }), el('td', { text: new Date(v.createdAt).toLocaleString() }),
+        el('td', { text: v.createdBy }), el('td', { text: (v.status || 'active') + (v.statusReason ? ': ' + v.statusReason : '') }), el('td', {}, back));
+    }));
+    for (const id of ['cmp-a', 'cmp-b']) {
+      const sel = document.getElementById(id);
+      sel.replaceChildren(...versions.map((v) => el('option', { value: v.version, text: 'version ' + v.version })));
+    }
+    document.getElementById('cmp-a').value = String(versions[Math.max(0, versions.length - 2)].version);
+    document.getElementById('cmp-b').value = String(live.version);
+    return live;
+  };
+
+  const save = async () => {
+    const button = document.getElementById('save');
+    button.disabled = true;
+    try {
+      const plan = await api('POST', '/api/v1/catalog/apply', Object.assign({ dryRun: false }, file()));
+      const v = (plan.versions || []).find((x) => x.name === name);
+      say(v ? name + ': saved as version ' + v.version : name + ': unchanged');
+      const live = await loadVersions();
+      source.value = toYAML(live.template);
+      await check();
+    } catch (err) {
+      say('Not saved: ' + err.message);
+      await check();
+    } finally {
+      button.disabled = false;
+    }
+  };
+  document.getElementById('editor').addEventListener('submit', (ev) => { ev.preventDefault(); save(); });
+
+  document.getElementById('compare').addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    const a = versions.find((v) => String(v.version) === document.getElementById('cmp-a').value);
+    const b = versions.find((v) => String(v.version) === document.getElementById('cmp-b').value);
+    document.getElementById('version-diff').textContent = lineDiff(toYAML(a.template), toYAML(b.template));
+  });
+  document.getElementById('preview-form').addEventListener('submit', async (ev) => {
+    ev.preventDefault();
+    const out = document.getElementById('objects');
+    try {
+      const r = await api('POST', '/api/v1/templates/' + q + '/render', { team: document.getElementById('preview-team').value });
+      out.textContent = r.objects.map((o) => toYAML(o)).join('---\n');
+    } catch (err) { out.textContent = err.message; }
+  });
+
+  const live = await loadVersions();
+  source.value = toYAML(live.template);
+  await check();
+}
+
 // ------------------------------------------------------------------- main
 
 (async function () {
@@ -662,6 +861,8 @@ async function teamPage(team) {
     else if (page === 'workload') await workloadPage(param);
     else if (page === 'tokens') await tokensPage();
     else if (page === 'team') await teamPage(param);
+    else if (page === 'platform') await platformPage();
+    else if (page === 'editor') await editorPage(param);
   } catch (err) {
     say(err.message);
   }

@@ -86,6 +86,10 @@ type Options struct {
 	// Authorize decides whether an identity holds a route's declared permission
 	// in some team; nil denies every non-public route.
 	Authorize func(id identity.Identity, permission access.Permission) bool
+	// RolesWith names the roles that grant a permission, for the message
+	// of a refusal (who could be asked); none: the message names only the
+	// permission.
+	RolesWith func(permission access.Permission) []string
 	// AppTransport reaches interactive workloads' apps behind /w/{id}/
 	// (default: a plain HTTP transport to their in-cluster addresses).
 	AppTransport http.RoundTripper
@@ -106,7 +110,7 @@ func New(o Options) (*echo.Echo, error) {
 		o.Logger = slog.Default()
 	}
 	o.Logger = slog.New(logctx.Handler(o.Logger.Handler())) // request and workload ids from the context
-	validate, err := validator(o.Spec, o.Authorize)
+	validate, err := validator(o.Spec, o.Authorize, o.RolesWith)
 	if err != nil {
 		return nil, err
 	}

@@ -63,7 +63,7 @@ func checkPermissions(doc *openapi3.T) error {
 // the caller holds the route's permission somewhere (401 without an identity,
 // 403 without the permission), then the request against the spec (parameters
 // and body, every failure at once), before any handler runs.
-func validator(spec []byte, authorize func(identity.Identity, access.Permission) bool) (echo.MiddlewareFunc, error) {
+func validator(spec []byte, authorize func(identity.Identity, access.Permission) bool, rolesWith func(access.Permission) []string) (echo.MiddlewareFunc, error) {
 	loader := openapi3.NewLoader()
 	doc, err := loader.LoadFromData(spec)
 	if err != nil {
@@ -106,7 +106,7 @@ func validator(spec []byte, authorize func(identity.Identity, access.Permission)
 				}
 				p, _ := access.Parse(perm) // checked at start: known
 				if perm != Authenticated && perm != Agent && (authorize == nil || !authorize(id, p)) {
-					return &fault.Forbidden{Reason: fmt.Sprintf("you need the %s permission", perm)}
+					return &fault.Forbidden{Reason: refusal(perm, rolesWith)}
 				}
 			}
 			if err := refuseDuplicateKeys(req); err != nil {
@@ -183,4 +183,20 @@ func duplicateKey(data []byte) (string, bool) {
 	}
 	p, dup, _ := walk("")
 	return p, dup
+}
+
+// refusal says which permission a caller lacks and which roles grant it, so
+// a person knows whom to ask: roles are bound to groups per team by the
+// platform team (policy/bindings.yaml).
+func refusal(perm string, rolesWith func(access.Permission) []string) string {
+	msg := fmt.Sprintf("you need the %s permission", perm)
+	p, ok := access.Parse(perm)
+	if !ok || rolesWith == nil {
+		return msg
+	}
+	if roles := rolesWith(p); len(roles) > 0 {
+		msg += fmt.Sprintf(", which the %s role%s grant%s: ask a platform engineer to bind your group to one in the team's policy (policy/bindings.yaml)",
+			strings.Join(roles, ", "), map[bool]string{true: "s", false: ""}[len(roles) > 1], map[bool]string{true: "", false: "s"}[len(roles) > 1])
+	}
+	return msg
 }

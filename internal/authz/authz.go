@@ -447,6 +447,25 @@ func (p *Policy) decide(w *where, subject, team, obj, act string) bool {
 	return false
 }
 
+// RolesWith are the roles whose rules grant permission (in roles.csv's
+// order), to say who could grant it to someone refused.
+func (p *Policy) RolesWith(permission access.Permission) []string {
+	rules, err := p.enforcer.GetPolicy()
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, r := range rules {
+		if len(r) < 4 || slices.Contains(out, r[0]) {
+			continue
+		}
+		if (r[2] == "*" || r[2] == permission.Object()) && (r[3] == "*" || r[3] == permission.Action()) {
+			out = append(out, r[0])
+		}
+	}
+	return out
+}
+
 // MayUse reports whether team may launch what u uses; problems name the
 // field.
 func (p *Policy) MayUse(team string, u access.Use) error {
@@ -596,6 +615,12 @@ func (a *Authorizer) Teams(id identity.Identity, permission access.Permission) (
 }
 
 // MayUse answers with the policy in force.
+// RolesWith implements the API's refusal messages: the roles that grant
+// permission.
+func (a *Authorizer) RolesWith(permission access.Permission) []string {
+	return a.Policy().RolesWith(permission)
+}
+
 func (a *Authorizer) MayUse(team string, u access.Use) error {
 	return a.Policy().MayUse(team, u)
 }

@@ -2,6 +2,7 @@ package e2e_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -164,6 +165,22 @@ new MutationObserver(() => window.__seen.push(document.getElementById('w-status'
 		t.Errorf("alice sees ops's workload as %q", st)
 	}
 	noCSPViolations("the list")
+
+	// A laptop at 200 % zoom: a 1280 px window is a 640 px viewport. The
+	// pages reflow: nothing scrolls sideways.
+	step("200% zoom", chromedp.EmulateViewport(640, 450))
+	for _, page := range []string{"/", "/launch/jupyter-notebook", "/workloads", "/workloads/" + id} {
+		step(page+" at 200%", chromedp.Navigate(g.URL+page), chromedp.WaitVisible(chromedp.ID("main")))
+		poll(page+" filled", `document.getElementById('status').textContent.length > 0 || !!document.querySelector('#templates .card, #launch select option, #workloads tbody tr, #w-status')`)
+		if w := js(`document.documentElement.scrollWidth + '/' + document.documentElement.clientWidth`); func() bool {
+			var sw, cw int
+			fmt.Sscanf(w, "%d/%d", &sw, &cw)
+			return sw > cw
+		}() {
+			t.Errorf("%s at 200%% zoom scrolls sideways (scroll/client width %s)", page, w)
+		}
+	}
+	step("back to 100%", chromedp.EmulateReset())
 
 	// The portal's pages answer with the strict policy.
 	resp, err := http.Get(g.URL + "/workloads")

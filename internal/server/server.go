@@ -332,7 +332,7 @@ func New(ctx context.Context, cfg config.Config, ov Overrides) (s *Server, err e
 		Portal:   portal.New(portal.Options{Sessions: sessions, Teams: s.authz.Teams, Secure: strings.HasPrefix(public, "https://"), Logger: core.Log, Audit: s.denials}),
 		Identify: identify, Sessions: sessions, Tokens: s.tokens, Users: s.users, Teams: s.authz.Teams,
 		SignIn:    gen.AuthConfig{Issuer: oc.Issuer, CliClientID: oc.CLIClientID, Scopes: oc.Scopes},
-		Authorize: s.authz.AllowedSomewhere, Audit: s.denials, Images: core.Images,
+		Authorize: s.authz.AllowedSomewhere, RolesWith: s.authz.RolesWith, Audit: s.denials, Images: core.Images,
 		AppTransport: ov.AppTransport,
 		Agents:       agents, Telemetry: s.Telemetry, Metrics: metrics, MetricsSource: metricsSource, Advice: adv,
 		Anonymous: api.AnonymousLimit{Rate: float64(cfg.Security.AnonymousRate), Burst: int(cfg.Security.AnonymousBurst), Now: s.clock.Now},

@@ -1,0 +1,26 @@
+package api_test
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/gantryhq/gantry/internal/identity"
+)
+
+// TestRefusalSaysWhomToAsk: a 403 names the permission the caller lacks and
+// the roles that grant it, so a person knows whom to ask.
+func TestRefusalSaysWhomToAsk(t *testing.T) {
+	e := newEnv(t, func(*http.Request) (identity.Identity, error) {
+		return identity.Identity{Subject: "mia", Groups: []string{"ml-vision"}}, nil // a member of vision
+	})
+	var p problem
+	if s := e.request("", "GET", "/api/v1/audit", nil, &p); s != 403 {
+		t.Fatalf("audit as a member: %d", s)
+	}
+	if !strings.Contains(p.Detail, "you need the audit:read permission") || !strings.Contains(p.Detail, "platform-admin") ||
+		!strings.Contains(p.Detail, "policy/bindings.yaml") || strings.Contains(p.Detail, "member") {
+		t.Errorf("the refusal: %q", p.Detail)
+	}
+	t.Log(p.Detail)
+}

@@ -125,6 +125,7 @@ new MutationObserver(() => window.__seen.push(document.getElementById('w-status'
 	}
 	t.Logf("the page showed: %v", seen)
 	poll("the log streams into the page", `document.getElementById('logs').textContent.includes('simulated container: ready')`)
+	poll("the cluster's events", `document.getElementById('events').textContent.includes('Scheduled')`)
 
 	// The node agent reports the notebook's GPU: the page draws it.
 	pod := podsOf(t, "vision", id)[0]

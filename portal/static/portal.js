@@ -450,6 +450,19 @@ async function workloadPage(id) {
   }
   document.getElementById('follow').addEventListener('click', follow);
 
+  // The cluster's events about it (scheduling, pulls, evictions), newest
+  // first, every 10 s.
+  const eventsNow = async () => {
+    try {
+      const ev = await api('GET', path + '/events');
+      document.querySelector('#events tbody').replaceChildren(...ev.items.slice().reverse().slice(0, 50).map((e) =>
+        el('tr', {}, el('td', { text: new Date(e.time).toLocaleTimeString() }), el('td', { text: e.type }), el('td', { text: e.object }),
+          el('td', { text: e.reason + (e.count > 1 ? ' ×' + e.count : '') }), el('td', { text: e.message }))));
+    } catch (err) { /* no cluster yet: the status says why */ }
+  };
+  eventsNow();
+  setInterval(eventsNow, 10000);
+
   // GPU charts over the chosen window, redrawn every 30 s; an advice
   // card's "show evidence" shades its window on them.
   const charts = document.getElementById('charts');

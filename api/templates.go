@@ -5,6 +5,7 @@ import (
 
 	"github.com/gantryhq/gantry/api/gen"
 	"github.com/gantryhq/gantry/internal/catalog"
+	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/team"
 	"github.com/gantryhq/gantry/internal/template"
 	"github.com/gantryhq/gantry/internal/workload"
@@ -83,9 +84,20 @@ func (s *server) RenderTemplate(ctx context.Context, req gen.RenderTemplateReque
 	if err != nil {
 		return nil, err
 	}
-	rd, err := s.o.Workloads.Preview(ctx, caller(ctx), workload.Request{
-		Template: req.Name, Version: deref(b.TemplateVersion), Team: t, Choice: choice(b.Gpu, b.Parameters, b.Confidential),
-	})
+	r := workload.Request{Template: req.Name, Version: deref(b.TemplateVersion), Team: t, Choice: choice(b.Gpu, b.Parameters, b.Confidential)}
+	if b.Source != nil {
+		// A draft, as the editor holds it: parsed as a file would be, so
+		// its problems name their line.
+		files, err := template.ParseSources([]template.Source{{Path: req.Name + ".yaml", Data: []byte(*b.Source)}}, s.o.Catalog.Parse)
+		if err != nil {
+			return nil, err
+		}
+		if len(files) != 1 {
+			return nil, &fault.Invalid{Fields: []fault.Field{{Path: "source", Message: "must hold one template"}}}
+		}
+		r.Draft = files[0].Template
+	}
+	rd, err := s.o.Workloads.Preview(ctx, caller(ctx), r)
 	if err != nil {
 		return nil, err
 	}

@@ -1557,6 +1557,9 @@ type RenderRequest struct {
 	// Parameters Parameter values by name (strings, integers or booleans as the template declares).
 	Parameters *Parameters `json:"parameters,omitempty"`
 
+	// Source A draft of this template (YAML or JSON, as a file holds it) to render instead of a stored version; needs templates:write. Not with templateVersion.
+	Source *string `json:"source,omitempty"`
+
 	// Team A lowercase DNS label.
 	Team            Name `json:"team"`
 	TemplateVersion *int `json:"templateVersion,omitempty"`
@@ -2511,7 +2514,7 @@ type ClientInterface interface {
 
 	// RenderTemplateWithBody Preview a launch
 	//
-	// Renders the Kubernetes objects a launch with these choices would create, without recording or applying anything. It needs what the launch needs (launching in the team, the team's use of the template and GPU class) and refuses what the launch refuses.
+	// Renders the Kubernetes objects a launch with these choices would create, without recording or applying anything. It needs what the launch needs (workloads:launch in the team, the team's use of the template and GPU class) and refuses what the launch refuses. With source, it renders that draft of the template instead of a stored version (the template editor's preview before saving): that needs templates:write instead of the right to launch, and a draft's problems name their line.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -2520,7 +2523,7 @@ type ClientInterface interface {
 
 	// RenderTemplate Preview a launch
 	//
-	// Renders the Kubernetes objects a launch with these choices would create, without recording or applying anything. It needs what the launch needs (launching in the team, the team's use of the template and GPU class) and refuses what the launch refuses.
+	// Renders the Kubernetes objects a launch with these choices would create, without recording or applying anything. It needs what the launch needs (workloads:launch in the team, the team's use of the template and GPU class) and refuses what the launch refuses. With source, it renders that draft of the template instead of a stored version (the template editor's preview before saving): that needs templates:write instead of the right to launch, and a draft's problems name their line.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -3343,7 +3346,7 @@ func (c *Client) GetTemplateAdvice(ctx context.Context, name TemplateName, reqEd
 
 // RenderTemplateWithBody Preview a launch
 //
-// Renders the Kubernetes objects a launch with these choices would create, without recording or applying anything. It needs what the launch needs (launching in the team, the team's use of the template and GPU class) and refuses what the launch refuses.
+// Renders the Kubernetes objects a launch with these choices would create, without recording or applying anything. It needs what the launch needs (workloads:launch in the team, the team's use of the template and GPU class) and refuses what the launch refuses. With source, it renders that draft of the template instead of a stored version (the template editor's preview before saving): that needs templates:write instead of the right to launch, and a draft's problems name their line.
 //
 // Takes any type of body and a specified content type.
 //
@@ -3362,7 +3365,7 @@ func (c *Client) RenderTemplateWithBody(ctx context.Context, name TemplateName, 
 
 // RenderTemplate Preview a launch
 //
-// Renders the Kubernetes objects a launch with these choices would create, without recording or applying anything. It needs what the launch needs (launching in the team, the team's use of the template and GPU class) and refuses what the launch refuses.
+// Renders the Kubernetes objects a launch with these choices would create, without recording or applying anything. It needs what the launch needs (workloads:launch in the team, the team's use of the template and GPU class) and refuses what the launch refuses. With source, it renders that draft of the template instead of a stored version (the template editor's preview before saving): that needs templates:write instead of the right to launch, and a draft's problems name their line.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -6732,7 +6735,7 @@ type ClientWithResponsesInterface interface {
 
 	// RenderTemplateWithBodyWithResponse Preview a launch
 	//
-	// Renders the Kubernetes objects a launch with these choices would create, without recording or applying anything. It needs what the launch needs (launching in the team, the team's use of the template and GPU class) and refuses what the launch refuses.
+	// Renders the Kubernetes objects a launch with these choices would create, without recording or applying anything. It needs what the launch needs (workloads:launch in the team, the team's use of the template and GPU class) and refuses what the launch refuses. With source, it renders that draft of the template instead of a stored version (the template editor's preview before saving): that needs templates:write instead of the right to launch, and a draft's problems name their line.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -6741,7 +6744,7 @@ type ClientWithResponsesInterface interface {
 
 	// RenderTemplateWithResponse Preview a launch
 	//
-	// Renders the Kubernetes objects a launch with these choices would create, without recording or applying anything. It needs what the launch needs (launching in the team, the team's use of the template and GPU class) and refuses what the launch refuses.
+	// Renders the Kubernetes objects a launch with these choices would create, without recording or applying anything. It needs what the launch needs (workloads:launch in the team, the team's use of the template and GPU class) and refuses what the launch refuses. With source, it renders that draft of the template instead of a stored version (the template editor's preview before saving): that needs templates:write instead of the right to launch, and a draft's problems name their line.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -10107,7 +10110,7 @@ func (c *ClientWithResponses) GetTemplateAdviceWithResponse(ctx context.Context,
 
 // RenderTemplateWithBodyWithResponse Preview a launch
 //
-// Renders the Kubernetes objects a launch with these choices would create, without recording or applying anything. It needs what the launch needs (launching in the team, the team's use of the template and GPU class) and refuses what the launch refuses.
+// Renders the Kubernetes objects a launch with these choices would create, without recording or applying anything. It needs what the launch needs (workloads:launch in the team, the team's use of the template and GPU class) and refuses what the launch refuses. With source, it renders that draft of the template instead of a stored version (the template editor's preview before saving): that needs templates:write instead of the right to launch, and a draft's problems name their line.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -10122,7 +10125,7 @@ func (c *ClientWithResponses) RenderTemplateWithBodyWithResponse(ctx context.Con
 
 // RenderTemplateWithResponse Preview a launch
 //
-// Renders the Kubernetes objects a launch with these choices would create, without recording or applying anything. It needs what the launch needs (launching in the team, the team's use of the template and GPU class) and refuses what the launch refuses.
+// Renders the Kubernetes objects a launch with these choices would create, without recording or applying anything. It needs what the launch needs (workloads:launch in the team, the team's use of the template and GPU class) and refuses what the launch refuses. With source, it renders that draft of the template instead of a stored version (the template editor's preview before saving): that needs templates:write instead of the right to launch, and a draft's problems name their line.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //

@@ -1555,6 +1555,9 @@ type RenderRequest struct {
 	// Parameters Parameter values by name (strings, integers or booleans as the template declares).
 	Parameters *Parameters `json:"parameters,omitempty"`
 
+	// Source A draft of this template (YAML or JSON, as a file holds it) to render instead of a stored version; needs templates:write. Not with templateVersion.
+	Source *string `json:"source,omitempty"`
+
 	// Team A lowercase DNS label.
 	Team            Name `json:"team"`
 	TemplateVersion *int `json:"templateVersion,omitempty"`

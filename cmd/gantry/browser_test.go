@@ -151,11 +151,12 @@ func TestBrowserSignIn(t *testing.T) {
 	}
 }
 
-// TestBrowserTemplateEditor: a platform admin opens a template in the
+// TestBrowserTemplateEditor: a platform engineer opens a template in the
 // editor (the live version, which the server finds unchanged), breaks it and
 // sees the server's file:line problem with its field path, fixes it with a
-// real change and sees the diff, saves a new version, previews the objects,
-// and rolls back to the first version (a third version equal to it).
+// real change and sees the diff, previews the objects of the edit before
+// saving, saves a new version, and rolls back to the first version (a third
+// version equal to it).
 func TestBrowserTemplateEditor(t *testing.T) {
 	ctx := servertest.Browser(t, 90*time.Second)
 	g := startGantry(t)
@@ -178,11 +179,11 @@ func TestBrowserTemplateEditor(t *testing.T) {
 		chromedp.WaitVisible(chromedp.ID("sign-in")),
 		chromedp.Click(chromedp.ID("sign-in")),
 		chromedp.WaitVisible(chromedp.ID("username")),
-		chromedp.SendKeys(chromedp.ID("username"), "ada"),
-		chromedp.SendKeys(chromedp.ID("password"), "ada"),
+		chromedp.SendKeys(chromedp.ID("username"), "pat"),
+		chromedp.SendKeys(chromedp.ID("password"), "pat"),
 		chromedp.Click(chromedp.ID("submit")),
 		chromedp.WaitVisible(chromedp.ID("source"))); err != nil {
-		t.Fatalf("sign in as ada onto the editor: %v", err)
+		t.Fatalf("sign in as pat onto the editor: %v", err)
 	}
 	poll("the live version, unchanged", `document.getElementById('diff').textContent === 'Unchanged.'`)
 	// An edit as a person types it: the page checks it once the typing stops.
@@ -204,12 +205,15 @@ func TestBrowserTemplateEditor(t *testing.T) {
 			t.Fatalf("%s: %v", what, err)
 		}
 	}
-	step("save", chromedp.Click(chromedp.ID("save")))
-	poll("version 2", `!!document.querySelector('#versions tr[data-version="2"]')`)
-	step("preview for team vision", chromedp.SendKeys(chromedp.ID("preview-team"), "vision"), chromedp.Click(chromedp.ID("preview")))
+	step("preview the edit for team vision", chromedp.SendKeys(chromedp.ID("preview-team"), "vision"), chromedp.Click(chromedp.ID("preview")))
 	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.getElementById('objects').textContent.includes('kind: Service') && document.getElementById('objects').textContent.includes('app.kubernetes.io/managed-by: gantry')`, chromedp.WithPollingTimeout(10*time.Second))); err != nil {
 		t.Fatalf("the objects: %q", js(`document.getElementById('objects').textContent.slice(0, 500)`))
 	}
+	if o := js(`document.getElementById('objects').textContent`); !strings.Contains(o, "dev-environment@0") {
+		t.Errorf("the preview is not of the unsaved edit (version 0): %.300q", o)
+	}
+	step("save", chromedp.Click(chromedp.ID("save")))
+	poll("version 2", `!!document.querySelector('#versions tr[data-version="2"]')`)
 	if v := servertest.Accessibility(t, ctx); len(v) > 0 {
 		t.Errorf("the editor: accessibility violations: %v", v)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/gantryhq/gantry/internal/access"
 	"github.com/gantryhq/gantry/internal/catalog"
 	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/render"
 	"github.com/gantryhq/gantry/internal/team"
 	"github.com/gantryhq/gantry/internal/template"
@@ -25,6 +26,10 @@ type Request struct {
 	Team           team.Name // checked by team.Parse where it came in
 	Choice         template.Choice
 	IdempotencyKey string // optional: the same key returns the same workload
+	// Draft, for a preview only, is an unsaved template of that name to
+	// render instead of a stored version (the editor's preview): it needs
+	// templates:write rather than the right to launch in the team.
+	Draft *template.Template
 }
 
 // fingerprint identifies what a request asks for, so that a repeat under the
@@ -52,7 +57,31 @@ type Rendered struct {
 // It refuses exactly what a launch refuses (the team, the template and GPU
 // class the team may use), so that a preview tells nothing a launch would not.
 func (s *Service) Preview(ctx context.Context, owner string, req Request) (Rendered, error) {
-	return s.launchable(ctx, owner, req, "preview0")
+	if req.Draft == nil {
+		return s.launchable(ctx, owner, req, "preview0")
+	}
+	id, ok := identity.From(ctx)
+	if all, teams := s.authz.Teams(id, access.TemplatesWrite); !ok || !all && len(teams) == 0 {
+		return Rendered{}, &fault.Forbidden{Reason: "previewing a draft of a template needs the templates:write permission"}
+	}
+	var errs fault.List
+	if req.Draft.Metadata.Name != req.Template {
+		errs.Addf("source", "the draft is template %q, not %q", req.Draft.Metadata.Name, req.Template)
+	}
+	if req.Version != 0 {
+		errs.Addf("templateVersion", "not with a draft")
+	}
+	if err := errs.Err(); err != nil {
+		return Rendered{}, err
+	}
+	rd, err := s.render(ctx, owner, req, "preview0")
+	if err != nil {
+		return Rendered{}, err
+	}
+	if err := s.authz.MayUse(req.Team.String(), uses(rd)); err != nil {
+		return Rendered{}, &fault.Forbidden{Reason: policyReason(err)}
+	}
+	return rd, nil
 }
 
 // launchable renders a request after the checks every launch makes: the
@@ -105,9 +134,12 @@ func (s *Service) render(ctx context.Context, owner string, req Request, id stri
 			return Rendered{}, err
 		}
 	}
-	v, err := s.templates.Get(ctx, req.Template, req.Version)
-	if err != nil {
-		return Rendered{}, err
+	v := catalog.Version{Name: req.Template, Template: req.Draft} // a draft: version 0, not saved
+	if req.Draft == nil {
+		var err error
+		if v, err = s.templates.Get(ctx, req.Template, req.Version); err != nil {
+			return Rendered{}, err
+		}
 	}
 	if v.Status == catalog.Revoked {
 		field := "templateVersion"

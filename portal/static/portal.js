@@ -853,9 +853,12 @@ async function editorPage(name) {
     ev.preventDefault();
     const out = document.getElementById('objects');
     try {
-      const r = await api('POST', '/api/v1/templates/' + q + '/render', { team: document.getElementById('preview-team').value });
+      const r = await api('POST', '/api/v1/templates/' + q + '/render', { team: document.getElementById('preview-team').value, source: source.value });
       out.textContent = r.objects.map((o) => toYAML(o)).join('---\n');
-    } catch (err) { out.textContent = err.message; }
+    } catch (err) {
+      const list = (err.problem && err.problem.errors) || [];
+      out.textContent = list.length ? list.map((e) => (e.file ? e.file + (e.line ? ':' + e.line : '') + ': ' : '') + (e.field ? e.field + ': ' : '') + e.detail).join('\n') : err.message;
+    }
   });
 
   const live = await loadVersions();

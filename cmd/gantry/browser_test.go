@@ -186,6 +186,9 @@ func TestBrowserTemplateEditor(t *testing.T) {
 		t.Fatalf("sign in as pat onto the editor: %v", err)
 	}
 	poll("the live version, unchanged", `document.getElementById('diff').textContent === 'Unchanged.'`)
+	if o := js(`document.getElementById('editor-origin').textContent`); !strings.Contains(o, "managed from files (gantry:initial-catalog)") {
+		t.Errorf("the editor does not say the template came from files: %q", o)
+	}
 	// An edit as a person types it: the page checks it once the typing stops.
 	edit := func(from, to string) {
 		t.Helper()

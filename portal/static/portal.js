@@ -802,8 +802,10 @@ async function editorPage(name) {
   const loadVersions = async () => {
     versions = (await api('GET', '/api/v1/templates/' + q + '/versions')).items;
     const live = versions[versions.length - 1];
-    document.getElementById('editor-origin').textContent = 'Live: version ' + live.version + ', saved ' + new Date(live.createdAt).toLocaleString() + ' by ' + live.createdBy +
-      '. Templates kept in git come in with gantry templates apply -f DIR (as the person or CI token that runs it); a save here is the next version, and the next apply from git replaces it.';
+    const fromFiles = live.createdBy === 'gitops' || live.createdBy.startsWith('gantry:');
+    document.getElementById('editor-origin').textContent = 'Live: version ' + live.version + ', saved ' + new Date(live.createdAt).toLocaleString() + ' by ' + live.createdBy + '. ' +
+      (fromFiles ? 'This template is managed from files (' + live.createdBy + '): change it in git, or a save here is replaced by the next apply. ' : '') +
+      'Templates kept in git come in with gantry templates apply -f DIR (as the person or CI token that runs it); a save here is the next version.';
     const body = document.querySelector('#versions tbody');
     body.replaceChildren(...versions.slice().reverse().map((v) => {
       const back = el('button', { type: 'button', text: 'Roll back to version ' + v.version, disabled: v === live });

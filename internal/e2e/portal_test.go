@@ -172,7 +172,7 @@ new MutationObserver(() => window.__seen.push(document.getElementById('w-status'
 	step("200% zoom", chromedp.EmulateViewport(640, 450))
 	for _, page := range []string{"/", "/launch/jupyter-notebook", "/workloads", "/workloads/" + id} {
 		step(page+" at 200%", chromedp.Navigate(g.URL+page), chromedp.WaitVisible(chromedp.ID("main")))
-		poll(page+" filled", `document.getElementById('status').textContent.length > 0 || !!document.querySelector('#templates .card, #launch select option, #workloads tbody tr, #w-status')`)
+		poll(page+" filled", `document.getElementById('status').textContent.length > 0 || !!document.querySelector('#templates .card, #launch select option, #workloads tbody tr, #events tbody tr')`)
 		if w := js(`document.documentElement.scrollWidth + '/' + document.documentElement.clientWidth`); func() bool {
 			var sw, cw int
 			fmt.Sscanf(w, "%d/%d", &sw, &cw)

@@ -31,12 +31,8 @@ func TestBrowserSignIn(t *testing.T) {
 		}
 		return v
 	}
-	step := func(what string, steps ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(ctx, steps...); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
+	pg := servertest.NewPage(t, ctx, 20*time.Second)
+	step, poll := pg.Do, pg.Poll
 	step("open the portal, follow Sign in",
 		chromedp.Navigate(g.URL),
 		chromedp.WaitVisible(chromedp.ID("sign-in")),
@@ -84,12 +80,6 @@ func TestBrowserSignIn(t *testing.T) {
 	// shown once, works, is listed, and stops working when revoked.
 	step("the tokens page", chromedp.Navigate(g.URL+"/tokens"), chromedp.WaitVisible(chromedp.ID("new-token")))
 	step("a token without a name", chromedp.Click(chromedp.ID("create-token")))
-	poll := func(what, cond string) {
-		t.Helper()
-		if _, err := chromedp.Run(ctx, chromedp.Poll[bool](cond, chromedp.WithPollingTimeout(20*time.Second))); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
 	poll("the name's error", `document.getElementById('err-name').textContent.length > 0`)
 	step("create one",
 		chromedp.SendKeys(chromedp.ID("t-name"), "notebook"),
@@ -160,31 +150,9 @@ func TestBrowserSignIn(t *testing.T) {
 func TestBrowserTemplateEditor(t *testing.T) {
 	ctx := servertest.Browser(t, 90*time.Second)
 	g := startGantry(t)
-	poll := func(what, cond string) {
-		t.Helper()
-		if _, err := chromedp.Run(ctx, chromedp.Poll[bool](cond, chromedp.WithPollingTimeout(20*time.Second))); err != nil {
-			t.Fatalf("%s (%s): %v", what, cond, err)
-		}
-	}
-	js := func(expr string) string {
-		t.Helper()
-		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr))
-		if err != nil {
-			t.Fatalf("%s: %v", expr, err)
-		}
-		return v
-	}
-	if err := chromedp.Do(ctx,
-		chromedp.Navigate(g.URL+"/templates/dev-environment/edit"),
-		chromedp.WaitVisible(chromedp.ID("sign-in")),
-		chromedp.Click(chromedp.ID("sign-in")),
-		chromedp.WaitVisible(chromedp.ID("username")),
-		chromedp.SendKeys(chromedp.ID("username"), "pat"),
-		chromedp.SendKeys(chromedp.ID("password"), "pat"),
-		chromedp.Click(chromedp.ID("submit")),
-		chromedp.WaitVisible(chromedp.ID("source"))); err != nil {
-		t.Fatalf("sign in as pat onto the editor: %v", err)
-	}
+	pg := servertest.NewPage(t, ctx, 20*time.Second)
+	step, js, poll := pg.Do, pg.JS, pg.Poll
+	pg.SignIn(g.URL+"/templates/dev-environment/edit", "pat", "source")
 	poll("the live version, unchanged", `document.getElementById('diff').textContent === 'Unchanged.'`)
 	if o := js(`document.getElementById('editor-origin').textContent`); !strings.Contains(o, "managed from files (gantry:initial-catalog)") {
 		t.Errorf("the editor does not say the template came from files: %q", o)
@@ -202,12 +170,6 @@ func TestBrowserTemplateEditor(t *testing.T) {
 	edit("max: two-", "max: ")
 	edit("title: ", "title: Edited ")
 	poll("the diff", `document.getElementById('diff').textContent.startsWith('update')`)
-	step := func(what string, steps ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(ctx, steps...); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
 	step("preview the edit for team vision", chromedp.SendKeys(chromedp.ID("preview-team"), "vision"), chromedp.Click(chromedp.ID("preview")))
 	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.getElementById('objects').textContent.includes('kind: Service') && document.getElementById('objects').textContent.includes('app.kubernetes.io/managed-by: gantry')`, chromedp.WithPollingTimeout(10*time.Second))); err != nil {
 		t.Fatalf("the objects: %q", js(`document.getElementById('objects').textContent.slice(0, 500)`))

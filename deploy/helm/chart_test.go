@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -25,23 +26,22 @@ var update = flag.Bool("update", false, "rewrite the golden files")
 var valueSets = []string{"postgres", "sqlite", "gitsync"}
 
 // helmBin builds Helm the first time (deploy/helm/build.sh, cached by
-// version) and returns its path.
-func helmBin(t *testing.T) string {
-	t.Helper()
+// version) and returns its path; the script runs once per test binary.
+var helmBin = sync.OnceValues(func() (string, error) {
 	out, err := exec.Command("bash", "build.sh").Output()
-	if err != nil {
-		t.Fatalf("build helm: %v", err)
-	}
-	return strings.TrimSpace(string(out))
-}
+	return strings.TrimSpace(string(out)), err
+})
 
 func helm(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	cmd := exec.Command(helmBin(t), args...)
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
+	bin, err := helmBin()
 	if err != nil {
+		t.Fatalf("build helm: %v", err)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
 		return out.String() + errb.String(), err
 	}
 	return out.String(), nil

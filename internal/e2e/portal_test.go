@@ -29,26 +29,8 @@ import (
 func TestPortalLaunchWatchStop(t *testing.T) {
 	g := start(t, filepath.Join(t.TempDir(), "g.db"), true)
 	ctx := servertest.Browser(t, 3*time.Minute)
-	step := func(what string, steps ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(ctx, steps...); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
-	js := func(expr string) string {
-		t.Helper()
-		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr))
-		if err != nil {
-			t.Fatalf("%s: %v", expr, err)
-		}
-		return v
-	}
-	poll := func(what, cond string) {
-		t.Helper()
-		if _, err := chromedp.Run(ctx, chromedp.Poll[bool](cond, chromedp.WithPollingTimeout(60*time.Second))); err != nil {
-			t.Fatalf("%s (%s): %v; status line %q", what, cond, err, js(`(document.getElementById('status')||{}).textContent || ''`))
-		}
-	}
+	pg := servertest.NewPage(t, ctx, 60*time.Second)
+	step, js, poll := pg.Do, pg.JS, pg.Poll
 	// Every page keeps its Content Security Policy and passes axe-core
 	// with no serious or critical violation.
 	noCSPViolations := func(page string) {
@@ -67,15 +49,8 @@ func TestPortalLaunchWatchStop(t *testing.T) {
 		t.Fatalf("launch for ops: %d", s)
 	}
 
-	step("open a launch form signed out, sign in, come back to it",
-		chromedp.Navigate(g.URL+"/launch/batch-inference"),
-		chromedp.WaitVisible(chromedp.ID("sign-in")),
-		chromedp.Click(chromedp.ID("sign-in")),
-		chromedp.WaitVisible(chromedp.ID("username")),
-		chromedp.SendKeys(chromedp.ID("username"), "alice"),
-		chromedp.SendKeys(chromedp.ID("password"), "alice"),
-		chromedp.Click(chromedp.ID("submit")),
-		chromedp.WaitVisible(chromedp.ID("launch")))
+	// A launch form opened signed out comes back to it after the sign-in.
+	pg.SignIn(g.URL+"/launch/batch-inference", "alice", "launch")
 	poll("the form's parameters", `!!document.getElementById('p-input')`)
 	step("a parameter the template's pattern refuses",
 		chromedp.SetValue(chromedp.ID("p-input"), "not a file!"),
@@ -208,23 +183,9 @@ func TestPortalTeamView(t *testing.T) {
 		t.Fatalf("launch above the ceiling: %d %+v", s, w)
 	}
 	ctx := servertest.Browser(t, 2*time.Minute)
-	poll := func(what, cond string) {
-		t.Helper()
-		if _, err := chromedp.Run(ctx, chromedp.Poll[bool](cond, chromedp.WithPollingTimeout(60*time.Second))); err != nil {
-			t.Fatalf("%s (%s): %v", what, cond, err)
-		}
-	}
-	if err := chromedp.Do(ctx,
-		chromedp.Navigate(g.URL+"/teams/vision"),
-		chromedp.WaitVisible(chromedp.ID("sign-in")),
-		chromedp.Click(chromedp.ID("sign-in")),
-		chromedp.WaitVisible(chromedp.ID("username")),
-		chromedp.SendKeys(chromedp.ID("username"), "lee"),
-		chromedp.SendKeys(chromedp.ID("password"), "lee"),
-		chromedp.Click(chromedp.ID("submit")),
-		chromedp.WaitVisible(chromedp.ID("approvals"))); err != nil {
-		t.Fatalf("sign in as lee onto the team page: %v", err)
-	}
+	pg := servertest.NewPage(t, ctx, 60*time.Second)
+	poll := pg.Poll
+	pg.SignIn(g.URL+"/teams/vision", "lee", "approvals")
 	poll("the budget", `document.getElementById('budget-text') && document.getElementById('budget-text').textContent.includes('of $100.00 spent')`)
 	poll("the 80 % and 100 % marks", `document.querySelectorAll('#budget .mark').length === 2`)
 	poll("the launch waiting", `!!document.querySelector('#approvals tr[data-id="`+w.ID+`"]')`)
@@ -235,11 +196,9 @@ func TestPortalTeamView(t *testing.T) {
 	if v := servertest.Accessibility(t, ctx); len(v) > 0 {
 		t.Errorf("the team page: accessibility violations: %v", v)
 	}
-	if err := chromedp.Do(ctx,
+	pg.Do("approve with a reason",
 		chromedp.SendKeys(chromedp.ID("reason-"+w.ID), "within the quarter's plan"),
-		chromedp.Click(chromedp.CSS(`#approvals tr[data-id="`+w.ID+`"] button[data-verb="approve"]`))); err != nil {
-		t.Fatal(err)
-	}
+		chromedp.Click(chromedp.CSS(`#approvals tr[data-id="`+w.ID+`"] button[data-verb="approve"]`)))
 	poll("the row gone once approved", `!document.querySelector('#approvals tr[data-id="`+w.ID+`"]')`)
 	if got := g.get(w.ID); got.Status == "PendingApproval" {
 		t.Errorf("after the approval: %+v", got)

@@ -41,11 +41,11 @@ type handler struct{ slog.Handler }
 // Handle adds the context's attributes the record does not name itself.
 func (h handler) Handle(ctx context.Context, r slog.Record) error {
 	if a := Attrs(ctx); len(a) > 0 {
-		named := map[string]bool{}
-		r.Attrs(func(x slog.Attr) bool { named[x.Key] = true; return true })
 		r = r.Clone()
 		for _, x := range a {
-			if !named[x.Key] {
+			named := false
+			r.Attrs(func(y slog.Attr) bool { named = y.Key == x.Key; return !named })
+			if !named {
 				r.AddAttrs(x)
 			}
 		}

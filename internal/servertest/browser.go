@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -59,26 +60,32 @@ func CSPViolations(ctx context.Context) ([]string, error) {
 	return chromedp.Run(ctx, chromedp.Evaluate[[]string](`window.__cspViolations || []`))
 }
 
+// axeSource is axe-core's script, installed (portal/axe.sh) and read once
+// per test binary.
+var axeSource = sync.OnceValues(func() ([]byte, error) {
+	root, err := devcluster.RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	out, err := exec.Command("bash", filepath.Join(root, "portal", "axe.sh")).Output()
+	if err != nil {
+		return nil, err
+	}
+	return os.ReadFile(strings.TrimSpace(string(out)))
+})
+
 // Accessibility runs axe-core (portal/axe.sh installs it, cached by version)
 // in the current page and returns its serious and critical violations, each
 // as "rule: the first element's selector (n elements)". Without npm it skips
 // the test, except in CI.
 func Accessibility(t *testing.T, ctx context.Context) []string {
 	t.Helper()
-	root, err := devcluster.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := exec.Command("bash", filepath.Join(root, "portal", "axe.sh")).Output()
+	src, err := axeSource()
 	if err != nil {
 		if os.Getenv("CI") != "" {
 			t.Fatalf("install axe-core (portal/axe.sh): %v", err)
 		}
 		t.Skipf("axe-core not installed (portal/axe.sh: %v)", err)
-	}
-	src, err := os.ReadFile(strings.TrimSpace(string(out)))
-	if err != nil {
-		t.Fatal(err)
 	}
 	// DevTools' evaluation is not the page's script: the CSP does not apply.
 	if _, err := chromedp.Run(ctx, chromedp.Evaluate[chromedp.Void](string(src)+"\n;undefined")); err != nil {
@@ -91,4 +98,60 @@ func Accessibility(t *testing.T, ctx context.Context) []string {
 		t.Fatalf("run axe-core: %v", err)
 	}
 	return found
+}
+
+// Page drives a test's browser; each step fails the test saying what it was
+// doing (and what the page's status line said).
+type Page struct {
+	t       *testing.T
+	ctx     context.Context
+	timeout time.Duration // for Poll
+}
+
+// NewPage is a Page on the browser ctx; Poll waits up to timeout.
+func NewPage(t *testing.T, ctx context.Context, timeout time.Duration) Page {
+	return Page{t: t, ctx: ctx, timeout: timeout}
+}
+
+// Do runs steps.
+func (p Page) Do(what string, steps ...chromedp.Action[chromedp.Void]) {
+	p.t.Helper()
+	if err := chromedp.Do(p.ctx, steps...); err != nil {
+		p.t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// JS evaluates a JavaScript expression to a string.
+func (p Page) JS(expr string) string {
+	p.t.Helper()
+	v, err := chromedp.Run(p.ctx, chromedp.Evaluate[string](expr))
+	if err != nil {
+		p.t.Fatalf("%s: %v", expr, err)
+	}
+	return v
+}
+
+// Poll waits until the JavaScript condition holds.
+func (p Page) Poll(what, cond string) {
+	p.t.Helper()
+	if _, err := chromedp.Run(p.ctx, chromedp.Poll[bool](cond, chromedp.WithPollingTimeout(p.timeout))); err != nil {
+		status, _ := chromedp.Run(p.ctx, chromedp.Evaluate[string](`(document.getElementById('status') || {}).textContent || ''`))
+		p.t.Fatalf("%s (%s): %v; the status line says %q", what, cond, err, status)
+	}
+}
+
+// SignIn opens start signed out, follows Sign in to the development
+// provider, signs in as user (password = user) and waits, back on start, for
+// the element with id landed.
+func (p Page) SignIn(start, user, landed string) {
+	p.t.Helper()
+	p.Do("sign in as "+user+" from "+start,
+		chromedp.Navigate(start),
+		chromedp.WaitVisible(chromedp.ID("sign-in")),
+		chromedp.Click(chromedp.ID("sign-in")),
+		chromedp.WaitVisible(chromedp.ID("username")),
+		chromedp.SendKeys(chromedp.ID("username"), user),
+		chromedp.SendKeys(chromedp.ID("password"), user),
+		chromedp.Click(chromedp.ID("submit")),
+		chromedp.WaitVisible(chromedp.ID(landed)))
 }

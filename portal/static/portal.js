@@ -48,6 +48,36 @@ async function listAll(path) {
   return items;
 }
 
+// problemLines are a problem's field errors as "file:line: field: detail"
+// lines (a request's own message when it names no field).
+function problemLines(err) {
+  const list = (err.problem && err.problem.errors) || [];
+  if (!list.length) return [err.message];
+  return list.map((e) => (e.file ? e.file + (e.line ? ':' + e.line : '') + ': ' : '') + (e.field ? e.field + ': ' : '') + e.detail);
+}
+
+// showFieldErrors puts each of the server's field errors next to the input
+// whose data-field it names (its span #err-<field>), the rest in #err-form,
+// and moves the focus to the first field refused.
+function showFieldErrors(form, err) {
+  for (const e of form.querySelectorAll('.field-error')) e.textContent = '';
+  for (const e of form.querySelectorAll('[aria-invalid]')) e.removeAttribute('aria-invalid');
+  if (!err) return;
+  const list = (err.problem && err.problem.errors) || [];
+  const rest = [];
+  for (const fe of list) {
+    const input = form.querySelector('[data-field="' + CSS.escape(fe.field) + '"]');
+    const span = document.getElementById('err-' + fe.field);
+    if (input && span) {
+      span.textContent = fe.detail;
+      input.setAttribute('aria-invalid', 'true');
+    } else rest.push((fe.field ? fe.field + ': ' : '') + fe.detail);
+  }
+  document.getElementById('err-form').textContent = rest.length ? rest.join('; ') : (list.length ? '' : err.message);
+  const first = form.querySelector('[aria-invalid]');
+  if (first) first.focus();
+}
+
 function say(text) { if (statusLine) statusLine.textContent = text; }
 
 function el(tag, attrs, ...children) {
@@ -176,29 +206,6 @@ async function launchPage(name) {
     return body;
   };
 
-  const clearErrors = () => {
-    for (const e of form.querySelectorAll('.field-error')) e.textContent = '';
-    for (const e of form.querySelectorAll('[aria-invalid]')) e.removeAttribute('aria-invalid');
-  };
-  // showProblem puts each of the server's field errors next to the field it
-  // names, and the rest above the button.
-  const showProblem = (err) => {
-    clearErrors();
-    const rest = [];
-    for (const fe of (err.problem && err.problem.errors) || []) {
-      const input = form.querySelector('[data-field="' + CSS.escape(fe.field) + '"]');
-      const span = document.getElementById('err-' + fe.field);
-      if (input && span) {
-        span.textContent = fe.detail;
-        input.setAttribute('aria-invalid', 'true');
-      } else rest.push((fe.field ? fe.field + ': ' : '') + fe.detail);
-    }
-    const formErr = document.getElementById('err-form');
-    formErr.textContent = rest.length ? rest.join('; ') : ((err.problem && err.problem.errors && err.problem.errors.length) ? '' : err.message);
-    const first = form.querySelector('[aria-invalid]');
-    if (first) first.focus();
-  };
-
   // The estimate follows the choices (debounced).
   const est = document.getElementById('estimate');
   let timer = null, seq = 0;
@@ -240,7 +247,7 @@ async function launchPage(name) {
       key = crypto.randomUUID();
       location.assign('/workloads/' + encodeURIComponent(w.id));
     } catch (err) {
-      showProblem(err);
+      showFieldErrors(form, err);
       say('Not launched: ' + err.message);
       if (err.status && err.status < 500) key = crypto.randomUUID(); // refused: a corrected form is a new launch
     } finally {
@@ -563,7 +570,7 @@ async function tokensPage() {
   };
   form.addEventListener('submit', async (ev) => {
     ev.preventDefault();
-    for (const e of form.querySelectorAll('.field-error')) e.textContent = '';
+    showFieldErrors(form, null);
     const body = { name: document.getElementById('t-name').value.trim(), expiresInDays: Number(document.getElementById('t-days').value),
       readOnly: document.getElementById('t-readonly').checked };
     const team = document.getElementById('t-team').value;
@@ -575,12 +582,7 @@ async function tokensPage() {
       form.reset();
       await refresh();
     } catch (err) {
-      const rest = [];
-      for (const fe of (err.problem && err.problem.errors) || []) {
-        const span = document.getElementById('err-' + fe.field);
-        if (span) span.textContent = fe.detail; else rest.push(fe.field + ': ' + fe.detail);
-      }
-      document.getElementById('err-form').textContent = rest.length ? rest.join('; ') : (err.problem && err.problem.errors ? '' : err.message);
+      showFieldErrors(form, err);
     }
   });
   await refresh();
@@ -790,9 +792,7 @@ async function editorPage(name) {
       diffBox.textContent = !step ? '' : step.action === 'unchanged' ? 'Unchanged.' : step.action + (step.name !== name ? ' (another template: ' + step.name + ')' : '') + '\n' + (step.diff || '');
     } catch (err) {
       if (mine !== seq) return;
-      const list = (err.problem && err.problem.errors) || [];
-      problems.replaceChildren(...(list.length ? list : [{ detail: err.message }]).map((e) =>
-        el('li', { class: 'field-error', text: (e.file ? e.file + (e.line ? ':' + e.line : '') + ': ' : '') + (e.field ? e.field + ': ' : '') + e.detail })));
+      problems.replaceChildren(...problemLines(err).map((line) => el('li', { class: 'field-error', text: line })));
       source.setAttribute('aria-invalid', 'true');
       diffBox.textContent = '';
     }
@@ -858,8 +858,7 @@ async function editorPage(name) {
       const r = await api('POST', '/api/v1/templates/' + q + '/render', { team: document.getElementById('preview-team').value, source: source.value });
       out.textContent = r.objects.map((o) => toYAML(o)).join('---\n');
     } catch (err) {
-      const list = (err.problem && err.problem.errors) || [];
-      out.textContent = list.length ? list.map((e) => (e.file ? e.file + (e.line ? ':' + e.line : '') + ': ' : '') + (e.field ? e.field + ': ' : '') + e.detail).join('\n') : err.message;
+      out.textContent = problemLines(err).join('\n');
     }
   });
 

@@ -29,6 +29,7 @@ const (
 func problemFor(err error) (int, gen.Problem) {
 	var (
 		inv  *fault.Invalid
+		mal  *fault.Malformed
 		nf   *fault.NotFound
 		conf *fault.Conflict
 		fb   *fault.Forbidden
@@ -47,17 +48,9 @@ func problemFor(err error) (int, gen.Problem) {
 		fields := []gen.FieldError{{Field: "image", Detail: ir.Check + " check: " + ir.Reason}}
 		return http.StatusUnprocessableEntity, gen.Problem{Type: "https://gantry.dev/problems/image-refused", Title: "Image refused", Detail: ptr(ir.Error()), Errors: &fields}
 	case errors.As(err, &inv):
-		fields := make([]gen.FieldError, len(inv.Fields))
-		for i, f := range inv.Fields {
-			fields[i] = gen.FieldError{Field: f.Path, Detail: f.Message}
-			if f.File != "" {
-				fields[i].File = &f.File
-			}
-			if f.Line > 0 {
-				fields[i].Line = &f.Line
-			}
-		}
-		return http.StatusUnprocessableEntity, gen.Problem{Type: problemValidation, Title: "Invalid request", Detail: ptr(detailOf(len(fields))), Errors: &fields}
+		return http.StatusUnprocessableEntity, gen.Problem{Type: problemValidation, Title: "Invalid request", Detail: ptr(detailOf(len(inv.Fields))), Errors: fieldErrors(inv.Fields)}
+	case errors.As(err, &mal):
+		return http.StatusBadRequest, gen.Problem{Type: problemValidation, Title: "Invalid request", Detail: ptr(detailOf(len(mal.Fields))), Errors: fieldErrors(mal.Fields)}
 	case errors.As(err, &re), errors.As(err, &se):
 		fields := requestFields(err)
 		return http.StatusBadRequest, gen.Problem{Type: problemValidation, Title: "Invalid request", Detail: ptr(detailOf(len(fields))), Errors: &fields}
@@ -81,6 +74,21 @@ func problemFor(err error) (int, gen.Problem) {
 	}
 	return http.StatusInternalServerError, gen.Problem{Type: "about:blank", Title: http.StatusText(http.StatusInternalServerError),
 		Detail: ptr("an internal error occurred; quote the instance when reporting it")}
+}
+
+// fieldErrors is the wire form of field problems.
+func fieldErrors(fs []fault.Field) *[]gen.FieldError {
+	fields := make([]gen.FieldError, len(fs))
+	for i, f := range fs {
+		fields[i] = gen.FieldError{Field: f.Path, Detail: f.Message}
+		if f.File != "" {
+			fields[i].File = &f.File
+		}
+		if f.Line > 0 {
+			fields[i].Line = &f.Line
+		}
+	}
+	return &fields
 }
 
 func detailOf(n int) string {

@@ -3,7 +3,7 @@ package api
 import (
 	"bytes"
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -19,6 +19,7 @@ import (
 	"github.com/gantryhq/gantry/internal/access"
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/identity"
+	"github.com/gantryhq/gantry/internal/jsonscan"
 )
 
 // PermissionExtension is the vendor extension in which every operation of
@@ -109,7 +110,7 @@ func validator(spec []byte, authorize func(identity.Identity, access.Permission)
 					return &fault.Forbidden{Reason: refusal(perm, rolesWith)}
 				}
 			}
-			if err := refuseDuplicateKeys(req); err != nil {
+			if err := checkBody(req); err != nil {
 				return err
 			}
 			in := &openapi3filter.RequestValidationInput{Request: req, PathParams: params, Route: route, Options: opts}
@@ -121,11 +122,14 @@ func validator(spec []byte, authorize func(identity.Identity, access.Permission)
 	}, nil
 }
 
-// refuseDuplicateKeys reads a JSON body (within the body limit) and refuses
-// one that names a key twice in an object: decoders keep the last, so what
-// was checked and what is used could differ; template files refuse them too.
-// The body is put back for what follows.
-func refuseDuplicateKeys(req *http.Request) error {
+// checkBody reads a JSON body (within the body limit) and walks it once
+// (jsonscan) before anything decodes it: a body nested deeper or wider than
+// any request of the spec, or naming a key twice in one object (decoders keep
+// the last, so what was checked and what is used could differ; template files
+// refuse them too), is refused with the field's path in time linear in its
+// size. The body is put back for what follows; one that is not JSON is left
+// to the spec validation.
+func checkBody(req *http.Request) error {
 	if req.Body == nil || req.Body == http.NoBody || !strings.Contains(req.Header.Get("Content-Type"), "json") {
 		return nil
 	}
@@ -134,55 +138,10 @@ func refuseDuplicateKeys(req *http.Request) error {
 		return err // the body limit's 413, among others
 	}
 	req.Body = io.NopCloser(bytes.NewReader(data))
-	if path, dup := duplicateKey(data); dup {
-		return &fault.Invalid{Fields: []fault.Field{{Path: path, Message: "appears twice in the same object"}}}
+	if err := jsonscan.Check(req.Context(), data, jsonscan.Default); err != nil && !errors.Is(err, jsonscan.ErrNotJSON) {
+		return err
 	}
 	return nil
-}
-
-// duplicateKey finds the first key named twice in one JSON object, as a field
-// path; a body that is not JSON is left to the spec validation.
-func duplicateKey(data []byte) (string, bool) {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	var walk func(path string) (string, bool, error)
-	walk = func(path string) (string, bool, error) {
-		tok, err := dec.Token()
-		if err != nil {
-			return "", false, err
-		}
-		switch tok {
-		case json.Delim('{'):
-			seen := map[string]bool{}
-			for dec.More() {
-				k, err := dec.Token()
-				if err != nil {
-					return "", false, err
-				}
-				key, _ := k.(string)
-				p := fault.JoinPath(path, key)
-				if seen[key] {
-					return p, true, nil
-				}
-				seen[key] = true
-				if p, dup, err := walk(p); dup || err != nil {
-					return p, dup, err
-				}
-			}
-			_, err = dec.Token() // }
-			return "", false, err
-		case json.Delim('['):
-			for i := 0; dec.More(); i++ {
-				if p, dup, err := walk(fmt.Sprintf("%s[%d]", path, i)); dup || err != nil {
-					return p, dup, err
-				}
-			}
-			_, err = dec.Token() // ]
-			return "", false, err
-		}
-		return "", false, nil
-	}
-	p, dup, _ := walk("")
-	return p, dup
 }
 
 // refusal says which permission a caller lacks and which roles grant it, so

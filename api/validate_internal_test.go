@@ -1,15 +1,12 @@
 package api
 
 import (
-	"encoding/json"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"testing"
 
 	"github.com/labstack/echo/v4"
-	"sigs.k8s.io/yaml"
 
 	"github.com/gantryhq/gantry"
 	"github.com/gantryhq/gantry/internal/access"
@@ -37,41 +34,5 @@ func TestUnknownAPIPathsStopAtTheGate(t *testing.T) {
 		if !api && !reached {
 			t.Errorf("GET %s: a portal path did not pass (%v)", path, err)
 		}
-	}
-}
-
-// BenchmarkDuplicateKeyScan: what the duplicate-key check costs every JSON
-// body (a launch request, and a template document, the largest bodies), next
-// to decoding the same body.
-func BenchmarkDuplicateKeyScan(b *testing.B) {
-	launch := []byte(`{"template":"pytorch-train","team":"vision","gpu":{"class":"H100-80GB","count":4},"parameters":{"epochs":3,"script":"train.py"}}`)
-	tmpl, err := os.ReadFile("../templates/pytorch-train.yaml")
-	if err != nil {
-		b.Fatal(err)
-	}
-	var doc any
-	if err := yaml.Unmarshal(tmpl, &doc); err != nil {
-		b.Fatal(err)
-	}
-	tmplJSON, _ := json.Marshal(doc)
-	for name, body := range map[string][]byte{"launch": launch, "template": tmplJSON} {
-		b.Run(name, func(b *testing.B) {
-			b.SetBytes(int64(len(body)))
-			for b.Loop() {
-				if _, dup := duplicateKey(body); dup {
-					b.Fatal("duplicate")
-				}
-			}
-		})
-		// The baseline: decoding the same body, as the handler does anyway.
-		b.Run(name+"/baseline-decode", func(b *testing.B) {
-			b.SetBytes(int64(len(body)))
-			for b.Loop() {
-				var v any
-				if err := json.Unmarshal(body, &v); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
 	}
 }

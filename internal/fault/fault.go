@@ -55,6 +55,15 @@ func (e *Invalid) Error() string {
 	return fmt.Sprintf("invalid input (%d problems): %s", len(e.Fields), strings.Join(parts, "; "))
 }
 
+// Malformed says input cannot be read at all: it is not the shape any
+// request takes (nested too deep, too many members, a key named twice). It
+// is the client's error, answered before anything interprets the input.
+type Malformed struct {
+	Fields []Field
+}
+
+func (e *Malformed) Error() string { return "malformed input: " + (&Invalid{Fields: e.Fields}).Error() }
+
 // List collects field problems; its zero value is ready to use.
 type List struct {
 	fields []Field

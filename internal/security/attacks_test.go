@@ -77,6 +77,7 @@ func TestAttacks(t *testing.T) {
 		{"undeclared api paths", testUndeclaredPaths},
 		{"oversized bodies", testOversizedBodies},
 		{"duplicate JSON keys", testDuplicateKeys},
+		{"deep and wide JSON bodies", testDeepBodies},
 		{"quantities with huge exponents", testHugeExponents},
 		{"forged JWTs", testForgedJWTs},
 		{"another team's workload", testAnotherTeamsWorkload},

@@ -100,7 +100,10 @@ func start(t *testing.T) *gantry {
 		}
 	}
 	g.env = append(g.env, "XDG_DATA_HOME="+filepath.Join(dir, "data"), "GANTRY_IMAGES_DEV_REGISTRY=true")
-	g.cmd = exec.Command(binary, "serve", "--config", cfgPath, "--listen", "127.0.0.1:0", "--db", g.db)
+	// The server runs under an address-space limit (ulimit -v): an attack
+	// that makes it allocate without bound ends it, not the machine.
+	g.cmd = exec.Command("/bin/sh", "-c", fmt.Sprintf(`ulimit -v %d && exec "$0" "$@"`, serverMemoryKiB),
+		binary, "serve", "--config", cfgPath, "--listen", "127.0.0.1:0", "--db", g.db)
 	g.cmd.Dir, g.cmd.Env, g.cmd.Stdout, g.cmd.Stderr = repoRoot, g.env, g.out, g.out
 	if err := g.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -135,6 +138,27 @@ func start(t *testing.T) *gantry {
 	})
 	g.host = strings.TrimPrefix(g.URL, "http://")
 	return g
+}
+
+// serverMemoryKiB is the address space gantry serve may map: several times
+// what it uses (about 100 MB resident), far below the machine's.
+const serverMemoryKiB = 4 << 20
+
+// rss is the server's resident memory, from /proc.
+func (g *gantry) rss(t *testing.T) int64 {
+	t.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", g.cmd.Process.Pid))
+	if err != nil {
+		t.Fatalf("the server's memory: %v", err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+			kb, _ := strconv.ParseInt(f[1], 10, 64)
+			return kb << 10
+		}
+	}
+	t.Fatal("no VmRSS in /proc/PID/status")
+	return 0
 }
 
 // devUsersConfig is the configuration file: the default development users

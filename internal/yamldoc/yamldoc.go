@@ -120,9 +120,14 @@ func syntaxError(file string, err error) error {
 	return &fault.Invalid{Fields: []fault.Field{{File: file, Line: line, Message: "malformed YAML: " + msg}}}
 }
 
+// MaxDepth bounds how deeply a document may nest mappings and lists (the
+// parser's own bound is 10,000 levels; paths grow with depth).
+const MaxDepth = 64
+
 type decoder struct {
 	lines Lines
 	errs  []fault.Field
+	depth int
 }
 
 func (d *decoder) fail(n *yaml.Node, path, format string, args ...any) {
@@ -153,6 +158,12 @@ func kindName(n *yaml.Node) string {
 
 func (d *decoder) value(n *yaml.Node, v reflect.Value, path string) {
 	d.lines[path] = n.Line
+	if d.depth++; d.depth > MaxDepth {
+		d.fail(n, path, "nested deeper than %d levels, the most accepted", MaxDepth)
+		d.depth--
+		return
+	}
+	defer func() { d.depth-- }()
 	if n.Kind == yaml.AliasNode || n.Anchor != "" {
 		d.fail(n, path, "YAML anchors and aliases are not supported")
 		return

@@ -2,6 +2,7 @@ package yamldoc
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -102,4 +103,40 @@ func FuzzDecode(f *testing.F) {
 			}
 		}
 	})
+}
+
+// tree nests itself, as no document type does today: the depth bound holds
+// whatever a type allows.
+type tree struct {
+	Kids []tree            `json:"kids"`
+	Tags map[string]string `json:"tags"`
+}
+
+// TestDeepAndWideDocuments: a document nested past MaxDepth is refused at
+// the level that passes it (not 5,000 levels of paths later), and the
+// parser's own deep and wide shapes end in an error, not a crash.
+func TestDeepAndWideDocuments(t *testing.T) {
+	for _, tc := range []struct {
+		name, doc, want string
+	}{
+		{"deep lists of a recursive type", "kids: " + strings.Repeat("[{kids: ", 4000) + "[]" + strings.Repeat("}]", 4000), "nested deeper than 64 levels"},
+		{"deep flow past the parser's bound", "kids: " + strings.Repeat("[", 20000), "malformed YAML"},
+		{"a wide mapping of scalars", "tags: {" + strings.Repeat("k: v, ", 1) + wideKeys(50000) + "}", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var v tree
+			_, err := Decode("f.yaml", []byte(tc.doc), &v)
+			if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+				t.Fatalf("%v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func wideKeys(n int) string {
+	var b strings.Builder
+	for i := range n {
+		fmt.Fprintf(&b, "k%d: v, ", i)
+	}
+	return b.String()
 }

@@ -87,6 +87,11 @@ func (s *server) GetTeamReport(ctx context.Context, req gen.GetTeamReportRequest
 		if at, err = time.Parse("2006-01", *req.Params.Month); err != nil {
 			return nil, &fault.Invalid{Fields: []fault.Field{{Path: "month", Message: fmt.Sprintf("%q is not YYYY-MM", *req.Params.Month)}}}
 		}
+		if at.Year() < 1970 || at.Year() > 9998 {
+			// Months whose end cannot be written as a timestamp (9999-12
+			// ends in year 10000) or that precede every record.
+			return nil, &fault.Invalid{Fields: []fault.Field{{Path: "month", Message: fmt.Sprintf("%q is outside 1970-01 … 9998-12", *req.Params.Month)}}}
+		}
 	}
 	r, err := s.o.Workloads.TeamReport(ctx, t, at)
 	if err != nil {

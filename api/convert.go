@@ -226,3 +226,25 @@ func priceOut(p gpu.Price) gen.Price {
 	}
 	return out
 }
+
+// Moments a person gives are read in UTC and kept within the years every
+// timestamp Gantry writes can hold (RFC 3339 has four digits; a window
+// ending past 9999 cannot be answered).
+var (
+	earliest = time.Date(1970, 1, 1, 0, 0, 0, 0, time.UTC)
+	latest   = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
+)
+
+// momentParam returns *t in UTC, or def when t is nil; a moment outside
+// earliest … latest is recorded in errs under field.
+func momentParam(errs *fault.List, field string, t *time.Time, def time.Time) time.Time {
+	if t == nil {
+		return def
+	}
+	u := t.UTC()
+	if u.Before(earliest) || !u.Before(latest) {
+		errs.Addf(field, "%s is outside %s … %s", t.Format(time.RFC3339), earliest.Format(time.RFC3339), latest.Format(time.RFC3339))
+		return def
+	}
+	return u
+}

@@ -8,18 +8,18 @@ import (
 	"time"
 
 	"github.com/gantryhq/gantry/api/gen"
+	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/workload"
 )
 
 func (s *server) GetCosts(ctx context.Context, req gen.GetCostsRequestObject) (gen.GetCostsResponseObject, error) {
 	now := time.Now().UTC()
 	from := time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC)
-	to := now
-	if req.Params.From != nil {
-		from = *req.Params.From
-	}
-	if req.Params.To != nil {
-		to = *req.Params.To
+	var errs fault.List
+	from = momentParam(&errs, "from", req.Params.From, from)
+	to := momentParam(&errs, "to", req.Params.To, now)
+	if err := errs.Err(); err != nil {
+		return nil, err
 	}
 	groupBy := "team"
 	if req.Params.GroupBy != nil {

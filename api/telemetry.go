@@ -146,13 +146,8 @@ func (s *server) GetWorkloadMetrics(ctx context.Context, req gen.GetWorkloadMetr
 	p := req.Params
 	q := telemetry.Query{Target: telemetry.Target{ID: w.ID, Namespace: s.o.Workloads.Namespace(w), Name: w.Name}, To: time.Now().UTC()}
 	var errs fault.List
-	if p.To != nil {
-		q.To = p.To.UTC()
-	}
-	q.From = q.To.Add(-defaultWindow)
-	if p.From != nil {
-		q.From = p.From.UTC()
-	}
+	q.To = momentParam(&errs, "to", p.To, q.To)
+	q.From = momentParam(&errs, "from", p.From, q.To.Add(-defaultWindow))
 	if p.Step != nil {
 		d, err := time.ParseDuration(*p.Step)
 		if err != nil || d < time.Second {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gantryhq/gantry/internal/authz"
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/store"
 	"github.com/gantryhq/gantry/internal/token"
@@ -30,7 +31,10 @@ func TestPersonalAccessTokens(t *testing.T) {
 	if s != 201 || !strings.HasPrefix(full, "gnt_"+id+"_") || len(full) < 30 {
 		t.Fatalf("create: %d %q", s, full)
 	}
-	_, _, visionOnly := create(map[string]any{"name": "vision only", "expiresInDays": 1, "team": "nlp"})
+	_, _, visionOnly := create(map[string]any{"name": "vision only", "expiresInDays": 1, "team": "vision"})
+	if s, _, _ := create(map[string]any{"name": "nlp only", "expiresInDays": 1, "team": "nlp"}); s != 422 {
+		t.Errorf("a member of vision narrows a token to nlp: %d, want 422", s)
+	}
 	_, _, readOnly := create(map[string]any{"name": "dashboards", "expiresInDays": 1, "readOnly": true})
 
 	// The secret is never shown again, and the database holds only its hash.
@@ -67,8 +71,8 @@ func TestPersonalAccessTokens(t *testing.T) {
 	if s := use(full, "POST", "/api/v1/workloads", launch); s != 201 {
 		t.Errorf("launch with a token: %d", s)
 	}
-	if s := use(visionOnly, "POST", "/api/v1/workloads", launch); s != 403 {
-		t.Errorf("launch in vision with a token narrowed to nlp: %d, want 403", s)
+	if s := use(visionOnly, "POST", "/api/v1/workloads", map[string]any{"template": "dev-environment", "team": "nlp"}); s != 403 {
+		t.Errorf("launch in nlp with a token narrowed to vision: %d, want 403", s)
 	}
 	if s := use(readOnly, "GET", "/api/v1/templates", nil); s != 200 {
 		t.Errorf("read with a read-only token: %d", s)
@@ -105,6 +109,14 @@ func TestPersonalAccessTokens(t *testing.T) {
 	if s := e.request("member", "POST", "/api/v1/tokens", map[string]any{"name": "", "expiresInDays": 0}, nil); s != 400 {
 		t.Errorf("bad token request: %d, want 400", s)
 	}
+	// Narrowed to a team its owner holds no role in, or to no team of the
+	// policy at all, a token would grant nothing: refused, naming the team.
+	for _, tc := range []struct{ role, team string }{{"member", "nlp"}, {"member", "ghost"}} {
+		var p problem
+		if s := e.request(tc.role, "POST", "/api/v1/tokens", map[string]any{"name": "narrow", "expiresInDays": 1, "team": tc.team}, &p); s != 422 || p.fields()["team"] == "" {
+			t.Errorf("%s narrows a token to %q: %d %+v, want 422 naming team", tc.role, tc.team, s, p)
+		}
+	}
 }
 
 func TestTokenExpiry(t *testing.T) {
@@ -118,7 +130,11 @@ func TestTokenExpiry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := token.New(st, users).WithClock(func() time.Time { return now })
+	policy, err := authz.New(authz.InDir("../policy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := token.New(st, users, policy).WithClock(func() time.Time { return now })
 	ann := identity.Identity{Issuer: "https://idp", Subject: "ann"}
 	if _, err := users.Observe(context.Background(), ann); err != nil {
 		t.Fatal(err)

@@ -397,6 +397,23 @@ func (p *Policy) Teams(id identity.Identity, permission access.Permission) (all 
 	return false, teams
 }
 
+// Known reports whether team is one of the policy's teams: listed under
+// teams (every team is, when "*" is listed) or named by a binding.
+func (p *Policy) Known(team string) bool {
+	if _, ok := p.teams[team]; ok && team != AnyTeam {
+		return true
+	}
+	if _, ok := p.teams[AnyTeam]; ok {
+		return true
+	}
+	for _, w := range p.bound {
+		if w.teams[team] {
+			return true
+		}
+	}
+	return false
+}
+
 // AllowedSomewhere reports whether id holds permission in at least one team:
 // the gate a route declares, before the operation checks the team it touches.
 func (p *Policy) AllowedSomewhere(id identity.Identity, permission access.Permission) bool {
@@ -603,6 +620,9 @@ func stamp(f Files) string {
 func (a *Authorizer) Allowed(id identity.Identity, team string, permission access.Permission) bool {
 	return a.Policy().Allowed(id, team, permission)
 }
+
+// Known answers with the policy in force.
+func (a *Authorizer) Known(team string) bool { return a.Policy().Known(team) }
 
 // AllowedSomewhere decides with the policy in force.
 func (a *Authorizer) AllowedSomewhere(id identity.Identity, permission access.Permission) bool {

@@ -79,6 +79,15 @@ func qe(s string) string { return strings.ReplaceAll(url.QueryEscape(s), "+", "%
 // 2. A token ada narrowed to team vision holds no platform-wide permission.
 func testNarrowedAdminToken(t *testing.T, w *world) {
 	g, admin := w.g, w.api["ada"]
+	// A token narrowed to a team its owner holds no role in, or to no team
+	// of the policy, would grant nothing: it is not made.
+	for _, c := range []struct{ who, team string }{{"alice", "nlp"}, {"alice", "ghost"}, {"ada", "ghost"}} {
+		s := w.ses[c.who]
+		r := s.call(t, "POST", "/api/v1/tokens", map[string]any{"name": "narrowed elsewhere", "expiresInDays": 1, "team": c.team}, "X-CSRF-Token", s.csrf)
+		if p := wantStatus(t, c.who+" narrows a token to "+c.team, r, http.StatusUnprocessableEntity); !slices.Contains(p.fields(), "team") {
+			t.Errorf("%s narrows a token to %s: fields %v, want team", c.who, c.team, p.fields())
+		}
+	}
 	narrow := w.ses["ada"].token(t, map[string]any{"name": "narrowed", "expiresInDays": 1, "team": "vision"})
 	c := g.bearerClient(t, narrow.Secret)
 	users := admin.call(t, "GET", "/api/v1/users", nil)

@@ -294,7 +294,7 @@ func New(ctx context.Context, cfg config.Config, ov Overrides) (s *Server, err e
 	}
 	sessions := weblogin.New(weblogin.Config{ClientID: oc.ClientID, ClientSecret: string(oc.ClientSecret), RedirectURL: public + "/auth/callback",
 		Scopes: oc.Scopes, Endpoint: an.Endpoint(), Lifetime: cfg.Session()}, an, core.Store, s.users)
-	s.tokens = token.New(core.Store, s.users)
+	s.tokens = token.New(core.Store, s.users, s.authz)
 	bearer := an.Identify
 	if ov.Identify != nil {
 		bearer = ov.Identify

@@ -21,6 +21,7 @@ import (
 	"github.com/gantryhq/gantry/internal/devregistry"
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/gpu"
+	"github.com/gantryhq/gantry/internal/authz"
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/notify"
 	"github.com/gantryhq/gantry/internal/overrides"
@@ -536,7 +537,11 @@ func testTokens(t *testing.T, s *store.Store) {
 	if _, err := users.Observe(ctx, ann); err != nil {
 		t.Fatal(err)
 	}
-	svc := token.New(s, users)
+	policy, err := authz.New(authz.InDir("../../policy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := token.New(s, users, policy)
 	tk, secret, err := svc.Create(ctx, token.Request{Name: "nb", Lifetime: 24 * time.Hour, Team: "vision", ReadOnly: true})
 	if err != nil {
 		t.Fatal(err)

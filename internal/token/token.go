@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gantryhq/gantry/internal/access"
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/team"
@@ -62,13 +63,22 @@ type Owners interface {
 type Service struct {
 	store  Store
 	owners Owners
+	teams  Teams
 	now    func() time.Time
 }
 
+// Teams is the policy as far as narrowing a token asks it: whether a team
+// exists and whether the owner reads in it.
+type Teams interface {
+	Known(team string) bool
+	Allowed(id identity.Identity, team string, permission access.Permission) bool
+}
+
 // New returns a token service; every token acts as its owner is now, never
-// with the groups it was made with.
-func New(store Store, owners Owners) *Service {
-	return &Service{store: store, owners: owners, now: time.Now}
+// with the groups it was made with, and may be narrowed only to a team of
+// the policy in which its owner reads workloads.
+func New(store Store, owners Owners, teams Teams) *Service {
+	return &Service{store: store, owners: owners, teams: teams, now: time.Now}
 }
 
 // WithClock replaces the clock (tests of expiry).
@@ -104,8 +114,14 @@ func (s *Service) Create(ctx context.Context, req Request) (Token, string, error
 		errs.Addf("name", "is required, at most 100 characters")
 	}
 	if req.Team != "" {
+		owner := owner
+		owner.TokenID, owner.TokenTeam, owner.ReadOnly = "", "", false
 		if _, err := team.Parse(req.Team); err != nil {
 			errs.AddErr("", err)
+		} else if !s.teams.Known(req.Team) {
+			errs.Addf("team", "%q is not a team of the policy: a token narrowed to it would grant nothing", req.Team)
+		} else if !s.teams.Allowed(owner, req.Team, access.WorkloadsRead) {
+			errs.Addf("team", "you hold no role in team %q: a token narrowed to it would grant nothing", req.Team)
 		}
 	}
 	if req.Lifetime < time.Hour || req.Lifetime > MaxLifetime {

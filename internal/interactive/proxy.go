@@ -2,6 +2,7 @@ package interactive
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
@@ -44,6 +45,16 @@ func (p *Proxy) Serve(w http.ResponseWriter, r *http.Request) error {
 	if !ok {
 		return ErrBadPath
 	}
+	// The path goes on as the client escaped it (%2F stays %2F, %2e%2e
+	// stays %2e%2e): the id must be the same in both forms.
+	escID, escRest, _ := Split(r.URL.EscapedPath())
+	if escID != id {
+		return ErrBadPath
+	}
+	upgrade, err := upgradeOf(r)
+	if err != nil {
+		return err
+	}
 	t, err := p.Opener.Open(r.Context(), id)
 	if err != nil {
 		return err
@@ -55,7 +66,7 @@ func (p *Proxy) Serve(w http.ResponseWriter, r *http.Request) error {
 		http.Redirect(w, r, u.RequestURI(), http.StatusFound)
 		return nil
 	}
-	if strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+	if upgrade {
 		// A kernel's or an editor's socket lives as long as the tab: the
 		// server's read and write deadlines are for requests, not sockets.
 		rc := http.NewResponseController(w)
@@ -65,11 +76,14 @@ func (p *Proxy) Serve(w http.ResponseWriter, r *http.Request) error {
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(t.URL)
-			path := r.URL.Path
+			path, escaped := r.URL.Path, r.URL.EscapedPath()
 			if t.StripPrefix {
-				path = rest
+				path, escaped = rest, escRest
 			}
 			pr.Out.URL.Path, pr.Out.URL.RawPath = path, ""
+			if escaped != pr.Out.URL.EscapedPath() {
+				pr.Out.URL.RawPath = escaped
+			}
 			pr.Out.Host = t.URL.Host
 			pr.SetXForwarded()
 			pr.Out.Header.Set("X-Forwarded-Prefix", strings.TrimSuffix(template.BasePath(id), "/"))
@@ -107,6 +121,24 @@ func (p *Proxy) log() *slog.Logger {
 	return slog.Default()
 }
 
+// upgradeOf says whether r asks to switch protocols: only to a websocket,
+// named alone, is proxied; any other Upgrade (h2c, a list) is refused rather
+// than served as a plain request.
+func upgradeOf(r *http.Request) (bool, error) {
+	values := r.Header.Values("Upgrade")
+	if len(values) == 0 {
+		return false, nil
+	}
+	if len(values) == 1 && strings.EqualFold(strings.TrimSpace(values[0]), "websocket") {
+		return true, nil
+	}
+	return false, &fault.Invalid{Fields: []fault.Field{{Path: "header.Upgrade", Message: fmt.Sprintf("%q: only a websocket upgrade is proxied", strings.Join(values, ", "))}}}
+}
+
+// IsUpgrade says whether r carries any Upgrade header: such a request is a
+// socket's handshake (or an attempt at one), checked as a change is.
+func IsUpgrade(r *http.Request) bool { return len(r.Header.Values("Upgrade")) > 0 }
+
 // stripCookies removes the named cookies from a request's Cookie headers.
 func stripCookies(h http.Header, names []string) {
 	var kept []string
@@ -129,8 +161,12 @@ func stripCookies(h http.Header, names []string) {
 func dropSetCookies(h http.Header, names []string) {
 	var kept []string
 	for _, line := range h.Values("Set-Cookie") {
-		name, _, _ := strings.Cut(strings.TrimSpace(line), "=")
-		if !contains(names, strings.TrimSpace(name)) {
+		// A nameless cookie ("=gantry_session=x") is sent back by browsers
+		// as "gantry_session=x": only cookies with a name of their own pass.
+		pair, _, _ := strings.Cut(line, ";")
+		name, _, hasValue := strings.Cut(pair, "=")
+		name = strings.TrimSpace(name)
+		if hasValue && name != "" && !contains(names, name) && !contains(names, strings.TrimPrefix(strings.TrimPrefix(name, "__Host-"), "__Secure-")) {
 			kept = append(kept, line)
 		}
 	}
@@ -156,7 +192,7 @@ func contains(names []string, name string) bool {
 // browser's Origin (and Sec-Fetch-Site) can.
 func SameOrigin(r *http.Request) bool {
 	safe := r.Method == http.MethodGet || r.Method == http.MethodHead || r.Method == http.MethodOptions
-	if safe && !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+	if safe && !IsUpgrade(r) {
 		return true
 	}
 	if site := r.Header.Get("Sec-Fetch-Site"); site != "" && site != "same-origin" {

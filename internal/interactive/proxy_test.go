@@ -37,7 +37,12 @@ func app(t *testing.T) *httptest.Server {
 		}
 		http.SetCookie(w, &http.Cookie{Name: "_xsrf", Value: "app", Path: "/"})
 		http.SetCookie(w, &http.Cookie{Name: "gantry_session", Value: "fixated", Path: "/"})
-		fmt.Fprintf(w, "path=%s auth=%q cookie=%q prefix=%s", r.URL.Path, r.Header.Get("Authorization"), r.Header.Get("Cookie"), r.Header.Get("X-Forwarded-Prefix"))
+		// Cookies a browser would file under Gantry's names all the same.
+		w.Header().Add("Set-Cookie", "=gantry_session=nameless; Path=/")
+		w.Header().Add("Set-Cookie", "gantry_session; Path=/")
+		w.Header().Add("Set-Cookie", "__Host-gantry_session=prefixed; Path=/; Secure")
+		w.Header().Add("Set-Cookie", " GANTRY_SESSION =spaced; Path=/")
+		fmt.Fprintf(w, "path=%s auth=%q cookie=%q prefix=%s", r.URL.EscapedPath(), r.Header.Get("Authorization"), r.Header.Get("Cookie"), r.Header.Get("X-Forwarded-Prefix"))
 	}))
 	t.Cleanup(srv.Close)
 	return srv
@@ -91,8 +96,8 @@ func TestProxy(t *testing.T) {
 			for _, c := range resp.Cookies() {
 				names = append(names, c.Name)
 			}
-			if strings.Join(names, ",") != "_xsrf" {
-				t.Errorf("cookies set through the proxy: %v, want only the app's own _xsrf", names)
+			if strings.Join(names, ",") != "_xsrf" || len(resp.Header.Values("Set-Cookie")) != 1 {
+				t.Errorf("cookies set through the proxy: %v %q, want only the app's own _xsrf", names, resp.Header.Values("Set-Cookie"))
 			}
 		})
 	}
@@ -115,6 +120,63 @@ func TestProxy(t *testing.T) {
 		line, err := br.ReadString('\n')
 		if err != nil || line != "echo hello kernel\n" {
 			t.Fatalf("through the socket: %q %v", line, err)
+		}
+	})
+
+	// The path reaches the app as the client escaped it: a %2F is not a
+	// new segment and %2e%2e is not "..".
+	t.Run("escaped paths forwarded as sent", func(t *testing.T) {
+		for _, tc := range []struct {
+			strip     bool
+			path, app string
+		}{
+			{false, "/w/abcd1234/files/a%2Fb", "/w/abcd1234/files/a%2Fb"},
+			{true, "/w/abcd1234/files/a%2Fb", "/files/a%2Fb"},
+			{false, "/w/abcd1234/files/%2e%2e/%2e%2e/etc", "/w/abcd1234/files/%2e%2e/%2e%2e/etc"},
+			{true, "/w/abcd1234/%2e%2e/x", "/%2e%2e/x"},
+			{true, "/w/abcd1234/a%20b", "/a%20b"},
+		} {
+			front := serve(&interactive.Proxy{Opener: opener{target: workload.Target{URL: u, StripPrefix: tc.strip}}, Strip: strip})
+			resp, err := http.Get(front.URL + tc.path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			front.Close()
+			if !strings.HasPrefix(string(body), "path="+tc.app+" ") {
+				t.Errorf("strip %v, %s: the app saw %q, want path %s", tc.strip, tc.path, body, tc.app)
+			}
+		}
+		// An id escaped in the path is not the id.
+		front := serve(&interactive.Proxy{Opener: opener{target: workload.Target{URL: u}}})
+		defer front.Close()
+		resp, err := http.Get(front.URL + "/w/abcd%31234/x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusTeapot {
+			t.Errorf("an escaped id: %d, want refused", resp.StatusCode)
+		}
+	})
+
+	t.Run("only websocket upgrades", func(t *testing.T) {
+		front := serve(&interactive.Proxy{Opener: opener{target: workload.Target{URL: u}}, Strip: strip})
+		defer front.Close()
+		for _, up := range []string{"websocket, h2c", "h2c", "websocket/13, websocket"} {
+			req, _ := http.NewRequest("GET", front.URL+"/w/abcd1234/api", nil)
+			req.Header.Set("Upgrade", up)
+			req.Header.Set("Connection", "Upgrade")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusTeapot || !strings.Contains(string(body), "only a websocket upgrade") {
+				t.Errorf("Upgrade: %s: %d %q, want refused", up, resp.StatusCode, body)
+			}
 		}
 	})
 
@@ -178,6 +240,10 @@ func TestSameOrigin(t *testing.T) {
 		{"PUT", "http://gantry.example", "cross-site", "", false},
 		{"GET", "https://evil.example", "", "websocket", false},
 		{"GET", "http://gantry.example", "", "websocket", true},
+		// Any Upgrade is a handshake, however it is spelt.
+		{"GET", "https://evil.example", "", "websocket, h2c", false},
+		{"GET", "", "", "h2c", false},
+		{"GET", "", "", "WebSocket", false},
 	} {
 		r := httptest.NewRequest(tc.method, "http://gantry.example/w/abc/api", nil)
 		if tc.origin != "" {

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/getkin/kin-openapi/openapi3"
@@ -30,6 +32,7 @@ func problemFor(err error) (int, gen.Problem) {
 	var (
 		inv  *fault.Invalid
 		mal  *fault.Malformed
+		tm   *fault.TooMany
 		nf   *fault.NotFound
 		conf *fault.Conflict
 		fb   *fault.Forbidden
@@ -49,6 +52,8 @@ func problemFor(err error) (int, gen.Problem) {
 		return http.StatusUnprocessableEntity, gen.Problem{Type: "https://gantry.dev/problems/image-refused", Title: "Image refused", Detail: ptr(ir.Error()), Errors: &fields}
 	case errors.As(err, &inv):
 		return http.StatusUnprocessableEntity, gen.Problem{Type: problemValidation, Title: "Invalid request", Detail: ptr(detailOf(len(inv.Fields))), Errors: fieldErrors(inv.Fields)}
+	case errors.As(err, &tm):
+		return http.StatusTooManyRequests, gen.Problem{Type: "about:blank", Title: http.StatusText(http.StatusTooManyRequests), Detail: ptr(tm.What + "; try again later")}
 	case errors.As(err, &mal):
 		return http.StatusBadRequest, gen.Problem{Type: problemValidation, Title: "Invalid request", Detail: ptr(detailOf(len(mal.Fields))), Errors: fieldErrors(mal.Fields)}
 	case errors.As(err, &re), errors.As(err, &se):
@@ -172,6 +177,9 @@ func errorHandler(log *slog.Logger) echo.HTTPErrorHandler {
 		}
 		status, p := problemFor(err)
 		p.Status = status
+		if tm := (*fault.TooMany)(nil); errors.As(err, &tm) && tm.RetryAfter > 0 {
+			c.Response().Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(tm.RetryAfter.Seconds()))))
+		}
 		if id := c.Response().Header().Get(echo.HeaderXRequestID); id != "" {
 			p.Instance = ptr("urn:gantry:request:" + id)
 		}

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 )
 
 // Field is one problem with one field of some input.
@@ -160,6 +161,15 @@ type Unavailable struct {
 
 func (e *Unavailable) Error() string { return e.What + " unavailable: " + e.Err.Error() }
 func (e *Unavailable) Unwrap() error { return e.Err }
+
+// TooMany says the caller holds as many of something as it may, or the
+// server does: try again after RetryAfter.
+type TooMany struct {
+	What       string
+	RetryAfter time.Duration
+}
+
+func (e *TooMany) Error() string { return "too many: " + e.What }
 
 // ImageRefused says that an image failed a supply-chain check (catalog, tag,
 // resolve, signature, annotations, attestation), which one and why.

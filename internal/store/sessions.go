@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/identity"
+	"github.com/gantryhq/gantry/internal/live"
 	"github.com/gantryhq/gantry/internal/weblogin"
 )
 
@@ -96,7 +98,22 @@ func (s *Store) Session(ctx context.Context, idHash string) (weblogin.Session, e
 
 // DeleteSession implements weblogin.Store; deleting a missing session is not an error.
 func (s *Store) DeleteSession(ctx context.Context, idHash string) error {
-	if _, err := s.db.ExecContext(ctx, s.q(`DELETE FROM sessions WHERE id_hash = ?`), idHash); err != nil {
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		var issuer, subject string
+		err := tx.QueryRowContext(ctx, s.q(`SELECT issuer, subject FROM sessions WHERE id_hash = ?`), idHash).Scan(&issuer, &subject)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM sessions WHERE id_hash = ?`), idHash); err != nil {
+			return err
+		}
+		// What the session opened is checked again (and closes).
+		return s.appendChange(ctx, tx, live.User, identity.Identity{Issuer: issuer, Subject: subject}.String())
+	})
+	if err != nil {
 		return fmt.Errorf("delete session: %w", err)
 	}
 	return nil

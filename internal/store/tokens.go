@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/live"
 	"github.com/gantryhq/gantry/internal/token"
 )
 
@@ -72,11 +73,21 @@ func (s *Store) Tokens(ctx context.Context, owner string) ([]token.Token, error)
 
 // RevokeToken implements token.Store.
 func (s *Store) RevokeToken(ctx context.Context, owner, id string, at time.Time) error {
-	res, err := s.db.ExecContext(ctx, s.q(`UPDATE tokens SET revoked_at = ? WHERE owner = ? AND id = ? AND revoked_at = 0`), at.UnixMicro(), owner, id)
+	var n int64
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, s.q(`UPDATE tokens SET revoked_at = ? WHERE owner = ? AND id = ? AND revoked_at = 0`), at.UnixMicro(), owner, id)
+		if err != nil {
+			return err
+		}
+		if n, _ = res.RowsAffected(); n == 0 {
+			return nil
+		}
+		return s.appendChange(ctx, tx, live.Token, id) // what it opened closes
+	})
 	if err != nil {
 		return fmt.Errorf("revoke token: %w", err)
 	}
-	if n, _ := res.RowsAffected(); n == 0 {
+	if n == 0 {
 		// Unknown, someone else's, or already revoked: the same answer.
 		if t, err := s.Token(ctx, id); err == nil && t.Owner.String() == owner {
 			return nil

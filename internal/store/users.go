@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/live"
 	"github.com/gantryhq/gantry/internal/user"
 )
 
@@ -22,10 +23,24 @@ func (s *Store) UpsertUser(ctx context.Context, u user.User) error {
 	if err != nil {
 		return err
 	}
-	_, err = s.db.ExecContext(ctx, s.q(`INSERT INTO users (`+userColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?)
+	err = s.tx(ctx, func(tx *sql.Tx) error {
+		var old string
+		err := tx.QueryRowContext(ctx, s.q(`SELECT groups FROM users WHERE id = ?`), u.ID).Scan(&old)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO users (`+userColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?)
 		ON CONFLICT (id) DO UPDATE SET email = excluded.email, name = excluded.name, groups = excluded.groups,
 			groups_at = excluded.groups_at, last_seen_at = excluded.last_seen_at`),
-		u.ID, u.Key, u.Issuer, u.Subject, u.Email, u.Name, string(groups), u.GroupsAt.UnixMicro(), u.CreatedAt.UnixMicro(), u.LastSeenAt.UnixMicro())
+			u.ID, u.Key, u.Issuer, u.Subject, u.Email, u.Name, string(groups), u.GroupsAt.UnixMicro(), u.CreatedAt.UnixMicro(), u.LastSeenAt.UnixMicro()); err != nil {
+			return err
+		}
+		if old != string(groups) {
+			// Groups lost or gained: what the user holds open is checked again.
+			return s.appendChange(ctx, tx, live.User, u.Key)
+		}
+		return nil
+	})
 	if err != nil {
 		return fmt.Errorf("upsert user %s: %w", u.Key, err)
 	}
@@ -76,11 +91,27 @@ func (s *Store) SetUserDeactivated(ctx context.Context, id string, at time.Time)
 	if !at.IsZero() {
 		micros = at.UnixMicro()
 	}
-	res, err := s.db.ExecContext(ctx, s.q(`UPDATE users SET deactivated_at = ? WHERE id = ?`), micros, id)
+	var n int64
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		var key string
+		err := tx.QueryRowContext(ctx, s.q(`SELECT user_key FROM users WHERE id = ?`), id).Scan(&key)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		res, err := tx.ExecContext(ctx, s.q(`UPDATE users SET deactivated_at = ? WHERE id = ?`), micros, id)
+		if err != nil {
+			return err
+		}
+		n, _ = res.RowsAffected()
+		return s.appendChange(ctx, tx, live.User, key)
+	})
 	if err != nil {
 		return fmt.Errorf("deactivate user %s: %w", id, err)
 	}
-	if n, _ := res.RowsAffected(); n == 0 {
+	if n == 0 {
 		return &fault.NotFound{Kind: "user", Name: id}
 	}
 	return nil

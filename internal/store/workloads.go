@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/live"
 	"github.com/gantryhq/gantry/internal/team"
 	"github.com/gantryhq/gantry/internal/template"
 	"github.com/gantryhq/gantry/internal/workload"
@@ -213,7 +214,7 @@ func (s *Store) UpdateWorkload(ctx context.Context, id string, fn func(workload.
 				return fmt.Errorf("record a run of workload %s: %w", id, err)
 			}
 		}
-		return nil
+		return s.appendChange(ctx, tx, live.Workload, id)
 	})
 	return out, err
 }

@@ -1,0 +1,376 @@
+// Package live owns Gantry's long-lived responses — proxied websockets and
+// streams, workload watch streams, followed logs — and the change feed that
+// keeps them honest. Every such response is registered with the user, the
+// token and the workload that allowed it; each replica follows the store's
+// change feed once (a numbered table every writer appends to in the
+// transaction that changes what it names) and, for each change, wakes the
+// watch streams of that workload and checks again every connection that the
+// change could concern: a revoked token, a signed-out session, a deactivated
+// or regrouped user, a stopped or deleted workload close what they allowed,
+// on every replica, within the feed's poll interval. Concurrent streams are
+// capped per identity and per replica.
+package live
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/gantryhq/gantry/internal/fault"
+)
+
+// Kind is what a change names.
+type Kind string
+
+// Kinds of change.
+const (
+	Workload Kind = "workload" // Subject: a workload id
+	Token    Kind = "token"    // Subject: a token id (revoked)
+	User     Kind = "user"     // Subject: a user's key, issuer#subject (signed out, deactivated, regrouped)
+	All      Kind = "all"      // Subject: none; everything is checked again (the policy changed)
+)
+
+// Change is one entry of the feed.
+type Change struct {
+	Seq     int64
+	Kind    Kind
+	Subject string
+}
+
+// Feed is the store's numbered change table.
+type Feed interface {
+	Changes(ctx context.Context, after int64, limit int) ([]Change, error)
+	LastChange(ctx context.Context) (int64, error)
+	PruneChanges(ctx context.Context, before time.Time) error
+}
+
+// Conn describes one long-lived response.
+type Conn struct {
+	Workload string // the workload it serves
+	User     string // who it serves: identity.String()
+	Token    string // the personal access token it came with, if any
+	// Stream counts it against the caps (watch streams, followed logs,
+	// websockets); a plain proxied request is registered but not counted.
+	Stream bool
+	// Watch: the response follows the workload itself (Handle.Changed)
+	// and ends when it cannot read it; the registry only checks it again
+	// on credential changes.
+	Watch bool
+	// Recheck authenticates the credential again and asks again whether it
+	// may have this response; an error closes it.
+	Recheck func(ctx context.Context) error
+}
+
+// Limits cap concurrent streams.
+type Limits struct {
+	PerIdentity int
+	PerReplica  int
+}
+
+// TooMany is returned by Open past a cap: 429 with Retry-After.
+type TooMany = fault.TooMany
+
+// ErrClosed is the cause a closed connection's context carries.
+var ErrClosed = errors.New("closed: the credential or the workload that allowed it changed")
+
+// Registry holds this replica's live connections.
+type Registry struct {
+	limits Limits
+	log    *slog.Logger
+	now    func() time.Time
+
+	mu         sync.Mutex
+	all        map[*entry]struct{}
+	byWorkload map[string]map[*entry]struct{}
+	byUser     map[string]map[*entry]struct{}
+	byToken    map[string]map[*entry]struct{}
+	streams    int
+	perUser    map[string]int
+
+	checks chan *entry // rechecks to run
+}
+
+type entry struct {
+	Conn
+	cancel  context.CancelCauseFunc
+	changed chan struct{}
+	closed  bool
+}
+
+// NewRegistry returns an empty registry; limits must be positive.
+func NewRegistry(limits Limits, log *slog.Logger) (*Registry, error) {
+	if limits.PerIdentity <= 0 || limits.PerReplica <= 0 {
+		return nil, fmt.Errorf("live: stream limits must be positive (per identity %d, per replica %d)", limits.PerIdentity, limits.PerReplica)
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Registry{limits: limits, log: log, now: time.Now,
+		all: map[*entry]struct{}{}, byWorkload: map[string]map[*entry]struct{}{}, byUser: map[string]map[*entry]struct{}{},
+		byToken: map[string]map[*entry]struct{}{}, perUser: map[string]int{}, checks: make(chan *entry, 4096)}, nil
+}
+
+// Handle is a registered connection.
+type Handle struct {
+	r *Registry
+	e *entry
+}
+
+// Changed is signalled (coalesced) when the workload's record changes.
+func (h *Handle) Changed() <-chan struct{} { return h.e.changed }
+
+// Close deregisters the connection; it is safe to call more than once.
+func (h *Handle) Close() {
+	h.r.remove(h.e)
+	h.e.cancel(context.Canceled)
+}
+
+type handleKey struct{}
+
+// HandleFrom returns the handle a registered request's context carries.
+func HandleFrom(ctx context.Context) (*Handle, bool) {
+	h, ok := ctx.Value(handleKey{}).(*Handle)
+	return h, ok
+}
+
+// Open registers c. The returned context is cancelled (with ErrClosed as its
+// cause) when the connection must end; it also carries the handle. Past a
+// cap, Open returns a *TooMany.
+func (r *Registry) Open(ctx context.Context, c Conn) (context.Context, *Handle, error) {
+	if c.Recheck == nil {
+		return nil, nil, errors.New("live: a connection needs a Recheck")
+	}
+	r.mu.Lock()
+	if c.Stream {
+		switch {
+		case r.streams >= r.limits.PerReplica:
+			r.mu.Unlock()
+			return nil, nil, &TooMany{What: fmt.Sprintf("this server holds %d open streams, its limit", r.limits.PerReplica), RetryAfter: 5 * time.Second}
+		case r.perUser[c.User] >= r.limits.PerIdentity:
+			r.mu.Unlock()
+			return nil, nil, &TooMany{What: fmt.Sprintf("you hold %d open streams (watches, followed logs, sockets), the most one person may", r.limits.PerIdentity), RetryAfter: 10 * time.Second}
+		}
+		r.streams++
+		r.perUser[c.User]++
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	e := &entry{Conn: c, cancel: cancel, changed: make(chan struct{}, 1)}
+	r.all[e] = struct{}{}
+	add(r.byWorkload, c.Workload, e)
+	add(r.byUser, c.User, e)
+	add(r.byToken, c.Token, e)
+	r.mu.Unlock()
+	h := &Handle{r: r, e: e}
+	return context.WithValue(ctx, handleKey{}, h), h, nil
+}
+
+func add(m map[string]map[*entry]struct{}, key string, e *entry) {
+	if key == "" {
+		return
+	}
+	if m[key] == nil {
+		m[key] = map[*entry]struct{}{}
+	}
+	m[key][e] = struct{}{}
+}
+
+func del(m map[string]map[*entry]struct{}, key string, e *entry) {
+	if set := m[key]; set != nil {
+		delete(set, e)
+		if len(set) == 0 {
+			delete(m, key)
+		}
+	}
+}
+
+func (r *Registry) remove(e *entry) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if e.closed {
+		return
+	}
+	e.closed = true
+	delete(r.all, e)
+	del(r.byWorkload, e.Workload, e)
+	del(r.byUser, e.User, e)
+	del(r.byToken, e.Token, e)
+	if e.Stream {
+		r.streams--
+		if r.perUser[e.User]--; r.perUser[e.User] <= 0 {
+			delete(r.perUser, e.User)
+		}
+	}
+}
+
+// Count is the number of registered connections and of streams among them.
+func (r *Registry) Count() (conns, streams int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.all), r.streams
+}
+
+// Publish applies changes: a workload's watchers are woken and its other
+// connections checked again; a token's or a user's connections are checked
+// again; All checks every connection again.
+func (r *Registry) Publish(changes ...Change) {
+	var recheck []*entry
+	r.mu.Lock()
+	for _, c := range changes {
+		switch c.Kind {
+		case Workload:
+			for e := range r.byWorkload[c.Subject] {
+				if e.Watch {
+					select {
+					case e.changed <- struct{}{}:
+					default: // a wake-up is already pending
+					}
+					continue
+				}
+				recheck = append(recheck, e)
+			}
+		case Token:
+			for e := range r.byToken[c.Subject] {
+				recheck = append(recheck, e)
+			}
+		case User:
+			for e := range r.byUser[c.Subject] {
+				recheck = append(recheck, e)
+			}
+		case All:
+			for e := range r.all {
+				recheck = append(recheck, e)
+			}
+		}
+	}
+	r.mu.Unlock()
+	for _, e := range recheck {
+		select {
+		case r.checks <- e:
+		default:
+			// The queue is full (a flood of changes): close rather than
+			// leave a connection unchecked; its client reconnects and is
+			// checked then.
+			r.close(e, fmt.Errorf("%w (too many checks pending)", ErrClosed))
+		}
+	}
+}
+
+func (r *Registry) close(e *entry, cause error) {
+	r.remove(e)
+	e.cancel(cause)
+}
+
+// checkers run rechecks, a few at a time.
+const checkers = 8
+
+// Run checks connections again as changes arrive, and every sweep (tokens
+// and sessions expire, groups grow stale, without a change being written);
+// it returns when ctx ends.
+func (r *Registry) Run(ctx context.Context, sweep time.Duration) error {
+	var wg sync.WaitGroup
+	for range checkers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case e := <-r.checks:
+					r.check(ctx, e)
+				}
+			}
+		}()
+	}
+	t := time.NewTicker(sweep)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			wg.Wait()
+			return nil
+		case <-t.C:
+			r.Publish(Change{Kind: All})
+		}
+	}
+}
+
+func (r *Registry) check(ctx context.Context, e *entry) {
+	r.mu.Lock()
+	closed := e.closed
+	r.mu.Unlock()
+	if closed {
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	err := e.Recheck(cctx)
+	var un *fault.Unavailable
+	switch {
+	case err == nil:
+	case ctx.Err() != nil:
+	case errors.As(err, &un):
+		// The store or the provider did not answer: not a refusal. The
+		// next change or sweep asks again.
+		r.log.WarnContext(ctx, "live connection not checked again", "workload_id", e.Workload, "err", err)
+	default:
+		r.log.InfoContext(ctx, "live connection closed", "workload_id", e.Workload, "user", e.User, "reason", err.Error())
+		r.close(e, fmt.Errorf("%w: %v", ErrClosed, err))
+	}
+}
+
+// Follow reads the feed from its newest change on, every interval, and
+// publishes what it reads; changes older than keep are pruned now and then.
+// It returns when ctx ends; a feed that fails is retried.
+func (r *Registry) Follow(ctx context.Context, feed Feed, interval, keep time.Duration) error {
+	var after int64
+	for {
+		n, err := feed.LastChange(ctx)
+		if err == nil {
+			after = n
+			break
+		}
+		r.log.WarnContext(ctx, "change feed not readable yet", "err", err)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(interval):
+		}
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	lastPrune := r.now()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		for {
+			cs, err := feed.Changes(ctx, after, 1000)
+			if err != nil {
+				if ctx.Err() == nil {
+					r.log.WarnContext(ctx, "change feed not read", "err", err)
+				}
+				break
+			}
+			if len(cs) == 0 {
+				break
+			}
+			after = cs[len(cs)-1].Seq
+			r.Publish(cs...)
+			if len(cs) < 1000 {
+				break
+			}
+		}
+		if r.now().Sub(lastPrune) > keep/2 {
+			lastPrune = r.now()
+			if err := feed.PruneChanges(ctx, lastPrune.Add(-keep)); err != nil && ctx.Err() == nil {
+				r.log.WarnContext(ctx, "change feed not pruned", "err", err)
+			}
+		}
+	}
+}

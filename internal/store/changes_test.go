@@ -1,0 +1,170 @@
+package store_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gantryhq/gantry/internal/catalog"
+	"github.com/gantryhq/gantry/internal/identity"
+	"github.com/gantryhq/gantry/internal/live"
+	"github.com/gantryhq/gantry/internal/store"
+	"github.com/gantryhq/gantry/internal/token"
+	"github.com/gantryhq/gantry/internal/user"
+	"github.com/gantryhq/gantry/internal/weblogin"
+	"github.com/gantryhq/gantry/internal/workload"
+)
+
+func TestChangeFeed(t *testing.T) {
+	for name, open := range backends(t) {
+		t.Run(name, func(t *testing.T) { testChangeFeed(t, open(t)) })
+	}
+}
+
+// testChangeFeed: every change a live connection must hear of is in the
+// feed, numbered without gaps in commit order, so that a reader polling
+// while writers race never sees a number before the ones below it.
+func testChangeFeed(t *testing.T, s *store.Store) {
+	ctx := context.Background()
+	classes, _, files := starter(t)
+	if _, err := catalog.New(s, classes).Seed(ctx, "gitops", files); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.LastChange(ctx); err != nil || n != 0 {
+		t.Fatalf("a new database's last change: %d %v", n, err)
+	}
+	at := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	const workloads, updates = 10, 8
+	for i := range workloads {
+		w := workload.Workload{ID: fmt.Sprintf("feed%06d", i), Name: fmt.Sprintf("x-feed%06d", i), Team: "vision", Owner: "alice", Template: "pytorch-train", TemplateVersion: 1,
+			Kind: "service", GPUClass: "L4", GPUCount: 1, Parameters: map[string]string{}, ObjectsHash: "h", Status: workload.Pending, Reason: "0", CreatedAt: at, UpdatedAt: at}
+		if err := s.CreateWorkload(ctx, w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A reader follows the feed while the writers race.
+	done := make(chan struct{})
+	seen := make(chan []live.Change, 1)
+	go func() {
+		var all []live.Change
+		var after int64
+		for {
+			cs, err := s.Changes(ctx, after, 7)
+			if err != nil {
+				t.Error(err)
+			}
+			for _, c := range cs {
+				if c.Seq != after+1 {
+					t.Errorf("read change %d right after %d: the feed skipped one", c.Seq, after)
+				}
+				after = c.Seq
+			}
+			all = append(all, cs...)
+			select {
+			case <-done:
+				if len(cs) == 0 {
+					seen <- all
+					return
+				}
+			default:
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	for i := range workloads {
+		for range updates {
+			wg.Go(func() {
+				_, err := s.UpdateWorkload(ctx, fmt.Sprintf("feed%06d", i), func(old workload.Workload) (workload.Workload, error) {
+					var c int
+					fmt.Sscan(old.Reason, &c)
+					old.Reason = fmt.Sprint(c + 1)
+					return old, nil
+				})
+				if err != nil {
+					t.Error(err)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	// An update that changes nothing writes no change.
+	if _, err := s.UpdateWorkload(ctx, "feed000000", func(old workload.Workload) (workload.Workload, error) { return old, nil }); err != nil {
+		t.Fatal(err)
+	}
+	close(done)
+	all := <-seen
+	perWorkload := map[string]int{}
+	for _, c := range all {
+		if c.Kind != live.Workload {
+			t.Errorf("change %+v, want workload changes only so far", c)
+		}
+		perWorkload[c.Subject]++
+	}
+	if len(all) != workloads*updates || len(perWorkload) != workloads {
+		t.Fatalf("%d changes over %d workloads, want %d over %d", len(all), len(perWorkload), workloads*updates, workloads)
+	}
+
+	// Credentials: a revoked token, a deactivated user, a signed-out
+	// session and groups that change name what they close.
+	ann := identity.Identity{Issuer: "https://idp", Subject: "ann", Groups: []string{"ml-vision"}}
+	users, err := user.New(s, 24*time.Hour, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last, _ := s.LastChange(ctx)
+	want := func(what string, kind live.Kind, subject string) {
+		t.Helper()
+		cs, err := s.Changes(ctx, last, 100)
+		if err != nil || len(cs) != 1 || cs[0].Kind != kind || cs[0].Subject != subject {
+			t.Fatalf("%s: changes %+v %v, want one %s %q", what, cs, err, kind, subject)
+		}
+		last = cs[0].Seq
+	}
+	if _, err := users.Observe(ctx, ann); err != nil {
+		t.Fatal(err)
+	}
+	want("a new user", live.User, ann.String())
+	if _, err := users.Observe(ctx, ann); err != nil {
+		t.Fatal(err)
+	}
+	regrouped := ann
+	regrouped.Groups = []string{"ml-nlp"}
+	if err := s.UpsertUser(ctx, user.User{ID: user.IDOf(ann.String()), Key: ann.String(), Issuer: ann.Issuer, Subject: ann.Subject,
+		Groups: regrouped.Groups, GroupsAt: time.Now(), CreatedAt: time.Now(), LastSeenAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	want("groups changed", live.User, ann.String())
+	tok := token.Token{ID: "feedtok01", Owner: ann, Name: "n", SecretHash: "x", CreatedAt: at, ExpiresAt: at.Add(time.Hour)}
+	if err := s.CreateToken(ctx, tok); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RevokeToken(ctx, ann.String(), tok.ID, at); err != nil {
+		t.Fatal(err)
+	}
+	want("a revoked token", live.Token, tok.ID)
+	ses := weblogin.Session{IDHash: "feed-ses", Identity: ann, CSRF: "c", CreatedAt: time.Now().UTC(), ExpiresAt: time.Now().Add(time.Hour).UTC()}
+	if err := s.CreateSession(ctx, ses); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteSession(ctx, ses.IDHash); err != nil {
+		t.Fatal(err)
+	}
+	want("a signed-out session", live.User, ann.String())
+	if err := s.SetUserDeactivated(ctx, user.IDOf(ann.String()), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	want("a deactivated user", live.User, ann.String())
+
+	// Pruning forgets old changes, not the counter.
+	if err := s.PruneChanges(ctx, time.Now().Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if cs, err := s.Changes(ctx, 0, 10); err != nil || len(cs) != 0 {
+		t.Fatalf("after pruning: %+v %v", cs, err)
+	}
+	if n, err := s.LastChange(ctx); err != nil || n != last {
+		t.Fatalf("last change after pruning: %d %v, want %d", n, err, last)
+	}
+}

@@ -16,12 +16,12 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/gantryhq/gantry/internal/audit"
+	"github.com/gantryhq/gantry/internal/authz"
 	"github.com/gantryhq/gantry/internal/budget"
 	"github.com/gantryhq/gantry/internal/catalog"
 	"github.com/gantryhq/gantry/internal/devregistry"
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/gpu"
-	"github.com/gantryhq/gantry/internal/authz"
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/notify"
 	"github.com/gantryhq/gantry/internal/overrides"

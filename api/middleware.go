@@ -18,10 +18,12 @@ import (
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/interactive"
+	"github.com/gantryhq/gantry/internal/live"
 	"github.com/gantryhq/gantry/internal/logctx"
 	"github.com/gantryhq/gantry/internal/token"
 	"github.com/gantryhq/gantry/internal/user"
 	"github.com/gantryhq/gantry/internal/weblogin"
+	"github.com/gantryhq/gantry/internal/workload"
 )
 
 // SessionAuthenticator finds the signed-in browser session a cookie names.
@@ -29,14 +31,61 @@ type SessionAuthenticator interface {
 	Authenticate(ctx context.Context, cookie string) (weblogin.Session, error)
 }
 
-// identify attaches the caller's identity to API requests: a bearer token
-// (a personal access token by its prefix, else a JWT for Identify), or the
-// session cookie of a signed-in browser, which must also send the session's
-// CSRF token in X-CSRF-Token on anything but a read.
+// credentials authenticates what a request presents: a bearer token (a
+// personal access token by its prefix, else a JWT for bearer), or the
+// session cookie of a signed-in browser (returned too, for its CSRF check).
+// An error wrapping a store failure is not the caller's fault; the others
+// (authn.ErrNoCredentials, token.ErrInvalid, weblogin.ErrNoSession,
+// user.ErrStale, user.ErrDeactivated, a bad JWT) are answered 401.
+type credentials struct {
+	bearer   func(*http.Request) (identity.Identity, error)
+	tokens   *token.Service
+	sessions SessionAuthenticator
+}
+
+// errStore marks an authentication that failed on Gantry's side.
+var errStore = errors.New("authentication could not be completed")
+
+func (cr credentials) authenticate(r *http.Request) (identity.Identity, *weblogin.Session, error) {
+	if raw, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
+		switch {
+		case cr.tokens != nil && token.Is(raw):
+			id, err := cr.tokens.Authenticate(r.Context(), raw)
+			id.Via = identity.ViaToken
+			if err != nil && !errors.Is(err, token.ErrInvalid) && !errors.Is(err, user.ErrStale) && !errors.Is(err, user.ErrDeactivated) {
+				return id, nil, fmt.Errorf("%w: the token: %w", errStore, err) // the store failed: not the caller's fault
+			}
+			return id, nil, err
+		case cr.bearer != nil:
+			id, err := cr.bearer(r)
+			id.Via = identity.ViaBearer
+			return id, nil, err
+		}
+		return identity.Identity{}, nil, authn.ErrNoCredentials
+	}
+	if ck, cerr := r.Cookie(weblogin.SessionCookie); cerr == nil && cr.sessions != nil {
+		ses, err := cr.sessions.Authenticate(r.Context(), ck.Value)
+		if err != nil && !errors.Is(err, weblogin.ErrNoSession) {
+			return identity.Identity{}, nil, fmt.Errorf("%w: look up the session: %w", errStore, err) // the store failed: not the caller's fault
+		}
+		if err != nil {
+			return identity.Identity{}, nil, err
+		}
+		id := ses.Identity
+		id.Via = identity.ViaSession
+		return id, &ses, nil
+	}
+	return identity.Identity{}, nil, authn.ErrNoCredentials
+}
+
+// identify attaches the caller's identity to API requests (credentials);
+// a signed-in browser must also send the session's CSRF token in
+// X-CSRF-Token on anything but a read, and its changes to an interactive
+// workload must come from Gantry's origin.
 //
 // On AgentPath only a node agent's ServiceAccount token counts (checked by
 // agents), and it counts nowhere else.
-func identify(bearer func(*http.Request) (identity.Identity, error), tokens *token.Service, sessions SessionAuthenticator, agents AgentAuthenticator) echo.MiddlewareFunc {
+func identify(cr credentials, agents AgentAuthenticator) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			r := c.Request()
@@ -47,41 +96,23 @@ func identify(bearer func(*http.Request) (identity.Identity, error), tokens *tok
 			if !isAPI(r.URL.Path) && !app {
 				return next(c)
 			}
-			var id identity.Identity
-			err := authn.ErrNoCredentials
-			if raw, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
+			id, ses, err := cr.authenticate(r)
+			if errors.Is(err, errStore) {
+				return err
+			}
+			if err == nil && ses != nil {
+				refuse := ""
 				switch {
-				case tokens != nil && token.Is(raw):
-					id, err = tokens.Authenticate(r.Context(), raw)
-					id.Via = identity.ViaToken
-					if err != nil && !errors.Is(err, token.ErrInvalid) && !errors.Is(err, user.ErrStale) && !errors.Is(err, user.ErrDeactivated) {
-						return fmt.Errorf("authenticate the token: %w", err) // the store failed: not the caller's fault
-					}
-				case bearer != nil:
-					id, err = bearer(r)
-					id.Via = identity.ViaBearer
+				case !app && !safeMethod(r.Method) && !ses.CheckCSRF(r.Header.Get(CSRFHeader)):
+					refuse = "missing or wrong " + CSRFHeader + " header: a signed-in browser sends its session's CSRF token with every change"
+				case app && !interactive.SameOrigin(r):
+					refuse = "a change to an interactive workload must come from a page of this origin (Origin header)"
 				}
-			} else if ck, cerr := r.Cookie(weblogin.SessionCookie); cerr == nil && sessions != nil {
-				var ses weblogin.Session
-				ses, err = sessions.Authenticate(r.Context(), ck.Value)
-				if err != nil && !errors.Is(err, weblogin.ErrNoSession) {
-					return fmt.Errorf("look up the session: %w", err) // the store failed: not the caller's fault
-				}
-				if err == nil && !app && !safeMethod(r.Method) && !ses.CheckCSRF(r.Header.Get(CSRFHeader)) {
+				if refuse != "" {
 					// The session is known: the refusal is audited under its user.
-					id = ses.Identity
-					id.Via = identity.ViaSession
 					c.SetRequest(r.WithContext(identity.With(r.Context(), id)))
-					return &fault.Forbidden{Reason: "missing or wrong " + CSRFHeader + " header: a signed-in browser sends its session's CSRF token with every change"}
+					return &fault.Forbidden{Reason: refuse}
 				}
-				if err == nil && app && !interactive.SameOrigin(r) {
-					id = ses.Identity
-					id.Via = identity.ViaSession
-					c.SetRequest(r.WithContext(identity.With(r.Context(), id)))
-					return &fault.Forbidden{Reason: "a change to an interactive workload must come from a page of this origin (Origin header)"}
-				}
-				id = ses.Identity
-				id.Via = identity.ViaSession
 			}
 			if err != nil && app && r.Method == http.MethodGet && strings.Contains(r.Header.Get("Accept"), "text/html") {
 				// A browser opening a notebook link signs in first, then comes back.
@@ -105,6 +136,67 @@ func identify(bearer func(*http.Request) (identity.Identity, error), tokens *tok
 				return echo.NewHTTPError(http.StatusUnauthorized, msg)
 			}
 			c.SetRequest(r.WithContext(identity.With(r.Context(), id)))
+			return next(c)
+		}
+	}
+}
+
+// liveConns registers every long-lived response — a workload's watch
+// stream, its followed log, a request to its app (every websocket among
+// them) — with the registry, under the credential, the user and the
+// workload that allowed it: the registry caps streams and closes any of them
+// once a recheck (the same credential authenticated again, the same
+// workload read or opened again) fails.
+func liveConns(reg *live.Registry, cr credentials, workloads *workload.Service) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			r := c.Request()
+			var wid string
+			var watch, stream, app bool
+			switch {
+			case c.Path() == "/api/v1/workloads/:id/watch":
+				wid, watch, stream = c.Param("id"), true, true
+			case c.Path() == "/api/v1/workloads/:id/logs" && r.URL.Query().Get("follow") == "true":
+				wid, stream = c.Param("id"), true
+			case isInteractive(r.URL.Path):
+				var ok bool
+				if wid, _, ok = interactive.Split(r.URL.Path); !ok {
+					return next(c)
+				}
+				app, stream = true, interactive.IsUpgrade(r)
+			default:
+				return next(c)
+			}
+			id, ok := identity.From(r.Context())
+			if !ok || workloads == nil {
+				return next(c)
+			}
+			probe := r.Clone(context.Background()) // its credential, for the rechecks
+			probe.Body = nil
+			recheck := func(ctx context.Context) error {
+				fresh, _, err := cr.authenticate(probe.WithContext(ctx))
+				switch {
+				case errors.Is(err, errStore):
+					return &fault.Unavailable{What: "the credential check", Err: err}
+				case err != nil:
+					return err
+				case fresh.String() != id.String():
+					return errors.New("the credential now names someone else")
+				}
+				fctx := identity.With(ctx, fresh)
+				if app {
+					_, err = workloads.Target(fctx, wid)
+				} else {
+					_, err = workloads.Get(fctx, wid)
+				}
+				return err
+			}
+			ctx, h, err := reg.Open(r.Context(), live.Conn{Workload: wid, User: id.String(), Token: id.TokenID, Stream: stream, Watch: watch, Recheck: recheck})
+			if err != nil {
+				return err
+			}
+			defer h.Close()
+			c.SetRequest(r.WithContext(ctx))
 			return next(c)
 		}
 	}

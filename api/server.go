@@ -30,6 +30,7 @@ import (
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/imageverify"
 	"github.com/gantryhq/gantry/internal/interactive"
+	"github.com/gantryhq/gantry/internal/live"
 	"github.com/gantryhq/gantry/internal/logctx"
 	"github.com/gantryhq/gantry/internal/overrides"
 	"github.com/gantryhq/gantry/internal/ownmetrics"
@@ -102,6 +103,10 @@ type Options struct {
 	MetricsSource string // "gantry" or "prometheus"
 	// Advice judges workloads' series.
 	Advice *advice.Service
+	// Live registers long-lived responses (watch streams, followed logs,
+	// proxied sockets), caps them and closes them when what allowed them
+	// changes; required.
+	Live *live.Registry
 }
 
 // New builds the HTTP handler.
@@ -114,6 +119,10 @@ func New(o Options) (*echo.Echo, error) {
 	if err != nil {
 		return nil, err
 	}
+	if o.Live == nil {
+		return nil, errors.New("api: a live connection registry is required")
+	}
+	cr := credentials{bearer: o.Identify, tokens: o.Tokens, sessions: o.Sessions}
 	if o.Own == nil {
 		o.Own = ownmetrics.New()
 	}
@@ -131,8 +140,9 @@ func New(o Options) (*echo.Echo, error) {
 			Skipper: func(c echo.Context) bool { return isInteractive(c.Request().URL.Path) }}), // an app's uploads are its business
 		secureHeaders,
 		limitAnonymous(o.Anonymous),
-		identify(o.Identify, o.Tokens, o.Sessions, o.Agents),
+		identify(cr, o.Agents),
 		validate,
+		liveConns(o.Live, cr, o.Workloads),
 	)
 	s := &server{o: o}
 	gen.RegisterHandlers(e, gen.NewStrictHandler(s, nil))

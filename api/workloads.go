@@ -15,6 +15,7 @@ import (
 	"github.com/gantryhq/gantry/api/gen"
 	"github.com/gantryhq/gantry/internal/estimate"
 	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/live"
 	"github.com/gantryhq/gantry/internal/team"
 	"github.com/gantryhq/gantry/internal/workload"
 )
@@ -226,7 +227,7 @@ func (s *server) WatchWorkload(ctx context.Context, req gen.WatchWorkloadRequest
 }
 
 // watchStream is a workload's server-sent events: the workload whenever it
-// changes, read once a second.
+// changes, as the change feed says (and once a second while it waits).
 type watchStream struct {
 	ctx   context.Context
 	first workload.Workload
@@ -280,17 +281,37 @@ func (ws watchStream) VisitWatchWorkloadResponse(w http.ResponseWriter) error {
 	if !send(ws.first) {
 		return nil
 	}
-	tick := time.NewTicker(watchEvery)
-	defer tick.Stop()
+	// The workload is read again when the change feed says it changed
+	// (live.Handle); while it waits (queued, pending, held for approval)
+	// its place and reasons change with others', so it is also read every
+	// watchEvery then. Without a handle (no registry), it is polled.
+	var changed <-chan struct{}
+	if h, ok := live.HandleFrom(ws.ctx); ok {
+		changed = h.Changed()
+	}
+	poll := time.NewTicker(watchEvery)
+	defer poll.Stop()
+	keepAlive := time.NewTicker(keepAliveEvery)
+	defer keepAlive.Stop()
 	end := time.After(watchLifetime)
-	quiet := time.Now()
+	status := ws.first.Status
 	for {
 		select {
 		case <-ws.ctx.Done():
 			return nil
 		case <-end:
 			return nil // the client reconnects, and is checked again
-		case <-tick.C:
+		case <-keepAlive.C:
+			if _, err := io.WriteString(w, ": keep-alive\n\n"); err != nil {
+				return nil
+			}
+			flush()
+			continue
+		case <-changed:
+		case <-poll.C:
+			if changed != nil && !waiting(status) {
+				continue
+			}
 		}
 		wl, err := ws.get()
 		var nf *fault.NotFound
@@ -307,15 +328,15 @@ func (ws watchStream) VisitWatchWorkloadResponse(w http.ResponseWriter) error {
 			ws.log.WarnContext(ws.ctx, "watch: read the workload", "err", err)
 			return nil
 		}
+		status = wl.Status
 		if !send(wl) {
 			return nil
 		}
-		if time.Since(quiet) >= keepAliveEvery {
-			if _, err := io.WriteString(w, ": keep-alive\n\n"); err != nil {
-				return nil
-			}
-			flush()
-			quiet = time.Now()
-		}
 	}
+}
+
+// waiting says whether a workload's record can change without a write of
+// its own: its queue position and reasons move with other workloads.
+func waiting(s workload.Status) bool {
+	return s == workload.Pending || s == workload.Queued || s == workload.PendingApproval
 }

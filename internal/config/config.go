@@ -145,6 +145,10 @@ type Security struct {
 	AnonymousRate int64 `json:"anonymousRate"`
 	// AnonymousBurst is how many such requests it may send at once.
 	AnonymousBurst int64 `json:"anonymousBurst"`
+	// StreamsPerIdentity and StreamsPerReplica cap long-lived responses
+	// (watch streams, followed logs, websockets to apps).
+	StreamsPerIdentity int64 `json:"streamsPerIdentity"`
+	StreamsPerReplica  int64 `json:"streamsPerReplica"`
 }
 
 // Audit configures signed checkpoints of the audit log's head, which make a
@@ -269,7 +273,7 @@ func Default() Config {
 		OIDC:              OIDC{ClockSkew: Duration(30 * time.Second), Scopes: []string{"openid", "profile", "email", "groups", "offline_access"}},
 		DevLogin:          DevLogin{Listen: "127.0.0.1:0", Users: DefaultDevUsers()},
 		Audit:             Audit{CheckpointInterval: Duration(time.Minute), DenialWindow: Duration(time.Minute)},
-		Security:          Security{AnonymousRate: 5, AnonymousBurst: 50},
+		Security:          Security{AnonymousRate: 5, AnonymousBurst: 50, StreamsPerIdentity: 100, StreamsPerReplica: 20_000},
 		Quota:             Quota{Kueue: true},
 		Telemetry: Telemetry{RawRetention: Duration(48 * time.Hour), RollupRetention: Duration(90 * 24 * time.Hour), Audience: "gantry",
 			ServiceAccount: "system:serviceaccount:gantry-system:gantry-agent", XIDHold: Duration(24 * time.Hour)},
@@ -494,6 +498,12 @@ func (c *Config) validateLimitsAndLogs(errs *fault.List) {
 	}
 	if c.Security.AnonymousRate < 0 || c.Security.AnonymousRate > 100_000 {
 		errs.Addf("security.anonymousRate", "%d must be between 0 (no limit) and 100000", c.Security.AnonymousRate)
+	}
+	if c.Security.StreamsPerIdentity < 1 || c.Security.StreamsPerIdentity > 1_000_000 {
+		errs.Addf("security.streamsPerIdentity", "%d must be between 1 and 1000000", c.Security.StreamsPerIdentity)
+	}
+	if c.Security.StreamsPerReplica < 1 || c.Security.StreamsPerReplica > 1_000_000 {
+		errs.Addf("security.streamsPerReplica", "%d must be between 1 and 1000000", c.Security.StreamsPerReplica)
 	}
 	if c.Security.AnonymousBurst < 1 || c.Security.AnonymousBurst > 1_000_000 {
 		errs.Addf("security.anonymousBurst", "%d must be between 1 and 1000000", c.Security.AnonymousBurst)

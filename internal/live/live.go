@@ -263,6 +263,19 @@ func (r *Registry) close(e *entry, cause error) {
 	e.cancel(cause)
 }
 
+// CloseAll ends every connection (the server is shutting down).
+func (r *Registry) CloseAll() {
+	r.mu.Lock()
+	all := make([]*entry, 0, len(r.all))
+	for e := range r.all {
+		all = append(all, e)
+	}
+	r.mu.Unlock()
+	for _, e := range all {
+		r.close(e, errors.New("the server is shutting down"))
+	}
+}
+
 // checkers run rechecks, a few at a time.
 const checkers = 8
 

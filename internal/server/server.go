@@ -50,6 +50,7 @@ import (
 	"github.com/gantryhq/gantry/internal/imagecat"
 	"github.com/gantryhq/gantry/internal/imageverify"
 	"github.com/gantryhq/gantry/internal/kube"
+	"github.com/gantryhq/gantry/internal/live"
 	"github.com/gantryhq/gantry/internal/logctx"
 	"github.com/gantryhq/gantry/internal/notify"
 	"github.com/gantryhq/gantry/internal/overrides"
@@ -150,6 +151,9 @@ type Server struct {
 	// denials is what the API and the portal append to: repeated denials
 	// are counted and summed up every audit.denialWindow.
 	denials *audit.Aggregator
+	// live holds this replica's long-lived responses and follows the
+	// change feed that closes them.
+	live *live.Registry
 }
 
 // Overrides stand in for what lies outside Gantry, for tests that need to:
@@ -235,12 +239,12 @@ func New(ctx context.Context, cfg config.Config, ov Overrides) (s *Server, err e
 		return nil, err
 	}
 	// The online advice rules run on every batch this replica ingests.
-	live := advice.NewLive(core.Catalog.Classes(), func(ctx context.Context, id string) (string, string, error) {
+	online := advice.NewLive(core.Catalog.Classes(), func(ctx context.Context, id string) (string, string, error) {
 		w, err := core.Store.Workload(ctx, id)
 		return w.Template, w.GPUClass, err
 	}, core.Log)
 	tc := cfg.Telemetry
-	to := telemetry.Options{Store: core.Store, Observer: live,
+	to := telemetry.Options{Store: core.Store, Observer: online,
 		WorkloadNamespace: func(ctx context.Context, id string) (string, error) {
 			w, err := core.Store.Workload(ctx, id)
 			return cfg.NamespacePrefix + w.Team.String(), err
@@ -259,7 +263,7 @@ func New(ctx context.Context, cfg config.Config, ov Overrides) (s *Server, err e
 	if err != nil {
 		return nil, err
 	}
-	adv, err := advice.NewService(metrics, core.Catalog.Classes(), core.Catalog, live, s.Telemetry.Unhealthy, s.clock.Now)
+	adv, err := advice.NewService(metrics, core.Catalog.Classes(), core.Catalog, online, s.Telemetry.Unhealthy, s.clock.Now)
 	if err != nil {
 		return nil, err
 	}
@@ -326,7 +330,11 @@ func New(ctx context.Context, cfg config.Config, ov Overrides) (s *Server, err e
 	if err != nil {
 		return nil, err
 	}
+	if s.live, err = live.NewRegistry(live.Limits{PerIdentity: int(cfg.Security.StreamsPerIdentity), PerReplica: int(cfg.Security.StreamsPerReplica)}, core.Log); err != nil {
+		return nil, err
+	}
 	h, err := api.New(api.Options{
+		Live: s.live,
 		Catalog: core.Catalog, Workloads: s.Workloads, Estimates: estimates, Budgets: s.Budgets, Settings: settings, Prices: core.Store.PriceHistory, Own: s.own, Checks: s.checks, Spec: gantry.OpenAPI,
 		MaxBodyBytes: cfg.MaxBodyBytes, Logger: core.Log,
 		Portal:   portal.New(portal.Options{Sessions: sessions, Teams: s.authz.Teams, Secure: strings.HasPrefix(public, "https://"), Logger: core.Log, Audit: s.denials}),
@@ -412,6 +420,7 @@ func (s *Server) Run(ctx context.Context) error {
 	g.Go(func() error {
 		<-gctx.Done()
 		s.Log.Info("shutting down")
+		s.live.CloseAll() // streams and sockets end now, not at the grace period's end
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		if err := s.http.Shutdown(sctx); err != nil {
@@ -424,8 +433,17 @@ func (s *Server) Run(ctx context.Context) error {
 		return nil
 	})
 	g.Go(func() error {
-		return s.every(gctx, 3*time.Second, s.reload("policy", s.authz.Reload, authz.ErrUnchanged))
+		return s.every(gctx, 3*time.Second, s.reload("policy", func() error {
+			if err := s.authz.Reload(); err != nil {
+				return err
+			}
+			s.live.Publish(live.Change{Kind: live.All}) // what a binding allowed may be gone
+			return nil
+		}, authz.ErrUnchanged))
 	})
+	// Every replica follows the change feed for its own live connections.
+	g.Go(func() error { return s.live.Follow(gctx, s.Store, feedInterval, feedKeep) })
+	g.Go(func() error { return s.live.Run(gctx, liveSweep) })
 	g.Go(func() error {
 		return s.every(gctx, 3*time.Second, s.reload("image catalog", s.Images.Catalog.Reload, imagecat.ErrUnchanged))
 	})
@@ -460,6 +478,16 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	return err
 }
+
+// The change feed is read every feedInterval (so a revocation closes what it
+// allowed within about that long, on every replica), and kept for feedKeep;
+// every live connection is checked again every liveSweep (credentials expire
+// without a change being written).
+const (
+	feedInterval = 250 * time.Millisecond
+	feedKeep     = 10 * time.Minute
+	liveSweep    = time.Minute
+)
 
 // telemetryInterval is how often closed periods are rolled up and old
 // telemetry is pruned.

@@ -25,6 +25,20 @@ type Target struct {
 // in either (they can stop or delete it). Another team's workload is not
 // found, and that denial is audited.
 func (s *Service) Open(ctx context.Context, id string) (Target, error) {
+	t, err := s.Target(ctx, id)
+	if err != nil {
+		return t, err
+	}
+	// Its owner using it in the browser is activity: the idle culler
+	// leaves it alone.
+	s.touch(ctx, id)
+	return t, nil
+}
+
+// Target is Open without its use counting as activity: whether the caller
+// may still open the workload, and where it listens (an open socket is
+// checked again with it).
+func (s *Service) Target(ctx context.Context, id string) (Target, error) {
 	w, err := s.visible(ctx, id)
 	if err != nil {
 		return Target{}, err
@@ -50,9 +64,6 @@ func (s *Service) Open(ctx context.Context, id string) (Target, error) {
 	if err != nil {
 		return Target{}, fmt.Errorf("endpoint of workload %s: %w", id, err)
 	}
-	// Its owner using it in the browser is activity: the idle culler
-	// leaves it alone.
-	s.touch(ctx, id)
 	return Target{URL: u, StripPrefix: v.Template.Spec.Interactive != nil && v.Template.Spec.Interactive.StripPrefix}, nil
 }
 

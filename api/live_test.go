@@ -211,7 +211,9 @@ func TestLiveConnectionsClose(t *testing.T) {
 		id := running(t, a, tok)
 		conns := []*liveConn{socket(t, b, tok, id), watch(t, b, tok, id)}
 		admin := a.Token("ada")
-		var users struct{ Items []struct{ ID, Subject string } }
+		var users struct {
+			Items []struct{ ID, Subject string }
+		}
 		call(t, a.URL, admin, "GET", "/api/v1/users", "", &users)
 		var uid string
 		for _, u := range users.Items {

@@ -86,6 +86,7 @@ func TestAttacks(t *testing.T) {
 		{"template injection through parameters", testTemplateInjection},
 		{"revoked template version", testRevokedVersion},
 		{"anonymous flood", testAnonymousFlood},
+		{"streams end with their credential", testStreamsEndWithTheirCredential},
 		{"deactivated user", testDeactivatedUser},
 		{"slow and huge headers", func(t *testing.T, w *world) { testHeaders(t, w, slow) }},
 	} {

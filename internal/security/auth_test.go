@@ -1,6 +1,7 @@
 package security
 
 import (
+	"bufio"
 	"context"
 	"crypto"
 	"crypto/hmac"
@@ -11,6 +12,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
+	"io"
 	"math/big"
 	"net/http"
 	"net/http/httptest"
@@ -489,8 +491,14 @@ func testDeactivatedUser(t *testing.T, w *world) {
 	wantStatus(t, "alice's token before", c.call(t, "GET", "/api/v1/me", nil), http.StatusOK)
 	head := admin.auditHead(t)
 
+	// Streams open before the deactivation end with it.
+	streams := []<-chan time.Time{c.stream(t, w.notebook), w.ses["alice"].stream(t, w.notebook)}
+	start := time.Now()
 	r := admin.call(t, "POST", "/api/v1/users/"+id+"/deactivate", nil)
 	wantStatus(t, "ada deactivates alice", r, http.StatusOK)
+	for _, s := range streams {
+		wantEnded(t, "alice deactivated", start, s)
+	}
 	defer func() {
 		r := admin.call(t, "POST", "/api/v1/users/"+id+"/reactivate", nil)
 		wantStatus(t, "ada reactivates alice", r, http.StatusOK)
@@ -600,4 +608,72 @@ func testCSRF(t *testing.T, w *world) {
 		t.Errorf("the answer carrying a token's secret has Cache-Control %q; want no-store", cc)
 	}
 	wantStatus(t, "revoke with the header", s.call(t, "DELETE", "/api/v1/tokens/"+tk.ID, nil, "X-CSRF-Token", s.csrf), http.StatusNoContent)
+}
+
+// stream opens a workload's watch stream as c and reads its first event;
+// the channel receives when the server ends it.
+func (c *client) stream(t *testing.T, id string) <-chan time.Time {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	req, _ := http.NewRequestWithContext(ctx, "GET", c.g.URL+"/api/v1/workloads/"+id+"/watch", nil)
+	if c.bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+c.bearer)
+	}
+	hc := &http.Client{Transport: c.hc.Transport, Jar: c.hc.Jar} // no time limit: it is a stream
+	resp, err := hc.Do(req)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("watch %s: %v %v", id, resp, err)
+	}
+	br := bufio.NewReader(resp.Body)
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatalf("the stream ended before its first event: %v", err)
+		}
+		if strings.HasPrefix(line, "data: ") {
+			break
+		}
+	}
+	closed := make(chan time.Time, 1)
+	go func() {
+		io.Copy(io.Discard, br)
+		resp.Body.Close()
+		closed <- time.Now()
+	}()
+	return closed
+}
+
+// wantEnded waits for a stream to be ended by the server within a second of
+// since (and fails after a few more).
+func wantEnded(t *testing.T, what string, since time.Time, closed <-chan time.Time) {
+	t.Helper()
+	select {
+	case at := <-closed:
+		t.Logf("%s: the stream ended %v after", what, at.Sub(since).Round(time.Millisecond))
+		if at.Sub(since) > time.Second {
+			t.Errorf("%s: the stream ended %v after, want within 1 s", what, at.Sub(since))
+		}
+	case <-time.After(6 * time.Second):
+		t.Errorf("%s: the stream is still open 6 s later", what)
+	}
+}
+
+// testStreamsEndWithTheirCredential: a watch stream lives no longer than
+// what allowed it — a revoked token, a signed-out session.
+func testStreamsEndWithTheirCredential(t *testing.T, w *world) {
+	g := w.g
+	ses := g.signIn(t, "alice", "alice")
+	tk := ses.token(t, map[string]any{"name": "stream probe", "expiresInDays": 1})
+	byToken := g.bearerClient(t, tk.Secret).stream(t, w.notebook)
+	bySession := ses.stream(t, w.notebook)
+	start := time.Now()
+	wantStatus(t, "revoke the token", ses.call(t, "DELETE", "/api/v1/tokens/"+tk.ID, nil, "X-CSRF-Token", ses.csrf), http.StatusNoContent)
+	wantEnded(t, "token revoked", start, byToken)
+	start = time.Now()
+	r := ses.call(t, "POST", "/auth/logout", "csrf="+url.QueryEscape(ses.csrf), "Content-Type", "application/x-www-form-urlencoded")
+	if r.status >= 400 {
+		t.Fatalf("sign out: %s", r)
+	}
+	wantEnded(t, "signed out", start, bySession)
 }

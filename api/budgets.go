@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gantryhq/gantry/api/gen"
@@ -123,7 +125,7 @@ func (s *server) GetTeamSettings(ctx context.Context, req gen.GetTeamSettingsReq
 	if err != nil {
 		return nil, err
 	}
-	return gen.GetTeamSettings200JSONResponse(settingsOut(t.String(), set)), nil
+	return gen.GetTeamSettings200JSONResponse{Body: settingsOut(t.String(), set), Headers: gen.GetTeamSettings200ResponseHeaders{ETag: ptr(etag(set.Version))}}, nil
 }
 
 func (s *server) PutTeamSettings(ctx context.Context, req gen.PutTeamSettingsRequestObject) (gen.PutTeamSettingsResponseObject, error) {
@@ -135,11 +137,31 @@ func (s *server) PutTeamSettings(ctx context.Context, req gen.PutTeamSettingsReq
 	for name, o := range req.Body.Templates {
 		in.Templates[name] = overrides.Template{IdleTimeout: deref(o.IdleTimeout), Sleep: deref(o.Sleep)}
 	}
-	set, err := s.o.Settings.Put(ctx, t.String(), in)
+	var ifVersion *int64
+	if req.Params.IfMatch != nil {
+		v, ok := parseETag(*req.Params.IfMatch)
+		if !ok {
+			return nil, &fault.Invalid{Fields: []fault.Field{{Path: "header.If-Match", Message: fmt.Sprintf("%q is not an ETag of these settings (such as \"v3\")", *req.Params.IfMatch)}}}
+		}
+		ifVersion = &v
+	}
+	set, err := s.o.Settings.Put(ctx, t.String(), in, ifVersion)
 	if err != nil {
 		return nil, err
 	}
-	return gen.PutTeamSettings200JSONResponse(settingsOut(t.String(), set)), nil
+	return gen.PutTeamSettings200JSONResponse{Body: settingsOut(t.String(), set), Headers: gen.PutTeamSettings200ResponseHeaders{ETag: ptr(etag(set.Version))}}, nil
+}
+
+// etag is a version as an entity tag, "v3"; "v0" is none yet.
+func etag(version int64) string { return fmt.Sprintf(`"v%d"`, version) }
+
+// parseETag reads an If-Match value: an ETag of etag's (a weak one, W/"v3",
+// too) or a bare version number.
+func parseETag(s string) (int64, bool) {
+	s = strings.TrimPrefix(strings.TrimSpace(s), "W/")
+	s = strings.TrimPrefix(strings.Trim(s, `"`), "v")
+	v, err := strconv.ParseInt(s, 10, 64)
+	return v, err == nil && v >= 0
 }
 
 func settingsOut(t string, set overrides.Settings) gen.TeamSettings {

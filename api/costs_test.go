@@ -57,6 +57,38 @@ func TestCosts(t *testing.T) {
 	if s, _ := e.do("GET", "/api/v1/teams/vision/settings", nil, &set); s != 200 || set.Templates["dev-environment"].Sleep != "weekdays 19:00-07:00 Europe/Paris" {
 		t.Fatalf("settings read back: %d %+v", s, set)
 	}
+	// Versions: the ETag of a read makes a change conditional (If-Match);
+	// a change from an older version is refused with 412, and writes
+	// nothing.
+	_, h := e.do("GET", "/api/v1/teams/vision/settings", nil, nil)
+	tag := h.Get("ETag")
+	if tag != `"v1"` {
+		t.Fatalf("the settings' ETag: %q, want \"v1\"", tag)
+	}
+	cond := func(ifMatch string, idle string) (int, http.Header) {
+		req, _ := http.NewRequest("PUT", e.url+"/api/v1/teams/vision/settings", strings.NewReader(`{"templates":{"jupyter-notebook":{"idleTimeout":"`+idle+`"}}}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer test.jwt.token")
+		req.Header.Set("If-Match", ifMatch)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode, resp.Header
+	}
+	if s, h := cond(tag, "5h"); s != 200 || h.Get("ETag") != `"v2"` {
+		t.Fatalf("a change from the current version: %d %q", s, h.Get("ETag"))
+	}
+	if s, _ := cond(tag, "4h"); s != 412 {
+		t.Fatalf("a change from the version before: %d, want 412", s)
+	}
+	if s, _ := cond("not-a-tag", "4h"); s != 422 {
+		t.Fatalf("If-Match that is no ETag: %d, want 422", s)
+	}
+	if s, _ := e.do("GET", "/api/v1/teams/vision/settings", nil, &set); s != 200 || set.Templates["jupyter-notebook"].IdleTimeout != "5h" {
+		t.Fatalf("after a refused change: %d %+v", s, set)
+	}
 	var refused struct{ Errors []struct{ Field string } }
 	put = map[string]any{"templates": map[string]any{"jupyter-notebook": map[string]any{"idleTimeout": "72h"}, "pytorch-train": map[string]any{"sleep": "daily 19:00-07:00 UTC"}}}
 	if s, _ := e.do("PUT", "/api/v1/teams/vision/settings", put, &refused); s != 422 || len(refused.Errors) != 2 ||

@@ -33,6 +33,7 @@ func problemFor(err error) (int, gen.Problem) {
 		inv  *fault.Invalid
 		mal  *fault.Malformed
 		tm   *fault.TooMany
+		st   *fault.Stale
 		nf   *fault.NotFound
 		conf *fault.Conflict
 		fb   *fault.Forbidden
@@ -52,6 +53,8 @@ func problemFor(err error) (int, gen.Problem) {
 		return http.StatusUnprocessableEntity, gen.Problem{Type: "https://gantry.dev/problems/image-refused", Title: "Image refused", Detail: ptr(ir.Error()), Errors: &fields}
 	case errors.As(err, &inv):
 		return http.StatusUnprocessableEntity, gen.Problem{Type: problemValidation, Title: "Invalid request", Detail: ptr(detailOf(len(inv.Fields))), Errors: fieldErrors(inv.Fields)}
+	case errors.As(err, &st):
+		return http.StatusPreconditionFailed, gen.Problem{Type: problemConflict, Title: http.StatusText(http.StatusPreconditionFailed), Detail: ptr(st.Error())}
 	case errors.As(err, &tm):
 		return http.StatusTooManyRequests, gen.Problem{Type: "about:blank", Title: http.StatusText(http.StatusTooManyRequests), Detail: ptr(tm.What + "; try again later")}
 	case errors.As(err, &mal):

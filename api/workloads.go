@@ -238,8 +238,8 @@ type watchStream struct {
 // watchEvery, keepAliveEvery and watchLifetime pace a watch stream.
 const (
 	watchEvery     = time.Second
-	keepAliveEvery = 15 * time.Second
-	watchLifetime  = 5 * time.Minute
+	keepAliveEvery = 30 * time.Second
+	watchLifetime  = 30 * time.Minute // a refresh; revocation closes it at once (live)
 )
 
 func (ws watchStream) VisitWatchWorkloadResponse(w http.ResponseWriter) error {
@@ -289,12 +289,19 @@ func (ws watchStream) VisitWatchWorkloadResponse(w http.ResponseWriter) error {
 	if h, ok := live.HandleFrom(ws.ctx); ok {
 		changed = h.Changed()
 	}
-	poll := time.NewTicker(watchEvery)
-	defer poll.Stop()
+	// The poll runs only while the workload waits, and when there is no
+	// feed: an idle stream costs no wake-ups but its keep-alive.
+	var poll <-chan time.Time
+	repoll := func(st workload.Status) {
+		poll = nil
+		if changed == nil || waiting(st) {
+			poll = time.After(watchEvery)
+		}
+	}
+	repoll(ws.first.Status)
 	keepAlive := time.NewTicker(keepAliveEvery)
 	defer keepAlive.Stop()
 	end := time.After(watchLifetime)
-	status := ws.first.Status
 	for {
 		select {
 		case <-ws.ctx.Done():
@@ -308,10 +315,7 @@ func (ws watchStream) VisitWatchWorkloadResponse(w http.ResponseWriter) error {
 			flush()
 			continue
 		case <-changed:
-		case <-poll.C:
-			if changed != nil && !waiting(status) {
-				continue
-			}
+		case <-poll:
 		}
 		wl, err := ws.get()
 		var nf *fault.NotFound
@@ -328,7 +332,7 @@ func (ws watchStream) VisitWatchWorkloadResponse(w http.ResponseWriter) error {
 			ws.log.WarnContext(ws.ctx, "watch: read the workload", "err", err)
 			return nil
 		}
-		status = wl.Status
+		repoll(wl.Status)
 		if !send(wl) {
 			return nil
 		}

@@ -2090,6 +2090,12 @@ type GetTeamReportParams struct {
 	Month *string `form:"month,omitempty" json:"month,omitempty"`
 }
 
+// PutTeamSettingsParams defines parameters for PutTeamSettings.
+type PutTeamSettingsParams struct {
+	// IfMatch The ETag of the settings this change was made from; "0" for a team that has none yet.
+	IfMatch *string `json:"If-Match,omitempty"`
+}
+
 // GetTemplateParams defines parameters for GetTemplate.
 type GetTemplateParams struct {
 	// Version A version number; the live version when absent.
@@ -2407,28 +2413,28 @@ type ClientInterface interface {
 
 	// GetTeamSettings A team's own lifecycle settings
 	//
-	// The team's choices per template — an idle timeout, an off-hours schedule — that the idle culler follows for the team's launches instead of the template's. 404 for a team the caller may not read.
+	// The team's choices per template — an idle timeout, an off-hours schedule — that the idle culler follows for the team's launches instead of the template's. 404 for a team the caller may not read. The ETag names this version of them, for a change sent with If-Match.
 	//
 	// Corresponds with GET /api/v1/teams/{team}/settings (the `GetTeamSettings` operationId).
 	GetTeamSettings(ctx context.Context, team Name, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// PutTeamSettingsWithBody Change a team's lifecycle settings
 	//
-	// Replaces the team's choices (a team-admin). Within the limits the platform team set in each template: an idle timeout from 10 minutes up to the template's spec.lifecycle.idleTimeoutMax (only shorter than its idleTimeout when it sets none), and an off-hours schedule on any template but a job's (it replaces the template's; removing one is not possible where the template sets it). Every problem is named by its field.
+	// Replaces the team's choices (a team-admin). Within the limits the platform team set in each template: an idle timeout from 10 minutes up to the template's spec.lifecycle.idleTimeoutMax (only shorter than its idleTimeout when it sets none), and an off-hours schedule on any template but a job's (it replaces the template's; removing one is not possible where the template sets it). Every problem is named by its field. With If-Match (the ETag a read returned), the change is made only if nobody changed the settings since: 412 otherwise, and nothing is written; without it, the settings are replaced whatever they are.
 	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with PUT /api/v1/teams/{team}/settings (the `PutTeamSettings` operationId).
-	PutTeamSettingsWithBody(ctx context.Context, team Name, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	PutTeamSettingsWithBody(ctx context.Context, team Name, params *PutTeamSettingsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// PutTeamSettings Change a team's lifecycle settings
 	//
-	// Replaces the team's choices (a team-admin). Within the limits the platform team set in each template: an idle timeout from 10 minutes up to the template's spec.lifecycle.idleTimeoutMax (only shorter than its idleTimeout when it sets none), and an off-hours schedule on any template but a job's (it replaces the template's; removing one is not possible where the template sets it). Every problem is named by its field.
+	// Replaces the team's choices (a team-admin). Within the limits the platform team set in each template: an idle timeout from 10 minutes up to the template's spec.lifecycle.idleTimeoutMax (only shorter than its idleTimeout when it sets none), and an off-hours schedule on any template but a job's (it replaces the template's; removing one is not possible where the template sets it). Every problem is named by its field. With If-Match (the ETag a read returned), the change is made only if nobody changed the settings since: 412 otherwise, and nothing is written; without it, the settings are replaced whatever they are.
 	//
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with PUT /api/v1/teams/{team}/settings (the `PutTeamSettings` operationId).
-	PutTeamSettings(ctx context.Context, team Name, body PutTeamSettingsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+	PutTeamSettings(ctx context.Context, team Name, params *PutTeamSettingsParams, body PutTeamSettingsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// PushTelemetryWithBody Push GPU telemetry
 	//
@@ -3109,7 +3115,7 @@ func (c *Client) GetTeamReport(ctx context.Context, team Name, params *GetTeamRe
 
 // GetTeamSettings A team's own lifecycle settings
 //
-// The team's choices per template — an idle timeout, an off-hours schedule — that the idle culler follows for the team's launches instead of the template's. 404 for a team the caller may not read.
+// The team's choices per template — an idle timeout, an off-hours schedule — that the idle culler follows for the team's launches instead of the template's. 404 for a team the caller may not read. The ETag names this version of them, for a change sent with If-Match.
 //
 // Corresponds with GET /api/v1/teams/{team}/settings (the `GetTeamSettings` operationId).
 func (c *Client) GetTeamSettings(ctx context.Context, team Name, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -3126,13 +3132,13 @@ func (c *Client) GetTeamSettings(ctx context.Context, team Name, reqEditors ...R
 
 // PutTeamSettingsWithBody Change a team's lifecycle settings
 //
-// Replaces the team's choices (a team-admin). Within the limits the platform team set in each template: an idle timeout from 10 minutes up to the template's spec.lifecycle.idleTimeoutMax (only shorter than its idleTimeout when it sets none), and an off-hours schedule on any template but a job's (it replaces the template's; removing one is not possible where the template sets it). Every problem is named by its field.
+// Replaces the team's choices (a team-admin). Within the limits the platform team set in each template: an idle timeout from 10 minutes up to the template's spec.lifecycle.idleTimeoutMax (only shorter than its idleTimeout when it sets none), and an off-hours schedule on any template but a job's (it replaces the template's; removing one is not possible where the template sets it). Every problem is named by its field. With If-Match (the ETag a read returned), the change is made only if nobody changed the settings since: 412 otherwise, and nothing is written; without it, the settings are replaced whatever they are.
 //
 // Takes any type of body and a specified content type.
 //
 // Corresponds with PUT /api/v1/teams/{team}/settings (the `PutTeamSettings` operationId).
-func (c *Client) PutTeamSettingsWithBody(ctx context.Context, team Name, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewPutTeamSettingsRequestWithBody(c.Server, team, contentType, body)
+func (c *Client) PutTeamSettingsWithBody(ctx context.Context, team Name, params *PutTeamSettingsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPutTeamSettingsRequestWithBody(c.Server, team, params, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -3145,13 +3151,13 @@ func (c *Client) PutTeamSettingsWithBody(ctx context.Context, team Name, content
 
 // PutTeamSettings Change a team's lifecycle settings
 //
-// Replaces the team's choices (a team-admin). Within the limits the platform team set in each template: an idle timeout from 10 minutes up to the template's spec.lifecycle.idleTimeoutMax (only shorter than its idleTimeout when it sets none), and an off-hours schedule on any template but a job's (it replaces the template's; removing one is not possible where the template sets it). Every problem is named by its field.
+// Replaces the team's choices (a team-admin). Within the limits the platform team set in each template: an idle timeout from 10 minutes up to the template's spec.lifecycle.idleTimeoutMax (only shorter than its idleTimeout when it sets none), and an off-hours schedule on any template but a job's (it replaces the template's; removing one is not possible where the template sets it). Every problem is named by its field. With If-Match (the ETag a read returned), the change is made only if nobody changed the settings since: 412 otherwise, and nothing is written; without it, the settings are replaced whatever they are.
 //
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with PUT /api/v1/teams/{team}/settings (the `PutTeamSettings` operationId).
-func (c *Client) PutTeamSettings(ctx context.Context, team Name, body PutTeamSettingsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewPutTeamSettingsRequest(c.Server, team, body)
+func (c *Client) PutTeamSettings(ctx context.Context, team Name, params *PutTeamSettingsParams, body PutTeamSettingsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPutTeamSettingsRequest(c.Server, team, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -4739,18 +4745,18 @@ func NewGetTeamSettingsRequest(server string, team Name) (*http.Request, error) 
 }
 
 // NewPutTeamSettingsRequest calls the generic PutTeamSettings builder with application/json body
-func NewPutTeamSettingsRequest(server string, team Name, body PutTeamSettingsJSONRequestBody) (*http.Request, error) {
+func NewPutTeamSettingsRequest(server string, team Name, params *PutTeamSettingsParams, body PutTeamSettingsJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
 	buf, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
 	}
 	bodyReader = bytes.NewReader(buf)
-	return NewPutTeamSettingsRequestWithBody(server, team, "application/json", bodyReader)
+	return NewPutTeamSettingsRequestWithBody(server, team, params, "application/json", bodyReader)
 }
 
 // NewPutTeamSettingsRequestWithBody constructs an http.Request for the PutTeamSettings method, with any body, and a specified content type
-func NewPutTeamSettingsRequestWithBody(server string, team Name, contentType string, body io.Reader) (*http.Request, error) {
+func NewPutTeamSettingsRequestWithBody(server string, team Name, params *PutTeamSettingsParams, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -4781,6 +4787,21 @@ func NewPutTeamSettingsRequestWithBody(server string, team Name, contentType str
 	}
 
 	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IfMatch != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "If-Match", *params.IfMatch, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("If-Match", headerParam0)
+		}
+
+	}
 
 	return req, nil
 }
@@ -6618,7 +6639,7 @@ type ClientWithResponsesInterface interface {
 
 	// GetTeamSettingsWithResponse A team's own lifecycle settings
 	//
-	// The team's choices per template — an idle timeout, an off-hours schedule — that the idle culler follows for the team's launches instead of the template's. 404 for a team the caller may not read.
+	// The team's choices per template — an idle timeout, an off-hours schedule — that the idle culler follows for the team's launches instead of the template's. 404 for a team the caller may not read. The ETag names this version of them, for a change sent with If-Match.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -6627,21 +6648,21 @@ type ClientWithResponsesInterface interface {
 
 	// PutTeamSettingsWithBodyWithResponse Change a team's lifecycle settings
 	//
-	// Replaces the team's choices (a team-admin). Within the limits the platform team set in each template: an idle timeout from 10 minutes up to the template's spec.lifecycle.idleTimeoutMax (only shorter than its idleTimeout when it sets none), and an off-hours schedule on any template but a job's (it replaces the template's; removing one is not possible where the template sets it). Every problem is named by its field.
+	// Replaces the team's choices (a team-admin). Within the limits the platform team set in each template: an idle timeout from 10 minutes up to the template's spec.lifecycle.idleTimeoutMax (only shorter than its idleTimeout when it sets none), and an off-hours schedule on any template but a job's (it replaces the template's; removing one is not possible where the template sets it). Every problem is named by its field. With If-Match (the ETag a read returned), the change is made only if nobody changed the settings since: 412 otherwise, and nothing is written; without it, the settings are replaced whatever they are.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with PUT /api/v1/teams/{team}/settings (the `PutTeamSettings` operationId).
-	PutTeamSettingsWithBodyWithResponse(ctx context.Context, team Name, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PutTeamSettingsResponse, error)
+	PutTeamSettingsWithBodyWithResponse(ctx context.Context, team Name, params *PutTeamSettingsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PutTeamSettingsResponse, error)
 
 	// PutTeamSettingsWithResponse Change a team's lifecycle settings
 	//
-	// Replaces the team's choices (a team-admin). Within the limits the platform team set in each template: an idle timeout from 10 minutes up to the template's spec.lifecycle.idleTimeoutMax (only shorter than its idleTimeout when it sets none), and an off-hours schedule on any template but a job's (it replaces the template's; removing one is not possible where the template sets it). Every problem is named by its field.
+	// Replaces the team's choices (a team-admin). Within the limits the platform team set in each template: an idle timeout from 10 minutes up to the template's spec.lifecycle.idleTimeoutMax (only shorter than its idleTimeout when it sets none), and an off-hours schedule on any template but a job's (it replaces the template's; removing one is not possible where the template sets it). Every problem is named by its field. With If-Match (the ETag a read returned), the change is made only if nobody changed the settings since: 412 otherwise, and nothing is written; without it, the settings are replaced whatever they are.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with PUT /api/v1/teams/{team}/settings (the `PutTeamSettings` operationId).
-	PutTeamSettingsWithResponse(ctx context.Context, team Name, body PutTeamSettingsJSONRequestBody, reqEditors ...RequestEditorFn) (*PutTeamSettingsResponse, error)
+	PutTeamSettingsWithResponse(ctx context.Context, team Name, params *PutTeamSettingsParams, body PutTeamSettingsJSONRequestBody, reqEditors ...RequestEditorFn) (*PutTeamSettingsResponse, error)
 
 	// PushTelemetryWithBodyWithResponse Push GPU telemetry
 	//
@@ -7768,6 +7789,11 @@ func (r GetTeamReportResponse) ContentType() string {
 	return ""
 }
 
+// GetTeamSettingsResponse200Headers the declared response headers of an HTTP 200 response for GetTeamSettings
+type GetTeamSettingsResponse200Headers struct {
+	ETag *string
+}
+
 type GetTeamSettingsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -7775,6 +7801,8 @@ type GetTeamSettingsResponse struct {
 	JSON200 *TeamSettings
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
 	ApplicationproblemJSONDefault *Problem
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *GetTeamSettingsResponse200Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -7816,18 +7844,32 @@ func (r GetTeamSettingsResponse) ContentType() string {
 	return ""
 }
 
+// PutTeamSettingsResponse200Headers the declared response headers of an HTTP 200 response for PutTeamSettings
+type PutTeamSettingsResponse200Headers struct {
+	ETag *string
+}
+
 type PutTeamSettingsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *TeamSettings
+	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
+	ApplicationproblemJSON412 *Problem
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
 	ApplicationproblemJSONDefault *Problem
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *PutTeamSettingsResponse200Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r PutTeamSettingsResponse) GetJSON200() *TeamSettings {
 	return r.JSON200
+}
+
+// GetApplicationproblemJSON412 returns the response for an HTTP 412 `application/problem+json` response
+func (r PutTeamSettingsResponse) GetApplicationproblemJSON412() *Problem {
+	return r.ApplicationproblemJSON412
 }
 
 // GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
@@ -9915,7 +9957,7 @@ func (c *ClientWithResponses) GetTeamReportWithResponse(ctx context.Context, tea
 
 // GetTeamSettingsWithResponse A team's own lifecycle settings
 //
-// The team's choices per template — an idle timeout, an off-hours schedule — that the idle culler follows for the team's launches instead of the template's. 404 for a team the caller may not read.
+// The team's choices per template — an idle timeout, an off-hours schedule — that the idle culler follows for the team's launches instead of the template's. 404 for a team the caller may not read. The ETag names this version of them, for a change sent with If-Match.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -9930,13 +9972,13 @@ func (c *ClientWithResponses) GetTeamSettingsWithResponse(ctx context.Context, t
 
 // PutTeamSettingsWithBodyWithResponse Change a team's lifecycle settings
 //
-// Replaces the team's choices (a team-admin). Within the limits the platform team set in each template: an idle timeout from 10 minutes up to the template's spec.lifecycle.idleTimeoutMax (only shorter than its idleTimeout when it sets none), and an off-hours schedule on any template but a job's (it replaces the template's; removing one is not possible where the template sets it). Every problem is named by its field.
+// Replaces the team's choices (a team-admin). Within the limits the platform team set in each template: an idle timeout from 10 minutes up to the template's spec.lifecycle.idleTimeoutMax (only shorter than its idleTimeout when it sets none), and an off-hours schedule on any template but a job's (it replaces the template's; removing one is not possible where the template sets it). Every problem is named by its field. With If-Match (the ETag a read returned), the change is made only if nobody changed the settings since: 412 otherwise, and nothing is written; without it, the settings are replaced whatever they are.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with PUT /api/v1/teams/{team}/settings (the `PutTeamSettings` operationId).
-func (c *ClientWithResponses) PutTeamSettingsWithBodyWithResponse(ctx context.Context, team Name, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PutTeamSettingsResponse, error) {
-	rsp, err := c.PutTeamSettingsWithBody(ctx, team, contentType, body, reqEditors...)
+func (c *ClientWithResponses) PutTeamSettingsWithBodyWithResponse(ctx context.Context, team Name, params *PutTeamSettingsParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PutTeamSettingsResponse, error) {
+	rsp, err := c.PutTeamSettingsWithBody(ctx, team, params, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -9945,13 +9987,13 @@ func (c *ClientWithResponses) PutTeamSettingsWithBodyWithResponse(ctx context.Co
 
 // PutTeamSettingsWithResponse Change a team's lifecycle settings
 //
-// Replaces the team's choices (a team-admin). Within the limits the platform team set in each template: an idle timeout from 10 minutes up to the template's spec.lifecycle.idleTimeoutMax (only shorter than its idleTimeout when it sets none), and an off-hours schedule on any template but a job's (it replaces the template's; removing one is not possible where the template sets it). Every problem is named by its field.
+// Replaces the team's choices (a team-admin). Within the limits the platform team set in each template: an idle timeout from 10 minutes up to the template's spec.lifecycle.idleTimeoutMax (only shorter than its idleTimeout when it sets none), and an off-hours schedule on any template but a job's (it replaces the template's; removing one is not possible where the template sets it). Every problem is named by its field. With If-Match (the ETag a read returned), the change is made only if nobody changed the settings since: 412 otherwise, and nothing is written; without it, the settings are replaced whatever they are.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with PUT /api/v1/teams/{team}/settings (the `PutTeamSettings` operationId).
-func (c *ClientWithResponses) PutTeamSettingsWithResponse(ctx context.Context, team Name, body PutTeamSettingsJSONRequestBody, reqEditors ...RequestEditorFn) (*PutTeamSettingsResponse, error) {
-	rsp, err := c.PutTeamSettings(ctx, team, body, reqEditors...)
+func (c *ClientWithResponses) PutTeamSettingsWithResponse(ctx context.Context, team Name, params *PutTeamSettingsParams, body PutTeamSettingsJSONRequestBody, reqEditors ...RequestEditorFn) (*PutTeamSettingsResponse, error) {
+	rsp, err := c.PutTeamSettings(ctx, team, params, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -11205,6 +11247,19 @@ func ParseGetTeamSettingsResponse(rsp *http.Response) (*GetTeamSettingsResponse,
 
 	}
 
+	switch {
+	case rsp.StatusCode == 200:
+		var headers GetTeamSettingsResponse200Headers
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = &value
+		}
+		response.Headers200 = &headers
+	}
+
 	return response, nil
 }
 
@@ -11229,6 +11284,13 @@ func ParsePutTeamSettingsResponse(rsp *http.Response) (*PutTeamSettingsResponse,
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 412:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON412 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -11236,6 +11298,19 @@ func ParsePutTeamSettingsResponse(rsp *http.Response) (*PutTeamSettingsResponse,
 		}
 		response.ApplicationproblemJSONDefault = &dest
 
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers PutTeamSettingsResponse200Headers
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = &value
+		}
+		response.Headers200 = &headers
 	}
 
 	return response, nil

@@ -2088,6 +2088,12 @@ type GetTeamReportParams struct {
 	Month *string `form:"month,omitempty" json:"month,omitempty"`
 }
 
+// PutTeamSettingsParams defines parameters for PutTeamSettings.
+type PutTeamSettingsParams struct {
+	// IfMatch The ETag of the settings this change was made from; "0" for a team that has none yet.
+	IfMatch *string `json:"If-Match,omitempty"`
+}
+
 // GetTemplateParams defines parameters for GetTemplate.
 type GetTemplateParams struct {
 	// Version A version number; the live version when absent.
@@ -2258,7 +2264,7 @@ type ServerInterface interface {
 	GetTeamSettings(ctx echo.Context, team Name) error
 	// PutTeamSettings Change a team's lifecycle settings
 	// (PUT /api/v1/teams/{team}/settings)
-	PutTeamSettings(ctx echo.Context, team Name) error
+	PutTeamSettings(ctx echo.Context, team Name, params PutTeamSettingsParams) error
 	// PushTelemetry Push GPU telemetry
 	// (POST /api/v1/telemetry)
 	PushTelemetry(ctx echo.Context) error
@@ -2658,8 +2664,28 @@ func (w *ServerInterfaceWrapper) PutTeamSettings(ctx echo.Context) error {
 		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter team: %s", err))
 	}
 
+	// Parameter object where we will unmarshal all parameters from the context
+	var params PutTeamSettingsParams
+
+	headers := ctx.Request().Header
+	// ------------- Optional header parameter "If-Match" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("If-Match")]; found {
+		var IfMatch string
+		n := len(valueList)
+		if n != 1 {
+			return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Expected one value for If-Match, got %d", n))
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "If-Match", valueList[0], &IfMatch, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter If-Match: %s", err))
+		}
+
+		params.IfMatch = &IfMatch
+	}
+
 	// Invoke the callback with all the unmarshaled arguments
-	err = w.Handler.PutTeamSettings(ctx, team)
+	err = w.Handler.PutTeamSettings(ctx, team, params)
 	return err
 }
 
@@ -4012,15 +4038,25 @@ type GetTeamSettingsResponseObject interface {
 	VisitGetTeamSettingsResponse(w http.ResponseWriter) error
 }
 
-type GetTeamSettings200JSONResponse TeamSettings
+type GetTeamSettings200ResponseHeaders struct {
+	ETag *string
+}
+
+type GetTeamSettings200JSONResponse struct {
+	Body    TeamSettings
+	Headers GetTeamSettings200ResponseHeaders
+}
 
 func (response GetTeamSettings200JSONResponse) VisitGetTeamSettingsResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.ETag != nil {
+		w.Header().Set("ETag", fmt.Sprint(*response.Headers.ETag))
+	}
 	w.WriteHeader(200)
 	_, err := buf.WriteTo(w)
 	return err
@@ -4044,24 +4080,49 @@ func (response GetTeamSettingsdefaultApplicationProblemPlusJSONResponse) VisitGe
 }
 
 type PutTeamSettingsRequestObject struct {
-	Team Name `json:"team"`
-	Body *PutTeamSettingsJSONRequestBody
+	Team   Name `json:"team"`
+	Params PutTeamSettingsParams
+	Body   *PutTeamSettingsJSONRequestBody
 }
 
 type PutTeamSettingsResponseObject interface {
 	VisitPutTeamSettingsResponse(w http.ResponseWriter) error
 }
 
-type PutTeamSettings200JSONResponse TeamSettings
+type PutTeamSettings200ResponseHeaders struct {
+	ETag *string
+}
+
+type PutTeamSettings200JSONResponse struct {
+	Body    TeamSettings
+	Headers PutTeamSettings200ResponseHeaders
+}
 
 func (response PutTeamSettings200JSONResponse) VisitPutTeamSettingsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.ETag != nil {
+		w.Header().Set("ETag", fmt.Sprint(*response.Headers.ETag))
+	}
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PutTeamSettings412ApplicationProblemPlusJSONResponse Problem
+
+func (response PutTeamSettings412ApplicationProblemPlusJSONResponse) VisitPutTeamSettingsResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response); err != nil {
 		return err
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(200)
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(412)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -6168,10 +6229,11 @@ func (sh *strictHandler) GetTeamSettings(ctx echo.Context, team Name) error {
 }
 
 // PutTeamSettings operation middleware
-func (sh *strictHandler) PutTeamSettings(ctx echo.Context, team Name) error {
+func (sh *strictHandler) PutTeamSettings(ctx echo.Context, team Name, params PutTeamSettingsParams) error {
 	var request PutTeamSettingsRequestObject
 
 	request.Team = team
+	request.Params = params
 
 	var body PutTeamSettingsJSONRequestBody
 	var err error

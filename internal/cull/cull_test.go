@@ -212,8 +212,8 @@ func TestOffHours(t *testing.T) {
 	}
 	early := run()
 	// The team gives dev-environment (which has no schedule) its own.
-	if err := st.PutTeamSettings(ctx, "vision", overrides.Settings{Templates: map[string]overrides.Template{
-		"dev-environment": {Sleep: "weekdays 20:00-08:00 Europe/Berlin"}}, UpdatedBy: "lee", UpdatedAt: clock()}); err != nil {
+	if _, err := st.PutTeamSettings(ctx, "vision", overrides.Settings{Templates: map[string]overrides.Template{
+		"dev-environment": {Sleep: "weekdays 20:00-08:00 Europe/Berlin"}}, UpdatedBy: "lee", UpdatedAt: clock()}, nil); err != nil {
 		t.Fatal(err)
 	}
 	devEnv, _, err := svc.Create(ctx, "", workload.Request{Template: "dev-environment", Team: "vision"})

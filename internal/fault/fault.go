@@ -162,6 +162,17 @@ type Unavailable struct {
 func (e *Unavailable) Error() string { return e.What + " unavailable: " + e.Err.Error() }
 func (e *Unavailable) Unwrap() error { return e.Err }
 
+// Stale says a change was made from a version of an object that is no
+// longer the current one (If-Match): read it again.
+type Stale struct {
+	Kind string
+	Name string
+}
+
+func (e *Stale) Error() string {
+	return fmt.Sprintf("%s %q changed since the version this change was made from: read it again", e.Kind, e.Name)
+}
+
 // TooMany says the caller holds as many of something as it may, or the
 // server does: try again after RetryAfter.
 type TooMany struct {

@@ -90,11 +90,14 @@ type Registry struct {
 	streams    int
 	perUser    map[string]int
 
-	checks chan *entry // rechecks to run
+	pending map[*entry]struct{} // rechecks to run, each once
+	wake    chan struct{}       // a recheck is pending
+	next    uint64              // the next entry's number (sweep slots)
 }
 
 type entry struct {
 	Conn
+	n       uint64
 	cancel  context.CancelCauseFunc
 	changed chan struct{}
 	closed  bool
@@ -110,7 +113,7 @@ func NewRegistry(limits Limits, log *slog.Logger) (*Registry, error) {
 	}
 	return &Registry{limits: limits, log: log, now: time.Now,
 		all: map[*entry]struct{}{}, byWorkload: map[string]map[*entry]struct{}{}, byUser: map[string]map[*entry]struct{}{},
-		byToken: map[string]map[*entry]struct{}{}, perUser: map[string]int{}, checks: make(chan *entry, 4096)}, nil
+		byToken: map[string]map[*entry]struct{}{}, perUser: map[string]int{}, pending: map[*entry]struct{}{}, wake: make(chan struct{}, 1)}, nil
 }
 
 // Handle is a registered connection.
@@ -157,7 +160,8 @@ func (r *Registry) Open(ctx context.Context, c Conn) (context.Context, *Handle, 
 		r.perUser[c.User]++
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
-	e := &entry{Conn: c, cancel: cancel, changed: make(chan struct{}, 1)}
+	r.next++
+	e := &entry{Conn: c, n: r.next, cancel: cancel, changed: make(chan struct{}, 1)}
 	r.all[e] = struct{}{}
 	add(r.byWorkload, c.Workload, e)
 	add(r.byUser, c.User, e)
@@ -194,6 +198,7 @@ func (r *Registry) remove(e *entry) {
 	}
 	e.closed = true
 	delete(r.all, e)
+	delete(r.pending, e)
 	del(r.byWorkload, e.Workload, e)
 	del(r.byUser, e.User, e)
 	del(r.byToken, e.Token, e)
@@ -216,8 +221,8 @@ func (r *Registry) Count() (conns, streams int) {
 // connections checked again; a token's or a user's connections are checked
 // again; All checks every connection again.
 func (r *Registry) Publish(changes ...Change) {
-	var recheck []*entry
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	for _, c := range changes {
 		switch c.Kind {
 		case Workload:
@@ -229,33 +234,46 @@ func (r *Registry) Publish(changes ...Change) {
 					}
 					continue
 				}
-				recheck = append(recheck, e)
+				r.pending[e] = struct{}{}
 			}
 		case Token:
 			for e := range r.byToken[c.Subject] {
-				recheck = append(recheck, e)
+				r.pending[e] = struct{}{}
 			}
 		case User:
 			for e := range r.byUser[c.Subject] {
-				recheck = append(recheck, e)
+				r.pending[e] = struct{}{}
 			}
 		case All:
 			for e := range r.all {
-				recheck = append(recheck, e)
+				r.pending[e] = struct{}{}
 			}
 		}
 	}
-	r.mu.Unlock()
-	for _, e := range recheck {
-		select {
-		case r.checks <- e:
-		default:
-			// The queue is full (a flood of changes): close rather than
-			// leave a connection unchecked; its client reconnects and is
-			// checked then.
-			r.close(e, fmt.Errorf("%w (too many checks pending)", ErrClosed))
-		}
+	r.signal()
+}
+
+// signal wakes a checker; r.mu is held.
+func (r *Registry) signal() {
+	if len(r.pending) == 0 {
+		return
 	}
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// take removes one pending recheck, or returns nil.
+func (r *Registry) take() *entry {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for e := range r.pending {
+		delete(r.pending, e)
+		r.signal() // more for the other checkers
+		return e
+	}
+	return nil
 }
 
 func (r *Registry) close(e *entry, cause error) {
@@ -279,9 +297,10 @@ func (r *Registry) CloseAll() {
 // checkers run rechecks, a few at a time.
 const checkers = 8
 
-// Run checks connections again as changes arrive, and every sweep (tokens
-// and sessions expire, groups grow stale, without a change being written);
-// it returns when ctx ends.
+// Run checks connections again as changes arrive, and each one every
+// sweep besides (tokens and sessions expire, groups grow stale, without a
+// change being written), a slice of them each second so that the sweep
+// costs evenly; it returns when ctx ends.
 func (r *Registry) Run(ctx context.Context, sweep time.Duration) error {
 	var wg sync.WaitGroup
 	for range checkers {
@@ -292,22 +311,32 @@ func (r *Registry) Run(ctx context.Context, sweep time.Duration) error {
 				select {
 				case <-ctx.Done():
 					return
-				case e := <-r.checks:
+				case <-r.wake:
+				}
+				for e := r.take(); e != nil && ctx.Err() == nil; e = r.take() {
 					r.check(ctx, e)
 				}
 			}
 		}()
 	}
-	t := time.NewTicker(sweep)
+	slots := max(uint64(sweep/time.Second), 1)
+	t := time.NewTicker(time.Second)
 	defer t.Stop()
-	for {
+	for tick := uint64(0); ; tick++ {
 		select {
 		case <-ctx.Done():
 			wg.Wait()
 			return nil
 		case <-t.C:
-			r.Publish(Change{Kind: All})
 		}
+		r.mu.Lock()
+		for e := range r.all {
+			if e.n%slots == tick%slots {
+				r.pending[e] = struct{}{}
+			}
+		}
+		r.signal()
+		r.mu.Unlock()
 	}
 }
 
@@ -335,10 +364,11 @@ func (r *Registry) check(ctx context.Context, e *entry) {
 	}
 }
 
-// Follow reads the feed from its newest change on, every interval, and
-// publishes what it reads; changes older than keep are pruned now and then.
-// It returns when ctx ends; a feed that fails is retried.
-func (r *Registry) Follow(ctx context.Context, feed Feed, interval, keep time.Duration) error {
+// Follow reads the feed from its newest change on, every interval and
+// whenever wake receives (this process wrote a change), and publishes what
+// it reads; changes older than keep are pruned now and then. It returns when
+// ctx ends; a feed that fails is retried.
+func (r *Registry) Follow(ctx context.Context, feed Feed, wake <-chan struct{}, interval, keep time.Duration) error {
 	var after int64
 	for {
 		n, err := feed.LastChange(ctx)
@@ -361,6 +391,7 @@ func (r *Registry) Follow(ctx context.Context, feed Feed, interval, keep time.Du
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
+		case <-wake:
 		}
 		for {
 			cs, err := feed.Changes(ctx, after, 1000)

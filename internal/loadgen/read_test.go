@@ -29,13 +29,13 @@ type fixture struct {
 	ids    []string
 }
 
-func newFixture(b *testing.B, backend string) *fixture {
+func newFixture(b *testing.B, backend string, edit ...func(*config.Config)) *fixture {
 	b.Helper()
-	g := servertest.New(b, func(c *config.Config) {
+	g := servertest.New(b, append([]func(*config.Config){func(c *config.Config) {
 		if backend == "postgres" {
 			c.Database.Driver, c.Database.DSN = "postgres", config.Secret(storetest.PostgresDSN(b))
 		}
-	})
+	}}, edit...)...)
 	f := &fixture{g: g}
 	ctx := context.Background()
 	at := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)

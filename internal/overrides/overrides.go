@@ -30,6 +30,9 @@ type Settings struct {
 	Templates map[string]Template `json:"templates"`
 	UpdatedBy string              `json:"-"`
 	UpdatedAt time.Time           `json:"-"`
+	// Version counts the changes (0: never set); a change made from an
+	// older one is refused.
+	Version int64 `json:"-"`
 }
 
 // Template is a team's choice for one template ("" keeps the template's).
@@ -116,7 +119,10 @@ func same(t *template.Template) Lookup {
 // Store keeps each team's settings.
 type Store interface {
 	TeamSettings(ctx context.Context, team string) (Settings, error)
-	PutTeamSettings(ctx context.Context, team string, s Settings) error
+	// PutTeamSettings replaces the team's settings and returns their new
+	// version; with ifVersion, only if that is the version stored (0: none
+	// yet), else *fault.Stale — decided in the statement that writes.
+	PutTeamSettings(ctx context.Context, team string, s Settings, ifVersion *int64) (int64, error)
 }
 
 // Authorizer decides what the caller may do in a team.
@@ -152,7 +158,7 @@ func (s *Service) Get(ctx context.Context, team string) (Settings, error) {
 
 // Put replaces team's settings after checking them against the templates'
 // limits.
-func (s *Service) Put(ctx context.Context, team string, set Settings) (Settings, error) {
+func (s *Service) Put(ctx context.Context, team string, set Settings, ifVersion *int64) (Settings, error) {
 	id, _ := identity.From(ctx)
 	if !s.authz.Allowed(id, team, access.WorkloadsRead) {
 		return Settings{}, &fault.NotFound{Kind: "team", Name: team, Denied: "may not read team " + team}
@@ -167,9 +173,11 @@ func (s *Service) Put(ctx context.Context, team string, set Settings) (Settings,
 		set.Templates = map[string]Template{}
 	}
 	set.UpdatedBy, set.UpdatedAt = id.String(), s.now().UTC()
-	if err := s.store.PutTeamSettings(ctx, team, set); err != nil {
+	v, err := s.store.PutTeamSettings(ctx, team, set, ifVersion)
+	if err != nil {
 		return Settings{}, err
 	}
+	set.Version = v
 	return set, nil
 }
 

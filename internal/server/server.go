@@ -442,7 +442,7 @@ func (s *Server) Run(ctx context.Context) error {
 		}, authz.ErrUnchanged))
 	})
 	// Every replica follows the change feed for its own live connections.
-	g.Go(func() error { return s.live.Follow(gctx, s.Store, feedInterval, feedKeep) })
+	g.Go(func() error { return s.live.Follow(gctx, s.Store, s.Store.ChangeSignal(), feedInterval, feedKeep) })
 	g.Go(func() error { return s.live.Run(gctx, liveSweep) })
 	g.Go(func() error {
 		return s.every(gctx, 3*time.Second, s.reload("image catalog", s.Images.Catalog.Reload, imagecat.ErrUnchanged))
@@ -482,11 +482,11 @@ func (s *Server) Run(ctx context.Context) error {
 // The change feed is read every feedInterval (so a revocation closes what it
 // allowed within about that long, on every replica), and kept for feedKeep;
 // every live connection is checked again every liveSweep (credentials expire
-// without a change being written).
+// without a change being written), a slice of them each second.
 const (
 	feedInterval = 250 * time.Millisecond
 	feedKeep     = 10 * time.Minute
-	liveSweep    = time.Minute
+	liveSweep    = 5 * time.Minute
 )
 
 // telemetryInterval is how often closed periods are rolled up and old

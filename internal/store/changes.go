@@ -25,6 +25,24 @@ func (s *Store) appendChange(ctx context.Context, tx *sql.Tx, kind live.Kind, su
 	return nil
 }
 
+// txChanges is tx for a transaction that may append changes: after it
+// commits, this process's follower is woken at once (other replicas read the
+// feed on their next poll).
+func (s *Store) txChanges(ctx context.Context, fn func(*sql.Tx) error) error {
+	if err := s.tx(ctx, fn); err != nil {
+		return err
+	}
+	select {
+	case s.changed <- struct{}{}:
+	default: // a wake-up is already pending
+	}
+	return nil
+}
+
+// ChangeSignal receives after a transaction of this process that may have
+// appended to the change feed has committed.
+func (s *Store) ChangeSignal() <-chan struct{} { return s.changed }
+
 // Changes implements live.Feed: the changes after seq, oldest first, at
 // most limit.
 func (s *Store) Changes(ctx context.Context, after int64, limit int) ([]live.Change, error) {

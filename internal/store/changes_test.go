@@ -2,8 +2,10 @@ package store_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -166,5 +168,115 @@ func testChangeFeed(t *testing.T, s *store.Store) {
 	}
 	if n, err := s.LastChange(ctx); err != nil || n != last {
 		t.Fatalf("last change after pruning: %d %v, want %d", n, err, last)
+	}
+}
+
+func TestCheckThenAct(t *testing.T) {
+	for name, open := range backends(t) {
+		t.Run(name, func(t *testing.T) {
+			t.Run("pending approvals cap", func(t *testing.T) { testPendingApprovalsCap(t, open(t)) })
+			t.Run("idle stop and a keep-alive", func(t *testing.T) { testIdleStopRace(t, open(t)) })
+		})
+	}
+}
+
+// testPendingApprovalsCap: 20 launches held for approval, recorded at once
+// for one person in one team: exactly MaxPendingApprovals are, the others
+// are refused with PendingLimit; another person's are not counted.
+func testPendingApprovalsCap(t *testing.T, s *store.Store) {
+	ctx := context.Background()
+	classes, _, files := starter(t)
+	if _, err := catalog.New(s, classes).Seed(ctx, "gitops", files); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	held := func(owner string) workload.Workload {
+		id := workload.NewID()
+		return workload.Workload{ID: id, Name: "x-" + id, Team: "vision", Owner: owner, Template: "pytorch-train", TemplateVersion: 1,
+			Kind: "job", GPUClass: "H100-80GB", GPUCount: 8, Parameters: map[string]string{}, ObjectsHash: "h", Status: workload.PendingApproval,
+			Approval: workload.Approval{Why: "costs more than the ceiling", Expires: at.Add(time.Hour)}, CreatedAt: at, UpdatedAt: at}
+	}
+	var made, refused atomic.Int32
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Go(func() {
+			err := s.CreateWorkload(ctx, held("alice"))
+			var limit *workload.PendingLimit
+			switch {
+			case err == nil:
+				made.Add(1)
+			case errors.As(err, &limit) && limit.Waiting == workload.MaxPendingApprovals:
+				refused.Add(1)
+			default:
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if made.Load() != workload.MaxPendingApprovals || refused.Load() != 20-workload.MaxPendingApprovals {
+		t.Fatalf("20 concurrent held launches: %d recorded, %d refused; want %d recorded", made.Load(), refused.Load(), workload.MaxPendingApprovals)
+	}
+	if err := s.CreateWorkload(ctx, held("bob")); err != nil {
+		t.Fatalf("another person's held launch: %v", err)
+	}
+}
+
+// testIdleStopRace: the idle culler reads a workload's last use, then stops
+// it; a keep-alive landing between the two is seen by the stop, which reads
+// the last use again in its own transaction (LastUsed) and refuses. Touches
+// racing a stop never deadlock and are never lost: afterwards the last use
+// is the newest touch.
+func testIdleStopRace(t *testing.T, s *store.Store) {
+	ctx := context.Background()
+	classes, _, files := starter(t)
+	if _, err := catalog.New(s, classes).Seed(ctx, "gitops", files); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	w := workload.Workload{ID: workload.NewID(), Team: "vision", Owner: "alice", Template: "dev-environment", TemplateVersion: 1,
+		Kind: "notebook", GPUClass: "L4", GPUCount: 1, Parameters: map[string]string{}, ObjectsHash: "h", Status: workload.Running, CreatedAt: at, UpdatedAt: at}
+	w.Name = "x-" + w.ID
+	if err := s.CreateWorkload(ctx, w); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.TouchWorkload(ctx, w.ID, at.Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	quiet, err := s.WorkloadActivity(ctx, w.ID) // what the culler read
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.TouchWorkload(ctx, w.ID, at.Add(2*time.Minute)); err != nil { // the keep-alive
+		t.Fatal(err)
+	}
+	stop := func(old workload.Workload) (workload.Workload, error) {
+		if old.LastUsed.After(quiet) {
+			return old, errors.New("used since")
+		}
+		old.Status = workload.IdleStopped
+		return old, nil
+	}
+	if _, err := s.UpdateWorkload(ctx, w.ID, stop); err == nil {
+		t.Fatal("the stop did not see the keep-alive that landed after the culler read")
+	}
+	var wg sync.WaitGroup
+	for i := range 20 {
+		wg.Go(func() {
+			if err := s.TouchWorkload(ctx, w.ID, at.Add(time.Duration(3+i)*time.Minute)); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Go(func() {
+		if _, err := s.UpdateWorkload(ctx, w.ID, stop); err == nil {
+			t.Error("stopped though used since")
+		}
+	})
+	wg.Wait()
+	if last, err := s.WorkloadActivity(ctx, w.ID); err != nil || !last.Equal(at.Add(22*time.Minute)) {
+		t.Fatalf("last use after racing touches: %v %v, want %v", last, err, at.Add(22*time.Minute))
+	}
+	if got, _ := s.Workload(ctx, w.ID); got.Status != workload.Running {
+		t.Fatalf("status %s, want Running", got.Status)
 	}
 }

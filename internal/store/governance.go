@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gantryhq/gantry/internal/budget"
+	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/notify"
 	"github.com/gantryhq/gantry/internal/overrides"
@@ -153,11 +154,12 @@ func (s *Store) PriceHistory(ctx context.Context, class string) ([]gpu.PriceReco
 	})
 }
 
-// TeamSettings implements overrides.Store: a team's settings (none: empty).
+// TeamSettings implements overrides.Store: a team's settings (none: empty,
+// version 0).
 func (s *Store) TeamSettings(ctx context.Context, team string) (overrides.Settings, error) {
 	var data, by string
-	var at int64
-	err := s.read.QueryRowContext(ctx, s.q(`SELECT data, updated_by, updated_at FROM team_settings WHERE team = ?`), team).Scan(&data, &by, &at)
+	var at, version int64
+	err := s.read.QueryRowContext(ctx, s.q(`SELECT data, updated_by, updated_at, version FROM team_settings WHERE team = ?`), team).Scan(&data, &by, &at, &version)
 	if errors.Is(err, sql.ErrNoRows) {
 		return overrides.Settings{Templates: map[string]overrides.Template{}}, nil
 	}
@@ -171,23 +173,42 @@ func (s *Store) TeamSettings(ctx context.Context, team string) (overrides.Settin
 	if set.Templates == nil {
 		set.Templates = map[string]overrides.Template{}
 	}
-	set.UpdatedBy, set.UpdatedAt = by, time.UnixMicro(at).UTC()
+	set.UpdatedBy, set.UpdatedAt, set.Version = by, time.UnixMicro(at).UTC(), version
 	return set, nil
 }
 
-// PutTeamSettings implements overrides.Store: the team's settings replaced.
-func (s *Store) PutTeamSettings(ctx context.Context, team string, set overrides.Settings) error {
+// PutTeamSettings implements overrides.Store: the team's settings replaced
+// in one statement, which also checks the version when one is given.
+func (s *Store) PutTeamSettings(ctx context.Context, team string, set overrides.Settings, ifVersion *int64) (int64, error) {
 	data, err := json.Marshal(set)
 	if err != nil {
-		return err
+		return 0, err
 	}
-	_, err = s.db.ExecContext(ctx, s.q(`INSERT INTO team_settings (team, data, updated_by, updated_at) VALUES (?, ?, ?, ?)
-		ON CONFLICT (team) DO UPDATE SET data = excluded.data, updated_by = excluded.updated_by, updated_at = excluded.updated_at`),
-		team, string(data), set.UpdatedBy, set.UpdatedAt.UnixMicro())
+	var version int64
+	switch {
+	case ifVersion == nil:
+		err = s.db.QueryRowContext(ctx, s.q(`INSERT INTO team_settings (team, data, updated_by, updated_at, version) VALUES (?, ?, ?, ?, 1)
+			ON CONFLICT (team) DO UPDATE SET data = excluded.data, updated_by = excluded.updated_by, updated_at = excluded.updated_at,
+				version = team_settings.version + 1
+			RETURNING version`),
+			team, string(data), set.UpdatedBy, set.UpdatedAt.UnixMicro()).Scan(&version)
+	case *ifVersion == 0:
+		// None yet: created, or refused if someone created them meanwhile.
+		err = s.db.QueryRowContext(ctx, s.q(`INSERT INTO team_settings (team, data, updated_by, updated_at, version) VALUES (?, ?, ?, ?, 1)
+			ON CONFLICT (team) DO NOTHING RETURNING version`),
+			team, string(data), set.UpdatedBy, set.UpdatedAt.UnixMicro()).Scan(&version)
+	default:
+		err = s.db.QueryRowContext(ctx, s.q(`UPDATE team_settings SET data = ?, updated_by = ?, updated_at = ?, version = version + 1
+			WHERE team = ? AND version = ? RETURNING version`),
+			string(data), set.UpdatedBy, set.UpdatedAt.UnixMicro(), team, *ifVersion).Scan(&version)
+	}
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, &fault.Stale{Kind: "settings of team", Name: team}
+	}
 	if err != nil {
-		return fmt.Errorf("settings of team %s: %w", team, err)
+		return 0, fmt.Errorf("settings of team %s: %w", team, err)
 	}
-	return nil
+	return version, nil
 }
 
 // Teams implements budget.Store: the teams with any workload, sorted.

@@ -98,7 +98,7 @@ func (s *Store) Session(ctx context.Context, idHash string) (weblogin.Session, e
 
 // DeleteSession implements weblogin.Store; deleting a missing session is not an error.
 func (s *Store) DeleteSession(ctx context.Context, idHash string) error {
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.txChanges(ctx, func(tx *sql.Tx) error {
 		var issuer, subject string
 		err := tx.QueryRowContext(ctx, s.q(`SELECT issuer, subject FROM sessions WHERE id_hash = ?`), idHash).Scan(&issuer, &subject)
 		if errors.Is(err, sql.ErrNoRows) {

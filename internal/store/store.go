@@ -44,6 +44,8 @@ type Store struct {
 	read   *sql.DB
 	driver string
 	seen   seriesSeen // telemetry series this process has written
+	// changed wakes this process's change-feed follower (txChanges).
+	changed chan struct{}
 }
 
 // Open connects to the database and applies pending migrations. For SQLite, dsn
@@ -91,7 +93,7 @@ func Open(ctx context.Context, driver, dsn string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", driver, err)
 	}
-	s := &Store{db: db, read: read, driver: driver}
+	s := &Store{db: db, read: read, driver: driver, changed: make(chan struct{}, 1)}
 	if err := db.PingContext(ctx); err != nil {
 		s.Close()
 		return nil, &fault.Unavailable{What: driver + " database", Err: err}

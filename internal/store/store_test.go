@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -886,14 +887,43 @@ func testGovernance(t *testing.T, s *store.Store) {
 	if set, err := s.TeamSettings(ctx, "vision"); err != nil || len(set.Templates) != 0 || set.Templates == nil {
 		t.Fatalf("no settings: %+v %v", set, err)
 	}
-	for _, idle := range []string{"4h", "6h"} {
+	for i, idle := range []string{"4h", "6h"} {
 		in := overrides.Settings{Templates: map[string]overrides.Template{"jupyter-notebook": {IdleTimeout: idle}}, UpdatedBy: "lee", UpdatedAt: at}
-		if err := s.PutTeamSettings(ctx, "vision", in); err != nil {
-			t.Fatal(err)
+		if v, err := s.PutTeamSettings(ctx, "vision", in, nil); err != nil || v != int64(i+1) {
+			t.Fatalf("put %d: version %d %v", i, v, err)
 		}
 	}
-	if set, err := s.TeamSettings(ctx, "vision"); err != nil || set.Templates["jupyter-notebook"].IdleTimeout != "6h" || set.UpdatedBy != "lee" || !set.UpdatedAt.Equal(at) {
+	if set, err := s.TeamSettings(ctx, "vision"); err != nil || set.Templates["jupyter-notebook"].IdleTimeout != "6h" || set.UpdatedBy != "lee" || !set.UpdatedAt.Equal(at) || set.Version != 2 {
 		t.Fatalf("settings %+v %v", set, err)
+	}
+	// Two team-admins change the settings from the same version at once:
+	// exactly one change is made, the other is refused as stale.
+	for _, from := range []int64{2, 0} { // an existing version; "none yet" on a team that has some
+		var wins, stale atomic.Int32
+		var wg sync.WaitGroup
+		for i := range 10 {
+			wg.Go(func() {
+				in := overrides.Settings{Templates: map[string]overrides.Template{"jupyter-notebook": {IdleTimeout: fmt.Sprintf("%dh", i+1)}}, UpdatedBy: "lee", UpdatedAt: at}
+				_, err := s.PutTeamSettings(ctx, "vision", in, &from)
+				var st *fault.Stale
+				switch {
+				case err == nil:
+					wins.Add(1)
+				case errors.As(err, &st):
+					stale.Add(1)
+				default:
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		if want := map[int64]int32{2: 1, 0: 0}[from]; wins.Load() != want || wins.Load()+stale.Load() != 10 {
+			t.Fatalf("10 writers from version %d: %d made, %d stale; want %d made", from, wins.Load(), stale.Load(), want)
+		}
+	}
+	none := int64(0)
+	if v, err := s.PutTeamSettings(ctx, "nlp", overrides.Settings{Templates: map[string]overrides.Template{}, UpdatedBy: "nia", UpdatedAt: at}, &none); err != nil || v != 1 {
+		t.Fatalf("first settings of a team with If-Match 0: %d %v", v, err)
 	}
 
 	// GPU minutes for the used/idle split: a minute counts once per

@@ -74,7 +74,7 @@ func (s *Store) Tokens(ctx context.Context, owner string) ([]token.Token, error)
 // RevokeToken implements token.Store.
 func (s *Store) RevokeToken(ctx context.Context, owner, id string, at time.Time) error {
 	var n int64
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.txChanges(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, s.q(`UPDATE tokens SET revoked_at = ? WHERE owner = ? AND id = ? AND revoked_at = 0`), at.UnixMicro(), owner, id)
 		if err != nil {
 			return err

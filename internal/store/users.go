@@ -23,7 +23,7 @@ func (s *Store) UpsertUser(ctx context.Context, u user.User) error {
 	if err != nil {
 		return err
 	}
-	err = s.tx(ctx, func(tx *sql.Tx) error {
+	err = s.txChanges(ctx, func(tx *sql.Tx) error {
 		var old string
 		err := tx.QueryRowContext(ctx, s.q(`SELECT groups FROM users WHERE id = ?`), u.ID).Scan(&old)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
@@ -92,7 +92,7 @@ func (s *Store) SetUserDeactivated(ctx context.Context, id string, at time.Time)
 		micros = at.UnixMicro()
 	}
 	var n int64
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.txChanges(ctx, func(tx *sql.Tx) error {
 		var key string
 		err := tx.QueryRowContext(ctx, s.q(`SELECT user_key FROM users WHERE id = ?`), id).Scan(&key)
 		if errors.Is(err, sql.ErrNoRows) {

@@ -25,11 +25,37 @@ func (s *Store) CreateWorkload(ctx context.Context, w workload.Workload) error {
 	if err != nil {
 		return err
 	}
-	_, err = s.db.ExecContext(ctx, s.q(`INSERT INTO workloads (`+workloadColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+	err = s.tx(ctx, func(tx *sql.Tx) error {
+		if w.Status == workload.PendingApproval {
+			// The cap on one person's launches waiting for approval in a
+			// team is decided here, in the transaction that inserts: on
+			// PostgreSQL a lock per team and owner queues concurrent
+			// launches; SQLite's write transactions are exclusive.
+			if s.driver == Postgres {
+				if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtext($1))`, "pending/"+w.Team.String()+"/"+w.Owner); err != nil {
+					return err
+				}
+			}
+			var n int
+			if err := tx.QueryRowContext(ctx, s.q(`SELECT COUNT(*) FROM workloads WHERE team = ? AND owner = ? AND status = ?`),
+				w.Team.String(), w.Owner, string(workload.PendingApproval)).Scan(&n); err != nil {
+				return err
+			}
+			if n >= workload.MaxPendingApprovals {
+				return &workload.PendingLimit{Waiting: n}
+			}
+		}
+		_, err := tx.ExecContext(ctx, s.q(`INSERT INTO workloads (`+workloadColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 		w.ID, w.Name, w.Team, w.Owner, w.Template, w.TemplateVersion, w.Kind, w.GPUClass, w.MIGProfile, w.GPUCount,
 		string(params), w.ObjectsHash, string(w.Status), w.CreatedAt.UnixMicro(), w.UpdatedAt.UnixMicro(), w.AppliedHash, w.Reason,
 		nullable(w.IdempotencyKey), w.RequestHash, w.Endpoint, w.Image, w.TEE, micros(w.ExpiresAt), w.PricePerHour, w.RunningFor.Microseconds(), micros(w.RunningSince),
 		w.Approval.Why, micros(w.Approval.Expires), w.Approval.Decision, w.Approval.By, w.Approval.Note, micros(w.Approval.At), strings.Join(w.SpotEvictions, ","))
+		return err
+	})
+	var limit *workload.PendingLimit
+	if errors.As(err, &limit) {
+		return err
+	}
 	if err != nil {
 		if w.IdempotencyKey != "" && uniqueViolation(err) {
 			return &fault.Conflict{Kind: "workload", Name: w.IdempotencyKey, Reason: "Idempotency-Key already used"}
@@ -168,7 +194,7 @@ func (s *Store) queryWorkloads(ctx context.Context, what, query string, args ...
 // when they are unchanged. fn must not use the store.
 func (s *Store) UpdateWorkload(ctx context.Context, id string, fn func(workload.Workload) (workload.Workload, error)) (workload.Workload, error) {
 	var out workload.Workload
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.txChanges(ctx, func(tx *sql.Tx) error {
 		query := `SELECT ` + workloadColumns + ` FROM workloads WHERE id = ?`
 		if s.driver == Postgres {
 			query += ` FOR UPDATE`
@@ -179,6 +205,14 @@ func (s *Store) UpdateWorkload(ctx context.Context, id string, fn func(workload.
 		}
 		if err != nil {
 			return fmt.Errorf("get workload %s: %w", id, err)
+		}
+		// Its last use, under the row's lock: TouchWorkload takes the same
+		// lock, so a use is either seen here or recorded after this commits.
+		var used int64
+		if err := tx.QueryRowContext(ctx, s.q(`SELECT at FROM workload_activity WHERE workload_id = ?`), id).Scan(&used); err == nil {
+			old.LastUsed = time.UnixMicro(used).UTC()
+		} else if !errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("last use of workload %s: %w", id, err)
 		}
 		w, err := fn(old)
 		if err != nil {
@@ -289,9 +323,19 @@ func (s *Store) ExpiredWorkloads(ctx context.Context, now time.Time, limit int) 
 // TouchWorkload records that a person used the workload at at (a later
 // time replaces an earlier one, never the other way).
 func (s *Store) TouchWorkload(ctx context.Context, id string, at time.Time) error {
-	_, err := s.db.ExecContext(ctx, s.q(`INSERT INTO workload_activity (workload_id, at) VALUES (?, ?)
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		if s.driver == Postgres {
+			// The workload's row lock, as UpdateWorkload takes it: a use
+			// and an update that depends on it (an idle stop) queue.
+			if _, err := tx.ExecContext(ctx, `SELECT 1 FROM workloads WHERE id = $1 FOR UPDATE`, id); err != nil {
+				return err
+			}
+		}
+		_, err := tx.ExecContext(ctx, s.q(`INSERT INTO workload_activity (workload_id, at) VALUES (?, ?)
 		ON CONFLICT (workload_id) DO UPDATE SET at = CASE WHEN excluded.at > workload_activity.at THEN excluded.at ELSE workload_activity.at END`),
-		id, at.UnixMicro())
+			id, at.UnixMicro())
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("record activity on workload %s: %w", id, err)
 	}

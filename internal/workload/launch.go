@@ -261,6 +261,11 @@ func (s *Service) create(ctx context.Context, owner string, req Request) (Worklo
 		return Workload{}, err
 	}
 	if err := s.store.CreateWorkload(ctx, w); err != nil {
+		var limit *PendingLimit
+		if errors.As(err, &limit) {
+			return Workload{}, &fault.Conflict{Kind: "launch", Name: w.Template, Reason: fmt.Sprintf(
+				"needs approval (%s), and %d of your launches in team %s already wait for one: wait for a decision, or delete one", w.Approval.Why, limit.Waiting, w.Team)}
+		}
 		return Workload{}, fmt.Errorf("record workload: %w", err)
 	}
 	if s.cluster == nil || (w.Status == PendingApproval && !s.kueue) {
@@ -326,8 +331,19 @@ func (s *Service) govern(ctx context.Context, w *Workload, rd Rendered) error {
 const HeldPrefix = "held: "
 
 // MaxPendingApprovals is how many of one person's launches in a team may
-// wait for approval at once.
+// wait for approval at once. The store decides it where it records a launch
+// (PendingLimit); the count above only answers early.
 const MaxPendingApprovals = 5
+
+// PendingLimit is the store's refusal to record a launch held for approval
+// past MaxPendingApprovals of its owner's in its team.
+type PendingLimit struct {
+	Waiting int
+}
+
+func (e *PendingLimit) Error() string {
+	return fmt.Sprintf("%d launches already wait for approval", e.Waiting)
+}
 
 // approvalReason says who must approve a held launch, why, and until when.
 func approvalReason(t team.Name, a Approval) string {

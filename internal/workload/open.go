@@ -108,8 +108,28 @@ func (s *Service) touch(ctx context.Context, id string) {
 
 // IdleStop stops a workload the idle culler found unused, with why on the
 // record (IdleStopped; Start brings it back with its volumes).
-func (s *Service) IdleStop(ctx context.Context, id, reason string) (Workload, error) {
-	return s.halt(ctx, id, IdleStop, reason)
+//
+// quietSince is when the culler saw its people last use it: a use recorded
+// after that (a keep-alive landing between the culler's reading and this
+// stop) refuses the stop with a *fault.Conflict, decided in the transaction
+// that would stop it. Zero stops it in any case (an off-hours schedule).
+func (s *Service) IdleStop(ctx context.Context, id, reason string, quietSince time.Time) (Workload, error) {
+	changed := false
+	w, err := s.store.UpdateWorkload(ctx, id, func(w Workload) (Workload, error) {
+		if w.Status == Stopped || w.Status == IdleStopped {
+			return w, nil
+		}
+		if !quietSince.IsZero() && w.LastUsed.After(quietSince) {
+			return w, &fault.Conflict{Kind: "workload", Name: id, Reason: "was used at " + w.LastUsed.UTC().Format(time.RFC3339) + ", after the idle culler looked: not stopped"}
+		}
+		out, ch, err := Transition(w, IdleStop, reason, s.clock())
+		changed = ch
+		return out, err
+	})
+	if err != nil || !changed {
+		return w, err
+	}
+	return w, s.tell(ctx, w, func(ctx context.Context) error { return s.cluster.SetRunning(ctx, s.ref(w), false) })
 }
 
 // Notice sets a running workload's reason — the idle culler's warning, or

@@ -71,6 +71,10 @@ type Workload struct {
 	Status          Status
 	Reason          string    // why the workload is stuck or failed
 	Endpoint        string    // in-cluster address of a service or notebook
+	// LastUsed is when a person last used it (its API, its app, a
+	// keep-alive): read with the record inside UpdateWorkload's
+	// transaction, so that an update can depend on it; zero elsewhere.
+	LastUsed time.Time
 	Image           string    // the verified image, pinned by digest
 	TEE             string    // the TEE of a confidential workload, "" for others
 	ExpiresAt       time.Time // when its max runtime ends; zero: never
@@ -146,6 +150,10 @@ type Key struct {
 
 // Store keeps workload records.
 type Store interface {
+	// CreateWorkload records a new workload. One held for approval
+	// (PendingApproval) is recorded only while fewer than
+	// MaxPendingApprovals of its owner's launches in its team wait, decided
+	// in the transaction that inserts it: *PendingLimit otherwise.
 	CreateWorkload(ctx context.Context, w Workload) error
 	// Workload returns one record; *fault.NotFound if none.
 	Workload(ctx context.Context, id string) (Workload, error)
@@ -154,7 +162,8 @@ type Store interface {
 	// ListWorkloads returns up to f.Limit records, newest first.
 	ListWorkloads(ctx context.Context, f Filter) ([]Workload, error)
 	// UpdateWorkload changes a record atomically: fn gets the record as it
-	// is and returns the one to write (only status, reason, applied hash,
+	// is (with LastUsed; a use recorded meanwhile waits for the
+	// transaction) and returns the one to write (only status, reason, applied hash,
 	// endpoint, expiry and running time change), in one transaction; an error from fn
 	// writes nothing and is returned. *fault.NotFound if there is no record.
 	UpdateWorkload(ctx context.Context, id string, fn func(Workload) (Workload, error)) (Workload, error)

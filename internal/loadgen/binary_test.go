@@ -1,0 +1,170 @@
+package loadgen_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gantryhq/gantry/internal/authz"
+	"github.com/gantryhq/gantry/internal/devcluster"
+	"github.com/gantryhq/gantry/internal/identity"
+	"github.com/gantryhq/gantry/internal/store"
+	"github.com/gantryhq/gantry/internal/team"
+	"github.com/gantryhq/gantry/internal/token"
+	"github.com/gantryhq/gantry/internal/user"
+	"github.com/gantryhq/gantry/internal/waitfor"
+	"github.com/gantryhq/gantry/internal/workload"
+)
+
+// binary is `gantry serve` run as users meet it: the development build in a
+// process of its own, on SQLite, under an address-space limit, with a load
+// generator (this process) outside it.
+type binary struct {
+	URL   string
+	pid   int
+	db    string
+	store *store.Store // the same database, for the fixture's records
+	out   *syncBuffer
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
+func (s *syncBuffer) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+var servingRE = regexp.MustCompile(`msg="gantry is serving" url=(http://\S+)`)
+
+// serveBinary builds and starts gantry serve with env added, and stops it
+// when the benchmark ends.
+func serveBinary(b *testing.B, env ...string) *binary {
+	b.Helper()
+	root, err := devcluster.RepoRoot()
+	if err != nil {
+		b.Fatal(err)
+	}
+	dir := b.TempDir()
+	bin := filepath.Join(dir, "gantry")
+	build := exec.Command("go", "build", "-tags", "dev", "-o", bin, "./cmd/gantry")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		b.Fatalf("build: %v\n%s", err, out)
+	}
+	g := &binary{db: filepath.Join(dir, "gantry.db"), out: &syncBuffer{}}
+	// 4 GiB of address space: far more than it uses, far less than the machine.
+	cmd := exec.Command("/bin/sh", "-c", `ulimit -v 4194304 && exec "$0" "$@"`, bin, "serve", "--listen", "127.0.0.1:0", "--db", g.db)
+	cmd.Dir, cmd.Stdout, cmd.Stderr = root, g.out, g.out
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "GANTRY_") && !strings.HasPrefix(kv, "XDG_DATA_HOME=") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(append(cmd.Env, "XDG_DATA_HOME="+filepath.Join(dir, "data"), "GANTRY_IMAGES_DEV_REGISTRY=true"), env...)
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	b.Cleanup(func() {
+		cmd.Process.Kill()
+		<-exited
+		if g.store != nil {
+			g.store.Close()
+		}
+	})
+	g.pid = cmd.Process.Pid
+	waitfor.Until(b, 2*time.Minute, "gantry serve to serve", func() error {
+		select {
+		case <-exited:
+			b.Fatalf("gantry serve exited:\n%s", g.out.String())
+		default:
+		}
+		if m := servingRE.FindStringSubmatch(g.out.String()); m != nil {
+			g.URL = m[1]
+			return nil
+		}
+		return errors.New("not serving yet")
+	})
+	if g.store, err = store.Open(context.Background(), store.SQLite, g.db); err != nil {
+		b.Fatal(err)
+	}
+	return g
+}
+
+// adminToken makes a personal access token for the development platform
+// admin, ada, in the server's database (as gantry dev does in process).
+func (g *binary) adminToken(b *testing.B) string {
+	b.Helper()
+	resp, err := http.Get(g.URL + "/auth/config")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var ac struct{ Issuer string }
+	json.NewDecoder(resp.Body).Decode(&ac)
+	resp.Body.Close()
+	root, _ := devcluster.RepoRoot()
+	policy, err := authz.New(authz.InDir(filepath.Join(root, "policy")))
+	if err != nil {
+		b.Fatal(err)
+	}
+	users, err := user.New(g.store, 24*time.Hour, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ada := identity.Identity{Issuer: ac.Issuer, Subject: "dev-ada", Name: "Ada", Groups: []string{"gantry-admins"}}
+	ctx := identity.With(context.Background(), ada)
+	if _, err := users.Observe(ctx, ada); err != nil {
+		b.Fatal(err)
+	}
+	_, secret, err := token.New(g.store, users, policy).Create(ctx, token.Request{Name: "load", Lifetime: 24 * time.Hour})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return secret
+}
+
+// seed records n Running workloads, spread over four teams.
+func (g *binary) seed(b *testing.B, n int) []string {
+	b.Helper()
+	ctx := context.Background()
+	at := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	ids := make([]string, 0, n)
+	for i := range n {
+		w := workload.Workload{ID: workload.NewID(), Team: []team.Name{"vision", "nlp", "speech", "robotics"}[i%4], Owner: "ada", Template: "pytorch-train",
+			TemplateVersion: 1, Kind: "job", GPUClass: "H100-80GB", GPUCount: 1, Parameters: map[string]string{"epochs": "3"},
+			ObjectsHash: "h", Status: workload.Running, CreatedAt: at.Add(time.Duration(i) * time.Second)}
+		w.Name, w.UpdatedAt = "pytorch-train-"+w.ID, w.CreatedAt
+		if err := g.store.CreateWorkload(ctx, w); err != nil {
+			b.Fatal(err)
+		}
+		ids = append(ids, w.ID)
+	}
+	return ids
+}
+
+// cpu is the server's CPU time so far (user and system), from /proc.
+func (g *binary) cpu(b *testing.B) time.Duration {
+	b.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", g.pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	f := strings.Fields(string(data[bytes.LastIndexByte(data, ')')+2:]))
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(utime+stime) * time.Second / 100 // USER_HZ
+}

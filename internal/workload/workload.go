@@ -69,19 +69,19 @@ type Workload struct {
 	ObjectsHash     string
 	AppliedHash     string // the ObjectsHash last applied to the cluster; "" until then
 	Status          Status
-	Reason          string    // why the workload is stuck or failed
-	Endpoint        string    // in-cluster address of a service or notebook
+	Reason          string // why the workload is stuck or failed
+	Endpoint        string // in-cluster address of a service or notebook
 	// LastUsed is when a person last used it (its API, its app, a
 	// keep-alive): read with the record inside UpdateWorkload's
 	// transaction, so that an update can depend on it; zero elsewhere.
-	LastUsed time.Time
-	Image           string    // the verified image, pinned by digest
-	TEE             string    // the TEE of a confidential workload, "" for others
-	ExpiresAt       time.Time // when its max runtime ends; zero: never
-	IdempotencyKey  string    // the caller's key for this launch, if any
-	RequestHash     string    // fingerprint of the launch request, to tell repeats from reuse
-	CreatedAt       time.Time
-	UpdatedAt       time.Time
+	LastUsed       time.Time
+	Image          string    // the verified image, pinned by digest
+	TEE            string    // the TEE of a confidential workload, "" for others
+	ExpiresAt      time.Time // when its max runtime ends; zero: never
+	IdempotencyKey string    // the caller's key for this launch, if any
+	RequestHash    string    // fingerprint of the launch request, to tell repeats from reuse
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
 	// PricePerHour is what it costs running, in USD, at its class's price
 	// when it was launched (spot or on demand, a MIG slice at its share).
 	// RunningFor is the time it ran before its current run; RunningSince

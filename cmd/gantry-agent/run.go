@@ -27,6 +27,7 @@ func runAgent(ctx context.Context, args []string, lib nodegpu.Metrics, stderr io
 	fs.SetOutput(stderr)
 	node := fs.String("node", os.Getenv("NODE_NAME"), "this node's name (env NODE_NAME, from the downward API)")
 	gantryURL := fs.String("gantry-url", os.Getenv("GANTRY_URL"), "Gantry's URL to push to (env GANTRY_URL); empty: /metrics only")
+	caFile := fs.String("ca-file", os.Getenv("GANTRY_CA_FILE"), "PEM CA certificate(s) that Gantry's HTTPS certificate must chain to (env GANTRY_CA_FILE); empty: the system's")
 	tokenFile := fs.String("token-file", "/var/run/secrets/gantry/token", "the projected ServiceAccount token (audience gantry)")
 	interval := fs.Duration("interval", agent.DefaultInterval, "time between samples")
 	listen := fs.String("listen", ":9400", "address for /metrics and /healthz")
@@ -80,7 +81,14 @@ func runAgent(ctx context.Context, args []string, lib nodegpu.Metrics, stderr io
 		o.Pods = c
 	}
 	if *gantryURL != "" {
-		o.Sink = &agent.HTTPSink{URL: *gantryURL, TokenFile: *tokenFile}
+		sink, err := agent.NewHTTPSink(*gantryURL, *tokenFile, *caFile)
+		if err != nil {
+			return fail(err)
+		}
+		if strings.HasPrefix(*gantryURL, "http://") {
+			log.Warn("pushing to Gantry over plain HTTP: the node's token and readings cross the network unencrypted; give Gantry a certificate (tls.certFile) and the agent its CA (--ca-file)", "gantry", *gantryURL)
+		}
+		o.Sink = sink
 	}
 	a, err := agent.New(o)
 	if err != nil {

@@ -31,7 +31,8 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	srv.Log.Info("starting gantry", "version", version)
+	gcPercent, memLimit := tuneGC(os.Getenv, "/sys/fs/cgroup/memory.max")
+	srv.Log.Info("starting gantry", "version", version, "gc_percent", gcPercent, "memory_limit", memLimit)
 	srv.UseLogger()
 	return srv.Run(ctx)
 }

@@ -23,7 +23,7 @@ import (
 var update = flag.Bool("update", false, "rewrite the golden files")
 
 // valueSets are testdata/<name>.yaml: the installs the chart is checked for.
-var valueSets = []string{"postgres", "sqlite", "gitsync"}
+var valueSets = []string{"postgres", "sqlite", "gitsync", "tls"}
 
 // helmBin builds Helm the first time (deploy/helm/build.sh, cached by
 // version) and returns its path; the script runs once per test binary.

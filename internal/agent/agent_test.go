@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,6 +23,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/gantryhq/gantry/internal/telemetry"
+	"github.com/gantryhq/gantry/internal/tlsfiles/tlstest"
 	"github.com/gantryhq/gantry/internal/waitfor"
 )
 
@@ -401,5 +403,54 @@ func TestHTTPSink(t *testing.T) {
 	var perm *PermanentError
 	if err := s.Push(ctx, b); err == nil || errors.As(err, &perm) {
 		t.Fatalf("an unreachable Gantry: %v, want a retryable error", err)
+	}
+}
+
+// TestHTTPSinkOverTLS: the agent pushes to an HTTPS Gantry whose
+// certificate chains to the CA it was given, and refuses one that does not
+// (no batch is delivered to an impostor).
+func TestHTTPSinkOverTLS(t *testing.T) {
+	ca := tlstest.NewCA(t)
+	dir := t.TempDir()
+	certFile, keyFile := ca.Issue(t, dir, 1, time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan string, 1)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r.Header.Get("Authorization")
+		w.WriteHeader(http.StatusAccepted)
+	}))
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
+	srv.StartTLS()
+	defer srv.Close()
+	tokenFile := filepath.Join(dir, "token")
+	os.WriteFile(tokenFile, []byte("sa-token"), 0o600)
+	s, err := NewHTTPSink(srv.URL, tokenFile, ca.WriteCA(t, dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Push(context.Background(), telemetry.Batch{Node: "n1"}); err != nil {
+		t.Fatalf("push over TLS: %v", err)
+	}
+	if auth := <-got; auth != "Bearer sa-token" {
+		t.Fatalf("the token sent: %q", auth)
+	}
+	impostor := tlstest.NewCA(t)
+	s, err = NewHTTPSink(srv.URL, tokenFile, impostor.WriteCA(t, t.TempDir()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Push(context.Background(), telemetry.Batch{Node: "n1"}); err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Fatalf("push to a server outside the CA: %v", err)
+	}
+	select {
+	case <-got:
+		t.Fatal("a batch reached a server whose certificate the agent does not trust")
+	default:
+	}
+	if _, err := NewHTTPSink("ftp://gantry", tokenFile, ""); err == nil {
+		t.Fatal("an ftp:// URL was accepted")
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gantryhq/gantry/internal/telemetry"
+	"github.com/gantryhq/gantry/internal/tlsfiles"
 )
 
 // HTTPSink pushes batches to Gantry's telemetry endpoint with the agent's
@@ -21,6 +22,21 @@ type HTTPSink struct {
 	URL       string // Gantry's base URL
 	TokenFile string
 	Client    *http.Client // default: a client with a 30 s timeout
+}
+
+// NewHTTPSink pushes to Gantry at url with the token in tokenFile; an
+// https:// URL's certificate must chain to the CAs in caFile (empty: the
+// system's). Anything but http:// and https:// is refused.
+func NewHTTPSink(url, tokenFile, caFile string) (*HTTPSink, error) {
+	if !strings.HasPrefix(url, "https://") && !strings.HasPrefix(url, "http://") {
+		return nil, fmt.Errorf("gantry URL %q: want https://host[:port] (or http:// on a trusted network)", url)
+	}
+	tc, err := tlsfiles.ClientConfig(caFile)
+	if err != nil {
+		return nil, err
+	}
+	return &HTTPSink{URL: url, TokenFile: tokenFile, Client: &http.Client{Timeout: 30 * time.Second,
+		Transport: &http.Transport{TLSClientConfig: tc, Proxy: http.ProxyFromEnvironment, IdleConnTimeout: 90 * time.Second}}}, nil
 }
 
 // Push implements Sink. A 4xx is a *PermanentError (the agent drops the

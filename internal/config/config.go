@@ -91,6 +91,9 @@ type Config struct {
 	Audit Audit `json:"audit"`
 	// Security bounds what callers without valid credentials can cost.
 	Security Security `json:"security"`
+	// TLS serves HTTPS from a certificate and key (reloaded when the files
+	// change); none: plain HTTP (gantry dev, or behind a TLS proxy).
+	TLS TLS `json:"tls"`
 	// Telemetry configures GPU telemetry: what agents push, how long it is
 	// kept, and GPU health.
 	Telemetry Telemetry `json:"telemetry"`
@@ -149,6 +152,13 @@ type Security struct {
 	// (watch streams, followed logs, websockets to apps).
 	StreamsPerIdentity int64 `json:"streamsPerIdentity"`
 	StreamsPerReplica  int64 `json:"streamsPerReplica"`
+}
+
+// TLS configures HTTPS.
+type TLS struct {
+	CertFile   string `json:"certFile"`
+	KeyFile    string `json:"keyFile"`
+	MinVersion string `json:"minVersion"` // "1.2" or "1.3"
 }
 
 // Audit configures signed checkpoints of the audit log's head, which make a
@@ -273,7 +283,8 @@ func Default() Config {
 		OIDC:              OIDC{ClockSkew: Duration(30 * time.Second), Scopes: []string{"openid", "profile", "email", "groups", "offline_access"}},
 		DevLogin:          DevLogin{Listen: "127.0.0.1:0", Users: DefaultDevUsers()},
 		Audit:             Audit{CheckpointInterval: Duration(time.Minute), DenialWindow: Duration(time.Minute)},
-		Security:          Security{AnonymousRate: 5, AnonymousBurst: 50, StreamsPerIdentity: 100, StreamsPerReplica: 20_000},
+		TLS:               TLS{MinVersion: "1.2"},
+		Security:          Security{AnonymousRate: 5, AnonymousBurst: 50, StreamsPerIdentity: 100, StreamsPerReplica: 10_000},
 		Quota:             Quota{Kueue: true},
 		Telemetry: Telemetry{RawRetention: Duration(48 * time.Hour), RollupRetention: Duration(90 * 24 * time.Hour), Audience: "gantry",
 			ServiceAccount: "system:serviceaccount:gantry-system:gantry-agent", XIDHold: Duration(24 * time.Hour)},
@@ -392,6 +403,12 @@ func (c *Config) validateListenAndDatabase(errs *fault.List) {
 		if !loopback(host) && c.OIDC.Issuer == "" {
 			errs.Addf("listen", "%q is not a loopback address: without authentication (oidc.issuer) Gantry serves on loopback only (127.0.0.1, ::1, localhost)", host)
 		}
+	}
+	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
+		errs.Addf("tls", "certFile and keyFile go together: set both (HTTPS) or neither (HTTP)")
+	}
+	if c.TLS.MinVersion != "1.2" && c.TLS.MinVersion != "1.3" {
+		errs.Addf("tls.minVersion", "%q is not 1.2 or 1.3", c.TLS.MinVersion)
 	}
 	switch c.Database.Driver {
 	case "sqlite", "postgres":

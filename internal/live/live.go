@@ -295,11 +295,14 @@ func (r *Registry) CloseAll() {
 }
 
 // checkers run rechecks, a few at a time.
-const checkers = 8
+const checkers = 4
+
+// sweepTick is how often a slice of the connections is checked again.
+const sweepTick = 100 * time.Millisecond
 
 // Run checks connections again as changes arrive, and each one every
 // sweep besides (tokens and sessions expire, groups grow stale, without a
-// change being written), a slice of them each second so that the sweep
+// change being written), a slice of them every sweepTick so that the sweep
 // costs evenly; it returns when ctx ends.
 func (r *Registry) Run(ctx context.Context, sweep time.Duration) error {
 	var wg sync.WaitGroup
@@ -319,8 +322,10 @@ func (r *Registry) Run(ctx context.Context, sweep time.Duration) error {
 			}
 		}()
 	}
-	slots := max(uint64(sweep/time.Second), 1)
-	t := time.NewTicker(time.Second)
+	// A slice every sweepTick: a few checks at a time, not a burst that
+	// other requests queue behind.
+	slots := max(uint64(sweep/sweepTick), 1)
+	t := time.NewTicker(sweepTick)
 	defer t.Stop()
 	for tick := uint64(0); ; tick++ {
 		select {

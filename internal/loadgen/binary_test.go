@@ -172,3 +172,20 @@ func (g *binary) cpu(b *testing.B) time.Duration {
 	stime, _ := strconv.ParseInt(f[12], 10, 64)
 	return time.Duration(utime+stime) * time.Second / 100 // USER_HZ
 }
+
+// rss is the server's resident memory, from /proc.
+func (g *binary) rss(b *testing.B) int64 {
+	b.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", g.pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+			kb, _ := strconv.ParseInt(f[1], 10, 64)
+			return kb << 10
+		}
+	}
+	b.Fatal("no VmRSS")
+	return 0
+}

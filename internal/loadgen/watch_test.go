@@ -3,10 +3,16 @@ package loadgen_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -17,8 +23,8 @@ import (
 // BenchmarkWatchFanOut holds 1,000 and 10,000 server-sent event streams open
 // on one `gantry serve` (the real binary in a process of its own, SQLite,
 // 10,000 workloads; each stream follows a workload of its own, as that many
-// open workload pages would) from this process, and measures what they
-// cost: the server's CPU while they idle (from /proc); other API requests'
+// open workload pages would) from a third process (holdStreams), and
+// measures what they cost: the server's CPU while they idle (from /proc); other API requests'
 // latency (a page of another team's workloads, from 10 clients) with the
 // streams open against the same server before they were opened; and per op
 // the time from a stop through the API to the stream of that workload
@@ -51,39 +57,13 @@ func watchFanOut(b *testing.B, streams int) {
 			}})
 	}
 	quiet := other()
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: streams, MaxConnsPerHost: 0}}
-	events := make([]chan string, streams)
-	for i := range streams {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, g.URL+"/api/v1/workloads/"+ids[i]+"/watch", nil)
-		req.Header.Set("Authorization", "Bearer "+tok)
-		resp, err := client.Do(req)
-		if err != nil || resp.StatusCode != 200 {
-			b.Fatalf("stream %d: %v %v", i, err, resp)
-		}
-		events[i] = make(chan string, 4)
-		go func(ch chan string) {
-			defer resp.Body.Close()
-			sc := bufio.NewScanner(resp.Body)
-			sc.Buffer(nil, 1<<20)
-			for sc.Scan() {
-				if d, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
-					i := strings.Index(d, `"status":"`)
-					st := d[i+10:]
-					ch <- st[:strings.IndexByte(st, '"')]
-				}
-			}
-		}(events[i])
-	}
-	for i := range streams {
-		if st := <-events[i]; st != "Running" {
-			b.Fatalf("stream %d opened on %s", i, st)
-		}
-	}
+	events := holdStreams(b, g.URL, tok, ids[:streams])
 	idle := 10 * time.Second
 	before := g.cpu(b)
 	time.Sleep(idle) // measuring, not waiting for something: the idle cost is the figure
 	idleCores := (g.cpu(b) - before).Seconds() / idle.Seconds()
 	loaded := other()
+	rss := g.rss(b)
 
 	b.ResetTimer()
 	took := make([]time.Duration, 0, b.N)
@@ -98,14 +78,14 @@ func watchFanOut(b *testing.B, streams int) {
 		}
 		resp.Body.Close()
 		select {
-		case st := <-events[i]:
-			if st != "Stopped" {
-				b.Fatalf("stream %d: %s", i, st)
+		case ev := <-events[i]:
+			if ev.status != "Stopped" {
+				b.Fatalf("stream %d: %s", i, ev.status)
 			}
+			took = append(took, ev.at.Sub(start))
 		case <-time.After(10 * time.Second):
 			b.Fatalf("stream %d: no event 10 s after the stop", i)
 		}
-		took = append(took, time.Since(start))
 	}
 	b.StopTimer()
 	slices.Sort(took)
@@ -114,6 +94,7 @@ func watchFanOut(b *testing.B, streams int) {
 	b.ReportMetric(pct(0.99), "p99-ms-to-event")
 	b.ReportMetric(float64(took[len(took)-1].Microseconds())/1000, "max-ms-to-event")
 	b.ReportMetric(idleCores, "server-cores-idle")
+	b.ReportMetric(float64(rss>>20), "server-rss-MB")
 	b.ReportMetric(float64(quiet.P99.Microseconds())/1000, "other-p99-ms-before")
 	b.ReportMetric(float64(loaded.P99.Microseconds())/1000, "other-p99-ms-open")
 	b.ReportMetric(0, "ns/op")
@@ -136,4 +117,135 @@ func raiseFileLimit(n uint64) error {
 		lim.Max = n
 	}
 	return syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim)
+}
+
+// event is a stream's event as the holder read it.
+type event struct {
+	status string
+	at     time.Time
+}
+
+// holdStreams opens a watch stream per id from a process of its own (this
+// test binary again, as TestStreamHolder), so that the streams' readers
+// share neither this process's scheduler nor its garbage collector with the
+// requests whose latency is measured here; every event after the first of
+// each stream comes back with when the holder read it.
+func holdStreams(b *testing.B, url, tok string, ids []string) []chan event {
+	b.Helper()
+	list := filepath.Join(b.TempDir(), "ids")
+	if err := os.WriteFile(list, []byte(strings.Join(ids, "\n")), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestStreamHolder$")
+	cmd.Env = append(os.Environ(), "GANTRY_STREAM_HOLDER="+url, "GANTRY_STREAM_TOKEN="+tok, "GANTRY_STREAM_IDS="+list)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	events := make([]chan event, len(ids))
+	for i := range events {
+		events[i] = make(chan event, 4)
+	}
+	ready := make(chan error, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			f := strings.Fields(sc.Text())
+			switch {
+			case len(f) == 1 && f[0] == "ready":
+				ready <- nil
+			case len(f) == 4 && f[0] == "event":
+				i, _ := strconv.Atoi(f[1])
+				ns, _ := strconv.ParseInt(f[3], 10, 64)
+				events[i] <- event{status: f[2], at: time.Unix(0, ns)}
+			case len(f) >= 1 && f[0] == "error":
+				ready <- errors.New(sc.Text())
+			}
+		}
+		ready <- errors.New("the stream holder exited")
+	}()
+	select {
+	case err := <-ready:
+		if err != nil {
+			b.Fatal(err)
+		}
+	case <-time.After(5 * time.Minute):
+		b.Fatal("the stream holder did not open its streams within 5 minutes")
+	}
+	return events
+}
+
+// TestStreamHolder is holdStreams' process: it opens the streams named by
+// its environment, says "ready" once each has delivered its first event
+// (Running), then one line per later event. Run alone, it has nothing to do.
+func TestStreamHolder(t *testing.T) {
+	url := os.Getenv("GANTRY_STREAM_HOLDER")
+	if url == "" {
+		t.Skip("the benchmark's stream holder: run by BenchmarkWatchFanOut")
+	}
+	data, err := os.ReadFile(os.Getenv("GANTRY_STREAM_IDS"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := strings.Split(string(data), "\n")
+	if err := raiseFileLimit(uint64(len(ids) + 1024)); err != nil {
+		fmt.Println("error", err)
+		return
+	}
+	var mu sync.Mutex
+	say := func(format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Printf(format+"\n", args...)
+	}
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: len(ids)}}
+	opened := make(chan error, len(ids))
+	for i, id := range ids {
+		req, _ := http.NewRequest(http.MethodGet, url+"/api/v1/workloads/"+id+"/watch", nil)
+		req.Header.Set("Authorization", "Bearer "+os.Getenv("GANTRY_STREAM_TOKEN"))
+		resp, err := client.Do(req)
+		if err != nil || resp.StatusCode != 200 {
+			say("error stream %d: %v %v", i, err, resp)
+			return
+		}
+		go func() {
+			defer resp.Body.Close()
+			sc := bufio.NewScanner(resp.Body)
+			sc.Buffer(nil, 1<<20)
+			first := true
+			for sc.Scan() {
+				d, ok := strings.CutPrefix(sc.Text(), "data: ")
+				if !ok {
+					continue
+				}
+				at := time.Now()
+				j := strings.Index(d, `"status":"`)
+				st := d[j+10:]
+				st = st[:strings.IndexByte(st, '"')]
+				if first {
+					first = false
+					if st != "Running" {
+						opened <- fmt.Errorf("stream %d opened on %s", i, st)
+						continue
+					}
+					opened <- nil
+					continue
+				}
+				say("event %d %s %d", i, st, at.UnixNano())
+			}
+		}()
+	}
+	for range ids {
+		if err := <-opened; err != nil {
+			say("error %v", err)
+			return
+		}
+	}
+	say("ready")
+	select {} // until the benchmark kills it
 }

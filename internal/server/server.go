@@ -14,6 +14,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -52,6 +53,7 @@ import (
 	"github.com/gantryhq/gantry/internal/kube"
 	"github.com/gantryhq/gantry/internal/live"
 	"github.com/gantryhq/gantry/internal/logctx"
+	"github.com/gantryhq/gantry/internal/tlsfiles"
 	"github.com/gantryhq/gantry/internal/notify"
 	"github.com/gantryhq/gantry/internal/overrides"
 	"github.com/gantryhq/gantry/internal/ownmetrics"
@@ -154,6 +156,8 @@ type Server struct {
 	// live holds this replica's long-lived responses and follows the
 	// change feed that closes them.
 	live *live.Registry
+	// cert is the serving certificate (nil: plain HTTP).
+	cert *tlsfiles.Certificate
 }
 
 // Overrides stand in for what lies outside Gantry, for tests that need to:
@@ -278,6 +282,17 @@ func New(ctx context.Context, cfg config.Config, ov Overrides) (s *Server, err e
 	}()
 	s.ln = ln
 	s.url = "http://" + s.ln.Addr().String()
+	if cfg.TLS.CertFile != "" {
+		if s.cert, err = tlsfiles.Load(cfg.TLS.CertFile, cfg.TLS.KeyFile, s.clock.Now, core.Log); err != nil {
+			return nil, err
+		}
+		tc, err := s.cert.ServerConfig(cfg.TLS.MinVersion)
+		if err != nil {
+			return nil, err
+		}
+		s.ln = tls.NewListener(ln, tc)
+		s.url = "https://" + ln.Addr().String()
+	}
 	public := strings.TrimSuffix(cfg.PublicURL, "/")
 	if public == "" {
 		public = s.url
@@ -441,6 +456,9 @@ func (s *Server) Run(ctx context.Context) error {
 			return nil
 		}, authz.ErrUnchanged))
 	})
+	if s.cert != nil {
+		g.Go(func() error { return s.cert.Run(gctx, certReload) })
+	}
 	// Every replica follows the change feed for its own live connections.
 	g.Go(func() error { return s.live.Follow(gctx, s.Store, s.Store.ChangeSignal(), feedInterval, feedKeep) })
 	g.Go(func() error { return s.live.Run(gctx, liveSweep) })
@@ -478,6 +496,10 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	return err
 }
+
+// certReload is how often the serving certificate's files are checked for
+// a rotation.
+const certReload = 10 * time.Second
 
 // The change feed is read every feedInterval (so a revocation closes what it
 // allowed within about that long, on every replica), and kept for feedKeep;

@@ -71,3 +71,8 @@ seccompProfile:
 {{- end -}}
 {{- end -}}
 {{- end -}}
+
+{{/* The Secret holding Gantry's serving certificate. */}}
+{{- define "gantry.tlsSecret" -}}
+{{- default (printf "%s-tls" (include "gantry.fullname" .)) .Values.tls.secretName -}}
+{{- end }}

@@ -91,15 +91,21 @@ func TestLoadRefuses(t *testing.T) {
 		make func(dir string) (string, string)
 		want string
 	}{
-		{"expired", func(dir string) (string, string) { return authority.Issue(t, dir, 1, now.Add(-2*time.Hour), now.Add(-time.Hour)) }, "expired at"},
-		{"not yet valid", func(dir string) (string, string) { return authority.Issue(t, dir, 1, now.Add(time.Hour), now.Add(2*time.Hour)) }, "not valid before"},
+		{"expired", func(dir string) (string, string) {
+			return authority.Issue(t, dir, 1, now.Add(-2*time.Hour), now.Add(-time.Hour))
+		}, "expired at"},
+		{"not yet valid", func(dir string) (string, string) {
+			return authority.Issue(t, dir, 1, now.Add(time.Hour), now.Add(2*time.Hour))
+		}, "not valid before"},
 		{"key of another certificate", func(dir string) (string, string) {
 			c, _ := authority.Issue(t, dir, 1, now.Add(-time.Hour), now.Add(time.Hour))
 			other := t.TempDir()
 			_, k := authority.Issue(t, other, 2, now.Add(-time.Hour), now.Add(time.Hour))
 			return c, k
 		}, "private key does not match"},
-		{"missing file", func(dir string) (string, string) { return filepath.Join(dir, "none.crt"), filepath.Join(dir, "none.key") }, "no such file"},
+		{"missing file", func(dir string) (string, string) {
+			return filepath.Join(dir, "none.crt"), filepath.Join(dir, "none.key")
+		}, "no such file"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, k := tc.make(t.TempDir())

@@ -54,7 +54,7 @@ func newEnvWith(t *testing.T, ov server.Overrides) *env {
 
 // alice is a platform admin.
 func alice(*http.Request) (identity.Identity, error) {
-	return identity.Identity{Subject: "alice", Groups: []string{"gantry-admins"}}, nil
+	return identity.Identity{Subject: "alice", Groups: []string{"gantry-admins"}, SecondFactor: true}, nil
 }
 
 // do sends a request (as the setup identity) and decodes a JSON answer into

@@ -20,7 +20,7 @@ func TestAuditLog(t *testing.T) {
 		if r.Header.Get("X-Test-Role") == "member" {
 			return identity.Identity{Issuer: "https://idp", Subject: "ann", Groups: []string{"ml-vision"}}, nil
 		}
-		return identity.Identity{Issuer: "https://idp", Subject: "alice", Groups: []string{"gantry-admins"}}, nil
+		return identity.Identity{Issuer: "https://idp", Subject: "alice", Groups: []string{"gantry-admins"}, SecondFactor: true}, nil
 	})
 	e.do("POST", "/api/v1/workloads", map[string]any{"template": "dev-environment", "team": "vision"}, nil)
 	e.request("member", "DELETE", "/api/v1/templates/vllm-inference", nil, nil) // denied
@@ -99,7 +99,7 @@ func TestAuditHiddenDenials(t *testing.T) {
 		if r.Header.Get("X-Test-Role") == "nlp" {
 			return identity.Identity{Issuer: "https://idp", Subject: "nils", Groups: []string{"ml-nlp"}}, nil
 		}
-		return identity.Identity{Issuer: "https://idp", Subject: "alice", Groups: []string{"gantry-admins"}}, nil
+		return identity.Identity{Issuer: "https://idp", Subject: "alice", Groups: []string{"gantry-admins"}, SecondFactor: true}, nil
 	})
 	var w struct{ ID string }
 	if code, _ := e.do("POST", "/api/v1/workloads", map[string]any{"template": "dev-environment", "team": "vision"}, &w); code != 201 {

@@ -38,14 +38,14 @@ func TestRouteRoleMatrix(t *testing.T) {
 		role := r.Header.Get("X-Test-Role")
 		for _, ro := range roles {
 			if ro.name == role {
-				id := identity.Identity{Subject: role, Groups: ro.groups, TokenTeam: ro.tokenTeam}
+				id := identity.Identity{Subject: role, Groups: ro.groups, TokenTeam: ro.tokenTeam, SecondFactor: true}
 				if ro.tokenTeam != "" {
 					id.TokenID, id.Via = "tok-"+role, identity.ViaToken
 				}
 				return id, nil
 			}
 		}
-		return identity.Identity{Subject: "alice", Groups: []string{"gantry-admins"}}, nil // setup
+		return identity.Identity{Subject: "alice", Groups: []string{"gantry-admins"}, SecondFactor: true}, nil // setup
 	})
 	const (
 		A = "platform-admin"
@@ -225,7 +225,7 @@ func TestTeamScopes(t *testing.T) {
 		if r.Header.Get("X-Test-Role") == "member" {
 			return identity.Identity{Subject: "ann", Groups: []string{"ml-vision"}}, nil
 		}
-		return identity.Identity{Subject: "alice", Groups: []string{"gantry-admins"}}, nil
+		return identity.Identity{Subject: "alice", Groups: []string{"gantry-admins"}, SecondFactor: true}, nil
 	})
 	var nlp, own struct{ ID string }
 	e.do("POST", "/api/v1/workloads", map[string]any{"template": "vllm-inference", "team": "nlp"}, &nlp)

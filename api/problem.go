@@ -24,6 +24,10 @@ const (
 	problemValidation = "https://gantry.dev/problems/validation"
 	problemNotFound   = "https://gantry.dev/problems/not-found"
 	problemConflict   = "https://gantry.dev/problems/conflict"
+	// ProblemSecondFactor is a refusal that a sign-in with a second factor
+	// would lift: the portal sends the person through one
+	// (/auth/login?secondFactor=1).
+	ProblemSecondFactor = "https://gantry.dev/problems/second-factor-required"
 )
 
 // problemFor maps an error to a status and problem document. It is the one place
@@ -64,6 +68,8 @@ func problemFor(err error) (int, gen.Problem) {
 		return http.StatusBadRequest, gen.Problem{Type: problemValidation, Title: "Invalid request", Detail: ptr(detailOf(len(fields))), Errors: &fields}
 	case errors.As(err, &nf):
 		return http.StatusNotFound, gen.Problem{Type: problemNotFound, Title: "Not found", Detail: ptr(nf.Error())}
+	case errors.As(err, &fb) && fb.SecondFactor:
+		return http.StatusForbidden, gen.Problem{Type: ProblemSecondFactor, Title: "Second factor required", Detail: ptr(fb.Reason)}
 	case errors.As(err, &fb):
 		return http.StatusForbidden, gen.Problem{Type: "https://gantry.dev/problems/forbidden", Title: "Forbidden", Detail: ptr(fb.Reason)}
 	case errors.As(err, &conf):

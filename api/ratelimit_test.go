@@ -30,7 +30,7 @@ func limitedEnv(t *testing.T) (*servertest.Gantry, *clocktesting.FakeClock) {
 	fake := clocktesting.NewFakeClock(time.Date(2026, 11, 30, 21, 3, 0, 0, time.UTC))
 	g := servertest.WithOverrides(t, server.Overrides{Clock: fake, Identify: func(r *http.Request) (identity.Identity, error) {
 		if r.Header.Get("Authorization") == "Bearer good" {
-			return identity.Identity{Issuer: "https://idp", Subject: "alice", Groups: []string{"gantry-admins"}}, nil
+			return identity.Identity{Issuer: "https://idp", Subject: "alice", Groups: []string{"gantry-admins"}, SecondFactor: true}, nil
 		}
 		return identity.Identity{}, errors.New("not a token of this provider")
 	}})

@@ -17,7 +17,7 @@ func TestRenderDraft(t *testing.T) {
 		if r.Header.Get("X-Test-Role") == "member" {
 			return identity.Identity{Subject: "mia", Groups: []string{"ml-vision"}}, nil
 		}
-		return identity.Identity{Subject: "pat", Groups: []string{"platform-team"}}, nil // a platform engineer
+		return identity.Identity{Subject: "pat", Groups: []string{"platform-team"}, SecondFactor: true}, nil // a platform engineer
 	})
 	src, err := os.ReadFile("../templates/dev-environment.yaml")
 	if err != nil {

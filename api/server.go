@@ -91,6 +91,9 @@ type Options struct {
 	// of a refusal (who could be asked); none: the message names only the
 	// permission.
 	RolesWith func(permission access.Permission) []string
+	// NeedsSecondFactor says whether a refused identity would hold a
+	// permission after a sign-in with a second factor (nil: never).
+	NeedsSecondFactor func(id identity.Identity, permission access.Permission) bool
 	// AppTransport reaches interactive workloads' apps behind /w/{id}/
 	// (default: a plain HTTP transport to their in-cluster addresses).
 	AppTransport http.RoundTripper
@@ -115,7 +118,7 @@ func New(o Options) (*echo.Echo, error) {
 		o.Logger = slog.Default()
 	}
 	o.Logger = slog.New(logctx.Handler(o.Logger.Handler())) // request and workload ids from the context
-	validate, err := validator(o.Spec, o.Authorize, o.RolesWith)
+	validate, err := validator(o.Spec, o.Authorize, o.RolesWith, o.NeedsSecondFactor)
 	if err != nil {
 		return nil, err
 	}

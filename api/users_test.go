@@ -31,7 +31,7 @@ func TestGroupsAreCurrent(t *testing.T) {
 			defer mu.Unlock()
 			return identity.Identity{Issuer: "https://idp", Subject: "ann", Groups: append([]string(nil), annGroups...)}, nil
 		}
-		return identity.Identity{Issuer: "https://idp", Subject: "alice", Groups: []string{"gantry-admins"}}, nil
+		return identity.Identity{Issuer: "https://idp", Subject: "alice", Groups: []string{"gantry-admins"}, SecondFactor: true}, nil
 	}})
 	var tk struct{ ID, Token string }
 	if s := e.request("ann", "POST", "/api/v1/tokens", map[string]any{"name": "nb", "expiresInDays": 30}, &tk); s != 201 {

@@ -64,7 +64,8 @@ func checkPermissions(doc *openapi3.T) error {
 // the caller holds the route's permission somewhere (401 without an identity,
 // 403 without the permission), then the request against the spec (parameters
 // and body, every failure at once), before any handler runs.
-func validator(spec []byte, authorize func(identity.Identity, access.Permission) bool, rolesWith func(access.Permission) []string) (echo.MiddlewareFunc, error) {
+func validator(spec []byte, authorize func(identity.Identity, access.Permission) bool, rolesWith func(access.Permission) []string,
+	needsSecondFactor func(identity.Identity, access.Permission) bool) (echo.MiddlewareFunc, error) {
 	loader := openapi3.NewLoader()
 	doc, err := loader.LoadFromData(spec)
 	if err != nil {
@@ -107,6 +108,13 @@ func validator(spec []byte, authorize func(identity.Identity, access.Permission)
 				}
 				p, _ := access.Parse(perm) // checked at start: known
 				if perm != Authenticated && perm != Agent && (authorize == nil || !authorize(id, p)) {
+					if needsSecondFactor != nil && needsSecondFactor(id, p) {
+						how := "sign in again with one"
+						if id.Via == identity.ViaToken {
+							how = "this token was made from a sign-in without one: sign in with a second factor and make a new token"
+						}
+						return &fault.Forbidden{SecondFactor: true, Reason: fmt.Sprintf("the %s permission needs a second factor at sign-in, and yours had none: %s", perm, how)}
+					}
 					return &fault.Forbidden{Reason: refusal(perm, rolesWith)}
 				}
 			}

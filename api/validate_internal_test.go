@@ -17,7 +17,7 @@ import (
 // declare never reaches a handler (whatever else might be routed there), while
 // the portal's paths pass through.
 func TestUnknownAPIPathsStopAtTheGate(t *testing.T) {
-	mw, err := validator(gantry.OpenAPI, func(identity.Identity, access.Permission) bool { return true }, nil)
+	mw, err := validator(gantry.OpenAPI, func(identity.Identity, access.Permission) bool { return true }, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,7 +39,7 @@ var page = template.Must(template.New("page").Parse(pageHTML))
 
 // Sessions is browser sign-in (weblogin.Service).
 type Sessions interface {
-	Begin(ctx context.Context, returnTo string) (redirect, state string, err error)
+	Begin(ctx context.Context, returnTo string, secondFactor bool) (redirect, state string, err error)
 	Finish(ctx context.Context, cb weblogin.Callback) (cookie string, s weblogin.Session, returnTo string, err error)
 	Authenticate(ctx context.Context, cookie string) (weblogin.Session, error)
 	End(ctx context.Context, cookie string) error
@@ -234,7 +234,9 @@ func (p *portal) login(w http.ResponseWriter, r *http.Request) {
 		p.render(w, http.StatusTooManyRequests, view{Error: "Too many sign-in attempts from your address; wait a minute and try again."})
 		return
 	}
-	redirect, state, err := p.o.Sessions.Begin(r.Context(), returnTo(r.URL.Query().Get("return")))
+	// ?secondFactor=1: the person was refused something that needs a second
+	// factor; the provider is asked for a fresh sign-in with one.
+	redirect, state, err := p.o.Sessions.Begin(r.Context(), returnTo(r.URL.Query().Get("return")), r.URL.Query().Get("secondFactor") == "1")
 	if err != nil {
 		p.o.Logger.ErrorContext(r.Context(), "begin sign-in", "err", err)
 		p.render(w, http.StatusServiceUnavailable, view{Error: "Sign-in is not available right now. Try again in a moment."})

@@ -40,7 +40,21 @@ type Config struct {
 	Audiences []string      `json:"audiences"` // e.g. the portal's and the CLI's client ids
 	ClockSkew time.Duration `json:"-"`
 	Claims    Claims        `json:"claims"`
+	// SecondFactor says which claims show that a second factor was used.
+	SecondFactor SecondFactor `json:"secondFactor"`
 }
+
+// SecondFactor names what a token's amr (RFC 8176 authentication methods)
+// or acr (authentication context class) must hold for its identity to count
+// as signed in with a second factor.
+type SecondFactor struct {
+	AMR []string // any of these methods (default: mfa, otp, hwk)
+	ACR []string // or this context class (none by default)
+}
+
+// DefaultAMR are the RFC 8176 methods that are a second factor, or say one
+// was used.
+var DefaultAMR = []string{"mfa", "otp", "hwk"}
 
 // Errors callers branch on; both answer 401.
 var (
@@ -197,7 +211,25 @@ func (a *Authenticator) check(ctx context.Context, raw string) (identity.Identit
 	if id.Subject == "" {
 		return identity.Identity{}, nil, fmt.Errorf("%w: no %q claim", ErrInvalidToken, a.cfg.Claims.Subject)
 	}
+	id.SecondFactor = a.secondFactor(claims)
 	return id, tok, nil
+}
+
+// secondFactor reads amr and acr.
+func (a *Authenticator) secondFactor(claims map[string]any) bool {
+	amr := a.cfg.SecondFactor.AMR
+	if len(amr) == 0 {
+		amr = DefaultAMR
+	}
+	if methods, ok := claims["amr"].([]any); ok {
+		for _, m := range methods {
+			if s, ok := m.(string); ok && slices.Contains(amr, s) {
+				return true
+			}
+		}
+	}
+	acr, _ := claims["acr"].(string)
+	return acr != "" && slices.Contains(a.cfg.SecondFactor.ACR, acr)
 }
 
 // VerifyIDToken checks an ID token received at sign-in: everything Verify

@@ -62,6 +62,10 @@ type Bindings struct {
 	Groups     []GroupBinding   `json:"groups"`
 	Users      []UserBinding    `json:"users"`
 	Teams      map[string]Usage `json:"teams"`
+	// SecondFactor lists the roles whose grants hold only for a person who
+	// signed in with a second factor (the provider's amr or acr said so);
+	// without one, the person holds their other roles alone.
+	SecondFactor []string `json:"secondFactor,omitempty"`
 }
 
 // GroupBinding gives a role to the members of an identity-provider group.
@@ -102,8 +106,18 @@ type Usage struct {
 
 // Policy is one loaded, immutable policy.
 type Policy struct {
+	teams map[string]Usage
+	// full decides for a person signed in with a second factor (every
+	// binding); weak for one without (the bindings of roles that need one
+	// left out).
+	full, weak *decider
+	// secondFactor are the roles that need a second factor.
+	secondFactor []string
+}
+
+// decider is casbin over one set of bindings, with its index and cache.
+type decider struct {
 	enforcer *casbin.SyncedEnforcer
-	teams    map[string]Usage
 	// bound indexes the subjects that hold any binding, and where, so that a
 	// decision asks casbin only about subjects and domains that can allow.
 	bound map[string]*where
@@ -131,7 +145,7 @@ func Load(f Files) (*Policy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read policy model: %w", err)
 	}
-	m, err := model.NewModelFromString(string(modelText))
+	_, err = model.NewModelFromString(string(modelText)) // checked here, with the files' other problems
 	if err != nil {
 		errs.Add(fault.Field{File: f.Model, Message: "invalid casbin model: " + err.Error()})
 	}
@@ -153,6 +167,36 @@ func Load(f Files) (*Policy, error) {
 	if err := errs.Err(); err != nil {
 		return nil, err
 	}
+	var grouping, weak [][]string
+	for _, g := range b.Groups {
+		grouping = append(grouping, []string{groupSubject(g.Group), g.Role, domain(g.Team)})
+	}
+	for _, u := range b.Users {
+		grouping = append(grouping, []string{u.User, u.Role, domain(u.Team)})
+	}
+	for _, g := range grouping {
+		if !slices.Contains(b.SecondFactor, g[1]) {
+			weak = append(weak, g)
+		}
+	}
+	// Each decider has a model of its own: an enforcer keeps its rules in
+	// its model.
+	full, err := newDecider(string(modelText), rules, grouping, f)
+	if err != nil {
+		return nil, err
+	}
+	wd, err := newDecider(string(modelText), rules, weak, f)
+	if err != nil {
+		return nil, err
+	}
+	return &Policy{teams: b.Teams, full: full, weak: wd, secondFactor: b.SecondFactor}, nil
+}
+
+func newDecider(modelText string, rules, grouping [][]string, f Files) (*decider, error) {
+	m, err := model.NewModelFromString(modelText)
+	if err != nil {
+		return nil, fmt.Errorf("policy model %s: %w", f.Model, err)
+	}
 	e, err := casbin.NewSyncedEnforcer(m)
 	if err != nil {
 		return nil, fmt.Errorf("policy model %s: %w", f.Model, err)
@@ -162,13 +206,6 @@ func Load(f Files) (*Policy, error) {
 		if _, err := e.AddPolicies(rules); err != nil {
 			return nil, fmt.Errorf("policy roles %s: %w", f.Roles, err)
 		}
-	}
-	var grouping [][]string
-	for _, g := range b.Groups {
-		grouping = append(grouping, []string{groupSubject(g.Group), g.Role, domain(g.Team)})
-	}
-	for _, u := range b.Users {
-		grouping = append(grouping, []string{u.User, u.Role, domain(u.Team)})
 	}
 	bound := map[string]*where{}
 	for _, g := range grouping {
@@ -188,7 +225,7 @@ func Load(f Files) (*Policy, error) {
 			return nil, fmt.Errorf("policy bindings %s: %w", f.Bindings, err)
 		}
 	}
-	return &Policy{enforcer: e, teams: b.Teams, bound: bound}, nil
+	return &decider{enforcer: e, bound: bound}, nil
 }
 
 func domain(team string) string {
@@ -272,6 +309,11 @@ func (b *Bindings) validate(classes *gpu.Catalog) error {
 			errs.Addf(p+".user", "%q must be issuer#subject (users are never bound by email)", u.User)
 		}
 		checkBinding(&errs, p, u.Team, u.Role)
+	}
+	for i, r := range b.SecondFactor {
+		if !slices.Contains(Roles, r) {
+			errs.Addf(fmt.Sprintf("secondFactor[%d]", i), "unknown role %q (roles: %s)", r, strings.Join(Roles, ", "))
+		}
 	}
 	names := make([]string, 0, len(b.Teams))
 	for t := range b.Teams {
@@ -357,17 +399,34 @@ func (p *Policy) Allowed(id identity.Identity, team string, permission access.Pe
 }
 
 func (p *Policy) allowed(id identity.Identity, team string, permission access.Permission) bool {
+	d := p.weak
+	if id.SecondFactor {
+		d = p.full
+	}
 	obj, act := permission.Object(), permission.Action()
-	if p.allows(id.String(), team, obj, act) {
+	if d.allows(id.String(), team, obj, act) {
 		return true
 	}
 	for _, g := range id.Groups {
-		if p.allows(groupSubject(g), team, obj, act) {
+		if d.allows(groupSubject(g), team, obj, act) {
 			return true
 		}
 	}
 	return false
 }
+
+// NeedsSecondFactor says whether id is refused permission everywhere only
+// for want of a second factor: signed in with one, it would hold it.
+func (p *Policy) NeedsSecondFactor(id identity.Identity, permission access.Permission) bool {
+	if id.SecondFactor || p.AllowedSomewhere(id, permission) {
+		return false
+	}
+	id.SecondFactor = true
+	return p.AllowedSomewhere(id, permission)
+}
+
+// SecondFactorRoles are the roles that need a second factor.
+func (p *Policy) SecondFactorRoles() []string { return slices.Clone(p.secondFactor) }
 
 // Teams says where id holds permission: in every team (all), or in the teams
 // listed.
@@ -384,7 +443,7 @@ func (p *Policy) Teams(id identity.Identity, permission access.Permission) (all 
 	seen := map[string]bool{}
 	subjects := append([]string{id.String()}, prefixed(id.Groups)...)
 	for _, s := range subjects {
-		if w := p.bound[s]; w != nil {
+		if w := p.full.bound[s]; w != nil {
 			for t := range w.teams {
 				if !seen[t] && p.Allowed(id, t, permission) {
 					seen[t] = true
@@ -406,7 +465,7 @@ func (p *Policy) Known(team string) bool {
 	if _, ok := p.teams[AnyTeam]; ok {
 		return true
 	}
-	for _, w := range p.bound {
+	for _, w := range p.full.bound {
 		if w.teams[team] {
 			return true
 		}
@@ -432,7 +491,7 @@ func prefixed(groups []string) []string {
 // allows asks casbin whether subject may act, in the team or through a binding
 // that holds in every team; subjects without a binding there are denied without
 // asking.
-func (p *Policy) allows(subject, team, obj, act string) bool {
+func (p *decider) allows(subject, team, obj, act string) bool {
 	w := p.bound[subject]
 	if w == nil || !(w.any || w.teams[team]) {
 		return false // no binding that could allow: nothing to ask or cache
@@ -450,7 +509,7 @@ func (p *Policy) allows(subject, team, obj, act string) bool {
 	return ok
 }
 
-func (p *Policy) decide(w *where, subject, team, obj, act string) bool {
+func (p *decider) decide(w *where, subject, team, obj, act string) bool {
 	if w.teams[team] {
 		if ok, err := p.enforcer.Enforce(subject, team, obj, act); err == nil && ok {
 			return true
@@ -467,7 +526,7 @@ func (p *Policy) decide(w *where, subject, team, obj, act string) bool {
 // RolesWith are the roles whose rules grant permission (in roles.csv's
 // order), to say who could grant it to someone refused.
 func (p *Policy) RolesWith(permission access.Permission) []string {
-	rules, err := p.enforcer.GetPolicy()
+	rules, err := p.full.enforcer.GetPolicy()
 	if err != nil {
 		return nil
 	}
@@ -658,3 +717,8 @@ func (a *Authorizer) Approval(team string) *budget.Approval { return a.Policy().
 
 // Budgets answers with the policy in force.
 func (a *Authorizer) Budgets() map[string]budget.Budget { return a.Policy().Budgets() }
+
+// NeedsSecondFactor answers with the policy in force.
+func (a *Authorizer) NeedsSecondFactor(id identity.Identity, permission access.Permission) bool {
+	return a.Policy().NeedsSecondFactor(id, permission)
+}

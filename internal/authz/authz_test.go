@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -24,8 +25,46 @@ func starter(t testing.TB) *authz.Policy {
 	return p
 }
 
+// user signed in with a second factor (what platform roles need).
 func user(sub string, groups ...string) identity.Identity {
-	return identity.Identity{Issuer: "https://idp.example", Subject: sub, Groups: groups}
+	return identity.Identity{Issuer: "https://idp.example", Subject: sub, Groups: groups, SecondFactor: true}
+}
+
+// TestSecondFactorRoles: a role the policy marks (platform-admin,
+// platform-engineer) holds only for a sign-in with a second factor; without
+// one the person keeps their other roles, and NeedsSecondFactor says a
+// refusal would be lifted by one.
+func TestSecondFactorRoles(t *testing.T) {
+	p := starter(t)
+	weakAdmin := user("admin", "gantry-admins", "ml-vision")
+	weakAdmin.SecondFactor = false
+	weakEngineer := user("pe", "platform-team")
+	weakEngineer.SecondFactor = false
+	for _, tc := range []struct {
+		who        identity.Identity
+		team, perm string
+		want, step bool
+	}{
+		{weakAdmin, authz.AnyTeam, "audit:read", false, true},
+		{weakAdmin, "nlp", "workloads:manage", false, true},
+		{weakAdmin, "vision", "workloads:launch", true, false}, // a member of vision all the same
+		{weakEngineer, authz.AnyTeam, "templates:write", false, true},
+		{user("pe", "platform-team"), authz.AnyTeam, "templates:write", true, false},
+		{user("viewer", "auditors"), "vision", "workloads:read", true, false},
+	} {
+		perm, _ := access.Parse(tc.perm)
+		if got := p.Allowed(tc.who, tc.team, perm); got != tc.want {
+			t.Errorf("%s (second factor %v) %s in %s: %v, want %v", tc.who.Subject, tc.who.SecondFactor, tc.perm, tc.team, got, tc.want)
+		}
+		if tc.team == authz.AnyTeam {
+			if got := p.NeedsSecondFactor(tc.who, perm); got != tc.step {
+				t.Errorf("%s %s: needs a second factor %v, want %v", tc.who.Subject, tc.perm, got, tc.step)
+			}
+		}
+	}
+	if roles := p.SecondFactorRoles(); !slices.Equal(roles, []string{"platform-admin", "platform-engineer"}) {
+		t.Errorf("second-factor roles %v", roles)
+	}
 }
 
 func TestStarterPolicy(t *testing.T) {

@@ -224,6 +224,9 @@ type DevUser struct {
 	Name     string   `json:"name"`
 	Email    string   `json:"email"`
 	Groups   []string `json:"groups"`
+	// SecondFactor: the development provider says this user signed in
+	// with a second factor (amr otp), as platform roles need.
+	SecondFactor bool `json:"secondFactor"`
 }
 
 // OIDC configures sign-in with an OpenID provider: the portal's client (code
@@ -245,6 +248,12 @@ type OIDC struct {
 	EmailClaim   string   `json:"emailClaim"`
 	NameClaim    string   `json:"nameClaim"`
 	GroupsClaim  string   `json:"groupsClaim"`
+	// SecondFactorAMR and SecondFactorACR say which amr methods (default
+	// mfa, otp, hwk) or acr classes show a second factor; ACRValues is what
+	// a sign-in asks the provider for when one is needed.
+	SecondFactorAMR []string `json:"secondFactorAMR"`
+	SecondFactorACR []string `json:"secondFactorACR"`
+	ACRValues       string   `json:"acrValues"`
 }
 
 // Skew is the configured clock skew.
@@ -297,8 +306,8 @@ func DefaultDevUsers() []DevUser {
 	return []DevUser{
 		{Username: "alice", Password: "alice", Name: "Alice Moreau (data scientist, team vision)", Email: "alice@gantry.localhost", Groups: []string{"ml-vision"}},
 		{Username: "lee", Password: "lee", Name: "Lee Park (team lead, team vision)", Email: "lee@gantry.localhost", Groups: []string{"ml-vision-leads"}},
-		{Username: "pat", Password: "pat", Name: "Pat Okafor (platform engineer)", Email: "pat@gantry.localhost", Groups: []string{"platform-team"}},
-		{Username: "ada", Password: "ada", Name: "Ada Lindqvist (platform admin)", Email: "ada@gantry.localhost", Groups: []string{"gantry-admins"}},
+		{Username: "pat", Password: "pat", Name: "Pat Okafor (platform engineer)", Email: "pat@gantry.localhost", Groups: []string{"platform-team"}, SecondFactor: true},
+		{Username: "ada", Password: "ada", Name: "Ada Lindqvist (platform admin)", Email: "ada@gantry.localhost", Groups: []string{"gantry-admins"}, SecondFactor: true},
 		{Username: "vic", Password: "vic", Name: "Vic Tanaka (auditor)", Email: "vic@gantry.localhost", Groups: []string{"auditors"}},
 	}
 }

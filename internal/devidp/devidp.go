@@ -36,6 +36,17 @@ type User struct {
 	Name     string   `json:"name"`
 	Email    string   `json:"email"`
 	Groups   []string `json:"groups"`
+	// SecondFactor: signing in as this user counts as signing in with a
+	// second factor (amr "pwd" and "otp"); without it, amr is "pwd" alone.
+	SecondFactor bool `json:"secondFactor"`
+}
+
+// AMR is what the user's sign-in says of how they authenticated.
+func (u User) AMR() []string {
+	if u.SecondFactor {
+		return []string{"pwd", "otp"}
+	}
+	return []string{"pwd"}
 }
 
 // Subject is the user's stable subject claim.

@@ -90,7 +90,7 @@ func (s *storage) signIn(id string, u User) error {
 	if !ok {
 		return notFound{"login request"}
 	}
-	r.subject, r.authTime, r.done = u.Subject(), s.now(), true
+	r.subject, r.authTime, r.done, r.amr = u.Subject(), s.now(), true, u.AMR()
 	return nil
 }
 
@@ -100,13 +100,14 @@ type authRequest struct {
 	req       oidc.AuthRequest
 	subject   string
 	authTime  time.Time
+	amr       []string
 	done      bool
 	createdAt time.Time
 }
 
 func (a *authRequest) GetID() string                      { return a.id }
 func (a *authRequest) GetACR() string                     { return "" }
-func (a *authRequest) GetAMR() []string                   { return []string{"pwd"} }
+func (a *authRequest) GetAMR() []string                   { return a.amr }
 func (a *authRequest) GetAudience() []string              { return []string{a.req.ClientID} }
 func (a *authRequest) GetAuthTime() time.Time             { return a.authTime }
 func (a *authRequest) GetClientID() string                { return a.req.ClientID }
@@ -432,7 +433,7 @@ func (s *storage) decideDevice(userCode string, u User, allow bool) error {
 	if allow {
 		d.state.Subject, d.state.Done = u.Subject(), true
 		d.state.AuthTime = s.now()
-		d.state.AMR = []string{"pwd"}
+		d.state.AMR = u.AMR()
 	} else {
 		d.state.Denied = true
 	}

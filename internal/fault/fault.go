@@ -149,6 +149,9 @@ func (e *Conflict) Error() string { return fmt.Sprintf("%s %q: %s", e.Kind, e.Na
 // Forbidden says that the caller may see the object but not do this to it.
 type Forbidden struct {
 	Reason string
+	// SecondFactor: the caller would be allowed after signing in again with
+	// a second factor.
+	SecondFactor bool
 }
 
 func (e *Forbidden) Error() string { return "forbidden: " + e.Reason }

@@ -19,6 +19,10 @@ type Identity struct {
 	TokenTeam string
 	ReadOnly  bool
 
+	// SecondFactor says the provider said a second factor was used when
+	// this identity signed in (its amr or acr claim); a session and a token
+	// keep what their sign-in said. Roles the policy marks need it.
+	SecondFactor bool
 	// Via is how the request authenticated: ViaBearer, ViaToken, ViaSession
 	// or ViaAgent.
 	Via string

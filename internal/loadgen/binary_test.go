@@ -129,7 +129,7 @@ func (g *binary) adminToken(b *testing.B) string {
 	if err != nil {
 		b.Fatal(err)
 	}
-	ada := identity.Identity{Issuer: ac.Issuer, Subject: "dev-ada", Name: "Ada", Groups: []string{"gantry-admins"}}
+	ada := identity.Identity{Issuer: ac.Issuer, Subject: "dev-ada", Name: "Ada", Groups: []string{"gantry-admins"}, SecondFactor: true}
 	ctx := identity.With(context.Background(), ada)
 	if _, err := users.Observe(ctx, ada); err != nil {
 		b.Fatal(err)

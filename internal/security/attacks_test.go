@@ -87,6 +87,7 @@ func TestAttacks(t *testing.T) {
 		{"revoked template version", testRevokedVersion},
 		{"anonymous flood", testAnonymousFlood},
 		{"streams end with their credential", testStreamsEndWithTheirCredential},
+		{"second factor for platform work", testSecondFactor},
 		{"deactivated user", testDeactivatedUser},
 		{"slow and huge headers", func(t *testing.T, w *world) { testHeaders(t, w, slow) }},
 	} {

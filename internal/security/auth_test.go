@@ -677,3 +677,28 @@ func testStreamsEndWithTheirCredential(t *testing.T, w *world) {
 	}
 	wantEnded(t, "signed out", start, bySession)
 }
+
+// testSecondFactor: the platform roles need a sign-in with a second factor.
+// ida, a platform admin whose provider says none was used, is refused
+// platform work with a problem that says so (and keeps her team's powers);
+// a token she makes carries no more than her sign-in; ada, signed in with
+// one, is served; the portal's sign-in for a second factor asks the provider
+// for a fresh sign-in.
+func testSecondFactor(t *testing.T, w *world) {
+	g := w.g
+	ida := g.signIn(t, weakAdmin.Username, string(weakAdmin.Password))
+	g.secret(string(weakAdmin.Password), "ida's password")
+	tok := ida.token(t, map[string]any{"name": "no second factor", "expiresInDays": 1})
+	for name, c := range map[string]*client{"her session": ida, "her token": g.bearerClient(t, tok.Secret)} {
+		p := wantStatus(t, name+": GET /api/v1/audit", c.call(t, "GET", "/api/v1/audit", nil), http.StatusForbidden)
+		if p.Type != "https://gantry.dev/problems/second-factor-required" || !strings.Contains(p.Detail, "second factor") {
+			t.Errorf("%s: problem %+v, want the second-factor problem", name, p)
+		}
+		wantStatus(t, name+": her team's workloads", c.call(t, "GET", "/api/v1/workloads?team=vision", nil), http.StatusOK)
+	}
+	wantStatus(t, "ada, with a second factor: GET /api/v1/audit", w.api["ada"].call(t, "GET", "/api/v1/audit", nil), http.StatusOK)
+	r := g.newClient(t).noRedirects().call(t, "GET", "/auth/login?secondFactor=1&return=/platform", nil)
+	if loc := r.header.Get("Location"); r.status != http.StatusFound || !strings.Contains(loc, "prompt=login") || !strings.Contains(loc, "max_age=0") {
+		t.Errorf("sign-in for a second factor: %d to %q; want the provider asked for a fresh sign-in", r.status, loc)
+	}
+}

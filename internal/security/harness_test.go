@@ -36,6 +36,11 @@ import (
 var outsider = config.DevUser{Username: "nina", Password: "nina-Pw-4c1d9e0b7a", Name: "Nina Rossi (data scientist, team nlp)",
 	Email: "nina@gantry.localhost", Groups: []string{"ml-nlp"}}
 
+// weakAdmin is a platform admin whose provider never says a second factor
+// was used: what the platform roles need (policy/bindings.yaml).
+var weakAdmin = config.DevUser{Username: "ida", Password: "ida-Pw-9f2e", Name: "Ida (platform admin, no second factor)",
+	Email: "ida@gantry.localhost", Groups: []string{"gantry-admins", "ml-vision"}}
+
 // gantry is one `gantry serve` process and what the tests learned from it.
 type gantry struct {
 	URL    string // http://127.0.0.1:port, as the server logged it
@@ -166,10 +171,10 @@ func (g *gantry) rss(t *testing.T) int64 {
 func devUsersConfig() []byte {
 	var b strings.Builder
 	b.WriteString("devLogin:\n  users:\n")
-	for _, u := range append(config.DefaultDevUsers(), outsider) {
+	for _, u := range append(config.DefaultDevUsers(), outsider, weakAdmin) {
 		groups, _ := json.Marshal(u.Groups)
-		fmt.Fprintf(&b, "    - {username: %q, password: %q, name: %q, email: %q, groups: %s}\n",
-			u.Username, string(u.Password), u.Name, u.Email, groups)
+		fmt.Fprintf(&b, "    - {username: %q, password: %q, name: %q, email: %q, groups: %s, secondFactor: %v}\n",
+			u.Username, string(u.Password), u.Name, u.Email, groups, u.SecondFactor)
 	}
 	return []byte(b.String())
 }

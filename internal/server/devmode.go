@@ -43,7 +43,7 @@ func devSignIn(ctx context.Context, cfg config.Config, public string, log *slog.
 	var users []devidp.User
 	var names []string
 	for _, u := range cfg.DevLogin.Users {
-		users = append(users, devidp.User{Username: u.Username, Password: string(u.Password), Name: u.Name, Email: u.Email, Groups: u.Groups})
+		users = append(users, devidp.User{Username: u.Username, Password: string(u.Password), Name: u.Name, Email: u.Email, Groups: u.Groups, SecondFactor: u.SecondFactor})
 		names = append(names, u.Username)
 	}
 	dev, err := devidp.Start(ctx, cfg.DevLogin.Listen, devidp.Options{Users: users, Clients: []devidp.Client{

@@ -303,7 +303,8 @@ func New(ctx context.Context, cfg config.Config, ov Overrides) (s *Server, err e
 	}
 	s.issuer = oc.Issuer
 	an, err := authn.New(ctx, authn.Config{Issuer: oc.Issuer, Audiences: oc.Audiences, ClockSkew: oc.Skew(),
-		Claims: authn.Claims{Subject: oc.SubjectClaim, Email: oc.EmailClaim, Name: oc.NameClaim, Groups: oc.GroupsClaim}})
+		Claims:       authn.Claims{Subject: oc.SubjectClaim, Email: oc.EmailClaim, Name: oc.NameClaim, Groups: oc.GroupsClaim},
+		SecondFactor: authn.SecondFactor{AMR: oc.SecondFactorAMR, ACR: oc.SecondFactorACR}})
 	if err != nil {
 		return nil, err
 	}
@@ -312,7 +313,7 @@ func New(ctx context.Context, cfg config.Config, ov Overrides) (s *Server, err e
 		return nil, err
 	}
 	sessions := weblogin.New(weblogin.Config{ClientID: oc.ClientID, ClientSecret: string(oc.ClientSecret), RedirectURL: public + "/auth/callback",
-		Scopes: oc.Scopes, Endpoint: an.Endpoint(), Lifetime: cfg.Session()}, an, core.Store, s.users)
+		Scopes: oc.Scopes, Endpoint: an.Endpoint(), Lifetime: cfg.Session(), ACRValues: oc.ACRValues}, an, core.Store, s.users)
 	s.tokens = token.New(core.Store, s.users, s.authz)
 	bearer := an.Identify
 	if ov.Identify != nil {
@@ -355,7 +356,7 @@ func New(ctx context.Context, cfg config.Config, ov Overrides) (s *Server, err e
 		Portal:   portal.New(portal.Options{Sessions: sessions, Teams: s.authz.Teams, Secure: strings.HasPrefix(public, "https://"), Logger: core.Log, Audit: s.denials}),
 		Identify: identify, Sessions: sessions, Tokens: s.tokens, Users: s.users, Teams: s.authz.Teams,
 		SignIn:    gen.AuthConfig{Issuer: oc.Issuer, CliClientID: oc.CLIClientID, Scopes: oc.Scopes},
-		Authorize: s.authz.AllowedSomewhere, RolesWith: s.authz.RolesWith, Audit: s.denials, Images: core.Images,
+		Authorize: s.authz.AllowedSomewhere, RolesWith: s.authz.RolesWith, NeedsSecondFactor: s.authz.NeedsSecondFactor, Audit: s.denials, Images: core.Images,
 		AppTransport: ov.AppTransport,
 		Agents:       agents, Telemetry: s.Telemetry, Metrics: metrics, MetricsSource: metricsSource, Advice: adv,
 		Anonymous: api.AnonymousLimit{Rate: float64(cfg.Security.AnonymousRate), Burst: int(cfg.Security.AnonymousBurst), Now: s.clock.Now},
@@ -810,7 +811,7 @@ func (s *Server) DevToken(ctx context.Context, username string) (string, error) 
 	}
 	for _, u := range s.Config.DevLogin.Users {
 		if u.Username == username {
-			id := identity.Identity{Issuer: s.dev.Issuer(), Subject: s.dev.Subject(u.Username), Email: u.Email, Name: u.Name, Groups: u.Groups}
+			id := identity.Identity{Issuer: s.dev.Issuer(), Subject: s.dev.Subject(u.Username), Email: u.Email, Name: u.Name, Groups: u.Groups, SecondFactor: u.SecondFactor}
 			// As if they had just signed in at the development provider.
 			if _, err := s.users.Observe(ctx, id); err != nil {
 				return "", err

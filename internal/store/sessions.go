@@ -66,9 +66,9 @@ func (s *Store) CreateSession(ctx context.Context, ses weblogin.Session) error {
 		if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM sessions WHERE expires_at < ?`), time.Now().UnixMicro()); err != nil {
 			return fmt.Errorf("remove expired sessions: %w", err)
 		}
-		_, err := tx.ExecContext(ctx, s.q(`INSERT INTO sessions (id_hash, issuer, subject, email, name, groups, csrf, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+		_, err := tx.ExecContext(ctx, s.q(`INSERT INTO sessions (id_hash, issuer, subject, email, name, groups, csrf, created_at, expires_at, second_factor) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 			ses.IDHash, ses.Identity.Issuer, ses.Identity.Subject, ses.Identity.Email, ses.Identity.Name, string(groups), ses.CSRF,
-			ses.CreatedAt.UnixMicro(), ses.ExpiresAt.UnixMicro())
+			ses.CreatedAt.UnixMicro(), ses.ExpiresAt.UnixMicro(), boolInt(ses.Identity.SecondFactor))
 		if err != nil {
 			return fmt.Errorf("insert session: %w", err)
 		}
@@ -81,8 +81,10 @@ func (s *Store) Session(ctx context.Context, idHash string) (weblogin.Session, e
 	var ses weblogin.Session
 	var groups string
 	var created, expires int64
-	err := s.read.QueryRowContext(ctx, s.q(`SELECT id_hash, issuer, subject, email, name, groups, csrf, created_at, expires_at FROM sessions WHERE id_hash = ?`), idHash).
-		Scan(&ses.IDHash, &ses.Identity.Issuer, &ses.Identity.Subject, &ses.Identity.Email, &ses.Identity.Name, &groups, &ses.CSRF, &created, &expires)
+	var secondFactor int
+	err := s.read.QueryRowContext(ctx, s.q(`SELECT id_hash, issuer, subject, email, name, groups, csrf, created_at, expires_at, second_factor FROM sessions WHERE id_hash = ?`), idHash).
+		Scan(&ses.IDHash, &ses.Identity.Issuer, &ses.Identity.Subject, &ses.Identity.Email, &ses.Identity.Name, &groups, &ses.CSRF, &created, &expires, &secondFactor)
+	ses.Identity.SecondFactor = secondFactor != 0
 	if errors.Is(err, sql.ErrNoRows) {
 		return ses, &fault.NotFound{Kind: "session", Name: "cookie"}
 	}

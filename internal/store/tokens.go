@@ -13,7 +13,7 @@ import (
 	"github.com/gantryhq/gantry/internal/token"
 )
 
-const tokenColumns = `id, issuer, subject, email, groups, name, secret_hash, team, read_only, created_at, expires_at, revoked_at`
+const tokenColumns = `id, issuer, subject, email, groups, name, secret_hash, team, read_only, created_at, expires_at, revoked_at, second_factor`
 
 // CreateToken implements token.Store.
 func (s *Store) CreateToken(ctx context.Context, t token.Token) error {
@@ -25,9 +25,9 @@ func (s *Store) CreateToken(ctx context.Context, t token.Token) error {
 	if t.ReadOnly {
 		readOnly = 1
 	}
-	_, err = s.db.ExecContext(ctx, s.q(`INSERT INTO tokens (owner, `+tokenColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+	_, err = s.db.ExecContext(ctx, s.q(`INSERT INTO tokens (owner, `+tokenColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 		t.Owner.String(), t.ID, t.Owner.Issuer, t.Owner.Subject, t.Owner.Email, string(groups), t.Name, t.SecretHash, t.Team, readOnly,
-		t.CreatedAt.UnixMicro(), t.ExpiresAt.UnixMicro(), 0)
+		t.CreatedAt.UnixMicro(), t.ExpiresAt.UnixMicro(), 0, boolInt(t.Owner.SecondFactor))
 	if err != nil {
 		return fmt.Errorf("insert token: %w", err)
 	}
@@ -37,11 +37,12 @@ func (s *Store) CreateToken(ctx context.Context, t token.Token) error {
 func scanToken(row scanner) (token.Token, error) {
 	var t token.Token
 	var groups string
-	var readOnly int
+	var readOnly, secondFactor int
 	var created, expires, revoked int64
-	if err := row.Scan(&t.ID, &t.Owner.Issuer, &t.Owner.Subject, &t.Owner.Email, &groups, &t.Name, &t.SecretHash, &t.Team, &readOnly, &created, &expires, &revoked); err != nil {
+	if err := row.Scan(&t.ID, &t.Owner.Issuer, &t.Owner.Subject, &t.Owner.Email, &groups, &t.Name, &t.SecretHash, &t.Team, &readOnly, &created, &expires, &revoked, &secondFactor); err != nil {
 		return t, err
 	}
+	t.Owner.SecondFactor = secondFactor != 0
 	if err := json.Unmarshal([]byte(groups), &t.Owner.Groups); err != nil {
 		return t, fmt.Errorf("token %s: stored groups are corrupt: %w", t.ID, err)
 	}
@@ -95,4 +96,11 @@ func (s *Store) RevokeToken(ctx context.Context, owner, id string, at time.Time)
 		return &fault.NotFound{Kind: "token", Name: id}
 	}
 	return nil
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -72,6 +72,9 @@ type Config struct {
 	Endpoint oauth2.Endpoint
 	// Lifetime is how long a session lasts (default 8h).
 	Lifetime time.Duration
+	// ACRValues is what a sign-in that must bring a second factor asks the
+	// provider for (acr_values), besides prompt=login; empty: prompt alone.
+	ACRValues string
 }
 
 // Errors callers branch on.
@@ -123,14 +126,23 @@ func (s *Service) WithClock(now func() time.Time) *Service {
 
 // Begin starts a sign-in. It returns the provider URL to send the browser to
 // and the state, which the caller sets as a cookie on that browser: the
-// callback must present both.
-func (s *Service) Begin(ctx context.Context, returnTo string) (redirect, state string, err error) {
+// callback must present both. With secondFactor the provider is asked for a
+// fresh sign-in (prompt=login, max_age=0) at the configured acr_values: the
+// person was refused something only a second factor allows.
+func (s *Service) Begin(ctx context.Context, returnTo string, secondFactor bool) (redirect, state string, err error) {
 	state, nonce, verifier := random(32), random(32), oauth2.GenerateVerifier()
 	l := Login{StateHash: token.Hash(state), Nonce: nonce, Verifier: verifier, ReturnTo: LocalPath(returnTo), ExpiresAt: s.now().Add(loginTTL)}
 	if err := s.store.CreateLogin(ctx, l); err != nil {
 		return "", "", fmt.Errorf("record login: %w", err)
 	}
-	return s.oauth.AuthCodeURL(state, oauth2.S256ChallengeOption(verifier), oauth2.SetAuthURLParam("nonce", nonce)), state, nil
+	opts := []oauth2.AuthCodeOption{oauth2.S256ChallengeOption(verifier), oauth2.SetAuthURLParam("nonce", nonce)}
+	if secondFactor {
+		opts = append(opts, oauth2.SetAuthURLParam("prompt", "login"), oauth2.SetAuthURLParam("max_age", "0"))
+		if s.cfg.ACRValues != "" {
+			opts = append(opts, oauth2.SetAuthURLParam("acr_values", s.cfg.ACRValues))
+		}
+	}
+	return s.oauth.AuthCodeURL(state, opts...), state, nil
 }
 
 // Callback is what the provider sent back, with the state cookie.

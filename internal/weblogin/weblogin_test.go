@@ -91,7 +91,7 @@ func setup(t *testing.T) *rig {
 func (r *rig) signIn(t *testing.T, returnTo string) (string, callback) {
 	t.Helper()
 	ctx := context.Background()
-	redirect, state, err := r.svc.Begin(ctx, returnTo)
+	redirect, state, err := r.svc.Begin(ctx, returnTo, false)
 	if err != nil {
 		t.Fatal(err)
 	}

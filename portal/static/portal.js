@@ -19,12 +19,31 @@ async function api(method, path, body, headers) {
   let data = null;
   try { data = text ? JSON.parse(text) : null; } catch (e) { data = { title: text }; }
   if (!resp.ok) {
+    if (resp.status === 403 && data && data.type === SECOND_FACTOR) askSecondFactor(method);
     const err = new Error(problemText(data, resp.status));
     err.problem = data || {};
     err.status = resp.status;
     throw err;
   }
   return data;
+}
+
+// SECOND_FACTOR is the problem type of a refusal that a sign-in with a
+// second factor lifts (platform roles need one).
+const SECOND_FACTOR = 'https://gantry.dev/problems/second-factor-required';
+
+// askSecondFactor sends the person through a fresh sign-in that asks the
+// provider for a second factor, back to this page — when the page itself
+// was refused (a read), and at most once in five minutes, so that a provider
+// that cannot give one does not send the browser round in circles. A refused
+// change stays on the page with the server's message (unsaved work stays).
+function askSecondFactor(method) {
+  if (method !== 'GET') return;
+  const key = 'gantry-second-factor-asked';
+  const last = Number(sessionStorage.getItem(key) || 0);
+  if (Date.now() - last < 5 * 60 * 1000) return;
+  sessionStorage.setItem(key, String(Date.now()));
+  location.assign('/auth/login?secondFactor=1&return=' + encodeURIComponent(location.pathname + location.search));
 }
 
 // problemText is a problem as a person reads it; a 403 says which

@@ -12,11 +12,7 @@ func (s *server) GetWorkloadAdvice(ctx context.Context, req gen.GetWorkloadAdvic
 	if s.o.Advice == nil || s.o.Workloads == nil {
 		return nil, noTelemetry
 	}
-	w, err := s.o.Workloads.Get(ctx, req.Id) // the caller may read it, or 404
-	if err != nil {
-		return nil, err
-	}
-	r, err := s.o.Advice.Workload(ctx, w, s.o.Workloads.Namespace(w))
+	w, r, err := s.o.Advice.ForWorkload(ctx, req.Id) // the caller may read it, or 404
 	if err != nil {
 		return nil, err
 	}

@@ -3,48 +3,33 @@ package api
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/gantryhq/gantry/api/gen"
-	"github.com/gantryhq/gantry/internal/access"
 	"github.com/gantryhq/gantry/internal/budget"
 	"github.com/gantryhq/gantry/internal/fault"
-	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/overrides"
 	"github.com/gantryhq/gantry/internal/team"
 )
 
 func (s *server) ListBudgets(ctx context.Context, req gen.ListBudgetsRequestObject) (gen.ListBudgetsResponseObject, error) {
-	id, _ := identity.From(ctx)
-	all, mine := s.o.Teams(id, access.WorkloadsRead)
-	teams, err := s.o.Budgets.Teams(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if !all {
-		teams = slices.DeleteFunc(teams, func(t string) bool { return !slices.Contains(mine, t) })
-	}
+	only := ""
 	if req.Params.Team != nil {
 		t, err := team.Parse(*req.Params.Team)
 		if err != nil {
 			return nil, &fault.Invalid{Fields: []fault.Field{{Path: "team", Message: err.Error()}}}
 		}
-		teams = slices.DeleteFunc(teams, func(x string) bool { return x != t.String() })
+		only = t.String()
+	}
+	list, err := s.o.Budgets.List(ctx, only) // the caller's teams only
+	if err != nil {
+		return nil, err
 	}
 	out := gen.BudgetList{Items: []gen.Budget{}}
-	for _, t := range teams {
-		st, ccs, err := s.o.Budgets.Status(ctx, t)
-		if err != nil {
-			return nil, err
-		}
-		if st == nil {
-			continue
-		}
-		b := budgetOut(*st, ccs)
-		out.Items = append(out.Items, b)
+	for _, l := range list {
+		out.Items = append(out.Items, budgetOut(l.Status, l.CostCenters))
 	}
 	return gen.ListBudgets200JSONResponse(out), nil
 }

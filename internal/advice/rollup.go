@@ -19,6 +19,8 @@ import (
 // of workloads (so advice shows only what the caller may read), and the
 // launch and stop of a right-size.
 type Workloads interface {
+	// Get reads one as the caller may: *fault.NotFound for one they may not.
+	Get(ctx context.Context, id string) (workload.Workload, error)
 	List(ctx context.Context, f workload.Filter, cursor string) (workload.Page, error)
 	Namespace(w workload.Workload) string
 	Create(ctx context.Context, owner string, req workload.Request) (workload.Workload, bool, error)

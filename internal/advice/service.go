@@ -22,6 +22,7 @@ type Service struct {
 	source    telemetry.Source
 	classes   *gpu.Catalog
 	templates Templates
+	workloads Workloads
 	live      *Live // the online rules' decisions (nil: none)
 	// health says why GPUs a workload runs on are unhealthy (none: nil).
 	health func(ctx context.Context, workloadID string) ([]string, error)
@@ -48,17 +49,29 @@ type Templates interface {
 	Get(ctx context.Context, name string, version int) (catalog.Version, error)
 }
 
-// NewService builds the service; a source, the GPU classes and the
-// templates are required; live, when set, adds the online rules' decisions
-// as findings.
-func NewService(source telemetry.Source, classes *gpu.Catalog, templates Templates, live *Live, health func(context.Context, string) ([]string, error), now func() time.Time) (*Service, error) {
-	if source == nil || classes == nil || templates == nil {
-		return nil, fmt.Errorf("advice: a telemetry source, the GPU classes and the templates are required")
+// NewService builds the service; a source, the GPU classes, the templates
+// and the workloads are required; live, when set, adds the online rules'
+// decisions as findings.
+func NewService(source telemetry.Source, classes *gpu.Catalog, templates Templates, workloads Workloads, live *Live, health func(context.Context, string) ([]string, error), now func() time.Time) (*Service, error) {
+	if source == nil || classes == nil || templates == nil || workloads == nil {
+		return nil, fmt.Errorf("advice: a telemetry source, the GPU classes, the templates and the workloads are required")
 	}
 	if now == nil {
 		now = time.Now
 	}
-	return &Service{source: source, classes: classes, templates: templates, live: live, health: health, now: now, cache: map[string]cached{}}, nil
+	return &Service{source: source, classes: classes, templates: templates, workloads: workloads, live: live, health: health, now: now, cache: map[string]cached{}}, nil
+}
+
+// ForWorkload advises on workload id as its reader sees it: the caller's
+// right to read it is checked here (a workload they may not read is a
+// *fault.NotFound), not left to the handler.
+func (s *Service) ForWorkload(ctx context.Context, id string) (workload.Workload, Report, error) {
+	w, err := s.workloads.Get(ctx, id)
+	if err != nil {
+		return w, Report{}, err
+	}
+	r, err := s.Workload(ctx, w, s.workloads.Namespace(w))
+	return w, r, err
 }
 
 // Report is the advice on one workload.

@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
+	"github.com/gantryhq/gantry/internal/access"
 	"github.com/gantryhq/gantry/internal/audit"
+	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/notify"
 )
 
@@ -45,9 +48,16 @@ type Store interface {
 	AppendAudit(ctx context.Context, r audit.Record) (audit.Record, error)
 }
 
+// Readers says where an identity may read (the policy): List shows the
+// budgets of those teams only.
+type Readers interface {
+	Teams(id identity.Identity, permission access.Permission) (all bool, teams []string)
+}
+
 // Options configure a Service.
 type Options struct {
 	Rules   Rules
+	Readers Readers
 	Spender Spender
 	Store   Store
 	Log     *slog.Logger
@@ -73,8 +83,8 @@ type cached struct {
 
 // New is complete when it returns.
 func New(o Options) (*Service, error) {
-	if o.Rules == nil || o.Spender == nil || o.Store == nil || o.Log == nil || o.Now == nil {
-		return nil, errors.New("budget: rules, spender, store, log and clock are required")
+	if o.Rules == nil || o.Readers == nil || o.Spender == nil || o.Store == nil || o.Log == nil || o.Now == nil {
+		return nil, errors.New("budget: rules, readers, spender, store, log and clock are required")
 	}
 	if o.Fresh <= 0 {
 		o.Fresh = 10 * time.Second
@@ -110,6 +120,38 @@ func (s *Service) Status(ctx context.Context, team string) (*Status, []Status, e
 	s.cache[team] = cached{at: now, st: st, ccs: ccs}
 	s.mu.Unlock()
 	return &st, ccs, nil
+}
+
+// Listed is one team's budget as List shows it.
+type Listed struct {
+	Status      Status
+	CostCenters []Status
+}
+
+// List is the budgets the caller (the identity in ctx) may read: of every
+// team they read workloads in (only that team, when only is set), those
+// with a budget, in the teams' order.
+func (s *Service) List(ctx context.Context, only string) ([]Listed, error) {
+	id, _ := identity.From(ctx)
+	all, mine := s.o.Readers.Teams(id, access.WorkloadsRead)
+	teams, err := s.Teams(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := []Listed{}
+	for _, t := range teams {
+		if (!all && !slices.Contains(mine, t)) || (only != "" && t != only) {
+			continue
+		}
+		st, ccs, err := s.Status(ctx, t)
+		if err != nil {
+			return nil, err
+		}
+		if st != nil {
+			out = append(out, Listed{Status: *st, CostCenters: ccs})
+		}
+	}
+	return out, nil
 }
 
 // Teams are the teams with a budget, sorted: those the policy names, and

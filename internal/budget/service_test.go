@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/gantryhq/gantry/internal/access"
 	"github.com/gantryhq/gantry/internal/audit"
+	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/notify"
 )
 
@@ -25,6 +28,11 @@ func (p policy) Budget(t string) *Budget {
 	return p.def
 }
 func (p policy) Approval(string) *Approval { return nil }
+
+// Teams: everyone reads team vision; "admin" reads every team.
+func (p policy) Teams(id identity.Identity, _ access.Permission) (bool, []string) {
+	return id.Subject == "admin", []string{"vision"}
+}
 func (p policy) Budgets() map[string]Budget {
 	out := map[string]Budget{}
 	for k, v := range p.named {
@@ -85,7 +93,7 @@ func TestRun(t *testing.T) {
 	}
 	st := &memStore{teams: []string{"nlp", "vision"}, alerts: map[string]Alert{}}
 	sp := spender{spent: map[string]float64{"vision": 85, "nlp": 12}}
-	s, err := New(Options{Rules: rules, Spender: sp, Store: st, Log: slog.New(slog.DiscardHandler), Now: func() time.Time { return now }, Fresh: time.Nanosecond})
+	s, err := New(Options{Rules: rules, Readers: rules, Spender: sp, Store: st, Log: slog.New(slog.DiscardHandler), Now: func() time.Time { return now }, Fresh: time.Nanosecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,11 +117,51 @@ func TestRun(t *testing.T) {
 	if _, held, err := s.Held(context.Background(), "vision"); held || err != nil {
 		t.Errorf("vision under warn: held %v %v", held, err)
 	}
-	broken, _ := New(Options{Rules: rules, Spender: spender{err: errors.New("database is locked")}, Store: st, Log: slog.New(slog.DiscardHandler), Now: func() time.Time { return now }})
+	broken, _ := New(Options{Rules: rules, Readers: rules, Spender: spender{err: errors.New("database is locked")}, Store: st, Log: slog.New(slog.DiscardHandler), Now: func() time.Time { return now }})
 	if _, held, err := broken.Held(context.Background(), "nlp"); err == nil || held {
 		t.Errorf("spend unknown: held %v, %v; want an error", held, err)
 	}
 	if _, err := broken.Run(context.Background()); err == nil {
 		t.Error("an alert pass that could not meter said nothing")
+	}
+}
+
+// TestListShowsOnlyTheCallersTeams: List filters by the identity in the
+// context itself, so no handler can forget to; a narrowed question (only)
+// cannot widen it.
+func TestListShowsOnlyTheCallersTeams(t *testing.T) {
+	now := time.Date(2026, 12, 15, 9, 0, 0, 0, time.UTC)
+	rules := policy{named: map[string]Budget{"vision": {Amount: 100}}, def: &Budget{Amount: 10}}
+	st := &memStore{teams: []string{"nlp", "vision"}, alerts: map[string]Alert{}}
+	s, err := New(Options{Rules: rules, Readers: rules, Spender: spender{spent: map[string]float64{}}, Store: st, Log: slog.New(slog.DiscardHandler), Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	teams := func(who, only string) []string {
+		list, err := s.List(identity.With(context.Background(), identity.Identity{Subject: who}), only)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, l := range list {
+			out = append(out, l.Status.Team)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		who, only string
+		want      []string
+	}{
+		{"admin", "", []string{"nlp", "vision"}},
+		{"ann", "", []string{"vision"}},
+		{"ann", "nlp", nil},
+		{"admin", "nlp", []string{"nlp"}},
+	} {
+		if got := teams(tc.who, tc.only); !slices.Equal(got, tc.want) {
+			t.Errorf("%q asking for %q: %v, want %v", tc.who, tc.only, got, tc.want)
+		}
+	}
+	if _, err := New(Options{Rules: rules, Spender: spender{}, Store: st, Log: slog.New(slog.DiscardHandler), Now: time.Now}); err == nil {
+		t.Fatal("a service without readers was made")
 	}
 }

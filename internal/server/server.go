@@ -216,7 +216,7 @@ func New(ctx context.Context, cfg config.Config, ov Overrides) (s *Server, err e
 		return nil, err
 	}
 	s.checks = []api.Check{{Name: "database", Pinger: core.Store}}
-	if s.Budgets, err = budget.New(budget.Options{Rules: s.authz, Spender: workload.NewMeter(core.Store, core.Catalog, s.clock.Now),
+	if s.Budgets, err = budget.New(budget.Options{Rules: s.authz, Readers: s.authz, Spender: workload.NewMeter(core.Store, core.Catalog, s.clock.Now),
 		Store: core.Store, Log: core.Log, Now: s.clock.Now}); err != nil {
 		return nil, err
 	}
@@ -267,7 +267,7 @@ func New(ctx context.Context, cfg config.Config, ov Overrides) (s *Server, err e
 	if err != nil {
 		return nil, err
 	}
-	adv, err := advice.NewService(metrics, core.Catalog.Classes(), core.Catalog, online, s.Telemetry.Unhealthy, s.clock.Now)
+	adv, err := advice.NewService(metrics, core.Catalog.Classes(), core.Catalog, s.Workloads, online, s.Telemetry.Unhealthy, s.clock.Now)
 	if err != nil {
 		return nil, err
 	}

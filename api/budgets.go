@@ -88,7 +88,7 @@ func (s *server) GetTeamReport(ctx context.Context, req gen.GetTeamReportRequest
 		Total: r.Total, Used: r.Used, Idle: r.Idle, Unmeasured: r.Unmeasured,
 		ByUser: costLines(r.ByUser), ByTemplate: costLines(r.ByTemplate), ByGpuClass: costLines(r.ByGPUClass), ByCostCenter: costLines(r.ByCostCenter),
 		Alerts: []gen.BudgetAlert{}}
-	st, alerts, err := s.o.Budgets.Month(ctx, t.String(), r.Total, r.From, r.To)
+	st, alerts, err := s.o.Budgets.Month(ctx, t, r.Total, r.From, r.To)
 	if err != nil {
 		return nil, err
 	}
@@ -106,7 +106,7 @@ func (s *server) GetTeamSettings(ctx context.Context, req gen.GetTeamSettingsReq
 	if err != nil {
 		return nil, &fault.Invalid{Fields: []fault.Field{{Path: "team", Message: err.Error()}}}
 	}
-	set, err := s.o.Settings.Get(ctx, t.String())
+	set, err := s.o.Settings.Get(ctx, t)
 	if err != nil {
 		return nil, err
 	}
@@ -130,7 +130,7 @@ func (s *server) PutTeamSettings(ctx context.Context, req gen.PutTeamSettingsReq
 		}
 		ifVersion = &v
 	}
-	set, err := s.o.Settings.Put(ctx, t.String(), in, ifVersion)
+	set, err := s.o.Settings.Put(ctx, t, in, ifVersion)
 	if err != nil {
 		return nil, err
 	}

@@ -375,10 +375,11 @@ var implied = map[access.Permission]access.Permission{access.OwnWorkloadsManage:
 
 // Allowed reports whether id may do permission in team. The zero Permission
 // is denied.
-func (p *Policy) Allowed(id identity.Identity, team string, permission access.Permission) bool {
+func (p *Policy) Allowed(id identity.Identity, t team.Name, permission access.Permission) bool {
 	if permission == (access.Permission{}) {
 		return false
 	}
+	team := t.String()
 	if team == "" {
 		team = AnyTeam
 	}
@@ -432,7 +433,7 @@ func (p *Policy) SecondFactorRoles() []string { return slices.Clone(p.secondFact
 // listed.
 func (p *Policy) Teams(id identity.Identity, permission access.Permission) (all bool, teams []string) {
 	if id.TokenTeam != "" {
-		if p.Allowed(id, id.TokenTeam, permission) {
+		if p.Allowed(id, team.Name(id.TokenTeam), permission) {
 			return false, []string{id.TokenTeam}
 		}
 		return false, nil
@@ -445,7 +446,7 @@ func (p *Policy) Teams(id identity.Identity, permission access.Permission) (all 
 	for _, s := range subjects {
 		if w := p.full.bound[s]; w != nil {
 			for t := range w.teams {
-				if !seen[t] && p.Allowed(id, t, permission) {
+				if !seen[t] && p.Allowed(id, team.Name(t), permission) {
 					seen[t] = true
 					teams = append(teams, t)
 				}
@@ -458,7 +459,8 @@ func (p *Policy) Teams(id identity.Identity, permission access.Permission) (all 
 
 // Known reports whether team is one of the policy's teams: listed under
 // teams (every team is, when "*" is listed) or named by a binding.
-func (p *Policy) Known(team string) bool {
+func (p *Policy) Known(t team.Name) bool {
+	team := t.String()
 	if _, ok := p.teams[team]; ok && team != AnyTeam {
 		return true
 	}
@@ -544,7 +546,8 @@ func (p *Policy) RolesWith(permission access.Permission) []string {
 
 // MayUse reports whether team may launch what u uses; problems name the
 // field.
-func (p *Policy) MayUse(team string, u access.Use) error {
+func (p *Policy) MayUse(t team.Name, u access.Use) error {
+	team := t.String()
 	allowed, ok := p.teams[team]
 	if !ok {
 		allowed, ok = p.teams[AnyTeam] // the default for teams not listed, if any
@@ -576,7 +579,8 @@ func (p *Policy) MayUse(team string, u access.Use) error {
 
 // Quota is a team's GPU quota: its own entry's, else the default entry's
 // ("*"), else none.
-func (p *Policy) Quota(team string) quota.Quota {
+func (p *Policy) Quota(t team.Name) quota.Quota {
+	team := t.String()
 	u, ok := p.teams[team]
 	if !ok {
 		u = p.teams[AnyTeam]
@@ -597,10 +601,10 @@ func (p *Policy) usage(team string) Usage {
 }
 
 // Budget is a team's budget (nil: none).
-func (p *Policy) Budget(team string) *budget.Budget { return p.usage(team).Budget }
+func (p *Policy) Budget(t team.Name) *budget.Budget { return p.usage(t.String()).Budget }
 
 // Approval is a team's approval rule (nil: none).
-func (p *Policy) Approval(team string) *budget.Approval { return p.usage(team).Approval }
+func (p *Policy) Approval(t team.Name) *budget.Approval { return p.usage(t.String()).Approval }
 
 // Budgets are the budgets of the teams the policy names (not the default).
 func (p *Policy) Budgets() map[string]budget.Budget {
@@ -618,7 +622,7 @@ func (p *Policy) Quotas() map[string]quota.Quota {
 	out := map[string]quota.Quota{}
 	for t := range p.teams {
 		if t != AnyTeam {
-			out[t] = p.Quota(t)
+			out[t] = p.Quota(team.Name(t))
 		}
 	}
 	return out
@@ -676,12 +680,12 @@ func stamp(f Files) string {
 }
 
 // Allowed decides with the policy in force.
-func (a *Authorizer) Allowed(id identity.Identity, team string, permission access.Permission) bool {
+func (a *Authorizer) Allowed(id identity.Identity, team team.Name, permission access.Permission) bool {
 	return a.Policy().Allowed(id, team, permission)
 }
 
 // Known answers with the policy in force.
-func (a *Authorizer) Known(team string) bool { return a.Policy().Known(team) }
+func (a *Authorizer) Known(t team.Name) bool { return a.Policy().Known(t) }
 
 // AllowedSomewhere decides with the policy in force.
 func (a *Authorizer) AllowedSomewhere(id identity.Identity, permission access.Permission) bool {
@@ -700,20 +704,20 @@ func (a *Authorizer) RolesWith(permission access.Permission) []string {
 	return a.Policy().RolesWith(permission)
 }
 
-func (a *Authorizer) MayUse(team string, u access.Use) error {
+func (a *Authorizer) MayUse(team team.Name, u access.Use) error {
 	return a.Policy().MayUse(team, u)
 }
 
 // Quota answers with the policy in force.
-func (a *Authorizer) Quota(team string) quota.Quota {
+func (a *Authorizer) Quota(team team.Name) quota.Quota {
 	return a.Policy().Quota(team)
 }
 
 // Budget answers with the policy in force.
-func (a *Authorizer) Budget(team string) *budget.Budget { return a.Policy().Budget(team) }
+func (a *Authorizer) Budget(t team.Name) *budget.Budget { return a.Policy().Budget(t) }
 
 // Approval answers with the policy in force.
-func (a *Authorizer) Approval(team string) *budget.Approval { return a.Policy().Approval(team) }
+func (a *Authorizer) Approval(t team.Name) *budget.Approval { return a.Policy().Approval(t) }
 
 // Budgets answers with the policy in force.
 func (a *Authorizer) Budgets() map[string]budget.Budget { return a.Policy().Budgets() }

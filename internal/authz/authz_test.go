@@ -14,6 +14,7 @@ import (
 	"github.com/gantryhq/gantry/internal/authz"
 	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/identity"
+	"github.com/gantryhq/gantry/internal/team"
 )
 
 func starter(t testing.TB) *authz.Policy {
@@ -53,7 +54,7 @@ func TestSecondFactorRoles(t *testing.T) {
 		{user("viewer", "auditors"), "vision", "workloads:read", true, false},
 	} {
 		perm, _ := access.Parse(tc.perm)
-		if got := p.Allowed(tc.who, tc.team, perm); got != tc.want {
+		if got := p.Allowed(tc.who, team.Name(tc.team), perm); got != tc.want {
 			t.Errorf("%s (second factor %v) %s in %s: %v, want %v", tc.who.Subject, tc.who.SecondFactor, tc.perm, tc.team, got, tc.want)
 		}
 		if tc.team == authz.AnyTeam {
@@ -92,7 +93,7 @@ func TestStarterPolicy(t *testing.T) {
 	}
 	for _, tc := range tests {
 		perm, _ := access.Parse(tc.perm) // bogus:read: the zero Permission, denied
-		if got := p.Allowed(tc.who, tc.team, perm); got != tc.want {
+		if got := p.Allowed(tc.who, team.Name(tc.team), perm); got != tc.want {
 			t.Errorf("%s %v in %s: %s = %v, want %v", tc.who, tc.who.Groups, tc.team, tc.perm, got, tc.want)
 		}
 	}
@@ -136,7 +137,7 @@ func TestMayUseStorageAndVMUsers(t *testing.T) {
 		{"lab", use(nil, "ubuntu"), ""},
 	}
 	for _, tc := range tests {
-		err := p.MayUse(tc.team, tc.use)
+		err := p.MayUse(team.Name(tc.team), tc.use)
 		switch {
 		case tc.want == "" && err != nil:
 			t.Errorf("%s %+v: %v", tc.team, tc.use, err)
@@ -267,7 +268,7 @@ func BenchmarkAllowed(b *testing.B) {
 	b.Run("random", func(b *testing.B) {
 		allowed := 0
 		for b.Loop() {
-			if p.Allowed(ids[r.IntN(1000)], teams[r.IntN(100)], perms[r.IntN(4)]) {
+			if p.Allowed(ids[r.IntN(1000)], team.Name(teams[r.IntN(100)]), perms[r.IntN(4)]) {
 				allowed++
 			}
 		}
@@ -280,13 +281,13 @@ func BenchmarkAllowed(b *testing.B) {
 	b.Run("bound-warm", func(b *testing.B) {
 		for i := 0; i < 10000; i++ {
 			for _, perm := range perms {
-				p.Allowed(ids[i%1000], teams[(i*7)%100], perm)
+				p.Allowed(ids[i%1000], team.Name(teams[(i*7)%100]), perm)
 			}
 		}
 		b.ResetTimer()
 		for b.Loop() {
 			i := r.IntN(10000)
-			p.Allowed(ids[i%1000], teams[(i*7)%100], perms[r.IntN(4)])
+			p.Allowed(ids[i%1000], team.Name(teams[(i*7)%100]), perms[r.IntN(4)])
 		}
 	})
 }

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/team"
 )
 
 // AtLimit is what a team's policy does once its budget is spent.
@@ -204,7 +205,8 @@ type Status struct {
 func (s Status) Share() float64 { return s.Spent / s.Amount }
 
 // Status is the budget with spent dollars spent in [from, to).
-func (b Budget) Status(team string, spent float64, from, to time.Time) Status {
+func (b Budget) Status(t team.Name, spent float64, from, to time.Time) Status {
+	team := t.String()
 	st := Status{Team: team, From: from, To: to, Amount: b.Amount, Spent: spent, State: OK, AtLimit: b.Limit()}
 	for _, t := range b.Thresholds() {
 		if spent >= t*b.Amount {
@@ -223,9 +225,9 @@ func (b Budget) Status(team string, spent float64, from, to time.Time) Status {
 
 // CostCenterStatus is a cost center's budget of the team against its spend;
 // it warns and never holds launches.
-func (b Budget) CostCenterStatus(team, costCenter string, spent float64, from, to time.Time) Status {
+func (b Budget) CostCenterStatus(t team.Name, costCenter string, spent float64, from, to time.Time) Status {
 	cc := Budget{Amount: b.CostCenters[costCenter], Period: b.Period, Anchor: b.Anchor, Alerts: b.Alerts, AtLimit: Warn}
-	st := cc.Status(team, spent, from, to)
+	st := cc.Status(t, spent, from, to)
 	st.CostCenter = costCenter
 	st.Banner = banner(st)
 	return st

@@ -13,6 +13,7 @@ import (
 	"github.com/gantryhq/gantry/internal/audit"
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/notify"
+	"github.com/gantryhq/gantry/internal/team"
 )
 
 // Alert is one alert threshold of a budget reached in a period.
@@ -28,15 +29,15 @@ type Alert struct {
 
 // Rules are the teams' budgets and approval rules: the policy in force.
 type Rules interface {
-	Budget(team string) *Budget
-	Approval(team string) *Approval
+	Budget(t team.Name) *Budget
+	Approval(t team.Name) *Approval
 	Budgets() map[string]Budget
 }
 
 // Spender meters what a team spent in [from, to): in all, and by the cost
 // center of the templates it ran.
 type Spender interface {
-	Spend(ctx context.Context, team string, from, to time.Time) (total float64, byCostCenter map[string]float64, err error)
+	Spend(ctx context.Context, t team.Name, from, to time.Time) (total float64, byCostCenter map[string]float64, err error)
 }
 
 // Store records alerts once, with their webhook, and the audit trail.
@@ -44,7 +45,7 @@ type Store interface {
 	// Teams are the teams that have launched anything.
 	Teams(ctx context.Context) ([]string, error)
 	RecordBudgetAlert(ctx context.Context, a Alert, m notify.Message) (recorded bool, err error)
-	BudgetAlerts(ctx context.Context, team string, from time.Time) ([]Alert, error)
+	BudgetAlerts(ctx context.Context, t team.Name, from time.Time) ([]Alert, error)
 	AppendAudit(ctx context.Context, r audit.Record) (audit.Record, error)
 }
 
@@ -94,8 +95,9 @@ func New(o Options) (*Service, error) {
 
 // Status is where team's budget stands now, and its cost centers' (nil: the
 // team has no budget).
-func (s *Service) Status(ctx context.Context, team string) (*Status, []Status, error) {
-	b := s.o.Rules.Budget(team)
+func (s *Service) Status(ctx context.Context, t team.Name) (*Status, []Status, error) {
+	team := t.String()
+	b := s.o.Rules.Budget(t)
 	if b == nil {
 		return nil, nil, nil
 	}
@@ -107,14 +109,14 @@ func (s *Service) Status(ctx context.Context, team string) (*Status, []Status, e
 		return &c.st, c.ccs, nil
 	}
 	from, to := b.PeriodAt(now)
-	total, byCC, err := s.o.Spender.Spend(ctx, team, from, to)
+	total, byCC, err := s.o.Spender.Spend(ctx, t, from, to)
 	if err != nil {
 		return nil, nil, fmt.Errorf("budget of team %s: %w", team, err)
 	}
-	st := b.Status(team, total, from, to)
+	st := b.Status(t, total, from, to)
 	var ccs []Status
 	for _, cc := range sortedKeys(b.CostCenters) {
-		ccs = append(ccs, b.CostCenterStatus(team, cc, byCC[cc], from, to))
+		ccs = append(ccs, b.CostCenterStatus(t, cc, byCC[cc], from, to))
 	}
 	s.mu.Lock()
 	s.cache[team] = cached{at: now, st: st, ccs: ccs}
@@ -143,7 +145,7 @@ func (s *Service) List(ctx context.Context, only string) ([]Listed, error) {
 		if (!all && !slices.Contains(mine, t)) || (only != "" && t != only) {
 			continue
 		}
-		st, ccs, err := s.Status(ctx, t)
+		st, ccs, err := s.Status(ctx, team.Name(t))
 		if err != nil {
 			return nil, err
 		}
@@ -164,7 +166,7 @@ func (s *Service) Teams(ctx context.Context) ([]string, error) {
 	}
 	for _, t := range launched {
 		if _, ok := set[t]; !ok {
-			if b := s.o.Rules.Budget(t); b != nil {
+			if b := s.o.Rules.Budget(team.Name(t)); b != nil {
 				set[t] = *b
 			}
 		}
@@ -175,7 +177,7 @@ func (s *Service) Teams(ctx context.Context) ([]string, error) {
 // Verdict decides on a launch in team costing pricePerHour for hours (its
 // max runtime; 0: none): held, waiting for approval (for how long), or
 // neither.
-func (s *Service) Verdict(ctx context.Context, team string, pricePerHour, hours float64) (Verdict, time.Duration, error) {
+func (s *Service) Verdict(ctx context.Context, team team.Name, pricePerHour, hours float64) (Verdict, time.Duration, error) {
 	st, _, err := s.Status(ctx, team)
 	if err != nil {
 		return Verdict{}, 0, err
@@ -191,7 +193,7 @@ func (s *Service) Verdict(ctx context.Context, team string, pricePerHour, hours 
 
 // Month is the team's monthly budget against spent in the month [from, to)
 // and the alerts it sent then (nil status: no monthly budget).
-func (s *Service) Month(ctx context.Context, team string, spent float64, from, to time.Time) (*Status, []Alert, error) {
+func (s *Service) Month(ctx context.Context, team team.Name, spent float64, from, to time.Time) (*Status, []Alert, error) {
 	b := s.o.Rules.Budget(team)
 	if b == nil || (b.Period != "" && b.Period != "monthly") {
 		return nil, nil, nil
@@ -203,7 +205,7 @@ func (s *Service) Month(ctx context.Context, team string, spent float64, from, t
 
 // Held says whether the team's budget is spent under block, and why; an
 // error means it is not known (the caller keeps what it did last).
-func (s *Service) Held(ctx context.Context, team string) (string, bool, error) {
+func (s *Service) Held(ctx context.Context, team team.Name) (string, bool, error) {
 	st, _, err := s.Status(ctx, team)
 	if err != nil {
 		return "", false, err
@@ -226,8 +228,8 @@ func (s *Service) Run(ctx context.Context) (int, error) {
 	}
 	n := 0
 	var errs []error
-	for _, team := range teams {
-		st, ccs, err := s.Status(ctx, team)
+	for _, t := range teams {
+		st, ccs, err := s.Status(ctx, team.Name(t))
 		if err != nil || st == nil {
 			errs = append(errs, err)
 			continue

@@ -13,6 +13,7 @@ import (
 	"github.com/gantryhq/gantry/internal/audit"
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/notify"
+	"github.com/gantryhq/gantry/internal/team"
 )
 
 // policy is fixed rules: named budgets and a default ("*") one.
@@ -21,13 +22,14 @@ type policy struct {
 	def   *Budget
 }
 
-func (p policy) Budget(t string) *Budget {
+func (p policy) Budget(tm team.Name) *Budget {
+	t := tm.String()
 	if b, ok := p.named[t]; ok {
 		return &b
 	}
 	return p.def
 }
-func (p policy) Approval(string) *Approval { return nil }
+func (p policy) Approval(team.Name) *Approval { return nil }
 
 // Teams: everyone reads team vision; "admin" reads every team.
 func (p policy) Teams(id identity.Identity, _ access.Permission) (bool, []string) {
@@ -47,8 +49,8 @@ type spender struct {
 	err   error
 }
 
-func (s spender) Spend(_ context.Context, t string, _, _ time.Time) (float64, map[string]float64, error) {
-	return s.spent[t], map[string]float64{"cc-1": s.spent[t] / 2}, s.err
+func (s spender) Spend(_ context.Context, tm team.Name, _, _ time.Time) (float64, map[string]float64, error) {
+	return s.spent[tm.String()], map[string]float64{"cc-1": s.spent[tm.String()] / 2}, s.err
 }
 
 // memStore keeps alerts once per key, as the store's primary key does (the
@@ -73,7 +75,9 @@ func (m *memStore) RecordBudgetAlert(_ context.Context, a Alert, msg notify.Mess
 	m.messages = append(m.messages, msg)
 	return true, nil
 }
-func (m *memStore) BudgetAlerts(context.Context, string, time.Time) ([]Alert, error) { return nil, nil }
+func (m *memStore) BudgetAlerts(context.Context, team.Name, time.Time) ([]Alert, error) {
+	return nil, nil
+}
 func (m *memStore) AppendAudit(_ context.Context, r audit.Record) (audit.Record, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()

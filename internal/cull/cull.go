@@ -26,6 +26,7 @@ import (
 	"github.com/gantryhq/gantry/internal/notify"
 	"github.com/gantryhq/gantry/internal/offhours"
 	"github.com/gantryhq/gantry/internal/overrides"
+	"github.com/gantryhq/gantry/internal/team"
 	"github.com/gantryhq/gantry/internal/telemetry"
 	"github.com/gantryhq/gantry/internal/workload"
 )
@@ -53,7 +54,7 @@ type Stopper interface {
 
 // Settings are the teams' own lifecycle choices (the store).
 type Settings interface {
-	TeamSettings(ctx context.Context, team string) (overrides.Settings, error)
+	TeamSettings(ctx context.Context, t team.Name) (overrides.Settings, error)
 }
 
 // Notifier queues a webhook (the store's outbox).
@@ -175,7 +176,7 @@ func (c *Culler) Run(ctx context.Context) (int, error) {
 		}
 		set, ok := settings[w.Team.String()]
 		if !ok {
-			if set, err = c.o.Settings.TeamSettings(ctx, w.Team.String()); err != nil {
+			if set, err = c.o.Settings.TeamSettings(ctx, w.Team); err != nil {
 				errs = append(errs, err)
 				continue
 			}

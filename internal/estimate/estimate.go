@@ -20,6 +20,7 @@ import (
 	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/quota"
 	"github.com/gantryhq/gantry/internal/render"
+	"github.com/gantryhq/gantry/internal/team"
 	"github.com/gantryhq/gantry/internal/template"
 	"github.com/gantryhq/gantry/internal/workload"
 )
@@ -31,7 +32,7 @@ type Previewer interface {
 
 // Quotas says a team's quota.
 type Quotas interface {
-	Quota(team string) quota.Quota
+	Quota(t team.Name) quota.Quota
 }
 
 // Cluster says how much of a class a team's queue holds and how much of it
@@ -39,7 +40,7 @@ type Quotas interface {
 type Cluster interface {
 	// QueueUsage is the GPUs of class the team's Kueue queue has admitted,
 	// and how many of its workloads wait.
-	QueueUsage(ctx context.Context, team, class string) (usedGPUs float64, pending int, err error)
+	QueueUsage(ctx context.Context, t team.Name, class string) (usedGPUs float64, pending int, err error)
 	// FreeGPUs is the units of resource (whole GPUs, or slices of a MIG
 	// profile) on the class's nodes that no pod requests: in all, and the
 	// most on one node.
@@ -48,8 +49,8 @@ type Cluster interface {
 
 // Budgets say where a team's budget stands and what it makes of a launch.
 type Budgets interface {
-	Status(ctx context.Context, team string) (*budget.Status, []budget.Status, error)
-	Verdict(ctx context.Context, team string, pricePerHour, hours float64) (budget.Verdict, time.Duration, error)
+	Status(ctx context.Context, t team.Name) (*budget.Status, []budget.Status, error)
+	Verdict(ctx context.Context, t team.Name, pricePerHour, hours float64) (budget.Verdict, time.Duration, error)
 }
 
 // Options configure a Service. Cluster nil: there is no cluster (gantry
@@ -175,22 +176,22 @@ func (s *Service) price(ctx context.Context, rd workload.Rendered, req workload.
 		e.MaxRuntime = d
 		e.CostAtMaxRuntime = budget.Round(e.PricePerHour * d.Hours())
 	}
-	if e.Budget, _, err = s.o.Budgets.Status(ctx, req.Team.String()); err != nil {
+	if e.Budget, _, err = s.o.Budgets.Status(ctx, req.Team); err != nil {
 		return Estimate{}, err
 	}
-	v, _, err := s.o.Budgets.Verdict(ctx, req.Team.String(), price, e.MaxRuntime.Hours())
+	v, _, err := s.o.Budgets.Verdict(ctx, req.Team, price, e.MaxRuntime.Hours())
 	if err != nil {
 		return Estimate{}, err
 	}
 	e.Approval, e.Held, e.Verdict = v.Approval, v.Hold, v.Why
-	q := s.o.Quotas.Quota(req.Team.String())
+	q := s.o.Quotas.Quota(req.Team)
 	e.Quota, e.Cohort = q.For(r.Class.Name), q.Cohort
 	if s.o.Cluster == nil {
 		e.Why = "no cluster: whether it would start is not known"
 		return held(e), nil
 	}
 	if s.o.Kueue {
-		if e.QuotaUsed, e.Pending, err = s.o.Cluster.QueueUsage(ctx, req.Team.String(), r.Class.Name); err != nil {
+		if e.QuotaUsed, e.Pending, err = s.o.Cluster.QueueUsage(ctx, req.Team, r.Class.Name); err != nil {
 			return Estimate{}, err
 		}
 	}

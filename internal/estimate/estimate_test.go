@@ -27,10 +27,10 @@ import (
 // noBudgets: no team has a budget or approval rule.
 type noBudgets struct{}
 
-func (noBudgets) Status(context.Context, string) (*budget.Status, []budget.Status, error) {
+func (noBudgets) Status(context.Context, team.Name) (*budget.Status, []budget.Status, error) {
 	return nil, nil, nil
 }
-func (noBudgets) Verdict(context.Context, string, float64, float64) (budget.Verdict, time.Duration, error) {
+func (noBudgets) Verdict(context.Context, team.Name, float64, float64) (budget.Verdict, time.Duration, error) {
 	return budget.Verdict{}, 0, nil
 }
 
@@ -40,8 +40,8 @@ type rules struct {
 	a *budget.Approval
 }
 
-func (r rules) Budget(string) *budget.Budget     { return r.b }
-func (r rules) Approval(string) *budget.Approval { return r.a }
+func (r rules) Budget(team.Name) *budget.Budget     { return r.b }
+func (r rules) Approval(team.Name) *budget.Approval { return r.a }
 func (r rules) Budgets() map[string]budget.Budget {
 	if r.b == nil {
 		return nil
@@ -51,13 +51,13 @@ func (r rules) Budgets() map[string]budget.Budget {
 
 type spend float64
 
-func (s spend) Spend(context.Context, string, time.Time, time.Time) (float64, map[string]float64, error) {
+func (s spend) Spend(context.Context, team.Name, time.Time, time.Time) (float64, map[string]float64, error) {
 	return float64(s), nil, nil
 }
 
 type quotas map[string]quota.Quota
 
-func (q quotas) Quota(team string) quota.Quota { return q[team] }
+func (q quotas) Quota(t team.Name) quota.Quota { return q[t.String()] }
 
 // cluster stands in for Kueue's and the nodes' answers (the kube package
 // reads them from a real cluster in its tests).
@@ -67,7 +67,7 @@ type cluster struct {
 	free, onOneNode int
 }
 
-func (c cluster) QueueUsage(context.Context, string, string) (float64, int, error) {
+func (c cluster) QueueUsage(context.Context, team.Name, string) (float64, int, error) {
 	return c.used, c.pending, nil
 }
 func (c cluster) FreeGPUs(context.Context, gpu.Class, string) (int, int, error) {
@@ -178,7 +178,7 @@ func runCases(t *testing.T, ctx context.Context, svc *workload.Service, h100 gpu
 // profile the template and team allow that holds it, cheapest first.
 func TestEstimateBudgetAndOptions(t *testing.T) {
 	ctx, svc, classes := harness(t)
-	b, err := budget.New(budget.Options{Rules: rules{b: &budget.Budget{Amount: 1000}, a: &budget.Approval{LaunchCeiling: 100}},
+	b, err := budget.New(budget.Options{Rules: rules{b: &budget.Budget{Amount: 1000}, a: &budget.Approval{LaunchCeiling: 100}}, Readers: workloadtest.AllowAll{},
 		Spender: spend(250), Store: nopStore{}, Log: slog.New(slog.DiscardHandler), Now: time.Now})
 	if err != nil {
 		t.Fatal(err)
@@ -230,7 +230,7 @@ func (nopStore) RecordBudgetAlert(context.Context, budget.Alert, notify.Message)
 	return false, nil
 }
 func (nopStore) Teams(context.Context) ([]string, error) { return nil, nil }
-func (nopStore) BudgetAlerts(context.Context, string, time.Time) ([]budget.Alert, error) {
+func (nopStore) BudgetAlerts(context.Context, team.Name, time.Time) ([]budget.Alert, error) {
 	return nil, nil
 }
 func (nopStore) AppendAudit(_ context.Context, r audit.Record) (audit.Record, error) { return r, nil }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/gantryhq/gantry/internal/quota"
 	"github.com/gantryhq/gantry/internal/render"
+	"github.com/gantryhq/gantry/internal/team"
 	"github.com/gantryhq/gantry/internal/workload"
 )
 
@@ -338,11 +339,11 @@ func (c *Cluster) release(ctx context.Context, u *unstructured.Unstructured) err
 // HoldQueue implements workload.Cluster: the team's ClusterQueue gets
 // stopPolicy Hold now (Kueue admits nothing new from it), ahead of the quota
 // sync that keeps it so while the team's budget blocks launches.
-func (c *Cluster) HoldQueue(ctx context.Context, team string) error {
+func (c *Cluster) HoldQueue(ctx context.Context, t team.Name) error {
 	patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"stopPolicy": "Hold"}})
-	_, err := c.dyn.Resource(kueueResources["ClusterQueue"]).Patch(ctx, quota.ClusterQueue(team), types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+	_, err := c.dyn.Resource(kueueResources["ClusterQueue"]).Patch(ctx, quota.ClusterQueue(t), types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
 	if err != nil && !apierrors.IsNotFound(err) {
-		return classify(err, "ClusterQueue", quota.ClusterQueue(team))
+		return classify(err, "ClusterQueue", quota.ClusterQueue(t))
 	}
 	return nil
 }

@@ -40,6 +40,7 @@ import (
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/quota"
 	"github.com/gantryhq/gantry/internal/render"
+	"github.com/gantryhq/gantry/internal/team"
 	"github.com/gantryhq/gantry/internal/workload"
 )
 
@@ -152,7 +153,8 @@ func (c *Cluster) Ping(ctx context.Context) error {
 // EnsureNamespace applies a team's namespace, enforcing Pod Security
 // "restricted", and its default-deny ingress NetworkPolicy, at most once a
 // minute per process (see Cluster.namespaces).
-func (c *Cluster) EnsureNamespace(ctx context.Context, name, team string) error {
+func (c *Cluster) EnsureNamespace(ctx context.Context, name string, t team.Name) error {
+	team := t.String()
 	if at, ok := c.namespaces.Load(name); ok && time.Since(at.(time.Time)) < namespaceTTL {
 		return nil
 	}
@@ -189,7 +191,7 @@ func (c *Cluster) EnsureNamespace(ctx context.Context, name, team string) error 
 		return classify(err, "network policy", DefaultDenyPolicy)
 	}
 	if c.kueue {
-		if err := c.applyKueue(ctx, quota.LocalQueueObject(name, team)); err != nil {
+		if err := c.applyKueue(ctx, quota.LocalQueueObject(name, t)); err != nil {
 			return err
 		}
 	}
@@ -278,7 +280,7 @@ func (c *Cluster) apply(ctx context.Context, o render.Object, owner *metav1.Owne
 	out, err := patch()
 	if err != nil && c.namespaceGone(err, o.GetNamespace()) {
 		// The namespace this process applied is gone: apply it again, once.
-		if err = c.EnsureNamespace(ctx, o.GetNamespace(), o.GetLabels()[render.LabelTeam]); err == nil {
+		if err = c.EnsureNamespace(ctx, o.GetNamespace(), team.Name(o.GetLabels()[render.LabelTeam])); err == nil {
 			out, err = patch()
 		}
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/quota"
 	"github.com/gantryhq/gantry/internal/render"
+	"github.com/gantryhq/gantry/internal/team"
 	"github.com/gantryhq/gantry/internal/workload"
 )
 
@@ -274,7 +275,7 @@ func kueueReason(reason string, position int) string {
 // QueueUsage implements estimate.Cluster: the GPUs (gpu-milli / 1000) of
 // class's flavor that the team's ClusterQueue has reserved, and how many of
 // its workloads wait.
-func (c *Cluster) QueueUsage(ctx context.Context, team, class string) (float64, int, error) {
+func (c *Cluster) QueueUsage(ctx context.Context, team team.Name, class string) (float64, int, error) {
 	cq, err := c.dyn.Resource(kueueResources["ClusterQueue"]).Get(ctx, quota.ClusterQueue(team), metav1.GetOptions{})
 	if err != nil {
 		if apierrors.IsNotFound(err) {

@@ -18,6 +18,7 @@ import (
 	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/kube"
 	"github.com/gantryhq/gantry/internal/quota"
+	gteam "github.com/gantryhq/gantry/internal/team"
 	"github.com/gantryhq/gantry/internal/template"
 	"github.com/gantryhq/gantry/internal/waitfor"
 	"github.com/gantryhq/gantry/internal/workload"
@@ -48,7 +49,7 @@ func newQueueTest(t *testing.T, quotas map[string]quota.Quota) *queueTest {
 		t.Fatal(err)
 	}
 	for team := range quotas {
-		if err := k.EnsureNamespace(ctx, "gantry-"+team, team); err != nil {
+		if err := k.EnsureNamespace(ctx, "gantry-"+team, gteam.Name(team)); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/render"
+	"github.com/gantryhq/gantry/internal/team"
 	"github.com/gantryhq/gantry/internal/workload"
 )
 
@@ -72,7 +73,7 @@ func (l *Lazy) Ping(ctx context.Context) error {
 }
 
 // EnsureNamespace implements workload.Cluster.
-func (l *Lazy) EnsureNamespace(ctx context.Context, name, team string) error {
+func (l *Lazy) EnsureNamespace(ctx context.Context, name string, team team.Name) error {
 	c, err := l.get()
 	if err != nil {
 		return err
@@ -144,7 +145,7 @@ func (l *Lazy) SetAdmission(ctx context.Context, namespace, id string, a workloa
 }
 
 // HoldQueue implements workload.Cluster.
-func (l *Lazy) HoldQueue(ctx context.Context, team string) error {
+func (l *Lazy) HoldQueue(ctx context.Context, team team.Name) error {
 	c, err := l.get()
 	if err != nil {
 		return err
@@ -153,7 +154,7 @@ func (l *Lazy) HoldQueue(ctx context.Context, team string) error {
 }
 
 // QueueUsage implements estimate.Cluster.
-func (l *Lazy) QueueUsage(ctx context.Context, team, class string) (float64, int, error) {
+func (l *Lazy) QueueUsage(ctx context.Context, team team.Name, class string) (float64, int, error) {
 	c, err := l.get()
 	if err != nil {
 		return 0, 0, err

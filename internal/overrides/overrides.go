@@ -19,6 +19,7 @@ import (
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/offhours"
+	"github.com/gantryhq/gantry/internal/team"
 	"github.com/gantryhq/gantry/internal/template"
 )
 
@@ -118,16 +119,16 @@ func same(t *template.Template) Lookup {
 
 // Store keeps each team's settings.
 type Store interface {
-	TeamSettings(ctx context.Context, team string) (Settings, error)
+	TeamSettings(ctx context.Context, t team.Name) (Settings, error)
 	// PutTeamSettings replaces the team's settings and returns their new
 	// version; with ifVersion, only if that is the version stored (0: none
 	// yet), else *fault.Stale — decided in the statement that writes.
-	PutTeamSettings(ctx context.Context, team string, s Settings, ifVersion *int64) (int64, error)
+	PutTeamSettings(ctx context.Context, t team.Name, s Settings, ifVersion *int64) (int64, error)
 }
 
 // Authorizer decides what the caller may do in a team.
 type Authorizer interface {
-	Allowed(id identity.Identity, team string, permission access.Permission) bool
+	Allowed(id identity.Identity, t team.Name, permission access.Permission) bool
 }
 
 // Service reads and changes teams' settings: whoever may read a team's
@@ -148,20 +149,20 @@ func NewService(store Store, authz Authorizer, lookup func(ctx context.Context, 
 }
 
 // Get is team's settings; another team's is *fault.NotFound.
-func (s *Service) Get(ctx context.Context, team string) (Settings, error) {
+func (s *Service) Get(ctx context.Context, team team.Name) (Settings, error) {
 	id, _ := identity.From(ctx)
 	if !s.authz.Allowed(id, team, access.WorkloadsRead) {
-		return Settings{}, &fault.NotFound{Kind: "team", Name: team, Denied: "may not read team " + team}
+		return Settings{}, &fault.NotFound{Kind: "team", Name: team.String(), Denied: "may not read team " + team.String()}
 	}
 	return s.store.TeamSettings(ctx, team)
 }
 
 // Put replaces team's settings after checking them against the templates'
 // limits.
-func (s *Service) Put(ctx context.Context, team string, set Settings, ifVersion *int64) (Settings, error) {
+func (s *Service) Put(ctx context.Context, team team.Name, set Settings, ifVersion *int64) (Settings, error) {
 	id, _ := identity.From(ctx)
 	if !s.authz.Allowed(id, team, access.WorkloadsRead) {
-		return Settings{}, &fault.NotFound{Kind: "team", Name: team, Denied: "may not read team " + team}
+		return Settings{}, &fault.NotFound{Kind: "team", Name: team.String(), Denied: "may not read team " + team.String()}
 	}
 	if !s.authz.Allowed(id, team, access.MembersManage) {
 		return Settings{}, &fault.Forbidden{Reason: fmt.Sprintf("only a team-admin of %q may change its settings", team)}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/gpu"
+	"github.com/gantryhq/gantry/internal/team"
 )
 
 // Kueue's API, and the names Gantry gives its objects.
@@ -104,7 +105,7 @@ func dnsLabel(s string) bool {
 func Flavor(class string) string { return "gantry-" + strings.ToLower(class) }
 
 // ClusterQueue names a team's ClusterQueue.
-func ClusterQueue(team string) string { return "gantry-" + team }
+func ClusterQueue(t team.Name) string { return "gantry-" + t.String() }
 
 // Cohort names a policy cohort's Kueue Cohort.
 func Cohort(name string) string { return "gantry-" + name }
@@ -149,7 +150,7 @@ func Objects(classes *gpu.Catalog, teams map[string]Quota, priorities []Priority
 		})
 	}
 	for _, t := range sortedKeys(teams) {
-		cq := ClusterQueueObject(classes, t, teams[t])
+		cq := ClusterQueueObject(classes, team.Name(t), teams[t])
 		spec := cq["spec"].(map[string]any)
 		if opt.ApprovalCheck {
 			spec["admissionChecksStrategy"] = map[string]any{"admissionChecks": []any{map[string]any{"name": ApprovalCheck}}}
@@ -186,7 +187,8 @@ func PriorityClass(priority string) string { return "gantry-" + priority }
 // ClusterQueueObject is a team's ClusterQueue: nominal quota per class
 // flavor, in its cohort when it has one, admitting only from the team's
 // namespaces.
-func ClusterQueueObject(classes *gpu.Catalog, team string, q Quota) Object {
+func ClusterQueueObject(classes *gpu.Catalog, t team.Name, q Quota) Object {
+	team := t.String()
 	var flavors []any
 	for _, c := range classes.Names() {
 		r := map[string]any{"name": GPUMilli, "nominalQuota": quantity(q.For(c))}
@@ -207,7 +209,7 @@ func ClusterQueueObject(classes *gpu.Catalog, team string, q Quota) Object {
 	if q.Cohort != "" {
 		spec["cohortName"] = Cohort(q.Cohort)
 	}
-	return Object{"apiVersion": APIVersion, "kind": "ClusterQueue", "metadata": meta(ClusterQueue(team), map[string]any{"gantry.dev/team": team}), "spec": spec}
+	return Object{"apiVersion": APIVersion, "kind": "ClusterQueue", "metadata": meta(ClusterQueue(t), map[string]any{"gantry.dev/team": team}), "spec": spec}
 }
 
 // For is the team's quota of class c, in GPUs.
@@ -227,11 +229,12 @@ func lookup(m map[string]float64, c string) (float64, bool) {
 }
 
 // LocalQueueObject is the queue in a team's namespace.
-func LocalQueueObject(namespace, team string) Object {
+func LocalQueueObject(namespace string, t team.Name) Object {
+	team := t.String()
 	return Object{
 		"apiVersion": APIVersion, "kind": "LocalQueue",
 		"metadata": map[string]any{"name": LocalQueue, "namespace": namespace, "labels": map[string]any{labelManagedBy: managedBy, "gantry.dev/team": team}},
-		"spec":     map[string]any{"clusterQueue": ClusterQueue(team)},
+		"spec":     map[string]any{"clusterQueue": ClusterQueue(t)},
 	}
 }
 

@@ -697,14 +697,14 @@ func (s *Server) syncQuotas(c *kube.Cluster) func(context.Context) {
 		}
 		for _, t := range onCluster {
 			if _, ok := teams[t]; !ok {
-				teams[t] = policy.Quota(t)
+				teams[t] = policy.Quota(team.Name(t))
 			}
 		}
 		// Every queue carries Gantry's approval check; a team whose spent
 		// budget blocks launches has its queue held.
 		held := map[string]bool{}
 		for t := range teams {
-			_, ok, err := s.Budgets.Held(ctx, t)
+			_, ok, err := s.Budgets.Held(ctx, team.Name(t))
 			if err != nil {
 				// Not known: keep the queues as last applied rather than
 				// release a hold by accident.

@@ -14,6 +14,7 @@ import (
 	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/notify"
 	"github.com/gantryhq/gantry/internal/overrides"
+	"github.com/gantryhq/gantry/internal/team"
 )
 
 // RecordBudgetAlert implements budget.Store: the alert is recorded, and its
@@ -39,7 +40,8 @@ func (s *Store) RecordBudgetAlert(ctx context.Context, a budget.Alert, m notify.
 
 // BudgetAlerts implements budget.Store: the alerts recorded for a team's
 // period, oldest first.
-func (s *Store) BudgetAlerts(ctx context.Context, team string, from time.Time) ([]budget.Alert, error) {
+func (s *Store) BudgetAlerts(ctx context.Context, t team.Name, from time.Time) ([]budget.Alert, error) {
+	team := t.String()
 	rows, err := s.read.QueryContext(ctx, s.q(`SELECT team, cost_center, period_start, threshold_pct, at, spent, amount FROM budget_alerts
 		WHERE team = ? AND period_start = ? ORDER BY at, cost_center, threshold_pct`), team, from.UnixMicro())
 	if err != nil {
@@ -156,7 +158,8 @@ func (s *Store) PriceHistory(ctx context.Context, class string) ([]gpu.PriceReco
 
 // TeamSettings implements overrides.Store: a team's settings (none: empty,
 // version 0).
-func (s *Store) TeamSettings(ctx context.Context, team string) (overrides.Settings, error) {
+func (s *Store) TeamSettings(ctx context.Context, t team.Name) (overrides.Settings, error) {
+	team := t.String()
 	var data, by string
 	var at, version int64
 	err := s.read.QueryRowContext(ctx, s.q(`SELECT data, updated_by, updated_at, version FROM team_settings WHERE team = ?`), team).Scan(&data, &by, &at, &version)
@@ -179,7 +182,8 @@ func (s *Store) TeamSettings(ctx context.Context, team string) (overrides.Settin
 
 // PutTeamSettings implements overrides.Store: the team's settings replaced
 // in one statement, which also checks the version when one is given.
-func (s *Store) PutTeamSettings(ctx context.Context, team string, set overrides.Settings, ifVersion *int64) (int64, error) {
+func (s *Store) PutTeamSettings(ctx context.Context, t team.Name, set overrides.Settings, ifVersion *int64) (int64, error) {
+	team := t.String()
 	data, err := json.Marshal(set)
 	if err != nil {
 		return 0, err

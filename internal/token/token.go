@@ -70,8 +70,8 @@ type Service struct {
 // Teams is the policy as far as narrowing a token asks it: whether a team
 // exists and whether the owner reads in it.
 type Teams interface {
-	Known(team string) bool
-	Allowed(id identity.Identity, team string, permission access.Permission) bool
+	Known(t team.Name) bool
+	Allowed(id identity.Identity, t team.Name, permission access.Permission) bool
 }
 
 // New returns a token service; every token acts as its owner is now, never
@@ -116,11 +116,11 @@ func (s *Service) Create(ctx context.Context, req Request) (Token, string, error
 	if req.Team != "" {
 		owner := owner
 		owner.TokenID, owner.TokenTeam, owner.ReadOnly = "", "", false
-		if _, err := team.Parse(req.Team); err != nil {
+		if t, err := team.Parse(req.Team); err != nil {
 			errs.AddErr("", err)
-		} else if !s.teams.Known(req.Team) {
+		} else if !s.teams.Known(t) {
 			errs.Addf("team", "%q is not a team of the policy: a token narrowed to it would grant nothing", req.Team)
-		} else if !s.teams.Allowed(owner, req.Team, access.WorkloadsRead) {
+		} else if !s.teams.Allowed(owner, t, access.WorkloadsRead) {
 			errs.Addf("team", "you hold no role in team %q: a token narrowed to it would grant nothing", req.Team)
 		}
 	}

@@ -11,8 +11,10 @@ import (
 	"github.com/gantryhq/gantry/internal/budget"
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/identity"
+	"github.com/gantryhq/gantry/internal/team"
 	"github.com/gantryhq/gantry/internal/template"
 	"github.com/gantryhq/gantry/internal/workload"
+	"github.com/gantryhq/gantry/internal/workload/workloadtest"
 )
 
 // rules is a policy's budgets and approval rules, fixed for a test.
@@ -21,14 +23,16 @@ type rules struct {
 	approvals map[string]budget.Approval
 }
 
-func (r rules) Budget(t string) *budget.Budget {
+func (r rules) Budget(tm team.Name) *budget.Budget {
+	t := tm.String()
 	if b, ok := r.budgets[t]; ok {
 		return &b
 	}
 	return nil
 }
 
-func (r rules) Approval(t string) *budget.Approval {
+func (r rules) Approval(tm team.Name) *budget.Approval {
+	t := tm.String()
 	if a, ok := r.approvals[t]; ok {
 		return &a
 	}
@@ -41,7 +45,7 @@ func (r rules) Budgets() map[string]budget.Budget { return r.budgets }
 // harness's store) follows r.
 func withRules(t *testing.T, r rules, kueue bool) *harness {
 	return newHarnessWith(t, func(h *harness) workload.Budgets {
-		b, err := budget.New(budget.Options{Rules: r, Spender: workload.NewMeter(h.store, h.cat, h.clock), Store: h.store,
+		b, err := budget.New(budget.Options{Rules: r, Readers: workloadtest.AllowAll{}, Spender: workload.NewMeter(h.store, h.cat, h.clock), Store: h.store,
 			Log: slog.New(slog.DiscardHandler), Now: h.clock, Fresh: time.Nanosecond})
 		if err != nil {
 			t.Fatal(err)

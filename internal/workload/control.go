@@ -34,7 +34,7 @@ func (s *Service) Report(ctx context.Context, id string, st Status, reason strin
 		// A team whose spent budget blocks launches has its queue held by
 		// Kueue: say why in the budget's words, not the queue's.
 		if w, err := s.store.Workload(ctx, id); err == nil {
-			if why, held, err := s.budgets.Held(ctx, w.Team.String()); err == nil && held {
+			if why, held, err := s.budgets.Held(ctx, w.Team); err == nil && held {
 				reason = HeldPrefix + why
 			}
 		}
@@ -227,7 +227,7 @@ func (s *Service) Evicted(ctx context.Context, id string, pods []string) (Worklo
 // stopped workload cannot be held for one). The per-launch ceiling was
 // weighed when it was launched.
 func (s *Service) mayRestart(ctx context.Context, w Workload) error {
-	v, _, err := s.budgets.Verdict(ctx, w.Team.String(), 0, 0)
+	v, _, err := s.budgets.Verdict(ctx, w.Team, 0, 0)
 	if err != nil {
 		return err
 	}

@@ -116,8 +116,8 @@ func NewMeter(store Store, templates Templates, now func() time.Time) *Meter {
 
 // Spend implements budget.Spender: what team's workloads cost in [from,
 // to), in all and by their templates' cost centers.
-func (m *Meter) Spend(ctx context.Context, t string, from, to time.Time) (float64, map[string]float64, error) {
-	runs, err := m.store.WorkloadRuns(ctx, from, to, []team.Name{team.Name(t)})
+func (m *Meter) Spend(ctx context.Context, t team.Name, from, to time.Time) (float64, map[string]float64, error) {
+	runs, err := m.store.WorkloadRuns(ctx, from, to, []team.Name{t})
 	if err != nil {
 		return 0, nil, err
 	}

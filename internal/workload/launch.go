@@ -78,7 +78,7 @@ func (s *Service) Preview(ctx context.Context, owner string, req Request) (Rende
 	if err != nil {
 		return Rendered{}, err
 	}
-	if err := s.authz.MayUse(req.Team.String(), uses(rd)); err != nil {
+	if err := s.authz.MayUse(req.Team, uses(rd)); err != nil {
 		return Rendered{}, &fault.Forbidden{Reason: policyReason(err)}
 	}
 	return rd, nil
@@ -95,7 +95,7 @@ func (s *Service) launchable(ctx context.Context, owner string, req Request, id 
 	if err != nil {
 		return Rendered{}, err
 	}
-	if err := s.authz.MayUse(req.Team.String(), uses(rd)); err != nil {
+	if err := s.authz.MayUse(req.Team, uses(rd)); err != nil {
 		return Rendered{}, &fault.Forbidden{Reason: policyReason(err)}
 	}
 	return rd, nil
@@ -293,7 +293,7 @@ func (s *Service) govern(ctx context.Context, w *Workload, rd Rendered) error {
 	if d, err := time.ParseDuration(rd.Version.Template.Spec.Lifecycle.MaxRuntime); err == nil {
 		hours = d.Hours()
 	}
-	v, expiry, err := s.budgets.Verdict(ctx, w.Team.String(), w.PricePerHour, hours)
+	v, expiry, err := s.budgets.Verdict(ctx, w.Team, w.PricePerHour, hours)
 	if err != nil {
 		return err
 	}
@@ -304,7 +304,7 @@ func (s *Service) govern(ctx context.Context, w *Workload, rd Rendered) error {
 		w.Reason = HeldPrefix + v.Why
 		// Not only at the next quota sync: this launch must not slip in.
 		if s.cluster != nil {
-			if err := s.cluster.HoldQueue(ctx, w.Team.String()); err != nil {
+			if err := s.cluster.HoldQueue(ctx, w.Team); err != nil {
 				s.log.WarnContext(ctx, "team's queue not held at once; the next quota sync holds it", "workload_id", w.ID, "team", w.Team, "err", err)
 			}
 		}
@@ -386,7 +386,7 @@ const waitingForCluster = "waiting for the Kubernetes API server; the launch is 
 // is returned). Whatever the cluster reported meanwhile is kept: only the
 // applied hash and the waiting reason change.
 func (s *Service) apply(ctx context.Context, w Workload, objs []render.Object) (Workload, error) {
-	err := s.cluster.EnsureNamespace(ctx, s.namespace(w.Team), w.Team.String())
+	err := s.cluster.EnsureNamespace(ctx, s.namespace(w.Team), w.Team)
 	if err == nil {
 		err = s.cluster.Apply(ctx, objs)
 	}

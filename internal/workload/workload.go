@@ -190,7 +190,7 @@ type Store interface {
 
 // Cluster is where workloads run.
 type Cluster interface {
-	EnsureNamespace(ctx context.Context, name, team string) error
+	EnsureNamespace(ctx context.Context, name string, t team.Name) error
 	Apply(ctx context.Context, objs []render.Object) error
 	Delete(ctx context.Context, namespace, kind, name string) error
 	// Events returns the events of objects whose names start with prefix.
@@ -210,7 +210,7 @@ type Cluster interface {
 	SetAdmission(ctx context.Context, namespace, id string, a Admission) error
 	// HoldQueue holds the team's Kueue queue (stopPolicy Hold) at once,
 	// ahead of the next quota sync, which keeps it so.
-	HoldQueue(ctx context.Context, team string) error
+	HoldQueue(ctx context.Context, t team.Name) error
 }
 
 // ObjectRef names a workload's primary object on the cluster.
@@ -237,9 +237,9 @@ type Event struct {
 // Authorizer decides what the caller (the identity in the context) may do in a
 // team.
 type Authorizer interface {
-	Allowed(id identity.Identity, team string, permission access.Permission) bool
+	Allowed(id identity.Identity, team team.Name, permission access.Permission) bool
 	Teams(id identity.Identity, permission access.Permission) (all bool, teams []string)
-	MayUse(team string, u access.Use) error
+	MayUse(team team.Name, u access.Use) error
 }
 
 // Templates finds template versions and the GPU classes they are checked against.
@@ -262,9 +262,9 @@ type Budgets interface {
 	// Verdict decides on a launch in team costing pricePerHour for hours
 	// (its max runtime; 0: none): held, waiting for approval (for how
 	// long), or neither.
-	Verdict(ctx context.Context, team string, pricePerHour, hours float64) (budget.Verdict, time.Duration, error)
+	Verdict(ctx context.Context, t team.Name, pricePerHour, hours float64) (budget.Verdict, time.Duration, error)
 	// Held says whether the team's spent budget holds its launches, and why.
-	Held(ctx context.Context, team string) (why string, held bool, err error)
+	Held(ctx context.Context, t team.Name) (why string, held bool, err error)
 }
 
 // Options is what a Service is made of. Store, Templates, Namespace,
@@ -354,7 +354,7 @@ func (s *Service) clock() time.Time { return s.now().UTC().Truncate(time.Microse
 // may reports whether the caller may do permission in team.
 func (s *Service) may(ctx context.Context, t team.Name, permission access.Permission) bool {
 	id, ok := identity.From(ctx)
-	return ok && s.authz.Allowed(id, t.String(), permission)
+	return ok && s.authz.Allowed(id, t, permission)
 }
 
 // flag sets each workload's TemplateStatus, one lookup per template version.

@@ -19,6 +19,7 @@ import (
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/render"
+	"github.com/gantryhq/gantry/internal/team"
 	"github.com/gantryhq/gantry/internal/workload"
 )
 
@@ -26,13 +27,13 @@ import (
 type AllowAll struct{}
 
 // Allowed implements workload.Authorizer.
-func (AllowAll) Allowed(identity.Identity, string, access.Permission) bool { return true }
+func (AllowAll) Allowed(identity.Identity, team.Name, access.Permission) bool { return true }
 
 // Teams implements workload.Authorizer.
 func (AllowAll) Teams(identity.Identity, access.Permission) (bool, []string) { return true, nil }
 
 // MayUse implements workload.Authorizer.
-func (AllowAll) MayUse(string, access.Use) error { return nil }
+func (AllowAll) MayUse(team.Name, access.Use) error { return nil }
 
 // Cluster is an in-memory workload.Cluster: applied primary objects and
 // whether each runs. SetErr makes every call fail.
@@ -62,7 +63,7 @@ func (c *Cluster) SetErr(err error) {
 }
 
 // EnsureNamespace implements workload.Cluster.
-func (c *Cluster) EnsureNamespace(context.Context, string, string) error {
+func (c *Cluster) EnsureNamespace(context.Context, string, team.Name) error {
 	return c.fail()
 }
 
@@ -126,7 +127,8 @@ func (c *Cluster) SetAdmission(_ context.Context, _ string, id string, a workloa
 }
 
 // HoldQueue implements workload.Cluster: it records the hold.
-func (c *Cluster) HoldQueue(_ context.Context, team string) error {
+func (c *Cluster) HoldQueue(_ context.Context, t team.Name) error {
+	team := t.String()
 	if err := c.fail(); err != nil {
 		return err
 	}
@@ -140,7 +142,8 @@ func (c *Cluster) HoldQueue(_ context.Context, team string) error {
 }
 
 // Held says whether the team's queue was held.
-func (c *Cluster) Held(team string) bool {
+func (c *Cluster) Held(t team.Name) bool {
+	team := t.String()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.held[team]
@@ -159,12 +162,12 @@ func (c *Cluster) Admission(id string) (workload.Admission, bool) {
 type NoBudgets struct{}
 
 // Verdict implements workload.Budgets.
-func (NoBudgets) Verdict(context.Context, string, float64, float64) (budget.Verdict, time.Duration, error) {
+func (NoBudgets) Verdict(context.Context, team.Name, float64, float64) (budget.Verdict, time.Duration, error) {
 	return budget.Verdict{}, budget.DefaultExpiry, nil
 }
 
 // Held implements workload.Budgets.
-func (NoBudgets) Held(context.Context, string) (string, bool, error) { return "", false, nil }
+func (NoBudgets) Held(context.Context, team.Name) (string, bool, error) { return "", false, nil }
 
 // Events implements workload.Cluster: none.
 func (c *Cluster) Events(context.Context, string, string) ([]workload.Event, error) {

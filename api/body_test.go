@@ -48,3 +48,26 @@ func TestDuplicateKeysRefused(t *testing.T) {
 		t.Fatalf("duplicate key in a launch: %d %+v, want 422 naming parameters.epochs", s, p)
 	}
 }
+
+// TestDeepBodyWhateverTheMediaTypeCase: the one pass over JSON bodies runs
+// however the media type is spelt (application/JSON, a +json suffix), so the
+// depth bound cannot be stepped around.
+func TestDeepBodyWhateverTheMediaTypeCase(t *testing.T) {
+	e := newEnv(t, alice)
+	body := `{"template":"pytorch-train","team":"vision","parameters":` + strings.Repeat("[", 1000) + strings.Repeat("]", 1000) + `}`
+	for _, ct := range []string{"application/JSON", "Application/Json; charset=utf-8", "application/problem+json"} {
+		req, _ := http.NewRequest("POST", e.url+"/api/v1/workloads", strings.NewReader(body))
+		req.Header.Set("Content-Type", ct)
+		req.Header.Set("Authorization", "Bearer test.jwt.token")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var p problem
+		json.NewDecoder(resp.Body).Decode(&p)
+		resp.Body.Close()
+		if resp.StatusCode != 400 || len(p.Errors) == 0 || !strings.Contains(p.Errors[0].Detail, "nested deeper than 64") {
+			t.Errorf("Content-Type %s: %d %+v, want a 400 naming the depth", ct, resp.StatusCode, p)
+		}
+	}
+}

@@ -123,7 +123,7 @@ func (s *server) PutTeamSettings(ctx context.Context, req gen.PutTeamSettingsReq
 		in.Templates[name] = overrides.Template{IdleTimeout: deref(o.IdleTimeout), Sleep: deref(o.Sleep)}
 	}
 	var ifVersion *int64
-	if req.Params.IfMatch != nil {
+	if req.Params.IfMatch != nil && strings.TrimSpace(*req.Params.IfMatch) != "*" { // "*": whatever version exists
 		v, ok := parseETag(*req.Params.IfMatch)
 		if !ok {
 			return nil, &fault.Invalid{Fields: []fault.Field{{Path: "header.If-Match", Message: fmt.Sprintf("%q is not an ETag of these settings (such as \"v3\")", *req.Params.IfMatch)}}}

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -141,6 +142,22 @@ func identify(cr credentials, agents AgentAuthenticator) echo.MiddlewareFunc {
 	}
 }
 
+// liveSinceKey holds, in the echo context, the change feed's position when
+// the request arrived (before it was authenticated).
+const liveSinceKey = "gantry.live.since"
+
+// liveSince notes the change feed's position as the request arrives: a
+// revocation published after it, before liveConns registers the request,
+// is checked against it at once.
+func liveSince(reg *live.Registry) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			c.Set(liveSinceKey, reg.Seq())
+			return next(c)
+		}
+	}
+}
+
 // liveConns registers every long-lived response — a workload's watch
 // stream, its followed log, a request to its app (every websocket among
 // them) — with the registry, under the credential, the user and the
@@ -156,8 +173,11 @@ func liveConns(reg *live.Registry, cr credentials, workloads *workload.Service) 
 			switch {
 			case c.Path() == "/api/v1/workloads/:id/watch":
 				wid, watch, stream = c.Param("id"), true, true
-			case c.Path() == "/api/v1/workloads/:id/logs" && r.URL.Query().Get("follow") == "true":
-				wid, stream = c.Param("id"), true
+			case c.Path() == "/api/v1/workloads/:id/logs":
+				// follow is read as the handler reads it (1, t, TRUE…);
+				// every log request is registered, a followed one counted.
+				follow, _ := strconv.ParseBool(r.URL.Query().Get("follow"))
+				wid, stream = c.Param("id"), follow
 			case isInteractive(r.URL.Path):
 				var ok bool
 				if wid, _, ok = interactive.Split(r.URL.Path); !ok {
@@ -173,15 +193,20 @@ func liveConns(reg *live.Registry, cr credentials, workloads *workload.Service) 
 			}
 			probe := r.Clone(context.Background()) // its credential, for the rechecks
 			probe.Body = nil
+			// A recheck's refusal closes the connection (live.Refused);
+			// anything else (the store or the provider not answering) is
+			// passing, and the connection stays.
 			recheck := func(ctx context.Context) error {
 				fresh, _, err := cr.authenticate(probe.WithContext(ctx))
 				switch {
 				case errors.Is(err, errStore):
-					return &fault.Unavailable{What: "the credential check", Err: err}
+					return err
+				case err != nil && refusedCredential(err):
+					return &live.Refused{Err: err}
 				case err != nil:
 					return err
 				case fresh.String() != id.String():
-					return errors.New("the credential now names someone else")
+					return &live.Refused{Err: errors.New("the credential now names someone else")}
 				}
 				fctx := identity.With(ctx, fresh)
 				if app {
@@ -189,9 +214,16 @@ func liveConns(reg *live.Registry, cr credentials, workloads *workload.Service) 
 				} else {
 					_, err = workloads.Get(fctx, wid)
 				}
+				var nf *fault.NotFound
+				var fb *fault.Forbidden
+				var conf *fault.Conflict
+				if errors.As(err, &nf) || errors.As(err, &fb) || errors.As(err, &conf) {
+					return &live.Refused{Err: err}
+				}
 				return err
 			}
-			ctx, h, err := reg.Open(r.Context(), live.Conn{Workload: wid, User: id.String(), Token: id.TokenID, Stream: stream, Watch: watch, Recheck: recheck})
+			since, _ := c.Get(liveSinceKey).(int64)
+			ctx, h, err := reg.Open(r.Context(), live.Conn{Workload: wid, User: id.String(), Token: id.TokenID, Stream: stream, Watch: watch, Recheck: recheck, Since: since})
 			if err != nil {
 				return err
 			}
@@ -200,6 +232,14 @@ func liveConns(reg *live.Registry, cr credentials, workloads *workload.Service) 
 			return next(c)
 		}
 	}
+}
+
+// refusedCredential says whether an authentication error is the credential's
+// own (revoked, expired, signed out, deactivated, stale, forged), not a
+// failure to check it.
+func refusedCredential(err error) bool {
+	return errors.Is(err, token.ErrInvalid) || errors.Is(err, weblogin.ErrNoSession) || errors.Is(err, user.ErrDeactivated) ||
+		errors.Is(err, user.ErrStale) || errors.Is(err, authn.ErrInvalidToken) || errors.Is(err, authn.ErrNoCredentials)
 }
 
 // AgentPath is where node agents push telemetry.

@@ -66,6 +66,9 @@ type Options struct {
 	// Identify verifies a bearer JWT (not a personal access token); with it
 	// nil, only tokens and sessions authenticate.
 	Identify func(*http.Request) (identity.Identity, error)
+	// RecheckBearer verifies a bearer JWT again for an open stream, without
+	// recording anything (Identify records the user's groups); nil: Identify.
+	RecheckBearer func(*http.Request) (identity.Identity, error)
 	// Sessions authenticates signed-in browsers by their session cookie.
 	Sessions SessionAuthenticator
 	// SignIn is what GET /auth/config tells clients.
@@ -126,6 +129,10 @@ func New(o Options) (*echo.Echo, error) {
 		return nil, errors.New("api: a live connection registry is required")
 	}
 	cr := credentials{bearer: o.Identify, tokens: o.Tokens, sessions: o.Sessions}
+	recheck := cr
+	if o.RecheckBearer != nil {
+		recheck.bearer = o.RecheckBearer
+	}
 	if o.Own == nil {
 		o.Own = ownmetrics.New()
 	}
@@ -143,9 +150,10 @@ func New(o Options) (*echo.Echo, error) {
 			Skipper: func(c echo.Context) bool { return isInteractive(c.Request().URL.Path) }}), // an app's uploads are its business
 		secureHeaders,
 		limitAnonymous(o.Anonymous),
+		liveSince(o.Live),
 		identify(cr, o.Agents),
 		validate,
-		liveConns(o.Live, cr, o.Workloads),
+		liveConns(o.Live, recheck, o.Workloads),
 	)
 	s := &server{o: o}
 	gen.RegisterHandlers(e, gen.NewStrictHandler(s, nil))

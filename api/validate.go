@@ -138,7 +138,7 @@ func validator(spec []byte, authorize func(identity.Identity, access.Permission)
 // size. The body is put back for what follows; one that is not JSON is left
 // to the spec validation.
 func checkBody(req *http.Request) error {
-	if req.Body == nil || req.Body == http.NoBody || !strings.Contains(req.Header.Get("Content-Type"), "json") {
+	if req.Body == nil || req.Body == http.NoBody || !strings.Contains(strings.ToLower(req.Header.Get("Content-Type")), "json") {
 		return nil
 	}
 	data, err := io.ReadAll(req.Body)

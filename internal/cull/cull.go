@@ -45,9 +45,9 @@ type Templates interface {
 
 // Stopper stops a workload as idle, and says why it may be soon.
 type Stopper interface {
-	// IdleStop stops it unless a person used it after quietSince (zero: in
-	// any case).
-	IdleStop(ctx context.Context, id, reason string, quietSince time.Time) (workload.Workload, error)
+	// IdleStop stops it unless a person used it after lastUse (zero: never
+	// used); nil: in any case.
+	IdleStop(ctx context.Context, id, reason string, lastUse *time.Time) (workload.Workload, error)
 	// Notice sets a running workload's reason (a warning; "" clears it).
 	Notice(ctx context.Context, id, reason string) error
 }
@@ -188,7 +188,7 @@ func (c *Culler) Run(ctx context.Context) (int, error) {
 			since = w.UpdatedAt
 		}
 		if why, sleep := offHours(lc.Sleep, now, since); sleep {
-			if c.stop(ctx, w, why, time.Time{}, &n, &errs) { // a schedule's stop, whatever the use
+			if c.stop(ctx, w, why, nil, &n, &errs) { // a schedule's stop, whatever the use
 				continue
 			}
 		}
@@ -229,7 +229,7 @@ func (c *Culler) Run(ctx context.Context) (int, error) {
 		}
 		verdict := Decide(now, timeout, since, gpu, person)
 		if verdict.Stop && !now.Before(prev.stopAt) {
-			if c.stop(ctx, w, verdict.Reason, person, &n, &errs) {
+			if c.stop(ctx, w, verdict.Reason, &person, &n, &errs) {
 				delete(c.warned, w.ID)
 			}
 		}
@@ -307,8 +307,8 @@ func (c *Culler) clear(ctx context.Context, w workload.Workload, errs *[]error) 
 
 // stop stops w as idle with why, counting it or its error; false when it
 // could not be stopped for an error.
-func (c *Culler) stop(ctx context.Context, w workload.Workload, why string, quietSince time.Time, n *int, errs *[]error) bool {
-	_, err := c.o.Stopper.IdleStop(ctx, w.ID, why, quietSince)
+func (c *Culler) stop(ctx context.Context, w workload.Workload, why string, lastUse *time.Time, n *int, errs *[]error) bool {
+	_, err := c.o.Stopper.IdleStop(ctx, w.ID, why, lastUse)
 	var conflict *fault.Conflict
 	switch {
 	case errors.As(err, &conflict):

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gantryhq/gantry/internal/fault"
@@ -60,8 +61,11 @@ type Conn struct {
 	// on credential changes.
 	Watch bool
 	// Recheck authenticates the credential again and asks again whether it
-	// may have this response; an error closes it.
+	// may have this response; a *Refused closes it.
 	Recheck func(ctx context.Context) error
+	// Since is the feed's position (Registry.Seq) when the request arrived:
+	// a change published between then and Open is checked at once.
+	Since int64
 }
 
 // Limits cap concurrent streams.
@@ -72,6 +76,15 @@ type Limits struct {
 
 // TooMany is returned by Open past a cap: 429 with Retry-After.
 type TooMany = fault.TooMany
+
+// Refused is a recheck's answer that the connection may no longer be held
+// (the credential or the right to the workload is gone): it is closed. Any
+// other error is taken as passing (the store or the provider did not
+// answer) and the connection is checked again later.
+type Refused struct{ Err error }
+
+func (e *Refused) Error() string { return "refused: " + e.Err.Error() }
+func (e *Refused) Unwrap() error { return e.Err }
 
 // ErrClosed is the cause a closed connection's context carries.
 var ErrClosed = errors.New("closed: the credential or the workload that allowed it changed")
@@ -90,6 +103,7 @@ type Registry struct {
 	streams    int
 	perUser    map[string]int
 
+	seq     atomic.Int64        // the newest change published
 	pending map[*entry]struct{} // rechecks to run, each once
 	wake    chan struct{}       // a recheck is pending
 	next    uint64              // the next entry's number (sweep slots)
@@ -166,6 +180,12 @@ func (r *Registry) Open(ctx context.Context, c Conn) (context.Context, *Handle, 
 	add(r.byWorkload, c.Workload, e)
 	add(r.byUser, c.User, e)
 	add(r.byToken, c.Token, e)
+	if r.seq.Load() > c.Since {
+		// A change was published after the request was authenticated
+		// and before it was registered here: it may concern it.
+		r.pending[e] = struct{}{}
+		r.signal()
+	}
 	r.mu.Unlock()
 	h := &Handle{r: r, e: e}
 	return context.WithValue(ctx, handleKey{}, h), h, nil
@@ -209,6 +229,10 @@ func (r *Registry) remove(e *entry) {
 		}
 	}
 }
+
+// Seq is the newest change published: a request notes it when it arrives
+// (Conn.Since).
+func (r *Registry) Seq() int64 { return r.seq.Load() }
 
 // Count is the number of registered connections and of streams among them.
 func (r *Registry) Count() (conns, streams int) {
@@ -355,17 +379,17 @@ func (r *Registry) check(ctx context.Context, e *entry) {
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	err := e.Recheck(cctx)
-	var un *fault.Unavailable
+	var refused *Refused
 	switch {
 	case err == nil:
 	case ctx.Err() != nil:
-	case errors.As(err, &un):
-		// The store or the provider did not answer: not a refusal. The
+	case errors.As(err, &refused):
+		r.log.InfoContext(ctx, "live connection closed", "workload_id", e.Workload, "user", e.User, "reason", refused.Err.Error())
+		r.close(e, fmt.Errorf("%w: %v", ErrClosed, refused.Err))
+	default:
+		// Not a refusal (the store or the provider did not answer): the
 		// next change or sweep asks again.
 		r.log.WarnContext(ctx, "live connection not checked again", "workload_id", e.Workload, "err", err)
-	default:
-		r.log.InfoContext(ctx, "live connection closed", "workload_id", e.Workload, "user", e.User, "reason", err.Error())
-		r.close(e, fmt.Errorf("%w: %v", ErrClosed, err))
 	}
 }
 
@@ -379,6 +403,7 @@ func (r *Registry) Follow(ctx context.Context, feed Feed, wake <-chan struct{}, 
 		n, err := feed.LastChange(ctx)
 		if err == nil {
 			after = n
+			r.seq.Store(n)
 			break
 		}
 		r.log.WarnContext(ctx, "change feed not readable yet", "err", err)
@@ -409,8 +434,16 @@ func (r *Registry) Follow(ctx context.Context, feed Feed, wake <-chan struct{}, 
 			if len(cs) == 0 {
 				break
 			}
-			after = cs[len(cs)-1].Seq
+			last := cs[len(cs)-1].Seq
+			if cs[0].Seq != after+1 {
+				// Changes this replica never read were pruned (it fell
+				// behind by more than keep): check everything.
+				r.log.WarnContext(ctx, "change feed skipped changes; checking every connection", "after", after, "next", cs[0].Seq)
+				cs = append(cs, Change{Kind: All})
+			}
+			after = last
 			r.Publish(cs...)
+			r.seq.Store(after)
 			if len(cs) < 1000 {
 				break
 			}

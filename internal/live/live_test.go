@@ -3,6 +3,7 @@ package live_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -48,7 +49,7 @@ func TestPublish(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	octx, _, err := r.Open(context.Background(), live.Conn{Workload: "w2", User: "bob", Token: "t2", Recheck: func(context.Context) error { return errors.New("no") }})
+	octx, _, err := r.Open(context.Background(), live.Conn{Workload: "w2", User: "bob", Token: "t2", Recheck: func(context.Context) error { return &live.Refused{Err: errors.New("no")} }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +64,7 @@ func TestPublish(t *testing.T) {
 	}
 	verdict.Store(&answer{&fault.Unavailable{What: "the store", Err: errors.New("down")}})
 	r.Publish(live.Change{Kind: live.Token, Subject: "t1"})
-	verdict.Store(&answer{&fault.NotFound{Kind: "workload", Name: "w1"}})
+	verdict.Store(&answer{&live.Refused{Err: &fault.NotFound{Kind: "workload", Name: "w1"}}})
 	r.Publish(live.Change{Kind: live.Token, Subject: "t1"})
 	waitfor.Until(t, 5*time.Second, "the socket to close once refused", func() error {
 		if sctx.Err() == nil {
@@ -125,4 +126,101 @@ func TestCaps(t *testing.T) {
 	if _, err := open("carol", true); err != nil {
 		t.Fatalf("after a close: %v", err)
 	}
+}
+
+// TestTransientCheckKeeps: a recheck that fails without refusing (the store
+// did not answer) keeps the connection; only a refusal closes it.
+func TestTransientCheckKeeps(t *testing.T) {
+	r := registry(t, live.Limits{PerIdentity: 10, PerReplica: 10})
+	var calls atomic.Int32
+	ctx, _, err := r.Open(context.Background(), live.Conn{Workload: "w", User: "u", Token: "t", Recheck: func(context.Context) error {
+		calls.Add(1)
+		return errors.New("database is locked")
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Publish(live.Change{Kind: live.Token, Subject: "t"})
+	waitfor.Until(t, 5*time.Second, "the recheck to run", func() error {
+		if calls.Load() == 0 {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	if ctx.Err() != nil {
+		t.Fatal("a transient failure closed the connection")
+	}
+}
+
+// feed is an in-memory change feed.
+type feed struct {
+	mu      sync.Mutex
+	changes []live.Change
+	last    int64
+}
+
+func (f *feed) Changes(_ context.Context, after int64, limit int) ([]live.Change, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []live.Change
+	for _, c := range f.changes {
+		if c.Seq > after && len(out) < limit {
+			out = append(out, c)
+		}
+	}
+	return out, nil
+}
+func (f *feed) LastChange(context.Context) (int64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.last, nil
+}
+func (f *feed) PruneChanges(context.Context, time.Time) error { return nil }
+
+// TestChangeBeforeRegistration: a revocation published after a request was
+// authenticated but before it was registered is checked at once (Since),
+// and a feed that skips numbers (pruned while this replica lagged) checks
+// every connection.
+func TestChangeBeforeRegistration(t *testing.T) {
+	r := registry(t, live.Limits{PerIdentity: 10, PerReplica: 10})
+	f := &feed{last: 7}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	wake := make(chan struct{}, 1)
+	go func() { r.Follow(ctx, f, wake, 10*time.Millisecond, time.Hour); close(done) }()
+	defer func() { cancel(); <-done }()
+	waitfor.Until(t, 5*time.Second, "the follower to start at the feed's end", func() error {
+		if r.Seq() != 7 {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	refuse := func(context.Context) error { return &live.Refused{Err: errors.New("revoked")} }
+	late, _, err := r.Open(context.Background(), live.Conn{Workload: "w", User: "u", Recheck: refuse, Since: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	current, _, err := r.Open(context.Background(), live.Conn{Workload: "w2", User: "u2", Recheck: refuse, Since: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitfor.Until(t, 5*time.Second, "the late registration to be checked and closed", func() error {
+		if late.Err() == nil {
+			return errors.New("still open")
+		}
+		return nil
+	})
+	if current.Err() != nil {
+		t.Fatal("a registration after the newest change was checked as if it had missed one")
+	}
+	f.mu.Lock()
+	f.changes = append(f.changes, live.Change{Seq: 12, Kind: live.Workload, Subject: "other"}) // 8-11 pruned
+	f.last = 12
+	f.mu.Unlock()
+	waitfor.Until(t, 5*time.Second, "a gap in the feed to check every connection", func() error {
+		if current.Err() == nil {
+			return errors.New("still open")
+		}
+		return nil
+	})
 }

@@ -328,6 +328,15 @@ func New(ctx context.Context, cfg config.Config, ov Overrides) (s *Server, err e
 		}
 		return s.users.Observe(r.Context(), id)
 	}
+	// Checking an open stream's JWT again records nothing: the token is
+	// verified again and its user must still be active.
+	recheck := func(r *http.Request) (identity.Identity, error) {
+		id, err := bearer(r)
+		if err != nil {
+			return id, err
+		}
+		return id, s.users.Active(r.Context(), id)
+	}
 	if ov.Checks != nil {
 		s.checks = ov.Checks
 	}
@@ -354,7 +363,7 @@ func New(ctx context.Context, cfg config.Config, ov Overrides) (s *Server, err e
 		Catalog: core.Catalog, Workloads: s.Workloads, Estimates: estimates, Budgets: s.Budgets, Settings: settings, Prices: core.Store.PriceHistory, Own: s.own, Checks: s.checks, Spec: gantry.OpenAPI,
 		MaxBodyBytes: cfg.MaxBodyBytes, Logger: core.Log,
 		Portal:   portal.New(portal.Options{Sessions: sessions, Teams: s.authz.Teams, Secure: strings.HasPrefix(public, "https://"), Logger: core.Log, Audit: s.denials}),
-		Identify: identify, Sessions: sessions, Tokens: s.tokens, Users: s.users, Teams: s.authz.Teams,
+		Identify: identify, RecheckBearer: recheck, Sessions: sessions, Tokens: s.tokens, Users: s.users, Teams: s.authz.Teams,
 		SignIn:    gen.AuthConfig{Issuer: oc.Issuer, CliClientID: oc.CLIClientID, Scopes: oc.Scopes},
 		Authorize: s.authz.AllowedSomewhere, RolesWith: s.authz.RolesWith, NeedsSecondFactor: s.authz.NeedsSecondFactor, Audit: s.denials, Images: core.Images,
 		AppTransport: ov.AppTransport,

@@ -140,6 +140,24 @@ func (s *Service) Current(ctx context.Context, id identity.Identity) (identity.I
 	return id, nil
 }
 
+// Active says whether id may still act, without recording anything: a
+// deactivated user is ErrDeactivated; one never seen is active (a provider
+// token is checked when it is first used). Live connections are checked
+// again with it.
+func (s *Service) Active(ctx context.Context, id identity.Identity) error {
+	u, err := s.store.User(ctx, IDOf(id.String()))
+	var nf *fault.NotFound
+	switch {
+	case errors.As(err, &nf):
+		return nil
+	case err != nil:
+		return fmt.Errorf("look up user %s: %w", id, err)
+	case !u.Active():
+		return ErrDeactivated
+	}
+	return nil
+}
+
 // List returns every user.
 func (s *Service) List(ctx context.Context) ([]User, error) { return s.store.Users(ctx) }
 

@@ -109,17 +109,18 @@ func (s *Service) touch(ctx context.Context, id string) {
 // IdleStop stops a workload the idle culler found unused, with why on the
 // record (IdleStopped; Start brings it back with its volumes).
 //
-// quietSince is when the culler saw its people last use it: a use recorded
-// after that (a keep-alive landing between the culler's reading and this
-// stop) refuses the stop with a *fault.Conflict, decided in the transaction
-// that would stop it. Zero stops it in any case (an off-hours schedule).
-func (s *Service) IdleStop(ctx context.Context, id, reason string, quietSince time.Time) (Workload, error) {
+// lastUse is when the culler saw its people last use it (zero: never): a
+// use recorded after that (a keep-alive landing between the culler's reading
+// and this stop) refuses the stop with a *fault.Conflict, decided in the
+// transaction that would stop it. nil stops it in any case (an off-hours
+// schedule).
+func (s *Service) IdleStop(ctx context.Context, id, reason string, lastUse *time.Time) (Workload, error) {
 	changed := false
 	w, err := s.store.UpdateWorkload(ctx, id, func(w Workload) (Workload, error) {
 		if w.Status == Stopped || w.Status == IdleStopped {
 			return w, nil
 		}
-		if !quietSince.IsZero() && w.LastUsed.After(quietSince) {
+		if lastUse != nil && !w.LastUsed.IsZero() && (lastUse.IsZero() || w.LastUsed.After(*lastUse)) {
 			return w, &fault.Conflict{Kind: "workload", Name: id, Reason: "was used at " + w.LastUsed.UTC().Format(time.RFC3339) + ", after the idle culler looked: not stopped"}
 		}
 		out, ch, err := Transition(w, IdleStop, reason, s.clock())

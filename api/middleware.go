@@ -228,6 +228,9 @@ func liveConns(reg *live.Registry, cr credentials, workloads *workload.Service) 
 				return err
 			}
 			defer h.Close()
+			// What runs after the response (its audit record) runs on the
+			// request's own context, not the connection's, which ends now.
+			defer func() { c.SetRequest(c.Request().WithContext(r.Context())) }()
 			c.SetRequest(r.WithContext(ctx))
 			return next(c)
 		}

@@ -22,5 +22,23 @@ func TestRefusalSaysWhomToAsk(t *testing.T) {
 		!strings.Contains(p.Detail, "policy/bindings.yaml") || strings.Contains(p.Detail, "member") {
 		t.Errorf("the refusal: %q", p.Detail)
 	}
+	if !strings.Contains(p.Detail, "ask someone with the platform-admin or platform-engineer role (who may change the policy)") {
+		t.Errorf("the refusal does not name who may change the policy: %q", p.Detail)
+	}
 	t.Log(p.Detail)
+}
+
+// TestRefusalToAPolicyEditor: a platform engineer refused the audit log is
+// not told to ask a platform engineer: they may bind their group themselves.
+func TestRefusalToAPolicyEditor(t *testing.T) {
+	e := newEnv(t, func(*http.Request) (identity.Identity, error) {
+		return identity.Identity{Subject: "pat", Groups: []string{"platform-team"}, SecondFactor: true}, nil
+	})
+	var p problem
+	if s := e.request("", "GET", "/api/v1/audit", nil, &p); s != 403 {
+		t.Fatalf("audit as a platform engineer: %d", s)
+	}
+	if !strings.Contains(p.Detail, "you may change the policy yourself") || strings.Contains(p.Detail, "ask someone") {
+		t.Errorf("the refusal to a policy editor: %q", p.Detail)
+	}
 }

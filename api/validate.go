@@ -115,7 +115,7 @@ func validator(spec []byte, authorize func(identity.Identity, access.Permission)
 						}
 						return &fault.Forbidden{SecondFactor: true, Reason: fmt.Sprintf("the %s permission needs a second factor at sign-in, and yours had none: %s", perm, how)}
 					}
-					return &fault.Forbidden{Reason: refusal(perm, rolesWith)}
+					return &fault.Forbidden{Reason: refusal(id, perm, authorize, rolesWith)}
 				}
 			}
 			if err := checkBody(req); err != nil {
@@ -155,15 +155,36 @@ func checkBody(req *http.Request) error {
 // refusal says which permission a caller lacks and which roles grant it, so
 // a person knows whom to ask: roles are bound to groups per team by the
 // platform team (policy/bindings.yaml).
-func refusal(perm string, rolesWith func(access.Permission) []string) string {
+//
+// Whom to ask is whoever may change the policy (the roles holding
+// policy:write); a caller who may change it is told to bind the group
+// themselves.
+func refusal(id identity.Identity, perm string, authorize func(identity.Identity, access.Permission) bool, rolesWith func(access.Permission) []string) string {
 	msg := fmt.Sprintf("you need the %s permission", perm)
 	p, ok := access.Parse(perm)
 	if !ok || rolesWith == nil {
 		return msg
 	}
-	if roles := rolesWith(p); len(roles) > 0 {
-		msg += fmt.Sprintf(", which the %s role%s grant%s: ask a platform engineer to bind your group to one in the team's policy (policy/bindings.yaml)",
-			strings.Join(roles, ", "), map[bool]string{true: "s", false: ""}[len(roles) > 1], map[bool]string{true: "", false: "s"}[len(roles) > 1])
+	roles := rolesWith(p)
+	if len(roles) == 0 {
+		return msg
+	}
+	msg += fmt.Sprintf(", which the %s role%s grant%s", strings.Join(roles, ", "), plural(len(roles), "s", ""), plural(len(roles), "", "s"))
+	switch editors := rolesWith(access.PolicyWrite); {
+	case authorize != nil && authorize(id, access.PolicyWrite):
+		msg += ": you may change the policy yourself — bind your group to one of them in policy/bindings.yaml"
+	case len(editors) > 0:
+		msg += fmt.Sprintf(": ask someone with the %s role (who may change the policy) to bind your group to one of them in policy/bindings.yaml", strings.Join(editors, " or "))
+	default:
+		msg += ": ask whoever keeps policy/bindings.yaml to bind your group to one of them"
 	}
 	return msg
+}
+
+// plural picks many when n is not 1.
+func plural(n int, many, one string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }

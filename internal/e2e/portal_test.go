@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 
 	"github.com/gantryhq/gantry/internal/config"
@@ -83,16 +84,23 @@ func TestPortalLaunchWatchStop(t *testing.T) {
 		chromedp.SetValue(chromedp.ID("f-mig"), "1g.10gb"))
 	poll("the estimate", `document.getElementById('estimate').textContent.includes('per hour')`)
 	shot("launch")
+	// Every status the workload's page shows, as it shows it, from its first
+	// render on (a MutationObserver installed before the page loads; the
+	// change feed delivers Running within milliseconds of the cluster's report,
+	// so an observer added after the load can miss what came before).
+	if _, err := chromedp.Call(ctx, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: `window.__seen = [];
+new MutationObserver(() => {
+  const el = document.getElementById('w-status');
+  const s = el && el.textContent;
+  if (s && window.__seen[window.__seen.length - 1] !== s) window.__seen.push(s);
+}).observe(document, {childList: true, characterData: true, subtree: true});`}); err != nil {
+		t.Fatalf("record the statuses the next pages show: %v", err)
+	}
 	step("submit, land on the workload's page", chromedp.Click(chromedp.ID("submit")), chromedp.WaitVisible(chromedp.ID("w-status")))
 	id := strings.TrimPrefix(js(`location.pathname`), "/workloads/")
 	if w := g.get(id); w.Gpu.MigProfile != "1g.10gb" || w.Gpu.Class != "H100-80GB" {
 		t.Fatalf("launched %+v", w)
 	}
-	// Every status the page shows, as it shows it (a MutationObserver on the
-	// status element, fed only by the event stream).
-	js(`window.__seen = [document.getElementById('w-status').textContent];
-new MutationObserver(() => window.__seen.push(document.getElementById('w-status').textContent))
-  .observe(document.getElementById('w-status'), {childList: true, characterData: true, subtree: true}); 'ok'`)
 	poll("Running, live", `document.getElementById('w-status').textContent === 'Running'`)
 	seen := strings.Split(js(`window.__seen.join(',')`), ",")
 	if !slices.ContainsFunc(seen, func(s string) bool { return s == "Pending" || s == "Queued" || s == "Scheduled" }) {

@@ -100,27 +100,25 @@ func whoamiCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if _, err := parse(fs, args); err != nil {
 		return err
 	}
-	path, f, target, err := credentials(*srv)
+	// As every other verb: $GANTRY_TOKEN (with $GANTRY_SERVER) when set,
+	// else what gantry login stored (refreshed, and the refresh kept).
+	cl, target, err := remote(ctx, *srv)
 	if err != nil {
 		return err
 	}
-	c, ok := f.Servers[target]
-	if !ok {
-		return fmt.Errorf("%s: %w", target, clilogin.ErrNotSignedIn)
-	}
-	// Refresh first and keep the result at once: the provider rotates refresh
-	// tokens, so a lost one would sign the CLI out.
-	if _, refreshed, err := c.Fresh(ctx, cliHTTP, time.Now()); err != nil {
+	resp, err := cl.GetMeWithResponse(ctx)
+	if err != nil {
 		return fmt.Errorf("%s: %w", target, err)
-	} else if refreshed {
-		f.Servers[target] = c
-		if err := f.Save(path); err != nil {
-			return fmt.Errorf("save refreshed credentials: %w", err)
-		}
 	}
-	m, err := whoami(ctx, &c)
-	if err != nil {
-		return err
+	if resp.StatusCode() == http.StatusUnauthorized {
+		return fmt.Errorf("%s refused the credentials: %w", target, clilogin.ErrNotSignedIn)
+	}
+	if resp.StatusCode() != http.StatusOK {
+		return problem(resp.StatusCode(), resp.Body)
+	}
+	var m me
+	if err := json.Unmarshal(resp.Body, &m); err != nil {
+		return fmt.Errorf("%s: %w", target, err)
 	}
 	if *asJSON {
 		return json.NewEncoder(stdout).Encode(m)

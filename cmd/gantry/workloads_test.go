@@ -29,6 +29,10 @@ func TestWorkloadVerbs(t *testing.T) {
 		return code, o.String(), e.String()
 	}
 
+	// whoami answers with the token, as every verb does.
+	if code, out, errOut := cli("whoami"); code != 0 || !strings.Contains(out, "dev-lee") || !strings.Contains(out, "server:  "+g.URL) {
+		t.Fatalf("whoami with GANTRY_TOKEN: %d %q %q", code, out, errOut)
+	}
 	code, out, errOut := cli("launch", "dev-environment", "--team", "vision", "--gpu", "L4:1")
 	m := regexp.MustCompile(`^launched ([a-z0-9]+) \(dev-environment-[a-z0-9]+\) in team vision: Pending`).FindStringSubmatch(out)
 	if code != 0 || m == nil {

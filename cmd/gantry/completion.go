@@ -11,10 +11,10 @@ import (
 // the shell completions offer.
 var commands = map[string][]string{
 	"dev": nil, "serve": nil, "login": nil, "whoami": nil, "version": nil, "completion": {"bash", "zsh", "fish"},
-	"templates": {"validate", "render", "apply", "ls", "show"}, "advice": nil, "audit": {"verify", "keygen"}, "advise": {"replay"},
+	"templates": {"validate", "render", "apply", "ls", "show"}, "advice": nil, "audit": {"verify", "keygen", "ls"}, "advise": {"replay"},
 	"launch": nil, "ls": nil, "get": nil, "stop": nil, "start": nil, "rm": nil, "logs": nil, "events": nil,
 	"approve": nil, "deny": nil, "estimate": nil, "cost": nil, "tokens": {"create", "ls", "revoke"},
-	"top": nil, "images": {"ls"},
+	"top": nil, "images": {"ls"}, "nodes": {"ls", "get"}, "users": {"ls", "deactivate", "reactivate"},
 }
 
 // completionCmd prints a completion script for bash, zsh or fish.

@@ -31,6 +31,8 @@ Usage:
   gantry audit verify [--db DSN] [--checkpoints FILE|URL --key PUB]
                                                       check the audit log's hash chain and signed checkpoints
   gantry audit keygen --out PREFIX                    make a checkpoint signing key (PREFIX.key, PREFIX.pub)
+  gantry audit ls [--actor A] [--decision allow|deny] [--after SEQ] [--limit N]
+                                                      the audit log from a server (platform admins)
   gantry advise replay --dir DIR [--gpu-class C] [-o FILE] [--score]  replay a GPU trace (Alibaba GenAI format) through the advice rules
   gantry login [--server URL]                         sign the CLI in (device grant in a browser)
   gantry whoami [--server URL]                        who the CLI is signed in as
@@ -44,6 +46,8 @@ Against a server (signed in with gantry login, or $GANTRY_TOKEN and $GANTRY_SERV
   gantry advice [ID]                                  a workload's findings, or the teams' open advice
   gantry templates ls | show NAME                     the server's template catalog
   gantry images ls                                    the approved image catalog and who signs each image
+  gantry nodes ls | get NAME                          GPU nodes: their GPUs, health and agent
+  gantry users ls | deactivate ID | reactivate ID     users as the provider described them (platform admins)
   gantry top [--team T] [--watch 5s]                  live GPU use of running workloads (utilization, memory, $/h)
   gantry logs ID [-f] [--tail N]                      a workload's log (-f follows it)
   gantry events ID                                    a workload's Kubernetes events
@@ -116,6 +120,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			err = auditVerifyCmd(ctx, args[2:], stdout, stderr)
 		case "keygen":
 			err = auditKeygenCmd(args[2:], stdout, stderr)
+		case "ls":
+			err = auditListCmd(ctx, args[2:], stdout, stderr)
 		default:
 			fmt.Fprintf(stderr, "gantry audit: unknown command %q\n\n%s", args[1], usage)
 			return 2
@@ -156,6 +162,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = costCmd(ctx, args[1:], stdout, stderr)
 	case "top":
 		err = topCmd(ctx, args[1:], stdout, stderr)
+	case "nodes":
+		err = nodesCmd(ctx, args[1:], stdout, stderr)
+	case "users":
+		err = usersCmd(ctx, args[1:], stdout, stderr)
 	case "images":
 		err = imagesCmd(ctx, args[1:], stdout, stderr)
 	case "version", "--version":
@@ -197,7 +207,7 @@ func report(err error, stderr io.Writer) int {
 }
 
 // groups are the commands whose first argument is a subcommand.
-var groups = map[string]bool{"templates": true, "audit": true, "advise": true, "tokens": true, "images": true}
+var groups = map[string]bool{"templates": true, "audit": true, "advise": true, "tokens": true, "images": true, "nodes": true, "users": true}
 
 // groupUsage is the lines of the usage about the command group name.
 func groupUsage(name string) string {

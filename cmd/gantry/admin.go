@@ -1,0 +1,190 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/gantryhq/gantry/api/client"
+)
+
+// nodesCmd is `gantry nodes ls|get NAME`: the GPU nodes the agents report.
+func nodesCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || (args[0] != "ls" && args[0] != "get") {
+		return usageError{"gantry nodes ls | get NAME [-o json]"}
+	}
+	fs := flags("gantry nodes "+args[0], stderr)
+	srv := fs.String("server", "", "Gantry server URL")
+	output := fs.String("o", "", "output: json")
+	rest, err := parse(fs, args[1:])
+	if err != nil {
+		return err
+	}
+	cl, _, err := remote(ctx, *srv)
+	if err != nil {
+		return err
+	}
+	var nodes []client.Node
+	if args[0] == "get" {
+		if len(rest) != 1 {
+			return usageError{"gantry nodes get NAME"}
+		}
+		resp, err := cl.GetNodeWithResponse(ctx, rest[0])
+		if err := ok(resp, err); err != nil {
+			return err
+		}
+		nodes = []client.Node{*resp.JSON200}
+		if *output == "json" {
+			return show(stdout, *output, nodes[0], nil)
+		}
+	} else {
+		resp, err := cl.ListNodesWithResponse(ctx)
+		if err := ok(resp, err); err != nil {
+			return err
+		}
+		nodes = resp.JSON200.Items
+	}
+	return show(stdout, *output, nodes, func() {
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "NODE\tGPUS\tHEALTHY\tSEEN\tAGENT")
+		for _, n := range nodes {
+			health := "yes"
+			if !n.Healthy {
+				health = "no"
+			}
+			if n.Stale {
+				health += " (stale)"
+			}
+			models := map[string]int{}
+			var order []string
+			for _, g := range n.Gpus {
+				if models[g.Gpu] == 0 {
+					order = append(order, g.Gpu)
+				}
+				models[g.Gpu]++
+			}
+			var gpus []string
+			for _, m := range order {
+				gpus = append(gpus, fmt.Sprintf("%d× %s", models[m], m))
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", n.Name, strings.Join(gpus, ", "), health, n.SeenAt.Local().Format(time.DateTime), deref(n.Agent))
+		}
+		tw.Flush()
+	})
+}
+
+// usersCmd is `gantry users ls | deactivate ID | reactivate ID` (platform
+// admins).
+func usersCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || (args[0] != "ls" && args[0] != "deactivate" && args[0] != "reactivate") {
+		return usageError{"gantry users ls | deactivate ID | reactivate ID"}
+	}
+	fs := flags("gantry users "+args[0], stderr)
+	srv := fs.String("server", "", "Gantry server URL")
+	output := fs.String("o", "", "output: json")
+	rest, err := parse(fs, args[1:])
+	if err != nil {
+		return err
+	}
+	cl, _, err := remote(ctx, *srv)
+	if err != nil {
+		return err
+	}
+	if args[0] != "ls" {
+		if len(rest) != 1 {
+			return usageError{"gantry users " + args[0] + " ID"}
+		}
+		var u *client.User
+		if args[0] == "deactivate" {
+			resp, err := cl.DeactivateUserWithResponse(ctx, rest[0])
+			if err := ok(resp, err); err != nil {
+				return err
+			}
+			u = resp.JSON200
+		} else {
+			resp, err := cl.ReactivateUserWithResponse(ctx, rest[0])
+			if err := ok(resp, err); err != nil {
+				return err
+			}
+			u = resp.JSON200
+		}
+		fmt.Fprintf(stdout, "%s (%s): %s\n", u.Id, userName(*u), map[bool]string{true: "active", false: "deactivated"}[u.Active])
+		return nil
+	}
+	resp, err := cl.ListUsersWithResponse(ctx)
+	if err := ok(resp, err); err != nil {
+		return err
+	}
+	return show(stdout, *output, resp.JSON200.Items, func() {
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tNAME\tGROUPS\tLAST SEEN\tSTATE")
+		for _, u := range resp.JSON200.Items {
+			state := "active"
+			if !u.Active {
+				state = "deactivated"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", u.Id, userName(u), strings.Join(u.Groups, ","), u.LastSeenAt.Local().Format(time.DateTime), state)
+		}
+		tw.Flush()
+	})
+}
+
+// userName is how a person reads a user: the name and e-mail the provider
+// gave, else the subject.
+func userName(u client.User) string {
+	name, email := deref(u.Name), deref(u.Email)
+	switch {
+	case name != "" && email != "":
+		return name + " <" + email + ">"
+	case name != "":
+		return name
+	case email != "":
+		return email
+	}
+	return u.Subject
+}
+
+// auditListCmd is `gantry audit ls`: the audit log through the API, newest
+// last, a page at a time (--after continues).
+func auditListCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flags("gantry audit ls", stderr)
+	srv := fs.String("server", "", "Gantry server URL")
+	output := fs.String("o", "", "output: json")
+	actor := fs.String("actor", "", "only this actor (issuer#subject)")
+	decision := fs.String("decision", "", "only allow or deny")
+	after := fs.Int64("after", 0, "only records after this sequence number")
+	limit := fs.Int("limit", 100, "at most this many records")
+	if _, err := parse(fs, args); err != nil {
+		return err
+	}
+	cl, _, err := remote(ctx, *srv)
+	if err != nil {
+		return err
+	}
+	p := &client.ListAuditParams{Limit: limit}
+	if *actor != "" {
+		p.Actor = actor
+	}
+	if *decision != "" {
+		d := client.ListAuditParamsDecision(*decision)
+		p.Decision = &d
+	}
+	if *after > 0 {
+		p.After = after
+	}
+	resp, err := cl.ListAuditWithResponse(ctx, p)
+	if err := ok(resp, err); err != nil {
+		return err
+	}
+	return show(stdout, *output, resp.JSON200.Items, func() {
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "SEQ\tAT\tACTOR\tACTION\tOBJECT\tDECISION\tSTATUS\tREASON")
+		for _, r := range resp.JSON200.Items {
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", r.Seq, r.At.Local().Format(time.DateTime), r.Actor, r.Action, r.Object, r.Decision, r.Status, r.Reason)
+		}
+		tw.Flush()
+	})
+}

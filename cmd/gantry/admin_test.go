@@ -1,0 +1,68 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+// TestAdminVerbs: nodes, users and the audit log from the CLI, as a platform
+// admin with a token; a team-admin is refused with the server's reason.
+func TestAdminVerbs(t *testing.T) {
+	g := startGantry(t)
+	admin, lee := g.Token("ada"), g.Token("lee")
+	t.Setenv("GANTRY_SERVER", g.URL)
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+	cli := func(token string, args ...string) (int, string, string) {
+		t.Setenv("GANTRY_TOKEN", token)
+		var o, e bytes.Buffer
+		code := run(context.Background(), args, &o, &e)
+		return code, o.String(), e.String()
+	}
+	code, out, errOut := cli(admin, "users", "ls", "-o", "json")
+	var users []struct {
+		ID, Subject string
+		Active      bool
+	}
+	if err := json.Unmarshal([]byte(out), &users); code != 0 || err != nil {
+		t.Fatalf("users ls: %d %q %q", code, out, errOut)
+	}
+	leeID := ""
+	for _, u := range users {
+		if u.Subject == "dev-lee" {
+			leeID = u.ID
+		}
+	}
+	if leeID == "" {
+		t.Fatalf("users ls has no dev-lee: %s", out)
+	}
+	if code, out, _ := cli(admin, "users", "ls"); code != 0 || !strings.HasPrefix(out, "ID ") || !strings.Contains(out, "Lee Park") {
+		t.Fatalf("users ls as a table, with the provider's names: %d %q", code, out)
+	}
+	if code, out, errOut := cli(admin, "users", "deactivate", leeID); code != 0 || !strings.Contains(out, "deactivated") {
+		t.Fatalf("users deactivate: %d %q %q", code, out, errOut)
+	}
+	if code, _, errOut := cli(lee, "ls"); code != 1 || !strings.Contains(errOut, "deactivated") {
+		t.Fatalf("a deactivated user's token: %d %q", code, errOut)
+	}
+	if code, out, _ := cli(admin, "users", "reactivate", leeID); code != 0 || !strings.Contains(out, "active") {
+		t.Fatalf("users reactivate: %d %q", code, out)
+	}
+	if code, out, _ := cli(admin, "audit", "ls", "--decision", "deny"); code != 0 || !strings.HasPrefix(out, "SEQ ") || !strings.Contains(out, "deactivated") {
+		t.Fatalf("audit ls: %d %q", code, out)
+	}
+	if code, out, _ := cli(admin, "nodes", "ls"); code != 0 || !strings.HasPrefix(out, "NODE ") {
+		t.Fatalf("nodes ls: %d %q", code, out)
+	}
+	if code, _, errOut := cli(admin, "nodes", "get", "no-such-node"); code != 1 || !strings.Contains(errOut, "not found") {
+		t.Fatalf("nodes get of a node no agent reports: %d %q", code, errOut)
+	}
+	if code, _, errOut := cli(lee, "users", "ls"); code != 1 || !strings.Contains(errOut, "users:manage") {
+		t.Fatalf("users ls as a team-admin: %d %q", code, errOut)
+	}
+	if code, _, errOut := cli(admin, "users"); code != 2 || !strings.Contains(errOut, "gantry users ls") {
+		t.Fatalf("users without a subcommand: %d %q", code, errOut)
+	}
+}

@@ -177,7 +177,7 @@ func liveConns(reg *live.Registry, cr credentials, workloads *workload.Service) 
 				// follow is read as the handler reads it (1, t, TRUE…);
 				// every log request is registered, a followed one counted.
 				follow, _ := strconv.ParseBool(r.URL.Query().Get("follow"))
-				wid, stream = c.Param("id"), follow
+				wid, stream, watch = c.Param("id"), follow, follow // a followed log ends with its workload
 			case isInteractive(r.URL.Path):
 				var ok bool
 				if wid, _, ok = interactive.Split(r.URL.Path); !ok {

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gantryhq/gantry/api/gen"
@@ -115,18 +116,80 @@ func (s *server) StartWorkload(ctx context.Context, req gen.StartWorkloadRequest
 }
 
 func (s *server) GetWorkloadLogs(ctx context.Context, req gen.GetWorkloadLogsRequestObject) (gen.GetWorkloadLogsResponseObject, error) {
-	r, err := s.o.Workloads.Logs(ctx, req.Id, deref(req.Params.Follow), int64(deref(req.Params.TailLines)))
+	follow := deref(req.Params.Follow)
+	if follow {
+		// Following a workload that has ended is reading its log: it ends.
+		w, err := s.o.Workloads.Get(ctx, req.Id)
+		if err != nil {
+			return nil, err
+		}
+		follow = !ended(w.Status)
+	}
+	r, err := s.o.Workloads.Logs(ctx, req.Id, follow, int64(deref(req.Params.TailLines)))
 	if err != nil {
 		return nil, err
 	}
-	return logStream{r}, nil
+	l := &logStream{r: r}
+	if h, ok := live.HandleFrom(ctx); ok && follow {
+		// The change feed says when the workload changes: once it has
+		// ended, the follow ends too, saying how.
+		go l.endWith(ctx, h.Changed(), func() (workload.Workload, error) { return s.o.Workloads.Get(ctx, req.Id) })
+	}
+	return l, nil
 }
 
-// logStream copies a log to the client as it arrives, flushing each chunk.
-type logStream struct{ r io.ReadCloser }
+// ended says whether a workload runs no more (its log is complete).
+func ended(st workload.Status) bool {
+	switch st {
+	case workload.Succeeded, workload.Failed, workload.Stopped, workload.IdleStopped, workload.Deleted:
+		return true
+	}
+	return false
+}
 
-func (l logStream) VisitGetWorkloadLogsResponse(w http.ResponseWriter) error {
+// logStream copies a log to the client as it arrives, flushing each chunk;
+// a followed log ends once its workload has ended, with a last line saying
+// how.
+type logStream struct {
+	r    io.ReadCloser
+	mu   sync.Mutex
+	last string // the closing line, once the workload has ended
+}
+
+// endWith waits for the workload to end and then closes the log.
+func (l *logStream) endWith(ctx context.Context, changed <-chan struct{}, get func() (workload.Workload, error)) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		}
+		w, err := get()
+		if err != nil || ended(w.Status) {
+			l.mu.Lock()
+			if err == nil {
+				l.last = fmt.Sprintf("\n[gantry] workload %s %s", w.ID, w.Status)
+				if w.Reason != "" {
+					l.last += ": " + w.Reason
+				}
+				l.last += "\n"
+			}
+			l.mu.Unlock()
+			l.r.Close()
+			return
+		}
+	}
+}
+
+func (l *logStream) VisitGetWorkloadLogsResponse(w http.ResponseWriter) error {
 	defer l.r.Close()
+	defer func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if l.last != "" {
+			io.WriteString(w, l.last)
+		}
+	}()
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.WriteHeader(http.StatusOK)
 	flusher, _ := w.(http.Flusher)

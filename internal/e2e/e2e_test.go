@@ -628,7 +628,7 @@ func TestLogs(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	got := make(chan string, 1)
+	got, rest := make(chan string, 1), make(chan string, 1)
 	go func() {
 		buf := make([]byte, 4096)
 		var all string
@@ -640,6 +640,9 @@ func TestLogs(t *testing.T) {
 			}
 		}
 		got <- all
+		// Then the stream stays open until the workload ends.
+		b, _ := io.ReadAll(resp.Body)
+		rest <- string(b)
 	}()
 	select {
 	case body := <-got:
@@ -649,7 +652,45 @@ func TestLogs(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("no log lines within 30 s")
 	}
+	select {
+	case body := <-rest:
+		t.Fatalf("the followed log ended while the workload runs: %q", body)
+	default:
+	}
+	// The workload ends: so does the follow, saying how.
+	if s := g.post("/api/v1/workloads/"+w.ID+"/stop", nil, nil); s != 200 {
+		t.Fatalf("stop: %d", s)
+	}
+	select {
+	case body := <-rest:
+		if !strings.Contains(body, "[gantry] workload "+w.ID+" Stopped") {
+			t.Fatalf("the end of the followed log: %q", body)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the followed log did not end within 30 s of the stop")
+	}
 	cancel()
+	// Following a workload that has ended reads its log and ends.
+	done := make(chan int, 1)
+	go func() {
+		resp, err := http.Get(g.url + "/api/v1/workloads/" + w.ID + "/logs?follow=true")
+		if err != nil {
+			done <- 0
+			return
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		done <- resp.StatusCode
+	}()
+	select {
+	case s := <-done:
+		// Its pods are gone with the stop: the log, or a problem, at once.
+		if s == 0 || s >= 500 {
+			t.Fatalf("following a stopped workload: %d", s)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("following a stopped workload did not end")
+	}
 
 	// No log before there is a pod.
 	first := start(t, filepath.Join(t.TempDir(), "nocluster.db"), false)

@@ -15,14 +15,14 @@ print(w.id, w.status, w.reason)
 
 # Wait for it (here without a cluster it stays Pending: say so and go on).
 try:
-    w = g.wait(w.id, timeout=2)
+    w = w.wait(timeout=2)
 except GantryError as e:
     print("not running yet:", e)
 
 # What it costs so far, and the team's spend this month.
-print(f"{w.name}: ${g.get(w.id).cost_so_far:.2f} so far")
+print(f"{w.name}: ${w.refresh().cost_so_far:.2f} so far")
 for line in g.costs(group_by="template")["items"]:
     print(line["key"], line["cost"])
 
-g.stop(w.id)
-print(g.get(w.id).status)
+w.stop()
+print(w.refresh().status)

@@ -57,13 +57,52 @@ class Workload:
     url: str = ""
     approval: Optional[Dict[str, Any]] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False)
+    client: Optional["Gantry"] = field(default=None, repr=False, compare=False)
 
     @classmethod
-    def of(cls, d: Dict[str, Any]) -> "Workload":
+    def of(cls, d: Dict[str, Any], client: Optional["Gantry"] = None) -> "Workload":
         return cls(id=d["id"], name=d["name"], team=d["team"], owner=d["owner"], template=d["template"],
                    status=d["status"], reason=d.get("reason", ""), gpu=d.get("gpu", {}),
                    price_per_hour=d.get("pricePerHour", 0.0), cost_so_far=d.get("costSoFar", 0.0),
-                   url=d.get("url", ""), approval=d.get("approval"), raw=d)
+                   url=d.get("url", ""), approval=d.get("approval"), raw=d, client=client)
+
+    # The workload's own verbs, what a notebook cell reaches for: each asks
+    # the server it came from and returns the workload as it is now.
+
+    def _g(self) -> "Gantry":
+        if self.client is None:
+            raise GantryError(0, "this Workload was not read from a server", "use Gantry().get(id)")
+        return self.client
+
+    def refresh(self) -> "Workload":
+        return self._g().get(self.id)
+
+    def wait(self, timeout: float = 1800, until=("Running", "Succeeded"), poll: float = 1.0) -> "Workload":
+        return self._g().wait(self.id, timeout=timeout, until=until, poll=poll)
+
+    def logs(self, follow: bool = False, tail: Optional[int] = None) -> Iterator[str]:
+        return self._g().logs(self.id, follow=follow, tail=tail)
+
+    def events(self) -> List[Dict[str, Any]]:
+        return self._g().events(self.id)
+
+    def metrics(self, series: Optional[List[str]] = None, since: Optional[str] = None, step: Optional[str] = None) -> Dict[str, Any]:
+        return self._g().metrics(self.id, series=series, since=since, step=step)
+
+    def advice(self) -> Any:
+        return self._g().advice(self.id)
+
+    def stop(self) -> "Workload":
+        return self._g().stop(self.id)
+
+    def start(self) -> "Workload":
+        return self._g().start(self.id)
+
+    def keepalive(self) -> "Workload":
+        return self._g().keepalive(self.id)
+
+    def delete(self) -> None:
+        self._g().delete(self.id)
 
 
 def _credentials(server: str) -> str:
@@ -127,7 +166,7 @@ class Gantry:
         """Launch a template (createWorkload). A key per intended launch makes a
         retried call launch once."""
         return Workload.of(self._call("POST", "/api/v1/workloads", body=_launch_body(template, team, gpu, count, mig, parameters, version),
-                                      headers={"Idempotency-Key": idempotency_key or str(uuid.uuid4())}))
+                                      headers={"Idempotency-Key": idempotency_key or str(uuid.uuid4())}), self)
 
     def estimate(self, template: str, team: str, gpu: Optional[str] = None, count: Optional[int] = None,
                  mig: Optional[str] = None, parameters: Optional[Dict[str, Any]] = None,
@@ -141,13 +180,13 @@ class Gantry:
         out, cursor = [], None
         while True:
             page = self._call("GET", "/api/v1/workloads", {"team": team, "status": status, "cursor": cursor})
-            out += [Workload.of(w) for w in page["items"]]
+            out += [Workload.of(w, self) for w in page["items"]]
             cursor = page.get("nextCursor")
             if not cursor:
                 return out
 
     def get(self, id: str) -> Workload:
-        return Workload.of(self._call("GET", f"/api/v1/workloads/{id}"))
+        return Workload.of(self._call("GET", f"/api/v1/workloads/{id}"), self)
 
     def wait(self, id: str, timeout: float = 1800, until=("Running", "Succeeded"), poll: float = 1.0) -> Workload:
         """Poll until the workload is in one of until; a failure, a stop or the
@@ -164,22 +203,22 @@ class Gantry:
             time.sleep(poll)
 
     def stop(self, id: str) -> Workload:
-        return Workload.of(self._call("POST", f"/api/v1/workloads/{id}/stop"))
+        return Workload.of(self._call("POST", f"/api/v1/workloads/{id}/stop"), self)
 
     def start(self, id: str) -> Workload:
-        return Workload.of(self._call("POST", f"/api/v1/workloads/{id}/start"))
+        return Workload.of(self._call("POST", f"/api/v1/workloads/{id}/start"), self)
 
     def delete(self, id: str) -> None:
         self._call("DELETE", f"/api/v1/workloads/{id}")
 
     def keepalive(self, id: str) -> Workload:
-        return Workload.of(self._call("POST", f"/api/v1/workloads/{id}/keepalive"))
+        return Workload.of(self._call("POST", f"/api/v1/workloads/{id}/keepalive"), self)
 
     def approve(self, id: str, reason: str) -> Workload:
-        return Workload.of(self._call("POST", f"/api/v1/workloads/{id}/approve", body={"reason": reason}))
+        return Workload.of(self._call("POST", f"/api/v1/workloads/{id}/approve", body={"reason": reason}), self)
 
     def deny(self, id: str, reason: str) -> Workload:
-        return Workload.of(self._call("POST", f"/api/v1/workloads/{id}/deny", body={"reason": reason}))
+        return Workload.of(self._call("POST", f"/api/v1/workloads/{id}/deny", body={"reason": reason}), self)
 
     def events(self, id: str) -> List[Dict[str, Any]]:
         return self._call("GET", f"/api/v1/workloads/{id}/events")["items"]
@@ -193,7 +232,7 @@ class Gantry:
 
     def metrics(self, id: str, series: Optional[List[str]] = None, since: Optional[str] = None,
                 step: Optional[str] = None) -> Dict[str, Any]:
-        """A workload's GPU series as plain lists (getWorkloadMetrics)."""
+        """A workload's GPU series (getWorkloadMetrics): a dict with from, to, step and series."""
         return self._call("GET", f"/api/v1/workloads/{id}/metrics",
                           {"series": ",".join(series) if series else None, "from": since, "step": step})
 

@@ -98,6 +98,34 @@ class ServerTest(unittest.TestCase):
         g.delete(w.id)
         self.assertEqual(g.get(w.id).status, "Deleted")
 
+    def test_workload_verbs(self):
+        # A workload carries its verbs, as a notebook cell reaches for them.
+        w = self.g.launch("dev-environment", team="vision", gpu="L4", count=1)
+        self.assertEqual(w.refresh().id, w.id)
+        self.assertEqual(w.stop().status, "Stopped")
+        self.assertEqual(w.start().status, "Pending")
+        self.assertEqual(w.events(), [])
+        with self.assertRaises(GantryError) as e:
+            w.wait(timeout=1, poll=0.2)  # no cluster here: nothing runs
+        self.assertIn("still Pending", str(e.exception))
+        with self.assertRaises(GantryError) as e:
+            list(w.logs())
+        self.assertEqual(e.exception.status, 409)
+        listed = [x for x in self.g.workloads(team="vision") if x.id == w.id][0]
+        self.assertEqual(listed.refresh().status, "Pending")
+        w.delete()
+        self.assertEqual(self.g.get(w.id).status, "Deleted")
+
+    def test_portal_snippet_runs(self):
+        # The line the portal's workload page offers (Reproduce), as it
+        # prints it: it must run, not stop at an AttributeError.
+        snippet = ('from gantry import Gantry\n'
+                   'w = Gantry().launch("dev-environment", team="vision", gpu="L4", count=1, parameters={})\n'
+                   'w.wait(timeout=1, poll=0.2)')
+        with self.assertRaises(GantryError) as e:
+            exec(snippet, {})
+        self.assertIn("still Pending", str(e.exception))
+
     def test_field_errors(self):
         with self.assertRaises(GantryError) as e:
             self.g.launch("dev-environment", team="vision", gpu="V100")

@@ -173,6 +173,9 @@ type view struct {
 	// any team's view by its address).
 	Leads []string
 	Path  string // this page, where a sign-in comes back to
+	// CanEdit: the person may change templates (the catalog's Edit links);
+	// Platform: they hold a permission in every team (the Platform page).
+	CanEdit, Platform bool
 }
 
 func (p *portal) session(r *http.Request) *weblogin.Session {
@@ -200,6 +203,14 @@ func (p *portal) page(name string) http.HandlerFunc {
 		if v.Session != nil && p.o.Teams != nil {
 			v.AllTeams, v.Teams = p.o.Teams(v.Session.Identity, access.WorkloadsLaunch)
 			_, v.Leads = p.o.Teams(v.Session.Identity, access.WorkloadsApprove)
+			v.CanEdit, _ = p.o.Teams(v.Session.Identity, access.TemplatesWrite)
+			// The Platform page is for who works on the platform or reads
+			// all of it (an auditor): every team's workloads count too.
+			for _, perm := range []access.Permission{access.TemplatesWrite, access.ImagesWrite, access.GPUClassesWrite, access.AuditRead, access.NodesRead, access.UsersManage, access.PolicyRead, access.WorkloadsRead} {
+				if all, _ := p.o.Teams(v.Session.Identity, perm); all {
+					v.Platform = true
+				}
+			}
 		}
 		p.render(w, http.StatusOK, v)
 	}

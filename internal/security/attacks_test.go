@@ -88,6 +88,7 @@ func TestAttacks(t *testing.T) {
 		{"anonymous flood", testAnonymousFlood},
 		{"streams end with their credential", testStreamsEndWithTheirCredential},
 		{"second factor for platform work", testSecondFactor},
+		{"the portal offers what one may do", testPortalShowsWhatOneMayDo},
 		{"deactivated user", testDeactivatedUser},
 		{"slow and huge headers", func(t *testing.T, w *world) { testHeaders(t, w, slow) }},
 	} {

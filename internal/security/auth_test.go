@@ -702,3 +702,25 @@ func testSecondFactor(t *testing.T, w *world) {
 		t.Errorf("sign-in for a second factor: %d to %q; want the provider asked for a fresh sign-in", r.status, loc)
 	}
 }
+
+// testPortalShowsWhatOneMayDo: the portal's pages offer the Platform page
+// and the catalog's Edit links only to who may use them (the server refuses
+// the rest anyway).
+func testPortalShowsWhatOneMayDo(t *testing.T, w *world) {
+	for _, c := range []struct {
+		who            string
+		platform, edit bool
+	}{{"alice", false, false}, {"vic", true, false}, {"pat", true, true}, {"ada", true, true}} {
+		r := w.ses[c.who].call(t, "GET", "/", nil)
+		page := string(r.body)
+		if r.status != http.StatusOK {
+			t.Fatalf("%s: GET /: %s", c.who, r)
+		}
+		if got := strings.Contains(page, `href="/platform"`); got != c.platform {
+			t.Errorf("%s sees the Platform link: %v, want %v", c.who, got, c.platform)
+		}
+		if got := strings.Contains(page, `data-can-edit="true"`); got != c.edit {
+			t.Errorf("%s may edit templates, says the page: %v, want %v", c.who, got, c.edit)
+		}
+	}
+}

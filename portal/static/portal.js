@@ -144,7 +144,9 @@ async function catalogPage() {
       el('p', { text: 'Default: ' + g.count.default + ' × ' + g.defaultClass + (g.defaultMigProfile ? ', MIG ' + g.defaultMigProfile : '') }),
       prices,
       el('a', { class: 'button', href: '/launch/' + encodeURIComponent(t.metadata.name), 'aria-label': 'Launch ' + (t.metadata.title || t.metadata.name), text: 'Launch' }),
-      ' ', el('a', { href: '/templates/' + encodeURIComponent(t.metadata.name) + '/edit', 'aria-label': 'Edit ' + (t.metadata.title || t.metadata.name), text: 'Edit' }));
+      // Edit only for who may change templates (the server decides anyway).
+      document.body.dataset.canEdit === 'true' ? ' ' : null,
+      document.body.dataset.canEdit === 'true' ? el('a', { href: '/templates/' + encodeURIComponent(t.metadata.name) + '/edit', 'aria-label': 'Edit ' + (t.metadata.title || t.metadata.name), text: 'Edit' }) : null);
     list.append(card);
   }
   say(templates.items.length + ' templates');

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os/exec"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -187,4 +188,35 @@ func auditListCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		}
 		tw.Flush()
 	})
+}
+
+// openCmd is `gantry open ID`: where a notebook opens in the browser — the
+// server's /w/{id}/ (its in-cluster endpoint is for other pods) — printed,
+// and opened in the desktop's browser on a terminal.
+func openCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flags("gantry open ID", stderr)
+	srv := fs.String("server", "", "Gantry server URL")
+	cl, id, target, err := oneArgumentTo(ctx, fs, args, srv, "gantry open ID")
+	if err != nil {
+		return err
+	}
+	resp, err := cl.GetWorkloadWithResponse(ctx, id)
+	if err := ok(resp, err); err != nil {
+		return err
+	}
+	w := resp.JSON200
+	if w.Url == nil {
+		return fmt.Errorf("workload %s (%s) is a %s: only notebooks open in the browser", w.Id, w.Template, w.Kind)
+	}
+	if w.Status != client.Running {
+		return fmt.Errorf("workload %s is %s: it opens once it is Running (gantry get %s)", w.Id, w.Status, w.Id)
+	}
+	u := strings.TrimSuffix(target, "/") + *w.Url
+	fmt.Fprintln(stdout, u)
+	if isTerminal(stdout) {
+		if opener, err := exec.LookPath("xdg-open"); err == nil {
+			_ = exec.CommandContext(ctx, opener, u).Start()
+		}
+	}
+	return nil
 }

@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/gantryhq/gantry/internal/workload"
 )
 
 // TestAdminVerbs: nodes, users and the audit log from the CLI, as a platform
@@ -64,5 +67,37 @@ func TestAdminVerbs(t *testing.T) {
 	}
 	if code, _, errOut := cli(admin, "users"); code != 2 || !strings.Contains(errOut, "gantry users ls") {
 		t.Fatalf("users without a subcommand: %d %q", code, errOut)
+	}
+}
+
+// TestOpen: gantry open names where a notebook opens (this server's /w/{id}/)
+// once it runs, and says why not before, or for what is not a notebook.
+func TestOpen(t *testing.T) {
+	g := startGantry(t)
+	t.Setenv("GANTRY_TOKEN", g.Token("alice"))
+	t.Setenv("GANTRY_SERVER", g.URL)
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+	cli := func(args ...string) (int, string, string) {
+		var o, e bytes.Buffer
+		code := run(context.Background(), args, &o, &e)
+		return code, o.String(), e.String()
+	}
+	code, out, errOut := cli("launch", "dev-environment", "--team", "vision")
+	m := regexp.MustCompile(`^launched ([a-z0-9]+) `).FindStringSubmatch(out)
+	if code != 0 || m == nil {
+		t.Fatalf("launch: %d %q %q", code, out, errOut)
+	}
+	w := struct{ ID string }{m[1]}
+	if code, _, errOut := cli("open", w.ID); code != 1 || !strings.Contains(errOut, "opens once it is Running") {
+		t.Fatalf("open before it runs: %d %q", code, errOut)
+	}
+	if _, err := g.Store.UpdateWorkload(context.Background(), w.ID, func(old workload.Workload) (workload.Workload, error) {
+		old.Status = workload.Running
+		return old, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errOut := cli("open", w.ID); code != 0 || out != g.URL+"/w/"+w.ID+"/\n" {
+		t.Fatalf("open: %d %q %q", code, out, errOut)
 	}
 }

@@ -12,7 +12,7 @@ import (
 var commands = map[string][]string{
 	"dev": nil, "serve": nil, "login": nil, "whoami": nil, "version": nil, "completion": {"bash", "zsh", "fish"},
 	"templates": {"validate", "render", "apply", "ls", "show"}, "advice": nil, "audit": {"verify", "keygen", "ls"}, "advise": {"replay"},
-	"launch": nil, "ls": nil, "get": nil, "stop": nil, "start": nil, "rm": nil, "logs": nil, "events": nil,
+	"launch": nil, "ls": nil, "get": nil, "open": nil, "stop": nil, "start": nil, "rm": nil, "logs": nil, "events": nil,
 	"approve": nil, "deny": nil, "estimate": nil, "cost": nil, "tokens": {"create", "ls", "revoke"},
 	"top": nil, "images": {"ls"}, "nodes": {"ls", "get"}, "users": {"ls", "deactivate", "reactivate"},
 }

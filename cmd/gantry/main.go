@@ -42,6 +42,7 @@ Against a server (signed in with gantry login, or $GANTRY_TOKEN and $GANTRY_SERV
                                                       launch a template; --wait follows it until it runs
   gantry ls [--team T] [--status S] [-o wide|json]    list workloads
   gantry get ID [-o json]                             one workload
+  gantry open ID                                      where a notebook opens in the browser (opened on a desktop)
   gantry stop|start|rm ID                             stop, start again, delete
   gantry advice [ID]                                  a workload's findings, or the teams' open advice
   gantry templates ls | show NAME                     the server's template catalog
@@ -162,6 +163,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = costCmd(ctx, args[1:], stdout, stderr)
 	case "top":
 		err = topCmd(ctx, args[1:], stdout, stderr)
+	case "open":
+		err = openCmd(ctx, args[1:], stdout, stderr)
 	case "nodes":
 		err = nodesCmd(ctx, args[1:], stdout, stderr)
 	case "users":

@@ -630,15 +630,21 @@ func adviceCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 // oneArgument parses a command's flags and its one argument (an id, a
 // name), and signs in to the server: the preamble of most verbs.
 func oneArgument(ctx context.Context, fs *flag.FlagSet, args []string, server *string, usage string) (*client.ClientWithResponses, string, error) {
+	cl, arg, _, err := oneArgumentTo(ctx, fs, args, server, usage)
+	return cl, arg, err
+}
+
+// oneArgumentTo is oneArgument that also says which server it talks to.
+func oneArgumentTo(ctx context.Context, fs *flag.FlagSet, args []string, server *string, usage string) (*client.ClientWithResponses, string, string, error) {
 	rest, err := parse(fs, args)
 	if err != nil {
-		return nil, "", err
+		return nil, "", "", err
 	}
 	if len(rest) != 1 {
-		return nil, "", usageError{usage}
+		return nil, "", "", usageError{usage}
 	}
-	cl, _, err := remote(ctx, *server)
-	return cl, rest[0], err
+	cl, target, err := remote(ctx, *server)
+	return cl, rest[0], target, err
 }
 
 // launchFlags defines the flags a launch request is made of (a launch's,

@@ -414,7 +414,13 @@ async function workloadPage(id) {
     document.getElementById('w-gpu').textContent = gpuText(w.gpu);
     document.getElementById('w-price').textContent = money(w.pricePerHour) + ' per hour';
     document.getElementById('w-cost').textContent = money(w.costSoFar);
-    document.getElementById('w-endpoint').textContent = w.endpoint || '-';
+    // A notebook opens here, through Gantry (its in-cluster endpoint is for
+    // other pods only): a link while it runs, why not otherwise.
+    const open = document.getElementById('w-open');
+    open.replaceChildren(!w.url ? '-' : w.status === 'Running'
+      ? el('a', { id: 'open', class: 'button', href: w.url, target: '_blank', rel: 'noopener', text: 'Open' })
+      : 'opens once it is Running');
+    document.getElementById('w-endpoint').textContent = w.endpoint ? w.endpoint + ' (reachable from inside the cluster)' : '-';
     const a = w.approval;
     document.getElementById('w-approval').textContent = !a ? '-' :
       (a.decision ? a.decision + ' by ' + a.decidedBy + (a.note ? ': ' + a.note : '') :

@@ -101,3 +101,14 @@ func TestOpen(t *testing.T) {
 		t.Fatalf("open: %d %q %q", code, out, errOut)
 	}
 }
+
+// TestUsageForBuild: the production build's help does not offer gantry dev,
+// which it lacks.
+func TestUsageForBuild(t *testing.T) {
+	if strings.Contains(forBuild(usageText, false), "gantry dev ") {
+		t.Error("the production help lists gantry dev")
+	}
+	if !strings.Contains(forBuild(usageText, true), "gantry dev ") {
+		t.Error("the development help lacks gantry dev")
+	}
+}

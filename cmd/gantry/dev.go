@@ -54,7 +54,7 @@ func devCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		cfg.Database.DSN = config.Secret(path)
 	}
-	fmt.Fprintln(stderr, "gantry dev: starting the local cluster (the first run builds Kubernetes from source: about 13 minutes)")
+	fmt.Fprintln(stderr, "gantry dev: starting the local cluster") // a first run's build of Kubernetes says so itself
 	cl, err := devcluster.Start(ctx, devcluster.Options{Name: "gantry-dev", Root: root, Log: stderr})
 	if err != nil {
 		return fmt.Errorf("the local cluster did not start: %w", err)

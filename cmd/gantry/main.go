@@ -15,12 +15,31 @@ import (
 	"syscall"
 
 	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/server"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
 
-const usage = `gantry: a self-service GPU platform
+// usage is the help, without the commands this build lacks (gantry dev
+// comes with -tags dev).
+var usage = forBuild(usageText, server.DevBuild)
+
+// forBuild drops the gantry dev line from text unless dev.
+func forBuild(text string, dev bool) string {
+	if dev {
+		return text
+	}
+	var kept []string
+	for _, l := range strings.Split(text, "\n") {
+		if !strings.HasPrefix(strings.TrimSpace(l), "gantry dev ") {
+			kept = append(kept, l)
+		}
+	}
+	return strings.Join(kept, "\n")
+}
+
+const usageText = `gantry: a self-service GPU platform
 
 Usage:
   gantry dev                                          local cluster with simulated GPU nodes + Gantry on it

@@ -44,7 +44,9 @@ type Cluster interface {
 	// FreeGPUs is the units of resource (whole GPUs, or slices of a MIG
 	// profile) on the class's nodes that no pod requests: in all, and the
 	// most on one node.
-	FreeGPUs(ctx context.Context, class gpu.Class, resource string) (total, onOneNode int, err error)
+	// mostOnOneNode is the most any one node of the class has at all
+	// (allocatable, cordoned ones too): what could ever be placed on one.
+	FreeGPUs(ctx context.Context, class gpu.Class, resource string) (total, onOneNode, mostOnOneNode int, err error)
 }
 
 // Budgets say where a team's budget stands and what it makes of a launch.
@@ -102,6 +104,9 @@ type Estimate struct {
 	Free      int
 	StartsNow bool
 	Why       string
+	// Never: no node of the fleet has what it asks for on one node, so it
+	// cannot start however long it waits (Why says so).
+	Never bool
 	// OnDemandPerHour is the on-demand price, when it runs on spot (what
 	// spot saves is the difference).
 	OnDemandPerHour float64
@@ -202,13 +207,16 @@ func (s *Service) price(ctx context.Context, rd workload.Rendered, req workload.
 	case r.Confidential:
 		resource = render.ResourcePassthrough
 	}
-	free, onOne, err := s.o.Cluster.FreeGPUs(ctx, r.Class, resource)
+	free, onOne, most, err := s.o.Cluster.FreeGPUs(ctx, r.Class, resource)
 	if err != nil {
 		return Estimate{}, err
 	}
 	e.Known, e.Free = true, free
 	left := e.Quota - e.QuotaUsed
 	switch {
+	case most < r.Count:
+		e.Never = true
+		e.Why = fmt.Sprintf("it can never start here: no node of %s has %d %s (the most on one node is %d)", r.Class.Name, r.Count, resource, most)
 	case !s.o.Kueue && onOne < r.Count:
 		e.Why = fmt.Sprintf("waiting for capacity: no node of %s has %d free %s (quotas are not enforced: quota.kueue is off)", r.Class.Name, r.Count, resource)
 	case !s.o.Kueue:

@@ -310,22 +310,25 @@ func (c *Cluster) QueueUsage(ctx context.Context, team team.Name, class string) 
 // resource, or nvidia.com/pgpu) allocatable and not requested by a pod that
 // has not ended — in all, and the most on one node. (Node affinity beyond
 // the class — spot, confidential computing — is not weighed.)
-func (c *Cluster) FreeGPUs(ctx context.Context, class gpu.Class, res string) (total, onOneNode int, err error) {
+func (c *Cluster) FreeGPUs(ctx context.Context, class gpu.Class, res string) (total, onOneNode, mostOnOneNode int, err error) {
 	nodes, err := c.core.CoreV1().Nodes().List(ctx, metav1.ListOptions{
 		LabelSelector: render.LabelGPUProduct + " in (" + strings.Join(class.Products, ",") + ")", ResourceVersion: "0"})
 	if err != nil {
-		return 0, 0, classify(err, "node", "")
+		return 0, 0, 0, classify(err, "node", "")
 	}
 	name := corev1.ResourceName(res)
 	for _, n := range nodes.Items {
 		q, ok := n.Status.Allocatable[name]
+		if ok { // a cordoned node counts here: it may serve again
+			mostOnOneNode = max(mostOnOneNode, int(q.Value()))
+		}
 		if n.Spec.Unschedulable || !ok {
 			continue
 		}
 		free := q.Value()
 		pods, err := c.core.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + n.Name, ResourceVersion: "0"})
 		if err != nil {
-			return 0, 0, classify(err, "pod", "")
+			return 0, 0, 0, classify(err, "pod", "")
 		}
 		for _, p := range pods.Items {
 			if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
@@ -342,5 +345,5 @@ func (c *Cluster) FreeGPUs(ctx context.Context, class gpu.Class, res string) (to
 			onOneNode = max(onOneNode, int(free))
 		}
 	}
-	return total, onOneNode, nil
+	return total, onOneNode, mostOnOneNode, nil
 }

@@ -12,19 +12,25 @@ import (
 	"github.com/gantryhq/gantry/api/client"
 )
 
+// verbWithOutput parses a verb's --server and -o flags and signs in.
+func verbWithOutput(ctx context.Context, name string, args []string, stderr io.Writer) (*client.ClientWithResponses, []string, string, error) {
+	fs := flags(name, stderr)
+	srv := fs.String("server", "", "Gantry server URL")
+	output := fs.String("o", "", "output: json")
+	rest, err := parse(fs, args)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	cl, _, err := remote(ctx, *srv)
+	return cl, rest, *output, err
+}
+
 // nodesCmd is `gantry nodes ls|get NAME`: the GPU nodes the agents report.
 func nodesCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || (args[0] != "ls" && args[0] != "get") {
 		return usageError{"gantry nodes ls | get NAME [-o json]"}
 	}
-	fs := flags("gantry nodes "+args[0], stderr)
-	srv := fs.String("server", "", "Gantry server URL")
-	output := fs.String("o", "", "output: json")
-	rest, err := parse(fs, args[1:])
-	if err != nil {
-		return err
-	}
-	cl, _, err := remote(ctx, *srv)
+	cl, rest, output, err := verbWithOutput(ctx, "gantry nodes "+args[0], args[1:], stderr)
 	if err != nil {
 		return err
 	}
@@ -38,8 +44,8 @@ func nodesCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return err
 		}
 		nodes = []client.Node{*resp.JSON200}
-		if *output == "json" {
-			return show(stdout, *output, nodes[0], nil)
+		if output == "json" {
+			return show(stdout, output, nodes[0], nil)
 		}
 	} else {
 		resp, err := cl.ListNodesWithResponse(ctx)
@@ -48,7 +54,7 @@ func nodesCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		nodes = resp.JSON200.Items
 	}
-	return show(stdout, *output, nodes, func() {
+	return show(stdout, output, nodes, func() {
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "NODE\tGPUS\tHEALTHY\tSEEN\tAGENT")
 		for _, n := range nodes {
@@ -83,14 +89,7 @@ func usersCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if len(args) == 0 || (args[0] != "ls" && args[0] != "deactivate" && args[0] != "reactivate") {
 		return usageError{"gantry users ls | deactivate ID | reactivate ID"}
 	}
-	fs := flags("gantry users "+args[0], stderr)
-	srv := fs.String("server", "", "Gantry server URL")
-	output := fs.String("o", "", "output: json")
-	rest, err := parse(fs, args[1:])
-	if err != nil {
-		return err
-	}
-	cl, _, err := remote(ctx, *srv)
+	cl, rest, output, err := verbWithOutput(ctx, "gantry users "+args[0], args[1:], stderr)
 	if err != nil {
 		return err
 	}
@@ -119,7 +118,7 @@ func usersCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := ok(resp, err); err != nil {
 		return err
 	}
-	return show(stdout, *output, resp.JSON200.Items, func() {
+	return show(stdout, output, resp.JSON200.Items, func() {
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "ID\tNAME\tGROUPS\tLAST SEEN\tSTATE")
 		for _, u := range resp.JSON200.Items {

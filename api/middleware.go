@@ -223,9 +223,22 @@ func liveConns(reg *live.Registry, cr credentials, workloads *workload.Service) 
 				return err
 			}
 			since, _ := c.Get(liveSinceKey).(int64)
-			ctx, h, err := reg.Open(r.Context(), live.Conn{Workload: wid, User: id.String(), Token: id.TokenID, Stream: stream, Watch: watch, Recheck: recheck, Since: since})
+			ctx, h, err := reg.Open(r.Context(), live.Conn{Workload: wid, User: id.String(), Token: id.TokenID, Stream: stream, Watch: watch, Recheck: recheck})
 			if err != nil {
 				return err
+			}
+			if reg.Seq() > since {
+				// A change came between the authentication and the
+				// registration, when no registration could be closed by
+				// it: the credential is checked again now. (The handler
+				// checks the workload itself, after this.)
+				if _, _, err := cr.authenticate(probe.WithContext(r.Context())); err != nil {
+					h.Close()
+					if errors.Is(err, errStore) {
+						return err
+					}
+					return echo.NewHTTPError(http.StatusUnauthorized, "not authenticated")
+				}
 			}
 			defer h.Close()
 			// What runs after the response (its audit record) runs on the

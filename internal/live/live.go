@@ -63,9 +63,6 @@ type Conn struct {
 	// Recheck authenticates the credential again and asks again whether it
 	// may have this response; a *Refused closes it.
 	Recheck func(ctx context.Context) error
-	// Since is the feed's position (Registry.Seq) when the request arrived:
-	// a change published between then and Open is checked at once.
-	Since int64
 }
 
 // Limits cap concurrent streams.
@@ -180,12 +177,6 @@ func (r *Registry) Open(ctx context.Context, c Conn) (context.Context, *Handle, 
 	add(r.byWorkload, c.Workload, e)
 	add(r.byUser, c.User, e)
 	add(r.byToken, c.Token, e)
-	if r.seq.Load() > c.Since {
-		// A change was published after the request was authenticated
-		// and before it was registered here: it may concern it.
-		r.pending[e] = struct{}{}
-		r.signal()
-	}
 	r.mu.Unlock()
 	h := &Handle{r: r, e: e}
 	return context.WithValue(ctx, handleKey{}, h), h, nil
@@ -230,8 +221,10 @@ func (r *Registry) remove(e *entry) {
 	}
 }
 
-// Seq is the newest change published: a request notes it when it arrives
-// (Conn.Since).
+// Seq is the newest change read from the feed (stored before it is
+// published): a request notes it before it is authenticated, and once
+// registered, authenticates again if it has moved — a revocation published
+// in between found no registration to close.
 func (r *Registry) Seq() int64 { return r.seq.Load() }
 
 // Count is the number of registered connections and of streams among them.
@@ -442,8 +435,8 @@ func (r *Registry) Follow(ctx context.Context, feed Feed, wake <-chan struct{}, 
 				cs = append(cs, Change{Kind: All})
 			}
 			after = last
+			r.seq.Store(after) // before Publish: see Seq
 			r.Publish(cs...)
-			r.seq.Store(after)
 			if len(cs) < 1000 {
 				break
 			}

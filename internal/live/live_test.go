@@ -177,11 +177,9 @@ func (f *feed) LastChange(context.Context) (int64, error) {
 }
 func (f *feed) PruneChanges(context.Context, time.Time) error { return nil }
 
-// TestChangeBeforeRegistration: a revocation published after a request was
-// authenticated but before it was registered is checked at once (Since),
-// and a feed that skips numbers (pruned while this replica lagged) checks
-// every connection.
-func TestChangeBeforeRegistration(t *testing.T) {
+// TestFeedGap: Seq follows the feed, and a feed that skips numbers (pruned
+// while this replica lagged) checks every connection.
+func TestFeedGap(t *testing.T) {
 	r := registry(t, live.Limits{PerIdentity: 10, PerReplica: 10})
 	f := &feed{last: 7}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -196,29 +194,29 @@ func TestChangeBeforeRegistration(t *testing.T) {
 		return nil
 	})
 	refuse := func(context.Context) error { return &live.Refused{Err: errors.New("revoked")} }
-	late, _, err := r.Open(context.Background(), live.Conn{Workload: "w", User: "u", Recheck: refuse, Since: 5})
+	conn, _, err := r.Open(context.Background(), live.Conn{Workload: "w2", User: "u2", Recheck: refuse})
 	if err != nil {
 		t.Fatal(err)
 	}
-	current, _, err := r.Open(context.Background(), live.Conn{Workload: "w2", User: "u2", Recheck: refuse, Since: 7})
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitfor.Until(t, 5*time.Second, "the late registration to be checked and closed", func() error {
-		if late.Err() == nil {
-			return errors.New("still open")
+	f.mu.Lock()
+	f.changes = append(f.changes, live.Change{Seq: 8, Kind: live.Workload, Subject: "other"})
+	f.last = 8
+	f.mu.Unlock()
+	waitfor.Until(t, 5*time.Second, "Seq to follow the feed", func() error {
+		if r.Seq() != 8 {
+			return errors.New("not yet")
 		}
 		return nil
 	})
-	if current.Err() != nil {
-		t.Fatal("a registration after the newest change was checked as if it had missed one")
+	if conn.Err() != nil {
+		t.Fatal("a change about another workload closed the connection")
 	}
 	f.mu.Lock()
-	f.changes = append(f.changes, live.Change{Seq: 12, Kind: live.Workload, Subject: "other"}) // 8-11 pruned
+	f.changes = append(f.changes, live.Change{Seq: 12, Kind: live.Workload, Subject: "other"}) // 9-11 pruned
 	f.last = 12
 	f.mu.Unlock()
 	waitfor.Until(t, 5*time.Second, "a gap in the feed to check every connection", func() error {
-		if current.Err() == nil {
+		if conn.Err() == nil {
 			return errors.New("still open")
 		}
 		return nil

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"errors"
+	"strings"
 
 	"github.com/gantryhq/gantry/api/gen"
 	"github.com/gantryhq/gantry/internal/audit"
@@ -27,13 +28,19 @@ func (s *server) ListAudit(ctx context.Context, req gen.ListAuditRequestObject) 
 		return nil, err
 	}
 	out := gen.AuditList{Items: []gen.AuditRecord{}}
+	actors := make([]string, len(recs))
+	for i, r := range recs {
+		actors[i] = r.Actor
+	}
+	names := s.names(ctx, actors...)
 	for i, r := range recs {
 		if i == limit {
 			out.NextAfter = ptr(recs[limit-1].Seq)
 			break
 		}
 		out.Items = append(out.Items, gen.AuditRecord{Seq: r.Seq, At: r.At, Actor: r.Actor, Action: r.Action, Object: r.Object,
-			Decision: gen.AuditRecordDecision(r.Decision), Status: r.Status, Reason: r.Reason, RequestId: r.RequestID, Source: r.Source, Hash: r.Hash})
+			Decision: gen.AuditRecordDecision(r.Decision), Status: r.Status, Reason: r.Reason, RequestId: r.RequestID, Source: r.Source, Hash: r.Hash,
+			ActorName: omitEmpty(names[strings.SplitN(r.Actor, " (", 2)[0]])})
 	}
 	return gen.ListAudit200JSONResponse(out), nil
 }

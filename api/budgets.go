@@ -86,7 +86,7 @@ func (s *server) GetTeamReport(ctx context.Context, req gen.GetTeamReportRequest
 	}
 	out := gen.TeamReport{Team: t.String(), Month: r.From.Format("2006-01"), From: r.From, To: r.To, Currency: gen.TeamReportCurrencyUSD,
 		Total: r.Total, Used: r.Used, Idle: r.Idle, Unmeasured: r.Unmeasured,
-		ByUser: costLines(r.ByUser), ByTemplate: costLines(r.ByTemplate), ByGpuClass: costLines(r.ByGPUClass), ByCostCenter: costLines(r.ByCostCenter),
+		ByUser: s.namedLines(ctx, costLines(r.ByUser)), ByTemplate: costLines(r.ByTemplate), ByGpuClass: costLines(r.ByGPUClass), ByCostCenter: costLines(r.ByCostCenter),
 		Alerts: []gen.BudgetAlert{}}
 	st, alerts, err := s.o.Budgets.Month(ctx, t, r.Total, r.From, r.To)
 	if err != nil {

@@ -42,7 +42,28 @@ func (s *server) GetCosts(ctx context.Context, req gen.GetCostsRequestObject) (g
 	}
 	out := gen.CostReport{From: c.From, To: c.To, GroupBy: c.GroupBy, Currency: gen.CostReportCurrencyUSD, Total: c.Total,
 		Used: c.Used, Idle: c.Idle, Unmeasured: c.Unmeasured, Items: costLines(c.Lines)}
+	if groupBy == "user" {
+		s.userNames(ctx, out.Items)
+	}
 	return gen.GetCosts200JSONResponse(out), nil
+}
+
+// namedLines is userNames returning its lines.
+func (s *server) namedLines(ctx context.Context, lines []gen.CostLine) []gen.CostLine {
+	s.userNames(ctx, lines)
+	return lines
+}
+
+// userNames names the users of cost lines grouped by user.
+func (s *server) userNames(ctx context.Context, lines []gen.CostLine) {
+	keys := make([]string, len(lines))
+	for i, l := range lines {
+		keys[i] = l.Key
+	}
+	m := s.names(ctx, keys...)
+	for i := range lines {
+		lines[i].Name = omitEmpty(m[lines[i].Key])
+	}
 }
 
 func costLines(lines []workload.CostLine) []gen.CostLine {

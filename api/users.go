@@ -93,3 +93,30 @@ func userOut(u user.User) gen.User {
 	}
 	return out
 }
+
+// names maps users' keys to how their provider names them (user.Service.Names),
+// for the people reading an answer; a failure only leaves names out.
+func (s *server) names(ctx context.Context, keys ...string) map[string]string {
+	if s.o.Users == nil {
+		return nil
+	}
+	m, err := s.o.Users.Names(ctx, keys...)
+	if err != nil {
+		s.o.Logger.WarnContext(ctx, "names of users not read", "err", err)
+	}
+	return m
+}
+
+// named sets each workload's ownerName.
+func (s *server) named(ctx context.Context, ws ...*gen.Workload) {
+	keys := make([]string, len(ws))
+	for i, w := range ws {
+		keys[i] = w.Owner
+	}
+	m := s.names(ctx, keys...)
+	for _, w := range ws {
+		if n, ok := m[w.Owner]; ok {
+			w.OwnerName = ptr(n)
+		}
+	}
+}

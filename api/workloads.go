@@ -37,7 +37,9 @@ func (s *server) CreateWorkload(ctx context.Context, req gen.CreateWorkloadReque
 		return nil, err
 	case replayed:
 		s.o.Own.Launch("replayed")
-		return gen.CreateWorkload200JSONResponse(workloadOut(w)), nil
+		out := workloadOut(w)
+		s.named(ctx, &out)
+		return gen.CreateWorkload200JSONResponse(out), nil
 	case w.Status == workload.PendingApproval:
 		s.o.Own.Launch("held_for_approval")
 	case strings.HasPrefix(w.Reason, workload.HeldPrefix):
@@ -45,7 +47,9 @@ func (s *server) CreateWorkload(ctx context.Context, req gen.CreateWorkloadReque
 	default:
 		s.o.Own.Launch("started")
 	}
-	return gen.CreateWorkload201JSONResponse(workloadOut(w)), nil
+	out := workloadOut(w)
+	s.named(ctx, &out)
+	return gen.CreateWorkload201JSONResponse(out), nil
 }
 
 func (s *server) EstimateWorkload(ctx context.Context, req gen.EstimateWorkloadRequestObject) (gen.EstimateWorkloadResponseObject, error) {
@@ -243,9 +247,12 @@ func (s *server) ListWorkloads(ctx context.Context, req gen.ListWorkloadsRequest
 		return nil, err
 	}
 	out := gen.WorkloadList{Items: make([]gen.Workload, len(page.Items))}
+	items := make([]*gen.Workload, len(page.Items))
 	for i, w := range page.Items {
 		out.Items[i] = workloadOut(w)
+		items[i] = &out.Items[i]
 	}
+	s.named(ctx, items...)
 	if page.Next != "" {
 		out.NextCursor = &page.Next
 	}
@@ -257,7 +264,9 @@ func (s *server) GetWorkload(ctx context.Context, req gen.GetWorkloadRequestObje
 	if err != nil {
 		return nil, err
 	}
-	return gen.GetWorkload200JSONResponse(workloadOut(w)), nil
+	out := workloadOut(w)
+	s.named(ctx, &out)
+	return gen.GetWorkload200JSONResponse(out), nil
 }
 
 func (s *server) DeleteWorkload(ctx context.Context, req gen.DeleteWorkloadRequestObject) (gen.DeleteWorkloadResponseObject, error) {
@@ -286,7 +295,8 @@ func (s *server) WatchWorkload(ctx context.Context, req gen.WatchWorkloadRequest
 	if err != nil {
 		return nil, err
 	}
-	return watchStream{ctx: ctx, first: w, log: s.o.Logger, get: func() (workload.Workload, error) { return s.o.Workloads.Get(ctx, req.Id) }}, nil
+	return watchStream{ctx: ctx, first: w, log: s.o.Logger, owner: s.names(ctx, w.Owner)[w.Owner],
+		get: func() (workload.Workload, error) { return s.o.Workloads.Get(ctx, req.Id) }}, nil
 }
 
 // watchStream is a workload's server-sent events: the workload whenever it
@@ -294,6 +304,7 @@ func (s *server) WatchWorkload(ctx context.Context, req gen.WatchWorkloadRequest
 type watchStream struct {
 	ctx   context.Context
 	first workload.Workload
+	owner string // the owner's display name (it does not change)
 	log   *slog.Logger
 	get   func() (workload.Workload, error)
 }
@@ -324,6 +335,7 @@ func (ws watchStream) VisitWatchWorkloadResponse(w http.ResponseWriter) error {
 	// send writes the workload if it changed; false: stop streaming.
 	send := func(wl workload.Workload) bool {
 		out := workloadOut(wl)
+		out.OwnerName = omitEmpty(ws.owner)
 		data, err := json.Marshal(out)
 		if err != nil {
 			ws.log.ErrorContext(ws.ctx, "watch: encode the workload", "err", err)

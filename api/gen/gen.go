@@ -808,8 +808,11 @@ type AuditList struct {
 
 // AuditRecord defines model for AuditRecord.
 type AuditRecord struct {
-	Action    string              `json:"action"`
-	Actor     string              `json:"actor"`
+	Action string `json:"action"`
+	Actor  string `json:"actor"`
+
+	// ActorName How the actor's provider names them (name and e-mail), for people; absent for the anonymous and unknown.
+	ActorName *string             `json:"actorName,omitempty"`
 	At        time.Time           `json:"at"`
 	Decision  AuditRecordDecision `json:"decision"`
 	Hash      string              `json:"hash"`
@@ -967,6 +970,9 @@ type CostLine struct {
 
 	// Key The team, user, template, GPU class or cost center (empty: none).
 	Key string `json:"key"`
+
+	// Name With groupBy=user: how the user's provider names them (name and e-mail).
+	Name *string `json:"name,omitempty"`
 
 	// Unmeasured Of cost, the running minutes without GPU samples (no agent, or older than the rollups' retention).
 	Unmeasured float64 `json:"unmeasured"`
@@ -1967,9 +1973,14 @@ type Workload struct {
 	Name string `json:"name"`
 
 	// ObjectsHash SHA-256 of the rendered objects.
-	ObjectsHash string            `json:"objectsHash"`
-	Owner       string            `json:"owner"`
-	Parameters  map[string]string `json:"parameters"`
+	ObjectsHash string `json:"objectsHash"`
+
+	// Owner Who launched it: the stable issuer#subject.
+	Owner string `json:"owner"`
+
+	// OwnerName How the owner's provider names them (name and e-mail), for people; absent when unknown.
+	OwnerName  *string           `json:"ownerName,omitempty"`
+	Parameters map[string]string `json:"parameters"`
 
 	// PricePerHour USD per hour while it runs, at its GPU class's price when it was launched (spot when the template runs on spot and the class has a spot price, else on demand; a MIG slice at its share of the GPU, max(compute/7, memory/8)).
 	PricePerHour float64 `json:"pricePerHour"`

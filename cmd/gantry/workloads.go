@@ -169,7 +169,7 @@ func lsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	for _, w := range all {
 		line := fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t$%.2f\t%s", w.Id, w.Name, w.Team, w.Status, gpuText(w), w.CostSoFar, age(w.CreatedAt))
 		if *output == "wide" {
-			line += "\t" + w.Owner + "\t" + deref(w.Reason)
+			line += "\t" + ownerText(w, false) + "\t" + deref(w.Reason)
 		}
 		fmt.Fprintln(tw, line)
 	}
@@ -192,7 +192,7 @@ func getCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	w := *resp.JSON200
 	return show(stdout, *output, w, func() {
 		fmt.Fprintf(stdout, "%s (%s)\nteam:     %s\nowner:    %s\ntemplate: %s v%d\ngpu:      %s\nstatus:   %s\ncost:     $%.2f ($%.2f/h)\n",
-			w.Id, w.Name, w.Team, w.Owner, w.Template, w.TemplateVersion, gpuText(w), describe(w), w.CostSoFar, w.PricePerHour)
+			w.Id, w.Name, w.Team, ownerText(w, true), w.Template, w.TemplateVersion, gpuText(w), describe(w), w.CostSoFar, w.PricePerHour)
 		if w.Url != nil {
 			fmt.Fprintf(stdout, "url:      %s\n", *w.Url)
 		}
@@ -357,6 +357,19 @@ func show(stdout io.Writer, output string, v any, text func()) error {
 	}
 	text()
 	return nil
+}
+
+// ownerText is the owner as people read them: the name the provider gave
+// (with the stable issuer#subject after it, when long), else the subject.
+func ownerText(w client.Workload, long bool) string {
+	name := deref(w.OwnerName)
+	switch {
+	case name == "":
+		return w.Owner
+	case long:
+		return name + " (" + w.Owner + ")"
+	}
+	return name
 }
 
 func gpuText(w client.Workload) string {

@@ -42,6 +42,13 @@ func TestWorkloadVerbs(t *testing.T) {
 	if code, out, _ := cli("ls", "--team", "vision"); code != 0 || !strings.Contains(out, id) || !strings.HasPrefix(out, "ID ") {
 		t.Fatalf("ls: %d %q", code, out)
 	}
+	// People by the names their provider gave, not issuer#subject.
+	if code, out, _ := cli("ls", "--team", "vision", "-o", "wide"); code != 0 || !strings.Contains(out, "Lee Park") {
+		t.Fatalf("ls -o wide names the owner: %d %q", code, out)
+	}
+	if code, out, _ := cli("get", id); code != 0 || !strings.Contains(out, "owner:    Lee Park (team lead, team vision) <lee@gantry.localhost> (") {
+		t.Fatalf("get names the owner: %d %q", code, out)
+	}
 	code, out, _ = cli("get", id, "-o", "json")
 	var w struct {
 		ID, Status, Team string

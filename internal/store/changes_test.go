@@ -53,6 +53,14 @@ func testChangeFeed(t *testing.T, s *store.Store) {
 		var all []live.Change
 		var after int64
 		for {
+			// Whether the writers were done before this read began: only
+			// an empty read begun after that means every change was read.
+			finished := false
+			select {
+			case <-done:
+				finished = true
+			default:
+			}
 			cs, err := s.Changes(ctx, after, 7)
 			if err != nil {
 				t.Error(err)
@@ -64,13 +72,9 @@ func testChangeFeed(t *testing.T, s *store.Store) {
 				after = c.Seq
 			}
 			all = append(all, cs...)
-			select {
-			case <-done:
-				if len(cs) == 0 {
-					seen <- all
-					return
-				}
-			default:
+			if finished && len(cs) == 0 {
+				seen <- all
+				return
 			}
 		}
 	}()

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/gantryhq/gantry/internal/fault"
@@ -81,6 +82,22 @@ func (s *Store) Users(ctx context.Context) ([]user.User, error) {
 	rows, err := s.read.QueryContext(ctx, `SELECT `+userColumns+` FROM users ORDER BY user_key`)
 	if err != nil {
 		return nil, fmt.Errorf("list users: %w", err)
+	}
+	return collect(rows, scanUser)
+}
+
+// UsersByKey implements user.Store.
+func (s *Store) UsersByKey(ctx context.Context, keys []string) ([]user.User, error) {
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	args := make([]any, len(keys))
+	for i, k := range keys {
+		args[i] = k
+	}
+	rows, err := s.read.QueryContext(ctx, s.q(`SELECT `+userColumns+` FROM users WHERE user_key IN (`+strings.TrimSuffix(strings.Repeat("?, ", len(keys)), ", ")+`)`), args...)
+	if err != nil {
+		return nil, fmt.Errorf("users by key: %w", err)
 	}
 	return collect(rows, scanUser)
 }

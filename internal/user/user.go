@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/gantryhq/gantry/internal/fault"
@@ -55,6 +56,9 @@ type Store interface {
 	User(ctx context.Context, id string) (User, error)
 	// Users lists every user, by key.
 	Users(ctx context.Context) ([]User, error)
+	// UsersByKey returns the users with these keys (issuer#subject) that
+	// are known; unknown keys are left out.
+	UsersByKey(ctx context.Context, keys []string) ([]User, error)
 	// SetUserDeactivated deactivates (at non-zero) or reactivates (zero) a
 	// user; *fault.NotFound if none.
 	SetUserDeactivated(ctx context.Context, id string, at time.Time) error
@@ -156,6 +160,48 @@ func (s *Service) Active(ctx context.Context, id identity.Identity) error {
 		return ErrDeactivated
 	}
 	return nil
+}
+
+// DisplayName is how people read a user: the name and e-mail the provider
+// gave ("Alice Moreau <alice@example.com>"), either alone, or "" when it
+// gave neither.
+func (u User) DisplayName() string {
+	switch {
+	case u.Name != "" && u.Email != "":
+		return u.Name + " <" + u.Email + ">"
+	case u.Name != "":
+		return u.Name
+	}
+	return u.Email
+}
+
+// Names maps users' keys (issuer#subject; an audit actor's " (token …)"
+// suffix is ignored) to their display names, for the keys whose users are
+// known and named; one read for all of them.
+func (s *Service) Names(ctx context.Context, keys ...string) (map[string]string, error) {
+	seen := map[string]bool{}
+	var want []string
+	for _, k := range keys {
+		k, _, _ = strings.Cut(k, " (")
+		if k != "" && !seen[k] {
+			seen[k] = true
+			want = append(want, k)
+		}
+	}
+	out := map[string]string{}
+	if len(want) == 0 {
+		return out, nil
+	}
+	users, err := s.store.UsersByKey(ctx, want)
+	if err != nil {
+		return nil, err
+	}
+	for _, u := range users {
+		if n := u.DisplayName(); n != "" {
+			out[u.Key] = n
+		}
+	}
+	return out, nil
 }
 
 // List returns every user.

@@ -32,7 +32,9 @@ func TestPeopleByName(t *testing.T) {
 	if s, _ := e.do("GET", "/api/v1/workloads/"+w.ID+"/watch", nil, &first); s != 200 || first.OwnerName != want {
 		t.Errorf("watch: %d %q", s, first.OwnerName)
 	}
-	var audit struct{ Items []struct{ Actor, ActorName string } }
+	var audit struct {
+		Items []struct{ Actor, ActorName string }
+	}
 	if s, _ := e.do("GET", "/api/v1/audit", nil, &audit); s != 200 {
 		t.Fatalf("audit: %d", s)
 	}

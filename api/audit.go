@@ -19,7 +19,8 @@ func (s *server) ListAudit(ctx context.Context, req gen.ListAuditRequestObject) 
 	if p.Limit != nil {
 		limit = *p.Limit
 	}
-	f := audit.Filter{Actor: deref(p.Actor), After: deref(p.After), Limit: limit + 1}
+	// Newest first unless paged from the start with after.
+	f := audit.Filter{Actor: deref(p.Actor), After: deref(p.After), Newest: p.After == nil, Before: deref(p.Before), Limit: limit + 1}
 	if p.Decision != nil {
 		f.Decision = string(*p.Decision)
 	}
@@ -35,7 +36,11 @@ func (s *server) ListAudit(ctx context.Context, req gen.ListAuditRequestObject) 
 	names := s.names(ctx, actors...)
 	for i, r := range recs {
 		if i == limit {
-			out.NextAfter = ptr(recs[limit-1].Seq)
+			if f.Newest {
+				out.NextBefore = ptr(recs[limit-1].Seq)
+			} else {
+				out.NextAfter = ptr(recs[limit-1].Seq)
+			}
 			break
 		}
 		out.Items = append(out.Items, gen.AuditRecord{Seq: r.Seq, At: r.At, Actor: r.Actor, Action: r.Action, Object: r.Object,

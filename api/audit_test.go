@@ -32,11 +32,23 @@ func TestAuditLog(t *testing.T) {
 			Status                                          int
 		}
 	}
-	e.do("GET", "/api/v1/audit", nil, &page)
+	e.do("GET", "/api/v1/audit?after=0", nil, &page) // oldest first
 	if len(page.Items) != 2 {
 		t.Fatalf("%d records, want 2: %+v", len(page.Items), page.Items)
 	}
 	launch, denial := page.Items[0], page.Items[1]
+	var newest struct {
+		Items      []struct{ Seq int64 }
+		NextBefore *int64
+	}
+	e.do("GET", "/api/v1/audit?limit=1", nil, &newest) // by default, newest first
+	if len(newest.Items) != 1 || newest.Items[0].Seq != 2 || newest.NextBefore == nil || *newest.NextBefore != 2 {
+		t.Fatalf("newest first: %+v", newest)
+	}
+	e.do("GET", "/api/v1/audit?limit=1&before=2", nil, &newest)
+	if len(newest.Items) != 1 || newest.Items[0].Seq != 1 {
+		t.Fatalf("the next page, before 2: %+v", newest)
+	}
 	if launch.Actor != "https://idp#alice" || launch.Action != "POST /api/v1/workloads" || launch.Decision != "allow" || launch.Status != 201 || launch.Source != "127.0.0.1" {
 		t.Errorf("launch record %+v", launch)
 	}

@@ -804,8 +804,11 @@ type ApprovalDecision string
 type AuditList struct {
 	Items []AuditRecord `json:"items"`
 
-	// NextAfter Pass as after for the next page; absent on the last page.
+	// NextAfter Oldest first, pass as after for the next page; absent on the last page.
 	NextAfter *int64 `json:"nextAfter,omitempty"`
+
+	// NextBefore Newest first, pass as before for the next page; absent on the last page.
+	NextBefore *int64 `json:"nextBefore,omitempty"`
 }
 
 // AuditRecord defines model for AuditRecord.
@@ -2058,8 +2061,11 @@ type ListAuditParams struct {
 	// Decision Only allowed or only denied requests.
 	Decision *ListAuditParamsDecision `form:"decision,omitempty" json:"decision,omitempty"`
 
-	// After Only records after this sequence number (the nextAfter of the previous page).
+	// After Oldest first, only records after this sequence number (0 from the start; the nextAfter of the previous page).
 	After *int64 `form:"after,omitempty" json:"after,omitempty"`
+
+	// Before Newest first, only records before this sequence number (the nextBefore of the previous page).
+	Before *int64 `form:"before,omitempty" json:"before,omitempty"`
 
 	// Limit Page size.
 	Limit *int `form:"limit,omitempty" json:"limit,omitempty"`
@@ -2311,7 +2317,7 @@ type ClientInterface interface {
 
 	// ListAudit Audit log
 	//
-	// Every mutating request and every denial, oldest first, hash-chained (gantry audit verify checks the chain).
+	// Every mutating request and every denial, hash-chained (gantry audit verify checks the chain): newest first (paged with before), or oldest first when after is given (paged with after).
 	//
 	// Corresponds with GET /api/v1/audit (the `ListAudit` operationId).
 	ListAudit(ctx context.Context, params *ListAuditParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2863,7 +2869,7 @@ func (c *Client) ListAdvice(ctx context.Context, params *ListAdviceParams, reqEd
 
 // ListAudit Audit log
 //
-// Every mutating request and every denial, oldest first, hash-chained (gantry audit verify checks the chain).
+// Every mutating request and every denial, hash-chained (gantry audit verify checks the chain): newest first (paged with before), or oldest first when after is given (paged with after).
 //
 // Corresponds with GET /api/v1/audit (the `ListAudit` operationId).
 func (c *Client) ListAudit(ctx context.Context, params *ListAuditParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -4184,6 +4190,18 @@ func NewListAuditRequest(server string, params *ListAuditParams) (*http.Request,
 		if params.After != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "after", *params.After, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Before != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "before", *params.Before, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -6515,7 +6533,7 @@ type ClientWithResponsesInterface interface {
 
 	// ListAuditWithResponse Audit log
 	//
-	// Every mutating request and every denial, oldest first, hash-chained (gantry audit verify checks the chain).
+	// Every mutating request and every denial, hash-chained (gantry audit verify checks the chain): newest first (paged with before), or oldest first when after is given (paged with after).
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -9743,7 +9761,7 @@ func (c *ClientWithResponses) ListAdviceWithResponse(ctx context.Context, params
 
 // ListAuditWithResponse Audit log
 //
-// Every mutating request and every denial, oldest first, hash-chained (gantry audit verify checks the chain).
+// Every mutating request and every denial, hash-chained (gantry audit verify checks the chain): newest first (paged with before), or oldest first when after is given (paged with after).
 //
 // Returns a wrapper object for the known response body format(s).
 //

@@ -802,8 +802,11 @@ type ApprovalDecision string
 type AuditList struct {
 	Items []AuditRecord `json:"items"`
 
-	// NextAfter Pass as after for the next page; absent on the last page.
+	// NextAfter Oldest first, pass as after for the next page; absent on the last page.
 	NextAfter *int64 `json:"nextAfter,omitempty"`
+
+	// NextBefore Newest first, pass as before for the next page; absent on the last page.
+	NextBefore *int64 `json:"nextBefore,omitempty"`
 }
 
 // AuditRecord defines model for AuditRecord.
@@ -2056,8 +2059,11 @@ type ListAuditParams struct {
 	// Decision Only allowed or only denied requests.
 	Decision *ListAuditParamsDecision `form:"decision,omitempty" json:"decision,omitempty"`
 
-	// After Only records after this sequence number (the nextAfter of the previous page).
+	// After Oldest first, only records after this sequence number (0 from the start; the nextAfter of the previous page).
 	After *int64 `form:"after,omitempty" json:"after,omitempty"`
+
+	// Before Newest first, only records before this sequence number (the nextBefore of the previous page).
+	Before *int64 `form:"before,omitempty" json:"before,omitempty"`
 
 	// Limit Page size.
 	Limit *int `form:"limit,omitempty" json:"limit,omitempty"`
@@ -2443,6 +2449,13 @@ func (w *ServerInterfaceWrapper) ListAudit(ctx echo.Context) error {
 	err = runtime.BindQueryParameterWithOptions("form", true, false, "after", ctx.QueryParams(), &params.After, runtime.BindQueryParameterOptions{Type: "integer", Format: "int64"})
 	if err != nil {
 		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter after: %s", err))
+	}
+
+	// ------------- Optional query parameter "before" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "before", ctx.QueryParams(), &params.Before, runtime.BindQueryParameterOptions{Type: "integer", Format: "int64"})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter before: %s", err))
 	}
 
 	// ------------- Optional query parameter "limit" -------------

@@ -148,14 +148,15 @@ func userName(u client.User) string {
 }
 
 // auditListCmd is `gantry audit ls`: the audit log through the API, newest
-// last, a page at a time (--after continues).
+// first (--before continues), or oldest first with --after.
 func auditListCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flags("gantry audit ls", stderr)
 	srv := fs.String("server", "", "Gantry server URL")
 	output := fs.String("o", "", "output: json")
 	actor := fs.String("actor", "", "only this actor (issuer#subject)")
 	decision := fs.String("decision", "", "only allow or deny")
-	after := fs.Int64("after", 0, "only records after this sequence number")
+	after := fs.Int64("after", -1, "oldest first, only records after this sequence number (0: from the start)")
+	before := fs.Int64("before", 0, "newest first (the default), only records before this sequence number")
 	limit := fs.Int("limit", 100, "at most this many records")
 	if _, err := parse(fs, args); err != nil {
 		return err
@@ -172,8 +173,11 @@ func auditListCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		d := client.ListAuditParamsDecision(*decision)
 		p.Decision = &d
 	}
-	if *after > 0 {
+	if *after >= 0 {
 		p.After = after
+	}
+	if *before > 0 {
+		p.Before = before
 	}
 	resp, err := cl.ListAuditWithResponse(ctx, p)
 	if err := ok(resp, err); err != nil {

@@ -50,7 +50,7 @@ Usage:
   gantry audit verify [--db DSN] [--checkpoints FILE|URL --key PUB]
                                                       check the audit log's hash chain and signed checkpoints
   gantry audit keygen --out PREFIX                    make a checkpoint signing key (PREFIX.key, PREFIX.pub)
-  gantry audit ls [--actor A] [--decision allow|deny] [--after SEQ] [--limit N]
+  gantry audit ls [--actor A] [--decision allow|deny] [--before SEQ | --after SEQ] [--limit N]
                                                       the audit log from a server (platform admins)
   gantry advise replay --dir DIR [--gpu-class C] [-o FILE] [--score]  replay a GPU trace (Alibaba GenAI format) through the advice rules
   gantry login [--server URL]                         sign the CLI in (device grant in a browser)

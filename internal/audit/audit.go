@@ -65,8 +65,11 @@ type Store interface {
 type Filter struct {
 	Actor    string
 	Decision string
-	After    int64 // seq
-	Limit    int
+	After    int64 // seq: oldest first, after it
+	// Newest lists newest first, before Before (0: from the newest).
+	Newest bool
+	Before int64
+	Limit  int
 }
 
 // Problem is one break in the chain, or a disagreement with a checkpoint.

@@ -59,7 +59,13 @@ func scanAudit(rows scanner) (audit.Record, error) {
 
 // AuditRecords implements audit.Store.
 func (s *Store) AuditRecords(ctx context.Context, f audit.Filter) ([]audit.Record, error) {
-	where, args := []string{"seq > ?"}, []any{f.After}
+	where, args, order := []string{"seq > ?"}, []any{f.After}, "seq"
+	if f.Newest {
+		where, args, order = []string{"seq > 0"}, nil, "seq DESC"
+		if f.Before > 0 {
+			where, args = []string{"seq < ?"}, []any{f.Before}
+		}
+	}
 	if f.Actor != "" {
 		where, args = append(where, "actor = ?"), append(args, f.Actor)
 	}
@@ -67,7 +73,7 @@ func (s *Store) AuditRecords(ctx context.Context, f audit.Filter) ([]audit.Recor
 		where, args = append(where, "decision = ?"), append(args, f.Decision)
 	}
 	args = append(args, f.Limit)
-	rows, err := s.read.QueryContext(ctx, s.q(`SELECT `+auditColumns+` FROM audit WHERE `+strings.Join(where, " AND ")+` ORDER BY seq LIMIT ?`), args...)
+	rows, err := s.read.QueryContext(ctx, s.q(`SELECT `+auditColumns+` FROM audit WHERE `+strings.Join(where, " AND ")+` ORDER BY `+order+` LIMIT ?`), args...)
 	if err != nil {
 		return nil, fmt.Errorf("list audit records: %w", err)
 	}

@@ -755,7 +755,7 @@ async function platformPage() {
     section('audit', async (body) => {
       const list = await api('GET', '/api/v1/audit?limit=50');
       body.replaceChildren(...list.items.map((a) => el('tr', {}, el('td', { text: a.seq }), el('td', { text: new Date(a.at).toLocaleString() }),
-        el('td', { text: a.actor }), el('td', { text: a.action + (a.reason ? ' — ' + a.reason : '') }), el('td', { text: a.decision + ' ' + a.status }))));
+        el('td', { text: a.actorName || a.actor, title: a.actor }), el('td', { text: a.action + (a.reason ? ' — ' + a.reason : '') }), el('td', { text: a.decision + ' ' + a.status }))));
     }),
   ]);
   say('');

@@ -353,7 +353,7 @@ const COLOURS = ['#0a58ca', '#b35900', '#116329', '#8250df', '#b00020', '#1b1f24
 function drawCharts(box, data, highlight) {
   box.replaceChildren();
   const from = Date.parse(data.from), to = Date.parse(data.to);
-  const W = 560, H = 140, L = 48, B = 18;
+  const W = 560, H = 140, L = 72, B = 18; // L: room for the widest value label
   let drawn = 0;
   for (const [metric, title, unit, fixedMax] of CHARTS) {
     const series = data.series.filter((s) => s.metric === metric && s.points.length);
@@ -371,9 +371,12 @@ function drawCharts(box, data, highlight) {
     chart.append(svg('line', { x1: L, y1: 4, x2: L, y2: H - B, stroke: '#57606a' }));
     const label = (text, lx, ly, anchor) => { const t = svg('text', { x: lx, y: ly, 'font-size': 11, fill: '#1b1f24', 'text-anchor': anchor }); t.textContent = text; chart.append(t); };
     label(fmt(max, unit), L - 4, 12, 'end');
-    label('0', L - 4, H - B, 'end');
-    label(new Date(from).toLocaleTimeString(), L, H - 4, 'start');
-    label(new Date(to).toLocaleTimeString(), W, H - 4, 'end');
+    label(fmt(max / 2, unit), L - 4, y(max / 2) + 4, 'end');
+    label(fmt(0, unit), L - 4, H - B, 'end');
+    const when = (t) => new Date(t).toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' });
+    label(when(from), L, H - 4, 'start');
+    label(when((from + to) / 2), x((from + to) / 2), H - 4, 'middle');
+    label(when(to), W, H - 4, 'end');
     if (highlight) {
       const a = x(Math.max(from, highlight.from)), b = x(Math.min(to, highlight.to));
       if (b > a) chart.append(svg('rect', { class: 'evidence', x: a, y: 4, width: b - a, height: H - B - 4, fill: '#fff8c5', stroke: '#9a6700' }));
@@ -382,7 +385,7 @@ function drawCharts(box, data, highlight) {
       const pts = s.points.map((p) => x(Date.parse(p.t)).toFixed(1) + ',' + y(p.avg).toFixed(1)).join(' ');
       chart.append(svg('polyline', { points: pts, fill: 'none', stroke: COLOURS[i % COLOURS.length], 'stroke-width': 1.5 }));
     });
-    const legend = el('figcaption', { text: title + ' (' + unit + ') — ' + series.map((s, i) => device(s.device) + ': ' + fmt(last[i], unit)).join('; ') });
+    const legend = el('figcaption', { text: title + ' (' + shownUnit(unit) + ') — ' + series.map((s, i) => device(s.device) + ': ' + fmt(last[i], unit)).join('; ') });
     fig.append(chart, legend);
     box.append(fig);
   }
@@ -390,6 +393,11 @@ function drawCharts(box, data, highlight) {
 }
 
 function device(d) { return 'GPU ' + d.index + (d.mig ? ' MIG ' + d.mig.profile : ''); }
+// shownUnit is the unit fmt writes values of unit in: one unit a chart.
+function shownUnit(unit) {
+  return { ratio: '%', '%': '%', MiB: 'GiB', 'B/s': 'bytes per second' }[unit] || unit;
+}
+
 function fmt(v, unit) {
   if (unit === 'ratio') return (v * 100).toFixed(0) + '%';
   if (unit === '%') return v.toFixed(0) + '%';
@@ -502,8 +510,16 @@ async function workloadPage(id) {
   const charts = document.getElementById('charts');
   const windowSel = document.getElementById('window');
   let highlight = null;
+  // By default the window is the workload's life (at most a day, at least
+  // five minutes), so that a new workload fills the chart, not a sliver.
   const chartsNow = async () => {
-    const to = new Date(), from = new Date(to - Number(windowSel.value) * 60000);
+    const to = new Date();
+    let minutes = Number(windowSel.value);
+    if (windowSel.value === 'life') {
+      const born = current && current.createdAt ? Date.parse(current.createdAt) : to - 3600000;
+      minutes = Math.min(1440, Math.max(5, Math.ceil((to - born) / 60000)));
+    }
+    const from = new Date(to - minutes * 60000);
     try {
       const data = await api('GET', path + '/metrics?from=' + from.toISOString() + '&to=' + to.toISOString() +
         '&series=' + CHARTS.map((c) => c[0]).join(','));

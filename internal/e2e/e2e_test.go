@@ -245,9 +245,10 @@ func TestConfidentialLaunch(t *testing.T) {
 	}
 }
 
-// TestOversizedStaysPending: more GPUs than any node has stays Pending, and the
-// scheduler's reason is visible through the API.
-func TestOversizedStaysPending(t *testing.T) {
+// TestOversizedRefused: more GPUs than any node has could never start: the
+// launch is refused at once, naming gpu.count and the most one node has
+// (it used to be accepted and stay Pending).
+func TestOversizedRefused(t *testing.T) {
 	g := start(t, filepath.Join(t.TempDir(), "g.db"), true)
 	// A template that allows 16 GPUs; no node has more than 8.
 	doc := templateDoc(t, "../../templates/pytorch-train.yaml")
@@ -256,16 +257,13 @@ func TestOversizedStaysPending(t *testing.T) {
 	if s := g.post("/api/v1/templates", doc, nil); s != 201 {
 		t.Fatalf("create template: %d", s)
 	}
-	var w wl
-	if s := g.post("/api/v1/workloads", map[string]any{"template": "big-train", "team": "nlp"}, &w); s != 201 {
-		t.Fatalf("launch: %d", s)
+	var prob struct {
+		Errors []struct{ Field, Detail string }
 	}
-	waitfor.Until(t, 60*time.Second, "Pending with the scheduler's reason", func() error {
-		if w = g.get(w.ID); w.Status != "Pending" || !strings.Contains(w.Reason, "Insufficient nvidia.com/gpu") {
-			return fmt.Errorf("%+v", w)
-		}
-		return nil
-	})
+	if s := g.post("/api/v1/workloads", map[string]any{"template": "big-train", "team": "nlp"}, &prob); s != 422 ||
+		len(prob.Errors) != 1 || prob.Errors[0].Field != "gpu.count" || !strings.Contains(prob.Errors[0].Detail, "the most on one node is 8") {
+		t.Fatalf("16 GPUs where nodes have 8: %d %+v", s, prob)
+	}
 }
 
 // TestStopStartDelete: stopping a service scales it to zero and keeps its

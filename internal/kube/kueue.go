@@ -305,6 +305,24 @@ func (c *Cluster) QueueUsage(ctx context.Context, team team.Name, class string) 
 	return used, int(pending), nil
 }
 
+// MostOnOneNode implements workload.Cluster: the most of res any node of
+// class has allocatable, cordoned ones counted (one list, from the API
+// server's cache).
+func (c *Cluster) MostOnOneNode(ctx context.Context, class gpu.Class, res string) (int, error) {
+	nodes, err := c.core.CoreV1().Nodes().List(ctx, metav1.ListOptions{
+		LabelSelector: render.LabelGPUProduct + " in (" + strings.Join(class.Products, ",") + ")", ResourceVersion: "0"})
+	if err != nil {
+		return 0, classify(err, "node", "")
+	}
+	most := 0
+	for _, n := range nodes.Items {
+		if q, ok := n.Status.Allocatable[corev1.ResourceName(res)]; ok {
+			most = max(most, int(q.Value()))
+		}
+	}
+	return most, nil
+}
+
 // FreeGPUs implements estimate.Cluster: on the schedulable nodes of the
 // class's products, the units of resource (nvidia.com/gpu, a MIG profile's
 // resource, or nvidia.com/pgpu) allocatable and not requested by a pod that

@@ -162,6 +162,15 @@ func (l *Lazy) QueueUsage(ctx context.Context, team team.Name, class string) (fl
 	return c.QueueUsage(ctx, team, class)
 }
 
+// MostOnOneNode implements workload.Cluster.
+func (l *Lazy) MostOnOneNode(ctx context.Context, class gpu.Class, res string) (int, error) {
+	c, err := l.get()
+	if err != nil {
+		return 0, err
+	}
+	return c.MostOnOneNode(ctx, class, res)
+}
+
 // FreeGPUs implements estimate.Cluster.
 func (l *Lazy) FreeGPUs(ctx context.Context, class gpu.Class, res string) (int, int, int, error) {
 	c, err := l.get()

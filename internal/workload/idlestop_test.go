@@ -2,10 +2,12 @@ package workload_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/template"
 	"github.com/gantryhq/gantry/internal/workload"
 )
 
@@ -59,5 +61,21 @@ func TestIdleStopSeesAKeepAlive(t *testing.T) {
 	}
 	if got, err := h.svc.IdleStop(ctx, w.ID, "off-hours", nil); err != nil || got.Status != workload.IdleStopped {
 		t.Fatalf("a schedule's stop: %v %v, want IdleStopped", got.Status, err)
+	}
+}
+
+// TestLaunchThatCouldNeverStart: more GPUs than any node of the class has
+// is refused at once, naming gpu.count and the most one node has; what
+// fits is launched.
+func TestLaunchThatCouldNeverStart(t *testing.T) {
+	h := newHarness(t)
+	h.cluster.Most = 4
+	_, _, err := h.svc.Create(asAlice(), "alice", workload.Request{Template: "pytorch-train", Team: "vision", Choice: template.Choice{Class: "H100-80GB", Count: 8}})
+	var inv *fault.Invalid
+	if !errors.As(err, &inv) || inv.Fields[0].Path != "gpu.count" || !strings.Contains(inv.Fields[0].Message, "the most on one node is 4") {
+		t.Fatalf("8 GPUs where a node has 4: %v", err)
+	}
+	if _, _, err := h.svc.Create(asAlice(), "alice", workload.Request{Template: "pytorch-train", Team: "vision", Choice: template.Choice{Class: "H100-80GB", Count: 4}}); err != nil {
+		t.Fatalf("4 GPUs where a node has 4: %v", err)
 	}
 }

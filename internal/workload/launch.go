@@ -226,6 +226,9 @@ func (s *Service) create(ctx context.Context, owner string, req Request) (Worklo
 	if err != nil {
 		return Workload{}, err
 	}
+	if err := s.fits(ctx, rd); err != nil {
+		return Workload{}, err
+	}
 	now := s.clock()
 	price, _ := rd.Choice.Class.HourlyPrice(rd.Choice.MIG, rd.Choice.Count, rd.Version.Template.Spec.Scheduling.Spot)
 	w := Workload{
@@ -322,6 +325,33 @@ func (s *Service) govern(ctx context.Context, w *Workload, rd Rendered) error {
 		w.Status = PendingApproval
 		w.Approval = Approval{Why: v.Why, Expires: w.CreatedAt.Add(expiry)}
 		w.Reason = approvalReason(w.Team, w.Approval)
+	}
+	return nil
+}
+
+// fits refuses a launch no node of the fleet could ever hold: more GPUs (or
+// MIG slices) than any one node of its class has. One the cluster cannot
+// answer for is let through (recorded; it waits like any other). A VM's
+// passthrough devices are the cluster's to judge.
+func (s *Service) fits(ctx context.Context, rd Rendered) error {
+	if s.cluster == nil || rd.Choice.Count == 0 || rd.Version.Template.Spec.Workload == template.VM {
+		return nil
+	}
+	resource := "nvidia.com/gpu"
+	switch {
+	case rd.Choice.MIG != nil:
+		resource = rd.Choice.MIG.Resource()
+	case rd.Choice.Confidential:
+		resource = render.ResourcePassthrough
+	}
+	most, err := s.cluster.MostOnOneNode(ctx, rd.Choice.Class, resource)
+	if err != nil {
+		s.log.WarnContext(ctx, "whether any node could hold the launch is not known", "class", rd.Choice.Class.Name, "err", err)
+		return nil
+	}
+	if most < rd.Choice.Count {
+		return &fault.Invalid{Fields: []fault.Field{{Path: "gpu.count", Message: fmt.Sprintf(
+			"no node of %s has %d %s: it could never start here (the most on one node is %d)", rd.Choice.Class.Name, rd.Choice.Count, resource, most)}}}
 	}
 	return nil
 }

@@ -190,6 +190,10 @@ type Store interface {
 
 // Cluster is where workloads run.
 type Cluster interface {
+	// MostOnOneNode is the most of resource (a GPU or a MIG slice) any one
+	// node of class has at all (allocatable, cordoned nodes too): more
+	// than that can never be placed.
+	MostOnOneNode(ctx context.Context, class gpu.Class, resource string) (int, error)
 	EnsureNamespace(ctx context.Context, name string, t team.Name) error
 	Apply(ctx context.Context, objs []render.Object) error
 	Delete(ctx context.Context, namespace, kind, name string) error

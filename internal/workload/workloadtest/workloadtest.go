@@ -17,6 +17,7 @@ import (
 	"github.com/gantryhq/gantry/internal/access"
 	"github.com/gantryhq/gantry/internal/budget"
 	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/render"
 	"github.com/gantryhq/gantry/internal/team"
@@ -43,6 +44,18 @@ type Cluster struct {
 	admissions map[string]workload.Admission // by workload id
 	held       map[string]bool               // teams whose queue was held
 	err        error
+	// Most is what MostOnOneNode answers (0: 8, a node of eight GPUs).
+	Most int
+}
+
+// MostOnOneNode implements workload.Cluster.
+func (c *Cluster) MostOnOneNode(context.Context, gpu.Class, string) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.Most == 0 {
+		return 8, nil
+	}
+	return c.Most, nil
 }
 
 // NewCluster returns an empty cluster.

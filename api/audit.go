@@ -19,6 +19,9 @@ func (s *server) ListAudit(ctx context.Context, req gen.ListAuditRequestObject) 
 	if p.Limit != nil {
 		limit = *p.Limit
 	}
+	if p.After != nil && p.Before != nil {
+		return nil, &fault.Invalid{Fields: []fault.Field{{Path: "before", Message: "before (newest first) or after (oldest first), not both"}}}
+	}
 	// Newest first unless paged from the start with after.
 	f := audit.Filter{Actor: deref(p.Actor), After: deref(p.After), Newest: p.After == nil, Before: deref(p.Before), Limit: limit + 1}
 	if p.Decision != nil {

@@ -234,10 +234,10 @@ func liveConns(reg *live.Registry, cr credentials, workloads *workload.Service) 
 				// checks the workload itself, after this.)
 				if _, _, err := cr.authenticate(probe.WithContext(r.Context())); err != nil {
 					h.Close()
-					if errors.Is(err, errStore) {
-						return err
+					if refusedCredential(err) {
+						return echo.NewHTTPError(http.StatusUnauthorized, "not authenticated")
 					}
-					return echo.NewHTTPError(http.StatusUnauthorized, "not authenticated")
+					return err // the check could not be made: not the caller's fault
 				}
 			}
 			defer h.Close()

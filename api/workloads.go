@@ -142,6 +142,11 @@ func (s *server) GetWorkloadLogs(ctx context.Context, req gen.GetWorkloadLogsReq
 	return l, nil
 }
 
+// logDrain is how long a followed log keeps reading after its workload has
+// ended: the container's shutdown output (Kubernetes' default grace period
+// is 30 s).
+const logDrain = 35 * time.Second
+
 // ended says whether a workload runs no more (its log is complete).
 func ended(st workload.Status) bool {
 	switch st {
@@ -169,17 +174,29 @@ func (l *logStream) endWith(ctx context.Context, changed <-chan struct{}, get fu
 		case <-changed:
 		}
 		w, err := get()
-		if err != nil || ended(w.Status) {
+		var nf *fault.NotFound
+		var fb *fault.Forbidden
+		switch {
+		case errors.As(err, &nf), errors.As(err, &fb):
+			l.r.Close() // gone, or no longer the caller's
+			return
+		case err != nil:
+			continue // passing (the store did not answer): the next change asks again
+		case ended(w.Status):
 			l.mu.Lock()
-			if err == nil {
-				l.last = fmt.Sprintf("\n[gantry] workload %s %s", w.ID, w.Status)
-				if w.Reason != "" {
-					l.last += ": " + w.Reason
-				}
-				l.last += "\n"
+			l.last = fmt.Sprintf("\n[gantry] workload %s %s", w.ID, w.Status)
+			if w.Reason != "" {
+				l.last += ": " + w.Reason
 			}
+			l.last += "\n"
 			l.mu.Unlock()
-			l.r.Close()
+			// What the container prints while it shuts down (its grace
+			// period) still comes; then the follow ends.
+			select {
+			case <-ctx.Done():
+			case <-time.After(logDrain):
+				l.r.Close()
+			}
 			return
 		}
 	}

@@ -203,11 +203,15 @@ func (p *portal) page(name string) http.HandlerFunc {
 		if v.Session != nil && p.o.Teams != nil {
 			v.AllTeams, v.Teams = p.o.Teams(v.Session.Identity, access.WorkloadsLaunch)
 			_, v.Leads = p.o.Teams(v.Session.Identity, access.WorkloadsApprove)
-			v.CanEdit, _ = p.o.Teams(v.Session.Identity, access.TemplatesWrite)
+			// Offered as the person's roles allow once they bring a second
+			// factor: without one, the page's refusal sends them to get it.
+			strong := v.Session.Identity
+			strong.SecondFactor = true
+			v.CanEdit, _ = p.o.Teams(strong, access.TemplatesWrite)
 			// The Platform page is for who works on the platform or reads
 			// all of it (an auditor): every team's workloads count too.
 			for _, perm := range []access.Permission{access.TemplatesWrite, access.ImagesWrite, access.GPUClassesWrite, access.AuditRead, access.NodesRead, access.UsersManage, access.PolicyRead, access.WorkloadsRead} {
-				if all, _ := p.o.Teams(v.Session.Identity, perm); all {
+				if all, _ := p.o.Teams(strong, perm); all {
 					v.Platform = true
 				}
 			}

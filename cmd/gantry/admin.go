@@ -4,10 +4,13 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/url"
+	"os"
 	"os/exec"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 
 	"github.com/gantryhq/gantry/api/client"
 )
@@ -77,7 +80,7 @@ func nodesCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			for _, m := range order {
 				gpus = append(gpus, fmt.Sprintf("%d× %s", models[m], m))
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", n.Name, strings.Join(gpus, ", "), health, n.SeenAt.Local().Format(time.DateTime), deref(n.Agent))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", printable(n.Name), printable(strings.Join(gpus, ", ")), health, n.SeenAt.Local().Format(time.DateTime), printable(deref(n.Agent)))
 		}
 		tw.Flush()
 	})
@@ -111,7 +114,7 @@ func usersCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			}
 			u = resp.JSON200
 		}
-		fmt.Fprintf(stdout, "%s (%s): %s\n", u.Id, userName(*u), map[bool]string{true: "active", false: "deactivated"}[u.Active])
+		fmt.Fprintf(stdout, "%s (%s): %s\n", u.Id, printable(userName(*u)), map[bool]string{true: "active", false: "deactivated"}[u.Active])
 		return nil
 	}
 	resp, err := cl.ListUsersWithResponse(ctx)
@@ -126,7 +129,7 @@ func usersCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			if !u.Active {
 				state = "deactivated"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", u.Id, userName(u), strings.Join(u.Groups, ","), u.LastSeenAt.Local().Format(time.DateTime), state)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", u.Id, printable(userName(u)), printable(strings.Join(u.Groups, ",")), u.LastSeenAt.Local().Format(time.DateTime), state)
 		}
 		tw.Flush()
 	})
@@ -173,6 +176,9 @@ func auditListCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		d := client.ListAuditParamsDecision(*decision)
 		p.Decision = &d
 	}
+	if *after >= 0 && *before > 0 {
+		return usageError{"gantry audit ls: --before (newest first) or --after (oldest first), not both"}
+	}
 	if *after >= 0 {
 		p.After = after
 	}
@@ -183,11 +189,15 @@ func auditListCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err := ok(resp, err); err != nil {
 		return err
 	}
-	return show(stdout, *output, resp.JSON200.Items, func() {
+	return show(stdout, *output, resp.JSON200, func() {
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "SEQ\tAT\tACTOR\tACTION\tOBJECT\tDECISION\tSTATUS\tREASON")
 		for _, r := range resp.JSON200.Items {
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", r.Seq, r.At.Local().Format(time.DateTime), r.Actor, r.Action, r.Object, r.Decision, r.Status, r.Reason)
+			actor := r.Actor
+			if n := deref(r.ActorName); n != "" {
+				actor = n
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", r.Seq, r.At.Local().Format(time.DateTime), printable(actor), printable(r.Action), printable(r.Object), r.Decision, r.Status, printable(r.Reason))
 		}
 		tw.Flush()
 	})
@@ -214,12 +224,37 @@ func openCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if w.Status != client.Running {
 		return fmt.Errorf("workload %s is %s: it opens once it is Running (gantry get %s)", w.Id, w.Status, w.Id)
 	}
-	u := strings.TrimSuffix(target, "/") + *w.Url
-	fmt.Fprintln(stdout, u)
-	if isTerminal(stdout) {
+	base, err := url.Parse(target)
+	rel, rerr := url.Parse(*w.Url)
+	if err != nil || rerr != nil || !strings.HasPrefix(*w.Url, "/") || strings.HasPrefix(*w.Url, "//") {
+		return fmt.Errorf("workload %s: the server gave an address that is not a path of its own: %s", w.Id, printable(*w.Url))
+	}
+	u := base.ResolveReference(rel)
+	fmt.Fprintln(stdout, u.String())
+	// A desktop's browser: only on a terminal with a display (over SSH
+	// xdg-open would take the terminal for a text browser), and not tied to
+	// this command's context (it ends as the command returns).
+	if isTerminal(stdout) && (os.Getenv("DISPLAY") != "" || os.Getenv("WAYLAND_DISPLAY") != "") && (u.Scheme == "http" || u.Scheme == "https") {
 		if opener, err := exec.LookPath("xdg-open"); err == nil {
-			_ = exec.CommandContext(ctx, opener, u).Start()
+			_ = exec.Command(opener, u.String()).Start()
 		}
 	}
 	return nil
+}
+
+// printable is s for a terminal: control characters (an escape sequence a
+// request path or a provider's name could carry) written as Go escapes.
+func printable(s string) string {
+	if !strings.ContainsFunc(s, unicode.IsControl) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			fmt.Fprintf(&b, "\\x%02x", r)
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }

@@ -112,3 +112,17 @@ func TestUsageForBuild(t *testing.T) {
 		t.Error("the development help lacks gantry dev")
 	}
 }
+
+// TestPrintable: what the server stored from a request path or a provider
+// (an escape sequence, a bell) reaches the terminal escaped.
+func TestPrintable(t *testing.T) {
+	for in, want := range map[string]string{
+		"Alice Moreau <alice@example.com>": "Alice Moreau <alice@example.com>",
+		"/api/v1/\x1b]52;c;ZXZpbA==\x07":   `/api/v1/\x1b]52;c;ZXZpbA==\x07`,
+		"line\nbreak":                      `line\x0abreak`,
+	} {
+		if got := printable(in); got != want {
+			t.Errorf("printable(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -362,12 +362,12 @@ func show(stdout io.Writer, output string, v any, text func()) error {
 // ownerText is the owner as people read them: the name the provider gave
 // (with the stable issuer#subject after it, when long), else the subject.
 func ownerText(w client.Workload, long bool) string {
-	name := deref(w.OwnerName)
+	name := printable(deref(w.OwnerName))
 	switch {
 	case name == "":
-		return w.Owner
+		return printable(w.Owner)
 	case long:
-		return name + " (" + w.Owner + ")"
+		return name + " (" + printable(w.Owner) + ")"
 	}
 	return name
 }

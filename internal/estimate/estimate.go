@@ -200,13 +200,7 @@ func (s *Service) price(ctx context.Context, rd workload.Rendered, req workload.
 			return Estimate{}, err
 		}
 	}
-	resource := "nvidia.com/gpu"
-	switch {
-	case r.MIG != nil:
-		resource = r.MIG.Resource()
-	case r.Confidential:
-		resource = render.ResourcePassthrough
-	}
+	resource := render.GPUResource(r)
 	free, onOne, most, err := s.o.Cluster.FreeGPUs(ctx, r.Class, resource)
 	if err != nil {
 		return Estimate{}, err
@@ -214,7 +208,9 @@ func (s *Service) price(ctx context.Context, rd workload.Rendered, req workload.
 	e.Known, e.Free = true, free
 	left := e.Quota - e.QuotaUsed
 	switch {
-	case most < r.Count:
+	case most > 0 && most < r.Count && r.Template.Spec.Workload != template.VM:
+		// (No node reporting the resource at all is not known: a pool
+		// may be scaled to zero; a VM's devices are the cluster's to judge.)
 		e.Never = true
 		e.Why = fmt.Sprintf("it can never start here: no node of %s has %d %s (the most on one node is %d)", r.Class.Name, r.Count, resource, most)
 	case !s.o.Kueue && onOne < r.Count:

@@ -323,17 +323,24 @@ func (b *builder) container() corev1.Container {
 	return c
 }
 
+// GPUResource is the extended resource a resolved choice's GPUs are asked
+// for as: a confidential launch's passed-through GPUs (MIG or not), a MIG
+// profile's slices, or whole GPUs.
+func GPUResource(r *template.Resolved) string {
+	switch {
+	case r.Confidential:
+		return ResourcePassthrough
+	case r.MIG != nil:
+		return r.MIG.Resource()
+	}
+	return ResourceGPU
+}
+
 // resources is the main container's requests and limits: CPU, memory, the
 // GPUs (whole, MIG slices or passed through) and ephemeral storage.
 func (b *builder) resources() corev1.ResourceRequirements {
 	r, s := b.r, b.s
-	gpuResource := corev1.ResourceName(ResourceGPU)
-	if r.MIG != nil {
-		gpuResource = corev1.ResourceName(r.MIG.Resource())
-	}
-	if r.Confidential {
-		gpuResource = ResourcePassthrough
-	}
+	gpuResource := corev1.ResourceName(GPUResource(r))
 	gpus := *resource.NewQuantity(int64(r.Count), resource.DecimalSI)
 	cpu := b.quantity("spec.resources.cpu", s.Resources.CPU)
 	mem := b.quantity("spec.resources.memory", s.Resources.Memory)

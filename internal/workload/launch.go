@@ -337,19 +337,19 @@ func (s *Service) fits(ctx context.Context, rd Rendered) error {
 	if s.cluster == nil || rd.Choice.Count == 0 || rd.Version.Template.Spec.Workload == template.VM {
 		return nil
 	}
-	resource := "nvidia.com/gpu"
-	switch {
-	case rd.Choice.MIG != nil:
-		resource = rd.Choice.MIG.Resource()
-	case rd.Choice.Confidential:
-		resource = render.ResourcePassthrough
-	}
-	most, err := s.cluster.MostOnOneNode(ctx, rd.Choice.Class, resource)
+	resource := render.GPUResource(rd.Choice)
+	// Bounded: a cluster that does not answer must not cost the launch,
+	// which is recorded and waits for it.
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	most, err := s.cluster.MostOnOneNode(cctx, rd.Choice.Class, resource)
 	if err != nil {
 		s.log.WarnContext(ctx, "whether any node could hold the launch is not known", "class", rd.Choice.Class.Name, "err", err)
 		return nil
 	}
-	if most < rd.Choice.Count {
+	// No node of the class reports the resource at all (a pool scaled to
+	// zero, a device plugin restarting, labels not there yet): not known.
+	if most > 0 && most < rd.Choice.Count {
 		return &fault.Invalid{Fields: []fault.Field{{Path: "gpu.count", Message: fmt.Sprintf(
 			"no node of %s has %d %s: it could never start here (the most on one node is %d)", rd.Choice.Class.Name, rd.Choice.Count, resource, most)}}}
 	}

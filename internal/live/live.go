@@ -104,6 +104,7 @@ type Registry struct {
 	pending map[*entry]struct{} // rechecks to run, each once
 	wake    chan struct{}       // a recheck is pending
 	next    uint64              // the next entry's number (sweep slots)
+	tick    time.Duration       // how often a sweep slice is checked (sweepTick)
 }
 
 type entry struct {
@@ -124,7 +125,8 @@ func NewRegistry(limits Limits, log *slog.Logger) (*Registry, error) {
 	}
 	return &Registry{limits: limits, log: log, now: time.Now,
 		all: map[*entry]struct{}{}, byWorkload: map[string]map[*entry]struct{}{}, byUser: map[string]map[*entry]struct{}{},
-		byToken: map[string]map[*entry]struct{}{}, perUser: map[string]int{}, pending: map[*entry]struct{}{}, wake: make(chan struct{}, 1)}, nil
+		byToken: map[string]map[*entry]struct{}{}, perUser: map[string]int{}, pending: map[*entry]struct{}{}, wake: make(chan struct{}, 1),
+		tick: sweepTick}, nil
 }
 
 // Handle is a registered connection.
@@ -341,8 +343,8 @@ func (r *Registry) Run(ctx context.Context, sweep time.Duration) error {
 	}
 	// A slice every sweepTick: a few checks at a time, not a burst that
 	// other requests queue behind.
-	slots := max(uint64(sweep/sweepTick), 1)
-	t := time.NewTicker(sweepTick)
+	slots := max(uint64(sweep/r.tick), 1)
+	t := time.NewTicker(r.tick)
 	defer t.Stop()
 	for tick := uint64(0); ; tick++ {
 		select {

@@ -3,6 +3,7 @@ package live_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,15 +14,23 @@ import (
 	"github.com/gantryhq/gantry/internal/waitfor"
 )
 
+// registry returns a running registry whose sweep never comes round in a
+// test (a connection's first sweep slot can come up within a tick of its
+// opening): only published changes check connections again.
 func registry(t *testing.T, lim live.Limits) *live.Registry {
+	return sweeping(t, lim, time.Hour, time.Hour)
+}
+
+func sweeping(t *testing.T, lim live.Limits, tick, sweep time.Duration) *live.Registry {
 	t.Helper()
 	r, err := live.NewRegistry(lim, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	live.SetSweepTick(r, tick)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { r.Run(ctx, time.Hour); close(done) }()
+	go func() { r.Run(ctx, sweep); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
 	return r
 }
@@ -92,6 +101,47 @@ func TestPublish(t *testing.T) {
 	}
 	if conns, streams := r.Count(); conns != 0 || streams != 0 {
 		t.Fatalf("%d connections, %d streams left", conns, streams)
+	}
+}
+
+// TestSweep: without any change, every connection is checked again within
+// a sweep (tokens and sessions expire without a change being written); a
+// connection still allowed stays open and is checked again next time round.
+func TestSweep(t *testing.T) {
+	r := sweeping(t, live.Limits{PerIdentity: 10, PerReplica: 10}, 5*time.Millisecond, 20*time.Millisecond)
+	var expired atomic.Bool
+	var calls [3]atomic.Int32
+	ctxs := make([]context.Context, 3)
+	for i := range ctxs {
+		ctx, _, err := r.Open(context.Background(), live.Conn{Workload: "w", User: "u", Token: fmt.Sprint("t", i), Recheck: func(context.Context) error {
+			calls[i].Add(1)
+			if i == 2 && expired.Load() {
+				return &live.Refused{Err: errors.New("token expired")}
+			}
+			return nil
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctxs[i] = ctx
+	}
+	waitfor.Until(t, 5*time.Second, "every connection to be checked twice", func() error {
+		for i := range calls {
+			if n := calls[i].Load(); n < 2 {
+				return fmt.Errorf("connection %d checked %d times", i, n)
+			}
+		}
+		return nil
+	})
+	expired.Store(true)
+	waitfor.Until(t, 5*time.Second, "the expired connection to close", func() error {
+		if ctxs[2].Err() == nil {
+			return errors.New("still open")
+		}
+		return nil
+	})
+	if ctxs[0].Err() != nil || ctxs[1].Err() != nil {
+		t.Fatal("the sweep closed connections still allowed")
 	}
 }
 

@@ -400,11 +400,18 @@ func record(c echo.Context, store audit.Store, log *slog.Logger, err error) erro
 	if host, _, serr := net.SplitHostPort(req.RemoteAddr); serr == nil {
 		r.Source = host
 	}
-	if _, aerr := store.AppendAudit(req.Context(), r); aerr != nil {
-		log.ErrorContext(req.Context(), "audit record not written", "err", aerr, "action", r.Action, "actor", r.Actor)
+	// A client that went away does not take the record with it: what it
+	// asked for may have been done.
+	actx, cancel := context.WithTimeout(context.WithoutCancel(req.Context()), auditWriteTimeout)
+	defer cancel()
+	if _, aerr := store.AppendAudit(actx, r); aerr != nil {
+		log.ErrorContext(actx, "audit record not written", "err", aerr, "action", r.Action, "actor", r.Actor)
 	}
 	return nil
 }
+
+// auditWriteTimeout bounds an audit write once its request has ended.
+const auditWriteTimeout = 10 * time.Second
 
 // logIDs puts the request's id, and the workload's id on a workload's routes,
 // into the request's context: every line logged while serving it carries

@@ -6,12 +6,10 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 
 	"github.com/gantryhq/gantry/internal/config"
@@ -84,29 +82,15 @@ func TestPortalLaunchWatchStop(t *testing.T) {
 		chromedp.SetValue(chromedp.ID("f-mig"), "1g.10gb"))
 	poll("the estimate", `document.getElementById('estimate').textContent.includes('per hour')`)
 	shot("launch")
-	// Every status the workload's page shows, as it shows it, from its first
-	// render on (a MutationObserver installed before the page loads; the
-	// change feed delivers Running within milliseconds of the cluster's report,
-	// so an observer added after the load can miss what came before).
-	if _, err := chromedp.Call(ctx, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: `window.__seen = [];
-new MutationObserver(() => {
-  const el = document.getElementById('w-status');
-  const s = el && el.textContent;
-  if (s && window.__seen[window.__seen.length - 1] !== s) window.__seen.push(s);
-}).observe(document, {childList: true, characterData: true, subtree: true});`}); err != nil {
-		t.Fatalf("record the statuses the next pages show: %v", err)
-	}
 	step("submit, land on the workload's page", chromedp.Click(chromedp.ID("submit")), chromedp.WaitVisible(chromedp.ID("w-status")))
 	id := strings.TrimPrefix(js(`location.pathname`), "/workloads/")
 	if w := g.get(id); w.Gpu.MigProfile != "1g.10gb" || w.Gpu.Class != "H100-80GB" {
 		t.Fatalf("launched %+v", w)
 	}
-	poll("Running, live", `document.getElementById('w-status').textContent === 'Running'`)
-	seen := strings.Split(js(`window.__seen.join(',')`), ",")
-	if !slices.ContainsFunc(seen, func(s string) bool { return s == "Pending" || s == "Queued" || s == "Scheduled" }) {
-		t.Errorf("the page never showed the workload before it ran: %v", seen)
-	}
-	t.Logf("the page showed: %v", seen)
+	// Running as the cluster reports it (on simulated nodes it can be
+	// Running before the page first reads it: the live update is checked
+	// below, on a change the test makes itself).
+	poll("Running", `document.getElementById('w-status').textContent === 'Running'`)
 	poll("the log streams into the page", `document.getElementById('logs').textContent.includes('simulated container: ready')`)
 	poll("the cluster's events", `document.getElementById('events').textContent.includes('Scheduled')`)
 
@@ -134,7 +118,17 @@ new MutationObserver(() => {
 	shot("workload")
 
 	step("stop it", chromedp.Evaluate[chromedp.Void](`window.confirm = () => true; undefined`), chromedp.Click(chromedp.ID("stop")))
-	poll("Stopped, live", `document.getElementById('w-status').textContent === 'Stopped'`)
+	poll("Stopped", `document.getElementById('w-status').textContent === 'Stopped'`)
+	// A change the page did not make reaches it live: started and stopped
+	// again through the API, the open page follows without a reload.
+	if s := g.post("/api/v1/workloads/"+id+"/start", nil, nil); s != 200 {
+		t.Fatalf("start through the API: %d", s)
+	}
+	poll("started elsewhere, live", `document.getElementById('w-status').textContent !== 'Stopped'`)
+	if s := g.post("/api/v1/workloads/"+id+"/stop", nil, nil); s != 200 {
+		t.Fatalf("stop through the API: %d", s)
+	}
+	poll("stopped elsewhere, live", `document.getElementById('w-status').textContent === 'Stopped'`)
 
 	step("my workloads", chromedp.Navigate(g.URL+"/workloads"))
 	poll("the list", `document.querySelectorAll('#workloads tbody tr').length > 0`)

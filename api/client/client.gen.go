@@ -2055,7 +2055,7 @@ type ListAdviceParams struct {
 
 // ListAuditParams defines parameters for ListAudit.
 type ListAuditParams struct {
-	// Actor Only this actor (issuer#subject).
+	// Actor Only this actor (issuer#subject), their tokens' requests included.
 	Actor *string `form:"actor,omitempty" json:"actor,omitempty"`
 
 	// Decision Only allowed or only denied requests.

@@ -67,7 +67,10 @@ func (s *Store) AuditRecords(ctx context.Context, f audit.Filter) ([]audit.Recor
 		}
 	}
 	if f.Actor != "" {
-		where, args = append(where, "actor = ?"), append(args, f.Actor)
+		// The person and their tokens ("issuer#subject (token ID)"):
+		// compared by prefix without LIKE, whose wildcards a subject may hold.
+		prefix := f.Actor + " (token "
+		where, args = append(where, "(actor = ? OR substr(actor, 1, length(?)) = ?)"), append(args, f.Actor, prefix, prefix)
 	}
 	if f.Decision != "" {
 		where, args = append(where, "decision = ?"), append(args, f.Decision)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -594,6 +595,26 @@ func testAudit(t *testing.T, s *store.Store) {
 	recs, err := s.AuditRecords(ctx, audit.Filter{Actor: "u3", Limit: 10})
 	if err != nil || len(recs) != 1 {
 		t.Fatalf("filter: %d, %v", len(recs), err)
+	}
+	// An actor's filter takes in their tokens' requests, and only theirs
+	// (u3's prefix is not u30's; a LIKE wildcard in a name is plain text).
+	for _, a := range []string{"u3 (token t1)", "u30 (token t2)", "u%", "u% (token t3)", "u_ (token t4)"} {
+		if _, err := s.AppendAudit(ctx, audit.Record{At: time.Now(), Actor: a, Action: "GET /api/v1/audit", Decision: audit.Deny, Status: 403}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for actor, want := range map[string][]string{"u3": {"u3", "u3 (token t1)"}, "u%": {"u%", "u% (token t3)"}, "u_": {"u_ (token t4)"}} {
+		recs, err := s.AuditRecords(ctx, audit.Filter{Actor: actor, Limit: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, r := range recs {
+			got = append(got, r.Actor)
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("actor %q: %v, want %v", actor, got, want)
+		}
 	}
 }
 

@@ -96,12 +96,21 @@ func gpuClass(c gpu.Class) gen.GPUClass {
 }
 
 func workloadOut(w workload.Workload) gen.Workload {
+	now := time.Now()
 	out := gen.Workload{
 		Id: w.ID, Name: w.Name, Team: w.Team.String(), Owner: w.Owner, Template: w.Template, TemplateVersion: w.TemplateVersion,
 		Kind: gen.WorkloadKind(w.Kind), Parameters: w.Parameters, ObjectsHash: w.ObjectsHash, Status: gen.WorkloadStatus(w.Status),
 		Applied: w.Applied(), CreatedAt: w.CreatedAt, UpdatedAt: w.UpdatedAt,
-		PricePerHour: w.PricePerHour, CostSoFar: math.Round(w.CostAt(time.Now())*100) / 100,
+		PricePerHour: w.PricePerHour, CostSoFar: math.Round(w.CostAt(now)*100) / 100,
+		Attempts: w.Attempts, RanSeconds: math.Round(w.RanFor(now).Seconds()),
 	}
+	if !w.StartedAt.IsZero() {
+		out.StartedAt = ptr(w.StartedAt)
+	}
+	if !w.EndedAt.IsZero() {
+		out.EndedAt = ptr(w.EndedAt)
+	}
+	out.ExitCode = w.ExitCode
 	if w.Reason != "" {
 		out.Reason = ptr(w.Reason)
 	}

@@ -259,6 +259,7 @@ func (s *server) ListWorkloads(ctx context.Context, req gen.ListWorkloadsRequest
 	if p.Status != nil {
 		f.Status = workload.Status(*p.Status)
 	}
+	f.Ended = deref(p.Ended)
 	page, err := s.o.Workloads.List(ctx, f, deref(p.Cursor))
 	if err != nil {
 		return nil, err
@@ -358,7 +359,7 @@ func (ws watchStream) VisitWatchWorkloadResponse(w http.ResponseWriter) error {
 			ws.log.ErrorContext(ws.ctx, "watch: encode the workload", "err", err)
 			return false
 		}
-		out.CostSoFar = 0 // grows by itself: not a change
+		out.CostSoFar, out.RanSeconds = 0, 0 // grow by themselves: not a change
 		key, _ := json.Marshal(out)
 		if bytes.Equal(key, last) {
 			return true

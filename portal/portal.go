@@ -65,14 +65,14 @@ type Auditor interface {
 // Paths the portal serves, with their methods (echo's patterns).
 var Paths = []struct{ Method, Path string }{
 	{http.MethodGet, "/"}, {http.MethodGet, "/portal.js"}, {http.MethodGet, "/portal.css"},
-	{http.MethodGet, "/workloads"}, {http.MethodGet, "/workloads/:id"}, {http.MethodGet, "/launch/:name"}, {http.MethodGet, "/tokens"}, {http.MethodGet, "/teams/:team"}, {http.MethodGet, "/platform"}, {http.MethodGet, "/templates/:name/edit"},
+	{http.MethodGet, "/workloads"}, {http.MethodGet, "/history"}, {http.MethodGet, "/workloads/:id"}, {http.MethodGet, "/launch/:name"}, {http.MethodGet, "/tokens"}, {http.MethodGet, "/teams/:team"}, {http.MethodGet, "/platform"}, {http.MethodGet, "/templates/:name/edit"},
 	{http.MethodGet, "/auth/login"}, {http.MethodGet, "/auth/callback"}, {http.MethodPost, "/auth/logout"},
 }
 
 // pages are the portal's pages, the only places a sign-in returns to: exact
 // paths, and prefixes of pages about one workload or template.
 var (
-	pages        = []string{"/", "/workloads", "/tokens", "/platform"}
+	pages        = []string{"/", "/workloads", "/history", "/tokens", "/platform"}
 	pagePrefixes = []string{"/workloads/", "/launch/", "/teams/", "/templates/", gtemplate.InteractivePrefix}
 )
 
@@ -142,6 +142,7 @@ func New(o Options) http.Handler {
 	mux.HandleFunc("GET /{$}", p.page("catalog"))
 	mux.HandleFunc("GET /workloads", p.page("workloads"))
 	mux.HandleFunc("GET /workloads/{id}", p.page("workload"))
+	mux.HandleFunc("GET /history", p.page("history"))
 	mux.HandleFunc("GET /launch/{name}", p.page("launch"))
 	mux.HandleFunc("GET /tokens", p.page("tokens"))
 	mux.HandleFunc("GET /teams/{team}", p.page("team"))

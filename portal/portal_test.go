@@ -16,6 +16,7 @@ func TestReturnTo(t *testing.T) {
 		"/w/../api/v1/tokens":   "/",
 		"/w/%2e%2e/api":         "/",
 		"/workloads":            "/workloads",
+		"/history":              "/history",
 		"/workloads/abc123":     "/workloads/abc123",
 		"/launch/jupyter":       "/launch/jupyter",
 		"/workloads/../api":     "/",

@@ -1955,12 +1955,21 @@ type Workload struct {
 	// Approval Why the launch needed approval, who may give it, until when, and the decision.
 	Approval *Approval `json:"approval,omitempty"`
 
+	// Attempts How many times it started running: a Job's retry after a failed pod, a start after a stop and a restart after an eviction each count one.
+	Attempts int `json:"attempts"`
+
 	// CostSoFar USD it has cost up to this answer, its price per hour over the time it was Running.
 	CostSoFar float64   `json:"costSoFar"`
 	CreatedAt time.Time `json:"createdAt"`
 
+	// EndedAt When it ended (Succeeded, Failed, Stopped, IdleStopped or Deleted); absent while it is live or waits.
+	EndedAt *time.Time `json:"endedAt,omitempty"`
+
 	// Endpoint In-cluster address of a service (such as http://vllm-inference-x.gantry-nlp.svc.cluster.local:8000) or of a notebook's app, which admits only Gantry's proxy: open a notebook at url.
 	Endpoint *string `json:"endpoint,omitempty"`
+
+	// ExitCode What its main container exited with, once a job has Succeeded or Failed; absent when the cluster did not say.
+	ExitCode *int `json:"exitCode,omitempty"`
 	Gpu      struct {
 		Class      string  `json:"class"`
 		Count      int     `json:"count"`
@@ -1990,11 +1999,17 @@ type Workload struct {
 	// PricePerHour USD per hour while it runs, at its GPU class's price when it was launched (spot when the template runs on spot and the class has a spot price, else on demand; a MIG slice at its share of the GPU, max(compute/7, memory/8)).
 	PricePerHour float64 `json:"pricePerHour"`
 
+	// RanSeconds How long it has been Running, over all its attempts, up to this answer (what it is billed for).
+	RanSeconds float64 `json:"ranSeconds"`
+
 	// Reason Why the workload is stuck or failed.
 	Reason *string `json:"reason,omitempty"`
 
 	// SpotEvictions A spot job: how often the cluster evicted its pod (it starts again up to its template's spotRequeues).
 	SpotEvictions *int `json:"spotEvictions,omitempty"`
+
+	// StartedAt When it first turned Running; absent until then.
+	StartedAt *time.Time `json:"startedAt,omitempty"`
 
 	// Status Where a workload is in its lifecycle. PendingApproval waits for an approver, Queued for quota; Stopped (by a person, or past the template's max runtime) and IdleStopped (by the idle culler) may be started again; Succeeded, Failed and Deleted are final.
 	Status WorkloadStatus `json:"status"`
@@ -2142,6 +2157,9 @@ type ListWorkloadsParams struct {
 
 	// Status Only workloads in this status.
 	Status *WorkloadStatus `form:"status,omitempty" json:"status,omitempty"`
+
+	// Ended Only workloads that have ended (Succeeded, Failed, Stopped, IdleStopped, Deleted), for a history.
+	Ended *bool `form:"ended,omitempty" json:"ended,omitempty"`
 
 	// Limit Page size.
 	Limit *int `form:"limit,omitempty" json:"limit,omitempty"`
@@ -5591,6 +5609,18 @@ func NewListWorkloadsRequest(server string, params *ListWorkloadsParams) (*http.
 		if params.Status != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "status", *params.Status, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Ended != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "ended", *params.Ended, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "boolean", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {

@@ -133,6 +133,7 @@ func lsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	srv := fs.String("server", "", "Gantry server URL")
 	teamName := fs.String("team", "", "only this team's")
 	st := fs.String("status", "", "only workloads in this status")
+	ended := fs.Bool("ended", false, "only workloads that have ended: a history (with -o wide: when each started, how long it ran, its attempts and exit code)")
 	output := fs.String("o", "", "output: wide or json")
 	if _, err := parse(fs, args); err != nil {
 		return err
@@ -148,6 +149,9 @@ func lsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *st != "" {
 		s := client.WorkloadStatus(*st)
 		params.Status = &s
+	}
+	if *ended {
+		params.Ended = ended
 	}
 	var all []client.Workload
 	for {
@@ -165,11 +169,11 @@ func lsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return json.NewEncoder(stdout).Encode(all)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tNAME\tTEAM\tSTATUS\tGPU\tCOST\tAGE"+map[bool]string{true: "\tOWNER\tREASON"}[*output == "wide"])
+	fmt.Fprintln(tw, "ID\tNAME\tTEAM\tSTATUS\tGPU\tCOST\tAGE"+map[bool]string{true: "\tOWNER\tSTARTED\tRAN\tATTEMPTS\tEXIT\tREASON"}[*output == "wide"])
 	for _, w := range all {
 		line := fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t$%.2f\t%s", w.Id, w.Name, w.Team, w.Status, gpuText(w), w.CostSoFar, age(w.CreatedAt))
 		if *output == "wide" {
-			line += "\t" + ownerText(w, false) + "\t" + deref(w.Reason)
+			line += fmt.Sprintf("\t%s\t%s\t%s\t%d\t%s\t%s", ownerText(w, false), when(w.StartedAt), ran(w.RanSeconds), w.Attempts, exit(w.ExitCode), deref(w.Reason))
 		}
 		fmt.Fprintln(tw, line)
 	}
@@ -193,6 +197,18 @@ func getCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	return show(stdout, *output, w, func() {
 		fmt.Fprintf(stdout, "%s (%s)\nteam:     %s\nowner:    %s\ntemplate: %s v%d\ngpu:      %s\nstatus:   %s\ncost:     $%.2f ($%.2f/h)\n",
 			w.Id, w.Name, w.Team, ownerText(w, true), w.Template, w.TemplateVersion, gpuText(w), describe(w), w.CostSoFar, w.PricePerHour)
+		if w.StartedAt != nil {
+			fmt.Fprintf(stdout, "started:  %s\n", when(w.StartedAt))
+		}
+		if w.EndedAt != nil {
+			fmt.Fprintf(stdout, "ended:    %s\n", when(w.EndedAt))
+		}
+		if w.Attempts > 0 {
+			fmt.Fprintf(stdout, "ran:      %s over %d attempt%s\n", ran(w.RanSeconds), w.Attempts, map[bool]string{true: "s"}[w.Attempts != 1])
+		}
+		if w.ExitCode != nil {
+			fmt.Fprintf(stdout, "exit:     %d\n", *w.ExitCode)
+		}
 		if w.Url != nil {
 			fmt.Fprintf(stdout, "url:      %s\n", *w.Url)
 		}
@@ -391,6 +407,30 @@ func age(t time.Time) string {
 		return fmt.Sprintf("%dh", int(d.Hours()))
 	}
 	return fmt.Sprintf("%dd", int(d.Hours()/24))
+}
+
+// when is a moment in local time to the second, "-" for none.
+func when(t *time.Time) string {
+	if t == nil {
+		return "-"
+	}
+	return t.Local().Format("2006-01-02 15:04:05")
+}
+
+// ran is a running time as 1h2m3s ("-" for none).
+func ran(seconds float64) string {
+	if seconds <= 0 {
+		return "-"
+	}
+	return (time.Duration(seconds) * time.Second).String()
+}
+
+// exit is an exit code, "-" when not known.
+func exit(code *int) string {
+	if code == nil {
+		return "-"
+	}
+	return fmt.Sprint(*code)
 }
 
 // typed reads a --set value as the JSON it would be: a number, a boolean,

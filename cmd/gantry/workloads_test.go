@@ -57,8 +57,19 @@ func TestWorkloadVerbs(t *testing.T) {
 	if json.Unmarshal([]byte(out), &w); code != 0 || w.ID != id || w.Gpu.Class != "L4" || w.Team != "vision" {
 		t.Fatalf("get: %d %q", code, out)
 	}
+	if code, out, _ := cli("ls", "--ended"); code != 0 || strings.Contains(out, id) {
+		t.Fatalf("ls --ended lists a live workload: %d %q", code, out)
+	}
 	if code, out, _ := cli("stop", id); code != 0 || out != id+": Stopped\n" {
 		t.Fatalf("stop: %d %q", code, out)
+	}
+	// Its history: ended now, never ran (without a cluster), no exit code.
+	if code, out, _ := cli("ls", "--ended", "-o", "wide"); code != 0 || !strings.Contains(out, "ATTEMPTS") ||
+		!regexp.MustCompile(id+` .* Stopped .* - +- +0 +- *\n`).MatchString(out) {
+		t.Fatalf("ls --ended -o wide: %d %q", code, out)
+	}
+	if code, out, _ := cli("get", id); code != 0 || !strings.Contains(out, "\nended:    ") || strings.Contains(out, "started:") {
+		t.Fatalf("get of a stopped workload: %d %q", code, out)
 	}
 	if code, out, _ := cli("start", id); code != 0 || !strings.HasPrefix(out, id+": Pending") {
 		t.Fatalf("start: %d %q", code, out)

@@ -41,6 +41,8 @@ type Source interface {
 // Recorder records what the cluster says: workload.Service.
 type Recorder interface {
 	Report(ctx context.Context, id string, st workload.Status, reason string) (workload.Workload, error)
+	// ReportExit is Report of an ended workload with its exit code.
+	ReportExit(ctx context.Context, id string, st workload.Status, reason string, exitCode int) (workload.Workload, error)
 	// Evicted records the pods of a workload's Job the cluster disrupted.
 	Evicted(ctx context.Context, id string, pods []string) (workload.Workload, error)
 }
@@ -173,6 +175,11 @@ func (c *Controller) sync(ctx context.Context, id string) error {
 	if o.Phase == "" {
 		return nil
 	}
-	_, err := c.rec.Report(ctx, id, workload.Status(o.Phase), o.Reason)
+	var err error
+	if st := workload.Status(o.Phase); o.ExitCode != nil && st.Ended() {
+		_, err = c.rec.ReportExit(ctx, id, st, o.Reason, *o.ExitCode)
+	} else {
+		_, err = c.rec.Report(ctx, id, st, o.Reason)
+	}
 	return err
 }

@@ -69,6 +69,7 @@ type recorder struct {
 	calls    map[string]int
 	got      map[string]workload.Status
 	evicted  map[string][]string
+	exits    map[string]int
 	failAt   int // Evicted fails the workload once it has seen this many pods (0: never)
 }
 
@@ -85,6 +86,20 @@ func (r *recorder) Report(_ context.Context, id string, st workload.Status, _ st
 	}
 	r.got[id] = st
 	return workload.Workload{ID: id, Status: st}, nil
+}
+
+// ReportExit implements Recorder: Report, keeping the exit code.
+func (r *recorder) ReportExit(ctx context.Context, id string, st workload.Status, reason string, code int) (workload.Workload, error) {
+	w, err := r.Report(ctx, id, st, reason)
+	if err == nil {
+		r.mu.Lock()
+		if r.exits == nil {
+			r.exits = map[string]int{}
+		}
+		r.exits[id] = code
+		r.mu.Unlock()
+	}
+	return w, err
 }
 
 // Evicted implements Recorder: it keeps what it was told.
@@ -225,6 +240,40 @@ func TestNothingToSay(t *testing.T) {
 	stop()
 	if _, n := rec.state("w1"); n != 0 {
 		t.Fatalf("w1 reported %d times with nothing to say", n)
+	}
+}
+
+// TestExitCode: an ended workload's exit code reaches the recorder; a live
+// one's report carries none.
+func TestExitCode(t *testing.T) {
+	rec := &recorder{calls: map[string]int{}, got: map[string]workload.Status{}}
+	src, stop := run(t, rec)
+	defer stop()
+	code := 3
+	for id, o := range map[string]kube.Observation{
+		"w1": {WorkloadID: "w1", Phase: "Failed", ExitCode: &code},
+		"w2": {WorkloadID: "w2", Phase: "Running"},
+	} {
+		src.mu.Lock()
+		src.obs[id] = o
+		src.mu.Unlock()
+		src.fire(id)
+	}
+	waitfor.Until(t, 10*time.Second, "both reports", func() error {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		if rec.got["w1"] != workload.Failed || rec.got["w2"] != workload.Running {
+			return fmt.Errorf("got %v", rec.got)
+		}
+		return nil
+	})
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if got, ok := rec.exits["w1"]; !ok || got != 3 {
+		t.Errorf("w1's exit code: %d (reported: %v), want 3", got, ok)
+	}
+	if _, ok := rec.exits["w2"]; ok {
+		t.Errorf("a Running workload reported an exit code")
 	}
 }
 

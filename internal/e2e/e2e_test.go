@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -87,6 +88,10 @@ func start(t testing.TB, dbPath string, withCluster bool, edit ...func(*config.C
 type wl struct {
 	ID, Name, Status, Reason, Endpoint string
 	Applied                            bool
+	StartedAt, EndedAt                 *time.Time
+	Attempts                           int
+	ExitCode                           *int
+	RanSeconds                         float64
 	Gpu                                struct {
 		Class      string
 		Count      int
@@ -185,6 +190,19 @@ func TestStarterTemplatesRun(t *testing.T) {
 				t.Fatalf("not applied: %+v", w)
 			}
 			w = g.waitStatus(w.ID, tc.final)
+			// Its history: a job that ended says when it ran and how
+			// it ended; a live one has started and not ended.
+			h := w
+			if h.StartedAt == nil || h.Attempts != 1 {
+				t.Fatalf("history: %+v", h)
+			}
+			if tc.final == "Succeeded" && (h.EndedAt == nil || h.EndedAt.Before(*h.StartedAt) || h.ExitCode == nil || *h.ExitCode != 0 ||
+				h.RanSeconds != math.Round(h.EndedAt.Sub(*h.StartedAt).Seconds())) {
+				t.Errorf("history of a job that succeeded: started %v, ended %v, exit %v, ran %vs", h.StartedAt, h.EndedAt, h.ExitCode, h.RanSeconds)
+			}
+			if tc.final == "Running" && (h.EndedAt != nil || h.ExitCode != nil) {
+				t.Errorf("history of a running workload: ended %v, exit %v", h.EndedAt, h.ExitCode)
+			}
 			pods := podsOf(t, "vision", w.ID)
 			if len(pods) == 0 {
 				t.Fatal("no pods")

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -129,6 +130,23 @@ func TestPortalLaunchWatchStop(t *testing.T) {
 		t.Fatalf("stop through the API: %d", s)
 	}
 	poll("stopped elsewhere, live", `document.getElementById('w-status').textContent === 'Stopped'`)
+	// Its history: when it started and ended, how long it ran, over how
+	// many attempts (it was started again once).
+	poll("its history", `document.getElementById('w-ended').textContent !== '-' && document.getElementById('w-started').textContent !== '-'`)
+	if ran := js(`document.getElementById('w-ran').textContent`); !regexp.MustCompile(`^\d+ (s|min \d\d s|h \d\d min) over [12] attempts?$`).MatchString(ran) {
+		t.Errorf("its running time: %q", ran)
+	}
+
+	step("the history", chromedp.Navigate(g.URL+"/history"))
+	poll("the history's rows", `!!document.querySelector('#history tbody tr[data-id="`+id+`"]')`)
+	if row := js(`document.querySelector('#history tbody tr[data-id="` + id + `"]').textContent`); !strings.Contains(row, "Stopped") || !strings.Contains(row, "jupyter-notebook v") {
+		t.Errorf("the history's row: %q", row)
+	}
+	if total := js(`document.getElementById('history-total').textContent`); !regexp.MustCompile(`^\d+ ended workloads, .* running, \$\d+\.\d\d in all$`).MatchString(total) {
+		t.Errorf("the history's total: %q", total)
+	}
+	noCSPViolations("the history")
+	shot("history")
 
 	step("my workloads", chromedp.Navigate(g.URL+"/workloads"))
 	poll("the list", `document.querySelectorAll('#workloads tbody tr').length > 0`)
@@ -147,9 +165,9 @@ func TestPortalLaunchWatchStop(t *testing.T) {
 	// A laptop at 200 % zoom: a 1280 px window is a 640 px viewport. The
 	// pages reflow: nothing scrolls sideways.
 	step("200% zoom", chromedp.EmulateViewport(640, 450))
-	for _, page := range []string{"/", "/launch/jupyter-notebook", "/workloads", "/workloads/" + id} {
+	for _, page := range []string{"/", "/launch/jupyter-notebook", "/workloads", "/history", "/workloads/" + id} {
 		step(page+" at 200%", chromedp.Navigate(g.URL+page), chromedp.WaitVisible(chromedp.ID("main")))
-		poll(page+" filled", `document.getElementById('status').textContent.length > 0 || !!document.querySelector('#templates .card, #launch select option, #workloads tbody tr, #events tbody tr')`)
+		poll(page+" filled", `document.getElementById('status').textContent.length > 0 || !!document.querySelector('#templates .card, #launch select option, #workloads tbody tr, #history tbody tr, #events tbody tr')`)
 		if w := js(`document.documentElement.scrollWidth + '/' + document.documentElement.clientWidth`); func() bool {
 			var sw, cw int
 			fmt.Sscanf(w, "%d/%d", &sw, &cw)

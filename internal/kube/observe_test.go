@@ -1,8 +1,10 @@
 package kube
 
 import (
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -55,6 +57,53 @@ func TestObserve(t *testing.T) {
 	}
 	if _, ok := Observe("w", nil, nil); ok {
 		t.Fatal("nothing to observe, yet an observation")
+	}
+}
+
+// TestObserveExitCode: an ended Job says what its main container (the
+// first) exited with, from its newest pod that ended that way.
+func TestObserveExitCode(t *testing.T) {
+	ended := func(phase corev1.PodPhase, at int64, codes ...int32) *corev1.Pod {
+		p := &corev1.Pod{Status: corev1.PodStatus{Phase: phase}}
+		p.CreationTimestamp.Time = time.Unix(at, 0)
+		for i, c := range codes {
+			name := fmt.Sprintf("c%d", i)
+			p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: name})
+			// Statuses in another order than the containers: matched by name.
+			p.Status.ContainerStatuses = append([]corev1.ContainerStatus{{Name: name,
+				State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: c}}}}, p.Status.ContainerStatuses...)
+		}
+		return p
+	}
+	complete := &batchv1.Job{Status: batchv1.JobStatus{Conditions: []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}}}
+	failed := &batchv1.Job{Status: batchv1.JobStatus{Conditions: []batchv1.JobCondition{{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, Reason: "BackoffLimitExceeded"}}}}
+	for _, tc := range []struct {
+		name string
+		job  *batchv1.Job
+		pods []*corev1.Pod
+		want int // -1: none
+	}{
+		{"succeeded", complete, []*corev1.Pod{ended(corev1.PodSucceeded, 1, 0)}, 0},
+		{"failed, newest retry", failed, []*corev1.Pod{ended(corev1.PodFailed, 2, 2), ended(corev1.PodFailed, 1, 1)}, 2},
+		{"main container, not the sidecar", failed, []*corev1.Pod{ended(corev1.PodFailed, 1, 7, 0)}, 7},
+		{"no pods left", failed, nil, -1},
+		{"not terminated", complete, []*corev1.Pod{{Status: corev1.PodStatus{Phase: corev1.PodSucceeded}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c0"}}}}}, -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o, ok := Observe("w", []*batchv1.Job{tc.job}, tc.pods)
+			if !ok {
+				t.Fatal("no observation")
+			}
+			switch {
+			case tc.want < 0 && o.ExitCode != nil:
+				t.Fatalf("exit code %d, want none", *o.ExitCode)
+			case tc.want >= 0 && (o.ExitCode == nil || *o.ExitCode != tc.want):
+				t.Fatalf("exit code %v, want %d", o.ExitCode, tc.want)
+			}
+		})
+	}
+	if o, _ := Observe("w", nil, []*corev1.Pod{{Status: corev1.PodStatus{Phase: corev1.PodRunning}}}); o.ExitCode != nil {
+		t.Fatal("a running pod has an exit code")
 	}
 }
 

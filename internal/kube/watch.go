@@ -28,6 +28,9 @@ type Observation struct {
 	Reason     string // why it is pending, queued or failed, in the cluster's words
 	Node       string
 	Position   int // Queued: its place in its team's queue (1: next), 0 if not known
+	// ExitCode is what its main container exited with, when it has
+	// Succeeded or Failed and a pod of it says (nil otherwise).
+	ExitCode *int
 	// Evicted are the UIDs of its Job's pods the cluster disrupted (the
 	// DisruptionTarget condition: evicted, preempted, their node drained
 	// or reclaimed), terminating ones included.
@@ -299,10 +302,10 @@ func Observe(id string, jobs []*batchv1.Job, pods []*corev1.Pod) (Observation, b
 			}
 			switch c.Type {
 			case batchv1.JobComplete:
-				o.Phase = "Succeeded"
+				o.Phase, o.ExitCode = "Succeeded", exitCode(pods, corev1.PodSucceeded)
 				return o, true
 			case batchv1.JobFailed:
-				o.Phase, o.Reason = "Failed", jobFailure(c, pods)
+				o.Phase, o.Reason, o.ExitCode = "Failed", jobFailure(c, pods), exitCode(pods, corev1.PodFailed)
 				return o, true
 			}
 		}
@@ -369,6 +372,27 @@ func podPhase(p *corev1.Pod) (phase, reason string, rank int) {
 		}
 	}
 	return "Pending", "", 0
+}
+
+// exitCode is the exit code of the first container of the newest pod that
+// ended in phase (nil when none says).
+func exitCode(pods []*corev1.Pod, phase corev1.PodPhase) *int {
+	var newest *corev1.Pod
+	for _, p := range pods {
+		if p.Status.Phase == phase && (newest == nil || p.CreationTimestamp.After(newest.CreationTimestamp.Time)) {
+			newest = p
+		}
+	}
+	if newest == nil || len(newest.Spec.Containers) == 0 {
+		return nil
+	}
+	for _, cs := range newest.Status.ContainerStatuses {
+		if cs.Name == newest.Spec.Containers[0].Name && cs.State.Terminated != nil {
+			code := int(cs.State.Terminated.ExitCode)
+			return &code
+		}
+	}
+	return nil
 }
 
 func jobFailure(c batchv1.JobCondition, pods []*corev1.Pod) string {

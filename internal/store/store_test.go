@@ -765,6 +765,30 @@ func testMetering(t *testing.T, s *store.Store) {
 	if runs, err := s.WorkloadRuns(ctx, at, at.Add(24*time.Hour), []team.Name{}); err != nil || len(runs) != 0 {
 		t.Fatalf("no teams: %+v, %v", runs, err)
 	}
+
+	// Its history round-trips: first start, attempts, the end and the
+	// exit code (and no exit code is not exit code 0).
+	if got.Attempts != 2 || !got.StartedAt.Equal(at.Add(time.Hour)) || !got.EndedAt.IsZero() || got.ExitCode != nil {
+		t.Fatalf("history while running: started %v, ended %v, attempts %d, exit %v", got.StartedAt, got.EndedAt, got.Attempts, got.ExitCode)
+	}
+	if list, err := s.ListWorkloads(ctx, workload.Filter{Ended: true, Limit: 10}); err != nil || len(list) != 0 {
+		t.Fatalf("ended workloads while it runs: %d, %v", len(list), err)
+	}
+	code := 0
+	if _, err := s.UpdateWorkload(ctx, w.ID, func(old workload.Workload) (workload.Workload, error) {
+		out, _, err := workload.Transition(old, workload.ReportedSucceeded, "", at.Add(5*time.Hour))
+		out.ExitCode = &code
+		return out, err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	got, err = s.Workload(ctx, w.ID)
+	if err != nil || got.ExitCode == nil || *got.ExitCode != 0 || !got.EndedAt.Equal(at.Add(5*time.Hour)) || got.Attempts != 2 {
+		t.Fatalf("history once ended: ended %v, attempts %d, exit %v, %v", got.EndedAt, got.Attempts, got.ExitCode, err)
+	}
+	if list, err := s.ListWorkloads(ctx, workload.Filter{Ended: true, Limit: 10}); err != nil || len(list) != 1 || list[0].ID != w.ID {
+		t.Fatalf("ended workloads: %d, %v", len(list), err)
+	}
 }
 
 // testGovernance: a budget alert is recorded once per team, cost center,

@@ -17,7 +17,7 @@ import (
 	"github.com/gantryhq/gantry/internal/workload"
 )
 
-const workloadColumns = `id, name, team, owner, template, template_version, kind, gpu_class, mig_profile, gpu_count, parameters, objects_hash, status, created_at, updated_at, applied_hash, reason, idempotency_key, request_hash, endpoint, image, tee, expires_at, price_per_hour, running_us, running_since, approval_why, approval_expires, approval_decision, approval_by, approval_note, approval_at, spot_evictions`
+const workloadColumns = `id, name, team, owner, template, template_version, kind, gpu_class, mig_profile, gpu_count, parameters, objects_hash, status, created_at, updated_at, applied_hash, reason, idempotency_key, request_hash, endpoint, image, tee, expires_at, price_per_hour, running_us, running_since, approval_why, approval_expires, approval_decision, approval_by, approval_note, approval_at, spot_evictions, started_at, ended_at, attempts, exit_code`
 
 // CreateWorkload implements workload.Store.
 func (s *Store) CreateWorkload(ctx context.Context, w workload.Workload) error {
@@ -45,11 +45,12 @@ func (s *Store) CreateWorkload(ctx context.Context, w workload.Workload) error {
 				return &workload.PendingLimit{Waiting: n}
 			}
 		}
-		_, err := tx.ExecContext(ctx, s.q(`INSERT INTO workloads (`+workloadColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+		_, err := tx.ExecContext(ctx, s.q(`INSERT INTO workloads (`+workloadColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 			w.ID, w.Name, w.Team, w.Owner, w.Template, w.TemplateVersion, w.Kind, w.GPUClass, w.MIGProfile, w.GPUCount,
 			string(params), w.ObjectsHash, string(w.Status), w.CreatedAt.UnixMicro(), w.UpdatedAt.UnixMicro(), w.AppliedHash, w.Reason,
 			nullable(w.IdempotencyKey), w.RequestHash, w.Endpoint, w.Image, w.TEE, micros(w.ExpiresAt), w.PricePerHour, w.RunningFor.Microseconds(), micros(w.RunningSince),
-			w.Approval.Why, micros(w.Approval.Expires), w.Approval.Decision, w.Approval.By, w.Approval.Note, micros(w.Approval.At), strings.Join(w.SpotEvictions, ","))
+			w.Approval.Why, micros(w.Approval.Expires), w.Approval.Decision, w.Approval.By, w.Approval.Note, micros(w.Approval.At), strings.Join(w.SpotEvictions, ","),
+			micros(w.StartedAt), micros(w.EndedAt), w.Attempts, exitCode(w.ExitCode))
 		return err
 	})
 	var limit *workload.PendingLimit
@@ -71,9 +72,12 @@ func scanWorkload(row scanner) (workload.Workload, error) {
 	var created, updated, expires, runningUS, runningSince, approvalExpires, approvalAt int64
 	var key sql.NullString
 	var evictions string
+	var started, ended int64
+	var exit sql.NullInt64
 	err := row.Scan(&w.ID, &w.Name, &w.Team, &w.Owner, &w.Template, &w.TemplateVersion, &w.Kind, &w.GPUClass, &w.MIGProfile,
 		&w.GPUCount, &params, &w.ObjectsHash, &status, &created, &updated, &w.AppliedHash, &w.Reason, &key, &w.RequestHash, &w.Endpoint, &w.Image, &w.TEE, &expires,
-		&w.PricePerHour, &runningUS, &runningSince, &w.Approval.Why, &approvalExpires, &w.Approval.Decision, &w.Approval.By, &w.Approval.Note, &approvalAt, &evictions)
+		&w.PricePerHour, &runningUS, &runningSince, &w.Approval.Why, &approvalExpires, &w.Approval.Decision, &w.Approval.By, &w.Approval.Note, &approvalAt, &evictions,
+		&started, &ended, &w.Attempts, &exit)
 	if err != nil {
 		return w, err
 	}
@@ -83,6 +87,11 @@ func scanWorkload(row scanner) (workload.Workload, error) {
 	w.RunningFor = time.Duration(runningUS) * time.Microsecond
 	w.ExpiresAt, w.RunningSince = fromMicros(expires), fromMicros(runningSince)
 	w.Approval.Expires, w.Approval.At = fromMicros(approvalExpires), fromMicros(approvalAt)
+	w.StartedAt, w.EndedAt = fromMicros(started), fromMicros(ended)
+	if exit.Valid {
+		code := int(exit.Int64)
+		w.ExitCode = &code
+	}
 	if evictions != "" {
 		w.SpotEvictions = strings.Split(evictions, ",")
 	}
@@ -106,6 +115,14 @@ func fromMicros(us int64) time.Time {
 		return time.Time{}
 	}
 	return time.UnixMicro(us).UTC()
+}
+
+// exitCode is an exit code for the database: NULL when not known.
+func exitCode(code *int) any {
+	if code == nil {
+		return nil
+	}
+	return *code
 }
 
 func nullable(s string) any {
@@ -162,6 +179,15 @@ func (s *Store) ListWorkloads(ctx context.Context, f workload.Filter) ([]workloa
 	if f.Status != "" {
 		add("status = ?", string(f.Status))
 	}
+	if f.Ended {
+		var ended []string
+		for _, st := range workload.Statuses {
+			if st.Ended() {
+				ended = append(ended, "'"+string(st)+"'")
+			}
+		}
+		where = append(where, "status IN ("+strings.Join(ended, ", ")+")")
+	}
 	if f.After != nil {
 		at := f.After.CreatedAt.UnixMicro()
 		where = append(where, "(created_at < ? OR (created_at = ? AND id < ?))")
@@ -184,6 +210,8 @@ func (s *Store) queryWorkloads(ctx context.Context, what, query string, args ...
 	}
 	return collect(rows, scanWorkload)
 }
+
+func sameCode(a, b *int) bool { return (a == nil) == (b == nil) && (a == nil || *a == *b) }
 
 // UpdateWorkload implements workload.Store: fn sees the record as it is and
 // returns the one to write, in one transaction that holds the row (SELECT …
@@ -224,14 +252,17 @@ func (s *Store) UpdateWorkload(ctx context.Context, id string, fn func(workload.
 		out = w
 		if w.Status == old.Status && w.Reason == old.Reason && w.AppliedHash == old.AppliedHash && w.Endpoint == old.Endpoint && w.ExpiresAt.Equal(old.ExpiresAt) &&
 			w.RunningFor == old.RunningFor && w.RunningSince.Equal(old.RunningSince) && w.Approval == old.Approval &&
-			slices.Equal(w.SpotEvictions, old.SpotEvictions) {
+			slices.Equal(w.SpotEvictions, old.SpotEvictions) && w.StartedAt.Equal(old.StartedAt) && w.EndedAt.Equal(old.EndedAt) &&
+			w.Attempts == old.Attempts && sameCode(w.ExitCode, old.ExitCode) {
 			out.UpdatedAt = old.UpdatedAt
 			return nil
 		}
 		_, err = tx.ExecContext(ctx, s.q(`UPDATE workloads SET status = ?, reason = ?, applied_hash = ?, endpoint = ?, expires_at = ?, updated_at = ?, running_us = ?, running_since = ?,
-			approval_why = ?, approval_expires = ?, approval_decision = ?, approval_by = ?, approval_note = ?, approval_at = ?, spot_evictions = ? WHERE id = ?`),
+			approval_why = ?, approval_expires = ?, approval_decision = ?, approval_by = ?, approval_note = ?, approval_at = ?, spot_evictions = ?,
+			started_at = ?, ended_at = ?, attempts = ?, exit_code = ? WHERE id = ?`),
 			string(w.Status), w.Reason, w.AppliedHash, w.Endpoint, micros(w.ExpiresAt), w.UpdatedAt.UnixMicro(), w.RunningFor.Microseconds(), micros(w.RunningSince),
-			w.Approval.Why, micros(w.Approval.Expires), w.Approval.Decision, w.Approval.By, w.Approval.Note, micros(w.Approval.At), strings.Join(w.SpotEvictions, ","), id)
+			w.Approval.Why, micros(w.Approval.Expires), w.Approval.Decision, w.Approval.By, w.Approval.Note, micros(w.Approval.At), strings.Join(w.SpotEvictions, ","),
+			micros(w.StartedAt), micros(w.EndedAt), w.Attempts, exitCode(w.ExitCode), id)
 		if err != nil {
 			return fmt.Errorf("update workload %s: %w", id, err)
 		}

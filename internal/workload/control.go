@@ -26,6 +26,19 @@ func (s *Service) transition(ctx context.Context, id string, tr Trigger, reason 
 // stopped, deleted or has ended — writes nothing and is a *fault.Conflict;
 // the same status and reason again write nothing.
 func (s *Service) Report(ctx context.Context, id string, st Status, reason string) (Workload, error) {
+	return s.report(ctx, id, st, reason, nil)
+}
+
+// ReportExit is Report of a workload that ended (Succeeded, Failed) with
+// what its main container exited with, kept in its history.
+func (s *Service) ReportExit(ctx context.Context, id string, st Status, reason string, exitCode int) (Workload, error) {
+	if !st.Ended() {
+		return Workload{}, fmt.Errorf("report about workload %s: an exit code with status %q, which has not ended", id, st)
+	}
+	return s.report(ctx, id, st, reason, &exitCode)
+}
+
+func (s *Service) report(ctx context.Context, id string, st Status, reason string, exitCode *int) (Workload, error) {
 	tr := Reported(st)
 	if tr == "" {
 		return Workload{}, fmt.Errorf("report about workload %s: the cluster cannot report status %q", id, st)
@@ -39,7 +52,13 @@ func (s *Service) Report(ctx context.Context, id string, st Status, reason strin
 			}
 		}
 	}
-	return s.transition(ctx, id, tr, reason)
+	return s.store.UpdateWorkload(ctx, id, func(w Workload) (Workload, error) {
+		out, _, err := Transition(w, tr, reason, s.clock())
+		if err == nil && exitCode != nil && out.Status == st && (out.ExitCode == nil || *out.ExitCode != *exitCode) {
+			out.ExitCode = exitCode
+		}
+		return out, err
+	})
 }
 
 // Delete marks a workload deleted and removes its objects from the cluster;

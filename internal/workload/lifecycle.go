@@ -131,8 +131,9 @@ func (st Status) Ended() bool {
 	return false
 }
 
-// Transition applies tr to w: the new status and reason, UpdatedAt = at, and
-// its running time (metering: RunningSince, RunningFor). It
+// Transition applies tr to w: the new status and reason, UpdatedAt = at, its
+// running time (metering: RunningSince, RunningFor) and its history
+// (StartedAt, EndedAt, Attempts). It
 // returns changed false (and w unchanged) when neither status nor reason
 // would change, and a *fault.Conflict when the table refuses tr.
 func Transition(w Workload, tr Trigger, reason string, at time.Time) (out Workload, changed bool, err error) {
@@ -148,9 +149,24 @@ func Transition(w Workload, tr Trigger, reason string, at time.Time) (out Worklo
 	switch {
 	case to == Running && w.Status != Running:
 		w.RunningSince = at
+		w.Attempts++
+		if w.StartedAt.IsZero() {
+			w.StartedAt = at
+		}
 	case to != Running && w.Status == Running && !w.RunningSince.IsZero():
 		w.RunningFor += at.Sub(w.RunningSince)
 		w.RunningSince = time.Time{}
+	}
+	if to == Succeeded && w.Attempts == 0 {
+		// It ran between two looks at the cluster (never seen Running):
+		// it ran once, for no time Gantry saw.
+		w.Attempts, w.StartedAt = 1, at
+	}
+	switch {
+	case to.Ended() && !w.Status.Ended():
+		w.EndedAt = at
+	case !to.Ended():
+		w.EndedAt, w.ExitCode = time.Time{}, nil // started again: it has not ended
 	}
 	w.Status, w.Reason, w.UpdatedAt = to, reason, at
 	return w, true, nil

@@ -121,3 +121,65 @@ func TestEnded(t *testing.T) {
 		}
 	}
 }
+
+// TestTransitionHistory: a workload's history follows its runs — first
+// start kept, each start counted, the end stamped once (a delete after it
+// ended keeps when it ended), and a start after a stop clears the end.
+func TestTransitionHistory(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(m int) time.Time { return t0.Add(time.Duration(m) * time.Minute) }
+	w := Workload{ID: "w1", Status: Pending}
+	steps := []struct {
+		tr       Trigger
+		min      int
+		started  int // minutes; -1: zero
+		ended    int
+		attempts int
+		ran      time.Duration
+	}{
+		{ReportedScheduled, 1, -1, -1, 0, 0},
+		{ReportedRunning, 2, 2, -1, 1, 0},
+		{ReportedPending, 5, 2, -1, 1, 3 * time.Minute}, // its pod failed and is retried
+		{ReportedRunning, 6, 2, -1, 2, 3 * time.Minute},
+		{Stop, 10, 2, 10, 2, 7 * time.Minute},
+		{Start, 20, 2, -1, 2, 7 * time.Minute},
+		{ReportedRunning, 21, 2, -1, 3, 7 * time.Minute},
+		{ReportedFailed, 30, 2, 30, 3, 16 * time.Minute},
+		{Delete, 40, 2, 30, 3, 16 * time.Minute},
+	}
+	code := 1
+	w.ExitCode = &code // from an earlier end: cleared by a start
+	for _, s := range steps {
+		var err error
+		if w, _, err = Transition(w, s.tr, "", at(s.min)); err != nil {
+			t.Fatalf("%s: %v", s.tr, err)
+		}
+		when := func(m int) time.Time {
+			if m < 0 {
+				return time.Time{}
+			}
+			return at(m)
+		}
+		if !w.StartedAt.Equal(when(s.started)) || !w.EndedAt.Equal(when(s.ended)) || w.Attempts != s.attempts || w.RanFor(at(s.min)) != s.ran {
+			t.Fatalf("after %s at minute %d: started %v, ended %v, attempts %d, ran %v; want minutes %d, %d, %d attempts, ran %v",
+				s.tr, s.min, w.StartedAt, w.EndedAt, w.Attempts, w.RanFor(at(s.min)), s.started, s.ended, s.attempts, s.ran)
+		}
+		if s.tr == ReportedRunning && w.ExitCode != nil {
+			t.Fatalf("after %s: exit code %d kept from before", s.tr, *w.ExitCode)
+		}
+	}
+}
+
+// TestTransitionHistoryUnseenRun: a job that Succeeded without ever being
+// seen Running ran once, for no time Gantry saw; one that failed so did not.
+func TestTransitionHistoryUnseenRun(t *testing.T) {
+	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	ok, _, _ := Transition(Workload{Status: Scheduled}, ReportedSucceeded, "", at)
+	if ok.Attempts != 1 || !ok.StartedAt.Equal(at) || !ok.EndedAt.Equal(at) || ok.RanFor(at) != 0 {
+		t.Errorf("succeeded unseen: %+v", ok)
+	}
+	failed, _, _ := Transition(Workload{Status: Pending}, ReportedFailed, "ImagePullBackOff", at)
+	if failed.Attempts != 0 || !failed.StartedAt.IsZero() || !failed.EndedAt.Equal(at) {
+		t.Errorf("failed before it ran: %+v", failed)
+	}
+}

@@ -89,6 +89,15 @@ type Workload struct {
 	PricePerHour float64
 	RunningFor   time.Duration
 	RunningSince time.Time
+	// Its history: when it first turned Running (zero: never yet), when it
+	// ended (Succeeded, Failed, Stopped, IdleStopped or Deleted; zero while
+	// live), how many times it started running (a Job's retry, a start
+	// after a stop, a restart after an eviction each count), and its main
+	// container's exit code when it ended (nil: not known).
+	StartedAt time.Time
+	EndedAt   time.Time
+	Attempts  int
+	ExitCode  *int
 	// Approval is why the launch needed a team-admin's approval and what
 	// became of it (zero when it needed none).
 	Approval Approval
@@ -120,11 +129,16 @@ func (a Approval) Needed() bool { return a.Why != "" }
 // CostAt is what the workload cost up to now: its price per hour over the
 // time it was Running.
 func (w Workload) CostAt(now time.Time) float64 {
+	return w.PricePerHour * w.RanFor(now).Hours()
+}
+
+// RanFor is how long it has been Running, over all its runs, up to now.
+func (w Workload) RanFor(now time.Time) time.Duration {
 	d := w.RunningFor
 	if !w.RunningSince.IsZero() && now.After(w.RunningSince) {
 		d += now.Sub(w.RunningSince)
 	}
-	return w.PricePerHour * d.Hours()
+	return d
 }
 
 // Applied reports whether the workload's objects are on the cluster.
@@ -138,6 +152,7 @@ type Filter struct {
 	Owner    string
 	Template string
 	Status   Status
+	Ended    bool // only workloads that have ended (Status.Ended)
 	Limit    int
 	After    *Key
 }

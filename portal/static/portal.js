@@ -303,6 +303,57 @@ async function workloadsPage() {
   setInterval(refresh, 5000);
 }
 
+// when is a moment in the reader's time, '-' for none.
+function when(iso) { return iso ? new Date(iso).toLocaleString() : '-'; }
+
+// duration is a running time in seconds as 1 h 02 min, 5 min 03 s or 42 s.
+function duration(sec) {
+  sec = Math.round(sec || 0);
+  const h = Math.floor(sec / 3600), m = Math.floor(sec % 3600 / 60), s = sec % 60;
+  const two = (n) => String(n).padStart(2, '0');
+  if (h) return h + ' h ' + two(m) + ' min';
+  if (m) return m + ' min ' + two(s) + ' s';
+  return s + ' s';
+}
+
+async function historyPage() {
+  const body = document.querySelector('#history tbody');
+  const teamSel = document.getElementById('history-team');
+  const mine = document.getElementById('history-mine');
+  const total = document.getElementById('history-total');
+  const refresh = async () => {
+    let q = '?ended=true';
+    if (teamSel.value) q += '&team=' + encodeURIComponent(teamSel.value);
+    if (mine.checked) q += '&owner=' + encodeURIComponent(document.body.dataset.me || '');
+    try {
+      const items = await listAll('/api/v1/workloads' + q);
+      let cost = 0, ran = 0;
+      body.replaceChildren(...items.map((w) => {
+        cost += w.costSoFar;
+        ran += w.ranSeconds;
+        return el('tr', { 'data-id': w.id },
+          el('td', {}, el('a', { href: '/workloads/' + encodeURIComponent(w.id), text: w.name })),
+          el('td', { text: w.ownerName || w.owner }),
+          el('td', { text: w.template + ' v' + w.templateVersion }),
+          el('td', { text: gpuText(w.gpu) }),
+          el('td', { text: when(w.startedAt) }),
+          el('td', { text: when(w.endedAt) }),
+          el('td', { text: w.attempts ? duration(w.ranSeconds) : '-' }),
+          el('td', { text: String(w.attempts) }),
+          el('td', { class: 'st-' + w.status, text: w.status + (w.reason ? ': ' + w.reason : '') }),
+          el('td', { text: w.exitCode === undefined ? '-' : String(w.exitCode) }),
+          el('td', { text: money(w.costSoFar) }));
+      }));
+      total.textContent = items.length + ' ended workloads, ' + duration(ran) + ' running, ' + money(cost) + ' in all';
+    } catch (err) {
+      say('Could not load the history: ' + err.message);
+    }
+  };
+  teamSel.addEventListener('change', refresh);
+  mine.addEventListener('change', refresh);
+  await refresh();
+}
+
 // --------------------------------------------------------------- workload
 
 // sh quotes a word for a POSIX shell: the launch's values are the
@@ -422,6 +473,10 @@ async function workloadPage(id) {
     document.getElementById('w-gpu').textContent = gpuText(w.gpu);
     document.getElementById('w-price').textContent = money(w.pricePerHour) + ' per hour';
     document.getElementById('w-cost').textContent = money(w.costSoFar);
+    document.getElementById('w-started').textContent = when(w.startedAt);
+    document.getElementById('w-ended').textContent = when(w.endedAt);
+    document.getElementById('w-ran').textContent = w.attempts ? duration(w.ranSeconds) + ' over ' + w.attempts + (w.attempts === 1 ? ' attempt' : ' attempts') : '-';
+    document.getElementById('w-exit').textContent = w.exitCode === undefined ? '-' : String(w.exitCode);
     // A notebook opens here, through Gantry (its in-cluster endpoint is for
     // other pods only): a link while it runs, why not otherwise.
     const open = document.getElementById('w-open');
@@ -919,6 +974,7 @@ async function editorPage(name) {
     else if (page === 'launch') await launchPage(param);
     else if (page === 'workloads') await workloadsPage();
     else if (page === 'workload') await workloadPage(param);
+    else if (page === 'history') await historyPage();
     else if (page === 'tokens') await tokensPage();
     else if (page === 'team') await teamPage(param);
     else if (page === 'platform') await platformPage();

@@ -56,6 +56,13 @@ class Workload:
     cost_so_far: float = 0.0
     url: str = ""
     approval: Optional[Dict[str, Any]] = None
+    # Its history: ISO 8601 times ("" until it started / while it is live),
+    # seconds Running over all its attempts, and its exit code (None: unknown).
+    started_at: str = ""
+    ended_at: str = ""
+    ran_seconds: float = 0.0
+    attempts: int = 0
+    exit_code: Optional[int] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False)
     client: Optional["Gantry"] = field(default=None, repr=False, compare=False)
 
@@ -64,7 +71,9 @@ class Workload:
         return cls(id=d["id"], name=d["name"], team=d["team"], owner=d["owner"], template=d["template"],
                    status=d["status"], reason=d.get("reason", ""), gpu=d.get("gpu", {}),
                    price_per_hour=d.get("pricePerHour", 0.0), cost_so_far=d.get("costSoFar", 0.0),
-                   url=d.get("url", ""), approval=d.get("approval"), raw=d, client=client)
+                   url=d.get("url", ""), approval=d.get("approval"),
+                   started_at=d.get("startedAt", ""), ended_at=d.get("endedAt", ""), ran_seconds=d.get("ranSeconds", 0.0),
+                   attempts=d.get("attempts", 0), exit_code=d.get("exitCode"), raw=d, client=client)
 
     # The workload's own verbs, what a notebook cell reaches for: each asks
     # the server it came from and returns the workload as it is now.
@@ -175,11 +184,12 @@ class Gantry:
         return self._call("POST", "/api/v1/workloads/estimate", {"minMemoryGiB": min_memory_gib},
                           body=_launch_body(template, team, gpu, count, mig, parameters, None))
 
-    def workloads(self, team: Optional[str] = None, status: Optional[str] = None) -> List[Workload]:
-        """Every workload the caller may read (listWorkloads, all pages)."""
+    def workloads(self, team: Optional[str] = None, status: Optional[str] = None, ended: bool = False) -> List[Workload]:
+        """Every workload the caller may read (listWorkloads, all pages); ended=True
+        for a history: only those that have ended, with how long each ran."""
         out, cursor = [], None
         while True:
-            page = self._call("GET", "/api/v1/workloads", {"team": team, "status": status, "cursor": cursor})
+            page = self._call("GET", "/api/v1/workloads", {"team": team, "status": status, "ended": "true" if ended else None, "cursor": cursor})
             out += [Workload.of(w, self) for w in page["items"]]
             cursor = page.get("nextCursor")
             if not cursor:

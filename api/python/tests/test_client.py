@@ -113,8 +113,13 @@ class ServerTest(unittest.TestCase):
         self.assertEqual(e.exception.status, 409)
         listed = [x for x in self.g.workloads(team="vision") if x.id == w.id][0]
         self.assertEqual(listed.refresh().status, "Pending")
+        self.assertNotIn(w.id, [x.id for x in self.g.workloads(team="vision", ended=True)])
         w.delete()
         self.assertEqual(self.g.get(w.id).status, "Deleted")
+        # Its history: ended now, never ran here (no cluster), no exit code.
+        h = [x for x in self.g.workloads(team="vision", ended=True) if x.id == w.id][0]
+        self.assertTrue(h.ended_at)
+        self.assertEqual((h.started_at, h.attempts, h.ran_seconds, h.exit_code), ("", 0, 0, None))
 
     def test_portal_snippet_runs(self):
         # The line the portal's workload page offers (Reproduce), as it

@@ -27,10 +27,33 @@ func (s *server) CreateWorkload(ctx context.Context, req gen.CreateWorkloadReque
 	if err != nil {
 		return nil, err
 	}
-	w, replayed, err := s.o.Workloads.Create(ctx, caller(ctx), workload.Request{
+	lr := workload.Request{
 		Template: b.Template, Version: deref(b.TemplateVersion), Team: t, Choice: choice(b.Gpu, b.Parameters, b.Confidential),
 		IdempotencyKey: deref(req.Params.IdempotencyKey),
-	})
+	}
+	// What the estimate makes of it, alongside the launch so that it adds
+	// no latency: it reads the cluster (a few milliseconds, from the API
+	// server's cache) while the launch renders, records and applies (tens),
+	// so it sees the fleet as it was before this launch's pods were bound.
+	// A launch that will not start now says why in its answer. Bounded; a
+	// launch the estimate cannot judge (it refuses, the cluster is slow)
+	// gets no warning.
+	verdict := make(chan string, 1)
+	ectx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	go func() {
+		e, err := s.o.Estimates.Estimate(ectx, caller(ctx), estimate.Request{Request: lr})
+		if err != nil || !e.Known || e.StartsNow || e.Held || e.Approval {
+			verdict <- ""
+			return
+		}
+		verdict <- "it does not start now: " + e.Why
+	}()
+	w, replayed, err := s.o.Workloads.Create(ctx, caller(ctx), lr)
+	var warnings []string
+	if why := <-verdict; why != "" {
+		warnings = append(warnings, why)
+	}
 	switch {
 	case err != nil:
 		s.o.Own.Launch("refused")
@@ -49,6 +72,9 @@ func (s *server) CreateWorkload(ctx context.Context, req gen.CreateWorkloadReque
 	}
 	out := workloadOut(w)
 	s.named(ctx, &out)
+	if len(warnings) > 0 {
+		out.Warnings = &warnings
+	}
 	return gen.CreateWorkload201JSONResponse(out), nil
 }
 

@@ -2031,6 +2031,9 @@ type Workload struct {
 
 	// Url For a notebook, where its owner opens it in the browser: /w/{id}/ on this server (signed in; a bearer token works too). Only the owner gets in, only while it is Running.
 	Url *string `json:"url,omitempty"`
+
+	// Warnings Only in the answer to a launch: what the estimate made of it just before it was made, when it will not start now (no free GPUs of its kind, its team's quota used up) — it was recorded and waits.
+	Warnings *[]string `json:"warnings,omitempty"`
 }
 
 // WorkloadKind defines model for Workload.Kind.

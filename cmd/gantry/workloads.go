@@ -55,6 +55,11 @@ func launchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if w == nil {
 		return errors.New("the server's answer carried no workload")
 	}
+	if w.Warnings != nil {
+		for _, m := range *w.Warnings {
+			fmt.Fprintf(stderr, "warning: %s\n", printable(m))
+		}
+	}
 	if !*wait {
 		return show(stdout, *output, *w, func() { fmt.Fprintf(stdout, "launched %s (%s) in team %s: %s\n", w.Id, w.Name, w.Team, describe(*w)) })
 	}

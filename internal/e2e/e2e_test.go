@@ -282,6 +282,30 @@ func TestOversizedRefused(t *testing.T) {
 		len(prob.Errors) != 1 || prob.Errors[0].Field != "gpu.count" || !strings.Contains(prob.Errors[0].Detail, "the most on one node is 8") {
 		t.Fatalf("16 GPUs where nodes have 8: %d %+v", s, prob)
 	}
+	// A MIG profile no node of the class offers (the A100-40GB node runs
+	// whole GPUs): refused, naming gpu.migProfile.
+	if s := g.post("/api/v1/workloads", map[string]any{"template": "jupyter-notebook", "team": "vision", "gpu": map[string]any{"class": "A100-40GB", "migProfile": "1g.10gb"}}, &prob); s != 422 ||
+		len(prob.Errors) != 1 || prob.Errors[0].Field != "gpu.migProfile" || !strings.Contains(prob.Errors[0].Detail, "no node of A100-40GB (1 in all) offers MIG profile 1g.10gb") {
+		t.Fatalf("a MIG profile no node offers: %d %+v", s, prob)
+	}
+	// A launch that fits the fleet but not now is accepted with the
+	// estimate's verdict as a warning: the A100-80GB node's eight GPUs
+	// are taken by the first (a service: it keeps them).
+	var first, second struct {
+		wl
+		Warnings []string
+	}
+	eight := map[string]any{"template": "vllm-inference", "team": "vision", "gpu": map[string]any{"class": "A100-80GB", "count": 8}}
+	if s := g.post("/api/v1/workloads", eight, &first); s != 201 || len(first.Warnings) != 0 {
+		t.Fatalf("the first eight: %d %+v", s, first)
+	}
+	g.waitStatus(first.ID, "Running")
+	t.Cleanup(func() { g.post("/api/v1/workloads/"+first.ID+"/stop", nil, nil) })
+	s := g.post("/api/v1/workloads", eight, &second)
+	t.Cleanup(func() { g.post("/api/v1/workloads/"+second.ID+"/stop", nil, nil) })
+	if s != 201 || len(second.Warnings) != 1 || !strings.HasPrefix(second.Warnings[0], "it does not start now: ") || !strings.Contains(second.Warnings[0], "A100-80GB") {
+		t.Fatalf("the second eight: %d %+v", s, second)
+	}
 }
 
 // TestStopStartDelete: stopping a service scales it to zero and keeps its

@@ -46,7 +46,9 @@ type Cluster interface {
 	// most on one node.
 	// mostOnOneNode is the most any one node of the class has at all
 	// (allocatable, cordoned ones too): what could ever be placed on one.
-	FreeGPUs(ctx context.Context, class gpu.Class, resource string) (total, onOneNode, mostOnOneNode int, err error)
+	// nodes is how many nodes the class has; mostOnOneNode is -1 when a node
+	// lists the resource at 0 and none has more.
+	FreeGPUs(ctx context.Context, class gpu.Class, resource string) (total, onOneNode, mostOnOneNode, nodes int, err error)
 }
 
 // Budgets say where a team's budget stands and what it makes of a launch.
@@ -201,13 +203,16 @@ func (s *Service) price(ctx context.Context, rd workload.Rendered, req workload.
 		}
 	}
 	resource := render.GPUResource(r)
-	free, onOne, most, err := s.o.Cluster.FreeGPUs(ctx, r.Class, resource)
+	free, onOne, most, nodes, err := s.o.Cluster.FreeGPUs(ctx, r.Class, resource)
 	if err != nil {
 		return Estimate{}, err
 	}
 	e.Known, e.Free = true, free
 	left := e.Quota - e.QuotaUsed
 	switch {
+	case most == 0 && nodes > 0 && r.Template.Spec.Workload != template.VM:
+		e.Never = true
+		e.Why = fmt.Sprintf("it can never start here: no node of %s (%d in all) offers %s", r.Class.Name, nodes, resource)
 	case most > 0 && most < r.Count && r.Template.Spec.Workload != template.VM:
 		// (No node reporting the resource at all is not known: a pool
 		// may be scaled to zero; a VM's devices are the cluster's to judge.)

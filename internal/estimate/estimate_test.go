@@ -65,18 +65,22 @@ type cluster struct {
 	used            float64
 	pending         int
 	free, onOneNode int
-	most            int // allocatable on the largest node (0: as many as free)
+	most            int // allocatable on the largest node (0: as many as free; -1: no node offers it)
+	nodes           int // of the class (0: 1)
 }
 
 func (c cluster) QueueUsage(context.Context, team.Name, string) (float64, int, error) {
 	return c.used, c.pending, nil
 }
-func (c cluster) FreeGPUs(context.Context, gpu.Class, string) (int, int, int, error) {
-	most := c.most
-	if most == 0 {
+func (c cluster) FreeGPUs(context.Context, gpu.Class, string) (int, int, int, int, error) {
+	most, nodes := c.most, max(c.nodes, 1)
+	switch most {
+	case 0:
 		most = max(c.free, 8)
+	case -1:
+		most = 0
 	}
-	return c.free, c.onOneNode, most, nil
+	return c.free, c.onOneNode, most, nodes, nil
 }
 
 // TestEstimate: the price of the GPUs' share at the class's spot or
@@ -137,6 +141,7 @@ func runCases(t *testing.T, ctx context.Context, svc *workload.Service, h100 gpu
 		{"two whole GPUs on demand, the quota full", train2, cluster{used: 1, pending: 3, free: 8, onOneNode: 8}, 2, 2 * h100.Price.OnDemand, 72 * time.Hour, false, "the team's quota has 1 left"},
 		{"the quota holds it but no node has two free", train2, cluster{free: 2, onOneNode: 1}, 2, 2 * h100.Price.OnDemand, 72 * time.Hour, false, "no node of H100-80GB has 2 free nvidia.com/gpu (2 free in all)"},
 		{"no node of the class has two at all: never", train2, cluster{free: 1, onOneNode: 1, most: 1}, 2, 2 * h100.Price.OnDemand, 72 * time.Hour, false, "it can never start here: no node of H100-80GB has 2 nvidia.com/gpu (the most on one node is 1)"},
+		{"no node of the class offers the MIG profile: never", batchMIG, cluster{most: -1, nodes: 3}, 0.5, 0.5 * h100.Price.Spot, 12 * time.Hour, false, "it can never start here: no node of H100-80GB (3 in all) offers nvidia.com/mig-3g.40gb"},
 		{"a cohort may lend", workload.Request{Template: "pytorch-train", Team: "nlp", Choice: template.Choice{Class: "H100-80GB", Count: 2}}, cluster{free: 8, onOneNode: 8}, 2, 2 * h100.Price.OnDemand, 72 * time.Hour, false, "unless cohort research lends"},
 		{"no cluster: not known", batchMIG, nil, 0.5, 0.5 * h100.Price.Spot, 12 * time.Hour, false, "no cluster"},
 	} {

@@ -306,21 +306,32 @@ func (c *Cluster) QueueUsage(ctx context.Context, team team.Name, class string) 
 }
 
 // MostOnOneNode implements workload.Cluster: the most of res any node of
-// class has allocatable, cordoned ones counted (one list, from the API
-// server's cache).
-func (c *Cluster) MostOnOneNode(ctx context.Context, class gpu.Class, res string) (int, error) {
+// class has allocatable, cordoned ones counted, and how many nodes the
+// class has (one list, from the API server's cache). A node that lists the
+// resource at 0 (a device plugin that found its devices unhealthy) counts
+// as offering it: most is then -1 rather than 0, which says none offers it.
+func (c *Cluster) MostOnOneNode(ctx context.Context, class gpu.Class, res string) (int, int, error) {
 	nodes, err := c.core.CoreV1().Nodes().List(ctx, metav1.ListOptions{
 		LabelSelector: render.LabelGPUProduct + " in (" + strings.Join(class.Products, ",") + ")", ResourceVersion: "0"})
 	if err != nil {
-		return 0, classify(err, "node", "")
+		return 0, 0, classify(err, "node", "")
 	}
-	most := 0
-	for _, n := range nodes.Items {
-		if q, ok := n.Status.Allocatable[corev1.ResourceName(res)]; ok {
-			most = max(most, int(q.Value()))
+	return mostOnOne(nodes.Items, corev1.ResourceName(res)), len(nodes.Items), nil
+}
+
+// mostOnOne is the most of res any of nodes has allocatable; -1 when a node
+// lists it at 0 and none has more (not known), 0 when none lists it at all.
+func mostOnOne(nodes []corev1.Node, res corev1.ResourceName) int {
+	most, listed := 0, false
+	for _, n := range nodes {
+		if q, ok := n.Status.Allocatable[res]; ok {
+			most, listed = max(most, int(q.Value())), true
 		}
 	}
-	return most, nil
+	if listed && most == 0 {
+		return -1
+	}
+	return most
 }
 
 // FreeGPUs implements estimate.Cluster: on the schedulable nodes of the
@@ -328,25 +339,24 @@ func (c *Cluster) MostOnOneNode(ctx context.Context, class gpu.Class, res string
 // resource, or nvidia.com/pgpu) allocatable and not requested by a pod that
 // has not ended — in all, and the most on one node. (Node affinity beyond
 // the class — spot, confidential computing — is not weighed.)
-func (c *Cluster) FreeGPUs(ctx context.Context, class gpu.Class, res string) (total, onOneNode, mostOnOneNode int, err error) {
+func (c *Cluster) FreeGPUs(ctx context.Context, class gpu.Class, res string) (total, onOneNode, mostOnOneNode, nodeCount int, err error) {
 	nodes, err := c.core.CoreV1().Nodes().List(ctx, metav1.ListOptions{
 		LabelSelector: render.LabelGPUProduct + " in (" + strings.Join(class.Products, ",") + ")", ResourceVersion: "0"})
 	if err != nil {
-		return 0, 0, 0, classify(err, "node", "")
+		return 0, 0, 0, 0, classify(err, "node", "")
 	}
 	name := corev1.ResourceName(res)
+	// A cordoned node counts here: it may serve again.
+	mostOnOneNode, nodeCount = mostOnOne(nodes.Items, name), len(nodes.Items)
 	for _, n := range nodes.Items {
 		q, ok := n.Status.Allocatable[name]
-		if ok { // a cordoned node counts here: it may serve again
-			mostOnOneNode = max(mostOnOneNode, int(q.Value()))
-		}
 		if n.Spec.Unschedulable || !ok {
 			continue
 		}
 		free := q.Value()
 		pods, err := c.core.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + n.Name, ResourceVersion: "0"})
 		if err != nil {
-			return 0, 0, 0, classify(err, "pod", "")
+			return 0, 0, 0, 0, classify(err, "pod", "")
 		}
 		for _, p := range pods.Items {
 			if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
@@ -363,5 +373,5 @@ func (c *Cluster) FreeGPUs(ctx context.Context, class gpu.Class, res string) (to
 			onOneNode = max(onOneNode, int(free))
 		}
 	}
-	return total, onOneNode, mostOnOneNode, nil
+	return total, onOneNode, mostOnOneNode, nodeCount, nil
 }

@@ -120,8 +120,8 @@ func TestKueueAdmitsUpToTheQuota(t *testing.T) {
 		}
 		return nil
 	})
-	free, onOne, most, err := q.k.FreeGPUs(context.Background(), h100Class(t), "nvidia.com/gpu")
-	if all := h100Total(t); err != nil || free > all-2 || free < 1 || onOne < 1 || onOne > free || most < onOne || most > all {
+	free, onOne, most, nodes, err := q.k.FreeGPUs(context.Background(), h100Class(t), "nvidia.com/gpu")
+	if all := h100Total(t); err != nil || nodes < 1 || free > all-2 || free < 1 || onOne < 1 || onOne > free || most < onOne || most > all {
 		t.Errorf("free whole H100s %d (%d on one node), %v; want at most %d of the %d (two running)", free, onOne, err, all-2, all)
 	}
 	if o := obs["qa000003"]; o.Position != 1 || !strings.Contains(o.Reason, "position 1") || !strings.Contains(o.Reason, "insufficient unused quota") {

@@ -163,19 +163,19 @@ func (l *Lazy) QueueUsage(ctx context.Context, team team.Name, class string) (fl
 }
 
 // MostOnOneNode implements workload.Cluster.
-func (l *Lazy) MostOnOneNode(ctx context.Context, class gpu.Class, res string) (int, error) {
+func (l *Lazy) MostOnOneNode(ctx context.Context, class gpu.Class, res string) (int, int, error) {
 	c, err := l.get()
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	return c.MostOnOneNode(ctx, class, res)
 }
 
 // FreeGPUs implements estimate.Cluster.
-func (l *Lazy) FreeGPUs(ctx context.Context, class gpu.Class, res string) (int, int, int, error) {
+func (l *Lazy) FreeGPUs(ctx context.Context, class gpu.Class, res string) (int, int, int, int, error) {
 	c, err := l.get()
 	if err != nil {
-		return 0, 0, 0, err
+		return 0, 0, 0, 0, err
 	}
 	return c.FreeGPUs(ctx, class, res)
 }

@@ -78,4 +78,11 @@ func TestLaunchThatCouldNeverStart(t *testing.T) {
 	if _, _, err := h.svc.Create(asAlice(), "alice", workload.Request{Template: "pytorch-train", Team: "vision", Choice: template.Choice{Class: "H100-80GB", Count: 4}}); err != nil {
 		t.Fatalf("4 GPUs where a node has 4: %v", err)
 	}
+	// A MIG profile none of the class's nodes offers: refused, naming it.
+	h.cluster.Most = -1
+	_, _, err = h.svc.Create(asAlice(), "alice", workload.Request{Template: "batch-inference", Team: "vision",
+		Choice: template.Choice{Class: "H100-80GB", MIGProfile: "3g.40gb", Params: map[string]any{"input": "p.jsonl"}}})
+	if !errors.As(err, &inv) || inv.Fields[0].Path != "gpu.migProfile" || !strings.Contains(inv.Fields[0].Message, "no node of H100-80GB (1 in all) offers MIG profile 3g.40gb") {
+		t.Fatalf("a MIG profile no node offers: %v", err)
+	}
 }

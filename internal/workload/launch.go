@@ -330,9 +330,11 @@ func (s *Service) govern(ctx context.Context, w *Workload, rd Rendered) error {
 }
 
 // fits refuses a launch no node of the fleet could ever hold: more GPUs (or
-// MIG slices) than any one node of its class has. One the cluster cannot
-// answer for is let through (recorded; it waits like any other). A VM's
-// passthrough devices are the cluster's to judge.
+// MIG slices) than any one node of its class has, or a GPU resource (a MIG
+// profile) none of the class's nodes offers. One the cluster cannot answer
+// for is let through (recorded; it waits like any other), as is a class
+// with no nodes at all (a pool scaled to zero). A VM's passthrough devices
+// are the cluster's to judge.
 func (s *Service) fits(ctx context.Context, rd Rendered) error {
 	if s.cluster == nil || rd.Choice.Count == 0 || rd.Version.Template.Spec.Workload == template.VM {
 		return nil
@@ -342,13 +344,21 @@ func (s *Service) fits(ctx context.Context, rd Rendered) error {
 	// which is recorded and waits for it.
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	most, err := s.cluster.MostOnOneNode(cctx, rd.Choice.Class, resource)
+	most, nodes, err := s.cluster.MostOnOneNode(cctx, rd.Choice.Class, resource)
 	if err != nil {
 		s.log.WarnContext(ctx, "whether any node could hold the launch is not known", "class", rd.Choice.Class.Name, "err", err)
 		return nil
 	}
-	// No node of the class reports the resource at all (a pool scaled to
-	// zero, a device plugin restarting, labels not there yet): not known.
+	if most == 0 && nodes > 0 {
+		field, what := "gpu.class", "GPUs ("+resource+")"
+		if rd.Choice.MIG != nil {
+			field, what = "gpu.migProfile", "MIG profile "+rd.Choice.MIG.Name+" ("+resource+"): their MIG layout has no such slice"
+		}
+		return &fault.Invalid{Fields: []fault.Field{{Path: field, Message: fmt.Sprintf(
+			"no node of %s (%d in all) offers %s; it could never start here", rd.Choice.Class.Name, nodes, what)}}}
+	}
+	// A node that lists the resource at 0 (most -1: a device plugin
+	// restarting or its devices unhealthy): not known.
 	if most > 0 && most < rd.Choice.Count {
 		return &fault.Invalid{Fields: []fault.Field{{Path: "gpu.count", Message: fmt.Sprintf(
 			"no node of %s has %d %s: it could never start here (the most on one node is %d)", rd.Choice.Class.Name, rd.Choice.Count, resource, most)}}}

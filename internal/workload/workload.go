@@ -207,8 +207,8 @@ type Store interface {
 type Cluster interface {
 	// MostOnOneNode is the most of resource (a GPU or a MIG slice) any one
 	// node of class has at all (allocatable, cordoned nodes too): more
-	// than that can never be placed.
-	MostOnOneNode(ctx context.Context, class gpu.Class, resource string) (int, error)
+	// than that can never be placed; nodes is how many nodes the class has.
+	MostOnOneNode(ctx context.Context, class gpu.Class, resource string) (most, nodes int, err error)
 	EnsureNamespace(ctx context.Context, name string, t team.Name) error
 	Apply(ctx context.Context, objs []render.Object) error
 	Delete(ctx context.Context, namespace, kind, name string) error

@@ -266,6 +266,8 @@ async function launchPage(name) {
     try {
       const w = await api('POST', '/api/v1/workloads', request(), { 'Idempotency-Key': key });
       key = crypto.randomUUID();
+      // What the estimate said of it travels to its page, shown once there.
+      if (w.warnings && w.warnings.length) sessionStorage.setItem('gantry-warnings-' + w.id, JSON.stringify(w.warnings));
       location.assign('/workloads/' + encodeURIComponent(w.id));
     } catch (err) {
       showFieldErrors(form, err);
@@ -459,6 +461,11 @@ function fmt(v, unit) {
 
 async function workloadPage(id) {
   const path = '/api/v1/workloads/' + encodeURIComponent(id);
+  const warned = sessionStorage.getItem('gantry-warnings-' + id);
+  if (warned) {
+    sessionStorage.removeItem('gantry-warnings-' + id);
+    document.getElementById('w-warnings').replaceChildren(...JSON.parse(warned).map((m) => el('p', { class: 'warning', text: 'Launched, but ' + m })));
+  }
   const stream = document.getElementById('stream-state');
   let current = null, shownAt = 0;
   const render = (w) => {

@@ -44,18 +44,22 @@ type Cluster struct {
 	admissions map[string]workload.Admission // by workload id
 	held       map[string]bool               // teams whose queue was held
 	err        error
-	// Most is what MostOnOneNode answers (0: 8, a node of eight GPUs).
+	// Most is what MostOnOneNode answers (0: 8, a node of eight GPUs; -1:
+	// none of the class's nodes has the resource).
 	Most int
 }
 
-// MostOnOneNode implements workload.Cluster.
-func (c *Cluster) MostOnOneNode(context.Context, gpu.Class, string) (int, error) {
+// MostOnOneNode implements workload.Cluster: the class has one node.
+func (c *Cluster) MostOnOneNode(context.Context, gpu.Class, string) (int, int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.Most == 0 {
-		return 8, nil
+	switch c.Most {
+	case 0:
+		return 8, 1, nil
+	case -1:
+		return 0, 1, nil
 	}
-	return c.Most, nil
+	return c.Most, 1, nil
 }
 
 // NewCluster returns an empty cluster.

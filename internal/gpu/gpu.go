@@ -12,6 +12,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/gantryhq/gantry/internal/fault"
@@ -138,25 +139,34 @@ func (c Class) ProfileNames() []string {
 	return out
 }
 
-// Catalog is a validated, immutable set of classes.
+// Catalog is a validated set of classes. Replace puts another in force for
+// whoever holds it (a reload of the class file); each call reads one set.
 type Catalog struct {
+	set atomic.Pointer[classSet]
+}
+
+// classSet is one version of the classes, immutable.
+type classSet struct {
 	classes []Class
 	byName  map[string]int
 }
 
+func (c *Catalog) now() *classSet { return c.set.Load() }
+
 // Get returns the class of that name.
 func (c *Catalog) Get(name string) (Class, bool) {
-	i, ok := c.byName[name]
+	s := c.now()
+	i, ok := s.byName[name]
 	if !ok {
 		return Class{}, false
 	}
-	return c.classes[i], true
+	return s.classes[i], true
 }
 
 // ForProduct returns the name of the class whose products include the GPU
 // Feature Discovery product label value, or "" when none does.
 func (c *Catalog) ForProduct(product string) string {
-	for _, cl := range c.classes {
+	for _, cl := range c.now().classes {
 		for _, p := range cl.Products {
 			if p == product {
 				return cl.Name
@@ -167,15 +177,42 @@ func (c *Catalog) ForProduct(product string) string {
 }
 
 // List returns the classes sorted by name.
-func (c *Catalog) List() []Class { return append([]Class(nil), c.classes...) }
+func (c *Catalog) List() []Class { return append([]Class(nil), c.now().classes...) }
 
 // Names returns the class names sorted.
 func (c *Catalog) Names() []string {
-	out := make([]string, len(c.classes))
-	for i, cl := range c.classes {
+	s := c.now()
+	out := make([]string, len(s.classes))
+	for i, cl := range s.classes {
 		out[i] = cl.Name
 	}
 	return out
+}
+
+// Replace puts n's classes in force. A class or MIG profile that is in
+// force must stay (templates, the image catalog, quotas and workloads name
+// them): n without one is refused, naming it, and c is left as it was.
+// Prices, products, memory and new classes or profiles may change freely.
+func (c *Catalog) Replace(n *Catalog) error {
+	var errs fault.List
+	next := n.now()
+	for _, old := range c.now().classes {
+		i, ok := next.byName[old.Name]
+		if !ok {
+			errs.Addf("classes", "class %q is in force and may be named by templates, images, quotas and workloads: it cannot be removed by a reload", old.Name)
+			continue
+		}
+		for _, p := range old.MIG {
+			if _, ok := next.classes[i].Profile(p.Name); !ok {
+				errs.Addf("classes["+old.Name+"].mig", "MIG profile %q is in force: it cannot be removed by a reload", p.Name)
+			}
+		}
+	}
+	if err := errs.Err(); err != nil {
+		return err
+	}
+	c.set.Store(next)
+	return nil
 }
 
 var (
@@ -220,7 +257,7 @@ func New(f File) (*Catalog, error) {
 	if len(f.Classes) == 0 {
 		errs.Addf("classes", "at least one class is required")
 	}
-	cat := &Catalog{byName: map[string]int{}}
+	cat := &classSet{byName: map[string]int{}}
 	products := map[string]string{}
 	for i, c := range f.Classes {
 		p := fmt.Sprintf("classes[%d]", i)
@@ -297,5 +334,7 @@ func New(f File) (*Catalog, error) {
 	for i, c := range cat.classes {
 		cat.byName[c.Name] = i
 	}
-	return cat, nil
+	out := &Catalog{}
+	out.set.Store(cat)
+	return out, nil
 }

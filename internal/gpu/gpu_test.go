@@ -1,6 +1,7 @@
 package gpu_test
 
 import (
+	"os"
 	"strings"
 	"testing"
 
@@ -121,6 +122,49 @@ classes:
 	} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("missing %q in %v", want, err)
+		}
+	}
+}
+
+// TestReplace: a reload puts new prices and classes in force for whoever
+// holds the catalog; one that drops a class or a MIG profile in force is
+// refused, naming it, and changes nothing.
+func TestReplace(t *testing.T) {
+	data, err := os.ReadFile("../../templates/gpu-classes.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := gpu.Parse("gpu-classes.yaml", data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parse := func(text string) *gpu.Catalog {
+		t.Helper()
+		c, err := gpu.Parse("gpu-classes.yaml", []byte(text))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	dearer := strings.Replace(string(data), "price: {onDemand: 2.7, spot: 1.6}", "price: {onDemand: 3.1, spot: 1.6}", 1)
+	if err := held.Replace(parse(dearer)); err != nil {
+		t.Fatalf("a new price: %v", err)
+	}
+	if c, _ := held.Get("A100-40GB"); c.Price.OnDemand != 3.1 {
+		t.Fatalf("the holder sees %v, want the new price 3.1", c.Price.OnDemand)
+	}
+	withoutL4 := string(data[:strings.Index(string(data), "  - name: L4")])
+	noProfile := strings.Replace(dearer, "      - {name: 1g.5gb, compute: 1, memory: 1, maxInstances: 7}\n", "", 1)
+	for name, text := range map[string]string{"a class removed": withoutL4, "a MIG profile removed": noProfile} {
+		err := held.Replace(parse(text))
+		if err == nil || !strings.Contains(err.Error(), map[string]string{"a class removed": `class "L4"`, "a MIG profile removed": `"1g.5gb"`}[name]) {
+			t.Errorf("%s: %v", name, err)
+		}
+		if _, ok := held.Get("L4"); !ok || len(held.Names()) != 5 {
+			t.Errorf("%s: the refused reload changed the catalog: %v", name, held.Names())
+		}
+		if c, _ := held.Get("A100-40GB"); len(c.MIG) != 6 || c.Price.OnDemand != 3.1 {
+			t.Errorf("%s: the refused reload changed A100-40GB: %+v", name, c)
 		}
 	}
 }

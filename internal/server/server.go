@@ -79,6 +79,8 @@ type Core struct {
 	Store   *store.Store
 	Catalog *catalog.Service
 	Images  *imageverify.Images
+
+	classesStamp string // the class file as it was read (fileStamp)
 }
 
 // Open builds the Core from the configuration. Close its Store when done.
@@ -87,6 +89,7 @@ func Open(ctx context.Context, cfg config.Config) (*Core, error) { return open(c
 // open is Open with the image verifier given (nil: from the configuration).
 func open(ctx context.Context, cfg config.Config, given *imageverify.Images) (*Core, error) {
 	log := cfg.Logger()
+	stamp := fileStamp(cfg.GPUClassesFile) // before reading: a change after it is reloaded
 	classes, err := gpu.LoadFile(cfg.GPUClassesFile)
 	if err != nil {
 		return nil, err
@@ -96,7 +99,7 @@ func open(ctx context.Context, cfg config.Config, given *imageverify.Images) (*C
 		return nil, err
 	}
 	if given != nil {
-		return openStore(ctx, cfg, log, classes, given)
+		return openStore(ctx, cfg, log, classes, given, stamp)
 	}
 	vo := imageverify.Options{TTL: cfg.Images.TTL(), Mirrors: cfg.Images.Mirrors}
 	if f := cfg.Images.RegistryAuthFile; f != "" {
@@ -114,17 +117,56 @@ func open(ctx context.Context, cfg config.Config, given *imageverify.Images) (*C
 			return nil, err
 		}
 	}
-	return openStore(ctx, cfg, log, classes, verified)
+	return openStore(ctx, cfg, log, classes, verified, stamp)
 }
 
 // openStore opens the store and the template catalog checked against the
 // verifier's image catalog.
-func openStore(ctx context.Context, cfg config.Config, log *slog.Logger, classes *gpu.Catalog, images *imageverify.Images) (*Core, error) {
+func openStore(ctx context.Context, cfg config.Config, log *slog.Logger, classes *gpu.Catalog, images *imageverify.Images, stamp string) (*Core, error) {
 	st, err := store.Open(ctx, cfg.Database.Driver, string(cfg.Database.DSN))
 	if err != nil {
 		return nil, err
 	}
-	return &Core{Config: cfg, Log: log, Store: st, Catalog: catalog.New(st, classes).WithImages(images.Catalog), Images: images}, nil
+	return &Core{Config: cfg, Log: log, Store: st, Catalog: catalog.New(st, classes).WithImages(images.Catalog), Images: images, classesStamp: stamp}, nil
+}
+
+// fileStamp identifies a file's state: its size and modification time
+// ("" when it cannot be read).
+func fileStamp(path string) string {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return ""
+	}
+	return fmt.Sprintf("%d:%d", fi.Size(), fi.ModTime().UnixNano())
+}
+
+// errClassesUnchanged means the GPU class file is as it was read.
+var errClassesUnchanged = errors.New("GPU classes unchanged")
+
+// reloadClasses reads the GPU class file again if it changed and puts it in
+// force for every part of Gantry that holds the classes (launches, estimates,
+// quotas, advice, the image catalog); the prices as they are now join their
+// history (a workload keeps the price of its launch). A file that does not
+// load, or that drops a class or MIG profile in force, keeps the classes in
+// force and says why (file:line). Only Run's loop calls it.
+func (c *Core) reloadClasses(ctx context.Context, now time.Time) error {
+	path := c.Config.GPUClassesFile
+	stamp := fileStamp(path)
+	if stamp == c.classesStamp {
+		return errClassesUnchanged
+	}
+	n, err := gpu.LoadFile(path)
+	if err != nil {
+		return err
+	}
+	if err := c.Catalog.Classes().Replace(n); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if _, err := c.Store.RecordPrices(ctx, n.List(), now); err != nil {
+		return fmt.Errorf("record the reloaded prices (tried again at the next look): %w", err)
+	}
+	c.classesStamp = stamp
+	return nil
 }
 
 // Server is Gantry, built and listening, not yet serving.
@@ -474,6 +516,9 @@ func (s *Server) Run(ctx context.Context) error {
 	g.Go(func() error { return s.live.Run(gctx, liveSweep) })
 	g.Go(func() error {
 		return s.every(gctx, 3*time.Second, s.reload("image catalog", s.Images.Catalog.Reload, imagecat.ErrUnchanged))
+	})
+	g.Go(func() error {
+		return s.every(gctx, 3*time.Second, s.reload("GPU classes", func() error { return s.reloadClasses(gctx, s.clock.Now()) }, errClassesUnchanged))
 	})
 	g.Go(func() error {
 		// Not at start: a flush then would close a window the first requests

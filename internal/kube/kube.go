@@ -426,7 +426,7 @@ func (c *Cluster) Logs(ctx context.Context, namespace, workloadID string, follow
 		}
 	}
 	if newest == nil {
-		return nil, &fault.Conflict{Kind: "workload", Name: workloadID, Reason: "has no running pod yet, so no log"}
+		return nil, &workload.NoPodYet{ID: workloadID}
 	}
 	opts := &corev1.PodLogOptions{Container: "main", Follow: follow}
 	if tailLines > 0 {

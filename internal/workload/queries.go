@@ -2,8 +2,10 @@ package workload
 
 import (
 	"context"
+	"errors"
 	"io"
 	"slices"
+	"time"
 
 	"github.com/gantryhq/gantry/internal/access"
 	"github.com/gantryhq/gantry/internal/fault"
@@ -98,7 +100,39 @@ func (s *Service) Logs(ctx context.Context, id string, follow bool, tailLines in
 	if s.cluster == nil || w.AppliedHash == "" {
 		return nil, &fault.Conflict{Kind: "workload", Name: id, Reason: "is not running on a cluster, so it has no log"}
 	}
-	return s.cluster.Logs(ctx, s.namespace(w.Team), id, follow, tailLines)
+	for {
+		r, err := s.cluster.Logs(ctx, s.namespace(w.Team), id, follow, tailLines)
+		var none *NoPodYet
+		if !follow || !errors.As(err, &none) {
+			return r, err
+		}
+		// Following a workload whose pod is not placed yet (Pending,
+		// Queued, waiting for approval): wait for it, as a person pasting
+		// launch-then-follow expects, until it runs, ends or the caller
+		// goes away.
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(time.Second): // wall time: a person waits, not a loop
+		}
+		if w, werr := s.store.Workload(ctx, id); werr != nil || w.Status.Ended() {
+			return nil, err
+		}
+	}
+}
+
+// NoPodYet is the cluster's answer for the log of a workload none of whose
+// pods is placed on a node yet: a *fault.Conflict to the API; a followed log
+// waits for it instead.
+type NoPodYet struct{ ID string }
+
+func (e *NoPodYet) Error() string { return e.conflict().Error() }
+
+// Unwrap makes it a *fault.Conflict for whoever maps errors.
+func (e *NoPodYet) Unwrap() error { return e.conflict() }
+
+func (e *NoPodYet) conflict() *fault.Conflict {
+	return &fault.Conflict{Kind: "workload", Name: e.ID, Reason: "has no running pod yet, so no log"}
 }
 
 // Events returns what the cluster reported about a workload's objects.

@@ -3,7 +3,7 @@ GO      ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: dev serve test build agent generate bench fuzz clean screenshots
+.PHONY: dev serve test build agent images generate bench fuzz clean screenshots
 
 dev: ## local cluster with simulated GPU nodes + Gantry on SQLite at http://127.0.0.1:8080
 	$(GO) run -tags dev -ldflags "$(LDFLAGS)" ./cmd/gantry dev
@@ -46,6 +46,11 @@ screenshots: ## refresh docs/portal/*.png: the portal's main pages, from its bro
 
 clean:
 	rm -rf bin bench.txt
+
+PUSH ?=
+KEY  ?=
+images: ## Gantry's two images without a container engine, reproducible, into the OCI layout bin/images; PUSH=registry/prefix pushes them, KEY=cosign.pem signs them there
+	$(GO) run ./cmd/gantry-images -out bin/images $(if $(PUSH),-push $(PUSH)) $(if $(KEY),-key $(KEY))
 
 agent: ## build bin/gantry-agent (cgo: go-nvml)
 	CGO_CFLAGS="-O2 -g -Wno-deprecated-declarations" $(GO) build -ldflags "$(LDFLAGS)" -o bin/gantry-agent ./cmd/gantry-agent

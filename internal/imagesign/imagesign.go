@@ -12,8 +12,10 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"strings"
 
@@ -114,4 +116,29 @@ func attach(ctx context.Context, img name.Digest, opts []remote.Option,
 		return err
 	}
 	return write(img.Context(), se, ro)
+}
+
+// ParseKey reads an unencrypted ECDSA private key in PEM ("EC PRIVATE KEY"
+// or PKCS #8 "PRIVATE KEY"), as a build pipeline's secret holds it.
+// cosign's own encrypted key files are not read here.
+func ParseKey(data []byte) (*ecdsa.PrivateKey, error) {
+	blk, _ := pem.Decode(data)
+	if blk == nil {
+		return nil, fmt.Errorf("not a PEM key")
+	}
+	switch blk.Type {
+	case "EC PRIVATE KEY":
+		return x509.ParseECPrivateKey(blk.Bytes)
+	case "PRIVATE KEY":
+		k, err := x509.ParsePKCS8PrivateKey(blk.Bytes)
+		if err != nil {
+			return nil, err
+		}
+		ec, ok := k.(*ecdsa.PrivateKey)
+		if !ok {
+			return nil, fmt.Errorf("a %T key: an ECDSA key is needed", k)
+		}
+		return ec, nil
+	}
+	return nil, fmt.Errorf("a PEM %q: an unencrypted EC PRIVATE KEY or PRIVATE KEY is needed (export cosign's with cosign's import/export tools)", blk.Type)
 }

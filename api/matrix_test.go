@@ -154,6 +154,14 @@ func TestRouteRoleMatrix(t *testing.T) {
 		"GET /api/v1/budgets":                      {"GET", "/api/v1/budgets", nil, readers},
 		"GET /api/v1/teams/{team}/report":          {"GET", "/api/v1/teams/vision/report", nil, visionReaders},
 		"GET /api/v1/teams/{team}/settings":        {"GET", "/api/v1/teams/vision/settings", nil, visionReaders},
+		// Prices, quotas and budgets over the files: the platform's.
+		"GET /api/v1/platform/edits":              {"GET", "/api/v1/platform/edits", nil, writers(200)},
+		"PUT /api/v1/gpu-classes/{name}/price":    {"PUT", "/api/v1/gpu-classes/L4/price", func(string) any { return map[string]any{"onDemand": 0.9} }, writers(200)},
+		"DELETE /api/v1/gpu-classes/{name}/price": {"DELETE", "/api/v1/gpu-classes/L4/price", nil, writers(200)},
+		"PUT /api/v1/teams/{team}/quota":          {"PUT", "/api/v1/teams/vision/quota", func(string) any { return map[string]any{"gpus": map[string]any{"L4": 8}} }, writers(200)},
+		"DELETE /api/v1/teams/{team}/quota":       {"DELETE", "/api/v1/teams/vision/quota", nil, writers(200)},
+		"PUT /api/v1/teams/{team}/budget":         {"PUT", "/api/v1/teams/vision/budget", func(string) any { return map[string]any{"amount": 5000} }, writers(200)},
+		"DELETE /api/v1/teams/{team}/budget":      {"DELETE", "/api/v1/teams/vision/budget", nil, writers(200)},
 		// A team-admin's: the platform team sets the limits in the templates.
 		"PUT /api/v1/teams/{team}/settings": {"PUT", "/api/v1/teams/vision/settings", func(string) any {
 			return map[string]any{"templates": map[string]any{"jupyter-notebook": map[string]any{"idleTimeout": "4h"}}}

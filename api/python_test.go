@@ -43,7 +43,7 @@ func TestPythonClient(t *testing.T) {
 	example, _ := filepath.Abs("python/examples/notebook.py")
 	spec, _ := filepath.Abs("../openapi.yaml")
 	g := servertest.New(t)
-	env := append(os.Environ(), "GANTRY_SERVER="+g.URL, "GANTRY_TOKEN="+g.Token("lee"), "PYTHONPATH="+site, "PYTHONDONTWRITEBYTECODE=1", "GANTRY_OPENAPI="+spec)
+	env := append(os.Environ(), "GANTRY_SERVER="+g.URL, "GANTRY_TOKEN="+g.Token("lee"), "GANTRY_PLATFORM_TOKEN="+g.Token("ada"), "PYTHONPATH="+site, "PYTHONDONTWRITEBYTECODE=1", "GANTRY_OPENAPI="+spec)
 	where := exec.Command(python, "-c", "import gantry; print(gantry.__file__)")
 	where.Dir, where.Env = work, env
 	if out, err := where.Output(); err != nil || !strings.HasPrefix(string(out), site) {

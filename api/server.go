@@ -32,6 +32,7 @@ import (
 	"github.com/gantryhq/gantry/internal/interactive"
 	"github.com/gantryhq/gantry/internal/live"
 	"github.com/gantryhq/gantry/internal/logctx"
+	"github.com/gantryhq/gantry/internal/overlay"
 	"github.com/gantryhq/gantry/internal/overrides"
 	"github.com/gantryhq/gantry/internal/ownmetrics"
 	"github.com/gantryhq/gantry/internal/telemetry"
@@ -55,6 +56,9 @@ type Options struct {
 	Own *ownmetrics.Metrics
 	// Settings are the teams' own lifecycle choices.
 	Settings *overrides.Service
+	// Edits are the platform team's changes of prices, quotas and budgets
+	// over the files.
+	Edits *overlay.Service
 	// Prices is a GPU class's price history.
 	Prices       func(ctx context.Context, class string) ([]gpu.PriceRecord, error)
 	Checks       []Check // what /readyz asks, in order
@@ -127,6 +131,9 @@ func New(o Options) (*echo.Echo, error) {
 	}
 	if o.Live == nil {
 		return nil, errors.New("api: a live connection registry is required")
+	}
+	if o.Edits == nil {
+		return nil, errors.New("api: the platform edits service is required")
 	}
 	cr := credentials{bearer: o.Identify, tokens: o.Tokens, sessions: o.Sessions}
 	recheck := cr

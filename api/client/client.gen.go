@@ -60,19 +60,19 @@ func (e AuditRecordDecision) Valid() bool {
 
 // Defines values for BudgetAtLimit.
 const (
-	Block           BudgetAtLimit = "block"
-	RequireApproval BudgetAtLimit = "require-approval"
-	Warn            BudgetAtLimit = "warn"
+	BudgetAtLimitBlock           BudgetAtLimit = "block"
+	BudgetAtLimitRequireApproval BudgetAtLimit = "require-approval"
+	BudgetAtLimitWarn            BudgetAtLimit = "warn"
 )
 
 // Valid indicates whether the value is a known member of the BudgetAtLimit enum.
 func (e BudgetAtLimit) Valid() bool {
 	switch e {
-	case Block:
+	case BudgetAtLimitBlock:
 		return true
-	case RequireApproval:
+	case BudgetAtLimitRequireApproval:
 		return true
-	case Warn:
+	case BudgetAtLimitWarn:
 		return true
 	default:
 		return false
@@ -109,6 +109,27 @@ func (e BudgetState) Valid() bool {
 	case BudgetStateOk:
 		return true
 	case BudgetStateWarning:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for BudgetRequestAtLimit.
+const (
+	BudgetRequestAtLimitBlock           BudgetRequestAtLimit = "block"
+	BudgetRequestAtLimitRequireApproval BudgetRequestAtLimit = "require-approval"
+	BudgetRequestAtLimitWarn            BudgetRequestAtLimit = "warn"
+)
+
+// Valid indicates whether the value is a known member of the BudgetRequestAtLimit enum.
+func (e BudgetRequestAtLimit) Valid() bool {
+	switch e {
+	case BudgetRequestAtLimitBlock:
+		return true
+	case BudgetRequestAtLimitRequireApproval:
+		return true
+	case BudgetRequestAtLimitWarn:
 		return true
 	default:
 		return false
@@ -364,6 +385,27 @@ func (e ParameterType) Valid() bool {
 	case Int:
 		return true
 	case String:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for PlatformEditKind.
+const (
+	PlatformEditKindBudget PlatformEditKind = "budget"
+	PlatformEditKindPrice  PlatformEditKind = "price"
+	PlatformEditKindQuota  PlatformEditKind = "quota"
+)
+
+// Valid indicates whether the value is a known member of the PlatformEditKind enum.
+func (e PlatformEditKind) Valid() bool {
+	switch e {
+	case PlatformEditKindBudget:
+		return true
+	case PlatformEditKindPrice:
+		return true
+	case PlatformEditKindQuota:
 		return true
 	default:
 		return false
@@ -898,6 +940,25 @@ type BudgetAlert struct {
 type BudgetList struct {
 	Items []Budget `json:"items"`
 }
+
+// BudgetRequest defines model for BudgetRequest.
+type BudgetRequest struct {
+	Alerts *[]float64 `json:"alerts,omitempty"`
+
+	// Amount USD the team may spend in a period.
+	Amount float64 `json:"amount"`
+
+	// Anchor A period of days: the first period's start, YYYY-MM-DD.
+	Anchor      *string               `json:"anchor,omitempty"`
+	AtLimit     *BudgetRequestAtLimit `json:"atLimit,omitempty"`
+	CostCenters *map[string]float64   `json:"costCenters,omitempty"`
+
+	// Period monthly (default), weekly or a number of days (14d).
+	Period *string `json:"period,omitempty"`
+}
+
+// BudgetRequestAtLimit defines model for BudgetRequest.AtLimit.
+type BudgetRequestAtLimit string
 
 // CatalogImage defines model for CatalogImage.
 type CatalogImage struct {
@@ -1474,6 +1535,32 @@ type ParameterType string
 // Parameters Parameter values by name (strings, integers or booleans as the template declares).
 type Parameters map[string]interface{}
 
+// PlatformEdit defines model for PlatformEdit.
+type PlatformEdit struct {
+	At time.Time `json:"at"`
+
+	// By Who made it (issuer#subject).
+	By string `json:"by"`
+
+	// ByName How their provider names them, when known.
+	ByName *string `json:"byName,omitempty"`
+
+	// Key The GPU class (price) or the team (quota, budget).
+	Key  string           `json:"key"`
+	Kind PlatformEditKind `json:"kind"`
+
+	// Value The PriceRequest, QuotaRequest or BudgetRequest in force.
+	Value map[string]interface{} `json:"value"`
+}
+
+// PlatformEditKind defines model for PlatformEdit.Kind.
+type PlatformEditKind string
+
+// PlatformEditList defines model for PlatformEditList.
+type PlatformEditList struct {
+	Items []PlatformEdit `json:"items"`
+}
+
 // PodRef defines model for PodRef.
 type PodRef struct {
 	Container *string `json:"container,omitempty"`
@@ -1508,6 +1595,15 @@ type PricePoint struct {
 	Since time.Time `json:"since"`
 }
 
+// PriceRequest defines model for PriceRequest.
+type PriceRequest struct {
+	// OnDemand USD per GPU-hour on demand.
+	OnDemand float64 `json:"onDemand"`
+
+	// Spot USD per GPU-hour on spot capacity; 0 or absent: none.
+	Spot *float64 `json:"spot,omitempty"`
+}
+
 // Problem RFC 9457 problem details.
 type Problem struct {
 	Detail *string `json:"detail,omitempty"`
@@ -1522,6 +1618,15 @@ type Problem struct {
 
 	// Type A URI reference that identifies the problem type.
 	Type string `json:"type"`
+}
+
+// QuotaRequest defines model for QuotaRequest.
+type QuotaRequest struct {
+	BorrowingLimit *map[string]float64 `json:"borrowingLimit,omitempty"`
+	Cohort         *string             `json:"cohort,omitempty"`
+
+	// Gpus GPUs per class ("*" for every class not named); a MIG slice counts at its share.
+	Gpus *map[string]float64 `json:"gpus,omitempty"`
 }
 
 // Readiness defines model for Readiness.
@@ -2216,8 +2321,17 @@ type GetWorkloadMetricsParams struct {
 // ApplyTemplatesJSONRequestBody defines body for ApplyTemplates for application/json ContentType.
 type ApplyTemplatesJSONRequestBody = TemplateSetRequest
 
+// SetGPUClassPriceJSONRequestBody defines body for SetGPUClassPrice for application/json ContentType.
+type SetGPUClassPriceJSONRequestBody = PriceRequest
+
 // VerifyImageJSONRequestBody defines body for VerifyImage for application/json ContentType.
 type VerifyImageJSONRequestBody = VerifyRequest
+
+// SetTeamBudgetJSONRequestBody defines body for SetTeamBudget for application/json ContentType.
+type SetTeamBudgetJSONRequestBody = BudgetRequest
+
+// SetTeamQuotaJSONRequestBody defines body for SetTeamQuota for application/json ContentType.
+type SetTeamQuotaJSONRequestBody = QuotaRequest
 
 // PutTeamSettingsJSONRequestBody defines body for PutTeamSettings for application/json ContentType.
 type PutTeamSettingsJSONRequestBody = TeamSettingsRequest
@@ -2389,6 +2503,29 @@ type ClientInterface interface {
 	// Corresponds with GET /api/v1/gpu-classes/{name} (the `GetGPUClass` operationId).
 	GetGPUClass(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ResetGPUClassPrice Go back to the class file's price
+	//
+	// Corresponds with DELETE /api/v1/gpu-classes/{name}/price (the `ResetGPUClassPrice` operationId).
+	ResetGPUClassPrice(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// SetGPUClassPriceWithBody Change a class's price
+	//
+	// Puts a price in force over the class file's on every replica (within 3 s) and in the class's price history; new launches are billed at it, running ones keep the price of their launch. Reset goes back to the file's.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PUT /api/v1/gpu-classes/{name}/price (the `SetGPUClassPrice` operationId).
+	SetGPUClassPriceWithBody(ctx context.Context, name string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// SetGPUClassPrice Change a class's price
+	//
+	// Puts a price in force over the class file's on every replica (within 3 s) and in the class's price history; new launches are billed at it, running ones keep the price of their launch. Reset goes back to the file's.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with PUT /api/v1/gpu-classes/{name}/price (the `SetGPUClassPrice` operationId).
+	SetGPUClassPrice(ctx context.Context, name string, body SetGPUClassPriceJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListImages List catalog images
 	//
 	// The approved images (images/ in the repository), with the identity that must have signed them and what else they must prove.
@@ -2441,6 +2578,59 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /api/v1/nodes/{name} (the `GetNode` operationId).
 	GetNode(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListPlatformEdits The platform team's edits over the files
+	//
+	// Prices, quotas and budgets changed through the API (the portal's Platform page), newest first, each with who made it and when; they are laid over templates/gpu-classes.yaml and policy/bindings.yaml, which hold everything else, until reset. The requests that made them are in the audit log.
+	//
+	// Corresponds with GET /api/v1/platform/edits (the `ListPlatformEdits` operationId).
+	ListPlatformEdits(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ResetTeamBudget Go back to the policy file's budget
+	//
+	// Corresponds with DELETE /api/v1/teams/{team}/budget (the `ResetTeamBudget` operationId).
+	ResetTeamBudget(ctx context.Context, team Name, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// SetTeamBudgetWithBody Change a team's budget
+	//
+	// Replaces the team's budget of policy/bindings.yaml (teams.TEAM.budget) on every replica: its amount, period, alerts and what a spent budget does. Reset goes back to the file's.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PUT /api/v1/teams/{team}/budget (the `SetTeamBudget` operationId).
+	SetTeamBudgetWithBody(ctx context.Context, team Name, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// SetTeamBudget Change a team's budget
+	//
+	// Replaces the team's budget of policy/bindings.yaml (teams.TEAM.budget) on every replica: its amount, period, alerts and what a spent budget does. Reset goes back to the file's.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with PUT /api/v1/teams/{team}/budget (the `SetTeamBudget` operationId).
+	SetTeamBudget(ctx context.Context, team Name, body SetTeamBudgetJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ResetTeamQuota Go back to the policy file's quota
+	//
+	// Corresponds with DELETE /api/v1/teams/{team}/quota (the `ResetTeamQuota` operationId).
+	ResetTeamQuota(ctx context.Context, team Name, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// SetTeamQuotaWithBody Change a team's GPU quota
+	//
+	// Replaces the team's quota of policy/bindings.yaml (teams.TEAM.quota) on every replica; with quota.kueue, Gantry's Kueue objects follow. Reset goes back to the file's.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PUT /api/v1/teams/{team}/quota (the `SetTeamQuota` operationId).
+	SetTeamQuotaWithBody(ctx context.Context, team Name, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// SetTeamQuota Change a team's GPU quota
+	//
+	// Replaces the team's quota of policy/bindings.yaml (teams.TEAM.quota) on every replica; with quota.kueue, Gantry's Kueue objects follow. Reset goes back to the file's.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with PUT /api/v1/teams/{team}/quota (the `SetTeamQuota` operationId).
+	SetTeamQuota(ctx context.Context, team Name, body SetTeamQuotaJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetTeamReport A team's monthly cost report
 	//
@@ -3011,6 +3201,59 @@ func (c *Client) GetGPUClass(ctx context.Context, name string, reqEditors ...Req
 	return c.Client.Do(req)
 }
 
+// ResetGPUClassPrice Go back to the class file's price
+//
+// Corresponds with DELETE /api/v1/gpu-classes/{name}/price (the `ResetGPUClassPrice` operationId).
+func (c *Client) ResetGPUClassPrice(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewResetGPUClassPriceRequest(c.Server, name)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// SetGPUClassPriceWithBody Change a class's price
+//
+// Puts a price in force over the class file's on every replica (within 3 s) and in the class's price history; new launches are billed at it, running ones keep the price of their launch. Reset goes back to the file's.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PUT /api/v1/gpu-classes/{name}/price (the `SetGPUClassPrice` operationId).
+func (c *Client) SetGPUClassPriceWithBody(ctx context.Context, name string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewSetGPUClassPriceRequestWithBody(c.Server, name, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// SetGPUClassPrice Change a class's price
+//
+// Puts a price in force over the class file's on every replica (within 3 s) and in the class's price history; new launches are billed at it, running ones keep the price of their launch. Reset goes back to the file's.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with PUT /api/v1/gpu-classes/{name}/price (the `SetGPUClassPrice` operationId).
+func (c *Client) SetGPUClassPrice(ctx context.Context, name string, body SetGPUClassPriceJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewSetGPUClassPriceRequest(c.Server, name, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // ListImages List catalog images
 //
 // The approved images (images/ in the repository), with the identity that must have signed them and what else they must prove.
@@ -3124,6 +3367,129 @@ func (c *Client) ListNodes(ctx context.Context, reqEditors ...RequestEditorFn) (
 // Corresponds with GET /api/v1/nodes/{name} (the `GetNode` operationId).
 func (c *Client) GetNode(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetNodeRequest(c.Server, name)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListPlatformEdits The platform team's edits over the files
+//
+// Prices, quotas and budgets changed through the API (the portal's Platform page), newest first, each with who made it and when; they are laid over templates/gpu-classes.yaml and policy/bindings.yaml, which hold everything else, until reset. The requests that made them are in the audit log.
+//
+// Corresponds with GET /api/v1/platform/edits (the `ListPlatformEdits` operationId).
+func (c *Client) ListPlatformEdits(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListPlatformEditsRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ResetTeamBudget Go back to the policy file's budget
+//
+// Corresponds with DELETE /api/v1/teams/{team}/budget (the `ResetTeamBudget` operationId).
+func (c *Client) ResetTeamBudget(ctx context.Context, team Name, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewResetTeamBudgetRequest(c.Server, team)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// SetTeamBudgetWithBody Change a team's budget
+//
+// Replaces the team's budget of policy/bindings.yaml (teams.TEAM.budget) on every replica: its amount, period, alerts and what a spent budget does. Reset goes back to the file's.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PUT /api/v1/teams/{team}/budget (the `SetTeamBudget` operationId).
+func (c *Client) SetTeamBudgetWithBody(ctx context.Context, team Name, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewSetTeamBudgetRequestWithBody(c.Server, team, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// SetTeamBudget Change a team's budget
+//
+// Replaces the team's budget of policy/bindings.yaml (teams.TEAM.budget) on every replica: its amount, period, alerts and what a spent budget does. Reset goes back to the file's.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with PUT /api/v1/teams/{team}/budget (the `SetTeamBudget` operationId).
+func (c *Client) SetTeamBudget(ctx context.Context, team Name, body SetTeamBudgetJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewSetTeamBudgetRequest(c.Server, team, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ResetTeamQuota Go back to the policy file's quota
+//
+// Corresponds with DELETE /api/v1/teams/{team}/quota (the `ResetTeamQuota` operationId).
+func (c *Client) ResetTeamQuota(ctx context.Context, team Name, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewResetTeamQuotaRequest(c.Server, team)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// SetTeamQuotaWithBody Change a team's GPU quota
+//
+// Replaces the team's quota of policy/bindings.yaml (teams.TEAM.quota) on every replica; with quota.kueue, Gantry's Kueue objects follow. Reset goes back to the file's.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PUT /api/v1/teams/{team}/quota (the `SetTeamQuota` operationId).
+func (c *Client) SetTeamQuotaWithBody(ctx context.Context, team Name, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewSetTeamQuotaRequestWithBody(c.Server, team, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// SetTeamQuota Change a team's GPU quota
+//
+// Replaces the team's quota of policy/bindings.yaml (teams.TEAM.quota) on every replica; with quota.kueue, Gantry's Kueue objects follow. Reset goes back to the file's.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with PUT /api/v1/teams/{team}/quota (the `SetTeamQuota` operationId).
+func (c *Client) SetTeamQuota(ctx context.Context, team Name, body SetTeamQuotaJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewSetTeamQuotaRequest(c.Server, team, body)
 	if err != nil {
 		return nil, err
 	}
@@ -4503,6 +4869,87 @@ func NewGetGPUClassRequest(server string, name string) (*http.Request, error) {
 	return req, nil
 }
 
+// NewResetGPUClassPriceRequest constructs an http.Request for the ResetGPUClassPrice method
+func NewResetGPUClassPriceRequest(server string, name string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/gpu-classes/%s/price", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewSetGPUClassPriceRequest calls the generic SetGPUClassPrice builder with application/json body
+func NewSetGPUClassPriceRequest(server string, name string, body SetGPUClassPriceJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewSetGPUClassPriceRequestWithBody(server, name, "application/json", bodyReader)
+}
+
+// NewSetGPUClassPriceRequestWithBody constructs an http.Request for the SetGPUClassPrice method, with any body, and a specified content type
+func NewSetGPUClassPriceRequestWithBody(server string, name string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/gpu-classes/%s/price", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPut, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewListImagesRequest constructs an http.Request for the ListImages method
 func NewListImagesRequest(server string) (*http.Request, error) {
 	var err error
@@ -4695,6 +5142,195 @@ func NewGetNodeRequest(server string, name string) (*http.Request, error) {
 	if err != nil {
 		return nil, err
 	}
+
+	return req, nil
+}
+
+// NewListPlatformEditsRequest constructs an http.Request for the ListPlatformEdits method
+func NewListPlatformEditsRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/platform/edits")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewResetTeamBudgetRequest constructs an http.Request for the ResetTeamBudget method
+func NewResetTeamBudgetRequest(server string, team Name) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "team", team, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/teams/%s/budget", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewSetTeamBudgetRequest calls the generic SetTeamBudget builder with application/json body
+func NewSetTeamBudgetRequest(server string, team Name, body SetTeamBudgetJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewSetTeamBudgetRequestWithBody(server, team, "application/json", bodyReader)
+}
+
+// NewSetTeamBudgetRequestWithBody constructs an http.Request for the SetTeamBudget method, with any body, and a specified content type
+func NewSetTeamBudgetRequestWithBody(server string, team Name, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "team", team, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/teams/%s/budget", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPut, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewResetTeamQuotaRequest constructs an http.Request for the ResetTeamQuota method
+func NewResetTeamQuotaRequest(server string, team Name) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "team", team, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/teams/%s/quota", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewSetTeamQuotaRequest calls the generic SetTeamQuota builder with application/json body
+func NewSetTeamQuotaRequest(server string, team Name, body SetTeamQuotaJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewSetTeamQuotaRequestWithBody(server, team, "application/json", bodyReader)
+}
+
+// NewSetTeamQuotaRequestWithBody constructs an http.Request for the SetTeamQuota method, with any body, and a specified content type
+func NewSetTeamQuotaRequestWithBody(server string, team Name, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "team", team, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/teams/%s/quota", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPut, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
 
 	return req, nil
 }
@@ -6627,6 +7263,31 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /api/v1/gpu-classes/{name} (the `GetGPUClass` operationId).
 	GetGPUClassWithResponse(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*GetGPUClassResponse, error)
 
+	// ResetGPUClassPriceWithResponse Go back to the class file's price
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /api/v1/gpu-classes/{name}/price (the `ResetGPUClassPrice` operationId).
+	ResetGPUClassPriceWithResponse(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*ResetGPUClassPriceResponse, error)
+
+	// SetGPUClassPriceWithBodyWithResponse Change a class's price
+	//
+	// Puts a price in force over the class file's on every replica (within 3 s) and in the class's price history; new launches are billed at it, running ones keep the price of their launch. Reset goes back to the file's.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /api/v1/gpu-classes/{name}/price (the `SetGPUClassPrice` operationId).
+	SetGPUClassPriceWithBodyWithResponse(ctx context.Context, name string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SetGPUClassPriceResponse, error)
+
+	// SetGPUClassPriceWithResponse Change a class's price
+	//
+	// Puts a price in force over the class file's on every replica (within 3 s) and in the class's price history; new launches are billed at it, running ones keep the price of their launch. Reset goes back to the file's.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /api/v1/gpu-classes/{name}/price (the `SetGPUClassPrice` operationId).
+	SetGPUClassPriceWithResponse(ctx context.Context, name string, body SetGPUClassPriceJSONRequestBody, reqEditors ...RequestEditorFn) (*SetGPUClassPriceResponse, error)
+
 	// ListImagesWithResponse List catalog images
 	//
 	// The approved images (images/ in the repository), with the identity that must have signed them and what else they must prove.
@@ -6689,6 +7350,65 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /api/v1/nodes/{name} (the `GetNode` operationId).
 	GetNodeWithResponse(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*GetNodeResponse, error)
+
+	// ListPlatformEditsWithResponse The platform team's edits over the files
+	//
+	// Prices, quotas and budgets changed through the API (the portal's Platform page), newest first, each with who made it and when; they are laid over templates/gpu-classes.yaml and policy/bindings.yaml, which hold everything else, until reset. The requests that made them are in the audit log.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/platform/edits (the `ListPlatformEdits` operationId).
+	ListPlatformEditsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListPlatformEditsResponse, error)
+
+	// ResetTeamBudgetWithResponse Go back to the policy file's budget
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /api/v1/teams/{team}/budget (the `ResetTeamBudget` operationId).
+	ResetTeamBudgetWithResponse(ctx context.Context, team Name, reqEditors ...RequestEditorFn) (*ResetTeamBudgetResponse, error)
+
+	// SetTeamBudgetWithBodyWithResponse Change a team's budget
+	//
+	// Replaces the team's budget of policy/bindings.yaml (teams.TEAM.budget) on every replica: its amount, period, alerts and what a spent budget does. Reset goes back to the file's.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /api/v1/teams/{team}/budget (the `SetTeamBudget` operationId).
+	SetTeamBudgetWithBodyWithResponse(ctx context.Context, team Name, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SetTeamBudgetResponse, error)
+
+	// SetTeamBudgetWithResponse Change a team's budget
+	//
+	// Replaces the team's budget of policy/bindings.yaml (teams.TEAM.budget) on every replica: its amount, period, alerts and what a spent budget does. Reset goes back to the file's.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /api/v1/teams/{team}/budget (the `SetTeamBudget` operationId).
+	SetTeamBudgetWithResponse(ctx context.Context, team Name, body SetTeamBudgetJSONRequestBody, reqEditors ...RequestEditorFn) (*SetTeamBudgetResponse, error)
+
+	// ResetTeamQuotaWithResponse Go back to the policy file's quota
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /api/v1/teams/{team}/quota (the `ResetTeamQuota` operationId).
+	ResetTeamQuotaWithResponse(ctx context.Context, team Name, reqEditors ...RequestEditorFn) (*ResetTeamQuotaResponse, error)
+
+	// SetTeamQuotaWithBodyWithResponse Change a team's GPU quota
+	//
+	// Replaces the team's quota of policy/bindings.yaml (teams.TEAM.quota) on every replica; with quota.kueue, Gantry's Kueue objects follow. Reset goes back to the file's.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /api/v1/teams/{team}/quota (the `SetTeamQuota` operationId).
+	SetTeamQuotaWithBodyWithResponse(ctx context.Context, team Name, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SetTeamQuotaResponse, error)
+
+	// SetTeamQuotaWithResponse Change a team's GPU quota
+	//
+	// Replaces the team's quota of policy/bindings.yaml (teams.TEAM.quota) on every replica; with quota.kueue, Gantry's Kueue objects follow. Reset goes back to the file's.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /api/v1/teams/{team}/quota (the `SetTeamQuota` operationId).
+	SetTeamQuotaWithResponse(ctx context.Context, team Name, body SetTeamQuotaJSONRequestBody, reqEditors ...RequestEditorFn) (*SetTeamQuotaResponse, error)
 
 	// GetTeamReportWithResponse A team's monthly cost report
 	//
@@ -7515,6 +8235,102 @@ func (r GetGPUClassResponse) ContentType() string {
 	return ""
 }
 
+type ResetGPUClassPriceResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *PlatformEditList
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ResetGPUClassPriceResponse) GetJSON200() *PlatformEditList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ResetGPUClassPriceResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ResetGPUClassPriceResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ResetGPUClassPriceResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ResetGPUClassPriceResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ResetGPUClassPriceResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type SetGPUClassPriceResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *PlatformEditList
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r SetGPUClassPriceResponse) GetJSON200() *PlatformEditList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r SetGPUClassPriceResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r SetGPUClassPriceResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r SetGPUClassPriceResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r SetGPUClassPriceResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r SetGPUClassPriceResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type ListImagesResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -7797,6 +8613,246 @@ func (r GetNodeResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r GetNodeResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListPlatformEditsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *PlatformEditList
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListPlatformEditsResponse) GetJSON200() *PlatformEditList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListPlatformEditsResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListPlatformEditsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListPlatformEditsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListPlatformEditsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListPlatformEditsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ResetTeamBudgetResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *PlatformEditList
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ResetTeamBudgetResponse) GetJSON200() *PlatformEditList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ResetTeamBudgetResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ResetTeamBudgetResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ResetTeamBudgetResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ResetTeamBudgetResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ResetTeamBudgetResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type SetTeamBudgetResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *PlatformEditList
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r SetTeamBudgetResponse) GetJSON200() *PlatformEditList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r SetTeamBudgetResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r SetTeamBudgetResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r SetTeamBudgetResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r SetTeamBudgetResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r SetTeamBudgetResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ResetTeamQuotaResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *PlatformEditList
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ResetTeamQuotaResponse) GetJSON200() *PlatformEditList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ResetTeamQuotaResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ResetTeamQuotaResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ResetTeamQuotaResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ResetTeamQuotaResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ResetTeamQuotaResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type SetTeamQuotaResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *PlatformEditList
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r SetTeamQuotaResponse) GetJSON200() *PlatformEditList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r SetTeamQuotaResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r SetTeamQuotaResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r SetTeamQuotaResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r SetTeamQuotaResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r SetTeamQuotaResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -9897,6 +10953,49 @@ func (c *ClientWithResponses) GetGPUClassWithResponse(ctx context.Context, name 
 	return ParseGetGPUClassResponse(rsp)
 }
 
+// ResetGPUClassPriceWithResponse Go back to the class file's price
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /api/v1/gpu-classes/{name}/price (the `ResetGPUClassPrice` operationId).
+func (c *ClientWithResponses) ResetGPUClassPriceWithResponse(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*ResetGPUClassPriceResponse, error) {
+	rsp, err := c.ResetGPUClassPrice(ctx, name, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseResetGPUClassPriceResponse(rsp)
+}
+
+// SetGPUClassPriceWithBodyWithResponse Change a class's price
+//
+// Puts a price in force over the class file's on every replica (within 3 s) and in the class's price history; new launches are billed at it, running ones keep the price of their launch. Reset goes back to the file's.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /api/v1/gpu-classes/{name}/price (the `SetGPUClassPrice` operationId).
+func (c *ClientWithResponses) SetGPUClassPriceWithBodyWithResponse(ctx context.Context, name string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SetGPUClassPriceResponse, error) {
+	rsp, err := c.SetGPUClassPriceWithBody(ctx, name, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseSetGPUClassPriceResponse(rsp)
+}
+
+// SetGPUClassPriceWithResponse Change a class's price
+//
+// Puts a price in force over the class file's on every replica (within 3 s) and in the class's price history; new launches are billed at it, running ones keep the price of their launch. Reset goes back to the file's.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /api/v1/gpu-classes/{name}/price (the `SetGPUClassPrice` operationId).
+func (c *ClientWithResponses) SetGPUClassPriceWithResponse(ctx context.Context, name string, body SetGPUClassPriceJSONRequestBody, reqEditors ...RequestEditorFn) (*SetGPUClassPriceResponse, error) {
+	rsp, err := c.SetGPUClassPrice(ctx, name, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseSetGPUClassPriceResponse(rsp)
+}
+
 // ListImagesWithResponse List catalog images
 //
 // The approved images (images/ in the repository), with the identity that must have signed them and what else they must prove.
@@ -10000,6 +11099,107 @@ func (c *ClientWithResponses) GetNodeWithResponse(ctx context.Context, name stri
 		return nil, err
 	}
 	return ParseGetNodeResponse(rsp)
+}
+
+// ListPlatformEditsWithResponse The platform team's edits over the files
+//
+// Prices, quotas and budgets changed through the API (the portal's Platform page), newest first, each with who made it and when; they are laid over templates/gpu-classes.yaml and policy/bindings.yaml, which hold everything else, until reset. The requests that made them are in the audit log.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/platform/edits (the `ListPlatformEdits` operationId).
+func (c *ClientWithResponses) ListPlatformEditsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListPlatformEditsResponse, error) {
+	rsp, err := c.ListPlatformEdits(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListPlatformEditsResponse(rsp)
+}
+
+// ResetTeamBudgetWithResponse Go back to the policy file's budget
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /api/v1/teams/{team}/budget (the `ResetTeamBudget` operationId).
+func (c *ClientWithResponses) ResetTeamBudgetWithResponse(ctx context.Context, team Name, reqEditors ...RequestEditorFn) (*ResetTeamBudgetResponse, error) {
+	rsp, err := c.ResetTeamBudget(ctx, team, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseResetTeamBudgetResponse(rsp)
+}
+
+// SetTeamBudgetWithBodyWithResponse Change a team's budget
+//
+// Replaces the team's budget of policy/bindings.yaml (teams.TEAM.budget) on every replica: its amount, period, alerts and what a spent budget does. Reset goes back to the file's.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /api/v1/teams/{team}/budget (the `SetTeamBudget` operationId).
+func (c *ClientWithResponses) SetTeamBudgetWithBodyWithResponse(ctx context.Context, team Name, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SetTeamBudgetResponse, error) {
+	rsp, err := c.SetTeamBudgetWithBody(ctx, team, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseSetTeamBudgetResponse(rsp)
+}
+
+// SetTeamBudgetWithResponse Change a team's budget
+//
+// Replaces the team's budget of policy/bindings.yaml (teams.TEAM.budget) on every replica: its amount, period, alerts and what a spent budget does. Reset goes back to the file's.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /api/v1/teams/{team}/budget (the `SetTeamBudget` operationId).
+func (c *ClientWithResponses) SetTeamBudgetWithResponse(ctx context.Context, team Name, body SetTeamBudgetJSONRequestBody, reqEditors ...RequestEditorFn) (*SetTeamBudgetResponse, error) {
+	rsp, err := c.SetTeamBudget(ctx, team, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseSetTeamBudgetResponse(rsp)
+}
+
+// ResetTeamQuotaWithResponse Go back to the policy file's quota
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /api/v1/teams/{team}/quota (the `ResetTeamQuota` operationId).
+func (c *ClientWithResponses) ResetTeamQuotaWithResponse(ctx context.Context, team Name, reqEditors ...RequestEditorFn) (*ResetTeamQuotaResponse, error) {
+	rsp, err := c.ResetTeamQuota(ctx, team, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseResetTeamQuotaResponse(rsp)
+}
+
+// SetTeamQuotaWithBodyWithResponse Change a team's GPU quota
+//
+// Replaces the team's quota of policy/bindings.yaml (teams.TEAM.quota) on every replica; with quota.kueue, Gantry's Kueue objects follow. Reset goes back to the file's.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /api/v1/teams/{team}/quota (the `SetTeamQuota` operationId).
+func (c *ClientWithResponses) SetTeamQuotaWithBodyWithResponse(ctx context.Context, team Name, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SetTeamQuotaResponse, error) {
+	rsp, err := c.SetTeamQuotaWithBody(ctx, team, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseSetTeamQuotaResponse(rsp)
+}
+
+// SetTeamQuotaWithResponse Change a team's GPU quota
+//
+// Replaces the team's quota of policy/bindings.yaml (teams.TEAM.quota) on every replica; with quota.kueue, Gantry's Kueue objects follow. Reset goes back to the file's.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /api/v1/teams/{team}/quota (the `SetTeamQuota` operationId).
+func (c *ClientWithResponses) SetTeamQuotaWithResponse(ctx context.Context, team Name, body SetTeamQuotaJSONRequestBody, reqEditors ...RequestEditorFn) (*SetTeamQuotaResponse, error) {
+	rsp, err := c.SetTeamQuota(ctx, team, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseSetTeamQuotaResponse(rsp)
 }
 
 // GetTeamReportWithResponse A team's monthly cost report
@@ -11048,6 +12248,72 @@ func ParseGetGPUClassResponse(rsp *http.Response) (*GetGPUClassResponse, error) 
 	return response, nil
 }
 
+// ParseResetGPUClassPriceResponse parses an HTTP response from a ResetGPUClassPriceWithResponse call
+func ParseResetGPUClassPriceResponse(rsp *http.Response) (*ResetGPUClassPriceResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ResetGPUClassPriceResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest PlatformEditList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseSetGPUClassPriceResponse parses an HTTP response from a SetGPUClassPriceWithResponse call
+func ParseSetGPUClassPriceResponse(rsp *http.Response) (*SetGPUClassPriceResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &SetGPUClassPriceResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest PlatformEditList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseListImagesResponse parses an HTTP response from a ListImagesWithResponse call
 func ParseListImagesResponse(rsp *http.Response) (*ListImagesResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -11229,6 +12495,171 @@ func ParseGetNodeResponse(rsp *http.Response) (*GetNodeResponse, error) {
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
 		var dest Node
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListPlatformEditsResponse parses an HTTP response from a ListPlatformEditsWithResponse call
+func ParseListPlatformEditsResponse(rsp *http.Response) (*ListPlatformEditsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListPlatformEditsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest PlatformEditList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseResetTeamBudgetResponse parses an HTTP response from a ResetTeamBudgetWithResponse call
+func ParseResetTeamBudgetResponse(rsp *http.Response) (*ResetTeamBudgetResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ResetTeamBudgetResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest PlatformEditList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseSetTeamBudgetResponse parses an HTTP response from a SetTeamBudgetWithResponse call
+func ParseSetTeamBudgetResponse(rsp *http.Response) (*SetTeamBudgetResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &SetTeamBudgetResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest PlatformEditList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseResetTeamQuotaResponse parses an HTTP response from a ResetTeamQuotaWithResponse call
+func ParseResetTeamQuotaResponse(rsp *http.Response) (*ResetTeamQuotaResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ResetTeamQuotaResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest PlatformEditList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseSetTeamQuotaResponse parses an HTTP response from a SetTeamQuotaWithResponse call
+func ParseSetTeamQuotaResponse(rsp *http.Response) (*SetTeamQuotaResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &SetTeamQuotaResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest PlatformEditList
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}

@@ -58,19 +58,19 @@ func (e AuditRecordDecision) Valid() bool {
 
 // Defines values for BudgetAtLimit.
 const (
-	Block           BudgetAtLimit = "block"
-	RequireApproval BudgetAtLimit = "require-approval"
-	Warn            BudgetAtLimit = "warn"
+	BudgetAtLimitBlock           BudgetAtLimit = "block"
+	BudgetAtLimitRequireApproval BudgetAtLimit = "require-approval"
+	BudgetAtLimitWarn            BudgetAtLimit = "warn"
 )
 
 // Valid indicates whether the value is a known member of the BudgetAtLimit enum.
 func (e BudgetAtLimit) Valid() bool {
 	switch e {
-	case Block:
+	case BudgetAtLimitBlock:
 		return true
-	case RequireApproval:
+	case BudgetAtLimitRequireApproval:
 		return true
-	case Warn:
+	case BudgetAtLimitWarn:
 		return true
 	default:
 		return false
@@ -107,6 +107,27 @@ func (e BudgetState) Valid() bool {
 	case BudgetStateOk:
 		return true
 	case BudgetStateWarning:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for BudgetRequestAtLimit.
+const (
+	BudgetRequestAtLimitBlock           BudgetRequestAtLimit = "block"
+	BudgetRequestAtLimitRequireApproval BudgetRequestAtLimit = "require-approval"
+	BudgetRequestAtLimitWarn            BudgetRequestAtLimit = "warn"
+)
+
+// Valid indicates whether the value is a known member of the BudgetRequestAtLimit enum.
+func (e BudgetRequestAtLimit) Valid() bool {
+	switch e {
+	case BudgetRequestAtLimitBlock:
+		return true
+	case BudgetRequestAtLimitRequireApproval:
+		return true
+	case BudgetRequestAtLimitWarn:
 		return true
 	default:
 		return false
@@ -362,6 +383,27 @@ func (e ParameterType) Valid() bool {
 	case Int:
 		return true
 	case String:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for PlatformEditKind.
+const (
+	PlatformEditKindBudget PlatformEditKind = "budget"
+	PlatformEditKindPrice  PlatformEditKind = "price"
+	PlatformEditKindQuota  PlatformEditKind = "quota"
+)
+
+// Valid indicates whether the value is a known member of the PlatformEditKind enum.
+func (e PlatformEditKind) Valid() bool {
+	switch e {
+	case PlatformEditKindBudget:
+		return true
+	case PlatformEditKindPrice:
+		return true
+	case PlatformEditKindQuota:
 		return true
 	default:
 		return false
@@ -896,6 +938,25 @@ type BudgetAlert struct {
 type BudgetList struct {
 	Items []Budget `json:"items"`
 }
+
+// BudgetRequest defines model for BudgetRequest.
+type BudgetRequest struct {
+	Alerts *[]float64 `json:"alerts,omitempty"`
+
+	// Amount USD the team may spend in a period.
+	Amount float64 `json:"amount"`
+
+	// Anchor A period of days: the first period's start, YYYY-MM-DD.
+	Anchor      *string               `json:"anchor,omitempty"`
+	AtLimit     *BudgetRequestAtLimit `json:"atLimit,omitempty"`
+	CostCenters *map[string]float64   `json:"costCenters,omitempty"`
+
+	// Period monthly (default), weekly or a number of days (14d).
+	Period *string `json:"period,omitempty"`
+}
+
+// BudgetRequestAtLimit defines model for BudgetRequest.AtLimit.
+type BudgetRequestAtLimit string
 
 // CatalogImage defines model for CatalogImage.
 type CatalogImage struct {
@@ -1472,6 +1533,32 @@ type ParameterType string
 // Parameters Parameter values by name (strings, integers or booleans as the template declares).
 type Parameters map[string]interface{}
 
+// PlatformEdit defines model for PlatformEdit.
+type PlatformEdit struct {
+	At time.Time `json:"at"`
+
+	// By Who made it (issuer#subject).
+	By string `json:"by"`
+
+	// ByName How their provider names them, when known.
+	ByName *string `json:"byName,omitempty"`
+
+	// Key The GPU class (price) or the team (quota, budget).
+	Key  string           `json:"key"`
+	Kind PlatformEditKind `json:"kind"`
+
+	// Value The PriceRequest, QuotaRequest or BudgetRequest in force.
+	Value map[string]interface{} `json:"value"`
+}
+
+// PlatformEditKind defines model for PlatformEdit.Kind.
+type PlatformEditKind string
+
+// PlatformEditList defines model for PlatformEditList.
+type PlatformEditList struct {
+	Items []PlatformEdit `json:"items"`
+}
+
 // PodRef defines model for PodRef.
 type PodRef struct {
 	Container *string `json:"container,omitempty"`
@@ -1506,6 +1593,15 @@ type PricePoint struct {
 	Since time.Time `json:"since"`
 }
 
+// PriceRequest defines model for PriceRequest.
+type PriceRequest struct {
+	// OnDemand USD per GPU-hour on demand.
+	OnDemand float64 `json:"onDemand"`
+
+	// Spot USD per GPU-hour on spot capacity; 0 or absent: none.
+	Spot *float64 `json:"spot,omitempty"`
+}
+
 // Problem RFC 9457 problem details.
 type Problem struct {
 	Detail *string `json:"detail,omitempty"`
@@ -1520,6 +1616,15 @@ type Problem struct {
 
 	// Type A URI reference that identifies the problem type.
 	Type string `json:"type"`
+}
+
+// QuotaRequest defines model for QuotaRequest.
+type QuotaRequest struct {
+	BorrowingLimit *map[string]float64 `json:"borrowingLimit,omitempty"`
+	Cohort         *string             `json:"cohort,omitempty"`
+
+	// Gpus GPUs per class ("*" for every class not named); a MIG slice counts at its share.
+	Gpus *map[string]float64 `json:"gpus,omitempty"`
 }
 
 // Readiness defines model for Readiness.
@@ -2214,8 +2319,17 @@ type GetWorkloadMetricsParams struct {
 // ApplyTemplatesJSONRequestBody defines body for ApplyTemplates for application/json ContentType.
 type ApplyTemplatesJSONRequestBody = TemplateSetRequest
 
+// SetGPUClassPriceJSONRequestBody defines body for SetGPUClassPrice for application/json ContentType.
+type SetGPUClassPriceJSONRequestBody = PriceRequest
+
 // VerifyImageJSONRequestBody defines body for VerifyImage for application/json ContentType.
 type VerifyImageJSONRequestBody = VerifyRequest
+
+// SetTeamBudgetJSONRequestBody defines body for SetTeamBudget for application/json ContentType.
+type SetTeamBudgetJSONRequestBody = BudgetRequest
+
+// SetTeamQuotaJSONRequestBody defines body for SetTeamQuota for application/json ContentType.
+type SetTeamQuotaJSONRequestBody = QuotaRequest
 
 // PutTeamSettingsJSONRequestBody defines body for PutTeamSettings for application/json ContentType.
 type PutTeamSettingsJSONRequestBody = TeamSettingsRequest
@@ -2276,6 +2390,12 @@ type ServerInterface interface {
 	// GetGPUClass Get a GPU class
 	// (GET /api/v1/gpu-classes/{name})
 	GetGPUClass(ctx echo.Context, name string) error
+	// ResetGPUClassPrice Go back to the class file's price
+	// (DELETE /api/v1/gpu-classes/{name}/price)
+	ResetGPUClassPrice(ctx echo.Context, name string) error
+	// SetGPUClassPrice Change a class's price
+	// (PUT /api/v1/gpu-classes/{name}/price)
+	SetGPUClassPrice(ctx echo.Context, name string) error
 	// ListImages List catalog images
 	// (GET /api/v1/images)
 	ListImages(ctx echo.Context) error
@@ -2294,6 +2414,21 @@ type ServerInterface interface {
 	// GetNode Get a GPU node
 	// (GET /api/v1/nodes/{name})
 	GetNode(ctx echo.Context, name string) error
+	// ListPlatformEdits The platform team's edits over the files
+	// (GET /api/v1/platform/edits)
+	ListPlatformEdits(ctx echo.Context) error
+	// ResetTeamBudget Go back to the policy file's budget
+	// (DELETE /api/v1/teams/{team}/budget)
+	ResetTeamBudget(ctx echo.Context, team Name) error
+	// SetTeamBudget Change a team's budget
+	// (PUT /api/v1/teams/{team}/budget)
+	SetTeamBudget(ctx echo.Context, team Name) error
+	// ResetTeamQuota Go back to the policy file's quota
+	// (DELETE /api/v1/teams/{team}/quota)
+	ResetTeamQuota(ctx echo.Context, team Name) error
+	// SetTeamQuota Change a team's GPU quota
+	// (PUT /api/v1/teams/{team}/quota)
+	SetTeamQuota(ctx echo.Context, team Name) error
 	// GetTeamReport A team's monthly cost report
 	// (GET /api/v1/teams/{team}/report)
 	GetTeamReport(ctx echo.Context, team Name, params GetTeamReportParams) error
@@ -2582,6 +2717,38 @@ func (w *ServerInterfaceWrapper) GetGPUClass(ctx echo.Context) error {
 	return err
 }
 
+// ResetGPUClassPrice converts echo context to params.
+func (w *ServerInterfaceWrapper) ResetGPUClassPrice(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "name" -------------
+	var name string
+
+	err = runtime.BindStyledParameterWithOptions("simple", "name", ctx.Param("name"), &name, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter name: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.ResetGPUClassPrice(ctx, name)
+	return err
+}
+
+// SetGPUClassPrice converts echo context to params.
+func (w *ServerInterfaceWrapper) SetGPUClassPrice(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "name" -------------
+	var name string
+
+	err = runtime.BindStyledParameterWithOptions("simple", "name", ctx.Param("name"), &name, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter name: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.SetGPUClassPrice(ctx, name)
+	return err
+}
+
 // ListImages converts echo context to params.
 func (w *ServerInterfaceWrapper) ListImages(ctx echo.Context) error {
 	var err error
@@ -2654,6 +2821,79 @@ func (w *ServerInterfaceWrapper) GetNode(ctx echo.Context) error {
 
 	// Invoke the callback with all the unmarshaled arguments
 	err = w.Handler.GetNode(ctx, name)
+	return err
+}
+
+// ListPlatformEdits converts echo context to params.
+func (w *ServerInterfaceWrapper) ListPlatformEdits(ctx echo.Context) error {
+	var err error
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.ListPlatformEdits(ctx)
+	return err
+}
+
+// ResetTeamBudget converts echo context to params.
+func (w *ServerInterfaceWrapper) ResetTeamBudget(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "team" -------------
+	var team Name
+
+	err = runtime.BindStyledParameterWithOptions("simple", "team", ctx.Param("team"), &team, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter team: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.ResetTeamBudget(ctx, team)
+	return err
+}
+
+// SetTeamBudget converts echo context to params.
+func (w *ServerInterfaceWrapper) SetTeamBudget(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "team" -------------
+	var team Name
+
+	err = runtime.BindStyledParameterWithOptions("simple", "team", ctx.Param("team"), &team, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter team: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.SetTeamBudget(ctx, team)
+	return err
+}
+
+// ResetTeamQuota converts echo context to params.
+func (w *ServerInterfaceWrapper) ResetTeamQuota(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "team" -------------
+	var team Name
+
+	err = runtime.BindStyledParameterWithOptions("simple", "team", ctx.Param("team"), &team, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter team: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.ResetTeamQuota(ctx, team)
+	return err
+}
+
+// SetTeamQuota converts echo context to params.
+func (w *ServerInterfaceWrapper) SetTeamQuota(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "team" -------------
+	var team Name
+
+	err = runtime.BindStyledParameterWithOptions("simple", "team", ctx.Param("team"), &team, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter team: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.SetTeamQuota(ctx, team)
 	return err
 }
 
@@ -3492,6 +3732,13 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.GET(options.BaseURL+"/api/v1/workloads/:id/advice", wrapper.GetWorkloadAdvice, options.OperationMiddlewares["getWorkloadAdvice"]...)
 	router.POST(options.BaseURL+"/api/v1/workloads/:id/advice/apply", wrapper.ApplyWorkloadAdvice, options.OperationMiddlewares["applyWorkloadAdvice"]...)
 	router.GET(options.BaseURL+"/api/v1/costs", wrapper.GetCosts, options.OperationMiddlewares["getCosts"]...)
+	router.GET(options.BaseURL+"/api/v1/platform/edits", wrapper.ListPlatformEdits, options.OperationMiddlewares["listPlatformEdits"]...)
+	router.DELETE(options.BaseURL+"/api/v1/gpu-classes/:name/price", wrapper.ResetGPUClassPrice, options.OperationMiddlewares["resetGPUClassPrice"]...)
+	router.PUT(options.BaseURL+"/api/v1/gpu-classes/:name/price", wrapper.SetGPUClassPrice, options.OperationMiddlewares["setGPUClassPrice"]...)
+	router.DELETE(options.BaseURL+"/api/v1/teams/:team/quota", wrapper.ResetTeamQuota, options.OperationMiddlewares["resetTeamQuota"]...)
+	router.PUT(options.BaseURL+"/api/v1/teams/:team/quota", wrapper.SetTeamQuota, options.OperationMiddlewares["setTeamQuota"]...)
+	router.DELETE(options.BaseURL+"/api/v1/teams/:team/budget", wrapper.ResetTeamBudget, options.OperationMiddlewares["resetTeamBudget"]...)
+	router.PUT(options.BaseURL+"/api/v1/teams/:team/budget", wrapper.SetTeamBudget, options.OperationMiddlewares["setTeamBudget"]...)
 	router.GET(options.BaseURL+"/api/v1/teams/:team/settings", wrapper.GetTeamSettings, options.OperationMiddlewares["getTeamSettings"]...)
 	router.PUT(options.BaseURL+"/api/v1/teams/:team/settings", wrapper.PutTeamSettings, options.OperationMiddlewares["putTeamSettings"]...)
 	router.GET(options.BaseURL+"/api/v1/teams/:team/report", wrapper.GetTeamReport, options.OperationMiddlewares["getTeamReport"]...)
@@ -3810,6 +4057,85 @@ func (response GetGPUClassdefaultApplicationProblemPlusJSONResponse) VisitGetGPU
 	return err
 }
 
+type ResetGPUClassPriceRequestObject struct {
+	Name string `json:"name"`
+}
+
+type ResetGPUClassPriceResponseObject interface {
+	VisitResetGPUClassPriceResponse(w http.ResponseWriter) error
+}
+
+type ResetGPUClassPrice200JSONResponse PlatformEditList
+
+func (response ResetGPUClassPrice200JSONResponse) VisitResetGPUClassPriceResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ResetGPUClassPricedefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ResetGPUClassPricedefaultApplicationProblemPlusJSONResponse) VisitResetGPUClassPriceResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SetGPUClassPriceRequestObject struct {
+	Name string `json:"name"`
+	Body *SetGPUClassPriceJSONRequestBody
+}
+
+type SetGPUClassPriceResponseObject interface {
+	VisitSetGPUClassPriceResponse(w http.ResponseWriter) error
+}
+
+type SetGPUClassPrice200JSONResponse PlatformEditList
+
+func (response SetGPUClassPrice200JSONResponse) VisitSetGPUClassPriceResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SetGPUClassPricedefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response SetGPUClassPricedefaultApplicationProblemPlusJSONResponse) VisitSetGPUClassPriceResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListImagesRequestObject struct {
 }
 
@@ -4031,6 +4357,202 @@ type GetNodedefaultApplicationProblemPlusJSONResponse struct {
 }
 
 func (response GetNodedefaultApplicationProblemPlusJSONResponse) VisitGetNodeResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListPlatformEditsRequestObject struct {
+}
+
+type ListPlatformEditsResponseObject interface {
+	VisitListPlatformEditsResponse(w http.ResponseWriter) error
+}
+
+type ListPlatformEdits200JSONResponse PlatformEditList
+
+func (response ListPlatformEdits200JSONResponse) VisitListPlatformEditsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListPlatformEditsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListPlatformEditsdefaultApplicationProblemPlusJSONResponse) VisitListPlatformEditsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ResetTeamBudgetRequestObject struct {
+	Team Name `json:"team"`
+}
+
+type ResetTeamBudgetResponseObject interface {
+	VisitResetTeamBudgetResponse(w http.ResponseWriter) error
+}
+
+type ResetTeamBudget200JSONResponse PlatformEditList
+
+func (response ResetTeamBudget200JSONResponse) VisitResetTeamBudgetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ResetTeamBudgetdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ResetTeamBudgetdefaultApplicationProblemPlusJSONResponse) VisitResetTeamBudgetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SetTeamBudgetRequestObject struct {
+	Team Name `json:"team"`
+	Body *SetTeamBudgetJSONRequestBody
+}
+
+type SetTeamBudgetResponseObject interface {
+	VisitSetTeamBudgetResponse(w http.ResponseWriter) error
+}
+
+type SetTeamBudget200JSONResponse PlatformEditList
+
+func (response SetTeamBudget200JSONResponse) VisitSetTeamBudgetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SetTeamBudgetdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response SetTeamBudgetdefaultApplicationProblemPlusJSONResponse) VisitSetTeamBudgetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ResetTeamQuotaRequestObject struct {
+	Team Name `json:"team"`
+}
+
+type ResetTeamQuotaResponseObject interface {
+	VisitResetTeamQuotaResponse(w http.ResponseWriter) error
+}
+
+type ResetTeamQuota200JSONResponse PlatformEditList
+
+func (response ResetTeamQuota200JSONResponse) VisitResetTeamQuotaResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ResetTeamQuotadefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ResetTeamQuotadefaultApplicationProblemPlusJSONResponse) VisitResetTeamQuotaResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SetTeamQuotaRequestObject struct {
+	Team Name `json:"team"`
+	Body *SetTeamQuotaJSONRequestBody
+}
+
+type SetTeamQuotaResponseObject interface {
+	VisitSetTeamQuotaResponse(w http.ResponseWriter) error
+}
+
+type SetTeamQuota200JSONResponse PlatformEditList
+
+func (response SetTeamQuota200JSONResponse) VisitSetTeamQuotaResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SetTeamQuotadefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response SetTeamQuotadefaultApplicationProblemPlusJSONResponse) VisitSetTeamQuotaResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
@@ -5710,6 +6232,12 @@ type StrictServerInterface interface {
 	// GetGPUClass Get a GPU class
 	// (GET /api/v1/gpu-classes/{name})
 	GetGPUClass(ctx context.Context, request GetGPUClassRequestObject) (GetGPUClassResponseObject, error)
+	// ResetGPUClassPrice Go back to the class file's price
+	// (DELETE /api/v1/gpu-classes/{name}/price)
+	ResetGPUClassPrice(ctx context.Context, request ResetGPUClassPriceRequestObject) (ResetGPUClassPriceResponseObject, error)
+	// SetGPUClassPrice Change a class's price
+	// (PUT /api/v1/gpu-classes/{name}/price)
+	SetGPUClassPrice(ctx context.Context, request SetGPUClassPriceRequestObject) (SetGPUClassPriceResponseObject, error)
 	// ListImages List catalog images
 	// (GET /api/v1/images)
 	ListImages(ctx context.Context, request ListImagesRequestObject) (ListImagesResponseObject, error)
@@ -5728,6 +6256,21 @@ type StrictServerInterface interface {
 	// GetNode Get a GPU node
 	// (GET /api/v1/nodes/{name})
 	GetNode(ctx context.Context, request GetNodeRequestObject) (GetNodeResponseObject, error)
+	// ListPlatformEdits The platform team's edits over the files
+	// (GET /api/v1/platform/edits)
+	ListPlatformEdits(ctx context.Context, request ListPlatformEditsRequestObject) (ListPlatformEditsResponseObject, error)
+	// ResetTeamBudget Go back to the policy file's budget
+	// (DELETE /api/v1/teams/{team}/budget)
+	ResetTeamBudget(ctx context.Context, request ResetTeamBudgetRequestObject) (ResetTeamBudgetResponseObject, error)
+	// SetTeamBudget Change a team's budget
+	// (PUT /api/v1/teams/{team}/budget)
+	SetTeamBudget(ctx context.Context, request SetTeamBudgetRequestObject) (SetTeamBudgetResponseObject, error)
+	// ResetTeamQuota Go back to the policy file's quota
+	// (DELETE /api/v1/teams/{team}/quota)
+	ResetTeamQuota(ctx context.Context, request ResetTeamQuotaRequestObject) (ResetTeamQuotaResponseObject, error)
+	// SetTeamQuota Change a team's GPU quota
+	// (PUT /api/v1/teams/{team}/quota)
+	SetTeamQuota(ctx context.Context, request SetTeamQuotaRequestObject) (SetTeamQuotaResponseObject, error)
 	// GetTeamReport A team's monthly cost report
 	// (GET /api/v1/teams/{team}/report)
 	GetTeamReport(ctx context.Context, request GetTeamReportRequestObject) (GetTeamReportResponseObject, error)
@@ -6062,6 +6605,79 @@ func (sh *strictHandler) GetGPUClass(ctx echo.Context, name string) error {
 	return nil
 }
 
+// ResetGPUClassPrice operation middleware
+func (sh *strictHandler) ResetGPUClassPrice(ctx echo.Context, name string) error {
+	var request ResetGPUClassPriceRequestObject
+
+	request.Name = name
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.ResetGPUClassPrice(ctx.Request().Context(), request.(ResetGPUClassPriceRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ResetGPUClassPrice")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(ResetGPUClassPriceResponseObject); ok {
+		return validResponse.VisitResetGPUClassPriceResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// SetGPUClassPrice operation middleware
+func (sh *strictHandler) SetGPUClassPrice(ctx echo.Context, name string) error {
+	var request SetGPUClassPriceRequestObject
+
+	request.Name = name
+
+	var body SetGPUClassPriceJSONRequestBody
+	var err error
+	if binder, ok := ctx.Echo().Binder.(*echo.DefaultBinder); ok {
+		// A request validator built on kin-openapi's openapi3filter with
+		// KeepValidatedValue leaves the value it validated on the body. Bind
+		// that value, matching member names exactly, so the handler receives
+		// what was validated instead of a second, case-insensitive decode.
+		// Otherwise bind only the request body, so that path and query
+		// parameters are not also bound into the body struct.
+		if vb, ok := ctx.Request().Body.(interface{ ValidatedValue() any }); !ok || runtime.BindJSONValue(vb.ValidatedValue(), &body) != nil {
+			err = binder.BindBody(ctx, &body)
+		}
+	} else {
+		// A custom binder is installed on the Echo instance; defer to it
+		// entirely, since echo.Binder does not expose body-only binding and
+		// the binder may do more than decode (for example call ctx.Validate).
+		err = ctx.Bind(&body)
+	}
+	if err != nil {
+		return err
+	}
+	request.Body = &body
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.SetGPUClassPrice(ctx.Request().Context(), request.(SetGPUClassPriceRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "SetGPUClassPrice")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(SetGPUClassPriceResponseObject); ok {
+		return validResponse.VisitSetGPUClassPriceResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
 // ListImages operation middleware
 func (sh *strictHandler) ListImages(ctx echo.Context) error {
 	var request ListImagesRequestObject
@@ -6223,6 +6839,175 @@ func (sh *strictHandler) GetNode(ctx echo.Context, name string) error {
 		return err
 	} else if validResponse, ok := response.(GetNodeResponseObject); ok {
 		return validResponse.VisitGetNodeResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// ListPlatformEdits operation middleware
+func (sh *strictHandler) ListPlatformEdits(ctx echo.Context) error {
+	var request ListPlatformEditsRequestObject
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.ListPlatformEdits(ctx.Request().Context(), request.(ListPlatformEditsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListPlatformEdits")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(ListPlatformEditsResponseObject); ok {
+		return validResponse.VisitListPlatformEditsResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// ResetTeamBudget operation middleware
+func (sh *strictHandler) ResetTeamBudget(ctx echo.Context, team Name) error {
+	var request ResetTeamBudgetRequestObject
+
+	request.Team = team
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.ResetTeamBudget(ctx.Request().Context(), request.(ResetTeamBudgetRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ResetTeamBudget")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(ResetTeamBudgetResponseObject); ok {
+		return validResponse.VisitResetTeamBudgetResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// SetTeamBudget operation middleware
+func (sh *strictHandler) SetTeamBudget(ctx echo.Context, team Name) error {
+	var request SetTeamBudgetRequestObject
+
+	request.Team = team
+
+	var body SetTeamBudgetJSONRequestBody
+	var err error
+	if binder, ok := ctx.Echo().Binder.(*echo.DefaultBinder); ok {
+		// A request validator built on kin-openapi's openapi3filter with
+		// KeepValidatedValue leaves the value it validated on the body. Bind
+		// that value, matching member names exactly, so the handler receives
+		// what was validated instead of a second, case-insensitive decode.
+		// Otherwise bind only the request body, so that path and query
+		// parameters are not also bound into the body struct.
+		if vb, ok := ctx.Request().Body.(interface{ ValidatedValue() any }); !ok || runtime.BindJSONValue(vb.ValidatedValue(), &body) != nil {
+			err = binder.BindBody(ctx, &body)
+		}
+	} else {
+		// A custom binder is installed on the Echo instance; defer to it
+		// entirely, since echo.Binder does not expose body-only binding and
+		// the binder may do more than decode (for example call ctx.Validate).
+		err = ctx.Bind(&body)
+	}
+	if err != nil {
+		return err
+	}
+	request.Body = &body
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.SetTeamBudget(ctx.Request().Context(), request.(SetTeamBudgetRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "SetTeamBudget")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(SetTeamBudgetResponseObject); ok {
+		return validResponse.VisitSetTeamBudgetResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// ResetTeamQuota operation middleware
+func (sh *strictHandler) ResetTeamQuota(ctx echo.Context, team Name) error {
+	var request ResetTeamQuotaRequestObject
+
+	request.Team = team
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.ResetTeamQuota(ctx.Request().Context(), request.(ResetTeamQuotaRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ResetTeamQuota")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(ResetTeamQuotaResponseObject); ok {
+		return validResponse.VisitResetTeamQuotaResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// SetTeamQuota operation middleware
+func (sh *strictHandler) SetTeamQuota(ctx echo.Context, team Name) error {
+	var request SetTeamQuotaRequestObject
+
+	request.Team = team
+
+	var body SetTeamQuotaJSONRequestBody
+	var err error
+	if binder, ok := ctx.Echo().Binder.(*echo.DefaultBinder); ok {
+		// A request validator built on kin-openapi's openapi3filter with
+		// KeepValidatedValue leaves the value it validated on the body. Bind
+		// that value, matching member names exactly, so the handler receives
+		// what was validated instead of a second, case-insensitive decode.
+		// Otherwise bind only the request body, so that path and query
+		// parameters are not also bound into the body struct.
+		if vb, ok := ctx.Request().Body.(interface{ ValidatedValue() any }); !ok || runtime.BindJSONValue(vb.ValidatedValue(), &body) != nil {
+			err = binder.BindBody(ctx, &body)
+		}
+	} else {
+		// A custom binder is installed on the Echo instance; defer to it
+		// entirely, since echo.Binder does not expose body-only binding and
+		// the binder may do more than decode (for example call ctx.Validate).
+		err = ctx.Bind(&body)
+	}
+	if err != nil {
+		return err
+	}
+	request.Body = &body
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.SetTeamQuota(ctx.Request().Context(), request.(SetTeamQuotaRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "SetTeamQuota")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(SetTeamQuotaResponseObject); ok {
+		return validResponse.VisitSetTeamQuotaResponse(ctx.Response())
 	} else if response != nil {
 		return fmt.Errorf("unexpected response type: %T", response)
 	}

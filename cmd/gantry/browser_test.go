@@ -195,3 +195,88 @@ func TestBrowserTemplateEditor(t *testing.T) {
 
 // strconvQuote is a Go string as a JavaScript string literal.
 func strconvQuote(s string) string { b, _ := json.Marshal(s); return string(b) }
+
+// TestBrowserPlatformEdits: a platform engineer changes a GPU class's price
+// and a team's budget on the Platform page; both are in force at once
+// (the API serves them), listed with who made them, audited; a quota naming
+// a class that does not exist is refused with its field; a reset goes back
+// to the file's price.
+func TestBrowserPlatformEdits(t *testing.T) {
+	ctx := servertest.Browser(t, 90*time.Second)
+	g := startGantry(t)
+	pg := servertest.NewPage(t, ctx, 20*time.Second)
+	step, js, poll := pg.Do, pg.JS, pg.Poll
+	pg.SignIn(g.URL+"/platform", "pat", "classes")
+	poll("the classes", `!!document.querySelector('#classes tr[data-class="L4"] input')`)
+	get := func(path string, out any) {
+		t.Helper()
+		req, _ := http.NewRequest("GET", g.URL+path, nil)
+		req.Header.Set("Authorization", "Bearer "+g.Token("ada"))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		json.NewDecoder(resp.Body).Decode(out)
+	}
+	var l4 struct{ Price struct{ OnDemand float64 } }
+	get("/api/v1/gpu-classes/L4", &l4)
+	filePrice := l4.Price.OnDemand
+
+	step("a new L4 price", chromedp.SetValue(chromedp.CSS(`#classes tr[data-class="L4"] input`), "0.77"),
+		chromedp.Click(chromedp.CSS(`#classes tr[data-class="L4"] button`)))
+	poll("the price's edit", `!!document.querySelector('#edits tr[data-kind="price"][data-key="L4"]')`)
+	if get("/api/v1/gpu-classes/L4", &l4); l4.Price.OnDemand != 0.77 {
+		t.Errorf("the price in force: %v, want 0.77", l4.Price.OnDemand)
+	}
+	if by := js(`document.querySelector('#edits tr[data-kind="price"] td:nth-child(4)').textContent`); !strings.Contains(by, "Pat") {
+		t.Errorf("the edit's author: %q", by)
+	}
+	step("vision's budget", chromedp.SendKeys(chromedp.ID("budget-team"), "vision"), chromedp.SendKeys(chromedp.ID("budget-amount"), "4321"),
+		chromedp.Click(chromedp.CSS(`#budget-form button`)))
+	poll("the budget's edit", `!!document.querySelector('#edits tr[data-kind="budget"][data-key="vision"]')`)
+	var budgets struct {
+		Items []struct {
+			Team   string
+			Amount float64
+		}
+	}
+	get("/api/v1/budgets", &budgets)
+	found := false
+	for _, b := range budgets.Items {
+		found = found || (b.Team == "vision" && b.Amount == 4321)
+	}
+	if !found {
+		t.Errorf("vision's budget in force: %+v", budgets.Items)
+	}
+	step("a quota of a class that is not", chromedp.SendKeys(chromedp.ID("quota-team"), "vision"), chromedp.SendKeys(chromedp.ID("quota-gpus"), "V100=2"),
+		chromedp.Click(chromedp.CSS(`#quota-form button`)))
+	poll("refused, naming the field", `document.getElementById('edits-status').textContent.includes('gpus.V100')`)
+	if n := js(`String(document.querySelectorAll('#edits tbody tr').length)`); n != "2" {
+		t.Errorf("%s edits after a refused one, want 2", n)
+	}
+	if v := servertest.Accessibility(t, ctx); len(v) > 0 {
+		t.Errorf("the platform page: accessibility violations: %v", v)
+	}
+	step("reset the price", chromedp.Click(chromedp.CSS(`#edits tr[data-kind="price"] button`)))
+	poll("the price's edit gone", `!document.querySelector('#edits tr[data-kind="price"]')`)
+	if get("/api/v1/gpu-classes/L4", &l4); l4.Price.OnDemand != filePrice {
+		t.Errorf("after the reset: %v, want the file's %v", l4.Price.OnDemand, filePrice)
+	}
+	var audit struct {
+		Items []struct{ Object, Actor string }
+	}
+	get("/api/v1/audit?limit=50", &audit)
+	audited := 0
+	for _, a := range audit.Items {
+		if a.Object == "/api/v1/gpu-classes/L4/price" || a.Object == "/api/v1/teams/vision/budget" {
+			audited++
+		}
+	}
+	if audited < 3 {
+		t.Errorf("%d of the 3 changes are in the audit log: %+v", audited, audit.Items)
+	}
+	if v, err := servertest.CSPViolations(ctx); err != nil || len(v) > 0 {
+		t.Errorf("the platform page broke its Content Security Policy: %v %v", v, err)
+	}
+}

@@ -631,8 +631,20 @@ func (p *Policy) Quotas() map[string]quota.Quota {
 // Authorizer holds the current policy and swaps it on reload.
 type Authorizer struct {
 	files   Files
-	current atomic.Pointer[Policy]
-	stamp   atomic.Value // string: sizes and mtimes of the files
+	current atomic.Pointer[Policy] // base with overlay laid over it
+	stamp   atomic.Value           // string: sizes and mtimes of the files
+
+	mu      sync.Mutex // serializes Reload and SetOverlay
+	base    *Policy    // the files' policy
+	overlay Overlay
+}
+
+// Overlay is what the platform team changed through the API over the
+// policy files: teams' quotas and budgets, by team. A team the files do not
+// name gets the default entry's ("*") with the change.
+type Overlay struct {
+	Quotas  map[string]quota.Quota
+	Budgets map[string]budget.Budget
 }
 
 // New loads the policy files; a problem is a start-up error.
@@ -641,10 +653,48 @@ func New(f Files) (*Authorizer, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &Authorizer{files: f}
+	a := &Authorizer{files: f, base: p}
 	a.current.Store(p)
 	a.stamp.Store(stamp(f))
 	return a, nil
+}
+
+// SetOverlay lays o over the files' policy, now and after every reload.
+func (a *Authorizer) SetOverlay(o Overlay) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.overlay = o
+	a.current.Store(a.base.with(o))
+}
+
+// with is p with o laid over its teams (p itself unchanged: a copy whose
+// deciders are shared, the bindings being the same).
+func (p *Policy) with(o Overlay) *Policy {
+	if len(o.Quotas) == 0 && len(o.Budgets) == 0 {
+		return p
+	}
+	out := *p
+	out.teams = make(map[string]Usage, len(p.teams))
+	for t, u := range p.teams {
+		out.teams[t] = u
+	}
+	entry := func(t string) Usage {
+		if u, ok := out.teams[t]; ok {
+			return u
+		}
+		return p.teams[AnyTeam]
+	}
+	for t, q := range o.Quotas {
+		u := entry(t)
+		u.Quota = &q
+		out.teams[t] = u
+	}
+	for t, b := range o.Budgets {
+		u := entry(t)
+		u.Budget = &b
+		out.teams[t] = u
+	}
+	return &out
 }
 
 // Policy is the policy in force.
@@ -664,7 +714,10 @@ func (a *Authorizer) Reload() error {
 	if err != nil {
 		return err
 	}
-	a.current.Store(p)
+	a.mu.Lock()
+	a.base = p
+	a.current.Store(p.with(a.overlay))
+	a.mu.Unlock()
 	a.stamp.Store(s)
 	return nil
 }

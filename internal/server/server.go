@@ -25,6 +25,8 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -54,6 +56,7 @@ import (
 	"github.com/gantryhq/gantry/internal/live"
 	"github.com/gantryhq/gantry/internal/logctx"
 	"github.com/gantryhq/gantry/internal/notify"
+	"github.com/gantryhq/gantry/internal/overlay"
 	"github.com/gantryhq/gantry/internal/overrides"
 	"github.com/gantryhq/gantry/internal/ownmetrics"
 	"github.com/gantryhq/gantry/internal/promsource"
@@ -81,6 +84,37 @@ type Core struct {
 	Images  *imageverify.Images
 
 	classesStamp string // the class file as it was read (fileStamp)
+
+	// The classes in force (Catalog.Classes) are the class file's with the
+	// platform team's edited prices laid over them (internal/overlay).
+	classesMu   sync.Mutex
+	fileClasses []gpu.Class // the class file as last read
+	priceEdits  map[string]gpu.Price
+}
+
+// putClasses puts the class file's classes with the edited prices in force
+// and records the prices that changed in their history.
+func (c *Core) putClasses(ctx context.Context, now time.Time) error {
+	c.classesMu.Lock()
+	defer c.classesMu.Unlock()
+	classes := make([]gpu.Class, len(c.fileClasses))
+	for i, cl := range c.fileClasses {
+		if p, ok := c.priceEdits[cl.Name]; ok {
+			cl.Price = p
+		}
+		classes[i] = cl
+	}
+	n, err := gpu.New(gpu.File{APIVersion: gpu.APIVersion, Kind: gpu.Kind, Classes: classes})
+	if err != nil {
+		return err
+	}
+	if err := c.Catalog.Classes().Replace(n); err != nil {
+		return err
+	}
+	if _, err := c.Store.RecordPrices(ctx, n.List(), now); err != nil {
+		return fmt.Errorf("record the prices in force: %w", err)
+	}
+	return nil
 }
 
 // Open builds the Core from the configuration. Close its Store when done.
@@ -127,7 +161,8 @@ func openStore(ctx context.Context, cfg config.Config, log *slog.Logger, classes
 	if err != nil {
 		return nil, err
 	}
-	return &Core{Config: cfg, Log: log, Store: st, Catalog: catalog.New(st, classes).WithImages(images.Catalog), Images: images, classesStamp: stamp}, nil
+	return &Core{Config: cfg, Log: log, Store: st, Catalog: catalog.New(st, classes).WithImages(images.Catalog), Images: images,
+		classesStamp: stamp, fileClasses: classes.List()}, nil
 }
 
 // fileStamp identifies a file's state: its size and modification time
@@ -159,11 +194,15 @@ func (c *Core) reloadClasses(ctx context.Context, now time.Time) error {
 	if err != nil {
 		return err
 	}
-	if err := c.Catalog.Classes().Replace(n); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	if _, err := c.Store.RecordPrices(ctx, n.List(), now); err != nil {
-		return fmt.Errorf("record the reloaded prices (tried again at the next look): %w", err)
+	c.classesMu.Lock()
+	before := c.fileClasses
+	c.fileClasses = n.List()
+	c.classesMu.Unlock()
+	if err := c.putClasses(ctx, now); err != nil {
+		c.classesMu.Lock()
+		c.fileClasses = before
+		c.classesMu.Unlock()
+		return fmt.Errorf("%s: %w (tried again at the next look)", path, err)
 	}
 	c.classesStamp = stamp
 	return nil
@@ -200,7 +239,47 @@ type Server struct {
 	live *live.Registry
 	// cert is the serving certificate (nil: plain HTTP).
 	cert *tlsfiles.Certificate
+	// overlays are the platform team's edits over the files; overlayPrint
+	// the fingerprint of the set in force here (a string).
+	overlays     *overlay.Service
+	overlayPrint atomic.Value
 }
+
+// applyOverlay puts a set of the platform team's edits in force on this
+// replica: edited prices over the class file, quotas and budgets over the
+// policy files.
+func (s *Server) applyOverlay(ctx context.Context, set overlay.Set) error {
+	s.classesMu.Lock()
+	s.priceEdits = set.Prices
+	s.classesMu.Unlock()
+	if err := s.putClasses(ctx, s.clock.Now()); err != nil {
+		return err
+	}
+	s.authz.SetOverlay(authz.Overlay{Quotas: set.Quotas, Budgets: set.Budgets})
+	s.overlayPrint.Store(set.Fingerprint())
+	return nil
+}
+
+// loadOverlay reads the edits and applies them when another replica (or
+// this one) changed them since they were last applied here. An edit that
+// no longer holds (its class gone from the file) is left out and logged.
+func (s *Server) loadOverlay(ctx context.Context) error {
+	set, err := s.overlays.Load(ctx)
+	var inv *fault.Invalid
+	switch {
+	case errors.As(err, &inv):
+		s.Log.Warn("platform edits left out: they no longer hold", "err", err)
+	case err != nil:
+		return err
+	}
+	if p, applied := s.overlayPrint.Load().(string); applied && p == set.Fingerprint() {
+		return errOverlayUnchanged
+	}
+	return s.applyOverlay(ctx, set)
+}
+
+// errOverlayUnchanged means the edits are as they were applied here.
+var errOverlayUnchanged = errors.New("platform edits unchanged")
 
 // Overrides stand in for what lies outside Gantry, for tests that need to:
 // who a bearer token is, what /readyz asks, the image verifier. Production
@@ -242,13 +321,17 @@ func New(ctx context.Context, cfg config.Config, ov Overrides) (s *Server, err e
 	if err := s.seed(ctx); err != nil {
 		return nil, err
 	}
-	// The classes' prices as they are now join their history.
-	if _, err := core.Store.RecordPrices(ctx, core.Catalog.Classes().List(), s.clock.Now()); err != nil {
-		return nil, err
-	}
 	policyFiles := authz.InDir(cfg.PolicyDir)
 	policyFiles.Classes = core.Catalog.Classes()
 	if s.authz, err = authz.New(policyFiles); err != nil {
+		return nil, err
+	}
+	// The platform team's edits through the API, laid over the files; the
+	// classes' prices as they are then join their history.
+	if s.overlays, err = overlay.New(overlay.Options{Store: core.Store, Authz: s.authz, Classes: core.Catalog.Classes(), Apply: s.applyOverlay, Now: s.clock.Now}); err != nil {
+		return nil, err
+	}
+	if err := s.loadOverlay(ctx); err != nil {
 		return nil, err
 	}
 	if s.checkpoints, err = s.checkpointer(); err != nil {
@@ -402,7 +485,7 @@ func New(ctx context.Context, cfg config.Config, ov Overrides) (s *Server, err e
 	}
 	h, err := api.New(api.Options{
 		Live:    s.live,
-		Catalog: core.Catalog, Workloads: s.Workloads, Estimates: estimates, Budgets: s.Budgets, Settings: settings, Prices: core.Store.PriceHistory, Own: s.own, Checks: s.checks, Spec: gantry.OpenAPI,
+		Catalog: core.Catalog, Workloads: s.Workloads, Estimates: estimates, Budgets: s.Budgets, Settings: settings, Edits: s.overlays, Prices: core.Store.PriceHistory, Own: s.own, Checks: s.checks, Spec: gantry.OpenAPI,
 		MaxBodyBytes: cfg.MaxBodyBytes, Logger: core.Log,
 		Portal:   portal.New(portal.Options{Sessions: sessions, Teams: s.authz.Teams, Secure: strings.HasPrefix(public, "https://"), Logger: core.Log, Audit: s.denials}),
 		Identify: identify, RecheckBearer: recheck, Sessions: sessions, Tokens: s.tokens, Users: s.users, Teams: s.authz.Teams,
@@ -519,6 +602,9 @@ func (s *Server) Run(ctx context.Context) error {
 	})
 	g.Go(func() error {
 		return s.every(gctx, 3*time.Second, s.reload("GPU classes", func() error { return s.reloadClasses(gctx, s.clock.Now()) }, errClassesUnchanged))
+	})
+	g.Go(func() error {
+		return s.every(gctx, 3*time.Second, s.reload("platform edits", func() error { return s.loadOverlay(gctx) }, errOverlayUnchanged))
 	})
 	g.Go(func() error {
 		// Not at start: a flush then would close a window the first requests

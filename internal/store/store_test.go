@@ -26,6 +26,7 @@ import (
 	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/notify"
+	"github.com/gantryhq/gantry/internal/overlay"
 	"github.com/gantryhq/gantry/internal/overrides"
 	"github.com/gantryhq/gantry/internal/store"
 	"github.com/gantryhq/gantry/internal/store/storetest"
@@ -107,6 +108,7 @@ func TestConformance(t *testing.T) {
 			t.Run("workload activity", func(t *testing.T) { testActivity(t, open(t)) })
 			t.Run("metering", func(t *testing.T) { testMetering(t, open(t)) })
 			t.Run("governance", func(t *testing.T) { testGovernance(t, open(t)) })
+			t.Run("platform edits", func(t *testing.T) { testOverlays(t, open(t)) })
 		})
 	}
 }
@@ -1007,5 +1009,37 @@ func testGovernance(t *testing.T, s *store.Store) {
 	}
 	if m, _ := s.GPUMinutes(ctx, at.Add(time.Minute), at.Add(2*time.Minute)); m[w.ID] != (workload.GPUMinutes{Measured: 1}) {
 		t.Fatalf("GPU minutes of one idle minute: %+v", m)
+	}
+}
+
+// testOverlays: an edit replaces the one of its kind and key (not another
+// kind's of the same key), round-trips who and when, and is removed once.
+func testOverlays(t *testing.T, s *store.Store) {
+	ctx := context.Background()
+	at := time.Date(2026, 12, 1, 9, 0, 0, 123000, time.UTC)
+	put := func(kind, key, value string, by string) {
+		t.Helper()
+		if err := s.PutOverlay(ctx, overlay.Edit{Kind: kind, Key: key, Value: []byte(value), By: by, At: at}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(overlay.Quota, "vision", `{"gpus":{"L4":2}}`, "pat")
+	put(overlay.Budget, "vision", `{"amount":100}`, "pat")
+	put(overlay.Quota, "vision", `{"gpus":{"L4":4}}`, "ada")
+	got, err := s.Overlays(ctx)
+	if err != nil || len(got) != 2 {
+		t.Fatalf("edits %+v, %v", got, err)
+	}
+	if q := got[1]; q.Kind != overlay.Quota || string(q.Value) != `{"gpus":{"L4":4}}` || q.By != "ada" || !q.At.Equal(at) {
+		t.Fatalf("the quota edit %+v", q)
+	}
+	if removed, err := s.DeleteOverlay(ctx, overlay.Budget, "vision"); err != nil || !removed {
+		t.Fatalf("remove: %v %v", removed, err)
+	}
+	if removed, err := s.DeleteOverlay(ctx, overlay.Budget, "vision"); err != nil || removed {
+		t.Fatalf("remove again: %v %v", removed, err)
+	}
+	if got, _ := s.Overlays(ctx); len(got) != 1 || got[0].Kind != overlay.Quota {
+		t.Fatalf("after the removal: %+v", got)
 	}
 }

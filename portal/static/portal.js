@@ -786,7 +786,87 @@ async function section(id, load) {
   }
 }
 
+// The platform team's changes over the files: prices, quotas, budgets.
+const editPaths = { price: (k) => '/api/v1/gpu-classes/' + encodeURIComponent(k) + '/price',
+  quota: (k) => '/api/v1/teams/' + encodeURIComponent(k) + '/quota', budget: (k) => '/api/v1/teams/' + encodeURIComponent(k) + '/budget' };
+
+async function editsInForce() {
+  try { return (await api('GET', '/api/v1/platform/edits')).items; } catch (err) { return []; }
+}
+
+async function loadClasses(body) {
+  const [list, edits] = await Promise.all([api('GET', '/api/v1/gpu-classes'), editsInForce()]);
+  const status = document.getElementById('classes-status');
+  body.replaceChildren(...list.items.map((c) => {
+    const od = el('input', { type: 'number', min: '0.01', step: 'any', value: String(c.price.onDemand), 'aria-label': c.name + ' on-demand price', size: '6' });
+    const spot = el('input', { type: 'number', min: '0', step: 'any', value: c.price.spot ? String(c.price.spot) : '', 'aria-label': c.name + ' spot price', size: '6' });
+    const save = el('button', { type: 'button', text: 'Save', 'aria-label': 'Save the price of ' + c.name });
+    save.addEventListener('click', async () => {
+      try {
+        const body = { onDemand: Number(od.value) };
+        if (spot.value !== '') body.spot = Number(spot.value);
+        await api('PUT', editPaths.price(c.name), body);
+        say(c.name + ': price saved');
+        await section('classes', loadClasses);
+        await section('edits', loadEdits);
+      } catch (err) { status.textContent = c.name + ': ' + problemLines(err).join('; '); }
+    });
+    const edit = edits.find((e) => e.kind === 'price' && e.key === c.name);
+    return el('tr', { 'data-class': c.name }, el('td', { text: c.name }), el('td', { text: c.memoryGiB + ' GiB' }), el('td', {}, od), el('td', {}, spot),
+      el('td', { text: (c.migProfiles || []).map((m) => m.name).join(', ') || '-' }),
+      el('td', {}, save, edit ? el('small', { text: ' changed here by ' + (edit.byName || edit.by) }) : ''));
+  }));
+}
+
+async function loadEdits(body) {
+  const list = await api('GET', '/api/v1/platform/edits');
+  body.replaceChildren(...list.items.map((e) => {
+    const reset = el('button', { type: 'button', text: 'Reset', 'aria-label': 'Reset the ' + e.kind + ' of ' + e.key + ' to the file' });
+    reset.addEventListener('click', async () => {
+      try {
+        await api('DELETE', editPaths[e.kind](e.key));
+        say(e.kind + ' of ' + e.key + ': back to the file');
+        await section('edits', loadEdits);
+        await section('classes', loadClasses);
+      } catch (err) { say(err.message); }
+    });
+    return el('tr', { 'data-kind': e.kind, 'data-key': e.key }, el('td', { text: e.kind }), el('td', { text: e.key }),
+      el('td', { text: JSON.stringify(e.value) }), el('td', { text: e.byName || e.by, title: e.by }),
+      el('td', { text: new Date(e.at).toLocaleString() }), el('td', {}, reset));
+  }));
+}
+
+function editForms() {
+  const status = document.getElementById('edits-status');
+  const submit = (id, build) => {
+    const form = document.getElementById(id);
+    if (!form) return;
+    form.addEventListener('submit', async (ev) => {
+      ev.preventDefault();
+      status.textContent = '';
+      try {
+        const [kind, key, body] = build(new FormData(form));
+        await api('PUT', editPaths[kind](key), body);
+        say(kind + ' of ' + key + ' saved');
+        await section('edits', loadEdits);
+      } catch (err) { status.textContent = problemLines(err).join('; '); }
+    });
+  };
+  submit('budget-form', (f) => ['budget', f.get('team').trim(), { amount: Number(f.get('amount')), period: f.get('period'), atLimit: f.get('atLimit') }]);
+  submit('quota-form', (f) => {
+    const gpus = {};
+    for (const part of String(f.get('gpus')).split(',')) {
+      const [k, v] = part.split('=').map((x) => x.trim());
+      if (k) gpus[k] = Number(v);
+    }
+    const body = { gpus };
+    if (f.get('cohort').trim()) body.cohort = f.get('cohort').trim();
+    return ['quota', f.get('team').trim(), body];
+  });
+}
+
 async function platformPage() {
+  editForms();
   await Promise.all([
     section('images', async (body) => {
       const list = await api('GET', '/api/v1/images');
@@ -807,12 +887,8 @@ async function platformPage() {
           el('td', { text: signer }), el('td', { text: (im.attestations || []).map((a) => a.predicateType).join(', ') || '-' }), result);
       }));
     }),
-    section('classes', async (body) => {
-      const list = await api('GET', '/api/v1/gpu-classes');
-      body.replaceChildren(...list.items.map((c) => el('tr', {}, el('td', { text: c.name }), el('td', { text: c.memoryGiB + ' GiB' }),
-        el('td', { text: money(c.price.onDemand) + '/h' }), el('td', { text: c.price.spot ? money(c.price.spot) + '/h' : '-' }),
-        el('td', { text: (c.migProfiles || []).map((m) => m.name).join(', ') || '-' }))));
-    }),
+    section('classes', loadClasses),
+    section('edits', loadEdits),
     section('nodes', async (body) => {
       const list = await api('GET', '/api/v1/nodes');
       body.replaceChildren(...list.items.map((n) => el('tr', {}, el('td', { text: n.name }),

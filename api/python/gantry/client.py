@@ -272,6 +272,34 @@ class Gantry:
     def put_team_settings(self, team: str, templates: Dict[str, Dict[str, str]]) -> Dict[str, Any]:
         return self._call("PUT", f"/api/v1/teams/{team}/settings", body={"templates": templates})
 
+    # -- prices, quotas and budgets over the files (the platform team's) ------
+
+    def platform_edits(self) -> List[Dict[str, Any]]:
+        """The prices, quotas and budgets changed through the API, newest first."""
+        return self._call("GET", "/api/v1/platform/edits")["items"]
+
+    def set_price(self, gpu_class: str, on_demand: float, spot: Optional[float] = None) -> List[Dict[str, Any]]:
+        return self._call("PUT", f"/api/v1/gpu-classes/{gpu_class}/price",
+                          body={k: v for k, v in {"onDemand": on_demand, "spot": spot}.items() if v is not None})["items"]
+
+    def reset_price(self, gpu_class: str) -> List[Dict[str, Any]]:
+        return self._call("DELETE", f"/api/v1/gpu-classes/{gpu_class}/price")["items"]
+
+    def set_quota(self, team: str, gpus: Dict[str, float], cohort: Optional[str] = None,
+                  borrowing_limit: Optional[Dict[str, float]] = None) -> List[Dict[str, Any]]:
+        body = {"gpus": gpus, "cohort": cohort, "borrowingLimit": borrowing_limit}
+        return self._call("PUT", f"/api/v1/teams/{team}/quota", body={k: v for k, v in body.items() if v is not None})["items"]
+
+    def reset_quota(self, team: str) -> List[Dict[str, Any]]:
+        return self._call("DELETE", f"/api/v1/teams/{team}/quota")["items"]
+
+    def set_budget(self, team: str, amount: float, **budget: Any) -> List[Dict[str, Any]]:
+        """budget: period, anchor, alerts, atLimit, costCenters as the API names them."""
+        return self._call("PUT", f"/api/v1/teams/{team}/budget", body={"amount": amount, **budget})["items"]
+
+    def reset_budget(self, team: str) -> List[Dict[str, Any]]:
+        return self._call("DELETE", f"/api/v1/teams/{team}/budget")["items"]
+
     # -- catalog -------------------------------------------------------------
 
     def templates(self) -> List[Dict[str, Any]]:
@@ -403,6 +431,8 @@ METHODS = {
     "denyWorkload": "deny", "startWorkload": "start", "listWorkloadEvents": "events", "getWorkloadLogs": "logs",
     "getWorkloadMetrics": "metrics", "getWorkloadAdvice": "advice", "applyWorkloadAdvice": "apply_advice",
     "getCosts": "costs", "getTeamSettings": "team_settings", "putTeamSettings": "put_team_settings",
+    "listPlatformEdits": "platform_edits", "setGPUClassPrice": "set_price", "resetGPUClassPrice": "reset_price",
+    "setTeamQuota": "set_quota", "resetTeamQuota": "reset_quota", "setTeamBudget": "set_budget", "resetTeamBudget": "reset_budget",
     "getTeamReport": "team_report", "listBudgets": "budgets", "listAdvice": "advice", "listNodes": "nodes",
     "getNode": "node", "getMe": "me", "listTokens": "tokens", "createToken": "create_token", "revokeToken": "revoke_token",
     "listUsers": "users", "deactivateUser": "deactivate_user", "reactivateUser": "reactivate_user",

@@ -152,6 +152,30 @@ class ServerTest(unittest.TestCase):
         self.assertIn("gantry_http_requests_total", g.gantry_metrics())
         self.assertEqual(json.loads(json.dumps(g.team_report("vision")))["team"], "vision")
 
+    def test_platform_edits(self):
+        # Prices, quotas and budgets changed through the API: in force at
+        # once, listed with who made them, and gone again on reset. As a
+        # platform admin (the Go test gives her token); lee may not.
+        with self.assertRaises(GantryError) as e:
+            self.g.set_price("L4", on_demand=1)
+        self.assertEqual(e.exception.status, 403)
+        g = Gantry(token=os.environ["GANTRY_PLATFORM_TOKEN"])
+        before = g.gpu_class("L4")["price"]["onDemand"]
+        edits = g.set_price("L4", on_demand=before + 0.25, spot=0.1)
+        self.assertEqual([(e["kind"], e["key"]) for e in edits], [("price", "L4")])
+        self.assertEqual(g.gpu_class("L4")["price"]["onDemand"], before + 0.25)
+        g.set_budget("vision", 1234.5, atLimit="require-approval")
+        self.assertEqual([b["amount"] for b in g.budgets() if b["team"] == "vision"], [1234.5])
+        g.set_quota("vision", {"L4": 3})
+        self.assertEqual({e["kind"] for e in g.platform_edits()}, {"price", "budget", "quota"})
+        with self.assertRaises(GantryError) as e:
+            g.set_budget("vision", -5)
+        self.assertIn("amount", [x.field for x in e.exception.errors])
+        for reset in (lambda: g.reset_price("L4"), lambda: g.reset_budget("vision"), lambda: g.reset_quota("vision")):
+            reset()
+        self.assertEqual(g.platform_edits(), [])
+        self.assertEqual(g.gpu_class("L4")["price"]["onDemand"], before)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -1,0 +1,50 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/gantryhq/gantry/internal/overlay"
+)
+
+// PutOverlay implements overlay.Store: the edit replaces any of its kind and key.
+func (s *Store) PutOverlay(ctx context.Context, e overlay.Edit) error {
+	return s.tx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM overlays WHERE kind = ? AND key = ?`), e.Kind, e.Key); err != nil {
+			return fmt.Errorf("replace the %s edit of %s: %w", e.Kind, e.Key, err)
+		}
+		if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO overlays (kind, key, value, by_whom, at) VALUES (?, ?, ?, ?, ?)`),
+			e.Kind, e.Key, string(e.Value), e.By, e.At.UnixMicro()); err != nil {
+			return fmt.Errorf("record the %s edit of %s: %w", e.Kind, e.Key, err)
+		}
+		return nil
+	})
+}
+
+// DeleteOverlay implements overlay.Store.
+func (s *Store) DeleteOverlay(ctx context.Context, kind, key string) (bool, error) {
+	r, err := s.db.ExecContext(ctx, s.q(`DELETE FROM overlays WHERE kind = ? AND key = ?`), kind, key)
+	if err != nil {
+		return false, fmt.Errorf("remove the %s edit of %s: %w", kind, key, err)
+	}
+	n, _ := r.RowsAffected()
+	return n > 0, nil
+}
+
+// Overlays implements overlay.Store: every edit, by kind and key.
+func (s *Store) Overlays(ctx context.Context) ([]overlay.Edit, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT kind, key, value, by_whom, at FROM overlays ORDER BY kind, key`)
+	if err != nil {
+		return nil, fmt.Errorf("list the edits: %w", err)
+	}
+	return collect(rows, func(r scanner) (overlay.Edit, error) {
+		var e overlay.Edit
+		var value string
+		var at int64
+		err := r.Scan(&e.Kind, &e.Key, &value, &e.By, &at)
+		e.Value, e.At = []byte(value), time.UnixMicro(at).UTC()
+		return e, err
+	})
+}

@@ -142,7 +142,7 @@ func TestPortalLaunchWatchStop(t *testing.T) {
 	if row := js(`document.querySelector('#history tbody tr[data-id="` + id + `"]').textContent`); !strings.Contains(row, "Stopped") || !strings.Contains(row, "jupyter-notebook v") {
 		t.Errorf("the history's row: %q", row)
 	}
-	if total := js(`document.getElementById('history-total').textContent`); !regexp.MustCompile(`^\d+ ended workloads, .* running, \$\d+\.\d\d in all$`).MatchString(total) {
+	if total := js(`document.getElementById('history-total').textContent`); !regexp.MustCompile(`^\d+ ended workloads?, .* running, \$\d+\.\d\d in all$`).MatchString(total) {
 		t.Errorf("the history's total: %q", total)
 	}
 	noCSPViolations("the history")

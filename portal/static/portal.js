@@ -346,7 +346,7 @@ async function historyPage() {
           el('td', { text: w.exitCode === undefined ? '-' : String(w.exitCode) }),
           el('td', { text: money(w.costSoFar) }));
       }));
-      total.textContent = items.length + ' ended workloads, ' + duration(ran) + ' running, ' + money(cost) + ' in all';
+      total.textContent = items.length + (items.length === 1 ? ' ended workload, ' : ' ended workloads, ') + duration(ran) + ' running, ' + money(cost) + ' in all';
     } catch (err) {
       say('Could not load the history: ' + err.message);
     }

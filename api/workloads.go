@@ -42,6 +42,12 @@ func (s *server) CreateWorkload(ctx context.Context, req gen.CreateWorkloadReque
 	ectx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	go func() {
+		defer func() {
+			if r := recover(); r != nil { // outside the request's goroutine: echo's Recover cannot catch it
+				s.o.Logger.ErrorContext(ctx, "the launch's estimate panicked", "panic", fmt.Sprint(r))
+				verdict <- ""
+			}
+		}()
 		e, err := s.o.Estimates.Estimate(ectx, caller(ctx), estimate.Request{Request: lr})
 		if err != nil || !e.Known || e.StartsNow || e.Held || e.Approval {
 			verdict <- ""

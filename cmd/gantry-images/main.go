@@ -17,8 +17,10 @@ import (
 	"os"
 	"os/signal"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/gantryhq/gantry/internal/imagesign"
 	"github.com/gantryhq/gantry/internal/ociimage"
@@ -93,7 +95,9 @@ func run(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
-		d, err := ociimage.Push(ctx, named[n], ref, signer, map[string]any{"org.opencontainers.image.revision": src.Revision})
+		// Credentials as docker and cosign find them (~/.docker/config.json).
+		d, err := ociimage.Push(ctx, named[n], ref, signer, map[string]any{"org.opencontainers.image.revision": src.Revision},
+			remote.WithAuthFromKeychain(authn.DefaultKeychain))
 		if err != nil {
 			return err
 		}

@@ -43,6 +43,19 @@ func TestPortalLaunchWatchStop(t *testing.T) {
 		}
 	}
 	shot := func(name string) { t.Helper(); screenshot(t, ctx, name) }
+	// chartsReadable: every label of every chart lies inside its chart
+	// (none clipped, as "l0.0 GiB" was) and is drawn at least 9 px high.
+	chartsReadable := func(where string) {
+		t.Helper()
+		bad := js(`(() => { const bad = []; for (const s of document.querySelectorAll('#charts svg')) { const vb = s.viewBox.baseVal;
+			for (const t of s.querySelectorAll('text')) { const b = t.getBBox(), h = t.getBoundingClientRect().height;
+				if (b.x < vb.x - 0.5 || b.y < vb.y - 0.5 || b.x + b.width > vb.x + vb.width + 0.5 || b.y + b.height > vb.y + vb.height + 0.5 || h < 9)
+					bad.push(JSON.stringify(t.textContent) + ' at ' + [b.x, b.y, b.width, b.height].map(Math.round).join(',') + ', ' + h.toFixed(1) + ' px high'); } }
+			return bad.join('; '); })()`)
+		if bad != "" {
+			t.Errorf("chart labels %s clipped or too small: %s", where, bad)
+		}
+	}
 	// Another team's workload, launched through the API as a platform admin.
 	var other wl
 	if s := g.post("/api/v1/workloads", map[string]any{"template": "vllm-inference", "team": "ops"}, &other); s != 201 {
@@ -111,6 +124,7 @@ func TestPortalLaunchWatchStop(t *testing.T) {
 	step("the last 15 minutes", chromedp.SetValue(chromedp.ID("window"), "15"),
 		chromedp.Evaluate[chromedp.Void](`document.getElementById('window').dispatchEvent(new Event('change')); undefined`))
 	poll("the GPU charts", `!!document.querySelector('#charts figure[data-metric="sm_active"] polyline') && !!document.querySelector('#charts figure[data-metric="gpu_util"]')`)
+	chartsReadable("at 1280 px")
 	poll("the advice section", `document.getElementById('advice').textContent.length > 0 && !document.getElementById('advice').textContent.startsWith('No advice:')`)
 	if cli := js(`document.getElementById('repro-cli').textContent`); cli != "gantry launch jupyter-notebook --team vision --gpu H100-80GB:1 --mig 1g.10gb --set memory=32Gi --wait" {
 		t.Errorf("the CLI line to reproduce it: %q", cli)
@@ -168,6 +182,10 @@ func TestPortalLaunchWatchStop(t *testing.T) {
 	for _, page := range []string{"/", "/launch/jupyter-notebook", "/workloads", "/history", "/workloads/" + id} {
 		step(page+" at 200%", chromedp.Navigate(g.URL+page), chromedp.WaitVisible(chromedp.ID("main")))
 		poll(page+" filled", `document.getElementById('status').textContent.length > 0 || !!document.querySelector('#templates .card, #launch select option, #workloads tbody tr, #history tbody tr, #events tbody tr')`)
+		if strings.HasPrefix(page, "/workloads/") {
+			poll("the charts at 200%", `!!document.querySelector('#charts svg text')`)
+			chartsReadable("at 640 px")
+		}
 		if w := js(`document.documentElement.scrollWidth + '/' + document.documentElement.clientWidth`); func() bool {
 			var sw, cw int
 			fmt.Sscanf(w, "%d/%d", &sw, &cw)

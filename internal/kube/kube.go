@@ -414,7 +414,7 @@ func (c *Cluster) Events(ctx context.Context, namespace, prefix string) ([]workl
 
 // Logs implements workload.Cluster through the pods/log API.
 func (c *Cluster) Logs(ctx context.Context, namespace, workloadID string, follow bool, tailLines int64) (io.ReadCloser, error) {
-	pods, err := c.core.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: render.LabelWorkloadID + "=" + workloadID})
+	pods, err := c.core.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: render.LabelWorkloadID + "=" + workloadID, ResourceVersion: "0"})
 	if err != nil {
 		return nil, classify(err, "pods", workloadID)
 	}
@@ -425,7 +425,7 @@ func (c *Cluster) Logs(ctx context.Context, namespace, workloadID string, follow
 			newest = p
 		}
 	}
-	if newest == nil {
+	if newest == nil || !started(newest, "main") {
 		return nil, &workload.NoPodYet{ID: workloadID}
 	}
 	opts := &corev1.PodLogOptions{Container: "main", Follow: follow}
@@ -437,6 +437,17 @@ func (c *Cluster) Logs(ctx context.Context, namespace, workloadID string, follow
 		return nil, classify(err, "Pod", newest.Name)
 	}
 	return r, nil
+}
+
+// started reports whether a pod's container has started (running or ended):
+// before that (its image pulling, ContainerCreating) it has no log yet.
+func started(p *corev1.Pod, container string) bool {
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.Name == container {
+			return cs.State.Running != nil || cs.State.Terminated != nil || cs.LastTerminationState.Terminated != nil
+		}
+	}
+	return false
 }
 
 // Managed implements workload.Cluster: the Jobs, Deployments and StatefulSets

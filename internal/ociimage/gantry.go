@@ -121,7 +121,7 @@ func BuildGantry(ctx context.Context, s Source, dir string) (Images, error) {
 	if out.Agent, err = Build(Spec{
 		Layers:     [][]File{Base(s.CACerts), libs, {{Path: "/usr/local/bin/gantry-agent", Data: agent, Mode: 0o755}}},
 		Entrypoint: []string{"/usr/local/bin/gantry-agent"}, User: user, WorkingDir: "/home/nonroot",
-		Env:    []string{"LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu:/usr/lib64:/usr/local/nvidia/lib64"},
+		Env:    []string{"LD_LIBRARY_PATH=/lib/x86_64-linux-gnu:/usr/lib/x86_64-linux-gnu:/usr/lib64:/usr/local/nvidia/lib64"},
 		Labels: labels("gantry-agent", s.LibC), Created: s.Created,
 	}); err != nil {
 		return out, fmt.Errorf("the agent's image: %w", err)
@@ -157,6 +157,24 @@ func sharedLibraries(ctx context.Context, binary string) ([]File, error) {
 	}
 	if !bytes.Contains(out, []byte("libc.so")) {
 		return nil, fmt.Errorf("ldd %s names no C library: %s", binary, out)
+	}
+	// What NVML (mounted at run time by the NVIDIA container toolkit) links
+	// besides libc: beside libc, where this machine has them.
+	var libcDir string
+	for _, f := range files {
+		if strings.Contains(filepath.Base(f.Path), "libc.so") {
+			libcDir = filepath.Dir(f.Path)
+		}
+	}
+	for _, so := range []string{"libm.so.6", "libdl.so.2", "libpthread.so.0", "librt.so.1"} {
+		p := filepath.Join(libcDir, so)
+		if seen[p] {
+			continue
+		}
+		if data, err := os.ReadFile(p); err == nil {
+			files = append(files, File{Path: p, Data: data, Mode: 0o755})
+			seen[p] = true
+		}
 	}
 	return files, nil
 }

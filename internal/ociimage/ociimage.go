@@ -9,10 +9,12 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path"
+	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -195,11 +197,22 @@ func Push(ctx context.Context, img v1.Image, ref name.Tag, signer Signer, annota
 	return d, nil
 }
 
-// WriteLayout writes images to an OCI image layout at dir (replacing what
-// was there), each named by its ref.name annotation.
+// WriteLayout writes images to an OCI image layout at dir, each named by
+// its ref.name annotation. An earlier layout there is replaced; a directory
+// that holds anything else is refused, not emptied.
 func WriteLayout(dir string, named map[string]v1.Image) error {
-	if err := os.RemoveAll(dir); err != nil {
+	entries, err := os.ReadDir(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+	case err != nil:
 		return err
+	case len(entries) > 0:
+		if _, err := os.Stat(filepath.Join(dir, "oci-layout")); err != nil {
+			return fmt.Errorf("%s is not empty and is not an OCI image layout: choose another -out", dir)
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			return err
+		}
 	}
 	p, err := layout.Write(dir, empty.Index)
 	if err != nil {

@@ -4,6 +4,8 @@ import (
 	"archive/tar"
 	"errors"
 	"io"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -86,5 +88,28 @@ func TestBuildReproducible(t *testing.T) {
 	}
 	if _, err := Build(Spec{Layers: [][]File{{{Path: "/a"}, {Path: "a"}}}}); err == nil {
 		t.Error("a file twice was accepted")
+	}
+}
+
+// TestWriteLayout: a layout is written and written again over itself; a
+// directory holding anything else is refused and left as it was.
+func TestWriteLayout(t *testing.T) {
+	img, err := Build(Spec{Layers: [][]File{{{Path: "/a", Data: []byte("a")}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "out")
+	for range 2 {
+		if err := WriteLayout(dir, map[string]v1.Image{"x:1": img}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	other := t.TempDir()
+	os.WriteFile(filepath.Join(other, "go.mod"), []byte("module x\n"), 0o644)
+	if err := WriteLayout(other, map[string]v1.Image{"x:1": img}); err == nil {
+		t.Fatal("a directory that is not a layout was written over")
+	}
+	if _, err := os.Stat(filepath.Join(other, "go.mod")); err != nil {
+		t.Fatalf("the refused directory lost its files: %v", err)
 	}
 }

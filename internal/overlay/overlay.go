@@ -11,6 +11,7 @@ package overlay
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -70,7 +71,7 @@ type Set struct {
 func (s Set) Fingerprint() string {
 	var b strings.Builder
 	for _, e := range s.Edits {
-		fmt.Fprintf(&b, "%s/%s@%d;", e.Kind, e.Key, e.At.UnixMicro())
+		fmt.Fprintf(&b, "%s/%s@%d=%s;", e.Kind, e.Key, e.At.UnixMicro(), e.Value)
 	}
 	return b.String()
 }
@@ -252,13 +253,24 @@ func (s *Service) List(ctx context.Context) (Set, error) {
 			return Set{}, &fault.Forbidden{Reason: "reading the platform's edits needs policy:read or gpu-classes:write on every team"}
 		}
 	}
-	set, err := s.Load(ctx)
+	set, err := s.load(ctx)
 	sort.Slice(set.Edits, func(i, j int) bool { return set.Edits[i].At.After(set.Edits[j].At) })
 	return set, err
 }
 
-func (s *Service) applyNow(ctx context.Context) (Set, error) {
+// load is Load with an edit that no longer holds left out, not an error:
+// it stays listed (so that it can be reset) and is not applied.
+func (s *Service) load(ctx context.Context) (Set, error) {
 	set, err := s.Load(ctx)
+	var stale *fault.Invalid
+	if errors.As(err, &stale) {
+		return set, nil
+	}
+	return set, err
+}
+
+func (s *Service) applyNow(ctx context.Context) (Set, error) {
+	set, err := s.load(ctx)
 	if err != nil {
 		return set, err
 	}

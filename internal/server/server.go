@@ -26,7 +26,6 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -87,19 +86,19 @@ type Core struct {
 
 	// The classes in force (Catalog.Classes) are the class file's with the
 	// platform team's edited prices laid over them (internal/overlay).
+	// classesMu is held across each whole change of either.
 	classesMu   sync.Mutex
-	fileClasses []gpu.Class // the class file as last read
+	fileClasses []gpu.Class // the class file as last put in force
 	priceEdits  map[string]gpu.Price
 }
 
-// putClasses puts the class file's classes with the edited prices in force
-// and records the prices that changed in their history.
-func (c *Core) putClasses(ctx context.Context, now time.Time) error {
-	c.classesMu.Lock()
-	defer c.classesMu.Unlock()
-	classes := make([]gpu.Class, len(c.fileClasses))
-	for i, cl := range c.fileClasses {
-		if p, ok := c.priceEdits[cl.Name]; ok {
+// putClasses puts file's classes with prices laid over them in force, then
+// records the prices that changed in their history; only then are they
+// kept as fileClasses and priceEdits. The caller holds classesMu.
+func (c *Core) putClasses(ctx context.Context, now time.Time, file []gpu.Class, prices map[string]gpu.Price) error {
+	classes := make([]gpu.Class, len(file))
+	for i, cl := range file {
+		if p, ok := prices[cl.Name]; ok {
 			cl.Price = p
 		}
 		classes[i] = cl
@@ -111,6 +110,7 @@ func (c *Core) putClasses(ctx context.Context, now time.Time) error {
 	if err := c.Catalog.Classes().Replace(n); err != nil {
 		return err
 	}
+	c.fileClasses, c.priceEdits = file, prices
 	if _, err := c.Store.RecordPrices(ctx, n.List(), now); err != nil {
 		return fmt.Errorf("record the prices in force: %w", err)
 	}
@@ -195,13 +195,8 @@ func (c *Core) reloadClasses(ctx context.Context, now time.Time) error {
 		return err
 	}
 	c.classesMu.Lock()
-	before := c.fileClasses
-	c.fileClasses = n.List()
-	c.classesMu.Unlock()
-	if err := c.putClasses(ctx, now); err != nil {
-		c.classesMu.Lock()
-		c.fileClasses = before
-		c.classesMu.Unlock()
+	defer c.classesMu.Unlock()
+	if err := c.putClasses(ctx, now, n.List(), c.priceEdits); err != nil {
 		return fmt.Errorf("%s: %w (tried again at the next look)", path, err)
 	}
 	c.classesStamp = stamp
@@ -240,9 +235,10 @@ type Server struct {
 	// cert is the serving certificate (nil: plain HTTP).
 	cert *tlsfiles.Certificate
 	// overlays are the platform team's edits over the files; overlayPrint
-	// the fingerprint of the set in force here (a string).
-	overlays     *overlay.Service
-	overlayPrint atomic.Value
+	// the fingerprint of the set in force here (under classesMu).
+	overlays       *overlay.Service
+	overlayPrint   string
+	overlayApplied bool
 }
 
 // applyOverlay puts a set of the platform team's edits in force on this
@@ -250,13 +246,19 @@ type Server struct {
 // policy files.
 func (s *Server) applyOverlay(ctx context.Context, set overlay.Set) error {
 	s.classesMu.Lock()
-	s.priceEdits = set.Prices
-	s.classesMu.Unlock()
-	if err := s.putClasses(ctx, s.clock.Now()); err != nil {
+	defer s.classesMu.Unlock()
+	return s.applyOverlayLocked(ctx, set)
+}
+
+// applyOverlayLocked is applyOverlay with classesMu held: the prices, the
+// policy and the fingerprint change together.
+func (s *Server) applyOverlayLocked(ctx context.Context, set overlay.Set) error {
+	if err := s.putClasses(ctx, s.clock.Now(), s.fileClasses, set.Prices); err != nil {
 		return err
 	}
 	s.authz.SetOverlay(authz.Overlay{Quotas: set.Quotas, Budgets: set.Budgets})
-	s.overlayPrint.Store(set.Fingerprint())
+	s.overlayPrint = set.Fingerprint()
+	s.overlayApplied = true
 	return nil
 }
 
@@ -272,10 +274,12 @@ func (s *Server) loadOverlay(ctx context.Context) error {
 	case err != nil:
 		return err
 	}
-	if p, applied := s.overlayPrint.Load().(string); applied && p == set.Fingerprint() {
+	s.classesMu.Lock()
+	defer s.classesMu.Unlock()
+	if s.overlayApplied && s.overlayPrint == set.Fingerprint() {
 		return errOverlayUnchanged
 	}
-	return s.applyOverlay(ctx, set)
+	return s.applyOverlayLocked(ctx, set)
 }
 
 // errOverlayUnchanged means the edits are as they were applied here.

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"time"
 
@@ -11,16 +10,13 @@ import (
 
 // PutOverlay implements overlay.Store: the edit replaces any of its kind and key.
 func (s *Store) PutOverlay(ctx context.Context, e overlay.Edit) error {
-	return s.tx(ctx, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM overlays WHERE kind = ? AND key = ?`), e.Kind, e.Key); err != nil {
-			return fmt.Errorf("replace the %s edit of %s: %w", e.Kind, e.Key, err)
-		}
-		if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO overlays (kind, key, value, by_whom, at) VALUES (?, ?, ?, ?, ?)`),
-			e.Kind, e.Key, string(e.Value), e.By, e.At.UnixMicro()); err != nil {
-			return fmt.Errorf("record the %s edit of %s: %w", e.Kind, e.Key, err)
-		}
-		return nil
-	})
+	// One statement: concurrent edits of one key replace each other.
+	if _, err := s.db.ExecContext(ctx, s.q(`INSERT INTO overlays (kind, key, value, by_whom, at) VALUES (?, ?, ?, ?, ?)
+		ON CONFLICT (kind, key) DO UPDATE SET value = excluded.value, by_whom = excluded.by_whom, at = excluded.at`),
+		e.Kind, e.Key, string(e.Value), e.By, e.At.UnixMicro()); err != nil {
+		return fmt.Errorf("record the %s edit of %s: %w", e.Kind, e.Key, err)
+	}
+	return nil
 }
 
 // DeleteOverlay implements overlay.Store.

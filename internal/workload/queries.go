@@ -106,10 +106,10 @@ func (s *Service) Logs(ctx context.Context, id string, follow bool, tailLines in
 		if !follow || !errors.As(err, &none) {
 			return r, err
 		}
-		// Following a workload whose pod is not placed yet (Pending,
-		// Queued, waiting for approval): wait for it, as a person pasting
-		// launch-then-follow expects, until it runs, ends or the caller
-		// goes away.
+		// Following a workload whose pod is not placed or started yet
+		// (Pending, Queued, its image pulling): wait for it, as a person
+		// pasting launch-then-follow expects, until it runs, ends or the
+		// caller goes away.
 		select {
 		case <-ctx.Done():
 			return nil, err

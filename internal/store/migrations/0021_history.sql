@@ -10,3 +10,6 @@ UPDATE workloads SET
     started_at = COALESCE((SELECT MIN(r.started_at) FROM workload_runs r WHERE r.workload_id = workloads.id), 0),
     attempts = (SELECT COUNT(*) FROM workload_runs r WHERE r.workload_id = workloads.id);
 UPDATE workloads SET ended_at = updated_at WHERE status IN ('Succeeded', 'Failed', 'Stopped', 'IdleStopped', 'Deleted');
+-- A job that Succeeded without a run on record ran once, for no time seen
+-- (as the lifecycle counts it now).
+UPDATE workloads SET attempts = 1, started_at = updated_at WHERE status = 'Succeeded' AND attempts = 0;

@@ -2505,6 +2505,8 @@ type ClientInterface interface {
 
 	// ResetGPUClassPrice Go back to the class file's price
 	//
+	// Removes the price set through the API; the class file's price is in force again on every replica. Resetting a price that was not changed is not an error.
+	//
 	// Corresponds with DELETE /api/v1/gpu-classes/{name}/price (the `ResetGPUClassPrice` operationId).
 	ResetGPUClassPrice(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*http.Response, error)
 
@@ -2588,6 +2590,8 @@ type ClientInterface interface {
 
 	// ResetTeamBudget Go back to the policy file's budget
 	//
+	// Removes the budget set through the API; the policy file's is in force again on every replica.
+	//
 	// Corresponds with DELETE /api/v1/teams/{team}/budget (the `ResetTeamBudget` operationId).
 	ResetTeamBudget(ctx context.Context, team Name, reqEditors ...RequestEditorFn) (*http.Response, error)
 
@@ -2610,6 +2614,8 @@ type ClientInterface interface {
 	SetTeamBudget(ctx context.Context, team Name, body SetTeamBudgetJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ResetTeamQuota Go back to the policy file's quota
+	//
+	// Removes the quota set through the API; the policy file's is in force again on every replica.
 	//
 	// Corresponds with DELETE /api/v1/teams/{team}/quota (the `ResetTeamQuota` operationId).
 	ResetTeamQuota(ctx context.Context, team Name, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3203,6 +3209,8 @@ func (c *Client) GetGPUClass(ctx context.Context, name string, reqEditors ...Req
 
 // ResetGPUClassPrice Go back to the class file's price
 //
+// Removes the price set through the API; the class file's price is in force again on every replica. Resetting a price that was not changed is not an error.
+//
 // Corresponds with DELETE /api/v1/gpu-classes/{name}/price (the `ResetGPUClassPrice` operationId).
 func (c *Client) ResetGPUClassPrice(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewResetGPUClassPriceRequest(c.Server, name)
@@ -3396,6 +3404,8 @@ func (c *Client) ListPlatformEdits(ctx context.Context, reqEditors ...RequestEdi
 
 // ResetTeamBudget Go back to the policy file's budget
 //
+// Removes the budget set through the API; the policy file's is in force again on every replica.
+//
 // Corresponds with DELETE /api/v1/teams/{team}/budget (the `ResetTeamBudget` operationId).
 func (c *Client) ResetTeamBudget(ctx context.Context, team Name, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewResetTeamBudgetRequest(c.Server, team)
@@ -3448,6 +3458,8 @@ func (c *Client) SetTeamBudget(ctx context.Context, team Name, body SetTeamBudge
 }
 
 // ResetTeamQuota Go back to the policy file's quota
+//
+// Removes the quota set through the API; the policy file's is in force again on every replica.
 //
 // Corresponds with DELETE /api/v1/teams/{team}/quota (the `ResetTeamQuota` operationId).
 func (c *Client) ResetTeamQuota(ctx context.Context, team Name, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -7265,6 +7277,8 @@ type ClientWithResponsesInterface interface {
 
 	// ResetGPUClassPriceWithResponse Go back to the class file's price
 	//
+	// Removes the price set through the API; the class file's price is in force again on every replica. Resetting a price that was not changed is not an error.
+	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with DELETE /api/v1/gpu-classes/{name}/price (the `ResetGPUClassPrice` operationId).
@@ -7362,6 +7376,8 @@ type ClientWithResponsesInterface interface {
 
 	// ResetTeamBudgetWithResponse Go back to the policy file's budget
 	//
+	// Removes the budget set through the API; the policy file's is in force again on every replica.
+	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with DELETE /api/v1/teams/{team}/budget (the `ResetTeamBudget` operationId).
@@ -7386,6 +7402,8 @@ type ClientWithResponsesInterface interface {
 	SetTeamBudgetWithResponse(ctx context.Context, team Name, body SetTeamBudgetJSONRequestBody, reqEditors ...RequestEditorFn) (*SetTeamBudgetResponse, error)
 
 	// ResetTeamQuotaWithResponse Go back to the policy file's quota
+	//
+	// Removes the quota set through the API; the policy file's is in force again on every replica.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -10955,6 +10973,8 @@ func (c *ClientWithResponses) GetGPUClassWithResponse(ctx context.Context, name 
 
 // ResetGPUClassPriceWithResponse Go back to the class file's price
 //
+// Removes the price set through the API; the class file's price is in force again on every replica. Resetting a price that was not changed is not an error.
+//
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with DELETE /api/v1/gpu-classes/{name}/price (the `ResetGPUClassPrice` operationId).
@@ -11118,6 +11138,8 @@ func (c *ClientWithResponses) ListPlatformEditsWithResponse(ctx context.Context,
 
 // ResetTeamBudgetWithResponse Go back to the policy file's budget
 //
+// Removes the budget set through the API; the policy file's is in force again on every replica.
+//
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with DELETE /api/v1/teams/{team}/budget (the `ResetTeamBudget` operationId).
@@ -11160,6 +11182,8 @@ func (c *ClientWithResponses) SetTeamBudgetWithResponse(ctx context.Context, tea
 }
 
 // ResetTeamQuotaWithResponse Go back to the policy file's quota
+//
+// Removes the quota set through the API; the policy file's is in force again on every replica.
 //
 // Returns a wrapper object for the known response body format(s).
 //

@@ -107,6 +107,14 @@ func workloadOut(w workload.Workload) gen.Workload {
 	if !w.StartedAt.IsZero() {
 		out.StartedAt = ptr(w.StartedAt)
 	}
+	if w.Held {
+		out.Held = ptr(true)
+	}
+	actions := []gen.WorkloadActions{}
+	for _, a := range workload.Actions(w.Status) {
+		actions = append(actions, gen.WorkloadActions(a))
+	}
+	out.Actions = &actions
 	if !w.EndedAt.IsZero() {
 		out.EndedAt = ptr(w.EndedAt)
 	}

@@ -9,7 +9,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 
@@ -71,7 +70,7 @@ func (s *server) CreateWorkload(ctx context.Context, req gen.CreateWorkloadReque
 		return gen.CreateWorkload200JSONResponse(out), nil
 	case w.Status == workload.PendingApproval:
 		s.o.Own.Launch("held_for_approval")
-	case strings.HasPrefix(w.Reason, workload.HeldPrefix):
+	case w.Held:
 		s.o.Own.Launch("held_by_budget")
 	default:
 		s.o.Own.Launch("started")

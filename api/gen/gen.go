@@ -547,22 +547,22 @@ func (e TemplateDocumentKind) Valid() bool {
 
 // Defines values for TemplateSetPlanStepsAction.
 const (
-	Create    TemplateSetPlanStepsAction = "create"
-	Delete    TemplateSetPlanStepsAction = "delete"
-	Unchanged TemplateSetPlanStepsAction = "unchanged"
-	Update    TemplateSetPlanStepsAction = "update"
+	TemplateSetPlanStepsActionCreate    TemplateSetPlanStepsAction = "create"
+	TemplateSetPlanStepsActionDelete    TemplateSetPlanStepsAction = "delete"
+	TemplateSetPlanStepsActionUnchanged TemplateSetPlanStepsAction = "unchanged"
+	TemplateSetPlanStepsActionUpdate    TemplateSetPlanStepsAction = "update"
 )
 
 // Valid indicates whether the value is a known member of the TemplateSetPlanStepsAction enum.
 func (e TemplateSetPlanStepsAction) Valid() bool {
 	switch e {
-	case Create:
+	case TemplateSetPlanStepsActionCreate:
 		return true
-	case Delete:
+	case TemplateSetPlanStepsActionDelete:
 		return true
-	case Unchanged:
+	case TemplateSetPlanStepsActionUnchanged:
 		return true
-	case Update:
+	case TemplateSetPlanStepsActionUpdate:
 		return true
 	default:
 		return false
@@ -608,6 +608,33 @@ func (e TemplateVersionStatus) Valid() bool {
 	case TemplateVersionStatusDeprecated:
 		return true
 	case TemplateVersionStatusRevoked:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WorkloadActions.
+const (
+	WorkloadActionsApprove WorkloadActions = "approve"
+	WorkloadActionsDelete  WorkloadActions = "delete"
+	WorkloadActionsDeny    WorkloadActions = "deny"
+	WorkloadActionsStart   WorkloadActions = "start"
+	WorkloadActionsStop    WorkloadActions = "stop"
+)
+
+// Valid indicates whether the value is a known member of the WorkloadActions enum.
+func (e WorkloadActions) Valid() bool {
+	switch e {
+	case WorkloadActionsApprove:
+		return true
+	case WorkloadActionsDelete:
+		return true
+	case WorkloadActionsDeny:
+		return true
+	case WorkloadActionsStart:
+		return true
+	case WorkloadActionsStop:
 		return true
 	default:
 		return false
@@ -2052,6 +2079,9 @@ type Volume struct {
 
 // Workload defines model for Workload.
 type Workload struct {
+	// Actions What its lifecycle lets happen to it now, for whoever may manage it (approve and deny for who may approve in its team): the portal and the CLI offer these and no others.
+	Actions *[]WorkloadActions `json:"actions,omitempty"`
+
 	// Applied Whether the workload's objects are on the cluster.
 	Applied bool `json:"applied"`
 
@@ -2078,6 +2108,9 @@ type Workload struct {
 		Count      int     `json:"count"`
 		MigProfile *string `json:"migProfile,omitempty"`
 	} `json:"gpu"`
+
+	// Held A team's spent budget holds it in its queue (reason says why); absent otherwise.
+	Held *bool `json:"held,omitempty"`
 
 	// Id A workload id.
 	Id WorkloadID `json:"id"`
@@ -2138,6 +2171,9 @@ type Workload struct {
 	// Warnings Only in the answer to a launch: what the estimate made of it just before it was made, when it will not start now (no free GPUs of its kind, its team's quota used up) — it was recorded and waits.
 	Warnings *[]string `json:"warnings,omitempty"`
 }
+
+// WorkloadActions defines model for Workload.Actions.
+type WorkloadActions string
 
 // WorkloadKind defines model for Workload.Kind.
 type WorkloadKind string

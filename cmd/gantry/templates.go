@@ -250,7 +250,7 @@ func applyRemote(ctx context.Context, server, dir string, prune, dryRun bool, st
 	for _, st := range resp.JSON200.Steps {
 		counts[string(st.Action)]++
 		fmt.Fprintf(stdout, "%-9s %s\n", st.Action, st.Name)
-		if d := deref(st.Diff); d != "" && st.Action != client.Unchanged {
+		if d := deref(st.Diff); d != "" && st.Action != client.TemplateSetPlanStepsActionUnchanged {
 			fmt.Fprintln(stdout, indent(d))
 		}
 	}

@@ -106,10 +106,10 @@ func follow(ctx context.Context, cl *client.ClientWithResponses, id string, time
 			fmt.Fprintf(stderr, "%6s  %s\n", time.Since(start).Round(time.Second), line)
 			last = line
 		}
-		switch w.Status {
-		case client.Running, client.Succeeded:
+		switch {
+		case w.Status == client.Running || w.Status == client.Succeeded:
 			return w, nil
-		case client.Failed, client.Deleted, client.Stopped, client.IdleStopped:
+		case w.EndedAt != nil: // it ended otherwise (the server says when)
 			return w, fmt.Errorf("workload %s is %s: %s", id, w.Status, deref(w.Reason))
 		}
 		select {
@@ -213,6 +213,18 @@ func getCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		if w.ExitCode != nil {
 			fmt.Fprintf(stdout, "exit:     %d\n", *w.ExitCode)
+		}
+		if w.Actions != nil && len(*w.Actions) > 0 {
+			// What its lifecycle allows now, as the server says, by verb.
+			var verbs []string
+			for _, a := range *w.Actions {
+				v := string(a)
+				if a == client.WorkloadActionsDelete {
+					v = "rm"
+				}
+				verbs = append(verbs, v)
+			}
+			fmt.Fprintf(stdout, "next:     gantry %s %s\n", strings.Join(verbs, "|"), w.Id)
 		}
 		if w.Url != nil {
 			fmt.Fprintf(stdout, "url:      %s\n", *w.Url)

@@ -68,7 +68,7 @@ func TestWorkloadVerbs(t *testing.T) {
 		!regexp.MustCompile(id+` .* Stopped .* - +- +0 +- *\n`).MatchString(out) {
 		t.Fatalf("ls --ended -o wide: %d %q", code, out)
 	}
-	if code, out, _ := cli("get", id); code != 0 || !strings.Contains(out, "\nended:    ") || strings.Contains(out, "started:") {
+	if code, out, _ := cli("get", id); code != 0 || !strings.Contains(out, "\nended:    ") || strings.Contains(out, "started:") || !strings.Contains(out, "\nnext:     gantry start|rm "+id+"\n") {
 		t.Fatalf("get of a stopped workload: %d %q", code, out)
 	}
 	if code, out, _ := cli("start", id); code != 0 || !strings.HasPrefix(out, id+": Pending") {

@@ -176,10 +176,10 @@ func (c *Controller) sync(ctx context.Context, id string) error {
 		return nil
 	}
 	var err error
-	if st := workload.Status(o.Phase); o.ExitCode != nil && st.Ended() {
-		_, err = c.rec.ReportExit(ctx, id, st, o.Reason, *o.ExitCode)
+	if o.ExitCode != nil && o.Phase.Ended() {
+		_, err = c.rec.ReportExit(ctx, id, o.Phase, o.Reason, *o.ExitCode)
 	} else {
-		_, err = c.rec.Report(ctx, id, st, o.Reason)
+		_, err = c.rec.Report(ctx, id, o.Phase, o.Reason)
 	}
 	return err
 }

@@ -54,7 +54,7 @@ func (s *source) Observe(id string) (kube.Observation, bool) {
 
 func (s *source) set(id, phase string) {
 	s.mu.Lock()
-	s.obs[id] = kube.Observation{WorkloadID: id, Phase: phase}
+	s.obs[id] = kube.Observation{WorkloadID: id, Phase: workload.Status(phase)}
 	s.mu.Unlock()
 	s.fire(id)
 }

@@ -87,7 +87,8 @@ func start(t testing.TB, dbPath string, withCluster bool, edit ...func(*config.C
 
 type wl struct {
 	ID, Name, Status, Reason, Endpoint string
-	Applied                            bool
+	Applied, Held                      bool
+	Actions                            []string
 	StartedAt, EndedAt                 *time.Time
 	Attempts                           int
 	ExitCode                           *int
@@ -340,7 +341,7 @@ func TestStopStartDelete(t *testing.T) {
 	if !scheduled {
 		t.Errorf("no Scheduled event for the pod in %+v", events.Items)
 	}
-	if s := g.post("/api/v1/workloads/"+w.ID+"/stop", nil, &w); s != 200 || w.Status != "Stopped" {
+	if s := g.post("/api/v1/workloads/"+w.ID+"/stop", nil, &w); s != 200 || w.Status != "Stopped" || !slices.Equal(w.Actions, []string{"start", "delete"}) {
 		t.Fatalf("stop: %d %+v", s, w)
 	}
 	waitNoPods(t, "ops", w.ID)
@@ -593,7 +594,7 @@ func TestOrphans(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var mine []workload.Action
+	var mine []workload.Convergence
 	for _, a := range found {
 		if a.Object.WorkloadID == w.ID {
 			mine = append(mine, a)
@@ -612,7 +613,7 @@ func TestOrphans(t *testing.T) {
 	g.waitNoObjects(t, "orphan", w.ID)
 }
 
-func containsWorkload(actions []workload.Action, id string) bool {
+func containsWorkload(actions []workload.Convergence, id string) bool {
 	for _, a := range actions {
 		if a.Object.WorkloadID == id {
 			return true

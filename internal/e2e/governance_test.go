@@ -214,7 +214,7 @@ func TestApprovalsAndBudgets(t *testing.T) {
 		t.Fatalf("launch while blocked: %d", s)
 	}
 	waitfor.Until(t, 60*time.Second, "the blocked launch queued with the budget's reason", func() error {
-		if w := g.get(held.ID); w.Status != "Queued" || !strings.Contains(w.Reason, "held: Team vision has spent") {
+		if w := g.get(held.ID); w.Status != "Queued" || !w.Held || !strings.Contains(w.Reason, "held: Team vision has spent") {
 			return fmt.Errorf("%s (%s)", w.Status, w.Reason)
 		}
 		return nil

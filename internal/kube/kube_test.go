@@ -293,7 +293,7 @@ func TestWatchReportsDeadline(t *testing.T) {
 	for {
 		select {
 		case o := <-seen:
-			phases[o.Phase] = true
+			phases[string(o.Phase)] = true
 			if o.Phase == "Failed" {
 				if !strings.Contains(o.Reason, "DeadlineExceeded") {
 					t.Fatalf("reason %q, want DeadlineExceeded", o.Reason)

@@ -88,7 +88,7 @@ func (q *queueTest) phases(want map[string]string) map[string]kube.Observation {
 	waitfor.Until(q.t, 90*time.Second, fmt.Sprintf("phases %v", want), func() error {
 		for id, phase := range want {
 			o, ok := q.w.Observe(id)
-			if !ok || o.Phase != phase {
+			if !ok || string(o.Phase) != phase {
 				return fmt.Errorf("%s: %q (%s), want %s", id, o.Phase, o.Reason, phase)
 			}
 			got[id] = o

@@ -50,7 +50,7 @@ func TestObserve(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			o, ok := Observe("w", tc.jobs, tc.pods)
-			if !ok || o.Phase != tc.phase || o.Node != tc.node || (tc.their != "" && !strings.Contains(o.Reason, tc.their)) || (tc.their == "" && o.Reason != "") {
+			if !ok || string(o.Phase) != tc.phase || o.Node != tc.node || (tc.their != "" && !strings.Contains(o.Reason, tc.their)) || (tc.their == "" && o.Reason != "") {
 				t.Fatalf("%+v", o)
 			}
 		})
@@ -137,7 +137,7 @@ func TestObserveVM(t *testing.T) {
 		{vm("Stopped"), "", "", false},
 	} {
 		o, ok := ObserveVM(c.vm)
-		if ok != c.ok || o.Phase != c.phase || o.Reason != c.reason {
+		if ok != c.ok || string(o.Phase) != c.phase || o.Reason != c.reason {
 			t.Errorf("%v: got %+v %v, want %s %q %v", c.vm.Object["status"], o, ok, c.phase, c.reason, c.ok)
 		}
 	}

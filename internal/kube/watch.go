@@ -19,13 +19,14 @@ import (
 
 	"github.com/gantryhq/gantry/internal/quota"
 	"github.com/gantryhq/gantry/internal/render"
+	"github.com/gantryhq/gantry/internal/workload"
 )
 
 // Observation is what the cluster says about one workload.
 type Observation struct {
 	WorkloadID string
-	Phase      string // Pending, Queued, Scheduled, Running, Succeeded or Failed
-	Reason     string // why it is pending, queued or failed, in the cluster's words
+	Phase      workload.Status // Pending, Queued, Scheduled, Running, Succeeded or Failed ("": nothing to say)
+	Reason     string          // why it is pending, queued or failed, in the cluster's words
 	Node       string
 	Position   int // Queued: its place in its team's queue (1: next), 0 if not known
 	// ExitCode is what its main container exited with, when it has
@@ -339,7 +340,7 @@ func Observe(id string, jobs []*batchv1.Job, pods []*corev1.Pod) (Observation, b
 	return o, true
 }
 
-func podPhase(p *corev1.Pod) (phase, reason string, rank int) {
+func podPhase(p *corev1.Pod) (phase workload.Status, reason string, rank int) {
 	for _, cs := range p.Status.ContainerStatuses {
 		if t := cs.State.Terminated; t != nil && t.Reason == "OOMKilled" {
 			if p.Status.Phase == corev1.PodFailed {

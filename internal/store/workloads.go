@@ -17,7 +17,7 @@ import (
 	"github.com/gantryhq/gantry/internal/workload"
 )
 
-const workloadColumns = `id, name, team, owner, template, template_version, kind, gpu_class, mig_profile, gpu_count, parameters, objects_hash, status, created_at, updated_at, applied_hash, reason, idempotency_key, request_hash, endpoint, image, tee, expires_at, price_per_hour, running_us, running_since, approval_why, approval_expires, approval_decision, approval_by, approval_note, approval_at, spot_evictions, started_at, ended_at, attempts, exit_code`
+const workloadColumns = `id, name, team, owner, template, template_version, kind, gpu_class, mig_profile, gpu_count, parameters, objects_hash, status, created_at, updated_at, applied_hash, reason, idempotency_key, request_hash, endpoint, image, tee, expires_at, price_per_hour, running_us, running_since, approval_why, approval_expires, approval_decision, approval_by, approval_note, approval_at, spot_evictions, started_at, ended_at, attempts, exit_code, held`
 
 // CreateWorkload implements workload.Store.
 func (s *Store) CreateWorkload(ctx context.Context, w workload.Workload) error {
@@ -45,12 +45,12 @@ func (s *Store) CreateWorkload(ctx context.Context, w workload.Workload) error {
 				return &workload.PendingLimit{Waiting: n}
 			}
 		}
-		_, err := tx.ExecContext(ctx, s.q(`INSERT INTO workloads (`+workloadColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+		_, err := tx.ExecContext(ctx, s.q(`INSERT INTO workloads (`+workloadColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 			w.ID, w.Name, w.Team, w.Owner, w.Template, w.TemplateVersion, w.Kind, w.GPUClass, w.MIGProfile, w.GPUCount,
 			string(params), w.ObjectsHash, string(w.Status), w.CreatedAt.UnixMicro(), w.UpdatedAt.UnixMicro(), w.AppliedHash, w.Reason,
 			nullable(w.IdempotencyKey), w.RequestHash, w.Endpoint, w.Image, w.TEE, micros(w.ExpiresAt), w.PricePerHour, w.RunningFor.Microseconds(), micros(w.RunningSince),
 			w.Approval.Why, micros(w.Approval.Expires), w.Approval.Decision, w.Approval.By, w.Approval.Note, micros(w.Approval.At), strings.Join(w.SpotEvictions, ","),
-			micros(w.StartedAt), micros(w.EndedAt), w.Attempts, exitCode(w.ExitCode))
+			micros(w.StartedAt), micros(w.EndedAt), w.Attempts, exitCode(w.ExitCode), boolInt(w.Held))
 		return err
 	})
 	var limit *workload.PendingLimit
@@ -74,10 +74,11 @@ func scanWorkload(row scanner) (workload.Workload, error) {
 	var evictions string
 	var started, ended int64
 	var exit sql.NullInt64
+	var held int
 	err := row.Scan(&w.ID, &w.Name, &w.Team, &w.Owner, &w.Template, &w.TemplateVersion, &w.Kind, &w.GPUClass, &w.MIGProfile,
 		&w.GPUCount, &params, &w.ObjectsHash, &status, &created, &updated, &w.AppliedHash, &w.Reason, &key, &w.RequestHash, &w.Endpoint, &w.Image, &w.TEE, &expires,
 		&w.PricePerHour, &runningUS, &runningSince, &w.Approval.Why, &approvalExpires, &w.Approval.Decision, &w.Approval.By, &w.Approval.Note, &approvalAt, &evictions,
-		&started, &ended, &w.Attempts, &exit)
+		&started, &ended, &w.Attempts, &exit, &held)
 	if err != nil {
 		return w, err
 	}
@@ -87,7 +88,7 @@ func scanWorkload(row scanner) (workload.Workload, error) {
 	w.RunningFor = time.Duration(runningUS) * time.Microsecond
 	w.ExpiresAt, w.RunningSince = fromMicros(expires), fromMicros(runningSince)
 	w.Approval.Expires, w.Approval.At = fromMicros(approvalExpires), fromMicros(approvalAt)
-	w.StartedAt, w.EndedAt = fromMicros(started), fromMicros(ended)
+	w.StartedAt, w.EndedAt, w.Held = fromMicros(started), fromMicros(ended), held != 0
 	if exit.Valid {
 		code := int(exit.Int64)
 		w.ExitCode = &code
@@ -180,13 +181,8 @@ func (s *Store) ListWorkloads(ctx context.Context, f workload.Filter) ([]workloa
 		add("status = ?", string(f.Status))
 	}
 	if f.Ended {
-		var ended []string
-		for _, st := range workload.Statuses {
-			if st.Ended() {
-				ended = append(ended, "'"+string(st)+"'")
-			}
-		}
-		where = append(where, "status IN ("+strings.Join(ended, ", ")+")")
+		in, ended := statusIn(workload.StatusesWhere(workload.Status.Ended))
+		where, args = append(where, in), append(args, ended...)
 	}
 	if f.After != nil {
 		at := f.After.CreatedAt.UnixMicro()
@@ -253,16 +249,16 @@ func (s *Store) UpdateWorkload(ctx context.Context, id string, fn func(workload.
 		if w.Status == old.Status && w.Reason == old.Reason && w.AppliedHash == old.AppliedHash && w.Endpoint == old.Endpoint && w.ExpiresAt.Equal(old.ExpiresAt) &&
 			w.RunningFor == old.RunningFor && w.RunningSince.Equal(old.RunningSince) && w.Approval == old.Approval &&
 			slices.Equal(w.SpotEvictions, old.SpotEvictions) && w.StartedAt.Equal(old.StartedAt) && w.EndedAt.Equal(old.EndedAt) &&
-			w.Attempts == old.Attempts && sameCode(w.ExitCode, old.ExitCode) {
+			w.Attempts == old.Attempts && sameCode(w.ExitCode, old.ExitCode) && w.Held == old.Held {
 			out.UpdatedAt = old.UpdatedAt
 			return nil
 		}
 		_, err = tx.ExecContext(ctx, s.q(`UPDATE workloads SET status = ?, reason = ?, applied_hash = ?, endpoint = ?, expires_at = ?, updated_at = ?, running_us = ?, running_since = ?,
 			approval_why = ?, approval_expires = ?, approval_decision = ?, approval_by = ?, approval_note = ?, approval_at = ?, spot_evictions = ?,
-			started_at = ?, ended_at = ?, attempts = ?, exit_code = ? WHERE id = ?`),
+			started_at = ?, ended_at = ?, attempts = ?, exit_code = ?, held = ? WHERE id = ?`),
 			string(w.Status), w.Reason, w.AppliedHash, w.Endpoint, micros(w.ExpiresAt), w.UpdatedAt.UnixMicro(), w.RunningFor.Microseconds(), micros(w.RunningSince),
 			w.Approval.Why, micros(w.Approval.Expires), w.Approval.Decision, w.Approval.By, w.Approval.Note, micros(w.Approval.At), strings.Join(w.SpotEvictions, ","),
-			micros(w.StartedAt), micros(w.EndedAt), w.Attempts, exitCode(w.ExitCode), id)
+			micros(w.StartedAt), micros(w.EndedAt), w.Attempts, exitCode(w.ExitCode), boolInt(w.Held), id)
 		if err != nil {
 			return fmt.Errorf("update workload %s: %w", id, err)
 		}
@@ -326,13 +322,20 @@ func (s *Store) WorkloadRuns(ctx context.Context, from, to time.Time, teams []te
 // were never applied (not ended; those held for approval only with
 // withHeld), oldest first.
 func (s *Store) UnappliedWorkloads(ctx context.Context, limit int, withHeld bool) ([]workload.Workload, error) {
-	held := string(workload.PendingApproval)
-	if withHeld {
-		held = string(workload.Deleted) // excluded anyway
-	}
+	in, args := statusIn(workload.StatusesWhere(func(st workload.Status) bool {
+		return st.Live() || (withHeld && st == workload.PendingApproval)
+	}))
 	return s.queryWorkloads(ctx, "list unapplied workloads", `SELECT `+workloadColumns+` FROM workloads
-		WHERE applied_hash <> objects_hash AND status NOT IN (?, ?, ?, ?, ?) ORDER BY created_at, id LIMIT ?`,
-		string(workload.Deleted), string(workload.Failed), string(workload.Stopped), string(workload.IdleStopped), held, limit)
+		WHERE applied_hash <> objects_hash AND `+in+` ORDER BY created_at, id LIMIT ?`, append(args, limit)...)
+}
+
+// statusIn is "status IN (?, …)" for statuses, with its arguments.
+func statusIn(statuses []workload.Status) (string, []any) {
+	args := make([]any, len(statuses))
+	for i, st := range statuses {
+		args[i] = string(st)
+	}
+	return "status IN (?" + strings.Repeat(", ?", len(statuses)-1) + ")", args
 }
 
 // ExpiredApprovals implements workload.Store: launches still waiting for
@@ -346,9 +349,10 @@ func (s *Store) ExpiredApprovals(ctx context.Context, now time.Time, limit int) 
 // ExpiredWorkloads implements workload.Store: live workloads other than Jobs
 // whose max runtime ended at or before now, oldest expiry first.
 func (s *Store) ExpiredWorkloads(ctx context.Context, now time.Time, limit int) ([]workload.Workload, error) {
+	in, args := statusIn(workload.StatusesWhere(workload.Status.Live))
 	return s.queryWorkloads(ctx, "list expired workloads", `SELECT `+workloadColumns+` FROM workloads
-		WHERE expires_at > 0 AND expires_at <= ? AND status IN (?, ?, ?, ?) AND kind <> ? ORDER BY expires_at, id LIMIT ?`,
-		now.UnixMicro(), string(workload.Pending), string(workload.Queued), string(workload.Scheduled), string(workload.Running), template.Job, limit)
+		WHERE expires_at > 0 AND expires_at <= ? AND `+in+` AND kind <> ? ORDER BY expires_at, id LIMIT ?`,
+		append(append([]any{now.UnixMicro()}, args...), template.Job, limit)...)
 }
 
 // TouchWorkload records that a person used the workload at at (a later

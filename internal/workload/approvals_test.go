@@ -284,7 +284,7 @@ func TestBlockHoldsTheQueueAtOnce(t *testing.T) {
 	}
 	h.advance(time.Hour) // $55.20 spent
 	next, _, err := h.svc.Create(ctx, "https://idp.test#alice", workload.Request{Template: "pytorch-train", Team: "vision"})
-	if err != nil || !next.Applied() || !strings.HasPrefix(next.Reason, "held: Team vision has spent $55.20") || !h.cluster.Held("vision") {
+	if err != nil || !next.Applied() || !next.Held || !strings.HasPrefix(next.Reason, "held: Team vision has spent $55.20") || !h.cluster.Held("vision") {
 		t.Fatalf("launch while blocked: %v, applied %v, %q, queue held %v", err, next.Applied(), next.Reason, h.cluster.Held("vision"))
 	}
 }

@@ -43,17 +43,21 @@ func (s *Service) report(ctx context.Context, id string, st Status, reason strin
 	if tr == "" {
 		return Workload{}, fmt.Errorf("report about workload %s: the cluster cannot report status %q", id, st)
 	}
+	held := false
 	if st == Queued && s.kueue {
 		// A team whose spent budget blocks launches has its queue held by
 		// Kueue: say why in the budget's words, not the queue's.
 		if w, err := s.store.Workload(ctx, id); err == nil {
-			if why, held, err := s.budgets.Held(ctx, w.Team); err == nil && held {
-				reason = HeldPrefix + why
+			if why, h, err := s.budgets.Held(ctx, w.Team); err == nil && h {
+				reason, held = HeldPrefix+why, true
 			}
 		}
 	}
 	return s.store.UpdateWorkload(ctx, id, func(w Workload) (Workload, error) {
-		out, _, err := Transition(w, tr, reason, s.clock())
+		out, changed, err := Transition(w, tr, reason, s.clock())
+		if err == nil && changed {
+			out.Held = held
+		}
 		if err == nil && exitCode != nil && out.Status == st && (out.ExitCode == nil || *out.ExitCode != *exitCode) {
 			out.ExitCode = exitCode
 		}

@@ -304,7 +304,7 @@ func (s *Service) govern(ctx context.Context, w *Workload, rd Rendered) error {
 	case v.Hold && !s.kueue:
 		return &fault.Forbidden{Reason: "the launch is refused: " + v.Why}
 	case v.Hold:
-		w.Reason = HeldPrefix + v.Why
+		w.Reason, w.Held = HeldPrefix+v.Why, true
 		// Not only at the next quota sync: this launch must not slip in.
 		if s.cluster != nil {
 			if err := s.cluster.HoldQueue(ctx, w.Team); err != nil {
@@ -367,7 +367,7 @@ func (s *Service) fits(ctx context.Context, rd Rendered) error {
 }
 
 // HeldPrefix starts the reason of a launch that a spent budget holds in its
-// team's queue (policy block).
+// team's queue (policy block), for people; Workload.Held says it for code.
 const HeldPrefix = "held: "
 
 // MaxPendingApprovals is how many of one person's launches in a team may

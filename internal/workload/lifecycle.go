@@ -26,7 +26,6 @@ const (
 	Refused  Trigger = "refused"   // the API server refused its objects
 	Approve  Trigger = "approve"   // an approver let a held launch go ahead
 	Deny     Trigger = "deny"      // an approver refused a held launch
-	Admit    Trigger = "admit"     // the quota engine admitted it (it leaves the queue)
 	Stop     Trigger = "stop"      // its owner or a team-admin stopped it
 	Expire   Trigger = "expire"    // it ran past its template's max runtime
 	IdleStop Trigger = "idle-stop" // the idle culler stopped it
@@ -38,7 +37,7 @@ const (
 // Triggers lists every trigger, for tests and documentation.
 var Triggers = []Trigger{
 	ReportedPending, ReportedQueued, ReportedScheduled, ReportedRunning, ReportedSucceeded, ReportedFailed,
-	Refused, Approve, Deny, Admit, Stop, Expire, IdleStop, SpotGone, Start, Delete,
+	Refused, Approve, Deny, Stop, Expire, IdleStop, SpotGone, Start, Delete,
 }
 
 // Reported is the trigger of the cluster reporting st; "" for a status the
@@ -99,7 +98,7 @@ func live() map[Trigger]Status {
 	return map[Trigger]Status{
 		ReportedPending: Pending, ReportedQueued: Queued, ReportedScheduled: Scheduled, ReportedRunning: Running,
 		ReportedSucceeded: Succeeded, ReportedFailed: Failed,
-		Admit: Pending, Refused: Failed, SpotGone: Failed,
+		Refused: Failed, SpotGone: Failed,
 		Stop: Stopped, Expire: Stopped, IdleStop: IdleStopped, Delete: Deleted,
 	}
 }
@@ -111,6 +110,36 @@ func Next(from Status, tr Trigger) (to Status, ok bool) {
 	return to, ok
 }
 
+// Action is what a person may ask of a workload.
+type Action string
+
+// Actions, each the trigger it fires.
+const (
+	ActStop    Action = "stop"
+	ActStart   Action = "start"
+	ActDelete  Action = "delete"
+	ActApprove Action = "approve"
+	ActDeny    Action = "deny"
+)
+
+var actionTriggers = []struct {
+	act Action
+	tr  Trigger
+}{{ActStop, Stop}, {ActStart, Start}, {ActDelete, Delete}, {ActApprove, Approve}, {ActDeny, Deny}}
+
+// Actions are what the lifecycle lets a person ask of a workload in st now,
+// read from the table: an action whose trigger its row has. (Stopping a
+// stopped workload is harmless but not offered.) Who may ask is policy's.
+func Actions(st Status) []Action {
+	out := []Action{}
+	for _, a := range actionTriggers {
+		if _, ok := Next(st, a.tr); ok {
+			out = append(out, a.act)
+		}
+	}
+	return out
+}
+
 // Accepts lists the triggers a status accepts, sorted.
 func Accepts(from Status) []Trigger {
 	var out []Trigger
@@ -118,6 +147,29 @@ func Accepts(from Status) []Trigger {
 		out = append(out, tr)
 	}
 	slices.Sort(out)
+	return out
+}
+
+// Live reports whether a workload in st runs or waits to run, its objects
+// on the cluster: Pending, Queued, Scheduled, Running (the statuses whose
+// row is live()). PendingApproval waits for a person first.
+func (st Status) Live() bool {
+	switch st {
+	case Pending, Queued, Scheduled, Running:
+		return true
+	}
+	return false
+}
+
+// StatusesWhere lists the statuses for which pred holds, in Statuses' order:
+// what the store selects by.
+func StatusesWhere(pred func(Status) bool) []Status {
+	var out []Status
+	for _, st := range Statuses {
+		if pred(st) {
+			out = append(out, st)
+		}
+	}
 	return out
 }
 
@@ -168,6 +220,8 @@ func Transition(w Workload, tr Trigger, reason string, at time.Time) (out Worklo
 	case !to.Ended():
 		w.EndedAt, w.ExitCode = time.Time{}, nil // started again: it has not ended
 	}
-	w.Status, w.Reason, w.UpdatedAt = to, reason, at
+	// Held by a budget is said by whoever holds it, with its reason: any
+	// other change ends it.
+	w.Status, w.Reason, w.UpdatedAt, w.Held = to, reason, at, false
 	return w, true, nil
 }

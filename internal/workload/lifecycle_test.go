@@ -36,8 +36,6 @@ func TestTransitionTable(t *testing.T) {
 				return IdleStopped, true
 			case Refused, SpotGone:
 				return Failed, true
-			case Admit:
-				return Pending, true
 			}
 			return "", false // approve, deny, start: not for a live workload
 		case from == PendingApproval:
@@ -113,6 +111,23 @@ func TestReportedCoversWhatTheClusterCanSay(t *testing.T) {
 	}
 }
 
+// TestLive: the live statuses are exactly those whose row lets the
+// cluster's reports move them; StatusesWhere lists them in order.
+func TestLive(t *testing.T) {
+	for _, st := range Statuses {
+		_, reported := transitions[st][ReportedRunning]
+		if st.Live() != reported {
+			t.Errorf("%s.Live() = %v, but its row takes reports: %v", st, st.Live(), reported)
+		}
+		if st.Live() && st.Ended() {
+			t.Errorf("%s is live and ended", st)
+		}
+	}
+	if got := StatusesWhere(Status.Live); !slices.Equal(got, []Status{Pending, Queued, Scheduled, Running}) {
+		t.Errorf("StatusesWhere(Live) = %v", got)
+	}
+}
+
 func TestEnded(t *testing.T) {
 	for _, st := range Statuses {
 		want := slices.Contains([]Status{Succeeded, Failed, Stopped, IdleStopped, Deleted}, st)
@@ -181,5 +196,20 @@ func TestTransitionHistoryUnseenRun(t *testing.T) {
 	failed, _, _ := Transition(Workload{Status: Pending}, ReportedFailed, "ImagePullBackOff", at)
 	if failed.Attempts != 0 || !failed.StartedAt.IsZero() || !failed.EndedAt.Equal(at) {
 		t.Errorf("failed before it ran: %+v", failed)
+	}
+}
+
+// TestActions: what a person may ask follows the table — a live workload
+// may be stopped and deleted, a stopped one started and deleted, a held
+// launch approved, denied or deleted, an ended one only deleted, a deleted
+// one nothing.
+func TestActions(t *testing.T) {
+	for st, want := range map[Status][]Action{
+		Running: {ActStop, ActDelete}, Queued: {ActStop, ActDelete}, Stopped: {ActStart, ActDelete}, IdleStopped: {ActStart, ActDelete},
+		PendingApproval: {ActDelete, ActApprove, ActDeny}, Succeeded: {ActDelete}, Failed: {ActDelete}, Deleted: {},
+	} {
+		if got := Actions(st); !slices.Equal(got, want) {
+			t.Errorf("Actions(%s) = %v, want %v", st, got, want)
+		}
 	}
 }

@@ -62,8 +62,8 @@ func never(err error) bool {
 	return errors.As(err, &nf) || errors.As(err, &inv) || errors.As(err, &c)
 }
 
-// Action is what Converge did, or would do, to one object on the cluster.
-type Action struct {
+// Convergence is what Converge did, or would do, to one object on the cluster.
+type Convergence struct {
 	Object ObjectRef
 	Do     string // "delete", "stop" or "start"
 	Why    string
@@ -75,7 +75,7 @@ type Action struct {
 // stopped one's stopped, a started one's started (a change the cluster did not
 // answer at the time). Objects of no recorded workload are orphans: reported,
 // and removed only with removeOrphans.
-func (s *Service) Converge(ctx context.Context, removeOrphans bool) ([]Action, error) {
+func (s *Service) Converge(ctx context.Context, removeOrphans bool) ([]Convergence, error) {
 	if s.cluster == nil {
 		return nil, nil
 	}
@@ -83,7 +83,7 @@ func (s *Service) Converge(ctx context.Context, removeOrphans bool) ([]Action, e
 	if err != nil {
 		return nil, err
 	}
-	var out []Action
+	var out []Convergence
 	var errs []error
 	for _, o := range objs {
 		a, ok, err := s.actionFor(ctx, o, removeOrphans)
@@ -113,22 +113,22 @@ func (s *Service) Converge(ctx context.Context, removeOrphans bool) ([]Action, e
 
 // actionFor decides what an object on the cluster needs; ok is false when it
 // is as recorded. Done is set when the action should be carried out.
-func (s *Service) actionFor(ctx context.Context, o ObjectRef, removeOrphans bool) (Action, bool, error) {
+func (s *Service) actionFor(ctx context.Context, o ObjectRef, removeOrphans bool) (Convergence, bool, error) {
 	w, err := s.store.Workload(ctx, o.WorkloadID)
 	var nf *fault.NotFound
 	switch {
 	case errors.As(err, &nf):
-		return Action{Object: o, Do: "delete", Why: "no workload has this id", Done: removeOrphans}, true, nil
+		return Convergence{Object: o, Do: "delete", Why: "no workload has this id", Done: removeOrphans}, true, nil
 	case err != nil:
-		return Action{}, false, err
+		return Convergence{}, false, err
 	case w.Status == Deleted:
-		return Action{Object: o, Do: "delete", Why: "the workload was deleted", Done: true}, true, nil
+		return Convergence{Object: o, Do: "delete", Why: "the workload was deleted", Done: true}, true, nil
 	case (w.Status == Stopped || w.Status == IdleStopped) && o.Running:
-		return Action{Object: o, Do: "stop", Why: "the workload was stopped", Done: true}, true, nil
+		return Convergence{Object: o, Do: "stop", Why: "the workload was stopped", Done: true}, true, nil
 	case !w.Status.Ended() && w.Status != PendingApproval && !o.Running && w.Applied():
-		return Action{Object: o, Do: "start", Why: "the workload was started again", Done: true}, true, nil
+		return Convergence{Object: o, Do: "start", Why: "the workload was started again", Done: true}, true, nil
 	}
-	return Action{}, false, nil
+	return Convergence{}, false, nil
 }
 
 // Expire stops the live services, notebooks and VMs whose max runtime has

@@ -70,7 +70,10 @@ type Workload struct {
 	AppliedHash     string // the ObjectsHash last applied to the cluster; "" until then
 	Status          Status
 	Reason          string // why the workload is stuck or failed
-	Endpoint        string // in-cluster address of a service or notebook
+	// Held: a team's spent budget holds it in the team's queue (Reason
+	// says the budget's words).
+	Held     bool
+	Endpoint string // in-cluster address of a service or notebook
 	// LastUsed is when a person last used it (its API, its app, a
 	// keep-alive): read with the record inside UpdateWorkload's
 	// transaction, so that an update can depend on it; zero elsewhere.

@@ -495,10 +495,12 @@ async function workloadPage(id) {
     document.getElementById('w-approval').textContent = !a ? '-' :
       (a.decision ? a.decision + ' by ' + a.decidedBy + (a.note ? ': ' + a.note : '') :
         'waiting: ' + a.why + ' — any of ' + a.approvers.join(', ') + ' may approve until ' + new Date(a.expiresAt).toLocaleString());
-    const running = ['Pending', 'Queued', 'PendingApproval', 'Scheduled', 'Running'].includes(w.status);
-    document.getElementById('stop').disabled = !running;
-    document.getElementById('start').disabled = !['Stopped', 'IdleStopped'].includes(w.status);
-    document.getElementById('delete').disabled = w.status === 'Deleted';
+    // What the lifecycle lets happen now, as the server says (not a copy
+    // of its table here).
+    const can = (act) => (w.actions || []).includes(act);
+    document.getElementById('stop').disabled = !can('stop');
+    document.getElementById('start').disabled = !can('start');
+    document.getElementById('delete').disabled = !can('delete');
     reproduce(w);
     if (w.status === 'Running' && !following) follow();
   };

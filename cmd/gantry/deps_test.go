@@ -9,9 +9,12 @@ import (
 
 // Packages only development builds (-tags dev) may carry: the in-process
 // OpenID provider, the local signed registry and its signer, the local
-// cluster; and packages no build may carry: test helpers.
+// cluster and its simulated node agents; and packages no build may carry:
+// test helpers. (internal/replay stays in production: `gantry advise
+// replay` scores the advice rules on a trace, and the agent's trace mode
+// reads one.)
 var (
-	devOnly  = []string{"internal/devidp", "internal/devregistry", "internal/imagesign", "internal/devcluster", "github.com/zitadel/oidc/v3/pkg/op"}
+	devOnly  = []string{"internal/devidp", "internal/devregistry", "internal/imagesign", "internal/devcluster", "internal/devagent", "github.com/zitadel/oidc/v3/pkg/op"}
 	testOnly = []string{"internal/servertest", "internal/workload/workloadtest", "internal/waitfor", "internal/devcluster/clustertest", "github.com/chromedp/chromedp"}
 	// Third-party packages in the image verifier's graph that import
 	// package testing for helpers of their own; nothing of Gantry's may.

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/pmezard/go-difflib/difflib"
+	udiff "github.com/aymanbagabas/go-udiff"
 	"sigs.k8s.io/yaml"
 
 	"github.com/gantryhq/gantry/internal/fault"
@@ -356,12 +356,6 @@ func YAML(t *template.Template) string {
 }
 
 func diff(name string, from, to *template.Template) string {
-	d, _ := difflib.GetUnifiedDiffString(difflib.UnifiedDiff{
-		A:        difflib.SplitLines(YAML(from)),
-		B:        difflib.SplitLines(YAML(to)),
-		FromFile: "live/" + name,
-		ToFile:   "files/" + name,
-		Context:  3,
-	})
+	d := udiff.Unified("live/"+name, "files/"+name, YAML(from), YAML(to))
 	return strings.TrimRight(d, "\n")
 }

@@ -59,7 +59,7 @@ func (s *server) ApplyWorkloadAdvice(ctx context.Context, req gen.ApplyWorkloadA
 	if err != nil {
 		return nil, err
 	}
-	return gen.ApplyWorkloadAdvice201JSONResponse{Workload: workloadOut(nw), Applied: findingOut(w.ID, f)}, nil
+	return gen.ApplyWorkloadAdvice201JSONResponse{Workload: s.workloadOut(nw), Applied: findingOut(w.ID, f)}, nil
 }
 
 func (s *server) ListAdvice(ctx context.Context, req gen.ListAdviceRequestObject) (gen.ListAdviceResponseObject, error) {

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -33,7 +34,7 @@ func (s *ctxStore) EachAudit(context.Context, func(audit.Record) error) error { 
 func TestAuditOutlivesTheClient(t *testing.T) {
 	store := &ctxStore{}
 	e := echo.New()
-	e.Use(auditLog(store, slog.New(slog.DiscardHandler)))
+	e.Use(auditLog(store, slog.New(slog.DiscardHandler), time.Now))
 	ctx, cancel := context.WithCancel(context.Background())
 	e.POST("/api/v1/workloads/estimate", func(c echo.Context) error {
 		cancel() // the browser navigated away while it was served

@@ -40,7 +40,7 @@ func (s *server) ApproveWorkload(ctx context.Context, req gen.ApproveWorkloadReq
 		return nil, err
 	}
 	s.o.Own.Decision(true)
-	return gen.ApproveWorkload200JSONResponse(workloadOut(w)), nil
+	return gen.ApproveWorkload200JSONResponse(s.workloadOut(w)), nil
 }
 
 func (s *server) DenyWorkload(ctx context.Context, req gen.DenyWorkloadRequestObject) (gen.DenyWorkloadResponseObject, error) {
@@ -49,7 +49,7 @@ func (s *server) DenyWorkload(ctx context.Context, req gen.DenyWorkloadRequestOb
 		return nil, err
 	}
 	s.o.Own.Decision(false)
-	return gen.DenyWorkload200JSONResponse(workloadOut(w)), nil
+	return gen.DenyWorkload200JSONResponse(s.workloadOut(w)), nil
 }
 
 // budgetOut is a budget's status, with its cost centers', as the API says it.
@@ -69,7 +69,7 @@ func (s *server) GetTeamReport(ctx context.Context, req gen.GetTeamReportRequest
 	if err != nil {
 		return nil, &fault.Invalid{Fields: []fault.Field{{Path: "team", Message: err.Error()}}}
 	}
-	at := time.Now().UTC()
+	at := s.o.Now().UTC()
 	if req.Params.Month != nil {
 		if at, err = time.Parse("2006-01", *req.Params.Month); err != nil {
 			return nil, &fault.Invalid{Fields: []fault.Field{{Path: "month", Message: fmt.Sprintf("%q is not YYYY-MM", *req.Params.Month)}}}

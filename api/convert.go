@@ -95,8 +95,10 @@ func gpuClass(c gpu.Class) gen.GPUClass {
 	return out
 }
 
-func workloadOut(w workload.Workload) gen.Workload {
-	now := time.Now()
+// workloadOut is a workload as the API shows it, its cost and running time
+// up to now on the server's clock.
+func (s *server) workloadOut(w workload.Workload) gen.Workload {
+	now := s.o.Now()
 	out := gen.Workload{
 		Id: w.ID, Name: w.Name, Team: w.Team.String(), Owner: w.Owner, Template: w.Template, TemplateVersion: w.TemplateVersion,
 		Kind: gen.WorkloadKind(w.Kind), Parameters: w.Parameters, ObjectsHash: w.ObjectsHash, Status: gen.WorkloadStatus(w.Status),

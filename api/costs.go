@@ -13,7 +13,7 @@ import (
 )
 
 func (s *server) GetCosts(ctx context.Context, req gen.GetCostsRequestObject) (gen.GetCostsResponseObject, error) {
-	now := time.Now().UTC()
+	now := s.o.Now().UTC()
 	from := time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC)
 	var errs fault.List
 	from = momentParam(&errs, "from", req.Params.From, from)

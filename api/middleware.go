@@ -316,7 +316,7 @@ func secureHeaders(next echo.HandlerFunc) echo.HandlerFunc {
 func accessLog(log *slog.Logger) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
-			start := time.Now()
+			start := time.Now() //clock:allow measures a duration
 			err := next(c)
 			if err != nil {
 				c.Error(err)
@@ -335,7 +335,7 @@ func accessLog(log *slog.Logger) echo.MiddlewareFunc {
 // 429 from the anonymous limit, a 404 hiding a denial), once the response is
 // decided, with the caller, the route, the outcome and why. Given an
 // audit.Aggregator, repeated denials are counted, not written one by one.
-func auditLog(store audit.Store, log *slog.Logger) echo.MiddlewareFunc {
+func auditLog(store audit.Store, log *slog.Logger, now func() time.Time) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			if err := next(c); err != nil {
@@ -343,17 +343,17 @@ func auditLog(store audit.Store, log *slog.Logger) echo.MiddlewareFunc {
 				if store == nil {
 					return nil
 				}
-				return record(c, store, log, err)
+				return record(c, store, log, now, err)
 			}
 			if store == nil {
 				return nil
 			}
-			return record(c, store, log, nil)
+			return record(c, store, log, now, nil)
 		}
 	}
 }
 
-func record(c echo.Context, store audit.Store, log *slog.Logger, err error) error {
+func record(c echo.Context, store audit.Store, log *slog.Logger, now func() time.Time, err error) error {
 	req := c.Request()
 	status := c.Response().Status
 	denied := status == http.StatusUnauthorized || status == http.StatusForbidden || status == http.StatusTooManyRequests
@@ -376,7 +376,7 @@ func record(c echo.Context, store audit.Store, log *slog.Logger, err error) erro
 	if id, ok := identity.From(req.Context()); ok && id.Via == identity.ViaAgent && err == nil {
 		return nil // a node's telemetry changes nothing a person did: refusals only
 	}
-	r := audit.Record{At: time.Now(), Actor: "anonymous", Action: req.Method + " " + c.Path(), Object: req.URL.Path,
+	r := audit.Record{At: now(), Actor: "anonymous", Action: req.Method + " " + c.Path(), Object: req.URL.Path,
 		Decision: audit.Allow, Status: status, RequestID: c.Response().Header().Get(echo.HeaderXRequestID)}
 	if id, ok := identity.From(req.Context()); ok {
 		r.Actor = id.String()

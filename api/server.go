@@ -14,6 +14,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
@@ -117,6 +118,9 @@ type Options struct {
 	// proxied sockets), caps them and closes them when what allowed them
 	// changes; required.
 	Live *live.Registry
+	// Now is the server's clock: what the API reports and decides by
+	// (costs so far, periods, audit times, the watch stream); required.
+	Now func() time.Time
 }
 
 // New builds the HTTP handler.
@@ -135,6 +139,9 @@ func New(o Options) (*echo.Echo, error) {
 	if o.Edits == nil {
 		return nil, errors.New("api: the platform edits service is required")
 	}
+	if o.Now == nil {
+		return nil, errors.New("api: the server's clock is required")
+	}
 	cr := credentials{bearer: o.Identify, tokens: o.Tokens, sessions: o.Sessions}
 	recheck := cr
 	if o.RecheckBearer != nil {
@@ -151,7 +158,7 @@ func New(o Options) (*echo.Echo, error) {
 		logIDs,
 		measure(o.Own),
 		accessLog(o.Logger),
-		auditLog(o.Audit, o.Logger),
+		auditLog(o.Audit, o.Logger, o.Now),
 		middleware.Recover(),
 		middleware.BodyLimitWithConfig(middleware.BodyLimitConfig{Limit: fmt.Sprint(o.MaxBodyBytes) + "B",
 			Skipper: func(c echo.Context) bool { return isInteractive(c.Request().URL.Path) }}), // an app's uploads are its business

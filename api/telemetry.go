@@ -144,7 +144,7 @@ func (s *server) GetWorkloadMetrics(ctx context.Context, req gen.GetWorkloadMetr
 		return nil, err
 	}
 	p := req.Params
-	q := telemetry.Query{Target: telemetry.Target{ID: w.ID, Namespace: s.o.Workloads.Namespace(w), Name: w.Name}, To: time.Now().UTC()}
+	q := telemetry.Query{Target: telemetry.Target{ID: w.ID, Namespace: s.o.Workloads.Namespace(w), Name: w.Name}, To: s.o.Now().UTC()}
 	var errs fault.List
 	q.To = momentParam(&errs, "to", p.To, q.To)
 	q.From = momentParam(&errs, "from", p.From, q.To.Add(-defaultWindow))

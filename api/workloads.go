@@ -65,7 +65,7 @@ func (s *server) CreateWorkload(ctx context.Context, req gen.CreateWorkloadReque
 		return nil, err
 	case replayed:
 		s.o.Own.Launch("replayed")
-		out := workloadOut(w)
+		out := s.workloadOut(w)
 		s.named(ctx, &out)
 		return gen.CreateWorkload200JSONResponse(out), nil
 	case w.Status == workload.PendingApproval:
@@ -75,7 +75,7 @@ func (s *server) CreateWorkload(ctx context.Context, req gen.CreateWorkloadReque
 	default:
 		s.o.Own.Launch("started")
 	}
-	out := workloadOut(w)
+	out := s.workloadOut(w)
 	s.named(ctx, &out)
 	if len(warnings) > 0 {
 		out.Warnings = &warnings
@@ -131,7 +131,7 @@ func (s *server) StopWorkload(ctx context.Context, req gen.StopWorkloadRequestOb
 	if err != nil {
 		return nil, err
 	}
-	return gen.StopWorkload200JSONResponse(workloadOut(w)), nil
+	return gen.StopWorkload200JSONResponse(s.workloadOut(w)), nil
 }
 
 func (s *server) KeepWorkloadAlive(ctx context.Context, req gen.KeepWorkloadAliveRequestObject) (gen.KeepWorkloadAliveResponseObject, error) {
@@ -139,7 +139,7 @@ func (s *server) KeepWorkloadAlive(ctx context.Context, req gen.KeepWorkloadAliv
 	if err != nil {
 		return nil, err
 	}
-	return gen.KeepWorkloadAlive200JSONResponse(workloadOut(w)), nil
+	return gen.KeepWorkloadAlive200JSONResponse(s.workloadOut(w)), nil
 }
 
 func (s *server) StartWorkload(ctx context.Context, req gen.StartWorkloadRequestObject) (gen.StartWorkloadResponseObject, error) {
@@ -147,7 +147,7 @@ func (s *server) StartWorkload(ctx context.Context, req gen.StartWorkloadRequest
 	if err != nil {
 		return nil, err
 	}
-	return gen.StartWorkload200JSONResponse(workloadOut(w)), nil
+	return gen.StartWorkload200JSONResponse(s.workloadOut(w)), nil
 }
 
 func (s *server) GetWorkloadLogs(ctx context.Context, req gen.GetWorkloadLogsRequestObject) (gen.GetWorkloadLogsResponseObject, error) {
@@ -298,7 +298,7 @@ func (s *server) ListWorkloads(ctx context.Context, req gen.ListWorkloadsRequest
 	out := gen.WorkloadList{Items: make([]gen.Workload, len(page.Items))}
 	items := make([]*gen.Workload, len(page.Items))
 	for i, w := range page.Items {
-		out.Items[i] = workloadOut(w)
+		out.Items[i] = s.workloadOut(w)
 		items[i] = &out.Items[i]
 	}
 	s.named(ctx, items...)
@@ -313,7 +313,7 @@ func (s *server) GetWorkload(ctx context.Context, req gen.GetWorkloadRequestObje
 	if err != nil {
 		return nil, err
 	}
-	out := workloadOut(w)
+	out := s.workloadOut(w)
 	s.named(ctx, &out)
 	return gen.GetWorkload200JSONResponse(out), nil
 }
@@ -344,7 +344,7 @@ func (s *server) WatchWorkload(ctx context.Context, req gen.WatchWorkloadRequest
 	if err != nil {
 		return nil, err
 	}
-	return watchStream{ctx: ctx, first: w, log: s.o.Logger, owner: s.names(ctx, w.Owner)[w.Owner],
+	return watchStream{ctx: ctx, first: w, log: s.o.Logger, owner: s.names(ctx, w.Owner)[w.Owner], out: s.workloadOut,
 		get: func() (workload.Workload, error) { return s.o.Workloads.Get(ctx, req.Id) }}, nil
 }
 
@@ -356,6 +356,7 @@ type watchStream struct {
 	owner string // the owner's display name (it does not change)
 	log   *slog.Logger
 	get   func() (workload.Workload, error)
+	out   func(workload.Workload) gen.Workload // as the API shows it, on the server's clock
 }
 
 // watchEvery, keepAliveEvery and watchLifetime pace a watch stream.
@@ -383,7 +384,7 @@ func (ws watchStream) VisitWatchWorkloadResponse(w http.ResponseWriter) error {
 	var last []byte
 	// send writes the workload if it changed; false: stop streaming.
 	send := func(wl workload.Workload) bool {
-		out := workloadOut(wl)
+		out := ws.out(wl)
 		out.OwnerName = omitEmpty(ws.owner)
 		data, err := json.Marshal(out)
 		if err != nil {

@@ -47,6 +47,8 @@ type Sessions interface {
 
 // Options configure the portal.
 type Options struct {
+	// Now is the server's clock (audit times); nil: the wall clock.
+	Now      func() time.Time
 	Sessions Sessions
 	// Teams lists the teams where an identity holds a permission.
 	Teams func(id identity.Identity, permission access.Permission) (all bool, teams []string)
@@ -221,6 +223,13 @@ func (p *portal) page(name string) http.HandlerFunc {
 	}
 }
 
+func (p *portal) now() time.Time {
+	if p.o.Now != nil {
+		return p.o.Now()
+	}
+	return time.Now() //clock:allow a portal built without the server's clock (its tests)
+}
+
 func (p *portal) render(w http.ResponseWriter, status int, v view) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
@@ -322,7 +331,7 @@ func (p *portal) audit(w http.ResponseWriter, r *http.Request, status int, actor
 	if p.o.Audit == nil {
 		return
 	}
-	rec := audit.Record{At: time.Now(), Actor: actor, Action: r.Method + " " + r.URL.Path, Object: r.URL.Path,
+	rec := audit.Record{At: p.now(), Actor: actor, Action: r.Method + " " + r.URL.Path, Object: r.URL.Path,
 		Decision: decision, Status: status, Reason: reason, RequestID: w.Header().Get("X-Request-Id")}
 	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
 		rec.Source = host

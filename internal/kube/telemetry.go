@@ -61,7 +61,7 @@ const UnhealthyLabel = "gantry.dev/gpu-unhealthy"
 // (so that the scheduler places nothing new there and operators can find
 // it; uncordoning is theirs).
 func (c *Cluster) GPUUnhealthy(ctx context.Context, node string, gpu telemetry.GPURecord, pods []telemetry.PodRef, cordon bool) error {
-	now := metav1.NewTime(time.Now())
+	now := metav1.NewTime(time.Now()) //clock:allow a Kubernetes object's time: the cluster compares wall times
 	msg := fmt.Sprintf("GPU %d (%s) on node %s is unhealthy: %s", gpu.State.Index, gpu.State.GPU, node, gpu.Reason)
 	for _, p := range pods {
 		pod, err := c.core.CoreV1().Pods(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})

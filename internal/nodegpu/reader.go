@@ -225,7 +225,7 @@ func (r *Reader) Inventory(context.Context) ([]telemetry.GPUState, error) {
 		return nil, err
 	}
 	r.mu.Lock()
-	r.walked, r.walkedAt = gs, time.Now()
+	r.walked, r.walkedAt = gs, time.Now() //clock:allow the node agent stamps by its node's clock
 	r.mu.Unlock()
 	out := make([]telemetry.GPUState, len(gs))
 	for i, g := range gs {
@@ -474,7 +474,7 @@ func (r *Reader) Events() []telemetry.Event {
 		if e.Device != nil {
 			uuid, _ = e.Device.GetUUID()
 		}
-		ev := telemetry.Event{Time: time.Now().UTC(), GPU: uuid}
+		ev := telemetry.Event{Time: time.Now().UTC(), GPU: uuid} //clock:allow the node agent stamps by its node's clock
 		switch e.EventType {
 		case nvml.EventTypeXidCriticalError:
 			ev.XID, ev.Detail = e.EventData, fmt.Sprintf("XID %d", e.EventData)

@@ -322,6 +322,7 @@ func New(ctx context.Context, cfg config.Config, ov Overrides) (s *Server, err e
 	if s.clock == nil {
 		s.clock = clock.RealClock{}
 	}
+	core.Store.UseClock(s.clock.Now)
 	if err := s.seed(ctx); err != nil {
 		return nil, err
 	}
@@ -488,10 +489,11 @@ func New(ctx context.Context, cfg config.Config, ov Overrides) (s *Server, err e
 		return nil, err
 	}
 	h, err := api.New(api.Options{
+		Now:     s.clock.Now,
 		Live:    s.live,
 		Catalog: core.Catalog, Workloads: s.Workloads, Estimates: estimates, Budgets: s.Budgets, Settings: settings, Edits: s.overlays, Prices: core.Store.PriceHistory, Own: s.own, Checks: s.checks, Spec: gantry.OpenAPI,
 		MaxBodyBytes: cfg.MaxBodyBytes, Logger: core.Log,
-		Portal:   portal.New(portal.Options{Sessions: sessions, Teams: s.authz.Teams, Secure: strings.HasPrefix(public, "https://"), Logger: core.Log, Audit: s.denials}),
+		Portal:   portal.New(portal.Options{Now: s.clock.Now, Sessions: sessions, Teams: s.authz.Teams, Secure: strings.HasPrefix(public, "https://"), Logger: core.Log, Audit: s.denials}),
 		Identify: identify, RecheckBearer: recheck, Sessions: sessions, Tokens: s.tokens, Users: s.users, Teams: s.authz.Teams,
 		SignIn:    gen.AuthConfig{Issuer: oc.Issuer, CliClientID: oc.CLIClientID, Scopes: oc.Scopes},
 		Authorize: s.authz.AllowedSomewhere, RolesWith: s.authz.RolesWith, NeedsSecondFactor: s.authz.NeedsSecondFactor, Audit: s.denials, Images: core.Images,

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -101,5 +102,48 @@ func TestNewFailsCleanly(t *testing.T) {
 	_, err := server.New(context.Background(), cfg, server.Overrides{})
 	if err == nil {
 		t.Fatal("New succeeded with an OpenID provider that does not answer")
+	}
+}
+
+// TestAPIOnTheServersClock: what the API reports by time follows the clock
+// Run was given, not the wall clock: the default cost period is the fake
+// clock's month, and the audit log stamps requests at the fake time.
+func TestAPIOnTheServersClock(t *testing.T) {
+	fake := clocktesting.NewFakeClock(time.Date(2031, 3, 15, 9, 0, 0, 0, time.UTC))
+	g := servertest.WithOverrides(t, server.Overrides{Clock: fake})
+	get := func(tok, path string, out any) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodGet, g.URL+path, nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("GET %s: %d", path, resp.StatusCode)
+		}
+		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var costs struct{ From, To time.Time }
+	get(g.Token("ada"), "/api/v1/costs", &costs)
+	if !costs.From.Equal(time.Date(2031, 3, 1, 0, 0, 0, 0, time.UTC)) {
+		t.Errorf("the default period starts %v, want the fake clock's month", costs.From)
+	}
+	// A request that is audited (not a read): an estimate.
+	req, _ := http.NewRequest(http.MethodPost, g.URL+"/api/v1/workloads/estimate", strings.NewReader(`{"template":"dev-environment","team":"vision"}`))
+	req.Header.Set("Authorization", "Bearer "+g.Token("ada"))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	var audit struct{ Items []struct{ At time.Time } }
+	get(g.Token("ada"), "/api/v1/audit?limit=5", &audit)
+	if len(audit.Items) == 0 || audit.Items[0].At.Year() != 2031 {
+		t.Errorf("the audit log's newest records: %+v, want them stamped in 2031", audit.Items)
 	}
 }

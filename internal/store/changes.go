@@ -19,7 +19,7 @@ func (s *Store) appendChange(ctx context.Context, tx *sql.Tx, kind live.Kind, su
 		return fmt.Errorf("number a change: %w", err)
 	}
 	if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO changes (seq, at, kind, subject) VALUES (?, ?, ?, ?)`),
-		seq, time.Now().UnixMicro(), string(kind), subject); err != nil {
+		seq, s.clock().UnixMicro(), string(kind), subject); err != nil {
 		return fmt.Errorf("record a change: %w", err)
 	}
 	return nil

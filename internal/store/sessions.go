@@ -17,7 +17,7 @@ import (
 // CreateLogin implements weblogin.Store; expired logins are removed on the way.
 func (s *Store) CreateLogin(ctx context.Context, l weblogin.Login) error {
 	return s.tx(ctx, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM logins WHERE expires_at < ?`), time.Now().UnixMicro()); err != nil {
+		if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM logins WHERE expires_at < ?`), s.clock().UnixMicro()); err != nil {
 			return fmt.Errorf("remove expired logins: %w", err)
 		}
 		_, err := tx.ExecContext(ctx, s.q(`INSERT INTO logins (state_hash, nonce, verifier, return_to, expires_at) VALUES (?, ?, ?, ?, ?)`),
@@ -63,7 +63,7 @@ func (s *Store) CreateSession(ctx context.Context, ses weblogin.Session) error {
 		return err
 	}
 	return s.tx(ctx, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM sessions WHERE expires_at < ?`), time.Now().UnixMicro()); err != nil {
+		if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM sessions WHERE expires_at < ?`), s.clock().UnixMicro()); err != nil {
 			return fmt.Errorf("remove expired sessions: %w", err)
 		}
 		_, err := tx.ExecContext(ctx, s.q(`INSERT INTO sessions (id_hash, issuer, subject, email, name, groups, csrf, created_at, expires_at, second_factor) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),

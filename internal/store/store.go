@@ -17,6 +17,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -46,6 +47,19 @@ type Store struct {
 	seen   seriesSeen // telemetry series this process has written
 	// changed wakes this process's change-feed follower (txChanges).
 	changed chan struct{}
+	// now is the clock the store stamps and expires by (UseClock).
+	now atomic.Pointer[func() time.Time]
+}
+
+// UseClock makes the store stamp and expire by now (the server's clock)
+// instead of the wall clock it opens with.
+func (s *Store) UseClock(now func() time.Time) { s.now.Store(&now) }
+
+func (s *Store) clock() time.Time {
+	if f := s.now.Load(); f != nil {
+		return (*f)()
+	}
+	return time.Now() //clock:allow a store opened by a tool or a test, without the server's clock
 }
 
 // Open connects to the database and applies pending migrations. For SQLite, dsn
@@ -162,7 +176,7 @@ func (s *Store) migrate(ctx context.Context) error {
 					return err
 				}
 			}
-			_, err := tx.ExecContext(ctx, s.q(`INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)`), version, time.Now().UnixMicro())
+			_, err := tx.ExecContext(ctx, s.q(`INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)`), version, s.clock().UnixMicro())
 			return err
 		})
 		if err != nil {

@@ -58,7 +58,7 @@ func (c *seriesSeen) known(id int64, attribution string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.m[id]
-	return ok && e.attribution == attribution && time.Now().Before(e.expires)
+	return ok && e.attribution == attribution && time.Now().Before(e.expires) //clock:allow a cache of its own, expired by wall time
 }
 
 func (c *seriesSeen) add(ids map[int64]string) {
@@ -67,7 +67,7 @@ func (c *seriesSeen) add(ids map[int64]string) {
 	if c.m == nil || len(c.m)+len(ids) > maxSeriesSeen {
 		c.m = make(map[int64]seenSeries, len(ids))
 	}
-	exp := time.Now().Add(seriesSeenTTL)
+	exp := time.Now().Add(seriesSeenTTL) //clock:allow a cache of its own, expired by wall time
 	for id, a := range ids {
 		c.m[id] = seenSeries{a, exp}
 	}

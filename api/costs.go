@@ -13,15 +13,13 @@ import (
 )
 
 func (s *server) GetCosts(ctx context.Context, req gen.GetCostsRequestObject) (gen.GetCostsResponseObject, error) {
-	now := s.o.Now().UTC()
-	from := time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC)
 	var errs fault.List
-	from = momentParam(&errs, "from", req.Params.From, from)
-	to := momentParam(&errs, "to", req.Params.To, now)
+	from := momentParam(&errs, "from", req.Params.From, time.Time{}) // zero: the service's default
+	to := momentParam(&errs, "to", req.Params.To, time.Time{})
 	if err := errs.Err(); err != nil {
 		return nil, err
 	}
-	groupBy := "team"
+	var groupBy string
 	if req.Params.GroupBy != nil {
 		groupBy = string(*req.Params.GroupBy)
 	}
@@ -32,7 +30,7 @@ func (s *server) GetCosts(ctx context.Context, req gen.GetCostsRequestObject) (g
 	if req.Params.Format != nil && *req.Params.Format == gen.Csv {
 		var b bytes.Buffer
 		w := csv.NewWriter(&b)
-		w.Write([]string{groupBy, "cost_usd", "used_usd", "idle_usd", "unmeasured_usd", "gpu_hours", "workloads"})
+		w.Write([]string{c.GroupBy, "cost_usd", "used_usd", "idle_usd", "unmeasured_usd", "gpu_hours", "workloads"})
 		usd := func(v float64) string { return strconv.FormatFloat(v, 'f', 2, 64) }
 		for _, l := range c.Lines {
 			w.Write([]string{l.Key, usd(l.Cost), usd(l.Used), usd(l.Idle), usd(l.Unmeasured), strconv.FormatFloat(l.GPUHours, 'f', 3, 64), strconv.Itoa(l.Workloads)})
@@ -42,7 +40,7 @@ func (s *server) GetCosts(ctx context.Context, req gen.GetCostsRequestObject) (g
 	}
 	out := gen.CostReport{From: c.From, To: c.To, GroupBy: c.GroupBy, Currency: gen.CostReportCurrencyUSD, Total: c.Total,
 		Used: c.Used, Idle: c.Idle, Unmeasured: c.Unmeasured, Items: costLines(c.Lines)}
-	if groupBy == "user" {
+	if c.GroupBy == "user" {
 		s.userNames(ctx, out.Items)
 	}
 	return gen.GetCosts200JSONResponse(out), nil

@@ -6,16 +6,20 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"time"
 
 	"github.com/gantryhq/gantry/internal/audit"
 	"github.com/gantryhq/gantry/internal/config"
 	"github.com/gantryhq/gantry/internal/devidp"
 	"github.com/gantryhq/gantry/internal/devregistry"
+	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/imagecat"
 	"github.com/gantryhq/gantry/internal/imageverify"
+	"github.com/gantryhq/gantry/internal/token"
 )
 
 // DevBuild reports whether this binary carries development mode: the
@@ -86,4 +90,24 @@ func devCheckpointKey(log *slog.Logger) (string, error) {
 	log.Warn("no audit.checkpointKey: audit checkpoints are signed with a development key (never in production)",
 		"key", prefix+".key", "public", prefix+".pub")
 	return prefix + ".key", nil
+}
+
+// DevToken makes a personal access token for a development user, as if they
+// had signed in and asked for one.
+func (s *Server) DevToken(ctx context.Context, username string) (string, error) {
+	if s.dev == nil {
+		return "", errors.New("no development provider: sign in and create a token in the portal")
+	}
+	for _, u := range s.Config.DevLogin.Users {
+		if u.Username == username {
+			id := identity.Identity{Issuer: s.dev.Issuer(), Subject: s.dev.Subject(u.Username), Email: u.Email, Name: u.Name, Groups: u.Groups, SecondFactor: u.SecondFactor}
+			// As if they had just signed in at the development provider.
+			if _, err := s.users.Observe(ctx, id); err != nil {
+				return "", err
+			}
+			_, secret, err := s.tokens.Create(identity.With(ctx, id), token.Request{Name: "gantry dev", Lifetime: 24 * time.Hour})
+			return secret, err
+		}
+	}
+	return "", fmt.Errorf("no development user %q", username)
 }

@@ -34,3 +34,9 @@ func devImages(context.Context, *imagecat.Catalog, imageverify.Options, *slog.Lo
 
 // devCheckpointKey: this build has no development checkpoint key.
 func devCheckpointKey(*slog.Logger) (string, error) { return "", nil }
+
+// DevToken is the development build's (devmode.go): a production build has
+// no development users to make a token for.
+func (s *Server) DevToken(context.Context, string) (string, error) {
+	return "", errors.New("no development provider in a production build: sign in and create a token in the portal")
+}

@@ -949,22 +949,3 @@ func (s *Server) signInProvider(ctx context.Context, public string) (config.OIDC
 	return oc, nil
 }
 
-// DevToken makes a personal access token for a development user, as if they
-// had signed in and asked for one.
-func (s *Server) DevToken(ctx context.Context, username string) (string, error) {
-	if s.dev == nil {
-		return "", errors.New("no development provider: sign in and create a token in the portal")
-	}
-	for _, u := range s.Config.DevLogin.Users {
-		if u.Username == username {
-			id := identity.Identity{Issuer: s.dev.Issuer(), Subject: s.dev.Subject(u.Username), Email: u.Email, Name: u.Name, Groups: u.Groups, SecondFactor: u.SecondFactor}
-			// As if they had just signed in at the development provider.
-			if _, err := s.users.Observe(ctx, id); err != nil {
-				return "", err
-			}
-			_, secret, err := s.tokens.Create(identity.With(ctx, id), token.Request{Name: "gantry dev", Lifetime: 24 * time.Hour})
-			return secret, err
-		}
-	}
-	return "", fmt.Errorf("no development user %q", username)
-}

@@ -62,8 +62,19 @@ type Costs struct {
 
 // Costs meters the runs of the workloads the caller may read in [from, to)
 // — each run's Running time inside the period at its workload's price per
-// hour — and groups them by groupBy (one of CostGroups).
+// hour — and groups them by groupBy (one of CostGroups). Zero from is the
+// start of the current month (UTC), zero to now, "" groups by team.
 func (s *Service) Costs(ctx context.Context, from, to time.Time, groupBy string) (Costs, error) {
+	now := s.clock()
+	if from.IsZero() {
+		from = time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC)
+	}
+	if to.IsZero() {
+		to = now
+	}
+	if groupBy == "" {
+		groupBy = "team"
+	}
 	var errs fault.List
 	if !slices.Contains(CostGroups, groupBy) {
 		errs.Addf("groupBy", "%q: group by one of %v", groupBy, CostGroups)

@@ -948,4 +948,3 @@ func (s *Server) signInProvider(ctx context.Context, public string) (config.OIDC
 	s.dev = dev
 	return oc, nil
 }
-

@@ -65,9 +65,25 @@ type Images struct {
 	Agent  v1.Image // cmd/gantry-agent, cgo (NVML), on the base with glibc
 }
 
-// BuildGantry compiles the server (CGO_ENABLED=0) and the agent (cgo) reproducibly
-// (-trimpath, no build id, no VCS stamp) into dir and makes their images.
+// BuildGantry compiles Gantry's binaries into dir and makes their images.
 func BuildGantry(ctx context.Context, s Source, dir string) (Images, error) {
+	b, err := Compile(ctx, s, dir)
+	if err != nil {
+		return Images{}, err
+	}
+	return GantryImages(s, b)
+}
+
+// Binaries are Gantry's two programs, compiled, with the C libraries the
+// agent loads.
+type Binaries struct {
+	Server, Agent []byte
+	AgentLibs     []File
+}
+
+// Compile builds the server (CGO_ENABLED=0) and the agent (cgo) reproducibly
+// (-trimpath, no build id, no VCS stamp) into dir.
+func Compile(ctx context.Context, s Source, dir string) (Binaries, error) {
 	ldflags := "-s -w -buildid= -X main.version=" + s.Version
 	build := func(out, pkg string, cgo bool) ([]byte, error) {
 		cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-buildvcs=false", "-ldflags", ldflags, "-o", out, pkg)
@@ -83,17 +99,24 @@ func BuildGantry(ctx context.Context, s Source, dir string) (Images, error) {
 	}
 	server, err := build(filepath.Join(dir, "gantry"), "./cmd/gantry", false)
 	if err != nil {
-		return Images{}, err
+		return Binaries{}, err
 	}
 	agentPath := filepath.Join(dir, "gantry-agent")
 	agent, err := build(agentPath, "./cmd/gantry-agent", true)
 	if err != nil {
-		return Images{}, err
+		return Binaries{}, err
 	}
 	libs, err := sharedLibraries(ctx, agentPath)
 	if err != nil {
-		return Images{}, err
+		return Binaries{}, err
 	}
+	return Binaries{Server: server, Agent: agent, AgentLibs: libs}, nil
+}
+
+// GantryImages lays the binaries on their bases: the server on the minimal
+// one, the agent on it with its C libraries.
+func GantryImages(s Source, b Binaries) (Images, error) {
+	var err error
 	labels := func(title, libc string) map[string]string {
 		l := map[string]string{
 			"org.opencontainers.image.title":    title,
@@ -110,7 +133,7 @@ func BuildGantry(ctx context.Context, s Source, dir string) (Images, error) {
 	user := fmt.Sprintf("%d:%d", NonrootUID, NonrootUID)
 	var out Images
 	if out.Server, err = Build(Spec{
-		Layers:     [][]File{Base(s.CACerts), {{Path: "/usr/local/bin/gantry", Data: server, Mode: 0o755}}},
+		Layers:     [][]File{Base(s.CACerts), {{Path: "/usr/local/bin/gantry", Data: b.Server, Mode: 0o755}}},
 		Entrypoint: []string{"/usr/local/bin/gantry"}, Cmd: []string{"serve"}, User: user, WorkingDir: "/home/nonroot",
 		Labels: labels("gantry", ""), Created: s.Created,
 	}); err != nil {
@@ -119,7 +142,7 @@ func BuildGantry(ctx context.Context, s Source, dir string) (Images, error) {
 	// The NVIDIA container toolkit mounts libnvidia-ml.so.1 into the
 	// multiarch directory; NVML is opened from there.
 	if out.Agent, err = Build(Spec{
-		Layers:     [][]File{Base(s.CACerts), libs, {{Path: "/usr/local/bin/gantry-agent", Data: agent, Mode: 0o755}}},
+		Layers:     [][]File{Base(s.CACerts), b.AgentLibs, {{Path: "/usr/local/bin/gantry-agent", Data: b.Agent, Mode: 0o755}}},
 		Entrypoint: []string{"/usr/local/bin/gantry-agent"}, User: user, WorkingDir: "/home/nonroot",
 		Env:    []string{"LD_LIBRARY_PATH=/lib/x86_64-linux-gnu:/usr/lib/x86_64-linux-gnu:/usr/lib64:/usr/local/nvidia/lib64"},
 		Labels: labels("gantry-agent", s.LibC), Created: s.Created,

@@ -31,12 +31,14 @@ func (s *server) CreateWorkload(ctx context.Context, req gen.CreateWorkloadReque
 		IdempotencyKey: deref(req.Params.IdempotencyKey),
 	}
 	// What the estimate makes of it, alongside the launch so that it adds
-	// no latency: it reads the cluster (a few milliseconds, from the API
-	// server's cache) while the launch renders, records and applies (tens),
-	// so it sees the fleet as it was before this launch's pods were bound.
-	// A launch that will not start now says why in its answer. Bounded; a
-	// launch the estimate cannot judge (it refuses, the cluster is slow)
-	// gets no warning.
+	// no latency. It reads the cluster (a few milliseconds, from the API
+	// server's cache) while the launch records and applies (tens), and this
+	// launch's pods need a controller and the scheduler after the apply, so
+	// it almost always sees the fleet as it was before. Nothing enforces
+	// that: one that saw this launch's own pod would warn that it does not
+	// start now — a wrong warning, never a wrong refusal (refusals are the
+	// launch's own check). Bounded; a launch the estimate cannot judge (it
+	// refuses, the cluster is slow) gets no warning.
 	verdict := make(chan string, 1)
 	ectx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()

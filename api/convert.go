@@ -95,6 +95,19 @@ func gpuClass(c gpu.Class) gen.GPUClass {
 	return out
 }
 
+// actionsOf is workload.Actions of each status, as the API answers them.
+var actionsOf = func() map[workload.Status]*[]gen.WorkloadActions {
+	m := map[workload.Status]*[]gen.WorkloadActions{}
+	for _, st := range workload.Statuses {
+		acts := []gen.WorkloadActions{}
+		for _, a := range workload.Actions(st) {
+			acts = append(acts, gen.WorkloadActions(a))
+		}
+		m[st] = &acts
+	}
+	return m
+}()
+
 // workloadOut is a workload as the API shows it, its cost and running time
 // up to now on the server's clock.
 func (s *server) workloadOut(w workload.Workload) gen.Workload {
@@ -112,11 +125,7 @@ func (s *server) workloadOut(w workload.Workload) gen.Workload {
 	if w.Held {
 		out.Held = ptr(true)
 	}
-	actions := []gen.WorkloadActions{}
-	for _, a := range workload.Actions(w.Status) {
-		actions = append(actions, gen.WorkloadActions(a))
-	}
-	out.Actions = &actions
+	out.Actions = actionsOf[w.Status] // shared, read only: made once per status
 	if !w.EndedAt.IsZero() {
 		out.EndedAt = ptr(w.EndedAt)
 	}

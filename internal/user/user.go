@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gantryhq/gantry/internal/fault"
@@ -75,7 +76,21 @@ type Service struct {
 	store  Store
 	maxAge time.Duration
 	now    func() time.Time
+
+	// names caches display names by key for refreshEvery: every workload
+	// answer names its owner, and a name changes only at a sign-in (which
+	// forgets this replica's entry; another replica's lasts its minute).
+	namesMu sync.Mutex
+	names   map[string]cachedName
 }
+
+type cachedName struct {
+	name string // "": known to have none (no such user, or unnamed)
+	at   time.Time
+}
+
+// maxCachedNames bounds the names cache; past it, it starts again empty.
+const maxCachedNames = 10_000
 
 // refreshEvery is how stale a user's record may be before a provider token
 // that says the same again is written (a bearer JWT on every request would
@@ -120,6 +135,9 @@ func (s *Service) Observe(ctx context.Context, id identity.Identity) (identity.I
 		Groups: groups, GroupsAt: now, CreatedAt: now, LastSeenAt: now}); err != nil {
 		return identity.Identity{}, fmt.Errorf("record user %s: %w", key, err)
 	}
+	s.namesMu.Lock()
+	delete(s.names, key) // the name may have changed
+	s.namesMu.Unlock()
 	return id, nil
 }
 
@@ -189,16 +207,39 @@ func (s *Service) Names(ctx context.Context, keys ...string) (map[string]string,
 		}
 	}
 	out := map[string]string{}
-	if len(want) == 0 {
+	now := s.now()
+	s.namesMu.Lock()
+	missing := want[:0:0]
+	for _, k := range want {
+		if c, ok := s.names[k]; ok && now.Sub(c.at) < refreshEvery {
+			if c.name != "" {
+				out[k] = c.name
+			}
+			continue
+		}
+		missing = append(missing, k)
+	}
+	s.namesMu.Unlock()
+	if len(missing) == 0 {
 		return out, nil
 	}
-	users, err := s.store.UsersByKey(ctx, want)
+	users, err := s.store.UsersByKey(ctx, missing)
 	if err != nil {
 		return nil, err
 	}
+	found := map[string]string{}
 	for _, u := range users {
-		if n := u.DisplayName(); n != "" {
-			out[u.Key] = n
+		found[u.Key] = u.DisplayName()
+	}
+	s.namesMu.Lock()
+	defer s.namesMu.Unlock()
+	if s.names == nil || len(s.names)+len(missing) > maxCachedNames {
+		s.names = make(map[string]cachedName, len(missing))
+	}
+	for _, k := range missing {
+		s.names[k] = cachedName{name: found[k], at: now}
+		if found[k] != "" {
+			out[k] = found[k]
 		}
 	}
 	return out, nil

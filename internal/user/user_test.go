@@ -68,3 +68,62 @@ func TestObserveAndCurrent(t *testing.T) {
 		t.Fatal("still active")
 	}
 }
+
+// countingStore counts UsersByKey reads of the real store.
+type countingStore struct {
+	*store.Store
+	reads int
+}
+
+func (c *countingStore) UsersByKey(ctx context.Context, keys []string) ([]user.User, error) {
+	c.reads++
+	return c.Store.UsersByKey(ctx, keys)
+}
+
+// TestNamesCached: names are read once and served from memory for a minute
+// (every workload answer names its owner); a sign-in with a new name is seen
+// at once; an unknown key is remembered as unnamed too.
+func TestNamesCached(t *testing.T) {
+	ctx := context.Background()
+	st, err := store.Open(ctx, store.SQLite, filepath.Join(t.TempDir(), "g.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	cs := &countingStore{Store: st}
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	svc, err := user.New(cs, 24*time.Hour, func() time.Time { return now })
+	if err != nil {
+		t.Fatal(err)
+	}
+	ann := identity.Identity{Issuer: "https://idp", Subject: "ann", Name: "Ann"}
+	if _, err := svc.Observe(ctx, ann); err != nil {
+		t.Fatal(err)
+	}
+	name := func() string {
+		t.Helper()
+		m, err := svc.Names(ctx, ann.String(), "https://idp#nobody")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m[ann.String()]
+	}
+	if n := name(); n != "Ann" || cs.reads != 1 {
+		t.Fatalf("first: %q after %d reads", n, cs.reads)
+	}
+	if n := name(); n != "Ann" || cs.reads != 1 {
+		t.Fatalf("again: %q after %d reads, want it from memory", n, cs.reads)
+	}
+	ann.Name = "Ann Lee"
+	if _, err := svc.Observe(ctx, ann); err != nil {
+		t.Fatal(err)
+	}
+	if n := name(); n != "Ann Lee" {
+		t.Fatalf("after a sign-in with a new name: %q", n)
+	}
+	reads := cs.reads
+	now = now.Add(2 * time.Minute)
+	if name(); cs.reads != reads+1 {
+		t.Fatalf("after its minute: %d reads, want one more than %d", cs.reads, reads)
+	}
+}

@@ -146,18 +146,40 @@ func (s stats) shareBelow(x float64) float64 {
 	return float64(n) / float64(len(s.vals))
 }
 
-// Advise judges a workload. Every finding says what it measured, the
-// threshold it used and where that comes from.
-func Advise(in Input) []Finding {
-	by := map[telemetry.Metric]stats{}
+// facts are what the rules judge a workload on, measured once from its
+// Input.
+type facts struct {
+	in Input
+	by map[telemetry.Metric]stats
+	// perDevice is activity per device: SM activity where measured, else
+	// utilization as a ratio.
+	perDevice map[string]stats
+	// act is activity: SM activity where the GPU measures it (Hopper), else
+	// the coarse utilization as a ratio; actName says which.
+	act      stats
+	actName  string
+	observed time.Duration // from the first point to the last, plus a step
+	window   string        // "over 3 h 10 min"
+	conf     float64       // a day shows the daily rhythm: observed/24 h, at most 1
+	price    float64       // $/GPU-hour it pays
+	profiles []Profile
+	curShare float64 // the share of a GPU each of its slices is
+	curMem   float64 // GiB each of its slices holds
+	count    int
+	p50, p95 float64 // activity
+}
+
+// measure reads an Input into facts.
+func measure(in Input) *facts {
+	x := &facts{in: in, by: map[telemetry.Metric]stats{}}
 	smByDevice, utilByDevice := map[string]stats{}, map[string]stats{}
 	for _, s := range in.Series {
-		st := by[s.Metric]
+		st := x.by[s.Metric]
 		for _, p := range s.Points {
 			st.vals = append(st.vals, p.Avg)
 			st.maxs = append(st.maxs, p.Max)
 		}
-		by[s.Metric] = st
+		x.by[s.Metric] = st
 		for m, per := range map[telemetry.Metric]map[string]stats{telemetry.SMActive: smByDevice, telemetry.GPUUtil: utilByDevice} {
 			if s.Metric != m {
 				continue
@@ -173,20 +195,18 @@ func Advise(in Input) []Finding {
 			per[s.Device.ID()] = d
 		}
 	}
-	perDevice := smByDevice // activity per device: SM activity where measured
-	if len(perDevice) == 0 {
-		perDevice = utilByDevice
+	x.perDevice = smByDevice
+	if len(x.perDevice) == 0 {
+		x.perDevice = utilByDevice
 	}
-	// Activity: SM activity where the GPU measures it (Hopper), else the
-	// coarse utilization as a ratio.
-	act, actName := by[telemetry.SMActive], telemetry.SMActive.String()
-	if act.n() == 0 {
-		u := by[telemetry.GPUUtil]
-		act = stats{vals: scale(u.vals, 0.01), maxs: scale(u.maxs, 0.01)}
-		actName = telemetry.GPUUtil.String() + "/100"
+	x.act, x.actName = x.by[telemetry.SMActive], telemetry.SMActive.String()
+	if x.act.n() == 0 {
+		u := x.by[telemetry.GPUUtil]
+		x.act = stats{vals: scale(u.vals, 0.01), maxs: scale(u.maxs, 0.01)}
+		x.actName = telemetry.GPUUtil.String() + "/100"
 	}
-	// Observed: from the first point to the last (samples may come less
-	// often than the step).
+	// Samples may come less often than the step: observed runs from the
+	// first point to the last.
 	var first, last time.Time
 	for _, s := range in.Series {
 		if len(s.Points) == 0 || (s.Metric != telemetry.SMActive && s.Metric != telemetry.GPUUtil) {
@@ -199,173 +219,271 @@ func Advise(in Input) []Finding {
 			last = l
 		}
 	}
-	observed := time.Duration(0)
 	if !first.IsZero() {
-		observed = last.Sub(first) + in.Step
+		x.observed = last.Sub(first) + in.Step
 	}
-	window := fmt.Sprintf("over %s", roundDur(observed))
-	f := func(kind, sev string, ev []Evidence, reason, action string, conf float64, series ...telemetry.Metric) Finding {
-		names := make([]string, len(series))
-		for i, m := range series {
-			names[i] = m.String()
+	x.window = fmt.Sprintf("over %s", roundDur(x.observed))
+	x.conf = math.Min(1, x.observed.Hours()/24)
+	x.price = in.Class.Price.OnDemand
+	if in.Spot && in.Class.Price.Spot > 0 {
+		x.price = in.Class.Price.Spot
+	}
+	x.profiles = Profiles(in.Class)
+	x.curShare, x.curMem = 1.0, float64(in.Class.MemoryGiB)
+	for _, p := range x.profiles {
+		if p.Name == in.Profile {
+			x.curShare, x.curMem = p.Share, p.MemGiB
 		}
-		return Finding{Kind: kind, Severity: sev, Evidence: ev, Reason: reason, Action: action, Confidence: math.Round(conf*100) / 100,
-			Series: names, From: in.From, To: in.To}
 	}
+	x.count = max(1, in.Count)
+	if x.act.n() > 0 {
+		x.p50, x.p95 = x.act.q(0.5), x.act.q(0.95)
+	}
+	return x
+}
+
+// finding is a Finding over the input's window.
+func (x *facts) finding(kind, sev string, ev []Evidence, reason, action string, conf float64, series ...telemetry.Metric) Finding {
+	names := make([]string, len(series))
+	for i, m := range series {
+		names[i] = m.String()
+	}
+	return Finding{Kind: kind, Severity: sev, Evidence: ev, Reason: reason, Action: action, Confidence: math.Round(conf*100) / 100,
+		Series: names, From: x.in.From, To: x.in.To}
+}
+
+// monthly is what a share of a GPU costs a month at the price it pays.
+func (x *facts) monthly(shareSaved float64) float64 {
+	return math.Round(shareSaved*x.price*hoursPerMonth*100) / 100
+}
+
+// A rule judges one thing. It returns its findings, and whether the rules
+// after it have nothing to judge (too few samples, an idle GPU).
+type rule struct {
+	name  string
+	judge func(x *facts) (found []Finding, last bool)
+}
+
+// rules run in this order; each is a function with its table test
+// (rules_test.go).
+var rules = []rule{
+	{"unhealthy", unhealthyRule},
+	{"enough-data", enoughDataRule},
+	{"idle", idleRule},
+	{"memory", memoryRule},
+	{"fewer-gpus", fewerGPUsRule},
+	{"bottleneck", bottleneckRule},
+	{"interconnect", interconnectRule},
+	{"well-used", wellUsedRule},
+	{"tensor-unused", tensorUnusedRule},
+	{"throttled", throttledRule},
+}
+
+// Advise judges a workload. Every finding says what it measured, the
+// threshold it used and where that comes from.
+func Advise(in Input) []Finding {
+	x := measure(in)
 	var out []Finding
-	for _, why := range in.Unhealthy {
-		u := f(KindUnhealthy, "critical", nil, "a GPU this workload runs on is unhealthy: "+why+" (XID critical errors, double-bit ECC errors and failed row remapping are the GPU's, not the workload's)",
+	for _, r := range rules {
+		found, last := r.judge(x)
+		out = append(out, found...)
+		if last {
+			break
+		}
+	}
+	return out
+}
+
+// unhealthyRule: a GPU it runs on is unhealthy (node health), the platform's
+// to fix.
+func unhealthyRule(x *facts) ([]Finding, bool) {
+	var out []Finding
+	for _, why := range x.in.Unhealthy {
+		u := x.finding(KindUnhealthy, "critical", nil, "a GPU this workload runs on is unhealthy: "+why+" (XID critical errors, double-bit ECC errors and failed row remapping are the GPU's, not the workload's)",
 			"the platform team drains the node and resets or replaces the GPU; restart the workload to move it", 1)
 		u.Platform = true
 		out = append(out, u)
 	}
-	if act.n() == 0 || observed < minAny {
-		return append(out, f(KindTooLittleSamples, "info", nil, fmt.Sprintf("%s of GPU samples; advice needs at least %s", roundDur(observed), roundDur(minAny)), "wait for more samples", 0))
+	return out, false
+}
+
+// enoughDataRule: without minAny of activity samples there is nothing to
+// judge.
+func enoughDataRule(x *facts) ([]Finding, bool) {
+	if x.act.n() > 0 && x.observed >= minAny {
+		return nil, false
 	}
-	conf := math.Min(1, observed.Hours()/24) // a day shows the daily rhythm
-	price := in.Class.Price.OnDemand
-	if in.Spot && in.Class.Price.Spot > 0 {
-		price = in.Class.Price.Spot
+	return []Finding{x.finding(KindTooLittleSamples, "info", nil, fmt.Sprintf("%s of GPU samples; advice needs at least %s", roundDur(x.observed), roundDur(minAny)), "wait for more samples", 0)}, true
+}
+
+// idleRule: nothing ran for the window (activity p95 at the idle
+// threshold); nothing else to judge on an idle GPU.
+func idleRule(x *facts) ([]Finding, bool) {
+	if x.p95 > idleSM {
+		return nil, false
 	}
-	profiles := Profiles(in.Class)
-	curShare := 1.0
-	curMem := float64(in.Class.MemoryGiB)
-	for _, p := range profiles {
-		if p.Name == in.Profile {
-			curShare, curMem = p.Share, p.MemGiB
-		}
+	f := x.finding(KindIdle, "warning", []Evidence{{x.actName, "p95", x.p95}},
+		fmt.Sprintf("%s p95 %.3f %s: the GPU is held with no kernel running (≤ %.2f, the idle threshold)", x.actName, x.p95, x.window, idleSM),
+		"stop the workload, or set an idle timeout in its template's lifecycle", math.Max(x.conf, 0.5), telemetry.SMActive, telemetry.GPUUtil)
+	f.MonthlyUSD = x.monthly(x.curShare * float64(x.count))
+	return []Finding{f}, true
+}
+
+// memoryRule: memory near its end (move up a profile), or, watched long
+// enough, a smaller profile that holds the peak with headroom and the
+// activity (over-provisioned).
+func memoryRule(x *facts) ([]Finding, bool) {
+	fb, fbTotal := x.by[telemetry.FBUsed], x.by[telemetry.FBTotal]
+	if fb.n() == 0 || fbTotal.n() == 0 {
+		return nil, false
 	}
-	count := max(1, in.Count)
-	monthly := func(shareSaved float64) float64 {
-		return math.Round(shareSaved*price*hoursPerMonth*100) / 100
-	}
-	p50, p95 := act.q(0.5), act.q(0.95)
-	// Idle: nothing ran for the last stretch of the window.
-	if p95 <= idleSM {
-		out = append(out, f(KindIdle, "warning", []Evidence{{actName, "p95", p95}},
-			fmt.Sprintf("%s p95 %.3f %s: the GPU is held with no kernel running (≤ %.2f, the idle threshold)", actName, p95, window, idleSM),
-			"stop the workload, or set an idle timeout in its template's lifecycle", math.Max(conf, 0.5), telemetry.SMActive, telemetry.GPUUtil))
-		out[len(out)-1].MonthlyUSD = monthly(curShare * float64(count))
-		return out // nothing else to judge on an idle GPU
-	}
-	// Memory.
-	fb := by[telemetry.FBUsed]
-	fbTotal := by[telemetry.FBTotal]
-	peakGiB := fb.max() / 1024
-	if fb.n() > 0 && fbTotal.n() > 0 {
-		total := fbTotal.max()
-		if fb.max() > nearOOM*total {
-			// The next profile the template allows with more memory; if
-			// none, whole GPUs ("" below).
-			next := ""
-			for _, p := range profiles {
-				if p.MemGiB > curMem*1.01 && p.Share < 1 && slices.Contains(in.Allowed, p.Name) {
-					next = p.Name
-					break
-				}
-			}
-			nf := f(KindNearOOM, "critical", []Evidence{{telemetry.FBUsed.String(), "max", fb.max()}, {telemetry.FBTotal.String(), "max", total}},
-				fmt.Sprintf("memory peaked at %.1f of %.1f GiB (%.0f %%) %s: above %.0f %% an allocation can fail at any moment", fb.max()/1024, total/1024, 100*fb.max()/total, window, 100*nearOOM),
-				"move to a profile with more memory before it fails", 0.9, telemetry.FBUsed, telemetry.FBTotal)
-			switch {
-			case next != "":
-				nf.Action = "move to " + next + " before it fails"
-				nf.Recommend = &Choice{Profile: next, Count: count}
-				for _, p := range profiles {
-					if p.Name == next {
-						nf.MonthlyUSD = -monthly((p.Share - curShare) * float64(count))
-					}
-				}
-			case in.Profile != "":
-				nf.Action = "move to whole GPUs before it fails"
-				nf.Recommend = &Choice{Count: count}
-				nf.MonthlyUSD = -monthly((1 - curShare) * float64(count))
-			}
-			out = append(out, nf)
-		} else if observed >= minRightsize {
-			// Over-provisioned: the smallest profile whose memory holds the
-			// peak with headroom and whose compute holds the activity.
-			need := act.q(0.95) * curShare
-			for _, p := range profiles {
-				if p.Share >= curShare || peakGiB*headroom > p.MemGiB*0.98 || need > p.Share {
-					continue
-				}
-				allowed := slices.Contains(in.Allowed, p.Name)
-				op := f(KindOverProvisioned, "warning", []Evidence{{telemetry.FBUsed.String(), "max", fb.max()}, {actName, "p95", act.q(0.95)}},
-					fmt.Sprintf("memory peaked at %.1f GiB and %s p95 is %.2f of the %s %s: %s holds the peak × %.1f (%.1f GiB of %.0f) and the activity (%.2f of the GPU ≤ %.2f)",
-						peakGiB, actName, act.q(0.95), orWhole(in.Profile), window, p.Name, headroom, peakGiB*headroom, p.MemGiB, need, p.Share),
-					"relaunch on "+p.Name, conf, telemetry.FBUsed, telemetry.SMActive)
-				op.Recommend = &Choice{Profile: p.Name, Count: count}
-				if !allowed {
-					op.Recommend = nil
-					op.Action = fmt.Sprintf("template %s allows no %s: ask the platform team to add it to spec.gpu.migProfiles, then relaunch on it", in.Template, p.Name)
-				}
-				op.MonthlyUSD = monthly((curShare - p.Share) * float64(count))
-				out = append(out, op)
+	total := fbTotal.max()
+	count := x.count
+	if fb.max() > nearOOM*total {
+		// The next profile the template allows with more memory; if none,
+		// whole GPUs.
+		next := ""
+		for _, p := range x.profiles {
+			if p.MemGiB > x.curMem*1.01 && p.Share < 1 && slices.Contains(x.in.Allowed, p.Name) {
+				next = p.Name
 				break
 			}
 		}
-	}
-	// Multi-GPU jobs that use fewer GPUs than they hold.
-	if count > 1 && len(perDevice) > 1 {
-		busy := 0
-		for _, d := range perDevice {
-			if d.q(0.95) > idleSM {
-				busy++
+		nf := x.finding(KindNearOOM, "critical", []Evidence{{telemetry.FBUsed.String(), "max", fb.max()}, {telemetry.FBTotal.String(), "max", total}},
+			fmt.Sprintf("memory peaked at %.1f of %.1f GiB (%.0f %%) %s: above %.0f %% an allocation can fail at any moment", fb.max()/1024, total/1024, 100*fb.max()/total, x.window, 100*nearOOM),
+			"move to a profile with more memory before it fails", 0.9, telemetry.FBUsed, telemetry.FBTotal)
+		switch {
+		case next != "":
+			nf.Action = "move to " + next + " before it fails"
+			nf.Recommend = &Choice{Profile: next, Count: count}
+			for _, p := range x.profiles {
+				if p.Name == next {
+					nf.MonthlyUSD = -x.monthly((p.Share - x.curShare) * float64(count))
+				}
 			}
+		case x.in.Profile != "":
+			nf.Action = "move to whole GPUs before it fails"
+			nf.Recommend = &Choice{Count: count}
+			nf.MonthlyUSD = -x.monthly((1 - x.curShare) * float64(count))
 		}
-		if busy < len(perDevice) && busy > 0 {
-			fg := f(KindFewerGPUs, "warning", []Evidence{{"busy devices", "count", float64(busy)}, {"devices", "count", float64(len(perDevice))}},
-				fmt.Sprintf("%d of its %d GPUs ran kernels %s; the others stayed idle (p95 activity ≤ %.2f)", busy, len(perDevice), window, idleSM),
-				fmt.Sprintf("ask for %d GPUs, or make the code use all of them (DistributedDataParallel)", busy), conf, telemetry.SMActive)
-			fg.Recommend = &Choice{Profile: in.Profile, Count: busy}
-			fg.MonthlyUSD = monthly(curShare * float64(len(perDevice)-busy))
-			out = append(out, fg)
+		return []Finding{nf}, false
+	}
+	if x.observed < minRightsize {
+		return nil, false
+	}
+	// Over-provisioned: the smallest profile whose memory holds the peak
+	// with headroom and whose compute holds the activity.
+	peakGiB := fb.max() / 1024
+	need := x.p95 * x.curShare
+	for _, p := range x.profiles {
+		if p.Share >= x.curShare || peakGiB*headroom > p.MemGiB*0.98 || need > p.Share {
+			continue
+		}
+		op := x.finding(KindOverProvisioned, "warning", []Evidence{{telemetry.FBUsed.String(), "max", fb.max()}, {x.actName, "p95", x.p95}},
+			fmt.Sprintf("memory peaked at %.1f GiB and %s p95 is %.2f of the %s %s: %s holds the peak × %.1f (%.1f GiB of %.0f) and the activity (%.2f of the GPU ≤ %.2f)",
+				peakGiB, x.actName, x.p95, orWhole(x.in.Profile), x.window, p.Name, headroom, peakGiB*headroom, p.MemGiB, need, p.Share),
+			"relaunch on "+p.Name, x.conf, telemetry.FBUsed, telemetry.SMActive)
+		op.Recommend = &Choice{Profile: p.Name, Count: count}
+		if !slices.Contains(x.in.Allowed, p.Name) {
+			op.Recommend = nil
+			op.Action = fmt.Sprintf("template %s allows no %s: ask the platform team to add it to spec.gpu.migProfiles, then relaunch on it", x.in.Template, p.Name)
+		}
+		op.MonthlyUSD = x.monthly((x.curShare - p.Share) * float64(count))
+		return []Finding{op}, false
+	}
+	return nil, false
+}
+
+// fewerGPUsRule: a multi-GPU job some of whose GPUs stayed idle.
+func fewerGPUsRule(x *facts) ([]Finding, bool) {
+	if x.count <= 1 || len(x.perDevice) <= 1 {
+		return nil, false
+	}
+	busy := 0
+	for _, d := range x.perDevice {
+		if d.q(0.95) > idleSM {
+			busy++
 		}
 	}
-	// Bottlenecks, on the profiling metrics (Hopper and newer).
-	dram, tensor := by[telemetry.DRAMActive], by[telemetry.TensorActive]
-	starved := act.shareBelow(0.05)
+	if busy == len(x.perDevice) || busy == 0 {
+		return nil, false
+	}
+	fg := x.finding(KindFewerGPUs, "warning", []Evidence{{"busy devices", "count", float64(busy)}, {"devices", "count", float64(len(x.perDevice))}},
+		fmt.Sprintf("%d of its %d GPUs ran kernels %s; the others stayed idle (p95 activity ≤ %.2f)", busy, len(x.perDevice), x.window, idleSM),
+		fmt.Sprintf("ask for %d GPUs, or make the code use all of them (DistributedDataParallel)", busy), x.conf, telemetry.SMActive)
+	fg.Recommend = &Choice{Profile: x.in.Profile, Count: busy}
+	fg.MonthlyUSD = x.monthly(x.curShare * float64(len(x.perDevice)-busy))
+	return []Finding{fg}, false
+}
+
+// bottleneckRule: input-starved (activity drops to zero between bursts) or
+// else memory-bandwidth bound, on the profiling metrics (Hopper and newer).
+func bottleneckRule(x *facts) ([]Finding, bool) {
+	dram := x.by[telemetry.DRAMActive]
+	starved := x.act.shareBelow(0.05)
 	switch {
-	case starved >= 0.1 && starved <= 0.6 && act.q(0.9) >= smIneffective:
-		out = append(out, f(KindInputStarved, "warning", []Evidence{{actName, "share below 0.05", starved}, {actName, "p90", act.q(0.9)}},
-			fmt.Sprintf("%s drops to near zero %.0f %% of the time %s while its p90 is %.2f: the GPU waits for input between bursts, the pattern of a slow data loader", actName, 100*starved, window, act.q(0.9)),
-			"more data loader workers, pinned memory and prefetching, or a local copy of the data", conf, telemetry.SMActive))
-	case dram.n() > 0 && dram.q(0.5) >= 0.6 && p50 < smEffective:
-		out = append(out, f(KindMemoryBound, "info", []Evidence{{telemetry.DRAMActive.String(), "p50", dram.q(0.5)}, {actName, "p50", p50}},
-			fmt.Sprintf("DRAM activity p50 %.2f (the practical ceiling is about %.1f, NVIDIA's DCGM guidance) with %s p50 %.2f %s: memory bandwidth, not compute, bounds it", dram.q(0.5), dramCeiling, actName, p50, window),
-			"mixed precision (bf16) to halve the bytes moved, a larger batch, fused kernels (torch.compile)", conf, telemetry.DRAMActive, telemetry.SMActive))
+	case starved >= 0.1 && starved <= 0.6 && x.act.q(0.9) >= smIneffective:
+		return []Finding{x.finding(KindInputStarved, "warning", []Evidence{{x.actName, "share below 0.05", starved}, {x.actName, "p90", x.act.q(0.9)}},
+			fmt.Sprintf("%s drops to near zero %.0f %% of the time %s while its p90 is %.2f: the GPU waits for input between bursts, the pattern of a slow data loader", x.actName, 100*starved, x.window, x.act.q(0.9)),
+			"more data loader workers, pinned memory and prefetching, or a local copy of the data", x.conf, telemetry.SMActive)}, false
+	case dram.n() > 0 && dram.q(0.5) >= 0.6 && x.p50 < smEffective:
+		return []Finding{x.finding(KindMemoryBound, "info", []Evidence{{telemetry.DRAMActive.String(), "p50", dram.q(0.5)}, {x.actName, "p50", x.p50}},
+			fmt.Sprintf("DRAM activity p50 %.2f (the practical ceiling is about %.1f, NVIDIA's DCGM guidance) with %s p50 %.2f %s: memory bandwidth, not compute, bounds it", dram.q(0.5), dramCeiling, x.actName, x.p50, x.window),
+			"mixed precision (bf16) to halve the bytes moved, a larger batch, fused kernels (torch.compile)", x.conf, telemetry.DRAMActive, telemetry.SMActive)}, false
 	}
-	pcie := sum(by[telemetry.PCIeRX], by[telemetry.PCIeTX])
-	nvl := sum(by[telemetry.NVLinkRX], by[telemetry.NVLinkTX])
-	if pcie.n() > 0 && pcie.q(0.5) >= 0.6*pcieMax && p50 < smIneffective {
-		out = append(out, f(KindInterconnect, "warning", []Evidence{{"pcie_rx+pcie_tx", "p50", pcie.q(0.5)}, {actName, "p50", p50}},
-			fmt.Sprintf("PCIe moves %.1f GB/s (p50, %.0f %% of a Gen5 x16 link's %.0f GB/s) while %s p50 is %.2f %s: the GPU waits on host transfers", pcie.q(0.5)/1e9, 100*pcie.q(0.5)/pcieMax, pcieMax/1e9, actName, p50, window),
-			"pinned host memory, larger and fewer transfers, keep data on the GPU between steps", conf, telemetry.PCIeRX, telemetry.PCIeTX, telemetry.SMActive))
-	} else if nvl.n() > 0 && nvl.q(0.5) >= 0.6*nvlinkMax && p50 < smIneffective {
-		out = append(out, f(KindInterconnect, "warning", []Evidence{{"nvlink_rx+nvlink_tx", "p50", nvl.q(0.5)}, {actName, "p50", p50}},
-			fmt.Sprintf("NVLink moves %.0f GB/s (p50, %.0f %% of %.0f GB/s) while %s p50 is %.2f %s: communication bounds it", nvl.q(0.5)/1e9, 100*nvl.q(0.5)/nvlinkMax, nvlinkMax/1e9, actName, p50, window),
-			"overlap communication with compute, larger buckets, gradient accumulation", conf, telemetry.NVLinkRX, telemetry.NVLinkTX, telemetry.SMActive))
+	return nil, false
+}
+
+// interconnectRule: PCIe, or else NVLink, busy while the GPU waits.
+func interconnectRule(x *facts) ([]Finding, bool) {
+	pcie := sum(x.by[telemetry.PCIeRX], x.by[telemetry.PCIeTX])
+	nvl := sum(x.by[telemetry.NVLinkRX], x.by[telemetry.NVLinkTX])
+	switch {
+	case pcie.n() > 0 && pcie.q(0.5) >= 0.6*pcieMax && x.p50 < smIneffective:
+		return []Finding{x.finding(KindInterconnect, "warning", []Evidence{{"pcie_rx+pcie_tx", "p50", pcie.q(0.5)}, {x.actName, "p50", x.p50}},
+			fmt.Sprintf("PCIe moves %.1f GB/s (p50, %.0f %% of a Gen5 x16 link's %.0f GB/s) while %s p50 is %.2f %s: the GPU waits on host transfers", pcie.q(0.5)/1e9, 100*pcie.q(0.5)/pcieMax, pcieMax/1e9, x.actName, x.p50, x.window),
+			"pinned host memory, larger and fewer transfers, keep data on the GPU between steps", x.conf, telemetry.PCIeRX, telemetry.PCIeTX, telemetry.SMActive)}, false
+	case nvl.n() > 0 && nvl.q(0.5) >= 0.6*nvlinkMax && x.p50 < smIneffective:
+		return []Finding{x.finding(KindInterconnect, "warning", []Evidence{{"nvlink_rx+nvlink_tx", "p50", nvl.q(0.5)}, {x.actName, "p50", x.p50}},
+			fmt.Sprintf("NVLink moves %.0f GB/s (p50, %.0f %% of %.0f GB/s) while %s p50 is %.2f %s: communication bounds it", nvl.q(0.5)/1e9, 100*nvl.q(0.5)/nvlinkMax, nvlinkMax/1e9, x.actName, x.p50, x.window),
+			"overlap communication with compute, larger buckets, gradient accumulation", x.conf, telemetry.NVLinkRX, telemetry.NVLinkTX, telemetry.SMActive)}, false
 	}
-	if p50 >= smEffective {
-		out = append(out, f(KindWellUsed, "info", []Evidence{{actName, "p50", p50}},
-			fmt.Sprintf("%s p50 %.2f %s: at or above %.1f, NVIDIA's DCGM guidance for effective use", actName, p50, window, smEffective),
-			"nothing to change", conf, telemetry.SMActive))
+	return nil, false
+}
+
+// wellUsedRule: activity p50 at NVIDIA's mark for effective use.
+func wellUsedRule(x *facts) ([]Finding, bool) {
+	if x.p50 < smEffective {
+		return nil, false
 	}
-	if tensor.n() > 0 && p50 >= 0.3 && tensor.q(0.95) < 0.02 {
-		out = append(out, f(KindTensorUnused, "info", []Evidence{{telemetry.TensorActive.String(), "p95", tensor.q(0.95)}, {actName, "p50", p50}},
-			fmt.Sprintf("tensor pipes p95 %.3f while %s p50 is %.2f %s: %s has tensor cores the workload does not use", tensor.q(0.95), actName, p50, window, in.Class.Name),
-			"bf16/fp16 autocast or TF32 matmuls (torch.backends.cuda.matmul.allow_tf32)", conf, telemetry.TensorActive, telemetry.SMActive))
+	return []Finding{x.finding(KindWellUsed, "info", []Evidence{{x.actName, "p50", x.p50}},
+		fmt.Sprintf("%s p50 %.2f %s: at or above %.1f, NVIDIA's DCGM guidance for effective use", x.actName, x.p50, x.window, smEffective),
+		"nothing to change", x.conf, telemetry.SMActive)}, false
+}
+
+// tensorUnusedRule: busy, but not on the tensor cores.
+func tensorUnusedRule(x *facts) ([]Finding, bool) {
+	tensor := x.by[telemetry.TensorActive]
+	if tensor.n() == 0 || x.p50 < 0.3 || tensor.q(0.95) >= 0.02 {
+		return nil, false
 	}
-	pt, tt := by[telemetry.PowerThrottled], by[telemetry.ThermalThrottled]
-	if (pt.n() > 0 && pt.mean() > 0.2) || (tt.n() > 0 && tt.mean() > 0.05) {
-		th := f(KindThrottled, "warning", []Evidence{{telemetry.PowerThrottled.String(), "mean", meanOr0(pt)}, {telemetry.ThermalThrottled.String(), "mean", meanOr0(tt)}},
-			fmt.Sprintf("the clocks were held down %.0f %% of the time by power caps and %.0f %% by heat %s (NVML's clock event reasons)", 100*meanOr0(pt), 100*meanOr0(tt), window),
-			"the platform team checks the node's power limits and cooling", 0.8, telemetry.PowerThrottled, telemetry.ThermalThrottled, telemetry.SMClock)
-		th.Platform = true
-		out = append(out, th)
+	return []Finding{x.finding(KindTensorUnused, "info", []Evidence{{telemetry.TensorActive.String(), "p95", tensor.q(0.95)}, {x.actName, "p50", x.p50}},
+		fmt.Sprintf("tensor pipes p95 %.3f while %s p50 is %.2f %s: %s has tensor cores the workload does not use", tensor.q(0.95), x.actName, x.p50, x.window, x.in.Class.Name),
+		"bf16/fp16 autocast or TF32 matmuls (torch.backends.cuda.matmul.allow_tf32)", x.conf, telemetry.TensorActive, telemetry.SMActive)}, false
+}
+
+// throttledRule: clocks held down by power caps or heat, the platform's to
+// fix.
+func throttledRule(x *facts) ([]Finding, bool) {
+	pt, tt := x.by[telemetry.PowerThrottled], x.by[telemetry.ThermalThrottled]
+	if !(pt.n() > 0 && pt.mean() > 0.2) && !(tt.n() > 0 && tt.mean() > 0.05) {
+		return nil, false
 	}
-	return out
+	th := x.finding(KindThrottled, "warning", []Evidence{{telemetry.PowerThrottled.String(), "mean", meanOr0(pt)}, {telemetry.ThermalThrottled.String(), "mean", meanOr0(tt)}},
+		fmt.Sprintf("the clocks were held down %.0f %% of the time by power caps and %.0f %% by heat %s (NVML's clock event reasons)", 100*meanOr0(pt), 100*meanOr0(tt), x.window),
+		"the platform team checks the node's power limits and cooling", 0.8, telemetry.PowerThrottled, telemetry.ThermalThrottled, telemetry.SMClock)
+	th.Platform = true
+	return []Finding{th}, false
 }
 
 func scale(xs []float64, k float64) []float64 {

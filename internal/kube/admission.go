@@ -113,7 +113,7 @@ type Decider func(ctx context.Context, namespace, workloadID string) (workload.A
 // carrying Gantry's AdmissionCheck gets the check decide says — Ready,
 // Pending (held for approval) or Rejected; one that queues a VM starts or
 // halts it as Kueue admits it or takes the admission back. The
-// AdmissionCheck object is marked Active once it exists (syncQuotas applies
+// AdmissionCheck object is marked Active once it exists (quota.Syncer applies
 // it).
 //
 // Only Kueue Workloads in namespaces starting with namespacePrefix (this

@@ -17,7 +17,6 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -814,7 +813,18 @@ func (s *Server) lead(ctx context.Context, c *kube.Cluster) error {
 		})
 	})
 	if s.Config.Quota.Kueue {
-		g.Go(func() error { return s.every(gctx, s.Config.Reconcile(), s.syncQuotas(c)) })
+		quotas, err := quota.NewSyncer(quota.SyncerOptions{Policy: func() quota.Policy { return s.authz.Policy() }, Classes: s.Catalog.Classes(),
+			Kueue: c, Holds: s.Budgets, Priorities: priorities, Log: s.Log})
+		if err != nil {
+			return err
+		}
+		g.Go(func() error {
+			return s.every(gctx, s.Config.Reconcile(), func(ctx context.Context) {
+				if _, err := quotas.Run(ctx); err != nil && ctx.Err() == nil {
+					s.Log.Error("quotas: Kueue objects not synced", "err", err)
+				}
+			})
+		})
 		g.Go(func() error {
 			return c.RunQueueController(gctx, s.Config.NamespacePrefix, s.Workloads.Admission, s.Config.Reconcile(), s.Log)
 		})
@@ -824,63 +834,6 @@ func (s *Server) lead(ctx context.Context, c *kube.Cluster) error {
 
 // notifyInterval is how often the webhook outbox is looked at.
 const notifyInterval = 5 * time.Second
-
-// syncQuotas keeps Kueue's objects as the policy's quotas say: applied when
-// the policy (or the first pass) gives different objects than the last
-// applied, and again every tenth pass (someone may have edited them).
-func (s *Server) syncQuotas(c *kube.Cluster) func(context.Context) {
-	var last string
-	pass := 0
-	return func(ctx context.Context) {
-		// The teams the policy names, and those (allowed by its default
-		// entry) that have launched: each gets its ClusterQueue.
-		policy := s.authz.Policy()
-		teams := policy.Quotas()
-		onCluster, err := c.Teams(ctx)
-		if err != nil {
-			s.Log.Error("quotas: teams on the cluster not listed", "err", err)
-			return
-		}
-		for _, t := range onCluster {
-			if _, ok := teams[t]; !ok {
-				teams[t] = policy.Quota(team.Name(t))
-			}
-		}
-		// Every queue carries Gantry's approval check; a team whose spent
-		// budget blocks launches has its queue held.
-		held := map[string]bool{}
-		for t := range teams {
-			_, ok, err := s.Budgets.Held(ctx, team.Name(t))
-			if err != nil {
-				// Not known: keep the queues as last applied rather than
-				// release a hold by accident.
-				s.Log.Error("quotas: a team's budget could not be read; queues left as they are", "team", t, "err", err)
-				return
-			}
-			held[t] = ok
-		}
-		objs := quota.Objects(s.Catalog.Classes(), teams, priorities, quota.Options{ApprovalCheck: true, Held: held})
-		data, _ := json.Marshal(objs)
-		if string(data) == last && pass%10 != 0 {
-			pass++
-			return
-		}
-		pass++
-		if err := c.SyncQuotas(ctx, objs); err != nil {
-			s.Log.Error("quotas: Kueue objects not synced", "err", err)
-			return
-		}
-		// Kueue holds every queue whose checks are not active: say so
-		// again (the AdmissionCheck may have been made anew).
-		if err := c.ActivateCheck(ctx); err != nil {
-			s.Log.Error("quotas: Gantry's AdmissionCheck not marked active", "err", err)
-		}
-		if string(data) != last {
-			s.Log.Info("quotas: Kueue objects synced", "objects", len(objs))
-		}
-		last = string(data)
-	}
-}
 
 // priorities are the template priorities, the PriorityClasses of
 // deploy/priorityclasses.yaml (gantry-<priority>), as Kueue sees them.

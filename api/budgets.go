@@ -88,14 +88,10 @@ func (s *server) GetTeamReport(ctx context.Context, req gen.GetTeamReportRequest
 		Total: r.Total, Used: r.Used, Idle: r.Idle, Unmeasured: r.Unmeasured,
 		ByUser: s.namedLines(ctx, costLines(r.ByUser)), ByTemplate: costLines(r.ByTemplate), ByGpuClass: costLines(r.ByGPUClass), ByCostCenter: costLines(r.ByCostCenter),
 		Alerts: []gen.BudgetAlert{}}
-	st, alerts, err := s.o.Budgets.Month(ctx, t, r.Total, r.From, r.To)
-	if err != nil {
-		return nil, err
+	if r.Budget != nil {
+		out.Budget = ptr(budgetOut(*r.Budget, nil))
 	}
-	if st != nil {
-		out.Budget = ptr(budgetOut(*st, nil))
-	}
-	for _, a := range alerts {
+	for _, a := range r.Alerts {
 		out.Alerts = append(out.Alerts, gen.BudgetAlert{CostCenter: omitEmpty(a.CostCenter), Threshold: a.Threshold, At: a.At, Spent: budget.Round(a.Spent), Amount: a.Amount})
 	}
 	return gen.GetTeamReport200JSONResponse(out), nil

@@ -108,10 +108,9 @@ type Options struct {
 	// Agents authenticates node agents pushing telemetry (nil: refused).
 	Agents AgentAuthenticator
 	// Telemetry ingests agents' batches and lists GPU nodes; Metrics
-	// answers workloads' series (the same service, or Prometheus).
-	Telemetry     *telemetry.Service
-	Metrics       telemetry.Source
-	MetricsSource string // "gantry" or "prometheus"
+	// answers workloads' series (from the same service, or Prometheus).
+	Telemetry *telemetry.Service
+	Metrics   *telemetry.Reader
 	// Advice judges workloads' series.
 	Advice *advice.Service
 	// Live registers long-lived responses (watch streams, followed logs,

@@ -128,34 +128,21 @@ func metricNames() []string {
 	return out
 }
 
-// Defaults of a metrics query.
-const (
-	defaultWindow = time.Hour
-	defaultPoints = 120
-	minStep       = 10 * time.Second
-)
-
 func (s *server) GetWorkloadMetrics(ctx context.Context, req gen.GetWorkloadMetricsRequestObject) (gen.GetWorkloadMetricsResponseObject, error) {
-	if s.o.Metrics == nil || s.o.Workloads == nil {
+	if s.o.Metrics == nil {
 		return nil, noTelemetry
 	}
-	w, err := s.o.Workloads.Get(ctx, req.Id) // the caller may read it, or 404
-	if err != nil {
-		return nil, err
-	}
 	p := req.Params
-	q := telemetry.Query{Target: telemetry.Target{ID: w.ID, Namespace: s.o.Workloads.Namespace(w), Name: w.Name}, To: s.o.Now().UTC()}
+	var w telemetry.Window
 	var errs fault.List
-	q.To = momentParam(&errs, "to", p.To, q.To)
-	q.From = momentParam(&errs, "from", p.From, q.To.Add(-defaultWindow))
+	w.To = momentParam(&errs, "to", p.To, time.Time{})
+	w.From = momentParam(&errs, "from", p.From, time.Time{})
 	if p.Step != nil {
 		d, err := time.ParseDuration(*p.Step)
 		if err != nil || d < time.Second {
 			errs.Addf("step", "%q is not a step of at least 1s, such as 10s, 1m or 1h", *p.Step)
 		}
-		q.Step = d
-	} else {
-		q.Step = max(minStep, (q.To.Sub(q.From) / defaultPoints).Round(time.Second))
+		w.Step = d
 	}
 	if p.Series != nil {
 		for _, name := range strings.Split(*p.Series, ",") {
@@ -164,28 +151,21 @@ func (s *server) GetWorkloadMetrics(ctx context.Context, req gen.GetWorkloadMetr
 				errs.Addf("series", "unknown metric %q (known: %s)", name, strings.Join(metricNames(), ", "))
 				continue
 			}
-			if !slices.Contains(q.Metrics, m) {
-				q.Metrics = append(q.Metrics, m)
+			if !slices.Contains(w.Metrics, m) {
+				w.Metrics = append(w.Metrics, m)
 			}
-		}
-	}
-	if errs.Len() == 0 {
-		if err := telemetry.CheckQuery(q); err != nil {
-			errs.Addf("from", "%v", err)
 		}
 	}
 	if err := errs.Err(); err != nil {
 		return nil, err
 	}
-	series, err := s.o.Metrics.Series(ctx, q)
+	a, err := s.o.Metrics.Workload(ctx, req.Id, w)
 	if err != nil {
 		return nil, err
 	}
-	out := gen.MetricSeriesList{From: q.From, To: q.To, Step: q.Step.String(), Source: gen.MetricSeriesListSource(s.o.MetricsSource), Series: []gen.MetricSeries{}}
-	if out.Source == "" {
-		out.Source = "gantry"
-	}
-	for _, se := range series {
+	q := a.Query
+	out := gen.MetricSeriesList{From: q.From, To: q.To, Step: q.Step.String(), Source: gen.MetricSeriesListSource(a.Source), Series: []gen.MetricSeries{}}
+	for _, se := range a.Series {
 		info := se.Metric.Info()
 		ms := gen.MetricSeries{Metric: info.Name, Dcgm: info.DCGM, Unit: info.Unit, Device: deviceOut(se.Device), Pod: podOut(se.Pod), Points: make([]gen.MetricPoint, len(se.Points))}
 		for i, pt := range se.Points {

@@ -184,6 +184,15 @@ func TestApprovalsAndBudgets(t *testing.T) {
 	if len(budgets.Items) != 1 || budgets.Items[0].State != "exceeded" || !strings.Contains(budgets.Items[0].Banner, "policy: block") || len(budgets.Items[0].ThresholdsReached) != 2 {
 		t.Fatalf("budgets: %+v", budgets.Items)
 	}
+	// The team's report for the month carries its budget and both alerts.
+	var report struct {
+		Budget *struct{ State string }
+		Alerts []struct{ Threshold float64 }
+	}
+	g.getJSON("/api/v1/teams/vision/report", &report)
+	if report.Budget == nil || report.Budget.State != "exceeded" || len(report.Alerts) != 2 {
+		t.Errorf("the month's report: budget %+v, alerts %+v; want exceeded and two alerts", report.Budget, report.Alerts)
+	}
 	var audit struct {
 		Items []struct{ Actor, Action, Reason string }
 	}

@@ -396,6 +396,14 @@ func New(ctx context.Context, cfg config.Config, ov Overrides) (s *Server, err e
 	if err != nil {
 		return nil, err
 	}
+	series, err := telemetry.NewReader(telemetry.ReaderOptions{Source: metrics, SourceName: metricsSource, Now: s.clock.Now,
+		Target: func(ctx context.Context, id string) (telemetry.Target, error) {
+			w, err := s.Workloads.Get(ctx, id) // the caller may read it, or 404
+			return telemetry.Target{ID: w.ID, Namespace: s.Workloads.Namespace(w), Name: w.Name}, err
+		}})
+	if err != nil {
+		return nil, err
+	}
 	adv, err := advice.NewService(metrics, core.Catalog.Classes(), core.Catalog, s.Workloads, online, s.Telemetry.Unhealthy, s.clock.Now)
 	if err != nil {
 		return nil, err
@@ -497,7 +505,7 @@ func New(ctx context.Context, cfg config.Config, ov Overrides) (s *Server, err e
 		SignIn:    gen.AuthConfig{Issuer: oc.Issuer, CliClientID: oc.CLIClientID, Scopes: oc.Scopes},
 		Authorize: s.authz.AllowedSomewhere, RolesWith: s.authz.RolesWith, NeedsSecondFactor: s.authz.NeedsSecondFactor, Audit: s.denials, Images: core.Images,
 		AppTransport: ov.AppTransport,
-		Agents:       agents, Telemetry: s.Telemetry, Metrics: metrics, MetricsSource: metricsSource, Advice: adv,
+		Agents:       agents, Telemetry: s.Telemetry, Metrics: series, Advice: adv,
 		Anonymous: api.AnonymousLimit{Rate: float64(cfg.Security.AnonymousRate), Burst: int(cfg.Security.AnonymousBurst), Now: s.clock.Now},
 	})
 	if err != nil {

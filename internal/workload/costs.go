@@ -266,12 +266,15 @@ func (m *Meter) gpuShare(r Run) float64 {
 }
 
 // TeamReport is a team's month: its costs by user, template, GPU class and
-// cost center, each split into used, idle and unmeasured.
+// cost center, each split into used, idle and unmeasured, and its monthly
+// budget against them with the alerts it sent.
 type TeamReport struct {
 	Team                                         team.Name
 	From, To                                     time.Time
 	Total, Used, Idle, Unmeasured                float64
 	ByUser, ByTemplate, ByGPUClass, ByCostCenter []CostLine
+	Budget                                       *budget.Status // nil: no monthly budget
+	Alerts                                       []budget.Alert
 }
 
 // TeamReport meters team's month holding at (UTC) for a caller who may
@@ -299,6 +302,9 @@ func (s *Service) TeamReport(ctx context.Context, t team.Name, at time.Time) (Te
 		c := s.meter.group(ctx, runs, from, to, g.by, minutes)
 		*g.into = c.Lines
 		r.Total, r.Used, r.Idle, r.Unmeasured = c.Total, c.Used, c.Idle, c.Unmeasured
+	}
+	if r.Budget, r.Alerts, err = s.budgets.Month(ctx, t, r.Total, from, to); err != nil {
+		return TeamReport{}, err
 	}
 	return r, nil
 }

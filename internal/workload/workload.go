@@ -287,6 +287,9 @@ type Budgets interface {
 	Verdict(ctx context.Context, t team.Name, pricePerHour, hours float64) (budget.Verdict, time.Duration, error)
 	// Held says whether the team's spent budget holds its launches, and why.
 	Held(ctx context.Context, t team.Name) (why string, held bool, err error)
+	// Month is the team's monthly budget against spent in [from, to) and
+	// the alerts it sent then (nil status: no monthly budget).
+	Month(ctx context.Context, t team.Name, spent float64, from, to time.Time) (*budget.Status, []budget.Alert, error)
 }
 
 // Options is what a Service is made of. Store, Templates, Namespace,

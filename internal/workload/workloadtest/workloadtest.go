@@ -186,6 +186,11 @@ func (NoBudgets) Verdict(context.Context, team.Name, float64, float64) (budget.V
 // Held implements workload.Budgets.
 func (NoBudgets) Held(context.Context, team.Name) (string, bool, error) { return "", false, nil }
 
+// Month implements workload.Budgets: no monthly budget.
+func (NoBudgets) Month(context.Context, team.Name, float64, time.Time, time.Time) (*budget.Status, []budget.Alert, error) {
+	return nil, nil, nil
+}
+
 // Events implements workload.Cluster: none.
 func (c *Cluster) Events(context.Context, string, string) ([]workload.Event, error) {
 	return []workload.Event{}, c.fail()

@@ -38,7 +38,7 @@ type AnonymousLimit struct {
 	// sources idle long enough for their buckets to refill are forgotten,
 	// and new ones past the bound share one bucket.
 	MaxSources int
-	Now        func() time.Time // default time.Now
+	Now        func() time.Time // default: the server's clock (Options.Now)
 }
 
 // limitAnonymous is the middleware enforcing l.
@@ -132,9 +132,6 @@ type bucket struct {
 func newSourceLimiter(l AnonymousLimit) *sourceLimiter {
 	if l.MaxSources <= 0 {
 		l.MaxSources = DefaultMaxSources
-	}
-	if l.Now == nil {
-		l.Now = time.Now
 	}
 	l.Burst = max(1, l.Burst)
 	idle := max(time.Second, time.Duration(float64(l.Burst)/l.Rate*float64(time.Second)))

@@ -141,6 +141,9 @@ func New(o Options) (*echo.Echo, error) {
 	if o.Now == nil {
 		return nil, errors.New("api: the server's clock is required")
 	}
+	if o.Anonymous.Now == nil {
+		o.Anonymous.Now = o.Now
+	}
 	cr := credentials{bearer: o.Identify, tokens: o.Tokens, sessions: o.Sessions}
 	recheck := cr
 	if o.RecheckBearer != nil {

@@ -126,7 +126,7 @@ func TestTokenExpiry(t *testing.T) {
 	}
 	defer st.Close()
 	now := time.Now()
-	users, err := user.New(st, 24*time.Hour, func() time.Time { return now })
+	users, err := user.New(user.Options{Store: st, MaxGroupAge: 24 * time.Hour, Now: func() time.Time { return now }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +134,10 @@ func TestTokenExpiry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := token.New(st, users, policy).WithClock(func() time.Time { return now })
+	svc, err := token.New(token.Options{Store: st, Owners: users, Teams: policy, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ann := identity.Identity{Issuer: "https://idp", Subject: "ann"}
 	if _, err := users.Observe(context.Background(), ann); err != nil {
 		t.Fatal(err)

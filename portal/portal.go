@@ -47,7 +47,7 @@ type Sessions interface {
 
 // Options configure the portal.
 type Options struct {
-	// Now is the server's clock (audit times); nil: the wall clock.
+	// Now is the server's clock (audit times).
 	Now      func() time.Time
 	Sessions Sessions
 	// Teams lists the teams where an identity holds a permission.
@@ -55,7 +55,7 @@ type Options struct {
 	// Secure marks cookies Secure (Gantry is reached over https).
 	Secure bool
 	Logger *slog.Logger
-	// Audit, when set, records every sign-in, refused sign-in and sign-out.
+	// Audit records every sign-in, refused sign-in and sign-out.
 	Audit Auditor
 }
 
@@ -129,8 +129,12 @@ func (l *limiter) allow(addr string) bool {
 	return c.Allow()
 }
 
-// New returns the portal's handler.
-func New(o Options) http.Handler {
+// New returns the portal's handler. Now, Sessions, Teams and Audit are
+// required.
+func New(o Options) (http.Handler, error) {
+	if o.Now == nil || o.Sessions == nil || o.Teams == nil || o.Audit == nil {
+		return nil, errors.New("portal: Now, Sessions, Teams and Audit are required")
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -161,7 +165,7 @@ func New(o Options) http.Handler {
 		h.Set("X-Frame-Options", "DENY")
 		h.Set("Referrer-Policy", "no-referrer")
 		mux.ServeHTTP(w, r)
-	})
+	}), nil
 }
 
 type view struct {
@@ -223,12 +227,7 @@ func (p *portal) page(name string) http.HandlerFunc {
 	}
 }
 
-func (p *portal) now() time.Time {
-	if p.o.Now != nil {
-		return p.o.Now()
-	}
-	return time.Now() //clock:allow a portal built without the server's clock (its tests)
-}
+func (p *portal) now() time.Time { return p.o.Now() }
 
 func (p *portal) render(w http.ResponseWriter, status int, v view) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
@@ -328,9 +327,6 @@ func (p *portal) logout(w http.ResponseWriter, r *http.Request) {
 
 // audit records a sign-in event like the API records its requests.
 func (p *portal) audit(w http.ResponseWriter, r *http.Request, status int, actor, decision, reason string) {
-	if p.o.Audit == nil {
-		return
-	}
 	rec := audit.Record{At: p.now(), Actor: actor, Action: r.Method + " " + r.URL.Path, Object: r.URL.Path,
 		Decision: decision, Status: status, Reason: reason, RequestID: w.Header().Get("X-Request-Id")}
 	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {

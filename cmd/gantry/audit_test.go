@@ -49,7 +49,7 @@ func newAuditedLog(t *testing.T) auditedLog {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { l.st.Close() })
-	cp, err := audit.NewCheckpointer(audit.CheckpointerOptions{Store: l.st, Key: key, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), File: l.file})
+	cp, err := audit.NewCheckpointer(audit.CheckpointerOptions{Store: l.st, Key: key, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), File: l.file, Now: time.Now})
 	if err != nil {
 		t.Fatal(err)
 	}

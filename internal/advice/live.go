@@ -2,6 +2,7 @@ package advice
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"math"
 	"strings"
@@ -32,14 +33,25 @@ type Live struct {
 
 type wlInfo struct{ template, class string }
 
-// NewLive builds the live rules; lookup says a workload's template and GPU
-// class.
-func NewLive(classes *gpu.Catalog, lookup func(context.Context, string) (string, string, error), log *slog.Logger) *Live {
+// LiveOptions are what a Live is made of: Classes and Lookup are required.
+type LiveOptions struct {
+	Classes *gpu.Catalog
+	// Lookup says a workload's template and GPU class.
+	Lookup func(ctx context.Context, workloadID string) (template, class string, err error)
+	Log    *slog.Logger // default slog.Default()
+}
+
+// NewLive builds the live rules.
+func NewLive(o LiveOptions) (*Live, error) {
+	if o.Classes == nil || o.Lookup == nil {
+		return nil, errors.New("advice: Live needs Classes and Lookup")
+	}
+	log := o.Log
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Live{classes: classes, lookup: lookup, log: log, engines: map[string]*Engine{}, last: map[string]int64{}, info: map[string]wlInfo{},
-		decided: map[string]Decision{}, activeAt: map[string]time.Time{}}
+	return &Live{classes: o.Classes, lookup: o.Lookup, log: log, engines: map[string]*Engine{}, last: map[string]int64{}, info: map[string]wlInfo{},
+		decided: map[string]Decision{}, activeAt: map[string]time.Time{}}, nil
 }
 
 // maxLiveWorkloads bounds what Live remembers.

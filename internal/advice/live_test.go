@@ -20,7 +20,10 @@ func TestLive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	live := NewLive(classes, func(context.Context, string) (string, string, error) { return "jupyter-notebook", c.Name, nil }, nil)
+	live, err := NewLive(LiveOptions{Classes: classes, Lookup: func(context.Context, string) (string, string, error) { return "jupyter-notebook", c.Name, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
 	start := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	reading := func(at time.Time, util float64) telemetry.Stored {
 		v := telemetry.NoValues()
@@ -71,7 +74,10 @@ func TestLiveLullEndsForEveryWorkload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	live := NewLive(classes, func(context.Context, string) (string, string, error) { return "vllm", c.Name, nil }, nil)
+	live, err := NewLive(LiveOptions{Classes: classes, Lookup: func(context.Context, string) (string, string, error) { return "vllm", c.Name, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
 	start := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	reading := func(wl string, at time.Time, util, memMiB float64) telemetry.Stored {
 		v := telemetry.NoValues()

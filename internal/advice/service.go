@@ -49,17 +49,27 @@ type Templates interface {
 	Get(ctx context.Context, name string, version int) (catalog.Version, error)
 }
 
-// NewService builds the service; a source, the GPU classes, the templates
-// and the workloads are required; live, when set, adds the online rules'
-// decisions as findings.
-func NewService(source telemetry.Source, classes *gpu.Catalog, templates Templates, workloads Workloads, live *Live, health func(context.Context, string) ([]string, error), now func() time.Time) (*Service, error) {
-	if source == nil || classes == nil || templates == nil || workloads == nil {
-		return nil, fmt.Errorf("advice: a telemetry source, the GPU classes, the templates and the workloads are required")
+// Options are what a Service is made of. Source, Classes, Templates,
+// Workloads and Now are required.
+type Options struct {
+	Source    telemetry.Source
+	Classes   *gpu.Catalog
+	Templates Templates
+	Workloads Workloads
+	// Live, when set, adds the online rules' decisions as findings.
+	Live *Live
+	// Health says why GPUs a workload runs on are unhealthy (nil: not
+	// known).
+	Health func(ctx context.Context, workloadID string) ([]string, error)
+	Now    func() time.Time
+}
+
+// New builds the service.
+func New(o Options) (*Service, error) {
+	if o.Source == nil || o.Classes == nil || o.Templates == nil || o.Workloads == nil || o.Now == nil {
+		return nil, fmt.Errorf("advice: Source, Classes, Templates, Workloads and Now are required")
 	}
-	if now == nil {
-		now = time.Now
-	}
-	return &Service{source: source, classes: classes, templates: templates, workloads: workloads, live: live, health: health, now: now, cache: map[string]cached{}}, nil
+	return &Service{source: o.Source, classes: o.Classes, templates: o.Templates, workloads: o.Workloads, live: o.Live, health: o.Health, now: o.Now, cache: map[string]cached{}}, nil
 }
 
 // ForWorkload advises on workload id as its reader sees it: the caller's

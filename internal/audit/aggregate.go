@@ -72,7 +72,7 @@ func NewAggregator(o AggregatorOptions) (*Aggregator, error) {
 		o.MaxKeys = DefaultMaxKeys
 	}
 	if o.Now == nil {
-		o.Now = time.Now
+		return nil, errors.New("audit: Now (the server's clock) is required")
 	}
 	if o.Log == nil {
 		o.Log = slog.Default()

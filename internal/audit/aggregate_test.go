@@ -149,7 +149,7 @@ func TestAggregator(t *testing.T) {
 func TestAggregatorSummaryKeepsTheLastDenial(t *testing.T) {
 	ctx := context.Background()
 	st := openLog(t, 0)
-	agg, err := audit.NewAggregator(audit.AggregatorOptions{Store: st})
+	agg, err := audit.NewAggregator(audit.AggregatorOptions{Store: st, Now: time.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +178,7 @@ func TestAggregatorSummaryKeepsTheLastDenial(t *testing.T) {
 func TestAggregatorConcurrent(t *testing.T) {
 	ctx := context.Background()
 	st := openLog(t, 0)
-	agg, err := audit.NewAggregator(audit.AggregatorOptions{Store: st})
+	agg, err := audit.NewAggregator(audit.AggregatorOptions{Store: st, Now: time.Now})
 	if err != nil {
 		t.Fatal(err)
 	}

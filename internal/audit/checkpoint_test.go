@@ -158,7 +158,7 @@ func TestCheckpointer(t *testing.T) {
 	st := openLog(t, 0)
 	var jsonLog, textLog bytes.Buffer
 	file := filepath.Join(t.TempDir(), "sink", "checkpoints.jsonl")
-	if _, err := audit.NewCheckpointer(audit.CheckpointerOptions{Store: st, Key: priv, Log: slog.Default(), File: file}); err == nil {
+	if _, err := audit.NewCheckpointer(audit.CheckpointerOptions{Store: st, Key: priv, Log: slog.Default(), File: file, Now: time.Now}); err == nil {
 		t.Fatal("a checkpoint file in a missing directory was accepted")
 	}
 	file = filepath.Join(t.TempDir(), "checkpoints.jsonl")

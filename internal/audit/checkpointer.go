@@ -51,7 +51,7 @@ func NewCheckpointer(o CheckpointerOptions) (*Checkpointer, error) {
 		return nil, errors.New("checkpointer: store, key and log are required")
 	}
 	if o.Now == nil {
-		o.Now = time.Now
+		return nil, errors.New("audit: Now (the server's clock) is required")
 	}
 	if o.File != "" {
 		if err := appendLine(o.File, nil); err != nil {

@@ -42,6 +42,8 @@ type Config struct {
 	Claims    Claims        `json:"claims"`
 	// SecondFactor says which claims show that a second factor was used.
 	SecondFactor SecondFactor `json:"secondFactor"`
+	// Now is the server's clock tokens expire by (required).
+	Now func() time.Time `json:"-"`
 }
 
 // SecondFactor names what a token's amr (RFC 8176 authentication methods)
@@ -88,8 +90,8 @@ const maxVerified = 10_000
 // New discovers the provider (its /.well-known/openid-configuration) and
 // returns an Authenticator for it.
 func New(ctx context.Context, cfg Config) (*Authenticator, error) {
-	if cfg.Issuer == "" || len(cfg.Audiences) == 0 {
-		return nil, errors.New("oidc: issuer and at least one audience are required")
+	if cfg.Issuer == "" || len(cfg.Audiences) == 0 || cfg.Now == nil {
+		return nil, errors.New("oidc: an issuer, at least one audience and a clock (Now) are required")
 	}
 	if cfg.ClockSkew == 0 {
 		cfg.ClockSkew = 30 * time.Second
@@ -105,7 +107,7 @@ func New(ctx context.Context, cfg Config) (*Authenticator, error) {
 	if err := p.Claims(&meta); err != nil || meta.JWKS == "" {
 		return nil, fmt.Errorf("oidc: %s publishes no jwks_uri", cfg.Issuer)
 	}
-	a := &Authenticator{cfg: cfg, now: time.Now, verified: map[[32]byte]cached{}, provider: p}
+	a := &Authenticator{cfg: cfg, now: cfg.Now, verified: map[[32]byte]cached{}, provider: p}
 	keys, err := newKeySet(ctx, meta.JWKS, func() time.Time { return a.now() })
 	if err != nil {
 		return nil, fmt.Errorf("oidc: %w", err)

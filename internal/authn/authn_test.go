@@ -89,7 +89,7 @@ func (is *issuer) claims(mod func(map[string]any)) map[string]any {
 }
 
 func auth(t testing.TB, is *issuer, claims authn.Claims) *authn.Authenticator {
-	a, err := authn.New(context.Background(), authn.Config{Issuer: is.srv.URL, Audiences: []string{"gantry-portal", "gantry-cli"}, ClockSkew: 30 * time.Second, Claims: claims})
+	a, err := authn.New(context.Background(), authn.Config{Issuer: is.srv.URL, Audiences: []string{"gantry-portal", "gantry-cli"}, ClockSkew: 30 * time.Second, Claims: claims, Now: time.Now})
 	if err != nil {
 		t.Fatal(err)
 	}

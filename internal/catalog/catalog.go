@@ -92,19 +92,27 @@ type Service struct {
 	now     func() time.Time
 }
 
+// Options are what a Service is made of: Store, Classes and Now are
+// required.
+type Options struct {
+	Store   Store
+	Classes *gpu.Catalog
+	// Images is the image catalog every template's image is checked
+	// against (nil: images are not checked, for tests of the catalog alone).
+	Images template.Images
+	Now    func() time.Time
+}
+
 // New returns a catalog service.
-func New(store Store, classes *gpu.Catalog) *Service {
-	return &Service{store: store, classes: classes, now: time.Now}
+func New(o Options) (*Service, error) {
+	if o.Store == nil || o.Classes == nil || o.Now == nil {
+		return nil, errors.New("catalog: Store, Classes and Now are required")
+	}
+	return &Service{store: o.Store, classes: o.Classes, images: o.Images, now: o.Now}, nil
 }
 
 // Classes returns the GPU class catalog the templates are checked against.
 func (s *Service) Classes() *gpu.Catalog { return s.classes }
-
-// WithImages checks every template's image against the image catalog.
-func (s *Service) WithImages(images template.Images) *Service {
-	s.images = images
-	return s
-}
 
 // List returns the live version of every template.
 func (s *Service) List(ctx context.Context) ([]Version, error) { return s.store.CurrentTemplates(ctx) }

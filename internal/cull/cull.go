@@ -113,7 +113,7 @@ func New(o Options) (*Culler, error) {
 		o.Log = slog.Default()
 	}
 	if o.Now == nil {
-		o.Now = time.Now
+		return nil, errors.New("cull: Now (the server's clock) is required")
 	}
 	return &Culler{o: o, warned: map[string]warning{}}, nil
 }

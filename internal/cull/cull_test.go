@@ -302,7 +302,9 @@ func newEnv(t *testing.T, at time.Time) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.cat = catalog.New(e.st, classes).WithImages(images.Catalog)
+	if e.cat, err = catalog.New(catalog.Options{Store: e.st, Classes: classes, Images: images.Catalog, Now: time.Now}); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := e.cat.Seed(e.ctx, "seed", files); err != nil {
 		t.Fatal(err)
 	}

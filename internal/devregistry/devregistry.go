@@ -203,6 +203,9 @@ func LoadOrCreateKey(path string) (*ecdsa.PrivateKey, error) {
 // only) and returns image verification that fetches from it: the whole
 // supply-chain path of `gantry dev` and the tests.
 func Verified(ctx context.Context, cat *imagecat.Catalog, key *ecdsa.PrivateKey, o imageverify.Options) (*Registry, *imageverify.Images, error) {
+	if o.Now == nil {
+		return nil, nil, errors.New("devregistry: the verifier's clock (Now) is required")
+	}
 	reg, err := Start(ctx, "127.0.0.1:0", cat, key)
 	if err != nil {
 		return nil, nil, err
@@ -216,11 +219,16 @@ func Verified(ctx context.Context, cat *imagecat.Catalog, key *ecdsa.PrivateKey,
 		mirrors[k] = v
 	}
 	o.Mirrors = mirrors
-	return reg, &imageverify.Images{Catalog: cat, Verifier: imageverify.New(o)}, nil
+	v, err := imageverify.New(o)
+	if err != nil {
+		return nil, nil, err
+	}
+	return reg, &imageverify.Images{Catalog: cat, Verifier: v}, nil
 }
 
 // StartDir loads the image catalog in dir, makes a fresh key and starts
-// Verified with it: an in-process supply chain for tests.
+// Verified with it: an in-process supply chain for tests, on the wall
+// clock.
 func StartDir(ctx context.Context, dir string, classes *gpu.Catalog) (*Registry, *imageverify.Images, error) {
 	cat, err := imagecat.Load(dir, classes)
 	if err != nil {
@@ -230,5 +238,5 @@ func StartDir(ctx context.Context, dir string, classes *gpu.Catalog) (*Registry,
 	if err != nil {
 		return nil, nil, err
 	}
-	return Verified(ctx, cat, key, imageverify.Options{})
+	return Verified(ctx, cat, key, imageverify.Options{Now: time.Now}) //clock:allow tests' supply chain: cache entries expire on the wall clock
 }

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gantryhq/gantry/internal/devregistry"
 	"github.com/gantryhq/gantry/internal/gpu"
@@ -43,7 +44,10 @@ func TestStarterCatalogVerifies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v := imageverify.New(imageverify.Options{Mirrors: reg.Mirrors})
+	v, err := imageverify.New(imageverify.Options{Mirrors: reg.Mirrors, Now: time.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
 	// Without the development key trusted, the platform key alone verifies nothing.
 	e, tag, _ := cat.Resolve("pytorch:25.01-py3")
 	if _, err := v.Verify(ctx, e, tag); err == nil || !strings.Contains(err.Error(), "no signature verifies with keys/platform.pub") {

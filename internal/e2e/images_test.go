@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
@@ -117,7 +118,11 @@ spec:
 		t.Fatal(err)
 	}
 	e, _ := cat.Get("gantry")
-	res, err := imageverify.New(imageverify.Options{}).Verify(ctx, e, src.Version)
+	v, err := imageverify.New(imageverify.Options{Now: time.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := v.Verify(ctx, e, src.Version)
 	if err != nil || res.Digest != serverDigest.String() {
 		t.Fatalf("Gantry's verification of its own image: %+v, %v", res, err)
 	}

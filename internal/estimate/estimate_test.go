@@ -111,12 +111,15 @@ func harness(t testing.TB) (context.Context, *workload.Service, *gpu.Catalog) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cat := catalog.New(st, classes).WithImages(images.Catalog)
+	cat, err := catalog.New(catalog.Options{Store: st, Classes: classes, Images: images.Catalog, Now: time.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := cat.Seed(ctx, "seed", files); err != nil {
 		t.Fatal(err)
 	}
 	svc, err := workload.New(workload.Options{Store: st, Templates: cat, Images: images, Authorizer: workloadtest.AllowAll{}, Budgets: workloadtest.NoBudgets{},
-		Namespace: func(t team.Name) string { return "gantry-" + t.String() }, Log: slog.New(slog.DiscardHandler)})
+		Namespace: func(t team.Name) string { return "gantry-" + t.String() }, Now: time.Now, Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

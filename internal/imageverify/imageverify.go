@@ -78,6 +78,8 @@ type Options struct {
 	Mirrors map[string]string
 	// Transport for registry requests (default http.DefaultTransport).
 	Transport http.RoundTripper
+	// Now is the clock successes expire by (required).
+	Now func() time.Time
 }
 
 // Verifier verifies images and caches successes.
@@ -103,7 +105,10 @@ func (v *Verifier) CacheMisses() uint64 { return v.misses.Load() }
 type cacheKey struct{ digest, policy string }
 
 // New returns a Verifier.
-func New(o Options) *Verifier {
+func New(o Options) (*Verifier, error) {
+	if o.Now == nil {
+		return nil, errors.New("imageverify: Now is required")
+	}
 	if o.Keychain == nil {
 		o.Keychain = authn.NewMultiKeychain()
 	}
@@ -113,18 +118,12 @@ func New(o Options) *Verifier {
 	if o.Transport == nil {
 		o.Transport = http.DefaultTransport
 	}
-	v := &Verifier{o: o, now: time.Now, cache: map[cacheKey]Result{}}
+	v := &Verifier{o: o, now: o.Now, cache: map[cacheKey]Result{}}
 	p, err := remote.NewPuller(remote.WithAuthFromKeychain(o.Keychain), remote.WithTransport(o.Transport))
 	if err == nil { // it cannot fail with these options; without it each call sets up afresh
 		v.puller = p
 	}
-	return v
-}
-
-// WithClock replaces the clock (tests of the TTL).
-func (v *Verifier) WithClock(now func() time.Time) *Verifier {
-	v.now = now
-	return v
+	return v, nil
 }
 
 // Verify checks e at tag. A *Refused says which check failed; a

@@ -160,7 +160,7 @@ func TestVerify(t *testing.T) {
 				tag = "latest"
 			}
 			c.prepare(r, tag)
-			v := imageverify.New(imageverify.Options{})
+			v := newVerifier(t, imageverify.Options{Now: time.Now})
 			res, err := v.Verify(ctx, r.entry, tag)
 			if c.check != "" {
 				refused(t, err, c.check, c.why)
@@ -183,7 +183,7 @@ func TestCache(t *testing.T) {
 	ctx := context.Background()
 	r := setup(t)
 	now := time.Now()
-	v := imageverify.New(imageverify.Options{TTL: time.Minute}).WithClock(func() time.Time { return now })
+	v := newVerifier(t, imageverify.Options{TTL: time.Minute, Now: func() time.Time { return now }})
 	first := r.good("25.01-py3")
 	res, err := v.Verify(ctx, r.entry, "25.01-py3")
 	if err != nil || res.Cached || res.Digest != first.DigestStr() {
@@ -253,10 +253,10 @@ func TestRegistryCredentials(t *testing.T) {
 		t.Fatal(err)
 	}
 	var un *fault.Unavailable
-	if _, err := imageverify.New(imageverify.Options{}).Verify(ctx, r.entry, "25.01-py3"); !errors.As(err, &un) {
+	if _, err := newVerifier(t, imageverify.Options{Now: time.Now}).Verify(ctx, r.entry, "25.01-py3"); !errors.As(err, &un) {
 		t.Errorf("without credentials: %v; want the registry unavailable", err)
 	}
-	if _, err := imageverify.New(imageverify.Options{Keychain: kc}).Verify(ctx, r.entry, "25.01-py3"); err != nil {
+	if _, err := newVerifier(t, imageverify.Options{Keychain: kc, Now: time.Now}).Verify(ctx, r.entry, "25.01-py3"); err != nil {
 		t.Errorf("with credentials: %v", err)
 	}
 	if _, err := imageverify.Keychain([]byte(`{"auths":{"x":{"auth":"%%%"}}}`)); err == nil || strings.Contains(err.Error(), "%%%") {
@@ -269,7 +269,7 @@ func TestKeyless(t *testing.T) {
 	r.good("25.01-py3")
 	e := *r.entry
 	e.Keys = nil
-	_, err := imageverify.New(imageverify.Options{}).Verify(context.Background(), &e, "25.01-py3")
+	_, err := newVerifier(t, imageverify.Options{Now: time.Now}).Verify(context.Background(), &e, "25.01-py3")
 	refused(t, err, imageverify.CheckSignature, "keyless verification needs a trust root")
 }
 
@@ -287,13 +287,13 @@ func BenchmarkVerify(b *testing.B) {
 	r.good("25.01-py3")
 	b.Run("cold", func(b *testing.B) {
 		for b.Loop() {
-			if _, err := imageverify.New(imageverify.Options{}).Verify(ctx, r.entry, "25.01-py3"); err != nil {
+			if _, err := newVerifier(b, imageverify.Options{Now: time.Now}).Verify(ctx, r.entry, "25.01-py3"); err != nil {
 				b.Fatal(err)
 			}
 		}
 	})
 	b.Run("cached", func(b *testing.B) {
-		v := imageverify.New(imageverify.Options{})
+		v := newVerifier(b, imageverify.Options{Now: time.Now})
 		if _, err := v.Verify(ctx, r.entry, "25.01-py3"); err != nil {
 			b.Fatal(err)
 		}
@@ -303,4 +303,13 @@ func BenchmarkVerify(b *testing.B) {
 			}
 		}
 	})
+}
+
+func newVerifier(t testing.TB, o imageverify.Options) *imageverify.Verifier {
+	t.Helper()
+	v, err := imageverify.New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
 }

@@ -2,6 +2,7 @@ package kube
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -31,9 +32,22 @@ type Lazy struct {
 // API server's in-cluster address (how the Helm chart runs Gantry).
 const InCluster = "in-cluster"
 
-// NewLazy returns a Lazy for the kubeconfig at path, or for the pod's
-// ServiceAccount when path is InCluster.
-func NewLazy(path string, o Options) *Lazy { return &Lazy{path: path, opts: o} }
+// LazyOptions are what a Lazy is made of.
+type LazyOptions struct {
+	// Kubeconfig is the kubeconfig's path, or InCluster for the pod's
+	// ServiceAccount (required).
+	Kubeconfig string
+	// Cluster configures the cluster once it loads.
+	Cluster Options
+}
+
+// NewLazy returns a Lazy; nothing is loaded until it is first asked.
+func NewLazy(o LazyOptions) (*Lazy, error) {
+	if o.Kubeconfig == "" {
+		return nil, errors.New("kube: a Lazy needs a kubeconfig path (or in-cluster)")
+	}
+	return &Lazy{path: o.Kubeconfig, opts: o.Cluster}, nil
+}
 
 // Cluster returns the cluster, loading the kubeconfig if it has not loaded
 // yet; *fault.Unavailable names the problem.

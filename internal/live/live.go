@@ -115,15 +115,26 @@ type entry struct {
 	closed  bool
 }
 
-// NewRegistry returns an empty registry; limits must be positive.
-func NewRegistry(limits Limits, log *slog.Logger) (*Registry, error) {
+// Options are what a Registry is made of: positive Limits, and Now.
+type Options struct {
+	Limits Limits
+	Log    *slog.Logger // default slog.Default()
+	Now    func() time.Time
+}
+
+// New returns an empty registry.
+func New(o Options) (*Registry, error) {
+	limits, log := o.Limits, o.Log
 	if limits.PerIdentity <= 0 || limits.PerReplica <= 0 {
 		return nil, fmt.Errorf("live: stream limits must be positive (per identity %d, per replica %d)", limits.PerIdentity, limits.PerReplica)
+	}
+	if o.Now == nil {
+		return nil, errors.New("live: Now is required")
 	}
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Registry{limits: limits, log: log, now: time.Now,
+	return &Registry{limits: limits, log: log, now: o.Now,
 		all: map[*entry]struct{}{}, byWorkload: map[string]map[*entry]struct{}{}, byUser: map[string]map[*entry]struct{}{},
 		byToken: map[string]map[*entry]struct{}{}, perUser: map[string]int{}, pending: map[*entry]struct{}{}, wake: make(chan struct{}, 1),
 		tick: sweepTick}, nil

@@ -23,7 +23,7 @@ func registry(t *testing.T, lim live.Limits) *live.Registry {
 
 func sweeping(t *testing.T, lim live.Limits, tick, sweep time.Duration) *live.Registry {
 	t.Helper()
-	r, err := live.NewRegistry(lim, nil)
+	r, err := live.New(live.Options{Limits: lim, Now: time.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,8 +35,8 @@ func sweeping(t *testing.T, lim live.Limits, tick, sweep time.Duration) *live.Re
 	return r
 }
 
-func TestNewRegistryRefusesNoLimits(t *testing.T) {
-	if _, err := live.NewRegistry(live.Limits{}, nil); err == nil {
+func TestNewRefusesNoLimits(t *testing.T) {
+	if _, err := live.New(live.Options{Now: time.Now}); err == nil {
 		t.Fatal("a registry without limits was made")
 	}
 }

@@ -125,7 +125,7 @@ func (g *binary) adminToken(b *testing.B) string {
 	if err != nil {
 		b.Fatal(err)
 	}
-	users, err := user.New(g.store, 24*time.Hour, nil)
+	users, err := user.New(user.Options{Store: g.store, MaxGroupAge: 24 * time.Hour, Now: time.Now})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -134,7 +134,11 @@ func (g *binary) adminToken(b *testing.B) string {
 	if _, err := users.Observe(ctx, ada); err != nil {
 		b.Fatal(err)
 	}
-	_, secret, err := token.New(g.store, users, policy).Create(ctx, token.Request{Name: "load", Lifetime: 24 * time.Hour})
+	tokens, err := token.New(token.Options{Store: g.store, Owners: users, Teams: policy, Now: time.Now})
+	if err != nil {
+		b.Fatal(err)
+	}
+	_, secret, err := tokens.Create(ctx, token.Request{Name: "load", Lifetime: 24 * time.Hour})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -140,12 +140,21 @@ type Service struct {
 	now    func() time.Time
 }
 
-// NewService is complete when it returns.
-func NewService(store Store, authz Authorizer, lookup func(ctx context.Context, name string) (*template.Template, error), now func() time.Time) (*Service, error) {
-	if store == nil || authz == nil || lookup == nil || now == nil {
-		return nil, errors.New("overrides: store, authorizer, template lookup and clock are required")
+// Options are what a Service is made of; all are required.
+type Options struct {
+	Store Store
+	Authz Authorizer
+	// Template looks up a template's live version by name.
+	Template func(ctx context.Context, name string) (*template.Template, error)
+	Now      func() time.Time
+}
+
+// New is complete when it returns.
+func New(o Options) (*Service, error) {
+	if o.Store == nil || o.Authz == nil || o.Template == nil || o.Now == nil {
+		return nil, errors.New("overrides: Store, Authz, Template and Now are required")
 	}
-	return &Service{store: store, authz: authz, lookup: lookup, now: now}, nil
+	return &Service{store: o.Store, authz: o.Authz, lookup: o.Template, now: o.Now}, nil
 }
 
 // Get is team's settings; another team's is *fault.NotFound.

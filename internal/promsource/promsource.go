@@ -37,9 +37,18 @@ type Source struct {
 	leftOpen bool // range selectors exclude their start (Prometheus 3 and later)
 }
 
-// New connects to the Prometheus at rawURL (http or https; user:password@
-// in the URL is sent as basic auth and never shown in errors).
-func New(rawURL string, rt http.RoundTripper) (*Source, error) {
+// Options are what a Source is made of.
+type Options struct {
+	// URL is the Prometheus (http or https; user:password@ in it is sent as
+	// basic auth and never shown in errors). Required.
+	URL string
+	// Transport for its requests (default: the Prometheus client's).
+	Transport http.RoundTripper
+}
+
+// New connects to the Prometheus at o.URL.
+func New(o Options) (*Source, error) {
+	rawURL, rt := o.URL, o.Transport
 	u, err := url.Parse(rawURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("metrics.prometheusURL %q is not an http(s) URL", redact(rawURL))

@@ -27,7 +27,7 @@ func TestSourceConformance(t *testing.T) {
 	promtest.Require(t)
 	sourcetest.Run(t, func(t *testing.T, rs []telemetry.Reading) telemetry.Source {
 		p := promtest.Start(t, promtest.Options{OpenMetrics: promsource.OpenMetrics("n1", rs)})
-		s, err := promsource.New(p.URL, nil)
+		s, err := promsource.New(promsource.Options{URL: p.URL})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -54,7 +54,7 @@ func TestScrapeTheAgent(t *testing.T) {
 	srv := httptest.NewServer(a.Handler())
 	defer srv.Close()
 	p := promtest.Start(t, promtest.Options{Targets: []string{strings.TrimPrefix(srv.URL, "http://")}, ScrapeInterval: time.Second})
-	src, err := promsource.New(p.URL, nil)
+	src, err := promsource.New(promsource.Options{URL: p.URL})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +135,7 @@ func TestStepBoundaries(t *testing.T) {
 		rs = append(rs, telemetry.Reading{Time: from.Add(at), Device: dev, Pod: pod, Share: 1, Values: v, Workload: "w1"})
 	}
 	p := promtest.Start(t, promtest.Options{OpenMetrics: promsource.OpenMetrics("n1", rs)})
-	src, err := promsource.New(p.URL, nil)
+	src, err := promsource.New(promsource.Options{URL: p.URL})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +216,7 @@ func TestQueryWindow(t *testing.T) {
 			f := &fakeProm{version: tc.version}
 			srv := httptest.NewServer(f)
 			defer srv.Close()
-			src, err := promsource.New(srv.URL, nil)
+			src, err := promsource.New(promsource.Options{URL: srv.URL})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -247,7 +247,7 @@ func TestErrors(t *testing.T) {
 	f := &fakeProm{version: "2.42.0", errBody: `{"status":"error","errorType":"bad_data","error":"parse error at char 1"}`}
 	srv := httptest.NewServer(f)
 	defer srv.Close()
-	src, err := promsource.New(strings.Replace(srv.URL, "http://", "http://alice:s3cret@", 1), nil)
+	src, err := promsource.New(promsource.Options{URL: strings.Replace(srv.URL, "http://", "http://alice:s3cret@", 1)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -270,7 +270,7 @@ func TestErrors(t *testing.T) {
 			t.Errorf("step %s: error %v, want one about milliseconds", step, err)
 		}
 	}
-	if _, err := promsource.New("http://bob:hunter2@[::1", nil); err == nil || strings.Contains(err.Error(), "hunter2") {
+	if _, err := promsource.New(promsource.Options{URL: "http://bob:hunter2@[::1"}); err == nil || strings.Contains(err.Error(), "hunter2") {
 		t.Errorf("unparsable URL: error %v, want one without the password", err)
 	}
 }

@@ -117,10 +117,13 @@ func (c *Core) putClasses(ctx context.Context, now time.Time, file []gpu.Class, 
 }
 
 // Open builds the Core from the configuration. Close its Store when done.
-func Open(ctx context.Context, cfg config.Config) (*Core, error) { return open(ctx, cfg, nil) }
+func Open(ctx context.Context, cfg config.Config) (*Core, error) {
+	return open(ctx, cfg, nil, clock.RealClock{}.Now)
+}
 
-// open is Open with the image verifier given (nil: from the configuration).
-func open(ctx context.Context, cfg config.Config, given *imageverify.Images) (*Core, error) {
+// open is Open with the image verifier given (nil: from the configuration)
+// and the server's clock.
+func open(ctx context.Context, cfg config.Config, given *imageverify.Images, now func() time.Time) (*Core, error) {
 	log := cfg.Logger()
 	stamp := fileStamp(cfg.GPUClassesFile) // before reading: a change after it is reloaded
 	classes, err := gpu.LoadFile(cfg.GPUClassesFile)
@@ -132,9 +135,9 @@ func open(ctx context.Context, cfg config.Config, given *imageverify.Images) (*C
 		return nil, err
 	}
 	if given != nil {
-		return openStore(ctx, cfg, log, classes, given, stamp)
+		return openStore(ctx, cfg, log, classes, given, stamp, now)
 	}
-	vo := imageverify.Options{TTL: cfg.Images.TTL(), Mirrors: cfg.Images.Mirrors}
+	vo := imageverify.Options{TTL: cfg.Images.TTL(), Mirrors: cfg.Images.Mirrors, Now: now}
 	if f := cfg.Images.RegistryAuthFile; f != "" {
 		data, err := os.ReadFile(f)
 		if err != nil {
@@ -144,24 +147,33 @@ func open(ctx context.Context, cfg config.Config, given *imageverify.Images) (*C
 			return nil, fmt.Errorf("images.registryAuthFile %s: %w", f, err)
 		}
 	}
-	verified := &imageverify.Images{Catalog: images, Verifier: imageverify.New(vo)}
+	v, err := imageverify.New(vo)
+	if err != nil {
+		return nil, err
+	}
+	verified := &imageverify.Images{Catalog: images, Verifier: v}
 	if cfg.Images.DevRegistry {
 		if verified, err = devImages(ctx, images, vo, log); err != nil {
 			return nil, err
 		}
 	}
-	return openStore(ctx, cfg, log, classes, verified, stamp)
+	return openStore(ctx, cfg, log, classes, verified, stamp, now)
 }
 
 // openStore opens the store and the template catalog checked against the
-// verifier's image catalog.
-func openStore(ctx context.Context, cfg config.Config, log *slog.Logger, classes *gpu.Catalog, images *imageverify.Images, stamp string) (*Core, error) {
+// verifier's image catalog, both on the server's clock.
+func openStore(ctx context.Context, cfg config.Config, log *slog.Logger, classes *gpu.Catalog, images *imageverify.Images, stamp string, now func() time.Time) (*Core, error) {
 	st, err := store.Open(ctx, cfg.Database.Driver, string(cfg.Database.DSN))
 	if err != nil {
 		return nil, err
 	}
-	return &Core{Config: cfg, Log: log, Store: st, Catalog: catalog.New(st, classes).WithImages(images.Catalog), Images: images,
-		classesStamp: stamp, fileClasses: classes.List()}, nil
+	st.UseClock(now)
+	cat, err := catalog.New(catalog.Options{Store: st, Classes: classes, Images: images.Catalog, Now: now})
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	return &Core{Config: cfg, Log: log, Store: st, Catalog: cat, Images: images, classesStamp: stamp, fileClasses: classes.List()}, nil
 }
 
 // fileStamp identifies a file's state: its size and modification time
@@ -305,7 +317,11 @@ type Overrides struct {
 // New builds Gantry from the configuration and binds its listener; Run
 // serves. On error everything New started is stopped again.
 func New(ctx context.Context, cfg config.Config, ov Overrides) (s *Server, err error) {
-	core, err := open(ctx, cfg, ov.Images)
+	clk := ov.Clock
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	core, err := open(ctx, cfg, ov.Images, clk.Now)
 	if err != nil {
 		return nil, err
 	}
@@ -314,14 +330,10 @@ func New(ctx context.Context, cfg config.Config, ov Overrides) (s *Server, err e
 			core.Store.Close()
 		}
 	}()
-	s = &Server{Core: core, clock: ov.Clock, own: ownmetrics.New()}
+	s = &Server{Core: core, clock: clk, own: ownmetrics.New()}
 	if v := core.Images.Verifier; v != nil {
 		s.own.ImageCache(v.CacheHits, v.CacheMisses)
 	}
-	if s.clock == nil {
-		s.clock = clock.RealClock{}
-	}
-	core.Store.UseClock(s.clock.Now)
 	if err := s.seed(ctx); err != nil {
 		return nil, err
 	}
@@ -345,7 +357,11 @@ func New(ctx context.Context, cfg config.Config, ov Overrides) (s *Server, err e
 		return nil, err
 	}
 	s.checks = []api.Check{{Name: "database", Pinger: core.Store}}
-	if s.Budgets, err = budget.New(budget.Options{Rules: s.authz, Readers: s.authz, Spender: workload.NewMeter(core.Store, core.Catalog, s.clock.Now),
+	meter, err := workload.NewMeter(workload.MeterOptions{Store: core.Store, Templates: core.Catalog, Now: s.clock.Now})
+	if err != nil {
+		return nil, err
+	}
+	if s.Budgets, err = budget.New(budget.Options{Rules: s.authz, Readers: s.authz, Spender: meter,
 		Store: core.Store, Log: core.Log, Now: s.clock.Now}); err != nil {
 		return nil, err
 	}
@@ -359,7 +375,9 @@ func New(ctx context.Context, cfg config.Config, ov Overrides) (s *Server, err e
 		// The kubeconfig is loaded lazily: with it missing or the API server
 		// away, Gantry still serves, /readyz says why it is not ready, and
 		// launches are kept and applied once the cluster answers.
-		s.cluster = kube.NewLazy(cfg.Kubeconfig, kube.Options{Kueue: cfg.Quota.Kueue, Observer: s.own, Queues: s.own.Queues()})
+		if s.cluster, err = kube.NewLazy(kube.LazyOptions{Kubeconfig: cfg.Kubeconfig, Cluster: kube.Options{Kueue: cfg.Quota.Kueue, Observer: s.own, Queues: s.own.Queues()}}); err != nil {
+			return nil, err
+		}
 		wo.Cluster = s.cluster
 		s.checks = append(s.checks, api.Check{Name: "kubernetes", Pinger: s.cluster})
 		if cfg.Quota.Kueue {
@@ -372,10 +390,13 @@ func New(ctx context.Context, cfg config.Config, ov Overrides) (s *Server, err e
 		return nil, err
 	}
 	// The online advice rules run on every batch this replica ingests.
-	online := advice.NewLive(core.Catalog.Classes(), func(ctx context.Context, id string) (string, string, error) {
+	online, err := advice.NewLive(advice.LiveOptions{Classes: core.Catalog.Classes(), Log: core.Log, Lookup: func(ctx context.Context, id string) (string, string, error) {
 		w, err := core.Store.Workload(ctx, id)
 		return w.Template, w.GPUClass, err
-	}, core.Log)
+	}})
+	if err != nil {
+		return nil, err
+	}
 	tc := cfg.Telemetry
 	to := telemetry.Options{Store: core.Store, Observer: online,
 		WorkloadNamespace: func(ctx context.Context, id string) (string, error) {
@@ -404,7 +425,7 @@ func New(ctx context.Context, cfg config.Config, ov Overrides) (s *Server, err e
 	if err != nil {
 		return nil, err
 	}
-	adv, err := advice.NewService(metrics, core.Catalog.Classes(), core.Catalog, s.Workloads, online, s.Telemetry.Unhealthy, s.clock.Now)
+	adv, err := advice.New(advice.Options{Source: metrics, Classes: core.Catalog.Classes(), Templates: core.Catalog, Workloads: s.Workloads, Live: online, Health: s.Telemetry.Unhealthy, Now: s.clock.Now})
 	if err != nil {
 		return nil, err
 	}
@@ -439,19 +460,24 @@ func New(ctx context.Context, cfg config.Config, ov Overrides) (s *Server, err e
 		return nil, err
 	}
 	s.issuer = oc.Issuer
-	an, err := authn.New(ctx, authn.Config{Issuer: oc.Issuer, Audiences: oc.Audiences, ClockSkew: oc.Skew(),
+	an, err := authn.New(ctx, authn.Config{Issuer: oc.Issuer, Audiences: oc.Audiences, ClockSkew: oc.Skew(), Now: s.clock.Now,
 		Claims:       authn.Claims{Subject: oc.SubjectClaim, Email: oc.EmailClaim, Name: oc.NameClaim, Groups: oc.GroupsClaim},
 		SecondFactor: authn.SecondFactor{AMR: oc.SecondFactorAMR, ACR: oc.SecondFactorACR}})
 	if err != nil {
 		return nil, err
 	}
-	s.users, err = user.New(core.Store, time.Duration(cfg.MaxGroupAge), s.clock.Now)
+	s.users, err = user.New(user.Options{Store: core.Store, MaxGroupAge: time.Duration(cfg.MaxGroupAge), Now: s.clock.Now})
 	if err != nil {
 		return nil, err
 	}
-	sessions := weblogin.New(weblogin.Config{ClientID: oc.ClientID, ClientSecret: string(oc.ClientSecret), RedirectURL: public + "/auth/callback",
-		Scopes: oc.Scopes, Endpoint: an.Endpoint(), Lifetime: cfg.Session(), ACRValues: oc.ACRValues}, an, core.Store, s.users)
-	s.tokens = token.New(core.Store, s.users, s.authz)
+	sessions, err := weblogin.New(weblogin.Options{Config: weblogin.Config{ClientID: oc.ClientID, ClientSecret: string(oc.ClientSecret), RedirectURL: public + "/auth/callback",
+		Scopes: oc.Scopes, Endpoint: an.Endpoint(), Lifetime: cfg.Session(), ACRValues: oc.ACRValues}, Verifier: an, Store: core.Store, Users: s.users, Now: s.clock.Now})
+	if err != nil {
+		return nil, err
+	}
+	if s.tokens, err = token.New(token.Options{Store: core.Store, Owners: s.users, Teams: s.authz, Now: s.clock.Now}); err != nil {
+		return nil, err
+	}
 	bearer := an.Identify
 	if ov.Identify != nil {
 		bearer = ov.Identify
@@ -485,14 +511,18 @@ func New(ctx context.Context, cfg config.Config, ov Overrides) (s *Server, err e
 	if err != nil {
 		return nil, err
 	}
-	settings, err := overrides.NewService(core.Store, s.authz, func(ctx context.Context, name string) (*template.Template, error) {
+	settings, err := overrides.New(overrides.Options{Store: core.Store, Authz: s.authz, Now: s.clock.Now, Template: func(ctx context.Context, name string) (*template.Template, error) {
 		v, err := core.Catalog.Get(ctx, name, 0)
 		return v.Template, err
-	}, s.clock.Now)
+	}})
 	if err != nil {
 		return nil, err
 	}
-	if s.live, err = live.NewRegistry(live.Limits{PerIdentity: int(cfg.Security.StreamsPerIdentity), PerReplica: int(cfg.Security.StreamsPerReplica)}, core.Log); err != nil {
+	if s.live, err = live.New(live.Options{Limits: live.Limits{PerIdentity: int(cfg.Security.StreamsPerIdentity), PerReplica: int(cfg.Security.StreamsPerReplica)}, Log: core.Log, Now: s.clock.Now}); err != nil {
+		return nil, err
+	}
+	pages, err := portal.New(portal.Options{Now: s.clock.Now, Sessions: sessions, Teams: s.authz.Teams, Secure: strings.HasPrefix(public, "https://"), Logger: core.Log, Audit: s.denials})
+	if err != nil {
 		return nil, err
 	}
 	h, err := api.New(api.Options{
@@ -500,7 +530,7 @@ func New(ctx context.Context, cfg config.Config, ov Overrides) (s *Server, err e
 		Live:    s.live,
 		Catalog: core.Catalog, Workloads: s.Workloads, Estimates: estimates, Budgets: s.Budgets, Settings: settings, Edits: s.overlays, Prices: core.Store.PriceHistory, Own: s.own, Checks: s.checks, Spec: gantry.OpenAPI,
 		MaxBodyBytes: cfg.MaxBodyBytes, Logger: core.Log,
-		Portal:   portal.New(portal.Options{Now: s.clock.Now, Sessions: sessions, Teams: s.authz.Teams, Secure: strings.HasPrefix(public, "https://"), Logger: core.Log, Audit: s.denials}),
+		Portal:   pages,
 		Identify: identify, RecheckBearer: recheck, Sessions: sessions, Tokens: s.tokens, Users: s.users, Teams: s.authz.Teams,
 		SignIn:    gen.AuthConfig{Issuer: oc.Issuer, CliClientID: oc.CLIClientID, Scopes: oc.Scopes},
 		Authorize: s.authz.AllowedSomewhere, RolesWith: s.authz.RolesWith, NeedsSecondFactor: s.authz.NeedsSecondFactor, Audit: s.denials, Images: core.Images,
@@ -675,7 +705,7 @@ func metricsSource(cfg config.Config, own *telemetry.Service) (telemetry.Source,
 	if cfg.Metrics.PrometheusURL == "" {
 		return own, "gantry", nil
 	}
-	src, err := promsource.New(cfg.Metrics.PrometheusURL, nil)
+	src, err := promsource.New(promsource.Options{URL: cfg.Metrics.PrometheusURL})
 	if err != nil {
 		return nil, "", err
 	}

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gantryhq/gantry/internal/catalog"
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/live"
 	"github.com/gantryhq/gantry/internal/store"
@@ -31,7 +30,7 @@ func TestChangeFeed(t *testing.T) {
 func testChangeFeed(t *testing.T, s *store.Store) {
 	ctx := context.Background()
 	classes, _, files := starter(t)
-	if _, err := catalog.New(s, classes).Seed(ctx, "gitops", files); err != nil {
+	if _, err := newCatalog(t, s, classes).Seed(ctx, "gitops", files); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := s.LastChange(ctx); err != nil || n != 0 {
@@ -115,7 +114,7 @@ func testChangeFeed(t *testing.T, s *store.Store) {
 	// Credentials: a revoked token, a deactivated user, a signed-out
 	// session and groups that change name what they close.
 	ann := identity.Identity{Issuer: "https://idp", Subject: "ann", Groups: []string{"ml-vision"}}
-	users, err := user.New(s, 24*time.Hour, nil)
+	users, err := user.New(user.Options{Store: s, MaxGroupAge: 24 * time.Hour, Now: time.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +189,7 @@ func TestCheckThenAct(t *testing.T) {
 func testPendingApprovalsCap(t *testing.T, s *store.Store) {
 	ctx := context.Background()
 	classes, _, files := starter(t)
-	if _, err := catalog.New(s, classes).Seed(ctx, "gitops", files); err != nil {
+	if _, err := newCatalog(t, s, classes).Seed(ctx, "gitops", files); err != nil {
 		t.Fatal(err)
 	}
 	at := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
@@ -233,7 +232,7 @@ func testPendingApprovalsCap(t *testing.T, s *store.Store) {
 func testIdleStopRace(t *testing.T, s *store.Store) {
 	ctx := context.Background()
 	classes, _, files := starter(t)
-	if _, err := catalog.New(s, classes).Seed(ctx, "gitops", files); err != nil {
+	if _, err := newCatalog(t, s, classes).Seed(ctx, "gitops", files); err != nil {
 		t.Fatal(err)
 	}
 	at := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)

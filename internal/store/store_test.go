@@ -77,6 +77,16 @@ func backends(t testing.TB) map[string]func(testing.TB) *store.Store {
 	return m
 }
 
+// newCatalog is the template catalog over s (images unchecked).
+func newCatalog(t testing.TB, s catalog.Store, classes *gpu.Catalog) *catalog.Service {
+	t.Helper()
+	c, err := catalog.New(catalog.Options{Store: s, Classes: classes, Now: time.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 func starter(t testing.TB) (*gpu.Catalog, map[string]*template.Template, []template.File) {
 	t.Helper()
 	classes, files, err := template.LoadCatalog("../../templates")
@@ -116,7 +126,7 @@ func TestConformance(t *testing.T) {
 func testTemplateVersions(t *testing.T, s *store.Store) {
 	ctx := context.Background()
 	classes, tpls, _ := starter(t)
-	cat := catalog.New(s, classes)
+	cat := newCatalog(t, s, classes)
 	nb := tpls["jupyter-notebook"]
 	v1, err := cat.Create(ctx, "alice", nb)
 	if err != nil || v1.Version != 1 || v1.CreatedBy != "alice" {
@@ -172,7 +182,7 @@ func testTemplateVersions(t *testing.T, s *store.Store) {
 func testAtomicApply(t *testing.T, s *store.Store) {
 	ctx := context.Background()
 	classes, _, files := starter(t)
-	cat := catalog.New(s, classes)
+	cat := newCatalog(t, s, classes)
 	seeded, err := cat.Seed(ctx, "gitops", files)
 	if err != nil || !seeded {
 		t.Fatalf("seed: %v %v", seeded, err)
@@ -226,7 +236,7 @@ func testAtomicApply(t *testing.T, s *store.Store) {
 func testConcurrentUpdates(t *testing.T, s *store.Store) {
 	ctx := context.Background()
 	classes, tpls, _ := starter(t)
-	cat := catalog.New(s, classes)
+	cat := newCatalog(t, s, classes)
 	base := tpls["vllm-inference"]
 	if _, err := cat.Create(ctx, "a", base); err != nil {
 		t.Fatal(err)
@@ -287,7 +297,7 @@ func race(t *testing.T, n int, write func(i int) error) (wins, conflicts int) {
 func testUpdateWorkload(t *testing.T, s *store.Store) {
 	ctx := context.Background()
 	classes, _, files := starter(t)
-	if _, err := catalog.New(s, classes).Seed(ctx, "gitops", files); err != nil {
+	if _, err := newCatalog(t, s, classes).Seed(ctx, "gitops", files); err != nil {
 		t.Fatal(err)
 	}
 	at := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
@@ -364,7 +374,7 @@ func testUpdateWorkload(t *testing.T, s *store.Store) {
 func testWorkloads(t *testing.T, s *store.Store) {
 	ctx := identity.With(context.Background(), identity.Identity{Issuer: "https://idp.test", Subject: "tester"})
 	classes, _, files := starter(t)
-	cat := catalog.New(s, classes)
+	cat := newCatalog(t, s, classes)
 	if _, err := cat.Seed(ctx, "gitops", files); err != nil {
 		t.Fatal(err)
 	}
@@ -372,7 +382,7 @@ func testWorkloads(t *testing.T, s *store.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := workload.New(workload.Options{Store: s, Templates: cat, Namespace: namespace, Images: images, Authorizer: workloadtest.AllowAll{}, Budgets: workloadtest.NoBudgets{}})
+	svc, err := workload.New(workload.Options{Store: s, Templates: cat, Namespace: namespace, Images: images, Authorizer: workloadtest.AllowAll{}, Budgets: workloadtest.NoBudgets{}, Now: time.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -505,7 +515,7 @@ func TestReopenKeepsData(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := catalog.New(s, classes).Create(ctx, "a", tpls["dev-environment"]); err != nil {
+			if _, err := newCatalog(t, s, classes).Create(ctx, "a", tpls["dev-environment"]); err != nil {
 				t.Fatal(err)
 			}
 			s.Close()
@@ -514,7 +524,7 @@ func TestReopenKeepsData(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer s.Close()
-			if v, err := catalog.New(s, classes).Get(ctx, "dev-environment", 0); err != nil || v.Version != 1 {
+			if v, err := newCatalog(t, s, classes).Get(ctx, "dev-environment", 0); err != nil || v.Version != 1 {
 				t.Fatalf("after reopen: %v", err)
 			}
 		})
@@ -534,7 +544,7 @@ func isNotFound(err error) bool {
 func testTokens(t *testing.T, s *store.Store) {
 	ann := identity.Identity{Issuer: "https://idp", Subject: "ann", Email: "ann@example.com", Groups: []string{"ml-vision", "staff"}}
 	ctx := identity.With(context.Background(), ann)
-	users, err := user.New(s, 24*time.Hour, nil)
+	users, err := user.New(user.Options{Store: s, MaxGroupAge: 24 * time.Hour, Now: time.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -545,7 +555,10 @@ func testTokens(t *testing.T, s *store.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := token.New(s, users, policy)
+	svc, err := token.New(token.Options{Store: s, Owners: users, Teams: policy, Now: time.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
 	tk, secret, err := svc.Create(ctx, token.Request{Name: "nb", Lifetime: 24 * time.Hour, Team: "vision", ReadOnly: true})
 	if err != nil {
 		t.Fatal(err)
@@ -728,7 +741,7 @@ func testActivity(t *testing.T, s *store.Store) {
 func testMetering(t *testing.T, s *store.Store) {
 	ctx := context.Background()
 	classes, _, files := starter(t)
-	if _, err := catalog.New(s, classes).Seed(ctx, "gitops", files); err != nil {
+	if _, err := newCatalog(t, s, classes).Seed(ctx, "gitops", files); err != nil {
 		t.Fatal(err)
 	}
 	at := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
@@ -801,7 +814,7 @@ func testMetering(t *testing.T, s *store.Store) {
 func testGovernance(t *testing.T, s *store.Store) {
 	ctx := context.Background()
 	classes, _, files := starter(t)
-	if _, err := catalog.New(s, classes).Seed(ctx, "gitops", files); err != nil {
+	if _, err := newCatalog(t, s, classes).Seed(ctx, "gitops", files); err != nil {
 		t.Fatal(err)
 	}
 	at := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)

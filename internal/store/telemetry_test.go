@@ -228,7 +228,7 @@ func BenchmarkIngest(b *testing.B) {
 				return bt
 			}
 			b.Run("Gantry", func(b *testing.B) {
-				svc, err := telemetry.New(telemetry.Options{Store: s})
+				svc, err := telemetry.New(telemetry.Options{Store: s, Now: time.Now})
 				if err != nil {
 					b.Fatal(err)
 				}

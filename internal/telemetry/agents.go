@@ -118,9 +118,9 @@ var ErrNotAgent = errors.New("not the node agent's ServiceAccount")
 // identity of the agent on its node, or an error (fault.Forbidden for a
 // valid token of another ServiceAccount or one not bound to a node).
 func (a *AgentAuth) AuthenticateAgent(ctx context.Context, token string) (identity.Identity, error) {
-	now := time.Now
-	if a.Now != nil {
-		now = a.Now
+	now := a.Now
+	if now == nil {
+		return identity.Identity{}, errors.New("telemetry: AgentAuth has no clock (Now)")
 	}
 	key := sha256.Sum256([]byte(token))
 	a.mu.Lock()

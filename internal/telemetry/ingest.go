@@ -93,7 +93,7 @@ func New(o Options) (*Service, error) {
 		o.XIDHold = 24 * time.Hour
 	}
 	if o.Now == nil {
-		o.Now = time.Now
+		return nil, errors.New("telemetry: Now (the server's clock) is required")
 	}
 	if o.Log == nil {
 		o.Log = slog.Default()

@@ -4,10 +4,11 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/gantryhq/gantry/internal/fault"
 	"math"
 	"sort"
 	"time"
+
+	"github.com/gantryhq/gantry/internal/fault"
 )
 
 // MaxPoints is the most points one series of a query may have;

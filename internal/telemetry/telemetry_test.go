@@ -350,7 +350,7 @@ func TestSourceConformance(t *testing.T) {
 		for _, r := range rs {
 			located[r.Pod.Namespace+"/"+r.Pod.Name] = telemetry.PodPlace{Found: true, Node: "n1", Workload: r.Workload}
 		}
-		s, err := telemetry.New(telemetry.Options{Store: st, Pods: located})
+		s, err := telemetry.New(telemetry.Options{Store: st, Pods: located, Now: time.Now})
 		if err != nil {
 			t.Fatal(err)
 		}

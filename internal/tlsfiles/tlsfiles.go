@@ -31,11 +31,11 @@ type Certificate struct {
 	stamp   string // the files' sizes and times when current was read
 }
 
-// Load reads the pair; now is the clock validity is checked against (nil:
-// time.Now).
+// Load reads the pair; now is the clock validity is checked against
+// (required).
 func Load(certFile, keyFile string, now func() time.Time, log *slog.Logger) (*Certificate, error) {
 	if now == nil {
-		now = time.Now
+		return nil, errors.New("tlsfiles: a clock is required")
 	}
 	if log == nil {
 		log = slog.Default()

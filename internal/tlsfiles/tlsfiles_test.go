@@ -50,7 +50,7 @@ func TestServeRotateAndRefuse(t *testing.T) {
 	dir := t.TempDir()
 	now := time.Now()
 	certFile, keyFile := authority.Issue(t, dir, 1, now.Add(-time.Hour), now.Add(time.Hour))
-	cert, err := tlsfiles.Load(certFile, keyFile, nil, nil)
+	cert, err := tlsfiles.Load(certFile, keyFile, time.Now, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +109,7 @@ func TestLoadRefuses(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, k := tc.make(t.TempDir())
-			if _, err := tlsfiles.Load(c, k, nil, nil); err == nil || !strings.Contains(err.Error(), tc.want) {
+			if _, err := tlsfiles.Load(c, k, time.Now, nil); err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("%v, want %q", err, tc.want)
 			}
 		})
@@ -121,7 +121,7 @@ func TestMinimumVersion(t *testing.T) {
 	roots := authority.Pool()
 	now := time.Now()
 	c, k := authority.Issue(t, t.TempDir(), 1, now.Add(-time.Hour), now.Add(time.Hour))
-	cert, err := tlsfiles.Load(c, k, nil, nil)
+	cert, err := tlsfiles.Load(c, k, time.Now, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

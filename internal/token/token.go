@@ -74,17 +74,22 @@ type Teams interface {
 	Allowed(id identity.Identity, t team.Name, permission access.Permission) bool
 }
 
+// Options are what a Service is made of; all are required.
+type Options struct {
+	Store  Store
+	Owners Owners
+	Teams  Teams
+	Now    func() time.Time
+}
+
 // New returns a token service; every token acts as its owner is now, never
 // with the groups it was made with, and may be narrowed only to a team of
 // the policy in which its owner reads workloads.
-func New(store Store, owners Owners, teams Teams) *Service {
-	return &Service{store: store, owners: owners, teams: teams, now: time.Now}
-}
-
-// WithClock replaces the clock (tests of expiry).
-func (s *Service) WithClock(now func() time.Time) *Service {
-	s.now = now
-	return s
+func New(o Options) (*Service, error) {
+	if o.Store == nil || o.Owners == nil || o.Teams == nil || o.Now == nil {
+		return nil, errors.New("token: Store, Owners, Teams and Now are required")
+	}
+	return &Service{store: o.Store, owners: o.Owners, teams: o.Teams, now: o.Now}, nil
 }
 
 // Request describes a new token.

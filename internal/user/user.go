@@ -97,16 +97,21 @@ const maxCachedNames = 10_000
 // otherwise be a write each).
 const refreshEvery = time.Minute
 
-// New returns a user service; maxAge bounds how old the groups a token or
-// session acts with may be (they are refreshed at every sign-in).
-func New(store Store, maxAge time.Duration, now func() time.Time) (*Service, error) {
-	if store == nil || maxAge <= 0 {
-		return nil, errors.New("user.New: a store and a positive maximum group age are required")
+// Options are what a Service is made of; all are required.
+type Options struct {
+	Store Store
+	// MaxGroupAge bounds how old the groups a token or session acts with
+	// may be (they are refreshed at every sign-in).
+	MaxGroupAge time.Duration
+	Now         func() time.Time
+}
+
+// New returns a user service.
+func New(o Options) (*Service, error) {
+	if o.Store == nil || o.MaxGroupAge <= 0 || o.Now == nil {
+		return nil, errors.New("user: Store, a positive MaxGroupAge and Now are required")
 	}
-	if now == nil {
-		now = time.Now
-	}
-	return &Service{store: store, maxAge: maxAge, now: now}, nil
+	return &Service{store: o.Store, maxAge: o.MaxGroupAge, now: o.Now}, nil
 }
 
 // Observe records what the identity provider just said about id (a sign-in,

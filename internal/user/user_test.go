@@ -20,7 +20,7 @@ func TestObserveAndCurrent(t *testing.T) {
 	}
 	defer st.Close()
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	svc, err := user.New(st, 24*time.Hour, func() time.Time { return now })
+	svc, err := user.New(user.Options{Store: st, MaxGroupAge: 24 * time.Hour, Now: func() time.Time { return now }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +92,7 @@ func TestNamesCached(t *testing.T) {
 	defer st.Close()
 	cs := &countingStore{Store: st}
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	svc, err := user.New(cs, 24*time.Hour, func() time.Time { return now })
+	svc, err := user.New(user.Options{Store: cs, MaxGroupAge: 24 * time.Hour, Now: func() time.Time { return now }})
 	if err != nil {
 		t.Fatal(err)
 	}

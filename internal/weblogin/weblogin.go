@@ -107,21 +107,28 @@ type Service struct {
 	now      func() time.Time
 }
 
+// Options are what a Service is made of; all are required.
+type Options struct {
+	Config   Config
+	Verifier IDTokenVerifier
+	Store    Store
+	Users    Users
+	Now      func() time.Time
+}
+
 // New returns the service.
-func New(cfg Config, v IDTokenVerifier, st Store, users Users) *Service {
+func New(o Options) (*Service, error) {
+	if o.Verifier == nil || o.Store == nil || o.Users == nil || o.Now == nil {
+		return nil, errors.New("weblogin: Verifier, Store, Users and Now are required")
+	}
+	cfg := o.Config
 	if cfg.Lifetime == 0 {
 		cfg.Lifetime = 8 * time.Hour
 	}
 	return &Service{
-		cfg: cfg, verifier: v, store: st, users: users, now: time.Now,
+		cfg: cfg, verifier: o.Verifier, store: o.Store, users: o.Users, now: o.Now,
 		oauth: oauth2.Config{ClientID: cfg.ClientID, ClientSecret: cfg.ClientSecret, RedirectURL: cfg.RedirectURL, Endpoint: cfg.Endpoint, Scopes: cfg.Scopes},
-	}
-}
-
-// WithClock replaces the clock (tests of expiry).
-func (s *Service) WithClock(now func() time.Time) *Service {
-	s.now = now
-	return s
+	}, nil
 }
 
 // Begin starts a sign-in. It returns the provider URL to send the browser to

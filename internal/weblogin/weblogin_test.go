@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unicode"
@@ -48,6 +49,7 @@ type rig struct {
 	svc   *weblogin.Service
 	codes chan callback
 	st    *tamper
+	ahead atomic.Int64 // how far ahead of time.Now the service's clock runs
 }
 
 type callback struct{ state, code, err string }
@@ -67,7 +69,7 @@ func setup(t *testing.T) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	an, err := authn.New(ctx, authn.Config{Issuer: idp.Issuer(), Audiences: []string{"portal"}})
+	an, err := authn.New(ctx, authn.Config{Issuer: idp.Issuer(), Audiences: []string{"portal"}, Now: time.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,13 +79,18 @@ func setup(t *testing.T) *rig {
 	}
 	t.Cleanup(func() { st.Close() })
 	tp := &tamper{Store: st}
-	users, err := user.New(st, 24*time.Hour, nil)
+	users, err := user.New(user.Options{Store: st, MaxGroupAge: 24 * time.Hour, Now: time.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := weblogin.New(weblogin.Config{ClientID: "portal", ClientSecret: "s", RedirectURL: rp.URL + "/auth/callback",
-		Scopes: []string{"openid", "profile", "email", "groups"}, Endpoint: an.Endpoint(), Lifetime: time.Hour}, an, tp, users)
-	return &rig{svc: svc, codes: codes, st: tp}
+	r := &rig{codes: codes, st: tp}
+	r.svc, err = weblogin.New(weblogin.Options{Config: weblogin.Config{ClientID: "portal", ClientSecret: "s", RedirectURL: rp.URL + "/auth/callback",
+		Scopes: []string{"openid", "profile", "email", "groups"}, Endpoint: an.Endpoint(), Lifetime: time.Hour}, Verifier: an, Store: tp, Users: users,
+		Now: func() time.Time { return time.Now().Add(time.Duration(r.ahead.Load())) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }
 
 // signIn begins a login and signs in at the provider; it returns the state
@@ -140,7 +147,7 @@ func TestSessionExpires(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.svc.WithClock(func() time.Time { return time.Now().Add(time.Hour + time.Second) })
+	r.ahead.Store(int64(time.Hour + time.Second))
 	if _, err := r.svc.Authenticate(ctx, cookie); !errors.Is(err, weblogin.ErrNoSession) {
 		t.Errorf("an expired session still works: %v", err)
 	}
@@ -195,11 +202,14 @@ func BenchmarkAuthenticate(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer st.Close()
-	users, err := user.New(st, 24*time.Hour, nil)
+	users, err := user.New(user.Options{Store: st, MaxGroupAge: 24 * time.Hour, Now: time.Now})
 	if err != nil {
 		b.Fatal(err)
 	}
-	svc := weblogin.New(weblogin.Config{ClientID: "portal"}, nil, st, users)
+	svc, err := weblogin.New(weblogin.Options{Config: weblogin.Config{ClientID: "portal"}, Verifier: noVerifier{}, Store: st, Users: users, Now: time.Now})
+	if err != nil {
+		b.Fatal(err)
+	}
 	var cookie, idHash string
 	for i := range 1000 {
 		c := fmt.Sprintf("cookie-%04d", i)
@@ -302,4 +312,11 @@ func TestLocalPath(t *testing.T) {
 			t.Errorf("LocalPath(%q) = %q, want %q", in, got, want)
 		}
 	}
+}
+
+// noVerifier verifies no ID token: Authenticate never asks.
+type noVerifier struct{}
+
+func (noVerifier) VerifyIDToken(context.Context, string, string, string) (identity.Identity, error) {
+	return identity.Identity{}, errors.New("no provider")
 }

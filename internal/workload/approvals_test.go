@@ -45,7 +45,11 @@ func (r rules) Budgets() map[string]budget.Budget { return r.budgets }
 // harness's store) follows r.
 func withRules(t *testing.T, r rules, kueue bool) *harness {
 	return newHarnessWith(t, func(h *harness) workload.Budgets {
-		b, err := budget.New(budget.Options{Rules: r, Readers: workloadtest.AllowAll{}, Spender: workload.NewMeter(h.store, h.cat, h.clock), Store: h.store,
+		meter, err := workload.NewMeter(workload.MeterOptions{Store: h.store, Templates: h.cat, Now: h.clock})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := budget.New(budget.Options{Rules: r, Readers: workloadtest.AllowAll{}, Spender: meter, Store: h.store,
 			Log: slog.New(slog.DiscardHandler), Now: h.clock, Fresh: time.Nanosecond})
 		if err != nil {
 			t.Fatal(err)

@@ -2,6 +2,7 @@ package workload
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -116,13 +117,21 @@ type Meter struct {
 	now       func() time.Time
 }
 
-// NewMeter meters the runs in store, looking templates' cost centers up in
-// templates.
-func NewMeter(store Store, templates Templates, now func() time.Time) *Meter {
-	if now == nil {
-		now = time.Now
+// MeterOptions are what a Meter is made of; all are required.
+type MeterOptions struct {
+	// Store holds the runs.
+	Store Store
+	// Templates say the templates' cost centers.
+	Templates Templates
+	Now       func() time.Time
+}
+
+// NewMeter meters the runs in the store.
+func NewMeter(o MeterOptions) (*Meter, error) {
+	if o.Store == nil || o.Templates == nil || o.Now == nil {
+		return nil, errors.New("workload: a Meter needs Store, Templates and Now")
 	}
-	return &Meter{store: store, templates: templates, now: now}
+	return &Meter{store: o.Store, templates: o.Templates, now: o.Now}, nil
 }
 
 // Spend implements budget.Spender: what team's workloads cost in [from,

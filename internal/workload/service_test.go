@@ -69,7 +69,10 @@ func newHarnessWith(t testing.TB, budgets func(*harness) workload.Budgets, kueue
 	if err != nil {
 		t.Fatal(err)
 	}
-	cat := catalog.New(st, classes).WithImages(images.Catalog)
+	cat, err := catalog.New(catalog.Options{Store: st, Classes: classes, Images: images.Catalog, Now: time.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := cat.Seed(ctx, "seed", files); err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +131,7 @@ func asAlice() context.Context {
 
 func TestNewNeedsEveryDependency(t *testing.T) {
 	_, err := workload.New(workload.Options{})
-	if err == nil || !strings.Contains(err.Error(), "Authorizer, Budgets, Images, Namespace, Store, Templates") {
+	if err == nil || !strings.Contains(err.Error(), "Authorizer, Budgets, Images, Namespace, Now, Store, Templates") {
 		t.Fatalf("err = %v, want every missing dependency named", err)
 	}
 }

@@ -316,7 +316,7 @@ type Options struct {
 	// Kueue renders workloads queued for Kueue (render.Meta.Kueue).
 	Kueue bool
 	Log   *slog.Logger     // default: slog.Default()
-	Now   func() time.Time // default: time.Now
+	Now   func() time.Time
 }
 
 // Service is the workload domain logic.
@@ -344,7 +344,7 @@ func New(o Options) (*Service, error) {
 	var missing []string
 	for name, nilValue := range map[string]bool{
 		"Store": o.Store == nil, "Templates": o.Templates == nil, "Namespace": o.Namespace == nil,
-		"Authorizer": o.Authorizer == nil, "Images": o.Images == nil, "Budgets": o.Budgets == nil,
+		"Authorizer": o.Authorizer == nil, "Images": o.Images == nil, "Budgets": o.Budgets == nil, "Now": o.Now == nil,
 	} {
 		if nilValue {
 			missing = append(missing, name)
@@ -359,10 +359,10 @@ func New(o Options) (*Service, error) {
 	if s.log == nil {
 		s.log = slog.Default()
 	}
-	if s.now == nil {
-		s.now = time.Now
+	var err error
+	if s.meter, err = NewMeter(MeterOptions{Store: o.Store, Templates: o.Templates, Now: s.now}); err != nil {
+		return nil, err
 	}
-	s.meter = NewMeter(o.Store, o.Templates, s.now)
 	if o.KBSURL != "" {
 		d, err := render.InitData(o.KBSURL)
 		if err != nil {

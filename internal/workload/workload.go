@@ -315,7 +315,7 @@ type Options struct {
 	KBSURL string
 	// Kueue renders workloads queued for Kueue (render.Meta.Kueue).
 	Kueue bool
-	Log   *slog.Logger     // default: slog.Default()
+	Log   *slog.Logger // default: slog.Default()
 	Now   func() time.Time
 }
 

@@ -2,11 +2,15 @@ package e2e_test
 
 import (
 	"context"
+	"crypto/x509"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"log"
 	"net/http/httptest"
 	"os"
+	"os/exec"
+	"path"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,7 +18,6 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
-	v1 "github.com/google/go-containerregistry/pkg/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gantryhq/gantry/internal/devcluster"
@@ -27,13 +30,14 @@ import (
 )
 
 // TestChartImages: Gantry's own images, built from this tree without a
-// container engine (what make images does), are reproducible (made twice
-// from the binaries, the same digests; make images gave the same digests on
-// two builds from scratch, see the README), are pushed to a real OCI registry and
-// signed there, pass Gantry's own verification against a catalog entry
-// naming the signing key — and the chart installs exactly those images,
-// pinned by digest. (They run as pods with the Real node issue's kubelet;
-// the simulated nodes do not run containers.)
+// container engine by the command make images runs (cmd/gantry-images), are
+// reproducible (built twice, the same digests), are pushed to a real OCI
+// registry and signed there by that command, pass Gantry's own verification
+// against a catalog entry naming the signing key — and the chart installs
+// exactly those images, pinned by digest. (They run as pods with the Real
+// node issue's kubelet; the simulated nodes do not run containers.) The
+// command runs as its own process, as users run it: built into this test
+// binary, its layers would be compressed under the race detector.
 func TestChartImages(t *testing.T) {
 	if cluster == nil {
 		t.Skip(clustertest.ErrNotRequested)
@@ -47,46 +51,32 @@ func TestChartImages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Compiled once (go build is reproducible with -trimpath and no build
-	// id: Go's own promise); the images made twice from it are the same.
-	bins, err := ociimage.Compile(ctx, src, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	first, err := ociimage.GantryImages(src, bins)
-	if err != nil {
-		t.Fatal(err)
-	}
-	second, err := ociimage.GantryImages(src, bins)
-	if err != nil {
-		t.Fatal(err)
-	}
-	serverDigest, _ := first.Server.Digest()
-	agentDigest, _ := first.Agent.Digest()
-	if d, _ := second.Server.Digest(); d != serverDigest {
-		t.Errorf("the server's image is not reproducible: %s, then %s", serverDigest, d)
-	}
-	if d, _ := second.Agent.Digest(); d != agentDigest {
-		t.Errorf("the agent's image is not reproducible: %s, then %s", agentDigest, d)
-	}
-	if layout := t.TempDir(); ociimage.WriteLayout(layout, map[string]v1.Image{"gantry:" + src.Version: first.Server}) != nil {
-		t.Error("write the OCI layout")
-	}
-
 	reg := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
 	t.Cleanup(reg.Close)
 	host := strings.TrimPrefix(reg.URL, "http://")
 	key, _ := imagesign.GenerateKey()
 	signer, _ := imagesign.New(key)
-	pushed := map[string]name.Digest{}
-	for n, img := range map[string]v1.Image{"gantry": first.Server, "gantry-agent": first.Agent} {
-		ref, err := name.NewTag(host+"/gantryhq/"+n+":"+src.Version, name.Insecure)
-		if err != nil {
-			t.Fatal(err)
+	der, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyFile := filepath.Join(t.TempDir(), "cosign.pem")
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	built, pushed := gantryImages(t, root, "-out", t.TempDir(), "-push", host+"/gantryhq", "-insecure", "-key", keyFile)
+	again, _ := gantryImages(t, root, "-out", t.TempDir())
+	serverDigest, agentDigest := built["gantry:"+src.Version], built["gantry-agent:"+src.Version]
+	if serverDigest == "" || agentDigest == "" || len(pushed) != 2 {
+		t.Fatalf("built %v, pushed %v: want both images, both pushed and signed", built, pushed)
+	}
+	for n, d := range built {
+		if again[n] != d {
+			t.Errorf("image %s is not reproducible: %s, then %s", n, d, again[n])
 		}
-		if pushed[n], err = ociimage.Push(ctx, img, ref, signer, map[string]any{"org.opencontainers.image.revision": src.Revision}); err != nil {
-			t.Fatal(err)
-		}
+	}
+	if pushed["gantry"].DigestStr() != serverDigest || pushed["gantry-agent"].DigestStr() != agentDigest {
+		t.Fatalf("pushed %v, built %v", pushed, built)
 	}
 
 	// Verified as the catalog's images are: the key, the annotation.
@@ -123,7 +113,7 @@ spec:
 		t.Fatal(err)
 	}
 	res, err := v.Verify(ctx, e, src.Version)
-	if err != nil || res.Digest != serverDigest.String() {
+	if err != nil || res.Digest != serverDigest {
 		t.Fatalf("Gantry's verification of its own image: %+v, %v", res, err)
 	}
 
@@ -131,8 +121,8 @@ spec:
 	chart := filepath.Join(root, "deploy", "helm", "gantry")
 	helmChart(t, "install", "built", chart, "--namespace", "gantry-built", "--create-namespace",
 		"-f", filepath.Join(root, "deploy", "helm", "testdata", "sqlite.yaml"), "--set", "priorityClasses.create=false",
-		"--set", "image.repository="+host+"/gantryhq/gantry", "--set", "image.digest="+serverDigest.String(),
-		"--set", "agent.enabled=true", "--set", "agent.image.repository="+host+"/gantryhq/gantry-agent", "--set", "agent.image.digest="+agentDigest.String())
+		"--set", "image.repository="+host+"/gantryhq/gantry", "--set", "image.digest="+serverDigest,
+		"--set", "agent.enabled=true", "--set", "agent.image.repository="+host+"/gantryhq/gantry-agent", "--set", "agent.image.digest="+agentDigest)
 	t.Cleanup(func() { helmChart(t, "uninstall", "built", "--namespace", "gantry-built", "--wait") })
 	d, err := cluster.Client.AppsV1().Deployments("gantry-built").Get(ctx, "built-gantry", metav1.GetOptions{})
 	if err != nil {
@@ -148,4 +138,31 @@ spec:
 	if got := ds.Spec.Template.Spec.Containers[0].Image; got != pushed["gantry-agent"].String() {
 		t.Errorf("the agent's DaemonSet runs %s, want %s", got, pushed["gantry-agent"])
 	}
+}
+
+// gantryImages runs cmd/gantry-images with args and returns the digests it
+// built ("gantry:VERSION" → sha256:…) and the references it pushed and
+// signed (by repository's last element).
+func gantryImages(t *testing.T, root string, args ...string) (built map[string]string, pushed map[string]name.Digest) {
+	t.Helper()
+	cmd := exec.Command("go", append([]string{"run", "./cmd/gantry-images", "-root", root}, args...)...)
+	cmd.Dir = root
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("gantry-images %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	built, pushed = map[string]string{}, map[string]name.Digest{}
+	for _, line := range strings.Split(string(out), "\n") {
+		if ref, ok := strings.CutPrefix(line, "pushed "); ok {
+			ref, signed := strings.CutSuffix(ref, ", signed")
+			d, err := name.NewDigest(ref, name.Insecure)
+			if err != nil || !signed {
+				t.Fatalf("gantry-images said %q: want a signed digest reference (%v)", line, err)
+			}
+			pushed[path.Base(d.Context().RepositoryStr())] = d
+		} else if img, rest, ok := strings.Cut(line, "@"); ok && strings.Contains(rest, " in ") {
+			built[img], _, _ = strings.Cut(rest, " ")
+		}
+	}
+	return built, pushed
 }

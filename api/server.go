@@ -102,6 +102,9 @@ type Options struct {
 	// NeedsSecondFactor says whether a refused identity would hold a
 	// permission after a sign-in with a second factor (nil: never).
 	NeedsSecondFactor func(id identity.Identity, permission access.Permission) bool
+	// LogDrain is how long a followed log keeps reading after its workload
+	// has ended (default DefaultLogDrain).
+	LogDrain time.Duration
 	// AppTransport reaches interactive workloads' apps behind /w/{id}/
 	// (default: a plain HTTP transport to their in-cluster addresses).
 	AppTransport http.RoundTripper
@@ -122,6 +125,10 @@ type Options struct {
 	Now func() time.Time
 }
 
+// DefaultLogDrain is Options.LogDrain's default: Kubernetes' default grace
+// period, and a little.
+const DefaultLogDrain = 35 * time.Second
+
 // New builds the HTTP handler.
 func New(o Options) (*echo.Echo, error) {
 	if o.Logger == nil {
@@ -140,6 +147,9 @@ func New(o Options) (*echo.Echo, error) {
 	}
 	if o.Now == nil {
 		return nil, errors.New("api: the server's clock is required")
+	}
+	if o.LogDrain == 0 {
+		o.LogDrain = DefaultLogDrain
 	}
 	if o.Anonymous.Now == nil {
 		o.Anonymous.Now = o.Now

@@ -170,15 +170,10 @@ func (s *server) GetWorkloadLogs(ctx context.Context, req gen.GetWorkloadLogsReq
 	if h, ok := live.HandleFrom(ctx); ok && follow {
 		// The change feed says when the workload changes: once it has
 		// ended, the follow ends too, saying how.
-		go l.endWith(ctx, h.Changed(), func() (workload.Workload, error) { return s.o.Workloads.Get(ctx, req.Id) })
+		go l.endWith(ctx, h.Changed(), s.o.LogDrain, func() (workload.Workload, error) { return s.o.Workloads.Get(ctx, req.Id) })
 	}
 	return l, nil
 }
-
-// logDrain is how long a followed log keeps reading after its workload has
-// ended: the container's shutdown output (Kubernetes' default grace period
-// is 30 s).
-const logDrain = 35 * time.Second
 
 // ended says whether a workload runs no more (its log is complete).
 func ended(st workload.Status) bool {
@@ -198,8 +193,9 @@ type logStream struct {
 	last string // the closing line, once the workload has ended
 }
 
-// endWith waits for the workload to end and then closes the log.
-func (l *logStream) endWith(ctx context.Context, changed <-chan struct{}, get func() (workload.Workload, error)) {
+// endWith waits for the workload to end and then closes the log, drain
+// later.
+func (l *logStream) endWith(ctx context.Context, changed <-chan struct{}, drain time.Duration, get func() (workload.Workload, error)) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -227,7 +223,7 @@ func (l *logStream) endWith(ctx context.Context, changed <-chan struct{}, get fu
 			// period) still comes; then the follow ends.
 			select {
 			case <-ctx.Done():
-			case <-time.After(logDrain):
+			case <-time.After(drain):
 				l.r.Close()
 			}
 			return

@@ -79,6 +79,9 @@ type Config struct {
 	Kubeconfig string `json:"kubeconfig"`
 	// ReconcileInterval is how often the lifecycle loop runs.
 	ReconcileInterval Duration `json:"reconcileInterval"`
+	// LogDrain is how long a followed log keeps reading after its workload
+	// has ended: what its containers print while they shut down.
+	LogDrain Duration `json:"logDrain"`
 	// Namespace is Gantry's own namespace: its replicas' Lease is there.
 	Namespace string `json:"namespace"`
 	// LeaseDuration is how long replicas wait for a leader that stopped
@@ -285,6 +288,7 @@ func Default() Config {
 		PolicyDir:         "policy",
 		Images:            Images{Dir: "images", CacheTTL: Duration(10 * time.Minute)},
 		ReconcileInterval: Duration(15 * time.Second),
+		LogDrain:          Duration(35 * time.Second),
 		Namespace:         "gantry-system",
 		LeaseDuration:     Duration(15 * time.Second),
 		SessionLifetime:   Duration(8 * time.Hour),
@@ -481,6 +485,7 @@ func (c *Config) validateDurations(errs *fault.List) {
 	between("oidc.clockSkew", c.OIDC.ClockSkew, 0, 5*time.Minute)
 	between("images.cacheTTL", c.Images.CacheTTL, 0, 24*time.Hour)
 	between("reconcileInterval", c.ReconcileInterval, time.Second, 24*time.Hour)
+	between("logDrain", c.LogDrain, time.Second, 5*time.Minute)
 	between("leaseDuration", c.LeaseDuration, 2*time.Second, 5*time.Minute)
 	between("audit.checkpointInterval", c.Audit.CheckpointInterval, time.Second, 24*time.Hour)
 	between("audit.denialWindow", c.Audit.DenialWindow, time.Second, 24*time.Hour)

@@ -63,6 +63,8 @@ var options = []option{
 		doc: "how long replicas wait for a leader that stopped renewing its Lease before one takes over (2s to 5m)"},
 	{key: "reconcileInterval", env: "GANTRY_RECONCILE_INTERVAL", field: func(c *Config) any { return &c.ReconcileInterval },
 		doc: "how often the lifecycle loop runs: apply launches not yet applied, converge stopped, started and deleted workloads, stop those past their max runtime (1s to 24h)"},
+	{key: "logDrain", env: "GANTRY_LOG_DRAIN", field: func(c *Config) any { return &c.LogDrain },
+		doc: "how long a followed log keeps reading after its workload has ended, for what its containers print while they shut down (Kubernetes' default grace period is 30s; 1s to 5m)"},
 	{key: "removeOrphans", env: "GANTRY_REMOVE_ORPHANS", field: func(c *Config) any { return &c.RemoveOrphans },
 		doc: "delete objects with Gantry's labels that belong to no workload (otherwise they are only reported)"},
 	{key: "namespacePrefix", env: "GANTRY_NAMESPACE_PREFIX", field: func(c *Config) any { return &c.NamespacePrefix },

@@ -60,6 +60,7 @@ func start(t testing.TB, dbPath string, withCluster bool, edit ...func(*config.C
 		c.PolicyDir = testPolicy(t)
 		c.Confidential.KBSURL = "https://kbs.gantry-system.svc:8080"
 		c.ReconcileInterval = config.Duration(time.Second)
+		c.LogDrain = config.Duration(2 * time.Second) // simulated pods print nothing as they stop
 		c.Namespace = "gantry-e2e-" + workload.NewID()
 		if withCluster {
 			c.Kubeconfig = gantryKubeconfig // as the Helm chart's ServiceAccount
@@ -707,7 +708,7 @@ func TestLogs(t *testing.T) {
 		if !strings.Contains(body, "[gantry] workload "+w.ID+" Stopped") {
 			t.Fatalf("the end of the followed log: %q", body)
 		}
-	case <-time.After(60 * time.Second): // it reads on for the pod's grace period (api's logDrain, 35 s) unless the log ends first
+	case <-time.After(60 * time.Second): // it reads on for logDrain (2 s here) unless the log ends first
 		t.Fatal("the followed log did not end within 60 s of the stop")
 	}
 	cancel()

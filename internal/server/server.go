@@ -529,7 +529,7 @@ func New(ctx context.Context, cfg config.Config, ov Overrides) (s *Server, err e
 		Now:     s.clock.Now,
 		Live:    s.live,
 		Catalog: core.Catalog, Workloads: s.Workloads, Estimates: estimates, Budgets: s.Budgets, Settings: settings, Edits: s.overlays, Prices: core.Store.PriceHistory, Own: s.own, Checks: s.checks, Spec: gantry.OpenAPI,
-		MaxBodyBytes: cfg.MaxBodyBytes, Logger: core.Log,
+		MaxBodyBytes: cfg.MaxBodyBytes, Logger: core.Log, LogDrain: time.Duration(cfg.LogDrain),
 		Portal:   pages,
 		Identify: identify, RecheckBearer: recheck, Sessions: sessions, Tokens: s.tokens, Users: s.users, Teams: s.authz.Teams,
 		SignIn:    gen.AuthConfig{Issuer: oc.Issuer, CliClientID: oc.CLIClientID, Scopes: oc.Scopes},

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gantryhq/gantry/internal/servertest"
 )
 
 // block is one fenced code block of a document: its language, where it
@@ -74,10 +76,7 @@ var notHere = map[string]string{
 func TestDocBlocks(t *testing.T) {
 	g := start(t, filepath.Join(t.TempDir(), "g.db"), true)
 	root, _ := filepath.Abs("../..")
-	bin := filepath.Join(t.TempDir(), "gantry")
-	if out, err := exec.Command("go", "build", "-tags", "dev", "-o", bin, "../../cmd/gantry").CombinedOutput(); err != nil {
-		t.Fatalf("build gantry: %v\n%s", err, out)
-	}
+	bin := servertest.Binary(t)
 	home := t.TempDir()
 	os.MkdirAll(filepath.Join(home, ".ssh"), 0o700)
 	os.WriteFile(filepath.Join(home, ".ssh", "id_ed25519.pub"), []byte("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGantryDocBlocksTestKeyAAAAAAAAAAAAAAAAAAAAAA newcomer@example\n"), 0o644)

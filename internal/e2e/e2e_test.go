@@ -37,7 +37,9 @@ import (
 
 var cluster *devcluster.Cluster
 
-func TestMain(m *testing.M) { clustertest.Main(m, "e2e", &cluster, chartHooks) }
+func TestMain(m *testing.M) {
+	clustertest.Main(servertest.RemovingBinary(m), "e2e", &cluster, chartHooks)
+}
 
 // gantryServer is Gantry as `gantry serve --kubeconfig` runs it, in process,
 // started by the one harness (servertest) on the production constructor.

@@ -4,25 +4,21 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/http/cookiejar"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/gantryhq/gantry/internal/devcluster"
 	"github.com/gantryhq/gantry/internal/devcluster/clustertest"
 	"github.com/gantryhq/gantry/internal/devidp"
+	"github.com/gantryhq/gantry/internal/servertest"
 	"github.com/gantryhq/gantry/internal/waitfor"
 )
 
@@ -34,27 +30,26 @@ func TestKill9MidLaunch(t *testing.T) {
 	if cluster == nil {
 		t.Skip(clustertest.ErrNotRequested)
 	}
-	root, bin := buildGantry(t)
 	db := filepath.Join(t.TempDir(), "g.db")
 	ctx := context.Background()
 	// A platform admin signs in through the portal once and makes a token;
 	// it lives in the database, so it outlives every process below.
-	p, url := startProcess(t, root, bin, db)
-	tok := signInToken(t, url, "ada")
-	p.Process.Signal(syscall.SIGTERM)
-	p.Wait()
+	p := startProcess(t, db)
+	tok := signInToken(t, p.URL, "ada")
+	p.Cmd.Process.Signal(syscall.SIGTERM)
+	<-p.Exited
 	for i, delay := range []time.Duration{0, 3 * time.Millisecond, 10 * time.Millisecond, 30 * time.Millisecond} {
 		team := fmt.Sprintf("kill%d", i)
 		key := "launch-" + team
 		body, _ := json.Marshal(map[string]any{"template": "vllm-inference", "team": team})
 
-		first, url := startProcess(t, root, bin, db)
-		go post(url, tok, key, body) // outcome unknown: the process dies
+		first := startProcess(t, db)
+		go post(first.URL, tok, key, body) // outcome unknown: the process dies
 		time.Sleep(delay)
-		first.Process.Signal(syscall.SIGKILL)
-		first.Wait()
+		first.Stop()
 
-		second, url := startProcess(t, root, bin, db)
+		second := startProcess(t, db)
+		url := second.URL
 		var w wl
 		waitfor.Until(t, 30*time.Second, team+": the retried launch", func() error {
 			status, got := post(url, tok, key, body)
@@ -86,26 +81,9 @@ func TestKill9MidLaunch(t *testing.T) {
 		if len(list.Items) != 1 || len(deps.Items) != 1 || deps.Items[0].Labels["gantry.dev/workload-id"] != w.ID {
 			t.Fatalf("%s (kill after %v): %d workloads, %d deployments; want exactly one of each", team, delay, len(list.Items), len(deps.Items))
 		}
-		second.Process.Signal(syscall.SIGTERM)
-		second.Wait()
+		second.Cmd.Process.Signal(syscall.SIGTERM)
+		<-second.Exited
 	}
-}
-
-// buildGantry builds the development gantry binary for tests that run it as
-// a process, and returns the repository root and the binary.
-func buildGantry(t *testing.T) (root, bin string) {
-	t.Helper()
-	root, err := devcluster.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin = filepath.Join(t.TempDir(), "gantry")
-	build := exec.Command("go", "build", "-tags", "dev", "-o", bin, "./cmd/gantry")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
-	return root, bin
 }
 
 // signInToken signs a development user in through the portal, as a browser
@@ -165,76 +143,21 @@ func getWorkload(t *testing.T, url, tok, id string) wl {
 	return w
 }
 
-// process is a `gantry serve` process and what it has logged.
-type process struct {
-	*exec.Cmd
-	URL string
-	log *lockedBuffer
-}
-
-// lockedBuffer is a log written by a process and read by the test.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-var servingURL = regexp.MustCompile(`msg="gantry is serving" url=(http://[0-9.:]+)`)
-
 // startProcess runs `gantry serve` against the test cluster on SQLite at db
 // and waits until it answers.
-func startProcess(t *testing.T, root, bin, db string) (*exec.Cmd, string) {
+func startProcess(t *testing.T, db string) *servertest.Process {
 	t.Helper()
-	p := startServe(t, root, bin, filepath.Join(filepath.Dir(db), "data"), "--db", db)
-	return p.Cmd, p.URL
+	return startServe(t, "", "", filepath.Join(filepath.Dir(db), "data"), nil, "--db", db)
 }
 
-// startServe runs `gantry serve` with args (and the test cluster, the test
-// policy, the development registry, one-second loops) on a port the kernel
-// picks, and waits until it says where it serves. dataDir holds the
-// development signing key.
-func startServe(t *testing.T, root, bin, dataDir string, args ...string) *process {
+// startServe runs `gantry serve` from root (default: this tree's, built
+// once) with args and env, and the test cluster, the test policy, the
+// development registry and one-second loops, and waits until it serves.
+// dataDir holds the development signing key.
+func startServe(t *testing.T, root, bin, dataDir string, env []string, args ...string) *servertest.Process {
 	t.Helper()
-	args = append([]string{"serve", "--listen", "127.0.0.1:0", "--kubeconfig", gantryKubeconfig, "--log-level", "info"}, args...)
-	cmd := exec.Command(bin, args...)
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "GANTRY_RECONCILE_INTERVAL=1s", "GANTRY_POLICY_DIR="+testPolicy(t), "GANTRY_IMAGES_DEV_REGISTRY=true",
-		"XDG_DATA_HOME="+dataDir)
-	p := &process{Cmd: cmd, log: &lockedBuffer{}}
-	cmd.Stderr = p.log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		if t.Failed() {
-			t.Logf("gantry %d logged:\n%s", cmd.Process.Pid, p.log)
-		}
-	})
-	waitfor.Until(t, 60*time.Second, "gantry to serve", func() error {
-		m := servingURL.FindStringSubmatch(p.log.String())
-		if m == nil {
-			return errors.New("it has not said where it serves")
-		}
-		resp, err := http.Get(m[1] + "/healthz")
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		p.URL = m[1]
-		return nil
-	})
-	return p
+	return servertest.StartBinary(t, servertest.ProcessOptions{Bin: bin, Dir: root,
+		Args: append([]string{"--kubeconfig", gantryKubeconfig, "--log-level", "info"}, args...),
+		Env: append([]string{"GANTRY_RECONCILE_INTERVAL=1s", "GANTRY_POLICY_DIR=" + testPolicy(t), "GANTRY_IMAGES_DEV_REGISTRY=true",
+			"XDG_DATA_HOME=" + dataDir}, env...)})
 }

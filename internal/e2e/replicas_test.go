@@ -18,6 +18,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/gantryhq/gantry/internal/devcluster/clustertest"
+	"github.com/gantryhq/gantry/internal/servertest"
 	"github.com/gantryhq/gantry/internal/store/storetest"
 	"github.com/gantryhq/gantry/internal/waitfor"
 )
@@ -36,20 +37,18 @@ func TestTwoReplicasLeaderKilled(t *testing.T) {
 		t.Skip(clustertest.ErrNotRequested)
 	}
 	dsn := storetest.PostgresDSN(t)
-	root, bin := buildGantry(t)
 	data := t.TempDir() // one development signing key for both
 	lease := "gantry-ha-" + strings.ToLower(rand.Text()[:6])
 	const leaseDuration = 4 * time.Second
-	replica := func() *process {
-		return startServe(t, root, bin, data, "--db-driver", "postgres", "--db", dsn)
+	replica := func() *servertest.Process {
+		return startServe(t, "", "", data, []string{"GANTRY_NAMESPACE=" + lease, "GANTRY_LEASE_DURATION=" + leaseDuration.String()},
+			"--db-driver", "postgres", "--db", dsn)
 	}
 	grantLease(t, lease)
-	t.Setenv("GANTRY_NAMESPACE", lease)
-	t.Setenv("GANTRY_LEASE_DURATION", leaseDuration.String())
 	a, b := replica(), replica()
-	var leader, survivor *process
+	var leader, survivor *servertest.Process
 	waitfor.Until(t, 60*time.Second, "one replica to lead", func() error {
-		la, lb := strings.Contains(a.log.String(), `msg="leading:`), strings.Contains(b.log.String(), `msg="leading:`)
+		la, lb := strings.Contains(a.Log.String(), `msg="leading:`), strings.Contains(b.Log.String(), `msg="leading:`)
 		switch {
 		case la && lb:
 			return errors.New("both lead")
@@ -76,13 +75,13 @@ func TestTwoReplicasLeaderKilled(t *testing.T) {
 	for i := range n {
 		if i == n/2 {
 			// Mid-batch: launches are in flight at both replicas.
-			if err := leader.Process.Signal(syscall.SIGKILL); err != nil {
+			if err := leader.Cmd.Process.Signal(syscall.SIGKILL); err != nil {
 				t.Fatal(err)
 			}
-			t.Logf("killed the leader (pid %d) with %d launches sent", leader.Process.Pid, i)
+			t.Logf("killed the leader (pid %d) with %d launches sent", leader.Cmd.Process.Pid, i)
 		}
 		key := fmt.Sprintf("%s-%02d", team, i)
-		url := []*process{a, b}[i%2].URL
+		url := []*servertest.Process{a, b}[i%2].URL
 		wg.Go(func() {
 			status, w := post(url, tok, key, body)
 			mu.Lock()
@@ -109,7 +108,7 @@ func TestTwoReplicasLeaderKilled(t *testing.T) {
 		})
 	}
 	waitfor.Until(t, 60*time.Second, "the survivor to lead", func() error {
-		if strings.Count(survivor.log.String(), `msg="leading:`) == 0 {
+		if strings.Count(survivor.Log.String(), `msg="leading:`) == 0 {
 			return errors.New("it does not lead")
 		}
 		return nil

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gantryhq/gantry/internal/devcluster"
 	"github.com/gantryhq/gantry/internal/devcluster/clustertest"
 	"github.com/gantryhq/gantry/internal/store/storetest"
 	"github.com/gantryhq/gantry/internal/waitfor"
@@ -58,7 +59,9 @@ func buildPrevious(t *testing.T, root string) (oldRoot, bin string) {
 		t.Fatalf("untar: %v\n%s", err, out)
 	}
 	bin = filepath.Join(t.TempDir(), "gantry-"+tag)
-	build := exec.Command("go", "build", "-tags", "dev", "-o", bin, "./cmd/gantry")
+	// -trimpath: the tree's packages build from the cache when they are
+	// as they were at the last run (a temporary directory each time).
+	build := exec.Command("go", "build", "-trimpath", "-tags", "dev", "-o", bin, "./cmd/gantry")
 	build.Dir = oldRoot
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build %s: %v\n%s", tag, err, out)
@@ -77,13 +80,15 @@ func TestRollingUpgrade(t *testing.T) {
 		t.Skip(clustertest.ErrNotRequested)
 	}
 	dsn := storetest.PostgresDSN(t)
-	root, newBin := buildGantry(t)
+	root, err := devcluster.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
 	oldRoot, oldBin := buildPrevious(t, root)
 	data := t.TempDir() // one development signing key for both
 	ns := "gantry-upgrade-" + strings.ToLower(rand.Text()[:6])
 	grantLease(t, ns)
-	t.Setenv("GANTRY_NAMESPACE", ns)
-	t.Setenv("GANTRY_LEASE_DURATION", "3s")
+	env := []string{"GANTRY_NAMESPACE=" + ns, "GANTRY_LEASE_DURATION=3s"}
 	team := "up" + strings.ToLower(rand.Text()[:4])
 	launch := func(url, tok string) wl {
 		t.Helper()
@@ -103,14 +108,14 @@ func TestRollingUpgrade(t *testing.T) {
 		})
 	}
 
-	old := startServe(t, oldRoot, oldBin, data, "--db-driver", "postgres", "--db", dsn)
+	old := startServe(t, oldRoot, oldBin, data, env, "--db-driver", "postgres", "--db", dsn)
 	tok := signInToken(t, old.URL, "ada")
 	w1 := launch(old.URL, tok)
 	waitStatus(old.URL, tok, w1.ID, "Running")
 
 	// The new release starts beside it: its migrations run on the live
 	// database while the old one serves.
-	cur := startServe(t, root, newBin, data, "--db-driver", "postgres", "--db", dsn)
+	cur := startServe(t, "", "", data, env, "--db-driver", "postgres", "--db", dsn)
 	if got := getWorkload(t, cur.URL, tok, w1.ID); got.Status != "Running" || got.Name != w1.Name {
 		t.Fatalf("the new release reads the old one's launch as %+v", got)
 	}
@@ -132,13 +137,11 @@ func TestRollingUpgrade(t *testing.T) {
 	waitStatus(cur.URL, tok, w2.ID, "Stopped")
 
 	// The old pod goes; the new one carries on alone, with the lead.
-	if err := old.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := old.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- old.Wait() }()
 	select {
-	case <-done:
+	case <-old.Exited:
 	case <-time.After(30 * time.Second):
 		t.Fatal("the old release did not stop within 30 s of SIGTERM")
 	}

@@ -4,27 +4,23 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/gantryhq/gantry/internal/authz"
 	"github.com/gantryhq/gantry/internal/devcluster"
 	"github.com/gantryhq/gantry/internal/identity"
+	"github.com/gantryhq/gantry/internal/servertest"
 	"github.com/gantryhq/gantry/internal/store"
 	"github.com/gantryhq/gantry/internal/team"
 	"github.com/gantryhq/gantry/internal/token"
 	"github.com/gantryhq/gantry/internal/user"
-	"github.com/gantryhq/gantry/internal/waitfor"
 	"github.com/gantryhq/gantry/internal/workload"
 )
 
@@ -36,73 +32,23 @@ type binary struct {
 	pid   int
 	db    string
 	store *store.Store // the same database, for the fixture's records
-	out   *syncBuffer
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
-
-var servingRE = regexp.MustCompile(`msg="gantry is serving" url=(http://\S+)`)
-
-// serveBinary builds and starts gantry serve with env added, and stops it
-// when the benchmark ends.
+// serveBinary starts gantry serve (built once: servertest.Binary) with env
+// added, and stops it when the benchmark ends.
 func serveBinary(b *testing.B, env ...string) *binary {
 	b.Helper()
-	root, err := devcluster.RepoRoot()
-	if err != nil {
-		b.Fatal(err)
-	}
 	dir := b.TempDir()
-	bin := filepath.Join(dir, "gantry")
-	build := exec.Command("go", "build", "-tags", "dev", "-o", bin, "./cmd/gantry")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		b.Fatalf("build: %v\n%s", err, out)
-	}
-	g := &binary{db: filepath.Join(dir, "gantry.db"), out: &syncBuffer{}}
-	// 4 GiB of address space: far more than it uses, far less than the machine.
-	cmd := exec.Command("/bin/sh", "-c", `ulimit -v 4194304 && exec "$0" "$@"`, bin, "serve", "--listen", "127.0.0.1:0", "--db", g.db)
-	cmd.Dir, cmd.Stdout, cmd.Stderr = root, g.out, g.out
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "GANTRY_") && !strings.HasPrefix(kv, "XDG_DATA_HOME=") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	cmd.Env = append(append(cmd.Env, "XDG_DATA_HOME="+filepath.Join(dir, "data"), "GANTRY_IMAGES_DEV_REGISTRY=true"), env...)
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { cmd.Wait(); close(exited) }()
+	g := &binary{db: filepath.Join(dir, "gantry.db")}
+	p := servertest.StartBinary(b, servertest.ProcessOptions{Args: []string{"--db", g.db},
+		Env: append([]string{"XDG_DATA_HOME=" + filepath.Join(dir, "data"), "GANTRY_IMAGES_DEV_REGISTRY=true"}, env...)})
+	g.URL, g.pid = p.URL, p.Cmd.Process.Pid
 	b.Cleanup(func() {
-		cmd.Process.Kill()
-		<-exited
 		if g.store != nil {
 			g.store.Close()
 		}
 	})
-	g.pid = cmd.Process.Pid
-	waitfor.Until(b, 2*time.Minute, "gantry serve to serve", func() error {
-		select {
-		case <-exited:
-			b.Fatalf("gantry serve exited:\n%s", g.out.String())
-		default:
-		}
-		if m := servingRE.FindStringSubmatch(g.out.String()); m != nil {
-			g.URL = m[1]
-			return nil
-		}
-		return errors.New("not serving yet")
-	})
+	var err error
 	if g.store, err = store.Open(context.Background(), store.SQLite, g.db); err != nil {
 		b.Fatal(err)
 	}

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gantryhq/gantry/internal/servertest"
 )
 
 // world is what every attack starts from: one server, everyone signed in
@@ -206,7 +208,7 @@ func workloadStatus(t *testing.T, c *client, id string) string {
 // with the checkpoints the server signed into its log.
 func testAuditChain(t *testing.T, g *gantry) {
 	logFile := filepath.Join(g.dir, "gantry.log")
-	if err := os.WriteFile(logFile, []byte(g.out.String()), 0o600); err != nil {
+	if err := os.WriteFile(logFile, []byte(g.p.Log.String()), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	pub := filepath.Join(g.dir, "data", "gantry", "dev-audit-checkpoint.pub")
@@ -219,8 +221,8 @@ func testAuditChain(t *testing.T, g *gantry) {
 		{"against the logged checkpoints", []string{"audit", "verify", "--db", g.db, "--checkpoints", logFile, "--key", pub}, "matches"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			cmd := exec.Command(binary, c.args...)
-			cmd.Dir, cmd.Env = repoRoot, g.env
+			cmd := exec.Command(servertest.Binary(t), c.args...)
+			cmd.Env = servertest.Env(g.env...)
 			out, err := cmd.CombinedOutput()
 			if err != nil || !strings.Contains(string(out), c.want) {
 				t.Errorf("gantry %s: %v\n%s", strings.Join(c.args, " "), err, out)
@@ -233,7 +235,7 @@ func testAuditChain(t *testing.T, g *gantry) {
 // 16. No secret the run handled is in the server's log: tokens, session
 // cookies, CSRF tokens, passwords, ID tokens.
 func testNoSecretsInLog(t *testing.T, g *gantry) {
-	log := g.out.String()
+	log := g.p.Log.String()
 	if !strings.Contains(log, `msg=request`) {
 		t.Fatalf("the log has no access log lines: is it the server's?\n%.2000s", log)
 	}

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -14,7 +13,6 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -26,7 +24,7 @@ import (
 
 	"github.com/gantryhq/gantry/internal/config"
 	"github.com/gantryhq/gantry/internal/devidp"
-	"github.com/gantryhq/gantry/internal/waitfor"
+	"github.com/gantryhq/gantry/internal/servertest"
 )
 
 // outsider is a development user the default configuration lacks: a member
@@ -43,40 +41,17 @@ var weakAdmin = config.DevUser{Username: "ida", Password: "ida-Pw-9f2e", Name: "
 
 // gantry is one `gantry serve` process and what the tests learned from it.
 type gantry struct {
-	URL    string // http://127.0.0.1:port, as the server logged it
-	host   string // 127.0.0.1:port
-	dir    string // its data: the SQLite file, the development keys, the configuration
-	db     string
-	env    []string
-	cmd    *exec.Cmd
-	out    *logBuffer
-	exited chan struct{}
-	err    error // the process's exit, once exited is closed
+	URL  string // http://127.0.0.1:port, as the server logged it
+	host string // 127.0.0.1:port
+	dir  string // its data: the SQLite file, the development keys, the configuration
+	db   string
+	env  []string // what configures it beyond its flags (servertest.Env adds the rest)
+	p    *servertest.Process
 
 	mu      sync.Mutex
 	secrets map[string]string // secret → what it is; none may appear in the log
 	source  uint32            // the last source address handed out (127.0.0.x)
 }
-
-// logBuffer keeps everything the server writes to stdout and stderr.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
-var servingRE = regexp.MustCompile(`msg="gantry is serving" url=(http://\S+)`)
 
 // start runs `gantry serve` on the embedded defaults in a temporary
 // directory and waits until it logs the URL it listens on (it binds port 0:
@@ -91,56 +66,19 @@ func start(t *testing.T) *gantry {
 		ln.Close()
 	}
 	dir := t.TempDir()
-	g := &gantry{dir: dir, db: filepath.Join(dir, "gantry.db"), out: &logBuffer{}, exited: make(chan struct{}),
+	g := &gantry{dir: dir, db: filepath.Join(dir, "gantry.db"),
 		secrets: map[string]string{string(outsider.Password): "nina's password"}, source: 10}
 	cfgPath := filepath.Join(dir, "gantry.yaml")
 	if err := os.WriteFile(cfgPath, devUsersConfig(), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	// The caller's GANTRY_* variables (a developer's database, CI's test
-	// settings) stay out: only what is set here configures the server.
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "GANTRY_") && !strings.HasPrefix(kv, "XDG_DATA_HOME=") {
-			g.env = append(g.env, kv)
-		}
-	}
-	g.env = append(g.env, "XDG_DATA_HOME="+filepath.Join(dir, "data"), "GANTRY_IMAGES_DEV_REGISTRY=true")
+	// Only what is set here configures the server: servertest drops the
+	// caller's GANTRY_* variables (a developer's database, CI's settings).
 	// The server runs under an address-space limit (ulimit -v): an attack
 	// that makes it allocate without bound ends it, not the machine.
-	g.cmd = exec.Command("/bin/sh", "-c", fmt.Sprintf(`ulimit -v %d && exec "$0" "$@"`, serverMemoryKiB),
-		binary, "serve", "--config", cfgPath, "--listen", "127.0.0.1:0", "--db", g.db)
-	g.cmd.Dir, g.cmd.Env, g.cmd.Stdout, g.cmd.Stderr = repoRoot, g.env, g.out, g.out
-	if err := g.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		g.err = g.cmd.Wait()
-		close(g.exited)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-g.exited:
-		default:
-			g.cmd.Process.Kill()
-			<-g.exited
-		}
-		if t.Failed() {
-			t.Logf("gantry serve's log:\n%s", g.out.String())
-		}
-	})
-	waitfor.Until(t, 2*time.Minute, "gantry serve to log the URL it serves", func() error {
-		select {
-		case <-g.exited:
-			t.Fatalf("gantry serve exited before serving (%v):\n%s", g.err, g.out.String())
-		default:
-		}
-		m := servingRE.FindStringSubmatch(g.out.String())
-		if m == nil {
-			return errors.New(`no "gantry is serving" line yet`)
-		}
-		g.URL = m[1]
-		return nil
-	})
+	g.env = []string{"XDG_DATA_HOME=" + filepath.Join(dir, "data"), "GANTRY_IMAGES_DEV_REGISTRY=true"}
+	g.p = servertest.StartBinary(t, servertest.ProcessOptions{Args: []string{"--config", cfgPath, "--db", g.db}, Env: g.env, MemoryKiB: serverMemoryKiB})
+	g.URL = g.p.URL
 	g.host = strings.TrimPrefix(g.URL, "http://")
 	return g
 }
@@ -152,7 +90,7 @@ const serverMemoryKiB = 4 << 20
 // rss is the server's resident memory, from /proc.
 func (g *gantry) rss(t *testing.T) int64 {
 	t.Helper()
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", g.cmd.Process.Pid))
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", g.p.Cmd.Process.Pid))
 	if err != nil {
 		t.Fatalf("the server's memory: %v", err)
 	}
@@ -182,18 +120,17 @@ func devUsersConfig() []byte {
 // stop sends SIGTERM and waits for a clean exit.
 func (g *gantry) stop(t *testing.T) {
 	t.Helper()
-	if err := g.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := g.p.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatalf("SIGTERM: %v", err)
 	}
 	select {
-	case <-g.exited:
+	case <-g.p.Exited:
 	case <-time.After(30 * time.Second):
-		g.cmd.Process.Kill()
-		<-g.exited
+		g.p.Stop()
 		t.Fatalf("gantry serve did not stop within 30 s of SIGTERM")
 	}
-	if g.err != nil {
-		t.Fatalf("gantry serve exited with %v after SIGTERM; want exit 0", g.err)
+	if g.p.Err != nil {
+		t.Fatalf("gantry serve exited with %v after SIGTERM; want exit 0", g.p.Err)
 	}
 }
 

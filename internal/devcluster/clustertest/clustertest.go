@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"testing"
 	"time"
 
 	"github.com/gantryhq/gantry/internal/devcluster"
@@ -74,8 +73,9 @@ type Hooks struct {
 
 // Main runs a test package whose tests use a local cluster: it starts one when
 // cluster tests are asked for (tests then find it in *c; without, they skip),
-// runs the tests, stops the cluster and exits.
-func Main(m *testing.M, pkg string, c **devcluster.Cluster, hooks ...Hooks) {
+// runs the tests, stops the cluster and exits. m is the package's
+// *testing.M, or one that wraps its Run.
+func Main(m interface{ Run() int }, pkg string, c **devcluster.Cluster, hooks ...Hooks) {
 	if os.Getenv("GANTRY_TEST_CLUSTER_LOG") == "" {
 		// client-go logs through klog (leader election, informers); in
 		// tests that is noise between the results, unless asked for.

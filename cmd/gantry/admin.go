@@ -207,7 +207,7 @@ func auditListCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 // server's /w/{id}/ (its in-cluster endpoint is for other pods) — printed,
 // and opened in the desktop's browser on a terminal.
 func openCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flags("gantry open ID", stderr)
+	fs := flags("gantry open", stderr)
 	srv := fs.String("server", "", "Gantry server URL")
 	cl, id, target, err := oneArgumentTo(ctx, fs, args, srv, "gantry open ID")
 	if err != nil {

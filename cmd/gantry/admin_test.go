@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gantryhq/gantry/internal/server"
 	"github.com/gantryhq/gantry/internal/workload"
 )
 
@@ -102,14 +103,17 @@ func TestOpen(t *testing.T) {
 	}
 }
 
-// TestUsageForBuild: the production build's help does not offer gantry dev,
-// which it lacks.
+// TestUsageForBuild: the production build's table (and so its help and
+// completions) does not offer gantry dev, which it lacks.
 func TestUsageForBuild(t *testing.T) {
-	if strings.Contains(forBuild(usageText, false), "gantry dev ") {
-		t.Error("the production help lists gantry dev")
+	if find(table(false), "dev") != nil {
+		t.Error("the production build's commands include gantry dev")
 	}
-	if !strings.Contains(forBuild(usageText, true), "gantry dev ") {
-		t.Error("the development help lacks gantry dev")
+	if find(table(true), "dev") == nil {
+		t.Error("the development build's commands lack gantry dev")
+	}
+	if got := strings.Contains(usage(), "gantry dev "); got != server.DevBuild {
+		t.Errorf("this build's help lists gantry dev: %v; it has it: %v", got, server.DevBuild)
 	}
 }
 

@@ -7,31 +7,28 @@ import (
 	"strings"
 )
 
-// commands are gantry's commands and, for groups, their subcommands: what
-// the shell completions offer.
-var commands = map[string][]string{
-	"dev": nil, "serve": nil, "login": nil, "whoami": nil, "version": nil, "completion": {"bash", "zsh", "fish"},
-	"templates": {"validate", "render", "apply", "ls", "show"}, "advice": nil, "audit": {"verify", "keygen", "ls"}, "advise": {"replay"},
-	"launch": nil, "ls": nil, "get": nil, "open": nil, "stop": nil, "start": nil, "rm": nil, "logs": nil, "events": nil,
-	"approve": nil, "deny": nil, "estimate": nil, "cost": nil, "tokens": {"create", "ls", "revoke"},
-	"top": nil, "images": {"ls"}, "nodes": {"ls", "get"}, "users": {"ls", "deactivate", "reactivate"},
-}
-
 // completionCmd prints a completion script for bash, zsh or fish.
 func completionCmd(args []string, stdout io.Writer) error {
 	if len(args) != 1 {
 		return usageError{"gantry completion bash|zsh|fish"}
 	}
+	// What each command offers as its first argument: a group's
+	// subcommands, or its values.
+	offers := map[string][]string{}
 	var names []string
-	for c := range commands {
-		names = append(names, c)
+	for _, c := range commands {
+		names = append(names, c.name)
+		for _, s := range c.subs {
+			offers[c.name] = append(offers[c.name], s.name)
+		}
+		offers[c.name] = append(offers[c.name], c.values...)
 	}
 	sort.Strings(names)
 	switch args[0] {
 	case "bash", "zsh":
 		var cases strings.Builder
 		for _, c := range names {
-			if subs := commands[c]; len(subs) > 0 {
+			if subs := offers[c]; len(subs) > 0 {
 				fmt.Fprintf(&cases, "    %s) COMPREPLY=($(compgen -W %q -- \"$cur\")); return;;\n", c, strings.Join(subs, " "))
 			}
 		}
@@ -57,7 +54,7 @@ complete -F _gantry gantry
 		b.WriteString("# gantry completion for fish\ncomplete -c gantry -f\n")
 		for _, c := range names {
 			fmt.Fprintf(&b, "complete -c gantry -n __fish_use_subcommand -a %s\n", c)
-			for _, s := range commands[c] {
+			for _, s := range offers[c] {
 				fmt.Fprintf(&b, "complete -c gantry -n '__fish_seen_subcommand_from %s' -a %s\n", c, s)
 			}
 		}

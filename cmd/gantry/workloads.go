@@ -24,7 +24,7 @@ import (
 // launchCmd launches a template; with --wait it follows the launch until it
 // runs (or ends) and says each step.
 func launchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flags("gantry launch TEMPLATE", stderr)
+	fs := flags("gantry launch", stderr)
 	srv := fs.String("server", "", "Gantry server URL (default: $GANTRY_SERVER, the last one signed in to)")
 	request := launchFlags(fs)
 	wait := fs.Bool("wait", false, "follow the launch until it runs or ends")
@@ -187,7 +187,7 @@ func lsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 // getCmd prints one workload.
 func getCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flags("gantry get ID", stderr)
+	fs := flags("gantry get", stderr)
 	srv := fs.String("server", "", "Gantry server URL")
 	output := fs.String("o", "", "output: json")
 	cl, id, err := oneArgument(ctx, fs, args, srv, "gantry get ID")
@@ -234,7 +234,7 @@ func getCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 
 // changeCmd is stop, start and rm.
 func changeCmd(ctx context.Context, verb string, args []string, stdout, stderr io.Writer) error {
-	fs := flags("gantry "+verb+" ID", stderr)
+	fs := flags("gantry "+verb, stderr)
 	srv := fs.String("server", "", "Gantry server URL")
 	cl, id, err := oneArgument(ctx, fs, args, srv, "gantry "+verb+" ID")
 	if err != nil {
@@ -265,7 +265,7 @@ func changeCmd(ctx context.Context, verb string, args []string, stdout, stderr i
 
 // decideCmd approves or denies a launch held for approval.
 func decideCmd(ctx context.Context, verb string, args []string, stdout, stderr io.Writer) error {
-	fs := flags("gantry "+verb+" ID --reason TEXT", stderr)
+	fs := flags("gantry "+verb, stderr)
 	srv := fs.String("server", "", "Gantry server URL")
 	reason := fs.String("reason", "", "why (required; the requester and the audit log read it)")
 	cl, id, err := oneArgument(ctx, fs, args, srv, "gantry "+verb+" ID --reason TEXT")
@@ -296,7 +296,7 @@ func decideCmd(ctx context.Context, verb string, args []string, stdout, stderr i
 
 // estimateCmd prices a launch without making it.
 func estimateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flags("gantry estimate TEMPLATE", stderr)
+	fs := flags("gantry estimate", stderr)
 	srv := fs.String("server", "", "Gantry server URL")
 	request := launchFlags(fs)
 	minMem := fs.Float64("min-memory", 0, "list every class and profile with at least this many GiB per GPU, cheapest first")
@@ -498,7 +498,7 @@ func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
 // logsCmd prints, or with -f follows, a workload's log.
 func logsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flags("gantry logs ID", stderr)
+	fs := flags("gantry logs", stderr)
 	srv := fs.String("server", "", "Gantry server URL")
 	followLog := fs.Bool("f", false, "follow: keep printing new lines")
 	tail := fs.Int("tail", 0, "only the last N lines")
@@ -532,7 +532,7 @@ func logsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 
 // eventsCmd prints a workload's Kubernetes events.
 func eventsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flags("gantry events ID", stderr)
+	fs := flags("gantry events", stderr)
 	srv := fs.String("server", "", "Gantry server URL")
 	output := fs.String("o", "", "output: json")
 	cl, id, err := oneArgument(ctx, fs, args, srv, "gantry events ID")
@@ -655,7 +655,7 @@ func catalogCmd(ctx context.Context, sub string, args []string, stdout, stderr i
 // adviceCmd prints a workload's findings, or the caller's teams' open
 // advice, biggest dollars first.
 func adviceCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flags("gantry advice [ID]", stderr)
+	fs := flags("gantry advice", stderr)
 	srv := fs.String("server", "", "Gantry server URL")
 	output := fs.String("o", "", "output: json")
 	rest, err := parse(fs, args)

@@ -155,17 +155,32 @@ func TestWorkloadVerbs(t *testing.T) {
 	}
 }
 
-// TestHelpEverywhere: every command and every group answers -h with its
-// usage and exit 0, starting nothing.
+// TestHelpEverywhere: every command and every group of the table answers
+// -h with its usage and exit 0, starting nothing; every command has a
+// summary, and a run or subcommands.
 func TestHelpEverywhere(t *testing.T) {
-	for _, args := range [][]string{
-		{"serve"}, {"dev"}, {"templates"}, {"templates", "validate"}, {"templates", "render"}, {"templates", "apply"},
-		{"audit"}, {"audit", "verify"}, {"audit", "keygen"}, {"advise"}, {"advise", "replay"}, {"login"}, {"whoami"},
-		{"launch"}, {"ls"}, {"get"}, {"stop"}, {"start"}, {"rm"}, {"approve"}, {"deny"}, {"estimate"}, {"cost"},
-		{"logs"}, {"events"}, {"tokens"}, {"tokens", "create"}, {"advice"}, {"templates", "ls"}, {"templates", "show"},
-	} {
+	var paths [][]string
+	for _, c := range commands {
+		if len(c.subs) > 0 {
+			paths = append(paths, []string{c.name})
+		}
+	}
+	leaves("", commands, func(path string, c *command) {
+		if c.summary == "" || c.run == nil {
+			t.Errorf("gantry %s: a command needs a summary and a run", path)
+		}
+		if path != "version" && path != "completion" {
+			paths = append(paths, strings.Fields(path))
+		}
+	})
+	if len(paths) < 40 {
+		t.Fatalf("%d commands: the table is not read", len(paths))
+	}
+	for _, args := range paths {
 		var out, errOut bytes.Buffer
-		if code := run(context.Background(), append(args, "-h"), &out, &errOut); code != 0 || out.Len()+errOut.Len() == 0 || strings.Contains(errOut.String(), "unknown") {
+		code := run(context.Background(), append(args, "-h"), &out, &errOut)
+		help := out.String() + errOut.String()
+		if code != 0 || help == "" || strings.Contains(errOut.String(), "unknown") || !strings.Contains(help, "gantry "+strings.Join(args, " ")) {
 			t.Errorf("gantry %s -h: exit %d, %q %q", strings.Join(args, " "), code, out.String(), errOut.String())
 		}
 	}
@@ -181,12 +196,12 @@ func TestCompletion(t *testing.T) {
 			t.Errorf("%s: %d %q", sh, code, errOut.String())
 		}
 	}
-	for _, l := range strings.Split(usage, "\n") {
+	var script bytes.Buffer
+	run(context.Background(), []string{"completion", "fish"}, &script, io.Discard)
+	for _, l := range strings.Split(usage(), "\n") {
 		if f := strings.Fields(l); len(f) > 1 && f[0] == "gantry" && f[1] != "COMMAND" {
-			for _, c := range strings.Split(f[1], "|") {
-				if _, ok := commands[c]; !ok {
-					t.Errorf("usage lists %q, completion does not offer it", c)
-				}
+			if !strings.Contains(script.String(), "-a "+f[1]+"\n") {
+				t.Errorf("usage lists %q, completion does not offer it", f[1])
 			}
 		}
 	}

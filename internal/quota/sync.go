@@ -108,12 +108,12 @@ func (s *Syncer) Run(ctx context.Context) (applied bool, err error) {
 		return false, nil
 	}
 	if err := s.o.Kueue.SyncQuotas(ctx, objs); err != nil {
-		return false, fmt.Errorf("Kueue objects: %w", err)
+		return false, fmt.Errorf("applying the Kueue objects: %w", err)
 	}
 	// Kueue holds every queue whose checks are not active: say so again
 	// (the AdmissionCheck may have been made anew).
 	if err := s.o.Kueue.ActivateCheck(ctx); err != nil {
-		return true, fmt.Errorf("Gantry's AdmissionCheck not marked active: %w", err)
+		return true, fmt.Errorf("marking Gantry's AdmissionCheck active: %w", err)
 	}
 	if string(data) != s.last {
 		s.o.Log.Info("quotas: Kueue objects synced", "objects", len(objs))

@@ -15,7 +15,6 @@ package server
 import (
 	"context"
 	"crypto/rand"
-	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -23,7 +22,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"strings"
 	"sync"
 	"time"
 
@@ -31,20 +29,15 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
-	"github.com/gantryhq/gantry"
 	"github.com/gantryhq/gantry/api"
-	"github.com/gantryhq/gantry/api/gen"
 	"github.com/gantryhq/gantry/deploy"
-	"github.com/gantryhq/gantry/internal/advice"
 	"github.com/gantryhq/gantry/internal/audit"
-	"github.com/gantryhq/gantry/internal/authn"
 	"github.com/gantryhq/gantry/internal/authz"
 	"github.com/gantryhq/gantry/internal/budget"
 	"github.com/gantryhq/gantry/internal/catalog"
 	"github.com/gantryhq/gantry/internal/config"
 	"github.com/gantryhq/gantry/internal/controller"
 	"github.com/gantryhq/gantry/internal/cull"
-	"github.com/gantryhq/gantry/internal/estimate"
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/identity"
@@ -55,20 +48,16 @@ import (
 	"github.com/gantryhq/gantry/internal/logctx"
 	"github.com/gantryhq/gantry/internal/notify"
 	"github.com/gantryhq/gantry/internal/overlay"
-	"github.com/gantryhq/gantry/internal/overrides"
 	"github.com/gantryhq/gantry/internal/ownmetrics"
 	"github.com/gantryhq/gantry/internal/promsource"
 	"github.com/gantryhq/gantry/internal/quota"
 	"github.com/gantryhq/gantry/internal/store"
-	"github.com/gantryhq/gantry/internal/team"
 	"github.com/gantryhq/gantry/internal/telemetry"
 	"github.com/gantryhq/gantry/internal/template"
 	"github.com/gantryhq/gantry/internal/tlsfiles"
 	"github.com/gantryhq/gantry/internal/token"
 	"github.com/gantryhq/gantry/internal/user"
-	"github.com/gantryhq/gantry/internal/weblogin"
 	"github.com/gantryhq/gantry/internal/workload"
-	"github.com/gantryhq/gantry/portal"
 )
 
 // Core is what every command that touches Gantry's state shares: the
@@ -312,237 +301,6 @@ type Overrides struct {
 	// AppTransport reaches notebooks' apps behind /w/{id}/ (a test's
 	// stand-in for an app kwok cannot run). Default: their cluster addresses.
 	AppTransport http.RoundTripper
-}
-
-// New builds Gantry from the configuration and binds its listener; Run
-// serves. On error everything New started is stopped again.
-func New(ctx context.Context, cfg config.Config, ov Overrides) (s *Server, err error) {
-	clk := ov.Clock
-	if clk == nil {
-		clk = clock.RealClock{}
-	}
-	core, err := open(ctx, cfg, ov.Images, clk.Now)
-	if err != nil {
-		return nil, err
-	}
-	defer func() {
-		if err != nil {
-			core.Store.Close()
-		}
-	}()
-	s = &Server{Core: core, clock: clk, own: ownmetrics.New()}
-	if v := core.Images.Verifier; v != nil {
-		s.own.ImageCache(v.CacheHits, v.CacheMisses)
-	}
-	if err := s.seed(ctx); err != nil {
-		return nil, err
-	}
-	policyFiles := authz.InDir(cfg.PolicyDir)
-	policyFiles.Classes = core.Catalog.Classes()
-	if s.authz, err = authz.New(policyFiles); err != nil {
-		return nil, err
-	}
-	// The platform team's edits through the API, laid over the files; the
-	// classes' prices as they are then join their history.
-	if s.overlays, err = overlay.New(overlay.Options{Store: core.Store, Authz: s.authz, Classes: core.Catalog.Classes(), Apply: s.applyOverlay, Now: s.clock.Now}); err != nil {
-		return nil, err
-	}
-	if err := s.loadOverlay(ctx); err != nil {
-		return nil, err
-	}
-	if s.checkpoints, err = s.checkpointer(); err != nil {
-		return nil, err
-	}
-	if s.denials, err = audit.NewAggregator(audit.AggregatorOptions{Store: core.Store, Now: s.clock.Now, Log: core.Log}); err != nil {
-		return nil, err
-	}
-	s.checks = []api.Check{{Name: "database", Pinger: core.Store}}
-	meter, err := workload.NewMeter(workload.MeterOptions{Store: core.Store, Templates: core.Catalog, Now: s.clock.Now})
-	if err != nil {
-		return nil, err
-	}
-	if s.Budgets, err = budget.New(budget.Options{Rules: s.authz, Readers: s.authz, Spender: meter,
-		Store: core.Store, Log: core.Log, Now: s.clock.Now}); err != nil {
-		return nil, err
-	}
-	if s.notifier, err = notify.NewSender(notify.Options{Outbox: core.Store, URL: string(cfg.Notify.WebhookURL), Secret: []byte(cfg.Notify.WebhookSecret),
-		Log: core.Log, Now: s.clock.Now}); err != nil {
-		return nil, err
-	}
-	wo := workload.Options{Store: core.Store, Templates: core.Catalog, Authorizer: s.authz, Images: core.Images, Budgets: s.Budgets,
-		Namespace: func(t team.Name) string { return cfg.NamespacePrefix + t.String() }, KBSURL: cfg.Confidential.KBSURL, Kueue: cfg.Quota.Kueue, Log: core.Log, Now: s.clock.Now}
-	if cfg.Kubeconfig != "" {
-		// The kubeconfig is loaded lazily: with it missing or the API server
-		// away, Gantry still serves, /readyz says why it is not ready, and
-		// launches are kept and applied once the cluster answers.
-		if s.cluster, err = kube.NewLazy(kube.LazyOptions{Kubeconfig: cfg.Kubeconfig, Cluster: kube.Options{Kueue: cfg.Quota.Kueue, Observer: s.own, Queues: s.own.Queues()}}); err != nil {
-			return nil, err
-		}
-		wo.Cluster = s.cluster
-		s.checks = append(s.checks, api.Check{Name: "kubernetes", Pinger: s.cluster})
-		if cfg.Quota.Kueue {
-			s.checks = append(s.checks, api.Check{Name: "kueue", Pinger: s.cluster.Kueue()})
-		}
-	} else {
-		core.Log.Warn("no kubeconfig: launches are recorded and rendered, not applied to a cluster")
-	}
-	if s.Workloads, err = workload.New(wo); err != nil {
-		return nil, err
-	}
-	// The online advice rules run on every batch this replica ingests.
-	online, err := advice.NewLive(advice.LiveOptions{Classes: core.Catalog.Classes(), Log: core.Log, Lookup: func(ctx context.Context, id string) (string, string, error) {
-		w, err := core.Store.Workload(ctx, id)
-		return w.Template, w.GPUClass, err
-	}})
-	if err != nil {
-		return nil, err
-	}
-	tc := cfg.Telemetry
-	to := telemetry.Options{Store: core.Store, Observer: online,
-		WorkloadNamespace: func(ctx context.Context, id string) (string, error) {
-			w, err := core.Store.Workload(ctx, id)
-			return cfg.NamespacePrefix + w.Team.String(), err
-		}, RawRetention: time.Duration(tc.RawRetention), RollupRetention: time.Duration(tc.RollupRetention),
-		XIDHold: time.Duration(tc.XIDHold), Now: s.clock.Now, Log: core.Log}
-	var agents api.AgentAuthenticator
-	if s.cluster != nil {
-		kt := kube.Telemetry{Lazy: s.cluster, Cordon: tc.Cordon}
-		to.Pods, to.Health = kt, kt
-		agents = &telemetry.AgentAuth{Reviewer: kt, Audience: tc.Audience, ServiceAccount: tc.ServiceAccount, Now: s.clock.Now}
-	}
-	if s.Telemetry, err = telemetry.New(to); err != nil {
-		return nil, err
-	}
-	metrics, metricsSource, err := metricsSource(cfg, s.Telemetry)
-	if err != nil {
-		return nil, err
-	}
-	series, err := telemetry.NewReader(telemetry.ReaderOptions{Source: metrics, SourceName: metricsSource, Now: s.clock.Now,
-		Target: func(ctx context.Context, id string) (telemetry.Target, error) {
-			w, err := s.Workloads.Get(ctx, id) // the caller may read it, or 404
-			return telemetry.Target{ID: w.ID, Namespace: s.Workloads.Namespace(w), Name: w.Name}, err
-		}})
-	if err != nil {
-		return nil, err
-	}
-	adv, err := advice.New(advice.Options{Source: metrics, Classes: core.Catalog.Classes(), Templates: core.Catalog, Workloads: s.Workloads, Live: online, Health: s.Telemetry.Unhealthy, Now: s.clock.Now})
-	if err != nil {
-		return nil, err
-	}
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return nil, fmt.Errorf("listen: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			ln.Close() // not s.ln: an error return has set s to nil
-		}
-	}()
-	s.ln = ln
-	s.url = "http://" + s.ln.Addr().String()
-	if cfg.TLS.CertFile != "" {
-		if s.cert, err = tlsfiles.Load(cfg.TLS.CertFile, cfg.TLS.KeyFile, s.clock.Now, core.Log); err != nil {
-			return nil, err
-		}
-		tc, err := s.cert.ServerConfig(cfg.TLS.MinVersion)
-		if err != nil {
-			return nil, err
-		}
-		s.ln = tls.NewListener(ln, tc)
-		s.url = "https://" + ln.Addr().String()
-	}
-	public := strings.TrimSuffix(cfg.PublicURL, "/")
-	if public == "" {
-		public = s.url
-	}
-	oc, err := s.signInProvider(ctx, public)
-	if err != nil {
-		return nil, err
-	}
-	s.issuer = oc.Issuer
-	an, err := authn.New(ctx, authn.Config{Issuer: oc.Issuer, Audiences: oc.Audiences, ClockSkew: oc.Skew(), Now: s.clock.Now,
-		Claims:       authn.Claims{Subject: oc.SubjectClaim, Email: oc.EmailClaim, Name: oc.NameClaim, Groups: oc.GroupsClaim},
-		SecondFactor: authn.SecondFactor{AMR: oc.SecondFactorAMR, ACR: oc.SecondFactorACR}})
-	if err != nil {
-		return nil, err
-	}
-	s.users, err = user.New(user.Options{Store: core.Store, MaxGroupAge: time.Duration(cfg.MaxGroupAge), Now: s.clock.Now})
-	if err != nil {
-		return nil, err
-	}
-	sessions, err := weblogin.New(weblogin.Options{Config: weblogin.Config{ClientID: oc.ClientID, ClientSecret: string(oc.ClientSecret), RedirectURL: public + "/auth/callback",
-		Scopes: oc.Scopes, Endpoint: an.Endpoint(), Lifetime: cfg.Session(), ACRValues: oc.ACRValues}, Verifier: an, Store: core.Store, Users: s.users, Now: s.clock.Now})
-	if err != nil {
-		return nil, err
-	}
-	if s.tokens, err = token.New(token.Options{Store: core.Store, Owners: s.users, Teams: s.authz, Now: s.clock.Now}); err != nil {
-		return nil, err
-	}
-	bearer := an.Identify
-	if ov.Identify != nil {
-		bearer = ov.Identify
-	}
-	// A provider token says who the user is now: their groups are recorded
-	// (for their tokens and sessions), and a deactivated user is refused.
-	identify := func(r *http.Request) (identity.Identity, error) {
-		id, err := bearer(r)
-		if err != nil {
-			return id, err
-		}
-		return s.users.Observe(r.Context(), id)
-	}
-	// Checking an open stream's JWT again records nothing: the token is
-	// verified again and its user must still be active.
-	recheck := func(r *http.Request) (identity.Identity, error) {
-		id, err := bearer(r)
-		if err != nil {
-			return id, err
-		}
-		return id, s.users.Active(r.Context(), id)
-	}
-	if ov.Checks != nil {
-		s.checks = ov.Checks
-	}
-	eo := estimate.Options{Previewer: s.Workloads, Quotas: s.authz, Budgets: s.Budgets, Kueue: cfg.Quota.Kueue}
-	if s.cluster != nil {
-		eo.Cluster = s.cluster
-	}
-	estimates, err := estimate.New(eo)
-	if err != nil {
-		return nil, err
-	}
-	settings, err := overrides.New(overrides.Options{Store: core.Store, Authz: s.authz, Now: s.clock.Now, Template: func(ctx context.Context, name string) (*template.Template, error) {
-		v, err := core.Catalog.Get(ctx, name, 0)
-		return v.Template, err
-	}})
-	if err != nil {
-		return nil, err
-	}
-	if s.live, err = live.New(live.Options{Limits: live.Limits{PerIdentity: int(cfg.Security.StreamsPerIdentity), PerReplica: int(cfg.Security.StreamsPerReplica)}, Log: core.Log, Now: s.clock.Now}); err != nil {
-		return nil, err
-	}
-	pages, err := portal.New(portal.Options{Now: s.clock.Now, Sessions: sessions, Teams: s.authz.Teams, Secure: strings.HasPrefix(public, "https://"), Logger: core.Log, Audit: s.denials})
-	if err != nil {
-		return nil, err
-	}
-	h, err := api.New(api.Options{
-		Now:     s.clock.Now,
-		Live:    s.live,
-		Catalog: core.Catalog, Workloads: s.Workloads, Estimates: estimates, Budgets: s.Budgets, Settings: settings, Edits: s.overlays, Prices: core.Store.PriceHistory, Own: s.own, Checks: s.checks, Spec: gantry.OpenAPI,
-		MaxBodyBytes: cfg.MaxBodyBytes, Logger: core.Log, LogDrain: time.Duration(cfg.LogDrain),
-		Portal:   pages,
-		Identify: identify, RecheckBearer: recheck, Sessions: sessions, Tokens: s.tokens, Users: s.users, Teams: s.authz.Teams,
-		SignIn:    gen.AuthConfig{Issuer: oc.Issuer, CliClientID: oc.CLIClientID, Scopes: oc.Scopes},
-		Authorize: s.authz.AllowedSomewhere, RolesWith: s.authz.RolesWith, NeedsSecondFactor: s.authz.NeedsSecondFactor, Audit: s.denials, Images: core.Images,
-		AppTransport: ov.AppTransport,
-		Agents:       agents, Telemetry: s.Telemetry, Metrics: series, Advice: adv,
-		Anonymous: api.AnonymousLimit{Rate: float64(cfg.Security.AnonymousRate), Burst: int(cfg.Security.AnonymousBurst), Now: s.clock.Now},
-	})
-	if err != nil {
-		return nil, err
-	}
-	s.http = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute}
-	return s, nil
 }
 
 // seed loads the starter template catalog into an empty database.

@@ -1,0 +1,321 @@
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"k8s.io/utils/clock"
+
+	gantry "github.com/gantryhq/gantry"
+	"github.com/gantryhq/gantry/api"
+	"github.com/gantryhq/gantry/api/gen"
+	"github.com/gantryhq/gantry/internal/advice"
+	"github.com/gantryhq/gantry/internal/audit"
+	"github.com/gantryhq/gantry/internal/authn"
+	"github.com/gantryhq/gantry/internal/authz"
+	"github.com/gantryhq/gantry/internal/budget"
+	"github.com/gantryhq/gantry/internal/config"
+	"github.com/gantryhq/gantry/internal/estimate"
+	"github.com/gantryhq/gantry/internal/identity"
+	"github.com/gantryhq/gantry/internal/kube"
+	"github.com/gantryhq/gantry/internal/live"
+	"github.com/gantryhq/gantry/internal/notify"
+	"github.com/gantryhq/gantry/internal/overlay"
+	"github.com/gantryhq/gantry/internal/overrides"
+	"github.com/gantryhq/gantry/internal/ownmetrics"
+	"github.com/gantryhq/gantry/internal/team"
+	"github.com/gantryhq/gantry/internal/telemetry"
+	"github.com/gantryhq/gantry/internal/template"
+	"github.com/gantryhq/gantry/internal/tlsfiles"
+	"github.com/gantryhq/gantry/internal/token"
+	"github.com/gantryhq/gantry/internal/user"
+	"github.com/gantryhq/gantry/internal/weblogin"
+	"github.com/gantryhq/gantry/internal/workload"
+	"github.com/gantryhq/gantry/portal"
+)
+
+// New builds Gantry from the configuration and binds its listener; Run
+// serves. It runs in phases, each building on the ones before: the core
+// (store, catalogs), governance (policy, edits, audit, budgets), the
+// workload service (and the cluster), telemetry and advice, the listener,
+// sign-in, and the HTTP handler. On error everything New started is
+// stopped again.
+func New(ctx context.Context, cfg config.Config, ov Overrides) (*Server, error) {
+	clk := ov.Clock
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	core, err := open(ctx, cfg, ov.Images, clk.Now)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{Core: core, clock: clk, own: ownmetrics.New()}
+	if v := core.Images.Verifier; v != nil {
+		s.own.ImageCache(v.CacheHits, v.CacheMisses)
+	}
+	var w wiring
+	for _, phase := range []func() error{
+		func() error { return s.governance(ctx) },
+		s.workloadService,
+		func() error { return s.telemetryAndAdvice(&w) },
+		s.listen,
+		func() error { return s.signIn(ctx, ov, &w) },
+		func() error { return s.handler(ov, &w) },
+	} {
+		if err := phase(); err != nil {
+			if s.ln != nil {
+				s.ln.Close()
+			}
+			core.Store.Close()
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// wiring is what one phase of New hands a later one, beyond the Server's
+// own fields.
+type wiring struct {
+	agents            api.AgentAuthenticator
+	series            *telemetry.Reader
+	advice            *advice.Service
+	public            string // the URL people reach Gantry at
+	signIn            config.OIDC
+	sessions          *weblogin.Service
+	identify, recheck func(*http.Request) (identity.Identity, error)
+}
+
+// governance: the starter catalog, the policy with the platform team's
+// edits over it, the audit log's checkpoints and denial counts, the budgets
+// and their webhooks.
+func (s *Server) governance(ctx context.Context) (err error) {
+	if err := s.seed(ctx); err != nil {
+		return err
+	}
+	policyFiles := authz.InDir(s.Config.PolicyDir)
+	policyFiles.Classes = s.Catalog.Classes()
+	if s.authz, err = authz.New(policyFiles); err != nil {
+		return err
+	}
+	// The platform team's edits through the API, laid over the files; the
+	// classes' prices as they are then join their history.
+	if s.overlays, err = overlay.New(overlay.Options{Store: s.Store, Authz: s.authz, Classes: s.Catalog.Classes(), Apply: s.applyOverlay, Now: s.clock.Now}); err != nil {
+		return err
+	}
+	if err := s.loadOverlay(ctx); err != nil {
+		return err
+	}
+	if s.checkpoints, err = s.checkpointer(); err != nil {
+		return err
+	}
+	if s.denials, err = audit.NewAggregator(audit.AggregatorOptions{Store: s.Store, Now: s.clock.Now, Log: s.Log}); err != nil {
+		return err
+	}
+	meter, err := workload.NewMeter(workload.MeterOptions{Store: s.Store, Templates: s.Catalog, Now: s.clock.Now})
+	if err != nil {
+		return err
+	}
+	if s.Budgets, err = budget.New(budget.Options{Rules: s.authz, Readers: s.authz, Spender: meter, Store: s.Store, Log: s.Log, Now: s.clock.Now}); err != nil {
+		return err
+	}
+	n := s.Config.Notify
+	s.notifier, err = notify.NewSender(notify.Options{Outbox: s.Store, URL: string(n.WebhookURL), Secret: []byte(n.WebhookSecret), Log: s.Log, Now: s.clock.Now})
+	return err
+}
+
+// workloadService: the cluster (loaded lazily: with the kubeconfig missing
+// or the API server away, Gantry still serves, /readyz says why it is not
+// ready, and launches are kept and applied once the cluster answers) and
+// the workload service over it; the readiness checks.
+func (s *Server) workloadService() (err error) {
+	cfg := s.Config
+	s.checks = []api.Check{{Name: "database", Pinger: s.Store}}
+	wo := workload.Options{Store: s.Store, Templates: s.Catalog, Authorizer: s.authz, Images: s.Images, Budgets: s.Budgets,
+		Namespace: func(t team.Name) string { return cfg.NamespacePrefix + t.String() }, KBSURL: cfg.Confidential.KBSURL, Kueue: cfg.Quota.Kueue, Log: s.Log, Now: s.clock.Now}
+	if cfg.Kubeconfig == "" {
+		s.Log.Warn("no kubeconfig: launches are recorded and rendered, not applied to a cluster")
+	} else {
+		if s.cluster, err = kube.NewLazy(kube.LazyOptions{Kubeconfig: cfg.Kubeconfig, Cluster: kube.Options{Kueue: cfg.Quota.Kueue, Observer: s.own, Queues: s.own.Queues()}}); err != nil {
+			return err
+		}
+		wo.Cluster = s.cluster
+		s.checks = append(s.checks, api.Check{Name: "kubernetes", Pinger: s.cluster})
+		if cfg.Quota.Kueue {
+			s.checks = append(s.checks, api.Check{Name: "kueue", Pinger: s.cluster.Kueue()})
+		}
+	}
+	s.Workloads, err = workload.New(wo)
+	return err
+}
+
+// telemetryAndAdvice: ingest (with the online advice rules on every batch
+// this replica ingests), the agents' authentication, the series reader and
+// the advice service.
+func (s *Server) telemetryAndAdvice(w *wiring) error {
+	cfg := s.Config
+	online, err := advice.NewLive(advice.LiveOptions{Classes: s.Catalog.Classes(), Log: s.Log, Lookup: func(ctx context.Context, id string) (string, string, error) {
+		w, err := s.Store.Workload(ctx, id)
+		return w.Template, w.GPUClass, err
+	}})
+	if err != nil {
+		return err
+	}
+	tc := cfg.Telemetry
+	to := telemetry.Options{Store: s.Store, Observer: online,
+		WorkloadNamespace: func(ctx context.Context, id string) (string, error) {
+			w, err := s.Store.Workload(ctx, id)
+			return cfg.NamespacePrefix + w.Team.String(), err
+		}, RawRetention: time.Duration(tc.RawRetention), RollupRetention: time.Duration(tc.RollupRetention),
+		XIDHold: time.Duration(tc.XIDHold), Now: s.clock.Now, Log: s.Log}
+	if s.cluster != nil {
+		kt := kube.Telemetry{Lazy: s.cluster, Cordon: tc.Cordon}
+		to.Pods, to.Health = kt, kt
+		w.agents = &telemetry.AgentAuth{Reviewer: kt, Audience: tc.Audience, ServiceAccount: tc.ServiceAccount, Now: s.clock.Now}
+	}
+	if s.Telemetry, err = telemetry.New(to); err != nil {
+		return err
+	}
+	metrics, metricsSource, err := metricsSource(cfg, s.Telemetry)
+	if err != nil {
+		return err
+	}
+	if w.series, err = telemetry.NewReader(telemetry.ReaderOptions{Source: metrics, SourceName: metricsSource, Now: s.clock.Now,
+		Target: func(ctx context.Context, id string) (telemetry.Target, error) {
+			wl, err := s.Workloads.Get(ctx, id) // the caller may read it, or 404
+			return telemetry.Target{ID: wl.ID, Namespace: s.Workloads.Namespace(wl), Name: wl.Name}, err
+		}}); err != nil {
+		return err
+	}
+	w.advice, err = advice.New(advice.Options{Source: metrics, Classes: s.Catalog.Classes(), Templates: s.Catalog, Workloads: s.Workloads, Live: online, Health: s.Telemetry.Unhealthy, Now: s.clock.Now})
+	return err
+}
+
+// listen binds the listener, with TLS when a certificate is configured.
+func (s *Server) listen() error {
+	cfg := s.Config
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	s.ln, s.url = ln, "http://"+ln.Addr().String()
+	if cfg.TLS.CertFile == "" {
+		return nil
+	}
+	if s.cert, err = tlsfiles.Load(cfg.TLS.CertFile, cfg.TLS.KeyFile, s.clock.Now, s.Log); err != nil {
+		return err
+	}
+	tc, err := s.cert.ServerConfig(cfg.TLS.MinVersion)
+	if err != nil {
+		return err
+	}
+	s.ln, s.url = tls.NewListener(ln, tc), "https://"+ln.Addr().String()
+	return nil
+}
+
+// signIn: the OpenID provider (the configured one, or the development
+// one), bearer tokens, users, browser sessions and personal access tokens.
+func (s *Server) signIn(ctx context.Context, ov Overrides, w *wiring) (err error) {
+	cfg := s.Config
+	if w.public = strings.TrimSuffix(cfg.PublicURL, "/"); w.public == "" {
+		w.public = s.url
+	}
+	oc, err := s.signInProvider(ctx, w.public)
+	if err != nil {
+		return err
+	}
+	s.issuer, w.signIn = oc.Issuer, oc
+	an, err := authn.New(ctx, authn.Config{Issuer: oc.Issuer, Audiences: oc.Audiences, ClockSkew: oc.Skew(), Now: s.clock.Now,
+		Claims:       authn.Claims{Subject: oc.SubjectClaim, Email: oc.EmailClaim, Name: oc.NameClaim, Groups: oc.GroupsClaim},
+		SecondFactor: authn.SecondFactor{AMR: oc.SecondFactorAMR, ACR: oc.SecondFactorACR}})
+	if err != nil {
+		return err
+	}
+	if s.users, err = user.New(user.Options{Store: s.Store, MaxGroupAge: time.Duration(cfg.MaxGroupAge), Now: s.clock.Now}); err != nil {
+		return err
+	}
+	if w.sessions, err = weblogin.New(weblogin.Options{Config: weblogin.Config{ClientID: oc.ClientID, ClientSecret: string(oc.ClientSecret), RedirectURL: w.public + "/auth/callback",
+		Scopes: oc.Scopes, Endpoint: an.Endpoint(), Lifetime: cfg.Session(), ACRValues: oc.ACRValues}, Verifier: an, Store: s.Store, Users: s.users, Now: s.clock.Now}); err != nil {
+		return err
+	}
+	if s.tokens, err = token.New(token.Options{Store: s.Store, Owners: s.users, Teams: s.authz, Now: s.clock.Now}); err != nil {
+		return err
+	}
+	bearer := an.Identify
+	if ov.Identify != nil {
+		bearer = ov.Identify
+	}
+	// A provider token says who the user is now: their groups are recorded
+	// (for their tokens and sessions), and a deactivated user is refused.
+	w.identify = func(r *http.Request) (identity.Identity, error) {
+		id, err := bearer(r)
+		if err != nil {
+			return id, err
+		}
+		return s.users.Observe(r.Context(), id)
+	}
+	// Checking an open stream's JWT again records nothing: the token is
+	// verified again and its user must still be active.
+	w.recheck = func(r *http.Request) (identity.Identity, error) {
+		id, err := bearer(r)
+		if err != nil {
+			return id, err
+		}
+		return id, s.users.Active(r.Context(), id)
+	}
+	return nil
+}
+
+// handler: the services only the API uses (estimates, team settings, live
+// streams), the portal, and the API in front of them all.
+func (s *Server) handler(ov Overrides, w *wiring) error {
+	cfg := s.Config
+	if ov.Checks != nil {
+		s.checks = ov.Checks
+	}
+	eo := estimate.Options{Previewer: s.Workloads, Quotas: s.authz, Budgets: s.Budgets, Kueue: cfg.Quota.Kueue}
+	if s.cluster != nil {
+		eo.Cluster = s.cluster
+	}
+	estimates, err := estimate.New(eo)
+	if err != nil {
+		return err
+	}
+	settings, err := overrides.New(overrides.Options{Store: s.Store, Authz: s.authz, Now: s.clock.Now, Template: func(ctx context.Context, name string) (*template.Template, error) {
+		v, err := s.Catalog.Get(ctx, name, 0)
+		return v.Template, err
+	}})
+	if err != nil {
+		return err
+	}
+	if s.live, err = live.New(live.Options{Limits: live.Limits{PerIdentity: int(cfg.Security.StreamsPerIdentity), PerReplica: int(cfg.Security.StreamsPerReplica)}, Log: s.Log, Now: s.clock.Now}); err != nil {
+		return err
+	}
+	pages, err := portal.New(portal.Options{Now: s.clock.Now, Sessions: w.sessions, Teams: s.authz.Teams, Secure: strings.HasPrefix(w.public, "https://"), Logger: s.Log, Audit: s.denials})
+	if err != nil {
+		return err
+	}
+	oc := w.signIn
+	h, err := api.New(api.Options{
+		Now:     s.clock.Now,
+		Live:    s.live,
+		Catalog: s.Catalog, Workloads: s.Workloads, Estimates: estimates, Budgets: s.Budgets, Settings: settings, Edits: s.overlays, Prices: s.Store.PriceHistory, Own: s.own, Checks: s.checks, Spec: gantry.OpenAPI,
+		MaxBodyBytes: cfg.MaxBodyBytes, Logger: s.Log, LogDrain: time.Duration(cfg.LogDrain),
+		Portal:   pages,
+		Identify: w.identify, RecheckBearer: w.recheck, Sessions: w.sessions, Tokens: s.tokens, Users: s.users, Teams: s.authz.Teams,
+		SignIn:    gen.AuthConfig{Issuer: oc.Issuer, CliClientID: oc.CLIClientID, Scopes: oc.Scopes},
+		Authorize: s.authz.AllowedSomewhere, RolesWith: s.authz.RolesWith, NeedsSecondFactor: s.authz.NeedsSecondFactor, Audit: s.denials, Images: s.Images,
+		AppTransport: ov.AppTransport,
+		Agents:       w.agents, Telemetry: s.Telemetry, Metrics: w.series, Advice: w.advice,
+		Anonymous: api.AnonymousLimit{Rate: float64(cfg.Security.AnonymousRate), Burst: int(cfg.Security.AnonymousBurst), Now: s.clock.Now},
+	})
+	if err != nil {
+		return err
+	}
+	s.http = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute}
+	return nil
+}

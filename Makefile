@@ -18,7 +18,7 @@ build: ## build bin/gantry (production: no development sign-in, registry or loca
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/gantry ./cmd/gantry
 	$(GO) build -tags dev -ldflags "$(LDFLAGS)" -o bin/gantry-dev ./cmd/gantry
 
-generate: ## regenerate api/gen/gen.go from openapi.yaml and docs/configuration.md from the options table
+generate: ## regenerate api/model, api/gen and api/client from openapi.yaml and docs/configuration.md from the options table
 	$(GO) generate ./...
 
 bench: ## run the benchmarks (both store backends, local clusters, the read API under load) into bench.txt, benchstat-ready

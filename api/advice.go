@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/gantryhq/gantry/api/gen"
+	"github.com/gantryhq/gantry/api/model"
 	"github.com/gantryhq/gantry/internal/advice"
 	"github.com/gantryhq/gantry/internal/team"
 )
@@ -16,15 +17,15 @@ func (s *server) GetWorkloadAdvice(ctx context.Context, req gen.GetWorkloadAdvic
 	if err != nil {
 		return nil, err
 	}
-	out := gen.AdviceReport{Workload: r.Workload, From: r.From, To: r.To, Step: r.Step.String(), Findings: make([]gen.Finding, len(r.Findings))}
+	out := model.AdviceReport{Workload: r.Workload, From: r.From, To: r.To, Step: r.Step.String(), Findings: make([]model.Finding, len(r.Findings))}
 	for i, f := range r.Findings {
 		out.Findings[i] = findingOut(w.ID, f)
 	}
 	return gen.GetWorkloadAdvice200JSONResponse(out), nil
 }
 
-func findingOut(workloadID string, f advice.Finding) gen.Finding {
-	g := gen.Finding{Kind: gen.FindingKind(f.Kind), Severity: gen.FindingSeverity(f.Severity), Platform: f.Platform, Reason: f.Reason,
+func findingOut(workloadID string, f advice.Finding) model.Finding {
+	g := model.Finding{Kind: model.FindingKind(f.Kind), Severity: model.FindingSeverity(f.Severity), Platform: f.Platform, Reason: f.Reason,
 		Confidence: f.Confidence, Action: f.Action, MonthlyUSD: f.MonthlyUSD, SeriesURL: advice.SeriesURL(workloadID, f)}
 	g.Evidence = make([]struct {
 		Metric string  `json:"metric"`
@@ -77,12 +78,12 @@ func (s *server) ListAdvice(ctx context.Context, req gen.ListAdviceRequestObject
 	if err != nil {
 		return nil, err
 	}
-	out := gen.TeamAdvice{Items: make([]struct {
-		Finding  gen.Finding `json:"finding"`
-		Name     string      `json:"name"`
-		Owner    string      `json:"owner"`
-		Team     string      `json:"team"`
-		Workload string      `json:"workload"`
+	out := model.TeamAdvice{Items: make([]struct {
+		Finding  model.Finding `json:"finding"`
+		Name     string        `json:"name"`
+		Owner    string        `json:"owner"`
+		Team     string        `json:"team"`
+		Workload string        `json:"workload"`
 	}, len(fs))}
 	for i, tf := range fs {
 		it := &out.Items[i]
@@ -103,7 +104,7 @@ func (s *server) GetTemplateAdvice(ctx context.Context, req gen.GetTemplateAdvic
 	if err != nil {
 		return nil, err
 	}
-	out := gen.TemplateAdvice{Template: r.Template, Launches: r.Launches, Measured: r.Measured, FindingsByKind: r.FindingsByKind}
+	out := model.TemplateAdvice{Template: r.Template, Launches: r.Launches, Measured: r.Measured, FindingsByKind: r.FindingsByKind}
 	if r.Measured > 0 {
 		out.PeakMemoryP95GiB, out.FittingShare = ptr(r.PeakMemP95GiB), ptr(r.FittingShare)
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/gantryhq/gantry/api/gen"
+	"github.com/gantryhq/gantry/api/model"
 	"github.com/gantryhq/gantry/internal/audit"
 	"github.com/gantryhq/gantry/internal/fault"
 )
@@ -31,7 +32,7 @@ func (s *server) ListAudit(ctx context.Context, req gen.ListAuditRequestObject) 
 	if err != nil {
 		return nil, err
 	}
-	out := gen.AuditList{Items: []gen.AuditRecord{}}
+	out := model.AuditList{Items: []model.AuditRecord{}}
 	actors := make([]string, len(recs))
 	for i, r := range recs {
 		actors[i] = r.Actor
@@ -46,8 +47,8 @@ func (s *server) ListAudit(ctx context.Context, req gen.ListAuditRequestObject) 
 			}
 			break
 		}
-		out.Items = append(out.Items, gen.AuditRecord{Seq: r.Seq, At: r.At, Actor: r.Actor, Action: r.Action, Object: r.Object,
-			Decision: gen.AuditRecordDecision(r.Decision), Status: r.Status, Reason: r.Reason, RequestId: r.RequestID, Source: r.Source, Hash: r.Hash,
+		out.Items = append(out.Items, model.AuditRecord{Seq: r.Seq, At: r.At, Actor: r.Actor, Action: r.Action, Object: r.Object,
+			Decision: model.AuditRecordDecision(r.Decision), Status: r.Status, Reason: r.Reason, RequestId: r.RequestID, Source: r.Source, Hash: r.Hash,
 			ActorName: omitEmpty(names[strings.SplitN(r.Actor, " (", 2)[0]])})
 	}
 	return gen.ListAudit200JSONResponse(out), nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/gantryhq/gantry/api/gen"
+	"github.com/gantryhq/gantry/api/model"
 	"github.com/gantryhq/gantry/internal/access"
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/identity"
@@ -19,8 +20,8 @@ func (s *server) GetAuthConfig(ctx context.Context, _ gen.GetAuthConfigRequestOb
 
 func (s *server) GetMe(ctx context.Context, _ gen.GetMeRequestObject) (gen.GetMeResponseObject, error) {
 	id, _ := identity.From(ctx)
-	me := gen.Me{Issuer: id.Issuer, Subject: id.Subject, Email: strp(id.Email), Name: strp(id.Name), Groups: id.Groups,
-		Via: gen.MeVia(id.Via), TokenID: strp(id.TokenID), LaunchTeams: []string{}}
+	me := model.Me{Issuer: id.Issuer, Subject: id.Subject, Email: strp(id.Email), Name: strp(id.Name), Groups: id.Groups,
+		Via: model.MeVia(id.Via), TokenID: strp(id.TokenID), LaunchTeams: []string{}}
 	if me.Groups == nil {
 		me.Groups = []string{}
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gantryhq/gantry/api/gen"
+	"github.com/gantryhq/gantry/api/model"
 	"github.com/gantryhq/gantry/internal/budget"
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/overrides"
@@ -27,7 +28,7 @@ func (s *server) ListBudgets(ctx context.Context, req gen.ListBudgetsRequestObje
 	if err != nil {
 		return nil, err
 	}
-	out := gen.BudgetList{Items: []gen.Budget{}}
+	out := model.BudgetList{Items: []model.Budget{}}
 	for _, l := range list {
 		out.Items = append(out.Items, budgetOut(l.Status, l.CostCenters))
 	}
@@ -53,13 +54,13 @@ func (s *server) DenyWorkload(ctx context.Context, req gen.DenyWorkloadRequestOb
 }
 
 // budgetOut is a budget's status, with its cost centers', as the API says it.
-func budgetOut(st budget.Status, ccs []budget.Status) gen.Budget {
-	b := gen.Budget{Team: st.Team, From: st.From, To: st.To, Amount: st.Amount, Spent: budget.Round(st.Spent), Currency: gen.BudgetCurrencyUSD,
-		ThresholdsReached: append([]float64{}, st.Crossed...), State: gen.BudgetState(st.State), AtLimit: gen.BudgetAtLimit(st.AtLimit),
-		Banner: omitEmpty(st.Banner), CostCenters: []gen.CostCenterBudget{}}
+func budgetOut(st budget.Status, ccs []budget.Status) model.Budget {
+	b := model.Budget{Team: st.Team, From: st.From, To: st.To, Amount: st.Amount, Spent: budget.Round(st.Spent), Currency: model.BudgetCurrencyUSD,
+		ThresholdsReached: append([]float64{}, st.Crossed...), State: model.BudgetState(st.State), AtLimit: model.BudgetAtLimit(st.AtLimit),
+		Banner: omitEmpty(st.Banner), CostCenters: []model.CostCenterBudget{}}
 	for _, cc := range ccs {
-		b.CostCenters = append(b.CostCenters, gen.CostCenterBudget{CostCenter: cc.CostCenter, Amount: cc.Amount, Spent: budget.Round(cc.Spent),
-			State: gen.CostCenterBudgetState(cc.State), Banner: omitEmpty(cc.Banner)})
+		b.CostCenters = append(b.CostCenters, model.CostCenterBudget{CostCenter: cc.CostCenter, Amount: cc.Amount, Spent: budget.Round(cc.Spent),
+			State: model.CostCenterBudgetState(cc.State), Banner: omitEmpty(cc.Banner)})
 	}
 	return b
 }
@@ -84,15 +85,15 @@ func (s *server) GetTeamReport(ctx context.Context, req gen.GetTeamReportRequest
 	if err != nil {
 		return nil, err
 	}
-	out := gen.TeamReport{Team: t.String(), Month: r.From.Format("2006-01"), From: r.From, To: r.To, Currency: gen.TeamReportCurrencyUSD,
+	out := model.TeamReport{Team: t.String(), Month: r.From.Format("2006-01"), From: r.From, To: r.To, Currency: model.TeamReportCurrencyUSD,
 		Total: r.Total, Used: r.Used, Idle: r.Idle, Unmeasured: r.Unmeasured,
 		ByUser: s.namedLines(ctx, costLines(r.ByUser)), ByTemplate: costLines(r.ByTemplate), ByGpuClass: costLines(r.ByGPUClass), ByCostCenter: costLines(r.ByCostCenter),
-		Alerts: []gen.BudgetAlert{}}
+		Alerts: []model.BudgetAlert{}}
 	if r.Budget != nil {
 		out.Budget = ptr(budgetOut(*r.Budget, nil))
 	}
 	for _, a := range r.Alerts {
-		out.Alerts = append(out.Alerts, gen.BudgetAlert{CostCenter: omitEmpty(a.CostCenter), Threshold: a.Threshold, At: a.At, Spent: budget.Round(a.Spent), Amount: a.Amount})
+		out.Alerts = append(out.Alerts, model.BudgetAlert{CostCenter: omitEmpty(a.CostCenter), Threshold: a.Threshold, At: a.At, Spent: budget.Round(a.Spent), Amount: a.Amount})
 	}
 	return gen.GetTeamReport200JSONResponse(out), nil
 }
@@ -145,10 +146,10 @@ func parseETag(s string) (int64, bool) {
 	return v, err == nil && v >= 0
 }
 
-func settingsOut(t string, set overrides.Settings) gen.TeamSettings {
-	out := gen.TeamSettings{Team: t, Templates: map[string]gen.TemplateOverride{}}
+func settingsOut(t string, set overrides.Settings) model.TeamSettings {
+	out := model.TeamSettings{Team: t, Templates: map[string]model.TemplateOverride{}}
 	for name, o := range set.Templates {
-		out.Templates[name] = gen.TemplateOverride{IdleTimeout: omitEmpty(o.IdleTimeout), Sleep: omitEmpty(o.Sleep)}
+		out.Templates[name] = model.TemplateOverride{IdleTimeout: omitEmpty(o.IdleTimeout), Sleep: omitEmpty(o.Sleep)}
 	}
 	if set.UpdatedBy != "" {
 		out.UpdatedBy, out.UpdatedAt = ptr(set.UpdatedBy), ptr(set.UpdatedAt)

@@ -8,7 +8,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/gantryhq/gantry/api/gen"
+	"github.com/gantryhq/gantry/api/model"
 	"github.com/gantryhq/gantry/internal/catalog"
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/gpu"
@@ -20,7 +20,7 @@ import (
 
 // parseTemplate validates a template body exactly as a template file: the wire
 // document goes back to JSON and through template.Parse.
-func (s *server) parseTemplate(doc *gen.TemplateDocument) (*template.Template, error) {
+func (s *server) parseTemplate(doc *model.TemplateDocument) (*template.Template, error) {
 	data, err := json.Marshal(doc)
 	if err != nil {
 		return nil, fmt.Errorf("encode template body: %w", err)
@@ -47,14 +47,14 @@ func withoutLines(err error) error {
 	return l.Err()
 }
 
-func templateVersion(v catalog.Version) gen.TemplateVersion {
-	var doc gen.TemplateDocument
+func templateVersion(v catalog.Version) model.TemplateVersion {
+	var doc model.TemplateDocument
 	if err := remarshal(v.Template, &doc); err != nil {
 		panic(err) // both sides describe the same JSON document; a test guards it
 	}
-	out := gen.TemplateVersion{Name: v.Name, Version: v.Version, Digest: v.Digest, CreatedAt: v.CreatedAt, CreatedBy: v.CreatedBy, Template: doc}
+	out := model.TemplateVersion{Name: v.Name, Version: v.Version, Digest: v.Digest, CreatedAt: v.CreatedAt, CreatedBy: v.CreatedBy, Template: doc}
 	if v.Status != "" {
-		out.Status = ptr(gen.TemplateVersionStatus(v.Status))
+		out.Status = ptr(model.TemplateVersionStatus(v.Status))
 	}
 	if v.StatusReason != "" {
 		out.StatusReason = ptr(v.StatusReason)
@@ -62,27 +62,27 @@ func templateVersion(v catalog.Version) gen.TemplateVersion {
 	return out
 }
 
-func templateList(vs []catalog.Version) gen.TemplateList {
-	out := gen.TemplateList{Items: make([]gen.TemplateVersion, len(vs))}
+func templateList(vs []catalog.Version) model.TemplateList {
+	out := model.TemplateList{Items: make([]model.TemplateVersion, len(vs))}
 	for i, v := range vs {
 		out.Items[i] = templateVersion(v)
 	}
 	return out
 }
 
-func gpuClass(c gpu.Class) gen.GPUClass {
-	out := gen.GPUClass{Name: c.Name, Products: c.Products, MemoryGiB: c.MemoryGiB, MigProfiles: []gen.MIGProfile{}}
+func gpuClass(c gpu.Class) model.GPUClass {
+	out := model.GPUClass{Name: c.Name, Products: c.Products, MemoryGiB: c.MemoryGiB, MigProfiles: []model.MIGProfile{}}
 	if c.VMDeviceName != "" {
 		out.VmDeviceName = ptr(c.VMDeviceName)
 	}
 	if cc := c.Confidential; cc != nil {
-		tees := make([]gen.GPUClassConfidentialTees, len(cc.TEEs))
+		tees := make([]model.GPUClassConfidentialTees, len(cc.TEEs))
 		for i, t := range cc.TEEs {
-			tees[i] = gen.GPUClassConfidentialTees(t)
+			tees[i] = model.GPUClassConfidentialTees(t)
 		}
 		out.Confidential = &struct {
-			Mig  bool                           `json:"mig"`
-			Tees []gen.GPUClassConfidentialTees `json:"tees"`
+			Mig  bool                             `json:"mig"`
+			Tees []model.GPUClassConfidentialTees `json:"tees"`
 		}{Mig: cc.MIG, Tees: tees}
 	}
 	if c.Description != "" {
@@ -90,18 +90,18 @@ func gpuClass(c gpu.Class) gen.GPUClass {
 	}
 	out.Price = priceOut(c.Price)
 	for _, p := range c.MIG {
-		out.MigProfiles = append(out.MigProfiles, gen.MIGProfile{Name: p.Name, Resource: p.Resource(), ComputeShare: p.ComputeShare(), MemoryShare: p.MemoryShare(), MaxInstances: p.MaxInstances})
+		out.MigProfiles = append(out.MigProfiles, model.MIGProfile{Name: p.Name, Resource: p.Resource(), ComputeShare: p.ComputeShare(), MemoryShare: p.MemoryShare(), MaxInstances: p.MaxInstances})
 	}
 	return out
 }
 
 // actionsOf is workload.Actions of each status, as the API answers them.
-var actionsOf = func() map[workload.Status]*[]gen.WorkloadActions {
-	m := map[workload.Status]*[]gen.WorkloadActions{}
+var actionsOf = func() map[workload.Status]*[]model.WorkloadActions {
+	m := map[workload.Status]*[]model.WorkloadActions{}
 	for _, st := range workload.Statuses {
-		acts := []gen.WorkloadActions{}
+		acts := []model.WorkloadActions{}
 		for _, a := range workload.Actions(st) {
-			acts = append(acts, gen.WorkloadActions(a))
+			acts = append(acts, model.WorkloadActions(a))
 		}
 		m[st] = &acts
 	}
@@ -110,11 +110,11 @@ var actionsOf = func() map[workload.Status]*[]gen.WorkloadActions {
 
 // workloadOut is a workload as the API shows it, its cost and running time
 // up to now on the server's clock.
-func (s *server) workloadOut(w workload.Workload) gen.Workload {
+func (s *server) workloadOut(w workload.Workload) model.Workload {
 	now := s.o.Now()
-	out := gen.Workload{
+	out := model.Workload{
 		Id: w.ID, Name: w.Name, Team: w.Team.String(), Owner: w.Owner, Template: w.Template, TemplateVersion: w.TemplateVersion,
-		Kind: gen.WorkloadKind(w.Kind), Parameters: w.Parameters, ObjectsHash: w.ObjectsHash, Status: gen.WorkloadStatus(w.Status),
+		Kind: model.WorkloadKind(w.Kind), Parameters: w.Parameters, ObjectsHash: w.ObjectsHash, Status: model.WorkloadStatus(w.Status),
 		Applied: w.Applied(), CreatedAt: w.CreatedAt, UpdatedAt: w.UpdatedAt,
 		PricePerHour: w.PricePerHour, CostSoFar: math.Round(w.CostAt(now)*100) / 100,
 		Attempts: w.Attempts, RanSeconds: math.Round(w.RanFor(now).Seconds()),
@@ -137,13 +137,13 @@ func (s *server) workloadOut(w workload.Workload) gen.Workload {
 		out.Image = ptr(w.Image)
 	}
 	if w.TEE != "" {
-		out.Tee = ptr(gen.WorkloadTee(w.TEE))
+		out.Tee = ptr(model.WorkloadTee(w.TEE))
 	}
 	if w.Endpoint != "" {
 		out.Endpoint = ptr(w.Endpoint)
 	}
 	if w.TemplateStatus != "" {
-		out.TemplateStatus = ptr(gen.WorkloadTemplateStatus(w.TemplateStatus))
+		out.TemplateStatus = ptr(model.WorkloadTemplateStatus(w.TemplateStatus))
 		out.TemplateStatusReason = ptr(w.TemplateStatusReason)
 	}
 	if w.Kind == template.Notebook {
@@ -153,10 +153,10 @@ func (s *server) workloadOut(w workload.Workload) gen.Workload {
 		out.SpotEvictions = ptr(n)
 	}
 	if a := w.Approval; a.Needed() {
-		out.Approval = &gen.Approval{Why: a.Why, ExpiresAt: a.Expires,
+		out.Approval = &model.Approval{Why: a.Why, ExpiresAt: a.Expires,
 			Approvers: []string{"team-admin of " + w.Team.String(), "platform-admin"}}
 		if a.Decision != "" {
-			out.Approval.Decision = ptr(gen.ApprovalDecision(a.Decision))
+			out.Approval.Decision = ptr(model.ApprovalDecision(a.Decision))
 			out.Approval.DecidedBy, out.Approval.Note, out.Approval.DecidedAt = ptr(a.By), ptr(a.Note), ptr(a.At)
 		}
 	}
@@ -170,7 +170,7 @@ func (s *server) workloadOut(w workload.Workload) gen.Workload {
 	return out
 }
 
-func choice(g *gen.GPUChoice, params *gen.Parameters, confidential *bool) template.Choice {
+func choice(g *model.GPUChoice, params *model.Parameters, confidential *bool) template.Choice {
 	c := template.Choice{Confidential: deref(confidential)}
 	if g != nil {
 		c.Class, c.Count, c.MIGProfile = deref(g.Class), deref(g.Count), deref(g.MigProfile)
@@ -205,7 +205,7 @@ func deref[T any](p *T) T {
 
 // catalogImageOut is a catalog entry on the wire: the document's fields, and
 // each key file with its fingerprint.
-func catalogImageOut(e *imagecat.Entry) (gen.CatalogImage, error) {
+func catalogImageOut(e *imagecat.Entry) (model.CatalogImage, error) {
 	type key struct {
 		File        string `json:"file"`
 		Fingerprint string `json:"fingerprint"`
@@ -238,17 +238,17 @@ func catalogImageOut(e *imagecat.Entry) (gen.CatalogImage, error) {
 	}
 	b, err := json.Marshal(wire)
 	if err != nil {
-		return gen.CatalogImage{}, err
+		return model.CatalogImage{}, err
 	}
-	var out gen.CatalogImage
+	var out model.CatalogImage
 	if err := json.Unmarshal(b, &out); err != nil {
-		return gen.CatalogImage{}, fmt.Errorf("image %s: %w", e.Image.Metadata.Name, err)
+		return model.CatalogImage{}, fmt.Errorf("image %s: %w", e.Image.Metadata.Name, err)
 	}
 	return out, nil
 }
 
-func priceOut(p gpu.Price) gen.Price {
-	out := gen.Price{OnDemand: p.OnDemand, Currency: gen.PriceCurrencyUSD, Unit: gen.GpuHour}
+func priceOut(p gpu.Price) model.Price {
+	out := model.Price{OnDemand: p.OnDemand, Currency: model.PriceCurrencyUSD, Unit: model.GpuHour}
 	if p.Spot > 0 {
 		out.Spot = ptr(p.Spot)
 	}

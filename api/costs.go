@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gantryhq/gantry/api/gen"
+	"github.com/gantryhq/gantry/api/model"
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/workload"
 )
@@ -27,7 +28,7 @@ func (s *server) GetCosts(ctx context.Context, req gen.GetCostsRequestObject) (g
 	if err != nil {
 		return nil, err
 	}
-	if req.Params.Format != nil && *req.Params.Format == gen.Csv {
+	if req.Params.Format != nil && *req.Params.Format == model.Csv {
 		var b bytes.Buffer
 		w := csv.NewWriter(&b)
 		w.Write([]string{c.GroupBy, "cost_usd", "used_usd", "idle_usd", "unmeasured_usd", "gpu_hours", "workloads"})
@@ -38,7 +39,7 @@ func (s *server) GetCosts(ctx context.Context, req gen.GetCostsRequestObject) (g
 		w.Flush()
 		return gen.GetCosts200TextcsvResponse{Body: &b, ContentLength: int64(b.Len())}, nil
 	}
-	out := gen.CostReport{From: c.From, To: c.To, GroupBy: c.GroupBy, Currency: gen.CostReportCurrencyUSD, Total: c.Total,
+	out := model.CostReport{From: c.From, To: c.To, GroupBy: c.GroupBy, Currency: model.CostReportCurrencyUSD, Total: c.Total,
 		Used: c.Used, Idle: c.Idle, Unmeasured: c.Unmeasured, Items: costLines(c.Lines)}
 	if c.GroupBy == "user" {
 		s.userNames(ctx, out.Items)
@@ -47,13 +48,13 @@ func (s *server) GetCosts(ctx context.Context, req gen.GetCostsRequestObject) (g
 }
 
 // namedLines is userNames returning its lines.
-func (s *server) namedLines(ctx context.Context, lines []gen.CostLine) []gen.CostLine {
+func (s *server) namedLines(ctx context.Context, lines []model.CostLine) []model.CostLine {
 	s.userNames(ctx, lines)
 	return lines
 }
 
 // userNames names the users of cost lines grouped by user.
-func (s *server) userNames(ctx context.Context, lines []gen.CostLine) {
+func (s *server) userNames(ctx context.Context, lines []model.CostLine) {
 	keys := make([]string, len(lines))
 	for i, l := range lines {
 		keys[i] = l.Key
@@ -64,10 +65,10 @@ func (s *server) userNames(ctx context.Context, lines []gen.CostLine) {
 	}
 }
 
-func costLines(lines []workload.CostLine) []gen.CostLine {
-	out := []gen.CostLine{}
+func costLines(lines []workload.CostLine) []model.CostLine {
+	out := []model.CostLine{}
 	for _, l := range lines {
-		out = append(out, gen.CostLine{Key: l.Key, Cost: l.Cost, GpuHours: l.GPUHours, Workloads: l.Workloads, Used: l.Used, Idle: l.Idle, Unmeasured: l.Unmeasured})
+		out = append(out, model.CostLine{Key: l.Key, Cost: l.Cost, GpuHours: l.GPUHours, Workloads: l.Workloads, Used: l.Used, Idle: l.Idle, Unmeasured: l.Unmeasured})
 	}
 	return out
 }

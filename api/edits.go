@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 
 	"github.com/gantryhq/gantry/api/gen"
+	"github.com/gantryhq/gantry/api/model"
 	"github.com/gantryhq/gantry/internal/budget"
 	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/overlay"
@@ -77,8 +78,8 @@ func (s *server) ResetTeamBudget(ctx context.Context, req gen.ResetTeamBudgetReq
 }
 
 // editsOut is the edits, newest first, each with who made it by name.
-func (s *server) editsOut(ctx context.Context, set overlay.Set) gen.PlatformEditList {
-	out := gen.PlatformEditList{Items: []gen.PlatformEdit{}}
+func (s *server) editsOut(ctx context.Context, set overlay.Set) model.PlatformEditList {
+	out := model.PlatformEditList{Items: []model.PlatformEdit{}}
 	keys := make([]string, len(set.Edits))
 	for i, e := range set.Edits {
 		keys[i] = e.By
@@ -87,7 +88,7 @@ func (s *server) editsOut(ctx context.Context, set overlay.Set) gen.PlatformEdit
 	for _, e := range set.Edits {
 		var v map[string]any
 		_ = json.Unmarshal(e.Value, &v) // stored by the service as JSON objects
-		item := gen.PlatformEdit{Kind: gen.PlatformEditKind(e.Kind), Key: e.Key, Value: v, By: e.By, At: e.At}
+		item := model.PlatformEdit{Kind: model.PlatformEditKind(e.Kind), Key: e.Key, Value: v, By: e.By, At: e.At}
 		if n, ok := names[e.By]; ok {
 			item.ByName = ptr(n)
 		}

@@ -4,10 +4,11 @@ import (
 	"context"
 
 	"github.com/gantryhq/gantry/api/gen"
+	"github.com/gantryhq/gantry/api/model"
 )
 
 func (s *server) ListGPUClasses(ctx context.Context, _ gen.ListGPUClassesRequestObject) (gen.ListGPUClassesResponseObject, error) {
-	out := gen.GPUClassList{Items: []gen.GPUClass{}}
+	out := model.GPUClassList{Items: []model.GPUClass{}}
 	for _, c := range s.o.Catalog.Classes().List() {
 		out.Items = append(out.Items, gpuClass(c))
 	}
@@ -24,9 +25,9 @@ func (s *server) GetGPUClass(ctx context.Context, req gen.GetGPUClassRequestObje
 	if err != nil {
 		return nil, err
 	}
-	h := []gen.PricePoint{}
+	h := []model.PricePoint{}
 	for _, p := range hist {
-		h = append(h, gen.PricePoint{Since: p.Since, Price: priceOut(p.Price)})
+		h = append(h, model.PricePoint{Since: p.Since, Price: priceOut(p.Price)})
 	}
 	out.PriceHistory = &h
 	return gen.GetGPUClass200JSONResponse(out), nil

@@ -7,6 +7,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/gantryhq/gantry/api/gen"
+	"github.com/gantryhq/gantry/api/model"
 	"github.com/gantryhq/gantry/internal/ownmetrics"
 )
 
@@ -22,13 +23,13 @@ type Check struct {
 }
 
 func (s *server) GetHealth(ctx context.Context, _ gen.GetHealthRequestObject) (gen.GetHealthResponseObject, error) {
-	return gen.GetHealth200JSONResponse{Status: gen.HealthStatusOk}, nil
+	return gen.GetHealth200JSONResponse{Status: model.HealthStatusOk}, nil
 }
 
 func (s *server) GetReady(ctx context.Context, _ gen.GetReadyRequestObject) (gen.GetReadyResponseObject, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	r := gen.Readiness{Status: gen.Ready, Checks: []struct {
+	r := model.Readiness{Status: model.Ready, Checks: []struct {
 		Detail *string `json:"detail,omitempty"`
 		Name   string  `json:"name"`
 		Ok     bool    `json:"ok"`
@@ -37,7 +38,7 @@ func (s *server) GetReady(ctx context.Context, _ gen.GetReadyRequestObject) (gen
 		ok, detail := true, (*string)(nil)
 		if err := c.Pinger.Ping(ctx); err != nil {
 			ok, detail = false, ptr(c.Name+" does not answer")
-			r.Status = gen.NotReady
+			r.Status = model.NotReady
 			s.o.Logger.WarnContext(ctx, "readiness check failed", "check", c.Name, "err", err)
 		}
 		r.Checks = append(r.Checks, struct {
@@ -46,7 +47,7 @@ func (s *server) GetReady(ctx context.Context, _ gen.GetReadyRequestObject) (gen
 			Ok     bool    `json:"ok"`
 		}{Detail: detail, Name: c.Name, Ok: ok})
 	}
-	if r.Status == gen.NotReady {
+	if r.Status == model.NotReady {
 		return gen.GetReady503JSONResponse(r), nil
 	}
 	return gen.GetReady200JSONResponse(r), nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/gantryhq/gantry/api/gen"
+	"github.com/gantryhq/gantry/api/model"
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/imageverify"
 )
@@ -21,7 +22,7 @@ func (s *server) ListImages(ctx context.Context, _ gen.ListImagesRequestObject) 
 	if err != nil {
 		return nil, err
 	}
-	out := gen.ImageList{Items: []gen.CatalogImage{}}
+	out := model.ImageList{Items: []model.CatalogImage{}}
 	for _, e := range im.Catalog.List() {
 		c, err := catalogImageOut(e)
 		if err != nil {
@@ -60,7 +61,7 @@ func (s *server) VerifyImage(ctx context.Context, req gen.VerifyImageRequestObje
 	if err != nil {
 		return nil, err
 	}
-	v := gen.Verification{Image: r.Image, Reference: r.Reference, Digest: r.Digest, Pinned: r.Pinned, Signer: r.Signer, VerifiedAt: r.VerifiedAt, Cached: r.Cached}
+	v := model.Verification{Image: r.Image, Reference: r.Reference, Digest: r.Digest, Pinned: r.Pinned, Signer: r.Signer, VerifiedAt: r.VerifiedAt, Cached: r.Cached}
 	if len(r.Annotations) > 0 {
 		v.Annotations = &r.Annotations
 	}

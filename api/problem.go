@@ -15,7 +15,7 @@ import (
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/labstack/echo/v4"
 
-	"github.com/gantryhq/gantry/api/gen"
+	"github.com/gantryhq/gantry/api/model"
 	"github.com/gantryhq/gantry/internal/fault"
 )
 
@@ -32,7 +32,7 @@ const (
 
 // problemFor maps an error to a status and problem document. It is the one place
 // where errors become HTTP responses; internal errors are logged, never shown.
-func problemFor(err error) (int, gen.Problem) {
+func problemFor(err error) (int, model.Problem) {
 	var (
 		inv  *fault.Invalid
 		mal  *fault.Malformed
@@ -51,50 +51,50 @@ func problemFor(err error) (int, gen.Problem) {
 	case errors.As(err, &he) && he.Code == http.StatusRequestEntityTooLarge:
 		// First: a chunked body past the limit surfaces while the spec
 		// validation reads it, wrapped in its RequestError.
-		return he.Code, gen.Problem{Type: "about:blank", Title: http.StatusText(he.Code), Detail: ptr("the request body is larger than this server accepts")}
+		return he.Code, model.Problem{Type: "about:blank", Title: http.StatusText(he.Code), Detail: ptr("the request body is larger than this server accepts")}
 	case errors.As(err, &ir):
-		fields := []gen.FieldError{{Field: "image", Detail: ir.Check + " check: " + ir.Reason}}
-		return http.StatusUnprocessableEntity, gen.Problem{Type: "https://gantry.dev/problems/image-refused", Title: "Image refused", Detail: ptr(ir.Error()), Errors: &fields}
+		fields := []model.FieldError{{Field: "image", Detail: ir.Check + " check: " + ir.Reason}}
+		return http.StatusUnprocessableEntity, model.Problem{Type: "https://gantry.dev/problems/image-refused", Title: "Image refused", Detail: ptr(ir.Error()), Errors: &fields}
 	case errors.As(err, &inv):
-		return http.StatusUnprocessableEntity, gen.Problem{Type: problemValidation, Title: "Invalid request", Detail: ptr(detailOf(len(inv.Fields))), Errors: fieldErrors(inv.Fields)}
+		return http.StatusUnprocessableEntity, model.Problem{Type: problemValidation, Title: "Invalid request", Detail: ptr(detailOf(len(inv.Fields))), Errors: fieldErrors(inv.Fields)}
 	case errors.As(err, &st):
-		return http.StatusPreconditionFailed, gen.Problem{Type: problemConflict, Title: http.StatusText(http.StatusPreconditionFailed), Detail: ptr(st.Error())}
+		return http.StatusPreconditionFailed, model.Problem{Type: problemConflict, Title: http.StatusText(http.StatusPreconditionFailed), Detail: ptr(st.Error())}
 	case errors.As(err, &tm):
-		return http.StatusTooManyRequests, gen.Problem{Type: "about:blank", Title: http.StatusText(http.StatusTooManyRequests), Detail: ptr(tm.What + "; try again later")}
+		return http.StatusTooManyRequests, model.Problem{Type: "about:blank", Title: http.StatusText(http.StatusTooManyRequests), Detail: ptr(tm.What + "; try again later")}
 	case errors.As(err, &mal):
-		return http.StatusBadRequest, gen.Problem{Type: problemValidation, Title: "Invalid request", Detail: ptr(detailOf(len(mal.Fields))), Errors: fieldErrors(mal.Fields)}
+		return http.StatusBadRequest, model.Problem{Type: problemValidation, Title: "Invalid request", Detail: ptr(detailOf(len(mal.Fields))), Errors: fieldErrors(mal.Fields)}
 	case errors.As(err, &re), errors.As(err, &se):
 		fields := requestFields(err)
-		return http.StatusBadRequest, gen.Problem{Type: problemValidation, Title: "Invalid request", Detail: ptr(detailOf(len(fields))), Errors: &fields}
+		return http.StatusBadRequest, model.Problem{Type: problemValidation, Title: "Invalid request", Detail: ptr(detailOf(len(fields))), Errors: &fields}
 	case errors.As(err, &nf):
-		return http.StatusNotFound, gen.Problem{Type: problemNotFound, Title: "Not found", Detail: ptr(nf.Error())}
+		return http.StatusNotFound, model.Problem{Type: problemNotFound, Title: "Not found", Detail: ptr(nf.Error())}
 	case errors.As(err, &fb) && fb.SecondFactor:
-		return http.StatusForbidden, gen.Problem{Type: ProblemSecondFactor, Title: "Second factor required", Detail: ptr(fb.Reason)}
+		return http.StatusForbidden, model.Problem{Type: ProblemSecondFactor, Title: "Second factor required", Detail: ptr(fb.Reason)}
 	case errors.As(err, &fb):
-		return http.StatusForbidden, gen.Problem{Type: "https://gantry.dev/problems/forbidden", Title: "Forbidden", Detail: ptr(fb.Reason)}
+		return http.StatusForbidden, model.Problem{Type: "https://gantry.dev/problems/forbidden", Title: "Forbidden", Detail: ptr(fb.Reason)}
 	case errors.As(err, &conf):
-		return http.StatusConflict, gen.Problem{Type: problemConflict, Title: "Conflict", Detail: ptr(conf.Error())}
+		return http.StatusConflict, model.Problem{Type: problemConflict, Title: "Conflict", Detail: ptr(conf.Error())}
 	case errors.As(err, &un):
-		return http.StatusServiceUnavailable, gen.Problem{Type: "about:blank", Title: http.StatusText(http.StatusServiceUnavailable), Detail: ptr(un.What + " is unavailable; try again later")}
+		return http.StatusServiceUnavailable, model.Problem{Type: "about:blank", Title: http.StatusText(http.StatusServiceUnavailable), Detail: ptr(un.What + " is unavailable; try again later")}
 	case errors.As(err, &he):
 		title := http.StatusText(he.Code)
-		p := gen.Problem{Type: "about:blank", Title: title}
+		p := model.Problem{Type: "about:blank", Title: title}
 		if msg, ok := he.Message.(string); ok && msg != title && he.Code < 500 {
 			p.Detail = ptr(msg)
 		}
 		return he.Code, p
 	case errors.Is(err, context.Canceled):
-		return 499, gen.Problem{Type: "about:blank", Title: "Client closed request"}
+		return 499, model.Problem{Type: "about:blank", Title: "Client closed request"}
 	}
-	return http.StatusInternalServerError, gen.Problem{Type: "about:blank", Title: http.StatusText(http.StatusInternalServerError),
+	return http.StatusInternalServerError, model.Problem{Type: "about:blank", Title: http.StatusText(http.StatusInternalServerError),
 		Detail: ptr("an internal error occurred; quote the instance when reporting it")}
 }
 
 // fieldErrors is the wire form of field problems.
-func fieldErrors(fs []fault.Field) *[]gen.FieldError {
-	fields := make([]gen.FieldError, len(fs))
+func fieldErrors(fs []fault.Field) *[]model.FieldError {
+	fields := make([]model.FieldError, len(fs))
 	for i, f := range fs {
-		fields[i] = gen.FieldError{Field: f.Path, Detail: f.Message}
+		fields[i] = model.FieldError{Field: f.Path, Detail: f.Message}
 		if f.File != "" {
 			fields[i].File = &f.File
 		}
@@ -114,8 +114,8 @@ func detailOf(n int) string {
 
 // requestFields turns kin-openapi's validation errors into field errors, every
 // one of them, without the schema dumps kin-openapi puts in its messages.
-func requestFields(err error) []gen.FieldError {
-	var out []gen.FieldError
+func requestFields(err error) []model.FieldError {
+	var out []model.FieldError
 	var walk func(prefix string, err error)
 	walk = func(prefix string, err error) {
 		switch e := err.(type) {
@@ -132,7 +132,7 @@ func requestFields(err error) []gen.FieldError {
 				p = "body"
 			}
 			if e.Err == nil {
-				out = append(out, gen.FieldError{Field: p, Detail: e.Reason})
+				out = append(out, model.FieldError{Field: p, Detail: e.Reason})
 				return
 			}
 			walk(p, e.Err)
@@ -151,7 +151,7 @@ func requestFields(err error) []gen.FieldError {
 			if path != "body" {
 				path = strings.TrimPrefix(path, "body.")
 			}
-			out = append(out, gen.FieldError{Field: path, Detail: e.Reason})
+			out = append(out, model.FieldError{Field: path, Detail: e.Reason})
 		case *openapi3filter.ParseError:
 			msg := "malformed input"
 			if c := e.RootCause(); c != nil {
@@ -159,7 +159,7 @@ func requestFields(err error) []gen.FieldError {
 			} else if e.Reason != "" {
 				msg += ": " + e.Reason
 			}
-			out = append(out, gen.FieldError{Field: prefix, Detail: msg})
+			out = append(out, model.FieldError{Field: prefix, Detail: msg})
 		default:
 			if u := errors.Unwrap(err); u != nil {
 				walk(prefix, u)
@@ -169,7 +169,7 @@ func requestFields(err error) []gen.FieldError {
 			if i := strings.Index(msg, "\nSchema:"); i > 0 {
 				msg = msg[:i]
 			}
-			out = append(out, gen.FieldError{Field: prefix, Detail: msg})
+			out = append(out, model.FieldError{Field: prefix, Detail: msg})
 		}
 	}
 	walk("", err)

@@ -20,6 +20,7 @@ import (
 	"github.com/labstack/echo/v4/middleware"
 
 	"github.com/gantryhq/gantry/api/gen"
+	"github.com/gantryhq/gantry/api/model"
 	"github.com/gantryhq/gantry/internal/access"
 	"github.com/gantryhq/gantry/internal/advice"
 	"github.com/gantryhq/gantry/internal/audit"
@@ -77,7 +78,7 @@ type Options struct {
 	// Sessions authenticates signed-in browsers by their session cookie.
 	Sessions SessionAuthenticator
 	// SignIn is what GET /auth/config tells clients.
-	SignIn gen.AuthConfig
+	SignIn model.AuthConfig
 	// Images is the image catalog and its verifier.
 	Images *imageverify.Images
 	// Teams lists the teams where an identity holds a permission (for /me).

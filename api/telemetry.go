@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gantryhq/gantry/api/gen"
+	"github.com/gantryhq/gantry/api/model"
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/telemetry"
@@ -36,7 +37,7 @@ func (s *server) PushTelemetry(ctx context.Context, req gen.PushTelemetryRequest
 }
 
 // batchIn converts a pushed batch; a metric Gantry does not know is named.
-func batchIn(in *gen.TelemetryBatch) (telemetry.Batch, error) {
+func batchIn(in *model.TelemetryBatch) (telemetry.Batch, error) {
 	readings := deref(in.Readings)
 	b := telemetry.Batch{Node: in.Node, Agent: deref(in.Agent), Dropped: uint64(deref(in.Dropped)), Readings: make([]telemetry.Reading, len(readings))}
 	var errs fault.List
@@ -84,7 +85,7 @@ func batchIn(in *gen.TelemetryBatch) (telemetry.Batch, error) {
 
 func count(p *int) uint64 { return uint64(max(0, deref(p))) }
 
-func deviceIn(d gen.Device) telemetry.Device {
+func deviceIn(d model.Device) telemetry.Device {
 	out := telemetry.Device{GPU: d.Gpu, Index: d.Index, Model: deref(d.Model)}
 	if d.Mig != nil {
 		out.MIG = &telemetry.MIGInstance{UUID: d.Mig.Uuid, Profile: d.Mig.Profile, InstanceID: d.Mig.InstanceId}
@@ -92,26 +93,26 @@ func deviceIn(d gen.Device) telemetry.Device {
 	return out
 }
 
-func deviceOut(d telemetry.Device) gen.Device {
-	out := gen.Device{Gpu: d.GPU, Index: d.Index}
+func deviceOut(d telemetry.Device) model.Device {
+	out := model.Device{Gpu: d.GPU, Index: d.Index}
 	if d.Model != "" {
 		out.Model = ptr(d.Model)
 	}
 	if d.MIG != nil {
-		out.Mig = &gen.MIGInstance{Uuid: d.MIG.UUID, Profile: d.MIG.Profile, InstanceId: d.MIG.InstanceID}
+		out.Mig = &model.MIGInstance{Uuid: d.MIG.UUID, Profile: d.MIG.Profile, InstanceId: d.MIG.InstanceID}
 	}
 	return out
 }
 
-func podOut(p telemetry.PodRef) *gen.PodRef {
+func podOut(p telemetry.PodRef) *model.PodRef {
 	if p.Name == "" {
 		return nil
 	}
-	return &gen.PodRef{Namespace: ptr(p.Namespace), Pod: ptr(p.Name), Container: ptr(p.Container)}
+	return &model.PodRef{Namespace: ptr(p.Namespace), Pod: ptr(p.Name), Container: ptr(p.Container)}
 }
 
-func valuesOut(v telemetry.Values) gen.MetricValues {
-	out := gen.MetricValues{}
+func valuesOut(v telemetry.Values) model.MetricValues {
+	out := model.MetricValues{}
 	for m := telemetry.Metric(0); m < telemetry.NumMetrics; m++ {
 		if !math.IsNaN(v[m]) {
 			out[m.String()] = v[m]
@@ -164,12 +165,12 @@ func (s *server) GetWorkloadMetrics(ctx context.Context, req gen.GetWorkloadMetr
 		return nil, err
 	}
 	q := a.Query
-	out := gen.MetricSeriesList{From: q.From, To: q.To, Step: q.Step.String(), Source: gen.MetricSeriesListSource(a.Source), Series: []gen.MetricSeries{}}
+	out := model.MetricSeriesList{From: q.From, To: q.To, Step: q.Step.String(), Source: model.MetricSeriesListSource(a.Source), Series: []model.MetricSeries{}}
 	for _, se := range a.Series {
 		info := se.Metric.Info()
-		ms := gen.MetricSeries{Metric: info.Name, Dcgm: info.DCGM, Unit: info.Unit, Device: deviceOut(se.Device), Pod: podOut(se.Pod), Points: make([]gen.MetricPoint, len(se.Points))}
+		ms := model.MetricSeries{Metric: info.Name, Dcgm: info.DCGM, Unit: info.Unit, Device: deviceOut(se.Device), Pod: podOut(se.Pod), Points: make([]model.MetricPoint, len(se.Points))}
 		for i, pt := range se.Points {
-			ms.Points[i] = gen.MetricPoint{T: pt.T, Avg: pt.Avg, Max: pt.Max, P95: pt.P95, N: pt.N}
+			ms.Points[i] = model.MetricPoint{T: pt.T, Avg: pt.Avg, Max: pt.Max, P95: pt.P95, N: pt.N}
 		}
 		out.Series = append(out.Series, ms)
 	}
@@ -184,7 +185,7 @@ func (s *server) ListNodes(ctx context.Context, _ gen.ListNodesRequestObject) (g
 	if err != nil {
 		return nil, err
 	}
-	out := gen.NodeList{Items: make([]gen.Node, len(nodes))}
+	out := model.NodeList{Items: make([]model.Node, len(nodes))}
 	for i, n := range nodes {
 		out.Items[i] = nodeOut(n)
 	}
@@ -202,14 +203,14 @@ func (s *server) GetNode(ctx context.Context, req gen.GetNodeRequestObject) (gen
 	return gen.GetNode200JSONResponse(nodeOut(n)), nil
 }
 
-func nodeOut(n telemetry.Node) gen.Node {
-	out := gen.Node{Name: n.Name, Healthy: n.Healthy, Stale: n.Stale, SeenAt: n.SeenAt, Gpus: []gen.NodeGPU{}, Devices: []gen.DeviceUse{}}
+func nodeOut(n telemetry.Node) model.Node {
+	out := model.Node{Name: n.Name, Healthy: n.Healthy, Stale: n.Stale, SeenAt: n.SeenAt, Gpus: []model.NodeGPU{}, Devices: []model.DeviceUse{}}
 	if n.Agent != "" {
 		out.Agent = ptr(n.Agent)
 	}
 	for _, g := range n.GPUs {
 		st := g.State
-		ng := gen.NodeGPU{Gpu: st.GPU, Index: st.Index, Healthy: g.Healthy, SeenAt: g.SeenAt, Since: ptr(g.Since),
+		ng := model.NodeGPU{Gpu: st.GPU, Index: st.Index, Healthy: g.Healthy, SeenAt: g.SeenAt, Since: ptr(g.Since),
 			MemoryMiB: ptr(int(st.MemoryMiB)), MigEnabled: ptr(st.MIGEnabled),
 			Ecc: &map[string]int{"volatileSingleBit": int(st.ECC.VolatileSBE), "volatileDoubleBit": int(st.ECC.VolatileDBE),
 				"aggregateSingleBit": int(st.ECC.AggregateSBE), "aggregateDoubleBit": int(st.ECC.AggregateDBE)},
@@ -221,9 +222,9 @@ func nodeOut(n telemetry.Node) gen.Node {
 			ng.Reason = ptr(g.Reason)
 		}
 		if len(st.MIG) > 0 {
-			mig := make([]gen.MIGInstance, len(st.MIG))
+			mig := make([]model.MIGInstance, len(st.MIG))
 			for i, m := range st.MIG {
-				mig[i] = gen.MIGInstance{Uuid: m.UUID, Profile: m.Profile, InstanceId: m.InstanceID}
+				mig[i] = model.MIGInstance{Uuid: m.UUID, Profile: m.Profile, InstanceId: m.InstanceID}
 			}
 			sort.Slice(mig, func(i, j int) bool { return mig[i].InstanceId < mig[j].InstanceId })
 			ng.MigInstances = &mig
@@ -235,7 +236,7 @@ func nodeOut(n telemetry.Node) gen.Node {
 	}
 	for _, ls := range [][]telemetry.Latest{n.InUse, n.Idle} {
 		for _, l := range ls {
-			du := gen.DeviceUse{Device: deviceOut(l.Series.Key.Device), Pod: podOut(l.Series.Key.Pod), T: l.Sample.Time, Values: valuesOut(l.Sample.Values)}
+			du := model.DeviceUse{Device: deviceOut(l.Series.Key.Device), Pod: podOut(l.Series.Key.Pod), T: l.Sample.Time, Values: valuesOut(l.Sample.Values)}
 			if l.Series.Key.Workload != "" {
 				du.Workload = ptr(l.Series.Key.Workload)
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/gantryhq/gantry/api/gen"
+	"github.com/gantryhq/gantry/api/model"
 	"github.com/gantryhq/gantry/internal/catalog"
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/team"
@@ -101,7 +102,7 @@ func (s *server) RenderTemplate(ctx context.Context, req gen.RenderTemplateReque
 	if err != nil {
 		return nil, err
 	}
-	out := gen.RenderResult{Template: rd.Version.Name, TemplateVersion: rd.Version.Version, Hash: rd.Hash, Objects: []map[string]any{}}
+	out := model.RenderResult{Template: rd.Version.Name, TemplateVersion: rd.Version.Version, Hash: rd.Hash, Objects: []map[string]any{}}
 	for _, o := range rd.Objects {
 		var m map[string]any
 		if err := remarshal(o, &m); err != nil {
@@ -126,14 +127,14 @@ func (s *server) ApplyTemplates(ctx context.Context, req gen.ApplyTemplatesReque
 	if err != nil {
 		return nil, err
 	}
-	out := gen.TemplateSetPlan{}
+	out := model.TemplateSetPlan{}
 	for _, st := range plan.Steps {
 		step := struct {
-			Action gen.TemplateSetPlanStepsAction `json:"action"`
-			Diff   *string                        `json:"diff,omitempty"`
-			Name   string                         `json:"name"`
-			Source *string                        `json:"source,omitempty"`
-		}{Action: gen.TemplateSetPlanStepsAction(st.Action), Name: st.Name, Diff: omitEmpty(st.Diff), Source: omitEmpty(st.Source)}
+			Action model.TemplateSetPlanStepsAction `json:"action"`
+			Diff   *string                          `json:"diff,omitempty"`
+			Name   string                           `json:"name"`
+			Source *string                          `json:"source,omitempty"`
+		}{Action: model.TemplateSetPlanStepsAction(st.Action), Name: st.Name, Diff: omitEmpty(st.Diff), Source: omitEmpty(st.Source)}
 		out.Steps = append(out.Steps, step)
 	}
 	if deref(req.Body.DryRun) || !plan.Changed() {

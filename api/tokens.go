@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/gantryhq/gantry/api/gen"
+	"github.com/gantryhq/gantry/api/model"
 	"github.com/gantryhq/gantry/internal/token"
 )
 
@@ -31,7 +32,7 @@ func (s *server) ListTokens(ctx context.Context, _ gen.ListTokensRequestObject) 
 	if err != nil {
 		return nil, err
 	}
-	out := gen.TokenList{Items: make([]gen.TokenInfo, len(ts))}
+	out := model.TokenList{Items: make([]model.TokenInfo, len(ts))}
 	for i, t := range ts {
 		out.Items[i] = tokenInfo(t)
 	}
@@ -48,8 +49,8 @@ func (s *server) RevokeToken(ctx context.Context, req gen.RevokeTokenRequestObje
 	return gen.RevokeToken204Response{}, nil
 }
 
-func tokenInfo(t token.Token) gen.TokenInfo {
-	i := gen.TokenInfo{Id: t.ID, Name: t.Name, ReadOnly: t.ReadOnly, CreatedAt: t.CreatedAt, ExpiresAt: t.ExpiresAt, Revoked: !t.RevokedAt.IsZero()}
+func tokenInfo(t token.Token) model.TokenInfo {
+	i := model.TokenInfo{Id: t.ID, Name: t.Name, ReadOnly: t.ReadOnly, CreatedAt: t.CreatedAt, ExpiresAt: t.ExpiresAt, Revoked: !t.RevokedAt.IsZero()}
 	if t.Team != "" {
 		i.Team = ptr(t.Team)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/gantryhq/gantry/api/gen"
+	"github.com/gantryhq/gantry/api/model"
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/user"
 )
@@ -20,7 +21,7 @@ func (s *server) ListUsers(ctx context.Context, _ gen.ListUsersRequestObject) (g
 	if err != nil {
 		return nil, err
 	}
-	out := gen.UserList{Items: make([]gen.User, len(us))}
+	out := model.UserList{Items: make([]model.User, len(us))}
 	for i, u := range us {
 		out.Items[i] = userOut(u)
 	}
@@ -61,7 +62,7 @@ func (s *server) ListUserTokens(ctx context.Context, req gen.ListUserTokensReque
 	if err != nil {
 		return nil, err
 	}
-	out := gen.TokenList{Items: make([]gen.TokenInfo, len(ts))}
+	out := model.TokenList{Items: make([]model.TokenInfo, len(ts))}
 	for i, t := range ts {
 		out.Items[i] = tokenInfo(t)
 	}
@@ -82,8 +83,8 @@ func (s *server) RevokeUserToken(ctx context.Context, req gen.RevokeUserTokenReq
 	return gen.RevokeUserToken204Response{}, nil
 }
 
-func userOut(u user.User) gen.User {
-	out := gen.User{Id: u.ID, Issuer: u.Issuer, Subject: u.Subject, Email: strp(u.Email), Name: strp(u.Name), Groups: u.Groups,
+func userOut(u user.User) model.User {
+	out := model.User{Id: u.ID, Issuer: u.Issuer, Subject: u.Subject, Email: strp(u.Email), Name: strp(u.Name), Groups: u.Groups,
 		GroupsAt: u.GroupsAt, CreatedAt: u.CreatedAt, LastSeenAt: u.LastSeenAt, Active: u.Active()}
 	if out.Groups == nil {
 		out.Groups = []string{}
@@ -108,7 +109,7 @@ func (s *server) names(ctx context.Context, keys ...string) map[string]string {
 }
 
 // named sets each workload's ownerName.
-func (s *server) named(ctx context.Context, ws ...*gen.Workload) {
+func (s *server) named(ctx context.Context, ws ...*model.Workload) {
 	keys := make([]string, len(ws))
 	for i, w := range ws {
 		keys[i] = w.Owner

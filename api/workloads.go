@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gantryhq/gantry/api/gen"
+	"github.com/gantryhq/gantry/api/model"
 	"github.com/gantryhq/gantry/internal/estimate"
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/live"
@@ -97,7 +98,7 @@ func (s *server) EstimateWorkload(ctx context.Context, req gen.EstimateWorkloadR
 	if err != nil {
 		return nil, err
 	}
-	out := gen.Estimate{Gpus: e.GPUs, Spot: e.Spot, PricePerHour: e.PricePerHour, Currency: gen.EstimateCurrencyUSD, Quota: e.Quota, QuotaUsed: e.QuotaUsed,
+	out := model.Estimate{Gpus: e.GPUs, Spot: e.Spot, PricePerHour: e.PricePerHour, Currency: model.EstimateCurrencyUSD, Quota: e.Quota, QuotaUsed: e.QuotaUsed,
 		Known: e.Known, StartsNow: e.StartsNow, Why: omitEmpty(e.Why), Cohort: omitEmpty(e.Cohort)}
 	out.Gpu.Class, out.Gpu.Count, out.Gpu.MigProfile = e.Class, e.Count, omitEmpty(e.MIGProfile)
 	if e.MaxRuntime > 0 {
@@ -114,9 +115,9 @@ func (s *server) EstimateWorkload(ctx context.Context, req gen.EstimateWorkloadR
 	}
 	out.NeedsApproval, out.Held, out.Verdict = ptr(e.Approval), ptr(e.Held), omitEmpty(e.Verdict)
 	if req.Params.MinMemoryGiB != nil {
-		opts := []gen.EstimateOption{}
+		opts := []model.EstimateOption{}
 		for _, o := range e.Options {
-			g := gen.EstimateOption{MemoryGiB: o.MemoryGiB, Spot: o.Spot, PricePerHour: o.PricePerHour}
+			g := model.EstimateOption{MemoryGiB: o.MemoryGiB, Spot: o.Spot, PricePerHour: o.PricePerHour}
 			g.Gpu.Class, g.Gpu.Count, g.Gpu.MigProfile = o.Class, o.Count, omitEmpty(o.MIGProfile)
 			if o.Known {
 				g.Free = ptr(o.Free)
@@ -268,9 +269,9 @@ func (s *server) ListWorkloadEvents(ctx context.Context, req gen.ListWorkloadEve
 	if err != nil {
 		return nil, err
 	}
-	out := gen.EventList{Items: make([]gen.Event, len(evs))}
+	out := model.EventList{Items: make([]model.Event, len(evs))}
 	for i, e := range evs {
-		out.Items[i] = gen.Event{Time: e.Time, Type: e.Type, Reason: e.Reason, Message: e.Message, Object: e.Object, Count: ptr(e.Count)}
+		out.Items[i] = model.Event{Time: e.Time, Type: e.Type, Reason: e.Reason, Message: e.Message, Object: e.Object, Count: ptr(e.Count)}
 	}
 	return gen.ListWorkloadEvents200JSONResponse(out), nil
 }
@@ -293,8 +294,8 @@ func (s *server) ListWorkloads(ctx context.Context, req gen.ListWorkloadsRequest
 	if err != nil {
 		return nil, err
 	}
-	out := gen.WorkloadList{Items: make([]gen.Workload, len(page.Items))}
-	items := make([]*gen.Workload, len(page.Items))
+	out := model.WorkloadList{Items: make([]model.Workload, len(page.Items))}
+	items := make([]*model.Workload, len(page.Items))
 	for i, w := range page.Items {
 		out.Items[i] = s.workloadOut(w)
 		items[i] = &out.Items[i]
@@ -354,7 +355,7 @@ type watchStream struct {
 	owner string // the owner's display name (it does not change)
 	log   *slog.Logger
 	get   func() (workload.Workload, error)
-	out   func(workload.Workload) gen.Workload // as the API shows it, on the server's clock
+	out   func(workload.Workload) model.Workload // as the API shows it, on the server's clock
 }
 
 // watchEvery, keepAliveEvery and watchLifetime pace a watch stream.

@@ -1,5 +1,6 @@
-// Package client is Gantry's Go client, generated from openapi.yaml: the
-// API's models and a ClientWithResponses whose methods are the operations.
+// Package client is Gantry's Go client, generated from openapi.yaml: a
+// ClientWithResponses whose methods are the operations, over the models of
+// api/model.
 // The gantry CLI talks to servers through it; other Go programs may too.
 package client
 

@@ -13,6 +13,7 @@ import (
 	"unicode"
 
 	"github.com/gantryhq/gantry/api/client"
+	"github.com/gantryhq/gantry/api/model"
 )
 
 // verbWithOutput parses a verb's --server and -o flags and signs in.
@@ -37,7 +38,7 @@ func nodesCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	var nodes []client.Node
+	var nodes []model.Node
 	if args[0] == "get" {
 		if len(rest) != 1 {
 			return usageError{"gantry nodes get NAME"}
@@ -46,7 +47,7 @@ func nodesCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if err := ok(resp, err); err != nil {
 			return err
 		}
-		nodes = []client.Node{*resp.JSON200}
+		nodes = []model.Node{*resp.JSON200}
 		if output == "json" {
 			return show(stdout, output, nodes[0], nil)
 		}
@@ -100,7 +101,7 @@ func usersCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if len(rest) != 1 {
 			return usageError{"gantry users " + args[0] + " ID"}
 		}
-		var u *client.User
+		var u *model.User
 		if args[0] == "deactivate" {
 			resp, err := cl.DeactivateUserWithResponse(ctx, rest[0])
 			if err := ok(resp, err); err != nil {
@@ -137,7 +138,7 @@ func usersCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 // userName is how a person reads a user: the name and e-mail the provider
 // gave, else the subject.
-func userName(u client.User) string {
+func userName(u model.User) string {
 	name, email := deref(u.Name), deref(u.Email)
 	switch {
 	case name != "" && email != "":
@@ -168,12 +169,12 @@ func auditListCmd(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
-	p := &client.ListAuditParams{Limit: limit}
+	p := &model.ListAuditParams{Limit: limit}
 	if *actor != "" {
 		p.Actor = actor
 	}
 	if *decision != "" {
-		d := client.ListAuditParamsDecision(*decision)
+		d := model.ListAuditParamsDecision(*decision)
 		p.Decision = &d
 	}
 	if *after >= 0 && *before > 0 {
@@ -221,7 +222,7 @@ func openCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if w.Url == nil {
 		return fmt.Errorf("workload %s (%s) is a %s: only notebooks open in the browser", w.Id, w.Template, w.Kind)
 	}
-	if w.Status != client.Running {
+	if w.Status != model.Running {
 		return fmt.Errorf("workload %s is %s: it opens once it is Running (gantry get %s)", w.Id, w.Status, w.Id)
 	}
 	base, err := url.Parse(target)

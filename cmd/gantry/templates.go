@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gantryhq/gantry/api/client"
+	"github.com/gantryhq/gantry/api/model"
 	"github.com/gantryhq/gantry/internal/catalog"
 	"github.com/gantryhq/gantry/internal/config"
 	"github.com/gantryhq/gantry/internal/gpu"
@@ -235,7 +235,7 @@ func applyRemote(ctx context.Context, server, dir string, prune, dryRun bool, st
 	if err != nil {
 		return err
 	}
-	body := client.TemplateSetRequest{Prune: &prune, DryRun: &dryRun}
+	body := model.TemplateSetRequest{Prune: &prune, DryRun: &dryRun}
 	for _, src := range sources {
 		body.Files = append(body.Files, struct {
 			Content string `json:"content"`
@@ -250,7 +250,7 @@ func applyRemote(ctx context.Context, server, dir string, prune, dryRun bool, st
 	for _, st := range resp.JSON200.Steps {
 		counts[string(st.Action)]++
 		fmt.Fprintf(stdout, "%-9s %s\n", st.Action, st.Name)
-		if d := deref(st.Diff); d != "" && st.Action != client.TemplateSetPlanStepsActionUnchanged {
+		if d := deref(st.Diff); d != "" && st.Action != model.TemplateSetPlanStepsActionUnchanged {
 			fmt.Fprintln(stdout, indent(d))
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gantryhq/gantry/api/client"
+	"github.com/gantryhq/gantry/api/model"
 )
 
 // isTerminal says whether w is a terminal (progress spinners and screen
@@ -83,8 +84,8 @@ func topCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 }
 
 func topRows(ctx context.Context, cl *client.ClientWithResponses, teamName string) ([]topRow, error) {
-	running := client.Running
-	params := &client.ListWorkloadsParams{Status: &running}
+	running := model.Running
+	params := &model.ListWorkloadsParams{Status: &running}
 	if teamName != "" {
 		params.Team = &teamName
 	}
@@ -98,7 +99,7 @@ func topRows(ctx context.Context, cl *client.ClientWithResponses, teamName strin
 	rows := []topRow{}
 	for _, w := range resp.JSON200.Items {
 		r := topRow{ID: w.Id, Name: w.Name, Team: w.Team, GPU: gpuText(w), PricePerHour: w.PricePerHour, CostSoFar: w.CostSoFar}
-		m, err := cl.GetWorkloadMetricsWithResponse(ctx, w.Id, &client.GetWorkloadMetricsParams{From: &from, Series: &series, Step: &step})
+		m, err := cl.GetWorkloadMetricsWithResponse(ctx, w.Id, &model.GetWorkloadMetricsParams{From: &from, Series: &series, Step: &step})
 		if err := ok(m, err); err != nil {
 			return nil, err
 		}

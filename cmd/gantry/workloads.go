@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gantryhq/gantry/api/client"
+	"github.com/gantryhq/gantry/api/model"
 )
 
 // The workload verbs talk to a server through the generated client
@@ -44,7 +45,7 @@ func launchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	// One key per intended launch: a retry after a lost answer launches once.
 	key := newKey()
-	resp, err := cl.CreateWorkloadWithResponse(ctx, &client.CreateWorkloadParams{IdempotencyKey: &key}, req)
+	resp, err := cl.CreateWorkloadWithResponse(ctx, &model.CreateWorkloadParams{IdempotencyKey: &key}, req)
 	if err := ok(resp, err); err != nil {
 		return err
 	}
@@ -73,7 +74,7 @@ func launchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 
 // follow polls a workload until it runs or ends, printing each change of
 // status or reason with the time since it began; a failure is an error.
-func follow(ctx context.Context, cl *client.ClientWithResponses, id string, timeout time.Duration, stderr io.Writer) (client.Workload, error) {
+func follow(ctx context.Context, cl *client.ClientWithResponses, id string, timeout time.Duration, stderr io.Writer) (model.Workload, error) {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -90,7 +91,7 @@ func follow(ctx context.Context, cl *client.ClientWithResponses, id string, time
 	for {
 		resp, err := cl.GetWorkloadWithResponse(ctx, id)
 		if err := ok(resp, err); err != nil {
-			return client.Workload{}, err
+			return model.Workload{}, err
 		}
 		w := *resp.JSON200
 		line := describe(w)
@@ -107,7 +108,7 @@ func follow(ctx context.Context, cl *client.ClientWithResponses, id string, time
 			last = line
 		}
 		switch {
-		case w.Status == client.Running || w.Status == client.Succeeded:
+		case w.Status == model.Running || w.Status == model.Succeeded:
 			return w, nil
 		case w.EndedAt != nil: // it ended otherwise (the server says when)
 			return w, fmt.Errorf("workload %s is %s: %s", id, w.Status, deref(w.Reason))
@@ -121,12 +122,12 @@ func follow(ctx context.Context, cl *client.ClientWithResponses, id string, time
 }
 
 // describe says a workload's status as a person reads it.
-func describe(w client.Workload) string {
+func describe(w model.Workload) string {
 	s := string(w.Status)
 	if r := deref(w.Reason); r != "" {
 		s += ": " + r
 	}
-	if a := w.Approval; w.Status == client.PendingApproval && a != nil {
+	if a := w.Approval; w.Status == model.PendingApproval && a != nil {
 		s += " (may decide: " + strings.Join(a.Approvers, ", ") + ")"
 	}
 	return s
@@ -147,18 +148,18 @@ func lsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	params := &client.ListWorkloadsParams{}
+	params := &model.ListWorkloadsParams{}
 	if *teamName != "" {
 		params.Team = teamName
 	}
 	if *st != "" {
-		s := client.WorkloadStatus(*st)
+		s := model.WorkloadStatus(*st)
 		params.Status = &s
 	}
 	if *ended {
 		params.Ended = ended
 	}
-	var all []client.Workload
+	var all []model.Workload
 	for {
 		resp, err := cl.ListWorkloadsWithResponse(ctx, params)
 		if err := ok(resp, err); err != nil {
@@ -219,7 +220,7 @@ func getCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			var verbs []string
 			for _, a := range *w.Actions {
 				v := string(a)
-				if a == client.WorkloadActionsDelete {
+				if a == model.WorkloadActionsDelete {
 					v = "rm"
 				}
 				verbs = append(verbs, v)
@@ -275,8 +276,8 @@ func decideCmd(ctx context.Context, verb string, args []string, stdout, stderr i
 	if strings.TrimSpace(*reason) == "" {
 		return usageError{"gantry " + verb + " ID --reason TEXT"}
 	}
-	in := client.DecisionRequest{Reason: *reason}
-	var w *client.Workload
+	in := model.DecisionRequest{Reason: *reason}
+	var w *model.Workload
 	if verb == "approve" {
 		resp, err := cl.ApproveWorkloadWithResponse(ctx, id, in)
 		if err := ok(resp, err); err != nil {
@@ -313,7 +314,7 @@ func estimateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
-	params := &client.EstimateWorkloadParams{}
+	params := &model.EstimateWorkloadParams{}
 	if *minMem > 0 {
 		params.MinMemoryGiB = minMem
 	}
@@ -361,8 +362,8 @@ func costCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	g := client.GetCostsParamsGroupBy(*by)
-	params := &client.GetCostsParams{GroupBy: &g}
+	g := model.GetCostsParamsGroupBy(*by)
+	params := &model.GetCostsParams{GroupBy: &g}
 	if *since > 0 {
 		from := time.Now().Add(-*since)
 		params.From = &from
@@ -394,7 +395,7 @@ func show(stdout io.Writer, output string, v any, text func()) error {
 
 // ownerText is the owner as people read them: the name the provider gave
 // (with the stable issuer#subject after it, when long), else the subject.
-func ownerText(w client.Workload, long bool) string {
+func ownerText(w model.Workload, long bool) string {
 	name := printable(deref(w.OwnerName))
 	switch {
 	case name == "":
@@ -405,7 +406,7 @@ func ownerText(w client.Workload, long bool) string {
 	return name
 }
 
-func gpuText(w client.Workload) string {
+func gpuText(w model.Workload) string {
 	s := fmt.Sprintf("%s×%d", w.Gpu.Class, w.Gpu.Count)
 	if p := deref(w.Gpu.MigProfile); p != "" {
 		s += " " + p
@@ -506,7 +507,7 @@ func logsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	params := &client.GetWorkloadLogsParams{}
+	params := &model.GetWorkloadLogsParams{}
 	if *followLog {
 		params.Follow = followLog
 	}
@@ -574,7 +575,7 @@ func tokensCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	switch args[0] {
 	case "create":
-		req := client.TokenRequest{Name: *name, ExpiresInDays: *days}
+		req := model.TokenRequest{Name: *name, ExpiresInDays: *days}
 		if *teamName != "" {
 			req.Team = teamName
 		}
@@ -643,7 +644,7 @@ func catalogCmd(ctx context.Context, sub string, args []string, stdout, stderr i
 	if len(rest) != 1 {
 		return usageError{"gantry templates show NAME"}
 	}
-	resp, err := cl.GetTemplateWithResponse(ctx, rest[0], &client.GetTemplateParams{})
+	resp, err := cl.GetTemplateWithResponse(ctx, rest[0], &model.GetTemplateParams{})
 	if err := ok(resp, err); err != nil {
 		return err
 	}
@@ -666,7 +667,7 @@ func adviceCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	line := func(w io.Writer, f client.Finding) {
+	line := func(w io.Writer, f model.Finding) {
 		fmt.Fprintf(w, "%s\t%s\t$%.0f/mo\t%s\n", f.Kind, f.Severity, f.MonthlyUSD, f.Reason)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
@@ -683,7 +684,7 @@ func adviceCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			tw.Flush()
 		})
 	}
-	resp, err := cl.ListAdviceWithResponse(ctx, &client.ListAdviceParams{})
+	resp, err := cl.ListAdviceWithResponse(ctx, &model.ListAdviceParams{})
 	if err := ok(resp, err); err != nil {
 		return err
 	}
@@ -720,23 +721,23 @@ func oneArgumentTo(ctx context.Context, fs *flag.FlagSet, args []string, server 
 // launchFlags defines the flags a launch request is made of (a launch's,
 // an estimate's) and returns what builds the request from them and the
 // command's one argument, the template.
-func launchFlags(fs *flag.FlagSet) func(rest []string, usage string) (client.LaunchRequest, error) {
+func launchFlags(fs *flag.FlagSet) func(rest []string, usage string) (model.LaunchRequest, error) {
 	teamName := fs.String("team", "", "the team (required)")
 	gpu := fs.String("gpu", "", "GPU class and count, CLASS[:COUNT] (default: the template's)")
 	mig := fs.String("mig", "", `MIG profile such as 1g.10gb, or "none" for whole GPUs (default: the template's)`)
 	var sets multiFlag
 	fs.Var(&sets, "set", "a parameter, k=v (repeatable)")
-	return func(rest []string, usage string) (client.LaunchRequest, error) {
+	return func(rest []string, usage string) (model.LaunchRequest, error) {
 		if len(rest) != 1 || *teamName == "" {
-			return client.LaunchRequest{}, usageError{usage}
+			return model.LaunchRequest{}, usageError{usage}
 		}
-		req := client.LaunchRequest{Template: rest[0], Team: *teamName}
+		req := model.LaunchRequest{Template: rest[0], Team: *teamName}
 		var err error
 		if req.Gpu, err = gpuChoice(*gpu, *mig); err != nil {
 			return req, err
 		}
 		if len(sets) > 0 {
-			p := client.Parameters{}
+			p := model.Parameters{}
 			for _, kv := range sets {
 				k, v, found := strings.Cut(kv, "=")
 				if !found || k == "" {
@@ -752,11 +753,11 @@ func launchFlags(fs *flag.FlagSet) func(rest []string, usage string) (client.Lau
 
 // gpuChoice reads --gpu CLASS[:COUNT] and --mig PROFILE (nil: the
 // template's defaults).
-func gpuChoice(gpu, mig string) (*client.GPUChoice, error) {
+func gpuChoice(gpu, mig string) (*model.GPUChoice, error) {
 	if gpu == "" && mig == "" {
 		return nil, nil
 	}
-	c := &client.GPUChoice{}
+	c := &model.GPUChoice{}
 	if gpu != "" {
 		class, count, found := strings.Cut(gpu, ":")
 		c.Class = &class

@@ -13,7 +13,7 @@ import (
 
 	gantry "github.com/gantryhq/gantry"
 	"github.com/gantryhq/gantry/api"
-	"github.com/gantryhq/gantry/api/gen"
+	"github.com/gantryhq/gantry/api/model"
 	"github.com/gantryhq/gantry/internal/advice"
 	"github.com/gantryhq/gantry/internal/audit"
 	"github.com/gantryhq/gantry/internal/authn"
@@ -307,7 +307,7 @@ func (s *Server) handler(ov Overrides, w *wiring) error {
 		MaxBodyBytes: cfg.MaxBodyBytes, Logger: s.Log, LogDrain: time.Duration(cfg.LogDrain),
 		Portal:   pages,
 		Identify: w.identify, RecheckBearer: w.recheck, Sessions: w.sessions, Tokens: s.tokens, Users: s.users, Teams: s.authz.Teams,
-		SignIn:    gen.AuthConfig{Issuer: oc.Issuer, CliClientID: oc.CLIClientID, Scopes: oc.Scopes},
+		SignIn:    model.AuthConfig{Issuer: oc.Issuer, CliClientID: oc.CLIClientID, Scopes: oc.Scopes},
 		Authorize: s.authz.AllowedSomewhere, RolesWith: s.authz.RolesWith, NeedsSecondFactor: s.authz.NeedsSecondFactor, Audit: s.denials, Images: s.Images,
 		AppTransport: ov.AppTransport,
 		Agents:       w.agents, Telemetry: s.Telemetry, Metrics: w.series, Advice: w.advice,

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -19,21 +18,10 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 
+	"github.com/gantryhq/gantry/internal/syncbuf"
 	"github.com/gantryhq/gantry/internal/telemetry"
 	"github.com/gantryhq/gantry/internal/waitfor"
 )
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
 // TestRun: `gantry-agent run` on a replay profile serves /metrics under
 // dcgm-exporter's names and pushes to Gantry with its token; SIGTERM (ctx)
@@ -57,7 +45,7 @@ func TestRun(t *testing.T) {
 	token := filepath.Join(t.TempDir(), "token")
 	os.WriteFile(token, []byte("sa-token"), 0o600)
 	ctx, cancel := context.WithCancel(context.Background())
-	var stderr syncBuffer
+	var stderr syncbuf.Buffer
 	done := make(chan int)
 	go func() {
 		done <- runAgent(ctx, []string{"--node", "gpu-node-7", "--gantry-url", gantry.URL, "--token-file", token, "--interval", "1s",
@@ -100,7 +88,7 @@ func TestRun(t *testing.T) {
 
 func TestRunWithoutDriver(t *testing.T) {
 	lib := &mock.Interface{InitFunc: func() nvml.Return { return nvml.ERROR_LIBRARY_NOT_FOUND }}
-	var stderr syncBuffer
+	var stderr syncbuf.Buffer
 	if code := runAgent(context.Background(), []string{"--node", "n", "--listen", "127.0.0.1:0"}, lib, &stderr); code != 1 || !strings.Contains(stderr.String(), "no NVIDIA driver") {
 		t.Fatalf("exit %d: %s", code, stderr.String())
 	}

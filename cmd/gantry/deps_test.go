@@ -15,7 +15,7 @@ import (
 // reads one.)
 var (
 	devOnly  = []string{"internal/devidp", "internal/devregistry", "internal/imagesign", "internal/devcluster", "internal/devagent", "github.com/zitadel/oidc/v3/pkg/op"}
-	testOnly = []string{"internal/servertest", "internal/workload/workloadtest", "internal/waitfor", "internal/devcluster/clustertest", "github.com/chromedp/chromedp"}
+	testOnly = []string{"internal/servertest", "internal/syncbuf", "internal/workload/workloadtest", "internal/waitfor", "internal/devcluster/clustertest", "github.com/chromedp/chromedp"}
 	// Third-party packages in the image verifier's graph that import
 	// package testing for helpers of their own; nothing of Gantry's may.
 	testingImporters = []string{"github.com/digitorus/pkcs7", "github.com/sigstore/sigstore/pkg/tuf"}

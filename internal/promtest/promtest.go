@@ -15,10 +15,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/gantryhq/gantry/internal/syncbuf"
 	"github.com/gantryhq/gantry/internal/waitfor"
 )
 
@@ -90,7 +90,7 @@ func Start(t testing.TB, o Options) *Server {
 	if err := os.WriteFile(cfgPath, cfg.Bytes(), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	cmd := exec.Command(Prometheus, "--config.file="+cfgPath, "--storage.tsdb.path="+data, "--web.listen-address=127.0.0.1:0",
 		"--storage.tsdb.retention.time=30d", "--log.level=warn")
 	cmd.Stdout, cmd.Stderr = &logs, &logs
@@ -185,21 +185,4 @@ func listeningPorts(pid int) ([]int, error) {
 		f.Close()
 	}
 	return ports, nil
-}
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.String()
 }

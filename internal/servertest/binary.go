@@ -1,7 +1,6 @@
 package servertest
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"net/http"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gantryhq/gantry/internal/devcluster"
+	"github.com/gantryhq/gantry/internal/syncbuf"
 	"github.com/gantryhq/gantry/internal/waitfor"
 )
 
@@ -181,19 +181,4 @@ func StartBinary(t testing.TB, o ProcessOptions) *Process {
 }
 
 // Log is what a process writes, read by the test while it runs.
-type Log struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *Log) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *Log) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
+type Log = syncbuf.Buffer

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"os"
+	"runtime/pprof"
 
 	"github.com/gantryhq/gantry/internal/config"
 	"github.com/gantryhq/gantry/internal/server"
@@ -19,6 +20,7 @@ func loadConfig(path string, f config.Flags) (config.Config, error) {
 func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := flags("gantry serve", stderr)
 	cfgPath := fs.String("config", "", "configuration file (YAML); also $GANTRY_CONFIG")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile (go tool pprof) to this file until the server stops: for measuring it under load")
 	flagValues := config.FlagSet(fs) // every option with a flag (docs/configuration.md)
 	if _, err := parse(fs, args); err != nil {
 		return err
@@ -34,5 +36,16 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	gcPercent, memLimit := tuneGC(os.Getenv, "/sys/fs/cgroup/memory.max")
 	srv.Log.Info("starting gantry", "version", version, "gc_percent", gcPercent, "memory_limit", memLimit)
 	srv.UseLogger()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	return srv.Run(ctx)
 }

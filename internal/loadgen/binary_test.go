@@ -34,13 +34,22 @@ type binary struct {
 	store *store.Store // the same database, for the fixture's records
 }
 
-// serveBinary starts gantry serve (built once: servertest.Binary) with env
-// added, and stops it when the benchmark ends.
+// serveBinary starts gantry serve (built once: servertest.Binary) on SQLite
+// with env added, and stops it when the benchmark ends.
 func serveBinary(b *testing.B, env ...string) *binary {
+	return serveOn(b, store.SQLite, "", env...)
+}
+
+// serveOn starts gantry serve on the database driver and dsn ("" with
+// SQLite: a new file), with env added.
+func serveOn(b *testing.B, driver, dsn string, env ...string) *binary {
 	b.Helper()
 	dir := b.TempDir()
-	g := &binary{db: filepath.Join(dir, "gantry.db")}
-	p := servertest.StartBinary(b, servertest.ProcessOptions{Args: []string{"--db", g.db},
+	if dsn == "" {
+		dsn = filepath.Join(dir, "gantry.db")
+	}
+	g := &binary{db: dsn}
+	p := servertest.StartBinary(b, servertest.ProcessOptions{Args: []string{"--db-driver", driver, "--db", dsn, "--log-level", "warn"},
 		Env: append([]string{"XDG_DATA_HOME=" + filepath.Join(dir, "data"), "GANTRY_IMAGES_DEV_REGISTRY=true"}, env...)})
 	g.URL, g.pid = p.URL, p.Cmd.Process.Pid
 	b.Cleanup(func() {
@@ -49,7 +58,7 @@ func serveBinary(b *testing.B, env ...string) *binary {
 		}
 	})
 	var err error
-	if g.store, err = store.Open(context.Background(), store.SQLite, g.db); err != nil {
+	if g.store, err = store.Open(context.Background(), driver, dsn); err != nil {
 		b.Fatal(err)
 	}
 	return g
@@ -57,7 +66,10 @@ func serveBinary(b *testing.B, env ...string) *binary {
 
 // adminToken makes a personal access token for the development platform
 // admin, ada, in the server's database (as gantry dev does in process).
-func (g *binary) adminToken(b *testing.B) string {
+func (g *binary) adminToken(b *testing.B) string { return g.adminTokens(b, 1)[0] }
+
+// adminTokens makes n of them.
+func (g *binary) adminTokens(b *testing.B, n int) []string {
 	b.Helper()
 	resp, err := http.Get(g.URL + "/auth/config")
 	if err != nil {
@@ -84,11 +96,15 @@ func (g *binary) adminToken(b *testing.B) string {
 	if err != nil {
 		b.Fatal(err)
 	}
-	_, secret, err := tokens.Create(ctx, token.Request{Name: "load", Lifetime: 24 * time.Hour})
-	if err != nil {
-		b.Fatal(err)
+	var secrets []string
+	for range n {
+		_, secret, err := tokens.Create(ctx, token.Request{Name: "load", Lifetime: 24 * time.Hour})
+		if err != nil {
+			b.Fatal(err)
+		}
+		secrets = append(secrets, secret)
 	}
-	return secret
+	return secrets
 }
 
 // seed records n Running workloads, spread over four teams.

@@ -28,6 +28,7 @@ import (
 // process of its own, on SQLite, under an address-space limit, with a load
 // generator (this process) outside it.
 type binary struct {
+	*servertest.Process
 	URL   string
 	pid   int
 	db    string
@@ -49,13 +50,20 @@ func serveOn(b *testing.B, driver, dsn string, env ...string) *binary {
 		dsn = filepath.Join(dir, "gantry.db")
 	}
 	g := &binary{db: dsn}
-	p := servertest.StartBinary(b, servertest.ProcessOptions{Args: []string{"--db-driver", driver, "--db", dsn, "--log-level", "warn"},
+	args := []string{"--db-driver", driver, "--db", dsn}
+	if prof := os.Getenv("GANTRY_BENCH_CPUPROFILE"); prof != "" {
+		// The server's own CPU profile, written when the benchmark ends it
+		// (go tool pprof bin/gantry-dev FILE).
+		args = append(args, "--cpuprofile", prof+"."+driver)
+	}
+	p := servertest.StartBinary(b, servertest.ProcessOptions{Args: args,
 		Env: append([]string{"XDG_DATA_HOME=" + filepath.Join(dir, "data"), "GANTRY_IMAGES_DEV_REGISTRY=true"}, env...)})
-	g.URL, g.pid = p.URL, p.Cmd.Process.Pid
+	g.Process, g.URL, g.pid = p, p.URL, p.Cmd.Process.Pid
 	b.Cleanup(func() {
 		if g.store != nil {
 			g.store.Close()
 		}
+		p.Terminate(15 * time.Second) // a clean stop writes the profile
 	})
 	var err error
 	if g.store, err = store.Open(context.Background(), driver, dsn); err != nil {

@@ -18,8 +18,9 @@ import (
 )
 
 // BenchmarkReadAPIOutside is BenchmarkReadAPI as users meet it: the real
-// `gantry serve` binary in a process of its own (under ulimit -v, log level
-// warn) on SQLite or PostgreSQL holding 10,000 workloads, and the 50 clients
+// `gantry serve` binary in a process of its own (under ulimit -v, on the
+// default configuration: log level info, an access log line a request) on
+// SQLite or PostgreSQL holding 10,000 workloads, and the 50 clients
 // — each with a token of its own — in a third process (this test binary run
 // again as TestOutsideLoad), so that the load generator shares neither a
 // scheduler nor a garbage collector with the server. The server's CPU time

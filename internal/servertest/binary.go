@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -113,10 +114,21 @@ type Process struct {
 	Err    error
 }
 
-// Stop kills the process and waits for it.
+// Stop kills the process (SIGKILL) and waits for it.
 func (p *Process) Stop() {
 	p.Cmd.Process.Kill()
 	<-p.Exited
+}
+
+// Terminate asks the process to stop (SIGTERM), as Kubernetes does, and
+// waits for it, killing it after grace.
+func (p *Process) Terminate(grace time.Duration) {
+	p.Cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.Exited:
+	case <-time.After(grace):
+		p.Stop()
+	}
 }
 
 var servingRE = regexp.MustCompile(`msg="gantry is serving" url=(https?://\S+)`)

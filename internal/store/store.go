@@ -41,8 +41,9 @@ type Store struct {
 	db *sql.DB // writes and transactions
 	// read serves single reads outside transactions. On SQLite it is a pool
 	// of read-only connections beside db's one writer (WAL lets readers run
-	// while a write is in progress); on PostgreSQL it is db.
-	read   *sql.DB
+	// while a write is in progress); on PostgreSQL it is db. Its statements
+	// are prepared once and kept.
+	read   *reader
 	driver string
 	seen   seriesSeen // telemetry series this process has written
 	// changed wakes this process's change-feed follower (txChanges).
@@ -107,7 +108,7 @@ func Open(ctx context.Context, driver, dsn string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", driver, err)
 	}
-	s := &Store{db: db, read: read, driver: driver, changed: make(chan struct{}, 1)}
+	s := &Store{db: db, read: newReader(read, driver == SQLite), driver: driver, changed: make(chan struct{}, 1)}
 	if err := db.PingContext(ctx); err != nil {
 		s.Close()
 		return nil, &fault.Unavailable{What: driver + " database", Err: err}
@@ -124,11 +125,8 @@ const readers = 8
 
 // Close closes the database.
 func (s *Store) Close() error {
-	err := s.db.Close()
-	if s.read != s.db {
-		err = errors.Join(err, s.read.Close())
-	}
-	return err
+	err := s.read.Close(s.read.db != s.db)
+	return errors.Join(err, s.db.Close())
 }
 
 // Ping checks that the database answers.

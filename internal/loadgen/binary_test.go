@@ -51,7 +51,8 @@ func serveOn(b *testing.B, driver, dsn string, env ...string) *binary {
 	}
 	g := &binary{db: dsn}
 	args := []string{"--db-driver", driver, "--db", dsn}
-	if prof := os.Getenv("GANTRY_BENCH_CPUPROFILE"); prof != "" {
+	prof := os.Getenv("GANTRY_BENCH_CPUPROFILE")
+	if prof != "" {
 		// The server's own CPU profile, written when the benchmark ends it
 		// (go tool pprof bin/gantry-dev FILE).
 		args = append(args, "--cpuprofile", prof+"."+driver)
@@ -63,7 +64,9 @@ func serveOn(b *testing.B, driver, dsn string, env ...string) *binary {
 		if g.store != nil {
 			g.store.Close()
 		}
-		p.Terminate(15 * time.Second) // a clean stop writes the profile
+		if prof != "" {
+			p.Terminate(15 * time.Second) // a clean stop writes the profile
+		}
 	})
 	var err error
 	if g.store, err = store.Open(context.Background(), driver, dsn); err != nil {

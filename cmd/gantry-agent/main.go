@@ -20,7 +20,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"github.com/gantryhq/gantry/internal/gpu"
-	"github.com/gantryhq/gantry/internal/nodegpu"
+	"github.com/gantryhq/gantry/internal/node/nodegpu"
 )
 
 func main() {

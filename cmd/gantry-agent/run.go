@@ -15,9 +15,9 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/gantryhq/gantry/internal/agent"
-	"github.com/gantryhq/gantry/internal/nodegpu"
-	"github.com/gantryhq/gantry/internal/podresources"
+	"github.com/gantryhq/gantry/internal/node/agent"
+	"github.com/gantryhq/gantry/internal/node/nodegpu"
+	"github.com/gantryhq/gantry/internal/node/podresources"
 	"github.com/gantryhq/gantry/internal/replay"
 )
 

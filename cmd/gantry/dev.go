@@ -13,11 +13,11 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/gantryhq/gantry/internal/agent"
 	"github.com/gantryhq/gantry/internal/config"
-	"github.com/gantryhq/gantry/internal/devagent"
 	"github.com/gantryhq/gantry/internal/devcluster"
 	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/node/agent"
+	"github.com/gantryhq/gantry/internal/node/devagent"
 	"github.com/gantryhq/gantry/internal/server"
 	"github.com/gantryhq/gantry/internal/telemetry"
 )

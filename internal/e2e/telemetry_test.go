@@ -19,8 +19,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gantryhq/gantry/internal/config"
-	"github.com/gantryhq/gantry/internal/devagent"
 	"github.com/gantryhq/gantry/internal/kube"
+	"github.com/gantryhq/gantry/internal/node/devagent"
 	"github.com/gantryhq/gantry/internal/replay"
 	"github.com/gantryhq/gantry/internal/telemetry"
 	"github.com/gantryhq/gantry/internal/waitfor"

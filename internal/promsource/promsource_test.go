@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gantryhq/gantry/internal/agent"
+	"github.com/gantryhq/gantry/internal/node/agent"
 	"github.com/gantryhq/gantry/internal/promsource"
 	"github.com/gantryhq/gantry/internal/promtest"
 	"github.com/gantryhq/gantry/internal/replay"

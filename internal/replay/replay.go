@@ -16,7 +16,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gantryhq/gantry/internal/agent"
+	"github.com/gantryhq/gantry/internal/node/agent"
 	"github.com/gantryhq/gantry/internal/telemetry"
 )
 

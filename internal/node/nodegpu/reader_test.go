@@ -12,8 +12,8 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 
-	"github.com/gantryhq/gantry/internal/agent"
-	"github.com/gantryhq/gantry/internal/nodegpu"
+	"github.com/gantryhq/gantry/internal/node/agent"
+	"github.com/gantryhq/gantry/internal/node/nodegpu"
 	"github.com/gantryhq/gantry/internal/telemetry"
 )
 

@@ -12,8 +12,8 @@ import (
 	"google.golang.org/grpc"
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
-	"github.com/gantryhq/gantry/internal/agent"
-	"github.com/gantryhq/gantry/internal/podresources"
+	"github.com/gantryhq/gantry/internal/node/agent"
+	"github.com/gantryhq/gantry/internal/node/podresources"
 	"github.com/gantryhq/gantry/internal/telemetry"
 )
 

@@ -22,7 +22,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	v1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
-	"github.com/gantryhq/gantry/internal/agent"
+	"github.com/gantryhq/gantry/internal/node/agent"
 	"github.com/gantryhq/gantry/internal/telemetry"
 )
 

@@ -11,7 +11,7 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
-	"github.com/gantryhq/gantry/internal/agent"
+	"github.com/gantryhq/gantry/internal/node/agent"
 	"github.com/gantryhq/gantry/internal/telemetry"
 )
 

@@ -15,8 +15,8 @@ import (
 	listersv1 "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/gantryhq/gantry/internal/agent"
 	"github.com/gantryhq/gantry/internal/devcluster"
+	"github.com/gantryhq/gantry/internal/node/agent"
 	"github.com/gantryhq/gantry/internal/telemetry"
 )
 

@@ -8,7 +8,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 
-	"github.com/gantryhq/gantry/internal/nodegpu"
+	"github.com/gantryhq/gantry/internal/node/nodegpu"
 )
 
 // fakeNode is an NVML stand-in (no driver runs here): one H100 with MIG on and

@@ -31,7 +31,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
 
-	"github.com/gantryhq/gantry/internal/agent"
+	"github.com/gantryhq/gantry/internal/node/agent"
 	"github.com/gantryhq/gantry/internal/replay"
 	"github.com/gantryhq/gantry/internal/telemetry"
 )

@@ -1,6 +1,7 @@
 // Package client is Gantry's Go client, generated from openapi.yaml: a
-// ClientWithResponses whose methods are the operations, over the models of
-// api/model.
+// ClientWithResponses whose methods are the operations. Their bodies,
+// parameters and answers are the types of package api/model (import it
+// beside this one; this package does not re-export them).
 // The gantry CLI talks to servers through it; other Go programs may too.
 package client
 

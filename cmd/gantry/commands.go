@@ -23,6 +23,9 @@ type command struct {
 	subs []*command
 	// values are what the shell completes as its argument.
 	values []string
+	// hidden commands run but are not offered (gantry dev in a production
+	// build, which says it is not in the build).
+	hidden bool
 	run    func(ctx context.Context, args []string, stdout, stderr io.Writer) error
 }
 
@@ -50,11 +53,7 @@ func table(dev bool) []*command {
 			return fn(args, stdout, stderr)
 		}
 	}
-	var out []*command
-	if dev {
-		out = append(out, &command{name: "dev", summary: "local cluster with simulated GPU nodes + Gantry on it", run: devCmd})
-	}
-	return append(out,
+	return append([]*command{{name: "dev", summary: "local cluster with simulated GPU nodes + Gantry on it", hidden: !dev, run: devCmd}},
 		&command{name: "serve", synopsis: "[--config FILE] [--listen ADDR]", summary: "serve the API",
 			run: func(ctx context.Context, args []string, _, stderr io.Writer) error { return serve(ctx, args, stderr) }},
 		&command{name: "templates", subs: []*command{
@@ -158,6 +157,9 @@ func usageLine(path string, c *command) string {
 // leaves are the runnable commands under cmds with their paths, in order.
 func leaves(prefix string, cmds []*command, fn func(path string, c *command)) {
 	for _, c := range cmds {
+		if c.hidden {
+			continue
+		}
 		path := strings.TrimSpace(prefix + " " + c.name)
 		if len(c.subs) > 0 {
 			leaves(path, c.subs, fn)

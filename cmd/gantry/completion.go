@@ -17,6 +17,9 @@ func completionCmd(args []string, stdout io.Writer) error {
 	offers := map[string][]string{}
 	var names []string
 	for _, c := range commands {
+		if c.hidden {
+			continue
+		}
 		names = append(names, c.name)
 		for _, s := range c.subs {
 			offers[c.name] = append(offers[c.name], s.name)

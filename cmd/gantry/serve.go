@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"runtime/pprof"
@@ -29,6 +30,14 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	var profile *os.File
+	if *cpuProfile != "" {
+		// A new file only, readable by its owner: never one that is there.
+		if profile, err = os.OpenFile(*cpuProfile, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600); err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer profile.Close()
+	}
 	srv, err := server.New(ctx, cfg, server.Overrides{})
 	if err != nil {
 		return err
@@ -36,14 +45,9 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	gcPercent, memLimit := tuneGC(os.Getenv, "/sys/fs/cgroup/memory.max")
 	srv.Log.Info("starting gantry", "version", version, "gc_percent", gcPercent, "memory_limit", memLimit)
 	srv.UseLogger()
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
+	if profile != nil {
+		if err := pprof.StartCPUProfile(profile); err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
 		}
 		defer pprof.StopCPUProfile()
 	}

@@ -53,6 +53,7 @@ func serveOn(b *testing.B, driver, dsn string, env ...string) *binary {
 	args := []string{"--db-driver", driver, "--db", dsn}
 	prof := os.Getenv("GANTRY_BENCH_CPUPROFILE")
 	if prof != "" {
+		prof, _ = filepath.Abs(prof) // the server runs in the repository's root
 		// The server's own CPU profile, written when the benchmark ends it
 		// (go tool pprof bin/gantry-dev FILE).
 		args = append(args, "--cpuprofile", prof+"."+driver)

@@ -578,6 +578,15 @@ func (s *Server) lead(ctx context.Context, c *kube.Cluster) error {
 	if err != nil {
 		return err
 	}
+	// Every part is built before any loop starts: a lead that fails to build
+	// has nothing to wait for.
+	var quotas *quota.Syncer
+	if s.Config.Quota.Kueue {
+		if quotas, err = quota.NewSyncer(quota.SyncerOptions{Policy: func() quota.Policy { return s.authz.Policy() }, Classes: s.Catalog.Classes(),
+			Kueue: c, Holds: s.Budgets, Priorities: priorities, Log: s.Log}); err != nil {
+			return err
+		}
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return ctl.Run(gctx) })
 	g.Go(func() error { return s.every(gctx, s.Config.Reconcile(), s.lifecycle) })
@@ -608,15 +617,15 @@ func (s *Server) lead(ctx context.Context, c *kube.Cluster) error {
 			}
 		})
 	})
-	if s.Config.Quota.Kueue {
-		quotas, err := quota.NewSyncer(quota.SyncerOptions{Policy: func() quota.Policy { return s.authz.Policy() }, Classes: s.Catalog.Classes(),
-			Kueue: c, Holds: s.Budgets, Priorities: priorities, Log: s.Log})
-		if err != nil {
-			return err
-		}
+	if quotas != nil {
 		g.Go(func() error {
 			return s.every(gctx, s.Config.Reconcile(), func(ctx context.Context) {
-				if _, err := quotas.Run(ctx); err != nil && ctx.Err() == nil {
+				applied, err := quotas.Run(ctx)
+				switch {
+				case err == nil || ctx.Err() != nil:
+				case applied:
+					s.Log.Error("quotas: Kueue objects applied, but Gantry's AdmissionCheck not marked active", "err", err)
+				default:
 					s.Log.Error("quotas: Kueue objects not synced", "err", err)
 				}
 			})

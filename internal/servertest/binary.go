@@ -131,7 +131,10 @@ func (p *Process) Terminate(grace time.Duration) {
 	}
 }
 
-var servingRE = regexp.MustCompile(`msg="gantry is serving" url=(https?://\S+)`)
+var servingRE = regexp.MustCompile(`msg="gantry is serving" url=(http://\S+)`)
+
+// healthClient asks /healthz, never for long.
+var healthClient = &http.Client{Timeout: 5 * time.Second}
 
 // StartBinary runs `gantry serve` on a port the kernel picks and waits until
 // it says where it serves and answers /healthz there (nothing picks a port
@@ -181,11 +184,14 @@ func StartBinary(t testing.TB, o ProcessOptions) *Process {
 		if m == nil {
 			return errors.New(`no "gantry is serving" line yet`)
 		}
-		resp, err := http.Get(m[1] + "/healthz")
+		resp, err := healthClient.Get(m[1] + "/healthz")
 		if err != nil {
 			return err
 		}
 		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("/healthz answered %d", resp.StatusCode)
+		}
 		p.URL = m[1]
 		return nil
 	})

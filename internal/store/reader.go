@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"strings"
 	"sync"
 )
 
@@ -21,8 +22,9 @@ type reader struct {
 	stmts map[string]*sql.Stmt
 }
 
-// maxStatements bounds the statements kept; queries past it (texts that
-// vary with their arguments, such as IN lists) run unprepared.
+// maxStatements bounds the statements kept; queries past it run
+// unprepared. Texts that vary with their arguments (IN lists) are never
+// kept, so the bound holds the fixed queries.
 const maxStatements = 256
 
 func newReader(db *sql.DB, cache bool) *reader {
@@ -31,7 +33,7 @@ func newReader(db *sql.DB, cache bool) *reader {
 
 // stmt is query's prepared statement, or nil when none is kept for it.
 func (r *reader) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
-	if !r.cache {
+	if !r.cache || strings.Contains(query, " IN (") {
 		return nil, nil
 	}
 	r.mu.Lock()

@@ -54,7 +54,11 @@ type Store struct {
 
 // UseClock makes the store stamp and expire by now (the server's clock)
 // instead of the wall clock it opens with.
-func (s *Store) UseClock(now func() time.Time) { s.now.Store(&now) }
+func (s *Store) UseClock(now func() time.Time) {
+	if now != nil {
+		s.now.Store(&now)
+	}
+}
 
 func (s *Store) clock() time.Time {
 	if f := s.now.Load(); f != nil {

@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -17,14 +18,21 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 
 	"github.com/gantryhq/gantry/internal/config"
 	"github.com/gantryhq/gantry/internal/devcluster"
 	"github.com/gantryhq/gantry/internal/devcluster/clustertest"
+	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/kube"
 	"github.com/gantryhq/gantry/internal/loadgen"
+	"github.com/gantryhq/gantry/internal/quota"
 	"github.com/gantryhq/gantry/internal/render"
+	"github.com/gantryhq/gantry/internal/team"
 	"github.com/gantryhq/gantry/internal/template"
 	"github.com/gantryhq/gantry/internal/waitfor"
 	"github.com/gantryhq/gantry/internal/workload"
@@ -135,7 +143,10 @@ func promSum(text []byte, metric string) float64 {
 
 // BenchmarkSubmitToRunning submits a batch of 100 launches at once (ten at a
 // time) and reports the p50 and p95 of the time from submitting each until the
-// API reports it Running. The cluster gets enough extra H100 nodes for all.
+// API reports it Running; and, alternately in each round, the baseline: the
+// same objects (queued for Kueue, as Gantry renders them) applied directly
+// into a team's LocalQueue with client-go, timed until their pods run. The
+// cluster gets enough extra H100 nodes for a batch.
 func BenchmarkSubmitToRunning(b *testing.B) {
 	if cluster == nil {
 		b.Skip(clustertest.ErrNotRequested)
@@ -145,13 +156,36 @@ func BenchmarkSubmitToRunning(b *testing.B) {
 		b.Fatal(err)
 	}
 	const batch = 100
-	var all []time.Duration
+	k, err := kube.New(cluster.Config(), kube.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(cluster.Config())
+	if err != nil {
+		b.Fatal(err)
+	}
+	classes, files, err := template.LoadCatalog("../../templates")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var tpl template.Template
+	for _, f := range files {
+		if f.Template.Metadata.Name == "vllm-inference" {
+			tpl = *f.Template
+		}
+	}
+	// vllm-inference without its volume: claims wait for the simulated
+	// cluster's volume binder (a 15 s sync period), which says nothing about
+	// Gantry.
+	tpl.Metadata.Name, tpl.Spec.Volumes = "bench-svc", nil
+	resolved, err := tpl.Resolve(classes, template.Choice{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var all, direct []time.Duration
 	for round := 0; b.Loop(); round++ {
 		g := start(b, filepath.Join(b.TempDir(), "g.db"), true)
-		team := fmt.Sprintf("batch%d", round)
-		// vllm-inference without its volume: claims wait for the simulated
-		// cluster's volume binder (a 15 s sync period), which says nothing about
-		// Gantry.
+		bteam := fmt.Sprintf("batch%d", round)
 		doc := templateDoc(b, "../../templates/vllm-inference.yaml")
 		doc["metadata"].(map[string]any)["name"] = "bench-svc"
 		delete(doc["spec"].(map[string]any), "volumes")
@@ -162,7 +196,7 @@ func BenchmarkSubmitToRunning(b *testing.B) {
 		var mu sync.Mutex
 		var wg sync.WaitGroup
 		sem := make(chan struct{}, 10)
-		body, _ := json.Marshal(map[string]any{"template": "bench-svc", "team": team})
+		body, _ := json.Marshal(map[string]any{"template": "bench-svc", "team": bteam})
 		for i := 0; i < batch; i++ {
 			wg.Add(1)
 			sem <- struct{}{}
@@ -186,7 +220,7 @@ func BenchmarkSubmitToRunning(b *testing.B) {
 		running := map[string]time.Duration{}
 		deadline := time.Now().Add(3 * time.Minute)
 		for len(running) < batch && time.Now().Before(deadline) {
-			resp, err := http.Get(g.url + "/api/v1/workloads?limit=500&status=Running&team=" + team)
+			resp, err := http.Get(g.url + "/api/v1/workloads?limit=500&status=Running&team=" + bteam)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -212,7 +246,7 @@ func BenchmarkSubmitToRunning(b *testing.B) {
 		for _, d := range running {
 			all = append(all, d)
 		}
-		// Free the GPUs for the next round.
+		// Free the GPUs for the baseline.
 		b.StopTimer()
 		for id := range running {
 			req, _ := http.NewRequest(http.MethodDelete, g.url+"/api/v1/workloads/"+id, nil)
@@ -220,18 +254,132 @@ func BenchmarkSubmitToRunning(b *testing.B) {
 				resp.Body.Close()
 			}
 		}
-		waitfor.Until(b, 2*time.Minute, "the batch's pods to go", func() error {
-			pods, err := cluster.Client.CoreV1().Pods("gantry-"+team).List(ctx, metav1.ListOptions{})
-			if err == nil && len(pods.Items) > 0 {
-				err = fmt.Errorf("%d pods left", len(pods.Items))
+		podsGone(b, "gantry-"+bteam)
+		b.StartTimer()
+
+		// The baseline: the same objects straight into a LocalQueue of their
+		// own, on a ClusterQueue as a team's but without Gantry's admission
+		// check (Kueue admits them alone), in a namespace Kueue manages and
+		// Gantry does not (no team label, not Gantry's prefix); timed until
+		// each pod runs.
+		dteam := team.Name(fmt.Sprintf("direct%d%s", round, strings.ToLower(rand.Text()[:5])))
+		ns := "bench-" + dteam.String()
+		baselineQueue(b, dyn, classes, ns, dteam)
+		started := make(map[string]time.Time, batch)
+		for i := 0; i < batch; i++ {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				id := fmt.Sprintf("d%02d%05d", round, i)
+				start := time.Now()
+				objs, err := render.Objects(resolved, render.Meta{WorkloadID: id, Team: dteam.String(), Owner: "alice", Namespace: ns, TemplateVersion: 1,
+					Image: "registry.gantry.internal/bench/image@sha256:" + strings.Repeat("2", 64), Kueue: true})
+				if err == nil {
+					err = k.Apply(ctx, objs)
+				}
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				mu.Lock()
+				started[id] = start
+				mu.Unlock()
+			}()
+		}
+		ran := map[string]time.Duration{}
+		deadline = time.Now().Add(3 * time.Minute)
+		for len(ran) < batch && time.Now().Before(deadline) {
+			pods, err := cluster.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+			if err != nil {
+				b.Fatal(err)
 			}
-			return err
-		})
+			now := time.Now()
+			mu.Lock()
+			for _, p := range pods.Items {
+				id := p.Labels["gantry.dev/workload-id"]
+				if _, seen := ran[id]; !seen && p.Status.Phase == corev1.PodRunning {
+					if at, ok := started[id]; ok {
+						ran[id] = now.Sub(at)
+					}
+				}
+			}
+			mu.Unlock()
+			time.Sleep(20 * time.Millisecond)
+		}
+		wg.Wait()
+		if len(ran) < batch {
+			b.Fatalf("baseline: %d of %d pods ran", len(ran), batch)
+		}
+		for _, d := range ran {
+			direct = append(direct, d)
+		}
+		b.StopTimer()
+		if err := cluster.Client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}); err != nil {
+			b.Fatal(err)
+		}
+		podsGone(b, ns)
 		b.StartTimer()
 	}
-	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
-	b.ReportMetric(float64(all[len(all)/2].Milliseconds()), "p50-ms")
-	b.ReportMetric(float64(all[len(all)*95/100].Milliseconds()), "p95-ms")
+	q := func(ds []time.Duration, p int) float64 {
+		sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+		return float64(ds[len(ds)*p/100].Milliseconds())
+	}
+	b.ReportMetric(q(all, 50), "p50-ms")
+	b.ReportMetric(q(all, 95), "p95-ms")
+	b.ReportMetric(q(direct, 50), "direct-p50-ms")
+	b.ReportMetric(q(direct, 95), "direct-p95-ms")
+}
+
+// baselineQueue makes namespace ns (Kueue manages it: Gantry's label; Gantry
+// does not: no team label) with the LocalQueue workloads rendered for t
+// name, on a ClusterQueue with room for every batch and without Gantry's
+// admission check.
+func baselineQueue(b *testing.B, dyn dynamic.Interface, classes *gpu.Catalog, ns string, t team.Name) {
+	b.Helper()
+	ctx := context.Background()
+	_, err := cluster.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns,
+		Labels: map[string]string{render.LabelManagedBy: render.ManagedBy}}}, metav1.CreateOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	q := quota.Quota{GPUs: map[string]float64{}}
+	for _, c := range classes.Names() {
+		q.GPUs[c] = 1000
+	}
+	cq := quota.ClusterQueueObject(classes, t, q)
+	cq["metadata"] = map[string]any{"name": ns}
+	cq["spec"].(map[string]any)["namespaceSelector"] = map[string]any{"matchLabels": map[string]any{"kubernetes.io/metadata.name": ns}}
+	lq := quota.LocalQueueObject(ns, t)
+	lq["metadata"] = map[string]any{"name": quota.LocalQueue, "namespace": ns}
+	lq["spec"] = map[string]any{"clusterQueue": ns}
+	for _, o := range []quota.Object{cq, lq} {
+		u := &unstructured.Unstructured{Object: o}
+		gvr := schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: strings.ToLower(u.GetKind()) + "s"}
+		var r dynamic.ResourceInterface = dyn.Resource(gvr)
+		if u.GetNamespace() != "" {
+			r = dyn.Resource(gvr).Namespace(u.GetNamespace())
+		}
+		if _, err := r.Apply(ctx, u.GetName(), u, metav1.ApplyOptions{FieldManager: "bench", Force: true}); err != nil {
+			b.Fatalf("%s %s: %v", u.GetKind(), u.GetName(), err)
+		}
+	}
+	b.Cleanup(func() {
+		dyn.Resource(schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "clusterqueues"}).Delete(context.Background(), ns, metav1.DeleteOptions{})
+	})
+}
+
+// podsGone waits until namespace ns has no pods left.
+func podsGone(b *testing.B, ns string) {
+	b.Helper()
+	waitfor.Until(b, 2*time.Minute, "the batch's pods in "+ns+" to go", func() error {
+		pods, err := cluster.Client.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{})
+		if err == nil && len(pods.Items) > 0 {
+			err = fmt.Errorf("%d pods left", len(pods.Items))
+		}
+		return err
+	})
 }
 
 // BenchmarkSustainedLaunch: 50 clients, each with a personal access token of

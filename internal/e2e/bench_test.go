@@ -192,57 +192,30 @@ func BenchmarkSubmitToRunning(b *testing.B) {
 		if s := g.post("/api/v1/templates", doc, nil); s != 201 {
 			b.Fatalf("create template: %d", s)
 		}
-		submitted := make(map[string]time.Time, batch)
-		var mu sync.Mutex
-		var wg sync.WaitGroup
-		sem := make(chan struct{}, 10)
 		body, _ := json.Marshal(map[string]any{"template": "bench-svc", "team": bteam})
-		for i := 0; i < batch; i++ {
-			wg.Add(1)
-			sem <- struct{}{}
-			go func() {
-				defer wg.Done()
-				defer func() { <-sem }()
-				start := time.Now()
-				resp, err := http.Post(g.url+"/api/v1/workloads", "application/json", bytes.NewReader(body))
-				if err != nil {
-					b.Error(err)
-					return
-				}
-				var w struct{ ID string }
-				json.NewDecoder(resp.Body).Decode(&w)
-				resp.Body.Close()
-				mu.Lock()
-				submitted[w.ID] = start
-				mu.Unlock()
-			}()
-		}
-		running := map[string]time.Duration{}
-		deadline := time.Now().Add(3 * time.Minute)
-		for len(running) < batch && time.Now().Before(deadline) {
+		running := timeToRunning(b, batch, func(int) (string, error) {
+			resp, err := http.Post(g.url+"/api/v1/workloads", "application/json", bytes.NewReader(body))
+			if err != nil {
+				return "", err
+			}
+			defer resp.Body.Close()
+			var w struct{ ID string }
+			err = json.NewDecoder(resp.Body).Decode(&w)
+			return w.ID, err
+		}, func() ([]string, error) {
 			resp, err := http.Get(g.url + "/api/v1/workloads?limit=500&status=Running&team=" + bteam)
 			if err != nil {
-				b.Fatal(err)
+				return nil, err
 			}
+			defer resp.Body.Close()
 			var page struct{ Items []struct{ ID string } }
-			json.NewDecoder(resp.Body).Decode(&page)
-			resp.Body.Close()
-			now := time.Now()
-			mu.Lock()
+			err = json.NewDecoder(resp.Body).Decode(&page)
+			var ids []string
 			for _, it := range page.Items {
-				if _, seen := running[it.ID]; !seen {
-					if at, ok := submitted[it.ID]; ok {
-						running[it.ID] = now.Sub(at)
-					}
-				}
+				ids = append(ids, it.ID)
 			}
-			mu.Unlock()
-			time.Sleep(20 * time.Millisecond) // the sampling interval of the measurement, finer than waitfor's
-		}
-		wg.Wait()
-		if len(running) < batch {
-			b.Fatalf("%d of %d launches reached Running", len(running), batch)
-		}
+			return ids, err
+		})
 		for _, d := range running {
 			all = append(all, d)
 		}
@@ -265,53 +238,27 @@ func BenchmarkSubmitToRunning(b *testing.B) {
 		dteam := team.Name(fmt.Sprintf("direct%d%s", round, strings.ToLower(rand.Text()[:5])))
 		ns := "bench-" + dteam.String()
 		baselineQueue(b, dyn, classes, ns, dteam)
-		started := make(map[string]time.Time, batch)
-		for i := 0; i < batch; i++ {
-			wg.Add(1)
-			sem <- struct{}{}
-			go func() {
-				defer wg.Done()
-				defer func() { <-sem }()
-				id := fmt.Sprintf("d%02d%05d", round, i)
-				start := time.Now()
-				objs, err := render.Objects(resolved, render.Meta{WorkloadID: id, Team: dteam.String(), Owner: "alice", Namespace: ns, TemplateVersion: 1,
-					Image: "registry.gantry.internal/bench/image@sha256:" + strings.Repeat("2", 64), Kueue: true})
-				if err == nil {
-					err = k.Apply(ctx, objs)
-				}
-				if err != nil {
-					b.Error(err)
-					return
-				}
-				mu.Lock()
-				started[id] = start
-				mu.Unlock()
-			}()
-		}
-		ran := map[string]time.Duration{}
-		deadline = time.Now().Add(3 * time.Minute)
-		for len(ran) < batch && time.Now().Before(deadline) {
+		ran := timeToRunning(b, batch, func(i int) (string, error) {
+			id := fmt.Sprintf("d%02d%05d", round, i)
+			objs, err := render.Objects(resolved, render.Meta{WorkloadID: id, Team: dteam.String(), Owner: "alice", Namespace: ns, TemplateVersion: 1,
+				Image: "registry.gantry.internal/bench/image@sha256:" + strings.Repeat("2", 64), Kueue: true})
+			if err != nil {
+				return "", err
+			}
+			return id, k.Apply(ctx, objs)
+		}, func() ([]string, error) {
 			pods, err := cluster.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{ResourceVersion: "0"})
 			if err != nil {
-				b.Fatal(err)
+				return nil, err
 			}
-			now := time.Now()
-			mu.Lock()
+			var ids []string
 			for _, p := range pods.Items {
-				id := p.Labels["gantry.dev/workload-id"]
-				if _, seen := ran[id]; !seen && p.Status.Phase == corev1.PodRunning {
-					if at, ok := started[id]; ok {
-						ran[id] = now.Sub(at)
-					}
+				if p.Status.Phase == corev1.PodRunning {
+					ids = append(ids, p.Labels["gantry.dev/workload-id"])
 				}
 			}
-			mu.Unlock()
-			time.Sleep(20 * time.Millisecond)
-		}
-		wg.Wait()
-		if len(ran) < batch {
-			b.Fatalf("baseline: %d of %d pods ran", len(ran), batch)
-		}
+			return ids, nil
+		})
 		for _, d := range ran {
 			direct = append(direct, d)
 		}
@@ -368,6 +315,57 @@ func baselineQueue(b *testing.B, dyn dynamic.Interface, classes *gpu.Catalog, ns
 	b.Cleanup(func() {
 		dyn.Resource(schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "clusterqueues"}).Delete(context.Background(), ns, metav1.DeleteOptions{})
 	})
+}
+
+// timeToRunning submits n, ten at a time, and times each from its
+// submission until running lists it (asked every 20 ms, finer than
+// waitfor's polls: this is the measurement's sampling interval). It fails
+// the benchmark unless all n run within 3 minutes.
+func timeToRunning(b *testing.B, n int, submit func(i int) (id string, err error), running func() ([]string, error)) map[string]time.Duration {
+	b.Helper()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 10)
+	submitted := make(map[string]time.Time, n)
+	for i := range n {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			start := time.Now()
+			id, err := submit(i)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			mu.Lock()
+			submitted[id] = start
+			mu.Unlock()
+		}()
+	}
+	ran := map[string]time.Duration{}
+	for deadline := time.Now().Add(3 * time.Minute); len(ran) < n && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		ids, err := running()
+		if err != nil {
+			b.Fatal(err)
+		}
+		now := time.Now()
+		mu.Lock()
+		for _, id := range ids {
+			if at, ok := submitted[id]; ok {
+				if _, seen := ran[id]; !seen {
+					ran[id] = now.Sub(at)
+				}
+			}
+		}
+		mu.Unlock()
+	}
+	wg.Wait()
+	if len(ran) < n {
+		b.Fatalf("%d of %d ran within 3 minutes", len(ran), n)
+	}
+	return ran
 }
 
 // podsGone waits until namespace ns has no pods left.

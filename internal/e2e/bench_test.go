@@ -6,12 +6,10 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"path/filepath"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -36,6 +34,8 @@ import (
 	"github.com/gantryhq/gantry/internal/template"
 	"github.com/gantryhq/gantry/internal/waitfor"
 	"github.com/gantryhq/gantry/internal/workload"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // BenchmarkLaunch compares Gantry's POST /api/v1/workloads (validation,
@@ -117,28 +117,20 @@ func BenchmarkLaunch(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	text, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if n := promSum(text, "gantry_kube_apply_duration_seconds_count"); n > 0 {
-		b.ReportMetric(promSum(text, "gantry_kube_apply_duration_seconds_sum")*1000/n, "gantry-apply-ms/launch")
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		b.Fatal(err)
 	}
-}
-
-// promSum adds the values of every sample of metric in Prometheus' text
-// format (all its label sets).
-func promSum(text []byte, metric string) float64 {
-	sum := 0.0
-	for _, line := range strings.Split(string(text), "\n") {
-		name, rest, ok := strings.Cut(line, " ")
-		if !ok || (name != metric && !strings.HasPrefix(name, metric+"{")) {
-			continue
-		}
-		if f := strings.Fields(rest); len(f) > 0 {
-			v, _ := strconv.ParseFloat(f[len(f)-1], 64)
-			sum += v
-		}
+	var applySum float64
+	var applies uint64
+	for _, m := range families["gantry_kube_apply_duration_seconds"].GetMetric() {
+		applySum, applies = applySum+m.GetHistogram().GetSampleSum(), applies+m.GetHistogram().GetSampleCount()
 	}
-	return sum
+	if applies > 0 {
+		b.ReportMetric(applySum*1000/float64(applies), "gantry-apply-ms/launch")
+	}
 }
 
 // BenchmarkSubmitToRunning submits a batch of 100 launches at once (ten at a

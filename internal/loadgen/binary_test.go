@@ -28,11 +28,9 @@ import (
 // process of its own, on SQLite, under an address-space limit, with a load
 // generator (this process) outside it.
 type binary struct {
-	*servertest.Process
-	URL   string
-	pid   int
-	db    string
-	store *store.Store // the same database, for the fixture's records
+	*servertest.Process // its URL, and its pid in Cmd
+	db                  string
+	store               *store.Store // the same database, for the fixture's records
 }
 
 // serveBinary starts gantry serve (built once: servertest.Binary) on SQLite
@@ -49,7 +47,6 @@ func serveOn(b *testing.B, driver, dsn string, env ...string) *binary {
 	if dsn == "" {
 		dsn = filepath.Join(dir, "gantry.db")
 	}
-	g := &binary{db: dsn}
 	args := []string{"--db-driver", driver, "--db", dsn}
 	prof := os.Getenv("GANTRY_BENCH_CPUPROFILE")
 	if prof != "" {
@@ -60,7 +57,7 @@ func serveOn(b *testing.B, driver, dsn string, env ...string) *binary {
 	}
 	p := servertest.StartBinary(b, servertest.ProcessOptions{Args: args,
 		Env: append([]string{"XDG_DATA_HOME=" + filepath.Join(dir, "data"), "GANTRY_IMAGES_DEV_REGISTRY=true"}, env...)})
-	g.Process, g.URL, g.pid = p, p.URL, p.Cmd.Process.Pid
+	g := &binary{Process: p, db: dsn}
 	b.Cleanup(func() {
 		if g.store != nil {
 			g.store.Close()
@@ -141,7 +138,7 @@ func (g *binary) seed(b *testing.B, n int) []string {
 // cpu is the server's CPU time so far (user and system), from /proc.
 func (g *binary) cpu(b *testing.B) time.Duration {
 	b.Helper()
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", g.pid))
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", g.Cmd.Process.Pid))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -154,7 +151,7 @@ func (g *binary) cpu(b *testing.B) time.Duration {
 // rss is the server's resident memory, from /proc.
 func (g *binary) rss(b *testing.B) int64 {
 	b.Helper()
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", g.pid))
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", g.Cmd.Process.Pid))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -17,6 +17,8 @@ import (
 
 	"github.com/gantryhq/gantry"
 	"github.com/gantryhq/gantry/api"
+	"github.com/gantryhq/gantry/api/client"
+	"github.com/gantryhq/gantry/api/model"
 	"github.com/gantryhq/gantry/internal/authn"
 	"github.com/gantryhq/gantry/internal/config"
 	"github.com/gantryhq/gantry/internal/gpu"
@@ -29,6 +31,7 @@ import (
 type env struct {
 	t      *testing.T
 	url    string
+	api    *client.ClientWithResponses // the typed client as the setup identity
 	files  []template.File
 	dbPath string
 }
@@ -49,7 +52,14 @@ func newEnvWith(t *testing.T, ov server.Overrides) *env {
 		t.Fatal(err)
 	}
 	g := servertest.WithOverrides(t, ov, func(c *config.Config) { c.MaxBodyBytes = 64 << 10 })
-	return &env{t: t, url: g.URL, files: files, dbPath: string(g.Config.Database.DSN)}
+	return envAt(t, g.URL, files, string(g.Config.Database.DSN))
+}
+
+// envAt is the env of a Gantry serving at url.
+func envAt(t *testing.T, url string, files []template.File, dbPath string) *env {
+	e := &env{t: t, url: url, files: files, dbPath: dbPath}
+	e.api = e.as("")
+	return e
 }
 
 // alice is a platform admin.
@@ -57,70 +67,121 @@ func alice(*http.Request) (identity.Identity, error) {
 	return identity.Identity{Subject: "alice", Groups: []string{"gantry-admins"}, SecondFactor: true}, nil
 }
 
-// do sends a request (as the setup identity) and decodes a JSON answer into
-// out (when not nil).
-func (e *env) do(method, path string, body any, out any) (int, http.Header) {
-	e.t.Helper()
-	var h http.Header
-	status := e.send("", method, path, body, out, &h)
-	return status, h
-}
+// standIn is the bearer JWT the tests present: their Identify decides who
+// it is.
+const standIn = "test.jwt.token"
 
-func (e *env) request(role, method, path string, body, out any) int {
-	e.t.Helper()
-	var h http.Header
-	return e.send(role, method, path, body, out, &h)
-}
-
-// bodyReader encodes a request body: nil, a raw string, or JSON.
-func bodyReader(body any) io.Reader {
-	switch b := body.(type) {
-	case nil:
+// newClient is the typed client (api/client) of the API at url: every
+// request presents bearer (none when empty) and, when role is set,
+// X-Test-Role, which the tests' Identify reads to choose the caller.
+func newClient(t testing.TB, url, bearer, role string) *client.ClientWithResponses {
+	t.Helper()
+	c, err := client.NewClientWithResponses(url, client.WithRequestEditorFn(func(_ context.Context, r *http.Request) error {
+		if bearer != "" {
+			r.Header.Set("Authorization", "Bearer "+bearer)
+		}
+		if role != "" {
+			r.Header.Set("X-Test-Role", role)
+		}
 		return nil
-	case string:
-		return strings.NewReader(b)
-	default:
-		j, _ := json.Marshal(b)
-		return bytes.NewReader(j)
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// as is the typed client of e's server as role ("" for the setup identity),
+// with the stand-in bearer JWT.
+func (e *env) as(role string) *client.ClientWithResponses {
+	return newClient(e.t, e.url, standIn, role)
+}
+
+// must is a typed call's answer: a request that got no answer, or an
+// answer that does not decode as openapi.yaml says, fails the test.
+//
+//	w := must(c.GetWorkloadWithResponse(ctx, id))(t)
+func must[R any](r R, err error) func(testing.TB) R {
+	return func(t testing.TB) R {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("the typed client: %v", err)
+		}
+		return r
 	}
 }
 
-func (e *env) send(role, method, path string, body, out any, header *http.Header) int {
+// deref is *p, or T's zero value when p is nil (an answer's JSON200 when
+// the status was another).
+func deref[T any](p *T) T {
+	if p == nil {
+		var zero T
+		return zero
+	}
+	return *p
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// answer is what every generated response of the API's routes has.
+type answer interface {
+	StatusCode() int
+	ContentType() string
+	GetBody() []byte
+	GetApplicationproblemJSONDefault() *model.Problem
+}
+
+// call is one request of a table: a typed call, or raw where the typed
+// client cannot send it.
+type call func(ctx context.Context, c *client.ClientWithResponses) (answer, error)
+
+// rawAnswer is the answer to a request sent by hand, read as the generated
+// responses are.
+type rawAnswer struct {
+	resp *http.Response
+	body []byte
+}
+
+func (r rawAnswer) StatusCode() int     { return r.resp.StatusCode }
+func (r rawAnswer) ContentType() string { return r.resp.Header.Get("Content-Type") }
+func (r rawAnswer) GetBody() []byte     { return r.body }
+func (r rawAnswer) GetApplicationproblemJSONDefault() *model.Problem {
+	var p model.Problem
+	if !strings.Contains(r.ContentType(), "json") || json.Unmarshal(r.body, &p) != nil {
+		return nil
+	}
+	return &p
+}
+
+// raw sends a request by hand, as the setup identity, with a JSON body
+// (none when empty). It is only for what the typed client cannot send: a
+// route or a method the spec lacks. (A body no generated type can hold
+// goes through the typed operation's WithBody variant.)
+func (e *env) raw(method, path, body string) rawAnswer {
 	e.t.Helper()
-	r := bodyReader(body)
+	var r io.Reader
+	if body != "" {
+		r = strings.NewReader(body)
+	}
 	req, _ := http.NewRequest(method, e.url+path, r)
 	if r != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	if role != "" {
-		req.Header.Set("X-Test-Role", role)
-	}
-	// A stand-in bearer JWT: the test's Identify decides who it is.
-	req.Header.Set("Authorization", "Bearer test.jwt.token")
+	req.Header.Set("Authorization", "Bearer "+standIn)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode == 200 && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		// A stream stays open: its first event's data is the answer.
-		data := firstEvent(e.t, resp.Body)
-		if out != nil {
-			if err := json.Unmarshal(data, out); err != nil {
-				e.t.Fatalf("%s %s: %v in %s", method, path, err, data)
-			}
-		}
-		*header = resp.Header
-		return resp.StatusCode
-	}
 	data, _ := io.ReadAll(resp.Body)
-	if out != nil && len(data) > 0 {
-		if err := json.Unmarshal(data, out); err != nil {
-			e.t.Fatalf("%s %s: %v in %s", method, path, err, data)
-		}
+	return rawAnswer{resp: resp, body: data}
+}
+
+// rawCall is raw as a table's call.
+func (e *env) rawCall(method, path, body string) call {
+	return func(context.Context, *client.ClientWithResponses) (answer, error) {
+		return e.raw(method, path, body), nil
 	}
-	*header = resp.Header
-	return resp.StatusCode
 }
 
 // firstEvent reads a server-sent event stream up to its first event and
@@ -138,10 +199,20 @@ func firstEvent(t *testing.T, r io.Reader) []byte {
 	return nil
 }
 
+// problem is a problem document (model.Problem) with its optional fields
+// flattened, as the assertions read it.
 type problem struct {
 	Type, Title, Detail, Instance string
 	Status                        int
-	Errors                        []struct{ Field, Detail string }
+	Errors                        []model.FieldError
+}
+
+// problemOf flattens a typed answer's problem document (zero when none).
+func problemOf(p *model.Problem) problem {
+	if p == nil {
+		return problem{}
+	}
+	return problem{Type: p.Type, Title: p.Title, Detail: deref(p.Detail), Instance: deref(p.Instance), Status: p.Status, Errors: deref(p.Errors)}
 }
 
 func (p problem) fields() map[string]string {
@@ -152,70 +223,122 @@ func (p problem) fields() map[string]string {
 	return m
 }
 
-func templateJSON(t *testing.T, path string, edit func(map[string]any)) map[string]any {
+// templateDoc reads a template file as the API's TemplateDocument, strictly
+// (a field the type lacks fails the test), changed by edit.
+func templateDoc(t *testing.T, path string, edit func(*model.TemplateDocument)) model.TemplateDocument {
 	t.Helper()
 	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var m map[string]any
-	if err := yaml.Unmarshal(data, &m); err != nil {
-		t.Fatal(err)
+	var doc model.TemplateDocument
+	if err := yaml.UnmarshalStrict(data, &doc); err != nil {
+		t.Fatalf("%s as a TemplateDocument: %v", path, err)
 	}
 	if edit != nil {
-		edit(m)
+		edit(&doc)
 	}
-	return m
+	return doc
+}
+
+// rawJSON is v as JSON changed by edit on its generic form: a body with
+// what no generated type can hold (an unknown field).
+func rawJSON(t *testing.T, v any, edit func(map[string]any)) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	edit(m)
+	b, _ = json.Marshal(m)
+	return string(b)
 }
 
 func TestProblemResponses(t *testing.T) {
 	e := newEnv(t, alice)
+	ctx := t.Context()
+	vllm := templateDoc(t, "../templates/vllm-inference.yaml", nil)
+	launchBody := func(body string) call {
+		return func(ctx context.Context, c *client.ClientWithResponses) (answer, error) {
+			return c.CreateWorkloadWithBodyWithResponse(ctx, nil, "application/json", strings.NewReader(body))
+		}
+	}
 	tests := []struct {
-		name, method, path string
-		body               any
-		status             int
-		fields             []string // field paths that must be reported
+		name   string
+		send   call
+		status int
+		fields []string // field paths that must be reported
 	}{
-		{"unknown field and wrong type at once", "POST", "/api/v1/workloads",
-			`{"template":"vllm-inference","team":"vision","color":"red","gpu":{"count":"two"}}`, 400, []string{"color", "gpu.count"}},
-		{"malformed JSON", "POST", "/api/v1/workloads", `{"template":`, 400, []string{"body"}},
-		{"odd team name", "POST", "/api/v1/workloads", map[string]any{"template": "vllm-inference", "team": "../../etc"}, 400, []string{"team"}},
-		{"over-long template name", "GET", "/api/v1/templates/" + strings.Repeat("a", 41), nil, 400, []string{"path.name"}},
-		{"path traversal", "GET", "/api/v1/templates/..%2F..%2Fetc%2Fpasswd", nil, 400, []string{"path.name"}},
-		{"bad query", "GET", "/api/v1/workloads?limit=9999&status=Nope", nil, 400, []string{"query.limit", "query.status"}},
-		{"domain checks, all at once", "POST", "/api/v1/workloads",
-			map[string]any{"template": "jupyter-notebook", "team": "vision", "gpu": map[string]any{"class": "L4", "migProfile": "1g.10gb", "count": 2}, "parameters": map[string]any{"memory": "1Ti", "x": 1}},
-			422, []string{"gpu.migProfile", "gpu.count", "parameters.memory", "parameters.x"}},
-		{"missing template", "POST", "/api/v1/workloads", map[string]any{"template": "nope", "team": "vision"}, 404, nil},
-		{"missing workload", "GET", "/api/v1/workloads/abcdefghij", nil, 404, nil},
-		{"missing GPU class", "GET", "/api/v1/gpu-classes/V100", nil, 404, nil},
-		{"template exists", "POST", "/api/v1/templates", templateJSON(t, "../templates/vllm-inference.yaml", nil), 409, nil},
-		{"invalid template: same checks as files", "POST", "/api/v1/templates", templateJSON(t, "../templates/vllm-inference.yaml", func(m map[string]any) {
-			m["metadata"].(map[string]any)["name"] = "vllm-2"
-			spec := m["spec"].(map[string]any)
-			spec["gpu"].(map[string]any)["classes"] = []any{"H100-80GB", "V100"}
-			spec["args"] = []any{"{{nope}}"}
-		}), 422, []string{"spec.gpu.classes[1]", "spec.args[0]"}},
-		{"unknown field in template", "POST", "/api/v1/templates", templateJSON(t, "../templates/vllm-inference.yaml", func(m map[string]any) {
-			m["spec"].(map[string]any)["replicas"] = 3
-		}), 400, []string{"spec.replicas"}},
-		{"name mismatch on update", "PUT", "/api/v1/templates/pytorch-train", templateJSON(t, "../templates/vllm-inference.yaml", nil), 422, []string{"metadata.name"}},
-		{"body too large", "POST", "/api/v1/workloads", `{"template":"` + strings.Repeat("a", 70<<10) + `"}`, 413, nil},
-		{"no such route", "GET", "/api/v1/nothing", nil, 404, nil},
-		{"wrong method", "PATCH", "/api/v1/workloads", nil, 405, nil},
+		// raw body: an unknown field and a string for a number, which no generated type can hold
+		{"unknown field and wrong type at once", launchBody(`{"template":"vllm-inference","team":"vision","color":"red","gpu":{"count":"two"}}`), 400, []string{"color", "gpu.count"}},
+		// raw body: malformed on purpose
+		{"malformed JSON", launchBody(`{"template":`), 400, []string{"body"}},
+		{"odd team name", func(ctx context.Context, c *client.ClientWithResponses) (answer, error) {
+			return c.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "vllm-inference", Team: "../../etc"})
+		}, 400, []string{"team"}},
+		{"over-long template name", func(ctx context.Context, c *client.ClientWithResponses) (answer, error) {
+			return c.GetTemplateWithResponse(ctx, strings.Repeat("a", 41), nil)
+		}, 400, []string{"path.name"}},
+		{"path traversal", func(ctx context.Context, c *client.ClientWithResponses) (answer, error) {
+			return c.GetTemplateWithResponse(ctx, "../../etc/passwd", nil) // sent escaped: ..%2F..%2Fetc%2Fpasswd
+		}, 400, []string{"path.name"}},
+		{"bad query", func(ctx context.Context, c *client.ClientWithResponses) (answer, error) {
+			return c.ListWorkloadsWithResponse(ctx, &model.ListWorkloadsParams{Limit: ptr(9999), Status: ptr(model.WorkloadStatus("Nope"))})
+		}, 400, []string{"query.limit", "query.status"}},
+		{"domain checks, all at once", func(ctx context.Context, c *client.ClientWithResponses) (answer, error) {
+			return c.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "jupyter-notebook", Team: "vision",
+				Gpu: &model.GPUChoice{Class: ptr("L4"), MigProfile: ptr("1g.10gb"), Count: ptr(2)}, Parameters: &model.Parameters{"memory": "1Ti", "x": 1}})
+		}, 422, []string{"gpu.migProfile", "gpu.count", "parameters.memory", "parameters.x"}},
+		{"missing template", func(ctx context.Context, c *client.ClientWithResponses) (answer, error) {
+			return c.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "nope", Team: "vision"})
+		}, 404, nil},
+		{"missing workload", func(ctx context.Context, c *client.ClientWithResponses) (answer, error) {
+			return c.GetWorkloadWithResponse(ctx, "abcdefghij")
+		}, 404, nil},
+		{"missing GPU class", func(ctx context.Context, c *client.ClientWithResponses) (answer, error) {
+			return c.GetGPUClassWithResponse(ctx, "V100")
+		}, 404, nil},
+		{"template exists", func(ctx context.Context, c *client.ClientWithResponses) (answer, error) {
+			return c.CreateTemplateWithResponse(ctx, vllm)
+		}, 409, nil},
+		{"invalid template: same checks as files", func(ctx context.Context, c *client.ClientWithResponses) (answer, error) {
+			return c.CreateTemplateWithResponse(ctx, templateDoc(t, "../templates/vllm-inference.yaml", func(d *model.TemplateDocument) {
+				d.Metadata.Name = "vllm-2"
+				d.Spec.Gpu.Classes = []string{"H100-80GB", "V100"}
+				d.Spec.Args = &[]string{"{{nope}}"}
+			}))
+		}, 422, []string{"spec.gpu.classes[1]", "spec.args[0]"}},
+		// raw body: a field TemplateDocument does not have
+		{"unknown field in template", func(ctx context.Context, c *client.ClientWithResponses) (answer, error) {
+			return c.CreateTemplateWithBodyWithResponse(ctx, "application/json", strings.NewReader(rawJSON(t, vllm, func(m map[string]any) {
+				m["spec"].(map[string]any)["replicas"] = 3
+			})))
+		}, 400, []string{"spec.replicas"}},
+		{"name mismatch on update", func(ctx context.Context, c *client.ClientWithResponses) (answer, error) {
+			return c.UpdateTemplateWithResponse(ctx, "pytorch-train", vllm)
+		}, 422, []string{"metadata.name"}},
+		// raw body: past the limit (64 KiB here)
+		{"body too large", launchBody(`{"template":"` + strings.Repeat("a", 70<<10) + `"}`), 413, nil},
+		// raw: a route and a method the spec does not have
+		{"no such route", e.rawCall("GET", "/api/v1/nothing", ""), 404, nil},
+		{"wrong method", e.rawCall("PATCH", "/api/v1/workloads", ""), 405, nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			var p problem
-			status, h := e.do(tc.method, tc.path, tc.body, &p)
+			r := must(tc.send(t.Context(), e.api))(t)
+			status, p := r.StatusCode(), problemOf(r.GetApplicationproblemJSONDefault())
 			if status != tc.status {
-				t.Fatalf("status %d, want %d: %+v", status, tc.status, p)
+				t.Fatalf("status %d, want %d: %s", status, tc.status, r.GetBody())
 			}
-			if ct := h.Get("Content-Type"); ct != "application/problem+json" {
+			if ct := r.ContentType(); ct != "application/problem+json" {
 				t.Errorf("content type %q", ct)
 			}
 			if p.Status != status || p.Title == "" || p.Type == "" || !strings.HasPrefix(p.Instance, "urn:gantry:request:") {
-				t.Errorf("not a problem document: %+v", p)
+				t.Errorf("not a problem document: %s", r.GetBody())
 			}
 			got := p.fields()
 			for _, f := range tc.fields {
@@ -231,76 +354,68 @@ func TestProblemResponses(t *testing.T) {
 		})
 	}
 	// Nothing above wrote anything.
-	var list struct{ Items []any }
-	e.do("GET", "/api/v1/workloads", nil, &list)
-	if len(list.Items) != 0 {
+	if list := deref(must(e.api.ListWorkloadsWithResponse(ctx, nil))(t).JSON200); len(list.Items) != 0 {
 		t.Fatalf("%d workloads after refused requests", len(list.Items))
 	}
-	var tl struct{ Items []struct{ Name string } }
-	e.do("GET", "/api/v1/templates", nil, &tl)
-	if len(tl.Items) != len(e.files) {
+	if tl := deref(must(e.api.ListTemplatesWithResponse(ctx))(t).JSON200); len(tl.Items) != len(e.files) {
 		t.Fatalf("%d templates after refused requests, want %d", len(tl.Items), len(e.files))
 	}
 }
 
 func TestTemplateLifecycle(t *testing.T) {
 	e := newEnv(t, alice)
-	doc := templateJSON(t, "../templates/dev-environment.yaml", func(m map[string]any) {
-		m["metadata"].(map[string]any)["name"] = "dev-h100"
-		m["spec"].(map[string]any)["gpu"].(map[string]any)["defaultClass"] = "H100-80GB"
+	ctx := t.Context()
+	doc := templateDoc(t, "../templates/dev-environment.yaml", func(d *model.TemplateDocument) {
+		d.Metadata.Name = "dev-h100"
+		d.Spec.Gpu.DefaultClass = "H100-80GB"
 	})
-	var v struct {
-		Name, Digest, CreatedBy string
-		Version                 int
-		Template                map[string]any
+	created := must(e.api.CreateTemplateWithResponse(ctx, doc))(t)
+	if v := deref(created.JSON201); created.StatusCode() != 201 || v.Version != 1 || v.CreatedBy != "alice" {
+		t.Fatalf("create: %d %s", created.StatusCode(), created.Body)
 	}
-	if s, _ := e.do("POST", "/api/v1/templates", doc, &v); s != 201 || v.Version != 1 || v.CreatedBy != "alice" {
-		t.Fatalf("create: %d %+v", s, v)
+	doc.Metadata.Title = "Dev box on H100"
+	updated := must(e.api.UpdateTemplateWithResponse(ctx, "dev-h100", doc))(t)
+	if updated.StatusCode() != 200 || deref(updated.JSON200).Version != 2 {
+		t.Fatalf("update: %d %s", updated.StatusCode(), updated.Body)
 	}
-	doc["metadata"].(map[string]any)["title"] = "Dev box on H100"
-	if s, _ := e.do("PUT", "/api/v1/templates/dev-h100", doc, &v); s != 200 || v.Version != 2 {
-		t.Fatalf("update: %d %+v", s, v)
+	updated = must(e.api.UpdateTemplateWithResponse(ctx, "dev-h100", doc))(t)
+	if updated.StatusCode() != 200 || deref(updated.JSON200).Version != 2 {
+		t.Fatalf("unchanged update made a version: %d %s", updated.StatusCode(), updated.Body)
 	}
-	if s, _ := e.do("PUT", "/api/v1/templates/dev-h100", doc, &v); s != 200 || v.Version != 2 {
-		t.Fatalf("unchanged update made a version: %d %+v", s, v)
+	h := must(e.api.ListTemplateVersionsWithResponse(ctx, "dev-h100"))(t)
+	if h.StatusCode() != 200 || len(deref(h.JSON200).Items) != 2 {
+		t.Fatalf("history: %d %s", h.StatusCode(), h.Body)
 	}
-	var h struct{ Items []struct{ Version int } }
-	if s, _ := e.do("GET", "/api/v1/templates/dev-h100/versions", nil, &h); s != 200 || len(h.Items) != 2 {
-		t.Fatalf("history: %d %+v", s, h)
+	one := model.LaunchRequest{Template: "dev-h100", Team: "vision", TemplateVersion: ptr(1)}
+	w := must(e.api.CreateWorkloadWithResponse(ctx, nil, one))(t)
+	if w.StatusCode() != 201 || deref(w.JSON201).TemplateVersion != 1 {
+		t.Fatalf("launch of version 1: %d %s", w.StatusCode(), w.Body)
 	}
-	var w struct {
-		ID, Status      string
-		TemplateVersion int
-	}
-	if s, _ := e.do("POST", "/api/v1/workloads", map[string]any{"template": "dev-h100", "team": "vision", "templateVersion": 1}, &w); s != 201 || w.TemplateVersion != 1 {
-		t.Fatalf("launch of version 1: %d %+v", s, w)
-	}
-	if s, _ := e.do("DELETE", "/api/v1/templates/dev-h100", nil, nil); s != 204 {
+	if s := must(e.api.DeleteTemplateWithResponse(ctx, "dev-h100"))(t).StatusCode(); s != 204 {
 		t.Fatalf("delete: %d", s)
 	}
-	if s, _ := e.do("GET", "/api/v1/templates/dev-h100", nil, nil); s != 404 {
+	if s := must(e.api.GetTemplateWithResponse(ctx, "dev-h100", nil))(t).StatusCode(); s != 404 {
 		t.Fatalf("get after delete: %d", s)
 	}
-	if s, _ := e.do("GET", "/api/v1/templates/dev-h100?version=1", nil, &v); s != 200 || v.Version != 1 {
-		t.Fatalf("old version after delete: %d", s)
+	old := must(e.api.GetTemplateWithResponse(ctx, "dev-h100", &model.GetTemplateParams{Version: ptr(1)}))(t)
+	if old.StatusCode() != 200 || deref(old.JSON200).Version != 1 {
+		t.Fatalf("old version after delete: %d", old.StatusCode())
 	}
-	if s, _ := e.do("POST", "/api/v1/workloads", map[string]any{"template": "dev-h100", "team": "vision", "templateVersion": 1}, nil); s != 404 {
+	if s := must(e.api.CreateWorkloadWithResponse(ctx, nil, one))(t).StatusCode(); s != 404 {
 		t.Fatalf("launch of a deleted template: %d, want 404", s)
 	}
 }
 
 func TestWorkloadsAndPreview(t *testing.T) {
 	e := newEnv(t, alice)
-	var r struct {
-		Template        string
-		TemplateVersion int
-		Hash            string
-		Objects         []map[string]any
+	ctx := t.Context()
+	choice := &model.GPUChoice{Class: ptr("H100-80GB"), MigProfile: ptr("3g.40gb")}
+	params := &model.Parameters{"input": "p.jsonl"}
+	rr := must(e.api.RenderTemplateWithResponse(ctx, "batch-inference", model.RenderRequest{Team: "vision", Gpu: choice, Parameters: params}))(t)
+	if rr.StatusCode() != 200 {
+		t.Fatalf("render: %d %s", rr.StatusCode(), rr.Body)
 	}
-	req := map[string]any{"team": "vision", "gpu": map[string]any{"class": "H100-80GB", "migProfile": "3g.40gb"}, "parameters": map[string]any{"input": "p.jsonl"}}
-	if s, _ := e.do("POST", "/api/v1/templates/batch-inference/render", req, &r); s != 200 {
-		t.Fatalf("render: %d", s)
-	}
+	r := deref(rr.JSON200)
 	if len(r.Objects) != 3 || r.Objects[1]["kind"] != "Job" || r.Objects[2]["kind"] != "NetworkPolicy" || r.Hash == "" {
 		t.Fatalf("render result: %+v", r)
 	}
@@ -308,85 +423,59 @@ func TestWorkloadsAndPreview(t *testing.T) {
 	if !strings.Contains(string(j), `"nvidia.com/mig-3g.40gb":"1"`) {
 		t.Errorf("MIG resource missing: %s", j)
 	}
-	var w struct {
-		ID, Name, Owner, Status, ObjectsHash string
-		Gpu                                  struct {
-			Class      string
-			Count      int
-			MigProfile string
-		}
-		Parameters map[string]string
+	launched := must(e.api.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "batch-inference", Team: "vision", Gpu: choice, Parameters: params}))(t)
+	if launched.StatusCode() != 201 {
+		t.Fatalf("launch: %d %s", launched.StatusCode(), launched.Body)
 	}
-	launch := map[string]any{"template": "batch-inference", "team": "vision", "gpu": req["gpu"], "parameters": req["parameters"]}
-	if s, _ := e.do("POST", "/api/v1/workloads", launch, &w); s != 201 {
-		t.Fatalf("launch: %d", s)
-	}
-	if w.Owner != "alice" || w.Status != "Pending" || w.Gpu.MigProfile != "3g.40gb" || w.Parameters["input"] != "p.jsonl" || w.Parameters["model"] == "" || w.Name != "batch-inference-"+w.ID {
-		t.Fatalf("workload: %+v", w)
+	w := deref(launched.JSON201)
+	if w.Owner != "alice" || w.Status != model.Pending || deref(w.Gpu.MigProfile) != "3g.40gb" || w.Parameters["input"] != "p.jsonl" || w.Parameters["model"] == "" || w.Name != "batch-inference-"+w.Id {
+		t.Fatalf("workload: %s", launched.Body)
 	}
 	for range 4 {
-		e.do("POST", "/api/v1/workloads", map[string]any{"template": "vllm-inference", "team": "nlp"}, nil)
+		must(e.api.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "vllm-inference", Team: "nlp"}))(t)
 	}
-	var page struct {
-		Items      []struct{ ID, Team string }
-		NextCursor string
-	}
-	e.do("GET", "/api/v1/workloads?limit=3", nil, &page)
-	if len(page.Items) != 3 || page.NextCursor == "" {
+	page := deref(must(e.api.ListWorkloadsWithResponse(ctx, &model.ListWorkloadsParams{Limit: ptr(3)}))(t).JSON200)
+	if len(page.Items) != 3 || deref(page.NextCursor) == "" {
 		t.Fatalf("page 1: %+v", page)
 	}
-	cursor := page.NextCursor
-	page.NextCursor = ""
-	e.do("GET", "/api/v1/workloads?limit=3&cursor="+cursor, nil, &page)
-	if len(page.Items) != 2 || page.NextCursor != "" {
+	page = deref(must(e.api.ListWorkloadsWithResponse(ctx, &model.ListWorkloadsParams{Limit: ptr(3), Cursor: page.NextCursor}))(t).JSON200)
+	if len(page.Items) != 2 || page.NextCursor != nil {
 		t.Fatalf("page 2: %+v", page)
 	}
-	e.do("GET", "/api/v1/workloads?team=nlp", nil, &page)
+	page = deref(must(e.api.ListWorkloadsWithResponse(ctx, &model.ListWorkloadsParams{Team: ptr("nlp")}))(t).JSON200)
 	if len(page.Items) != 4 {
 		t.Fatalf("team filter: %d", len(page.Items))
 	}
-	if s, _ := e.do("DELETE", "/api/v1/workloads/"+w.ID, nil, nil); s != 204 {
+	if s := must(e.api.DeleteWorkloadWithResponse(ctx, w.Id))(t).StatusCode(); s != 204 {
 		t.Fatalf("delete: %d", s)
 	}
-	e.do("GET", "/api/v1/workloads/"+w.ID, nil, &w)
-	if w.Status != "Deleted" {
-		t.Fatalf("status after delete: %s", w.Status)
+	if got := deref(must(e.api.GetWorkloadWithResponse(ctx, w.Id))(t).JSON200); got.Status != model.Deleted {
+		t.Fatalf("status after delete: %s", got.Status)
 	}
 }
 
 func TestGPUClassesAndOperations(t *testing.T) {
 	e := newEnv(t, alice)
-	var c struct {
-		Name        string
-		MigProfiles []struct {
-			Name, Resource            string
-			ComputeShare, MemoryShare float64
-		}
-		Price struct {
-			OnDemand       float64
-			Currency, Unit string
-		}
-		PriceHistory []struct {
-			Since string
-			Price struct{ OnDemand float64 }
-		}
-	}
-	if s, _ := e.do("GET", "/api/v1/gpu-classes/H100-80GB", nil, &c); s != 200 || len(c.MigProfiles) != 6 {
-		t.Fatalf("%d %+v", s, c)
+	ctx := t.Context()
+	cr := must(e.api.GetGPUClassWithResponse(ctx, "H100-80GB"))(t)
+	c := deref(cr.JSON200)
+	if cr.StatusCode() != 200 || len(c.MigProfiles) != 6 {
+		t.Fatalf("%d %s", cr.StatusCode(), cr.Body)
 	}
 	// The price as it stood when Gantry started is its history's first row.
-	if c.Price.Currency != "USD" || c.Price.Unit != "gpu-hour" || len(c.PriceHistory) != 1 || c.PriceHistory[0].Price.OnDemand != c.Price.OnDemand || c.PriceHistory[0].Since == "" {
-		t.Errorf("price %+v, history %+v", c.Price, c.PriceHistory)
+	history := deref(c.PriceHistory)
+	if c.Price.Currency != "USD" || c.Price.Unit != "gpu-hour" || len(history) != 1 || history[0].Price.OnDemand != c.Price.OnDemand || history[0].Since.IsZero() {
+		t.Errorf("price %+v, history %+v", c.Price, history)
 	}
 	p := c.MigProfiles[0]
 	if p.Name != "1g.10gb" || p.Resource != "nvidia.com/mig-1g.10gb" || p.ComputeShare != 1.0/7 || p.MemoryShare != 1.0/8 {
 		t.Errorf("profile %+v", p)
 	}
-	var ready struct{ Status string }
-	if s, _ := e.do("GET", "/readyz", nil, &ready); s != 200 || ready.Status != "ready" {
-		t.Fatalf("readyz: %d %+v", s, ready)
+	if ready := must(e.api.GetReadyWithResponse(ctx))(t); ready.StatusCode() != 200 || deref(ready.JSON200).Status != model.Ready {
+		t.Fatalf("readyz: %d %s", ready.StatusCode(), ready.Body)
 	}
-	resp, err := http.Get(e.url + "/openapi.yaml")
+	// Not GetOpenAPIWithResponse: it decodes the YAML as one string.
+	resp, err := newClient(t, e.url, "", "").GetOpenAPI(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -405,25 +494,38 @@ func (downDB) Ping(context.Context) error {
 
 func TestNotReady(t *testing.T) {
 	e := newEnvWith(t, server.Overrides{Checks: []api.Check{{Name: "database", Pinger: downDB{}}}})
-	resp, err := http.Get(e.url + "/readyz")
-	if err != nil {
-		t.Fatal(err)
+	r := must(newClient(t, e.url, "", "").GetReadyWithResponse(t.Context()))(t)
+	body := string(r.Body)
+	if r.StatusCode() != 503 || deref(r.JSON503).Status != model.NotReady || !strings.Contains(body, `"not ready"`) || !strings.Contains(body, "database does not answer") {
+		t.Fatalf("%d %s", r.StatusCode(), body)
 	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 503 || !strings.Contains(string(body), `"not ready"`) || !strings.Contains(string(body), "database does not answer") {
-		t.Fatalf("%d %s", resp.StatusCode, body)
-	}
-	if strings.Contains(string(body), "10.0.0.5") {
+	if strings.Contains(body, "10.0.0.5") {
 		t.Errorf("readiness leaks the database address: %s", body)
 	}
 }
 
 func TestUnauthenticated(t *testing.T) {
+	ctx := t.Context()
 	e := newEnv(t, func(*http.Request) (identity.Identity, error) { return identity.Identity{}, authn.ErrNoCredentials })
-	for _, path := range []string{"/api/v1/templates", "/api/v1/workloads", "/api/v1/gpu-classes"} {
-		if s, h := e.do("GET", path, nil, nil); s != 401 || h.Get("WWW-Authenticate") != `Bearer realm="gantry"` {
-			t.Errorf("GET %s: %d %q, want 401 with a Bearer challenge", path, s, h.Get("WWW-Authenticate"))
+	for _, read := range []struct {
+		path string
+		send func() (int, http.Header)
+	}{
+		{"/api/v1/templates", func() (int, http.Header) {
+			r := must(e.api.ListTemplatesWithResponse(ctx))(t)
+			return r.StatusCode(), r.HTTPResponse.Header
+		}},
+		{"/api/v1/workloads", func() (int, http.Header) {
+			r := must(e.api.ListWorkloadsWithResponse(ctx, nil))(t)
+			return r.StatusCode(), r.HTTPResponse.Header
+		}},
+		{"/api/v1/gpu-classes", func() (int, http.Header) {
+			r := must(e.api.ListGPUClassesWithResponse(ctx))(t)
+			return r.StatusCode(), r.HTTPResponse.Header
+		}},
+	} {
+		if s, h := read.send(); s != 401 || h.Get("WWW-Authenticate") != `Bearer realm="gantry"` {
+			t.Errorf("GET %s: %d %q, want 401 with a Bearer challenge", read.path, s, h.Get("WWW-Authenticate"))
 		}
 	}
 	e2 := newEnv(t, func(*http.Request) (identity.Identity, error) {
@@ -431,19 +533,19 @@ func TestUnauthenticated(t *testing.T) {
 	})
 	var p problem
 	for range 2 { // the same answer every time: no state carried between requests
-		s, h := e2.do("GET", "/api/v1/templates", nil, &p)
-		if s != 401 || h.Get("WWW-Authenticate") != `Bearer realm="gantry", error="invalid_token"` {
-			t.Errorf("bad token: %d %q", s, h.Get("WWW-Authenticate"))
+		r := must(e2.api.ListTemplatesWithResponse(ctx))(t)
+		if p = problemOf(r.ApplicationproblemJSONDefault); r.StatusCode() != 401 || r.HTTPResponse.Header.Get("WWW-Authenticate") != `Bearer realm="gantry", error="invalid_token"` {
+			t.Errorf("bad token: %d %q", r.StatusCode(), r.HTTPResponse.Header.Get("WWW-Authenticate"))
 		}
 	}
 	if strings.Contains(p.Detail+p.Title, "k9") {
 		t.Errorf("internal detail in the answer: %+v", p)
 	}
 	e3 := newEnv(t, func(*http.Request) (identity.Identity, error) { return identity.Identity{}, authn.ErrNoCredentials })
-	if s, h := e3.do("GET", "/api/v1/templates", nil, nil); s != 401 || h.Get("WWW-Authenticate") != `Bearer realm="gantry"` {
-		t.Errorf("no token: %d %q", s, h.Get("WWW-Authenticate"))
+	if r := must(e3.api.ListTemplatesWithResponse(ctx))(t); r.StatusCode() != 401 || r.HTTPResponse.Header.Get("WWW-Authenticate") != `Bearer realm="gantry"` {
+		t.Errorf("no token: %d %q", r.StatusCode(), r.HTTPResponse.Header.Get("WWW-Authenticate"))
 	}
-	if s, _ := e.do("GET", "/healthz", nil, nil); s != 200 {
+	if s := must(e.api.GetHealthWithResponse(ctx))(t).StatusCode(); s != 200 {
 		t.Errorf("healthz needs no identity: %d", s)
 	}
 }
@@ -472,7 +574,7 @@ func TestSpecDescribesTemplates(t *testing.T) {
 func TestPortalServed(t *testing.T) {
 	e := newEnv(t, alice)
 	for path, want := range map[string]string{"/": `id="sign-in"`, "/portal.js": "textContent"} {
-		resp, err := http.Get(e.url + path)
+		resp, err := http.Get(e.url + path) // raw: the portal's pages are not routes of the API
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -494,21 +596,18 @@ func TestPreviewRefusesWhatLaunchRefuses(t *testing.T) {
 	e := newEnv(t, func(*http.Request) (identity.Identity, error) {
 		return identity.Identity{Issuer: "https://idp", Subject: "ann", Groups: []string{"ml-vision"}}, nil
 	})
+	ctx := t.Context()
 	for _, c := range []struct {
-		name string
-		body map[string]any
-		want int
+		name, team string
+		gpu        *model.GPUChoice
+		want       int
 	}{
-		{"own team", map[string]any{"team": "vision"}, 0},
-		{"another team", map[string]any{"team": "nlp"}, 403},
-		{"a class the team may not use", map[string]any{"team": "vision", "gpu": map[string]any{"class": "H200-141GB"}}, 403},
+		{"own team", "vision", nil, 0},
+		{"another team", "nlp", nil, 403},
+		{"a class the team may not use", "vision", &model.GPUChoice{Class: ptr("H200-141GB")}, 403},
 	} {
-		launch := map[string]any{"template": "pytorch-train"}
-		for k, v := range c.body {
-			launch[k] = v
-		}
-		ls := e.request("", "POST", "/api/v1/workloads", launch, nil)
-		ps := e.request("", "POST", "/api/v1/templates/pytorch-train/render", c.body, nil)
+		ls := must(e.api.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "pytorch-train", Team: c.team, Gpu: c.gpu}))(t).StatusCode()
+		ps := must(e.api.RenderTemplateWithResponse(ctx, "pytorch-train", model.RenderRequest{Team: c.team, Gpu: c.gpu}))(t).StatusCode()
 		if (ls == 201) != (ps == 200) || (c.want != 0 && (ls != c.want || ps != c.want)) {
 			t.Errorf("%s: launch %d, preview %d; want the same answer (%d)", c.name, ls, ps, c.want)
 		}
@@ -520,73 +619,76 @@ func TestPreviewRefusesWhatLaunchRefuses(t *testing.T) {
 // workloads flagged); a revocation is final.
 func TestTemplateVersionStatus(t *testing.T) {
 	e := newEnv(t, alice)
-	doc := templateJSON(t, "../templates/dev-environment.yaml", func(m map[string]any) { m["metadata"].(map[string]any)["name"] = "ide" })
-	if s, _ := e.do("POST", "/api/v1/templates", doc, nil); s != 201 {
+	ctx := t.Context()
+	doc := templateDoc(t, "../templates/dev-environment.yaml", func(d *model.TemplateDocument) { d.Metadata.Name = "ide" })
+	if s := must(e.api.CreateTemplateWithResponse(ctx, doc))(t).StatusCode(); s != 201 {
 		t.Fatalf("create: %d", s)
 	}
-	doc["metadata"].(map[string]any)["title"] = "IDE, fixed"
-	if s, _ := e.do("PUT", "/api/v1/templates/ide", doc, nil); s != 200 {
+	doc.Metadata.Title = "IDE, fixed"
+	if s := must(e.api.UpdateTemplateWithResponse(ctx, "ide", doc))(t).StatusCode(); s != 200 {
 		t.Fatalf("update: %d", s)
 	}
-	launch := map[string]any{"template": "ide", "templateVersion": 1, "team": "vision"}
-	var w struct {
-		ID, TemplateStatus, TemplateStatusReason string
+	launch := model.LaunchRequest{Template: "ide", TemplateVersion: ptr(1), Team: "vision"}
+	r := must(e.api.CreateWorkloadWithResponse(ctx, nil, launch))(t)
+	w := deref(r.JSON201)
+	if r.StatusCode() != 201 || w.TemplateStatus != nil {
+		t.Fatalf("launch of an active version: %d %s", r.StatusCode(), r.Body)
 	}
-	if s, _ := e.do("POST", "/api/v1/workloads", launch, &w); s != 201 || w.TemplateStatus != "" {
-		t.Fatalf("launch of an active version: %d %+v", s, w)
+	status := func(version int, s model.SetTemplateVersionStatusJSONBodyStatus, reason string) *client.SetTemplateVersionStatusResponse {
+		body := model.SetTemplateVersionStatusJSONRequestBody{Status: s}
+		if reason != "" {
+			body.Reason = &reason
+		}
+		return must(e.api.SetTemplateVersionStatusWithResponse(ctx, "ide", version, body))(t)
 	}
-	var p problem
-	if s, _ := e.do("PUT", "/api/v1/templates/ide/versions/1/status", map[string]any{"status": "deprecated"}, &p); s != 422 || p.fields()["reason"] == "" {
-		t.Fatalf("deprecation without a reason: %d %+v", s, p)
+	if v := status(1, "deprecated", ""); v.StatusCode() != 422 || problemOf(v.ApplicationproblemJSONDefault).fields()["reason"] == "" {
+		t.Fatalf("deprecation without a reason: %d %s", v.StatusCode(), v.Body)
 	}
-	var v struct{ Status, StatusReason string }
-	if s, _ := e.do("PUT", "/api/v1/templates/ide/versions/1/status", map[string]any{"status": "deprecated", "reason": "use version 2"}, &v); s != 200 || v.Status != "deprecated" {
-		t.Fatalf("deprecate: %d %+v", s, v)
+	if v := status(1, "deprecated", "use version 2"); v.StatusCode() != 200 || deref(deref(v.JSON200).Status) != model.TemplateVersionStatusDeprecated {
+		t.Fatalf("deprecate: %d %s", v.StatusCode(), v.Body)
 	}
-	var w2 struct{ ID, TemplateStatus, TemplateStatusReason string }
-	if s, _ := e.do("POST", "/api/v1/workloads", launch, &w2); s != 201 || w2.TemplateStatus != "deprecated" || w2.TemplateStatusReason != "use version 2" {
-		t.Fatalf("launch of a deprecated version: %d %+v", s, w2)
+	r = must(e.api.CreateWorkloadWithResponse(ctx, nil, launch))(t)
+	if w2 := deref(r.JSON201); r.StatusCode() != 201 || deref(w2.TemplateStatus) != model.WorkloadTemplateStatusDeprecated || deref(w2.TemplateStatusReason) != "use version 2" {
+		t.Fatalf("launch of a deprecated version: %d %s", r.StatusCode(), r.Body)
 	}
-	if s, _ := e.do("POST", "/api/v1/workloads/"+w.ID+"/stop", nil, nil); s != 200 {
+	if s := must(e.api.StopWorkloadWithResponse(ctx, w.Id))(t).StatusCode(); s != 200 {
 		t.Fatalf("stop: %d", s)
 	}
-	if s, _ := e.do("PUT", "/api/v1/templates/ide/versions/1/status", map[string]any{"status": "revoked", "reason": "CVE-2026-0001 in the image"}, &v); s != 200 || v.Status != "revoked" {
-		t.Fatalf("revoke: %d %+v", s, v)
+	if v := status(1, "revoked", "CVE-2026-0001 in the image"); v.StatusCode() != 200 || deref(deref(v.JSON200).Status) != model.TemplateVersionStatusRevoked {
+		t.Fatalf("revoke: %d %s", v.StatusCode(), v.Body)
 	}
-	p = problem{}
-	if s, _ := e.do("POST", "/api/v1/workloads", launch, &p); s != 422 || !strings.Contains(p.fields()["templateVersion"], "revoked (CVE-2026-0001 in the image)") {
-		t.Fatalf("launch of a revoked version: %d %+v", s, p)
+	r = must(e.api.CreateWorkloadWithResponse(ctx, nil, launch))(t)
+	if p := problemOf(r.ApplicationproblemJSONDefault); r.StatusCode() != 422 || !strings.Contains(p.fields()["templateVersion"], "revoked (CVE-2026-0001 in the image)") {
+		t.Fatalf("launch of a revoked version: %d %s", r.StatusCode(), r.Body)
 	}
-	if s, _ := e.do("POST", "/api/v1/templates/ide/render", map[string]any{"team": "vision", "templateVersion": 1}, nil); s != 422 {
+	if s := must(e.api.RenderTemplateWithResponse(ctx, "ide", model.RenderRequest{Team: "vision", TemplateVersion: ptr(1)}))(t).StatusCode(); s != 422 {
 		t.Fatalf("preview of a revoked version: %d, want 422 as its launch", s)
 	}
-	if s, _ := e.do("POST", "/api/v1/workloads", map[string]any{"template": "ide", "team": "vision"}, nil); s != 201 {
+	if s := must(e.api.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "ide", Team: "vision"}))(t).StatusCode(); s != 201 {
 		t.Fatalf("launch of the live (fixed) version: %d", s)
 	}
-	if s, _ := e.do("GET", "/api/v1/workloads/"+w.ID, nil, &w); s != 200 || w.TemplateStatus != "revoked" {
-		t.Fatalf("a workload of the revoked version is not flagged: %d %+v", s, w)
+	got := must(e.api.GetWorkloadWithResponse(ctx, w.Id))(t)
+	if got.StatusCode() != 200 || deref(deref(got.JSON200).TemplateStatus) != model.WorkloadTemplateStatusRevoked {
+		t.Fatalf("a workload of the revoked version is not flagged: %d %s", got.StatusCode(), got.Body)
 	}
-	var list struct {
-		Items []struct{ ID, TemplateStatus string }
-	}
-	e.do("GET", "/api/v1/workloads?template=ide", nil, &list)
+	list := deref(must(e.api.ListWorkloadsWithResponse(ctx, &model.ListWorkloadsParams{Template: ptr("ide")}))(t).JSON200)
 	flagged := 0
 	for _, it := range list.Items {
-		if it.TemplateStatus == "revoked" {
+		if deref(it.TemplateStatus) == model.WorkloadTemplateStatusRevoked {
 			flagged++
 		}
 	}
 	if flagged != 2 {
 		t.Errorf("%d of the listed workloads flagged revoked, want 2: %+v", flagged, list.Items)
 	}
-	p = problem{}
-	if s, _ := e.do("POST", "/api/v1/workloads/"+w.ID+"/start", nil, &p); s != 409 || !strings.Contains(p.Detail, "revoked") {
-		t.Fatalf("start of a workload of a revoked version: %d %+v", s, p)
+	start := must(e.api.StartWorkloadWithResponse(ctx, w.Id))(t)
+	if p := problemOf(start.ApplicationproblemJSONDefault); start.StatusCode() != 409 || !strings.Contains(p.Detail, "revoked") {
+		t.Fatalf("start of a workload of a revoked version: %d %s", start.StatusCode(), start.Body)
 	}
-	if s, _ := e.do("PUT", "/api/v1/templates/ide/versions/1/status", map[string]any{"status": "active"}, nil); s != 409 {
+	if s := status(1, "active", "").StatusCode(); s != 409 {
 		t.Fatalf("un-revoking: %d, want 409", s)
 	}
-	if s, _ := e.do("PUT", "/api/v1/templates/ide/versions/9/status", map[string]any{"status": "deprecated", "reason": "x"}, nil); s != 404 {
+	if s := status(9, "deprecated", "x").StatusCode(); s != 404 {
 		t.Fatalf("no such version: %d, want 404", s)
 	}
 }

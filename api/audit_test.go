@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gantryhq/gantry/api/model"
 	"github.com/gantryhq/gantry/internal/audit"
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/store"
@@ -22,30 +23,21 @@ func TestAuditLog(t *testing.T) {
 		}
 		return identity.Identity{Issuer: "https://idp", Subject: "alice", Groups: []string{"gantry-admins"}, SecondFactor: true}, nil
 	})
-	e.do("POST", "/api/v1/workloads", map[string]any{"template": "dev-environment", "team": "vision"}, nil)
-	e.request("member", "DELETE", "/api/v1/templates/vllm-inference", nil, nil) // denied
-	e.do("GET", "/api/v1/templates", nil, nil)                                  // a read: not recorded
-	var page struct {
-		Items []struct {
-			Seq                                             int64
-			Actor, Action, Object, Decision, Reason, Source string
-			Status                                          int
-		}
-	}
-	e.do("GET", "/api/v1/audit?after=0", nil, &page) // oldest first
+	ctx := t.Context()
+	member := e.as("member")
+	must(e.api.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "dev-environment", Team: "vision"}))(t)
+	must(member.DeleteTemplateWithResponse(ctx, "vllm-inference"))(t)                                              // denied
+	must(e.api.ListTemplatesWithResponse(ctx))(t)                                                                  // a read: not recorded
+	page := deref(must(e.api.ListAuditWithResponse(ctx, &model.ListAuditParams{After: ptr[int64](0)}))(t).JSON200) // oldest first
 	if len(page.Items) != 2 {
 		t.Fatalf("%d records, want 2: %+v", len(page.Items), page.Items)
 	}
 	launch, denial := page.Items[0], page.Items[1]
-	var newest struct {
-		Items      []struct{ Seq int64 }
-		NextBefore *int64
-	}
-	e.do("GET", "/api/v1/audit?limit=1", nil, &newest) // by default, newest first
+	newest := deref(must(e.api.ListAuditWithResponse(ctx, &model.ListAuditParams{Limit: ptr(1)}))(t).JSON200) // by default, newest first
 	if len(newest.Items) != 1 || newest.Items[0].Seq != 2 || newest.NextBefore == nil || *newest.NextBefore != 2 {
 		t.Fatalf("newest first: %+v", newest)
 	}
-	e.do("GET", "/api/v1/audit?limit=1&before=2", nil, &newest)
+	newest = deref(must(e.api.ListAuditWithResponse(ctx, &model.ListAuditParams{Limit: ptr(1), Before: ptr[int64](2)}))(t).JSON200)
 	if len(newest.Items) != 1 || newest.Items[0].Seq != 1 {
 		t.Fatalf("the next page, before 2: %+v", newest)
 	}
@@ -57,9 +49,10 @@ func TestAuditLog(t *testing.T) {
 	}
 	// Three more denials, of three kinds (repeats of one kind are counted,
 	// not written: TestAnonymousFlood).
-	e.request("member", "POST", "/api/v1/workloads", map[string]any{"template": "vllm-inference", "team": "nlp"}, nil)
-	e.request("member", "POST", "/api/v1/templates", templateJSON(t, "../templates/vllm-inference.yaml", nil), nil)
-	e.request("member", "PUT", "/api/v1/templates/vllm-inference", templateJSON(t, "../templates/vllm-inference.yaml", nil), nil)
+	vllm := templateDoc(t, "../templates/vllm-inference.yaml", nil)
+	must(member.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "vllm-inference", Team: "nlp"}))(t)
+	must(member.CreateTemplateWithResponse(ctx, vllm))(t)
+	must(member.UpdateTemplateWithResponse(ctx, "vllm-inference", vllm))(t)
 
 	st, err := store.Open(context.Background(), store.SQLite, e.dbPath)
 	if err != nil {
@@ -113,23 +106,29 @@ func TestAuditHiddenDenials(t *testing.T) {
 		}
 		return identity.Identity{Issuer: "https://idp", Subject: "alice", Groups: []string{"gantry-admins"}, SecondFactor: true}, nil
 	})
-	var w struct{ ID string }
-	if code, _ := e.do("POST", "/api/v1/workloads", map[string]any{"template": "dev-environment", "team": "vision"}, &w); code != 201 {
-		t.Fatalf("launch: %d", code)
+	ctx := t.Context()
+	r := must(e.api.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "dev-environment", Team: "vision"}))(t)
+	if r.StatusCode() != 201 {
+		t.Fatalf("launch: %d", r.StatusCode())
 	}
-	path := "/api/v1/workloads/" + w.ID
-	for _, a := range []struct{ method, path string }{{"GET", path}, {"POST", path + "/stop"}, {"DELETE", path}} {
-		if code := e.request("nlp", a.method, a.path, nil, nil); code != 404 {
+	id, path := r.JSON201.Id, "/api/v1/workloads/"+r.JSON201.Id
+	nlp := e.as("nlp")
+	for _, a := range []struct {
+		method, path string
+		send         func() (answer, error)
+	}{
+		{"GET", path, func() (answer, error) { return nlp.GetWorkloadWithResponse(ctx, id) }},
+		{"POST", path + "/stop", func() (answer, error) { return nlp.StopWorkloadWithResponse(ctx, id) }},
+		{"DELETE", path, func() (answer, error) { return nlp.DeleteWorkloadWithResponse(ctx, id) }},
+	} {
+		if code := must(a.send())(t).StatusCode(); code != 404 {
 			t.Errorf("%s %s by another team: %d, want 404", a.method, a.path, code)
 		}
 	}
-	var page struct {
-		Items []struct{ Actor, Action, Decision, Reason string }
-	}
-	e.do("GET", "/api/v1/audit?actor=https://idp%23nils", nil, &page)
+	page := deref(must(e.api.ListAuditWithResponse(ctx, &model.ListAuditParams{Actor: ptr("https://idp#nils")}))(t).JSON200)
 	got := map[string]string{}
 	for _, r := range page.Items {
-		got[r.Action] = r.Decision + ": " + r.Reason
+		got[r.Action] = string(r.Decision) + ": " + r.Reason
 	}
 	for _, action := range []string{"GET /api/v1/workloads/:id", "POST /api/v1/workloads/:id/stop", "DELETE /api/v1/workloads/:id"} {
 		if want := `deny: may not read workloads of team "vision" (answered 404)`; got[action] != want {

@@ -1,9 +1,7 @@
 package api_test
 
 import (
-	"encoding/json"
 	"io"
-	"net/http"
 	"strings"
 	"testing"
 )
@@ -18,18 +16,10 @@ func TestChunkedBodyTooLarge(t *testing.T) {
 		if chunked {
 			body = io.MultiReader(strings.NewReader(big)) // no length: sent chunked
 		}
-		req, _ := http.NewRequest("POST", e.url+"/api/v1/workloads", body)
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Authorization", "Bearer test.jwt.token")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var p problem
-		json.NewDecoder(resp.Body).Decode(&p)
-		resp.Body.Close()
-		if resp.StatusCode != 413 || p.Status != 413 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/problem+json") {
-			t.Errorf("chunked %v: %d %q %+v, want a 413 problem", chunked, resp.StatusCode, resp.Header.Get("Content-Type"), p)
+		// raw body: past the limit, with and without its length
+		r := must(e.api.CreateWorkloadWithBodyWithResponse(t.Context(), nil, "application/json", body))(t)
+		if p := problemOf(r.ApplicationproblemJSONDefault); r.StatusCode() != 413 || p.Status != 413 || !strings.HasPrefix(r.ContentType(), "application/problem+json") {
+			t.Errorf("chunked %v: %d %q %s, want a 413 problem", chunked, r.StatusCode(), r.ContentType(), r.Body)
 		}
 	}
 }
@@ -38,14 +28,17 @@ func TestChunkedBodyTooLarge(t *testing.T) {
 // the last one) is refused with the key's path, as template files are.
 func TestDuplicateKeysRefused(t *testing.T) {
 	e := newEnv(t, alice)
+	ctx := t.Context()
+	// raw body: a key twice is JSON no generated type can send
 	doc := `{"apiVersion":"gantry.dev/v1alpha1","kind":"Template","metadata":{"name":"dup","name":"dup2"},"spec":{}}`
-	var p problem
-	if s := e.request("", "POST", "/api/v1/templates", doc, &p); s != 422 || p.fields()["metadata.name"] == "" {
-		t.Fatalf("duplicate key in a template: %d %+v, want 422 naming metadata.name", s, p)
+	r := must(e.api.CreateTemplateWithBodyWithResponse(ctx, "application/json", strings.NewReader(doc)))(t)
+	if p := problemOf(r.ApplicationproblemJSONDefault); r.StatusCode() != 422 || p.fields()["metadata.name"] == "" {
+		t.Fatalf("duplicate key in a template: %d %s, want 422 naming metadata.name", r.StatusCode(), r.Body)
 	}
 	launch := `{"template":"pytorch-train","team":"vision","parameters":{"epochs":1,"epochs":999}}`
-	if s := e.request("", "POST", "/api/v1/workloads", launch, &p); s != 422 || p.fields()["parameters.epochs"] == "" {
-		t.Fatalf("duplicate key in a launch: %d %+v, want 422 naming parameters.epochs", s, p)
+	w := must(e.api.CreateWorkloadWithBodyWithResponse(ctx, nil, "application/json", strings.NewReader(launch)))(t)
+	if p := problemOf(w.ApplicationproblemJSONDefault); w.StatusCode() != 422 || p.fields()["parameters.epochs"] == "" {
+		t.Fatalf("duplicate key in a launch: %d %s, want 422 naming parameters.epochs", w.StatusCode(), w.Body)
 	}
 }
 
@@ -56,18 +49,10 @@ func TestDeepBodyWhateverTheMediaTypeCase(t *testing.T) {
 	e := newEnv(t, alice)
 	body := `{"template":"pytorch-train","team":"vision","parameters":` + strings.Repeat("[", 1000) + strings.Repeat("]", 1000) + `}`
 	for _, ct := range []string{"application/JSON", "Application/Json; charset=utf-8", "application/problem+json"} {
-		req, _ := http.NewRequest("POST", e.url+"/api/v1/workloads", strings.NewReader(body))
-		req.Header.Set("Content-Type", ct)
-		req.Header.Set("Authorization", "Bearer test.jwt.token")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var p problem
-		json.NewDecoder(resp.Body).Decode(&p)
-		resp.Body.Close()
-		if resp.StatusCode != 400 || len(p.Errors) == 0 || !strings.Contains(p.Errors[0].Detail, "nested deeper than 64") {
-			t.Errorf("Content-Type %s: %d %+v, want a 400 naming the depth", ct, resp.StatusCode, p)
+		// raw body: nested past the bound, under odd spellings of the media type
+		r := must(e.api.CreateWorkloadWithBodyWithResponse(t.Context(), nil, ct, strings.NewReader(body)))(t)
+		if p := problemOf(r.ApplicationproblemJSONDefault); r.StatusCode() != 400 || len(p.Errors) == 0 || !strings.Contains(p.Errors[0].Detail, "nested deeper than 64") {
+			t.Errorf("Content-Type %s: %d %s, want a 400 naming the depth", ct, r.StatusCode(), r.Body)
 		}
 	}
 }

@@ -1,102 +1,80 @@
 package api_test
 
 import (
-	"io"
-	"net/http"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/gantryhq/gantry/api/client"
+	"github.com/gantryhq/gantry/api/model"
 )
 
 // TestCosts: showback answers JSON by default and CSV on request (a header
 // line and one line per group), and names a bad period's field.
 func TestCosts(t *testing.T) {
 	e := newEnv(t, alice)
-	var r struct {
-		GroupBy, Currency string
-		Total             float64
-		Items             []struct{ Key string }
+	ctx := t.Context()
+	r := must(e.api.GetCostsWithResponse(ctx, &model.GetCostsParams{GroupBy: ptr(model.GetCostsParamsGroupByTemplate)}))(t)
+	if c := deref(r.JSON200); r.StatusCode() != 200 || c.GroupBy != "template" || c.Currency != "USD" || c.Items == nil {
+		t.Fatalf("costs: %d %s", r.StatusCode(), r.Body)
 	}
-	if s, _ := e.do("GET", "/api/v1/costs?groupBy=template", nil, &r); s != 200 || r.GroupBy != "template" || r.Currency != "USD" || r.Items == nil {
-		t.Fatalf("costs: %d %+v", s, r)
-	}
-	req, _ := http.NewRequest("GET", e.url+"/api/v1/costs?format=csv&groupBy=gpuClass", nil)
-	req.Header.Set("Authorization", "Bearer test.jwt.token")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/csv") || !strings.HasPrefix(string(body), "gpuClass,cost_usd,used_usd,idle_usd,unmeasured_usd,gpu_hours,workloads\n") {
-		t.Fatalf("csv: %d %s %q", resp.StatusCode, resp.Header.Get("Content-Type"), body)
+	csv := must(e.api.GetCostsWithResponse(ctx, &model.GetCostsParams{Format: ptr(model.Csv), GroupBy: ptr(model.GetCostsParamsGroupByGpuClass)}))(t)
+	if csv.StatusCode() != 200 || !strings.HasPrefix(csv.ContentType(), "text/csv") || !strings.HasPrefix(string(csv.Body), "gpuClass,cost_usd,used_usd,idle_usd,unmeasured_usd,gpu_hours,workloads\n") {
+		t.Fatalf("csv: %d %s %q", csv.StatusCode(), csv.ContentType(), csv.Body)
 	}
 	// A team's month: the report's shape, and a month that is not one.
-	var rep struct {
-		Team, Month                      string
-		Total                            float64
-		ByUser, ByTemplate, ByCostCenter []struct{ Key string }
-		Alerts                           []any
+	rep := must(e.api.GetTeamReportWithResponse(ctx, "vision", &model.GetTeamReportParams{Month: ptr("2026-11")}))(t)
+	if m := deref(rep.JSON200); rep.StatusCode() != 200 || m.Team != "vision" || m.Month != "2026-11" || m.ByUser == nil || m.Alerts == nil {
+		t.Fatalf("report: %d %s", rep.StatusCode(), rep.Body)
 	}
-	if s, _ := e.do("GET", "/api/v1/teams/vision/report?month=2026-11", nil, &rep); s != 200 || rep.Team != "vision" || rep.Month != "2026-11" || rep.ByUser == nil || rep.Alerts == nil {
-		t.Fatalf("report: %d %+v", s, rep)
-	}
-	var bad struct{ Errors []struct{ Field string } }
-	if s, _ := e.do("GET", "/api/v1/teams/vision/report?month=2026-13", nil, &bad); s != 422 && s != 400 {
-		t.Fatalf("month 13: %d %+v", s, bad)
+	if bad := must(e.api.GetTeamReportWithResponse(ctx, "vision", &model.GetTeamReportParams{Month: ptr("2026-13")}))(t); bad.StatusCode() != 422 && bad.StatusCode() != 400 {
+		t.Fatalf("month 13: %d %s", bad.StatusCode(), bad.Body)
 	}
 	// A team's settings: within the templates' limits, or refused by field.
-	var set struct {
-		Team      string
-		Templates map[string]struct{ IdleTimeout, Sleep string }
-		UpdatedBy string
+	put := model.TeamSettingsRequest{Templates: map[string]model.TemplateOverride{
+		"jupyter-notebook": {IdleTimeout: ptr("6h")}, "dev-environment": {Sleep: ptr("weekdays 19:00-07:00 Europe/Paris")}}}
+	set := must(e.api.PutTeamSettingsWithResponse(ctx, "vision", nil, put))(t)
+	if s := deref(set.JSON200); set.StatusCode() != 200 || deref(s.Templates["jupyter-notebook"].IdleTimeout) != "6h" || deref(s.UpdatedBy) == "" {
+		t.Fatalf("settings: %d %s", set.StatusCode(), set.Body)
 	}
-	put := map[string]any{"templates": map[string]any{"jupyter-notebook": map[string]any{"idleTimeout": "6h"}, "dev-environment": map[string]any{"sleep": "weekdays 19:00-07:00 Europe/Paris"}}}
-	if s, _ := e.do("PUT", "/api/v1/teams/vision/settings", put, &set); s != 200 || set.Templates["jupyter-notebook"].IdleTimeout != "6h" || set.UpdatedBy == "" {
-		t.Fatalf("settings: %d %+v", s, set)
-	}
-	if s, _ := e.do("GET", "/api/v1/teams/vision/settings", nil, &set); s != 200 || set.Templates["dev-environment"].Sleep != "weekdays 19:00-07:00 Europe/Paris" {
-		t.Fatalf("settings read back: %d %+v", s, set)
+	got := must(e.api.GetTeamSettingsWithResponse(ctx, "vision"))(t)
+	if s := deref(got.JSON200); got.StatusCode() != 200 || deref(s.Templates["dev-environment"].Sleep) != "weekdays 19:00-07:00 Europe/Paris" {
+		t.Fatalf("settings read back: %d %s", got.StatusCode(), got.Body)
 	}
 	// Versions: the ETag of a read makes a change conditional (If-Match);
 	// a change from an older version is refused with 412, and writes
 	// nothing.
-	_, h := e.do("GET", "/api/v1/teams/vision/settings", nil, nil)
-	tag := h.Get("ETag")
+	tag := deref(deref(got.Headers200).ETag)
 	if tag != `"v1"` {
 		t.Fatalf("the settings' ETag: %q, want \"v1\"", tag)
 	}
-	cond := func(ifMatch string, idle string) (int, http.Header) {
-		req, _ := http.NewRequest("PUT", e.url+"/api/v1/teams/vision/settings", strings.NewReader(`{"templates":{"jupyter-notebook":{"idleTimeout":"`+idle+`"}}}`))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Authorization", "Bearer test.jwt.token")
-		req.Header.Set("If-Match", ifMatch)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return resp.StatusCode, resp.Header
+	cond := func(ifMatch string, idle string) *client.PutTeamSettingsResponse {
+		req := model.TeamSettingsRequest{Templates: map[string]model.TemplateOverride{"jupyter-notebook": {IdleTimeout: &idle}}}
+		return must(e.api.PutTeamSettingsWithResponse(ctx, "vision", &model.PutTeamSettingsParams{IfMatch: &ifMatch}, req))(t)
 	}
-	if s, h := cond(tag, "5h"); s != 200 || h.Get("ETag") != `"v2"` {
-		t.Fatalf("a change from the current version: %d %q", s, h.Get("ETag"))
+	if r := cond(tag, "5h"); r.StatusCode() != 200 || r.HTTPResponse.Header.Get("ETag") != `"v2"` || deref(deref(r.Headers200).ETag) != `"v2"` {
+		t.Fatalf("a change from the current version: %d %q", r.StatusCode(), r.HTTPResponse.Header.Get("ETag"))
 	}
-	if s, _ := cond(tag, "4h"); s != 412 {
-		t.Fatalf("a change from the version before: %d, want 412", s)
+	if r := cond(tag, "4h"); r.StatusCode() != 412 || r.ApplicationproblemJSON412 == nil {
+		t.Fatalf("a change from the version before: %d %s, want 412", r.StatusCode(), r.Body)
 	}
-	if s, _ := cond("not-a-tag", "4h"); s != 422 {
-		t.Fatalf("If-Match that is no ETag: %d, want 422", s)
+	if r := cond("not-a-tag", "4h"); r.StatusCode() != 422 {
+		t.Fatalf("If-Match that is no ETag: %d, want 422", r.StatusCode())
 	}
-	if s, _ := e.do("GET", "/api/v1/teams/vision/settings", nil, &set); s != 200 || set.Templates["jupyter-notebook"].IdleTimeout != "5h" {
-		t.Fatalf("after a refused change: %d %+v", s, set)
+	got = must(e.api.GetTeamSettingsWithResponse(ctx, "vision"))(t)
+	if s := deref(got.JSON200); got.StatusCode() != 200 || deref(s.Templates["jupyter-notebook"].IdleTimeout) != "5h" {
+		t.Fatalf("after a refused change: %d %s", got.StatusCode(), got.Body)
 	}
-	var refused struct{ Errors []struct{ Field string } }
-	put = map[string]any{"templates": map[string]any{"jupyter-notebook": map[string]any{"idleTimeout": "72h"}, "pytorch-train": map[string]any{"sleep": "daily 19:00-07:00 UTC"}}}
-	if s, _ := e.do("PUT", "/api/v1/teams/vision/settings", put, &refused); s != 422 || len(refused.Errors) != 2 ||
-		refused.Errors[0].Field != "templates.jupyter-notebook.idleTimeout" || refused.Errors[1].Field != "templates.pytorch-train.sleep" {
-		t.Fatalf("settings past the limits: %d %+v", s, refused)
+	put = model.TeamSettingsRequest{Templates: map[string]model.TemplateOverride{
+		"jupyter-notebook": {IdleTimeout: ptr("72h")}, "pytorch-train": {Sleep: ptr("daily 19:00-07:00 UTC")}}}
+	refused := must(e.api.PutTeamSettingsWithResponse(ctx, "vision", nil, put))(t)
+	if p := problemOf(refused.ApplicationproblemJSONDefault); refused.StatusCode() != 422 || len(p.Errors) != 2 ||
+		p.Errors[0].Field != "templates.jupyter-notebook.idleTimeout" || p.Errors[1].Field != "templates.pytorch-train.sleep" {
+		t.Fatalf("settings past the limits: %d %s", refused.StatusCode(), refused.Body)
 	}
-	var p struct{ Errors []struct{ Field string } }
-	if s, _ := e.do("GET", "/api/v1/costs?from=2026-12-02T00:00:00Z&to=2026-12-01T00:00:00Z", nil, &p); s != 422 || len(p.Errors) == 0 || p.Errors[0].Field != "from" {
-		t.Fatalf("a period ending before it starts: %d %+v", s, p)
+	from, to := time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC), time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	r = must(e.api.GetCostsWithResponse(ctx, &model.GetCostsParams{From: &from, To: &to}))(t)
+	if p := problemOf(r.ApplicationproblemJSONDefault); r.StatusCode() != 422 || len(p.Errors) == 0 || p.Errors[0].Field != "from" {
+		t.Fatalf("a period ending before it starts: %d %s", r.StatusCode(), r.Body)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gantryhq/gantry/api/model"
 	"github.com/gantryhq/gantry/internal/config"
 	"github.com/gantryhq/gantry/internal/server"
 	"github.com/gantryhq/gantry/internal/servertest"
@@ -28,17 +29,17 @@ func TestGPUClassesReload(t *testing.T) {
 		t.Fatal(err)
 	}
 	g := servertest.WithOverrides(t, server.Overrides{Identify: alice}, func(c *config.Config) { c.GPUClassesFile = file })
-	e := &env{t: t, url: g.URL}
+	e := envAt(t, g.URL, nil, "")
 	type class struct {
-		Price        struct{ OnDemand float64 }
-		PriceHistory []struct{ Price struct{ OnDemand float64 } }
+		Price        model.Price
+		PriceHistory []model.PricePoint
 	}
 	read := func() class {
-		var c class
-		if s, _ := e.do("GET", "/api/v1/gpu-classes/A100-40GB", nil, &c); s != 200 {
-			t.Fatalf("GET: %d", s)
+		r := must(e.api.GetGPUClassWithResponse(t.Context(), "A100-40GB"))(t)
+		if r.StatusCode() != 200 {
+			t.Fatalf("GET: %d", r.StatusCode())
 		}
-		return c
+		return class{Price: r.JSON200.Price, PriceHistory: deref(r.JSON200.PriceHistory)}
 	}
 	write := func(text string) {
 		if err := os.WriteFile(file+".new", []byte(text), 0o644); err != nil {
@@ -66,7 +67,7 @@ func TestGPUClassesReload(t *testing.T) {
 		// The loop looks every 3 s: over two looks, nothing changes.
 		if err := waitfor.Poll(7*time.Second, func() error {
 			c := read()
-			s, _ := e.do("GET", "/api/v1/gpu-classes/L4", nil, nil)
+			s := must(e.api.GetGPUClassWithResponse(t.Context(), "L4"))(t).StatusCode()
 			if c.Price.OnDemand != 3.15 || len(c.PriceHistory) != 2 || s != 200 {
 				return nil // it took effect
 			}

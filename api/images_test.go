@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gantryhq/gantry/api/model"
 	"github.com/gantryhq/gantry/internal/devregistry"
 	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/server"
@@ -24,74 +25,65 @@ func TestImages(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := newEnvWith(t, server.Overrides{Identify: alice, Images: images})
-	var list struct {
-		Items []struct {
-			Name    string
-			Signing struct {
-				Keys []struct{ File, Fingerprint string }
-			}
-		}
+	lr := must(e.api.ListImagesWithResponse(ctx))(t)
+	list := deref(lr.JSON200)
+	if lr.StatusCode() != 200 || len(list.Items) != len(images.Catalog.Names()) || list.Items[2].Name != "pytorch" {
+		t.Fatalf("list: %d %s", lr.StatusCode(), lr.Body)
 	}
-	if s, _ := e.do("GET", "/api/v1/images", nil, &list); s != 200 || len(list.Items) != len(images.Catalog.Names()) || list.Items[2].Name != "pytorch" ||
-		list.Items[2].Signing.Keys[0].File != "keys/platform.pub" || !strings.HasPrefix(list.Items[2].Signing.Keys[0].Fingerprint, "SHA256:") {
-		t.Fatalf("list: %d %+v", s, list)
+	if keys := deref(list.Items[2].Signing.Keys); len(keys) == 0 || keys[0].File != "keys/platform.pub" || !strings.HasPrefix(keys[0].Fingerprint, "SHA256:") {
+		t.Fatalf("list: %d %s", lr.StatusCode(), lr.Body)
 	}
-	if s, _ := e.do("GET", "/api/v1/images/tensorflow", nil, nil); s != 404 {
+	if s := must(e.api.GetImageWithResponse(ctx, "tensorflow"))(t).StatusCode(); s != 404 {
 		t.Errorf("unknown image: %d", s)
 	}
-	var v struct {
-		Digest, Pinned, Signer string
-		Attestations           []string
-		Cached                 bool
+	vr := must(e.api.VerifyImageWithResponse(ctx, "pytorch", model.VerifyRequest{Tag: "25.01-py3"}))(t)
+	if v := deref(vr.JSON200); vr.StatusCode() != 200 ||
+		v.Pinned != "registry.gantry.internal/nvidia/pytorch@"+reg.Published["pytorch:25.01-py3"] || len(deref(v.Attestations)) != 1 {
+		t.Fatalf("verify: %d %s", vr.StatusCode(), vr.Body)
 	}
-	if s, _ := e.do("POST", "/api/v1/images/pytorch/verify", map[string]any{"tag": "25.01-py3"}, &v); s != 200 ||
-		v.Pinned != "registry.gantry.internal/nvidia/pytorch@"+reg.Published["pytorch:25.01-py3"] || len(v.Attestations) != 1 {
-		t.Fatalf("verify: %d %+v", s, v)
-	}
-	var p problem
-	if s, _ := e.do("POST", "/api/v1/images/pytorch/verify", map[string]any{"tag": "latest"}, &p); s != 422 || p.Type != "https://gantry.dev/problems/image-refused" ||
+	vr = must(e.api.VerifyImageWithResponse(ctx, "pytorch", model.VerifyRequest{Tag: "latest"}))(t)
+	if p := problemOf(vr.ApplicationproblemJSONDefault); vr.StatusCode() != 422 || p.Type != "https://gantry.dev/problems/image-refused" ||
 		p.fields()["image"] != `tag check: tag "latest" is not approved (allowed: 25.01-py3)` {
-		t.Errorf("unapproved tag: %d %+v", s, p)
+		t.Errorf("unapproved tag: %d %s", vr.StatusCode(), vr.Body)
 	}
 
 	// A template's image must be in the catalog, with an approved tag and
 	// support for the template's GPU classes.
-	doc := templateJSON(t, "../templates/dev-environment.yaml", func(m map[string]any) {
-		m["metadata"].(map[string]any)["name"] = "tf-dev"
-		m["spec"].(map[string]any)["image"] = "tensorflow:2.15"
+	doc := templateDoc(t, "../templates/dev-environment.yaml", func(d *model.TemplateDocument) {
+		d.Metadata.Name = "tf-dev"
+		d.Spec.Image = "tensorflow:2.15"
 	})
-	p = problem{}
-	if s, _ := e.do("POST", "/api/v1/templates", doc, &p); s != 422 || !strings.Contains(p.fields()["spec.image"], `unknown image "tensorflow"`) {
-		t.Errorf("unknown image in a template: %d %+v", s, p)
+	tr := must(e.api.CreateTemplateWithResponse(ctx, doc))(t)
+	if p := problemOf(tr.ApplicationproblemJSONDefault); tr.StatusCode() != 422 || !strings.Contains(p.fields()["spec.image"], `unknown image "tensorflow"`) {
+		t.Errorf("unknown image in a template: %d %s", tr.StatusCode(), tr.Body)
 	}
-	doc = templateJSON(t, "../templates/dev-environment.yaml", func(m map[string]any) {
-		m["metadata"].(map[string]any)["name"] = "vllm-dev"
-		m["spec"].(map[string]any)["image"] = "code-server-cuda:12.8"
-		m["spec"].(map[string]any)["gpu"].(map[string]any)["classes"] = []string{"L4", "H200-141GB"}
+	doc = templateDoc(t, "../templates/dev-environment.yaml", func(d *model.TemplateDocument) {
+		d.Metadata.Name = "vllm-dev"
+		d.Spec.Image = "code-server-cuda:12.8"
+		d.Spec.Gpu.Classes = []string{"L4", "H200-141GB"}
 	})
-	p = problem{}
-	if s, _ := e.do("POST", "/api/v1/templates", doc, &p); s != 422 || !strings.Contains(p.fields()["spec.gpu.classes[1]"], "image code-server-cuda:12.8 does not support H200-141GB") {
-		t.Errorf("unsupported class: %d %+v", s, p)
+	tr = must(e.api.CreateTemplateWithResponse(ctx, doc))(t)
+	if p := problemOf(tr.ApplicationproblemJSONDefault); tr.StatusCode() != 422 || !strings.Contains(p.fields()["spec.gpu.classes[1]"], "image code-server-cuda:12.8 does not support H200-141GB") {
+		t.Errorf("unsupported class: %d %s", tr.StatusCode(), tr.Body)
 	}
 
 	// A launch runs the image pinned by digest.
-	var w struct{ ID, Image string }
-	if s, _ := e.do("POST", "/api/v1/workloads", map[string]any{"template": "pytorch-train", "team": "vision"}, &w); s != 201 ||
-		w.Image != "registry.gantry.internal/nvidia/pytorch@"+reg.Published["pytorch:25.01-py3"] {
-		t.Fatalf("launch: %d %+v", s, w)
+	launch := model.LaunchRequest{Template: "pytorch-train", Team: "vision"}
+	wr := must(e.api.CreateWorkloadWithResponse(ctx, nil, launch))(t)
+	if wr.StatusCode() != 201 || deref(deref(wr.JSON201).Image) != "registry.gantry.internal/nvidia/pytorch@"+reg.Published["pytorch:25.01-py3"] {
+		t.Fatalf("launch: %d %s", wr.StatusCode(), wr.Body)
 	}
 	// The tag moves to an unsigned image: the next launch is refused, naming the check.
 	local, _ := reg.Local("registry.gantry.internal/nvidia/pytorch")
 	if _, err := reg.Push(ctx, local.Tag("25.01-py3"), "an unsigned rebuild"); err != nil {
 		t.Fatal(err)
 	}
-	p = problem{}
-	if s, _ := e.do("POST", "/api/v1/workloads", map[string]any{"template": "pytorch-train", "team": "vision"}, &p); s != 422 ||
+	wr = must(e.api.CreateWorkloadWithResponse(ctx, nil, launch))(t)
+	if p := problemOf(wr.ApplicationproblemJSONDefault); wr.StatusCode() != 422 ||
 		p.fields()["image"] != "signature check: the image is not signed" || !strings.Contains(p.Detail, "image pytorch:25.01-py3 (sha256:") {
-		t.Fatalf("unsigned launch: %d %+v", s, p)
+		t.Fatalf("unsigned launch: %d %s", wr.StatusCode(), wr.Body)
 	}
-	var all struct{ Items []struct{ ID string } }
-	if e.do("GET", "/api/v1/workloads?team=vision", nil, &all); len(all.Items) != 1 {
+	if all := deref(must(e.api.ListWorkloadsWithResponse(ctx, &model.ListWorkloadsParams{Team: ptr("vision")}))(t).JSON200); len(all.Items) != 1 {
 		t.Errorf("the refused launch was recorded: %+v", all.Items)
 	}
 }

@@ -3,7 +3,6 @@ package api_test
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gantryhq/gantry/api/model"
 	"github.com/gantryhq/gantry/internal/config"
 	"github.com/gantryhq/gantry/internal/server"
 	"github.com/gantryhq/gantry/internal/servertest"
@@ -71,37 +71,18 @@ func replicas(t *testing.T, edit ...func(*config.Config)) (a, b *servertest.Gant
 // endpoint (no cluster runs it here); it returns its id.
 func running(t *testing.T, g *servertest.Gantry, tok string) string {
 	t.Helper()
-	var w struct{ ID string }
-	if s := call(t, g.URL, tok, "POST", "/api/v1/workloads", `{"template":"dev-environment","team":"vision"}`, &w); s != 201 {
-		t.Fatalf("launch: %d", s)
+	r := must(newClient(t, g.URL, tok, "").CreateWorkloadWithResponse(t.Context(), nil, model.LaunchRequest{Template: "dev-environment", Team: "vision"}))(t)
+	if r.StatusCode() != 201 {
+		t.Fatalf("launch: %d %s", r.StatusCode(), r.Body)
 	}
-	if _, err := g.Store.UpdateWorkload(context.Background(), w.ID, func(old workload.Workload) (workload.Workload, error) {
+	id := r.JSON201.Id
+	if _, err := g.Store.UpdateWorkload(context.Background(), id, func(old workload.Workload) (workload.Workload, error) {
 		old.Status, old.Endpoint = workload.Running, "http://notebook.test:8888"
 		return old, nil
 	}); err != nil {
 		t.Fatal(err)
 	}
-	return w.ID
-}
-
-func call(t *testing.T, base, tok, method, path, body string, out any) int {
-	t.Helper()
-	var rd io.Reader
-	if body != "" {
-		rd = strings.NewReader(body)
-	}
-	req, _ := http.NewRequest(method, base+path, rd)
-	req.Header.Set("Authorization", "Bearer "+tok)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if out != nil {
-		json.NewDecoder(resp.Body).Decode(out)
-	}
-	return resp.StatusCode
+	return id
 }
 
 // liveConn is an open long-lived response: a websocket through the proxy
@@ -144,9 +125,8 @@ func watch(t *testing.T, g *servertest.Gantry, tok, id string) *liveConn {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	req, _ := http.NewRequestWithContext(ctx, "GET", g.URL+"/api/v1/workloads/"+id+"/watch", nil)
-	req.Header.Set("Authorization", "Bearer "+tok)
-	resp, err := http.DefaultClient.Do(req)
+	// Not WatchWorkloadWithResponse: it would read the stream to its end.
+	resp, err := newClient(t, g.URL, tok, "").WatchWorkload(ctx, id)
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("watch via %s: %v %v", g.URL, resp, err)
 	}
@@ -191,11 +171,11 @@ func TestLiveConnectionsClose(t *testing.T) {
 		id := running(t, a, keep)
 		conns := []*liveConn{socket(t, b, tok, id), socket(t, a, tok, id), watch(t, a, tok, id), watch(t, b, tok, id)}
 		other := socket(t, b, keep, id) // another token of the same user stays
-		var list struct{ Items []struct{ ID, Name string } }
-		call(t, a.URL, keep, "GET", "/api/v1/tokens", "", &list)
+		api := newClient(t, a.URL, keep, "")
+		must(api.ListTokensWithResponse(t.Context()))(t)
 		tokID := strings.Split(strings.TrimPrefix(tok, "gnt_"), "_")[0]
 		start := time.Now()
-		if s := call(t, a.URL, keep, "DELETE", "/api/v1/tokens/"+tokID, "", nil); s != 204 {
+		if s := must(api.RevokeTokenWithResponse(t.Context(), tokID))(t).StatusCode(); s != 204 {
 			t.Fatalf("revoke: %d", s)
 		}
 		wantClosed(t, "token revoked on one replica", start, within, conns...)
@@ -210,23 +190,20 @@ func TestLiveConnectionsClose(t *testing.T) {
 		tok := a.Token("alice")
 		id := running(t, a, tok)
 		conns := []*liveConn{socket(t, b, tok, id), watch(t, b, tok, id)}
-		admin := a.Token("ada")
-		var users struct {
-			Items []struct{ ID, Subject string }
-		}
-		call(t, a.URL, admin, "GET", "/api/v1/users", "", &users)
+		admin := newClient(t, a.URL, a.Token("ada"), "")
+		users := deref(must(admin.ListUsersWithResponse(t.Context()))(t).JSON200)
 		var uid string
 		for _, u := range users.Items {
 			if strings.HasSuffix(u.Subject, "alice") {
-				uid = u.ID
+				uid = u.Id
 			}
 		}
 		start := time.Now()
-		if s := call(t, a.URL, admin, "POST", "/api/v1/users/"+uid+"/deactivate", "", nil); s != 200 {
+		if s := must(admin.DeactivateUserWithResponse(t.Context(), uid))(t).StatusCode(); s != 200 {
 			t.Fatalf("deactivate %q: %d", uid, s)
 		}
 		wantClosed(t, "user deactivated", start, within, conns...)
-		if s := call(t, a.URL, admin, "POST", "/api/v1/users/"+uid+"/reactivate", "", nil); s != 200 {
+		if s := must(admin.ReactivateUserWithResponse(t.Context(), uid))(t).StatusCode(); s != 200 {
 			t.Fatalf("reactivate: %d", s)
 		}
 	})
@@ -263,13 +240,14 @@ func TestLiveConnectionsClose(t *testing.T) {
 		id := running(t, a, tok)
 		sockets := []*liveConn{socket(t, b, tok, id), socket(t, a, tok, id)}
 		streams := []*liveConn{watch(t, b, tok, id)}
+		api := newClient(t, a.URL, tok, "")
 		start := time.Now()
-		if s := call(t, a.URL, tok, "POST", "/api/v1/workloads/"+id+"/stop", "", nil); s != 200 && s != 202 {
+		if s := must(api.StopWorkloadWithResponse(t.Context(), id))(t).StatusCode(); s != 200 && s != 202 {
 			t.Fatalf("stop: %d", s)
 		}
 		wantClosed(t, "workload stopped", start, within, sockets...)
 		start = time.Now()
-		if s := call(t, a.URL, tok, "DELETE", "/api/v1/workloads/"+id, "", nil); s != 200 && s != 202 && s != 204 {
+		if s := must(api.DeleteWorkloadWithResponse(t.Context(), id))(t).StatusCode(); s != 200 && s != 202 && s != 204 {
 			t.Fatalf("delete: %d", s)
 		}
 		wantClosed(t, "workload deleted", start, within, streams...)
@@ -283,13 +261,12 @@ func TestStreamCaps(t *testing.T) {
 	g := servertest.New(t, func(c *config.Config) { c.Security.StreamsPerIdentity = 3 })
 	tok, other := g.Token("alice"), g.Token("lee")
 	id := running(t, g, tok)
+	api := newClient(t, g.URL, tok, "")
 	var open []context.CancelFunc
 	for range 3 {
 		ctx, cancel := context.WithCancel(context.Background())
 		open = append(open, cancel)
-		req, _ := http.NewRequestWithContext(ctx, "GET", g.URL+"/api/v1/workloads/"+id+"/watch", nil)
-		req.Header.Set("Authorization", "Bearer "+tok)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := api.WatchWorkload(ctx, id) // a stream: not WithResponse, which reads to the end
 		if err != nil || resp.StatusCode != 200 {
 			t.Fatalf("watch within the cap: %v %v", resp, err)
 		}
@@ -300,34 +277,23 @@ func TestStreamCaps(t *testing.T) {
 			c()
 		}
 	}()
-	req, _ := http.NewRequest("GET", g.URL+"/api/v1/workloads/"+id+"/watch", nil)
-	req.Header.Set("Authorization", "Bearer "+tok)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") == "" || !strings.Contains(string(body), "open streams") {
-		t.Fatalf("a fourth watch: %d %q %s, want 429 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"), body)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	r := must(api.WatchWorkloadWithResponse(ctx, id))(t) // refused: an answer, not a stream
+	if r.StatusCode() != 429 || r.HTTPResponse.Header.Get("Retry-After") == "" || !strings.Contains(string(r.Body), "open streams") {
+		t.Fatalf("a fourth watch: %d %q %s, want 429 with Retry-After", r.StatusCode(), r.HTTPResponse.Header.Get("Retry-After"), r.Body)
 	}
 	// lee, the team's admin, may watch alice's workload: his own count.
-	req, _ = http.NewRequest("GET", g.URL+"/api/v1/workloads/"+id+"/watch", nil)
-	req.Header.Set("Authorization", "Bearer "+other)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	resp, err = http.DefaultClient.Do(req.WithContext(ctx))
+	resp, err := newClient(t, g.URL, other, "").WatchWorkload(ctx, id)
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("another person's watch: %v %v", resp, err)
 	}
 	resp.Body.Close()
 	open[0]()
 	waitfor.Until(t, 10*time.Second, "a closed stream's place to free", func() error {
-		req, _ := http.NewRequest("GET", g.URL+"/api/v1/workloads/"+id+"/watch", nil)
-		req.Header.Set("Authorization", "Bearer "+tok)
 		ctx, cancel := context.WithCancel(context.Background())
 		open = append(open, cancel)
-		resp, err := http.DefaultClient.Do(req.WithContext(ctx))
+		resp, err := api.WatchWorkload(ctx, id)
 		if err != nil {
 			return err
 		}

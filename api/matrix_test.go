@@ -1,14 +1,16 @@
 package api_test
 
 import (
+	"context"
 	"net/http"
 	"sort"
-	"strings"
 	"testing"
 
 	"github.com/getkin/kin-openapi/openapi3"
 
 	"github.com/gantryhq/gantry"
+	"github.com/gantryhq/gantry/api/client"
+	"github.com/gantryhq/gantry/api/model"
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/user"
 )
@@ -56,20 +58,26 @@ func TestRouteRoleMatrix(t *testing.T) {
 		N = "nobody"
 		X = "narrowed"
 	)
+	ctx := t.Context()
+	as := map[string]*client.ClientWithResponses{}
+	for _, ro := range roles {
+		as[ro.name] = e.as(ro.name)
+	}
 	// Setup as platform admin: per role, a template to delete and a workload
 	// (owned by the admin) to stop and one to delete.
-	var w struct{ ID string }
 	stopIDs, delIDs := map[string]string{}, map[string]string{}
+	launch := model.LaunchRequest{Template: "dev-environment", Team: "vision"}
 	for _, ro := range roles {
-		doc := templateJSON(t, "../templates/dev-environment.yaml", func(m map[string]any) { m["metadata"].(map[string]any)["name"] = "del-" + ro.name })
-		if s, _ := e.do("POST", "/api/v1/templates", doc, nil); s != 201 {
+		doc := templateDoc(t, "../templates/dev-environment.yaml", func(d *model.TemplateDocument) { d.Metadata.Name = "del-" + ro.name })
+		if s := must(e.api.CreateTemplateWithResponse(ctx, doc))(t).StatusCode(); s != 201 {
 			t.Fatalf("setup template: %d", s)
 		}
 		for _, ids := range []map[string]string{stopIDs, delIDs} {
-			if s, _ := e.do("POST", "/api/v1/workloads", map[string]any{"template": "dev-environment", "team": "vision"}, &w); s != 201 {
-				t.Fatalf("setup workload: %d", s)
+			r := must(e.api.CreateWorkloadWithResponse(ctx, nil, launch))(t)
+			if r.StatusCode() != 201 {
+				t.Fatalf("setup workload: %d", r.StatusCode())
 			}
-			ids[ro.name] = w.ID
+			ids[ro.name] = r.JSON201.Id
 		}
 	}
 	tokenIDs := map[string]string{}
@@ -78,20 +86,21 @@ func TestRouteRoleMatrix(t *testing.T) {
 			tokenIDs[ro.name] = tokenIDs[A] // a token may not manage tokens: try the admin's own
 			continue
 		}
-		var tk struct{ ID string }
-		if s := e.request(ro.name, "POST", "/api/v1/tokens", map[string]any{"name": "setup", "expiresInDays": 1}, &tk); s != 201 {
-			t.Fatalf("setup token as %s: %d", ro.name, s)
+		r := must(as[ro.name].CreateTokenWithResponse(ctx, model.TokenRequest{Name: "setup", ExpiresInDays: 1}))(t)
+		if r.StatusCode() != 201 {
+			t.Fatalf("setup token as %s: %d", ro.name, r.StatusCode())
 		}
-		tokenIDs[ro.name] = tk.ID
+		tokenIDs[ro.name] = r.JSON201.Id
 	}
 	onlyAdmin := func(ok int) map[string]int {
 		return map[string]int{A: ok, P: 403, T: 403, M: 403, V: 403, N: 403, X: 403}
 	}
 	aliceID := user.IDOf("alice") // the setup identity
-	var aliceToken struct{ ID string }
-	if s, _ := e.do("POST", "/api/v1/tokens", map[string]any{"name": "setup", "expiresInDays": 1}, &aliceToken); s != 201 {
-		t.Fatalf("setup token: %d", s)
+	tr := must(e.api.CreateTokenWithResponse(ctx, model.TokenRequest{Name: "setup", ExpiresInDays: 1}))(t)
+	if tr.StatusCode() != 201 {
+		t.Fatalf("setup token: %d", tr.StatusCode())
 	}
+	aliceToken := tr.JSON201.Id
 	readers := map[string]int{A: 200, P: 200, T: 200, M: 200, V: 200, N: 403, X: 200}
 	writers := func(ok int) map[string]int {
 		return map[string]int{A: ok, P: ok, T: 403, M: 403, V: 403, N: 403, X: 403}
@@ -99,96 +108,224 @@ func TestRouteRoleMatrix(t *testing.T) {
 	public := map[string]int{A: 200, P: 200, T: 200, M: 200, V: 200, N: 200, X: 200}
 	// The setup workloads are vision's: to a token narrowed to nlp they do not exist.
 	visionReaders := map[string]int{A: 200, P: 200, T: 200, M: 200, V: 200, N: 403, X: 404}
-	newTemplate := func(role string) any {
-		return templateJSON(t, "../templates/dev-environment.yaml", func(m map[string]any) { m["metadata"].(map[string]any)["name"] = "new-" + role })
-	}
-	sameTemplate := func(string) any { return templateJSON(t, "../templates/vllm-inference.yaml", nil) }
-	render := func(string) any { return map[string]any{"team": "vision"} }
-	launch := func(string) any { return map[string]any{"template": "dev-environment", "team": "vision"} }
+	vllm := templateDoc(t, "../templates/vllm-inference.yaml", nil)
 	wid := stopIDs[A]
-	decision := func(string) any { return map[string]any{"reason": "within the quarter's plan"} }
+	decision := model.DecisionRequest{Reason: "within the quarter's plan"}
+	// plain is the status of a call that is not WithResponse, its body
+	// closed unread: the spec (which GetOpenAPIWithResponse cannot decode)
+	// and a stream (which WatchWorkloadWithResponse would read to its end).
+	plain := func(resp *http.Response, err error) (statusCoder, error) {
+		if err != nil {
+			return nil, err
+		}
+		resp.Body.Close()
+		return httpStatus(resp.StatusCode), nil
+	}
 	type row struct {
-		method, path string
-		body         func(role string) any
-		want         map[string]int
+		send func(ctx context.Context, c *client.ClientWithResponses, role string) (statusCoder, error)
+		want map[string]int
 	}
 	matrix := map[string]row{
-		"GET /healthz":                          {"GET", "/healthz", nil, public},
-		"GET /readyz":                           {"GET", "/readyz", nil, public},
-		"GET /metrics":                          {"GET", "/metrics", nil, public},
-		"GET /openapi.yaml":                     {"GET", "/openapi.yaml", nil, public},
-		"GET /auth/config":                      {"GET", "/auth/config", nil, public},
-		"GET /api/v1/me":                        {"GET", "/api/v1/me", nil, public},
-		"GET /api/v1/templates":                 {"GET", "/api/v1/templates", nil, readers},
-		"POST /api/v1/templates":                {"POST", "/api/v1/templates", newTemplate, writers(201)},
-		"GET /api/v1/templates/{name}":          {"GET", "/api/v1/templates/vllm-inference", nil, readers},
-		"PUT /api/v1/templates/{name}":          {"PUT", "/api/v1/templates/vllm-inference", sameTemplate, writers(200)},
-		"DELETE /api/v1/templates/{name}":       {"DELETE", "/api/v1/templates/del-{role}", nil, writers(204)},
-		"GET /api/v1/templates/{name}/versions": {"GET", "/api/v1/templates/vllm-inference/versions", nil, readers},
-		"POST /api/v1/catalog/apply":            {"POST", "/api/v1/catalog/apply", func(string) any { return map[string]any{"files": []any{}, "dryRun": true} }, writers(200)},
-		"PUT /api/v1/templates/{name}/versions/{version}/status": {"PUT", "/api/v1/templates/vllm-inference/versions/1/status",
-			func(string) any { return map[string]any{"status": "deprecated", "reason": "use version 2"} }, writers(200)},
+		"GET /healthz": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
+			return c.GetHealthWithResponse(ctx)
+		}, public},
+		"GET /readyz": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
+			return c.GetReadyWithResponse(ctx)
+		}, public},
+		"GET /metrics": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
+			return c.GetGantryMetricsWithResponse(ctx)
+		}, public},
+		"GET /openapi.yaml": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
+			return plain(c.GetOpenAPI(ctx))
+		}, public},
+		"GET /auth/config": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
+			return c.GetAuthConfigWithResponse(ctx)
+		}, public},
+		"GET /api/v1/me": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
+			return c.GetMeWithResponse(ctx)
+		}, public},
+		"GET /api/v1/templates": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
+			return c.ListTemplatesWithResponse(ctx)
+		}, readers},
+		"POST /api/v1/templates": {func(ctx context.Context, c *client.ClientWithResponses, role string) (statusCoder, error) {
+			return c.CreateTemplateWithResponse(ctx, templateDoc(t, "../templates/dev-environment.yaml", func(d *model.TemplateDocument) { d.Metadata.Name = "new-" + role }))
+		}, writers(201)},
+		"GET /api/v1/templates/{name}": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
+			return c.GetTemplateWithResponse(ctx, "vllm-inference", nil)
+		}, readers},
+		"PUT /api/v1/templates/{name}": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
+			return c.UpdateTemplateWithResponse(ctx, "vllm-inference", vllm)
+		}, writers(200)},
+		"DELETE /api/v1/templates/{name}": {func(ctx context.Context, c *client.ClientWithResponses, role string) (statusCoder, error) {
+			return c.DeleteTemplateWithResponse(ctx, "del-"+role)
+		}, writers(204)},
+		"GET /api/v1/templates/{name}/versions": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
+			return c.ListTemplateVersionsWithResponse(ctx, "vllm-inference")
+		}, readers},
+		"POST /api/v1/catalog/apply": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
+			return c.ApplyTemplatesWithResponse(ctx, model.TemplateSetRequest{DryRun: ptr(true), Files: []struct {
+				Content string `json:"content"`
+				Path    string `json:"path"`
+			}{}})
+		}, writers(200)},
+		"PUT /api/v1/templates/{name}/versions/{version}/status": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
+			return c.SetTemplateVersionStatusWithResponse(ctx, "vllm-inference", 1, model.SetTemplateVersionStatusJSONRequestBody{Status: "deprecated", Reason: ptr("use version 2")})
+		}, writers(200)},
 		// A preview refuses what a launch refuses: only those who may launch in the team.
-		"POST /api/v1/templates/{name}/render": {"POST", "/api/v1/templates/dev-environment/render", render, map[string]int{A: 200, P: 403, T: 200, M: 200, V: 403, N: 403, X: 403}},
-		"GET /api/v1/gpu-classes":              {"GET", "/api/v1/gpu-classes", nil, readers},
-		"GET /api/v1/gpu-classes/{name}":       {"GET", "/api/v1/gpu-classes/L4", nil, readers},
-		"GET /api/v1/workloads":                {"GET", "/api/v1/workloads", nil, readers},
-		"POST /api/v1/workloads":               {"POST", "/api/v1/workloads", launch, map[string]int{A: 201, P: 403, T: 201, M: 201, V: 403, N: 403, X: 403}},
-		"POST /api/v1/workloads/estimate":      {"POST", "/api/v1/workloads/estimate", launch, map[string]int{A: 200, P: 403, T: 200, M: 200, V: 403, N: 403, X: 403}},
-		"GET /api/v1/workloads/{id}":           {"GET", "/api/v1/workloads/" + wid, nil, visionReaders},
-		"GET /api/v1/workloads/{id}/events":    {"GET", "/api/v1/workloads/" + wid + "/events", nil, visionReaders},
-		"GET /api/v1/workloads/{id}/watch":     {"GET", "/api/v1/workloads/" + wid + "/watch", nil, visionReaders},
+		"POST /api/v1/templates/{name}/render": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
+			return c.RenderTemplateWithResponse(ctx, "dev-environment", model.RenderRequest{Team: "vision"})
+		}, map[string]int{A: 200, P: 403, T: 200, M: 200, V: 403, N: 403, X: 403}},
+		"GET /api/v1/gpu-classes": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
+			return c.ListGPUClassesWithResponse(ctx)
+		}, readers},
+		"GET /api/v1/gpu-classes/{name}": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
+			return c.GetGPUClassWithResponse(ctx, "L4")
+		}, readers},
+		"GET /api/v1/workloads": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
+			return c.ListWorkloadsWithResponse(ctx, nil)
+		}, readers},
+		"POST /api/v1/workloads": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
+			return c.CreateWorkloadWithResponse(ctx, nil, launch)
+		}, map[string]int{A: 201, P: 403, T: 201, M: 201, V: 403, N: 403, X: 403}},
+		"POST /api/v1/workloads/estimate": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
+			return c.EstimateWorkloadWithResponse(ctx, nil, launch)
+		}, map[string]int{A: 200, P: 403, T: 200, M: 200, V: 403, N: 403, X: 403}},
+		"GET /api/v1/workloads/{id}": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
+			return c.GetWorkloadWithResponse(ctx, wid)
+		}, visionReaders},
+		"GET /api/v1/workloads/{id}/events": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
+			return c.ListWorkloadEventsWithResponse(ctx, wid)
+		}, visionReaders},
+		"GET /api/v1/workloads/{id}/watch": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
+			return plain(c.WatchWorkload(ctx, wid))
+		}, visionReaders},
 		// No cluster here: whoever may read the workload learns it has no log.
-		"GET /api/v1/workloads/{id}/logs":       {"GET", "/api/v1/workloads/" + wid + "/logs", nil, map[string]int{A: 409, P: 409, T: 409, M: 409, V: 409, N: 403, X: 404}},
-		"POST /api/v1/workloads/{id}/stop":      {"POST", "/api/v1/workloads/{stop}/stop", nil, map[string]int{A: 200, P: 403, T: 200, M: 403, V: 403, N: 403, X: 404}},
-		"POST /api/v1/workloads/{id}/keepalive": {"POST", "/api/v1/workloads/" + wid + "/keepalive", nil, map[string]int{A: 200, P: 403, T: 200, M: 403, V: 403, N: 403, X: 404}},
+		"GET /api/v1/workloads/{id}/logs": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
+			return c.GetWorkloadLogsWithResponse(ctx, wid, nil)
+		}, map[string]int{A: 409, P: 409, T: 409, M: 409, V: 409, N: 403, X: 404}},
+		"POST /api/v1/workloads/{id}/stop": {func(ctx context.Context, c *client.ClientWithResponses, role string) (statusCoder, error) {
+			return c.StopWorkloadWithResponse(ctx, stopIDs[role])
+		}, map[string]int{A: 200, P: 403, T: 200, M: 403, V: 403, N: 403, X: 404}},
+		"POST /api/v1/workloads/{id}/keepalive": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
+			return c.KeepWorkloadAliveWithResponse(ctx, wid)
+		}, map[string]int{A: 200, P: 403, T: 200, M: 403, V: 403, N: 403, X: 404}},
 		// Every kind starts again; the admin's service is running, so starting it changes nothing.
-		"POST /api/v1/workloads/{id}/start":  {"POST", "/api/v1/workloads/" + wid + "/start", nil, map[string]int{A: 200, P: 403, T: 200, M: 403, V: 403, N: 403, X: 404}},
-		"DELETE /api/v1/workloads/{id}":      {"DELETE", "/api/v1/workloads/{delete}", nil, map[string]int{A: 204, P: 403, T: 204, M: 403, V: 403, N: 403, X: 404}},
-		"GET /api/v1/workloads/{id}/metrics": {"GET", "/api/v1/workloads/" + wid + "/metrics", nil, visionReaders},
-		"GET /api/v1/workloads/{id}/advice":  {"GET", "/api/v1/workloads/" + wid + "/advice", nil, visionReaders},
+		"POST /api/v1/workloads/{id}/start": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
+			return c.StartWorkloadWithResponse(ctx, wid)
+		}, map[string]int{A: 200, P: 403, T: 200, M: 403, V: 403, N: 403, X: 404}},
+		"DELETE /api/v1/workloads/{id}": {func(ctx context.Context, c *client.ClientWithResponses, role string) (statusCoder, error) {
+			return c.DeleteWorkloadWithResponse(ctx, delIDs[role])
+		}, map[string]int{A: 204, P: 403, T: 204, M: 403, V: 403, N: 403, X: 404}},
+		"GET /api/v1/workloads/{id}/metrics": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
+			return c.GetWorkloadMetricsWithResponse(ctx, wid, nil)
+		}, visionReaders},
+		"GET /api/v1/workloads/{id}/advice": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
+			return c.GetWorkloadAdviceWithResponse(ctx, wid)
+		}, visionReaders},
 		// No telemetry here: whoever may manage the workload learns there is nothing to apply.
-		"POST /api/v1/workloads/{id}/advice/apply": {"POST", "/api/v1/workloads/" + wid + "/advice/apply", func(string) any { return map[string]any{} }, map[string]int{A: 409, P: 403, T: 409, M: 403, V: 403, N: 403, X: 404}},
-		"GET /api/v1/advice":                       {"GET", "/api/v1/advice", nil, readers},
-		"GET /api/v1/costs":                        {"GET", "/api/v1/costs", nil, readers},
-		"GET /api/v1/budgets":                      {"GET", "/api/v1/budgets", nil, readers},
-		"GET /api/v1/teams/{team}/report":          {"GET", "/api/v1/teams/vision/report", nil, visionReaders},
-		"GET /api/v1/teams/{team}/settings":        {"GET", "/api/v1/teams/vision/settings", nil, visionReaders},
+		"POST /api/v1/workloads/{id}/advice/apply": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
+			return c.ApplyWorkloadAdviceWithResponse(ctx, wid, model.ApplyWorkloadAdviceJSONRequestBody{})
+		}, map[string]int{A: 409, P: 403, T: 409, M: 403, V: 403, N: 403, X: 404}},
+		"GET /api/v1/advice": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
+			return c.ListAdviceWithResponse(ctx, nil)
+		}, readers},
+		"GET /api/v1/costs": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
+			return c.GetCostsWithResponse(ctx, nil)
+		}, readers},
+		"GET /api/v1/budgets": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
+			return c.ListBudgetsWithResponse(ctx, nil)
+		}, readers},
+		"GET /api/v1/teams/{team}/report": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
+			return c.GetTeamReportWithResponse(ctx, "vision", nil)
+		}, visionReaders},
+		"GET /api/v1/teams/{team}/settings": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
+			return c.GetTeamSettingsWithResponse(ctx, "vision")
+		}, visionReaders},
 		// Prices, quotas and budgets over the files: the platform's.
-		"GET /api/v1/platform/edits":              {"GET", "/api/v1/platform/edits", nil, writers(200)},
-		"PUT /api/v1/gpu-classes/{name}/price":    {"PUT", "/api/v1/gpu-classes/L4/price", func(string) any { return map[string]any{"onDemand": 0.9} }, writers(200)},
-		"DELETE /api/v1/gpu-classes/{name}/price": {"DELETE", "/api/v1/gpu-classes/L4/price", nil, writers(200)},
-		"PUT /api/v1/teams/{team}/quota":          {"PUT", "/api/v1/teams/vision/quota", func(string) any { return map[string]any{"gpus": map[string]any{"L4": 8}} }, writers(200)},
-		"DELETE /api/v1/teams/{team}/quota":       {"DELETE", "/api/v1/teams/vision/quota", nil, writers(200)},
-		"PUT /api/v1/teams/{team}/budget":         {"PUT", "/api/v1/teams/vision/budget", func(string) any { return map[string]any{"amount": 5000} }, writers(200)},
-		"DELETE /api/v1/teams/{team}/budget":      {"DELETE", "/api/v1/teams/vision/budget", nil, writers(200)},
+		"GET /api/v1/platform/edits": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
+			return c.ListPlatformEditsWithResponse(ctx)
+		}, writers(200)},
+		"PUT /api/v1/gpu-classes/{name}/price": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
+			return c.SetGPUClassPriceWithResponse(ctx, "L4", model.PriceRequest{OnDemand: 0.9})
+		}, writers(200)},
+		"DELETE /api/v1/gpu-classes/{name}/price": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
+			return c.ResetGPUClassPriceWithResponse(ctx, "L4")
+		}, writers(200)},
+		"PUT /api/v1/teams/{team}/quota": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
+			return c.SetTeamQuotaWithResponse(ctx, "vision", model.QuotaRequest{Gpus: &map[string]float64{"L4": 8}})
+		}, writers(200)},
+		"DELETE /api/v1/teams/{team}/quota": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
+			return c.ResetTeamQuotaWithResponse(ctx, "vision")
+		}, writers(200)},
+		"PUT /api/v1/teams/{team}/budget": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
+			return c.SetTeamBudgetWithResponse(ctx, "vision", model.BudgetRequest{Amount: 5000})
+		}, writers(200)},
+		"DELETE /api/v1/teams/{team}/budget": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
+			return c.ResetTeamBudgetWithResponse(ctx, "vision")
+		}, writers(200)},
 		// A team-admin's: the platform team sets the limits in the templates.
-		"PUT /api/v1/teams/{team}/settings": {"PUT", "/api/v1/teams/vision/settings", func(string) any {
-			return map[string]any{"templates": map[string]any{"jupyter-notebook": map[string]any{"idleTimeout": "4h"}}}
+		"PUT /api/v1/teams/{team}/settings": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
+			return c.PutTeamSettingsWithResponse(ctx, "vision", nil, model.TeamSettingsRequest{Templates: map[string]model.TemplateOverride{"jupyter-notebook": {IdleTimeout: ptr("4h")}}})
 		}, map[string]int{A: 200, P: 403, T: 200, M: 403, V: 403, N: 403, X: 404}},
 		// The workload needs no approval: who may decide learns it is not waiting.
-		"POST /api/v1/workloads/{id}/approve": {"POST", "/api/v1/workloads/" + wid + "/approve", decision, map[string]int{A: 409, P: 403, T: 409, M: 403, V: 403, N: 403, X: 404}},
-		"POST /api/v1/workloads/{id}/deny":    {"POST", "/api/v1/workloads/" + wid + "/deny", decision, map[string]int{A: 409, P: 403, T: 409, M: 403, V: 403, N: 403, X: 404}},
-		"GET /api/v1/templates/{name}/advice": {"GET", "/api/v1/templates/vllm-inference/advice", nil, writers(200)},
+		"POST /api/v1/workloads/{id}/approve": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
+			return c.ApproveWorkloadWithResponse(ctx, wid, decision)
+		}, map[string]int{A: 409, P: 403, T: 409, M: 403, V: 403, N: 403, X: 404}},
+		"POST /api/v1/workloads/{id}/deny": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
+			return c.DenyWorkloadWithResponse(ctx, wid, decision)
+		}, map[string]int{A: 409, P: 403, T: 409, M: 403, V: 403, N: 403, X: 404}},
+		"GET /api/v1/templates/{name}/advice": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
+			return c.GetTemplateAdviceWithResponse(ctx, "vllm-inference")
+		}, writers(200)},
 		// GPU nodes are the platform's; the test server has no agents, so no node is known.
-		"GET /api/v1/nodes":        {"GET", "/api/v1/nodes", nil, map[string]int{A: 200, P: 200, T: 403, M: 403, V: 403, N: 403, X: 403}},
-		"GET /api/v1/nodes/{name}": {"GET", "/api/v1/nodes/gpu-node-1", nil, map[string]int{A: 404, P: 404, T: 403, M: 403, V: 403, N: 403, X: 403}},
+		"GET /api/v1/nodes": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
+			return c.ListNodesWithResponse(ctx)
+		}, map[string]int{A: 200, P: 200, T: 403, M: 403, V: 403, N: 403, X: 403}},
+		"GET /api/v1/nodes/{name}": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
+			return c.GetNodeWithResponse(ctx, "gpu-node-1")
+		}, map[string]int{A: 404, P: 404, T: 403, M: 403, V: 403, N: 403, X: 403}},
 		// Only a node's agent pushes telemetry, by its ServiceAccount token: no person's credentials count.
-		"POST /api/v1/telemetry":            {"POST", "/api/v1/telemetry", func(string) any { return map[string]any{"node": "n1", "readings": []any{}} }, map[string]int{A: 401, P: 401, T: 401, M: 401, V: 401, N: 401, X: 401}},
-		"GET /api/v1/images":                {"GET", "/api/v1/images", nil, readers},
-		"GET /api/v1/images/{name}":         {"GET", "/api/v1/images/pytorch", nil, readers},
-		"POST /api/v1/images/{name}/verify": {"POST", "/api/v1/images/pytorch/verify", func(string) any { return map[string]any{"tag": "25.01-py3"} }, readers},
+		"POST /api/v1/telemetry": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
+			return c.PushTelemetryWithResponse(ctx, model.TelemetryBatch{Node: "n1", Readings: &[]model.Reading{}})
+		}, map[string]int{A: 401, P: 401, T: 401, M: 401, V: 401, N: 401, X: 401}},
+		"GET /api/v1/images": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
+			return c.ListImagesWithResponse(ctx)
+		}, readers},
+		"GET /api/v1/images/{name}": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
+			return c.GetImageWithResponse(ctx, "pytorch")
+		}, readers},
+		"POST /api/v1/images/{name}/verify": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
+			return c.VerifyImageWithResponse(ctx, "pytorch", model.VerifyRequest{Tag: "25.01-py3"})
+		}, readers},
 		// Users are the platform admin's: anyone else, and any narrowed token, is refused.
-		"GET /api/v1/users":                       {"GET", "/api/v1/users", nil, onlyAdmin(200)},
-		"POST /api/v1/users/{user}/deactivate":    {"POST", "/api/v1/users/" + aliceID + "/deactivate", nil, onlyAdmin(200)},
-		"POST /api/v1/users/{user}/reactivate":    {"POST", "/api/v1/users/" + aliceID + "/reactivate", nil, onlyAdmin(200)},
-		"GET /api/v1/users/{user}/tokens":         {"GET", "/api/v1/users/" + aliceID + "/tokens", nil, onlyAdmin(200)},
-		"DELETE /api/v1/users/{user}/tokens/{id}": {"DELETE", "/api/v1/users/" + aliceID + "/tokens/" + aliceToken.ID, nil, onlyAdmin(204)},
-		"GET /api/v1/audit":                       {"GET", "/api/v1/audit", nil, map[string]int{A: 200, P: 403, T: 403, M: 403, V: 403, N: 403, X: 403}},
+		"GET /api/v1/users": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
+			return c.ListUsersWithResponse(ctx)
+		}, onlyAdmin(200)},
+		"POST /api/v1/users/{user}/deactivate": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
+			return c.DeactivateUserWithResponse(ctx, aliceID)
+		}, onlyAdmin(200)},
+		"POST /api/v1/users/{user}/reactivate": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
+			return c.ReactivateUserWithResponse(ctx, aliceID)
+		}, onlyAdmin(200)},
+		"GET /api/v1/users/{user}/tokens": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
+			return c.ListUserTokensWithResponse(ctx, aliceID)
+		}, onlyAdmin(200)},
+		"DELETE /api/v1/users/{user}/tokens/{id}": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
+			return c.RevokeUserTokenWithResponse(ctx, aliceID, aliceToken)
+		}, onlyAdmin(204)},
+		"GET /api/v1/audit": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
+			return c.ListAuditWithResponse(ctx, nil)
+		}, map[string]int{A: 200, P: 403, T: 403, M: 403, V: 403, N: 403, X: 403}},
 		// Anyone signed in manages their own tokens; a narrowed token manages none.
-		"GET /api/v1/tokens":         {"GET", "/api/v1/tokens", nil, map[string]int{A: 200, P: 200, T: 200, M: 200, V: 200, N: 200, X: 403}},
-		"POST /api/v1/tokens":        {"POST", "/api/v1/tokens", func(string) any { return map[string]any{"name": "nb", "expiresInDays": 30} }, map[string]int{A: 201, P: 201, T: 201, M: 201, V: 201, N: 201, X: 403}},
-		"DELETE /api/v1/tokens/{id}": {"DELETE", "/api/v1/tokens/{token}", nil, map[string]int{A: 204, P: 204, T: 204, M: 204, V: 204, N: 204, X: 403}},
+		"GET /api/v1/tokens": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
+			return c.ListTokensWithResponse(ctx)
+		}, map[string]int{A: 200, P: 200, T: 200, M: 200, V: 200, N: 200, X: 403}},
+		"POST /api/v1/tokens": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
+			return c.CreateTokenWithResponse(ctx, model.TokenRequest{Name: "nb", ExpiresInDays: 30})
+		}, map[string]int{A: 201, P: 201, T: 201, M: 201, V: 201, N: 201, X: 403}},
+		"DELETE /api/v1/tokens/{id}": {func(ctx context.Context, c *client.ClientWithResponses, role string) (statusCoder, error) {
+			return c.RevokeTokenWithResponse(ctx, tokenIDs[role])
+		}, map[string]int{A: 204, P: 204, T: 204, M: 204, V: 204, N: 204, X: 403}},
 	}
 	// Every route of the spec has a row.
 	doc, err := openapi3.NewLoader().LoadFromData(gantry.OpenAPI)
@@ -211,14 +348,12 @@ func TestRouteRoleMatrix(t *testing.T) {
 		t.Errorf("%d rows for %d routes", len(matrix), len(routes))
 	}
 	for _, r := range routes {
-		row := matrix[r]
+		row, ok := matrix[r]
+		if !ok {
+			continue
+		}
 		for _, ro := range roles {
-			path := strings.NewReplacer("{role}", ro.name, "{stop}", stopIDs[ro.name], "{delete}", delIDs[ro.name], "{token}", tokenIDs[ro.name]).Replace(row.path)
-			var body any
-			if row.body != nil {
-				body = row.body(ro.name)
-			}
-			got := e.doAs(ro.name, row.method, path, body)
+			got := must(row.send(ctx, as[ro.name], ro.name))(t).StatusCode()
 			if want := row.want[ro.name]; got != want {
 				t.Errorf("%s as %s: %d, want %d", r, ro.name, got, want)
 			}
@@ -235,41 +370,39 @@ func TestTeamScopes(t *testing.T) {
 		}
 		return identity.Identity{Subject: "alice", Groups: []string{"gantry-admins"}, SecondFactor: true}, nil
 	})
-	var nlp, own struct{ ID string }
-	e.do("POST", "/api/v1/workloads", map[string]any{"template": "vllm-inference", "team": "nlp"}, &nlp)
-	if s := e.doAs("member", "POST", "/api/v1/workloads", map[string]any{"template": "dev-environment", "team": "vision"}); s != 201 {
+	ctx := t.Context()
+	member := e.as("member")
+	nlp := deref(must(e.api.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "vllm-inference", Team: "nlp"}))(t).JSON201)
+	if s := must(member.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "dev-environment", Team: "vision"}))(t).StatusCode(); s != 201 {
 		t.Fatalf("member launch: %d", s)
 	}
-	var list struct{ Items []struct{ ID, Team string } }
-	e.doAsInto("member", "GET", "/api/v1/workloads", &list)
+	list := deref(must(member.ListWorkloadsWithResponse(ctx, nil))(t).JSON200)
 	if len(list.Items) != 1 || list.Items[0].Team != "vision" {
 		t.Fatalf("member lists %+v, want only their team's", list.Items)
 	}
-	own.ID = list.Items[0].ID
-	if s := e.doAs("member", "GET", "/api/v1/workloads/"+nlp.ID, nil); s != 404 {
+	own := list.Items[0].Id
+	if s := must(member.GetWorkloadWithResponse(ctx, nlp.Id))(t).StatusCode(); s != 404 {
 		t.Errorf("another team's workload: %d, want 404", s)
 	}
-	if s := e.doAs("member", "GET", "/api/v1/workloads?team=nlp", nil); s != 200 {
+	if s := must(member.ListWorkloadsWithResponse(ctx, &model.ListWorkloadsParams{Team: ptr("nlp")}))(t).StatusCode(); s != 200 {
 		t.Errorf("listing another team: %d", s)
 	}
-	if s := e.doAs("member", "POST", "/api/v1/workloads", map[string]any{"template": "vllm-inference", "team": "nlp"}); s != 403 {
+	if s := must(member.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "vllm-inference", Team: "nlp"}))(t).StatusCode(); s != 403 {
 		t.Errorf("launch in another team: %d, want 403", s)
 	}
-	if s := e.doAs("member", "POST", "/api/v1/workloads", map[string]any{"template": "vllm-inference", "team": "vision", "gpu": map[string]any{"class": "H200-141GB"}}); s != 403 {
+	gpu := &model.GPUChoice{Class: ptr("H200-141GB")}
+	if s := must(member.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "vllm-inference", Team: "vision", Gpu: gpu}))(t).StatusCode(); s != 403 {
 		t.Errorf("a GPU class the team may not use: %d, want 403", s)
 	}
-	if s := e.doAs("member", "POST", "/api/v1/workloads/"+own.ID+"/stop", nil); s != 200 {
+	if s := must(member.StopWorkloadWithResponse(ctx, own))(t).StatusCode(); s != 200 {
 		t.Errorf("member stopping their own workload: %d, want 200", s)
 	}
 }
 
-// doAs sends a request as a role of the matrix and returns the status.
-func (e *env) doAs(role, method, path string, body any) int {
-	e.t.Helper()
-	return e.request(role, method, path, body, nil)
-}
+// statusCoder is what every answer of the typed client has.
+type statusCoder interface{ StatusCode() int }
 
-func (e *env) doAsInto(role, method, path string, out any) int {
-	e.t.Helper()
-	return e.request(role, method, path, nil, out)
-}
+// httpStatus is the status of a plain (not WithResponse) typed call.
+type httpStatus int
+
+func (s httpStatus) StatusCode() int { return int(s) }

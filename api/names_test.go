@@ -1,9 +1,12 @@
 package api_test
 
 import (
+	"context"
+	"encoding/json"
 	"net/http"
 	"testing"
 
+	"github.com/gantryhq/gantry/api/model"
 	"github.com/gantryhq/gantry/internal/identity"
 )
 
@@ -13,36 +16,48 @@ import (
 func TestPeopleByName(t *testing.T) {
 	ann := identity.Identity{Issuer: "https://idp", Subject: "ann", Name: "Ann Lee", Email: "ann@example.com", Groups: []string{"gantry-admins"}, SecondFactor: true}
 	e := newEnv(t, func(*http.Request) (identity.Identity, error) { return ann, nil })
-	var w struct{ ID, Owner, OwnerName string }
-	if s, _ := e.do("POST", "/api/v1/workloads", map[string]any{"template": "dev-environment", "team": "vision"}, &w); s != 201 {
-		t.Fatalf("launch: %d", s)
+	ctx := t.Context()
+	r := must(e.api.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "dev-environment", Team: "vision"}))(t)
+	if r.StatusCode() != 201 {
+		t.Fatalf("launch: %d", r.StatusCode())
 	}
 	const want = "Ann Lee <ann@example.com>"
-	if w.Owner != "https://idp#ann" || w.OwnerName != want {
-		t.Errorf("launch: owner %q, ownerName %q", w.Owner, w.OwnerName)
+	w := deref(r.JSON201)
+	if w.Owner != "https://idp#ann" || deref(w.OwnerName) != want {
+		t.Errorf("launch: owner %q, ownerName %q", w.Owner, deref(w.OwnerName))
 	}
-	if s, _ := e.do("GET", "/api/v1/workloads/"+w.ID, nil, &w); s != 200 || w.OwnerName != want {
-		t.Errorf("get: %d %q", s, w.OwnerName)
+	if g := must(e.api.GetWorkloadWithResponse(ctx, w.Id))(t); g.StatusCode() != 200 || deref(deref(g.JSON200).OwnerName) != want {
+		t.Errorf("get: %d %s", g.StatusCode(), g.Body)
 	}
-	var list struct{ Items []struct{ OwnerName string } }
-	if s, _ := e.do("GET", "/api/v1/workloads", nil, &list); s != 200 || len(list.Items) == 0 || list.Items[0].OwnerName != want {
-		t.Errorf("list: %d %+v", s, list)
+	if l := must(e.api.ListWorkloadsWithResponse(ctx, nil))(t); l.StatusCode() != 200 || len(deref(l.JSON200).Items) == 0 || deref(l.JSON200.Items[0].OwnerName) != want {
+		t.Errorf("list: %d %s", l.StatusCode(), l.Body)
 	}
-	var first struct{ OwnerName string }
-	if s, _ := e.do("GET", "/api/v1/workloads/"+w.ID+"/watch", nil, &first); s != 200 || first.OwnerName != want {
-		t.Errorf("watch: %d %q", s, first.OwnerName)
+	// Not WatchWorkloadWithResponse: it would read the stream to its end.
+	stream, cancel := context.WithCancel(ctx)
+	resp, err := e.api.WatchWorkload(stream, w.Id)
+	if err != nil {
+		t.Fatal(err)
 	}
-	var audit struct {
-		Items []struct{ Actor, ActorName string }
+	var first model.Workload
+	if resp.StatusCode == 200 {
+		if err := json.Unmarshal(firstEvent(t, resp.Body), &first); err != nil {
+			t.Fatalf("the watch's first event: %v", err)
+		}
 	}
-	if s, _ := e.do("GET", "/api/v1/audit", nil, &audit); s != 200 {
-		t.Fatalf("audit: %d", s)
+	cancel()
+	resp.Body.Close()
+	if resp.StatusCode != 200 || deref(first.OwnerName) != want {
+		t.Errorf("watch: %d %q", resp.StatusCode, deref(first.OwnerName))
+	}
+	audit := must(e.api.ListAuditWithResponse(ctx, nil))(t)
+	if audit.StatusCode() != 200 {
+		t.Fatalf("audit: %d", audit.StatusCode())
 	}
 	named := false
-	for _, r := range audit.Items {
-		named = named || (r.Actor == "https://idp#ann" && r.ActorName == want)
+	for _, r := range audit.JSON200.Items {
+		named = named || (r.Actor == "https://idp#ann" && deref(r.ActorName) == want)
 	}
 	if !named {
-		t.Errorf("the audit log does not name ann: %+v", audit.Items)
+		t.Errorf("the audit log does not name ann: %s", audit.Body)
 	}
 }

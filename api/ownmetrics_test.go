@@ -1,11 +1,11 @@
 package api_test
 
 import (
-	"io"
-	"net/http"
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/gantryhq/gantry/api/model"
 )
 
 // TestOwnMetrics: GET /metrics is public Prometheus text that counts
@@ -13,23 +13,20 @@ import (
 // outcome, and passes promtool check metrics (where installed; CI has it).
 func TestOwnMetrics(t *testing.T) {
 	e := newEnv(t, alice)
-	var w struct{ ID string }
-	if s, _ := e.do("POST", "/api/v1/workloads", map[string]any{"template": "dev-environment", "team": "vision"}, &w); s != 201 {
-		t.Fatalf("launch: %d", s)
+	ctx := t.Context()
+	r := must(e.api.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "dev-environment", Team: "vision"}))(t)
+	if r.StatusCode() != 201 {
+		t.Fatalf("launch: %d", r.StatusCode())
 	}
-	if s, _ := e.do("GET", "/api/v1/workloads/"+w.ID, nil, nil); s != 200 {
+	id := r.JSON201.Id
+	if s := must(e.api.GetWorkloadWithResponse(ctx, id))(t).StatusCode(); s != 200 {
 		t.Fatalf("get: %d", s)
 	}
-	if s, _ := e.do("GET", "/api/v1/workloads/zzzzzzzzzz", nil, nil); s != 404 {
+	if s := must(e.api.GetWorkloadWithResponse(ctx, "zzzzzzzzzz"))(t).StatusCode(); s != 404 {
 		t.Fatalf("missing workload: %d", s)
 	}
-	resp, err := http.Get(e.url + "/metrics") // no credentials: public
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	text := string(body)
+	m := must(newClient(t, e.url, "", "").GetGantryMetricsWithResponse(ctx))(t) // no credentials: public
+	text := string(m.Body)
 	for _, want := range []string{
 		`gantry_http_requests_total{code="201",method="POST",route="/api/v1/workloads"} 1`,
 		`gantry_http_requests_total{code="200",method="GET",route="/api/v1/workloads/:id"} 1`,
@@ -44,8 +41,8 @@ func TestOwnMetrics(t *testing.T) {
 			t.Errorf("no %q in /metrics", want)
 		}
 	}
-	if resp.StatusCode != 200 || strings.Contains(text, w.ID) {
-		t.Errorf("status %d; a workload id in the metrics: %v", resp.StatusCode, strings.Contains(text, w.ID))
+	if m.StatusCode() != 200 || strings.Contains(text, id) {
+		t.Errorf("status %d; a workload id in the metrics: %v", m.StatusCode(), strings.Contains(text, id))
 	}
 	if promtool, err := exec.LookPath("promtool"); err == nil {
 		cmd := exec.Command(promtool, "check", "metrics")

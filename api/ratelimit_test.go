@@ -49,7 +49,8 @@ func limitedEnv(t *testing.T) (*servertest.Gantry, *clocktesting.FakeClock) {
 }
 
 // get sends GET path with the Authorization header auth (none if empty) and
-// returns the status and Retry-After.
+// returns the status and Retry-After. Raw: a flood with missing, forged and
+// valid headers, on API routes and /w/ alike, is what these tests send.
 func get(t *testing.T, url, auth string) (int, string) {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodGet, url, nil)

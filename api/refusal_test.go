@@ -14,10 +14,11 @@ func TestRefusalSaysWhomToAsk(t *testing.T) {
 	e := newEnv(t, func(*http.Request) (identity.Identity, error) {
 		return identity.Identity{Subject: "mia", Groups: []string{"ml-vision"}}, nil // a member of vision
 	})
-	var p problem
-	if s := e.request("", "GET", "/api/v1/audit", nil, &p); s != 403 {
-		t.Fatalf("audit as a member: %d", s)
+	r := must(e.api.ListAuditWithResponse(t.Context(), nil))(t)
+	if r.StatusCode() != 403 {
+		t.Fatalf("audit as a member: %d", r.StatusCode())
 	}
+	p := problemOf(r.ApplicationproblemJSONDefault)
 	if !strings.Contains(p.Detail, "you need the audit:read permission") || !strings.Contains(p.Detail, "platform-admin") ||
 		!strings.Contains(p.Detail, "policy/bindings.yaml") || strings.Contains(p.Detail, "member") {
 		t.Errorf("the refusal: %q", p.Detail)
@@ -34,10 +35,11 @@ func TestRefusalToAPolicyEditor(t *testing.T) {
 	e := newEnv(t, func(*http.Request) (identity.Identity, error) {
 		return identity.Identity{Subject: "pat", Groups: []string{"platform-team"}, SecondFactor: true}, nil
 	})
-	var p problem
-	if s := e.request("", "GET", "/api/v1/audit", nil, &p); s != 403 {
-		t.Fatalf("audit as a platform engineer: %d", s)
+	r := must(e.api.ListAuditWithResponse(t.Context(), nil))(t)
+	if r.StatusCode() != 403 {
+		t.Fatalf("audit as a platform engineer: %d", r.StatusCode())
 	}
+	p := problemOf(r.ApplicationproblemJSONDefault)
 	if !strings.Contains(p.Detail, "you may change the policy yourself") || strings.Contains(p.Detail, "ask someone") {
 		t.Errorf("the refusal to a policy editor: %q", p.Detail)
 	}

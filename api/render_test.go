@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gantryhq/gantry/api/client"
+	"github.com/gantryhq/gantry/api/model"
 	"github.com/gantryhq/gantry/internal/identity"
 )
 
@@ -24,24 +26,22 @@ func TestRenderDraft(t *testing.T) {
 		t.Fatal(err)
 	}
 	draft := strings.Replace(string(src), "title: ", "title: Draft ", 1)
-	var out struct {
-		TemplateVersion int
-		Objects         []map[string]any
+	ctx := t.Context()
+	render := func(c *client.ClientWithResponses, source *string) (*client.RenderTemplateResponse, problem) {
+		r := must(c.RenderTemplateWithResponse(ctx, "dev-environment", model.RenderRequest{Team: "vision", Source: source}))(t)
+		return r, problemOf(r.ApplicationproblemJSONDefault)
 	}
-	if s := e.request("", "POST", "/api/v1/templates/dev-environment/render", map[string]any{"team": "vision", "source": draft}, &out); s != 200 || out.TemplateVersion != 0 || len(out.Objects) == 0 {
-		t.Fatalf("a platform engineer's draft: %d %+v", s, out)
+	if r, _ := render(e.api, &draft); r.StatusCode() != 200 || deref(r.JSON200).TemplateVersion != 0 || len(deref(r.JSON200).Objects) == 0 {
+		t.Fatalf("a platform engineer's draft: %d %s", r.StatusCode(), r.Body)
 	}
-	var p problem
-	if s := e.request("", "POST", "/api/v1/templates/dev-environment/render", map[string]any{"team": "vision"}, &p); s != 403 || !strings.Contains(p.Detail, "launch") {
-		t.Errorf("a platform engineer rendering the stored template (a launch preview): %d %q", s, p.Detail)
+	if r, p := render(e.api, nil); r.StatusCode() != 403 || !strings.Contains(p.Detail, "launch") {
+		t.Errorf("a platform engineer rendering the stored template (a launch preview): %d %q", r.StatusCode(), p.Detail)
 	}
 	broken := strings.Replace(string(src), "max: ", "max: two-", 1)
-	p = problem{}
-	if s := e.request("", "POST", "/api/v1/templates/dev-environment/render", map[string]any{"team": "vision", "source": broken}, &p); s != 422 || len(p.Errors) == 0 || !strings.Contains(p.Errors[0].Field, "spec.gpu.count.max") {
-		t.Errorf("a broken draft: %d %+v", s, p)
+	if r, p := render(e.api, &broken); r.StatusCode() != 422 || len(p.Errors) == 0 || !strings.Contains(p.Errors[0].Field, "spec.gpu.count.max") {
+		t.Errorf("a broken draft: %d %s", r.StatusCode(), r.Body)
 	}
-	p = problem{}
-	if s := e.request("member", "POST", "/api/v1/templates/dev-environment/render", map[string]any{"team": "vision", "source": draft}, &p); s != 403 || !strings.Contains(p.Detail, "templates:write") {
-		t.Errorf("a member's draft: %d %q", s, p.Detail)
+	if r, p := render(e.as("member"), &draft); r.StatusCode() != 403 || !strings.Contains(p.Detail, "templates:write") {
+		t.Errorf("a member's draft: %d %q", r.StatusCode(), p.Detail)
 	}
 }

@@ -3,12 +3,15 @@ package api_test
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/gantryhq/gantry/api/client"
+	"github.com/gantryhq/gantry/api/model"
 	"github.com/gantryhq/gantry/internal/authz"
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/store"
@@ -22,30 +25,34 @@ func TestPersonalAccessTokens(t *testing.T) {
 	e := newEnv(t, func(r *http.Request) (identity.Identity, error) {
 		return identity.Identity{Issuer: "https://idp", Subject: "ann", Groups: []string{"ml-vision"}}, nil
 	})
-	create := func(body map[string]any) (int, string, string) {
-		var tk struct{ ID, Token string }
-		s := e.request("member", "POST", "/api/v1/tokens", body, &tk)
-		return s, tk.ID, tk.Token
+	ctx := t.Context()
+	member := e.as("member")
+	create := func(req model.TokenRequest) (int, string, string) {
+		r := must(member.CreateTokenWithResponse(ctx, req))(t)
+		tk := deref(r.JSON201)
+		return r.StatusCode(), tk.Id, tk.Token
 	}
-	s, id, full := create(map[string]any{"name": "notebook", "expiresInDays": 30})
+	s, id, full := create(model.TokenRequest{Name: "notebook", ExpiresInDays: 30})
 	if s != 201 || !strings.HasPrefix(full, "gnt_"+id+"_") || len(full) < 30 {
 		t.Fatalf("create: %d %q", s, full)
 	}
-	_, _, visionOnly := create(map[string]any{"name": "vision only", "expiresInDays": 1, "team": "vision"})
-	if s, _, _ := create(map[string]any{"name": "nlp only", "expiresInDays": 1, "team": "nlp"}); s != 422 {
+	_, _, visionOnly := create(model.TokenRequest{Name: "vision only", ExpiresInDays: 1, Team: ptr("vision")})
+	if s, _, _ := create(model.TokenRequest{Name: "nlp only", ExpiresInDays: 1, Team: ptr("nlp")}); s != 422 {
 		t.Errorf("a member of vision narrows a token to nlp: %d, want 422", s)
 	}
-	_, _, readOnly := create(map[string]any{"name": "dashboards", "expiresInDays": 1, "readOnly": true})
+	_, _, readOnly := create(model.TokenRequest{Name: "dashboards", ExpiresInDays: 1, ReadOnly: ptr(true)})
 
 	// The secret is never shown again, and the database holds only its hash.
-	var list struct {
-		Items []map[string]any
+	lr := must(member.ListTokensWithResponse(ctx))(t)
+	if n := len(deref(lr.JSON200).Items); n != 3 {
+		t.Fatalf("%d tokens listed", n)
 	}
-	e.request("member", "GET", "/api/v1/tokens", nil, &list)
-	if len(list.Items) != 3 {
-		t.Fatalf("%d tokens listed", len(list.Items))
+	// TokenInfo has no field for a secret: the raw answer shows whether one leaked.
+	var listed struct{ Items []map[string]any }
+	if err := json.Unmarshal(lr.Body, &listed); err != nil {
+		t.Fatal(err)
 	}
-	for _, it := range list.Items {
+	for _, it := range listed.Items {
 		if _, leaked := it["token"]; leaked {
 			t.Fatalf("list shows a secret: %v", it)
 		}
@@ -55,66 +62,57 @@ func TestPersonalAccessTokens(t *testing.T) {
 		t.Fatal("the database holds the token's secret")
 	}
 
-	use := func(tok, method, path string, body any) int {
-		req, _ := http.NewRequest(method, e.url+path, bodyReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Authorization", "Bearer "+tok)
-		req.Header.Set("X-Test-Role", "ignored") // the token decides who this is
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return resp.StatusCode
-	}
-	launch := map[string]any{"template": "dev-environment", "team": "vision"}
-	if s := use(full, "POST", "/api/v1/workloads", launch); s != 201 {
+	// with is the typed client presenting a token (the X-Test-Role it also
+	// sends is ignored: the token decides who this is).
+	with := func(tok string) *client.ClientWithResponses { return newClient(t, e.url, tok, "ignored") }
+	launch := model.LaunchRequest{Template: "dev-environment", Team: "vision"}
+	if s := must(with(full).CreateWorkloadWithResponse(ctx, nil, launch))(t).StatusCode(); s != 201 {
 		t.Errorf("launch with a token: %d", s)
 	}
-	if s := use(visionOnly, "POST", "/api/v1/workloads", map[string]any{"template": "dev-environment", "team": "nlp"}); s != 403 {
+	if s := must(with(visionOnly).CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "dev-environment", Team: "nlp"}))(t).StatusCode(); s != 403 {
 		t.Errorf("launch in nlp with a token narrowed to vision: %d, want 403", s)
 	}
-	if s := use(readOnly, "GET", "/api/v1/templates", nil); s != 200 {
+	if s := must(with(readOnly).ListTemplatesWithResponse(ctx))(t).StatusCode(); s != 200 {
 		t.Errorf("read with a read-only token: %d", s)
 	}
-	if s := use(readOnly, "POST", "/api/v1/workloads", launch); s != 403 {
+	if s := must(with(readOnly).CreateWorkloadWithResponse(ctx, nil, launch))(t).StatusCode(); s != 403 {
 		t.Errorf("launch with a read-only token: %d, want 403", s)
 	}
-	if s := use(full, "POST", "/api/v1/tokens", map[string]any{"name": "child", "expiresInDays": 366}); s != 403 {
+	if s := must(with(full).CreateTokenWithResponse(ctx, model.TokenRequest{Name: "child", ExpiresInDays: 366}))(t).StatusCode(); s != 403 {
 		t.Errorf("a token making a token: %d, want 403", s)
 	}
 	// Read-only means no token management either: neither listing its
 	// owner's tokens nor revoking one (the full one, here).
-	if s := use(readOnly, "GET", "/api/v1/tokens", nil); s != 403 {
+	if s := must(with(readOnly).ListTokensWithResponse(ctx))(t).StatusCode(); s != 403 {
 		t.Errorf("a read-only token listing tokens: %d, want 403", s)
 	}
-	if s := use(readOnly, "DELETE", "/api/v1/tokens/"+id, nil); s != 403 {
+	if s := must(with(readOnly).RevokeTokenWithResponse(ctx, id))(t).StatusCode(); s != 403 {
 		t.Errorf("a read-only token revoking a token: %d, want 403", s)
 	}
-	if s := use(full, "GET", "/api/v1/templates", nil); s != 200 {
+	if s := must(with(full).ListTemplatesWithResponse(ctx))(t).StatusCode(); s != 200 {
 		t.Errorf("the full token after a read-only token tried to revoke it: %d, want 200", s)
 	}
 	for _, bad := range []string{"gnt_" + id + "_wrongsecret", "gnt_nosuchid_x", "gnt_", full + "x"} {
-		if s := use(bad, "GET", "/api/v1/templates", nil); s != 401 {
+		if s := must(with(bad).ListTemplatesWithResponse(ctx))(t).StatusCode(); s != 401 {
 			t.Errorf("token %q: %d, want 401", bad, s)
 		}
 	}
 	// Revoked: the very next use fails.
-	if s := e.request("member", "DELETE", "/api/v1/tokens/"+id, nil, nil); s != 204 {
+	if s := must(member.RevokeTokenWithResponse(ctx, id))(t).StatusCode(); s != 204 {
 		t.Fatalf("revoke: %d", s)
 	}
-	if s := use(full, "GET", "/api/v1/templates", nil); s != 401 {
+	if s := must(with(full).ListTemplatesWithResponse(ctx))(t).StatusCode(); s != 401 {
 		t.Errorf("revoked token: %d, want 401", s)
 	}
-	if s := e.request("member", "POST", "/api/v1/tokens", map[string]any{"name": "", "expiresInDays": 0}, nil); s != 400 {
+	if s := must(member.CreateTokenWithResponse(ctx, model.TokenRequest{Name: "", ExpiresInDays: 0}))(t).StatusCode(); s != 400 {
 		t.Errorf("bad token request: %d, want 400", s)
 	}
 	// Narrowed to a team its owner holds no role in, or to no team of the
 	// policy at all, a token would grant nothing: refused, naming the team.
 	for _, tc := range []struct{ role, team string }{{"member", "nlp"}, {"member", "ghost"}} {
-		var p problem
-		if s := e.request(tc.role, "POST", "/api/v1/tokens", map[string]any{"name": "narrow", "expiresInDays": 1, "team": tc.team}, &p); s != 422 || p.fields()["team"] == "" {
-			t.Errorf("%s narrows a token to %q: %d %+v, want 422 naming team", tc.role, tc.team, s, p)
+		r := must(e.as(tc.role).CreateTokenWithResponse(ctx, model.TokenRequest{Name: "narrow", ExpiresInDays: 1, Team: &tc.team}))(t)
+		if p := problemOf(r.ApplicationproblemJSONDefault); r.StatusCode() != 422 || p.fields()["team"] == "" {
+			t.Errorf("%s narrows a token to %q: %d %s, want 422 naming team", tc.role, tc.team, r.StatusCode(), r.Body)
 		}
 	}
 }
@@ -176,36 +174,31 @@ func dumpContains(t *testing.T, e *env, s string) bool {
 // launches elsewhere; catalog reads and launches in vision still work.
 func TestNarrowedTokenHasNoPlatformPowers(t *testing.T) {
 	e := newEnv(t, alice) // a platform admin
-	var tk struct{ Token string }
-	if s := e.request("", "POST", "/api/v1/tokens", map[string]any{"name": "vision only", "expiresInDays": 1, "team": "vision"}, &tk); s != 201 {
-		t.Fatalf("create: %d", s)
+	ctx := t.Context()
+	tr := must(e.api.CreateTokenWithResponse(ctx, model.TokenRequest{Name: "vision only", ExpiresInDays: 1, Team: ptr("vision")}))(t)
+	if tr.StatusCode() != 201 {
+		t.Fatalf("create: %d", tr.StatusCode())
 	}
-	use := func(method, path string, body any) int {
-		req, _ := http.NewRequest(method, e.url+path, bodyReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Authorization", "Bearer "+tk.Token)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return resp.StatusCode
-	}
-	newTemplate := templateJSON(t, "../templates/dev-environment.yaml", func(m map[string]any) { m["metadata"].(map[string]any)["name"] = "narrowed" })
-	for _, c := range []struct {
+	c := newClient(t, e.url, tr.JSON201.Token, "")
+	newTemplate := templateDoc(t, "../templates/dev-environment.yaml", func(d *model.TemplateDocument) { d.Metadata.Name = "narrowed" })
+	for _, a := range []struct {
 		method, path string
-		body         any
+		send         func() (statusCoder, error)
 		want         int
 	}{
-		{"GET", "/api/v1/audit", nil, 403},
-		{"POST", "/api/v1/templates", newTemplate, 403},
-		{"DELETE", "/api/v1/templates/dev-environment", nil, 403},
-		{"POST", "/api/v1/workloads", map[string]any{"template": "dev-environment", "team": "nlp"}, 403},
-		{"GET", "/api/v1/templates", nil, 200},
-		{"POST", "/api/v1/workloads", map[string]any{"template": "dev-environment", "team": "vision"}, 201},
+		{"GET", "/api/v1/audit", func() (statusCoder, error) { return c.ListAuditWithResponse(ctx, nil) }, 403},
+		{"POST", "/api/v1/templates", func() (statusCoder, error) { return c.CreateTemplateWithResponse(ctx, newTemplate) }, 403},
+		{"DELETE", "/api/v1/templates/dev-environment", func() (statusCoder, error) { return c.DeleteTemplateWithResponse(ctx, "dev-environment") }, 403},
+		{"POST", "/api/v1/workloads", func() (statusCoder, error) {
+			return c.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "dev-environment", Team: "nlp"})
+		}, 403},
+		{"GET", "/api/v1/templates", func() (statusCoder, error) { return c.ListTemplatesWithResponse(ctx) }, 200},
+		{"POST", "/api/v1/workloads", func() (statusCoder, error) {
+			return c.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "dev-environment", Team: "vision"})
+		}, 201},
 	} {
-		if s := use(c.method, c.path, c.body); s != c.want {
-			t.Errorf("%s %s with a token narrowed to vision: %d, want %d", c.method, c.path, s, c.want)
+		if s := must(a.send())(t).StatusCode(); s != a.want {
+			t.Errorf("%s %s with a token narrowed to vision: %d, want %d", a.method, a.path, s, a.want)
 		}
 	}
 }

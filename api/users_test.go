@@ -1,7 +1,6 @@
 package api_test
 
 import (
-	"encoding/json"
 	"net/http"
 	"strings"
 	"sync"
@@ -10,6 +9,7 @@ import (
 
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/gantryhq/gantry/api/model"
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/server"
 	"github.com/gantryhq/gantry/internal/user"
@@ -33,25 +33,25 @@ func TestGroupsAreCurrent(t *testing.T) {
 		}
 		return identity.Identity{Issuer: "https://idp", Subject: "alice", Groups: []string{"gantry-admins"}, SecondFactor: true}, nil
 	}})
-	var tk struct{ ID, Token string }
-	if s := e.request("ann", "POST", "/api/v1/tokens", map[string]any{"name": "nb", "expiresInDays": 30}, &tk); s != 201 {
-		t.Fatalf("ann's token: %d", s)
+	ctx := t.Context()
+	ann := e.as("ann")
+	tr := must(ann.CreateTokenWithResponse(ctx, model.TokenRequest{Name: "nb", ExpiresInDays: 30}))(t)
+	if tr.StatusCode() != 201 {
+		t.Fatalf("ann's token: %d", tr.StatusCode())
 	}
-	withToken := func(method, path string, body any) (int, string) {
-		req, _ := http.NewRequest(method, e.url+path, bodyReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Authorization", "Bearer "+tk.Token)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var p problem
-		json.NewDecoder(resp.Body).Decode(&p)
-		return resp.StatusCode, p.Detail
+	tk := deref(tr.JSON201)
+	withToken := newClient(t, e.url, tk.Token, "")
+	// outcome is a call's status and its problem's detail.
+	outcome := func(r answer, err error) (int, string) {
+		t.Helper()
+		r = must(r, err)(t)
+		return r.StatusCode(), problemOf(r.GetApplicationproblemJSONDefault()).Detail
 	}
-	launch := map[string]any{"template": "dev-environment", "team": "vision"}
-	if s, d := withToken("POST", "/api/v1/workloads", launch); s != 201 {
+	launch := func() (int, string) {
+		return outcome(withToken.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "dev-environment", Team: "vision"}))
+	}
+	templates := func() (int, string) { return outcome(withToken.ListTemplatesWithResponse(ctx)) }
+	if s, d := launch(); s != 201 {
 		t.Fatalf("launch with the token while in ml-vision: %d %s", s, d)
 	}
 
@@ -59,10 +59,10 @@ func TestGroupsAreCurrent(t *testing.T) {
 	mu.Lock()
 	annGroups = nil
 	mu.Unlock()
-	if s := e.request("ann", "GET", "/api/v1/me", nil, nil); s != 200 {
+	if s := must(ann.GetMeWithResponse(ctx))(t).StatusCode(); s != 200 {
 		t.Fatalf("ann's /me: %d", s)
 	}
-	if s, d := withToken("POST", "/api/v1/workloads", launch); s != 403 {
+	if s, d := launch(); s != 403 {
 		t.Fatalf("launch with the token after leaving ml-vision: %d %s, want 403", s, d)
 	}
 
@@ -70,61 +70,55 @@ func TestGroupsAreCurrent(t *testing.T) {
 	mu.Lock()
 	annGroups = []string{"ml-vision"}
 	mu.Unlock()
-	e.request("ann", "GET", "/api/v1/me", nil, nil)
-	if s, d := withToken("POST", "/api/v1/workloads", launch); s != 201 {
+	must(ann.GetMeWithResponse(ctx))(t)
+	if s, d := launch(); s != 201 {
 		t.Fatalf("launch after rejoining: %d %s", s, d)
 	}
 	clock.Step(25 * time.Hour)
-	if s, d := withToken("GET", "/api/v1/templates", nil); s != 401 || !strings.Contains(d, "sign in again") {
+	if s, d := templates(); s != 401 || !strings.Contains(d, "sign in again") {
 		t.Fatalf("token with day-old groups: %d %q, want 401 asking to sign in again", s, d)
 	}
-	e.request("ann", "GET", "/api/v1/me", nil, nil) // a fresh provider token confirms the groups
-	if s, d := withToken("GET", "/api/v1/templates", nil); s != 200 {
+	must(ann.GetMeWithResponse(ctx))(t) // a fresh provider token confirms the groups
+	if s, d := templates(); s != 200 {
 		t.Fatalf("token after a fresh provider token: %d %s", s, d)
 	}
 
 	// A platform admin lists users, sees ann's tokens, deactivates her.
-	var users struct {
-		Items []struct{ ID, Subject string }
+	users := must(e.api.ListUsersWithResponse(ctx))(t)
+	if users.StatusCode() != 200 || len(deref(users.JSON200).Items) != 2 {
+		t.Fatalf("users: %d %s", users.StatusCode(), users.Body)
 	}
-	if s, _ := e.do("GET", "/api/v1/users", nil, &users); s != 200 || len(users.Items) != 2 {
-		t.Fatalf("users: %d %+v", s, users)
+	annID := user.IDOf("https://idp#ann")
+	tokens := must(e.api.ListUserTokensWithResponse(ctx, annID))(t)
+	if items := deref(tokens.JSON200).Items; tokens.StatusCode() != 200 || len(items) != 1 || items[0].Id != tk.Id {
+		t.Fatalf("ann's tokens: %d %s", tokens.StatusCode(), tokens.Body)
 	}
-	ann := user.IDOf("https://idp#ann")
-	var tokens struct{ Items []struct{ ID string } }
-	if s, _ := e.do("GET", "/api/v1/users/"+ann+"/tokens", nil, &tokens); s != 200 || len(tokens.Items) != 1 || tokens.Items[0].ID != tk.ID {
-		t.Fatalf("ann's tokens: %d %+v", s, tokens)
+	if u := must(e.api.DeactivateUserWithResponse(ctx, annID))(t); u.StatusCode() != 200 || u.JSON200.Active {
+		t.Fatalf("deactivate: %d %s", u.StatusCode(), u.Body)
 	}
-	var u struct{ Active bool }
-	if s, _ := e.do("POST", "/api/v1/users/"+ann+"/deactivate", nil, &u); s != 200 || u.Active {
-		t.Fatalf("deactivate: %d %+v", s, u)
-	}
-	if s, d := withToken("GET", "/api/v1/templates", nil); s != 401 || !strings.Contains(d, "deactivated") {
+	if s, d := templates(); s != 401 || !strings.Contains(d, "deactivated") {
 		t.Fatalf("deactivated user's token: %d %q", s, d)
 	}
-	if s := e.request("ann", "GET", "/api/v1/templates", nil, nil); s != 401 {
+	if s := must(ann.ListTemplatesWithResponse(ctx))(t).StatusCode(); s != 401 {
 		t.Fatalf("deactivated user's provider token: %d", s)
 	}
-	if s, _ := e.do("POST", "/api/v1/users/"+user.IDOf("https://idp#alice")+"/deactivate", nil, nil); s != 409 {
+	if s := must(e.api.DeactivateUserWithResponse(ctx, user.IDOf("https://idp#alice")))(t).StatusCode(); s != 409 {
 		t.Fatalf("an admin deactivating themselves: %d, want 409", s)
 	}
-	if s, _ := e.do("POST", "/api/v1/users/"+ann+"/reactivate", nil, nil); s != 200 {
+	if s := must(e.api.ReactivateUserWithResponse(ctx, annID))(t).StatusCode(); s != 200 {
 		t.Fatalf("reactivate: %d", s)
 	}
-	if s, _ := withToken("GET", "/api/v1/templates", nil); s != 200 {
+	if s, _ := templates(); s != 200 {
 		t.Fatalf("reactivated user's token: %d", s)
 	}
-	if s, _ := e.do("DELETE", "/api/v1/users/"+ann+"/tokens/"+tk.ID, nil, nil); s != 204 {
+	if s := must(e.api.RevokeUserTokenWithResponse(ctx, annID, tk.Id))(t).StatusCode(); s != 204 {
 		t.Fatalf("revoke ann's token: %d", s)
 	}
-	if s, _ := withToken("GET", "/api/v1/templates", nil); s != 401 {
+	if s, _ := templates(); s != 401 {
 		t.Fatalf("revoked token: %d", s)
 	}
 	// Every one of those actions is in the audit log under the admin.
-	var log struct {
-		Items []struct{ Actor, Action string }
-	}
-	e.do("GET", "/api/v1/audit?actor=https://idp%23alice", nil, &log)
+	log := deref(must(e.api.ListAuditWithResponse(ctx, &model.ListAuditParams{Actor: ptr("https://idp#alice")}))(t).JSON200)
 	seen := map[string]bool{}
 	for _, r := range log.Items {
 		seen[r.Action] = true

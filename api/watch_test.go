@@ -4,10 +4,11 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gantryhq/gantry/api/model"
 )
 
 // TestWatchWorkload: the stream sends the workload at once, then again when
@@ -16,15 +17,15 @@ import (
 // that does not exist is a 404 problem, not a stream.
 func TestWatchWorkload(t *testing.T) {
 	e := newEnv(t, alice)
-	var w struct{ ID string }
-	if s, _ := e.do("POST", "/api/v1/workloads", map[string]any{"template": "dev-environment", "team": "vision"}, &w); s != 201 {
-		t.Fatalf("launch: %d", s)
+	r := must(e.api.CreateWorkloadWithResponse(t.Context(), nil, model.LaunchRequest{Template: "dev-environment", Team: "vision"}))(t)
+	if r.StatusCode() != 201 {
+		t.Fatalf("launch: %d", r.StatusCode())
 	}
+	id := r.JSON201.Id
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, "GET", e.url+"/api/v1/workloads/"+w.ID+"/watch", nil)
-	req.Header.Set("Authorization", "Bearer test.jwt.token")
-	resp, err := http.DefaultClient.Do(req)
+	// Not WatchWorkloadWithResponse: it would read the stream to its end.
+	resp, err := e.api.WatchWorkload(ctx, id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,11 +46,11 @@ func TestWatchWorkload(t *testing.T) {
 			case strings.HasPrefix(line, "event: "):
 				event = strings.TrimPrefix(line, "event: ")
 			case strings.HasPrefix(line, "data: "):
-				var got struct{ ID, Status string }
-				if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &got); err != nil || got.ID != w.ID {
+				var got model.Workload
+				if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &got); err != nil || got.Id != id {
 					t.Fatalf("event data %q: %v", line, err)
 				}
-				return event, got.Status
+				return event, string(got.Status)
 			}
 		}
 		t.Fatalf("the stream ended: %v", sc.Err())
@@ -58,14 +59,14 @@ func TestWatchWorkload(t *testing.T) {
 	if ev, st := next(); ev != "workload" || st != "Pending" || !retry {
 		t.Fatalf("first event %s %s (retry hint %v)", ev, st, retry)
 	}
-	if s, _ := e.do("POST", "/api/v1/workloads/"+w.ID+"/stop", nil, nil); s != 200 {
+	if s := must(e.api.StopWorkloadWithResponse(t.Context(), id))(t).StatusCode(); s != 200 {
 		t.Fatalf("stop: %d", s)
 	}
 	if ev, st := next(); ev != "workload" || st != "Stopped" {
 		t.Fatalf("after the stop: %s %s", ev, st)
 	}
 	// Deleted: the last event, then the stream ends.
-	if s, _ := e.do("DELETE", "/api/v1/workloads/"+w.ID, nil, nil); s != 204 {
+	if s := must(e.api.DeleteWorkloadWithResponse(t.Context(), id))(t).StatusCode(); s != 204 {
 		t.Fatalf("delete: %d", s)
 	}
 	if ev, st := next(); ev != "workload" || st != "Deleted" {
@@ -79,7 +80,7 @@ func TestWatchWorkload(t *testing.T) {
 	if ctx.Err() != nil {
 		t.Fatal("the stream did not end after Deleted")
 	}
-	if s, _ := e.do("GET", "/api/v1/workloads/zzzzzzzzzz/watch", nil, nil); s != 404 {
+	if s := must(e.api.WatchWorkloadWithResponse(ctx, "zzzzzzzzzz"))(t).StatusCode(); s != 404 { // a problem, not a stream
 		t.Fatalf("a workload that does not exist: %d", s)
 	}
 }

@@ -12,7 +12,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/gantryhq/gantry/internal/logctx"
 	"log/slog"
 	"sync"
 	"time"
@@ -21,11 +20,12 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/gantryhq/gantry/internal/fault"
-	"github.com/gantryhq/gantry/internal/kube"
+	"github.com/gantryhq/gantry/internal/kube/watch"
+	"github.com/gantryhq/gantry/internal/logctx"
 	"github.com/gantryhq/gantry/internal/workload"
 )
 
-// Source is what the controller watches: kube.Watcher.
+// Source is what the controller watches: watch.Watcher.
 type Source interface {
 	// OnChange registers changed, called with the workload id of every
 	// object that changes.
@@ -35,7 +35,7 @@ type Source interface {
 	// Shutdown stops watching and waits.
 	Shutdown()
 	// Observe reads what the cluster says about a workload from the caches.
-	Observe(workloadID string) (kube.Observation, bool)
+	Observe(workloadID string) (watch.Observation, bool)
 }
 
 // Recorder records what the cluster says: workload.Service.

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/gantryhq/gantry/internal/fault"
-	"github.com/gantryhq/gantry/internal/kube"
+	"github.com/gantryhq/gantry/internal/kube/watch"
 	"github.com/gantryhq/gantry/internal/waitfor"
 	"github.com/gantryhq/gantry/internal/workload"
 )
@@ -19,7 +19,7 @@ import (
 // source is an in-memory Source: tests set observations and fire changes.
 type source struct {
 	mu      sync.Mutex
-	obs     map[string]kube.Observation
+	obs     map[string]watch.Observation
 	changed func(string)
 	stopped bool
 }
@@ -45,7 +45,7 @@ func (s *source) watching() bool {
 }
 func (s *source) Run(context.Context) bool { return true }
 func (s *source) Shutdown()                { s.mu.Lock(); s.stopped = true; s.mu.Unlock() }
-func (s *source) Observe(id string) (kube.Observation, bool) {
+func (s *source) Observe(id string) (watch.Observation, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	o, ok := s.obs[id]
@@ -54,7 +54,7 @@ func (s *source) Observe(id string) (kube.Observation, bool) {
 
 func (s *source) set(id, phase string) {
 	s.mu.Lock()
-	s.obs[id] = kube.Observation{WorkloadID: id, Phase: workload.Status(phase)}
+	s.obs[id] = watch.Observation{WorkloadID: id, Phase: workload.Status(phase)}
 	s.mu.Unlock()
 	s.fire(id)
 }
@@ -125,7 +125,7 @@ func (r *recorder) state(id string) (workload.Status, int) {
 
 func run(t *testing.T, rec *recorder) (*source, func()) {
 	t.Helper()
-	src := &source{obs: map[string]kube.Observation{}}
+	src := &source{obs: map[string]watch.Observation{}}
 	c, err := New(src, rec, Options{Workers: 2, MaxRetries: 3, BaseDelay: time.Millisecond, MaxDelay: 10 * time.Millisecond,
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
@@ -250,7 +250,7 @@ func TestExitCode(t *testing.T) {
 	src, stop := run(t, rec)
 	defer stop()
 	code := 3
-	for id, o := range map[string]kube.Observation{
+	for id, o := range map[string]watch.Observation{
 		"w1": {WorkloadID: "w1", Phase: "Failed", ExitCode: &code},
 		"w2": {WorkloadID: "w2", Phase: "Running"},
 	} {
@@ -284,13 +284,13 @@ func TestEvictions(t *testing.T) {
 	rec := &recorder{calls: map[string]int{}, got: map[string]workload.Status{}, failAt: 2}
 	src, stop := run(t, rec)
 	defer stop()
-	put := func(id string, o kube.Observation) {
+	put := func(id string, o watch.Observation) {
 		src.mu.Lock()
 		src.obs[id] = o
 		src.mu.Unlock()
 		src.fire(id)
 	}
-	put("w1", kube.Observation{WorkloadID: "w1", Phase: "Running", Evicted: []string{"uid-1"}})
+	put("w1", watch.Observation{WorkloadID: "w1", Phase: "Running", Evicted: []string{"uid-1"}})
 	waitfor.Until(t, 10*time.Second, "w1's eviction and phase", func() error {
 		rec.mu.Lock()
 		defer rec.mu.Unlock()
@@ -299,8 +299,8 @@ func TestEvictions(t *testing.T) {
 		}
 		return nil
 	})
-	put("w2", kube.Observation{WorkloadID: "w2", Evicted: []string{"uid-2"}})
-	put("w3", kube.Observation{WorkloadID: "w3", Phase: "Pending", Evicted: []string{"uid-3", "uid-4"}})
+	put("w2", watch.Observation{WorkloadID: "w2", Evicted: []string{"uid-2"}})
+	put("w3", watch.Observation{WorkloadID: "w3", Phase: "Pending", Evicted: []string{"uid-3", "uid-4"}})
 	waitfor.Until(t, 10*time.Second, "w2's and w3's evictions", func() error {
 		rec.mu.Lock()
 		defer rec.mu.Unlock()

@@ -119,10 +119,10 @@ var notExercised = map[string]string{
 	// SyncQuotas prunes the Kueue objects of teams, classes and priorities
 	// the policy no longer names (internal/kube TestKueueAdmitsUpToTheQuota
 	// runs it; the e2e suite never removes a team).
-	"kueue.x-k8s.io/admissionchecks delete":         "pruned by kube.SyncQuotas",
-	"kueue.x-k8s.io/clusterqueues delete":           "pruned by kube.SyncQuotas",
-	"kueue.x-k8s.io/resourceflavors delete":         "pruned by kube.SyncQuotas",
-	"kueue.x-k8s.io/workloadpriorityclasses delete": "pruned by kube.SyncQuotas",
+	"kueue.x-k8s.io/admissionchecks delete":         "pruned by kueue.SyncQuotas",
+	"kueue.x-k8s.io/clusterqueues delete":           "pruned by kueue.SyncQuotas",
+	"kueue.x-k8s.io/resourceflavors delete":         "pruned by kueue.SyncQuotas",
+	"kueue.x-k8s.io/workloadpriorityclasses delete": "pruned by kueue.SyncQuotas",
 }
 
 // checkRBAC compares what the chart's ServiceAccount asked the API server

@@ -19,7 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gantryhq/gantry/internal/config"
-	"github.com/gantryhq/gantry/internal/kube"
+	"github.com/gantryhq/gantry/internal/kube/nodes"
 	"github.com/gantryhq/gantry/internal/node/devagent"
 	"github.com/gantryhq/gantry/internal/replay"
 	"github.com/gantryhq/gantry/internal/telemetry"
@@ -307,7 +307,7 @@ func TestUnhealthyGPUCordonsTheNode(t *testing.T) {
 		n, err := cluster.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 		if err == nil {
 			n.Spec.Unschedulable = false
-			delete(n.Labels, kube.UnhealthyLabel)
+			delete(n.Labels, nodes.UnhealthyLabel)
 			cluster.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
 		}
 	})
@@ -324,7 +324,7 @@ func TestUnhealthyGPUCordonsTheNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !n.Spec.Unschedulable || n.Labels[kube.UnhealthyLabel] != "true" {
+	if !n.Spec.Unschedulable || n.Labels[nodes.UnhealthyLabel] != "true" {
 		t.Fatalf("node %s: unschedulable %v, labels %v", node, n.Spec.Unschedulable, n.Labels)
 	}
 	var page struct {

@@ -1,15 +1,15 @@
-// Package kube owns Gantry's side of the Kubernetes API (client-go): team
-// namespaces labelled for Pod Security "restricted", server-side apply of a
-// workload's rendered objects under one field manager (idempotent: applying the
-// same objects again changes nothing), owner references from the workload's
-// primary object to the rest so that deleting it removes everything, stopping
-// and starting primary objects without losing them, informers indexed by
-// workload id (Watcher) and what they say about a workload (Observe), leader
-// election among Gantry's replicas (Lead), and mapping apiserver errors to
-// Gantry's typed errors. With Kueue (Options.Kueue) it also keeps Kueue's
-// objects in sync with the policy's quotas (SyncQuotas), gives each team
-// namespace its LocalQueue, stops and starts queued Jobs through Kueue, and
-// reads Kueue's Workloads to say that a workload is queued and where.
+// Package kube is Gantry's adapter to one Kubernetes cluster (client-go): the
+// Cluster that the workload, estimate and telemetry services see. It applies
+// team namespaces labelled for Pod Security "restricted", server-side applies
+// a workload's rendered objects under one field manager (idempotent) with
+// owner references from the primary object to the rest, stops and starts
+// primary objects without losing them, lists events, logs and the objects
+// Gantry manages, and loads its kubeconfig lazily (Lazy). The rest of
+// Gantry's Kubernetes side is in the packages beneath it, one job each:
+// kapi (what they share: the field manager, resources, errors), kueue
+// (Kueue's objects, queues and Gantry's AdmissionCheck controller), watch
+// (informers and what they say about a workload), lead (leader election)
+// and nodes (token reviews, pod places, unhealthy GPUs, free GPUs).
 package kube
 
 import (
@@ -18,8 +18,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
-	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -30,40 +28,19 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/workqueue"
 
-	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/kube/kapi"
+	"github.com/gantryhq/gantry/internal/kube/kueue"
+	"github.com/gantryhq/gantry/internal/kube/nodes"
 	"github.com/gantryhq/gantry/internal/quota"
 	"github.com/gantryhq/gantry/internal/render"
 	"github.com/gantryhq/gantry/internal/team"
 	"github.com/gantryhq/gantry/internal/workload"
-)
-
-// FieldManager is the server-side apply field manager of everything Gantry writes.
-const FieldManager = "gantry"
-
-// resources maps the kinds Gantry renders to their API resources.
-var resources = map[schema.GroupVersionKind]schema.GroupVersionResource{
-	{Group: "batch", Version: "v1", Kind: "Job"}:                       {Group: "batch", Version: "v1", Resource: "jobs"},
-	{Group: "apps", Version: "v1", Kind: "Deployment"}:                 {Group: "apps", Version: "v1", Resource: "deployments"},
-	{Group: "apps", Version: "v1", Kind: "StatefulSet"}:                {Group: "apps", Version: "v1", Resource: "statefulsets"},
-	{Group: "", Version: "v1", Kind: "Service"}:                        {Group: "", Version: "v1", Resource: "services"},
-	{Group: "", Version: "v1", Kind: "PersistentVolumeClaim"}:          {Group: "", Version: "v1", Resource: "persistentvolumeclaims"},
-	{Group: "networking.k8s.io", Version: "v1", Kind: "NetworkPolicy"}: {Group: "networking.k8s.io", Version: "v1", Resource: "networkpolicies"},
-	vmKind: vmResource,
-	// The Kueue Workload that queues a VM (render.vmWorkload).
-	{Group: "kueue.x-k8s.io", Version: "v1beta2", Kind: "Workload"}: kueueWorkloads,
-}
-
-// KubeVirt's VirtualMachine, the primary object of a vm workload.
-var (
-	vmKind     = schema.GroupVersionKind{Group: "kubevirt.io", Version: "v1", Kind: "VirtualMachine"}
-	vmResource = schema.GroupVersionResource{Group: "kubevirt.io", Version: "v1", Resource: "virtualmachines"}
 )
 
 // Cluster talks to one Kubernetes API server.
@@ -79,6 +56,8 @@ type Cluster struct {
 	kueue      bool
 	obs        Observer
 	queues     workqueue.MetricsProvider // nil: unmeasured
+	queue      *kueue.Kueue
+	nodes      *nodes.Nodes
 }
 
 // Options configure a Cluster.
@@ -104,8 +83,10 @@ type Observer interface {
 type unobserved struct{}
 
 func (unobserved) ObserveApply(time.Duration, error) {}
-func (unobserved) ObserveAdmission(time.Duration)    {}
-func (unobserved) ObserveLag(string, time.Duration)  {}
+
+func (unobserved) ObserveAdmission(time.Duration) {}
+
+func (unobserved) ObserveLag(string, time.Duration) {}
 
 // namespaceTTL is how long an applied namespace is taken as it was applied.
 const namespaceTTL = time.Minute
@@ -138,14 +119,18 @@ func New(cfg *rest.Config, o Options) (*Cluster, error) {
 	if o.Observer == nil {
 		o.Observer = unobserved{}
 	}
-	return &Cluster{dyn: dyn, core: core, kueue: o.Kueue, obs: o.Observer, queues: o.Queues}, nil
+	queue, err := kueue.New(kueue.Options{Dynamic: dyn, Core: core, Observer: o.Observer, Queues: o.Queues})
+	if err != nil {
+		return nil, err
+	}
+	return &Cluster{dyn: dyn, core: core, kueue: o.Kueue, obs: o.Observer, queues: o.Queues, queue: queue, nodes: nodes.New(core)}, nil
 }
 
 // Ping checks that the API server answers.
 func (c *Cluster) Ping(ctx context.Context) error {
 	_, err := c.core.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
 	if err != nil {
-		return classify(err, "kubernetes API server", "")
+		return kapi.Classify(err, "kubernetes API server", "")
 	}
 	return nil
 }
@@ -172,9 +157,9 @@ func (c *Cluster) EnsureNamespace(ctx context.Context, name string, t team.Name)
 	if err != nil {
 		return err
 	}
-	_, err = c.core.CoreV1().Namespaces().Patch(ctx, name, types.ApplyPatchType, data, metav1.PatchOptions{FieldManager: FieldManager, Force: ptr(true)})
+	_, err = c.core.CoreV1().Namespaces().Patch(ctx, name, types.ApplyPatchType, data, metav1.PatchOptions{FieldManager: kapi.FieldManager, Force: kapi.Ptr(true)})
 	if err != nil {
-		return classify(err, "namespace", name)
+		return kapi.Classify(err, "namespace", name)
 	}
 	// Nothing reaches a team's pods unless a workload's own NetworkPolicy
 	// (rendered with it) lets it: the namespace's default is no ingress.
@@ -186,12 +171,12 @@ func (c *Cluster) EnsureNamespace(ctx context.Context, name string, t team.Name)
 	if data, err = json.Marshal(deny); err != nil {
 		return err
 	}
-	_, err = c.core.NetworkingV1().NetworkPolicies(name).Patch(ctx, DefaultDenyPolicy, types.ApplyPatchType, data, metav1.PatchOptions{FieldManager: FieldManager, Force: ptr(true)})
+	_, err = c.core.NetworkingV1().NetworkPolicies(name).Patch(ctx, DefaultDenyPolicy, types.ApplyPatchType, data, metav1.PatchOptions{FieldManager: kapi.FieldManager, Force: kapi.Ptr(true)})
 	if err != nil {
-		return classify(err, "network policy", DefaultDenyPolicy)
+		return kapi.Classify(err, "network policy", DefaultDenyPolicy)
 	}
 	if c.kueue {
-		if err := c.applyKueue(ctx, quota.LocalQueueObject(name, t)); err != nil {
+		if err := c.queue.Apply(ctx, quota.LocalQueueObject(name, t)); err != nil {
 			return err
 		}
 	}
@@ -239,7 +224,7 @@ func (c *Cluster) Apply(ctx context.Context, objs []render.Object) (err error) {
 	}
 	owner := metav1.OwnerReference{
 		APIVersion: primary.GetAPIVersion(), Kind: primary.GetKind(), Name: primary.GetName(), UID: primary.GetUID(),
-		Controller: ptr(true), BlockOwnerDeletion: ptr(true),
+		Controller: kapi.Ptr(true), BlockOwnerDeletion: kapi.Ptr(true),
 	}
 	for _, o := range rest {
 		own := owner
@@ -255,7 +240,7 @@ func (c *Cluster) Apply(ctx context.Context, objs []render.Object) (err error) {
 
 func (c *Cluster) apply(ctx context.Context, o render.Object, owner *metav1.OwnerReference) (*unstructured.Unstructured, error) {
 	gvk := o.GetObjectKind().GroupVersionKind()
-	gvr, ok := resources[gvk]
+	gvr, ok := kapi.Resources[gvk]
 	if !ok {
 		return nil, fmt.Errorf("kube: no resource known for %s", gvk)
 	}
@@ -275,7 +260,7 @@ func (c *Cluster) apply(ctx context.Context, o render.Object, owner *metav1.Owne
 	}
 	patch := func() (*unstructured.Unstructured, error) {
 		return c.dyn.Resource(gvr).Namespace(o.GetNamespace()).Patch(ctx, o.GetName(), types.ApplyPatchType, data,
-			metav1.PatchOptions{FieldManager: FieldManager, Force: ptr(true)})
+			metav1.PatchOptions{FieldManager: kapi.FieldManager, Force: kapi.Ptr(true)})
 	}
 	out, err := patch()
 	if err != nil && c.namespaceGone(err, o.GetNamespace()) {
@@ -285,7 +270,7 @@ func (c *Cluster) apply(ctx context.Context, o render.Object, owner *metav1.Owne
 		}
 	}
 	if err != nil {
-		return nil, classify(err, gvk.Kind, o.GetName())
+		return nil, kapi.Classify(err, gvk.Kind, o.GetName())
 	}
 	return out, nil
 }
@@ -293,15 +278,15 @@ func (c *Cluster) apply(ctx context.Context, o render.Object, owner *metav1.Owne
 // Delete removes a workload's primary object in the background; the garbage
 // collector removes the objects it owns and the pods.
 func (c *Cluster) Delete(ctx context.Context, namespace, kind, name string) error {
-	gvr, err := resourceOf(kind)
+	gvr, err := kapi.ResourceOf(kind)
 	if err != nil {
 		return err
 	}
-	err = c.dyn.Resource(gvr).Namespace(namespace).Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: ptr(metav1.DeletePropagationBackground)})
+	err = c.dyn.Resource(gvr).Namespace(namespace).Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: kapi.Ptr(metav1.DeletePropagationBackground)})
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
-	return classify(err, kind, name)
+	return kapi.Classify(err, kind, name)
 }
 
 // SetRunning implements workload.Cluster: it starts or stops a workload's
@@ -311,12 +296,12 @@ func (c *Cluster) Delete(ctx context.Context, namespace, kind, name string) erro
 // VirtualMachine halted (KubeVirt removes the running instance).
 func (c *Cluster) SetRunning(ctx context.Context, o workload.ObjectRef, run bool) error {
 	if o.Kind == "Job" && c.kueue {
-		if queued, err := c.setJobActive(ctx, o, run); queued || err != nil {
+		if queued, err := c.queue.SetJobActive(ctx, o, run); queued || err != nil {
 			return err
 		}
 	}
 	if o.Kind == "VirtualMachine" && c.kueue {
-		if queued, err := c.setVMActive(ctx, o, run); queued || err != nil {
+		if queued, err := c.queue.SetVMActive(ctx, o, run); queued || err != nil {
 			return err
 		}
 	}
@@ -331,7 +316,7 @@ func (c *Cluster) SetRunning(ctx context.Context, o workload.ObjectRef, run bool
 	default:
 		return fmt.Errorf("kube: cannot start or stop a %s", o.Kind)
 	}
-	gvr, err := resourceOf(o.Kind)
+	gvr, err := kapi.ResourceOf(o.Kind)
 	if err != nil {
 		return err
 	}
@@ -339,8 +324,8 @@ func (c *Cluster) SetRunning(ctx context.Context, o workload.ObjectRef, run bool
 	if err != nil {
 		return err
 	}
-	_, err = c.dyn.Resource(gvr).Namespace(o.Namespace).Patch(ctx, o.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
-	return classify(err, o.Kind, o.Name)
+	_, err = c.dyn.Resource(gvr).Namespace(o.Namespace).Patch(ctx, o.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: kapi.FieldManager})
+	return kapi.Classify(err, o.Kind, o.Name)
 }
 
 // running reports whether a primary object is asked to run (the opposite of
@@ -351,7 +336,7 @@ func running(u *unstructured.Unstructured) bool {
 		if _, queued := u.GetLabels()[quota.LabelQueueName]; queued {
 			// Kueue suspends and resumes it: Gantry's stop is an annotation
 			// (and the Kueue Workload deactivated).
-			return u.GetAnnotations()[AnnotationStopped] == ""
+			return u.GetAnnotations()[kapi.AnnotationStopped] == ""
 		}
 		s, _, _ := unstructured.NestedBool(u.Object, "spec", "suspend")
 		return !s
@@ -361,22 +346,12 @@ func running(u *unstructured.Unstructured) bool {
 	case "VirtualMachine":
 		if _, queued := u.GetLabels()[quota.LabelQueueName]; queued {
 			// Halted until Kueue admits it: Gantry's stop is an annotation.
-			return u.GetAnnotations()[AnnotationStopped] == ""
+			return u.GetAnnotations()[kapi.AnnotationStopped] == ""
 		}
 		s, _, _ := unstructured.NestedString(u.Object, "spec", "runStrategy")
 		return s != "Halted"
 	}
 	return true
-}
-
-// resourceOf is the API resource of a kind Gantry renders.
-func resourceOf(kind string) (schema.GroupVersionResource, error) {
-	for gvk, gvr := range resources {
-		if gvk.Kind == kind {
-			return gvr, nil
-		}
-	}
-	return schema.GroupVersionResource{}, fmt.Errorf("kube: unknown kind %q", kind)
 }
 
 // Events lists the events of the namespace's objects whose names start with
@@ -387,7 +362,7 @@ func (c *Cluster) Events(ctx context.Context, namespace, prefix string) ([]workl
 		if apierrors.IsNotFound(err) {
 			return []workload.Event{}, nil
 		}
-		return nil, classify(err, "events", namespace)
+		return nil, kapi.Classify(err, "events", namespace)
 	}
 	out := []workload.Event{}
 	for _, e := range list.Items {
@@ -416,7 +391,7 @@ func (c *Cluster) Events(ctx context.Context, namespace, prefix string) ([]workl
 func (c *Cluster) Logs(ctx context.Context, namespace, workloadID string, follow bool, tailLines int64) (io.ReadCloser, error) {
 	pods, err := c.core.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: render.LabelWorkloadID + "=" + workloadID, ResourceVersion: "0"})
 	if err != nil {
-		return nil, classify(err, "pods", workloadID)
+		return nil, kapi.Classify(err, "pods", workloadID)
 	}
 	var newest *corev1.Pod
 	for i := range pods.Items {
@@ -434,7 +409,7 @@ func (c *Cluster) Logs(ctx context.Context, namespace, workloadID string, follow
 	}
 	r, err := c.core.CoreV1().Pods(namespace).GetLogs(newest.Name, opts).Stream(ctx)
 	if err != nil {
-		return nil, classify(err, "Pod", newest.Name)
+		return nil, kapi.Classify(err, "Pod", newest.Name)
 	}
 	return r, nil
 }
@@ -454,18 +429,18 @@ func started(p *corev1.Pod, container string) bool {
 // labelled as Gantry's, in every namespace.
 func (c *Cluster) Managed(ctx context.Context) ([]workload.ObjectRef, error) {
 	var out []workload.ObjectRef
-	for gvk, gvr := range resources {
+	for gvk, gvr := range kapi.Resources {
 		if !render.IsPrimary(gvk.Kind) {
 			continue
 		}
 		// ResourceVersion "0": served from the API server's watch cache,
 		// not read from etcd (the lifecycle loop asks every interval).
 		list, err := c.dyn.Resource(gvr).List(ctx, metav1.ListOptions{LabelSelector: render.LabelManagedBy + "=" + render.ManagedBy, ResourceVersion: "0"})
-		if gvk == vmKind && apierrors.IsNotFound(err) {
+		if gvk == kapi.VMKind && apierrors.IsNotFound(err) {
 			continue // KubeVirt is not installed: no VMs
 		}
 		if err != nil {
-			return nil, classify(err, gvk.Kind, "")
+			return nil, kapi.Classify(err, gvk.Kind, "")
 		}
 		for _, o := range list.Items {
 			out = append(out, workload.ObjectRef{Namespace: o.GetNamespace(), Kind: gvk.Kind, Name: o.GetName(), WorkloadID: o.GetLabels()[render.LabelWorkloadID], Running: running(&o)})
@@ -473,75 +448,6 @@ func (c *Cluster) Managed(ctx context.Context) ([]workload.ObjectRef, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].String() < out[j].String() })
 	return out, nil
-}
-
-// classify maps apiserver errors to Gantry's typed errors: rejected objects to
-// *fault.Invalid naming the field the apiserver named, conflicts to
-// *fault.Conflict, and an unreachable server to *fault.Unavailable.
-var typedPatchRE = regexp.MustCompile(`\): \.([A-Za-z0-9_.\[\]]+): (.+)$`)
-
-// rbacDenied says whether a Forbidden answer is the authorizer's (RBAC:
-// `... is forbidden: User "x" cannot create resource ...`) rather than an
-// admission plugin's (Pod Security, quotas), which is about the object.
-func rbacDenied(msg string) bool {
-	return strings.Contains(msg, `is forbidden: User "`) && strings.Contains(msg, `" cannot `)
-}
-
-func classify(err error, kind, name string) error {
-	if err == nil {
-		return nil
-	}
-	var status apierrors.APIStatus
-	if errors.As(err, &status) {
-		st := status.Status()
-		switch {
-		case apierrors.IsForbidden(err) && rbacDenied(st.Message):
-			// Gantry's own identity lacks a permission: nothing the caller
-			// can change. The cluster is as good as away until an operator
-			// grants it; launches are kept and applied then.
-			return &fault.Unavailable{What: "kubernetes API server", Err: fmt.Errorf("not allowed to Gantry's ServiceAccount (grant it: deploy/helm/gantry/files/clusterrole-rules.yaml): %s", st.Message)}
-		case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) || apierrors.IsForbidden(err) && st.Details != nil:
-			var l fault.List
-			prefix := fmt.Sprintf("objects.%s/%s", kind, name)
-			if st.Details != nil {
-				for _, c := range st.Details.Causes {
-					l.Addf(fault.JoinPath(prefix, c.Field), "rejected by the Kubernetes API server: %s", c.Message)
-				}
-			}
-			if l.Len() == 0 {
-				l.Addf(prefix, "rejected by the Kubernetes API server: %s", st.Message)
-			}
-			return l.Err()
-		case apierrors.IsForbidden(err):
-			var l fault.List
-			l.Addf(fmt.Sprintf("objects.%s/%s", kind, name), "rejected by the Kubernetes API server: %s", st.Message)
-			return l.Err()
-		case apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err):
-			return &fault.Conflict{Kind: kind, Name: name, Reason: st.Message}
-		case apierrors.IsNotFound(err):
-			return &fault.NotFound{Kind: kind, Name: name}
-		case strings.Contains(st.Message, "failed to create typed patch object"):
-			// Server-side apply refuses an object that breaks its type's
-			// schema before validation, naming the field in the message:
-			// "...: .spec.a.b: expected numeric (int or float), got string".
-			var l fault.List
-			prefix := fmt.Sprintf("objects.%s/%s", kind, name)
-			if m := typedPatchRE.FindStringSubmatch(st.Message); m != nil {
-				l.Addf(fault.JoinPath(prefix, m[1]), "rejected by the Kubernetes API server: %s", m[2])
-			} else {
-				l.Addf(prefix, "rejected by the Kubernetes API server: %s", st.Message)
-			}
-			return l.Err()
-		case apierrors.IsServiceUnavailable(err) || apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) || apierrors.IsTooManyRequests(err):
-			return &fault.Unavailable{What: "kubernetes API server", Err: err}
-		}
-		return fmt.Errorf("%s %s: %w", kind, name, err)
-	}
-	var netErr net.Error
-	if errors.As(err, &netErr) || strings.Contains(err.Error(), "connection refused") {
-		return &fault.Unavailable{What: "kubernetes API server", Err: err}
-	}
-	return fmt.Errorf("%s %s: %w", kind, name, err)
 }
 
 func toMap(o any) (map[string]any, error) {
@@ -552,5 +458,3 @@ func toMap(o any) (map[string]any, error) {
 	var m map[string]any
 	return m, json.Unmarshal(b, &m)
 }
-
-func ptr[T any](v T) *T { return &v }

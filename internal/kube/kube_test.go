@@ -20,6 +20,8 @@ import (
 	"github.com/gantryhq/gantry/internal/devcluster/clustertest"
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/kube"
+	"github.com/gantryhq/gantry/internal/kube/kapi"
+	"github.com/gantryhq/gantry/internal/kube/watch"
 	"github.com/gantryhq/gantry/internal/render"
 	"github.com/gantryhq/gantry/internal/template"
 	"github.com/gantryhq/gantry/internal/waitfor"
@@ -149,7 +151,7 @@ func TestApplyIsIdempotentAndOwned(t *testing.T) {
 		t.Errorf("re-apply changed the service (resourceVersion %s -> %s)", svc.ResourceVersion, svc2.ResourceVersion)
 	}
 	for _, mf := range dep2.ManagedFields {
-		if mf.Operation == metav1.ManagedFieldsOperationApply && mf.Manager != kube.FieldManager {
+		if mf.Operation == metav1.ManagedFieldsOperationApply && mf.Manager != kapi.FieldManager {
 			t.Errorf("applied by %q", mf.Manager)
 		}
 	}
@@ -265,7 +267,7 @@ func TestWatchReportsDeadline(t *testing.T) {
 	if err := k.EnsureNamespace(ctx, "gantry-deadline", "deadline"); err != nil {
 		t.Fatal(err)
 	}
-	seen := make(chan kube.Observation, 100)
+	seen := make(chan watch.Observation, 100)
 	w, err := k.Watcher(0)
 	if err != nil {
 		t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/kube"
+	"github.com/gantryhq/gantry/internal/kube/watch"
 	"github.com/gantryhq/gantry/internal/quota"
 	gteam "github.com/gantryhq/gantry/internal/team"
 	"github.com/gantryhq/gantry/internal/template"
@@ -28,7 +29,7 @@ import (
 type queueTest struct {
 	t *testing.T
 	k *kube.Cluster
-	w *kube.Watcher
+	w *watch.Watcher
 }
 
 func newQueueTest(t *testing.T, quotas map[string]quota.Quota) *queueTest {
@@ -45,7 +46,7 @@ func newQueueTest(t *testing.T, quotas map[string]quota.Quota) *queueTest {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	if err := k.SyncQuotas(ctx, quota.Objects(classes, quotas, []quota.Priority{{Name: "low", Value: 1000}, {Name: "normal", Value: 10000}, {Name: "high", Value: 100000}}, quota.Options{})); err != nil {
+	if err := k.Kueue().SyncQuotas(ctx, quota.Objects(classes, quotas, []quota.Priority{{Name: "low", Value: 1000}, {Name: "normal", Value: 10000}, {Name: "high", Value: 100000}}, quota.Options{})); err != nil {
 		t.Fatal(err)
 	}
 	for team := range quotas {
@@ -82,9 +83,9 @@ func (q *queueTest) launch(name, id, team string, choice template.Choice) {
 }
 
 // phases waits until the workloads are observed in these phases.
-func (q *queueTest) phases(want map[string]string) map[string]kube.Observation {
+func (q *queueTest) phases(want map[string]string) map[string]watch.Observation {
 	q.t.Helper()
-	got := map[string]kube.Observation{}
+	got := map[string]watch.Observation{}
 	waitfor.Until(q.t, 90*time.Second, fmt.Sprintf("phases %v", want), func() error {
 		for id, phase := range want {
 			o, ok := q.w.Observe(id)
@@ -164,7 +165,7 @@ func TestKueueAdmitsUpToTheQuota(t *testing.T) {
 	// was queued: Kueue's timestamps are in seconds) level with the one
 	// already waiting: the two hold places 1 and 2.
 	o1 := q.phases(map[string]string{"qa000001": "Queued"})["qa000001"]
-	var other kube.Observation
+	var other watch.Observation
 	for _, id := range []string{"qa000003", "qa000004"} {
 		if o, _ := q.w.Observe(id); o.Phase == "Queued" {
 			other = o
@@ -257,7 +258,9 @@ func TestVMQueue(t *testing.T) {
 		return workload.Admission{State: workload.AdmissionReady}, nil
 	}
 	done := make(chan error, 1)
-	go func() { done <- q.k.RunQueueController(ctx, "gantry-", ready, 0, slog.New(slog.DiscardHandler)) }()
+	go func() {
+		done <- q.k.Kueue().RunQueueController(ctx, "gantry-", ready, 0, slog.New(slog.DiscardHandler))
+	}()
 	defer func() { cancel(); <-done }()
 	vm := template.Choice{Params: map[string]any{"sshPublicKey": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKubeTestKey0000000000000000000000000000 bob@host"}}
 	q.launch("gpu-vm", "vmq00001", "vmq", vm)

@@ -44,6 +44,7 @@ import (
 	"github.com/gantryhq/gantry/internal/imagecat"
 	"github.com/gantryhq/gantry/internal/imageverify"
 	"github.com/gantryhq/gantry/internal/kube"
+	"github.com/gantryhq/gantry/internal/kube/lead"
 	"github.com/gantryhq/gantry/internal/live"
 	"github.com/gantryhq/gantry/internal/logctx"
 	"github.com/gantryhq/gantry/internal/notify"
@@ -553,7 +554,7 @@ func (s *Server) leaderLoops(ctx context.Context) error {
 	host, _ := os.Hostname()
 	suffix := make([]byte, 4)
 	rand.Read(suffix)
-	lease := kube.Lease{Namespace: s.Config.Namespace, Name: "gantry-leader", Identity: host + "-" + hex.EncodeToString(suffix), Duration: s.Config.Lease()}
+	lease := lead.Lease{Namespace: s.Config.Namespace, Name: "gantry-leader", Identity: host + "-" + hex.EncodeToString(suffix), Duration: s.Config.Lease()}
 	return c.Lead(ctx, lease, func(ctx context.Context) {
 		s.Log.Info("leading: running the workload controller and the lifecycle loop", "lease", lease.Namespace+"/"+lease.Name, "identity", lease.Identity)
 		if err := s.lead(ctx, c); err != nil && ctx.Err() == nil {
@@ -583,7 +584,7 @@ func (s *Server) lead(ctx context.Context, c *kube.Cluster) error {
 	var quotas *quota.Syncer
 	if s.Config.Quota.Kueue {
 		if quotas, err = quota.NewSyncer(quota.SyncerOptions{Policy: func() quota.Policy { return s.authz.Policy() }, Classes: s.Catalog.Classes(),
-			Kueue: c, Holds: s.Budgets, Priorities: priorities, Log: s.Log}); err != nil {
+			Kueue: c.Kueue(), Holds: s.Budgets, Priorities: priorities, Log: s.Log}); err != nil {
 			return err
 		}
 	}
@@ -631,7 +632,7 @@ func (s *Server) lead(ctx context.Context, c *kube.Cluster) error {
 			})
 		})
 		g.Go(func() error {
-			return c.RunQueueController(gctx, s.Config.NamespacePrefix, s.Workloads.Admission, s.Config.Reconcile(), s.Log)
+			return c.Kueue().RunQueueController(gctx, s.Config.NamespacePrefix, s.Workloads.Admission, s.Config.Reconcile(), s.Log)
 		})
 	}
 	return g.Wait()

@@ -1,4 +1,8 @@
-package kube
+// Package lead owns leader election among Gantry's replicas: one replica at a
+// time holds a coordination Lease and runs the loops that must run once
+// (the lifecycle controller, the quota sync, the culler); it stops them
+// before it lets the Lease go.
+package lead
 
 import (
 	"context"
@@ -9,9 +13,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/klog/v2"
+
+	"github.com/gantryhq/gantry/internal/kube/kapi"
 )
 
 // Lease configures leader election among Gantry's replicas: a coordination
@@ -25,12 +32,12 @@ type Lease struct {
 	Retry     time.Duration // how often candidates try; default Duration/7
 }
 
-// Lead runs lead whenever this replica holds the Lease, until ctx ends: lead's
-// context ends when leadership is lost (or ctx ends), and Lead waits for lead
+// Run runs lead whenever this replica holds the Lease, until ctx ends: lead's
+// context ends when leadership is lost (or ctx ends), and Run waits for lead
 // to return before trying to lead again. On a clean stop lead is stopped and
 // waited for first, then the Lease is released so that another replica takes
 // over at once; after a crash, others take over once Duration has passed.
-func (c *Cluster) Lead(ctx context.Context, l Lease, lead func(context.Context)) error {
+func Run(ctx context.Context, core kubernetes.Interface, l Lease, lead func(context.Context)) error {
 	if l.Duration <= 0 {
 		l.Duration = 15 * time.Second
 	}
@@ -43,7 +50,7 @@ func (c *Cluster) Lead(ctx context.Context, l Lease, lead func(context.Context))
 	// The Lease's namespace: an API server that does not answer yet is
 	// waited for (Gantry keeps serving meanwhile), not a reason to stop.
 	for {
-		err := c.ensureNamespace(ctx, l.Namespace)
+		err := ensureNamespace(ctx, core, l.Namespace)
 		if err == nil {
 			break
 		}
@@ -54,13 +61,13 @@ func (c *Cluster) Lead(ctx context.Context, l Lease, lead func(context.Context))
 		case <-time.After(l.Retry):
 		}
 	}
-	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, l.Namespace, l.Name, c.core.CoreV1(), c.core.CoordinationV1(),
+	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, l.Namespace, l.Name, core.CoreV1(), core.CoordinationV1(),
 		resourcelock.ResourceLockConfig{Identity: l.Identity})
 	if err != nil {
-		return fmt.Errorf("kube: lease lock: %w", err)
+		return fmt.Errorf("lead: lease lock: %w", err)
 	}
 	for ctx.Err() == nil {
-		if err := c.term(ctx, lock, l, lead); err != nil {
+		if err := term(ctx, lock, l, lead); err != nil {
 			return err
 		}
 	}
@@ -71,7 +78,7 @@ func (c *Cluster) Lead(ctx context.Context, l Lease, lead func(context.Context))
 // holds it, and returns when leadership is lost or ctx ends. When ctx ends,
 // lead is stopped and waited for before the Lease is released, so that
 // another replica never starts its loops while this one's still run.
-func (c *Cluster) term(ctx context.Context, lock resourcelock.Interface, l Lease, lead func(context.Context)) error {
+func term(ctx context.Context, lock resourcelock.Interface, l Lease, lead func(context.Context)) error {
 	// The elector runs on a context of its own, cancelled only once lead has
 	// returned; client-go starts OnStartedLeading in a goroutine of its own,
 	// and the guard below makes sure lead has returned (or never starts)
@@ -106,7 +113,7 @@ func (c *Cluster) term(ctx context.Context, lock resourcelock.Interface, l Lease
 		},
 	})
 	if err != nil {
-		return fmt.Errorf("kube: leader election: %w", err)
+		return fmt.Errorf("lead: leader election: %w", err)
 	}
 	done := make(chan struct{})
 	go func() {
@@ -129,13 +136,13 @@ func (c *Cluster) term(ctx context.Context, lock resourcelock.Interface, l Lease
 }
 
 // ensureNamespace makes sure Gantry's own namespace exists (for its Lease).
-func (c *Cluster) ensureNamespace(ctx context.Context, name string) error {
-	_, err := c.core.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
+func ensureNamespace(ctx context.Context, core kubernetes.Interface, name string) error {
+	_, err := core.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		_, err = c.core.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+		_, err = core.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
 		if apierrors.IsAlreadyExists(err) {
 			err = nil
 		}
 	}
-	return classify(err, "namespace", name)
+	return kapi.Classify(err, "namespace", name)
 }

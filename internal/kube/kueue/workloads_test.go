@@ -1,4 +1,4 @@
-package kube
+package kueue
 
 import (
 	"testing"
@@ -11,7 +11,7 @@ import (
 // kw is a Kueue Workload in namespace ns of LocalQueue gantry.
 func kw(name string, prio int64, created time.Time, active bool, conds ...map[string]any) *unstructured.Unstructured {
 	u := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+		"apiVersion": "x-k8s.io/v1beta2", "kind": "Workload",
 		"metadata": map[string]any{"name": name, "namespace": "ns"},
 		"spec":     map[string]any{"queueName": "gantry", "priority": prio, "active": active},
 	}}
@@ -39,7 +39,7 @@ func TestQueuePosition(t *testing.T) {
 		kw("new", 10, t0.Add(time.Minute), true, pending),
 		kw("urgent", 100, t0.Add(2*time.Minute), true, pending),
 		kw("requeued", 10, t0.Add(-time.Hour), true, pending, cond("Evicted", "True", t0.Add(3*time.Minute), "deactivated")),
-		kw("admitted", 10, t0.Add(-time.Hour), true, cond("QuotaReserved", "True", t0, "")),
+		kw("Admitted", 10, t0.Add(-time.Hour), true, cond("QuotaReserved", "True", t0, "")),
 		kw("done", 10, t0.Add(-time.Hour), true, cond("Finished", "True", t0, "")),
 		kw("stopped", 10, t0.Add(-time.Hour), false, pending),
 	}
@@ -47,23 +47,23 @@ func TestQueuePosition(t *testing.T) {
 	for _, u := range all {
 		objs = append(objs, u)
 	}
-	want := map[string]int{"urgent": 1, "old": 2, "new": 3, "requeued": 4, "admitted": 0, "done": 0, "stopped": 0}
+	want := map[string]int{"urgent": 1, "old": 2, "new": 3, "requeued": 4, "Admitted": 0, "done": 0, "stopped": 0}
 	for _, u := range all {
-		waiting, reason := queuedIn(u)
+		waiting, reason := Waiting(u)
 		if waiting != (want[u.GetName()] > 0) {
 			t.Errorf("%s: waiting %v", u.GetName(), waiting)
 		}
 		if !waiting {
 			continue
 		}
-		if got := queuePosition(objs, u); got != want[u.GetName()] {
+		if got := Position(objs, u); got != want[u.GetName()] {
 			t.Errorf("%s: position %d, want %d", u.GetName(), got, want[u.GetName()])
 		}
 		if reason == "" {
 			t.Errorf("%s: no reason", u.GetName())
 		}
 	}
-	if got := kueueReason("insufficient unused quota", 2); got != "position 2 in its team's queue: insufficient unused quota" {
+	if got := Reason("insufficient unused quota", 2); got != "position 2 in its team's queue: insufficient unused quota" {
 		t.Errorf("reason %q", got)
 	}
 }

@@ -1,4 +1,4 @@
-package kube
+package kapi
 
 import (
 	"errors"
@@ -17,12 +17,12 @@ func TestClassifyForbidden(t *testing.T) {
 	jobs := schema.GroupResource{Group: "batch", Resource: "jobs"}
 	rbac := apierrors.NewForbidden(jobs, "train-1", errors.New(`User "system:serviceaccount:gantry-system:gantry" cannot create resource "jobs" in API group "batch" in the namespace "gantry-vision"`))
 	var un *fault.Unavailable
-	if err := classify(rbac, "Job", "train-1"); !errors.As(err, &un) {
+	if err := Classify(rbac, "Job", "train-1"); !errors.As(err, &un) {
 		t.Errorf("RBAC denial: %T %v, want *fault.Unavailable", err, err)
 	}
 	psa := apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "p", errors.New(`violates PodSecurity "restricted:latest": privileged`))
 	var inv *fault.Invalid
-	if err := classify(psa, "Pod", "p"); !errors.As(err, &inv) {
+	if err := Classify(psa, "Pod", "p"); !errors.As(err, &inv) {
 		t.Errorf("admission denial: %T %v, want *fault.Invalid", err, err)
 	}
 }

@@ -1,0 +1,249 @@
+package kueue
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+
+	"github.com/gantryhq/gantry/internal/kube/kapi"
+	"github.com/gantryhq/gantry/internal/quota"
+	"github.com/gantryhq/gantry/internal/render"
+	"github.com/gantryhq/gantry/internal/workload"
+)
+
+// admissionManager is the field manager of Gantry's AdmissionCheck states:
+// Kueue owns the rest of a Workload's status.
+const admissionManager = "gantry-approval"
+
+// SetAdmission (workload.Cluster, through kube.Cluster): Gantry's AdmissionCheck on the
+// Kueue Workloads of workload id (found by the gantry.dev/workload-id label
+// Kueue copies from the Job or pod) is set to a, by server-side apply of
+// that one entry of status.admissionChecks. A Workload that does not carry
+// the check (a queue without it) is left alone.
+func (k *Kueue) SetAdmission(ctx context.Context, namespace, id string, a workload.Admission) error {
+	list, err := k.dyn.Resource(kapi.KueueWorkloads).Namespace(namespace).List(ctx, metav1.ListOptions{LabelSelector: render.LabelWorkloadID + "=" + id})
+	if err != nil {
+		return kapi.Classify(err, "Kueue Workload", id)
+	}
+	for i := range list.Items {
+		if err := k.setCheck(ctx, &list.Items[i], a); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (k *Kueue) setCheck(ctx context.Context, u *unstructured.Unstructured, a workload.Admission) error {
+	state, msg, found := CheckState(u)
+	if !found || (state == a.State && msg == a.Message) {
+		return nil
+	}
+	if len(a.Message) > 32768 {
+		a.Message = a.Message[:32768]
+	}
+	patch, _ := json.Marshal(map[string]any{
+		"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+		"metadata": map[string]any{"name": u.GetName(), "namespace": u.GetNamespace()},
+		"status": map[string]any{"admissionChecks": []any{map[string]any{
+			"name": quota.ApprovalCheck, "state": a.State, "message": a.Message,
+			"lastTransitionTime": time.Now().UTC().Format(time.RFC3339), //clock:allow a condition on a Kubernetes object: the cluster compares wall times
+		}}},
+	})
+	_, err := k.dyn.Resource(kapi.KueueWorkloads).Namespace(u.GetNamespace()).Patch(ctx, u.GetName(), types.ApplyPatchType, patch,
+		metav1.PatchOptions{FieldManager: admissionManager, Force: kapi.Ptr(true)}, "status")
+	if err != nil && !apierrors.IsNotFound(err) {
+		return kapi.Classify(err, "Kueue Workload", u.GetName())
+	}
+	return nil
+}
+
+// ActivateCheck marks Gantry's AdmissionCheck Active: Kueue holds every
+// queue whose checks are not active, so it is said once Gantry's controller
+// runs.
+func (k *Kueue) ActivateCheck(ctx context.Context) error {
+	patch, _ := json.Marshal(map[string]any{
+		"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "AdmissionCheck",
+		"metadata": map[string]any{"name": quota.ApprovalCheck},
+		"status": map[string]any{"conditions": []any{map[string]any{
+			"type": "Active", "status": "True", "reason": "Active", "message": "Gantry's approval controller is running",
+			"lastTransitionTime": time.Now().UTC().Format(time.RFC3339), //clock:allow a condition on a Kubernetes object: the cluster compares wall times
+		}}},
+	})
+	_, err := k.dyn.Resource(kapi.KueueResources["AdmissionCheck"]).Patch(ctx, quota.ApprovalCheck, types.ApplyPatchType, patch,
+		metav1.PatchOptions{FieldManager: admissionManager, Force: kapi.Ptr(true)}, "status")
+	if err != nil {
+		return kapi.Classify(err, "AdmissionCheck", quota.ApprovalCheck)
+	}
+	return nil
+}
+
+// Decider says what Gantry's AdmissionCheck should say of a launch whose
+// Kueue Workload is in namespace (workload.Service.Admission); State ""
+// leaves the check as it is.
+type Decider func(ctx context.Context, namespace, workloadID string) (workload.Admission, error)
+
+// RunQueueController is Gantry's controller of Kueue's Workloads (on the
+// leader, until ctx ends): every Kueue Workload is queued on a workqueue, on
+// each change and every resync, with retries and backoff on failure. One
+// carrying Gantry's AdmissionCheck gets the check decide says — Ready,
+// Pending (held for approval) or Rejected; one that queues a VM starts or
+// halts it as Kueue admits it or takes the admission back. The
+// AdmissionCheck object is marked Active once it exists (quota.Syncer applies
+// it).
+//
+// Only Kueue Workloads in namespaces starting with namespacePrefix (this
+// install's teams) are decided: another install's are its own.
+func (k *Kueue) RunQueueController(ctx context.Context, namespacePrefix string, decide Decider, resync time.Duration, log *slog.Logger) error {
+	f := dynamicinformer.NewDynamicSharedInformerFactory(k.dyn, resync)
+	inf := f.ForResource(kapi.KueueWorkloads).Informer()
+	q := workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: "kueue_workloads", MetricsProvider: k.queues})
+	defer q.ShutDown()
+	enqueue := func(obj any) {
+		if k, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil && strings.HasPrefix(k, namespacePrefix) {
+			q.Add(k)
+		}
+	}
+	update := func(o, n any) {
+		ou, _ := o.(*unstructured.Unstructured)
+		nu, _ := n.(*unstructured.Unstructured)
+		if ou != nil && nu != nil && !Admitted(ou) && Admitted(nu) && strings.HasPrefix(nu.GetNamespace(), namespacePrefix) {
+			if at, ok := AdmittedAt(nu); ok {
+				k.obs.ObserveAdmission(at.Sub(nu.GetCreationTimestamp().Time))
+			}
+		}
+		enqueue(n)
+	}
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: enqueue, UpdateFunc: update}); err != nil {
+		return fmt.Errorf("kueue: admission checks: %w", err)
+	}
+	f.Start(ctx.Done())
+	defer f.Shutdown()
+	go func() {
+		// Active once the AdmissionCheck exists; tried until it does.
+		for ctx.Err() == nil {
+			if err := k.ActivateCheck(ctx); err == nil {
+				return
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+		}
+	}()
+	go func() {
+		<-ctx.Done()
+		q.ShutDown()
+	}()
+	for {
+		key, quit := q.Get()
+		if quit {
+			return nil
+		}
+		err := k.checkOne(ctx, inf, key, decide)
+		if err != nil && ctx.Err() == nil {
+			log.Warn("admission check not set; retrying", "kueue_workload", key, "err", err)
+			q.AddRateLimited(key)
+		} else {
+			q.Forget(key)
+		}
+		q.Done(key)
+	}
+}
+
+func (k *Kueue) checkOne(ctx context.Context, inf cache.SharedIndexInformer, key string, decide Decider) error {
+	obj, exists, err := inf.GetIndexer().GetByKey(key)
+	if err != nil || !exists {
+		return err
+	}
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return nil
+	}
+	if err := k.syncVM(ctx, u); err != nil {
+		return err
+	}
+	if _, _, found := CheckState(u); !found {
+		return nil
+	}
+	id := u.GetLabels()[render.LabelWorkloadID]
+	if id == "" {
+		return nil // not Gantry's launch (or labelKeysToCopy lacks the label): its check stays Pending
+	}
+	a, err := decide(ctx, u.GetNamespace(), id)
+	if err != nil || a.State == "" {
+		return err
+	}
+	return k.setCheck(ctx, u, a)
+}
+
+// syncVM runs a queued VM while Kueue admits its Workload and halts it when
+// Kueue takes the admission back (preemption, eviction) — unless Gantry
+// stopped it. A Workload that queues no VM is left alone.
+func (k *Kueue) syncVM(ctx context.Context, u *unstructured.Unstructured) error {
+	name := ""
+	for _, r := range u.GetOwnerReferences() {
+		if r.Kind == "VirtualMachine" {
+			name = r.Name
+		}
+	}
+	if name == "" {
+		return nil
+	}
+	vm, err := k.dyn.Resource(kapi.VMResource).Namespace(u.GetNamespace()).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return kapi.Classify(err, "VirtualMachine", name)
+	}
+	want := "Halted"
+	if Admitted(u) && !Evicted(u) && vm.GetAnnotations()[kapi.AnnotationStopped] == "" {
+		want = "Always"
+	}
+	if current, _, _ := unstructured.NestedString(vm.Object, "spec", "runStrategy"); current != want {
+		patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"runStrategy": want}})
+		_, err = k.dyn.Resource(kapi.VMResource).Namespace(u.GetNamespace()).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: kapi.FieldManager})
+		if err != nil {
+			return kapi.Classify(err, "VirtualMachine", name)
+		}
+	}
+	if Evicted(u) {
+		return k.release(ctx, u)
+	}
+	return nil
+}
+
+// release gives an evicted Workload's quota reservation back once its VM is
+// halted, as Kueue's job integrations do for their jobs: no admission, and
+// QuotaReserved and Admitted false. Kueue then queues it again (when active).
+func (k *Kueue) release(ctx context.Context, u *unstructured.Unstructured) error {
+	now := time.Now().UTC().Format(time.RFC3339) //clock:allow a condition on a Kubernetes object: the cluster compares wall times
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for i, cond := range conds {
+		m, _ := cond.(map[string]any)
+		switch m["type"] {
+		case "QuotaReserved", "Admitted":
+			m["status"], m["reason"], m["message"], m["lastTransitionTime"] = "False", "Pending", "The VM was halted after its eviction", now
+			conds[i] = m
+		}
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": u.GetResourceVersion()},
+		"status": map[string]any{"admission": nil, "conditions": conds}})
+	_, err := k.dyn.Resource(kapi.KueueWorkloads).Namespace(u.GetNamespace()).Patch(ctx, u.GetName(), types.MergePatchType, patch, metav1.PatchOptions{FieldManager: kapi.FieldManager}, "status")
+	if err != nil && !apierrors.IsNotFound(err) {
+		return kapi.Classify(err, "Kueue Workload", u.GetName())
+	}
+	return nil
+}

@@ -1,0 +1,201 @@
+package kueue
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/kube/kapi"
+	"github.com/gantryhq/gantry/internal/quota"
+	"github.com/gantryhq/gantry/internal/render"
+	"github.com/gantryhq/gantry/internal/team"
+	"github.com/gantryhq/gantry/internal/workload"
+)
+
+// Apply server-side applies one Kueue object.
+func (k *Kueue) Apply(ctx context.Context, o quota.Object) error {
+	u := &unstructured.Unstructured{Object: o}
+	gvr, ok := kapi.KueueResources[u.GetKind()]
+	if !ok {
+		return fmt.Errorf("kueue: no Kueue resource known for %s", u.GetKind())
+	}
+	data, err := json.Marshal(u)
+	if err != nil {
+		return err
+	}
+	_, err = k.dyn.Resource(gvr).Namespace(u.GetNamespace()).Patch(ctx, u.GetName(), types.ApplyPatchType, data,
+		metav1.PatchOptions{FieldManager: kapi.FieldManager, Force: kapi.Ptr(true)})
+	if err != nil {
+		return kapi.Classify(err, u.GetKind(), u.GetName())
+	}
+	return nil
+}
+
+// SyncQuotas applies Kueue's cluster-wide objects (package quota's Objects)
+// and deletes the ClusterQueues, ResourceFlavors and WorkloadPriorityClasses
+// Gantry made that are no longer wanted (a team or class removed).
+func (k *Kueue) SyncQuotas(ctx context.Context, objs []quota.Object) error {
+	want := map[string]bool{}
+	for _, o := range objs {
+		if err := k.Apply(ctx, o); err != nil {
+			return err
+		}
+		u := unstructured.Unstructured{Object: o}
+		want[u.GetKind()+"/"+u.GetName()] = true
+	}
+	for _, kind := range []string{"ClusterQueue", "ResourceFlavor", "WorkloadPriorityClass", "AdmissionCheck"} {
+		list, err := k.dyn.Resource(kapi.KueueResources[kind]).List(ctx, metav1.ListOptions{LabelSelector: render.LabelManagedBy + "=" + render.ManagedBy})
+		if err != nil {
+			return kapi.Classify(err, kind, "")
+		}
+		for _, u := range list.Items {
+			if !want[kind+"/"+u.GetName()] {
+				if err := k.dyn.Resource(kapi.KueueResources[kind]).Delete(ctx, u.GetName(), metav1.DeleteOptions{}); err != nil {
+					return kapi.Classify(err, kind, u.GetName())
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// Teams are the teams that have a namespace Gantry applied on the cluster.
+func (k *Kueue) Teams(ctx context.Context) ([]string, error) {
+	list, err := k.core.CoreV1().Namespaces().List(ctx, metav1.ListOptions{LabelSelector: render.LabelManagedBy + "=" + render.ManagedBy, ResourceVersion: "0"})
+	if err != nil {
+		return nil, kapi.Classify(err, "namespace", "")
+	}
+	var out []string
+	for _, ns := range list.Items {
+		if t := ns.Labels[render.LabelTeam]; t != "" {
+			out = append(out, t)
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// QueueUsage (estimate.Cluster, through kube.Cluster): the GPUs (gpu-milli / 1000) of
+// class's flavor that the team's ClusterQueue has reserved, and how many of
+// its workloads wait.
+func (k *Kueue) QueueUsage(ctx context.Context, team team.Name, class string) (float64, int, error) {
+	cq, err := k.dyn.Resource(kapi.KueueResources["ClusterQueue"]).Get(ctx, quota.ClusterQueue(team), metav1.GetOptions{})
+	if err != nil {
+		if apierrors.IsNotFound(err) {
+			return 0, 0, nil // its queue is made with its first namespace
+		}
+		return 0, 0, kapi.Classify(err, "ClusterQueue", quota.ClusterQueue(team))
+	}
+	pending, _, _ := unstructured.NestedInt64(cq.Object, "status", "pendingWorkloads")
+	used := 0.0
+	flavors, _, _ := unstructured.NestedSlice(cq.Object, "status", "flavorsReservation")
+	for _, f := range flavors {
+		fm, _ := f.(map[string]any)
+		if fm["name"] != quota.Flavor(class) {
+			continue
+		}
+		rs, _ := fm["resources"].([]any)
+		for _, r := range rs {
+			rm, _ := r.(map[string]any)
+			if rm["name"] != quota.GPUMilli {
+				continue
+			}
+			if q, err := resource.ParseQuantity(fmt.Sprint(rm["total"])); err == nil {
+				used = float64(q.Value()) / 1000
+			}
+		}
+	}
+	return used, int(pending), nil
+}
+
+// HoldQueue (workload.Cluster, through kube.Cluster): the team's ClusterQueue gets
+// stopPolicy Hold now (Kueue admits nothing new from it), ahead of the quota
+// sync that keeps it so while the team's budget blocks launches.
+func (k *Kueue) HoldQueue(ctx context.Context, t team.Name) error {
+	patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"stopPolicy": "Hold"}})
+	_, err := k.dyn.Resource(kapi.KueueResources["ClusterQueue"]).Patch(ctx, quota.ClusterQueue(t), types.MergePatchType, patch, metav1.PatchOptions{FieldManager: kapi.FieldManager})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return kapi.Classify(err, "ClusterQueue", quota.ClusterQueue(t))
+	}
+	return nil
+}
+
+// SetJobActive stops or starts a Job. A queued one (Kueue owns its
+// suspend field) has its Kueue Workload deactivated (Kueue suspends the Job
+// and frees its quota) or activated (it queues again), and then the
+// annotation says so on the Job — last, so that a failure half way leaves
+// the Job looking as it was and the lifecycle loop tries again. A Job
+// without the queue label (made before Kueue was on) is suspended as ever.
+func (k *Kueue) SetJobActive(ctx context.Context, o workload.ObjectRef, run bool) (queued bool, err error) {
+	gvr, _ := kapi.ResourceOf("Job")
+	job, err := k.dyn.Resource(gvr).Namespace(o.Namespace).Get(ctx, o.Name, metav1.GetOptions{})
+	if err != nil {
+		return false, kapi.Classify(err, "Job", o.Name)
+	}
+	if _, ok := job.GetLabels()[quota.LabelQueueName]; !ok {
+		return false, nil
+	}
+	list, err := k.dyn.Resource(kapi.KueueWorkloads).Namespace(o.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "kueue.x-k8s.io/job-uid=" + string(job.GetUID())})
+	if err != nil {
+		return true, kapi.Classify(err, "Kueue Workload", o.Name)
+	}
+	if len(list.Items) == 0 && !run {
+		// Kueue has not made its Workload yet: the lifecycle loop tries
+		// again (the Job still looks running).
+		return true, &fault.Unavailable{What: "Kueue", Err: fmt.Errorf("no Kueue Workload for Job %s/%s yet", o.Namespace, o.Name)}
+	}
+	active, _ := json.Marshal(map[string]any{"spec": map[string]any{"active": run}})
+	for _, w := range list.Items {
+		if _, err := k.dyn.Resource(kapi.KueueWorkloads).Namespace(o.Namespace).Patch(ctx, w.GetName(), types.MergePatchType, active, metav1.PatchOptions{FieldManager: kapi.FieldManager}); err != nil {
+			return true, kapi.Classify(err, "Kueue Workload", w.GetName())
+		}
+	}
+	ann := map[string]any{kapi.AnnotationStopped: "true"}
+	if run {
+		ann = map[string]any{kapi.AnnotationStopped: nil}
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": ann}})
+	if _, err := k.dyn.Resource(gvr).Namespace(o.Namespace).Patch(ctx, o.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: kapi.FieldManager}); err != nil {
+		return true, kapi.Classify(err, "Job", o.Name)
+	}
+	return true, nil
+}
+
+// SetVMActive stops or starts a VM that Gantry queues (its VirtualMachine
+// labelled for the queue, with a Kueue Workload of the same name): a stop
+// deactivates the Kueue Workload (freeing its quota), halts the VM and says
+// so on it; a start activates the Kueue Workload and clears the mark, and
+// the VM starts once Kueue admits it again (syncVM). A VM without the label
+// (made before Kueue was on) is halted or started as ever.
+func (k *Kueue) SetVMActive(ctx context.Context, o workload.ObjectRef, run bool) (queued bool, err error) {
+	vm, err := k.dyn.Resource(kapi.VMResource).Namespace(o.Namespace).Get(ctx, o.Name, metav1.GetOptions{})
+	if err != nil {
+		return false, kapi.Classify(err, "VirtualMachine", o.Name)
+	}
+	if _, ok := vm.GetLabels()[quota.LabelQueueName]; !ok {
+		return false, nil
+	}
+	active, _ := json.Marshal(map[string]any{"spec": map[string]any{"active": run}})
+	if _, err := k.dyn.Resource(kapi.KueueWorkloads).Namespace(o.Namespace).Patch(ctx, o.Name, types.MergePatchType, active, metav1.PatchOptions{FieldManager: kapi.FieldManager}); err != nil && !apierrors.IsNotFound(err) {
+		return true, kapi.Classify(err, "Kueue Workload", o.Name)
+	}
+	ann := map[string]any{kapi.AnnotationStopped: nil}
+	spec := map[string]any{}
+	if !run {
+		ann[kapi.AnnotationStopped] = "true"
+		spec["runStrategy"] = "Halted"
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": ann}, "spec": spec})
+	if _, err := k.dyn.Resource(kapi.VMResource).Namespace(o.Namespace).Patch(ctx, o.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: kapi.FieldManager}); err != nil {
+		return true, kapi.Classify(err, "VirtualMachine", o.Name)
+	}
+	return true, nil
+}

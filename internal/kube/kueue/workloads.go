@@ -1,0 +1,199 @@
+package kueue
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/gantryhq/gantry/internal/quota"
+)
+
+// Waiting says whether a Kueue Workload waits for admission, and why.
+func Waiting(u *unstructured.Unstructured) (waiting bool, reason string) {
+	if active, found, _ := unstructured.NestedBool(u.Object, "spec", "active"); found && !active {
+		return false, ""
+	}
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	reserved, finished := false, false
+	var why, preempted string
+	for _, c := range conds {
+		m, _ := c.(map[string]any)
+		msg, _ := m["message"].(string)
+		switch m["type"] {
+		case "QuotaReserved":
+			if m["status"] == "True" {
+				reserved = true
+			} else {
+				why = msg
+			}
+		case "Finished":
+			finished = m["status"] == "True"
+		case "Preempted":
+			// Preemption is said as such: it is why the workload waits
+			// again, not a failure.
+			if m["status"] == "True" && msg != "" {
+				preempted = "preempted by Kueue: " + msg
+			}
+		}
+	}
+	reason = why
+	if preempted != "" {
+		reason = strings.TrimSuffix(preempted+"; "+why, "; ")
+	}
+	return !reserved && !finished, reason
+}
+
+// OwnerKey is the key under which OwnerIndex files a Kueue Workload: the
+// object it admits.
+func OwnerKey(namespace, kind, name string) string { return namespace + "/" + kind + "/" + name }
+
+// ByOwner names the OwnerIndex index on an informer of Kueue Workloads.
+const ByOwner = "owner"
+
+// OwnerIndex indexes Kueue Workloads by the objects they admit (OwnerKey).
+func OwnerIndex(obj any) ([]string, error) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return nil, nil
+	}
+	var out []string
+	for _, r := range u.GetOwnerReferences() {
+		out = append(out, OwnerKey(u.GetNamespace(), r.Kind, r.Name))
+	}
+	return out, nil
+}
+
+// Position is a waiting Kueue Workload's place in its queue (1: next):
+// the workloads waiting in the same LocalQueue, by priority and then age,
+// as Kueue's BestEffortFIFO orders them.
+func Position(all []any, w *unstructured.Unstructured) int {
+	queue, _, _ := unstructured.NestedString(w.Object, "spec", "queueName")
+	type entry struct {
+		prio    int64
+		created time.Time
+		name    string
+	}
+	key := func(u *unstructured.Unstructured) entry {
+		p, _, _ := unstructured.NestedInt64(u.Object, "spec", "priority")
+		return entry{p, Since(u), u.GetName()}
+	}
+	var waiting []entry
+	for _, o := range all {
+		u, ok := o.(*unstructured.Unstructured)
+		if !ok || u.GetNamespace() != w.GetNamespace() {
+			continue
+		}
+		if q, _, _ := unstructured.NestedString(u.Object, "spec", "queueName"); q != queue {
+			continue
+		}
+		if ok, _ := Waiting(u); ok {
+			waiting = append(waiting, key(u))
+		}
+	}
+	sort.Slice(waiting, func(i, j int) bool {
+		a, b := waiting[i], waiting[j]
+		if a.prio != b.prio {
+			return a.prio > b.prio
+		}
+		if !a.created.Equal(b.created) {
+			return a.created.Before(b.created)
+		}
+		return a.name < b.name
+	})
+	for i, e := range waiting {
+		if e.name == w.GetName() {
+			return i + 1
+		}
+	}
+	return 0
+}
+
+// Since is when a Kueue Workload joined its queue as Kueue orders
+// it: when it was made, or when it was last evicted (a stopped Job started
+// again, a preempted one: its Evicted or Requeued condition) — Kueue's
+// default queueing timestamp.
+func Since(u *unstructured.Unstructured) time.Time {
+	t := u.GetCreationTimestamp().Time
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, c := range conds {
+		m, _ := c.(map[string]any)
+		if (m["type"] == "Evicted" || m["type"] == "Requeued") && m["status"] == "True" {
+			if at, err := time.Parse(time.RFC3339, fmt.Sprint(m["lastTransitionTime"])); err == nil && at.After(t) {
+				t = at
+			}
+		}
+	}
+	return t
+}
+
+// Reason says why a workload waits, in Kueue's words, shortened.
+func Reason(reason string, position int) string {
+	reason = strings.TrimSpace(reason)
+	if reason == "" {
+		reason = "waiting for Kueue to admit it"
+	}
+	if position > 0 {
+		return fmt.Sprintf("position %d in its team's queue: %s", position, reason)
+	}
+	return reason
+}
+
+// Admitted reports whether Kueue admits a Workload now.
+func Admitted(u *unstructured.Unstructured) bool {
+	if active, found, _ := unstructured.NestedBool(u.Object, "spec", "active"); found && !active {
+		return false
+	}
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, c := range conds {
+		if m, _ := c.(map[string]any); m["type"] == "Admitted" {
+			return m["status"] == "True"
+		}
+	}
+	return false
+}
+
+// AdmittedAt is when a Kueue Workload's Admitted condition last turned.
+func AdmittedAt(u *unstructured.Unstructured) (time.Time, bool) {
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, c := range conds {
+		if m, _ := c.(map[string]any); m["type"] == "Admitted" {
+			s, _ := m["lastTransitionTime"].(string)
+			t, err := time.Parse(time.RFC3339, s)
+			return t, err == nil
+		}
+	}
+	return time.Time{}, false
+}
+
+// Evicted reports whether Kueue evicted a Workload that still holds its
+// quota reservation (deactivated, preempted): the job's controller — for a
+// VM, Gantry — must stop it and give the reservation back.
+func Evicted(u *unstructured.Unstructured) bool {
+	if _, found, _ := unstructured.NestedMap(u.Object, "status", "admission"); !found {
+		return false
+	}
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, c := range conds {
+		if m, _ := c.(map[string]any); m["type"] == "Evicted" {
+			return m["status"] == "True"
+		}
+	}
+	return false
+}
+
+// CheckState is Gantry's AdmissionCheck entry on a Kueue Workload.
+func CheckState(u *unstructured.Unstructured) (state, message string, found bool) {
+	checks, _, _ := unstructured.NestedSlice(u.Object, "status", "admissionChecks")
+	for _, ch := range checks {
+		m, _ := ch.(map[string]any)
+		if m["name"] == quota.ApprovalCheck {
+			state, _ = m["state"].(string)
+			message, _ = m["message"].(string)
+			return state, message, true
+		}
+	}
+	return "", "", false
+}

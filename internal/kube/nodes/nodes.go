@@ -1,0 +1,183 @@
+// Package nodes owns what Gantry reads and writes of the cluster's nodes:
+// TokenReviews of the node agents' ServiceAccount tokens, where a pod runs,
+// acting on an unhealthy GPU (events on its pods, cordoning its node), and
+// the GPUs the nodes of a class offer and have free.
+package nodes
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	authnv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/gantryhq/gantry/internal/gpu"
+	"github.com/gantryhq/gantry/internal/kube/kapi"
+	"github.com/gantryhq/gantry/internal/render"
+	"github.com/gantryhq/gantry/internal/telemetry"
+)
+
+// Nodes reads and writes the nodes of one cluster.
+type Nodes struct {
+	core kubernetes.Interface
+}
+
+// New returns Nodes on the client.
+func New(core kubernetes.Interface) *Nodes { return &Nodes{core: core} }
+
+// NodeNameExtra is the key under which a TokenReview names the node of the
+// pod a ServiceAccount token is bound to.
+const NodeNameExtra = "authentication.kubernetes.io/node-name"
+
+// ReviewToken implements telemetry.TokenReviewer with a TokenReview.
+func (k *Nodes) ReviewToken(ctx context.Context, token, audience string) (telemetry.Review, error) {
+	tr, err := k.core.AuthenticationV1().TokenReviews().Create(ctx, &authnv1.TokenReview{
+		Spec: authnv1.TokenReviewSpec{Token: token, Audiences: []string{audience}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return telemetry.Review{}, kapi.Classify(err, "tokenreviews", "")
+	}
+	st := tr.Status
+	r := telemetry.Review{Authenticated: st.Authenticated, Username: st.User.Username, Audiences: st.Audiences, Error: st.Error}
+	if n := st.User.Extra[NodeNameExtra]; len(n) == 1 {
+		r.Node = n[0]
+	}
+	return r, nil
+}
+
+// LocatePod implements telemetry.PodLocator: the pod's node and the Gantry
+// workload its label names.
+func (k *Nodes) LocatePod(ctx context.Context, namespace, name string) (telemetry.PodPlace, error) {
+	p, err := k.core.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return telemetry.PodPlace{}, nil
+	}
+	if err != nil {
+		return telemetry.PodPlace{}, kapi.Classify(err, "pods", namespace)
+	}
+	place := telemetry.PodPlace{Found: true, Node: p.Spec.NodeName}
+	if p.Labels[render.LabelManagedBy] == render.ManagedBy {
+		place.Workload = p.Labels[render.LabelWorkloadID]
+	}
+	return place, nil
+}
+
+// UnhealthyLabel marks a node Gantry cordoned for an unhealthy GPU.
+const UnhealthyLabel = "gantry.dev/gpu-unhealthy"
+
+// GPUUnhealthy records a Warning event GPUUnhealthy on each pod that uses
+// the GPU and, with cordon, cordons the node and labels it UnhealthyLabel
+// (so that the scheduler places nothing new there and operators can find
+// it; uncordoning is theirs).
+func (k *Nodes) GPUUnhealthy(ctx context.Context, node string, gpu telemetry.GPURecord, pods []telemetry.PodRef, cordon bool) error {
+	now := metav1.NewTime(time.Now()) //clock:allow a Kubernetes object's time: the cluster compares wall times
+	msg := fmt.Sprintf("GPU %d (%s) on node %s is unhealthy: %s", gpu.State.Index, gpu.State.GPU, node, gpu.Reason)
+	for _, p := range pods {
+		pod, err := k.core.CoreV1().Pods(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return kapi.Classify(err, "pods", p.Namespace)
+		}
+		ev := &corev1.Event{
+			ObjectMeta:     metav1.ObjectMeta{GenerateName: p.Name + ".gpu-", Namespace: p.Namespace},
+			InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: p.Namespace, Name: p.Name, UID: pod.UID, APIVersion: "v1"},
+			Reason:         "GPUUnhealthy", Message: msg, Type: corev1.EventTypeWarning,
+			Source:         corev1.EventSource{Component: "gantry", Host: node},
+			FirstTimestamp: now, LastTimestamp: now, Count: 1,
+		}
+		if _, err := k.core.CoreV1().Events(p.Namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+			return kapi.Classify(err, "events", p.Namespace)
+		}
+	}
+	if !cordon {
+		return nil
+	}
+	patch, _ := json.Marshal(map[string]any{
+		"metadata": map[string]any{"labels": map[string]string{UnhealthyLabel: "true"}},
+		"spec":     map[string]any{"unschedulable": true},
+	})
+	if _, err := k.core.CoreV1().Nodes().Patch(ctx, node, types.StrategicMergePatchType, patch, metav1.PatchOptions{FieldManager: kapi.FieldManager}); err != nil {
+		return kapi.Classify(err, "nodes", "")
+	}
+	return nil
+}
+
+// MostOnOneNode (workload.Cluster, through kube.Cluster): the most of res any node of
+// class has allocatable, cordoned ones counted, and how many nodes the
+// class has (one list, from the API server's cache). A node that lists the
+// resource at 0 (a device plugin that found its devices unhealthy) counts
+// as offering it: most is then -1 rather than 0, which says none offers it.
+func (k *Nodes) MostOnOneNode(ctx context.Context, class gpu.Class, res string) (int, int, error) {
+	nodes, err := k.core.CoreV1().Nodes().List(ctx, metav1.ListOptions{
+		LabelSelector: render.LabelGPUProduct + " in (" + strings.Join(class.Products, ",") + ")", ResourceVersion: "0"})
+	if err != nil {
+		return 0, 0, kapi.Classify(err, "node", "")
+	}
+	return mostOnOne(nodes.Items, corev1.ResourceName(res)), len(nodes.Items), nil
+}
+
+// mostOnOne is the most of res any of nodes has allocatable; -1 when a node
+// lists it at 0 and none has more (not known), 0 when none lists it at all.
+func mostOnOne(nodes []corev1.Node, res corev1.ResourceName) int {
+	most, listed := 0, false
+	for _, n := range nodes {
+		if q, ok := n.Status.Allocatable[res]; ok {
+			most, listed = max(most, int(q.Value())), true
+		}
+	}
+	if listed && most == 0 {
+		return -1
+	}
+	return most
+}
+
+// FreeGPUs (estimate.Cluster, through kube.Cluster): on the schedulable nodes of the
+// class's products, the units of resource (nvidia.com/gpu, a MIG profile's
+// resource, or nvidia.com/pgpu) allocatable and not requested by a pod that
+// has not ended — in all, and the most on one node. (Node affinity beyond
+// the class — spot, confidential computing — is not weighed.)
+func (k *Nodes) FreeGPUs(ctx context.Context, class gpu.Class, res string) (total, onOneNode, mostOnOneNode, nodeCount int, err error) {
+	nodes, err := k.core.CoreV1().Nodes().List(ctx, metav1.ListOptions{
+		LabelSelector: render.LabelGPUProduct + " in (" + strings.Join(class.Products, ",") + ")", ResourceVersion: "0"})
+	if err != nil {
+		return 0, 0, 0, 0, kapi.Classify(err, "node", "")
+	}
+	name := corev1.ResourceName(res)
+	// A cordoned node counts here: it may serve again.
+	mostOnOneNode, nodeCount = mostOnOne(nodes.Items, name), len(nodes.Items)
+	for _, n := range nodes.Items {
+		q, ok := n.Status.Allocatable[name]
+		if n.Spec.Unschedulable || !ok {
+			continue
+		}
+		free := q.Value()
+		pods, err := k.core.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + n.Name, ResourceVersion: "0"})
+		if err != nil {
+			return 0, 0, 0, 0, kapi.Classify(err, "pod", "")
+		}
+		for _, p := range pods.Items {
+			if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+				continue
+			}
+			for _, ctr := range p.Spec.Containers {
+				if l, ok := ctr.Resources.Limits[name]; ok {
+					free -= l.Value()
+				}
+			}
+		}
+		if free > 0 {
+			total += int(free)
+			onOneNode = max(onOneNode, int(free))
+		}
+	}
+	return total, onOneNode, mostOnOneNode, nodeCount, nil
+}

@@ -1,0 +1,212 @@
+package watch
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/gantryhq/gantry/internal/render"
+	"github.com/gantryhq/gantry/internal/workload"
+)
+
+// Observe derives a workload's phase from its Job (if any) and pods. ok is false
+// when there is nothing to say yet. Only a Job's own conditions end a workload
+// (Succeeded, Failed): a failed pod is retried by its Job (up to its backoff
+// limit) or replaced by its Deployment or StatefulSet, so it speaks only while
+// no other pod does, and then as Pending with its reason.
+func Observe(id string, jobs []*batchv1.Job, pods []*corev1.Pod) (Observation, bool) {
+	o := Observation{WorkloadID: id}
+	for _, j := range jobs {
+		for _, c := range j.Status.Conditions {
+			if c.Status != corev1.ConditionTrue {
+				continue
+			}
+			switch c.Type {
+			case batchv1.JobComplete:
+				o.Phase, o.ExitCode = "Succeeded", exitCode(pods, corev1.PodSucceeded)
+				return o, true
+			case batchv1.JobFailed:
+				o.Phase, o.Reason, o.ExitCode = "Failed", jobFailure(c, pods), exitCode(pods, corev1.PodFailed)
+				return o, true
+			}
+		}
+	}
+	// The most advanced live pod speaks for the workload.
+	best := -1
+	var finished *corev1.Pod
+	for _, p := range pods {
+		if p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
+			if finished == nil || p.CreationTimestamp.After(finished.CreationTimestamp.Time) {
+				finished = p
+			}
+			continue
+		}
+		phase, reason, rank := podPhase(p)
+		if rank > best {
+			best, o.Phase, o.Reason, o.Node = rank, phase, reason, p.Spec.NodeName
+		}
+	}
+	if best >= 0 {
+		return o, true
+	}
+	if finished == nil || (len(jobs) > 0 && finished.Status.Phase == corev1.PodSucceeded) {
+		return o, false // nothing yet, or a Job that is about to say it completed
+	}
+	_, reason, _ := podPhase(finished)
+	o.Phase, o.Reason = "Pending", "a pod ended and is being replaced or retried"
+	if reason != "" {
+		o.Reason += ": " + reason
+	}
+	return o, true
+}
+
+func podPhase(p *corev1.Pod) (phase workload.Status, reason string, rank int) {
+	for _, cs := range p.Status.ContainerStatuses {
+		if t := cs.State.Terminated; t != nil && t.Reason == "OOMKilled" {
+			if p.Status.Phase == corev1.PodFailed {
+				return "Failed", "OOMKilled: the container used more memory than its limit", 5
+			}
+			// A pod that restarts its containers (a service, a notebook)
+			// runs again: not the end of the workload.
+			return "Scheduled", "OOMKilled: the container used more memory than its limit and is restarting", 2
+		}
+		if w := cs.State.Waiting; w != nil && (w.Reason == "ImagePullBackOff" || w.Reason == "ErrImagePull" || w.Reason == "CrashLoopBackOff") {
+			return "Scheduled", strings.TrimSpace(w.Reason + ": " + w.Message), 2
+		}
+	}
+	switch p.Status.Phase {
+	case corev1.PodSucceeded:
+		return "Succeeded", "", 6
+	case corev1.PodFailed:
+		return "Failed", strings.TrimSpace(p.Status.Reason + " " + p.Status.Message), 5
+	case corev1.PodRunning:
+		return "Running", "", 4
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled {
+			if c.Status == corev1.ConditionTrue {
+				return "Scheduled", "", 3
+			}
+			if c.Reason != "" {
+				return "Pending", pendingReason(c.Reason, c.Message), 1
+			}
+		}
+	}
+	return "Pending", "", 0
+}
+
+// exitCode is the exit code of the first container of the newest pod that
+// ended in phase (nil when none says).
+func exitCode(pods []*corev1.Pod, phase corev1.PodPhase) *int {
+	var newest *corev1.Pod
+	for _, p := range pods {
+		if p.Status.Phase == phase && (newest == nil || p.CreationTimestamp.After(newest.CreationTimestamp.Time)) {
+			newest = p
+		}
+	}
+	if newest == nil || len(newest.Spec.Containers) == 0 {
+		return nil
+	}
+	for _, cs := range newest.Status.ContainerStatuses {
+		if cs.Name == newest.Spec.Containers[0].Name && cs.State.Terminated != nil {
+			code := int(cs.State.Terminated.ExitCode)
+			return &code
+		}
+	}
+	return nil
+}
+
+func jobFailure(c batchv1.JobCondition, pods []*corev1.Pod) string {
+	for _, p := range pods {
+		if phase, reason, _ := podPhase(p); phase == "Failed" && strings.HasPrefix(reason, "OOMKilled") {
+			return reason
+		}
+	}
+	return strings.TrimSpace(c.Reason + ": " + c.Message)
+}
+
+// unboundClaim finds the claim a scheduler message says is missing or unbound.
+var unboundClaim = regexp.MustCompile(`persistentvolumeclaim "([^"]+)" (?:not found|is being deleted)`)
+
+// pendingReason says why a pod waits, plainly: waiting for a volume is said
+// as such rather than in the scheduler's words ("persistentvolumeclaim … not
+// found. not found", "pod has unbound immediate PersistentVolumeClaims").
+func pendingReason(reason, message string) string {
+	if m := unboundClaim.FindStringSubmatch(message); m != nil {
+		return fmt.Sprintf("waiting for its volume %q: the claim is not yet bound to a volume (%s: %s)", m[1], reason, message)
+	}
+	if strings.Contains(message, "unbound immediate PersistentVolumeClaims") || strings.Contains(message, "unbound PersistentVolumeClaims") {
+		return fmt.Sprintf("waiting for its volumes: a claim is not yet bound to a volume (%s: %s)", reason, message)
+	}
+	return fmt.Sprintf("%s: %s", reason, message)
+}
+
+// lastTransition is when the newest of a pod's conditions last changed.
+func lastTransition(p *corev1.Pod) time.Time {
+	var t time.Time
+	for _, c := range p.Status.Conditions {
+		if c.LastTransitionTime.After(t) {
+			t = c.LastTransitionTime.Time
+		}
+	}
+	return t
+}
+
+// ObserveVM derives a vm workload's phase from its VirtualMachine's status.
+// ok is false when there is nothing to say (no status yet, or stopping: a
+// stop is recorded when asked for).
+func ObserveVM(vm *unstructured.Unstructured) (Observation, bool) {
+	id := vm.GetLabels()[render.LabelWorkloadID]
+	if id == "" {
+		return Observation{}, false
+	}
+	o := Observation{WorkloadID: id}
+	status, _, _ := unstructured.NestedString(vm.Object, "status", "printableStatus")
+	conds, _, _ := unstructured.NestedSlice(vm.Object, "status", "conditions")
+	message := func(types ...string) string {
+		for _, t := range types {
+			for _, c := range conds {
+				m, _ := c.(map[string]any)
+				if m["type"] == t && m["status"] != "" {
+					if msg, _ := m["message"].(string); msg != "" {
+						return msg
+					}
+					if r, _ := m["reason"].(string); r != "" {
+						return r
+					}
+				}
+			}
+		}
+		return ""
+	}
+	switch status {
+	case "Running":
+		o.Phase = "Running"
+	case "Starting", "Migrating", "WaitingForVolumeBinding":
+		o.Phase = "Scheduled"
+	case "Provisioning", "WaitingForReceiver":
+		o.Phase = "Pending"
+	case "ErrorUnschedulable":
+		o.Phase, o.Reason = "Pending", message("PodScheduled", "Failure")
+		if o.Reason == "" {
+			o.Reason = "no node can run this VM"
+		}
+	case "ErrImagePull", "ImagePullBackOff", "CrashLoopBackOff", "ErrorPvcNotFound", "ErrorDataVolumeNotFound", "DataVolumeError":
+		// KubeVirt keeps trying: not the end of the workload, but said.
+		o.Phase, o.Reason = "Scheduled", status
+		if strings.HasPrefix(status, "Error") || strings.HasPrefix(status, "DataVolume") {
+			o.Phase = "Pending"
+		}
+		if m := message("Failure"); m != "" {
+			o.Reason += ": " + m
+		}
+	default: // Stopped, Stopping, Terminating, Paused, Unknown, none yet
+		return o, false
+	}
+	return o, true
+}

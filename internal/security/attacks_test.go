@@ -1,7 +1,6 @@
 package security
 
 import (
-	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -9,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gantryhq/gantry/api/model"
 	"github.com/gantryhq/gantry/internal/servertest"
 )
 
@@ -17,14 +17,14 @@ import (
 // template and alice's notebook.
 type world struct {
 	g        *gantry
-	ses      map[string]*client // signed-in browsers, by username
-	tok      map[string]token   // full tokens, by username
-	api      map[string]*client // scripts with those tokens
-	readOnly token              // alice's read-only token
-	notebook string             // alice's dev-environment workload in team vision
-	nlp      string             // nina's dev-environment workload in team nlp
-	issuer   string             // the OpenID provider, from /auth/config
-	idToken  string             // alice's ID token from the provider (device grant, as gantry login gets it)
+	ses      map[string]*client            // signed-in browsers, by username
+	tok      map[string]model.TokenCreated // full tokens, by username
+	api      map[string]*client            // scripts with those tokens
+	readOnly model.TokenCreated            // alice's read-only token
+	notebook string                        // alice's dev-environment workload in team vision
+	nlp      string                        // nina's dev-environment workload in team nlp
+	issuer   string                        // the OpenID provider, from /auth/config
+	idToken  string                        // alice's ID token from the provider (device grant, as gantry login gets it)
 }
 
 // TestAttacks runs one `gantry serve` and replays every attack against it,
@@ -33,39 +33,39 @@ type world struct {
 func TestAttacks(t *testing.T) {
 	g := start(t)
 	slow := g.openSlowHeaders(t) // checked in "slow and huge headers", once ReadHeaderTimeout has passed
-	w := &world{g: g, ses: map[string]*client{}, tok: map[string]token{}, api: map[string]*client{}}
+	w := &world{g: g, ses: map[string]*client{}, tok: map[string]model.TokenCreated{}, api: map[string]*client{}}
 	for _, u := range []string{"alice", "lee", "pat", "ada", "vic"} {
 		w.ses[u] = g.signIn(t, u, u) // development passwords equal the usernames
 	}
 	w.ses["nina"] = g.signIn(t, outsider.Username, string(outsider.Password))
 	for u, s := range w.ses {
-		w.tok[u] = s.token(t, map[string]any{"name": "security-probe", "expiresInDays": 1})
-		w.api[u] = g.bearerClient(t, w.tok[u].Secret)
+		w.tok[u] = s.token(t, model.TokenRequest{Name: "security-probe", ExpiresInDays: 1})
+		w.api[u] = g.bearerClient(t, w.tok[u].Token)
 	}
-	w.readOnly = w.ses["alice"].token(t, map[string]any{"name": "read-only probe", "expiresInDays": 1, "readOnly": true})
-	var ac struct{ Issuer string }
-	w.api["alice"].call(t, "GET", "/auth/config", nil).decode(t, &ac)
-	w.issuer = ac.Issuer
+	w.readOnly = w.ses["alice"].token(t, model.TokenRequest{Name: "read-only probe", ExpiresInDays: 1, ReadOnly: ptr(true)})
+	ctx := t.Context()
+	ac := must(w.api["alice"].GetAuthConfigWithResponse(ctx))(t)
+	if ac.StatusCode() != http.StatusOK {
+		t.Fatalf("the sign-in configuration: %s", show(ac))
+	}
+	w.issuer = ac.JSON200.Issuer
 
-	if r := w.api["ada"].call(t, "POST", "/api/v1/templates", probeTemplate("sec-probe")); r.status != http.StatusCreated {
-		t.Fatalf("ada creates the probe template: %s", r)
+	if r := must(w.api["ada"].CreateTemplateWithResponse(ctx, probeTemplate("sec-probe")))(t); r.StatusCode() != http.StatusCreated {
+		t.Fatalf("ada creates the probe template: %s", show(r))
 	}
-	r := w.api["alice"].call(t, "POST", "/api/v1/workloads", map[string]any{"template": "dev-environment", "team": "vision"})
-	var nb workload
-	if r.status != http.StatusCreated {
-		t.Fatalf("alice launches dev-environment in vision: %s", r)
+	r := must(w.api["alice"].CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "dev-environment", Team: "vision"}))(t)
+	if r.StatusCode() != http.StatusCreated {
+		t.Fatalf("alice launches dev-environment in vision: %s", show(r))
 	}
-	r.decode(t, &nb)
-	if nb.Kind != "notebook" || nb.Status != "Pending" {
-		t.Fatalf("alice's notebook: %s; want a Pending notebook (no cluster: launches are recorded)", r)
+	if nb := r.JSON201; nb.Kind != model.WorkloadKindNotebook || nb.Status != model.Pending {
+		t.Fatalf("alice's notebook: %s; want a Pending notebook (no cluster: launches are recorded)", show(r))
 	}
-	w.notebook = nb.ID
-	r = w.api["nina"].call(t, "POST", "/api/v1/workloads", map[string]any{"template": "dev-environment", "team": "nlp"})
-	if r.status != http.StatusCreated {
-		t.Fatalf("nina launches dev-environment in nlp: %s", r)
+	w.notebook = r.JSON201.Id
+	r = must(w.api["nina"].CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "dev-environment", Team: "nlp"}))(t)
+	if r.StatusCode() != http.StatusCreated {
+		t.Fatalf("nina launches dev-environment in nlp: %s", show(r))
 	}
-	r.decode(t, &nb)
-	w.nlp = nb.ID
+	w.nlp = r.JSON201.Id
 	w.idToken = g.deviceSignIn(t, "alice", "alice")
 
 	for _, a := range []struct {
@@ -102,106 +102,77 @@ func TestAttacks(t *testing.T) {
 	t.Run("no secrets in the log", func(t *testing.T) { testNoSecretsInLog(t, g) })
 }
 
-// workload is what the tests read of a workload.
-type workload struct {
-	ID     string `json:"id"`
-	Kind   string `json:"kind"`
-	Status string `json:"status"`
-	Owner  string `json:"owner"`
-	Team   string `json:"team"`
-}
-
 // probeTemplate is a job template of ada's whose parameters reach a quantity
 // (mem → resources.memory) and free text (note → an environment variable
 // and an argument), with no pattern: what injection attempts aim at.
-func probeTemplate(name string) map[string]any {
-	return map[string]any{
-		"apiVersion": "gantry.dev/v1alpha1", "kind": "Template",
-		"metadata": map[string]any{"name": name, "title": "Security probe"},
-		"spec": map[string]any{
-			"workload": "job", "image": "pytorch:25.01-py3",
-			"gpu":       map[string]any{"classes": []string{"L4"}, "defaultClass": "L4", "count": map[string]any{"min": 1, "max": 1, "default": 1}},
-			"resources": map[string]any{"cpu": "1", "memory": "{{mem}}"},
-			"env":       []any{map[string]any{"name": "NOTE", "value": "{{note}}"}},
-			"command":   []string{"echo"},
-			"args":      []string{"{{note}}"},
-			"parameters": []any{
-				map[string]any{"name": "note", "type": "string", "default": "hello"},
-				map[string]any{"name": "mem", "type": "string", "default": "1Gi"},
+func probeTemplate(name string) model.TemplateDocument {
+	doc := model.TemplateDocument{ApiVersion: model.GantryDevv1alpha1, Kind: model.TemplateDocumentKindTemplate,
+		Metadata: model.TemplateMetadata{Name: name, Title: "Security probe"},
+		Spec: model.TemplateSpec{
+			Workload: model.TemplateSpecWorkloadJob, Image: "pytorch:25.01-py3",
+			Gpu:       model.TemplateGPU{Classes: []string{"L4"}, DefaultClass: "L4"},
+			Resources: model.TemplateResources{Cpu: "1", Memory: "{{mem}}"},
+			Env:       &[]model.EnvVar{{Name: "NOTE", Value: "{{note}}"}},
+			Command:   &[]string{"echo"},
+			Args:      &[]string{"{{note}}"},
+			Parameters: &[]model.Parameter{
+				{Name: "note", Type: model.String, Default: "hello"},
+				{Name: "mem", Type: model.String, Default: "1Gi"},
 			},
 		},
 	}
-}
-
-// with returns doc with the value at a dotted path replaced.
-func with(doc map[string]any, path string, v any) map[string]any {
-	keys := strings.Split(path, ".")
-	m := doc
-	for _, k := range keys[:len(keys)-1] {
-		m = m[k].(map[string]any)
-	}
-	m[keys[len(keys)-1]] = v
+	doc.Spec.Gpu.Count.Min, doc.Spec.Gpu.Count.Max, doc.Spec.Gpu.Count.Default = 1, 1, 1
 	return doc
 }
 
 // wantStatus fails unless r has status want and, for an error, is a
 // problem+json document; it returns the problem (zero for a success).
-func wantStatus(t *testing.T, what string, r reply, want int) problem {
+func wantStatus(t *testing.T, what string, r answer, want int) problem {
 	t.Helper()
-	if r.status != want {
-		t.Errorf("%s: %s; want %d", what, r, want)
+	if r.StatusCode() != want {
+		t.Errorf("%s: %s; want %d", what, show(r), want)
 		return problem{}
 	}
 	if want < 400 {
 		return problem{}
 	}
-	return r.problem(t)
+	return problemOf(t, r)
 }
 
-// userID finds the id of the user with subject in a GET /api/v1/users answer.
-func userID(t *testing.T, r reply, subject string) string {
+// userID finds the id of the user with subject, as c lists them.
+func userID(t *testing.T, c *client, subject string) string {
 	t.Helper()
-	var list struct {
-		Items []struct {
-			ID, Subject string
-			Active      bool
-		}
+	r := must(c.ListUsersWithResponse(t.Context()))(t)
+	if r.StatusCode() != http.StatusOK {
+		t.Fatalf("list users: %s", show(r))
 	}
-	if r.status != http.StatusOK {
-		t.Fatalf("list users: %s", r)
-	}
-	r.decode(t, &list)
-	for _, u := range list.Items {
+	for _, u := range r.JSON200.Items {
 		if u.Subject == subject {
-			return u.ID
+			return u.Id
 		}
 	}
-	t.Fatalf("no user with subject %s in %s", subject, r)
+	t.Fatalf("no user with subject %s in %s", subject, show(r))
 	return ""
 }
 
 // templateStatus is the status of one version of a template.
 func templateStatus(t *testing.T, c *client, name string, version int) string {
 	t.Helper()
-	r := c.call(t, "GET", fmt.Sprintf("/api/v1/templates/%s?version=%d", name, version), nil)
-	if r.status != http.StatusOK {
-		t.Fatalf("read %s version %d: %s", name, version, r)
+	r := must(c.GetTemplateWithResponse(t.Context(), name, &model.GetTemplateParams{Version: &version}))(t)
+	if r.StatusCode() != http.StatusOK {
+		t.Fatalf("read %s version %d: %s", name, version, show(r))
 	}
-	var v struct{ Status string }
-	r.decode(t, &v)
-	return v.Status
+	return string(deref(r.JSON200.Status))
 }
 
 // workloadStatus reads a workload's status as c.
 func workloadStatus(t *testing.T, c *client, id string) string {
 	t.Helper()
-	r := c.call(t, "GET", "/api/v1/workloads/"+id, nil)
-	if r.status != http.StatusOK {
-		t.Fatalf("read workload %s: %s", id, r)
+	r := must(c.GetWorkloadWithResponse(t.Context(), id))(t)
+	if r.StatusCode() != http.StatusOK {
+		t.Fatalf("read workload %s: %s", id, show(r))
 	}
-	var wl workload
-	r.decode(t, &wl)
-	return wl.Status
+	return string(r.JSON200.Status)
 }
 
 // 19. After all of that, the audit log's hash chain is intact, and agrees

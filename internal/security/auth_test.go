@@ -24,6 +24,8 @@ import (
 	"testing"
 	"time"
 
+	apiclient "github.com/gantryhq/gantry/api/client"
+	"github.com/gantryhq/gantry/api/model"
 	"github.com/gantryhq/gantry/internal/clilogin"
 	"github.com/gantryhq/gantry/internal/devidp"
 )
@@ -83,79 +85,90 @@ func testNarrowedAdminToken(t *testing.T, w *world) {
 	g, admin := w.g, w.api["ada"]
 	// A token narrowed to a team its owner holds no role in, or to no team
 	// of the policy, would grant nothing: it is not made.
+	ctx := t.Context()
 	for _, c := range []struct{ who, team string }{{"alice", "nlp"}, {"alice", "ghost"}, {"ada", "ghost"}} {
 		s := w.ses[c.who]
-		r := s.call(t, "POST", "/api/v1/tokens", map[string]any{"name": "narrowed elsewhere", "expiresInDays": 1, "team": c.team}, "X-CSRF-Token", s.csrf)
+		r := must(s.CreateTokenWithResponse(ctx, model.TokenRequest{Name: "narrowed elsewhere", ExpiresInDays: 1, Team: &c.team}, s.withCSRF()))(t)
 		if p := wantStatus(t, c.who+" narrows a token to "+c.team, r, http.StatusUnprocessableEntity); !slices.Contains(p.fields(), "team") {
 			t.Errorf("%s narrows a token to %s: fields %v, want team", c.who, c.team, p.fields())
 		}
 	}
-	narrow := w.ses["ada"].token(t, map[string]any{"name": "narrowed", "expiresInDays": 1, "team": "vision"})
-	c := g.bearerClient(t, narrow.Secret)
-	users := admin.call(t, "GET", "/api/v1/users", nil)
-	aliceID := userID(t, users, "dev-alice")
+	narrow := w.ses["ada"].token(t, model.TokenRequest{Name: "narrowed", ExpiresInDays: 1, Team: ptr("vision")})
+	c := g.bearerClient(t, narrow.Token)
+	aliceID := userID(t, admin, "dev-alice")
 	// ada launches in team nlp with her full token, under an Idempotency-Key.
-	inNLP := map[string]any{"template": "dev-environment", "team": "nlp"}
-	r := admin.call(t, "POST", "/api/v1/workloads", inNLP, "Idempotency-Key", "sec-narrowed-replay")
-	var adas workload
-	if r.status != http.StatusCreated {
-		t.Fatalf("ada launches in nlp: %s", r)
+	inNLP := model.LaunchRequest{Template: "dev-environment", Team: "nlp"}
+	replay := &model.CreateWorkloadParams{IdempotencyKey: ptr("sec-narrowed-replay")}
+	r := must(admin.CreateWorkloadWithResponse(ctx, replay, inNLP))(t)
+	if r.StatusCode() != http.StatusCreated {
+		t.Fatalf("ada launches in nlp: %s", show(r))
 	}
-	r.decode(t, &adas)
+	adas := r.JSON201.Id
 	before := admin.workloadCount(t)
 	for _, a := range []struct {
-		name, method, path string
-		body               any
+		name, op string
+		send     func(ctx context.Context) (answer, error)
 	}{
-		{"read the audit log", "GET", "/api/v1/audit", nil},
-		{"write the catalog", "POST", "/api/v1/templates", probeTemplate("sec-narrowed")},
-		{"deprecate a template version", "PUT", "/api/v1/templates/sec-probe/versions/1/status", map[string]any{"status": "deprecated", "reason": "narrowed"}},
-		{"list its owner's tokens", "GET", "/api/v1/tokens", nil},
-		{"revoke its owner's token", "DELETE", "/api/v1/tokens/" + w.tok["ada"].ID, nil},
-		{"list users", "GET", "/api/v1/users", nil},
-		{"list a user's tokens", "GET", "/api/v1/users/" + aliceID + "/tokens", nil},
-		{"launch in another team", "POST", "/api/v1/workloads", map[string]any{"template": "dev-environment", "team": "nlp"}},
+		{"read the audit log", "GET /api/v1/audit", func(ctx context.Context) (answer, error) { return c.ListAuditWithResponse(ctx, nil) }},
+		{"write the catalog", "POST /api/v1/templates", func(ctx context.Context) (answer, error) {
+			return c.CreateTemplateWithResponse(ctx, probeTemplate("sec-narrowed"))
+		}},
+		{"deprecate a template version", "PUT /api/v1/templates/sec-probe/versions/1/status", func(ctx context.Context) (answer, error) {
+			return c.SetTemplateVersionStatusWithResponse(ctx, "sec-probe", 1, model.SetTemplateVersionStatusJSONRequestBody{Status: "deprecated", Reason: ptr("narrowed")})
+		}},
+		{"list its owner's tokens", "GET /api/v1/tokens", func(ctx context.Context) (answer, error) { return c.ListTokensWithResponse(ctx) }},
+		{"revoke its owner's token", "DELETE /api/v1/tokens/" + w.tok["ada"].Id, func(ctx context.Context) (answer, error) {
+			return c.RevokeTokenWithResponse(ctx, w.tok["ada"].Id)
+		}},
+		{"list users", "GET /api/v1/users", func(ctx context.Context) (answer, error) { return c.ListUsersWithResponse(ctx) }},
+		{"list a user's tokens", "GET /api/v1/users/" + aliceID + "/tokens", func(ctx context.Context) (answer, error) {
+			return c.ListUserTokensWithResponse(ctx, aliceID)
+		}},
+		{"launch in another team", "POST /api/v1/workloads", func(ctx context.Context) (answer, error) {
+			return c.CreateWorkloadWithResponse(ctx, nil, inNLP)
+		}},
 	} {
 		t.Run(a.name, func(t *testing.T) {
-			wantStatus(t, a.method+" "+a.path, c.call(t, a.method, a.path, a.body), http.StatusForbidden)
+			wantStatus(t, a.op, must(a.send(t.Context()))(t), http.StatusForbidden)
 		})
 	}
 	// Another team's workloads are out of its sight, as for a member of vision.
-	for _, a := range []struct{ method, suffix string }{{"GET", ""}, {"POST", "/stop"}, {"DELETE", ""}} {
+	for _, a := range []struct {
+		method, suffix string
+		send           func(ctx context.Context, id string) (answer, error)
+	}{
+		{"GET", "", func(ctx context.Context, id string) (answer, error) { return c.GetWorkloadWithResponse(ctx, id) }},
+		{"POST", "/stop", func(ctx context.Context, id string) (answer, error) { return c.StopWorkloadWithResponse(ctx, id) }},
+		{"DELETE", "", func(ctx context.Context, id string) (answer, error) { return c.DeleteWorkloadWithResponse(ctx, id) }},
+	} {
 		t.Run(a.method+" team nlp's workload"+a.suffix, func(t *testing.T) {
-			wantStatus(t, a.method+" nina's workload", c.call(t, a.method, "/api/v1/workloads/"+w.nlp+a.suffix, nil), http.StatusNotFound)
+			wantStatus(t, a.method+" nina's workload", must(a.send(t.Context(), w.nlp))(t), http.StatusNotFound)
 		})
 	}
-	if r := c.call(t, "GET", "/api/v1/workloads?team=nlp", nil); r.status == http.StatusOK && (strings.Contains(string(r.body), w.nlp) || strings.Contains(string(r.body), adas.ID)) {
-		t.Errorf("the narrowed token lists team nlp's workloads: %s", r)
+	if r := must(c.ListWorkloadsWithResponse(ctx, &model.ListWorkloadsParams{Team: ptr("nlp")}))(t); r.StatusCode() == http.StatusOK && (strings.Contains(string(r.Body), w.nlp) || strings.Contains(string(r.Body), adas)) {
+		t.Errorf("the narrowed token lists team nlp's workloads: %s", show(r))
 	}
-	wantStatus(t, "ada's own nlp workload", c.call(t, "GET", "/api/v1/workloads/"+adas.ID, nil), http.StatusNotFound)
+	wantStatus(t, "ada's own nlp workload", must(c.GetWorkloadWithResponse(ctx, adas))(t), http.StatusNotFound)
 	t.Run("replay of ada's nlp launch by its Idempotency-Key", func(t *testing.T) {
-		r := c.call(t, "POST", "/api/v1/workloads", inNLP, "Idempotency-Key", "sec-narrowed-replay")
+		r := must(c.CreateWorkloadWithResponse(t.Context(), replay, inNLP))(t)
 		wantStatus(t, "POST /api/v1/workloads with ada's nlp key", r, http.StatusForbidden)
 	})
 	if st := workloadStatus(t, w.api["nina"], w.nlp); st != "Pending" {
 		t.Errorf("nina's workload is %s after the refused stop and delete; want Pending", st)
 	}
 	// What it was narrowed to still works: the refusals are the narrowing.
-	var me struct {
-		Via         string
-		AllTeams    bool
-		LaunchTeams []string
+	me := must(c.GetMeWithResponse(ctx))(t)
+	wantStatus(t, "GET /api/v1/me", me, http.StatusOK)
+	if m := deref(me.JSON200); m.Via != model.Token || m.AllTeams || !slices.Equal(m.LaunchTeams, []string{"vision"}) {
+		t.Errorf("/me of the narrowed token: %s; want via token, launching in vision only", show(me))
 	}
-	r = c.call(t, "GET", "/api/v1/me", nil)
-	wantStatus(t, "GET /api/v1/me", r, http.StatusOK)
-	r.decode(t, &me)
-	if me.Via != "token" || me.AllTeams || !slices.Equal(me.LaunchTeams, []string{"vision"}) {
-		t.Errorf("/me of the narrowed token: %s; want via token, launching in vision only", r)
-	}
-	wantStatus(t, "list team vision's workloads", c.call(t, "GET", "/api/v1/workloads?team=vision", nil), http.StatusOK)
+	wantStatus(t, "list team vision's workloads", must(c.ListWorkloadsWithResponse(ctx, &model.ListWorkloadsParams{Team: ptr("vision")}))(t), http.StatusOK)
 	// Nothing changed.
-	wantStatus(t, "the refused template", admin.call(t, "GET", "/api/v1/templates/sec-narrowed", nil), http.StatusNotFound)
+	wantStatus(t, "the refused template", must(admin.GetTemplateWithResponse(ctx, "sec-narrowed", nil))(t), http.StatusNotFound)
 	if st := templateStatus(t, admin, "sec-probe", 1); st != "active" {
 		t.Errorf("sec-probe version 1 is %q after the refused deprecation; want active", st)
 	}
-	wantStatus(t, "ada's full token after the refused revocation", admin.call(t, "GET", "/api/v1/me", nil), http.StatusOK)
+	wantStatus(t, "ada's full token after the refused revocation", must(admin.GetMeWithResponse(ctx))(t), http.StatusOK)
 	if after := admin.workloadCount(t); after != before {
 		t.Errorf("%d workloads before, %d after the refused launch", before, after)
 	}
@@ -164,27 +177,40 @@ func testNarrowedAdminToken(t *testing.T, w *world) {
 // 3. A read-only token writes nothing, token management included.
 func testReadOnlyToken(t *testing.T, w *world) {
 	g, admin := w.g, w.api["ada"]
-	c := g.bearerClient(t, w.readOnly.Secret)
+	ctx := t.Context()
+	c := g.bearerClient(t, w.readOnly.Token)
 	before := admin.workloadCount(t)
 	for _, a := range []struct {
-		name, method, path string
-		body               any
+		name, op string
+		send     func(ctx context.Context) (answer, error)
 	}{
-		{"list tokens", "GET", "/api/v1/tokens", nil},
-		{"revoke its owner's other token", "DELETE", "/api/v1/tokens/" + w.tok["alice"].ID, nil},
-		{"revoke itself", "DELETE", "/api/v1/tokens/" + w.readOnly.ID, nil},
-		{"launch", "POST", "/api/v1/workloads", map[string]any{"template": "dev-environment", "team": "vision"}},
-		{"preview a launch", "POST", "/api/v1/templates/dev-environment/render", map[string]any{"team": "vision"}},
-		{"stop its owner's notebook", "POST", "/api/v1/workloads/" + w.notebook + "/stop", nil},
-		{"delete its owner's notebook", "DELETE", "/api/v1/workloads/" + w.notebook, nil},
+		{"list tokens", "GET /api/v1/tokens", func(ctx context.Context) (answer, error) { return c.ListTokensWithResponse(ctx) }},
+		{"revoke its owner's other token", "DELETE /api/v1/tokens/" + w.tok["alice"].Id, func(ctx context.Context) (answer, error) {
+			return c.RevokeTokenWithResponse(ctx, w.tok["alice"].Id)
+		}},
+		{"revoke itself", "DELETE /api/v1/tokens/" + w.readOnly.Id, func(ctx context.Context) (answer, error) {
+			return c.RevokeTokenWithResponse(ctx, w.readOnly.Id)
+		}},
+		{"launch", "POST /api/v1/workloads", func(ctx context.Context) (answer, error) {
+			return c.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "dev-environment", Team: "vision"})
+		}},
+		{"preview a launch", "POST /api/v1/templates/dev-environment/render", func(ctx context.Context) (answer, error) {
+			return c.RenderTemplateWithResponse(ctx, "dev-environment", model.RenderRequest{Team: "vision"})
+		}},
+		{"stop its owner's notebook", "POST /api/v1/workloads/" + w.notebook + "/stop", func(ctx context.Context) (answer, error) {
+			return c.StopWorkloadWithResponse(ctx, w.notebook)
+		}},
+		{"delete its owner's notebook", "DELETE /api/v1/workloads/" + w.notebook, func(ctx context.Context) (answer, error) {
+			return c.DeleteWorkloadWithResponse(ctx, w.notebook)
+		}},
 	} {
 		t.Run(a.name, func(t *testing.T) {
-			wantStatus(t, a.method+" "+a.path, c.call(t, a.method, a.path, a.body), http.StatusForbidden)
+			wantStatus(t, a.op, must(a.send(t.Context()))(t), http.StatusForbidden)
 		})
 	}
-	wantStatus(t, "read the catalog", c.call(t, "GET", "/api/v1/templates", nil), http.StatusOK)
-	wantStatus(t, "alice's other token", w.api["alice"].call(t, "GET", "/api/v1/me", nil), http.StatusOK)
-	wantStatus(t, "the read-only token itself", c.call(t, "GET", "/api/v1/me", nil), http.StatusOK)
+	wantStatus(t, "read the catalog", must(c.ListTemplatesWithResponse(ctx))(t), http.StatusOK)
+	wantStatus(t, "alice's other token", must(w.api["alice"].GetMeWithResponse(ctx))(t), http.StatusOK)
+	wantStatus(t, "the read-only token itself", must(c.GetMeWithResponse(ctx))(t), http.StatusOK)
 	if st := workloadStatus(t, w.api["alice"], w.notebook); st != "Pending" {
 		t.Errorf("alice's notebook is %s after the refused stop and delete; want Pending", st)
 	}
@@ -207,15 +233,11 @@ func testForgedJWTs(t *testing.T, w *world) {
 	g := w.g
 	real := w.idToken
 	genuine := g.bearerClient(t, real)
-	r := genuine.call(t, "GET", "/api/v1/me", nil)
-	var me struct{ Via string }
-	if r.status == http.StatusOK {
-		r.decode(t, &me)
+	r := must(genuine.GetMeWithResponse(t.Context()))(t)
+	if r.StatusCode() != http.StatusOK || deref(r.JSON200).Via != model.Bearer {
+		t.Fatalf("/me with alice's genuine ID token: %s; want 200 via bearer", show(r))
 	}
-	if r.status != http.StatusOK || me.Via != "bearer" {
-		t.Fatalf("/me with alice's genuine ID token: %s; want 200 via bearer", r)
-	}
-	wantStatus(t, "alice's genuine ID token on the audit log", genuine.call(t, "GET", "/api/v1/audit", nil), http.StatusForbidden)
+	wantStatus(t, "alice's genuine ID token on the audit log", must(genuine.ListAuditWithResponse(t.Context(), nil))(t), http.StatusForbidden)
 
 	parts := strings.Split(real, ".")
 	if len(parts) != 3 {
@@ -267,15 +289,15 @@ func testForgedJWTs(t *testing.T, w *world) {
 		{"the ID token with its signature cut off", parts[0] + "." + parts[1] + "."},
 		{"not a JWT", "not-a-jwt"},
 		{"a made-up gnt_ token", "gnt_AAAAAAAAA_" + b64(garbage[:24])},
-		{"alice's token id with a wrong secret", "gnt_" + w.tok["alice"].ID + "_" + b64(garbage[:24])},
+		{"alice's token id with a wrong secret", "gnt_" + w.tok["alice"].Id + "_" + b64(garbage[:24])},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			r := g.bearerClient(t, c.bearer).call(t, "GET", "/api/v1/audit", nil)
+			r := must(g.bearerClient(t, c.bearer).ListAuditWithResponse(t.Context(), nil))(t)
 			p := wantStatus(t, "GET /api/v1/audit", r, http.StatusUnauthorized)
-			if ch := r.header.Get("WWW-Authenticate"); !strings.Contains(ch, `error="invalid_token"`) {
+			if ch := r.HTTPResponse.Header.Get("WWW-Authenticate"); !strings.Contains(ch, `error="invalid_token"`) {
 				t.Errorf("challenge %q; want error=\"invalid_token\"", ch)
 			}
-			if r.status == http.StatusUnauthorized && p.Detail != "not authenticated" {
+			if r.StatusCode() == http.StatusUnauthorized && p.Detail != "not authenticated" {
 				t.Errorf("the 401 says why: %q", p.Detail)
 			}
 		})
@@ -283,7 +305,7 @@ func testForgedJWTs(t *testing.T, w *world) {
 	if n := hits.Load(); n != 0 {
 		t.Errorf("Gantry fetched keys from the attacker's server %d times", n)
 	}
-	wantStatus(t, "alice's genuine ID token afterwards", genuine.call(t, "GET", "/api/v1/me", nil), http.StatusOK)
+	wantStatus(t, "alice's genuine ID token afterwards", must(genuine.GetMeWithResponse(t.Context()))(t), http.StatusOK)
 }
 
 // deviceSignIn signs in with the device grant as `gantry login` does,
@@ -424,7 +446,7 @@ func testAnonymousFlood(t *testing.T, w *world) {
 	counts := map[int]int{}
 	start := time.Now()
 	for i := range n {
-		r := c.call(t, "GET", "/api/v1/templates", nil)
+		r := c.raw(t, "GET", "/api/v1/templates", "") // raw: a flood without credentials
 		counts[r.status]++
 		switch r.status {
 		case http.StatusUnauthorized:
@@ -433,7 +455,7 @@ func testAnonymousFlood(t *testing.T, w *world) {
 				t.Errorf("request %d: 429 with Retry-After %q; want whole seconds ≥ 1", i, r.header.Get("Retry-After"))
 			}
 			if counts[http.StatusTooManyRequests] == 1 {
-				r.problem(t)
+				problemOf(t, r)
 			}
 		default:
 			t.Errorf("request %d: %s; want 401 or 429", i, r)
@@ -445,8 +467,8 @@ func testAnonymousFlood(t *testing.T, w *world) {
 		t.Errorf("statuses %v in %v; want %d-%d answered 401 and the rest 429", counts, elapsed.Round(time.Millisecond), burst, allowed)
 	}
 	same := g.clientFrom(t, c.src)
-	same.bearer = w.tok["alice"].Secret
-	wantStatus(t, "a valid token from the flooding address", same.call(t, "GET", "/api/v1/templates", nil), http.StatusOK)
+	same.bearer = w.tok["alice"].Token
+	wantStatus(t, "a valid token from the flooding address", must(same.ListTemplatesWithResponse(t.Context()))(t), http.StatusOK)
 
 	var rows []record
 	for _, r := range admin.audit(t, head) {
@@ -466,7 +488,7 @@ func testAnonymousFlood(t *testing.T, w *world) {
 	head = admin.auditHead(t)
 	b := g.newClient(t).noRedirects()
 	for range n {
-		if r := b.call(t, "GET", "/auth/callback?state=forged&code=forged", nil); r.status != http.StatusBadRequest || b.cookie("gantry_session") != "" {
+		if r := b.raw(t, "GET", "/auth/callback?state=forged&code=forged", ""); r.status != http.StatusBadRequest || b.cookie("gantry_session") != "" {
 			t.Fatalf("forged callback: %s, session cookie %q; want 400 and none", r, b.cookie("gantry_session"))
 		}
 	}
@@ -485,25 +507,25 @@ func testAnonymousFlood(t *testing.T, w *world) {
 // request, and their next sign-in; reactivating lets them back.
 func testDeactivatedUser(t *testing.T, w *world) {
 	g, admin := w.g, w.api["ada"]
-	id := userID(t, admin.call(t, "GET", "/api/v1/users", nil), "dev-alice")
-	tk := w.ses["alice"].token(t, map[string]any{"name": "before deactivation", "expiresInDays": 1})
-	c := g.bearerClient(t, tk.Secret)
-	wantStatus(t, "alice's token before", c.call(t, "GET", "/api/v1/me", nil), http.StatusOK)
+	ctx := t.Context()
+	id := userID(t, admin, "dev-alice")
+	tk := w.ses["alice"].token(t, model.TokenRequest{Name: "before deactivation", ExpiresInDays: 1})
+	c := g.bearerClient(t, tk.Token)
+	wantStatus(t, "alice's token before", must(c.GetMeWithResponse(ctx))(t), http.StatusOK)
 	head := admin.auditHead(t)
 
 	// Streams open before the deactivation end with it.
 	streams := []<-chan time.Time{c.stream(t, w.notebook), w.ses["alice"].stream(t, w.notebook)}
 	start := time.Now()
-	r := admin.call(t, "POST", "/api/v1/users/"+id+"/deactivate", nil)
-	wantStatus(t, "ada deactivates alice", r, http.StatusOK)
+	wantStatus(t, "ada deactivates alice", must(admin.DeactivateUserWithResponse(ctx, id))(t), http.StatusOK)
 	for _, s := range streams {
 		wantEnded(t, "alice deactivated", start, s)
 	}
 	defer func() {
-		r := admin.call(t, "POST", "/api/v1/users/"+id+"/reactivate", nil)
-		wantStatus(t, "ada reactivates alice", r, http.StatusOK)
-		wantStatus(t, "alice's token after reactivation", c.call(t, "GET", "/api/v1/me", nil), http.StatusOK)
-		wantStatus(t, "alice's session after reactivation", w.ses["alice"].call(t, "GET", "/api/v1/me", nil), http.StatusOK)
+		ctx := context.Background() // deferred: t.Context() may be done by then
+		wantStatus(t, "ada reactivates alice", must(admin.ReactivateUserWithResponse(ctx, id))(t), http.StatusOK)
+		wantStatus(t, "alice's token after reactivation", must(c.GetMeWithResponse(ctx))(t), http.StatusOK)
+		wantStatus(t, "alice's session after reactivation", must(w.ses["alice"].GetMeWithResponse(ctx))(t), http.StatusOK)
 	}()
 	for _, a := range []struct {
 		name string
@@ -511,13 +533,12 @@ func testDeactivatedUser(t *testing.T, w *world) {
 	}{
 		{"a token made before", c},
 		{"another token", w.api["alice"]},
-		{"the read-only token", g.bearerClient(t, w.readOnly.Secret)},
+		{"the read-only token", g.bearerClient(t, w.readOnly.Token)},
 		{"the browser session", w.ses["alice"]},
 		{"the provider's ID token", g.bearerClient(t, w.idToken)},
 	} {
 		t.Run(a.name, func(t *testing.T) {
-			r := a.as.call(t, "GET", "/api/v1/me", nil)
-			p := wantStatus(t, "GET /api/v1/me", r, http.StatusUnauthorized)
+			p := wantStatus(t, "GET /api/v1/me", must(a.as.GetMeWithResponse(t.Context()))(t), http.StatusUnauthorized)
 			if !strings.Contains(p.Detail, "deactivated") {
 				t.Errorf("the 401 does not say the user is deactivated: %q", p.Detail)
 			}
@@ -535,7 +556,7 @@ func testDeactivatedUser(t *testing.T, w *world) {
 	})
 	var found bool
 	for _, rec := range admin.audit(t, head) {
-		if rec.Action == "POST /api/v1/users/:user/deactivate" && rec.Decision == "allow" && strings.HasSuffix(rec.Actor, "#dev-ada (token "+w.tok["ada"].ID+")") {
+		if rec.Action == "POST /api/v1/users/:user/deactivate" && rec.Decision == "allow" && strings.HasSuffix(rec.Actor, "#dev-ada (token "+w.tok["ada"].Id+")") {
 			found = true
 		}
 	}
@@ -547,47 +568,52 @@ func testDeactivatedUser(t *testing.T, w *world) {
 // 15. A signed-in browser's changes need the session's own CSRF token.
 func testCSRF(t *testing.T, w *world) {
 	admin, s := w.api["ada"], w.ses["alice"]
+	ctx := t.Context()
 	tokens := func() int {
 		t.Helper()
-		r := s.call(t, "GET", "/api/v1/tokens", nil)
-		var list struct{ Items []json.RawMessage }
-		if r.status != http.StatusOK {
-			t.Fatalf("alice lists her tokens: %s", r)
+		r := must(s.ListTokensWithResponse(ctx))(t)
+		if r.StatusCode() != http.StatusOK {
+			t.Fatalf("alice lists her tokens: %s", show(r))
 		}
-		r.decode(t, &list)
-		return len(list.Items)
+		return len(r.JSON200.Items)
 	}
 	nTokens, nWorkloads := tokens(), admin.workloadCount(t)
-	form := []string{"Content-Type", "application/x-www-form-urlencoded"}
+	makeToken := func(ctx context.Context, csrf ...apiclient.RequestEditorFn) (answer, error) {
+		return s.CreateTokenWithResponse(ctx, model.TokenRequest{Name: "csrf", ExpiresInDays: 1}, csrf...)
+	}
 	for _, c := range []struct {
-		name, method, path string
-		body               any
-		headers            []string
+		name string
+		send func(ctx context.Context) (answer, error)
 	}{
-		{"make a token without the header", "POST", "/api/v1/tokens", map[string]any{"name": "csrf", "expiresInDays": 1}, nil},
-		{"make a token with a wrong header", "POST", "/api/v1/tokens", map[string]any{"name": "csrf", "expiresInDays": 1}, []string{"X-CSRF-Token", "wrong"}},
-		{"make a token with lee's token", "POST", "/api/v1/tokens", map[string]any{"name": "csrf", "expiresInDays": 1}, []string{"X-CSRF-Token", w.ses["lee"].csrf}},
-		{"make a token with an empty header", "POST", "/api/v1/tokens", map[string]any{"name": "csrf", "expiresInDays": 1}, []string{"X-CSRF-Token", ""}},
-		{"launch without the header", "POST", "/api/v1/workloads", map[string]any{"template": "dev-environment", "team": "vision"}, nil},
-		{"stop without the header", "POST", "/api/v1/workloads/" + w.notebook + "/stop", nil, nil},
-		{"revoke a token without the header", "DELETE", "/api/v1/tokens/" + w.tok["alice"].ID, nil, nil},
-		{"sign out with a forged form token", "POST", "/auth/logout", "csrf=forged", form},
+		{"make a token without the header", func(ctx context.Context) (answer, error) { return makeToken(ctx) }},
+		{"make a token with a wrong header", func(ctx context.Context) (answer, error) { return makeToken(ctx, header("X-CSRF-Token", "wrong")) }},
+		{"make a token with lee's token", func(ctx context.Context) (answer, error) {
+			return makeToken(ctx, header("X-CSRF-Token", w.ses["lee"].csrf))
+		}},
+		{"make a token with an empty header", func(ctx context.Context) (answer, error) { return makeToken(ctx, header("X-CSRF-Token", "")) }},
+		{"launch without the header", func(ctx context.Context) (answer, error) {
+			return s.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "dev-environment", Team: "vision"})
+		}},
+		{"stop without the header", func(ctx context.Context) (answer, error) { return s.StopWorkloadWithResponse(ctx, w.notebook) }},
+		{"revoke a token without the header", func(ctx context.Context) (answer, error) {
+			return s.RevokeTokenWithResponse(ctx, w.tok["alice"].Id)
+		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			r := s.call(t, c.method, c.path, c.body, c.headers...)
-			if c.path == "/auth/logout" { // the portal's page, not the API: no problem document
-				if r.status != http.StatusForbidden {
-					t.Errorf("%s: %s; want 403", c.name, r)
-				}
-				return
-			}
-			if p := wantStatus(t, c.name, r, http.StatusForbidden); !strings.Contains(p.Detail, "X-CSRF-Token") && r.status == http.StatusForbidden {
+			r := must(c.send(t.Context()))(t)
+			if p := wantStatus(t, c.name, r, http.StatusForbidden); !strings.Contains(p.Detail, "X-CSRF-Token") && r.StatusCode() == http.StatusForbidden {
 				t.Errorf("the refusal does not name the header: %q", p.Detail)
 			}
 		})
 	}
-	wantStatus(t, "alice's session afterwards", s.call(t, "GET", "/api/v1/me", nil), http.StatusOK)
-	wantStatus(t, "alice's token afterwards", w.api["alice"].call(t, "GET", "/api/v1/me", nil), http.StatusOK)
+	t.Run("sign out with a forged form token", func(t *testing.T) {
+		// raw: the portal's sign-out form, not the API (no problem document)
+		if r := s.raw(t, "POST", "/auth/logout", "csrf=forged", "Content-Type", "application/x-www-form-urlencoded"); r.status != http.StatusForbidden {
+			t.Errorf("sign out with a forged form token: %s; want 403", r)
+		}
+	})
+	wantStatus(t, "alice's session afterwards", must(s.GetMeWithResponse(ctx))(t), http.StatusOK)
+	wantStatus(t, "alice's token afterwards", must(w.api["alice"].GetMeWithResponse(ctx))(t), http.StatusOK)
 	if st := workloadStatus(t, w.api["alice"], w.notebook); st != "Pending" {
 		t.Errorf("alice's notebook is %s; want Pending", st)
 	}
@@ -598,16 +624,16 @@ func testCSRF(t *testing.T, w *world) {
 		t.Errorf("%d workloads before, %d after", nWorkloads, n)
 	}
 	// With its own token the same request works: the refusals were the CSRF check.
-	r := s.call(t, "POST", "/api/v1/tokens", map[string]any{"name": "csrf ok", "expiresInDays": 1}, "X-CSRF-Token", s.csrf)
-	var tk token
-	if wantStatus(t, "make a token with the header", r, http.StatusCreated); r.status == http.StatusCreated {
-		r.decode(t, &tk)
-		w.g.secret(tk.Secret, "token "+tk.ID)
+	r := must(s.CreateTokenWithResponse(ctx, model.TokenRequest{Name: "csrf ok", ExpiresInDays: 1}, s.withCSRF()))(t)
+	var tk model.TokenCreated
+	if wantStatus(t, "make a token with the header", r, http.StatusCreated); r.StatusCode() == http.StatusCreated {
+		tk = *r.JSON201
+		w.g.secret(tk.Token, "token "+tk.Id)
 	}
-	if cc := r.header.Get("Cache-Control"); cc != "no-store" {
+	if cc := r.HTTPResponse.Header.Get("Cache-Control"); cc != "no-store" {
 		t.Errorf("the answer carrying a token's secret has Cache-Control %q; want no-store", cc)
 	}
-	wantStatus(t, "revoke with the header", s.call(t, "DELETE", "/api/v1/tokens/"+tk.ID, nil, "X-CSRF-Token", s.csrf), http.StatusNoContent)
+	wantStatus(t, "revoke with the header", must(s.RevokeTokenWithResponse(ctx, tk.Id, s.withCSRF()))(t), http.StatusNoContent)
 }
 
 // stream opens a workload's watch stream as c and reads its first event;
@@ -616,12 +642,9 @@ func (c *client) stream(t *testing.T, id string) <-chan time.Time {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	req, _ := http.NewRequestWithContext(ctx, "GET", c.g.URL+"/api/v1/workloads/"+id+"/watch", nil)
-	if c.bearer != "" {
-		req.Header.Set("Authorization", "Bearer "+c.bearer)
-	}
 	hc := &http.Client{Transport: c.hc.Transport, Jar: c.hc.Jar} // no time limit: it is a stream
-	resp, err := hc.Do(req)
+	// Not WatchWorkloadWithResponse: it would read the stream to its end.
+	resp, err := c.g.typedClient(t, hc, &c.bearer).WatchWorkload(ctx, id)
 	if err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("watch %s: %v %v", id, resp, err)
 	}
@@ -664,14 +687,14 @@ func wantEnded(t *testing.T, what string, since time.Time, closed <-chan time.Ti
 func testStreamsEndWithTheirCredential(t *testing.T, w *world) {
 	g := w.g
 	ses := g.signIn(t, "alice", "alice")
-	tk := ses.token(t, map[string]any{"name": "stream probe", "expiresInDays": 1})
-	byToken := g.bearerClient(t, tk.Secret).stream(t, w.notebook)
+	tk := ses.token(t, model.TokenRequest{Name: "stream probe", ExpiresInDays: 1})
+	byToken := g.bearerClient(t, tk.Token).stream(t, w.notebook)
 	bySession := ses.stream(t, w.notebook)
 	start := time.Now()
-	wantStatus(t, "revoke the token", ses.call(t, "DELETE", "/api/v1/tokens/"+tk.ID, nil, "X-CSRF-Token", ses.csrf), http.StatusNoContent)
+	wantStatus(t, "revoke the token", must(ses.RevokeTokenWithResponse(t.Context(), tk.Id, ses.withCSRF()))(t), http.StatusNoContent)
 	wantEnded(t, "token revoked", start, byToken)
 	start = time.Now()
-	r := ses.call(t, "POST", "/auth/logout", "csrf="+url.QueryEscape(ses.csrf), "Content-Type", "application/x-www-form-urlencoded")
+	r := ses.raw(t, "POST", "/auth/logout", "csrf="+url.QueryEscape(ses.csrf), "Content-Type", "application/x-www-form-urlencoded") // raw: the portal's form
 	if r.status >= 400 {
 		t.Fatalf("sign out: %s", r)
 	}
@@ -688,16 +711,17 @@ func testSecondFactor(t *testing.T, w *world) {
 	g := w.g
 	ida := g.signIn(t, weakAdmin.Username, string(weakAdmin.Password))
 	g.secret(string(weakAdmin.Password), "ida's password")
-	tok := ida.token(t, map[string]any{"name": "no second factor", "expiresInDays": 1})
-	for name, c := range map[string]*client{"her session": ida, "her token": g.bearerClient(t, tok.Secret)} {
-		p := wantStatus(t, name+": GET /api/v1/audit", c.call(t, "GET", "/api/v1/audit", nil), http.StatusForbidden)
+	tok := ida.token(t, model.TokenRequest{Name: "no second factor", ExpiresInDays: 1})
+	ctx := t.Context()
+	for name, c := range map[string]*client{"her session": ida, "her token": g.bearerClient(t, tok.Token)} {
+		p := wantStatus(t, name+": GET /api/v1/audit", must(c.ListAuditWithResponse(ctx, nil))(t), http.StatusForbidden)
 		if p.Type != "https://gantry.dev/problems/second-factor-required" || !strings.Contains(p.Detail, "second factor") {
 			t.Errorf("%s: problem %+v, want the second-factor problem", name, p)
 		}
-		wantStatus(t, name+": her team's workloads", c.call(t, "GET", "/api/v1/workloads?team=vision", nil), http.StatusOK)
+		wantStatus(t, name+": her team's workloads", must(c.ListWorkloadsWithResponse(ctx, &model.ListWorkloadsParams{Team: ptr("vision")}))(t), http.StatusOK)
 	}
-	wantStatus(t, "ada, with a second factor: GET /api/v1/audit", w.api["ada"].call(t, "GET", "/api/v1/audit", nil), http.StatusOK)
-	r := g.newClient(t).noRedirects().call(t, "GET", "/auth/login?secondFactor=1&return=/platform", nil)
+	wantStatus(t, "ada, with a second factor: GET /api/v1/audit", must(w.api["ada"].ListAuditWithResponse(ctx, nil))(t), http.StatusOK)
+	r := g.newClient(t).noRedirects().raw(t, "GET", "/auth/login?secondFactor=1&return=/platform", "") // raw: the portal's sign-in
 	if loc := r.header.Get("Location"); r.status != http.StatusFound || !strings.Contains(loc, "prompt=login") || !strings.Contains(loc, "max_age=0") {
 		t.Errorf("sign-in for a second factor: %d to %q; want the provider asked for a fresh sign-in", r.status, loc)
 	}
@@ -711,7 +735,7 @@ func testPortalShowsWhatOneMayDo(t *testing.T, w *world) {
 		who            string
 		platform, edit bool
 	}{{"alice", false, false}, {"vic", true, false}, {"pat", true, true}, {"ada", true, true}} {
-		r := w.ses[c.who].call(t, "GET", "/", nil)
+		r := w.ses[c.who].raw(t, "GET", "/", "") // raw: the portal's page
 		page := string(r.body)
 		if r.status != http.StatusOK {
 			t.Fatalf("%s: GET /: %s", c.who, r)

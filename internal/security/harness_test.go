@@ -2,7 +2,6 @@ package security
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -22,6 +21,8 @@ import (
 	"testing"
 	"time"
 
+	apiclient "github.com/gantryhq/gantry/api/client"
+	"github.com/gantryhq/gantry/api/model"
 	"github.com/gantryhq/gantry/internal/config"
 	"github.com/gantryhq/gantry/internal/devidp"
 	"github.com/gantryhq/gantry/internal/servertest"
@@ -160,8 +161,10 @@ func (g *gantry) nextSource(t *testing.T) netip.Addr {
 
 // client is one caller: a browser (cookies, and the session's CSRF token once
 // signed in) or a script with a bearer credential. Every client connects from
-// its own source address.
+// its own source address. Its methods of the typed client (api/client)
+// call the API over that connection, presenting its bearer credential.
 type client struct {
+	*apiclient.ClientWithResponses
 	g      *gantry
 	hc     *http.Client
 	src    netip.Addr
@@ -169,6 +172,58 @@ type client struct {
 	csrf   string // the signed-in page's CSRF token (never sent unless asked)
 	hops   *hops
 }
+
+// typedClient is the typed client of g over hc, presenting *bearer when set.
+func (g *gantry) typedClient(t *testing.T, hc *http.Client, bearer *string) *apiclient.ClientWithResponses {
+	t.Helper()
+	c, err := apiclient.NewClientWithResponses(g.URL, apiclient.WithHTTPClient(hc), apiclient.WithRequestEditorFn(func(_ context.Context, r *http.Request) error {
+		if *bearer != "" {
+			r.Header.Set("Authorization", "Bearer "+*bearer)
+		}
+		return nil
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// header is a request editor that sets one header on a typed call.
+func header(name, value string) apiclient.RequestEditorFn {
+	return func(_ context.Context, r *http.Request) error {
+		r.Header.Set(name, value)
+		return nil
+	}
+}
+
+// withCSRF sends a signed-in browser's CSRF token with a typed call.
+func (c *client) withCSRF() apiclient.RequestEditorFn { return header("X-CSRF-Token", c.csrf) }
+
+// must is a typed call's answer: a request that got no answer (the client
+// gives up after 20 s), or an answer that does not decode as openapi.yaml
+// says, fails the test.
+//
+//	r := must(c.GetWorkloadWithResponse(ctx, id))(t)
+func must[R any](r R, err error) func(testing.TB) R {
+	return func(t testing.TB) R {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("the typed client: %v", err)
+		}
+		return r
+	}
+}
+
+// deref is *p, or T's zero value when p is nil.
+func deref[T any](p *T) T {
+	if p == nil {
+		var zero T
+		return zero
+	}
+	return *p
+}
+
+func ptr[T any](v T) *T { return &v }
 
 // hops records every response a client received, redirects included.
 type hops struct {
@@ -217,7 +272,9 @@ func (g *gantry) clientFrom(t *testing.T, src netip.Addr) *client {
 	t.Cleanup(tr.CloseIdleConnections)
 	jar, _ := cookiejar.New(nil)
 	h := &hops{next: tr}
-	return &client{g: g, src: src, hops: h, hc: &http.Client{Jar: jar, Transport: h, Timeout: 20 * time.Second}}
+	c := &client{g: g, src: src, hops: h, hc: &http.Client{Jar: jar, Transport: h, Timeout: 20 * time.Second}}
+	c.ClientWithResponses = g.typedClient(t, c.hc, &c.bearer)
+	return c
 }
 
 // bearerClient is a script presenting credential.
@@ -268,76 +325,80 @@ func (c *client) cookie(name string) string {
 	return ""
 }
 
-// token is a personal access token, with its secret.
-type token struct {
-	ID     string `json:"id"`
-	Secret string `json:"token"`
-}
-
 // token makes a personal access token with a signed-in browser's session
 // (POST /api/v1/tokens with the CSRF header).
-func (c *client) token(t *testing.T, req map[string]any) token {
+func (c *client) token(t *testing.T, req model.TokenRequest) model.TokenCreated {
 	t.Helper()
-	r := c.call(t, "POST", "/api/v1/tokens", req, "X-CSRF-Token", c.csrf)
-	if r.status != http.StatusCreated {
-		t.Fatalf("make a token %v: %s", req, r)
+	r := must(c.CreateTokenWithResponse(t.Context(), req, c.withCSRF()))(t)
+	if r.StatusCode() != http.StatusCreated {
+		t.Fatalf("make a token %+v: %s", req, show(r))
 	}
-	var tk token
-	r.decode(t, &tk)
-	if !strings.HasPrefix(tk.Secret, "gnt_") || tk.ID == "" {
-		t.Fatalf("token answer without a gnt_ secret or an id: %s", r)
+	tk := *r.JSON201
+	if !strings.HasPrefix(tk.Token, "gnt_") || tk.Id == "" {
+		t.Fatalf("token answer without a gnt_ secret or an id: %s", show(r))
 	}
-	c.g.secret(tk.Secret, fmt.Sprintf("token %s", tk.ID))
-	_, secretPart, _ := strings.Cut(strings.TrimPrefix(tk.Secret, "gnt_"), "_")
-	c.g.secret(secretPart, fmt.Sprintf("token %s's secret part", tk.ID))
+	c.g.secret(tk.Token, fmt.Sprintf("token %s", tk.Id))
+	_, secretPart, _ := strings.Cut(strings.TrimPrefix(tk.Token, "gnt_"), "_")
+	c.g.secret(secretPart, fmt.Sprintf("token %s's secret part", tk.Id))
 	return tk
 }
 
-// reply is an answer, body read.
-type reply struct {
-	status  int
-	header  http.Header
-	body    []byte
-	elapsed time.Duration
+// answer is what the tests read of any answer: a typed call's (every
+// generated response has these methods) or a raw reply.
+type answer interface {
+	StatusCode() int
+	ContentType() string
+	GetBody() []byte
 }
 
-func (r reply) String() string {
-	b := string(r.body)
+// show is an answer as a failure prints it: its status and (the start of)
+// its body.
+func show(r answer) string {
+	b := string(r.GetBody())
 	if len(b) > 600 {
 		b = b[:600] + "…"
 	}
-	return fmt.Sprintf("%d %s", r.status, strings.TrimSpace(b))
+	return fmt.Sprintf("%d %s", r.StatusCode(), strings.TrimSpace(b))
 }
 
-func (r reply) decode(t *testing.T, v any) {
-	t.Helper()
-	if err := json.Unmarshal(r.body, v); err != nil {
-		t.Fatalf("answer is not the JSON expected (%v): %s", err, r)
-	}
+// reply is an answer to a raw request, body read.
+type reply struct {
+	status int
+	header http.Header
+	body   []byte
 }
 
-// problem is an RFC 9457 problem document.
+func (r reply) StatusCode() int     { return r.status }
+func (r reply) ContentType() string { return r.header.Get("Content-Type") }
+func (r reply) GetBody() []byte     { return r.body }
+func (r reply) String() string      { return show(r) }
+
+// problem is an RFC 9457 problem document (model.Problem, its optional
+// fields flattened).
 type problem struct {
-	Type   string `json:"type"`
-	Title  string `json:"title"`
-	Status int    `json:"status"`
-	Detail string `json:"detail"`
-	Errors []struct {
-		Field  string `json:"field"`
-		Detail string `json:"detail"`
-	} `json:"errors"`
+	Type   string
+	Title  string
+	Status int
+	Detail string
+	Errors []model.FieldError
 }
 
-// problem decodes a problem+json answer, failing when it is not one.
-func (r reply) problem(t *testing.T) problem {
+// problemOf reads r's problem document, failing when it is not one: the
+// typed one of a generated response, else its body's.
+func problemOf(t *testing.T, r answer) problem {
 	t.Helper()
-	if ct := r.header.Get("Content-Type"); !strings.HasPrefix(ct, "application/problem+json") {
-		t.Fatalf("Content-Type %q, want application/problem+json: %s", ct, r)
+	if ct := r.ContentType(); !strings.HasPrefix(ct, "application/problem+json") {
+		t.Fatalf("Content-Type %q, want application/problem+json: %s", ct, show(r))
 	}
-	var p problem
-	r.decode(t, &p)
-	if p.Status != r.status {
-		t.Errorf("problem status %d differs from the response's %d", p.Status, r.status)
+	var doc model.Problem
+	if typed, ok := r.(interface{ GetApplicationproblemJSONDefault() *model.Problem }); ok && typed.GetApplicationproblemJSONDefault() != nil {
+		doc = *typed.GetApplicationproblemJSONDefault()
+	} else if err := json.Unmarshal(r.GetBody(), &doc); err != nil {
+		t.Fatalf("answer is not a problem document (%v): %s", err, show(r))
+	}
+	p := problem{Type: doc.Type, Title: doc.Title, Status: doc.Status, Detail: deref(doc.Detail), Errors: deref(doc.Errors)}
+	if p.Status != r.StatusCode() {
+		t.Errorf("problem status %d differs from the response's %d", p.Status, r.StatusCode())
 	}
 	return p
 }
@@ -351,21 +412,15 @@ func (p problem) fields() []string {
 	return out
 }
 
-// call sends one request. body is nil (none), a string (sent as is, as JSON)
-// or a value marshalled to JSON; headers are name, value pairs.
-func (c *client) call(t *testing.T, method, path string, body any, headers ...string) reply {
+// raw sends one request by hand, body (when not empty) as is, with headers
+// as name, value pairs. It is for what the typed client cannot send: paths
+// and methods openapi.yaml does not declare, the portal's pages and forms,
+// a notebook's /w/ paths, floods.
+func (c *client) raw(t *testing.T, method, path, body string, headers ...string) reply {
 	t.Helper()
 	var rd io.Reader
-	switch b := body.(type) {
-	case nil:
-	case string:
-		rd = strings.NewReader(b)
-	default:
-		data, err := json.Marshal(b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rd = bytes.NewReader(data)
+	if body != "" {
+		rd = strings.NewReader(body)
 	}
 	req, err := http.NewRequest(method, c.g.URL+path, rd)
 	if err != nil {
@@ -380,7 +435,6 @@ func (c *client) call(t *testing.T, method, path string, body any, headers ...st
 	for i := 0; i+1 < len(headers); i += 2 {
 		req.Header.Set(headers[i], headers[i+1])
 	}
-	start := time.Now()
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, path, err)
@@ -390,7 +444,7 @@ func (c *client) call(t *testing.T, method, path string, body any, headers ...st
 	if err != nil {
 		t.Fatalf("%s %s: reading the answer: %v", method, path, err)
 	}
-	return reply{status: resp.StatusCode, header: resp.Header, body: data, elapsed: time.Since(start)}
+	return reply{status: resp.StatusCode, header: resp.Header, body: data}
 }
 
 // noRedirects makes the client hand back redirects instead of following them.
@@ -400,16 +454,7 @@ func (c *client) noRedirects() *client {
 }
 
 // record is one audit log row (GET /api/v1/audit).
-type record struct {
-	Seq      int64  `json:"seq"`
-	Actor    string `json:"actor"`
-	Action   string `json:"action"`
-	Object   string `json:"object"`
-	Decision string `json:"decision"`
-	Status   int    `json:"status"`
-	Reason   string `json:"reason"`
-	Source   string `json:"source"`
-}
+type record struct{ model.AuditRecord }
 
 func (r record) String() string {
 	return fmt.Sprintf("#%d %s %s %s %s %d %q from %s", r.Seq, r.Actor, r.Action, r.Object, r.Decision, r.Status, r.Reason, r.Source)
@@ -420,20 +465,17 @@ func (c *client) audit(t *testing.T, after int64) []record {
 	t.Helper()
 	var out []record
 	for {
-		r := c.call(t, "GET", "/api/v1/audit?limit=1000&after="+strconv.FormatInt(after, 10), nil)
-		if r.status != http.StatusOK {
-			t.Fatalf("read the audit log: %s", r)
+		r := must(c.ListAuditWithResponse(t.Context(), &model.ListAuditParams{Limit: ptr(1000), After: &after}))(t)
+		if r.StatusCode() != http.StatusOK {
+			t.Fatalf("read the audit log: %s", show(r))
 		}
-		var page struct {
-			Items     []record `json:"items"`
-			NextAfter *int64   `json:"nextAfter"`
+		for _, rec := range r.JSON200.Items {
+			out = append(out, record{rec})
 		}
-		r.decode(t, &page)
-		out = append(out, page.Items...)
-		if page.NextAfter == nil {
+		if r.JSON200.NextAfter == nil {
 			return out
 		}
-		after = *page.NextAfter
+		after = *r.JSON200.NextAfter
 	}
 }
 
@@ -450,22 +492,17 @@ func (c *client) auditHead(t *testing.T) int64 {
 // workloadCount is how many workloads admin sees (every team's).
 func (c *client) workloadCount(t *testing.T) int {
 	t.Helper()
-	n, cursor := 0, ""
+	n, params := 0, &model.ListWorkloadsParams{Limit: ptr(500)}
 	for {
-		r := c.call(t, "GET", "/api/v1/workloads?limit=500"+cursor, nil)
-		if r.status != http.StatusOK {
-			t.Fatalf("list workloads: %s", r)
+		r := must(c.ListWorkloadsWithResponse(t.Context(), params))(t)
+		if r.StatusCode() != http.StatusOK {
+			t.Fatalf("list workloads: %s", show(r))
 		}
-		var page struct {
-			Items      []json.RawMessage `json:"items"`
-			NextCursor string            `json:"nextCursor"`
-		}
-		r.decode(t, &page)
-		n += len(page.Items)
-		if page.NextCursor == "" {
+		n += len(r.JSON200.Items)
+		if deref(r.JSON200.NextCursor) == "" {
 			return n
 		}
-		cursor = "&cursor=" + url.QueryEscape(page.NextCursor)
+		params.Cursor = r.JSON200.NextCursor
 	}
 }
 

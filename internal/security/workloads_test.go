@@ -1,11 +1,14 @@
 package security
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/gantryhq/gantry/api/model"
 )
 
 // 4. A preview answers exactly what the launch would: a caller may not learn
@@ -13,38 +16,35 @@ import (
 func testPreviewRefusesWhatLaunchRefuses(t *testing.T, w *world) {
 	admin := w.api["ada"]
 	before := admin.workloadCount(t)
+	h200 := &model.GPUChoice{Class: ptr("H200-141GB")}
 	for _, c := range []struct {
-		name, who, template string
-		req                 map[string]any
-		want                int
+		name, who, template, team string
+		gpu                       *model.GPUChoice
+		want                      int
 	}{
-		{"a team the caller is not in", "alice", "dev-environment", map[string]any{"team": "nlp"}, http.StatusForbidden},
-		{"a template the team may not use", "nina", "pytorch-train", map[string]any{"team": "nlp"}, http.StatusForbidden},
-		{"a GPU class the team may not use", "alice", "vllm-inference", map[string]any{"team": "vision", "gpu": map[string]any{"class": "H200-141GB"}}, http.StatusForbidden},
-		{"another team's member", "nina", "dev-environment", map[string]any{"team": "vision"}, http.StatusForbidden},
-		{"an auditor", "vic", "dev-environment", map[string]any{"team": "vision"}, http.StatusForbidden},
-		{"a platform engineer", "pat", "dev-environment", map[string]any{"team": "vision"}, http.StatusForbidden},
-		{"a team that does not exist", "alice", "dev-environment", map[string]any{"team": "nosuchteam"}, http.StatusForbidden},
+		{"a team the caller is not in", "alice", "dev-environment", "nlp", nil, http.StatusForbidden},
+		{"a template the team may not use", "nina", "pytorch-train", "nlp", nil, http.StatusForbidden},
+		{"a GPU class the team may not use", "alice", "vllm-inference", "vision", h200, http.StatusForbidden},
+		{"another team's member", "nina", "dev-environment", "vision", nil, http.StatusForbidden},
+		{"an auditor", "vic", "dev-environment", "vision", nil, http.StatusForbidden},
+		{"a platform engineer", "pat", "dev-environment", "vision", nil, http.StatusForbidden},
+		{"a team that does not exist", "alice", "dev-environment", "nosuchteam", nil, http.StatusForbidden},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			c2 := w.api[c.who]
-			preview := c2.call(t, "POST", "/api/v1/templates/"+c.template+"/render", c.req)
-			launchReq := map[string]any{"template": c.template}
-			for k, v := range c.req {
-				launchReq[k] = v
-			}
-			launch := c2.call(t, "POST", "/api/v1/workloads", launchReq)
+			as := w.api[c.who]
+			preview := must(as.RenderTemplateWithResponse(t.Context(), c.template, model.RenderRequest{Team: c.team, Gpu: c.gpu}))(t)
+			launch := must(as.CreateWorkloadWithResponse(t.Context(), nil, model.LaunchRequest{Template: c.template, Team: c.team, Gpu: c.gpu}))(t)
 			wantStatus(t, c.who+" previews "+c.template, preview, c.want)
 			wantStatus(t, c.who+" launches "+c.template, launch, c.want)
-			if strings.Contains(string(preview.body), `"objects"`) {
-				t.Errorf("the refused preview carries objects: %s", preview)
+			if strings.Contains(string(preview.Body), `"objects"`) {
+				t.Errorf("the refused preview carries objects: %s", show(preview))
 			}
 		})
 	}
 	// The same preview in a team the caller may launch in renders.
-	r := w.api["alice"].call(t, "POST", "/api/v1/templates/dev-environment/render", map[string]any{"team": "vision"})
-	if wantStatus(t, "alice previews dev-environment in vision", r, http.StatusOK); !strings.Contains(string(r.body), `"objects"`) {
-		t.Errorf("alice's own preview has no objects: %s", r)
+	r := must(w.api["alice"].RenderTemplateWithResponse(t.Context(), "dev-environment", model.RenderRequest{Team: "vision"}))(t)
+	if wantStatus(t, "alice previews dev-environment in vision", r, http.StatusOK); len(deref(r.JSON200).Objects) == 0 || !strings.Contains(string(r.Body), `"objects"`) {
+		t.Errorf("alice's own preview has no objects: %s", show(r))
 	}
 	if after := admin.workloadCount(t); after != before {
 		t.Errorf("%d workloads before, %d after the refused launches", before, after)
@@ -58,6 +58,27 @@ func testAnotherTeamsWorkload(t *testing.T, w *world) {
 	admin, nb := w.api["ada"], w.notebook
 	const missing = "zzzzzzzzzz" // a well-formed id no workload has
 	head := admin.auditHead(t)
+	// The operations on one workload, by method and path suffix.
+	op := map[string]func(ctx context.Context, c *client, id string) (answer, error){
+		"GET": func(ctx context.Context, c *client, id string) (answer, error) {
+			return c.GetWorkloadWithResponse(ctx, id)
+		},
+		"GET /events": func(ctx context.Context, c *client, id string) (answer, error) {
+			return c.ListWorkloadEventsWithResponse(ctx, id)
+		},
+		"GET /logs": func(ctx context.Context, c *client, id string) (answer, error) {
+			return c.GetWorkloadLogsWithResponse(ctx, id, nil)
+		},
+		"POST /stop": func(ctx context.Context, c *client, id string) (answer, error) {
+			return c.StopWorkloadWithResponse(ctx, id)
+		},
+		"POST /start": func(ctx context.Context, c *client, id string) (answer, error) {
+			return c.StartWorkloadWithResponse(ctx, id)
+		},
+		"DELETE": func(ctx context.Context, c *client, id string) (answer, error) {
+			return c.DeleteWorkloadWithResponse(ctx, id)
+		},
+	}
 	for _, c := range []struct {
 		who, method, suffix string
 		want                int
@@ -85,30 +106,30 @@ func testAnotherTeamsWorkload(t *testing.T, w *world) {
 			whose = "nina's"
 		}
 		t.Run(c.who+" "+c.method+" "+whose+" workload"+c.suffix, func(t *testing.T) {
-			as := w.api[c.who]
-			r := as.call(t, c.method, "/api/v1/workloads/"+id+c.suffix, nil)
+			as, send := w.api[c.who], op[strings.TrimSpace(c.method+" "+c.suffix)]
+			r := must(send(t.Context(), as, id))(t)
 			p := wantStatus(t, c.method+" "+whose+" workload"+c.suffix, r, c.want)
-			if c.want != http.StatusNotFound || r.status != http.StatusNotFound {
+			if c.want != http.StatusNotFound || r.StatusCode() != http.StatusNotFound {
 				return
 			}
 			// Indistinguishable from a workload that does not exist.
-			q := as.call(t, c.method, "/api/v1/workloads/"+missing+c.suffix, nil).problem(t)
+			q := problemOf(t, must(send(t.Context(), as, missing))(t))
 			if p.Type != q.Type || p.Title != q.Title || strings.ReplaceAll(p.Detail, id, missing) != q.Detail {
 				t.Errorf("the 404 differs from a missing workload's:\n %+v\n %+v", p, q)
 			}
 		})
 	}
 	t.Run("nina's listings", func(t *testing.T) {
-		for _, q := range []string{"", "?team=vision", "?owner=" + qe(w.issuer+"#dev-alice"), "?template=dev-environment"} {
-			r := w.api["nina"].call(t, "GET", "/api/v1/workloads"+q, nil)
-			if r.status >= 500 || strings.Contains(string(r.body), nb) {
-				t.Errorf("GET /api/v1/workloads%s: %s; want alice's workload absent", q, r)
+		for _, q := range []model.ListWorkloadsParams{{}, {Team: ptr("vision")}, {Owner: ptr(w.issuer + "#dev-alice")}, {Template: ptr("dev-environment")}} {
+			r := must(w.api["nina"].ListWorkloadsWithResponse(t.Context(), &q))(t)
+			if r.StatusCode() >= 500 || strings.Contains(string(r.Body), nb) {
+				t.Errorf("GET /api/v1/workloads with %+v: %s; want alice's workload absent", q, show(r))
 			}
 		}
 	})
 	// By policy, platform engineers and auditors read every team's workloads.
-	wantStatus(t, "pat reads it", w.api["pat"].call(t, "GET", "/api/v1/workloads/"+nb, nil), http.StatusOK)
-	wantStatus(t, "vic reads it", w.api["vic"].call(t, "GET", "/api/v1/workloads/"+nb, nil), http.StatusOK)
+	wantStatus(t, "pat reads it", must(w.api["pat"].GetWorkloadWithResponse(t.Context(), nb))(t), http.StatusOK)
+	wantStatus(t, "vic reads it", must(w.api["vic"].GetWorkloadWithResponse(t.Context(), nb))(t), http.StatusOK)
 	if st := workloadStatus(t, w.api["alice"], nb); st != "Pending" {
 		t.Errorf("alice's workload is %s after the refused stops and deletes; want Pending", st)
 	}
@@ -128,7 +149,7 @@ func testAnotherTeamsWorkload(t *testing.T, w *world) {
 		{"pat", "POST", "/stop", http.StatusForbidden, "own-workloads:manage"},
 		{"vic", "DELETE", "", http.StatusForbidden, "own-workloads:manage"},
 	} {
-		actor := w.issuer + "#dev-" + want.who + " (token " + w.tok[want.who].ID + ")"
+		actor := w.issuer + "#dev-" + want.who + " (token " + w.tok[want.who].Id + ")"
 		object := "/api/v1/workloads/" + nb + want.suffix
 		found := false
 		for _, r := range recs {
@@ -162,7 +183,7 @@ func testNotebookProxy(t *testing.T, w *world) {
 		{"an auditor", w.api["vic"], "GET", path, nil, http.StatusForbidden},
 		{"a platform admin", w.api["ada"], "GET", path, nil, http.StatusForbidden},
 		{"the team's admin", w.api["lee"], "GET", path, nil, http.StatusForbidden},
-		{"the owner's read-only token", w.g.bearerClient(t, w.readOnly.Secret), "GET", path, nil, http.StatusForbidden},
+		{"the owner's read-only token", w.g.bearerClient(t, w.readOnly.Token), "GET", path, nil, http.StatusForbidden},
 		{"the owner's session, a change from another origin", w.ses["alice"], "POST", path + "api", []string{"Origin", "http://evil.example"}, http.StatusForbidden},
 		{"the owner's session, a change without an Origin", w.ses["alice"], "POST", path + "api", nil, http.StatusForbidden},
 		{"the owner's session, a change from another site", w.ses["alice"], "POST", path + "api", []string{"Origin", w.g.URL, "Sec-Fetch-Site", "cross-site"}, http.StatusForbidden},
@@ -174,7 +195,7 @@ func testNotebookProxy(t *testing.T, w *world) {
 		{"a workload that does not exist", w.api["alice"], "GET", "/w/zzzzzzzzzz/", nil, http.StatusNotFound},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			r := c.as.call(t, c.method, c.path, nil, c.headers...)
+			r := c.as.raw(t, c.method, c.path, "", c.headers...) // raw: a notebook's /w/ path is not the API
 			p := wantStatus(t, c.method+" "+c.path, r, c.want)
 			switch c.want {
 			case http.StatusUnauthorized:
@@ -190,12 +211,12 @@ func testNotebookProxy(t *testing.T, w *world) {
 	}
 	t.Run("a path without a workload id", func(t *testing.T) {
 		for _, p := range []string{"/w/", "/w//x"} {
-			r := w.api["alice"].call(t, "GET", p, nil)
+			r := w.api["alice"].raw(t, "GET", p, "")
 			wantStatus(t, "GET "+p, r, http.StatusNotFound)
 		}
 	})
 	t.Run("anonymous browser is sent to sign in, on this origin", func(t *testing.T) {
-		r := anonymous.call(t, "GET", path, nil, "Accept", "text/html")
+		r := anonymous.raw(t, "GET", path, "", "Accept", "text/html")
 		if want := "/auth/login?return=" + qe(path); r.status != http.StatusFound || r.header.Get("Location") != want {
 			t.Errorf("%s, Location %q; want 302 to %q", r, r.header.Get("Location"), want)
 		}
@@ -206,40 +227,40 @@ func testNotebookProxy(t *testing.T, w *world) {
 // cannot add objects, fields or kinds, nor reference other parameters.
 func testTemplateInjection(t *testing.T, w *world) {
 	alice := w.api["alice"]
-	preview := func(t *testing.T, params map[string]any) (reply, []map[string]any) {
+	preview := func(t *testing.T, params model.Parameters) (answer, []map[string]any) {
 		t.Helper()
-		r := alice.call(t, "POST", "/api/v1/templates/sec-probe/render", map[string]any{"team": "vision", "parameters": params})
-		var out struct{ Objects []map[string]any }
-		if r.status == http.StatusOK {
-			r.decode(t, &out)
+		req := model.RenderRequest{Team: "vision"}
+		if params != nil {
+			req.Parameters = &params
 		}
-		return r, out.Objects
+		r := must(alice.RenderTemplateWithResponse(t.Context(), "sec-probe", req))(t)
+		return r, deref(r.JSON200).Objects
 	}
 	r, base := preview(t, nil)
 	wantStatus(t, "the probe's preview", r, http.StatusOK)
 	baseKinds := kinds(base)
 	if len(baseKinds) == 0 {
-		t.Fatalf("the probe renders no objects: %s", r)
+		t.Fatalf("the probe renders no objects: %s", show(r))
 	}
 	for _, c := range []struct {
 		name   string
-		params map[string]any
+		params model.Parameters
 		field  string // "" for a value taken as text
 	}{
-		{"JSON breaking out of the env value", map[string]any{"note": `"}},{"kind":"Secret","metadata":{"name":"pwn"}}`}, ""},
-		{"JSON adding a field", map[string]any{"note": `x","privileged":true,"y":"`}, ""},
-		{"a second YAML document", map[string]any{"note": "x\n---\napiVersion: v1\nkind: Secret\nmetadata:\n  name: pwn\n"}, ""},
-		{"YAML keys on new lines", map[string]any{"note": "x\n  securityContext:\n    privileged: true"}, ""},
-		{"shell", map[string]any{"note": "$(cat /var/run/secrets/kubernetes.io/serviceaccount/token)"}, ""},
-		{"a reference to another parameter", map[string]any{"note": "{{mem}}"}, "parameters.note"},
-		{"a reference to a builtin", map[string]any{"note": "{{gantry.owner}}"}, "parameters.note"},
-		{"a NUL byte", map[string]any{"note": "a\x00b"}, "parameters.note"},
-		{"YAML in a quantity", map[string]any{"mem": "1Gi\nkind: Secret"}, "spec.resources.memory"},
-		{"a parameter the template lacks", map[string]any{"privileged": "true"}, "parameters.privileged"},
+		{"JSON breaking out of the env value", model.Parameters{"note": `"}},{"kind":"Secret","metadata":{"name":"pwn"}}`}, ""},
+		{"JSON adding a field", model.Parameters{"note": `x","privileged":true,"y":"`}, ""},
+		{"a second YAML document", model.Parameters{"note": "x\n---\napiVersion: v1\nkind: Secret\nmetadata:\n  name: pwn\n"}, ""},
+		{"YAML keys on new lines", model.Parameters{"note": "x\n  securityContext:\n    privileged: true"}, ""},
+		{"shell", model.Parameters{"note": "$(cat /var/run/secrets/kubernetes.io/serviceaccount/token)"}, ""},
+		{"a reference to another parameter", model.Parameters{"note": "{{mem}}"}, "parameters.note"},
+		{"a reference to a builtin", model.Parameters{"note": "{{gantry.owner}}"}, "parameters.note"},
+		{"a NUL byte", model.Parameters{"note": "a\x00b"}, "parameters.note"},
+		{"YAML in a quantity", model.Parameters{"mem": "1Gi\nkind: Secret"}, "spec.resources.memory"},
+		{"a parameter the template lacks", model.Parameters{"privileged": "true"}, "parameters.privileged"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r, objs := preview(t, c.params)
-			if c.field != "" || r.status != http.StatusOK {
+			if c.field != "" || r.StatusCode() != http.StatusOK {
 				p := wantStatus(t, "preview", r, http.StatusUnprocessableEntity)
 				if c.field != "" && !slices.Contains(p.fields(), c.field) {
 					t.Errorf("problem fields %v; want %q", p.fields(), c.field)
@@ -319,29 +340,39 @@ func mainContainer(t *testing.T, objs []map[string]any) map[string]any {
 // revocation is final.
 func testRevokedVersion(t *testing.T, w *world) {
 	admin, alice := w.api["ada"], w.api["alice"]
-	wantStatus(t, "create sec-revoke", admin.call(t, "POST", "/api/v1/templates", probeTemplate("sec-revoke")), http.StatusCreated)
-	r := admin.call(t, "PUT", "/api/v1/templates/sec-revoke", with(probeTemplate("sec-revoke"), "metadata.title", "Security probe, fixed"))
-	var v struct{ Version int }
-	if wantStatus(t, "update sec-revoke", r, http.StatusOK); r.status == http.StatusOK {
-		if r.decode(t, &v); v.Version != 2 {
-			t.Fatalf("the update made version %d; want 2", v.Version)
+	ctx := t.Context()
+	status := func(c *client, version int, s model.SetTemplateVersionStatusJSONBodyStatus, reason string) answer {
+		body := model.SetTemplateVersionStatusJSONRequestBody{Status: s}
+		if reason != "" {
+			body.Reason = &reason
+		}
+		return must(c.SetTemplateVersionStatusWithResponse(ctx, "sec-revoke", version, body))(t)
+	}
+	wantStatus(t, "create sec-revoke", must(admin.CreateTemplateWithResponse(ctx, probeTemplate("sec-revoke")))(t), http.StatusCreated)
+	fixed := probeTemplate("sec-revoke")
+	fixed.Metadata.Title = "Security probe, fixed"
+	r := must(admin.UpdateTemplateWithResponse(ctx, "sec-revoke", fixed))(t)
+	if wantStatus(t, "update sec-revoke", r, http.StatusOK); r.StatusCode() == http.StatusOK {
+		if v := r.JSON200.Version; v != 2 {
+			t.Fatalf("the update made version %d; want 2", v)
 		}
 	}
-	wantStatus(t, "alice may not revoke", alice.call(t, "PUT", "/api/v1/templates/sec-revoke/versions/1/status",
-		map[string]any{"status": "revoked", "reason": "CVE"}), http.StatusForbidden)
-	r = admin.call(t, "PUT", "/api/v1/templates/sec-revoke/versions/1/status", map[string]any{"status": "revoked", "reason": "CVE-2026-0001"})
-	wantStatus(t, "ada revokes version 1", r, http.StatusOK)
+	wantStatus(t, "alice may not revoke", status(alice, 1, "revoked", "CVE"), http.StatusForbidden)
+	wantStatus(t, "ada revokes version 1", status(admin, 1, "revoked", "CVE-2026-0001"), http.StatusOK)
 	before := admin.workloadCount(t)
-	for _, c := range []struct{ name, path string }{
-		{"launch version 1", "/api/v1/workloads"},
-		{"preview version 1", "/api/v1/templates/sec-revoke/render"},
+	for _, c := range []struct {
+		name string
+		send func(ctx context.Context) (answer, error)
+	}{
+		{"launch version 1", func(ctx context.Context) (answer, error) {
+			return alice.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "sec-revoke", Team: "vision", TemplateVersion: ptr(1)})
+		}},
+		{"preview version 1", func(ctx context.Context) (answer, error) {
+			return alice.RenderTemplateWithResponse(ctx, "sec-revoke", model.RenderRequest{Team: "vision", TemplateVersion: ptr(1)})
+		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			body := map[string]any{"team": "vision", "templateVersion": 1}
-			if c.path == "/api/v1/workloads" {
-				body["template"] = "sec-revoke"
-			}
-			p := wantStatus(t, c.name, alice.call(t, "POST", c.path, body), http.StatusUnprocessableEntity)
+			p := wantStatus(t, c.name, must(c.send(t.Context()))(t), http.StatusUnprocessableEntity)
 			if !slices.Contains(p.fields(), "templateVersion") || !strings.Contains(fmt.Sprint(p.Errors), "revoked") {
 				t.Errorf("the refusal does not name templateVersion as revoked: %+v", p)
 			}
@@ -350,11 +381,10 @@ func testRevokedVersion(t *testing.T, w *world) {
 	if after := admin.workloadCount(t); after != before {
 		t.Errorf("%d workloads before, %d after launching a revoked version", before, after)
 	}
-	wantStatus(t, "un-revoke version 1", admin.call(t, "PUT", "/api/v1/templates/sec-revoke/versions/1/status",
-		map[string]any{"status": "active"}), http.StatusConflict)
+	wantStatus(t, "un-revoke version 1", status(admin, 1, "active", ""), http.StatusConflict)
 	if st := templateStatus(t, admin, "sec-revoke", 1); st != "revoked" {
 		t.Errorf("version 1 is %q; want revoked for good", st)
 	}
-	wantStatus(t, "launch the live version 2", alice.call(t, "POST", "/api/v1/workloads",
-		map[string]any{"template": "sec-revoke", "team": "vision"}), http.StatusCreated)
+	wantStatus(t, "launch the live version 2", must(alice.CreateWorkloadWithResponse(ctx, nil,
+		model.LaunchRequest{Template: "sec-revoke", Team: "vision"}))(t), http.StatusCreated)
 }

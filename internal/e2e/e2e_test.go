@@ -37,6 +37,15 @@ import (
 
 var cluster *devcluster.Cluster
 
+// TestMain starts the local cluster once for the package. The slowest tests
+// that run Gantry as a separate process (the chart's images, the rolling
+// upgrade, kill -9 mid-launch, the two replicas) spend most of their time
+// waiting on the processes they start, so they run in parallel with each
+// other once the serial tests are done. Each has its own database, teams,
+// namespaces and Lease, and runs the default policy, so their quota syncs
+// write the same Kueue objects. The in-process server (start) sets
+// environment variables and so stays serial, as does any test that changes
+// the policy's quotas or budgets (TestApprovalsAndBudgets).
 func TestMain(m *testing.M) {
 	clustertest.Main(servertest.RemovingBinary(m), "e2e", &cluster, chartHooks)
 }

@@ -42,6 +42,7 @@ func TestChartImages(t *testing.T) {
 	if cluster == nil {
 		t.Skip(clustertest.ErrNotRequested)
 	}
+	t.Parallel() // see the note on TestMain
 	ctx := context.Background()
 	root, err := devcluster.RepoRoot()
 	if err != nil {

@@ -30,6 +30,7 @@ func TestKill9MidLaunch(t *testing.T) {
 	if cluster == nil {
 		t.Skip(clustertest.ErrNotRequested)
 	}
+	t.Parallel() // see the note on TestMain
 	db := filepath.Join(t.TempDir(), "g.db")
 	ctx := context.Background()
 	// A platform admin signs in through the portal once and makes a token;

@@ -36,6 +36,7 @@ func TestTwoReplicasLeaderKilled(t *testing.T) {
 	if cluster == nil {
 		t.Skip(clustertest.ErrNotRequested)
 	}
+	t.Parallel() // see the note on TestMain
 	dsn := storetest.PostgresDSN(t)
 	data := t.TempDir() // one development signing key for both
 	lease := "gantry-ha-" + strings.ToLower(rand.Text()[:6])

@@ -11,6 +11,7 @@ import (
 	"github.com/gantryhq/gantry/internal/audit"
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/store"
+	"github.com/gantryhq/gantry/internal/store/auditlog"
 )
 
 // TestAuditLog: changes and denials are recorded with who, what and why, the
@@ -59,7 +60,8 @@ func TestAuditLog(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	n, problems, err := audit.Verify(context.Background(), st)
+	records := auditlog.New(st)
+	n, problems, err := audit.Verify(context.Background(), records)
 	if err != nil || n != 5 || len(problems) != 0 {
 		t.Fatalf("intact log: %d records, problems %v, %v", n, problems, err)
 	}
@@ -81,7 +83,7 @@ func TestAuditLog(t *testing.T) {
 		if _, err := db.Exec(tc.sql); err != nil {
 			t.Fatal(err)
 		}
-		_, problems, err := audit.Verify(context.Background(), st)
+		_, problems, err := audit.Verify(context.Background(), records)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -18,6 +18,7 @@ import (
 	"github.com/gantryhq/gantry/internal/server"
 	"github.com/gantryhq/gantry/internal/servertest"
 	"github.com/gantryhq/gantry/internal/store"
+	"github.com/gantryhq/gantry/internal/store/auditlog"
 	"github.com/gantryhq/gantry/internal/waitfor"
 )
 
@@ -195,7 +196,7 @@ func TestDenialsSummedUpAtShutdown(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	recs, err := st.AuditRecords(context.Background(), audit.Filter{Limit: 100})
+	recs, err := auditlog.New(st).AuditRecords(context.Background(), audit.Filter{Limit: 100})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/gantryhq/gantry/internal/authz"
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/store"
+	"github.com/gantryhq/gantry/internal/store/accounts"
 	"github.com/gantryhq/gantry/internal/token"
 	"github.com/gantryhq/gantry/internal/user"
 )
@@ -118,11 +119,12 @@ func TestPersonalAccessTokens(t *testing.T) {
 }
 
 func TestTokenExpiry(t *testing.T) {
-	st, err := store.Open(context.Background(), store.SQLite, filepath.Join(t.TempDir(), "g.db"))
+	db, err := store.Open(context.Background(), store.SQLite, filepath.Join(t.TempDir(), "g.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
+	defer db.Close()
+	st := accounts.New(db)
 	now := time.Now()
 	users, err := user.New(user.Options{Store: st, MaxGroupAge: 24 * time.Hour, Now: func() time.Time { return now }})
 	if err != nil {

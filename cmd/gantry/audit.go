@@ -14,6 +14,7 @@ import (
 	"github.com/gantryhq/gantry/internal/audit"
 	"github.com/gantryhq/gantry/internal/config"
 	"github.com/gantryhq/gantry/internal/store"
+	"github.com/gantryhq/gantry/internal/store/auditlog"
 )
 
 // maxCheckpointDownload bounds what verify reads from a checkpoint URL.
@@ -66,11 +67,12 @@ func auditVerifyCmd(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err != nil {
 		return err
 	}
-	st, err := store.Open(ctx, cfg.Database.Driver, string(cfg.Database.DSN))
+	database, err := store.Open(ctx, cfg.Database.Driver, string(cfg.Database.DSN))
 	if err != nil {
 		return err
 	}
-	defer st.Close()
+	defer database.Close()
+	st := auditlog.New(database)
 	n, problems, err := audit.Verify(ctx, st)
 	if err != nil {
 		return err

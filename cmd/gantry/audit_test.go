@@ -21,6 +21,7 @@ import (
 	"github.com/gantryhq/gantry/internal/server"
 	"github.com/gantryhq/gantry/internal/servertest"
 	"github.com/gantryhq/gantry/internal/store"
+	"github.com/gantryhq/gantry/internal/store/auditlog"
 	"github.com/gantryhq/gantry/internal/waitfor"
 )
 
@@ -29,7 +30,7 @@ import (
 // keygen, written by a Checkpointer to the database and to a checkpoint file.
 type auditedLog struct {
 	db, file, pub string
-	st            *store.Store
+	st            *auditlog.Store
 	raw           *sql.DB
 }
 
@@ -45,10 +46,12 @@ func newAuditedLog(t *testing.T) auditedLog {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l.st, err = store.Open(ctx, store.SQLite, l.db); err != nil {
+	database, err := store.Open(ctx, store.SQLite, l.db)
+	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { l.st.Close() })
+	t.Cleanup(func() { database.Close() })
+	l.st = auditlog.New(database)
 	cp, err := audit.NewCheckpointer(audit.CheckpointerOptions{Store: l.st, Key: key, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), File: l.file, Now: time.Now})
 	if err != nil {
 		t.Fatal(err)

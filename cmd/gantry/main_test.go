@@ -14,6 +14,7 @@ import (
 
 	"github.com/gantryhq/gantry/internal/audit"
 	"github.com/gantryhq/gantry/internal/store"
+	"github.com/gantryhq/gantry/internal/store/auditlog"
 )
 
 func cli(t *testing.T, args ...string) (int, string, string) {
@@ -155,7 +156,7 @@ func TestAuditVerify(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := 0; i < 3; i++ {
-		if _, err := st.AppendAudit(context.Background(), audit.Record{At: time.Now(), Actor: "a", Action: "POST /x", Decision: audit.Allow, Status: 201}); err != nil {
+		if _, err := auditlog.New(st).AppendAudit(context.Background(), audit.Record{At: time.Now(), Actor: "a", Action: "POST /x", Decision: audit.Allow, Status: 201}); err != nil {
 			t.Fatal(err)
 		}
 	}

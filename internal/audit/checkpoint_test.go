@@ -19,6 +19,7 @@ import (
 
 	"github.com/gantryhq/gantry/internal/audit"
 	"github.com/gantryhq/gantry/internal/store"
+	"github.com/gantryhq/gantry/internal/store/auditlog"
 )
 
 // TestCheckpointSignature: a checkpoint verifies with its key only, and any
@@ -127,19 +128,20 @@ func TestKeyFiles(t *testing.T) {
 	}
 }
 
-// openLog is a fresh SQLite store with n records.
-func openLog(t *testing.T, n int) *store.Store {
+// openLog is the audit log of a fresh SQLite database, with n records.
+func openLog(t *testing.T, n int) *auditlog.Store {
 	t.Helper()
-	st, err := store.Open(context.Background(), store.SQLite, filepath.Join(t.TempDir(), "g.db"))
+	db, err := store.Open(context.Background(), store.SQLite, filepath.Join(t.TempDir(), "g.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { st.Close() })
+	t.Cleanup(func() { db.Close() })
+	st := auditlog.New(db)
 	appendN(t, st, n)
 	return st
 }
 
-func appendN(t *testing.T, st *store.Store, n int) {
+func appendN(t *testing.T, st *auditlog.Store, n int) {
 	t.Helper()
 	for range n {
 		if _, err := st.AppendAudit(context.Background(), audit.Record{At: time.Now(), Actor: "a", Action: "POST /api/v1/tokens", Decision: audit.Allow, Status: 201}); err != nil {

@@ -15,6 +15,9 @@ import (
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/overrides"
 	"github.com/gantryhq/gantry/internal/store"
+	"github.com/gantryhq/gantry/internal/store/governance"
+	"github.com/gantryhq/gantry/internal/store/telemetrydb"
+	"github.com/gantryhq/gantry/internal/store/workloads"
 	"github.com/gantryhq/gantry/internal/team"
 	"github.com/gantryhq/gantry/internal/telemetry"
 	"github.com/gantryhq/gantry/internal/template"
@@ -63,7 +66,7 @@ func TestDecide(t *testing.T) {
 func TestRun(t *testing.T) {
 	t0 := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
 	e := newEnv(t, t0)
-	ctx, st, cat, svc, clock, set := e.ctx, e.st, e.cat, e.svc, e.clock, e.set
+	ctx, cat, svc, clock, set := e.ctx, e.cat, e.svc, e.clock, e.set
 	start := func(d time.Duration) time.Time { return t0.Add(d) }
 	launch := func(tpl string) workload.Workload {
 		w, _, err := svc.Create(ctx, "", workload.Request{Template: tpl, Team: "vision"})
@@ -93,7 +96,7 @@ func TestRun(t *testing.T) {
 				rs = append(rs, telemetry.Stored{Series: telemetry.SeriesKey{Node: "n1", Device: telemetry.Device{GPU: "GPU-" + w.ID, Index: i}, Workload: w.ID}, Time: at, Share: 1, Values: v})
 			}
 		}
-		if err := st.AppendSamples(ctx, rs); err != nil {
+		if err := e.telemetry.AppendSamples(ctx, rs); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -104,7 +107,7 @@ func TestRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	set(start(3 * time.Hour))
-	c, err := cull.New(cull.Options{Store: st, Templates: cat, Stopper: svc, Notifier: st, Settings: st, Now: clock, Log: slog.New(slog.DiscardHandler)})
+	c, err := cull.New(cull.Options{Store: e.workloads, Templates: cat, Stopper: svc, Notifier: e.governance, Settings: e.governance, Now: clock, Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +121,7 @@ func TestRun(t *testing.T) {
 			t.Fatalf("warned: %s (%s)", got.Status, got.Reason)
 		}
 	}
-	due, err := st.DueNotifications(ctx, start(4*time.Hour), 10)
+	due, err := e.governance.DueNotifications(ctx, start(4*time.Hour), 10)
 	if err != nil || len(due) != 3 || due[0].Event != cull.EventIdleWarning || !strings.Contains(string(due[0].Body), "keepalive") {
 		t.Fatalf("warning webhooks: %+v %v", due, err)
 	}
@@ -138,7 +141,7 @@ func TestRun(t *testing.T) {
 	if n, err := c.Run(ctx); err != nil || n != 2 {
 		t.Fatalf("stopped %d (%v), want 2", n, err)
 	}
-	if due, _ := st.DueNotifications(ctx, start(4*time.Hour), 10); len(due) != 3 {
+	if due, _ := e.governance.DueNotifications(ctx, start(4*time.Hour), 10); len(due) != 3 {
 		t.Fatalf("%d warnings, want the 3 of the first pass only", len(due))
 	}
 	for _, tc := range []struct {
@@ -177,7 +180,7 @@ func TestRun(t *testing.T) {
 // the day, it is stopped again.
 func TestOffHours(t *testing.T) {
 	e := newEnv(t, time.Date(2026, 12, 1, 18, 30, 0, 0, time.UTC)) // Tue 19:30 in Berlin
-	ctx, st, cat, svc, clock, set := e.ctx, e.st, e.cat, e.svc, e.clock, e.set
+	ctx, cat, svc, clock, set := e.ctx, e.cat, e.svc, e.clock, e.set
 	dev, err := cat.Get(ctx, "dev-environment", 0)
 	if err != nil {
 		t.Fatal(err)
@@ -199,7 +202,7 @@ func TestOffHours(t *testing.T) {
 		}
 		return w
 	}
-	c, err := cull.New(cull.Options{Store: st, Templates: cat, Stopper: svc, Notifier: st, Settings: st, Now: clock, Log: slog.New(slog.DiscardHandler)})
+	c, err := cull.New(cull.Options{Store: e.workloads, Templates: cat, Stopper: svc, Notifier: e.governance, Settings: e.governance, Now: clock, Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,7 +215,7 @@ func TestOffHours(t *testing.T) {
 	}
 	early := run()
 	// The team gives dev-environment (which has no schedule) its own.
-	if _, err := st.PutTeamSettings(ctx, "vision", overrides.Settings{Templates: map[string]overrides.Template{
+	if _, err := e.governance.PutTeamSettings(ctx, "vision", overrides.Settings{Templates: map[string]overrides.Template{
 		"dev-environment": {Sleep: "weekdays 20:00-08:00 Europe/Berlin"}}, UpdatedBy: "lee", UpdatedAt: clock()}, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +245,7 @@ func TestOffHours(t *testing.T) {
 	if w := status(devEnv.ID); !strings.HasPrefix(w.Reason, "off-hours: it will be stopped at 2026-12-01T19:00:00Z") {
 		t.Fatalf("the team's schedule's warning, after a second pass: %q", w.Reason)
 	}
-	if due, _ := st.DueNotifications(ctx, time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC), 10); len(due) != 2 {
+	if due, _ := e.governance.DueNotifications(ctx, time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC), 10); len(due) != 2 {
 		t.Fatalf("%d off-hours warnings, want 2 (the template's schedule and the team's)", len(due))
 	}
 	set(time.Date(2026, 12, 1, 19, 5, 0, 0, time.UTC)) // 20:05 in Berlin
@@ -276,15 +279,17 @@ func TestOffHours(t *testing.T) {
 	}
 }
 
-// env is the real SQLite store with the starter catalog and the workload
+// env is a real SQLite database with the starter catalog and the workload
 // service, on a clock the test sets.
 type env struct {
-	ctx context.Context
-	st  *store.Store
-	cat *catalog.Service
-	svc *workload.Service
-	mu  sync.Mutex
-	now time.Time
+	ctx        context.Context
+	workloads  *workloads.Store   // the workloads and their GPUs' activity
+	governance *governance.Store  // the catalog, the webhook outbox, teams' settings
+	telemetry  *telemetrydb.Store // the GPU samples
+	cat        *catalog.Service
+	svc        *workload.Service
+	mu         sync.Mutex
+	now        time.Time
 }
 
 func newEnv(t *testing.T, at time.Time) *env {
@@ -294,21 +299,23 @@ func newEnv(t *testing.T, at time.Time) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e.st, err = store.Open(e.ctx, store.SQLite, filepath.Join(t.TempDir(), "c.db")); err != nil {
+	db, err := store.Open(e.ctx, store.SQLite, filepath.Join(t.TempDir(), "c.db"))
+	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { e.st.Close() })
+	t.Cleanup(func() { db.Close() })
+	e.workloads, e.governance, e.telemetry = workloads.New(db), governance.New(db), telemetrydb.New(db)
 	_, images, err := devregistry.StartDir(e.ctx, "../../images", classes)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e.cat, err = catalog.New(catalog.Options{Store: e.st, Classes: classes, Images: images.Catalog, Now: time.Now}); err != nil {
+	if e.cat, err = catalog.New(catalog.Options{Store: e.governance, Classes: classes, Images: images.Catalog, Now: time.Now}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.cat.Seed(e.ctx, "seed", files); err != nil {
 		t.Fatal(err)
 	}
-	e.svc, err = workload.New(workload.Options{Store: e.st, Templates: e.cat, Images: images, Authorizer: workloadtest.AllowAll{}, Budgets: workloadtest.NoBudgets{},
+	e.svc, err = workload.New(workload.Options{Store: e.workloads, Templates: e.cat, Images: images, Authorizer: workloadtest.AllowAll{}, Budgets: workloadtest.NoBudgets{},
 		Namespace: func(t team.Name) string { return "gantry-" + t.String() }, Cluster: workloadtest.NewCluster(), Now: e.clock, Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)

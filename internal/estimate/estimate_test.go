@@ -18,6 +18,8 @@ import (
 	"github.com/gantryhq/gantry/internal/notify"
 	"github.com/gantryhq/gantry/internal/quota"
 	"github.com/gantryhq/gantry/internal/store"
+	"github.com/gantryhq/gantry/internal/store/governance"
+	"github.com/gantryhq/gantry/internal/store/workloads"
 	"github.com/gantryhq/gantry/internal/team"
 	"github.com/gantryhq/gantry/internal/template"
 	"github.com/gantryhq/gantry/internal/workload"
@@ -102,23 +104,23 @@ func harness(t testing.TB) (context.Context, *workload.Service, *gpu.Catalog) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := store.Open(ctx, store.SQLite, filepath.Join(t.TempDir(), "e.db"))
+	db, err := store.Open(ctx, store.SQLite, filepath.Join(t.TempDir(), "e.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { st.Close() })
+	t.Cleanup(func() { db.Close() })
 	_, images, err := devregistry.StartDir(ctx, "../../images", classes)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cat, err := catalog.New(catalog.Options{Store: st, Classes: classes, Images: images.Catalog, Now: time.Now})
+	cat, err := catalog.New(catalog.Options{Store: governance.New(db), Classes: classes, Images: images.Catalog, Now: time.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := cat.Seed(ctx, "seed", files); err != nil {
 		t.Fatal(err)
 	}
-	svc, err := workload.New(workload.Options{Store: st, Templates: cat, Images: images, Authorizer: workloadtest.AllowAll{}, Budgets: workloadtest.NoBudgets{},
+	svc, err := workload.New(workload.Options{Store: workloads.New(db), Templates: cat, Images: images, Authorizer: workloadtest.AllowAll{}, Budgets: workloadtest.NoBudgets{},
 		Namespace: func(t team.Name) string { return "gantry-" + t.String() }, Now: time.Now, Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)

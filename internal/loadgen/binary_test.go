@@ -18,6 +18,8 @@ import (
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/servertest"
 	"github.com/gantryhq/gantry/internal/store"
+	"github.com/gantryhq/gantry/internal/store/accounts"
+	"github.com/gantryhq/gantry/internal/store/workloads"
 	"github.com/gantryhq/gantry/internal/team"
 	"github.com/gantryhq/gantry/internal/token"
 	"github.com/gantryhq/gantry/internal/user"
@@ -30,7 +32,10 @@ import (
 type binary struct {
 	*servertest.Process // its URL, and its pid in Cmd
 	db                  string
-	store               *store.Store // the same database, for the fixture's records
+	// The same database (db), opened here for the fixture's records.
+	database  *store.DB
+	accounts  *accounts.Store
+	workloads *workloads.Store
 }
 
 // serveBinary starts gantry serve (built once: servertest.Binary) on SQLite
@@ -59,17 +64,18 @@ func serveOn(b *testing.B, driver, dsn string, env ...string) *binary {
 		Env: append([]string{"XDG_DATA_HOME=" + filepath.Join(dir, "data"), "GANTRY_IMAGES_DEV_REGISTRY=true"}, env...)})
 	g := &binary{Process: p, db: dsn}
 	b.Cleanup(func() {
-		if g.store != nil {
-			g.store.Close()
+		if g.database != nil {
+			g.database.Close()
 		}
 		if prof != "" {
 			p.Terminate(15 * time.Second) // a clean stop writes the profile
 		}
 	})
 	var err error
-	if g.store, err = store.Open(context.Background(), driver, dsn); err != nil {
+	if g.database, err = store.Open(context.Background(), driver, dsn); err != nil {
 		b.Fatal(err)
 	}
+	g.accounts, g.workloads = accounts.New(g.database), workloads.New(g.database)
 	return g
 }
 
@@ -92,7 +98,7 @@ func (g *binary) adminTokens(b *testing.B, n int) []string {
 	if err != nil {
 		b.Fatal(err)
 	}
-	users, err := user.New(user.Options{Store: g.store, MaxGroupAge: 24 * time.Hour, Now: time.Now})
+	users, err := user.New(user.Options{Store: g.accounts, MaxGroupAge: 24 * time.Hour, Now: time.Now})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -101,7 +107,7 @@ func (g *binary) adminTokens(b *testing.B, n int) []string {
 	if _, err := users.Observe(ctx, ada); err != nil {
 		b.Fatal(err)
 	}
-	tokens, err := token.New(token.Options{Store: g.store, Owners: users, Teams: policy, Now: time.Now})
+	tokens, err := token.New(token.Options{Store: g.accounts, Owners: users, Teams: policy, Now: time.Now})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -127,7 +133,7 @@ func (g *binary) seed(b *testing.B, n int) []string {
 			TemplateVersion: 1, Kind: "job", GPUClass: "H100-80GB", GPUCount: 1, Parameters: map[string]string{"epochs": "3"},
 			ObjectsHash: "h", Status: workload.Running, CreatedAt: at.Add(time.Duration(i) * time.Second)}
 		w.Name, w.UpdatedAt = "pytorch-train-"+w.ID, w.CreatedAt
-		if err := g.store.CreateWorkload(ctx, w); err != nil {
+		if err := g.workloads.CreateWorkload(ctx, w); err != nil {
 			b.Fatal(err)
 		}
 		ids = append(ids, w.ID)

@@ -17,6 +17,7 @@ import (
 	"github.com/gantryhq/gantry/internal/overlay"
 	"github.com/gantryhq/gantry/internal/quota"
 	"github.com/gantryhq/gantry/internal/store"
+	"github.com/gantryhq/gantry/internal/store/governance"
 )
 
 // TestEdits: on the real policy and store, a platform engineer's edits are
@@ -49,7 +50,7 @@ func TestEdits(t *testing.T) {
 	}
 	defer st.Close()
 	var applied []overlay.Set
-	svc, err := overlay.New(overlay.Options{Store: st, Authz: az, Classes: classes, Now: func() time.Time { return time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC) },
+	svc, err := overlay.New(overlay.Options{Store: governance.New(st), Authz: az, Classes: classes, Now: func() time.Time { return time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC) },
 		Apply: func(_ context.Context, s overlay.Set) error {
 			applied = append(applied, s)
 			az.SetOverlay(authz.Overlay{Quotas: s.Quotas, Budgets: s.Budgets})

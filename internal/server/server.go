@@ -62,12 +62,12 @@ import (
 )
 
 // Core is what every command that touches Gantry's state shares: the
-// configuration, the store, the GPU classes and template catalog, and the
-// image catalog with its verifier.
+// configuration, the database and its stores, the GPU classes and template
+// catalog, and the image catalog with its verifier.
 type Core struct {
 	Config  config.Config
 	Log     *slog.Logger
-	Store   *store.Store
+	Store   *Stores
 	Catalog *catalog.Service
 	Images  *imageverify.Images
 
@@ -100,7 +100,7 @@ func (c *Core) putClasses(ctx context.Context, now time.Time, file []gpu.Class, 
 		return err
 	}
 	c.fileClasses, c.priceEdits = file, prices
-	if _, err := c.Store.RecordPrices(ctx, n.List(), now); err != nil {
+	if _, err := c.Store.governanceStore.RecordPrices(ctx, n.List(), now); err != nil {
 		return fmt.Errorf("record the prices in force: %w", err)
 	}
 	return nil
@@ -153,14 +153,15 @@ func open(ctx context.Context, cfg config.Config, given *imageverify.Images, now
 // openStore opens the store and the template catalog checked against the
 // verifier's image catalog, both on the server's clock.
 func openStore(ctx context.Context, cfg config.Config, log *slog.Logger, classes *gpu.Catalog, images *imageverify.Images, stamp string, now func() time.Time) (*Core, error) {
-	st, err := store.Open(ctx, cfg.Database.Driver, string(cfg.Database.DSN))
+	db, err := store.Open(ctx, cfg.Database.Driver, string(cfg.Database.DSN))
 	if err != nil {
 		return nil, err
 	}
-	st.UseClock(now)
-	cat, err := catalog.New(catalog.Options{Store: st, Classes: classes, Images: images.Catalog, Now: now})
+	db.UseClock(now)
+	st := newStores(db)
+	cat, err := catalog.New(catalog.Options{Store: st.governanceStore, Classes: classes, Images: images.Catalog, Now: now})
 	if err != nil {
-		st.Close()
+		db.Close()
 		return nil, err
 	}
 	return &Core{Config: cfg, Log: log, Store: st, Catalog: cat, Images: images, classesStamp: stamp, fileClasses: classes.List()}, nil
@@ -397,7 +398,9 @@ func (s *Server) Run(ctx context.Context) error {
 		g.Go(func() error { return s.cert.Run(gctx, certReload) })
 	}
 	// Every replica follows the change feed for its own live connections.
-	g.Go(func() error { return s.live.Follow(gctx, s.Store, s.Store.ChangeSignal(), feedInterval, feedKeep) })
+	g.Go(func() error {
+		return s.live.Follow(gctx, s.Store.feedStore, s.Store.DB.ChangeSignal(), feedInterval, feedKeep)
+	})
 	g.Go(func() error { return s.live.Run(gctx, liveSweep) })
 	g.Go(func() error {
 		return s.every(gctx, 3*time.Second, s.reload("image catalog", s.Images.Catalog.Reload, imagecat.ErrUnchanged))
@@ -491,7 +494,7 @@ func (s *Server) checkpointer() (*audit.Checkpointer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("audit.checkpointKey: %w", err)
 	}
-	cp, err := audit.NewCheckpointer(audit.CheckpointerOptions{Store: s.Store, Key: key, Log: s.Log, File: ac.CheckpointFile, Now: s.clock.Now})
+	cp, err := audit.NewCheckpointer(audit.CheckpointerOptions{Store: s.Store.auditStore, Key: key, Log: s.Log, File: ac.CheckpointFile, Now: s.clock.Now})
 	if err != nil {
 		return nil, fmt.Errorf("audit.checkpointFile: %w", err)
 	}
@@ -575,7 +578,7 @@ func (s *Server) lead(ctx context.Context, c *kube.Cluster) error {
 	if err != nil {
 		return err
 	}
-	culler, err := cull.New(cull.Options{Store: s.Store, Templates: s.Catalog, Stopper: s.Workloads, Notifier: s.Store, Settings: s.Store, Log: s.Log, Now: s.clock.Now})
+	culler, err := cull.New(cull.Options{Store: s.Store.workloadStore, Templates: s.Catalog, Stopper: s.Workloads, Notifier: s.Store.governanceStore, Settings: s.Store.governanceStore, Log: s.Log, Now: s.clock.Now})
 	if err != nil {
 		return err
 	}

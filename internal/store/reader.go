@@ -8,13 +8,13 @@ import (
 	"sync"
 )
 
-// reader runs the single reads outside transactions, on SQLite through
+// Reader runs the single reads outside transactions, on SQLite through
 // prepared statements kept by their text: SQLite parses a statement anew on
 // every query otherwise, about a tenth of the CPU a page of 100 workloads
 // costs (database/sql prepares each statement once on each connection that
 // runs it). PostgreSQL's driver (pgx) keeps its own statement cache, and
 // database/sql's statements on top of it measured slower there.
-type reader struct {
+type Reader struct {
 	db    *sql.DB
 	cache bool
 
@@ -27,12 +27,16 @@ type reader struct {
 // kept, so the bound holds the fixed queries.
 const maxStatements = 256
 
-func newReader(db *sql.DB, cache bool) *reader {
-	return &reader{db: db, cache: cache, stmts: map[string]*sql.Stmt{}}
+func newReader(db *sql.DB, cache bool) *Reader {
+	return &Reader{db: db, cache: cache, stmts: map[string]*sql.Stmt{}}
 }
 
+// Read is the database's Reader: the single reads outside transactions
+// (on SQLite, a pool of read-only connections with the statements kept).
+func (s *DB) Read() *Reader { return s.read }
+
 // stmt is query's prepared statement, or nil when none is kept for it.
-func (r *reader) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
+func (r *Reader) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
 	if !r.cache || strings.Contains(query, " IN (") {
 		return nil, nil
 	}
@@ -61,7 +65,7 @@ func (r *reader) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
 }
 
 // QueryContext is sql.DB's, through the statement kept for query.
-func (r *reader) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+func (r *Reader) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
 	st, err := r.stmt(ctx, query)
 	if err != nil {
 		return nil, err
@@ -74,7 +78,7 @@ func (r *reader) QueryContext(ctx context.Context, query string, args ...any) (*
 
 // QueryRowContext is sql.DB's, through the statement kept for query; a
 // statement that cannot be prepared is the row's error.
-func (r *reader) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+func (r *Reader) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
 	st, err := r.stmt(ctx, query)
 	if err != nil || st == nil {
 		return r.db.QueryRowContext(ctx, query, args...)
@@ -82,9 +86,9 @@ func (r *reader) QueryRowContext(ctx context.Context, query string, args ...any)
 	return st.QueryRowContext(ctx, args...)
 }
 
-// Close closes the statements; closeDB also the pool (when it is not the
+// close closes the statements; closeDB also the pool (when it is not the
 // writer's).
-func (r *reader) Close(closeDB bool) error {
+func (r *Reader) close(closeDB bool) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var err error

@@ -19,7 +19,7 @@ func TestReaderStatements(t *testing.T) {
 	}
 	db.SetMaxOpenConns(4)
 	r := newReader(db, true)
-	defer r.Close(true)
+	defer r.close(true)
 	ctx := context.Background()
 	var wg sync.WaitGroup
 	for g := range 16 {

@@ -1,8 +1,13 @@
-// Package store owns Gantry's persistent state in SQL: SQLite (pure Go,
-// modernc.org/sqlite) as the embedded default and PostgreSQL (pgx) for several
-// replicas, with the same schema and queries, versioned migrations applied at
-// open, and every multi-row change in one transaction. It implements the stores
-// that the catalog and workload packages declare.
+// Package store is Gantry's database: SQLite (pure Go, modernc.org/sqlite)
+// as the embedded default and PostgreSQL (pgx) for several replicas, with
+// one schema, versioned migrations applied at open, and every multi-row
+// change in one transaction. It knows no domain type: the stores the domain
+// packages declare are its sub-packages, one per aggregate, each built on
+// one DB (workloads, accounts, auditlog, telemetrydb, governance,
+// changefeed). What they share is here: the transaction, the placeholder
+// rewrite for PostgreSQL, the reads through kept statements (Read), row
+// scanning (Collect), the change feed's writing half (AppendChange,
+// TxChanges) and the clock.
 package store
 
 import (
@@ -36,17 +41,16 @@ const (
 //go:embed migrations/*.sql
 var migrations embed.FS
 
-// Store is a Gantry database.
-type Store struct {
+// DB is a Gantry database, shared by the aggregate stores built on it.
+type DB struct {
 	db *sql.DB // writes and transactions
 	// read serves single reads outside transactions. On SQLite it is a pool
 	// of read-only connections beside db's one writer (WAL lets readers run
 	// while a write is in progress); on PostgreSQL it is db. Its statements
 	// are prepared once and kept.
-	read   *reader
+	read   *Reader
 	driver string
-	seen   seriesSeen // telemetry series this process has written
-	// changed wakes this process's change-feed follower (txChanges).
+	// changed wakes this process's change-feed follower (TxChanges).
 	changed chan struct{}
 	// now is the clock the store stamps and expires by (UseClock).
 	now atomic.Pointer[func() time.Time]
@@ -54,13 +58,14 @@ type Store struct {
 
 // UseClock makes the store stamp and expire by now (the server's clock)
 // instead of the wall clock it opens with.
-func (s *Store) UseClock(now func() time.Time) {
+func (s *DB) UseClock(now func() time.Time) {
 	if now != nil {
 		s.now.Store(&now)
 	}
 }
 
-func (s *Store) clock() time.Time {
+// Now is the time by the store's clock (UseClock).
+func (s *DB) Now() time.Time {
 	if f := s.now.Load(); f != nil {
 		return (*f)()
 	}
@@ -70,7 +75,7 @@ func (s *Store) clock() time.Time {
 // Open connects to the database and applies pending migrations. For SQLite, dsn
 // is a file path (created with its directory if missing); for PostgreSQL, a
 // connection string.
-func Open(ctx context.Context, driver, dsn string) (*Store, error) {
+func Open(ctx context.Context, driver, dsn string) (*DB, error) {
 	var db, read *sql.DB
 	var err error
 	switch driver {
@@ -112,7 +117,7 @@ func Open(ctx context.Context, driver, dsn string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", driver, err)
 	}
-	s := &Store{db: db, read: newReader(read, driver == SQLite), driver: driver, changed: make(chan struct{}, 1)}
+	s := &DB{db: db, read: newReader(read, driver == SQLite), driver: driver, changed: make(chan struct{}, 1)}
 	if err := db.PingContext(ctx); err != nil {
 		s.Close()
 		return nil, &fault.Unavailable{What: driver + " database", Err: err}
@@ -128,17 +133,20 @@ func Open(ctx context.Context, driver, dsn string) (*Store, error) {
 const readers = 8
 
 // Close closes the database.
-func (s *Store) Close() error {
-	err := s.read.Close(s.read.db != s.db)
+func (s *DB) Close() error {
+	err := s.read.close(s.read.db != s.db)
 	return errors.Join(err, s.db.Close())
 }
 
 // Ping checks that the database answers.
-func (s *Store) Ping(ctx context.Context) error { return s.db.PingContext(ctx) }
+func (s *DB) Ping(ctx context.Context) error { return s.db.PingContext(ctx) }
+
+// Driver is the database's driver: SQLite or Postgres.
+func (s *DB) Driver() string { return s.driver }
 
 // migrate applies every embedded migration not yet recorded, each in its own
 // transaction; on PostgreSQL an advisory lock keeps concurrent replicas apart.
-func (s *Store) migrate(ctx context.Context) error {
+func (s *DB) migrate(ctx context.Context) error {
 	if _, err := s.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at BIGINT NOT NULL)`); err != nil {
 		return fmt.Errorf("create schema_migrations: %w", err)
 	}
@@ -157,14 +165,14 @@ func (s *Store) migrate(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		err = s.tx(ctx, func(tx *sql.Tx) error {
+		err = s.Tx(ctx, func(tx *sql.Tx) error {
 			if s.driver == Postgres {
 				if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(7286152)`); err != nil {
 					return err
 				}
 			}
 			var n int
-			if err := tx.QueryRowContext(ctx, s.q(`SELECT COUNT(*) FROM schema_migrations WHERE version = ?`), version).Scan(&n); err != nil {
+			if err := tx.QueryRowContext(ctx, s.Q(`SELECT COUNT(*) FROM schema_migrations WHERE version = ?`), version).Scan(&n); err != nil {
 				return err
 			}
 			if n > 0 {
@@ -178,7 +186,7 @@ func (s *Store) migrate(ctx context.Context) error {
 					return err
 				}
 			}
-			_, err := tx.ExecContext(ctx, s.q(`INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)`), version, s.clock().UnixMicro())
+			_, err := tx.ExecContext(ctx, s.Q(`INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)`), version, s.Now().UnixMicro())
 			return err
 		})
 		if err != nil {
@@ -198,8 +206,8 @@ func stripComments(stmt string) string {
 	return b.String()
 }
 
-// tx runs fn in a transaction, committing when it returns nil.
-func (s *Store) tx(ctx context.Context, fn func(*sql.Tx) error) error {
+// Tx runs fn in a transaction, committing when it returns nil.
+func (s *DB) Tx(ctx context.Context, fn func(*sql.Tx) error) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
@@ -214,11 +222,28 @@ func (s *Store) tx(ctx context.Context, fn func(*sql.Tx) error) error {
 	return nil
 }
 
-// scanner is a *sql.Row or *sql.Rows.
-type scanner interface{ Scan(...any) error }
+// ExecContext runs a statement outside a transaction, on the writer.
+func (s *DB) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	return s.db.ExecContext(ctx, query, args...)
+}
 
-// collect scans every row with scan and closes rows.
-func collect[T any](rows *sql.Rows, scan func(scanner) (T, error)) ([]T, error) {
+// QueryContext runs a query on the writer (a read that must see every
+// write before it; other reads go through Read).
+func (s *DB) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	return s.db.QueryContext(ctx, query, args...)
+}
+
+// QueryRowContext runs a query of one row on the writer (a statement that
+// writes and returns, or a read that must see every write before it).
+func (s *DB) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	return s.db.QueryRowContext(ctx, query, args...)
+}
+
+// Scanner is a *sql.Row or *sql.Rows.
+type Scanner interface{ Scan(...any) error }
+
+// Collect scans every row with scan and closes rows.
+func Collect[T any](rows *sql.Rows, scan func(Scanner) (T, error)) ([]T, error) {
 	defer rows.Close()
 	out := []T{}
 	for rows.Next() {
@@ -231,8 +256,8 @@ func collect[T any](rows *sql.Rows, scan func(scanner) (T, error)) ([]T, error) 
 	return out, rows.Err()
 }
 
-// uniqueViolation reports whether err is a unique or primary key violation.
-func uniqueViolation(err error) bool {
+// UniqueViolation reports whether err is a unique or primary key violation.
+func UniqueViolation(err error) bool {
 	var pg *pgconn.PgError
 	if errors.As(err, &pg) {
 		return pg.Code == "23505"
@@ -240,8 +265,8 @@ func uniqueViolation(err error) bool {
 	return strings.Contains(err.Error(), "UNIQUE constraint failed") // SQLite
 }
 
-// q rewrites ? placeholders as $1, $2... for PostgreSQL.
-func (s *Store) q(query string) string {
+// Q rewrites ? placeholders as $1, $2... for PostgreSQL.
+func (s *DB) Q(query string) string {
 	if s.driver != Postgres {
 		return query
 	}
@@ -256,4 +281,12 @@ func (s *Store) q(query string) string {
 		b.WriteRune(r)
 	}
 	return b.String()
+}
+
+// BoolInt is b as the database keeps it: 1 or 0.
+func BoolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

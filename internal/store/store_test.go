@@ -29,7 +29,13 @@ import (
 	"github.com/gantryhq/gantry/internal/overlay"
 	"github.com/gantryhq/gantry/internal/overrides"
 	"github.com/gantryhq/gantry/internal/store"
+	"github.com/gantryhq/gantry/internal/store/accounts"
+	"github.com/gantryhq/gantry/internal/store/auditlog"
+	"github.com/gantryhq/gantry/internal/store/changefeed"
+	"github.com/gantryhq/gantry/internal/store/governance"
 	"github.com/gantryhq/gantry/internal/store/storetest"
+	"github.com/gantryhq/gantry/internal/store/telemetrydb"
+	"github.com/gantryhq/gantry/internal/store/workloads"
 	"github.com/gantryhq/gantry/internal/team"
 	"github.com/gantryhq/gantry/internal/telemetry"
 	"github.com/gantryhq/gantry/internal/template"
@@ -43,18 +49,47 @@ import (
 // The databases the last backends() opener made, for benchmark baselines.
 var lastSQLite, lastPostgres string
 
+// stores is every aggregate store over one database, built as the server
+// builds them; the suite calls each through the methods promoted here, and
+// hands a service the one aggregate store its interface names.
+type stores struct {
+	*store.DB
+	*workloadStore
+	*accountStore
+	*auditStore
+	*telemetryStore
+	*governanceStore
+	*feedStore
+}
+
+// The aggregate stores, named for embedding in stores.
+type (
+	workloadStore   = workloads.Store
+	accountStore    = accounts.Store
+	auditStore      = auditlog.Store
+	telemetryStore  = telemetrydb.Store
+	governanceStore = governance.Store
+	feedStore       = changefeed.Store
+)
+
+// openStores opens a database and builds its stores; it is closed when t ends.
+func openStores(t testing.TB, driver, dsn string) *stores {
+	t.Helper()
+	db, err := store.Open(context.Background(), driver, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return &stores{db, workloads.New(db), accounts.New(db), auditlog.New(db), telemetrydb.New(db), governance.New(db), changefeed.New(db)}
+}
+
 // backends opens a fresh, empty database of each kind. PostgreSQL comes from
 // GANTRY_TEST_POSTGRES_DSN (make test starts one); each test gets its own schema.
-func backends(t testing.TB) map[string]func(testing.TB) *store.Store {
-	m := map[string]func(testing.TB) *store.Store{
-		"sqlite": func(t testing.TB) *store.Store {
+func backends(t testing.TB) map[string]func(testing.TB) *stores {
+	m := map[string]func(testing.TB) *stores{
+		"sqlite": func(t testing.TB) *stores {
 			lastSQLite = filepath.Join(t.TempDir(), "gantry.db")
-			s, err := store.Open(context.Background(), store.SQLite, lastSQLite)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { s.Close() })
-			return s
+			return openStores(t, store.SQLite, lastSQLite)
 		},
 	}
 	dsn := os.Getenv("GANTRY_TEST_POSTGRES_DSN")
@@ -65,14 +100,9 @@ func backends(t testing.TB) map[string]func(testing.TB) *store.Store {
 		t.Log("GANTRY_TEST_POSTGRES_DSN not set: PostgreSQL skipped (make test runs it)")
 		return m
 	}
-	m["postgres"] = func(t testing.TB) *store.Store {
+	m["postgres"] = func(t testing.TB) *stores {
 		lastPostgres = storetest.PostgresDSN(t)
-		s, err := store.Open(context.Background(), store.Postgres, lastPostgres)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		return s
+		return openStores(t, store.Postgres, lastPostgres)
 	}
 	return m
 }
@@ -123,10 +153,10 @@ func TestConformance(t *testing.T) {
 	}
 }
 
-func testTemplateVersions(t *testing.T, s *store.Store) {
+func testTemplateVersions(t *testing.T, s *stores) {
 	ctx := context.Background()
 	classes, tpls, _ := starter(t)
-	cat := newCatalog(t, s, classes)
+	cat := newCatalog(t, s.governanceStore, classes)
 	nb := tpls["jupyter-notebook"]
 	v1, err := cat.Create(ctx, "alice", nb)
 	if err != nil || v1.Version != 1 || v1.CreatedBy != "alice" {
@@ -179,10 +209,10 @@ func testTemplateVersions(t *testing.T, s *store.Store) {
 	}
 }
 
-func testAtomicApply(t *testing.T, s *store.Store) {
+func testAtomicApply(t *testing.T, s *stores) {
 	ctx := context.Background()
 	classes, _, files := starter(t)
-	cat := newCatalog(t, s, classes)
+	cat := newCatalog(t, s.governanceStore, classes)
 	seeded, err := cat.Seed(ctx, "gitops", files)
 	if err != nil || !seeded {
 		t.Fatalf("seed: %v %v", seeded, err)
@@ -233,10 +263,10 @@ func testAtomicApply(t *testing.T, s *store.Store) {
 	}
 }
 
-func testConcurrentUpdates(t *testing.T, s *store.Store) {
+func testConcurrentUpdates(t *testing.T, s *stores) {
 	ctx := context.Background()
 	classes, tpls, _ := starter(t)
-	cat := newCatalog(t, s, classes)
+	cat := newCatalog(t, s.governanceStore, classes)
 	base := tpls["vllm-inference"]
 	if _, err := cat.Create(ctx, "a", base); err != nil {
 		t.Fatal(err)
@@ -294,10 +324,10 @@ func race(t *testing.T, n int, write func(i int) error) (wins, conflicts int) {
 // counter and writing it plus one, lose none of their writes; an updater's
 // error writes nothing; an unchanged record is not written; a missing one is
 // not found.
-func testUpdateWorkload(t *testing.T, s *store.Store) {
+func testUpdateWorkload(t *testing.T, s *stores) {
 	ctx := context.Background()
 	classes, _, files := starter(t)
-	if _, err := newCatalog(t, s, classes).Seed(ctx, "gitops", files); err != nil {
+	if _, err := newCatalog(t, s.governanceStore, classes).Seed(ctx, "gitops", files); err != nil {
 		t.Fatal(err)
 	}
 	at := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
@@ -371,10 +401,10 @@ func testUpdateWorkload(t *testing.T, s *store.Store) {
 	}
 }
 
-func testWorkloads(t *testing.T, s *store.Store) {
+func testWorkloads(t *testing.T, s *stores) {
 	ctx := identity.With(context.Background(), identity.Identity{Issuer: "https://idp.test", Subject: "tester"})
 	classes, _, files := starter(t)
-	cat := newCatalog(t, s, classes)
+	cat := newCatalog(t, s.governanceStore, classes)
 	if _, err := cat.Seed(ctx, "gitops", files); err != nil {
 		t.Fatal(err)
 	}
@@ -382,7 +412,7 @@ func testWorkloads(t *testing.T, s *store.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := workload.New(workload.Options{Store: s, Templates: cat, Namespace: namespace, Images: images, Authorizer: workloadtest.AllowAll{}, Budgets: workloadtest.NoBudgets{}, Now: time.Now})
+	svc, err := workload.New(workload.Options{Store: s.workloadStore, Templates: cat, Namespace: namespace, Images: images, Authorizer: workloadtest.AllowAll{}, Budgets: workloadtest.NoBudgets{}, Now: time.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -515,7 +545,7 @@ func TestReopenKeepsData(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := newCatalog(t, s, classes).Create(ctx, "a", tpls["dev-environment"]); err != nil {
+			if _, err := newCatalog(t, governance.New(s), classes).Create(ctx, "a", tpls["dev-environment"]); err != nil {
 				t.Fatal(err)
 			}
 			s.Close()
@@ -524,7 +554,7 @@ func TestReopenKeepsData(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer s.Close()
-			if v, err := newCatalog(t, s, classes).Get(ctx, "dev-environment", 0); err != nil || v.Version != 1 {
+			if v, err := newCatalog(t, governance.New(s), classes).Get(ctx, "dev-environment", 0); err != nil || v.Version != 1 {
 				t.Fatalf("after reopen: %v", err)
 			}
 		})
@@ -541,10 +571,10 @@ func isNotFound(err error) bool {
 	return errors.As(err, &n)
 }
 
-func testTokens(t *testing.T, s *store.Store) {
+func testTokens(t *testing.T, s *stores) {
 	ann := identity.Identity{Issuer: "https://idp", Subject: "ann", Email: "ann@example.com", Groups: []string{"ml-vision", "staff"}}
 	ctx := identity.With(context.Background(), ann)
-	users, err := user.New(user.Options{Store: s, MaxGroupAge: 24 * time.Hour, Now: time.Now})
+	users, err := user.New(user.Options{Store: s.accountStore, MaxGroupAge: 24 * time.Hour, Now: time.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -555,7 +585,7 @@ func testTokens(t *testing.T, s *store.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := token.New(token.Options{Store: s, Owners: users, Teams: policy, Now: time.Now})
+	svc, err := token.New(token.Options{Store: s.accountStore, Owners: users, Teams: policy, Now: time.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -590,7 +620,7 @@ func testTokens(t *testing.T, s *store.Store) {
 }
 
 // testAudit: concurrent appends still make one unbroken chain.
-func testAudit(t *testing.T, s *store.Store) {
+func testAudit(t *testing.T, s *stores) {
 	ctx := context.Background()
 	var wg sync.WaitGroup
 	for i := range 10 {
@@ -603,7 +633,7 @@ func testAudit(t *testing.T, s *store.Store) {
 		}()
 	}
 	wg.Wait()
-	n, problems, err := audit.Verify(ctx, s)
+	n, problems, err := audit.Verify(ctx, s.auditStore)
 	if err != nil || n != 10 || len(problems) != 0 {
 		t.Fatalf("%d records, problems %v, %v", n, problems, err)
 	}
@@ -635,7 +665,7 @@ func testAudit(t *testing.T, s *store.Store) {
 
 // testAuditCheckpoints: the head of the log is read back, checkpoints round
 // trip in sequence order, and a second checkpoint of one record is a conflict.
-func testAuditCheckpoints(t *testing.T, s *store.Store) {
+func testAuditCheckpoints(t *testing.T, s *stores) {
 	ctx := context.Background()
 	if _, ok, err := s.LatestAudit(ctx); ok || err != nil {
 		t.Fatalf("empty log has a head: %v %v", ok, err)
@@ -674,7 +704,7 @@ func testAuditCheckpoints(t *testing.T, s *store.Store) {
 	}
 }
 
-func testSessions(t *testing.T, s *store.Store) {
+func testSessions(t *testing.T, s *stores) {
 	ctx := context.Background()
 	l := weblogin.Login{StateHash: "h1", Nonce: "n", Verifier: "v", ReturnTo: "/x", ExpiresAt: time.Now().Add(time.Minute).UTC().Truncate(time.Microsecond)}
 	if err := s.CreateLogin(ctx, l); err != nil {
@@ -709,7 +739,7 @@ func testSessions(t *testing.T, s *store.Store) {
 
 // testActivity: the newest use of a workload wins, an older report never
 // replaces it, and a workload never used has none.
-func testActivity(t *testing.T, s *store.Store) {
+func testActivity(t *testing.T, s *stores) {
 	ctx := context.Background()
 	t1 := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
 	t2 := t1.Add(time.Minute)
@@ -738,10 +768,10 @@ func testActivity(t *testing.T, s *store.Store) {
 // testMetering: the price and running time round-trip, each run is
 // recorded as the lifecycle moves RunningSince, and runs are listed by
 // period and team.
-func testMetering(t *testing.T, s *store.Store) {
+func testMetering(t *testing.T, s *stores) {
 	ctx := context.Background()
 	classes, _, files := starter(t)
-	if _, err := newCatalog(t, s, classes).Seed(ctx, "gitops", files); err != nil {
+	if _, err := newCatalog(t, s.governanceStore, classes).Seed(ctx, "gitops", files); err != nil {
 		t.Fatal(err)
 	}
 	at := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
@@ -811,10 +841,10 @@ func testMetering(t *testing.T, s *store.Store) {
 // webhook, even concurrently; the outbox gives due messages until they are
 // delivered or given up; a workload's approval round-trips and expired
 // approvals are found.
-func testGovernance(t *testing.T, s *store.Store) {
+func testGovernance(t *testing.T, s *stores) {
 	ctx := context.Background()
 	classes, _, files := starter(t)
-	if _, err := newCatalog(t, s, classes).Seed(ctx, "gitops", files); err != nil {
+	if _, err := newCatalog(t, s.governanceStore, classes).Seed(ctx, "gitops", files); err != nil {
 		t.Fatal(err)
 	}
 	at := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
@@ -1027,7 +1057,7 @@ func testGovernance(t *testing.T, s *store.Store) {
 
 // testOverlays: an edit replaces the one of its kind and key (not another
 // kind's of the same key), round-trips who and when, and is removed once.
-func testOverlays(t *testing.T, s *store.Store) {
+func testOverlays(t *testing.T, s *stores) {
 	ctx := context.Background()
 	at := time.Date(2026, 12, 1, 9, 0, 0, 123000, time.UTC)
 	put := func(kind, key, value string, by string) {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/store"
+	"github.com/gantryhq/gantry/internal/store/telemetrydb"
 	"github.com/gantryhq/gantry/internal/telemetry"
 	"github.com/gantryhq/gantry/internal/telemetry/sourcetest"
 )
@@ -58,7 +59,7 @@ func newService(t *testing.T, now time.Time) (*telemetry.Service, *clock, *healt
 	t.Cleanup(func() { st.Close() })
 	c := &clock{now: now}
 	h := &healthCalls{}
-	s, err := telemetry.New(telemetry.Options{Store: st, Now: c.Now, Health: h, Pods: pods{
+	s, err := telemetry.New(telemetry.Options{Store: telemetrydb.New(st), Now: c.Now, Health: h, Pods: pods{
 		"gantry-vision/train-abcde": {Found: true, Node: "n1", Workload: "w1"},
 		"gantry-nlp/serve-xyz12":    {Found: true, Node: "n2", Workload: "w2"},
 		"kube-system/other":         {Found: true, Node: "n1"},
@@ -350,7 +351,7 @@ func TestSourceConformance(t *testing.T) {
 		for _, r := range rs {
 			located[r.Pod.Namespace+"/"+r.Pod.Name] = telemetry.PodPlace{Found: true, Node: "n1", Workload: r.Workload}
 		}
-		s, err := telemetry.New(telemetry.Options{Store: st, Pods: located, Now: time.Now})
+		s, err := telemetry.New(telemetry.Options{Store: telemetrydb.New(st), Pods: located, Now: time.Now})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/store"
+	"github.com/gantryhq/gantry/internal/store/accounts"
 	"github.com/gantryhq/gantry/internal/user"
 )
 
@@ -20,7 +21,7 @@ func TestObserveAndCurrent(t *testing.T) {
 	}
 	defer st.Close()
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	svc, err := user.New(user.Options{Store: st, MaxGroupAge: 24 * time.Hour, Now: func() time.Time { return now }})
+	svc, err := user.New(user.Options{Store: accounts.New(st), MaxGroupAge: 24 * time.Hour, Now: func() time.Time { return now }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +72,7 @@ func TestObserveAndCurrent(t *testing.T) {
 
 // countingStore counts UsersByKey reads of the real store.
 type countingStore struct {
-	*store.Store
+	*accounts.Store
 	reads int
 }
 
@@ -90,7 +91,7 @@ func TestNamesCached(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	cs := &countingStore{Store: st}
+	cs := &countingStore{Store: accounts.New(st)}
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	svc, err := user.New(user.Options{Store: cs, MaxGroupAge: 24 * time.Hour, Now: func() time.Time { return now }})
 	if err != nil {

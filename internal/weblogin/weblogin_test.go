@@ -23,6 +23,7 @@ import (
 	"github.com/gantryhq/gantry/internal/devidp"
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/store"
+	"github.com/gantryhq/gantry/internal/store/accounts"
 	"github.com/gantryhq/gantry/internal/token"
 	"github.com/gantryhq/gantry/internal/user"
 	"github.com/gantryhq/gantry/internal/weblogin"
@@ -33,7 +34,7 @@ var alice = devidp.User{Username: "alice", Password: "pw", Name: "Alice", Email:
 // tamper lets a test change a login on its way out of the real store, to
 // stand for a callback whose nonce or verifier do not match.
 type tamper struct {
-	*store.Store
+	*accounts.Store
 	login func(*weblogin.Login)
 }
 
@@ -73,11 +74,12 @@ func setup(t *testing.T) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := store.Open(ctx, store.SQLite, filepath.Join(t.TempDir(), "g.db"))
+	db, err := store.Open(ctx, store.SQLite, filepath.Join(t.TempDir(), "g.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { st.Close() })
+	t.Cleanup(func() { db.Close() })
+	st := accounts.New(db)
 	tp := &tamper{Store: st}
 	users, err := user.New(user.Options{Store: st, MaxGroupAge: 24 * time.Hour, Now: time.Now})
 	if err != nil {
@@ -197,11 +199,12 @@ func TestCallbacksFailSafely(t *testing.T) {
 func BenchmarkAuthenticate(b *testing.B) {
 	ctx := context.Background()
 	path := filepath.Join(b.TempDir(), "g.db")
-	st, err := store.Open(ctx, store.SQLite, path)
+	database, err := store.Open(ctx, store.SQLite, path)
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer st.Close()
+	defer database.Close()
+	st := accounts.New(database)
 	users, err := user.New(user.Options{Store: st, MaxGroupAge: 24 * time.Hour, Now: time.Now})
 	if err != nil {
 		b.Fatal(err)

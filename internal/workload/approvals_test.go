@@ -11,6 +11,8 @@ import (
 	"github.com/gantryhq/gantry/internal/budget"
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/identity"
+	"github.com/gantryhq/gantry/internal/store/auditlog"
+	"github.com/gantryhq/gantry/internal/store/governance"
 	"github.com/gantryhq/gantry/internal/team"
 	"github.com/gantryhq/gantry/internal/template"
 	"github.com/gantryhq/gantry/internal/workload"
@@ -49,7 +51,7 @@ func withRules(t *testing.T, r rules, kueue bool) *harness {
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, err := budget.New(budget.Options{Rules: r, Readers: workloadtest.AllowAll{}, Spender: meter, Store: h.store,
+		b, err := budget.New(budget.Options{Rules: r, Readers: workloadtest.AllowAll{}, Spender: meter, Store: budgetStore{governance.New(h.db), auditlog.New(h.db)},
 			Log: slog.New(slog.DiscardHandler), Now: h.clock, Fresh: time.Nanosecond})
 		if err != nil {
 			t.Fatal(err)
@@ -57,6 +59,19 @@ func withRules(t *testing.T, r rules, kueue bool) *harness {
 		return b
 	}, kueue)
 }
+
+// budgetStore is budget.Store: the teams and budget alerts (governance),
+// and the audit log an alert is recorded in.
+type budgetStore struct {
+	*governanceStore
+	*auditStore
+}
+
+// The aggregate stores, named for embedding in budgetStore.
+type (
+	governanceStore = governance.Store
+	auditStore      = auditlog.Store
+)
 
 func as(subject string) context.Context {
 	return identity.With(context.Background(), identity.Identity{Issuer: "https://idp.test", Subject: subject})

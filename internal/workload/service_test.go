@@ -17,6 +17,9 @@ import (
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/store"
+	"github.com/gantryhq/gantry/internal/store/governance"
+	"github.com/gantryhq/gantry/internal/store/telemetrydb"
+	"github.com/gantryhq/gantry/internal/store/workloads"
 	"github.com/gantryhq/gantry/internal/team"
 	"github.com/gantryhq/gantry/internal/telemetry"
 	"github.com/gantryhq/gantry/internal/template"
@@ -27,13 +30,15 @@ import (
 // harness is the workload service on a real SQLite store with the starter
 // catalog, an in-memory cluster and a clock the test moves.
 type harness struct {
-	svc     *workload.Service
-	store   *store.Store
-	cluster *workloadtest.Cluster
-	cat     *catalog.Service
-	dbPath  string
-	mu      sync.Mutex
-	now     time.Time
+	svc       *workload.Service
+	db        *store.DB
+	store     *workloads.Store   // the workloads
+	telemetry *telemetrydb.Store // GPU samples, for the used and idle split
+	cluster   *workloadtest.Cluster
+	cat       *catalog.Service
+	dbPath    string
+	mu        sync.Mutex
+	now       time.Time
 }
 
 func (h *harness) clock() time.Time {
@@ -60,23 +65,24 @@ func newHarnessWith(t testing.TB, budgets func(*harness) workload.Budgets, kueue
 		t.Fatal(err)
 	}
 	dbPath := filepath.Join(t.TempDir(), "w.db")
-	st, err := store.Open(ctx, store.SQLite, dbPath)
+	db, err := store.Open(ctx, store.SQLite, dbPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { st.Close() })
+	t.Cleanup(func() { db.Close() })
+	st := workloads.New(db)
 	_, images, err := devregistry.StartDir(ctx, "../../images", classes)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cat, err := catalog.New(catalog.Options{Store: st, Classes: classes, Images: images.Catalog, Now: time.Now})
+	cat, err := catalog.New(catalog.Options{Store: governance.New(db), Classes: classes, Images: images.Catalog, Now: time.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := cat.Seed(ctx, "seed", files); err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{store: st, dbPath: dbPath, cluster: workloadtest.NewCluster(), now: time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)}
+	h := &harness{db: db, store: st, telemetry: telemetrydb.New(db), dbPath: dbPath, cluster: workloadtest.NewCluster(), now: time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)}
 	h.cat = cat
 	var b workload.Budgets = workloadtest.NoBudgets{}
 	if budgets != nil {
@@ -448,10 +454,10 @@ func TestMetering(t *testing.T) {
 	series := telemetry.SeriesKey{Node: "n1", Device: telemetry.Device{GPU: "GPU-a"}, Workload: train.ID}
 	v := telemetry.NoValues()
 	v[telemetry.GPUUtil] = 80
-	if err := h.store.AppendSamples(context.Background(), []telemetry.Stored{{Series: series, Time: hour, Share: 1, Values: v}}); err != nil {
+	if err := h.telemetry.AppendSamples(context.Background(), []telemetry.Stored{{Series: series, Time: hour, Share: 1, Values: v}}); err != nil {
 		t.Fatal(err)
 	}
-	recs, err := h.store.WorkloadSeries(context.Background(), train.ID)
+	recs, err := h.telemetry.WorkloadSeries(context.Background(), train.ID)
 	if err != nil || len(recs) != 1 {
 		t.Fatalf("series %v %v", recs, err)
 	}
@@ -462,7 +468,7 @@ func TestMetering(t *testing.T) {
 			avg[telemetry.GPUUtil] = 80
 		}
 		b := hour.Add(time.Duration(i) * time.Minute)
-		if err := h.store.WriteRollups(context.Background(), telemetry.Minute, telemetry.Pending{Bucket: b},
+		if err := h.telemetry.WriteRollups(context.Background(), telemetry.Minute, telemetry.Pending{Bucket: b},
 			[]telemetry.Rollup{{Series: recs[0].ID, Bucket: b, N: 6, Avg: avg, Max: avg, P95: avg}}); err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package store
+package governance
 
 import (
 	"context"
@@ -6,12 +6,13 @@ import (
 	"time"
 
 	"github.com/gantryhq/gantry/internal/overlay"
+	"github.com/gantryhq/gantry/internal/store"
 )
 
 // PutOverlay implements overlay.Store: the edit replaces any of its kind and key.
 func (s *Store) PutOverlay(ctx context.Context, e overlay.Edit) error {
 	// One statement: concurrent edits of one key replace each other.
-	if _, err := s.db.ExecContext(ctx, s.q(`INSERT INTO overlays (kind, key, value, by_whom, at) VALUES (?, ?, ?, ?, ?)
+	if _, err := s.db.ExecContext(ctx, s.db.Q(`INSERT INTO overlays (kind, key, value, by_whom, at) VALUES (?, ?, ?, ?, ?)
 		ON CONFLICT (kind, key) DO UPDATE SET value = excluded.value, by_whom = excluded.by_whom, at = excluded.at`),
 		e.Kind, e.Key, string(e.Value), e.By, e.At.UnixMicro()); err != nil {
 		return fmt.Errorf("record the %s edit of %s: %w", e.Kind, e.Key, err)
@@ -21,7 +22,7 @@ func (s *Store) PutOverlay(ctx context.Context, e overlay.Edit) error {
 
 // DeleteOverlay implements overlay.Store.
 func (s *Store) DeleteOverlay(ctx context.Context, kind, key string) (bool, error) {
-	r, err := s.db.ExecContext(ctx, s.q(`DELETE FROM overlays WHERE kind = ? AND key = ?`), kind, key)
+	r, err := s.db.ExecContext(ctx, s.db.Q(`DELETE FROM overlays WHERE kind = ? AND key = ?`), kind, key)
 	if err != nil {
 		return false, fmt.Errorf("remove the %s edit of %s: %w", kind, key, err)
 	}
@@ -35,7 +36,7 @@ func (s *Store) Overlays(ctx context.Context) ([]overlay.Edit, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list the edits: %w", err)
 	}
-	return collect(rows, func(r scanner) (overlay.Edit, error) {
+	return store.Collect(rows, func(r store.Scanner) (overlay.Edit, error) {
 		var e overlay.Edit
 		var value string
 		var at int64

@@ -1,4 +1,11 @@
-package store
+// Package workloads stores Gantry's workloads: their records (launch,
+// lifecycle, approval, history), their runs for costs over a period, the
+// last use a person made of each, and the GPU use telemetry measured for
+// them (read here, for metering and idle culling; written by telemetrydb).
+// Every change a live connection must hear of is appended to the change
+// feed in the transaction that makes it. It implements workload.Store and
+// cull.Store.
+package workloads
 
 import (
 	"context"
@@ -10,12 +17,25 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gantryhq/gantry/internal/cull"
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/live"
+	"github.com/gantryhq/gantry/internal/store"
 	"github.com/gantryhq/gantry/internal/team"
 	"github.com/gantryhq/gantry/internal/template"
 	"github.com/gantryhq/gantry/internal/workload"
 )
+
+// Store is the workloads of one database.
+type Store struct{ db *store.DB }
+
+var (
+	_ workload.Store = (*Store)(nil)
+	_ cull.Store     = (*Store)(nil)
+)
+
+// New is the workloads of db.
+func New(db *store.DB) *Store { return &Store{db: db} }
 
 const workloadColumns = `id, name, team, owner, template, template_version, kind, gpu_class, mig_profile, gpu_count, parameters, objects_hash, status, created_at, updated_at, applied_hash, reason, idempotency_key, request_hash, endpoint, image, tee, expires_at, price_per_hour, running_us, running_since, approval_why, approval_expires, approval_decision, approval_by, approval_note, approval_at, spot_evictions, started_at, ended_at, attempts, exit_code, held`
 
@@ -25,19 +45,19 @@ func (s *Store) CreateWorkload(ctx context.Context, w workload.Workload) error {
 	if err != nil {
 		return err
 	}
-	err = s.tx(ctx, func(tx *sql.Tx) error {
+	err = s.db.Tx(ctx, func(tx *sql.Tx) error {
 		if w.Status == workload.PendingApproval {
 			// The cap on one person's launches waiting for approval in a
 			// team is decided here, in the transaction that inserts: on
 			// PostgreSQL a lock per team and owner queues concurrent
 			// launches; SQLite's write transactions are exclusive.
-			if s.driver == Postgres {
+			if s.db.Driver() == store.Postgres {
 				if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtext($1))`, "pending/"+w.Team.String()+"/"+w.Owner); err != nil {
 					return err
 				}
 			}
 			var n int
-			if err := tx.QueryRowContext(ctx, s.q(`SELECT COUNT(*) FROM workloads WHERE team = ? AND owner = ? AND status = ?`),
+			if err := tx.QueryRowContext(ctx, s.db.Q(`SELECT COUNT(*) FROM workloads WHERE team = ? AND owner = ? AND status = ?`),
 				w.Team.String(), w.Owner, string(workload.PendingApproval)).Scan(&n); err != nil {
 				return err
 			}
@@ -45,12 +65,12 @@ func (s *Store) CreateWorkload(ctx context.Context, w workload.Workload) error {
 				return &workload.PendingLimit{Waiting: n}
 			}
 		}
-		_, err := tx.ExecContext(ctx, s.q(`INSERT INTO workloads (`+workloadColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+		_, err := tx.ExecContext(ctx, s.db.Q(`INSERT INTO workloads (`+workloadColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 			w.ID, w.Name, w.Team, w.Owner, w.Template, w.TemplateVersion, w.Kind, w.GPUClass, w.MIGProfile, w.GPUCount,
 			string(params), w.ObjectsHash, string(w.Status), w.CreatedAt.UnixMicro(), w.UpdatedAt.UnixMicro(), w.AppliedHash, w.Reason,
 			nullable(w.IdempotencyKey), w.RequestHash, w.Endpoint, w.Image, w.TEE, micros(w.ExpiresAt), w.PricePerHour, w.RunningFor.Microseconds(), micros(w.RunningSince),
 			w.Approval.Why, micros(w.Approval.Expires), w.Approval.Decision, w.Approval.By, w.Approval.Note, micros(w.Approval.At), strings.Join(w.SpotEvictions, ","),
-			micros(w.StartedAt), micros(w.EndedAt), w.Attempts, exitCode(w.ExitCode), boolInt(w.Held))
+			micros(w.StartedAt), micros(w.EndedAt), w.Attempts, exitCode(w.ExitCode), store.BoolInt(w.Held))
 		return err
 	})
 	var limit *workload.PendingLimit
@@ -58,7 +78,7 @@ func (s *Store) CreateWorkload(ctx context.Context, w workload.Workload) error {
 		return err
 	}
 	if err != nil {
-		if w.IdempotencyKey != "" && uniqueViolation(err) {
+		if w.IdempotencyKey != "" && store.UniqueViolation(err) {
 			return &fault.Conflict{Kind: "workload", Name: w.IdempotencyKey, Reason: "Idempotency-Key already used"}
 		}
 		return fmt.Errorf("insert workload %s: %w", w.ID, err)
@@ -66,7 +86,7 @@ func (s *Store) CreateWorkload(ctx context.Context, w workload.Workload) error {
 	return nil
 }
 
-func scanWorkload(row scanner) (workload.Workload, error) {
+func scanWorkload(row store.Scanner) (workload.Workload, error) {
 	var w workload.Workload
 	var params, status string
 	var created, updated, expires, runningUS, runningSince, approvalExpires, approvalAt int64
@@ -135,7 +155,7 @@ func nullable(s string) any {
 
 // WorkloadByIdempotencyKey implements workload.Store.
 func (s *Store) WorkloadByIdempotencyKey(ctx context.Context, owner, key string) (workload.Workload, error) {
-	w, err := scanWorkload(s.read.QueryRowContext(ctx, s.q(`SELECT `+workloadColumns+` FROM workloads WHERE owner = ? AND idempotency_key = ?`), owner, key))
+	w, err := scanWorkload(s.db.Read().QueryRowContext(ctx, s.db.Q(`SELECT `+workloadColumns+` FROM workloads WHERE owner = ? AND idempotency_key = ?`), owner, key))
 	if errors.Is(err, sql.ErrNoRows) {
 		return w, &fault.NotFound{Kind: "workload", Name: "Idempotency-Key " + key}
 	}
@@ -147,7 +167,7 @@ func (s *Store) WorkloadByIdempotencyKey(ctx context.Context, owner, key string)
 
 // Workload implements workload.Store.
 func (s *Store) Workload(ctx context.Context, id string) (workload.Workload, error) {
-	w, err := scanWorkload(s.read.QueryRowContext(ctx, s.q(`SELECT `+workloadColumns+` FROM workloads WHERE id = ?`), id))
+	w, err := scanWorkload(s.db.Read().QueryRowContext(ctx, s.db.Q(`SELECT `+workloadColumns+` FROM workloads WHERE id = ?`), id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return w, &fault.NotFound{Kind: "workload", Name: id}
 	}
@@ -200,11 +220,11 @@ func (s *Store) ListWorkloads(ctx context.Context, f workload.Filter) ([]workloa
 
 // queryWorkloads runs a query selecting workloadColumns and scans every row.
 func (s *Store) queryWorkloads(ctx context.Context, what, query string, args ...any) ([]workload.Workload, error) {
-	rows, err := s.read.QueryContext(ctx, s.q(query), args...)
+	rows, err := s.db.Read().QueryContext(ctx, s.db.Q(query), args...)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	return collect(rows, scanWorkload)
+	return store.Collect(rows, scanWorkload)
 }
 
 func sameCode(a, b *int) bool { return (a == nil) == (b == nil) && (a == nil || *a == *b) }
@@ -218,12 +238,12 @@ func sameCode(a, b *int) bool { return (a == nil) == (b == nil) && (a == nil || 
 // when they are unchanged. fn must not use the store.
 func (s *Store) UpdateWorkload(ctx context.Context, id string, fn func(workload.Workload) (workload.Workload, error)) (workload.Workload, error) {
 	var out workload.Workload
-	err := s.txChanges(ctx, func(tx *sql.Tx) error {
+	err := s.db.TxChanges(ctx, func(tx *sql.Tx) error {
 		query := `SELECT ` + workloadColumns + ` FROM workloads WHERE id = ?`
-		if s.driver == Postgres {
+		if s.db.Driver() == store.Postgres {
 			query += ` FOR UPDATE`
 		}
-		old, err := scanWorkload(tx.QueryRowContext(ctx, s.q(query), id))
+		old, err := scanWorkload(tx.QueryRowContext(ctx, s.db.Q(query), id))
 		if errors.Is(err, sql.ErrNoRows) {
 			return &fault.NotFound{Kind: "workload", Name: id}
 		}
@@ -233,7 +253,7 @@ func (s *Store) UpdateWorkload(ctx context.Context, id string, fn func(workload.
 		// Its last use, under the row's lock: TouchWorkload takes the same
 		// lock, so a use is either seen here or recorded after this commits.
 		var used int64
-		if err := tx.QueryRowContext(ctx, s.q(`SELECT at FROM workload_activity WHERE workload_id = ?`), id).Scan(&used); err == nil {
+		if err := tx.QueryRowContext(ctx, s.db.Q(`SELECT at FROM workload_activity WHERE workload_id = ?`), id).Scan(&used); err == nil {
 			old.LastUsed = time.UnixMicro(used).UTC()
 		} else if !errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("last use of workload %s: %w", id, err)
@@ -253,29 +273,29 @@ func (s *Store) UpdateWorkload(ctx context.Context, id string, fn func(workload.
 			out.UpdatedAt = old.UpdatedAt
 			return nil
 		}
-		_, err = tx.ExecContext(ctx, s.q(`UPDATE workloads SET status = ?, reason = ?, applied_hash = ?, endpoint = ?, expires_at = ?, updated_at = ?, running_us = ?, running_since = ?,
+		_, err = tx.ExecContext(ctx, s.db.Q(`UPDATE workloads SET status = ?, reason = ?, applied_hash = ?, endpoint = ?, expires_at = ?, updated_at = ?, running_us = ?, running_since = ?,
 			approval_why = ?, approval_expires = ?, approval_decision = ?, approval_by = ?, approval_note = ?, approval_at = ?, spot_evictions = ?,
 			started_at = ?, ended_at = ?, attempts = ?, exit_code = ?, held = ? WHERE id = ?`),
 			string(w.Status), w.Reason, w.AppliedHash, w.Endpoint, micros(w.ExpiresAt), w.UpdatedAt.UnixMicro(), w.RunningFor.Microseconds(), micros(w.RunningSince),
 			w.Approval.Why, micros(w.Approval.Expires), w.Approval.Decision, w.Approval.By, w.Approval.Note, micros(w.Approval.At), strings.Join(w.SpotEvictions, ","),
-			micros(w.StartedAt), micros(w.EndedAt), w.Attempts, exitCode(w.ExitCode), boolInt(w.Held), id)
+			micros(w.StartedAt), micros(w.EndedAt), w.Attempts, exitCode(w.ExitCode), store.BoolInt(w.Held), id)
 		if err != nil {
 			return fmt.Errorf("update workload %s: %w", id, err)
 		}
 		// Its runs, for costs over a period: one begins when RunningSince is
 		// set, and ends when it is cleared.
 		if !old.RunningSince.IsZero() && !old.RunningSince.Equal(w.RunningSince) {
-			if _, err := tx.ExecContext(ctx, s.q(`UPDATE workload_runs SET ended_at = ? WHERE workload_id = ? AND started_at = ?`),
+			if _, err := tx.ExecContext(ctx, s.db.Q(`UPDATE workload_runs SET ended_at = ? WHERE workload_id = ? AND started_at = ?`),
 				old.RunningSince.Add(w.RunningFor-old.RunningFor).UnixMicro(), id, old.RunningSince.UnixMicro()); err != nil {
 				return fmt.Errorf("end a run of workload %s: %w", id, err)
 			}
 		}
 		if !w.RunningSince.IsZero() && !w.RunningSince.Equal(old.RunningSince) {
-			if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO workload_runs (workload_id, started_at) VALUES (?, ?)`), id, w.RunningSince.UnixMicro()); err != nil {
+			if _, err := tx.ExecContext(ctx, s.db.Q(`INSERT INTO workload_runs (workload_id, started_at) VALUES (?, ?)`), id, w.RunningSince.UnixMicro()); err != nil {
 				return fmt.Errorf("record a run of workload %s: %w", id, err)
 			}
 		}
-		return s.appendChange(ctx, tx, live.Workload, id)
+		return s.db.AppendChange(ctx, tx, string(live.Workload), id)
 	})
 	return out, err
 }
@@ -297,7 +317,7 @@ func (s *Store) WorkloadRuns(ctx context.Context, from, to time.Time, teams []te
 			args = append(args, t.String())
 		}
 	}
-	rows, err := s.read.QueryContext(ctx, s.q(q+` ORDER BY r.started_at, w.id`), args...)
+	rows, err := s.db.Read().QueryContext(ctx, s.db.Q(q+` ORDER BY r.started_at, w.id`), args...)
 	if err != nil {
 		return nil, fmt.Errorf("list workload runs: %w", err)
 	}
@@ -358,15 +378,15 @@ func (s *Store) ExpiredWorkloads(ctx context.Context, now time.Time, limit int) 
 // TouchWorkload records that a person used the workload at at (a later
 // time replaces an earlier one, never the other way).
 func (s *Store) TouchWorkload(ctx context.Context, id string, at time.Time) error {
-	err := s.tx(ctx, func(tx *sql.Tx) error {
-		if s.driver == Postgres {
+	err := s.db.Tx(ctx, func(tx *sql.Tx) error {
+		if s.db.Driver() == store.Postgres {
 			// The workload's row lock, as UpdateWorkload takes it: a use
 			// and an update that depends on it (an idle stop) queue.
 			if _, err := tx.ExecContext(ctx, `SELECT 1 FROM workloads WHERE id = $1 FOR UPDATE`, id); err != nil {
 				return err
 			}
 		}
-		_, err := tx.ExecContext(ctx, s.q(`INSERT INTO workload_activity (workload_id, at) VALUES (?, ?)
+		_, err := tx.ExecContext(ctx, s.db.Q(`INSERT INTO workload_activity (workload_id, at) VALUES (?, ?)
 		ON CONFLICT (workload_id) DO UPDATE SET at = CASE WHEN excluded.at > workload_activity.at THEN excluded.at ELSE workload_activity.at END`),
 			id, at.UnixMicro())
 		return err
@@ -380,7 +400,7 @@ func (s *Store) TouchWorkload(ctx context.Context, id string, at time.Time) erro
 // WorkloadActivity is when a person last used the workload (zero: never).
 func (s *Store) WorkloadActivity(ctx context.Context, id string) (time.Time, error) {
 	var at int64
-	err := s.read.QueryRowContext(ctx, s.q(`SELECT at FROM workload_activity WHERE workload_id = ?`), id).Scan(&at)
+	err := s.db.Read().QueryRowContext(ctx, s.db.Q(`SELECT at FROM workload_activity WHERE workload_id = ?`), id).Scan(&at)
 	if errors.Is(err, sql.ErrNoRows) {
 		return time.Time{}, nil
 	}

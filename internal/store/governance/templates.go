@@ -1,4 +1,4 @@
-package store
+package governance
 
 import (
 	"context"
@@ -10,12 +10,13 @@ import (
 
 	"github.com/gantryhq/gantry/internal/catalog"
 	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/store"
 	"github.com/gantryhq/gantry/internal/template"
 )
 
 const versionColumns = `v.name, v.version, v.document, v.digest, v.created_at, v.created_by, v.status, v.status_reason`
 
-func scanVersion(row scanner) (catalog.Version, error) {
+func scanVersion(row store.Scanner) (catalog.Version, error) {
 	var v catalog.Version
 	var doc string
 	var at int64
@@ -38,7 +39,7 @@ func scanVersion(row scanner) (catalog.Version, error) {
 
 // CurrentTemplates implements catalog.Store.
 func (s *Store) CurrentTemplates(ctx context.Context) ([]catalog.Version, error) {
-	rows, err := s.read.QueryContext(ctx, `SELECT `+versionColumns+` FROM templates t
+	rows, err := s.db.Read().QueryContext(ctx, `SELECT `+versionColumns+` FROM templates t
 		JOIN template_versions v ON v.name = t.name AND v.version = t.current_version
 		ORDER BY t.name`)
 	if err != nil {
@@ -47,17 +48,19 @@ func (s *Store) CurrentTemplates(ctx context.Context) ([]catalog.Version, error)
 	return collectVersions(rows)
 }
 
-func collectVersions(rows *sql.Rows) ([]catalog.Version, error) { return collect(rows, scanVersion) }
+func collectVersions(rows *sql.Rows) ([]catalog.Version, error) {
+	return store.Collect(rows, scanVersion)
+}
 
 // TemplateVersion implements catalog.Store.
 func (s *Store) TemplateVersion(ctx context.Context, name string, version int) (catalog.Version, error) {
 	var row *sql.Row
 	if version == 0 {
-		row = s.read.QueryRowContext(ctx, s.q(`SELECT `+versionColumns+` FROM templates t
+		row = s.db.Read().QueryRowContext(ctx, s.db.Q(`SELECT `+versionColumns+` FROM templates t
 			JOIN template_versions v ON v.name = t.name AND v.version = t.current_version
 			WHERE t.name = ?`), name)
 	} else {
-		row = s.read.QueryRowContext(ctx, s.q(`SELECT `+versionColumns+` FROM template_versions v WHERE v.name = ? AND v.version = ?`), name, version)
+		row = s.db.Read().QueryRowContext(ctx, s.db.Q(`SELECT `+versionColumns+` FROM template_versions v WHERE v.name = ? AND v.version = ?`), name, version)
 	}
 	v, err := scanVersion(row)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -74,7 +77,7 @@ func (s *Store) TemplateVersion(ctx context.Context, name string, version int) (
 
 // TemplateHistory implements catalog.Store.
 func (s *Store) TemplateHistory(ctx context.Context, name string) ([]catalog.Version, error) {
-	rows, err := s.read.QueryContext(ctx, s.q(`SELECT `+versionColumns+` FROM template_versions v WHERE v.name = ? ORDER BY v.version`), name)
+	rows, err := s.db.Read().QueryContext(ctx, s.db.Q(`SELECT `+versionColumns+` FROM template_versions v WHERE v.name = ? ORDER BY v.version`), name)
 	if err != nil {
 		return nil, fmt.Errorf("template history %s: %w", name, err)
 	}
@@ -84,7 +87,7 @@ func (s *Store) TemplateHistory(ctx context.Context, name string) ([]catalog.Ver
 // AnyTemplateEver implements catalog.Store.
 func (s *Store) AnyTemplateEver(ctx context.Context) (bool, error) {
 	var n int
-	if err := s.read.QueryRowContext(ctx, `SELECT COUNT(*) FROM templates`).Scan(&n); err != nil {
+	if err := s.db.Read().QueryRowContext(ctx, `SELECT COUNT(*) FROM templates`).Scan(&n); err != nil {
 		return false, fmt.Errorf("count templates: %w", err)
 	}
 	return n > 0, nil
@@ -93,7 +96,7 @@ func (s *Store) AnyTemplateEver(ctx context.Context) (bool, error) {
 // ApplyTemplates implements catalog.Store: all changes or none.
 func (s *Store) ApplyTemplates(ctx context.Context, changes []catalog.Change) ([]catalog.Version, error) {
 	var out []catalog.Version
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.db.Tx(ctx, func(tx *sql.Tx) error {
 		out = out[:0]
 		for _, c := range changes {
 			v, err := s.applyOne(ctx, tx, c)
@@ -118,10 +121,10 @@ func (s *Store) applyOne(ctx context.Context, tx *sql.Tx, c catalog.Change) (*ca
 	// FOR UPDATE serialises concurrent writers on PostgreSQL; SQLite's
 	// transactions are already serial (BEGIN IMMEDIATE).
 	lock := ""
-	if s.driver == Postgres {
+	if s.db.Driver() == store.Postgres {
 		lock = " FOR UPDATE"
 	}
-	err := tx.QueryRowContext(ctx, s.q(`SELECT current_version, last_version FROM templates WHERE name = ?`+lock), c.Name).Scan(&current, &last)
+	err := tx.QueryRowContext(ctx, s.db.Q(`SELECT current_version, last_version FROM templates WHERE name = ?`+lock), c.Name).Scan(&current, &last)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 	case err != nil:
@@ -140,7 +143,7 @@ func (s *Store) applyOne(ctx context.Context, tx *sql.Tx, c catalog.Change) (*ca
 		if !exists || current == 0 {
 			return nil, &fault.NotFound{Kind: "template", Name: c.Name}
 		}
-		_, err := tx.ExecContext(ctx, s.q(`UPDATE templates SET current_version = 0 WHERE name = ?`), c.Name)
+		_, err := tx.ExecContext(ctx, s.db.Q(`UPDATE templates SET current_version = 0 WHERE name = ?`), c.Name)
 		return nil, err
 	}
 	doc, err := json.Marshal(c.Template)
@@ -149,18 +152,18 @@ func (s *Store) applyOne(ctx context.Context, tx *sql.Tx, c catalog.Change) (*ca
 	}
 	next := last + 1
 	if exists {
-		_, err = tx.ExecContext(ctx, s.q(`UPDATE templates SET current_version = ?, last_version = ? WHERE name = ?`), next, next, c.Name)
+		_, err = tx.ExecContext(ctx, s.db.Q(`UPDATE templates SET current_version = ?, last_version = ? WHERE name = ?`), next, next, c.Name)
 	} else {
-		_, err = tx.ExecContext(ctx, s.q(`INSERT INTO templates (name, current_version, last_version) VALUES (?, ?, ?)`), c.Name, next, next)
+		_, err = tx.ExecContext(ctx, s.db.Q(`INSERT INTO templates (name, current_version, last_version) VALUES (?, ?, ?)`), c.Name, next, next)
 	}
 	if err != nil {
-		if uniqueViolation(err) { // created concurrently since we read
+		if store.UniqueViolation(err) { // created concurrently since we read
 			return nil, &fault.Conflict{Kind: "template", Name: c.Name, Reason: "already exists"}
 		}
 		return nil, fmt.Errorf("write template %s: %w", c.Name, err)
 	}
 	at := c.At.UTC().Truncate(time.Microsecond)
-	if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO template_versions (name, version, document, digest, created_at, created_by) VALUES (?, ?, ?, ?, ?, ?)`),
+	if _, err := tx.ExecContext(ctx, s.db.Q(`INSERT INTO template_versions (name, version, document, digest, created_at, created_by) VALUES (?, ?, ?, ?, ?, ?)`),
 		c.Name, next, string(doc), c.Digest, at.UnixMicro(), c.Actor); err != nil {
 		return nil, fmt.Errorf("write template %s version %d: %w", c.Name, next, err)
 	}
@@ -170,7 +173,7 @@ func (s *Store) applyOne(ctx context.Context, tx *sql.Tx, c catalog.Change) (*ca
 // SetTemplateVersionStatus implements catalog.Store: one statement, so a
 // revoked version (final) is never changed back, whoever races.
 func (s *Store) SetTemplateVersionStatus(ctx context.Context, name string, version int, status catalog.Status, reason string) error {
-	res, err := s.db.ExecContext(ctx, s.q(`UPDATE template_versions SET status = ?, status_reason = ?
+	res, err := s.db.ExecContext(ctx, s.db.Q(`UPDATE template_versions SET status = ?, status_reason = ?
 		WHERE name = ? AND version = ? AND status <> ?`), string(status), reason, name, version, string(catalog.Revoked))
 	if err != nil {
 		return fmt.Errorf("set status of template %s version %d: %w", name, version, err)

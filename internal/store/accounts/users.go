@@ -1,4 +1,4 @@
-package store
+package accounts
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/live"
+	"github.com/gantryhq/gantry/internal/store"
 	"github.com/gantryhq/gantry/internal/user"
 )
 
@@ -24,13 +25,13 @@ func (s *Store) UpsertUser(ctx context.Context, u user.User) error {
 	if err != nil {
 		return err
 	}
-	err = s.txChanges(ctx, func(tx *sql.Tx) error {
+	err = s.db.TxChanges(ctx, func(tx *sql.Tx) error {
 		var old string
-		err := tx.QueryRowContext(ctx, s.q(`SELECT groups FROM users WHERE id = ?`), u.ID).Scan(&old)
+		err := tx.QueryRowContext(ctx, s.db.Q(`SELECT groups FROM users WHERE id = ?`), u.ID).Scan(&old)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO users (`+userColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?)
+		if _, err := tx.ExecContext(ctx, s.db.Q(`INSERT INTO users (`+userColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?)
 		ON CONFLICT (id) DO UPDATE SET email = excluded.email, name = excluded.name, groups = excluded.groups,
 			groups_at = excluded.groups_at, last_seen_at = excluded.last_seen_at`),
 			u.ID, u.Key, u.Issuer, u.Subject, u.Email, u.Name, string(groups), u.GroupsAt.UnixMicro(), u.CreatedAt.UnixMicro(), u.LastSeenAt.UnixMicro()); err != nil {
@@ -38,7 +39,7 @@ func (s *Store) UpsertUser(ctx context.Context, u user.User) error {
 		}
 		if old != string(groups) {
 			// Groups lost or gained: what the user holds open is checked again.
-			return s.appendChange(ctx, tx, live.User, u.Key)
+			return s.db.AppendChange(ctx, tx, string(live.User), u.Key)
 		}
 		return nil
 	})
@@ -48,7 +49,7 @@ func (s *Store) UpsertUser(ctx context.Context, u user.User) error {
 	return nil
 }
 
-func scanUser(row scanner) (user.User, error) {
+func scanUser(row store.Scanner) (user.User, error) {
 	var u user.User
 	var groups string
 	var groupsAt, deactivated, created, seen int64
@@ -67,7 +68,7 @@ func scanUser(row scanner) (user.User, error) {
 
 // User implements user.Store.
 func (s *Store) User(ctx context.Context, id string) (user.User, error) {
-	u, err := scanUser(s.read.QueryRowContext(ctx, s.q(`SELECT `+userColumns+` FROM users WHERE id = ?`), id))
+	u, err := scanUser(s.db.Read().QueryRowContext(ctx, s.db.Q(`SELECT `+userColumns+` FROM users WHERE id = ?`), id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return u, &fault.NotFound{Kind: "user", Name: id}
 	}
@@ -79,11 +80,11 @@ func (s *Store) User(ctx context.Context, id string) (user.User, error) {
 
 // Users implements user.Store.
 func (s *Store) Users(ctx context.Context) ([]user.User, error) {
-	rows, err := s.read.QueryContext(ctx, `SELECT `+userColumns+` FROM users ORDER BY user_key`)
+	rows, err := s.db.Read().QueryContext(ctx, `SELECT `+userColumns+` FROM users ORDER BY user_key`)
 	if err != nil {
 		return nil, fmt.Errorf("list users: %w", err)
 	}
-	return collect(rows, scanUser)
+	return store.Collect(rows, scanUser)
 }
 
 // UsersByKey implements user.Store.
@@ -95,11 +96,11 @@ func (s *Store) UsersByKey(ctx context.Context, keys []string) ([]user.User, err
 	for i, k := range keys {
 		args[i] = k
 	}
-	rows, err := s.read.QueryContext(ctx, s.q(`SELECT `+userColumns+` FROM users WHERE user_key IN (`+strings.TrimSuffix(strings.Repeat("?, ", len(keys)), ", ")+`)`), args...)
+	rows, err := s.db.Read().QueryContext(ctx, s.db.Q(`SELECT `+userColumns+` FROM users WHERE user_key IN (`+strings.TrimSuffix(strings.Repeat("?, ", len(keys)), ", ")+`)`), args...)
 	if err != nil {
 		return nil, fmt.Errorf("users by key: %w", err)
 	}
-	return collect(rows, scanUser)
+	return store.Collect(rows, scanUser)
 }
 
 // SetUserDeactivated implements user.Store.
@@ -109,21 +110,21 @@ func (s *Store) SetUserDeactivated(ctx context.Context, id string, at time.Time)
 		micros = at.UnixMicro()
 	}
 	var n int64
-	err := s.txChanges(ctx, func(tx *sql.Tx) error {
+	err := s.db.TxChanges(ctx, func(tx *sql.Tx) error {
 		var key string
-		err := tx.QueryRowContext(ctx, s.q(`SELECT user_key FROM users WHERE id = ?`), id).Scan(&key)
+		err := tx.QueryRowContext(ctx, s.db.Q(`SELECT user_key FROM users WHERE id = ?`), id).Scan(&key)
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil
 		}
 		if err != nil {
 			return err
 		}
-		res, err := tx.ExecContext(ctx, s.q(`UPDATE users SET deactivated_at = ? WHERE id = ?`), micros, id)
+		res, err := tx.ExecContext(ctx, s.db.Q(`UPDATE users SET deactivated_at = ? WHERE id = ?`), micros, id)
 		if err != nil {
 			return err
 		}
 		n, _ = res.RowsAffected()
-		return s.appendChange(ctx, tx, live.User, key)
+		return s.db.AppendChange(ctx, tx, string(live.User), key)
 	})
 	if err != nil {
 		return fmt.Errorf("deactivate user %s: %w", id, err)

@@ -1,4 +1,4 @@
-package store
+package accounts
 
 import (
 	"context"
@@ -11,16 +11,17 @@ import (
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/live"
+	"github.com/gantryhq/gantry/internal/store"
 	"github.com/gantryhq/gantry/internal/weblogin"
 )
 
 // CreateLogin implements weblogin.Store; expired logins are removed on the way.
 func (s *Store) CreateLogin(ctx context.Context, l weblogin.Login) error {
-	return s.tx(ctx, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM logins WHERE expires_at < ?`), s.clock().UnixMicro()); err != nil {
+	return s.db.Tx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, s.db.Q(`DELETE FROM logins WHERE expires_at < ?`), s.db.Now().UnixMicro()); err != nil {
 			return fmt.Errorf("remove expired logins: %w", err)
 		}
-		_, err := tx.ExecContext(ctx, s.q(`INSERT INTO logins (state_hash, nonce, verifier, return_to, expires_at) VALUES (?, ?, ?, ?, ?)`),
+		_, err := tx.ExecContext(ctx, s.db.Q(`INSERT INTO logins (state_hash, nonce, verifier, return_to, expires_at) VALUES (?, ?, ?, ?, ?)`),
 			l.StateHash, l.Nonce, l.Verifier, l.ReturnTo, l.ExpiresAt.UnixMicro())
 		if err != nil {
 			return fmt.Errorf("insert login: %w", err)
@@ -33,9 +34,9 @@ func (s *Store) CreateLogin(ctx context.Context, l weblogin.Login) error {
 // that two callbacks with one state cannot both get it.
 func (s *Store) TakeLogin(ctx context.Context, stateHash string) (weblogin.Login, error) {
 	var l weblogin.Login
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.db.Tx(ctx, func(tx *sql.Tx) error {
 		var expires int64
-		err := tx.QueryRowContext(ctx, s.q(`SELECT state_hash, nonce, verifier, return_to, expires_at FROM logins WHERE state_hash = ?`), stateHash).
+		err := tx.QueryRowContext(ctx, s.db.Q(`SELECT state_hash, nonce, verifier, return_to, expires_at FROM logins WHERE state_hash = ?`), stateHash).
 			Scan(&l.StateHash, &l.Nonce, &l.Verifier, &l.ReturnTo, &expires)
 		if errors.Is(err, sql.ErrNoRows) {
 			return &fault.NotFound{Kind: "login", Name: "state"}
@@ -43,7 +44,7 @@ func (s *Store) TakeLogin(ctx context.Context, stateHash string) (weblogin.Login
 		if err != nil {
 			return err
 		}
-		res, err := tx.ExecContext(ctx, s.q(`DELETE FROM logins WHERE state_hash = ?`), stateHash)
+		res, err := tx.ExecContext(ctx, s.db.Q(`DELETE FROM logins WHERE state_hash = ?`), stateHash)
 		if err != nil {
 			return err
 		}
@@ -62,13 +63,13 @@ func (s *Store) CreateSession(ctx context.Context, ses weblogin.Session) error {
 	if err != nil {
 		return err
 	}
-	return s.tx(ctx, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM sessions WHERE expires_at < ?`), s.clock().UnixMicro()); err != nil {
+	return s.db.Tx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, s.db.Q(`DELETE FROM sessions WHERE expires_at < ?`), s.db.Now().UnixMicro()); err != nil {
 			return fmt.Errorf("remove expired sessions: %w", err)
 		}
-		_, err := tx.ExecContext(ctx, s.q(`INSERT INTO sessions (id_hash, issuer, subject, email, name, groups, csrf, created_at, expires_at, second_factor) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+		_, err := tx.ExecContext(ctx, s.db.Q(`INSERT INTO sessions (id_hash, issuer, subject, email, name, groups, csrf, created_at, expires_at, second_factor) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 			ses.IDHash, ses.Identity.Issuer, ses.Identity.Subject, ses.Identity.Email, ses.Identity.Name, string(groups), ses.CSRF,
-			ses.CreatedAt.UnixMicro(), ses.ExpiresAt.UnixMicro(), boolInt(ses.Identity.SecondFactor))
+			ses.CreatedAt.UnixMicro(), ses.ExpiresAt.UnixMicro(), store.BoolInt(ses.Identity.SecondFactor))
 		if err != nil {
 			return fmt.Errorf("insert session: %w", err)
 		}
@@ -82,7 +83,7 @@ func (s *Store) Session(ctx context.Context, idHash string) (weblogin.Session, e
 	var groups string
 	var created, expires int64
 	var secondFactor int
-	err := s.read.QueryRowContext(ctx, s.q(`SELECT id_hash, issuer, subject, email, name, groups, csrf, created_at, expires_at, second_factor FROM sessions WHERE id_hash = ?`), idHash).
+	err := s.db.Read().QueryRowContext(ctx, s.db.Q(`SELECT id_hash, issuer, subject, email, name, groups, csrf, created_at, expires_at, second_factor FROM sessions WHERE id_hash = ?`), idHash).
 		Scan(&ses.IDHash, &ses.Identity.Issuer, &ses.Identity.Subject, &ses.Identity.Email, &ses.Identity.Name, &groups, &ses.CSRF, &created, &expires, &secondFactor)
 	ses.Identity.SecondFactor = secondFactor != 0
 	if errors.Is(err, sql.ErrNoRows) {
@@ -100,20 +101,20 @@ func (s *Store) Session(ctx context.Context, idHash string) (weblogin.Session, e
 
 // DeleteSession implements weblogin.Store; deleting a missing session is not an error.
 func (s *Store) DeleteSession(ctx context.Context, idHash string) error {
-	err := s.txChanges(ctx, func(tx *sql.Tx) error {
+	err := s.db.TxChanges(ctx, func(tx *sql.Tx) error {
 		var issuer, subject string
-		err := tx.QueryRowContext(ctx, s.q(`SELECT issuer, subject FROM sessions WHERE id_hash = ?`), idHash).Scan(&issuer, &subject)
+		err := tx.QueryRowContext(ctx, s.db.Q(`SELECT issuer, subject FROM sessions WHERE id_hash = ?`), idHash).Scan(&issuer, &subject)
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil
 		}
 		if err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM sessions WHERE id_hash = ?`), idHash); err != nil {
+		if _, err := tx.ExecContext(ctx, s.db.Q(`DELETE FROM sessions WHERE id_hash = ?`), idHash); err != nil {
 			return err
 		}
 		// What the session opened is checked again (and closes).
-		return s.appendChange(ctx, tx, live.User, identity.Identity{Issuer: issuer, Subject: subject}.String())
+		return s.db.AppendChange(ctx, tx, string(live.User), identity.Identity{Issuer: issuer, Subject: subject}.String())
 	})
 	if err != nil {
 		return fmt.Errorf("delete session: %w", err)

@@ -1,4 +1,9 @@
-package store
+// Package telemetrydb stores GPU telemetry: the series (a device, or a
+// share of one, with the pod and workload it is attributed to), raw samples,
+// rollups at each resolution and the periods waiting for them, retention in
+// small batches, and each node's GPU records (health, XIDs). It implements
+// telemetry.Store.
+package telemetrydb
 
 import (
 	"context"
@@ -11,9 +16,21 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gantryhq/gantry/internal/store"
 	"github.com/gantryhq/gantry/internal/telemetry"
-	"github.com/gantryhq/gantry/internal/workload"
 )
+
+// Store is the telemetry of one database. Build one per process: it
+// remembers the series this process has written.
+type Store struct {
+	db   *store.DB
+	seen seriesSeen // telemetry series this process has written
+}
+
+var _ telemetry.Store = (*Store)(nil)
+
+// New is the telemetry of db.
+func New(db *store.DB) *Store { return &Store{db: db} }
 
 // The telemetry tables' metric columns, in telemetry.Metric order.
 var (
@@ -122,14 +139,14 @@ func (s *Store) AppendSamples(ctx context.Context, rs []telemetry.Stored) error 
 			periods[period{int64(res / time.Second), ms(telemetry.Bucket(r.Time, res))}] = true
 		}
 	}
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.db.Tx(ctx, func(tx *sql.Tx) error {
 		for id, r := range newSeries {
 			k, d := r.Series, r.Series.Device
 			profile, instance := "", -1
 			if d.MIG != nil {
 				profile, instance = d.MIG.Profile, d.MIG.InstanceID
 			}
-			_, err := tx.ExecContext(ctx, s.q(`INSERT INTO gpu_series (`+seriesCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+			_, err := tx.ExecContext(ctx, s.db.Q(`INSERT INTO gpu_series (`+seriesCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 				ON CONFLICT (id) DO UPDATE SET attribution = excluded.attribution WHERE gpu_series.attribution <> excluded.attribution`),
 				id, k.Node, d.ID(), d.GPU, d.Index, d.Model, profile, instance, k.Pod.Namespace, k.Pod.Name, k.Pod.Container, k.Workload, r.Attribution)
 			if err != nil {
@@ -140,7 +157,7 @@ func (s *Store) AppendSamples(ctx context.Context, rs []telemetry.Stored) error 
 			return err
 		}
 		for p := range periods {
-			if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO gpu_rollup_pending (res, bucket, marked) VALUES (?, ?, 1)
+			if _, err := tx.ExecContext(ctx, s.db.Q(`INSERT INTO gpu_rollup_pending (res, bucket, marked) VALUES (?, ?, 1)
 				ON CONFLICT (res, bucket) DO UPDATE SET marked = gpu_rollup_pending.marked + 1`), p.res, p.bucket); err != nil {
 				return fmt.Errorf("mark rollups pending: %w", err)
 			}
@@ -161,7 +178,7 @@ func (s *Store) AppendSamples(ctx context.Context, rs []telemetry.Stored) error 
 // insertSamples inserts the samples, ignoring repeats: on PostgreSQL as one
 // statement over arrays (unnest), on SQLite as multi-row INSERTs.
 func (s *Store) insertSamples(ctx context.Context, tx *sql.Tx, rs []telemetry.Stored, ids []int64) error {
-	if s.driver == Postgres {
+	if s.db.Driver() == store.Postgres {
 		ts, shares := make([]int64, len(rs)), make([]float64, len(rs))
 		cols := make([][]*float64, len(metricCols))
 		for m := range cols {
@@ -199,7 +216,7 @@ func (s *Store) insertSamples(ctx context.Context, tx *sql.Tx, rs []telemetry.St
 			}
 		}
 		q := `INSERT INTO gpu_samples (` + sampleCols + `) VALUES ` + placeholders(end-start, ncols) + ` ON CONFLICT (series_id, t) DO NOTHING`
-		if _, err := tx.ExecContext(ctx, s.q(q), args...); err != nil {
+		if _, err := tx.ExecContext(ctx, s.db.Q(q), args...); err != nil {
 			return fmt.Errorf("samples: %w", err)
 		}
 	}
@@ -209,12 +226,12 @@ func (s *Store) insertSamples(ctx context.Context, tx *sql.Tx, rs []telemetry.St
 // PendingRollups implements telemetry.Store.
 func (s *Store) PendingRollups(ctx context.Context, res time.Duration, closedBefore time.Time, limit int) ([]telemetry.Pending, error) {
 	// A period [b, b+res) has closed when b+res <= closedBefore.
-	rows, err := s.read.QueryContext(ctx, s.q(`SELECT bucket, marked FROM gpu_rollup_pending WHERE res = ? AND bucket <= ? ORDER BY bucket LIMIT ?`),
+	rows, err := s.db.Read().QueryContext(ctx, s.db.Q(`SELECT bucket, marked FROM gpu_rollup_pending WHERE res = ? AND bucket <= ? ORDER BY bucket LIMIT ?`),
 		int64(res/time.Second), ms(closedBefore.Add(-res)), limit)
 	if err != nil {
 		return nil, fmt.Errorf("pending rollups: %w", err)
 	}
-	return collect(rows, func(r scanner) (telemetry.Pending, error) {
+	return store.Collect(rows, func(r store.Scanner) (telemetry.Pending, error) {
 		var b, m int64
 		err := r.Scan(&b, &m)
 		return telemetry.Pending{Bucket: fromMS(b), Mark: m}, err
@@ -222,7 +239,7 @@ func (s *Store) PendingRollups(ctx context.Context, res time.Duration, closedBef
 }
 
 // scanSample reads series_id, t, share and the metric columns.
-func scanSample(r scanner) (telemetry.Sample, error) {
+func scanSample(r store.Scanner) (telemetry.Sample, error) {
 	var id, t int64
 	var share float64
 	vals := make([]sql.NullFloat64, len(metricCols))
@@ -243,7 +260,7 @@ func scanSample(r scanner) (telemetry.Sample, error) {
 }
 
 // each scans every row with scan and calls fn, then closes rows.
-func each[T any](rows *sql.Rows, scan func(scanner) (T, error), fn func(T) error) error {
+func each[T any](rows *sql.Rows, scan func(store.Scanner) (T, error), fn func(T) error) error {
 	defer rows.Close()
 	for rows.Next() {
 		v, err := scan(rows)
@@ -259,7 +276,7 @@ func each[T any](rows *sql.Rows, scan func(scanner) (T, error), fn func(T) error
 
 // SamplesBetween implements telemetry.Store.
 func (s *Store) SamplesBetween(ctx context.Context, from, to time.Time, fn func(telemetry.Sample) error) error {
-	rows, err := s.read.QueryContext(ctx, s.q(`SELECT `+sampleCols+` FROM gpu_samples WHERE t >= ? AND t < ? ORDER BY series_id, t`), ms(from), ms(to))
+	rows, err := s.db.Read().QueryContext(ctx, s.db.Q(`SELECT `+sampleCols+` FROM gpu_samples WHERE t >= ? AND t < ? ORDER BY series_id, t`), ms(from), ms(to))
 	if err != nil {
 		return fmt.Errorf("samples: %w", err)
 	}
@@ -269,8 +286,8 @@ func (s *Store) SamplesBetween(ctx context.Context, from, to time.Time, fn func(
 // WriteRollups implements telemetry.Store.
 func (s *Store) WriteRollups(ctx context.Context, res time.Duration, p telemetry.Pending, rs []telemetry.Rollup) error {
 	r64 := int64(res / time.Second)
-	return s.tx(ctx, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM gpu_rollups WHERE res = ? AND bucket = ?`), r64, ms(p.Bucket)); err != nil {
+	return s.db.Tx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, s.db.Q(`DELETE FROM gpu_rollups WHERE res = ? AND bucket = ?`), r64, ms(p.Bucket)); err != nil {
 			return err
 		}
 		ncols := 4 + 3*len(metricCols)
@@ -283,11 +300,11 @@ func (s *Store) WriteRollups(ctx context.Context, res time.Duration, p telemetry
 					args = append(args, nullFloat(r.Avg[m]), nullFloat(r.Max[m]), nullFloat(r.P95[m]))
 				}
 			}
-			if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO gpu_rollups (res, `+rollupCols+`) VALUES `+placeholders(end-start, ncols)), args...); err != nil {
+			if _, err := tx.ExecContext(ctx, s.db.Q(`INSERT INTO gpu_rollups (res, `+rollupCols+`) VALUES `+placeholders(end-start, ncols)), args...); err != nil {
 				return fmt.Errorf("rollups: %w", err)
 			}
 		}
-		_, err := tx.ExecContext(ctx, s.q(`DELETE FROM gpu_rollup_pending WHERE res = ? AND bucket = ? AND marked <= ?`), r64, ms(p.Bucket), p.Mark)
+		_, err := tx.ExecContext(ctx, s.db.Q(`DELETE FROM gpu_rollup_pending WHERE res = ? AND bucket = ? AND marked <= ?`), r64, ms(p.Bucket), p.Mark)
 		return err
 	})
 }
@@ -299,7 +316,7 @@ func (s *Store) deleteOldest(ctx context.Context, table, col, where string, args
 	cond := col + ` < ?` + where
 	qargs := append([]any{ms(cutoff)}, args...)
 	var upper int64
-	err := s.db.QueryRowContext(ctx, s.q(`SELECT `+col+` FROM `+table+` WHERE `+cond+` ORDER BY `+col+` LIMIT 1 OFFSET ?`), append(qargs, limit)...).Scan(&upper)
+	err := s.db.QueryRowContext(ctx, s.db.Q(`SELECT `+col+` FROM `+table+` WHERE `+cond+` ORDER BY `+col+` LIMIT 1 OFFSET ?`), append(qargs, limit)...).Scan(&upper)
 	del := `DELETE FROM ` + table + ` WHERE ` + cond
 	dargs := qargs
 	switch {
@@ -310,7 +327,7 @@ func (s *Store) deleteOldest(ctx context.Context, table, col, where string, args
 		// At least one row is strictly older than upper (limit rows come
 		// before it), unless they all share its time: then take that time too.
 		var lowest int64
-		if err := s.db.QueryRowContext(ctx, s.q(`SELECT MIN(`+col+`) FROM `+table+` WHERE `+cond), qargs...).Scan(&lowest); err != nil {
+		if err := s.db.QueryRowContext(ctx, s.db.Q(`SELECT MIN(`+col+`) FROM `+table+` WHERE `+cond), qargs...).Scan(&lowest); err != nil {
 			return 0, fmt.Errorf("oldest %s: %w", table, err)
 		}
 		op := " < ?"
@@ -320,7 +337,7 @@ func (s *Store) deleteOldest(ctx context.Context, table, col, where string, args
 		del += ` AND ` + col + op
 		dargs = append(append([]any{}, qargs...), upper)
 	}
-	res, err := s.db.ExecContext(ctx, s.q(del), dargs...)
+	res, err := s.db.ExecContext(ctx, s.db.Q(del), dargs...)
 	if err != nil {
 		return 0, fmt.Errorf("delete old %s: %w", table, err)
 	}
@@ -352,7 +369,7 @@ func (s *Store) DeleteOrphanSeries(ctx context.Context) (int64, error) {
 	return n, err
 }
 
-func scanSeries(r scanner) (telemetry.SeriesRecord, error) {
+func scanSeries(r store.Scanner) (telemetry.SeriesRecord, error) {
 	var rec telemetry.SeriesRecord
 	var deviceID, profile string
 	var instance int
@@ -367,11 +384,11 @@ func scanSeries(r scanner) (telemetry.SeriesRecord, error) {
 
 // WorkloadSeries implements telemetry.Store.
 func (s *Store) WorkloadSeries(ctx context.Context, workload string) ([]telemetry.SeriesRecord, error) {
-	rows, err := s.read.QueryContext(ctx, s.q(`SELECT `+seriesCols+` FROM gpu_series WHERE workload = ? ORDER BY device, namespace, pod, container`), workload)
+	rows, err := s.db.Read().QueryContext(ctx, s.db.Q(`SELECT `+seriesCols+` FROM gpu_series WHERE workload = ? ORDER BY device, namespace, pod, container`), workload)
 	if err != nil {
 		return nil, fmt.Errorf("series of %s: %w", workload, err)
 	}
-	return collect(rows, scanSeries)
+	return store.Collect(rows, scanSeries)
 }
 
 // idList is "?, ?, …" for n ids, and the ids as arguments.
@@ -387,7 +404,7 @@ func idList(ids []int64) (string, []any) {
 func (s *Store) Samples(ctx context.Context, series []int64, from, to time.Time, fn func(telemetry.Sample) error) error {
 	for start := 0; start < len(series); start += 500 {
 		in, args := idList(series[start:min(start+500, len(series))])
-		rows, err := s.read.QueryContext(ctx, s.q(`SELECT `+sampleCols+` FROM gpu_samples WHERE series_id IN (`+in+`) AND t >= ? AND t < ? ORDER BY series_id, t`),
+		rows, err := s.db.Read().QueryContext(ctx, s.db.Q(`SELECT `+sampleCols+` FROM gpu_samples WHERE series_id IN (`+in+`) AND t >= ? AND t < ? ORDER BY series_id, t`),
 			append(args, ms(from), ms(to))...)
 		if err != nil {
 			return fmt.Errorf("samples: %w", err)
@@ -399,7 +416,7 @@ func (s *Store) Samples(ctx context.Context, series []int64, from, to time.Time,
 	return nil
 }
 
-func scanRollup(r scanner) (telemetry.Rollup, error) {
+func scanRollup(r store.Scanner) (telemetry.Rollup, error) {
 	var id, bucket int64
 	ro := telemetry.Rollup{Avg: telemetry.NoValues(), Max: telemetry.NoValues(), P95: telemetry.NoValues()}
 	vals := make([]sql.NullFloat64, 3*len(metricCols))
@@ -425,7 +442,7 @@ func scanRollup(r scanner) (telemetry.Rollup, error) {
 func (s *Store) Rollups(ctx context.Context, res time.Duration, series []int64, from, to time.Time, fn func(telemetry.Rollup) error) error {
 	for start := 0; start < len(series); start += 500 {
 		in, args := idList(series[start:min(start+500, len(series))])
-		rows, err := s.read.QueryContext(ctx, s.q(`SELECT `+rollupCols+` FROM gpu_rollups WHERE res = ? AND series_id IN (`+in+`) AND bucket >= ? AND bucket < ? ORDER BY series_id, bucket`),
+		rows, err := s.db.Read().QueryContext(ctx, s.db.Q(`SELECT `+rollupCols+` FROM gpu_rollups WHERE res = ? AND series_id IN (`+in+`) AND bucket >= ? AND bucket < ? ORDER BY series_id, bucket`),
 			append(append([]any{int64(res / time.Second)}, args...), ms(from), ms(to))...)
 		if err != nil {
 			return fmt.Errorf("rollups: %w", err)
@@ -439,7 +456,7 @@ func (s *Store) Rollups(ctx context.Context, res time.Duration, series []int64, 
 
 const gpuCols = `node, gpu, state, agent, seen_at, healthy, reason, since, xid, xid_at`
 
-func scanGPU(r scanner) (telemetry.GPURecord, error) {
+func scanGPU(r store.Scanner) (telemetry.GPURecord, error) {
 	var g telemetry.GPURecord
 	var uuid, state string
 	var seen, since, xidAt int64
@@ -458,16 +475,16 @@ func scanGPU(r scanner) (telemetry.GPURecord, error) {
 
 // UpdateNodeGPUs implements telemetry.Store.
 func (s *Store) UpdateNodeGPUs(ctx context.Context, node string, fn func(old []telemetry.GPURecord) ([]telemetry.GPURecord, error)) error {
-	return s.tx(ctx, func(tx *sql.Tx) error {
+	return s.db.Tx(ctx, func(tx *sql.Tx) error {
 		q := `SELECT ` + gpuCols + ` FROM gpu_devices WHERE node = ? ORDER BY gpu`
-		if s.driver == Postgres {
+		if s.db.Driver() == store.Postgres {
 			q += ` FOR UPDATE`
 		}
-		rows, err := tx.QueryContext(ctx, s.q(q), node)
+		rows, err := tx.QueryContext(ctx, s.db.Q(q), node)
 		if err != nil {
 			return err
 		}
-		old, err := collect(rows, scanGPU)
+		old, err := store.Collect(rows, scanGPU)
 		if err != nil {
 			return err
 		}
@@ -475,7 +492,7 @@ func (s *Store) UpdateNodeGPUs(ctx context.Context, node string, fn func(old []t
 		if err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM gpu_devices WHERE node = ?`), node); err != nil {
+		if _, err := tx.ExecContext(ctx, s.db.Q(`DELETE FROM gpu_devices WHERE node = ?`), node); err != nil {
 			return err
 		}
 		for _, g := range next {
@@ -487,7 +504,7 @@ func (s *Store) UpdateNodeGPUs(ctx context.Context, node string, fn func(old []t
 			if !g.XIDAt.IsZero() {
 				xidAt = ms(g.XIDAt)
 			}
-			if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO gpu_devices (`+gpuCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+			if _, err := tx.ExecContext(ctx, s.db.Q(`INSERT INTO gpu_devices (`+gpuCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 				node, g.State.GPU, string(state), g.Agent, ms(g.SeenAt), g.Healthy, g.Reason, ms(g.Since), int64(g.XID), xidAt); err != nil {
 				return fmt.Errorf("GPU %s: %w", g.State.GPU, err)
 			}
@@ -502,11 +519,11 @@ func (s *Store) NodeGPUs(ctx context.Context, node string) ([]telemetry.GPURecor
 	if node != "" {
 		q, args = `SELECT `+gpuCols+` FROM gpu_devices WHERE node = ? ORDER BY gpu`, []any{node}
 	}
-	rows, err := s.read.QueryContext(ctx, s.q(q), args...)
+	rows, err := s.db.Read().QueryContext(ctx, s.db.Q(q), args...)
 	if err != nil {
 		return nil, fmt.Errorf("GPUs: %w", err)
 	}
-	return collect(rows, scanGPU)
+	return store.Collect(rows, scanGPU)
 }
 
 // LatestSamples implements telemetry.Store.
@@ -515,12 +532,12 @@ func (s *Store) LatestSamples(ctx context.Context, node string, since time.Time)
 	for _, c := range metricCols {
 		cols += ", x." + c
 	}
-	rows, err := s.read.QueryContext(ctx, s.q(`SELECT `+cols+` FROM gpu_series s JOIN gpu_samples x ON x.series_id = s.id
+	rows, err := s.db.Read().QueryContext(ctx, s.db.Q(`SELECT `+cols+` FROM gpu_series s JOIN gpu_samples x ON x.series_id = s.id
 		WHERE s.node = ? AND x.t >= ? AND x.t = (SELECT MAX(t) FROM gpu_samples WHERE series_id = s.id)`), node, ms(since))
 	if err != nil {
 		return nil, fmt.Errorf("latest samples of %s: %w", node, err)
 	}
-	return collect(rows, func(r scanner) (telemetry.Latest, error) {
+	return store.Collect(rows, func(r store.Scanner) (telemetry.Latest, error) {
 		var l telemetry.Latest
 		var deviceID, profile string
 		var instance int
@@ -547,52 +564,4 @@ func (s *Store) LatestSamples(ctx context.Context, node string, since time.Time)
 		}
 		return l, nil
 	})
-}
-
-// GPUActivity implements telemetry.Store: over the workload's samples since
-// since that measured its use (utilization or SM activity; a sample
-// measuring neither says nothing about idleness), the first and the newest,
-// and the newest with its GPU in use (utilization above 1 % or SM activity
-// above 0.01).
-func (s *Store) GPUActivity(ctx context.Context, workload string, since time.Time) (telemetry.Activity, error) {
-	var first, last, active sql.NullInt64
-	err := s.read.QueryRowContext(ctx, s.q(`SELECT min(s.t), max(s.t), max(CASE WHEN s.gpu_util > 1 OR s.sm_active > 0.01 THEN s.t END)
-		FROM gpu_samples s JOIN gpu_series r ON r.id = s.series_id
-		WHERE r.workload = ? AND s.t >= ? AND (s.gpu_util IS NOT NULL OR s.sm_active IS NOT NULL)`), workload, ms(since)).Scan(&first, &last, &active)
-	if err != nil {
-		return telemetry.Activity{}, fmt.Errorf("GPU activity of %s: %w", workload, err)
-	}
-	at := func(v sql.NullInt64) time.Time {
-		if !v.Valid {
-			return time.Time{}
-		}
-		return time.UnixMilli(v.Int64).UTC()
-	}
-	return telemetry.Activity{First: at(first), Last: at(last), LastActive: at(active)}, nil
-}
-
-// GPUMinutes implements workload.Store: per workload, the one-minute rollup
-// buckets in [from, to) in which any of its GPUs measured utilization or SM
-// activity (Measured), and those in which one was active on average (GPU
-// utilization above 1 %, or SM activity above 0.01: Active).
-func (s *Store) GPUMinutes(ctx context.Context, from, to time.Time) (map[string]workload.GPUMinutes, error) {
-	rows, err := s.read.QueryContext(ctx, s.q(`SELECT workload, COUNT(*), SUM(active) FROM (
-		SELECT r.workload AS workload, g.bucket AS bucket, MAX(CASE WHEN g.gpu_util_avg > 1 OR g.sm_active_avg > 0.01 THEN 1 ELSE 0 END) AS active
-		FROM gpu_rollups g JOIN gpu_series r ON r.id = g.series_id
-		WHERE g.res = ? AND g.bucket >= ? AND g.bucket < ? AND r.workload <> '' AND (g.gpu_util_avg IS NOT NULL OR g.sm_active_avg IS NOT NULL)
-		GROUP BY r.workload, g.bucket) m GROUP BY workload`), int64(telemetry.Minute/time.Second), ms(from), ms(to))
-	if err != nil {
-		return nil, fmt.Errorf("GPU minutes: %w", err)
-	}
-	defer rows.Close()
-	out := map[string]workload.GPUMinutes{}
-	for rows.Next() {
-		var id string
-		var m workload.GPUMinutes
-		if err := rows.Scan(&id, &m.Measured, &m.Active); err != nil {
-			return nil, fmt.Errorf("GPU minutes: %w", err)
-		}
-		out[id] = m
-	}
-	return out, rows.Err()
 }

@@ -1,4 +1,4 @@
-package store
+package accounts
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/live"
+	"github.com/gantryhq/gantry/internal/store"
 	"github.com/gantryhq/gantry/internal/token"
 )
 
@@ -25,16 +26,16 @@ func (s *Store) CreateToken(ctx context.Context, t token.Token) error {
 	if t.ReadOnly {
 		readOnly = 1
 	}
-	_, err = s.db.ExecContext(ctx, s.q(`INSERT INTO tokens (owner, `+tokenColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+	_, err = s.db.ExecContext(ctx, s.db.Q(`INSERT INTO tokens (owner, `+tokenColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 		t.Owner.String(), t.ID, t.Owner.Issuer, t.Owner.Subject, t.Owner.Email, string(groups), t.Name, t.SecretHash, t.Team, readOnly,
-		t.CreatedAt.UnixMicro(), t.ExpiresAt.UnixMicro(), 0, boolInt(t.Owner.SecondFactor))
+		t.CreatedAt.UnixMicro(), t.ExpiresAt.UnixMicro(), 0, store.BoolInt(t.Owner.SecondFactor))
 	if err != nil {
 		return fmt.Errorf("insert token: %w", err)
 	}
 	return nil
 }
 
-func scanToken(row scanner) (token.Token, error) {
+func scanToken(row store.Scanner) (token.Token, error) {
 	var t token.Token
 	var groups string
 	var readOnly, secondFactor int
@@ -56,7 +57,7 @@ func scanToken(row scanner) (token.Token, error) {
 
 // Token implements token.Store.
 func (s *Store) Token(ctx context.Context, id string) (token.Token, error) {
-	t, err := scanToken(s.read.QueryRowContext(ctx, s.q(`SELECT `+tokenColumns+` FROM tokens WHERE id = ?`), id))
+	t, err := scanToken(s.db.Read().QueryRowContext(ctx, s.db.Q(`SELECT `+tokenColumns+` FROM tokens WHERE id = ?`), id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return t, &fault.NotFound{Kind: "token", Name: id}
 	}
@@ -65,25 +66,25 @@ func (s *Store) Token(ctx context.Context, id string) (token.Token, error) {
 
 // Tokens implements token.Store.
 func (s *Store) Tokens(ctx context.Context, owner string) ([]token.Token, error) {
-	rows, err := s.read.QueryContext(ctx, s.q(`SELECT `+tokenColumns+` FROM tokens WHERE owner = ? ORDER BY created_at, id`), owner)
+	rows, err := s.db.Read().QueryContext(ctx, s.db.Q(`SELECT `+tokenColumns+` FROM tokens WHERE owner = ? ORDER BY created_at, id`), owner)
 	if err != nil {
 		return nil, fmt.Errorf("list tokens: %w", err)
 	}
-	return collect(rows, scanToken)
+	return store.Collect(rows, scanToken)
 }
 
 // RevokeToken implements token.Store.
 func (s *Store) RevokeToken(ctx context.Context, owner, id string, at time.Time) error {
 	var n int64
-	err := s.txChanges(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, s.q(`UPDATE tokens SET revoked_at = ? WHERE owner = ? AND id = ? AND revoked_at = 0`), at.UnixMicro(), owner, id)
+	err := s.db.TxChanges(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, s.db.Q(`UPDATE tokens SET revoked_at = ? WHERE owner = ? AND id = ? AND revoked_at = 0`), at.UnixMicro(), owner, id)
 		if err != nil {
 			return err
 		}
 		if n, _ = res.RowsAffected(); n == 0 {
 			return nil
 		}
-		return s.appendChange(ctx, tx, live.Token, id) // what it opened closes
+		return s.db.AppendChange(ctx, tx, string(live.Token), id) // what it opened closes
 	})
 	if err != nil {
 		return fmt.Errorf("revoke token: %w", err)
@@ -96,11 +97,4 @@ func (s *Store) RevokeToken(ctx context.Context, owner, id string, at time.Time)
 		return &fault.NotFound{Kind: "token", Name: id}
 	}
 	return nil
-}
-
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }

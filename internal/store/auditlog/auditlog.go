@@ -1,4 +1,8 @@
-package store
+// Package auditlog stores Gantry's audit log: the hash-chained records,
+// appended one at a time in one order even with several replicas, and the
+// signed checkpoints of the chain's head. It implements audit.Store and
+// audit.CheckpointStore.
+package auditlog
 
 import (
 	"context"
@@ -11,9 +15,16 @@ import (
 
 	"github.com/gantryhq/gantry/internal/audit"
 	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/store"
 )
 
+// Store is the audit log of one database.
+type Store struct{ db *store.DB }
+
 var _ audit.CheckpointStore = (*Store)(nil)
+
+// New is the audit log of db.
+func New(db *store.DB) *Store { return &Store{db: db} }
 
 const auditColumns = `seq, at, actor, action, object, decision, status, reason, request_id, source, prev_hash, hash`
 
@@ -21,8 +32,8 @@ const auditColumns = `seq, at, actor, action, object, decision, status, reason, 
 // written in one transaction (under an advisory lock on PostgreSQL), so the
 // chain has one order even with several replicas.
 func (s *Store) AppendAudit(ctx context.Context, r audit.Record) (audit.Record, error) {
-	err := s.tx(ctx, func(tx *sql.Tx) error {
-		if s.driver == Postgres {
+	err := s.db.Tx(ctx, func(tx *sql.Tx) error {
+		if s.db.Driver() == store.Postgres {
 			if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(7286153)`); err != nil {
 				return err
 			}
@@ -39,7 +50,7 @@ func (s *Store) AppendAudit(ctx context.Context, r audit.Record) (audit.Record, 
 		r.Seq, r.PrevHash = seq+1, prev
 		r.At = r.At.UTC().Truncate(time.Microsecond)
 		r.Hash = audit.Sum(r, prev)
-		_, err = tx.ExecContext(ctx, s.q(`INSERT INTO audit (`+auditColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+		_, err = tx.ExecContext(ctx, s.db.Q(`INSERT INTO audit (`+auditColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 			r.Seq, r.At.UnixMicro(), r.Actor, r.Action, r.Object, r.Decision, r.Status, r.Reason, r.RequestID, r.Source, r.PrevHash, r.Hash)
 		return err
 	})
@@ -49,7 +60,7 @@ func (s *Store) AppendAudit(ctx context.Context, r audit.Record) (audit.Record, 
 	return r, nil
 }
 
-func scanAudit(rows scanner) (audit.Record, error) {
+func scanAudit(rows store.Scanner) (audit.Record, error) {
 	var r audit.Record
 	var at int64
 	err := rows.Scan(&r.Seq, &at, &r.Actor, &r.Action, &r.Object, &r.Decision, &r.Status, &r.Reason, &r.RequestID, &r.Source, &r.PrevHash, &r.Hash)
@@ -76,16 +87,16 @@ func (s *Store) AuditRecords(ctx context.Context, f audit.Filter) ([]audit.Recor
 		where, args = append(where, "decision = ?"), append(args, f.Decision)
 	}
 	args = append(args, f.Limit)
-	rows, err := s.read.QueryContext(ctx, s.q(`SELECT `+auditColumns+` FROM audit WHERE `+strings.Join(where, " AND ")+` ORDER BY `+order+` LIMIT ?`), args...)
+	rows, err := s.db.Read().QueryContext(ctx, s.db.Q(`SELECT `+auditColumns+` FROM audit WHERE `+strings.Join(where, " AND ")+` ORDER BY `+order+` LIMIT ?`), args...)
 	if err != nil {
 		return nil, fmt.Errorf("list audit records: %w", err)
 	}
-	return collect(rows, scanAudit)
+	return store.Collect(rows, scanAudit)
 }
 
 // EachAudit implements audit.Store.
 func (s *Store) EachAudit(ctx context.Context, fn func(audit.Record) error) error {
-	rows, err := s.read.QueryContext(ctx, `SELECT `+auditColumns+` FROM audit ORDER BY seq`)
+	rows, err := s.db.Read().QueryContext(ctx, `SELECT `+auditColumns+` FROM audit ORDER BY seq`)
 	if err != nil {
 		return fmt.Errorf("read audit log: %w", err)
 	}
@@ -104,7 +115,7 @@ func (s *Store) EachAudit(ctx context.Context, fn func(audit.Record) error) erro
 
 // LatestAudit implements audit.CheckpointStore.
 func (s *Store) LatestAudit(ctx context.Context) (audit.Record, bool, error) {
-	r, err := scanAudit(s.read.QueryRowContext(ctx, `SELECT `+auditColumns+` FROM audit ORDER BY seq DESC LIMIT 1`))
+	r, err := scanAudit(s.db.Read().QueryRowContext(ctx, `SELECT `+auditColumns+` FROM audit ORDER BY seq DESC LIMIT 1`))
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return audit.Record{}, false, nil
@@ -116,10 +127,10 @@ func (s *Store) LatestAudit(ctx context.Context) (audit.Record, bool, error) {
 
 // AddCheckpoint implements audit.CheckpointStore.
 func (s *Store) AddCheckpoint(ctx context.Context, c audit.Checkpoint) error {
-	_, err := s.db.ExecContext(ctx, s.q(`INSERT INTO audit_checkpoints (seq, hash, at, key_id, signature) VALUES (?, ?, ?, ?, ?)`),
+	_, err := s.db.ExecContext(ctx, s.db.Q(`INSERT INTO audit_checkpoints (seq, hash, at, key_id, signature) VALUES (?, ?, ?, ?, ?)`),
 		c.Seq, c.Hash, c.At.UnixMicro(), c.KeyID, c.Signature)
 	switch {
-	case err != nil && uniqueViolation(err):
+	case err != nil && store.UniqueViolation(err):
 		return &fault.Conflict{Kind: "audit checkpoint", Name: strconv.FormatInt(c.Seq, 10), Reason: "that record has a checkpoint already"}
 	case err != nil:
 		return fmt.Errorf("store audit checkpoint: %w", err)
@@ -129,11 +140,11 @@ func (s *Store) AddCheckpoint(ctx context.Context, c audit.Checkpoint) error {
 
 // Checkpoints implements audit.CheckpointStore.
 func (s *Store) Checkpoints(ctx context.Context) ([]audit.Checkpoint, error) {
-	rows, err := s.read.QueryContext(ctx, `SELECT seq, hash, at, key_id, signature FROM audit_checkpoints ORDER BY seq`)
+	rows, err := s.db.Read().QueryContext(ctx, `SELECT seq, hash, at, key_id, signature FROM audit_checkpoints ORDER BY seq`)
 	if err != nil {
 		return nil, fmt.Errorf("list audit checkpoints: %w", err)
 	}
-	return collect(rows, func(row scanner) (audit.Checkpoint, error) {
+	return store.Collect(rows, func(row store.Scanner) (audit.Checkpoint, error) {
 		var c audit.Checkpoint
 		var at int64
 		err := row.Scan(&c.Seq, &c.Hash, &at, &c.KeyID, &c.Signature)

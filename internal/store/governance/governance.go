@@ -1,4 +1,11 @@
-package store
+// Package governance stores what the platform team governs Gantry by: the
+// template catalog's versions (templates.go), budget alerts and the webhook
+// outbox they are queued in (one transaction), the GPU classes' price
+// history, teams' own settings, and the platform team's edits over the
+// files (overlays.go). It implements catalog.Store, budget.Store's budget
+// half (the audit log is auditlog's), notify.Outbox, cull.Notifier,
+// overrides.Store and overlay.Store.
+package governance
 
 import (
 	"context"
@@ -10,20 +17,39 @@ import (
 	"time"
 
 	"github.com/gantryhq/gantry/internal/budget"
+	"github.com/gantryhq/gantry/internal/catalog"
+	"github.com/gantryhq/gantry/internal/cull"
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/notify"
+	"github.com/gantryhq/gantry/internal/overlay"
 	"github.com/gantryhq/gantry/internal/overrides"
+	"github.com/gantryhq/gantry/internal/store"
 	"github.com/gantryhq/gantry/internal/team"
 )
+
+// Store is the governance of one database.
+type Store struct{ db *store.DB }
+
+var (
+	_ catalog.Store   = (*Store)(nil)
+	_ notify.Outbox   = (*Store)(nil)
+	_ cull.Notifier   = (*Store)(nil)
+	_ cull.Settings   = (*Store)(nil)
+	_ overrides.Store = (*Store)(nil)
+	_ overlay.Store   = (*Store)(nil)
+)
+
+// New is the governance of db.
+func New(db *store.DB) *Store { return &Store{db: db} }
 
 // RecordBudgetAlert implements budget.Store: the alert is recorded, and its
 // webhook put in the outbox, in one transaction — only if no alert for the
 // same team, cost center, period and threshold was recorded before
 // (recorded false then, and nothing written).
 func (s *Store) RecordBudgetAlert(ctx context.Context, a budget.Alert, m notify.Message) (recorded bool, err error) {
-	err = s.tx(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, s.q(`INSERT INTO budget_alerts (team, cost_center, period_start, threshold_pct, at, spent, amount)
+	err = s.db.Tx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, s.db.Q(`INSERT INTO budget_alerts (team, cost_center, period_start, threshold_pct, at, spent, amount)
 			VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`),
 			a.Team, a.CostCenter, a.From.UnixMicro(), int(math.Round(a.Threshold*100)), a.At.UnixMicro(), a.Spent, a.Amount)
 		if err != nil {
@@ -42,12 +68,12 @@ func (s *Store) RecordBudgetAlert(ctx context.Context, a budget.Alert, m notify.
 // period, oldest first.
 func (s *Store) BudgetAlerts(ctx context.Context, t team.Name, from time.Time) ([]budget.Alert, error) {
 	team := t.String()
-	rows, err := s.read.QueryContext(ctx, s.q(`SELECT team, cost_center, period_start, threshold_pct, at, spent, amount FROM budget_alerts
+	rows, err := s.db.Read().QueryContext(ctx, s.db.Q(`SELECT team, cost_center, period_start, threshold_pct, at, spent, amount FROM budget_alerts
 		WHERE team = ? AND period_start = ? ORDER BY at, cost_center, threshold_pct`), team, from.UnixMicro())
 	if err != nil {
 		return nil, fmt.Errorf("list budget alerts: %w", err)
 	}
-	return collect(rows, func(r scanner) (budget.Alert, error) {
+	return store.Collect(rows, func(r store.Scanner) (budget.Alert, error) {
 		var a budget.Alert
 		var start, at int64
 		var pct int
@@ -61,11 +87,11 @@ func (s *Store) BudgetAlerts(ctx context.Context, t team.Name, from time.Time) (
 
 // Notify implements workload.Notifier: a message into the outbox.
 func (s *Store) Notify(ctx context.Context, m notify.Message) error {
-	return s.tx(ctx, func(tx *sql.Tx) error { return insertNotification(ctx, s, tx, m) })
+	return s.db.Tx(ctx, func(tx *sql.Tx) error { return insertNotification(ctx, s, tx, m) })
 }
 
 func insertNotification(ctx context.Context, s *Store, tx *sql.Tx, m notify.Message) error {
-	_, err := tx.ExecContext(ctx, s.q(`INSERT INTO notifications (id, event, body, created_at, next_at) VALUES (?, ?, ?, ?, ?)`),
+	_, err := tx.ExecContext(ctx, s.db.Q(`INSERT INTO notifications (id, event, body, created_at, next_at) VALUES (?, ?, ?, ?, ?)`),
 		m.ID, m.Event, string(m.Body), m.Created.UnixMicro(), m.NextAt.UnixMicro())
 	if err != nil {
 		return fmt.Errorf("queue notification %s: %w", m.Event, err)
@@ -76,12 +102,12 @@ func insertNotification(ctx context.Context, s *Store, tx *sql.Tx, m notify.Mess
 // DueNotifications implements notify.Outbox: undelivered messages due at
 // now, oldest first.
 func (s *Store) DueNotifications(ctx context.Context, now time.Time, limit int) ([]notify.Message, error) {
-	rows, err := s.read.QueryContext(ctx, s.q(`SELECT id, event, body, created_at, attempts, next_at FROM notifications
+	rows, err := s.db.Read().QueryContext(ctx, s.db.Q(`SELECT id, event, body, created_at, attempts, next_at FROM notifications
 		WHERE delivered_at = 0 AND gave_up_at = 0 AND next_at <= ? ORDER BY next_at, id LIMIT ?`), now.UnixMicro(), limit)
 	if err != nil {
 		return nil, fmt.Errorf("list due notifications: %w", err)
 	}
-	return collect(rows, func(r scanner) (notify.Message, error) {
+	return store.Collect(rows, func(r store.Scanner) (notify.Message, error) {
 		var m notify.Message
 		var body string
 		var created, next int64
@@ -98,11 +124,11 @@ func (s *Store) NotificationSent(ctx context.Context, id string, attempts int, d
 	var err error
 	switch {
 	case delivered:
-		_, err = s.db.ExecContext(ctx, s.q(`UPDATE notifications SET attempts = ?, delivered_at = ?, last_error = '' WHERE id = ?`), attempts, now.UnixMicro(), id)
+		_, err = s.db.ExecContext(ctx, s.db.Q(`UPDATE notifications SET attempts = ?, delivered_at = ?, last_error = '' WHERE id = ?`), attempts, now.UnixMicro(), id)
 	case next.IsZero():
-		_, err = s.db.ExecContext(ctx, s.q(`UPDATE notifications SET attempts = ?, gave_up_at = ?, last_error = ? WHERE id = ?`), attempts, now.UnixMicro(), why, id)
+		_, err = s.db.ExecContext(ctx, s.db.Q(`UPDATE notifications SET attempts = ?, gave_up_at = ?, last_error = ? WHERE id = ?`), attempts, now.UnixMicro(), why, id)
 	default:
-		_, err = s.db.ExecContext(ctx, s.q(`UPDATE notifications SET attempts = ?, next_at = ?, last_error = ? WHERE id = ?`), attempts, next.UnixMicro(), why, id)
+		_, err = s.db.ExecContext(ctx, s.db.Q(`UPDATE notifications SET attempts = ?, next_at = ?, last_error = ? WHERE id = ?`), attempts, next.UnixMicro(), why, id)
 	}
 	if err != nil {
 		return fmt.Errorf("record notification %s: %w", id, err)
@@ -114,7 +140,7 @@ func (s *Store) NotificationSent(ctx context.Context, id string, attempts int, d
 // from its newest row (or that has none), as of at; it returns how many.
 func (s *Store) RecordPrices(ctx context.Context, classes []gpu.Class, at time.Time) (int, error) {
 	n := 0
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.db.Tx(ctx, func(tx *sql.Tx) error {
 		for _, c := range classes {
 			cur := c.Price.Currency
 			if cur == "" {
@@ -122,7 +148,7 @@ func (s *Store) RecordPrices(ctx context.Context, classes []gpu.Class, at time.T
 			}
 			var od, spot float64
 			var currency string
-			err := tx.QueryRowContext(ctx, s.q(`SELECT on_demand, spot, currency FROM gpu_prices WHERE class = ? ORDER BY since DESC LIMIT 1`), c.Name).Scan(&od, &spot, &currency)
+			err := tx.QueryRowContext(ctx, s.db.Q(`SELECT on_demand, spot, currency FROM gpu_prices WHERE class = ? ORDER BY since DESC LIMIT 1`), c.Name).Scan(&od, &spot, &currency)
 			switch {
 			case errors.Is(err, sql.ErrNoRows):
 			case err != nil:
@@ -130,7 +156,7 @@ func (s *Store) RecordPrices(ctx context.Context, classes []gpu.Class, at time.T
 			case od == c.Price.OnDemand && spot == c.Price.Spot && currency == cur:
 				continue
 			}
-			if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO gpu_prices (class, since, on_demand, spot, currency) VALUES (?, ?, ?, ?, ?)`),
+			if _, err := tx.ExecContext(ctx, s.db.Q(`INSERT INTO gpu_prices (class, since, on_demand, spot, currency) VALUES (?, ?, ?, ?, ?)`),
 				c.Name, at.UnixMicro(), c.Price.OnDemand, c.Price.Spot, cur); err != nil {
 				return fmt.Errorf("price history of %s: %w", c.Name, err)
 			}
@@ -143,11 +169,11 @@ func (s *Store) RecordPrices(ctx context.Context, classes []gpu.Class, at time.T
 
 // PriceHistory is a class's prices, oldest first.
 func (s *Store) PriceHistory(ctx context.Context, class string) ([]gpu.PriceRecord, error) {
-	rows, err := s.read.QueryContext(ctx, s.q(`SELECT class, since, on_demand, spot, currency FROM gpu_prices WHERE class = ? ORDER BY since`), class)
+	rows, err := s.db.Read().QueryContext(ctx, s.db.Q(`SELECT class, since, on_demand, spot, currency FROM gpu_prices WHERE class = ? ORDER BY since`), class)
 	if err != nil {
 		return nil, fmt.Errorf("price history of %s: %w", class, err)
 	}
-	return collect(rows, func(r scanner) (gpu.PriceRecord, error) {
+	return store.Collect(rows, func(r store.Scanner) (gpu.PriceRecord, error) {
 		var p gpu.PriceRecord
 		var since int64
 		err := r.Scan(&p.Class, &since, &p.Price.OnDemand, &p.Price.Spot, &p.Price.Currency)
@@ -162,7 +188,7 @@ func (s *Store) TeamSettings(ctx context.Context, t team.Name) (overrides.Settin
 	team := t.String()
 	var data, by string
 	var at, version int64
-	err := s.read.QueryRowContext(ctx, s.q(`SELECT data, updated_by, updated_at, version FROM team_settings WHERE team = ?`), team).Scan(&data, &by, &at, &version)
+	err := s.db.Read().QueryRowContext(ctx, s.db.Q(`SELECT data, updated_by, updated_at, version FROM team_settings WHERE team = ?`), team).Scan(&data, &by, &at, &version)
 	if errors.Is(err, sql.ErrNoRows) {
 		return overrides.Settings{Templates: map[string]overrides.Template{}}, nil
 	}
@@ -191,18 +217,18 @@ func (s *Store) PutTeamSettings(ctx context.Context, t team.Name, set overrides.
 	var version int64
 	switch {
 	case ifVersion == nil:
-		err = s.db.QueryRowContext(ctx, s.q(`INSERT INTO team_settings (team, data, updated_by, updated_at, version) VALUES (?, ?, ?, ?, 1)
+		err = s.db.QueryRowContext(ctx, s.db.Q(`INSERT INTO team_settings (team, data, updated_by, updated_at, version) VALUES (?, ?, ?, ?, 1)
 			ON CONFLICT (team) DO UPDATE SET data = excluded.data, updated_by = excluded.updated_by, updated_at = excluded.updated_at,
 				version = team_settings.version + 1
 			RETURNING version`),
 			team, string(data), set.UpdatedBy, set.UpdatedAt.UnixMicro()).Scan(&version)
 	case *ifVersion == 0:
 		// None yet: created, or refused if someone created them meanwhile.
-		err = s.db.QueryRowContext(ctx, s.q(`INSERT INTO team_settings (team, data, updated_by, updated_at, version) VALUES (?, ?, ?, ?, 1)
+		err = s.db.QueryRowContext(ctx, s.db.Q(`INSERT INTO team_settings (team, data, updated_by, updated_at, version) VALUES (?, ?, ?, ?, 1)
 			ON CONFLICT (team) DO NOTHING RETURNING version`),
 			team, string(data), set.UpdatedBy, set.UpdatedAt.UnixMicro()).Scan(&version)
 	default:
-		err = s.db.QueryRowContext(ctx, s.q(`UPDATE team_settings SET data = ?, updated_by = ?, updated_at = ?, version = version + 1
+		err = s.db.QueryRowContext(ctx, s.db.Q(`UPDATE team_settings SET data = ?, updated_by = ?, updated_at = ?, version = version + 1
 			WHERE team = ? AND version = ? RETURNING version`),
 			string(data), set.UpdatedBy, set.UpdatedAt.UnixMicro(), team, *ifVersion).Scan(&version)
 	}
@@ -217,11 +243,11 @@ func (s *Store) PutTeamSettings(ctx context.Context, t team.Name, set overrides.
 
 // Teams implements budget.Store: the teams with any workload, sorted.
 func (s *Store) Teams(ctx context.Context) ([]string, error) {
-	rows, err := s.read.QueryContext(ctx, `SELECT DISTINCT team FROM workloads ORDER BY team`)
+	rows, err := s.db.Read().QueryContext(ctx, `SELECT DISTINCT team FROM workloads ORDER BY team`)
 	if err != nil {
 		return nil, fmt.Errorf("list teams: %w", err)
 	}
-	return collect(rows, func(r scanner) (string, error) {
+	return store.Collect(rows, func(r store.Scanner) (string, error) {
 		var t string
 		return t, r.Scan(&t)
 	})
@@ -229,7 +255,7 @@ func (s *Store) Teams(ctx context.Context) ([]string, error) {
 
 // PruneNotifications implements notify.Outbox.
 func (s *Store) PruneNotifications(ctx context.Context, before time.Time) (int64, error) {
-	res, err := s.db.ExecContext(ctx, s.q(`DELETE FROM notifications WHERE (delivered_at > 0 AND delivered_at < ?) OR (gave_up_at > 0 AND gave_up_at < ?)`),
+	res, err := s.db.ExecContext(ctx, s.db.Q(`DELETE FROM notifications WHERE (delivered_at > 0 AND delivered_at < ?) OR (gave_up_at > 0 AND gave_up_at < ?)`),
 		before.UnixMicro(), before.UnixMicro())
 	if err != nil {
 		return 0, fmt.Errorf("prune notifications: %w", err)

@@ -26,6 +26,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/gantryhq/gantry/api/client"
+	"github.com/gantryhq/gantry/api/model"
 	"github.com/gantryhq/gantry/internal/config"
 	"github.com/gantryhq/gantry/internal/devcluster"
 	"github.com/gantryhq/gantry/internal/devcluster/clustertest"
@@ -54,7 +56,8 @@ func TestMain(m *testing.M) {
 // started by the one harness (servertest) on the production constructor.
 type gantryServer struct {
 	t   testing.TB
-	url string // a front that signs every request in as ada, a platform admin
+	url string                      // a front that signs every request in as ada, a platform admin
+	api *client.ClientWithResponses // the typed client, signed in as ada
 	*servertest.Gantry
 }
 
@@ -94,24 +97,69 @@ func start(t testing.TB, dbPath string, withCluster bool, edit ...func(*config.C
 		proxy.ServeHTTP(w, r)
 	}))
 	t.Cleanup(front.Close)
-	return &gantryServer{t: t, url: front.URL, Gantry: g}
+	return &gantryServer{t: t, url: front.URL, api: newClient(g.URL, tok), Gantry: g}
 }
 
-type wl struct {
-	ID, Name, Status, Reason, Endpoint string
-	Applied, Held                      bool
-	Actions                            []string
-	StartedAt, EndedAt                 *time.Time
-	Attempts                           int
-	ExitCode                           *int
-	RanSeconds                         float64
-	Gpu                                struct {
-		Class      string
-		Count      int
-		MigProfile string
+// newClient is the typed client (api/client) of the API at url, presenting
+// bearer (none when empty).
+func newClient(url, bearer string, opts ...client.ClientOption) *client.ClientWithResponses {
+	opts = append(opts, client.WithRequestEditorFn(func(_ context.Context, r *http.Request) error {
+		if bearer != "" {
+			r.Header.Set("Authorization", "Bearer "+bearer)
+		}
+		return nil
+	}))
+	c, err := client.NewClientWithResponses(url, opts...)
+	if err != nil {
+		panic(err) // only an option can fail, and these do not
+	}
+	return c
+}
+
+// must is a typed call's answer: a request that got no answer, or an
+// answer that does not decode as openapi.yaml says, fails the test.
+//
+//	w := must(g.api.GetWorkloadWithResponse(ctx, id))(t)
+func must[R any](r R, err error) func(testing.TB) R {
+	return func(t testing.TB) R {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("the typed client: %v", err)
+		}
+		return r
 	}
 }
 
+// deref is *p, or T's zero value when p is nil (an answer's JSON200 when
+// the status was another).
+func deref[T any](p *T) T {
+	if p == nil {
+		var zero T
+		return zero
+	}
+	return *p
+}
+
+// asJSON is v as JSON, for failure messages (the generated types' optional
+// fields are pointers, which %+v prints as addresses).
+func asJSON(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprintf("%+v", v)
+	}
+	return string(b)
+}
+
+// fieldErrors are a typed answer's problem's field errors.
+func fieldErrors(p *model.Problem) []model.FieldError {
+	if p == nil {
+		return nil
+	}
+	return deref(p.Errors)
+}
+
+// post is the hand-written POST that bench_test.go still sends; the tests
+// call the API through the typed client (g.api).
 func (g *gantryServer) post(path string, body any, out any) int {
 	g.t.Helper()
 	b, _ := json.Marshal(body)
@@ -130,27 +178,47 @@ func (g *gantryServer) post(path string, body any, out any) int {
 	return resp.StatusCode
 }
 
-func (g *gantryServer) get(id string) wl {
+// launch launches req as ada and returns the answer's status and workload
+// (what a 201 carries).
+func (g *gantryServer) launch(req model.LaunchRequest) (int, model.Workload) {
 	g.t.Helper()
-	resp, err := http.Get(g.url + "/api/v1/workloads/" + id)
-	if err != nil {
-		g.t.Fatal(err)
+	r := must(g.api.CreateWorkloadWithResponse(context.Background(), nil, req))(g.t)
+	if r.StatusCode() >= 300 {
+		g.t.Logf("launch %s: %d %s", asJSON(req), r.StatusCode(), r.Body)
 	}
-	defer resp.Body.Close()
-	var w wl
-	json.NewDecoder(resp.Body).Decode(&w)
-	return w
+	return r.StatusCode(), deref(r.JSON201)
+}
+
+// workload reads a workload as ada.
+func (g *gantryServer) workload(id string) model.Workload {
+	g.t.Helper()
+	return deref(must(g.api.GetWorkloadWithResponse(context.Background(), id))(g.t).JSON200)
+}
+
+// stop stops a workload as ada and returns the status and the workload.
+func (g *gantryServer) stop(id string) (int, model.Workload) {
+	g.t.Helper()
+	r := must(g.api.StopWorkloadWithResponse(context.Background(), id))(g.t)
+	return r.StatusCode(), deref(r.JSON200)
+}
+
+// startAgain starts a stopped workload as ada and returns the status and
+// the workload.
+func (g *gantryServer) startAgain(id string) (int, model.Workload) {
+	g.t.Helper()
+	r := must(g.api.StartWorkloadWithResponse(context.Background(), id))(g.t)
+	return r.StatusCode(), deref(r.JSON200)
 }
 
 // waitStatus waits until the API reports one of the statuses.
-func (g *gantryServer) waitStatus(id string, want ...string) wl {
+func (g *gantryServer) waitStatus(id string, want ...model.WorkloadStatus) model.Workload {
 	g.t.Helper()
-	var w wl
+	var w model.Workload
 	waitfor.Until(g.t, 90*time.Second, fmt.Sprintf("workload %s to be %v", id, want), func() error {
-		if w = g.get(id); slices.Contains(want, w.Status) {
+		if w = g.workload(id); slices.Contains(want, w.Status) {
 			return nil
 		}
-		return fmt.Errorf("it is %s (%s)", w.Status, w.Reason)
+		return fmt.Errorf("it is %s (%s)", w.Status, deref(w.Reason))
 	})
 	return w
 }
@@ -181,33 +249,33 @@ func TestStarterTemplatesRun(t *testing.T) {
 	classes, _ := gpu.LoadFile("../../templates/gpu-classes.yaml")
 	tests := []struct {
 		template string
-		params   map[string]any
-		gpu      map[string]any
-		final    string
+		params   *model.Parameters
+		gpu      *model.GPUChoice
+		final    model.WorkloadStatus
 		resource string
 	}{
-		{"pytorch-train", map[string]any{"epochs": 1}, map[string]any{"count": 2}, "Succeeded", "nvidia.com/gpu"},
+		{"pytorch-train", &model.Parameters{"epochs": 1}, &model.GPUChoice{Count: ptr(2)}, "Succeeded", "nvidia.com/gpu"},
 		{"jupyter-notebook", nil, nil, "Running", "nvidia.com/mig-1g.10gb"},
-		{"vllm-inference", nil, map[string]any{"class": "H200-141GB", "count": 2}, "Running", "nvidia.com/gpu"},
-		{"batch-inference", map[string]any{"input": "prompts.jsonl"}, map[string]any{"class": "H100-80GB", "migProfile": "3g.40gb"}, "Succeeded", "nvidia.com/mig-3g.40gb"},
+		{"vllm-inference", nil, &model.GPUChoice{Class: ptr("H200-141GB"), Count: ptr(2)}, "Running", "nvidia.com/gpu"},
+		{"batch-inference", &model.Parameters{"input": "prompts.jsonl"}, &model.GPUChoice{Class: ptr("H100-80GB"), MigProfile: ptr("3g.40gb")}, "Succeeded", "nvidia.com/mig-3g.40gb"},
 		{"dev-environment", nil, nil, "Running", "nvidia.com/gpu"},
 		{"confidential-inference", nil, nil, "Running", "nvidia.com/pgpu"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.template, func(t *testing.T) {
-			var w wl
-			if s := g.post("/api/v1/workloads", map[string]any{"template": tc.template, "team": "vision", "gpu": tc.gpu, "parameters": tc.params}, &w); s != 201 {
+			s, w := g.launch(model.LaunchRequest{Template: tc.template, Team: "vision", Gpu: tc.gpu, Parameters: tc.params})
+			if s != 201 {
 				t.Fatalf("launch: %d", s)
 			}
 			if !w.Applied {
-				t.Fatalf("not applied: %+v", w)
+				t.Fatalf("not applied: %s", asJSON(w))
 			}
-			w = g.waitStatus(w.ID, tc.final)
+			w = g.waitStatus(w.Id, tc.final)
 			// Its history: a job that ended says when it ran and how
 			// it ended; a live one has started and not ended.
 			h := w
 			if h.StartedAt == nil || h.Attempts != 1 {
-				t.Fatalf("history: %+v", h)
+				t.Fatalf("history: %s", asJSON(h))
 			}
 			if tc.final == "Succeeded" && (h.EndedAt == nil || h.EndedAt.Before(*h.StartedAt) || h.ExitCode == nil || *h.ExitCode != 0 ||
 				h.RanSeconds != math.Round(h.EndedAt.Sub(*h.StartedAt).Seconds())) {
@@ -216,7 +284,7 @@ func TestStarterTemplatesRun(t *testing.T) {
 			if tc.final == "Running" && (h.EndedAt != nil || h.ExitCode != nil) {
 				t.Errorf("history of a running workload: ended %v, exit %v", h.EndedAt, h.ExitCode)
 			}
-			pods := podsOf(t, "vision", w.ID)
+			pods := podsOf(t, "vision", w.Id)
 			if len(pods) == 0 {
 				t.Fatal("no pods")
 			}
@@ -246,15 +314,12 @@ func TestStarterTemplatesRun(t *testing.T) {
 // a confidential request for a non-confidential image is refused.
 func TestConfidentialLaunch(t *testing.T) {
 	g := start(t, filepath.Join(t.TempDir(), "g.db"), true)
-	var w struct {
-		wl
-		Tee, Image string
+	s, w := g.launch(model.LaunchRequest{Template: "confidential-inference", Team: "vision"})
+	if s != 201 || deref(w.Tee) != model.WorkloadTeeSnp {
+		t.Fatalf("launch: %d %s", s, asJSON(w))
 	}
-	if s := g.post("/api/v1/workloads", map[string]any{"template": "confidential-inference", "team": "vision"}, &w); s != 201 || w.Tee != "snp" {
-		t.Fatalf("launch: %d %+v", s, w)
-	}
-	g.waitStatus(w.ID, "Running")
-	p := podsOf(t, "vision", w.ID)[0]
+	g.waitStatus(w.Id, "Running")
+	p := podsOf(t, "vision", w.Id)[0]
 	if p.Spec.NodeName != "h100-cc-snp-0" {
 		t.Errorf("ran on %s, want the SEV-SNP CC node", p.Spec.NodeName)
 	}
@@ -267,12 +332,10 @@ func TestConfidentialLaunch(t *testing.T) {
 	if p.Annotations["io.katacontainers.config.runtime.cc_init_data"] == "" || !strings.Contains(p.Spec.Containers[0].Image, "@sha256:") {
 		t.Errorf("annotations %v, image %s", p.Annotations, p.Spec.Containers[0].Image)
 	}
-	var prob struct {
-		Errors []struct{ Field, Detail string }
-	}
-	if s := g.post("/api/v1/workloads", map[string]any{"template": "vllm-inference", "team": "vision", "confidential": true, "gpu": map[string]any{"class": "H200-141GB"}}, &prob); s != 422 ||
-		len(prob.Errors) != 1 || prob.Errors[0].Field != "confidential" || !strings.Contains(prob.Errors[0].Detail, "is not a confidential image") {
-		t.Errorf("confidential request, plain image: %d %+v", s, prob)
+	r := must(g.api.CreateWorkloadWithResponse(t.Context(), nil, model.LaunchRequest{Template: "vllm-inference", Team: "vision", Confidential: ptr(true), Gpu: &model.GPUChoice{Class: ptr("H200-141GB")}}))(t)
+	if errs := fieldErrors(r.ApplicationproblemJSONDefault); r.StatusCode() != 422 ||
+		len(errs) != 1 || errs[0].Field != "confidential" || !strings.Contains(errs[0].Detail, "is not a confidential image") {
+		t.Errorf("confidential request, plain image: %d %s", r.StatusCode(), r.Body)
 	}
 }
 
@@ -281,43 +344,40 @@ func TestConfidentialLaunch(t *testing.T) {
 // (it used to be accepted and stay Pending).
 func TestOversizedRefused(t *testing.T) {
 	g := start(t, filepath.Join(t.TempDir(), "g.db"), true)
+	ctx := t.Context()
 	// A template that allows 16 GPUs; no node has more than 8.
-	doc := templateDoc(t, "../../templates/pytorch-train.yaml")
-	doc["metadata"].(map[string]any)["name"] = "big-train"
-	doc["spec"].(map[string]any)["gpu"].(map[string]any)["count"] = map[string]any{"min": 1, "max": 16, "default": 16}
-	if s := g.post("/api/v1/templates", doc, nil); s != 201 {
+	doc := templateFile(t, "../../templates/pytorch-train.yaml")
+	doc.Metadata.Name = "big-train"
+	doc.Spec.Gpu.Count.Min, doc.Spec.Gpu.Count.Max, doc.Spec.Gpu.Count.Default = 1, 16, 16
+	if s := must(g.api.CreateTemplateWithResponse(ctx, doc))(t).StatusCode(); s != 201 {
 		t.Fatalf("create template: %d", s)
 	}
-	var prob struct {
-		Errors []struct{ Field, Detail string }
-	}
-	if s := g.post("/api/v1/workloads", map[string]any{"template": "big-train", "team": "nlp"}, &prob); s != 422 ||
-		len(prob.Errors) != 1 || prob.Errors[0].Field != "gpu.count" || !strings.Contains(prob.Errors[0].Detail, "the most on one node is 8") {
-		t.Fatalf("16 GPUs where nodes have 8: %d %+v", s, prob)
+	r := must(g.api.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "big-train", Team: "nlp"}))(t)
+	if errs := fieldErrors(r.ApplicationproblemJSONDefault); r.StatusCode() != 422 ||
+		len(errs) != 1 || errs[0].Field != "gpu.count" || !strings.Contains(errs[0].Detail, "the most on one node is 8") {
+		t.Fatalf("16 GPUs where nodes have 8: %d %s", r.StatusCode(), r.Body)
 	}
 	// A MIG profile no node of the class offers (the A100-40GB node runs
 	// whole GPUs): refused, naming gpu.migProfile.
-	if s := g.post("/api/v1/workloads", map[string]any{"template": "jupyter-notebook", "team": "vision", "gpu": map[string]any{"class": "A100-40GB", "migProfile": "1g.10gb"}}, &prob); s != 422 ||
-		len(prob.Errors) != 1 || prob.Errors[0].Field != "gpu.migProfile" || !strings.Contains(prob.Errors[0].Detail, "no node of A100-40GB (1 in all) offers MIG profile 1g.10gb") {
-		t.Fatalf("a MIG profile no node offers: %d %+v", s, prob)
+	r = must(g.api.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "jupyter-notebook", Team: "vision", Gpu: &model.GPUChoice{Class: ptr("A100-40GB"), MigProfile: ptr("1g.10gb")}}))(t)
+	if errs := fieldErrors(r.ApplicationproblemJSONDefault); r.StatusCode() != 422 ||
+		len(errs) != 1 || errs[0].Field != "gpu.migProfile" || !strings.Contains(errs[0].Detail, "no node of A100-40GB (1 in all) offers MIG profile 1g.10gb") {
+		t.Fatalf("a MIG profile no node offers: %d %s", r.StatusCode(), r.Body)
 	}
 	// A launch that fits the fleet but not now is accepted with the
 	// estimate's verdict as a warning: the A100-80GB node's eight GPUs
 	// are taken by the first (a service: it keeps them).
-	var first, second struct {
-		wl
-		Warnings []string
+	eight := model.LaunchRequest{Template: "vllm-inference", Team: "vision", Gpu: &model.GPUChoice{Class: ptr("A100-80GB"), Count: ptr(8)}}
+	s, first := g.launch(eight)
+	if s != 201 || len(deref(first.Warnings)) != 0 {
+		t.Fatalf("the first eight: %d %s", s, asJSON(first))
 	}
-	eight := map[string]any{"template": "vllm-inference", "team": "vision", "gpu": map[string]any{"class": "A100-80GB", "count": 8}}
-	if s := g.post("/api/v1/workloads", eight, &first); s != 201 || len(first.Warnings) != 0 {
-		t.Fatalf("the first eight: %d %+v", s, first)
-	}
-	g.waitStatus(first.ID, "Running")
-	t.Cleanup(func() { g.post("/api/v1/workloads/"+first.ID+"/stop", nil, nil) })
-	s := g.post("/api/v1/workloads", eight, &second)
-	t.Cleanup(func() { g.post("/api/v1/workloads/"+second.ID+"/stop", nil, nil) })
-	if s != 201 || len(second.Warnings) != 1 || !strings.HasPrefix(second.Warnings[0], "it does not start now: ") || !strings.Contains(second.Warnings[0], "A100-80GB") {
-		t.Fatalf("the second eight: %d %+v", s, second)
+	g.waitStatus(first.Id, "Running")
+	t.Cleanup(func() { g.stop(first.Id) })
+	s, second := g.launch(eight)
+	t.Cleanup(func() { g.stop(second.Id) })
+	if warnings := deref(second.Warnings); s != 201 || len(warnings) != 1 || !strings.HasPrefix(warnings[0], "it does not start now: ") || !strings.Contains(warnings[0], "A100-80GB") {
+		t.Fatalf("the second eight: %d %s", s, asJSON(second))
 	}
 }
 
@@ -327,60 +387,50 @@ func TestOversizedRefused(t *testing.T) {
 func TestStopStartDelete(t *testing.T) {
 	g := start(t, filepath.Join(t.TempDir(), "g.db"), true)
 	ctx := context.Background()
-	var w wl
-	if s := g.post("/api/v1/workloads", map[string]any{"template": "vllm-inference", "team": "ops"}, &w); s != 201 {
+	s, w := g.launch(model.LaunchRequest{Template: "vllm-inference", Team: "ops"})
+	if s != 201 {
 		t.Fatalf("launch: %d", s)
 	}
-	if w.Endpoint != "http://"+w.Name+".gantry-ops.svc.cluster.local:8000" {
-		t.Errorf("endpoint %q", w.Endpoint)
+	if deref(w.Endpoint) != "http://"+w.Name+".gantry-ops.svc.cluster.local:8000" {
+		t.Errorf("endpoint %q", deref(w.Endpoint))
 	}
-	g.waitStatus(w.ID, "Running")
-	var events struct {
-		Items []struct{ Reason, Object, Type string }
-	}
-	resp, err := http.Get(g.url + "/api/v1/workloads/" + w.ID + "/events")
-	if err != nil {
-		t.Fatal(err)
-	}
-	json.NewDecoder(resp.Body).Decode(&events)
-	resp.Body.Close()
+	g.waitStatus(w.Id, "Running")
+	events := must(g.api.ListWorkloadEventsWithResponse(ctx, w.Id))(t)
 	scheduled := false
-	for _, e := range events.Items {
+	for _, e := range deref(events.JSON200).Items {
 		if e.Reason == "Scheduled" && strings.HasPrefix(e.Object, "Pod/"+w.Name) {
 			scheduled = true
 		}
 	}
 	if !scheduled {
-		t.Errorf("no Scheduled event for the pod in %+v", events.Items)
+		t.Errorf("no Scheduled event for the pod in %s", events.Body)
 	}
-	if s := g.post("/api/v1/workloads/"+w.ID+"/stop", nil, &w); s != 200 || w.Status != "Stopped" || !slices.Equal(w.Actions, []string{"start", "delete"}) {
-		t.Fatalf("stop: %d %+v", s, w)
+	if s, w = g.stop(w.Id); s != 200 || w.Status != "Stopped" || !slices.Equal(deref(w.Actions), []model.WorkloadActions{"start", "delete"}) {
+		t.Fatalf("stop: %d %s", s, asJSON(w))
 	}
-	waitNoPods(t, "ops", w.ID)
+	waitNoPods(t, "ops", w.Id)
 	dep, err := cluster.Client.AppsV1().Deployments("gantry-ops").Get(ctx, w.Name, metav1.GetOptions{})
 	if err != nil || *dep.Spec.Replicas != 0 {
 		t.Fatalf("stopped service's Deployment: %v, want it kept at 0 replicas", err)
 	}
-	if got := g.get(w.ID); got.Status != "Stopped" {
+	if got := g.workload(w.Id); got.Status != "Stopped" {
 		t.Fatalf("status %s after stop (the watch must not revive it)", got.Status)
 	}
-	endpoint := w.Endpoint
-	if s := g.post("/api/v1/workloads/"+w.ID+"/start", nil, &w); s != 200 || w.Status != "Pending" {
-		t.Fatalf("start: %d %+v", s, w)
+	endpoint := deref(w.Endpoint)
+	if s, w = g.startAgain(w.Id); s != 200 || w.Status != "Pending" {
+		t.Fatalf("start: %d %s", s, asJSON(w))
 	}
-	if w = g.waitStatus(w.ID, "Running"); w.Endpoint != endpoint {
-		t.Fatalf("endpoint after start %q, want %q", w.Endpoint, endpoint)
+	if w = g.waitStatus(w.Id, "Running"); deref(w.Endpoint) != endpoint {
+		t.Fatalf("endpoint after start %q, want %q", deref(w.Endpoint), endpoint)
 	}
-	req, _ := http.NewRequest(http.MethodDelete, g.url+"/api/v1/workloads/"+w.ID, nil)
-	resp, err = http.DefaultClient.Do(req)
-	if err != nil || resp.StatusCode != 204 {
-		t.Fatalf("delete: %v %v", resp, err)
+	if s := must(g.api.DeleteWorkloadWithResponse(ctx, w.Id))(t).StatusCode(); s != 204 {
+		t.Fatalf("delete: %d", s)
 	}
-	g.waitNoObjects(t, "ops", w.ID)
-	if got := g.get(w.ID); got.Status != "Deleted" {
+	g.waitNoObjects(t, "ops", w.Id)
+	if got := g.workload(w.Id); got.Status != "Deleted" {
 		t.Fatalf("status %s after delete", got.Status)
 	}
-	if s := g.post("/api/v1/workloads/"+w.ID+"/start", nil, nil); s != 409 {
+	if s, _ := g.startAgain(w.Id); s != 409 {
 		t.Fatalf("start after delete: %d, want 409", s)
 	}
 }
@@ -392,14 +442,14 @@ func TestStopStartDelete(t *testing.T) {
 func TestNotebookKeepsItsVolume(t *testing.T) {
 	g := start(t, filepath.Join(t.TempDir(), "g.db"), true)
 	ctx := context.Background()
-	var w wl
-	if s := g.post("/api/v1/workloads", map[string]any{"template": "jupyter-notebook", "team": "nb"}, &w); s != 201 {
+	s, w := g.launch(model.LaunchRequest{Template: "jupyter-notebook", Team: "nb"})
+	if s != 201 {
 		t.Fatalf("launch: %d", s)
 	}
-	g.waitStatus(w.ID, "Running")
+	g.waitStatus(w.Id, "Running")
 	claim := func() corev1.PersistentVolumeClaim {
 		t.Helper()
-		list, err := cluster.Client.CoreV1().PersistentVolumeClaims("gantry-nb").List(ctx, metav1.ListOptions{LabelSelector: "gantry.dev/workload-id=" + w.ID})
+		list, err := cluster.Client.CoreV1().PersistentVolumeClaims("gantry-nb").List(ctx, metav1.ListOptions{LabelSelector: "gantry.dev/workload-id=" + w.Id})
 		if err != nil || len(list.Items) != 1 {
 			t.Fatalf("%d claims (%v), want the notebook's home", len(list.Items), err)
 		}
@@ -411,31 +461,31 @@ func TestNotebookKeepsItsVolume(t *testing.T) {
 	}
 	for round := range 2 {
 		if round == 0 {
-			if s := g.post("/api/v1/workloads/"+w.ID+"/stop", nil, &w); s != 200 || w.Status != "Stopped" {
-				t.Fatalf("stop: %d %+v", s, w)
+			if s, w = g.stop(w.Id); s != 200 || w.Status != "Stopped" {
+				t.Fatalf("stop: %d %s", s, asJSON(w))
 			}
 		} else {
 			// Past its max runtime: the lifecycle loop stops it.
-			if _, err := g.Store.UpdateWorkload(ctx, w.ID, func(old workload.Workload) (workload.Workload, error) {
+			if _, err := g.Store.UpdateWorkload(ctx, w.Id, func(old workload.Workload) (workload.Workload, error) {
 				old.ExpiresAt = time.Now().Add(-time.Second)
 				return old, nil
 			}); err != nil {
 				t.Fatal(err)
 			}
-			w = g.waitStatus(w.ID, "Stopped")
-			if !strings.Contains(w.Reason, "max runtime") {
-				t.Fatalf("stopped without saying why: %+v", w)
+			w = g.waitStatus(w.Id, "Stopped")
+			if !strings.Contains(deref(w.Reason), "max runtime") {
+				t.Fatalf("stopped without saying why: %s", asJSON(w))
 			}
 		}
-		waitNoPods(t, "nb", w.ID)
+		waitNoPods(t, "nb", w.Id)
 		if got := claim(); got.UID != home.UID || got.Spec.VolumeName != home.Spec.VolumeName {
 			t.Fatalf("round %d: home claim %s (%s → %s) after stop, want %s (%s → %s)", round, got.Name, got.UID, got.Spec.VolumeName, home.Name, home.UID, home.Spec.VolumeName)
 		}
-		if s := g.post("/api/v1/workloads/"+w.ID+"/start", nil, &w); s != 200 {
-			t.Fatalf("start: %d %+v", s, w)
+		if s, w = g.startAgain(w.Id); s != 200 {
+			t.Fatalf("start: %d %s", s, asJSON(w))
 		}
-		g.waitStatus(w.ID, "Running")
-		pods := podsOf(t, "nb", w.ID)
+		g.waitStatus(w.Id, "Running")
+		pods := podsOf(t, "nb", w.Id)
 		if len(pods) != 1 || !mountsClaim(pods[0], home.Name) {
 			t.Fatalf("round %d: after start, pods %d, want one mounting %s", round, len(pods), home.Name)
 		}
@@ -487,23 +537,18 @@ func (g *gantryServer) waitNoObjects(t *testing.T, team, id string) {
 // TestIdempotencyKey: the same key launches once.
 func TestIdempotencyKey(t *testing.T) {
 	g := start(t, filepath.Join(t.TempDir(), "g.db"), true)
-	body, _ := json.Marshal(map[string]any{"template": "dev-environment", "team": "idem"})
+	key := &model.CreateWorkloadParams{IdempotencyKey: ptr("launch-42")}
 	var ids []string
 	for i, want := range []int{201, 200, 200} {
-		req, _ := http.NewRequest(http.MethodPost, g.url+"/api/v1/workloads", bytes.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Idempotency-Key", "launch-42")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
+		r := must(g.api.CreateWorkloadWithResponse(t.Context(), key, model.LaunchRequest{Template: "dev-environment", Team: "idem"}))(t)
+		if r.StatusCode() != want {
+			t.Fatalf("request %d: %d, want %d", i, r.StatusCode(), want)
 		}
-		var w wl
-		json.NewDecoder(resp.Body).Decode(&w)
-		resp.Body.Close()
-		if resp.StatusCode != want {
-			t.Fatalf("request %d: %d, want %d", i, resp.StatusCode, want)
+		w := r.JSON201 // the launch; a replay answers 200 with the same workload
+		if w == nil {
+			w = r.JSON200
 		}
-		ids = append(ids, w.ID)
+		ids = append(ids, deref(w).Id)
 	}
 	if ids[0] != ids[1] || ids[1] != ids[2] {
 		t.Fatalf("ids %v", ids)
@@ -519,26 +564,23 @@ func TestIdempotencyKey(t *testing.T) {
 func TestCrashBetweenRecordAndApply(t *testing.T) {
 	db := filepath.Join(t.TempDir(), "g.db")
 	first := start(t, db, false) // records, cannot apply: the "crash" window
-	var w wl
-	if s := first.post("/api/v1/workloads", map[string]any{"template": "dev-environment", "team": "crash"}, &w); s != 201 || w.Applied {
-		t.Fatalf("launch: %d %+v", s, w)
+	s, w := first.launch(model.LaunchRequest{Template: "dev-environment", Team: "crash"})
+	if s != 201 || w.Applied {
+		t.Fatalf("launch: %d %s", s, asJSON(w))
 	}
 	second := start(t, db, true) // its lifecycle loop applies what it finds
-	second.waitStatus(w.ID, "Running")
+	second.waitStatus(w.Id, "Running")
 	if n, err := second.Workloads.Reconcile(context.Background()); err != nil || n != 0 { // a further pass applies nothing again
 		t.Fatalf("a further reconcile applied %d (%v), want 0", n, err)
 	}
-	if got := second.get(w.ID); !got.Applied {
-		t.Fatalf("running but not recorded as applied: %+v", got)
+	if got := second.workload(w.Id); !got.Applied {
+		t.Fatalf("running but not recorded as applied: %s", asJSON(got))
 	}
-	sets, err := cluster.Client.AppsV1().StatefulSets("gantry-crash").List(context.Background(), metav1.ListOptions{LabelSelector: "gantry.dev/workload-id=" + w.ID})
+	sets, err := cluster.Client.AppsV1().StatefulSets("gantry-crash").List(context.Background(), metav1.ListOptions{LabelSelector: "gantry.dev/workload-id=" + w.Id})
 	if err != nil || len(sets.Items) != 1 {
 		t.Fatalf("%d statefulsets, want exactly 1 (%v)", len(sets.Items), err)
 	}
-	var list struct{ Items []wl }
-	resp, _ := http.Get(second.url + "/api/v1/workloads?team=crash")
-	json.NewDecoder(resp.Body).Decode(&list)
-	resp.Body.Close()
+	list := deref(must(second.api.ListWorkloadsWithResponse(t.Context(), &model.ListWorkloadsParams{Team: ptr("crash")}))(t).JSON200)
 	if len(list.Items) != 1 {
 		t.Fatalf("%d workloads, want 1", len(list.Items))
 	}
@@ -554,21 +596,16 @@ func TestClusterAway(t *testing.T) {
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
 	g := start(t, filepath.Join(t.TempDir(), "g.db"), true, func(c *config.Config) { c.Kubeconfig = kubeconfig })
 
-	var w wl
-	if s := g.post("/api/v1/workloads", map[string]any{"template": "vllm-inference", "team": "away"}, &w); s != 201 {
+	s, w := g.launch(model.LaunchRequest{Template: "vllm-inference", Team: "away"})
+	if s != 201 {
 		t.Fatalf("launch while the cluster is away: %d", s)
 	}
-	if w.Applied || w.Status != "Pending" || !strings.Contains(w.Reason, "waiting for the Kubernetes API server") {
-		t.Fatalf("%+v", w)
+	if w.Applied || w.Status != "Pending" || !strings.Contains(deref(w.Reason), "waiting for the Kubernetes API server") {
+		t.Fatalf("%s", asJSON(w))
 	}
-	resp, err := http.Get(g.url + "/readyz")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 503 || !strings.Contains(string(body), "kubernetes") {
-		t.Fatalf("/readyz with the cluster away: %d %s", resp.StatusCode, body)
+	ready := must(g.api.GetReadyWithResponse(t.Context()))(t)
+	if ready.StatusCode() != 503 || deref(ready.JSON503).Status != model.NotReady || !strings.Contains(string(ready.Body), "kubernetes") {
+		t.Fatalf("/readyz with the cluster away: %d %s", ready.StatusCode(), ready.Body)
 	}
 	if _, err := g.Workloads.Reconcile(context.Background()); err == nil {
 		t.Fatal("reconcile with the cluster away reported no problem")
@@ -582,9 +619,9 @@ func TestClusterAway(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The lifecycle loop picks the kubeconfig up and applies the launch.
-	got := g.waitStatus(w.ID, "Running")
-	if !got.Applied || got.Reason != "" {
-		t.Fatalf("once the cluster is back: %+v", got)
+	got := g.waitStatus(w.Id, "Running")
+	if !got.Applied || deref(got.Reason) != "" {
+		t.Fatalf("once the cluster is back: %s", asJSON(got))
 	}
 	deps, _ := cluster.Client.AppsV1().Deployments("gantry-away").List(context.Background(), metav1.ListOptions{})
 	if len(deps.Items) != 1 {
@@ -596,8 +633,8 @@ func TestClusterAway(t *testing.T) {
 // and removed when asked.
 func TestOrphans(t *testing.T) {
 	g := start(t, filepath.Join(t.TempDir(), "g.db"), true)
-	var w wl
-	if s := g.post("/api/v1/workloads", map[string]any{"template": "vllm-inference", "team": "orphan"}, &w); s != 201 {
+	s, w := g.launch(model.LaunchRequest{Template: "vllm-inference", Team: "orphan"})
+	if s != 201 {
 		t.Fatalf("launch: %d", s)
 	}
 	// Another Gantry (a fresh database) knows nothing of it.
@@ -608,21 +645,21 @@ func TestOrphans(t *testing.T) {
 	}
 	var mine []workload.Convergence
 	for _, a := range found {
-		if a.Object.WorkloadID == w.ID {
+		if a.Object.WorkloadID == w.Id {
 			mine = append(mine, a)
 		}
 	}
 	if len(mine) != 1 || mine[0].Object.Kind != "Deployment" || mine[0].Object.Namespace != "gantry-orphan" || mine[0].Do != "delete" || mine[0].Done {
-		t.Fatalf("orphans %+v, want the Deployment of %s reported, not removed", found, w.ID)
+		t.Fatalf("orphans %+v, want the Deployment of %s reported, not removed", found, w.Id)
 	}
 	// The Gantry that owns it sees no orphan of its own.
-	if mineToo, _ := g.Workloads.Converge(context.Background(), false); containsWorkload(mineToo, w.ID) {
+	if mineToo, _ := g.Workloads.Converge(context.Background(), false); containsWorkload(mineToo, w.Id) {
 		t.Fatal("a live workload was reported as an orphan")
 	}
 	if _, err := other.Workloads.Converge(context.Background(), true); err != nil {
 		t.Fatal(err)
 	}
-	g.waitNoObjects(t, "orphan", w.ID)
+	g.waitNoObjects(t, "orphan", w.Id)
 }
 
 func containsWorkload(actions []workload.Convergence, id string) bool {
@@ -634,7 +671,23 @@ func containsWorkload(actions []workload.Convergence, id string) bool {
 	return false
 }
 
-// templateDoc reads a template file as a JSON-ready document.
+// templateFile reads a template file as the API's TemplateDocument, strictly
+// (a field the type lacks fails the test).
+func templateFile(t testing.TB, path string) model.TemplateDocument {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc model.TemplateDocument
+	if err := yaml.UnmarshalStrict(data, &doc); err != nil {
+		t.Fatalf("%s as a TemplateDocument: %v", path, err)
+	}
+	return doc
+}
+
+// templateDoc reads a template file as a JSON-ready document (for
+// bench_test.go's edits).
 func templateDoc(t testing.TB, path string) map[string]any {
 	t.Helper()
 	data, err := os.ReadFile(path)
@@ -652,31 +705,27 @@ func templateDoc(t testing.TB, path string) map[string]any {
 // the kubelet), whole, its tail, or followed as a stream.
 func TestLogs(t *testing.T) {
 	g := start(t, filepath.Join(t.TempDir(), "g.db"), true)
-	var w wl
-	if s := g.post("/api/v1/workloads", map[string]any{"template": "vllm-inference", "team": "logs"}, &w); s != 201 {
+	s, w := g.launch(model.LaunchRequest{Template: "vllm-inference", Team: "logs"})
+	if s != 201 {
 		t.Fatalf("launch: %d", s)
 	}
-	g.waitStatus(w.ID, "Running")
-	read := func(query string) (int, string) {
-		resp, err := http.Get(g.url + "/api/v1/workloads/" + w.ID + "/logs" + query)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+	g.waitStatus(w.Id, "Running")
+	read := func(params *model.GetWorkloadLogsParams) (int, string) {
+		r := must(g.api.GetWorkloadLogsWithResponse(t.Context(), w.Id, params))(t)
+		return r.StatusCode(), string(r.Body)
 	}
-	if s, body := read(""); s != 200 || strings.Count(body, "\n") != 3 || !strings.Contains(body, "simulated container: ready") {
+	if s, body := read(nil); s != 200 || strings.Count(body, "\n") != 3 || !strings.Contains(body, "simulated container: ready") {
 		t.Fatalf("%d %q", s, body)
 	}
-	if s, body := read("?tailLines=1"); s != 200 || body != "simulated container: ready\n" {
+	if s, body := read(&model.GetWorkloadLogsParams{TailLines: ptr(1)}); s != 200 || body != "simulated container: ready\n" {
 		t.Fatalf("tail: %d %q", s, body)
 	}
-	// Follow: the stream stays open after the last line.
+	// Follow: the stream stays open after the last line. (Not
+	// GetWorkloadLogsWithResponse: it would read the stream to its end.)
+	follow := &model.GetWorkloadLogsParams{Follow: ptr(true)}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, g.url+"/api/v1/workloads/"+w.ID+"/logs?follow=true", nil)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := g.api.GetWorkloadLogs(ctx, w.Id, follow)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -711,12 +760,12 @@ func TestLogs(t *testing.T) {
 	default:
 	}
 	// The workload ends: so does the follow, saying how.
-	if s := g.post("/api/v1/workloads/"+w.ID+"/stop", nil, nil); s != 200 {
+	if s, _ := g.stop(w.Id); s != 200 {
 		t.Fatalf("stop: %d", s)
 	}
 	select {
 	case body := <-rest:
-		if !strings.Contains(body, "[gantry] workload "+w.ID+" Stopped") {
+		if !strings.Contains(body, "[gantry] workload "+w.Id+" Stopped") {
 			t.Fatalf("the end of the followed log: %q", body)
 		}
 	case <-time.After(30 * time.Second): // it reads on for logDrain — 2 s here; the default 35 s would not fit — unless the log ends first
@@ -726,7 +775,7 @@ func TestLogs(t *testing.T) {
 	// Following a workload that has ended reads its log and ends.
 	done := make(chan int, 1)
 	go func() {
-		resp, err := http.Get(g.url + "/api/v1/workloads/" + w.ID + "/logs?follow=true")
+		resp, err := g.api.GetWorkloadLogs(context.Background(), w.Id, follow)
 		if err != nil {
 			done <- 0
 			return
@@ -747,15 +796,9 @@ func TestLogs(t *testing.T) {
 
 	// No log before there is a pod.
 	first := start(t, filepath.Join(t.TempDir(), "nocluster.db"), false)
-	var p wl
-	first.post("/api/v1/workloads", map[string]any{"template": "vllm-inference", "team": "logs"}, &p)
-	resp2, err := http.Get(first.url + "/api/v1/workloads/" + p.ID + "/logs")
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp2.Body.Close()
-	if resp2.StatusCode != 409 {
-		t.Fatalf("log of an unapplied workload: %d, want 409", resp2.StatusCode)
+	_, p := first.launch(model.LaunchRequest{Template: "vllm-inference", Team: "logs"})
+	if s := must(first.api.GetWorkloadLogsWithResponse(t.Context(), p.Id, nil))(t).StatusCode(); s != 409 {
+		t.Fatalf("log of an unapplied workload: %d, want 409", s)
 	}
 }
 
@@ -794,31 +837,23 @@ func TestRejectedByAdmission(t *testing.T) {
 	if _, err := cluster.Client.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	var p struct {
-		Status int
-		Errors []struct{ Field, Detail string }
-	}
+	var p model.Problem
 	// The admission policy takes a moment to load in the API server.
 	waitfor.Until(t, 30*time.Second, "the admission policy to refuse a launch", func() error {
-		p.Errors = nil
-		if s := g.post("/api/v1/workloads", map[string]any{"template": "vllm-inference", "team": "frozen"}, &p); s != 422 {
-			return fmt.Errorf("launch answered %d", s)
+		r := must(g.api.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "vllm-inference", Team: "frozen"}))(t)
+		if r.StatusCode() != 422 {
+			return fmt.Errorf("launch answered %d", r.StatusCode())
 		}
+		p = deref(r.ApplicationproblemJSONDefault)
 		return nil
 	})
-	if p.Status != 422 || len(p.Errors) == 0 || !strings.Contains(p.Errors[0].Detail, "GPU services are frozen") ||
-		!strings.HasPrefix(p.Errors[0].Field, "objects.Deployment/vllm-inference-") {
-		t.Fatalf("%+v", p)
+	if errs := deref(p.Errors); p.Status != 422 || len(errs) == 0 || !strings.Contains(errs[0].Detail, "GPU services are frozen") ||
+		!strings.HasPrefix(errs[0].Field, "objects.Deployment/vllm-inference-") {
+		t.Fatalf("%s", asJSON(p))
 	}
-	var list struct{ Items []wl }
-	resp, err := http.Get(g.url + "/api/v1/workloads?team=frozen&status=Failed")
-	if err != nil {
-		t.Fatal(err)
-	}
-	json.NewDecoder(resp.Body).Decode(&list)
-	resp.Body.Close()
-	if len(list.Items) == 0 || !strings.Contains(list.Items[0].Reason, "GPU services are frozen") {
-		t.Fatalf("failed workloads %+v", list.Items)
+	list := deref(must(g.api.ListWorkloadsWithResponse(ctx, &model.ListWorkloadsParams{Team: ptr("frozen"), Status: ptr(model.Failed)}))(t).JSON200)
+	if len(list.Items) == 0 || !strings.Contains(deref(list.Items[0].Reason), "GPU services are frozen") {
+		t.Fatalf("failed workloads %s", asJSON(list.Items))
 	}
 }
 
@@ -829,27 +864,27 @@ func ptr[T any](v T) *T { return &v }
 // place in the queue — and stopping the first lets the second run.
 func TestQuotaQueues(t *testing.T) {
 	g := start(t, filepath.Join(t.TempDir(), "g.db"), true)
-	launch := func() wl {
-		var w wl
-		if s := g.post("/api/v1/workloads", map[string]any{"template": "vllm-inference", "team": "tight", "gpu": map[string]any{"class": "H100-80GB", "count": 1}}, &w); s != 201 {
+	launch := func() model.Workload {
+		s, w := g.launch(model.LaunchRequest{Template: "vllm-inference", Team: "tight", Gpu: &model.GPUChoice{Class: ptr("H100-80GB"), Count: ptr(1)}})
+		if s != 201 {
 			t.Fatalf("launch: %d", s)
 		}
 		return w
 	}
 	first := launch()
-	g.waitStatus(first.ID, "Running")
+	g.waitStatus(first.Id, "Running")
 	second := launch()
-	g.waitStatus(second.ID, "Queued")
+	g.waitStatus(second.Id, "Queued")
 	waitfor.Until(t, 30*time.Second, "Kueue's reason and the place in the queue", func() error {
-		if w := g.get(second.ID); w.Status != "Queued" || !strings.Contains(w.Reason, "position 1 in its team's queue") || !strings.Contains(w.Reason, "insufficient unused quota") {
-			return fmt.Errorf("%s (%s)", w.Status, w.Reason)
+		if w := g.workload(second.Id); w.Status != "Queued" || !strings.Contains(deref(w.Reason), "position 1 in its team's queue") || !strings.Contains(deref(w.Reason), "insufficient unused quota") {
+			return fmt.Errorf("%s (%s)", w.Status, deref(w.Reason))
 		}
 		return nil
 	})
-	if s := g.post("/api/v1/workloads/"+first.ID+"/stop", nil, nil); s != 200 {
+	if s, _ := g.stop(first.Id); s != 200 {
 		t.Fatalf("stop: %d", s)
 	}
-	g.waitStatus(second.ID, "Running")
+	g.waitStatus(second.Id, "Running")
 }
 
 // testPolicy is policy/ with the starter roles and bindings, but every team

@@ -1,7 +1,6 @@
 package e2e_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -20,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/gantryhq/gantry/api/model"
 	"github.com/gantryhq/gantry/internal/config"
 	"github.com/gantryhq/gantry/internal/notify"
 	"github.com/gantryhq/gantry/internal/waitfor"
@@ -78,31 +78,20 @@ func TestApprovalsAndBudgets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lee := g.Token("lee") // a team-admin of vision
-	decide := func(id, verb, reason string) int {
-		b, _ := json.Marshal(map[string]any{"reason": reason})
-		req, _ := http.NewRequest("POST", g.URL+"/api/v1/workloads/"+id+"/"+verb, bytes.NewReader(b))
-		req.Header.Set("Authorization", "Bearer "+lee)
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return resp.StatusCode
-	}
+	ctx := t.Context()
+	lee := newClient(g.URL, g.Token("lee")) // a team-admin of vision
 	// A service on two H100s ($13.80/h) without a max runtime, priced for a
 	// month: $10,074.00, above the $100 ceiling.
-	launch := func() wl {
-		var w wl
-		if s := g.post("/api/v1/workloads", map[string]any{"template": "vllm-inference", "team": "vision", "gpu": map[string]any{"class": "H100-80GB", "count": 2}}, &w); s != 201 {
+	launch := func() model.Workload {
+		s, w := g.launch(model.LaunchRequest{Template: "vllm-inference", Team: "vision", Gpu: &model.GPUChoice{Class: ptr("H100-80GB"), Count: ptr(2)}})
+		if s != 201 {
 			t.Fatalf("launch: %d", s)
 		}
 		return w
 	}
 	approved := launch()
-	if approved.Status != "PendingApproval" || !strings.Contains(approved.Reason, "a team-admin of vision") || !strings.Contains(approved.Reason, "$10,074.00") {
-		t.Fatalf("launch above the ceiling: %s (%s)", approved.Status, approved.Reason)
+	if reason := deref(approved.Reason); approved.Status != "PendingApproval" || !strings.Contains(reason, "a team-admin of vision") || !strings.Contains(reason, "$10,074.00") {
+		t.Fatalf("launch above the ceiling: %s (%s)", approved.Status, reason)
 	}
 	check := func(id string) (string, error) {
 		list, err := dyn.Resource(schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "workloads"}).Namespace("gantry-vision").
@@ -128,24 +117,24 @@ func TestApprovalsAndBudgets(t *testing.T) {
 			return err
 		})
 	}
-	waitCheck(approved.ID, "Pending")
-	if w := g.get(approved.ID); w.Status != "PendingApproval" {
-		t.Fatalf("held by its check, the launch says %s (%s)", w.Status, w.Reason)
+	waitCheck(approved.Id, "Pending")
+	if w := g.workload(approved.Id); w.Status != "PendingApproval" {
+		t.Fatalf("held by its check, the launch says %s (%s)", w.Status, deref(w.Reason))
 	}
-	if s := decide(approved.ID, "approve", "the quarter's plan"); s != 200 {
+	if s := must(lee.ApproveWorkloadWithResponse(ctx, approved.Id, model.DecisionRequest{Reason: "the quarter's plan"}))(t).StatusCode(); s != 200 {
 		t.Fatalf("approve: %d", s)
 	}
-	waitCheck(approved.ID, "Ready")
-	g.waitStatus(approved.ID, "Running")
+	waitCheck(approved.Id, "Ready")
+	g.waitStatus(approved.Id, "Running")
 
 	denied := launch()
-	waitCheck(denied.ID, "Pending")
-	if s := decide(denied.ID, "deny", "one run at a time"); s != 200 {
+	waitCheck(denied.Id, "Pending")
+	if s := must(lee.DenyWorkloadWithResponse(ctx, denied.Id, model.DecisionRequest{Reason: "one run at a time"}))(t).StatusCode(); s != 200 {
 		t.Fatalf("deny: %d", s)
 	}
-	waitCheck(denied.ID, "Rejected")
-	if w := g.get(denied.ID); w.Status != "Failed" || !strings.Contains(w.Reason, "one run at a time") {
-		t.Fatalf("denied: %s (%s)", w.Status, w.Reason)
+	waitCheck(denied.Id, "Rejected")
+	if w := g.workload(denied.Id); w.Status != "Failed" || !strings.Contains(deref(w.Reason), "one run at a time") {
+		t.Fatalf("denied: %s (%s)", w.Status, deref(w.Reason))
 	}
 
 	// $13.80/h spends $0.05 in 13 s: both alerts go out, once each.
@@ -174,29 +163,26 @@ func TestApprovalsAndBudgets(t *testing.T) {
 		t.Fatalf("tampered delivery: %v %v", resp, err)
 	}
 
-	var budgets struct {
-		Items []struct {
-			Team, State, AtLimit, Banner string
-			ThresholdsReached            []float64
-		}
+	br := must(g.api.ListBudgetsWithResponse(ctx, &model.ListBudgetsParams{Team: ptr("vision")}))(t)
+	if br.StatusCode() != 200 {
+		t.Fatalf("budgets: %d %s", br.StatusCode(), br.Body)
 	}
-	g.getJSON("/api/v1/budgets?team=vision", &budgets)
-	if len(budgets.Items) != 1 || budgets.Items[0].State != "exceeded" || !strings.Contains(budgets.Items[0].Banner, "policy: block") || len(budgets.Items[0].ThresholdsReached) != 2 {
-		t.Fatalf("budgets: %+v", budgets.Items)
+	if b := br.JSON200.Items; len(b) != 1 || b[0].State != model.BudgetStateExceeded || !strings.Contains(deref(b[0].Banner), "policy: block") || len(b[0].ThresholdsReached) != 2 {
+		t.Fatalf("budgets: %s", br.Body)
 	}
 	// The team's report for the month carries its budget and both alerts.
-	var report struct {
-		Budget *struct{ State string }
-		Alerts []struct{ Threshold float64 }
+	rr := must(g.api.GetTeamReportWithResponse(ctx, "vision", nil))(t)
+	if rr.StatusCode() != 200 {
+		t.Fatalf("the month's report: %d %s", rr.StatusCode(), rr.Body)
 	}
-	g.getJSON("/api/v1/teams/vision/report", &report)
-	if report.Budget == nil || report.Budget.State != "exceeded" || len(report.Alerts) != 2 {
-		t.Errorf("the month's report: budget %+v, alerts %+v; want exceeded and two alerts", report.Budget, report.Alerts)
+	if report := rr.JSON200; report.Budget == nil || report.Budget.State != model.BudgetStateExceeded || len(report.Alerts) != 2 {
+		t.Errorf("the month's report: budget %s, alerts %s; want exceeded and two alerts", asJSON(report.Budget), asJSON(report.Alerts))
 	}
-	var audit struct {
-		Items []struct{ Actor, Action, Reason string }
+	ar := must(g.api.ListAuditWithResponse(ctx, &model.ListAuditParams{Limit: ptr(200)}))(t)
+	if ar.StatusCode() != 200 {
+		t.Fatalf("GET /api/v1/audit: %d %s", ar.StatusCode(), ar.Body)
 	}
-	g.getJSON("/api/v1/audit?limit=200", &audit)
+	audit := ar.JSON200
 	alerts := 0
 	for _, r := range audit.Items {
 		if r.Action == "budget alert" && r.Actor == "gantry" {
@@ -218,17 +204,17 @@ func TestApprovalsAndBudgets(t *testing.T) {
 		}
 		return nil
 	})
-	var held wl
-	if s := g.post("/api/v1/workloads", map[string]any{"template": "vllm-inference", "team": "vision", "gpu": map[string]any{"class": "L4", "count": 1}}, &held); s != 201 {
+	s, held := g.launch(model.LaunchRequest{Template: "vllm-inference", Team: "vision", Gpu: &model.GPUChoice{Class: ptr("L4"), Count: ptr(1)}})
+	if s != 201 {
 		t.Fatalf("launch while blocked: %d", s)
 	}
 	waitfor.Until(t, 60*time.Second, "the blocked launch queued with the budget's reason", func() error {
-		if w := g.get(held.ID); w.Status != "Queued" || !w.Held || !strings.Contains(w.Reason, "held: Team vision has spent") {
-			return fmt.Errorf("%s (%s)", w.Status, w.Reason)
+		if w := g.workload(held.Id); w.Status != "Queued" || !deref(w.Held) || !strings.Contains(deref(w.Reason), "held: Team vision has spent") {
+			return fmt.Errorf("%s (%s)", w.Status, deref(w.Reason))
 		}
 		return nil
 	})
-	if w := g.get(approved.ID); w.Status != "Running" {
+	if w := g.workload(approved.Id); w.Status != "Running" {
 		t.Errorf("what ran before the block: %s", w.Status)
 	}
 	// Many alert passes later (one a second), still one delivery each.
@@ -249,18 +235,4 @@ func policyWith(t *testing.T, teams string) string {
 		t.Fatal(err)
 	}
 	return dir
-}
-
-func (g *gantryServer) getJSON(path string, out any) {
-	g.t.Helper()
-	resp, err := http.Get(g.url + path)
-	if err != nil {
-		g.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != 200 {
-		b, _ := io.ReadAll(resp.Body)
-		g.t.Fatalf("GET %s: %d %s", path, resp.StatusCode, b)
-	}
-	json.NewDecoder(resp.Body).Decode(out)
 }

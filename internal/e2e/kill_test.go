@@ -1,21 +1,20 @@
 package e2e_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/cookiejar"
 	"path/filepath"
 	"regexp"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/gantryhq/gantry/api/client"
+	"github.com/gantryhq/gantry/api/model"
 	"github.com/gantryhq/gantry/internal/devcluster/clustertest"
 	"github.com/gantryhq/gantry/internal/devidp"
 	"github.com/gantryhq/gantry/internal/servertest"
@@ -42,18 +41,18 @@ func TestKill9MidLaunch(t *testing.T) {
 	for i, delay := range []time.Duration{0, 3 * time.Millisecond, 10 * time.Millisecond, 30 * time.Millisecond} {
 		team := fmt.Sprintf("kill%d", i)
 		key := "launch-" + team
-		body, _ := json.Marshal(map[string]any{"template": "vllm-inference", "team": team})
+		req := model.LaunchRequest{Template: "vllm-inference", Team: team}
 
 		first := startProcess(t, db)
-		go post(first.URL, tok, key, body) // outcome unknown: the process dies
+		go launchAt(first.URL, tok, key, req) // outcome unknown: the process dies
 		time.Sleep(delay)
 		first.Stop()
 
 		second := startProcess(t, db)
 		url := second.URL
-		var w wl
+		var w model.Workload
 		waitfor.Until(t, 30*time.Second, team+": the retried launch", func() error {
-			status, got := post(url, tok, key, body)
+			status, got := launchAt(url, tok, key, req)
 			if status != 200 && status != 201 {
 				return fmt.Errorf("retry answered %d", status)
 			}
@@ -61,25 +60,17 @@ func TestKill9MidLaunch(t *testing.T) {
 			return nil
 		})
 		waitfor.Until(t, 30*time.Second, fmt.Sprintf("%s (kill after %v) to be applied after restart", team, delay), func() error {
-			if w = getWorkload(t, url, tok, w.ID); !w.Applied {
-				return fmt.Errorf("%+v", w)
+			if w = getWorkload(t, url, tok, w.Id); !w.Applied {
+				return fmt.Errorf("%s", asJSON(w))
 			}
 			return nil
 		})
-		var list struct{ Items []wl }
-		req, _ := http.NewRequest(http.MethodGet, url+"/api/v1/workloads?team="+team, nil)
-		req.Header.Set("Authorization", "Bearer "+tok)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		json.NewDecoder(resp.Body).Decode(&list)
-		resp.Body.Close()
+		list := deref(must(newClient(url, tok).ListWorkloadsWithResponse(ctx, &model.ListWorkloadsParams{Team: &team}))(t).JSON200)
 		deps, err := cluster.Client.AppsV1().Deployments("gantry-"+team).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(list.Items) != 1 || len(deps.Items) != 1 || deps.Items[0].Labels["gantry.dev/workload-id"] != w.ID {
+		if len(list.Items) != 1 || len(deps.Items) != 1 || deps.Items[0].Labels["gantry.dev/workload-id"] != w.Id {
 			t.Fatalf("%s (kill after %v): %d workloads, %d deployments; want exactly one of each", team, delay, len(list.Items), len(deps.Items))
 		}
 		second.Cmd.Process.Signal(syscall.SIGTERM)
@@ -101,47 +92,33 @@ func signInToken(t *testing.T, url, user string) string {
 	if m == nil {
 		t.Fatalf("no CSRF token on the signed-in page:\n%s", page)
 	}
-	req, _ := http.NewRequest(http.MethodPost, url+"/api/v1/tokens", strings.NewReader(`{"name":"e2e","expiresInDays":1}`))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("X-CSRF-Token", m[1])
-	resp, err := b.Do(req)
-	if err != nil {
-		t.Fatal(err)
+	// The session's cookie through b, its CSRF token with the call.
+	r := must(newClient(url, "", client.WithHTTPClient(b)).CreateTokenWithResponse(context.Background(), model.TokenRequest{Name: "e2e", ExpiresInDays: 1},
+		func(_ context.Context, req *http.Request) error { req.Header.Set("X-CSRF-Token", m[1]); return nil }))(t)
+	if r.StatusCode() != 201 {
+		t.Fatalf("token: %d %s", r.StatusCode(), r.Body)
 	}
-	defer resp.Body.Close()
-	var tk struct{ Token string }
-	if err := json.NewDecoder(resp.Body).Decode(&tk); err != nil || resp.StatusCode != 201 {
-		t.Fatalf("token: %d %v", resp.StatusCode, err)
-	}
-	return tk.Token
+	return r.JSON201.Token
 }
 
-func post(url, tok, key string, body []byte) (int, wl) {
-	req, _ := http.NewRequest(http.MethodPost, url+"/api/v1/workloads", bytes.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+tok)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Idempotency-Key", key)
-	resp, err := http.DefaultClient.Do(req)
+// launchAt launches req at url with tok under an Idempotency-Key; it does
+// not fail the test (a launch may be cut off by a kill): no answer is
+// status 0.
+func launchAt(url, tok, key string, req model.LaunchRequest) (int, model.Workload) {
+	r, err := newClient(url, tok).CreateWorkloadWithResponse(context.Background(), &model.CreateWorkloadParams{IdempotencyKey: &key}, req)
 	if err != nil {
-		return 0, wl{}
+		return 0, model.Workload{}
 	}
-	defer resp.Body.Close()
-	var w wl
-	json.NewDecoder(resp.Body).Decode(&w)
-	return resp.StatusCode, w
+	w := r.JSON201 // the launch; a replay of its key answers 200 with it
+	if w == nil {
+		w = r.JSON200
+	}
+	return r.StatusCode(), deref(w)
 }
 
-func getWorkload(t *testing.T, url, tok, id string) wl {
-	req, _ := http.NewRequest(http.MethodGet, url+"/api/v1/workloads/"+id, nil)
-	req.Header.Set("Authorization", "Bearer "+tok)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var w wl
-	json.NewDecoder(resp.Body).Decode(&w)
-	return w
+func getWorkload(t *testing.T, url, tok, id string) model.Workload {
+	t.Helper()
+	return deref(must(newClient(url, tok).GetWorkloadWithResponse(context.Background(), id))(t).JSON200)
 }
 
 // startProcess runs `gantry serve` against the test cluster on SQLite at db

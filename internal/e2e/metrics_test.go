@@ -2,8 +2,6 @@ package e2e_test
 
 import (
 	"fmt"
-	"io"
-	"net/http"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -12,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gantryhq/gantry/api/model"
 	"github.com/gantryhq/gantry/internal/waitfor"
 )
 
@@ -22,11 +21,12 @@ import (
 // Job (through its Kueue Workload): the calls the chart's RBAC must allow.
 func TestOwnMetricsOnCluster(t *testing.T) {
 	g := start(t, filepath.Join(t.TempDir(), "g.db"), true)
-	var w wl
-	if s := g.post("/api/v1/workloads", map[string]any{"template": "pytorch-train", "team": "metrics", "gpu": map[string]any{"count": 1}}, &w); s != 201 {
+	one := model.LaunchRequest{Template: "pytorch-train", Team: "metrics", Gpu: &model.GPUChoice{Count: ptr(1)}}
+	s, w := g.launch(one)
+	if s != 201 {
 		t.Fatalf("launch: %d", s)
 	}
-	g.waitStatus(w.ID, "Running")
+	g.waitStatus(w.Id, "Running")
 	want := []string{
 		`gantry_kube_apply_duration_seconds_count{outcome="ok"}`,
 		`gantry_kueue_admission_wait_seconds_count`,
@@ -37,13 +37,11 @@ func TestOwnMetricsOnCluster(t *testing.T) {
 	}
 	var text string
 	waitfor.Until(t, 30*time.Second, "the launch's measurements in /metrics", func() error {
-		resp, err := http.Get(g.url + "/metrics")
+		r, err := g.api.GetGantryMetricsWithResponse(t.Context())
 		if err != nil {
 			return err
 		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		text = string(body)
+		text = string(r.Body)
 		for _, m := range want {
 			if v, ok := sample(text, m); !ok || v < 1 {
 				return fmt.Errorf("%s is %v (found %v)", m, v, ok)
@@ -51,17 +49,13 @@ func TestOwnMetricsOnCluster(t *testing.T) {
 		}
 		return nil
 	})
-	var est struct {
-		Known, StartsNow bool
-		Free             int
+	if est := must(g.api.EstimateWorkloadWithResponse(t.Context(), nil, one))(t); est.StatusCode() != 200 || !deref(est.JSON200).Known {
+		t.Errorf("estimate on the cluster: %d %s", est.StatusCode(), est.Body)
 	}
-	if s := g.post("/api/v1/workloads/estimate", map[string]any{"template": "pytorch-train", "team": "metrics", "gpu": map[string]any{"count": 1}}, &est); s != 200 || !est.Known {
-		t.Errorf("estimate on the cluster: %d %+v", s, est)
-	}
-	if s := g.post("/api/v1/workloads/"+w.ID+"/stop", nil, nil); s != 200 {
+	if s, _ := g.stop(w.Id); s != 200 {
 		t.Errorf("stop: %d", s)
 	}
-	g.waitStatus(w.ID, "Stopped")
+	g.waitStatus(w.Id, "Stopped")
 	if promtool, err := exec.LookPath("promtool"); err == nil {
 		cmd := exec.Command(promtool, "check", "metrics")
 		cmd.Stdin = strings.NewReader(text)

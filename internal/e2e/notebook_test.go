@@ -2,7 +2,6 @@ package e2e_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -17,6 +16,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/gantryhq/gantry/api/model"
 	"github.com/gantryhq/gantry/internal/config"
 	"github.com/gantryhq/gantry/internal/devidp"
 	"github.com/gantryhq/gantry/internal/render"
@@ -70,6 +70,7 @@ func TestNotebookOpensOnlyForItsOwner(t *testing.T) {
 		c.Kubeconfig = gantryKubeconfig
 		c.DevLogin.Users = append(c.DevLogin.Users, config.DevUser{Username: "nils", Password: "nils", Name: "Nils (team nlp)", Groups: []string{"ml-nlp"}})
 	})
+	// call is a raw request to the notebook's /w/ path (not the API).
 	call := func(user, method, path string, header map[string]string) (int, string, http.Header) {
 		t.Helper()
 		req, _ := http.NewRequest(method, g.URL+path, nil)
@@ -90,31 +91,26 @@ func TestNotebookOpensOnlyForItsOwner(t *testing.T) {
 	}
 
 	// alice (team vision) launches a notebook.
-	req, _ := http.NewRequest("POST", g.URL+"/api/v1/workloads", strings.NewReader(`{"template":"jupyter-notebook","team":"vision"}`))
-	req.Header.Set("Authorization", "Bearer "+g.Token("alice"))
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
+	ctx := t.Context()
+	alice := newClient(g.URL, g.Token("alice"))
+	r := must(alice.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "jupyter-notebook", Team: "vision"}))(t)
+	w := deref(r.JSON201)
+	wURL := deref(w.Url)
+	if r.StatusCode() != 201 || wURL != "/w/"+w.Id+"/" {
+		t.Fatalf("launch: %d %s", r.StatusCode(), r.Body)
 	}
-	var w struct{ ID, Name, Status, Endpoint, URL string }
-	json.NewDecoder(resp.Body).Decode(&w)
-	resp.Body.Close()
-	if resp.StatusCode != 201 || w.URL != "/w/"+w.ID+"/" {
-		t.Fatalf("launch: %d %+v", resp.StatusCode, w)
-	}
-	u, _ := url.Parse(w.Endpoint)
+	u, _ := url.Parse(deref(w.Endpoint))
 	endpoint = u.Host
 	if want := fmt.Sprintf("%s.gantry-vision.svc.cluster.local:8888", w.Name); endpoint != want {
-		t.Fatalf("endpoint %s, want the notebook's interactive port %s", w.Endpoint, want)
+		t.Fatalf("endpoint %s, want the notebook's interactive port %s", deref(w.Endpoint), want)
 	}
 	// Before it runs, even the owner waits.
-	if code, body, _ := call("alice", "GET", w.URL, nil); code != http.StatusConflict && code != http.StatusOK {
+	if code, body, _ := call("alice", "GET", wURL, nil); code != http.StatusConflict && code != http.StatusOK {
 		t.Fatalf("before Running: %d %s", code, body)
 	}
 	waitfor.Until(t, 90*time.Second, "the notebook to run", func() error {
-		if code, body, _ := call("alice", "GET", "/api/v1/workloads/"+w.ID, nil); !strings.Contains(body, `"status":"Running"`) {
-			return fmt.Errorf("%d %s", code, body)
+		if r := must(alice.GetWorkloadWithResponse(ctx, w.Id))(t); deref(r.JSON200).Status != model.Running {
+			return fmt.Errorf("%d %s", r.StatusCode(), r.Body)
 		}
 		return nil
 	})
@@ -134,11 +130,11 @@ func TestNotebookOpensOnlyForItsOwner(t *testing.T) {
 		{"lee", "", http.StatusForbidden},   // the team's lead: not the owner
 		{"ada", "", http.StatusForbidden},   // a platform admin: not the owner either
 	} {
-		code, body, h := call(tc.who, "GET", w.URL+"lab", map[string]string{"Accept": tc.accept})
+		code, body, h := call(tc.who, "GET", wURL+"lab", map[string]string{"Accept": tc.accept})
 		if code != tc.want {
 			t.Errorf("%q opening the notebook: %d %s, want %d", tc.who, code, body, tc.want)
 		}
-		if code == http.StatusFound && h.Get("Location") != "/auth/login?return="+url.QueryEscape(w.URL+"lab") {
+		if code == http.StatusFound && h.Get("Location") != "/auth/login?return="+url.QueryEscape(wURL+"lab") {
 			t.Errorf("unauthenticated browser sent to %s", h.Get("Location"))
 		}
 	}
@@ -147,7 +143,7 @@ func TestNotebookOpensOnlyForItsOwner(t *testing.T) {
 	}
 
 	// The owner with a token: proxied, without the token.
-	if code, body, _ := call("alice", "GET", w.URL+"lab", nil); code != 200 || body != "jupyterlab at /w/"+w.ID+"/lab" {
+	if code, body, _ := call("alice", "GET", wURL+"lab", nil); code != 200 || body != "jupyterlab at /w/"+w.Id+"/lab" {
 		t.Fatalf("owner with a token: %d %s", code, body)
 	}
 	if got := <-seen; got != "|" {
@@ -157,18 +153,18 @@ func TestNotebookOpensOnlyForItsOwner(t *testing.T) {
 	// The owner in a browser follows the link, signs in, and lands in the app.
 	jar, _ := cookiejar.New(nil)
 	browser := &http.Client{Jar: jar, Transport: browserLike{http.DefaultTransport}, Timeout: 20 * time.Second}
-	resp, body, err := devidp.SignIn(context.Background(), browser, g.URL+w.URL+"lab", "alice", "alice")
+	resp, body, err := devidp.SignIn(context.Background(), browser, g.URL+wURL+"lab", "alice", "alice")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if resp.Request.URL.Path != w.URL+"lab" || body != "jupyterlab at /w/"+w.ID+"/lab" {
+	if resp.Request.URL.Path != wURL+"lab" || body != "jupyterlab at /w/"+w.Id+"/lab" {
 		t.Fatalf("owner through the link landed on %s: %s", resp.Request.URL, body)
 	}
 	if got := <-seen; strings.Contains(got, "gantry_session") {
 		t.Errorf("the app saw the session cookie: %q", got)
 	}
 	// A cross-site page cannot drive the owner's notebook with their cookie.
-	post, _ := http.NewRequest("POST", g.URL+w.URL+"api/kernels", nil)
+	post, _ := http.NewRequest("POST", g.URL+wURL+"api/kernels", nil)
 	post.Header.Set("Origin", "https://evil.example")
 	if resp, err := browser.Do(post); err != nil || resp.StatusCode != http.StatusForbidden {
 		t.Errorf("cross-site POST with the owner's session: %v %v", resp.StatusCode, err)
@@ -184,18 +180,14 @@ func TestNotebookOpensOnlyForItsOwner(t *testing.T) {
 	}
 
 	// nils' attempt is in the audit log as what it was.
-	var log struct {
-		Items []struct{ Actor, Action, Decision, Reason string }
-	}
-	_, body, _ = call("ada", "GET", "/api/v1/audit?decision=deny", nil)
-	json.Unmarshal([]byte(body), &log)
+	audit := must(newClient(g.URL, g.Token("ada")).ListAuditWithResponse(ctx, &model.ListAuditParams{Decision: ptr(model.ListAuditParamsDecisionDeny)}))(t)
 	found := false
-	for _, r := range log.Items {
+	for _, r := range deref(audit.JSON200).Items {
 		if strings.Contains(r.Actor, "#dev-nils") && r.Decision == "deny" && strings.Contains(r.Reason, "answered 404") {
 			found = true
 		}
 	}
 	if !found {
-		t.Errorf("nils' attempt is not audited as a denial: %s", body)
+		t.Errorf("nils' attempt is not audited as a denial: %s", audit.Body)
 	}
 }

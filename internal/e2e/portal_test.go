@@ -13,6 +13,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/gantryhq/gantry/api/model"
 	"github.com/gantryhq/gantry/internal/config"
 	"github.com/gantryhq/gantry/internal/servertest"
 	"github.com/gantryhq/gantry/internal/telemetry"
@@ -57,8 +58,8 @@ func TestPortalLaunchWatchStop(t *testing.T) {
 		}
 	}
 	// Another team's workload, launched through the API as a platform admin.
-	var other wl
-	if s := g.post("/api/v1/workloads", map[string]any{"template": "vllm-inference", "team": "ops"}, &other); s != 201 {
+	s, other := g.launch(model.LaunchRequest{Template: "vllm-inference", Team: "ops"})
+	if s != 201 {
 		t.Fatalf("launch for ops: %d", s)
 	}
 
@@ -77,10 +78,12 @@ func TestPortalLaunchWatchStop(t *testing.T) {
 	}
 	noCSPViolations("the launch form")
 	shot("launch-refused")
-	var list struct{ Items []wl }
-	g.getJSON("/api/v1/workloads?team=vision", &list)
-	if len(list.Items) != 0 {
-		t.Fatalf("a refused launch left workloads: %+v", list.Items)
+	list := must(g.api.ListWorkloadsWithResponse(t.Context(), &model.ListWorkloadsParams{Team: ptr("vision")}))(t)
+	if list.StatusCode() != 200 {
+		t.Fatalf("GET /api/v1/workloads?team=vision: %d %s", list.StatusCode(), list.Body)
+	}
+	if len(list.JSON200.Items) != 0 {
+		t.Fatalf("a refused launch left workloads: %s", asJSON(list.JSON200.Items))
 	}
 
 	step("the catalog", chromedp.Navigate(g.URL+"/"), chromedp.WaitVisible(chromedp.ID("templates")))
@@ -98,8 +101,8 @@ func TestPortalLaunchWatchStop(t *testing.T) {
 	shot("launch")
 	step("submit, land on the workload's page", chromedp.Click(chromedp.ID("submit")), chromedp.WaitVisible(chromedp.ID("w-status")))
 	id := strings.TrimPrefix(js(`location.pathname`), "/workloads/")
-	if w := g.get(id); w.Gpu.MigProfile != "1g.10gb" || w.Gpu.Class != "H100-80GB" {
-		t.Fatalf("launched %+v", w)
+	if w := g.workload(id); deref(w.Gpu.MigProfile) != "1g.10gb" || w.Gpu.Class != "H100-80GB" {
+		t.Fatalf("launched %s", asJSON(w))
 	}
 	// Running as the cluster reports it (on simulated nodes it can be
 	// Running before the page first reads it: the live update is checked
@@ -136,11 +139,11 @@ func TestPortalLaunchWatchStop(t *testing.T) {
 	poll("Stopped", `document.getElementById('w-status').textContent === 'Stopped'`)
 	// A change the page did not make reaches it live: started and stopped
 	// again through the API, the open page follows without a reload.
-	if s := g.post("/api/v1/workloads/"+id+"/start", nil, nil); s != 200 {
+	if s, _ := g.startAgain(id); s != 200 {
 		t.Fatalf("start through the API: %d", s)
 	}
 	poll("started elsewhere, live", `document.getElementById('w-status').textContent !== 'Stopped'`)
-	if s := g.post("/api/v1/workloads/"+id+"/stop", nil, nil); s != 200 {
+	if s, _ := g.stop(id); s != 200 {
 		t.Fatalf("stop through the API: %d", s)
 	}
 	poll("stopped elsewhere, live", `document.getElementById('w-status').textContent === 'Stopped'`)
@@ -166,10 +169,10 @@ func TestPortalLaunchWatchStop(t *testing.T) {
 	poll("the list", `document.querySelectorAll('#workloads tbody tr').length > 0`)
 	rows := js(`[...document.querySelectorAll('#workloads tbody tr')].map(r => r.dataset.id).join(',')`)
 	shot("workloads")
-	if !strings.Contains(rows, id) || strings.Contains(rows, other.ID) {
-		t.Errorf("alice's list: %s (hers %s, ops's %s)", rows, id, other.ID)
+	if !strings.Contains(rows, id) || strings.Contains(rows, other.Id) {
+		t.Errorf("alice's list: %s (hers %s, ops's %s)", rows, id, other.Id)
 	}
-	step("another team's workload", chromedp.Navigate(g.URL+"/workloads/"+other.ID))
+	step("another team's workload", chromedp.Navigate(g.URL+"/workloads/"+other.Id))
 	poll("refused", `document.getElementById('status').textContent.length > 0 || document.getElementById('stream-state').textContent.length > 0`)
 	if st := js(`document.getElementById('w-status').textContent`); st != "…" {
 		t.Errorf("alice sees ops's workload as %q", st)
@@ -197,7 +200,7 @@ func TestPortalLaunchWatchStop(t *testing.T) {
 	step("back to 100%", chromedp.EmulateReset())
 
 	// The portal's pages answer with the strict policy.
-	resp, err := http.Get(g.URL + "/workloads")
+	resp, err := http.Get(g.URL + "/workloads") // raw: the portal's page, not the API
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,9 +219,9 @@ func TestPortalTeamView(t *testing.T) {
 			"    approval: {launchCeiling: 1, expires: 1h}\n"+
 			"    budget: {amount: 100}\n")
 	})
-	var w wl
-	if s := g.post("/api/v1/workloads", map[string]any{"template": "vllm-inference", "team": "vision"}, &w); s != 201 || w.Status != "PendingApproval" {
-		t.Fatalf("launch above the ceiling: %d %+v", s, w)
+	s, w := g.launch(model.LaunchRequest{Template: "vllm-inference", Team: "vision"})
+	if s != 201 || w.Status != "PendingApproval" {
+		t.Fatalf("launch above the ceiling: %d %s", s, asJSON(w))
 	}
 	ctx := servertest.Browser(t, 2*time.Minute)
 	pg := servertest.NewPage(t, ctx, 60*time.Second)
@@ -226,7 +229,7 @@ func TestPortalTeamView(t *testing.T) {
 	pg.SignIn(g.URL+"/teams/vision", "lee", "approvals")
 	poll("the budget", `document.getElementById('budget-text') && document.getElementById('budget-text').textContent.includes('of $100.00 spent')`)
 	poll("the 80 % and 100 % marks", `document.querySelectorAll('#budget .mark').length === 2`)
-	poll("the launch waiting", `!!document.querySelector('#approvals tr[data-id="`+w.ID+`"]')`)
+	poll("the launch waiting", `!!document.querySelector('#approvals tr[data-id="`+w.Id+`"]')`)
 	screenshot(t, ctx, "team")
 	if v, err := servertest.CSPViolations(ctx); err != nil || len(v) > 0 {
 		t.Errorf("the team page broke its Content Security Policy: %v %v", v, err)
@@ -235,11 +238,11 @@ func TestPortalTeamView(t *testing.T) {
 		t.Errorf("the team page: accessibility violations: %v", v)
 	}
 	pg.Do("approve with a reason",
-		chromedp.SendKeys(chromedp.ID("reason-"+w.ID), "within the quarter's plan"),
-		chromedp.Click(chromedp.CSS(`#approvals tr[data-id="`+w.ID+`"] button[data-verb="approve"]`)))
-	poll("the row gone once approved", `!document.querySelector('#approvals tr[data-id="`+w.ID+`"]')`)
-	if got := g.get(w.ID); got.Status == "PendingApproval" {
-		t.Errorf("after the approval: %+v", got)
+		chromedp.SendKeys(chromedp.ID("reason-"+w.Id), "within the quarter's plan"),
+		chromedp.Click(chromedp.CSS(`#approvals tr[data-id="`+w.Id+`"] button[data-verb="approve"]`)))
+	poll("the row gone once approved", `!document.querySelector('#approvals tr[data-id="`+w.Id+`"]')`)
+	if got := g.workload(w.Id); got.Status == "PendingApproval" {
+		t.Errorf("after the approval: %s", asJSON(got))
 	}
 }
 

@@ -3,10 +3,8 @@ package e2e_test
 import (
 	"context"
 	"crypto/rand"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"strings"
 	"sync"
 	"syscall"
@@ -17,6 +15,7 @@ import (
 
 	_ "github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/gantryhq/gantry/api/model"
 	"github.com/gantryhq/gantry/internal/devcluster/clustertest"
 	"github.com/gantryhq/gantry/internal/servertest"
 	"github.com/gantryhq/gantry/internal/store/storetest"
@@ -66,7 +65,7 @@ func TestTwoReplicasLeaderKilled(t *testing.T) {
 
 	const n = 16
 	team := "ha" + strings.ToLower(rand.Text()[:4])
-	body, _ := json.Marshal(map[string]any{"template": "pytorch-train", "team": team, "gpu": map[string]any{"count": 1}})
+	req := model.LaunchRequest{Template: "pytorch-train", Team: team, Gpu: &model.GPUChoice{Count: ptr(1)}}
 	var (
 		mu       sync.Mutex
 		accepted = map[string]string{} // key → workload id
@@ -84,11 +83,11 @@ func TestTwoReplicasLeaderKilled(t *testing.T) {
 		key := fmt.Sprintf("%s-%02d", team, i)
 		url := []*servertest.Process{a, b}[i%2].URL
 		wg.Go(func() {
-			status, w := post(url, tok, key, body)
+			status, w := launchAt(url, tok, key, req)
 			mu.Lock()
 			defer mu.Unlock()
 			if status == 201 || status == 200 {
-				accepted[key] = w.ID
+				accepted[key] = w.Id
 			} else {
 				unsure = append(unsure, key)
 			}
@@ -100,11 +99,11 @@ func TestTwoReplicasLeaderKilled(t *testing.T) {
 	// A client whose answer was lost retries with its key, at the survivor.
 	for _, key := range unsure {
 		waitfor.Until(t, 30*time.Second, "the retried launch "+key, func() error {
-			status, w := post(survivor.URL, tok, key, body)
+			status, w := launchAt(survivor.URL, tok, key, req)
 			if status != 201 && status != 200 {
 				return fmt.Errorf("answered %d", status)
 			}
-			accepted[key] = w.ID
+			accepted[key] = w.Id
 			return nil
 		})
 	}
@@ -126,7 +125,7 @@ func TestTwoReplicasLeaderKilled(t *testing.T) {
 		waitfor.Until(t, 120*time.Second, "workload "+id+" ("+key+") to succeed", func() error {
 			w := getWorkload(t, survivor.URL, tok, id)
 			if !w.Applied || w.Status != "Succeeded" {
-				return fmt.Errorf("%s applied=%v (%s)", w.Status, w.Applied, w.Reason)
+				return fmt.Errorf("%s applied=%v (%s)", w.Status, w.Applied, deref(w.Reason))
 			}
 			return nil
 		})
@@ -134,15 +133,7 @@ func TestTwoReplicasLeaderKilled(t *testing.T) {
 	if len(ids) != n {
 		t.Fatalf("%d workloads for %d launches", len(ids), n)
 	}
-	var list struct{ Items []wl }
-	req, _ := http.NewRequest(http.MethodGet, survivor.URL+"/api/v1/workloads?limit=500&team="+team, nil)
-	req.Header.Set("Authorization", "Bearer "+tok)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	json.NewDecoder(resp.Body).Decode(&list)
-	resp.Body.Close()
+	list := deref(must(newClient(survivor.URL, tok).ListWorkloadsWithResponse(t.Context(), &model.ListWorkloadsParams{Limit: ptr(500), Team: &team}))(t).JSON200)
 	if len(list.Items) != n {
 		t.Fatalf("%d workloads recorded for team %s, want %d (none lost, none duplicated)", len(list.Items), team, n)
 	}

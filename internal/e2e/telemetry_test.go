@@ -6,7 +6,6 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -18,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/gantryhq/gantry/api/model"
 	"github.com/gantryhq/gantry/internal/config"
 	"github.com/gantryhq/gantry/internal/kube/nodes"
 	"github.com/gantryhq/gantry/internal/node/devagent"
@@ -60,21 +60,17 @@ func agentToken(t *testing.T, ns, sa, node, audience string) string {
 	return tr.Status.Token
 }
 
-// push posts a batch with a bearer token straight to Gantry (not through
-// the test's front, which signs requests in as a person).
+// push posts a batch with a bearer token (none when empty) as the node
+// agent does: the body is the agent's own telemetry.Batch, as
+// internal/node/agent sends it, through the typed operation.
 func push(t *testing.T, g *gantryServer, token string, b telemetry.Batch) (int, string) {
 	t.Helper()
-	body, _ := json.Marshal(b)
-	req, _ := http.NewRequest("POST", g.URL+"/api/v1/telemetry", bytes.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := http.DefaultClient.Do(req)
+	body, err := json.Marshal(b)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(data)
+	r := must(newClient(g.URL, token).PushTelemetryWithBodyWithResponse(t.Context(), "application/json", bytes.NewReader(body)))(t)
+	return r.StatusCode(), string(r.Body)
 }
 
 // TestTelemetryPush: an agent's projected token is checked with a
@@ -83,12 +79,12 @@ func push(t *testing.T, g *gantryServer, token string, b telemetry.Batch) (int, 
 // back as the workload's series, to its team, and on the node's page.
 func TestTelemetryPush(t *testing.T) {
 	g := start(t, filepath.Join(t.TempDir(), "g.db"), true)
-	var w wl
-	if s := g.post("/api/v1/workloads", map[string]any{"template": "vllm-inference", "team": "vision"}, &w); s != 201 {
+	s, w := g.launch(model.LaunchRequest{Template: "vllm-inference", Team: "vision"})
+	if s != 201 {
 		t.Fatalf("launch: %d", s)
 	}
-	g.waitStatus(w.ID, "Running")
-	pods := podsOf(t, "vision", w.ID)
+	g.waitStatus(w.Id, "Running")
+	pods := podsOf(t, "vision", w.Id)
 	if len(pods) != 1 {
 		t.Fatalf("pods: %d", len(pods))
 	}
@@ -142,33 +138,18 @@ func TestTelemetryPush(t *testing.T) {
 	}
 
 	// The owner's team reads the series back.
-	var series struct {
-		Source string
-		Series []struct {
-			Metric, Dcgm string
-			Pod          struct{ Pod string }
-			Points       []struct {
-				Avg, Max float64
-				N        int
-			}
-		}
-	}
-	q := fmt.Sprintf("/api/v1/workloads/%s/metrics?from=%s&to=%s&step=1m&series=sm_active,DCGM_FI_DEV_FB_USED",
-		w.ID, now.Add(-2*time.Minute).Format(time.RFC3339), now.Format(time.RFC3339))
-	resp, err := http.Get(g.url + q)
-	if err != nil {
-		t.Fatal(err)
-	}
-	json.NewDecoder(resp.Body).Decode(&series)
-	resp.Body.Close()
-	if resp.StatusCode != 200 || series.Source != "gantry" || len(series.Series) != 2 {
-		t.Fatalf("metrics: %d %+v", resp.StatusCode, series)
+	ctx := t.Context()
+	from := now.Add(-2 * time.Minute)
+	mr := must(g.api.GetWorkloadMetricsWithResponse(ctx, w.Id, &model.GetWorkloadMetricsParams{From: &from, To: &now, Step: ptr("1m"), Series: ptr("sm_active,DCGM_FI_DEV_FB_USED")}))(t)
+	series := deref(mr.JSON200)
+	if mr.StatusCode() != 200 || series.Source != model.Gantry || len(series.Series) != 2 {
+		t.Fatalf("metrics: %d %s", mr.StatusCode(), mr.Body)
 	}
 	var n int
 	maxSM := 0.0
 	for _, s := range series.Series {
-		if s.Pod.Pod != pod.Name {
-			t.Fatalf("series of pod %q, want %q", s.Pod.Pod, pod.Name)
+		if p := deref(deref(s.Pod).Pod); p != pod.Name {
+			t.Fatalf("series of pod %q, want %q", p, pod.Name)
 		}
 		for _, p := range s.Points {
 			if s.Metric == "sm_active" {
@@ -182,20 +163,9 @@ func TestTelemetryPush(t *testing.T) {
 	}
 
 	// The node's page: the GPU, its use by the workload.
-	var nd struct {
-		Name    string
-		Healthy bool
-		Gpus    []struct{ Gpu string }
-		Devices []struct{ Workload string }
-	}
-	resp, err = http.Get(g.url + "/api/v1/nodes/" + node)
-	if err != nil {
-		t.Fatal(err)
-	}
-	json.NewDecoder(resp.Body).Decode(&nd)
-	resp.Body.Close()
-	if resp.StatusCode != 200 || !nd.Healthy || len(nd.Gpus) != 1 || len(nd.Devices) != 1 || nd.Devices[0].Workload != w.ID {
-		t.Fatalf("node %s: %d %+v", node, resp.StatusCode, nd)
+	nr := must(g.api.GetNodeWithResponse(ctx, node))(t)
+	if nd := deref(nr.JSON200); nr.StatusCode() != 200 || !nd.Healthy || len(nd.Gpus) != 1 || len(nd.Devices) != 1 || deref(nd.Devices[0].Workload) != w.Id {
+		t.Fatalf("node %s: %d %s", node, nr.StatusCode(), nr.Body)
 	}
 
 	// A critical XID marks the GPU unhealthy and leaves a warning on the pod.
@@ -225,13 +195,13 @@ func TestLiveSeries(t *testing.T) {
 	g := start(t, filepath.Join(t.TempDir(), "g.db"), true)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	launch := func(template, profile string) (wl, corev1.Pod) {
-		var w wl
-		if s := g.post("/api/v1/workloads", map[string]any{"template": template, "team": "vision"}, &w); s != 201 {
+	launch := func(template, profile string) (model.Workload, corev1.Pod) {
+		s, w := g.launch(model.LaunchRequest{Template: template, Team: "vision"})
+		if s != 201 {
 			t.Fatalf("launch %s: %d", template, s)
 		}
-		g.waitStatus(w.ID, "Running")
-		pod := podsOf(t, "vision", w.ID)[0]
+		g.waitStatus(w.Id, "Running")
+		pod := podsOf(t, "vision", w.Id)[0]
 		// The profile the simulated GPU plays (gantry dev's default is a pod of the GenAI trace).
 		pod.Annotations[devagent.ProfileAnnotation] = profile
 		if _, err := cluster.Client.CoreV1().Pods(pod.Namespace).Update(ctx, &pod, metav1.UpdateOptions{}); err != nil {
@@ -245,48 +215,34 @@ func TestLiveSeries(t *testing.T) {
 		_, err := g.Telemetry.Ingest(ctx, b.Node, b)
 		return err
 	})})
-	type series struct {
-		Metric string
-		Device struct {
-			Gpu string
-			Mig *struct{ Profile string }
-		}
-		Points []struct {
-			Avg float64
-			N   int
-		}
-	}
-	read := func(id, metrics string) ([]series, error) {
-		resp, err := http.Get(g.url + "/api/v1/workloads/" + id + "/metrics?step=10s&from=" + time.Now().Add(-5*time.Minute).UTC().Format(time.RFC3339) + "&series=" + metrics)
+	read := func(id, metrics string) ([]model.MetricSeries, error) {
+		from := time.Now().Add(-5 * time.Minute).UTC().Truncate(time.Second)
+		r, err := g.api.GetWorkloadMetricsWithResponse(ctx, id, &model.GetWorkloadMetricsParams{Step: ptr("10s"), From: &from, Series: &metrics})
 		if err != nil {
 			return nil, err
 		}
-		defer resp.Body.Close()
-		var out struct{ Series []series }
-		if resp.StatusCode != 200 {
-			b, _ := io.ReadAll(resp.Body)
-			return nil, fmt.Errorf("%d %s", resp.StatusCode, b)
+		if r.StatusCode() != 200 {
+			return nil, fmt.Errorf("%d %s", r.StatusCode(), r.Body)
 		}
-		err = json.NewDecoder(resp.Body).Decode(&out)
-		return out.Series, err
+		return r.JSON200.Series, nil
 	}
 	waitfor.Until(t, 60*time.Second, "the service's SM activity through the API", func() error {
-		ss, err := read(service.ID, "sm_active")
+		ss, err := read(service.Id, "sm_active")
 		if err != nil {
 			return err
 		}
 		if len(ss) != 1 || ss[0].Device.Mig != nil || len(ss[0].Points) == 0 || ss[0].Points[len(ss[0].Points)-1].Avg < 0.85 {
-			return fmt.Errorf("series %+v", ss)
+			return fmt.Errorf("series %s", asJSON(ss))
 		}
 		return nil
 	})
 	waitfor.Until(t, 60*time.Second, "the notebook's MIG memory through the API", func() error {
-		ss, err := read(notebook.ID, "fb_used,fb_total")
+		ss, err := read(notebook.Id, "fb_used,fb_total")
 		if err != nil {
 			return err
 		}
-		if len(ss) != 2 || ss[0].Device.Mig == nil || ss[0].Device.Mig.Profile != notebook.Gpu.MigProfile || len(ss[0].Points) == 0 || len(ss[1].Points) == 0 {
-			return fmt.Errorf("series %+v (want MIG %s)", ss, notebook.Gpu.MigProfile)
+		if len(ss) != 2 || ss[0].Device.Mig == nil || ss[0].Device.Mig.Profile != deref(notebook.Gpu.MigProfile) || len(ss[0].Points) == 0 || len(ss[1].Points) == 0 {
+			return fmt.Errorf("series %s (want MIG %s)", asJSON(ss), deref(notebook.Gpu.MigProfile))
 		}
 		used, total := ss[0].Points[len(ss[0].Points)-1].Avg, ss[1].Points[len(ss[1].Points)-1].Avg
 		if ss[0].Metric != "fb_used" || used/total < 0.95 {
@@ -327,21 +283,9 @@ func TestUnhealthyGPUCordonsTheNode(t *testing.T) {
 	if !n.Spec.Unschedulable || n.Labels[nodes.UnhealthyLabel] != "true" {
 		t.Fatalf("node %s: unschedulable %v, labels %v", node, n.Spec.Unschedulable, n.Labels)
 	}
-	var page struct {
-		Healthy bool
-		Gpus    []struct {
-			Healthy bool
-			Reason  string
-		}
-	}
-	resp, err := http.Get(g.url + "/api/v1/nodes/" + node)
-	if err != nil {
-		t.Fatal(err)
-	}
-	json.NewDecoder(resp.Body).Decode(&page)
-	resp.Body.Close()
-	if page.Healthy || len(page.Gpus) != 1 || page.Gpus[0].Healthy || !strings.Contains(page.Gpus[0].Reason, "double-bit") {
-		t.Fatalf("node page: %+v", page)
+	r := must(g.api.GetNodeWithResponse(ctx, node))(t)
+	if page := deref(r.JSON200); r.StatusCode() != 200 || page.Healthy || len(page.Gpus) != 1 || page.Gpus[0].Healthy || !strings.Contains(deref(page.Gpus[0].Reason), "double-bit") {
+		t.Fatalf("node page: %d %s", r.StatusCode(), r.Body)
 	}
 }
 
@@ -351,12 +295,12 @@ func TestUnhealthyGPUCordonsTheNode(t *testing.T) {
 func TestAdviceThroughTheAPI(t *testing.T) {
 	g := start(t, filepath.Join(t.TempDir(), "g.db"), true)
 	ctx := context.Background()
-	var w wl
-	if s := g.post("/api/v1/workloads", map[string]any{"template": "vllm-inference", "team": "vision"}, &w); s != 201 {
+	s, w := g.launch(model.LaunchRequest{Template: "vllm-inference", Team: "vision"})
+	if s != 201 {
 		t.Fatalf("launch: %d", s)
 	}
-	g.waitStatus(w.ID, "Running")
-	pod := podsOf(t, "vision", w.ID)[0]
+	g.waitStatus(w.Id, "Running")
+	pod := podsOf(t, "vision", w.Id)[0]
 	// It has run for an hour: the record is moved back in time (the
 	// samples below are the last 40 minutes of it; no API changes when a
 	// workload was created, so the test writes the database).
@@ -364,7 +308,7 @@ func TestAdviceThroughTheAPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.Exec(`UPDATE workloads SET created_at = created_at - ? WHERE id = ?`, time.Hour.Microseconds(), w.ID); err != nil {
+	if _, err := db.Exec(`UPDATE workloads SET created_at = created_at - ? WHERE id = ?`, time.Hour.Microseconds(), w.Id); err != nil {
 		t.Fatal(err)
 	}
 	db.Close()
@@ -385,42 +329,30 @@ func TestAdviceThroughTheAPI(t *testing.T) {
 	if s, body := push(t, g, token, b); s != 202 {
 		t.Fatalf("push: %d %s", s, body)
 	}
-	var report struct {
-		Findings []struct {
-			Kind      string
-			Reason    string
-			Evidence  []struct{ Metric string }
-			SeriesURL string
-		}
-	}
-	resp, err := http.Get(g.url + "/api/v1/workloads/" + w.ID + "/advice")
-	if err != nil {
-		t.Fatal(err)
-	}
-	json.NewDecoder(resp.Body).Decode(&report)
-	resp.Body.Close()
+	ar := must(g.api.GetWorkloadAdviceWithResponse(ctx, w.Id))(t)
 	var found bool
-	for _, f := range report.Findings {
-		if f.Kind == "input-starved" {
+	for _, f := range deref(ar.JSON200).Findings {
+		if f.Kind == model.InputStarved {
 			found = true
-			if len(f.Evidence) == 0 || !strings.Contains(f.SeriesURL, "/api/v1/workloads/"+w.ID+"/metrics?") || !strings.Contains(f.Reason, "data loader") {
-				t.Fatalf("finding: %+v", f)
+			if len(f.Evidence) == 0 || !strings.Contains(f.SeriesURL, "/api/v1/workloads/"+w.Id+"/metrics?") || !strings.Contains(f.Reason, "data loader") {
+				t.Fatalf("finding: %s", asJSON(f))
 			}
-			// The evidence link answers with the series.
+			// The evidence link answers with the series. Raw: the link is
+			// the server's, a URL to follow as it is.
 			r, err := http.Get(g.url + f.SeriesURL)
 			if err != nil {
 				t.Fatal(err)
 			}
-			var m struct{ Series []struct{ Metric string } }
+			var m model.MetricSeriesList
 			json.NewDecoder(r.Body).Decode(&m)
 			r.Body.Close()
 			if r.StatusCode != 200 || len(m.Series) == 0 {
-				t.Fatalf("evidence %s: %d %+v", f.SeriesURL, r.StatusCode, m)
+				t.Fatalf("evidence %s: %d %s", f.SeriesURL, r.StatusCode, asJSON(m))
 			}
 		}
 	}
-	if resp.StatusCode != 200 || !found {
-		t.Fatalf("advice: %d %+v", resp.StatusCode, report)
+	if ar.StatusCode() != 200 || !found {
+		t.Fatalf("advice: %d %s", ar.StatusCode(), ar.Body)
 	}
 }
 
@@ -430,17 +362,17 @@ func TestAdviceThroughTheAPI(t *testing.T) {
 // stops the old one.
 func TestApplyRightSize(t *testing.T) {
 	g := start(t, filepath.Join(t.TempDir(), "g.db"), true)
-	var w wl
-	if s := g.post("/api/v1/workloads", map[string]any{"template": "jupyter-notebook", "team": "vision", "gpu": map[string]any{"migProfile": "3g.40gb"}}, &w); s != 201 {
+	s, w := g.launch(model.LaunchRequest{Template: "jupyter-notebook", Team: "vision", Gpu: &model.GPUChoice{MigProfile: ptr("3g.40gb")}})
+	if s != 201 {
 		t.Fatalf("launch: %d", s)
 	}
-	g.waitStatus(w.ID, "Running")
-	pod := podsOf(t, "vision", w.ID)[0]
+	g.waitStatus(w.Id, "Running")
+	pod := podsOf(t, "vision", w.Id)[0]
 	db, err := sql.Open("sqlite", string(g.Config.Database.DSN))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.Exec(`UPDATE workloads SET created_at = created_at - ? WHERE id = ?`, (3 * time.Hour).Microseconds(), w.ID); err != nil {
+	if _, err := db.Exec(`UPDATE workloads SET created_at = created_at - ? WHERE id = ?`, (3 * time.Hour).Microseconds(), w.Id); err != nil {
 		t.Fatal(err)
 	}
 	db.Close()
@@ -456,70 +388,43 @@ func TestApplyRightSize(t *testing.T) {
 	if s, body := push(t, g, token, b); s != 202 {
 		t.Fatalf("push: %d %s", s, body)
 	}
-	type finding struct {
-		Kind       string
-		MonthlyUSD float64
-		Recommend  *struct{ Profile string }
+	ctx := t.Context()
+	report := must(g.api.GetWorkloadAdviceWithResponse(ctx, w.Id))(t)
+	if report.StatusCode() != 200 {
+		t.Fatalf("advice: %d", report.StatusCode())
 	}
-	getJSON := func(path string, out any) int {
-		resp, err := http.Get(g.url + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		json.NewDecoder(resp.Body).Decode(out)
-		return resp.StatusCode
-	}
-	var report struct{ Findings []finding }
-	if s := getJSON("/api/v1/workloads/"+w.ID+"/advice", &report); s != 200 {
-		t.Fatalf("advice: %d", s)
-	}
-	over := func(fs []finding) *finding {
+	over := func(fs []model.Finding) *model.Finding {
 		for i := range fs {
-			if fs[i].Kind == "over-provisioned" {
+			if fs[i].Kind == model.OverProvisioned {
 				return &fs[i]
 			}
 		}
 		return nil
 	}
-	if f := over(report.Findings); f == nil || f.Recommend == nil || f.Recommend.Profile != "1g.10gb" || f.MonthlyUSD <= 0 {
-		t.Fatalf("advice: %+v", report.Findings)
+	if f := over(report.JSON200.Findings); f == nil || f.Recommend == nil || deref(f.Recommend.Profile) != "1g.10gb" || f.MonthlyUSD <= 0 {
+		t.Fatalf("advice: %s", report.Body)
 	}
-	var team struct {
-		Items []struct {
-			Workload string
-			Finding  finding
-		}
+	if team := must(g.api.ListAdviceWithResponse(ctx, &model.ListAdviceParams{Team: ptr("vision")}))(t); team.StatusCode() != 200 || len(deref(team.JSON200).Items) == 0 {
+		t.Fatalf("team advice: %d %s", team.StatusCode(), team.Body)
 	}
-	if s := getJSON("/api/v1/advice?team=vision", &team); s != 200 || len(team.Items) == 0 {
-		t.Fatalf("team advice: %d %+v", s, team)
+	rollup := must(g.api.GetTemplateAdviceWithResponse(ctx, "jupyter-notebook"))(t)
+	if r := deref(rollup.JSON200); rollup.StatusCode() != 200 || r.Measured != 1 || deref(r.Recommended) != "1g.10gb" {
+		t.Fatalf("template advice: %d %s", rollup.StatusCode(), rollup.Body)
 	}
-	var rollup struct {
-		Measured    int
-		Recommended string
+	kind := model.ApplyWorkloadAdviceJSONRequestBody{Kind: ptr("over-provisioned")}
+	ar := must(g.api.ApplyWorkloadAdviceWithResponse(ctx, w.Id, kind))(t)
+	if ar.StatusCode() != 201 {
+		t.Fatalf("apply: %d %s", ar.StatusCode(), ar.Body)
 	}
-	if s := getJSON("/api/v1/templates/jupyter-notebook/advice", &rollup); s != 200 || rollup.Measured != 1 || rollup.Recommended != "1g.10gb" {
-		t.Fatalf("template advice: %d %+v", s, rollup)
+	if applied := ar.JSON201; applied.Workload.Id == w.Id || deref(applied.Workload.Gpu.MigProfile) != "1g.10gb" || applied.Applied.Kind != model.OverProvisioned {
+		t.Fatalf("applied: %s", ar.Body)
 	}
-	var applied struct {
-		Workload struct {
-			ID  string
-			Gpu struct{ MigProfile string }
-		}
-		Applied finding
-	}
-	if s := g.post("/api/v1/workloads/"+w.ID+"/advice/apply", map[string]any{"kind": "over-provisioned"}, &applied); s != 201 {
-		t.Fatalf("apply: %d", s)
-	}
-	if applied.Workload.ID == w.ID || applied.Workload.Gpu.MigProfile != "1g.10gb" || applied.Applied.Kind != "over-provisioned" {
-		t.Fatalf("applied: %+v", applied)
-	}
-	if old := g.get(w.ID); old.Status != "Stopped" {
+	if old := g.workload(w.Id); old.Status != "Stopped" {
 		t.Fatalf("the old notebook is %s, want Stopped", old.Status)
 	}
 	// A second apply (a double click) relaunches nothing more.
-	if s := g.post("/api/v1/workloads/"+w.ID+"/advice/apply", map[string]any{"kind": "over-provisioned"}, nil); s != 409 {
+	if s := must(g.api.ApplyWorkloadAdviceWithResponse(ctx, w.Id, kind))(t).StatusCode(); s != 409 {
 		t.Fatalf("a second apply: %d, want 409", s)
 	}
-	g.waitStatus(applied.Workload.ID, "Running")
+	g.waitStatus(ar.JSON201.Workload.Id, "Running")
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"crypto/rand"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gantryhq/gantry/api/model"
 	"github.com/gantryhq/gantry/internal/devcluster"
 	"github.com/gantryhq/gantry/internal/devcluster/clustertest"
 	"github.com/gantryhq/gantry/internal/store/storetest"
@@ -91,19 +91,19 @@ func TestRollingUpgrade(t *testing.T) {
 	grantLease(t, ns)
 	env := []string{"GANTRY_NAMESPACE=" + ns, "GANTRY_LEASE_DURATION=3s"}
 	team := "up" + strings.ToLower(rand.Text()[:4])
-	launch := func(url, tok string) wl {
+	launch := func(url, tok string) model.Workload {
 		t.Helper()
-		s, w := post(url, tok, rand.Text(), mustJSON(t, map[string]any{"template": "vllm-inference", "team": team}))
+		s, w := launchAt(url, tok, rand.Text(), model.LaunchRequest{Template: "vllm-inference", Team: team})
 		if s != 201 {
 			t.Fatalf("launch at %s: %d", url, s)
 		}
 		return w
 	}
-	waitStatus := func(url, tok, id, want string) {
+	waitStatus := func(url, tok, id string, want model.WorkloadStatus) {
 		t.Helper()
-		waitfor.Until(t, 90*time.Second, id+" "+want+" at "+url, func() error {
+		waitfor.Until(t, 90*time.Second, id+" "+string(want)+" at "+url, func() error {
 			if got := getWorkload(t, url, tok, id); got.Status != want {
-				return fmt.Errorf("status %s (%s)", got.Status, got.Reason)
+				return fmt.Errorf("status %s (%s)", got.Status, deref(got.Reason))
 			}
 			return nil
 		})
@@ -112,30 +112,26 @@ func TestRollingUpgrade(t *testing.T) {
 	old := startServe(t, oldRoot, oldBin, data, env, "--db-driver", "postgres", "--db", dsn)
 	tok := signInToken(t, old.URL, "ada")
 	w1 := launch(old.URL, tok)
-	waitStatus(old.URL, tok, w1.ID, "Running")
+	waitStatus(old.URL, tok, w1.Id, "Running")
 
 	// The new release starts beside it: its migrations run on the live
 	// database while the old one serves.
 	cur := startServe(t, "", "", data, env, "--db-driver", "postgres", "--db", dsn)
-	if got := getWorkload(t, cur.URL, tok, w1.ID); got.Status != "Running" || got.Name != w1.Name {
-		t.Fatalf("the new release reads the old one's launch as %+v", got)
+	if got := getWorkload(t, cur.URL, tok, w1.Id); got.Status != "Running" || got.Name != w1.Name {
+		t.Fatalf("the new release reads the old one's launch as %s", asJSON(got))
 	}
 	w2 := launch(cur.URL, tok)
 	for _, url := range []string{old.URL, cur.URL} {
-		waitStatus(url, tok, w2.ID, "Running")
-		req, _ := http.NewRequest("GET", url+"/api/v1/workloads?team="+team, nil)
-		req.Header.Set("Authorization", "Bearer "+tok)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil || resp.StatusCode != 200 {
-			t.Fatalf("list at %s after the migration: %v %v", url, err, resp)
+		waitStatus(url, tok, w2.Id, "Running")
+		if r := must(newClient(url, tok).ListWorkloadsWithResponse(t.Context(), &model.ListWorkloadsParams{Team: &team}))(t); r.StatusCode() != 200 {
+			t.Fatalf("list at %s after the migration: %d %s", url, r.StatusCode(), r.Body)
 		}
-		resp.Body.Close()
 	}
 	// The old release acts on the new one's launch while both serve.
-	if s := act(t, old.URL, tok, w2.ID, "stop"); s != 200 && s != 202 {
+	if s := stopAt(t, old.URL, tok, w2.Id); s != 200 && s != 202 {
 		t.Fatalf("stop through the old release: %d", s)
 	}
-	waitStatus(cur.URL, tok, w2.ID, "Stopped")
+	waitStatus(cur.URL, tok, w2.Id, "Stopped")
 
 	// The old pod goes; the new one carries on alone, with the lead.
 	if err := old.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
@@ -146,21 +142,14 @@ func TestRollingUpgrade(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the old release did not stop within 30 s of SIGTERM")
 	}
-	if s := act(t, cur.URL, tok, w1.ID, "stop"); s != 200 && s != 202 {
+	if s := stopAt(t, cur.URL, tok, w1.Id); s != 200 && s != 202 {
 		t.Fatalf("stop through the new release: %d", s)
 	}
-	waitStatus(cur.URL, tok, w1.ID, "Stopped")
+	waitStatus(cur.URL, tok, w1.Id, "Stopped")
 }
 
-// act posts one of a workload's actions (stop, start) and returns the status.
-func act(t *testing.T, url, tok, id, action string) int {
+// stopAt stops a workload at url with tok and returns the status.
+func stopAt(t *testing.T, url, tok, id string) int {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, url+"/api/v1/workloads/"+id+"/"+action, nil)
-	req.Header.Set("Authorization", "Bearer "+tok)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	return resp.StatusCode
+	return must(newClient(url, tok).StopWorkloadWithResponse(t.Context(), id))(t).StatusCode()
 }

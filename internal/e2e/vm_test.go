@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"path/filepath"
 	"testing"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/gantryhq/gantry/api/model"
 	"github.com/gantryhq/gantry/internal/waitfor"
 )
 
@@ -33,13 +33,10 @@ func TestVMLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var w struct {
-		wl
-		Kind, Image string
-	}
-	if s := g.post("/api/v1/workloads", map[string]any{"template": "gpu-vm", "team": "vision", "gpu": map[string]any{"count": 2},
-		"parameters": map[string]any{"sshPublicKey": sshKey}}, &w); s != 201 || w.Kind != "vm" || !w.Applied {
-		t.Fatalf("launch: %d %+v", s, w)
+	s, w := g.launch(model.LaunchRequest{Template: "gpu-vm", Team: "vision", Gpu: &model.GPUChoice{Count: ptr(2)},
+		Parameters: &model.Parameters{"sshPublicKey": sshKey}})
+	if s != 201 || w.Kind != model.WorkloadKindVm || !w.Applied {
+		t.Fatalf("launch: %d %s", s, asJSON(w))
 	}
 	vms := dyn.Resource(vmGVR).Namespace("gantry-vision")
 	// Queued by Gantry in Kueue: created halted, started once admitted.
@@ -57,8 +54,8 @@ func TestVMLifecycle(t *testing.T) {
 	gpus, _, _ := unstructured.NestedSlice(vm.Object, "spec", "template", "spec", "domain", "devices", "gpus")
 	vols, _, _ := unstructured.NestedSlice(vm.Object, "spec", "template", "spec", "volumes")
 	disk, _, _ := unstructured.NestedString(vols[0].(map[string]any), "containerDisk", "image")
-	if rs != "Always" || len(gpus) != 2 || gpus[0].(map[string]any)["deviceName"] != "nvidia.com/AD104GL_L4" || disk != w.Image {
-		t.Fatalf("VirtualMachine: runStrategy %q, gpus %v, disk %q (workload image %q)", rs, gpus, disk, w.Image)
+	if rs != "Always" || len(gpus) != 2 || gpus[0].(map[string]any)["deviceName"] != "nvidia.com/AD104GL_L4" || disk != deref(w.Image) {
+		t.Fatalf("VirtualMachine: runStrategy %q, gpus %v, disk %q (workload image %q)", rs, gpus, disk, deref(w.Image))
 	}
 
 	// KubeVirt's controller would report the VM running.
@@ -81,16 +78,15 @@ func TestVMLifecycle(t *testing.T) {
 		"message": "0/11 nodes are available: 11 Insufficient nvidia.com/AD104GL_L4."})
 	// Kueue's Workload and the VM are watched apart: the first report may
 	// still see it queued; the scheduler's reason follows.
-	got := waitFor(t, g, w.ID, func(x wl) bool { return x.Status == "Pending" && x.Reason != "" })
-	if got.Status != "Pending" || got.Reason != "0/11 nodes are available: 11 Insufficient nvidia.com/AD104GL_L4." {
-		t.Errorf("unschedulable VM: %+v", got)
+	got := waitFor(t, g, w.Id, func(x model.Workload) bool { return x.Status == "Pending" && deref(x.Reason) != "" })
+	if got.Status != "Pending" || deref(got.Reason) != "0/11 nodes are available: 11 Insufficient nvidia.com/AD104GL_L4." {
+		t.Errorf("unschedulable VM: %s", asJSON(got))
 	}
 	setStatus("Running", map[string]any{"type": "Ready", "status": "True"})
-	g.waitStatus(w.ID, "Running")
+	g.waitStatus(w.Id, "Running")
 
-	var stopped wl
-	if s := g.post("/api/v1/workloads/"+w.ID+"/stop", nil, &stopped); s != 200 || stopped.Status != "Stopped" {
-		t.Fatalf("stop: %d %+v", s, stopped)
+	if s, stopped := g.stop(w.Id); s != 200 || stopped.Status != "Stopped" {
+		t.Fatalf("stop: %d %s", s, asJSON(stopped))
 	}
 	runStrategy := func() string {
 		vm, err := vms.Get(ctx, w.Name, metav1.GetOptions{})
@@ -104,9 +100,8 @@ func TestVMLifecycle(t *testing.T) {
 		t.Errorf("after stop, runStrategy %q", rs)
 	}
 	setStatus("Stopped", map[string]any{"type": "Ready", "status": "False"}) // as KubeVirt reports a halted VM
-	var started wl
-	if s := g.post("/api/v1/workloads/"+w.ID+"/start", nil, &started); s != 200 || started.Status != "Pending" {
-		t.Fatalf("start: %d %+v", s, started)
+	if s, started := g.startAgain(w.Id); s != 200 || started.Status != "Pending" {
+		t.Fatalf("start: %d %s", s, asJSON(started))
 	}
 	waitfor.Until(t, 60*time.Second, "the VM started again once Kueue admits it again", func() error {
 		if rs := runStrategy(); rs != "Always" {
@@ -115,9 +110,11 @@ func TestVMLifecycle(t *testing.T) {
 		return nil
 	})
 	setStatus("Running", map[string]any{"type": "Ready", "status": "True"})
-	g.waitStatus(w.ID, "Running")
+	g.waitStatus(w.Id, "Running")
 
-	g.delete(t, w.ID)
+	if s := must(g.api.DeleteWorkloadWithResponse(ctx, w.Id))(t).StatusCode(); s != 204 {
+		t.Fatalf("delete %s: %d", w.Id, s)
+	}
 	waitfor.Until(t, 30*time.Second, "the VirtualMachine to go after delete", func() error {
 		if _, err := vms.Get(ctx, w.Name, metav1.GetOptions{}); err == nil {
 			return errors.New("still there")
@@ -125,32 +122,19 @@ func TestVMLifecycle(t *testing.T) {
 		return nil
 	})
 	// A deleted VM cannot be started again.
-	if s := g.post("/api/v1/workloads/"+w.ID+"/start", nil, nil); s != 409 {
+	if s, _ := g.startAgain(w.Id); s != 409 {
 		t.Errorf("start of a deleted VM: %d, want 409", s)
 	}
 }
 
-func waitFor(t *testing.T, g *gantryServer, id string, ok func(wl) bool) wl {
+func waitFor(t *testing.T, g *gantryServer, id string, ok func(model.Workload) bool) model.Workload {
 	t.Helper()
-	var w wl
+	var w model.Workload
 	waitfor.Until(t, 30*time.Second, "workload "+id+" to reach the expected state", func() error {
-		if w = g.get(id); !ok(w) {
-			return fmt.Errorf("%+v", w)
+		if w = g.workload(id); !ok(w) {
+			return fmt.Errorf("%s", asJSON(w))
 		}
 		return nil
 	})
 	return w
-}
-
-func (g *gantryServer) delete(t *testing.T, id string) {
-	t.Helper()
-	req, _ := http.NewRequest(http.MethodDelete, g.url+"/api/v1/workloads/"+id, nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != 204 {
-		t.Fatalf("delete %s: %d", id, resp.StatusCode)
-	}
 }

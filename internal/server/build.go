@@ -104,7 +104,7 @@ func (s *Server) governance(ctx context.Context) (err error) {
 	}
 	// The platform team's edits through the API, laid over the files; the
 	// classes' prices as they are then join their history.
-	if s.overlays, err = overlay.New(overlay.Options{Store: s.Store.governanceStore, Authz: s.authz, Classes: s.Catalog.Classes(), Apply: s.applyOverlay, Now: s.clock.Now}); err != nil {
+	if s.overlays, err = overlay.New(overlay.Options{Store: s.Store.Governance, Authz: s.authz, Classes: s.Catalog.Classes(), Apply: s.applyOverlay, Now: s.clock.Now}); err != nil {
 		return err
 	}
 	if err := s.loadOverlay(ctx); err != nil {
@@ -113,18 +113,18 @@ func (s *Server) governance(ctx context.Context) (err error) {
 	if s.checkpoints, err = s.checkpointer(); err != nil {
 		return err
 	}
-	if s.denials, err = audit.NewAggregator(audit.AggregatorOptions{Store: s.Store.auditStore, Now: s.clock.Now, Log: s.Log}); err != nil {
+	if s.denials, err = audit.NewAggregator(audit.AggregatorOptions{Store: s.Store.Audit, Now: s.clock.Now, Log: s.Log}); err != nil {
 		return err
 	}
-	meter, err := workload.NewMeter(workload.MeterOptions{Store: s.Store.workloadStore, Templates: s.Catalog, Now: s.clock.Now})
+	meter, err := workload.NewMeter(workload.MeterOptions{Store: s.Store.Workloads, Templates: s.Catalog, Now: s.clock.Now})
 	if err != nil {
 		return err
 	}
-	if s.Budgets, err = budget.New(budget.Options{Rules: s.authz, Readers: s.authz, Spender: meter, Store: budgetStore{s.Store.governanceStore, s.Store.auditStore}, Log: s.Log, Now: s.clock.Now}); err != nil {
+	if s.Budgets, err = budget.New(budget.Options{Rules: s.authz, Readers: s.authz, Spender: meter, Store: budgetStore{s.Store.Governance, s.Store.Audit}, Log: s.Log, Now: s.clock.Now}); err != nil {
 		return err
 	}
 	n := s.Config.Notify
-	s.notifier, err = notify.NewSender(notify.Options{Outbox: s.Store.governanceStore, URL: string(n.WebhookURL), Secret: []byte(n.WebhookSecret), Log: s.Log, Now: s.clock.Now})
+	s.notifier, err = notify.NewSender(notify.Options{Outbox: s.Store.Governance, URL: string(n.WebhookURL), Secret: []byte(n.WebhookSecret), Log: s.Log, Now: s.clock.Now})
 	return err
 }
 
@@ -135,7 +135,7 @@ func (s *Server) governance(ctx context.Context) (err error) {
 func (s *Server) workloadService() (err error) {
 	cfg := s.Config
 	s.checks = []api.Check{{Name: "database", Pinger: s.Store.DB}}
-	wo := workload.Options{Store: s.Store.workloadStore, Templates: s.Catalog, Authorizer: s.authz, Images: s.Images, Budgets: s.Budgets,
+	wo := workload.Options{Store: s.Store.Workloads, Templates: s.Catalog, Authorizer: s.authz, Images: s.Images, Budgets: s.Budgets,
 		Namespace: func(t team.Name) string { return cfg.NamespacePrefix + t.String() }, KBSURL: cfg.Confidential.KBSURL, Kueue: cfg.Quota.Kueue, Log: s.Log, Now: s.clock.Now}
 	if cfg.Kubeconfig == "" {
 		s.Log.Warn("no kubeconfig: launches are recorded and rendered, not applied to a cluster")
@@ -159,16 +159,16 @@ func (s *Server) workloadService() (err error) {
 func (s *Server) telemetryAndAdvice(w *wiring) error {
 	cfg := s.Config
 	online, err := advice.NewLive(advice.LiveOptions{Classes: s.Catalog.Classes(), Log: s.Log, Lookup: func(ctx context.Context, id string) (string, string, error) {
-		w, err := s.Store.workloadStore.Workload(ctx, id)
+		w, err := s.Store.Workloads.Workload(ctx, id)
 		return w.Template, w.GPUClass, err
 	}})
 	if err != nil {
 		return err
 	}
 	tc := cfg.Telemetry
-	to := telemetry.Options{Store: s.Store.telemetryStore, Observer: online,
+	to := telemetry.Options{Store: s.Store.Telemetry, Observer: online,
 		WorkloadNamespace: func(ctx context.Context, id string) (string, error) {
-			w, err := s.Store.workloadStore.Workload(ctx, id)
+			w, err := s.Store.Workloads.Workload(ctx, id)
 			return cfg.NamespacePrefix + w.Team.String(), err
 		}, RawRetention: time.Duration(tc.RawRetention), RollupRetention: time.Duration(tc.RollupRetention),
 		XIDHold: time.Duration(tc.XIDHold), Now: s.clock.Now, Log: s.Log}
@@ -235,14 +235,14 @@ func (s *Server) signIn(ctx context.Context, ov Overrides, w *wiring) (err error
 	if err != nil {
 		return err
 	}
-	if s.users, err = user.New(user.Options{Store: s.Store.accountStore, MaxGroupAge: time.Duration(cfg.MaxGroupAge), Now: s.clock.Now}); err != nil {
+	if s.users, err = user.New(user.Options{Store: s.Store.Accounts, MaxGroupAge: time.Duration(cfg.MaxGroupAge), Now: s.clock.Now}); err != nil {
 		return err
 	}
 	if w.sessions, err = weblogin.New(weblogin.Options{Config: weblogin.Config{ClientID: oc.ClientID, ClientSecret: string(oc.ClientSecret), RedirectURL: w.public + "/auth/callback",
-		Scopes: oc.Scopes, Endpoint: an.Endpoint(), Lifetime: cfg.Session(), ACRValues: oc.ACRValues}, Verifier: an, Store: s.Store.accountStore, Users: s.users, Now: s.clock.Now}); err != nil {
+		Scopes: oc.Scopes, Endpoint: an.Endpoint(), Lifetime: cfg.Session(), ACRValues: oc.ACRValues}, Verifier: an, Store: s.Store.Accounts, Users: s.users, Now: s.clock.Now}); err != nil {
 		return err
 	}
-	if s.tokens, err = token.New(token.Options{Store: s.Store.accountStore, Owners: s.users, Teams: s.authz, Now: s.clock.Now}); err != nil {
+	if s.tokens, err = token.New(token.Options{Store: s.Store.Accounts, Owners: s.users, Teams: s.authz, Now: s.clock.Now}); err != nil {
 		return err
 	}
 	bearer := an.Identify
@@ -285,7 +285,7 @@ func (s *Server) handler(ov Overrides, w *wiring) error {
 	if err != nil {
 		return err
 	}
-	settings, err := overrides.New(overrides.Options{Store: s.Store.governanceStore, Authz: s.authz, Now: s.clock.Now, Template: func(ctx context.Context, name string) (*template.Template, error) {
+	settings, err := overrides.New(overrides.Options{Store: s.Store.Governance, Authz: s.authz, Now: s.clock.Now, Template: func(ctx context.Context, name string) (*template.Template, error) {
 		v, err := s.Catalog.Get(ctx, name, 0)
 		return v.Template, err
 	}})
@@ -303,7 +303,7 @@ func (s *Server) handler(ov Overrides, w *wiring) error {
 	h, err := api.New(api.Options{
 		Now:     s.clock.Now,
 		Live:    s.live,
-		Catalog: s.Catalog, Workloads: s.Workloads, Estimates: estimates, Budgets: s.Budgets, Settings: settings, Edits: s.overlays, Prices: s.Store.governanceStore.PriceHistory, Own: s.own, Checks: s.checks, Spec: gantry.OpenAPI,
+		Catalog: s.Catalog, Workloads: s.Workloads, Estimates: estimates, Budgets: s.Budgets, Settings: settings, Edits: s.overlays, Prices: s.Store.Governance.PriceHistory, Own: s.own, Checks: s.checks, Spec: gantry.OpenAPI,
 		MaxBodyBytes: cfg.MaxBodyBytes, Logger: s.Log, LogDrain: time.Duration(cfg.LogDrain),
 		Portal:   pages,
 		Identify: w.identify, RecheckBearer: w.recheck, Sessions: w.sessions, Tokens: s.tokens, Users: s.users, Teams: s.authz.Teams,

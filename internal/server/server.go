@@ -53,6 +53,7 @@ import (
 	"github.com/gantryhq/gantry/internal/promsource"
 	"github.com/gantryhq/gantry/internal/quota"
 	"github.com/gantryhq/gantry/internal/store"
+	"github.com/gantryhq/gantry/internal/store/stores"
 	"github.com/gantryhq/gantry/internal/telemetry"
 	"github.com/gantryhq/gantry/internal/template"
 	"github.com/gantryhq/gantry/internal/tlsfiles"
@@ -67,7 +68,7 @@ import (
 type Core struct {
 	Config  config.Config
 	Log     *slog.Logger
-	Store   *Stores
+	Store   *stores.All
 	Catalog *catalog.Service
 	Images  *imageverify.Images
 
@@ -100,7 +101,7 @@ func (c *Core) putClasses(ctx context.Context, now time.Time, file []gpu.Class, 
 		return err
 	}
 	c.fileClasses, c.priceEdits = file, prices
-	if _, err := c.Store.governanceStore.RecordPrices(ctx, n.List(), now); err != nil {
+	if _, err := c.Store.Governance.RecordPrices(ctx, n.List(), now); err != nil {
 		return fmt.Errorf("record the prices in force: %w", err)
 	}
 	return nil
@@ -158,8 +159,8 @@ func openStore(ctx context.Context, cfg config.Config, log *slog.Logger, classes
 		return nil, err
 	}
 	db.UseClock(now)
-	st := newStores(db)
-	cat, err := catalog.New(catalog.Options{Store: st.governanceStore, Classes: classes, Images: images.Catalog, Now: now})
+	st := stores.New(db)
+	cat, err := catalog.New(catalog.Options{Store: st.Governance, Classes: classes, Images: images.Catalog, Now: now})
 	if err != nil {
 		db.Close()
 		return nil, err
@@ -399,7 +400,7 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	// Every replica follows the change feed for its own live connections.
 	g.Go(func() error {
-		return s.live.Follow(gctx, s.Store.feedStore, s.Store.DB.ChangeSignal(), feedInterval, feedKeep)
+		return s.live.Follow(gctx, s.Store.Feed, s.Store.DB.ChangeSignal(), feedInterval, feedKeep)
 	})
 	g.Go(func() error { return s.live.Run(gctx, liveSweep) })
 	g.Go(func() error {
@@ -494,7 +495,7 @@ func (s *Server) checkpointer() (*audit.Checkpointer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("audit.checkpointKey: %w", err)
 	}
-	cp, err := audit.NewCheckpointer(audit.CheckpointerOptions{Store: s.Store.auditStore, Key: key, Log: s.Log, File: ac.CheckpointFile, Now: s.clock.Now})
+	cp, err := audit.NewCheckpointer(audit.CheckpointerOptions{Store: s.Store.Audit, Key: key, Log: s.Log, File: ac.CheckpointFile, Now: s.clock.Now})
 	if err != nil {
 		return nil, fmt.Errorf("audit.checkpointFile: %w", err)
 	}
@@ -578,7 +579,7 @@ func (s *Server) lead(ctx context.Context, c *kube.Cluster) error {
 	if err != nil {
 		return err
 	}
-	culler, err := cull.New(cull.Options{Store: s.Store.workloadStore, Templates: s.Catalog, Stopper: s.Workloads, Notifier: s.Store.governanceStore, Settings: s.Store.governanceStore, Log: s.Log, Now: s.clock.Now})
+	culler, err := cull.New(cull.Options{Store: s.Store.Workloads, Templates: s.Catalog, Stopper: s.Workloads, Notifier: s.Store.Governance, Settings: s.Store.Governance, Log: s.Log, Now: s.clock.Now})
 	if err != nil {
 		return err
 	}

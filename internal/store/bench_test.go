@@ -22,7 +22,7 @@ func BenchmarkStore(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			s := open(b)
 			classes, tpls, files := starter(b)
-			cat := newCatalog(b, s.governanceStore, classes)
+			cat := newCatalog(b, s.Governance, classes)
 			if _, err := cat.Seed(ctx, "bench", files); err != nil {
 				b.Fatal(err)
 			}

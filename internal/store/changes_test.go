@@ -11,6 +11,7 @@ import (
 
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/live"
+	"github.com/gantryhq/gantry/internal/store/stores"
 	"github.com/gantryhq/gantry/internal/token"
 	"github.com/gantryhq/gantry/internal/user"
 	"github.com/gantryhq/gantry/internal/weblogin"
@@ -26,10 +27,10 @@ func TestChangeFeed(t *testing.T) {
 // testChangeFeed: every change a live connection must hear of is in the
 // feed, numbered without gaps in commit order, so that a reader polling
 // while writers race never sees a number before the ones below it.
-func testChangeFeed(t *testing.T, s *stores) {
+func testChangeFeed(t *testing.T, s *stores.All) {
 	ctx := context.Background()
 	classes, _, files := starter(t)
-	if _, err := newCatalog(t, s.governanceStore, classes).Seed(ctx, "gitops", files); err != nil {
+	if _, err := newCatalog(t, s.Governance, classes).Seed(ctx, "gitops", files); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := s.LastChange(ctx); err != nil || n != 0 {
@@ -113,7 +114,7 @@ func testChangeFeed(t *testing.T, s *stores) {
 	// Credentials: a revoked token, a deactivated user, a signed-out
 	// session and groups that change name what they close.
 	ann := identity.Identity{Issuer: "https://idp", Subject: "ann", Groups: []string{"ml-vision"}}
-	users, err := user.New(user.Options{Store: s.accountStore, MaxGroupAge: 24 * time.Hour, Now: time.Now})
+	users, err := user.New(user.Options{Store: s.Accounts, MaxGroupAge: 24 * time.Hour, Now: time.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,10 +186,10 @@ func TestCheckThenAct(t *testing.T) {
 // testPendingApprovalsCap: 20 launches held for approval, recorded at once
 // for one person in one team: exactly MaxPendingApprovals are, the others
 // are refused with PendingLimit; another person's are not counted.
-func testPendingApprovalsCap(t *testing.T, s *stores) {
+func testPendingApprovalsCap(t *testing.T, s *stores.All) {
 	ctx := context.Background()
 	classes, _, files := starter(t)
-	if _, err := newCatalog(t, s.governanceStore, classes).Seed(ctx, "gitops", files); err != nil {
+	if _, err := newCatalog(t, s.Governance, classes).Seed(ctx, "gitops", files); err != nil {
 		t.Fatal(err)
 	}
 	at := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
@@ -228,10 +229,10 @@ func testPendingApprovalsCap(t *testing.T, s *stores) {
 // the last use again in its own transaction (LastUsed) and refuses. Touches
 // racing a stop never deadlock and are never lost: afterwards the last use
 // is the newest touch.
-func testIdleStopRace(t *testing.T, s *stores) {
+func testIdleStopRace(t *testing.T, s *stores.All) {
 	ctx := context.Background()
 	classes, _, files := starter(t)
-	if _, err := newCatalog(t, s.governanceStore, classes).Seed(ctx, "gitops", files); err != nil {
+	if _, err := newCatalog(t, s.Governance, classes).Seed(ctx, "gitops", files); err != nil {
 		t.Fatal(err)
 	}
 	at := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)

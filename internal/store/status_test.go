@@ -15,7 +15,7 @@ func TestTemplateVersionStatus(t *testing.T) {
 			ctx := context.Background()
 			s := open(t)
 			classes, tpls, _ := starter(t)
-			cat := newCatalog(t, s.governanceStore, classes)
+			cat := newCatalog(t, s.Governance, classes)
 			if _, err := cat.Create(ctx, "alice", tpls["jupyter-notebook"]); err != nil {
 				t.Fatal(err)
 			}

@@ -29,13 +29,9 @@ import (
 	"github.com/gantryhq/gantry/internal/overlay"
 	"github.com/gantryhq/gantry/internal/overrides"
 	"github.com/gantryhq/gantry/internal/store"
-	"github.com/gantryhq/gantry/internal/store/accounts"
-	"github.com/gantryhq/gantry/internal/store/auditlog"
-	"github.com/gantryhq/gantry/internal/store/changefeed"
 	"github.com/gantryhq/gantry/internal/store/governance"
+	"github.com/gantryhq/gantry/internal/store/stores"
 	"github.com/gantryhq/gantry/internal/store/storetest"
-	"github.com/gantryhq/gantry/internal/store/telemetrydb"
-	"github.com/gantryhq/gantry/internal/store/workloads"
 	"github.com/gantryhq/gantry/internal/team"
 	"github.com/gantryhq/gantry/internal/telemetry"
 	"github.com/gantryhq/gantry/internal/template"
@@ -49,45 +45,22 @@ import (
 // The databases the last backends() opener made, for benchmark baselines.
 var lastSQLite, lastPostgres string
 
-// stores is every aggregate store over one database, built as the server
-// builds them; the suite calls each through the methods promoted here, and
-// hands a service the one aggregate store its interface names.
-type stores struct {
-	*store.DB
-	*workloadStore
-	*accountStore
-	*auditStore
-	*telemetryStore
-	*governanceStore
-	*feedStore
-}
-
-// The aggregate stores, named for embedding in stores.
-type (
-	workloadStore   = workloads.Store
-	accountStore    = accounts.Store
-	auditStore      = auditlog.Store
-	telemetryStore  = telemetrydb.Store
-	governanceStore = governance.Store
-	feedStore       = changefeed.Store
-)
-
 // openStores opens a database and builds its stores; it is closed when t ends.
-func openStores(t testing.TB, driver, dsn string) *stores {
+func openStores(t testing.TB, driver, dsn string) *stores.All {
 	t.Helper()
 	db, err := store.Open(context.Background(), driver, dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	return &stores{db, workloads.New(db), accounts.New(db), auditlog.New(db), telemetrydb.New(db), governance.New(db), changefeed.New(db)}
+	return stores.New(db)
 }
 
 // backends opens a fresh, empty database of each kind. PostgreSQL comes from
 // GANTRY_TEST_POSTGRES_DSN (make test starts one); each test gets its own schema.
-func backends(t testing.TB) map[string]func(testing.TB) *stores {
-	m := map[string]func(testing.TB) *stores{
-		"sqlite": func(t testing.TB) *stores {
+func backends(t testing.TB) map[string]func(testing.TB) *stores.All {
+	m := map[string]func(testing.TB) *stores.All{
+		"sqlite": func(t testing.TB) *stores.All {
 			lastSQLite = filepath.Join(t.TempDir(), "gantry.db")
 			return openStores(t, store.SQLite, lastSQLite)
 		},
@@ -100,7 +73,7 @@ func backends(t testing.TB) map[string]func(testing.TB) *stores {
 		t.Log("GANTRY_TEST_POSTGRES_DSN not set: PostgreSQL skipped (make test runs it)")
 		return m
 	}
-	m["postgres"] = func(t testing.TB) *stores {
+	m["postgres"] = func(t testing.TB) *stores.All {
 		lastPostgres = storetest.PostgresDSN(t)
 		return openStores(t, store.Postgres, lastPostgres)
 	}
@@ -153,10 +126,10 @@ func TestConformance(t *testing.T) {
 	}
 }
 
-func testTemplateVersions(t *testing.T, s *stores) {
+func testTemplateVersions(t *testing.T, s *stores.All) {
 	ctx := context.Background()
 	classes, tpls, _ := starter(t)
-	cat := newCatalog(t, s.governanceStore, classes)
+	cat := newCatalog(t, s.Governance, classes)
 	nb := tpls["jupyter-notebook"]
 	v1, err := cat.Create(ctx, "alice", nb)
 	if err != nil || v1.Version != 1 || v1.CreatedBy != "alice" {
@@ -209,10 +182,10 @@ func testTemplateVersions(t *testing.T, s *stores) {
 	}
 }
 
-func testAtomicApply(t *testing.T, s *stores) {
+func testAtomicApply(t *testing.T, s *stores.All) {
 	ctx := context.Background()
 	classes, _, files := starter(t)
-	cat := newCatalog(t, s.governanceStore, classes)
+	cat := newCatalog(t, s.Governance, classes)
 	seeded, err := cat.Seed(ctx, "gitops", files)
 	if err != nil || !seeded {
 		t.Fatalf("seed: %v %v", seeded, err)
@@ -263,10 +236,10 @@ func testAtomicApply(t *testing.T, s *stores) {
 	}
 }
 
-func testConcurrentUpdates(t *testing.T, s *stores) {
+func testConcurrentUpdates(t *testing.T, s *stores.All) {
 	ctx := context.Background()
 	classes, tpls, _ := starter(t)
-	cat := newCatalog(t, s.governanceStore, classes)
+	cat := newCatalog(t, s.Governance, classes)
 	base := tpls["vllm-inference"]
 	if _, err := cat.Create(ctx, "a", base); err != nil {
 		t.Fatal(err)
@@ -324,10 +297,10 @@ func race(t *testing.T, n int, write func(i int) error) (wins, conflicts int) {
 // counter and writing it plus one, lose none of their writes; an updater's
 // error writes nothing; an unchanged record is not written; a missing one is
 // not found.
-func testUpdateWorkload(t *testing.T, s *stores) {
+func testUpdateWorkload(t *testing.T, s *stores.All) {
 	ctx := context.Background()
 	classes, _, files := starter(t)
-	if _, err := newCatalog(t, s.governanceStore, classes).Seed(ctx, "gitops", files); err != nil {
+	if _, err := newCatalog(t, s.Governance, classes).Seed(ctx, "gitops", files); err != nil {
 		t.Fatal(err)
 	}
 	at := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
@@ -401,10 +374,10 @@ func testUpdateWorkload(t *testing.T, s *stores) {
 	}
 }
 
-func testWorkloads(t *testing.T, s *stores) {
+func testWorkloads(t *testing.T, s *stores.All) {
 	ctx := identity.With(context.Background(), identity.Identity{Issuer: "https://idp.test", Subject: "tester"})
 	classes, _, files := starter(t)
-	cat := newCatalog(t, s.governanceStore, classes)
+	cat := newCatalog(t, s.Governance, classes)
 	if _, err := cat.Seed(ctx, "gitops", files); err != nil {
 		t.Fatal(err)
 	}
@@ -412,7 +385,7 @@ func testWorkloads(t *testing.T, s *stores) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := workload.New(workload.Options{Store: s.workloadStore, Templates: cat, Namespace: namespace, Images: images, Authorizer: workloadtest.AllowAll{}, Budgets: workloadtest.NoBudgets{}, Now: time.Now})
+	svc, err := workload.New(workload.Options{Store: s.Workloads, Templates: cat, Namespace: namespace, Images: images, Authorizer: workloadtest.AllowAll{}, Budgets: workloadtest.NoBudgets{}, Now: time.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -571,10 +544,10 @@ func isNotFound(err error) bool {
 	return errors.As(err, &n)
 }
 
-func testTokens(t *testing.T, s *stores) {
+func testTokens(t *testing.T, s *stores.All) {
 	ann := identity.Identity{Issuer: "https://idp", Subject: "ann", Email: "ann@example.com", Groups: []string{"ml-vision", "staff"}}
 	ctx := identity.With(context.Background(), ann)
-	users, err := user.New(user.Options{Store: s.accountStore, MaxGroupAge: 24 * time.Hour, Now: time.Now})
+	users, err := user.New(user.Options{Store: s.Accounts, MaxGroupAge: 24 * time.Hour, Now: time.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -585,7 +558,7 @@ func testTokens(t *testing.T, s *stores) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := token.New(token.Options{Store: s.accountStore, Owners: users, Teams: policy, Now: time.Now})
+	svc, err := token.New(token.Options{Store: s.Accounts, Owners: users, Teams: policy, Now: time.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -620,7 +593,7 @@ func testTokens(t *testing.T, s *stores) {
 }
 
 // testAudit: concurrent appends still make one unbroken chain.
-func testAudit(t *testing.T, s *stores) {
+func testAudit(t *testing.T, s *stores.All) {
 	ctx := context.Background()
 	var wg sync.WaitGroup
 	for i := range 10 {
@@ -633,7 +606,7 @@ func testAudit(t *testing.T, s *stores) {
 		}()
 	}
 	wg.Wait()
-	n, problems, err := audit.Verify(ctx, s.auditStore)
+	n, problems, err := audit.Verify(ctx, s.Audit)
 	if err != nil || n != 10 || len(problems) != 0 {
 		t.Fatalf("%d records, problems %v, %v", n, problems, err)
 	}
@@ -665,7 +638,7 @@ func testAudit(t *testing.T, s *stores) {
 
 // testAuditCheckpoints: the head of the log is read back, checkpoints round
 // trip in sequence order, and a second checkpoint of one record is a conflict.
-func testAuditCheckpoints(t *testing.T, s *stores) {
+func testAuditCheckpoints(t *testing.T, s *stores.All) {
 	ctx := context.Background()
 	if _, ok, err := s.LatestAudit(ctx); ok || err != nil {
 		t.Fatalf("empty log has a head: %v %v", ok, err)
@@ -704,7 +677,7 @@ func testAuditCheckpoints(t *testing.T, s *stores) {
 	}
 }
 
-func testSessions(t *testing.T, s *stores) {
+func testSessions(t *testing.T, s *stores.All) {
 	ctx := context.Background()
 	l := weblogin.Login{StateHash: "h1", Nonce: "n", Verifier: "v", ReturnTo: "/x", ExpiresAt: time.Now().Add(time.Minute).UTC().Truncate(time.Microsecond)}
 	if err := s.CreateLogin(ctx, l); err != nil {
@@ -739,7 +712,7 @@ func testSessions(t *testing.T, s *stores) {
 
 // testActivity: the newest use of a workload wins, an older report never
 // replaces it, and a workload never used has none.
-func testActivity(t *testing.T, s *stores) {
+func testActivity(t *testing.T, s *stores.All) {
 	ctx := context.Background()
 	t1 := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
 	t2 := t1.Add(time.Minute)
@@ -768,10 +741,10 @@ func testActivity(t *testing.T, s *stores) {
 // testMetering: the price and running time round-trip, each run is
 // recorded as the lifecycle moves RunningSince, and runs are listed by
 // period and team.
-func testMetering(t *testing.T, s *stores) {
+func testMetering(t *testing.T, s *stores.All) {
 	ctx := context.Background()
 	classes, _, files := starter(t)
-	if _, err := newCatalog(t, s.governanceStore, classes).Seed(ctx, "gitops", files); err != nil {
+	if _, err := newCatalog(t, s.Governance, classes).Seed(ctx, "gitops", files); err != nil {
 		t.Fatal(err)
 	}
 	at := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
@@ -841,10 +814,10 @@ func testMetering(t *testing.T, s *stores) {
 // webhook, even concurrently; the outbox gives due messages until they are
 // delivered or given up; a workload's approval round-trips and expired
 // approvals are found.
-func testGovernance(t *testing.T, s *stores) {
+func testGovernance(t *testing.T, s *stores.All) {
 	ctx := context.Background()
 	classes, _, files := starter(t)
-	if _, err := newCatalog(t, s.governanceStore, classes).Seed(ctx, "gitops", files); err != nil {
+	if _, err := newCatalog(t, s.Governance, classes).Seed(ctx, "gitops", files); err != nil {
 		t.Fatal(err)
 	}
 	at := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
@@ -1057,7 +1030,7 @@ func testGovernance(t *testing.T, s *stores) {
 
 // testOverlays: an edit replaces the one of its kind and key (not another
 // kind's of the same key), round-trips who and when, and is removed once.
-func testOverlays(t *testing.T, s *stores) {
+func testOverlays(t *testing.T, s *stores.All) {
 	ctx := context.Background()
 	at := time.Date(2026, 12, 1, 9, 0, 0, 123000, time.UTC)
 	put := func(kind, key, value string, by string) {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gantryhq/gantry/internal/store/stores"
 	"github.com/gantryhq/gantry/internal/telemetry"
 )
 
@@ -18,7 +19,7 @@ func telemetryValues(util, fb float64) telemetry.Values {
 
 // testTelemetry is the telemetry part of the conformance suite: samples,
 // rollups and their pending marks, retention in batches, GPU records.
-func testTelemetry(t *testing.T, s *stores) {
+func testTelemetry(t *testing.T, s *stores.All) {
 	ctx := context.Background()
 	base := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
 	whole := telemetry.SeriesKey{Node: "n1", Device: telemetry.Device{GPU: "GPU-a", Index: 0, Model: "NVIDIA H100"},
@@ -227,7 +228,7 @@ func BenchmarkIngest(b *testing.B) {
 				return bt
 			}
 			b.Run("Gantry", func(b *testing.B) {
-				svc, err := telemetry.New(telemetry.Options{Store: s.telemetryStore, Now: time.Now})
+				svc, err := telemetry.New(telemetry.Options{Store: s.Telemetry, Now: time.Now})
 				if err != nil {
 					b.Fatal(err)
 				}

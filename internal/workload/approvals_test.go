@@ -13,6 +13,7 @@ import (
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/store/auditlog"
 	"github.com/gantryhq/gantry/internal/store/governance"
+	"github.com/gantryhq/gantry/internal/store/stores"
 	"github.com/gantryhq/gantry/internal/team"
 	"github.com/gantryhq/gantry/internal/template"
 	"github.com/gantryhq/gantry/internal/workload"
@@ -63,15 +64,9 @@ func withRules(t *testing.T, r rules, kueue bool) *harness {
 // budgetStore is budget.Store: the teams and budget alerts (governance),
 // and the audit log an alert is recorded in.
 type budgetStore struct {
-	*governanceStore
-	*auditStore
+	*stores.Governance
+	*stores.Audit
 }
-
-// The aggregate stores, named for embedding in budgetStore.
-type (
-	governanceStore = governance.Store
-	auditStore      = auditlog.Store
-)
 
 func as(subject string) context.Context {
 	return identity.With(context.Background(), identity.Identity{Issuer: "https://idp.test", Subject: subject})

@@ -74,54 +74,19 @@ const standIn = "test.jwt.token"
 // newClient is the typed client (api/client) of the API at url: every
 // request presents bearer (none when empty) and, when role is set,
 // X-Test-Role, which the tests' Identify reads to choose the caller.
-func newClient(t testing.TB, url, bearer, role string) *client.ClientWithResponses {
-	t.Helper()
-	c, err := client.NewClientWithResponses(url, client.WithRequestEditorFn(func(_ context.Context, r *http.Request) error {
-		if bearer != "" {
-			r.Header.Set("Authorization", "Bearer "+bearer)
-		}
-		if role != "" {
-			r.Header.Set("X-Test-Role", role)
-		}
-		return nil
-	}))
-	if err != nil {
-		t.Fatal(err)
+func newClient(url, bearer, role string) *client.ClientWithResponses {
+	var opts []client.ClientOption
+	if role != "" {
+		opts = append(opts, client.WithRequestEditorFn(servertest.Header("X-Test-Role", role)))
 	}
-	return c
+	return servertest.Client(url, bearer, opts...)
 }
 
 // as is the typed client of e's server as role ("" for the setup identity),
 // with the stand-in bearer JWT.
 func (e *env) as(role string) *client.ClientWithResponses {
-	return newClient(e.t, e.url, standIn, role)
+	return newClient(e.url, standIn, role)
 }
-
-// must is a typed call's answer: a request that got no answer, or an
-// answer that does not decode as openapi.yaml says, fails the test.
-//
-//	w := must(c.GetWorkloadWithResponse(ctx, id))(t)
-func must[R any](r R, err error) func(testing.TB) R {
-	return func(t testing.TB) R {
-		t.Helper()
-		if err != nil {
-			t.Fatalf("the typed client: %v", err)
-		}
-		return r
-	}
-}
-
-// deref is *p, or T's zero value when p is nil (an answer's JSON200 when
-// the status was another).
-func deref[T any](p *T) T {
-	if p == nil {
-		var zero T
-		return zero
-	}
-	return *p
-}
-
-func ptr[T any](v T) *T { return &v }
 
 // answer is what every generated response of the API's routes has.
 type answer interface {
@@ -212,7 +177,7 @@ func problemOf(p *model.Problem) problem {
 	if p == nil {
 		return problem{}
 	}
-	return problem{Type: p.Type, Title: p.Title, Detail: deref(p.Detail), Instance: deref(p.Instance), Status: p.Status, Errors: deref(p.Errors)}
+	return problem{Type: p.Type, Title: p.Title, Detail: servertest.Deref(p.Detail), Instance: servertest.Deref(p.Instance), Status: p.Status, Errors: servertest.Deref(p.Errors)}
 }
 
 func (p problem) fields() map[string]string {
@@ -287,11 +252,11 @@ func TestProblemResponses(t *testing.T) {
 			return c.GetTemplateWithResponse(ctx, "../../etc/passwd", nil) // sent escaped: ..%2F..%2Fetc%2Fpasswd
 		}, 400, []string{"path.name"}},
 		{"bad query", func(ctx context.Context, c *client.ClientWithResponses) (answer, error) {
-			return c.ListWorkloadsWithResponse(ctx, &model.ListWorkloadsParams{Limit: ptr(9999), Status: ptr(model.WorkloadStatus("Nope"))})
+			return c.ListWorkloadsWithResponse(ctx, &model.ListWorkloadsParams{Limit: new(9999), Status: new(model.WorkloadStatus("Nope"))})
 		}, 400, []string{"query.limit", "query.status"}},
 		{"domain checks, all at once", func(ctx context.Context, c *client.ClientWithResponses) (answer, error) {
 			return c.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "jupyter-notebook", Team: "vision",
-				Gpu: &model.GPUChoice{Class: ptr("L4"), MigProfile: ptr("1g.10gb"), Count: ptr(2)}, Parameters: &model.Parameters{"memory": "1Ti", "x": 1}})
+				Gpu: &model.GPUChoice{Class: new("L4"), MigProfile: new("1g.10gb"), Count: new(2)}, Parameters: &model.Parameters{"memory": "1Ti", "x": 1}})
 		}, 422, []string{"gpu.migProfile", "gpu.count", "parameters.memory", "parameters.x"}},
 		{"missing template", func(ctx context.Context, c *client.ClientWithResponses) (answer, error) {
 			return c.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "nope", Team: "vision"})
@@ -329,7 +294,7 @@ func TestProblemResponses(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			r := must(tc.send(t.Context(), e.api))(t)
+			r := servertest.Must(tc.send(t.Context(), e.api))(t)
 			status, p := r.StatusCode(), problemOf(r.GetApplicationproblemJSONDefault())
 			if status != tc.status {
 				t.Fatalf("status %d, want %d: %s", status, tc.status, r.GetBody())
@@ -354,10 +319,10 @@ func TestProblemResponses(t *testing.T) {
 		})
 	}
 	// Nothing above wrote anything.
-	if list := deref(must(e.api.ListWorkloadsWithResponse(ctx, nil))(t).JSON200); len(list.Items) != 0 {
+	if list := servertest.Deref(servertest.Must(e.api.ListWorkloadsWithResponse(ctx, nil))(t).JSON200); len(list.Items) != 0 {
 		t.Fatalf("%d workloads after refused requests", len(list.Items))
 	}
-	if tl := deref(must(e.api.ListTemplatesWithResponse(ctx))(t).JSON200); len(tl.Items) != len(e.files) {
+	if tl := servertest.Deref(servertest.Must(e.api.ListTemplatesWithResponse(ctx))(t).JSON200); len(tl.Items) != len(e.files) {
 		t.Fatalf("%d templates after refused requests, want %d", len(tl.Items), len(e.files))
 	}
 }
@@ -369,39 +334,39 @@ func TestTemplateLifecycle(t *testing.T) {
 		d.Metadata.Name = "dev-h100"
 		d.Spec.Gpu.DefaultClass = "H100-80GB"
 	})
-	created := must(e.api.CreateTemplateWithResponse(ctx, doc))(t)
-	if v := deref(created.JSON201); created.StatusCode() != 201 || v.Version != 1 || v.CreatedBy != "alice" {
+	created := servertest.Must(e.api.CreateTemplateWithResponse(ctx, doc))(t)
+	if v := servertest.Deref(created.JSON201); created.StatusCode() != 201 || v.Version != 1 || v.CreatedBy != "alice" {
 		t.Fatalf("create: %d %s", created.StatusCode(), created.Body)
 	}
 	doc.Metadata.Title = "Dev box on H100"
-	updated := must(e.api.UpdateTemplateWithResponse(ctx, "dev-h100", doc))(t)
-	if updated.StatusCode() != 200 || deref(updated.JSON200).Version != 2 {
+	updated := servertest.Must(e.api.UpdateTemplateWithResponse(ctx, "dev-h100", doc))(t)
+	if updated.StatusCode() != 200 || servertest.Deref(updated.JSON200).Version != 2 {
 		t.Fatalf("update: %d %s", updated.StatusCode(), updated.Body)
 	}
-	updated = must(e.api.UpdateTemplateWithResponse(ctx, "dev-h100", doc))(t)
-	if updated.StatusCode() != 200 || deref(updated.JSON200).Version != 2 {
+	updated = servertest.Must(e.api.UpdateTemplateWithResponse(ctx, "dev-h100", doc))(t)
+	if updated.StatusCode() != 200 || servertest.Deref(updated.JSON200).Version != 2 {
 		t.Fatalf("unchanged update made a version: %d %s", updated.StatusCode(), updated.Body)
 	}
-	h := must(e.api.ListTemplateVersionsWithResponse(ctx, "dev-h100"))(t)
-	if h.StatusCode() != 200 || len(deref(h.JSON200).Items) != 2 {
+	h := servertest.Must(e.api.ListTemplateVersionsWithResponse(ctx, "dev-h100"))(t)
+	if h.StatusCode() != 200 || len(servertest.Deref(h.JSON200).Items) != 2 {
 		t.Fatalf("history: %d %s", h.StatusCode(), h.Body)
 	}
-	one := model.LaunchRequest{Template: "dev-h100", Team: "vision", TemplateVersion: ptr(1)}
-	w := must(e.api.CreateWorkloadWithResponse(ctx, nil, one))(t)
-	if w.StatusCode() != 201 || deref(w.JSON201).TemplateVersion != 1 {
+	one := model.LaunchRequest{Template: "dev-h100", Team: "vision", TemplateVersion: new(1)}
+	w := servertest.Must(e.api.CreateWorkloadWithResponse(ctx, nil, one))(t)
+	if w.StatusCode() != 201 || servertest.Deref(w.JSON201).TemplateVersion != 1 {
 		t.Fatalf("launch of version 1: %d %s", w.StatusCode(), w.Body)
 	}
-	if s := must(e.api.DeleteTemplateWithResponse(ctx, "dev-h100"))(t).StatusCode(); s != 204 {
+	if s := servertest.Must(e.api.DeleteTemplateWithResponse(ctx, "dev-h100"))(t).StatusCode(); s != 204 {
 		t.Fatalf("delete: %d", s)
 	}
-	if s := must(e.api.GetTemplateWithResponse(ctx, "dev-h100", nil))(t).StatusCode(); s != 404 {
+	if s := servertest.Must(e.api.GetTemplateWithResponse(ctx, "dev-h100", nil))(t).StatusCode(); s != 404 {
 		t.Fatalf("get after delete: %d", s)
 	}
-	old := must(e.api.GetTemplateWithResponse(ctx, "dev-h100", &model.GetTemplateParams{Version: ptr(1)}))(t)
-	if old.StatusCode() != 200 || deref(old.JSON200).Version != 1 {
+	old := servertest.Must(e.api.GetTemplateWithResponse(ctx, "dev-h100", &model.GetTemplateParams{Version: new(1)}))(t)
+	if old.StatusCode() != 200 || servertest.Deref(old.JSON200).Version != 1 {
 		t.Fatalf("old version after delete: %d", old.StatusCode())
 	}
-	if s := must(e.api.CreateWorkloadWithResponse(ctx, nil, one))(t).StatusCode(); s != 404 {
+	if s := servertest.Must(e.api.CreateWorkloadWithResponse(ctx, nil, one))(t).StatusCode(); s != 404 {
 		t.Fatalf("launch of a deleted template: %d, want 404", s)
 	}
 }
@@ -409,13 +374,13 @@ func TestTemplateLifecycle(t *testing.T) {
 func TestWorkloadsAndPreview(t *testing.T) {
 	e := newEnv(t, alice)
 	ctx := t.Context()
-	choice := &model.GPUChoice{Class: ptr("H100-80GB"), MigProfile: ptr("3g.40gb")}
+	choice := &model.GPUChoice{Class: new("H100-80GB"), MigProfile: new("3g.40gb")}
 	params := &model.Parameters{"input": "p.jsonl"}
-	rr := must(e.api.RenderTemplateWithResponse(ctx, "batch-inference", model.RenderRequest{Team: "vision", Gpu: choice, Parameters: params}))(t)
+	rr := servertest.Must(e.api.RenderTemplateWithResponse(ctx, "batch-inference", model.RenderRequest{Team: "vision", Gpu: choice, Parameters: params}))(t)
 	if rr.StatusCode() != 200 {
 		t.Fatalf("render: %d %s", rr.StatusCode(), rr.Body)
 	}
-	r := deref(rr.JSON200)
+	r := servertest.Deref(rr.JSON200)
 	if len(r.Objects) != 3 || r.Objects[1]["kind"] != "Job" || r.Objects[2]["kind"] != "NetworkPolicy" || r.Hash == "" {
 		t.Fatalf("render result: %+v", r)
 	}
@@ -423,33 +388,33 @@ func TestWorkloadsAndPreview(t *testing.T) {
 	if !strings.Contains(string(j), `"nvidia.com/mig-3g.40gb":"1"`) {
 		t.Errorf("MIG resource missing: %s", j)
 	}
-	launched := must(e.api.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "batch-inference", Team: "vision", Gpu: choice, Parameters: params}))(t)
+	launched := servertest.Must(e.api.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "batch-inference", Team: "vision", Gpu: choice, Parameters: params}))(t)
 	if launched.StatusCode() != 201 {
 		t.Fatalf("launch: %d %s", launched.StatusCode(), launched.Body)
 	}
-	w := deref(launched.JSON201)
-	if w.Owner != "alice" || w.Status != model.Pending || deref(w.Gpu.MigProfile) != "3g.40gb" || w.Parameters["input"] != "p.jsonl" || w.Parameters["model"] == "" || w.Name != "batch-inference-"+w.Id {
+	w := servertest.Deref(launched.JSON201)
+	if w.Owner != "alice" || w.Status != model.Pending || servertest.Deref(w.Gpu.MigProfile) != "3g.40gb" || w.Parameters["input"] != "p.jsonl" || w.Parameters["model"] == "" || w.Name != "batch-inference-"+w.Id {
 		t.Fatalf("workload: %s", launched.Body)
 	}
 	for range 4 {
-		must(e.api.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "vllm-inference", Team: "nlp"}))(t)
+		servertest.Must(e.api.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "vllm-inference", Team: "nlp"}))(t)
 	}
-	page := deref(must(e.api.ListWorkloadsWithResponse(ctx, &model.ListWorkloadsParams{Limit: ptr(3)}))(t).JSON200)
-	if len(page.Items) != 3 || deref(page.NextCursor) == "" {
+	page := servertest.Deref(servertest.Must(e.api.ListWorkloadsWithResponse(ctx, &model.ListWorkloadsParams{Limit: new(3)}))(t).JSON200)
+	if len(page.Items) != 3 || servertest.Deref(page.NextCursor) == "" {
 		t.Fatalf("page 1: %+v", page)
 	}
-	page = deref(must(e.api.ListWorkloadsWithResponse(ctx, &model.ListWorkloadsParams{Limit: ptr(3), Cursor: page.NextCursor}))(t).JSON200)
+	page = servertest.Deref(servertest.Must(e.api.ListWorkloadsWithResponse(ctx, &model.ListWorkloadsParams{Limit: new(3), Cursor: page.NextCursor}))(t).JSON200)
 	if len(page.Items) != 2 || page.NextCursor != nil {
 		t.Fatalf("page 2: %+v", page)
 	}
-	page = deref(must(e.api.ListWorkloadsWithResponse(ctx, &model.ListWorkloadsParams{Team: ptr("nlp")}))(t).JSON200)
+	page = servertest.Deref(servertest.Must(e.api.ListWorkloadsWithResponse(ctx, &model.ListWorkloadsParams{Team: new("nlp")}))(t).JSON200)
 	if len(page.Items) != 4 {
 		t.Fatalf("team filter: %d", len(page.Items))
 	}
-	if s := must(e.api.DeleteWorkloadWithResponse(ctx, w.Id))(t).StatusCode(); s != 204 {
+	if s := servertest.Must(e.api.DeleteWorkloadWithResponse(ctx, w.Id))(t).StatusCode(); s != 204 {
 		t.Fatalf("delete: %d", s)
 	}
-	if got := deref(must(e.api.GetWorkloadWithResponse(ctx, w.Id))(t).JSON200); got.Status != model.Deleted {
+	if got := servertest.Deref(servertest.Must(e.api.GetWorkloadWithResponse(ctx, w.Id))(t).JSON200); got.Status != model.Deleted {
 		t.Fatalf("status after delete: %s", got.Status)
 	}
 }
@@ -457,13 +422,13 @@ func TestWorkloadsAndPreview(t *testing.T) {
 func TestGPUClassesAndOperations(t *testing.T) {
 	e := newEnv(t, alice)
 	ctx := t.Context()
-	cr := must(e.api.GetGPUClassWithResponse(ctx, "H100-80GB"))(t)
-	c := deref(cr.JSON200)
+	cr := servertest.Must(e.api.GetGPUClassWithResponse(ctx, "H100-80GB"))(t)
+	c := servertest.Deref(cr.JSON200)
 	if cr.StatusCode() != 200 || len(c.MigProfiles) != 6 {
 		t.Fatalf("%d %s", cr.StatusCode(), cr.Body)
 	}
 	// The price as it stood when Gantry started is its history's first row.
-	history := deref(c.PriceHistory)
+	history := servertest.Deref(c.PriceHistory)
 	if c.Price.Currency != "USD" || c.Price.Unit != "gpu-hour" || len(history) != 1 || history[0].Price.OnDemand != c.Price.OnDemand || history[0].Since.IsZero() {
 		t.Errorf("price %+v, history %+v", c.Price, history)
 	}
@@ -471,11 +436,11 @@ func TestGPUClassesAndOperations(t *testing.T) {
 	if p.Name != "1g.10gb" || p.Resource != "nvidia.com/mig-1g.10gb" || p.ComputeShare != 1.0/7 || p.MemoryShare != 1.0/8 {
 		t.Errorf("profile %+v", p)
 	}
-	if ready := must(e.api.GetReadyWithResponse(ctx))(t); ready.StatusCode() != 200 || deref(ready.JSON200).Status != model.Ready {
+	if ready := servertest.Must(e.api.GetReadyWithResponse(ctx))(t); ready.StatusCode() != 200 || servertest.Deref(ready.JSON200).Status != model.Ready {
 		t.Fatalf("readyz: %d %s", ready.StatusCode(), ready.Body)
 	}
 	// Not GetOpenAPIWithResponse: it decodes the YAML as one string.
-	resp, err := newClient(t, e.url, "", "").GetOpenAPI(ctx)
+	resp, err := newClient(e.url, "", "").GetOpenAPI(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -494,9 +459,9 @@ func (downDB) Ping(context.Context) error {
 
 func TestNotReady(t *testing.T) {
 	e := newEnvWith(t, server.Overrides{Checks: []api.Check{{Name: "database", Pinger: downDB{}}}})
-	r := must(newClient(t, e.url, "", "").GetReadyWithResponse(t.Context()))(t)
+	r := servertest.Must(newClient(e.url, "", "").GetReadyWithResponse(t.Context()))(t)
 	body := string(r.Body)
-	if r.StatusCode() != 503 || deref(r.JSON503).Status != model.NotReady || !strings.Contains(body, `"not ready"`) || !strings.Contains(body, "database does not answer") {
+	if r.StatusCode() != 503 || servertest.Deref(r.JSON503).Status != model.NotReady || !strings.Contains(body, `"not ready"`) || !strings.Contains(body, "database does not answer") {
 		t.Fatalf("%d %s", r.StatusCode(), body)
 	}
 	if strings.Contains(body, "10.0.0.5") {
@@ -512,15 +477,15 @@ func TestUnauthenticated(t *testing.T) {
 		send func() (int, http.Header)
 	}{
 		{"/api/v1/templates", func() (int, http.Header) {
-			r := must(e.api.ListTemplatesWithResponse(ctx))(t)
+			r := servertest.Must(e.api.ListTemplatesWithResponse(ctx))(t)
 			return r.StatusCode(), r.HTTPResponse.Header
 		}},
 		{"/api/v1/workloads", func() (int, http.Header) {
-			r := must(e.api.ListWorkloadsWithResponse(ctx, nil))(t)
+			r := servertest.Must(e.api.ListWorkloadsWithResponse(ctx, nil))(t)
 			return r.StatusCode(), r.HTTPResponse.Header
 		}},
 		{"/api/v1/gpu-classes", func() (int, http.Header) {
-			r := must(e.api.ListGPUClassesWithResponse(ctx))(t)
+			r := servertest.Must(e.api.ListGPUClassesWithResponse(ctx))(t)
 			return r.StatusCode(), r.HTTPResponse.Header
 		}},
 	} {
@@ -533,7 +498,7 @@ func TestUnauthenticated(t *testing.T) {
 	})
 	var p problem
 	for range 2 { // the same answer every time: no state carried between requests
-		r := must(e2.api.ListTemplatesWithResponse(ctx))(t)
+		r := servertest.Must(e2.api.ListTemplatesWithResponse(ctx))(t)
 		if p = problemOf(r.ApplicationproblemJSONDefault); r.StatusCode() != 401 || r.HTTPResponse.Header.Get("WWW-Authenticate") != `Bearer realm="gantry", error="invalid_token"` {
 			t.Errorf("bad token: %d %q", r.StatusCode(), r.HTTPResponse.Header.Get("WWW-Authenticate"))
 		}
@@ -542,10 +507,10 @@ func TestUnauthenticated(t *testing.T) {
 		t.Errorf("internal detail in the answer: %+v", p)
 	}
 	e3 := newEnv(t, func(*http.Request) (identity.Identity, error) { return identity.Identity{}, authn.ErrNoCredentials })
-	if r := must(e3.api.ListTemplatesWithResponse(ctx))(t); r.StatusCode() != 401 || r.HTTPResponse.Header.Get("WWW-Authenticate") != `Bearer realm="gantry"` {
+	if r := servertest.Must(e3.api.ListTemplatesWithResponse(ctx))(t); r.StatusCode() != 401 || r.HTTPResponse.Header.Get("WWW-Authenticate") != `Bearer realm="gantry"` {
 		t.Errorf("no token: %d %q", r.StatusCode(), r.HTTPResponse.Header.Get("WWW-Authenticate"))
 	}
-	if s := must(e.api.GetHealthWithResponse(ctx))(t).StatusCode(); s != 200 {
+	if s := servertest.Must(e.api.GetHealthWithResponse(ctx))(t).StatusCode(); s != 200 {
 		t.Errorf("healthz needs no identity: %d", s)
 	}
 }
@@ -604,10 +569,10 @@ func TestPreviewRefusesWhatLaunchRefuses(t *testing.T) {
 	}{
 		{"own team", "vision", nil, 0},
 		{"another team", "nlp", nil, 403},
-		{"a class the team may not use", "vision", &model.GPUChoice{Class: ptr("H200-141GB")}, 403},
+		{"a class the team may not use", "vision", &model.GPUChoice{Class: new("H200-141GB")}, 403},
 	} {
-		ls := must(e.api.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "pytorch-train", Team: c.team, Gpu: c.gpu}))(t).StatusCode()
-		ps := must(e.api.RenderTemplateWithResponse(ctx, "pytorch-train", model.RenderRequest{Team: c.team, Gpu: c.gpu}))(t).StatusCode()
+		ls := servertest.Must(e.api.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "pytorch-train", Team: c.team, Gpu: c.gpu}))(t).StatusCode()
+		ps := servertest.Must(e.api.RenderTemplateWithResponse(ctx, "pytorch-train", model.RenderRequest{Team: c.team, Gpu: c.gpu}))(t).StatusCode()
 		if (ls == 201) != (ps == 200) || (c.want != 0 && (ls != c.want || ps != c.want)) {
 			t.Errorf("%s: launch %d, preview %d; want the same answer (%d)", c.name, ls, ps, c.want)
 		}
@@ -621,16 +586,16 @@ func TestTemplateVersionStatus(t *testing.T) {
 	e := newEnv(t, alice)
 	ctx := t.Context()
 	doc := templateDoc(t, "../templates/dev-environment.yaml", func(d *model.TemplateDocument) { d.Metadata.Name = "ide" })
-	if s := must(e.api.CreateTemplateWithResponse(ctx, doc))(t).StatusCode(); s != 201 {
+	if s := servertest.Must(e.api.CreateTemplateWithResponse(ctx, doc))(t).StatusCode(); s != 201 {
 		t.Fatalf("create: %d", s)
 	}
 	doc.Metadata.Title = "IDE, fixed"
-	if s := must(e.api.UpdateTemplateWithResponse(ctx, "ide", doc))(t).StatusCode(); s != 200 {
+	if s := servertest.Must(e.api.UpdateTemplateWithResponse(ctx, "ide", doc))(t).StatusCode(); s != 200 {
 		t.Fatalf("update: %d", s)
 	}
-	launch := model.LaunchRequest{Template: "ide", TemplateVersion: ptr(1), Team: "vision"}
-	r := must(e.api.CreateWorkloadWithResponse(ctx, nil, launch))(t)
-	w := deref(r.JSON201)
+	launch := model.LaunchRequest{Template: "ide", TemplateVersion: new(1), Team: "vision"}
+	r := servertest.Must(e.api.CreateWorkloadWithResponse(ctx, nil, launch))(t)
+	w := servertest.Deref(r.JSON201)
 	if r.StatusCode() != 201 || w.TemplateStatus != nil {
 		t.Fatalf("launch of an active version: %d %s", r.StatusCode(), r.Body)
 	}
@@ -639,49 +604,49 @@ func TestTemplateVersionStatus(t *testing.T) {
 		if reason != "" {
 			body.Reason = &reason
 		}
-		return must(e.api.SetTemplateVersionStatusWithResponse(ctx, "ide", version, body))(t)
+		return servertest.Must(e.api.SetTemplateVersionStatusWithResponse(ctx, "ide", version, body))(t)
 	}
 	if v := status(1, "deprecated", ""); v.StatusCode() != 422 || problemOf(v.ApplicationproblemJSONDefault).fields()["reason"] == "" {
 		t.Fatalf("deprecation without a reason: %d %s", v.StatusCode(), v.Body)
 	}
-	if v := status(1, "deprecated", "use version 2"); v.StatusCode() != 200 || deref(deref(v.JSON200).Status) != model.TemplateVersionStatusDeprecated {
+	if v := status(1, "deprecated", "use version 2"); v.StatusCode() != 200 || servertest.Deref(servertest.Deref(v.JSON200).Status) != model.TemplateVersionStatusDeprecated {
 		t.Fatalf("deprecate: %d %s", v.StatusCode(), v.Body)
 	}
-	r = must(e.api.CreateWorkloadWithResponse(ctx, nil, launch))(t)
-	if w2 := deref(r.JSON201); r.StatusCode() != 201 || deref(w2.TemplateStatus) != model.WorkloadTemplateStatusDeprecated || deref(w2.TemplateStatusReason) != "use version 2" {
+	r = servertest.Must(e.api.CreateWorkloadWithResponse(ctx, nil, launch))(t)
+	if w2 := servertest.Deref(r.JSON201); r.StatusCode() != 201 || servertest.Deref(w2.TemplateStatus) != model.WorkloadTemplateStatusDeprecated || servertest.Deref(w2.TemplateStatusReason) != "use version 2" {
 		t.Fatalf("launch of a deprecated version: %d %s", r.StatusCode(), r.Body)
 	}
-	if s := must(e.api.StopWorkloadWithResponse(ctx, w.Id))(t).StatusCode(); s != 200 {
+	if s := servertest.Must(e.api.StopWorkloadWithResponse(ctx, w.Id))(t).StatusCode(); s != 200 {
 		t.Fatalf("stop: %d", s)
 	}
-	if v := status(1, "revoked", "CVE-2026-0001 in the image"); v.StatusCode() != 200 || deref(deref(v.JSON200).Status) != model.TemplateVersionStatusRevoked {
+	if v := status(1, "revoked", "CVE-2026-0001 in the image"); v.StatusCode() != 200 || servertest.Deref(servertest.Deref(v.JSON200).Status) != model.TemplateVersionStatusRevoked {
 		t.Fatalf("revoke: %d %s", v.StatusCode(), v.Body)
 	}
-	r = must(e.api.CreateWorkloadWithResponse(ctx, nil, launch))(t)
+	r = servertest.Must(e.api.CreateWorkloadWithResponse(ctx, nil, launch))(t)
 	if p := problemOf(r.ApplicationproblemJSONDefault); r.StatusCode() != 422 || !strings.Contains(p.fields()["templateVersion"], "revoked (CVE-2026-0001 in the image)") {
 		t.Fatalf("launch of a revoked version: %d %s", r.StatusCode(), r.Body)
 	}
-	if s := must(e.api.RenderTemplateWithResponse(ctx, "ide", model.RenderRequest{Team: "vision", TemplateVersion: ptr(1)}))(t).StatusCode(); s != 422 {
+	if s := servertest.Must(e.api.RenderTemplateWithResponse(ctx, "ide", model.RenderRequest{Team: "vision", TemplateVersion: new(1)}))(t).StatusCode(); s != 422 {
 		t.Fatalf("preview of a revoked version: %d, want 422 as its launch", s)
 	}
-	if s := must(e.api.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "ide", Team: "vision"}))(t).StatusCode(); s != 201 {
+	if s := servertest.Must(e.api.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "ide", Team: "vision"}))(t).StatusCode(); s != 201 {
 		t.Fatalf("launch of the live (fixed) version: %d", s)
 	}
-	got := must(e.api.GetWorkloadWithResponse(ctx, w.Id))(t)
-	if got.StatusCode() != 200 || deref(deref(got.JSON200).TemplateStatus) != model.WorkloadTemplateStatusRevoked {
+	got := servertest.Must(e.api.GetWorkloadWithResponse(ctx, w.Id))(t)
+	if got.StatusCode() != 200 || servertest.Deref(servertest.Deref(got.JSON200).TemplateStatus) != model.WorkloadTemplateStatusRevoked {
 		t.Fatalf("a workload of the revoked version is not flagged: %d %s", got.StatusCode(), got.Body)
 	}
-	list := deref(must(e.api.ListWorkloadsWithResponse(ctx, &model.ListWorkloadsParams{Template: ptr("ide")}))(t).JSON200)
+	list := servertest.Deref(servertest.Must(e.api.ListWorkloadsWithResponse(ctx, &model.ListWorkloadsParams{Template: new("ide")}))(t).JSON200)
 	flagged := 0
 	for _, it := range list.Items {
-		if deref(it.TemplateStatus) == model.WorkloadTemplateStatusRevoked {
+		if servertest.Deref(it.TemplateStatus) == model.WorkloadTemplateStatusRevoked {
 			flagged++
 		}
 	}
 	if flagged != 2 {
 		t.Errorf("%d of the listed workloads flagged revoked, want 2: %+v", flagged, list.Items)
 	}
-	start := must(e.api.StartWorkloadWithResponse(ctx, w.Id))(t)
+	start := servertest.Must(e.api.StartWorkloadWithResponse(ctx, w.Id))(t)
 	if p := problemOf(start.ApplicationproblemJSONDefault); start.StatusCode() != 409 || !strings.Contains(p.Detail, "revoked") {
 		t.Fatalf("start of a workload of a revoked version: %d %s", start.StatusCode(), start.Body)
 	}

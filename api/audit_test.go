@@ -10,6 +10,7 @@ import (
 	"github.com/gantryhq/gantry/api/model"
 	"github.com/gantryhq/gantry/internal/audit"
 	"github.com/gantryhq/gantry/internal/identity"
+	"github.com/gantryhq/gantry/internal/servertest"
 	"github.com/gantryhq/gantry/internal/store"
 	"github.com/gantryhq/gantry/internal/store/auditlog"
 )
@@ -26,19 +27,19 @@ func TestAuditLog(t *testing.T) {
 	})
 	ctx := t.Context()
 	member := e.as("member")
-	must(e.api.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "dev-environment", Team: "vision"}))(t)
-	must(member.DeleteTemplateWithResponse(ctx, "vllm-inference"))(t)                                              // denied
-	must(e.api.ListTemplatesWithResponse(ctx))(t)                                                                  // a read: not recorded
-	page := deref(must(e.api.ListAuditWithResponse(ctx, &model.ListAuditParams{After: ptr[int64](0)}))(t).JSON200) // oldest first
+	servertest.Must(e.api.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "dev-environment", Team: "vision"}))(t)
+	servertest.Must(member.DeleteTemplateWithResponse(ctx, "vllm-inference"))(t)                                                         // denied
+	servertest.Must(e.api.ListTemplatesWithResponse(ctx))(t)                                                                             // a read: not recorded
+	page := servertest.Deref(servertest.Must(e.api.ListAuditWithResponse(ctx, &model.ListAuditParams{After: new(int64(0))}))(t).JSON200) // oldest first
 	if len(page.Items) != 2 {
 		t.Fatalf("%d records, want 2: %+v", len(page.Items), page.Items)
 	}
 	launch, denial := page.Items[0], page.Items[1]
-	newest := deref(must(e.api.ListAuditWithResponse(ctx, &model.ListAuditParams{Limit: ptr(1)}))(t).JSON200) // by default, newest first
+	newest := servertest.Deref(servertest.Must(e.api.ListAuditWithResponse(ctx, &model.ListAuditParams{Limit: new(1)}))(t).JSON200) // by default, newest first
 	if len(newest.Items) != 1 || newest.Items[0].Seq != 2 || newest.NextBefore == nil || *newest.NextBefore != 2 {
 		t.Fatalf("newest first: %+v", newest)
 	}
-	newest = deref(must(e.api.ListAuditWithResponse(ctx, &model.ListAuditParams{Limit: ptr(1), Before: ptr[int64](2)}))(t).JSON200)
+	newest = servertest.Deref(servertest.Must(e.api.ListAuditWithResponse(ctx, &model.ListAuditParams{Limit: new(1), Before: new(int64(2))}))(t).JSON200)
 	if len(newest.Items) != 1 || newest.Items[0].Seq != 1 {
 		t.Fatalf("the next page, before 2: %+v", newest)
 	}
@@ -51,9 +52,9 @@ func TestAuditLog(t *testing.T) {
 	// Three more denials, of three kinds (repeats of one kind are counted,
 	// not written: TestAnonymousFlood).
 	vllm := templateDoc(t, "../templates/vllm-inference.yaml", nil)
-	must(member.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "vllm-inference", Team: "nlp"}))(t)
-	must(member.CreateTemplateWithResponse(ctx, vllm))(t)
-	must(member.UpdateTemplateWithResponse(ctx, "vllm-inference", vllm))(t)
+	servertest.Must(member.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "vllm-inference", Team: "nlp"}))(t)
+	servertest.Must(member.CreateTemplateWithResponse(ctx, vllm))(t)
+	servertest.Must(member.UpdateTemplateWithResponse(ctx, "vllm-inference", vllm))(t)
 
 	st, err := store.Open(context.Background(), store.SQLite, e.dbPath)
 	if err != nil {
@@ -109,7 +110,7 @@ func TestAuditHiddenDenials(t *testing.T) {
 		return identity.Identity{Issuer: "https://idp", Subject: "alice", Groups: []string{"gantry-admins"}, SecondFactor: true}, nil
 	})
 	ctx := t.Context()
-	r := must(e.api.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "dev-environment", Team: "vision"}))(t)
+	r := servertest.Must(e.api.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "dev-environment", Team: "vision"}))(t)
 	if r.StatusCode() != 201 {
 		t.Fatalf("launch: %d", r.StatusCode())
 	}
@@ -123,11 +124,11 @@ func TestAuditHiddenDenials(t *testing.T) {
 		{"POST", path + "/stop", func() (answer, error) { return nlp.StopWorkloadWithResponse(ctx, id) }},
 		{"DELETE", path, func() (answer, error) { return nlp.DeleteWorkloadWithResponse(ctx, id) }},
 	} {
-		if code := must(a.send())(t).StatusCode(); code != 404 {
+		if code := servertest.Must(a.send())(t).StatusCode(); code != 404 {
 			t.Errorf("%s %s by another team: %d, want 404", a.method, a.path, code)
 		}
 	}
-	page := deref(must(e.api.ListAuditWithResponse(ctx, &model.ListAuditParams{Actor: ptr("https://idp#nils")}))(t).JSON200)
+	page := servertest.Deref(servertest.Must(e.api.ListAuditWithResponse(ctx, &model.ListAuditParams{Actor: new("https://idp#nils")}))(t).JSON200)
 	got := map[string]string{}
 	for _, r := range page.Items {
 		got[r.Action] = string(r.Decision) + ": " + r.Reason

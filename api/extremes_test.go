@@ -14,6 +14,7 @@ import (
 
 	"github.com/gantryhq/gantry"
 	"github.com/gantryhq/gantry/api/model"
+	"github.com/gantryhq/gantry/internal/servertest"
 )
 
 // extremes are the values every parameter is sent, whatever its type: the
@@ -36,7 +37,7 @@ var extremes = []string{
 // platform admin to a running server: whatever comes back, no 5xx, ever.
 func TestExtremeParameters(t *testing.T) {
 	e := newEnv(t, alice)
-	r := must(e.api.CreateWorkloadWithResponse(t.Context(), nil, model.LaunchRequest{Template: "dev-environment", Team: "vision"}))(t)
+	r := servertest.Must(e.api.CreateWorkloadWithResponse(t.Context(), nil, model.LaunchRequest{Template: "dev-environment", Team: "vision"}))(t)
 	if r.StatusCode() != 201 {
 		t.Fatalf("setup launch: %d", r.StatusCode())
 	}

@@ -35,11 +35,11 @@ func TestGPUClassesReload(t *testing.T) {
 		PriceHistory []model.PricePoint
 	}
 	read := func() class {
-		r := must(e.api.GetGPUClassWithResponse(t.Context(), "A100-40GB"))(t)
+		r := servertest.Must(e.api.GetGPUClassWithResponse(t.Context(), "A100-40GB"))(t)
 		if r.StatusCode() != 200 {
 			t.Fatalf("GET: %d", r.StatusCode())
 		}
-		return class{Price: r.JSON200.Price, PriceHistory: deref(r.JSON200.PriceHistory)}
+		return class{Price: r.JSON200.Price, PriceHistory: servertest.Deref(r.JSON200.PriceHistory)}
 	}
 	write := func(text string) {
 		if err := os.WriteFile(file+".new", []byte(text), 0o644); err != nil {
@@ -67,7 +67,7 @@ func TestGPUClassesReload(t *testing.T) {
 		// The loop looks every 3 s: over two looks, nothing changes.
 		if err := waitfor.Poll(7*time.Second, func() error {
 			c := read()
-			s := must(e.api.GetGPUClassWithResponse(t.Context(), "L4"))(t).StatusCode()
+			s := servertest.Must(e.api.GetGPUClassWithResponse(t.Context(), "L4"))(t).StatusCode()
 			if c.Price.OnDemand != 3.15 || len(c.PriceHistory) != 2 || s != 200 {
 				return nil // it took effect
 			}

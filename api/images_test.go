@@ -9,6 +9,7 @@ import (
 	"github.com/gantryhq/gantry/internal/devregistry"
 	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/server"
+	"github.com/gantryhq/gantry/internal/servertest"
 )
 
 // TestImages: the catalog through the API, verification on demand, and a
@@ -25,23 +26,23 @@ func TestImages(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := newEnvWith(t, server.Overrides{Identify: alice, Images: images})
-	lr := must(e.api.ListImagesWithResponse(ctx))(t)
-	list := deref(lr.JSON200)
+	lr := servertest.Must(e.api.ListImagesWithResponse(ctx))(t)
+	list := servertest.Deref(lr.JSON200)
 	if lr.StatusCode() != 200 || len(list.Items) != len(images.Catalog.Names()) || list.Items[2].Name != "pytorch" {
 		t.Fatalf("list: %d %s", lr.StatusCode(), lr.Body)
 	}
-	if keys := deref(list.Items[2].Signing.Keys); len(keys) == 0 || keys[0].File != "keys/platform.pub" || !strings.HasPrefix(keys[0].Fingerprint, "SHA256:") {
+	if keys := servertest.Deref(list.Items[2].Signing.Keys); len(keys) == 0 || keys[0].File != "keys/platform.pub" || !strings.HasPrefix(keys[0].Fingerprint, "SHA256:") {
 		t.Fatalf("list: %d %s", lr.StatusCode(), lr.Body)
 	}
-	if s := must(e.api.GetImageWithResponse(ctx, "tensorflow"))(t).StatusCode(); s != 404 {
+	if s := servertest.Must(e.api.GetImageWithResponse(ctx, "tensorflow"))(t).StatusCode(); s != 404 {
 		t.Errorf("unknown image: %d", s)
 	}
-	vr := must(e.api.VerifyImageWithResponse(ctx, "pytorch", model.VerifyRequest{Tag: "25.01-py3"}))(t)
-	if v := deref(vr.JSON200); vr.StatusCode() != 200 ||
-		v.Pinned != "registry.gantry.internal/nvidia/pytorch@"+reg.Published["pytorch:25.01-py3"] || len(deref(v.Attestations)) != 1 {
+	vr := servertest.Must(e.api.VerifyImageWithResponse(ctx, "pytorch", model.VerifyRequest{Tag: "25.01-py3"}))(t)
+	if v := servertest.Deref(vr.JSON200); vr.StatusCode() != 200 ||
+		v.Pinned != "registry.gantry.internal/nvidia/pytorch@"+reg.Published["pytorch:25.01-py3"] || len(servertest.Deref(v.Attestations)) != 1 {
 		t.Fatalf("verify: %d %s", vr.StatusCode(), vr.Body)
 	}
-	vr = must(e.api.VerifyImageWithResponse(ctx, "pytorch", model.VerifyRequest{Tag: "latest"}))(t)
+	vr = servertest.Must(e.api.VerifyImageWithResponse(ctx, "pytorch", model.VerifyRequest{Tag: "latest"}))(t)
 	if p := problemOf(vr.ApplicationproblemJSONDefault); vr.StatusCode() != 422 || p.Type != "https://gantry.dev/problems/image-refused" ||
 		p.fields()["image"] != `tag check: tag "latest" is not approved (allowed: 25.01-py3)` {
 		t.Errorf("unapproved tag: %d %s", vr.StatusCode(), vr.Body)
@@ -53,7 +54,7 @@ func TestImages(t *testing.T) {
 		d.Metadata.Name = "tf-dev"
 		d.Spec.Image = "tensorflow:2.15"
 	})
-	tr := must(e.api.CreateTemplateWithResponse(ctx, doc))(t)
+	tr := servertest.Must(e.api.CreateTemplateWithResponse(ctx, doc))(t)
 	if p := problemOf(tr.ApplicationproblemJSONDefault); tr.StatusCode() != 422 || !strings.Contains(p.fields()["spec.image"], `unknown image "tensorflow"`) {
 		t.Errorf("unknown image in a template: %d %s", tr.StatusCode(), tr.Body)
 	}
@@ -62,15 +63,15 @@ func TestImages(t *testing.T) {
 		d.Spec.Image = "code-server-cuda:12.8"
 		d.Spec.Gpu.Classes = []string{"L4", "H200-141GB"}
 	})
-	tr = must(e.api.CreateTemplateWithResponse(ctx, doc))(t)
+	tr = servertest.Must(e.api.CreateTemplateWithResponse(ctx, doc))(t)
 	if p := problemOf(tr.ApplicationproblemJSONDefault); tr.StatusCode() != 422 || !strings.Contains(p.fields()["spec.gpu.classes[1]"], "image code-server-cuda:12.8 does not support H200-141GB") {
 		t.Errorf("unsupported class: %d %s", tr.StatusCode(), tr.Body)
 	}
 
 	// A launch runs the image pinned by digest.
 	launch := model.LaunchRequest{Template: "pytorch-train", Team: "vision"}
-	wr := must(e.api.CreateWorkloadWithResponse(ctx, nil, launch))(t)
-	if wr.StatusCode() != 201 || deref(deref(wr.JSON201).Image) != "registry.gantry.internal/nvidia/pytorch@"+reg.Published["pytorch:25.01-py3"] {
+	wr := servertest.Must(e.api.CreateWorkloadWithResponse(ctx, nil, launch))(t)
+	if wr.StatusCode() != 201 || servertest.Deref(servertest.Deref(wr.JSON201).Image) != "registry.gantry.internal/nvidia/pytorch@"+reg.Published["pytorch:25.01-py3"] {
 		t.Fatalf("launch: %d %s", wr.StatusCode(), wr.Body)
 	}
 	// The tag moves to an unsigned image: the next launch is refused, naming the check.
@@ -78,12 +79,12 @@ func TestImages(t *testing.T) {
 	if _, err := reg.Push(ctx, local.Tag("25.01-py3"), "an unsigned rebuild"); err != nil {
 		t.Fatal(err)
 	}
-	wr = must(e.api.CreateWorkloadWithResponse(ctx, nil, launch))(t)
+	wr = servertest.Must(e.api.CreateWorkloadWithResponse(ctx, nil, launch))(t)
 	if p := problemOf(wr.ApplicationproblemJSONDefault); wr.StatusCode() != 422 ||
 		p.fields()["image"] != "signature check: the image is not signed" || !strings.Contains(p.Detail, "image pytorch:25.01-py3 (sha256:") {
 		t.Fatalf("unsigned launch: %d %s", wr.StatusCode(), wr.Body)
 	}
-	if all := deref(must(e.api.ListWorkloadsWithResponse(ctx, &model.ListWorkloadsParams{Team: ptr("vision")}))(t).JSON200); len(all.Items) != 1 {
+	if all := servertest.Deref(servertest.Must(e.api.ListWorkloadsWithResponse(ctx, &model.ListWorkloadsParams{Team: new("vision")}))(t).JSON200); len(all.Items) != 1 {
 		t.Errorf("the refused launch was recorded: %+v", all.Items)
 	}
 }

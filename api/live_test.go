@@ -71,7 +71,7 @@ func replicas(t *testing.T, edit ...func(*config.Config)) (a, b *servertest.Gant
 // endpoint (no cluster runs it here); it returns its id.
 func running(t *testing.T, g *servertest.Gantry, tok string) string {
 	t.Helper()
-	r := must(newClient(t, g.URL, tok, "").CreateWorkloadWithResponse(t.Context(), nil, model.LaunchRequest{Template: "dev-environment", Team: "vision"}))(t)
+	r := servertest.Must(newClient(g.URL, tok, "").CreateWorkloadWithResponse(t.Context(), nil, model.LaunchRequest{Template: "dev-environment", Team: "vision"}))(t)
 	if r.StatusCode() != 201 {
 		t.Fatalf("launch: %d %s", r.StatusCode(), r.Body)
 	}
@@ -126,7 +126,7 @@ func watch(t *testing.T, g *servertest.Gantry, tok, id string) *liveConn {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	// Not WatchWorkloadWithResponse: it would read the stream to its end.
-	resp, err := newClient(t, g.URL, tok, "").WatchWorkload(ctx, id)
+	resp, err := newClient(g.URL, tok, "").WatchWorkload(ctx, id)
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("watch via %s: %v %v", g.URL, resp, err)
 	}
@@ -171,11 +171,11 @@ func TestLiveConnectionsClose(t *testing.T) {
 		id := running(t, a, keep)
 		conns := []*liveConn{socket(t, b, tok, id), socket(t, a, tok, id), watch(t, a, tok, id), watch(t, b, tok, id)}
 		other := socket(t, b, keep, id) // another token of the same user stays
-		api := newClient(t, a.URL, keep, "")
-		must(api.ListTokensWithResponse(t.Context()))(t)
+		api := newClient(a.URL, keep, "")
+		servertest.Must(api.ListTokensWithResponse(t.Context()))(t)
 		tokID := strings.Split(strings.TrimPrefix(tok, "gnt_"), "_")[0]
 		start := time.Now()
-		if s := must(api.RevokeTokenWithResponse(t.Context(), tokID))(t).StatusCode(); s != 204 {
+		if s := servertest.Must(api.RevokeTokenWithResponse(t.Context(), tokID))(t).StatusCode(); s != 204 {
 			t.Fatalf("revoke: %d", s)
 		}
 		wantClosed(t, "token revoked on one replica", start, within, conns...)
@@ -190,8 +190,8 @@ func TestLiveConnectionsClose(t *testing.T) {
 		tok := a.Token("alice")
 		id := running(t, a, tok)
 		conns := []*liveConn{socket(t, b, tok, id), watch(t, b, tok, id)}
-		admin := newClient(t, a.URL, a.Token("ada"), "")
-		users := deref(must(admin.ListUsersWithResponse(t.Context()))(t).JSON200)
+		admin := newClient(a.URL, a.Token("ada"), "")
+		users := servertest.Deref(servertest.Must(admin.ListUsersWithResponse(t.Context()))(t).JSON200)
 		var uid string
 		for _, u := range users.Items {
 			if strings.HasSuffix(u.Subject, "alice") {
@@ -199,11 +199,11 @@ func TestLiveConnectionsClose(t *testing.T) {
 			}
 		}
 		start := time.Now()
-		if s := must(admin.DeactivateUserWithResponse(t.Context(), uid))(t).StatusCode(); s != 200 {
+		if s := servertest.Must(admin.DeactivateUserWithResponse(t.Context(), uid))(t).StatusCode(); s != 200 {
 			t.Fatalf("deactivate %q: %d", uid, s)
 		}
 		wantClosed(t, "user deactivated", start, within, conns...)
-		if s := must(admin.ReactivateUserWithResponse(t.Context(), uid))(t).StatusCode(); s != 200 {
+		if s := servertest.Must(admin.ReactivateUserWithResponse(t.Context(), uid))(t).StatusCode(); s != 200 {
 			t.Fatalf("reactivate: %d", s)
 		}
 	})
@@ -240,14 +240,14 @@ func TestLiveConnectionsClose(t *testing.T) {
 		id := running(t, a, tok)
 		sockets := []*liveConn{socket(t, b, tok, id), socket(t, a, tok, id)}
 		streams := []*liveConn{watch(t, b, tok, id)}
-		api := newClient(t, a.URL, tok, "")
+		api := newClient(a.URL, tok, "")
 		start := time.Now()
-		if s := must(api.StopWorkloadWithResponse(t.Context(), id))(t).StatusCode(); s != 200 && s != 202 {
+		if s := servertest.Must(api.StopWorkloadWithResponse(t.Context(), id))(t).StatusCode(); s != 200 && s != 202 {
 			t.Fatalf("stop: %d", s)
 		}
 		wantClosed(t, "workload stopped", start, within, sockets...)
 		start = time.Now()
-		if s := must(api.DeleteWorkloadWithResponse(t.Context(), id))(t).StatusCode(); s != 200 && s != 202 && s != 204 {
+		if s := servertest.Must(api.DeleteWorkloadWithResponse(t.Context(), id))(t).StatusCode(); s != 200 && s != 202 && s != 204 {
 			t.Fatalf("delete: %d", s)
 		}
 		wantClosed(t, "workload deleted", start, within, streams...)
@@ -261,7 +261,7 @@ func TestStreamCaps(t *testing.T) {
 	g := servertest.New(t, func(c *config.Config) { c.Security.StreamsPerIdentity = 3 })
 	tok, other := g.Token("alice"), g.Token("lee")
 	id := running(t, g, tok)
-	api := newClient(t, g.URL, tok, "")
+	api := newClient(g.URL, tok, "")
 	var open []context.CancelFunc
 	for range 3 {
 		ctx, cancel := context.WithCancel(context.Background())
@@ -279,12 +279,12 @@ func TestStreamCaps(t *testing.T) {
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	r := must(api.WatchWorkloadWithResponse(ctx, id))(t) // refused: an answer, not a stream
+	r := servertest.Must(api.WatchWorkloadWithResponse(ctx, id))(t) // refused: an answer, not a stream
 	if r.StatusCode() != 429 || r.HTTPResponse.Header.Get("Retry-After") == "" || !strings.Contains(string(r.Body), "open streams") {
 		t.Fatalf("a fourth watch: %d %q %s, want 429 with Retry-After", r.StatusCode(), r.HTTPResponse.Header.Get("Retry-After"), r.Body)
 	}
 	// lee, the team's admin, may watch alice's workload: his own count.
-	resp, err := newClient(t, g.URL, other, "").WatchWorkload(ctx, id)
+	resp, err := newClient(g.URL, other, "").WatchWorkload(ctx, id)
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("another person's watch: %v %v", resp, err)
 	}

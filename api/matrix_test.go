@@ -12,6 +12,7 @@ import (
 	"github.com/gantryhq/gantry/api/client"
 	"github.com/gantryhq/gantry/api/model"
 	"github.com/gantryhq/gantry/internal/identity"
+	"github.com/gantryhq/gantry/internal/servertest"
 	"github.com/gantryhq/gantry/internal/user"
 )
 
@@ -69,11 +70,11 @@ func TestRouteRoleMatrix(t *testing.T) {
 	launch := model.LaunchRequest{Template: "dev-environment", Team: "vision"}
 	for _, ro := range roles {
 		doc := templateDoc(t, "../templates/dev-environment.yaml", func(d *model.TemplateDocument) { d.Metadata.Name = "del-" + ro.name })
-		if s := must(e.api.CreateTemplateWithResponse(ctx, doc))(t).StatusCode(); s != 201 {
+		if s := servertest.Must(e.api.CreateTemplateWithResponse(ctx, doc))(t).StatusCode(); s != 201 {
 			t.Fatalf("setup template: %d", s)
 		}
 		for _, ids := range []map[string]string{stopIDs, delIDs} {
-			r := must(e.api.CreateWorkloadWithResponse(ctx, nil, launch))(t)
+			r := servertest.Must(e.api.CreateWorkloadWithResponse(ctx, nil, launch))(t)
 			if r.StatusCode() != 201 {
 				t.Fatalf("setup workload: %d", r.StatusCode())
 			}
@@ -86,7 +87,7 @@ func TestRouteRoleMatrix(t *testing.T) {
 			tokenIDs[ro.name] = tokenIDs[A] // a token may not manage tokens: try the admin's own
 			continue
 		}
-		r := must(as[ro.name].CreateTokenWithResponse(ctx, model.TokenRequest{Name: "setup", ExpiresInDays: 1}))(t)
+		r := servertest.Must(as[ro.name].CreateTokenWithResponse(ctx, model.TokenRequest{Name: "setup", ExpiresInDays: 1}))(t)
 		if r.StatusCode() != 201 {
 			t.Fatalf("setup token as %s: %d", ro.name, r.StatusCode())
 		}
@@ -96,7 +97,7 @@ func TestRouteRoleMatrix(t *testing.T) {
 		return map[string]int{A: ok, P: 403, T: 403, M: 403, V: 403, N: 403, X: 403}
 	}
 	aliceID := user.IDOf("alice") // the setup identity
-	tr := must(e.api.CreateTokenWithResponse(ctx, model.TokenRequest{Name: "setup", ExpiresInDays: 1}))(t)
+	tr := servertest.Must(e.api.CreateTokenWithResponse(ctx, model.TokenRequest{Name: "setup", ExpiresInDays: 1}))(t)
 	if tr.StatusCode() != 201 {
 		t.Fatalf("setup token: %d", tr.StatusCode())
 	}
@@ -163,13 +164,13 @@ func TestRouteRoleMatrix(t *testing.T) {
 			return c.ListTemplateVersionsWithResponse(ctx, "vllm-inference")
 		}, readers},
 		"POST /api/v1/catalog/apply": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
-			return c.ApplyTemplatesWithResponse(ctx, model.TemplateSetRequest{DryRun: ptr(true), Files: []struct {
+			return c.ApplyTemplatesWithResponse(ctx, model.TemplateSetRequest{DryRun: new(true), Files: []struct {
 				Content string `json:"content"`
 				Path    string `json:"path"`
 			}{}})
 		}, writers(200)},
 		"PUT /api/v1/templates/{name}/versions/{version}/status": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
-			return c.SetTemplateVersionStatusWithResponse(ctx, "vllm-inference", 1, model.SetTemplateVersionStatusJSONRequestBody{Status: "deprecated", Reason: ptr("use version 2")})
+			return c.SetTemplateVersionStatusWithResponse(ctx, "vllm-inference", 1, model.SetTemplateVersionStatusJSONRequestBody{Status: "deprecated", Reason: new("use version 2")})
 		}, writers(200)},
 		// A preview refuses what a launch refuses: only those who may launch in the team.
 		"POST /api/v1/templates/{name}/render": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
@@ -265,7 +266,7 @@ func TestRouteRoleMatrix(t *testing.T) {
 		}, writers(200)},
 		// A team-admin's: the platform team sets the limits in the templates.
 		"PUT /api/v1/teams/{team}/settings": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
-			return c.PutTeamSettingsWithResponse(ctx, "vision", nil, model.TeamSettingsRequest{Templates: map[string]model.TemplateOverride{"jupyter-notebook": {IdleTimeout: ptr("4h")}}})
+			return c.PutTeamSettingsWithResponse(ctx, "vision", nil, model.TeamSettingsRequest{Templates: map[string]model.TemplateOverride{"jupyter-notebook": {IdleTimeout: new("4h")}}})
 		}, map[string]int{A: 200, P: 403, T: 200, M: 403, V: 403, N: 403, X: 404}},
 		// The workload needs no approval: who may decide learns it is not waiting.
 		"POST /api/v1/workloads/{id}/approve": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
@@ -353,7 +354,7 @@ func TestRouteRoleMatrix(t *testing.T) {
 			continue
 		}
 		for _, ro := range roles {
-			got := must(row.send(ctx, as[ro.name], ro.name))(t).StatusCode()
+			got := servertest.Must(row.send(ctx, as[ro.name], ro.name))(t).StatusCode()
 			if want := row.want[ro.name]; got != want {
 				t.Errorf("%s as %s: %d, want %d", r, ro.name, got, want)
 			}
@@ -372,29 +373,29 @@ func TestTeamScopes(t *testing.T) {
 	})
 	ctx := t.Context()
 	member := e.as("member")
-	nlp := deref(must(e.api.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "vllm-inference", Team: "nlp"}))(t).JSON201)
-	if s := must(member.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "dev-environment", Team: "vision"}))(t).StatusCode(); s != 201 {
+	nlp := servertest.Deref(servertest.Must(e.api.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "vllm-inference", Team: "nlp"}))(t).JSON201)
+	if s := servertest.Must(member.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "dev-environment", Team: "vision"}))(t).StatusCode(); s != 201 {
 		t.Fatalf("member launch: %d", s)
 	}
-	list := deref(must(member.ListWorkloadsWithResponse(ctx, nil))(t).JSON200)
+	list := servertest.Deref(servertest.Must(member.ListWorkloadsWithResponse(ctx, nil))(t).JSON200)
 	if len(list.Items) != 1 || list.Items[0].Team != "vision" {
 		t.Fatalf("member lists %+v, want only their team's", list.Items)
 	}
 	own := list.Items[0].Id
-	if s := must(member.GetWorkloadWithResponse(ctx, nlp.Id))(t).StatusCode(); s != 404 {
+	if s := servertest.Must(member.GetWorkloadWithResponse(ctx, nlp.Id))(t).StatusCode(); s != 404 {
 		t.Errorf("another team's workload: %d, want 404", s)
 	}
-	if s := must(member.ListWorkloadsWithResponse(ctx, &model.ListWorkloadsParams{Team: ptr("nlp")}))(t).StatusCode(); s != 200 {
+	if s := servertest.Must(member.ListWorkloadsWithResponse(ctx, &model.ListWorkloadsParams{Team: new("nlp")}))(t).StatusCode(); s != 200 {
 		t.Errorf("listing another team: %d", s)
 	}
-	if s := must(member.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "vllm-inference", Team: "nlp"}))(t).StatusCode(); s != 403 {
+	if s := servertest.Must(member.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "vllm-inference", Team: "nlp"}))(t).StatusCode(); s != 403 {
 		t.Errorf("launch in another team: %d, want 403", s)
 	}
-	gpu := &model.GPUChoice{Class: ptr("H200-141GB")}
-	if s := must(member.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "vllm-inference", Team: "vision", Gpu: gpu}))(t).StatusCode(); s != 403 {
+	gpu := &model.GPUChoice{Class: new("H200-141GB")}
+	if s := servertest.Must(member.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "vllm-inference", Team: "vision", Gpu: gpu}))(t).StatusCode(); s != 403 {
 		t.Errorf("a GPU class the team may not use: %d, want 403", s)
 	}
-	if s := must(member.StopWorkloadWithResponse(ctx, own))(t).StatusCode(); s != 200 {
+	if s := servertest.Must(member.StopWorkloadWithResponse(ctx, own))(t).StatusCode(); s != 200 {
 		t.Errorf("member stopping their own workload: %d, want 200", s)
 	}
 }

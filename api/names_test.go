@@ -8,6 +8,7 @@ import (
 
 	"github.com/gantryhq/gantry/api/model"
 	"github.com/gantryhq/gantry/internal/identity"
+	"github.com/gantryhq/gantry/internal/servertest"
 )
 
 // TestPeopleByName: answers name people as their provider does (name and
@@ -17,19 +18,19 @@ func TestPeopleByName(t *testing.T) {
 	ann := identity.Identity{Issuer: "https://idp", Subject: "ann", Name: "Ann Lee", Email: "ann@example.com", Groups: []string{"gantry-admins"}, SecondFactor: true}
 	e := newEnv(t, func(*http.Request) (identity.Identity, error) { return ann, nil })
 	ctx := t.Context()
-	r := must(e.api.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "dev-environment", Team: "vision"}))(t)
+	r := servertest.Must(e.api.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "dev-environment", Team: "vision"}))(t)
 	if r.StatusCode() != 201 {
 		t.Fatalf("launch: %d", r.StatusCode())
 	}
 	const want = "Ann Lee <ann@example.com>"
-	w := deref(r.JSON201)
-	if w.Owner != "https://idp#ann" || deref(w.OwnerName) != want {
-		t.Errorf("launch: owner %q, ownerName %q", w.Owner, deref(w.OwnerName))
+	w := servertest.Deref(r.JSON201)
+	if w.Owner != "https://idp#ann" || servertest.Deref(w.OwnerName) != want {
+		t.Errorf("launch: owner %q, ownerName %q", w.Owner, servertest.Deref(w.OwnerName))
 	}
-	if g := must(e.api.GetWorkloadWithResponse(ctx, w.Id))(t); g.StatusCode() != 200 || deref(deref(g.JSON200).OwnerName) != want {
+	if g := servertest.Must(e.api.GetWorkloadWithResponse(ctx, w.Id))(t); g.StatusCode() != 200 || servertest.Deref(servertest.Deref(g.JSON200).OwnerName) != want {
 		t.Errorf("get: %d %s", g.StatusCode(), g.Body)
 	}
-	if l := must(e.api.ListWorkloadsWithResponse(ctx, nil))(t); l.StatusCode() != 200 || len(deref(l.JSON200).Items) == 0 || deref(l.JSON200.Items[0].OwnerName) != want {
+	if l := servertest.Must(e.api.ListWorkloadsWithResponse(ctx, nil))(t); l.StatusCode() != 200 || len(servertest.Deref(l.JSON200).Items) == 0 || servertest.Deref(l.JSON200.Items[0].OwnerName) != want {
 		t.Errorf("list: %d %s", l.StatusCode(), l.Body)
 	}
 	// Not WatchWorkloadWithResponse: it would read the stream to its end.
@@ -46,16 +47,16 @@ func TestPeopleByName(t *testing.T) {
 	}
 	cancel()
 	resp.Body.Close()
-	if resp.StatusCode != 200 || deref(first.OwnerName) != want {
-		t.Errorf("watch: %d %q", resp.StatusCode, deref(first.OwnerName))
+	if resp.StatusCode != 200 || servertest.Deref(first.OwnerName) != want {
+		t.Errorf("watch: %d %q", resp.StatusCode, servertest.Deref(first.OwnerName))
 	}
-	audit := must(e.api.ListAuditWithResponse(ctx, nil))(t)
+	audit := servertest.Must(e.api.ListAuditWithResponse(ctx, nil))(t)
 	if audit.StatusCode() != 200 {
 		t.Fatalf("audit: %d", audit.StatusCode())
 	}
 	named := false
 	for _, r := range audit.JSON200.Items {
-		named = named || (r.Actor == "https://idp#ann" && deref(r.ActorName) == want)
+		named = named || (r.Actor == "https://idp#ann" && servertest.Deref(r.ActorName) == want)
 	}
 	if !named {
 		t.Errorf("the audit log does not name ann: %s", audit.Body)

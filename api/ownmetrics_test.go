@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/gantryhq/gantry/api/model"
+	"github.com/gantryhq/gantry/internal/servertest"
 )
 
 // TestOwnMetrics: GET /metrics is public Prometheus text that counts
@@ -14,18 +15,18 @@ import (
 func TestOwnMetrics(t *testing.T) {
 	e := newEnv(t, alice)
 	ctx := t.Context()
-	r := must(e.api.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "dev-environment", Team: "vision"}))(t)
+	r := servertest.Must(e.api.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "dev-environment", Team: "vision"}))(t)
 	if r.StatusCode() != 201 {
 		t.Fatalf("launch: %d", r.StatusCode())
 	}
 	id := r.JSON201.Id
-	if s := must(e.api.GetWorkloadWithResponse(ctx, id))(t).StatusCode(); s != 200 {
+	if s := servertest.Must(e.api.GetWorkloadWithResponse(ctx, id))(t).StatusCode(); s != 200 {
 		t.Fatalf("get: %d", s)
 	}
-	if s := must(e.api.GetWorkloadWithResponse(ctx, "zzzzzzzzzz"))(t).StatusCode(); s != 404 {
+	if s := servertest.Must(e.api.GetWorkloadWithResponse(ctx, "zzzzzzzzzz"))(t).StatusCode(); s != 404 {
 		t.Fatalf("missing workload: %d", s)
 	}
-	m := must(newClient(t, e.url, "", "").GetGantryMetricsWithResponse(ctx))(t) // no credentials: public
+	m := servertest.Must(newClient(e.url, "", "").GetGantryMetricsWithResponse(ctx))(t) // no credentials: public
 	text := string(m.Body)
 	for _, want := range []string{
 		`gantry_http_requests_total{code="201",method="POST",route="/api/v1/workloads"} 1`,

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/gantryhq/gantry/internal/identity"
+	"github.com/gantryhq/gantry/internal/servertest"
 )
 
 // TestRefusalSaysWhomToAsk: a 403 names the permission the caller lacks and
@@ -14,7 +15,7 @@ func TestRefusalSaysWhomToAsk(t *testing.T) {
 	e := newEnv(t, func(*http.Request) (identity.Identity, error) {
 		return identity.Identity{Subject: "mia", Groups: []string{"ml-vision"}}, nil // a member of vision
 	})
-	r := must(e.api.ListAuditWithResponse(t.Context(), nil))(t)
+	r := servertest.Must(e.api.ListAuditWithResponse(t.Context(), nil))(t)
 	if r.StatusCode() != 403 {
 		t.Fatalf("audit as a member: %d", r.StatusCode())
 	}
@@ -35,7 +36,7 @@ func TestRefusalToAPolicyEditor(t *testing.T) {
 	e := newEnv(t, func(*http.Request) (identity.Identity, error) {
 		return identity.Identity{Subject: "pat", Groups: []string{"platform-team"}, SecondFactor: true}, nil
 	})
-	r := must(e.api.ListAuditWithResponse(t.Context(), nil))(t)
+	r := servertest.Must(e.api.ListAuditWithResponse(t.Context(), nil))(t)
 	if r.StatusCode() != 403 {
 		t.Fatalf("audit as a platform engineer: %d", r.StatusCode())
 	}

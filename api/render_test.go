@@ -9,6 +9,7 @@ import (
 	"github.com/gantryhq/gantry/api/client"
 	"github.com/gantryhq/gantry/api/model"
 	"github.com/gantryhq/gantry/internal/identity"
+	"github.com/gantryhq/gantry/internal/servertest"
 )
 
 // TestRenderDraft: the editor's preview renders an unsaved draft for whoever
@@ -28,10 +29,10 @@ func TestRenderDraft(t *testing.T) {
 	draft := strings.Replace(string(src), "title: ", "title: Draft ", 1)
 	ctx := t.Context()
 	render := func(c *client.ClientWithResponses, source *string) (*client.RenderTemplateResponse, problem) {
-		r := must(c.RenderTemplateWithResponse(ctx, "dev-environment", model.RenderRequest{Team: "vision", Source: source}))(t)
+		r := servertest.Must(c.RenderTemplateWithResponse(ctx, "dev-environment", model.RenderRequest{Team: "vision", Source: source}))(t)
 		return r, problemOf(r.ApplicationproblemJSONDefault)
 	}
-	if r, _ := render(e.api, &draft); r.StatusCode() != 200 || deref(r.JSON200).TemplateVersion != 0 || len(deref(r.JSON200).Objects) == 0 {
+	if r, _ := render(e.api, &draft); r.StatusCode() != 200 || servertest.Deref(r.JSON200).TemplateVersion != 0 || len(servertest.Deref(r.JSON200).Objects) == 0 {
 		t.Fatalf("a platform engineer's draft: %d %s", r.StatusCode(), r.Body)
 	}
 	if r, p := render(e.api, nil); r.StatusCode() != 403 || !strings.Contains(p.Detail, "launch") {

@@ -14,6 +14,7 @@ import (
 	"github.com/gantryhq/gantry/api/model"
 	"github.com/gantryhq/gantry/internal/authz"
 	"github.com/gantryhq/gantry/internal/identity"
+	"github.com/gantryhq/gantry/internal/servertest"
 	"github.com/gantryhq/gantry/internal/store"
 	"github.com/gantryhq/gantry/internal/store/accounts"
 	"github.com/gantryhq/gantry/internal/token"
@@ -29,23 +30,23 @@ func TestPersonalAccessTokens(t *testing.T) {
 	ctx := t.Context()
 	member := e.as("member")
 	create := func(req model.TokenRequest) (int, string, string) {
-		r := must(member.CreateTokenWithResponse(ctx, req))(t)
-		tk := deref(r.JSON201)
+		r := servertest.Must(member.CreateTokenWithResponse(ctx, req))(t)
+		tk := servertest.Deref(r.JSON201)
 		return r.StatusCode(), tk.Id, tk.Token
 	}
 	s, id, full := create(model.TokenRequest{Name: "notebook", ExpiresInDays: 30})
 	if s != 201 || !strings.HasPrefix(full, "gnt_"+id+"_") || len(full) < 30 {
 		t.Fatalf("create: %d %q", s, full)
 	}
-	_, _, visionOnly := create(model.TokenRequest{Name: "vision only", ExpiresInDays: 1, Team: ptr("vision")})
-	if s, _, _ := create(model.TokenRequest{Name: "nlp only", ExpiresInDays: 1, Team: ptr("nlp")}); s != 422 {
+	_, _, visionOnly := create(model.TokenRequest{Name: "vision only", ExpiresInDays: 1, Team: new("vision")})
+	if s, _, _ := create(model.TokenRequest{Name: "nlp only", ExpiresInDays: 1, Team: new("nlp")}); s != 422 {
 		t.Errorf("a member of vision narrows a token to nlp: %d, want 422", s)
 	}
-	_, _, readOnly := create(model.TokenRequest{Name: "dashboards", ExpiresInDays: 1, ReadOnly: ptr(true)})
+	_, _, readOnly := create(model.TokenRequest{Name: "dashboards", ExpiresInDays: 1, ReadOnly: new(true)})
 
 	// The secret is never shown again, and the database holds only its hash.
-	lr := must(member.ListTokensWithResponse(ctx))(t)
-	if n := len(deref(lr.JSON200).Items); n != 3 {
+	lr := servertest.Must(member.ListTokensWithResponse(ctx))(t)
+	if n := len(servertest.Deref(lr.JSON200).Items); n != 3 {
 		t.Fatalf("%d tokens listed", n)
 	}
 	// TokenInfo has no field for a secret: the raw answer shows whether one leaked.
@@ -65,53 +66,53 @@ func TestPersonalAccessTokens(t *testing.T) {
 
 	// with is the typed client presenting a token (the X-Test-Role it also
 	// sends is ignored: the token decides who this is).
-	with := func(tok string) *client.ClientWithResponses { return newClient(t, e.url, tok, "ignored") }
+	with := func(tok string) *client.ClientWithResponses { return newClient(e.url, tok, "ignored") }
 	launch := model.LaunchRequest{Template: "dev-environment", Team: "vision"}
-	if s := must(with(full).CreateWorkloadWithResponse(ctx, nil, launch))(t).StatusCode(); s != 201 {
+	if s := servertest.Must(with(full).CreateWorkloadWithResponse(ctx, nil, launch))(t).StatusCode(); s != 201 {
 		t.Errorf("launch with a token: %d", s)
 	}
-	if s := must(with(visionOnly).CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "dev-environment", Team: "nlp"}))(t).StatusCode(); s != 403 {
+	if s := servertest.Must(with(visionOnly).CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "dev-environment", Team: "nlp"}))(t).StatusCode(); s != 403 {
 		t.Errorf("launch in nlp with a token narrowed to vision: %d, want 403", s)
 	}
-	if s := must(with(readOnly).ListTemplatesWithResponse(ctx))(t).StatusCode(); s != 200 {
+	if s := servertest.Must(with(readOnly).ListTemplatesWithResponse(ctx))(t).StatusCode(); s != 200 {
 		t.Errorf("read with a read-only token: %d", s)
 	}
-	if s := must(with(readOnly).CreateWorkloadWithResponse(ctx, nil, launch))(t).StatusCode(); s != 403 {
+	if s := servertest.Must(with(readOnly).CreateWorkloadWithResponse(ctx, nil, launch))(t).StatusCode(); s != 403 {
 		t.Errorf("launch with a read-only token: %d, want 403", s)
 	}
-	if s := must(with(full).CreateTokenWithResponse(ctx, model.TokenRequest{Name: "child", ExpiresInDays: 366}))(t).StatusCode(); s != 403 {
+	if s := servertest.Must(with(full).CreateTokenWithResponse(ctx, model.TokenRequest{Name: "child", ExpiresInDays: 366}))(t).StatusCode(); s != 403 {
 		t.Errorf("a token making a token: %d, want 403", s)
 	}
 	// Read-only means no token management either: neither listing its
 	// owner's tokens nor revoking one (the full one, here).
-	if s := must(with(readOnly).ListTokensWithResponse(ctx))(t).StatusCode(); s != 403 {
+	if s := servertest.Must(with(readOnly).ListTokensWithResponse(ctx))(t).StatusCode(); s != 403 {
 		t.Errorf("a read-only token listing tokens: %d, want 403", s)
 	}
-	if s := must(with(readOnly).RevokeTokenWithResponse(ctx, id))(t).StatusCode(); s != 403 {
+	if s := servertest.Must(with(readOnly).RevokeTokenWithResponse(ctx, id))(t).StatusCode(); s != 403 {
 		t.Errorf("a read-only token revoking a token: %d, want 403", s)
 	}
-	if s := must(with(full).ListTemplatesWithResponse(ctx))(t).StatusCode(); s != 200 {
+	if s := servertest.Must(with(full).ListTemplatesWithResponse(ctx))(t).StatusCode(); s != 200 {
 		t.Errorf("the full token after a read-only token tried to revoke it: %d, want 200", s)
 	}
 	for _, bad := range []string{"gnt_" + id + "_wrongsecret", "gnt_nosuchid_x", "gnt_", full + "x"} {
-		if s := must(with(bad).ListTemplatesWithResponse(ctx))(t).StatusCode(); s != 401 {
+		if s := servertest.Must(with(bad).ListTemplatesWithResponse(ctx))(t).StatusCode(); s != 401 {
 			t.Errorf("token %q: %d, want 401", bad, s)
 		}
 	}
 	// Revoked: the very next use fails.
-	if s := must(member.RevokeTokenWithResponse(ctx, id))(t).StatusCode(); s != 204 {
+	if s := servertest.Must(member.RevokeTokenWithResponse(ctx, id))(t).StatusCode(); s != 204 {
 		t.Fatalf("revoke: %d", s)
 	}
-	if s := must(with(full).ListTemplatesWithResponse(ctx))(t).StatusCode(); s != 401 {
+	if s := servertest.Must(with(full).ListTemplatesWithResponse(ctx))(t).StatusCode(); s != 401 {
 		t.Errorf("revoked token: %d, want 401", s)
 	}
-	if s := must(member.CreateTokenWithResponse(ctx, model.TokenRequest{Name: "", ExpiresInDays: 0}))(t).StatusCode(); s != 400 {
+	if s := servertest.Must(member.CreateTokenWithResponse(ctx, model.TokenRequest{Name: "", ExpiresInDays: 0}))(t).StatusCode(); s != 400 {
 		t.Errorf("bad token request: %d, want 400", s)
 	}
 	// Narrowed to a team its owner holds no role in, or to no team of the
 	// policy at all, a token would grant nothing: refused, naming the team.
 	for _, tc := range []struct{ role, team string }{{"member", "nlp"}, {"member", "ghost"}} {
-		r := must(e.as(tc.role).CreateTokenWithResponse(ctx, model.TokenRequest{Name: "narrow", ExpiresInDays: 1, Team: &tc.team}))(t)
+		r := servertest.Must(e.as(tc.role).CreateTokenWithResponse(ctx, model.TokenRequest{Name: "narrow", ExpiresInDays: 1, Team: &tc.team}))(t)
 		if p := problemOf(r.ApplicationproblemJSONDefault); r.StatusCode() != 422 || p.fields()["team"] == "" {
 			t.Errorf("%s narrows a token to %q: %d %s, want 422 naming team", tc.role, tc.team, r.StatusCode(), r.Body)
 		}
@@ -177,11 +178,11 @@ func dumpContains(t *testing.T, e *env, s string) bool {
 func TestNarrowedTokenHasNoPlatformPowers(t *testing.T) {
 	e := newEnv(t, alice) // a platform admin
 	ctx := t.Context()
-	tr := must(e.api.CreateTokenWithResponse(ctx, model.TokenRequest{Name: "vision only", ExpiresInDays: 1, Team: ptr("vision")}))(t)
+	tr := servertest.Must(e.api.CreateTokenWithResponse(ctx, model.TokenRequest{Name: "vision only", ExpiresInDays: 1, Team: new("vision")}))(t)
 	if tr.StatusCode() != 201 {
 		t.Fatalf("create: %d", tr.StatusCode())
 	}
-	c := newClient(t, e.url, tr.JSON201.Token, "")
+	c := newClient(e.url, tr.JSON201.Token, "")
 	newTemplate := templateDoc(t, "../templates/dev-environment.yaml", func(d *model.TemplateDocument) { d.Metadata.Name = "narrowed" })
 	for _, a := range []struct {
 		method, path string
@@ -199,7 +200,7 @@ func TestNarrowedTokenHasNoPlatformPowers(t *testing.T) {
 			return c.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "dev-environment", Team: "vision"})
 		}, 201},
 	} {
-		if s := must(a.send())(t).StatusCode(); s != a.want {
+		if s := servertest.Must(a.send())(t).StatusCode(); s != a.want {
 			t.Errorf("%s %s with a token narrowed to vision: %d, want %d", a.method, a.path, s, a.want)
 		}
 	}

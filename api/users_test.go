@@ -12,6 +12,7 @@ import (
 	"github.com/gantryhq/gantry/api/model"
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/server"
+	"github.com/gantryhq/gantry/internal/servertest"
 	"github.com/gantryhq/gantry/internal/user"
 )
 
@@ -35,16 +36,16 @@ func TestGroupsAreCurrent(t *testing.T) {
 	}})
 	ctx := t.Context()
 	ann := e.as("ann")
-	tr := must(ann.CreateTokenWithResponse(ctx, model.TokenRequest{Name: "nb", ExpiresInDays: 30}))(t)
+	tr := servertest.Must(ann.CreateTokenWithResponse(ctx, model.TokenRequest{Name: "nb", ExpiresInDays: 30}))(t)
 	if tr.StatusCode() != 201 {
 		t.Fatalf("ann's token: %d", tr.StatusCode())
 	}
-	tk := deref(tr.JSON201)
-	withToken := newClient(t, e.url, tk.Token, "")
+	tk := servertest.Deref(tr.JSON201)
+	withToken := newClient(e.url, tk.Token, "")
 	// outcome is a call's status and its problem's detail.
 	outcome := func(r answer, err error) (int, string) {
 		t.Helper()
-		r = must(r, err)(t)
+		r = servertest.Must(r, err)(t)
 		return r.StatusCode(), problemOf(r.GetApplicationproblemJSONDefault()).Detail
 	}
 	launch := func() (int, string) {
@@ -59,7 +60,7 @@ func TestGroupsAreCurrent(t *testing.T) {
 	mu.Lock()
 	annGroups = nil
 	mu.Unlock()
-	if s := must(ann.GetMeWithResponse(ctx))(t).StatusCode(); s != 200 {
+	if s := servertest.Must(ann.GetMeWithResponse(ctx))(t).StatusCode(); s != 200 {
 		t.Fatalf("ann's /me: %d", s)
 	}
 	if s, d := launch(); s != 403 {
@@ -70,7 +71,7 @@ func TestGroupsAreCurrent(t *testing.T) {
 	mu.Lock()
 	annGroups = []string{"ml-vision"}
 	mu.Unlock()
-	must(ann.GetMeWithResponse(ctx))(t)
+	servertest.Must(ann.GetMeWithResponse(ctx))(t)
 	if s, d := launch(); s != 201 {
 		t.Fatalf("launch after rejoining: %d %s", s, d)
 	}
@@ -78,47 +79,47 @@ func TestGroupsAreCurrent(t *testing.T) {
 	if s, d := templates(); s != 401 || !strings.Contains(d, "sign in again") {
 		t.Fatalf("token with day-old groups: %d %q, want 401 asking to sign in again", s, d)
 	}
-	must(ann.GetMeWithResponse(ctx))(t) // a fresh provider token confirms the groups
+	servertest.Must(ann.GetMeWithResponse(ctx))(t) // a fresh provider token confirms the groups
 	if s, d := templates(); s != 200 {
 		t.Fatalf("token after a fresh provider token: %d %s", s, d)
 	}
 
 	// A platform admin lists users, sees ann's tokens, deactivates her.
-	users := must(e.api.ListUsersWithResponse(ctx))(t)
-	if users.StatusCode() != 200 || len(deref(users.JSON200).Items) != 2 {
+	users := servertest.Must(e.api.ListUsersWithResponse(ctx))(t)
+	if users.StatusCode() != 200 || len(servertest.Deref(users.JSON200).Items) != 2 {
 		t.Fatalf("users: %d %s", users.StatusCode(), users.Body)
 	}
 	annID := user.IDOf("https://idp#ann")
-	tokens := must(e.api.ListUserTokensWithResponse(ctx, annID))(t)
-	if items := deref(tokens.JSON200).Items; tokens.StatusCode() != 200 || len(items) != 1 || items[0].Id != tk.Id {
+	tokens := servertest.Must(e.api.ListUserTokensWithResponse(ctx, annID))(t)
+	if items := servertest.Deref(tokens.JSON200).Items; tokens.StatusCode() != 200 || len(items) != 1 || items[0].Id != tk.Id {
 		t.Fatalf("ann's tokens: %d %s", tokens.StatusCode(), tokens.Body)
 	}
-	if u := must(e.api.DeactivateUserWithResponse(ctx, annID))(t); u.StatusCode() != 200 || u.JSON200.Active {
+	if u := servertest.Must(e.api.DeactivateUserWithResponse(ctx, annID))(t); u.StatusCode() != 200 || u.JSON200.Active {
 		t.Fatalf("deactivate: %d %s", u.StatusCode(), u.Body)
 	}
 	if s, d := templates(); s != 401 || !strings.Contains(d, "deactivated") {
 		t.Fatalf("deactivated user's token: %d %q", s, d)
 	}
-	if s := must(ann.ListTemplatesWithResponse(ctx))(t).StatusCode(); s != 401 {
+	if s := servertest.Must(ann.ListTemplatesWithResponse(ctx))(t).StatusCode(); s != 401 {
 		t.Fatalf("deactivated user's provider token: %d", s)
 	}
-	if s := must(e.api.DeactivateUserWithResponse(ctx, user.IDOf("https://idp#alice")))(t).StatusCode(); s != 409 {
+	if s := servertest.Must(e.api.DeactivateUserWithResponse(ctx, user.IDOf("https://idp#alice")))(t).StatusCode(); s != 409 {
 		t.Fatalf("an admin deactivating themselves: %d, want 409", s)
 	}
-	if s := must(e.api.ReactivateUserWithResponse(ctx, annID))(t).StatusCode(); s != 200 {
+	if s := servertest.Must(e.api.ReactivateUserWithResponse(ctx, annID))(t).StatusCode(); s != 200 {
 		t.Fatalf("reactivate: %d", s)
 	}
 	if s, _ := templates(); s != 200 {
 		t.Fatalf("reactivated user's token: %d", s)
 	}
-	if s := must(e.api.RevokeUserTokenWithResponse(ctx, annID, tk.Id))(t).StatusCode(); s != 204 {
+	if s := servertest.Must(e.api.RevokeUserTokenWithResponse(ctx, annID, tk.Id))(t).StatusCode(); s != 204 {
 		t.Fatalf("revoke ann's token: %d", s)
 	}
 	if s, _ := templates(); s != 401 {
 		t.Fatalf("revoked token: %d", s)
 	}
 	// Every one of those actions is in the audit log under the admin.
-	log := deref(must(e.api.ListAuditWithResponse(ctx, &model.ListAuditParams{Actor: ptr("https://idp#alice")}))(t).JSON200)
+	log := servertest.Deref(servertest.Must(e.api.ListAuditWithResponse(ctx, &model.ListAuditParams{Actor: new("https://idp#alice")}))(t).JSON200)
 	seen := map[string]bool{}
 	for _, r := range log.Items {
 		seen[r.Action] = true

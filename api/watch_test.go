@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gantryhq/gantry/api/model"
+	"github.com/gantryhq/gantry/internal/servertest"
 )
 
 // TestWatchWorkload: the stream sends the workload at once, then again when
@@ -17,7 +18,7 @@ import (
 // that does not exist is a 404 problem, not a stream.
 func TestWatchWorkload(t *testing.T) {
 	e := newEnv(t, alice)
-	r := must(e.api.CreateWorkloadWithResponse(t.Context(), nil, model.LaunchRequest{Template: "dev-environment", Team: "vision"}))(t)
+	r := servertest.Must(e.api.CreateWorkloadWithResponse(t.Context(), nil, model.LaunchRequest{Template: "dev-environment", Team: "vision"}))(t)
 	if r.StatusCode() != 201 {
 		t.Fatalf("launch: %d", r.StatusCode())
 	}
@@ -59,14 +60,14 @@ func TestWatchWorkload(t *testing.T) {
 	if ev, st := next(); ev != "workload" || st != "Pending" || !retry {
 		t.Fatalf("first event %s %s (retry hint %v)", ev, st, retry)
 	}
-	if s := must(e.api.StopWorkloadWithResponse(t.Context(), id))(t).StatusCode(); s != 200 {
+	if s := servertest.Must(e.api.StopWorkloadWithResponse(t.Context(), id))(t).StatusCode(); s != 200 {
 		t.Fatalf("stop: %d", s)
 	}
 	if ev, st := next(); ev != "workload" || st != "Stopped" {
 		t.Fatalf("after the stop: %s %s", ev, st)
 	}
 	// Deleted: the last event, then the stream ends.
-	if s := must(e.api.DeleteWorkloadWithResponse(t.Context(), id))(t).StatusCode(); s != 204 {
+	if s := servertest.Must(e.api.DeleteWorkloadWithResponse(t.Context(), id))(t).StatusCode(); s != 204 {
 		t.Fatalf("delete: %d", s)
 	}
 	if ev, st := next(); ev != "workload" || st != "Deleted" {
@@ -80,7 +81,7 @@ func TestWatchWorkload(t *testing.T) {
 	if ctx.Err() != nil {
 		t.Fatal("the stream did not end after Deleted")
 	}
-	if s := must(e.api.WatchWorkloadWithResponse(ctx, "zzzzzzzzzz"))(t).StatusCode(); s != 404 { // a problem, not a stream
+	if s := servertest.Must(e.api.WatchWorkloadWithResponse(ctx, "zzzzzzzzzz"))(t).StatusCode(); s != 404 { // a problem, not a stream
 		t.Fatalf("a workload that does not exist: %d", s)
 	}
 }

@@ -97,47 +97,7 @@ func start(t testing.TB, dbPath string, withCluster bool, edit ...func(*config.C
 		proxy.ServeHTTP(w, r)
 	}))
 	t.Cleanup(front.Close)
-	return &gantryServer{t: t, url: front.URL, api: newClient(g.URL, tok), Gantry: g}
-}
-
-// newClient is the typed client (api/client) of the API at url, presenting
-// bearer (none when empty).
-func newClient(url, bearer string, opts ...client.ClientOption) *client.ClientWithResponses {
-	opts = append(opts, client.WithRequestEditorFn(func(_ context.Context, r *http.Request) error {
-		if bearer != "" {
-			r.Header.Set("Authorization", "Bearer "+bearer)
-		}
-		return nil
-	}))
-	c, err := client.NewClientWithResponses(url, opts...)
-	if err != nil {
-		panic(err) // only an option can fail, and these do not
-	}
-	return c
-}
-
-// must is a typed call's answer: a request that got no answer, or an
-// answer that does not decode as openapi.yaml says, fails the test.
-//
-//	w := must(g.api.GetWorkloadWithResponse(ctx, id))(t)
-func must[R any](r R, err error) func(testing.TB) R {
-	return func(t testing.TB) R {
-		t.Helper()
-		if err != nil {
-			t.Fatalf("the typed client: %v", err)
-		}
-		return r
-	}
-}
-
-// deref is *p, or T's zero value when p is nil (an answer's JSON200 when
-// the status was another).
-func deref[T any](p *T) T {
-	if p == nil {
-		var zero T
-		return zero
-	}
-	return *p
+	return &gantryServer{t: t, url: front.URL, api: servertest.Client(g.URL, tok), Gantry: g}
 }
 
 // asJSON is v as JSON, for failure messages (the generated types' optional
@@ -155,59 +115,39 @@ func fieldErrors(p *model.Problem) []model.FieldError {
 	if p == nil {
 		return nil
 	}
-	return deref(p.Errors)
-}
-
-// post is the hand-written POST that bench_test.go still sends; the tests
-// call the API through the typed client (g.api).
-func (g *gantryServer) post(path string, body any, out any) int {
-	g.t.Helper()
-	b, _ := json.Marshal(body)
-	resp, err := http.Post(g.url+path, "application/json", bytes.NewReader(b))
-	if err != nil {
-		g.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(resp.Body)
-	if out != nil {
-		json.Unmarshal(data, out)
-	}
-	if resp.StatusCode >= 300 {
-		g.t.Logf("POST %s: %d %s", path, resp.StatusCode, data)
-	}
-	return resp.StatusCode
+	return servertest.Deref(p.Errors)
 }
 
 // launch launches req as ada and returns the answer's status and workload
 // (what a 201 carries).
 func (g *gantryServer) launch(req model.LaunchRequest) (int, model.Workload) {
 	g.t.Helper()
-	r := must(g.api.CreateWorkloadWithResponse(context.Background(), nil, req))(g.t)
+	r := servertest.Must(g.api.CreateWorkloadWithResponse(context.Background(), nil, req))(g.t)
 	if r.StatusCode() >= 300 {
 		g.t.Logf("launch %s: %d %s", asJSON(req), r.StatusCode(), r.Body)
 	}
-	return r.StatusCode(), deref(r.JSON201)
+	return r.StatusCode(), servertest.Deref(r.JSON201)
 }
 
 // workload reads a workload as ada.
 func (g *gantryServer) workload(id string) model.Workload {
 	g.t.Helper()
-	return deref(must(g.api.GetWorkloadWithResponse(context.Background(), id))(g.t).JSON200)
+	return servertest.Deref(servertest.Must(g.api.GetWorkloadWithResponse(context.Background(), id))(g.t).JSON200)
 }
 
 // stop stops a workload as ada and returns the status and the workload.
 func (g *gantryServer) stop(id string) (int, model.Workload) {
 	g.t.Helper()
-	r := must(g.api.StopWorkloadWithResponse(context.Background(), id))(g.t)
-	return r.StatusCode(), deref(r.JSON200)
+	r := servertest.Must(g.api.StopWorkloadWithResponse(context.Background(), id))(g.t)
+	return r.StatusCode(), servertest.Deref(r.JSON200)
 }
 
 // startAgain starts a stopped workload as ada and returns the status and
 // the workload.
 func (g *gantryServer) startAgain(id string) (int, model.Workload) {
 	g.t.Helper()
-	r := must(g.api.StartWorkloadWithResponse(context.Background(), id))(g.t)
-	return r.StatusCode(), deref(r.JSON200)
+	r := servertest.Must(g.api.StartWorkloadWithResponse(context.Background(), id))(g.t)
+	return r.StatusCode(), servertest.Deref(r.JSON200)
 }
 
 // waitStatus waits until the API reports one of the statuses.
@@ -218,7 +158,7 @@ func (g *gantryServer) waitStatus(id string, want ...model.WorkloadStatus) model
 		if w = g.workload(id); slices.Contains(want, w.Status) {
 			return nil
 		}
-		return fmt.Errorf("it is %s (%s)", w.Status, deref(w.Reason))
+		return fmt.Errorf("it is %s (%s)", w.Status, servertest.Deref(w.Reason))
 	})
 	return w
 }
@@ -254,10 +194,10 @@ func TestStarterTemplatesRun(t *testing.T) {
 		final    model.WorkloadStatus
 		resource string
 	}{
-		{"pytorch-train", &model.Parameters{"epochs": 1}, &model.GPUChoice{Count: ptr(2)}, "Succeeded", "nvidia.com/gpu"},
+		{"pytorch-train", &model.Parameters{"epochs": 1}, &model.GPUChoice{Count: new(2)}, "Succeeded", "nvidia.com/gpu"},
 		{"jupyter-notebook", nil, nil, "Running", "nvidia.com/mig-1g.10gb"},
-		{"vllm-inference", nil, &model.GPUChoice{Class: ptr("H200-141GB"), Count: ptr(2)}, "Running", "nvidia.com/gpu"},
-		{"batch-inference", &model.Parameters{"input": "prompts.jsonl"}, &model.GPUChoice{Class: ptr("H100-80GB"), MigProfile: ptr("3g.40gb")}, "Succeeded", "nvidia.com/mig-3g.40gb"},
+		{"vllm-inference", nil, &model.GPUChoice{Class: new("H200-141GB"), Count: new(2)}, "Running", "nvidia.com/gpu"},
+		{"batch-inference", &model.Parameters{"input": "prompts.jsonl"}, &model.GPUChoice{Class: new("H100-80GB"), MigProfile: new("3g.40gb")}, "Succeeded", "nvidia.com/mig-3g.40gb"},
 		{"dev-environment", nil, nil, "Running", "nvidia.com/gpu"},
 		{"confidential-inference", nil, nil, "Running", "nvidia.com/pgpu"},
 	}
@@ -315,7 +255,7 @@ func TestStarterTemplatesRun(t *testing.T) {
 func TestConfidentialLaunch(t *testing.T) {
 	g := start(t, filepath.Join(t.TempDir(), "g.db"), true)
 	s, w := g.launch(model.LaunchRequest{Template: "confidential-inference", Team: "vision"})
-	if s != 201 || deref(w.Tee) != model.WorkloadTeeSnp {
+	if s != 201 || servertest.Deref(w.Tee) != model.WorkloadTeeSnp {
 		t.Fatalf("launch: %d %s", s, asJSON(w))
 	}
 	g.waitStatus(w.Id, "Running")
@@ -332,7 +272,7 @@ func TestConfidentialLaunch(t *testing.T) {
 	if p.Annotations["io.katacontainers.config.runtime.cc_init_data"] == "" || !strings.Contains(p.Spec.Containers[0].Image, "@sha256:") {
 		t.Errorf("annotations %v, image %s", p.Annotations, p.Spec.Containers[0].Image)
 	}
-	r := must(g.api.CreateWorkloadWithResponse(t.Context(), nil, model.LaunchRequest{Template: "vllm-inference", Team: "vision", Confidential: ptr(true), Gpu: &model.GPUChoice{Class: ptr("H200-141GB")}}))(t)
+	r := servertest.Must(g.api.CreateWorkloadWithResponse(t.Context(), nil, model.LaunchRequest{Template: "vllm-inference", Team: "vision", Confidential: new(true), Gpu: &model.GPUChoice{Class: new("H200-141GB")}}))(t)
 	if errs := fieldErrors(r.ApplicationproblemJSONDefault); r.StatusCode() != 422 ||
 		len(errs) != 1 || errs[0].Field != "confidential" || !strings.Contains(errs[0].Detail, "is not a confidential image") {
 		t.Errorf("confidential request, plain image: %d %s", r.StatusCode(), r.Body)
@@ -349,17 +289,17 @@ func TestOversizedRefused(t *testing.T) {
 	doc := templateFile(t, "../../templates/pytorch-train.yaml")
 	doc.Metadata.Name = "big-train"
 	doc.Spec.Gpu.Count.Min, doc.Spec.Gpu.Count.Max, doc.Spec.Gpu.Count.Default = 1, 16, 16
-	if s := must(g.api.CreateTemplateWithResponse(ctx, doc))(t).StatusCode(); s != 201 {
+	if s := servertest.Must(g.api.CreateTemplateWithResponse(ctx, doc))(t).StatusCode(); s != 201 {
 		t.Fatalf("create template: %d", s)
 	}
-	r := must(g.api.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "big-train", Team: "nlp"}))(t)
+	r := servertest.Must(g.api.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "big-train", Team: "nlp"}))(t)
 	if errs := fieldErrors(r.ApplicationproblemJSONDefault); r.StatusCode() != 422 ||
 		len(errs) != 1 || errs[0].Field != "gpu.count" || !strings.Contains(errs[0].Detail, "the most on one node is 8") {
 		t.Fatalf("16 GPUs where nodes have 8: %d %s", r.StatusCode(), r.Body)
 	}
 	// A MIG profile no node of the class offers (the A100-40GB node runs
 	// whole GPUs): refused, naming gpu.migProfile.
-	r = must(g.api.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "jupyter-notebook", Team: "vision", Gpu: &model.GPUChoice{Class: ptr("A100-40GB"), MigProfile: ptr("1g.10gb")}}))(t)
+	r = servertest.Must(g.api.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "jupyter-notebook", Team: "vision", Gpu: &model.GPUChoice{Class: new("A100-40GB"), MigProfile: new("1g.10gb")}}))(t)
 	if errs := fieldErrors(r.ApplicationproblemJSONDefault); r.StatusCode() != 422 ||
 		len(errs) != 1 || errs[0].Field != "gpu.migProfile" || !strings.Contains(errs[0].Detail, "no node of A100-40GB (1 in all) offers MIG profile 1g.10gb") {
 		t.Fatalf("a MIG profile no node offers: %d %s", r.StatusCode(), r.Body)
@@ -367,16 +307,16 @@ func TestOversizedRefused(t *testing.T) {
 	// A launch that fits the fleet but not now is accepted with the
 	// estimate's verdict as a warning: the A100-80GB node's eight GPUs
 	// are taken by the first (a service: it keeps them).
-	eight := model.LaunchRequest{Template: "vllm-inference", Team: "vision", Gpu: &model.GPUChoice{Class: ptr("A100-80GB"), Count: ptr(8)}}
+	eight := model.LaunchRequest{Template: "vllm-inference", Team: "vision", Gpu: &model.GPUChoice{Class: new("A100-80GB"), Count: new(8)}}
 	s, first := g.launch(eight)
-	if s != 201 || len(deref(first.Warnings)) != 0 {
+	if s != 201 || len(servertest.Deref(first.Warnings)) != 0 {
 		t.Fatalf("the first eight: %d %s", s, asJSON(first))
 	}
 	g.waitStatus(first.Id, "Running")
 	t.Cleanup(func() { g.stop(first.Id) })
 	s, second := g.launch(eight)
 	t.Cleanup(func() { g.stop(second.Id) })
-	if warnings := deref(second.Warnings); s != 201 || len(warnings) != 1 || !strings.HasPrefix(warnings[0], "it does not start now: ") || !strings.Contains(warnings[0], "A100-80GB") {
+	if warnings := servertest.Deref(second.Warnings); s != 201 || len(warnings) != 1 || !strings.HasPrefix(warnings[0], "it does not start now: ") || !strings.Contains(warnings[0], "A100-80GB") {
 		t.Fatalf("the second eight: %d %s", s, asJSON(second))
 	}
 }
@@ -391,13 +331,13 @@ func TestStopStartDelete(t *testing.T) {
 	if s != 201 {
 		t.Fatalf("launch: %d", s)
 	}
-	if deref(w.Endpoint) != "http://"+w.Name+".gantry-ops.svc.cluster.local:8000" {
-		t.Errorf("endpoint %q", deref(w.Endpoint))
+	if servertest.Deref(w.Endpoint) != "http://"+w.Name+".gantry-ops.svc.cluster.local:8000" {
+		t.Errorf("endpoint %q", servertest.Deref(w.Endpoint))
 	}
 	g.waitStatus(w.Id, "Running")
-	events := must(g.api.ListWorkloadEventsWithResponse(ctx, w.Id))(t)
+	events := servertest.Must(g.api.ListWorkloadEventsWithResponse(ctx, w.Id))(t)
 	scheduled := false
-	for _, e := range deref(events.JSON200).Items {
+	for _, e := range servertest.Deref(events.JSON200).Items {
 		if e.Reason == "Scheduled" && strings.HasPrefix(e.Object, "Pod/"+w.Name) {
 			scheduled = true
 		}
@@ -405,7 +345,7 @@ func TestStopStartDelete(t *testing.T) {
 	if !scheduled {
 		t.Errorf("no Scheduled event for the pod in %s", events.Body)
 	}
-	if s, w = g.stop(w.Id); s != 200 || w.Status != "Stopped" || !slices.Equal(deref(w.Actions), []model.WorkloadActions{"start", "delete"}) {
+	if s, w = g.stop(w.Id); s != 200 || w.Status != "Stopped" || !slices.Equal(servertest.Deref(w.Actions), []model.WorkloadActions{"start", "delete"}) {
 		t.Fatalf("stop: %d %s", s, asJSON(w))
 	}
 	waitNoPods(t, "ops", w.Id)
@@ -416,14 +356,14 @@ func TestStopStartDelete(t *testing.T) {
 	if got := g.workload(w.Id); got.Status != "Stopped" {
 		t.Fatalf("status %s after stop (the watch must not revive it)", got.Status)
 	}
-	endpoint := deref(w.Endpoint)
+	endpoint := servertest.Deref(w.Endpoint)
 	if s, w = g.startAgain(w.Id); s != 200 || w.Status != "Pending" {
 		t.Fatalf("start: %d %s", s, asJSON(w))
 	}
-	if w = g.waitStatus(w.Id, "Running"); deref(w.Endpoint) != endpoint {
-		t.Fatalf("endpoint after start %q, want %q", deref(w.Endpoint), endpoint)
+	if w = g.waitStatus(w.Id, "Running"); servertest.Deref(w.Endpoint) != endpoint {
+		t.Fatalf("endpoint after start %q, want %q", servertest.Deref(w.Endpoint), endpoint)
 	}
-	if s := must(g.api.DeleteWorkloadWithResponse(ctx, w.Id))(t).StatusCode(); s != 204 {
+	if s := servertest.Must(g.api.DeleteWorkloadWithResponse(ctx, w.Id))(t).StatusCode(); s != 204 {
 		t.Fatalf("delete: %d", s)
 	}
 	g.waitNoObjects(t, "ops", w.Id)
@@ -473,7 +413,7 @@ func TestNotebookKeepsItsVolume(t *testing.T) {
 				t.Fatal(err)
 			}
 			w = g.waitStatus(w.Id, "Stopped")
-			if !strings.Contains(deref(w.Reason), "max runtime") {
+			if !strings.Contains(servertest.Deref(w.Reason), "max runtime") {
 				t.Fatalf("stopped without saying why: %s", asJSON(w))
 			}
 		}
@@ -537,10 +477,10 @@ func (g *gantryServer) waitNoObjects(t *testing.T, team, id string) {
 // TestIdempotencyKey: the same key launches once.
 func TestIdempotencyKey(t *testing.T) {
 	g := start(t, filepath.Join(t.TempDir(), "g.db"), true)
-	key := &model.CreateWorkloadParams{IdempotencyKey: ptr("launch-42")}
+	key := &model.CreateWorkloadParams{IdempotencyKey: new("launch-42")}
 	var ids []string
 	for i, want := range []int{201, 200, 200} {
-		r := must(g.api.CreateWorkloadWithResponse(t.Context(), key, model.LaunchRequest{Template: "dev-environment", Team: "idem"}))(t)
+		r := servertest.Must(g.api.CreateWorkloadWithResponse(t.Context(), key, model.LaunchRequest{Template: "dev-environment", Team: "idem"}))(t)
 		if r.StatusCode() != want {
 			t.Fatalf("request %d: %d, want %d", i, r.StatusCode(), want)
 		}
@@ -548,7 +488,7 @@ func TestIdempotencyKey(t *testing.T) {
 		if w == nil {
 			w = r.JSON200
 		}
-		ids = append(ids, deref(w).Id)
+		ids = append(ids, servertest.Deref(w).Id)
 	}
 	if ids[0] != ids[1] || ids[1] != ids[2] {
 		t.Fatalf("ids %v", ids)
@@ -580,7 +520,7 @@ func TestCrashBetweenRecordAndApply(t *testing.T) {
 	if err != nil || len(sets.Items) != 1 {
 		t.Fatalf("%d statefulsets, want exactly 1 (%v)", len(sets.Items), err)
 	}
-	list := deref(must(second.api.ListWorkloadsWithResponse(t.Context(), &model.ListWorkloadsParams{Team: ptr("crash")}))(t).JSON200)
+	list := servertest.Deref(servertest.Must(second.api.ListWorkloadsWithResponse(t.Context(), &model.ListWorkloadsParams{Team: new("crash")}))(t).JSON200)
 	if len(list.Items) != 1 {
 		t.Fatalf("%d workloads, want 1", len(list.Items))
 	}
@@ -600,11 +540,11 @@ func TestClusterAway(t *testing.T) {
 	if s != 201 {
 		t.Fatalf("launch while the cluster is away: %d", s)
 	}
-	if w.Applied || w.Status != "Pending" || !strings.Contains(deref(w.Reason), "waiting for the Kubernetes API server") {
+	if w.Applied || w.Status != "Pending" || !strings.Contains(servertest.Deref(w.Reason), "waiting for the Kubernetes API server") {
 		t.Fatalf("%s", asJSON(w))
 	}
-	ready := must(g.api.GetReadyWithResponse(t.Context()))(t)
-	if ready.StatusCode() != 503 || deref(ready.JSON503).Status != model.NotReady || !strings.Contains(string(ready.Body), "kubernetes") {
+	ready := servertest.Must(g.api.GetReadyWithResponse(t.Context()))(t)
+	if ready.StatusCode() != 503 || servertest.Deref(ready.JSON503).Status != model.NotReady || !strings.Contains(string(ready.Body), "kubernetes") {
 		t.Fatalf("/readyz with the cluster away: %d %s", ready.StatusCode(), ready.Body)
 	}
 	if _, err := g.Workloads.Reconcile(context.Background()); err == nil {
@@ -620,7 +560,7 @@ func TestClusterAway(t *testing.T) {
 	}
 	// The lifecycle loop picks the kubeconfig up and applies the launch.
 	got := g.waitStatus(w.Id, "Running")
-	if !got.Applied || deref(got.Reason) != "" {
+	if !got.Applied || servertest.Deref(got.Reason) != "" {
 		t.Fatalf("once the cluster is back: %s", asJSON(got))
 	}
 	deps, _ := cluster.Client.AppsV1().Deployments("gantry-away").List(context.Background(), metav1.ListOptions{})
@@ -686,21 +626,6 @@ func templateFile(t testing.TB, path string) model.TemplateDocument {
 	return doc
 }
 
-// templateDoc reads a template file as a JSON-ready document (for
-// bench_test.go's edits).
-func templateDoc(t testing.TB, path string) map[string]any {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc map[string]any
-	if err := yaml.Unmarshal(data, &doc); err != nil {
-		t.Fatal(err)
-	}
-	return doc
-}
-
 // TestLogs: a workload's log comes through the pods/log API (kwok answers for
 // the kubelet), whole, its tail, or followed as a stream.
 func TestLogs(t *testing.T) {
@@ -711,18 +636,18 @@ func TestLogs(t *testing.T) {
 	}
 	g.waitStatus(w.Id, "Running")
 	read := func(params *model.GetWorkloadLogsParams) (int, string) {
-		r := must(g.api.GetWorkloadLogsWithResponse(t.Context(), w.Id, params))(t)
+		r := servertest.Must(g.api.GetWorkloadLogsWithResponse(t.Context(), w.Id, params))(t)
 		return r.StatusCode(), string(r.Body)
 	}
 	if s, body := read(nil); s != 200 || strings.Count(body, "\n") != 3 || !strings.Contains(body, "simulated container: ready") {
 		t.Fatalf("%d %q", s, body)
 	}
-	if s, body := read(&model.GetWorkloadLogsParams{TailLines: ptr(1)}); s != 200 || body != "simulated container: ready\n" {
+	if s, body := read(&model.GetWorkloadLogsParams{TailLines: new(1)}); s != 200 || body != "simulated container: ready\n" {
 		t.Fatalf("tail: %d %q", s, body)
 	}
 	// Follow: the stream stays open after the last line. (Not
 	// GetWorkloadLogsWithResponse: it would read the stream to its end.)
-	follow := &model.GetWorkloadLogsParams{Follow: ptr(true)}
+	follow := &model.GetWorkloadLogsParams{Follow: new(true)}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	resp, err := g.api.GetWorkloadLogs(ctx, w.Id, follow)
@@ -797,7 +722,7 @@ func TestLogs(t *testing.T) {
 	// No log before there is a pod.
 	first := start(t, filepath.Join(t.TempDir(), "nocluster.db"), false)
 	_, p := first.launch(model.LaunchRequest{Template: "vllm-inference", Team: "logs"})
-	if s := must(first.api.GetWorkloadLogsWithResponse(t.Context(), p.Id, nil))(t).StatusCode(); s != 409 {
+	if s := servertest.Must(first.api.GetWorkloadLogsWithResponse(t.Context(), p.Id, nil))(t).StatusCode(); s != 409 {
 		t.Fatalf("log of an unapplied workload: %d, want 409", s)
 	}
 }
@@ -811,7 +736,7 @@ func TestRejectedByAdmission(t *testing.T) {
 	policy := &admissionv1.ValidatingAdmissionPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: "freeze-services"},
 		Spec: admissionv1.ValidatingAdmissionPolicySpec{
-			FailurePolicy: ptr(admissionv1.Fail),
+			FailurePolicy: new(admissionv1.Fail),
 			MatchConstraints: &admissionv1.MatchResources{ResourceRules: []admissionv1.NamedRuleWithOperations{{
 				RuleWithOperations: admissionv1.RuleWithOperations{
 					Operations: []admissionv1.OperationType{admissionv1.Create, admissionv1.Update},
@@ -840,24 +765,22 @@ func TestRejectedByAdmission(t *testing.T) {
 	var p model.Problem
 	// The admission policy takes a moment to load in the API server.
 	waitfor.Until(t, 30*time.Second, "the admission policy to refuse a launch", func() error {
-		r := must(g.api.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "vllm-inference", Team: "frozen"}))(t)
+		r := servertest.Must(g.api.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "vllm-inference", Team: "frozen"}))(t)
 		if r.StatusCode() != 422 {
 			return fmt.Errorf("launch answered %d", r.StatusCode())
 		}
-		p = deref(r.ApplicationproblemJSONDefault)
+		p = servertest.Deref(r.ApplicationproblemJSONDefault)
 		return nil
 	})
-	if errs := deref(p.Errors); p.Status != 422 || len(errs) == 0 || !strings.Contains(errs[0].Detail, "GPU services are frozen") ||
+	if errs := servertest.Deref(p.Errors); p.Status != 422 || len(errs) == 0 || !strings.Contains(errs[0].Detail, "GPU services are frozen") ||
 		!strings.HasPrefix(errs[0].Field, "objects.Deployment/vllm-inference-") {
 		t.Fatalf("%s", asJSON(p))
 	}
-	list := deref(must(g.api.ListWorkloadsWithResponse(ctx, &model.ListWorkloadsParams{Team: ptr("frozen"), Status: ptr(model.Failed)}))(t).JSON200)
-	if len(list.Items) == 0 || !strings.Contains(deref(list.Items[0].Reason), "GPU services are frozen") {
+	list := servertest.Deref(servertest.Must(g.api.ListWorkloadsWithResponse(ctx, &model.ListWorkloadsParams{Team: new("frozen"), Status: new(model.Failed)}))(t).JSON200)
+	if len(list.Items) == 0 || !strings.Contains(servertest.Deref(list.Items[0].Reason), "GPU services are frozen") {
 		t.Fatalf("failed workloads %s", asJSON(list.Items))
 	}
 }
-
-func ptr[T any](v T) *T { return &v }
 
 // TestQuotaQueues: a team whose quota holds one H100 runs one service and
 // queues the next — Queued through the API, with Kueue's reason and its
@@ -865,7 +788,7 @@ func ptr[T any](v T) *T { return &v }
 func TestQuotaQueues(t *testing.T) {
 	g := start(t, filepath.Join(t.TempDir(), "g.db"), true)
 	launch := func() model.Workload {
-		s, w := g.launch(model.LaunchRequest{Template: "vllm-inference", Team: "tight", Gpu: &model.GPUChoice{Class: ptr("H100-80GB"), Count: ptr(1)}})
+		s, w := g.launch(model.LaunchRequest{Template: "vllm-inference", Team: "tight", Gpu: &model.GPUChoice{Class: new("H100-80GB"), Count: new(1)}})
 		if s != 201 {
 			t.Fatalf("launch: %d", s)
 		}
@@ -876,8 +799,8 @@ func TestQuotaQueues(t *testing.T) {
 	second := launch()
 	g.waitStatus(second.Id, "Queued")
 	waitfor.Until(t, 30*time.Second, "Kueue's reason and the place in the queue", func() error {
-		if w := g.workload(second.Id); w.Status != "Queued" || !strings.Contains(deref(w.Reason), "position 1 in its team's queue") || !strings.Contains(deref(w.Reason), "insufficient unused quota") {
-			return fmt.Errorf("%s (%s)", w.Status, deref(w.Reason))
+		if w := g.workload(second.Id); w.Status != "Queued" || !strings.Contains(servertest.Deref(w.Reason), "position 1 in its team's queue") || !strings.Contains(servertest.Deref(w.Reason), "insufficient unused quota") {
+			return fmt.Errorf("%s (%s)", w.Status, servertest.Deref(w.Reason))
 		}
 		return nil
 	})

@@ -22,6 +22,7 @@ import (
 	"github.com/gantryhq/gantry/api/model"
 	"github.com/gantryhq/gantry/internal/config"
 	"github.com/gantryhq/gantry/internal/notify"
+	"github.com/gantryhq/gantry/internal/servertest"
 	"github.com/gantryhq/gantry/internal/waitfor"
 )
 
@@ -79,18 +80,18 @@ func TestApprovalsAndBudgets(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := t.Context()
-	lee := newClient(g.URL, g.Token("lee")) // a team-admin of vision
+	lee := servertest.Client(g.URL, g.Token("lee")) // a team-admin of vision
 	// A service on two H100s ($13.80/h) without a max runtime, priced for a
 	// month: $10,074.00, above the $100 ceiling.
 	launch := func() model.Workload {
-		s, w := g.launch(model.LaunchRequest{Template: "vllm-inference", Team: "vision", Gpu: &model.GPUChoice{Class: ptr("H100-80GB"), Count: ptr(2)}})
+		s, w := g.launch(model.LaunchRequest{Template: "vllm-inference", Team: "vision", Gpu: &model.GPUChoice{Class: new("H100-80GB"), Count: new(2)}})
 		if s != 201 {
 			t.Fatalf("launch: %d", s)
 		}
 		return w
 	}
 	approved := launch()
-	if reason := deref(approved.Reason); approved.Status != "PendingApproval" || !strings.Contains(reason, "a team-admin of vision") || !strings.Contains(reason, "$10,074.00") {
+	if reason := servertest.Deref(approved.Reason); approved.Status != "PendingApproval" || !strings.Contains(reason, "a team-admin of vision") || !strings.Contains(reason, "$10,074.00") {
 		t.Fatalf("launch above the ceiling: %s (%s)", approved.Status, reason)
 	}
 	check := func(id string) (string, error) {
@@ -119,9 +120,9 @@ func TestApprovalsAndBudgets(t *testing.T) {
 	}
 	waitCheck(approved.Id, "Pending")
 	if w := g.workload(approved.Id); w.Status != "PendingApproval" {
-		t.Fatalf("held by its check, the launch says %s (%s)", w.Status, deref(w.Reason))
+		t.Fatalf("held by its check, the launch says %s (%s)", w.Status, servertest.Deref(w.Reason))
 	}
-	if s := must(lee.ApproveWorkloadWithResponse(ctx, approved.Id, model.DecisionRequest{Reason: "the quarter's plan"}))(t).StatusCode(); s != 200 {
+	if s := servertest.Must(lee.ApproveWorkloadWithResponse(ctx, approved.Id, model.DecisionRequest{Reason: "the quarter's plan"}))(t).StatusCode(); s != 200 {
 		t.Fatalf("approve: %d", s)
 	}
 	waitCheck(approved.Id, "Ready")
@@ -129,12 +130,12 @@ func TestApprovalsAndBudgets(t *testing.T) {
 
 	denied := launch()
 	waitCheck(denied.Id, "Pending")
-	if s := must(lee.DenyWorkloadWithResponse(ctx, denied.Id, model.DecisionRequest{Reason: "one run at a time"}))(t).StatusCode(); s != 200 {
+	if s := servertest.Must(lee.DenyWorkloadWithResponse(ctx, denied.Id, model.DecisionRequest{Reason: "one run at a time"}))(t).StatusCode(); s != 200 {
 		t.Fatalf("deny: %d", s)
 	}
 	waitCheck(denied.Id, "Rejected")
-	if w := g.workload(denied.Id); w.Status != "Failed" || !strings.Contains(deref(w.Reason), "one run at a time") {
-		t.Fatalf("denied: %s (%s)", w.Status, deref(w.Reason))
+	if w := g.workload(denied.Id); w.Status != "Failed" || !strings.Contains(servertest.Deref(w.Reason), "one run at a time") {
+		t.Fatalf("denied: %s (%s)", w.Status, servertest.Deref(w.Reason))
 	}
 
 	// $13.80/h spends $0.05 in 13 s: both alerts go out, once each.
@@ -163,22 +164,22 @@ func TestApprovalsAndBudgets(t *testing.T) {
 		t.Fatalf("tampered delivery: %v %v", resp, err)
 	}
 
-	br := must(g.api.ListBudgetsWithResponse(ctx, &model.ListBudgetsParams{Team: ptr("vision")}))(t)
+	br := servertest.Must(g.api.ListBudgetsWithResponse(ctx, &model.ListBudgetsParams{Team: new("vision")}))(t)
 	if br.StatusCode() != 200 {
 		t.Fatalf("budgets: %d %s", br.StatusCode(), br.Body)
 	}
-	if b := br.JSON200.Items; len(b) != 1 || b[0].State != model.BudgetStateExceeded || !strings.Contains(deref(b[0].Banner), "policy: block") || len(b[0].ThresholdsReached) != 2 {
+	if b := br.JSON200.Items; len(b) != 1 || b[0].State != model.BudgetStateExceeded || !strings.Contains(servertest.Deref(b[0].Banner), "policy: block") || len(b[0].ThresholdsReached) != 2 {
 		t.Fatalf("budgets: %s", br.Body)
 	}
 	// The team's report for the month carries its budget and both alerts.
-	rr := must(g.api.GetTeamReportWithResponse(ctx, "vision", nil))(t)
+	rr := servertest.Must(g.api.GetTeamReportWithResponse(ctx, "vision", nil))(t)
 	if rr.StatusCode() != 200 {
 		t.Fatalf("the month's report: %d %s", rr.StatusCode(), rr.Body)
 	}
 	if report := rr.JSON200; report.Budget == nil || report.Budget.State != model.BudgetStateExceeded || len(report.Alerts) != 2 {
 		t.Errorf("the month's report: budget %s, alerts %s; want exceeded and two alerts", asJSON(report.Budget), asJSON(report.Alerts))
 	}
-	ar := must(g.api.ListAuditWithResponse(ctx, &model.ListAuditParams{Limit: ptr(200)}))(t)
+	ar := servertest.Must(g.api.ListAuditWithResponse(ctx, &model.ListAuditParams{Limit: new(200)}))(t)
 	if ar.StatusCode() != 200 {
 		t.Fatalf("GET /api/v1/audit: %d %s", ar.StatusCode(), ar.Body)
 	}
@@ -204,13 +205,13 @@ func TestApprovalsAndBudgets(t *testing.T) {
 		}
 		return nil
 	})
-	s, held := g.launch(model.LaunchRequest{Template: "vllm-inference", Team: "vision", Gpu: &model.GPUChoice{Class: ptr("L4"), Count: ptr(1)}})
+	s, held := g.launch(model.LaunchRequest{Template: "vllm-inference", Team: "vision", Gpu: &model.GPUChoice{Class: new("L4"), Count: new(1)}})
 	if s != 201 {
 		t.Fatalf("launch while blocked: %d", s)
 	}
 	waitfor.Until(t, 60*time.Second, "the blocked launch queued with the budget's reason", func() error {
-		if w := g.workload(held.Id); w.Status != "Queued" || !deref(w.Held) || !strings.Contains(deref(w.Reason), "held: Team vision has spent") {
-			return fmt.Errorf("%s (%s)", w.Status, deref(w.Reason))
+		if w := g.workload(held.Id); w.Status != "Queued" || !servertest.Deref(w.Held) || !strings.Contains(servertest.Deref(w.Reason), "held: Team vision has spent") {
+			return fmt.Errorf("%s (%s)", w.Status, servertest.Deref(w.Reason))
 		}
 		return nil
 	})

@@ -65,7 +65,7 @@ func TestKill9MidLaunch(t *testing.T) {
 			}
 			return nil
 		})
-		list := deref(must(newClient(url, tok).ListWorkloadsWithResponse(ctx, &model.ListWorkloadsParams{Team: &team}))(t).JSON200)
+		list := servertest.Deref(servertest.Must(servertest.Client(url, tok).ListWorkloadsWithResponse(ctx, &model.ListWorkloadsParams{Team: &team}))(t).JSON200)
 		deps, err := cluster.Client.AppsV1().Deployments("gantry-"+team).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -93,7 +93,7 @@ func signInToken(t *testing.T, url, user string) string {
 		t.Fatalf("no CSRF token on the signed-in page:\n%s", page)
 	}
 	// The session's cookie through b, its CSRF token with the call.
-	r := must(newClient(url, "", client.WithHTTPClient(b)).CreateTokenWithResponse(context.Background(), model.TokenRequest{Name: "e2e", ExpiresInDays: 1},
+	r := servertest.Must(servertest.Client(url, "", client.WithHTTPClient(b)).CreateTokenWithResponse(context.Background(), model.TokenRequest{Name: "e2e", ExpiresInDays: 1},
 		func(_ context.Context, req *http.Request) error { req.Header.Set("X-CSRF-Token", m[1]); return nil }))(t)
 	if r.StatusCode() != 201 {
 		t.Fatalf("token: %d %s", r.StatusCode(), r.Body)
@@ -105,7 +105,7 @@ func signInToken(t *testing.T, url, user string) string {
 // not fail the test (a launch may be cut off by a kill): no answer is
 // status 0.
 func launchAt(url, tok, key string, req model.LaunchRequest) (int, model.Workload) {
-	r, err := newClient(url, tok).CreateWorkloadWithResponse(context.Background(), &model.CreateWorkloadParams{IdempotencyKey: &key}, req)
+	r, err := servertest.Client(url, tok).CreateWorkloadWithResponse(context.Background(), &model.CreateWorkloadParams{IdempotencyKey: &key}, req)
 	if err != nil {
 		return 0, model.Workload{}
 	}
@@ -113,12 +113,12 @@ func launchAt(url, tok, key string, req model.LaunchRequest) (int, model.Workloa
 	if w == nil {
 		w = r.JSON200
 	}
-	return r.StatusCode(), deref(w)
+	return r.StatusCode(), servertest.Deref(w)
 }
 
 func getWorkload(t *testing.T, url, tok, id string) model.Workload {
 	t.Helper()
-	return deref(must(newClient(url, tok).GetWorkloadWithResponse(context.Background(), id))(t).JSON200)
+	return servertest.Deref(servertest.Must(servertest.Client(url, tok).GetWorkloadWithResponse(context.Background(), id))(t).JSON200)
 }
 
 // startProcess runs `gantry serve` against the test cluster on SQLite at db

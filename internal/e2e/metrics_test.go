@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gantryhq/gantry/api/model"
+	"github.com/gantryhq/gantry/internal/servertest"
 	"github.com/gantryhq/gantry/internal/waitfor"
 )
 
@@ -21,7 +22,7 @@ import (
 // Job (through its Kueue Workload): the calls the chart's RBAC must allow.
 func TestOwnMetricsOnCluster(t *testing.T) {
 	g := start(t, filepath.Join(t.TempDir(), "g.db"), true)
-	one := model.LaunchRequest{Template: "pytorch-train", Team: "metrics", Gpu: &model.GPUChoice{Count: ptr(1)}}
+	one := model.LaunchRequest{Template: "pytorch-train", Team: "metrics", Gpu: &model.GPUChoice{Count: new(1)}}
 	s, w := g.launch(one)
 	if s != 201 {
 		t.Fatalf("launch: %d", s)
@@ -49,7 +50,7 @@ func TestOwnMetricsOnCluster(t *testing.T) {
 		}
 		return nil
 	})
-	if est := must(g.api.EstimateWorkloadWithResponse(t.Context(), nil, one))(t); est.StatusCode() != 200 || !deref(est.JSON200).Known {
+	if est := servertest.Must(g.api.EstimateWorkloadWithResponse(t.Context(), nil, one))(t); est.StatusCode() != 200 || !servertest.Deref(est.JSON200).Known {
 		t.Errorf("estimate on the cluster: %d %s", est.StatusCode(), est.Body)
 	}
 	if s, _ := g.stop(w.Id); s != 200 {

@@ -92,24 +92,24 @@ func TestNotebookOpensOnlyForItsOwner(t *testing.T) {
 
 	// alice (team vision) launches a notebook.
 	ctx := t.Context()
-	alice := newClient(g.URL, g.Token("alice"))
-	r := must(alice.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "jupyter-notebook", Team: "vision"}))(t)
-	w := deref(r.JSON201)
-	wURL := deref(w.Url)
+	alice := servertest.Client(g.URL, g.Token("alice"))
+	r := servertest.Must(alice.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "jupyter-notebook", Team: "vision"}))(t)
+	w := servertest.Deref(r.JSON201)
+	wURL := servertest.Deref(w.Url)
 	if r.StatusCode() != 201 || wURL != "/w/"+w.Id+"/" {
 		t.Fatalf("launch: %d %s", r.StatusCode(), r.Body)
 	}
-	u, _ := url.Parse(deref(w.Endpoint))
+	u, _ := url.Parse(servertest.Deref(w.Endpoint))
 	endpoint = u.Host
 	if want := fmt.Sprintf("%s.gantry-vision.svc.cluster.local:8888", w.Name); endpoint != want {
-		t.Fatalf("endpoint %s, want the notebook's interactive port %s", deref(w.Endpoint), want)
+		t.Fatalf("endpoint %s, want the notebook's interactive port %s", servertest.Deref(w.Endpoint), want)
 	}
 	// Before it runs, even the owner waits.
 	if code, body, _ := call("alice", "GET", wURL, nil); code != http.StatusConflict && code != http.StatusOK {
 		t.Fatalf("before Running: %d %s", code, body)
 	}
 	waitfor.Until(t, 90*time.Second, "the notebook to run", func() error {
-		if r := must(alice.GetWorkloadWithResponse(ctx, w.Id))(t); deref(r.JSON200).Status != model.Running {
+		if r := servertest.Must(alice.GetWorkloadWithResponse(ctx, w.Id))(t); servertest.Deref(r.JSON200).Status != model.Running {
 			return fmt.Errorf("%d %s", r.StatusCode(), r.Body)
 		}
 		return nil
@@ -180,9 +180,9 @@ func TestNotebookOpensOnlyForItsOwner(t *testing.T) {
 	}
 
 	// nils' attempt is in the audit log as what it was.
-	audit := must(newClient(g.URL, g.Token("ada")).ListAuditWithResponse(ctx, &model.ListAuditParams{Decision: ptr(model.ListAuditParamsDecisionDeny)}))(t)
+	audit := servertest.Must(servertest.Client(g.URL, g.Token("ada")).ListAuditWithResponse(ctx, &model.ListAuditParams{Decision: new(model.ListAuditParamsDecisionDeny)}))(t)
 	found := false
-	for _, r := range deref(audit.JSON200).Items {
+	for _, r := range servertest.Deref(audit.JSON200).Items {
 		if strings.Contains(r.Actor, "#dev-nils") && r.Decision == "deny" && strings.Contains(r.Reason, "answered 404") {
 			found = true
 		}

@@ -78,7 +78,7 @@ func TestPortalLaunchWatchStop(t *testing.T) {
 	}
 	noCSPViolations("the launch form")
 	shot("launch-refused")
-	list := must(g.api.ListWorkloadsWithResponse(t.Context(), &model.ListWorkloadsParams{Team: ptr("vision")}))(t)
+	list := servertest.Must(g.api.ListWorkloadsWithResponse(t.Context(), &model.ListWorkloadsParams{Team: new("vision")}))(t)
 	if list.StatusCode() != 200 {
 		t.Fatalf("GET /api/v1/workloads?team=vision: %d %s", list.StatusCode(), list.Body)
 	}
@@ -101,7 +101,7 @@ func TestPortalLaunchWatchStop(t *testing.T) {
 	shot("launch")
 	step("submit, land on the workload's page", chromedp.Click(chromedp.ID("submit")), chromedp.WaitVisible(chromedp.ID("w-status")))
 	id := strings.TrimPrefix(js(`location.pathname`), "/workloads/")
-	if w := g.workload(id); deref(w.Gpu.MigProfile) != "1g.10gb" || w.Gpu.Class != "H100-80GB" {
+	if w := g.workload(id); servertest.Deref(w.Gpu.MigProfile) != "1g.10gb" || w.Gpu.Class != "H100-80GB" {
 		t.Fatalf("launched %s", asJSON(w))
 	}
 	// Running as the cluster reports it (on simulated nodes it can be

@@ -65,7 +65,7 @@ func TestTwoReplicasLeaderKilled(t *testing.T) {
 
 	const n = 16
 	team := "ha" + strings.ToLower(rand.Text()[:4])
-	req := model.LaunchRequest{Template: "pytorch-train", Team: team, Gpu: &model.GPUChoice{Count: ptr(1)}}
+	req := model.LaunchRequest{Template: "pytorch-train", Team: team, Gpu: &model.GPUChoice{Count: new(1)}}
 	var (
 		mu       sync.Mutex
 		accepted = map[string]string{} // key → workload id
@@ -125,7 +125,7 @@ func TestTwoReplicasLeaderKilled(t *testing.T) {
 		waitfor.Until(t, 120*time.Second, "workload "+id+" ("+key+") to succeed", func() error {
 			w := getWorkload(t, survivor.URL, tok, id)
 			if !w.Applied || w.Status != "Succeeded" {
-				return fmt.Errorf("%s applied=%v (%s)", w.Status, w.Applied, deref(w.Reason))
+				return fmt.Errorf("%s applied=%v (%s)", w.Status, w.Applied, servertest.Deref(w.Reason))
 			}
 			return nil
 		})
@@ -133,7 +133,7 @@ func TestTwoReplicasLeaderKilled(t *testing.T) {
 	if len(ids) != n {
 		t.Fatalf("%d workloads for %d launches", len(ids), n)
 	}
-	list := deref(must(newClient(survivor.URL, tok).ListWorkloadsWithResponse(t.Context(), &model.ListWorkloadsParams{Limit: ptr(500), Team: &team}))(t).JSON200)
+	list := servertest.Deref(servertest.Must(servertest.Client(survivor.URL, tok).ListWorkloadsWithResponse(t.Context(), &model.ListWorkloadsParams{Limit: new(500), Team: &team}))(t).JSON200)
 	if len(list.Items) != n {
 		t.Fatalf("%d workloads recorded for team %s, want %d (none lost, none duplicated)", len(list.Items), team, n)
 	}

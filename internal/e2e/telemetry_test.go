@@ -22,6 +22,7 @@ import (
 	"github.com/gantryhq/gantry/internal/kube/nodes"
 	"github.com/gantryhq/gantry/internal/node/devagent"
 	"github.com/gantryhq/gantry/internal/replay"
+	"github.com/gantryhq/gantry/internal/servertest"
 	"github.com/gantryhq/gantry/internal/telemetry"
 	"github.com/gantryhq/gantry/internal/waitfor"
 )
@@ -69,7 +70,7 @@ func push(t *testing.T, g *gantryServer, token string, b telemetry.Batch) (int, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := must(newClient(g.URL, token).PushTelemetryWithBodyWithResponse(t.Context(), "application/json", bytes.NewReader(body)))(t)
+	r := servertest.Must(servertest.Client(g.URL, token).PushTelemetryWithBodyWithResponse(t.Context(), "application/json", bytes.NewReader(body)))(t)
 	return r.StatusCode(), string(r.Body)
 }
 
@@ -140,15 +141,15 @@ func TestTelemetryPush(t *testing.T) {
 	// The owner's team reads the series back.
 	ctx := t.Context()
 	from := now.Add(-2 * time.Minute)
-	mr := must(g.api.GetWorkloadMetricsWithResponse(ctx, w.Id, &model.GetWorkloadMetricsParams{From: &from, To: &now, Step: ptr("1m"), Series: ptr("sm_active,DCGM_FI_DEV_FB_USED")}))(t)
-	series := deref(mr.JSON200)
+	mr := servertest.Must(g.api.GetWorkloadMetricsWithResponse(ctx, w.Id, &model.GetWorkloadMetricsParams{From: &from, To: &now, Step: new("1m"), Series: new("sm_active,DCGM_FI_DEV_FB_USED")}))(t)
+	series := servertest.Deref(mr.JSON200)
 	if mr.StatusCode() != 200 || series.Source != model.Gantry || len(series.Series) != 2 {
 		t.Fatalf("metrics: %d %s", mr.StatusCode(), mr.Body)
 	}
 	var n int
 	maxSM := 0.0
 	for _, s := range series.Series {
-		if p := deref(deref(s.Pod).Pod); p != pod.Name {
+		if p := servertest.Deref(servertest.Deref(s.Pod).Pod); p != pod.Name {
 			t.Fatalf("series of pod %q, want %q", p, pod.Name)
 		}
 		for _, p := range s.Points {
@@ -163,8 +164,8 @@ func TestTelemetryPush(t *testing.T) {
 	}
 
 	// The node's page: the GPU, its use by the workload.
-	nr := must(g.api.GetNodeWithResponse(ctx, node))(t)
-	if nd := deref(nr.JSON200); nr.StatusCode() != 200 || !nd.Healthy || len(nd.Gpus) != 1 || len(nd.Devices) != 1 || deref(nd.Devices[0].Workload) != w.Id {
+	nr := servertest.Must(g.api.GetNodeWithResponse(ctx, node))(t)
+	if nd := servertest.Deref(nr.JSON200); nr.StatusCode() != 200 || !nd.Healthy || len(nd.Gpus) != 1 || len(nd.Devices) != 1 || servertest.Deref(nd.Devices[0].Workload) != w.Id {
 		t.Fatalf("node %s: %d %s", node, nr.StatusCode(), nr.Body)
 	}
 
@@ -217,7 +218,7 @@ func TestLiveSeries(t *testing.T) {
 	})})
 	read := func(id, metrics string) ([]model.MetricSeries, error) {
 		from := time.Now().Add(-5 * time.Minute).UTC().Truncate(time.Second)
-		r, err := g.api.GetWorkloadMetricsWithResponse(ctx, id, &model.GetWorkloadMetricsParams{Step: ptr("10s"), From: &from, Series: &metrics})
+		r, err := g.api.GetWorkloadMetricsWithResponse(ctx, id, &model.GetWorkloadMetricsParams{Step: new("10s"), From: &from, Series: &metrics})
 		if err != nil {
 			return nil, err
 		}
@@ -241,8 +242,8 @@ func TestLiveSeries(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if len(ss) != 2 || ss[0].Device.Mig == nil || ss[0].Device.Mig.Profile != deref(notebook.Gpu.MigProfile) || len(ss[0].Points) == 0 || len(ss[1].Points) == 0 {
-			return fmt.Errorf("series %s (want MIG %s)", asJSON(ss), deref(notebook.Gpu.MigProfile))
+		if len(ss) != 2 || ss[0].Device.Mig == nil || ss[0].Device.Mig.Profile != servertest.Deref(notebook.Gpu.MigProfile) || len(ss[0].Points) == 0 || len(ss[1].Points) == 0 {
+			return fmt.Errorf("series %s (want MIG %s)", asJSON(ss), servertest.Deref(notebook.Gpu.MigProfile))
 		}
 		used, total := ss[0].Points[len(ss[0].Points)-1].Avg, ss[1].Points[len(ss[1].Points)-1].Avg
 		if ss[0].Metric != "fb_used" || used/total < 0.95 {
@@ -283,8 +284,8 @@ func TestUnhealthyGPUCordonsTheNode(t *testing.T) {
 	if !n.Spec.Unschedulable || n.Labels[nodes.UnhealthyLabel] != "true" {
 		t.Fatalf("node %s: unschedulable %v, labels %v", node, n.Spec.Unschedulable, n.Labels)
 	}
-	r := must(g.api.GetNodeWithResponse(ctx, node))(t)
-	if page := deref(r.JSON200); r.StatusCode() != 200 || page.Healthy || len(page.Gpus) != 1 || page.Gpus[0].Healthy || !strings.Contains(deref(page.Gpus[0].Reason), "double-bit") {
+	r := servertest.Must(g.api.GetNodeWithResponse(ctx, node))(t)
+	if page := servertest.Deref(r.JSON200); r.StatusCode() != 200 || page.Healthy || len(page.Gpus) != 1 || page.Gpus[0].Healthy || !strings.Contains(servertest.Deref(page.Gpus[0].Reason), "double-bit") {
 		t.Fatalf("node page: %d %s", r.StatusCode(), r.Body)
 	}
 }
@@ -329,9 +330,9 @@ func TestAdviceThroughTheAPI(t *testing.T) {
 	if s, body := push(t, g, token, b); s != 202 {
 		t.Fatalf("push: %d %s", s, body)
 	}
-	ar := must(g.api.GetWorkloadAdviceWithResponse(ctx, w.Id))(t)
+	ar := servertest.Must(g.api.GetWorkloadAdviceWithResponse(ctx, w.Id))(t)
 	var found bool
-	for _, f := range deref(ar.JSON200).Findings {
+	for _, f := range servertest.Deref(ar.JSON200).Findings {
 		if f.Kind == model.InputStarved {
 			found = true
 			if len(f.Evidence) == 0 || !strings.Contains(f.SeriesURL, "/api/v1/workloads/"+w.Id+"/metrics?") || !strings.Contains(f.Reason, "data loader") {
@@ -362,7 +363,7 @@ func TestAdviceThroughTheAPI(t *testing.T) {
 // stops the old one.
 func TestApplyRightSize(t *testing.T) {
 	g := start(t, filepath.Join(t.TempDir(), "g.db"), true)
-	s, w := g.launch(model.LaunchRequest{Template: "jupyter-notebook", Team: "vision", Gpu: &model.GPUChoice{MigProfile: ptr("3g.40gb")}})
+	s, w := g.launch(model.LaunchRequest{Template: "jupyter-notebook", Team: "vision", Gpu: &model.GPUChoice{MigProfile: new("3g.40gb")}})
 	if s != 201 {
 		t.Fatalf("launch: %d", s)
 	}
@@ -389,7 +390,7 @@ func TestApplyRightSize(t *testing.T) {
 		t.Fatalf("push: %d %s", s, body)
 	}
 	ctx := t.Context()
-	report := must(g.api.GetWorkloadAdviceWithResponse(ctx, w.Id))(t)
+	report := servertest.Must(g.api.GetWorkloadAdviceWithResponse(ctx, w.Id))(t)
 	if report.StatusCode() != 200 {
 		t.Fatalf("advice: %d", report.StatusCode())
 	}
@@ -401,29 +402,29 @@ func TestApplyRightSize(t *testing.T) {
 		}
 		return nil
 	}
-	if f := over(report.JSON200.Findings); f == nil || f.Recommend == nil || deref(f.Recommend.Profile) != "1g.10gb" || f.MonthlyUSD <= 0 {
+	if f := over(report.JSON200.Findings); f == nil || f.Recommend == nil || servertest.Deref(f.Recommend.Profile) != "1g.10gb" || f.MonthlyUSD <= 0 {
 		t.Fatalf("advice: %s", report.Body)
 	}
-	if team := must(g.api.ListAdviceWithResponse(ctx, &model.ListAdviceParams{Team: ptr("vision")}))(t); team.StatusCode() != 200 || len(deref(team.JSON200).Items) == 0 {
+	if team := servertest.Must(g.api.ListAdviceWithResponse(ctx, &model.ListAdviceParams{Team: new("vision")}))(t); team.StatusCode() != 200 || len(servertest.Deref(team.JSON200).Items) == 0 {
 		t.Fatalf("team advice: %d %s", team.StatusCode(), team.Body)
 	}
-	rollup := must(g.api.GetTemplateAdviceWithResponse(ctx, "jupyter-notebook"))(t)
-	if r := deref(rollup.JSON200); rollup.StatusCode() != 200 || r.Measured != 1 || deref(r.Recommended) != "1g.10gb" {
+	rollup := servertest.Must(g.api.GetTemplateAdviceWithResponse(ctx, "jupyter-notebook"))(t)
+	if r := servertest.Deref(rollup.JSON200); rollup.StatusCode() != 200 || r.Measured != 1 || servertest.Deref(r.Recommended) != "1g.10gb" {
 		t.Fatalf("template advice: %d %s", rollup.StatusCode(), rollup.Body)
 	}
-	kind := model.ApplyWorkloadAdviceJSONRequestBody{Kind: ptr("over-provisioned")}
-	ar := must(g.api.ApplyWorkloadAdviceWithResponse(ctx, w.Id, kind))(t)
+	kind := model.ApplyWorkloadAdviceJSONRequestBody{Kind: new("over-provisioned")}
+	ar := servertest.Must(g.api.ApplyWorkloadAdviceWithResponse(ctx, w.Id, kind))(t)
 	if ar.StatusCode() != 201 {
 		t.Fatalf("apply: %d %s", ar.StatusCode(), ar.Body)
 	}
-	if applied := ar.JSON201; applied.Workload.Id == w.Id || deref(applied.Workload.Gpu.MigProfile) != "1g.10gb" || applied.Applied.Kind != model.OverProvisioned {
+	if applied := ar.JSON201; applied.Workload.Id == w.Id || servertest.Deref(applied.Workload.Gpu.MigProfile) != "1g.10gb" || applied.Applied.Kind != model.OverProvisioned {
 		t.Fatalf("applied: %s", ar.Body)
 	}
 	if old := g.workload(w.Id); old.Status != "Stopped" {
 		t.Fatalf("the old notebook is %s, want Stopped", old.Status)
 	}
 	// A second apply (a double click) relaunches nothing more.
-	if s := must(g.api.ApplyWorkloadAdviceWithResponse(ctx, w.Id, kind))(t).StatusCode(); s != 409 {
+	if s := servertest.Must(g.api.ApplyWorkloadAdviceWithResponse(ctx, w.Id, kind))(t).StatusCode(); s != 409 {
 		t.Fatalf("a second apply: %d, want 409", s)
 	}
 	g.waitStatus(ar.JSON201.Workload.Id, "Running")

@@ -15,6 +15,7 @@ import (
 	"github.com/gantryhq/gantry/api/model"
 	"github.com/gantryhq/gantry/internal/devcluster"
 	"github.com/gantryhq/gantry/internal/devcluster/clustertest"
+	"github.com/gantryhq/gantry/internal/servertest"
 	"github.com/gantryhq/gantry/internal/store/storetest"
 	"github.com/gantryhq/gantry/internal/waitfor"
 )
@@ -103,7 +104,7 @@ func TestRollingUpgrade(t *testing.T) {
 		t.Helper()
 		waitfor.Until(t, 90*time.Second, id+" "+string(want)+" at "+url, func() error {
 			if got := getWorkload(t, url, tok, id); got.Status != want {
-				return fmt.Errorf("status %s (%s)", got.Status, deref(got.Reason))
+				return fmt.Errorf("status %s (%s)", got.Status, servertest.Deref(got.Reason))
 			}
 			return nil
 		})
@@ -123,7 +124,7 @@ func TestRollingUpgrade(t *testing.T) {
 	w2 := launch(cur.URL, tok)
 	for _, url := range []string{old.URL, cur.URL} {
 		waitStatus(url, tok, w2.Id, "Running")
-		if r := must(newClient(url, tok).ListWorkloadsWithResponse(t.Context(), &model.ListWorkloadsParams{Team: &team}))(t); r.StatusCode() != 200 {
+		if r := servertest.Must(servertest.Client(url, tok).ListWorkloadsWithResponse(t.Context(), &model.ListWorkloadsParams{Team: &team}))(t); r.StatusCode() != 200 {
 			t.Fatalf("list at %s after the migration: %d %s", url, r.StatusCode(), r.Body)
 		}
 	}
@@ -151,5 +152,5 @@ func TestRollingUpgrade(t *testing.T) {
 // stopAt stops a workload at url with tok and returns the status.
 func stopAt(t *testing.T, url, tok, id string) int {
 	t.Helper()
-	return must(newClient(url, tok).StopWorkloadWithResponse(t.Context(), id))(t).StatusCode()
+	return servertest.Must(servertest.Client(url, tok).StopWorkloadWithResponse(t.Context(), id))(t).StatusCode()
 }

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/gantryhq/gantry/api/model"
+	"github.com/gantryhq/gantry/internal/servertest"
 	"github.com/gantryhq/gantry/internal/waitfor"
 )
 
@@ -33,7 +34,7 @@ func TestVMLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, w := g.launch(model.LaunchRequest{Template: "gpu-vm", Team: "vision", Gpu: &model.GPUChoice{Count: ptr(2)},
+	s, w := g.launch(model.LaunchRequest{Template: "gpu-vm", Team: "vision", Gpu: &model.GPUChoice{Count: new(2)},
 		Parameters: &model.Parameters{"sshPublicKey": sshKey}})
 	if s != 201 || w.Kind != model.WorkloadKindVm || !w.Applied {
 		t.Fatalf("launch: %d %s", s, asJSON(w))
@@ -54,8 +55,8 @@ func TestVMLifecycle(t *testing.T) {
 	gpus, _, _ := unstructured.NestedSlice(vm.Object, "spec", "template", "spec", "domain", "devices", "gpus")
 	vols, _, _ := unstructured.NestedSlice(vm.Object, "spec", "template", "spec", "volumes")
 	disk, _, _ := unstructured.NestedString(vols[0].(map[string]any), "containerDisk", "image")
-	if rs != "Always" || len(gpus) != 2 || gpus[0].(map[string]any)["deviceName"] != "nvidia.com/AD104GL_L4" || disk != deref(w.Image) {
-		t.Fatalf("VirtualMachine: runStrategy %q, gpus %v, disk %q (workload image %q)", rs, gpus, disk, deref(w.Image))
+	if rs != "Always" || len(gpus) != 2 || gpus[0].(map[string]any)["deviceName"] != "nvidia.com/AD104GL_L4" || disk != servertest.Deref(w.Image) {
+		t.Fatalf("VirtualMachine: runStrategy %q, gpus %v, disk %q (workload image %q)", rs, gpus, disk, servertest.Deref(w.Image))
 	}
 
 	// KubeVirt's controller would report the VM running.
@@ -78,8 +79,8 @@ func TestVMLifecycle(t *testing.T) {
 		"message": "0/11 nodes are available: 11 Insufficient nvidia.com/AD104GL_L4."})
 	// Kueue's Workload and the VM are watched apart: the first report may
 	// still see it queued; the scheduler's reason follows.
-	got := waitFor(t, g, w.Id, func(x model.Workload) bool { return x.Status == "Pending" && deref(x.Reason) != "" })
-	if got.Status != "Pending" || deref(got.Reason) != "0/11 nodes are available: 11 Insufficient nvidia.com/AD104GL_L4." {
+	got := waitFor(t, g, w.Id, func(x model.Workload) bool { return x.Status == "Pending" && servertest.Deref(x.Reason) != "" })
+	if got.Status != "Pending" || servertest.Deref(got.Reason) != "0/11 nodes are available: 11 Insufficient nvidia.com/AD104GL_L4." {
 		t.Errorf("unschedulable VM: %s", asJSON(got))
 	}
 	setStatus("Running", map[string]any{"type": "Ready", "status": "True"})
@@ -112,7 +113,7 @@ func TestVMLifecycle(t *testing.T) {
 	setStatus("Running", map[string]any{"type": "Ready", "status": "True"})
 	g.waitStatus(w.Id, "Running")
 
-	if s := must(g.api.DeleteWorkloadWithResponse(ctx, w.Id))(t).StatusCode(); s != 204 {
+	if s := servertest.Must(g.api.DeleteWorkloadWithResponse(ctx, w.Id))(t).StatusCode(); s != 204 {
 		t.Fatalf("delete %s: %d", w.Id, s)
 	}
 	waitfor.Until(t, 30*time.Second, "the VirtualMachine to go after delete", func() error {

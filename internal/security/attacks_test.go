@@ -42,18 +42,18 @@ func TestAttacks(t *testing.T) {
 		w.tok[u] = s.token(t, model.TokenRequest{Name: "security-probe", ExpiresInDays: 1})
 		w.api[u] = g.bearerClient(t, w.tok[u].Token)
 	}
-	w.readOnly = w.ses["alice"].token(t, model.TokenRequest{Name: "read-only probe", ExpiresInDays: 1, ReadOnly: ptr(true)})
+	w.readOnly = w.ses["alice"].token(t, model.TokenRequest{Name: "read-only probe", ExpiresInDays: 1, ReadOnly: new(true)})
 	ctx := t.Context()
-	ac := must(w.api["alice"].GetAuthConfigWithResponse(ctx))(t)
+	ac := servertest.Must(w.api["alice"].GetAuthConfigWithResponse(ctx))(t)
 	if ac.StatusCode() != http.StatusOK {
 		t.Fatalf("the sign-in configuration: %s", show(ac))
 	}
 	w.issuer = ac.JSON200.Issuer
 
-	if r := must(w.api["ada"].CreateTemplateWithResponse(ctx, probeTemplate("sec-probe")))(t); r.StatusCode() != http.StatusCreated {
+	if r := servertest.Must(w.api["ada"].CreateTemplateWithResponse(ctx, probeTemplate("sec-probe")))(t); r.StatusCode() != http.StatusCreated {
 		t.Fatalf("ada creates the probe template: %s", show(r))
 	}
-	r := must(w.api["alice"].CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "dev-environment", Team: "vision"}))(t)
+	r := servertest.Must(w.api["alice"].CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "dev-environment", Team: "vision"}))(t)
 	if r.StatusCode() != http.StatusCreated {
 		t.Fatalf("alice launches dev-environment in vision: %s", show(r))
 	}
@@ -61,7 +61,7 @@ func TestAttacks(t *testing.T) {
 		t.Fatalf("alice's notebook: %s; want a Pending notebook (no cluster: launches are recorded)", show(r))
 	}
 	w.notebook = r.JSON201.Id
-	r = must(w.api["nina"].CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "dev-environment", Team: "nlp"}))(t)
+	r = servertest.Must(w.api["nina"].CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "dev-environment", Team: "nlp"}))(t)
 	if r.StatusCode() != http.StatusCreated {
 		t.Fatalf("nina launches dev-environment in nlp: %s", show(r))
 	}
@@ -142,7 +142,7 @@ func wantStatus(t *testing.T, what string, r answer, want int) problem {
 // userID finds the id of the user with subject, as c lists them.
 func userID(t *testing.T, c *client, subject string) string {
 	t.Helper()
-	r := must(c.ListUsersWithResponse(t.Context()))(t)
+	r := servertest.Must(c.ListUsersWithResponse(t.Context()))(t)
 	if r.StatusCode() != http.StatusOK {
 		t.Fatalf("list users: %s", show(r))
 	}
@@ -158,17 +158,17 @@ func userID(t *testing.T, c *client, subject string) string {
 // templateStatus is the status of one version of a template.
 func templateStatus(t *testing.T, c *client, name string, version int) string {
 	t.Helper()
-	r := must(c.GetTemplateWithResponse(t.Context(), name, &model.GetTemplateParams{Version: &version}))(t)
+	r := servertest.Must(c.GetTemplateWithResponse(t.Context(), name, &model.GetTemplateParams{Version: &version}))(t)
 	if r.StatusCode() != http.StatusOK {
 		t.Fatalf("read %s version %d: %s", name, version, show(r))
 	}
-	return string(deref(r.JSON200.Status))
+	return string(servertest.Deref(r.JSON200.Status))
 }
 
 // workloadStatus reads a workload's status as c.
 func workloadStatus(t *testing.T, c *client, id string) string {
 	t.Helper()
-	r := must(c.GetWorkloadWithResponse(t.Context(), id))(t)
+	r := servertest.Must(c.GetWorkloadWithResponse(t.Context(), id))(t)
 	if r.StatusCode() != http.StatusOK {
 		t.Fatalf("read workload %s: %s", id, show(r))
 	}

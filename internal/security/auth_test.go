@@ -28,6 +28,7 @@ import (
 	"github.com/gantryhq/gantry/api/model"
 	"github.com/gantryhq/gantry/internal/clilogin"
 	"github.com/gantryhq/gantry/internal/devidp"
+	"github.com/gantryhq/gantry/internal/servertest"
 )
 
 // 1. A sign-in's ?return= comes back to a page of Gantry's own origin only.
@@ -88,18 +89,18 @@ func testNarrowedAdminToken(t *testing.T, w *world) {
 	ctx := t.Context()
 	for _, c := range []struct{ who, team string }{{"alice", "nlp"}, {"alice", "ghost"}, {"ada", "ghost"}} {
 		s := w.ses[c.who]
-		r := must(s.CreateTokenWithResponse(ctx, model.TokenRequest{Name: "narrowed elsewhere", ExpiresInDays: 1, Team: &c.team}, s.withCSRF()))(t)
+		r := servertest.Must(s.CreateTokenWithResponse(ctx, model.TokenRequest{Name: "narrowed elsewhere", ExpiresInDays: 1, Team: &c.team}, s.withCSRF()))(t)
 		if p := wantStatus(t, c.who+" narrows a token to "+c.team, r, http.StatusUnprocessableEntity); !slices.Contains(p.fields(), "team") {
 			t.Errorf("%s narrows a token to %s: fields %v, want team", c.who, c.team, p.fields())
 		}
 	}
-	narrow := w.ses["ada"].token(t, model.TokenRequest{Name: "narrowed", ExpiresInDays: 1, Team: ptr("vision")})
+	narrow := w.ses["ada"].token(t, model.TokenRequest{Name: "narrowed", ExpiresInDays: 1, Team: new("vision")})
 	c := g.bearerClient(t, narrow.Token)
 	aliceID := userID(t, admin, "dev-alice")
 	// ada launches in team nlp with her full token, under an Idempotency-Key.
 	inNLP := model.LaunchRequest{Template: "dev-environment", Team: "nlp"}
-	replay := &model.CreateWorkloadParams{IdempotencyKey: ptr("sec-narrowed-replay")}
-	r := must(admin.CreateWorkloadWithResponse(ctx, replay, inNLP))(t)
+	replay := &model.CreateWorkloadParams{IdempotencyKey: new("sec-narrowed-replay")}
+	r := servertest.Must(admin.CreateWorkloadWithResponse(ctx, replay, inNLP))(t)
 	if r.StatusCode() != http.StatusCreated {
 		t.Fatalf("ada launches in nlp: %s", show(r))
 	}
@@ -114,7 +115,7 @@ func testNarrowedAdminToken(t *testing.T, w *world) {
 			return c.CreateTemplateWithResponse(ctx, probeTemplate("sec-narrowed"))
 		}},
 		{"deprecate a template version", "PUT /api/v1/templates/sec-probe/versions/1/status", func(ctx context.Context) (answer, error) {
-			return c.SetTemplateVersionStatusWithResponse(ctx, "sec-probe", 1, model.SetTemplateVersionStatusJSONRequestBody{Status: "deprecated", Reason: ptr("narrowed")})
+			return c.SetTemplateVersionStatusWithResponse(ctx, "sec-probe", 1, model.SetTemplateVersionStatusJSONRequestBody{Status: "deprecated", Reason: new("narrowed")})
 		}},
 		{"list its owner's tokens", "GET /api/v1/tokens", func(ctx context.Context) (answer, error) { return c.ListTokensWithResponse(ctx) }},
 		{"revoke its owner's token", "DELETE /api/v1/tokens/" + w.tok["ada"].Id, func(ctx context.Context) (answer, error) {
@@ -129,7 +130,7 @@ func testNarrowedAdminToken(t *testing.T, w *world) {
 		}},
 	} {
 		t.Run(a.name, func(t *testing.T) {
-			wantStatus(t, a.op, must(a.send(t.Context()))(t), http.StatusForbidden)
+			wantStatus(t, a.op, servertest.Must(a.send(t.Context()))(t), http.StatusForbidden)
 		})
 	}
 	// Another team's workloads are out of its sight, as for a member of vision.
@@ -142,33 +143,33 @@ func testNarrowedAdminToken(t *testing.T, w *world) {
 		{"DELETE", "", func(ctx context.Context, id string) (answer, error) { return c.DeleteWorkloadWithResponse(ctx, id) }},
 	} {
 		t.Run(a.method+" team nlp's workload"+a.suffix, func(t *testing.T) {
-			wantStatus(t, a.method+" nina's workload", must(a.send(t.Context(), w.nlp))(t), http.StatusNotFound)
+			wantStatus(t, a.method+" nina's workload", servertest.Must(a.send(t.Context(), w.nlp))(t), http.StatusNotFound)
 		})
 	}
-	if r := must(c.ListWorkloadsWithResponse(ctx, &model.ListWorkloadsParams{Team: ptr("nlp")}))(t); r.StatusCode() == http.StatusOK && (strings.Contains(string(r.Body), w.nlp) || strings.Contains(string(r.Body), adas)) {
+	if r := servertest.Must(c.ListWorkloadsWithResponse(ctx, &model.ListWorkloadsParams{Team: new("nlp")}))(t); r.StatusCode() == http.StatusOK && (strings.Contains(string(r.Body), w.nlp) || strings.Contains(string(r.Body), adas)) {
 		t.Errorf("the narrowed token lists team nlp's workloads: %s", show(r))
 	}
-	wantStatus(t, "ada's own nlp workload", must(c.GetWorkloadWithResponse(ctx, adas))(t), http.StatusNotFound)
+	wantStatus(t, "ada's own nlp workload", servertest.Must(c.GetWorkloadWithResponse(ctx, adas))(t), http.StatusNotFound)
 	t.Run("replay of ada's nlp launch by its Idempotency-Key", func(t *testing.T) {
-		r := must(c.CreateWorkloadWithResponse(t.Context(), replay, inNLP))(t)
+		r := servertest.Must(c.CreateWorkloadWithResponse(t.Context(), replay, inNLP))(t)
 		wantStatus(t, "POST /api/v1/workloads with ada's nlp key", r, http.StatusForbidden)
 	})
 	if st := workloadStatus(t, w.api["nina"], w.nlp); st != "Pending" {
 		t.Errorf("nina's workload is %s after the refused stop and delete; want Pending", st)
 	}
 	// What it was narrowed to still works: the refusals are the narrowing.
-	me := must(c.GetMeWithResponse(ctx))(t)
+	me := servertest.Must(c.GetMeWithResponse(ctx))(t)
 	wantStatus(t, "GET /api/v1/me", me, http.StatusOK)
-	if m := deref(me.JSON200); m.Via != model.Token || m.AllTeams || !slices.Equal(m.LaunchTeams, []string{"vision"}) {
+	if m := servertest.Deref(me.JSON200); m.Via != model.Token || m.AllTeams || !slices.Equal(m.LaunchTeams, []string{"vision"}) {
 		t.Errorf("/me of the narrowed token: %s; want via token, launching in vision only", show(me))
 	}
-	wantStatus(t, "list team vision's workloads", must(c.ListWorkloadsWithResponse(ctx, &model.ListWorkloadsParams{Team: ptr("vision")}))(t), http.StatusOK)
+	wantStatus(t, "list team vision's workloads", servertest.Must(c.ListWorkloadsWithResponse(ctx, &model.ListWorkloadsParams{Team: new("vision")}))(t), http.StatusOK)
 	// Nothing changed.
-	wantStatus(t, "the refused template", must(admin.GetTemplateWithResponse(ctx, "sec-narrowed", nil))(t), http.StatusNotFound)
+	wantStatus(t, "the refused template", servertest.Must(admin.GetTemplateWithResponse(ctx, "sec-narrowed", nil))(t), http.StatusNotFound)
 	if st := templateStatus(t, admin, "sec-probe", 1); st != "active" {
 		t.Errorf("sec-probe version 1 is %q after the refused deprecation; want active", st)
 	}
-	wantStatus(t, "ada's full token after the refused revocation", must(admin.GetMeWithResponse(ctx))(t), http.StatusOK)
+	wantStatus(t, "ada's full token after the refused revocation", servertest.Must(admin.GetMeWithResponse(ctx))(t), http.StatusOK)
 	if after := admin.workloadCount(t); after != before {
 		t.Errorf("%d workloads before, %d after the refused launch", before, after)
 	}
@@ -205,12 +206,12 @@ func testReadOnlyToken(t *testing.T, w *world) {
 		}},
 	} {
 		t.Run(a.name, func(t *testing.T) {
-			wantStatus(t, a.op, must(a.send(t.Context()))(t), http.StatusForbidden)
+			wantStatus(t, a.op, servertest.Must(a.send(t.Context()))(t), http.StatusForbidden)
 		})
 	}
-	wantStatus(t, "read the catalog", must(c.ListTemplatesWithResponse(ctx))(t), http.StatusOK)
-	wantStatus(t, "alice's other token", must(w.api["alice"].GetMeWithResponse(ctx))(t), http.StatusOK)
-	wantStatus(t, "the read-only token itself", must(c.GetMeWithResponse(ctx))(t), http.StatusOK)
+	wantStatus(t, "read the catalog", servertest.Must(c.ListTemplatesWithResponse(ctx))(t), http.StatusOK)
+	wantStatus(t, "alice's other token", servertest.Must(w.api["alice"].GetMeWithResponse(ctx))(t), http.StatusOK)
+	wantStatus(t, "the read-only token itself", servertest.Must(c.GetMeWithResponse(ctx))(t), http.StatusOK)
 	if st := workloadStatus(t, w.api["alice"], w.notebook); st != "Pending" {
 		t.Errorf("alice's notebook is %s after the refused stop and delete; want Pending", st)
 	}
@@ -233,11 +234,11 @@ func testForgedJWTs(t *testing.T, w *world) {
 	g := w.g
 	real := w.idToken
 	genuine := g.bearerClient(t, real)
-	r := must(genuine.GetMeWithResponse(t.Context()))(t)
-	if r.StatusCode() != http.StatusOK || deref(r.JSON200).Via != model.Bearer {
+	r := servertest.Must(genuine.GetMeWithResponse(t.Context()))(t)
+	if r.StatusCode() != http.StatusOK || servertest.Deref(r.JSON200).Via != model.Bearer {
 		t.Fatalf("/me with alice's genuine ID token: %s; want 200 via bearer", show(r))
 	}
-	wantStatus(t, "alice's genuine ID token on the audit log", must(genuine.ListAuditWithResponse(t.Context(), nil))(t), http.StatusForbidden)
+	wantStatus(t, "alice's genuine ID token on the audit log", servertest.Must(genuine.ListAuditWithResponse(t.Context(), nil))(t), http.StatusForbidden)
 
 	parts := strings.Split(real, ".")
 	if len(parts) != 3 {
@@ -292,7 +293,7 @@ func testForgedJWTs(t *testing.T, w *world) {
 		{"alice's token id with a wrong secret", "gnt_" + w.tok["alice"].Id + "_" + b64(garbage[:24])},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			r := must(g.bearerClient(t, c.bearer).ListAuditWithResponse(t.Context(), nil))(t)
+			r := servertest.Must(g.bearerClient(t, c.bearer).ListAuditWithResponse(t.Context(), nil))(t)
 			p := wantStatus(t, "GET /api/v1/audit", r, http.StatusUnauthorized)
 			if ch := r.HTTPResponse.Header.Get("WWW-Authenticate"); !strings.Contains(ch, `error="invalid_token"`) {
 				t.Errorf("challenge %q; want error=\"invalid_token\"", ch)
@@ -305,7 +306,7 @@ func testForgedJWTs(t *testing.T, w *world) {
 	if n := hits.Load(); n != 0 {
 		t.Errorf("Gantry fetched keys from the attacker's server %d times", n)
 	}
-	wantStatus(t, "alice's genuine ID token afterwards", must(genuine.GetMeWithResponse(t.Context()))(t), http.StatusOK)
+	wantStatus(t, "alice's genuine ID token afterwards", servertest.Must(genuine.GetMeWithResponse(t.Context()))(t), http.StatusOK)
 }
 
 // deviceSignIn signs in with the device grant as `gantry login` does,
@@ -468,7 +469,7 @@ func testAnonymousFlood(t *testing.T, w *world) {
 	}
 	same := g.clientFrom(t, c.src)
 	same.bearer = w.tok["alice"].Token
-	wantStatus(t, "a valid token from the flooding address", must(same.ListTemplatesWithResponse(t.Context()))(t), http.StatusOK)
+	wantStatus(t, "a valid token from the flooding address", servertest.Must(same.ListTemplatesWithResponse(t.Context()))(t), http.StatusOK)
 
 	var rows []record
 	for _, r := range admin.audit(t, head) {
@@ -511,21 +512,21 @@ func testDeactivatedUser(t *testing.T, w *world) {
 	id := userID(t, admin, "dev-alice")
 	tk := w.ses["alice"].token(t, model.TokenRequest{Name: "before deactivation", ExpiresInDays: 1})
 	c := g.bearerClient(t, tk.Token)
-	wantStatus(t, "alice's token before", must(c.GetMeWithResponse(ctx))(t), http.StatusOK)
+	wantStatus(t, "alice's token before", servertest.Must(c.GetMeWithResponse(ctx))(t), http.StatusOK)
 	head := admin.auditHead(t)
 
 	// Streams open before the deactivation end with it.
 	streams := []<-chan time.Time{c.stream(t, w.notebook), w.ses["alice"].stream(t, w.notebook)}
 	start := time.Now()
-	wantStatus(t, "ada deactivates alice", must(admin.DeactivateUserWithResponse(ctx, id))(t), http.StatusOK)
+	wantStatus(t, "ada deactivates alice", servertest.Must(admin.DeactivateUserWithResponse(ctx, id))(t), http.StatusOK)
 	for _, s := range streams {
 		wantEnded(t, "alice deactivated", start, s)
 	}
 	defer func() {
 		ctx := context.Background() // deferred: t.Context() may be done by then
-		wantStatus(t, "ada reactivates alice", must(admin.ReactivateUserWithResponse(ctx, id))(t), http.StatusOK)
-		wantStatus(t, "alice's token after reactivation", must(c.GetMeWithResponse(ctx))(t), http.StatusOK)
-		wantStatus(t, "alice's session after reactivation", must(w.ses["alice"].GetMeWithResponse(ctx))(t), http.StatusOK)
+		wantStatus(t, "ada reactivates alice", servertest.Must(admin.ReactivateUserWithResponse(ctx, id))(t), http.StatusOK)
+		wantStatus(t, "alice's token after reactivation", servertest.Must(c.GetMeWithResponse(ctx))(t), http.StatusOK)
+		wantStatus(t, "alice's session after reactivation", servertest.Must(w.ses["alice"].GetMeWithResponse(ctx))(t), http.StatusOK)
 	}()
 	for _, a := range []struct {
 		name string
@@ -538,7 +539,7 @@ func testDeactivatedUser(t *testing.T, w *world) {
 		{"the provider's ID token", g.bearerClient(t, w.idToken)},
 	} {
 		t.Run(a.name, func(t *testing.T) {
-			p := wantStatus(t, "GET /api/v1/me", must(a.as.GetMeWithResponse(t.Context()))(t), http.StatusUnauthorized)
+			p := wantStatus(t, "GET /api/v1/me", servertest.Must(a.as.GetMeWithResponse(t.Context()))(t), http.StatusUnauthorized)
 			if !strings.Contains(p.Detail, "deactivated") {
 				t.Errorf("the 401 does not say the user is deactivated: %q", p.Detail)
 			}
@@ -571,7 +572,7 @@ func testCSRF(t *testing.T, w *world) {
 	ctx := t.Context()
 	tokens := func() int {
 		t.Helper()
-		r := must(s.ListTokensWithResponse(ctx))(t)
+		r := servertest.Must(s.ListTokensWithResponse(ctx))(t)
 		if r.StatusCode() != http.StatusOK {
 			t.Fatalf("alice lists her tokens: %s", show(r))
 		}
@@ -586,11 +587,15 @@ func testCSRF(t *testing.T, w *world) {
 		send func(ctx context.Context) (answer, error)
 	}{
 		{"make a token without the header", func(ctx context.Context) (answer, error) { return makeToken(ctx) }},
-		{"make a token with a wrong header", func(ctx context.Context) (answer, error) { return makeToken(ctx, header("X-CSRF-Token", "wrong")) }},
-		{"make a token with lee's token", func(ctx context.Context) (answer, error) {
-			return makeToken(ctx, header("X-CSRF-Token", w.ses["lee"].csrf))
+		{"make a token with a wrong header", func(ctx context.Context) (answer, error) {
+			return makeToken(ctx, servertest.Header("X-CSRF-Token", "wrong"))
 		}},
-		{"make a token with an empty header", func(ctx context.Context) (answer, error) { return makeToken(ctx, header("X-CSRF-Token", "")) }},
+		{"make a token with lee's token", func(ctx context.Context) (answer, error) {
+			return makeToken(ctx, servertest.Header("X-CSRF-Token", w.ses["lee"].csrf))
+		}},
+		{"make a token with an empty header", func(ctx context.Context) (answer, error) {
+			return makeToken(ctx, servertest.Header("X-CSRF-Token", ""))
+		}},
 		{"launch without the header", func(ctx context.Context) (answer, error) {
 			return s.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "dev-environment", Team: "vision"})
 		}},
@@ -600,7 +605,7 @@ func testCSRF(t *testing.T, w *world) {
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			r := must(c.send(t.Context()))(t)
+			r := servertest.Must(c.send(t.Context()))(t)
 			if p := wantStatus(t, c.name, r, http.StatusForbidden); !strings.Contains(p.Detail, "X-CSRF-Token") && r.StatusCode() == http.StatusForbidden {
 				t.Errorf("the refusal does not name the header: %q", p.Detail)
 			}
@@ -612,8 +617,8 @@ func testCSRF(t *testing.T, w *world) {
 			t.Errorf("sign out with a forged form token: %s; want 403", r)
 		}
 	})
-	wantStatus(t, "alice's session afterwards", must(s.GetMeWithResponse(ctx))(t), http.StatusOK)
-	wantStatus(t, "alice's token afterwards", must(w.api["alice"].GetMeWithResponse(ctx))(t), http.StatusOK)
+	wantStatus(t, "alice's session afterwards", servertest.Must(s.GetMeWithResponse(ctx))(t), http.StatusOK)
+	wantStatus(t, "alice's token afterwards", servertest.Must(w.api["alice"].GetMeWithResponse(ctx))(t), http.StatusOK)
 	if st := workloadStatus(t, w.api["alice"], w.notebook); st != "Pending" {
 		t.Errorf("alice's notebook is %s; want Pending", st)
 	}
@@ -624,7 +629,7 @@ func testCSRF(t *testing.T, w *world) {
 		t.Errorf("%d workloads before, %d after", nWorkloads, n)
 	}
 	// With its own token the same request works: the refusals were the CSRF check.
-	r := must(s.CreateTokenWithResponse(ctx, model.TokenRequest{Name: "csrf ok", ExpiresInDays: 1}, s.withCSRF()))(t)
+	r := servertest.Must(s.CreateTokenWithResponse(ctx, model.TokenRequest{Name: "csrf ok", ExpiresInDays: 1}, s.withCSRF()))(t)
 	var tk model.TokenCreated
 	if wantStatus(t, "make a token with the header", r, http.StatusCreated); r.StatusCode() == http.StatusCreated {
 		tk = *r.JSON201
@@ -633,7 +638,7 @@ func testCSRF(t *testing.T, w *world) {
 	if cc := r.HTTPResponse.Header.Get("Cache-Control"); cc != "no-store" {
 		t.Errorf("the answer carrying a token's secret has Cache-Control %q; want no-store", cc)
 	}
-	wantStatus(t, "revoke with the header", must(s.RevokeTokenWithResponse(ctx, tk.Id, s.withCSRF()))(t), http.StatusNoContent)
+	wantStatus(t, "revoke with the header", servertest.Must(s.RevokeTokenWithResponse(ctx, tk.Id, s.withCSRF()))(t), http.StatusNoContent)
 }
 
 // stream opens a workload's watch stream as c and reads its first event;
@@ -691,7 +696,7 @@ func testStreamsEndWithTheirCredential(t *testing.T, w *world) {
 	byToken := g.bearerClient(t, tk.Token).stream(t, w.notebook)
 	bySession := ses.stream(t, w.notebook)
 	start := time.Now()
-	wantStatus(t, "revoke the token", must(ses.RevokeTokenWithResponse(t.Context(), tk.Id, ses.withCSRF()))(t), http.StatusNoContent)
+	wantStatus(t, "revoke the token", servertest.Must(ses.RevokeTokenWithResponse(t.Context(), tk.Id, ses.withCSRF()))(t), http.StatusNoContent)
 	wantEnded(t, "token revoked", start, byToken)
 	start = time.Now()
 	r := ses.raw(t, "POST", "/auth/logout", "csrf="+url.QueryEscape(ses.csrf), "Content-Type", "application/x-www-form-urlencoded") // raw: the portal's form
@@ -714,13 +719,13 @@ func testSecondFactor(t *testing.T, w *world) {
 	tok := ida.token(t, model.TokenRequest{Name: "no second factor", ExpiresInDays: 1})
 	ctx := t.Context()
 	for name, c := range map[string]*client{"her session": ida, "her token": g.bearerClient(t, tok.Token)} {
-		p := wantStatus(t, name+": GET /api/v1/audit", must(c.ListAuditWithResponse(ctx, nil))(t), http.StatusForbidden)
+		p := wantStatus(t, name+": GET /api/v1/audit", servertest.Must(c.ListAuditWithResponse(ctx, nil))(t), http.StatusForbidden)
 		if p.Type != "https://gantry.dev/problems/second-factor-required" || !strings.Contains(p.Detail, "second factor") {
 			t.Errorf("%s: problem %+v, want the second-factor problem", name, p)
 		}
-		wantStatus(t, name+": her team's workloads", must(c.ListWorkloadsWithResponse(ctx, &model.ListWorkloadsParams{Team: ptr("vision")}))(t), http.StatusOK)
+		wantStatus(t, name+": her team's workloads", servertest.Must(c.ListWorkloadsWithResponse(ctx, &model.ListWorkloadsParams{Team: new("vision")}))(t), http.StatusOK)
 	}
-	wantStatus(t, "ada, with a second factor: GET /api/v1/audit", must(w.api["ada"].ListAuditWithResponse(ctx, nil))(t), http.StatusOK)
+	wantStatus(t, "ada, with a second factor: GET /api/v1/audit", servertest.Must(w.api["ada"].ListAuditWithResponse(ctx, nil))(t), http.StatusOK)
 	r := g.newClient(t).noRedirects().raw(t, "GET", "/auth/login?secondFactor=1&return=/platform", "") // raw: the portal's sign-in
 	if loc := r.header.Get("Location"); r.status != http.StatusFound || !strings.Contains(loc, "prompt=login") || !strings.Contains(loc, "max_age=0") {
 		t.Errorf("sign-in for a second factor: %d to %q; want the provider asked for a fresh sign-in", r.status, loc)

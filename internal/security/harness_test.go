@@ -188,42 +188,10 @@ func (g *gantry) typedClient(t *testing.T, hc *http.Client, bearer *string) *api
 	return c
 }
 
-// header is a request editor that sets one header on a typed call.
-func header(name, value string) apiclient.RequestEditorFn {
-	return func(_ context.Context, r *http.Request) error {
-		r.Header.Set(name, value)
-		return nil
-	}
-}
-
 // withCSRF sends a signed-in browser's CSRF token with a typed call.
-func (c *client) withCSRF() apiclient.RequestEditorFn { return header("X-CSRF-Token", c.csrf) }
-
-// must is a typed call's answer: a request that got no answer (the client
-// gives up after 20 s), or an answer that does not decode as openapi.yaml
-// says, fails the test.
-//
-//	r := must(c.GetWorkloadWithResponse(ctx, id))(t)
-func must[R any](r R, err error) func(testing.TB) R {
-	return func(t testing.TB) R {
-		t.Helper()
-		if err != nil {
-			t.Fatalf("the typed client: %v", err)
-		}
-		return r
-	}
+func (c *client) withCSRF() apiclient.RequestEditorFn {
+	return servertest.Header("X-CSRF-Token", c.csrf)
 }
-
-// deref is *p, or T's zero value when p is nil.
-func deref[T any](p *T) T {
-	if p == nil {
-		var zero T
-		return zero
-	}
-	return *p
-}
-
-func ptr[T any](v T) *T { return &v }
 
 // hops records every response a client received, redirects included.
 type hops struct {
@@ -329,7 +297,7 @@ func (c *client) cookie(name string) string {
 // (POST /api/v1/tokens with the CSRF header).
 func (c *client) token(t *testing.T, req model.TokenRequest) model.TokenCreated {
 	t.Helper()
-	r := must(c.CreateTokenWithResponse(t.Context(), req, c.withCSRF()))(t)
+	r := servertest.Must(c.CreateTokenWithResponse(t.Context(), req, c.withCSRF()))(t)
 	if r.StatusCode() != http.StatusCreated {
 		t.Fatalf("make a token %+v: %s", req, show(r))
 	}
@@ -396,7 +364,7 @@ func problemOf(t *testing.T, r answer) problem {
 	} else if err := json.Unmarshal(r.GetBody(), &doc); err != nil {
 		t.Fatalf("answer is not a problem document (%v): %s", err, show(r))
 	}
-	p := problem{Type: doc.Type, Title: doc.Title, Status: doc.Status, Detail: deref(doc.Detail), Errors: deref(doc.Errors)}
+	p := problem{Type: doc.Type, Title: doc.Title, Status: doc.Status, Detail: servertest.Deref(doc.Detail), Errors: servertest.Deref(doc.Errors)}
 	if p.Status != r.StatusCode() {
 		t.Errorf("problem status %d differs from the response's %d", p.Status, r.StatusCode())
 	}
@@ -465,7 +433,7 @@ func (c *client) audit(t *testing.T, after int64) []record {
 	t.Helper()
 	var out []record
 	for {
-		r := must(c.ListAuditWithResponse(t.Context(), &model.ListAuditParams{Limit: ptr(1000), After: &after}))(t)
+		r := servertest.Must(c.ListAuditWithResponse(t.Context(), &model.ListAuditParams{Limit: new(1000), After: &after}))(t)
 		if r.StatusCode() != http.StatusOK {
 			t.Fatalf("read the audit log: %s", show(r))
 		}
@@ -492,14 +460,14 @@ func (c *client) auditHead(t *testing.T) int64 {
 // workloadCount is how many workloads admin sees (every team's).
 func (c *client) workloadCount(t *testing.T) int {
 	t.Helper()
-	n, params := 0, &model.ListWorkloadsParams{Limit: ptr(500)}
+	n, params := 0, &model.ListWorkloadsParams{Limit: new(500)}
 	for {
-		r := must(c.ListWorkloadsWithResponse(t.Context(), params))(t)
+		r := servertest.Must(c.ListWorkloadsWithResponse(t.Context(), params))(t)
 		if r.StatusCode() != http.StatusOK {
 			t.Fatalf("list workloads: %s", show(r))
 		}
 		n += len(r.JSON200.Items)
-		if deref(r.JSON200.NextCursor) == "" {
+		if servertest.Deref(r.JSON200.NextCursor) == "" {
 			return n
 		}
 		params.Cursor = r.JSON200.NextCursor

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/gantryhq/gantry/api/model"
+	"github.com/gantryhq/gantry/internal/servertest"
 	"github.com/gantryhq/gantry/internal/waitfor"
 )
 
@@ -100,7 +101,7 @@ func testOversizedBodies(t *testing.T, w *world) {
 			t.Logf("413 after %v; %d bytes sent before the connection closed", time.Since(start).Round(time.Millisecond), written)
 		})
 	}
-	wantStatus(t, "/healthz afterwards", must(admin.GetHealthWithResponse(t.Context()))(t), http.StatusOK)
+	wantStatus(t, "/healthz afterwards", servertest.Must(admin.GetHealthWithResponse(t.Context()))(t), http.StatusOK)
 	if after := admin.workloadCount(t); after != before {
 		t.Errorf("%d workloads before, %d after", before, after)
 	}
@@ -168,14 +169,14 @@ func testDuplicateKeys(t *testing.T, w *world) {
 			}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			p := wantStatus(t, c.name, must(c.send(t.Context(), w.api[c.who], strings.NewReader(c.body)))(t), http.StatusUnprocessableEntity)
+			p := wantStatus(t, c.name, servertest.Must(c.send(t.Context(), w.api[c.who], strings.NewReader(c.body)))(t), http.StatusUnprocessableEntity)
 			if !slices.Contains(p.fields(), c.field) {
 				t.Errorf("problem fields %v; want %q named", p.fields(), c.field)
 			}
 		})
 	}
 	for _, name := range []string{"sec-dup-a", "sec-dup-b", "sec-dup-c"} {
-		wantStatus(t, "template "+name, must(admin.GetTemplateWithResponse(t.Context(), name, nil))(t), http.StatusNotFound)
+		wantStatus(t, "template "+name, servertest.Must(admin.GetTemplateWithResponse(t.Context(), name, nil))(t), http.StatusNotFound)
 	}
 	if st := templateStatus(t, admin, "sec-probe", 1); st != "active" {
 		t.Errorf("sec-probe version 1 is %q after the refused status change; want active", st)
@@ -227,7 +228,7 @@ func testHugeExponents(t *testing.T, w *world) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			start := time.Now()
-			r := must(c.send(t.Context(), w.api[c.who]))(t) // the client gives up after 20 s: a hang fails here
+			r := servertest.Must(c.send(t.Context(), w.api[c.who]))(t) // the client gives up after 20 s: a hang fails here
 			elapsed := time.Since(start)
 			p := wantStatus(t, c.name, r, http.StatusUnprocessableEntity)
 			if r.StatusCode() == http.StatusUnprocessableEntity && !slices.Contains(p.fields(), c.field) {
@@ -239,7 +240,7 @@ func testHugeExponents(t *testing.T, w *world) {
 		})
 	}
 	for _, name := range []string{"sec-exp-a", "sec-exp-b", "sec-exp-c"} {
-		wantStatus(t, "template "+name, must(admin.GetTemplateWithResponse(t.Context(), name, nil))(t), http.StatusNotFound)
+		wantStatus(t, "template "+name, servertest.Must(admin.GetTemplateWithResponse(t.Context(), name, nil))(t), http.StatusNotFound)
 	}
 	if after := admin.workloadCount(t); after != before {
 		t.Errorf("%d workloads before, %d after", before, after)
@@ -272,7 +273,7 @@ func testHeaders(t *testing.T, w *world, slow *slowHeaders) {
 			default:
 				t.Logf("%s", r)
 			}
-			wantStatus(t, "/healthz afterwards", must(w.api["alice"].GetHealthWithResponse(t.Context()))(t), http.StatusOK)
+			wantStatus(t, "/healthz afterwards", servertest.Must(w.api["alice"].GetHealthWithResponse(t.Context()))(t), http.StatusOK)
 		})
 	}
 	t.Run("headers that never end", func(t *testing.T) {
@@ -372,7 +373,7 @@ func testDeepBodies(t *testing.T, w *world) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			start := time.Now()
-			p := wantStatus(t, c.name, must(c.send(t.Context(), w.api[c.who], strings.NewReader(c.body)))(t), http.StatusBadRequest)
+			p := wantStatus(t, c.name, servertest.Must(c.send(t.Context(), w.api[c.who], strings.NewReader(c.body)))(t), http.StatusBadRequest)
 			took := time.Since(start)
 			if len(p.Errors) != 1 || !strings.HasPrefix(p.Errors[0].Field, c.field) || !strings.Contains(p.Errors[0].Detail, c.limit) {
 				t.Errorf("problem %+v; want one field under %q saying %q", p, c.field, c.limit)
@@ -389,7 +390,7 @@ func testDeepBodies(t *testing.T, w *world) {
 	// answer names the file and line.
 	yamlDeep := `{"dryRun":true,"files":[{"path":"deep.yaml","content":"apiVersion: gantry.dev/v1alpha1\nkind: Template\nmetadata: {name: deep}\nspec: ` + strings.Repeat("[", 60_000) + `"}]}`
 	start := time.Now()
-	p := wantStatus(t, "catalog apply of a file nested 60,000 deep", must(apply(t.Context(), w.api["ada"], strings.NewReader(yamlDeep)))(t), http.StatusUnprocessableEntity)
+	p := wantStatus(t, "catalog apply of a file nested 60,000 deep", servertest.Must(apply(t.Context(), w.api["ada"], strings.NewReader(yamlDeep)))(t), http.StatusUnprocessableEntity)
 	if len(p.Errors) == 0 || !strings.Contains(p.Errors[0].Detail, "depth") {
 		t.Errorf("problem %+v; want the file's depth named", p)
 	}
@@ -399,5 +400,5 @@ func testDeepBodies(t *testing.T, w *world) {
 	if after > before+150<<20 {
 		t.Errorf("the server's memory grew from %d MB to %d MB", before>>20, after>>20)
 	}
-	wantStatus(t, "/healthz afterwards", must(w.api["vic"].GetHealthWithResponse(t.Context()))(t), http.StatusOK)
+	wantStatus(t, "/healthz afterwards", servertest.Must(w.api["vic"].GetHealthWithResponse(t.Context()))(t), http.StatusOK)
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/gantryhq/gantry/api/model"
+	"github.com/gantryhq/gantry/internal/servertest"
 )
 
 // 4. A preview answers exactly what the launch would: a caller may not learn
@@ -16,7 +17,7 @@ import (
 func testPreviewRefusesWhatLaunchRefuses(t *testing.T, w *world) {
 	admin := w.api["ada"]
 	before := admin.workloadCount(t)
-	h200 := &model.GPUChoice{Class: ptr("H200-141GB")}
+	h200 := &model.GPUChoice{Class: new("H200-141GB")}
 	for _, c := range []struct {
 		name, who, template, team string
 		gpu                       *model.GPUChoice
@@ -32,8 +33,8 @@ func testPreviewRefusesWhatLaunchRefuses(t *testing.T, w *world) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			as := w.api[c.who]
-			preview := must(as.RenderTemplateWithResponse(t.Context(), c.template, model.RenderRequest{Team: c.team, Gpu: c.gpu}))(t)
-			launch := must(as.CreateWorkloadWithResponse(t.Context(), nil, model.LaunchRequest{Template: c.template, Team: c.team, Gpu: c.gpu}))(t)
+			preview := servertest.Must(as.RenderTemplateWithResponse(t.Context(), c.template, model.RenderRequest{Team: c.team, Gpu: c.gpu}))(t)
+			launch := servertest.Must(as.CreateWorkloadWithResponse(t.Context(), nil, model.LaunchRequest{Template: c.template, Team: c.team, Gpu: c.gpu}))(t)
 			wantStatus(t, c.who+" previews "+c.template, preview, c.want)
 			wantStatus(t, c.who+" launches "+c.template, launch, c.want)
 			if strings.Contains(string(preview.Body), `"objects"`) {
@@ -42,8 +43,8 @@ func testPreviewRefusesWhatLaunchRefuses(t *testing.T, w *world) {
 		})
 	}
 	// The same preview in a team the caller may launch in renders.
-	r := must(w.api["alice"].RenderTemplateWithResponse(t.Context(), "dev-environment", model.RenderRequest{Team: "vision"}))(t)
-	if wantStatus(t, "alice previews dev-environment in vision", r, http.StatusOK); len(deref(r.JSON200).Objects) == 0 || !strings.Contains(string(r.Body), `"objects"`) {
+	r := servertest.Must(w.api["alice"].RenderTemplateWithResponse(t.Context(), "dev-environment", model.RenderRequest{Team: "vision"}))(t)
+	if wantStatus(t, "alice previews dev-environment in vision", r, http.StatusOK); len(servertest.Deref(r.JSON200).Objects) == 0 || !strings.Contains(string(r.Body), `"objects"`) {
 		t.Errorf("alice's own preview has no objects: %s", show(r))
 	}
 	if after := admin.workloadCount(t); after != before {
@@ -107,29 +108,29 @@ func testAnotherTeamsWorkload(t *testing.T, w *world) {
 		}
 		t.Run(c.who+" "+c.method+" "+whose+" workload"+c.suffix, func(t *testing.T) {
 			as, send := w.api[c.who], op[strings.TrimSpace(c.method+" "+c.suffix)]
-			r := must(send(t.Context(), as, id))(t)
+			r := servertest.Must(send(t.Context(), as, id))(t)
 			p := wantStatus(t, c.method+" "+whose+" workload"+c.suffix, r, c.want)
 			if c.want != http.StatusNotFound || r.StatusCode() != http.StatusNotFound {
 				return
 			}
 			// Indistinguishable from a workload that does not exist.
-			q := problemOf(t, must(send(t.Context(), as, missing))(t))
+			q := problemOf(t, servertest.Must(send(t.Context(), as, missing))(t))
 			if p.Type != q.Type || p.Title != q.Title || strings.ReplaceAll(p.Detail, id, missing) != q.Detail {
 				t.Errorf("the 404 differs from a missing workload's:\n %+v\n %+v", p, q)
 			}
 		})
 	}
 	t.Run("nina's listings", func(t *testing.T) {
-		for _, q := range []model.ListWorkloadsParams{{}, {Team: ptr("vision")}, {Owner: ptr(w.issuer + "#dev-alice")}, {Template: ptr("dev-environment")}} {
-			r := must(w.api["nina"].ListWorkloadsWithResponse(t.Context(), &q))(t)
+		for _, q := range []model.ListWorkloadsParams{{}, {Team: new("vision")}, {Owner: new(w.issuer + "#dev-alice")}, {Template: new("dev-environment")}} {
+			r := servertest.Must(w.api["nina"].ListWorkloadsWithResponse(t.Context(), &q))(t)
 			if r.StatusCode() >= 500 || strings.Contains(string(r.Body), nb) {
 				t.Errorf("GET /api/v1/workloads with %+v: %s; want alice's workload absent", q, show(r))
 			}
 		}
 	})
 	// By policy, platform engineers and auditors read every team's workloads.
-	wantStatus(t, "pat reads it", must(w.api["pat"].GetWorkloadWithResponse(t.Context(), nb))(t), http.StatusOK)
-	wantStatus(t, "vic reads it", must(w.api["vic"].GetWorkloadWithResponse(t.Context(), nb))(t), http.StatusOK)
+	wantStatus(t, "pat reads it", servertest.Must(w.api["pat"].GetWorkloadWithResponse(t.Context(), nb))(t), http.StatusOK)
+	wantStatus(t, "vic reads it", servertest.Must(w.api["vic"].GetWorkloadWithResponse(t.Context(), nb))(t), http.StatusOK)
 	if st := workloadStatus(t, w.api["alice"], nb); st != "Pending" {
 		t.Errorf("alice's workload is %s after the refused stops and deletes; want Pending", st)
 	}
@@ -233,8 +234,8 @@ func testTemplateInjection(t *testing.T, w *world) {
 		if params != nil {
 			req.Parameters = &params
 		}
-		r := must(alice.RenderTemplateWithResponse(t.Context(), "sec-probe", req))(t)
-		return r, deref(r.JSON200).Objects
+		r := servertest.Must(alice.RenderTemplateWithResponse(t.Context(), "sec-probe", req))(t)
+		return r, servertest.Deref(r.JSON200).Objects
 	}
 	r, base := preview(t, nil)
 	wantStatus(t, "the probe's preview", r, http.StatusOK)
@@ -346,12 +347,12 @@ func testRevokedVersion(t *testing.T, w *world) {
 		if reason != "" {
 			body.Reason = &reason
 		}
-		return must(c.SetTemplateVersionStatusWithResponse(ctx, "sec-revoke", version, body))(t)
+		return servertest.Must(c.SetTemplateVersionStatusWithResponse(ctx, "sec-revoke", version, body))(t)
 	}
-	wantStatus(t, "create sec-revoke", must(admin.CreateTemplateWithResponse(ctx, probeTemplate("sec-revoke")))(t), http.StatusCreated)
+	wantStatus(t, "create sec-revoke", servertest.Must(admin.CreateTemplateWithResponse(ctx, probeTemplate("sec-revoke")))(t), http.StatusCreated)
 	fixed := probeTemplate("sec-revoke")
 	fixed.Metadata.Title = "Security probe, fixed"
-	r := must(admin.UpdateTemplateWithResponse(ctx, "sec-revoke", fixed))(t)
+	r := servertest.Must(admin.UpdateTemplateWithResponse(ctx, "sec-revoke", fixed))(t)
 	if wantStatus(t, "update sec-revoke", r, http.StatusOK); r.StatusCode() == http.StatusOK {
 		if v := r.JSON200.Version; v != 2 {
 			t.Fatalf("the update made version %d; want 2", v)
@@ -365,14 +366,14 @@ func testRevokedVersion(t *testing.T, w *world) {
 		send func(ctx context.Context) (answer, error)
 	}{
 		{"launch version 1", func(ctx context.Context) (answer, error) {
-			return alice.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "sec-revoke", Team: "vision", TemplateVersion: ptr(1)})
+			return alice.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "sec-revoke", Team: "vision", TemplateVersion: new(1)})
 		}},
 		{"preview version 1", func(ctx context.Context) (answer, error) {
-			return alice.RenderTemplateWithResponse(ctx, "sec-revoke", model.RenderRequest{Team: "vision", TemplateVersion: ptr(1)})
+			return alice.RenderTemplateWithResponse(ctx, "sec-revoke", model.RenderRequest{Team: "vision", TemplateVersion: new(1)})
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			p := wantStatus(t, c.name, must(c.send(t.Context()))(t), http.StatusUnprocessableEntity)
+			p := wantStatus(t, c.name, servertest.Must(c.send(t.Context()))(t), http.StatusUnprocessableEntity)
 			if !slices.Contains(p.fields(), "templateVersion") || !strings.Contains(fmt.Sprint(p.Errors), "revoked") {
 				t.Errorf("the refusal does not name templateVersion as revoked: %+v", p)
 			}
@@ -385,6 +386,6 @@ func testRevokedVersion(t *testing.T, w *world) {
 	if st := templateStatus(t, admin, "sec-revoke", 1); st != "revoked" {
 		t.Errorf("version 1 is %q; want revoked for good", st)
 	}
-	wantStatus(t, "launch the live version 2", must(alice.CreateWorkloadWithResponse(ctx, nil,
+	wantStatus(t, "launch the live version 2", servertest.Must(alice.CreateWorkloadWithResponse(ctx, nil,
 		model.LaunchRequest{Template: "sec-revoke", Team: "vision"}))(t), http.StatusCreated)
 }

@@ -90,9 +90,11 @@ func BenchmarkLaunch(b *testing.B) {
 			b.Fatalf("status %d", resp.StatusCode)
 		}
 	}
-	n := 0
+	// Names of this run's own: another run's (-count) would make the direct
+	// applies no-ops on objects that are already there.
+	n, run := 0, strings.ToLower(rand.Text()[:6])
 	directLaunch := func() {
-		objs, err := render.Objects(r, render.Meta{WorkloadID: fmt.Sprintf("base%06d", n), Team: "bench", Owner: "alice", Namespace: "gantry-bench", TemplateVersion: 1, Image: "registry.gantry.internal/bench/image@sha256:" + strings.Repeat("2", 64), Kueue: true})
+		objs, err := render.Objects(r, render.Meta{WorkloadID: fmt.Sprintf("b%s%05d", run, n), Team: "bench", Owner: "alice", Namespace: "gantry-bench", TemplateVersion: 1, Image: "registry.gantry.internal/bench/image@sha256:" + strings.Repeat("2", 64), Kueue: true})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/gantryhq/gantry/internal/kube/kapi"
+	"github.com/gantryhq/gantry/internal/kube/kueue"
 	"github.com/gantryhq/gantry/internal/render"
 )
 
@@ -35,7 +36,8 @@ var stageNames = []string{
 	"pod created",    // the Deployment's ReplicaSet made the pod (gated by Kueue)
 	"kueue workload", // Kueue made the pod's Workload
 	"quota reserved", // Kueue reserved quota (QuotaReserved)
-	"admitted",       // every admission check passed (Admitted): Gantry's approval check, when its queue has one
+	"check ready",    // Gantry's approval check said Ready (Gantry's queues only)
+	"admitted",       // Kueue admitted it (Admitted): every check Ready
 	"ungated",        // Kueue removed the pod's scheduling gate
 	"bound",          // the scheduler bound it to a node
 	"running",        // kwok ran it (phase Running)
@@ -82,13 +84,13 @@ func watchStages(b *testing.B, dyn dynamic.Interface, ns string) *stageWatch {
 		id := p.Labels[render.LabelWorkloadID]
 		s.stamp(id, 1)
 		if len(p.Spec.SchedulingGates) == 0 {
-			s.stamp(id, 5)
-		}
-		if p.Spec.NodeName != "" {
 			s.stamp(id, 6)
 		}
-		if p.Status.Phase == corev1.PodRunning {
+		if p.Spec.NodeName != "" {
 			s.stamp(id, 7)
+		}
+		if p.Status.Phase == corev1.PodRunning {
+			s.stamp(id, 8)
 		}
 	}
 	pi := pf.Core().V1().Pods().Informer()
@@ -110,8 +112,11 @@ func watchStages(b *testing.B, dyn dynamic.Interface, ns string) *stageWatch {
 			case "QuotaReserved":
 				s.stamp(id, 3)
 			case "Admitted":
-				s.stamp(id, 4)
+				s.stamp(id, 5)
 			}
+		}
+		if state, _, found := kueue.CheckState(u); found && state == "Ready" {
+			s.stamp(id, 4)
 		}
 	}
 	ki := kf.ForResource(kapi.KueueWorkloads).Informer()

@@ -36,7 +36,8 @@ var stageNames = []string{
 	"pod created",    // the Deployment's ReplicaSet made the pod (gated by Kueue)
 	"kueue workload", // Kueue made the pod's Workload
 	"quota reserved", // Kueue reserved quota (QuotaReserved)
-	"check ready",    // Gantry's approval check said Ready (Gantry's queues only)
+	"check listed",   // Kueue listed Gantry's approval check on it, Pending (Gantry's queues only)
+	"check ready",    // Gantry's approval check said Ready
 	"admitted",       // Kueue admitted it (Admitted): every check Ready
 	"ungated",        // Kueue removed the pod's scheduling gate
 	"bound",          // the scheduler bound it to a node
@@ -84,13 +85,13 @@ func watchStages(b *testing.B, dyn dynamic.Interface, ns string) *stageWatch {
 		id := p.Labels[render.LabelWorkloadID]
 		s.stamp(id, 1)
 		if len(p.Spec.SchedulingGates) == 0 {
-			s.stamp(id, 6)
-		}
-		if p.Spec.NodeName != "" {
 			s.stamp(id, 7)
 		}
-		if p.Status.Phase == corev1.PodRunning {
+		if p.Spec.NodeName != "" {
 			s.stamp(id, 8)
+		}
+		if p.Status.Phase == corev1.PodRunning {
+			s.stamp(id, 9)
 		}
 	}
 	pi := pf.Core().V1().Pods().Informer()
@@ -112,11 +113,14 @@ func watchStages(b *testing.B, dyn dynamic.Interface, ns string) *stageWatch {
 			case "QuotaReserved":
 				s.stamp(id, 3)
 			case "Admitted":
-				s.stamp(id, 5)
+				s.stamp(id, 6)
 			}
 		}
-		if state, _, found := kueue.CheckState(u); found && state == "Ready" {
+		if state, _, found := kueue.CheckState(u); found {
 			s.stamp(id, 4)
+			if state == "Ready" {
+				s.stamp(id, 5)
+			}
 		}
 	}
 	ki := kf.ForResource(kapi.KueueWorkloads).Informer()

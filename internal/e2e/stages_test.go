@@ -195,7 +195,7 @@ func (st stageTimes) p50(i int) float64 {
 	return float64(d[len(d)/2].Microseconds()) / 1000
 }
 
-// table is the stages side by side: each path's median per stage and its
+// stageTable is the stages side by side: each path's median per stage and its
 // share of the sum of the medians.
 func stageTable(paths []string, times []stageTimes) string {
 	var b strings.Builder

@@ -55,7 +55,6 @@ type Cluster struct {
 	namespaces sync.Map // name → time.Time
 	kueue      bool
 	obs        Observer
-	queues     workqueue.MetricsProvider // nil: unmeasured
 	queue      *kueue.Kueue
 	nodes      *nodes.Nodes
 }
@@ -123,7 +122,7 @@ func New(cfg *rest.Config, o Options) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Cluster{dyn: dyn, core: core, kueue: o.Kueue, obs: o.Observer, queues: o.Queues, queue: queue, nodes: nodes.New(core)}, nil
+	return &Cluster{dyn: dyn, core: core, kueue: o.Kueue, obs: o.Observer, queue: queue, nodes: nodes.New(core)}, nil
 }
 
 // Ping checks that the API server answers.

@@ -304,7 +304,7 @@ func (s *server) ListWorkloads(ctx context.Context, req gen.ListWorkloadsRequest
 	if page.Next != "" {
 		out.NextCursor = &page.Next
 	}
-	return gen.ListWorkloads200JSONResponse(out), nil
+	return workloadPage(out), nil
 }
 
 func (s *server) GetWorkload(ctx context.Context, req gen.GetWorkloadRequestObject) (gen.GetWorkloadResponseObject, error) {
@@ -314,7 +314,7 @@ func (s *server) GetWorkload(ctx context.Context, req gen.GetWorkloadRequestObje
 	}
 	out := s.workloadOut(w)
 	s.named(ctx, &out)
-	return gen.GetWorkload200JSONResponse(out), nil
+	return workloadOne(out), nil
 }
 
 func (s *server) DeleteWorkload(ctx context.Context, req gen.DeleteWorkloadRequestObject) (gen.DeleteWorkloadResponseObject, error) {

@@ -72,6 +72,9 @@ type Store interface {
 	CurrentTemplates(ctx context.Context) ([]Version, error)
 	// TemplateVersion returns one version (0: the live one); *fault.NotFound if none.
 	TemplateVersion(ctx context.Context, name string, version int) (Version, error)
+	// TemplateVersionStatus returns one version's status and its reason,
+	// without its document; *fault.NotFound if there is no such version.
+	TemplateVersionStatus(ctx context.Context, name string, version int) (Status, string, error)
 	// TemplateHistory returns every version of a template, oldest first.
 	TemplateHistory(ctx context.Context, name string) ([]Version, error)
 	// ApplyTemplates applies all changes in one transaction or none of them,
@@ -120,6 +123,12 @@ func (s *Service) List(ctx context.Context) ([]Version, error) { return s.store.
 // Get returns a version of a template (0: the live one).
 func (s *Service) Get(ctx context.Context, name string, version int) (Version, error) {
 	return s.store.TemplateVersion(ctx, name, version)
+}
+
+// Status returns a version's status and why it was set, reading no more
+// than those (a list of workloads flags the versions it runs with them).
+func (s *Service) Status(ctx context.Context, name string, version int) (Status, string, error) {
+	return s.store.TemplateVersionStatus(ctx, name, version)
 }
 
 // History returns every version of a template.

@@ -22,8 +22,17 @@ func TestTemplateVersionStatus(t *testing.T) {
 			if v, err := cat.Get(ctx, "jupyter-notebook", 1); err != nil || v.Status != catalog.Active {
 				t.Fatalf("new version: %q %v, want active", v.Status, err)
 			}
+			if st, why, err := cat.Status(ctx, "jupyter-notebook", 1); err != nil || st != catalog.Active || why != "" {
+				t.Fatalf("new version's status alone: %q %q %v, want active", st, why, err)
+			}
 			if v, err := cat.SetStatus(ctx, "jupyter-notebook", 1, catalog.Deprecated, "use 2"); err != nil || v.Status != catalog.Deprecated || v.StatusReason != "use 2" {
 				t.Fatalf("deprecate: %+v %v", v, err)
+			}
+			if st, why, err := cat.Status(ctx, "jupyter-notebook", 1); err != nil || st != catalog.Deprecated || why != "use 2" {
+				t.Fatalf("deprecated version's status alone: %q %q %v", st, why, err)
+			}
+			if _, _, err := cat.Status(ctx, "jupyter-notebook", 7); !isNotFound(err) {
+				t.Fatalf("status of no such version: %v", err)
 			}
 			if v, err := cat.SetStatus(ctx, "jupyter-notebook", 1, catalog.Revoked, "CVE"); err != nil || v.Status != catalog.Revoked {
 				t.Fatalf("revoke: %+v %v", v, err)

@@ -113,6 +113,11 @@ func TestConformance(t *testing.T) {
 			t.Run("concurrent updates", func(t *testing.T) { testConcurrentUpdates(t, open(t)) })
 			t.Run("workloads", func(t *testing.T) { testWorkloads(t, open(t)) })
 			t.Run("atomic workload updates", func(t *testing.T) { testUpdateWorkload(t, open(t)) })
+			t.Run("listed as stored on every replica", func(t *testing.T) {
+				a := open(t)
+				dsn := map[string]string{store.SQLite: lastSQLite, store.Postgres: lastPostgres}[name]
+				testListedAsStored(t, a, openStores(t, name, dsn))
+			})
 			t.Run("tokens", func(t *testing.T) { testTokens(t, open(t)) })
 			t.Run("audit chain", func(t *testing.T) { testAudit(t, open(t)) })
 			t.Run("audit checkpoints", func(t *testing.T) { testAuditCheckpoints(t, open(t)) })
@@ -506,6 +511,82 @@ func testWorkloads(t *testing.T, s *stores.All) {
 	}
 	if list, _ := svc.List(ctx, workload.Filter{Template: "dev-environment"}, ""); len(list.Items) != 2 {
 		t.Fatalf("%d dev-environment workloads, want 2", len(list.Items))
+	}
+}
+
+// testListedAsStored lists workloads on replica b while replica a changes
+// them: every list answers the rows as they are stored, whatever b read
+// (and kept) before, and what a caller does to a listed workload stays its.
+func testListedAsStored(t *testing.T, a, b *stores.All) {
+	ctx := context.Background()
+	classes, _, files := starter(t)
+	if _, err := newCatalog(t, a.Governance, classes).Seed(ctx, "gitops", files); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC)
+	create := func(i int) workload.Workload {
+		t.Helper()
+		w := workload.Workload{ID: fmt.Sprintf("list%06d", i), Name: fmt.Sprintf("x-list%06d", i), Team: "vision", Owner: "alice", Template: "pytorch-train",
+			TemplateVersion: 1, Kind: "job", GPUClass: "L4", GPUCount: 1, Parameters: map[string]string{"epochs": "3"}, ObjectsHash: "h",
+			Status: workload.Pending, CreatedAt: at.Add(time.Duration(i) * time.Second), UpdatedAt: at}
+		if err := a.CreateWorkload(ctx, w); err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	list := func(s *stores.All) []workload.Workload {
+		t.Helper()
+		ws, err := s.ListWorkloads(ctx, workload.Filter{Team: "vision", Limit: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ws
+	}
+	ids := func(ws []workload.Workload) (out []string) {
+		for _, w := range ws {
+			out = append(out, w.ID)
+		}
+		return out
+	}
+	for i := range 3 {
+		create(i)
+	}
+	first := list(b)
+	if got := ids(first); !slices.Equal(got, []string{"list000002", "list000001", "list000000"}) {
+		t.Fatalf("listed %v, want the three newest first", got)
+	}
+	first[1].Parameters["epochs"] = "changed by the caller"
+	first[1].SpotEvictions = append(first[1].SpotEvictions, "by the caller")
+
+	// Two changes on a within the same clock reading: the version, not the
+	// time, tells b its copy is old.
+	for _, reason := range []string{"first", "second"} {
+		if _, err := a.UpdateWorkload(ctx, "list000001", func(w workload.Workload) (workload.Workload, error) {
+			w.Status, w.Reason, w.ExitCode = workload.Failed, reason, new(3)
+			return w, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		got := list(b)
+		if w := got[1]; w.Status != workload.Failed || w.Reason != reason || w.ExitCode == nil || *w.ExitCode != 3 {
+			t.Fatalf("after a's update %q, b lists %s %q exit %v", reason, w.Status, w.Reason, w.ExitCode)
+		}
+		if w := got[1]; w.Parameters["epochs"] != "3" || len(w.SpotEvictions) != 0 {
+			t.Fatalf("a caller's change to a listed workload reached the next list: %v %v", w.Parameters, w.SpotEvictions)
+		}
+		*got[1].ExitCode = 99
+	}
+	if w := list(b)[1]; *w.ExitCode != 3 {
+		t.Fatalf("a caller's change to a listed exit code reached the next list: %d", *w.ExitCode)
+	}
+	create(3)
+	if got := ids(list(b)); !slices.Equal(got, []string{"list000003", "list000002", "list000001", "list000000"}) {
+		t.Fatalf("after a's create, b lists %v", got)
+	}
+	for _, w := range list(b) {
+		if one, err := b.Workload(ctx, w.ID); err != nil || !reflect.DeepEqual(one, w) {
+			t.Fatalf("listed %+v, read by id %+v (%v)", w, one, err)
+		}
 	}
 }
 

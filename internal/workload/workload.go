@@ -267,6 +267,8 @@ type Authorizer interface {
 // Templates finds template versions and the GPU classes they are checked against.
 type Templates interface {
 	Get(ctx context.Context, name string, version int) (catalog.Version, error)
+	// Status is a version's status and its reason, without its document.
+	Status(ctx context.Context, name string, version int) (catalog.Status, string, error)
 	Classes() *gpu.Catalog
 }
 
@@ -388,19 +390,23 @@ func (s *Service) flag(ctx context.Context, ws []Workload) {
 		name    string
 		version int
 	}
-	seen := map[key]catalog.Version{}
+	type flag struct {
+		status catalog.Status
+		reason string
+	}
+	seen := map[key]flag{}
 	for i := range ws {
 		k := key{ws[i].Template, ws[i].TemplateVersion}
-		v, ok := seen[k]
+		f, ok := seen[k]
 		if !ok {
 			var err error
-			if v, err = s.templates.Get(ctx, k.name, k.version); err != nil {
+			if f.status, f.reason, err = s.templates.Status(ctx, k.name, k.version); err != nil {
 				continue // flags are advice: a failed lookup leaves the workload unflagged
 			}
-			seen[k] = v
+			seen[k] = f
 		}
-		if v.Status != catalog.Active {
-			ws[i].TemplateStatus, ws[i].TemplateStatusReason = v.Status, v.StatusReason
+		if f.status != catalog.Active {
+			ws[i].TemplateStatus, ws[i].TemplateStatusReason = f.status, f.reason
 		}
 	}
 }

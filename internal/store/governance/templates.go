@@ -75,6 +75,20 @@ func (s *Store) TemplateVersion(ctx context.Context, name string, version int) (
 	return v, nil
 }
 
+// TemplateVersionStatus implements catalog.Store.
+func (s *Store) TemplateVersionStatus(ctx context.Context, name string, version int) (catalog.Status, string, error) {
+	var status catalog.Status
+	var reason string
+	err := s.db.Read().QueryRowContext(ctx, s.db.Q(`SELECT status, status_reason FROM template_versions WHERE name = ? AND version = ?`), name, version).Scan(&status, &reason)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", "", &fault.NotFound{Kind: "template version", Name: fmt.Sprintf("%s@%d", name, version)}
+	}
+	if err != nil {
+		return "", "", fmt.Errorf("status of template %s version %d: %w", name, version, err)
+	}
+	return status, reason, nil
+}
+
 // TemplateHistory implements catalog.Store.
 func (s *Store) TemplateHistory(ctx context.Context, name string) ([]catalog.Version, error) {
 	rows, err := s.db.Read().QueryContext(ctx, s.db.Q(`SELECT `+versionColumns+` FROM template_versions v WHERE v.name = ? ORDER BY v.version`), name)

@@ -27,7 +27,10 @@ import (
 )
 
 // Store is the workloads of one database.
-type Store struct{ db *store.DB }
+type Store struct {
+	db   *store.DB
+	rows *rowCache // decoded rows of the pages read, by version
+}
 
 var (
 	_ workload.Store = (*Store)(nil)
@@ -35,7 +38,7 @@ var (
 )
 
 // New is the workloads of db.
-func New(db *store.DB) *Store { return &Store{db: db} }
+func New(db *store.DB) *Store { return &Store{db: db, rows: newRowCache(maxCachedRows)} }
 
 const workloadColumns = `id, name, team, owner, template, template_version, kind, gpu_class, mig_profile, gpu_count, parameters, objects_hash, status, created_at, updated_at, applied_hash, reason, idempotency_key, request_hash, endpoint, image, tee, expires_at, price_per_hour, running_us, running_since, approval_why, approval_expires, approval_decision, approval_by, approval_note, approval_at, spot_evictions, started_at, ended_at, attempts, exit_code, held`
 
@@ -86,7 +89,12 @@ func (s *Store) CreateWorkload(ctx context.Context, w workload.Workload) error {
 	return nil
 }
 
-func scanWorkload(row store.Scanner) (workload.Workload, error) {
+// scanWorkload reads a row of workloadColumns.
+func scanWorkload(row store.Scanner) (workload.Workload, error) { return scanAfter(row) }
+
+// scanAfter reads a row of workloadColumns after the columns of before,
+// which a query selects first.
+func scanAfter(row store.Scanner, before ...any) (workload.Workload, error) {
 	var w workload.Workload
 	var params, status string
 	var created, updated, expires, runningUS, runningSince, approvalExpires, approvalAt int64
@@ -95,10 +103,10 @@ func scanWorkload(row store.Scanner) (workload.Workload, error) {
 	var started, ended int64
 	var exit sql.NullInt64
 	var held int
-	err := row.Scan(&w.ID, &w.Name, &w.Team, &w.Owner, &w.Template, &w.TemplateVersion, &w.Kind, &w.GPUClass, &w.MIGProfile,
+	err := row.Scan(append(before, &w.ID, &w.Name, &w.Team, &w.Owner, &w.Template, &w.TemplateVersion, &w.Kind, &w.GPUClass, &w.MIGProfile,
 		&w.GPUCount, &params, &w.ObjectsHash, &status, &created, &updated, &w.AppliedHash, &w.Reason, &key, &w.RequestHash, &w.Endpoint, &w.Image, &w.TEE, &expires,
 		&w.PricePerHour, &runningUS, &runningSince, &w.Approval.Why, &approvalExpires, &w.Approval.Decision, &w.Approval.By, &w.Approval.Note, &approvalAt, &evictions,
-		&started, &ended, &w.Attempts, &exit, &held)
+		&started, &ended, &w.Attempts, &exit, &held)...)
 	if err != nil {
 		return w, err
 	}
@@ -209,13 +217,77 @@ func (s *Store) ListWorkloads(ctx context.Context, f workload.Filter) ([]workloa
 		where = append(where, "(created_at < ? OR (created_at = ? AND id < ?))")
 		args = append(args, at, at, f.After.ID)
 	}
-	query := `SELECT ` + workloadColumns + ` FROM workloads`
+	query := `SELECT id, version FROM workloads`
 	if len(where) > 0 {
 		query += " WHERE " + strings.Join(where, " AND ")
 	}
 	query += " ORDER BY created_at DESC, id DESC LIMIT ?"
 	args = append(args, f.Limit)
-	return s.queryWorkloads(ctx, "list workloads", query, args...)
+	return s.cachedRows(ctx, query, args...)
+}
+
+// cachedRows runs query, which selects (id, version) of the rows in their
+// order, and answers those rows: the ones the cache holds at that version
+// from it, the others read whole in one more query (at the version they
+// have then, which may be later) and kept.
+func (s *Store) cachedRows(ctx context.Context, query string, args ...any) ([]workload.Workload, error) {
+	type ref struct {
+		id      string
+		version int64
+	}
+	rows, err := s.db.Read().QueryContext(ctx, s.db.Q(query), args...)
+	if err != nil {
+		return nil, fmt.Errorf("list workloads: %w", err)
+	}
+	refs, err := store.Collect(rows, func(row store.Scanner) (r ref, err error) {
+		return r, row.Scan(&r.id, &r.version)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list workloads: %w", err)
+	}
+	out := make([]workload.Workload, len(refs))
+	var missing []any
+	for i, r := range refs {
+		w, ok := s.rows.get(r.id, r.version)
+		if !ok {
+			missing = append(missing, r.id)
+			continue
+		}
+		out[i] = w
+	}
+	if len(missing) == 0 {
+		return out, nil
+	}
+	rows, err = s.db.Read().QueryContext(ctx, s.db.Q(`SELECT version, `+workloadColumns+` FROM workloads WHERE id IN (?`+strings.Repeat(", ?", len(missing)-1)+`)`), missing...)
+	if err != nil {
+		return nil, fmt.Errorf("list workloads: %w", err)
+	}
+	fresh, err := store.Collect(rows, func(row store.Scanner) (workload.Workload, error) {
+		var version int64
+		w, err := scanAfter(row, &version)
+		if err == nil {
+			s.rows.put(w, version)
+		}
+		return w, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list workloads: %w", err)
+	}
+	read := make(map[string]workload.Workload, len(fresh))
+	for _, w := range fresh {
+		read[w.ID] = w
+	}
+	kept := out[:0]
+	for i, r := range refs {
+		w, ok := out[i], out[i].ID != ""
+		if !ok {
+			w, ok = read[r.id] // not there: deleted since the first query
+		}
+		if ok {
+			kept = append(kept, w)
+		}
+	}
+	return kept, nil
 }
 
 // queryWorkloads runs a query selecting workloadColumns and scans every row.
@@ -273,7 +345,8 @@ func (s *Store) UpdateWorkload(ctx context.Context, id string, fn func(workload.
 			out.UpdatedAt = old.UpdatedAt
 			return nil
 		}
-		_, err = tx.ExecContext(ctx, s.db.Q(`UPDATE workloads SET status = ?, reason = ?, applied_hash = ?, endpoint = ?, expires_at = ?, updated_at = ?, running_us = ?, running_since = ?,
+		// version = version + 1: every UPDATE of a row does it (rows.go).
+		_, err = tx.ExecContext(ctx, s.db.Q(`UPDATE workloads SET version = version + 1, status = ?, reason = ?, applied_hash = ?, endpoint = ?, expires_at = ?, updated_at = ?, running_us = ?, running_since = ?,
 			approval_why = ?, approval_expires = ?, approval_decision = ?, approval_by = ?, approval_note = ?, approval_at = ?, spot_evictions = ?,
 			started_at = ?, ended_at = ?, attempts = ?, exit_code = ?, held = ? WHERE id = ?`),
 			string(w.Status), w.Reason, w.AppliedHash, w.Endpoint, micros(w.ExpiresAt), w.UpdatedAt.UnixMicro(), w.RunningFor.Microseconds(), micros(w.RunningSince),

@@ -66,7 +66,11 @@ type Options struct {
 	Checks       []Check // what /readyz asks, in order
 	Spec         []byte  // openapi.yaml
 	MaxBodyBytes int64
-	Logger       *slog.Logger
+	// MaxConcurrentReads is how many of the reads the database alone
+	// answers run at a time, the rest waiting their turn (readGate); 0:
+	// DefaultConcurrentReads per CPU.
+	MaxConcurrentReads int
+	Logger             *slog.Logger
 	// Portal serves the web UI at /, when set.
 	Portal http.Handler
 	// Identify verifies a bearer JWT (not a personal access token); with it
@@ -163,6 +167,8 @@ func New(o Options) (*echo.Echo, error) {
 	if o.Own == nil {
 		o.Own = ownmetrics.New()
 	}
+	gate := newReadGate(o.MaxConcurrentReads)
+	o.Own.ReadGate(gate.Running, gate.Waiting)
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = errorHandler(o.Logger)
@@ -178,6 +184,7 @@ func New(o Options) (*echo.Echo, error) {
 		secureHeaders,
 		limitAnonymous(o.Anonymous),
 		liveSince(o.Live),
+		gate.middleware,
 		identify(cr, o.Agents),
 		validate,
 		liveConns(o.Live, recheck, o.Workloads),

@@ -49,7 +49,10 @@ type Config struct {
 	GPUClassesFile  string   `json:"gpuClassesFile"`
 	NamespacePrefix string   `json:"namespacePrefix"`
 	MaxBodyBytes    int64    `json:"maxBodyBytes"`
-	Log             Log      `json:"log"`
+	// MaxConcurrentReads is how many reads the database alone answers run
+	// at a time, the rest waiting their turn; 0: four per CPU.
+	MaxConcurrentReads int64 `json:"maxConcurrentReads"`
+	Log                Log   `json:"log"`
 	// PublicURL is how browsers reach Gantry (e.g. https://gantry.example.com);
 	// sign-in redirects come back to it, and an https URL makes cookies Secure.
 	// Default: http:// and the address Gantry listens on.
@@ -523,6 +526,9 @@ func (c *Config) validateImages(errs *fault.List) {
 func (c *Config) validateLimitsAndLogs(errs *fault.List) {
 	if len(c.NamespacePrefix) > 20 || strings.Trim(c.NamespacePrefix, "abcdefghijklmnopqrstuvwxyz0123456789-") != "" {
 		errs.Addf("namespacePrefix", "%q must be at most 20 lowercase letters, digits or '-'", c.NamespacePrefix)
+	}
+	if c.MaxConcurrentReads < 0 || c.MaxConcurrentReads > 4096 {
+		errs.Addf("maxConcurrentReads", "%d must be between 0 (four per CPU) and 4096", c.MaxConcurrentReads)
 	}
 	if c.MaxBodyBytes < 1024 || c.MaxBodyBytes > 64<<20 {
 		errs.Addf("maxBodyBytes", "%d must be between 1024 and %d", c.MaxBodyBytes, 64<<20)

@@ -116,6 +116,16 @@ func (m *Metrics) ImageCache(hits, misses func() uint64) {
 	}
 }
 
+// ReadGate exports how many of the API's reads of the database run now and
+// how many wait their turn (the API's read gate keeps the counts).
+func (m *Metrics) ReadGate(running, waiting func() float64) {
+	m.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gantry_api_reads_running",
+			Help: "API reads the database alone answers, running now (at most maxConcurrentReads)."}, running),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gantry_api_reads_waiting",
+			Help: "API reads waiting their turn to run, in arrival order (maxConcurrentReads run at a time)."}, waiting))
+}
+
 // Queues is a client-go workqueue.MetricsProvider: each named queue's
 // depth, adds, waits, work and retries.
 func (m *Metrics) Queues() workqueue.MetricsProvider { return m.queue }

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	udiff "github.com/aymanbagabas/go-udiff"
@@ -93,7 +94,29 @@ type Service struct {
 	classes *gpu.Catalog
 	images  template.Images // nil: images are not checked against the image catalog
 	now     func() time.Time
+
+	mu       sync.Mutex
+	statuses map[versionKey]knownStatus // Status's answers, for StatusTTL
 }
+
+type versionKey struct {
+	name    string
+	version int
+}
+
+type knownStatus struct {
+	status Status
+	reason string
+	at     time.Time
+}
+
+// StatusTTL is how long Status answers a version's status from memory: a
+// workload's flag (its template version deprecated or revoked) is advice,
+// and reading it once per version per page and per workload read was a
+// database round trip on every one of them. A status set on this replica
+// shows at once; one set on another within StatusTTL. What a revocation
+// forbids (starting the version again) reads the version itself.
+const StatusTTL = 5 * time.Second
 
 // Options are what a Service is made of: Store, Classes and Now are
 // required.
@@ -111,7 +134,7 @@ func New(o Options) (*Service, error) {
 	if o.Store == nil || o.Classes == nil || o.Now == nil {
 		return nil, errors.New("catalog: Store, Classes and Now are required")
 	}
-	return &Service{store: o.Store, classes: o.Classes, images: o.Images, now: o.Now}, nil
+	return &Service{store: o.Store, classes: o.Classes, images: o.Images, now: o.Now, statuses: map[versionKey]knownStatus{}}, nil
 }
 
 // Classes returns the GPU class catalog the templates are checked against.
@@ -125,10 +148,33 @@ func (s *Service) Get(ctx context.Context, name string, version int) (Version, e
 	return s.store.TemplateVersion(ctx, name, version)
 }
 
-// Status returns a version's status and why it was set, reading no more
-// than those (a list of workloads flags the versions it runs with them).
+// Status returns a version's status and why it was set, as it was at most
+// StatusTTL ago (a list of workloads flags the versions it runs with them).
+// Only versions that exist are kept, so the memory it takes is bounded by
+// the catalog's.
 func (s *Service) Status(ctx context.Context, name string, version int) (Status, string, error) {
-	return s.store.TemplateVersionStatus(ctx, name, version)
+	k, now := versionKey{name, version}, s.now()
+	s.mu.Lock()
+	known, ok := s.statuses[k]
+	s.mu.Unlock()
+	if ok && now.Sub(known.at) < StatusTTL && !now.Before(known.at) {
+		return known.status, known.reason, nil
+	}
+	status, reason, err := s.store.TemplateVersionStatus(ctx, name, version)
+	if err != nil {
+		return "", "", err
+	}
+	s.mu.Lock()
+	s.statuses[k] = knownStatus{status: status, reason: reason, at: now}
+	s.mu.Unlock()
+	return status, reason, nil
+}
+
+// forget drops what Status keeps of a version, after its status changed.
+func (s *Service) forget(name string, version int) {
+	s.mu.Lock()
+	delete(s.statuses, versionKey{name, version})
+	s.mu.Unlock()
 }
 
 // History returns every version of a template.
@@ -163,7 +209,9 @@ func (s *Service) SetStatus(ctx context.Context, name string, version int, statu
 	if err := errs.Err(); err != nil {
 		return Version{}, err
 	}
-	if err := s.store.SetTemplateVersionStatus(ctx, name, version, status, reason); err != nil {
+	err := s.store.SetTemplateVersionStatus(ctx, name, version, status, reason)
+	s.forget(name, version) // even on an error: the write may have been made
+	if err != nil {
 		return Version{}, err
 	}
 	return s.store.TemplateVersion(ctx, name, version)

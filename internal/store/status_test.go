@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/gantryhq/gantry/internal/catalog"
 )
@@ -52,6 +53,64 @@ func TestTemplateVersionStatus(t *testing.T) {
 			h, err := cat.History(ctx, "jupyter-notebook")
 			if err != nil || h[0].Status != catalog.Revoked {
 				t.Fatalf("history: %+v %v", h, err)
+			}
+		})
+	}
+}
+
+// TestTemplateVersionStatusKept (every backend): a replica answers a
+// version's status from memory for catalog.StatusTTL; a change it makes
+// itself shows at once, one another replica makes once that has passed.
+func TestTemplateVersionStatusKept(t *testing.T) {
+	for name, open := range backends(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			s := open(t)
+			classes, tpls, _ := starter(t)
+			now := time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC)
+			clock := func() time.Time { return now }
+			replica := func() *catalog.Service {
+				c, err := catalog.New(catalog.Options{Store: s.Governance, Classes: classes, Now: clock})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return c
+			}
+			a, b := replica(), replica()
+			if _, err := a.Create(ctx, "alice", tpls["jupyter-notebook"]); err != nil {
+				t.Fatal(err)
+			}
+			status := func(c *catalog.Service) string {
+				st, why, err := c.Status(ctx, "jupyter-notebook", 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return string(st) + " " + why
+			}
+			if got := status(a); got != "active " {
+				t.Fatalf("a new version on a: %q", got)
+			}
+			if _, err := b.SetStatus(ctx, "jupyter-notebook", 1, catalog.Deprecated, "use 2"); err != nil {
+				t.Fatal(err)
+			}
+			if got := status(b); got != "deprecated use 2" {
+				t.Fatalf("b, which deprecated it: %q", got)
+			}
+			if got := status(a); got != "active " {
+				t.Fatalf("a, within the TTL of what it read: %q, want what it read", got)
+			}
+			now = now.Add(catalog.StatusTTL)
+			if got := status(a); got != "deprecated use 2" {
+				t.Fatalf("a, a TTL later: %q", got)
+			}
+			if _, err := a.SetStatus(ctx, "jupyter-notebook", 1, catalog.Revoked, "CVE"); err != nil {
+				t.Fatal(err)
+			}
+			if got := status(a); got != "revoked CVE" {
+				t.Fatalf("a, which revoked it: %q", got)
+			}
+			if _, _, err := a.Status(ctx, "jupyter-notebook", 9); !isNotFound(err) {
+				t.Fatalf("no such version: %v", err)
 			}
 		})
 	}

@@ -32,6 +32,10 @@ func (c *Cluster) Kueue() *kueue.Kueue { return c.queue }
 // Nodes is what Gantry reads and writes of the cluster's nodes.
 func (c *Cluster) Nodes() *nodes.Nodes { return c.nodes }
 
+// RunCapacity keeps the informers on GPU nodes and their pods that the
+// launches' checks and estimates read, until ctx ends (nodes.RunCapacity).
+func (c *Cluster) RunCapacity(ctx context.Context) error { return c.nodes.RunCapacity(ctx) }
+
 // Watcher returns informers on the cluster's Gantry-managed objects;
 // resync re-delivers every object that often (0: never).
 func (c *Cluster) Watcher(resync time.Duration) (*watch.Watcher, error) {

@@ -2,6 +2,7 @@ package kube_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -124,6 +125,33 @@ func TestKueueAdmitsUpToTheQuota(t *testing.T) {
 	free, onOne, most, nodes, err := q.k.FreeGPUs(context.Background(), h100Class(t), "nvidia.com/gpu")
 	if all := h100Total(t); err != nil || nodes < 1 || free > all-2 || free < 1 || onOne < 1 || onOne > free || most < onOne || most > all {
 		t.Errorf("free whole H100s %d (%d on one node), %v; want at most %d of the %d (two running)", free, onOne, err, all-2, all)
+	}
+	// The same, read from the informers every replica keeps (the jobs run
+	// for an hour: nothing changes meanwhile).
+	listed := fmt.Sprint(free, onOne, most, nodes)
+	mostListed, nodesListed, err := q.k.MostOnOneNode(context.Background(), h100Class(t), "nvidia.com/gpu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	capCtx, stopCapacity := context.WithCancel(context.Background())
+	capDone := make(chan error, 1)
+	go func() { capDone <- q.k.RunCapacity(capCtx) }()
+	waitfor.Until(t, 30*time.Second, "free GPUs read from the informers", func() error {
+		if !q.k.Nodes().CapacityCached() {
+			return errors.New("caches not filled")
+		}
+		f, o, m, n, err := q.k.FreeGPUs(context.Background(), h100Class(t), "nvidia.com/gpu")
+		if cached := fmt.Sprint(f, o, m, n); err != nil || cached != listed {
+			return fmt.Errorf("cached %s (%v), listed %s", cached, err, listed)
+		}
+		if m, n, err := q.k.MostOnOneNode(context.Background(), h100Class(t), "nvidia.com/gpu"); err != nil || m != mostListed || n != nodesListed {
+			return fmt.Errorf("most on one node cached %d of %d nodes (%v), listed %d of %d", m, n, err, mostListed, nodesListed)
+		}
+		return nil
+	})
+	stopCapacity()
+	if err := <-capDone; err != nil || q.k.Nodes().CapacityCached() {
+		t.Fatalf("the informers stopped: %v, still read: %v", err, q.k.Nodes().CapacityCached())
 	}
 	if o := obs["qa000003"]; o.Position != 1 || !strings.Contains(o.Reason, "position 1") || !strings.Contains(o.Reason, "insufficient unused quota") {
 		t.Errorf("the first queued: position %d, reason %q", o.Position, o.Reason)

@@ -431,6 +431,14 @@ func (s *Server) Run(ctx context.Context) error {
 	g.Go(func() error { return s.every(gctx, telemetryInterval, s.Telemetry.Run) })
 	if s.cluster != nil {
 		g.Go(func() error { return s.leaderLoops(gctx) })
+		// Every replica serves launches, whose checks and estimates read
+		// the GPU nodes and their pods from these informers.
+		g.Go(func() error {
+			if c := s.awaitCluster(gctx, false); c != nil { // the leader's loops say why not
+				return c.RunCapacity(gctx)
+			}
+			return nil
+		})
 	}
 	err := g.Wait()
 	// Sum up the denials of the last window, then sign what was appended.
@@ -540,20 +548,9 @@ func (s *Server) every(ctx context.Context, interval time.Duration, fn func(cont
 // run once across replicas (the workload controller and the lifecycle loop)
 // whenever this replica holds the Lease.
 func (s *Server) leaderLoops(ctx context.Context) error {
-	// A kubeconfig that is missing or broken is tried again every interval;
-	// until it loads, say why.
-	var c *kube.Cluster
-	for {
-		var err error
-		if c, err = s.cluster.Cluster(); err == nil {
-			break
-		}
-		s.Log.Warn("kubernetes API server not reachable", "err", err)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-s.clock.After(s.Config.Reconcile()):
-		}
+	c := s.awaitCluster(ctx, true)
+	if c == nil {
+		return nil
 	}
 	host, _ := os.Hostname()
 	suffix := make([]byte, 4)
@@ -566,6 +563,26 @@ func (s *Server) leaderLoops(ctx context.Context) error {
 		}
 		s.Log.Info("no longer leading", "identity", lease.Identity)
 	})
+}
+
+// awaitCluster is the cluster once its kubeconfig loads: a kubeconfig that
+// is missing or broken is tried again every interval (saying why, when
+// warn). Nil when ctx ends first.
+func (s *Server) awaitCluster(ctx context.Context, warn bool) *kube.Cluster {
+	for {
+		c, err := s.cluster.Cluster()
+		if err == nil {
+			return c
+		}
+		if warn {
+			s.Log.Warn("kubernetes API server not reachable", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-s.clock.After(s.Config.Reconcile()):
+		}
+	}
 }
 
 // lead runs the controller and the lifecycle loop until ctx ends (leadership

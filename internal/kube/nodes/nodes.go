@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	authnv1 "k8s.io/api/authentication/v1"
@@ -26,8 +27,14 @@ import (
 
 // Nodes reads and writes the nodes of one cluster.
 type Nodes struct {
-	core kubernetes.Interface
+	core     kubernetes.Interface
+	running  atomic.Bool              // RunCapacity runs
+	capacity atomic.Pointer[capacity] // set while RunCapacity's caches are filled
 }
+
+// CapacityCached says whether MostOnOneNode and FreeGPUs read from
+// RunCapacity's informers (else they list from the API server).
+func (k *Nodes) CapacityCached() bool { return k.capacity.Load() != nil }
 
 // New returns Nodes on the client.
 func New(core kubernetes.Interface) *Nodes { return &Nodes{core: core} }
@@ -113,16 +120,42 @@ func (k *Nodes) GPUUnhealthy(ctx context.Context, node string, gpu telemetry.GPU
 
 // MostOnOneNode (workload.Cluster, through kube.Cluster): the most of res any node of
 // class has allocatable, cordoned ones counted, and how many nodes the
-// class has (one list, from the API server's cache). A node that lists the
-// resource at 0 (a device plugin that found its devices unhealthy) counts
-// as offering it: most is then -1 rather than 0, which says none offers it.
+// class has (from RunCapacity's cache, else one list from the API server's).
+// A node that lists the resource at 0 (a device plugin that found its
+// devices unhealthy) counts as offering it: most is then -1 rather than 0,
+// which says none offers it.
 func (k *Nodes) MostOnOneNode(ctx context.Context, class gpu.Class, res string) (int, int, error) {
+	nodes, err := k.classNodes(ctx, class)
+	if err != nil {
+		return 0, 0, err
+	}
+	return mostOnOne(nodes, corev1.ResourceName(res)), len(nodes), nil
+}
+
+// classNodes are the nodes of class's products.
+func (k *Nodes) classNodes(ctx context.Context, class gpu.Class) ([]corev1.Node, error) {
+	if c := k.capacity.Load(); c != nil {
+		return c.classNodes(class), nil
+	}
 	nodes, err := k.core.CoreV1().Nodes().List(ctx, metav1.ListOptions{
 		LabelSelector: render.LabelGPUProduct + " in (" + strings.Join(class.Products, ",") + ")", ResourceVersion: "0"})
 	if err != nil {
-		return 0, 0, kapi.Classify(err, "node", "")
+		return nil, kapi.Classify(err, "node", "")
 	}
-	return mostOnOne(nodes.Items, corev1.ResourceName(res)), len(nodes.Items), nil
+	return nodes.Items, nil
+}
+
+// podsOn are the pods bound to node that have not ended (the cache may
+// still hold one that ended a moment ago).
+func (k *Nodes) podsOn(ctx context.Context, node string) ([]corev1.Pod, error) {
+	if c := k.capacity.Load(); c != nil {
+		return c.podsOn(node), nil
+	}
+	pods, err := k.core.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node, ResourceVersion: "0"})
+	if err != nil {
+		return nil, kapi.Classify(err, "pod", "")
+	}
+	return pods.Items, nil
 }
 
 // mostOnOne is the most of res any of nodes has allocatable; -1 when a node
@@ -144,27 +177,28 @@ func mostOnOne(nodes []corev1.Node, res corev1.ResourceName) int {
 // class's products, the units of resource (nvidia.com/gpu, a MIG profile's
 // resource, or nvidia.com/pgpu) allocatable and not requested by a pod that
 // has not ended — in all, and the most on one node. (Node affinity beyond
-// the class — spot, confidential computing — is not weighed.)
+// the class — spot, confidential computing — is not weighed.) From
+// RunCapacity's cache, else listed from the API server: the class's nodes,
+// then each node's pods.
 func (k *Nodes) FreeGPUs(ctx context.Context, class gpu.Class, res string) (total, onOneNode, mostOnOneNode, nodeCount int, err error) {
-	nodes, err := k.core.CoreV1().Nodes().List(ctx, metav1.ListOptions{
-		LabelSelector: render.LabelGPUProduct + " in (" + strings.Join(class.Products, ",") + ")", ResourceVersion: "0"})
+	nodes, err := k.classNodes(ctx, class)
 	if err != nil {
-		return 0, 0, 0, 0, kapi.Classify(err, "node", "")
+		return 0, 0, 0, 0, err
 	}
 	name := corev1.ResourceName(res)
 	// A cordoned node counts here: it may serve again.
-	mostOnOneNode, nodeCount = mostOnOne(nodes.Items, name), len(nodes.Items)
-	for _, n := range nodes.Items {
+	mostOnOneNode, nodeCount = mostOnOne(nodes, name), len(nodes)
+	for _, n := range nodes {
 		q, ok := n.Status.Allocatable[name]
 		if n.Spec.Unschedulable || !ok {
 			continue
 		}
 		free := q.Value()
-		pods, err := k.core.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + n.Name, ResourceVersion: "0"})
+		pods, err := k.podsOn(ctx, n.Name)
 		if err != nil {
-			return 0, 0, 0, 0, kapi.Classify(err, "pod", "")
+			return 0, 0, 0, 0, err
 		}
-		for _, p := range pods.Items {
+		for _, p := range pods {
 			if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 				continue
 			}

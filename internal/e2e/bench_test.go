@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/gantryhq/gantry/api/client"
 	"github.com/gantryhq/gantry/api/model"
 	"github.com/gantryhq/gantry/internal/config"
 	"github.com/gantryhq/gantry/internal/devcluster"
@@ -34,6 +35,8 @@ import (
 	"github.com/gantryhq/gantry/internal/quota"
 	"github.com/gantryhq/gantry/internal/render"
 	"github.com/gantryhq/gantry/internal/servertest"
+	"github.com/gantryhq/gantry/internal/store"
+	"github.com/gantryhq/gantry/internal/store/workloads"
 	"github.com/gantryhq/gantry/internal/team"
 	"github.com/gantryhq/gantry/internal/template"
 	"github.com/gantryhq/gantry/internal/waitfor"
@@ -225,7 +228,7 @@ func BenchmarkSubmitToRunning(b *testing.B) {
 	for round := 0; b.Loop(); round++ {
 		g := start(b, filepath.Join(b.TempDir(), "g.db"), true)
 		bteam := fmt.Sprintf("batch%d", round)
-		benchTemplate(b, g, "../../templates/vllm-inference.yaml", "bench-svc")
+		benchTemplate(b, g.api, "../../templates/vllm-inference.yaml", "bench-svc")
 		gst := watchStages(b, dyn, "gantry-"+bteam)
 		launch := model.LaunchRequest{Template: "bench-svc", Team: bteam}
 		running, gsub := timeToRunning(b, batch, func(int) (string, error) {
@@ -429,26 +432,53 @@ func podsGone(b *testing.B, ns string) {
 // server-side applies directly with client-go. It reports launches/s of each,
 // their ratio and Gantry's p50/p99, fails on any error, and afterwards waits
 // until every launch Gantry accepted has reached its terminal state
-// (Succeeded), counting none lost and none duplicated.
+// (Succeeded), counting none lost and none duplicated. Two ways:
 //
-//	GANTRY_TEST_CLUSTER=1 go test -tags dev -run '^$' -bench SustainedLaunch -benchtime 3x ./internal/e2e
+//   - in-process: Gantry runs in the benchmark's process (servertest) and
+//     the load generator is loadgen.Run beside it;
+//
+//   - outside: as users meet it — the real `gantry serve` in a process of
+//     its own (SQLite, the chart's ServiceAccount, the production loop
+//     interval) and the 50 clients in a third process (loadgen.Outside).
+//
+//     GANTRY_TEST_CLUSTER=1 go test -tags dev -run '^$' -bench SustainedLaunch -benchtime 2x ./internal/e2e
 func BenchmarkSustainedLaunch(b *testing.B) {
 	if cluster == nil {
 		b.Skip(clustertest.ErrNotRequested)
 	}
-	const clients, round = 50, 10 * time.Second
-	ctx := context.Background()
 	// Room for the launches to run: 40 more 8-GPU H100 nodes.
-	if err := cluster.AddNodes(ctx, []devcluster.NodeSpec{{Prefix: "sustained-h100", Count: 40, Product: "NVIDIA-H100-80GB-HBM3", MemoryMB: 81559, GPUs: 8, Whole: 8}}); err != nil {
+	if err := cluster.AddNodes(context.Background(), []devcluster.NodeSpec{{Prefix: "sustained-h100", Count: 40, Product: "NVIDIA-H100-80GB-HBM3", MemoryMB: 81559, GPUs: 8, Whole: 8}}); err != nil {
 		b.Fatal(err)
 	}
-	g := start(b, filepath.Join(b.TempDir(), "g.db"), true, func(c *config.Config) { c.ReconcileInterval = config.Default().ReconcileInterval })
-	doc := benchTemplate(b, g, "../../templates/pytorch-train.yaml", "bench-job")
+	b.Run("in-process", func(b *testing.B) { sustained(b, false) })
+	b.Run("outside", func(b *testing.B) { sustained(b, true) })
+}
+
+// sustained is one way of BenchmarkSustainedLaunch, on a team of its own.
+func sustained(b *testing.B, outside bool) {
+	const clients, round = 50, 10 * time.Second
+	ctx := context.Background()
+	teamName, db := "sustained-in", filepath.Join(b.TempDir(), "g.db")
+	var url string
+	var api *client.ClientWithResponses
 	tokens := make([]string, clients)
-	for i := range tokens {
-		tokens[i] = g.Token("ada")
+	if outside {
+		teamName = "sustained-out"
+		p := startServe(b, "", "", filepath.Join(b.TempDir(), "data"), []string{"GANTRY_RECONCILE_INTERVAL=15s"}, "--db", db)
+		url = p.URL
+		for i := range tokens {
+			tokens[i] = signInToken(b, url, "ada")
+		}
+		api = servertest.Client(url, tokens[0])
+	} else {
+		g := start(b, db, true, func(c *config.Config) { c.ReconcileInterval = config.Default().ReconcileInterval })
+		url, api = g.URL, g.api
+		for i := range tokens {
+			tokens[i] = g.Token("ada")
+		}
 	}
-	body, _ := json.Marshal(model.LaunchRequest{Template: "bench-job", Team: "sustained", Gpu: &model.GPUChoice{Count: new(1)}})
+	doc := benchTemplate(b, api, "../../templates/pytorch-train.yaml", "bench-job")
+	body, _ := json.Marshal(model.LaunchRequest{Template: "bench-job", Team: teamName, Gpu: &model.GPUChoice{Count: new(1)}})
 	k, err := kube.New(cluster.Config(), kube.Options{})
 	if err != nil {
 		b.Fatal(err)
@@ -465,7 +495,8 @@ func BenchmarkSustainedLaunch(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := k.EnsureNamespace(ctx, "gantry-sustained-direct", "sustained-direct"); err != nil {
+	directNS := "gantry-" + teamName + "-direct"
+	if err := k.EnsureNamespace(ctx, directNS, gteam(teamName+"-direct")); err != nil {
 		b.Fatal(err)
 	}
 	var (
@@ -475,13 +506,34 @@ func BenchmarkSustainedLaunch(b *testing.B) {
 		p50s, p99s       []time.Duration
 		direct           atomic.Int64
 	)
+	answered := func(id string) error {
+		if _, dup := ids.LoadOrStore(id, true); dup {
+			return fmt.Errorf("workload %s answered twice", id)
+		}
+		return nil
+	}
 	client := loadgen.Client(clients)
 	runGantry := func() {
+		if outside {
+			res := loadgen.Outside(b, loadgen.Job{URL: url, Method: http.MethodPost, Paths: []string{"/api/v1/workloads"}, Body: body,
+				Tokens: tokens, Duration: round, Status: http.StatusCreated, IDs: true})
+			for _, id := range res.IDs {
+				if err := answered(id); err != nil {
+					b.Fatal(err)
+				}
+			}
+			gantryN += res.Requests
+			gantryT += time.Duration(res.Seconds * float64(time.Second))
+			p50s = append(p50s, time.Duration(res.P50ms*float64(time.Millisecond)))
+			p99s = append(p99s, time.Duration(res.P99ms*float64(time.Millisecond)))
+			b.Logf("gantry (outside): %d launches in %.1f s: %.0f/s, p50 %.0f ms, p99 %.0f ms", res.Requests, res.Seconds, res.Rate, res.P50ms, res.P99ms)
+			return
+		}
 		res := loadgen.Run(ctx, client, loadgen.Options{Clients: clients, Duration: round,
 			// raw: the load generator sends as fast as Gantry answers; the
 			// typed client's decoding would be counted against it
 			Request: func(c, i int) (*http.Request, error) {
-				req, err := http.NewRequest(http.MethodPost, g.URL+"/api/v1/workloads", bytes.NewReader(body))
+				req, err := http.NewRequest(http.MethodPost, url+"/api/v1/workloads", bytes.NewReader(body))
 				if err == nil {
 					req.Header.Set("Authorization", "Bearer "+tokens[c])
 					req.Header.Set("Content-Type", "application/json")
@@ -493,10 +545,7 @@ func BenchmarkSustainedLaunch(b *testing.B) {
 				if err := json.Unmarshal(data, &w); err != nil || resp.StatusCode != 201 {
 					return fmt.Errorf("launch answered %d: %.100s", resp.StatusCode, data)
 				}
-				if _, dup := ids.LoadOrStore(w.ID, true); dup {
-					return fmt.Errorf("workload %s answered twice", w.ID)
-				}
-				return nil
+				return answered(w.ID)
 			}})
 		if res.Errors > 0 {
 			b.Fatalf("%d errors; the first: %v", res.Errors, res.First)
@@ -518,8 +567,8 @@ func BenchmarkSustainedLaunch(b *testing.B) {
 			wg.Go(func() {
 				for time.Since(startAt) < round {
 					n := direct.Add(1)
-					objs, err := render.Objects(r, render.Meta{WorkloadID: fmt.Sprintf("d%09d", n), Team: "sustained-direct", Owner: "alice",
-						Namespace: "gantry-sustained-direct", TemplateVersion: 1, Image: "registry.gantry.internal/bench/image@sha256:" + strings.Repeat("2", 64)})
+					objs, err := render.Objects(r, render.Meta{WorkloadID: fmt.Sprintf("d%09d", n), Team: teamName + "-direct", Owner: "alice",
+						Namespace: directNS, TemplateVersion: 1, Image: "registry.gantry.internal/bench/image@sha256:" + strings.Repeat("2", 64)})
 					if err == nil {
 						err = k.Apply(ctx, objs)
 					}
@@ -558,17 +607,24 @@ func BenchmarkSustainedLaunch(b *testing.B) {
 	b.ReportMetric(0, "ns/op")
 	// The baseline's Jobs are not followed: remove them, so that the GPUs
 	// go to Gantry's launches.
-	if err := cluster.Client.CoreV1().Namespaces().Delete(ctx, "gantry-sustained-direct", metav1.DeleteOptions{}); err != nil {
+	if err := cluster.Client.CoreV1().Namespaces().Delete(ctx, directNS, metav1.DeleteOptions{}); err != nil {
 		b.Fatal(err)
 	}
 	// Every launch recorded (the answered ones, and those still in flight
 	// when a round's clock ran out, which Gantry finished anyway) reaches
-	// its end, and has exactly one Job.
+	// its end, and has exactly one Job. The records are read from the
+	// database (SQLite allows a reader beside the server).
+	database, err := store.Open(ctx, store.SQLite, db)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer database.Close()
+	records := workloads.New(database)
 	waitStart := time.Now()
 	var recorded []workload.Workload
 	waitfor.Until(b, 10*time.Minute, "every recorded launch to succeed", func() error {
 		var err error
-		recorded, err = g.Store.ListWorkloads(ctx, workload.Filter{Team: "sustained", Limit: 100000})
+		recorded, err = records.ListWorkloads(ctx, workload.Filter{Team: gteam(teamName), Limit: 100000})
 		if err != nil {
 			return err
 		}
@@ -594,7 +650,7 @@ func BenchmarkSustainedLaunch(b *testing.B) {
 		}
 		return true
 	})
-	jobs, err := cluster.Client.BatchV1().Jobs("gantry-sustained").List(ctx, metav1.ListOptions{})
+	jobs, err := cluster.Client.BatchV1().Jobs("gantry-"+teamName).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -611,6 +667,9 @@ func BenchmarkSustainedLaunch(b *testing.B) {
 	}
 }
 
+// gteam is a team name, for a test that knows it is one.
+func gteam(name string) team.Name { return team.Name(name) }
+
 func mustJSON(t testing.TB, v any) []byte {
 	t.Helper()
 	data, err := json.Marshal(v)
@@ -623,12 +682,16 @@ func mustJSON(t testing.TB, v any) []byte {
 // benchTemplate adds the template file at path to g as name, without its
 // volumes (claims wait for the simulated cluster's volume binder, which says
 // nothing about Gantry), and returns the document it sent.
-func benchTemplate(b *testing.B, g *gantryServer, path, name string) model.TemplateDocument {
+func benchTemplate(b *testing.B, api *client.ClientWithResponses, path, name string) model.TemplateDocument {
 	b.Helper()
 	doc := templateFile(b, path)
 	doc.Metadata.Name, doc.Spec.Volumes = name, nil
-	if r := servertest.Must(g.api.CreateTemplateWithResponse(b.Context(), doc))(b); r.StatusCode() != 201 {
+	if r := servertest.Must(api.CreateTemplateWithResponse(b.Context(), doc))(b); r.StatusCode() != 201 {
 		b.Fatalf("create template %s: %d %s", name, r.StatusCode(), r.Body)
 	}
 	return doc
 }
+
+// TestOutsideLoad is the outside load generator's process (loadgen.Outside,
+// for BenchmarkSustainedLaunch); run alone, it has nothing to do.
+func TestOutsideLoad(t *testing.T) { loadgen.ServeJob(t) }

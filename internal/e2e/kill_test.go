@@ -80,7 +80,7 @@ func TestKill9MidLaunch(t *testing.T) {
 
 // signInToken signs a development user in through the portal, as a browser
 // would, and makes a personal access token with the session.
-func signInToken(t *testing.T, url, user string) string {
+func signInToken(t testing.TB, url, user string) string {
 	t.Helper()
 	jar, _ := cookiejar.New(nil)
 	b := &http.Client{Jar: jar, Timeout: 20 * time.Second}
@@ -132,7 +132,7 @@ func startProcess(t *testing.T, db string) *servertest.Process {
 // once) with args and env, and the test cluster, the test policy, the
 // development registry and one-second loops, and waits until it serves.
 // dataDir holds the development signing key.
-func startServe(t *testing.T, root, bin, dataDir string, env []string, args ...string) *servertest.Process {
+func startServe(t testing.TB, root, bin, dataDir string, env []string, args ...string) *servertest.Process {
 	t.Helper()
 	return servertest.StartBinary(t, servertest.ProcessOptions{Bin: bin, Dir: root,
 		Args: append([]string{"--kubeconfig", gantryKubeconfig, "--log-level", "info"}, args...),

@@ -1,16 +1,7 @@
 package loadgen_test
 
 import (
-	"bytes"
-	"context"
-	"encoding/json"
-	"fmt"
-	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/gantryhq/gantry/internal/loadgen"
 	"github.com/gantryhq/gantry/internal/store"
@@ -40,7 +31,7 @@ func BenchmarkReadAPIOutside(b *testing.B) {
 			for _, kind := range []string{"healthz", "get", "page100"} {
 				b.Run(kind, func(b *testing.B) {
 					before := g.cpu(b)
-					r := outsideLoad(b, outsideJob{URL: g.URL, Kind: kind, Requests: b.N, Tokens: tokens, IDs: ids})
+					r := loadgen.Outside(b, readJob(g.URL, kind, b.N, tokens, ids))
 					cpu := g.cpu(b) - before
 					b.ReportMetric(r.Rate, "req/s")
 					b.ReportMetric(r.P50ms, "p50-ms")
@@ -53,104 +44,27 @@ func BenchmarkReadAPIOutside(b *testing.B) {
 	}
 }
 
-// outsideJob is what TestOutsideLoad sends, read from the file its
-// environment names.
-type outsideJob struct {
-	URL      string
-	Kind     string // healthz, get, page100
-	Requests int
-	Tokens   []string
-	IDs      []string
-}
-
-// outsideResult is what it measured, its one line of output.
-type outsideResult struct {
-	Rate, P50ms, P99ms float64
-	Errors             int
-	First              string
-}
-
-// outsideLoad runs job in a process of its own and returns what it measured.
-func outsideLoad(b *testing.B, job outsideJob) outsideResult {
-	b.Helper()
-	data, _ := json.Marshal(job)
-	file := filepath.Join(b.TempDir(), "job.json")
-	if err := os.WriteFile(file, data, 0o600); err != nil {
-		b.Fatal(err)
-	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestOutsideLoad$")
-	cmd.Env = append(os.Environ(), "GANTRY_OUTSIDE_LOAD="+file)
-	cmd.Stderr = os.Stderr
-	out, err := cmd.Output()
-	if err != nil {
-		b.Fatalf("the load generator: %v\n%s", err, out)
-	}
-	var r outsideResult
-	for _, line := range bytes.Split(out, []byte("\n")) {
-		if rest, ok := bytes.CutPrefix(line, []byte("result ")); ok {
-			if err := json.Unmarshal(rest, &r); err != nil {
-				b.Fatal(err)
-			}
+// readJob is the outside load generator's job for kind: healthz, get (by
+// id, spread over ids) or page100 (pages of 100, over the four teams).
+func readJob(url, kind string, requests int, tokens, ids []string) loadgen.Job {
+	job := loadgen.Job{URL: url, Requests: requests, Tokens: tokens}
+	switch kind {
+	case "healthz":
+		job.Paths = []string{"/healthz"}
+	case "get":
+		for _, id := range ids {
+			job.Paths = append(job.Paths, "/api/v1/workloads/"+id)
 		}
+		job.Holds, job.Count = `"id":"`, 1
+	case "page100":
+		for _, t := range []string{"vision", "nlp", "speech", "robotics"} {
+			job.Paths = append(job.Paths, "/api/v1/workloads?limit=100&team="+t)
+		}
+		job.Holds, job.Count = `"id":"`, 100
 	}
-	if r.Rate == 0 || r.Errors > 0 {
-		b.Fatalf("the load generator measured %+v\n%s", r, out)
-	}
-	return r
+	return job
 }
 
-// TestOutsideLoad is outsideLoad's process: the job in the file
-// GANTRY_OUTSIDE_LOAD names, from 50 clients, and one "result" line. Run
-// alone, it has nothing to do.
-func TestOutsideLoad(t *testing.T) {
-	file := os.Getenv("GANTRY_OUTSIDE_LOAD")
-	if file == "" {
-		t.Skip("the outside benchmarks' load generator: run by BenchmarkReadAPIOutside")
-	}
-	data, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var job outsideJob
-	if err := json.Unmarshal(data, &job); err != nil {
-		t.Fatal(err)
-	}
-	teams := []string{"vision", "nlp", "speech", "robotics"}
-	path := map[string]func(c, i int) string{
-		"healthz": func(int, int) string { return "/healthz" },
-		"get":     func(c, i int) string { return "/api/v1/workloads/" + job.IDs[(c*7919+i*104729)%len(job.IDs)] },
-		"page100": func(c, i int) string { return "/api/v1/workloads?limit=100&team=" + teams[(c+i)%4] },
-	}[job.Kind]
-	check := map[string]func(*http.Response, []byte) error{
-		"get": func(_ *http.Response, body []byte) error {
-			if !bytes.Contains(body, []byte(`"id":"`)) {
-				return fmt.Errorf("not a workload: %.80s", body)
-			}
-			return nil
-		},
-		"page100": func(_ *http.Response, body []byte) error {
-			if n := bytes.Count(body, []byte(`"id":"`)); n != 100 {
-				return fmt.Errorf("a page of %d: %.80s", n, body)
-			}
-			return nil
-		},
-	}[job.Kind]
-	n := len(job.Tokens)
-	r := loadgen.Run(context.Background(), loadgen.Client(n), loadgen.Options{
-		Clients: n, Requests: job.Requests, Duration: 5 * time.Minute,
-		Request: func(c, i int) (*http.Request, error) {
-			req, err := http.NewRequest(http.MethodGet, job.URL+path(c, i), nil)
-			if err == nil {
-				req.Header.Set("Authorization", "Bearer "+job.Tokens[c])
-			}
-			return req, err
-		},
-		Check: check,
-	})
-	res := outsideResult{Rate: r.Rate(), P50ms: float64(r.P50.Microseconds()) / 1000, P99ms: float64(r.P99.Microseconds()) / 1000, Errors: r.Errors}
-	if r.First != nil {
-		res.First = r.First.Error()
-	}
-	line, _ := json.Marshal(res)
-	fmt.Printf("result %s\n", line)
-}
+// TestOutsideLoad is the outside load generator's process (loadgen.Outside);
+// run alone, it has nothing to do.
+func TestOutsideLoad(t *testing.T) { loadgen.ServeJob(t) }

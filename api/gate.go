@@ -43,9 +43,12 @@ const DefaultConcurrentReads = 4
 // (p99 83–89 ms at p50 22 ms); with 8 at a time, the same load answered
 // more pages a second with p99 48–53 ms (docs/benchmarks.md, Seams 9). A
 // read waits here instead of holding memory for its answer, so a flood of
-// reads costs a queue, not the heap. Writes, streams and reads that wait
-// on another system (the cluster, Prometheus, a registry) are not gated:
-// they would hold a slot while the CPUs idle.
+// reads costs a queue, not the heap. A read's answer is kept in memory and
+// written to its client after its slot is given back, so a client that
+// reads slowly (or not at all) holds no slot. Writes, streams and reads
+// that wait on another system (the cluster, Prometheus, a registry) are
+// not gated: they would hold a slot while the CPUs idle. (Authenticating a
+// provider's token may fetch its keys once; that is rare and bounded.)
 type readGate struct {
 	slots   chan struct{}
 	waiting atomic.Int64
@@ -65,7 +68,7 @@ func (g *readGate) Waiting() float64 { return float64(g.waiting.Load()) }
 func (g *readGate) middleware(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		r := c.Request()
-		if (r.Method != http.MethodGet && r.Method != http.MethodHead) || !gatedReads[c.Path()] {
+		if r.Method != http.MethodGet || !gatedReads[c.Path()] {
 			return next(c)
 		}
 		select {
@@ -80,7 +83,46 @@ func (g *readGate) middleware(next echo.HandlerFunc) echo.HandlerFunc {
 				return fmt.Errorf("waiting for a turn to read: %w", r.Context().Err())
 			}
 		}
-		defer func() { <-g.slots }()
-		return next(c)
+		res := c.Response()
+		client := res.Writer
+		kept := &keptAnswer{header: client.Header()}
+		res.Writer = kept
+		err := func() error {
+			defer func() { res.Writer, _ = client, <-g.slots }() // even when next panics
+			return next(c)
+		}()
+		if kept.status != 0 {
+			client.WriteHeader(kept.status)
+		}
+		if len(kept.body) > 0 {
+			if _, werr := client.Write(kept.body); werr != nil && err == nil {
+				err = werr
+			}
+		}
+		return err
 	}
+}
+
+// keptAnswer holds an answer in memory until the gate has given its slot
+// back; its headers are the client's own.
+type keptAnswer struct {
+	header http.Header
+	status int
+	body   []byte
+}
+
+func (k *keptAnswer) Header() http.Header { return k.header }
+
+func (k *keptAnswer) WriteHeader(status int) {
+	if k.status == 0 {
+		k.status = status
+	}
+}
+
+func (k *keptAnswer) Write(b []byte) (int, error) {
+	if k.status == 0 {
+		k.status = http.StatusOK
+	}
+	k.body = append(k.body, b...)
+	return len(b), nil
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
 
 	"github.com/gantryhq/gantry/api/gen"
 	"github.com/gantryhq/gantry/internal/waitfor"
@@ -117,4 +118,60 @@ func until(t *testing.T, what string, cond func() bool) {
 		}
 		return errors.New("not yet")
 	})
+}
+
+// slowClient is a client that does not read its answer until released.
+type slowClient struct {
+	*httptest.ResponseRecorder
+	release chan struct{}
+}
+
+func (s slowClient) Write(b []byte) (int, error) {
+	<-s.release
+	return s.ResponseRecorder.Write(b)
+}
+
+// TestReadGateSlowClient: a client that does not read its answer holds no
+// slot; a handler's panic gives its slot back and reaches the client.
+func TestReadGateSlowClient(t *testing.T) {
+	gate := newReadGate(1)
+	e := echo.New()
+	e.HTTPErrorHandler = errorHandler(slog.New(slog.DiscardHandler))
+	e.Use(middleware.Recover(), gate.middleware)
+	handled := make(chan struct{})
+	e.GET("/api/v1/workloads", func(c echo.Context) error {
+		if c.QueryParam("panic") != "" {
+			panic("boom")
+		}
+		err := c.String(http.StatusOK, "page of "+c.QueryParam("name"))
+		if c.QueryParam("name") == "slow" {
+			close(handled)
+		}
+		return err
+	})
+	slow := slowClient{httptest.NewRecorder(), make(chan struct{})}
+	done := make(chan struct{})
+	go func() {
+		e.ServeHTTP(slow, httptest.NewRequest(http.MethodGet, "/api/v1/workloads?name=slow", nil))
+		close(done)
+	}()
+	<-handled
+	until(t, "the slow client's slot given back while its answer waits", func() bool { return gate.Running() == 0 })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	fast := httptest.NewRecorder()
+	e.ServeHTTP(fast, httptest.NewRequestWithContext(ctx, http.MethodGet, "/api/v1/workloads?name=fast", nil))
+	if fast.Code != http.StatusOK || fast.Body.String() != "page of fast" {
+		t.Fatalf("a read behind a slow client: %d %q", fast.Code, fast.Body)
+	}
+	close(slow.release)
+	<-done
+	if slow.Body.String() != "page of slow" {
+		t.Fatalf("the slow client got %q", slow.Body)
+	}
+	boom := httptest.NewRecorder()
+	e.ServeHTTP(boom, httptest.NewRequest(http.MethodGet, "/api/v1/workloads?panic=1", nil))
+	if boom.Code != http.StatusInternalServerError || gate.Running() != 0 {
+		t.Fatalf("a panicking read: %d, %v running", boom.Code, gate.Running())
+	}
 }

@@ -2,7 +2,6 @@ package api
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"net/http"
@@ -195,7 +194,7 @@ func (j *jsonw) strMap(m map[string]string) {
 
 func (j *jsonw) fail(err error) {
 	if j.err == nil {
-		j.err = errors.Join(errors.New("encode a workload"), err)
+		j.err = fmt.Errorf("encode a workload: %w", err)
 	}
 }
 

@@ -97,6 +97,7 @@ type Service struct {
 
 	mu       sync.Mutex
 	statuses map[versionKey]knownStatus // Status's answers, for StatusTTL
+	changes  uint64                     // statuses set through this Service so far
 }
 
 type versionKey struct {
@@ -160,12 +161,17 @@ func (s *Service) Status(ctx context.Context, name string, version int) (Status,
 	if ok && now.Sub(known.at) < StatusTTL && !now.Before(known.at) {
 		return known.status, known.reason, nil
 	}
+	s.mu.Lock()
+	changes := s.changes
+	s.mu.Unlock()
 	status, reason, err := s.store.TemplateVersionStatus(ctx, name, version)
 	if err != nil {
 		return "", "", err
 	}
 	s.mu.Lock()
-	s.statuses[k] = knownStatus{status: status, reason: reason, at: now}
+	if s.changes == changes { // else what was read may predate a change made here
+		s.statuses[k] = knownStatus{status: status, reason: reason, at: now}
+	}
 	s.mu.Unlock()
 	return status, reason, nil
 }
@@ -174,6 +180,7 @@ func (s *Service) Status(ctx context.Context, name string, version int) (Status,
 func (s *Service) forget(name string, version int) {
 	s.mu.Lock()
 	delete(s.statuses, versionKey{name, version})
+	s.changes++
 	s.mu.Unlock()
 }
 

@@ -309,7 +309,7 @@ func TestAdviceThroughTheAPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.Exec(`UPDATE workloads SET created_at = created_at - ?, version = version + 1 WHERE id = ?`, time.Hour.Microseconds(), w.Id); err != nil {
+	if _, err := db.Exec(`UPDATE workloads SET created_at = created_at - ? WHERE id = ?`, time.Hour.Microseconds(), w.Id); err != nil {
 		t.Fatal(err)
 	}
 	db.Close()
@@ -373,7 +373,7 @@ func TestApplyRightSize(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.Exec(`UPDATE workloads SET created_at = created_at - ?, version = version + 1 WHERE id = ?`, (3 * time.Hour).Microseconds(), w.Id); err != nil {
+	if _, err := db.Exec(`UPDATE workloads SET created_at = created_at - ? WHERE id = ?`, (3 * time.Hour).Microseconds(), w.Id); err != nil {
 		t.Fatal(err)
 	}
 	db.Close()

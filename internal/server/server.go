@@ -435,7 +435,11 @@ func (s *Server) Run(ctx context.Context) error {
 		// the GPU nodes and their pods from these informers.
 		g.Go(func() error {
 			if c := s.awaitCluster(gctx, false); c != nil { // the leader's loops say why not
-				return c.RunCapacity(gctx)
+				// Without the informers, launches list what they read: slower,
+				// not wrong, so this replica keeps serving.
+				if err := c.RunCapacity(gctx); err != nil {
+					s.Log.Error("GPU capacity informers stopped; launches list nodes and pods instead", "err", err)
+				}
 			}
 			return nil
 		})

@@ -157,6 +157,11 @@ func (s *DB) migrate(ctx context.Context) error {
 	sort.Strings(names)
 	for _, name := range names {
 		base := filepath.Base(name)
+		// NNNN_what.sqlite.sql and NNNN_what.postgres.sql are one
+		// migration in two dialects (triggers): each database runs its own.
+		if other := map[string]string{SQLite: Postgres, Postgres: SQLite}[s.driver]; strings.HasSuffix(base, "."+other+".sql") {
+			continue
+		}
 		version, err := strconv.Atoi(strings.SplitN(base, "_", 2)[0])
 		if err != nil {
 			return fmt.Errorf("migration %s: name must start with a number", base)

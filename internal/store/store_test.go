@@ -117,6 +117,7 @@ func TestConformance(t *testing.T) {
 				a := open(t)
 				dsn := map[string]string{store.SQLite: lastSQLite, store.Postgres: lastPostgres}[name]
 				testListedAsStored(t, a, openStores(t, name, dsn))
+				testListedAfterAnotherWriter(t, a, openStores(t, name, dsn))
 			})
 			t.Run("tokens", func(t *testing.T) { testTokens(t, open(t)) })
 			t.Run("audit chain", func(t *testing.T) { testAudit(t, open(t)) })
@@ -587,6 +588,25 @@ func testListedAsStored(t *testing.T, a, b *stores.All) {
 		if one, err := b.Workload(ctx, w.ID); err != nil || !reflect.DeepEqual(one, w) {
 			t.Fatalf("listed %+v, read by id %+v (%v)", w, one, err)
 		}
+	}
+}
+
+// testListedAfterAnotherWriter: a statement that is not the store's — an
+// older release's UPDATE in a rolling upgrade, a fix made by hand — changes
+// a row b has listed: b's next list answers the row as it now is.
+func testListedAfterAnotherWriter(t *testing.T, a, b *stores.All) {
+	ctx := context.Background()
+	before, err := b.ListWorkloads(ctx, workload.Filter{Team: "vision", Limit: 10})
+	if err != nil || len(before) == 0 {
+		t.Fatalf("listed %d, %v", len(before), err)
+	}
+	id := before[0].ID
+	if _, err := a.DB.ExecContext(ctx, a.DB.Q(`UPDATE workloads SET status = ?, reason = ? WHERE id = ?`), string(workload.Stopped), "by an older release", id); err != nil {
+		t.Fatal(err)
+	}
+	after, err := b.ListWorkloads(ctx, workload.Filter{Team: "vision", Limit: 10})
+	if err != nil || after[0].ID != id || after[0].Status != workload.Stopped || after[0].Reason != "by an older release" {
+		t.Fatalf("after another writer's UPDATE, b lists %s %s %q (%v)", after[0].ID, after[0].Status, after[0].Reason, err)
 	}
 }
 

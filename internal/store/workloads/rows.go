@@ -12,9 +12,11 @@ import (
 // read at, so that a page of workloads reads two columns of a row that has
 // not changed since it was last decoded, instead of all of them and its
 // parameters' JSON (half of the CPU a page of 100 cost: Seams 9). The
-// version column is the store's: every UPDATE of a workloads row adds one to
-// it, so an entry is used only while it is the row as stored, whichever
-// replica wrote it. Bounded: when full, an arbitrary entry makes room.
+// version column is the database's: a trigger adds one to it on every
+// UPDATE of a workloads row (migration 0025), so an entry is used only while
+// it is the row as stored, whoever wrote it — any replica, an older release
+// beside this one in a rolling upgrade, a fix made by hand. Bounded: when
+// full, an arbitrary entry makes room.
 type rowCache struct {
 	mu   sync.Mutex
 	max  int

@@ -223,14 +223,19 @@ func (s *Store) ListWorkloads(ctx context.Context, f workload.Filter) ([]workloa
 	}
 	query += " ORDER BY created_at DESC, id DESC LIMIT ?"
 	args = append(args, f.Limit)
-	return s.cachedRows(ctx, query, args...)
+	// A row changed between the two reads is kept only if it still
+	// matches (its team, owner and template never change).
+	matches := func(w workload.Workload) bool {
+		return (f.Status == "" || w.Status == f.Status) && (!f.Ended || w.Status.Ended())
+	}
+	return s.cachedRows(ctx, matches, query, args...)
 }
 
 // cachedRows runs query, which selects (id, version) of the rows in their
 // order, and answers those rows: the ones the cache holds at that version
-// from it, the others read whole in one more query (at the version they
-// have then, which may be later) and kept.
-func (s *Store) cachedRows(ctx context.Context, query string, args ...any) ([]workload.Workload, error) {
+// from it, the others read whole (at the version they have then, which may
+// be later: such a row is answered only if it still matches) and kept.
+func (s *Store) cachedRows(ctx context.Context, matches func(workload.Workload) bool, query string, args ...any) ([]workload.Workload, error) {
 	type ref struct {
 		id      string
 		version int64
@@ -255,40 +260,41 @@ func (s *Store) cachedRows(ctx context.Context, query string, args ...any) ([]wo
 		}
 		out[i] = w
 	}
-	if len(missing) == 0 {
-		return out, nil
-	}
-	rows, err = s.db.Read().QueryContext(ctx, s.db.Q(`SELECT version, `+workloadColumns+` FROM workloads WHERE id IN (?`+strings.Repeat(", ?", len(missing)-1)+`)`), missing...)
-	if err != nil {
-		return nil, fmt.Errorf("list workloads: %w", err)
-	}
-	fresh, err := store.Collect(rows, func(row store.Scanner) (workload.Workload, error) {
-		var version int64
-		w, err := scanAfter(row, &version)
-		if err == nil {
-			s.rows.put(w, version)
+	read := make(map[string]workload.Workload, len(missing))
+	for len(missing) > 0 {
+		chunk := missing[:min(len(missing), maxInList)]
+		missing = missing[len(chunk):]
+		rows, err = s.db.Read().QueryContext(ctx, s.db.Q(`SELECT version, `+workloadColumns+` FROM workloads WHERE id IN (?`+strings.Repeat(", ?", len(chunk)-1)+`)`), chunk...)
+		if err != nil {
+			return nil, fmt.Errorf("list workloads: %w", err)
 		}
-		return w, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list workloads: %w", err)
-	}
-	read := make(map[string]workload.Workload, len(fresh))
-	for _, w := range fresh {
-		read[w.ID] = w
+		_, err = store.Collect(rows, func(row store.Scanner) (workload.Workload, error) {
+			var version int64
+			w, err := scanAfter(row, &version)
+			if err == nil {
+				s.rows.put(w, version)
+				read[w.ID] = w
+			}
+			return w, err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("list workloads: %w", err)
+		}
 	}
 	kept := out[:0]
 	for i, r := range refs {
-		w, ok := out[i], out[i].ID != ""
-		if !ok {
-			w, ok = read[r.id] // not there: deleted since the first query
-		}
-		if ok {
+		if out[i].ID != "" {
+			kept = append(kept, out[i])
+		} else if w, ok := read[r.id]; ok && matches(w) { // not there: deleted since the first query
 			kept = append(kept, w)
 		}
 	}
 	return kept, nil
 }
+
+// maxInList bounds the ids one IN list names (SQLite takes at most 32,766
+// arguments a statement, PostgreSQL 65,535).
+const maxInList = 500
 
 // queryWorkloads runs a query selecting workloadColumns and scans every row.
 func (s *Store) queryWorkloads(ctx context.Context, what, query string, args ...any) ([]workload.Workload, error) {
@@ -345,8 +351,8 @@ func (s *Store) UpdateWorkload(ctx context.Context, id string, fn func(workload.
 			out.UpdatedAt = old.UpdatedAt
 			return nil
 		}
-		// version = version + 1: every UPDATE of a row does it (rows.go).
-		_, err = tx.ExecContext(ctx, s.db.Q(`UPDATE workloads SET version = version + 1, status = ?, reason = ?, applied_hash = ?, endpoint = ?, expires_at = ?, updated_at = ?, running_us = ?, running_since = ?,
+		// The row's version goes up by one (a trigger: rows.go).
+		_, err = tx.ExecContext(ctx, s.db.Q(`UPDATE workloads SET status = ?, reason = ?, applied_hash = ?, endpoint = ?, expires_at = ?, updated_at = ?, running_us = ?, running_since = ?,
 			approval_why = ?, approval_expires = ?, approval_decision = ?, approval_by = ?, approval_note = ?, approval_at = ?, spot_evictions = ?,
 			started_at = ?, ended_at = ?, attempts = ?, exit_code = ?, held = ? WHERE id = ?`),
 			string(w.Status), w.Reason, w.AppliedHash, w.Endpoint, micros(w.ExpiresAt), w.UpdatedAt.UnixMicro(), w.RunningFor.Microseconds(), micros(w.RunningSince),

@@ -133,6 +133,15 @@ func TestRollingUpgrade(t *testing.T) {
 		t.Fatalf("stop through the old release: %d", s)
 	}
 	waitStatus(cur.URL, tok, w2.Id, "Stopped")
+	// The new release listed w2 Running, and keeps the rows it listed: its
+	// next list shows the old release's stop (the database bumps a row's
+	// version on the old release's UPDATE too).
+	listed := servertest.Deref(servertest.Must(servertest.Client(cur.URL, tok).ListWorkloadsWithResponse(t.Context(), &model.ListWorkloadsParams{Team: &team}))(t).JSON200)
+	for _, it := range listed.Items {
+		if it.Id == w2.Id && it.Status != "Stopped" {
+			t.Fatalf("the new release lists %s as %s after the old one stopped it", w2.Id, it.Status)
+		}
+	}
 
 	// The old pod goes; the new one carries on alone, with the lead.
 	if err := old.Cmd.Process.Signal(syscall.SIGTERM); err != nil {

@@ -1,0 +1,42 @@
+package workloads
+
+import (
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/gantryhq/gantry/internal/workload"
+)
+
+// TestDetachedCopiesEveryReference: a field of workload.Workload that
+// refers to memory (a map, a slice, a pointer) is one detached copies, so
+// that the row cache and its callers never share it; a new one fails here
+// until detached copies it too.
+func TestDetachedCopiesEveryReference(t *testing.T) {
+	copied := map[string]bool{"Parameters": true, "SpotEvictions": true, "ExitCode": true}
+	var walk func(prefix string, typ reflect.Type)
+	walk = func(prefix string, typ reflect.Type) {
+		for f := range typ.Fields() {
+			name := prefix + f.Name
+			switch f.Type.Kind() {
+			case reflect.Map, reflect.Slice, reflect.Pointer, reflect.Interface, reflect.Chan, reflect.Func:
+				if !copied[name] {
+					t.Errorf("workload.Workload.%s (%s) is shared between the row cache and its callers: copy it in detached", name, f.Type)
+				}
+			case reflect.Struct:
+				if f.Type != reflect.TypeFor[time.Time]() {
+					walk(name+".", f.Type)
+				}
+			}
+		}
+	}
+	walk("", reflect.TypeFor[workload.Workload]())
+
+	code := 3
+	w := workload.Workload{ID: "x", Parameters: map[string]string{"a": "1"}, SpotEvictions: []string{"e"}, ExitCode: &code}
+	d := detached(w)
+	d.Parameters["a"], d.SpotEvictions[0], *d.ExitCode = "2", "f", 4
+	if w.Parameters["a"] != "1" || w.SpotEvictions[0] != "e" || *w.ExitCode != 3 {
+		t.Fatalf("a change to the copy reached the original: %+v", w)
+	}
+}

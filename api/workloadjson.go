@@ -154,7 +154,8 @@ func (j *jsonw) time(t time.Time) {
 	j.b = append(j.b, '"')
 }
 
-func (j *jsonw) strs(ss []string) {
+// strList appends ss, a JSON array of strings (null when nil).
+func strList[S ~string](j *jsonw, ss []S) {
 	if ss == nil {
 		j.null()
 		return
@@ -164,7 +165,7 @@ func (j *jsonw) strs(ss []string) {
 		if i > 0 {
 			j.b = append(j.b, ',')
 		}
-		j.str(s)
+		j.str(string(s))
 	}
 	j.b = append(j.b, ']')
 }
@@ -192,6 +193,13 @@ func (j *jsonw) strMap(m map[string]string) {
 	j.b = append(j.b, '}')
 }
 
+// strF, intF, numF, timeF and boolF append a member.
+func (j *jsonw) strF(k, v string)            { j.key(k); j.str(v) }
+func (j *jsonw) intF(k string, n int)        { j.key(k); j.int(n) }
+func (j *jsonw) numF(k string, f float64)    { j.key(k); j.num(f) }
+func (j *jsonw) timeF(k string, t time.Time) { j.key(k); j.time(t) }
+func (j *jsonw) boolF(k string, v bool)      { j.key(k); j.bool(v) }
+
 func (j *jsonw) fail(err error) {
 	if j.err == nil {
 		j.err = fmt.Errorf("encode a workload: %w", err)
@@ -204,104 +212,69 @@ func (j *jsonw) workload(w *model.Workload) {
 	j.begin()
 	if w.Actions != nil {
 		j.key("actions")
-		if *w.Actions == nil {
-			j.null()
-		} else {
-			j.b = append(j.b, '[')
-			for i, a := range *w.Actions {
-				if i > 0 {
-					j.b = append(j.b, ',')
-				}
-				j.str(string(a))
-			}
-			j.b = append(j.b, ']')
-		}
+		strList(j, *w.Actions)
 	}
-	j.key("applied")
-	j.bool(w.Applied)
+	j.boolF("applied", w.Applied)
 	if a := w.Approval; a != nil {
 		j.key("approval")
 		j.begin()
 		j.key("approvers")
-		j.strs(a.Approvers)
+		strList(j, a.Approvers)
 		if a.DecidedAt != nil {
-			j.key("decidedAt")
-			j.time(*a.DecidedAt)
+			j.timeF("decidedAt", *a.DecidedAt)
 		}
 		optStr(j, "decidedBy", a.DecidedBy)
 		optStr(j, "decision", a.Decision)
-		j.key("expiresAt")
-		j.time(a.ExpiresAt)
+		j.timeF("expiresAt", a.ExpiresAt)
 		optStr(j, "note", a.Note)
-		j.key("why")
-		j.str(a.Why)
+		j.strF("why", a.Why)
 		j.end()
 	}
-	j.key("attempts")
-	j.int(w.Attempts)
-	j.key("costSoFar")
-	j.num(w.CostSoFar)
-	j.key("createdAt")
-	j.time(w.CreatedAt)
+	j.intF("attempts", w.Attempts)
+	j.numF("costSoFar", w.CostSoFar)
+	j.timeF("createdAt", w.CreatedAt)
 	optTime(j, "endedAt", w.EndedAt)
 	optStr(j, "endpoint", w.Endpoint)
 	if w.ExitCode != nil {
-		j.key("exitCode")
-		j.int(*w.ExitCode)
+		j.intF("exitCode", *w.ExitCode)
 	}
 	j.key("gpu")
 	j.begin()
-	j.key("class")
-	j.str(w.Gpu.Class)
-	j.key("count")
-	j.int(w.Gpu.Count)
+	j.strF("class", w.Gpu.Class)
+	j.intF("count", w.Gpu.Count)
 	optStr(j, "migProfile", w.Gpu.MigProfile)
 	j.end()
 	if w.Held != nil {
-		j.key("held")
-		j.bool(*w.Held)
+		j.boolF("held", *w.Held)
 	}
-	j.key("id")
-	j.str(w.Id)
+	j.strF("id", w.Id)
 	optStr(j, "image", w.Image)
-	j.key("kind")
-	j.str(string(w.Kind))
-	j.key("name")
-	j.str(w.Name)
-	j.key("objectsHash")
-	j.str(w.ObjectsHash)
-	j.key("owner")
-	j.str(w.Owner)
+	j.strF("kind", string(w.Kind))
+	j.strF("name", w.Name)
+	j.strF("objectsHash", w.ObjectsHash)
+	j.strF("owner", w.Owner)
 	optStr(j, "ownerName", w.OwnerName)
 	j.key("parameters")
 	j.strMap(w.Parameters)
-	j.key("pricePerHour")
-	j.num(w.PricePerHour)
-	j.key("ranSeconds")
-	j.num(w.RanSeconds)
+	j.numF("pricePerHour", w.PricePerHour)
+	j.numF("ranSeconds", w.RanSeconds)
 	optStr(j, "reason", w.Reason)
 	if w.SpotEvictions != nil {
-		j.key("spotEvictions")
-		j.int(*w.SpotEvictions)
+		j.intF("spotEvictions", *w.SpotEvictions)
 	}
 	optTime(j, "startedAt", w.StartedAt)
-	j.key("status")
-	j.str(string(w.Status))
-	j.key("team")
-	j.str(w.Team)
+	j.strF("status", string(w.Status))
+	j.strF("team", w.Team)
 	optStr(j, "tee", w.Tee)
-	j.key("template")
-	j.str(w.Template)
+	j.strF("template", w.Template)
 	optStr(j, "templateStatus", w.TemplateStatus)
 	optStr(j, "templateStatusReason", w.TemplateStatusReason)
-	j.key("templateVersion")
-	j.int(w.TemplateVersion)
-	j.key("updatedAt")
-	j.time(w.UpdatedAt)
+	j.intF("templateVersion", w.TemplateVersion)
+	j.timeF("updatedAt", w.UpdatedAt)
 	optStr(j, "url", w.Url)
 	if w.Warnings != nil {
 		j.key("warnings")
-		j.strs(*w.Warnings)
+		strList(j, *w.Warnings)
 	}
 	j.end()
 }

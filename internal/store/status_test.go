@@ -87,27 +87,31 @@ func TestTemplateVersionStatusKept(t *testing.T) {
 				}
 				return string(st) + " " + why
 			}
-			if got := status(a); got != "active " {
-				t.Fatalf("a new version on a: %q", got)
+			set := func(c *catalog.Service, st catalog.Status, why string) func() {
+				return func() {
+					if _, err := c.SetStatus(ctx, "jupyter-notebook", 1, st, why); err != nil {
+						t.Fatal(err)
+					}
+				}
 			}
-			if _, err := b.SetStatus(ctx, "jupyter-notebook", 1, catalog.Deprecated, "use 2"); err != nil {
-				t.Fatal(err)
-			}
-			if got := status(b); got != "deprecated use 2" {
-				t.Fatalf("b, which deprecated it: %q", got)
-			}
-			if got := status(a); got != "active " {
-				t.Fatalf("a, within the TTL of what it read: %q, want what it read", got)
-			}
-			now = now.Add(catalog.StatusTTL)
-			if got := status(a); got != "deprecated use 2" {
-				t.Fatalf("a, a TTL later: %q", got)
-			}
-			if _, err := a.SetStatus(ctx, "jupyter-notebook", 1, catalog.Revoked, "CVE"); err != nil {
-				t.Fatal(err)
-			}
-			if got := status(a); got != "revoked CVE" {
-				t.Fatalf("a, which revoked it: %q", got)
+			for _, step := range []struct {
+				what string
+				do   func()
+				on   *catalog.Service
+				want string
+			}{
+				{"a new version on a", nil, a, "active "},
+				{"b, which deprecated it", set(b, catalog.Deprecated, "use 2"), b, "deprecated use 2"},
+				{"a, within the TTL of what it read", nil, a, "active "},
+				{"a, a TTL later", func() { now = now.Add(catalog.StatusTTL) }, a, "deprecated use 2"},
+				{"a, which revoked it", set(a, catalog.Revoked, "CVE"), a, "revoked CVE"},
+			} {
+				if step.do != nil {
+					step.do()
+				}
+				if got := status(step.on); got != step.want {
+					t.Fatalf("%s: %q, want %q", step.what, got, step.want)
+				}
 			}
 			if _, _, err := a.Status(ctx, "jupyter-notebook", 9); !isNotFound(err) {
 				t.Fatalf("no such version: %v", err)

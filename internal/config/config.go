@@ -80,6 +80,10 @@ type Config struct {
 	// Kubeconfig is the cluster workloads are applied to; without one, launches
 	// are recorded and rendered but not applied.
 	Kubeconfig string `json:"kubeconfig"`
+	// CapacityInformers keeps informers on the GPU nodes and their live pods
+	// on every replica, which launches' checks and estimates read; off, they
+	// list them from the API server on every launch.
+	CapacityInformers bool `json:"capacityInformers"`
 	// ReconcileInterval is how often the lifecycle loop runs.
 	ReconcileInterval Duration `json:"reconcileInterval"`
 	// LogDrain is how long a followed log keeps reading after its workload
@@ -287,6 +291,7 @@ func Default() Config {
 		GPUClassesFile:    "templates/gpu-classes.yaml",
 		NamespacePrefix:   "gantry-",
 		MaxBodyBytes:      1 << 20,
+		CapacityInformers: true,
 		Log:               Log{Level: "info", Format: "text"},
 		PolicyDir:         "policy",
 		Images:            Images{Dir: "images", CacheTTL: Duration(10 * time.Minute)},

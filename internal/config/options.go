@@ -57,6 +57,8 @@ var options = []option{
 		doc: "`text` or `json`"},
 	{key: "kubeconfig", env: "GANTRY_KUBECONFIG", flag: "kubeconfig", field: func(c *Config) any { return &c.Kubeconfig },
 		doc: "the cluster workloads are applied to: a kubeconfig file, or `in-cluster` for the pod's ServiceAccount (the Helm chart); none: launches are recorded and rendered, not applied (`gantry dev` sets it)"},
+	{key: "capacityInformers", env: "GANTRY_CAPACITY_INFORMERS", field: func(c *Config) any { return &c.CapacityInformers },
+		doc: "keep informers on the GPU nodes and their running pods on every replica, which each launch's check and estimate read; false: each launch lists the class's nodes and their pods instead (for many Gantry servers on one cluster, as the test suite runs)"},
 	{key: "namespace", env: "GANTRY_NAMESPACE", field: func(c *Config) any { return &c.Namespace },
 		doc: "Gantry's own namespace, where its replicas' Lease lives"},
 	{key: "leaseDuration", env: "GANTRY_LEASE_DURATION", field: func(c *Config) any { return &c.LeaseDuration },

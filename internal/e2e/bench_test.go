@@ -464,14 +464,16 @@ func sustained(b *testing.B, outside bool) {
 	tokens := make([]string, clients)
 	if outside {
 		teamName = "sustained-out"
-		p := startServe(b, "", "", filepath.Join(b.TempDir(), "data"), []string{"GANTRY_RECONCILE_INTERVAL=15s"}, "--db", db)
+		p := startServe(b, "", "", filepath.Join(b.TempDir(), "data"), []string{"GANTRY_RECONCILE_INTERVAL=15s", "GANTRY_CAPACITY_INFORMERS=true"}, "--db", db)
 		url = p.URL
 		for i := range tokens {
 			tokens[i] = signInToken(b, url, "ada")
 		}
 		api = servertest.Client(url, tokens[0])
 	} else {
-		g := start(b, db, true, func(c *config.Config) { c.ReconcileInterval = config.Default().ReconcileInterval })
+		g := start(b, db, true, func(c *config.Config) {
+			c.ReconcileInterval, c.CapacityInformers = config.Default().ReconcileInterval, true
+		})
 		url, api = g.URL, g.api
 		for i := range tokens {
 			tokens[i] = g.Token("ada")

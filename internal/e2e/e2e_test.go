@@ -76,6 +76,9 @@ func start(t testing.TB, dbPath string, withCluster bool, edit ...func(*config.C
 		c.ReconcileInterval = config.Duration(time.Second)
 		c.LogDrain = config.Duration(2 * time.Second) // simulated pods print nothing as they stop
 		c.Namespace = "gantry-e2e-" + workload.NewID()
+		// Many test servers share the cluster: watching all its pods each
+		// slowed the suite (BenchmarkSustainedLaunch turns them on).
+		c.CapacityInformers = false
 		if withCluster {
 			c.Kubeconfig = gantryKubeconfig // as the Helm chart's ServiceAccount
 		}

@@ -136,6 +136,6 @@ func startServe(t testing.TB, root, bin, dataDir string, env []string, args ...s
 	t.Helper()
 	return servertest.StartBinary(t, servertest.ProcessOptions{Bin: bin, Dir: root,
 		Args: append([]string{"--kubeconfig", gantryKubeconfig, "--log-level", "info"}, args...),
-		Env: append([]string{"GANTRY_RECONCILE_INTERVAL=1s", "GANTRY_POLICY_DIR=" + testPolicy(t), "GANTRY_IMAGES_DEV_REGISTRY=true",
+		Env: append([]string{"GANTRY_RECONCILE_INTERVAL=1s", "GANTRY_POLICY_DIR=" + testPolicy(t), "GANTRY_IMAGES_DEV_REGISTRY=true", "GANTRY_CAPACITY_INFORMERS=false",
 			"XDG_DATA_HOME=" + dataDir}, env...)})
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gantryhq/gantry/api/model"
+	"github.com/gantryhq/gantry/internal/config"
 	"github.com/gantryhq/gantry/internal/servertest"
 	"github.com/gantryhq/gantry/internal/waitfor"
 )
@@ -21,7 +22,10 @@ import (
 // an estimate (the team's queue usage, free GPUs) and a stop of the queued
 // Job (through its Kueue Workload): the calls the chart's RBAC must allow.
 func TestOwnMetricsOnCluster(t *testing.T) {
-	g := start(t, filepath.Join(t.TempDir(), "g.db"), true)
+	// This server keeps the capacity informers the others leave off (as
+	// production does): its estimate below reads them, as the chart's
+	// ServiceAccount (which checkRBAC sees watch the nodes).
+	g := start(t, filepath.Join(t.TempDir(), "g.db"), true, func(c *config.Config) { c.CapacityInformers = true })
 	one := model.LaunchRequest{Template: "pytorch-train", Team: "metrics", Gpu: &model.GPUChoice{Count: new(1)}}
 	s, w := g.launch(one)
 	if s != 201 {

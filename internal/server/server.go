@@ -431,6 +431,8 @@ func (s *Server) Run(ctx context.Context) error {
 	g.Go(func() error { return s.every(gctx, telemetryInterval, s.Telemetry.Run) })
 	if s.cluster != nil {
 		g.Go(func() error { return s.leaderLoops(gctx) })
+	}
+	if s.cluster != nil && cfg.CapacityInformers {
 		// Every replica serves launches, whose checks and estimates read
 		// the GPU nodes and their pods from these informers.
 		g.Go(func() error {

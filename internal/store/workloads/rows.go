@@ -53,10 +53,11 @@ func (c *rowCache) put(w workload.Workload, version int64) {
 	w = detached(w)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if old, ok := c.rows[w.ID]; ok && old.version > version {
+	old, kept := c.rows[w.ID]
+	if kept && old.version > version {
 		return
 	}
-	if _, ok := c.rows[w.ID]; !ok && len(c.rows) >= c.max {
+	if !kept && len(c.rows) >= c.max {
 		for id := range c.rows { // map order: an arbitrary entry
 			delete(c.rows, id)
 			break

@@ -40,3 +40,24 @@ func TestDetachedCopiesEveryReference(t *testing.T) {
 		t.Fatalf("a change to the copy reached the original: %+v", w)
 	}
 }
+
+// TestRowCacheBounds: the cache holds at most its bound, answers a row only
+// at the version it was kept at, and never trades a later version for an
+// earlier one.
+func TestRowCacheBounds(t *testing.T) {
+	c := newRowCache(2)
+	for i, id := range []string{"a", "b", "c"} {
+		c.put(workload.Workload{ID: id}, int64(i))
+	}
+	if len(c.rows) != 2 {
+		t.Fatalf("%d rows kept, bound 2", len(c.rows))
+	}
+	c.put(workload.Workload{ID: "c", Reason: "new"}, 5)
+	c.put(workload.Workload{ID: "c", Reason: "old"}, 4)
+	if w, ok := c.get("c", 5); !ok || w.Reason != "new" {
+		t.Fatalf("at version 5: %+v %v", w, ok)
+	}
+	if _, ok := c.get("c", 4); ok {
+		t.Fatal("answered a row at a version it does not hold")
+	}
+}

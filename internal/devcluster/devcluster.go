@@ -53,6 +53,10 @@ type Options struct {
 	// Audit has the API server write an audit log of every request (at the
 	// Metadata level) to AuditLog: who did what to which resource.
 	Audit bool
+	// Ephemeral clusters (the tests') run etcd without fsync: a disk that
+	// stalls for seconds (seen on CI machines: "slow fdatasync took 4.5s")
+	// then slows nothing, and the cluster's data is thrown away anyway.
+	Ephemeral bool
 }
 
 // Cluster is a running local cluster.
@@ -156,7 +160,7 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 			return nil, err
 		}
 	}
-	if err := os.WriteFile(cfgFile, kwokctlConfig(bin, logFile, auditPolicy), 0o600); err != nil {
+	if err := os.WriteFile(cfgFile, kwokctlConfig(bin, logFile, auditPolicy, o.Ephemeral), 0o600); err != nil {
 		return nil, err
 	}
 	fmt.Fprintf(o.Log, "cluster: starting %q (kwokctl, binary runtime, loopback)\n", o.Name)
@@ -205,9 +209,12 @@ func (c *Cluster) componentLogs() string {
 // kwokctlConfig points kwokctl at the locally built binaries, keeps every
 // component on loopback, turns on admission (Pod Security) and authorization,
 // lifts the components' client QPS limits (with them, a batch of 100 launches
-// waits ~15 s on the controller manager's 20 requests a second), and adds the
-// Stages.
-func kwokctlConfig(bin, logFile, auditPolicy string) []byte {
+// waits ~15 s on the controller manager's 20 requests a second), runs the one
+// scheduler and controller manager without leader election (with it, an etcd
+// write that stalls past the lease's renewal deadline made them exit, and every
+// later launch stayed Pending), and adds the Stages. An ephemeral cluster's
+// etcd does not fsync.
+func kwokctlConfig(bin, logFile, auditPolicy string, ephemeral bool) []byte {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, `apiVersion: config.kwok.x-k8s.io/v1alpha1
 kind: KwokctlConfiguration
@@ -231,8 +238,23 @@ componentsPatches:
   # Room for thousands of Services (the default /24 fills after ~250 launches).
   - key: service-cluster-ip-range
     value: 10.96.0.0/16
----
+- name: kube-scheduler
+  extraArgs:
+  - key: leader-elect
+    value: "false"
+- name: kube-controller-manager
+  extraArgs:
+  - key: leader-elect
+    value: "false"
 `, bin, auditPolicy)
+	if ephemeral {
+		b.WriteString(`- name: etcd
+  extraArgs:
+  - key: unsafe-no-fsync
+    value: "true"
+`)
+	}
+	b.WriteString("---\n")
 	b.Write(stages)
 	// Every simulated container "prints" the same log, served through the real
 	// pods/log API (kwok answers for the kubelet).

@@ -45,7 +45,7 @@ func ForTests(pkg string) (c *devcluster.Cluster, stop func(), err error) {
 		}
 		// The API server audits every request: the e2e suite checks the
 		// Helm chart's RBAC against what Gantry asked for.
-		o := devcluster.Options{Name: fmt.Sprintf("gt-%s-%s-%d-%d", run, pkg, os.Getpid(), attempt), Root: root, Audit: true}
+		o := devcluster.Options{Name: fmt.Sprintf("gt-%s-%s-%d-%d", run, pkg, os.Getpid(), attempt), Root: root, Audit: true, Ephemeral: true}
 		if log != nil {
 			o.Log = log
 		}

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -55,7 +54,7 @@ func replicas(t *testing.T, edit ...func(*config.Config)) (a, b *servertest.Gant
 	tr := &http.Transport{DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
 		return (&net.Dialer{}).DialContext(ctx, network, strings.TrimPrefix(echo.URL, "http://"))
 	}}
-	driver, dsn := "sqlite", filepath.Join(t.TempDir(), "gantry.db")
+	driver, dsn := "sqlite", storetest.SQLitePath(t)
 	if os.Getenv("GANTRY_TEST_POSTGRES_DSN") != "" || os.Getenv("CI") != "" {
 		driver, dsn = "postgres", storetest.PostgresDSN(t)
 	}

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"encoding/json"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +16,7 @@ import (
 	"github.com/gantryhq/gantry/internal/servertest"
 	"github.com/gantryhq/gantry/internal/store"
 	"github.com/gantryhq/gantry/internal/store/accounts"
+	"github.com/gantryhq/gantry/internal/store/storetest"
 	"github.com/gantryhq/gantry/internal/token"
 	"github.com/gantryhq/gantry/internal/user"
 )
@@ -120,7 +120,7 @@ func TestPersonalAccessTokens(t *testing.T) {
 }
 
 func TestTokenExpiry(t *testing.T) {
-	db, err := store.Open(context.Background(), store.SQLite, filepath.Join(t.TempDir(), "g.db"))
+	db, err := store.Open(context.Background(), store.SQLite, storetest.SQLitePath(t))
 	if err != nil {
 		t.Fatal(err)
 	}

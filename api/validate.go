@@ -3,12 +3,14 @@ package api
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
@@ -60,14 +62,23 @@ func checkPermissions(doc *openapi3.T) error {
 	return nil
 }
 
-// validator checks every request that matches a route of the spec: first that
-// the caller holds the route's permission somewhere (401 without an identity,
-// 403 without the permission), then the request against the spec (parameters
-// and body, every failure at once), before any handler runs.
-func validator(spec []byte, authorize func(identity.Identity, access.Permission) bool, rolesWith func(access.Permission) []string,
-	needsSecondFactor func(identity.Identity, access.Permission) bool) (echo.MiddlewareFunc, error) {
-	loader := openapi3.NewLoader()
-	doc, err := loader.LoadFromData(spec)
+// parsedSpecs holds the parsed specs' routers by the spec's digest: a router is
+// read-only once built, and parsing and checking the spec is a large part of
+// starting a server (tests start hundreds in one process).
+var parsedSpecs struct {
+	sync.Mutex
+	routers map[[32]byte]routers.Router
+}
+
+// specRouter parses, validates and routes spec, once per process per spec.
+func specRouter(spec []byte) (routers.Router, error) {
+	key := sha256.Sum256(spec)
+	parsedSpecs.Lock()
+	defer parsedSpecs.Unlock()
+	if r, ok := parsedSpecs.routers[key]; ok {
+		return r, nil
+	}
+	doc, err := openapi3.NewLoader().LoadFromData(spec)
 	if err != nil {
 		return nil, fmt.Errorf("load openapi.yaml: %w", err)
 	}
@@ -81,6 +92,23 @@ func validator(spec []byte, authorize func(identity.Identity, access.Permission)
 	router, err := gorillamux.NewRouter(doc)
 	if err != nil {
 		return nil, fmt.Errorf("route openapi.yaml: %w", err)
+	}
+	if parsedSpecs.routers == nil {
+		parsedSpecs.routers = map[[32]byte]routers.Router{}
+	}
+	parsedSpecs.routers[key] = router
+	return router, nil
+}
+
+// validator checks every request that matches a route of the spec: first that
+// the caller holds the route's permission somewhere (401 without an identity,
+// 403 without the permission), then the request against the spec (parameters
+// and body, every failure at once), before any handler runs.
+func validator(spec []byte, authorize func(identity.Identity, access.Permission) bool, rolesWith func(access.Permission) []string,
+	needsSecondFactor func(identity.Identity, access.Permission) bool) (echo.MiddlewareFunc, error) {
+	router, err := specRouter(spec)
+	if err != nil {
+		return nil, err
 	}
 	opts := &openapi3filter.Options{MultiError: true, AuthenticationFunc: openapi3filter.NoopAuthenticationFunc}
 	return func(next echo.HandlerFunc) echo.HandlerFunc {

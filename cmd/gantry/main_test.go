@@ -15,6 +15,7 @@ import (
 	"github.com/gantryhq/gantry/internal/audit"
 	"github.com/gantryhq/gantry/internal/store"
 	"github.com/gantryhq/gantry/internal/store/auditlog"
+	"github.com/gantryhq/gantry/internal/store/storetest"
 )
 
 func cli(t *testing.T, args ...string) (int, string, string) {
@@ -87,7 +88,7 @@ func TestRender(t *testing.T) {
 func TestApply(t *testing.T) {
 	t.Setenv("GANTRY_GPU_CLASSES_FILE", "../../templates/gpu-classes.yaml")
 	t.Setenv("GANTRY_IMAGES_DIR", "../../images")
-	db := filepath.Join(t.TempDir(), "g.db")
+	db := storetest.SQLitePath(t)
 	dir := copyTemplates(t)
 
 	code, out, errs := cli(t, "templates", "apply", "-f", dir, "--db", db, "--dry-run")
@@ -150,7 +151,7 @@ func execOutput(name string, args ...string) (string, error) {
 }
 
 func TestAuditVerify(t *testing.T) {
-	db := filepath.Join(t.TempDir(), "g.db")
+	db := storetest.SQLitePath(t)
 	st, err := store.Open(context.Background(), store.SQLite, db)
 	if err != nil {
 		t.Fatal(err)

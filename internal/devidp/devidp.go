@@ -12,6 +12,7 @@ package devidp
 import (
 	"context"
 	"crypto/rand"
+	"crypto/rsa"
 	"errors"
 	"fmt"
 	"html/template"
@@ -71,6 +72,10 @@ type Options struct {
 	// TokenLifetime is how long ID and access tokens live (default 15m).
 	TokenLifetime time.Duration
 	Logger        *slog.Logger
+	// SigningKey signs its tokens; a new RSA key when nil. (Tests that
+	// start many providers in one process share one: generating an RSA
+	// key is most of a provider's start.)
+	SigningKey *rsa.PrivateKey
 }
 
 // Provider is the running provider's HTTP handler.
@@ -95,7 +100,7 @@ func New(o Options) (*Provider, error) {
 	for _, c := range o.Clients {
 		clients = append(clients, newClient(c, o.TokenLifetime))
 	}
-	st, err := newStorage(o.Users, clients, o.TokenLifetime)
+	st, err := newStorage(o.Users, clients, o.TokenLifetime, o.SigningKey)
 	if err != nil {
 		return nil, err
 	}

@@ -52,10 +52,12 @@ func randomID() string {
 	return hex.EncodeToString(b)
 }
 
-func newStorage(users []User, clients []*client, ttl time.Duration) (*storage, error) {
-	key, err := rsa.GenerateKey(rand.Reader, 2048)
-	if err != nil {
-		return nil, err
+func newStorage(users []User, clients []*client, ttl time.Duration, key *rsa.PrivateKey) (*storage, error) {
+	if key == nil {
+		var err error
+		if key, err = rsa.GenerateKey(rand.Reader, 2048); err != nil {
+			return nil, err
+		}
 	}
 	s := &storage{
 		users: map[string]User{}, clients: map[string]*client{},

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gantryhq/gantry/internal/servertest"
+	"github.com/gantryhq/gantry/internal/store/storetest"
 )
 
 // block is one fenced code block of a document: its language, where it
@@ -74,7 +75,7 @@ var notHere = map[string]string{
 // Commands that install Gantry elsewhere (kubectl, helm) or are the README's
 // two commands themselves (make) are listed, not run.
 func TestDocBlocks(t *testing.T) {
-	g := start(t, filepath.Join(t.TempDir(), "g.db"), true)
+	g := start(t, storetest.SQLitePath(t), true)
 	root, _ := filepath.Abs("../..")
 	bin := servertest.Binary(t)
 	home := t.TempDir()

@@ -33,6 +33,7 @@ import (
 	"github.com/gantryhq/gantry/internal/devcluster/clustertest"
 	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/servertest"
+	"github.com/gantryhq/gantry/internal/store/storetest"
 	"github.com/gantryhq/gantry/internal/waitfor"
 	"github.com/gantryhq/gantry/internal/workload"
 )
@@ -188,7 +189,7 @@ func nodeProduct(t *testing.T, name string) (string, corev1.ResourceList) {
 // reaches Running (services, notebooks) or Succeeded (jobs) on a node of the
 // chosen GPU class, with the GPU resource it asked for.
 func TestStarterTemplatesRun(t *testing.T) {
-	g := start(t, filepath.Join(t.TempDir(), "g.db"), true)
+	g := start(t, storetest.SQLitePath(t), true)
 	classes, _ := gpu.LoadFile("../../templates/gpu-classes.yaml")
 	tests := []struct {
 		template string
@@ -256,7 +257,7 @@ func TestStarterTemplatesRun(t *testing.T) {
 // node selector), runs on the CC node of that TEE with passed-through GPUs;
 // a confidential request for a non-confidential image is refused.
 func TestConfidentialLaunch(t *testing.T) {
-	g := start(t, filepath.Join(t.TempDir(), "g.db"), true)
+	g := start(t, storetest.SQLitePath(t), true)
 	s, w := g.launch(model.LaunchRequest{Template: "confidential-inference", Team: "vision"})
 	if s != 201 || servertest.Deref(w.Tee) != model.WorkloadTeeSnp {
 		t.Fatalf("launch: %d %s", s, asJSON(w))
@@ -286,7 +287,7 @@ func TestConfidentialLaunch(t *testing.T) {
 // launch is refused at once, naming gpu.count and the most one node has
 // (it used to be accepted and stay Pending).
 func TestOversizedRefused(t *testing.T) {
-	g := start(t, filepath.Join(t.TempDir(), "g.db"), true)
+	g := start(t, storetest.SQLitePath(t), true)
 	ctx := t.Context()
 	// A template that allows 16 GPUs; no node has more than 8.
 	doc := templateFile(t, "../../templates/pytorch-train.yaml")
@@ -328,7 +329,7 @@ func TestOversizedRefused(t *testing.T) {
 // objects (no late report revives it), starting brings it back at the same
 // endpoint, and deleting removes everything.
 func TestStopStartDelete(t *testing.T) {
-	g := start(t, filepath.Join(t.TempDir(), "g.db"), true)
+	g := start(t, storetest.SQLitePath(t), true)
 	ctx := context.Background()
 	s, w := g.launch(model.LaunchRequest{Template: "vllm-inference", Team: "ops"})
 	if s != 201 {
@@ -383,7 +384,7 @@ func TestStopStartDelete(t *testing.T) {
 // notebook past its max runtime is stopped by the lifecycle loop, with the
 // reason on the record, and keeps its volume too.
 func TestNotebookKeepsItsVolume(t *testing.T) {
-	g := start(t, filepath.Join(t.TempDir(), "g.db"), true)
+	g := start(t, storetest.SQLitePath(t), true)
 	ctx := context.Background()
 	s, w := g.launch(model.LaunchRequest{Template: "jupyter-notebook", Team: "nb"})
 	if s != 201 {
@@ -479,7 +480,7 @@ func (g *gantryServer) waitNoObjects(t *testing.T, team, id string) {
 
 // TestIdempotencyKey: the same key launches once.
 func TestIdempotencyKey(t *testing.T) {
-	g := start(t, filepath.Join(t.TempDir(), "g.db"), true)
+	g := start(t, storetest.SQLitePath(t), true)
 	key := &model.CreateWorkloadParams{IdempotencyKey: new("launch-42")}
 	var ids []string
 	for i, want := range []int{201, 200, 200} {
@@ -505,7 +506,7 @@ func TestIdempotencyKey(t *testing.T) {
 // TestCrashBetweenRecordAndApply: a launch recorded by a Gantry that died before
 // applying it is applied exactly once by the next Gantry's reconciler.
 func TestCrashBetweenRecordAndApply(t *testing.T) {
-	db := filepath.Join(t.TempDir(), "g.db")
+	db := storetest.SQLitePath(t)
 	first := start(t, db, false) // records, cannot apply: the "crash" window
 	s, w := first.launch(model.LaunchRequest{Template: "dev-environment", Team: "crash"})
 	if s != 201 || w.Applied {
@@ -537,7 +538,7 @@ func TestClusterAway(t *testing.T) {
 		t.Skip(clustertest.ErrNotRequested)
 	}
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	g := start(t, filepath.Join(t.TempDir(), "g.db"), true, func(c *config.Config) { c.Kubeconfig = kubeconfig })
+	g := start(t, storetest.SQLitePath(t), true, func(c *config.Config) { c.Kubeconfig = kubeconfig })
 
 	s, w := g.launch(model.LaunchRequest{Template: "vllm-inference", Team: "away"})
 	if s != 201 {
@@ -575,13 +576,13 @@ func TestClusterAway(t *testing.T) {
 // TestOrphans: objects with Gantry's labels but no live record are reported,
 // and removed when asked.
 func TestOrphans(t *testing.T) {
-	g := start(t, filepath.Join(t.TempDir(), "g.db"), true)
+	g := start(t, storetest.SQLitePath(t), true)
 	s, w := g.launch(model.LaunchRequest{Template: "vllm-inference", Team: "orphan"})
 	if s != 201 {
 		t.Fatalf("launch: %d", s)
 	}
 	// Another Gantry (a fresh database) knows nothing of it.
-	other := start(t, filepath.Join(t.TempDir(), "other.db"), true)
+	other := start(t, storetest.SQLitePath(t), true)
 	found, err := other.Workloads.Converge(context.Background(), false)
 	if err != nil {
 		t.Fatal(err)
@@ -632,7 +633,7 @@ func templateFile(t testing.TB, path string) model.TemplateDocument {
 // TestLogs: a workload's log comes through the pods/log API (kwok answers for
 // the kubelet), whole, its tail, or followed as a stream.
 func TestLogs(t *testing.T) {
-	g := start(t, filepath.Join(t.TempDir(), "g.db"), true)
+	g := start(t, storetest.SQLitePath(t), true)
 	s, w := g.launch(model.LaunchRequest{Template: "vllm-inference", Team: "logs"})
 	if s != 201 {
 		t.Fatalf("launch: %d", s)
@@ -723,7 +724,7 @@ func TestLogs(t *testing.T) {
 	}
 
 	// No log before there is a pod.
-	first := start(t, filepath.Join(t.TempDir(), "nocluster.db"), false)
+	first := start(t, storetest.SQLitePath(t), false)
 	_, p := first.launch(model.LaunchRequest{Template: "vllm-inference", Team: "logs"})
 	if s := servertest.Must(first.api.GetWorkloadLogsWithResponse(t.Context(), p.Id, nil))(t).StatusCode(); s != 409 {
 		t.Fatalf("log of an unapplied workload: %d, want 409", s)
@@ -734,7 +735,7 @@ func TestLogs(t *testing.T) {
 // a ValidatingAdmissionPolicy, as sites use), the launch answers 422 with the
 // server's reason, and the workload is Failed with it.
 func TestRejectedByAdmission(t *testing.T) {
-	g := start(t, filepath.Join(t.TempDir(), "g.db"), true)
+	g := start(t, storetest.SQLitePath(t), true)
 	ctx := context.Background()
 	policy := &admissionv1.ValidatingAdmissionPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: "freeze-services"},
@@ -789,7 +790,7 @@ func TestRejectedByAdmission(t *testing.T) {
 // queues the next — Queued through the API, with Kueue's reason and its
 // place in the queue — and stopping the first lets the second run.
 func TestQuotaQueues(t *testing.T) {
-	g := start(t, filepath.Join(t.TempDir(), "g.db"), true)
+	g := start(t, storetest.SQLitePath(t), true)
 	launch := func() model.Workload {
 		s, w := g.launch(model.LaunchRequest{Template: "vllm-inference", Team: "tight", Gpu: &model.GPUChoice{Class: new("H100-80GB"), Count: new(1)}})
 		if s != 201 {

@@ -23,6 +23,7 @@ import (
 	"github.com/gantryhq/gantry/internal/config"
 	"github.com/gantryhq/gantry/internal/notify"
 	"github.com/gantryhq/gantry/internal/servertest"
+	"github.com/gantryhq/gantry/internal/store/storetest"
 	"github.com/gantryhq/gantry/internal/waitfor"
 )
 
@@ -69,7 +70,7 @@ func TestApprovalsAndBudgets(t *testing.T) {
 	rcv := &webhookReceiver{secret: secret}
 	hook := httptest.NewServer(rcv)
 	defer hook.Close()
-	g := start(t, filepath.Join(t.TempDir(), "g.db"), true, func(c *config.Config) {
+	g := start(t, storetest.SQLitePath(t), true, func(c *config.Config) {
 		c.PolicyDir = policyWith(t, "  vision:\n    templates: [\"*\"]\n    gpuClasses: [\"*\"]\n    quota: {gpus: {\"*\": 1000}}\n"+
 			"    approval: {launchCeiling: 100, expires: 1h}\n"+
 			"    budget: {amount: 0.05, atLimit: block}\n")

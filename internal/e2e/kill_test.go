@@ -18,6 +18,7 @@ import (
 	"github.com/gantryhq/gantry/internal/devcluster/clustertest"
 	"github.com/gantryhq/gantry/internal/devidp"
 	"github.com/gantryhq/gantry/internal/servertest"
+	"github.com/gantryhq/gantry/internal/store/storetest"
 	"github.com/gantryhq/gantry/internal/waitfor"
 )
 
@@ -30,7 +31,7 @@ func TestKill9MidLaunch(t *testing.T) {
 		t.Skip(clustertest.ErrNotRequested)
 	}
 	t.Parallel() // see the note on TestMain
-	db := filepath.Join(t.TempDir(), "g.db")
+	db := storetest.SQLitePath(t)
 	ctx := context.Background()
 	// A platform admin signs in through the portal once and makes a token;
 	// it lives in the database, so it outlives every process below.

@@ -3,7 +3,6 @@ package e2e_test
 import (
 	"fmt"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -13,6 +12,7 @@ import (
 	"github.com/gantryhq/gantry/api/model"
 	"github.com/gantryhq/gantry/internal/config"
 	"github.com/gantryhq/gantry/internal/servertest"
+	"github.com/gantryhq/gantry/internal/store/storetest"
 	"github.com/gantryhq/gantry/internal/waitfor"
 )
 
@@ -25,7 +25,7 @@ func TestOwnMetricsOnCluster(t *testing.T) {
 	// This server keeps the capacity informers the others leave off (as
 	// production does): its estimate below reads them, as the chart's
 	// ServiceAccount (which checkRBAC sees watch the nodes).
-	g := start(t, filepath.Join(t.TempDir(), "g.db"), true, func(c *config.Config) { c.CapacityInformers = true })
+	g := start(t, storetest.SQLitePath(t), true, func(c *config.Config) { c.CapacityInformers = true })
 	one := model.LaunchRequest{Template: "pytorch-train", Team: "metrics", Gpu: &model.GPUChoice{Count: new(1)}}
 	s, w := g.launch(one)
 	if s != 201 {

@@ -9,7 +9,6 @@ import (
 	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -22,6 +21,7 @@ import (
 	"github.com/gantryhq/gantry/internal/render"
 	"github.com/gantryhq/gantry/internal/server"
 	"github.com/gantryhq/gantry/internal/servertest"
+	"github.com/gantryhq/gantry/internal/store/storetest"
 	"github.com/gantryhq/gantry/internal/waitfor"
 	"github.com/gantryhq/gantry/internal/workload"
 )
@@ -63,7 +63,7 @@ func TestNotebookOpensOnlyForItsOwner(t *testing.T) {
 	ns := "gantry-e2e-" + workload.NewID()
 	grantLease(t, ns)
 	g := servertest.WithOverrides(t, server.Overrides{AppTransport: tr}, func(c *config.Config) {
-		c.Database.DSN = config.Secret(filepath.Join(t.TempDir(), "gantry.db"))
+		c.Database.DSN = config.Secret(storetest.SQLitePath(t))
 		c.PolicyDir = testPolicy(t)
 		c.ReconcileInterval = config.Duration(time.Second)
 		c.Namespace = ns

@@ -16,6 +16,7 @@ import (
 	"github.com/gantryhq/gantry/api/model"
 	"github.com/gantryhq/gantry/internal/config"
 	"github.com/gantryhq/gantry/internal/servertest"
+	"github.com/gantryhq/gantry/internal/store/storetest"
 	"github.com/gantryhq/gantry/internal/telemetry"
 )
 
@@ -28,7 +29,7 @@ import (
 // shows it and not another team's workload, and no page breaks its Content
 // Security Policy.
 func TestPortalLaunchWatchStop(t *testing.T) {
-	g := start(t, filepath.Join(t.TempDir(), "g.db"), true)
+	g := start(t, storetest.SQLitePath(t), true)
 	ctx := servertest.Browser(t, 3*time.Minute)
 	pg := servertest.NewPage(t, ctx, 60*time.Second)
 	step, js, poll := pg.Do, pg.JS, pg.Poll
@@ -214,7 +215,7 @@ func TestPortalLaunchWatchStop(t *testing.T) {
 // amount with the 80 % and 100 % marks, and the launches waiting for
 // approval; approving one there (with a reason) lets it go to Kueue.
 func TestPortalTeamView(t *testing.T) {
-	g := start(t, filepath.Join(t.TempDir(), "g.db"), true, func(c *config.Config) {
+	g := start(t, storetest.SQLitePath(t), true, func(c *config.Config) {
 		c.PolicyDir = policyWith(t, "  vision:\n    templates: [\"*\"]\n    gpuClasses: [\"*\"]\n    quota: {gpus: {\"*\": 1000}}\n"+
 			"    approval: {launchCeiling: 1, expires: 1h}\n"+
 			"    budget: {amount: 100}\n")

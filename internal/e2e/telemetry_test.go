@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -23,6 +22,7 @@ import (
 	"github.com/gantryhq/gantry/internal/node/devagent"
 	"github.com/gantryhq/gantry/internal/replay"
 	"github.com/gantryhq/gantry/internal/servertest"
+	"github.com/gantryhq/gantry/internal/store/storetest"
 	"github.com/gantryhq/gantry/internal/telemetry"
 	"github.com/gantryhq/gantry/internal/waitfor"
 )
@@ -79,7 +79,7 @@ func push(t *testing.T, g *gantryServer, token string, b telemetry.Batch) (int, 
 // for its own node, only for pods on that node — and what it pushed comes
 // back as the workload's series, to its team, and on the node's page.
 func TestTelemetryPush(t *testing.T) {
-	g := start(t, filepath.Join(t.TempDir(), "g.db"), true)
+	g := start(t, storetest.SQLitePath(t), true)
 	s, w := g.launch(model.LaunchRequest{Template: "vllm-inference", Team: "vision"})
 	if s != 201 {
 		t.Fatalf("launch: %d", s)
@@ -193,7 +193,7 @@ func TestTelemetryPush(t *testing.T) {
 // push into Gantry; the workload's series come back through the API, for a
 // whole GPU and for a MIG instance.
 func TestLiveSeries(t *testing.T) {
-	g := start(t, filepath.Join(t.TempDir(), "g.db"), true)
+	g := start(t, storetest.SQLitePath(t), true)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	launch := func(template, profile string) (model.Workload, corev1.Pod) {
@@ -257,7 +257,7 @@ func TestLiveSeries(t *testing.T) {
 // turns unhealthy (a double-bit ECC error) cordons its node and labels it,
 // and the node's page says why.
 func TestUnhealthyGPUCordonsTheNode(t *testing.T) {
-	g := start(t, filepath.Join(t.TempDir(), "g.db"), true, func(c *config.Config) { c.Telemetry.Cordon = true })
+	g := start(t, storetest.SQLitePath(t), true, func(c *config.Config) { c.Telemetry.Cordon = true })
 	ctx := context.Background()
 	const node = "l4-spot-0"
 	t.Cleanup(func() {
@@ -294,7 +294,7 @@ func TestUnhealthyGPUCordonsTheNode(t *testing.T) {
 // profile for 40 minutes (pushed by its node's agent) gets that finding
 // through the API, with its evidence and the series that prove it.
 func TestAdviceThroughTheAPI(t *testing.T) {
-	g := start(t, filepath.Join(t.TempDir(), "g.db"), true)
+	g := start(t, storetest.SQLitePath(t), true)
 	ctx := context.Background()
 	s, w := g.launch(model.LaunchRequest{Template: "vllm-inference", Team: "vision"})
 	if s != 201 {
@@ -362,7 +362,7 @@ func TestAdviceThroughTheAPI(t *testing.T) {
 // advice, in the template's rollup — and one call relaunches it there and
 // stops the old one.
 func TestApplyRightSize(t *testing.T) {
-	g := start(t, filepath.Join(t.TempDir(), "g.db"), true)
+	g := start(t, storetest.SQLitePath(t), true)
 	s, w := g.launch(model.LaunchRequest{Template: "jupyter-notebook", Team: "vision", Gpu: &model.GPUChoice{MigProfile: new("3g.40gb")}})
 	if s != 201 {
 		t.Fatalf("launch: %d", s)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 
 	"github.com/gantryhq/gantry/api/model"
 	"github.com/gantryhq/gantry/internal/servertest"
+	"github.com/gantryhq/gantry/internal/store/storetest"
 	"github.com/gantryhq/gantry/internal/waitfor"
 )
 
@@ -28,7 +28,7 @@ const sshKey = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIE2eTestKeyForGantryE2EOnly0
 // as KubeVirt's controller would: KubeVirt cannot run VMs on this machine);
 // stop halts it, start runs it again, delete removes it.
 func TestVMLifecycle(t *testing.T) {
-	g := start(t, filepath.Join(t.TempDir(), "g.db"), true)
+	g := start(t, storetest.SQLitePath(t), true)
 	ctx := context.Background()
 	dyn, err := dynamic.NewForConfig(cluster.Config())
 	if err != nil {

@@ -224,7 +224,7 @@ func (s *Server) signIn(ctx context.Context, ov Overrides, w *wiring) (err error
 	if w.public = strings.TrimSuffix(cfg.PublicURL, "/"); w.public == "" {
 		w.public = s.url
 	}
-	oc, err := s.signInProvider(ctx, w.public)
+	oc, err := s.signInProvider(ctx, w.public, ov.DevSigningKey)
 	if err != nil {
 		return err
 	}

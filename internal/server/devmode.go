@@ -5,6 +5,7 @@ package server
 import (
 	"context"
 	"crypto/rand"
+	"crypto/rsa"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -38,7 +39,7 @@ func (d devIDP) Subject(username string) string { return devidp.User{Username: u
 
 // devSignIn starts the development provider in-process with the configured
 // users and two clients: the portal's (a fresh secret each start) and the CLI's.
-func devSignIn(ctx context.Context, cfg config.Config, public string, log *slog.Logger) (config.OIDC, devProvider, error) {
+func devSignIn(ctx context.Context, cfg config.Config, public string, key *rsa.PrivateKey, log *slog.Logger) (config.OIDC, devProvider, error) {
 	oc := cfg.OIDC
 	secret := make([]byte, 32)
 	rand.Read(secret)
@@ -53,7 +54,7 @@ func devSignIn(ctx context.Context, cfg config.Config, public string, log *slog.
 	dev, err := devidp.Start(ctx, cfg.DevLogin.Listen, devidp.Options{Users: users, Clients: []devidp.Client{
 		{ID: oc.ClientID, Secret: string(oc.ClientSecret), RedirectURIs: []string{public + "/auth/callback"}},
 		{ID: oc.CLIClientID, Device: true},
-	}})
+	}, SigningKey: key})
 	if err != nil {
 		return oc, nil, err
 	}

@@ -4,6 +4,7 @@ package server
 
 import (
 	"context"
+	"crypto/rsa"
 	"errors"
 	"log/slog"
 
@@ -23,7 +24,7 @@ type devProvider interface {
 	Subject(username string) string
 }
 
-func devSignIn(context.Context, config.Config, string, *slog.Logger) (config.OIDC, devProvider, error) {
+func devSignIn(context.Context, config.Config, string, *rsa.PrivateKey, *slog.Logger) (config.OIDC, devProvider, error) {
 	return config.OIDC{}, nil, errors.New("oidc.issuer is not set, and this gantry is a production build without the development sign-in: " +
 		"configure your OpenID provider (oidc.issuer, oidc.clientID, …), or build with -tags dev (make dev and make serve do)")
 }

@@ -15,6 +15,7 @@ package server
 import (
 	"context"
 	"crypto/rand"
+	"crypto/rsa"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -304,6 +305,9 @@ type Overrides struct {
 	// AppTransport reaches notebooks' apps behind /w/{id}/ (a test's
 	// stand-in for an app kwok cannot run). Default: their cluster addresses.
 	AppTransport http.RoundTripper
+	// DevSigningKey signs the development OpenID provider's tokens (tests
+	// share one key). Default: a new key per start.
+	DevSigningKey *rsa.PrivateKey
 }
 
 // seed loads the starter template catalog into an empty database.
@@ -721,13 +725,13 @@ func (s *Server) lifecycle(ctx context.Context) {
 
 // signInProvider is the configured OpenID provider or, without one, the
 // development provider (in builds with -tags dev; see devmode.go).
-func (s *Server) signInProvider(ctx context.Context, public string) (config.OIDC, error) {
+func (s *Server) signInProvider(ctx context.Context, public string, devKey *rsa.PrivateKey) (config.OIDC, error) {
 	cfg := s.Config
 	oc := cfg.OIDC
 	if oc.Issuer != "" {
 		return oc, nil
 	}
-	oc, dev, err := devSignIn(ctx, cfg, public, s.Log)
+	oc, dev, err := devSignIn(ctx, cfg, public, devKey, s.Log)
 	if err != nil {
 		return oc, err
 	}

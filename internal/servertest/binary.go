@@ -28,10 +28,20 @@ var (
 // Binary is the development gantry binary (go build -tags dev ./cmd/gantry),
 // built once per test process for the tests that run Gantry as users do: as
 // a process of its own (killed, upgraded, attacked, loaded). A TestMain that
-// uses it calls RemoveBinary after m.Run.
+// uses it calls RemoveBinary after m.Run. When GANTRY_TEST_BINARY names one
+// (.ci/test builds it once for every package), that one is used: linking
+// Gantry costs about 25 s of a CI machine's two cores per test process.
 func Binary(t testing.TB) string {
 	t.Helper()
 	binaryOnce.Do(func() {
+		if path := os.Getenv("GANTRY_TEST_BINARY"); path != "" {
+			if fi, err := os.Stat(path); err != nil || fi.Mode()&0o111 == 0 {
+				binaryErr = fmt.Errorf("GANTRY_TEST_BINARY=%s is not an executable (%v)", path, err)
+				return
+			}
+			binaryPath = path
+			return
+		}
 		root, err := devcluster.RepoRoot()
 		if err != nil {
 			binaryErr = err

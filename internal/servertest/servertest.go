@@ -8,8 +8,11 @@ package servertest
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/rsa"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +21,7 @@ import (
 	"github.com/gantryhq/gantry/internal/config"
 	"github.com/gantryhq/gantry/internal/devcluster"
 	"github.com/gantryhq/gantry/internal/server"
+	"github.com/gantryhq/gantry/internal/store/storetest"
 )
 
 // Gantry is a running server.
@@ -28,7 +32,7 @@ type Gantry struct {
 }
 
 // Config is the configuration New starts from: embedded defaults with a fresh
-// SQLite database, a loopback port chosen by the kernel, quiet logs, the
+// SQLite database (migrated: storetest.SQLitePath), a loopback port chosen by the kernel, quiet logs, the
 // development image registry, and the repository's catalog files by absolute
 // path.
 func Config(t testing.TB) config.Config {
@@ -38,7 +42,7 @@ func Config(t testing.TB) config.Config {
 		t.Fatal(err)
 	}
 	cfg, err := config.Load("", func(string) (string, bool) { return "", false }, config.Flags{
-		"listen": "127.0.0.1:0", "db": filepath.Join(t.TempDir(), "gantry.db"), "log-level": "error"})
+		"listen": "127.0.0.1:0", "db": storetest.SQLitePath(t), "log-level": "error"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,9 +72,24 @@ func WithOverrides(t testing.TB, ov server.Overrides, edit ...func(*config.Confi
 	return Start(t, cfg, ov)
 }
 
-// Start starts Gantry with exactly cfg and ov.
+// devKey signs every development OpenID provider's tokens in this test
+// process (each has its own issuer): an RSA key takes longer to make than the
+// rest of a provider.
+var devKey = sync.OnceValue(func() *rsa.PrivateKey {
+	k, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		panic(err)
+	}
+	return k
+})
+
+// Start starts Gantry with exactly cfg and ov (and the process's development
+// signing key unless ov names one).
 func Start(t testing.TB, cfg config.Config, ov server.Overrides) *Gantry {
 	t.Helper()
+	if ov.DevSigningKey == nil {
+		ov.DevSigningKey = devKey()
+	}
 	if !server.DevBuild && cfg.OIDC.Issuer == "" {
 		// The development sign-in is only in -tags dev builds; CI always
 		// builds tests with it, so there a missing tag is a failure.

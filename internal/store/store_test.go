@@ -674,6 +674,7 @@ func testTokens(t *testing.T, s *stores.All) {
 	if who.String() != ann.String() || len(who.Groups) != 2 || who.TokenID != tk.ID || who.TokenTeam != "vision" || !who.ReadOnly {
 		t.Fatalf("token identity %+v", who)
 	}
+	testTokenAndOwner(t, s, users, svc, tk, secret)
 	bob := identity.With(context.Background(), identity.Identity{Issuer: "https://idp", Subject: "bob"})
 	if err := svc.Revoke(bob, tk.ID); !isNotFound(err) {
 		t.Fatalf("revoking another's token: %v, want not found", err)
@@ -690,6 +691,66 @@ func testTokens(t *testing.T, s *stores.All) {
 	list, err := svc.List(ctx)
 	if err != nil || len(list) != 1 || list[0].RevokedAt.IsZero() {
 		t.Fatalf("list after revoke: %+v %v", list, err)
+	}
+}
+
+// testTokenAndOwner: a token is read with its owner's record in one
+// statement, whether the owner has an issuer or not, has no record, or is
+// deactivated — and acts only as its owner is now.
+func testTokenAndOwner(t *testing.T, s *stores.All, users *user.Service, svc *token.Service, tk token.Token, secret string) {
+	ctx := context.Background()
+	got, owner, err := s.Accounts.TokenAndOwner(ctx, tk.ID)
+	if err != nil || got.ID != tk.ID || got.SecretHash != tk.SecretHash || got.Owner.String() != tk.Owner.String() {
+		t.Fatalf("token and owner: %+v %v", got, err)
+	}
+	if owner == nil || owner.Key != tk.Owner.String() || owner.ID != user.IDOf(owner.Key) || owner.Email != "ann@example.com" ||
+		strings.Join(owner.Groups, ",") != "ml-vision,staff" || !owner.Active() || owner.GroupsAt.IsZero() {
+		t.Fatalf("owner of %s: %+v", tk.ID, owner)
+	}
+	if _, _, err := s.Accounts.TokenAndOwner(ctx, "no-such-token"); !isNotFound(err) {
+		t.Fatalf("unknown token: %v, want not found", err)
+	}
+	now := time.Now().UTC()
+	mint := func(owner identity.Identity) (string, string) {
+		secret := token.Prefix + "x" + owner.Subject + "_s3cret"
+		id := "x" + owner.Subject
+		if err := s.Accounts.CreateToken(ctx, token.Token{ID: id, Owner: owner, Name: "direct", SecretHash: token.Hash("s3cret"),
+			CreatedAt: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+		return id, secret
+	}
+	// An owner who never signed in since users were kept: no record.
+	id, ghostSecret := mint(identity.Identity{Issuer: "https://idp", Subject: "ghost"})
+	if _, owner, err := s.Accounts.TokenAndOwner(ctx, id); err != nil || owner != nil {
+		t.Fatalf("owner without a record: %+v %v", owner, err)
+	}
+	if _, err := svc.Authenticate(ctx, ghostSecret); !errors.Is(err, user.ErrStale) {
+		t.Fatalf("a token whose owner has no record: %v, want %v", err, user.ErrStale)
+	}
+	// An owner without an issuer is keyed by the subject alone.
+	local := identity.Identity{Subject: "svc-batch", Groups: []string{"ml-vision"}}
+	if _, err := users.Observe(ctx, local); err != nil {
+		t.Fatal(err)
+	}
+	id, _ = mint(local)
+	if _, owner, err := s.Accounts.TokenAndOwner(ctx, id); err != nil || owner == nil || owner.Key != "svc-batch" {
+		t.Fatalf("owner without an issuer: %+v %v", owner, err)
+	}
+	// A deactivated owner's token acts no more.
+	cara := identity.Identity{Issuer: "https://idp", Subject: "cara", Groups: []string{"ml-vision"}}
+	if _, err := users.Observe(ctx, cara); err != nil {
+		t.Fatal(err)
+	}
+	_, caraSecret := mint(cara)
+	if _, err := svc.Authenticate(ctx, caraSecret); err != nil {
+		t.Fatalf("cara's token before she is deactivated: %v", err)
+	}
+	if _, err := users.Deactivate(ctx, user.IDOf(cara.String())); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Authenticate(ctx, caraSecret); !errors.Is(err, user.ErrDeactivated) {
+		t.Fatalf("cara's token after she is deactivated: %v, want %v", err, user.ErrDeactivated)
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/team"
+	"github.com/gantryhq/gantry/internal/user"
 )
 
 // Prefix marks Gantry tokens, so that secret scanners and people recognise them.
@@ -45,18 +46,21 @@ type Token struct {
 // Store keeps tokens.
 type Store interface {
 	CreateToken(ctx context.Context, t Token) error
-	// Token returns one token; *fault.NotFound if none.
-	Token(ctx context.Context, id string) (Token, error)
+	// TokenAndOwner returns one token and its owner's user record, read
+	// together (one round trip per authenticated request, not two); the
+	// record is nil when the owner has none. *fault.NotFound if there is no
+	// such token.
+	TokenAndOwner(ctx context.Context, id string) (Token, *user.User, error)
 	Tokens(ctx context.Context, owner string) ([]Token, error)
 	// RevokeToken marks the owner's token revoked; *fault.NotFound if they have none of that id.
 	RevokeToken(ctx context.Context, owner, id string, at time.Time) error
 }
 
-// Owners says who a token's owner is now (user.Service.Current): their
+// Owners says who a token's owner is now (user.Service.CurrentFrom): their
 // current groups, or why they may no longer act (deactivated, groups not
 // confirmed by the provider for too long).
 type Owners interface {
-	Current(ctx context.Context, id identity.Identity) (identity.Identity, error)
+	CurrentFrom(id identity.Identity, u *user.User) (identity.Identity, error)
 }
 
 // Service is the token domain logic.
@@ -184,7 +188,7 @@ func (s *Service) Authenticate(ctx context.Context, presented string) (identity.
 	if !ok || !ok2 || id == "" || secret == "" {
 		return identity.Identity{}, ErrInvalid
 	}
-	t, err := s.store.Token(ctx, id)
+	t, owner, err := s.store.TokenAndOwner(ctx, id)
 	if err != nil {
 		var nf *fault.NotFound
 		if errors.As(err, &nf) {
@@ -201,7 +205,7 @@ func (s *Service) Authenticate(ctx context.Context, presented string) (identity.
 	}
 	who := t.Owner
 	who.TokenID, who.TokenTeam, who.ReadOnly = t.ID, t.Team, t.ReadOnly
-	return s.owners.Current(ctx, who)
+	return s.owners.CurrentFrom(who, owner)
 }
 
 // ListFor returns every token of one user (a platform admin's view).

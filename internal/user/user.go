@@ -155,9 +155,20 @@ func (s *Service) Current(ctx context.Context, id identity.Identity) (identity.I
 	var nf *fault.NotFound
 	switch {
 	case errors.As(err, &nf):
-		return identity.Identity{}, ErrStale // never signed in since users were kept
+		return s.CurrentFrom(id, nil)
 	case err != nil:
 		return identity.Identity{}, fmt.Errorf("look up user %s: %w", id, err)
+	}
+	return s.CurrentFrom(id, &u)
+}
+
+// CurrentFrom is Current with the user's record already read, nil when
+// there is none: for a store that reads it together with what refers to it
+// (a token and its owner in one statement).
+func (s *Service) CurrentFrom(id identity.Identity, u *User) (identity.Identity, error) {
+	switch {
+	case u == nil:
+		return identity.Identity{}, ErrStale // never signed in since users were kept
 	case !u.Active():
 		return identity.Identity{}, ErrDeactivated
 	case s.now().Sub(u.GroupsAt) > s.maxAge:

@@ -6,12 +6,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/live"
 	"github.com/gantryhq/gantry/internal/store"
 	"github.com/gantryhq/gantry/internal/token"
+	"github.com/gantryhq/gantry/internal/user"
 )
 
 const tokenColumns = `id, issuer, subject, email, groups, name, secret_hash, team, read_only, created_at, expires_at, revoked_at, second_factor`
@@ -35,24 +37,53 @@ func (s *Store) CreateToken(ctx context.Context, t token.Token) error {
 	return nil
 }
 
-func scanToken(row store.Scanner) (token.Token, error) {
-	var t token.Token
-	var groups string
-	var readOnly, secondFactor int
-	var created, expires, revoked int64
-	if err := row.Scan(&t.ID, &t.Owner.Issuer, &t.Owner.Subject, &t.Owner.Email, &groups, &t.Name, &t.SecretHash, &t.Team, &readOnly, &created, &expires, &revoked, &secondFactor); err != nil {
-		return t, err
-	}
-	t.Owner.SecondFactor = secondFactor != 0
-	if err := json.Unmarshal([]byte(groups), &t.Owner.Groups); err != nil {
+// tokenRow is a tokens row as scanned, before decoding.
+type tokenRow struct {
+	t                         token.Token
+	groups                    string
+	readOnly, secondFactor    int
+	created, expires, revoked int64
+}
+
+// dest is where Scan puts tokenColumns.
+func (r *tokenRow) dest() []any {
+	return []any{&r.t.ID, &r.t.Owner.Issuer, &r.t.Owner.Subject, &r.t.Owner.Email, &r.groups, &r.t.Name, &r.t.SecretHash, &r.t.Team,
+		&r.readOnly, &r.created, &r.expires, &r.revoked, &r.secondFactor}
+}
+
+// token decodes the scanned row.
+func (r *tokenRow) token() (token.Token, error) {
+	t := r.t
+	t.Owner.SecondFactor = r.secondFactor != 0
+	if err := json.Unmarshal([]byte(r.groups), &t.Owner.Groups); err != nil {
 		return t, fmt.Errorf("token %s: stored groups are corrupt: %w", t.ID, err)
 	}
-	t.ReadOnly = readOnly != 0
-	t.CreatedAt, t.ExpiresAt = time.UnixMicro(created).UTC(), time.UnixMicro(expires).UTC()
-	if revoked != 0 {
-		t.RevokedAt = time.UnixMicro(revoked).UTC()
+	t.ReadOnly = r.readOnly != 0
+	t.CreatedAt, t.ExpiresAt = time.UnixMicro(r.created).UTC(), time.UnixMicro(r.expires).UTC()
+	if r.revoked != 0 {
+		t.RevokedAt = time.UnixMicro(r.revoked).UTC()
 	}
 	return t, nil
+}
+
+func scanToken(row store.Scanner) (token.Token, error) {
+	var r tokenRow
+	if err := row.Scan(r.dest()...); err != nil {
+		return r.t, err
+	}
+	return r.token()
+}
+
+// tokenColumnsOf is tokenColumns qualified by a table alias.
+func tokenColumnsOf(alias string) string { return qualified(alias, tokenColumns) }
+
+// qualified prefixes each of a comma-separated column list with alias.
+func qualified(alias, columns string) string {
+	cols := strings.Split(columns, ", ")
+	for i, c := range cols {
+		cols[i] = alias + "." + c
+	}
+	return strings.Join(cols, ", ")
 }
 
 // Token implements token.Store.
@@ -62,6 +93,33 @@ func (s *Store) Token(ctx context.Context, id string) (token.Token, error) {
 		return t, &fault.NotFound{Kind: "token", Name: id}
 	}
 	return t, err
+}
+
+// TokenAndOwner implements token.Store: the token and its owner's user
+// record in one statement, joined on the owner's key (issuer#subject, or the
+// subject alone without an issuer, as identity.Identity.String makes it).
+func (s *Store) TokenAndOwner(ctx context.Context, id string) (token.Token, *user.User, error) {
+	var tr tokenRow
+	var ur userRow
+	var hasUser int
+	err := s.db.Read().QueryRowContext(ctx, s.db.Q(`SELECT `+tokenColumnsOf("t")+`, `+userColumnsOrZero("u")+`, CASE WHEN u.id IS NULL THEN 0 ELSE 1 END
+		FROM tokens t LEFT JOIN users u ON u.user_key = CASE WHEN t.issuer = '' THEN t.subject ELSE t.issuer || '#' || t.subject END
+		WHERE t.id = ?`), id).Scan(append(append(tr.dest(), ur.dest()...), &hasUser)...)
+	if errors.Is(err, sql.ErrNoRows) {
+		return token.Token{}, nil, &fault.NotFound{Kind: "token", Name: id}
+	}
+	if err != nil {
+		return token.Token{}, nil, fmt.Errorf("get token %s: %w", id, err)
+	}
+	t, err := tr.token()
+	if err != nil || hasUser == 0 {
+		return t, nil, err
+	}
+	u, err := ur.user()
+	if err != nil {
+		return t, nil, err
+	}
+	return t, &u, nil
 }
 
 // Tokens implements token.Store.

@@ -49,21 +49,52 @@ func (s *Store) UpsertUser(ctx context.Context, u user.User) error {
 	return nil
 }
 
-func scanUser(row store.Scanner) (user.User, error) {
-	var u user.User
-	var groups string
-	var groupsAt, deactivated, created, seen int64
-	if err := row.Scan(&u.ID, &u.Key, &u.Issuer, &u.Subject, &u.Email, &u.Name, &groups, &groupsAt, &deactivated, &created, &seen); err != nil {
-		return u, err
-	}
-	if err := json.Unmarshal([]byte(groups), &u.Groups); err != nil {
+// userRow is a users row as scanned, before decoding.
+type userRow struct {
+	u                                    user.User
+	groups                               string
+	groupsAt, deactivated, created, seen int64
+}
+
+// dest is where Scan puts userColumns.
+func (r *userRow) dest() []any {
+	return []any{&r.u.ID, &r.u.Key, &r.u.Issuer, &r.u.Subject, &r.u.Email, &r.u.Name, &r.groups, &r.groupsAt, &r.deactivated, &r.created, &r.seen}
+}
+
+// user decodes the scanned row.
+func (r *userRow) user() (user.User, error) {
+	u := r.u
+	if err := json.Unmarshal([]byte(r.groups), &u.Groups); err != nil {
 		return u, fmt.Errorf("user %s: stored groups are corrupt: %w", u.Key, err)
 	}
-	u.GroupsAt, u.CreatedAt, u.LastSeenAt = time.UnixMicro(groupsAt).UTC(), time.UnixMicro(created).UTC(), time.UnixMicro(seen).UTC()
-	if deactivated != 0 {
-		u.DeactivatedAt = time.UnixMicro(deactivated).UTC()
+	u.GroupsAt, u.CreatedAt, u.LastSeenAt = time.UnixMicro(r.groupsAt).UTC(), time.UnixMicro(r.created).UTC(), time.UnixMicro(r.seen).UTC()
+	if r.deactivated != 0 {
+		u.DeactivatedAt = time.UnixMicro(r.deactivated).UTC()
 	}
 	return u, nil
+}
+
+func scanUser(row store.Scanner) (user.User, error) {
+	var r userRow
+	if err := row.Scan(r.dest()...); err != nil {
+		return r.u, err
+	}
+	return r.user()
+}
+
+// userColumnsOrZero is userColumns from a LEFT JOIN's alias, each column's
+// zero value where no user matched (their types are not nullable in Go).
+func userColumnsOrZero(alias string) string {
+	zero := map[string]string{"groups": "'[]'", "groups_at": "0", "deactivated_at": "0", "created_at": "0", "last_seen_at": "0"}
+	cols := strings.Split(userColumns, ", ")
+	for i, c := range cols {
+		z, ok := zero[c]
+		if !ok {
+			z = "''"
+		}
+		cols[i] = "COALESCE(" + alias + "." + c + ", " + z + ")"
+	}
+	return strings.Join(cols, ", ")
 }
 
 // User implements user.Store.

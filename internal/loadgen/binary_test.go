@@ -40,13 +40,13 @@ type binary struct {
 
 // serveBinary starts gantry serve (built once: servertest.Binary) on SQLite
 // with env added, and stops it when the benchmark ends.
-func serveBinary(b *testing.B, env ...string) *binary {
+func serveBinary(b testing.TB, env ...string) *binary {
 	return serveOn(b, store.SQLite, "", env...)
 }
 
 // serveOn starts gantry serve on the database driver and dsn ("" with
 // SQLite: a new file), with env added.
-func serveOn(b *testing.B, driver, dsn string, env ...string) *binary {
+func serveOn(b testing.TB, driver, dsn string, env ...string) *binary {
 	b.Helper()
 	dir := b.TempDir()
 	if dsn == "" {
@@ -81,10 +81,10 @@ func serveOn(b *testing.B, driver, dsn string, env ...string) *binary {
 
 // adminToken makes a personal access token for the development platform
 // admin, ada, in the server's database (as gantry dev does in process).
-func (g *binary) adminToken(b *testing.B) string { return g.adminTokens(b, 1)[0] }
+func (g *binary) adminToken(b testing.TB) string { return g.adminTokens(b, 1)[0] }
 
 // adminTokens makes n of them.
-func (g *binary) adminTokens(b *testing.B, n int) []string {
+func (g *binary) adminTokens(b testing.TB, n int) []string {
 	b.Helper()
 	resp, err := http.Get(g.URL + "/auth/config")
 	if err != nil {
@@ -123,7 +123,7 @@ func (g *binary) adminTokens(b *testing.B, n int) []string {
 }
 
 // seed records n Running workloads, spread over four teams.
-func (g *binary) seed(b *testing.B, n int) []string {
+func (g *binary) seed(b testing.TB, n int) []string {
 	b.Helper()
 	ctx := context.Background()
 	at := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
@@ -142,7 +142,7 @@ func (g *binary) seed(b *testing.B, n int) []string {
 }
 
 // cpu is the server's CPU time so far (user and system), from /proc.
-func (g *binary) cpu(b *testing.B) time.Duration {
+func (g *binary) cpu(b testing.TB) time.Duration {
 	b.Helper()
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", g.Cmd.Process.Pid))
 	if err != nil {
@@ -155,7 +155,7 @@ func (g *binary) cpu(b *testing.B) time.Duration {
 }
 
 // rss is the server's resident memory, from /proc.
-func (g *binary) rss(b *testing.B) int64 {
+func (g *binary) rss(b testing.TB) int64 {
 	b.Helper()
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", g.Cmd.Process.Pid))
 	if err != nil {

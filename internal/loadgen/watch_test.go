@@ -33,17 +33,59 @@ import (
 //	go test -tags dev -run '^$' -bench WatchFanOut -benchtime 100x -timeout 30m ./internal/loadgen
 func BenchmarkWatchFanOut(b *testing.B) {
 	for _, streams := range []int{1000, 10000} {
-		b.Run(fmt.Sprintf("streams=%d", streams), func(b *testing.B) { watchFanOut(b, streams) })
+		b.Run(fmt.Sprintf("streams=%d", streams), func(b *testing.B) {
+			idle := 10 * time.Second
+			if testing.Short() {
+				idle = 2 * time.Second
+			}
+			f := watchFanOut(b, streams, b.N, idle)
+			slices.Sort(f.took)
+			pct := func(p float64) float64 { return float64(f.took[int(p*float64(len(f.took)-1))].Microseconds()) / 1000 }
+			b.ReportMetric(pct(0.5), "p50-ms-to-event")
+			b.ReportMetric(pct(0.99), "p99-ms-to-event")
+			b.ReportMetric(float64(f.took[len(f.took)-1].Microseconds())/1000, "max-ms-to-event")
+			b.ReportMetric(f.idleCores, "server-cores-idle")
+			b.ReportMetric(float64(f.rss>>20), "server-rss-MB")
+			b.ReportMetric(float64(f.quiet.P99.Microseconds())/1000, "other-p99-ms-before")
+			b.ReportMetric(float64(f.loaded.P99.Microseconds())/1000, "other-p99-ms-open")
+			b.ReportMetric(0, "ns/op")
+		})
 	}
 }
 
-func watchFanOut(b *testing.B, streams int) {
-	if err := raiseFileLimit(uint64(streams + 2048)); err != nil {
-		b.Skipf("%d streams need %d open files: %v (raise ulimit -n)", streams, streams+2048, err)
+// TestWatchFanOut is the suite's check of the same (the figures are the
+// benchmark's, in docs/benchmarks.md): 1,000 streams open on the real
+// binary, other requests still answered, and twenty stops each reaching its
+// own stream.
+func TestWatchFanOut(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: the benchmark's run covers it")
 	}
-	g := serveBinary(b, fmt.Sprintf("GANTRY_SECURITY_STREAMS_PER_IDENTITY=%d", streams), fmt.Sprintf("GANTRY_SECURITY_STREAMS_PER_REPLICA=%d", streams))
-	ids := g.seed(b, recorded)
-	tok := g.adminToken(b)
+	f := watchFanOut(t, 1000, 20, time.Second)
+	if len(f.took) != 20 {
+		t.Fatalf("%d events for 20 stops", len(f.took))
+	}
+}
+
+// fanOut is what watchFanOut measured.
+type fanOut struct {
+	took          []time.Duration // from each stop to its stream's event
+	idleCores     float64         // the server's CPU while the streams idled
+	rss           int64
+	quiet, loaded loadgen.Result // other requests before and with the streams open
+}
+
+// watchFanOut opens streams, idles for idle, and makes n stops, each
+// followed to its stream's event; it fails tb if any other request failed.
+// With a *testing.B, only the stops are timed.
+func watchFanOut(tb testing.TB, streams, n int, idle time.Duration) fanOut {
+	tb.Helper()
+	if err := raiseFileLimit(uint64(streams + 2048)); err != nil {
+		tb.Skipf("%d streams need %d open files: %v (raise ulimit -n)", streams, streams+2048, err)
+	}
+	g := serveBinary(tb, fmt.Sprintf("GANTRY_SECURITY_STREAMS_PER_IDENTITY=%d", streams), fmt.Sprintf("GANTRY_SECURITY_STREAMS_PER_REPLICA=%d", streams))
+	ids := g.seed(tb, recorded)
+	tok := g.adminToken(tb)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	other := func() loadgen.Result {
@@ -56,54 +98,47 @@ func watchFanOut(b *testing.B, streams int) {
 				return req, err
 			}})
 	}
-	quiet := other()
-	events := holdStreams(b, g.URL, tok, ids[:streams])
-	idle := 10 * time.Second
-	if testing.Short() { // the test suite's run: the figure is docs/benchmarks.md's
-		idle = 2 * time.Second
-	}
-	before := g.cpu(b)
+	var f fanOut
+	f.quiet = other()
+	events := holdStreams(tb, g.URL, tok, ids[:streams])
+	before := g.cpu(tb)
 	time.Sleep(idle) // measuring, not waiting for something: the idle cost is the figure
-	idleCores := (g.cpu(b) - before).Seconds() / idle.Seconds()
-	loaded := other()
-	rss := g.rss(b)
+	f.idleCores = (g.cpu(tb) - before).Seconds() / idle.Seconds()
+	f.loaded = other()
+	f.rss = g.rss(tb)
 
-	b.ResetTimer()
-	took := make([]time.Duration, 0, b.N)
-	for n := range b.N {
-		i := (n * 97) % streams
+	b, timed := tb.(*testing.B)
+	if timed {
+		b.ResetTimer()
+	}
+	f.took = make([]time.Duration, 0, n)
+	for k := range n {
+		i := (k * 97) % streams
 		start := time.Now()
 		req, _ := http.NewRequest(http.MethodPost, g.URL+"/api/v1/workloads/"+ids[i]+"/stop", nil)
 		req.Header.Set("Authorization", "Bearer "+tok)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil || resp.StatusCode != 200 {
-			b.Fatalf("stop %d: %v %v", i, err, resp)
+			tb.Fatalf("stop %d: %v %v", i, err, resp)
 		}
 		resp.Body.Close()
 		select {
 		case ev := <-events[i]:
 			if ev.status != "Stopped" {
-				b.Fatalf("stream %d: %s", i, ev.status)
+				tb.Fatalf("stream %d: %s", i, ev.status)
 			}
-			took = append(took, ev.at.Sub(start))
+			f.took = append(f.took, ev.at.Sub(start))
 		case <-time.After(10 * time.Second):
-			b.Fatalf("stream %d: no event 10 s after the stop", i)
+			tb.Fatalf("stream %d: no event 10 s after the stop", i)
 		}
 	}
-	b.StopTimer()
-	slices.Sort(took)
-	pct := func(p float64) float64 { return float64(took[int(p*float64(len(took)-1))].Microseconds()) / 1000 }
-	b.ReportMetric(pct(0.5), "p50-ms-to-event")
-	b.ReportMetric(pct(0.99), "p99-ms-to-event")
-	b.ReportMetric(float64(took[len(took)-1].Microseconds())/1000, "max-ms-to-event")
-	b.ReportMetric(idleCores, "server-cores-idle")
-	b.ReportMetric(float64(rss>>20), "server-rss-MB")
-	b.ReportMetric(float64(quiet.P99.Microseconds())/1000, "other-p99-ms-before")
-	b.ReportMetric(float64(loaded.P99.Microseconds())/1000, "other-p99-ms-open")
-	b.ReportMetric(0, "ns/op")
-	if quiet.Errors+loaded.Errors > 0 {
-		b.Fatalf("other requests failed: %v; %v", quiet.First, loaded.First)
+	if timed {
+		b.StopTimer()
 	}
+	if f.quiet.Errors+f.loaded.Errors > 0 {
+		tb.Fatalf("other requests failed: %v; %v", f.quiet.First, f.loaded.First)
+	}
+	return f
 }
 
 // raiseFileLimit makes sure this process may hold n open files.
@@ -133,7 +168,7 @@ type event struct {
 // share neither this process's scheduler nor its garbage collector with the
 // requests whose latency is measured here; every event after the first of
 // each stream comes back with when the holder read it.
-func holdStreams(b *testing.B, url, tok string, ids []string) []chan event {
+func holdStreams(b testing.TB, url, tok string, ids []string) []chan event {
 	b.Helper()
 	list := filepath.Join(b.TempDir(), "ids")
 	if err := os.WriteFile(list, []byte(strings.Join(ids, "\n")), 0o600); err != nil {

@@ -66,31 +66,51 @@ func OwnerIndex(obj any) ([]string, error) {
 	return out, nil
 }
 
-// Position is a waiting Kueue Workload's place in its queue (1: next):
-// the workloads waiting in the same LocalQueue, by priority and then age,
-// as Kueue's BestEffortFIFO orders them.
-func Position(all []any, w *unstructured.Unstructured) int {
-	queue, _, _ := unstructured.NestedString(w.Object, "spec", "queueName")
+// ByQueue names the QueueIndex index on an informer of Kueue Workloads.
+const ByQueue = "queue"
+
+// QueueKey is the key under which QueueIndex files a waiting Kueue
+// Workload: its LocalQueue.
+func QueueKey(namespace, queue string) string { return namespace + "/" + queue }
+
+// QueueIndex indexes the Kueue Workloads that wait for admission by their
+// LocalQueue (QueueKey); the others are not indexed. A workload's position
+// then reads its own queue's waiting workloads, not every one the cluster
+// holds.
+func QueueIndex(obj any) ([]string, error) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return nil, nil
+	}
+	if waiting, _ := Waiting(u); !waiting {
+		return nil, nil
+	}
+	queue, _, _ := unstructured.NestedString(u.Object, "spec", "queueName")
+	return []string{QueueKey(u.GetNamespace(), queue)}, nil
+}
+
+// Positions are the places (1: next) of the Kueue Workloads of all that
+// wait in the LocalQueue queue of namespace ns, by name: by priority and then
+// age, as Kueue's BestEffortFIFO orders them. Others in all (other queues,
+// not waiting) are skipped.
+func Positions(all []any, ns, queue string) map[string]int {
 	type entry struct {
 		prio    int64
 		created time.Time
 		name    string
 	}
-	key := func(u *unstructured.Unstructured) entry {
-		p, _, _ := unstructured.NestedInt64(u.Object, "spec", "priority")
-		return entry{p, Since(u), u.GetName()}
-	}
 	var waiting []entry
 	for _, o := range all {
 		u, ok := o.(*unstructured.Unstructured)
-		if !ok || u.GetNamespace() != w.GetNamespace() {
+		if !ok || u.GetNamespace() != ns {
 			continue
 		}
 		if q, _, _ := unstructured.NestedString(u.Object, "spec", "queueName"); q != queue {
 			continue
 		}
 		if ok, _ := Waiting(u); ok {
-			waiting = append(waiting, key(u))
+			p, _, _ := unstructured.NestedInt64(u.Object, "spec", "priority")
+			waiting = append(waiting, entry{p, Since(u), u.GetName()})
 		}
 	}
 	sort.Slice(waiting, func(i, j int) bool {
@@ -103,12 +123,18 @@ func Position(all []any, w *unstructured.Unstructured) int {
 		}
 		return a.name < b.name
 	})
+	out := make(map[string]int, len(waiting))
 	for i, e := range waiting {
-		if e.name == w.GetName() {
-			return i + 1
-		}
+		out[e.name] = i + 1
 	}
-	return 0
+	return out
+}
+
+// Position is a waiting Kueue Workload's place in its queue (1: next), from
+// all (Positions); 0 if w does not wait there.
+func Position(all []any, w *unstructured.Unstructured) int {
+	queue, _, _ := unstructured.NestedString(w.Object, "spec", "queueName")
+	return Positions(all, w.GetNamespace(), queue)[w.GetName()]
 }
 
 // Since is when a Kueue Workload joined its queue as Kueue orders

@@ -6,6 +6,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/tools/cache"
 )
 
 // kw is a Kueue Workload in namespace ns of LocalQueue gantry.
@@ -48,6 +49,12 @@ func TestQueuePosition(t *testing.T) {
 		objs = append(objs, u)
 	}
 	want := map[string]int{"urgent": 1, "old": 2, "new": 3, "requeued": 4, "Admitted": 0, "done": 0, "stopped": 0}
+	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{ByQueue: QueueIndex})
+	for _, u := range all {
+		if err := idx.Add(u); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, u := range all {
 		waiting, reason := Waiting(u)
 		if waiting != (want[u.GetName()] > 0) {
@@ -58,6 +65,15 @@ func TestQueuePosition(t *testing.T) {
 		}
 		if got := Position(objs, u); got != want[u.GetName()] {
 			t.Errorf("%s: position %d, want %d", u.GetName(), got, want[u.GetName()])
+		}
+		// The same from the queue's index alone, as the watcher reads it.
+		queue, _, _ := unstructured.NestedString(u.Object, "spec", "queueName")
+		same, err := idx.ByIndex(ByQueue, QueueKey(u.GetNamespace(), queue))
+		if err != nil || len(same) != 4 {
+			t.Fatalf("%s: the queue's index holds %d (%v), want the 4 waiting", u.GetName(), len(same), err)
+		}
+		if got := Position(same, u); got != want[u.GetName()] {
+			t.Errorf("%s: position from the index %d, want %d", u.GetName(), got, want[u.GetName()])
 		}
 		if reason == "" {
 			t.Errorf("%s: no reason", u.GetName())

@@ -29,6 +29,7 @@ func devCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs := flags("gantry dev", stderr)
 	listen := fs.String("listen", "127.0.0.1:8080", "address to serve on (loopback)")
 	db := fs.String("db", "", "SQLite file to keep (default: a fresh gantry-dev.db in the user's data directory)")
+	cpuProfile := fs.String("cpuprofile", "", "write Gantry's CPU profile (go tool pprof) to this new file until it stops: for measuring it under load")
 	if _, err := parse(fs, args); err != nil {
 		return err
 	}
@@ -104,6 +105,11 @@ Launch a notebook on a MIG slice:
 Stop with Ctrl-C (the cluster is removed too).
 `, srv.URL(), len(devcluster.Nodes(devcluster.Fleet)), cl.Bin, cl.Kubeconfig, srv.Issuer(), list.String(), firstUser(users), tok)
 	srv.UseLogger()
+	stopProfile, err := startCPUProfile(*cpuProfile)
+	if err != nil {
+		return err
+	}
+	defer stopProfile()
 	// The simulated GPU nodes' agents push into Gantry in-process, through
 	// the same ingest as a real agent's push (less the token check).
 	g, gctx := errgroup.WithContext(ctx)

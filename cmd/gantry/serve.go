@@ -30,14 +30,6 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	var profile *os.File
-	if *cpuProfile != "" {
-		// A new file only, readable by its owner: never one that is there.
-		if profile, err = os.OpenFile(*cpuProfile, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600); err != nil {
-			return fmt.Errorf("--cpuprofile: %w", err)
-		}
-		defer profile.Close()
-	}
 	srv, err := server.New(ctx, cfg, server.Overrides{})
 	if err != nil {
 		return err
@@ -45,11 +37,31 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	gcPercent, memLimit := tuneGC(os.Getenv, "/sys/fs/cgroup/memory.max")
 	srv.Log.Info("starting gantry", "version", version, "gc_percent", gcPercent, "memory_limit", memLimit)
 	srv.UseLogger()
-	if profile != nil {
-		if err := pprof.StartCPUProfile(profile); err != nil {
-			return fmt.Errorf("--cpuprofile: %w", err)
-		}
-		defer pprof.StopCPUProfile()
+	stop, err := startCPUProfile(*cpuProfile)
+	if err != nil {
+		return err
 	}
+	defer stop()
 	return srv.Run(ctx)
+}
+
+// startCPUProfile writes a CPU profile to path until stop is called, for
+// --cpuprofile; with path "", it does nothing. The file must be new, and is
+// readable by its owner only: never one that is there.
+func startCPUProfile(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }

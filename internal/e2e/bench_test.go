@@ -558,37 +558,9 @@ func sustained(b *testing.B, outside bool) {
 		b.Logf("gantry: %v", res)
 	}
 	runDirect := func() {
-		var wg sync.WaitGroup
-		startAt := time.Now()
-		var count atomic.Int64
-		var (
-			errOnce  sync.Once
-			firstErr error
-		)
-		for range clients {
-			wg.Go(func() {
-				for time.Since(startAt) < round {
-					n := direct.Add(1)
-					objs, err := render.Objects(r, render.Meta{WorkloadID: fmt.Sprintf("d%09d", n), Team: teamName + "-direct", Owner: "alice",
-						Namespace: directNS, TemplateVersion: 1, Image: "registry.gantry.internal/bench/image@sha256:" + strings.Repeat("2", 64)})
-					if err == nil {
-						err = k.Apply(ctx, objs)
-					}
-					if err != nil {
-						errOnce.Do(func() { firstErr = err })
-						return
-					}
-					count.Add(1)
-				}
-			})
-		}
-		wg.Wait()
-		if firstErr != nil {
-			b.Fatal(firstErr)
-		}
-		directN += int(count.Load())
-		directT += time.Since(startAt)
-		b.Logf("direct: %d applies in %v", count.Load(), time.Since(startAt).Round(time.Millisecond))
+		n, took := applyRound(b, k, r, teamName+"-direct", directNS, &direct, clients, round)
+		directN += n
+		directT += took
 	}
 	for i := 0; b.Loop(); i++ {
 		if i%2 == 0 {
@@ -667,6 +639,46 @@ func sustained(b *testing.B, outside bool) {
 	if len(seen) != len(recorded) {
 		b.Fatalf("%d Jobs for %d recorded launches", len(seen), len(recorded))
 	}
+}
+
+// applyRound is the baseline's round: clients goroutines applying with
+// client-go, for round, the objects r renders for new workloads of team in
+// namespace ns (numbered from seq); it fails b on an error and returns how
+// many applies finished and how long the round took.
+func applyRound(b testing.TB, k *kube.Cluster, r *template.Resolved, team, ns string, seq *atomic.Int64, clients int, round time.Duration) (int, time.Duration) {
+	b.Helper()
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	startAt := time.Now()
+	var count atomic.Int64
+	var (
+		errOnce  sync.Once
+		firstErr error
+	)
+	for range clients {
+		wg.Go(func() {
+			for time.Since(startAt) < round {
+				n := seq.Add(1)
+				objs, err := render.Objects(r, render.Meta{WorkloadID: fmt.Sprintf("d%09d", n), Team: team, Owner: "alice",
+					Namespace: ns, TemplateVersion: 1, Image: "registry.gantry.internal/bench/image@sha256:" + strings.Repeat("2", 64)})
+				if err == nil {
+					err = k.Apply(ctx, objs)
+				}
+				if err != nil {
+					errOnce.Do(func() { firstErr = err })
+					return
+				}
+				count.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if firstErr != nil {
+		b.Fatal(firstErr)
+	}
+	took := time.Since(startAt)
+	b.Logf("direct: %d applies in %v", count.Load(), took.Round(time.Millisecond))
+	return int(count.Load()), took
 }
 
 // gteam is a team name, for a test that knows it is one.

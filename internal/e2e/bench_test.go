@@ -502,11 +502,9 @@ func sustained(b *testing.B, outside bool) {
 		b.Fatal(err)
 	}
 	var (
-		ids              sync.Map
-		gantryN, directN int
-		gantryT, directT time.Duration
-		p50s, p99s       []time.Duration
-		direct           atomic.Int64
+		ids    sync.Map
+		rs     rounds
+		direct atomic.Int64
 	)
 	answered := func(id string) error {
 		if _, dup := ids.LoadOrStore(id, true); dup {
@@ -524,10 +522,10 @@ func sustained(b *testing.B, outside bool) {
 					b.Fatal(err)
 				}
 			}
-			gantryN += res.Requests
-			gantryT += time.Duration(res.Seconds * float64(time.Second))
-			p50s = append(p50s, time.Duration(res.P50ms*float64(time.Millisecond)))
-			p99s = append(p99s, time.Duration(res.P99ms*float64(time.Millisecond)))
+			rs.gantryN += res.Requests
+			rs.gantryT += time.Duration(res.Seconds * float64(time.Second))
+			rs.p50s = append(rs.p50s, time.Duration(res.P50ms*float64(time.Millisecond)))
+			rs.p99s = append(rs.p99s, time.Duration(res.P99ms*float64(time.Millisecond)))
 			b.Logf("gantry (outside): %d launches in %.1f s: %.0f/s, p50 %.0f ms, p99 %.0f ms", res.Requests, res.Seconds, res.Rate, res.P50ms, res.P99ms)
 			return
 		}
@@ -552,33 +550,17 @@ func sustained(b *testing.B, outside bool) {
 		if res.Errors > 0 {
 			b.Fatalf("%d errors; the first: %v", res.Errors, res.First)
 		}
-		gantryN += res.Requests
-		gantryT += res.Elapsed
-		p50s, p99s = append(p50s, res.P50), append(p99s, res.P99)
+		rs.gantryN += res.Requests
+		rs.gantryT += res.Elapsed
+		rs.p50s, rs.p99s = append(rs.p50s, res.P50), append(rs.p99s, res.P99)
 		b.Logf("gantry: %v", res)
 	}
 	runDirect := func() {
 		n, took := applyRound(b, k, r, teamName+"-direct", directNS, &direct, clients, round)
-		directN += n
-		directT += took
+		rs.directN += n
+		rs.directT += took
 	}
-	for i := 0; b.Loop(); i++ {
-		if i%2 == 0 {
-			runGantry()
-			runDirect()
-		} else {
-			runDirect()
-			runGantry()
-		}
-	}
-	b.StopTimer()
-	gRate, dRate := float64(gantryN)/gantryT.Seconds(), float64(directN)/directT.Seconds()
-	b.ReportMetric(gRate, "gantry-launches/s")
-	b.ReportMetric(dRate, "direct-applies/s")
-	b.ReportMetric(gRate/dRate, "ratio")
-	b.ReportMetric(float64(slices.Max(p50s).Milliseconds()), "gantry-p50-ms") // the worst round's
-	b.ReportMetric(float64(slices.Max(p99s).Milliseconds()), "gantry-p99-ms")
-	b.ReportMetric(0, "ns/op")
+	rs.alternate(b, runGantry, runDirect)
 	// The baseline's Jobs are not followed: remove them, so that the GPUs
 	// go to Gantry's launches.
 	if err := cluster.Client.CoreV1().Namespaces().Delete(ctx, directNS, metav1.DeleteOptions{}); err != nil {
@@ -613,7 +595,7 @@ func sustained(b *testing.B, outside bool) {
 		}
 		return nil
 	})
-	b.Logf("all %d recorded launches (%d answered) Succeeded %v after the last round", len(recorded), gantryN, time.Since(waitStart).Round(time.Second))
+	b.Logf("all %d recorded launches (%d answered) Succeeded %v after the last round", len(recorded), rs.gantryN, time.Since(waitStart).Round(time.Second))
 	byID := map[string]bool{}
 	for _, w := range recorded {
 		byID[w.ID] = true
@@ -639,6 +621,37 @@ func sustained(b *testing.B, outside bool) {
 	if len(seen) != len(recorded) {
 		b.Fatalf("%d Jobs for %d recorded launches", len(seen), len(recorded))
 	}
+}
+
+// rounds adds up a benchmark's alternating rounds: Gantry's launches and
+// the baseline's applies, their counts and times, Gantry's p50 and p99 per
+// round.
+type rounds struct {
+	gantryN, directN int
+	gantryT, directT time.Duration
+	p50s, p99s       []time.Duration
+}
+
+// alternate runs b's rounds, alternating which of the two goes first, then
+// reports both rates, their ratio and Gantry's worst round's p50 and p99.
+func (rs *rounds) alternate(b *testing.B, runGantry, runDirect func()) {
+	for i := 0; b.Loop(); i++ {
+		if i%2 == 0 {
+			runGantry()
+			runDirect()
+		} else {
+			runDirect()
+			runGantry()
+		}
+	}
+	b.StopTimer()
+	gRate, dRate := float64(rs.gantryN)/rs.gantryT.Seconds(), float64(rs.directN)/rs.directT.Seconds()
+	b.ReportMetric(gRate, "gantry-launches/s")
+	b.ReportMetric(dRate, "direct-applies/s")
+	b.ReportMetric(gRate/dRate, "ratio")
+	b.ReportMetric(float64(slices.Max(rs.p50s).Milliseconds()), "gantry-p50-ms")
+	b.ReportMetric(float64(slices.Max(rs.p99s).Milliseconds()), "gantry-p99-ms")
+	b.ReportMetric(0, "ns/op")
 }
 
 // applyRound is the baseline's round: clients goroutines applying with

@@ -74,42 +74,24 @@ func BenchmarkDevLaunch(b *testing.B) {
 	body, _ := json.Marshal(model.LaunchRequest{Template: "pytorch-train", Team: "vision", Gpu: &model.GPUChoice{Count: new(1)}})
 	tokens := slices.Repeat([]string{dev.token}, clients)
 	var (
-		gantryN, directN int
-		gantryT, directT time.Duration
-		p50s, p99s       []time.Duration
-		seq              atomic.Int64
+		rs  rounds
+		seq atomic.Int64
 	)
 	runGantry := func() {
 		res := loadgen.Outside(b, loadgen.Job{URL: dev.url, Method: http.MethodPost, Paths: []string{"/api/v1/workloads"}, Body: body,
 			Tokens: tokens, Duration: round, Status: http.StatusCreated})
-		gantryN += res.Requests
-		gantryT += time.Duration(res.Seconds * float64(time.Second))
-		p50s = append(p50s, time.Duration(res.P50ms*float64(time.Millisecond)))
-		p99s = append(p99s, time.Duration(res.P99ms*float64(time.Millisecond)))
+		rs.gantryN += res.Requests
+		rs.gantryT += time.Duration(res.Seconds * float64(time.Second))
+		rs.p50s = append(rs.p50s, time.Duration(res.P50ms*float64(time.Millisecond)))
+		rs.p99s = append(rs.p99s, time.Duration(res.P99ms*float64(time.Millisecond)))
 		b.Logf("gantry dev (outside): %d launches in %.1f s: %.1f/s, p50 %.0f ms, p99 %.0f ms", res.Requests, res.Seconds, res.Rate, res.P50ms, res.P99ms)
 	}
 	runDirect := func() {
 		n, took := applyRound(b, k, r, directTeam, directNS, &seq, clients, round)
-		directN += n
-		directT += took
+		rs.directN += n
+		rs.directT += took
 	}
-	for i := 0; b.Loop(); i++ {
-		if i%2 == 0 {
-			runGantry()
-			runDirect()
-		} else {
-			runDirect()
-			runGantry()
-		}
-	}
-	b.StopTimer()
-	gRate, dRate := float64(gantryN)/gantryT.Seconds(), float64(directN)/directT.Seconds()
-	b.ReportMetric(gRate, "gantry-launches/s")
-	b.ReportMetric(dRate, "direct-applies/s")
-	b.ReportMetric(gRate/dRate, "ratio")
-	b.ReportMetric(float64(slices.Max(p50s).Milliseconds()), "gantry-p50-ms") // the worst round's
-	b.ReportMetric(float64(slices.Max(p99s).Milliseconds()), "gantry-p99-ms")
-	b.ReportMetric(0, "ns/op")
+	rs.alternate(b, runGantry, runDirect)
 }
 
 // devProcess is a running `gantry dev`: where it serves, the token it

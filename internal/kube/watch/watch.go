@@ -75,22 +75,13 @@ type Watcher struct {
 	queued  cache.SharedIndexInformer                    // Kueue's Workloads
 	obs     Observer
 
-	// orders are the waiting workloads' positions per queue (QueueKey),
-	// each kept for orderFor: ordering a queue of hundreds on every
-	// observation was half of gantry dev's CPU under a burst of launches.
+	// orders are the waiting workloads' positions (kueue.Positions) per
+	// queue (kueue.QueueKey), kept until a workload of that queue changes:
+	// ordering a queue of hundreds on every observation was half of gantry
+	// dev's CPU under a burst of launches.
 	ordersMu sync.Mutex
-	orders   map[string]queueOrder
+	orders   map[string]map[string]int
 }
-
-// queueOrder is one queue's positions (kueue.Positions), as of at.
-type queueOrder struct {
-	at  time.Time
-	pos map[string]int
-}
-
-// orderFor is how long a queue's order is reused: a position shown may lag
-// the queue by this much (a workload's own change is observed again anyway).
-const orderFor = time.Second
 
 // Options are what a Watcher is made of.
 type Options struct {
@@ -201,12 +192,21 @@ func (w *Watcher) OnChange(changed func(workloadID string)) error {
 			}
 			owner(u)
 			// One workload admitted, queued or gone moves the others
-			// waiting in its namespace's queue: their positions change.
-			for _, o := range w.queued.GetStore().List() {
-				if v, ok := o.(*unstructured.Unstructured); ok && v.GetNamespace() == u.GetNamespace() && v.GetName() != u.GetName() {
-					if waiting, _ := kueue.Waiting(v); waiting {
-						owner(v)
-					}
+			// waiting in its queue: their positions change. The queue is
+			// ordered again when one of them is next observed (the
+			// indexer holds this change before handlers hear of it).
+			queue, _, _ := unstructured.NestedString(u.Object, "spec", "queueName")
+			key := kueue.QueueKey(u.GetNamespace(), queue)
+			w.ordersMu.Lock()
+			delete(w.orders, key)
+			w.ordersMu.Unlock()
+			same, err := w.queued.GetIndexer().ByIndex(kueue.ByQueue, key)
+			if err != nil {
+				return
+			}
+			for _, o := range same {
+				if v, ok := o.(*unstructured.Unstructured); ok && v.GetName() != u.GetName() {
+					owner(v)
 				}
 			}
 		}
@@ -321,25 +321,27 @@ func (w *Watcher) queuedFor(id string, jobs []*batchv1.Job, pods []*corev1.Pod) 
 // position is a waiting Kueue Workload's place in its queue, from its
 // queue's waiting workloads alone (kueue.ByQueue; listing every one the
 // cluster holds on each observation was 45 % of gantry dev's CPU with a few
-// hundred launches queued), ordered at most once per orderFor. A workload the
-// kept order does not know yet orders the queue again.
+// hundred launches queued), ordered once until one of them changes (the
+// Kueue Workloads' event handler forgets the order). A workload the kept
+// order does not know yet orders the queue again.
 func (w *Watcher) position(u *unstructured.Unstructured) int {
 	queue, _, _ := unstructured.NestedString(u.Object, "spec", "queueName")
 	key := kueue.QueueKey(u.GetNamespace(), queue)
-	now := time.Now() //clock:allow a cache of its own: how old a queue's order is
 	w.ordersMu.Lock()
 	defer w.ordersMu.Unlock()
-	o, ok := w.orders[key]
-	if pos, known := o.pos[u.GetName()]; ok && known && now.Sub(o.at) < orderFor {
+	if pos, known := w.orders[key][u.GetName()]; known {
 		return pos
 	}
-	same, _ := w.queued.GetIndexer().ByIndex(kueue.ByQueue, key)
-	o = queueOrder{at: now, pos: kueue.Positions(same, u.GetNamespace(), queue)}
-	if w.orders == nil {
-		w.orders = map[string]queueOrder{}
+	same, err := w.queued.GetIndexer().ByIndex(kueue.ByQueue, key)
+	if err != nil {
+		return 0
 	}
-	w.orders[key] = o
-	return o.pos[u.GetName()]
+	pos := kueue.Positions(same, u.GetNamespace(), queue)
+	if w.orders == nil {
+		w.orders = map[string]map[string]int{}
+	}
+	w.orders[key] = pos
+	return pos[u.GetName()]
 }
 
 // queuedBy says whether a Kueue Workload owned by one of the objects keys

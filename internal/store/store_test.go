@@ -707,6 +707,16 @@ func testTokenAndOwner(t *testing.T, s *stores.All, users *user.Service, svc *to
 		strings.Join(owner.Groups, ",") != "ml-vision,staff" || !owner.Active() || owner.GroupsAt.IsZero() {
 		t.Fatalf("owner of %s: %+v", tk.ID, owner)
 	}
+	// The token acts with the groups the provider gave last, not those it
+	// was made with.
+	ann := tk.Owner
+	ann.Groups = []string{"ml-nlp"}
+	if _, err := users.Observe(ctx, ann); err != nil {
+		t.Fatal(err)
+	}
+	if who, err := svc.Authenticate(ctx, secret); err != nil || strings.Join(who.Groups, ",") != "ml-nlp" {
+		t.Fatalf("after ann's groups changed, her token acts with %v (%v), want [ml-nlp]", who.Groups, err)
+	}
 	if _, _, err := s.Accounts.TokenAndOwner(ctx, "no-such-token"); !isNotFound(err) {
 		t.Fatalf("unknown token: %v, want not found", err)
 	}

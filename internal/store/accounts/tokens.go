@@ -66,6 +66,7 @@ func (r *tokenRow) token() (token.Token, error) {
 	return t, nil
 }
 
+// scanToken scans and decodes one tokens row (tokenColumns).
 func scanToken(row store.Scanner) (token.Token, error) {
 	var r tokenRow
 	if err := row.Scan(r.dest()...); err != nil {
@@ -73,9 +74,6 @@ func scanToken(row store.Scanner) (token.Token, error) {
 	}
 	return r.token()
 }
-
-// tokenColumnsOf is tokenColumns qualified by a table alias.
-func tokenColumnsOf(alias string) string { return qualified(alias, tokenColumns) }
 
 // qualified prefixes each of a comma-separated column list with alias.
 func qualified(alias, columns string) string {
@@ -96,14 +94,15 @@ func (s *Store) Token(ctx context.Context, id string) (token.Token, error) {
 }
 
 // TokenAndOwner implements token.Store: the token and its owner's user
-// record in one statement, joined on the owner's key (issuer#subject, or the
-// subject alone without an issuer, as identity.Identity.String makes it).
+// record in one statement, joined on the owner's key (the tokens row's
+// owner, written by CreateToken as identity.Identity.String, is what a users
+// row's user_key holds).
 func (s *Store) TokenAndOwner(ctx context.Context, id string) (token.Token, *user.User, error) {
 	var tr tokenRow
 	var ur userRow
 	var hasUser int
-	err := s.db.Read().QueryRowContext(ctx, s.db.Q(`SELECT `+tokenColumnsOf("t")+`, `+userColumnsOrZero("u")+`, CASE WHEN u.id IS NULL THEN 0 ELSE 1 END
-		FROM tokens t LEFT JOIN users u ON u.user_key = CASE WHEN t.issuer = '' THEN t.subject ELSE t.issuer || '#' || t.subject END
+	err := s.db.Read().QueryRowContext(ctx, s.db.Q(`SELECT `+qualified("t", tokenColumns)+`, `+userColumnsOrZero("u")+`, CASE WHEN u.id IS NULL THEN 0 ELSE 1 END
+		FROM tokens t LEFT JOIN users u ON u.user_key = t.owner
 		WHERE t.id = ?`), id).Scan(append(append(tr.dest(), ur.dest()...), &hasUser)...)
 	if errors.Is(err, sql.ErrNoRows) {
 		return token.Token{}, nil, &fault.NotFound{Kind: "token", Name: id}

@@ -74,6 +74,7 @@ func (r *userRow) user() (user.User, error) {
 	return u, nil
 }
 
+// scanUser scans and decodes one users row (userColumns).
 func scanUser(row store.Scanner) (user.User, error) {
 	var r userRow
 	if err := row.Scan(r.dest()...); err != nil {
@@ -84,13 +85,16 @@ func scanUser(row store.Scanner) (user.User, error) {
 
 // userColumnsOrZero is userColumns from a LEFT JOIN's alias, each column's
 // zero value where no user matched (their types are not nullable in Go).
+// Every column names its zero: a column added to userColumns without one
+// panics on the first use, in the tests.
 func userColumnsOrZero(alias string) string {
-	zero := map[string]string{"groups": "'[]'", "groups_at": "0", "deactivated_at": "0", "created_at": "0", "last_seen_at": "0"}
+	zero := map[string]string{"id": "''", "user_key": "''", "issuer": "''", "subject": "''", "email": "''", "name": "''",
+		"groups": "'[]'", "groups_at": "0", "deactivated_at": "0", "created_at": "0", "last_seen_at": "0"}
 	cols := strings.Split(userColumns, ", ")
 	for i, c := range cols {
 		z, ok := zero[c]
 		if !ok {
-			z = "''"
+			panic("accounts: users column " + c + " has no zero value in userColumnsOrZero")
 		}
 		cols[i] = "COALESCE(" + alias + "." + c + ", " + z + ")"
 	}

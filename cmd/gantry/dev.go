@@ -56,7 +56,9 @@ func devCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		cfg.Database.DSN = config.Secret(path)
 	}
 	fmt.Fprintln(stderr, "gantry dev: starting the local cluster") // a first run's build of Kubernetes says so itself
-	cl, err := devcluster.Start(ctx, devcluster.Options{Name: "gantry-dev", Root: root, Log: stderr})
+	// Ephemeral: the cluster is removed on Ctrl-C and made new on every run,
+	// so its etcd need not fsync.
+	cl, err := devcluster.Start(ctx, devcluster.Options{Name: "gantry-dev", Root: root, Log: stderr, Ephemeral: true})
 	if err != nil {
 		return fmt.Errorf("the local cluster did not start: %w", err)
 	}

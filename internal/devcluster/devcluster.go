@@ -53,9 +53,10 @@ type Options struct {
 	// Audit has the API server write an audit log of every request (at the
 	// Metadata level) to AuditLog: who did what to which resource.
 	Audit bool
-	// Ephemeral clusters (the tests') run etcd without fsync: a disk that
-	// stalls for seconds (seen on CI machines: "slow fdatasync took 4.5s")
-	// then slows nothing, and the cluster's data is thrown away anyway.
+	// Ephemeral clusters (the tests', gantry dev's) run etcd without fsync:
+	// a disk that stalls for seconds (seen on CI machines: "slow fdatasync
+	// took 4.5s") then slows nothing, and the cluster's data is thrown away
+	// when it stops anyway.
 	Ephemeral bool
 }
 

@@ -31,8 +31,11 @@ var gatedReads = map[string]bool{
 }
 
 // DefaultConcurrentReads is how many reads readGate lets run at once by
-// default, per CPU Go schedules on.
-const DefaultConcurrentReads = 4
+// default, per CPU Go schedules on. Two, not four: alternated from outside
+// on 2 CPUs, two per CPU gave pages of 100 a p99 of 35–44 ms against 49–78
+// ms at the same or a higher rate, and no less on PostgreSQL, where a read
+// also waits on its round trips (docs/benchmarks.md).
+const DefaultConcurrentReads = 2
 
 // readGate lets at most n of the gated reads run at a time (authentication
 // included); the others wait their turn in the order they came (a channel's

@@ -50,7 +50,7 @@ type Config struct {
 	NamespacePrefix string   `json:"namespacePrefix"`
 	MaxBodyBytes    int64    `json:"maxBodyBytes"`
 	// MaxConcurrentReads is how many reads the database alone answers run
-	// at a time, the rest waiting their turn; 0: four per CPU.
+	// at a time, the rest waiting their turn; 0: two per CPU.
 	MaxConcurrentReads int64 `json:"maxConcurrentReads"`
 	Log                Log   `json:"log"`
 	// PublicURL is how browsers reach Gantry (e.g. https://gantry.example.com);
@@ -533,7 +533,7 @@ func (c *Config) validateLimitsAndLogs(errs *fault.List) {
 		errs.Addf("namespacePrefix", "%q must be at most 20 lowercase letters, digits or '-'", c.NamespacePrefix)
 	}
 	if c.MaxConcurrentReads < 0 || c.MaxConcurrentReads > 4096 {
-		errs.Addf("maxConcurrentReads", "%d must be between 0 (four per CPU) and 4096", c.MaxConcurrentReads)
+		errs.Addf("maxConcurrentReads", "%d must be between 0 (two per CPU) and 4096", c.MaxConcurrentReads)
 	}
 	if c.MaxBodyBytes < 1024 || c.MaxBodyBytes > 64<<20 {
 		errs.Addf("maxBodyBytes", "%d must be between 1024 and %d", c.MaxBodyBytes, 64<<20)

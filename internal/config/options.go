@@ -92,7 +92,7 @@ var options = []option{
 	{key: "maxBodyBytes", env: "GANTRY_MAX_BODY_BYTES", field: func(c *Config) any { return &c.MaxBodyBytes },
 		doc: "largest request body (1024 to 67108864)"},
 	{key: "maxConcurrentReads", env: "GANTRY_MAX_CONCURRENT_READS", field: func(c *Config) any { return &c.MaxConcurrentReads },
-		doc: "how many API reads the database alone answers run at a time, the rest waiting their turn in arrival order (0 to 4096)", defaultDoc: "0: four per CPU"},
+		doc: "how many API reads the database alone answers run at a time, the rest waiting their turn in arrival order (0 to 4096)", defaultDoc: "0: two per CPU"},
 	{key: "sessionLifetime", env: "GANTRY_SESSION_LIFETIME", field: func(c *Config) any { return &c.SessionLifetime },
 		doc: "how long a browser stays signed in (1m to 720h)"},
 	{key: "maxGroupAge", env: "GANTRY_MAX_GROUP_AGE", field: func(c *Config) any { return &c.MaxGroupAge },

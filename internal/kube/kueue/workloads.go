@@ -130,13 +130,6 @@ func Positions(all []any, ns, queue string) map[string]int {
 	return out
 }
 
-// Position is a waiting Kueue Workload's place in its queue (1: next), from
-// all (Positions); 0 if w does not wait there.
-func Position(all []any, w *unstructured.Unstructured) int {
-	queue, _, _ := unstructured.NestedString(w.Object, "spec", "queueName")
-	return Positions(all, w.GetNamespace(), queue)[w.GetName()]
-}
-
 // Since is when a Kueue Workload joined its queue as Kueue orders
 // it: when it was made, or when it was last evicted (a stopped Job started
 // again, a preempted one: its Evicted or Requeued condition) — Kueue's

@@ -63,7 +63,7 @@ func TestQueuePosition(t *testing.T) {
 		if !waiting {
 			continue
 		}
-		if got := Position(objs, u); got != want[u.GetName()] {
+		if got := Positions(objs, "ns", "gantry")[u.GetName()]; got != want[u.GetName()] {
 			t.Errorf("%s: position %d, want %d", u.GetName(), got, want[u.GetName()])
 		}
 		// The same from the queue's index alone, as the watcher reads it.
@@ -72,7 +72,7 @@ func TestQueuePosition(t *testing.T) {
 		if err != nil || len(same) != 4 {
 			t.Fatalf("%s: the queue's index holds %d (%v), want the 4 waiting", u.GetName(), len(same), err)
 		}
-		if got := Position(same, u); got != want[u.GetName()] {
+		if got := Positions(same, "ns", "gantry")[u.GetName()]; got != want[u.GetName()] {
 			t.Errorf("%s: position from the index %d, want %d", u.GetName(), got, want[u.GetName()])
 		}
 		if reason == "" {

@@ -93,6 +93,13 @@ func (s *Store) Token(ctx context.Context, id string) (token.Token, error) {
 	return t, err
 }
 
+// tokenAndOwnerQuery reads a token (tokenColumns), its owner's user record
+// (userColumns, zeros when there is none) and whether there is one; built
+// once, not on every authenticated request.
+var tokenAndOwnerQuery = `SELECT ` + qualified("t", tokenColumns) + `, ` + userColumnsOrZero("u") + `, CASE WHEN u.id IS NULL THEN 0 ELSE 1 END
+		FROM tokens t LEFT JOIN users u ON u.user_key = t.owner
+		WHERE t.id = ?`
+
 // TokenAndOwner implements token.Store: the token and its owner's user
 // record in one statement, joined on the owner's key (the tokens row's
 // owner, written by CreateToken as identity.Identity.String, is what a users
@@ -101,9 +108,7 @@ func (s *Store) TokenAndOwner(ctx context.Context, id string) (token.Token, *use
 	var tr tokenRow
 	var ur userRow
 	var hasUser int
-	err := s.db.Read().QueryRowContext(ctx, s.db.Q(`SELECT `+qualified("t", tokenColumns)+`, `+userColumnsOrZero("u")+`, CASE WHEN u.id IS NULL THEN 0 ELSE 1 END
-		FROM tokens t LEFT JOIN users u ON u.user_key = t.owner
-		WHERE t.id = ?`), id).Scan(append(append(tr.dest(), ur.dest()...), &hasUser)...)
+	err := s.db.Read().QueryRowContext(ctx, s.db.Q(tokenAndOwnerQuery), id).Scan(append(append(tr.dest(), ur.dest()...), &hasUser)...)
 	if errors.Is(err, sql.ErrNoRows) {
 		return token.Token{}, nil, &fault.NotFound{Kind: "token", Name: id}
 	}

@@ -86,7 +86,7 @@ func scanUser(row store.Scanner) (user.User, error) {
 // userColumnsOrZero is userColumns from a LEFT JOIN's alias, each column's
 // zero value where no user matched (their types are not nullable in Go).
 // Every column names its zero: a column added to userColumns without one
-// panics on the first use, in the tests.
+// panics when the package loads, in every test that imports it.
 func userColumnsOrZero(alias string) string {
 	zero := map[string]string{"id": "''", "user_key": "''", "issuer": "''", "subject": "''", "email": "''", "name": "''",
 		"groups": "'[]'", "groups_at": "0", "deactivated_at": "0", "created_at": "0", "last_seen_at": "0"}

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
@@ -33,7 +34,7 @@ import (
 // watch's delivery, alike for both paths.
 var stageNames = []string{
 	"submitted",      // the client sent it
-	"pod created",    // the Deployment's ReplicaSet made the pod (gated by Kueue)
+	"pod created",    // the pod made: by a Deployment's ReplicaSet (gated by Kueue), by a Job once Kueue unsuspends it
 	"kueue workload", // Kueue made the pod's Workload
 	"quota reserved", // Kueue reserved quota (QuotaReserved)
 	"check listed",   // Kueue listed Gantry's approval check on it, Pending (Gantry's queues only)
@@ -43,14 +44,24 @@ var stageNames = []string{
 	"bound",          // the scheduler bound it to a node
 	"running",        // kwok ran it (phase Running)
 	"listed",         // the client saw it Running (Gantry's API for Gantry's path; the pod list for the direct one)
+	"applied",        // its Job or Deployment is in the cluster (Gantry answered, or the direct apply returned)
 }
+
+// The order a launch passes the stages in: a service's pods come first
+// (Kueue's pod integration makes a Workload per pod), a Job's after Kueue
+// admits its Workload and unsuspends it (its pod is never gated).
+var (
+	serviceStages = []int{0, 11, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
+	jobStages     = []int{0, 11, 2, 3, 4, 5, 6, 1, 7, 8, 9, 10}
+)
 
 // stageWatch stamps each workload id's stages as its pod and Kueue
 // Workload change in one namespace.
 type stageWatch struct {
-	mu   sync.Mutex
-	seen map[string][]time.Time // workload id → time per stage (zero: not yet)
-	stop func()
+	order []int // the stages in the order the launches pass them
+	mu    sync.Mutex
+	seen  map[string][]time.Time // workload id → time per stage (zero: not yet)
+	stop  func()
 }
 
 func (s *stageWatch) stamp(id string, stage int) {
@@ -70,11 +81,11 @@ func (s *stageWatch) stamp(id string, stage int) {
 	}
 }
 
-// watchStages starts watching namespace ns; the watch stops with the
-// benchmark.
-func watchStages(b *testing.B, dyn dynamic.Interface, ns string) *stageWatch {
+// watchStages starts watching namespace ns, whose launches pass the stages
+// in order; the watch stops with the benchmark.
+func watchStages(b *testing.B, dyn dynamic.Interface, ns string, order []int) *stageWatch {
 	b.Helper()
-	s := &stageWatch{seen: map[string][]time.Time{}}
+	s := &stageWatch{order: order, seen: map[string][]time.Time{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	pf := informers.NewSharedInformerFactoryWithOptions(cluster.Client, 0, informers.WithNamespace(ns))
 	pod := func(obj any) {
@@ -95,6 +106,16 @@ func watchStages(b *testing.B, dyn dynamic.Interface, ns string) *stageWatch {
 		}
 	}
 	pi := pf.Core().V1().Pods().Informer()
+	applied := func(obj any) {
+		if m, ok := obj.(metav1.Object); ok {
+			s.stamp(m.GetLabels()[render.LabelWorkloadID], 11)
+		}
+	}
+	for _, inf := range []cache.SharedIndexInformer{pf.Batch().V1().Jobs().Informer(), pf.Apps().V1().Deployments().Informer()} {
+		if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: applied}); err != nil {
+			b.Fatal(err)
+		}
+	}
 	kf := dynamicinformer.NewFilteredDynamicSharedInformerFactory(dyn, 0, ns, nil)
 	wl := func(obj any) {
 		u, ok := obj.(*unstructured.Unstructured)
@@ -142,10 +163,11 @@ func watchStages(b *testing.B, dyn dynamic.Interface, ns string) *stageWatch {
 // launch: per stage, the durations of the launches that passed it.
 type stageTimes [][]time.Duration
 
-// took stops the watch and returns each launch's stage durations, its
-// submission time taken from submitted and the time the client saw it
-// running from ran; a stage a launch skipped (seen at once with the next)
-// counts as 0.
+// took stops the watch and returns each launch's stage durations (each from
+// the latest stage before it in the launch's order, so a stage seen late
+// does not make the next negative), its submission time taken from
+// submitted and the time the client saw it running from ran; a stage a
+// launch skipped (seen at once with the next) counts as 0.
 func (s *stageWatch) took(submitted map[string]time.Time, ran map[string]time.Duration) stageTimes {
 	s.stop()
 	s.mu.Lock()
@@ -157,10 +179,10 @@ func (s *stageWatch) took(submitted map[string]time.Time, ran map[string]time.Du
 			continue
 		}
 		if d, ok := ran[id]; ok {
-			t[len(t)-1] = at.Add(d)
+			t[10] = at.Add(d) // listed: when the client saw it Running
 		}
 		prev := at
-		for i := 1; i < len(stageNames); i++ {
+		for _, i := range s.order[1:] {
 			if t[i].IsZero() {
 				continue
 			}
@@ -195,9 +217,9 @@ func (st stageTimes) p50(i int) float64 {
 	return float64(d[len(d)/2].Microseconds()) / 1000
 }
 
-// stageTable is the stages side by side: each path's median per stage and its
-// share of the sum of the medians.
-func stageTable(paths []string, times []stageTimes) string {
+// stageTable is the stages side by side, in order: each path's median per
+// stage and its share of the sum of the medians.
+func stageTable(order []int, paths []string, times []stageTimes) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%-16s", "stage (p50 ms)")
 	for _, p := range paths {
@@ -206,11 +228,11 @@ func stageTable(paths []string, times []stageTimes) string {
 	b.WriteString("\n")
 	sums := make([]float64, len(paths))
 	for j := range paths {
-		for i := 1; i < len(stageNames); i++ {
+		for _, i := range order[1:] {
 			sums[j] += times[j].p50(i)
 		}
 	}
-	for i := 1; i < len(stageNames); i++ {
+	for _, i := range order[1:] {
 		fmt.Fprintf(&b, "%-16s", stageNames[i])
 		for j := range paths {
 			share := 0.0

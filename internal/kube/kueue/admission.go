@@ -38,6 +38,9 @@ func (k *Kueue) SetAdmission(ctx context.Context, namespace, id string, a worklo
 		return kapi.Classify(err, "Kueue Workload", id)
 	}
 	for i := range list.Items {
+		if _, _, found := CheckState(&list.Items[i]); !found {
+			continue
+		}
 		if err := k.setCheck(ctx, &list.Items[i], a); err != nil {
 			return err
 		}
@@ -45,9 +48,10 @@ func (k *Kueue) SetAdmission(ctx context.Context, namespace, id string, a worklo
 	return nil
 }
 
+// setCheck applies Gantry's check entry on u as a says, adding it when Kueue
+// has not listed it yet.
 func (k *Kueue) setCheck(ctx context.Context, u *unstructured.Unstructured, a workload.Admission) error {
-	state, msg, found := CheckState(u)
-	if !found || (state == a.State && msg == a.Message) {
+	if state, msg, found := CheckState(u); found && state == a.State && msg == a.Message {
 		return nil
 	}
 	if len(a.Message) > 32768 {
@@ -126,7 +130,16 @@ func (k *Kueue) RunQueueController(ctx context.Context, namespacePrefix string, 
 		}
 		enqueue(n)
 	}
-	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: enqueue, UpdateFunc: update}); err != nil {
+	early := &earlyChecks{uids: map[types.UID]bool{}}
+	forget := func(obj any) {
+		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = tomb.Obj
+		}
+		if u, ok := obj.(*unstructured.Unstructured); ok {
+			early.forget(u.GetUID())
+		}
+	}
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: enqueue, UpdateFunc: update, DeleteFunc: forget}); err != nil {
 		return fmt.Errorf("kueue: admission checks: %w", err)
 	}
 	f.Start(ctx.Done())
@@ -158,7 +171,7 @@ func (k *Kueue) RunQueueController(ctx context.Context, namespacePrefix string, 
 				if quit {
 					return
 				}
-				err := k.checkOne(ctx, inf, key, decide)
+				err := k.checkOne(ctx, inf, key, decide, early)
 				if err != nil && ctx.Err() == nil {
 					log.Warn("admission check not set; retrying", "kueue_workload", key, "err", err)
 					q.AddRateLimited(key)
@@ -176,7 +189,34 @@ func (k *Kueue) RunQueueController(ctx context.Context, namespacePrefix string, 
 // checkWorkers is how many Kueue Workloads the controller works on at once.
 const checkWorkers = 8
 
-func (k *Kueue) checkOne(ctx context.Context, inf cache.SharedIndexInformer, key string, decide Decider) error {
+// earlyChecks are the Kueue Workloads Gantry added its check to before
+// Kueue listed it. Each gets that once: a queue without the check (a
+// platform team's edit) has Kueue take the entry away again, and adding it
+// back on every event would never end.
+type earlyChecks struct {
+	mu   sync.Mutex
+	uids map[types.UID]bool
+}
+
+func (e *earlyChecks) added(uid types.UID) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.uids[uid]
+}
+
+func (e *earlyChecks) add(uid types.UID) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.uids[uid] = true
+}
+
+func (e *earlyChecks) forget(uid types.UID) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	delete(e.uids, uid)
+}
+
+func (k *Kueue) checkOne(ctx context.Context, inf cache.SharedIndexInformer, key string, decide Decider, early *earlyChecks) error {
 	obj, exists, err := inf.GetIndexer().GetByKey(key)
 	if err != nil || !exists {
 		return err
@@ -188,18 +228,29 @@ func (k *Kueue) checkOne(ctx context.Context, inf cache.SharedIndexInformer, key
 	if err := k.syncVM(ctx, u); err != nil {
 		return err
 	}
-	if _, _, found := CheckState(u); !found {
-		return nil
-	}
 	id := u.GetLabels()[render.LabelWorkloadID]
 	if id == "" {
 		return nil // not Gantry's launch (or labelKeysToCopy lacks the label): its check stays Pending
+	}
+	// The check is decided as soon as the Workload exists, before Kueue
+	// lists it (Kueue adds it Pending once it syncs the queue's checks, and
+	// keeps a state already there): Ready by the time quota is reserved,
+	// Kueue admits in that reconcile instead of two rounds later
+	// (docs/benchmarks.md, Seams 11). Every queue of this install's teams
+	// carries the check; one that lost it gets the early entry once.
+	_, _, listed := CheckState(u)
+	if !listed && (Admitted(u) || early.added(u.GetUID())) {
+		return nil
 	}
 	a, err := decide(ctx, u.GetNamespace(), id)
 	if err != nil || a.State == "" {
 		return err
 	}
-	return k.setCheck(ctx, u, a)
+	if err := k.setCheck(ctx, u, a); err != nil || listed {
+		return err
+	}
+	early.add(u.GetUID())
+	return nil
 }
 
 // syncVM runs a queued VM while Kueue admits its Workload and halts it when

@@ -74,6 +74,9 @@ func table(dev bool) []*command {
 		&command{name: "advise", subs: []*command{
 			{name: "replay", synopsis: "--dir DIR [--gpu-class C] [-o FILE] [--score]", summary: "replay a GPU trace (Alibaba GenAI format) through the advice rules", run: adviseReplayCmd},
 		}},
+		&command{name: "forecast", subs: []*command{
+			{name: "replay", synopsis: "--file FILE [--format openb] [--class C] [--horizon 2h] [--step 10m] [-o FILE] [--score]", summary: "replay a cluster trace through the demand forecast", run: forecastReplayCmd},
+		}},
 		&command{name: "login", synopsis: "[--server URL]", summary: "sign the CLI in (device grant in a browser)", run: loginCmd},
 		&command{name: "whoami", synopsis: "[--server URL]", summary: "who the CLI is signed in as", run: whoamiCmd},
 		&command{name: "launch", synopsis: "TEMPLATE --team T [--gpu CLASS[:N]] [--mig P] [--set k=v]... [--wait]", summary: "launch a template; --wait follows it until it runs", remote: true, run: launchCmd},

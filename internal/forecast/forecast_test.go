@@ -1,0 +1,210 @@
+package forecast
+
+import (
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+)
+
+var t0 = time.Date(2026, 1, 5, 0, 0, 0, 0, time.UTC)
+
+func at(min int) time.Time { return t0.Add(time.Duration(min) * time.Minute) }
+
+// synthetic is a history of n launches over days: arrivals at random,
+// lifetimes from life, sizes from sizes; the same seed gives the same one.
+func synthetic(seed uint64, days int, perDay int, life func(*rand.Rand) time.Duration, sizes []float64) []Record {
+	r := rand.New(rand.NewPCG(seed, 1))
+	var out []Record
+	for i := 0; i < days*perDay; i++ {
+		c := t0.Add(time.Duration(r.Int64N(int64(days) * int64(24*time.Hour))))
+		out = append(out, Record{Created: c, Ended: c.Add(life(r)), GPUs: sizes[r.IntN(len(sizes))]})
+	}
+	return out
+}
+
+// TestCausal: the forecasts made at any origin up to a cut are the same
+// whether the replay sees the whole trace or the trace as known at the
+// cut (launches after it unseen, ends after it unknown).
+func TestCausal(t *testing.T) {
+	recs := synthetic(7, 10, 60, func(r *rand.Rand) time.Duration { return time.Duration(r.ExpFloat64() * float64(3*time.Hour)) }, []float64{0.5, 1, 2, 8})
+	full := NewHistory(recs)
+	cut := t0.Add(8*24*time.Hour + 7*time.Hour + 30*time.Minute)
+	known := full.At(cut)
+	o := ReplayOptions{Horizon: 2 * time.Hour, Step: 10 * time.Minute, Every: 30 * time.Minute}
+	collect := func(h *History) map[time.Time][]Point {
+		got := map[time.Time][]Point{}
+		if err := Replay(h, o, func(pts []Point) error {
+			if !pts[0].Origin.After(cut) {
+				got[pts[0].Origin] = pts
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	a, b := collect(full), collect(known)
+	if len(a) < 40 {
+		t.Fatalf("only %d origins before the cut", len(a))
+	}
+	for origin, pts := range a {
+		other, ok := b[origin]
+		if !ok {
+			// The cut history ends earlier: its last origins are a horizon
+			// before its last event.
+			if origin.Add(o.Horizon).Before(cut) {
+				t.Errorf("origin %s: missing from the cut replay", origin)
+			}
+			continue
+		}
+		for i := range pts {
+			if pts[i] != other[i] {
+				t.Fatalf("origin %s, point %d: %+v with the whole trace, %+v with the trace cut at %s", origin, i, pts[i], other[i], cut)
+			}
+		}
+	}
+}
+
+// TestForecastKnowsLifetimes: when every launch of the history lasted
+// exactly 30 minutes, one 20 minutes old is gone 10 minutes on, and the
+// forecast and its low end say so (an arrival in the meantime is possible,
+// not likely: it may raise the high end only).
+func TestForecastKnowsLifetimes(t *testing.T) {
+	var recs []Record
+	for i := range 200 {
+		c := at(i * 60)
+		recs = append(recs, Record{Created: c, Ended: c.Add(30 * time.Minute), GPUs: 8})
+	}
+	// The launch being forecast: 20 minutes old at the origin.
+	origin := at(200*60 + 24*60)
+	recs = append(recs, Record{Created: origin.Add(-20 * time.Minute), GPUs: 8})
+	f := New(NewHistory(recs), Options{ArrivalWindow: time.Hour})
+	pts := f.Forecast(origin, 20*time.Minute, 5*time.Minute)
+	want := []float64{8, 0, 0, 0} // 5 min: 25 min old, still there; 10 min on: gone
+	if len(pts) != len(want) {
+		t.Fatalf("%d points, want %d", len(pts), len(want))
+	}
+	for i, p := range pts {
+		if p.GPUs != want[i] || p.Lo != want[i] || p.Hi < p.GPUs {
+			t.Errorf("%s ahead: %+v, want %v", p.T.Sub(origin), p, want[i])
+		}
+	}
+}
+
+// TestForecastArrivals: launches that arrive steadily and last long are
+// expected to keep arriving: the forecast rises with the horizon, within
+// its band.
+func TestForecastArrivals(t *testing.T) {
+	var recs []Record
+	for i := range 24 * 14 {
+		recs = append(recs, Record{Created: at(i * 60), Ended: at(i*60 + 48*60), GPUs: 1}) // one an hour, each 48 h
+	}
+	origin := at(24 * 14 * 60)
+	h := NewHistory(recs)
+	now := NewSeries(h).At(origin)
+	pts := New(h, Options{}).Forecast(origin, 6*time.Hour, time.Hour)
+	for i, p := range pts {
+		if !(p.Lo <= p.GPUs && p.GPUs <= p.Hi) {
+			t.Errorf("point %d: %v outside its band [%v, %v]", i, p.GPUs, p.Lo, p.Hi)
+		}
+		// About one arrival an hour, and none ends within 6 h (all 48 h
+		// long; the oldest alive are 47 h old, and end).
+		if i > 0 && p.GPUs < pts[i-1].GPUs-1 {
+			t.Errorf("point %d: %v after %v", i, p.GPUs, pts[i-1].GPUs)
+		}
+	}
+	if last := pts[len(pts)-1]; last.Hi <= now {
+		t.Errorf("6 h ahead: band up to %v, now %v: arrivals are not expected", last.Hi, now)
+	}
+}
+
+func TestKaplanMeier(t *testing.T) {
+	// Lifetimes 1, 2 (censored), 3, 4: S(1)=3/4, S(3)=3/4·1/2, S(4)=0.
+	c := kaplanMeier([]life{{4 * time.Minute, true}, {time.Minute, true}, {3 * time.Minute, true}, {2 * time.Minute, false}})
+	for _, tc := range []struct {
+		d    time.Duration
+		want float64
+	}{{0, 1}, {time.Minute, 0.75}, {2 * time.Minute, 0.75}, {3 * time.Minute, 0.375}, {4 * time.Minute, 0}, {time.Hour, 0}} {
+		if got := c.at(tc.d); math.Abs(got-tc.want) > 1e-12 {
+			t.Errorf("S(%s) = %v, want %v", tc.d, got, tc.want)
+		}
+	}
+}
+
+func TestSeries(t *testing.T) {
+	h := NewHistory([]Record{
+		{Created: at(0), Ended: at(10), GPUs: 1},
+		{Created: at(5), GPUs: 0.25},
+		{Created: at(10), Ended: at(20), GPUs: 8},
+	})
+	s := NewSeries(h)
+	for _, tc := range []struct {
+		min  int
+		want float64
+	}{{-1, 0}, {0, 1}, {5, 1.25}, {9, 1.25}, {10, 8.25}, {20, 0.25}, {1000, 0.25}} {
+		if got := s.At(at(tc.min)); got != tc.want {
+			t.Errorf("at %d min: %v, want %v", tc.min, got, tc.want)
+		}
+		if got := h.Demand(at(tc.min)); got != tc.want {
+			t.Errorf("Demand at %d min: %v, want %v", tc.min, got, tc.want)
+		}
+	}
+}
+
+func TestSMAPE(t *testing.T) {
+	for _, tc := range []struct{ f, a, want float64 }{{0, 0, 0}, {1, 1, 0}, {1, 0, 2}, {0, 1, 2}, {3, 1, 1}, {1, 3, 1}} {
+		if got := SMAPE(tc.f, tc.a); got != tc.want {
+			t.Errorf("SMAPE(%v, %v) = %v, want %v", tc.f, tc.a, got, tc.want)
+		}
+	}
+}
+
+// TestScoreBaselines: on a history whose demand repeats every day, the
+// day-ago baseline is exact, the last value is not, and the score says
+// which was best.
+func TestScoreBaselines(t *testing.T) {
+	var recs []Record
+	for d := range 10 {
+		c := at(d*24*60 + 9*60)
+		recs = append(recs, Record{Created: c, Ended: c.Add(8 * time.Hour), GPUs: 16}) // 9:00–17:00 each day
+	}
+	recs = append(recs, Record{Created: at(0), GPUs: 1}) // and one always there
+	h := NewHistory(recs)
+	sc := NewScorer(h)
+	if err := Replay(h, ReplayOptions{Horizon: 2 * time.Hour, Step: time.Hour, Every: time.Hour}, func(pts []Point) error {
+		sc.Add(pts)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	s := sc.Score()
+	if s.Origins == 0 {
+		t.Fatal("no origins")
+	}
+	if s.Horizon.Baseline["day"] != 0 || s.Horizon.Best != "day" {
+		t.Errorf("day-ago baseline %v %% (best %q), want exact", s.Horizon.Baseline["day"], s.Horizon.Best)
+	}
+	if s.Horizon.Baseline["last"] <= 0 {
+		t.Errorf("last value %v %%: the daily swing is missed by it", s.Horizon.Baseline["last"])
+	}
+}
+
+func TestReplayOptions(t *testing.T) {
+	h := NewHistory([]Record{{Created: at(0), GPUs: 1}})
+	for _, tc := range []struct {
+		o    ReplayOptions
+		want string
+	}{
+		{ReplayOptions{Step: time.Second}, "step 1s"},
+		{ReplayOptions{Horizon: time.Minute}, "horizon 1m0s"},
+		{ReplayOptions{Horizon: 200 * time.Hour}, "horizon 200h0m0s"},
+		{ReplayOptions{Horizon: 48 * time.Hour, Step: time.Minute}, "at most 1000 steps"},
+	} {
+		err := Replay(h, tc.o, func([]Point) error { return nil })
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: %v, want an error with %q", tc.o, err, tc.want)
+		}
+	}
+}

@@ -1,0 +1,247 @@
+package forecast
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"time"
+)
+
+// Series answers the GPUs wanted at any time of a history, exactly, in
+// O(log n): the running sum of its launches' starts and ends.
+type Series struct {
+	at  []time.Time
+	sum []int64 // thousandths of a GPU wanted from at[i] on
+}
+
+// NewSeries is h's demand over time.
+func NewSeries(h *History) *Series {
+	type ev struct {
+		t time.Time
+		d int64
+	}
+	evs := make([]ev, 0, 2*len(h.recs))
+	for _, r := range h.recs {
+		evs = append(evs, ev{r.Created, milli(r.GPUs)})
+		if !r.Ended.IsZero() {
+			evs = append(evs, ev{r.Ended, -milli(r.GPUs)})
+		}
+	}
+	slices.SortStableFunc(evs, func(a, b ev) int { return a.t.Compare(b.t) })
+	s := &Series{}
+	var cur int64
+	for i, e := range evs {
+		cur += e.d
+		if i+1 < len(evs) && evs[i+1].t.Equal(e.t) {
+			continue
+		}
+		s.at, s.sum = append(s.at, e.t), append(s.sum, cur)
+	}
+	return s
+}
+
+// At is the GPUs wanted at t.
+func (s *Series) At(t time.Time) float64 {
+	i := sort.Search(len(s.at), func(i int) bool { return s.at[i].After(t) })
+	if i == 0 {
+		return 0
+	}
+	return float64(s.sum[i-1]) / 1000
+}
+
+// Baselines are the naive forecasts a model must beat: the last value, the
+// same time a day before and a week before (seasonal naive).
+var Baselines = []Baseline{
+	{"last", func(s *Series, origin, t time.Time) float64 { return s.At(origin) }},
+	{"day", func(s *Series, origin, t time.Time) float64 { return s.At(seasonal(origin, t, 24*time.Hour)) }},
+	{"week", func(s *Series, origin, t time.Time) float64 { return s.At(seasonal(origin, t, 7*24*time.Hour)) }},
+}
+
+// Baseline is a naive forecast of t made at origin from the series.
+type Baseline struct {
+	Name     string
+	Forecast func(s *Series, origin, t time.Time) float64
+}
+
+// seasonal is the last time before or at origin that is t less whole periods.
+func seasonal(origin, t time.Time, period time.Duration) time.Time {
+	back := t.Add(-period)
+	for back.After(origin) {
+		back = back.Add(-period)
+	}
+	return back
+}
+
+// ReplayOptions shape a replay.
+type ReplayOptions struct {
+	Horizon time.Duration // how far each forecast looks (default 2h)
+	Step    time.Duration // its steps (default 10m)
+	// Every is how far apart the origins are (default Step).
+	Every time.Duration
+	// Warmup is how much history the first origin has behind it (default
+	// 7 days, so that the week-ago baseline has a value).
+	Warmup time.Duration
+	Model  Options
+}
+
+func (o ReplayOptions) withDefaults() (ReplayOptions, error) {
+	if o.Horizon == 0 {
+		o.Horizon = 2 * time.Hour
+	}
+	if o.Step == 0 {
+		o.Step = 10 * time.Minute
+	}
+	if o.Every == 0 {
+		o.Every = o.Step
+	}
+	if o.Warmup == 0 {
+		o.Warmup = 7 * 24 * time.Hour
+	}
+	switch {
+	case o.Step < time.Minute:
+		return o, fmt.Errorf("step %s: must be at least 1m", o.Step)
+	case o.Horizon < o.Step || o.Horizon > 7*24*time.Hour:
+		return o, fmt.Errorf("horizon %s: must be from one step (%s) to 7 days", o.Horizon, o.Step)
+	case o.Horizon/o.Step > 1000:
+		return o, fmt.Errorf("horizon %s over step %s: at most 1000 steps", o.Horizon, o.Step)
+	case o.Every < time.Minute:
+		return o, fmt.Errorf("every %s: must be at least 1m", o.Every)
+	}
+	return o, nil
+}
+
+// Replay forecasts h from each origin — every o.Every from the first
+// launch plus the warmup, on a grid of whole steps, until a horizon before
+// the last event — and hands each origin's points to emit, in order. Each
+// forecast sees only what was known at its origin (the replay cuts the
+// history there), so a trace cut at T gives the same forecasts before T.
+func Replay(h *History, o ReplayOptions, emit func([]Point) error) error {
+	o, err := o.withDefaults()
+	if err != nil {
+		return err
+	}
+	first, last := h.Span()
+	if h.Len() == 0 {
+		return nil
+	}
+	if n := last.Sub(first) / o.Every; n > maxOrigins || last.Sub(first) < 0 {
+		return fmt.Errorf("the trace spans %s: origins every %s would be more than %d (make them further apart)", last.Sub(first), o.Every, maxOrigins)
+	}
+	f := New(h, o.Model)
+	for origin := first.Add(o.Warmup).Truncate(o.Step); !origin.Add(o.Horizon).After(last); origin = origin.Add(o.Every) {
+		if err := emit(f.Forecast(origin, o.Horizon, o.Step)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// maxOrigins bounds a replay's work (149 days every 10 minutes is 21,456).
+const maxOrigins = 1_000_000
+
+// Score is how a replay's forecasts did against what happened and against
+// the naive baselines on the same origins: at the horizon (each origin's
+// last point) and over every step.
+type Score struct {
+	Origins int
+	Horizon Errors
+	All     Errors
+}
+
+// Errors are sMAPE (in %, 0 to 200) of the model and of each baseline, and
+// MASE: the model's mean absolute error over each baseline's (below 1: the
+// model did better).
+type Errors struct {
+	SMAPE    float64
+	Baseline map[string]float64 // sMAPE per baseline
+	MASE     map[string]float64
+	// Gain is how much lower the model's sMAPE is than the best baseline's,
+	// in % of it (negative: worse).
+	Gain float64
+	// Best is the baseline with the lowest sMAPE.
+	Best string
+
+	n       int
+	sum, ae float64
+	bsum    map[string]float64
+	bae     map[string]float64
+}
+
+func (e *Errors) add(f, actual float64, base map[string]float64) {
+	if e.bsum == nil {
+		e.bsum, e.bae = map[string]float64{}, map[string]float64{}
+	}
+	e.n++
+	e.sum += SMAPE(f, actual)
+	e.ae += math.Abs(f - actual)
+	for name, b := range base {
+		e.bsum[name] += SMAPE(b, actual)
+		e.bae[name] += math.Abs(b - actual)
+	}
+}
+
+func (e *Errors) finish() {
+	if e.n == 0 {
+		return
+	}
+	e.SMAPE = 100 * e.sum / float64(e.n)
+	e.Baseline, e.MASE = map[string]float64{}, map[string]float64{}
+	for name, s := range e.bsum {
+		e.Baseline[name] = 100 * s / float64(e.n)
+		if e.bae[name] > 0 {
+			e.MASE[name] = e.ae / e.bae[name]
+		}
+		if e.Best == "" || e.Baseline[name] < e.Baseline[e.Best] || (e.Baseline[name] == e.Baseline[e.Best] && name < e.Best) {
+			e.Best = name
+		}
+	}
+	if b := e.Baseline[e.Best]; b > 0 {
+		e.Gain = 100 * (b - e.SMAPE) / b
+	}
+}
+
+// SMAPE is one forecast's symmetric absolute percentage error: 2|f−a| /
+// (|f|+|a|), 0 when both are 0.
+func SMAPE(f, a float64) float64 {
+	if f == 0 && a == 0 {
+		return 0
+	}
+	return 2 * math.Abs(f-a) / (math.Abs(f) + math.Abs(a))
+}
+
+// Scorer scores a replay's points as they come, against the full history.
+type Scorer struct {
+	s     *Series
+	score Score
+}
+
+// NewScorer scores forecasts of h.
+func NewScorer(h *History) *Scorer { return &Scorer{s: NewSeries(h)} }
+
+// Add scores one origin's points.
+func (sc *Scorer) Add(pts []Point) {
+	if len(pts) == 0 {
+		return
+	}
+	sc.score.Origins++
+	for i, p := range pts {
+		actual := sc.s.At(p.T)
+		base := map[string]float64{}
+		for _, b := range Baselines {
+			base[b.Name] = b.Forecast(sc.s, p.Origin, p.T)
+		}
+		sc.score.All.add(p.GPUs, actual, base)
+		if i == len(pts)-1 {
+			sc.score.Horizon.add(p.GPUs, actual, base)
+		}
+	}
+}
+
+// Score is the score so far.
+func (sc *Scorer) Score() Score {
+	s := sc.score
+	s.Horizon.finish()
+	s.All.finish()
+	return s
+}

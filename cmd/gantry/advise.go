@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 
 	"github.com/gantryhq/gantry/internal/advice"
 	"github.com/gantryhq/gantry/internal/gpu"
@@ -52,15 +51,11 @@ func adviseReplayCmd(_ context.Context, args []string, stdout, stderr io.Writer)
 		return err
 	}
 	ds := advice.Replay(tr, e, 0)
-	w, report := stdout, stderr
-	if *out != "" {
-		f, err := os.Create(*out)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		w, report = f, stdout
+	w, report, closeOut, err := replayOutput(*out, stdout, stderr)
+	if err != nil {
+		return err
 	}
+	defer closeOut()
 	bw := bufio.NewWriter(w)
 	enc := json.NewEncoder(bw)
 	for _, d := range ds {
@@ -71,6 +66,9 @@ func adviseReplayCmd(_ context.Context, args []string, stdout, stderr io.Writer)
 	}
 	if err := bw.Flush(); err != nil {
 		return err
+	}
+	if err := closeOut(); err != nil {
+		return fmt.Errorf("writing %s: %w", *out, err)
 	}
 	if !*score {
 		return nil

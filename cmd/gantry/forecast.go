@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/gantryhq/gantry/internal/forecast"
@@ -15,7 +16,7 @@ import (
 
 // forecastReplayCmd replays a trace through the demand forecast: for each
 // origin, the forecast made from what was known then, one JSON line per
-// point; with --score, its sMAPE and MASE against the naive baselines on
+// point; with --score, its sMAPE and relative MAE against the naive baselines on
 // the same origins.
 func forecastReplayCmd(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flags("gantry forecast replay", stderr)
@@ -48,15 +49,11 @@ func forecastReplayCmd(_ context.Context, args []string, stdout, stderr io.Write
 		return err
 	}
 	h := forecast.NewHistory(recs)
-	w, report := stdout, stderr
-	if *out != "" {
-		f, err := os.Create(*out)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		w, report = f, stdout
+	w, report, closeOut, err := replayOutput(*out, stdout, stderr)
+	if err != nil {
+		return err
 	}
+	defer closeOut()
 	bw := bufio.NewWriter(w)
 	enc := json.NewEncoder(bw)
 	sc := forecast.NewScorer(h)
@@ -67,7 +64,11 @@ func forecastReplayCmd(_ context.Context, args []string, stdout, stderr io.Write
 		Lo     float64 `json:"lo"`
 		Hi     float64 `json:"hi"`
 	}
-	err = forecast.Replay(h, forecast.ReplayOptions{Horizon: *horizon, Step: *step, Every: *every}, func(pts []forecast.Point) error {
+	opts, err := forecast.ReplayOptions{Horizon: *horizon, Step: *step, Every: *every}.Check()
+	if err != nil {
+		return usageError{err.Error()}
+	}
+	err = forecast.Replay(h, opts, func(pts []forecast.Point) error {
 		for _, p := range pts {
 			if err := enc.Encode(line{p.Origin.Unix(), p.T.Unix(), p.GPUs, p.Lo, p.Hi}); err != nil {
 				return err
@@ -76,11 +77,14 @@ func forecastReplayCmd(_ context.Context, args []string, stdout, stderr io.Write
 		sc.Add(pts)
 		return nil
 	})
-	if err != nil {
-		return usageError{err.Error()}
+	if err == nil {
+		err = bw.Flush()
 	}
-	if err := bw.Flush(); err != nil {
-		return err
+	if err != nil {
+		return fmt.Errorf("writing the forecasts: %w", err)
+	}
+	if err := closeOut(); err != nil {
+		return fmt.Errorf("writing %s: %w", *out, err)
 	}
 	if *score {
 		writeForecastScore(report, sc.Score(), *horizon)
@@ -101,8 +105,27 @@ func writeForecastScore(w io.Writer, s forecast.Score, horizon time.Duration) {
 		}
 		slices.Sort(names)
 		for _, n := range names {
-			fmt.Fprintf(w, "; %s %.3f %% (MASE %.3f)", n, e.e.Baseline[n], e.e.MASE[n])
+			fmt.Fprintf(w, "; %s %.3f %% (relative MAE %.3f)", n, e.e.Baseline[n], e.e.RelMAE[n])
 		}
 		fmt.Fprintf(w, "; %.1f %% below the best baseline (%s)\n", e.e.Gain, e.e.Best)
 	}
+}
+
+// replayOutput is where a replay writes: the file out, its report going to
+// stdout; or stdout, the report going to stderr. closeOut closes the file
+// (once; later calls return nil) and says whether its writes landed.
+func replayOutput(out string, stdout, stderr io.Writer) (w, report io.Writer, closeOut func() error, err error) {
+	if out == "" {
+		return stdout, stderr, func() error { return nil }, nil
+	}
+	f, err := os.Create(out)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	var once sync.Once
+	return f, stdout, func() error {
+		err := error(nil)
+		once.Do(func() { err = f.Close() })
+		return err
+	}, nil
 }

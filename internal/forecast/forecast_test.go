@@ -3,6 +3,7 @@ package forecast
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -67,6 +68,35 @@ func TestCausal(t *testing.T) {
 	}
 }
 
+// TestCausalAtTheCut: a forecast made at a cut is the same from the whole
+// trace, from the trace as known at the cut, and from a trace with other
+// launches added after the cut — at many cuts, so the forecast window
+// itself lies in the unknown.
+func TestCausalAtTheCut(t *testing.T) {
+	recs := synthetic(11, 9, 80, func(r *rand.Rand) time.Duration { return time.Duration(r.ExpFloat64() * float64(2*time.Hour)) }, []float64{0.25, 1, 4, 8})
+	full := NewHistory(recs)
+	future := append(slices.Clone(recs), synthetic(12, 9, 80, func(r *rand.Rand) time.Duration { return time.Hour }, []float64{8})...)
+	for i := range 40 {
+		cut := t0.Add(7*24*time.Hour + time.Duration(i)*47*time.Minute)
+		var later []Record
+		for _, r := range future {
+			if r.Created.After(cut) {
+				later = append(later, r)
+			}
+		}
+		want := New(full, Options{}).Forecast(cut, 3*time.Hour, 10*time.Minute)
+		for name, h := range map[string]*History{
+			"known at the cut":       full.At(cut),
+			"more launches after it": NewHistory(append(slices.Clone(recs), later...)),
+		} {
+			got := New(h, Options{}).Forecast(cut, 3*time.Hour, 10*time.Minute)
+			if !slices.Equal(got, want) {
+				t.Fatalf("cut %s, %s: %+v, want %+v", cut, name, got, want)
+			}
+		}
+	}
+}
+
 // TestForecastKnowsLifetimes: when every launch of the history lasted
 // exactly 30 minutes, one 20 minutes old is gone 10 minutes on, and the
 // forecast and its low end say so (an arrival in the meantime is possible,
@@ -117,6 +147,25 @@ func TestForecastArrivals(t *testing.T) {
 	}
 	if last := pts[len(pts)-1]; last.Hi <= now {
 		t.Errorf("6 h ahead: band up to %v, now %v: arrivals are not expected", last.Hi, now)
+	}
+}
+
+// TestPoissonLarge: a stream of many arrivals keeps its whole mass and its
+// median where the mean is, even where e^-λ underflows.
+func TestPoissonLarge(t *testing.T) {
+	for _, lambda := range []float64{0.01, 3, 100, 1000} {
+		d := noChange.withPoisson(1000, lambda)
+		var total float64
+		for _, o := range d {
+			total += o.p
+		}
+		if math.Abs(total-1) > 1e-6 {
+			t.Errorf("λ %v: total %v", lambda, total)
+		}
+		med := float64(d.quantiles(0.5)[0]) / 1000
+		if math.Abs(med-lambda) > 1+lambda/100 {
+			t.Errorf("λ %v: median %v", lambda, med)
+		}
 	}
 }
 

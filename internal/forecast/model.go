@@ -1,6 +1,7 @@
 package forecast
 
 import (
+	"cmp"
 	"math"
 	"slices"
 	"sort"
@@ -60,6 +61,9 @@ func New(h *History, o Options) *Forecaster {
 
 // Forecast is the forecast made at origin for each step up to horizon.
 func (f *Forecaster) Forecast(origin time.Time, horizon, step time.Duration) []Point {
+	if step <= 0 || horizon < step {
+		return nil
+	}
 	ft := f.fitFor(origin)
 	n := f.h.upTo(origin)
 	now := 0.0
@@ -94,11 +98,11 @@ func (f *Forecaster) Forecast(origin time.Time, horizon, step time.Duration) []P
 	for k := range rates {
 		keys = append(keys, k)
 	}
-	slices.SortFunc(keys, func(a, b [2]int64) int { return int(a[1] - b[1]) })
+	slices.SortFunc(keys, func(a, b [2]int64) int { return cmp.Or(cmp.Compare(a[1], b[1]), cmp.Compare(a[0], b[0])) })
 
 	var out []Point
 	for ahead := step; ahead <= horizon; ahead += step {
-		d := dist{0: 1}
+		d := noChange
 		for _, a := range live {
 			s := ft.curve(a.size)
 			sa := s.at(a.age)
@@ -207,7 +211,7 @@ type curve struct {
 }
 
 func kaplanMeier(ls []life) curve {
-	slices.SortFunc(ls, func(a, b life) int { return int(a.d - b.d) })
+	slices.SortFunc(ls, func(a, b life) int { return cmp.Compare(a.d, b.d) })
 	var c curve
 	atRisk := len(ls)
 	s := 1.0
@@ -237,64 +241,94 @@ func (c curve) at(d time.Duration) float64 {
 	return c.s[i-1]
 }
 
-// dist is a distribution of a change in thousandths of a GPU.
-type dist map[int64]float64
+// dist is a distribution of a change in thousandths of a GPU: its outcomes
+// in ascending order, each once. Kept sorted, sums over it run in one order
+// (the same forecast every run) and convolutions are merges.
+type dist []outcome
+
+type outcome struct {
+	x int64
+	p float64
+}
+
+// noChange is the distribution of no change at all.
+var noChange = dist{{0, 1}}
 
 // prune is the probability below which an outcome is dropped.
 const prune = 1e-9
 
-func (d dist) withBernoulli(v int64, p float64) dist {
-	out := make(dist, 2*len(d))
-	for x, q := range d {
-		out[x] += q * (1 - p)
-		if q*p > prune {
-			out[x+v] += q * p
+// plus is d shifted by v and scaled by p, without outcomes below prune.
+func (d dist) plus(v int64, p float64) dist {
+	out := make(dist, 0, len(d))
+	for _, o := range d {
+		if o.p*p > prune {
+			out = append(out, outcome{o.x + v, o.p * p})
 		}
 	}
 	return out
 }
 
+// merge adds two distributions' outcomes (each sorted) into one.
+func merge(a, b dist) dist {
+	out := make(dist, 0, len(a)+len(b))
+	i, j := 0, 0
+	for i < len(a) || j < len(b) {
+		switch {
+		case j == len(b) || (i < len(a) && a[i].x < b[j].x):
+			out = append(out, a[i])
+			i++
+		case i == len(a) || b[j].x < a[i].x:
+			out = append(out, b[j])
+			j++
+		default:
+			out = append(out, outcome{a[i].x, a[i].p + b[j].p})
+			i, j = i+1, j+1
+		}
+	}
+	return out
+}
+
+func (d dist) withBernoulli(v int64, p float64) dist {
+	return merge(d.plus(0, 1-p), d.plus(v, p))
+}
+
+// withPoisson adds v times a Poisson count of mean lambda. The terms are
+// computed in log space (e^-λ underflows for a large λ) up to where the
+// tail is negligible.
 func (d dist) withPoisson(v int64, lambda float64) dist {
-	var pk []float64
-	p := math.Exp(-lambda)
-	for k := 0; k < 64; k++ {
-		pk = append(pk, p)
-		p *= lambda / float64(k+1)
+	limit := int(lambda+10*math.Sqrt(lambda)) + 10
+	var out dist
+	for k := 0; k <= limit; k++ {
+		lg, _ := math.Lgamma(float64(k + 1))
+		p := math.Exp(-lambda + float64(k)*math.Log(lambda) - lg)
 		if p < prune && float64(k) > lambda {
 			break
 		}
-	}
-	out := make(dist, len(d)*len(pk))
-	for x, q := range d {
-		for k, pk := range pk {
-			if q*pk > prune || k == 0 {
-				out[x+int64(k)*v] += q * pk
-			}
-		}
+		out = merge(out, d.plus(int64(k)*v, p))
 	}
 	return out
 }
 
 // quantiles are d's quantiles at qs (ascending).
 func (d dist) quantiles(qs ...float64) []int64 {
-	xs := make([]int64, 0, len(d))
 	var total float64
-	for x, p := range d {
-		xs = append(xs, x)
-		total += p
+	for _, o := range d {
+		total += o.p
 	}
-	slices.Sort(xs)
 	out := make([]int64, len(qs))
+	if total <= 0 || math.IsNaN(total) {
+		return out // nothing left of the distribution: no change
+	}
 	cum, j := 0.0, 0
-	for _, x := range xs {
-		cum += d[x] / total
+	for _, o := range d {
+		cum += o.p / total
 		for j < len(qs) && cum >= qs[j]-1e-12 {
-			out[j] = x
+			out[j] = o.x
 			j++
 		}
 	}
 	for ; j < len(qs); j++ {
-		out[j] = xs[len(xs)-1]
+		out[j] = d[len(d)-1].x
 	}
 	return out
 }

@@ -16,8 +16,8 @@ import (
 // from the trace's start, taken here as the Unix epoch). A pod wants
 // num_gpu × gpu_milli/1000 GPUs from its creation (waiting or running)
 // until its deletion; pods with no GPU are left out. With class set, only
-// the pods whose gpu_spec names it (a list split by "|") are kept; a pod
-// with no gpu_spec may run on any class and is kept under none. name says
+// the pods whose gpu_spec names it (a list split by "|") are kept: a pod
+// with no gpu_spec could run on any class, so it counts for none. name says
 // where the data came from in errors ("file:line: column: …").
 func ReadOpenB(r io.Reader, name, class string) ([]Record, error) {
 	cr := csv.NewReader(r)
@@ -55,6 +55,7 @@ func ReadOpenB(r io.Reader, name, class string) ([]Record, error) {
 			}
 			v, err := strconv.ParseInt(s, 10, 64)
 			if err != nil || v < 0 {
+				line, _ := cr.FieldPos(col[c])
 				return 0, fmt.Errorf("%s:%d: %s: %q is not a count (a whole number, 0 or more)", name, line, c, s)
 			}
 			return v, nil

@@ -85,7 +85,8 @@ type ReplayOptions struct {
 	Model  Options
 }
 
-func (o ReplayOptions) withDefaults() (ReplayOptions, error) {
+// Check fills in the defaults and says what is wrong with o, if anything.
+func (o ReplayOptions) Check() (ReplayOptions, error) {
 	if o.Horizon == 0 {
 		o.Horizon = 2 * time.Hour
 	}
@@ -114,10 +115,11 @@ func (o ReplayOptions) withDefaults() (ReplayOptions, error) {
 // Replay forecasts h from each origin — every o.Every from the first
 // launch plus the warmup, on a grid of whole steps, until a horizon before
 // the last event — and hands each origin's points to emit, in order. Each
-// forecast sees only what was known at its origin (the replay cuts the
-// history there), so a trace cut at T gives the same forecasts before T.
+// forecast uses only what was known at its origin (Forecast reads nothing
+// created, and no end, after it), so a trace cut at T gives the same
+// forecasts before T.
 func Replay(h *History, o ReplayOptions, emit func([]Point) error) error {
-	o, err := o.withDefaults()
+	o, err := o.Check()
 	if err != nil {
 		return err
 	}
@@ -150,12 +152,12 @@ type Score struct {
 }
 
 // Errors are sMAPE (in %, 0 to 200) of the model and of each baseline, and
-// MASE: the model's mean absolute error over each baseline's (below 1: the
-// model did better).
+// RelMAE: the model's mean absolute error over each baseline's on the same
+// points (below 1: the model did better).
 type Errors struct {
 	SMAPE    float64
 	Baseline map[string]float64 // sMAPE per baseline
-	MASE     map[string]float64
+	RelMAE   map[string]float64
 	// Gain is how much lower the model's sMAPE is than the best baseline's,
 	// in % of it (negative: worse).
 	Gain float64
@@ -186,11 +188,11 @@ func (e *Errors) finish() {
 		return
 	}
 	e.SMAPE = 100 * e.sum / float64(e.n)
-	e.Baseline, e.MASE = map[string]float64{}, map[string]float64{}
+	e.Baseline, e.RelMAE = map[string]float64{}, map[string]float64{}
 	for name, s := range e.bsum {
 		e.Baseline[name] = 100 * s / float64(e.n)
 		if e.bae[name] > 0 {
-			e.MASE[name] = e.ae / e.bae[name]
+			e.RelMAE[name] = e.ae / e.bae[name]
 		}
 		if e.Best == "" || e.Baseline[name] < e.Baseline[e.Best] || (e.Baseline[name] == e.Baseline[e.Best] && name < e.Best) {
 			e.Best = name

@@ -29,7 +29,7 @@ const (
 
 // Admission says what Gantry's AdmissionCheck should say of the launch id
 // whose Kueue Workload is in namespace (the check controller asks for every
-// Kueue Workload that carries the check): wait while it is held for
+// Kueue Workload of a launch, as soon as it appears): wait while it is held for
 // approval, reject it when it was denied or its time to decide ran out,
 // ready otherwise. A Kueue Workload that is not this Gantry's launch — no
 // such id, or not in that launch's team namespace (a label anyone who may

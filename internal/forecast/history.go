@@ -61,20 +61,6 @@ func (h *History) Span() (first, last time.Time) {
 	return first, last
 }
 
-// Class is the history of one class only.
-func (h *History) Class(class string) *History {
-	if class == "" {
-		return h
-	}
-	var out []Record
-	for _, r := range h.recs {
-		if r.Class == class {
-			out = append(out, r)
-		}
-	}
-	return &History{recs: out}
-}
-
 // upTo is how many records were created by t.
 func (h *History) upTo(t time.Time) int {
 	n, _ := slices.BinarySearchFunc(h.recs, t, func(r Record, t time.Time) int {
@@ -84,17 +70,6 @@ func (h *History) upTo(t time.Time) int {
 		return -1
 	})
 	return n
-}
-
-// Demand is the GPUs wanted at t: the records alive then.
-func (h *History) Demand(t time.Time) float64 {
-	var sum float64
-	for _, r := range h.recs[:h.upTo(t)] {
-		if r.alive(t) {
-			sum += r.GPUs
-		}
-	}
-	return sum
 }
 
 // At is the history as it was known at t: the records created by then,

@@ -2,6 +2,7 @@ package forecast
 
 import (
 	"cmp"
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -80,19 +81,15 @@ func (f *Forecaster) Forecast(origin time.Time, horizon, step time.Duration) []P
 			live = append(live, alive{origin.Sub(r.Created), sizeOf(r.GPUs), milli(r.GPUs)})
 		}
 	}
-	// Arrival rates per size and amount, from the window before origin.
+	// Arrival rates (per second) per size and amount, from the window
+	// before origin.
 	type stream struct {
 		size int
 		mg   int64
-		rate float64 // per second
 	}
-	rates := map[[2]int64]*stream{}
+	rates := map[stream]float64{}
 	from := origin.Add(-f.o.ArrivalWindow)
 	for _, r := range f.h.recs[f.h.upTo(from):n] {
-		k := [2]int64{int64(sizeOf(r.GPUs)), milli(r.GPUs)}
-		if rates[k] == nil {
-			rates[k] = &stream{size: sizeOf(r.GPUs), mg: milli(r.GPUs)}
-		}
 		// Half the rate is the window's, half that of the same hours of
 		// the day in it (launches come in the working day's rhythm): an
 		// arrival counts for the second half when it came within the
@@ -101,13 +98,9 @@ func (f *Forecaster) Forecast(origin time.Time, horizon, step time.Duration) []P
 		if off := origin.Sub(r.Created) % (24 * time.Hour); off >= 24*time.Hour-horizon {
 			w += 0.5 / (f.o.ArrivalWindow.Hours() / 24 * horizon.Seconds())
 		}
-		rates[k].rate += w
+		rates[stream{sizeOf(r.GPUs), milli(r.GPUs)}] += w
 	}
-	keys := make([][2]int64, 0, len(rates))
-	for k := range rates {
-		keys = append(keys, k)
-	}
-	slices.SortFunc(keys, func(a, b [2]int64) int { return cmp.Or(cmp.Compare(a[1], b[1]), cmp.Compare(a[0], b[0])) })
+	streams := slices.SortedFunc(maps.Keys(rates), func(a, b stream) int { return cmp.Or(cmp.Compare(a.mg, b.mg), cmp.Compare(a.size, b.size)) })
 
 	var out []Point
 	for ahead := step; ahead <= horizon; ahead += step {
@@ -123,17 +116,18 @@ func (f *Forecaster) Forecast(origin time.Time, horizon, step time.Duration) []P
 				d = d.withBernoulli(-a.mg, p)
 			}
 		}
-		for _, k := range keys {
-			st := rates[k]
-			// Arrivals over (0, ahead] still alive at ahead: rate × ∫ S(ahead-u) du.
-			s := ft.curve(st.size)
+		// Arrivals over (0, ahead] still alive at ahead: rate × ∫ S(ahead-u)
+		// du, the integral's mean once per size.
+		var alive [sizes]float64
+		for size := range sizes {
 			const parts = 12
-			var surv float64
+			s := ft.curve(size)
 			for i := range parts {
-				surv += s.at(time.Duration((float64(i) + 0.5) / parts * float64(ahead)))
+				alive[size] += s.at(time.Duration((float64(i)+0.5)/parts*float64(ahead))) / parts
 			}
-			lambda := st.rate * ahead.Seconds() * surv / parts
-			if lambda > 1e-6 {
+		}
+		for _, st := range streams {
+			if lambda := rates[st] * ahead.Seconds() * alive[st.size]; lambda > 1e-6 {
 				d = d.withPoisson(st.mg, lambda)
 			}
 		}

@@ -454,3 +454,68 @@ func TestHTTPSinkOverTLS(t *testing.T) {
 		t.Fatal("an ftp:// URL was accepted")
 	}
 }
+
+// passingSink takes every batch and starts a pass as it returns, so passes
+// land right where the push loop takes the outcome.
+type passingSink struct {
+	sink
+	a    *Agent
+	ctx  context.Context
+	wg   sync.WaitGroup
+	left int
+}
+
+func (p *passingSink) Push(ctx context.Context, b telemetry.Batch) error {
+	_ = p.sink.Push(ctx, b)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.left > 0 {
+		p.left--
+		p.wg.Add(1)
+		go func() { defer p.wg.Done(); _ = p.a.SampleOnce(p.ctx) }()
+	}
+	return nil
+}
+
+// TestAccountingUnderConcurrentPasses: passes that overflow a small buffer
+// as batches are taken never count a reading twice — neither delivered and
+// dropped, nor dropped twice.
+func TestAccountingUnderConcurrentPasses(t *testing.T) {
+	g := &gpus{samples: []DeviceSample{{Device: whole, Values: values(1, 0.1, 1)}}}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s := &passingSink{ctx: ctx, left: 2000}
+	a, err := New(Options{Node: "n1", GPUs: g, Sink: s, Buffer: 1, Clock: clocktesting.NewFakeClock(time.Now())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.a = a
+	done := make(chan struct{})
+	go func() { a.pushLoop(ctx); close(done) }()
+	if err := a.SampleOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitfor.Until(t, 30*time.Second, "the passes done and the buffer drained", func() error {
+		s.mu.Lock()
+		left := s.left
+		s.mu.Unlock()
+		if n := a.Buffered(); n != 0 || left > 0 {
+			select {
+			case a.wake <- struct{}{}:
+			default:
+			}
+			return fmt.Errorf("%d buffered, %d passes to go", n, left)
+		}
+		return nil
+	})
+	s.wg.Wait()
+	cancel()
+	<-done
+	a.mu.Lock()
+	produced, pending := int(a.buf.first)+a.buf.size, a.dropped
+	a.mu.Unlock()
+	n, dropped := s.readings()
+	if n+int(dropped+pending)+a.Buffered() != produced {
+		t.Fatalf("%d delivered + %d dropped (%d not yet told) + %d buffered != %d produced", n, dropped+pending, pending, a.Buffered(), produced)
+	}
+}

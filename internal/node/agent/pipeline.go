@@ -233,25 +233,18 @@ func (a *Agent) pushLoop(ctx context.Context) {
 				break
 			}
 			err := a.o.Sink.Push(ctx, b)
+			var perm *PermanentError
+			taken := err == nil || errors.As(err, &perm)
+			// One critical section from the push's end to the buffer's
+			// update: a pass in between would see the batch no longer in
+			// flight, drop what was just delivered and count it as lost.
 			a.mu.Lock()
 			a.inflightEnd = 0
-			if err != nil && !errors.As(err, new(*PermanentError)) {
-				// Not taken: what a full buffer dropped of this batch
-				// meanwhile is lost now, and counted.
-				if lost := min(a.buf.first, end); lost > from {
-					a.dropped += lost - from
-					a.droppedTotal.Add(float64(lost - from))
-				}
-			}
-			a.mu.Unlock()
-			var perm *PermanentError
-			switch {
-			case err == nil || errors.As(err, &perm):
-				a.mu.Lock()
+			if taken {
 				// Sampling may have dropped some of what was sent (a full
 				// buffer) or trimmed the events meanwhile: remove what was
 				// sent and is still here, nothing newer.
-				a.buf.dropThrough(from + uint64(len(readings)))
+				a.buf.dropThrough(end)
 				if sent := eventsFrom + uint64(nEvents); sent > a.eventsBase {
 					n := min(int(sent-a.eventsBase), len(a.events))
 					a.events = a.events[n:]
@@ -264,7 +257,15 @@ func (a *Agent) pushLoop(ctx context.Context) {
 					// next batch tells it of both.
 					a.dropped += uint64(len(readings))
 				}
-				a.mu.Unlock()
+			} else if lost := min(a.buf.first, end); lost > from {
+				// Not taken: what a full buffer dropped of this batch
+				// meanwhile is lost now, and counted.
+				a.dropped += lost - from
+				a.droppedTotal.Add(float64(lost - from))
+			}
+			a.mu.Unlock()
+			switch {
+			case taken:
 				backoff = minBackoff
 				if err != nil {
 					a.pushErrors.Inc()

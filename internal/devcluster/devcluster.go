@@ -34,6 +34,7 @@ import (
 
 	"github.com/gantryhq/gantry/deploy"
 	"github.com/gantryhq/gantry/internal/gpu"
+	"github.com/gantryhq/gantry/internal/nodegroup"
 	"github.com/gantryhq/gantry/internal/quota"
 )
 
@@ -58,6 +59,11 @@ type Options struct {
 	// took 4.5s") then slows nothing, and the cluster's data is thrown away
 	// when it stops anyway.
 	Ephemeral bool
+	// NodeGroups, when set, are scaled by Karpenter (its on-demand and spot
+	// groups; the reserved ones' nodes belong in Fleet, see ReservedFleet).
+	NodeGroups []nodegroup.Group
+	// BootScale multiplies the groups' boot times (0: 1, as declared).
+	BootScale float64
 }
 
 // Cluster is a running local cluster.
@@ -72,7 +78,8 @@ type Cluster struct {
 	Client      kubernetes.Interface
 	stopVolumes context.CancelFunc // ends the volume provisioner
 	volumesDone chan struct{}
-	kueue       *kueue
+	kueue       *process
+	karpenter   *process
 }
 
 // AuditLog is the API server's audit log (JSON lines, audit.k8s.io/v1
@@ -126,13 +133,13 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 	if o.Fleet == nil {
 		o.Fleet = Fleet
 	}
+	classes, err := gpu.LoadFile(filepath.Join(o.Root, "templates", "gpu-classes.yaml"))
+	if err != nil {
+		return nil, err
+	}
 	if o.KueueTransformations == nil {
 		// A MIG slice counts as its share of a GPU, from the GPU classes
 		// Gantry serves (package quota).
-		classes, err := gpu.LoadFile(filepath.Join(o.Root, "templates", "gpu-classes.yaml"))
-		if err != nil {
-			return nil, err
-		}
 		for _, t := range quota.Transformations(classes) {
 			o.KueueTransformations = append(o.KueueTransformations, KueueTransformation{Input: t.Input, Output: quota.GPUMilli, Milli: t.Milli})
 		}
@@ -184,6 +191,10 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 		return nil, err
 	}
 	if err := c.startKueue(ctx, o); err != nil {
+		c.Stop(context.Background())
+		return nil, err
+	}
+	if err := c.startKarpenter(ctx, o, classes); err != nil {
 		c.Stop(context.Background())
 		return nil, err
 	}
@@ -313,6 +324,7 @@ func (c *Cluster) Stop(ctx context.Context) error {
 		c.stopVolumes()
 		<-c.volumesDone
 	}
+	c.karpenter.stop()
 	c.kueue.stop()
 	err := c.kwokctl(ctx, "delete", "cluster")
 	if c.ownWorkDir {
@@ -422,6 +434,9 @@ func (c *Cluster) installCRDs(ctx context.Context, docs []byte) error {
 	}
 	var names []string
 	for _, doc := range strings.Split(string(docs), "\n---\n") {
+		if strings.TrimSpace(strings.TrimPrefix(doc, "---")) == "" {
+			continue
+		}
 		j, err := yaml.YAMLToJSON([]byte(doc))
 		if err != nil {
 			return err

@@ -23,6 +23,10 @@ type NodeSpec struct {
 	// TEE of a CC node's CPUs (snp | tdx): its GPUs are bound for passthrough
 	// and advertised as nvidia.com/pgpu, not nvidia.com/gpu.
 	TEE string
+	// Group is the node group the nodes belong to (label gantry.dev/node-group).
+	Group string
+	// Reserved nodes are bought whole (label gantry.dev/capacity-type=reserved).
+	Reserved bool
 }
 
 // Fleet is the simulated GPU fleet of the local cluster: every GPU class of the
@@ -30,7 +34,7 @@ type NodeSpec struct {
 // node, and two confidential-computing nodes (H100 on AMD SEV-SNP, H200 on
 // Intel TDX) whose GPUs are passed through to Kata VMs.
 var Fleet = []NodeSpec{
-	{Prefix: "h100", Count: 2, Product: "NVIDIA-H100-80GB-HBM3", MemoryMB: 81559, GPUs: 8, Whole: 8},
+	{Prefix: "h100", Count: 2, Product: "NVIDIA-H100-80GB-HBM3", MemoryMB: 81559, GPUs: 8, Whole: 8, Group: "h100-reserved", Reserved: true},
 	{Prefix: "h100-mig", Count: 1, Product: "NVIDIA-H100-80GB-HBM3", MemoryMB: 81559, GPUs: 4,
 		MIG: map[string]int{"1g.10gb": 8, "2g.20gb": 4, "3g.40gb": 4}, MIGConf: "all-balanced"},
 	{Prefix: "a100-40", Count: 1, Product: "NVIDIA-A100-SXM4-40GB", MemoryMB: 40960, GPUs: 8, Whole: 8},
@@ -70,6 +74,12 @@ func Nodes(fleet []NodeSpec) []*corev1.Node {
 				"node.kubernetes.io/instance-type": s.Prefix,
 			}
 			taints := []corev1.Taint{{Key: "nvidia.com/gpu", Value: "present", Effect: corev1.TaintEffectNoSchedule}}
+			if s.Group != "" {
+				labels["gantry.dev/node-group"] = s.Group
+			}
+			if s.Reserved {
+				labels["gantry.dev/capacity-type"] = "reserved"
+			}
 			if s.MIGConf != "" {
 				labels["nvidia.com/mig.config"] = s.MIGConf
 			}

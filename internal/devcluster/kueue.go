@@ -1,18 +1,14 @@
 package devcluster
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -52,26 +48,10 @@ type KueueTransformation struct {
 	Milli         int64
 }
 
-// kueue is the running controller manager.
-type kueue struct {
-	cmd  *exec.Cmd
-	done chan struct{}
-	err  error
-	mu   sync.Mutex
-	log  bytes.Buffer // its output, for errors
-}
-
 // BuildKueue builds (first time) or finds Kueue and returns its directory
 // (bin/kueue, crds/).
 func BuildKueue(ctx context.Context, root string, log io.Writer) (string, error) {
-	cmd := exec.CommandContext(ctx, "bash", filepath.Join(root, "deploy", "kueue", "build.sh"))
-	var out bytes.Buffer
-	cmd.Stdout = &out
-	cmd.Stderr = log
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("build Kueue (deploy/kueue/build.sh): %w", err)
-	}
-	return strings.TrimSpace(out.String()), nil
+	return runBuild(ctx, root, "deploy/kueue/build.sh", "Kueue", log)
 }
 
 // startKueue installs Kueue's CRDs and runs its controller manager against
@@ -108,7 +88,8 @@ func (c *Cluster) startKueue(ctx context.Context, o Options) error {
 		if err := os.WriteFile(cfg, kueueConfig(port, filepath.Join(kdir, "certs"), o.KueueTransformations), 0o600); err != nil {
 			return err
 		}
-		k, err := c.runKueue(filepath.Join(dir, "bin", "kueue"), cfg, filepath.Join(kdir, "kueue.log"))
+		k, err := startProcess("Kueue", filepath.Join(dir, "bin", "kueue"), []string{"--config", cfg, "--feature-gates", "VisibilityOnDemand=false", "--zap-log-level", "info"},
+			[]string{"KUBECONFIG=" + c.Kubeconfig}, filepath.Join(kdir, "kueue.log"))
 		if err != nil {
 			return err
 		}
@@ -132,43 +113,12 @@ func (c *Cluster) startKueue(ctx context.Context, o Options) error {
 	return fmt.Errorf("start Kueue: %w", lastErr)
 }
 
-func (c *Cluster) runKueue(bin, cfg, logFile string) (*kueue, error) {
-	f, err := os.Create(logFile)
-	if err != nil {
-		return nil, err
-	}
-	k := &kueue{done: make(chan struct{})}
-	cmd := exec.Command(bin, "--config", cfg, "--feature-gates", "VisibilityOnDemand=false", "--zap-log-level", "info")
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+c.Kubeconfig)
-	w := io.MultiWriter(f, writerFunc(func(p []byte) (int, error) {
-		k.mu.Lock()
-		defer k.mu.Unlock()
-		if k.log.Len() < 1<<20 {
-			k.log.Write(p)
-		}
-		return len(p), nil
-	}))
-	cmd.Stdout, cmd.Stderr = w, w
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("start Kueue: %w", err)
-	}
-	k.cmd = cmd
-	go func() {
-		k.err = cmd.Wait()
-		f.Close()
-		close(k.done)
-	}()
-	return k, nil
-}
-
 // mountKueueCerts does what the kubelet's Secret volume does for Kueue in a
 // pod: once Kueue's certificate manager has filled the certificate Secret,
 // it writes it into Kueue's certificate directory, and returns (or when
 // Kueue ends first). The certificates outlive any local cluster (Kueue's
 // are valid for years), so they are not followed after.
-func (c *Cluster) mountKueueCerts(k *kueue, dir string) {
+func (c *Cluster) mountKueueCerts(k *process, dir string) {
 	var written string
 	for written == "" {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -199,47 +149,13 @@ func (c *Cluster) mountKueueCerts(k *kueue, dir string) {
 	}
 }
 
-type writerFunc func([]byte) (int, error)
-
-func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
-
-// output is the end of what Kueue printed.
-func (k *kueue) output() string {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	s := k.log.String()
-	if len(s) > 2000 {
-		s = s[len(s)-2000:]
-	}
-	return s
-}
-
-// stop ends Kueue and waits for it.
-func (k *kueue) stop() {
-	if k == nil || k.cmd == nil || k.cmd.Process == nil {
-		return
-	}
-	select {
-	case <-k.done:
-		return // gone: its process group id may be someone else's by now
-	default:
-	}
-	syscall.Kill(-k.cmd.Process.Pid, syscall.SIGTERM)
-	select {
-	case <-k.done:
-	case <-time.After(10 * time.Second):
-		syscall.Kill(-k.cmd.Process.Pid, syscall.SIGKILL)
-		<-k.done
-	}
-}
-
 var (
 	clusterQueueResource = schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "clusterqueues"}
 )
 
 // waitKueue waits until Kueue marks a probe ClusterQueue active: its
 // controllers run and its caches are warm.
-func (c *Cluster) waitKueue(ctx context.Context, k *kueue) error {
+func (c *Cluster) waitKueue(ctx context.Context, k *process) error {
 	dyn, err := dynamic.NewForConfig(c.Config())
 	if err != nil {
 		return err

@@ -20,7 +20,8 @@ var ErrNotRequested = errors.New("GANTRY_TEST_CLUSTER is not set: tests against 
 
 // ForTests starts a cluster for a test package, named after it, when the
 // environment asks for cluster tests; stop ends it.
-func ForTests(pkg string) (c *devcluster.Cluster, stop func(), err error) {
+// configure, when given, changes the cluster's options (node groups, say).
+func ForTests(pkg string, configure ...func(*devcluster.Options)) (c *devcluster.Cluster, stop func(), err error) {
 	if os.Getenv("GANTRY_TEST_CLUSTER") == "" && os.Getenv("CI") == "" {
 		return nil, func() {}, ErrNotRequested
 	}
@@ -50,6 +51,9 @@ func ForTests(pkg string) (c *devcluster.Cluster, stop func(), err error) {
 		if log != nil {
 			o.Log = log
 		}
+		for _, f := range configure {
+			f(&o)
+		}
 		if c, err = devcluster.Start(ctx, o); err == nil {
 			break
 		}
@@ -70,6 +74,8 @@ func ForTests(pkg string) (c *devcluster.Cluster, stop func(), err error) {
 // fails the run).
 type Hooks struct {
 	Before, After func(*devcluster.Cluster) error
+	// Options changes the cluster's options before it starts.
+	Options func(*devcluster.Options)
 }
 
 // Main runs a test package whose tests use a local cluster: it starts one when
@@ -83,7 +89,13 @@ func Main(m interface{ Run() int }, pkg string, c **devcluster.Cluster, hooks ..
 		klog.LogToStderr(false)
 		klog.SetOutput(io.Discard)
 	}
-	cl, stop, err := ForTests(pkg)
+	var configure []func(*devcluster.Options)
+	for _, h := range hooks {
+		if h.Options != nil {
+			configure = append(configure, h.Options)
+		}
+	}
+	cl, stop, err := ForTests(pkg, configure...)
 	switch {
 	case errors.Is(err, ErrNotRequested):
 		fmt.Println(err)

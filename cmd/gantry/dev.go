@@ -16,8 +16,10 @@ import (
 	"github.com/gantryhq/gantry/internal/config"
 	"github.com/gantryhq/gantry/internal/devcluster"
 	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/node/agent"
 	"github.com/gantryhq/gantry/internal/node/devagent"
+	"github.com/gantryhq/gantry/internal/nodegroup"
 	"github.com/gantryhq/gantry/internal/server"
 	"github.com/gantryhq/gantry/internal/telemetry"
 )
@@ -55,10 +57,23 @@ func devCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		cfg.Database.DSN = config.Secret(path)
 	}
+	if cfg.NodeGroupsFile == "" {
+		cfg.NodeGroupsFile = filepath.Join("templates", "node-groups.yaml")
+	}
+	classes, err := gpu.LoadFile(cfg.GPUClassesFile)
+	if err != nil {
+		return err
+	}
+	groups, err := nodegroup.LoadFile(cfg.NodeGroupsFile, classes.Names())
+	if err != nil {
+		return err
+	}
 	fmt.Fprintln(stderr, "gantry dev: starting the local cluster") // a first run's build of Kubernetes says so itself
 	// Ephemeral: the cluster is removed on Ctrl-C and made new on every run,
-	// so its etcd need not fsync.
-	cl, err := devcluster.Start(ctx, devcluster.Options{Name: "gantry-dev", Root: root, Log: stderr, Ephemeral: true})
+	// so its etcd need not fsync. Karpenter scales the on-demand and spot
+	// node groups from zero; machines boot in a tenth of their boot time.
+	cl, err := devcluster.Start(ctx, devcluster.Options{Name: "gantry-dev", Root: root, Log: stderr, Ephemeral: true,
+		NodeGroups: groups.List(), BootScale: devBootScale})
 	if err != nil {
 		return fmt.Errorf("the local cluster did not start: %w", err)
 	}
@@ -100,12 +115,14 @@ A token for %[7]s, for curl and notebooks (valid 24 h):
   export GANTRY_TOKEN=%[8]s
   curl -s -H "Authorization: Bearer $GANTRY_TOKEN" %[1]s/api/v1/me
 Or sign the CLI in:  go run ./cmd/gantry login --server %[1]s
-Simulated GPU nodes: %[2]d. Look at the cluster with:
+Simulated GPU nodes: %[2]d, and Karpenter adds more of the node groups in
+%[9]s as launches need them (booting in a tenth of their boot time).
+Look at the cluster with:
   %[3]s/kubectl --kubeconfig %[4]s get nodes -L nvidia.com/gpu.product
 Launch a notebook on a MIG slice:
   curl -s -X POST %[1]s/api/v1/workloads -H "Authorization: Bearer $GANTRY_TOKEN" -H 'content-type: application/json' -d '{"template":"jupyter-notebook","team":"vision"}'
 Stop with Ctrl-C (the cluster is removed too).
-`, srv.URL(), len(devcluster.Nodes(devcluster.Fleet)), cl.Bin, cl.Kubeconfig, srv.Issuer(), list.String(), firstUser(users), tok)
+`, srv.URL(), len(devcluster.Nodes(devcluster.Fleet)), cl.Bin, cl.Kubeconfig, srv.Issuer(), list.String(), firstUser(users), tok, cfg.NodeGroupsFile)
 	srv.UseLogger()
 	stopProfile, err := startCPUProfile(*cpuProfile)
 	if err != nil {
@@ -132,6 +149,10 @@ Stop with Ctrl-C (the cluster is removed too).
 	})
 	return g.Wait()
 }
+
+// devBootScale shortens the node groups' boot times on the local cluster,
+// so that a newcomer sees a machine join within seconds.
+const devBootScale = 0.1
 
 func firstUser(us []config.DevUser) string {
 	if len(us) == 0 {

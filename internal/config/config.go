@@ -43,12 +43,15 @@ func (s Secret) MarshalJSON() ([]byte, error) { return []byte(strconv.Quote(s.St
 
 // Config is Gantry's configuration.
 type Config struct {
-	Listen          string   `json:"listen"`
-	Database        Database `json:"database"`
-	TemplatesDir    string   `json:"templatesDir"`
-	GPUClassesFile  string   `json:"gpuClassesFile"`
-	NamespacePrefix string   `json:"namespacePrefix"`
-	MaxBodyBytes    int64    `json:"maxBodyBytes"`
+	Listen         string   `json:"listen"`
+	Database       Database `json:"database"`
+	TemplatesDir   string   `json:"templatesDir"`
+	GPUClassesFile string   `json:"gpuClassesFile"`
+	// NodeGroupsFile declares each GPU class's node groups ("": none; the
+	// cluster's nodes are whatever they are).
+	NodeGroupsFile  string `json:"nodeGroupsFile"`
+	NamespacePrefix string `json:"namespacePrefix"`
+	MaxBodyBytes    int64  `json:"maxBodyBytes"`
 	// MaxConcurrentReads is how many reads the database alone answers run
 	// at a time, the rest waiting their turn; 0: two per CPU.
 	MaxConcurrentReads int64 `json:"maxConcurrentReads"`

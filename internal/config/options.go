@@ -75,6 +75,8 @@ var options = []option{
 		doc: "the initial template catalog, loaded into an empty database (relative or absolute)"},
 	{key: "gpuClassesFile", env: "GANTRY_GPU_CLASSES_FILE", field: func(c *Config) any { return &c.GPUClassesFile },
 		doc: "GPU classes, MIG profiles and prices"},
+	{key: "nodeGroupsFile", env: "GANTRY_NODE_GROUPS_FILE", field: func(c *Config) any { return &c.NodeGroupsFile },
+		doc: "each GPU class's node groups: min/max nodes, GPUs per node, price per node-hour, reserved/on-demand/spot, boot and quiet time (docs/capacity.md); empty: none, launches are not checked against a class's most nodes"},
 	{key: "policyDir", env: "GANTRY_POLICY_DIR", field: func(c *Config) any { return &c.PolicyDir },
 		doc: "`model.conf`, `roles.csv` and `bindings.yaml`; reloaded when they change"},
 	{key: "images.dir", env: "GANTRY_IMAGES_DIR", field: func(c *Config) any { return &c.Images.Dir },

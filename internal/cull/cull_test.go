@@ -13,6 +13,7 @@ import (
 	"github.com/gantryhq/gantry/internal/cull"
 	"github.com/gantryhq/gantry/internal/devregistry"
 	"github.com/gantryhq/gantry/internal/identity"
+	"github.com/gantryhq/gantry/internal/nodegroup"
 	"github.com/gantryhq/gantry/internal/overrides"
 	"github.com/gantryhq/gantry/internal/store"
 	"github.com/gantryhq/gantry/internal/store/governance"
@@ -315,7 +316,7 @@ func newEnv(t *testing.T, at time.Time) *env {
 	if _, err := e.cat.Seed(e.ctx, "seed", files); err != nil {
 		t.Fatal(err)
 	}
-	e.svc, err = workload.New(workload.Options{Store: e.workloads, Templates: e.cat, Images: images, Authorizer: workloadtest.AllowAll{}, Budgets: workloadtest.NoBudgets{},
+	e.svc, err = workload.New(workload.Options{Store: e.workloads, Templates: e.cat, Images: images, Authorizer: workloadtest.AllowAll{}, NodeGroups: &nodegroup.Set{}, Budgets: workloadtest.NoBudgets{},
 		Namespace: func(t team.Name) string { return "gantry-" + t.String() }, Cluster: workloadtest.NewCluster(), Now: e.clock, Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)

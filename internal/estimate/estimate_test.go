@@ -15,6 +15,7 @@ import (
 	"github.com/gantryhq/gantry/internal/estimate"
 	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/identity"
+	"github.com/gantryhq/gantry/internal/nodegroup"
 	"github.com/gantryhq/gantry/internal/notify"
 	"github.com/gantryhq/gantry/internal/quota"
 	"github.com/gantryhq/gantry/internal/store"
@@ -120,7 +121,7 @@ func harness(t testing.TB) (context.Context, *workload.Service, *gpu.Catalog) {
 	if _, err := cat.Seed(ctx, "seed", files); err != nil {
 		t.Fatal(err)
 	}
-	svc, err := workload.New(workload.Options{Store: workloads.New(db), Templates: cat, Images: images, Authorizer: workloadtest.AllowAll{}, Budgets: workloadtest.NoBudgets{},
+	svc, err := workload.New(workload.Options{Store: workloads.New(db), Templates: cat, Images: images, Authorizer: workloadtest.AllowAll{}, NodeGroups: &nodegroup.Set{}, Budgets: workloadtest.NoBudgets{},
 		Namespace: func(t team.Name) string { return "gantry-" + t.String() }, Now: time.Now, Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)

@@ -135,7 +135,7 @@ func (s *Server) governance(ctx context.Context) (err error) {
 func (s *Server) workloadService() (err error) {
 	cfg := s.Config
 	s.checks = []api.Check{{Name: "database", Pinger: s.Store.DB}}
-	wo := workload.Options{Store: s.Store.Workloads, Templates: s.Catalog, Authorizer: s.authz, Images: s.Images, Budgets: s.Budgets,
+	wo := workload.Options{Store: s.Store.Workloads, Templates: s.Catalog, Authorizer: s.authz, Images: s.Images, Budgets: s.Budgets, NodeGroups: s.NodeGroups,
 		Namespace: func(t team.Name) string { return cfg.NamespacePrefix + t.String() }, KBSURL: cfg.Confidential.KBSURL, Kueue: cfg.Quota.Kueue, Log: s.Log, Now: s.clock.Now}
 	if cfg.Kubeconfig == "" {
 		s.Log.Warn("no kubeconfig: launches are recorded and rendered, not applied to a cluster")

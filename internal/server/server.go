@@ -48,6 +48,7 @@ import (
 	"github.com/gantryhq/gantry/internal/kube/lead"
 	"github.com/gantryhq/gantry/internal/live"
 	"github.com/gantryhq/gantry/internal/logctx"
+	"github.com/gantryhq/gantry/internal/nodegroup"
 	"github.com/gantryhq/gantry/internal/notify"
 	"github.com/gantryhq/gantry/internal/overlay"
 	"github.com/gantryhq/gantry/internal/ownmetrics"
@@ -72,6 +73,9 @@ type Core struct {
 	Store   *stores.All
 	Catalog *catalog.Service
 	Images  *imageverify.Images
+	// NodeGroups are the node groups of the file named by nodeGroupsFile
+	// (empty when none is).
+	NodeGroups *nodegroup.Set
 
 	classesStamp string // the class file as it was read (fileStamp)
 
@@ -126,8 +130,14 @@ func open(ctx context.Context, cfg config.Config, given *imageverify.Images, now
 	if err != nil {
 		return nil, err
 	}
+	groups := &nodegroup.Set{}
+	if cfg.NodeGroupsFile != "" {
+		if groups, err = nodegroup.LoadFile(cfg.NodeGroupsFile, classes.Names()); err != nil {
+			return nil, err
+		}
+	}
 	if given != nil {
-		return openStore(ctx, cfg, log, classes, given, stamp, now)
+		return openStore(ctx, cfg, log, classes, groups, given, stamp, now)
 	}
 	vo := imageverify.Options{TTL: cfg.Images.TTL(), Mirrors: cfg.Images.Mirrors, Now: now}
 	if f := cfg.Images.RegistryAuthFile; f != "" {
@@ -149,12 +159,12 @@ func open(ctx context.Context, cfg config.Config, given *imageverify.Images, now
 			return nil, err
 		}
 	}
-	return openStore(ctx, cfg, log, classes, verified, stamp, now)
+	return openStore(ctx, cfg, log, classes, groups, verified, stamp, now)
 }
 
 // openStore opens the store and the template catalog checked against the
 // verifier's image catalog, both on the server's clock.
-func openStore(ctx context.Context, cfg config.Config, log *slog.Logger, classes *gpu.Catalog, images *imageverify.Images, stamp string, now func() time.Time) (*Core, error) {
+func openStore(ctx context.Context, cfg config.Config, log *slog.Logger, classes *gpu.Catalog, groups *nodegroup.Set, images *imageverify.Images, stamp string, now func() time.Time) (*Core, error) {
 	db, err := store.Open(ctx, cfg.Database.Driver, string(cfg.Database.DSN))
 	if err != nil {
 		return nil, err
@@ -166,7 +176,7 @@ func openStore(ctx context.Context, cfg config.Config, log *slog.Logger, classes
 		db.Close()
 		return nil, err
 	}
-	return &Core{Config: cfg, Log: log, Store: st, Catalog: cat, Images: images, classesStamp: stamp, fileClasses: classes.List()}, nil
+	return &Core{Config: cfg, Log: log, Store: st, Catalog: cat, Images: images, NodeGroups: groups, classesStamp: stamp, fileClasses: classes.List()}, nil
 }
 
 // fileStamp identifies a file's state: its size and modification time

@@ -48,6 +48,7 @@ func Config(t testing.TB) config.Config {
 	}
 	cfg.TemplatesDir = filepath.Join(root, "templates")
 	cfg.GPUClassesFile = filepath.Join(root, "templates", "gpu-classes.yaml")
+	cfg.NodeGroupsFile = filepath.Join(root, "templates", "node-groups.yaml")
 	cfg.PolicyDir = filepath.Join(root, "policy")
 	cfg.Images.Dir = filepath.Join(root, "images")
 	cfg.Images.DevRegistry = true

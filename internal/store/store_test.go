@@ -25,6 +25,7 @@ import (
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/identity"
+	"github.com/gantryhq/gantry/internal/nodegroup"
 	"github.com/gantryhq/gantry/internal/notify"
 	"github.com/gantryhq/gantry/internal/overlay"
 	"github.com/gantryhq/gantry/internal/overrides"
@@ -391,7 +392,7 @@ func testWorkloads(t *testing.T, s *stores.All) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := workload.New(workload.Options{Store: s.Workloads, Templates: cat, Namespace: namespace, Images: images, Authorizer: workloadtest.AllowAll{}, Budgets: workloadtest.NoBudgets{}, Now: time.Now})
+	svc, err := workload.New(workload.Options{Store: s.Workloads, Templates: cat, Namespace: namespace, Images: images, Authorizer: workloadtest.AllowAll{}, NodeGroups: &nodegroup.Set{}, Budgets: workloadtest.NoBudgets{}, Now: time.Now})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/gpu"
+	"github.com/gantryhq/gantry/internal/nodegroup"
 	"github.com/gantryhq/gantry/internal/yamldoc"
 )
 
@@ -36,7 +37,7 @@ func LoadCatalog(dir string) (*gpu.Catalog, []File, error) {
 }
 
 // LoadDir reads every template (*.yaml, *.yml, *.json of kind Template) in dir,
-// skipping GPU class files, checks their images against images (when not nil)
+// skipping GPU class and node group files, checks their images against images (when not nil)
 // and reports every problem in every file at once.
 func LoadDir(dir string, classes *gpu.Catalog, images Images) ([]File, error) {
 	sources, rerr := ReadDir(dir)
@@ -89,14 +90,14 @@ func ReadDir(dir string) ([]Source, error) {
 }
 
 // ParseSources parses the templates among sources with parse (GPU class
-// files are skipped), refuses a name defined twice, reports every problem
+// and node group files are skipped), refuses a name defined twice, reports every problem
 // in every file at once (file:line), and sorts the templates by name.
 func ParseSources(sources []Source, parse func(path string, data []byte) (*Template, error)) ([]File, error) {
 	var errs fault.List
 	var out []File
 	seen := map[string]string{}
 	for _, src := range sources {
-		if kindOf(src.Data) == gpu.Kind {
+		if k := kindOf(src.Data); k == gpu.Kind || k == nodegroup.Kind {
 			continue
 		}
 		t, err := parse(src.Path, src.Data)

@@ -14,6 +14,7 @@ import (
 	"github.com/gantryhq/gantry/internal/catalog"
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/identity"
+	"github.com/gantryhq/gantry/internal/nodegroup"
 	"github.com/gantryhq/gantry/internal/render"
 	"github.com/gantryhq/gantry/internal/team"
 	"github.com/gantryhq/gantry/internal/template"
@@ -153,6 +154,7 @@ func (s *Service) render(ctx context.Context, owner string, req Request, id stri
 	if err != nil {
 		return Rendered{}, err
 	}
+
 	pinned, tee, err := s.images.PinImage(ctx, v.Template.Spec.Image)
 	if err != nil {
 		return Rendered{}, err
@@ -334,9 +336,17 @@ func (s *Service) govern(ctx context.Context, w *Workload, rd Rendered) error {
 // profile) none of the class's nodes offers. One the cluster cannot answer
 // for is let through (recorded; it waits like any other), as is a class
 // with no nodes at all (a pool scaled to zero). A VM's passthrough devices
-// are the cluster's to judge.
+// are the cluster's to judge. A class with node groups is judged by its
+// groups at their max instead (fitsGroups): its nodes now are not all it
+// can have.
 func (s *Service) fits(ctx context.Context, rd Rendered) error {
-	if s.cluster == nil || rd.Choice.Count == 0 || rd.Version.Template.Spec.Workload == template.VM {
+	if rd.Choice.Count == 0 || rd.Version.Template.Spec.Workload == template.VM {
+		return nil
+	}
+	if answered, err := s.fitsGroups(rd.Choice); answered {
+		return err
+	}
+	if s.cluster == nil {
 		return nil
 	}
 	resource := render.GPUResource(rd.Choice)
@@ -504,4 +514,20 @@ func (s *Service) initDataFor(tee string) string {
 		return ""
 	}
 	return s.initData
+}
+
+// fitsGroups refuses a launch of whole GPUs that its class's node groups
+// could never hold, even at their max. It answers only for classes with
+// node groups, and not for MIG slices or confidential GPUs, which run on
+// machines the groups do not describe.
+func (s *Service) fitsGroups(r *template.Resolved) (answered bool, err error) {
+	if r.MIG != nil || r.Confidential || len(s.groups.ForClass(r.Class.Name)) == 0 {
+		return false, nil
+	}
+	err = s.groups.Check(nodegroup.Request{Class: r.Class.Name, GPUsPerPod: r.Count, Pods: 1, Spot: r.Template.Spec.Scheduling.Spot})
+	var tb *nodegroup.TooBigError
+	if errors.As(err, &tb) {
+		return true, &fault.Invalid{Fields: []fault.Field{{Path: "gpu.count", Message: err.Error() + ": it could never start here"}}}
+	}
+	return true, err
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/gantryhq/gantry/internal/devregistry"
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/identity"
+	"github.com/gantryhq/gantry/internal/nodegroup"
 	"github.com/gantryhq/gantry/internal/store"
 	"github.com/gantryhq/gantry/internal/store/governance"
 	"github.com/gantryhq/gantry/internal/store/telemetrydb"
@@ -57,7 +58,7 @@ func newHarness(t testing.TB) *harness { return newHarnessWith(t, nil, false) }
 
 // newHarnessWith is newHarness with a budget service made by budgets (nil:
 // none) and Kueue on or off.
-func newHarnessWith(t testing.TB, budgets func(*harness) workload.Budgets, kueue bool) *harness {
+func newHarnessWith(t testing.TB, budgets func(*harness) workload.Budgets, kueue bool, edit ...func(*workload.Options)) *harness {
 	t.Helper()
 	ctx := asAlice()
 	classes, files, err := template.LoadCatalog("../../templates")
@@ -88,8 +89,12 @@ func newHarnessWith(t testing.TB, budgets func(*harness) workload.Budgets, kueue
 	if budgets != nil {
 		b = budgets(h)
 	}
-	h.svc, err = workload.New(workload.Options{Store: st, Templates: cat, Images: images, Authorizer: workloadtest.AllowAll{}, Budgets: b, Kueue: kueue,
-		Namespace: func(t team.Name) string { return "gantry-" + t.String() }, Cluster: h.cluster, Now: h.clock, Log: slog.New(slog.DiscardHandler)})
+	o := workload.Options{Store: st, Templates: cat, Images: images, Authorizer: workloadtest.AllowAll{}, NodeGroups: &nodegroup.Set{}, Budgets: b, Kueue: kueue,
+		Namespace: func(t team.Name) string { return "gantry-" + t.String() }, Cluster: h.cluster, Now: h.clock, Log: slog.New(slog.DiscardHandler)}
+	for _, e := range edit {
+		e(&o)
+	}
+	h.svc, err = workload.New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +142,7 @@ func asAlice() context.Context {
 
 func TestNewNeedsEveryDependency(t *testing.T) {
 	_, err := workload.New(workload.Options{})
-	if err == nil || !strings.Contains(err.Error(), "Authorizer, Budgets, Images, Namespace, Now, Store, Templates") {
+	if err == nil || !strings.Contains(err.Error(), "Authorizer, Budgets, Images, Namespace, NodeGroups, Now, Store, Templates") {
 		t.Fatalf("err = %v, want every missing dependency named", err)
 	}
 }
@@ -488,5 +493,32 @@ func TestMetering(t *testing.T) {
 	}
 	if _, err := h.svc.Costs(ctx, now, start, "planet"); err == nil || !strings.Contains(err.Error(), "groupBy") || !strings.Contains(err.Error(), "from") {
 		t.Errorf("a bad request: %v", err)
+	}
+}
+
+// TestNodeGroupsBoundLaunches: a class with node groups is judged by its
+// groups at their max, not by the nodes it has now: a pod larger than the
+// largest machine is refused with the numbers, one that a group could boot
+// a machine for is accepted; spot groups count only for launches that may
+// use spot.
+func TestNodeGroupsBoundLaunches(t *testing.T) {
+	groups, err := nodegroup.New(nodegroup.File{APIVersion: nodegroup.APIVersion, Kind: nodegroup.Kind, Groups: []nodegroup.Group{
+		{Name: "h100-small", Class: "H100-80GB", Purchase: nodegroup.OnDemand, GPUsPerNode: 4, Max: 1},
+		{Name: "h100-spot", Class: "H100-80GB", Purchase: nodegroup.Spot, GPUsPerNode: 8, Max: 1},
+	}}, []string{"H100-80GB"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarnessWith(t, nil, false, func(o *workload.Options) { o.NodeGroups = groups })
+	_, _, err = h.svc.Create(asAlice(), "alice", workload.Request{Template: "pytorch-train", Team: "vision", Choice: template.Choice{Count: 8}})
+	var bad *fault.Invalid
+	if !errors.As(err, &bad) || bad.Fields[0].Path != "gpu.count" ||
+		!strings.Contains(err.Error(), "each pod asks for 8 H100-80GB GPUs, but the largest machine in its node groups has 4 (h100-small: 1 × 4)") {
+		t.Fatalf("8 GPUs where the groups' machines have 4: %v", err)
+	}
+	// Four fit a machine the group can boot, whatever the nodes now are.
+	w, _, err := h.svc.Create(asAlice(), "alice", workload.Request{Template: "pytorch-train", Team: "vision", Choice: template.Choice{Count: 4}})
+	if err != nil || w.Status != workload.Pending {
+		t.Fatalf("4 GPUs: %v %+v", err, w)
 	}
 }

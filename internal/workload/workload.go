@@ -28,6 +28,7 @@ import (
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/identity"
+	"github.com/gantryhq/gantry/internal/nodegroup"
 	"github.com/gantryhq/gantry/internal/render"
 	"github.com/gantryhq/gantry/internal/team"
 )
@@ -317,8 +318,11 @@ type Options struct {
 	KBSURL string
 	// Kueue renders workloads queued for Kueue (render.Meta.Kueue).
 	Kueue bool
-	Log   *slog.Logger // default: slog.Default()
-	Now   func() time.Time
+	// NodeGroups refuse launches their class's groups could never hold
+	// (an empty set: none declared, nothing refused for size).
+	NodeGroups *nodegroup.Set
+	Log        *slog.Logger // default: slog.Default()
+	Now        func() time.Time
 }
 
 // Service is the workload domain logic.
@@ -330,6 +334,7 @@ type Service struct {
 	authz     Authorizer
 	images    Images
 	budgets   Budgets
+	groups    *nodegroup.Set
 	meter     *Meter
 	initData  string // "": confidential launches are refused
 	kueue     bool
@@ -347,6 +352,7 @@ func New(o Options) (*Service, error) {
 	for name, nilValue := range map[string]bool{
 		"Store": o.Store == nil, "Templates": o.Templates == nil, "Namespace": o.Namespace == nil,
 		"Authorizer": o.Authorizer == nil, "Images": o.Images == nil, "Budgets": o.Budgets == nil, "Now": o.Now == nil,
+		"NodeGroups": o.NodeGroups == nil,
 	} {
 		if nilValue {
 			missing = append(missing, name)
@@ -357,7 +363,7 @@ func New(o Options) (*Service, error) {
 		return nil, fmt.Errorf("workload.New: missing %s", strings.Join(missing, ", "))
 	}
 	s := &Service{store: o.Store, templates: o.Templates, namespace: o.Namespace, cluster: o.Cluster,
-		authz: o.Authorizer, images: o.Images, budgets: o.Budgets, kueue: o.Kueue, log: o.Log, now: o.Now, newID: NewID}
+		authz: o.Authorizer, images: o.Images, budgets: o.Budgets, groups: o.NodeGroups, kueue: o.Kueue, log: o.Log, now: o.Now, newID: NewID}
 	if s.log == nil {
 		s.log = slog.Default()
 	}

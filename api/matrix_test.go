@@ -282,6 +282,9 @@ func TestRouteRoleMatrix(t *testing.T) {
 		"GET /api/v1/nodes": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
 			return c.ListNodesWithResponse(ctx)
 		}, map[string]int{A: 200, P: 200, T: 403, M: 403, V: 403, N: 403, X: 403}},
+		"GET /api/v1/node-groups": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
+			return c.ListNodeGroupsWithResponse(ctx)
+		}, map[string]int{A: 200, P: 200, T: 403, M: 403, V: 403, N: 403, X: 403}},
 		"GET /api/v1/nodes/{name}": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
 			return c.GetNodeWithResponse(ctx, "gpu-node-1")
 		}, map[string]int{A: 404, P: 404, T: 403, M: 403, V: 403, N: 403, X: 403}},

@@ -25,6 +25,7 @@ import (
 	"github.com/gantryhq/gantry/internal/advice"
 	"github.com/gantryhq/gantry/internal/audit"
 	"github.com/gantryhq/gantry/internal/budget"
+	"github.com/gantryhq/gantry/internal/capacity"
 	"github.com/gantryhq/gantry/internal/catalog"
 	"github.com/gantryhq/gantry/internal/estimate"
 	"github.com/gantryhq/gantry/internal/fault"
@@ -53,6 +54,8 @@ type Options struct {
 	Estimates *estimate.Service
 	// Budgets say where the teams' budgets stand.
 	Budgets *budget.Service
+	// Capacity is the node groups and what their machines are doing.
+	Capacity *capacity.Service
 	// Own is Gantry's own metrics (GET /metrics); nil: a registry of the
 	// handler's own.
 	Own *ownmetrics.Metrics
@@ -149,6 +152,9 @@ func New(o Options) (*echo.Echo, error) {
 	}
 	if o.Edits == nil {
 		return nil, errors.New("api: the platform edits service is required")
+	}
+	if o.Capacity == nil {
+		return nil, errors.New("api: the capacity service is required")
 	}
 	if o.Now == nil {
 		return nil, errors.New("api: the server's clock is required")

@@ -217,6 +217,13 @@ type ClientInterface interface {
 	// Corresponds with GET /api/v1/me (the `GetMe` operationId).
 	GetMe(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ListNodeGroups List node groups
+	//
+	// Each GPU class's node groups as the platform team declared them (templates/node-groups.yaml): min and max machines, GPUs per machine, price per machine-hour and per GPU-hour, reserved, on-demand or spot, boot and quiet time; and, where Gantry watches a cluster whose node autoscaler (Karpenter) scales them, what their machines are doing now. A launch that a class's groups could never hold is refused (422, gpu.count).
+	//
+	// Corresponds with GET /api/v1/node-groups (the `ListNodeGroups` operationId).
+	ListNodeGroups(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListNodes List GPU nodes
 	//
 	// Every node whose gantry-agent has reported, with its GPUs, MIG layout, health and current use.
@@ -991,6 +998,23 @@ func (c *Client) VerifyImage(ctx context.Context, name Name, body VerifyImageJSO
 // Corresponds with GET /api/v1/me (the `GetMe` operationId).
 func (c *Client) GetMe(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetMeRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListNodeGroups List node groups
+//
+// Each GPU class's node groups as the platform team declared them (templates/node-groups.yaml): min and max machines, GPUs per machine, price per machine-hour and per GPU-hour, reserved, on-demand or spot, boot and quiet time; and, where Gantry watches a cluster whose node autoscaler (Karpenter) scales them, what their machines are doing now. A launch that a class's groups could never hold is refused (422, gpu.count).
+//
+// Corresponds with GET /api/v1/node-groups (the `ListNodeGroups` operationId).
+func (c *Client) ListNodeGroups(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListNodeGroupsRequest(c.Server)
 	if err != nil {
 		return nil, err
 	}
@@ -2730,6 +2754,33 @@ func NewGetMeRequest(server string) (*http.Request, error) {
 	}
 
 	operationPath := fmt.Sprintf("/api/v1/me")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewListNodeGroupsRequest constructs an http.Request for the ListNodeGroups method
+func NewListNodeGroupsRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/node-groups")
 	if operationPath[0] == '/' {
 		operationPath = "." + operationPath
 	}
@@ -4997,6 +5048,15 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /api/v1/me (the `GetMe` operationId).
 	GetMeWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetMeResponse, error)
 
+	// ListNodeGroupsWithResponse List node groups
+	//
+	// Each GPU class's node groups as the platform team declared them (templates/node-groups.yaml): min and max machines, GPUs per machine, price per machine-hour and per GPU-hour, reserved, on-demand or spot, boot and quiet time; and, where Gantry watches a cluster whose node autoscaler (Karpenter) scales them, what their machines are doing now. A launch that a class's groups could never hold is refused (422, gpu.count).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/node-groups (the `ListNodeGroups` operationId).
+	ListNodeGroupsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListNodeGroupsResponse, error)
+
 	// ListNodesWithResponse List GPU nodes
 	//
 	// Every node whose gantry-agent has reported, with its GPUs, MIG layout, health and current use.
@@ -6185,6 +6245,54 @@ func (r GetMeResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r GetMeResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListNodeGroupsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *NodeGroupList
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListNodeGroupsResponse) GetJSON200() *NodeGroupList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListNodeGroupsResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListNodeGroupsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListNodeGroupsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListNodeGroupsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListNodeGroupsResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -8741,6 +8849,21 @@ func (c *ClientWithResponses) GetMeWithResponse(ctx context.Context, reqEditors 
 	return ParseGetMeResponse(rsp)
 }
 
+// ListNodeGroupsWithResponse List node groups
+//
+// Each GPU class's node groups as the platform team declared them (templates/node-groups.yaml): min and max machines, GPUs per machine, price per machine-hour and per GPU-hour, reserved, on-demand or spot, boot and quiet time; and, where Gantry watches a cluster whose node autoscaler (Karpenter) scales them, what their machines are doing now. A launch that a class's groups could never hold is refused (422, gpu.count).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/node-groups (the `ListNodeGroups` operationId).
+func (c *ClientWithResponses) ListNodeGroupsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListNodeGroupsResponse, error) {
+	rsp, err := c.ListNodeGroups(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListNodeGroupsResponse(rsp)
+}
+
 // ListNodesWithResponse List GPU nodes
 //
 // Every node whose gantry-agent has reported, with its GPUs, MIG layout, health and current use.
@@ -10103,6 +10226,39 @@ func ParseGetMeResponse(rsp *http.Response) (*GetMeResponse, error) {
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
 		var dest Me
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListNodeGroupsResponse parses an HTTP response from a ListNodeGroupsWithResponse call
+func ParseListNodeGroupsResponse(rsp *http.Response) (*ListNodeGroupsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListNodeGroupsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest NodeGroupList
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}

@@ -58,6 +58,9 @@ type ServerInterface interface {
 	// GetMe Who am I
 	// (GET /api/v1/me)
 	GetMe(ctx echo.Context) error
+	// ListNodeGroups List node groups
+	// (GET /api/v1/node-groups)
+	ListNodeGroups(ctx echo.Context) error
 	// ListNodes List GPU nodes
 	// (GET /api/v1/nodes)
 	ListNodes(ctx echo.Context) error
@@ -446,6 +449,15 @@ func (w *ServerInterfaceWrapper) GetMe(ctx echo.Context) error {
 
 	// Invoke the callback with all the unmarshaled arguments
 	err = w.Handler.GetMe(ctx)
+	return err
+}
+
+// ListNodeGroups converts echo context to params.
+func (w *ServerInterfaceWrapper) ListNodeGroups(ctx echo.Context) error {
+	var err error
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.ListNodeGroups(ctx)
 	return err
 }
 
@@ -1395,6 +1407,7 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.GET(options.BaseURL+"/api/v1/budgets", wrapper.ListBudgets, options.OperationMiddlewares["listBudgets"]...)
 	router.GET(options.BaseURL+"/api/v1/advice", wrapper.ListAdvice, options.OperationMiddlewares["listAdvice"]...)
 	router.GET(options.BaseURL+"/api/v1/nodes", wrapper.ListNodes, options.OperationMiddlewares["listNodes"]...)
+	router.GET(options.BaseURL+"/api/v1/node-groups", wrapper.ListNodeGroups, options.OperationMiddlewares["listNodeGroups"]...)
 	router.GET(options.BaseURL+"/api/v1/nodes/:name", wrapper.GetNode, options.OperationMiddlewares["getNode"]...)
 	router.POST(options.BaseURL+"/api/v1/telemetry", wrapper.PushTelemetry, options.OperationMiddlewares["pushTelemetry"]...)
 	router.GET(options.BaseURL+"/api/v1/me", wrapper.GetMe, options.OperationMiddlewares["getMe"]...)
@@ -1930,6 +1943,44 @@ type GetMedefaultApplicationProblemPlusJSONResponse struct {
 }
 
 func (response GetMedefaultApplicationProblemPlusJSONResponse) VisitGetMeResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListNodeGroupsRequestObject struct {
+}
+
+type ListNodeGroupsResponseObject interface {
+	VisitListNodeGroupsResponse(w http.ResponseWriter) error
+}
+
+type ListNodeGroups200JSONResponse NodeGroupList
+
+func (response ListNodeGroups200JSONResponse) VisitListNodeGroupsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListNodeGroupsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListNodeGroupsdefaultApplicationProblemPlusJSONResponse) VisitListNodeGroupsResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
@@ -3900,6 +3951,9 @@ type StrictServerInterface interface {
 	// GetMe Who am I
 	// (GET /api/v1/me)
 	GetMe(ctx context.Context, request GetMeRequestObject) (GetMeResponseObject, error)
+	// ListNodeGroups List node groups
+	// (GET /api/v1/node-groups)
+	ListNodeGroups(ctx context.Context, request ListNodeGroupsRequestObject) (ListNodeGroupsResponseObject, error)
 	// ListNodes List GPU nodes
 	// (GET /api/v1/nodes)
 	ListNodes(ctx context.Context, request ListNodesRequestObject) (ListNodesResponseObject, error)
@@ -4441,6 +4495,29 @@ func (sh *strictHandler) GetMe(ctx echo.Context) error {
 		return err
 	} else if validResponse, ok := response.(GetMeResponseObject); ok {
 		return validResponse.VisitGetMeResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// ListNodeGroups operation middleware
+func (sh *strictHandler) ListNodeGroups(ctx echo.Context) error {
+	var request ListNodeGroupsRequestObject
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.ListNodeGroups(ctx.Request().Context(), request.(ListNodeGroupsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListNodeGroups")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(ListNodeGroupsResponseObject); ok {
+		return validResponse.VisitListNodeGroupsResponse(ctx.Response())
 	} else if response != nil {
 		return fmt.Errorf("unexpected response type: %T", response)
 	}

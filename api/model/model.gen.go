@@ -355,6 +355,27 @@ func (e MetricSeriesListSource) Valid() bool {
 	}
 }
 
+// Defines values for NodeGroupPurchase.
+const (
+	OnDemand NodeGroupPurchase = "on-demand"
+	Reserved NodeGroupPurchase = "reserved"
+	Spot     NodeGroupPurchase = "spot"
+)
+
+// Valid indicates whether the value is a known member of the NodeGroupPurchase enum.
+func (e NodeGroupPurchase) Valid() bool {
+	switch e {
+	case OnDemand:
+		return true
+	case Reserved:
+		return true
+	case Spot:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ParameterType.
 const (
 	Bool   ParameterType = "bool"
@@ -1523,6 +1544,60 @@ type NodeGPU struct {
 	// Since When its health last changed.
 	Since       *time.Time `json:"since,omitempty"`
 	Unsupported *[]string  `json:"unsupported,omitempty"`
+}
+
+// NodeGroup defines model for NodeGroup.
+type NodeGroup struct {
+	// BootTimeSeconds How long a new machine typically takes to join.
+	BootTimeSeconds int `json:"bootTimeSeconds"`
+
+	// Class The GPU class of its machines.
+	Class string `json:"class"`
+
+	// GpuHourPrice pricePerNodeHour / gpusPerNode.
+	GpuHourPrice float64 `json:"gpuHourPrice"`
+	GpusPerNode  int     `json:"gpusPerNode"`
+
+	// Max Machines it never goes above.
+	Max int `json:"max"`
+
+	// Min Machines it never goes below.
+	Min              int     `json:"min"`
+	Name             string  `json:"name"`
+	PricePerNodeHour float64 `json:"pricePerNodeHour"`
+
+	// Purchase reserved: bought whole and paid whether used or not (its idle machines are the platform's idle cost); on-demand: paid while they run; spot: cheaper, and can be taken back at any time.
+	Purchase NodeGroupPurchase `json:"purchase"`
+
+	// QuietTimeSeconds How long a machine stays empty before it is removed.
+	QuietTimeSeconds int `json:"quietTimeSeconds"`
+
+	// State What the group's machines are doing now (present when a cluster's autoscaler scales the groups).
+	State *NodeGroupState `json:"state,omitempty"`
+}
+
+// NodeGroupPurchase reserved: bought whole and paid whether used or not (its idle machines are the platform's idle cost); on-demand: paid while they run; spot: cheaper, and can be taken back at any time.
+type NodeGroupPurchase string
+
+// NodeGroupList defines model for NodeGroupList.
+type NodeGroupList struct {
+	Items []NodeGroup `json:"items"`
+}
+
+// NodeGroupState What the group's machines are doing now (present when a cluster's autoscaler scales the groups).
+type NodeGroupState struct {
+	// Booting Machines asked for that have not joined yet.
+	Booting int `json:"booting"`
+
+	// BootingSince When the oldest booting machine was asked for.
+	BootingSince *time.Time `json:"bootingSince,omitempty"`
+
+	// Failed The autoscaler's reason for the latest machine it could not get.
+	Failed   *string    `json:"failed,omitempty"`
+	FailedAt *time.Time `json:"failedAt,omitempty"`
+
+	// Nodes Machines that have joined the cluster.
+	Nodes int `json:"nodes"`
 }
 
 // NodeList defines model for NodeList.

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"golang.org/x/sync/errgroup"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gantryhq/gantry/internal/config"
 	"github.com/gantryhq/gantry/internal/devcluster"
@@ -92,6 +93,10 @@ func devCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
+	fleet, err := cl.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("the local cluster's nodes: %w", err)
+	}
 	users := srv.DevUsers()
 	var list strings.Builder
 	for _, u := range users {
@@ -122,7 +127,7 @@ Look at the cluster with:
 Launch a notebook on a MIG slice:
   curl -s -X POST %[1]s/api/v1/workloads -H "Authorization: Bearer $GANTRY_TOKEN" -H 'content-type: application/json' -d '{"template":"jupyter-notebook","team":"vision"}'
 Stop with Ctrl-C (the cluster is removed too).
-`, srv.URL(), len(devcluster.Nodes(devcluster.Fleet)), cl.Bin, cl.Kubeconfig, srv.Issuer(), list.String(), firstUser(users), tok, cfg.NodeGroupsFile)
+`, srv.URL(), len(fleet.Items), cl.Bin, cl.Kubeconfig, srv.Issuer(), list.String(), firstUser(users), tok, cfg.NodeGroupsFile)
 	srv.UseLogger()
 	stopProfile, err := startCPUProfile(*cpuProfile)
 	if err != nil {

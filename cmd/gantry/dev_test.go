@@ -154,6 +154,29 @@ func TestDev(t *testing.T) {
 	if code, out, errOut := cli("stop", launched.ID); code != 0 || out != launched.ID+": Stopped\n" {
 		t.Errorf("stop: %d %q %q", code, out, errOut)
 	}
+	// A node appears for a launch: a service takes the reserved H100
+	// machine whole, and the next H100 launch (borrowing from the cohort)
+	// runs on a machine Karpenter boots in the on-demand group.
+	if code, out, errOut := cli("launch", "vllm-inference", "--team", "vision", "--gpu", "H100-80GB:8", "--wait", "--timeout", "90s"); code != 0 {
+		t.Fatalf("the reserved machine's service: %d %q %q", code, out, errOut)
+	}
+	code, out, errOut = cli("launch", "vllm-inference", "--team", "vision", "--gpu", "H100-80GB:2", "--wait", "--timeout", "120s")
+	if code != 0 {
+		t.Fatalf("a launch beyond the reserved machine: %d %q %q", code, out, errOut)
+	}
+	waitfor.Until(t, 30*time.Second, "the second service on an on-demand machine", func() error {
+		out, _ := execOutput(fields[0], "--kubeconfig", kubeconfig, "get", "nodes", "-l", "gantry.dev/node-group=h100-on-demand", "-o", "jsonpath={.items[*].metadata.name}")
+		if out == "" {
+			return fmt.Errorf("no machine in h100-on-demand")
+		}
+		pods, _ := execOutput(fields[0], "--kubeconfig", kubeconfig, "get", "pods", "-n", "gantry-vision", "-o", "jsonpath={.items[*].spec.nodeName}")
+		for _, n := range strings.Fields(out) {
+			if strings.Contains(pods, n) {
+				return nil
+			}
+		}
+		return fmt.Errorf("pods on %q, on-demand machines %q", pods, out)
+	})
 	cancel()
 	select {
 	case code := <-done:

@@ -59,8 +59,9 @@ type Options struct {
 	// took 4.5s") then slows nothing, and the cluster's data is thrown away
 	// when it stops anyway.
 	Ephemeral bool
-	// NodeGroups, when set, are scaled by Karpenter (its on-demand and spot
-	// groups; the reserved ones' nodes belong in Fleet, see ReservedFleet).
+	// NodeGroups, when set, are scaled by Karpenter (the on-demand and spot
+	// groups), and the reserved groups' machines replace the Fleet's specs
+	// of the same group (ReservedFleet).
 	NodeGroups []nodegroup.Group
 	// BootScale multiplies the groups' boot times (0: 1, as declared).
 	BootScale float64
@@ -143,6 +144,9 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 		for _, t := range quota.Transformations(classes) {
 			o.KueueTransformations = append(o.KueueTransformations, KueueTransformation{Input: t.Input, Output: quota.GPUMilli, Milli: t.Milli})
 		}
+	}
+	if len(o.NodeGroups) > 0 {
+		o.Fleet = withReserved(o.Fleet, o.NodeGroups, classes)
 	}
 	bin, err := Build(ctx, o.Root, o.Log)
 	if err != nil {

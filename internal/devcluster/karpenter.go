@@ -163,3 +163,20 @@ func ReservedFleet(groups []nodegroup.Group, classes *gpu.Catalog) []NodeSpec {
 	}
 	return out
 }
+
+// withReserved is fleet with the reserved groups' machines in place of its
+// specs of those groups.
+func withReserved(fleet []NodeSpec, groups []nodegroup.Group, classes *gpu.Catalog) []NodeSpec {
+	reserved := ReservedFleet(groups, classes)
+	mine := map[string]bool{}
+	for _, s := range reserved {
+		mine[s.Group] = true
+	}
+	var out []NodeSpec
+	for _, s := range fleet {
+		if s.Group == "" || !mine[s.Group] {
+			out = append(out, s)
+		}
+	}
+	return append(out, reserved...)
+}

@@ -298,7 +298,7 @@ func TestOversizedRefused(t *testing.T) {
 	}
 	r := servertest.Must(g.api.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "big-train", Team: "nlp"}))(t)
 	if errs := fieldErrors(r.ApplicationproblemJSONDefault); r.StatusCode() != 422 ||
-		len(errs) != 1 || errs[0].Field != "gpu.count" || !strings.Contains(errs[0].Detail, "the largest machine in its node groups has 8 (h100-on-demand: 2 × 8, h100-reserved: 2 × 8)") {
+		len(errs) != 1 || errs[0].Field != "gpu.count" || !strings.Contains(errs[0].Detail, "the largest machine in its node groups has 8 (h100-on-demand: 2 × 8, h100-reserved: 1 × 8)") {
 		t.Fatalf("16 GPUs where nodes have 8: %d %s", r.StatusCode(), r.Body)
 	}
 	// A MIG profile no node of the class offers (the A100-40GB node runs

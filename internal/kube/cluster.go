@@ -8,10 +8,12 @@ import (
 
 	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/kube/kapi"
+	"github.com/gantryhq/gantry/internal/kube/karpenter"
 	"github.com/gantryhq/gantry/internal/kube/kueue"
 	"github.com/gantryhq/gantry/internal/kube/lead"
 	"github.com/gantryhq/gantry/internal/kube/nodes"
 	"github.com/gantryhq/gantry/internal/kube/watch"
+	"github.com/gantryhq/gantry/internal/nodegroup"
 	"github.com/gantryhq/gantry/internal/team"
 	"github.com/gantryhq/gantry/internal/workload"
 )
@@ -39,7 +41,32 @@ func (c *Cluster) RunCapacity(ctx context.Context) error { return c.nodes.RunCap
 // Watcher returns informers on the cluster's Gantry-managed objects;
 // resync re-delivers every object that often (0: never).
 func (c *Cluster) Watcher(resync time.Duration) (*watch.Watcher, error) {
-	return watch.New(watch.Options{Core: c.core, Dynamic: c.dyn, Resync: resync, KubeVirt: c.hasKubeVirt(), Kueue: c.kueue, Observer: c.obs})
+	o := watch.Options{Core: c.core, Dynamic: c.dyn, Resync: resync, KubeVirt: c.hasKubeVirt(), Kueue: c.kueue, Observer: c.obs}
+	pools, err := c.Pools()
+	if err != nil {
+		return nil, err
+	}
+	if pools != nil {
+		o.Capacity = pools
+	}
+	return watch.New(o)
+}
+
+// Pools is the watch on the node groups' machines, made once; nil when no
+// groups are declared or the cluster runs no Karpenter. RunPools runs it.
+func (c *Cluster) Pools() (*karpenter.Pools, error) {
+	c.poolsOnce.Do(func() {
+		if len(c.groups.List()) > 0 && c.classes != nil && c.hasKarpenter() {
+			c.pools, c.poolsErr = karpenter.NewPools(karpenter.PoolsOptions{Core: c.core, Dynamic: c.dyn, NodeGroups: c.groups, Classes: c.classes, Now: c.now})
+		}
+	})
+	return c.pools, c.poolsErr
+}
+
+// hasKarpenter reports whether the cluster serves Karpenter's NodeClaims.
+func (c *Cluster) hasKarpenter() bool {
+	_, err := c.core.Discovery().ServerResourcesForGroupVersion(karpenter.NodeClaims.GroupVersion().String())
+	return err == nil
 }
 
 // Lead runs lead whenever this replica holds the Lease, until ctx ends
@@ -69,4 +96,30 @@ func (c *Cluster) MostOnOneNode(ctx context.Context, class gpu.Class, res string
 // FreeGPUs implements estimate.Cluster (nodes.Nodes.FreeGPUs).
 func (c *Cluster) FreeGPUs(ctx context.Context, class gpu.Class, res string) (total, onOneNode, mostOnOneNode, nodeCount int, err error) {
 	return c.nodes.FreeGPUs(ctx, class, res)
+}
+
+// RunPools keeps the watch on the node groups' machines until ctx ends
+// (nothing to do without one).
+func (c *Cluster) RunPools(ctx context.Context) error {
+	p, err := c.Pools()
+	if err != nil || p == nil {
+		return err
+	}
+	if !p.Start(ctx) {
+		p.Shutdown()
+		return ctx.Err()
+	}
+	<-ctx.Done()
+	p.Shutdown()
+	return nil
+}
+
+// States is what the node groups' machines are doing, once the watch on
+// them has filled its caches (RunPools); ok is false before, or without one.
+func (c *Cluster) States() ([]nodegroup.PoolState, bool) {
+	p, err := c.Pools()
+	if err != nil || p == nil || !p.Synced() {
+		return nil, false
+	}
+	return p.States(), true
 }

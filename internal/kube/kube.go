@@ -34,9 +34,12 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/workqueue"
 
+	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/kube/kapi"
+	"github.com/gantryhq/gantry/internal/kube/karpenter"
 	"github.com/gantryhq/gantry/internal/kube/kueue"
 	"github.com/gantryhq/gantry/internal/kube/nodes"
+	"github.com/gantryhq/gantry/internal/nodegroup"
 	"github.com/gantryhq/gantry/internal/quota"
 	"github.com/gantryhq/gantry/internal/render"
 	"github.com/gantryhq/gantry/internal/team"
@@ -57,6 +60,12 @@ type Cluster struct {
 	obs        Observer
 	queue      *kueue.Kueue
 	nodes      *nodes.Nodes
+	groups     *nodegroup.Set
+	classes    *gpu.Catalog
+	now        func() time.Time
+	poolsOnce  sync.Once
+	pools      *karpenter.Pools // nil: no node groups, or no Karpenter
+	poolsErr   error
 }
 
 // Options configure a Cluster.
@@ -69,6 +78,12 @@ type Options struct {
 	// Queues measures the work queues of the controllers here; none:
 	// client-go's default (nothing).
 	Queues workqueue.MetricsProvider
+	// NodeGroups and Classes, when groups are declared and the cluster
+	// runs Karpenter, let the watcher say why a workload waits for
+	// machines (karpenter.Pools), on the clock Now.
+	NodeGroups *nodegroup.Set
+	Classes    *gpu.Catalog
+	Now        func() time.Time
 }
 
 // Observer receives the cluster's measurements (Gantry's own metrics).
@@ -122,7 +137,11 @@ func New(cfg *rest.Config, o Options) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Cluster{dyn: dyn, core: core, kueue: o.Kueue, obs: o.Observer, queue: queue, nodes: nodes.New(core)}, nil
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return &Cluster{dyn: dyn, core: core, kueue: o.Kueue, obs: o.Observer, queue: queue, nodes: nodes.New(core),
+		groups: o.NodeGroups, classes: o.Classes, now: o.Now}, nil
 }
 
 // Ping checks that the API server answers.

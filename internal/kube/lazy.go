@@ -12,6 +12,7 @@ import (
 
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/gpu"
+	"github.com/gantryhq/gantry/internal/nodegroup"
 	"github.com/gantryhq/gantry/internal/render"
 	"github.com/gantryhq/gantry/internal/team"
 	"github.com/gantryhq/gantry/internal/workload"
@@ -209,4 +210,14 @@ func (p kueuePing) Ping(ctx context.Context) error {
 		return &fault.Unavailable{What: "Kueue", Err: fmt.Errorf("the API server does not serve kueue.x-k8s.io/v1beta2 (%v): install Kueue, or set quota.kueue: false", err)}
 	}
 	return nil
+}
+
+// States implements capacity.Pools (Cluster.States), once the cluster is
+// loaded.
+func (l *Lazy) States() ([]nodegroup.PoolState, bool) {
+	c, err := l.get()
+	if err != nil {
+		return nil, false
+	}
+	return c.States()
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/gantryhq/gantry/internal/authn"
 	"github.com/gantryhq/gantry/internal/authz"
 	"github.com/gantryhq/gantry/internal/budget"
+	"github.com/gantryhq/gantry/internal/capacity"
 	"github.com/gantryhq/gantry/internal/config"
 	"github.com/gantryhq/gantry/internal/estimate"
 	"github.com/gantryhq/gantry/internal/identity"
@@ -140,7 +141,8 @@ func (s *Server) workloadService() (err error) {
 	if cfg.Kubeconfig == "" {
 		s.Log.Warn("no kubeconfig: launches are recorded and rendered, not applied to a cluster")
 	} else {
-		if s.cluster, err = kube.NewLazy(kube.LazyOptions{Kubeconfig: cfg.Kubeconfig, Cluster: kube.Options{Kueue: cfg.Quota.Kueue, Observer: s.own, Queues: s.own.Queues()}}); err != nil {
+		if s.cluster, err = kube.NewLazy(kube.LazyOptions{Kubeconfig: cfg.Kubeconfig, Cluster: kube.Options{Kueue: cfg.Quota.Kueue, Observer: s.own, Queues: s.own.Queues(),
+			NodeGroups: s.NodeGroups, Classes: s.Catalog.Classes(), Now: s.clock.Now}}); err != nil {
 			return err
 		}
 		wo.Cluster = s.cluster
@@ -299,11 +301,19 @@ func (s *Server) handler(ov Overrides, w *wiring) error {
 	if err != nil {
 		return err
 	}
+	var pools capacity.Pools = capacity.NoPools{}
+	if s.cluster != nil {
+		pools = s.cluster
+	}
+	fleet, err := capacity.New(capacity.Options{NodeGroups: s.NodeGroups, Pools: pools})
+	if err != nil {
+		return err
+	}
 	oc := w.signIn
 	h, err := api.New(api.Options{
 		Now:     s.clock.Now,
 		Live:    s.live,
-		Catalog: s.Catalog, Workloads: s.Workloads, Estimates: estimates, Budgets: s.Budgets, Settings: settings, Edits: s.overlays, Prices: s.Store.Governance.PriceHistory, Own: s.own, Checks: s.checks, Spec: gantry.OpenAPI,
+		Catalog: s.Catalog, Workloads: s.Workloads, Estimates: estimates, Budgets: s.Budgets, Capacity: fleet, Settings: settings, Edits: s.overlays, Prices: s.Store.Governance.PriceHistory, Own: s.own, Checks: s.checks, Spec: gantry.OpenAPI,
 		MaxBodyBytes: cfg.MaxBodyBytes, MaxConcurrentReads: int(cfg.MaxConcurrentReads), Logger: s.Log, LogDrain: time.Duration(cfg.LogDrain),
 		Portal:   pages,
 		Identify: w.identify, RecheckBearer: w.recheck, Sessions: w.sessions, Tokens: s.tokens, Users: s.users, Teams: s.authz.Teams,

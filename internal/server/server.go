@@ -446,6 +446,19 @@ func (s *Server) Run(ctx context.Context) error {
 	if s.cluster != nil {
 		g.Go(func() error { return s.leaderLoops(gctx) })
 	}
+	if s.cluster != nil {
+		// Every replica says what the node groups' machines are doing
+		// (GET /api/v1/node-groups) and, for the leader's watcher, why a
+		// workload waits for one.
+		g.Go(func() error {
+			if c := s.awaitCluster(gctx, false); c != nil {
+				if err := c.RunPools(gctx); err != nil {
+					s.Log.Error("node group informers stopped; workloads waiting for machines say what the scheduler says", "err", err)
+				}
+			}
+			return nil
+		})
+	}
 	if s.cluster != nil && cfg.CapacityInformers {
 		// Every replica serves launches, whose checks and estimates read
 		// the GPU nodes and their pods from these informers.

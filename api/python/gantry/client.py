@@ -361,6 +361,9 @@ class Gantry:
     def node(self, name: str) -> Dict[str, Any]:
         return self._call("GET", f"/api/v1/nodes/{name}")
 
+    def node_groups(self) -> List[Dict[str, Any]]:
+        return self._call("GET", "/api/v1/node-groups")["items"]
+
     def audit(self, **filters: Any) -> Dict[str, Any]:
         return self._call("GET", "/api/v1/audit", filters)
 
@@ -434,7 +437,7 @@ METHODS = {
     "listPlatformEdits": "platform_edits", "setGPUClassPrice": "set_price", "resetGPUClassPrice": "reset_price",
     "setTeamQuota": "set_quota", "resetTeamQuota": "reset_quota", "setTeamBudget": "set_budget", "resetTeamBudget": "reset_budget",
     "getTeamReport": "team_report", "listBudgets": "budgets", "listAdvice": "advice", "listNodes": "nodes",
-    "getNode": "node", "getMe": "me", "listTokens": "tokens", "createToken": "create_token", "revokeToken": "revoke_token",
+    "getNode": "node", "listNodeGroups": "node_groups", "getMe": "me", "listTokens": "tokens", "createToken": "create_token", "revokeToken": "revoke_token",
     "listUsers": "users", "deactivateUser": "deactivate_user", "reactivateUser": "reactivate_user",
     "listUserTokens": "user_tokens", "revokeUserToken": "revoke_user_token", "listImages": "images",
     "getImage": "image", "verifyImage": "verify_image", "listAudit": "audit",

@@ -3,18 +3,23 @@ package karpenter_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
 
 	"github.com/gantryhq/gantry/internal/config"
 	"github.com/gantryhq/gantry/internal/devcluster"
 	"github.com/gantryhq/gantry/internal/devcluster/clustertest"
+	"github.com/gantryhq/gantry/internal/gpu"
+	"github.com/gantryhq/gantry/internal/kube"
 	"github.com/gantryhq/gantry/internal/kube/karpenter"
 	"github.com/gantryhq/gantry/internal/nodegroup"
+	"github.com/gantryhq/gantry/internal/render"
 	"github.com/gantryhq/gantry/internal/waitfor"
 )
 
@@ -29,6 +34,10 @@ var groups = []nodegroup.Group{
 		BootTime: config.Duration(2 * time.Second), QuietTime: config.Duration(5 * time.Second)},
 	{Name: "h100-spot", Class: "H100-80GB", Purchase: nodegroup.Spot, GPUsPerNode: 8, Max: 1, PricePerNodeHour: 36,
 		BootTime: config.Duration(2 * time.Second), QuietTime: config.Duration(5 * time.Second)},
+	// Its machines take an hour to boot: one asked for stays booting for
+	// the whole run.
+	{Name: "h200-slow", Class: "H200-141GB", Purchase: nodegroup.OnDemand, GPUsPerNode: 8, Max: 1, PricePerNodeHour: 72,
+		BootTime: config.Duration(time.Hour)},
 }
 
 func TestMain(m *testing.M) {
@@ -41,10 +50,56 @@ func need(t *testing.T) {
 	}
 }
 
+// pools watches the groups' machines for the test.
+func pools(t *testing.T) *karpenter.Pools {
+	t.Helper()
+	classes, err := gpu.LoadFile("../../../templates/gpu-classes.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := nodegroup.New(nodegroup.File{APIVersion: nodegroup.APIVersion, Kind: nodegroup.Kind, Groups: groups}, classes.Names())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(cluster.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := karpenter.NewPools(karpenter.PoolsOptions{Core: cluster.Client, Dynamic: dyn, NodeGroups: set, Classes: classes, Now: time.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(func() { cancel(); p.Shutdown() })
+	if !p.Start(ctx) {
+		t.Fatal("informers did not sync")
+	}
+	return p
+}
+
+// explains waits until the pool watcher says of a pod what want holds.
+func explains(t *testing.T, p *karpenter.Pools, name, want string) {
+	t.Helper()
+	waitfor.Until(t, time.Minute, "the wait reason of "+name, func() error {
+		pod, err := cluster.Client.CoreV1().Pods("default").Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if r, ok := p.Explain(pod); !ok || !strings.Contains(r, want) {
+			return fmt.Errorf("said %q (%v)", r, ok)
+		}
+		return nil
+	})
+}
+
 // gpuPod asks for gpus whole H100 GPUs, on spot machines or not, as a
 // rendered Gantry pod does (product affinity, GPU toleration).
 func gpuPod(name string, gpus int, spot bool) *corev1.Pod {
-	terms := []corev1.NodeSelectorRequirement{{Key: "nvidia.com/gpu.product", Operator: corev1.NodeSelectorOpIn, Values: []string{"NVIDIA-H100-80GB-HBM3", "NVIDIA-H100-PCIe"}}}
+	return classPod(name, []string{"NVIDIA-H100-80GB-HBM3", "NVIDIA-H100-PCIe"}, gpus, spot)
+}
+
+func classPod(name string, products []string, gpus int, spot bool) *corev1.Pod {
+	terms := []corev1.NodeSelectorRequirement{{Key: "nvidia.com/gpu.product", Operator: corev1.NodeSelectorOpIn, Values: products}}
 	tol := []corev1.Toleration{{Key: "nvidia.com/gpu", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}
 	if spot {
 		tol = append(tol, corev1.Toleration{Key: "gantry.dev/spot", Operator: corev1.TolerationOpEqual, Value: "true", Effect: corev1.TaintEffectNoSchedule})
@@ -127,6 +182,7 @@ func TestScaleUpRunAndScaleDown(t *testing.T) {
 	if got := groupNodes(ctx, t, "h100-on-demand"); len(got) != 1 {
 		t.Fatalf("%d on-demand machines, max 1", len(got))
 	}
+	explains(t, pools(t), "wait", "node group h100-on-demand at its max (1 of 1 nodes); node group h100-reserved at its max (2 of 2 nodes): waiting for running work to end")
 	for _, name := range []string{"wait", "grow", "fill-0", "fill-1"} {
 		if err := pods.Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
 			t.Fatal(err)
@@ -140,5 +196,84 @@ func TestScaleUpRunAndScaleDown(t *testing.T) {
 	})
 	if got := groupNodes(ctx, t, "h100-reserved"); len(got) != 2 {
 		t.Fatalf("%d reserved machines, want 2 (never scaled down)", len(got))
+	}
+}
+
+// TestWaitsForABootingMachine: a pod that needs a machine still booting is
+// told which group's, how long ago it was asked for and how long one
+// typically takes.
+func TestWaitsForABootingMachine(t *testing.T) {
+	need(t)
+	ctx := context.Background()
+	pods := cluster.Client.CoreV1().Pods("default")
+	h200 := []string{"NVIDIA-H200", "NVIDIA-H200-NVL"}
+	for _, name := range []string{"h200-fill", "h200-more"} { // the fleet's H200 node, then one more
+		if _, err := pods.Create(ctx, classPod(name, h200, 8, false), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { pods.Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}) })
+	}
+	explains(t, pools(t), "h200-more", "waiting for capacity: scale-up of 1 × h200-slow node (8 GPUs each) requested ")
+	explains(t, pools(t), "h200-more", "(typical boot 1h)")
+}
+
+// TestWatcherSaysWhyAWorkloadWaits: through Gantry's own cluster adapter —
+// the node groups' watch running as every replica runs it, the leader's
+// watcher observing a workload's pod — a workload waiting for a booting
+// machine says so, and the groups' states say the machine is booting.
+func TestWatcherSaysWhyAWorkloadWaits(t *testing.T) {
+	need(t)
+	classes, err := gpu.LoadFile("../../../templates/gpu-classes.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := nodegroup.New(nodegroup.File{APIVersion: nodegroup.APIVersion, Kind: nodegroup.Kind, Groups: groups}, classes.Names())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := kube.New(cluster.Config(), kube.Options{NodeGroups: set, Classes: classes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.RunPools(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	w, err := c.Watcher(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.OnChange(func(string) {}); err != nil {
+		t.Fatal(err)
+	}
+	if !w.Run(ctx) {
+		t.Fatal("the watcher's caches did not fill")
+	}
+	t.Cleanup(func() { cancel(); w.Shutdown() })
+	pods := cluster.Client.CoreV1().Pods("default")
+	h200 := []string{"NVIDIA-H200", "NVIDIA-H200-NVL"}
+	for i, name := range []string{"watched-fill", "watched-wait"} {
+		p := classPod(name, h200, 8, false)
+		p.Labels = map[string]string{render.LabelManagedBy: render.ManagedBy, render.LabelWorkloadID: fmt.Sprintf("wl%d", i)}
+		if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { pods.Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}) })
+	}
+	waitfor.Until(t, time.Minute, "the waiting workload's reason", func() error {
+		o, ok := w.Observe("wl1")
+		if !ok || o.Phase != "Pending" || !strings.HasPrefix(o.Reason, "waiting for capacity: scale-up of 1 × h200-slow node") {
+			return fmt.Errorf("observed %+v (%v)", o, ok)
+		}
+		return nil
+	})
+	states, ok := c.States()
+	if !ok {
+		t.Fatal("no states with the pools running")
+	}
+	for _, s := range states {
+		if s.Group.Name == "h200-slow" && (s.Booting != 1 || s.Nodes != 0) {
+			t.Fatalf("h200-slow: %d booting, %d nodes; want the one machine booting", s.Booting, s.Nodes)
+		}
 	}
 }

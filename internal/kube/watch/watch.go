@@ -74,6 +74,10 @@ type Watcher struct {
 	kf      dynamicinformer.DynamicSharedInformerFactory // nil without Kueue
 	queued  cache.SharedIndexInformer                    // Kueue's Workloads
 	obs     Observer
+	// capacity says why an unschedulable pod waits for machines (nil: no
+	// node groups are scaled here); unhear removes the Watcher's handler.
+	capacity Explainer
+	unhear   func()
 
 	// orders are the waiting workloads' positions (kueue.Positions) per
 	// queue (kueue.QueueKey), kept until a workload of that queue changes:
@@ -95,6 +99,19 @@ type Options struct {
 	// Observer is told how far behind the cluster the informers are
 	// (required).
 	Observer Observer
+	// Capacity, when the cluster scales node groups, says why a pod the
+	// scheduler cannot place waits for machines; its reason replaces the
+	// scheduler's.
+	Capacity Explainer
+}
+
+// Explainer says why a pod the scheduler cannot place waits for capacity
+// (the node autoscaler's side: a machine booting, a group at its max), and
+// tells when that may have changed until remove is called. It runs on its
+// own (every replica keeps one); the Watcher only asks it.
+type Explainer interface {
+	Explain(p *corev1.Pod) (reason string, ok bool)
+	OnChange(changed func()) (remove func(), err error)
 }
 
 // Observer is told how far the informers lag behind the cluster.
@@ -110,7 +127,7 @@ func New(o Options) (*Watcher, error) {
 	resync := o.Resync
 	managed := func(o *metav1.ListOptions) { o.LabelSelector = render.LabelManagedBy + "=" + render.ManagedBy }
 	f := informers.NewSharedInformerFactoryWithOptions(o.Core, resync, informers.WithTweakListOptions(managed))
-	w := &Watcher{factory: f, pods: f.Core().V1().Pods().Informer(), jobs: f.Batch().V1().Jobs().Informer(), obs: o.Observer}
+	w := &Watcher{factory: f, pods: f.Core().V1().Pods().Informer(), jobs: f.Batch().V1().Jobs().Informer(), obs: o.Observer, capacity: o.Capacity}
 	infs := []cache.SharedIndexInformer{w.pods, w.jobs}
 	if o.KubeVirt {
 		w.vmf = dynamicinformer.NewFilteredDynamicSharedInformerFactory(o.Dynamic, resync, metav1.NamespaceAll, managed)
@@ -165,6 +182,21 @@ func (w *Watcher) OnChange(changed func(workloadID string)) error {
 		if _, err := inf.AddEventHandler(funcs); err != nil {
 			return fmt.Errorf("watch: event handler: %w", err)
 		}
+	}
+	if w.capacity != nil {
+		// The machines changed: every pod waiting for them may say
+		// something new.
+		remove, err := w.capacity.OnChange(func() {
+			for _, o := range w.pods.GetStore().List() {
+				if p, ok := o.(*corev1.Pod); ok && p.Status.Phase == corev1.PodPending && p.Spec.NodeName == "" {
+					h(p)
+				}
+			}
+		})
+		if err != nil {
+			return err
+		}
+		w.unhear = remove
 	}
 	if w.queued != nil {
 		// A Kueue Workload speaks for the Job or pod it admits: the change
@@ -240,6 +272,9 @@ func (w *Watcher) Shutdown() {
 	if w.kf != nil {
 		w.kf.Shutdown()
 	}
+	if w.unhear != nil {
+		w.unhear()
+	}
 }
 
 // Observe derives what the cluster says about a workload from the caches; ok
@@ -283,6 +318,14 @@ func (w *Watcher) Observe(id string) (Observation, bool) {
 	}
 	slices.Sort(evicted)
 	o, ok := Observe(id, jobs, pods)
+	if ok && o.Phase == workload.Pending && w.capacity != nil {
+		for _, p := range pods {
+			if r, said := w.capacity.Explain(p); said {
+				o.Reason = r
+				break
+			}
+		}
+	}
 	if len(evicted) > 0 {
 		o.WorkloadID, o.Evicted, ok = id, evicted, true // Phase "" when that is all there is to say
 	}

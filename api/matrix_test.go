@@ -285,6 +285,12 @@ func TestRouteRoleMatrix(t *testing.T) {
 		"GET /api/v1/node-groups": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
 			return c.ListNodeGroupsWithResponse(ctx)
 		}, map[string]int{A: 200, P: 200, T: 403, M: 403, V: 403, N: 403, X: 403}},
+		"GET /api/v1/capacity/forecast": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
+			return c.GetCapacityForecastWithResponse(ctx, &model.GetCapacityForecastParams{Class: "H100-80GB"})
+		}, map[string]int{A: 200, P: 200, T: 403, M: 403, V: 403, N: 403, X: 403}},
+		"GET /api/v1/capacity/reserved": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
+			return c.GetReservedAdviceWithResponse(ctx, &model.GetReservedAdviceParams{Class: "H200-141GB"})
+		}, map[string]int{A: 422, P: 422, T: 403, M: 403, V: 403, N: 403, X: 403}},
 		"GET /api/v1/nodes/{name}": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
 			return c.GetNodeWithResponse(ctx, "gpu-node-1")
 		}, map[string]int{A: 404, P: 404, T: 403, M: 403, V: 403, N: 403, X: 403}},

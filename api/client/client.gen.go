@@ -114,6 +114,20 @@ type ClientInterface interface {
 	// Corresponds with GET /api/v1/budgets (the `ListBudgets` operationId).
 	ListBudgets(ctx context.Context, params *ListBudgetsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// GetCapacityForecast Forecast a GPU class's demand
+	//
+	// GPUs of the class wanted (running and waiting) at each step ahead of now, with a band (10th to 90th percentile), forecast from Gantry's own launches of the last eight weeks: how long launches of each size last, and how many arrive at this time of day (docs/capacity.md). Each point also carries what was wanted a day and a week before, the seasonal baselines the forecast is scored against.
+	//
+	// Corresponds with GET /api/v1/capacity/forecast (the `GetCapacityForecast` operationId).
+	GetCapacityForecast(ctx context.Context, params *GetCapacityForecastParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetReservedAdvice How many GPUs of a class to reserve
+	//
+	// From the class's demand over the last four weeks: the level it stayed at or above for the given share of the hours (each hour at its lowest), in whole machines of the class's reserved group, and what reserving it would have saved against the on-demand price per month; and the level that would have saved most. Savings need a reserved group's price.
+	//
+	// Corresponds with GET /api/v1/capacity/reserved (the `GetReservedAdvice` operationId).
+	GetReservedAdvice(ctx context.Context, params *GetReservedAdviceParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ApplyTemplatesWithBody Apply a directory of templates at once
 	//
 	// What `gantry templates apply -f DIR` sends: the directory's files as they are (YAML or JSON; GPU class files are skipped). Every template is validated as a file would be — problems name the file, line and field path — and compared with the live catalog: created, updated (a new version), unchanged, or with prune deleted when no file defines it. With dryRun nothing changes; otherwise every change is made in one transaction (all or nothing), recorded as the caller.
@@ -765,6 +779,40 @@ func (c *Client) ListAudit(ctx context.Context, params *ListAuditParams, reqEdit
 // Corresponds with GET /api/v1/budgets (the `ListBudgets` operationId).
 func (c *Client) ListBudgets(ctx context.Context, params *ListBudgetsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewListBudgetsRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetCapacityForecast Forecast a GPU class's demand
+//
+// GPUs of the class wanted (running and waiting) at each step ahead of now, with a band (10th to 90th percentile), forecast from Gantry's own launches of the last eight weeks: how long launches of each size last, and how many arrive at this time of day (docs/capacity.md). Each point also carries what was wanted a day and a week before, the seasonal baselines the forecast is scored against.
+//
+// Corresponds with GET /api/v1/capacity/forecast (the `GetCapacityForecast` operationId).
+func (c *Client) GetCapacityForecast(ctx context.Context, params *GetCapacityForecastParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetCapacityForecastRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetReservedAdvice How many GPUs of a class to reserve
+//
+// From the class's demand over the last four weeks: the level it stayed at or above for the given share of the hours (each hour at its lowest), in whole machines of the class's reserved group, and what reserving it would have saved against the on-demand price per month; and the level that would have saved most. Savings need a reserved group's price.
+//
+// Corresponds with GET /api/v1/capacity/reserved (the `GetReservedAdvice` operationId).
+func (c *Client) GetReservedAdvice(ctx context.Context, params *GetReservedAdviceParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetReservedAdviceRequest(c.Server, params)
 	if err != nil {
 		return nil, err
 	}
@@ -2341,6 +2389,142 @@ func NewListBudgetsRequest(server string, params *ListBudgetsParams) (*http.Requ
 		if params.Team != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "team", *params.Team, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetCapacityForecastRequest constructs an http.Request for the GetCapacityForecast method
+func NewGetCapacityForecastRequest(server string, params *GetCapacityForecastParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/capacity/forecast")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "class", params.Class, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if params.HorizonMinutes != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "horizonMinutes", *params.HorizonMinutes, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.StepMinutes != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "stepMinutes", *params.StepMinutes, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetReservedAdviceRequest constructs an http.Request for the GetReservedAdvice method
+func NewGetReservedAdviceRequest(server string, params *GetReservedAdviceParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/capacity/reserved")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "class", params.Class, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if params.Share != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "share", *params.Share, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "number", Format: "double"}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -4931,6 +5115,24 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /api/v1/budgets (the `ListBudgets` operationId).
 	ListBudgetsWithResponse(ctx context.Context, params *ListBudgetsParams, reqEditors ...RequestEditorFn) (*ListBudgetsResponse, error)
 
+	// GetCapacityForecastWithResponse Forecast a GPU class's demand
+	//
+	// GPUs of the class wanted (running and waiting) at each step ahead of now, with a band (10th to 90th percentile), forecast from Gantry's own launches of the last eight weeks: how long launches of each size last, and how many arrive at this time of day (docs/capacity.md). Each point also carries what was wanted a day and a week before, the seasonal baselines the forecast is scored against.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/capacity/forecast (the `GetCapacityForecast` operationId).
+	GetCapacityForecastWithResponse(ctx context.Context, params *GetCapacityForecastParams, reqEditors ...RequestEditorFn) (*GetCapacityForecastResponse, error)
+
+	// GetReservedAdviceWithResponse How many GPUs of a class to reserve
+	//
+	// From the class's demand over the last four weeks: the level it stayed at or above for the given share of the hours (each hour at its lowest), in whole machines of the class's reserved group, and what reserving it would have saved against the on-demand price per month; and the level that would have saved most. Savings need a reserved group's price.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/capacity/reserved (the `GetReservedAdvice` operationId).
+	GetReservedAdviceWithResponse(ctx context.Context, params *GetReservedAdviceParams, reqEditors ...RequestEditorFn) (*GetReservedAdviceResponse, error)
+
 	// ApplyTemplatesWithBodyWithResponse Apply a directory of templates at once
 	//
 	// What `gantry templates apply -f DIR` sends: the directory's files as they are (YAML or JSON; GPU class files are skipped). Every template is validated as a file would be — problems name the file, line and field path — and compared with the live catalog: created, updated (a new version), unchanged, or with prune deleted when no file defines it. With dryRun nothing changes; otherwise every change is made in one transaction (all or nothing), recorded as the caller.
@@ -5765,6 +5967,102 @@ func (r ListBudgetsResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r ListBudgetsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetCapacityForecastResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *CapacityForecast
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetCapacityForecastResponse) GetJSON200() *CapacityForecast {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetCapacityForecastResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetCapacityForecastResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetCapacityForecastResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetCapacityForecastResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetCapacityForecastResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetReservedAdviceResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ReservedAdvice
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetReservedAdviceResponse) GetJSON200() *ReservedAdvice {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetReservedAdviceResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetReservedAdviceResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetReservedAdviceResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetReservedAdviceResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetReservedAdviceResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -8654,6 +8952,36 @@ func (c *ClientWithResponses) ListBudgetsWithResponse(ctx context.Context, param
 	return ParseListBudgetsResponse(rsp)
 }
 
+// GetCapacityForecastWithResponse Forecast a GPU class's demand
+//
+// GPUs of the class wanted (running and waiting) at each step ahead of now, with a band (10th to 90th percentile), forecast from Gantry's own launches of the last eight weeks: how long launches of each size last, and how many arrive at this time of day (docs/capacity.md). Each point also carries what was wanted a day and a week before, the seasonal baselines the forecast is scored against.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/capacity/forecast (the `GetCapacityForecast` operationId).
+func (c *ClientWithResponses) GetCapacityForecastWithResponse(ctx context.Context, params *GetCapacityForecastParams, reqEditors ...RequestEditorFn) (*GetCapacityForecastResponse, error) {
+	rsp, err := c.GetCapacityForecast(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetCapacityForecastResponse(rsp)
+}
+
+// GetReservedAdviceWithResponse How many GPUs of a class to reserve
+//
+// From the class's demand over the last four weeks: the level it stayed at or above for the given share of the hours (each hour at its lowest), in whole machines of the class's reserved group, and what reserving it would have saved against the on-demand price per month; and the level that would have saved most. Savings need a reserved group's price.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/capacity/reserved (the `GetReservedAdvice` operationId).
+func (c *ClientWithResponses) GetReservedAdviceWithResponse(ctx context.Context, params *GetReservedAdviceParams, reqEditors ...RequestEditorFn) (*GetReservedAdviceResponse, error) {
+	rsp, err := c.GetReservedAdvice(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetReservedAdviceResponse(rsp)
+}
+
 // ApplyTemplatesWithBodyWithResponse Apply a directory of templates at once
 //
 // What `gantry templates apply -f DIR` sends: the directory's files as they are (YAML or JSON; GPU class files are skipped). Every template is validated as a file would be — problems name the file, line and field path — and compared with the live catalog: created, updated (a new version), unchanged, or with prune deleted when no file defines it. With dryRun nothing changes; otherwise every change is made in one transaction (all or nothing), recorded as the caller.
@@ -9893,6 +10221,72 @@ func ParseListBudgetsResponse(rsp *http.Response) (*ListBudgetsResponse, error) 
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
 		var dest BudgetList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetCapacityForecastResponse parses an HTTP response from a GetCapacityForecastWithResponse call
+func ParseGetCapacityForecastResponse(rsp *http.Response) (*GetCapacityForecastResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetCapacityForecastResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest CapacityForecast
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetReservedAdviceResponse parses an HTTP response from a GetReservedAdviceWithResponse call
+func ParseGetReservedAdviceResponse(rsp *http.Response) (*GetReservedAdviceResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetReservedAdviceResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ReservedAdvice
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}

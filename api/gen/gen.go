@@ -28,6 +28,12 @@ type ServerInterface interface {
 	// ListBudgets Where the teams' budgets stand
 	// (GET /api/v1/budgets)
 	ListBudgets(ctx echo.Context, params ListBudgetsParams) error
+	// GetCapacityForecast Forecast a GPU class's demand
+	// (GET /api/v1/capacity/forecast)
+	GetCapacityForecast(ctx echo.Context, params GetCapacityForecastParams) error
+	// GetReservedAdvice How many GPUs of a class to reserve
+	// (GET /api/v1/capacity/reserved)
+	GetReservedAdvice(ctx echo.Context, params GetReservedAdviceParams) error
 	// ApplyTemplates Apply a directory of templates at once
 	// (POST /api/v1/catalog/apply)
 	ApplyTemplates(ctx echo.Context) error
@@ -294,6 +300,63 @@ func (w *ServerInterfaceWrapper) ListBudgets(ctx echo.Context) error {
 
 	// Invoke the callback with all the unmarshaled arguments
 	err = w.Handler.ListBudgets(ctx, params)
+	return err
+}
+
+// GetCapacityForecast converts echo context to params.
+func (w *ServerInterfaceWrapper) GetCapacityForecast(ctx echo.Context) error {
+	var err error
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params GetCapacityForecastParams
+	// ------------- Required query parameter "class" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, true, "class", ctx.QueryParams(), &params.Class, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter class: %s", err))
+	}
+
+	// ------------- Optional query parameter "horizonMinutes" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "horizonMinutes", ctx.QueryParams(), &params.HorizonMinutes, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter horizonMinutes: %s", err))
+	}
+
+	// ------------- Optional query parameter "stepMinutes" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "stepMinutes", ctx.QueryParams(), &params.StepMinutes, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter stepMinutes: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.GetCapacityForecast(ctx, params)
+	return err
+}
+
+// GetReservedAdvice converts echo context to params.
+func (w *ServerInterfaceWrapper) GetReservedAdvice(ctx echo.Context) error {
+	var err error
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params GetReservedAdviceParams
+	// ------------- Required query parameter "class" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, true, "class", ctx.QueryParams(), &params.Class, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter class: %s", err))
+	}
+
+	// ------------- Optional query parameter "share" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "share", ctx.QueryParams(), &params.Share, runtime.BindQueryParameterOptions{Type: "number", Format: "double"})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter share: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.GetReservedAdvice(ctx, params)
 	return err
 }
 
@@ -1408,6 +1471,8 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.GET(options.BaseURL+"/api/v1/advice", wrapper.ListAdvice, options.OperationMiddlewares["listAdvice"]...)
 	router.GET(options.BaseURL+"/api/v1/nodes", wrapper.ListNodes, options.OperationMiddlewares["listNodes"]...)
 	router.GET(options.BaseURL+"/api/v1/node-groups", wrapper.ListNodeGroups, options.OperationMiddlewares["listNodeGroups"]...)
+	router.GET(options.BaseURL+"/api/v1/capacity/forecast", wrapper.GetCapacityForecast, options.OperationMiddlewares["getCapacityForecast"]...)
+	router.GET(options.BaseURL+"/api/v1/capacity/reserved", wrapper.GetReservedAdvice, options.OperationMiddlewares["getReservedAdvice"]...)
 	router.GET(options.BaseURL+"/api/v1/nodes/:name", wrapper.GetNode, options.OperationMiddlewares["getNode"]...)
 	router.POST(options.BaseURL+"/api/v1/telemetry", wrapper.PushTelemetry, options.OperationMiddlewares["pushTelemetry"]...)
 	router.GET(options.BaseURL+"/api/v1/me", wrapper.GetMe, options.OperationMiddlewares["getMe"]...)
@@ -1534,6 +1599,84 @@ type ListBudgetsdefaultApplicationProblemPlusJSONResponse struct {
 }
 
 func (response ListBudgetsdefaultApplicationProblemPlusJSONResponse) VisitListBudgetsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetCapacityForecastRequestObject struct {
+	Params GetCapacityForecastParams
+}
+
+type GetCapacityForecastResponseObject interface {
+	VisitGetCapacityForecastResponse(w http.ResponseWriter) error
+}
+
+type GetCapacityForecast200JSONResponse CapacityForecast
+
+func (response GetCapacityForecast200JSONResponse) VisitGetCapacityForecastResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetCapacityForecastdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetCapacityForecastdefaultApplicationProblemPlusJSONResponse) VisitGetCapacityForecastResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetReservedAdviceRequestObject struct {
+	Params GetReservedAdviceParams
+}
+
+type GetReservedAdviceResponseObject interface {
+	VisitGetReservedAdviceResponse(w http.ResponseWriter) error
+}
+
+type GetReservedAdvice200JSONResponse ReservedAdvice
+
+func (response GetReservedAdvice200JSONResponse) VisitGetReservedAdviceResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetReservedAdvicedefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetReservedAdvicedefaultApplicationProblemPlusJSONResponse) VisitGetReservedAdviceResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
@@ -3921,6 +4064,12 @@ type StrictServerInterface interface {
 	// ListBudgets Where the teams' budgets stand
 	// (GET /api/v1/budgets)
 	ListBudgets(ctx context.Context, request ListBudgetsRequestObject) (ListBudgetsResponseObject, error)
+	// GetCapacityForecast Forecast a GPU class's demand
+	// (GET /api/v1/capacity/forecast)
+	GetCapacityForecast(ctx context.Context, request GetCapacityForecastRequestObject) (GetCapacityForecastResponseObject, error)
+	// GetReservedAdvice How many GPUs of a class to reserve
+	// (GET /api/v1/capacity/reserved)
+	GetReservedAdvice(ctx context.Context, request GetReservedAdviceRequestObject) (GetReservedAdviceResponseObject, error)
 	// ApplyTemplates Apply a directory of templates at once
 	// (POST /api/v1/catalog/apply)
 	ApplyTemplates(ctx context.Context, request ApplyTemplatesRequestObject) (ApplyTemplatesResponseObject, error)
@@ -4184,6 +4333,56 @@ func (sh *strictHandler) ListBudgets(ctx echo.Context, params ListBudgetsParams)
 		return err
 	} else if validResponse, ok := response.(ListBudgetsResponseObject); ok {
 		return validResponse.VisitListBudgetsResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// GetCapacityForecast operation middleware
+func (sh *strictHandler) GetCapacityForecast(ctx echo.Context, params GetCapacityForecastParams) error {
+	var request GetCapacityForecastRequestObject
+
+	request.Params = params
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.GetCapacityForecast(ctx.Request().Context(), request.(GetCapacityForecastRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetCapacityForecast")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(GetCapacityForecastResponseObject); ok {
+		return validResponse.VisitGetCapacityForecastResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// GetReservedAdvice operation middleware
+func (sh *strictHandler) GetReservedAdvice(ctx echo.Context, params GetReservedAdviceParams) error {
+	var request GetReservedAdviceRequestObject
+
+	request.Params = params
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.GetReservedAdvice(ctx.Request().Context(), request.(GetReservedAdviceRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetReservedAdvice")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(GetReservedAdviceResponseObject); ok {
+		return validResponse.VisitGetReservedAdviceResponse(ctx.Response())
 	} else if response != nil {
 		return fmt.Errorf("unexpected response type: %T", response)
 	}

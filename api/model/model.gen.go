@@ -996,6 +996,22 @@ type BudgetRequest struct {
 // BudgetRequestAtLimit defines model for BudgetRequest.AtLimit.
 type BudgetRequestAtLimit string
 
+// CapacityForecast defines model for CapacityForecast.
+type CapacityForecast struct {
+	Class string `json:"class"`
+
+	// Launches The class's launches the forecast read.
+	Launches int `json:"launches"`
+
+	// Now GPUs wanted at the origin.
+	Now float64 `json:"now"`
+
+	// Origin When the forecast was made (now).
+	Origin      time.Time       `json:"origin"`
+	Points      []ForecastPoint `json:"points"`
+	StepMinutes int             `json:"stepMinutes"`
+}
+
 // CatalogImage defines model for CatalogImage.
 type CatalogImage struct {
 	// Annotations Annotations the signature must carry.
@@ -1295,6 +1311,25 @@ type FindingKind string
 
 // FindingSeverity defines model for Finding.Severity.
 type FindingSeverity string
+
+// ForecastPoint defines model for ForecastPoint.
+type ForecastPoint struct {
+	// DayAgo GPUs wanted a day before t.
+	DayAgo float64 `json:"dayAgo"`
+
+	// Gpus The forecast (the median of its distribution).
+	Gpus float64 `json:"gpus"`
+
+	// Hi Its 90th percentile.
+	Hi float64 `json:"hi"`
+
+	// Lo Its 10th percentile.
+	Lo float64   `json:"lo"`
+	T  time.Time `json:"t"`
+
+	// WeekAgo GPUs wanted a week before t.
+	WeekAgo float64 `json:"weekAgo"`
+}
 
 // GPUChoice The GPUs to ask for; each field defaults to the template's choice.
 type GPUChoice struct {
@@ -1778,6 +1813,38 @@ type RenderResult struct {
 	// Template A lowercase DNS label.
 	Template        Name `json:"template"`
 	TemplateVersion int  `json:"templateVersion"`
+}
+
+// ReservedAdvice defines model for ReservedAdvice.
+type ReservedAdvice struct {
+	// Best The level that saves most.
+	Best                int       `json:"best"`
+	BestSavingsPerMonth float64   `json:"bestSavingsPerMonth"`
+	Class               string    `json:"class"`
+	From                time.Time `json:"from"`
+
+	// Level GPUs demand stayed at or above for the share of hours.
+	Level int `json:"level"`
+
+	// OnDemandPrice Per GPU-hour.
+	OnDemandPrice float64 `json:"onDemandPrice"`
+
+	// Priced Whether a reserved price is known (a reserved group)
+	Priced bool `json:"priced"`
+
+	// ReservedNow GPUs the class's reserved groups hold now.
+	ReservedNow int `json:"reservedNow"`
+
+	// ReservedPrice Per GPU-hour.
+	ReservedPrice float64 `json:"reservedPrice"`
+
+	// SavingsPerMonth What reserving the level saves per 30 days (negative: it costs).
+	SavingsPerMonth float64   `json:"savingsPerMonth"`
+	Share           float64   `json:"share"`
+	To              time.Time `json:"to"`
+
+	// Unit GPUs the level is counted in (a reserved machine; 1 without a reserved group).
+	Unit int `json:"unit"`
 }
 
 // Scheduling defines model for Scheduling.
@@ -2300,6 +2367,27 @@ type ListAuditParamsDecision string
 type ListBudgetsParams struct {
 	// Team Only this team's budget.
 	Team *Name `form:"team,omitempty" json:"team,omitempty"`
+}
+
+// GetCapacityForecastParams defines parameters for GetCapacityForecast.
+type GetCapacityForecastParams struct {
+	// Class The GPU class.
+	Class string `form:"class" json:"class"`
+
+	// HorizonMinutes How far ahead.
+	HorizonMinutes *int `form:"horizonMinutes,omitempty" json:"horizonMinutes,omitempty"`
+
+	// StepMinutes The step between points (at most 144 points).
+	StepMinutes *int `form:"stepMinutes,omitempty" json:"stepMinutes,omitempty"`
+}
+
+// GetReservedAdviceParams defines parameters for GetReservedAdvice.
+type GetReservedAdviceParams struct {
+	// Class The GPU class.
+	Class string `form:"class" json:"class"`
+
+	// Share The share of hours demand must stay at or above the level.
+	Share *float64 `form:"share,omitempty" json:"share,omitempty"`
 }
 
 // GetCostsParams defines parameters for GetCosts.

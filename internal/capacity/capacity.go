@@ -1,11 +1,15 @@
 // Package capacity owns what Gantry says about the size of its GPU fleet:
 // the node groups the platform team declared, with what their machines are
-// doing now as the cluster's autoscaler reports it.
+// doing now as the cluster's autoscaler reports it; each class's demand
+// forecast from Gantry's own launch history; and how many GPUs of a class
+// are worth reserving.
 package capacity
 
 import (
 	"errors"
+	"time"
 
+	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/nodegroup"
 )
 
@@ -15,24 +19,30 @@ type Pools interface {
 	States() (states []nodegroup.PoolState, ok bool)
 }
 
-// Options are what a Service is made of.
+// Options are what a Service is made of (all required).
 type Options struct {
-	NodeGroups *nodegroup.Set // required; empty when none are declared
-	Pools      Pools          // required
+	NodeGroups *nodegroup.Set // empty when none are declared
+	Pools      Pools
+	Launches   History
+	Classes    *gpu.Catalog
+	Now        func() time.Time
 }
 
 // Service answers for the fleet's size.
 type Service struct {
-	groups *nodegroup.Set
-	pools  Pools
+	groups   *nodegroup.Set
+	pools    Pools
+	launches History
+	classes  *gpu.Catalog
+	now      func() time.Time
 }
 
 // New returns a capacity service, complete.
 func New(o Options) (*Service, error) {
-	if o.NodeGroups == nil || o.Pools == nil {
-		return nil, errors.New("capacity: node groups and their pools are required")
+	if o.NodeGroups == nil || o.Pools == nil || o.Launches == nil || o.Classes == nil || o.Now == nil {
+		return nil, errors.New("capacity: node groups, their pools, the launch history, the classes and a clock are required")
 	}
-	return &Service{groups: o.NodeGroups, pools: o.Pools}, nil
+	return &Service{groups: o.NodeGroups, pools: o.Pools, launches: o.Launches, classes: o.Classes, now: o.Now}, nil
 }
 
 // Group is a node group and, when known, its state now.

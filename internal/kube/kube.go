@@ -138,7 +138,7 @@ func New(cfg *rest.Config, o Options) (*Cluster, error) {
 		return nil, err
 	}
 	if o.Now == nil {
-		o.Now = time.Now
+		o.Now = time.Now //clock:allow a cluster made without the server's clock (tests, tools) says how long ago on the wall clock
 	}
 	return &Cluster{dyn: dyn, core: core, kueue: o.Kueue, obs: o.Observer, queue: queue, nodes: nodes.New(core),
 		groups: o.NodeGroups, classes: o.Classes, now: o.Now}, nil

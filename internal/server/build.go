@@ -305,7 +305,7 @@ func (s *Server) handler(ov Overrides, w *wiring) error {
 	if s.cluster != nil {
 		pools = s.cluster
 	}
-	fleet, err := capacity.New(capacity.Options{NodeGroups: s.NodeGroups, Pools: pools})
+	fleet, err := capacity.New(capacity.Options{NodeGroups: s.NodeGroups, Pools: pools, Launches: s.Store.Workloads, Classes: s.Catalog.Classes(), Now: s.clock.Now})
 	if err != nil {
 		return err
 	}

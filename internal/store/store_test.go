@@ -980,6 +980,23 @@ func testMetering(t *testing.T, s *stores.All) {
 	if list, err := s.ListWorkloads(ctx, workload.Filter{Ended: true, Limit: 10}); err != nil || len(list) != 1 || list[0].ID != w.ID {
 		t.Fatalf("ended workloads: %d, %v", len(list), err)
 	}
+
+	// The demand history: a launch wanted from its creation to its end,
+	// listed while it overlaps the window; a live one with no end.
+	live := workload.Workload{ID: "meter00002", Name: "x-meter00002", Team: "vision", Owner: "alice", Template: "jupyter-notebook", TemplateVersion: 1,
+		Kind: "notebook", GPUClass: "H100-80GB", MIGProfile: "1g.10gb", GPUCount: 1, Parameters: map[string]string{}, ObjectsHash: "h", Status: workload.Pending,
+		PricePerHour: 1, CreatedAt: at.Add(6 * time.Hour), UpdatedAt: at.Add(6 * time.Hour)}
+	if err := s.CreateWorkload(ctx, live); err != nil {
+		t.Fatal(err)
+	}
+	d, err := s.Demand(ctx, at)
+	if err != nil || len(d) != 2 || !d[0].Created.Equal(at) || !d[0].Ended.Equal(at.Add(5*time.Hour)) || d[0].GPUCount != 2 || d[0].GPUClass != "H100-80GB" ||
+		!d[1].Ended.IsZero() || d[1].MIGProfile != "1g.10gb" {
+		t.Fatalf("demand since 09:00: %+v, %v", d, err)
+	}
+	if d, err := s.Demand(ctx, at.Add(5*time.Hour)); err != nil || len(d) != 1 || d[0].MIGProfile != "1g.10gb" {
+		t.Fatalf("demand since the first ended: %+v, %v", d, err)
+	}
 }
 
 // testGovernance: a budget alert is recorded once per team, cost center,

@@ -31,6 +31,16 @@ type Run struct {
 	From, To        time.Time
 }
 
+// Demand is one launch as the demand forecast sees it: wanted (waiting or
+// running) from Created until Ended (zero while it lasts), GPUCount of a
+// class, each a MIG slice when MIGProfile is set.
+type Demand struct {
+	Created, Ended time.Time
+	GPUClass       string
+	MIGProfile     string
+	GPUCount       int
+}
+
 // CostGroups are what costs are grouped by.
 var CostGroups = []string{"team", "user", "template", "gpuClass", "costCenter"}
 

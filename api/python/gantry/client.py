@@ -364,6 +364,13 @@ class Gantry:
     def node_groups(self) -> List[Dict[str, Any]]:
         return self._call("GET", "/api/v1/node-groups")["items"]
 
+    def capacity_forecast(self, gpu_class: str, horizon_minutes: int = 120, step_minutes: int = 10) -> Dict[str, Any]:
+        return self._call("GET", "/api/v1/capacity/forecast",
+                          {"class": gpu_class, "horizonMinutes": horizon_minutes, "stepMinutes": step_minutes})
+
+    def reserved_advice(self, gpu_class: str, share: float = 0.9) -> Dict[str, Any]:
+        return self._call("GET", "/api/v1/capacity/reserved", {"class": gpu_class, "share": share})
+
     def audit(self, **filters: Any) -> Dict[str, Any]:
         return self._call("GET", "/api/v1/audit", filters)
 
@@ -437,7 +444,8 @@ METHODS = {
     "listPlatformEdits": "platform_edits", "setGPUClassPrice": "set_price", "resetGPUClassPrice": "reset_price",
     "setTeamQuota": "set_quota", "resetTeamQuota": "reset_quota", "setTeamBudget": "set_budget", "resetTeamBudget": "reset_budget",
     "getTeamReport": "team_report", "listBudgets": "budgets", "listAdvice": "advice", "listNodes": "nodes",
-    "getNode": "node", "listNodeGroups": "node_groups", "getMe": "me", "listTokens": "tokens", "createToken": "create_token", "revokeToken": "revoke_token",
+    "getNode": "node", "listNodeGroups": "node_groups",
+    "getCapacityForecast": "capacity_forecast", "getReservedAdvice": "reserved_advice", "getMe": "me", "listTokens": "tokens", "createToken": "create_token", "revokeToken": "revoke_token",
     "listUsers": "users", "deactivateUser": "deactivate_user", "reactivateUser": "reactivate_user",
     "listUserTokens": "user_tokens", "revokeUserToken": "revoke_user_token", "listImages": "images",
     "getImage": "image", "verifyImage": "verify_image", "listAudit": "audit",

@@ -417,6 +417,34 @@ func (s *Store) WorkloadRuns(ctx context.Context, from, to time.Time, teams []te
 	return out, rows.Err()
 }
 
+// Demand lists the launches of GPUs wanted at some time from since on:
+// live ones, and those that ended after since (a launch that never ran
+// and never ends — rejected, denied, waiting for approval — is left out),
+// oldest first.
+func (s *Store) Demand(ctx context.Context, since time.Time) ([]workload.Demand, error) {
+	in, args := statusIn(workload.StatusesWhere(workload.Status.Live))
+	rows, err := s.db.Read().QueryContext(ctx, s.db.Q(`SELECT created_at, ended_at, gpu_class, mig_profile, gpu_count FROM workloads
+		WHERE gpu_count > 0 AND (ended_at > ? OR (ended_at = 0 AND `+in+`)) ORDER BY created_at, id`), append([]any{since.UnixMicro()}, args...)...)
+	if err != nil {
+		return nil, fmt.Errorf("list demand: %w", err)
+	}
+	defer rows.Close()
+	var out []workload.Demand
+	for rows.Next() {
+		var d workload.Demand
+		var created, ended int64
+		if err := rows.Scan(&created, &ended, &d.GPUClass, &d.MIGProfile, &d.GPUCount); err != nil {
+			return nil, fmt.Errorf("list demand: %w", err)
+		}
+		d.Created = time.UnixMicro(created).UTC()
+		if ended != 0 {
+			d.Ended = time.UnixMicro(ended).UTC()
+		}
+		out = append(out, d)
+	}
+	return out, rows.Err()
+}
+
 // UnappliedWorkloads implements workload.Store: live workloads whose objects
 // were never applied (not ended; those held for approval only with
 // withHeld), oldest first.

@@ -14,7 +14,7 @@ import (
 // state is claimed.
 func TestNodeGroups(t *testing.T) {
 	e := newEnv(t, func(*http.Request) (identity.Identity, error) {
-		return identity.Identity{Subject: "pat", Groups: []string{"platform-team"}}, nil
+		return identity.Identity{Subject: "pat", Groups: []string{"platform-team"}, SecondFactor: true}, nil
 	})
 	r := servertest.Must(e.api.ListNodeGroupsWithResponse(t.Context()))(t)
 	if r.StatusCode() != 200 {
@@ -27,7 +27,7 @@ func TestNodeGroups(t *testing.T) {
 			t.Errorf("%s: a state without a cluster: %+v", g.Name, g.State)
 		}
 	}
-	if len(names) != 4 || names[0] != "h100-reserved" || names[1] != "h100-on-demand" {
+	if len(names) != 3 || names[0] != "h100-reserved" || names[1] != "h100-on-demand" || names[2] != "h100-spot" {
 		t.Fatalf("groups %v, want the file's in its order", names)
 	}
 	od := r.JSON200.Items[1]

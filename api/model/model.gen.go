@@ -1829,7 +1829,7 @@ type ReservedAdvice struct {
 	// OnDemandPrice Per GPU-hour.
 	OnDemandPrice float64 `json:"onDemandPrice"`
 
-	// Priced Whether a reserved price is known (a reserved group)
+	// Priced Whether a reserved price is known (a reserved group), so savings are said.
 	Priced bool `json:"priced"`
 
 	// ReservedNow GPUs the class's reserved groups hold now.

@@ -208,6 +208,14 @@ func TestBrowserPlatformEdits(t *testing.T) {
 	step, js, poll := pg.Do, pg.JS, pg.Poll
 	pg.SignIn(g.URL+"/platform", "pat", "classes")
 	poll("the classes", `!!document.querySelector('#classes tr[data-class="L4"] input')`)
+	// The node groups, and the forecast of the first class with groups,
+	// drawn with its words for who cannot see it.
+	poll("the node groups", `document.querySelectorAll('#groups tbody tr').length === 3`)
+	poll("the forecast chart", `!!document.querySelector('#forecast-chart svg[role="img"]')`)
+	if label := js(`document.querySelector('#forecast-chart svg').getAttribute('aria-label')`); !strings.HasPrefix(label, "H100-80GB: 0.0 GPUs wanted now; in 2 h 0.0") {
+		t.Errorf("the forecast's label: %q", label)
+	}
+	poll("the reserved-size advice", `document.getElementById('reserved-advice').textContent.includes('no launches of H100-80GB')`)
 	get := func(path string, out any) {
 		t.Helper()
 		req, _ := http.NewRequest("GET", g.URL+path, nil)

@@ -867,6 +867,102 @@ function editForms() {
   });
 }
 
+// ------------------------------------------------------------ capacity
+
+const svgNS = 'http://www.w3.org/2000/svg';
+function svg(tag, attrs, ...children) {
+  const e = document.createElementNS(svgNS, tag);
+  for (const [k, v] of Object.entries(attrs || {})) if (v !== undefined && v !== null) e.setAttribute(k, String(v));
+  for (const c of children) if (c) e.append(c);
+  return e;
+}
+
+async function loadGroups(body) {
+  const list = await api('GET', '/api/v1/node-groups');
+  body.replaceChildren(...list.items.map((g) => {
+    const st = g.state;
+    let now = 'not watched (no cluster, or no Karpenter)';
+    if (st) {
+      now = st.nodes + ' joined' + (st.booting ? ', ' + st.booting + ' booting since ' + new Date(st.bootingSince).toLocaleTimeString() : '');
+      if (st.failed) now += '; last scale-up failed: ' + st.failed;
+    }
+    return el('tr', { 'data-group': g.name }, el('td', { text: g.name }), el('td', { text: g.class }), el('td', { text: g.purchase }),
+      el('td', { text: String(g.gpusPerNode) }), el('td', { text: g.min + '–' + g.max }),
+      el('td', { text: money(g.pricePerNodeHour) + ' (' + money(g.gpuHourPrice) + ' a GPU-hour)' }), el('td', { text: now }));
+  }));
+  if (!list.items.length) document.getElementById('groups-status').textContent = 'No node groups are declared (nodeGroupsFile): the cluster\'s nodes are fixed.';
+  return list.items;
+}
+
+// forecastChart draws the forecast (line), its band (area) and what was
+// wanted a day and a week before (dashed), as an SVG with a text label.
+function forecastChart(f) {
+  const W = 640, H = 220, L = 44, R = 10, T = 10, B = 28;
+  const pts = f.points;
+  const t0 = new Date(f.origin).getTime(), t1 = new Date(pts[pts.length - 1].t).getTime();
+  const top = Math.max(1, f.now, ...pts.map((p) => Math.max(p.hi, p.dayAgo, p.weekAgo))) * 1.1;
+  const x = (t) => L + (W - L - R) * (new Date(t).getTime() - t0) / Math.max(1, t1 - t0);
+  const y = (v) => T + (H - T - B) * (1 - v / top);
+  const line = (get) => 'M' + x(f.origin) + ',' + y(f.now) + pts.map((p) => ' L' + x(p.t) + ',' + y(get(p))).join('');
+  const band = 'M' + x(f.origin) + ',' + y(f.now) + pts.map((p) => ' L' + x(p.t) + ',' + y(p.hi)).join('') +
+    pts.slice().reverse().map((p) => ' L' + x(p.t) + ',' + y(p.lo)).join('') + ' Z';
+  const seasonal = (get) => 'M' + pts.map((p) => x(p.t) + ',' + y(get(p))).join(' L');
+  const label = f.class + ': ' + f.now.toFixed(1) + ' GPUs wanted now; in ' + Math.round((t1 - t0) / 3600000) + ' h ' +
+    pts[pts.length - 1].gpus.toFixed(1) + ' (' + pts[pts.length - 1].lo.toFixed(1) + '–' + pts[pts.length - 1].hi.toFixed(1) + ')';
+  const ticks = [0, top / 2, top].map((v) => svg('text', { x: L - 6, y: y(v) + 4, class: 'axis', 'text-anchor': 'end' }, document.createTextNode(v.toFixed(0))));
+  const hours = [];
+  for (let h = 0; h <= Math.round((t1 - t0) / 3600000); h++) {
+    const t = t0 + h * 3600000;
+    hours.push(svg('text', { x: x(t), y: H - 8, class: 'axis', 'text-anchor': 'middle' }, document.createTextNode('+' + h + 'h')));
+  }
+  return svg('svg', { viewBox: '0 0 ' + W + ' ' + H, role: 'img', 'aria-label': label, class: 'chart' },
+    svg('title', {}, document.createTextNode(label)),
+    svg('line', { x1: L, y1: y(0), x2: W - R, y2: y(0), class: 'axis-line' }),
+    svg('path', { d: band, class: 'band' }),
+    svg('path', { d: seasonal((p) => p.weekAgo), class: 'week' }),
+    svg('path', { d: seasonal((p) => p.dayAgo), class: 'day' }),
+    svg('path', { d: line((p) => p.gpus), class: 'forecast' }),
+    ...ticks, ...hours);
+}
+
+async function showForecast(cls, hours) {
+  const status = document.getElementById('forecast-status');
+  status.textContent = '';
+  try {
+    const f = await api('GET', '/api/v1/capacity/forecast?class=' + encodeURIComponent(cls) + '&horizonMinutes=' + (hours * 60) + '&stepMinutes=10');
+    document.getElementById('forecast-chart').replaceChildren(forecastChart(f));
+    document.getElementById('forecast-caption').textContent = 'The forecast (line) with its 10th–90th percentile band, and what was wanted a day (dashed) and a week (dotted) before, from ' +
+      f.launches + ' launches of ' + f.class + ' in the last eight weeks.';
+    document.getElementById('forecast-figure').hidden = false;
+    const body = document.querySelector('#forecast tbody');
+    body.replaceChildren(...f.points.map((p) => el('tr', {}, el('td', { text: new Date(p.t).toLocaleTimeString() }), el('td', { text: p.gpus.toFixed(2) }),
+      el('td', { text: p.lo.toFixed(2) + '–' + p.hi.toFixed(2) }), el('td', { text: p.dayAgo.toFixed(2) }), el('td', { text: p.weekAgo.toFixed(2) }))));
+    document.getElementById('forecast-details').hidden = false;
+  } catch (err) { status.textContent = err.message; }
+  const advice = document.getElementById('reserved-advice');
+  try {
+    const r = await api('GET', '/api/v1/capacity/reserved?class=' + encodeURIComponent(cls) + '&share=0.9');
+    advice.textContent = r.class + ': demand stayed at or above ' + r.level + ' GPUs in 90 % of the hours of the last ' + Math.round((new Date(r.to) - new Date(r.from)) / 86400000) +
+      ' days (' + r.reservedNow + ' reserved now). ' + (r.priced ? 'Reserving ' + r.level + ' would have ' + (r.savingsPerMonth >= 0 ? 'saved ' + money(r.savingsPerMonth) : 'cost ' + money(-r.savingsPerMonth) + ' more') +
+      ' a month against on-demand; ' + r.best + ' would have saved most (' + money(r.bestSavingsPerMonth) + ').' : 'Declare a reserved group with its price to see what reserving saves.');
+  } catch (err) { advice.textContent = 'Reserved capacity: ' + problemLines(err).join('; '); }
+}
+
+async function capacitySection() {
+  const form = document.getElementById('forecast-form');
+  if (!form) return;
+  const select = document.getElementById('forecast-class');
+  let classes = [];
+  try { classes = (await api('GET', '/api/v1/gpu-classes')).items.map((c) => c.name); } catch (err) { /* the classes section says why */ }
+  let groups = [];
+  try { groups = await loadGroups(document.querySelector('#groups tbody')); } catch (err) { document.getElementById('groups-status').textContent = err.message; }
+  const scaled = [...new Set(groups.map((g) => g.class))];
+  const order = scaled.concat(classes.filter((c) => !scaled.includes(c)));
+  select.replaceChildren(...order.map((c) => el('option', { value: c, text: c })));
+  form.addEventListener('submit', (ev) => { ev.preventDefault(); showForecast(select.value, Number(document.getElementById('forecast-hours').value)); });
+  if (order.length) await showForecast(order[0], 2);
+}
+
 async function platformPage() {
   editForms();
   await Promise.all([
@@ -891,6 +987,7 @@ async function platformPage() {
     }),
     section('classes', loadClasses),
     section('edits', loadEdits),
+    capacitySection(),
     section('nodes', async (body) => {
       const list = await api('GET', '/api/v1/nodes');
       body.replaceChildren(...list.items.map((n) => el('tr', {}, el('td', { text: n.name }),

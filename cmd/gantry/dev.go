@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"golang.org/x/sync/errgroup"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -74,7 +75,7 @@ func devCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	// so its etcd need not fsync. Karpenter scales the on-demand and spot
 	// node groups from zero; machines boot in a tenth of their boot time.
 	cl, err := devcluster.Start(ctx, devcluster.Options{Name: "gantry-dev", Root: root, Log: stderr, Ephemeral: true,
-		NodeGroups: groups.List(), BootScale: devBootScale})
+		NodeGroups: groups.List(), BootScale: devBootScale, WaitForPodsReady: devPodsReady})
 	if err != nil {
 		return fmt.Errorf("the local cluster did not start: %w", err)
 	}
@@ -158,6 +159,11 @@ Stop with Ctrl-C (the cluster is removed too).
 // devBootScale shortens the node groups' boot times on the local cluster,
 // so that a newcomer sees a machine join within seconds.
 const devBootScale = 0.1
+
+// devPodsReady is how long Kueue gives an admitted workload's pods to be all
+// Ready before it gives the quota back and queues the workload again
+// (all-or-nothing: docs/capacity.md): well above a machine's boot here.
+const devPodsReady = 2 * time.Minute
 
 func firstUser(us []config.DevUser) string {
 	if len(us) == 0 {

@@ -65,6 +65,10 @@ type Options struct {
 	NodeGroups []nodegroup.Group
 	// BootScale multiplies the groups' boot times (0: 1, as declared).
 	BootScale float64
+	// WaitForPodsReady, when set, has Kueue admit all-or-nothing: an
+	// admitted workload whose pods are not all Ready within it gives its
+	// quota back and is queued again (Kueue's waitForPodsReady).
+	WaitForPodsReady time.Duration
 }
 
 // Cluster is a running local cluster.

@@ -85,7 +85,7 @@ func (c *Cluster) startKueue(ctx context.Context, o Options) error {
 	for attempt := 0; attempt < 5; attempt++ {
 		port := 20000 + rand.IntN(20000)
 		cfg := filepath.Join(kdir, "config.yaml")
-		if err := os.WriteFile(cfg, kueueConfig(port, filepath.Join(kdir, "certs"), o.KueueTransformations), 0o600); err != nil {
+		if err := os.WriteFile(cfg, kueueConfig(port, filepath.Join(kdir, "certs"), o.KueueTransformations, o.WaitForPodsReady), 0o600); err != nil {
 			return err
 		}
 		k, err := startProcess("Kueue", filepath.Join(dir, "bin", "kueue"), []string{"--config", cfg, "--feature-gates", "VisibilityOnDemand=false", "--zap-log-level", "info"},
@@ -239,7 +239,7 @@ func (c *Cluster) installKueueCRDs(ctx context.Context, dir string) error {
 }
 
 // kueueConfig is Kueue's configuration on the local cluster.
-func kueueConfig(port int, certDir string, tr []KueueTransformation) []byte {
+func kueueConfig(port int, certDir string, tr []KueueTransformation, podsReady time.Duration) []byte {
 	var b strings.Builder
 	fmt.Fprintf(&b, `apiVersion: config.kueue.x-k8s.io/v1beta2
 kind: Configuration
@@ -283,6 +283,21 @@ resources:
 		for _, t := range tr {
 			fmt.Fprintf(&b, "  - input: %s\n    strategy: Replace\n    outputs:\n      %s: %d\n", t.Input, t.Output, t.Milli)
 		}
+	}
+	if podsReady > 0 {
+		// All-or-nothing: an admitted workload whose pods are not all
+		// Ready within the timeout is evicted — its quota given back, its
+		// pods removed — and queued again after a backoff (a tenth of the
+		// timeout, doubling, at most the timeout). Admissions are not
+		// blocked meanwhile.
+		fmt.Fprintf(&b, `waitForPodsReady:
+  timeout: %s
+  blockAdmission: false
+  requeuingStrategy:
+    timestamp: Eviction
+    backoffBaseSeconds: %d
+    backoffMaxSeconds: %d
+`, podsReady, max(1, int(podsReady.Seconds()/10)), max(1, int(podsReady.Seconds())))
 	}
 	return []byte(b.String())
 }

@@ -7,9 +7,12 @@ import (
 	"testing"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 
 	"github.com/gantryhq/gantry/internal/config"
@@ -24,6 +27,10 @@ import (
 )
 
 var cluster *devcluster.Cluster
+
+// podsReady is how long Kueue gives an admitted workload's pods to be all
+// Ready before it evicts it (all-or-nothing).
+const podsReady = 15 * time.Second
 
 // groups are the H100 groups of the local cluster's fleet (h100-reserved,
 // two nodes of 8 GPUs) with one on-demand machine and one spot machine that
@@ -41,7 +48,9 @@ var groups = []nodegroup.Group{
 }
 
 func TestMain(m *testing.M) {
-	clustertest.Main(m, "karpenter", &cluster, clustertest.Hooks{Options: func(o *devcluster.Options) { o.NodeGroups = groups }})
+	clustertest.Main(m, "karpenter", &cluster, clustertest.Hooks{Options: func(o *devcluster.Options) {
+		o.NodeGroups, o.WaitForPodsReady = groups, podsReady
+	}})
 }
 
 func need(t *testing.T) {
@@ -277,3 +286,84 @@ func TestWatcherSaysWhyAWorkloadWaits(t *testing.T) {
 		}
 	}
 }
+
+// TestGangGivesItsQuotaBack: Karpenter cannot be asked whether a whole gang
+// fits (Kueue's ProvisioningRequest check speaks to the cluster-autoscaler
+// only), so admission is all-or-nothing in time: a Job of two 8-GPU pods
+// that Kueue admits but the cluster can place only half of (one H200
+// machine free, the group's one more booting for an hour) is evicted once
+// its pods are not all Ready within the timeout — its quota given back and
+// its pods removed — and queued again after a backoff, rather than holding
+// a machine half used.
+func TestGangGivesItsQuotaBack(t *testing.T) {
+	need(t)
+	ctx := context.Background()
+	dyn, err := dynamic.NewForConfig(cluster.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "gang", Labels: map[string]string{render.LabelManagedBy: render.ManagedBy}}}
+	if _, err := cluster.Client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	kueueObj := func(resource string, obj map[string]any) {
+		t.Helper()
+		u := &unstructured.Unstructured{Object: obj}
+		gvr := schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: resource}
+		var err error
+		if u.GetNamespace() != "" {
+			_, err = dyn.Resource(gvr).Namespace(u.GetNamespace()).Create(ctx, u, metav1.CreateOptions{})
+		} else {
+			_, err = dyn.Resource(gvr).Create(ctx, u, metav1.CreateOptions{})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	kueueObj("resourceflavors", map[string]any{"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": map[string]any{"name": "gang"}})
+	kueueObj("clusterqueues", map[string]any{"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": map[string]any{"name": "gang"},
+		"spec": map[string]any{"namespaceSelector": map[string]any{}, "resourceGroups": []any{map[string]any{
+			"coveredResources": []any{"gantry.dev/gpu-milli"},
+			"flavors":          []any{map[string]any{"name": "gang", "resources": []any{map[string]any{"name": "gantry.dev/gpu-milli", "nominalQuota": "100000"}}}},
+		}}}})
+	kueueObj("localqueues", map[string]any{"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue", "metadata": map[string]any{"name": "gang", "namespace": "gang"},
+		"spec": map[string]any{"clusterQueue": "gang"}})
+	pod := classPod("x", []string{"NVIDIA-H200", "NVIDIA-H200-NVL"}, 8, false).Spec
+	pod.RestartPolicy = corev1.RestartPolicyNever
+	two := int32(2)
+	job := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: "gang", Namespace: "gang", Labels: map[string]string{"kueue.x-k8s.io/queue-name": "gang"}},
+		Spec: batchv1.JobSpec{Parallelism: &two, Completions: &two, Suspend: ptr(true), Template: corev1.PodTemplateSpec{
+			ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{"pod-complete.stage.kwok.x-k8s.io/delay": "1h"}},
+			Spec:       pod,
+		}},
+	}
+	waitfor.Until(t, time.Minute, "the Job created (Kueue's queues known)", func() error {
+		_, err := cluster.Client.BatchV1().Jobs("gang").Create(ctx, job, metav1.CreateOptions{})
+		return err
+	})
+	t.Cleanup(func() {
+		cluster.Client.BatchV1().Jobs("gang").Delete(context.Background(), "gang", metav1.DeleteOptions{PropagationPolicy: ptr(metav1.DeletePropagationBackground)})
+	})
+	workloads := schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "workloads"}
+	waitfor.Until(t, 2*time.Minute, "the gang evicted for its pods not all Ready, and queued again", func() error {
+		l, err := dyn.Resource(workloads).Namespace("gang").List(ctx, metav1.ListOptions{})
+		if err != nil || len(l.Items) != 1 {
+			return fmt.Errorf("%d Kueue Workloads, %v", len(l.Items), err)
+		}
+		count, _, _ := unstructured.NestedInt64(l.Items[0].Object, "status", "requeueState", "count")
+		if count < 1 {
+			conds, _, _ := unstructured.NestedSlice(l.Items[0].Object, "status", "conditions")
+			return fmt.Errorf("not requeued yet: %v", conds)
+		}
+		conds, _, _ := unstructured.NestedSlice(l.Items[0].Object, "status", "conditions")
+		for _, c := range conds {
+			if m, _ := c.(map[string]any); m["reason"] == "PodsReadyTimeout" {
+				return nil
+			}
+		}
+		return fmt.Errorf("requeued, but no condition says PodsReadyTimeout: %v", conds)
+	})
+}
+
+func ptr[T any](v T) *T { return &v }

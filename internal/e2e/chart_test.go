@@ -123,6 +123,10 @@ var notExercised = map[string]string{
 	"kueue.x-k8s.io/clusterqueues delete":           "pruned by kueue.SyncQuotas",
 	"kueue.x-k8s.io/resourceflavors delete":         "pruned by kueue.SyncQuotas",
 	"kueue.x-k8s.io/workloadpriorityclasses delete": "pruned by kueue.SyncQuotas",
+	// The e2e cluster runs no Karpenter; internal/kube/karpenter's cluster
+	// does (TestWatcherSaysWhyAWorkloadWaits: kube.Cluster.RunPools).
+	"karpenter.sh/nodeclaims list":  "watched by karpenter.Pools",
+	"karpenter.sh/nodeclaims watch": "watched by karpenter.Pools",
 }
 
 // checkRBAC compares what the chart's ServiceAccount asked the API server

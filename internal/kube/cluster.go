@@ -2,6 +2,7 @@ package kube
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -105,14 +106,29 @@ func (c *Cluster) RunPools(ctx context.Context) error {
 	if err != nil || p == nil {
 		return err
 	}
-	if !p.Start(ctx) {
+	// A watch that cannot fill (NodeClaims not readable: the chart's RBAC,
+	// a Karpenter gone) says so rather than waiting forever.
+	pctx, stop := context.WithCancel(ctx)
+	defer stop()
+	wait, cancel := context.WithTimeout(ctx, poolsSync)
+	synced := p.Start(pctx, wait)
+	cancel()
+	if !synced {
+		stop()
 		p.Shutdown()
-		return ctx.Err()
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("the node groups' nodes and Karpenter's NodeClaims could not be listed within %s (RBAC?)", poolsSync)
 	}
 	<-ctx.Done()
+	stop()
 	p.Shutdown()
 	return nil
 }
+
+// poolsSync bounds how long RunPools waits for its informers to fill.
+const poolsSync = 2 * time.Minute
 
 // States is what the node groups' machines are doing, once the watch on
 // them has filled its caches (RunPools); ok is false before, or without one.

@@ -80,7 +80,7 @@ func pools(t *testing.T) *karpenter.Pools {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(func() { cancel(); p.Shutdown() })
-	if !p.Start(ctx) {
+	if !p.Start(ctx, ctx) {
 		t.Fatal("informers did not sync")
 	}
 	return p

@@ -81,15 +81,16 @@ func (p *Pools) OnChange(changed func()) (remove func(), err error) {
 	return remove, nil
 }
 
-// Start starts the informers and waits until their caches are filled.
-func (p *Pools) Start(ctx context.Context) bool {
+// Start starts the informers until ctx ends and waits until their caches
+// are filled or wait ends first (false).
+func (p *Pools) Start(ctx, wait context.Context) bool {
 	p.nf.Start(ctx.Done())
 	p.cf.Start(ctx.Done())
 	ok := true
-	for _, synced := range p.nf.WaitForCacheSync(ctx.Done()) {
+	for _, synced := range p.nf.WaitForCacheSync(wait.Done()) {
 		ok = ok && synced
 	}
-	for _, synced := range p.cf.WaitForCacheSync(ctx.Done()) {
+	for _, synced := range p.cf.WaitForCacheSync(wait.Done()) {
 		ok = ok && synced
 	}
 	p.synced.Store(ok)

@@ -63,6 +63,18 @@ func TestAdminVerbs(t *testing.T) {
 	if code, _, errOut := cli(admin, "nodes", "get", "no-such-node"); code != 1 || !strings.Contains(errOut, "not found") {
 		t.Fatalf("nodes get of a node no agent reports: %d %q", code, errOut)
 	}
+	// The node groups, and a class's forecast with the reserved-size advice
+	// (no launches of H200 yet: said in its place).
+	if code, out, errOut := cli(admin, "nodes", "groups"); code != 0 || !strings.HasPrefix(out, "GROUP ") || !strings.Contains(out, "h100-on-demand  H100-80GB  on-demand") {
+		t.Fatalf("nodes groups: %d %q %q", code, out, errOut)
+	}
+	if code, out, errOut := cli(admin, "forecast", "show", "--class", "H200-141GB", "--horizon", "30m"); code != 0 ||
+		!strings.HasPrefix(out, "H200-141GB: 0.0 GPUs wanted now (from 0 launches)\nAT ") || strings.Count(out, "\n") != 6 || !strings.Contains(out, "reserved: ") || !strings.Contains(out, "no launches of H200-141GB") {
+		t.Fatalf("forecast show: %d %q %q", code, out, errOut)
+	}
+	if code, _, errOut := cli(admin, "forecast", "show", "--class", "H200-141GB", "--step", "2h"); code != 1 || !strings.Contains(errOut, "stepMinutes") {
+		t.Fatalf("forecast show with a 2h step: %d %q", code, errOut)
+	}
 	if code, _, errOut := cli(lee, "users", "ls"); code != 1 || !strings.Contains(errOut, "users:manage") {
 		t.Fatalf("users ls as a team-admin: %d %q", code, errOut)
 	}

@@ -76,6 +76,7 @@ func table(dev bool) []*command {
 		}},
 		&command{name: "forecast", subs: []*command{
 			{name: "replay", synopsis: "--file FILE [--format openb] [--class C] [--horizon 2h] [--step 10m] [-o FILE] [--score]", summary: "replay a cluster trace through the demand forecast", run: forecastReplayCmd},
+			{name: "show", synopsis: "--class C [--horizon 2h] [--step 10m] [--share 0.9] [-o json]", summary: "a class's demand forecast from the server's launches, and what reserving saves", remote: true, run: forecastShowCmd},
 		}},
 		&command{name: "login", synopsis: "[--server URL]", summary: "sign the CLI in (device grant in a browser)", run: loginCmd},
 		&command{name: "whoami", synopsis: "[--server URL]", summary: "who the CLI is signed in as", run: whoamiCmd},
@@ -93,6 +94,7 @@ func table(dev bool) []*command {
 		&command{name: "nodes", subs: []*command{
 			{name: "ls", synopsis: "[-o json]", summary: "GPU nodes: their GPUs, health and agent", remote: true, run: sub("ls", nodesCmd)},
 			{name: "get", synopsis: "NAME [-o json]", summary: "one GPU node", remote: true, run: sub("get", nodesCmd)},
+			{name: "groups", synopsis: "[-o json]", summary: "the node groups and what their machines are doing", remote: true, run: nodeGroupsCmd},
 		}},
 		&command{name: "users", subs: []*command{
 			{name: "ls", synopsis: "[-o json]", summary: "users as the provider described them (platform admins)", remote: true, run: sub("ls", usersCmd)},

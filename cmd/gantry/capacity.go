@@ -1,0 +1,104 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/gantryhq/gantry/api/model"
+)
+
+// nodeGroupsCmd is `gantry nodes groups`: the node groups and what their
+// machines are doing.
+func nodeGroupsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cl, rest, output, err := verbWithOutput(ctx, "gantry nodes groups", args, stderr)
+	if err != nil {
+		return err
+	}
+	if len(rest) != 0 {
+		return usageError{"gantry nodes groups [-o json]"}
+	}
+	resp, err := cl.ListNodeGroupsWithResponse(ctx)
+	if err := ok(resp, err); err != nil {
+		return err
+	}
+	groups := resp.JSON200.Items
+	return show(stdout, output, groups, func() {
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "GROUP\tCLASS\tBOUGHT\tGPUS/MACHINE\tMIN-MAX\t$/MACHINE-HOUR\tNOW")
+		for _, g := range groups {
+			now := "not watched"
+			if st := g.State; st != nil {
+				now = fmt.Sprintf("%d joined, %d booting", st.Nodes, st.Booting)
+				if st.Failed != nil {
+					now += "; failed: " + *st.Failed
+				}
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d-%d\t%.2f\t%s\n", g.Name, g.Class, g.Purchase, g.GpusPerNode, g.Min, g.Max, g.PricePerNodeHour, now)
+		}
+		if len(groups) == 0 {
+			fmt.Fprintln(tw, "(no node groups declared)")
+		}
+		tw.Flush()
+	})
+}
+
+// forecastShowCmd is `gantry forecast show --class C`: a class's demand
+// forecast from the server's launch history, and what reserving would save.
+func forecastShowCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flags("gantry forecast show", stderr)
+	srv := fs.String("server", "", "Gantry server URL")
+	output := fs.String("o", "", "output: json")
+	class := fs.String("class", "", "the GPU class (required)")
+	horizon := fs.Duration("horizon", 2*time.Hour, "how far ahead (up to 12h)")
+	step := fs.Duration("step", 10*time.Minute, "the step between points (1m to 1h)")
+	share := fs.Float64("share", 0.9, "the reserved-size advice: the share of hours demand must stay at or above the level")
+	if _, err := parse(fs, args); err != nil {
+		return err
+	}
+	if *class == "" {
+		return usageError{"gantry forecast show --class C [--horizon 2h] [--step 10m] [--share 0.9] [-o json]"}
+	}
+	cl, _, err := remote(ctx, *srv)
+	if err != nil {
+		return err
+	}
+	h, s := int(horizon.Minutes()), int(step.Minutes())
+	resp, err := cl.GetCapacityForecastWithResponse(ctx, &model.GetCapacityForecastParams{Class: *class, HorizonMinutes: &h, StepMinutes: &s})
+	if err := ok(resp, err); err != nil {
+		return err
+	}
+	f := resp.JSON200
+	// The advice is said when there is history to size on; a refusal (no
+	// launches yet) is said in its place.
+	adv, aerr := cl.GetReservedAdviceWithResponse(ctx, &model.GetReservedAdviceParams{Class: *class, Share: share})
+	advErr := ok(adv, aerr)
+	if *output == "json" {
+		out := map[string]any{"forecast": f}
+		if advErr == nil {
+			out["reserved"] = adv.JSON200
+		}
+		return show(stdout, "json", out, nil)
+	}
+	return show(stdout, *output, f, func() {
+		fmt.Fprintf(stdout, "%s: %.1f GPUs wanted now (from %d launches)\n", f.Class, f.Now, f.Launches)
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "AT\tGPUS\t10-90%\tDAY AGO\tWEEK AGO")
+		for _, p := range f.Points {
+			fmt.Fprintf(tw, "%s\t%.1f\t%.1f-%.1f\t%.1f\t%.1f\n", p.T.Local().Format("15:04"), p.Gpus, p.Lo, p.Hi, p.DayAgo, p.WeekAgo)
+		}
+		tw.Flush()
+		if advErr != nil {
+			fmt.Fprintf(stdout, "reserved: %v\n", advErr)
+			return
+		}
+		r := adv.JSON200
+		fmt.Fprintf(stdout, "reserved: demand stayed at or above %d GPUs in %.0f%% of the hours (%d reserved now)", r.Level, 100*r.Share, r.ReservedNow)
+		if r.Priced {
+			fmt.Fprintf(stdout, "; reserving %d saves %.2f a month against on-demand (best: %d, %.2f)", r.Level, r.SavingsPerMonth, r.Best, r.BestSavingsPerMonth)
+		}
+		fmt.Fprintln(stdout)
+	})
+}

@@ -367,3 +367,74 @@ func TestGangGivesItsQuotaBack(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestSpotMachineTakenBack: a spot machine that goes away (here deleted, as
+// a provider's interruption does through Karpenter: its termination drains
+// the node by eviction, which marks the pod DisruptionTarget) does not fail
+// the Job that Gantry renders for spot (its pod failure policy ignores
+// disruptions): the Job starts its pod again, on a new spot machine
+// Karpenter boots for it.
+func TestSpotMachineTakenBack(t *testing.T) {
+	need(t)
+	ctx := context.Background()
+	pod := gpuPod("x", 8, true).Spec
+	pod.RestartPolicy = corev1.RestartPolicyNever
+	job := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: "spot", Namespace: "default"},
+		Spec: batchv1.JobSpec{BackoffLimit: ptr(int32(0)), Template: corev1.PodTemplateSpec{
+			ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"job": "spot"}, Annotations: map[string]string{"pod-complete.stage.kwok.x-k8s.io/delay": "1h"}},
+			Spec:       pod,
+		}, PodFailurePolicy: &batchv1.PodFailurePolicy{Rules: []batchv1.PodFailurePolicyRule{{
+			Action:          batchv1.PodFailurePolicyActionIgnore,
+			OnPodConditions: []batchv1.PodFailurePolicyOnPodConditionsPattern{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue}},
+		}}}},
+	}
+	jobs := cluster.Client.BatchV1().Jobs("default")
+	if _, err := jobs.Create(ctx, job, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		jobs.Delete(context.Background(), "spot", metav1.DeleteOptions{PropagationPolicy: ptr(metav1.DeletePropagationBackground)})
+	})
+	running := func(what string, not string) (uid, node string) {
+		t.Helper()
+		waitfor.Until(t, 2*time.Minute, what, func() error {
+			l, err := cluster.Client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "job=spot"})
+			if err != nil {
+				return err
+			}
+			for _, p := range l.Items {
+				if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil && p.Spec.NodeName != not {
+					n, err := cluster.Client.CoreV1().Nodes().Get(ctx, p.Spec.NodeName, metav1.GetOptions{})
+					if err != nil {
+						return err
+					}
+					if n.Labels[karpenter.GroupLabel] != "h100-spot" {
+						return fmt.Errorf("running on %s of group %q", n.Name, n.Labels[karpenter.GroupLabel])
+					}
+					uid, node = string(p.UID), p.Spec.NodeName
+					return nil
+				}
+			}
+			return fmt.Errorf("%d pods, none running beyond %q", len(l.Items), not)
+		})
+		return uid, node
+	}
+	first, node := running("the Job's pod on a spot machine", "")
+	if err := cluster.Client.CoreV1().Nodes().Delete(ctx, node, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	second, _ := running("the Job's pod again, on a new spot machine", node)
+	if second == first {
+		t.Fatalf("the same pod %s", first)
+	}
+	j, err := jobs.Get(ctx, "spot", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range j.Status.Conditions {
+		if c.Type == batchv1.JobFailed && c.Status == corev1.ConditionTrue {
+			t.Fatalf("the Job failed: %s", c.Message)
+		}
+	}
+}

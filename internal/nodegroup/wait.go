@@ -29,9 +29,10 @@ func (p PoolState) AtMax() bool { return p.Nodes+p.Booting >= p.Group.Max }
 // WaitReason says why a pod the scheduler cannot place waits for capacity,
 // from the states of the groups that could hold it (its class's, spot ones
 // only when it may use spot), in order of what it means for the person
-// waiting: a machine booting for it, a scale-up that failed, every group at
-// its max. ok is false when the groups say nothing (none could hold it, or
-// the autoscaler has not acted yet: the scheduler's own words stay).
+// waiting: a machine booting for it, a scale-up that failed, a group with
+// room the autoscaler has not asked a machine of yet, every group at its
+// max. ok is false when no group could hold it (the scheduler's own words
+// stay).
 func WaitReason(pools []PoolState, now time.Time) (reason string, ok bool) {
 	if len(pools) == 0 {
 		return "", false
@@ -59,10 +60,16 @@ func WaitReason(pools []PoolState, now time.Time) (reason string, ok bool) {
 		p := failed[0]
 		return fmt.Sprintf("scale-up of node group %s failed %s ago: %s; the autoscaler retries", p.Group.Name, ago(now, p.FailedAt), p.Failed), true
 	}
+	for _, p := range pools {
+		if !p.AtMax() && p.Group.Purchase != Reserved {
+			return fmt.Sprintf("waiting for capacity: node group %s can add a machine (%d GPUs, typical boot %s; %d of %d now)",
+				p.Group.Name, p.Group.GPUsPerNode, short(p.Group.Boot()), p.Nodes, p.Group.Max), true
+		}
+	}
 	var full []string
 	for _, p := range pools {
 		if !p.AtMax() {
-			return "", false
+			return "", false // a reserved machine missing: not the autoscaler's to add
 		}
 		full = append(full, fmt.Sprintf("%s at its max (%d of %d nodes)", p.Group.Name, p.Nodes+p.Booting, p.Group.Max))
 	}

@@ -18,7 +18,8 @@ func TestWaitReason(t *testing.T) {
 		want  string // "": nothing to say
 	}{
 		{"no groups", nil, ""},
-		{"not acted yet", []PoolState{{Group: od}}, ""},
+		{"not acted yet", []PoolState{{Group: od}}, "waiting for capacity: node group h100-on-demand can add a machine (8 GPUs, typical boot 3m; 0 of 2 now)"},
+		{"a reserved machine missing", []PoolState{{Group: Group{Name: "r", Purchase: Reserved, GPUsPerNode: 8, Min: 2, Max: 2}, Nodes: 1}}, ""},
 		{"booting", []PoolState{{Group: od, Nodes: 1, Booting: 1, Since: now.Add(-40 * time.Second)}, {Group: spot}},
 			"waiting for capacity: scale-up of 1 × h100-on-demand node (8 GPUs each) requested 40s ago (typical boot 3m)"},
 		{"the oldest scale-up", []PoolState{{Group: od, Booting: 2, Since: now.Add(-10 * time.Second)}, {Group: spot, Booting: 1, Since: now.Add(-90 * time.Second)}},
@@ -27,7 +28,7 @@ func TestWaitReason(t *testing.T) {
 			"scale-up of node group h100-on-demand failed 2m ago: InsufficientCapacity: no offering available; the autoscaler retries"},
 		{"every group at max", []PoolState{{Group: od, Nodes: 2}, {Group: spot, Nodes: 1}},
 			"node group h100-on-demand at its max (2 of 2 nodes); node group h100-spot at its max (1 of 1 nodes): waiting for running work to end"},
-		{"one group has room", []PoolState{{Group: od, Nodes: 2}, {Group: spot}}, ""},
+		{"one group has room", []PoolState{{Group: od, Nodes: 2}, {Group: spot}}, "node group h100-spot can add a machine (8 GPUs, typical boot 3m; 0 of 1 now)"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			got, ok := WaitReason(c.pools, now)

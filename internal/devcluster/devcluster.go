@@ -61,7 +61,7 @@ type Options struct {
 	Ephemeral bool
 	// NodeGroups, when set, are scaled by Karpenter (the on-demand and spot
 	// groups), and the reserved groups' machines replace the Fleet's specs
-	// of the same group (ReservedFleet).
+	// of the same group (reservedFleet).
 	NodeGroups []nodegroup.Group
 	// BootScale multiplies the groups' boot times (0: 1, as declared).
 	BootScale float64

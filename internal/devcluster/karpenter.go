@@ -150,9 +150,9 @@ func waitPools(ctx context.Context, dyn dynamic.Interface, p *process, pools []s
 	}
 }
 
-// ReservedFleet is the node specs of the reserved groups: machines the
+// reservedFleet is the node specs of the reserved groups: machines the
 // cluster has from the start, labelled with their group.
-func ReservedFleet(groups []nodegroup.Group, classes *gpu.Catalog) []NodeSpec {
+func reservedFleet(groups []nodegroup.Group, classes *gpu.Catalog) []NodeSpec {
 	var out []NodeSpec
 	for _, g := range groups {
 		c, ok := classes.Get(g.Class)
@@ -167,7 +167,7 @@ func ReservedFleet(groups []nodegroup.Group, classes *gpu.Catalog) []NodeSpec {
 // withReserved is fleet with the reserved groups' machines in place of its
 // specs of those groups.
 func withReserved(fleet []NodeSpec, groups []nodegroup.Group, classes *gpu.Catalog) []NodeSpec {
-	reserved := ReservedFleet(groups, classes)
+	reserved := reservedFleet(groups, classes)
 	mine := map[string]bool{}
 	for _, s := range reserved {
 		mine[s.Group] = true

@@ -60,10 +60,18 @@ func NewPools(o PoolsOptions) (*Pools, error) {
 		nf: nf, nodes: nf.Core().V1().Nodes().Informer(), cf: cf, claims: cf.ForResource(NodeClaims).Informer()}, nil
 }
 
-// OnChange calls changed after any group's machines changed, until remove
-// is called.
+// OnChange calls changed after any group's machines changed — one added or
+// gone, a node leaving or changing group, a NodeClaim launched, failed or
+// registered — until remove is called. Updates that change none of what
+// States counts (a node's heartbeat, its usage) are not told: each tells
+// the watcher to look again at every pending pod.
 func (p *Pools) OnChange(changed func()) (remove func(), err error) {
-	h := cache.ResourceEventHandlerFuncs{AddFunc: func(any) { changed() }, UpdateFunc: func(any, any) { changed() }, DeleteFunc: func(any) { changed() }}
+	h := cache.ResourceEventHandlerFuncs{AddFunc: func(any) { changed() }, DeleteFunc: func(any) { changed() },
+		UpdateFunc: func(o, n any) {
+			if counted(o) != counted(n) {
+				changed()
+			}
+		}}
 	var regs []func()
 	remove = func() {
 		for _, r := range regs {
@@ -149,6 +157,20 @@ func (p *Pools) States() []nodegroup.PoolState {
 		}
 	}
 	return out
+}
+
+// counted is what States reads of a Node or a NodeClaim: its group, whether
+// it is going, and a NodeClaim's launch and registration.
+func counted(obj any) string {
+	switch o := obj.(type) {
+	case *corev1.Node:
+		return fmt.Sprint(o.Labels[GroupLabel], o.DeletionTimestamp != nil)
+	case *unstructured.Unstructured:
+		launched, why := condition(o, "Launched")
+		registered, _ := condition(o, "Registered")
+		return fmt.Sprint(o.GetLabels()[NodePoolLabel], o.GetDeletionTimestamp() != nil, launched, why, registered)
+	}
+	return ""
 }
 
 // condition is a status condition's status and, when not True, its reason

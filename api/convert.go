@@ -116,11 +116,14 @@ func (s *server) workloadOut(w workload.Workload) model.Workload {
 		Id: w.ID, Name: w.Name, Team: w.Team.String(), Owner: w.Owner, Template: w.Template, TemplateVersion: w.TemplateVersion,
 		Kind: model.WorkloadKind(w.Kind), Parameters: w.Parameters, ObjectsHash: w.ObjectsHash, Status: model.WorkloadStatus(w.Status),
 		Applied: w.Applied(), CreatedAt: w.CreatedAt, UpdatedAt: w.UpdatedAt,
-		PricePerHour: w.PricePerHour, CostSoFar: math.Round(w.CostAt(now)*100) / 100,
+		PricePerHour: w.RunPricePerHour(), CostSoFar: math.Round(w.CostAt(now)*100) / 100,
 		Attempts: w.Attempts, RanSeconds: math.Round(w.RanFor(now).Seconds()),
 	}
 	if !w.StartedAt.IsZero() {
 		out.StartedAt = ptr(w.StartedAt)
+	}
+	if w.NodeGroup != "" {
+		out.NodeGroup = ptr(w.NodeGroup)
 	}
 	if w.Held {
 		out.Held = ptr(true)

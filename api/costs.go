@@ -44,6 +44,14 @@ func (s *server) GetCosts(ctx context.Context, req gen.GetCostsRequestObject) (g
 	if c.GroupBy == "user" {
 		s.userNames(ctx, out.Items)
 	}
+	if c.Reserved != nil {
+		rs := make([]model.ReservedCost, 0, len(c.Reserved))
+		for _, r := range c.Reserved {
+			rs = append(rs, model.ReservedCost{NodeGroup: r.Group, GpuClass: r.Class, Nodes: r.Nodes, Cost: r.Cost, Charged: r.Charged,
+				Idle: r.Idle, GpuHours: r.GPUHours, UsedGpuHours: r.UsedGPUHours})
+		}
+		out.Reserved, out.PlatformIdle = &rs, &c.PlatformIdle
+	}
 	return gen.GetCosts200JSONResponse(out), nil
 }
 

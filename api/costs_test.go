@@ -1,12 +1,14 @@
 package api_test
 
 import (
+	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gantryhq/gantry/api/client"
 	"github.com/gantryhq/gantry/api/model"
+	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/servertest"
 )
 
@@ -18,6 +20,19 @@ func TestCosts(t *testing.T) {
 	r := servertest.Must(e.api.GetCostsWithResponse(ctx, &model.GetCostsParams{GroupBy: new(model.GetCostsParamsGroupByTemplate)}))(t)
 	if c := servertest.Deref(r.JSON200); r.StatusCode() != 200 || c.GroupBy != "template" || c.Currency != "USD" || c.Items == nil {
 		t.Fatalf("costs: %d %s", r.StatusCode(), r.Body)
+	}
+	// A platform admin sees the reserved node group's cost, charged to no
+	// team; a team member does not.
+	if c := servertest.Deref(r.JSON200); c.Reserved == nil || len(*c.Reserved) != 1 || (*c.Reserved)[0].NodeGroup != "h100-reserved" ||
+		(*c.Reserved)[0].Nodes != 1 || (*c.Reserved)[0].GpuClass != "H100-80GB" || c.PlatformIdle == nil || *c.PlatformIdle != (*c.Reserved)[0].Idle {
+		t.Fatalf("reserved: %s", r.Body)
+	}
+	member := newEnv(t, func(*http.Request) (identity.Identity, error) {
+		return identity.Identity{Issuer: "https://idp", Subject: "ann", Groups: []string{"ml-vision"}}, nil
+	})
+	m := servertest.Must(member.api.GetCostsWithResponse(ctx, &model.GetCostsParams{GroupBy: new(model.GetCostsParamsGroupByNodeGroup)}))(t)
+	if c := servertest.Deref(m.JSON200); m.StatusCode() != 200 || c.GroupBy != "nodeGroup" || c.Reserved != nil || c.PlatformIdle != nil {
+		t.Fatalf("a team member's costs: %d %s", m.StatusCode(), m.Body)
 	}
 	csv := servertest.Must(e.api.GetCostsWithResponse(ctx, &model.GetCostsParams{Format: new(model.Csv), GroupBy: new(model.GetCostsParamsGroupByGpuClass)}))(t)
 	if csv.StatusCode() != 200 || !strings.HasPrefix(csv.ContentType(), "text/csv") || !strings.HasPrefix(string(csv.Body), "gpuClass,cost_usd,used_usd,idle_usd,unmeasured_usd,gpu_hours,workloads\n") {

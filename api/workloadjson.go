@@ -251,6 +251,7 @@ func (j *jsonw) workload(w *model.Workload) {
 	optStr(j, "image", w.Image)
 	j.strF("kind", string(w.Kind))
 	j.strF("name", w.Name)
+	optStr(j, "nodeGroup", w.NodeGroup)
 	j.strF("objectsHash", w.ObjectsHash)
 	j.strF("owner", w.Owner)
 	optStr(j, "ownerName", w.OwnerName)

@@ -776,6 +776,7 @@ func (e ListAuditParamsDecision) Valid() bool {
 const (
 	GetCostsParamsGroupByCostCenter GetCostsParamsGroupBy = "costCenter"
 	GetCostsParamsGroupByGpuClass   GetCostsParamsGroupBy = "gpuClass"
+	GetCostsParamsGroupByNodeGroup  GetCostsParamsGroupBy = "nodeGroup"
 	GetCostsParamsGroupByTeam       GetCostsParamsGroupBy = "team"
 	GetCostsParamsGroupByTemplate   GetCostsParamsGroupBy = "template"
 	GetCostsParamsGroupByUser       GetCostsParamsGroupBy = "user"
@@ -787,6 +788,8 @@ func (e GetCostsParamsGroupBy) Valid() bool {
 	case GetCostsParamsGroupByCostCenter:
 		return true
 	case GetCostsParamsGroupByGpuClass:
+		return true
+	case GetCostsParamsGroupByNodeGroup:
 		return true
 	case GetCostsParamsGroupByTeam:
 		return true
@@ -1086,7 +1089,7 @@ type CostLine struct {
 	// Idle Of cost, the running minutes its GPUs were measured and idle.
 	Idle float64 `json:"idle"`
 
-	// Key The team, user, template, GPU class or cost center (empty: none).
+	// Key The team, user, template, GPU class, cost center or node group (empty: none).
 	Key string `json:"key"`
 
 	// Name With groupBy=user: how the user's provider names them (name and e-mail).
@@ -1111,8 +1114,14 @@ type CostReport struct {
 	// Idle Of total, while the GPUs were measured idle.
 	Idle  float64    `json:"idle"`
 	Items []CostLine `json:"items"`
-	To    time.Time  `json:"to"`
-	Total float64    `json:"total"`
+
+	// PlatformIdle The reserved groups' idle cost in all: paid, charged to no team.
+	PlatformIdle *float64 `json:"platformIdle,omitempty"`
+
+	// Reserved The reserved node groups over the period up to now; only for a caller who may read every team's workloads.
+	Reserved *[]ReservedCost `json:"reserved,omitempty"`
+	To       time.Time       `json:"to"`
+	Total    float64         `json:"total"`
 
 	// Unmeasured Of total, without GPU samples.
 	Unmeasured float64 `json:"unmeasured"`
@@ -1847,6 +1856,29 @@ type ReservedAdvice struct {
 	Unit int `json:"unit"`
 }
 
+// ReservedCost defines model for ReservedCost.
+type ReservedCost struct {
+	// Charged What the workloads that ran on them were charged (in the lines above).
+	Charged float64 `json:"charged"`
+
+	// Cost What the machines cost over the period, used or not.
+	Cost     float64 `json:"cost"`
+	GpuClass string  `json:"gpuClass"`
+
+	// GpuHours GPU-hours reserved.
+	GpuHours float64 `json:"gpuHours"`
+
+	// Idle cost - charged: the platform's idle cost.
+	Idle      float64 `json:"idle"`
+	NodeGroup string  `json:"nodeGroup"`
+
+	// Nodes Machines reserved.
+	Nodes int `json:"nodes"`
+
+	// UsedGpuHours GPU-hours workloads ran on them (whole GPUs' worth).
+	UsedGpuHours float64 `json:"usedGpuHours"`
+}
+
 // Scheduling defines model for Scheduling.
 type Scheduling struct {
 	Priority *SchedulingPriority `json:"priority,omitempty"`
@@ -2223,7 +2255,7 @@ type Workload struct {
 	// Attempts How many times it started running: a Job's retry after a failed pod, a start after a stop and a restart after an eviction each count one.
 	Attempts int `json:"attempts"`
 
-	// CostSoFar USD it has cost up to this answer, its price per hour over the time it was Running.
+	// CostSoFar USD it has cost up to this answer, each run's price per hour over the time it was Running.
 	CostSoFar float64   `json:"costSoFar"`
 	CreatedAt time.Time `json:"createdAt"`
 
@@ -2254,6 +2286,9 @@ type Workload struct {
 	// Name Name of the workload's Kubernetes objects.
 	Name string `json:"name"`
 
+	// NodeGroup The node group its current (or last) run is on; absent when not known or none.
+	NodeGroup *string `json:"nodeGroup,omitempty"`
+
 	// ObjectsHash SHA-256 of the rendered objects.
 	ObjectsHash string `json:"objectsHash"`
 
@@ -2264,7 +2299,7 @@ type Workload struct {
 	OwnerName  *string           `json:"ownerName,omitempty"`
 	Parameters map[string]string `json:"parameters"`
 
-	// PricePerHour USD per hour while it runs, at its GPU class's price when it was launched (spot when the template runs on spot and the class has a spot price, else on demand; a MIG slice at its share of the GPU, max(compute/7, memory/8)).
+	// PricePerHour USD per hour while it runs: once the cluster says where its current (or last) run is, at the price of its node group's machines (each pod's GPUs at its machine's price per GPU-hour); before that, or on a node in no group, at its GPU class's price when it was launched (spot when the template runs on spot and the class has a spot price, else on demand). A MIG slice at its share of the GPU, max(compute/7, memory/8).
 	PricePerHour float64 `json:"pricePerHour"`
 
 	// RanSeconds How long it has been Running, over all its attempts, up to this answer (what it is billed for).

@@ -157,9 +157,24 @@ func TestDev(t *testing.T) {
 	// A node appears for a launch: a service takes the reserved H100
 	// machine whole, and the next H100 launch (borrowing from the cohort)
 	// runs on a machine Karpenter boots in the on-demand group.
-	if code, out, errOut := cli("launch", "vllm-inference", "--team", "vision", "--gpu", "H100-80GB:8", "--wait", "--timeout", "90s"); code != 0 {
+	code, out, errOut = cli("launch", "vllm-inference", "--team", "vision", "--gpu", "H100-80GB:8", "--wait", "--timeout", "90s", "-o", "json")
+	var reserved struct{ ID string }
+	if err := json.Unmarshal([]byte(out), &reserved); code != 0 || err != nil {
 		t.Fatalf("the reserved machine's service: %d %q %q", code, out, errOut)
 	}
+	// It is billed at the reserved machine's price ($38 a machine-hour for
+	// its 8 GPUs), not the class's on-demand $6.9 a GPU-hour.
+	waitfor.Until(t, 30*time.Second, "the service priced at its node group's price", func() error {
+		_, out, _ := cli("get", reserved.ID, "-o", "json")
+		var w struct {
+			NodeGroup    string
+			PricePerHour float64
+		}
+		if err := json.Unmarshal([]byte(out), &w); err != nil || w.NodeGroup != "h100-reserved" || w.PricePerHour != 38 {
+			return fmt.Errorf("%q: %v", out, err)
+		}
+		return nil
+	})
 	code, out, errOut = cli("launch", "vllm-inference", "--team", "vision", "--gpu", "H100-80GB:2", "--wait", "--timeout", "120s")
 	if code != 0 {
 		t.Fatalf("a launch beyond the reserved machine: %d %q %q", code, out, errOut)

@@ -352,7 +352,7 @@ func estimateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 func costCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flags("gantry cost", stderr)
 	srv := fs.String("server", "", "Gantry server URL")
-	by := fs.String("by", "team", "group by team, user, template, gpuClass or costCenter")
+	by := fs.String("by", "team", "group by team, user, template, gpuClass, costCenter or nodeGroup")
 	since := fs.Duration("since", 0, "the period's length back from now (default: this month)")
 	output := fs.String("o", "", "output: json")
 	if _, err := parse(fs, args); err != nil {
@@ -381,6 +381,16 @@ func costCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		fmt.Fprintf(tw, "total\t$%.2f\t$%.2f\t$%.2f\t$%.2f\t\t\n", c.Total, c.Used, c.Idle, c.Unmeasured)
 		tw.Flush()
+		if c.Reserved != nil && len(*c.Reserved) > 0 {
+			fmt.Fprintln(stdout, "\nReserved node groups (paid whether used or not; idle is the platform's cost):")
+			tw = tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "NODE GROUP\tCLASS\tNODES\tCOST\tCHARGED\tIDLE\tGPU-HOURS USED")
+			for _, r := range *c.Reserved {
+				fmt.Fprintf(tw, "%s\t%s\t%d\t$%.2f\t$%.2f\t$%.2f\t%.1f of %.1f\n", r.NodeGroup, r.GpuClass, r.Nodes, r.Cost, r.Charged, r.Idle, r.UsedGpuHours, r.GpuHours)
+			}
+			fmt.Fprintf(tw, "platform idle\t\t\t\t\t$%.2f\t\n", deref(c.PlatformIdle))
+			tw.Flush()
+		}
 	})
 }
 

@@ -40,9 +40,9 @@ type Source interface {
 
 // Recorder records what the cluster says: workload.Service.
 type Recorder interface {
-	Report(ctx context.Context, id string, st workload.Status, reason string) (workload.Workload, error)
-	// ReportExit is Report of an ended workload with its exit code.
-	ReportExit(ctx context.Context, id string, st workload.Status, reason string, exitCode int) (workload.Workload, error)
+	// Observe records a workload's status, its exit code once it ended
+	// and the node groups its pods run on.
+	Observe(ctx context.Context, id string, o workload.Observed) (workload.Workload, error)
 	// Evicted records the pods of a workload's Job the cluster disrupted.
 	Evicted(ctx context.Context, id string, pods []string) (workload.Workload, error)
 }
@@ -175,11 +175,10 @@ func (c *Controller) sync(ctx context.Context, id string) error {
 	if o.Phase == "" {
 		return nil
 	}
-	var err error
-	if o.ExitCode != nil && o.Phase.Ended() {
-		_, err = c.rec.ReportExit(ctx, id, o.Phase, o.Reason, *o.ExitCode)
-	} else {
-		_, err = c.rec.Report(ctx, id, o.Phase, o.Reason)
+	obs := workload.Observed{Status: o.Phase, Reason: o.Reason, NodeGroups: o.NodeGroups}
+	if o.Phase.Ended() {
+		obs.ExitCode = o.ExitCode
 	}
+	_, err := c.rec.Observe(ctx, id, obs)
 	return err
 }

@@ -73,7 +73,14 @@ type recorder struct {
 	failAt   int // Evicted fails the workload once it has seen this many pods (0: never)
 }
 
-func (r *recorder) Report(_ context.Context, id string, st workload.Status, _ string) (workload.Workload, error) {
+func (r *recorder) Observe(ctx context.Context, id string, o workload.Observed) (workload.Workload, error) {
+	if o.ExitCode != nil {
+		return r.reportExit(ctx, id, o.Status, o.Reason, *o.ExitCode)
+	}
+	return r.report(ctx, id, o.Status, o.Reason)
+}
+
+func (r *recorder) report(_ context.Context, id string, st workload.Status, _ string) (workload.Workload, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.calls[id]++
@@ -89,8 +96,8 @@ func (r *recorder) Report(_ context.Context, id string, st workload.Status, _ st
 }
 
 // ReportExit implements Recorder: Report, keeping the exit code.
-func (r *recorder) ReportExit(ctx context.Context, id string, st workload.Status, reason string, code int) (workload.Workload, error) {
-	w, err := r.Report(ctx, id, st, reason)
+func (r *recorder) reportExit(ctx context.Context, id string, st workload.Status, reason string, code int) (workload.Workload, error) {
+	w, err := r.report(ctx, id, st, reason)
 	if err == nil {
 		r.mu.Lock()
 		if r.exits == nil {

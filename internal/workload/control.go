@@ -21,27 +21,40 @@ func (s *Service) transition(ctx context.Context, id string, tr Trigger, reason 
 	})
 }
 
-// Report records what the cluster says about a workload (the controller calls
-// it). A report the lifecycle refuses — a late one about a workload that was
-// stopped, deleted or has ended — writes nothing and is a *fault.Conflict;
-// the same status and reason again write nothing.
+// Observed is what the cluster says about a workload: its status and why,
+// its main container's exit code when it ended (nil: not known), and the
+// node group of each of its running pods ("" for a node in no group; none
+// when not known).
+type Observed struct {
+	Status     Status
+	Reason     string
+	ExitCode   *int
+	NodeGroups []string
+}
+
+// Report records what the cluster reports about a workload's status: the
+// lifecycle's Reported trigger for st.
 func (s *Service) Report(ctx context.Context, id string, st Status, reason string) (Workload, error) {
-	return s.report(ctx, id, st, reason, nil)
+	return s.Observe(ctx, id, Observed{Status: st, Reason: reason})
 }
 
 // ReportExit is Report of a workload that ended (Succeeded, Failed) with
 // what its main container exited with, kept in its history.
 func (s *Service) ReportExit(ctx context.Context, id string, st Status, reason string, exitCode int) (Workload, error) {
-	if !st.Ended() {
-		return Workload{}, fmt.Errorf("report about workload %s: an exit code with status %q, which has not ended", id, st)
-	}
-	return s.report(ctx, id, st, reason, &exitCode)
+	return s.Observe(ctx, id, Observed{Status: st, Reason: reason, ExitCode: &exitCode})
 }
 
-func (s *Service) report(ctx context.Context, id string, st Status, reason string, exitCode *int) (Workload, error) {
+// Observe records what the cluster says about a workload: its status (the
+// lifecycle's Reported trigger), its exit code once it ended, and, while it
+// runs, the node groups its pods run on, which price its current run.
+func (s *Service) Observe(ctx context.Context, id string, o Observed) (Workload, error) {
+	st, reason, exitCode := o.Status, o.Reason, o.ExitCode
 	tr := Reported(st)
 	if tr == "" {
 		return Workload{}, fmt.Errorf("report about workload %s: the cluster cannot report status %q", id, st)
+	}
+	if exitCode != nil && !st.Ended() {
+		return Workload{}, fmt.Errorf("report about workload %s: an exit code with status %q, which has not ended", id, st)
 	}
 	held := false
 	if st == Queued && s.kueue {
@@ -61,8 +74,43 @@ func (s *Service) report(ctx context.Context, id string, st Status, reason strin
 		if err == nil && exitCode != nil && out.Status == st && (out.ExitCode == nil || *out.ExitCode != *exitCode) {
 			out.ExitCode = exitCode
 		}
+		if err == nil && out.Status == Running && len(o.NodeGroups) > 0 {
+			if g, price := s.place(out, o.NodeGroups); g != "" {
+				out.NodeGroup, out.RunPrice = g, price
+			}
+		}
 		return out, err
 	})
+}
+
+// place is the node group a workload runs on — the one most of its pods
+// (groups: one per running pod) are on — and its run's price per hour:
+// each pod's share of its GPUs at the GPU-hour price of its group, a pod
+// on no known group's node (or one of another class, or of no price) at
+// its class's price. "" when none of its pods is on a known group's node.
+func (s *Service) place(w Workload, groups []string) (string, float64) {
+	count := map[string]int{}
+	price, each := 0.0, 1/float64(len(groups))
+	share := GPUShare(s.templates.Classes(), w.GPUClass, w.MIGProfile, w.GPUCount)
+	for _, name := range groups {
+		g, ok := s.groups.Get(name)
+		if !ok || g.Class != w.GPUClass || g.PricePerNodeHour <= 0 {
+			price += w.PricePerHour * each
+			continue
+		}
+		count[g.Name]++
+		price += share * each * g.PricePerNodeHour / float64(g.GPUsPerNode)
+	}
+	best := ""
+	for name, n := range count {
+		if n > count[best] || (n == count[best] && name < best) {
+			best = name
+		}
+	}
+	if best == "" {
+		return "", 0
+	}
+	return best, price
 }
 
 // Delete marks a workload deleted and removes its objects from the cluster;

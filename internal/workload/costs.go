@@ -12,7 +12,9 @@ import (
 	"github.com/gantryhq/gantry/internal/access"
 	"github.com/gantryhq/gantry/internal/budget"
 	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/identity"
+	"github.com/gantryhq/gantry/internal/nodegroup"
 	"github.com/gantryhq/gantry/internal/team"
 )
 
@@ -27,7 +29,8 @@ type Run struct {
 	GPUClass        string
 	MIGProfile      string
 	GPUCount        int
-	PricePerHour    float64
+	PricePerHour    float64 // at its node groups' prices when known, else its class's
+	NodeGroup       string  // the node group it ran on ("" when not known)
 	From, To        time.Time
 }
 
@@ -42,11 +45,11 @@ type Demand struct {
 }
 
 // CostGroups are what costs are grouped by.
-var CostGroups = []string{"team", "user", "template", "gpuClass", "costCenter"}
+var CostGroups = []string{"team", "user", "template", "gpuClass", "costCenter", "nodeGroup"}
 
 // CostLine is one group's cost over a period.
 type CostLine struct {
-	Key       string  // the team, user, template, GPU class or cost center ("" when none)
+	Key       string  // the team, user, template, GPU class, cost center or node group ("" when none)
 	Cost      float64 // USD
 	GPUHours  float64 // whole GPUs' worth (a MIG slice at its share) × hours Running
 	Workloads int     // with a run in the period
@@ -69,6 +72,21 @@ type Costs struct {
 	Total                  float64
 	Used, Idle, Unmeasured float64
 	Lines                  []CostLine
+	// Reserved is the reserved node groups' cost over the period up to
+	// now, for a caller who may read every team's workloads (nil for
+	// others); PlatformIdle is their idle cost in all.
+	Reserved     []ReservedCost
+	PlatformIdle float64
+}
+
+// ReservedCost is a reserved node group over a period: its machines are
+// paid whether used or not (Cost); the runs on them were charged to their
+// teams (Charged, in the lines); the rest is the platform's idle cost.
+type ReservedCost struct {
+	Group, Class           string
+	Nodes                  int
+	Cost, Charged, Idle    float64
+	GPUHours, UsedGPUHours float64
 }
 
 // Costs meters the runs of the workloads the caller may read in [from, to)
@@ -116,7 +134,59 @@ func (s *Service) Costs(ctx context.Context, from, to time.Time, groupBy string)
 	if err != nil {
 		return Costs{}, err
 	}
-	return s.meter.group(ctx, runs, from, to, groupBy, minutes), nil
+	c := s.meter.group(ctx, runs, from, to, groupBy, minutes)
+	if all {
+		c.Reserved = s.reserved(runs, from, to)
+		for _, r := range c.Reserved {
+			c.PlatformIdle += r.Idle
+		}
+		c.PlatformIdle = budget.Round(c.PlatformIdle)
+	}
+	return c, nil
+}
+
+// reserved is the reserved node groups' cost in [from, to) up to now,
+// against what runs (every team's) on them were charged.
+func (s *Service) reserved(runs []Run, from, to time.Time) []ReservedCost {
+	now := s.clock().UTC()
+	end := earlier(to, now)
+	hours := 0.0
+	if end.After(from) {
+		hours = end.Sub(from).Hours()
+	}
+	out := []ReservedCost{}
+	for _, g := range s.groups.List() {
+		if g.Purchase != nodegroup.Reserved {
+			continue
+		}
+		rc := ReservedCost{Group: g.Name, Class: g.Class, Nodes: g.Min,
+			Cost: float64(g.Min) * g.PricePerNodeHour * hours, GPUHours: float64(g.Min*g.GPUsPerNode) * hours}
+		for _, r := range runs {
+			if r.NodeGroup != g.Name {
+				continue
+			}
+			if h, ok := s.meter.clip(r, from, to, now); ok {
+				rc.Charged += r.PricePerHour * h
+				rc.UsedGPUHours += s.meter.gpuShare(r) * h
+			}
+		}
+		rc.Idle = math.Max(0, rc.Cost-rc.Charged)
+		rc.Cost, rc.Charged, rc.Idle = budget.Round(rc.Cost), budget.Round(rc.Charged), budget.Round(rc.Idle)
+		rc.GPUHours, rc.UsedGPUHours = math.Round(rc.GPUHours*1000)/1000, math.Round(rc.UsedGPUHours*1000)/1000
+		out = append(out, rc)
+	}
+	return out
+}
+
+// clip is the hours of r's run inside [from, to), up to now for a run
+// that goes on; false when none.
+func (m *Meter) clip(r Run, from, to, now time.Time) (float64, bool) {
+	start, end := r.From, r.To
+	if end.IsZero() || end.After(now) {
+		end = now
+	}
+	start, end = later(start, from), earlier(end, to)
+	return end.Sub(start).Hours(), end.After(start)
 }
 
 // Meter prices workloads' runs: the showback's and the budgets' one
@@ -165,14 +235,7 @@ func (m *Meter) Spend(ctx context.Context, t team.Name, from, to time.Time) (flo
 // minutes in the period that its GPU series measured active and idle.
 func (m *Meter) group(ctx context.Context, runs []Run, from, to time.Time, groupBy string, minutes map[string]GPUMinutes) Costs {
 	now := m.now().UTC()
-	clip := func(r Run) (float64, bool) {
-		start, end := r.From, r.To
-		if end.IsZero() || end.After(now) {
-			end = now
-		}
-		start, end = later(start, from), earlier(end, to)
-		return end.Sub(start).Hours(), end.After(start)
-	}
+	clip := func(r Run) (float64, bool) { return m.clip(r, from, to, now) }
 	running := map[string]float64{} // workload → hours Running in the period
 	if minutes != nil {
 		for _, r := range runs {
@@ -200,6 +263,8 @@ func (m *Meter) group(ctx context.Context, runs []Run, from, to time.Time, group
 			key = r.Template
 		case "gpuClass":
 			key = r.GPUClass
+		case "nodeGroup":
+			key = r.NodeGroup
 		case "costCenter":
 			tv := fmt.Sprintf("%s@%d", r.Template, r.TemplateVersion)
 			cc, ok := costCenters[tv]
@@ -269,15 +334,20 @@ func earlier(a, b time.Time) time.Time {
 	return b
 }
 
-// gpuShare is a run's whole GPUs' worth: its count, a MIG slice at its
-// share of the GPU.
+// gpuShare is a run's whole GPUs' worth.
 func (m *Meter) gpuShare(r Run) float64 {
-	n := float64(r.GPUCount)
-	if r.MIGProfile == "" {
+	return GPUShare(m.templates.Classes(), r.GPUClass, r.MIGProfile, r.GPUCount)
+}
+
+// GPUShare is count GPUs of class in whole GPUs' worth: a MIG slice at its
+// share of the GPU (the larger of its compute and memory shares).
+func GPUShare(classes *gpu.Catalog, class, migProfile string, count int) float64 {
+	n := float64(count)
+	if migProfile == "" {
 		return n
 	}
-	if c, ok := m.templates.Classes().Get(r.GPUClass); ok {
-		if p, ok := c.Profile(r.MIGProfile); ok {
+	if c, ok := classes.Get(class); ok {
+		if p, ok := c.Profile(migProfile); ok {
 			return n * math.Max(p.ComputeShare(), p.MemoryShare())
 		}
 	}

@@ -200,13 +200,14 @@ func Transition(w Workload, tr Trigger, reason string, at time.Time) (out Worklo
 	// Metering: a run begins when it turns Running and ends when it leaves.
 	switch {
 	case to == Running && w.Status != Running:
-		w.RunningSince = at
+		w.RunningSince, w.NodeGroup, w.RunPrice = at, "", 0 // where it runs is said again
 		w.Attempts++
 		if w.StartedAt.IsZero() {
 			w.StartedAt = at
 		}
 	case to != Running && w.Status == Running && !w.RunningSince.IsZero():
 		w.RunningFor += at.Sub(w.RunningSince)
+		w.RanCost += w.RunPricePerHour() * at.Sub(w.RunningSince).Hours()
 		w.RunningSince = time.Time{}
 	}
 	if to == Succeeded && w.Attempts == 0 {

@@ -5,8 +5,10 @@ import (
 	"database/sql"
 	"errors"
 	"log/slog"
+	"maps"
 	"math"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -520,5 +522,104 @@ func TestNodeGroupsBoundLaunches(t *testing.T) {
 	w, _, err := h.svc.Create(asAlice(), "alice", workload.Request{Template: "pytorch-train", Team: "vision", Choice: template.Choice{Count: 4}})
 	if err != nil || w.Status != workload.Pending {
 		t.Fatalf("4 GPUs: %v %+v", err, w)
+	}
+}
+
+// TestShowbackAtNodeGroupPrices: a run is billed at the price of the node
+// group its pods run on — reserved, on-demand and spot machines each at
+// their own price per GPU-hour — to the cent on a fixed clock, a run whose
+// place the cluster says late is priced whole at its group's price, and a
+// reserved group's hours no run used are the platform's idle cost.
+func TestShowbackAtNodeGroupPrices(t *testing.T) {
+	groups, err := nodegroup.New(nodegroup.File{APIVersion: nodegroup.APIVersion, Kind: nodegroup.Kind, Groups: []nodegroup.Group{
+		{Name: "h100-reserved", Class: "H100-80GB", Purchase: nodegroup.Reserved, GPUsPerNode: 8, Min: 1, Max: 1, PricePerNodeHour: 32}, // $4/GPU-h
+		{Name: "h100-od", Class: "H100-80GB", Purchase: nodegroup.OnDemand, GPUsPerNode: 8, Max: 2, PricePerNodeHour: 60},                // $7.5/GPU-h
+		{Name: "h100-spot", Class: "H100-80GB", Purchase: nodegroup.Spot, GPUsPerNode: 8, Max: 2, PricePerNodeHour: 24},                  // $3/GPU-h
+	}}, []string{"H100-80GB"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarnessWith(t, nil, false, func(o *workload.Options) { o.NodeGroups = groups })
+	ctx := asAlice()
+	start := h.clock()
+	train, _, err := h.svc.Create(ctx, "alice", workload.Request{Template: "pytorch-train", Team: "vision", Choice: template.Choice{Class: "H100-80GB", Count: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mig, _, err := h.svc.Create(ctx, "alice", workload.Request{Template: "batch-inference", Team: "vision",
+		Choice: template.Choice{Class: "H100-80GB", MIGProfile: "3g.40gb", Params: map[string]any{"input": "p.jsonl"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	observe := func(id string, st workload.Status, groups ...string) workload.Workload {
+		t.Helper()
+		w, err := h.svc.Observe(ctx, id, workload.Observed{Status: st, NodeGroups: groups})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	// The training runs 3 h on the reserved machine (2 × $4), is evicted,
+	// waits 30 min and runs 1 h on an on-demand one (2 × $7.5). The half
+	// H100 runs 4 h on spot ($3 × 0.5); the cluster names its node 10
+	// minutes into the run.
+	if w := observe(train.ID, workload.Running, "h100-reserved"); w.NodeGroup != "h100-reserved" || w.RunPricePerHour() != 8 {
+		t.Fatalf("on the reserved machine: group %q at $%v/h, want h100-reserved at $8", w.NodeGroup, w.RunPricePerHour())
+	}
+	if w := observe(mig.ID, workload.Running); w.NodeGroup != "" || w.RunPricePerHour() != mig.PricePerHour {
+		t.Fatalf("placed nowhere yet: group %q at $%v/h, want its class's $%v", w.NodeGroup, w.RunPricePerHour(), mig.PricePerHour)
+	}
+	h.advance(10 * time.Minute)
+	observe(mig.ID, workload.Running, "h100-spot")
+	h.advance(170 * time.Minute)
+	observe(train.ID, workload.Pending)
+	h.advance(30 * time.Minute)
+	if w := observe(train.ID, workload.Running, "h100-od"); w.RunPricePerHour() != 15 || w.NodeGroup != "h100-od" {
+		t.Fatalf("the second run: group %q at $%v/h, want h100-od at $15", w.NodeGroup, w.RunPricePerHour())
+	}
+	h.advance(30 * time.Minute)
+	if _, err := h.svc.Stop(ctx, mig.ID); err != nil {
+		t.Fatal(err)
+	}
+	h.advance(30 * time.Minute)
+	if _, err := h.svc.Stop(ctx, train.ID); err != nil {
+		t.Fatal(err)
+	}
+	h.advance(30 * time.Minute)
+	now := h.clock() // 5 h after start
+
+	for id, want := range map[string]float64{train.ID: 3*8 + 1*15, mig.ID: 4 * 1.5} {
+		w, err := h.svc.Get(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := w.CostAt(now); math.Abs(got-want) > 1e-9 {
+			t.Errorf("%s cost %v, want %v", w.Template, got, want)
+		}
+	}
+	c, err := h.svc.Costs(ctx, start, now, "nodeGroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, l := range c.Lines {
+		got[l.Key] = l.Cost
+	}
+	if want := map[string]float64{"h100-reserved": 24, "h100-od": 15, "h100-spot": 6}; !maps.Equal(got, want) || c.Total != 45 {
+		t.Errorf("by node group %v (total %v), want %v (total 45)", got, c.Total, want)
+	}
+	// The reserved machine: 5 h × $32 paid, $24 charged to the training,
+	// $136 the platform's; 40 GPU-hours, 6 used.
+	want := []workload.ReservedCost{{Group: "h100-reserved", Class: "H100-80GB", Nodes: 1, Cost: 160, Charged: 24, Idle: 136, GPUHours: 40, UsedGPUHours: 6}}
+	if !slices.Equal(c.Reserved, want) || c.PlatformIdle != 136 {
+		t.Errorf("reserved %+v (platform idle %v), want %+v (136)", c.Reserved, c.PlatformIdle, want)
+	}
+	// An hour inside the training's first run: a third of its cost.
+	c, err = h.svc.Costs(ctx, start.Add(time.Hour), start.Add(2*time.Hour), "nodeGroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Total != 8+1.5 || c.Reserved[0].Charged != 8 || c.Reserved[0].Idle != 24 {
+		t.Errorf("one hour: total %v, reserved %+v, want 9.5 with 8 charged and 24 idle", c.Total, c.Reserved)
 	}
 }

@@ -93,6 +93,14 @@ type Workload struct {
 	PricePerHour float64
 	RunningFor   time.Duration
 	RunningSince time.Time
+	// NodeGroup is the node group its current (or last) run is on, and
+	// RunPrice that run's price per hour at its groups' prices (its pods on
+	// the machines they run on); "" and 0 until the cluster says where it
+	// runs (or when it runs on no group's nodes): then PricePerHour holds.
+	// RanCost is what its runs before the current one cost.
+	NodeGroup string
+	RunPrice  float64
+	RanCost   float64
 	// Its history: when it first turned Running (zero: never yet), when it
 	// ended (Succeeded, Failed, Stopped, IdleStopped or Deleted; zero while
 	// live), how many times it started running (a Job's retry, a start
@@ -130,10 +138,23 @@ type Approval struct {
 // Needed reports whether the launch needed approval.
 func (a Approval) Needed() bool { return a.Why != "" }
 
-// CostAt is what the workload cost up to now: its price per hour over the
-// time it was Running.
+// CostAt is what the workload cost up to now: each run's price per hour
+// over the time it was Running.
 func (w Workload) CostAt(now time.Time) float64 {
-	return w.PricePerHour * w.RanFor(now).Hours()
+	c := w.RanCost
+	if !w.RunningSince.IsZero() && now.After(w.RunningSince) {
+		c += w.RunPricePerHour() * now.Sub(w.RunningSince).Hours()
+	}
+	return c
+}
+
+// RunPricePerHour is what its current (or last) run costs an hour: at its
+// node groups' prices when known, else at its class's (PricePerHour).
+func (w Workload) RunPricePerHour() float64 {
+	if w.RunPrice > 0 {
+		return w.RunPrice
+	}
+	return w.PricePerHour
 }
 
 // RanFor is how long it has been Running, over all its runs, up to now.

@@ -89,6 +89,19 @@ func (p *Pools) OnChange(changed func()) (remove func(), err error) {
 	return remove, nil
 }
 
+// NodeGroup implements watch.Explainer: the group label of a node ("" for
+// a node in no group, or not yet seen).
+func (p *Pools) NodeGroup(node string) string {
+	obj, ok, err := p.nodes.GetStore().GetByKey(node)
+	if err != nil || !ok {
+		return ""
+	}
+	if n, ok := obj.(*corev1.Node); ok {
+		return n.Labels[GroupLabel]
+	}
+	return ""
+}
+
 // Start starts the informers until ctx ends and waits until their caches
 // are filled or wait ends first (false).
 func (p *Pools) Start(ctx, wait context.Context) bool {

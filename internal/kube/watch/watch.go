@@ -38,6 +38,9 @@ type Observation struct {
 	Phase      workload.Status // Pending, Queued, Scheduled, Running, Succeeded or Failed ("": nothing to say)
 	Reason     string          // why it is pending, queued or failed, in the cluster's words
 	Node       string
+	// NodeGroups are the node groups of its running pods' nodes, one per
+	// pod ("" for a node in none), when the cluster scales node groups.
+	NodeGroups []string
 	Position   int // Queued: its place in its team's queue (1: next), 0 if not known
 	// ExitCode is what its main container exited with, when it has
 	// Succeeded or Failed and a pod of it says (nil otherwise).
@@ -111,6 +114,9 @@ type Options struct {
 // own (every replica keeps one); the Watcher only asks it.
 type Explainer interface {
 	Explain(p *corev1.Pod) (reason string, ok bool)
+	// NodeGroup is the node group of a node ("" when it is in none or not
+	// known).
+	NodeGroup(node string) string
 	OnChange(changed func()) (remove func(), err error)
 }
 
@@ -325,6 +331,14 @@ func (w *Watcher) Observe(id string) (Observation, bool) {
 				break
 			}
 		}
+	}
+	if ok && o.Phase == workload.Running && w.capacity != nil {
+		for _, p := range pods {
+			if p.Status.Phase == corev1.PodRunning && p.Spec.NodeName != "" {
+				o.NodeGroups = append(o.NodeGroups, w.capacity.NodeGroup(p.Spec.NodeName))
+			}
+		}
+		slices.Sort(o.NodeGroups)
 	}
 	if len(evicted) > 0 {
 		o.WorkloadID, o.Evicted, ok = id, evicted, true // Phase "" when that is all there is to say

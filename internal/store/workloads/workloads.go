@@ -40,7 +40,7 @@ var (
 // New is the workloads of db.
 func New(db *store.DB) *Store { return &Store{db: db, rows: newRowCache(maxCachedRows)} }
 
-const workloadColumns = `id, name, team, owner, template, template_version, kind, gpu_class, mig_profile, gpu_count, parameters, objects_hash, status, created_at, updated_at, applied_hash, reason, idempotency_key, request_hash, endpoint, image, tee, expires_at, price_per_hour, running_us, running_since, approval_why, approval_expires, approval_decision, approval_by, approval_note, approval_at, spot_evictions, started_at, ended_at, attempts, exit_code, held`
+const workloadColumns = `id, name, team, owner, template, template_version, kind, gpu_class, mig_profile, gpu_count, parameters, objects_hash, status, created_at, updated_at, applied_hash, reason, idempotency_key, request_hash, endpoint, image, tee, expires_at, price_per_hour, running_us, running_since, approval_why, approval_expires, approval_decision, approval_by, approval_note, approval_at, spot_evictions, started_at, ended_at, attempts, exit_code, held, node_group, run_price, ran_cost`
 
 // CreateWorkload implements workload.Store.
 func (s *Store) CreateWorkload(ctx context.Context, w workload.Workload) error {
@@ -68,12 +68,12 @@ func (s *Store) CreateWorkload(ctx context.Context, w workload.Workload) error {
 				return &workload.PendingLimit{Waiting: n}
 			}
 		}
-		_, err := tx.ExecContext(ctx, s.db.Q(`INSERT INTO workloads (`+workloadColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+		_, err := tx.ExecContext(ctx, s.db.Q(`INSERT INTO workloads (`+workloadColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 			w.ID, w.Name, w.Team, w.Owner, w.Template, w.TemplateVersion, w.Kind, w.GPUClass, w.MIGProfile, w.GPUCount,
 			string(params), w.ObjectsHash, string(w.Status), w.CreatedAt.UnixMicro(), w.UpdatedAt.UnixMicro(), w.AppliedHash, w.Reason,
 			nullable(w.IdempotencyKey), w.RequestHash, w.Endpoint, w.Image, w.TEE, micros(w.ExpiresAt), w.PricePerHour, w.RunningFor.Microseconds(), micros(w.RunningSince),
 			w.Approval.Why, micros(w.Approval.Expires), w.Approval.Decision, w.Approval.By, w.Approval.Note, micros(w.Approval.At), strings.Join(w.SpotEvictions, ","),
-			micros(w.StartedAt), micros(w.EndedAt), w.Attempts, exitCode(w.ExitCode), store.BoolInt(w.Held))
+			micros(w.StartedAt), micros(w.EndedAt), w.Attempts, exitCode(w.ExitCode), store.BoolInt(w.Held), w.NodeGroup, w.RunPrice, w.RanCost)
 		return err
 	})
 	var limit *workload.PendingLimit
@@ -106,7 +106,7 @@ func scanAfter(row store.Scanner, before ...any) (workload.Workload, error) {
 	err := row.Scan(append(before, &w.ID, &w.Name, &w.Team, &w.Owner, &w.Template, &w.TemplateVersion, &w.Kind, &w.GPUClass, &w.MIGProfile,
 		&w.GPUCount, &params, &w.ObjectsHash, &status, &created, &updated, &w.AppliedHash, &w.Reason, &key, &w.RequestHash, &w.Endpoint, &w.Image, &w.TEE, &expires,
 		&w.PricePerHour, &runningUS, &runningSince, &w.Approval.Why, &approvalExpires, &w.Approval.Decision, &w.Approval.By, &w.Approval.Note, &approvalAt, &evictions,
-		&started, &ended, &w.Attempts, &exit, &held)...)
+		&started, &ended, &w.Attempts, &exit, &held, &w.NodeGroup, &w.RunPrice, &w.RanCost)...)
 	if err != nil {
 		return w, err
 	}
@@ -347,17 +347,18 @@ func (s *Store) UpdateWorkload(ctx context.Context, id string, fn func(workload.
 		if w.Status == old.Status && w.Reason == old.Reason && w.AppliedHash == old.AppliedHash && w.Endpoint == old.Endpoint && w.ExpiresAt.Equal(old.ExpiresAt) &&
 			w.RunningFor == old.RunningFor && w.RunningSince.Equal(old.RunningSince) && w.Approval == old.Approval &&
 			slices.Equal(w.SpotEvictions, old.SpotEvictions) && w.StartedAt.Equal(old.StartedAt) && w.EndedAt.Equal(old.EndedAt) &&
-			w.Attempts == old.Attempts && sameCode(w.ExitCode, old.ExitCode) && w.Held == old.Held {
+			w.Attempts == old.Attempts && sameCode(w.ExitCode, old.ExitCode) && w.Held == old.Held &&
+			w.NodeGroup == old.NodeGroup && w.RunPrice == old.RunPrice && w.RanCost == old.RanCost {
 			out.UpdatedAt = old.UpdatedAt
 			return nil
 		}
 		// The row's version goes up by one (a trigger: rows.go).
 		_, err = tx.ExecContext(ctx, s.db.Q(`UPDATE workloads SET status = ?, reason = ?, applied_hash = ?, endpoint = ?, expires_at = ?, updated_at = ?, running_us = ?, running_since = ?,
 			approval_why = ?, approval_expires = ?, approval_decision = ?, approval_by = ?, approval_note = ?, approval_at = ?, spot_evictions = ?,
-			started_at = ?, ended_at = ?, attempts = ?, exit_code = ?, held = ? WHERE id = ?`),
+			started_at = ?, ended_at = ?, attempts = ?, exit_code = ?, held = ?, node_group = ?, run_price = ?, ran_cost = ? WHERE id = ?`),
 			string(w.Status), w.Reason, w.AppliedHash, w.Endpoint, micros(w.ExpiresAt), w.UpdatedAt.UnixMicro(), w.RunningFor.Microseconds(), micros(w.RunningSince),
 			w.Approval.Why, micros(w.Approval.Expires), w.Approval.Decision, w.Approval.By, w.Approval.Note, micros(w.Approval.At), strings.Join(w.SpotEvictions, ","),
-			micros(w.StartedAt), micros(w.EndedAt), w.Attempts, exitCode(w.ExitCode), store.BoolInt(w.Held), id)
+			micros(w.StartedAt), micros(w.EndedAt), w.Attempts, exitCode(w.ExitCode), store.BoolInt(w.Held), w.NodeGroup, w.RunPrice, w.RanCost, id)
 		if err != nil {
 			return fmt.Errorf("update workload %s: %w", id, err)
 		}
@@ -369,9 +370,17 @@ func (s *Store) UpdateWorkload(ctx context.Context, id string, fn func(workload.
 				return fmt.Errorf("end a run of workload %s: %w", id, err)
 			}
 		}
-		if !w.RunningSince.IsZero() && !w.RunningSince.Equal(old.RunningSince) {
-			if _, err := tx.ExecContext(ctx, s.db.Q(`INSERT INTO workload_runs (workload_id, started_at) VALUES (?, ?)`), id, w.RunningSince.UnixMicro()); err != nil {
+		switch {
+		case !w.RunningSince.IsZero() && !w.RunningSince.Equal(old.RunningSince):
+			if _, err := tx.ExecContext(ctx, s.db.Q(`INSERT INTO workload_runs (workload_id, started_at, node_group, price_per_hour) VALUES (?, ?, ?, ?)`),
+				id, w.RunningSince.UnixMicro(), w.NodeGroup, w.RunPrice); err != nil {
 				return fmt.Errorf("record a run of workload %s: %w", id, err)
+			}
+		case !w.RunningSince.IsZero() && (w.NodeGroup != old.NodeGroup || w.RunPrice != old.RunPrice):
+			// Where the current run is became known (or changed).
+			if _, err := tx.ExecContext(ctx, s.db.Q(`UPDATE workload_runs SET node_group = ?, price_per_hour = ? WHERE workload_id = ? AND started_at = ?`),
+				w.NodeGroup, w.RunPrice, id, w.RunningSince.UnixMicro()); err != nil {
+				return fmt.Errorf("place a run of workload %s: %w", id, err)
 			}
 		}
 		return s.db.AppendChange(ctx, tx, string(live.Workload), id)
@@ -383,7 +392,8 @@ func (s *Store) UpdateWorkload(ctx context.Context, id string, fn func(workload.
 // the teams' workloads (every team's when teams is nil), with what they are
 // billed by.
 func (s *Store) WorkloadRuns(ctx context.Context, from, to time.Time, teams []team.Name) ([]workload.Run, error) {
-	q := `SELECT w.id, w.team, w.owner, w.template, w.template_version, w.gpu_class, w.mig_profile, w.gpu_count, w.price_per_hour, r.started_at, r.ended_at
+	q := `SELECT w.id, w.team, w.owner, w.template, w.template_version, w.gpu_class, w.mig_profile, w.gpu_count,
+		CASE WHEN r.price_per_hour > 0 THEN r.price_per_hour ELSE w.price_per_hour END, r.node_group, r.started_at, r.ended_at
 		FROM workload_runs r JOIN workloads w ON w.id = r.workload_id
 		WHERE r.started_at < ? AND (r.ended_at = 0 OR r.ended_at > ?)`
 	args := []any{to.UnixMicro(), from.UnixMicro()}
@@ -405,7 +415,7 @@ func (s *Store) WorkloadRuns(ctx context.Context, from, to time.Time, teams []te
 	for rows.Next() {
 		var r workload.Run
 		var started, ended int64
-		if err := rows.Scan(&r.Workload, &r.Team, &r.Owner, &r.Template, &r.TemplateVersion, &r.GPUClass, &r.MIGProfile, &r.GPUCount, &r.PricePerHour, &started, &ended); err != nil {
+		if err := rows.Scan(&r.Workload, &r.Team, &r.Owner, &r.Template, &r.TemplateVersion, &r.GPUClass, &r.MIGProfile, &r.GPUCount, &r.PricePerHour, &r.NodeGroup, &started, &ended); err != nil {
 			return nil, fmt.Errorf("list workload runs: %w", err)
 		}
 		r.From = time.UnixMicro(started).UTC()

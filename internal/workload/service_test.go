@@ -533,8 +533,8 @@ func TestNodeGroupsBoundLaunches(t *testing.T) {
 func TestShowbackAtNodeGroupPrices(t *testing.T) {
 	groups, err := nodegroup.New(nodegroup.File{APIVersion: nodegroup.APIVersion, Kind: nodegroup.Kind, Groups: []nodegroup.Group{
 		{Name: "h100-reserved", Class: "H100-80GB", Purchase: nodegroup.Reserved, GPUsPerNode: 8, Min: 1, Max: 1, PricePerNodeHour: 32}, // $4/GPU-h
-		{Name: "h100-od", Class: "H100-80GB", Purchase: nodegroup.OnDemand, GPUsPerNode: 8, Max: 2, PricePerNodeHour: 60},                // $7.5/GPU-h
-		{Name: "h100-spot", Class: "H100-80GB", Purchase: nodegroup.Spot, GPUsPerNode: 8, Max: 2, PricePerNodeHour: 24},                  // $3/GPU-h
+		{Name: "h100-od", Class: "H100-80GB", Purchase: nodegroup.OnDemand, GPUsPerNode: 8, Max: 2, PricePerNodeHour: 60},               // $7.5/GPU-h
+		{Name: "h100-spot", Class: "H100-80GB", Purchase: nodegroup.Spot, GPUsPerNode: 8, Max: 2, PricePerNodeHour: 24},                 // $3/GPU-h
 	}}, []string{"H100-80GB"})
 	if err != nil {
 		t.Fatal(err)

@@ -50,7 +50,11 @@ func (s *server) GetCosts(ctx context.Context, req gen.GetCostsRequestObject) (g
 			rs = append(rs, model.ReservedCost{NodeGroup: r.Group, GpuClass: r.Class, Nodes: r.Nodes, Cost: r.Cost, Charged: r.Charged,
 				Idle: r.Idle, GpuHours: r.GPUHours, UsedGpuHours: r.UsedGPUHours})
 		}
-		out.Reserved, out.PlatformIdle = &rs, &c.PlatformIdle
+		ws := make([]model.WarmCost, 0, len(c.Warm))
+		for _, w := range c.Warm {
+			ws = append(ws, model.WarmCost{NodeGroup: w.Group, GpuClass: w.Class, Cost: w.Cost, GpuHours: w.GPUHours})
+		}
+		out.Reserved, out.Warm, out.PlatformIdle = &rs, &ws, &c.PlatformIdle
 	}
 	return gen.GetCosts200JSONResponse(out), nil
 }

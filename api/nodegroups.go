@@ -13,6 +13,9 @@ func (s *server) ListNodeGroups(ctx context.Context, _ gen.ListNodeGroupsRequest
 		ng := model.NodeGroup{Name: g.Name, Class: g.Class, Purchase: model.NodeGroupPurchase(g.Purchase), GpusPerNode: g.GPUsPerNode,
 			Min: g.Min, Max: g.Max, PricePerNodeHour: g.PricePerNodeHour, GpuHourPrice: g.GPUHourPrice(),
 			BootTimeSeconds: int(g.Boot().Seconds()), QuietTimeSeconds: int(g.Quiet().Seconds())}
+		if g.WarmPerDay > 0 {
+			ng.WarmPerDay = ptr(g.WarmPerDay)
+		}
 		if st := g.State; st != nil {
 			ng.State = &model.NodeGroupState{Nodes: st.Nodes, Booting: st.Booting}
 			if !st.Since.IsZero() {

@@ -32,7 +32,8 @@ func TestNodeGroups(t *testing.T) {
 	}
 	od := r.JSON200.Items[1]
 	if od.Class != "H100-80GB" || od.Purchase != "on-demand" || od.Min != 0 || od.Max != 2 || od.GpusPerNode != 8 ||
-		od.PricePerNodeHour != 55.2 || od.GpuHourPrice != 6.9 || od.BootTimeSeconds != 180 || od.QuietTimeSeconds != 600 {
+		od.PricePerNodeHour != 55.2 || od.GpuHourPrice != 6.9 || od.BootTimeSeconds != 180 || od.QuietTimeSeconds != 600 ||
+		od.WarmPerDay == nil || *od.WarmPerDay != 100 || r.JSON200.Items[0].WarmPerDay != nil {
 		t.Fatalf("h100-on-demand: %+v", od)
 	}
 }

@@ -17,6 +17,12 @@ import (
 //go:embed helm/gantry/files/priorityclasses.yaml
 var PriorityClasses []byte
 
+// WarmPriorityClass is helm/gantry/files/warm-priorityclass.yaml: the
+// gantry-warm PriorityClass of warm capacity's placeholder pods.
+//
+//go:embed helm/gantry/files/warm-priorityclass.yaml
+var WarmPriorityClass []byte
+
 // RuntimeClasses is helm/gantry/files/runtimeclasses.yaml: the Kata runtime classes of
 // confidential workloads (kata-qemu-nvidia-gpu-snp and -tdx), with the node
 // selectors that keep each on nodes of its TEE.

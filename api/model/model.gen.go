@@ -1115,7 +1115,7 @@ type CostReport struct {
 	Idle  float64    `json:"idle"`
 	Items []CostLine `json:"items"`
 
-	// PlatformIdle The reserved groups' idle cost in all: paid, charged to no team.
+	// PlatformIdle The reserved groups' idle cost and the warm machines' cost in all: paid, charged to no team.
 	PlatformIdle *float64 `json:"platformIdle,omitempty"`
 
 	// Reserved The reserved node groups over the period up to now; only for a caller who may read every team's workloads.
@@ -1128,6 +1128,9 @@ type CostReport struct {
 
 	// Used Of total, while the GPUs were active.
 	Used float64 `json:"used"`
+
+	// Warm What machines kept warm ahead of the forecast cost per node group, over the days (UTC) that overlap the period; only for a caller who may read every team's workloads.
+	Warm *[]WarmCost `json:"warm,omitempty"`
 }
 
 // CostReportCurrency defines model for CostReport.Currency.
@@ -1618,6 +1621,9 @@ type NodeGroup struct {
 
 	// State What the group's machines are doing now (present when a cluster's autoscaler scales the groups).
 	State *NodeGroupState `json:"state,omitempty"`
+
+	// WarmPerDay The most machines kept warm ahead of the forecast may cost a day (UTC); absent: never warmed.
+	WarmPerDay *float64 `json:"warmPerDay,omitempty"`
 }
 
 // NodeGroupPurchase reserved: bought whole and paid whether used or not (its idle machines are the platform's idle cost); on-demand: paid while they run; spot: cheaper, and can be taken back at any time.
@@ -2239,6 +2245,15 @@ type Volume struct {
 	Name         string  `json:"name"`
 	Size         string  `json:"size"`
 	StorageClass *string `json:"storageClass,omitempty"`
+}
+
+// WarmCost defines model for WarmCost.
+type WarmCost struct {
+	// Cost The placeholder pods' GPU-hours at the group's price.
+	Cost      float64 `json:"cost"`
+	GpuClass  string  `json:"gpuClass"`
+	GpuHours  float64 `json:"gpuHours"`
+	NodeGroup string  `json:"nodeGroup"`
 }
 
 // Workload defines model for Workload.

@@ -211,6 +211,9 @@ func TestBrowserPlatformEdits(t *testing.T) {
 	// The node groups, and the forecast of the first class with groups,
 	// drawn with its words for who cannot see it.
 	poll("the node groups", `document.querySelectorAll('#groups tbody tr').length === 3`)
+	if warm := js(`document.querySelector('#groups tr[data-group="h100-on-demand"] td:nth-child(7)').textContent`); warm != "up to $100.00 a day" {
+		t.Errorf("the on-demand group kept warm: %q", warm)
+	}
 	poll("the forecast chart", `!!document.querySelector('#forecast-chart svg[role="img"]')`)
 	if label := js(`document.querySelector('#forecast-chart svg').getAttribute('aria-label')`); !strings.HasPrefix(label, "H100-80GB: 0.0 GPUs wanted now; in 2 h 0.0") {
 		t.Errorf("the forecast's label: %q", label)

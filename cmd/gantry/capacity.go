@@ -27,7 +27,7 @@ func nodeGroupsCmd(ctx context.Context, args []string, stdout, stderr io.Writer)
 	groups := resp.JSON200.Items
 	return show(stdout, output, groups, func() {
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "GROUP\tCLASS\tBOUGHT\tGPUS/MACHINE\tMIN-MAX\t$/MACHINE-HOUR\tNOW")
+		fmt.Fprintln(tw, "GROUP\tCLASS\tBOUGHT\tGPUS/MACHINE\tMIN-MAX\t$/MACHINE-HOUR\tWARM $/DAY\tNOW")
 		for _, g := range groups {
 			now := "not watched"
 			if st := g.State; st != nil {
@@ -36,7 +36,11 @@ func nodeGroupsCmd(ctx context.Context, args []string, stdout, stderr io.Writer)
 					now += "; failed: " + *st.Failed
 				}
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d-%d\t%.2f\t%s\n", g.Name, g.Class, g.Purchase, g.GpusPerNode, g.Min, g.Max, g.PricePerNodeHour, now)
+			warm := "-"
+			if g.WarmPerDay != nil {
+				warm = fmt.Sprintf("%.2f", *g.WarmPerDay)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d-%d\t%.2f\t%s\t%s\n", g.Name, g.Class, g.Purchase, g.GpusPerNode, g.Min, g.Max, g.PricePerNodeHour, warm, now)
 		}
 		if len(groups) == 0 {
 			fmt.Fprintln(tw, "(no node groups declared)")

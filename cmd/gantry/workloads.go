@@ -388,8 +388,19 @@ func costCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			for _, r := range *c.Reserved {
 				fmt.Fprintf(tw, "%s\t%s\t%d\t$%.2f\t$%.2f\t$%.2f\t%.1f of %.1f\n", r.NodeGroup, r.GpuClass, r.Nodes, r.Cost, r.Charged, r.Idle, r.UsedGpuHours, r.GpuHours)
 			}
-			fmt.Fprintf(tw, "platform idle\t\t\t\t\t$%.2f\t\n", deref(c.PlatformIdle))
 			tw.Flush()
+		}
+		if c.Warm != nil && len(*c.Warm) > 0 {
+			fmt.Fprintln(stdout, "\nMachines kept warm ahead of the forecast (the platform's cost):")
+			tw = tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "NODE GROUP\tCLASS\tCOST\tGPU-HOURS")
+			for _, w := range *c.Warm {
+				fmt.Fprintf(tw, "%s\t%s\t$%.2f\t%.1f\n", w.NodeGroup, w.GpuClass, w.Cost, w.GpuHours)
+			}
+			tw.Flush()
+		}
+		if c.PlatformIdle != nil {
+			fmt.Fprintf(stdout, "\nplatform idle cost: $%.2f\n", *c.PlatformIdle)
 		}
 	})
 }

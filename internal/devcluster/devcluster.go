@@ -343,8 +343,10 @@ func (c *Cluster) Stop(ctx context.Context) error {
 
 func (c *Cluster) provision(ctx context.Context, o Options) error {
 	cs := c.Client
-	if err := createAll(ctx, deploy.PriorityClasses, "priority class", cs.SchedulingV1().PriorityClasses().Create); err != nil {
-		return err
+	for _, pcs := range [][]byte{deploy.PriorityClasses, deploy.WarmPriorityClass} {
+		if err := createAll(ctx, pcs, "priority class", cs.SchedulingV1().PriorityClasses().Create); err != nil {
+			return err
+		}
 	}
 	if err := createAll(ctx, deploy.RuntimeClasses, "runtime class", cs.NodeV1().RuntimeClasses().Create); err != nil {
 		return err

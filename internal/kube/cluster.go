@@ -64,6 +64,17 @@ func (c *Cluster) Pools() (*karpenter.Pools, error) {
 	return c.pools, c.poolsErr
 }
 
+// Placeholders holds warm capacity's placeholder pods in namespace; nil
+// when no groups are declared or the cluster runs no Karpenter (nothing
+// would boot machines for them).
+func (c *Cluster) Placeholders(namespace string) (*karpenter.Placeholders, error) {
+	p, err := c.Pools()
+	if err != nil || p == nil {
+		return nil, err
+	}
+	return karpenter.NewPlaceholders(c.core, namespace)
+}
+
 // hasKarpenter reports whether the cluster serves Karpenter's NodeClaims.
 func (c *Cluster) hasKarpenter() bool {
 	_, err := c.core.Discovery().ServerResourcesForGroupVersion(karpenter.NodeClaims.GroupVersion().String())

@@ -75,6 +75,11 @@ type Group struct {
 	// QuietTime is how long a machine stays empty before it is removed
 	// (default 10m). Reserved groups never go below min.
 	QuietTime config.Duration `json:"quietTime,omitempty"`
+	// WarmPerDay is the most, in the classes' currency, that machines kept
+	// warm ahead of the forecast (placeholder pods that real work
+	// preempts) may cost in a day (UTC); 0: the group is never warmed.
+	// Reserved groups are always there and are not warmed.
+	WarmPerDay float64 `json:"warmPerDay,omitempty"`
 }
 
 // GPUHourPrice is the price of one GPU-hour on the group's machines.
@@ -186,6 +191,14 @@ func New(f File, classes []string) (*Set, error) {
 		}
 		if g.BootTime < 0 {
 			errs.Addf(p+".bootTime", "cannot be negative")
+		}
+		switch {
+		case g.WarmPerDay < 0 || math.IsNaN(g.WarmPerDay) || math.IsInf(g.WarmPerDay, 0):
+			errs.Addf(p+".warmPerDay", "must be an amount a day, not negative")
+		case g.WarmPerDay > 0 && g.Purchase == Reserved:
+			errs.Addf(p+".warmPerDay", "a reserved group's machines are always there: there is nothing to warm")
+		case g.WarmPerDay > 0 && g.PricePerNodeHour <= 0:
+			errs.Addf(p+".warmPerDay", "a group without a price cannot be held to a cap in dollars (set pricePerNodeHour)")
 		}
 		if g.QuietTime < 0 {
 			errs.Addf(p+".quietTime", "cannot be negative")

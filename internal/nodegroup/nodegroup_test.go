@@ -35,6 +35,9 @@ func TestParseErrors(t *testing.T) {
 		{"price", "  - {name: a, class: L4, purchase: spot, gpusPerNode: 4, max: 2, pricePerNodeHour: -1}\n", "pricePerNodeHour: must be a price"},
 		{"boot", "  - {name: a, class: L4, purchase: spot, gpusPerNode: 4, max: 2, bootTime: soon}\n", `"soon" is not a duration`},
 		{"unknown field", "  - {name: a, class: L4, purchase: spot, gpusPerNode: 4, max: 2, size: 3}\n", "size"},
+		{"warm reserved", "  - {name: a, class: L4, purchase: reserved, gpusPerNode: 4, min: 1, max: 1, pricePerNodeHour: 4, warmPerDay: 10}\n", "groups[0].warmPerDay: a reserved group's machines are always there"},
+		{"warm unpriced", "  - {name: a, class: L4, purchase: on-demand, gpusPerNode: 4, max: 1, warmPerDay: 10}\n", "groups[0].warmPerDay: a group without a price"},
+		{"warm negative", "  - {name: a, class: L4, purchase: on-demand, gpusPerNode: 4, max: 1, pricePerNodeHour: 4, warmPerDay: -1}\n", "groups[0].warmPerDay: must be an amount"},
 		{"name", "  - {name: A_b, class: L4, purchase: spot, gpusPerNode: 4, max: 2}\n", `"A_b" is not a valid group name`},
 	} {
 		t.Run(c.name, func(t *testing.T) {

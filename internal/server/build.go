@@ -309,6 +309,7 @@ func (s *Server) handler(ov Overrides, w *wiring) error {
 	if err != nil {
 		return err
 	}
+	s.fleet = fleet
 	oc := w.signIn
 	h, err := api.New(api.Options{
 		Now:     s.clock.Now,

@@ -35,6 +35,7 @@ import (
 	"github.com/gantryhq/gantry/internal/audit"
 	"github.com/gantryhq/gantry/internal/authz"
 	"github.com/gantryhq/gantry/internal/budget"
+	"github.com/gantryhq/gantry/internal/capacity"
 	"github.com/gantryhq/gantry/internal/catalog"
 	"github.com/gantryhq/gantry/internal/config"
 	"github.com/gantryhq/gantry/internal/controller"
@@ -227,17 +228,20 @@ type Server struct {
 	Budgets  *budget.Service
 	notifier *notify.Sender
 	own      *ownmetrics.Metrics
-	ln       net.Listener
-	url      string
-	http     *http.Server
-	authz    *authz.Authorizer
-	cluster  *kube.Lazy // nil without a kubeconfig
-	tokens   *token.Service
-	users    *user.Service
-	issuer   string
-	dev      devProvider // nil with an organisation's provider
-	checks   []api.Check
-	clock    clock.WithTicker
+	// fleet answers for the GPU fleet's size (node groups, forecast) and
+	// sizes warm capacity.
+	fleet   *capacity.Service
+	ln      net.Listener
+	url     string
+	http    *http.Server
+	authz   *authz.Authorizer
+	cluster *kube.Lazy // nil without a kubeconfig
+	tokens  *token.Service
+	users   *user.Service
+	issuer  string
+	dev     devProvider // nil with an organisation's provider
+	checks  []api.Check
+	clock   clock.WithTicker
 	// checkpoints signs the audit log's head (nil: no key configured).
 	checkpoints *audit.Checkpointer
 	// denials is what the API and the portal append to: repeated denials
@@ -642,8 +646,29 @@ func (s *Server) lead(ctx context.Context, c *kube.Cluster) error {
 			return err
 		}
 	}
+	var warmer *capacity.Warmer
+	if capacity.Warmed(s.NodeGroups) {
+		ph, err := c.Placeholders(s.Config.Namespace)
+		if err != nil {
+			return err
+		}
+		if ph != nil { // else no Karpenter boots machines for placeholders
+			if warmer, err = capacity.NewWarmer(s.fleet, ph, s.Store.Workloads, warmInterval, s.Log); err != nil {
+				return err
+			}
+		}
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return ctl.Run(gctx) })
+	if warmer != nil {
+		g.Go(func() error {
+			return s.every(gctx, warmInterval, func(ctx context.Context) {
+				if err := warmer.Pass(ctx); err != nil && ctx.Err() == nil {
+					s.Log.Warn("warm capacity", "err", err)
+				}
+			})
+		})
+	}
 	g.Go(func() error { return s.every(gctx, s.Config.Reconcile(), s.lifecycle) })
 	g.Go(func() error {
 		return s.every(gctx, s.Config.Reconcile(), func(ctx context.Context) {
@@ -691,6 +716,9 @@ func (s *Server) lead(ctx context.Context, c *kube.Cluster) error {
 	}
 	return g.Wait()
 }
+
+// warmInterval is how often warm capacity is sized again.
+const warmInterval = time.Minute
 
 // notifyInterval is how often the webhook outbox is looked at.
 const notifyInterval = 5 * time.Second

@@ -972,6 +972,26 @@ func testMetering(t *testing.T, s *stores.All) {
 		t.Fatalf("no teams: %+v, %v", runs, err)
 	}
 
+	// Warming's cost adds up per group and day; a period lists the days
+	// it overlaps.
+	for _, add := range []struct {
+		group string
+		at    time.Time
+		cost  float64
+	}{{"h100-od", at, 1.5}, {"h100-od", at.Add(time.Hour), 2.25}, {"h100-spot", at, 1}, {"h100-od", at.Add(24 * time.Hour), 4}} {
+		if err := s.AddWarm(ctx, add.group, add.at, add.cost, add.cost/2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	day := at.Truncate(24 * time.Hour)
+	if spend, err := s.WarmSpend(ctx, at.Add(2*time.Hour), at.Add(3*time.Hour)); err != nil || len(spend) != 2 ||
+		spend[0] != (workload.WarmSpend{Group: "h100-od", Day: day, Cost: 3.75, GPUHours: 1.875}) || spend[1].Group != "h100-spot" || spend[1].Cost != 1 {
+		t.Fatalf("warm spend on the day: %+v, %v", spend, err)
+	}
+	if spend, err := s.WarmSpend(ctx, day, day.Add(48*time.Hour)); err != nil || len(spend) != 3 || !spend[2].Day.Equal(day.Add(24*time.Hour)) || spend[2].Cost != 4 {
+		t.Fatalf("warm spend over two days: %+v, %v", spend, err)
+	}
+
 	// Its history round-trips: first start, attempts, the end and the
 	// exit code (and no exit code is not exit code 0).
 	if got.Attempts != 2 || !got.StartedAt.Equal(at.Add(time.Hour)) || !got.EndedAt.IsZero() || got.ExitCode != nil {

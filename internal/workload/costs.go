@@ -44,6 +44,15 @@ type Demand struct {
 	GPUCount       int
 }
 
+// WarmSpend is what a node group's machines kept warm ahead of the
+// forecast cost on one day (UTC midnight): the platform's idle cost.
+type WarmSpend struct {
+	Group    string
+	Day      time.Time
+	Cost     float64
+	GPUHours float64
+}
+
 // CostGroups are what costs are grouped by.
 var CostGroups = []string{"team", "user", "template", "gpuClass", "costCenter", "nodeGroup"}
 
@@ -75,8 +84,19 @@ type Costs struct {
 	// Reserved is the reserved node groups' cost over the period up to
 	// now, for a caller who may read every team's workloads (nil for
 	// others); PlatformIdle is their idle cost in all.
-	Reserved     []ReservedCost
+	Reserved []ReservedCost
+	// Warm is what machines kept warm ahead of the forecast cost per node
+	// group, over the days (UTC) that overlap the period; also only for a
+	// caller who may read every team's workloads. PlatformIdle is the
+	// reserved groups' idle cost and the warm machines' cost in all.
+	Warm         []WarmCost
 	PlatformIdle float64
+}
+
+// WarmCost is what a node group's warm machines cost over a period.
+type WarmCost struct {
+	Group, Class   string
+	Cost, GPUHours float64
 }
 
 // ReservedCost is a reserved node group over a period: its machines are
@@ -139,6 +159,26 @@ func (s *Service) Costs(ctx context.Context, from, to time.Time, groupBy string)
 		c.Reserved = s.reserved(runs, from, to)
 		for _, r := range c.Reserved {
 			c.PlatformIdle += r.Idle
+		}
+		spent, err := s.store.WarmSpend(ctx, from, to)
+		if err != nil {
+			return Costs{}, err
+		}
+		c.Warm = []WarmCost{}
+		byGroup := map[string]int{}
+		for _, w := range spent {
+			i, ok := byGroup[w.Group]
+			if !ok {
+				g, _ := s.groups.Get(w.Group)
+				i, byGroup[w.Group] = len(c.Warm), len(c.Warm)
+				c.Warm = append(c.Warm, WarmCost{Group: w.Group, Class: g.Class})
+			}
+			c.Warm[i].Cost += w.Cost
+			c.Warm[i].GPUHours += w.GPUHours
+			c.PlatformIdle += w.Cost
+		}
+		for i := range c.Warm {
+			c.Warm[i].Cost, c.Warm[i].GPUHours = budget.Round(c.Warm[i].Cost), math.Round(c.Warm[i].GPUHours*1000)/1000
 		}
 		c.PlatformIdle = budget.Round(c.PlatformIdle)
 	}

@@ -597,6 +597,10 @@ func TestShowbackAtNodeGroupPrices(t *testing.T) {
 			t.Errorf("%s cost %v, want %v", w.Template, got, want)
 		}
 	}
+	// Machines of the on-demand group were kept warm for $2.50 that day.
+	if err := h.store.AddWarm(ctx, "h100-od", start, 2.5, 2.5/7.5); err != nil {
+		t.Fatal(err)
+	}
 	c, err := h.svc.Costs(ctx, start, now, "nodeGroup")
 	if err != nil {
 		t.Fatal(err)
@@ -609,10 +613,11 @@ func TestShowbackAtNodeGroupPrices(t *testing.T) {
 		t.Errorf("by node group %v (total %v), want %v (total 45)", got, c.Total, want)
 	}
 	// The reserved machine: 5 h × $32 paid, $24 charged to the training,
-	// $136 the platform's; 40 GPU-hours, 6 used.
+	// $136 the platform's; 40 GPU-hours, 6 used. With the warm machines,
+	// the platform's idle cost is $138.50.
 	want := []workload.ReservedCost{{Group: "h100-reserved", Class: "H100-80GB", Nodes: 1, Cost: 160, Charged: 24, Idle: 136, GPUHours: 40, UsedGPUHours: 6}}
-	if !slices.Equal(c.Reserved, want) || c.PlatformIdle != 136 {
-		t.Errorf("reserved %+v (platform idle %v), want %+v (136)", c.Reserved, c.PlatformIdle, want)
+	if !slices.Equal(c.Reserved, want) || !slices.Equal(c.Warm, []workload.WarmCost{{Group: "h100-od", Class: "H100-80GB", Cost: 2.5, GPUHours: 0.333}}) || c.PlatformIdle != 138.5 {
+		t.Errorf("reserved %+v, warm %+v (platform idle %v), want %+v, $2.50 warm (138.5)", c.Reserved, c.Warm, c.PlatformIdle, want)
 	}
 	// An hour inside the training's first run: a third of its cost.
 	c, err = h.svc.Costs(ctx, start.Add(time.Hour), start.Add(2*time.Hour), "nodeGroup")

@@ -226,6 +226,9 @@ type Store interface {
 	// GPUMinutes counts, per workload, the one-minute buckets in [from,
 	// to) its GPU series measured, and those it was active in.
 	GPUMinutes(ctx context.Context, from, to time.Time) (map[string]GPUMinutes, error)
+	// WarmSpend lists what machines kept warm cost per node group on each
+	// day (UTC) overlapping [from, to).
+	WarmSpend(ctx context.Context, from, to time.Time) ([]WarmSpend, error)
 }
 
 // Cluster is where workloads run.

@@ -888,7 +888,8 @@ async function loadGroups(body) {
     }
     return el('tr', { 'data-group': g.name }, el('td', { text: g.name }), el('td', { text: g.class }), el('td', { text: g.purchase }),
       el('td', { text: String(g.gpusPerNode) }), el('td', { text: g.min + '–' + g.max }),
-      el('td', { text: money(g.pricePerNodeHour) + ' (' + money(g.gpuHourPrice) + ' a GPU-hour)' }), el('td', { text: now }));
+      el('td', { text: money(g.pricePerNodeHour) + ' (' + money(g.gpuHourPrice) + ' a GPU-hour)' }),
+      el('td', { text: g.warmPerDay ? 'up to ' + money(g.warmPerDay) + ' a day' : 'no' }), el('td', { text: now }));
   }));
   if (!list.items.length) document.getElementById('groups-status').textContent = 'No node groups are declared (nodeGroupsFile): the cluster\'s nodes are fixed.';
   return list.items;

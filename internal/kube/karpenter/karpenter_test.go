@@ -438,3 +438,101 @@ func TestSpotMachineTakenBack(t *testing.T) {
 		}
 	}
 }
+
+// TestWarmMachineTakenByWork: placeholders held warm in the on-demand group
+// make Karpenter boot a machine for them; a workload pod of normal priority
+// that finds the reserved machines full preempts them and runs on that
+// machine at once (the group's max is one machine: no other could have been
+// booted for it); let go, the placeholders' Deployment asks for none.
+func TestWarmMachineTakenByWork(t *testing.T) {
+	need(t)
+	ctx := context.Background()
+	pods := cluster.Client.CoreV1().Pods("default")
+	g := groups[1] // h100-on-demand, one machine at most
+	ph, err := karpenter.NewPlaceholders(cluster.Client, "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cluster.Client.AppsV1().Deployments("default").Delete(context.Background(), karpenter.WarmName(g.Name), metav1.DeleteOptions{})
+		for _, name := range []string{"work", "fill-0", "fill-1"} {
+			pods.Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+		}
+		waitfor.Until(t, 2*time.Minute, "the on-demand machine gone", func() error {
+			if got := groupNodes(context.Background(), t, g.Name); len(got) > 0 {
+				return fmt.Errorf("%d machines", len(got))
+			}
+			return nil
+		})
+	})
+	for i := range 2 { // the reserved machines, full, with work no one preempts
+		p := gpuPod(fmt.Sprintf("fill-%d", i), 8, false)
+		p.Spec.PriorityClassName = "gantry-high"
+		if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	at := time.Now().UTC()
+	if err := ph.Hold(ctx, g, 8, at); err != nil {
+		t.Fatal(err)
+	}
+	if n, since, err := ph.Held(ctx, g); err != nil || n != 8 || !since.Equal(at) {
+		t.Fatalf("held %d since %v (%v), want 8 since %v", n, since, err, at)
+	}
+	warm := func() ([]corev1.Pod, error) {
+		l, err := pods.List(ctx, metav1.ListOptions{LabelSelector: karpenter.WarmLabel + "=" + g.Name})
+		return l.Items, err
+	}
+	var machine string
+	waitfor.Until(t, 2*time.Minute, "8 placeholders running on a warm on-demand machine", func() error {
+		ps, err := warm()
+		if err != nil {
+			return err
+		}
+		running := 0
+		for _, p := range ps {
+			if p.Status.Phase == corev1.PodRunning {
+				running, machine = running+1, p.Spec.NodeName
+			}
+		}
+		if running != 8 {
+			return fmt.Errorf("%d of %d running", running, len(ps))
+		}
+		return nil
+	})
+	n, err := cluster.Client.CoreV1().Nodes().Get(ctx, machine, metav1.GetOptions{})
+	if err != nil || n.Labels[karpenter.GroupLabel] != g.Name {
+		t.Fatalf("placeholders on %s (%v): %v", machine, err, n.Labels)
+	}
+	work := gpuPod("work", 8, false)
+	work.Spec.PriorityClassName = "gantry-normal"
+	if _, err := pods.Create(ctx, work, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitfor.Until(t, 2*time.Minute, "the work running on the warm machine", func() error {
+		p, err := pods.Get(ctx, "work", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if p.Status.Phase != corev1.PodRunning {
+			return fmt.Errorf("pod %s on %q", p.Status.Phase, p.Spec.NodeName)
+		}
+		if p.Spec.NodeName != machine {
+			return fmt.Errorf("on %s, not the warm machine %s", p.Spec.NodeName, machine)
+		}
+		return nil
+	})
+	if got := groupNodes(ctx, t, g.Name); len(got) != 1 {
+		t.Fatalf("%d on-demand machines, want the warm one only", len(got))
+	}
+	if err := ph.Hold(ctx, g, 0, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	waitfor.Until(t, time.Minute, "the placeholders gone", func() error {
+		ps, err := warm()
+		if err == nil && len(ps) > 0 {
+			err = fmt.Errorf("%d placeholders", len(ps))
+		}
+		return err
+	})
+}

@@ -8,3 +8,13 @@ UPDATE workloads SET ran_cost = price_per_hour * running_us / 3600000000.0;
 -- Each run's node group and price per hour (0: the workload's price_per_hour).
 ALTER TABLE workload_runs ADD COLUMN node_group TEXT NOT NULL DEFAULT '';
 ALTER TABLE workload_runs ADD COLUMN price_per_hour DOUBLE PRECISION NOT NULL DEFAULT 0;
+-- What machines kept warm ahead of the forecast cost (placeholder pods'
+-- GPU-hours at their node group's price), per node group and day (UTC,
+-- microseconds of its midnight): the platform's idle cost, and the daily cap.
+CREATE TABLE warm_spend (
+    node_group TEXT             NOT NULL,
+    day        BIGINT           NOT NULL,
+    cost       DOUBLE PRECISION NOT NULL DEFAULT 0,
+    gpu_hours  DOUBLE PRECISION NOT NULL DEFAULT 0,
+    PRIMARY KEY (node_group, day)
+);

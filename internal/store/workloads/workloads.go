@@ -455,6 +455,41 @@ func (s *Store) Demand(ctx context.Context, since time.Time) ([]workload.Demand,
 	return out, rows.Err()
 }
 
+// AddWarm adds what machines kept warm in a node group cost on day (its
+// UTC midnight is taken) to what that day's warming cost before.
+func (s *Store) AddWarm(ctx context.Context, group string, day time.Time, cost, gpuHours float64) error {
+	d := day.UTC().Truncate(24 * time.Hour).UnixMicro()
+	_, err := s.db.ExecContext(ctx, s.db.Q(`INSERT INTO warm_spend (node_group, day, cost, gpu_hours) VALUES (?, ?, ?, ?)
+		ON CONFLICT (node_group, day) DO UPDATE SET cost = warm_spend.cost + excluded.cost, gpu_hours = warm_spend.gpu_hours + excluded.gpu_hours`),
+		group, d, cost, gpuHours)
+	if err != nil {
+		return fmt.Errorf("add warm spend of %s: %w", group, err)
+	}
+	return nil
+}
+
+// WarmSpend implements workload.Store: what warming cost per node group on
+// each day (UTC) that overlaps [from, to), by day and group.
+func (s *Store) WarmSpend(ctx context.Context, from, to time.Time) ([]workload.WarmSpend, error) {
+	rows, err := s.db.Read().QueryContext(ctx, s.db.Q(`SELECT node_group, day, cost, gpu_hours FROM warm_spend
+		WHERE day >= ? AND day < ? ORDER BY day, node_group`), from.UTC().Truncate(24*time.Hour).UnixMicro(), to.UnixMicro())
+	if err != nil {
+		return nil, fmt.Errorf("list warm spend: %w", err)
+	}
+	defer rows.Close()
+	var out []workload.WarmSpend
+	for rows.Next() {
+		var w workload.WarmSpend
+		var day int64
+		if err := rows.Scan(&w.Group, &day, &w.Cost, &w.GPUHours); err != nil {
+			return nil, fmt.Errorf("list warm spend: %w", err)
+		}
+		w.Day = time.UnixMicro(day).UTC()
+		out = append(out, w)
+	}
+	return out, rows.Err()
+}
+
 // UnappliedWorkloads implements workload.Store: live workloads whose objects
 // were never applied (not ended; those held for approval only with
 // withHeld), oldest first.

@@ -1,0 +1,188 @@
+package capacity
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/gantryhq/gantry/internal/nodegroup"
+	"github.com/gantryhq/gantry/internal/workload"
+)
+
+// Warm capacity: machines of an on-demand or spot group kept ready ahead of
+// the forecast, by means the autoscaler understands — placeholder pods of
+// the lowest priority, pinned to the group, that Karpenter boots machines
+// for and that real work preempts (the scheduler evicts them for a pod of
+// higher priority; their Deployment brings them back, pending, and Karpenter
+// boots for them again while the plan still wants them). Each group's
+// warming is held to its warmPerDay: the placeholders' GPU-hours at the
+// group's price, summed per day (UTC) in the store, are the platform's idle
+// cost.
+
+// Holder keeps node groups' placeholder pods on the cluster.
+type Holder interface {
+	// Held is how many GPUs g's placeholders hold and since when (the
+	// last Hold; zero when none).
+	Held(ctx context.Context, g nodegroup.Group) (gpus int, since time.Time, err error)
+	// Hold sets g's placeholders to gpus GPUs from now.
+	Hold(ctx context.Context, g nodegroup.Group, gpus int, now time.Time) error
+}
+
+// Ledger keeps what warming cost per node group and day.
+type Ledger interface {
+	// AddWarm adds cost and GPU-hours to group's warming on day (UTC).
+	AddWarm(ctx context.Context, group string, day time.Time, cost, gpuHours float64) error
+	// WarmSpend lists warming's cost per group and day overlapping [from, to).
+	WarmSpend(ctx context.Context, from, to time.Time) ([]workload.WarmSpend, error)
+}
+
+// WarmPlan is how many GPUs of a group to hold warm now, and why.
+type WarmPlan struct {
+	Group nodegroup.Group
+	GPUs  int
+	Why   string
+}
+
+// warmStep is the forecast's step when sizing warm capacity.
+const warmStep = 5 * time.Minute
+
+// PlanWarm sizes the warm capacity of every group with a warmPerDay, for
+// the next interval. Per class: look as far ahead as its slowest warmed
+// group boots, plus the interval (a machine asked for now must be up when
+// the demand comes); take the forecast's upper band (its 90th percentile)
+// at its highest in that window; what exceeds both the GPUs wanted now and
+// the class's reserved GPUs is warmed, cheapest group first, each at most
+// its max and what its day's cap has left for the interval (spent: each
+// group's warming cost today).
+func (s *Service) PlanWarm(ctx context.Context, spent map[string]float64, interval time.Duration) ([]WarmPlan, error) {
+	byClass := map[string][]nodegroup.Group{}
+	var classes []string
+	for _, g := range s.groups.List() {
+		if g.WarmPerDay <= 0 {
+			continue
+		}
+		if _, ok := byClass[g.Class]; !ok {
+			classes = append(classes, g.Class)
+		}
+		byClass[g.Class] = append(byClass[g.Class], g)
+	}
+	var out []WarmPlan
+	for _, class := range classes {
+		groups := byClass[class]
+		slices.SortStableFunc(groups, func(a, b nodegroup.Group) int { return cmp.Compare(a.GPUHourPrice(), b.GPUHourPrice()) })
+		lead := interval
+		for _, g := range groups {
+			lead = max(lead, g.Boot()+interval)
+		}
+		horizon := min(((lead+warmStep-1)/warmStep)*warmStep, MaxHorizon)
+		f, err := s.Forecast(ctx, class, horizon, warmStep)
+		if err != nil {
+			return nil, fmt.Errorf("warm %s: %w", class, err)
+		}
+		peak := f.Now
+		for _, p := range f.Points {
+			peak = max(peak, p.Hi)
+		}
+		reserved := 0
+		for _, g := range s.groups.ForClass(class) {
+			if g.Purchase == nodegroup.Reserved {
+				reserved += g.Min * g.GPUsPerNode
+			}
+		}
+		base := max(f.Now, float64(reserved))
+		want := max(0, int(math.Ceil(peak-base-1e-9)))
+		why := fmt.Sprintf("forecast (90th percentile) peaks at %.1f %s GPUs within %s; %.1f wanted now, %d reserved", peak, class, horizon, f.Now, reserved)
+		for _, g := range groups {
+			n := min(want, g.MaxGPUs())
+			left := g.WarmPerDay - spent[g.Name]
+			afford := max(0, int(math.Floor(left/(g.GPUHourPrice()*interval.Hours())+1e-9)))
+			gwhy := why
+			if n > afford {
+				n = afford
+				gwhy += fmt.Sprintf("; held to what $%.2f of today's $%.2f cap pays for", max(0, left), g.WarmPerDay)
+			}
+			want -= n
+			out = append(out, WarmPlan{Group: g, GPUs: n, Why: gwhy})
+		}
+	}
+	return out, nil
+}
+
+// Warmer runs warm capacity: each pass plans every warmed group, holds its
+// placeholders and records what the ones held until now cost. One runs on
+// the leader.
+type Warmer struct {
+	s        *Service
+	hold     Holder
+	ledger   Ledger
+	interval time.Duration
+	log      *slog.Logger
+}
+
+// NewWarmer returns a warmer of s's groups that passes every interval.
+func NewWarmer(s *Service, hold Holder, ledger Ledger, interval time.Duration, log *slog.Logger) (*Warmer, error) {
+	if s == nil || hold == nil || ledger == nil || interval <= 0 || log == nil {
+		return nil, errors.New("capacity: a warmer needs the service, a holder, a ledger, an interval and a log")
+	}
+	return &Warmer{s: s, hold: hold, ledger: ledger, interval: interval, log: log}, nil
+}
+
+// Warmed reports whether any group is warmed (else a Warmer has nothing to
+// do).
+func Warmed(groups *nodegroup.Set) bool {
+	return slices.ContainsFunc(groups.List(), func(g nodegroup.Group) bool { return g.WarmPerDay > 0 })
+}
+
+// Pass charges what every warmed group's placeholders held since the last
+// pass to the day at the group's price, then plans each group against the
+// day's spend and holds what the plan says. A charge whose hold then fails
+// is charged again at the next pass (warming is counted high, never low).
+func (w *Warmer) Pass(ctx context.Context) error {
+	now := w.s.now().UTC()
+	var errs []error
+	for _, g := range w.s.groups.List() {
+		if g.WarmPerDay <= 0 {
+			continue
+		}
+		n, since, err := w.hold.Held(ctx, g)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("warm %s: %w", g.Name, err))
+			continue
+		}
+		if n > 0 && !since.IsZero() && now.After(since) {
+			hours := float64(n) * now.Sub(since).Hours()
+			if err := w.ledger.AddWarm(ctx, g.Name, now, hours*g.GPUHourPrice(), hours); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	day := now.Truncate(24 * time.Hour)
+	spend, err := w.ledger.WarmSpend(ctx, day, day.Add(24*time.Hour))
+	if err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	spent := map[string]float64{}
+	for _, sp := range spend {
+		spent[sp.Group] += sp.Cost
+	}
+	plans, err := w.s.PlanWarm(ctx, spent, w.interval)
+	if err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	for _, p := range plans {
+		before, _, _ := w.hold.Held(ctx, p.Group)
+		if err := w.hold.Hold(ctx, p.Group, p.GPUs, now); err != nil {
+			errs = append(errs, fmt.Errorf("warm %s: %w", p.Group.Name, err))
+			continue
+		}
+		if p.GPUs != before {
+			w.log.Info("warm capacity", "node_group", p.Group.Name, "gpus", p.GPUs, "before", before, "why", p.Why)
+		}
+	}
+	return errors.Join(errs...)
+}

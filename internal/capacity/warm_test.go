@@ -1,0 +1,149 @@
+package capacity
+
+import (
+	"context"
+	"log/slog"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gantryhq/gantry/internal/nodegroup"
+	"github.com/gantryhq/gantry/internal/workload"
+)
+
+// rush is a class's history where 8 H100s arrive four minutes after now's
+// time of day on each of the last ten days and run an hour, beside 4 that
+// have run for a month: the forecast's upper band, five minutes ahead, is
+// 12.
+func rush() launches {
+	l := launches{{Created: now.Add(-30 * 24 * time.Hour), GPUClass: "H100-80GB", GPUCount: 4}}
+	for d := 1; d <= 10; d++ {
+		at := now.Add(4*time.Minute - time.Duration(d)*24*time.Hour)
+		l = append(l, workload.Demand{Created: at, Ended: at.Add(time.Hour), GPUClass: "H100-80GB", GPUCount: 8})
+	}
+	return l
+}
+
+var (
+	onDemand = nodegroup.Group{Name: "h100-od", Class: "H100-80GB", Purchase: nodegroup.OnDemand, GPUsPerNode: 8, Max: 2,
+		PricePerNodeHour: 55.2, WarmPerDay: 100} // $6.90 a GPU-hour
+	spot = nodegroup.Group{Name: "h100-spot", Class: "H100-80GB", Purchase: nodegroup.Spot, GPUsPerNode: 8, Max: 1,
+		PricePerNodeHour: 36, WarmPerDay: 1} // $4.50 a GPU-hour
+	reserved = nodegroup.Group{Name: "h100-reserved", Class: "H100-80GB", Purchase: nodegroup.Reserved, GPUsPerNode: 8, Min: 1, Max: 1, PricePerNodeHour: 38}
+)
+
+// TestPlanWarm: what the forecast's upper band wants beyond now and the
+// reserved GPUs is warmed, cheapest group first, each group to what its
+// day's cap has left; a class without history warms nothing.
+func TestPlanWarm(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		name   string
+		groups []nodegroup.Group
+		l      launches
+		spent  map[string]float64
+		want   map[string]int
+		why    string
+	}{
+		{"the rush", []nodegroup.Group{onDemand}, rush(), nil, map[string]int{"h100-od": 8}, "peaks at 12.0 H100-80GB GPUs within 5m0s; 4.0 wanted now, 0 reserved"},
+		{"a reserved machine takes part", []nodegroup.Group{reserved, onDemand}, rush(), nil, map[string]int{"h100-od": 4}, "8 reserved"},
+		// $0.50 left at $6.90 a GPU-hour pays for 4 GPUs over a minute.
+		{"the cap", []nodegroup.Group{onDemand}, rush(), map[string]float64{"h100-od": 99.5}, map[string]int{"h100-od": 4}, "held to what $0.50 of today's $100.00 cap pays for"},
+		{"spent", []nodegroup.Group{onDemand}, rush(), map[string]float64{"h100-od": 120}, map[string]int{"h100-od": 0}, "held to what $0.00"},
+		// Spot is cheaper: it is warmed first, up to its one machine's 8
+		// GPUs; its $1 a day pays for 13 GPU-minutes.
+		{"cheapest first", []nodegroup.Group{onDemand, spot}, rush(), nil, map[string]int{"h100-spot": 8, "h100-od": 0}, ""},
+		{"spot's cap", []nodegroup.Group{onDemand, spot}, rush(), map[string]float64{"h100-spot": 0.95}, map[string]int{"h100-spot": 0, "h100-od": 8}, ""},
+		{"no history", []nodegroup.Group{onDemand}, nil, nil, map[string]int{"h100-od": 0}, "0.0 wanted now"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := service(t, groups(t, c.groups...), NoPools{}, c.l)
+			plans, err := s.PlanWarm(ctx, c.spent, time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]int{}
+			for _, p := range plans {
+				got[p.Group.Name] = p.GPUs
+				if p.Group.Name == c.groups[len(c.groups)-1].Name && !strings.Contains(p.Why, c.why) {
+					t.Errorf("why %q, want %q in it", p.Why, c.why)
+				}
+			}
+			if len(got) != len(c.want) {
+				t.Fatalf("plans %+v, want %v", plans, c.want)
+			}
+			for g, n := range c.want {
+				if got[g] != n {
+					t.Errorf("%s: %d GPUs warm, want %d (%+v)", g, got[g], n, plans)
+				}
+			}
+		})
+	}
+}
+
+type holder struct {
+	gpus  map[string]int
+	since map[string]time.Time
+}
+
+func (h *holder) Held(_ context.Context, g nodegroup.Group) (int, time.Time, error) {
+	return h.gpus[g.Name], h.since[g.Name], nil
+}
+
+func (h *holder) Hold(_ context.Context, g nodegroup.Group, gpus int, at time.Time) error {
+	h.gpus[g.Name], h.since[g.Name] = gpus, at
+	return nil
+}
+
+type ledger []workload.WarmSpend
+
+func (l *ledger) AddWarm(_ context.Context, group string, day time.Time, cost, gpuHours float64) error {
+	*l = append(*l, workload.WarmSpend{Group: group, Day: day.UTC().Truncate(24 * time.Hour), Cost: cost, GPUHours: gpuHours})
+	return nil
+}
+
+func (l *ledger) WarmSpend(_ context.Context, from, to time.Time) ([]workload.WarmSpend, error) {
+	var out []workload.WarmSpend
+	for _, w := range *l {
+		if !w.Day.Before(from.Truncate(24*time.Hour)) && w.Day.Before(to) {
+			out = append(out, w)
+		}
+	}
+	return out, nil
+}
+
+// TestWarmerPass: a pass holds what the plan wants and charges what was
+// held since the last pass at the group's price; once the day's cap is
+// nearly spent the placeholders shrink to what it pays for.
+func TestWarmerPass(t *testing.T) {
+	at := now
+	s, err := New(Options{NodeGroups: groups(t, onDemand), Pools: NoPools{}, Launches: rush(), Classes: classes(t), Now: func() time.Time { return at }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, l := &holder{gpus: map[string]int{}, since: map[string]time.Time{}}, &ledger{}
+	if _, err := NewWarmer(s, nil, l, time.Minute, slog.New(slog.DiscardHandler)); err == nil {
+		t.Fatal("a warmer without a holder")
+	}
+	w, err := NewWarmer(s, h, l, time.Minute, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Pass(context.Background()); err != nil || h.gpus["h100-od"] != 8 || len(*l) != 0 {
+		t.Fatalf("first pass: %v, held %v, spent %v", err, h.gpus, *l)
+	}
+	// 8 GPUs held for a minute at $6.90 an hour: $0.92; still wanted.
+	at = at.Add(time.Minute)
+	if err := w.Pass(context.Background()); err != nil || h.gpus["h100-od"] != 8 || len(*l) != 1 || math.Abs((*l)[0].Cost-0.92) > 1e-9 || math.Abs((*l)[0].GPUHours-8.0/60) > 1e-9 {
+		t.Fatalf("second pass: %v, held %v, spent %+v", err, h.gpus, *l)
+	}
+	// With the day's cap nearly spent the placeholders shrink: the minute they held
+	// is charged first ($0.92 + $0.92 + $98 leaves $0.16, at
+	// $0.115 a GPU-minute: 1 GPU).
+	*l = append(*l, workload.WarmSpend{Group: "h100-od", Day: now.Truncate(24 * time.Hour), Cost: 98})
+	at = at.Add(time.Minute)
+	if err := w.Pass(context.Background()); err != nil || h.gpus["h100-od"] != 1 || len(*l) != 3 || math.Abs((*l)[2].Cost-0.92) > 1e-9 {
+		t.Errorf("at the cap: %v, held %v, spent %+v", err, h.gpus, *l)
+	}
+}

@@ -74,6 +74,10 @@ func table(dev bool) []*command {
 		&command{name: "advise", subs: []*command{
 			{name: "replay", synopsis: "--dir DIR [--gpu-class C] [-o FILE] [--score]", summary: "replay a GPU trace (Alibaba GenAI format) through the advice rules", run: adviseReplayCmd},
 		}},
+		&command{name: "capacity", hidden: !dev, subs: []*command{
+			{name: "replay", synopsis: "--file FILE [--day 130] [--span 24h] [--compress 72] [--policy both] [--nodes 10] [-o FILE]",
+				summary: "replay a trace's pods onto a local cluster with Karpenter, reactive and warmed ahead of the forecast", run: capacityReplayCmd},
+		}},
 		&command{name: "forecast", subs: []*command{
 			{name: "replay", synopsis: "--file FILE [--format openb] [--class C] [--horizon 2h] [--step 10m] [-o FILE] [--score]", summary: "replay a cluster trace through the demand forecast", run: forecastReplayCmd},
 			{name: "show", synopsis: "--class C [--horizon 2h] [--step 10m] [--share 0.9] [-o json]", summary: "a class's demand forecast from the server's launches, and what reserving saves", remote: true, run: forecastShowCmd},

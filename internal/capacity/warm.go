@@ -26,11 +26,22 @@ import (
 
 // Holder keeps node groups' placeholder pods on the cluster.
 type Holder interface {
-	// Held is how many GPUs g's placeholders hold and since when (the
-	// last Hold; zero when none).
-	Held(ctx context.Context, g nodegroup.Group) (gpus int, since time.Time, err error)
+	// Held says what a group's placeholders hold now.
+	Held(ctx context.Context, group string) (Holding, error)
 	// Hold sets g's placeholders to gpus GPUs from now.
 	Hold(ctx context.Context, g nodegroup.Group, gpus int, now time.Time) error
+	// Warming lists the groups whose placeholders ask for GPUs.
+	Warming(ctx context.Context) ([]string, error)
+	// Release sets a group's placeholders to none (a group no longer
+	// warmed).
+	Release(ctx context.Context, group string) error
+}
+
+// Holding is what a group's placeholders hold: Asked GPUs, Running of
+// them on machines, since the last Hold (zero: never).
+type Holding struct {
+	Asked, Running int
+	Since          time.Time
 }
 
 // Ledger keeps what warming cost per node group and day.
@@ -132,50 +143,78 @@ func NewWarmer(s *Service, hold Holder, ledger Ledger, interval time.Duration, l
 	return &Warmer{s: s, hold: hold, ledger: ledger, interval: interval, log: log}, nil
 }
 
-// Warmed reports whether any group is warmed (else a Warmer has nothing to
-// do).
-func Warmed(groups *nodegroup.Set) bool {
-	return slices.ContainsFunc(groups.List(), func(g nodegroup.Group) bool { return g.WarmPerDay > 0 })
-}
-
-// Pass charges what every warmed group's placeholders held since the last
-// pass to the day at the group's price, then plans each group against the
-// day's spend and holds what the plan says. A charge whose hold then fails
-// is charged again at the next pass (warming is counted high, never low).
+// Pass charges what each warmed group's placeholders ran since the last
+// pass (those running on machines now, over the time since) to the day at
+// the group's price, then plans each group against the day's spend and
+// holds what the plan says; a group that is no longer warmed (its
+// warmPerDay removed, or the group gone from the file) is charged and
+// released. A group whose charge fails is left as it is, its time charged
+// at the next pass that can; when planning fails, the charged groups keep
+// their size and their clocks restart.
 func (w *Warmer) Pass(ctx context.Context) error {
 	now := w.s.now().UTC()
 	var errs []error
+	warmed := map[string]nodegroup.Group{}
+	var order []string
 	for _, g := range w.s.groups.List() {
-		if g.WarmPerDay <= 0 {
+		if g.WarmPerDay > 0 {
+			warmed[g.Name] = g
+			order = append(order, g.Name)
+		}
+	}
+	holding, err := w.hold.Warming(ctx)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for _, name := range holding {
+		if _, ok := warmed[name]; ok {
 			continue
 		}
-		n, since, err := w.hold.Held(ctx, g)
+		price := 0.0 // gone from the file: no price to charge at
+		if g, ok := w.s.groups.Get(name); ok {
+			price = g.GPUHourPrice()
+		}
+		h, err := w.hold.Held(ctx, name)
+		if err == nil {
+			err = w.charge(ctx, name, price, h, now)
+		}
+		if err == nil {
+			err = w.hold.Release(ctx, name)
+		}
 		if err != nil {
-			errs = append(errs, fmt.Errorf("warm %s: %w", g.Name, err))
+			errs = append(errs, fmt.Errorf("release %s: %w", name, err))
 			continue
 		}
-		if n > 0 && !since.IsZero() && now.After(since) {
-			hours := float64(n) * now.Sub(since).Hours()
-			if err := w.ledger.AddWarm(ctx, g.Name, now, hours*g.GPUHourPrice(), hours); err != nil {
-				errs = append(errs, err)
+		w.log.Info("warm capacity released: the group is no longer warmed", "node_group", name, "gpus", h.Asked)
+	}
+	asked := map[string]int{}
+	for _, name := range order {
+		h, err := w.hold.Held(ctx, name)
+		if err == nil {
+			err = w.charge(ctx, name, warmed[name].GPUHourPrice(), h, now)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("warm %s: %w", name, err))
+			continue
+		}
+		asked[name] = h.Asked
+	}
+	plans, err := w.plan(ctx, now)
+	if err != nil {
+		for _, name := range order {
+			if n, ok := asked[name]; ok {
+				if err := w.hold.Hold(ctx, warmed[name], n, now); err != nil {
+					errs = append(errs, err)
+				}
 			}
 		}
-	}
-	day := now.Truncate(24 * time.Hour)
-	spend, err := w.ledger.WarmSpend(ctx, day, day.Add(24*time.Hour))
-	if err != nil {
-		return errors.Join(append(errs, err)...)
-	}
-	spent := map[string]float64{}
-	for _, sp := range spend {
-		spent[sp.Group] += sp.Cost
-	}
-	plans, err := w.s.PlanWarm(ctx, spent, w.interval)
-	if err != nil {
 		return errors.Join(append(errs, err)...)
 	}
 	for _, p := range plans {
-		before, _, _ := w.hold.Held(ctx, p.Group)
+		before, ok := asked[p.Group.Name]
+		if !ok {
+			continue // not charged: left as it is
+		}
 		if err := w.hold.Hold(ctx, p.Group, p.GPUs, now); err != nil {
 			errs = append(errs, fmt.Errorf("warm %s: %w", p.Group.Name, err))
 			continue
@@ -185,4 +224,28 @@ func (w *Warmer) Pass(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// charge adds what a group's running placeholders cost since their last
+// Hold.
+func (w *Warmer) charge(ctx context.Context, group string, price float64, h Holding, now time.Time) error {
+	if h.Running <= 0 || h.Since.IsZero() || !now.After(h.Since) {
+		return nil
+	}
+	hours := float64(h.Running) * now.Sub(h.Since).Hours()
+	return w.ledger.AddWarm(ctx, group, now, hours*price, hours)
+}
+
+// plan sizes the warmed groups against the day's spend.
+func (w *Warmer) plan(ctx context.Context, now time.Time) ([]WarmPlan, error) {
+	day := now.Truncate(24 * time.Hour)
+	spend, err := w.ledger.WarmSpend(ctx, day, day.Add(24*time.Hour))
+	if err != nil {
+		return nil, err
+	}
+	spent := map[string]float64{}
+	for _, sp := range spend {
+		spent[sp.Group] += sp.Cost
+	}
+	return w.s.PlanWarm(ctx, spent, w.interval)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -82,17 +83,33 @@ func TestPlanWarm(t *testing.T) {
 	}
 }
 
+// holder is placeholders that run as soon as they are asked for.
 type holder struct {
 	gpus  map[string]int
 	since map[string]time.Time
 }
 
-func (h *holder) Held(_ context.Context, g nodegroup.Group) (int, time.Time, error) {
-	return h.gpus[g.Name], h.since[g.Name], nil
+func (h *holder) Held(_ context.Context, group string) (Holding, error) {
+	return Holding{Asked: h.gpus[group], Running: h.gpus[group], Since: h.since[group]}, nil
 }
 
 func (h *holder) Hold(_ context.Context, g nodegroup.Group, gpus int, at time.Time) error {
 	h.gpus[g.Name], h.since[g.Name] = gpus, at
+	return nil
+}
+
+func (h *holder) Warming(context.Context) ([]string, error) {
+	var out []string
+	for g, n := range h.gpus {
+		if n > 0 {
+			out = append(out, g)
+		}
+	}
+	return out, nil
+}
+
+func (h *holder) Release(_ context.Context, group string) error {
+	h.gpus[group] = 0
 	return nil
 }
 
@@ -145,5 +162,14 @@ func TestWarmerPass(t *testing.T) {
 	at = at.Add(time.Minute)
 	if err := w.Pass(context.Background()); err != nil || h.gpus["h100-od"] != 1 || len(*l) != 3 || math.Abs((*l)[2].Cost-0.92) > 1e-9 {
 		t.Errorf("at the cap: %v, held %v, spent %+v", err, h.gpus, *l)
+	}
+	// Placeholders of a group that is not warmed (another file's, or
+	// warmPerDay removed) are charged and released.
+	h.gpus["old-group"], h.since["old-group"] = 4, at.Add(-time.Hour)
+	at = at.Add(time.Minute)
+	err = w.Pass(context.Background())
+	old := slices.IndexFunc(*l, func(s workload.WarmSpend) bool { return s.Group == "old-group" })
+	if err != nil || h.gpus["old-group"] != 0 || old < 0 || math.Abs((*l)[old].GPUHours-4*61.0/60) > 1e-9 || (*l)[old].Cost != 0 {
+		t.Errorf("a group no longer warmed: %v, held %v, spent %+v", err, h.gpus, *l)
 	}
 }

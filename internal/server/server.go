@@ -646,16 +646,16 @@ func (s *Server) lead(ctx context.Context, c *kube.Cluster) error {
 			return err
 		}
 	}
+	// Warm capacity runs wherever Karpenter scales the groups, warmed or
+	// not: a group no longer warmed has its placeholders released.
 	var warmer *capacity.Warmer
-	if capacity.Warmed(s.NodeGroups) {
-		ph, err := c.Placeholders(s.Config.Namespace)
-		if err != nil {
+	ph, err := c.Placeholders(s.Config.Namespace)
+	if err != nil {
+		return err
+	}
+	if ph != nil {
+		if warmer, err = capacity.NewWarmer(s.fleet, ph, s.Store.Workloads, warmInterval, s.Log); err != nil {
 			return err
-		}
-		if ph != nil { // else no Karpenter boots machines for placeholders
-			if warmer, err = capacity.NewWarmer(s.fleet, ph, s.Store.Workloads, warmInterval, s.Log); err != nil {
-				return err
-			}
 		}
 	}
 	g, gctx := errgroup.WithContext(ctx)

@@ -74,7 +74,10 @@ func (s *Service) Observe(ctx context.Context, id string, o Observed) (Workload,
 		if err == nil && exitCode != nil && out.Status == st && (out.ExitCode == nil || *out.ExitCode != *exitCode) {
 			out.ExitCode = exitCode
 		}
-		if err == nil && out.Status == Running && len(o.NodeGroups) > 0 {
+		// A run is placed once, when the cluster first says where it runs
+		// (then the whole run is priced there): a pod that later moves to
+		// another group's machine leaves the run's price as it was.
+		if err == nil && out.Status == Running && out.NodeGroup == "" && len(o.NodeGroups) > 0 {
 			if g, price := s.place(out, o.NodeGroups); g != "" {
 				out.NodeGroup, out.RunPrice = g, price
 			}

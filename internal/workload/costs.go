@@ -110,9 +110,11 @@ type ReservedCost struct {
 }
 
 // Costs meters the runs of the workloads the caller may read in [from, to)
-// — each run's Running time inside the period at its workload's price per
-// hour — and groups them by groupBy (one of CostGroups). Zero from is the
-// start of the current month (UTC), zero to now, "" groups by team.
+// — each run's Running time inside the period at its price per hour (its
+// node groups', else its workload's) — and groups them by groupBy (one of
+// CostGroups). Zero from is the start of the current month (UTC), zero to
+// now, "" groups by team. A caller who may read every team's workloads
+// also gets the reserved groups' and the warm machines' cost.
 func (s *Service) Costs(ctx context.Context, from, to time.Time, groupBy string) (Costs, error) {
 	now := s.clock()
 	if from.IsZero() {

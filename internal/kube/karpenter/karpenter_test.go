@@ -3,6 +3,7 @@ package karpenter_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -15,9 +16,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/gantryhq/gantry/internal/capreplay"
 	"github.com/gantryhq/gantry/internal/config"
 	"github.com/gantryhq/gantry/internal/devcluster"
 	"github.com/gantryhq/gantry/internal/devcluster/clustertest"
+	"github.com/gantryhq/gantry/internal/forecast"
 	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/kube"
 	"github.com/gantryhq/gantry/internal/kube/karpenter"
@@ -476,8 +479,11 @@ func TestWarmMachineTakenByWork(t *testing.T) {
 	if err := ph.Hold(ctx, g, 8, at); err != nil {
 		t.Fatal(err)
 	}
-	if n, since, err := ph.Held(ctx, g); err != nil || n != 8 || !since.Equal(at) {
-		t.Fatalf("held %d since %v (%v), want 8 since %v", n, since, err, at)
+	if h, err := ph.Held(ctx, g.Name); err != nil || h.Asked != 8 || !h.Since.Equal(at) {
+		t.Fatalf("held %+v (%v), want 8 asked since %v", h, err, at)
+	}
+	if names, err := ph.Warming(ctx); err != nil || len(names) != 1 || names[0] != g.Name {
+		t.Fatalf("warming %v (%v)", names, err)
 	}
 	warm := func() ([]corev1.Pod, error) {
 		l, err := pods.List(ctx, metav1.ListOptions{LabelSelector: karpenter.WarmLabel + "=" + g.Name})
@@ -504,6 +510,12 @@ func TestWarmMachineTakenByWork(t *testing.T) {
 	if err != nil || n.Labels[karpenter.GroupLabel] != g.Name {
 		t.Fatalf("placeholders on %s (%v): %v", machine, err, n.Labels)
 	}
+	waitfor.Until(t, time.Minute, "the Deployment to count 8 running", func() error {
+		if h, err := ph.Held(ctx, g.Name); err != nil || h.Running != 8 {
+			return fmt.Errorf("held %+v (%v)", h, err)
+		}
+		return nil
+	})
 	work := gpuPod("work", 8, false)
 	work.Spec.PriorityClassName = "gantry-normal"
 	if _, err := pods.Create(ctx, work, metav1.CreateOptions{}); err != nil {
@@ -525,7 +537,7 @@ func TestWarmMachineTakenByWork(t *testing.T) {
 	if got := groupNodes(ctx, t, g.Name); len(got) != 1 {
 		t.Fatalf("%d on-demand machines, want the warm one only", len(got))
 	}
-	if err := ph.Hold(ctx, g, 0, time.Now()); err != nil {
+	if err := ph.Release(ctx, g.Name); err != nil {
 		t.Fatal(err)
 	}
 	waitfor.Until(t, time.Minute, "the placeholders gone", func() error {
@@ -535,4 +547,68 @@ func TestWarmMachineTakenByWork(t *testing.T) {
 		}
 		return err
 	})
+}
+
+// TestCapacityReplay: a trace replayed ten times faster than it ran, onto
+// the on-demand group: reactive, its one pod waits for a machine Karpenter
+// boots and runs on it; ahead of a forecast that has seen the same 8 GPUs
+// arrive at that time on each of ten days, placeholders warm the machine
+// first (warm GPU-hours charged) and the pod runs on it. Both measure the
+// machine-hours paid and used on the replay's clock.
+func TestCapacityReplay(t *testing.T) {
+	need(t)
+	ctx := context.Background()
+	classes, err := gpu.LoadFile("../../../templates/gpu-classes.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(cluster.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	from := time.Unix(30*86400, 0).UTC()
+	var trace []forecast.Record
+	for d := 10; d >= 1; d-- {
+		at := from.Add(time.Minute - time.Duration(d)*24*time.Hour)
+		trace = append(trace, forecast.Record{Created: at, Ended: at.Add(10 * time.Minute), GPUs: 8})
+	}
+	trace = append(trace, forecast.Record{Created: from.Add(time.Minute), Ended: from.Add(2*time.Minute + 30*time.Second), GPUs: 8})
+	// The group in the trace's time: its machines boot in 20 s (2 s real).
+	g := groups[1]
+	g.BootTime, g.WarmPerDay = config.Duration(20*time.Second), 1000
+	for _, ahead := range []bool{false, true} {
+		r, err := capreplay.Run(ctx, capreplay.Options{Core: cluster.Client, Dynamic: dyn, Trace: trace, From: from, Span: 3 * time.Minute,
+			Compress: 10, Group: g, Classes: classes, Ahead: ahead, WarmInterval: time.Minute, Log: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%+v", r)
+		if r.Pods != 1 || r.Placed != 1 || r.Machines != 1 || r.UsedGPUHours <= 0 || r.PaidGPUHours < r.UsedGPUHours || r.PartialGangs != 0 {
+			t.Errorf("%s: %+v, want its pod placed on the one machine, paid at least what it used", r.Policy, r)
+		}
+		if (r.WarmGPUHours > 0) != ahead {
+			t.Errorf("%s: %v warm GPU-hours", r.Policy, r.WarmGPUHours)
+		}
+		if ahead {
+			break // the last: the cluster goes with the package
+		}
+		// Clean up for the next run: the replay's pods and placeholders
+		// gone, and with them the machine.
+		if err := cluster.Client.CoreV1().Pods(capreplay.Namespace).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}, metav1.ListOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := cluster.Client.AppsV1().Deployments(capreplay.Namespace).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitfor.Until(t, 2*time.Minute, "the on-demand machine and its NodeClaim gone", func() error {
+			if got := groupNodes(ctx, t, g.Name); len(got) > 0 {
+				return fmt.Errorf("%d machines", len(got))
+			}
+			claims, err := dyn.Resource(karpenter.NodeClaims).List(ctx, metav1.ListOptions{LabelSelector: karpenter.NodePoolLabel + "=" + g.Name})
+			if err == nil && len(claims.Items) > 0 {
+				err = fmt.Errorf("%d NodeClaims", len(claims.Items))
+			}
+			return err
+		})
+	}
 }

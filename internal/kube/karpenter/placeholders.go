@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/gantryhq/gantry/internal/capacity"
 	"github.com/gantryhq/gantry/internal/nodegroup"
 	"github.com/gantryhq/gantry/internal/quota"
 )
@@ -58,25 +59,60 @@ func NewPlaceholders(core kubernetes.Interface, namespace string) (*Placeholders
 func WarmName(group string) string { return "gantry-warm-" + group }
 
 // Held implements capacity.Holder: the replicas the group's Deployment
-// asks for and when they were set (0 and zero without one). It lists (the
-// verbs the chart grants on Deployments are list and patch).
-func (p *Placeholders) Held(ctx context.Context, g nodegroup.Group) (int, time.Time, error) {
-	list, err := p.core.AppsV1().Deployments(p.namespace).List(ctx, metav1.ListOptions{LabelSelector: WarmLabel + "=" + g.Name})
+// asks for, those of them Ready (on a machine), and when its size was last
+// set (zeros without one). It lists (the verbs the chart grants on
+// Deployments are list and patch).
+func (p *Placeholders) Held(ctx context.Context, group string) (capacity.Holding, error) {
+	ds, err := p.list(ctx, WarmLabel+"="+group)
 	if err != nil {
-		return 0, time.Time{}, fmt.Errorf("read the placeholders of %s: %w", g.Name, err)
+		return capacity.Holding{}, fmt.Errorf("read the placeholders of %s: %w", group, err)
 	}
-	for _, d := range list.Items {
-		if d.Name != WarmName(g.Name) {
+	for _, d := range ds {
+		if d.Name != WarmName(group) {
 			continue
 		}
-		n := 0
+		h := capacity.Holding{Running: int(d.Status.ReadyReplicas)}
 		if d.Spec.Replicas != nil {
-			n = int(*d.Spec.Replicas)
+			h.Asked = int(*d.Spec.Replicas)
 		}
-		since, _ := time.Parse(time.RFC3339Nano, d.Annotations[warmSince])
-		return n, since, nil
+		h.Running = min(h.Running, h.Asked)
+		h.Since, _ = time.Parse(time.RFC3339Nano, d.Annotations[warmSince])
+		return h, nil
 	}
-	return 0, time.Time{}, nil
+	return capacity.Holding{}, nil
+}
+
+// Warming implements capacity.Holder: the groups whose Deployments ask for
+// placeholders.
+func (p *Placeholders) Warming(ctx context.Context) ([]string, error) {
+	ds, err := p.list(ctx, WarmLabel)
+	if err != nil {
+		return nil, fmt.Errorf("list the placeholders: %w", err)
+	}
+	var out []string
+	for _, d := range ds {
+		if g := d.Labels[WarmLabel]; g != "" && d.Name == WarmName(g) && d.Spec.Replicas != nil && *d.Spec.Replicas > 0 {
+			out = append(out, g)
+		}
+	}
+	return out, nil
+}
+
+// Release implements capacity.Holder: the group's Deployment asks for none.
+func (p *Placeholders) Release(ctx context.Context, group string) error {
+	if _, err := p.core.AppsV1().Deployments(p.namespace).Patch(ctx, WarmName(group), types.MergePatchType, []byte(`{"spec":{"replicas":0}}`),
+		metav1.PatchOptions{FieldManager: "gantry"}); err != nil {
+		return fmt.Errorf("release the placeholders of %s: %w", group, err)
+	}
+	return nil
+}
+
+func (p *Placeholders) list(ctx context.Context, selector string) ([]appsv1.Deployment, error) {
+	l, err := p.core.AppsV1().Deployments(p.namespace).List(ctx, metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		return nil, err
+	}
+	return l.Items, nil
 }
 
 // Hold implements capacity.Holder: the group's Deployment asks for gpus
@@ -84,7 +120,7 @@ func (p *Placeholders) Held(ctx context.Context, g nodegroup.Group) (int, time.T
 // kept at 0 after).
 func (p *Placeholders) Hold(ctx context.Context, g nodegroup.Group, gpus int, now time.Time) error {
 	if gpus == 0 {
-		if n, since, err := p.Held(ctx, g); err == nil && n == 0 && since.IsZero() {
+		if h, err := p.Held(ctx, g.Name); err == nil && h.Asked == 0 && h.Since.IsZero() {
 			return nil // none was ever held
 		}
 	}

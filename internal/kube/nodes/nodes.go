@@ -21,6 +21,7 @@ import (
 
 	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/kube/kapi"
+	"github.com/gantryhq/gantry/internal/kube/karpenter"
 	"github.com/gantryhq/gantry/internal/render"
 	"github.com/gantryhq/gantry/internal/telemetry"
 )
@@ -201,6 +202,9 @@ func (k *Nodes) FreeGPUs(ctx context.Context, class gpu.Class, res string) (tota
 		for _, p := range pods {
 			if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 				continue
+			}
+			if _, warm := p.Labels[karpenter.WarmLabel]; warm {
+				continue // a placeholder: any launch of normal or high priority preempts it
 			}
 			for _, ctr := range p.Spec.Containers {
 				if l, ok := ctr.Resources.Limits[name]; ok {

@@ -116,7 +116,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if _, err := o.Core.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return Result{}, err
 	}
-	realStart := time.Now()
+	realStart := time.Now() //clock:allow the replay drives a real cluster on a real-time clock it compresses
 	clock := func() time.Time { return start.Add(time.Duration(float64(time.Since(realStart)) * o.Compress)) }
 	at := func(t time.Time) time.Time { return realStart.Add(time.Duration(float64(t.Sub(start)) / o.Compress)) }
 	m := newMeter(o.Group, clock)
@@ -341,7 +341,7 @@ func (m *meter) watch(ctx context.Context, o Options) (func(), error) {
 	claims := cf.ForResource(karpenter.NodeClaims).Informer()
 	// Machines of the replay: its group's, asked for since it began (a
 	// machine of an earlier run still going is not its).
-	began := time.Now().Truncate(time.Second)
+	began := time.Now().Truncate(time.Second) //clock:allow compared with the API server's creation timestamps
 	name := func(obj any) string {
 		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 			obj = d.Obj

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/gantryhq/gantry/internal/nodegroup"
@@ -212,8 +213,8 @@ func (w *Warmer) Pass(ctx context.Context) error {
 	}
 	for _, p := range plans {
 		before, ok := asked[p.Group.Name]
-		if !ok {
-			continue // not charged: left as it is
+		if !ok || (before == 0 && p.GPUs == 0) {
+			continue // not charged, left as it is; or nothing held, nothing wanted
 		}
 		if err := w.hold.Hold(ctx, p.Group, p.GPUs, now); err != nil {
 			errs = append(errs, fmt.Errorf("warm %s: %w", p.Group.Name, err))
@@ -248,4 +249,32 @@ func (w *Warmer) plan(ctx context.Context, now time.Time) ([]WarmPlan, error) {
 		spent[sp.Group] += sp.Cost
 	}
 	return w.s.PlanWarm(ctx, spent, w.interval)
+}
+
+// MemoryLedger is a Ledger kept in memory (a replay's, a test's).
+type MemoryLedger struct {
+	mu    sync.Mutex
+	spend []workload.WarmSpend
+}
+
+// AddWarm implements Ledger.
+func (l *MemoryLedger) AddWarm(_ context.Context, group string, day time.Time, cost, gpuHours float64) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.spend = append(l.spend, workload.WarmSpend{Group: group, Day: day.UTC().Truncate(24 * time.Hour), Cost: cost, GPUHours: gpuHours})
+	return nil
+}
+
+// WarmSpend implements Ledger: each addition on the days from from's to
+// before to, in the order added.
+func (l *MemoryLedger) WarmSpend(_ context.Context, from, to time.Time) ([]workload.WarmSpend, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []workload.WarmSpend
+	for _, s := range l.spend {
+		if !s.Day.Before(from.UTC().Truncate(24*time.Hour)) && s.Day.Before(to) {
+			out = append(out, s)
+		}
+	}
+	return out, nil
 }

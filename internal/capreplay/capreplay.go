@@ -129,7 +129,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	rctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer func() { cancel(); wg.Wait() }()
-	spend := &ledger{}
+	spend := &capacity.MemoryLedger{}
 	if o.Ahead {
 		w, err := warmer(o, clock, spend)
 		if err != nil {
@@ -194,7 +194,8 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	cancel()
 	wg.Wait()
 	r := m.result(o.From, end)
-	for _, sp := range spend.spend {
+	spent, _ := spend.WarmSpend(ctx, start, end.Add(24*time.Hour))
+	for _, sp := range spent {
 		r.WarmGPUHours += sp.GPUHours
 	}
 	r.WarmGPUHours = math.Round(r.WarmGPUHours*100) / 100
@@ -204,7 +205,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 
 // warmer is capacity.Warmer over the trace before the clock, holding
 // placeholders in Namespace.
-func warmer(o Options, clock func() time.Time, spend *ledger) (*capacity.Warmer, error) {
+func warmer(o Options, clock func() time.Time, spend *capacity.MemoryLedger) (*capacity.Warmer, error) {
 	g := o.Group
 	set, err := nodegroup.New(nodegroup.File{APIVersion: nodegroup.APIVersion, Kind: nodegroup.Kind, Groups: []nodegroup.Group{g}}, o.Classes.Names())
 	if err != nil {
@@ -238,31 +239,6 @@ func (h history) Demand(_ context.Context, since time.Time) ([]workload.Demand, 
 			continue
 		}
 		out = append(out, workload.Demand{Created: r.Created, Ended: r.Ended, GPUClass: h.class, GPUCount: n})
-	}
-	return out, nil
-}
-
-// ledger keeps warming's spend in memory.
-type ledger struct {
-	mu    sync.Mutex
-	spend []workload.WarmSpend
-}
-
-func (l *ledger) AddWarm(_ context.Context, group string, day time.Time, cost, gpuHours float64) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.spend = append(l.spend, workload.WarmSpend{Group: group, Day: day.UTC().Truncate(24 * time.Hour), Cost: cost, GPUHours: gpuHours})
-	return nil
-}
-
-func (l *ledger) WarmSpend(_ context.Context, from, to time.Time) ([]workload.WarmSpend, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []workload.WarmSpend
-	for _, s := range l.spend {
-		if !s.Day.Before(from.Truncate(24*time.Hour)) && s.Day.Before(to) {
-			out = append(out, s)
-		}
 	}
 	return out, nil
 }

@@ -568,16 +568,20 @@ func TestCapacityReplay(t *testing.T) {
 	}
 	from := time.Unix(30*86400, 0).UTC()
 	var trace []forecast.Record
+	// The pod arrives 2 minutes in (12 s real): long enough for the warm
+	// machine to boot and its placeholders to run through a charged pass
+	// first, however slow the machine; it stays 90 s (9 s real), long
+	// enough for a reactive boot.
 	for d := 10; d >= 1; d-- {
-		at := from.Add(time.Minute - time.Duration(d)*24*time.Hour)
+		at := from.Add(2*time.Minute - time.Duration(d)*24*time.Hour)
 		trace = append(trace, forecast.Record{Created: at, Ended: at.Add(10 * time.Minute), GPUs: 8})
 	}
-	trace = append(trace, forecast.Record{Created: from.Add(time.Minute), Ended: from.Add(2*time.Minute + 30*time.Second), GPUs: 8})
+	trace = append(trace, forecast.Record{Created: from.Add(2 * time.Minute), Ended: from.Add(3*time.Minute + 30*time.Second), GPUs: 8})
 	// The group in the trace's time: its machines boot in 20 s (2 s real).
 	g := groups[1]
 	g.BootTime, g.WarmPerDay = config.Duration(20*time.Second), 1000
 	for _, ahead := range []bool{false, true} {
-		r, err := capreplay.Run(ctx, capreplay.Options{Core: cluster.Client, Dynamic: dyn, Trace: trace, From: from, Span: 3 * time.Minute,
+		r, err := capreplay.Run(ctx, capreplay.Options{Core: cluster.Client, Dynamic: dyn, Trace: trace, From: from, Span: 4 * time.Minute,
 			Compress: 10, Group: g, Classes: classes, Ahead: ahead, WarmInterval: time.Minute, Log: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			t.Fatal(err)

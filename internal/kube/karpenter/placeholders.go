@@ -119,11 +119,6 @@ func (p *Placeholders) list(ctx context.Context, selector string) ([]appsv1.Depl
 // placeholders from now (a server-side apply: made when first needed, and
 // kept at 0 after).
 func (p *Placeholders) Hold(ctx context.Context, g nodegroup.Group, gpus int, now time.Time) error {
-	if gpus == 0 {
-		if h, err := p.Held(ctx, g.Name); err == nil && h.Asked == 0 && h.Since.IsZero() {
-			return nil // none was ever held
-		}
-	}
 	body, err := json.Marshal(Placeholder(g, p.namespace, gpus, now))
 	if err != nil {
 		return err

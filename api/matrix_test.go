@@ -106,6 +106,7 @@ func TestRouteRoleMatrix(t *testing.T) {
 	writers := func(ok int) map[string]int {
 		return map[string]int{A: ok, P: ok, T: 403, M: 403, V: 403, N: 403, X: 403}
 	}
+	three := 3
 	public := map[string]int{A: 200, P: 200, T: 200, M: 200, V: 200, N: 200, X: 200}
 	// The setup workloads are vision's: to a token narrowed to nlp they do not exist.
 	visionReaders := map[string]int{A: 200, P: 200, T: 200, M: 200, V: 200, N: 403, X: 404}
@@ -285,6 +286,13 @@ func TestRouteRoleMatrix(t *testing.T) {
 		"GET /api/v1/node-groups": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
 			return c.ListNodeGroupsWithResponse(ctx)
 		}, map[string]int{A: 200, P: 200, T: 403, M: 403, V: 403, N: 403, X: 403}},
+		// Only platform engineers change node groups.
+		"PUT /api/v1/node-groups/{name}": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
+			return c.SetNodeGroupWithResponse(ctx, "h100-on-demand", model.NodeGroupRequest{Max: &three})
+		}, writers(200)},
+		"DELETE /api/v1/node-groups/{name}": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
+			return c.ResetNodeGroupWithResponse(ctx, "h100-on-demand")
+		}, writers(200)},
 		"GET /api/v1/capacity/forecast": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
 			return c.GetCapacityForecastWithResponse(ctx, &model.GetCapacityForecastParams{Class: "H100-80GB"})
 		}, map[string]int{A: 200, P: 200, T: 403, M: 403, V: 403, N: 403, X: 403}},

@@ -5,6 +5,8 @@ import (
 
 	"github.com/gantryhq/gantry/api/gen"
 	"github.com/gantryhq/gantry/api/model"
+	"github.com/gantryhq/gantry/internal/nodegroup"
+	"github.com/gantryhq/gantry/internal/overlay"
 )
 
 func (s *server) ListNodeGroups(ctx context.Context, _ gen.ListNodeGroupsRequestObject) (gen.ListNodeGroupsResponseObject, error) {
@@ -28,4 +30,22 @@ func (s *server) ListNodeGroups(ctx context.Context, _ gen.ListNodeGroupsRequest
 		out.Items = append(out.Items, ng)
 	}
 	return gen.ListNodeGroups200JSONResponse(out), nil
+}
+
+func (s *server) SetNodeGroup(ctx context.Context, req gen.SetNodeGroupRequestObject) (gen.SetNodeGroupResponseObject, error) {
+	b := req.Body
+	set, err := s.o.Edits.Put(ctx, overlay.NodeGroup, req.Name, nodegroup.Change{Max: b.Max, PricePerNodeHour: b.PricePerNodeHour,
+		BootTimeSeconds: b.BootTimeSeconds, QuietTimeSeconds: b.QuietTimeSeconds, WarmPerDay: b.WarmPerDay})
+	if err != nil {
+		return nil, err
+	}
+	return gen.SetNodeGroup200JSONResponse(s.editsOut(ctx, set)), nil
+}
+
+func (s *server) ResetNodeGroup(ctx context.Context, req gen.ResetNodeGroupRequestObject) (gen.ResetNodeGroupResponseObject, error) {
+	set, err := s.o.Edits.Reset(ctx, overlay.NodeGroup, req.Name)
+	if err != nil {
+		return nil, err
+	}
+	return gen.ResetNodeGroup200JSONResponse(s.editsOut(ctx, set)), nil
 }

@@ -69,3 +69,60 @@ func TestCapacityForecastAndReserved(t *testing.T) {
 		t.Fatalf("reserved advice without launches: %d %s", rs.StatusCode(), rs.Body)
 	}
 }
+
+// TestNodeGroupEdits: a platform engineer's change of a node group is in
+// force at once (GET /api/v1/node-groups), listed among the platform's
+// edits, refused with the field's path where it does not hold, and gone on
+// reset.
+func TestNodeGroupEdits(t *testing.T) {
+	e := newEnv(t, func(*http.Request) (identity.Identity, error) {
+		return identity.Identity{Subject: "pat", Groups: []string{"platform-team"}, SecondFactor: true}, nil
+	})
+	ctx := t.Context()
+	group := func() model.NodeGroup {
+		r := servertest.Must(e.api.ListNodeGroupsWithResponse(ctx))(t)
+		for _, g := range r.JSON200.Items {
+			if g.Name == "h100-on-demand" {
+				return g
+			}
+		}
+		t.Fatal("no h100-on-demand")
+		return model.NodeGroup{}
+	}
+	put := servertest.Must(e.api.SetNodeGroupWithResponse(ctx, "h100-on-demand", model.NodeGroupRequest{Max: new(1), PricePerNodeHour: new(48.0), QuietTimeSeconds: new(120)}))(t)
+	if put.StatusCode() != 200 || len(put.JSON200.Items) != 1 || put.JSON200.Items[0].Kind != "nodeGroup" || put.JSON200.Items[0].Value["max"] != 1.0 {
+		t.Fatalf("put: %d %s", put.StatusCode(), put.Body)
+	}
+	if g := group(); g.Max != 1 || g.PricePerNodeHour != 48 || g.GpuHourPrice != 6 || g.QuietTimeSeconds != 120 || g.BootTimeSeconds != 180 || g.GpusPerNode != 8 {
+		t.Fatalf("in force: %+v", g)
+	}
+	for _, tc := range []struct {
+		name, group string
+		body        model.NodeGroupRequest
+		status      int
+		field       string
+	}{
+		{"a reserved group's max", "h100-reserved", model.NodeGroupRequest{Max: new(4)}, 422, "max"},
+		{"nothing", "h100-spot", model.NodeGroupRequest{}, 422, ""},
+		{"a group that is not", "b200-spot", model.NodeGroupRequest{Max: new(4)}, 404, ""},
+	} {
+		r := servertest.Must(e.api.SetNodeGroupWithResponse(ctx, tc.group, tc.body))(t)
+		if r.StatusCode() != tc.status {
+			t.Errorf("%s: %d %s", tc.name, r.StatusCode(), r.Body)
+			continue
+		}
+		if p := r.ApplicationproblemJSONDefault; tc.field != "" && (p == nil || p.Errors == nil || (*p.Errors)[0].Field != tc.field) {
+			t.Errorf("%s: %s, want a problem at %s", tc.name, r.Body, tc.field)
+		}
+	}
+	if g := group(); g.Max != 1 {
+		t.Fatalf("a refused change changed the group: %+v", g)
+	}
+	reset := servertest.Must(e.api.ResetNodeGroupWithResponse(ctx, "h100-on-demand"))(t)
+	if reset.StatusCode() != 200 || len(reset.JSON200.Items) != 0 {
+		t.Fatalf("reset: %d %s", reset.StatusCode(), reset.Body)
+	}
+	if g := group(); g.Max != 2 || g.PricePerNodeHour != 55.2 || g.QuietTimeSeconds != 600 {
+		t.Fatalf("after the reset: %+v", g)
+	}
+}

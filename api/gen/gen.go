@@ -67,6 +67,12 @@ type ServerInterface interface {
 	// ListNodeGroups List node groups
 	// (GET /api/v1/node-groups)
 	ListNodeGroups(ctx echo.Context) error
+	// ResetNodeGroup Go back to the node group file's values
+	// (DELETE /api/v1/node-groups/{name})
+	ResetNodeGroup(ctx echo.Context, name string) error
+	// SetNodeGroup Change a node group's size, price or timings
+	// (PUT /api/v1/node-groups/{name})
+	SetNodeGroup(ctx echo.Context, name string) error
 	// ListNodes List GPU nodes
 	// (GET /api/v1/nodes)
 	ListNodes(ctx echo.Context) error
@@ -521,6 +527,38 @@ func (w *ServerInterfaceWrapper) ListNodeGroups(ctx echo.Context) error {
 
 	// Invoke the callback with all the unmarshaled arguments
 	err = w.Handler.ListNodeGroups(ctx)
+	return err
+}
+
+// ResetNodeGroup converts echo context to params.
+func (w *ServerInterfaceWrapper) ResetNodeGroup(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "name" -------------
+	var name string
+
+	err = runtime.BindStyledParameterWithOptions("simple", "name", ctx.Param("name"), &name, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter name: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.ResetNodeGroup(ctx, name)
+	return err
+}
+
+// SetNodeGroup converts echo context to params.
+func (w *ServerInterfaceWrapper) SetNodeGroup(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "name" -------------
+	var name string
+
+	err = runtime.BindStyledParameterWithOptions("simple", "name", ctx.Param("name"), &name, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter name: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.SetNodeGroup(ctx, name)
 	return err
 }
 
@@ -1471,6 +1509,8 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.GET(options.BaseURL+"/api/v1/advice", wrapper.ListAdvice, options.OperationMiddlewares["listAdvice"]...)
 	router.GET(options.BaseURL+"/api/v1/nodes", wrapper.ListNodes, options.OperationMiddlewares["listNodes"]...)
 	router.GET(options.BaseURL+"/api/v1/node-groups", wrapper.ListNodeGroups, options.OperationMiddlewares["listNodeGroups"]...)
+	router.DELETE(options.BaseURL+"/api/v1/node-groups/:name", wrapper.ResetNodeGroup, options.OperationMiddlewares["resetNodeGroup"]...)
+	router.PUT(options.BaseURL+"/api/v1/node-groups/:name", wrapper.SetNodeGroup, options.OperationMiddlewares["setNodeGroup"]...)
 	router.GET(options.BaseURL+"/api/v1/capacity/forecast", wrapper.GetCapacityForecast, options.OperationMiddlewares["getCapacityForecast"]...)
 	router.GET(options.BaseURL+"/api/v1/capacity/reserved", wrapper.GetReservedAdvice, options.OperationMiddlewares["getReservedAdvice"]...)
 	router.GET(options.BaseURL+"/api/v1/nodes/:name", wrapper.GetNode, options.OperationMiddlewares["getNode"]...)
@@ -2124,6 +2164,85 @@ type ListNodeGroupsdefaultApplicationProblemPlusJSONResponse struct {
 }
 
 func (response ListNodeGroupsdefaultApplicationProblemPlusJSONResponse) VisitListNodeGroupsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ResetNodeGroupRequestObject struct {
+	Name string `json:"name"`
+}
+
+type ResetNodeGroupResponseObject interface {
+	VisitResetNodeGroupResponse(w http.ResponseWriter) error
+}
+
+type ResetNodeGroup200JSONResponse PlatformEditList
+
+func (response ResetNodeGroup200JSONResponse) VisitResetNodeGroupResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ResetNodeGroupdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ResetNodeGroupdefaultApplicationProblemPlusJSONResponse) VisitResetNodeGroupResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SetNodeGroupRequestObject struct {
+	Name string `json:"name"`
+	Body *SetNodeGroupJSONRequestBody
+}
+
+type SetNodeGroupResponseObject interface {
+	VisitSetNodeGroupResponse(w http.ResponseWriter) error
+}
+
+type SetNodeGroup200JSONResponse PlatformEditList
+
+func (response SetNodeGroup200JSONResponse) VisitSetNodeGroupResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SetNodeGroupdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response SetNodeGroupdefaultApplicationProblemPlusJSONResponse) VisitSetNodeGroupResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
@@ -4103,6 +4222,12 @@ type StrictServerInterface interface {
 	// ListNodeGroups List node groups
 	// (GET /api/v1/node-groups)
 	ListNodeGroups(ctx context.Context, request ListNodeGroupsRequestObject) (ListNodeGroupsResponseObject, error)
+	// ResetNodeGroup Go back to the node group file's values
+	// (DELETE /api/v1/node-groups/{name})
+	ResetNodeGroup(ctx context.Context, request ResetNodeGroupRequestObject) (ResetNodeGroupResponseObject, error)
+	// SetNodeGroup Change a node group's size, price or timings
+	// (PUT /api/v1/node-groups/{name})
+	SetNodeGroup(ctx context.Context, request SetNodeGroupRequestObject) (SetNodeGroupResponseObject, error)
 	// ListNodes List GPU nodes
 	// (GET /api/v1/nodes)
 	ListNodes(ctx context.Context, request ListNodesRequestObject) (ListNodesResponseObject, error)
@@ -4717,6 +4842,79 @@ func (sh *strictHandler) ListNodeGroups(ctx echo.Context) error {
 		return err
 	} else if validResponse, ok := response.(ListNodeGroupsResponseObject); ok {
 		return validResponse.VisitListNodeGroupsResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// ResetNodeGroup operation middleware
+func (sh *strictHandler) ResetNodeGroup(ctx echo.Context, name string) error {
+	var request ResetNodeGroupRequestObject
+
+	request.Name = name
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.ResetNodeGroup(ctx.Request().Context(), request.(ResetNodeGroupRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ResetNodeGroup")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(ResetNodeGroupResponseObject); ok {
+		return validResponse.VisitResetNodeGroupResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// SetNodeGroup operation middleware
+func (sh *strictHandler) SetNodeGroup(ctx echo.Context, name string) error {
+	var request SetNodeGroupRequestObject
+
+	request.Name = name
+
+	var body SetNodeGroupJSONRequestBody
+	var err error
+	if binder, ok := ctx.Echo().Binder.(*echo.DefaultBinder); ok {
+		// A request validator built on kin-openapi's openapi3filter with
+		// KeepValidatedValue leaves the value it validated on the body. Bind
+		// that value, matching member names exactly, so the handler receives
+		// what was validated instead of a second, case-insensitive decode.
+		// Otherwise bind only the request body, so that path and query
+		// parameters are not also bound into the body struct.
+		if vb, ok := ctx.Request().Body.(interface{ ValidatedValue() any }); !ok || runtime.BindJSONValue(vb.ValidatedValue(), &body) != nil {
+			err = binder.BindBody(ctx, &body)
+		}
+	} else {
+		// A custom binder is installed on the Echo instance; defer to it
+		// entirely, since echo.Binder does not expose body-only binding and
+		// the binder may do more than decode (for example call ctx.Validate).
+		err = ctx.Bind(&body)
+	}
+	if err != nil {
+		return err
+	}
+	request.Body = &body
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.SetNodeGroup(ctx.Request().Context(), request.(SetNodeGroupRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "SetNodeGroup")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(SetNodeGroupResponseObject); ok {
+		return validResponse.VisitSetNodeGroupResponse(ctx.Response())
 	} else if response != nil {
 		return fmt.Errorf("unexpected response type: %T", response)
 	}

@@ -402,15 +402,18 @@ func (e ParameterType) Valid() bool {
 
 // Defines values for PlatformEditKind.
 const (
-	PlatformEditKindBudget PlatformEditKind = "budget"
-	PlatformEditKindPrice  PlatformEditKind = "price"
-	PlatformEditKindQuota  PlatformEditKind = "quota"
+	PlatformEditKindBudget    PlatformEditKind = "budget"
+	PlatformEditKindNodeGroup PlatformEditKind = "nodeGroup"
+	PlatformEditKindPrice     PlatformEditKind = "price"
+	PlatformEditKindQuota     PlatformEditKind = "quota"
 )
 
 // Valid indicates whether the value is a known member of the PlatformEditKind enum.
 func (e PlatformEditKind) Valid() bool {
 	switch e {
 	case PlatformEditKindBudget:
+		return true
+	case PlatformEditKindNodeGroup:
 		return true
 	case PlatformEditKindPrice:
 		return true
@@ -1634,6 +1637,24 @@ type NodeGroupList struct {
 	Items []NodeGroup `json:"items"`
 }
 
+// NodeGroupRequest What changes; a field left out stays as the node group file has it.
+type NodeGroupRequest struct {
+	// BootTimeSeconds How long a new machine typically takes to join.
+	BootTimeSeconds *int `json:"bootTimeSeconds,omitempty"`
+
+	// Max Machines the group never goes above (not of a reserved group).
+	Max *int `json:"max,omitempty"`
+
+	// PricePerNodeHour USD per machine-hour.
+	PricePerNodeHour *float64 `json:"pricePerNodeHour,omitempty"`
+
+	// QuietTimeSeconds How long a machine stays empty before it is removed.
+	QuietTimeSeconds *int `json:"quietTimeSeconds,omitempty"`
+
+	// WarmPerDay USD a day (UTC) machines kept warm may cost; 0: never warmed.
+	WarmPerDay *float64 `json:"warmPerDay,omitempty"`
+}
+
 // NodeGroupState What the group's machines are doing now (present when a cluster's autoscaler scales the groups).
 type NodeGroupState struct {
 	// Booting Machines asked for that have not joined yet.
@@ -1685,11 +1706,11 @@ type PlatformEdit struct {
 	// ByName How their provider names them, when known.
 	ByName *string `json:"byName,omitempty"`
 
-	// Key The GPU class (price) or the team (quota, budget).
+	// Key The GPU class (price), the team (quota, budget) or the node group (nodeGroup).
 	Key  string           `json:"key"`
 	Kind PlatformEditKind `json:"kind"`
 
-	// Value The PriceRequest, QuotaRequest or BudgetRequest in force.
+	// Value The PriceRequest, QuotaRequest, BudgetRequest or NodeGroupRequest in force.
 	Value map[string]interface{} `json:"value"`
 }
 
@@ -2563,6 +2584,9 @@ type SetGPUClassPriceJSONRequestBody = PriceRequest
 
 // VerifyImageJSONRequestBody defines body for VerifyImage for application/json ContentType.
 type VerifyImageJSONRequestBody = VerifyRequest
+
+// SetNodeGroupJSONRequestBody defines body for SetNodeGroup for application/json ContentType.
+type SetNodeGroupJSONRequestBody = NodeGroupRequest
 
 // SetTeamBudgetJSONRequestBody defines body for SetTeamBudget for application/json ContentType.
 type SetTeamBudgetJSONRequestBody = BudgetRequest

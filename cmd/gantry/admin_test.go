@@ -68,6 +68,25 @@ func TestAdminVerbs(t *testing.T) {
 	if code, out, errOut := cli(admin, "nodes", "groups"); code != 0 || !strings.HasPrefix(out, "GROUP ") || !strings.Contains(out, "h100-on-demand  H100-80GB  on-demand") {
 		t.Fatalf("nodes groups: %d %q %q", code, out, errOut)
 	}
+	// A node group changed over its file, and back.
+	if code, out, errOut := cli(admin, "nodes", "set-group", "h100-spot", "--max", "4", "--quiet", "2m"); code != 0 || !strings.Contains(out, "node group h100-spot changed") {
+		t.Fatalf("nodes set-group: %d %q %q", code, out, errOut)
+	}
+	if code, out, _ := cli(admin, "nodes", "groups"); !strings.Contains(out, "h100-spot       H100-80GB  spot       8             0-4") {
+		t.Fatalf("nodes groups after set-group: %d %q", code, out)
+	}
+	if code, _, errOut := cli(admin, "nodes", "set-group", "h100-reserved", "--max", "4"); code != 1 || !strings.Contains(errOut, "max: a reserved group") {
+		t.Fatalf("set-group of a reserved group's max: %d %q", code, errOut)
+	}
+	if code, _, errOut := cli(lee, "nodes", "set-group", "h100-spot", "--max", "9"); code != 1 || !strings.Contains(errOut, "nodes:write") {
+		t.Fatalf("set-group as a team-admin: %d %q", code, errOut)
+	}
+	if code, _, errOut := cli(admin, "nodes", "reset-group", "h100-spot"); code != 0 {
+		t.Fatalf("nodes reset-group: %d %q", code, errOut)
+	}
+	if _, out, _ := cli(admin, "nodes", "groups"); !strings.Contains(out, "h100-spot       H100-80GB  spot       8             0-2") {
+		t.Fatalf("nodes groups after reset-group: %q", out)
+	}
 	if code, out, errOut := cli(admin, "forecast", "show", "--class", "H200-141GB", "--horizon", "30m"); code != 0 ||
 		!strings.HasPrefix(out, "H200-141GB: 0.0 GPUs wanted now (from 0 launches)\nAT ") || strings.Count(out, "\n") != 6 || !strings.Contains(out, "reserved: ") || !strings.Contains(out, "no launches of H200-141GB") {
 		t.Fatalf("forecast show: %d %q %q", code, out, errOut)

@@ -214,6 +214,16 @@ func TestBrowserPlatformEdits(t *testing.T) {
 	if warm := js(`document.querySelector('#groups tr[data-group="h100-on-demand"] td:nth-child(7)').textContent`); warm != "up to $100.00 a day" {
 		t.Errorf("the on-demand group kept warm: %q", warm)
 	}
+	// A node group changed from the page: in force in the table at once,
+	// listed among the edits; a reserved group's max is refused by field.
+	step("the spot group's max", chromedp.SetValue(chromedp.ID("group-name"), "h100-spot"), chromedp.SendKeys(chromedp.ID("group-max"), "3"),
+		chromedp.Click(chromedp.CSS(`#group-form button`)))
+	poll("the spot group at 3 machines", `document.querySelector('#groups tr[data-group="h100-spot"] td:nth-child(5)').textContent === '0–3'`)
+	poll("the group's edit", `!!document.querySelector('#edits tr[data-kind="nodeGroup"][data-key="h100-spot"]')`)
+	step("the reserved group's max", chromedp.SetValue(chromedp.ID("group-name"), "h100-reserved"), chromedp.Click(chromedp.CSS(`#group-form button`)))
+	poll("refused, naming the field", `document.getElementById('group-status').textContent.includes('max: a reserved group')`)
+	step("reset the group", chromedp.Click(chromedp.CSS(`#edits tr[data-kind="nodeGroup"] button`)))
+	poll("the spot group back at 2", `document.querySelector('#groups tr[data-group="h100-spot"] td:nth-child(5)').textContent === '0–2'`)
 	poll("the forecast chart", `!!document.querySelector('#forecast-chart svg[role="img"]')`)
 	if label := js(`document.querySelector('#forecast-chart svg').getAttribute('aria-label')`); !strings.HasPrefix(label, "H100-80GB: 0.0 GPUs wanted now; in 2 h 0.0") {
 		t.Errorf("the forecast's label: %q", label)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"text/tabwriter"
@@ -47,6 +48,68 @@ func nodeGroupsCmd(ctx context.Context, args []string, stdout, stderr io.Writer)
 		}
 		tw.Flush()
 	})
+}
+
+// setNodeGroupCmd is `gantry nodes set-group NAME --max N ...`: a node
+// group's size, price or timings changed over the file's.
+func setNodeGroupCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	const use = "gantry nodes set-group NAME [--max N] [--price USD] [--boot DUR] [--quiet DUR] [--warm-per-day USD]"
+	fs := flags("gantry nodes set-group", stderr)
+	srv := fs.String("server", "", "Gantry server URL")
+	maxN := fs.Int("max", 0, "machines the group never goes above")
+	price := fs.Float64("price", 0, "USD per machine-hour")
+	boot := fs.Duration("boot", 0, "how long a new machine typically takes to join")
+	quiet := fs.Duration("quiet", 0, "how long an empty machine stays before it goes")
+	warm := fs.Float64("warm-per-day", 0, "USD a day machines kept warm may cost (0: never warmed)")
+	rest, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(rest) != 1 {
+		return usageError{use}
+	}
+	var req model.NodeGroupRequest
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "max":
+			req.Max = maxN
+		case "price":
+			req.PricePerNodeHour = price
+		case "boot":
+			req.BootTimeSeconds = new(int(boot.Seconds()))
+		case "quiet":
+			req.QuietTimeSeconds = new(int(quiet.Seconds()))
+		case "warm-per-day":
+			req.WarmPerDay = warm
+		}
+	})
+	cl, _, err := remote(ctx, *srv)
+	if err != nil {
+		return err
+	}
+	resp, err := cl.SetNodeGroupWithResponse(ctx, rest[0], req)
+	if err := ok(resp, err); err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(stdout, "node group %s changed; `gantry nodes reset-group %s` goes back to the file's\n", rest[0], rest[0])
+	return err
+}
+
+// resetNodeGroupCmd is `gantry nodes reset-group NAME`.
+func resetNodeGroupCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cl, rest, _, err := verbWithOutput(ctx, "gantry nodes reset-group", args, stderr)
+	if err != nil {
+		return err
+	}
+	if len(rest) != 1 {
+		return usageError{"gantry nodes reset-group NAME"}
+	}
+	resp, err := cl.ResetNodeGroupWithResponse(ctx, rest[0])
+	if err := ok(resp, err); err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(stdout, "node group %s is as its file says\n", rest[0])
+	return err
 }
 
 // forecastShowCmd is `gantry forecast show --class C`: a class's demand

@@ -127,6 +127,8 @@ var notExercised = map[string]string{
 	// does (TestWatcherSaysWhyAWorkloadWaits: kube.Cluster.RunPools).
 	"karpenter.sh/nodeclaims list":  "watched by karpenter.Pools",
 	"karpenter.sh/nodeclaims watch": "watched by karpenter.Pools",
+	"karpenter.sh/nodepools get":    "read by karpenter.Sizes (TestNodeGroupEditReachesItsNodePool)",
+	"karpenter.sh/nodepools patch":  "applied by karpenter.Sizes (TestNodeGroupEditReachesItsNodePool)",
 }
 
 // checkRBAC compares what the chart's ServiceAccount asked the API server

@@ -75,6 +75,17 @@ func (c *Cluster) Placeholders(namespace string) (*karpenter.Placeholders, error
 	return karpenter.NewPlaceholders(c.core, namespace)
 }
 
+// Sizes keeps the scaled node groups' NodePools at the groups' max and
+// quiet time in force; nil when no groups are declared or the cluster runs
+// no Karpenter.
+func (c *Cluster) Sizes() (*karpenter.Sizes, error) {
+	p, err := c.Pools()
+	if err != nil || p == nil {
+		return nil, err
+	}
+	return karpenter.NewSizes(c.dyn, c.groups, c.now)
+}
+
 // hasKarpenter reports whether the cluster serves Karpenter's NodeClaims.
 func (c *Cluster) hasKarpenter() bool {
 	_, err := c.core.Discovery().ServerResourcesForGroupVersion(karpenter.NodeClaims.GroupVersion().String())

@@ -16,6 +16,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/gantryhq/gantry/internal/config"
@@ -108,8 +109,27 @@ func (g Group) Quiet() time.Duration {
 
 // Set is a validated set of node groups. A nil or empty Set means the
 // cluster's nodes are fixed: nothing scales and nothing is refused for size.
+// Its groups can be replaced whole (Replace: the platform team's edits over
+// the file), and every holder of the Set reads the new ones.
 type Set struct {
-	groups []Group
+	groups atomic.Pointer[[]Group]
+}
+
+// list is the groups now (never to be modified).
+func (s *Set) list() []Group {
+	if s == nil {
+		return nil
+	}
+	if p := s.groups.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// Replace puts o's groups in force in s.
+func (s *Set) Replace(o *Set) {
+	g := slices.Clone(o.list())
+	s.groups.Store(&g)
 }
 
 var nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$`)
@@ -207,23 +227,20 @@ func New(f File, classes []string) (*Set, error) {
 	if err := errs.Err(); err != nil {
 		return nil, err
 	}
-	return &Set{groups: slices.Clone(f.Groups)}, nil
+	set := &Set{}
+	g := slices.Clone(f.Groups)
+	set.groups.Store(&g)
+	return set, nil
 }
 
 // List returns the groups in file order.
 func (s *Set) List() []Group {
-	if s == nil {
-		return nil
-	}
-	return slices.Clone(s.groups)
+	return slices.Clone(s.list())
 }
 
 // Get returns a group by name.
 func (s *Set) Get(name string) (Group, bool) {
-	if s == nil {
-		return Group{}, false
-	}
-	for _, g := range s.groups {
+	for _, g := range s.list() {
 		if g.Name == name {
 			return g, true
 		}
@@ -233,11 +250,8 @@ func (s *Set) Get(name string) (Group, bool) {
 
 // ForClass returns the groups of a class, in file order.
 func (s *Set) ForClass(class string) []Group {
-	if s == nil {
-		return nil
-	}
 	var out []Group
-	for _, g := range s.groups {
+	for _, g := range s.list() {
 		if g.Class == class {
 			out = append(out, g)
 		}

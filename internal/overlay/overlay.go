@@ -1,6 +1,7 @@
 // Package overlay owns the platform team's changes, made through the API
 // (the portal's Platform page), to what the files in git also set: a GPU
-// class's price, a team's quota and a team's budget. An edit is checked as
+// class's price, a team's quota, a team's budget and a node group's size,
+// price and timings. An edit is checked as
 // the files are, stored with who made it and when (the request itself is in
 // the audit log), laid over the files' values on every replica (the server
 // applies the Set), and shown with the value it shadows; a reset removes it
@@ -22,6 +23,7 @@ import (
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/identity"
+	"github.com/gantryhq/gantry/internal/nodegroup"
 	"github.com/gantryhq/gantry/internal/quota"
 	"github.com/gantryhq/gantry/internal/team"
 )
@@ -31,17 +33,26 @@ const (
 	Price  = "price"  // a GPU class's price (gpu.Price), by class: gpu-classes:write
 	Quota  = "quota"  // a team's quota (quota.Quota), by team: policy:write
 	Budget = "budget" // a team's budget (budget.Budget), by team: policy:write
+	// NodeGroup is a node group's change (nodegroup.Change), by group:
+	// nodes:write.
+	NodeGroup = "nodeGroup"
 )
 
 // Kinds lists them.
-var Kinds = []string{Price, Quota, Budget}
+var Kinds = []string{Price, Quota, Budget, NodeGroup}
 
 func permission(kind string) access.Permission {
-	if kind == Price {
+	switch kind {
+	case Price:
 		return access.GPUClassesWrite
+	case NodeGroup:
+		return access.NodesWrite
 	}
 	return access.PolicyWrite
 }
+
+// teamKeyed reports whether kind's edits are keyed by team.
+func teamKeyed(kind string) bool { return kind == Quota || kind == Budget }
 
 // Edit is one change as stored.
 type Edit struct {
@@ -63,7 +74,15 @@ type Set struct {
 	Prices  map[string]gpu.Price
 	Quotas  map[string]quota.Quota
 	Budgets map[string]budget.Budget
-	Edits   []Edit // as stored: who made each and when
+	// NodeGroups are the changes of node groups, to lay over the file's
+	// (nodegroup.Set.With).
+	NodeGroups map[string]nodegroup.Change
+	Edits      []Edit // as stored: who made each and when
+}
+
+func newSet(edits []Edit) Set {
+	return Set{Prices: map[string]gpu.Price{}, Quotas: map[string]quota.Quota{}, Budgets: map[string]budget.Budget{},
+		NodeGroups: map[string]nodegroup.Change{}, Edits: edits}
 }
 
 // Fingerprint identifies a set of edits (for a replica to tell whether
@@ -87,6 +106,9 @@ type Options struct {
 	Store   Store
 	Authz   Authorizer
 	Classes *gpu.Catalog // the classes in force: what a price or quota may name
+	// NodeGroups are the node groups of the file: what a node group edit
+	// may name, and what it is checked against.
+	NodeGroups *nodegroup.Set
 	// Apply puts a set of edits in force on this replica (the server lays
 	// it over the files).
 	Apply func(context.Context, Set) error
@@ -98,8 +120,8 @@ type Service struct{ o Options }
 
 // New returns a Service.
 func New(o Options) (*Service, error) {
-	if o.Store == nil || o.Authz == nil || o.Classes == nil || o.Apply == nil || o.Now == nil {
-		return nil, fmt.Errorf("overlay.New: Store, Authz, Classes, Apply and Now are required")
+	if o.Store == nil || o.Authz == nil || o.Classes == nil || o.NodeGroups == nil || o.Apply == nil || o.Now == nil {
+		return nil, fmt.Errorf("overlay.New: Store, Authz, Classes, NodeGroups, Apply and Now are required")
 	}
 	return &Service{o: o}, nil
 }
@@ -112,7 +134,7 @@ func (s *Service) Load(ctx context.Context) (Set, error) {
 	if err != nil {
 		return Set{}, err
 	}
-	set := Set{Prices: map[string]gpu.Price{}, Quotas: map[string]quota.Quota{}, Budgets: map[string]budget.Budget{}, Edits: edits}
+	set := newSet(edits)
 	var errs fault.List
 	for _, e := range edits {
 		if err := s.decode(e, set); err != nil {
@@ -171,6 +193,15 @@ func (s *Service) decode(e Edit, set Set) error {
 			return relative(errs.Err())
 		}
 		set.Budgets[e.Key] = b
+	case NodeGroup:
+		var c nodegroup.Change
+		if err := dec(&c); err != nil {
+			return err
+		}
+		if _, err := s.o.NodeGroups.Changed(e.Key, c, s.o.Classes.Names()); err != nil {
+			return err
+		}
+		set.NodeGroups[e.Key] = c
 	default:
 		return fmt.Errorf("%q is not a kind of edit (%v)", e.Kind, Kinds)
 	}
@@ -209,7 +240,7 @@ func (s *Service) Put(ctx context.Context, kind, key string, value any) (Set, er
 	if err != nil {
 		return Set{}, err
 	}
-	if kind != Price {
+	if teamKeyed(kind) {
 		t, err := team.Parse(key)
 		if err != nil {
 			return Set{}, err
@@ -223,7 +254,7 @@ func (s *Service) Put(ctx context.Context, kind, key string, value any) (Set, er
 		return Set{}, err
 	}
 	e := Edit{Kind: kind, Key: key, Value: raw, By: id.String(), At: s.o.Now().UTC().Truncate(time.Microsecond)}
-	probe := Set{Prices: map[string]gpu.Price{}, Quotas: map[string]quota.Quota{}, Budgets: map[string]budget.Budget{}}
+	probe := newSet(nil)
 	if err := s.decode(e, probe); err != nil {
 		return Set{}, err
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/identity"
+	"github.com/gantryhq/gantry/internal/nodegroup"
 	"github.com/gantryhq/gantry/internal/overlay"
 	"github.com/gantryhq/gantry/internal/quota"
 	"github.com/gantryhq/gantry/internal/store"
@@ -49,8 +50,12 @@ func TestEdits(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
+	groups, err := nodegroup.LoadFile("../../templates/node-groups.yaml", classes.Names())
+	if err != nil {
+		t.Fatal(err)
+	}
 	var applied []overlay.Set
-	svc, err := overlay.New(overlay.Options{Store: governance.New(st), Authz: az, Classes: classes, Now: func() time.Time { return time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC) },
+	svc, err := overlay.New(overlay.Options{Store: governance.New(st), Authz: az, Classes: classes, NodeGroups: groups, Now: func() time.Time { return time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC) },
 		Apply: func(_ context.Context, s overlay.Set) error {
 			applied = append(applied, s)
 			az.SetOverlay(authz.Overlay{Quotas: s.Quotas, Budgets: s.Budgets})
@@ -75,6 +80,12 @@ func TestEdits(t *testing.T) {
 		{"a quota of a class that is not", overlay.Quota, "vision", quota.Quota{GPUs: map[string]float64{"V100": 3}}, "gpus.V100"},
 		{"a budget", overlay.Budget, "vision", budget.Budget{Amount: 777, AtLimit: budget.Block}, ""},
 		{"a budget of nothing", overlay.Budget, "vision", budget.Budget{Amount: 0}, "amount"},
+		{"a node group's max and price", overlay.NodeGroup, "h100-on-demand", nodegroup.Change{Max: ptr(4), PricePerNodeHour: ptr(60.0)}, ""},
+		{"a reserved group's max", overlay.NodeGroup, "h100-reserved", nodegroup.Change{Max: ptr(2)}, "max"},
+		{"no machines", overlay.NodeGroup, "h100-spot", nodegroup.Change{Max: ptr(0)}, "max"},
+		{"a quiet time of nothing", overlay.NodeGroup, "h100-spot", nodegroup.Change{QuietTimeSeconds: ptr(0)}, "quietTimeSeconds"},
+		{"warm a reserved group", overlay.NodeGroup, "h100-reserved", nodegroup.Change{WarmPerDay: ptr(10.0)}, "warmPerDay"},
+		{"a negative price", overlay.NodeGroup, "h100-spot", nodegroup.Change{PricePerNodeHour: ptr(-1.0)}, "pricePerNodeHour"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := svc.Put(pat, tc.kind, tc.key, tc.value)
@@ -90,13 +101,30 @@ func TestEdits(t *testing.T) {
 	if _, err := svc.Put(pat, overlay.Price, "V100", gpu.Price{OnDemand: 1}); err == nil {
 		t.Error("a price of a class that is not: accepted")
 	}
+	var missing *fault.NotFound
+	if _, err := svc.Put(pat, overlay.NodeGroup, "a100-nowhere", nodegroup.Change{Max: ptr(1)}); !errors.As(err, &missing) {
+		t.Errorf("a node group that is not: %v", err)
+	}
 	var forbidden *fault.Forbidden
+	if _, err := svc.Put(lee, overlay.NodeGroup, "h100-on-demand", nodegroup.Change{Max: ptr(1)}); !errors.As(err, &forbidden) || !strings.Contains(err.Error(), "nodes:write") {
+		t.Errorf("a team-admin's node group: %v", err)
+	}
 	if _, err := svc.Put(lee, overlay.Budget, "vision", budget.Budget{Amount: 1e6}); !errors.As(err, &forbidden) || !strings.Contains(err.Error(), "policy:write") {
 		t.Errorf("a team-admin's budget: %v", err)
 	}
 	set, err := svc.List(pat)
-	if err != nil || len(set.Edits) != 3 || set.Prices["L4"].OnDemand != 0.9 || set.Edits[0].By != "https://idp#pat" {
+	if err != nil || len(set.Edits) != 4 || set.Prices["L4"].OnDemand != 0.9 || set.Edits[0].By != "https://idp#pat" {
 		t.Fatalf("the edits: %+v, %v", set, err)
+	}
+	// The node group's change laid over the file's groups: what it set
+	// replaced, the rest as the file has it.
+	live, err := groups.With(set.NodeGroups, classes.Names())
+	if err != nil {
+		t.Fatal(err)
+	}
+	file, _ := groups.Get("h100-on-demand")
+	if g, _ := live.Get("h100-on-demand"); g.Max != 4 || g.PricePerNodeHour != 60 || g.GPUsPerNode != file.GPUsPerNode || g.WarmPerDay != file.WarmPerDay || g.Boot() != file.Boot() {
+		t.Errorf("the group in force: %+v (file: %+v)", g, file)
 	}
 	if q := az.Policy().Quota("vision"); q.GPUs["L4"] != 3 {
 		t.Errorf("the quota in force: %+v", q)
@@ -110,7 +138,7 @@ func TestEdits(t *testing.T) {
 	if b := az.Policy().Budget("vision"); b != nil && b.Amount == 777 {
 		t.Errorf("after the reset the budget is still the edit's: %+v", b)
 	}
-	if last := applied[len(applied)-1]; len(last.Edits) != 2 || len(last.Budgets) != 0 {
+	if last := applied[len(applied)-1]; len(last.Edits) != 3 || len(last.Budgets) != 0 {
 		t.Errorf("the last set applied: %+v", last)
 	}
 	// A reload of the policy files keeps the edits laid over them.
@@ -123,3 +151,5 @@ func TestEdits(t *testing.T) {
 		t.Errorf("the quota after a reload: %+v", q)
 	}
 }
+
+func ptr[T any](v T) *T { return &v }

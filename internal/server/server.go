@@ -74,9 +74,11 @@ type Core struct {
 	Store   *stores.All
 	Catalog *catalog.Service
 	Images  *imageverify.Images
-	// NodeGroups are the node groups of the file named by nodeGroupsFile
-	// (empty when none is).
+	// NodeGroups are the node groups in force: the file's (named by
+	// nodeGroupsFile; empty when none is) with the platform team's edits
+	// laid over them.
 	NodeGroups *nodegroup.Set
+	fileGroups *nodegroup.Set // the file's, as read
 
 	classesStamp string // the class file as it was read (fileStamp)
 
@@ -177,7 +179,9 @@ func openStore(ctx context.Context, cfg config.Config, log *slog.Logger, classes
 		db.Close()
 		return nil, err
 	}
-	return &Core{Config: cfg, Log: log, Store: st, Catalog: cat, Images: images, NodeGroups: groups, classesStamp: stamp, fileClasses: classes.List()}, nil
+	live := &nodegroup.Set{}
+	live.Replace(groups)
+	return &Core{Config: cfg, Log: log, Store: st, Catalog: cat, Images: images, NodeGroups: live, fileGroups: groups, classesStamp: stamp, fileClasses: classes.List()}, nil
 }
 
 // fileStamp identifies a file's state: its size and modification time
@@ -275,6 +279,14 @@ func (s *Server) applyOverlayLocked(ctx context.Context, set overlay.Set) error 
 		return err
 	}
 	s.authz.SetOverlay(authz.Overlay{Quotas: set.Quotas, Budgets: set.Budgets})
+	groups, err := s.fileGroups.With(set.NodeGroups, s.Catalog.Classes().Names())
+	if groups == nil {
+		return err
+	}
+	if err != nil { // the service's Load left out what does not hold
+		s.Log.Warn("node group edits left out: they no longer hold", "err", err)
+	}
+	s.NodeGroups.Replace(groups)
 	s.overlayPrint = set.Fingerprint()
 	s.overlayApplied = true
 	return nil
@@ -658,8 +670,23 @@ func (s *Server) lead(ctx context.Context, c *kube.Cluster) error {
 			return err
 		}
 	}
+	sizes, err := c.Sizes()
+	if err != nil {
+		return err
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return ctl.Run(gctx) })
+	if sizes != nil {
+		// The node groups' max and quiet time, edited through the API, reach
+		// their NodePools within an interval.
+		g.Go(func() error {
+			return s.every(gctx, sizesInterval, func(ctx context.Context) {
+				if err := sizes.Sync(ctx); err != nil && ctx.Err() == nil {
+					s.Log.Warn("node group sizes", "err", err)
+				}
+			})
+		})
+	}
 	if warmer != nil {
 		g.Go(func() error {
 			return s.every(gctx, warmInterval, func(ctx context.Context) {
@@ -719,6 +746,10 @@ func (s *Server) lead(ctx context.Context, c *kube.Cluster) error {
 
 // warmInterval is how often warm capacity is sized again.
 const warmInterval = time.Minute
+
+// sizesInterval is how often the node groups' max and quiet time are
+// compared with what their NodePools were last given.
+const sizesInterval = 10 * time.Second
 
 // notifyInterval is how often the webhook outbox is looked at.
 const notifyInterval = 5 * time.Second

@@ -790,7 +790,8 @@ async function section(id, load) {
 
 // The platform team's changes over the files: prices, quotas, budgets.
 const editPaths = { price: (k) => '/api/v1/gpu-classes/' + encodeURIComponent(k) + '/price',
-  quota: (k) => '/api/v1/teams/' + encodeURIComponent(k) + '/quota', budget: (k) => '/api/v1/teams/' + encodeURIComponent(k) + '/budget' };
+  quota: (k) => '/api/v1/teams/' + encodeURIComponent(k) + '/quota', budget: (k) => '/api/v1/teams/' + encodeURIComponent(k) + '/budget',
+  nodeGroup: (k) => '/api/v1/node-groups/' + encodeURIComponent(k) };
 
 async function editsInForce() {
   try { return (await api('GET', '/api/v1/platform/edits')).items; } catch (err) { return []; }
@@ -830,6 +831,7 @@ async function loadEdits(body) {
         say(e.kind + ' of ' + e.key + ': back to the file');
         await section('edits', loadEdits);
         await section('classes', loadClasses);
+        if (e.kind === 'nodeGroup') await loadGroups(document.querySelector('#groups tbody'));
       } catch (err) { say(err.message); }
     });
     return el('tr', { 'data-kind': e.kind, 'data-key': e.key }, el('td', { text: e.kind }), el('td', { text: e.key }),
@@ -892,7 +894,34 @@ async function loadGroups(body) {
       el('td', { text: g.warmPerDay ? 'up to ' + money(g.warmPerDay) + ' a day' : 'no' }), el('td', { text: now }));
   }));
   if (!list.items.length) document.getElementById('groups-status').textContent = 'No node groups are declared (nodeGroupsFile): the cluster\'s nodes are fixed.';
+  const select = document.getElementById('group-name');
+  if (select && !select.options.length) select.replaceChildren(...list.items.map((g) => el('option', { value: g.name, text: g.name })));
   return list.items;
+}
+
+// groupForm changes a node group over its file: the fields left empty stay
+// as they are.
+function groupForm() {
+  const form = document.getElementById('group-form');
+  if (!form) return;
+  const status = document.getElementById('group-status');
+  form.addEventListener('submit', async (ev) => {
+    ev.preventDefault();
+    status.textContent = '';
+    const f = new FormData(form);
+    const name = String(f.get('group'));
+    const body = {};
+    if (f.get('max') !== '') body.max = Number(f.get('max'));
+    if (f.get('price') !== '') body.pricePerNodeHour = Number(f.get('price'));
+    if (f.get('quiet') !== '') body.quietTimeSeconds = Math.round(Number(f.get('quiet')) * 60);
+    if (f.get('warm') !== '') body.warmPerDay = Number(f.get('warm'));
+    try {
+      await api('PUT', editPaths.nodeGroup(name), body);
+      status.textContent = name + ': changed';
+      await loadGroups(document.querySelector('#groups tbody'));
+      await section('edits', loadEdits);
+    } catch (err) { status.textContent = name + ': ' + problemLines(err).join('; '); }
+  });
 }
 
 // forecastChart draws the forecast (line), its band (area) and what was
@@ -966,6 +995,7 @@ async function capacitySection() {
 
 async function platformPage() {
   editForms();
+  groupForm();
   await Promise.all([
     section('images', async (body) => {
       const list = await api('GET', '/api/v1/images');

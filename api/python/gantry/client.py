@@ -364,6 +364,14 @@ class Gantry:
     def node_groups(self) -> List[Dict[str, Any]]:
         return self._call("GET", "/api/v1/node-groups")["items"]
 
+    def set_node_group(self, name: str, **change: Any) -> List[Dict[str, Any]]:
+        """change: max, pricePerNodeHour, bootTimeSeconds, quietTimeSeconds, warmPerDay as the API names them;
+        what is left out stays as the node group file has it."""
+        return self._call("PUT", f"/api/v1/node-groups/{name}", body=change)["items"]
+
+    def reset_node_group(self, name: str) -> List[Dict[str, Any]]:
+        return self._call("DELETE", f"/api/v1/node-groups/{name}")["items"]
+
     def capacity_forecast(self, gpu_class: str, horizon_minutes: int = 120, step_minutes: int = 10) -> Dict[str, Any]:
         return self._call("GET", "/api/v1/capacity/forecast",
                           {"class": gpu_class, "horizonMinutes": horizon_minutes, "stepMinutes": step_minutes})
@@ -444,7 +452,7 @@ METHODS = {
     "listPlatformEdits": "platform_edits", "setGPUClassPrice": "set_price", "resetGPUClassPrice": "reset_price",
     "setTeamQuota": "set_quota", "resetTeamQuota": "reset_quota", "setTeamBudget": "set_budget", "resetTeamBudget": "reset_budget",
     "getTeamReport": "team_report", "listBudgets": "budgets", "listAdvice": "advice", "listNodes": "nodes",
-    "getNode": "node", "listNodeGroups": "node_groups",
+    "getNode": "node", "listNodeGroups": "node_groups", "setNodeGroup": "set_node_group", "resetNodeGroup": "reset_node_group",
     "getCapacityForecast": "capacity_forecast", "getReservedAdvice": "reserved_advice", "getMe": "me", "listTokens": "tokens", "createToken": "create_token", "revokeToken": "revoke_token",
     "listUsers": "users", "deactivateUser": "deactivate_user", "reactivateUser": "reactivate_user",
     "listUserTokens": "user_tokens", "revokeUserToken": "revoke_user_token", "listImages": "images",

@@ -167,11 +167,18 @@ class ServerTest(unittest.TestCase):
         g.set_budget("vision", 1234.5, atLimit="require-approval")
         self.assertEqual([b["amount"] for b in g.budgets() if b["team"] == "vision"], [1234.5])
         g.set_quota("vision", {"L4": 3})
-        self.assertEqual({e["kind"] for e in g.platform_edits()}, {"price", "budget", "quota"})
+        g.set_node_group("h100-on-demand", max=5, pricePerNodeHour=70)
+        group = {n["name"]: n for n in g.node_groups()}["h100-on-demand"]
+        self.assertEqual((group["max"], group["pricePerNodeHour"], group["gpuHourPrice"]), (5, 70, 8.75))
+        self.assertEqual({e["kind"] for e in g.platform_edits()}, {"price", "budget", "quota", "nodeGroup"})
+        with self.assertRaises(GantryError) as e:
+            g.set_node_group("h100-reserved", max=3)
+        self.assertEqual([x.field for x in e.exception.errors], ["max"])
         with self.assertRaises(GantryError) as e:
             g.set_budget("vision", -5)
         self.assertIn("amount", [x.field for x in e.exception.errors])
-        for reset in (lambda: g.reset_price("L4"), lambda: g.reset_budget("vision"), lambda: g.reset_quota("vision")):
+        for reset in (lambda: g.reset_price("L4"), lambda: g.reset_budget("vision"), lambda: g.reset_quota("vision"),
+                      lambda: g.reset_node_group("h100-on-demand")):
             reset()
         self.assertEqual(g.platform_edits(), [])
         self.assertEqual(g.gpu_class("L4")["price"]["onDemand"], before)

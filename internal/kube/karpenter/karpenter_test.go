@@ -616,3 +616,75 @@ func TestCapacityReplay(t *testing.T) {
 		})
 	}
 }
+
+// TestNodeGroupEditReachesItsNodePool: a change of a group's max and quiet
+// time (the platform team's edit, laid over the groups) is written into its
+// NodePool's limits and consolidateAfter, leaving the rest of the NodePool
+// as it was; a group without a NodePool is named. The NodePool goes back to the file's at the end.
+func TestNodeGroupEditReachesItsNodePool(t *testing.T) {
+	need(t)
+	ctx := context.Background()
+	classes, err := gpu.LoadFile("../../../templates/gpu-classes.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	file, err := nodegroup.New(nodegroup.File{APIVersion: nodegroup.APIVersion, Kind: nodegroup.Kind, Groups: groups}, classes.Names())
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := &nodegroup.Set{}
+	live.Replace(file)
+	dyn, err := dynamic.NewForConfig(cluster.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sizes, err := karpenter.NewSizes(dyn, live, time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := func() *unstructured.Unstructured {
+		u, err := dyn.Resource(karpenter.NodePools).Get(ctx, "h200-slow", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u
+	}
+	before := pool()
+	t.Cleanup(func() {
+		live.Replace(file)
+		if err := sizes.Sync(ctx); err != nil {
+			t.Errorf("back to the file's: %v", err)
+		}
+	})
+	two, quiet := 2, 90
+	changed, err := file.With(map[string]nodegroup.Change{"h200-slow": {Max: &two, QuietTimeSeconds: &quiet}}, classes.Names())
+	if err != nil {
+		t.Fatal(err)
+	}
+	live.Replace(changed)
+	if err := sizes.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	after := pool()
+	limit, _, _ := unstructured.NestedString(after.Object, "spec", "limits", "nvidia.com/gpu")
+	after2, _, _ := unstructured.NestedString(after.Object, "spec", "disruption", "consolidateAfter")
+	policy, _, _ := unstructured.NestedString(after.Object, "spec", "disruption", "consolidationPolicy")
+	if limit != "16" || after2 != "1m30s" || policy != "WhenEmpty" {
+		t.Fatalf("the NodePool: limits %q, consolidateAfter %q, policy %q", limit, after2, policy)
+	}
+	tmplBefore, _, _ := unstructured.NestedMap(before.Object, "spec", "template")
+	tmplAfter, _, _ := unstructured.NestedMap(after.Object, "spec", "template")
+	if fmt.Sprint(tmplBefore) != fmt.Sprint(tmplAfter) {
+		t.Fatalf("the template changed:\n%v\n%v", tmplBefore, tmplAfter)
+	}
+	// A group the cluster has no NodePool for.
+	extra, err := nodegroup.New(nodegroup.File{APIVersion: nodegroup.APIVersion, Kind: nodegroup.Kind,
+		Groups: append(changed.List(), nodegroup.Group{Name: "l4-nowhere", Class: "L4", Purchase: nodegroup.OnDemand, GPUsPerNode: 4, Max: 1})}, classes.Names())
+	if err != nil {
+		t.Fatal(err)
+	}
+	live.Replace(extra)
+	if err := sizes.Sync(ctx); err == nil || !strings.Contains(err.Error(), "node group l4-nowhere: no NodePool") {
+		t.Fatalf("a group without a NodePool: %v", err)
+	}
+}

@@ -1,0 +1,259 @@
+// Package fleet owns Gantry's worker clusters and where each launch goes:
+// the clusters the platform team lists (templates/clusters.yaml: region,
+// provider, credentials, the GPU classes each offers at what price, labels
+// such as data residency, per-team caps) with the placement rules of teams
+// and templates, and the dispatch decision — an ordered list of plain rules
+// that says which clusters could run a launch and why the others could not,
+// then ranks the feasible ones by price, capacity free now and name, with
+// the reason said in words. It knows nothing of Kueue or client-go: the
+// dispatcher under internal/kube writes its decisions as MultiKueue
+// nominations.
+package fleet
+
+import (
+	"fmt"
+	"maps"
+	"math"
+	"os"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/gpu"
+	"github.com/gantryhq/gantry/internal/nodegroup"
+	"github.com/gantryhq/gantry/internal/yamldoc"
+)
+
+// APIVersion and Kind identify a clusters file.
+const (
+	APIVersion = "gantry.dev/v1alpha1"
+	Kind       = "ClusterList"
+)
+
+// Provider is who runs a cluster's machines.
+type Provider string
+
+// The providers.
+const (
+	Cloud      Provider = "cloud"
+	OnPremises Provider = "on-premises"
+)
+
+// File is the on-disk form of the fleet.
+type File struct {
+	APIVersion string    `json:"apiVersion"`
+	Kind       string    `json:"kind"`
+	Clusters   []Cluster `json:"clusters"`
+	// Teams and Templates are placement rules, by team and by template.
+	Teams     map[string]Rules `json:"teams,omitempty"`
+	Templates map[string]Rules `json:"templates,omitempty"`
+}
+
+// Cluster is one worker cluster.
+type Cluster struct {
+	Name     string   `json:"name"`
+	Region   string   `json:"region"`
+	Zone     string   `json:"zone,omitempty"`
+	Provider Provider `json:"provider"`
+	// Kubeconfig is how Gantry and MultiKueue reach the worker: a file
+	// (read again when it changes, as credentials rotate) or a Secret in
+	// Kueue's namespace of the manager cluster.
+	Kubeconfig Kubeconfig        `json:"kubeconfig"`
+	Labels     map[string]string `json:"labels,omitempty"`
+	Offers     []Offer           `json:"offers"`
+	// Caps bound a team's GPUs per class on this cluster ("*": any class).
+	Caps map[string]map[string]float64 `json:"caps,omitempty"`
+	// Cordoned clusters get no new work (maintenance).
+	Cordoned bool `json:"cordoned,omitempty"`
+}
+
+// Kubeconfig names a worker's credentials: exactly one of File, Secret.
+type Kubeconfig struct {
+	File   string `json:"file,omitempty"`
+	Secret string `json:"secret,omitempty"`
+}
+
+// Offer is a GPU class a cluster runs, bought one way, at a price per
+// GPU-hour (for owned hardware, the amortised price the platform team
+// states).
+type Offer struct {
+	Class           string             `json:"class"`
+	Purchase        nodegroup.Purchase `json:"purchase"`
+	PricePerGPUHour float64            `json:"pricePerGPUHour"`
+	// GPUs is how many the cluster has of it (0: as many as its
+	// autoscaler gives; what is free is read from the cluster).
+	GPUs int `json:"gpus,omitempty"`
+	// MIG lists the MIG profiles its nodes are partitioned into; empty:
+	// none (whole GPUs only).
+	MIG []string `json:"mig,omitempty"`
+}
+
+// Rules are a team's or template's placement: clusters it must run on
+// (Pin; empty: any), must not (Forbid), and labels a cluster must carry —
+// data residency is one — which are hard rules, never preferences.
+type Rules struct {
+	Pin     []string          `json:"pin,omitempty"`
+	Forbid  []string          `json:"forbid,omitempty"`
+	Require map[string]string `json:"require,omitempty"`
+}
+
+// Fleet is a validated set of worker clusters with placement rules.
+type Fleet struct {
+	clusters  []Cluster
+	teams     map[string]Rules
+	templates map[string]Rules
+}
+
+var nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$`)
+
+// LoadFile reads and validates a clusters file against the GPU classes.
+func LoadFile(path string, classes *gpu.Catalog) (*Fleet, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read clusters: %w", err)
+	}
+	return Parse(path, data, classes)
+}
+
+// Parse decodes and validates a clusters file; every problem carries
+// file:line.
+func Parse(file string, data []byte, classes *gpu.Catalog) (*Fleet, error) {
+	var f File
+	lines, err := yamldoc.Decode(file, data, &f)
+	if err != nil {
+		return nil, err
+	}
+	fl, err := New(f, classes)
+	if err != nil {
+		return nil, lines.Locate(file, err)
+	}
+	return fl, nil
+}
+
+// New validates a decoded fleet.
+func New(f File, classes *gpu.Catalog) (*Fleet, error) {
+	var errs fault.List
+	if f.APIVersion != APIVersion {
+		errs.Addf("apiVersion", "must be %q", APIVersion)
+	}
+	if f.Kind != Kind {
+		errs.Addf("kind", "must be %q", Kind)
+	}
+	names := map[string]bool{}
+	for i, c := range f.Clusters {
+		p := fmt.Sprintf("clusters[%d]", i)
+		switch {
+		case !nameRE.MatchString(c.Name):
+			errs.Addf(p+".name", "%q is not a valid cluster name (lower-case letters, digits and '-', at most 40)", c.Name)
+		case names[c.Name]:
+			errs.Addf(p+".name", "duplicate cluster %q", c.Name)
+		}
+		names[c.Name] = true
+		if c.Region == "" {
+			errs.Addf(p+".region", "required")
+		}
+		if c.Provider != Cloud && c.Provider != OnPremises {
+			errs.Addf(p+".provider", "%q is not one of cloud, on-premises", c.Provider)
+		}
+		if (c.Kubeconfig.File == "") == (c.Kubeconfig.Secret == "") {
+			errs.Addf(p+".kubeconfig", "give exactly one of file or secret")
+		}
+		if len(c.Offers) == 0 {
+			errs.Addf(p+".offers", "a cluster offers at least one GPU class")
+		}
+		for j, o := range c.Offers {
+			op := fmt.Sprintf("%s.offers[%d]", p, j)
+			cl, ok := classes.Get(o.Class)
+			if !ok {
+				errs.Addf(op+".class", "%q is not a GPU class (one of %s)", o.Class, strings.Join(classes.Names(), ", "))
+			}
+			if !slices.Contains(nodegroup.Purchases, o.Purchase) {
+				errs.Addf(op+".purchase", "%q is not one of reserved, on-demand, spot", o.Purchase)
+			}
+			if o.PricePerGPUHour <= 0 || math.IsNaN(o.PricePerGPUHour) || math.IsInf(o.PricePerGPUHour, 0) {
+				errs.Addf(op+".pricePerGPUHour", "must be a price above 0 (for owned machines, their amortised price)")
+			}
+			if o.GPUs < 0 {
+				errs.Addf(op+".gpus", "cannot be negative")
+			}
+			for k, m := range o.MIG {
+				if ok && !slices.ContainsFunc(cl.MIG, func(x gpu.MIGProfile) bool { return x.Name == m }) {
+					errs.Addf(fmt.Sprintf("%s.mig[%d]", op, k), "%q is not a MIG profile of %s", m, o.Class)
+				}
+			}
+			for _, prev := range c.Offers[:j] {
+				if prev.Class == o.Class && prev.Purchase == o.Purchase {
+					errs.Addf(op, "%s bought %s is offered twice", o.Class, o.Purchase)
+				}
+			}
+		}
+		for team, caps := range c.Caps {
+			for class, n := range caps {
+				if _, ok := classes.Get(class); !ok && class != "*" {
+					errs.Addf(fmt.Sprintf("%s.caps.%s.%s", p, team, class), "not a GPU class")
+				}
+				if n < 0 {
+					errs.Addf(fmt.Sprintf("%s.caps.%s.%s", p, team, class), "cannot be negative")
+				}
+			}
+		}
+	}
+	check := func(kind string, rules map[string]Rules) {
+		for key, r := range rules {
+			for i, n := range r.Pin {
+				if !names[n] {
+					errs.Addf(fmt.Sprintf("%s.%s.pin[%d]", kind, key, i), "%q is not a cluster of this file", n)
+				}
+			}
+			for i, n := range r.Forbid {
+				if !names[n] {
+					errs.Addf(fmt.Sprintf("%s.%s.forbid[%d]", kind, key, i), "%q is not a cluster of this file", n)
+				}
+			}
+		}
+	}
+	check("teams", f.Teams)
+	check("templates", f.Templates)
+	if err := errs.Err(); err != nil {
+		return nil, err
+	}
+	return &Fleet{clusters: slices.Clone(f.Clusters), teams: maps.Clone(f.Teams), templates: maps.Clone(f.Templates)}, nil
+}
+
+// Clusters lists the clusters in file order.
+func (f *Fleet) Clusters() []Cluster {
+	if f == nil {
+		return nil
+	}
+	return slices.Clone(f.clusters)
+}
+
+// Get returns a cluster by name.
+func (f *Fleet) Get(name string) (Cluster, bool) {
+	for _, c := range f.Clusters() {
+		if c.Name == name {
+			return c, true
+		}
+	}
+	return Cluster{}, false
+}
+
+// TeamRules and TemplateRules are the placement rules of a team and of a
+// template (none: the zero Rules).
+func (f *Fleet) TeamRules(team string) Rules     { return f.teams[team] }
+func (f *Fleet) TemplateRules(name string) Rules { return f.templates[name] }
+
+// ClassNames lists the classes any cluster offers, sorted.
+func (f *Fleet) ClassNames() []string {
+	seen := map[string]bool{}
+	for _, c := range f.Clusters() {
+		for _, o := range c.Offers {
+			seen[o.Class] = true
+		}
+	}
+	out := slices.Collect(maps.Keys(seen))
+	sort.Strings(out)
+	return out
+}

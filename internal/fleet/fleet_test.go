@@ -1,0 +1,51 @@
+package fleet
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/gantryhq/gantry/internal/gpu"
+)
+
+func classes(t testing.TB) *gpu.Catalog {
+	t.Helper()
+	c, err := gpu.LoadFile("../../templates/gpu-classes.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestShippedFile(t *testing.T) {
+	f, err := LoadFile("../../templates/clusters.yaml", classes(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := f.ClassNames(); strings.Join(got, ",") != "A100-80GB,H100-80GB" {
+		t.Errorf("classes %v", got)
+	}
+	if r := f.TeamRules("vision"); r.Require["residency"] != "onprem" {
+		t.Errorf("vision's rules %+v", r)
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	head := "apiVersion: gantry.dev/v1alpha1\nkind: ClusterList\nclusters:\n"
+	for _, c := range []struct{ name, body, want string }{
+		{"provider", "  - {name: a, region: r, provider: moon, kubeconfig: {file: k}, offers: [{class: L4, purchase: spot, pricePerGPUHour: 1}]}\n", `x.yaml:4: clusters[0].provider: "moon" is not one of cloud, on-premises`},
+		{"kubeconfig", "  - {name: a, region: r, provider: cloud, kubeconfig: {}, offers: [{class: L4, purchase: spot, pricePerGPUHour: 1}]}\n", "clusters[0].kubeconfig: give exactly one of file or secret"},
+		{"class", "  - {name: a, region: r, provider: cloud, kubeconfig: {file: k}, offers: [{class: B200, purchase: spot, pricePerGPUHour: 1}]}\n", `clusters[0].offers[0].class: "B200" is not a GPU class`},
+		{"price", "  - {name: a, region: r, provider: cloud, kubeconfig: {file: k}, offers: [{class: L4, purchase: spot, pricePerGPUHour: 0}]}\n", "clusters[0].offers[0].pricePerGPUHour: must be a price above 0"},
+		{"mig", "  - {name: a, region: r, provider: cloud, kubeconfig: {file: k}, offers: [{class: A100-80GB, purchase: spot, pricePerGPUHour: 1, mig: [9g.90gb]}]}\n", `clusters[0].offers[0].mig[0]: "9g.90gb" is not a MIG profile of A100-80GB`},
+		{"twice", "  - {name: a, region: r, provider: cloud, kubeconfig: {file: k}, offers: [{class: L4, purchase: spot, pricePerGPUHour: 1}, {class: L4, purchase: spot, pricePerGPUHour: 2}]}\n", "clusters[0].offers[1]: L4 bought spot is offered twice"},
+		{"pin", "  - {name: a, region: r, provider: cloud, kubeconfig: {file: k}, offers: [{class: L4, purchase: spot, pricePerGPUHour: 1}]}\nteams:\n  nlp: {pin: [b]}\n", `teams.nlp.pin[0]: "b" is not a cluster of this file`},
+		{"duplicate", "  - {name: a, region: r, provider: cloud, kubeconfig: {file: k}, offers: [{class: L4, purchase: spot, pricePerGPUHour: 1}]}\n  - {name: a, region: r, provider: cloud, kubeconfig: {file: k}, offers: [{class: L4, purchase: spot, pricePerGPUHour: 1}]}\n", `clusters[1].name: duplicate cluster "a"`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Parse("x.yaml", []byte(head+c.body), classes(t))
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("%v, want %q", err, c.want)
+			}
+		})
+	}
+}

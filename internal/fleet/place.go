@@ -1,0 +1,306 @@
+package fleet
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/gantryhq/gantry/internal/nodegroup"
+)
+
+// Launch is what one launch asks of the fleet.
+type Launch struct {
+	ID             string // the workload, for a round's decisions
+	Team, Template string
+	Class          string
+	MIG            string  // a MIG profile of Class, or "" for whole GPUs
+	GPUs           float64 // in all (a MIG slice at its share)
+	Spot           bool    // may run on spot capacity
+	Priority       int     // higher is dispatched first within a round
+	Order          int64   // then the older (lower) first
+}
+
+// State is what a cluster is doing now, as the dispatcher read it.
+type State struct {
+	// Reachable is false when the worker cannot be reached or refuses
+	// Gantry's credentials; Why says what.
+	Reachable bool
+	Why       string
+	// Free is the GPUs of each class a launch could start on now.
+	Free map[string]float64
+	// Used is each team's GPUs per class running or admitted there.
+	Used map[string]map[string]float64
+}
+
+// Candidate is a cluster that may run a launch, with what it would cost
+// there and whether it fits now.
+type Candidate struct {
+	Cluster      string
+	Offer        Offer
+	PricePerHour float64 // the launch's, at the offer's GPU-hour price
+	Free         float64 // GPUs of the class free now
+	FitsNow      bool
+}
+
+// Refusal is a cluster that may not run a launch, and why.
+type Refusal struct {
+	Cluster, Why string
+}
+
+// Decision is where a launch goes: the best candidate first, every other
+// feasible one after it in order, and why the rest may not run it.
+type Decision struct {
+	Launch     Launch
+	Candidates []Candidate
+	Refused    []Refusal
+	Reason     string
+}
+
+// Cluster is the chosen cluster ("" when none may run the launch).
+func (d Decision) Cluster() string {
+	if len(d.Candidates) == 0 {
+		return ""
+	}
+	return d.Candidates[0].Cluster
+}
+
+// rule says why a cluster may not run a launch ("" when it may), given the
+// offer the launch would use there (the zero Offer when it has none).
+type rule func(f *Fleet, l Launch, c Cluster, s State, o Offer) string
+
+// rules are the feasibility rules, in the order they are told.
+var rules = []rule{
+	func(_ *Fleet, _ Launch, c Cluster, _ State, _ Offer) string {
+		if c.Cordoned {
+			return "cordoned: no new work"
+		}
+		return ""
+	},
+	func(_ *Fleet, _ Launch, _ Cluster, s State, _ Offer) string {
+		if !s.Reachable {
+			return "unreachable: " + orUnknown(s.Why)
+		}
+		return ""
+	},
+	func(_ *Fleet, l Launch, c Cluster, _ State, o Offer) string {
+		if o.Class != "" {
+			return ""
+		}
+		var classes, spot, mig bool
+		for _, x := range c.Offers {
+			if x.Class != l.Class {
+				continue
+			}
+			classes = true
+			spot = spot || x.Purchase == nodegroup.Spot
+			mig = mig || slices.Contains(x.MIG, l.MIG)
+		}
+		switch {
+		case !classes:
+			return "offers no " + l.Class
+		case l.MIG != "" && !mig:
+			return fmt.Sprintf("offers no %s slices of %s", l.MIG, l.Class)
+		case spot:
+			return fmt.Sprintf("offers %s on spot capacity only, and the launch does not allow spot", l.Class)
+		}
+		return "offers no " + l.Class + " this launch may use"
+	},
+	func(f *Fleet, l Launch, c Cluster, _ State, _ Offer) string {
+		for _, r := range []struct {
+			who   string
+			rules Rules
+		}{{"team " + l.Team, f.TeamRules(l.Team)}, {"template " + l.Template, f.TemplateRules(l.Template)}} {
+			for _, k := range sortedKeys(r.rules.Require) {
+				if have, ok := c.Labels[k]; !ok || have != r.rules.Require[k] {
+					return fmt.Sprintf("%s requires %s=%s; the cluster has %s", r.who, k, r.rules.Require[k], labelText(c.Labels, k))
+				}
+			}
+			if len(r.rules.Pin) > 0 && !slices.Contains(r.rules.Pin, c.Name) {
+				return fmt.Sprintf("%s runs only on %s", r.who, strings.Join(r.rules.Pin, ", "))
+			}
+			if slices.Contains(r.rules.Forbid, c.Name) {
+				return r.who + " may not run here"
+			}
+		}
+		return ""
+	},
+	func(_ *Fleet, l Launch, c Cluster, s State, _ Offer) string {
+		caps := c.Caps[l.Team]
+		limit, ok := caps[l.Class]
+		if !ok {
+			if limit, ok = caps["*"]; !ok {
+				return ""
+			}
+		}
+		used := s.Used[l.Team][l.Class]
+		if used+l.GPUs > limit+1e-9 {
+			return fmt.Sprintf("team %s's cap here is %s %s GPUs: %s in use, %s asked", l.Team, num(limit), l.Class, num(used), num(l.GPUs))
+		}
+		return ""
+	},
+}
+
+// offer is the cheapest offer of c that l may use (the zero Offer when
+// none): its class, its MIG profile when it asks for one, spot only when it
+// allows spot.
+func offer(l Launch, c Cluster) Offer {
+	var best Offer
+	for _, o := range c.Offers {
+		if o.Class != l.Class || (l.MIG != "" && !slices.Contains(o.MIG, l.MIG)) || (o.Purchase == nodegroup.Spot && !l.Spot) {
+			continue
+		}
+		if best.Class == "" || o.PricePerGPUHour < best.PricePerGPUHour {
+			best = o
+		}
+	}
+	return best
+}
+
+// Place decides where a launch goes among the fleet's clusters, given what
+// each is doing now (a cluster without a state is unreachable). The
+// feasible clusters are ranked: those where it fits now first, then the
+// cheapest for this launch, then the most GPUs free, then by name.
+func (f *Fleet) Place(l Launch, states map[string]State) Decision {
+	d := Decision{Launch: l}
+	for _, c := range f.Clusters() {
+		s, ok := states[c.Name]
+		if !ok {
+			s = State{Why: "not yet read"}
+		}
+		o := offer(l, c)
+		why := ""
+		for _, r := range rules {
+			if why = r(f, l, c, s, o); why != "" {
+				break
+			}
+		}
+		if why != "" {
+			d.Refused = append(d.Refused, Refusal{Cluster: c.Name, Why: why})
+			continue
+		}
+		free := s.Free[l.Class]
+		d.Candidates = append(d.Candidates, Candidate{Cluster: c.Name, Offer: o, PricePerHour: o.PricePerGPUHour * l.GPUs, Free: free, FitsNow: free+1e-9 >= l.GPUs})
+	}
+	sort.SliceStable(d.Candidates, func(i, j int) bool {
+		a, b := d.Candidates[i], d.Candidates[j]
+		switch {
+		case a.FitsNow != b.FitsNow:
+			return a.FitsNow
+		case a.Offer.PricePerGPUHour != b.Offer.PricePerGPUHour:
+			return a.Offer.PricePerGPUHour < b.Offer.PricePerGPUHour
+		case a.Free != b.Free:
+			return a.Free > b.Free
+		}
+		return a.Cluster < b.Cluster
+	})
+	d.Reason = reason(d)
+	return d
+}
+
+// Round decides a dispatch round: the launches by priority (then the
+// older first), each taking the GPUs it fits into from what is free, so
+// that the next sees what is left.
+func (f *Fleet) Round(launches []Launch, states map[string]State) []Decision {
+	left := map[string]State{}
+	for name, s := range states {
+		s.Free = maps.Clone(s.Free)
+		used := map[string]map[string]float64{}
+		for t, u := range s.Used {
+			used[t] = maps.Clone(u)
+		}
+		s.Used = used
+		left[name] = s
+	}
+	order := slices.Clone(launches)
+	sort.SliceStable(order, func(i, j int) bool {
+		if order[i].Priority != order[j].Priority {
+			return order[i].Priority > order[j].Priority
+		}
+		return order[i].Order < order[j].Order
+	})
+	out := make([]Decision, 0, len(order))
+	for _, l := range order {
+		d := f.Place(l, left)
+		if len(d.Candidates) > 0 {
+			best := d.Candidates[0]
+			s := left[best.Cluster]
+			if best.FitsNow {
+				if s.Free == nil {
+					s.Free = map[string]float64{}
+				}
+				s.Free[l.Class] -= l.GPUs
+			}
+			if s.Used == nil {
+				s.Used = map[string]map[string]float64{}
+			}
+			if s.Used[l.Team] == nil {
+				s.Used[l.Team] = map[string]float64{}
+			}
+			s.Used[l.Team][l.Class] += l.GPUs
+			left[best.Cluster] = s
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+// reason says a decision in words: where and why there, or why nowhere.
+func reason(d Decision) string {
+	if len(d.Candidates) == 0 {
+		parts := make([]string, len(d.Refused))
+		for i, r := range d.Refused {
+			parts[i] = r.Cluster + ": " + r.Why
+		}
+		if len(parts) == 0 {
+			return "no worker cluster is configured"
+		}
+		return "no cluster may run it (" + strings.Join(parts, "; ") + ")"
+	}
+	b := d.Candidates[0]
+	var s strings.Builder
+	if b.FitsNow {
+		fmt.Fprintf(&s, "placed on %s: $%.2f/GPU-h", b.Cluster, b.Offer.PricePerGPUHour)
+	} else {
+		fmt.Fprintf(&s, "waiting for %s (no cluster has %s %s GPUs free now): $%.2f/GPU-h", b.Cluster, num(d.Launch.GPUs), d.Launch.Class, b.Offer.PricePerGPUHour)
+	}
+	if b.Offer.Purchase != nodegroup.OnDemand {
+		fmt.Fprintf(&s, " (%s)", b.Offer.Purchase)
+	}
+	for i, c := range d.Candidates[1:] {
+		if i == 2 {
+			fmt.Fprintf(&s, " and %d more", len(d.Candidates)-3)
+			break
+		}
+		fmt.Fprintf(&s, " vs $%.2f on %s", c.Offer.PricePerGPUHour, c.Cluster)
+		if !c.FitsNow && b.FitsNow {
+			s.WriteString(" (full)")
+		}
+	}
+	fmt.Fprintf(&s, "; %s GPUs free", num(b.Free))
+	return s.String()
+}
+
+func sortedKeys(m map[string]string) []string {
+	out := slices.Collect(maps.Keys(m))
+	sort.Strings(out)
+	return out
+}
+
+func labelText(labels map[string]string, k string) string {
+	if v, ok := labels[k]; ok {
+		return k + "=" + v
+	}
+	return "no " + k
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "not yet read"
+	}
+	return s
+}
+
+// num writes a GPU count without a trailing .0.
+func num(v float64) string { return strings.TrimSuffix(fmt.Sprintf("%.2f", v), ".00") }

@@ -1,0 +1,262 @@
+package fleet
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"testing"
+
+	"github.com/gantryhq/gantry/internal/nodegroup"
+)
+
+// testFleet: an on-premises A100 room at an amortised price, a cloud with
+// H100s on demand and on spot and dearer A100s, and an EU cloud.
+func testFleet(t testing.TB) *Fleet {
+	t.Helper()
+	f, err := New(File{APIVersion: APIVersion, Kind: Kind,
+		Clusters: []Cluster{
+			{Name: "onprem-a100", Region: "eu-central", Provider: OnPremises, Kubeconfig: Kubeconfig{Secret: "a"}, Labels: map[string]string{"residency": "onprem"},
+				Offers: []Offer{{Class: "A100-80GB", Purchase: nodegroup.Reserved, PricePerGPUHour: 1.1, GPUs: 16, MIG: []string{"1g.10gb"}}}},
+			{Name: "cloud-east", Region: "us-east-1", Provider: Cloud, Kubeconfig: Kubeconfig{Secret: "b"}, Labels: map[string]string{"residency": "cloud"},
+				Offers: []Offer{{Class: "H100-80GB", Purchase: nodegroup.OnDemand, PricePerGPUHour: 6.9}, {Class: "H100-80GB", Purchase: nodegroup.Spot, PricePerGPUHour: 4.5},
+					{Class: "A100-80GB", Purchase: nodegroup.OnDemand, PricePerGPUHour: 3.2}},
+				Caps: map[string]map[string]float64{"nlp": {"H100-80GB": 8}}},
+			{Name: "cloud-eu", Region: "eu-west-1", Provider: Cloud, Kubeconfig: Kubeconfig{File: "c"}, Labels: map[string]string{"residency": "cloud"},
+				Offers: []Offer{{Class: "H100-80GB", Purchase: nodegroup.OnDemand, PricePerGPUHour: 7.4}, {Class: "L4", Purchase: nodegroup.Spot, PricePerGPUHour: 0.3}}},
+		},
+		Teams:     map[string]Rules{"health": {Require: map[string]string{"residency": "onprem"}}, "ads": {Forbid: []string{"cloud-east"}}},
+		Templates: map[string]Rules{"eu-only": {Pin: []string{"cloud-eu", "onprem-a100"}}},
+	}, classes(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func up(free map[string]float64) State { return State{Reachable: true, Free: free} }
+
+func TestPlace(t *testing.T) {
+	f := testFleet(t)
+	all := map[string]State{
+		"onprem-a100": up(map[string]float64{"A100-80GB": 6}),
+		"cloud-east":  up(map[string]float64{"H100-80GB": 16, "A100-80GB": 8}),
+		"cloud-eu":    up(map[string]float64{"H100-80GB": 8, "L4": 4}),
+	}
+	with := func(name string, s State) map[string]State {
+		m := map[string]State{}
+		for k, v := range all {
+			m[k] = v
+		}
+		m[name] = s
+		return m
+	}
+	for _, tc := range []struct {
+		name    string
+		l       Launch
+		states  map[string]State
+		want    string // the cluster chosen ("" none)
+		reason  string
+		refused map[string]string
+	}{
+		{"cheapest that fits", Launch{Team: "vision", Class: "A100-80GB", GPUs: 4}, all, "onprem-a100",
+			"placed on onprem-a100: $1.10/GPU-h (reserved) vs $3.20 on cloud-east; 6 GPUs free", map[string]string{"cloud-eu": "offers no A100-80GB"}},
+		{"the cheapest full: the next", Launch{Team: "vision", Class: "A100-80GB", GPUs: 8}, all, "cloud-east",
+			"placed on cloud-east: $3.20/GPU-h vs $1.10 on onprem-a100 (full); 8 GPUs free", nil},
+		{"none fits: wait at the cheapest", Launch{Team: "vision", Class: "A100-80GB", GPUs: 12}, all, "onprem-a100",
+			"waiting for onprem-a100 (no cluster has 12 A100-80GB GPUs free now): $1.10/GPU-h (reserved) vs $3.20 on cloud-east; 6 GPUs free", nil},
+		{"spot when allowed", Launch{Team: "vision", Class: "H100-80GB", GPUs: 8, Spot: true}, all, "cloud-east",
+			"placed on cloud-east: $4.50/GPU-h (spot) vs $7.40 on cloud-eu; 16 GPUs free", nil},
+		{"on-demand otherwise", Launch{Team: "vision", Class: "H100-80GB", GPUs: 8}, all, "cloud-east", "placed on cloud-east: $6.90/GPU-h vs $7.40 on cloud-eu; 16 GPUs free", nil},
+		{"spot only, not allowed", Launch{Team: "vision", Class: "L4", GPUs: 1}, all, "", "",
+			map[string]string{"cloud-eu": "offers L4 on spot capacity only, and the launch does not allow spot"}},
+		{"MIG where partitioned", Launch{Team: "vision", Class: "A100-80GB", MIG: "1g.10gb", GPUs: 1.0 / 7}, all, "onprem-a100", "",
+			map[string]string{"cloud-east": "offers no 1g.10gb slices of A100-80GB"}},
+		{"residency is a hard rule", Launch{Team: "health", Class: "H100-80GB", GPUs: 1}, all, "", "",
+			map[string]string{"cloud-east": "team health requires residency=onprem; the cluster has residency=cloud", "onprem-a100": "team health requires residency=onprem; the cluster has residency=onprem"}},
+		{"a team forbids", Launch{Team: "ads", Class: "H100-80GB", GPUs: 1}, all, "cloud-eu", "", map[string]string{"cloud-east": "team ads may not run here"}},
+		{"a template pins", Launch{Team: "vision", Template: "eu-only", Class: "H100-80GB", GPUs: 1}, all, "cloud-eu", "",
+			map[string]string{"cloud-east": "template eu-only runs only on cloud-eu, onprem-a100"}},
+		{"a team's cap on a cluster", Launch{Team: "nlp", Class: "H100-80GB", GPUs: 4}, with("cloud-east", State{Reachable: true, Free: map[string]float64{"H100-80GB": 16}, Used: map[string]map[string]float64{"nlp": {"H100-80GB": 6}}}), "cloud-eu", "",
+			map[string]string{"cloud-east": "team nlp's cap here is 8 H100-80GB GPUs: 6 in use, 4 asked"}},
+		{"unreachable", Launch{Team: "vision", Class: "H100-80GB", GPUs: 1}, with("cloud-east", State{Why: "credentials expired at 09:00"}), "cloud-eu", "",
+			map[string]string{"cloud-east": "unreachable: credentials expired at 09:00"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := f.Place(tc.l, tc.states)
+			if d.Cluster() != tc.want {
+				t.Fatalf("placed on %q, want %q: %s", d.Cluster(), tc.want, d.Reason)
+			}
+			if tc.reason != "" && d.Reason != tc.reason {
+				t.Errorf("reason\n %q\nwant\n %q", d.Reason, tc.reason)
+			}
+			got := map[string]string{}
+			for _, r := range d.Refused {
+				got[r.Cluster] = r.Why
+			}
+			for c, why := range tc.refused {
+				if c == "onprem-a100" && tc.name == "residency is a hard rule" {
+					// onprem has the label but no H100s.
+					why = "offers no H100-80GB"
+				}
+				if got[c] != why {
+					t.Errorf("%s refused for %q, want %q", c, got[c], why)
+				}
+			}
+			if tc.want == "" && d.Reason[:len("no cluster may run it")] != "no cluster may run it" {
+				t.Errorf("reason %q", d.Reason)
+			}
+		})
+	}
+	// A cordoned cluster gets nothing new.
+	c := testFleet(t)
+	c.clusters[0].Cordoned = true
+	if d := c.Place(Launch{Team: "vision", Class: "A100-80GB", GPUs: 1}, all); d.Cluster() != "cloud-east" || d.Refused[0].Why != "cordoned: no new work" {
+		t.Errorf("cordoned: %s %+v", d.Cluster(), d.Refused)
+	}
+}
+
+// TestRound: a round dispatches by priority, then age, each launch taking
+// what it fits into, so the next sees what is left.
+func TestRound(t *testing.T) {
+	f := testFleet(t)
+	states := map[string]State{
+		"onprem-a100": up(map[string]float64{"A100-80GB": 8}),
+		"cloud-east":  up(map[string]float64{"A100-80GB": 16}),
+		"cloud-eu":    up(nil),
+	}
+	ds := f.Round([]Launch{
+		{ID: "old-low", Team: "vision", Class: "A100-80GB", GPUs: 8, Priority: 0, Order: 1},
+		{ID: "new-high", Team: "vision", Class: "A100-80GB", GPUs: 8, Priority: 10, Order: 2},
+		{ID: "older-low", Team: "vision", Class: "A100-80GB", GPUs: 8, Priority: 0, Order: 0},
+	}, states)
+	got := ""
+	for _, d := range ds {
+		got += d.Launch.ID + "→" + d.Cluster() + " "
+	}
+	if want := "new-high→onprem-a100 older-low→cloud-east old-low→cloud-east "; got != want {
+		t.Fatalf("%s, want %s", got, want)
+	}
+	if states["onprem-a100"].Free["A100-80GB"] != 8 {
+		t.Error("the round changed its caller's states")
+	}
+}
+
+// TestRoundReplay: random launches over three clusters with different
+// prices, free GPUs, residency and caps; every decision is checked against
+// a brute force over the same state: the chosen cluster breaks no rule, and
+// is the cheapest of those where the launch fits now (when any does).
+func TestRoundReplay(t *testing.T) {
+	f := testFleet(t)
+	rng := rand.New(rand.NewPCG(1, 2))
+	teams := []string{"vision", "health", "ads", "nlp"}
+	cls := []string{"A100-80GB", "H100-80GB", "L4"}
+	placed, cheapest := 0, 0
+	for round := range 200 {
+		states := map[string]State{}
+		for _, c := range f.Clusters() {
+			free := map[string]float64{}
+			for _, o := range c.Offers {
+				free[o.Class] = float64(rng.IntN(17))
+			}
+			states[c.Name] = State{Reachable: rng.IntN(10) > 0, Why: "down", Free: free}
+		}
+		var ls []Launch
+		for i := range 5 {
+			ls = append(ls, Launch{ID: fmt.Sprint(round, i), Team: teams[rng.IntN(4)], Class: cls[rng.IntN(3)], GPUs: float64(1 + rng.IntN(8)), Spot: rng.IntN(2) == 0, Priority: rng.IntN(3), Order: int64(i)})
+		}
+		left := map[string]State{}
+		for k, v := range states {
+			fr := map[string]float64{}
+			for c, n := range v.Free {
+				fr[c] = n
+			}
+			v.Free = fr
+			left[k] = v
+		}
+		for _, d := range f.Round(ls, states) {
+			l := d.Launch
+			var fits []Candidate
+			for _, c := range f.Place(l, left).Candidates {
+				if c.FitsNow {
+					fits = append(fits, c)
+				}
+			}
+			sort.SliceStable(fits, func(i, j int) bool { return fits[i].Offer.PricePerGPUHour < fits[j].Offer.PricePerGPUHour })
+			chosen := d.Cluster()
+			if chosen == "" {
+				if len(fits) > 0 {
+					t.Fatalf("%+v: nowhere, but fits %v", l, fits)
+				}
+				continue
+			}
+			c, _ := f.Get(chosen)
+			if r := f.TeamRules(l.Team); r.Require["residency"] != "" && c.Labels["residency"] != r.Require["residency"] {
+				t.Fatalf("%+v on %s: residency broken", l, chosen)
+			}
+			if !left[chosen].Reachable {
+				t.Fatalf("%+v on unreachable %s", l, chosen)
+			}
+			if len(fits) > 0 {
+				placed++
+				if fits[0].Offer.PricePerGPUHour == d.Candidates[0].Offer.PricePerGPUHour {
+					cheapest++
+				}
+				left[chosen].Free[l.Class] -= l.GPUs
+			}
+			s := left[chosen]
+			if s.Used == nil {
+				s.Used = map[string]map[string]float64{}
+			}
+			if s.Used[l.Team] == nil {
+				s.Used[l.Team] = map[string]float64{}
+			}
+			s.Used[l.Team][l.Class] += l.GPUs
+			left[chosen] = s
+		}
+	}
+	if placed == 0 || cheapest != placed {
+		t.Fatalf("%d of %d placed on the cheapest cluster where they fit", cheapest, placed)
+	}
+}
+
+// BenchmarkPlace20: one decision over 20 worker clusters.
+func BenchmarkPlace20(b *testing.B) {
+	f, states := twenty(b)
+	l := Launch{Team: "vision", Class: "H100-80GB", GPUs: 8, Spot: true}
+	b.ReportAllocs()
+	for b.Loop() {
+		f.Place(l, states)
+	}
+}
+
+// twenty is a fleet of 20 clusters (half of them on-premises by label)
+// and what each has free.
+func twenty(t testing.TB) (*Fleet, map[string]State) {
+	var cs []Cluster
+	states := map[string]State{}
+	for i := range 20 {
+		name := fmt.Sprintf("c%02d", i)
+		cs = append(cs, Cluster{Name: name, Region: "r", Provider: Cloud, Kubeconfig: Kubeconfig{File: "k"}, Labels: map[string]string{"residency": []string{"onprem", "cloud"}[i%2]},
+			Offers: []Offer{{Class: "H100-80GB", Purchase: nodegroup.OnDemand, PricePerGPUHour: 6 + float64(i)/10}, {Class: "H100-80GB", Purchase: nodegroup.Spot, PricePerGPUHour: 4 + float64(i)/10},
+				{Class: "A100-80GB", Purchase: nodegroup.Reserved, PricePerGPUHour: 1 + float64(i)/10}}})
+		states[name] = up(map[string]float64{"H100-80GB": float64(i % 9), "A100-80GB": 8})
+	}
+	f, err := New(File{APIVersion: APIVersion, Kind: Kind, Clusters: cs}, classes(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f, states
+}
+
+// BenchmarkRound20: a dispatch round of 100 launches over 20 clusters.
+func BenchmarkRound20(b *testing.B) {
+	f, states := twenty(b)
+	var ls []Launch
+	for i := range 100 {
+		ls = append(ls, Launch{ID: fmt.Sprint(i), Team: "vision", Class: []string{"H100-80GB", "A100-80GB"}[i%2], GPUs: float64(1 + i%8), Spot: i%3 == 0, Order: int64(i)})
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		f.Round(ls, states)
+	}
+}

@@ -39,6 +39,7 @@ fuzz: ## every fuzzer for FUZZTIME each (default 10 minutes; CI runs short ones)
 	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./internal/quantity
 	$(GO) test -run='^$$' -fuzz=FuzzReadOpenB -fuzztime=$(FUZZTIME) ./internal/forecast
 	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./internal/nodegroup
+	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./internal/fleet
 	$(GO) test -run='^$$' -fuzz=FuzzBatch -fuzztime=$(FUZZTIME) ./internal/telemetry
 	$(GO) test -run='^$$' -fuzz=FuzzCheck -fuzztime=$(FUZZTIME) ./internal/jsonscan
 	$(GO) test -run='^$$' -fuzz=FuzzWorkloadJSON -fuzztime=$(FUZZTIME) ./api

@@ -286,6 +286,10 @@ func TestRouteRoleMatrix(t *testing.T) {
 		"GET /api/v1/node-groups": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
 			return c.ListNodeGroupsWithResponse(ctx)
 		}, map[string]int{A: 200, P: 200, T: 403, M: 403, V: 403, N: 403, X: 403}},
+		// Worker clusters are the platform's (none in the test server: one cluster).
+		"GET /api/v1/clusters": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
+			return c.ListClustersWithResponse(ctx)
+		}, map[string]int{A: 200, P: 200, T: 403, M: 403, V: 403, N: 403, X: 403}},
 		// Only platform engineers change node groups.
 		"PUT /api/v1/node-groups/{name}": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
 			return c.SetNodeGroupWithResponse(ctx, "h100-on-demand", model.NodeGroupRequest{Max: &three})

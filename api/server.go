@@ -29,6 +29,7 @@ import (
 	"github.com/gantryhq/gantry/internal/catalog"
 	"github.com/gantryhq/gantry/internal/estimate"
 	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/fleet"
 	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/imageverify"
@@ -56,6 +57,10 @@ type Options struct {
 	Budgets *budget.Service
 	// Capacity is the node groups and what their machines are doing.
 	Capacity *capacity.Service
+	// Fleet is the worker clusters (empty: one cluster), and Workers what
+	// they are doing now.
+	Fleet   *fleet.Fleet
+	Workers fleet.Watch
 	// Own is Gantry's own metrics (GET /metrics); nil: a registry of the
 	// handler's own.
 	Own *ownmetrics.Metrics
@@ -155,6 +160,9 @@ func New(o Options) (*echo.Echo, error) {
 	}
 	if o.Capacity == nil {
 		return nil, errors.New("api: the capacity service is required")
+	}
+	if o.Fleet == nil || o.Workers == nil {
+		return nil, errors.New("api: the fleet and its watch are required")
 	}
 	if o.Now == nil {
 		return nil, errors.New("api: the server's clock is required")

@@ -146,6 +146,13 @@ type ClientInterface interface {
 	// Corresponds with POST /api/v1/catalog/apply (the `ApplyTemplates` operationId).
 	ApplyTemplates(ctx context.Context, body ApplyTemplatesJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ListClusters List worker clusters
+	//
+	// The worker clusters of the clusters file (clustersFile; docs/fleets.md): region, provider, labels such as data residency, the GPU classes each offers with their price per GPU-hour, per-team caps, whether it is cordoned; and, once Gantry has read them (every 10 s, with each cluster's own credentials), whether its API server answers, the GPUs of each class free now and each team's GPUs in use there. Empty with no clusters file: Gantry drives one cluster.
+	//
+	// Corresponds with GET /api/v1/clusters (the `ListClusters` operationId).
+	ListClusters(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// GetCosts What workloads cost over a period
 	//
 	// Showback: the cost of the workloads of every team the caller may read, over [from, to), grouped. Each run of a workload (from when it turned Running until it left) counts for the part inside the period, at the price of the node group it ran on (each pod's GPUs at its machine's price per GPU-hour: reserved, on-demand or spot) or, where it ran on no node group's machines, at the workload's price per hour (its GPU class's price when it was launched, spot or on demand); a MIG slice at its share; GPU-hours count whole GPUs' worth. A caller who may read every team's workloads also gets the reserved node groups' cost: machines paid whether used or not, what their workloads were charged, and the rest as the platform's idle cost, charged to no team. Each line's cost is split into used, idle and unmeasured by the workloads' GPU series (one-minute rollups): the share of each workload's running minutes in the period in which one of its GPUs was active, measured idle, or not measured. Biggest first. format=csv answers the same lines as CSV (key, cost_usd, used_usd, idle_usd, unmeasured_usd, gpu_hours, workloads).
@@ -876,6 +883,23 @@ func (c *Client) ApplyTemplatesWithBody(ctx context.Context, contentType string,
 // Corresponds with POST /api/v1/catalog/apply (the `ApplyTemplates` operationId).
 func (c *Client) ApplyTemplates(ctx context.Context, body ApplyTemplatesJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewApplyTemplatesRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListClusters List worker clusters
+//
+// The worker clusters of the clusters file (clustersFile; docs/fleets.md): region, provider, labels such as data residency, the GPU classes each offers with their price per GPU-hour, per-team caps, whether it is cordoned; and, once Gantry has read them (every 10 s, with each cluster's own credentials), whether its API server answers, the GPUs of each class free now and each team's GPUs in use there. Empty with no clusters file: Gantry drives one cluster.
+//
+// Corresponds with GET /api/v1/clusters (the `ListClusters` operationId).
+func (c *Client) ListClusters(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListClustersRequest(c.Server)
 	if err != nil {
 		return nil, err
 	}
@@ -2664,6 +2688,33 @@ func NewApplyTemplatesRequestWithBody(server string, contentType string, body io
 	}
 
 	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewListClustersRequest constructs an http.Request for the ListClusters method
+func NewListClustersRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/clusters")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
 
 	return req, nil
 }
@@ -5312,6 +5363,15 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /api/v1/catalog/apply (the `ApplyTemplates` operationId).
 	ApplyTemplatesWithResponse(ctx context.Context, body ApplyTemplatesJSONRequestBody, reqEditors ...RequestEditorFn) (*ApplyTemplatesResponse, error)
 
+	// ListClustersWithResponse List worker clusters
+	//
+	// The worker clusters of the clusters file (clustersFile; docs/fleets.md): region, provider, labels such as data residency, the GPU classes each offers with their price per GPU-hour, per-team caps, whether it is cordoned; and, once Gantry has read them (every 10 s, with each cluster's own credentials), whether its API server answers, the GPUs of each class free now and each team's GPUs in use there. Empty with no clusters file: Gantry drives one cluster.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/clusters (the `ListClusters` operationId).
+	ListClustersWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListClustersResponse, error)
+
 	// GetCostsWithResponse What workloads cost over a period
 	//
 	// Showback: the cost of the workloads of every team the caller may read, over [from, to), grouped. Each run of a workload (from when it turned Running until it left) counts for the part inside the period, at the price of the node group it ran on (each pod's GPUs at its machine's price per GPU-hour: reserved, on-demand or spot) or, where it ran on no node group's machines, at the workload's price per hour (its GPU class's price when it was launched, spot or on demand); a MIG slice at its share; GPU-hours count whole GPUs' worth. A caller who may read every team's workloads also gets the reserved node groups' cost: machines paid whether used or not, what their workloads were charged, and the rest as the platform's idle cost, charged to no team. Each line's cost is split into used, idle and unmeasured by the workloads' GPU series (one-minute rollups): the share of each workload's running minutes in the period in which one of its GPUs was active, measured idle, or not measured. Biggest first. format=csv answers the same lines as CSV (key, cost_usd, used_usd, idle_usd, unmeasured_usd, gpu_hours, workloads).
@@ -6299,6 +6359,54 @@ func (r ApplyTemplatesResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r ApplyTemplatesResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListClustersResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *WorkerClusterList
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListClustersResponse) GetJSON200() *WorkerClusterList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListClustersResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListClustersResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListClustersResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListClustersResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListClustersResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -9296,6 +9404,21 @@ func (c *ClientWithResponses) ApplyTemplatesWithResponse(ctx context.Context, bo
 	return ParseApplyTemplatesResponse(rsp)
 }
 
+// ListClustersWithResponse List worker clusters
+//
+// The worker clusters of the clusters file (clustersFile; docs/fleets.md): region, provider, labels such as data residency, the GPU classes each offers with their price per GPU-hour, per-team caps, whether it is cordoned; and, once Gantry has read them (every 10 s, with each cluster's own credentials), whether its API server answers, the GPUs of each class free now and each team's GPUs in use there. Empty with no clusters file: Gantry drives one cluster.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/clusters (the `ListClusters` operationId).
+func (c *ClientWithResponses) ListClustersWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListClustersResponse, error) {
+	rsp, err := c.ListClusters(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListClustersResponse(rsp)
+}
+
 // GetCostsWithResponse What workloads cost over a period
 //
 // Showback: the cost of the workloads of every team the caller may read, over [from, to), grouped. Each run of a workload (from when it turned Running until it left) counts for the part inside the period, at the price of the node group it ran on (each pod's GPUs at its machine's price per GPU-hour: reserved, on-demand or spot) or, where it ran on no node group's machines, at the workload's price per hour (its GPU class's price when it was launched, spot or on demand); a MIG slice at its share; GPU-hours count whole GPUs' worth. A caller who may read every team's workloads also gets the reserved node groups' cost: machines paid whether used or not, what their workloads were charged, and the rest as the platform's idle cost, charged to no team. Each line's cost is split into used, idle and unmeasured by the workloads' GPU series (one-minute rollups): the share of each workload's running minutes in the period in which one of its GPUs was active, measured idle, or not measured. Biggest first. format=csv answers the same lines as CSV (key, cost_usd, used_usd, idle_usd, unmeasured_usd, gpu_hours, workloads).
@@ -10649,6 +10772,39 @@ func ParseApplyTemplatesResponse(rsp *http.Response) (*ApplyTemplatesResponse, e
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
 		var dest TemplateSetPlan
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListClustersResponse parses an HTTP response from a ListClustersWithResponse call
+func ParseListClustersResponse(rsp *http.Response) (*ListClustersResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListClustersResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest WorkerClusterList
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}

@@ -37,6 +37,9 @@ type ServerInterface interface {
 	// ApplyTemplates Apply a directory of templates at once
 	// (POST /api/v1/catalog/apply)
 	ApplyTemplates(ctx echo.Context) error
+	// ListClusters List worker clusters
+	// (GET /api/v1/clusters)
+	ListClusters(ctx echo.Context) error
 	// GetCosts What workloads cost over a period
 	// (GET /api/v1/costs)
 	GetCosts(ctx echo.Context, params GetCostsParams) error
@@ -372,6 +375,15 @@ func (w *ServerInterfaceWrapper) ApplyTemplates(ctx echo.Context) error {
 
 	// Invoke the callback with all the unmarshaled arguments
 	err = w.Handler.ApplyTemplates(ctx)
+	return err
+}
+
+// ListClusters converts echo context to params.
+func (w *ServerInterfaceWrapper) ListClusters(ctx echo.Context) error {
+	var err error
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.ListClusters(ctx)
 	return err
 }
 
@@ -1511,6 +1523,7 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.GET(options.BaseURL+"/api/v1/node-groups", wrapper.ListNodeGroups, options.OperationMiddlewares["listNodeGroups"]...)
 	router.DELETE(options.BaseURL+"/api/v1/node-groups/:name", wrapper.ResetNodeGroup, options.OperationMiddlewares["resetNodeGroup"]...)
 	router.PUT(options.BaseURL+"/api/v1/node-groups/:name", wrapper.SetNodeGroup, options.OperationMiddlewares["setNodeGroup"]...)
+	router.GET(options.BaseURL+"/api/v1/clusters", wrapper.ListClusters, options.OperationMiddlewares["listClusters"]...)
 	router.GET(options.BaseURL+"/api/v1/capacity/forecast", wrapper.GetCapacityForecast, options.OperationMiddlewares["getCapacityForecast"]...)
 	router.GET(options.BaseURL+"/api/v1/capacity/reserved", wrapper.GetReservedAdvice, options.OperationMiddlewares["getReservedAdvice"]...)
 	router.GET(options.BaseURL+"/api/v1/nodes/:name", wrapper.GetNode, options.OperationMiddlewares["getNode"]...)
@@ -1756,6 +1769,44 @@ type ApplyTemplatesdefaultApplicationProblemPlusJSONResponse struct {
 }
 
 func (response ApplyTemplatesdefaultApplicationProblemPlusJSONResponse) VisitApplyTemplatesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListClustersRequestObject struct {
+}
+
+type ListClustersResponseObject interface {
+	VisitListClustersResponse(w http.ResponseWriter) error
+}
+
+type ListClusters200JSONResponse WorkerClusterList
+
+func (response ListClusters200JSONResponse) VisitListClustersResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListClustersdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListClustersdefaultApplicationProblemPlusJSONResponse) VisitListClustersResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
@@ -4192,6 +4243,9 @@ type StrictServerInterface interface {
 	// ApplyTemplates Apply a directory of templates at once
 	// (POST /api/v1/catalog/apply)
 	ApplyTemplates(ctx context.Context, request ApplyTemplatesRequestObject) (ApplyTemplatesResponseObject, error)
+	// ListClusters List worker clusters
+	// (GET /api/v1/clusters)
+	ListClusters(ctx context.Context, request ListClustersRequestObject) (ListClustersResponseObject, error)
 	// GetCosts What workloads cost over a period
 	// (GET /api/v1/costs)
 	GetCosts(ctx context.Context, request GetCostsRequestObject) (GetCostsResponseObject, error)
@@ -4554,6 +4608,29 @@ func (sh *strictHandler) ApplyTemplates(ctx echo.Context) error {
 		return err
 	} else if validResponse, ok := response.(ApplyTemplatesResponseObject); ok {
 		return validResponse.VisitApplyTemplatesResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// ListClusters operation middleware
+func (sh *strictHandler) ListClusters(ctx echo.Context) error {
+	var request ListClustersRequestObject
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.ListClusters(ctx.Request().Context(), request.(ListClustersRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListClusters")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(ListClustersResponseObject); ok {
+		return validResponse.VisitListClustersResponse(ctx.Response())
 	} else if response != nil {
 		return fmt.Errorf("unexpected response type: %T", response)
 	}

@@ -163,6 +163,27 @@ func (e CatalogImageLayer) Valid() bool {
 	}
 }
 
+// Defines values for ClusterOfferPurchase.
+const (
+	ClusterOfferPurchaseOnDemand ClusterOfferPurchase = "on-demand"
+	ClusterOfferPurchaseReserved ClusterOfferPurchase = "reserved"
+	ClusterOfferPurchaseSpot     ClusterOfferPurchase = "spot"
+)
+
+// Valid indicates whether the value is a known member of the ClusterOfferPurchase enum.
+func (e ClusterOfferPurchase) Valid() bool {
+	switch e {
+	case ClusterOfferPurchaseOnDemand:
+		return true
+	case ClusterOfferPurchaseReserved:
+		return true
+	case ClusterOfferPurchaseSpot:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for CostCenterBudgetState.
 const (
 	CostCenterBudgetStateExceeded CostCenterBudgetState = "exceeded"
@@ -357,19 +378,19 @@ func (e MetricSeriesListSource) Valid() bool {
 
 // Defines values for NodeGroupPurchase.
 const (
-	OnDemand NodeGroupPurchase = "on-demand"
-	Reserved NodeGroupPurchase = "reserved"
-	Spot     NodeGroupPurchase = "spot"
+	NodeGroupPurchaseOnDemand NodeGroupPurchase = "on-demand"
+	NodeGroupPurchaseReserved NodeGroupPurchase = "reserved"
+	NodeGroupPurchaseSpot     NodeGroupPurchase = "spot"
 )
 
 // Valid indicates whether the value is a known member of the NodeGroupPurchase enum.
 func (e NodeGroupPurchase) Valid() bool {
 	switch e {
-	case OnDemand:
+	case NodeGroupPurchaseOnDemand:
 		return true
-	case Reserved:
+	case NodeGroupPurchaseReserved:
 		return true
-	case Spot:
+	case NodeGroupPurchaseSpot:
 		return true
 	default:
 		return false
@@ -622,6 +643,24 @@ func (e TemplateVersionStatus) Valid() bool {
 	case TemplateVersionStatusDeprecated:
 		return true
 	case TemplateVersionStatusRevoked:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WorkerClusterProvider.
+const (
+	Cloud      WorkerClusterProvider = "cloud"
+	OnPremises WorkerClusterProvider = "on-premises"
+)
+
+// Valid indicates whether the value is a known member of the WorkerClusterProvider enum.
+func (e WorkerClusterProvider) Valid() bool {
+	switch e {
+	case Cloud:
+		return true
+	case OnPremises:
 		return true
 	default:
 		return false
@@ -1069,6 +1108,24 @@ type CatalogImageConfidentialTee string
 
 // CatalogImageLayer defines model for CatalogImage.Layer.
 type CatalogImageLayer string
+
+// ClusterOffer defines model for ClusterOffer.
+type ClusterOffer struct {
+	Class string `json:"class"`
+
+	// Gpus The GPUs the cluster has of it; absent when its autoscaler sizes it.
+	Gpus *int `json:"gpus,omitempty"`
+
+	// Mig MIG profiles its nodes are partitioned into.
+	Mig *[]string `json:"mig,omitempty"`
+
+	// PricePerGPUHour For owned machines, the amortised price the platform team states.
+	PricePerGPUHour float64              `json:"pricePerGPUHour"`
+	Purchase        ClusterOfferPurchase `json:"purchase"`
+}
+
+// ClusterOfferPurchase defines model for ClusterOffer.Purchase.
+type ClusterOfferPurchase string
 
 // CostCenterBudget defines model for CostCenterBudget.
 type CostCenterBudget struct {
@@ -2275,6 +2332,45 @@ type WarmCost struct {
 	GpuClass  string  `json:"gpuClass"`
 	GpuHours  float64 `json:"gpuHours"`
 	NodeGroup string  `json:"nodeGroup"`
+}
+
+// WorkerCluster defines model for WorkerCluster.
+type WorkerCluster struct {
+	// Caps A team's most GPUs per class on this cluster ("*" for any class).
+	Caps *map[string]map[string]float64 `json:"caps,omitempty"`
+
+	// Cordoned Gets no new work.
+	Cordoned bool                  `json:"cordoned"`
+	Labels   *map[string]string    `json:"labels,omitempty"`
+	Name     string                `json:"name"`
+	Offers   []ClusterOffer        `json:"offers"`
+	Provider WorkerClusterProvider `json:"provider"`
+	Region   string                `json:"region"`
+
+	// State The cluster as Gantry last read it.
+	State *WorkerClusterState `json:"state,omitempty"`
+	Zone  *string             `json:"zone,omitempty"`
+}
+
+// WorkerClusterProvider defines model for WorkerCluster.Provider.
+type WorkerClusterProvider string
+
+// WorkerClusterList defines model for WorkerClusterList.
+type WorkerClusterList struct {
+	Items []WorkerCluster `json:"items"`
+}
+
+// WorkerClusterState The cluster as Gantry last read it.
+type WorkerClusterState struct {
+	// Free GPUs of each class free now.
+	Free      map[string]float64 `json:"free"`
+	Reachable bool               `json:"reachable"`
+
+	// Used Each team's GPUs per class running or waiting there.
+	Used *map[string]map[string]float64 `json:"used,omitempty"`
+
+	// Why Why it could not be read (credentials refused, API server down).
+	Why *string `json:"why,omitempty"`
 }
 
 // Workload defines model for Workload.

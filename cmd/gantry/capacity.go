@@ -5,6 +5,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -45,6 +48,57 @@ func nodeGroupsCmd(ctx context.Context, args []string, stdout, stderr io.Writer)
 		}
 		if len(groups) == 0 {
 			fmt.Fprintln(tw, "(no node groups declared)")
+		}
+		tw.Flush()
+	})
+}
+
+// clustersCmd is `gantry nodes clusters`: the worker clusters and what each
+// has free.
+func clustersCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cl, rest, output, err := verbWithOutput(ctx, "gantry nodes clusters", args, stderr)
+	if err != nil {
+		return err
+	}
+	if len(rest) != 0 {
+		return usageError{"gantry nodes clusters [-o json]"}
+	}
+	resp, err := cl.ListClustersWithResponse(ctx)
+	if err := ok(resp, err); err != nil {
+		return err
+	}
+	items := resp.JSON200.Items
+	return show(stdout, output, items, func() {
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "CLUSTER\tPROVIDER\tREGION\tOFFERS ($/GPU-H)\tLABELS\tNOW")
+		for _, c := range items {
+			var offers, labels []string
+			for _, o := range c.Offers {
+				offers = append(offers, fmt.Sprintf("%s %s %.2f", o.Class, o.Purchase, o.PricePerGPUHour))
+			}
+			if c.Labels != nil {
+				for _, k := range slices.Sorted(maps.Keys(*c.Labels)) {
+					labels = append(labels, k+"="+(*c.Labels)[k])
+				}
+			}
+			now := "not read yet"
+			switch st := c.State; {
+			case c.Cordoned:
+				now = "cordoned"
+			case st == nil:
+			case !st.Reachable:
+				now = "unreachable: " + deref(st.Why)
+			default:
+				var free []string
+				for _, k := range slices.Sorted(maps.Keys(st.Free)) {
+					free = append(free, fmt.Sprintf("%s %g", k, st.Free[k]))
+				}
+				now = "free: " + strings.Join(free, ", ")
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", c.Name, c.Provider, c.Region, strings.Join(offers, "; "), strings.Join(labels, ","), now)
+		}
+		if len(items) == 0 {
+			fmt.Fprintln(tw, "(no worker clusters: Gantry drives one cluster)")
 		}
 		tw.Flush()
 	})

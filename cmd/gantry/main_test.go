@@ -184,7 +184,7 @@ func starterTemplatesIn(t *testing.T, dir string) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return len(files) - 2 // the GPU classes and the node groups are not templates
+	return len(files) - 3 // the GPU classes, the node groups and the clusters are not templates
 }
 
 func catalogImages(t *testing.T) int {

@@ -49,7 +49,9 @@ type Config struct {
 	GPUClassesFile string   `json:"gpuClassesFile"`
 	// NodeGroupsFile declares each GPU class's node groups ("": none; the
 	// cluster's nodes are whatever they are).
-	NodeGroupsFile  string `json:"nodeGroupsFile"`
+	NodeGroupsFile string `json:"nodeGroupsFile"`
+	// ClustersFile lists the worker clusters ("": Gantry drives one).
+	ClustersFile    string `json:"clustersFile"`
 	NamespacePrefix string `json:"namespacePrefix"`
 	MaxBodyBytes    int64  `json:"maxBodyBytes"`
 	// MaxConcurrentReads is how many reads the database alone answers run

@@ -77,6 +77,8 @@ var options = []option{
 		doc: "GPU classes, MIG profiles and prices"},
 	{key: "nodeGroupsFile", env: "GANTRY_NODE_GROUPS_FILE", field: func(c *Config) any { return &c.NodeGroupsFile },
 		doc: "each GPU class's node groups: min/max nodes, GPUs per node, price per node-hour, reserved/on-demand/spot, boot and quiet time (docs/capacity.md); empty: none, launches are not checked against a class's most nodes"},
+	{key: "clustersFile", env: "GANTRY_CLUSTERS_FILE", field: func(c *Config) any { return &c.ClustersFile },
+		doc: "the worker clusters: region, provider, credentials, GPU classes offered and their prices, labels such as data residency, per-team caps, placement rules (docs/fleets.md); empty: Gantry drives one cluster"},
 	{key: "policyDir", env: "GANTRY_POLICY_DIR", field: func(c *Config) any { return &c.PolicyDir },
 		doc: "`model.conf`, `roles.csv` and `bindings.yaml`; reloaded when they change"},
 	{key: "images.dir", env: "GANTRY_IMAGES_DIR", field: func(c *Config) any { return &c.Images.Dir },

@@ -257,3 +257,35 @@ func (f *Fleet) ClassNames() []string {
 	sort.Strings(out)
 	return out
 }
+
+// Watch reports what each cluster is doing now; ok is false until it has
+// read them once.
+type Watch interface {
+	States() (states map[string]State, ok bool)
+}
+
+// NoWatch reads nothing (no worker clusters, or none watched here).
+type NoWatch struct{}
+
+// States implements Watch.
+func (NoWatch) States() (map[string]State, bool) { return nil, false }
+
+// Status is a cluster and, once read, its state.
+type Status struct {
+	Cluster
+	State *State
+}
+
+// Statuses lists the clusters in file order with their states from w.
+func (f *Fleet) Statuses(w Watch) []Status {
+	states, ok := w.States()
+	var out []Status
+	for _, c := range f.Clusters() {
+		st := Status{Cluster: c}
+		if s, have := states[c.Name]; ok && have {
+			st.State = &s
+		}
+		out = append(out, st)
+	}
+	return out
+}

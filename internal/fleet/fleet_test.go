@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"os"
 	"strings"
 	"testing"
 
@@ -48,4 +49,34 @@ func TestParseErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// FuzzParse: any input is refused with an error or accepted whole, and an
+// accepted fleet holds what validation promised and can decide a launch.
+func FuzzParse(f *testing.F) {
+	data, _ := os.ReadFile("../../templates/clusters.yaml")
+	f.Add(data)
+	f.Add([]byte("apiVersion: gantry.dev/v1alpha1\nkind: ClusterList\nclusters: [{name: a, offers: [{pricePerGPUHour: -1}]}]"))
+	cat := classes(f)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		fl, err := Parse("f.yaml", data, cat)
+		if err != nil {
+			return
+		}
+		states := map[string]State{}
+		for _, c := range fl.Clusters() {
+			for _, o := range c.Offers {
+				if o.PricePerGPUHour <= 0 || o.GPUs < 0 {
+					t.Fatalf("accepted %+v", o)
+				}
+			}
+			states[c.Name] = State{Reachable: true, Free: map[string]float64{"A100-80GB": 8}}
+		}
+		for _, class := range fl.ClassNames() {
+			d := fl.Place(Launch{Team: "vision", Class: class, GPUs: 1, Spot: true}, states)
+			if d.Reason == "" {
+				t.Fatal("a decision without a reason")
+			}
+		}
+	})
 }

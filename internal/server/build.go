@@ -22,8 +22,10 @@ import (
 	"github.com/gantryhq/gantry/internal/capacity"
 	"github.com/gantryhq/gantry/internal/config"
 	"github.com/gantryhq/gantry/internal/estimate"
+	"github.com/gantryhq/gantry/internal/fleet"
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/kube"
+	"github.com/gantryhq/gantry/internal/kube/workers"
 	"github.com/gantryhq/gantry/internal/live"
 	"github.com/gantryhq/gantry/internal/notify"
 	"github.com/gantryhq/gantry/internal/overlay"
@@ -305,16 +307,23 @@ func (s *Server) handler(ov Overrides, w *wiring) error {
 	if s.cluster != nil {
 		pools = s.cluster
 	}
-	fleet, err := capacity.New(capacity.Options{NodeGroups: s.NodeGroups, Pools: pools, Launches: s.Store.Workloads, Classes: s.Catalog.Classes(), Now: s.clock.Now})
+	capa, err := capacity.New(capacity.Options{NodeGroups: s.NodeGroups, Pools: pools, Launches: s.Store.Workloads, Classes: s.Catalog.Classes(), Now: s.clock.Now})
 	if err != nil {
 		return err
 	}
-	s.fleet = fleet
+	s.capacity = capa
+	var watch fleet.Watch = fleet.NoWatch{}
+	if len(s.Fleet.Clusters()) > 0 {
+		if s.workers, err = workers.New(workers.Options{Fleet: s.Fleet, Classes: s.Catalog.Classes()}); err != nil {
+			return err
+		}
+		watch = s.workers
+	}
 	oc := w.signIn
 	h, err := api.New(api.Options{
 		Now:     s.clock.Now,
 		Live:    s.live,
-		Catalog: s.Catalog, Workloads: s.Workloads, Estimates: estimates, Budgets: s.Budgets, Capacity: fleet, Settings: settings, Edits: s.overlays, Prices: s.Store.Governance.PriceHistory, Own: s.own, Checks: s.checks, Spec: gantry.OpenAPI,
+		Catalog: s.Catalog, Workloads: s.Workloads, Estimates: estimates, Budgets: s.Budgets, Capacity: capa, Fleet: s.Fleet, Workers: watch, Settings: settings, Edits: s.overlays, Prices: s.Store.Governance.PriceHistory, Own: s.own, Checks: s.checks, Spec: gantry.OpenAPI,
 		MaxBodyBytes: cfg.MaxBodyBytes, MaxConcurrentReads: int(cfg.MaxConcurrentReads), Logger: s.Log, LogDrain: time.Duration(cfg.LogDrain),
 		Portal:   pages,
 		Identify: w.identify, RecheckBearer: w.recheck, Sessions: w.sessions, Tokens: s.tokens, Users: s.users, Teams: s.authz.Teams,

@@ -41,12 +41,14 @@ import (
 	"github.com/gantryhq/gantry/internal/controller"
 	"github.com/gantryhq/gantry/internal/cull"
 	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/fleet"
 	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/imagecat"
 	"github.com/gantryhq/gantry/internal/imageverify"
 	"github.com/gantryhq/gantry/internal/kube"
 	"github.com/gantryhq/gantry/internal/kube/lead"
+	"github.com/gantryhq/gantry/internal/kube/workers"
 	"github.com/gantryhq/gantry/internal/live"
 	"github.com/gantryhq/gantry/internal/logctx"
 	"github.com/gantryhq/gantry/internal/nodegroup"
@@ -79,6 +81,9 @@ type Core struct {
 	// laid over them.
 	NodeGroups *nodegroup.Set
 	fileGroups *nodegroup.Set // the file's, as read
+	// Fleet is the worker clusters of the file named by clustersFile
+	// (empty when none is: Gantry drives one cluster).
+	Fleet *fleet.Fleet
 
 	classesStamp string // the class file as it was read (fileStamp)
 
@@ -139,8 +144,14 @@ func open(ctx context.Context, cfg config.Config, given *imageverify.Images, now
 			return nil, err
 		}
 	}
+	fl := &fleet.Fleet{}
+	if cfg.ClustersFile != "" {
+		if fl, err = fleet.LoadFile(cfg.ClustersFile, classes); err != nil {
+			return nil, err
+		}
+	}
 	if given != nil {
-		return openStore(ctx, cfg, log, classes, groups, given, stamp, now)
+		return openStore(ctx, cfg, log, classes, groups, fl, given, stamp, now)
 	}
 	vo := imageverify.Options{TTL: cfg.Images.TTL(), Mirrors: cfg.Images.Mirrors, Now: now}
 	if f := cfg.Images.RegistryAuthFile; f != "" {
@@ -162,12 +173,12 @@ func open(ctx context.Context, cfg config.Config, given *imageverify.Images, now
 			return nil, err
 		}
 	}
-	return openStore(ctx, cfg, log, classes, groups, verified, stamp, now)
+	return openStore(ctx, cfg, log, classes, groups, fl, verified, stamp, now)
 }
 
 // openStore opens the store and the template catalog checked against the
 // verifier's image catalog, both on the server's clock.
-func openStore(ctx context.Context, cfg config.Config, log *slog.Logger, classes *gpu.Catalog, groups *nodegroup.Set, images *imageverify.Images, stamp string, now func() time.Time) (*Core, error) {
+func openStore(ctx context.Context, cfg config.Config, log *slog.Logger, classes *gpu.Catalog, groups *nodegroup.Set, fl *fleet.Fleet, images *imageverify.Images, stamp string, now func() time.Time) (*Core, error) {
 	db, err := store.Open(ctx, cfg.Database.Driver, string(cfg.Database.DSN))
 	if err != nil {
 		return nil, err
@@ -181,7 +192,7 @@ func openStore(ctx context.Context, cfg config.Config, log *slog.Logger, classes
 	}
 	live := &nodegroup.Set{}
 	live.Replace(groups)
-	return &Core{Config: cfg, Log: log, Store: st, Catalog: cat, Images: images, NodeGroups: live, fileGroups: groups, classesStamp: stamp, fileClasses: classes.List()}, nil
+	return &Core{Config: cfg, Log: log, Store: st, Catalog: cat, Images: images, NodeGroups: live, fileGroups: groups, Fleet: fl, classesStamp: stamp, fileClasses: classes.List()}, nil
 }
 
 // fileStamp identifies a file's state: its size and modification time
@@ -234,18 +245,19 @@ type Server struct {
 	own      *ownmetrics.Metrics
 	// fleet answers for the GPU fleet's size (node groups, forecast) and
 	// sizes warm capacity.
-	fleet   *capacity.Service
-	ln      net.Listener
-	url     string
-	http    *http.Server
-	authz   *authz.Authorizer
-	cluster *kube.Lazy // nil without a kubeconfig
-	tokens  *token.Service
-	users   *user.Service
-	issuer  string
-	dev     devProvider // nil with an organisation's provider
-	checks  []api.Check
-	clock   clock.WithTicker
+	capacity *capacity.Service
+	workers  *workers.Workers // the worker clusters' states; nil without a clusters file
+	ln       net.Listener
+	url      string
+	http     *http.Server
+	authz    *authz.Authorizer
+	cluster  *kube.Lazy // nil without a kubeconfig
+	tokens   *token.Service
+	users    *user.Service
+	issuer   string
+	dev      devProvider // nil with an organisation's provider
+	checks   []api.Check
+	clock    clock.WithTicker
 	// checkpoints signs the audit log's head (nil: no key configured).
 	checkpoints *audit.Checkpointer
 	// denials is what the API and the portal append to: repeated denials
@@ -462,6 +474,10 @@ func (s *Server) Run(ctx context.Context) error {
 	if s.cluster != nil {
 		g.Go(func() error { return s.leaderLoops(gctx) })
 	}
+	if s.workers != nil {
+		// Every replica reads the worker clusters (GET /api/v1/clusters).
+		g.Go(func() error { return s.every(gctx, workersInterval, s.workers.Pass) })
+	}
 	if s.cluster != nil {
 		// Every replica says what the node groups' machines are doing
 		// (GET /api/v1/node-groups) and, for the leader's watcher, why a
@@ -666,7 +682,7 @@ func (s *Server) lead(ctx context.Context, c *kube.Cluster) error {
 		return err
 	}
 	if ph != nil {
-		if warmer, err = capacity.NewWarmer(s.fleet, ph, s.Store.Workloads, warmInterval, s.Log); err != nil {
+		if warmer, err = capacity.NewWarmer(s.capacity, ph, s.Store.Workloads, warmInterval, s.Log); err != nil {
 			return err
 		}
 	}
@@ -743,6 +759,9 @@ func (s *Server) lead(ctx context.Context, c *kube.Cluster) error {
 	}
 	return g.Wait()
 }
+
+// workersInterval is how often the worker clusters are read.
+const workersInterval = 10 * time.Second
 
 // warmInterval is how often warm capacity is sized again.
 const warmInterval = time.Minute

@@ -11,6 +11,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/fleet"
 	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/nodegroup"
 	"github.com/gantryhq/gantry/internal/yamldoc"
@@ -37,7 +38,7 @@ func LoadCatalog(dir string) (*gpu.Catalog, []File, error) {
 }
 
 // LoadDir reads every template (*.yaml, *.yml, *.json of kind Template) in dir,
-// skipping GPU class and node group files, checks their images against images (when not nil)
+// skipping GPU class, node group and cluster files, checks their images against images (when not nil)
 // and reports every problem in every file at once.
 func LoadDir(dir string, classes *gpu.Catalog, images Images) ([]File, error) {
 	sources, rerr := ReadDir(dir)
@@ -89,15 +90,15 @@ func ReadDir(dir string) ([]Source, error) {
 	return out, errs.Err()
 }
 
-// ParseSources parses the templates among sources with parse (GPU class
-// and node group files are skipped), refuses a name defined twice, reports every problem
+// ParseSources parses the templates among sources with parse (GPU class,
+// node group and cluster files are skipped), refuses a name defined twice, reports every problem
 // in every file at once (file:line), and sorts the templates by name.
 func ParseSources(sources []Source, parse func(path string, data []byte) (*Template, error)) ([]File, error) {
 	var errs fault.List
 	var out []File
 	seen := map[string]string{}
 	for _, src := range sources {
-		if k := kindOf(src.Data); k == gpu.Kind || k == nodegroup.Kind {
+		if k := kindOf(src.Data); k == gpu.Kind || k == nodegroup.Kind || k == fleet.Kind {
 			continue
 		}
 		t, err := parse(src.Path, src.Data)

@@ -364,6 +364,10 @@ class Gantry:
     def node_groups(self) -> List[Dict[str, Any]]:
         return self._call("GET", "/api/v1/node-groups")["items"]
 
+    def clusters(self) -> List[Dict[str, Any]]:
+        """The worker clusters, with their prices and, once read, what each has free."""
+        return self._call("GET", "/api/v1/clusters")["items"]
+
     def set_node_group(self, name: str, **change: Any) -> List[Dict[str, Any]]:
         """change: max, pricePerNodeHour, bootTimeSeconds, quietTimeSeconds, warmPerDay as the API names them;
         what is left out stays as the node group file has it."""
@@ -452,7 +456,7 @@ METHODS = {
     "listPlatformEdits": "platform_edits", "setGPUClassPrice": "set_price", "resetGPUClassPrice": "reset_price",
     "setTeamQuota": "set_quota", "resetTeamQuota": "reset_quota", "setTeamBudget": "set_budget", "resetTeamBudget": "reset_budget",
     "getTeamReport": "team_report", "listBudgets": "budgets", "listAdvice": "advice", "listNodes": "nodes",
-    "getNode": "node", "listNodeGroups": "node_groups", "setNodeGroup": "set_node_group", "resetNodeGroup": "reset_node_group",
+    "getNode": "node", "listNodeGroups": "node_groups", "setNodeGroup": "set_node_group", "resetNodeGroup": "reset_node_group", "listClusters": "clusters",
     "getCapacityForecast": "capacity_forecast", "getReservedAdvice": "reserved_advice", "getMe": "me", "listTokens": "tokens", "createToken": "create_token", "revokeToken": "revoke_token",
     "listUsers": "users", "deactivateUser": "deactivate_user", "reactivateUser": "reactivate_user",
     "listUserTokens": "user_tokens", "revokeUserToken": "revoke_user_token", "listImages": "images",

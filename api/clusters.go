@@ -1,0 +1,49 @@
+package api
+
+import (
+	"context"
+
+	"github.com/gantryhq/gantry/api/gen"
+	"github.com/gantryhq/gantry/api/model"
+)
+
+func (s *server) ListClusters(_ context.Context, _ gen.ListClustersRequestObject) (gen.ListClustersResponseObject, error) {
+	out := model.WorkerClusterList{Items: []model.WorkerCluster{}}
+	for _, c := range s.o.Fleet.Statuses(s.o.Workers) {
+		wc := model.WorkerCluster{Name: c.Name, Region: c.Region, Provider: model.WorkerClusterProvider(c.Provider), Cordoned: c.Cordoned, Offers: []model.ClusterOffer{}}
+		if c.Zone != "" {
+			wc.Zone = ptr(c.Zone)
+		}
+		if len(c.Labels) > 0 {
+			wc.Labels = ptr(c.Labels)
+		}
+		if len(c.Caps) > 0 {
+			wc.Caps = ptr(c.Caps)
+		}
+		for _, o := range c.Offers {
+			co := model.ClusterOffer{Class: o.Class, Purchase: model.ClusterOfferPurchase(o.Purchase), PricePerGPUHour: o.PricePerGPUHour}
+			if o.GPUs > 0 {
+				co.Gpus = ptr(o.GPUs)
+			}
+			if len(o.MIG) > 0 {
+				co.Mig = ptr(o.MIG)
+			}
+			wc.Offers = append(wc.Offers, co)
+		}
+		if st := c.State; st != nil {
+			ws := &model.WorkerClusterState{Reachable: st.Reachable, Free: st.Free}
+			if ws.Free == nil {
+				ws.Free = map[string]float64{}
+			}
+			if st.Why != "" {
+				ws.Why = ptr(st.Why)
+			}
+			if len(st.Used) > 0 {
+				ws.Used = ptr(st.Used)
+			}
+			wc.State = ws
+		}
+		out.Items = append(out.Items, wc)
+	}
+	return gen.ListClusters200JSONResponse(out), nil
+}

@@ -1,0 +1,212 @@
+// Package workers reads Gantry's worker clusters (internal/fleet): for each,
+// whether its API server answers Gantry's credentials, the GPUs of each
+// class it offers that are free now, and each team's GPUs running or
+// waiting there. Credentials are kubeconfig files, read again when they
+// change (a rotated token is picked up at the next pass); a worker that
+// refuses them is said to, in words an operator can act on.
+package workers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/gantryhq/gantry/internal/fleet"
+	"github.com/gantryhq/gantry/internal/gpu"
+	"github.com/gantryhq/gantry/internal/kube/nodes"
+	"github.com/gantryhq/gantry/internal/render"
+)
+
+// SecretsDir is where the chart mounts the Secrets a clusters file names
+// (kubeconfig: {secret: NAME}): SecretsDir/NAME/kubeconfig.
+const SecretsDir = "/var/run/gantry/workers"
+
+// Path is where Gantry reads a cluster's kubeconfig.
+func Path(k fleet.Kubeconfig, secretsDir string) string {
+	if k.File != "" {
+		return k.File
+	}
+	return filepath.Join(secretsDir, k.Secret, "kubeconfig")
+}
+
+// Workers reads the fleet's clusters; fleet.Watch.
+type Workers struct {
+	fleet      *fleet.Fleet
+	classes    *gpu.Catalog
+	secretsDir string
+	timeout    time.Duration
+
+	mu      sync.Mutex
+	clients map[string]client // by cluster
+	states  map[string]fleet.State
+	read    bool
+}
+
+type client struct {
+	stamp string // the kubeconfig file as read (size and time)
+	core  kubernetes.Interface
+}
+
+// Options build Workers; Fleet and Classes are required.
+type Options struct {
+	Fleet      *fleet.Fleet
+	Classes    *gpu.Catalog
+	SecretsDir string        // default SecretsDir
+	Timeout    time.Duration // per cluster and pass; default 5 s
+}
+
+// New returns Workers that have read nothing yet.
+func New(o Options) (*Workers, error) {
+	if o.Fleet == nil || o.Classes == nil {
+		return nil, errors.New("workers: the fleet and the GPU classes are required")
+	}
+	if o.SecretsDir == "" {
+		o.SecretsDir = SecretsDir
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 5 * time.Second
+	}
+	return &Workers{fleet: o.Fleet, classes: o.Classes, secretsDir: o.SecretsDir, timeout: o.Timeout, clients: map[string]client{}, states: map[string]fleet.State{}}, nil
+}
+
+// States implements fleet.Watch: each cluster's state as last read; ok is
+// false before the first pass.
+func (w *Workers) States() (map[string]fleet.State, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make(map[string]fleet.State, len(w.states))
+	for k, v := range w.states {
+		out[k] = v
+	}
+	return out, w.read
+}
+
+// Pass reads every cluster once, in parallel, each bounded by the timeout.
+func (w *Workers) Pass(ctx context.Context) {
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	states := map[string]fleet.State{}
+	for _, c := range w.fleet.Clusters() {
+		wg.Go(func() {
+			cctx, cancel := context.WithTimeout(ctx, w.timeout)
+			defer cancel()
+			s := w.readOne(cctx, c)
+			mu.Lock()
+			states[c.Name] = s
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	w.mu.Lock()
+	w.states, w.read = states, true
+	w.mu.Unlock()
+}
+
+// Client is the cluster's client as last built (nil when its credentials
+// could not be read).
+func (w *Workers) Client(cluster string) kubernetes.Interface {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.clients[cluster].core
+}
+
+func (w *Workers) readOne(ctx context.Context, c fleet.Cluster) fleet.State {
+	core, err := w.client(c)
+	if err != nil {
+		return fleet.State{Why: err.Error()}
+	}
+	s := fleet.State{Reachable: true, Free: map[string]float64{}, Used: map[string]map[string]float64{}}
+	nd := nodes.New(core)
+	for _, o := range c.Offers {
+		cl, ok := w.classes.Get(o.Class)
+		if !ok {
+			continue
+		}
+		if _, seen := s.Free[o.Class]; seen {
+			continue
+		}
+		free, _, _, _, err := nd.FreeGPUs(ctx, cl, "nvidia.com/gpu")
+		if err != nil {
+			return fleet.State{Why: why(err)}
+		}
+		s.Free[o.Class] = float64(free)
+	}
+	pods, err := core.CoreV1().Pods("").List(ctx, metav1.ListOptions{LabelSelector: render.LabelTeam})
+	if err != nil {
+		return fleet.State{Why: why(err)}
+	}
+	for _, p := range pods.Items {
+		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		team, class := p.Labels[render.LabelTeam], p.Labels[render.LabelGPUClass]
+		if class == "" {
+			continue
+		}
+		n := 0.0
+		for _, ctr := range p.Spec.Containers {
+			if q, ok := ctr.Resources.Limits["nvidia.com/gpu"]; ok {
+				n += float64(q.Value())
+			}
+		}
+		if s.Used[team] == nil {
+			s.Used[team] = map[string]float64{}
+		}
+		s.Used[team][class] += n
+	}
+	return s
+}
+
+// client is the cluster's client, built again when its kubeconfig changed.
+func (w *Workers) client(c fleet.Cluster) (kubernetes.Interface, error) {
+	path := Path(c.Kubeconfig, w.secretsDir)
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("its credentials cannot be read: %v", err)
+	}
+	stamp := fmt.Sprintf("%d:%d", fi.Size(), fi.ModTime().UnixNano())
+	w.mu.Lock()
+	have := w.clients[c.Name]
+	w.mu.Unlock()
+	if have.core != nil && have.stamp == stamp {
+		return have.core, nil
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		return nil, fmt.Errorf("its kubeconfig %s does not load: %v", path, err)
+	}
+	cfg.Timeout = w.timeout
+	core, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("its kubeconfig %s: %v", path, err)
+	}
+	w.mu.Lock()
+	w.clients[c.Name] = client{stamp: stamp, core: core}
+	w.mu.Unlock()
+	return core, nil
+}
+
+// why says why a worker could not be read, in words an operator acts on.
+func why(err error) string {
+	var ne net.Error
+	switch {
+	case apierrors.IsUnauthorized(err):
+		return "its API server refuses Gantry's credentials (expired or revoked?): renew the kubeconfig"
+	case apierrors.IsForbidden(err):
+		return "Gantry's credentials may not read its nodes and pods: " + err.Error()
+	case errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()):
+		return "its API server did not answer in time"
+	}
+	return "its API server cannot be reached: " + err.Error()
+}

@@ -69,6 +69,10 @@ type Options struct {
 	// admitted workload whose pods are not all Ready within it gives its
 	// quota back and is queued again (Kueue's waitForPodsReady).
 	WaitForPodsReady time.Duration
+	// MultiKueueDispatcher, when set, makes the cluster a MultiKueue
+	// manager whose Workloads wait for that external dispatcher's
+	// nominations (Gantry's: dispatch.Dispatcher).
+	MultiKueueDispatcher string
 }
 
 // Cluster is a running local cluster.

@@ -85,7 +85,7 @@ func (c *Cluster) startKueue(ctx context.Context, o Options) error {
 	for attempt := 0; attempt < 5; attempt++ {
 		port := 20000 + rand.IntN(20000)
 		cfg := filepath.Join(kdir, "config.yaml")
-		if err := os.WriteFile(cfg, kueueConfig(port, filepath.Join(kdir, "certs"), o.KueueTransformations, o.WaitForPodsReady), 0o600); err != nil {
+		if err := os.WriteFile(cfg, kueueConfig(port, filepath.Join(kdir, "certs"), o.KueueTransformations, o.WaitForPodsReady, o.MultiKueueDispatcher), 0o600); err != nil {
 			return err
 		}
 		k, err := startProcess("Kueue", filepath.Join(dir, "bin", "kueue"), []string{"--config", cfg, "--feature-gates", "VisibilityOnDemand=false", "--zap-log-level", "info"},
@@ -239,7 +239,7 @@ func (c *Cluster) installKueueCRDs(ctx context.Context, dir string) error {
 }
 
 // kueueConfig is Kueue's configuration on the local cluster.
-func kueueConfig(port int, certDir string, tr []KueueTransformation, podsReady time.Duration) []byte {
+func kueueConfig(port int, certDir string, tr []KueueTransformation, podsReady time.Duration, dispatcher string) []byte {
 	var b strings.Builder
 	fmt.Fprintf(&b, `apiVersion: config.kueue.x-k8s.io/v1beta2
 kind: Configuration
@@ -271,7 +271,7 @@ fairSharing:
   preemptionStrategies: [LessThanOrEqualToFinalShare, LessThanInitialShare]
 integrations:
   frameworks: ["batch/job", "pod"]
-  labelKeysToCopy: ["gantry.dev/workload-id", "app.kubernetes.io/managed-by", "gantry.dev/team"]
+  labelKeysToCopy: ["gantry.dev/workload-id", "app.kubernetes.io/managed-by", "gantry.dev/team", "gantry.dev/gpu-class", "gantry.dev/template"]
 managedJobsNamespaceSelector:
   matchLabels:
     app.kubernetes.io/managed-by: gantry
@@ -283,6 +283,12 @@ resources:
 		for _, t := range tr {
 			fmt.Fprintf(&b, "  - input: %s\n    strategy: Replace\n    outputs:\n      %s: %d\n", t.Input, t.Output, t.Milli)
 		}
+	}
+	if dispatcher != "" {
+		// A manager cluster: MultiKueue dispatches each Workload to the
+		// worker its external dispatcher (Gantry) nominates; a worker lost
+		// for 30 s gives its Workloads back.
+		fmt.Fprintf(&b, "multiKueue:\n  dispatcherName: %s\n  workerLostTimeout: 30s\n  gcInterval: 30s\n", dispatcher)
 	}
 	if podsReady > 0 {
 		// All-or-nothing: an admitted workload whose pods are not all

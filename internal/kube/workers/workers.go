@@ -19,11 +19,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/gantryhq/gantry/internal/fleet"
 	"github.com/gantryhq/gantry/internal/gpu"
+	"github.com/gantryhq/gantry/internal/kube/kapi"
 	"github.com/gantryhq/gantry/internal/kube/nodes"
 	"github.com/gantryhq/gantry/internal/render"
 )
@@ -56,6 +59,7 @@ type Workers struct {
 type client struct {
 	stamp string // the kubeconfig file as read (size and time)
 	core  kubernetes.Interface
+	dyn   dynamic.Interface
 }
 
 // Options build Workers; Fleet and Classes are required.
@@ -191,10 +195,40 @@ func (w *Workers) client(c fleet.Cluster) (kubernetes.Interface, error) {
 	if err != nil {
 		return nil, fmt.Errorf("its kubeconfig %s: %v", path, err)
 	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("its kubeconfig %s: %v", path, err)
+	}
 	w.mu.Lock()
-	w.clients[c.Name] = client{stamp: stamp, core: core}
+	w.clients[c.Name] = client{stamp: stamp, core: core, dyn: dyn}
 	w.mu.Unlock()
 	return core, nil
+}
+
+// Reserved reports whether the worker has reserved quota for the Kueue
+// Workload namespace/name (MultiKueue's copy of the manager's, of the same
+// name): dispatch.Remote.
+func (w *Workers) Reserved(ctx context.Context, cluster, namespace, name string) (bool, error) {
+	w.mu.Lock()
+	dyn := w.clients[cluster].dyn
+	w.mu.Unlock()
+	if dyn == nil {
+		return false, fmt.Errorf("worker %s not read yet", cluster)
+	}
+	u, err := dyn.Resource(kapi.KueueWorkloads).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, c := range conds {
+		if m, _ := c.(map[string]any); m["type"] == "QuotaReserved" {
+			return m["status"] == "True", nil
+		}
+	}
+	return false, nil
 }
 
 // why says why a worker could not be read, in words an operator acts on.

@@ -1,0 +1,362 @@
+// Package dispatch is Gantry's MultiKueue dispatcher: in the manager
+// cluster, each Kueue Workload that has its quota reserved and waits on the
+// MultiKueue admission check is nominated to the worker cluster the fleet's
+// decision chooses (fleet.Round over the workers' states), by writing its
+// status.nominatedClusterNames — Kueue's external-dispatcher contract
+// (multiKueue.dispatcherName set to a name that is not Kueue's own). The
+// decision's reason is annotated on the Workload. A nomination moves when
+// its cluster can no longer run the work (unreachable, cordoned, a rule
+// changed) or when it was not admitted there within the retry time; a
+// Workload a worker has admitted (status.clusterName) is left where it runs.
+package dispatch
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/gantryhq/gantry/internal/fleet"
+	"github.com/gantryhq/gantry/internal/kube/kapi"
+	"github.com/gantryhq/gantry/internal/render"
+)
+
+// Name is the name Kueue's configuration gives the external dispatcher
+// (multiKueue.dispatcherName).
+const Name = "gantry.dev/fleet"
+
+// ReasonAnnotation carries the dispatch decision in words on the Workload.
+const ReasonAnnotation = "gantry.dev/placement"
+
+// Remote reads the workers' copies of the manager's Workloads.
+type Remote interface {
+	// Reserved reports whether cluster has reserved quota for the Workload
+	// namespace/name.
+	Reserved(ctx context.Context, cluster, namespace, name string) (bool, error)
+}
+
+// Workers are the worker clusters as the dispatcher reads them.
+type Workers interface {
+	fleet.Watch
+	Remote
+}
+
+// Options build a Dispatcher; all but Retry and Log are required.
+type Options struct {
+	Manager dynamic.Interface // the manager cluster
+	Fleet   *fleet.Fleet
+	Workers Workers
+	// Check is the MultiKueue AdmissionCheck's name in the manager.
+	Check string
+	// Retry is how long a nomination may wait to be admitted before the
+	// next candidate is tried (default 2 minutes).
+	Retry time.Duration
+	Now   func() time.Time
+	Log   *slog.Logger
+}
+
+// Dispatcher nominates worker clusters for the manager's Workloads.
+type Dispatcher struct {
+	o Options
+
+	mu    sync.Mutex
+	since map[types.UID]nominated // the nomination each Workload holds now
+}
+
+type nominated struct {
+	cluster string
+	at      time.Time
+	tried   []string // nominated before and not admitted in time
+}
+
+// New returns a Dispatcher.
+func New(o Options) (*Dispatcher, error) {
+	if o.Manager == nil || o.Fleet == nil || o.Workers == nil || o.Check == "" || o.Now == nil {
+		return nil, errors.New("dispatch: the manager's client, the fleet, its watch, the check's name and a clock are required")
+	}
+	if o.Retry <= 0 {
+		o.Retry = 2 * time.Minute
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	return &Dispatcher{o: o, since: map[types.UID]nominated{}}, nil
+}
+
+// waiting is a Workload waiting on the MultiKueue check.
+type waiting struct {
+	u      *unstructured.Unstructured
+	launch fleet.Launch
+	now    []string // its nominated clusters now
+}
+
+// Round nominates every waiting Workload once: n is how many nominations
+// it wrote.
+func (d *Dispatcher) Round(ctx context.Context) (n int, err error) {
+	list, err := d.o.Manager.Resource(kapi.KueueWorkloads).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return 0, fmt.Errorf("dispatch: list the manager's Workloads: %w", err)
+	}
+	states, _ := d.o.Workers.States()
+	now := d.o.Now()
+	var pending []waiting
+	seen := map[types.UID]bool{}
+	for i := range list.Items {
+		u := &list.Items[i]
+		seen[u.GetUID()] = true
+		if !d.waits(u) {
+			continue
+		}
+		w := waiting{u: u, launch: launchOf(u)}
+		w.now, _, _ = unstructured.NestedStringSlice(u.Object, "status", "nominatedClusterNames")
+		pending = append(pending, w)
+	}
+	d.mu.Lock()
+	for uid := range d.since {
+		if !seen[uid] {
+			delete(d.since, uid)
+		}
+	}
+	d.mu.Unlock()
+	var launches []fleet.Launch
+	var errs []error
+	// A worker that reserved quota for its copy: the nomination is
+	// withdrawn, so that MultiKueue can record where the Workload runs
+	// (status.clusterName, which may not stand beside nominations, and
+	// Kueue's own status writes cannot clear a field another writer set).
+	var undecided []waiting
+	for _, w := range pending {
+		held := d.held(w)
+		if held != "" && states[held].Reachable {
+			reserved, err := d.o.Workers.Reserved(ctx, held, w.u.GetNamespace(), w.u.GetName())
+			if err != nil {
+				errs = append(errs, fmt.Errorf("dispatch: read %s/%s on %s: %w", w.u.GetNamespace(), w.u.GetName(), held, err))
+			}
+			if reserved {
+				if len(w.now) > 0 {
+					if err := d.withdraw(ctx, w.u); err != nil {
+						errs = append(errs, err)
+					}
+				}
+				continue // MultiKueue records it at its next look
+			}
+		}
+		undecided = append(undecided, w)
+	}
+	pending = undecided
+	launches = launches[:0]
+	for _, w := range pending {
+		launches = append(launches, w.launch)
+	}
+	for i, dec := range d.o.Fleet.Round(launches, states) {
+		w := pending[indexOf(pending, dec.Launch.ID, i)]
+		target := d.choose(w, dec, now)
+		if target == "" && len(w.now) == 0 {
+			errs = append(errs, d.annotate(ctx, w.u, dec.Reason))
+			continue
+		}
+		if slices.Equal(w.now, []string{target}) {
+			continue
+		}
+		if err := d.nominate(ctx, w.u, target, reasonFor(dec, target)); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		n++
+	}
+	return n, errors.Join(errs...)
+}
+
+// waits reports whether a Workload has its quota reserved in the manager,
+// waits on the MultiKueue check, and no worker has admitted it yet.
+func (d *Dispatcher) waits(u *unstructured.Unstructured) bool {
+	if name, _, _ := unstructured.NestedString(u.Object, "status", "clusterName"); name != "" {
+		return false
+	}
+	if !condition(u, "QuotaReserved") || condition(u, "Finished") {
+		return false
+	}
+	checks, _, _ := unstructured.NestedSlice(u.Object, "status", "admissionChecks")
+	for _, c := range checks {
+		m, _ := c.(map[string]any)
+		if m["name"] == d.o.Check {
+			return m["state"] == "Pending"
+		}
+	}
+	return false
+}
+
+// held is the cluster a Workload is nominated to now, or was last
+// nominated to by this dispatcher ("" for none).
+func (d *Dispatcher) held(w waiting) string {
+	if len(w.now) == 1 {
+		return w.now[0]
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.since[w.u.GetUID()].cluster
+}
+
+// choose is where the Workload goes: the decision's best candidate, unless
+// its current nomination is still a candidate and has not waited past the
+// retry time (a nomination does not flap between clusters of equal merit);
+// a cluster tried and not admitted in time is passed over while others
+// remain. "" when no cluster may run it.
+func (d *Dispatcher) choose(w waiting, dec fleet.Decision, now time.Time) string {
+	uid := w.u.GetUID()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	held := d.since[uid]
+	if len(w.now) == 1 && held.cluster != w.now[0] { // nominated before this replica led
+		held = nominated{cluster: w.now[0], at: now, tried: held.tried}
+	}
+	var cands []string
+	for _, c := range dec.Candidates {
+		cands = append(cands, c.Cluster)
+	}
+	if held.cluster != "" && slices.Contains(cands, held.cluster) {
+		if now.Sub(held.at) < d.o.Retry {
+			d.since[uid] = held
+			return held.cluster
+		}
+		held.tried = append(held.tried, held.cluster)
+	}
+	target := ""
+	for _, c := range cands {
+		if !slices.Contains(held.tried, c) {
+			target = c
+			break
+		}
+	}
+	if target == "" && len(cands) > 0 { // every candidate tried: start over
+		held.tried, target = nil, cands[0]
+	}
+	if target != held.cluster {
+		held.cluster, held.at = target, now
+	}
+	d.since[uid] = held
+	return target
+}
+
+// nominate writes the Workload's nomination and the reason.
+func (d *Dispatcher) nominate(ctx context.Context, u *unstructured.Unstructured, cluster, reason string) error {
+	res := d.o.Manager.Resource(kapi.KueueWorkloads).Namespace(u.GetNamespace())
+	var names []string
+	if cluster != "" {
+		names = []string{cluster}
+	}
+	patch, _ := json.Marshal(map[string]any{"status": map[string]any{"nominatedClusterNames": names}})
+	if _, err := res.Patch(ctx, u.GetName(), types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "gantry-dispatch"}, "status"); err != nil {
+		return fmt.Errorf("dispatch: nominate %s/%s: %w", u.GetNamespace(), u.GetName(), err)
+	}
+	d.o.Log.Info("dispatched", "workload", u.GetNamespace()+"/"+u.GetName(), "cluster", cluster, "reason", reason)
+	return d.annotate(ctx, u, reason)
+}
+
+// withdraw removes a Workload's nomination once its worker has reserved.
+func (d *Dispatcher) withdraw(ctx context.Context, u *unstructured.Unstructured) error {
+	patch := []byte(`{"status":{"nominatedClusterNames":null}}`)
+	if _, err := d.o.Manager.Resource(kapi.KueueWorkloads).Namespace(u.GetNamespace()).Patch(ctx, u.GetName(), types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "gantry-dispatch"}, "status"); err != nil {
+		return fmt.Errorf("dispatch: withdraw the nomination of %s/%s: %w", u.GetNamespace(), u.GetName(), err)
+	}
+	return nil
+}
+
+// annotate records the decision's reason on the Workload (once per
+// change).
+func (d *Dispatcher) annotate(ctx context.Context, u *unstructured.Unstructured, reason string) error {
+	if u.GetAnnotations()[ReasonAnnotation] == reason {
+		return nil
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{ReasonAnnotation: reason}}})
+	if _, err := d.o.Manager.Resource(kapi.KueueWorkloads).Namespace(u.GetNamespace()).Patch(ctx, u.GetName(), types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "gantry-dispatch"}); err != nil {
+		return fmt.Errorf("dispatch: say why %s/%s goes where: %w", u.GetNamespace(), u.GetName(), err)
+	}
+	return nil
+}
+
+// reasonFor is the decision's reason, said of the cluster chosen when it is
+// not the decision's first (its nomination held, or the first tried in
+// vain).
+func reasonFor(d fleet.Decision, cluster string) string {
+	if d.Cluster() == cluster {
+		return d.Reason
+	}
+	return fmt.Sprintf("nominated to %s (%s)", cluster, d.Reason)
+}
+
+// launchOf reads what a Workload asks of the fleet: its team and GPU class
+// from the labels Kueue copies from the Job (gantry.dev/team,
+// gantry.dev/gpu-class), its GPUs from its pod sets (a MIG slice at the
+// resource's name), its priority and age.
+func launchOf(u *unstructured.Unstructured) fleet.Launch {
+	l := fleet.Launch{ID: string(u.GetUID()), Team: u.GetLabels()[render.LabelTeam], Class: u.GetLabels()[render.LabelGPUClass],
+		Template: u.GetLabels()[render.LabelTemplate], Order: u.GetCreationTimestamp().UnixNano()}
+	if p, ok, _ := unstructured.NestedInt64(u.Object, "spec", "priority"); ok {
+		l.Priority = int(p)
+	}
+	sets, _, _ := unstructured.NestedSlice(u.Object, "spec", "podSets")
+	for _, s := range sets {
+		m, _ := s.(map[string]any)
+		count, _, _ := unstructured.NestedInt64(m, "count")
+		ctrs, _, _ := unstructured.NestedSlice(m, "template", "spec", "containers")
+		for _, c := range ctrs {
+			cm, _ := c.(map[string]any)
+			limits, _, _ := unstructured.NestedStringMap(cm, "resources", "limits")
+			for name, v := range limits {
+				var n float64
+				if _, err := fmt.Sscan(v, &n); err != nil {
+					continue
+				}
+				switch {
+				case name == "nvidia.com/gpu":
+					l.GPUs += float64(count) * n
+				case strings.HasPrefix(name, "nvidia.com/mig-"):
+					l.MIG = strings.TrimPrefix(name, "nvidia.com/mig-")
+					l.GPUs += float64(count) * n / 7
+				}
+			}
+		}
+		tols, _, _ := unstructured.NestedSlice(m, "template", "spec", "tolerations")
+		for _, t := range tols {
+			if tm, _ := t.(map[string]any); tm["key"] == render.TaintSpot {
+				l.Spot = true
+			}
+		}
+	}
+	return l
+}
+
+func condition(u *unstructured.Unstructured, typ string) bool {
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, c := range conds {
+		if m, _ := c.(map[string]any); m["type"] == typ {
+			return m["status"] == "True"
+		}
+	}
+	return false
+}
+
+// indexOf finds the pending Workload of a launch (Round keeps them in
+// priority order, not list order).
+func indexOf(p []waiting, id string, guess int) int {
+	if guess < len(p) && p[guess].launch.ID == id {
+		return guess
+	}
+	for i := range p {
+		if p[i].launch.ID == id {
+			return i
+		}
+	}
+	return guess
+}

@@ -1,0 +1,362 @@
+package dispatch_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/gantryhq/gantry/internal/devcluster"
+	"github.com/gantryhq/gantry/internal/devcluster/clustertest"
+	"github.com/gantryhq/gantry/internal/fleet"
+	"github.com/gantryhq/gantry/internal/gpu"
+	"github.com/gantryhq/gantry/internal/kube/dispatch"
+	"github.com/gantryhq/gantry/internal/kube/kapi"
+	"github.com/gantryhq/gantry/internal/kube/workers"
+	"github.com/gantryhq/gantry/internal/nodegroup"
+	"github.com/gantryhq/gantry/internal/quota"
+	"github.com/gantryhq/gantry/internal/render"
+	"github.com/gantryhq/gantry/internal/waitfor"
+)
+
+// Three control planes in one run, each with its own Kueue: a MultiKueue
+// manager whose Workloads wait for Gantry's nominations, an on-premises
+// room of 16 A100s and a cloud of 8 H100s and 8 A100s.
+var manager, onprem, cloud *devcluster.Cluster
+
+func TestMain(m *testing.M) {
+	var stops []func()
+	code := 0
+	for _, spec := range []struct {
+		c    **devcluster.Cluster
+		name string
+		o    func(*devcluster.Options)
+	}{
+		{&manager, "fleet-manager", func(o *devcluster.Options) {
+			o.Fleet = []devcluster.NodeSpec{{Prefix: "l4", Count: 1, Product: "NVIDIA-L4", MemoryMB: 23034, GPUs: 4, Whole: 4}}
+			o.MultiKueueDispatcher = dispatch.Name
+		}},
+		{&onprem, "fleet-onprem", func(o *devcluster.Options) {
+			o.Fleet = []devcluster.NodeSpec{{Prefix: "a100", Count: 2, Product: "NVIDIA-A100-SXM4-80GB", MemoryMB: 81920, GPUs: 8, Whole: 8}}
+		}},
+		{&cloud, "fleet-cloud", func(o *devcluster.Options) {
+			o.Fleet = []devcluster.NodeSpec{{Prefix: "h100", Count: 1, Product: "NVIDIA-H100-80GB-HBM3", MemoryMB: 81559, GPUs: 8, Whole: 8},
+				{Prefix: "a100", Count: 1, Product: "NVIDIA-A100-SXM4-80GB", MemoryMB: 81920, GPUs: 8, Whole: 8}}
+		}},
+	} {
+		c, stop, err := clustertest.ForTests(spec.name, spec.o)
+		if errors.Is(err, clustertest.ErrNotRequested) {
+			fmt.Println(err)
+			break
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "cluster:", err)
+			code = 1
+			break
+		}
+		*spec.c = c
+		stops = append(stops, stop)
+	}
+	if code == 0 {
+		code = m.Run()
+	}
+	for _, s := range stops {
+		s()
+	}
+	os.Exit(code)
+}
+
+const ns = "team-vision"
+
+var (
+	resourceFlavors   = schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "resourceflavors"}
+	clusterQueues     = schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "clusterqueues"}
+	localQueues       = schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "localqueues"}
+	admissionChecks   = schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "admissionchecks"}
+	multiKueueConfigs = schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "multikueueconfigs"}
+	multiKueueCluster = schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "multikueueclusters"}
+)
+
+func create(t *testing.T, dyn dynamic.Interface, res schema.GroupVersionResource, namespace string, obj map[string]any) {
+	t.Helper()
+	u := &unstructured.Unstructured{Object: obj}
+	var err error
+	if namespace != "" {
+		_, err = dyn.Resource(res).Namespace(namespace).Create(context.Background(), u, metav1.CreateOptions{})
+	} else {
+		_, err = dyn.Resource(res).Create(context.Background(), u, metav1.CreateOptions{})
+	}
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("create %s %s: %v", u.GetKind(), u.GetName(), err)
+	}
+}
+
+func kueueObj(kind, name string, spec map[string]any) map[string]any {
+	return map[string]any{"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": kind, "metadata": map[string]any{"name": name}, "spec": spec}
+}
+
+// queues gives a cluster team vision's namespace and queues; the manager's
+// ClusterQueue waits on the MultiKueue check.
+func queues(t *testing.T, c *devcluster.Cluster, check string) dynamic.Interface {
+	t.Helper()
+	dyn, err := dynamic.NewForConfig(c.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	n := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{render.LabelManagedBy: render.ManagedBy, render.LabelTeam: "vision"}}}
+	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, n, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	create(t, dyn, resourceFlavors, "", kueueObj("ResourceFlavor", "default", map[string]any{}))
+	spec := map[string]any{
+		"namespaceSelector": map[string]any{},
+		"resourceGroups": []any{map[string]any{"coveredResources": []any{quota.GPUMilli},
+			"flavors": []any{map[string]any{"name": "default", "resources": []any{map[string]any{"name": quota.GPUMilli, "nominalQuota": "1000000"}}}}}},
+	}
+	if check != "" {
+		spec["admissionChecksStrategy"] = map[string]any{"admissionChecks": []any{map[string]any{"name": check}}}
+	}
+	create(t, dyn, clusterQueues, "", kueueObj("ClusterQueue", "vision", spec))
+	lq := kueueObj("LocalQueue", "vision", map[string]any{"clusterQueue": "vision"})
+	lq["metadata"].(map[string]any)["namespace"] = ns
+	create(t, dyn, localQueues, ns, lq)
+	return dyn
+}
+
+// multiKueue connects the manager to the workers: a kubeconfig Secret, a
+// MultiKueueCluster each, one MultiKueueConfig and the AdmissionCheck.
+func multiKueue(t *testing.T, dyn dynamic.Interface, workers map[string]*devcluster.Cluster) {
+	t.Helper()
+	ctx := context.Background()
+	var names []any
+	for name, w := range workers {
+		kc, err := clientcmd.LoadFromFile(w.Kubeconfig)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// MultiKueue refuses file paths in the kubeconfigs it is given.
+		if err := clientcmdapi.FlattenConfig(kc); err != nil {
+			t.Fatal(err)
+		}
+		data, err := clientcmd.Write(*kc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "worker-" + name, Namespace: devcluster.KueueNamespace}, Data: map[string][]byte{"kubeconfig": data}}
+		if _, err := manager.Client.CoreV1().Secrets(devcluster.KueueNamespace).Create(ctx, s, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+		create(t, dyn, multiKueueCluster, "", kueueObj("MultiKueueCluster", name, map[string]any{
+			"clusterSource": map[string]any{"kubeConfig": map[string]any{"locationType": "Secret", "location": "worker-" + name}}}))
+		names = append(names, name)
+	}
+	create(t, dyn, multiKueueConfigs, "", kueueObj("MultiKueueConfig", "gantry-fleet", map[string]any{"clusters": names}))
+	create(t, dyn, admissionChecks, "", kueueObj("AdmissionCheck", "gantry-fleet", map[string]any{
+		"controllerName": "kueue.x-k8s.io/multikueue",
+		"parameters":     map[string]any{"apiGroup": "kueue.x-k8s.io", "kind": "MultiKueueConfig", "name": "gantry-fleet"}}))
+}
+
+// job is a Job of team for the manager: suspended and managed by
+// MultiKueue, as Kueue's webhook would make it.
+func job(name, team, class, product string, gpus int64) *batchv1.Job {
+	return &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"kueue.x-k8s.io/queue-name": "vision", render.LabelTeam: team, render.LabelGPUClass: class}},
+		Spec: batchv1.JobSpec{Suspend: new(true), ManagedBy: new("kueue.x-k8s.io/multikueue"),
+			// kwok completes a Job's pod after a second; these run an hour.
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{"pod-complete.stage.kwok.x-k8s.io/delay": "1h"}},
+				Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever,
+					NodeSelector: map[string]string{"nvidia.com/gpu.product": product},
+					Tolerations:  []corev1.Toleration{{Key: "nvidia.com/gpu", Operator: corev1.TolerationOpExists}},
+					Containers: []corev1.Container{{Name: "train", Image: "train",
+						Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{"nvidia.com/gpu": *resource.NewQuantity(gpus, resource.DecimalSI)}}}}}}},
+	}
+}
+
+// TestDispatchOverTwoWorkers: launches land on the cheaper feasible worker
+// and run there; the cheaper worker full, the next goes to the other; a
+// team whose residency no worker with its class satisfies waits with the
+// reason; the cloud's control plane gone, its work fails over to the room
+// once it has space.
+func TestDispatchOverTwoWorkers(t *testing.T) {
+	if manager == nil {
+		t.Skip(clustertest.ErrNotRequested)
+	}
+	ctx := context.Background()
+	mdyn := queues(t, manager, "gantry-fleet")
+	queues(t, onprem, "")
+	queues(t, cloud, "")
+	multiKueue(t, mdyn, map[string]*devcluster.Cluster{"onprem": onprem, "cloud": cloud})
+
+	classes, err := gpu.LoadFile("../../../templates/gpu-classes.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fl, err := fleet.New(fleet.File{APIVersion: fleet.APIVersion, Kind: fleet.Kind,
+		Clusters: []fleet.Cluster{
+			{Name: "onprem", Region: "eu-central", Provider: fleet.OnPremises, Kubeconfig: fleet.Kubeconfig{File: onprem.Kubeconfig}, Labels: map[string]string{"residency": "onprem"},
+				Offers: []fleet.Offer{{Class: "A100-80GB", Purchase: nodegroup.Reserved, PricePerGPUHour: 1.1, GPUs: 16}}},
+			{Name: "cloud", Region: "us-east-1", Provider: fleet.Cloud, Kubeconfig: fleet.Kubeconfig{File: cloud.Kubeconfig}, Labels: map[string]string{"residency": "cloud"},
+				Offers: []fleet.Offer{{Class: "H100-80GB", Purchase: nodegroup.OnDemand, PricePerGPUHour: 6.9}, {Class: "A100-80GB", Purchase: nodegroup.OnDemand, PricePerGPUHour: 3.2}}},
+		},
+		Teams: map[string]fleet.Rules{"health": {Require: map[string]string{"residency": "onprem"}}},
+	}, classes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := workers.New(workers.Options{Fleet: fl, Classes: classes, Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := dispatch.New(dispatch.Options{Manager: mdyn, Fleet: fl, Workers: w, Check: "gantry-fleet", Retry: time.Minute, Now: time.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { // the leader's loop, a round a second
+		defer close(done)
+		for lctx.Err() == nil {
+			w.Pass(lctx)
+			if _, err := d.Round(lctx); err != nil && lctx.Err() == nil {
+				t.Logf("round: %v", err)
+			}
+			select {
+			case <-lctx.Done():
+			case <-time.After(time.Second):
+			}
+		}
+	}()
+	defer func() { stop(); <-done }()
+
+	jobs := manager.Client.BatchV1().Jobs(ns)
+	workload := func(jobName string) *unstructured.Unstructured {
+		list, err := mdyn.Resource(kapi.KueueWorkloads).Namespace(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range list.Items {
+			for _, o := range list.Items[i].GetOwnerReferences() {
+				if o.Kind == "Job" && o.Name == jobName {
+					return &list.Items[i]
+				}
+			}
+		}
+		return nil
+	}
+	dump := func() {
+		for _, c := range []struct {
+			name string
+			c    *devcluster.Cluster
+		}{{"manager", manager}, {"onprem", onprem}, {"cloud", cloud}} {
+			dyn, _ := dynamic.NewForConfig(c.c.Config())
+			if list, err := dyn.Resource(kapi.KueueWorkloads).Namespace(ns).List(ctx, metav1.ListOptions{}); err == nil {
+				for _, u := range list.Items {
+					st, _, _ := unstructured.NestedMap(u.Object, "status")
+					t.Logf("%s: workload %s: %v", c.name, u.GetName(), st)
+				}
+			}
+			if evs, err := c.c.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{}); err == nil {
+				for _, e := range evs.Items {
+					t.Logf("%s: event %s %s: %s", c.name, e.InvolvedObject.Name, e.Reason, e.Message)
+				}
+			}
+		}
+		if list, err := mdyn.Resource(multiKueueCluster).List(ctx, metav1.ListOptions{}); err == nil {
+			for _, u := range list.Items {
+				st, _, _ := unstructured.NestedMap(u.Object, "status")
+				t.Logf("MultiKueueCluster %s: %v", u.GetName(), st)
+			}
+		}
+	}
+	defer func() {
+		if t.Failed() {
+			dump()
+		}
+	}()
+	runsOn := func(jobName, cluster string) {
+		t.Helper()
+		worker := map[string]*devcluster.Cluster{"onprem": onprem, "cloud": cloud}[cluster]
+		waitfor.Until(t, 3*time.Minute, jobName+" running on "+cluster, func() error {
+			wl := workload(jobName)
+			if wl == nil {
+				return errors.New("no Workload yet")
+			}
+			at, _, _ := unstructured.NestedString(wl.Object, "status", "clusterName")
+			if at != cluster {
+				nom, _, _ := unstructured.NestedStringSlice(wl.Object, "status", "nominatedClusterNames")
+				return fmt.Errorf("on %q (nominated %v; %s)", at, nom, wl.GetAnnotations()[dispatch.ReasonAnnotation])
+			}
+			pods, err := worker.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "job-name=" + jobName})
+			if err != nil {
+				return err
+			}
+			for _, p := range pods.Items {
+				if p.Status.Phase == corev1.PodRunning {
+					return nil
+				}
+			}
+			return fmt.Errorf("%d pods, none running on %s", len(pods.Items), cluster)
+		})
+	}
+	submit := func(j *batchv1.Job) {
+		t.Helper()
+		if _, err := jobs.Create(ctx, j, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	submit(job("a1", "vision", "A100-80GB", "NVIDIA-A100-SXM4-80GB", 8))
+	runsOn("a1", "onprem")
+	if r := workload("a1").GetAnnotations()[dispatch.ReasonAnnotation]; !strings.HasPrefix(r, "placed on onprem: $1.10/GPU-h (reserved) vs $3.20 on cloud") {
+		t.Errorf("a1's reason: %q", r)
+	}
+	submit(job("a2", "vision", "A100-80GB", "NVIDIA-A100-SXM4-80GB", 8))
+	runsOn("a2", "onprem")
+	// The room is full: the next A100 launch goes to the cloud.
+	submit(job("a3", "vision", "A100-80GB", "NVIDIA-A100-SXM4-80GB", 8))
+	runsOn("a3", "cloud")
+	if r := workload("a3").GetAnnotations()[dispatch.ReasonAnnotation]; r != "placed on cloud: $3.20/GPU-h vs $1.10 on onprem (full); 8 GPUs free" {
+		t.Errorf("a3's reason: %q", r)
+	}
+	submit(job("h1", "vision", "H100-80GB", "NVIDIA-H100-80GB-HBM3", 4))
+	runsOn("h1", "cloud")
+	// Residency is a hard rule: health's H100 launch has nowhere to go.
+	submit(job("h2", "health", "H100-80GB", "NVIDIA-H100-80GB-HBM3", 1))
+	waitfor.Until(t, time.Minute, "h2 waiting with its reason", func() error {
+		wl := workload("h2")
+		if wl == nil {
+			return errors.New("no Workload yet")
+		}
+		nom, _, _ := unstructured.NestedStringSlice(wl.Object, "status", "nominatedClusterNames")
+		if r := wl.GetAnnotations()[dispatch.ReasonAnnotation]; len(nom) > 0 || r != "no cluster may run it (onprem: offers no H100-80GB; cloud: team health requires residency=onprem; the cluster has residency=cloud)" {
+			return fmt.Errorf("nominated %v: %q", nom, r)
+		}
+		return nil
+	})
+
+	// The cloud's control plane gone; room made on premises: a3 runs there.
+	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if err := cloud.Stop(sctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := jobs.Delete(ctx, "a2", metav1.DeleteOptions{PropagationPolicy: new(metav1.DeletePropagationBackground)}); err != nil {
+		t.Fatal(err)
+	}
+	runsOn("a3", "onprem")
+}

@@ -5,6 +5,8 @@ import (
 
 	"github.com/gantryhq/gantry/api/gen"
 	"github.com/gantryhq/gantry/api/model"
+	"github.com/gantryhq/gantry/internal/fleet"
+	"github.com/gantryhq/gantry/internal/overlay"
 )
 
 func (s *server) ListClusters(_ context.Context, _ gen.ListClustersRequestObject) (gen.ListClustersResponseObject, error) {
@@ -46,4 +48,20 @@ func (s *server) ListClusters(_ context.Context, _ gen.ListClustersRequestObject
 		out.Items = append(out.Items, wc)
 	}
 	return gen.ListClusters200JSONResponse(out), nil
+}
+
+func (s *server) CordonCluster(ctx context.Context, req gen.CordonClusterRequestObject) (gen.CordonClusterResponseObject, error) {
+	set, err := s.o.Edits.Put(ctx, overlay.Cluster, req.Name, fleet.Change{Cordoned: true})
+	if err != nil {
+		return nil, err
+	}
+	return gen.CordonCluster200JSONResponse(s.editsOut(ctx, set)), nil
+}
+
+func (s *server) UncordonCluster(ctx context.Context, req gen.UncordonClusterRequestObject) (gen.UncordonClusterResponseObject, error) {
+	set, err := s.o.Edits.Reset(ctx, overlay.Cluster, req.Name)
+	if err != nil {
+		return nil, err
+	}
+	return gen.UncordonCluster200JSONResponse(s.editsOut(ctx, set)), nil
 }

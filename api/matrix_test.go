@@ -290,6 +290,13 @@ func TestRouteRoleMatrix(t *testing.T) {
 		"GET /api/v1/clusters": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
 			return c.ListClustersWithResponse(ctx)
 		}, map[string]int{A: 200, P: 200, T: 403, M: 403, V: 403, N: 403, X: 403}},
+		// Only platform engineers cordon clusters (the test server has none: not found).
+		"PUT /api/v1/clusters/{name}/cordon": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
+			return c.CordonClusterWithResponse(ctx, "onprem-a100")
+		}, writers(404)},
+		"DELETE /api/v1/clusters/{name}/cordon": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
+			return c.UncordonClusterWithResponse(ctx, "onprem-a100")
+		}, writers(200)},
 		// Only platform engineers change node groups.
 		"PUT /api/v1/node-groups/{name}": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
 			return c.SetNodeGroupWithResponse(ctx, "h100-on-demand", model.NodeGroupRequest{Max: &three})

@@ -153,6 +153,20 @@ type ClientInterface interface {
 	// Corresponds with GET /api/v1/clusters (the `ListClusters` operationId).
 	ListClusters(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// UncordonCluster Uncordon a worker cluster
+	//
+	// Removes the cordon made through the API; the clusters file's value is in force again. Uncordoning a cluster that was not cordoned here is not an error.
+	//
+	// Corresponds with DELETE /api/v1/clusters/{name}/cordon (the `UncordonCluster` operationId).
+	UncordonCluster(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CordonCluster Cordon a worker cluster
+	//
+	// The cluster gets no new work (maintenance) on every replica within 3 s: the dispatch decision refuses it ("cordoned: no new work"); what runs there goes on. Listed among the platform's edits and audited; uncordon (DELETE) goes back to the clusters file.
+	//
+	// Corresponds with PUT /api/v1/clusters/{name}/cordon (the `CordonCluster` operationId).
+	CordonCluster(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// GetCosts What workloads cost over a period
 	//
 	// Showback: the cost of the workloads of every team the caller may read, over [from, to), grouped. Each run of a workload (from when it turned Running until it left) counts for the part inside the period, at the price of the node group it ran on (each pod's GPUs at its machine's price per GPU-hour: reserved, on-demand or spot) or, where it ran on no node group's machines, at the workload's price per hour (its GPU class's price when it was launched, spot or on demand); a MIG slice at its share; GPU-hours count whole GPUs' worth. A caller who may read every team's workloads also gets the reserved node groups' cost: machines paid whether used or not, what their workloads were charged, and the rest as the platform's idle cost, charged to no team. Each line's cost is split into used, idle and unmeasured by the workloads' GPU series (one-minute rollups): the share of each workload's running minutes in the period in which one of its GPUs was active, measured idle, or not measured. Biggest first. format=csv answers the same lines as CSV (key, cost_usd, used_usd, idle_usd, unmeasured_usd, gpu_hours, workloads).
@@ -900,6 +914,40 @@ func (c *Client) ApplyTemplates(ctx context.Context, body ApplyTemplatesJSONRequ
 // Corresponds with GET /api/v1/clusters (the `ListClusters` operationId).
 func (c *Client) ListClusters(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewListClustersRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// UncordonCluster Uncordon a worker cluster
+//
+// Removes the cordon made through the API; the clusters file's value is in force again. Uncordoning a cluster that was not cordoned here is not an error.
+//
+// Corresponds with DELETE /api/v1/clusters/{name}/cordon (the `UncordonCluster` operationId).
+func (c *Client) UncordonCluster(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewUncordonClusterRequest(c.Server, name)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CordonCluster Cordon a worker cluster
+//
+// The cluster gets no new work (maintenance) on every replica within 3 s: the dispatch decision refuses it ("cordoned: no new work"); what runs there goes on. Listed among the platform's edits and audited; uncordon (DELETE) goes back to the clusters file.
+//
+// Corresponds with PUT /api/v1/clusters/{name}/cordon (the `CordonCluster` operationId).
+func (c *Client) CordonCluster(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCordonClusterRequest(c.Server, name)
 	if err != nil {
 		return nil, err
 	}
@@ -2712,6 +2760,74 @@ func NewListClustersRequest(server string) (*http.Request, error) {
 	}
 
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewUncordonClusterRequest constructs an http.Request for the UncordonCluster method
+func NewUncordonClusterRequest(server string, name string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/clusters/%s/cordon", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewCordonClusterRequest constructs an http.Request for the CordonCluster method
+func NewCordonClusterRequest(server string, name string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/clusters/%s/cordon", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPut, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -5372,6 +5488,24 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /api/v1/clusters (the `ListClusters` operationId).
 	ListClustersWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListClustersResponse, error)
 
+	// UncordonClusterWithResponse Uncordon a worker cluster
+	//
+	// Removes the cordon made through the API; the clusters file's value is in force again. Uncordoning a cluster that was not cordoned here is not an error.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /api/v1/clusters/{name}/cordon (the `UncordonCluster` operationId).
+	UncordonClusterWithResponse(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*UncordonClusterResponse, error)
+
+	// CordonClusterWithResponse Cordon a worker cluster
+	//
+	// The cluster gets no new work (maintenance) on every replica within 3 s: the dispatch decision refuses it ("cordoned: no new work"); what runs there goes on. Listed among the platform's edits and audited; uncordon (DELETE) goes back to the clusters file.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /api/v1/clusters/{name}/cordon (the `CordonCluster` operationId).
+	CordonClusterWithResponse(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*CordonClusterResponse, error)
+
 	// GetCostsWithResponse What workloads cost over a period
 	//
 	// Showback: the cost of the workloads of every team the caller may read, over [from, to), grouped. Each run of a workload (from when it turned Running until it left) counts for the part inside the period, at the price of the node group it ran on (each pod's GPUs at its machine's price per GPU-hour: reserved, on-demand or spot) or, where it ran on no node group's machines, at the workload's price per hour (its GPU class's price when it was launched, spot or on demand); a MIG slice at its share; GPU-hours count whole GPUs' worth. A caller who may read every team's workloads also gets the reserved node groups' cost: machines paid whether used or not, what their workloads were charged, and the rest as the platform's idle cost, charged to no team. Each line's cost is split into used, idle and unmeasured by the workloads' GPU series (one-minute rollups): the share of each workload's running minutes in the period in which one of its GPUs was active, measured idle, or not measured. Biggest first. format=csv answers the same lines as CSV (key, cost_usd, used_usd, idle_usd, unmeasured_usd, gpu_hours, workloads).
@@ -6407,6 +6541,102 @@ func (r ListClustersResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r ListClustersResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type UncordonClusterResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *PlatformEditList
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r UncordonClusterResponse) GetJSON200() *PlatformEditList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r UncordonClusterResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r UncordonClusterResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r UncordonClusterResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r UncordonClusterResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r UncordonClusterResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type CordonClusterResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *PlatformEditList
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r CordonClusterResponse) GetJSON200() *PlatformEditList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r CordonClusterResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r CordonClusterResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CordonClusterResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CordonClusterResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CordonClusterResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -9419,6 +9649,36 @@ func (c *ClientWithResponses) ListClustersWithResponse(ctx context.Context, reqE
 	return ParseListClustersResponse(rsp)
 }
 
+// UncordonClusterWithResponse Uncordon a worker cluster
+//
+// Removes the cordon made through the API; the clusters file's value is in force again. Uncordoning a cluster that was not cordoned here is not an error.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /api/v1/clusters/{name}/cordon (the `UncordonCluster` operationId).
+func (c *ClientWithResponses) UncordonClusterWithResponse(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*UncordonClusterResponse, error) {
+	rsp, err := c.UncordonCluster(ctx, name, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseUncordonClusterResponse(rsp)
+}
+
+// CordonClusterWithResponse Cordon a worker cluster
+//
+// The cluster gets no new work (maintenance) on every replica within 3 s: the dispatch decision refuses it ("cordoned: no new work"); what runs there goes on. Listed among the platform's edits and audited; uncordon (DELETE) goes back to the clusters file.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /api/v1/clusters/{name}/cordon (the `CordonCluster` operationId).
+func (c *ClientWithResponses) CordonClusterWithResponse(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*CordonClusterResponse, error) {
+	rsp, err := c.CordonCluster(ctx, name, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCordonClusterResponse(rsp)
+}
+
 // GetCostsWithResponse What workloads cost over a period
 //
 // Showback: the cost of the workloads of every team the caller may read, over [from, to), grouped. Each run of a workload (from when it turned Running until it left) counts for the part inside the period, at the price of the node group it ran on (each pod's GPUs at its machine's price per GPU-hour: reserved, on-demand or spot) or, where it ran on no node group's machines, at the workload's price per hour (its GPU class's price when it was launched, spot or on demand); a MIG slice at its share; GPU-hours count whole GPUs' worth. A caller who may read every team's workloads also gets the reserved node groups' cost: machines paid whether used or not, what their workloads were charged, and the rest as the platform's idle cost, charged to no team. Each line's cost is split into used, idle and unmeasured by the workloads' GPU series (one-minute rollups): the share of each workload's running minutes in the period in which one of its GPUs was active, measured idle, or not measured. Biggest first. format=csv answers the same lines as CSV (key, cost_usd, used_usd, idle_usd, unmeasured_usd, gpu_hours, workloads).
@@ -10805,6 +11065,72 @@ func ParseListClustersResponse(rsp *http.Response) (*ListClustersResponse, error
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
 		var dest WorkerClusterList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseUncordonClusterResponse parses an HTTP response from a UncordonClusterWithResponse call
+func ParseUncordonClusterResponse(rsp *http.Response) (*UncordonClusterResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &UncordonClusterResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest PlatformEditList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseCordonClusterResponse parses an HTTP response from a CordonClusterWithResponse call
+func ParseCordonClusterResponse(rsp *http.Response) (*CordonClusterResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CordonClusterResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest PlatformEditList
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}

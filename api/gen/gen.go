@@ -40,6 +40,12 @@ type ServerInterface interface {
 	// ListClusters List worker clusters
 	// (GET /api/v1/clusters)
 	ListClusters(ctx echo.Context) error
+	// UncordonCluster Uncordon a worker cluster
+	// (DELETE /api/v1/clusters/{name}/cordon)
+	UncordonCluster(ctx echo.Context, name string) error
+	// CordonCluster Cordon a worker cluster
+	// (PUT /api/v1/clusters/{name}/cordon)
+	CordonCluster(ctx echo.Context, name string) error
 	// GetCosts What workloads cost over a period
 	// (GET /api/v1/costs)
 	GetCosts(ctx echo.Context, params GetCostsParams) error
@@ -384,6 +390,38 @@ func (w *ServerInterfaceWrapper) ListClusters(ctx echo.Context) error {
 
 	// Invoke the callback with all the unmarshaled arguments
 	err = w.Handler.ListClusters(ctx)
+	return err
+}
+
+// UncordonCluster converts echo context to params.
+func (w *ServerInterfaceWrapper) UncordonCluster(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "name" -------------
+	var name string
+
+	err = runtime.BindStyledParameterWithOptions("simple", "name", ctx.Param("name"), &name, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter name: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.UncordonCluster(ctx, name)
+	return err
+}
+
+// CordonCluster converts echo context to params.
+func (w *ServerInterfaceWrapper) CordonCluster(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "name" -------------
+	var name string
+
+	err = runtime.BindStyledParameterWithOptions("simple", "name", ctx.Param("name"), &name, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter name: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.CordonCluster(ctx, name)
 	return err
 }
 
@@ -1524,6 +1562,8 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.DELETE(options.BaseURL+"/api/v1/node-groups/:name", wrapper.ResetNodeGroup, options.OperationMiddlewares["resetNodeGroup"]...)
 	router.PUT(options.BaseURL+"/api/v1/node-groups/:name", wrapper.SetNodeGroup, options.OperationMiddlewares["setNodeGroup"]...)
 	router.GET(options.BaseURL+"/api/v1/clusters", wrapper.ListClusters, options.OperationMiddlewares["listClusters"]...)
+	router.DELETE(options.BaseURL+"/api/v1/clusters/:name/cordon", wrapper.UncordonCluster, options.OperationMiddlewares["uncordonCluster"]...)
+	router.PUT(options.BaseURL+"/api/v1/clusters/:name/cordon", wrapper.CordonCluster, options.OperationMiddlewares["cordonCluster"]...)
 	router.GET(options.BaseURL+"/api/v1/capacity/forecast", wrapper.GetCapacityForecast, options.OperationMiddlewares["getCapacityForecast"]...)
 	router.GET(options.BaseURL+"/api/v1/capacity/reserved", wrapper.GetReservedAdvice, options.OperationMiddlewares["getReservedAdvice"]...)
 	router.GET(options.BaseURL+"/api/v1/nodes/:name", wrapper.GetNode, options.OperationMiddlewares["getNode"]...)
@@ -1807,6 +1847,84 @@ type ListClustersdefaultApplicationProblemPlusJSONResponse struct {
 }
 
 func (response ListClustersdefaultApplicationProblemPlusJSONResponse) VisitListClustersResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UncordonClusterRequestObject struct {
+	Name string `json:"name"`
+}
+
+type UncordonClusterResponseObject interface {
+	VisitUncordonClusterResponse(w http.ResponseWriter) error
+}
+
+type UncordonCluster200JSONResponse PlatformEditList
+
+func (response UncordonCluster200JSONResponse) VisitUncordonClusterResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UncordonClusterdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response UncordonClusterdefaultApplicationProblemPlusJSONResponse) VisitUncordonClusterResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CordonClusterRequestObject struct {
+	Name string `json:"name"`
+}
+
+type CordonClusterResponseObject interface {
+	VisitCordonClusterResponse(w http.ResponseWriter) error
+}
+
+type CordonCluster200JSONResponse PlatformEditList
+
+func (response CordonCluster200JSONResponse) VisitCordonClusterResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CordonClusterdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response CordonClusterdefaultApplicationProblemPlusJSONResponse) VisitCordonClusterResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
@@ -4246,6 +4364,12 @@ type StrictServerInterface interface {
 	// ListClusters List worker clusters
 	// (GET /api/v1/clusters)
 	ListClusters(ctx context.Context, request ListClustersRequestObject) (ListClustersResponseObject, error)
+	// UncordonCluster Uncordon a worker cluster
+	// (DELETE /api/v1/clusters/{name}/cordon)
+	UncordonCluster(ctx context.Context, request UncordonClusterRequestObject) (UncordonClusterResponseObject, error)
+	// CordonCluster Cordon a worker cluster
+	// (PUT /api/v1/clusters/{name}/cordon)
+	CordonCluster(ctx context.Context, request CordonClusterRequestObject) (CordonClusterResponseObject, error)
 	// GetCosts What workloads cost over a period
 	// (GET /api/v1/costs)
 	GetCosts(ctx context.Context, request GetCostsRequestObject) (GetCostsResponseObject, error)
@@ -4631,6 +4755,56 @@ func (sh *strictHandler) ListClusters(ctx echo.Context) error {
 		return err
 	} else if validResponse, ok := response.(ListClustersResponseObject); ok {
 		return validResponse.VisitListClustersResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// UncordonCluster operation middleware
+func (sh *strictHandler) UncordonCluster(ctx echo.Context, name string) error {
+	var request UncordonClusterRequestObject
+
+	request.Name = name
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.UncordonCluster(ctx.Request().Context(), request.(UncordonClusterRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "UncordonCluster")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(UncordonClusterResponseObject); ok {
+		return validResponse.VisitUncordonClusterResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// CordonCluster operation middleware
+func (sh *strictHandler) CordonCluster(ctx echo.Context, name string) error {
+	var request CordonClusterRequestObject
+
+	request.Name = name
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.CordonCluster(ctx.Request().Context(), request.(CordonClusterRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "CordonCluster")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(CordonClusterResponseObject); ok {
+		return validResponse.VisitCordonClusterResponse(ctx.Response())
 	} else if response != nil {
 		return fmt.Errorf("unexpected response type: %T", response)
 	}

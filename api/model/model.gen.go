@@ -424,6 +424,7 @@ func (e ParameterType) Valid() bool {
 // Defines values for PlatformEditKind.
 const (
 	PlatformEditKindBudget    PlatformEditKind = "budget"
+	PlatformEditKindCluster   PlatformEditKind = "cluster"
 	PlatformEditKindNodeGroup PlatformEditKind = "nodeGroup"
 	PlatformEditKindPrice     PlatformEditKind = "price"
 	PlatformEditKindQuota     PlatformEditKind = "quota"
@@ -433,6 +434,8 @@ const (
 func (e PlatformEditKind) Valid() bool {
 	switch e {
 	case PlatformEditKindBudget:
+		return true
+	case PlatformEditKindCluster:
 		return true
 	case PlatformEditKindNodeGroup:
 		return true
@@ -1763,7 +1766,7 @@ type PlatformEdit struct {
 	// ByName How their provider names them, when known.
 	ByName *string `json:"byName,omitempty"`
 
-	// Key The GPU class (price), the team (quota, budget) or the node group (nodeGroup).
+	// Key The GPU class (price), the team (quota, budget), the node group (nodeGroup) or the worker cluster (cluster).
 	Key  string           `json:"key"`
 	Kind PlatformEditKind `json:"kind"`
 

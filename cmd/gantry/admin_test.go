@@ -78,7 +78,7 @@ func TestAdminVerbs(t *testing.T) {
 	if code, _, errOut := cli(admin, "nodes", "set-group", "h100-reserved", "--max", "4"); code != 1 || !strings.Contains(errOut, "max: a reserved group") {
 		t.Fatalf("set-group of a reserved group's max: %d %q", code, errOut)
 	}
-	if code, _, errOut := cli(lee, "nodes", "set-group", "h100-spot", "--max", "9"); code != 1 || !strings.Contains(errOut, "nodes:write") {
+	if code, _, errOut := cli(lee, "nodes", "set-group", "h100-spot", "--max", "9"); code != 1 || !strings.Contains(errOut, "gpu-classes:write") {
 		t.Fatalf("set-group as a team-admin: %d %q", code, errOut)
 	}
 	if code, _, errOut := cli(admin, "nodes", "reset-group", "h100-spot"); code != 0 {

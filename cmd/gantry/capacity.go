@@ -104,6 +104,34 @@ func clustersCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	})
 }
 
+// cordonCmd is `gantry nodes cordon-cluster|uncordon-cluster NAME`.
+func cordonCmd(cordon bool) func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	name := map[bool]string{true: "cordon-cluster", false: "uncordon-cluster"}[cordon]
+	return func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+		cl, rest, _, err := verbWithOutput(ctx, "gantry nodes "+name, args, stderr)
+		if err != nil {
+			return err
+		}
+		if len(rest) != 1 {
+			return usageError{"gantry nodes " + name + " NAME"}
+		}
+		if cordon {
+			resp, err := cl.CordonClusterWithResponse(ctx, rest[0])
+			if err := ok(resp, err); err != nil {
+				return err
+			}
+			_, err = fmt.Fprintf(stdout, "cluster %s cordoned: no new work goes there\n", rest[0])
+			return err
+		}
+		resp, err := cl.UncordonClusterWithResponse(ctx, rest[0])
+		if err := ok(resp, err); err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(stdout, "cluster %s is as its file says\n", rest[0])
+		return err
+	}
+}
+
 // setNodeGroupCmd is `gantry nodes set-group NAME --max N ...`: a node
 // group's size, price or timings changed over the file's.
 func setNodeGroupCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {

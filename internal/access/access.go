@@ -38,7 +38,6 @@ var (
 	AuditRead          = Permission{"audit:read"}
 	UsersManage        = Permission{"users:manage"}      // list and deactivate users, revoke anyone's token
 	NodesRead          = Permission{"nodes:read"}        // GPU nodes: their GPUs, health and current use
-	NodesWrite         = Permission{"nodes:write"}       // the node groups' sizes, prices and timings
 	WorkloadsApprove   = Permission{"workloads:approve"} // approve or deny launches held for approval
 )
 
@@ -46,7 +45,7 @@ var (
 var All = []Permission{
 	TemplatesRead, TemplatesWrite, GPUClassesRead, GPUClassesWrite, ImagesRead, ImagesWrite,
 	PolicyRead, PolicyWrite, WorkloadsRead, WorkloadsLaunch, WorkloadsManage, OwnWorkloadsManage,
-	MembersManage, AuditRead, UsersManage, NodesRead, NodesWrite, WorkloadsApprove,
+	MembersManage, AuditRead, UsersManage, NodesRead, WorkloadsApprove,
 }
 
 // Parse finds the permission written as s (object:action).
@@ -76,7 +75,7 @@ func (p Permission) ReadOnly() bool { return p.Action() == "read" }
 // made it.
 var platformScoped = map[Permission]bool{
 	TemplatesWrite: true, GPUClassesWrite: true, ImagesWrite: true,
-	PolicyRead: true, PolicyWrite: true, AuditRead: true, UsersManage: true, NodesRead: true, NodesWrite: true,
+	PolicyRead: true, PolicyWrite: true, AuditRead: true, UsersManage: true, NodesRead: true,
 }
 
 // PlatformScoped reports whether the permission acts on the whole platform

@@ -29,7 +29,7 @@ func TestParse(t *testing.T) {
 
 func TestPlatformScoped(t *testing.T) {
 	for _, p := range All {
-		want := p == TemplatesWrite || p == GPUClassesWrite || p == ImagesWrite || p == PolicyRead || p == PolicyWrite || p == AuditRead || p == UsersManage || p == NodesRead || p == NodesWrite
+		want := p == TemplatesWrite || p == GPUClassesWrite || p == ImagesWrite || p == PolicyRead || p == PolicyWrite || p == AuditRead || p == UsersManage || p == NodesRead
 		if p.PlatformScoped() != want {
 			t.Errorf("%s.PlatformScoped() = %v", p, p.PlatformScoped())
 		}

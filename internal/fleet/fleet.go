@@ -19,6 +19,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync/atomic"
 
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/gpu"
@@ -99,12 +100,31 @@ type Rules struct {
 	Require map[string]string `json:"require,omitempty"`
 }
 
-// Fleet is a validated set of worker clusters with placement rules.
+// Fleet is a validated set of worker clusters with placement rules. Its
+// contents can be replaced whole (Replace: the platform team's cordons
+// over the file), and every holder of the Fleet reads the new ones.
 type Fleet struct {
+	v atomic.Pointer[contents]
+}
+
+type contents struct {
 	clusters  []Cluster
 	teams     map[string]Rules
 	templates map[string]Rules
 }
+
+func (f *Fleet) load() *contents {
+	if f == nil {
+		return &contents{}
+	}
+	if c := f.v.Load(); c != nil {
+		return c
+	}
+	return &contents{}
+}
+
+// Replace puts o's clusters and rules in force in f.
+func (f *Fleet) Replace(o *Fleet) { f.v.Store(o.load()) }
 
 var nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$`)
 
@@ -219,15 +239,14 @@ func New(f File, classes *gpu.Catalog) (*Fleet, error) {
 	if err := errs.Err(); err != nil {
 		return nil, err
 	}
-	return &Fleet{clusters: slices.Clone(f.Clusters), teams: maps.Clone(f.Teams), templates: maps.Clone(f.Templates)}, nil
+	fl := &Fleet{}
+	fl.v.Store(&contents{clusters: slices.Clone(f.Clusters), teams: maps.Clone(f.Teams), templates: maps.Clone(f.Templates)})
+	return fl, nil
 }
 
 // Clusters lists the clusters in file order.
 func (f *Fleet) Clusters() []Cluster {
-	if f == nil {
-		return nil
-	}
-	return slices.Clone(f.clusters)
+	return slices.Clone(f.load().clusters)
 }
 
 // Get returns a cluster by name.
@@ -242,8 +261,33 @@ func (f *Fleet) Get(name string) (Cluster, bool) {
 
 // TeamRules and TemplateRules are the placement rules of a team and of a
 // template (none: the zero Rules).
-func (f *Fleet) TeamRules(team string) Rules     { return f.teams[team] }
-func (f *Fleet) TemplateRules(name string) Rules { return f.templates[name] }
+func (f *Fleet) TeamRules(team string) Rules     { return f.load().teams[team] }
+func (f *Fleet) TemplateRules(name string) Rules { return f.load().templates[name] }
+
+// Change is the platform team's edit of a cluster through the API.
+type Change struct {
+	// Cordoned: the cluster gets no new work (maintenance).
+	Cordoned bool `json:"cordoned"`
+}
+
+// With is the fleet with changes (by cluster) laid over it; a change of a
+// cluster the fleet does not hold is left out and named in the error.
+func (f *Fleet) With(changes map[string]Change) (*Fleet, error) {
+	c := f.load()
+	out := &contents{clusters: slices.Clone(c.clusters), teams: c.teams, templates: c.templates}
+	var errs fault.List
+	for name, ch := range changes {
+		i := slices.IndexFunc(out.clusters, func(x Cluster) bool { return x.Name == name })
+		if i < 0 {
+			errs.Addf(name, "no worker cluster of that name")
+			continue
+		}
+		out.clusters[i].Cordoned = out.clusters[i].Cordoned || ch.Cordoned
+	}
+	fl := &Fleet{}
+	fl.v.Store(out)
+	return fl, errs.Err()
+}
 
 // ClassNames lists the classes any cluster offers, sorted.
 func (f *Fleet) ClassNames() []string {

@@ -108,8 +108,10 @@ func TestPlace(t *testing.T) {
 		})
 	}
 	// A cordoned cluster gets nothing new.
-	c := testFleet(t)
-	c.clusters[0].Cordoned = true
+	c, err := testFleet(t).With(map[string]Change{"onprem-a100": {Cordoned: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if d := c.Place(Launch{Team: "vision", Class: "A100-80GB", GPUs: 1}, all); d.Cluster() != "cloud-east" || d.Refused[0].Why != "cordoned: no new work" {
 		t.Errorf("cordoned: %s %+v", d.Cluster(), d.Refused)
 	}

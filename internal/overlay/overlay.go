@@ -1,7 +1,7 @@
 // Package overlay owns the platform team's changes, made through the API
 // (the portal's Platform page), to what the files in git also set: a GPU
-// class's price, a team's quota, a team's budget and a node group's size,
-// price and timings. An edit is checked as
+// class's price, a team's quota, a team's budget, a node group's size,
+// price and timings, and a worker cluster's cordon. An edit is checked as
 // the files are, stored with who made it and when (the request itself is in
 // the audit log), laid over the files' values on every replica (the server
 // applies the Set), and shown with the value it shadows; a reset removes it
@@ -21,6 +21,7 @@ import (
 	"github.com/gantryhq/gantry/internal/access"
 	"github.com/gantryhq/gantry/internal/budget"
 	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/fleet"
 	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/nodegroup"
@@ -34,19 +35,20 @@ const (
 	Quota  = "quota"  // a team's quota (quota.Quota), by team: policy:write
 	Budget = "budget" // a team's budget (budget.Budget), by team: policy:write
 	// NodeGroup is a node group's change (nodegroup.Change), by group:
-	// nodes:write.
+	// gpu-classes:write (the groups are declared beside the classes).
 	NodeGroup = "nodeGroup"
+	// Cluster is a worker cluster's cordon (fleet.Change), by cluster:
+	// gpu-classes:write.
+	Cluster = "cluster"
 )
 
 // Kinds lists them.
-var Kinds = []string{Price, Quota, Budget, NodeGroup}
+var Kinds = []string{Price, Quota, Budget, NodeGroup, Cluster}
 
 func permission(kind string) access.Permission {
 	switch kind {
-	case Price:
+	case Price, NodeGroup, Cluster:
 		return access.GPUClassesWrite
-	case NodeGroup:
-		return access.NodesWrite
 	}
 	return access.PolicyWrite
 }
@@ -77,12 +79,15 @@ type Set struct {
 	// NodeGroups are the changes of node groups, to lay over the file's
 	// (nodegroup.Set.With).
 	NodeGroups map[string]nodegroup.Change
-	Edits      []Edit // as stored: who made each and when
+	// Clusters are the worker clusters' cordons, to lay over the clusters
+	// file (fleet.Fleet.With).
+	Clusters map[string]fleet.Change
+	Edits    []Edit // as stored: who made each and when
 }
 
 func newSet(edits []Edit) Set {
 	return Set{Prices: map[string]gpu.Price{}, Quotas: map[string]quota.Quota{}, Budgets: map[string]budget.Budget{},
-		NodeGroups: map[string]nodegroup.Change{}, Edits: edits}
+		NodeGroups: map[string]nodegroup.Change{}, Clusters: map[string]fleet.Change{}, Edits: edits}
 }
 
 // Fingerprint identifies a set of edits (for a replica to tell whether
@@ -109,6 +114,8 @@ type Options struct {
 	// NodeGroups are the node groups of the file: what a node group edit
 	// may name, and what it is checked against.
 	NodeGroups *nodegroup.Set
+	// Fleet is the clusters file's worker clusters: what a cordon may name.
+	Fleet *fleet.Fleet
 	// Apply puts a set of edits in force on this replica (the server lays
 	// it over the files).
 	Apply func(context.Context, Set) error
@@ -120,8 +127,8 @@ type Service struct{ o Options }
 
 // New returns a Service.
 func New(o Options) (*Service, error) {
-	if o.Store == nil || o.Authz == nil || o.Classes == nil || o.NodeGroups == nil || o.Apply == nil || o.Now == nil {
-		return nil, fmt.Errorf("overlay.New: Store, Authz, Classes, NodeGroups, Apply and Now are required")
+	if o.Store == nil || o.Authz == nil || o.Classes == nil || o.NodeGroups == nil || o.Fleet == nil || o.Apply == nil || o.Now == nil {
+		return nil, fmt.Errorf("overlay.New: Store, Authz, Classes, NodeGroups, Fleet, Apply and Now are required")
 	}
 	return &Service{o: o}, nil
 }
@@ -202,6 +209,15 @@ func (s *Service) decode(e Edit, set Set) error {
 			return err
 		}
 		set.NodeGroups[e.Key] = c
+	case Cluster:
+		var c fleet.Change
+		if err := dec(&c); err != nil {
+			return err
+		}
+		if _, ok := s.o.Fleet.Get(e.Key); !ok {
+			return &fault.NotFound{Kind: "worker cluster", Name: e.Key}
+		}
+		set.Clusters[e.Key] = c
 	default:
 		return fmt.Errorf("%q is not a kind of edit (%v)", e.Kind, Kinds)
 	}

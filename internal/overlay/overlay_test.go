@@ -12,6 +12,7 @@ import (
 	"github.com/gantryhq/gantry/internal/authz"
 	"github.com/gantryhq/gantry/internal/budget"
 	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/fleet"
 	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/nodegroup"
@@ -55,7 +56,7 @@ func TestEdits(t *testing.T) {
 		t.Fatal(err)
 	}
 	var applied []overlay.Set
-	svc, err := overlay.New(overlay.Options{Store: governance.New(st), Authz: az, Classes: classes, NodeGroups: groups, Now: func() time.Time { return time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC) },
+	svc, err := overlay.New(overlay.Options{Store: governance.New(st), Authz: az, Classes: classes, NodeGroups: groups, Fleet: &fleet.Fleet{}, Now: func() time.Time { return time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC) },
 		Apply: func(_ context.Context, s overlay.Set) error {
 			applied = append(applied, s)
 			az.SetOverlay(authz.Overlay{Quotas: s.Quotas, Budgets: s.Budgets})
@@ -106,7 +107,7 @@ func TestEdits(t *testing.T) {
 		t.Errorf("a node group that is not: %v", err)
 	}
 	var forbidden *fault.Forbidden
-	if _, err := svc.Put(lee, overlay.NodeGroup, "h100-on-demand", nodegroup.Change{Max: ptr(1)}); !errors.As(err, &forbidden) || !strings.Contains(err.Error(), "nodes:write") {
+	if _, err := svc.Put(lee, overlay.NodeGroup, "h100-on-demand", nodegroup.Change{Max: ptr(1)}); !errors.As(err, &forbidden) || !strings.Contains(err.Error(), "gpu-classes:write") {
 		t.Errorf("a team-admin's node group: %v", err)
 	}
 	if _, err := svc.Put(lee, overlay.Budget, "vision", budget.Budget{Amount: 1e6}); !errors.As(err, &forbidden) || !strings.Contains(err.Error(), "policy:write") {

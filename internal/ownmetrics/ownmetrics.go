@@ -4,7 +4,7 @@
 // off-hours stops, budget alerts, webhook deliveries, expired approvals,
 // workloads applied by the reconciler — how long applying to the cluster and
 // waiting for Kueue's admission take, how far the informers lag behind the
-// cluster, the controllers' work queues, and the image verifier's cache, with
+// cluster, whether each worker cluster could be read, the controllers' work queues, and the image verifier's cache, with
 // Go's and the process's collectors. Names follow Prometheus conventions (gantry_ prefix, _total
 // counters, _seconds durations) and pass promtool check metrics.
 package ownmetrics
@@ -33,6 +33,7 @@ type Metrics struct {
 	apply    *prometheus.HistogramVec
 	admitted prometheus.Histogram
 	lag      *prometheus.HistogramVec
+	workerUp *prometheus.GaugeVec
 	queue    queueMetrics
 }
 
@@ -74,6 +75,8 @@ func New() *Metrics {
 		Help: "Time from a Kueue Workload's creation to its admission (quota reserved and every admission check ready).", Buckets: prometheus.ExponentialBuckets(0.25, 4, 10)})
 	m.lag = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "gantry_informer_lag_seconds",
 		Help: "Time from a change in the cluster (a condition's last transition) to Gantry's informer seeing it, by resource.", Buckets: prometheus.ExponentialBuckets(0.25, 2, 10)}, []string{"resource"})
+	m.workerUp = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gantry_worker_cluster_up",
+		Help: "1 when Gantry read the worker cluster with its credentials at the last pass, 0 when it could not (an API server down, credentials refused: the log says which)."}, []string{"cluster"})
 	q := []string{"queue"}
 	m.queue = queueMetrics{
 		depth:      prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gantry_workqueue_depth", Help: "Items waiting in a controller's work queue."}, q),
@@ -86,7 +89,7 @@ func New() *Metrics {
 		work: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "gantry_workqueue_work_duration_seconds",
 			Help: "Time a worker spends on one item.", Buckets: prometheus.ExponentialBuckets(0.001, 4, 9)}, q),
 	}
-	m.reg.MustRegister(m.requests, m.duration, m.launches, m.decided, m.actions, m.apply, m.admitted, m.lag,
+	m.reg.MustRegister(m.requests, m.duration, m.launches, m.decided, m.actions, m.apply, m.admitted, m.lag, m.workerUp,
 		m.queue.depth, m.queue.unfinished, m.queue.longest, m.queue.adds, m.queue.retries, m.queue.latency, m.queue.work,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -104,6 +107,15 @@ func (m *Metrics) ObserveAdmission(wait time.Duration) { m.admitted.Observe(max(
 // resource.
 func (m *Metrics) ObserveLag(resource string, lag time.Duration) {
 	m.lag.WithLabelValues(resource).Observe(max(lag, 0).Seconds())
+}
+
+// WorkerUp records whether a worker cluster could be read at the last pass.
+func (m *Metrics) WorkerUp(cluster string, up bool) {
+	v := 0.0
+	if up {
+		v = 1
+	}
+	m.workerUp.WithLabelValues(cluster).Set(v)
 }
 
 // ImageCache exports the image verifier's cache hits and misses (counts the

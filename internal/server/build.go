@@ -107,7 +107,7 @@ func (s *Server) governance(ctx context.Context) (err error) {
 	}
 	// The platform team's edits through the API, laid over the files; the
 	// classes' prices as they are then join their history.
-	if s.overlays, err = overlay.New(overlay.Options{Store: s.Store.Governance, Authz: s.authz, Classes: s.Catalog.Classes(), NodeGroups: s.fileGroups, Apply: s.applyOverlay, Now: s.clock.Now}); err != nil {
+	if s.overlays, err = overlay.New(overlay.Options{Store: s.Store.Governance, Authz: s.authz, Classes: s.Catalog.Classes(), NodeGroups: s.fileGroups, Fleet: s.fileFleet, Apply: s.applyOverlay, Now: s.clock.Now}); err != nil {
 		return err
 	}
 	if err := s.loadOverlay(ctx); err != nil {

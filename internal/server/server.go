@@ -81,9 +81,11 @@ type Core struct {
 	// laid over them.
 	NodeGroups *nodegroup.Set
 	fileGroups *nodegroup.Set // the file's, as read
-	// Fleet is the worker clusters of the file named by clustersFile
-	// (empty when none is: Gantry drives one cluster).
-	Fleet *fleet.Fleet
+	// Fleet is the worker clusters in force: the file's (named by
+	// clustersFile; empty when none is: Gantry drives one cluster) with the
+	// platform team's cordons laid over them.
+	Fleet     *fleet.Fleet
+	fileFleet *fleet.Fleet // the file's, as read
 
 	classesStamp string // the class file as it was read (fileStamp)
 
@@ -192,7 +194,9 @@ func openStore(ctx context.Context, cfg config.Config, log *slog.Logger, classes
 	}
 	live := &nodegroup.Set{}
 	live.Replace(groups)
-	return &Core{Config: cfg, Log: log, Store: st, Catalog: cat, Images: images, NodeGroups: live, fileGroups: groups, Fleet: fl, classesStamp: stamp, fileClasses: classes.List()}, nil
+	liveFleet := &fleet.Fleet{}
+	liveFleet.Replace(fl)
+	return &Core{Config: cfg, Log: log, Store: st, Catalog: cat, Images: images, NodeGroups: live, fileGroups: groups, Fleet: liveFleet, fileFleet: fl, classesStamp: stamp, fileClasses: classes.List()}, nil
 }
 
 // fileStamp identifies a file's state: its size and modification time
@@ -299,6 +303,11 @@ func (s *Server) applyOverlayLocked(ctx context.Context, set overlay.Set) error 
 		s.Log.Warn("node group edits left out: they no longer hold", "err", err)
 	}
 	s.NodeGroups.Replace(groups)
+	clusters, err := s.fileFleet.With(set.Clusters)
+	if err != nil { // the service's Load left out what does not hold
+		s.Log.Warn("cluster cordons left out: no such cluster", "err", err)
+	}
+	s.Fleet.Replace(clusters)
 	s.overlayPrint = set.Fingerprint()
 	s.overlayApplied = true
 	return nil
@@ -476,7 +485,7 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	if s.workers != nil {
 		// Every replica reads the worker clusters (GET /api/v1/clusters).
-		g.Go(func() error { return s.every(gctx, workersInterval, s.workers.Pass) })
+		g.Go(func() error { return s.every(gctx, workersInterval, s.readWorkers) })
 	}
 	if s.cluster != nil {
 		// Every replica says what the node groups' machines are doing
@@ -758,6 +767,25 @@ func (s *Server) lead(ctx context.Context, c *kube.Cluster) error {
 		})
 	}
 	return g.Wait()
+}
+
+// readWorkers reads the worker clusters once and says, for the operator,
+// which went down (an API server gone, credentials refused: expired tokens
+// are the known way MultiKueue setups stall) and which came back.
+func (s *Server) readWorkers(ctx context.Context) {
+	before, _ := s.workers.States()
+	s.workers.Pass(ctx)
+	after, _ := s.workers.States()
+	for name, st := range after {
+		s.own.WorkerUp(name, st.Reachable)
+		was, seen := before[name]
+		switch {
+		case !st.Reachable && (!seen || was.Reachable || was.Why != st.Why):
+			s.Log.Error("worker cluster cannot be read: no new work goes there", "cluster", name, "why", st.Why)
+		case st.Reachable && seen && !was.Reachable:
+			s.Log.Info("worker cluster read again", "cluster", name)
+		}
+	}
 }
 
 // workersInterval is how often the worker clusters are read.

@@ -69,7 +69,7 @@ func TestAdminVerbs(t *testing.T) {
 		t.Fatalf("nodes groups: %d %q %q", code, out, errOut)
 	}
 	// A node group changed over its file, and back.
-	if code, out, errOut := cli(admin, "nodes", "set-group", "h100-spot", "--max", "4", "--quiet", "2m"); code != 0 || !strings.Contains(out, "node group h100-spot changed") {
+	if code, out, errOut := cli(admin, "nodes", "set-group", "h100-spot", "--max", "4", "--quiet", "2m"); code != 0 || !strings.Contains(out, "node group h100-spot changed: max 4, 36.00 a machine-hour, boot 180s, quiet 120s, never warmed") {
 		t.Fatalf("nodes set-group: %d %q %q", code, out, errOut)
 	}
 	if code, out, _ := cli(admin, "nodes", "groups"); !strings.Contains(out, "h100-spot       H100-80GB  spot       8             0-4") {

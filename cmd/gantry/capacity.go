@@ -140,8 +140,8 @@ func setNodeGroupCmd(ctx context.Context, args []string, stdout, stderr io.Write
 	srv := fs.String("server", "", "Gantry server URL")
 	maxN := fs.Int("max", 0, "machines the group never goes above")
 	price := fs.Float64("price", 0, "USD per machine-hour")
-	boot := fs.Duration("boot", 0, "how long a new machine typically takes to join")
-	quiet := fs.Duration("quiet", 0, "how long an empty machine stays before it goes")
+	boot := fs.Duration("boot", 0, "how long a new machine typically takes to join (whole seconds)")
+	quiet := fs.Duration("quiet", 0, "how long an empty machine stays before it goes (whole seconds)")
 	warm := fs.Float64("warm-per-day", 0, "USD a day machines kept warm may cost (0: never warmed)")
 	rest, err := parse(fs, args)
 	if err != nil {
@@ -173,8 +173,23 @@ func setNodeGroupCmd(ctx context.Context, args []string, stdout, stderr io.Write
 	if err := ok(resp, err); err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(stdout, "node group %s changed; `gantry nodes reset-group %s` goes back to the file's\n", rest[0], rest[0])
-	return err
+	// What is in force now: a change replaces an earlier one whole, so the
+	// fields not given are the file's again.
+	list, err := cl.ListNodeGroupsWithResponse(ctx)
+	if err := ok(list, err); err != nil {
+		return err
+	}
+	for _, g := range list.JSON200.Items {
+		if g.Name == rest[0] {
+			warm := "never warmed"
+			if g.WarmPerDay != nil {
+				warm = fmt.Sprintf("warm up to %.2f a day", *g.WarmPerDay)
+			}
+			fmt.Fprintf(stdout, "node group %s changed: max %d, %.2f a machine-hour, boot %ds, quiet %ds, %s (fields not given are the file's; `gantry nodes reset-group %s` goes back to it)\n",
+				g.Name, g.Max, g.PricePerNodeHour, g.BootTimeSeconds, g.QuietTimeSeconds, warm, g.Name)
+		}
+	}
+	return nil
 }
 
 // resetNodeGroupCmd is `gantry nodes reset-group NAME`.

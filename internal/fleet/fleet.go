@@ -126,7 +126,10 @@ func (f *Fleet) load() *contents {
 // Replace puts o's clusters and rules in force in f.
 func (f *Fleet) Replace(o *Fleet) { f.v.Store(o.load()) }
 
-var nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$`)
+var (
+	nameRE   = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$`)
+	secretRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$`)
+)
 
 // LoadFile reads and validates a clusters file against the GPU classes.
 func LoadFile(path string, classes *gpu.Catalog) (*Fleet, error) {
@@ -179,6 +182,8 @@ func New(f File, classes *gpu.Catalog) (*Fleet, error) {
 		}
 		if (c.Kubeconfig.File == "") == (c.Kubeconfig.Secret == "") {
 			errs.Addf(p+".kubeconfig", "give exactly one of file or secret")
+		} else if s := c.Kubeconfig.Secret; s != "" && !secretRE.MatchString(s) {
+			errs.Addf(p+".kubeconfig.secret", "%q is not a Secret's name (lower-case letters, digits, '-' and '.', at most 253)", s)
 		}
 		if len(c.Offers) == 0 {
 			errs.Addf(p+".offers", "a cluster offers at least one GPU class")

@@ -35,6 +35,7 @@ func TestParseErrors(t *testing.T) {
 	for _, c := range []struct{ name, body, want string }{
 		{"provider", "  - {name: a, region: r, provider: moon, kubeconfig: {file: k}, offers: [{class: L4, purchase: spot, pricePerGPUHour: 1}]}\n", `x.yaml:4: clusters[0].provider: "moon" is not one of cloud, on-premises`},
 		{"kubeconfig", "  - {name: a, region: r, provider: cloud, kubeconfig: {}, offers: [{class: L4, purchase: spot, pricePerGPUHour: 1}]}\n", "clusters[0].kubeconfig: give exactly one of file or secret"},
+		{"secret", "  - {name: a, region: r, provider: cloud, kubeconfig: {secret: ../../etc}, offers: [{class: L4, purchase: spot, pricePerGPUHour: 1}]}\n", `clusters[0].kubeconfig.secret: "../../etc" is not a Secret's name`},
 		{"class", "  - {name: a, region: r, provider: cloud, kubeconfig: {file: k}, offers: [{class: B200, purchase: spot, pricePerGPUHour: 1}]}\n", `clusters[0].offers[0].class: "B200" is not a GPU class`},
 		{"price", "  - {name: a, region: r, provider: cloud, kubeconfig: {file: k}, offers: [{class: L4, purchase: spot, pricePerGPUHour: 0}]}\n", "clusters[0].offers[0].pricePerGPUHour: must be a price above 0"},
 		{"mig", "  - {name: a, region: r, provider: cloud, kubeconfig: {file: k}, offers: [{class: A100-80GB, purchase: spot, pricePerGPUHour: 1, mig: [9g.90gb]}]}\n", `clusters[0].offers[0].mig[0]: "9g.90gb" is not a MIG profile of A100-80GB`},

@@ -20,6 +20,12 @@ type Launch struct {
 	Spot           bool    // may run on spot capacity
 	Priority       int     // higher is dispatched first within a round
 	Order          int64   // then the older (lower) first
+	// Hold is the cluster the launch is nominated to now: it stays first
+	// while it may still run the launch, so that work does not flap
+	// between clusters (the dispatcher clears it once a nomination waited
+	// too long). Avoid are clusters tried before in vain: ranked last.
+	Hold  string
+	Avoid []string
 }
 
 // State is what a cluster is doing now, as the dispatcher read it.
@@ -56,6 +62,7 @@ type Decision struct {
 	Candidates []Candidate
 	Refused    []Refusal
 	Reason     string
+	best       string // the first by merit alone
 }
 
 // Cluster is the chosen cluster ("" when none may run the launch).
@@ -160,8 +167,9 @@ func offer(l Launch, c Cluster) Offer {
 
 // Place decides where a launch goes among the fleet's clusters, given what
 // each is doing now (a cluster without a state is unreachable). The
-// feasible clusters are ranked: those where it fits now first, then the
-// cheapest for this launch, then the most GPUs free, then by name.
+// feasible clusters are ranked: the one it holds first, those it was tried
+// on in vain last; then those where it fits now first, then the cheapest
+// for this launch, then the most GPUs free, then by name.
 func (f *Fleet) Place(l Launch, states map[string]State) Decision {
 	d := Decision{Launch: l}
 	for _, c := range f.Clusters() {
@@ -195,6 +203,20 @@ func (f *Fleet) Place(l Launch, states map[string]State) Decision {
 		}
 		return a.Cluster < b.Cluster
 	})
+	if len(d.Candidates) > 0 {
+		d.best = d.Candidates[0].Cluster
+	}
+	// Then the nomination held first, and clusters tried in vain last.
+	rank := func(c Candidate) int {
+		switch {
+		case c.Cluster == l.Hold:
+			return 0
+		case slices.Contains(l.Avoid, c.Cluster):
+			return 2
+		}
+		return 1
+	}
+	sort.SliceStable(d.Candidates, func(i, j int) bool { return rank(d.Candidates[i]) < rank(d.Candidates[j]) })
 	d.Reason = reason(d)
 	return d
 }
@@ -260,7 +282,9 @@ func reason(d Decision) string {
 	}
 	b := d.Candidates[0]
 	var s strings.Builder
-	if b.FitsNow {
+	if b.Cluster != d.best && b.Cluster == d.Launch.Hold {
+		fmt.Fprintf(&s, "kept on %s, where it was nominated: $%.2f/GPU-h", b.Cluster, b.Offer.PricePerGPUHour)
+	} else if b.FitsNow {
 		fmt.Fprintf(&s, "placed on %s: $%.2f/GPU-h", b.Cluster, b.Offer.PricePerGPUHour)
 	} else {
 		fmt.Fprintf(&s, "waiting for %s (no cluster has %s %s GPUs free now): $%.2f/GPU-h", b.Cluster, num(d.Launch.GPUs), d.Launch.Class, b.Offer.PricePerGPUHour)

@@ -262,3 +262,33 @@ func BenchmarkRound20(b *testing.B) {
 		f.Round(ls, states)
 	}
 }
+
+// TestHoldAndAvoid: a launch held on a cluster stays there while it may run
+// there, even when another is cheaper now, and says so; a held cluster
+// that refuses it is passed over; clusters tried in vain come last.
+func TestHoldAndAvoid(t *testing.T) {
+	f := testFleet(t)
+	all := map[string]State{
+		"onprem-a100": up(map[string]float64{"A100-80GB": 8}),
+		"cloud-east":  up(map[string]float64{"A100-80GB": 8}),
+		"cloud-eu":    up(nil),
+	}
+	l := Launch{Team: "vision", Class: "A100-80GB", GPUs: 4, Hold: "cloud-east"}
+	if d := f.Place(l, all); d.Cluster() != "cloud-east" || d.Reason != "kept on cloud-east, where it was nominated: $3.20/GPU-h vs $1.10 on onprem-a100; 8 GPUs free" {
+		t.Errorf("held: %s: %s", d.Cluster(), d.Reason)
+	}
+	l.Hold = "onprem-a100"
+	if d := f.Place(l, all); d.Cluster() != "onprem-a100" || d.Reason != "placed on onprem-a100: $1.10/GPU-h (reserved) vs $3.20 on cloud-east; 8 GPUs free" {
+		t.Errorf("held where merit puts it: %s: %s", d.Cluster(), d.Reason)
+	}
+	l.Hold = "onprem-a100"
+	all["onprem-a100"] = State{Why: "down"}
+	if d := f.Place(l, all); d.Cluster() != "cloud-east" {
+		t.Errorf("held on a cluster out of reach: %s", d.Cluster())
+	}
+	all["onprem-a100"] = up(map[string]float64{"A100-80GB": 8})
+	l = Launch{Team: "vision", Class: "A100-80GB", GPUs: 4, Avoid: []string{"onprem-a100"}}
+	if d := f.Place(l, all); d.Cluster() != "cloud-east" || d.Candidates[1].Cluster != "onprem-a100" {
+		t.Errorf("avoided: %s, then %+v", d.Cluster(), d.Candidates)
+	}
+}

@@ -6,8 +6,10 @@
 // (multiKueue.dispatcherName set to a name that is not Kueue's own). The
 // decision's reason is annotated on the Workload. A nomination moves when
 // its cluster can no longer run the work (unreachable, cordoned, a rule
-// changed) or when it was not admitted there within the retry time; a
-// Workload a worker has admitted (status.clusterName) is left where it runs.
+// changed) and another may, or when it was not admitted there within the
+// retry time; it is withdrawn when its cluster answers but may no longer
+// run the work and none other may. Nothing moves before the workers were
+// read once. A Workload a worker has reserved for is left to MultiKueue.
 package dispatch
 
 import (
@@ -103,11 +105,14 @@ type waiting struct {
 // Round nominates every waiting Workload once: n is how many nominations
 // it wrote.
 func (d *Dispatcher) Round(ctx context.Context) (n int, err error) {
+	states, read := d.o.Workers.States()
+	if !read {
+		return 0, nil // nothing is known of the workers yet: no nomination moves
+	}
 	list, err := d.o.Manager.Resource(kapi.KueueWorkloads).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return 0, fmt.Errorf("dispatch: list the manager's Workloads: %w", err)
 	}
-	states, _ := d.o.Workers.States()
 	now := d.o.Now()
 	var pending []waiting
 	seen := map[types.UID]bool{}
@@ -128,19 +133,21 @@ func (d *Dispatcher) Round(ctx context.Context) (n int, err error) {
 		}
 	}
 	d.mu.Unlock()
-	var launches []fleet.Launch
 	var errs []error
-	// A worker that reserved quota for its copy: the nomination is
-	// withdrawn, so that MultiKueue can record where the Workload runs
-	// (status.clusterName, which may not stand beside nominations, and
-	// Kueue's own status writes cannot clear a field another writer set).
 	var undecided []waiting
+	var launches []fleet.Launch
 	for _, w := range pending {
-		held := d.held(w)
-		if held != "" && states[held].Reachable {
-			reserved, err := d.o.Workers.Reserved(ctx, held, w.u.GetNamespace(), w.u.GetName())
+		held := d.held(w, now)
+		if c := held.cluster; c != "" && states[c].Reachable {
+			// A worker that reserved quota for its copy: the nomination is
+			// withdrawn, so that MultiKueue can record where the Workload
+			// runs (status.clusterName, which may not stand beside
+			// nominations; Kueue's own status writes cannot clear a field
+			// another writer set). A worker that cannot say: left as it is.
+			reserved, err := d.o.Workers.Reserved(ctx, c, w.u.GetNamespace(), w.u.GetName())
 			if err != nil {
-				errs = append(errs, fmt.Errorf("dispatch: read %s/%s on %s: %w", w.u.GetNamespace(), w.u.GetName(), held, err))
+				errs = append(errs, fmt.Errorf("dispatch: read %s/%s on %s: %w", w.u.GetNamespace(), w.u.GetName(), c, err))
+				continue
 			}
 			if reserved {
 				if len(w.now) > 0 {
@@ -151,30 +158,67 @@ func (d *Dispatcher) Round(ctx context.Context) (n int, err error) {
 				continue // MultiKueue records it at its next look
 			}
 		}
+		// The nomination held stays first while it stands and has not
+		// waited past the retry time; one that did is tried last.
+		if held.cluster != "" {
+			if now.Sub(held.at) < d.o.Retry {
+				w.launch.Hold = held.cluster
+			} else if !slices.Contains(held.tried, held.cluster) {
+				held.tried = append(held.tried, held.cluster)
+			}
+		}
+		w.launch.Avoid = held.tried
+		d.remember(w.u.GetUID(), held)
 		undecided = append(undecided, w)
-	}
-	pending = undecided
-	launches = launches[:0]
-	for _, w := range pending {
 		launches = append(launches, w.launch)
 	}
+	pending = undecided
 	for i, dec := range d.o.Fleet.Round(launches, states) {
 		w := pending[indexOf(pending, dec.Launch.ID, i)]
-		target := d.choose(w, dec, now)
-		if target == "" && len(w.now) == 0 {
-			errs = append(errs, d.annotate(ctx, w.u, dec.Reason))
+		target := dec.Cluster()
+		switch {
+		case target == "" && len(w.now) == 1 && states[w.now[0]].Reachable:
+			// Its cluster answers but may no longer run it (cordoned, a
+			// rule changed), and none other may: the nomination goes.
+		case target == "" || slices.Equal(w.now, []string{target}):
+			// Nowhere to go now (a nomination on a worker out of reach
+			// stands: it may be back), or where it is: only the reason is
+			// told.
+			if err := d.annotate(ctx, w.u, dec.Reason); err != nil {
+				errs = append(errs, err)
+			}
 			continue
 		}
-		if slices.Equal(w.now, []string{target}) {
-			continue
-		}
-		if err := d.nominate(ctx, w.u, target, reasonFor(dec, target)); err != nil {
+		if err := d.nominate(ctx, w.u, target, dec.Reason); err != nil {
 			errs = append(errs, err)
 			continue
 		}
+		d.mu.Lock()
+		h := d.since[w.u.GetUID()]
+		d.since[w.u.GetUID()] = nominated{cluster: target, at: now, tried: h.tried}
+		d.mu.Unlock()
 		n++
 	}
 	return n, errors.Join(errs...)
+}
+
+// held is the nomination a Workload holds: the cluster it is nominated to
+// now, or the one this dispatcher last nominated it to, since when, and
+// the clusters tried before in vain.
+func (d *Dispatcher) held(w waiting, now time.Time) nominated {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	h := d.since[w.u.GetUID()]
+	if len(w.now) == 1 && h.cluster != w.now[0] { // nominated before this replica led
+		h = nominated{cluster: w.now[0], at: now, tried: h.tried}
+	}
+	return h
+}
+
+func (d *Dispatcher) remember(uid types.UID, h nominated) {
+	d.mu.Lock()
+	d.since[uid] = h
+	d.mu.Unlock()
 }
 
 // waits reports whether a Workload has its quota reserved in the manager,
@@ -194,58 +238,6 @@ func (d *Dispatcher) waits(u *unstructured.Unstructured) bool {
 		}
 	}
 	return false
-}
-
-// held is the cluster a Workload is nominated to now, or was last
-// nominated to by this dispatcher ("" for none).
-func (d *Dispatcher) held(w waiting) string {
-	if len(w.now) == 1 {
-		return w.now[0]
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.since[w.u.GetUID()].cluster
-}
-
-// choose is where the Workload goes: the decision's best candidate, unless
-// its current nomination is still a candidate and has not waited past the
-// retry time (a nomination does not flap between clusters of equal merit);
-// a cluster tried and not admitted in time is passed over while others
-// remain. "" when no cluster may run it.
-func (d *Dispatcher) choose(w waiting, dec fleet.Decision, now time.Time) string {
-	uid := w.u.GetUID()
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	held := d.since[uid]
-	if len(w.now) == 1 && held.cluster != w.now[0] { // nominated before this replica led
-		held = nominated{cluster: w.now[0], at: now, tried: held.tried}
-	}
-	var cands []string
-	for _, c := range dec.Candidates {
-		cands = append(cands, c.Cluster)
-	}
-	if held.cluster != "" && slices.Contains(cands, held.cluster) {
-		if now.Sub(held.at) < d.o.Retry {
-			d.since[uid] = held
-			return held.cluster
-		}
-		held.tried = append(held.tried, held.cluster)
-	}
-	target := ""
-	for _, c := range cands {
-		if !slices.Contains(held.tried, c) {
-			target = c
-			break
-		}
-	}
-	if target == "" && len(cands) > 0 { // every candidate tried: start over
-		held.tried, target = nil, cands[0]
-	}
-	if target != held.cluster {
-		held.cluster, held.at = target, now
-	}
-	d.since[uid] = held
-	return target
 }
 
 // nominate writes the Workload's nomination and the reason.
@@ -283,16 +275,6 @@ func (d *Dispatcher) annotate(ctx context.Context, u *unstructured.Unstructured,
 		return fmt.Errorf("dispatch: say why %s/%s goes where: %w", u.GetNamespace(), u.GetName(), err)
 	}
 	return nil
-}
-
-// reasonFor is the decision's reason, said of the cluster chosen when it is
-// not the decision's first (its nomination held, or the first tried in
-// vain).
-func reasonFor(d fleet.Decision, cluster string) string {
-	if d.Cluster() == cluster {
-		return d.Reason
-	}
-	return fmt.Sprintf("nominated to %s (%s)", cluster, d.Reason)
 }
 
 // launchOf reads what a Workload asks of the fleet: its team and GPU class

@@ -29,12 +29,13 @@ const fieldManager = "gantry-node-groups"
 // GPUs) and spec.disruption.consolidateAfter (the quiet time), written by
 // server-side apply as their only owner. Everything else in the NodePool
 // (its template, node class and requirements) is the deployment's. A group
-// whose NodePool does not exist is named in Sync's error and tried again
-// after SizesRefresh, or at once when the group changes.
+// whose NodePool does not exist is named in Sync's error (once per
+// SizesRefresh) and written as soon as it appears.
 type Sizes struct {
 	dyn     dynamic.Interface
 	groups  *nodegroup.Set
-	applied map[string]applied // by group: what was last written, and when
+	applied map[string]applied   // by group: what was last written, and when
+	missing map[string]time.Time // by group: when its missing NodePool was last said
 	now     func() time.Time
 }
 
@@ -52,7 +53,7 @@ func NewSizes(dyn dynamic.Interface, groups *nodegroup.Set, now func() time.Time
 	if dyn == nil || groups == nil || now == nil {
 		return nil, errors.New("karpenter: sizes need a client, the node groups and a clock")
 	}
-	return &Sizes{dyn: dyn, groups: groups, applied: map[string]applied{}, now: now}, nil
+	return &Sizes{dyn: dyn, groups: groups, applied: map[string]applied{}, missing: map[string]time.Time{}, now: now}, nil
 }
 
 // Sync writes each scaled group's limits and quiet time into its NodePool
@@ -73,8 +74,12 @@ func (s *Sizes) Sync(ctx context.Context) error {
 		res := s.dyn.Resource(NodePools)
 		if _, err := res.Get(ctx, g.Name, metav1.GetOptions{}); err != nil {
 			if apierrors.IsNotFound(err) {
-				// Said once per refresh, not at every pass.
-				s.applied[g.Name] = applied{spec: spec, at: now}
+				// Looked for at every pass (written once it appears), said
+				// once per refresh.
+				if at, ok := s.missing[g.Name]; ok && now.Sub(at) < SizesRefresh {
+					continue
+				}
+				s.missing[g.Name] = now
 				err = errors.New("no NodePool of that name: the deployment creates it (docs/capacity.md)")
 			}
 			errs = append(errs, fmt.Errorf("node group %s: %w", g.Name, err))
@@ -94,6 +99,7 @@ func (s *Sizes) Sync(ctx context.Context) error {
 			continue
 		}
 		s.applied[g.Name] = applied{spec: spec, at: now}
+		delete(s.missing, g.Name)
 	}
 	return errors.Join(errs...)
 }

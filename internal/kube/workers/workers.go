@@ -177,6 +177,7 @@ func (w *Workers) client(c fleet.Cluster) (kubernetes.Interface, error) {
 	path := Path(c.Kubeconfig, w.secretsDir)
 	fi, err := os.Stat(path)
 	if err != nil {
+		w.forget(c.Name)
 		return nil, fmt.Errorf("its credentials cannot be read: %v", err)
 	}
 	stamp := fmt.Sprintf("%d:%d", fi.Size(), fi.ModTime().UnixNano())
@@ -188,6 +189,7 @@ func (w *Workers) client(c fleet.Cluster) (kubernetes.Interface, error) {
 	}
 	cfg, err := clientcmd.BuildConfigFromFlags("", path)
 	if err != nil {
+		w.forget(c.Name)
 		return nil, fmt.Errorf("its kubeconfig %s does not load: %v", path, err)
 	}
 	cfg.Timeout = w.timeout
@@ -203,6 +205,13 @@ func (w *Workers) client(c fleet.Cluster) (kubernetes.Interface, error) {
 	w.clients[c.Name] = client{stamp: stamp, core: core, dyn: dyn}
 	w.mu.Unlock()
 	return core, nil
+}
+
+// forget drops a cluster's client: its credentials no longer load.
+func (w *Workers) forget(cluster string) {
+	w.mu.Lock()
+	delete(w.clients, cluster)
+	w.mu.Unlock()
 }
 
 // Reserved reports whether the worker has reserved quota for the Kueue

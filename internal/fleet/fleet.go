@@ -143,16 +143,7 @@ func LoadFile(path string, classes *gpu.Catalog) (*Fleet, error) {
 // Parse decodes and validates a clusters file; every problem carries
 // file:line.
 func Parse(file string, data []byte, classes *gpu.Catalog) (*Fleet, error) {
-	var f File
-	lines, err := yamldoc.Decode(file, data, &f)
-	if err != nil {
-		return nil, err
-	}
-	fl, err := New(f, classes)
-	if err != nil {
-		return nil, lines.Locate(file, err)
-	}
-	return fl, nil
+	return yamldoc.Parse(file, data, func(f File) (*Fleet, error) { return New(f, classes) })
 }
 
 // New validates a decoded fleet.

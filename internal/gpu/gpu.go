@@ -233,16 +233,7 @@ func LoadFile(path string) (*Catalog, error) {
 
 // Parse decodes and validates a GPU class file; every problem carries file:line.
 func Parse(file string, data []byte) (*Catalog, error) {
-	var f File
-	lines, err := yamldoc.Decode(file, data, &f)
-	if err != nil {
-		return nil, err
-	}
-	cat, err := New(f)
-	if err != nil {
-		return nil, lines.Locate(file, err)
-	}
-	return cat, nil
+	return yamldoc.Parse(file, data, New)
 }
 
 // New validates a decoded file and builds the catalog.

@@ -149,16 +149,7 @@ func LoadFile(path string, classes []string) (*Set, error) {
 // Parse decodes and validates a node group file; every problem carries
 // file:line.
 func Parse(file string, data []byte, classes []string) (*Set, error) {
-	var f File
-	lines, err := yamldoc.Decode(file, data, &f)
-	if err != nil {
-		return nil, err
-	}
-	s, err := New(f, classes)
-	if err != nil {
-		return nil, lines.Locate(file, err)
-	}
-	return s, nil
+	return yamldoc.Parse(file, data, func(f File) (*Set, error) { return New(f, classes) })
 }
 
 // New validates decoded groups: names unique, a known class, a purchase

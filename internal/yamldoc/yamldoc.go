@@ -76,6 +76,22 @@ func (l Lines) Locate(file string, err error) error {
 
 var lineRE = regexp.MustCompile(`line (\d+)`)
 
+// Parse decodes one YAML document of file into a T and builds from it with
+// build (which validates); build's problems carry file:line.
+func Parse[T, R any](file string, data []byte, build func(T) (R, error)) (R, error) {
+	var v T
+	var zero R
+	lines, err := Decode(file, data, &v)
+	if err != nil {
+		return zero, err
+	}
+	r, err := build(v)
+	if err != nil {
+		return zero, lines.Locate(file, err)
+	}
+	return r, nil
+}
+
 // Decode decodes one YAML document from data into v (a pointer to a struct whose
 // fields carry json tags). Problems come back as an *fault.Invalid naming file.
 func Decode(file string, data []byte, v any) (Lines, error) {

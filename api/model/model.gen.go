@@ -1320,7 +1320,7 @@ type Event struct {
 	Count   *int   `json:"count,omitempty"`
 	Message string `json:"message"`
 
-	// Object Kind/name of the object the event is about.
+	// Object Kind/name of the object the event is about; an event told by the worker cluster a dispatched workload runs on is prefixed with the cluster's name (`onprem: Pod/NAME`).
 	Object string `json:"object"`
 
 	// Reason Such as Scheduled, FailedScheduling, Pulled.

@@ -138,6 +138,9 @@ type Quota struct {
 	// admits Gantry's workloads against the policy's quotas: Gantry keeps
 	// its queues in sync and renders workloads queued.
 	Kueue bool `json:"kueue"`
+	// KueueNamespace is Kueue's namespace (MultiKueue reads the workers'
+	// kubeconfigs from Secrets there).
+	KueueNamespace string `json:"kueueNamespace"`
 }
 
 // Notify configures the outgoing webhook.
@@ -311,7 +314,7 @@ func Default() Config {
 		Audit:             Audit{CheckpointInterval: Duration(time.Minute), DenialWindow: Duration(time.Minute)},
 		TLS:               TLS{MinVersion: "1.2"},
 		Security:          Security{AnonymousRate: 5, AnonymousBurst: 50, StreamsPerIdentity: 100, StreamsPerReplica: 10_000},
-		Quota:             Quota{Kueue: true},
+		Quota:             Quota{Kueue: true, KueueNamespace: "kueue-system"},
 		Telemetry: Telemetry{RawRetention: Duration(48 * time.Hour), RollupRetention: Duration(90 * 24 * time.Hour), Audience: "gantry",
 			ServiceAccount: "system:serviceaccount:gantry-system:gantry-agent", XIDHold: Duration(24 * time.Hour)},
 	}

@@ -161,6 +161,8 @@ var options = []option{
 		doc: "how long a critical XID keeps a GPU unhealthy without another one (1m to 720h)"},
 	{key: "quota.kueue", env: "GANTRY_QUOTA_KUEUE", field: func(c *Config) any { return &c.Quota.Kueue },
 		doc: "Kueue admits workloads against the policy's quotas: Gantry keeps its ResourceFlavors, ClusterQueues, LocalQueues and WorkloadPriorityClasses in sync and creates workloads queued (false: a cluster without Kueue; quotas are not enforced)"},
+	{key: "quota.kueueNamespace", env: "GANTRY_QUOTA_KUEUE_NAMESPACE", field: func(c *Config) any { return &c.Quota.KueueNamespace },
+		doc: "Kueue's namespace; with `clustersFile`, where Gantry writes each worker's kubeconfig as a Secret (`gantry-worker-NAME`) for MultiKueue"},
 	{key: "notify.webhookURL", env: "GANTRY_NOTIFY_WEBHOOK_URL", field: func(c *Config) any { return &c.Notify.WebhookURL },
 		doc: "where budget alerts are posted (Slack-compatible JSON, signed; retried with backoff)", defaultDoc: "none (alerts reach the audit log and the budget banner only)"},
 	{key: "notify.webhookSecret", env: "GANTRY_NOTIFY_WEBHOOK_SECRET", field: func(c *Config) any { return &c.Notify.WebhookSecret },

@@ -73,6 +73,10 @@ type Options struct {
 	// manager whose Workloads wait for that external dispatcher's
 	// nominations (Gantry's: dispatch.Dispatcher).
 	MultiKueueDispatcher string
+	// JobRuntime is how long a Job's pod runs before it completes, unless
+	// its pod-complete.stage.kwok.x-k8s.io/delay annotation says (0: 1 s):
+	// a worker cluster's, whose Jobs MultiKueue copies as they are.
+	JobRuntime time.Duration
 }
 
 // Cluster is a running local cluster.
@@ -180,7 +184,7 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 			return nil, err
 		}
 	}
-	if err := os.WriteFile(cfgFile, kwokctlConfig(bin, logFile, auditPolicy, o.Ephemeral), 0o600); err != nil {
+	if err := os.WriteFile(cfgFile, kwokctlConfig(bin, logFile, auditPolicy, o.Ephemeral, o.JobRuntime), 0o600); err != nil {
 		return nil, err
 	}
 	fmt.Fprintf(o.Log, "cluster: starting %q (kwokctl, binary runtime, loopback)\n", o.Name)
@@ -238,7 +242,7 @@ func (c *Cluster) componentLogs() string {
 // write that stalls past the lease's renewal deadline made them exit, and every
 // later launch stayed Pending), and adds the Stages. An ephemeral cluster's
 // etcd does not fsync.
-func kwokctlConfig(bin, logFile, auditPolicy string, ephemeral bool) []byte {
+func kwokctlConfig(bin, logFile, auditPolicy string, ephemeral bool, jobRuntime time.Duration) []byte {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, `apiVersion: config.kwok.x-k8s.io/v1alpha1
 kind: KwokctlConfiguration
@@ -279,7 +283,12 @@ componentsPatches:
 `)
 	}
 	b.WriteString("---\n")
-	b.Write(stages)
+	st := stages
+	if jobRuntime > 0 {
+		st = bytes.Replace(st, []byte("durationMilliseconds: 1000\n    durationFrom:\n      expressionFrom: '.metadata.annotations[\"pod-complete"),
+			fmt.Appendf(nil, "durationMilliseconds: %d\n    durationFrom:\n      expressionFrom: '.metadata.annotations[\"pod-complete", jobRuntime.Milliseconds()), 1)
+	}
+	b.Write(st)
 	// Every simulated container "prints" the same log, served through the real
 	// pods/log API (kwok answers for the kubelet).
 	fmt.Fprintf(&b, `

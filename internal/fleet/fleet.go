@@ -59,8 +59,9 @@ type Cluster struct {
 	Zone     string   `json:"zone,omitempty"`
 	Provider Provider `json:"provider"`
 	// Kubeconfig is how Gantry and MultiKueue reach the worker: a file
-	// (read again when it changes, as credentials rotate) or a Secret in
-	// Kueue's namespace of the manager cluster.
+	// (read again when it changes, as credentials rotate) or a Secret the
+	// deployment mounts; Gantry copies what it reads into a Secret in
+	// Kueue's namespace for MultiKueue.
 	Kubeconfig Kubeconfig        `json:"kubeconfig"`
 	Labels     map[string]string `json:"labels,omitempty"`
 	Offers     []Offer           `json:"offers"`

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/gantryhq/gantry/internal/gpu"
@@ -27,6 +28,9 @@ func (c *Cluster) hasKubeVirt() bool {
 
 // Core is the cluster's typed client.
 func (c *Cluster) Core() kubernetes.Interface { return c.core }
+
+// Dynamic is the cluster's dynamic client.
+func (c *Cluster) Dynamic() dynamic.Interface { return c.dyn }
 
 // Kueue is the cluster's Kueue side: its objects, the teams' queues and
 // Gantry's AdmissionCheck controller.

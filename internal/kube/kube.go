@@ -34,6 +34,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/workqueue"
 
+	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/kube/kapi"
 	"github.com/gantryhq/gantry/internal/kube/karpenter"
@@ -66,6 +67,14 @@ type Cluster struct {
 	poolsOnce  sync.Once
 	pools      *karpenter.Pools // nil: no node groups, or no Karpenter
 	poolsErr   error
+	workers    Workers // nil: no worker clusters
+}
+
+// Workers are the worker clusters of a MultiKueue manager, where its Jobs
+// run (package workers).
+type Workers interface {
+	// Client is a worker's client (nil: its credentials cannot be read).
+	Client(cluster string) kubernetes.Interface
 }
 
 // Options configure a Cluster.
@@ -84,6 +93,9 @@ type Options struct {
 	NodeGroups *nodegroup.Set
 	Classes    *gpu.Catalog
 	Now        func() time.Time
+	// Workers, when the cluster is a MultiKueue manager, are where its
+	// dispatched Jobs run: their logs and events are read there.
+	Workers Workers
 }
 
 // Observer receives the cluster's measurements (Gantry's own metrics).
@@ -141,7 +153,7 @@ func New(cfg *rest.Config, o Options) (*Cluster, error) {
 		o.Now = time.Now //clock:allow a cluster made without the server's clock (tests, tools) says how long ago on the wall clock
 	}
 	return &Cluster{dyn: dyn, core: core, kueue: o.Kueue, obs: o.Observer, queue: queue, nodes: nodes.New(core),
-		groups: o.NodeGroups, classes: o.Classes, now: o.Now}, nil
+		groups: o.NodeGroups, classes: o.Classes, now: o.Now, workers: o.Workers}, nil
 }
 
 // Ping checks that the API server answers.
@@ -157,10 +169,25 @@ func (c *Cluster) Ping(ctx context.Context) error {
 // "restricted", and its default-deny ingress NetworkPolicy, at most once a
 // minute per process (see Cluster.namespaces).
 func (c *Cluster) EnsureNamespace(ctx context.Context, name string, t team.Name) error {
-	team := t.String()
 	if at, ok := c.namespaces.Load(name); ok && time.Since(at.(time.Time)) < namespaceTTL {
 		return nil
 	}
+	var queue *kueue.Kueue
+	if c.kueue {
+		queue = c.queue
+	}
+	if err := ApplyNamespace(ctx, c.core, queue, name, t); err != nil {
+		return err
+	}
+	c.namespaces.Store(name, time.Now()) //clock:allow a cache of its own, expired by wall time
+	return nil
+}
+
+// ApplyNamespace applies a team's namespace on a cluster: Pod Security
+// "restricted" enforced, a default-deny ingress NetworkPolicy and, with
+// queue, the team's LocalQueue.
+func ApplyNamespace(ctx context.Context, core kubernetes.Interface, queue *kueue.Kueue, name string, t team.Name) error {
+	team := t.String()
 	ns := &corev1.Namespace{
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Namespace"},
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
@@ -175,7 +202,7 @@ func (c *Cluster) EnsureNamespace(ctx context.Context, name string, t team.Name)
 	if err != nil {
 		return err
 	}
-	_, err = c.core.CoreV1().Namespaces().Patch(ctx, name, types.ApplyPatchType, data, metav1.PatchOptions{FieldManager: kapi.FieldManager, Force: kapi.Ptr(true)})
+	_, err = core.CoreV1().Namespaces().Patch(ctx, name, types.ApplyPatchType, data, metav1.PatchOptions{FieldManager: kapi.FieldManager, Force: kapi.Ptr(true)})
 	if err != nil {
 		return kapi.Classify(err, "namespace", name)
 	}
@@ -189,17 +216,30 @@ func (c *Cluster) EnsureNamespace(ctx context.Context, name string, t team.Name)
 	if data, err = json.Marshal(deny); err != nil {
 		return err
 	}
-	_, err = c.core.NetworkingV1().NetworkPolicies(name).Patch(ctx, DefaultDenyPolicy, types.ApplyPatchType, data, metav1.PatchOptions{FieldManager: kapi.FieldManager, Force: kapi.Ptr(true)})
+	_, err = core.NetworkingV1().NetworkPolicies(name).Patch(ctx, DefaultDenyPolicy, types.ApplyPatchType, data, metav1.PatchOptions{FieldManager: kapi.FieldManager, Force: kapi.Ptr(true)})
 	if err != nil {
 		return kapi.Classify(err, "network policy", DefaultDenyPolicy)
 	}
-	if c.kueue {
-		if err := c.queue.Apply(ctx, quota.LocalQueueObject(name, t)); err != nil {
-			return err
+	if queue != nil {
+		return queue.Apply(ctx, quota.LocalQueueObject(name, t))
+	}
+	return nil
+}
+
+// TeamNamespaces are the team namespaces Gantry applied on the cluster, with
+// their teams.
+func (c *Cluster) TeamNamespaces(ctx context.Context) (map[string]team.Name, error) {
+	list, err := c.core.CoreV1().Namespaces().List(ctx, metav1.ListOptions{LabelSelector: render.LabelManagedBy + "=" + render.ManagedBy, ResourceVersion: "0"})
+	if err != nil {
+		return nil, kapi.Classify(err, "namespace", "")
+	}
+	out := map[string]team.Name{}
+	for _, ns := range list.Items {
+		if t := ns.Labels[render.LabelTeam]; t != "" {
+			out[ns.Name] = team.Name(t)
 		}
 	}
-	c.namespaces.Store(name, time.Now()) //clock:allow a cache of its own, expired by wall time
-	return nil
+	return out, nil
 }
 
 // DefaultDenyPolicy names the NetworkPolicy that gives every team namespace
@@ -373,12 +413,64 @@ func running(u *unstructured.Unstructured) bool {
 }
 
 // Events lists the events of the namespace's objects whose names start with
-// prefix (a workload's objects and pods all do), oldest first.
-func (c *Cluster) Events(ctx context.Context, namespace, prefix string) ([]workload.Event, error) {
-	list, err := c.core.CoreV1().Events(namespace).List(ctx, metav1.ListOptions{})
+// prefix (a workload's objects and pods all do), oldest first; those of a
+// workload dispatched to a worker cluster are read there too.
+func (c *Cluster) Events(ctx context.Context, namespace, prefix, id string) ([]workload.Event, error) {
+	out, err := events(ctx, c.core, namespace, prefix, "")
+	if err != nil {
+		return nil, err
+	}
+	// A dispatched workload's pods live on its worker: their events are
+	// told there, named for the cluster.
+	if cluster, worker, err := c.worker(ctx, namespace, id); err != nil {
+		return nil, err
+	} else if worker != nil {
+		more, err := events(ctx, worker, namespace, prefix, cluster)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, more...)
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Time.Before(out[j].Time) })
+	return out, nil
+}
+
+// worker is the worker cluster where a dispatched workload runs (its Kueue
+// Workload's status.clusterName) and its client; "" and nil when it runs
+// here or nowhere yet.
+func (c *Cluster) worker(ctx context.Context, namespace, workloadID string) (string, kubernetes.Interface, error) {
+	if c.workers == nil || workloadID == "" {
+		return "", nil, nil
+	}
+	list, err := c.dyn.Resource(kapi.KueueWorkloads).Namespace(namespace).List(ctx, metav1.ListOptions{LabelSelector: render.LabelWorkloadID + "=" + workloadID, ResourceVersion: "0"})
+	if err != nil {
+		if apierrors.IsNotFound(err) {
+			return "", nil, nil
+		}
+		return "", nil, kapi.Classify(err, "Kueue Workload", workloadID)
+	}
+	for _, u := range list.Items {
+		if name, _, _ := unstructured.NestedString(u.Object, "status", "clusterName"); name != "" {
+			core := c.workers.Client(name)
+			if core == nil {
+				return "", nil, &fault.Unavailable{What: "worker cluster " + name, Err: errors.New("its credentials cannot be read")}
+			}
+			return name, core, nil
+		}
+	}
+	return "", nil, nil
+}
+
+// events lists the namespace's events of the objects whose names start
+// with prefix; cluster, when not "", names the worker they come from.
+func events(ctx context.Context, core kubernetes.Interface, namespace, prefix, cluster string) ([]workload.Event, error) {
+	list, err := core.CoreV1().Events(namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		if apierrors.IsNotFound(err) {
 			return []workload.Event{}, nil
+		}
+		if cluster != "" {
+			return nil, &fault.Unavailable{What: "worker cluster " + cluster, Err: err}
 		}
 		return nil, kapi.Classify(err, "events", namespace)
 	}
@@ -398,16 +490,24 @@ func (c *Cluster) Events(ctx context.Context, namespace, prefix string) ([]workl
 		if count == 0 {
 			count = 1
 		}
-		out = append(out, workload.Event{Time: t.UTC(), Type: e.Type, Reason: e.Reason, Message: e.Message,
-			Object: e.InvolvedObject.Kind + "/" + e.InvolvedObject.Name, Count: count})
+		object := e.InvolvedObject.Kind + "/" + e.InvolvedObject.Name
+		if cluster != "" {
+			object = cluster + ": " + object
+		}
+		out = append(out, workload.Event{Time: t.UTC(), Type: e.Type, Reason: e.Reason, Message: e.Message, Object: object, Count: count})
 	}
-	sort.SliceStable(out, func(i, j int) bool { return out[i].Time.Before(out[j].Time) })
 	return out, nil
 }
 
 // Logs implements workload.Cluster through the pods/log API.
 func (c *Cluster) Logs(ctx context.Context, namespace, workloadID string, follow bool, tailLines int64) (io.ReadCloser, error) {
-	pods, err := c.core.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: render.LabelWorkloadID + "=" + workloadID, ResourceVersion: "0"})
+	core := c.core
+	if _, worker, err := c.worker(ctx, namespace, workloadID); err != nil {
+		return nil, err
+	} else if worker != nil {
+		core = worker
+	}
+	pods, err := core.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: render.LabelWorkloadID + "=" + workloadID, ResourceVersion: "0"})
 	if err != nil {
 		return nil, kapi.Classify(err, "pods", workloadID)
 	}
@@ -425,7 +525,7 @@ func (c *Cluster) Logs(ctx context.Context, namespace, workloadID string, follow
 	if tailLines > 0 {
 		opts.TailLines = &tailLines
 	}
-	r, err := c.core.CoreV1().Pods(namespace).GetLogs(newest.Name, opts).Stream(ctx)
+	r, err := core.CoreV1().Pods(namespace).GetLogs(newest.Name, opts).Stream(ctx)
 	if err != nil {
 		return nil, kapi.Classify(err, "Pod", newest.Name)
 	}

@@ -115,12 +115,12 @@ func (l *Lazy) Delete(ctx context.Context, namespace, kind, name string) error {
 }
 
 // Events implements workload.Cluster.
-func (l *Lazy) Events(ctx context.Context, namespace, prefix string) ([]workload.Event, error) {
+func (l *Lazy) Events(ctx context.Context, namespace, prefix, id string) ([]workload.Event, error) {
 	c, err := l.get()
 	if err != nil {
 		return nil, err
 	}
-	return c.Events(ctx, namespace, prefix)
+	return c.Events(ctx, namespace, prefix, id)
 }
 
 // Managed implements workload.Cluster.

@@ -52,6 +52,7 @@ const (
 	ApprovalsExpired = "approval_expired"
 	Applied          = "workload_applied"
 	Expired          = "max_runtime_stop"
+	Dispatched       = "dispatched"
 )
 
 // New registers Gantry's instruments and Go's and the process's collectors.
@@ -67,7 +68,7 @@ func New() *Metrics {
 		decided: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gantry_approval_decisions_total",
 			Help: "Approval decisions by team-admins and platform-admins: approved or denied."}, []string{"decision"}),
 		actions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gantry_loop_actions_total",
-			Help: "What the leader's loops did: idle_stop, budget_alert, webhook_delivered, approval_expired, workload_applied, max_runtime_stop."}, []string{"action"}),
+			Help: "What the leader's loops did: idle_stop, budget_alert, webhook_delivered, approval_expired, workload_applied, max_runtime_stop, dispatched (a Workload nominated to a worker cluster)."}, []string{"action"}),
 	}
 	m.apply = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "gantry_kube_apply_duration_seconds",
 		Help: "Time to apply one workload's objects to the cluster (server-side apply), by outcome: ok or error.", Buckets: prometheus.ExponentialBuckets(0.005, 2, 12)}, []string{"outcome"})

@@ -149,11 +149,19 @@ func Objects(classes *gpu.Catalog, teams map[string]Quota, priorities []Priority
 			"value":    p.Value,
 		})
 	}
+	var checks []any
+	if opt.ApprovalCheck {
+		checks = append(checks, map[string]any{"name": ApprovalCheck})
+	}
+	if opt.Fleet != nil {
+		out = append(out, fleetObjects(opt.Fleet)...)
+		checks = append(checks, map[string]any{"name": FleetCheck})
+	}
 	for _, t := range sortedKeys(teams) {
 		cq := ClusterQueueObject(classes, team.Name(t), teams[t])
 		spec := cq["spec"].(map[string]any)
-		if opt.ApprovalCheck {
-			spec["admissionChecksStrategy"] = map[string]any{"admissionChecks": []any{map[string]any{"name": ApprovalCheck}}}
+		if len(checks) > 0 {
+			spec["admissionChecksStrategy"] = map[string]any{"admissionChecks": checks}
 		}
 		if opt.Held[t] {
 			spec["stopPolicy"] = "Hold"
@@ -172,6 +180,86 @@ type Options struct {
 	// Held teams' queues admit nothing new (stopPolicy Hold: a spent
 	// budget under block); what runs goes on.
 	Held map[string]bool
+	// Fleet, in a MultiKueue manager, puts the MultiKueue AdmissionCheck
+	// (FleetCheck) on every team's queue, with its MultiKueueConfig and a
+	// MultiKueueCluster per worker: a workload whose quota is reserved here
+	// runs on the worker Gantry's dispatcher nominates.
+	Fleet []Worker
+}
+
+// Worker is a worker cluster as MultiKueue reaches it: the Secret, in
+// Kueue's namespace of the manager, that holds its kubeconfig.
+type Worker struct {
+	Name   string
+	Secret string
+}
+
+// FleetCheck names the MultiKueue AdmissionCheck and its MultiKueueConfig;
+// MultiKueueController is MultiKueue's controllerName.
+const (
+	FleetCheck           = "gantry-fleet"
+	MultiKueueController = "kueue.x-k8s.io/multikueue"
+)
+
+// fleetObjects are MultiKueue's objects for the workers: a
+// MultiKueueCluster each, one MultiKueueConfig, and the AdmissionCheck.
+func fleetObjects(workers []Worker) []Object {
+	var out []Object
+	names := []any{}
+	for _, w := range workers {
+		out = append(out, Object{
+			"apiVersion": APIVersion, "kind": "MultiKueueCluster",
+			"metadata": meta(w.Name, nil),
+			"spec": map[string]any{"clusterSource": map[string]any{
+				"kubeConfig": map[string]any{"locationType": "Secret", "location": w.Secret}}},
+		})
+		names = append(names, w.Name)
+	}
+	return append(out,
+		Object{"apiVersion": APIVersion, "kind": "MultiKueueConfig", "metadata": meta(FleetCheck, nil), "spec": map[string]any{"clusters": names}},
+		Object{"apiVersion": APIVersion, "kind": "AdmissionCheck", "metadata": meta(FleetCheck, nil), "spec": map[string]any{
+			"controllerName": MultiKueueController,
+			"parameters":     map[string]any{"apiGroup": "kueue.x-k8s.io", "kind": "MultiKueueConfig", "name": FleetCheck}}},
+	)
+}
+
+// WorkerObjects are the Kueue objects of a worker cluster that runs the
+// manager's work: the flavors and priorities, and each team's ClusterQueue
+// with its quota under the cluster's caps for the team (caps[team][class],
+// "*" for the classes not listed). Gantry's approval check stays in the
+// manager, which admits first.
+func WorkerObjects(classes *gpu.Catalog, teams map[string]Quota, priorities []Priority, caps map[string]map[string]float64) []Object {
+	capped := make(map[string]Quota, len(teams))
+	for t, q := range teams {
+		capped[t] = q.Capped(caps[t])
+	}
+	return Objects(classes, capped, priorities, Options{})
+}
+
+// Capped is q with each class's GPUs bounded by caps (a fleet cluster's
+// caps for the team, "*" for the classes not listed): a team's queue on a
+// worker.
+func (q Quota) Capped(caps map[string]float64) Quota {
+	if len(caps) == 0 {
+		return q
+	}
+	out := q
+	out.GPUs = map[string]float64{}
+	keys := map[string]bool{"*": true}
+	for c := range q.GPUs {
+		keys[c] = true
+	}
+	for c := range caps {
+		keys[c] = true
+	}
+	for c := range keys {
+		v, _ := lookup(q.GPUs, c)
+		if limit, capped := lookup(caps, c); capped {
+			v = min(v, limit)
+		}
+		out.GPUs[c] = v
+	}
+	return out
 }
 
 // ApprovalCheck names Gantry's AdmissionCheck; ApprovalController is its

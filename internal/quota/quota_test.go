@@ -1,6 +1,7 @@
 package quota
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/gantryhq/gantry/internal/gpu"
@@ -156,5 +157,83 @@ func TestObjectsChecksAndHolds(t *testing.T) {
 		if spec, _ := o["spec"].(map[string]any); o["kind"] == "AdmissionCheck" || spec["admissionChecksStrategy"] != nil || spec["stopPolicy"] != nil {
 			t.Errorf("without options: %v", o)
 		}
+	}
+}
+
+// TestObjectsFleet: in a MultiKueue manager every team's queue waits on
+// Gantry's approval and then on MultiKueue, whose objects name each
+// worker's Secret.
+func TestObjectsFleet(t *testing.T) {
+	c := classes(t)
+	objs := Objects(c, map[string]Quota{"nlp": {}}, nil, Options{ApprovalCheck: true, Fleet: []Worker{{Name: "onprem", Secret: "gantry-worker-onprem"}, {Name: "cloud", Secret: "gantry-worker-cloud"}}})
+	kinds := map[string]int{}
+	for _, o := range objs {
+		kinds[o["kind"].(string)]++
+		spec, _ := o["spec"].(map[string]any)
+		name := o["metadata"].(map[string]any)["name"]
+		switch o["kind"] {
+		case "MultiKueueCluster":
+			loc := spec["clusterSource"].(map[string]any)["kubeConfig"].(map[string]any)
+			if loc["locationType"] != "Secret" || loc["location"] != "gantry-worker-"+name.(string) {
+				t.Errorf("%s: %v", name, loc)
+			}
+		case "MultiKueueConfig":
+			if fmt.Sprint(spec["clusters"]) != "[onprem cloud]" || name != FleetCheck {
+				t.Errorf("config %v", o)
+			}
+		case "AdmissionCheck":
+			if name == FleetCheck && (spec["controllerName"] != MultiKueueController || spec["parameters"].(map[string]any)["name"] != FleetCheck) {
+				t.Errorf("the MultiKueue check: %v", o)
+			}
+		case "ClusterQueue":
+			got := fmt.Sprint(spec["admissionChecksStrategy"])
+			if got != "map[admissionChecks:[map[name:gantry-approval] map[name:gantry-fleet]]]" {
+				t.Errorf("%s: checks %s", name, got)
+			}
+		}
+	}
+	if kinds["MultiKueueCluster"] != 2 || kinds["MultiKueueConfig"] != 1 || kinds["AdmissionCheck"] != 2 {
+		t.Errorf("kinds %v", kinds)
+	}
+}
+
+// TestWorkerObjects: a worker's queues carry no checks (the manager
+// admitted first) and each team's quota under the cluster's caps for it.
+func TestWorkerObjects(t *testing.T) {
+	c := classes(t)
+	teams := map[string]Quota{
+		"vision": {GPUs: map[string]float64{"H100-80GB": 8, "A100-80GB": 8}},
+		"nlp":    {GPUs: map[string]float64{"*": 4}, Cohort: "research"},
+	}
+	caps := map[string]map[string]float64{"vision": {"H100-80GB": 2}, "nlp": {"*": 1, "L4": 6}}
+	want := map[string]map[string]string{
+		"gantry-vision": {"gantry-h100-80gb": "2000", "gantry-a100-80gb": "8000", "gantry-l4": "0"},
+		"gantry-nlp":    {"gantry-h100-80gb": "1000", "gantry-a100-80gb": "1000", "gantry-l4": "4000"},
+	}
+	for _, o := range WorkerObjects(c, teams, nil, caps) {
+		spec, _ := o["spec"].(map[string]any)
+		if o["kind"] == "AdmissionCheck" || spec["admissionChecksStrategy"] != nil {
+			t.Errorf("a check on a worker: %v", o)
+		}
+		if o["kind"] != "ClusterQueue" {
+			continue
+		}
+		name := o["metadata"].(map[string]any)["name"].(string)
+		flavors := spec["resourceGroups"].([]any)[0].(map[string]any)["flavors"].([]any)
+		for _, f := range flavors {
+			fm := f.(map[string]any)
+			got := fm["resources"].([]any)[0].(map[string]any)["nominalQuota"]
+			if w, ok := want[name][fm["name"].(string)]; ok && got != w {
+				t.Errorf("%s %s: %v, want %s", name, fm["name"], got, w)
+			}
+		}
+		if name == "gantry-nlp" && spec["cohortName"] != "gantry-research" {
+			t.Errorf("nlp's cohort: %v", spec["cohortName"])
+		}
+	}
+	// Uncapped teams keep their quota as it is.
+	q := Quota{GPUs: map[string]float64{"*": 4}}
+	if got := q.Capped(nil); got.For("L4") != 4 {
+		t.Errorf("uncapped: %v", got)
 	}
 }

@@ -48,6 +48,9 @@ type SyncerOptions struct {
 	// Refresh applies unchanged objects again every Refresh passes (someone
 	// may have edited them). Default 10.
 	Refresh int
+	// Fleet, in a MultiKueue manager, are the worker clusters every team's
+	// queue dispatches to (Options.Fleet); nil: none.
+	Fleet func() []Worker
 }
 
 // Syncer keeps Kueue's objects as the policy's quotas say: one pass per Run,
@@ -97,7 +100,11 @@ func (s *Syncer) Run(ctx context.Context) (applied bool, err error) {
 		}
 		held[t] = ok
 	}
-	objs := Objects(s.o.Classes, teams, s.o.Priorities, Options{ApprovalCheck: true, Held: held})
+	opt := Options{ApprovalCheck: true, Held: held}
+	if s.o.Fleet != nil {
+		opt.Fleet = s.o.Fleet()
+	}
+	objs := Objects(s.o.Classes, teams, s.o.Priorities, opt)
 	data, err := json.Marshal(objs)
 	if err != nil {
 		return false, err

@@ -124,7 +124,16 @@ type Meta struct {
 	// the pods tolerate their class's flavor taint (package quota). VMs are
 	// not queued.
 	Kueue bool
+	// MultiKueue, with Kueue, hands a Job to MultiKueue (spec.managedBy, as
+	// Kueue's webhook would set it in a manager cluster): it runs on the
+	// worker cluster Gantry's dispatcher nominates, and its status is
+	// copied back.
+	MultiKueue bool
 }
+
+// ManagedByMultiKueue is the spec.managedBy of a Job MultiKueue runs on a
+// worker cluster.
+const ManagedByMultiKueue = "kueue.x-k8s.io/multikueue"
 
 // Name is the name of the workload's objects: template name and workload id.
 func (m Meta) Name(templateName string) string { return templateName + "-" + m.WorkloadID }
@@ -170,6 +179,9 @@ func Objects(r *template.Resolved, m Meta) ([]Object, error) {
 			job.Labels[quota.LabelQueueName] = quota.LocalQueue
 			job.Labels[quota.LabelPriorityClass] = b.kueuePriority(&job.Spec.Template.Spec)
 			job.Spec.Suspend = ptr(true) // Kueue resumes it when it admits it
+			if m.MultiKueue {
+				job.Spec.ManagedBy = ptr(ManagedByMultiKueue)
+			}
 		}
 		return append(objs, b.networkPolicy()), nil
 	case template.Service:

@@ -664,3 +664,35 @@ func TestKueue(t *testing.T) {
 		}
 	}
 }
+
+// TestMultiKueue: in a MultiKueue manager a queued Job is MultiKueue's
+// (spec.managedBy, as Kueue's webhook would set it); unqueued, it is not.
+func TestMultiKueue(t *testing.T) {
+	classes, templates := load(t)
+	r, err := templates["pytorch-train"].Resolve(classes, template.Choice{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		kueue, multiKueue bool
+		want              string
+	}{{true, true, render.ManagedByMultiKueue}, {true, false, ""}, {false, true, ""}} {
+		m := metaFor(r)
+		m.Kueue, m.MultiKueue = tc.kueue, tc.multiKueue
+		objs, err := render.Objects(r, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range objs {
+			if j, ok := o.(*batchv1.Job); ok {
+				got := ""
+				if j.Spec.ManagedBy != nil {
+					got = *j.Spec.ManagedBy
+				}
+				if got != tc.want {
+					t.Errorf("kueue %v, multiKueue %v: managedBy %q", tc.kueue, tc.multiKueue, got)
+				}
+			}
+		}
+	}
+}

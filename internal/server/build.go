@@ -140,11 +140,22 @@ func (s *Server) workloadService() (err error) {
 	s.checks = []api.Check{{Name: "database", Pinger: s.Store.DB}}
 	wo := workload.Options{Store: s.Store.Workloads, Templates: s.Catalog, Authorizer: s.authz, Images: s.Images, Budgets: s.Budgets, NodeGroups: s.NodeGroups,
 		Namespace: func(t team.Name) string { return cfg.NamespacePrefix + t.String() }, KBSURL: cfg.Confidential.KBSURL, Kueue: cfg.Quota.Kueue, Log: s.Log, Now: s.clock.Now}
+	// Worker clusters: read from every replica; with Kueue, the cluster is
+	// their MultiKueue manager and Jobs run on them.
+	var remote kube.Workers
+	if len(s.Fleet.Clusters()) > 0 {
+		if s.workers, err = workers.New(workers.Options{Fleet: s.Fleet, Classes: s.Catalog.Classes()}); err != nil {
+			return err
+		}
+		if cfg.Quota.Kueue && cfg.Kubeconfig != "" {
+			wo.Fleet, remote = true, s.workers
+		}
+	}
 	if cfg.Kubeconfig == "" {
 		s.Log.Warn("no kubeconfig: launches are recorded and rendered, not applied to a cluster")
 	} else {
 		if s.cluster, err = kube.NewLazy(kube.LazyOptions{Kubeconfig: cfg.Kubeconfig, Cluster: kube.Options{Kueue: cfg.Quota.Kueue, Observer: s.own, Queues: s.own.Queues(),
-			NodeGroups: s.NodeGroups, Classes: s.Catalog.Classes(), Now: s.clock.Now}}); err != nil {
+			NodeGroups: s.NodeGroups, Classes: s.Catalog.Classes(), Now: s.clock.Now, Workers: remote}}); err != nil {
 			return err
 		}
 		wo.Cluster = s.cluster
@@ -313,10 +324,7 @@ func (s *Server) handler(ov Overrides, w *wiring) error {
 	}
 	s.capacity = capa
 	var watch fleet.Watch = fleet.NoWatch{}
-	if len(s.Fleet.Clusters()) > 0 {
-		if s.workers, err = workers.New(workers.Options{Fleet: s.Fleet, Classes: s.Catalog.Classes()}); err != nil {
-			return err
-		}
+	if s.workers != nil {
 		watch = s.workers
 	}
 	oc := w.signIn

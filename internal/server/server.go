@@ -47,6 +47,7 @@ import (
 	"github.com/gantryhq/gantry/internal/imagecat"
 	"github.com/gantryhq/gantry/internal/imageverify"
 	"github.com/gantryhq/gantry/internal/kube"
+	"github.com/gantryhq/gantry/internal/kube/dispatch"
 	"github.com/gantryhq/gantry/internal/kube/lead"
 	"github.com/gantryhq/gantry/internal/kube/workers"
 	"github.com/gantryhq/gantry/internal/live"
@@ -677,9 +678,22 @@ func (s *Server) lead(ctx context.Context, c *kube.Cluster) error {
 	// Every part is built before any loop starts: a lead that fails to build
 	// has nothing to wait for.
 	var quotas *quota.Syncer
+	var fleetSide *workers.Manager      // the manager's side of the worker clusters
+	var dispatcher *dispatch.Dispatcher // nominates a worker for each Workload
 	if s.Config.Quota.Kueue {
-		if quotas, err = quota.NewSyncer(quota.SyncerOptions{Policy: func() quota.Policy { return s.authz.Policy() }, Classes: s.Catalog.Classes(),
-			Kueue: c.Kueue(), Holds: s.Budgets, Priorities: priorities, Log: s.Log}); err != nil {
+		qo := quota.SyncerOptions{Policy: func() quota.Policy { return s.authz.Policy() }, Classes: s.Catalog.Classes(),
+			Kueue: c.Kueue(), Holds: s.Budgets, Priorities: priorities, Log: s.Log}
+		if s.workers != nil {
+			if fleetSide, err = workers.NewManager(workers.ManagerOptions{Workers: s.workers, Cluster: c, KueueNamespace: s.Config.Quota.KueueNamespace,
+				Policy: qo.Policy, Classes: qo.Classes, Priorities: priorities}); err != nil {
+				return err
+			}
+			qo.Fleet = fleetSide.Workers
+			if dispatcher, err = dispatch.New(dispatch.Options{Manager: c.Dynamic(), Fleet: s.Fleet, Workers: s.workers, Check: quota.FleetCheck, Stage: fleetSide, Now: s.clock.Now, Log: s.Log}); err != nil {
+				return err
+			}
+		}
+		if quotas, err = quota.NewSyncer(qo); err != nil {
 			return err
 		}
 	}
@@ -766,6 +780,24 @@ func (s *Server) lead(ctx context.Context, c *kube.Cluster) error {
 			return c.Kueue().RunQueueController(gctx, s.Config.NamespacePrefix, s.Workloads.Admission, s.Config.Reconcile(), s.Log)
 		})
 	}
+	if fleetSide != nil {
+		g.Go(func() error {
+			return s.every(gctx, workersInterval, func(ctx context.Context) {
+				if err := fleetSide.Pass(ctx); err != nil && ctx.Err() == nil {
+					s.Log.Error("worker clusters: credentials or queues not synced", "err", err)
+				}
+			})
+		})
+		g.Go(func() error {
+			return s.every(gctx, dispatchInterval, func(ctx context.Context) {
+				n, err := dispatcher.Round(ctx)
+				s.own.Loop(ownmetrics.Dispatched, n)
+				if err != nil && ctx.Err() == nil {
+					s.Log.Warn("dispatch", "nominated", n, "err", err)
+				}
+			})
+		})
+	}
 	return g.Wait()
 }
 
@@ -790,6 +822,10 @@ func (s *Server) readWorkers(ctx context.Context) {
 
 // workersInterval is how often the worker clusters are read.
 const workersInterval = 10 * time.Second
+
+// dispatchInterval is how often the manager's waiting Workloads are
+// nominated to worker clusters: a dispatch round.
+const dispatchInterval = 5 * time.Second
 
 // warmInterval is how often warm capacity is sized again.
 const warmInterval = time.Minute

@@ -159,7 +159,13 @@ func (s *Service) render(ctx context.Context, owner string, req Request, id stri
 	if err != nil {
 		return Rendered{}, err
 	}
-	meta := render.Meta{WorkloadID: id, Team: req.Team.String(), Owner: owner, Namespace: s.namespace(req.Team), TemplateVersion: v.Version, Image: pinned, Kueue: s.kueue}
+	meta := render.Meta{WorkloadID: id, Team: req.Team.String(), Owner: owner, Namespace: s.namespace(req.Team), TemplateVersion: v.Version, Image: pinned, Kueue: s.kueue, MultiKueue: s.fleet}
+	if s.fleet && v.Template.Spec.Workload != template.Job {
+		// MultiKueue dispatches batch Jobs; a service, notebook or VM queued
+		// in the manager would wait for a dispatch that never comes.
+		return Rendered{}, &fault.Invalid{Fields: []fault.Field{{Path: "template", Message: fmt.Sprintf(
+			"template %q is a %s: this Gantry runs work on its worker clusters, and only batch Jobs are dispatched to them yet (docs/fleets.md)", v.Name, v.Template.Spec.Workload)}}}
+	}
 	if r.Confidential {
 		if tee == "" {
 			return Rendered{}, &fault.Invalid{Fields: []fault.Field{{Path: "confidential", Message: fmt.Sprintf(
@@ -483,7 +489,7 @@ func (s *Service) rerender(ctx context.Context, w Workload) ([]render.Object, er
 	if err != nil {
 		return nil, err
 	}
-	objs, err := render.Objects(r, render.Meta{WorkloadID: w.ID, Team: w.Team.String(), Owner: w.Owner, Namespace: s.namespace(w.Team), TemplateVersion: w.TemplateVersion, Image: w.Image, TEE: w.TEE, InitData: s.initDataFor(w.TEE), Kueue: s.kueue})
+	objs, err := render.Objects(r, render.Meta{WorkloadID: w.ID, Team: w.Team.String(), Owner: w.Owner, Namespace: s.namespace(w.Team), TemplateVersion: w.TemplateVersion, Image: w.Image, TEE: w.TEE, InitData: s.initDataFor(w.TEE), Kueue: s.kueue, MultiKueue: s.fleet})
 	if err != nil {
 		return nil, err
 	}

@@ -144,7 +144,7 @@ func (s *Service) Events(ctx context.Context, id string) ([]Event, error) {
 	if s.cluster == nil {
 		return []Event{}, nil
 	}
-	return s.cluster.Events(ctx, s.namespace(w.Team), w.Name)
+	return s.cluster.Events(ctx, s.namespace(w.Team), w.Name, w.ID)
 }
 
 // Namespace is the namespace a workload's objects live in.

@@ -628,3 +628,26 @@ func TestShowbackAtNodeGroupPrices(t *testing.T) {
 		t.Errorf("one hour: total %v, reserved %+v, want 9.5 with 8 charged and 24 idle", c.Total, c.Reserved)
 	}
 }
+
+// TestFleetLaunches: with worker clusters, a Job is handed to MultiKueue;
+// a notebook, service or VM, which cannot be dispatched yet, is refused
+// naming the template — never left waiting for a dispatch that never
+// comes — and nothing of it is recorded or applied.
+func TestFleetLaunches(t *testing.T) {
+	h := newHarnessWith(t, nil, true, func(o *workload.Options) { o.Fleet = true })
+	h.launch(t, "pytorch-train")
+	for _, tmpl := range []string{"jupyter-notebook", "vllm-inference", "gpu-vm"} {
+		req := workload.Request{Template: tmpl, Team: "vision"}
+		if tmpl == "gpu-vm" {
+			req.Choice.Params = map[string]any{"sshPublicKey": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKubeTestKey0000000000000000000000000000 bob@host"}
+		}
+		_, _, err := h.svc.Create(asAlice(), "alice", req)
+		var inv *fault.Invalid
+		if !errors.As(err, &inv) || len(inv.Fields) != 1 || inv.Fields[0].Path != "template" || !strings.Contains(inv.Fields[0].Message, "only batch Jobs are dispatched") {
+			t.Errorf("%s: %v", tmpl, err)
+		}
+	}
+	if objs, _ := h.cluster.Managed(context.Background()); len(objs) != 1 || objs[0].Kind != "Job" {
+		t.Errorf("on the cluster: %+v, want the Job alone", objs)
+	}
+}

@@ -240,8 +240,9 @@ type Cluster interface {
 	EnsureNamespace(ctx context.Context, name string, t team.Name) error
 	Apply(ctx context.Context, objs []render.Object) error
 	Delete(ctx context.Context, namespace, kind, name string) error
-	// Events returns the events of objects whose names start with prefix.
-	Events(ctx context.Context, namespace, prefix string) ([]Event, error)
+	// Events returns the events of objects whose names start with prefix,
+	// those of workload id (wherever it runs).
+	Events(ctx context.Context, namespace, prefix, id string) ([]Event, error)
 	// Logs streams the log of the main container of the newest pod labelled
 	// with the workload id; *fault.Conflict when there is no pod yet.
 	Logs(ctx context.Context, namespace, workloadID string, follow bool, tailLines int64) (io.ReadCloser, error)
@@ -342,6 +343,9 @@ type Options struct {
 	KBSURL string
 	// Kueue renders workloads queued for Kueue (render.Meta.Kueue).
 	Kueue bool
+	// Fleet, with Kueue, hands Jobs to MultiKueue for the worker clusters
+	// (render.Meta.MultiKueue) and refuses the other workloads.
+	Fleet bool
 	// NodeGroups refuse launches their class's groups could never hold
 	// (an empty set: none declared, nothing refused for size).
 	NodeGroups *nodegroup.Set
@@ -362,6 +366,7 @@ type Service struct {
 	meter     *Meter
 	initData  string // "": confidential launches are refused
 	kueue     bool
+	fleet     bool
 	log       *slog.Logger
 	now       func() time.Time
 	newID     func() string
@@ -387,7 +392,7 @@ func New(o Options) (*Service, error) {
 		return nil, fmt.Errorf("workload.New: missing %s", strings.Join(missing, ", "))
 	}
 	s := &Service{store: o.Store, templates: o.Templates, namespace: o.Namespace, cluster: o.Cluster,
-		authz: o.Authorizer, images: o.Images, budgets: o.Budgets, groups: o.NodeGroups, kueue: o.Kueue, log: o.Log, now: o.Now, newID: NewID}
+		authz: o.Authorizer, images: o.Images, budgets: o.Budgets, groups: o.NodeGroups, kueue: o.Kueue, fleet: o.Fleet && o.Kueue, log: o.Log, now: o.Now, newID: NewID}
 	if s.log == nil {
 		s.log = slog.Default()
 	}

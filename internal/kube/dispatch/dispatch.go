@@ -38,7 +38,7 @@ import (
 const Name = "gantry.dev/fleet"
 
 // ReasonAnnotation carries the dispatch decision in words on the Workload.
-const ReasonAnnotation = "gantry.dev/placement"
+const ReasonAnnotation = kapi.AnnotationPlacement
 
 // Remote reads the workers' copies of the manager's Workloads.
 type Remote interface {
@@ -53,6 +53,12 @@ type Workers interface {
 	Remote
 }
 
+// Stager puts on a worker what a Workload's Job needs there and MultiKueue
+// does not copy (its volume claims), before the Workload is nominated to it.
+type Stager interface {
+	Stage(ctx context.Context, cluster string, wl *unstructured.Unstructured) error
+}
+
 // Options build a Dispatcher; all but Retry and Log are required.
 type Options struct {
 	Manager dynamic.Interface // the manager cluster
@@ -60,6 +66,9 @@ type Options struct {
 	Workers Workers
 	// Check is the MultiKueue AdmissionCheck's name in the manager.
 	Check string
+	// Stage, when set, readies a worker for a Workload before it is
+	// nominated there (a nomination waits for it).
+	Stage Stager
 	// Retry is how long a nomination may wait to be admitted before the
 	// next candidate is tried (default 2 minutes).
 	Retry time.Duration
@@ -189,6 +198,12 @@ func (d *Dispatcher) Round(ctx context.Context) (n int, err error) {
 			}
 			continue
 		}
+		if d.o.Stage != nil {
+			if err := d.o.Stage.Stage(ctx, target, w.u); err != nil {
+				errs = append(errs, fmt.Errorf("dispatch: ready %s for %s/%s: %w", target, w.u.GetNamespace(), w.u.GetName(), err))
+				continue
+			}
+		}
 		if err := d.nominate(ctx, w.u, target, dec.Reason); err != nil {
 			errs = append(errs, err)
 			continue
@@ -222,7 +237,8 @@ func (d *Dispatcher) remember(uid types.UID, h nominated) {
 }
 
 // waits reports whether a Workload has its quota reserved in the manager,
-// waits on the MultiKueue check, and no worker has admitted it yet.
+// its other admission checks are ready, it waits on the MultiKueue check,
+// and no worker has admitted it yet.
 func (d *Dispatcher) waits(u *unstructured.Unstructured) bool {
 	if name, _, _ := unstructured.NestedString(u.Object, "status", "clusterName"); name != "" {
 		return false
@@ -230,14 +246,21 @@ func (d *Dispatcher) waits(u *unstructured.Unstructured) bool {
 	if !condition(u, "QuotaReserved") || condition(u, "Finished") {
 		return false
 	}
+	// The other checks (Gantry's approval) come first: MultiKueue runs a
+	// nominated Workload on its worker as soon as the worker admits it,
+	// whatever the manager's other checks say.
 	checks, _, _ := unstructured.NestedSlice(u.Object, "status", "admissionChecks")
+	pending := false
 	for _, c := range checks {
 		m, _ := c.(map[string]any)
-		if m["name"] == d.o.Check {
-			return m["state"] == "Pending"
+		switch {
+		case m["name"] == d.o.Check:
+			pending = m["state"] == "Pending"
+		case m["state"] != "Ready":
+			return false
 		}
 	}
-	return false
+	return pending
 }
 
 // nominate writes the Workload's nomination and the reason.

@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"github.com/gantryhq/gantry/api/model"
 	"github.com/gantryhq/gantry/internal/config"
 	"github.com/gantryhq/gantry/internal/devcluster"
 	"github.com/gantryhq/gantry/internal/devcluster/clustertest"
@@ -57,9 +58,11 @@ func TestMain(m *testing.M) {
 			o.MultiKueueDispatcher = dispatch.Name
 		}},
 		{&onprem, "fleet-onprem", func(o *devcluster.Options) {
+			o.JobRuntime = time.Hour
 			o.Fleet = []devcluster.NodeSpec{{Prefix: "a100", Count: 2, Product: "NVIDIA-A100-SXM4-80GB", MemoryMB: 81920, GPUs: 8, Whole: 8}}
 		}},
 		{&cloud, "fleet-cloud", func(o *devcluster.Options) {
+			o.JobRuntime = time.Hour
 			o.Fleet = []devcluster.NodeSpec{{Prefix: "h100", Count: 1, Product: "NVIDIA-H100-80GB-HBM3", MemoryMB: 81559, GPUs: 8, Whole: 8},
 				{Prefix: "a100", Count: 1, Product: "NVIDIA-A100-SXM4-80GB", MemoryMB: 81920, GPUs: 8, Whole: 8}}
 		}},
@@ -377,6 +380,170 @@ clusters:
 	if d := fl.Place(fleet.Launch{Team: "vision", Class: "H100-80GB", GPUs: 4}, states); d.Cluster() != "" || !strings.Contains(d.Reason, "cloud-east: unreachable") {
 		t.Errorf("an H100 launch with the cloud gone: %s", d.Reason)
 	}
+}
+
+// TestFleetThroughGantry: Gantry with Kueue on the manager and a clusters
+// file of the two workers keeps MultiKueue's side itself (the workers'
+// Secrets, MultiKueue's objects, each worker's team namespaces and queues)
+// and dispatches from its leader: a training launch through the API runs
+// on the room's A100s (its volume claim staged there), reaches Running
+// from the status MultiKueue copies back, and its logs and the worker's
+// events are read through Gantry. With the room cordoned through the API,
+// the next goes to the cloud; a notebook is refused, for only Jobs are
+// dispatched. Deleted, the work and its claims leave the workers. (Before
+// TestDispatchOverTwoWorkers, which stops the cloud; this leaves the
+// workers as it found them.)
+func TestFleetThroughGantry(t *testing.T) {
+	if manager == nil {
+		t.Skip(clustertest.ErrNotRequested)
+	}
+	ctx := context.Background()
+	file := filepath.Join(t.TempDir(), "clusters.yaml")
+	os.WriteFile(file, []byte(fmt.Sprintf(`apiVersion: gantry.dev/v1alpha1
+kind: ClusterList
+clusters:
+  - name: onprem
+    region: eu-central
+    provider: on-premises
+    kubeconfig: {file: %s}
+    labels: {residency: onprem}
+    offers: [{class: A100-80GB, purchase: reserved, pricePerGPUHour: 1.10, gpus: 16}]
+  - name: cloud
+    region: us-east-1
+    provider: cloud
+    kubeconfig: {file: %s}
+    labels: {residency: cloud}
+    offers:
+      - {class: H100-80GB, purchase: on-demand, pricePerGPUHour: 6.90}
+      - {class: A100-80GB, purchase: on-demand, pricePerGPUHour: 3.20}
+`, onprem.Kubeconfig, cloud.Kubeconfig)), 0o644)
+	lease := "gantry-fleet-test"
+	if _, err := manager.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: lease}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	g := servertest.New(t, func(c *config.Config) {
+		c.ClustersFile = file
+		c.Kubeconfig = manager.Kubeconfig
+		c.Namespace = lease
+		c.ReconcileInterval = config.Duration(time.Second)
+	})
+	api := servertest.Client(g.URL, g.Token("ada"))
+	mdyn, err := dynamic.NewForConfig(manager.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const teamNS = "gantry-vision"
+	kueueWorkload := func(id string) *unstructured.Unstructured {
+		list, err := mdyn.Resource(kapi.KueueWorkloads).Namespace(teamNS).List(ctx, metav1.ListOptions{LabelSelector: render.LabelWorkloadID + "=" + id})
+		if err != nil || len(list.Items) == 0 {
+			return nil
+		}
+		return &list.Items[0]
+	}
+	launch := func() model.Workload {
+		t.Helper()
+		r := servertest.Must(api.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "pytorch-train", Team: "vision",
+			Gpu: &model.GPUChoice{Class: new("A100-80GB"), Count: new(4)}}))(t)
+		if r.StatusCode() != 201 {
+			t.Fatalf("launch: %d %s", r.StatusCode(), r.Body)
+		}
+		return servertest.Deref(r.JSON201)
+	}
+	// runsOn waits until the workload runs on cluster as Gantry says (its
+	// status) and as the clusters say (the Kueue Workload's cluster, a pod
+	// running on the worker and none on the manager).
+	runsOn := func(id, cluster string, worker *devcluster.Cluster) {
+		t.Helper()
+		waitfor.Until(t, 3*time.Minute, id+" running on "+cluster, func() error {
+			w := servertest.Deref(servertest.Must(api.GetWorkloadWithResponse(ctx, id))(t).JSON200)
+			wl := kueueWorkload(id)
+			if wl == nil {
+				return fmt.Errorf("%s (%s): no Kueue Workload yet", w.Status, servertest.Deref(w.Reason))
+			}
+			if at, _, _ := unstructured.NestedString(wl.Object, "status", "clusterName"); at != cluster {
+				return fmt.Errorf("%s (%s): on %q", w.Status, servertest.Deref(w.Reason), at)
+			}
+			if w.Status != model.Running {
+				return fmt.Errorf("status %s (%s)", w.Status, servertest.Deref(w.Reason))
+			}
+			pods, err := worker.Client.CoreV1().Pods(teamNS).List(ctx, metav1.ListOptions{LabelSelector: render.LabelWorkloadID + "=" + id})
+			if err != nil || len(pods.Items) != 1 || pods.Items[0].Status.Phase != corev1.PodRunning {
+				return fmt.Errorf("its pods on %s: %v", cluster, err)
+			}
+			return nil
+		})
+		if pods, _ := manager.Client.CoreV1().Pods(teamNS).List(ctx, metav1.ListOptions{LabelSelector: render.LabelWorkloadID + "=" + id}); len(pods.Items) > 0 {
+			t.Errorf("%s has %d pods on the manager", id, len(pods.Items))
+		}
+	}
+
+	first := launch()
+	runsOn(first.Id, "onprem", onprem)
+	if r := kueueWorkload(first.Id).GetAnnotations()[dispatch.ReasonAnnotation]; !strings.HasPrefix(r, "placed on onprem: $1.10/GPU-h (reserved) vs $3.20 on cloud") {
+		t.Errorf("the placement: %q", r)
+	}
+	// Its logs and the worker's events, through Gantry.
+	logs := servertest.Must(api.GetWorkloadLogsWithResponse(ctx, first.Id, &model.GetWorkloadLogsParams{}))(t)
+	if logs.StatusCode() != 200 || !strings.Contains(string(logs.Body), "simulated container: ready") {
+		t.Errorf("logs from the worker: %d %s", logs.StatusCode(), logs.Body)
+	}
+	waitfor.Until(t, time.Minute, "the worker's events", func() error {
+		evs := servertest.Deref(servertest.Must(api.ListWorkloadEventsWithResponse(ctx, first.Id))(t).JSON200)
+		for _, e := range evs.Items {
+			if strings.HasPrefix(e.Object, "onprem: Pod/pytorch-train-"+first.Id) && e.Reason == "Scheduled" {
+				return nil
+			}
+		}
+		return fmt.Errorf("%s", asJSON(evs))
+	})
+
+	// The room cordoned: the next launch goes to the cloud.
+	if r := servertest.Must(api.CordonClusterWithResponse(ctx, "onprem"))(t); r.StatusCode() != 200 {
+		t.Fatalf("cordon: %d %s", r.StatusCode(), r.Body)
+	}
+	second := launch()
+	runsOn(second.Id, "cloud", cloud)
+	if r := kueueWorkload(second.Id).GetAnnotations()[dispatch.ReasonAnnotation]; r != "placed on cloud: $3.20/GPU-h; 8 GPUs free" {
+		t.Errorf("the placement with the room cordoned: %q", r)
+	}
+	if r := servertest.Must(api.UncordonClusterWithResponse(ctx, "onprem"))(t); r.StatusCode() != 200 {
+		t.Fatalf("uncordon: %d %s", r.StatusCode(), r.Body)
+	}
+
+	// A notebook cannot be dispatched yet: refused, not left waiting.
+	nb := servertest.Must(api.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "jupyter-notebook", Team: "vision"}))(t)
+	if p := servertest.Deref(nb.ApplicationproblemJSONDefault); nb.StatusCode() != 422 || len(servertest.Deref(p.Errors)) != 1 ||
+		servertest.Deref(p.Errors)[0].Field != "template" || !strings.Contains(servertest.Deref(p.Errors)[0].Detail, "only batch Jobs are dispatched") {
+		t.Errorf("a notebook: %d %s", nb.StatusCode(), nb.Body)
+	}
+
+	// Deleted: the work and its staged claims leave the workers.
+	for _, id := range []string{first.Id, second.Id} {
+		if r := servertest.Must(api.DeleteWorkloadWithResponse(ctx, id))(t); r.StatusCode() >= 300 {
+			t.Fatalf("delete %s: %d %s", id, r.StatusCode(), r.Body)
+		}
+	}
+	for name, w := range map[string]*devcluster.Cluster{"onprem": onprem, "cloud": cloud} {
+		waitfor.Until(t, 3*time.Minute, "nothing left on "+name, func() error {
+			pods, err := w.Client.CoreV1().Pods(teamNS).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return err
+			}
+			claims, err := w.Client.CoreV1().PersistentVolumeClaims(teamNS).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return err
+			}
+			if len(pods.Items)+len(claims.Items) > 0 {
+				return fmt.Errorf("%d pods, %d claims", len(pods.Items), len(claims.Items))
+			}
+			return nil
+		})
+	}
+}
+
+func asJSON(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
 }
 
 // TestDispatchOverTwoWorkers: launches land on the cheaper feasible worker

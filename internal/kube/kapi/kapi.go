@@ -44,6 +44,10 @@ var (
 	VMResource = schema.GroupVersionResource{Group: "kubevirt.io", Version: "v1", Resource: "virtualmachines"}
 )
 
+// AnnotationPlacement carries, on a MultiKueue manager's Kueue Workload,
+// Gantry's dispatch decision in words ("placed on onprem: ...").
+const AnnotationPlacement = "gantry.dev/placement"
+
 // KueueResources are Kueue's API resources, by kind.
 var KueueResources = map[string]schema.GroupVersionResource{
 	"ResourceFlavor":        {Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "resourceflavors"},
@@ -52,6 +56,8 @@ var KueueResources = map[string]schema.GroupVersionResource{
 	"WorkloadPriorityClass": {Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "workloadpriorityclasses"},
 	"Cohort":                {Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "cohorts"},
 	"AdmissionCheck":        {Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "admissionchecks"},
+	"MultiKueueConfig":      {Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "multikueueconfigs"},
+	"MultiKueueCluster":     {Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "multikueueclusters"},
 }
 
 // KueueWorkloads is the API resource of Kueue's Workloads.

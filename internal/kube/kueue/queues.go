@@ -40,18 +40,26 @@ func (k *Kueue) Apply(ctx context.Context, o quota.Object) error {
 }
 
 // SyncQuotas applies Kueue's cluster-wide objects (package quota's Objects)
-// and deletes the ClusterQueues, ResourceFlavors and WorkloadPriorityClasses
-// Gantry made that are no longer wanted (a team or class removed).
+// and deletes the ClusterQueues, ResourceFlavors, WorkloadPriorityClasses
+// and AdmissionChecks Gantry made that are no longer wanted (a team or class
+// removed) — in a MultiKueue manager, its MultiKueueClusters too (a worker
+// removed). Those of a fleet no longer configured at all are left.
 func (k *Kueue) SyncQuotas(ctx context.Context, objs []quota.Object) error {
 	want := map[string]bool{}
+	kinds := []string{"ClusterQueue", "ResourceFlavor", "WorkloadPriorityClass", "AdmissionCheck"}
 	for _, o := range objs {
 		if err := k.Apply(ctx, o); err != nil {
 			return err
 		}
 		u := unstructured.Unstructured{Object: o}
 		want[u.GetKind()+"/"+u.GetName()] = true
+		if u.GetKind() == "MultiKueueConfig" {
+			// A MultiKueue manager: its workers' objects are pruned too
+			// (only there may Gantry read them).
+			kinds = append(kinds, "MultiKueueConfig", "MultiKueueCluster")
+		}
 	}
-	for _, kind := range []string{"ClusterQueue", "ResourceFlavor", "WorkloadPriorityClass", "AdmissionCheck"} {
+	for _, kind := range kinds {
 		list, err := k.dyn.Resource(kapi.KueueResources[kind]).List(ctx, metav1.ListOptions{LabelSelector: render.LabelManagedBy + "=" + render.ManagedBy})
 		if err != nil {
 			return kapi.Classify(err, kind, "")

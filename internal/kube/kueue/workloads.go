@@ -8,6 +8,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/gantryhq/gantry/internal/kube/kapi"
 	"github.com/gantryhq/gantry/internal/quota"
 )
 
@@ -44,6 +45,34 @@ func Waiting(u *unstructured.Unstructured) (waiting bool, reason string) {
 		reason = strings.TrimSuffix(preempted+"; "+why, "; ")
 	}
 	return !reserved && !finished, reason
+}
+
+// Dispatching says whether a manager's Kueue Workload, its quota reserved,
+// waits for MultiKueue to run it on a worker cluster, and why: Gantry's
+// placement in words (kapi.AnnotationPlacement), or the check's message.
+func Dispatching(u *unstructured.Unstructured) (waiting bool, reason string) {
+	if name, _, _ := unstructured.NestedString(u.Object, "status", "clusterName"); name != "" {
+		return false, ""
+	}
+	if Admitted(u) {
+		return false, ""
+	}
+	checks, _, _ := unstructured.NestedSlice(u.Object, "status", "admissionChecks")
+	for _, ch := range checks {
+		m, _ := ch.(map[string]any)
+		if m["name"] != quota.FleetCheck || m["state"] == "Ready" {
+			continue
+		}
+		reason = u.GetAnnotations()[kapi.AnnotationPlacement]
+		if reason == "" {
+			reason, _ = m["message"].(string)
+		}
+		if reason == "" {
+			reason = "waiting for Gantry to choose a worker cluster"
+		}
+		return true, reason
+	}
+	return false, ""
 }
 
 // OwnerKey is the key under which OwnerIndex files a Kueue Workload: the

@@ -83,3 +83,43 @@ func TestQueuePosition(t *testing.T) {
 		t.Errorf("reason %q", got)
 	}
 }
+
+// TestDispatching: a manager's Workload with its quota reserved waits for
+// a worker until one runs it, with Gantry's placement as the reason.
+func TestDispatching(t *testing.T) {
+	now := time.Now()
+	withChecks := func(state string, placement string, cluster string) *unstructured.Unstructured {
+		u := kw("w", 0, now, true, cond("QuotaReserved", "True", now, ""))
+		unstructured.SetNestedSlice(u.Object, []any{
+			map[string]any{"name": "gantry-approval", "state": "Ready"},
+			map[string]any{"name": "gantry-fleet", "state": state, "message": "The workload got reservation on \"onprem\""},
+		}, "status", "admissionChecks")
+		if placement != "" {
+			u.SetAnnotations(map[string]string{"gantry.dev/placement": placement})
+		}
+		if cluster != "" {
+			unstructured.SetNestedField(u.Object, cluster, "status", "clusterName")
+		}
+		return u
+	}
+	for _, tc := range []struct {
+		name    string
+		u       *unstructured.Unstructured
+		waiting bool
+		reason  string
+	}{
+		{"placed, not yet admitted there", withChecks("Pending", "placed on onprem: $1.10/GPU-h", ""), true, "placed on onprem: $1.10/GPU-h"},
+		{"nowhere to go", withChecks("Pending", "no cluster may run it (cloud: cordoned)", ""), true, "no cluster may run it (cloud: cordoned)"},
+		{"no decision yet: the check's words", withChecks("Pending", "", ""), true, "The workload got reservation on \"onprem\""},
+		{"running on a worker", withChecks("Ready", "placed on onprem", "onprem"), false, ""},
+		{"a worker reserved, the check not yet ready", withChecks("Pending", "placed on onprem", "onprem"), false, ""},
+		{"a queue without MultiKueue", kw("w", 0, now, true, cond("QuotaReserved", "True", now, "")), false, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			waiting, reason := Dispatching(tc.u)
+			if waiting != tc.waiting || reason != tc.reason {
+				t.Errorf("Dispatching: %v %q", waiting, reason)
+			}
+		})
+	}
+}

@@ -36,6 +36,23 @@ func Observe(id string, jobs []*batchv1.Job, pods []*corev1.Pod) (Observation, b
 			}
 		}
 	}
+	// A Job MultiKueue runs on a worker has no pods here: the status it
+	// copies back speaks.
+	if len(pods) == 0 {
+		for _, j := range jobs {
+			if j.Spec.ManagedBy == nil || *j.Spec.ManagedBy != render.ManagedByMultiKueue {
+				continue
+			}
+			switch {
+			case j.Status.Ready != nil && *j.Status.Ready > 0:
+				o.Phase = "Running"
+				return o, true
+			case j.Status.Active > 0:
+				o.Phase = "Scheduled"
+				return o, true
+			}
+		}
+	}
 	// The most advanced live pod speaks for the workload.
 	best := -1
 	var finished *corev1.Pod

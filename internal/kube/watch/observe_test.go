@@ -27,6 +27,12 @@ func TestObserve(t *testing.T) {
 	pendingJob := &batchv1.Job{}
 	complete := &batchv1.Job{Status: batchv1.JobStatus{Conditions: []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}}}
 	deadline := &batchv1.Job{Status: batchv1.JobStatus{Conditions: []batchv1.JobCondition{{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, Reason: "DeadlineExceeded", Message: "Job was active longer than specified deadline"}}}}
+	// Jobs MultiKueue runs on a worker: no pods here, the status copied back.
+	mk := func(active, ready int32) *batchv1.Job {
+		return &batchv1.Job{Spec: batchv1.JobSpec{ManagedBy: new("kueue.x-k8s.io/multikueue")}, Status: batchv1.JobStatus{Active: active, Ready: &ready}}
+	}
+	mkDone := mk(0, 0)
+	mkDone.Status.Conditions = complete.Status.Conditions
 	tests := []struct {
 		name         string
 		jobs         []*batchv1.Job
@@ -46,6 +52,9 @@ func TestObserve(t *testing.T) {
 		// A Job's failed pod, retried: the retry speaks, not the failure.
 		{"job retry running", []*batchv1.Job{pendingJob}, []*corev1.Pod{failedRetry, running}, "Running", "", "h100-mig-0"},
 		{"job retry not yet made", []*batchv1.Job{pendingJob}, []*corev1.Pod{failedRetry}, "Pending", "being replaced or retried", ""},
+		{"on a worker, running", []*batchv1.Job{mk(1, 1)}, nil, "Running", "", ""},
+		{"on a worker, starting", []*batchv1.Job{mk(1, 0)}, nil, "Scheduled", "", ""},
+		{"on a worker, done", []*batchv1.Job{mkDone}, nil, "Succeeded", "", ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -57,6 +66,15 @@ func TestObserve(t *testing.T) {
 	}
 	if _, ok := Observe("w", nil, nil); ok {
 		t.Fatal("nothing to observe, yet an observation")
+	}
+	// Not yet dispatched: the Kueue Workload speaks (Dispatching).
+	if _, ok := Observe("w", []*batchv1.Job{mk(0, 0)}, nil); ok {
+		t.Fatal("a Job not yet on a worker, yet an observation")
+	}
+	// A Job of this cluster with no pods yet says nothing of its status.
+	here := &batchv1.Job{Status: batchv1.JobStatus{Active: 1, Ready: new(int32(1))}}
+	if _, ok := Observe("w", []*batchv1.Job{here}, nil); ok {
+		t.Fatal("a Job of this cluster observed without its pods")
 	}
 }
 

@@ -415,6 +415,9 @@ func (w *Watcher) queuedBy(id string, keys ...string) (Observation, bool) {
 				pos := w.position(u)
 				return Observation{WorkloadID: id, Phase: "Queued", Reason: kueue.Reason(reason, pos), Position: pos}, true
 			}
+			if waiting, reason := kueue.Dispatching(u); waiting {
+				return Observation{WorkloadID: id, Phase: "Queued", Reason: reason}, true
+			}
 		}
 	}
 	return Observation{}, false

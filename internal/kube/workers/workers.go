@@ -3,7 +3,10 @@
 // class it offers that are free now, and each team's GPUs running or
 // waiting there. Credentials are kubeconfig files, read again when they
 // change (a rotated token is picked up at the next pass); a worker that
-// refuses them is said to, in words an operator can act on.
+// refuses them is said to, in words an operator can act on. With Kueue, it
+// is also the manager's side of the fleet (Manager, on the leader): the
+// kubeconfigs as MultiKueue's Secrets, each worker's team namespaces and
+// queues, and a Job's volume claims staged on its worker.
 package workers
 
 import (
@@ -54,6 +57,11 @@ type Workers struct {
 	clients map[string]client // by cluster
 	states  map[string]fleet.State
 	read    bool
+
+	written    map[string]string // by cluster: the kubeconfig last written to its Secret (Secrets)
+	mirrored   map[string]string // by cluster: what Mirror last applied
+	mirrorPass map[string]int
+	secretPass int
 }
 
 type client struct {
@@ -81,7 +89,8 @@ func New(o Options) (*Workers, error) {
 	if o.Timeout <= 0 {
 		o.Timeout = 5 * time.Second
 	}
-	return &Workers{fleet: o.Fleet, classes: o.Classes, secretsDir: o.SecretsDir, timeout: o.Timeout, clients: map[string]client{}, states: map[string]fleet.State{}}, nil
+	return &Workers{fleet: o.Fleet, classes: o.Classes, secretsDir: o.SecretsDir, timeout: o.Timeout, clients: map[string]client{}, states: map[string]fleet.State{},
+		written: map[string]string{}, mirrored: map[string]string{}, mirrorPass: map[string]int{}}, nil
 }
 
 // States implements fleet.Watch: each cluster's state as last read; ok is

@@ -192,7 +192,7 @@ func (NoBudgets) Month(context.Context, team.Name, float64, time.Time, time.Time
 }
 
 // Events implements workload.Cluster: none.
-func (c *Cluster) Events(context.Context, string, string) ([]workload.Event, error) {
+func (c *Cluster) Events(context.Context, string, string, string) ([]workload.Event, error) {
 	return []workload.Event{}, c.fail()
 }
 

@@ -1,0 +1,304 @@
+package workers
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/gantryhq/gantry/internal/fleet"
+	"github.com/gantryhq/gantry/internal/gpu"
+	"github.com/gantryhq/gantry/internal/kube"
+	"github.com/gantryhq/gantry/internal/kube/kapi"
+	"github.com/gantryhq/gantry/internal/kube/kueue"
+	"github.com/gantryhq/gantry/internal/quota"
+	"github.com/gantryhq/gantry/internal/render"
+	"github.com/gantryhq/gantry/internal/team"
+)
+
+// SecretName is the Secret, in Kueue's namespace of the manager, through
+// which MultiKueue reaches a worker.
+func SecretName(cluster string) string { return "gantry-worker-" + cluster }
+
+// Secrets writes, in the manager's namespace (Kueue's), each worker's
+// kubeconfig as Gantry reads it — flattened, for MultiKueue reads no file
+// paths — into the Secret MultiKueue reaches it through, when it changed
+// and every refresh calls: credentials that rotate under Gantry rotate
+// under MultiKueue too, and a Secret deleted by hand comes back. It
+// returns the workers as MultiKueue's objects name them. A worker whose
+// kubeconfig cannot be read is left out of nothing: its Secret stays as it
+// was, and the error says which.
+func (w *Workers) Secrets(ctx context.Context, manager kubernetes.Interface, namespace string, refresh int) ([]quota.Worker, error) {
+	w.mu.Lock()
+	if refresh > 0 && w.secretPass%refresh == 0 {
+		clear(w.written)
+	}
+	w.secretPass++
+	w.mu.Unlock()
+	var out []quota.Worker
+	var errs []error
+	for _, c := range w.fleet.Clusters() {
+		out = append(out, quota.Worker{Name: c.Name, Secret: SecretName(c.Name)})
+		data, err := flattened(Path(c.Kubeconfig, w.secretsDir))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("worker %s: %w", c.Name, err))
+			continue
+		}
+		sum := sha256.Sum256(data)
+		stamp := hex.EncodeToString(sum[:])
+		w.mu.Lock()
+		same := w.written[c.Name] == stamp
+		w.mu.Unlock()
+		if same {
+			continue
+		}
+		s := &corev1.Secret{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
+			ObjectMeta: metav1.ObjectMeta{Name: SecretName(c.Name), Namespace: namespace, Labels: map[string]string{render.LabelManagedBy: render.ManagedBy}},
+			Data:       map[string][]byte{"kubeconfig": data}}
+		body, err := json.Marshal(s)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := manager.CoreV1().Secrets(namespace).Patch(ctx, s.Name, types.ApplyPatchType, body, metav1.PatchOptions{FieldManager: kapi.FieldManager, Force: kapi.Ptr(true)}); err != nil {
+			errs = append(errs, fmt.Errorf("worker %s: write its Secret %s/%s: %w", c.Name, namespace, s.Name, kapi.Classify(err, "Secret", s.Name)))
+			continue
+		}
+		w.mu.Lock()
+		w.written[c.Name] = stamp
+		w.mu.Unlock()
+	}
+	return out, errors.Join(errs...)
+}
+
+// flattened is a kubeconfig file with the files it names inlined.
+func flattened(path string) ([]byte, error) {
+	kc, err := clientcmd.LoadFromFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("its kubeconfig %s does not load: %v", path, err)
+	}
+	if err := clientcmdapi.FlattenConfig(kc); err != nil {
+		return nil, fmt.Errorf("its kubeconfig %s names a file that cannot be read: %v", path, err)
+	}
+	return clientcmd.Write(*kc)
+}
+
+// Mirror keeps on each worker read reachable at the last pass what
+// MultiKueue needs there to run the manager's work: the team namespaces the
+// manager has (as Gantry applies them: Pod Security "restricted",
+// default-deny ingress, the LocalQueue) and the Kueue objects objects gives
+// for the cluster (the flavors, priorities and the teams' ClusterQueues
+// under the cluster's caps). What a worker was last given is applied again
+// only when it changes, and every refresh passes.
+func (w *Workers) Mirror(ctx context.Context, namespaces map[string]team.Name, objects func(fleet.Cluster) []quota.Object, refresh int) error {
+	states, _ := w.States()
+	var errs []error
+	for _, c := range w.fleet.Clusters() {
+		if !states[c.Name].Reachable {
+			continue
+		}
+		w.mu.Lock()
+		cl := w.clients[c.Name]
+		w.mu.Unlock()
+		if cl.core == nil {
+			continue
+		}
+		objs := objects(c)
+		data, _ := json.Marshal(struct {
+			N map[string]team.Name
+			O []quota.Object
+		}{namespaces, objs})
+		w.mu.Lock()
+		last := w.mirrored[c.Name]
+		pass := w.mirrorPass[c.Name]
+		w.mirrorPass[c.Name]++
+		w.mu.Unlock()
+		if last == string(data) && refresh > 0 && pass%refresh != 0 {
+			continue
+		}
+		if err := mirrorOne(ctx, cl, namespaces, objs); err != nil {
+			errs = append(errs, fmt.Errorf("worker %s: %w", c.Name, err))
+			continue
+		}
+		w.mu.Lock()
+		w.mirrored[c.Name] = string(data)
+		w.mu.Unlock()
+	}
+	return errors.Join(errs...)
+}
+
+func mirrorOne(ctx context.Context, cl client, namespaces map[string]team.Name, objs []quota.Object) error {
+	q, err := kueue.New(kueue.Options{Dynamic: cl.dyn, Core: cl.core, Observer: unobserved{}})
+	if err != nil {
+		return err
+	}
+	// The queues first: a namespace's LocalQueue points at its team's.
+	if err := q.SyncQuotas(ctx, objs); err != nil {
+		return err
+	}
+	for _, name := range slices.Sorted(maps.Keys(namespaces)) {
+		if err := kube.ApplyNamespace(ctx, cl.core, q, name, namespaces[name]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+type unobserved struct{}
+
+func (unobserved) ObserveAdmission(time.Duration) {}
+
+// Manager is the manager's side of the fleet, one pass at a time from the
+// leader's loop: the workers' Secrets in Kueue's namespace, and on each
+// worker the team namespaces the manager has with their teams' queues
+// under the worker's caps.
+type Manager struct {
+	o ManagerOptions
+}
+
+// ManagerOptions build a Manager; all are required but Refresh.
+type ManagerOptions struct {
+	Workers *Workers
+	// Cluster is the manager.
+	Cluster *kube.Cluster
+	// KueueNamespace is Kueue's namespace in the manager.
+	KueueNamespace string
+	Policy         func() quota.Policy
+	Classes        *gpu.Catalog
+	Priorities     []quota.Priority
+	// Refresh applies what is unchanged again every Refresh passes
+	// (default 10).
+	Refresh int
+}
+
+// NewManager checks the options.
+func NewManager(o ManagerOptions) (*Manager, error) {
+	if o.Workers == nil || o.Cluster == nil || o.KueueNamespace == "" || o.Policy == nil || o.Classes == nil {
+		return nil, errors.New("workers: a Manager needs the workers, the manager cluster, Kueue's namespace, the policy and the GPU classes")
+	}
+	if o.Refresh <= 0 {
+		o.Refresh = 10
+	}
+	return &Manager{o: o}, nil
+}
+
+// Workers are the workers as MultiKueue's objects name them (for
+// quota.Options.Fleet).
+func (m *Manager) Workers() []quota.Worker {
+	var out []quota.Worker
+	for _, c := range m.o.Workers.fleet.Clusters() {
+		out = append(out, quota.Worker{Name: c.Name, Secret: SecretName(c.Name)})
+	}
+	return out
+}
+
+// Pass writes the Secrets and mirrors the namespaces and queues once.
+func (m *Manager) Pass(ctx context.Context) error {
+	_, serr := m.o.Workers.Secrets(ctx, m.o.Cluster.Core(), m.o.KueueNamespace, m.o.Refresh)
+	namespaces, err := m.o.Cluster.TeamNamespaces(ctx)
+	if err != nil {
+		return errors.Join(serr, fmt.Errorf("the manager's team namespaces: %w", err))
+	}
+	policy := m.o.Policy()
+	teams := policy.Quotas()
+	for _, t := range namespaces {
+		if _, ok := teams[t.String()]; !ok {
+			teams[t.String()] = policy.Quota(t)
+		}
+	}
+	merr := m.o.Workers.Mirror(ctx, namespaces, func(c fleet.Cluster) []quota.Object {
+		return quota.WorkerObjects(m.o.Classes, teams, m.o.Priorities, c.Caps)
+	}, m.o.Refresh)
+	// The claims staged for workloads since deleted go.
+	var cerr []error
+	states, _ := m.o.Workers.States()
+	for _, c := range m.o.Workers.fleet.Clusters() {
+		if core := m.o.Workers.Client(c.Name); core != nil && states[c.Name].Reachable {
+			if err := collect(ctx, m.o.Cluster.Core(), core); err != nil {
+				cerr = append(cerr, fmt.Errorf("worker %s: claims of deleted workloads: %w", c.Name, err))
+			}
+		}
+	}
+	return errors.Join(serr, merr, errors.Join(cerr...))
+}
+
+// Stage puts on a worker, before the manager's Kueue Workload is nominated
+// to it, what its Job needs there and MultiKueue does not copy: the
+// workload's PersistentVolumeClaims (the manager's, labelled with its
+// workload id), applied anew (a claim is bound where it is used). A claim
+// already there is left as it is. dispatch.Options.Stage.
+func (w *Workers) Stage(ctx context.Context, manager kubernetes.Interface, cluster string, wl *unstructured.Unstructured) error {
+	id := wl.GetLabels()[render.LabelWorkloadID]
+	if id == "" {
+		return nil
+	}
+	w.mu.Lock()
+	core := w.clients[cluster].core
+	w.mu.Unlock()
+	if core == nil {
+		return fmt.Errorf("worker %s not read yet", cluster)
+	}
+	ns := wl.GetNamespace()
+	claims, err := manager.CoreV1().PersistentVolumeClaims(ns).List(ctx, metav1.ListOptions{LabelSelector: render.LabelWorkloadID + "=" + id})
+	if err != nil {
+		return fmt.Errorf("the claims of workload %s: %w", id, err)
+	}
+	for _, c := range claims.Items {
+		if _, err := core.CoreV1().PersistentVolumeClaims(ns).Get(ctx, c.Name, metav1.GetOptions{}); err == nil {
+			continue
+		} else if !apierrors.IsNotFound(err) {
+			return fmt.Errorf("worker %s: claim %s/%s: %w", cluster, ns, c.Name, err)
+		}
+		copied := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: c.Name, Namespace: ns, Labels: c.Labels, Annotations: map[string]string{}},
+			Spec: corev1.PersistentVolumeClaimSpec{AccessModes: c.Spec.AccessModes, Resources: c.Spec.Resources, StorageClassName: c.Spec.StorageClassName, VolumeMode: c.Spec.VolumeMode}}
+		if _, err := core.CoreV1().PersistentVolumeClaims(ns).Create(ctx, copied, metav1.CreateOptions{FieldManager: kapi.FieldManager}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("worker %s: claim %s/%s: %w", cluster, ns, c.Name, err)
+		}
+	}
+	return nil
+}
+
+// collect deletes a worker's claims of workloads the manager no longer has
+// (gone: their Job deleted, and with it the manager's claims).
+func collect(ctx context.Context, manager, worker kubernetes.Interface) error {
+	sel := metav1.ListOptions{LabelSelector: render.LabelManagedBy + "=" + render.ManagedBy + "," + render.LabelWorkloadID}
+	there, err := worker.CoreV1().PersistentVolumeClaims("").List(ctx, sel)
+	if err != nil || len(there.Items) == 0 {
+		return err
+	}
+	here, err := manager.CoreV1().PersistentVolumeClaims("").List(ctx, sel)
+	if err != nil {
+		return err
+	}
+	kept := map[string]bool{}
+	for _, c := range here.Items {
+		kept[c.Namespace+"/"+c.Name] = true
+	}
+	for _, c := range there.Items {
+		if kept[c.Namespace+"/"+c.Name] {
+			continue
+		}
+		if err := worker.CoreV1().PersistentVolumeClaims(c.Namespace).Delete(ctx, c.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+	}
+	return nil
+}
+
+// Stage readies a worker for a manager's Workload (dispatch.Stager).
+func (m *Manager) Stage(ctx context.Context, cluster string, wl *unstructured.Unstructured) error {
+	return m.o.Workers.Stage(ctx, m.o.Cluster.Core(), cluster, wl)
+}

@@ -125,6 +125,9 @@ func (s *server) workloadOut(w workload.Workload) model.Workload {
 	if w.NodeGroup != "" {
 		out.NodeGroup = ptr(w.NodeGroup)
 	}
+	if w.Cluster != "" {
+		out.Cluster = ptr(w.Cluster)
+	}
 	if w.Held {
 		out.Held = ptr(true)
 	}

@@ -2390,6 +2390,9 @@ type Workload struct {
 	// Attempts How many times it started running: a Job's retry after a failed pod, a start after a stop and a restart after an eviction each count one.
 	Attempts int `json:"attempts"`
 
+	// Cluster The worker cluster its current (or last) run is on, when it was dispatched to one (clustersFile); its run is priced at that cluster's GPU-hour price. Absent: the cluster Gantry drives, or not running yet.
+	Cluster *string `json:"cluster,omitempty"`
+
 	// CostSoFar USD it has cost up to this answer, each run's price per hour over the time it was Running.
 	CostSoFar float64   `json:"costSoFar"`
 	CreatedAt time.Time `json:"createdAt"`

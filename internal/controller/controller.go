@@ -175,7 +175,7 @@ func (c *Controller) sync(ctx context.Context, id string) error {
 	if o.Phase == "" {
 		return nil
 	}
-	obs := workload.Observed{Status: o.Phase, Reason: o.Reason, NodeGroups: o.NodeGroups}
+	obs := workload.Observed{Status: o.Phase, Reason: o.Reason, NodeGroups: o.NodeGroups, Cluster: o.Cluster, GPUHourPrice: o.GPUHourPrice}
 	if o.Phase.Ended() {
 		obs.ExitCode = o.ExitCode
 	}

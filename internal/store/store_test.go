@@ -950,7 +950,7 @@ func testMetering(t *testing.T, s *stores.All) {
 	// Where the current run is, said after it began: the run's node group
 	// and price change with the workload's; the first run keeps its own.
 	if _, err := s.UpdateWorkload(ctx, w.ID, func(old workload.Workload) (workload.Workload, error) {
-		old.NodeGroup, old.RunPrice = "h100-reserved", 9.5
+		old.NodeGroup, old.RunPrice, old.Cluster = "h100-reserved", 9.5, "onprem"
 		return old, nil
 	}); err != nil {
 		t.Fatal(err)
@@ -959,8 +959,8 @@ func testMetering(t *testing.T, s *stores.All) {
 	if err != nil || len(runs) != 2 || runs[0].NodeGroup != "" || runs[0].PricePerHour != 13.8 || runs[1].NodeGroup != "h100-reserved" || runs[1].PricePerHour != 9.5 {
 		t.Fatalf("runs once placed %+v, %v", runs, err)
 	}
-	if got, err := s.Workload(ctx, w.ID); err != nil || got.NodeGroup != "h100-reserved" || got.RunPrice != 9.5 || got.RanCost != 2*13.8 {
-		t.Fatalf("placement %q at %v, ran cost %v, %v", got.NodeGroup, got.RunPrice, got.RanCost, err)
+	if got, err := s.Workload(ctx, w.ID); err != nil || got.NodeGroup != "h100-reserved" || got.RunPrice != 9.5 || got.RanCost != 2*13.8 || got.Cluster != "onprem" {
+		t.Fatalf("placement %q (cluster %q) at %v, ran cost %v, %v", got.NodeGroup, got.Cluster, got.RunPrice, got.RanCost, err)
 	}
 	if runs, err := s.WorkloadRuns(ctx, at.Add(150*time.Minute), at.Add(200*time.Minute), nil); err != nil || len(runs) != 1 {
 		t.Fatalf("runs overlapping 11:30-12:20: %+v, %v", runs, err)

@@ -30,6 +30,10 @@ type Observed struct {
 	Reason     string
 	ExitCode   *int
 	NodeGroups []string
+	// Cluster is the worker cluster it runs on, dispatched, and
+	// GPUHourPrice that cluster's price per GPU-hour for it (0: unknown).
+	Cluster      string
+	GPUHourPrice float64
 }
 
 // Report records what the cluster reports about a workload's status: the
@@ -77,6 +81,13 @@ func (s *Service) Observe(ctx context.Context, id string, o Observed) (Workload,
 		// A run is placed once, when the cluster first says where it runs
 		// (then the whole run is priced there): a pod that later moves to
 		// another group's machine leaves the run's price as it was.
+		// A dispatched run is priced at its worker cluster's GPU-hour.
+		if err == nil && out.Status == Running && o.Cluster != "" && out.Cluster == "" {
+			out.Cluster = o.Cluster
+			if o.GPUHourPrice > 0 {
+				out.RunPrice = GPUShare(s.templates.Classes(), out.GPUClass, out.MIGProfile, out.GPUCount) * o.GPUHourPrice
+			}
+		}
 		if err == nil && out.Status == Running && out.NodeGroup == "" && len(o.NodeGroups) > 0 {
 			if g, price := s.place(out, o.NodeGroups); g != "" {
 				out.NodeGroup, out.RunPrice = g, price

@@ -200,7 +200,7 @@ func Transition(w Workload, tr Trigger, reason string, at time.Time) (out Worklo
 	// Metering: a run begins when it turns Running and ends when it leaves.
 	switch {
 	case to == Running && w.Status != Running:
-		w.RunningSince, w.NodeGroup, w.RunPrice = at, "", 0 // where it runs is said again
+		w.RunningSince, w.NodeGroup, w.RunPrice, w.Cluster = at, "", 0, "" // where it runs is said again
 		w.Attempts++
 		if w.StartedAt.IsZero() {
 			w.StartedAt = at

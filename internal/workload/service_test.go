@@ -651,3 +651,46 @@ func TestFleetLaunches(t *testing.T) {
 		t.Errorf("on the cluster: %+v, want the Job alone", objs)
 	}
 }
+
+// TestShowbackAtClusterPrices: a run dispatched to a worker cluster is
+// billed at that cluster's GPU-hour price for it, each run at its own
+// cluster's, to the cent on a fixed clock; a run the cluster names no
+// price for stays at its class's.
+func TestShowbackAtClusterPrices(t *testing.T) {
+	h := newHarnessWith(t, nil, true, func(o *workload.Options) { o.Fleet = true })
+	ctx := asAlice()
+	train, _, err := h.svc.Create(ctx, "alice", workload.Request{Template: "pytorch-train", Team: "vision", Choice: template.Choice{Class: "A100-80GB", Count: 4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	observe := func(st workload.Status, cluster string, price float64) workload.Workload {
+		t.Helper()
+		w, err := h.svc.Observe(ctx, train.ID, workload.Observed{Status: st, Cluster: cluster, GPUHourPrice: price})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	// 2 h on premises at $1.10, evicted, 1 h in the cloud at $3.20.
+	if w := observe(workload.Running, "onprem", 1.10); w.Cluster != "onprem" || math.Abs(w.RunPricePerHour()-4.4) > 1e-9 {
+		t.Fatalf("on premises: %q at $%v/h", w.Cluster, w.RunPricePerHour())
+	}
+	h.advance(2 * time.Hour)
+	observe(workload.Queued, "", 0)
+	if w := observe(workload.Running, "cloud", 3.20); w.Cluster != "cloud" || math.Abs(w.RunPricePerHour()-12.8) > 1e-9 {
+		t.Fatalf("in the cloud: %q at $%v/h", w.Cluster, w.RunPricePerHour())
+	}
+	h.advance(time.Hour)
+	w, err := h.svc.Get(ctx, train.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := w.CostAt(h.clock()); math.Abs(got-(2*4.4+12.8)) > 1e-9 {
+		t.Errorf("cost %v, want %v", got, 2*4.4+12.8)
+	}
+	// A restart on a cluster that names no price: its class's.
+	observe(workload.Queued, "", 0)
+	if w := observe(workload.Running, "onprem", 0); w.Cluster != "onprem" || w.RunPricePerHour() != train.PricePerHour {
+		t.Errorf("no price said: %q at $%v/h, want $%v", w.Cluster, w.RunPricePerHour(), train.PricePerHour)
+	}
+}

@@ -101,6 +101,10 @@ type Workload struct {
 	NodeGroup string
 	RunPrice  float64
 	RanCost   float64
+	// Cluster is the worker cluster its current (or last) run is on when
+	// it was dispatched to one ("": the cluster Gantry drives); its run is
+	// priced at that cluster's offer (RunPrice).
+	Cluster string
 	// Its history: when it first turned Running (zero: never yet), when it
 	// ended (Succeeded, Failed, Stopped, IdleStopped or Deleted; zero while
 	// live), how many times it started running (a Job's retry, a start

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -193,7 +194,7 @@ func (d *Dispatcher) Round(ctx context.Context) (n int, err error) {
 			// Nowhere to go now (a nomination on a worker out of reach
 			// stands: it may be back), or where it is: only the reason is
 			// told.
-			if err := d.annotate(ctx, w.u, dec.Reason); err != nil {
+			if err := d.annotate(ctx, w.u, dec.Reason, ""); err != nil {
 				errs = append(errs, err)
 			}
 			continue
@@ -204,7 +205,7 @@ func (d *Dispatcher) Round(ctx context.Context) (n int, err error) {
 				continue
 			}
 		}
-		if err := d.nominate(ctx, w.u, target, dec.Reason); err != nil {
+		if err := d.nominate(ctx, w.u, target, dec.Reason, dec.Candidates[0].Offer.PricePerGPUHour); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -264,7 +265,7 @@ func (d *Dispatcher) waits(u *unstructured.Unstructured) bool {
 }
 
 // nominate writes the Workload's nomination and the reason.
-func (d *Dispatcher) nominate(ctx context.Context, u *unstructured.Unstructured, cluster, reason string) error {
+func (d *Dispatcher) nominate(ctx context.Context, u *unstructured.Unstructured, cluster, reason string, price float64) error {
 	res := d.o.Manager.Resource(kapi.KueueWorkloads).Namespace(u.GetNamespace())
 	var names []string
 	if cluster != "" {
@@ -275,7 +276,7 @@ func (d *Dispatcher) nominate(ctx context.Context, u *unstructured.Unstructured,
 		return fmt.Errorf("dispatch: nominate %s/%s: %w", u.GetNamespace(), u.GetName(), err)
 	}
 	d.o.Log.Info("dispatched", "workload", u.GetNamespace()+"/"+u.GetName(), "cluster", cluster, "reason", reason)
-	return d.annotate(ctx, u, reason)
+	return d.annotate(ctx, u, reason, strconv.FormatFloat(price, 'f', -1, 64))
 }
 
 // withdraw removes a Workload's nomination once its worker has reserved.
@@ -287,13 +288,22 @@ func (d *Dispatcher) withdraw(ctx context.Context, u *unstructured.Unstructured)
 	return nil
 }
 
-// annotate records the decision's reason on the Workload (once per
-// change).
-func (d *Dispatcher) annotate(ctx context.Context, u *unstructured.Unstructured, reason string) error {
-	if u.GetAnnotations()[ReasonAnnotation] == reason {
+// annotate records the decision's reason on the Workload, and with a
+// nomination the chosen cluster's GPU-hour price ("": none) — once per
+// change.
+func (d *Dispatcher) annotate(ctx context.Context, u *unstructured.Unstructured, reason, price string) error {
+	ann := map[string]string{ReasonAnnotation: reason}
+	if price != "" {
+		ann[kapi.AnnotationGPUHourPrice] = price
+	}
+	same := true
+	for k, v := range ann {
+		same = same && u.GetAnnotations()[k] == v
+	}
+	if same {
 		return nil
 	}
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{ReasonAnnotation: reason}}})
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": ann}})
 	if _, err := d.o.Manager.Resource(kapi.KueueWorkloads).Namespace(u.GetNamespace()).Patch(ctx, u.GetName(), types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "gantry-dispatch"}); err != nil {
 		return fmt.Errorf("dispatch: say why %s/%s goes where: %w", u.GetNamespace(), u.GetName(), err)
 	}

@@ -479,6 +479,10 @@ clusters:
 
 	first := launch()
 	runsOn(first.Id, "onprem", onprem)
+	// Where it runs and at that cluster's price: 4 A100s at $1.10.
+	if w := servertest.Deref(servertest.Must(api.GetWorkloadWithResponse(ctx, first.Id))(t).JSON200); servertest.Deref(w.Cluster) != "onprem" || w.PricePerHour != 4.4 {
+		t.Errorf("the first runs on %q at $%v/h", servertest.Deref(w.Cluster), w.PricePerHour)
+	}
 	if r := kueueWorkload(first.Id).GetAnnotations()[dispatch.ReasonAnnotation]; !strings.HasPrefix(r, "placed on onprem: $1.10/GPU-h (reserved) vs $3.20 on cloud") {
 		t.Errorf("the placement: %q", r)
 	}
@@ -503,6 +507,9 @@ clusters:
 	}
 	second := launch()
 	runsOn(second.Id, "cloud", cloud)
+	if w := servertest.Deref(servertest.Must(api.GetWorkloadWithResponse(ctx, second.Id))(t).JSON200); servertest.Deref(w.Cluster) != "cloud" || w.PricePerHour != 12.8 {
+		t.Errorf("the second runs on %q at $%v/h", servertest.Deref(w.Cluster), w.PricePerHour)
+	}
 	if r := kueueWorkload(second.Id).GetAnnotations()[dispatch.ReasonAnnotation]; r != "placed on cloud: $3.20/GPU-h; 8 GPUs free" {
 		t.Errorf("the placement with the room cordoned: %q", r)
 	}

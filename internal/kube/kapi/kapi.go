@@ -48,6 +48,10 @@ var (
 // Gantry's dispatch decision in words ("placed on onprem: ...").
 const AnnotationPlacement = "gantry.dev/placement"
 
+// AnnotationGPUHourPrice carries, beside the placement, the chosen
+// cluster's price per GPU-hour for the Workload: its run is priced so.
+const AnnotationGPUHourPrice = "gantry.dev/gpu-hour-price"
+
 // KueueResources are Kueue's API resources, by kind.
 var KueueResources = map[string]schema.GroupVersionResource{
 	"ResourceFlavor":        {Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "resourceflavors"},

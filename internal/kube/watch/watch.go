@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -42,6 +43,11 @@ type Observation struct {
 	// pod ("" for a node in none), when the cluster scales node groups.
 	NodeGroups []string
 	Position   int // Queued: its place in its team's queue (1: next), 0 if not known
+	// Cluster is the worker cluster a dispatched Job runs on (its Kueue
+	// Workload's status.clusterName), and GPUHourPrice that cluster's price
+	// per GPU-hour for it as the dispatcher chose it (0: not said).
+	Cluster      string
+	GPUHourPrice float64
 	// ExitCode is what its main container exited with, when it has
 	// Succeeded or Failed and a pod of it says (nil otherwise).
 	ExitCode *int
@@ -340,6 +346,9 @@ func (w *Watcher) Observe(id string) (Observation, bool) {
 		}
 		slices.Sort(o.NodeGroups)
 	}
+	if ok && o.Phase == workload.Running && len(pods) == 0 && w.queued != nil {
+		o.Cluster, o.GPUHourPrice = w.dispatched(jobs)
+	}
 	if len(evicted) > 0 {
 		o.WorkloadID, o.Evicted, ok = id, evicted, true // Phase "" when that is all there is to say
 	}
@@ -350,6 +359,25 @@ func (w *Watcher) Observe(id string) (Observation, bool) {
 		}
 	}
 	return o, ok
+}
+
+// dispatched is where MultiKueue runs a Job of these (the worker cluster
+// its Kueue Workload names) and at what price per GPU-hour.
+func (w *Watcher) dispatched(jobs []*batchv1.Job) (string, float64) {
+	for _, j := range jobs {
+		objs, _ := w.queued.GetIndexer().ByIndex(kueue.ByOwner, kueue.OwnerKey(j.Namespace, "Job", j.Name))
+		for _, obj := range objs {
+			u, ok := obj.(*unstructured.Unstructured)
+			if !ok {
+				continue
+			}
+			if name, _, _ := unstructured.NestedString(u.Object, "status", "clusterName"); name != "" {
+				price, _ := strconv.ParseFloat(u.GetAnnotations()[kapi.AnnotationGPUHourPrice], 64)
+				return name, price
+			}
+		}
+	}
+	return "", 0
 }
 
 // disrupted reports whether the cluster disrupted a pod (DisruptionTarget).

@@ -40,7 +40,7 @@ var (
 // New is the workloads of db.
 func New(db *store.DB) *Store { return &Store{db: db, rows: newRowCache(maxCachedRows)} }
 
-const workloadColumns = `id, name, team, owner, template, template_version, kind, gpu_class, mig_profile, gpu_count, parameters, objects_hash, status, created_at, updated_at, applied_hash, reason, idempotency_key, request_hash, endpoint, image, tee, expires_at, price_per_hour, running_us, running_since, approval_why, approval_expires, approval_decision, approval_by, approval_note, approval_at, spot_evictions, started_at, ended_at, attempts, exit_code, held, node_group, run_price, ran_cost`
+const workloadColumns = `id, name, team, owner, template, template_version, kind, gpu_class, mig_profile, gpu_count, parameters, objects_hash, status, created_at, updated_at, applied_hash, reason, idempotency_key, request_hash, endpoint, image, tee, expires_at, price_per_hour, running_us, running_since, approval_why, approval_expires, approval_decision, approval_by, approval_note, approval_at, spot_evictions, started_at, ended_at, attempts, exit_code, held, node_group, run_price, ran_cost, cluster`
 
 // CreateWorkload implements workload.Store.
 func (s *Store) CreateWorkload(ctx context.Context, w workload.Workload) error {
@@ -68,12 +68,12 @@ func (s *Store) CreateWorkload(ctx context.Context, w workload.Workload) error {
 				return &workload.PendingLimit{Waiting: n}
 			}
 		}
-		_, err := tx.ExecContext(ctx, s.db.Q(`INSERT INTO workloads (`+workloadColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+		_, err := tx.ExecContext(ctx, s.db.Q(`INSERT INTO workloads (`+workloadColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 			w.ID, w.Name, w.Team, w.Owner, w.Template, w.TemplateVersion, w.Kind, w.GPUClass, w.MIGProfile, w.GPUCount,
 			string(params), w.ObjectsHash, string(w.Status), w.CreatedAt.UnixMicro(), w.UpdatedAt.UnixMicro(), w.AppliedHash, w.Reason,
 			nullable(w.IdempotencyKey), w.RequestHash, w.Endpoint, w.Image, w.TEE, micros(w.ExpiresAt), w.PricePerHour, w.RunningFor.Microseconds(), micros(w.RunningSince),
 			w.Approval.Why, micros(w.Approval.Expires), w.Approval.Decision, w.Approval.By, w.Approval.Note, micros(w.Approval.At), strings.Join(w.SpotEvictions, ","),
-			micros(w.StartedAt), micros(w.EndedAt), w.Attempts, exitCode(w.ExitCode), store.BoolInt(w.Held), w.NodeGroup, w.RunPrice, w.RanCost)
+			micros(w.StartedAt), micros(w.EndedAt), w.Attempts, exitCode(w.ExitCode), store.BoolInt(w.Held), w.NodeGroup, w.RunPrice, w.RanCost, w.Cluster)
 		return err
 	})
 	var limit *workload.PendingLimit
@@ -106,7 +106,7 @@ func scanAfter(row store.Scanner, before ...any) (workload.Workload, error) {
 	err := row.Scan(append(before, &w.ID, &w.Name, &w.Team, &w.Owner, &w.Template, &w.TemplateVersion, &w.Kind, &w.GPUClass, &w.MIGProfile,
 		&w.GPUCount, &params, &w.ObjectsHash, &status, &created, &updated, &w.AppliedHash, &w.Reason, &key, &w.RequestHash, &w.Endpoint, &w.Image, &w.TEE, &expires,
 		&w.PricePerHour, &runningUS, &runningSince, &w.Approval.Why, &approvalExpires, &w.Approval.Decision, &w.Approval.By, &w.Approval.Note, &approvalAt, &evictions,
-		&started, &ended, &w.Attempts, &exit, &held, &w.NodeGroup, &w.RunPrice, &w.RanCost)...)
+		&started, &ended, &w.Attempts, &exit, &held, &w.NodeGroup, &w.RunPrice, &w.RanCost, &w.Cluster)...)
 	if err != nil {
 		return w, err
 	}
@@ -348,17 +348,17 @@ func (s *Store) UpdateWorkload(ctx context.Context, id string, fn func(workload.
 			w.RunningFor == old.RunningFor && w.RunningSince.Equal(old.RunningSince) && w.Approval == old.Approval &&
 			slices.Equal(w.SpotEvictions, old.SpotEvictions) && w.StartedAt.Equal(old.StartedAt) && w.EndedAt.Equal(old.EndedAt) &&
 			w.Attempts == old.Attempts && sameCode(w.ExitCode, old.ExitCode) && w.Held == old.Held &&
-			w.NodeGroup == old.NodeGroup && w.RunPrice == old.RunPrice && w.RanCost == old.RanCost {
+			w.NodeGroup == old.NodeGroup && w.RunPrice == old.RunPrice && w.RanCost == old.RanCost && w.Cluster == old.Cluster {
 			out.UpdatedAt = old.UpdatedAt
 			return nil
 		}
 		// The row's version goes up by one (a trigger: rows.go).
 		_, err = tx.ExecContext(ctx, s.db.Q(`UPDATE workloads SET status = ?, reason = ?, applied_hash = ?, endpoint = ?, expires_at = ?, updated_at = ?, running_us = ?, running_since = ?,
 			approval_why = ?, approval_expires = ?, approval_decision = ?, approval_by = ?, approval_note = ?, approval_at = ?, spot_evictions = ?,
-			started_at = ?, ended_at = ?, attempts = ?, exit_code = ?, held = ?, node_group = ?, run_price = ?, ran_cost = ? WHERE id = ?`),
+			started_at = ?, ended_at = ?, attempts = ?, exit_code = ?, held = ?, node_group = ?, run_price = ?, ran_cost = ?, cluster = ? WHERE id = ?`),
 			string(w.Status), w.Reason, w.AppliedHash, w.Endpoint, micros(w.ExpiresAt), w.UpdatedAt.UnixMicro(), w.RunningFor.Microseconds(), micros(w.RunningSince),
 			w.Approval.Why, micros(w.Approval.Expires), w.Approval.Decision, w.Approval.By, w.Approval.Note, micros(w.Approval.At), strings.Join(w.SpotEvictions, ","),
-			micros(w.StartedAt), micros(w.EndedAt), w.Attempts, exitCode(w.ExitCode), store.BoolInt(w.Held), w.NodeGroup, w.RunPrice, w.RanCost, id)
+			micros(w.StartedAt), micros(w.EndedAt), w.Attempts, exitCode(w.ExitCode), store.BoolInt(w.Held), w.NodeGroup, w.RunPrice, w.RanCost, w.Cluster, id)
 		if err != nil {
 			return fmt.Errorf("update workload %s: %w", id, err)
 		}
@@ -372,14 +372,14 @@ func (s *Store) UpdateWorkload(ctx context.Context, id string, fn func(workload.
 		}
 		switch {
 		case !w.RunningSince.IsZero() && !w.RunningSince.Equal(old.RunningSince):
-			if _, err := tx.ExecContext(ctx, s.db.Q(`INSERT INTO workload_runs (workload_id, started_at, node_group, price_per_hour) VALUES (?, ?, ?, ?)`),
-				id, w.RunningSince.UnixMicro(), w.NodeGroup, w.RunPrice); err != nil {
+			if _, err := tx.ExecContext(ctx, s.db.Q(`INSERT INTO workload_runs (workload_id, started_at, node_group, price_per_hour, cluster) VALUES (?, ?, ?, ?, ?)`),
+				id, w.RunningSince.UnixMicro(), w.NodeGroup, w.RunPrice, w.Cluster); err != nil {
 				return fmt.Errorf("record a run of workload %s: %w", id, err)
 			}
-		case !w.RunningSince.IsZero() && (w.NodeGroup != old.NodeGroup || w.RunPrice != old.RunPrice):
+		case !w.RunningSince.IsZero() && (w.NodeGroup != old.NodeGroup || w.RunPrice != old.RunPrice || w.Cluster != old.Cluster):
 			// Where the current run is became known (or changed).
-			if _, err := tx.ExecContext(ctx, s.db.Q(`UPDATE workload_runs SET node_group = ?, price_per_hour = ? WHERE workload_id = ? AND started_at = ?`),
-				w.NodeGroup, w.RunPrice, id, w.RunningSince.UnixMicro()); err != nil {
+			if _, err := tx.ExecContext(ctx, s.db.Q(`UPDATE workload_runs SET node_group = ?, price_per_hour = ?, cluster = ? WHERE workload_id = ? AND started_at = ?`),
+				w.NodeGroup, w.RunPrice, w.Cluster, id, w.RunningSince.UnixMicro()); err != nil {
 				return fmt.Errorf("place a run of workload %s: %w", id, err)
 			}
 		}

@@ -19,6 +19,7 @@ import (
 	"github.com/gantryhq/gantry/internal/devcluster"
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/gpu"
+	kubedispatch "github.com/gantryhq/gantry/internal/kube/dispatch"
 	"github.com/gantryhq/gantry/internal/node/agent"
 	"github.com/gantryhq/gantry/internal/node/devagent"
 	"github.com/gantryhq/gantry/internal/nodegroup"
@@ -34,8 +35,12 @@ func devCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	listen := fs.String("listen", "127.0.0.1:8080", "address to serve on (loopback)")
 	db := fs.String("db", "", "SQLite file to keep (default: a fresh gantry-dev.db in the user's data directory)")
 	cpuProfile := fs.String("cpuprofile", "", "write Gantry's CPU profile (go tool pprof) to this new file until it stops: for measuring it under load")
+	workers := fs.Int("workers", 0, "start this many worker clusters too (1 or 2: an on-premises A100 room, then a cloud of H100s and A100s), each with its own Kueue: the local cluster becomes their MultiKueue manager and Jobs run on the workers (docs/fleets.md)")
 	if _, err := parse(fs, args); err != nil {
 		return err
+	}
+	if *workers < 0 || *workers > len(devWorkers) {
+		return fmt.Errorf("--workers: 0 to %d", len(devWorkers))
 	}
 	root, err := devcluster.RepoRoot()
 	if err != nil {
@@ -74,8 +79,12 @@ func devCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	// Ephemeral: the cluster is removed on Ctrl-C and made new on every run,
 	// so its etcd need not fsync. Karpenter scales the on-demand and spot
 	// node groups from zero; machines boot in a tenth of their boot time.
-	cl, err := devcluster.Start(ctx, devcluster.Options{Name: "gantry-dev", Root: root, Log: stderr, Ephemeral: true,
-		NodeGroups: groups.List(), BootScale: devBootScale, WaitForPodsReady: devPodsReady})
+	mo := devcluster.Options{Name: "gantry-dev", Root: root, Log: stderr, Ephemeral: true,
+		NodeGroups: groups.List(), BootScale: devBootScale, WaitForPodsReady: devPodsReady}
+	if *workers > 0 {
+		mo.MultiKueueDispatcher = kubedispatch.Name
+	}
+	cl, err := devcluster.Start(ctx, mo)
 	if err != nil {
 		return fmt.Errorf("the local cluster did not start: %w", err)
 	}
@@ -83,6 +92,34 @@ func devCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		fmt.Fprintln(stderr, "gantry dev: stopping the local cluster")
 		cl.Stop(context.Background())
 	}()
+	launchNote := `Launch a notebook on a MIG slice:
+  curl -s -X POST URL/api/v1/workloads -H "Authorization: Bearer $GANTRY_TOKEN" -H 'content-type: application/json' -d '{"template":"jupyter-notebook","team":"vision"}'
+`
+	if *workers > 0 {
+		kubeconfigs := map[string]string{}
+		for _, w := range devWorkers[:*workers] {
+			fmt.Fprintf(stderr, "gantry dev: starting worker cluster %s\n", w.name)
+			wc, err := devcluster.Start(ctx, devcluster.Options{Name: "gantry-dev-" + w.name, Root: root, Log: stderr, Ephemeral: true, Fleet: w.nodes, JobRuntime: devJobRuntime})
+			if err != nil {
+				return fmt.Errorf("worker cluster %s did not start: %w", w.name, err)
+			}
+			defer func() {
+				fmt.Fprintf(stderr, "gantry dev: stopping worker cluster %s\n", w.name)
+				wc.Stop(context.Background())
+			}()
+			kubeconfigs[w.name] = wc.Kubeconfig
+		}
+		file := filepath.Join(filepath.Dir(cl.Kubeconfig), "gantry-dev-clusters.yaml")
+		if err := os.WriteFile(file, devClustersFile(*workers, kubeconfigs), 0o600); err != nil {
+			return err
+		}
+		cfg.ClustersFile = file
+		launchNote = fmt.Sprintf(`Worker clusters: %d, listed in %s; Jobs run there
+(notebooks, services and VMs are not dispatched yet). Launch a training Job
+and see where it went (its "cluster" and "reason"):
+  curl -s -X POST URL/api/v1/workloads -H "Authorization: Bearer $GANTRY_TOKEN" -H 'content-type: application/json' -d '{"template":"pytorch-train","team":"vision","gpu":{"class":"A100-80GB","count":4}}'
+`, *workers, file)
+	}
 	cfg.Kubeconfig = cl.Kubeconfig
 	cfg.Images.DevRegistry = true
 	if cfg.Confidential.KBSURL == "" {
@@ -125,10 +162,8 @@ Simulated GPU nodes: %[2]d, and Karpenter adds more of the node groups in
 %[9]s as launches need them (booting in a tenth of their boot time).
 Look at the cluster with:
   %[3]s/kubectl --kubeconfig %[4]s get nodes -L nvidia.com/gpu.product
-Launch a notebook on a MIG slice:
-  curl -s -X POST %[1]s/api/v1/workloads -H "Authorization: Bearer $GANTRY_TOKEN" -H 'content-type: application/json' -d '{"template":"jupyter-notebook","team":"vision"}'
-Stop with Ctrl-C (the cluster is removed too).
-`, srv.URL(), len(fleet.Items), cl.Bin, cl.Kubeconfig, srv.Issuer(), list.String(), firstUser(users), tok, cfg.NodeGroupsFile)
+%[10]sStop with Ctrl-C (the cluster is removed too).
+`, srv.URL(), len(fleet.Items), cl.Bin, cl.Kubeconfig, srv.Issuer(), list.String(), firstUser(users), tok, cfg.NodeGroupsFile, strings.ReplaceAll(launchNote, "URL", srv.URL()))
 	srv.UseLogger()
 	stopProfile, err := startCPUProfile(*cpuProfile)
 	if err != nil {
@@ -155,6 +190,46 @@ Stop with Ctrl-C (the cluster is removed too).
 	})
 	return g.Wait()
 }
+
+// devWorkers are the worker clusters gantry dev --workers starts, in order:
+// an on-premises room of A100s at an amortised price, and a cloud of H100s
+// and A100s (docs/fleets.md).
+var devWorkers = []struct {
+	name  string
+	nodes []devcluster.NodeSpec
+	offer string // the clusters file's entry, less name and kubeconfig
+}{
+	{"onprem", []devcluster.NodeSpec{{Prefix: "a100", Count: 2, Product: "NVIDIA-A100-SXM4-80GB", MemoryMB: 81920, GPUs: 8, Whole: 8}},
+		`    region: eu-central
+    provider: on-premises
+    labels: {residency: onprem}
+    offers: [{class: A100-80GB, purchase: reserved, pricePerGPUHour: 1.10, gpus: 16}]
+`},
+	{"cloud", []devcluster.NodeSpec{{Prefix: "h100", Count: 1, Product: "NVIDIA-H100-80GB-HBM3", MemoryMB: 81559, GPUs: 8, Whole: 8},
+		{Prefix: "a100", Count: 1, Product: "NVIDIA-A100-SXM4-80GB", MemoryMB: 81920, GPUs: 8, Whole: 8}},
+		`    region: us-east-1
+    provider: cloud
+    labels: {residency: cloud}
+    offers:
+      - {class: H100-80GB, purchase: on-demand, pricePerGPUHour: 6.90, gpus: 8}
+      - {class: A100-80GB, purchase: on-demand, pricePerGPUHour: 3.20, gpus: 8}
+`},
+}
+
+// devClustersFile is the clusters file of the first n devWorkers, each at
+// its kubeconfig.
+func devClustersFile(n int, kubeconfigs map[string]string) []byte {
+	var b strings.Builder
+	b.WriteString("apiVersion: gantry.dev/v1alpha1\nkind: ClusterList\nclusters:\n")
+	for _, w := range devWorkers[:n] {
+		fmt.Fprintf(&b, "  - name: %s\n    kubeconfig: {file: %q}\n%s", w.name, kubeconfigs[w.name], w.offer)
+	}
+	return []byte(b.String())
+}
+
+// devJobRuntime is how long a Job's simulated pod runs on a worker cluster
+// before it completes: long enough to see where it went.
+const devJobRuntime = 10 * time.Minute
 
 // devBootScale shortens the node groups' boot times on the local cluster,
 // so that a newcomer sees a machine join within seconds.

@@ -238,9 +238,10 @@ clusters:
       - {class: A100-80GB, purchase: on-demand, pricePerGPUHour: 3.20}
 `, onprem.Kubeconfig, cloudKube)), 0o644)
 
-	// A pod of team vision on the cloud's H100s.
+	// A pod of team vision on the cloud's H100s (its node chosen by the
+	// product: the cloud's A100 node would take it as well).
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "train", Namespace: "default", Labels: map[string]string{render.LabelTeam: "vision", render.LabelGPUClass: "H100-80GB"}},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "train", Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("4")}}}},
+		Spec: corev1.PodSpec{NodeSelector: map[string]string{"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}, Containers: []corev1.Container{{Name: "c", Image: "train", Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("4")}}}},
 			Tolerations: []corev1.Toleration{{Key: "nvidia.com/gpu", Operator: corev1.TolerationOpExists}}}}
 	if _, err := cloud.Client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

@@ -13,6 +13,9 @@ func (s *server) ListClusters(_ context.Context, _ gen.ListClustersRequestObject
 	out := model.WorkerClusterList{Items: []model.WorkerCluster{}}
 	for _, c := range s.o.Fleet.Statuses(s.o.Workers) {
 		wc := model.WorkerCluster{Name: c.Name, Region: c.Region, Provider: model.WorkerClusterProvider(c.Provider), Cordoned: c.Cordoned, Offers: []model.ClusterOffer{}}
+		if c.Draining {
+			wc.Draining = ptr(true)
+		}
 		if c.Zone != "" {
 			wc.Zone = ptr(c.Zone)
 		}
@@ -64,4 +67,12 @@ func (s *server) UncordonCluster(ctx context.Context, req gen.UncordonClusterReq
 		return nil, err
 	}
 	return gen.UncordonCluster200JSONResponse(s.editsOut(ctx, set)), nil
+}
+
+func (s *server) DrainCluster(ctx context.Context, req gen.DrainClusterRequestObject) (gen.DrainClusterResponseObject, error) {
+	set, err := s.o.Edits.Put(ctx, overlay.Cluster, req.Name, fleet.Change{Cordoned: true, Drain: true})
+	if err != nil {
+		return nil, err
+	}
+	return gen.DrainCluster200JSONResponse(s.editsOut(ctx, set)), nil
 }

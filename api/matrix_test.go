@@ -294,6 +294,9 @@ func TestRouteRoleMatrix(t *testing.T) {
 		"PUT /api/v1/clusters/{name}/cordon": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
 			return c.CordonClusterWithResponse(ctx, "onprem-a100")
 		}, writers(404)},
+		"PUT /api/v1/clusters/{name}/drain": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
+			return c.DrainClusterWithResponse(ctx, "onprem-a100")
+		}, writers(404)},
 		"DELETE /api/v1/clusters/{name}/cordon": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
 			return c.UncordonClusterWithResponse(ctx, "onprem-a100")
 		}, writers(200)},

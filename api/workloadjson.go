@@ -231,6 +231,7 @@ func (j *jsonw) workload(w *model.Workload) {
 		j.end()
 	}
 	j.intF("attempts", w.Attempts)
+	optStr(j, "cluster", w.Cluster)
 	j.numF("costSoFar", w.CostSoFar)
 	j.timeF("createdAt", w.CreatedAt)
 	optTime(j, "endedAt", w.EndedAt)

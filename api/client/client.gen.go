@@ -167,6 +167,13 @@ type ClientInterface interface {
 	// Corresponds with PUT /api/v1/clusters/{name}/cordon (the `CordonCluster` operationId).
 	CordonCluster(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// DrainCluster Drain a worker cluster
+	//
+	// Cordons the cluster and moves what runs there: each Job dispatched to it is requeued in the manager (its Kueue Workload deactivated until MultiKueue has taken it off the cluster, then queued again) and placed on another cluster by the next dispatch round — stopped there and started anew, never running in two clusters at once. Listed among the platform's edits and audited; uncordon (DELETE on /cordon) ends the drain too.
+	//
+	// Corresponds with PUT /api/v1/clusters/{name}/drain (the `DrainCluster` operationId).
+	DrainCluster(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// GetCosts What workloads cost over a period
 	//
 	// Showback: the cost of the workloads of every team the caller may read, over [from, to), grouped. Each run of a workload (from when it turned Running until it left) counts for the part inside the period, at the price of the node group it ran on (each pod's GPUs at its machine's price per GPU-hour: reserved, on-demand or spot) or, where it ran on no node group's machines, at the workload's price per hour (its GPU class's price when it was launched, spot or on demand); a MIG slice at its share; GPU-hours count whole GPUs' worth. A caller who may read every team's workloads also gets the reserved node groups' cost: machines paid whether used or not, what their workloads were charged, and the rest as the platform's idle cost, charged to no team. Each line's cost is split into used, idle and unmeasured by the workloads' GPU series (one-minute rollups): the share of each workload's running minutes in the period in which one of its GPUs was active, measured idle, or not measured. Biggest first. format=csv answers the same lines as CSV (key, cost_usd, used_usd, idle_usd, unmeasured_usd, gpu_hours, workloads).
@@ -948,6 +955,23 @@ func (c *Client) UncordonCluster(ctx context.Context, name string, reqEditors ..
 // Corresponds with PUT /api/v1/clusters/{name}/cordon (the `CordonCluster` operationId).
 func (c *Client) CordonCluster(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewCordonClusterRequest(c.Server, name)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DrainCluster Drain a worker cluster
+//
+// Cordons the cluster and moves what runs there: each Job dispatched to it is requeued in the manager (its Kueue Workload deactivated until MultiKueue has taken it off the cluster, then queued again) and placed on another cluster by the next dispatch round — stopped there and started anew, never running in two clusters at once. Listed among the platform's edits and audited; uncordon (DELETE on /cordon) ends the drain too.
+//
+// Corresponds with PUT /api/v1/clusters/{name}/drain (the `DrainCluster` operationId).
+func (c *Client) DrainCluster(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDrainClusterRequest(c.Server, name)
 	if err != nil {
 		return nil, err
 	}
@@ -2818,6 +2842,40 @@ func NewCordonClusterRequest(server string, name string) (*http.Request, error) 
 	}
 
 	operationPath := fmt.Sprintf("/api/v1/clusters/%s/cordon", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPut, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewDrainClusterRequest constructs an http.Request for the DrainCluster method
+func NewDrainClusterRequest(server string, name string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/clusters/%s/drain", pathParam0)
 	if operationPath[0] == '/' {
 		operationPath = "." + operationPath
 	}
@@ -5506,6 +5564,15 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with PUT /api/v1/clusters/{name}/cordon (the `CordonCluster` operationId).
 	CordonClusterWithResponse(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*CordonClusterResponse, error)
 
+	// DrainClusterWithResponse Drain a worker cluster
+	//
+	// Cordons the cluster and moves what runs there: each Job dispatched to it is requeued in the manager (its Kueue Workload deactivated until MultiKueue has taken it off the cluster, then queued again) and placed on another cluster by the next dispatch round — stopped there and started anew, never running in two clusters at once. Listed among the platform's edits and audited; uncordon (DELETE on /cordon) ends the drain too.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /api/v1/clusters/{name}/drain (the `DrainCluster` operationId).
+	DrainClusterWithResponse(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*DrainClusterResponse, error)
+
 	// GetCostsWithResponse What workloads cost over a period
 	//
 	// Showback: the cost of the workloads of every team the caller may read, over [from, to), grouped. Each run of a workload (from when it turned Running until it left) counts for the part inside the period, at the price of the node group it ran on (each pod's GPUs at its machine's price per GPU-hour: reserved, on-demand or spot) or, where it ran on no node group's machines, at the workload's price per hour (its GPU class's price when it was launched, spot or on demand); a MIG slice at its share; GPU-hours count whole GPUs' worth. A caller who may read every team's workloads also gets the reserved node groups' cost: machines paid whether used or not, what their workloads were charged, and the rest as the platform's idle cost, charged to no team. Each line's cost is split into used, idle and unmeasured by the workloads' GPU series (one-minute rollups): the share of each workload's running minutes in the period in which one of its GPUs was active, measured idle, or not measured. Biggest first. format=csv answers the same lines as CSV (key, cost_usd, used_usd, idle_usd, unmeasured_usd, gpu_hours, workloads).
@@ -6637,6 +6704,54 @@ func (r CordonClusterResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r CordonClusterResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type DrainClusterResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *PlatformEditList
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r DrainClusterResponse) GetJSON200() *PlatformEditList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r DrainClusterResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r DrainClusterResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DrainClusterResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DrainClusterResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DrainClusterResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -9679,6 +9794,21 @@ func (c *ClientWithResponses) CordonClusterWithResponse(ctx context.Context, nam
 	return ParseCordonClusterResponse(rsp)
 }
 
+// DrainClusterWithResponse Drain a worker cluster
+//
+// Cordons the cluster and moves what runs there: each Job dispatched to it is requeued in the manager (its Kueue Workload deactivated until MultiKueue has taken it off the cluster, then queued again) and placed on another cluster by the next dispatch round — stopped there and started anew, never running in two clusters at once. Listed among the platform's edits and audited; uncordon (DELETE on /cordon) ends the drain too.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /api/v1/clusters/{name}/drain (the `DrainCluster` operationId).
+func (c *ClientWithResponses) DrainClusterWithResponse(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*DrainClusterResponse, error) {
+	rsp, err := c.DrainCluster(ctx, name, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDrainClusterResponse(rsp)
+}
+
 // GetCostsWithResponse What workloads cost over a period
 //
 // Showback: the cost of the workloads of every team the caller may read, over [from, to), grouped. Each run of a workload (from when it turned Running until it left) counts for the part inside the period, at the price of the node group it ran on (each pod's GPUs at its machine's price per GPU-hour: reserved, on-demand or spot) or, where it ran on no node group's machines, at the workload's price per hour (its GPU class's price when it was launched, spot or on demand); a MIG slice at its share; GPU-hours count whole GPUs' worth. A caller who may read every team's workloads also gets the reserved node groups' cost: machines paid whether used or not, what their workloads were charged, and the rest as the platform's idle cost, charged to no team. Each line's cost is split into used, idle and unmeasured by the workloads' GPU series (one-minute rollups): the share of each workload's running minutes in the period in which one of its GPUs was active, measured idle, or not measured. Biggest first. format=csv answers the same lines as CSV (key, cost_usd, used_usd, idle_usd, unmeasured_usd, gpu_hours, workloads).
@@ -11124,6 +11254,39 @@ func ParseCordonClusterResponse(rsp *http.Response) (*CordonClusterResponse, err
 	}
 
 	response := &CordonClusterResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest PlatformEditList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseDrainClusterResponse parses an HTTP response from a DrainClusterWithResponse call
+func ParseDrainClusterResponse(rsp *http.Response) (*DrainClusterResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DrainClusterResponse{
 		Body:         bodyBytes,
 		HTTPResponse: rsp,
 	}

@@ -46,6 +46,9 @@ type ServerInterface interface {
 	// CordonCluster Cordon a worker cluster
 	// (PUT /api/v1/clusters/{name}/cordon)
 	CordonCluster(ctx echo.Context, name string) error
+	// DrainCluster Drain a worker cluster
+	// (PUT /api/v1/clusters/{name}/drain)
+	DrainCluster(ctx echo.Context, name string) error
 	// GetCosts What workloads cost over a period
 	// (GET /api/v1/costs)
 	GetCosts(ctx echo.Context, params GetCostsParams) error
@@ -422,6 +425,22 @@ func (w *ServerInterfaceWrapper) CordonCluster(ctx echo.Context) error {
 
 	// Invoke the callback with all the unmarshaled arguments
 	err = w.Handler.CordonCluster(ctx, name)
+	return err
+}
+
+// DrainCluster converts echo context to params.
+func (w *ServerInterfaceWrapper) DrainCluster(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "name" -------------
+	var name string
+
+	err = runtime.BindStyledParameterWithOptions("simple", "name", ctx.Param("name"), &name, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter name: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.DrainCluster(ctx, name)
 	return err
 }
 
@@ -1562,6 +1581,7 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.DELETE(options.BaseURL+"/api/v1/node-groups/:name", wrapper.ResetNodeGroup, options.OperationMiddlewares["resetNodeGroup"]...)
 	router.PUT(options.BaseURL+"/api/v1/node-groups/:name", wrapper.SetNodeGroup, options.OperationMiddlewares["setNodeGroup"]...)
 	router.GET(options.BaseURL+"/api/v1/clusters", wrapper.ListClusters, options.OperationMiddlewares["listClusters"]...)
+	router.PUT(options.BaseURL+"/api/v1/clusters/:name/drain", wrapper.DrainCluster, options.OperationMiddlewares["drainCluster"]...)
 	router.DELETE(options.BaseURL+"/api/v1/clusters/:name/cordon", wrapper.UncordonCluster, options.OperationMiddlewares["uncordonCluster"]...)
 	router.PUT(options.BaseURL+"/api/v1/clusters/:name/cordon", wrapper.CordonCluster, options.OperationMiddlewares["cordonCluster"]...)
 	router.GET(options.BaseURL+"/api/v1/capacity/forecast", wrapper.GetCapacityForecast, options.OperationMiddlewares["getCapacityForecast"]...)
@@ -1925,6 +1945,45 @@ type CordonClusterdefaultApplicationProblemPlusJSONResponse struct {
 }
 
 func (response CordonClusterdefaultApplicationProblemPlusJSONResponse) VisitCordonClusterResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DrainClusterRequestObject struct {
+	Name string `json:"name"`
+}
+
+type DrainClusterResponseObject interface {
+	VisitDrainClusterResponse(w http.ResponseWriter) error
+}
+
+type DrainCluster200JSONResponse PlatformEditList
+
+func (response DrainCluster200JSONResponse) VisitDrainClusterResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DrainClusterdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response DrainClusterdefaultApplicationProblemPlusJSONResponse) VisitDrainClusterResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
@@ -4370,6 +4429,9 @@ type StrictServerInterface interface {
 	// CordonCluster Cordon a worker cluster
 	// (PUT /api/v1/clusters/{name}/cordon)
 	CordonCluster(ctx context.Context, request CordonClusterRequestObject) (CordonClusterResponseObject, error)
+	// DrainCluster Drain a worker cluster
+	// (PUT /api/v1/clusters/{name}/drain)
+	DrainCluster(ctx context.Context, request DrainClusterRequestObject) (DrainClusterResponseObject, error)
 	// GetCosts What workloads cost over a period
 	// (GET /api/v1/costs)
 	GetCosts(ctx context.Context, request GetCostsRequestObject) (GetCostsResponseObject, error)
@@ -4805,6 +4867,31 @@ func (sh *strictHandler) CordonCluster(ctx echo.Context, name string) error {
 		return err
 	} else if validResponse, ok := response.(CordonClusterResponseObject); ok {
 		return validResponse.VisitCordonClusterResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// DrainCluster operation middleware
+func (sh *strictHandler) DrainCluster(ctx echo.Context, name string) error {
+	var request DrainClusterRequestObject
+
+	request.Name = name
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.DrainCluster(ctx.Request().Context(), request.(DrainClusterRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "DrainCluster")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(DrainClusterResponseObject); ok {
+		return validResponse.VisitDrainClusterResponse(ctx.Response())
 	} else if response != nil {
 		return fmt.Errorf("unexpected response type: %T", response)
 	}

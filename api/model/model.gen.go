@@ -2343,7 +2343,10 @@ type WorkerCluster struct {
 	Caps *map[string]map[string]float64 `json:"caps,omitempty"`
 
 	// Cordoned Gets no new work.
-	Cordoned bool                  `json:"cordoned"`
+	Cordoned bool `json:"cordoned"`
+
+	// Draining Cordoned, and the work that can move is requeued and placed elsewhere (drain).
+	Draining *bool                 `json:"draining,omitempty"`
 	Labels   *map[string]string    `json:"labels,omitempty"`
 	Name     string                `json:"name"`
 	Offers   []ClusterOffer        `json:"offers"`

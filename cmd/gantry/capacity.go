@@ -104,6 +104,23 @@ func clustersCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	})
 }
 
+// drainCmd is `gantry nodes drain-cluster NAME`.
+func drainCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cl, rest, _, err := verbWithOutput(ctx, "gantry nodes drain-cluster", args, stderr)
+	if err != nil {
+		return err
+	}
+	if len(rest) != 1 {
+		return usageError{"gantry nodes drain-cluster NAME"}
+	}
+	resp, err := cl.DrainClusterWithResponse(ctx, rest[0])
+	if err := ok(resp, err); err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(stdout, "cluster %s drained: no new work goes there, and its Jobs are moved to other clusters (uncordon-cluster ends it)\n", rest[0])
+	return err
+}
+
 // cordonCmd is `gantry nodes cordon-cluster|uncordon-cluster NAME`.
 func cordonCmd(cordon bool) func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	name := map[bool]string{true: "cordon-cluster", false: "uncordon-cluster"}[cordon]

@@ -102,6 +102,7 @@ func table(dev bool) []*command {
 			{name: "set-group", synopsis: "NAME [--max N] [--price USD] [--boot DUR] [--quiet DUR] [--warm-per-day USD]", summary: "change a node group over its file (platform engineers)", remote: true, run: setNodeGroupCmd},
 			{name: "clusters", synopsis: "[-o json]", summary: "the worker clusters: prices, residency, what each has free", remote: true, run: clustersCmd},
 			{name: "cordon-cluster", synopsis: "NAME", summary: "a worker cluster gets no new work (platform engineers)", remote: true, run: cordonCmd(true)},
+			{name: "drain-cluster", synopsis: "NAME", summary: "cordon a worker cluster and move its Jobs elsewhere (platform engineers)", remote: true, run: drainCmd},
 			{name: "uncordon-cluster", synopsis: "NAME", summary: "a worker cluster as its file says again", remote: true, run: cordonCmd(false)},
 			{name: "reset-group", synopsis: "NAME", summary: "a node group back to its file's values", remote: true, run: resetNodeGroupCmd},
 		}},

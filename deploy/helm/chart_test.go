@@ -23,7 +23,7 @@ import (
 var update = flag.Bool("update", false, "rewrite the golden files")
 
 // valueSets are testdata/<name>.yaml: the installs the chart is checked for.
-var valueSets = []string{"postgres", "sqlite", "gitsync", "tls"}
+var valueSets = []string{"postgres", "sqlite", "gitsync", "tls", "fleet"}
 
 // helmBin builds Helm the first time (deploy/helm/build.sh, cached by
 // version) and returns its path; the script runs once per test binary.
@@ -249,6 +249,63 @@ func TestRBAC(t *testing.T) {
 	}
 	if d := find[appsv1.Deployment](t, objs, "Deployment", "gantry"); d.Spec.Template.Spec.ServiceAccountName != "gantry" {
 		t.Errorf("Deployment runs as %q", d.Spec.Template.Spec.ServiceAccountName)
+	}
+}
+
+// TestFleet: with worker clusters Gantry reads the clusters file among the
+// templates and the workers' credentials where it looks for them, may write
+// Secrets in Kueue's namespace only (and read none), and may keep
+// MultiKueue's objects; without, none of it is granted.
+func TestFleet(t *testing.T) {
+	objs := render(t, "fleet")
+	cm := find[corev1.ConfigMap](t, objs, "ConfigMap", "gantry-config")
+	var cfg struct {
+		ClustersFile string `json:"clustersFile"`
+		Quota        struct {
+			KueueNamespace string `json:"kueueNamespace"`
+		} `json:"quota"`
+	}
+	if err := yaml.Unmarshal([]byte(cm.Data["gantry.yaml"]), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.ClustersFile != "/etc/gantry/catalog/templates/clusters.yaml" || cfg.Quota.KueueNamespace != "kueue-system" {
+		t.Errorf("clustersFile %q, kueueNamespace %q", cfg.ClustersFile, cfg.Quota.KueueNamespace)
+	}
+	d := find[appsv1.Deployment](t, objs, "Deployment", "gantry")
+	mounts := map[string]string{}
+	for _, m := range d.Spec.Template.Spec.Containers[0].VolumeMounts {
+		mounts[m.Name] = m.MountPath
+	}
+	for _, v := range d.Spec.Template.Spec.Volumes {
+		if v.Secret != nil && strings.HasPrefix(v.Name, "worker-") {
+			if want := "/var/run/gantry/workers/" + v.Secret.SecretName; mounts[v.Name] != want {
+				t.Errorf("Secret %s mounted at %q, want %s", v.Secret.SecretName, mounts[v.Name], want)
+			}
+			delete(mounts, v.Name)
+		}
+	}
+	if mounts["worker-worker-onprem-a100"] != "" || len(d.Spec.Template.Spec.Volumes) == 0 {
+		t.Errorf("mounts left: %v", mounts)
+	}
+	role := find[rbacv1.Role](t, objs, "Role", "gantry-system-gantry-fleet")
+	if role == nil || role.Namespace != "kueue-system" || len(role.Rules) != 1 || !slices.Equal(role.Rules[0].Resources, []string{"secrets"}) || !slices.Equal(role.Rules[0].Verbs, []string{"create", "patch"}) {
+		t.Fatalf("the fleet's Role: %+v", role)
+	}
+	cr := find[rbacv1.ClusterRole](t, objs, "ClusterRole", "gantry-system-gantry")
+	granted := func(cr *rbacv1.ClusterRole, resource string) bool {
+		for _, r := range cr.Rules {
+			if slices.Contains(r.Resources, resource) {
+				return true
+			}
+		}
+		return false
+	}
+	if !granted(cr, "multikueueclusters") || !granted(cr, "multikueueconfigs") {
+		t.Errorf("the ClusterRole does not grant MultiKueue's objects")
+	}
+	plain := render(t, "postgres")
+	if granted(find[rbacv1.ClusterRole](t, plain, "ClusterRole", "gantry-system-gantry"), "multikueueclusters") || find[rbacv1.Role](t, plain, "Role", "gantry-system-gantry-fleet") != nil {
+		t.Errorf("without a clusters file, the fleet's rules are granted")
 	}
 }
 

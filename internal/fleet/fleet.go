@@ -69,6 +69,9 @@ type Cluster struct {
 	Caps map[string]map[string]float64 `json:"caps,omitempty"`
 	// Cordoned clusters get no new work (maintenance).
 	Cordoned bool `json:"cordoned,omitempty"`
+	// Draining clusters, cordoned, have the work that can move requeued
+	// and placed elsewhere (set through the API: fleet.Change.Drain).
+	Draining bool `json:"-"`
 }
 
 // Kubeconfig names a worker's credentials: exactly one of File, Secret.
@@ -265,6 +268,8 @@ func (f *Fleet) TemplateRules(name string) Rules { return f.load().templates[nam
 type Change struct {
 	// Cordoned: the cluster gets no new work (maintenance).
 	Cordoned bool `json:"cordoned"`
+	// Drain: cordoned, and what runs there is requeued to run elsewhere.
+	Drain bool `json:"drain,omitempty"`
 }
 
 // With is the fleet with changes (by cluster) laid over it; a change of a
@@ -279,7 +284,8 @@ func (f *Fleet) With(changes map[string]Change) (*Fleet, error) {
 			errs.Addf(name, "no worker cluster of that name")
 			continue
 		}
-		out.clusters[i].Cordoned = out.clusters[i].Cordoned || ch.Cordoned
+		out.clusters[i].Cordoned = out.clusters[i].Cordoned || ch.Cordoned || ch.Drain
+		out.clusters[i].Draining = out.clusters[i].Draining || ch.Drain
 	}
 	fl := &Fleet{}
 	fl.v.Store(out)

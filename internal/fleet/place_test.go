@@ -115,6 +115,19 @@ func TestPlace(t *testing.T) {
 	if d := c.Place(Launch{Team: "vision", Class: "A100-80GB", GPUs: 1}, all); d.Cluster() != "cloud-east" || d.Refused[0].Why != "cordoned: no new work" {
 		t.Errorf("cordoned: %s %+v", d.Cluster(), d.Refused)
 	}
+	// A drained one is cordoned too, and says it drains; the others do not.
+	c, err = testFleet(t).With(map[string]Change{"onprem-a100": {Drain: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cl := range c.Clusters() {
+		if drained := cl.Name == "onprem-a100"; cl.Draining != drained || cl.Cordoned != drained {
+			t.Errorf("%s: draining %v, cordoned %v", cl.Name, cl.Draining, cl.Cordoned)
+		}
+	}
+	if d := c.Place(Launch{Team: "vision", Class: "A100-80GB", GPUs: 1}, all); d.Cluster() != "cloud-east" {
+		t.Errorf("drained: %s %+v", d.Cluster(), d.Refused)
+	}
 }
 
 // TestRound: a round dispatches by priority, then age, each launch taking

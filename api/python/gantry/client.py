@@ -372,6 +372,10 @@ class Gantry:
         """The worker cluster gets no new work until uncordoned."""
         return self._call("PUT", f"/api/v1/clusters/{name}/cordon")["items"]
 
+    def drain_cluster(self, name: str) -> List[Dict[str, Any]]:
+        """Cordons the worker cluster and moves the Jobs that run there to other clusters."""
+        return self._call("PUT", f"/api/v1/clusters/{name}/drain")["items"]
+
     def uncordon_cluster(self, name: str) -> List[Dict[str, Any]]:
         return self._call("DELETE", f"/api/v1/clusters/{name}/cordon")["items"]
 
@@ -463,7 +467,7 @@ METHODS = {
     "listPlatformEdits": "platform_edits", "setGPUClassPrice": "set_price", "resetGPUClassPrice": "reset_price",
     "setTeamQuota": "set_quota", "resetTeamQuota": "reset_quota", "setTeamBudget": "set_budget", "resetTeamBudget": "reset_budget",
     "getTeamReport": "team_report", "listBudgets": "budgets", "listAdvice": "advice", "listNodes": "nodes",
-    "getNode": "node", "listNodeGroups": "node_groups", "setNodeGroup": "set_node_group", "resetNodeGroup": "reset_node_group", "listClusters": "clusters", "cordonCluster": "cordon_cluster", "uncordonCluster": "uncordon_cluster",
+    "getNode": "node", "listNodeGroups": "node_groups", "setNodeGroup": "set_node_group", "resetNodeGroup": "reset_node_group", "listClusters": "clusters", "cordonCluster": "cordon_cluster", "drainCluster": "drain_cluster", "uncordonCluster": "uncordon_cluster",
     "getCapacityForecast": "capacity_forecast", "getReservedAdvice": "reserved_advice", "getMe": "me", "listTokens": "tokens", "createToken": "create_token", "revokeToken": "revoke_token",
     "listUsers": "users", "deactivateUser": "deactivate_user", "reactivateUser": "reactivate_user",
     "listUserTokens": "user_tokens", "revokeUserToken": "revoke_user_token", "listImages": "images",

@@ -125,10 +125,19 @@ func (d *Dispatcher) Round(ctx context.Context) (n int, err error) {
 	}
 	now := d.o.Now()
 	var pending []waiting
+	var errs []error
 	seen := map[types.UID]bool{}
+	draining := map[string]bool{}
+	for _, c := range d.o.Fleet.Clusters() {
+		draining[c.Name] = c.Draining
+	}
 	for i := range list.Items {
 		u := &list.Items[i]
 		seen[u.GetUID()] = true
+		if err := d.drain(ctx, u, draining); err != nil {
+			errs = append(errs, err)
+			continue
+		}
 		if !d.waits(u) {
 			continue
 		}
@@ -143,7 +152,6 @@ func (d *Dispatcher) Round(ctx context.Context) (n int, err error) {
 		}
 	}
 	d.mu.Unlock()
-	var errs []error
 	var undecided []waiting
 	var launches []fleet.Launch
 	for _, w := range pending {
@@ -216,6 +224,59 @@ func (d *Dispatcher) Round(ctx context.Context) (n int, err error) {
 		n++
 	}
 	return n, errors.Join(errs...)
+}
+
+// drain moves a Workload off a draining worker: one running there is
+// deactivated (Kueue evicts it, MultiKueue deletes its copy there) and
+// marked; one so marked is activated again (queued, to be nominated
+// elsewhere) once Kueue has taken its quota back — so that it never runs
+// in two clusters at once — unless its Job was stopped meanwhile.
+func (d *Dispatcher) drain(ctx context.Context, u *unstructured.Unstructured, draining map[string]bool) error {
+	res := d.o.Manager.Resource(kapi.KueueWorkloads).Namespace(u.GetNamespace())
+	active, found, _ := unstructured.NestedBool(u.Object, "spec", "active")
+	inactive := found && !active
+	if from := u.GetAnnotations()[kapi.AnnotationDrainedFrom]; from != "" {
+		if inactive && condition(u, "QuotaReserved") {
+			return nil // not yet off the worker
+		}
+		spec := map[string]any{"active": true}
+		if !inactive || d.stopped(ctx, u) {
+			// Started by its owner meanwhile, or stopped: left as it is.
+			spec = map[string]any{}
+		}
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{kapi.AnnotationDrainedFrom: nil}}, "spec": spec})
+		if _, err := res.Patch(ctx, u.GetName(), types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "gantry-dispatch"}); err != nil {
+			return fmt.Errorf("dispatch: queue %s/%s again after the drain of %s: %w", u.GetNamespace(), u.GetName(), from, err)
+		}
+		d.o.Log.Info("drained: queued again", "workload", u.GetNamespace()+"/"+u.GetName(), "from", from)
+		return nil
+	}
+	cluster, _, _ := unstructured.NestedString(u.Object, "status", "clusterName")
+	if cluster == "" || !draining[cluster] || inactive || condition(u, "Finished") {
+		return nil
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{kapi.AnnotationDrainedFrom: cluster}}, "spec": map[string]any{"active": false}})
+	if _, err := res.Patch(ctx, u.GetName(), types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "gantry-dispatch"}); err != nil {
+		return fmt.Errorf("dispatch: move %s/%s off %s (drained): %w", u.GetNamespace(), u.GetName(), cluster, err)
+	}
+	d.o.Log.Info("draining", "workload", u.GetNamespace()+"/"+u.GetName(), "cluster", cluster)
+	return nil
+}
+
+// stopped reports whether the Job a Workload admits was stopped by its
+// owner (kapi.AnnotationStopped).
+func (d *Dispatcher) stopped(ctx context.Context, u *unstructured.Unstructured) bool {
+	gvr, _ := kapi.ResourceOf("Job")
+	for _, r := range u.GetOwnerReferences() {
+		if r.Kind != "Job" {
+			continue
+		}
+		job, err := d.o.Manager.Resource(gvr).Namespace(u.GetNamespace()).Get(ctx, r.Name, metav1.GetOptions{})
+		if err == nil && job.GetAnnotations()[kapi.AnnotationStopped] == "true" {
+			return true
+		}
+	}
+	return false
 }
 
 // held is the nomination a Workload holds: the cluster it is nominated to

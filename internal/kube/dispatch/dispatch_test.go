@@ -389,8 +389,9 @@ clusters:
 // and dispatches from its leader: a training launch through the API runs
 // on the room's A100s (its volume claim staged there), reaches Running
 // from the status MultiKueue copies back, and its logs and the worker's
-// events are read through Gantry. With the room cordoned through the API,
-// the next goes to the cloud; a notebook is refused, for only Jobs are
+// events are read through Gantry, and it is priced at the room's GPU-hour.
+// With the room drained through the API, it moves to the cloud (never on
+// both at once) and the next goes there too; a notebook is refused, for only Jobs are
 // dispatched. Deleted, the work and its claims leave the workers. (Before
 // TestDispatchOverTwoWorkers, which stops the cloud; this leaves the
 // workers as it found them.)
@@ -502,17 +503,25 @@ clusters:
 		return fmt.Errorf("%s", asJSON(evs))
 	})
 
-	// The room cordoned: the next launch goes to the cloud.
-	if r := servertest.Must(api.CordonClusterWithResponse(ctx, "onprem"))(t); r.StatusCode() != 200 {
-		t.Fatalf("cordon: %d %s", r.StatusCode(), r.Body)
+	// The room drained: the first moves to the cloud (a new run there, at
+	// the cloud's price), and the next launch goes there too.
+	if r := servertest.Must(api.DrainClusterWithResponse(ctx, "onprem"))(t); r.StatusCode() != 200 {
+		t.Fatalf("drain: %d %s", r.StatusCode(), r.Body)
+	}
+	runsOn(first.Id, "cloud", cloud)
+	if w := servertest.Deref(servertest.Must(api.GetWorkloadWithResponse(ctx, first.Id))(t).JSON200); servertest.Deref(w.Cluster) != "cloud" || w.PricePerHour != 12.8 || w.Attempts != 2 {
+		t.Errorf("the first, moved: on %q at $%v/h, %d runs", servertest.Deref(w.Cluster), w.PricePerHour, w.Attempts)
+	}
+	if pods, _ := onprem.Client.CoreV1().Pods(teamNS).List(ctx, metav1.ListOptions{LabelSelector: render.LabelWorkloadID + "=" + first.Id}); len(pods.Items) > 0 {
+		t.Errorf("the first still has %d pods on the drained room", len(pods.Items))
 	}
 	second := launch()
 	runsOn(second.Id, "cloud", cloud)
+	if r := kueueWorkload(second.Id).GetAnnotations()[dispatch.ReasonAnnotation]; !strings.HasPrefix(r, "placed on cloud: $3.20/GPU-h; ") {
+		t.Errorf("the placement with the room drained: %q", r)
+	}
 	if w := servertest.Deref(servertest.Must(api.GetWorkloadWithResponse(ctx, second.Id))(t).JSON200); servertest.Deref(w.Cluster) != "cloud" || w.PricePerHour != 12.8 {
 		t.Errorf("the second runs on %q at $%v/h", servertest.Deref(w.Cluster), w.PricePerHour)
-	}
-	if r := kueueWorkload(second.Id).GetAnnotations()[dispatch.ReasonAnnotation]; r != "placed on cloud: $3.20/GPU-h; 8 GPUs free" {
-		t.Errorf("the placement with the room cordoned: %q", r)
 	}
 	if r := servertest.Must(api.UncordonClusterWithResponse(ctx, "onprem"))(t); r.StatusCode() != 200 {
 		t.Fatalf("uncordon: %d %s", r.StatusCode(), r.Body)

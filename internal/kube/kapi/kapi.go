@@ -48,6 +48,11 @@ var (
 // Gantry's dispatch decision in words ("placed on onprem: ...").
 const AnnotationPlacement = "gantry.dev/placement"
 
+// AnnotationDrainedFrom marks a manager's Kueue Workload deactivated to
+// move it off a draining worker cluster (named): queued again once
+// MultiKueue has taken it off.
+const AnnotationDrainedFrom = "gantry.dev/drained-from"
+
 // AnnotationGPUHourPrice carries, beside the placement, the chosen
 // cluster's price per GPU-hour for the Workload: its run is priced so.
 const AnnotationGPUHourPrice = "gantry.dev/gpu-hour-price"

@@ -51,6 +51,9 @@ func Waiting(u *unstructured.Unstructured) (waiting bool, reason string) {
 // waits for MultiKueue to run it on a worker cluster, and why: Gantry's
 // placement in words (kapi.AnnotationPlacement), or the check's message.
 func Dispatching(u *unstructured.Unstructured) (waiting bool, reason string) {
+	if from := u.GetAnnotations()[kapi.AnnotationDrainedFrom]; from != "" {
+		return true, fmt.Sprintf("moving off %s, which is drained: queued again once it has stopped there", from)
+	}
 	if name, _, _ := unstructured.NestedString(u.Object, "status", "clusterName"); name != "" {
 		return false, ""
 	}

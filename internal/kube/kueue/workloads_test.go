@@ -114,6 +114,11 @@ func TestDispatching(t *testing.T) {
 		{"running on a worker", withChecks("Ready", "placed on onprem", "onprem"), false, ""},
 		{"a worker reserved, the check not yet ready", withChecks("Pending", "placed on onprem", "onprem"), false, ""},
 		{"a queue without MultiKueue", kw("w", 0, now, true, cond("QuotaReserved", "True", now, "")), false, ""},
+		{"moving off a drained cluster", func() *unstructured.Unstructured {
+			u := withChecks("Pending", "placed on onprem", "onprem")
+			u.SetAnnotations(map[string]string{"gantry.dev/drained-from": "onprem"})
+			return u
+		}(), true, "moving off onprem, which is drained: queued again once it has stopped there"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			waiting, reason := Dispatching(tc.u)

@@ -46,6 +46,9 @@ type Remote interface {
 	// Reserved reports whether cluster has reserved quota for the Workload
 	// namespace/name.
 	Reserved(ctx context.Context, cluster, namespace, name string) (bool, error)
+	// Stopped reports whether cluster runs no pod of the Job
+	// namespace/name (MultiKueue's copy of the manager's, of the same name).
+	Stopped(ctx context.Context, cluster, namespace, job string) (bool, error)
 }
 
 // Workers are the worker clusters as the dispatcher reads them.
@@ -237,7 +240,11 @@ func (d *Dispatcher) drain(ctx context.Context, u *unstructured.Unstructured, dr
 	inactive := found && !active
 	if from := u.GetAnnotations()[kapi.AnnotationDrainedFrom]; from != "" {
 		if inactive && condition(u, "QuotaReserved") {
-			return nil // not yet off the worker
+			// Kueue gives the quota back once the manager's Job is not
+			// active; its status is the worker's copy's as MultiKueue last
+			// synced it, which an evicted copy no longer syncs. Once the
+			// worker runs none of it, the manager's Job says so.
+			return d.settle(ctx, u, from)
 		}
 		spec := map[string]any{"active": true}
 		if !inactive || d.stopped(ctx, u) {
@@ -260,6 +267,27 @@ func (d *Dispatcher) drain(ctx context.Context, u *unstructured.Unstructured, dr
 		return fmt.Errorf("dispatch: move %s/%s off %s (drained): %w", u.GetNamespace(), u.GetName(), cluster, err)
 	}
 	d.o.Log.Info("draining", "workload", u.GetNamespace()+"/"+u.GetName(), "cluster", cluster)
+	return nil
+}
+
+// settle zeroes the active and ready counts of a drained Workload's Job in
+// the manager once the worker it left runs no pod of it (Kueue waits for
+// them to give the quota back).
+func (d *Dispatcher) settle(ctx context.Context, u *unstructured.Unstructured, from string) error {
+	gvr, _ := kapi.ResourceOf("Job")
+	for _, r := range u.GetOwnerReferences() {
+		if r.Kind != "Job" {
+			continue
+		}
+		stopped, err := d.o.Workers.Stopped(ctx, from, u.GetNamespace(), r.Name)
+		if err != nil || !stopped {
+			return err // not yet: the next round looks again
+		}
+		patch := []byte(`{"status":{"active":0,"ready":0}}`)
+		if _, err := d.o.Manager.Resource(gvr).Namespace(u.GetNamespace()).Patch(ctx, r.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "gantry-dispatch"}, "status"); err != nil {
+			return fmt.Errorf("dispatch: say Job %s/%s stopped on %s: %w", u.GetNamespace(), r.Name, from, err)
+		}
+	}
 	return nil
 }
 
@@ -305,7 +333,10 @@ func (d *Dispatcher) waits(u *unstructured.Unstructured) bool {
 	if name, _, _ := unstructured.NestedString(u.Object, "status", "clusterName"); name != "" {
 		return false
 	}
-	if !condition(u, "QuotaReserved") || condition(u, "Finished") {
+	if !condition(u, "QuotaReserved") || condition(u, "Finished") || condition(u, "Evicted") {
+		return false // not reserved, done, or on its way back to the queue
+	}
+	if active, found, _ := unstructured.NestedBool(u.Object, "spec", "active"); found && !active {
 		return false
 	}
 	// The other checks (Gantry's approval) come first: MultiKueue runs a

@@ -463,7 +463,15 @@ clusters:
 				return fmt.Errorf("%s (%s): no Kueue Workload yet", w.Status, servertest.Deref(w.Reason))
 			}
 			if at, _, _ := unstructured.NestedString(wl.Object, "status", "clusterName"); at != cluster {
-				return fmt.Errorf("%s (%s): on %q", w.Status, servertest.Deref(w.Reason), at)
+				active, _, _ := unstructured.NestedFieldNoCopy(wl.Object, "spec", "active")
+				conds, _, _ := unstructured.NestedSlice(wl.Object, "status", "conditions")
+				var cs []string
+				for _, c := range conds {
+					m, _ := c.(map[string]any)
+					cs = append(cs, fmt.Sprintf("%v=%v (%v)", m["type"], m["status"], m["message"]))
+				}
+				checks, _, _ := unstructured.NestedSlice(wl.Object, "status", "admissionChecks")
+				return fmt.Errorf("%s (%s): on %q; active %v, annotations %v, conditions %v, checks %v", w.Status, servertest.Deref(w.Reason), at, active, wl.GetAnnotations(), cs, checks)
 			}
 			if w.Status != model.Running {
 				return fmt.Errorf("status %s (%s)", w.Status, servertest.Deref(w.Reason))

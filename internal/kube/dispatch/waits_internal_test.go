@@ -42,6 +42,17 @@ func TestWaits(t *testing.T) {
 		{"no quota yet", wl(false, "Ready", "Pending", ""), false},
 		{"running on a worker", wl(true, "Ready", "Ready", "onprem"), false},
 		{"the check ready", wl(true, "Ready", "Ready", ""), false},
+		{"deactivated (drained)", func() *unstructured.Unstructured {
+			u := wl(true, "Ready", "Pending", "")
+			unstructured.SetNestedField(u.Object, false, "spec", "active")
+			return u
+		}(), false},
+		{"evicted, its quota not yet back", func() *unstructured.Unstructured {
+			u := wl(true, "Ready", "Pending", "")
+			conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+			unstructured.SetNestedSlice(u.Object, append(conds, map[string]any{"type": "Evicted", "status": "True"}), "status", "conditions")
+			return u
+		}(), false},
 	} {
 		if got := d.waits(tc.u); got != tc.want {
 			t.Errorf("%s: waits %v", tc.name, got)

@@ -249,6 +249,24 @@ func (w *Workers) Reserved(ctx context.Context, cluster, namespace, name string)
 	return false, nil
 }
 
+// Stopped reports whether the worker runs no pod of the Job
+// namespace/name: it is gone, or none of its pods is active or ready
+// (dispatch.Remote).
+func (w *Workers) Stopped(ctx context.Context, cluster, namespace, job string) (bool, error) {
+	core := w.Client(cluster)
+	if core == nil {
+		return false, fmt.Errorf("worker %s not read yet", cluster)
+	}
+	j, err := core.BatchV1().Jobs(namespace).Get(ctx, job, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return j.Status.Active == 0 && (j.Status.Ready == nil || *j.Status.Ready == 0), nil
+}
+
 // why says why a worker could not be read, in words an operator acts on.
 func why(err error) string {
 	var ne net.Error

@@ -422,14 +422,18 @@ func (c *Cluster) Events(ctx context.Context, namespace, prefix, id string) ([]w
 	}
 	// A dispatched workload's pods live on its worker: their events are
 	// told there, named for the cluster.
-	if cluster, worker, err := c.worker(ctx, namespace, id); err != nil {
-		return nil, err
-	} else if worker != nil {
-		more, err := events(ctx, worker, namespace, prefix, cluster)
-		if err != nil {
-			return nil, err
+	cluster, worker, err := c.worker(ctx, namespace, id)
+	if err == nil && worker != nil {
+		var more []workload.Event
+		if more, err = events(ctx, worker, namespace, prefix, cluster); err == nil {
+			out = append(out, more...)
 		}
-		out = append(out, more...)
+	}
+	if err != nil {
+		// The worker's events cannot be read now: the manager's are told,
+		// with why the rest are missing.
+		out = append(out, workload.Event{Time: c.now().UTC(), Type: "Warning", Reason: "WorkerUnreadable", Object: "cluster/" + cluster,
+			Message: "the events of the worker cluster it runs on cannot be read: " + err.Error(), Count: 1})
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Time.Before(out[j].Time) })
 	return out, nil

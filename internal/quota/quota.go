@@ -10,6 +10,7 @@ package quota
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -237,8 +238,8 @@ func WorkerObjects(classes *gpu.Catalog, teams map[string]Quota, priorities []Pr
 }
 
 // Capped is q with each class's GPUs bounded by caps (a fleet cluster's
-// caps for the team, "*" for the classes not listed): a team's queue on a
-// worker.
+// caps for the team, "*" for the classes not listed), its borrowing in its
+// cohort bounded to the same: a team's queue on a worker.
 func (q Quota) Capped(caps map[string]float64) Quota {
 	if len(caps) == 0 {
 		return q
@@ -252,12 +253,26 @@ func (q Quota) Capped(caps map[string]float64) Quota {
 	for c := range caps {
 		keys[c] = true
 	}
+	if q.Cohort != "" {
+		out.BorrowingLimit = maps.Clone(q.BorrowingLimit)
+		if out.BorrowingLimit == nil {
+			out.BorrowingLimit = map[string]float64{}
+		}
+	}
 	for c := range keys {
 		v, _ := lookup(q.GPUs, c)
-		if limit, capped := lookup(caps, c); capped {
+		limit, capped := lookup(caps, c)
+		if capped {
 			v = min(v, limit)
 		}
 		out.GPUs[c] = v
+		// In a cohort, what it may borrow stops at the cap too.
+		if capped && q.Cohort != "" {
+			room := max(0, limit-v)
+			if b, ok := lookup(q.BorrowingLimit, c); !ok || b > room {
+				out.BorrowingLimit[c] = room
+			}
+		}
 	}
 	return out
 }

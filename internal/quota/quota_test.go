@@ -230,6 +230,17 @@ func TestWorkerObjects(t *testing.T) {
 		if name == "gantry-nlp" && spec["cohortName"] != "gantry-research" {
 			t.Errorf("nlp's cohort: %v", spec["cohortName"])
 		}
+		// nlp may borrow nothing past its cap of 1 (L4: 2 past its 4).
+		if name == "gantry-nlp" {
+			for _, f := range flavors {
+				fm := f.(map[string]any)
+				r := fm["resources"].([]any)[0].(map[string]any)
+				want := map[string]any{"gantry-h100-80gb": "0", "gantry-l4": "2000"}[fm["name"].(string)]
+				if want != nil && r["borrowingLimit"] != want {
+					t.Errorf("nlp %s borrows up to %v, want %v", fm["name"], r["borrowingLimit"], want)
+				}
+			}
+		}
 	}
 	// Uncapped teams keep their quota as it is.
 	q := Quota{GPUs: map[string]float64{"*": 4}}

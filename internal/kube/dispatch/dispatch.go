@@ -47,7 +47,8 @@ type Remote interface {
 	// namespace/name.
 	Reserved(ctx context.Context, cluster, namespace, name string) (bool, error)
 	// Stopped reports whether cluster runs no pod of the Job
-	// namespace/name (MultiKueue's copy of the manager's, of the same name).
+	// namespace/name (MultiKueue's copy of the manager's, of the same
+	// name), terminating ones included.
 	Stopped(ctx context.Context, cluster, namespace, job string) (bool, error)
 }
 
@@ -122,7 +123,7 @@ func (d *Dispatcher) Round(ctx context.Context) (n int, err error) {
 	if !read {
 		return 0, nil // nothing is known of the workers yet: no nomination moves
 	}
-	list, err := d.o.Manager.Resource(kapi.KueueWorkloads).List(ctx, metav1.ListOptions{})
+	list, err := d.o.Manager.Resource(kapi.KueueWorkloads).List(ctx, metav1.ListOptions{ResourceVersion: "0"})
 	if err != nil {
 		return 0, fmt.Errorf("dispatch: list the manager's Workloads: %w", err)
 	}
@@ -197,26 +198,31 @@ func (d *Dispatcher) Round(ctx context.Context) (n int, err error) {
 	for i, dec := range d.o.Fleet.Round(launches, states) {
 		w := pending[indexOf(pending, dec.Launch.ID, i)]
 		target := dec.Cluster()
+		price := "" // the chosen offer's GPU-hour, priced into the run
+		if target != "" {
+			price = strconv.FormatFloat(dec.Candidates[0].Offer.PricePerGPUHour, 'f', -1, 64)
+		}
 		switch {
 		case target == "" && len(w.now) == 1 && states[w.now[0]].Reachable:
 			// Its cluster answers but may no longer run it (cordoned, a
 			// rule changed), and none other may: the nomination goes.
 		case target == "" || slices.Equal(w.now, []string{target}):
 			// Nowhere to go now (a nomination on a worker out of reach
-			// stands: it may be back), or where it is: only the reason is
-			// told.
-			if err := d.annotate(ctx, w.u, dec.Reason, ""); err != nil {
+			// stands: it may be back), or where it is: only the reason
+			// (and the price where it is) is told.
+			if err := d.annotate(ctx, w.u, dec.Reason, price); err != nil {
 				errs = append(errs, err)
 			}
 			continue
-		}
-		if d.o.Stage != nil {
-			if err := d.o.Stage.Stage(ctx, target, w.u); err != nil {
-				errs = append(errs, fmt.Errorf("dispatch: ready %s for %s/%s: %w", target, w.u.GetNamespace(), w.u.GetName(), err))
-				continue
+		default:
+			if d.o.Stage != nil {
+				if err := d.o.Stage.Stage(ctx, target, w.u); err != nil {
+					errs = append(errs, fmt.Errorf("dispatch: ready %s for %s/%s: %w", target, w.u.GetNamespace(), w.u.GetName(), err))
+					continue
+				}
 			}
 		}
-		if err := d.nominate(ctx, w.u, target, dec.Reason, dec.Candidates[0].Offer.PricePerGPUHour); err != nil {
+		if err := d.nominate(ctx, w.u, target, dec.Reason, price); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -238,18 +244,26 @@ func (d *Dispatcher) drain(ctx context.Context, u *unstructured.Unstructured, dr
 	res := d.o.Manager.Resource(kapi.KueueWorkloads).Namespace(u.GetNamespace())
 	active, found, _ := unstructured.NestedBool(u.Object, "spec", "active")
 	inactive := found && !active
-	if from := u.GetAnnotations()[kapi.AnnotationDrainedFrom]; from != "" {
-		if inactive && condition(u, "QuotaReserved") {
-			// Kueue gives the quota back once the manager's Job is not
-			// active; its status is the worker's copy's as MultiKueue last
-			// synced it, which an evicted copy no longer syncs. Once the
-			// worker runs none of it, the manager's Job says so.
-			return d.settle(ctx, u, from)
+	cluster, _, _ := unstructured.NestedString(u.Object, "status", "clusterName")
+	from := u.GetAnnotations()[kapi.AnnotationDrainedFrom]
+	if inactive && condition(u, "QuotaReserved") && (from != "" || cluster != "") {
+		// Deactivated (drained, or stopped by its owner) while it ran on a
+		// worker: Kueue gives the quota back once the manager's Job is not
+		// active, and its status is the worker copy's as MultiKueue last
+		// synced it, which an evicted copy no longer syncs. Once the worker
+		// runs none of it, the manager's Job says so.
+		if from == "" {
+			from = cluster
 		}
+		return d.settle(ctx, u, from)
+	}
+	if from != "" {
 		spec := map[string]any{"active": true}
 		if !inactive || d.stopped(ctx, u) {
 			// Started by its owner meanwhile, or stopped: left as it is.
 			spec = map[string]any{}
+		} else if gone, err := d.gone(ctx, u, from); err != nil || !gone {
+			return err // its pods still going: the next round looks again
 		}
 		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{kapi.AnnotationDrainedFrom: nil}}, "spec": spec})
 		if _, err := res.Patch(ctx, u.GetName(), types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "gantry-dispatch"}); err != nil {
@@ -258,7 +272,6 @@ func (d *Dispatcher) drain(ctx context.Context, u *unstructured.Unstructured, dr
 		d.o.Log.Info("drained: queued again", "workload", u.GetNamespace()+"/"+u.GetName(), "from", from)
 		return nil
 	}
-	cluster, _, _ := unstructured.NestedString(u.Object, "status", "clusterName")
 	if cluster == "" || !draining[cluster] || inactive || condition(u, "Finished") {
 		return nil
 	}
@@ -270,18 +283,34 @@ func (d *Dispatcher) drain(ctx context.Context, u *unstructured.Unstructured, dr
 	return nil
 }
 
-// settle zeroes the active and ready counts of a drained Workload's Job in
-// the manager once the worker it left runs no pod of it (Kueue waits for
-// them to give the quota back).
-func (d *Dispatcher) settle(ctx context.Context, u *unstructured.Unstructured, from string) error {
-	gvr, _ := kapi.ResourceOf("Job")
+// gone reports whether cluster runs no pod of the Jobs a Workload admits
+// (or is no longer one of the fleet's).
+func (d *Dispatcher) gone(ctx context.Context, u *unstructured.Unstructured, cluster string) (bool, error) {
+	if _, listed := d.o.Fleet.Get(cluster); !listed {
+		return true, nil // removed from the clusters file: nothing there counts
+	}
 	for _, r := range u.GetOwnerReferences() {
 		if r.Kind != "Job" {
 			continue
 		}
-		stopped, err := d.o.Workers.Stopped(ctx, from, u.GetNamespace(), r.Name)
-		if err != nil || !stopped {
-			return err // not yet: the next round looks again
+		if stopped, err := d.o.Workers.Stopped(ctx, cluster, u.GetNamespace(), r.Name); err != nil || !stopped {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// settle zeroes the active and ready counts of a deactivated Workload's Job
+// in the manager once the worker it left runs no pod of it (Kueue waits for
+// them to give the quota back).
+func (d *Dispatcher) settle(ctx context.Context, u *unstructured.Unstructured, from string) error {
+	if gone, err := d.gone(ctx, u, from); err != nil || !gone {
+		return err // not yet: the next round looks again
+	}
+	gvr, _ := kapi.ResourceOf("Job")
+	for _, r := range u.GetOwnerReferences() {
+		if r.Kind != "Job" {
+			continue
 		}
 		patch := []byte(`{"status":{"active":0,"ready":0}}`)
 		if _, err := d.o.Manager.Resource(gvr).Namespace(u.GetNamespace()).Patch(ctx, r.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "gantry-dispatch"}, "status"); err != nil {
@@ -357,7 +386,11 @@ func (d *Dispatcher) waits(u *unstructured.Unstructured) bool {
 }
 
 // nominate writes the Workload's nomination and the reason.
-func (d *Dispatcher) nominate(ctx context.Context, u *unstructured.Unstructured, cluster, reason string, price float64) error {
+func (d *Dispatcher) nominate(ctx context.Context, u *unstructured.Unstructured, cluster, reason, price string) error {
+	// The reason and price first: a run never starts without its price.
+	if err := d.annotate(ctx, u, reason, price); err != nil {
+		return err
+	}
 	res := d.o.Manager.Resource(kapi.KueueWorkloads).Namespace(u.GetNamespace())
 	var names []string
 	if cluster != "" {
@@ -368,7 +401,7 @@ func (d *Dispatcher) nominate(ctx context.Context, u *unstructured.Unstructured,
 		return fmt.Errorf("dispatch: nominate %s/%s: %w", u.GetNamespace(), u.GetName(), err)
 	}
 	d.o.Log.Info("dispatched", "workload", u.GetNamespace()+"/"+u.GetName(), "cluster", cluster, "reason", reason)
-	return d.annotate(ctx, u, reason, strconv.FormatFloat(price, 'f', -1, 64))
+	return nil
 }
 
 // withdraw removes a Workload's nomination once its worker has reserved.

@@ -8,7 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"os"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -92,6 +94,20 @@ func flattened(path string) ([]byte, error) {
 	}
 	if err := clientcmdapi.FlattenConfig(kc); err != nil {
 		return nil, fmt.Errorf("its kubeconfig %s names a file that cannot be read: %v", path, err)
+	}
+	for name, a := range kc.AuthInfos {
+		if a.Exec != nil || a.AuthProvider != nil {
+			return nil, fmt.Errorf("its kubeconfig %s has user %q sign in through a plugin, which MultiKueue cannot run: give it a token or a client certificate", path, name)
+		}
+		if a.TokenFile != "" {
+			// MultiKueue reads no file: the token goes in, read now (a
+			// rotated token file is written again at the next change).
+			tok, err := os.ReadFile(a.TokenFile)
+			if err != nil {
+				return nil, fmt.Errorf("its kubeconfig %s names a token file that cannot be read: %v", path, err)
+			}
+			a.Token, a.TokenFile = strings.TrimSpace(string(tok)), ""
+		}
 	}
 	return clientcmd.Write(*kc)
 }
@@ -225,9 +241,17 @@ func (m *Manager) Pass(ctx context.Context) error {
 	// The claims staged for workloads since deleted go.
 	var cerr []error
 	states, _ := m.o.Workers.States()
+	here, err := m.o.Cluster.Core().CoreV1().PersistentVolumeClaims("").List(ctx, metav1.ListOptions{
+		LabelSelector: render.LabelManagedBy + "=" + render.ManagedBy + "," + render.LabelWorkloadID, ResourceVersion: "0"})
+	if err != nil {
+		return errors.Join(serr, merr, fmt.Errorf("the manager's claims: %w", err))
+	}
 	for _, c := range m.o.Workers.fleet.Clusters() {
-		if core := m.o.Workers.Client(c.Name); core != nil && states[c.Name].Reachable {
-			if err := collect(ctx, m.o.Cluster.Core(), core); err != nil {
+		m.o.Workers.mu.Lock()
+		core := m.o.Workers.clients[c.Name].core
+		m.o.Workers.mu.Unlock()
+		if core != nil && states[c.Name].Reachable {
+			if err := collect(ctx, here, core); err != nil {
 				cerr = append(cerr, fmt.Errorf("worker %s: claims of deleted workloads: %w", c.Name, err))
 			}
 		}
@@ -262,7 +286,9 @@ func (w *Workers) Stage(ctx context.Context, manager kubernetes.Interface, clust
 		} else if !apierrors.IsNotFound(err) {
 			return fmt.Errorf("worker %s: claim %s/%s: %w", cluster, ns, c.Name, err)
 		}
-		copied := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: c.Name, Namespace: ns, Labels: c.Labels, Annotations: map[string]string{}},
+		labels := maps.Clone(c.Labels)
+		labels[LabelStaged] = "true"
+		copied := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: c.Name, Namespace: ns, Labels: labels, Annotations: map[string]string{}},
 			Spec: corev1.PersistentVolumeClaimSpec{AccessModes: c.Spec.AccessModes, Resources: c.Spec.Resources, StorageClassName: c.Spec.StorageClassName, VolumeMode: c.Spec.VolumeMode}}
 		if _, err := core.CoreV1().PersistentVolumeClaims(ns).Create(ctx, copied, metav1.CreateOptions{FieldManager: kapi.FieldManager}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("worker %s: claim %s/%s: %w", cluster, ns, c.Name, err)
@@ -271,16 +297,17 @@ func (w *Workers) Stage(ctx context.Context, manager kubernetes.Interface, clust
 	return nil
 }
 
-// collect deletes a worker's claims of workloads the manager no longer has
-// (gone: their Job deleted, and with it the manager's claims).
-func collect(ctx context.Context, manager, worker kubernetes.Interface) error {
-	sel := metav1.ListOptions{LabelSelector: render.LabelManagedBy + "=" + render.ManagedBy + "," + render.LabelWorkloadID}
+// LabelStaged marks the claims Stage put on a worker: only those are
+// collected (a Gantry of the worker's own keeps its claims).
+const LabelStaged = "gantry.dev/staged"
+
+// collect deletes a worker's staged claims of workloads the manager no
+// longer has (gone: their Job deleted, and with it the manager's claims);
+// here is the manager's claims of Gantry's workloads.
+func collect(ctx context.Context, here *corev1.PersistentVolumeClaimList, worker kubernetes.Interface) error {
+	sel := metav1.ListOptions{LabelSelector: render.LabelManagedBy + "=" + render.ManagedBy + "," + render.LabelWorkloadID + "," + LabelStaged + "=true"}
 	there, err := worker.CoreV1().PersistentVolumeClaims("").List(ctx, sel)
 	if err != nil || len(there.Items) == 0 {
-		return err
-	}
-	here, err := manager.CoreV1().PersistentVolumeClaims("").List(ctx, sel)
-	if err != nil {
 		return err
 	}
 	kept := map[string]bool{}

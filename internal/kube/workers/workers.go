@@ -19,6 +19,7 @@ import (
 	"sync"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -68,6 +69,9 @@ type client struct {
 	stamp string // the kubeconfig file as read (size and time)
 	core  kubernetes.Interface
 	dyn   dynamic.Interface
+	// stream is core without the per-request timeout: a log followed
+	// for as long as its reader wants (its context ends it).
+	stream kubernetes.Interface
 }
 
 // Options build Workers; Fleet and Classes are required.
@@ -126,12 +130,13 @@ func (w *Workers) Pass(ctx context.Context) {
 	w.mu.Unlock()
 }
 
-// Client is the cluster's client as last built (nil when its credentials
-// could not be read).
+// Client is the cluster's client as last built, without a timeout of its
+// own (logs are followed for as long as the caller's context lasts); nil
+// when its credentials could not be read.
 func (w *Workers) Client(cluster string) kubernetes.Interface {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.clients[cluster].core
+	return w.clients[cluster].stream
 }
 
 func (w *Workers) readOne(ctx context.Context, c fleet.Cluster) fleet.State {
@@ -201,6 +206,10 @@ func (w *Workers) client(c fleet.Cluster) (kubernetes.Interface, error) {
 		w.forget(c.Name)
 		return nil, fmt.Errorf("its kubeconfig %s does not load: %v", path, err)
 	}
+	stream, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("its kubeconfig %s: %v", path, err)
+	}
 	cfg.Timeout = w.timeout
 	core, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
@@ -211,7 +220,7 @@ func (w *Workers) client(c fleet.Cluster) (kubernetes.Interface, error) {
 		return nil, fmt.Errorf("its kubeconfig %s: %v", path, err)
 	}
 	w.mu.Lock()
-	w.clients[c.Name] = client{stamp: stamp, core: core, dyn: dyn}
+	w.clients[c.Name] = client{stamp: stamp, core: core, dyn: dyn, stream: stream}
 	w.mu.Unlock()
 	return core, nil
 }
@@ -250,21 +259,19 @@ func (w *Workers) Reserved(ctx context.Context, cluster, namespace, name string)
 }
 
 // Stopped reports whether the worker runs no pod of the Job
-// namespace/name: it is gone, or none of its pods is active or ready
-// (dispatch.Remote).
+// namespace/name, terminating ones included (dispatch.Remote).
 func (w *Workers) Stopped(ctx context.Context, cluster, namespace, job string) (bool, error) {
-	core := w.Client(cluster)
+	w.mu.Lock()
+	core := w.clients[cluster].core
+	w.mu.Unlock()
 	if core == nil {
 		return false, fmt.Errorf("worker %s not read yet", cluster)
 	}
-	j, err := core.BatchV1().Jobs(namespace).Get(ctx, job, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return true, nil
-	}
+	pods, err := core.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: batchv1.JobNameLabel + "=" + job})
 	if err != nil {
 		return false, err
 	}
-	return j.Status.Active == 0 && (j.Status.Ready == nil || *j.Status.Ready == 0), nil
+	return len(pods.Items) == 0, nil
 }
 
 // why says why a worker could not be read, in words an operator acts on.

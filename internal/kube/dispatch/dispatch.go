@@ -210,7 +210,7 @@ func (d *Dispatcher) Round(ctx context.Context) (n int, err error) {
 			// Nowhere to go now (a nomination on a worker out of reach
 			// stands: it may be back), or where it is: only the reason
 			// (and the price where it is) is told.
-			if err := d.annotate(ctx, w.u, dec.Reason, price); err != nil {
+			if err := d.annotate(ctx, w.u, dec.Reason, price, target); err != nil {
 				errs = append(errs, err)
 			}
 			continue
@@ -246,16 +246,22 @@ func (d *Dispatcher) drain(ctx context.Context, u *unstructured.Unstructured, dr
 	inactive := found && !active
 	cluster, _, _ := unstructured.NestedString(u.Object, "status", "clusterName")
 	from := u.GetAnnotations()[kapi.AnnotationDrainedFrom]
-	if inactive && condition(u, "QuotaReserved") && (from != "" || cluster != "") {
+	if inactive && condition(u, "QuotaReserved") {
 		// Deactivated (drained, or stopped by its owner) while it ran on a
 		// worker: Kueue gives the quota back once the manager's Job is not
 		// active, and its status is the worker copy's as MultiKueue last
 		// synced it, which an evicted copy no longer syncs. Once the worker
 		// runs none of it, the manager's Job says so.
-		if from == "" {
-			from = cluster
+		at := from
+		for _, c := range []string{cluster, u.GetAnnotations()[kapi.AnnotationDispatchedTo]} {
+			if at == "" {
+				at = c
+			}
 		}
-		return d.settle(ctx, u, from)
+		if at == "" {
+			return nil // never dispatched: Kueue needs nothing of a worker
+		}
+		return d.settle(ctx, u, at)
 	}
 	if from != "" {
 		spec := map[string]any{"active": true}
@@ -362,9 +368,14 @@ func (d *Dispatcher) waits(u *unstructured.Unstructured) bool {
 	if name, _, _ := unstructured.NestedString(u.Object, "status", "clusterName"); name != "" {
 		return false
 	}
-	if !condition(u, "QuotaReserved") || condition(u, "Finished") || condition(u, "Evicted") {
-		return false // not reserved, done, or on its way back to the queue
+	if !condition(u, "QuotaReserved") || condition(u, "Finished") {
+		return false
 	}
+	// A deactivated one (drained, stopped) waits for its quota to come
+	// back. One Kueue evicted for its check (its worker lost past
+	// MultiKueue's workerLostTimeout) is nominated again while it still
+	// holds its quota: its manager Job's status is the lost copy's, and
+	// only a new copy's status, synced back, lets Kueue finish the eviction.
 	if active, found, _ := unstructured.NestedBool(u.Object, "spec", "active"); found && !active {
 		return false
 	}
@@ -387,8 +398,9 @@ func (d *Dispatcher) waits(u *unstructured.Unstructured) bool {
 
 // nominate writes the Workload's nomination and the reason.
 func (d *Dispatcher) nominate(ctx context.Context, u *unstructured.Unstructured, cluster, reason, price string) error {
-	// The reason and price first: a run never starts without its price.
-	if err := d.annotate(ctx, u, reason, price); err != nil {
+	// The reason, price and cluster first: a run never starts without its
+	// price, nor runs anywhere Gantry did not note.
+	if err := d.annotate(ctx, u, reason, price, cluster); err != nil {
 		return err
 	}
 	res := d.o.Manager.Resource(kapi.KueueWorkloads).Namespace(u.GetNamespace())
@@ -414,12 +426,15 @@ func (d *Dispatcher) withdraw(ctx context.Context, u *unstructured.Unstructured)
 }
 
 // annotate records the decision's reason on the Workload, and with a
-// nomination the chosen cluster's GPU-hour price ("": none) — once per
-// change.
-func (d *Dispatcher) annotate(ctx context.Context, u *unstructured.Unstructured, reason, price string) error {
+// nomination the chosen cluster and its GPU-hour price ("": none) — once
+// per change.
+func (d *Dispatcher) annotate(ctx context.Context, u *unstructured.Unstructured, reason, price, cluster string) error {
 	ann := map[string]string{ReasonAnnotation: reason}
 	if price != "" {
 		ann[kapi.AnnotationGPUHourPrice] = price
+	}
+	if cluster != "" {
+		ann[kapi.AnnotationDispatchedTo] = cluster
 	}
 	same := true
 	for k, v := range ann {

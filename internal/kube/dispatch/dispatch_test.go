@@ -442,6 +442,23 @@ clusters:
 		}
 		return &list.Items[0]
 	}
+	// Whatever it launched goes when it ends, passed or not: the next test
+	// counts the workers' free GPUs.
+	var launched []string
+	t.Cleanup(func() {
+		for _, id := range launched {
+			api.DeleteWorkloadWithResponse(context.Background(), id)
+		}
+		for _, w := range []*devcluster.Cluster{onprem, cloud} {
+			waitfor.Until(t, 3*time.Minute, "the workers empty of the test's pods", func() error {
+				pods, err := w.Client.CoreV1().Pods(teamNS).List(context.Background(), metav1.ListOptions{})
+				if err != nil || len(pods.Items) > 0 {
+					return fmt.Errorf("%d pods (%v)", len(pods.Items), err)
+				}
+				return nil
+			})
+		}
+	})
 	launch := func() model.Workload {
 		t.Helper()
 		r := servertest.Must(api.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "pytorch-train", Team: "vision",
@@ -449,7 +466,9 @@ clusters:
 		if r.StatusCode() != 201 {
 			t.Fatalf("launch: %d %s", r.StatusCode(), r.Body)
 		}
-		return servertest.Deref(r.JSON201)
+		w := servertest.Deref(r.JSON201)
+		launched = append(launched, w.Id)
+		return w
 	}
 	// runsOn waits until the workload runs on cluster as Gantry says (its
 	// status) and as the clusters say (the Kueue Workload's cluster, a pod
@@ -531,6 +550,32 @@ clusters:
 	if w := servertest.Deref(servertest.Must(api.GetWorkloadWithResponse(ctx, second.Id))(t).JSON200); servertest.Deref(w.Cluster) != "cloud" || w.PricePerHour != 12.8 {
 		t.Errorf("the second runs on %q at $%v/h", servertest.Deref(w.Cluster), w.PricePerHour)
 	}
+	// Its owner stops the second: off the cloud, and its quota back in the
+	// manager (Kueue waits for the manager's Job to say it stopped).
+	if r := servertest.Must(api.StopWorkloadWithResponse(ctx, second.Id))(t); r.StatusCode() >= 300 {
+		t.Fatalf("stop: %d %s", r.StatusCode(), r.Body)
+	}
+	waitfor.Until(t, 2*time.Minute, "the stopped Job's quota back", func() error {
+		w := servertest.Deref(servertest.Must(api.GetWorkloadWithResponse(ctx, second.Id))(t).JSON200)
+		wl := kueueWorkload(second.Id)
+		if wl == nil {
+			return errors.New("no Kueue Workload")
+		}
+		conds, _, _ := unstructured.NestedSlice(wl.Object, "status", "conditions")
+		for _, c := range conds {
+			if m, _ := c.(map[string]any); m["type"] == "QuotaReserved" && m["status"] == "True" {
+				return fmt.Errorf("%s: its quota still reserved", w.Status)
+			}
+		}
+		if w.Status != model.Stopped {
+			return fmt.Errorf("status %s", w.Status)
+		}
+		pods, err := cloud.Client.CoreV1().Pods(teamNS).List(ctx, metav1.ListOptions{LabelSelector: render.LabelWorkloadID + "=" + second.Id})
+		if err != nil || len(pods.Items) > 0 {
+			return fmt.Errorf("%d pods left on the cloud (%v)", len(pods.Items), err)
+		}
+		return nil
+	})
 	if r := servertest.Must(api.UncordonClusterWithResponse(ctx, "onprem"))(t); r.StatusCode() != 200 {
 		t.Fatalf("uncordon: %d %s", r.StatusCode(), r.Body)
 	}

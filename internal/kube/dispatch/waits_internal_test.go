@@ -47,12 +47,13 @@ func TestWaits(t *testing.T) {
 			unstructured.SetNestedField(u.Object, false, "spec", "active")
 			return u
 		}(), false},
-		{"evicted, its quota not yet back", func() *unstructured.Unstructured {
+		// Its worker lost: placed again while Kueue still holds its quota.
+		{"evicted for its check, its quota not yet back", func() *unstructured.Unstructured {
 			u := wl(true, "Ready", "Pending", "")
 			conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
 			unstructured.SetNestedSlice(u.Object, append(conds, map[string]any{"type": "Evicted", "status": "True"}), "status", "conditions")
 			return u
-		}(), false},
+		}(), true},
 	} {
 		if got := d.waits(tc.u); got != tc.want {
 			t.Errorf("%s: waits %v", tc.name, got)

@@ -53,6 +53,11 @@ const AnnotationPlacement = "gantry.dev/placement"
 // MultiKueue has taken it off.
 const AnnotationDrainedFrom = "gantry.dev/drained-from"
 
+// AnnotationDispatchedTo names, on a manager's Kueue Workload, the worker
+// cluster it was last nominated to: where it runs once admitted there, kept
+// when Kueue's own record of it (status.clusterName) is cleared.
+const AnnotationDispatchedTo = "gantry.dev/dispatched-to"
+
 // AnnotationGPUHourPrice carries, beside the placement, the chosen
 // cluster's price per GPU-hour for the Workload: its run is priced so.
 const AnnotationGPUHourPrice = "gantry.dev/gpu-hour-price"

@@ -84,7 +84,7 @@ func devCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if *workers > 0 {
 		mo.MultiKueueDispatcher = kubedispatch.Name
 	}
-	cl, err := devcluster.Start(ctx, mo)
+	cl, err := startRetrying(ctx, mo, stderr)
 	if err != nil {
 		return fmt.Errorf("the local cluster did not start: %w", err)
 	}
@@ -99,7 +99,7 @@ func devCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		kubeconfigs := map[string]string{}
 		for _, w := range devWorkers[:*workers] {
 			fmt.Fprintf(stderr, "gantry dev: starting worker cluster %s\n", w.name)
-			wc, err := devcluster.Start(ctx, devcluster.Options{Name: "gantry-dev-" + w.name, Root: root, Log: stderr, Ephemeral: true, Fleet: w.nodes, JobRuntime: devJobRuntime})
+			wc, err := startRetrying(ctx, devcluster.Options{Name: "gantry-dev-" + w.name, Root: root, Log: stderr, Ephemeral: true, Fleet: w.nodes, JobRuntime: devJobRuntime}, stderr)
 			if err != nil {
 				return fmt.Errorf("worker cluster %s did not start: %w", w.name, err)
 			}
@@ -189,6 +189,24 @@ Look at the cluster with:
 		return nil
 	})
 	return g.Wait()
+}
+
+// startRetrying starts a local cluster, and again under a new name when a
+// start fails (up to three times): a start can lose a race for a port with
+// another cluster starting at the same moment, as clustertest.ForTests
+// knows.
+func startRetrying(ctx context.Context, o devcluster.Options, stderr io.Writer) (*devcluster.Cluster, error) {
+	name := o.Name
+	var err error
+	for attempt := 1; attempt <= 3; attempt++ {
+		var c *devcluster.Cluster
+		if c, err = devcluster.Start(ctx, o); err == nil || ctx.Err() != nil {
+			return c, err
+		}
+		fmt.Fprintf(stderr, "gantry dev: cluster %s, attempt %d: %v\n", o.Name, attempt, err)
+		o.Name = fmt.Sprintf("%s-%d", name, attempt+1)
+	}
+	return nil, err
 }
 
 // devWorkers are the worker clusters gantry dev --workers starts, in order:

@@ -40,21 +40,18 @@ func SecretName(cluster string) string { return "gantry-worker-" + cluster }
 // kubeconfig as Gantry reads it — flattened, for MultiKueue reads no file
 // paths — into the Secret MultiKueue reaches it through, when it changed
 // and every refresh calls: credentials that rotate under Gantry rotate
-// under MultiKueue too, and a Secret deleted by hand comes back. It
-// returns the workers as MultiKueue's objects name them. A worker whose
-// kubeconfig cannot be read is left out of nothing: its Secret stays as it
+// under MultiKueue too, and a Secret deleted by hand comes back. A worker whose
+// kubeconfig cannot be read keeps its Secret as it
 // was, and the error says which.
-func (w *Workers) Secrets(ctx context.Context, manager kubernetes.Interface, namespace string, refresh int) ([]quota.Worker, error) {
+func (w *Workers) Secrets(ctx context.Context, manager kubernetes.Interface, namespace string, refresh int) error {
 	w.mu.Lock()
 	if refresh > 0 && w.secretPass%refresh == 0 {
 		clear(w.written)
 	}
 	w.secretPass++
 	w.mu.Unlock()
-	var out []quota.Worker
 	var errs []error
 	for _, c := range w.fleet.Clusters() {
-		out = append(out, quota.Worker{Name: c.Name, Secret: SecretName(c.Name)})
 		data, err := flattened(Path(c.Kubeconfig, w.secretsDir))
 		if err != nil {
 			errs = append(errs, fmt.Errorf("worker %s: %w", c.Name, err))
@@ -73,7 +70,7 @@ func (w *Workers) Secrets(ctx context.Context, manager kubernetes.Interface, nam
 			Data:       map[string][]byte{"kubeconfig": data}}
 		body, err := json.Marshal(s)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if _, err := manager.CoreV1().Secrets(namespace).Patch(ctx, s.Name, types.ApplyPatchType, body, metav1.PatchOptions{FieldManager: kapi.FieldManager, Force: kapi.Ptr(true)}); err != nil {
 			errs = append(errs, fmt.Errorf("worker %s: write its Secret %s/%s: %w", c.Name, namespace, s.Name, kapi.Classify(err, "Secret", s.Name)))
@@ -83,7 +80,7 @@ func (w *Workers) Secrets(ctx context.Context, manager kubernetes.Interface, nam
 		w.written[c.Name] = stamp
 		w.mu.Unlock()
 	}
-	return out, errors.Join(errs...)
+	return errors.Join(errs...)
 }
 
 // flattened is a kubeconfig file with the files it names inlined.
@@ -126,9 +123,7 @@ func (w *Workers) Mirror(ctx context.Context, namespaces map[string]team.Name, o
 		if !states[c.Name].Reachable {
 			continue
 		}
-		w.mu.Lock()
-		cl := w.clients[c.Name]
-		w.mu.Unlock()
+		cl := w.get(c.Name)
 		if cl.core == nil {
 			continue
 		}
@@ -223,7 +218,7 @@ func (m *Manager) Workers() []quota.Worker {
 
 // Pass writes the Secrets and mirrors the namespaces and queues once.
 func (m *Manager) Pass(ctx context.Context) error {
-	_, serr := m.o.Workers.Secrets(ctx, m.o.Cluster.Core(), m.o.KueueNamespace, m.o.Refresh)
+	serr := m.o.Workers.Secrets(ctx, m.o.Cluster.Core(), m.o.KueueNamespace, m.o.Refresh)
 	namespaces, err := m.o.Cluster.TeamNamespaces(ctx)
 	if err != nil {
 		return errors.Join(serr, fmt.Errorf("the manager's team namespaces: %w", err))
@@ -247,10 +242,7 @@ func (m *Manager) Pass(ctx context.Context) error {
 		return errors.Join(serr, merr, fmt.Errorf("the manager's claims: %w", err))
 	}
 	for _, c := range m.o.Workers.fleet.Clusters() {
-		m.o.Workers.mu.Lock()
-		core := m.o.Workers.clients[c.Name].core
-		m.o.Workers.mu.Unlock()
-		if core != nil && states[c.Name].Reachable {
+		if core := m.o.Workers.get(c.Name).core; core != nil && states[c.Name].Reachable {
 			if err := collect(ctx, here, core); err != nil {
 				cerr = append(cerr, fmt.Errorf("worker %s: claims of deleted workloads: %w", c.Name, err))
 			}
@@ -269,9 +261,7 @@ func (w *Workers) Stage(ctx context.Context, manager kubernetes.Interface, clust
 	if id == "" {
 		return nil
 	}
-	w.mu.Lock()
-	core := w.clients[cluster].core
-	w.mu.Unlock()
+	core := w.get(cluster).core
 	if core == nil {
 		return fmt.Errorf("worker %s not read yet", cluster)
 	}

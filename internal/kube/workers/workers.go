@@ -133,11 +133,7 @@ func (w *Workers) Pass(ctx context.Context) {
 // Client is the cluster's client as last built, without a timeout of its
 // own (logs are followed for as long as the caller's context lasts); nil
 // when its credentials could not be read.
-func (w *Workers) Client(cluster string) kubernetes.Interface {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.clients[cluster].stream
-}
+func (w *Workers) Client(cluster string) kubernetes.Interface { return w.get(cluster).stream }
 
 func (w *Workers) readOne(ctx context.Context, c fleet.Cluster) fleet.State {
 	core, err := w.client(c)
@@ -195,9 +191,7 @@ func (w *Workers) client(c fleet.Cluster) (kubernetes.Interface, error) {
 		return nil, fmt.Errorf("its credentials cannot be read: %v", err)
 	}
 	stamp := fmt.Sprintf("%d:%d", fi.Size(), fi.ModTime().UnixNano())
-	w.mu.Lock()
-	have := w.clients[c.Name]
-	w.mu.Unlock()
+	have := w.get(c.Name)
 	if have.core != nil && have.stamp == stamp {
 		return have.core, nil
 	}
@@ -225,6 +219,13 @@ func (w *Workers) client(c fleet.Cluster) (kubernetes.Interface, error) {
 	return core, nil
 }
 
+// get is the cluster's clients as last built (zero when none).
+func (w *Workers) get(cluster string) client {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.clients[cluster]
+}
+
 // forget drops a cluster's client: its credentials no longer load.
 func (w *Workers) forget(cluster string) {
 	w.mu.Lock()
@@ -236,9 +237,7 @@ func (w *Workers) forget(cluster string) {
 // Workload namespace/name (MultiKueue's copy of the manager's, of the same
 // name): dispatch.Remote.
 func (w *Workers) Reserved(ctx context.Context, cluster, namespace, name string) (bool, error) {
-	w.mu.Lock()
-	dyn := w.clients[cluster].dyn
-	w.mu.Unlock()
+	dyn := w.get(cluster).dyn
 	if dyn == nil {
 		return false, fmt.Errorf("worker %s not read yet", cluster)
 	}
@@ -261,9 +260,7 @@ func (w *Workers) Reserved(ctx context.Context, cluster, namespace, name string)
 // Stopped reports whether the worker runs no pod of the Job
 // namespace/name, terminating ones included (dispatch.Remote).
 func (w *Workers) Stopped(ctx context.Context, cluster, namespace, job string) (bool, error) {
-	w.mu.Lock()
-	core := w.clients[cluster].core
-	w.mu.Unlock()
+	core := w.get(cluster).core
 	if core == nil {
 		return false, fmt.Errorf("worker %s not read yet", cluster)
 	}

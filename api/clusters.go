@@ -7,10 +7,24 @@ import (
 	"github.com/gantryhq/gantry/api/model"
 	"github.com/gantryhq/gantry/internal/fleet"
 	"github.com/gantryhq/gantry/internal/overlay"
+	"github.com/gantryhq/gantry/internal/quota"
 )
 
+// Quotas are the teams' quotas in force (the policy's with the platform's
+// edits over it).
+type Quotas interface {
+	Quotas() map[string]quota.Quota
+}
+
 func (s *server) ListClusters(_ context.Context, _ gen.ListClustersRequestObject) (gen.ListClustersResponseObject, error) {
-	out := model.WorkerClusterList{Items: []model.WorkerCluster{}}
+	out := model.WorkerClusterList{Items: []model.WorkerCluster{}, Quotas: map[string]map[string]float64{}}
+	if len(s.o.Fleet.Clusters()) > 0 {
+		for t, q := range s.o.Quotas.Quotas() {
+			if len(q.GPUs) > 0 {
+				out.Quotas[t] = q.GPUs
+			}
+		}
+	}
 	for _, c := range s.o.Fleet.Statuses(s.o.Workers) {
 		wc := model.WorkerCluster{Name: c.Name, Region: c.Region, Provider: model.WorkerClusterProvider(c.Provider), Cordoned: c.Cordoned, Offers: []model.ClusterOffer{}}
 		if c.Draining {
@@ -45,6 +59,9 @@ func (s *server) ListClusters(_ context.Context, _ gen.ListClustersRequestObject
 			}
 			if len(st.Used) > 0 {
 				ws.Used = ptr(st.Used)
+			}
+			if len(st.FreeMIG) > 0 {
+				ws.FreeMIG = ptr(st.FreeMIG)
 			}
 			wc.State = ws
 		}

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/gantryhq/gantry/api/model"
 	"github.com/gantryhq/gantry/internal/config"
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/server"
@@ -35,6 +36,10 @@ func TestClusters(t *testing.T) {
 	if list.StatusCode() != 200 || len(list.JSON200.Items) != 2 {
 		t.Fatalf("%d %s", list.StatusCode(), list.Body)
 	}
+	// Each team's quota in force, beside the clusters' use.
+	if q := list.JSON200.Quotas; q["vision"]["H100-80GB"] != 8 || q["nlp"]["*"] != 4 {
+		t.Errorf("quotas %v", q)
+	}
 	on := list.JSON200.Items[0]
 	if on.Name != "onprem-a100" || on.Provider != "on-premises" || on.Cordoned || (*on.Labels)["residency"] != "onprem" ||
 		len(on.Offers) != 1 || on.Offers[0].PricePerGPUHour != 1.1 || on.Offers[0].Gpus == nil || *on.Offers[0].Gpus != 16 {
@@ -58,6 +63,14 @@ func TestClusters(t *testing.T) {
 	if r := servertest.Must(e.api.UncordonClusterWithResponse(ctx, "cloud-east"))(t); r.StatusCode() != 200 || len(r.JSON200.Items) != 0 {
 		t.Fatalf("uncordon: %d %s", r.StatusCode(), r.Body)
 	}
+	// A quota changed through the API is the one listed.
+	if r := servertest.Must(e.api.SetTeamQuotaWithResponse(ctx, "vision", model.QuotaRequest{Gpus: &map[string]float64{"H100-80GB": 12}}))(t); r.StatusCode() != 200 {
+		t.Fatalf("quota: %d %s", r.StatusCode(), r.Body)
+	}
+	if q := servertest.Must(e.api.ListClustersWithResponse(ctx))(t).JSON200.Quotas; q["vision"]["H100-80GB"] != 12 || q["vision"]["L4"] != 0 {
+		t.Errorf("quotas after the change: %v", q)
+	}
+	servertest.Must(e.api.ResetTeamQuotaWithResponse(ctx, "vision"))(t)
 	if c := servertest.Must(e.api.ListClustersWithResponse(ctx))(t).JSON200.Items[1]; c.Cordoned {
 		t.Fatalf("cloud-east after the uncordon: %+v", c)
 	}

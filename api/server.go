@@ -61,6 +61,9 @@ type Options struct {
 	// they are doing now.
 	Fleet   *fleet.Fleet
 	Workers fleet.Watch
+	// Quotas are the teams' quotas in force, shown beside their use on
+	// each worker cluster.
+	Quotas Quotas
 	// Own is Gantry's own metrics (GET /metrics); nil: a registry of the
 	// handler's own.
 	Own *ownmetrics.Metrics
@@ -161,8 +164,8 @@ func New(o Options) (*echo.Echo, error) {
 	if o.Capacity == nil {
 		return nil, errors.New("api: the capacity service is required")
 	}
-	if o.Fleet == nil || o.Workers == nil {
-		return nil, errors.New("api: the fleet and its watch are required")
+	if o.Fleet == nil || o.Workers == nil || o.Quotas == nil {
+		return nil, errors.New("api: the fleet, its watch and the teams' quotas are required")
 	}
 	if o.Now == nil {
 		return nil, errors.New("api: the server's clock is required")

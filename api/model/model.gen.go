@@ -2364,13 +2364,19 @@ type WorkerClusterProvider string
 // WorkerClusterList defines model for WorkerClusterList.
 type WorkerClusterList struct {
 	Items []WorkerCluster `json:"items"`
+
+	// Quotas Each team's GPU quota per class in force ("*" for every class not listed), which its work on all the clusters together may use; beside each cluster's per-team use (state.used) and caps. Empty without worker clusters.
+	Quotas map[string]map[string]float64 `json:"quotas"`
 }
 
 // WorkerClusterState The cluster as Gantry last read it.
 type WorkerClusterState struct {
-	// Free GPUs of each class free now.
-	Free      map[string]float64 `json:"free"`
-	Reachable bool               `json:"reachable"`
+	// Free Whole GPUs of each class free now.
+	Free map[string]float64 `json:"free"`
+
+	// FreeMIG MIG instances free now, per class and profile (the profiles the cluster's offers name).
+	FreeMIG   *map[string]map[string]float64 `json:"freeMIG,omitempty"`
+	Reachable bool                           `json:"reachable"`
 
 	// Used Each team's GPUs per class running or waiting there.
 	Used *map[string]map[string]float64 `json:"used,omitempty"`

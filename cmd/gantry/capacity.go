@@ -93,6 +93,13 @@ func clustersCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 				for _, k := range slices.Sorted(maps.Keys(st.Free)) {
 					free = append(free, fmt.Sprintf("%s %g", k, st.Free[k]))
 				}
+				if st.FreeMIG != nil {
+					for _, k := range slices.Sorted(maps.Keys(*st.FreeMIG)) {
+						for _, p := range slices.Sorted(maps.Keys((*st.FreeMIG)[k])) {
+							free = append(free, fmt.Sprintf("%s %s %g", k, p, (*st.FreeMIG)[k][p]))
+						}
+					}
+				}
 				now = "free: " + strings.Join(free, ", ")
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", c.Name, c.Provider, c.Region, strings.Join(offers, "; "), strings.Join(labels, ","), now)

@@ -772,6 +772,9 @@ func (a *Authorizer) Budget(t team.Name) *budget.Budget { return a.Policy().Budg
 // Approval answers with the policy in force.
 func (a *Authorizer) Approval(t team.Name) *budget.Approval { return a.Policy().Approval(t) }
 
+// Quotas answers with the policy in force.
+func (a *Authorizer) Quotas() map[string]quota.Quota { return a.Policy().Quotas() }
+
 // Budgets answers with the policy in force.
 func (a *Authorizer) Budgets() map[string]budget.Budget { return a.Policy().Budgets() }
 

@@ -16,6 +16,7 @@ type Launch struct {
 	Team, Template string
 	Class          string
 	MIG            string  // a MIG profile of Class, or "" for whole GPUs
+	Slices         int     // MIG instances of that profile asked, in all
 	GPUs           float64 // in all (a MIG slice at its share)
 	Spot           bool    // may run on spot capacity
 	Priority       int     // higher is dispatched first within a round
@@ -36,6 +37,9 @@ type State struct {
 	Why       string
 	// Free is the GPUs of each class a launch could start on now.
 	Free map[string]float64
+	// FreeMIG is the MIG instances free now, per class and profile (the
+	// profiles the cluster's offers name).
+	FreeMIG map[string]map[string]float64
 	// Used is each team's GPUs per class running or admitted there.
 	Used map[string]map[string]float64
 }
@@ -46,7 +50,7 @@ type Candidate struct {
 	Cluster      string
 	Offer        Offer
 	PricePerHour float64 // the launch's, at the offer's GPU-hour price
-	Free         float64 // GPUs of the class free now
+	Free         float64 // GPUs of the class free now; a MIG launch's instances of its profile
 	FitsNow      bool
 }
 
@@ -188,8 +192,8 @@ func (f *Fleet) Place(l Launch, states map[string]State) Decision {
 			d.Refused = append(d.Refused, Refusal{Cluster: c.Name, Why: why})
 			continue
 		}
-		free := s.Free[l.Class]
-		d.Candidates = append(d.Candidates, Candidate{Cluster: c.Name, Offer: o, PricePerHour: o.PricePerGPUHour * l.GPUs, Free: free, FitsNow: free+1e-9 >= l.GPUs})
+		free, need := l.room(s)
+		d.Candidates = append(d.Candidates, Candidate{Cluster: c.Name, Offer: o, PricePerHour: o.PricePerGPUHour * l.GPUs, Free: free, FitsNow: free+1e-9 >= need})
 	}
 	sort.SliceStable(d.Candidates, func(i, j int) bool {
 		a, b := d.Candidates[i], d.Candidates[j]
@@ -221,6 +225,29 @@ func (f *Fleet) Place(l Launch, states map[string]State) Decision {
 	return d
 }
 
+// room is what a cluster in state s has free for l now, and what l needs
+// of it: GPUs of its class, or a MIG launch's instances of its profile.
+func (l Launch) room(s State) (free, need float64) {
+	if l.MIG != "" {
+		return s.FreeMIG[l.Class][l.MIG], float64(max(l.Slices, 1))
+	}
+	return s.Free[l.Class], l.GPUs
+}
+
+// unit names n of what room counts: "GPUs", or "1g.10gb slices".
+func (l Launch) unit(n float64) string {
+	one := n > 0.99 && n < 1.01
+	switch {
+	case l.MIG != "" && one:
+		return l.MIG + " slice"
+	case l.MIG != "":
+		return l.MIG + " slices"
+	case one:
+		return "GPU"
+	}
+	return "GPUs"
+}
+
 // Round decides a dispatch round: the launches by priority (then the
 // older first), each taking the GPUs it fits into from what is free, so
 // that the next sees what is left.
@@ -228,6 +255,11 @@ func (f *Fleet) Round(launches []Launch, states map[string]State) []Decision {
 	left := map[string]State{}
 	for name, s := range states {
 		s.Free = maps.Clone(s.Free)
+		mig := map[string]map[string]float64{}
+		for c, m := range s.FreeMIG {
+			mig[c] = maps.Clone(m)
+		}
+		s.FreeMIG = mig
 		used := map[string]map[string]float64{}
 		for t, u := range s.Used {
 			used[t] = maps.Clone(u)
@@ -248,7 +280,14 @@ func (f *Fleet) Round(launches []Launch, states map[string]State) []Decision {
 		if len(d.Candidates) > 0 {
 			best := d.Candidates[0]
 			s := left[best.Cluster]
-			if best.FitsNow {
+			switch {
+			case best.FitsNow && l.MIG != "":
+				if s.FreeMIG[l.Class] == nil {
+					s.FreeMIG[l.Class] = map[string]float64{}
+				}
+				_, need := l.room(s)
+				s.FreeMIG[l.Class][l.MIG] -= need
+			case best.FitsNow:
 				if s.Free == nil {
 					s.Free = map[string]float64{}
 				}
@@ -287,7 +326,8 @@ func reason(d Decision) string {
 	} else if b.FitsNow {
 		fmt.Fprintf(&s, "placed on %s: $%.2f/GPU-h", b.Cluster, b.Offer.PricePerGPUHour)
 	} else {
-		fmt.Fprintf(&s, "waiting for %s (no cluster has %s %s GPUs free now): $%.2f/GPU-h", b.Cluster, num(d.Launch.GPUs), d.Launch.Class, b.Offer.PricePerGPUHour)
+		_, need := d.Launch.room(State{})
+		fmt.Fprintf(&s, "waiting for %s (no cluster has %s %s %s free now): $%.2f/GPU-h", b.Cluster, num(need), d.Launch.Class, d.Launch.unit(need), b.Offer.PricePerGPUHour)
 	}
 	if b.Offer.Purchase != nodegroup.OnDemand {
 		fmt.Fprintf(&s, " (%s)", b.Offer.Purchase)
@@ -302,7 +342,7 @@ func reason(d Decision) string {
 			s.WriteString(" (full)")
 		}
 	}
-	fmt.Fprintf(&s, "; %s GPUs free", num(b.Free))
+	fmt.Fprintf(&s, "; %s %s free", num(b.Free), d.Launch.unit(b.Free))
 	return s.String()
 }
 

@@ -305,3 +305,63 @@ func TestHoldAndAvoid(t *testing.T) {
 		t.Errorf("avoided: %s, then %+v", d.Cluster(), d.Candidates)
 	}
 }
+
+// TestPlaceMIG: a MIG launch fits where instances of its profile are free,
+// whatever whole GPUs are; a round takes the instances it places from
+// what the next launch sees.
+func TestPlaceMIG(t *testing.T) {
+	f, err := New(File{APIVersion: APIVersion, Kind: Kind,
+		Clusters: []Cluster{
+			{Name: "onprem", Region: "eu", Provider: OnPremises, Kubeconfig: Kubeconfig{Secret: "a"},
+				Offers: []Offer{{Class: "A100-80GB", Purchase: nodegroup.Reserved, PricePerGPUHour: 1.1, MIG: []string{"1g.10gb", "3g.40gb"}}}},
+			{Name: "cloud", Region: "us", Provider: Cloud, Kubeconfig: Kubeconfig{Secret: "b"},
+				Offers: []Offer{{Class: "A100-80GB", Purchase: nodegroup.OnDemand, PricePerGPUHour: 3.2, MIG: []string{"1g.10gb"}}}},
+		}}, classes(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mig := func(whole float64, slices map[string]float64) State {
+		return State{Reachable: true, Free: map[string]float64{"A100-80GB": whole}, FreeMIG: map[string]map[string]float64{"A100-80GB": slices}}
+	}
+	one := Launch{Team: "vision", Class: "A100-80GB", MIG: "1g.10gb", Slices: 1, GPUs: 1.0 / 7}
+	for _, tc := range []struct {
+		name   string
+		l      Launch
+		states map[string]State
+		want   string
+	}{
+		{"whole GPUs free, no slices: the next", one, map[string]State{"onprem": mig(6, map[string]float64{"1g.10gb": 0}), "cloud": mig(0, map[string]float64{"1g.10gb": 3})},
+			"placed on cloud: $3.20/GPU-h vs $1.10 on onprem (full); 3 1g.10gb slices free"},
+		{"slices free at the cheapest", one, map[string]State{"onprem": mig(0, map[string]float64{"1g.10gb": 2}), "cloud": mig(8, map[string]float64{"1g.10gb": 3})},
+			"placed on onprem: $1.10/GPU-h (reserved) vs $3.20 on cloud; 2 1g.10gb slices free"},
+		{"asks more instances than any has", Launch{Team: "vision", Class: "A100-80GB", MIG: "1g.10gb", Slices: 4, GPUs: 4.0 / 7},
+			map[string]State{"onprem": mig(0, map[string]float64{"1g.10gb": 2}), "cloud": mig(0, map[string]float64{"1g.10gb": 3})},
+			"waiting for onprem (no cluster has 4 A100-80GB 1g.10gb slices free now): $1.10/GPU-h (reserved) vs $3.20 on cloud; 2 1g.10gb slices free"},
+		{"a profile only one offers", Launch{Team: "vision", Class: "A100-80GB", MIG: "3g.40gb", Slices: 1, GPUs: 3.0 / 7},
+			map[string]State{"onprem": mig(0, map[string]float64{"3g.40gb": 1}), "cloud": mig(0, map[string]float64{"1g.10gb": 3})},
+			"placed on onprem: $1.10/GPU-h (reserved); 1 3g.40gb slice free"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if d := f.Place(tc.l, tc.states); d.Reason != tc.want {
+				t.Errorf("reason\n %q\nwant\n %q", d.Reason, tc.want)
+			}
+		})
+	}
+	states := map[string]State{"onprem": mig(0, map[string]float64{"1g.10gb": 2}), "cloud": mig(0, map[string]float64{"1g.10gb": 3})}
+	var ls []Launch
+	for i := range 4 {
+		l := one
+		l.ID, l.Order = fmt.Sprint(i), int64(i)
+		ls = append(ls, l)
+	}
+	got := ""
+	for _, d := range f.Round(ls, states) {
+		got += d.Launch.ID + "→" + d.Cluster() + " "
+	}
+	if want := "0→onprem 1→onprem 2→cloud 3→cloud "; got != want {
+		t.Errorf("round: %s, want %s", got, want)
+	}
+	if states["onprem"].FreeMIG["A100-80GB"]["1g.10gb"] != 2 {
+		t.Error("the round changed its caller's states")
+	}
+}

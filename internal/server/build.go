@@ -331,7 +331,7 @@ func (s *Server) handler(ov Overrides, w *wiring) error {
 	h, err := api.New(api.Options{
 		Now:     s.clock.Now,
 		Live:    s.live,
-		Catalog: s.Catalog, Workloads: s.Workloads, Estimates: estimates, Budgets: s.Budgets, Capacity: capa, Fleet: s.Fleet, Workers: watch, Settings: settings, Edits: s.overlays, Prices: s.Store.Governance.PriceHistory, Own: s.own, Checks: s.checks, Spec: gantry.OpenAPI,
+		Catalog: s.Catalog, Workloads: s.Workloads, Estimates: estimates, Budgets: s.Budgets, Capacity: capa, Fleet: s.Fleet, Workers: watch, Quotas: s.authz, Settings: settings, Edits: s.overlays, Prices: s.Store.Governance.PriceHistory, Own: s.own, Checks: s.checks, Spec: gantry.OpenAPI,
 		MaxBodyBytes: cfg.MaxBodyBytes, MaxConcurrentReads: int(cfg.MaxConcurrentReads), Logger: s.Log, LogDrain: time.Duration(cfg.LogDrain),
 		Portal:   pages,
 		Identify: w.identify, RecheckBearer: w.recheck, Sessions: w.sessions, Tokens: s.tokens, Users: s.users, Teams: s.authz.Teams,

@@ -689,7 +689,7 @@ func (s *Server) lead(ctx context.Context, c *kube.Cluster) error {
 				return err
 			}
 			qo.Fleet = fleetSide.Workers
-			if dispatcher, err = dispatch.New(dispatch.Options{Manager: c.Dynamic(), Fleet: s.Fleet, Workers: s.workers, Check: quota.FleetCheck, Stage: fleetSide, Now: s.clock.Now, Log: s.Log}); err != nil {
+			if dispatcher, err = dispatch.New(dispatch.Options{Manager: c.Dynamic(), Fleet: s.Fleet, Classes: s.Catalog.Classes(), Workers: s.workers, Check: quota.FleetCheck, Stage: fleetSide, Now: s.clock.Now, Log: s.Log}); err != nil {
 				return err
 			}
 		}

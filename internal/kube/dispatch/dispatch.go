@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -30,6 +31,7 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/gantryhq/gantry/internal/fleet"
+	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/kube/kapi"
 	"github.com/gantryhq/gantry/internal/render"
 )
@@ -68,6 +70,7 @@ type Stager interface {
 type Options struct {
 	Manager dynamic.Interface // the manager cluster
 	Fleet   *fleet.Fleet
+	Classes *gpu.Catalog // a MIG instance's share of its GPU
 	Workers Workers
 	// Check is the MultiKueue AdmissionCheck's name in the manager.
 	Check string
@@ -97,8 +100,8 @@ type nominated struct {
 
 // New returns a Dispatcher.
 func New(o Options) (*Dispatcher, error) {
-	if o.Manager == nil || o.Fleet == nil || o.Workers == nil || o.Check == "" || o.Now == nil {
-		return nil, errors.New("dispatch: the manager's client, the fleet, its watch, the check's name and a clock are required")
+	if o.Manager == nil || o.Fleet == nil || o.Classes == nil || o.Workers == nil || o.Check == "" || o.Now == nil {
+		return nil, errors.New("dispatch: the manager's client, the fleet, the GPU classes, the fleet's watch, the check's name and a clock are required")
 	}
 	if o.Retry <= 0 {
 		o.Retry = 2 * time.Minute
@@ -145,7 +148,7 @@ func (d *Dispatcher) Round(ctx context.Context) (n int, err error) {
 		if !d.waits(u) {
 			continue
 		}
-		w := waiting{u: u, launch: launchOf(u)}
+		w := waiting{u: u, launch: launchOf(u, d.o.Classes)}
 		w.now, _, _ = unstructured.NestedStringSlice(u.Object, "status", "nominatedClusterNames")
 		pending = append(pending, w)
 	}
@@ -452,9 +455,10 @@ func (d *Dispatcher) annotate(ctx context.Context, u *unstructured.Unstructured,
 
 // launchOf reads what a Workload asks of the fleet: its team and GPU class
 // from the labels Kueue copies from the Job (gantry.dev/team,
-// gantry.dev/gpu-class), its GPUs from its pod sets (a MIG slice at the
-// resource's name), its priority and age.
-func launchOf(u *unstructured.Unstructured) fleet.Launch {
+// gantry.dev/gpu-class), its GPUs from its pod sets (MIG instances counted,
+// and at their profile's share of a GPU, the larger of compute and memory
+// as quota counts them), its priority and age.
+func launchOf(u *unstructured.Unstructured, classes *gpu.Catalog) fleet.Launch {
 	l := fleet.Launch{ID: string(u.GetUID()), Team: u.GetLabels()[render.LabelTeam], Class: u.GetLabels()[render.LabelGPUClass],
 		Template: u.GetLabels()[render.LabelTemplate], Order: u.GetCreationTimestamp().UnixNano()}
 	if p, ok, _ := unstructured.NestedInt64(u.Object, "spec", "priority"); ok {
@@ -478,7 +482,14 @@ func launchOf(u *unstructured.Unstructured) fleet.Launch {
 					l.GPUs += float64(count) * n
 				case strings.HasPrefix(name, "nvidia.com/mig-"):
 					l.MIG = strings.TrimPrefix(name, "nvidia.com/mig-")
-					l.GPUs += float64(count) * n / 7
+					l.Slices += int(count) * int(n)
+					share := 1.0 / 7 // a profile the catalog no longer names: the smallest
+					if cl, ok := classes.Get(l.Class); ok {
+						if p, ok := cl.Profile(l.MIG); ok {
+							share = math.Max(p.ComputeShare(), p.MemoryShare())
+						}
+					}
+					l.GPUs += float64(count) * n * share
 				}
 			}
 		}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -59,7 +60,10 @@ func TestMain(m *testing.M) {
 		}},
 		{&onprem, "fleet-onprem", func(o *devcluster.Options) {
 			o.JobRuntime = time.Hour
-			o.Fleet = []devcluster.NodeSpec{{Prefix: "a100", Count: 2, Product: "NVIDIA-A100-SXM4-80GB", MemoryMB: 81920, GPUs: 8, Whole: 8}}
+			// Two A100 machines whole, and one cut into MIG instances
+			// (no whole GPUs: the room's 16 stay the whole ones).
+			o.Fleet = []devcluster.NodeSpec{{Prefix: "a100", Count: 2, Product: "NVIDIA-A100-SXM4-80GB", MemoryMB: 81920, GPUs: 8, Whole: 8},
+				{Prefix: "a100-mig", Count: 1, Product: "NVIDIA-A100-SXM4-80GB", MemoryMB: 81920, GPUs: 2, MIG: map[string]int{"1g.10gb": 14}, MIGConf: "all-1g.10gb"}}
 		}},
 		{&cloud, "fleet-cloud", func(o *devcluster.Options) {
 			o.JobRuntime = time.Hour
@@ -227,7 +231,7 @@ clusters:
     provider: on-premises
     kubeconfig: {file: %s}
     labels: {residency: onprem}
-    offers: [{class: A100-80GB, purchase: reserved, pricePerGPUHour: 1.10, gpus: 16}]
+    offers: [{class: A100-80GB, purchase: reserved, pricePerGPUHour: 1.10, gpus: 16, mig: [1g.10gb]}]
   - name: cloud-east
     region: us-east-1
     provider: cloud
@@ -243,25 +247,35 @@ clusters:
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "train", Namespace: "default", Labels: map[string]string{render.LabelTeam: "vision", render.LabelGPUClass: "H100-80GB"}},
 		Spec: corev1.PodSpec{NodeSelector: map[string]string{"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}, Containers: []corev1.Container{{Name: "c", Image: "train", Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("4")}}}},
 			Tolerations: []corev1.Toleration{{Key: "nvidia.com/gpu", Operator: corev1.TolerationOpExists}}}}
-	if _, err := cloud.Client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cloud.Client.CoreV1().Pods("default").Delete(context.Background(), "train", metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
-	})
-	waitfor.Until(t, time.Minute, "the pod running", func() error {
-		p, err := cloud.Client.CoreV1().Pods("default").Get(ctx, "train", metav1.GetOptions{})
-		if err != nil || p.Status.Phase != corev1.PodRunning {
-			return fmt.Errorf("%v %v", p.Status.Phase, err)
+	// And one of team vision on two of the room's MIG instances.
+	slices := pod.DeepCopy()
+	slices.Name, slices.Labels[render.LabelGPUClass], slices.Spec.NodeSelector = "slices", "A100-80GB", map[string]string{"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
+	slices.Spec.Containers[0].Resources.Limits = corev1.ResourceList{"nvidia.com/mig-1g.10gb": resource.MustParse("2")}
+	for _, p := range []struct {
+		c   *devcluster.Cluster
+		pod *corev1.Pod
+	}{{cloud, pod}, {onprem, slices}} {
+		if _, err := p.c.Client.CoreV1().Pods("default").Create(ctx, p.pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
 		}
-		return nil
-	})
+		t.Cleanup(func() {
+			p.c.Client.CoreV1().Pods("default").Delete(context.Background(), p.pod.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+		})
+		waitfor.Until(t, time.Minute, "pod "+p.pod.Name+" running", func() error {
+			got, err := p.c.Client.CoreV1().Pods("default").Get(ctx, p.pod.Name, metav1.GetOptions{})
+			if err != nil || got.Status.Phase != corev1.PodRunning {
+				return fmt.Errorf("%v %v", got.Status.Phase, err)
+			}
+			return nil
+		})
+	}
 
 	g := servertest.New(t, func(c *config.Config) { c.ClustersFile = file })
 	type state struct {
 		Reachable bool
 		Why       string
 		Free      map[string]float64
+		FreeMIG   map[string]map[string]float64
 		Used      map[string]map[string]float64
 	}
 	clusters := func() map[string]*state {
@@ -293,7 +307,8 @@ clusters:
 		if on == nil || cl == nil || !on.Reachable || !cl.Reachable {
 			return fmt.Errorf("%+v %+v", on, cl)
 		}
-		if on.Free["A100-80GB"] != 16 || cl.Free["H100-80GB"] != 4 || cl.Free["A100-80GB"] != 8 || cl.Used["vision"]["H100-80GB"] != 4 {
+		if on.Free["A100-80GB"] != 16 || cl.Free["H100-80GB"] != 4 || cl.Free["A100-80GB"] != 8 || cl.Used["vision"]["H100-80GB"] != 4 ||
+			on.FreeMIG["A100-80GB"]["1g.10gb"] != 12 || math.Abs(on.Used["vision"]["A100-80GB"]-2.0/7) > 1e-9 {
 			return fmt.Errorf("onprem %+v, cloud %+v", on, cl)
 		}
 		return nil
@@ -320,6 +335,15 @@ clusters:
 	}
 	if d := fl.Place(fleet.Launch{Team: "vision", Class: "H100-80GB", GPUs: 4}, states); d.Cluster() != "cloud-east" {
 		t.Errorf("an H100 launch: %s", d.Reason)
+	}
+	// MIG instances are placed where they are free: the cloud's A100s are
+	// not cut, so it offers none.
+	if d := fl.Place(fleet.Launch{Team: "vision", Class: "A100-80GB", MIG: "1g.10gb", Slices: 12, GPUs: 12.0 / 7}, states); d.Cluster() != "onprem-a100" ||
+		d.Reason != "placed on onprem-a100: $1.10/GPU-h (reserved); 12 1g.10gb slices free" {
+		t.Errorf("a MIG launch: %s", d.Reason)
+	}
+	if d := fl.Place(fleet.Launch{Team: "vision", Class: "A100-80GB", MIG: "1g.10gb", Slices: 13, GPUs: 13.0 / 7}, states); d.Reason != "waiting for onprem-a100 (no cluster has 13 A100-80GB 1g.10gb slices free now): $1.10/GPU-h (reserved); 12 1g.10gb slices free" {
+		t.Errorf("a MIG launch too big for now: %s", d.Reason)
 	}
 
 	// Credentials the worker refuses: a token it never issued.
@@ -651,7 +675,7 @@ func TestDispatchOverTwoWorkers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := dispatch.New(dispatch.Options{Manager: mdyn, Fleet: fl, Workers: w, Check: "gantry-fleet", Retry: time.Minute, Now: time.Now})
+	d, err := dispatch.New(dispatch.Options{Manager: mdyn, Fleet: fl, Classes: classes, Workers: w, Check: "gantry-fleet", Retry: time.Minute, Now: time.Now})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -140,21 +141,36 @@ func (w *Workers) readOne(ctx context.Context, c fleet.Cluster) fleet.State {
 	if err != nil {
 		return fleet.State{Why: err.Error()}
 	}
-	s := fleet.State{Reachable: true, Free: map[string]float64{}, Used: map[string]map[string]float64{}}
+	s := fleet.State{Reachable: true, Free: map[string]float64{}, FreeMIG: map[string]map[string]float64{}, Used: map[string]map[string]float64{}}
 	nd := nodes.New(core)
 	for _, o := range c.Offers {
 		cl, ok := w.classes.Get(o.Class)
 		if !ok {
 			continue
 		}
-		if _, seen := s.Free[o.Class]; seen {
-			continue
+		if _, seen := s.Free[o.Class]; !seen {
+			free, _, _, _, err := nd.FreeGPUs(ctx, cl, "nvidia.com/gpu")
+			if err != nil {
+				return fleet.State{Why: why(err)}
+			}
+			s.Free[o.Class] = float64(free)
 		}
-		free, _, _, _, err := nd.FreeGPUs(ctx, cl, "nvidia.com/gpu")
-		if err != nil {
-			return fleet.State{Why: why(err)}
+		// The MIG instances of each profile the offer names, as the
+		// device plugin's mixed strategy advertises them.
+		for _, name := range o.MIG {
+			p, ok := cl.Profile(name)
+			if _, seen := s.FreeMIG[o.Class][name]; !ok || seen {
+				continue
+			}
+			free, _, _, _, err := nd.FreeGPUs(ctx, cl, p.Resource())
+			if err != nil {
+				return fleet.State{Why: why(err)}
+			}
+			if s.FreeMIG[o.Class] == nil {
+				s.FreeMIG[o.Class] = map[string]float64{}
+			}
+			s.FreeMIG[o.Class][name] = float64(free)
 		}
-		s.Free[o.Class] = float64(free)
 	}
 	pods, err := core.CoreV1().Pods("").List(ctx, metav1.ListOptions{LabelSelector: render.LabelTeam})
 	if err != nil {
@@ -168,18 +184,34 @@ func (w *Workers) readOne(ctx context.Context, c fleet.Cluster) fleet.State {
 		if class == "" {
 			continue
 		}
-		n := 0.0
-		for _, ctr := range p.Spec.Containers {
-			if q, ok := ctr.Resources.Limits["nvidia.com/gpu"]; ok {
-				n += float64(q.Value())
-			}
-		}
+		n := w.gpus(class, p.Spec.Containers)
 		if s.Used[team] == nil {
 			s.Used[team] = map[string]float64{}
 		}
 		s.Used[team][class] += n
 	}
 	return s
+}
+
+// gpus is what containers ask of class: whole GPUs, and MIG instances at
+// their share (the larger of compute and memory, as quota counts them).
+func (w *Workers) gpus(class string, ctrs []corev1.Container) float64 {
+	cl, _ := w.classes.Get(class)
+	n := 0.0
+	for _, ctr := range ctrs {
+		for name, q := range ctr.Resources.Limits {
+			if name == "nvidia.com/gpu" {
+				n += float64(q.Value())
+				continue
+			}
+			for _, p := range cl.MIG {
+				if corev1.ResourceName(p.Resource()) == name {
+					n += float64(q.Value()) * math.Max(p.ComputeShare(), p.MemoryShare())
+				}
+			}
+		}
+	}
+	return n
 }
 
 // client is the cluster's client, built again when its kubeconfig changed.

@@ -1,0 +1,52 @@
+package dispatch
+
+import (
+	"math"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/gantryhq/gantry/internal/gpu"
+)
+
+// TestLaunchOf: what a Workload asks of the fleet, read from its labels
+// and pod sets: whole GPUs summed over pods, MIG instances counted and at
+// their profile's share (the larger of compute and memory), spot from the
+// toleration.
+func TestLaunchOf(t *testing.T) {
+	classes, err := gpu.LoadFile("../../../templates/gpu-classes.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wl := func(class string, count int64, limits map[string]any, spot bool) *unstructured.Unstructured {
+		spec := map[string]any{"containers": []any{map[string]any{"name": "main", "resources": map[string]any{"limits": limits}}}}
+		if spot {
+			spec["tolerations"] = []any{map[string]any{"key": "gantry.dev/spot", "operator": "Exists"}}
+		}
+		return &unstructured.Unstructured{Object: map[string]any{
+			"metadata": map[string]any{"name": "w", "uid": "u1", "labels": map[string]any{"gantry.dev/team": "vision", "gantry.dev/gpu-class": class, "gantry.dev/template": "t"}},
+			"spec":     map[string]any{"priority": int64(5), "podSets": []any{map[string]any{"name": "main", "count": count, "template": map[string]any{"spec": spec}}}},
+		}}
+	}
+	for _, tc := range []struct {
+		name   string
+		u      *unstructured.Unstructured
+		mig    string
+		slices int
+		gpus   float64
+		spot   bool
+	}{
+		{"whole GPUs over pods", wl("H100-80GB", 2, map[string]any{"nvidia.com/gpu": "4", "cpu": "8"}, false), "", 0, 8, false},
+		{"MIG instances at their share", wl("A100-80GB", 2, map[string]any{"nvidia.com/mig-3g.40gb": "1"}, false), "3g.40gb", 2, 1, false},
+		{"memory share over compute share", wl("A100-80GB", 1, map[string]any{"nvidia.com/mig-1g.20gb": "1"}, false), "1g.20gb", 1, 0.25, false},
+		{"a profile the catalog does not name", wl("A100-80GB", 1, map[string]any{"nvidia.com/mig-9g.90gb": "1"}, false), "9g.90gb", 1, 1.0 / 7, false},
+		{"spot", wl("H100-80GB", 1, map[string]any{"nvidia.com/gpu": "1"}, true), "", 0, 1, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := launchOf(tc.u, classes)
+			if l.MIG != tc.mig || l.Slices != tc.slices || math.Abs(l.GPUs-tc.gpus) > 1e-9 || l.Spot != tc.spot || l.Team != "vision" || l.Priority != 5 {
+				t.Errorf("got %+v, want MIG %q slices %d GPUs %g spot %v", l, tc.mig, tc.slices, tc.gpus, tc.spot)
+			}
+		})
+	}
+}

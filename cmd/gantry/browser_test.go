@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 
+	"github.com/gantryhq/gantry/internal/config"
 	"github.com/gantryhq/gantry/internal/servertest"
 )
 
@@ -297,6 +299,79 @@ func TestBrowserPlatformEdits(t *testing.T) {
 	if audited < 3 {
 		t.Errorf("%d of the 3 changes are in the audit log: %+v", audited, audit.Items)
 	}
+	if v, err := servertest.CSPViolations(ctx); err != nil || len(v) > 0 {
+		t.Errorf("the platform page broke its Content Security Policy: %v %v", v, err)
+	}
+}
+
+// TestBrowserClusters: with worker clusters, the Platform page lists each
+// with where it is, its offers and its state, and under them each team's
+// GPUs per cluster beside its quota and its cap there; a platform engineer
+// cordons a cluster from the page (in force at once, listed among the
+// edits) and the edit's reset takes it back.
+func TestBrowserClusters(t *testing.T) {
+	ctx := servertest.Browser(t, 90*time.Second)
+	g := startGantry(t, func(c *config.Config) {
+		c.ClustersFile = filepath.Join(filepath.Dir(c.GPUClassesFile), "clusters.yaml")
+	})
+	pg := servertest.NewPage(t, ctx, 20*time.Second)
+	step, js, poll := pg.Do, pg.JS, pg.Poll
+	pg.SignIn(g.URL+"/platform", "pat", "clusters")
+	poll("both clusters", `document.querySelectorAll('#clusters tbody tr').length === 2`)
+	cell := func(sel string, n int) string {
+		t.Helper()
+		return js(fmt.Sprintf(`document.querySelector('%s td:nth-child(%d)').textContent`, sel, n))
+	}
+	on := `#clusters tr[data-cluster="onprem-a100"]`
+	if where := cell(on, 2); where != "eu-central / dc1, on-premises; residency=onprem" {
+		t.Errorf("where: %q", where)
+	}
+	if offers := cell(on, 3); offers != "A100-80GB reserved $1.10/GPU-h, 16 GPUs, MIG 1g.10gb 3g.40gb" {
+		t.Errorf("offers: %q", offers)
+	}
+	// This test's workers have no credentials: once read, they say so.
+	if state := cell(on, 5); state != "not read yet" && !strings.HasPrefix(state, "unreachable: its credentials cannot be read") {
+		t.Errorf("state: %q", state)
+	}
+	// The use table: vision's quota of H100s, and nlp's cap on cloud-east.
+	if shown := js(`String(!document.getElementById('cluster-use-wrap').hidden)`); shown != "true" {
+		t.Error("the use table is hidden")
+	}
+	if head := js(`[...document.querySelectorAll('#cluster-use thead th')].map((h) => h.textContent).join('|')`); head != "Team|GPU class|Quota|On onprem-a100|On cloud-east|In all" {
+		t.Errorf("the use table's columns: %q", head)
+	}
+	if q := cell(`#cluster-use tr[data-team="vision"][data-class="H100-80GB"]`, 3); q != "8" {
+		t.Errorf("vision's H100 quota: %q", q)
+	}
+	if c := cell(`#cluster-use tr[data-team="nlp"][data-class="*"]`, 5); c != "0" {
+		t.Errorf("nlp on cloud-east, any other class: %q", c)
+	}
+
+	step("cordon cloud-east", chromedp.Click(chromedp.CSS(`#clusters tr[data-cluster="cloud-east"] button[aria-label="Cordon cloud-east"]`)))
+	poll("cloud-east cordoned", `document.querySelector('#clusters tr[data-cluster="cloud-east"] td:nth-child(5)').textContent.includes('cordoned: no new work')`)
+	poll("the cordon's edit", `!!document.querySelector('#edits tr[data-kind="cluster"][data-key="cloud-east"]')`)
+	req, _ := http.NewRequest("GET", g.URL+"/api/v1/clusters", nil)
+	req.Header.Set("Authorization", "Bearer "+g.Token("ada"))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var list struct {
+		Items []struct {
+			Name     string
+			Cordoned bool
+		}
+	}
+	json.NewDecoder(resp.Body).Decode(&list)
+	resp.Body.Close()
+	if len(list.Items) != 2 || !list.Items[1].Cordoned {
+		t.Errorf("the API after the cordon: %+v", list.Items)
+	}
+	if v := servertest.Accessibility(t, ctx); len(v) > 0 {
+		t.Errorf("the platform page: accessibility violations: %v", v)
+	}
+	step("reset the cordon", chromedp.Click(chromedp.CSS(`#edits tr[data-kind="cluster"] button`)))
+	poll("cloud-east takes work again", `!!document.querySelector('#clusters tr[data-cluster="cloud-east"] button[aria-label="Cordon cloud-east"]')`)
 	if v, err := servertest.CSPViolations(ctx); err != nil || len(v) > 0 {
 		t.Errorf("the platform page broke its Content Security Policy: %v %v", v, err)
 	}

@@ -791,7 +791,7 @@ async function section(id, load) {
 // The platform team's changes over the files: prices, quotas, budgets.
 const editPaths = { price: (k) => '/api/v1/gpu-classes/' + encodeURIComponent(k) + '/price',
   quota: (k) => '/api/v1/teams/' + encodeURIComponent(k) + '/quota', budget: (k) => '/api/v1/teams/' + encodeURIComponent(k) + '/budget',
-  nodeGroup: (k) => '/api/v1/node-groups/' + encodeURIComponent(k) };
+  nodeGroup: (k) => '/api/v1/node-groups/' + encodeURIComponent(k), cluster: (k) => '/api/v1/clusters/' + encodeURIComponent(k) + '/cordon' };
 
 async function editsInForce() {
   try { return (await api('GET', '/api/v1/platform/edits')).items; } catch (err) { return []; }
@@ -832,6 +832,7 @@ async function loadEdits(body) {
         await section('edits', loadEdits);
         await section('classes', loadClasses);
         if (e.kind === 'nodeGroup') await loadGroups(document.querySelector('#groups tbody'));
+        if (e.kind === 'cluster') await section('clusters', loadClusters);
       } catch (err) { say(err.message); }
     });
     return el('tr', { 'data-kind': e.kind, 'data-key': e.key }, el('td', { text: e.kind }), el('td', { text: e.key }),
@@ -922,6 +923,93 @@ function groupForm() {
       await section('edits', loadEdits);
     } catch (err) { status.textContent = name + ': ' + problemLines(err).join('; '); }
   });
+}
+
+// gpuCount writes a count of GPUs without trailing zeros (a MIG instance is
+// a share of one).
+const gpuCount = (v) => String(Math.round(v * 100) / 100);
+
+// loadClusters fills the worker clusters' table — where each is, what it
+// offers at what price, what is free there now, whether it takes new work,
+// with cordon, drain and uncordon — and under it each team's GPUs in use
+// on each cluster beside its quota in force and its cap there.
+async function loadClusters(body) {
+  const list = await api('GET', '/api/v1/clusters');
+  const status = document.getElementById('clusters-status');
+  const use = document.getElementById('cluster-use');
+  status.textContent = list.items.length ? '' : 'No worker clusters are configured (clustersFile): Gantry drives one cluster.';
+  document.getElementById('cluster-use-wrap').hidden = !list.items.length;
+  const change = (c, label, method, path, done) => {
+    const b = el('button', { type: 'button', text: label, 'aria-label': label + ' ' + c.name });
+    b.addEventListener('click', async () => {
+      try {
+        await api(method, '/api/v1/clusters/' + encodeURIComponent(c.name) + path);
+        say(c.name + ': ' + done);
+        await section('clusters', loadClusters);
+        await section('edits', loadEdits);
+      } catch (err) { status.textContent = c.name + ': ' + problemLines(err).join('; '); }
+    });
+    return b;
+  };
+  body.replaceChildren(...list.items.map((c) => {
+    const st = c.state;
+    let now = 'not read yet';
+    if (st && !st.reachable) now = 'unreachable: ' + (st.why || 'unknown');
+    else if (st) now = 'answers';
+    if (c.draining) now += '; draining: its work moves elsewhere';
+    else if (c.cordoned) now += '; cordoned: no new work';
+    let free = '-';
+    if (st && st.reachable) {
+      const parts = Object.keys(st.free).sort().map((k) => gpuCount(st.free[k]) + ' ' + k);
+      for (const k of Object.keys(st.freeMIG || {}).sort()) {
+        for (const p of Object.keys(st.freeMIG[k]).sort()) parts.push(gpuCount(st.freeMIG[k][p]) + ' × ' + p + ' of ' + k);
+      }
+      free = parts.join(', ') || 'none';
+    }
+    const where = c.region + (c.zone ? ' / ' + c.zone : '') + ', ' + c.provider +
+      Object.entries(c.labels || {}).map(([k, v]) => '; ' + k + '=' + v).join('');
+    const offers = c.offers.map((o) => o.class + ' ' + o.purchase + ' ' + money(o.pricePerGPUHour) + '/GPU-h' +
+      (o.gpus ? ', ' + o.gpus + ' GPUs' : '') + (o.mig ? ', MIG ' + o.mig.join(' ') : '')).join('; ');
+    const actions = c.cordoned ? [change(c, 'Uncordon', 'DELETE', '/cordon', 'takes new work again')] :
+      [change(c, 'Cordon', 'PUT', '/cordon', 'cordoned'), ' ', change(c, 'Drain', 'PUT', '/drain', 'draining')];
+    return el('tr', { 'data-cluster': c.name }, el('th', { scope: 'row', text: c.name }), el('td', { text: where }), el('td', { text: offers }),
+      el('td', { text: free }), el('td', { text: now }), el('td', {}, ...actions));
+  }));
+  // Each team's use per cluster beside its quota: a row per team and
+  // class it has a quota of or uses somewhere.
+  const rows = new Map();
+  const key = (t, k) => t + '\u0000' + k;
+  const row = (t, k) => {
+    if (!rows.has(key(t, k))) rows.set(key(t, k), { team: t, cls: k });
+    return rows.get(key(t, k));
+  };
+  for (const [t, q] of Object.entries(list.quotas)) for (const k of Object.keys(q)) row(t, k);
+  for (const c of list.items) {
+    for (const [t, u] of Object.entries((c.state && c.state.used) || {})) for (const k of Object.keys(u)) row(t, k);
+  }
+  const quotaOf = (t, k) => {
+    const q = list.quotas[t] || {};
+    return k in q ? q[k] : q['*'];
+  };
+  const capOf = (c, t, k) => {
+    const cap = (c.caps || {})[t] || {};
+    return k in cap ? cap[k] : cap['*'];
+  };
+  use.querySelector('thead').replaceChildren(el('tr', {}, el('th', { scope: 'col', text: 'Team' }), el('th', { scope: 'col', text: 'GPU class' }),
+    el('th', { scope: 'col', text: 'Quota' }), ...list.items.map((c) => el('th', { scope: 'col', text: 'On ' + c.name })), el('th', { scope: 'col', text: 'In all' })));
+  const sorted = [...rows.values()].sort((a, b) => a.team.localeCompare(b.team) || a.cls.localeCompare(b.cls));
+  use.querySelector('tbody').replaceChildren(...sorted.map((r) => {
+    let all = 0;
+    const cells = list.items.map((c) => {
+      const used = ((c.state && c.state.used && c.state.used[r.team]) || {})[r.cls] || 0;
+      all += used;
+      const cap = capOf(c, r.team, r.cls);
+      return el('td', { text: gpuCount(used) + (cap !== undefined ? ' (cap ' + gpuCount(cap) + ')' : '') });
+    });
+    const q = quotaOf(r.team, r.cls);
+    return el('tr', { 'data-team': r.team, 'data-class': r.cls }, el('th', { scope: 'row', text: r.team }), el('td', { text: r.cls === '*' ? 'any other' : r.cls }),
+      el('td', { text: q !== undefined ? gpuCount(q) : 'none' }), ...cells, el('td', { text: gpuCount(all) + (q !== undefined && all > q + 1e-9 ? ' (borrowing)' : '') }));
+  }));
 }
 
 // forecastChart draws the forecast (line), its band (area) and what was
@@ -1018,6 +1106,7 @@ async function platformPage() {
     }),
     section('classes', loadClasses),
     section('edits', loadEdits),
+    section('clusters', loadClusters),
     capacitySection(),
     section('nodes', async (body) => {
       const list = await api('GET', '/api/v1/nodes');

@@ -201,16 +201,23 @@ func BenchmarkSubmitToRunning(b *testing.B) {
 	// A Job's pod completes a second after it runs (the local cluster's
 	// kwok stage): past Running counts as Running, on both paths.
 	b.Run("job", func(b *testing.B) {
-		submitToRunning(b, "pytorch-train", 1, jobStages, model.Running, model.Succeeded)
+		submitToRunning(b, "pytorch-train", 1, jobStages, 100, 10, model.Running, model.Succeeded)
 	})
 	b.Run("service", func(b *testing.B) {
-		submitToRunning(b, "vllm-inference", 0, serviceStages, model.Running)
+		submitToRunning(b, "vllm-inference", 0, serviceStages, 100, 10, model.Running)
+	})
+	// At low load: one launch at a time, each waited for until it runs
+	// before the next is sent, so that what is measured is each path's
+	// latency and not the cluster's throughput under a burst.
+	b.Run("job-one", func(b *testing.B) {
+		submitToRunning(b, "pytorch-train", 1, jobStages, 20, 1, model.Running, model.Succeeded)
 	})
 }
 
-func submitToRunning(b *testing.B, templateName string, gpus int, order []int, running ...model.WorkloadStatus) {
+// submitToRunning times batch launches of templateName, at at a time (one
+// at a time: each waited for until it runs), on each path.
+func submitToRunning(b *testing.B, templateName string, gpus int, order []int, batch, at int, running ...model.WorkloadStatus) {
 	ctx := context.Background()
-	const batch = 100
 	k, err := kube.New(cluster.Config(), kube.Options{})
 	if err != nil {
 		b.Fatal(err)
@@ -255,7 +262,7 @@ func submitToRunning(b *testing.B, templateName string, gpus int, order []int, r
 			benchTemplate(b, g.api, "../../templates/"+templateName+".yaml", name)
 			gst := watchStages(b, dyn, "gantry-"+bteam, order)
 			launch.Team = bteam
-			ran, gsub := timeToRunning(b, batch, func(int) (string, error) {
+			ran, gsub := timeToRunning(b, batch, at, func(int) (string, error) {
 				r, err := g.api.CreateWorkloadWithResponse(b.Context(), nil, launch)
 				if err != nil {
 					return "", err
@@ -299,7 +306,7 @@ func submitToRunning(b *testing.B, templateName string, gpus int, order []int, r
 			ns := "bench-" + dteam.String()
 			baselineQueue(b, dyn, classes, ns, dteam)
 			dst := watchStages(b, dyn, ns, order)
-			ran, dsub := timeToRunning(b, batch, func(i int) (string, error) {
+			ran, dsub := timeToRunning(b, batch, at, func(i int) (string, error) {
 				id := fmt.Sprintf("d%02d%05d", round, i)
 				objs, err := render.Objects(resolved, render.Meta{WorkloadID: id, Team: dteam.String(), Owner: "alice", Namespace: ns, TemplateVersion: 1,
 					Image: "registry.gantry.internal/bench/image@sha256:" + strings.Repeat("2", 64), Kueue: true})
@@ -397,17 +404,46 @@ func baselineQueue(b *testing.B, dyn dynamic.Interface, classes *gpu.Catalog, ns
 	})
 }
 
-// timeToRunning submits n, ten at a time, and times each from its
+// timeToRunning submits n, at at a time, and times each from its
 // submission until running lists it (asked every 20 ms, finer than
-// waitfor's polls: this is the measurement's sampling interval). It fails
+// waitfor's polls: this is the measurement's sampling interval). One at a
+// time, each is waited for until it runs before the next is sent. It fails
 // the benchmark unless all n run within 3 minutes.
-func timeToRunning(b *testing.B, n int, submit func(i int) (id string, err error), running func() ([]string, error)) (ran map[string]time.Duration, submitted map[string]time.Time) {
+func timeToRunning(b *testing.B, n, at int, submit func(i int) (id string, err error), running func() ([]string, error)) (ran map[string]time.Duration, submitted map[string]time.Time) {
 	b.Helper()
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	sem := make(chan struct{}, 10)
+	sem := make(chan struct{}, at)
 	submitted = make(map[string]time.Time, n)
+	ran = map[string]time.Duration{}
+	// seen records, under mu, each submitted launch running lists now.
+	seen := func() {
+		ids, err := running()
+		if err != nil {
+			b.Fatal(err)
+		}
+		now := time.Now()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, id := range ids {
+			if t0, ok := submitted[id]; ok {
+				if _, seen := ran[id]; !seen {
+					ran[id] = now.Sub(t0)
+				}
+			}
+		}
+	}
+	count := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(ran)
+	}
 	for i := range n {
+		if at == 1 && i > 0 {
+			for deadline := time.Now().Add(3 * time.Minute); count() < i && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+				seen()
+			}
+		}
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
@@ -424,22 +460,8 @@ func timeToRunning(b *testing.B, n int, submit func(i int) (id string, err error
 			mu.Unlock()
 		}()
 	}
-	ran = map[string]time.Duration{}
-	for deadline := time.Now().Add(3 * time.Minute); len(ran) < n && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		ids, err := running()
-		if err != nil {
-			b.Fatal(err)
-		}
-		now := time.Now()
-		mu.Lock()
-		for _, id := range ids {
-			if at, ok := submitted[id]; ok {
-				if _, seen := ran[id]; !seen {
-					ran[id] = now.Sub(at)
-				}
-			}
-		}
-		mu.Unlock()
+	for deadline := time.Now().Add(3 * time.Minute); count() < n && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		seen()
 	}
 	wg.Wait()
 	if len(ran) < n {

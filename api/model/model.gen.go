@@ -819,6 +819,7 @@ func (e ListAuditParamsDecision) Valid() bool {
 
 // Defines values for GetCostsParamsGroupBy.
 const (
+	GetCostsParamsGroupByCluster    GetCostsParamsGroupBy = "cluster"
 	GetCostsParamsGroupByCostCenter GetCostsParamsGroupBy = "costCenter"
 	GetCostsParamsGroupByGpuClass   GetCostsParamsGroupBy = "gpuClass"
 	GetCostsParamsGroupByNodeGroup  GetCostsParamsGroupBy = "nodeGroup"
@@ -830,6 +831,8 @@ const (
 // Valid indicates whether the value is a known member of the GetCostsParamsGroupBy enum.
 func (e GetCostsParamsGroupBy) Valid() bool {
 	switch e {
+	case GetCostsParamsGroupByCluster:
+		return true
 	case GetCostsParamsGroupByCostCenter:
 		return true
 	case GetCostsParamsGroupByGpuClass:
@@ -2580,7 +2583,7 @@ type GetCostsParams struct {
 	// To End of the period (RFC 3339, exclusive); default now. At most 400 days after from.
 	To *time.Time `form:"to,omitempty" json:"to,omitempty"`
 
-	// GroupBy What the lines are (the template's cost center for costCenter).
+	// GroupBy What the lines are (the template's cost center for costCenter; for cluster, the worker cluster each run ran on, "" for the cluster Gantry drives).
 	GroupBy *GetCostsParamsGroupBy `form:"groupBy,omitempty" json:"groupBy,omitempty"`
 
 	// Format JSON, or CSV for a spreadsheet.

@@ -352,7 +352,7 @@ func estimateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 func costCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flags("gantry cost", stderr)
 	srv := fs.String("server", "", "Gantry server URL")
-	by := fs.String("by", "team", "group by team, user, template, gpuClass, costCenter or nodeGroup")
+	by := fs.String("by", "team", "group by team, user, template, gpuClass, costCenter, nodeGroup or cluster")
 	since := fs.Duration("since", 0, "the period's length back from now (default: this month)")
 	output := fs.String("o", "", "output: json")
 	if _, err := parse(fs, args); err != nil {

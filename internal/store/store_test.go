@@ -956,7 +956,8 @@ func testMetering(t *testing.T, s *stores.All) {
 		t.Fatal(err)
 	}
 	runs, err = s.WorkloadRuns(ctx, at, at.Add(24*time.Hour), nil)
-	if err != nil || len(runs) != 2 || runs[0].NodeGroup != "" || runs[0].PricePerHour != 13.8 || runs[1].NodeGroup != "h100-reserved" || runs[1].PricePerHour != 9.5 {
+	if err != nil || len(runs) != 2 || runs[0].NodeGroup != "" || runs[0].PricePerHour != 13.8 || runs[1].NodeGroup != "h100-reserved" || runs[1].PricePerHour != 9.5 ||
+		runs[0].Cluster != "" || runs[1].Cluster != "onprem" {
 		t.Fatalf("runs once placed %+v, %v", runs, err)
 	}
 	if got, err := s.Workload(ctx, w.ID); err != nil || got.NodeGroup != "h100-reserved" || got.RunPrice != 9.5 || got.RanCost != 2*13.8 || got.Cluster != "onprem" {

@@ -31,6 +31,7 @@ type Run struct {
 	GPUCount        int
 	PricePerHour    float64 // at its node groups' prices when known, else its class's
 	NodeGroup       string  // the node group it ran on ("" when not known)
+	Cluster         string  // the worker cluster it ran on ("": the cluster Gantry drives)
 	From, To        time.Time
 }
 
@@ -54,7 +55,7 @@ type WarmSpend struct {
 }
 
 // CostGroups are what costs are grouped by.
-var CostGroups = []string{"team", "user", "template", "gpuClass", "costCenter", "nodeGroup"}
+var CostGroups = []string{"team", "user", "template", "gpuClass", "costCenter", "nodeGroup", "cluster"}
 
 // CostLine is one group's cost over a period.
 type CostLine struct {
@@ -307,6 +308,8 @@ func (m *Meter) group(ctx context.Context, runs []Run, from, to time.Time, group
 			key = r.GPUClass
 		case "nodeGroup":
 			key = r.NodeGroup
+		case "cluster":
+			key = r.Cluster
 		case "costCenter":
 			tv := fmt.Sprintf("%s@%d", r.Template, r.TemplateVersion)
 			cc, ok := costCenters[tv]

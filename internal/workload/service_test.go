@@ -688,6 +688,18 @@ func TestShowbackAtClusterPrices(t *testing.T) {
 	if got := w.CostAt(h.clock()); math.Abs(got-(2*4.4+12.8)) > 1e-9 {
 		t.Errorf("cost %v, want %v", got, 2*4.4+12.8)
 	}
+	// Showback by cluster: each run under the cluster it ran on.
+	c, err := h.svc.Costs(ctx, h.clock().Add(-4*time.Hour), h.clock(), "cluster")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, l := range c.Lines {
+		got[l.Key] = math.Round(l.Cost*100) / 100
+	}
+	if len(got) != 2 || got["onprem"] != 8.8 || got["cloud"] != 12.8 {
+		t.Errorf("costs by cluster %v, want onprem 8.80, cloud 12.80", got)
+	}
 	// A restart on a cluster that names no price: its class's.
 	observe(workload.Queued, "", 0)
 	if w := observe(workload.Running, "onprem", 0); w.Cluster != "onprem" || w.RunPricePerHour() != train.PricePerHour {

@@ -393,7 +393,7 @@ func (s *Store) UpdateWorkload(ctx context.Context, id string, fn func(workload.
 // billed by.
 func (s *Store) WorkloadRuns(ctx context.Context, from, to time.Time, teams []team.Name) ([]workload.Run, error) {
 	q := `SELECT w.id, w.team, w.owner, w.template, w.template_version, w.gpu_class, w.mig_profile, w.gpu_count,
-		CASE WHEN r.price_per_hour > 0 THEN r.price_per_hour ELSE w.price_per_hour END, r.node_group, r.started_at, r.ended_at
+		CASE WHEN r.price_per_hour > 0 THEN r.price_per_hour ELSE w.price_per_hour END, r.node_group, r.cluster, r.started_at, r.ended_at
 		FROM workload_runs r JOIN workloads w ON w.id = r.workload_id
 		WHERE r.started_at < ? AND (r.ended_at = 0 OR r.ended_at > ?)`
 	args := []any{to.UnixMicro(), from.UnixMicro()}
@@ -415,7 +415,7 @@ func (s *Store) WorkloadRuns(ctx context.Context, from, to time.Time, teams []te
 	for rows.Next() {
 		var r workload.Run
 		var started, ended int64
-		if err := rows.Scan(&r.Workload, &r.Team, &r.Owner, &r.Template, &r.TemplateVersion, &r.GPUClass, &r.MIGProfile, &r.GPUCount, &r.PricePerHour, &r.NodeGroup, &started, &ended); err != nil {
+		if err := rows.Scan(&r.Workload, &r.Team, &r.Owner, &r.Template, &r.TemplateVersion, &r.GPUClass, &r.MIGProfile, &r.GPUCount, &r.PricePerHour, &r.NodeGroup, &r.Cluster, &started, &ended); err != nil {
 			return nil, fmt.Errorf("list workload runs: %w", err)
 		}
 		r.From = time.UnixMicro(started).UTC()

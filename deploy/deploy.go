@@ -82,3 +82,13 @@ var (
 	//go:embed helm/gantry/files/role-rules.yaml
 	RoleRules []byte
 )
+
+// FleetClusterRoleRules and FleetRoleRules are the chart's rules added with
+// worker clusters (fleet.clustersFile): in the MultiKueue manager, and in
+// Kueue's namespace.
+var (
+	//go:embed helm/gantry/files/fleet-clusterrole-rules.yaml
+	FleetClusterRoleRules []byte
+	//go:embed helm/gantry/files/fleet-role-rules.yaml
+	FleetRoleRules []byte
+)

@@ -2,11 +2,8 @@ package e2e_test
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -138,11 +135,11 @@ func checkRBAC(c *devcluster.Cluster) error {
 	if f := flag.Lookup("test.run"); f != nil && f.Value.String() != "" {
 		return nil // a partial run exercises part of Gantry
 	}
-	granted, err := grants(deploy.ClusterRoleRules, deploy.RoleRules)
+	granted, err := clustertest.Grants(deploy.ClusterRoleRules, deploy.RoleRules)
 	if err != nil {
 		return err
 	}
-	used, refused, err := audited(c.AuditLog(), chartIdentity)
+	used, refused, err := clustertest.Audited(c.AuditLog(), chartIdentity)
 	if err != nil {
 		return err
 	}
@@ -173,78 +170,6 @@ func checkRBAC(c *devcluster.Cluster) error {
 		return fmt.Errorf("the chart's RBAC is not what Gantry uses:\n  %s\nwhat it used: %s", strings.Join(problems, "\n  "), strings.Join(all, ", "))
 	}
 	return nil
-}
-
-// grants expands RBAC rules into group/resource verb keys.
-func grants(files ...[]byte) (map[string]bool, error) {
-	out := map[string]bool{}
-	for _, data := range files {
-		var rules []rbacv1.PolicyRule
-		if err := yaml.UnmarshalStrict(data, &rules); err != nil {
-			return nil, err
-		}
-		for _, r := range rules {
-			for _, g := range r.APIGroups {
-				for _, res := range r.Resources {
-					for _, v := range r.Verbs {
-						out[rbacKey(g, res, v)] = true
-					}
-				}
-			}
-		}
-	}
-	return out, nil
-}
-
-func rbacKey(group, resource, verb string) string {
-	if group == "" {
-		group = "core"
-	}
-	return group + "/" + resource + " " + verb
-}
-
-// audited reads an API server audit log: the resource requests user made
-// (impersonated), and those it was refused.
-func audited(path, user string) (used map[string]bool, refused []string, err error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, nil, fmt.Errorf("the API server's audit log: %w", err)
-	}
-	defer f.Close()
-	used = map[string]bool{}
-	dec := json.NewDecoder(f)
-	for {
-		var ev struct {
-			Verb             string
-			ImpersonatedUser *struct{ Username string }
-			ObjectRef        *struct{ Resource, Subresource, APIGroup string }
-			ResponseStatus   *struct{ Code int }
-			Annotations      map[string]string
-		}
-		if err := dec.Decode(&ev); errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
-			return nil, nil, fmt.Errorf("%s: %w", path, err)
-		}
-		if ev.ImpersonatedUser == nil || ev.ImpersonatedUser.Username != user || ev.ObjectRef == nil || ev.ObjectRef.Resource == "" {
-			continue
-		}
-		res := ev.ObjectRef.Resource
-		if ev.ObjectRef.Subresource != "" {
-			res += "/" + ev.ObjectRef.Subresource
-		}
-		k := rbacKey(ev.ObjectRef.APIGroup, res, ev.Verb)
-		// Refused by the authorizer (RBAC), not by admission (Pod Security).
-		if ev.Annotations["authorization.k8s.io/decision"] == "forbid" {
-			if !slices.Contains(refused, k) {
-				refused = append(refused, k)
-			}
-			continue
-		}
-		used[k] = true
-	}
-	sort.Strings(refused)
-	return used, refused, nil
 }
 
 // TestChart: every value set of the chart's tests is accepted by the API

@@ -10,12 +10,14 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,8 +26,10 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"sigs.k8s.io/yaml"
 
 	"github.com/gantryhq/gantry/api/model"
+	"github.com/gantryhq/gantry/deploy"
 	"github.com/gantryhq/gantry/internal/config"
 	"github.com/gantryhq/gantry/internal/devcluster"
 	"github.com/gantryhq/gantry/internal/devcluster/clustertest"
@@ -57,6 +61,7 @@ func TestMain(m *testing.M) {
 		{&manager, "fleet-manager", func(o *devcluster.Options) {
 			o.Fleet = []devcluster.NodeSpec{{Prefix: "l4", Count: 1, Product: "NVIDIA-L4", MemoryMB: 23034, GPUs: 4, Whole: 4}}
 			o.MultiKueueDispatcher = dispatch.Name
+			o.Audit = true // TestFleetThroughGantry checks the chart's fleet rules
 		}},
 		{&onprem, "fleet-onprem", func(o *devcluster.Options) {
 			o.JobRuntime = time.Hour
@@ -416,7 +421,10 @@ clusters:
 // events are read through Gantry, and it is priced at the room's GPU-hour.
 // With the room drained through the API, it moves to the cloud (never on
 // both at once) and the next goes there too; a notebook is refused, for only Jobs are
-// dispatched. Deleted, the work and its claims leave the workers. (Before
+// dispatched. Deleted, the work and its claims leave the workers. Gantry
+// talks to the manager as the Helm chart's ServiceAccount with a fleet
+// (chartIdentity): the manager's audit log then shows that it was refused
+// nothing and used every fleet rule the chart adds. (Before
 // TestDispatchOverTwoWorkers, which stops the cloud; this leaves the
 // workers as it found them.)
 func TestFleetThroughGantry(t *testing.T) {
@@ -447,9 +455,10 @@ clusters:
 	if _, err := manager.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: lease}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
+	asChart := chartIdentity(t, lease)
 	g := servertest.New(t, func(c *config.Config) {
 		c.ClustersFile = file
-		c.Kubeconfig = manager.Kubeconfig
+		c.Kubeconfig = asChart
 		c.Namespace = lease
 		c.ReconcileInterval = config.Duration(time.Second)
 	})
@@ -633,6 +642,110 @@ clusters:
 			return nil
 		})
 	}
+
+	// A worker gone from the clusters file (Gantry restarted without it)
+	// and a MultiKueueConfig of an older name leave their objects behind:
+	// the leader prunes them, as the chart's ServiceAccount.
+	for _, o := range []struct {
+		res  schema.GroupVersionResource
+		obj  map[string]any
+		name string
+	}{
+		{multiKueueCluster, kueueObj("MultiKueueCluster", "retired", map[string]any{"clusterSource": map[string]any{
+			"kubeConfig": map[string]any{"locationType": "Secret", "location": "gantry-worker-retired"}}}), "retired"},
+		{multiKueueConfigs, kueueObj("MultiKueueConfig", "gantry-older", map[string]any{"clusters": []any{"retired"}}), "gantry-older"},
+	} {
+		o.obj["metadata"].(map[string]any)["labels"] = map[string]any{render.LabelManagedBy: render.ManagedBy}
+		create(t, mdyn, o.res, "", o.obj)
+		waitfor.Until(t, time.Minute, o.res.Resource+" "+o.name+" pruned", func() error {
+			if _, err := mdyn.Resource(o.res).Get(ctx, o.name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				return fmt.Errorf("still there (%v)", err)
+			}
+			return nil
+		})
+	}
+
+	// The chart's rules with a fleet, against what Gantry asked the
+	// manager for: nothing refused, every fleet rule used (a server-side
+	// apply that creates is audited as patch).
+	granted, err := clustertest.Grants(deploy.FleetClusterRoleRules, deploy.FleetRoleRules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitfor.Until(t, 30*time.Second, "the fleet's rules used, none refused", func() error {
+		used, refused, err := clustertest.Audited(manager.AuditLog(), chartUser)
+		if err != nil {
+			return err
+		}
+		if len(refused) > 0 {
+			t.Fatalf("the chart's ServiceAccount was refused %v: the chart must grant it (deploy/helm/gantry/files)", refused)
+		}
+		var unused []string
+		for k := range granted {
+			if !used[k] && !(strings.HasSuffix(k, " create") && used[strings.TrimSuffix(k, " create")+" patch"]) {
+				unused = append(unused, k)
+			}
+		}
+		if len(unused) > 0 {
+			sort.Strings(unused)
+			return fmt.Errorf("granted with a fleet and never used: %v", unused)
+		}
+		return nil
+	})
+}
+
+// chartUser is who the chart's ServiceAccount is to the API server.
+const chartUser = "system:serviceaccount:gantry-system:gantry"
+
+// chartIdentity grants chartUser, in the manager, what the Helm chart
+// grants Gantry's ServiceAccount with a clusters file — its ClusterRole with
+// the fleet's rules, its Role in the lease namespace, and the fleet's Role
+// in Kueue's namespace — and returns a kubeconfig that impersonates it.
+func chartIdentity(t *testing.T, lease string) string {
+	t.Helper()
+	ctx := context.Background()
+	rules := func(files ...[]byte) []rbacv1.PolicyRule {
+		var out []rbacv1.PolicyRule
+		for _, f := range files {
+			var rs []rbacv1.PolicyRule
+			if err := yaml.UnmarshalStrict(f, &rs); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, rs...)
+		}
+		return out
+	}
+	subject := []rbacv1.Subject{{Kind: "ServiceAccount", Name: "gantry", Namespace: "gantry-system"}}
+	rbac := manager.Client.RbacV1()
+	if _, err := rbac.ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "gantry-chart"},
+		Rules: rules(deploy.ClusterRoleRules, deploy.FleetClusterRoleRules)}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	if _, err := rbac.ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "gantry-chart"},
+		RoleRef: rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "gantry-chart"}, Subjects: subject}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	for ns, rs := range map[string][]rbacv1.PolicyRule{lease: rules(deploy.RoleRules), devcluster.KueueNamespace: rules(deploy.FleetRoleRules)} {
+		if _, err := rbac.Roles(ns).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "gantry-chart"}, Rules: rs}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+		if _, err := rbac.RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "gantry-chart"},
+			RoleRef: rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "gantry-chart"}, Subjects: subject}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+	}
+	cfg, err := clientcmd.LoadFromFile(manager.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range cfg.AuthInfos {
+		a.Impersonate = chartUser
+	}
+	path := filepath.Join(t.TempDir(), "kubeconfig-chart")
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 func asJSON(v any) string {

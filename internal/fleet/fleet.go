@@ -153,12 +153,7 @@ func Parse(file string, data []byte, classes *gpu.Catalog) (*Fleet, error) {
 // New validates a decoded fleet.
 func New(f File, classes *gpu.Catalog) (*Fleet, error) {
 	var errs fault.List
-	if f.APIVersion != APIVersion {
-		errs.Addf("apiVersion", "must be %q", APIVersion)
-	}
-	if f.Kind != Kind {
-		errs.Addf("kind", "must be %q", Kind)
-	}
+	yamldoc.Header(&errs, f.APIVersion, f.Kind, APIVersion, Kind)
 	names := map[string]bool{}
 	for i, c := range f.Clusters {
 		p := fmt.Sprintf("clusters[%d]", i)

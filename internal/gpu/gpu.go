@@ -239,12 +239,7 @@ func Parse(file string, data []byte) (*Catalog, error) {
 // New validates a decoded file and builds the catalog.
 func New(f File) (*Catalog, error) {
 	var errs fault.List
-	if f.APIVersion != APIVersion {
-		errs.Addf("apiVersion", "must be %q", APIVersion)
-	}
-	if f.Kind != Kind {
-		errs.Addf("kind", "must be %q", Kind)
-	}
+	yamldoc.Header(&errs, f.APIVersion, f.Kind, APIVersion, Kind)
 	if len(f.Classes) == 0 {
 		errs.Addf("classes", "at least one class is required")
 	}

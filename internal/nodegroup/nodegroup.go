@@ -157,12 +157,7 @@ func Parse(file string, data []byte, classes []string) (*Set, error) {
 // negative, boot and quiet times that are not negative.
 func New(f File, classes []string) (*Set, error) {
 	var errs fault.List
-	if f.APIVersion != APIVersion {
-		errs.Addf("apiVersion", "must be %q", APIVersion)
-	}
-	if f.Kind != Kind {
-		errs.Addf("kind", "must be %q", Kind)
-	}
+	yamldoc.Header(&errs, f.APIVersion, f.Kind, APIVersion, Kind)
 	seen := map[string]bool{}
 	for i, g := range f.Groups {
 		p := fmt.Sprintf("groups[%d]", i)

@@ -386,12 +386,7 @@ func (t *Template) Validate(classes *gpu.Catalog) error {
 
 // validateMetadata checks apiVersion, kind and metadata.
 func (t *Template) validateMetadata(errs *fault.List) {
-	if t.APIVersion != APIVersion {
-		errs.Addf("apiVersion", "must be %q", APIVersion)
-	}
-	if t.Kind != Kind {
-		errs.Addf("kind", "must be %q", Kind)
-	}
+	yamldoc.Header(errs, t.APIVersion, t.Kind, APIVersion, Kind)
 	if !ValidName(t.Metadata.Name) {
 		errs.Addf("metadata.name", "%q must be a lowercase DNS label (a-z, 0-9, '-'), starting with a letter, at most %d characters", clip(t.Metadata.Name), MaxNameLen)
 	}

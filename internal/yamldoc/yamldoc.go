@@ -76,6 +76,17 @@ func (l Lines) Locate(file string, err error) error {
 
 var lineRE = regexp.MustCompile(`line (\d+)`)
 
+// Header checks a document's apiVersion and kind against what its loader
+// reads, adding a problem at each field that differs.
+func Header(errs *fault.List, apiVersion, kind, wantAPIVersion, wantKind string) {
+	if apiVersion != wantAPIVersion {
+		errs.Addf("apiVersion", "must be %q", wantAPIVersion)
+	}
+	if kind != wantKind {
+		errs.Addf("kind", "must be %q", wantKind)
+	}
+}
+
 // Parse decodes one YAML document of file into a T and builds from it with
 // build (which validates); build's problems carry file:line.
 func Parse[T, R any](file string, data []byte, build func(T) (R, error)) (R, error) {

@@ -140,3 +140,30 @@ func wideKeys(n int) string {
 	}
 	return b.String()
 }
+
+// TestHeader: a document of another apiVersion or kind is refused at each
+// field that differs, and one of the loader's own passes.
+func TestHeader(t *testing.T) {
+	for _, tc := range []struct {
+		api, kind string
+		want      []string
+	}{
+		{"gantry.dev/v1alpha1", "ClusterList", nil},
+		{"gantry.dev/v1", "ClusterList", []string{"apiVersion"}},
+		{"gantry.dev/v1alpha1", "GPUClassList", []string{"kind"}},
+		{"", "", []string{"apiVersion", "kind"}},
+	} {
+		var errs fault.List
+		Header(&errs, tc.api, tc.kind, "gantry.dev/v1alpha1", "ClusterList")
+		var got []string
+		var inv *fault.Invalid
+		if errors.As(errs.Err(), &inv) {
+			for _, f := range inv.Fields {
+				got = append(got, f.Path)
+			}
+		}
+		if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			t.Errorf("%q %q: problems at %v, want %v", tc.api, tc.kind, got, tc.want)
+		}
+	}
+}

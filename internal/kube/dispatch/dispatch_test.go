@@ -276,32 +276,14 @@ clusters:
 	}
 
 	g := servertest.New(t, func(c *config.Config) { c.ClustersFile = file })
-	type state struct {
-		Reachable bool
-		Why       string
-		Free      map[string]float64
-		FreeMIG   map[string]map[string]float64
-		Used      map[string]map[string]float64
-	}
-	clusters := func() map[string]*state {
-		req, _ := http.NewRequest("GET", g.URL+"/api/v1/clusters", nil)
-		req.Header.Set("Authorization", "Bearer "+g.Token("ada"))
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
+	api := servertest.Client(g.URL, g.Token("ada"))
+	clusters := func() map[string]*model.WorkerClusterState {
+		r := servertest.Must(api.ListClustersWithResponse(ctx))(t)
+		if r.JSON200 == nil {
+			t.Fatalf("GET /api/v1/clusters: %d %s", r.StatusCode(), r.Body)
 		}
-		defer resp.Body.Close()
-		var list struct {
-			Items []struct {
-				Name  string
-				State *state
-			}
-		}
-		if resp.StatusCode != 200 || json.NewDecoder(resp.Body).Decode(&list) != nil {
-			t.Fatalf("GET /api/v1/clusters: %d", resp.StatusCode)
-		}
-		out := map[string]*state{}
-		for _, c := range list.Items {
+		out := map[string]*model.WorkerClusterState{}
+		for _, c := range r.JSON200.Items {
 			out[c.Name] = c.State
 		}
 		return out
@@ -312,9 +294,10 @@ clusters:
 		if on == nil || cl == nil || !on.Reachable || !cl.Reachable {
 			return fmt.Errorf("%+v %+v", on, cl)
 		}
-		if on.Free["A100-80GB"] != 16 || cl.Free["H100-80GB"] != 4 || cl.Free["A100-80GB"] != 8 || cl.Used["vision"]["H100-80GB"] != 4 ||
-			on.FreeMIG["A100-80GB"]["1g.10gb"] != 12 || math.Abs(on.Used["vision"]["A100-80GB"]-2.0/7) > 1e-9 {
-			return fmt.Errorf("onprem %+v, cloud %+v", on, cl)
+		onUsed, clUsed, onMIG := servertest.Deref(on.Used), servertest.Deref(cl.Used), servertest.Deref(on.FreeMIG)
+		if on.Free["A100-80GB"] != 16 || cl.Free["H100-80GB"] != 4 || cl.Free["A100-80GB"] != 8 || clUsed["vision"]["H100-80GB"] != 4 ||
+			onMIG["A100-80GB"]["1g.10gb"] != 12 || math.Abs(onUsed["vision"]["A100-80GB"]-2.0/7) > 1e-9 {
+			return fmt.Errorf("onprem %s, cloud %s", asJSON(on), asJSON(cl))
 		}
 		return nil
 	})
@@ -363,8 +346,8 @@ clusters:
 		t.Fatal(err)
 	}
 	waitfor.Until(t, time.Minute, "the refused credentials said", func() error {
-		if cl := clusters()["cloud-east"]; cl == nil || cl.Reachable || !strings.Contains(cl.Why, "refuses Gantry's credentials") {
-			return fmt.Errorf("%+v", cl)
+		if cl := clusters()["cloud-east"]; cl == nil || cl.Reachable || !strings.Contains(servertest.Deref(cl.Why), "refuses Gantry's credentials") {
+			return fmt.Errorf("%s", asJSON(cl))
 		}
 		return nil
 	})
@@ -374,7 +357,7 @@ clusters:
 	}
 	waitfor.Until(t, time.Minute, "the rotated credentials used", func() error {
 		if cl := clusters()["cloud-east"]; cl == nil || !cl.Reachable {
-			return fmt.Errorf("%+v", cl)
+			return fmt.Errorf("%s", asJSON(cl))
 		}
 		return nil
 	})
@@ -390,8 +373,8 @@ clusters:
 		t.Fatal(err)
 	}
 	waitfor.Until(t, time.Minute, "the worker out of reach unreachable", func() error {
-		if cl := clusters()["cloud-east"]; cl == nil || cl.Reachable || !strings.Contains(cl.Why, "cannot be reached") {
-			return fmt.Errorf("%+v", cl)
+		if cl := clusters()["cloud-east"]; cl == nil || cl.Reachable || !strings.Contains(servertest.Deref(cl.Why), "cannot be reached") {
+			return fmt.Errorf("%s", asJSON(cl))
 		}
 		return nil
 	})

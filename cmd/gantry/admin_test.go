@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 
+	"github.com/gantryhq/gantry/internal/config"
 	"github.com/gantryhq/gantry/internal/server"
 	"github.com/gantryhq/gantry/internal/workload"
 )
@@ -159,6 +161,40 @@ func TestPrintable(t *testing.T) {
 	} {
 		if got := printable(in); got != want {
 			t.Errorf("printable(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestClustersVerb: `gantry nodes clusters` lists the worker clusters and,
+// under them, each team's use per cluster beside its quota in force and
+// its cap there (this test's workers have no credentials: nothing in use).
+func TestClustersVerb(t *testing.T) {
+	g := startGantry(t, func(c *config.Config) {
+		c.ClustersFile = filepath.Join(filepath.Dir(c.GPUClassesFile), "clusters.yaml")
+	})
+	t.Setenv("GANTRY_SERVER", g.URL)
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+	t.Setenv("GANTRY_TOKEN", g.Token("ada"))
+	var o, e bytes.Buffer
+	if code := run(context.Background(), []string{"nodes", "clusters"}, &o, &e); code != 0 {
+		t.Fatalf("nodes clusters: %d %q", code, e.String())
+	}
+	out := o.String()
+	tables := strings.Split(out, "\n\n")
+	if len(tables) != 2 || !strings.HasPrefix(tables[0], "CLUSTER ") || !strings.Contains(tables[0], "onprem-a100") {
+		t.Fatalf("two tables, clusters first:\n%s", out)
+	}
+	use := strings.Split(strings.TrimSpace(tables[1]), "\n")
+	if !regexp.MustCompile(`^TEAM +CLASS +QUOTA +ON ONPREM-A100 +ON CLOUD-EAST +IN ALL$`).MatchString(use[0]) {
+		t.Errorf("the use table's head: %q", use[0])
+	}
+	for _, want := range []string{`^nlp +\* +4 +0 +0 +0$`, `^nlp +H100-80GB +4 +0 +0 \(cap 16\) +0$`, `^vision +H100-80GB +8 +0 +0 +0$`} {
+		found := false
+		for _, l := range use[1:] {
+			found = found || regexp.MustCompile(want).MatchString(l)
+		}
+		if !found {
+			t.Errorf("no row %s in\n%s", want, tables[1])
 		}
 	}
 }

@@ -346,26 +346,19 @@ func TestBrowserClusters(t *testing.T) {
 	if c := cell(`#cluster-use tr[data-team="nlp"][data-class="*"]`, 5); c != "0" {
 		t.Errorf("nlp on cloud-east, any other class: %q", c)
 	}
+	if c := cell(`#cluster-use tr[data-team="nlp"][data-class="H100-80GB"]`, 5); c != "0 (cap 16)" {
+		t.Errorf("nlp's H100s on cloud-east, under its cap there: %q", c)
+	}
+	if q := cell(`#cluster-use tr[data-team="nlp"][data-class="H100-80GB"]`, 3); q != "4" {
+		t.Errorf("nlp's H100 quota, from its \"*\": %q", q)
+	}
 
 	step("cordon cloud-east", chromedp.Click(chromedp.CSS(`#clusters tr[data-cluster="cloud-east"] button[aria-label="Cordon cloud-east"]`)))
 	poll("cloud-east cordoned", `document.querySelector('#clusters tr[data-cluster="cloud-east"] td:nth-child(5)').textContent.includes('cordoned: no new work')`)
 	poll("the cordon's edit", `!!document.querySelector('#edits tr[data-kind="cluster"][data-key="cloud-east"]')`)
-	req, _ := http.NewRequest("GET", g.URL+"/api/v1/clusters", nil)
-	req.Header.Set("Authorization", "Bearer "+g.Token("ada"))
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var list struct {
-		Items []struct {
-			Name     string
-			Cordoned bool
-		}
-	}
-	json.NewDecoder(resp.Body).Decode(&list)
-	resp.Body.Close()
-	if len(list.Items) != 2 || !list.Items[1].Cordoned {
-		t.Errorf("the API after the cordon: %+v", list.Items)
+	list := servertest.Must(servertest.Client(g.URL, g.Token("ada")).ListClustersWithResponse(t.Context()))(t)
+	if list.JSON200 == nil || len(list.JSON200.Items) != 2 || !list.JSON200.Items[1].Cordoned {
+		t.Errorf("the API after the cordon: %d %s", list.StatusCode(), list.Body)
 	}
 	if v := servertest.Accessibility(t, ctx); len(v) > 0 {
 		t.Errorf("the platform page: accessibility violations: %v", v)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -106,9 +107,85 @@ func clustersCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		}
 		if len(items) == 0 {
 			fmt.Fprintln(tw, "(no worker clusters: Gantry drives one cluster)")
+			tw.Flush()
+			return
 		}
 		tw.Flush()
+		fmt.Fprintln(stdout)
+		useTable(stdout, resp.JSON200.Quotas, items)
 	})
+}
+
+// useTable writes each team's GPUs in use on each worker cluster beside its
+// quota in force (a cluster's cap for the team in brackets): a row per team
+// and class it has a quota or a cap of, or uses somewhere.
+func useTable(w io.Writer, quotas map[string]map[string]float64, items []model.WorkerCluster) {
+	used := func(c model.WorkerCluster) map[string]map[string]float64 {
+		if c.State == nil || c.State.Used == nil {
+			return nil
+		}
+		return *c.State.Used
+	}
+	rows := map[[2]string]bool{}
+	for t, q := range quotas {
+		for k := range q {
+			rows[[2]string{t, k}] = true
+		}
+	}
+	for _, c := range items {
+		for t, u := range used(c) {
+			for k := range u {
+				rows[[2]string{t, k}] = true
+			}
+		}
+		if c.Caps != nil {
+			for t, cp := range *c.Caps {
+				for k := range cp {
+					rows[[2]string{t, k}] = true
+				}
+			}
+		}
+	}
+	of := func(m map[string]float64, k string) (float64, bool) {
+		if v, ok := m[k]; ok {
+			return v, true
+		}
+		v, ok := m["*"]
+		return v, ok
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	head := []string{"TEAM", "CLASS", "QUOTA"}
+	for _, c := range items {
+		head = append(head, "ON "+strings.ToUpper(c.Name))
+	}
+	fmt.Fprintln(tw, strings.Join(append(head, "IN ALL"), "\t"))
+	keys := slices.SortedFunc(maps.Keys(rows), func(a, b [2]string) int { return cmp.Or(cmp.Compare(a[0], b[0]), cmp.Compare(a[1], b[1])) })
+	for _, r := range keys {
+		quota := "none"
+		q, hasQuota := of(quotas[r[0]], r[1])
+		if hasQuota {
+			quota = fmt.Sprintf("%g", q)
+		}
+		cells := []string{r[0], r[1], quota}
+		all := 0.0
+		for _, c := range items {
+			n := used(c)[r[0]][r[1]]
+			all += n
+			cell := fmt.Sprintf("%.4g", n)
+			if c.Caps != nil {
+				if cp, ok := of((*c.Caps)[r[0]], r[1]); ok {
+					cell += fmt.Sprintf(" (cap %g)", cp)
+				}
+			}
+			cells = append(cells, cell)
+		}
+		total := fmt.Sprintf("%.4g", all)
+		if hasQuota && all > q+1e-9 {
+			total += " (borrowing)"
+		}
+		fmt.Fprintln(tw, strings.Join(append(cells, total), "\t"))
+	}
+	tw.Flush()
 }
 
 // drainCmd is `gantry nodes drain-cluster NAME`.

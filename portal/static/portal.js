@@ -976,7 +976,7 @@ async function loadClusters(body) {
       el('td', { text: free }), el('td', { text: now }), el('td', {}, ...actions));
   }));
   // Each team's use per cluster beside its quota: a row per team and
-  // class it has a quota of or uses somewhere.
+  // class it has a quota or a cap of, or uses somewhere.
   const rows = new Map();
   const key = (t, k) => t + '\u0000' + k;
   const row = (t, k) => {
@@ -986,6 +986,7 @@ async function loadClusters(body) {
   for (const [t, q] of Object.entries(list.quotas)) for (const k of Object.keys(q)) row(t, k);
   for (const c of list.items) {
     for (const [t, u] of Object.entries((c.state && c.state.used) || {})) for (const k of Object.keys(u)) row(t, k);
+    for (const [t, cap] of Object.entries(c.caps || {})) for (const k of Object.keys(cap)) row(t, k);
   }
   const quotaOf = (t, k) => {
     const q = list.quotas[t] || {};

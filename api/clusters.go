@@ -8,24 +8,42 @@ import (
 	"github.com/gantryhq/gantry/internal/fleet"
 	"github.com/gantryhq/gantry/internal/overlay"
 	"github.com/gantryhq/gantry/internal/quota"
+	"github.com/gantryhq/gantry/internal/team"
 )
 
 // Quotas are the teams' quotas in force (the policy's with the platform's
-// edits over it).
+// edits over it): those of the teams it names, and any team's (a team it
+// does not name has its default entry's).
 type Quotas interface {
 	Quotas() map[string]quota.Quota
+	Quota(t team.Name) quota.Quota
 }
 
 func (s *server) ListClusters(_ context.Context, _ gen.ListClustersRequestObject) (gen.ListClustersResponseObject, error) {
 	out := model.WorkerClusterList{Items: []model.WorkerCluster{}, Quotas: map[string]map[string]float64{}}
-	if len(s.o.Fleet.Clusters()) > 0 {
+	statuses := s.o.Fleet.Statuses(s.o.Workers)
+	if len(statuses) > 0 {
 		for t, q := range s.o.Quotas.Quotas() {
 			if len(q.GPUs) > 0 {
 				out.Quotas[t] = q.GPUs
 			}
 		}
+		// A team with work on a worker that the policy does not name: its
+		// default entry's quota.
+		for _, c := range statuses {
+			if c.State == nil {
+				continue
+			}
+			for t := range c.State.Used {
+				if _, ok := out.Quotas[t]; !ok {
+					if q := s.o.Quotas.Quota(team.Name(t)); len(q.GPUs) > 0 {
+						out.Quotas[t] = q.GPUs
+					}
+				}
+			}
+		}
 	}
-	for _, c := range s.o.Fleet.Statuses(s.o.Workers) {
+	for _, c := range statuses {
 		wc := model.WorkerCluster{Name: c.Name, Region: c.Region, Provider: model.WorkerClusterProvider(c.Provider), Cordoned: c.Cordoned, Offers: []model.ClusterOffer{}}
 		if c.Draining {
 			wc.Draining = ptr(true)

@@ -70,7 +70,9 @@ func TestClusters(t *testing.T) {
 	if q := servertest.Must(e.api.ListClustersWithResponse(ctx))(t).JSON200.Quotas; q["vision"]["H100-80GB"] != 12 || q["vision"]["L4"] != 0 {
 		t.Errorf("quotas after the change: %v", q)
 	}
-	servertest.Must(e.api.ResetTeamQuotaWithResponse(ctx, "vision"))(t)
+	if r := servertest.Must(e.api.ResetTeamQuotaWithResponse(ctx, "vision"))(t); r.StatusCode() != 200 {
+		t.Fatalf("quota reset: %d %s", r.StatusCode(), r.Body)
+	}
 	if c := servertest.Must(e.api.ListClustersWithResponse(ctx))(t).JSON200.Items[1]; c.Cordoned {
 		t.Fatalf("cloud-east after the uncordon: %+v", c)
 	}

@@ -56,7 +56,7 @@ type Profile struct {
 func Profiles(c gpu.Class) []Profile {
 	var out []Profile
 	for _, p := range c.MIG {
-		out = append(out, Profile{Name: p.Name, Share: math.Max(p.ComputeShare(), p.MemoryShare()), MemGiB: float64(c.MemoryGiB) * p.MemoryShare()})
+		out = append(out, Profile{Name: p.Name, Share: p.Share(), MemGiB: float64(c.MemoryGiB) * p.MemoryShare()})
 	}
 	sort.SliceStable(out, func(i, j int) bool {
 		if out[i].Share != out[j].Share {

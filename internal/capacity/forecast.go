@@ -3,7 +3,6 @@ package capacity
 import (
 	"context"
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/gantryhq/gantry/internal/fault"
@@ -67,7 +66,7 @@ func (s *Service) history(ctx context.Context, class gpu.Class, now time.Time) (
 			if !ok {
 				continue // a profile the class no longer has: its share is not known
 			}
-			gpus *= math.Max(p.ComputeShare(), p.MemoryShare())
+			gpus *= p.Share()
 		}
 		r := forecast.Record{Created: d.Created, GPUs: gpus, Class: class.Name}
 		if !d.Ended.After(now) {

@@ -18,7 +18,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
-	"sigs.k8s.io/yaml"
 
 	"github.com/gantryhq/gantry/deploy"
 	"github.com/gantryhq/gantry/internal/devcluster"
@@ -89,8 +88,8 @@ func installChart(c *devcluster.Cluster) error {
 func grantLease(t testing.TB, ns string) {
 	t.Helper()
 	ctx := context.Background()
-	var rules []rbacv1.PolicyRule
-	if err := yaml.UnmarshalStrict(deploy.RoleRules, &rules); err != nil {
+	rules, err := clustertest.Rules(deploy.RoleRules)
+	if err != nil {
 		t.Fatal(err)
 	}
 	cs := cluster.Client

@@ -171,7 +171,7 @@ func (s *Service) price(ctx context.Context, rd workload.Rendered, req workload.
 	e := Estimate{Class: r.Class.Name, Count: r.Count, GPUs: float64(r.Count)}
 	if r.MIG != nil {
 		e.MIGProfile = r.MIG.Name
-		e.GPUs = float64(r.Count) * math.Max(r.MIG.ComputeShare(), r.MIG.MemoryShare())
+		e.GPUs = float64(r.Count) * r.MIG.Share()
 	}
 	price, spot := r.Class.HourlyPrice(r.MIG, r.Count, spec.Scheduling.Spot)
 	e.PricePerHour, e.Spot = budget.Round(price), spot

@@ -225,13 +225,21 @@ func (f *Fleet) Place(l Launch, states map[string]State) Decision {
 	return d
 }
 
-// room is what a cluster in state s has free for l now, and what l needs
-// of it: GPUs of its class, or a MIG launch's instances of its profile.
+// need is what l needs of a cluster: GPUs of its class, or a MIG launch's
+// instances of its profile.
+func (l Launch) need() float64 {
+	if l.MIG != "" {
+		return float64(max(l.Slices, 1))
+	}
+	return l.GPUs
+}
+
+// room is what a cluster in state s has free for l now, counted as need is.
 func (l Launch) room(s State) (free, need float64) {
 	if l.MIG != "" {
-		return s.FreeMIG[l.Class][l.MIG], float64(max(l.Slices, 1))
+		return s.FreeMIG[l.Class][l.MIG], l.need()
 	}
-	return s.Free[l.Class], l.GPUs
+	return s.Free[l.Class], l.need()
 }
 
 // unit names n of what room counts: "GPUs", or "1g.10gb slices".
@@ -285,8 +293,7 @@ func (f *Fleet) Round(launches []Launch, states map[string]State) []Decision {
 				if s.FreeMIG[l.Class] == nil {
 					s.FreeMIG[l.Class] = map[string]float64{}
 				}
-				_, need := l.room(s)
-				s.FreeMIG[l.Class][l.MIG] -= need
+				s.FreeMIG[l.Class][l.MIG] -= l.need()
 			case best.FitsNow:
 				if s.Free == nil {
 					s.Free = map[string]float64{}
@@ -326,7 +333,7 @@ func reason(d Decision) string {
 	} else if b.FitsNow {
 		fmt.Fprintf(&s, "placed on %s: $%.2f/GPU-h", b.Cluster, b.Offer.PricePerGPUHour)
 	} else {
-		_, need := d.Launch.room(State{})
+		need := d.Launch.need()
 		fmt.Fprintf(&s, "waiting for %s (no cluster has %s %s %s free now): $%.2f/GPU-h", b.Cluster, num(need), d.Launch.Class, d.Launch.unit(need), b.Offer.PricePerGPUHour)
 	}
 	if b.Offer.Purchase != nodegroup.OnDemand {

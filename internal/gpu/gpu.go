@@ -96,7 +96,7 @@ func (c Class) HourlyPrice(mig *MIGProfile, count int, spot bool) (price float64
 	}
 	gpus := float64(count)
 	if mig != nil {
-		gpus *= math.Max(mig.ComputeShare(), mig.MemoryShare())
+		gpus *= mig.Share()
 	}
 	return math.Round(gpus*per*10000) / 10000, spotUsed
 }
@@ -115,6 +115,11 @@ func (p MIGProfile) ComputeShare() float64 { return float64(p.Compute) / 7 }
 
 // MemoryShare is the fraction of the GPU's memory the profile gets.
 func (p MIGProfile) MemoryShare() float64 { return float64(p.Memory) / 8 }
+
+// Share is what one instance counts as of a whole GPU wherever Gantry
+// counts GPUs (quota, prices, caps, forecasts): the larger of its compute
+// and memory shares.
+func (p MIGProfile) Share() float64 { return math.Max(p.ComputeShare(), p.MemoryShare()) }
 
 // Resource is the extended resource the NVIDIA device plugin (mixed strategy)
 // exposes for the profile.
@@ -161,6 +166,22 @@ func (c *Catalog) Get(name string) (Class, bool) {
 		return Class{}, false
 	}
 	return s.classes[i], true
+}
+
+// Share is what count instances of class's MIG profile count as of whole
+// GPUs (MIGProfile.Share); count whole GPUs when profile is "" or one the
+// catalog does not name (a class or profile since removed: counted whole,
+// never less than it may hold).
+func (c *Catalog) Share(class, profile string, count float64) float64 {
+	if profile == "" {
+		return count
+	}
+	if cl, ok := c.Get(class); ok {
+		if p, ok := cl.Profile(profile); ok {
+			return count * p.Share()
+		}
+	}
+	return count
 }
 
 // ForProduct returns the name of the class whose products include the GPU

@@ -1,6 +1,7 @@
 package gpu_test
 
 import (
+	"math"
 	"os"
 	"strings"
 	"testing"
@@ -165,6 +166,31 @@ func TestReplace(t *testing.T) {
 		}
 		if c, _ := held.Get("A100-40GB"); len(c.MIG) != 6 || c.Price.OnDemand != 3.1 {
 			t.Errorf("%s: the refused reload changed A100-40GB: %+v", name, c)
+		}
+	}
+}
+
+// TestShare: a MIG instance counts as the larger of its compute and memory
+// shares; whole GPUs, and a profile or class the catalog does not name,
+// count whole.
+func TestShare(t *testing.T) {
+	c, err := gpu.LoadFile("../../templates/gpu-classes.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		class, profile string
+		count, want    float64
+	}{
+		{"A100-80GB", "", 4, 4},
+		{"A100-80GB", "1g.10gb", 7, 1},   // compute 1/7 over memory 1/8
+		{"A100-80GB", "1g.20gb", 2, 0.5}, // memory 2/8 over compute 1/7
+		{"A100-80GB", "3g.40gb", 2, 1},   // memory 4/8
+		{"A100-80GB", "9g.90gb", 1, 1},   // not in the catalog: whole
+		{"V100-16GB", "1g.10gb", 3, 3},   // no such class: whole
+	} {
+		if got := c.Share(tc.class, tc.profile, tc.count); math.Abs(got-tc.want) > 1e-9 {
+			t.Errorf("%s %s ×%g: %g, want %g", tc.class, tc.profile, tc.count, got, tc.want)
 		}
 	}
 }

@@ -370,7 +370,7 @@ func Transformations(classes *gpu.Catalog) []Transformation {
 	for _, name := range classes.Names() {
 		c, _ := classes.Get(name)
 		for _, p := range c.MIG {
-			m := int64(math.Ceil(1000 * math.Max(p.ComputeShare(), p.MemoryShare())))
+			m := int64(math.Ceil(1000 * p.Share()))
 			share[p.Resource()] = max(share[p.Resource()], m)
 		}
 	}

@@ -387,16 +387,7 @@ func (m *Meter) gpuShare(r Run) float64 {
 // GPUShare is count GPUs of class in whole GPUs' worth: a MIG slice at its
 // share of the GPU (the larger of its compute and memory shares).
 func GPUShare(classes *gpu.Catalog, class, migProfile string, count int) float64 {
-	n := float64(count)
-	if migProfile == "" {
-		return n
-	}
-	if c, ok := classes.Get(class); ok {
-		if p, ok := c.Profile(migProfile); ok {
-			return n * math.Max(p.ComputeShare(), p.MemoryShare())
-		}
-	}
-	return n
+	return classes.Share(class, migProfile, float64(count))
 }
 
 // TeamReport is a team's month: its costs by user, template, GPU class and

@@ -934,7 +934,7 @@ const gpuCount = (v) => String(Math.round(v * 100) / 100);
 // with cordon, drain and uncordon — and under it each team's GPUs in use
 // on each cluster beside its quota in force and its cap there.
 async function loadClusters(body) {
-  const list = await api('GET', '/api/v1/clusters');
+  const [list, edits] = await Promise.all([api('GET', '/api/v1/clusters'), editsInForce()]);
   const status = document.getElementById('clusters-status');
   const use = document.getElementById('cluster-use');
   status.textContent = list.items.length ? '' : 'No worker clusters are configured (clustersFile): Gantry drives one cluster.';
@@ -970,8 +970,14 @@ async function loadClusters(body) {
       Object.entries(c.labels || {}).map(([k, v]) => '; ' + k + '=' + v).join('');
     const offers = c.offers.map((o) => o.class + ' ' + o.purchase + ' ' + money(o.pricePerGPUHour) + '/GPU-h' +
       (o.gpus ? ', ' + o.gpus + ' GPUs' : '') + (o.mig ? ', MIG ' + o.mig.join(' ') : '')).join('; ');
-    const actions = c.cordoned ? [change(c, 'Uncordon', 'DELETE', '/cordon', 'takes new work again')] :
-      [change(c, 'Cordon', 'PUT', '/cordon', 'cordoned'), ' ', change(c, 'Drain', 'PUT', '/drain', 'draining')];
+    // Uncordon undoes a cordon or drain made here; one the clusters file
+    // sets stays until the file changes.
+    const edited = edits.some((e) => e.kind === 'cluster' && e.key === c.name);
+    const actions = [];
+    if (!c.cordoned) actions.push(change(c, 'Cordon', 'PUT', '/cordon', 'cordoned'), ' ');
+    if (!c.draining) actions.push(change(c, 'Drain', 'PUT', '/drain', 'draining'), ' ');
+    if (edited) actions.push(change(c, 'Uncordon', 'DELETE', '/cordon', 'takes new work again'));
+    else if (c.cordoned) actions.push(el('small', { text: 'cordoned by the clusters file' }));
     return el('tr', { 'data-cluster': c.name }, el('th', { scope: 'row', text: c.name }), el('td', { text: where }), el('td', { text: offers }),
       el('td', { text: free }), el('td', { text: now }), el('td', {}, ...actions));
   }));

@@ -8,25 +8,38 @@ import (
 	"os"
 	"slices"
 	"sort"
+	"strings"
 
 	rbacv1 "k8s.io/api/rbac/v1"
 	"sigs.k8s.io/yaml"
 )
 
-// Grants expands RBAC rules into group/resource verb keys.
-func Grants(files ...[]byte) (map[string]bool, error) {
-	out := map[string]bool{}
+// Rules decodes RBAC rule files (the chart's files/*-rules.yaml) into one
+// list.
+func Rules(files ...[]byte) ([]rbacv1.PolicyRule, error) {
+	var out []rbacv1.PolicyRule
 	for _, data := range files {
 		var rules []rbacv1.PolicyRule
 		if err := yaml.UnmarshalStrict(data, &rules); err != nil {
 			return nil, err
 		}
-		for _, r := range rules {
-			for _, g := range r.APIGroups {
-				for _, res := range r.Resources {
-					for _, v := range r.Verbs {
-						out[RBACKey(g, res, v)] = true
-					}
+		out = append(out, rules...)
+	}
+	return out, nil
+}
+
+// Grants expands RBAC rules into group/resource verb keys.
+func Grants(files ...[]byte) (map[string]bool, error) {
+	rules, err := Rules(files...)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]bool{}
+	for _, r := range rules {
+		for _, g := range r.APIGroups {
+			for _, res := range r.Resources {
+				for _, v := range r.Verbs {
+					out[RBACKey(g, res, v)] = true
 				}
 			}
 		}
@@ -44,7 +57,10 @@ func RBACKey(group, resource, verb string) string {
 }
 
 // Audited reads an API server audit log: the resource requests user made
-// (impersonated), and those it was refused.
+// (impersonated), and those it was refused. A server-side apply that
+// creates is audited as an allowed patch; the create it also needs is
+// authorized inside the patch, and its refusal shows only in the response
+// (403, "cannot create resource"): counted as the create refused.
 func Audited(path, user string) (used map[string]bool, refused []string, err error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -58,8 +74,11 @@ func Audited(path, user string) (used map[string]bool, refused []string, err err
 			Verb             string
 			ImpersonatedUser *struct{ Username string }
 			ObjectRef        *struct{ Resource, Subresource, APIGroup string }
-			ResponseStatus   *struct{ Code int }
-			Annotations      map[string]string
+			ResponseStatus   *struct {
+				Code    int
+				Message string
+			}
+			Annotations map[string]string
 		}
 		if err := dec.Decode(&ev); errors.Is(err, io.EOF) {
 			break
@@ -74,6 +93,13 @@ func Audited(path, user string) (used map[string]bool, refused []string, err err
 			res += "/" + ev.ObjectRef.Subresource
 		}
 		k := RBACKey(ev.ObjectRef.APIGroup, res, ev.Verb)
+		if st := ev.ResponseStatus; ev.Verb == "patch" && st != nil && st.Code == 403 && strings.Contains(st.Message, " cannot create resource ") {
+			k = RBACKey(ev.ObjectRef.APIGroup, res, "create")
+			if !slices.Contains(refused, k) {
+				refused = append(refused, k)
+			}
+			continue
+		}
 		// Refused by the authorizer (RBAC), not by admission (Pod Security).
 		if ev.Annotations["authorization.k8s.io/decision"] == "forbid" {
 			if !slices.Contains(refused, k) {

@@ -18,7 +18,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -456,8 +455,8 @@ func (d *Dispatcher) annotate(ctx context.Context, u *unstructured.Unstructured,
 // launchOf reads what a Workload asks of the fleet: its team and GPU class
 // from the labels Kueue copies from the Job (gantry.dev/team,
 // gantry.dev/gpu-class), its GPUs from its pod sets (MIG instances counted,
-// and at their profile's share of a GPU, the larger of compute and memory
-// as quota counts them), its priority and age.
+// and at their profile's share of a GPU, gpu.Catalog.Share), its priority
+// and age.
 func launchOf(u *unstructured.Unstructured, classes *gpu.Catalog) fleet.Launch {
 	l := fleet.Launch{ID: string(u.GetUID()), Team: u.GetLabels()[render.LabelTeam], Class: u.GetLabels()[render.LabelGPUClass],
 		Template: u.GetLabels()[render.LabelTemplate], Order: u.GetCreationTimestamp().UnixNano()}
@@ -481,15 +480,10 @@ func launchOf(u *unstructured.Unstructured, classes *gpu.Catalog) fleet.Launch {
 				case name == "nvidia.com/gpu":
 					l.GPUs += float64(count) * n
 				case strings.HasPrefix(name, "nvidia.com/mig-"):
+					// One profile per launch: a template asks for one.
 					l.MIG = strings.TrimPrefix(name, "nvidia.com/mig-")
 					l.Slices += int(count) * int(n)
-					share := 1.0 / 7 // a profile the catalog no longer names: the smallest
-					if cl, ok := classes.Get(l.Class); ok {
-						if p, ok := cl.Profile(l.MIG); ok {
-							share = math.Max(p.ComputeShare(), p.MemoryShare())
-						}
-					}
-					l.GPUs += float64(count) * n * share
+					l.GPUs += classes.Share(l.Class, l.MIG, float64(count)*n)
 				}
 			}
 		}

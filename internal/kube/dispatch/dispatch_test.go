@@ -26,7 +26,6 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-	"sigs.k8s.io/yaml"
 
 	"github.com/gantryhq/gantry/api/model"
 	"github.com/gantryhq/gantry/deploy"
@@ -688,15 +687,11 @@ func chartIdentity(t *testing.T, lease string) string {
 	t.Helper()
 	ctx := context.Background()
 	rules := func(files ...[]byte) []rbacv1.PolicyRule {
-		var out []rbacv1.PolicyRule
-		for _, f := range files {
-			var rs []rbacv1.PolicyRule
-			if err := yaml.UnmarshalStrict(f, &rs); err != nil {
-				t.Fatal(err)
-			}
-			out = append(out, rs...)
+		rs, err := clustertest.Rules(files...)
+		if err != nil {
+			t.Fatal(err)
 		}
-		return out
+		return rs
 	}
 	subject := []rbacv1.Subject{{Kind: "ServiceAccount", Name: "gantry", Namespace: "gantry-system"}}
 	rbac := manager.Client.RbacV1()

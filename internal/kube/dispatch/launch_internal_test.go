@@ -39,7 +39,7 @@ func TestLaunchOf(t *testing.T) {
 		{"whole GPUs over pods", wl("H100-80GB", 2, map[string]any{"nvidia.com/gpu": "4", "cpu": "8"}, false), "", 0, 8, false},
 		{"MIG instances at their share", wl("A100-80GB", 2, map[string]any{"nvidia.com/mig-3g.40gb": "1"}, false), "3g.40gb", 2, 1, false},
 		{"memory share over compute share", wl("A100-80GB", 1, map[string]any{"nvidia.com/mig-1g.20gb": "1"}, false), "1g.20gb", 1, 0.25, false},
-		{"a profile the catalog does not name", wl("A100-80GB", 1, map[string]any{"nvidia.com/mig-9g.90gb": "1"}, false), "9g.90gb", 1, 1.0 / 7, false},
+		{"a profile the catalog does not name: a whole GPU", wl("A100-80GB", 1, map[string]any{"nvidia.com/mig-9g.90gb": "1"}, false), "9g.90gb", 1, 1, false},
 		{"spot", wl("H100-80GB", 1, map[string]any{"nvidia.com/gpu": "1"}, true), "", 0, 1, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -13,10 +13,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -194,20 +194,16 @@ func (w *Workers) readOne(ctx context.Context, c fleet.Cluster) fleet.State {
 }
 
 // gpus is what containers ask of class: whole GPUs, and MIG instances at
-// their share (the larger of compute and memory, as quota counts them).
+// their share (gpu.Catalog.Share).
 func (w *Workers) gpus(class string, ctrs []corev1.Container) float64 {
-	cl, _ := w.classes.Get(class)
 	n := 0.0
 	for _, ctr := range ctrs {
 		for name, q := range ctr.Resources.Limits {
-			if name == "nvidia.com/gpu" {
+			switch {
+			case name == "nvidia.com/gpu":
 				n += float64(q.Value())
-				continue
-			}
-			for _, p := range cl.MIG {
-				if corev1.ResourceName(p.Resource()) == name {
-					n += float64(q.Value()) * math.Max(p.ComputeShare(), p.MemoryShare())
-				}
+			case strings.HasPrefix(string(name), "nvidia.com/mig-"):
+				n += w.classes.Share(class, strings.TrimPrefix(string(name), "nvidia.com/mig-"), float64(q.Value()))
 			}
 		}
 	}

@@ -251,6 +251,13 @@ clusters:
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "train", Namespace: "default", Labels: map[string]string{render.LabelTeam: "vision", render.LabelGPUClass: "H100-80GB"}},
 		Spec: corev1.PodSpec{NodeSelector: map[string]string{"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}, Containers: []corev1.Container{{Name: "c", Image: "train", Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("4")}}}},
 			Tolerations: []corev1.Toleration{{Key: "nvidia.com/gpu", Operator: corev1.TolerationOpExists}}}}
+	// One of team ads, which the policy does not name, on the cloud's
+	// A100s: its quota is the policy's default entry's (this test's policy
+	// adds one).
+	ads := pod.DeepCopy()
+	ads.Name, ads.Labels[render.LabelTeam], ads.Labels[render.LabelGPUClass] = "ads", "ads", "A100-80GB"
+	ads.Spec.NodeSelector = map[string]string{"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
+	ads.Spec.Containers[0].Resources.Limits = corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}
 	// And one of team vision on two of the room's MIG instances.
 	slices := pod.DeepCopy()
 	slices.Name, slices.Labels[render.LabelGPUClass], slices.Spec.NodeSelector = "slices", "A100-80GB", map[string]string{"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
@@ -258,7 +265,7 @@ clusters:
 	for _, p := range []struct {
 		c   *devcluster.Cluster
 		pod *corev1.Pod
-	}{{cloud, pod}, {onprem, slices}} {
+	}{{cloud, pod}, {cloud, ads}, {onprem, slices}} {
 		if _, err := p.c.Client.CoreV1().Pods("default").Create(ctx, p.pod, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -274,7 +281,19 @@ clusters:
 		})
 	}
 
-	g := servertest.New(t, func(c *config.Config) { c.ClustersFile = file })
+	policy := filepath.Join(dir, "policy")
+	if err := os.CopyFS(policy, os.DirFS("../../../policy")); err != nil {
+		t.Fatal(err)
+	}
+	bindings, err := os.ReadFile(filepath.Join(policy, "bindings.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bindings = []byte(strings.Replace(string(bindings), "\nteams:\n", "\nteams:\n  \"*\":\n    quota:\n      gpus: {\"*\": 2}\n", 1))
+	if err := os.WriteFile(filepath.Join(policy, "bindings.yaml"), bindings, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	g := servertest.New(t, func(c *config.Config) { c.ClustersFile, c.PolicyDir = file, policy })
 	api := servertest.Client(g.URL, g.Token("ada"))
 	clusters := func() map[string]*model.WorkerClusterState {
 		r := servertest.Must(api.ListClustersWithResponse(ctx))(t)
@@ -294,12 +313,17 @@ clusters:
 			return fmt.Errorf("%+v %+v", on, cl)
 		}
 		onUsed, clUsed, onMIG := servertest.Deref(on.Used), servertest.Deref(cl.Used), servertest.Deref(on.FreeMIG)
-		if on.Free["A100-80GB"] != 16 || cl.Free["H100-80GB"] != 4 || cl.Free["A100-80GB"] != 8 || clUsed["vision"]["H100-80GB"] != 4 ||
+		if on.Free["A100-80GB"] != 16 || cl.Free["H100-80GB"] != 4 || cl.Free["A100-80GB"] != 7 || clUsed["vision"]["H100-80GB"] != 4 || clUsed["ads"]["A100-80GB"] != 1 ||
 			onMIG["A100-80GB"]["1g.10gb"] != 12 || math.Abs(onUsed["vision"]["A100-80GB"]-2.0/7) > 1e-9 {
 			return fmt.Errorf("onprem %s, cloud %s", asJSON(on), asJSON(cl))
 		}
 		return nil
 	})
+	// Each team's quota beside: those the policy names, and ads's from its
+	// default entry, for it has work on a worker.
+	if q := servertest.Must(api.ListClustersWithResponse(ctx))(t).JSON200.Quotas; q["vision"]["H100-80GB"] != 8 || q["ads"]["*"] != 2 || len(q) != 3 {
+		t.Errorf("quotas %v", q)
+	}
 
 	// The decision over the same workers, read directly.
 	classes, err := gpu.LoadFile(g.Config.GPUClassesFile)
@@ -316,8 +340,9 @@ clusters:
 	}
 	w.Pass(ctx)
 	states, _ := w.States()
+	// (The cloud's A100s have 7 free beside team ads's pod: full for 8.)
 	if d := fl.Place(fleet.Launch{Team: "vision", Class: "A100-80GB", GPUs: 8}, states); d.Cluster() != "onprem-a100" ||
-		d.Reason != "placed on onprem-a100: $1.10/GPU-h (reserved) vs $3.20 on cloud-east; 16 GPUs free" {
+		d.Reason != "placed on onprem-a100: $1.10/GPU-h (reserved) vs $3.20 on cloud-east (full); 16 GPUs free" {
 		t.Errorf("an A100 launch: %s", d.Reason)
 	}
 	if d := fl.Place(fleet.Launch{Team: "vision", Class: "H100-80GB", GPUs: 4}, states); d.Cluster() != "cloud-east" {

@@ -194,28 +194,72 @@ func (k *Nodes) FreeGPUs(ctx context.Context, class gpu.Class, res string) (tota
 		if n.Spec.Unschedulable || !ok {
 			continue
 		}
-		free := q.Value()
 		pods, err := k.podsOn(ctx, n.Name)
 		if err != nil {
 			return 0, 0, 0, 0, err
 		}
-		for _, p := range pods {
-			if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
-				continue
-			}
-			if _, warm := p.Labels[karpenter.WarmLabel]; warm {
-				continue // a placeholder: any launch of normal or high priority preempts it
-			}
-			for _, ctr := range p.Spec.Containers {
-				if l, ok := ctr.Resources.Limits[name]; ok {
-					free -= l.Value()
-				}
-			}
-		}
-		if free > 0 {
+		if free := freeOn(q.Value(), pods, name); free > 0 {
 			total += int(free)
 			onOneNode = max(onOneNode, int(free))
 		}
 	}
 	return total, onOneNode, mostOnOneNode, nodeCount, nil
+}
+
+// Free is, for each of resources, the units free in all on the class's
+// schedulable nodes, as FreeGPUs counts them: the nodes listed once, and
+// each node's pods once for every resource.
+func (k *Nodes) Free(ctx context.Context, class gpu.Class, resources ...string) (map[string]int, error) {
+	nodes, err := k.classNodes(ctx, class)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]int, len(resources))
+	for _, res := range resources {
+		out[res] = 0
+	}
+	for _, n := range nodes {
+		if n.Spec.Unschedulable {
+			continue
+		}
+		var pods []corev1.Pod
+		read := false
+		for _, res := range resources {
+			q, ok := n.Status.Allocatable[corev1.ResourceName(res)]
+			if !ok {
+				continue
+			}
+			if !read {
+				if pods, err = k.podsOn(ctx, n.Name); err != nil {
+					return nil, err
+				}
+				read = true
+			}
+			if free := freeOn(q.Value(), pods, corev1.ResourceName(res)); free > 0 {
+				out[res] += int(free)
+			}
+		}
+	}
+	return out, nil
+}
+
+// freeOn is allocatable units of res less what pods that have not ended
+// ask of it (a warm placeholder asks nothing: any launch of normal or high
+// priority preempts it).
+func freeOn(allocatable int64, pods []corev1.Pod, res corev1.ResourceName) int64 {
+	free := allocatable
+	for _, p := range pods {
+		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		if _, warm := p.Labels[karpenter.WarmLabel]; warm {
+			continue
+		}
+		for _, ctr := range p.Spec.Containers {
+			if l, ok := ctr.Resources.Limits[res]; ok {
+				free -= l.Value()
+			}
+		}
+	}
+	return free
 }

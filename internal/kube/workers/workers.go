@@ -16,6 +16,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -142,34 +143,42 @@ func (w *Workers) readOne(ctx context.Context, c fleet.Cluster) fleet.State {
 		return fleet.State{Why: err.Error()}
 	}
 	s := fleet.State{Reachable: true, Free: map[string]float64{}, FreeMIG: map[string]map[string]float64{}, Used: map[string]map[string]float64{}}
-	nd := nodes.New(core)
+	// Per class its offers name: whole GPUs, and the MIG instances of each
+	// profile they name, as the device plugin's mixed strategy advertises
+	// them — the class's nodes and their pods read once.
+	profiles := map[string][]gpu.MIGProfile{}
+	var order []string
 	for _, o := range c.Offers {
 		cl, ok := w.classes.Get(o.Class)
 		if !ok {
 			continue
 		}
-		if _, seen := s.Free[o.Class]; !seen {
-			free, _, _, _, err := nd.FreeGPUs(ctx, cl, "nvidia.com/gpu")
-			if err != nil {
-				return fleet.State{Why: why(err)}
-			}
-			s.Free[o.Class] = float64(free)
+		if _, seen := profiles[o.Class]; !seen {
+			order, profiles[o.Class] = append(order, o.Class), []gpu.MIGProfile{}
 		}
-		// The MIG instances of each profile the offer names, as the
-		// device plugin's mixed strategy advertises them.
 		for _, name := range o.MIG {
-			p, ok := cl.Profile(name)
-			if _, seen := s.FreeMIG[o.Class][name]; !ok || seen {
-				continue
+			if p, ok := cl.Profile(name); ok && !slices.Contains(profiles[o.Class], p) {
+				profiles[o.Class] = append(profiles[o.Class], p)
 			}
-			free, _, _, _, err := nd.FreeGPUs(ctx, cl, p.Resource())
-			if err != nil {
-				return fleet.State{Why: why(err)}
+		}
+	}
+	nd := nodes.New(core)
+	for _, class := range order {
+		cl, _ := w.classes.Get(class)
+		res := []string{"nvidia.com/gpu"}
+		for _, p := range profiles[class] {
+			res = append(res, p.Resource())
+		}
+		free, err := nd.Free(ctx, cl, res...)
+		if err != nil {
+			return fleet.State{Why: why(err)}
+		}
+		s.Free[class] = float64(free["nvidia.com/gpu"])
+		for _, p := range profiles[class] {
+			if s.FreeMIG[class] == nil {
+				s.FreeMIG[class] = map[string]float64{}
 			}
-			if s.FreeMIG[o.Class] == nil {
-				s.FreeMIG[o.Class] = map[string]float64{}
-			}
-			s.FreeMIG[o.Class][name] = float64(free)
+			s.FreeMIG[class][p.Name] = float64(free[p.Resource()])
 		}
 	}
 	pods, err := core.CoreV1().Pods("").List(ctx, metav1.ListOptions{LabelSelector: render.LabelTeam})

@@ -188,7 +188,7 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 		return nil, err
 	}
 	fmt.Fprintf(o.Log, "cluster: starting %q (kwokctl, binary runtime, loopback)\n", o.Name)
-	if err := c.kwokctl(ctx, "create", "cluster", "--config", cfgFile, "--kubeconfig", c.Kubeconfig, "--wait", "2m"); err != nil {
+	if err := c.create(ctx, cfgFile); err != nil {
 		c.Stop(context.Background())
 		return nil, fmt.Errorf("start the local cluster: %w", err)
 	}
@@ -215,6 +215,23 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// create has kwokctl create the cluster, its turn taken (lockCreate): it
+// returns once every component listens on its port.
+func (c *Cluster) create(ctx context.Context, cfgFile string) error {
+	unlock, err := lockCreate(ctx)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if err := c.kwokctl(ctx, "create", "cluster", "--config", cfgFile, "--kubeconfig", c.Kubeconfig, "--wait", "2m"); err != nil {
+		return err
+	}
+	if err := c.waitListening(ctx); err != nil {
+		return fmt.Errorf("%w%s", err, c.componentLogs())
+	}
+	return nil
 }
 
 // componentLogs returns the end of the API server's and etcd's logs, to say why

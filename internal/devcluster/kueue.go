@@ -80,10 +80,11 @@ func (c *Cluster) startKueue(ctx context.Context, o Options) error {
 		return err
 	}
 	// Kueue's webhook server needs a port of its own; a taken one makes it
-	// exit at once, and another is tried.
+	// exit at once, and another is tried. Below 30000: kwokctl gives other
+	// clusters' components ports counting down from 32767 (ports.go).
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
-		port := 20000 + rand.IntN(20000)
+		port := 20000 + rand.IntN(10000)
 		cfg := filepath.Join(kdir, "config.yaml")
 		if err := os.WriteFile(cfg, kueueConfig(port, filepath.Join(kdir, "certs"), o.KueueTransformations, o.WaitForPodsReady, o.MultiKueueDispatcher), 0o600); err != nil {
 			return err

@@ -35,8 +35,9 @@ func ForTests(pkg string, configure ...func(*devcluster.Options)) (c *devcluster
 	if os.Getenv("GANTRY_TEST_CLUSTER_LOG") != "" {
 		log = os.Stderr
 	}
-	// A start can lose a race for a port with another cluster starting at the
-	// same moment; try again, under a new name.
+	// Creations take turns (devcluster's lock), but Kueue's port or a
+	// component's can still be taken by another program at the wrong moment;
+	// try again, under a new name.
 	for attempt := 1; attempt <= 3; attempt++ {
 		// Named for the test run (GANTRY_TEST_RUN, set by .ci/test) so that its
 		// cleanup kills only its own clusters.

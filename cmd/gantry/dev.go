@@ -79,8 +79,10 @@ func devCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	// Ephemeral: the cluster is removed on Ctrl-C and made new on every run,
 	// so its etcd need not fsync. Karpenter scales the on-demand and spot
 	// node groups from zero; machines boot in a tenth of their boot time.
+	// Where the machine can (root, containerd), a real node runs containers
+	// beside the simulated GPU fleet.
 	mo := devcluster.Options{Name: "gantry-dev", Root: root, Log: stderr, Ephemeral: true,
-		NodeGroups: groups.List(), BootScale: devBootScale, WaitForPodsReady: devPodsReady}
+		NodeGroups: groups.List(), BootScale: devBootScale, WaitForPodsReady: devPodsReady, RealNode: true}
 	if *workers > 0 {
 		mo.MultiKueueDispatcher = kubedispatch.Name
 	}

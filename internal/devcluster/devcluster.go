@@ -4,7 +4,8 @@
 // kwok simulating nodes and pod lifecycles, and a simulated GPU fleet with the
 // labels, taints and resources GPU Feature Discovery and the NVIDIA device plugin
 // would publish, and Kueue (deploy/kueue/build.sh) admitting workloads against
-// quotas. Everything listens on loopback.
+// quotas. Everything listens on loopback. Asked for, a real node (a kubelet on
+// containerd, realnode.go) runs containers beside the simulated fleet.
 package devcluster
 
 import (
@@ -77,6 +78,10 @@ type Options struct {
 	// its pod-complete.stage.kwok.x-k8s.io/delay annotation says (0: 1 s):
 	// a worker cluster's, whose Jobs MultiKueue copies as they are.
 	JobRuntime time.Duration
+	// RealNode starts the real node beside the simulated fleet (realnode.go)
+	// where the machine can run it; where it cannot, the cluster comes up
+	// without it and RealNode says why.
+	RealNode bool
 }
 
 // Cluster is a running local cluster.
@@ -93,6 +98,8 @@ type Cluster struct {
 	volumesDone chan struct{}
 	kueue       *process
 	karpenter   *process
+	realNode    *realNode
+	realNodeWhy error // why the real node asked for did not start
 }
 
 // AuditLog is the API server's audit log (JSON lines, audit.k8s.io/v1
@@ -184,7 +191,7 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 			return nil, err
 		}
 	}
-	if err := os.WriteFile(cfgFile, kwokctlConfig(bin, logFile, auditPolicy, o.Ephemeral, o.JobRuntime), 0o600); err != nil {
+	if err := os.WriteFile(cfgFile, kwokctlConfig(bin, logFile, auditPolicy, filepath.Join(c.workDir, "clusters", o.Name, "pki"), o.Ephemeral, o.JobRuntime), 0o600); err != nil {
 		return nil, err
 	}
 	fmt.Fprintf(o.Log, "cluster: starting %q (kwokctl, binary runtime, loopback)\n", o.Name)
@@ -213,6 +220,13 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 	if err := c.startKarpenter(ctx, o, classes); err != nil {
 		c.Stop(context.Background())
 		return nil, err
+	}
+	if o.RealNode {
+		if err := c.startRealNode(ctx, o); err != nil {
+			c.realNodeWhy = fmt.Errorf("no real node: %w", err)
+			line, _, _ := strings.Cut(err.Error(), "\n")
+			fmt.Fprintf(o.Log, "cluster: no real node, the simulated fleet only: %s\n", line)
+		}
 	}
 	return c, nil
 }
@@ -258,8 +272,13 @@ func (c *Cluster) componentLogs() string {
 // scheduler and controller manager without leader election (with it, an etcd
 // write that stalls past the lease's renewal deadline made them exit, and every
 // later launch stayed Pending), and adds the Stages. An ephemeral cluster's
-// etcd does not fsync.
-func kwokctlConfig(bin, logFile, auditPolicy string, ephemeral bool, jobRuntime time.Duration) []byte {
+// etcd does not fsync. kwok manages only the nodes annotated
+// kwok.x-k8s.io/node=fake (kwokctl's binary runtime would have it manage
+// every node, the real node's too), and the API server reaches a kubelet at
+// its InternalIP first (the real node's; kwok's nodes have only a Hostname,
+// kwok's own address) presenting the cluster's admin certificate (pki: the
+// cluster's kwokctl PKI directory), which the real node's kubelet checks.
+func kwokctlConfig(bin, logFile, auditPolicy, pki string, ephemeral bool, jobRuntime time.Duration) []byte {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, `apiVersion: config.kwok.x-k8s.io/v1alpha1
 kind: KwokctlConfiguration
@@ -283,6 +302,18 @@ componentsPatches:
   # Room for thousands of Services (the default /24 fills after ~250 launches).
   - key: service-cluster-ip-range
     value: 10.96.0.0/16
+  - key: kubelet-preferred-address-types
+    value: InternalIP,Hostname
+  - key: kubelet-client-certificate
+    value: "%[3]s/admin.crt"
+  - key: kubelet-client-key
+    value: "%[3]s/admin.key"
+- name: kwok-controller
+  extraArgs:
+  - key: manage-all-nodes
+    value: "false"
+  - key: manage-nodes-with-annotation-selector
+    value: kwok.x-k8s.io/node=fake
 - name: kube-scheduler
   extraArgs:
   - key: leader-elect
@@ -291,7 +322,7 @@ componentsPatches:
   extraArgs:
   - key: leader-elect
     value: "false"
-`, bin, auditPolicy)
+`, bin, auditPolicy, pki)
 	if ephemeral {
 		b.WriteString(`- name: etcd
   extraArgs:
@@ -362,6 +393,7 @@ func (c *Cluster) Stop(ctx context.Context) error {
 		c.stopVolumes()
 		<-c.volumesDone
 	}
+	c.realNode.stop()
 	c.karpenter.stop()
 	c.kueue.stop()
 	err := c.kwokctl(ctx, "delete", "cluster")

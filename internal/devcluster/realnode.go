@@ -1,0 +1,536 @@
+package devcluster
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"debug/elf"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gantryhq/gantry/internal/ociimage"
+)
+
+// The real node is one kubelet on containerd and runc beside the simulated
+// fleet: real CPU and memory, no GPU, labelled and tainted RealNodeLabel so
+// that only pods meant for it land there (kwok manages only nodes annotated
+// kwok.x-k8s.io/node=fake, so it leaves this one alone).
+//
+// It changes nothing of the host's but a veth pair, a route and cgroups of
+// its own:
+//   - containerd and the kubelet share one private mount namespace, where
+//     the /proc/sys files the kubelet writes are bind-mounted stand-ins;
+//   - containerd runs in a network namespace of its own (gantry-node-<n>), so
+//     the CNI bridge and the pods' addresses (10.244.<n>.0/24) live there,
+//     joined to the host by a veth pair (10.243.<n>.1 host side, .2 inside)
+//     and one host route; the kubelet stays in the host's network namespace
+//     to reach the API server on loopback and listens on 10.243.<n>.1;
+//   - the kubelet writes no iptables rules (makeIPTablesUtilChains: false)
+//     and keeps its pods under a cgroup root of its own;
+//   - n is the first of the machine's node slots whose lock file this
+//     process could take (/tmp/gantry-node-<n>.lock): held for the node's
+//     life, released by the kernel if the process dies, so a slot a dead
+//     run left behind is cleaned and used again.
+//
+// Images come from Debian's busybox-static, built here as OCI images and
+// imported into containerd (pods use imagePullPolicy: Never): PauseImage is
+// containerd's sandbox image, ShellImage has a shell and busybox's tools.
+
+const (
+	// RealNodeName is the real node's name.
+	RealNodeName = "gantry-real"
+	// RealNodeLabel labels the real node "true" and taints it NoSchedule.
+	RealNodeLabel = "gantry.dev/real-node"
+	// PauseImage is the sandbox (pause) image on the real node.
+	PauseImage = "gantry.local/pause:1"
+	// ShellImage is busybox: a shell and its tools, on the real node.
+	ShellImage = "gantry.local/busybox:1"
+)
+
+// realNode is the running real node.
+type realNode struct {
+	proc   *process
+	dir    string   // its files: configs, kubelet's and containerd's roots
+	run    string   // short-path runtime directory (sockets)
+	netns  string   // the network namespace of containerd and the pods
+	cgroup string   // the kubelet's cgroup root, under every hierarchy
+	slot   *os.File // the node slot's lock, held while it runs
+}
+
+// RealNode returns the real node's name, or why the cluster has none.
+func (c *Cluster) RealNode() (string, error) {
+	if c.realNode == nil {
+		if c.realNodeWhy == nil {
+			return "", errors.New("the cluster was started without a real node (devcluster.Options.RealNode)")
+		}
+		return "", c.realNodeWhy
+	}
+	return RealNodeName, nil
+}
+
+// BuildKubelet builds (first time) or finds the real node's kubelet and
+// returns its directory.
+func BuildKubelet(ctx context.Context, root string, log io.Writer) (string, error) {
+	return runBuild(ctx, root, "deploy/cluster/build-kubelet.sh", "the kubelet", log)
+}
+
+// realNodeMissing says what this machine lacks for a real node, or nil.
+func realNodeMissing() error {
+	if os.Geteuid() != 0 {
+		return errors.New("not root (containerd, runc and the node's network namespace need root)")
+	}
+	var missing []string
+	for _, bin := range []string{"containerd", "containerd-shim-runc-v2", "runc", "ctr", "unshare", "nsenter", "ip"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			missing = append(missing, bin)
+		}
+	}
+	for _, p := range []string{"bridge", "host-local", "loopback"} {
+		if _, err := os.Stat(filepath.Join(cniBinDir, p)); err != nil {
+			missing = append(missing, filepath.Join(cniBinDir, p))
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("missing %s (Debian: apt-get install containerd runc containernetworking-plugins busybox-static iproute2)", strings.Join(missing, ", "))
+	}
+	if err := staticBinary(busybox); err != nil {
+		return err
+	}
+	if len(cgroupMounts()) == 0 {
+		return errors.New("no cgroup hierarchy mounted under /sys/fs/cgroup")
+	}
+	return nil
+}
+
+const (
+	cniBinDir = "/usr/lib/cni"
+	busybox   = "/bin/busybox"
+)
+
+// staticBinary checks that path is a statically linked executable (it runs
+// in an image with nothing else).
+func staticBinary(path string) error {
+	f, err := elf.Open(path)
+	if err != nil {
+		return fmt.Errorf("%s: %w (Debian: apt-get install busybox-static)", path, err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return fmt.Errorf("%s is dynamically linked (Debian: apt-get install busybox-static)", path)
+		}
+	}
+	return nil
+}
+
+// cgroupMounts are the mount points of the machine's cgroup hierarchies.
+func cgroupMounts() []string {
+	data, err := os.ReadFile("/proc/self/mounts")
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 3 && (f[2] == "cgroup" || f[2] == "cgroup2") && strings.HasPrefix(f[1], "/sys/fs/cgroup") {
+			out = append(out, f[1])
+		}
+	}
+	return out
+}
+
+// startRealNode starts the real node and waits until it is Ready. On an
+// error, nothing of it is left running.
+func (c *Cluster) startRealNode(ctx context.Context, o Options) (err error) {
+	if err := realNodeMissing(); err != nil {
+		return err
+	}
+	kubeletDir, err := BuildKubelet(ctx, o.Root, o.Log)
+	if err != nil {
+		return err
+	}
+	n := &realNode{dir: filepath.Join(c.workDir, "clusters", c.Name, "node")}
+	defer func() {
+		if err != nil {
+			n.stop()
+		}
+	}()
+	slot, err := n.takeSlot()
+	if err != nil {
+		return err
+	}
+	if err := n.network(ctx, slot); err != nil {
+		return err
+	}
+	n.cgroup = "/gantry-node-" + strconv.Itoa(slot)
+	for _, m := range cgroupMounts() {
+		if err := os.MkdirAll(filepath.Join(m, n.cgroup), 0o755); err != nil {
+			return fmt.Errorf("the node's cgroup: %w", err)
+		}
+	}
+	for _, d := range []string{n.dir, n.run, filepath.Join(n.dir, "cni"), filepath.Join(n.dir, "sys")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return err
+		}
+	}
+	images := filepath.Join(n.dir, "images.tar")
+	if err := writeNodeImages(images); err != nil {
+		return fmt.Errorf("the node's images: %w", err)
+	}
+	hostIP := fmt.Sprintf("10.243.%d.1", slot)
+	files := map[string]string{
+		"containerd.toml":        containerdConfig(n.dir, n.run),
+		"cni/10-gantry.conflist": cniConfig(slot, n.dir),
+		"kubelet.yaml":           kubeletConfig(hostIP, n.cgroup, n.run, filepath.Join(c.workDir, "clusters", c.Name, "pki", "ca.crt")),
+	}
+	for name, data := range files {
+		if err := os.WriteFile(filepath.Join(n.dir, name), []byte(data), 0o600); err != nil {
+			return err
+		}
+	}
+	args := []string{"--mount", "--propagation", "private", "/bin/sh", "-c", nodeScript, "node",
+		n.dir, n.run, "/run/netns/" + n.netns, images, filepath.Join(kubeletDir, "kubelet"), c.Kubeconfig, hostIP}
+	if n.proc, err = startProcess("the real node", "unshare", args, nil, filepath.Join(n.dir, "node.log")); err != nil {
+		return err
+	}
+	if err := c.waitNodeReady(ctx, n.proc); err != nil {
+		return err
+	}
+	c.realNode = n
+	fmt.Fprintf(o.Log, "cluster: real node %s (kubelet on containerd, pods on 10.244.%d.0/24)\n", RealNodeName, slot)
+	return nil
+}
+
+// nodeScript runs in the node's private mount namespace: the sysctl
+// stand-ins, containerd in the node's network namespace, the images, then
+// the kubelet in its place. $1 the node's directory, $2 its runtime
+// directory, $3 the network namespace, $4 the images, $5 the kubelet, $6
+// the kubeconfig, $7 the node's address.
+const nodeScript = `set -e
+mount --make-rprivate /
+for f in vm/overcommit_memory kernel/panic kernel/panic_on_oops kernel/keys/root_maxkeys kernel/keys/root_maxbytes; do
+  [ -e /proc/sys/$f ] || continue
+  s="$1/sys/$(echo $f | tr / _)"
+  cat /proc/sys/$f > "$s"
+  mount --bind "$s" /proc/sys/$f
+done
+nsenter --net="$3" containerd --config "$1/containerd.toml" > "$1/containerd.log" 2>&1 &
+i=0
+until ctr -a "$2/containerd.sock" version > /dev/null 2>&1; do
+  i=$((i+1)); [ $i -lt 300 ] || { echo "containerd did not answer within 30 s:"; tail -20 "$1/containerd.log"; exit 1; }
+  sleep 0.1
+done
+ctr -a "$2/containerd.sock" -n k8s.io images import "$4" > /dev/null
+exec "$5" --config "$1/kubelet.yaml" --kubeconfig "$6" --hostname-override ` + RealNodeName + ` --node-ip "$7" \
+  --root-dir "$1/kubelet" --cert-dir "$1/kubelet/pki" --node-labels ` + RealNodeLabel + `=true
+`
+
+// takeSlot takes the first free node slot of the machine, cleaning what a
+// dead run left in it.
+func (n *realNode) takeSlot() (int, error) {
+	for slot := 0; slot < 250; slot++ {
+		f, err := os.OpenFile(filepath.Join(os.TempDir(), fmt.Sprintf("gantry-node-%d.lock", slot)), os.O_RDONLY|os.O_CREATE, 0o644)
+		if err != nil {
+			return 0, fmt.Errorf("a node slot: %w", err)
+		}
+		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+			f.Close()
+			continue
+		}
+		n.slot = f
+		n.netns = fmt.Sprintf("gantry-node-%d", slot)
+		n.run = fmt.Sprintf("/run/gantry-node-%d", slot)
+		n.cleanSlot()
+		return slot, nil
+	}
+	return 0, errors.New("no free node slot (250 taken)")
+}
+
+// cleanSlot ends whatever runs in the slot's network namespace and removes
+// it, its runtime directory and its cgroups.
+func (n *realNode) cleanSlot() {
+	if out, err := exec.Command("ip", "netns", "pids", n.netns).Output(); err == nil {
+		for _, f := range strings.Fields(string(out)) {
+			if pid, err := strconv.Atoi(f); err == nil {
+				syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	}
+	exec.Command("ip", "netns", "delete", n.netns).Run() // its veth pair and the host's route go with it
+	os.RemoveAll(n.run)
+}
+
+// network makes the slot's network namespace, its veth pair and route.
+func (n *realNode) network(ctx context.Context, slot int) error {
+	host := fmt.Sprintf("gtn%d", slot)
+	steps := [][]string{
+		{"netns", "add", n.netns},
+		{"link", "add", host, "type", "veth", "peer", "name", "eth0", "netns", n.netns},
+		{"addr", "add", fmt.Sprintf("10.243.%d.1/30", slot), "dev", host},
+		{"link", "set", host, "up"},
+		{"-n", n.netns, "addr", "add", fmt.Sprintf("10.243.%d.2/30", slot), "dev", "eth0"},
+		{"-n", n.netns, "link", "set", "eth0", "up"},
+		{"-n", n.netns, "link", "set", "lo", "up"},
+		{"-n", n.netns, "route", "add", "default", "via", fmt.Sprintf("10.243.%d.1", slot)},
+		{"route", "replace", fmt.Sprintf("10.244.%d.0/24", slot), "via", fmt.Sprintf("10.243.%d.2", slot)},
+		// Forwarding between the veth and the bridge, in the namespace only.
+		{"netns", "exec", n.netns, "sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward"},
+	}
+	for _, s := range steps {
+		if out, err := exec.CommandContext(ctx, "ip", s...).CombinedOutput(); err != nil {
+			return fmt.Errorf("the node's network: ip %s: %v: %s", strings.Join(s, " "), err, bytes.TrimSpace(out))
+		}
+	}
+	return nil
+}
+
+// waitNodeReady waits until the kubelet has registered the node and it is
+// Ready (the runtime and the CNI network up).
+func (c *Cluster) waitNodeReady(ctx context.Context, p *process) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	for {
+		node, err := c.Client.CoreV1().Nodes().Get(ctx, RealNodeName, metav1.GetOptions{})
+		if err == nil {
+			for _, cond := range node.Status.Conditions {
+				if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
+					return nil
+				}
+			}
+		}
+		select {
+		case <-p.done:
+			return fmt.Errorf("the real node exited (%v):\n%s", p.err, p.output())
+		case <-ctx.Done():
+			return fmt.Errorf("the real node was not Ready within 2 minutes:\n%s", p.output())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// stop ends the kubelet and containerd, the containers' shims and
+// processes, and removes the node's network namespace and cgroups.
+func (n *realNode) stop() {
+	if n == nil {
+		return
+	}
+	n.proc.stop()
+	if n.run != "" {
+		// Shims run in process groups of their own, named by containerd's
+		// socket; the containers' processes are in the node's cgroups.
+		exec.Command("pkill", "-KILL", "-f", n.run+"/containerd.sock").Run()
+	}
+	if n.cgroup != "" {
+		for _, m := range cgroupMounts() {
+			killCgroup(filepath.Join(m, n.cgroup))
+		}
+		for _, m := range cgroupMounts() {
+			removeCgroup(filepath.Join(m, n.cgroup))
+		}
+	}
+	if n.netns != "" {
+		n.cleanSlot()
+	}
+	if n.slot != nil {
+		n.slot.Close()
+	}
+}
+
+// killCgroup kills every process in a cgroup and those under it.
+func killCgroup(dir string) {
+	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || d.Name() != "cgroup.procs" {
+			return nil
+		}
+		data, _ := os.ReadFile(p)
+		for _, f := range strings.Fields(string(data)) {
+			if pid, err := strconv.Atoi(f); err == nil {
+				syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+		return nil
+	})
+}
+
+// removeCgroup removes a cgroup and those under it, deepest first, waiting
+// a little for killed processes to leave them.
+func removeCgroup(dir string) {
+	var dirs []string
+	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			dirs = append(dirs, p)
+		}
+		return nil
+	})
+	for i := len(dirs) - 1; i >= 0; i-- {
+		for try := 0; try < 50; try++ {
+			if err := os.Remove(dirs[i]); err == nil || errors.Is(err, os.ErrNotExist) {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+func containerdConfig(dir, run string) string {
+	return fmt.Sprintf(`version = 2
+root = %[1]q
+state = %[2]q
+[grpc]
+  address = %[3]q
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = %[4]q
+  # The sandbox has no CAP_SYS_RESOURCE: runc cannot lower a score below its own.
+  restrict_oom_score_adj = true
+  # Pods' network namespaces under the node's runtime directory, not the
+  # host's /run/netns.
+  netns_mounts_under_state_dir = true
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = %[5]q
+    conf_dir = %[6]q
+`, filepath.Join(dir, "containerd"), filepath.Join(run, "state"), filepath.Join(run, "containerd.sock"), PauseImage, cniBinDir, filepath.Join(dir, "cni"))
+}
+
+func cniConfig(slot int, dir string) string {
+	return fmt.Sprintf(`{"cniVersion": "1.0.0", "name": "gantry", "plugins": [{
+  "type": "bridge", "bridge": "gantry0", "isGateway": true, "ipMasq": false,
+  "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.244.%d.0/24"}]], "routes": [{"dst": "0.0.0.0/0"}], "dataDir": %q}
+}]}
+`, slot, filepath.Join(dir, "ipam"))
+}
+
+// kubeletConfig: the kubelet on cgroup v1 (failCgroupV1, cgroupfs) without
+// swap checks, serving its API on the node's address to clients of the
+// cluster's CA (the API server presents the admin certificate) and asking
+// the API server who may do what; no iptables rules, no image GC (its
+// images are imported, not pulled), evictions only near the edge.
+func kubeletConfig(address, cgroup, run, clientCA string) string {
+	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: %[1]s
+port: 10250
+healthzPort: 0
+readOnlyPort: 0
+cgroupDriver: cgroupfs
+cgroupRoot: %[2]s
+failSwapOn: false
+failCgroupV1: false
+makeIPTablesUtilChains: false
+containerRuntimeEndpoint: unix://%[3]s/containerd.sock
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: true}
+  x509: {clientCAFile: %[4]q}
+authorization: {mode: Webhook}
+registerWithTaints:
+- {key: %[5]s, value: "true", effect: NoSchedule}
+evictionHard: {memory.available: 100Mi, nodefs.available: "1%%", imagefs.available: "1%%"}
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+resolvConf: ""
+`, address, cgroup, run, clientCA, RealNodeLabel)
+}
+
+// writeNodeImages writes the real node's images (PauseImage, ShellImage)
+// as one OCI layout tar that ctr imports by their names.
+func writeNodeImages(path string) error {
+	bb, err := os.ReadFile(busybox)
+	if err != nil {
+		return err
+	}
+	out, err := exec.Command(busybox, "--list").Output()
+	if err != nil {
+		return fmt.Errorf("%s --list: %w", busybox, err)
+	}
+	files := []ociimage.File{{Path: "/bin/busybox", Data: bb, Mode: 0o755}, {Path: "/tmp", Dir: true, Mode: 0o1777}}
+	for _, applet := range strings.Fields(string(out)) {
+		if applet != "busybox" && !strings.Contains(applet, "/") {
+			files = append(files, ociimage.File{Path: "/bin/" + applet, Link: "busybox"})
+		}
+	}
+	created := time.Unix(0, 0).UTC()
+	env := []string{"PATH=/bin"}
+	pause, err := ociimage.Build(ociimage.Spec{Layers: [][]ociimage.File{files}, Entrypoint: []string{"/bin/sleep", "2147483647"}, Env: env, Created: created})
+	if err != nil {
+		return err
+	}
+	shell, err := ociimage.Build(ociimage.Spec{Layers: [][]ociimage.File{files}, Cmd: []string{"/bin/sh"}, Env: env, Created: created})
+	if err != nil {
+		return err
+	}
+	dir := path + ".d"
+	os.RemoveAll(dir)
+	defer os.RemoveAll(dir)
+	p, err := layout.Write(dir, empty.Index)
+	if err != nil {
+		return err
+	}
+	for ref, img := range map[string]v1.Image{PauseImage: pause, ShellImage: shell} {
+		tag := ref[strings.LastIndex(ref, ":")+1:]
+		if err := p.AppendImage(img, layout.WithAnnotations(map[string]string{
+			"org.opencontainers.image.ref.name": tag, "io.containerd.image.name": ref})); err != nil {
+			return err
+		}
+	}
+	return tarDir(dir, path)
+}
+
+// tarDir writes the files under dir to a tar at path, named relative to dir.
+func tarDir(dir, path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	tw := tar.NewWriter(f)
+	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || p == dir {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		h, err := tar.FileInfoHeader(info, "")
+		if err != nil {
+			return err
+		}
+		h.Name, _ = filepath.Rel(dir, p)
+		if err := tw.WriteHeader(h); err != nil {
+			return err
+		}
+		if d.IsDir() {
+			return nil
+		}
+		src, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		defer src.Close()
+		_, err = io.Copy(tw, src)
+		return err
+	})
+	if err == nil {
+		err = tw.Close()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}

@@ -1,0 +1,185 @@
+package devcluster
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gantryhq/gantry/internal/waitfor"
+)
+
+// TestRealNode: a cluster asked for a real node gets one beside its
+// simulated fleet — a kubelet on containerd that kwok leaves alone, tainted
+// so that only pods meant for it land there. A pod there really runs: its
+// container's output comes back through the API server's pods/log, its
+// exit code is the process's, and a server in it answers the host at the
+// pod's address. When the cluster stops, nothing of the node is left: no
+// process, network namespace or cgroup.
+func TestRealNode(t *testing.T) {
+	if os.Getenv("GANTRY_TEST_CLUSTER") == "" && os.Getenv("CI") == "" {
+		t.Skip("GANTRY_TEST_CLUSTER is not set: tests against local clusters are skipped")
+	}
+	root, err := RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	run := os.Getenv("GANTRY_TEST_RUN")
+	if run == "" {
+		run = "local"
+	}
+	netnsBefore := netnsNames(t)
+	var log strings.Builder
+	c, err := Start(ctx, Options{Name: fmt.Sprintf("gt-%s-realnode-%d", run, os.Getpid()), Root: root, Ephemeral: true, RealNode: true, Log: &log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			c.Stop(context.Background())
+		}
+	})
+	name, err := c.RealNode()
+	if err != nil {
+		if os.Getenv("CI") != "" { // CI runs as root with the packages installed: it must be there
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+	node, err := c.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if node.Labels[RealNodeLabel] != "true" || !strings.HasPrefix(node.Status.NodeInfo.ContainerRuntimeVersion, "containerd://") || node.Annotations["kwok.x-k8s.io/node"] != "" {
+		t.Fatalf("node %s: labels %v, runtime %q, annotations %v", name, node.Labels, node.Status.NodeInfo.ContainerRuntimeVersion, node.Annotations)
+	}
+	tainted := false
+	for _, taint := range node.Spec.Taints {
+		tainted = tainted || (taint.Key == RealNodeLabel && taint.Effect == corev1.TaintEffectNoSchedule)
+	}
+	if !tainted {
+		t.Fatalf("node %s is not tainted %s: %v", name, RealNodeLabel, node.Spec.Taints)
+	}
+	if node.Status.Capacity.Cpu().IsZero() || node.Status.Capacity.Memory().IsZero() {
+		t.Fatalf("node %s has no CPU or memory: %v", name, node.Status.Capacity)
+	}
+
+	pods := c.Client.CoreV1().Pods("default")
+	// A process that prints and exits 3.
+	if _, err := pods.Create(ctx, realPod("exits", "echo computed $((6*7)); exit 3"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var term *corev1.ContainerStateTerminated
+	waitfor.Until(t, 2*time.Minute, "the pod to end", func() error {
+		p, err := pods.Get(ctx, "exits", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for _, s := range p.Status.ContainerStatuses {
+			if s.State.Terminated != nil {
+				term = s.State.Terminated
+				if p.Status.Phase != corev1.PodFailed {
+					return fmt.Errorf("phase %s", p.Status.Phase)
+				}
+				return nil
+			}
+		}
+		return fmt.Errorf("phase %s on %q", p.Status.Phase, p.Spec.NodeName)
+	})
+	if term.ExitCode != 3 {
+		t.Errorf("exit code %d, want 3 (%s)", term.ExitCode, term.Reason)
+	}
+	out, err := pods.GetLogs("exits", &corev1.PodLogOptions{}).DoRaw(ctx)
+	if err != nil || strings.TrimSpace(string(out)) != "computed 42" {
+		t.Errorf("the container's log through the API server: %q, %v", out, err)
+	}
+
+	// A server, reached from the host at the pod's address.
+	if _, err := pods.Create(ctx, realPod("serves", "mkdir -p /tmp/www && hostname > /tmp/www/index.html && exec httpd -f -p 8080 -h /tmp/www"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var ip string
+	waitfor.Until(t, 2*time.Minute, "the server's pod running", func() error {
+		p, err := pods.Get(ctx, "serves", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "" {
+			return fmt.Errorf("phase %s, address %q", p.Status.Phase, p.Status.PodIP)
+		}
+		ip = p.Status.PodIP
+		return nil
+	})
+	waitfor.Until(t, time.Minute, "the server's answer", func() error {
+		resp, err := http.Get("http://" + ip + ":8080/")
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		if strings.TrimSpace(string(body)) != "serves" {
+			return fmt.Errorf("%s: %q", resp.Status, body)
+		}
+		return nil
+	})
+
+	n := c.realNode
+	if err := c.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	stopped = true
+	if out, _ := exec.Command("pgrep", "-f", n.dir+"|"+n.run).Output(); len(out) > 0 {
+		t.Errorf("processes of the node left: %s", out)
+	}
+	if after := netnsNames(t); after != netnsBefore {
+		t.Errorf("network namespaces in /run/netns: %q before, %q after", netnsBefore, after)
+	}
+	for _, m := range cgroupMounts() {
+		if _, err := os.Stat(filepath.Join(m, n.cgroup)); err == nil {
+			t.Errorf("cgroup %s left", filepath.Join(m, n.cgroup))
+		}
+	}
+}
+
+// realPod runs script in busybox's shell on the real node, once.
+func realPod(name, script string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec: corev1.PodSpec{
+			Hostname:      name,
+			RestartPolicy: corev1.RestartPolicyNever,
+			NodeSelector:  map[string]string{RealNodeLabel: "true"},
+			Tolerations:   []corev1.Toleration{{Key: RealNodeLabel, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
+			Containers: []corev1.Container{{
+				Name: "main", Image: ShellImage, ImagePullPolicy: corev1.PullNever,
+				Command: []string{"/bin/sh", "-c", script},
+			}},
+		},
+	}
+}
+
+// netnsNames lists the host's named network namespaces.
+func netnsNames(t *testing.T) string {
+	t.Helper()
+	entries, err := os.ReadDir("/run/netns")
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return strings.Join(names, " ")
+}

@@ -12,8 +12,8 @@ dpkg-query -W -f='${Status}' busybox-static 2>/dev/null | grep -q "install ok in
 command -v ip >/dev/null || need+=(iproute2)
 command -v nsenter >/dev/null || need+=(util-linux)
 [ ${#need[@]} -eq 0 ] && exit 0
-if [ "$(id -u)" -ne 0 ]; then
-  echo "real node: missing ${need[*]} (sudo apt-get install ${need[*]}); the local cluster starts without it" >&2
+if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null; then
+  echo "real node: missing ${need[*]} (Debian: sudo apt-get install ${need[*]}); the local cluster starts without it" >&2
   exit 0
 fi
 echo "real node: installing ${need[*]}" >&2

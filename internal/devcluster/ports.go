@@ -23,15 +23,18 @@ import (
 // that every Gantry process on the machine shares until its components listen
 // on their ports, and the next counts down past them.
 
-// createLock is the lock's file, shared by every user of the machine.
-var createLock = filepath.Join(os.TempDir(), "gantry-kwokctl-create.lock")
+// createLock is the lock's file, shared by every user of the machine: a
+// fixed path, whatever TMPDIR says, so that every process finds the same.
+const createLock = "/tmp/gantry-kwokctl-create.lock"
 
 // lockCreate waits (until ctx ends) for the machine's cluster-creation lock
 // and returns its release.
 func lockCreate(ctx context.Context) (unlock func(), err error) {
-	f, err := os.OpenFile(createLock, os.O_RDONLY|os.O_CREATE, 0o644)
+	f, err := os.OpenFile(createLock, os.O_RDONLY|os.O_CREATE|syscall.O_NOFOLLOW, 0o644)
 	if errors.Is(err, os.ErrPermission) {
-		f, err = os.Open(createLock) // made by another user: a read is enough for flock
+		// Made by another user (fs.protected_regular refuses O_CREATE on
+		// it): a read is enough for flock.
+		f, err = os.OpenFile(createLock, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("the cluster-creation lock: %w", err)

@@ -43,9 +43,9 @@ import (
 //   - the kubelet writes no iptables rules (makeIPTablesUtilChains: false)
 //     and keeps its pods under a cgroup root of its own;
 //   - n is the first of the machine's node slots whose lock file this
-//     process could take (/tmp/gantry-node-<n>.lock): held for the node's
-//     life, released by the kernel if the process dies, so a slot a dead
-//     run left behind is cleaned and used again.
+//     process could take (/run/gantry/node-<n>.lock, root's alone): held for
+//     the node's life, released by the kernel if the process dies, so a slot
+//     a dead run left behind is cleaned and used again.
 //
 // Images come from Debian's busybox-static, built here as OCI images and
 // imported into containerd (pods use imagePullPolicy: Never): PauseImage is
@@ -68,6 +68,7 @@ type realNode struct {
 	dir    string   // its files: configs, kubelet's and containerd's roots
 	run    string   // short-path runtime directory (sockets)
 	netns  string   // the network namespace of containerd and the pods
+	veth   string   // the host's end of the veth pair
 	cgroup string   // the kubelet's cgroup root, under every hierarchy
 	slot   *os.File // the node slot's lock, held while it runs
 }
@@ -168,6 +169,9 @@ func (c *Cluster) startRealNode(ctx context.Context, o Options) (err error) {
 	defer func() {
 		if err != nil {
 			n.stop()
+			// A kubelet that registered and then failed leaves no Node
+			// that pods meant for the real node would wait on.
+			c.Client.CoreV1().Nodes().Delete(context.Background(), RealNodeName, metav1.DeleteOptions{})
 		}
 	}()
 	slot, err := n.takeSlot()
@@ -177,7 +181,6 @@ func (c *Cluster) startRealNode(ctx context.Context, o Options) (err error) {
 	if err := n.network(ctx, slot); err != nil {
 		return err
 	}
-	n.cgroup = "/gantry-node-" + strconv.Itoa(slot)
 	for _, m := range cgroupMounts() {
 		if err := os.MkdirAll(filepath.Join(m, n.cgroup), 0o755); err != nil {
 			return fmt.Errorf("the node's cgroup: %w", err)
@@ -185,7 +188,7 @@ func (c *Cluster) startRealNode(ctx context.Context, o Options) (err error) {
 	}
 	for _, d := range []string{n.dir, n.run, filepath.Join(n.dir, "cni"), filepath.Join(n.dir, "sys")} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
-			return err
+			return fmt.Errorf("the node's directories: %w", err)
 		}
 	}
 	images := filepath.Join(n.dir, "images.tar")
@@ -194,13 +197,13 @@ func (c *Cluster) startRealNode(ctx context.Context, o Options) (err error) {
 	}
 	hostIP := fmt.Sprintf("10.243.%d.1", slot)
 	files := map[string]string{
-		"containerd.toml":        containerdConfig(n.dir, n.run),
+		"containerd.toml":        containerdConfig(n.dir, n.run, fmt.Sprintf("10.243.%d.2", slot)),
 		"cni/10-gantry.conflist": cniConfig(slot, n.dir),
 		"kubelet.yaml":           kubeletConfig(hostIP, n.cgroup, n.run, filepath.Join(c.workDir, "clusters", c.Name, "pki", "ca.crt")),
 	}
 	for name, data := range files {
 		if err := os.WriteFile(filepath.Join(n.dir, name), []byte(data), 0o600); err != nil {
-			return err
+			return fmt.Errorf("the node's %s: %w", name, err)
 		}
 	}
 	args := []string{"--mount", "--propagation", "private", "/bin/sh", "-c", nodeScript, "node",
@@ -208,7 +211,7 @@ func (c *Cluster) startRealNode(ctx context.Context, o Options) (err error) {
 	if n.proc, err = startProcess("the real node", "unshare", args, nil, filepath.Join(n.dir, "node.log")); err != nil {
 		return err
 	}
-	if err := c.waitNodeReady(ctx, n.proc); err != nil {
+	if err := c.waitNodeReady(ctx, n); err != nil {
 		return err
 	}
 	c.realNode = n
@@ -223,7 +226,7 @@ func (c *Cluster) startRealNode(ctx context.Context, o Options) (err error) {
 // the kubeconfig, $7 the node's address.
 const nodeScript = `set -e
 mount --make-rprivate /
-for f in vm/overcommit_memory kernel/panic kernel/panic_on_oops kernel/keys/root_maxkeys kernel/keys/root_maxbytes; do
+for f in vm/overcommit_memory vm/panic_on_oom kernel/panic kernel/panic_on_oops kernel/keys/root_maxkeys kernel/keys/root_maxbytes; do
   [ -e /proc/sys/$f ] || continue
   s="$1/sys/$(echo $f | tr / _)"
   cat /proc/sys/$f > "$s"
@@ -240,13 +243,20 @@ exec "$5" --config "$1/kubelet.yaml" --kubeconfig "$6" --hostname-override ` + R
   --root-dir "$1/kubelet" --cert-dir "$1/kubelet/pki" --node-labels ` + RealNodeLabel + `=true
 `
 
+// slotDir holds the node slots' lock files: root's alone (the real node
+// needs root), at a fixed path every process finds.
+const slotDir = "/run/gantry"
+
 // takeSlot takes the first free node slot of the machine, cleaning what a
 // dead run left in it.
 func (n *realNode) takeSlot() (int, error) {
+	if err := os.MkdirAll(slotDir, 0o700); err != nil {
+		return 0, fmt.Errorf("the node slots' directory: %w", err)
+	}
 	for slot := 0; slot < 250; slot++ {
-		f, err := os.OpenFile(filepath.Join(os.TempDir(), fmt.Sprintf("gantry-node-%d.lock", slot)), os.O_RDONLY|os.O_CREATE, 0o644)
+		f, err := os.OpenFile(filepath.Join(slotDir, fmt.Sprintf("node-%d.lock", slot)), os.O_RDONLY|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
 		if err != nil {
-			return 0, fmt.Errorf("a node slot: %w", err)
+			return 0, fmt.Errorf("node slot %d: %w", slot, err)
 		}
 		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 			f.Close()
@@ -254,30 +264,50 @@ func (n *realNode) takeSlot() (int, error) {
 		}
 		n.slot = f
 		n.netns = fmt.Sprintf("gantry-node-%d", slot)
-		n.run = fmt.Sprintf("/run/gantry-node-%d", slot)
+		n.veth = fmt.Sprintf("gtn%d", slot)
+		n.run = fmt.Sprintf("/run/gantry/node-%d", slot)
+		n.cgroup = fmt.Sprintf("/gantry-node-%d", slot)
 		n.cleanSlot()
 		return slot, nil
 	}
 	return 0, errors.New("no free node slot (250 taken)")
 }
 
-// cleanSlot ends whatever runs in the slot's network namespace and removes
-// it, its runtime directory and its cgroups.
+// cleanSlot ends whatever runs in the slot — in its network namespace
+// (containerd, the shims) or its cgroups (the containers) — and removes the
+// namespace, the host's end of the veth pair (with it, the host's route),
+// the runtime directory and the cgroups. Only the slot's holder calls it.
 func (n *realNode) cleanSlot() {
-	if out, err := exec.Command("ip", "netns", "pids", n.netns).Output(); err == nil {
+	pids := func() []int {
+		out, _ := exec.Command("ip", "netns", "pids", n.netns).Output()
+		var ps []int
 		for _, f := range strings.Fields(string(out)) {
 			if pid, err := strconv.Atoi(f); err == nil {
-				syscall.Kill(pid, syscall.SIGKILL)
+				ps = append(ps, pid)
 			}
 		}
+		return ps
 	}
-	exec.Command("ip", "netns", "delete", n.netns).Run() // its veth pair and the host's route go with it
+	for _, pid := range pids() {
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+	for _, m := range cgroupMounts() {
+		killCgroup(filepath.Join(m, n.cgroup))
+	}
+	for try := 0; try < 100 && len(pids()) > 0; try++ {
+		time.Sleep(50 * time.Millisecond) // the killed leave the namespace
+	}
+	for _, m := range cgroupMounts() {
+		removeCgroup(filepath.Join(m, n.cgroup))
+	}
+	exec.Command("ip", "netns", "delete", n.netns).Run()
+	exec.Command("ip", "link", "delete", n.veth).Run()
 	os.RemoveAll(n.run)
 }
 
 // network makes the slot's network namespace, its veth pair and route.
 func (n *realNode) network(ctx context.Context, slot int) error {
-	host := fmt.Sprintf("gtn%d", slot)
+	host := n.veth
 	steps := [][]string{
 		{"netns", "add", n.netns},
 		{"link", "add", host, "type", "veth", "peer", "name", "eth0", "netns", n.netns},
@@ -287,7 +317,9 @@ func (n *realNode) network(ctx context.Context, slot int) error {
 		{"-n", n.netns, "link", "set", "eth0", "up"},
 		{"-n", n.netns, "link", "set", "lo", "up"},
 		{"-n", n.netns, "route", "add", "default", "via", fmt.Sprintf("10.243.%d.1", slot)},
-		{"route", "replace", fmt.Sprintf("10.244.%d.0/24", slot), "via", fmt.Sprintf("10.243.%d.2", slot)},
+		// add, not replace: someone else's route to these addresses is an
+		// error, not overwritten.
+		{"route", "add", fmt.Sprintf("10.244.%d.0/24", slot), "via", fmt.Sprintf("10.243.%d.2", slot)},
 		// Forwarding between the veth and the bridge, in the namespace only.
 		{"netns", "exec", n.netns, "sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward"},
 	}
@@ -300,53 +332,46 @@ func (n *realNode) network(ctx context.Context, slot int) error {
 }
 
 // waitNodeReady waits until the kubelet has registered the node and it is
-// Ready (the runtime and the CNI network up).
-func (c *Cluster) waitNodeReady(ctx context.Context, p *process) error {
+// Ready (the runtime and the CNI network up). Its error's first line says
+// why and where the logs are; the end of the node's output follows.
+func (c *Cluster) waitNodeReady(ctx context.Context, n *realNode) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
+	logs := fmt.Sprintf("logs: %s, %s", filepath.Join(n.dir, "node.log"), filepath.Join(n.dir, "containerd.log"))
+	state := "not registered"
 	for {
 		node, err := c.Client.CoreV1().Nodes().Get(ctx, RealNodeName, metav1.GetOptions{})
 		if err == nil {
+			if nodeReady(node) {
+				return nil
+			}
+			state = "registered, not Ready"
 			for _, cond := range node.Status.Conditions {
-				if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
-					return nil
+				if cond.Type == corev1.NodeReady {
+					state = fmt.Sprintf("Ready %s: %s %s", cond.Status, cond.Reason, cond.Message)
 				}
 			}
 		}
 		select {
-		case <-p.done:
-			return fmt.Errorf("the real node exited (%v):\n%s", p.err, p.output())
+		case <-n.proc.done:
+			return fmt.Errorf("the real node's kubelet or containerd exited (%v; %s):\n%s", n.proc.err, logs, n.proc.output())
 		case <-ctx.Done():
-			return fmt.Errorf("the real node was not Ready within 2 minutes:\n%s", p.output())
+			return fmt.Errorf("the real node was not Ready within 2 minutes (%s; %s):\n%s", state, logs, n.proc.output())
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
 }
 
 // stop ends the kubelet and containerd, the containers' shims and
-// processes, and removes the node's network namespace and cgroups.
+// processes, removes the node's network namespace and cgroups, and gives
+// its slot back.
 func (n *realNode) stop() {
 	if n == nil {
 		return
 	}
 	n.proc.stop()
-	if n.run != "" {
-		// Shims run in process groups of their own, named by containerd's
-		// socket; the containers' processes are in the node's cgroups.
-		exec.Command("pkill", "-KILL", "-f", n.run+"/containerd.sock").Run()
-	}
-	if n.cgroup != "" {
-		for _, m := range cgroupMounts() {
-			killCgroup(filepath.Join(m, n.cgroup))
-		}
-		for _, m := range cgroupMounts() {
-			removeCgroup(filepath.Join(m, n.cgroup))
-		}
-	}
-	if n.netns != "" {
-		n.cleanSlot()
-	}
 	if n.slot != nil {
+		n.cleanSlot()
 		n.slot.Close()
 	}
 }
@@ -387,7 +412,12 @@ func removeCgroup(dir string) {
 	}
 }
 
-func containerdConfig(dir, run string) string {
+// containerdConfig: its state and socket under the short runtime directory,
+// images and snapshots under the node's, the CRI's sandbox image, pods'
+// network namespaces kept off the host's /run/netns, and its streaming
+// server (exec, attach, port-forward) on the namespace's side of the veth,
+// where the kubelet in the host's namespace reaches it.
+func containerdConfig(dir, run, address string) string {
 	return fmt.Sprintf(`version = 2
 root = %[1]q
 state = %[2]q
@@ -397,6 +427,7 @@ state = %[2]q
   sandbox_image = %[4]q
   # The sandbox has no CAP_SYS_RESOURCE: runc cannot lower a score below its own.
   restrict_oom_score_adj = true
+  stream_server_address = %[7]q
   # Pods' network namespaces under the node's runtime directory, not the
   # host's /run/netns.
   netns_mounts_under_state_dir = true
@@ -405,9 +436,11 @@ state = %[2]q
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = %[5]q
     conf_dir = %[6]q
-`, filepath.Join(dir, "containerd"), filepath.Join(run, "state"), filepath.Join(run, "containerd.sock"), PauseImage, cniBinDir, filepath.Join(dir, "cni"))
+`, filepath.Join(dir, "containerd"), filepath.Join(run, "state"), filepath.Join(run, "containerd.sock"), PauseImage, cniBinDir, filepath.Join(dir, "cni"), address)
 }
 
+// cniConfig: a bridge in containerd's network namespace, the pods'
+// addresses from 10.244.<slot>.0/24, no masquerade (the host routes to them).
 func cniConfig(slot int, dir string) string {
 	return fmt.Sprintf(`{"cniVersion": "1.0.0", "name": "gantry", "plugins": [{
   "type": "bridge", "bridge": "gantry0", "isGateway": true, "ipMasq": false,
@@ -453,7 +486,7 @@ resolvConf: ""
 func writeNodeImages(path string) error {
 	bb, err := os.ReadFile(busybox)
 	if err != nil {
-		return err
+		return fmt.Errorf("busybox: %w", err)
 	}
 	out, err := exec.Command(busybox, "--list").Output()
 	if err != nil {
@@ -480,13 +513,13 @@ func writeNodeImages(path string) error {
 	defer os.RemoveAll(dir)
 	p, err := layout.Write(dir, empty.Index)
 	if err != nil {
-		return err
+		return fmt.Errorf("an OCI layout at %s: %w", dir, err)
 	}
 	for ref, img := range map[string]v1.Image{PauseImage: pause, ShellImage: shell} {
 		tag := ref[strings.LastIndex(ref, ":")+1:]
 		if err := p.AppendImage(img, layout.WithAnnotations(map[string]string{
 			"org.opencontainers.image.ref.name": tag, "io.containerd.image.name": ref})); err != nil {
-			return err
+			return fmt.Errorf("write %s: %w", ref, err)
 		}
 	}
 	return tarDir(dir, path)

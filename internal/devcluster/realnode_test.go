@@ -135,6 +135,13 @@ func TestRealNode(t *testing.T) {
 		return nil
 	})
 
+	// A command run in the container through the API server (the kubelet
+	// reaches containerd's streaming server across the namespaces).
+	out, err = exec.CommandContext(ctx, filepath.Join(c.Bin, "kubectl"), "--kubeconfig", c.Kubeconfig, "exec", "serves", "--", "cat", "/tmp/www/index.html").CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "serves" {
+		t.Errorf("kubectl exec in the container: %q, %v", out, err)
+	}
+
 	n := c.realNode
 	if err := c.Stop(ctx); err != nil {
 		t.Fatal(err)

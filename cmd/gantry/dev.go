@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -129,7 +130,11 @@ and see where it went (its "cluster" and "reason"):
 		// pods carry init data as they would in a real cluster.
 		cfg.Confidential.KBSURL = "http://kbs.gantry-system.svc.cluster.local:8080"
 	}
-	srv, err := server.New(ctx, cfg, server.Overrides{})
+	// No cluster DNS or kube-proxy here: /w/{id}/ reaches a notebook's
+	// Service through its endpoints (pods on the real node answer; the
+	// simulated nodes' pods do not).
+	apps := &http.Transport{DialContext: cl.DialService, ResponseHeaderTimeout: 5 * time.Minute, IdleConnTimeout: 90 * time.Second, MaxIdleConnsPerHost: 16}
+	srv, err := server.New(ctx, cfg, server.Overrides{AppTransport: apps})
 	if err != nil {
 		return err
 	}

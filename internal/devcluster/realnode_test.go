@@ -14,6 +14,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/gantryhq/gantry/internal/waitfor"
 )
@@ -135,6 +136,30 @@ func TestRealNode(t *testing.T) {
 		return nil
 	})
 
+	// The server through a headless Service, as Gantry's proxy reaches a
+	// notebook: by its cluster DNS name, at the Service's port.
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "serves", Namespace: "default"},
+		Spec: corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, Selector: map[string]string{"app": "serves"},
+			Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}}},
+	}
+	if _, err := c.Client.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	client := &http.Client{Transport: &http.Transport{DialContext: c.DialService}}
+	waitfor.Until(t, time.Minute, "the server through its Service", func() error {
+		resp, err := client.Get("http://serves.default.svc.cluster.local/")
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		if strings.TrimSpace(string(body)) != "serves" {
+			return fmt.Errorf("%s: %q", resp.Status, body)
+		}
+		return nil
+	})
+
 	// A command run in the container through the API server (the kubelet
 	// reaches containerd's streaming server across the namespaces).
 	out, err = exec.CommandContext(ctx, filepath.Join(c.Bin, "kubectl"), "--kubeconfig", c.Kubeconfig, "exec", "serves", "--", "cat", "/tmp/www/index.html").CombinedOutput()
@@ -163,7 +188,7 @@ func TestRealNode(t *testing.T) {
 // realPod runs script in busybox's shell on the real node, once.
 func realPod(name, script string) *corev1.Pod {
 	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: map[string]string{"app": name}},
 		Spec: corev1.PodSpec{
 			Hostname:      name,
 			RestartPolicy: corev1.RestartPolicyNever,

@@ -138,6 +138,10 @@ and see where it went (its "cluster" and "reason"):
 	if err != nil {
 		return err
 	}
+	// The real node pulls the catalog's images from the local registry.
+	if err := cl.MirrorRegistries(srv.Images.Verifier.Mirrors()); err != nil {
+		return err
+	}
 	fleet, err := cl.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return fmt.Errorf("the local cluster's nodes: %w", err)

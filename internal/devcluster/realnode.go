@@ -9,11 +9,13 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -65,12 +67,17 @@ const (
 // realNode is the running real node.
 type realNode struct {
 	proc   *process
-	dir    string   // its files: configs, kubelet's and containerd's roots
-	run    string   // short-path runtime directory (sockets)
-	netns  string   // the network namespace of containerd and the pods
-	veth   string   // the host's end of the veth pair
-	cgroup string   // the kubelet's cgroup root, under every hierarchy
-	slot   *os.File // the node slot's lock, held while it runs
+	dir    string // its files: configs, kubelet's and containerd's roots
+	run    string // short-path runtime directory (sockets)
+	netns  string // the network namespace of containerd and the pods
+	veth   string // the host's end of the veth pair
+	hostIP string // the host's address on the veth pair
+	// forwarders carry pulls from the node's namespace to registries on
+	// the host's loopback (MirrorRegistries); closed with the node.
+	mu         sync.Mutex
+	forwarders map[string]net.Listener
+	cgroup     string   // the kubelet's cgroup root, under every hierarchy
+	slot       *os.File // the node slot's lock, held while it runs
 }
 
 // RealNode returns the real node's name, or why the cluster has none.
@@ -196,6 +203,7 @@ func (c *Cluster) startRealNode(ctx context.Context, o Options) (err error) {
 		return fmt.Errorf("the node's images: %w", err)
 	}
 	hostIP := fmt.Sprintf("10.243.%d.1", slot)
+	n.hostIP = hostIP
 	files := map[string]string{
 		"containerd.toml":        containerdConfig(n.dir, n.run, fmt.Sprintf("10.243.%d.2", slot)),
 		"cni/10-gantry.conflist": cniConfig(slot, n.dir),
@@ -370,6 +378,12 @@ func (n *realNode) stop() {
 		return
 	}
 	n.proc.stop()
+	n.mu.Lock()
+	for _, ln := range n.forwarders {
+		ln.Close()
+	}
+	n.forwarders = nil
+	n.mu.Unlock()
 	if n.slot != nil {
 		n.cleanSlot()
 		n.slot.Close()
@@ -436,7 +450,10 @@ state = %[2]q
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = %[5]q
     conf_dir = %[6]q
-`, filepath.Join(dir, "containerd"), filepath.Join(run, "state"), filepath.Join(run, "containerd.sock"), PauseImage, cniBinDir, filepath.Join(dir, "cni"), address)
+  # Registries' mirrors, read at each pull (MirrorRegistries writes them).
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = %[8]q
+`, filepath.Join(dir, "containerd"), filepath.Join(run, "state"), filepath.Join(run, "containerd.sock"), PauseImage, cniBinDir, filepath.Join(dir, "cni"), address, filepath.Join(dir, "certs.d"))
 }
 
 // cniConfig: a bridge in containerd's network namespace, the pods'
@@ -481,16 +498,16 @@ resolvConf: ""
 `, address, cgroup, run, clientCA, RealNodeLabel)
 }
 
-// writeNodeImages writes the real node's images (PauseImage, ShellImage)
-// as one OCI layout tar that ctr imports by their names.
-func writeNodeImages(path string) error {
+// busyboxImages are the real node's images (PauseImage, ShellImage): one
+// layer of Debian's static busybox and a link for each of its tools.
+func busyboxImages() (pause, shell v1.Image, err error) {
 	bb, err := os.ReadFile(busybox)
 	if err != nil {
-		return fmt.Errorf("busybox: %w", err)
+		return nil, nil, fmt.Errorf("busybox: %w", err)
 	}
 	out, err := exec.Command(busybox, "--list").Output()
 	if err != nil {
-		return fmt.Errorf("%s --list: %w", busybox, err)
+		return nil, nil, fmt.Errorf("%s --list: %w", busybox, err)
 	}
 	files := []ociimage.File{{Path: "/bin/busybox", Data: bb, Mode: 0o755}, {Path: "/tmp", Dir: true, Mode: 0o1777}}
 	for _, applet := range strings.Fields(string(out)) {
@@ -500,11 +517,17 @@ func writeNodeImages(path string) error {
 	}
 	created := time.Unix(0, 0).UTC()
 	env := []string{"PATH=/bin"}
-	pause, err := ociimage.Build(ociimage.Spec{Layers: [][]ociimage.File{files}, Entrypoint: []string{"/bin/sleep", "2147483647"}, Env: env, Created: created})
-	if err != nil {
-		return err
+	if pause, err = ociimage.Build(ociimage.Spec{Layers: [][]ociimage.File{files}, Entrypoint: []string{"/bin/sleep", "2147483647"}, Env: env, Created: created}); err != nil {
+		return nil, nil, err
 	}
-	shell, err := ociimage.Build(ociimage.Spec{Layers: [][]ociimage.File{files}, Cmd: []string{"/bin/sh"}, Env: env, Created: created})
+	shell, err = ociimage.Build(ociimage.Spec{Layers: [][]ociimage.File{files}, Cmd: []string{"/bin/sh"}, Env: env, Created: created})
+	return pause, shell, err
+}
+
+// writeNodeImages writes the real node's images as one OCI layout tar that
+// ctr imports by their names.
+func writeNodeImages(path string) error {
+	pause, shell, err := busyboxImages()
 	if err != nil {
 		return err
 	}
@@ -566,4 +589,64 @@ func tarDir(dir, path string) error {
 		err = cerr
 	}
 	return err
+}
+
+// MirrorRegistries has the real node pull images of each registry host
+// (mirrors' keys: registry.gantry.internal, say) from a registry on the
+// host's loopback (their values: 127.0.0.1:port, plain HTTP), as a
+// registry mirror does: containerd, in the node's network namespace, cannot
+// reach the host's loopback, so a forwarder on the host's side of the veth
+// pair carries its connections there. Without a real node it does nothing.
+func (c *Cluster) MirrorRegistries(mirrors map[string]string) error {
+	n := c.realNode
+	if n == nil {
+		return nil
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.forwarders == nil {
+		n.forwarders = map[string]net.Listener{}
+	}
+	for host, target := range mirrors {
+		ln, ok := n.forwarders[target]
+		if !ok {
+			var err error
+			if ln, err = net.Listen("tcp", net.JoinHostPort(n.hostIP, "0")); err != nil {
+				return fmt.Errorf("a forwarder to %s for the real node: %w", target, err)
+			}
+			n.forwarders[target] = ln
+			go forward(ln, target)
+		}
+		dir := filepath.Join(n.dir, "certs.d", host)
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return fmt.Errorf("the real node's mirror of %s: %w", host, err)
+		}
+		hosts := fmt.Sprintf("server = %q\n\n[host.%q]\n  capabilities = [\"pull\", \"resolve\"]\n", "https://"+host, "http://"+ln.Addr().String())
+		if err := os.WriteFile(filepath.Join(dir, "hosts.toml"), []byte(hosts), 0o600); err != nil {
+			return fmt.Errorf("the real node's mirror of %s: %w", host, err)
+		}
+	}
+	return nil
+}
+
+// forward carries each connection ln accepts to target, until ln closes.
+func forward(ln net.Listener, target string) {
+	for {
+		in, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer in.Close()
+			out, err := net.DialTimeout("tcp", target, 10*time.Second)
+			if err != nil {
+				return
+			}
+			defer out.Close()
+			done := make(chan struct{}, 2)
+			go func() { io.Copy(out, in); done <- struct{}{} }()
+			go func() { io.Copy(in, out); done <- struct{}{} }()
+			<-done
+		}()
+	}
 }

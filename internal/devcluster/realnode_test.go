@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -41,8 +46,8 @@ func TestRealNode(t *testing.T) {
 		run = "local"
 	}
 	netnsBefore := netnsNames(t)
-	var log strings.Builder
-	c, err := Start(ctx, Options{Name: fmt.Sprintf("gt-%s-realnode-%d", run, os.Getpid()), Root: root, Ephemeral: true, RealNode: true, Log: &log})
+	var startLog strings.Builder
+	c, err := Start(ctx, Options{Name: fmt.Sprintf("gt-%s-realnode-%d", run, os.Getpid()), Root: root, Ephemeral: true, RealNode: true, Log: &startLog})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,29 +57,29 @@ func TestRealNode(t *testing.T) {
 			c.Stop(context.Background())
 		}
 	})
-	name, err := c.RealNode()
+	nodeName, err := c.RealNode()
 	if err != nil {
 		if os.Getenv("CI") != "" { // CI runs as root with the packages installed: it must be there
 			t.Fatal(err)
 		}
 		t.Skip(err)
 	}
-	node, err := c.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	node, err := c.Client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if node.Labels[RealNodeLabel] != "true" || !strings.HasPrefix(node.Status.NodeInfo.ContainerRuntimeVersion, "containerd://") || node.Annotations["kwok.x-k8s.io/node"] != "" {
-		t.Fatalf("node %s: labels %v, runtime %q, annotations %v", name, node.Labels, node.Status.NodeInfo.ContainerRuntimeVersion, node.Annotations)
+		t.Fatalf("node %s: labels %v, runtime %q, annotations %v", nodeName, node.Labels, node.Status.NodeInfo.ContainerRuntimeVersion, node.Annotations)
 	}
 	tainted := false
 	for _, taint := range node.Spec.Taints {
 		tainted = tainted || (taint.Key == RealNodeLabel && taint.Effect == corev1.TaintEffectNoSchedule)
 	}
 	if !tainted {
-		t.Fatalf("node %s is not tainted %s: %v", name, RealNodeLabel, node.Spec.Taints)
+		t.Fatalf("node %s is not tainted %s: %v", nodeName, RealNodeLabel, node.Spec.Taints)
 	}
 	if node.Status.Capacity.Cpu().IsZero() || node.Status.Capacity.Memory().IsZero() {
-		t.Fatalf("node %s has no CPU or memory: %v", name, node.Status.Capacity)
+		t.Fatalf("node %s has no CPU or memory: %v", nodeName, node.Status.Capacity)
 	}
 
 	pods := c.Client.CoreV1().Pods("default")
@@ -156,6 +161,52 @@ func TestRealNode(t *testing.T) {
 		body, _ := io.ReadAll(resp.Body)
 		if strings.TrimSpace(string(body)) != "serves" {
 			return fmt.Errorf("%s: %q", resp.Status, body)
+		}
+		return nil
+	})
+
+	// An image pulled by digest from a registry on the host's loopback,
+	// named for another host (as the catalog's are), through the node's
+	// mirror of that host.
+	reg := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	defer reg.Close()
+	_, shell, err := busyboxImages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	local, err := name.NewTag(strings.TrimPrefix(reg.URL, "http://")+"/test/busybox:1", name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(local, shell, remote.WithContext(ctx)); err != nil {
+		t.Fatal(err)
+	}
+	digest, err := shell.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.MirrorRegistries(map[string]string{"registry.gantry.internal": strings.TrimPrefix(reg.URL, "http://")}); err != nil {
+		t.Fatal(err)
+	}
+	pulled := realPod("pulled", "echo pulled")
+	pulled.Spec.Containers[0].Image = "registry.gantry.internal/test/busybox@" + digest.String()
+	pulled.Spec.Containers[0].ImagePullPolicy = corev1.PullIfNotPresent
+	if _, err := pods.Create(ctx, pulled, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitfor.Until(t, 2*time.Minute, "the pulled image's pod to succeed", func() error {
+		p, err := pods.Get(ctx, "pulled", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if p.Status.Phase != corev1.PodSucceeded {
+			var why []string
+			for _, s := range p.Status.ContainerStatuses {
+				if s.State.Waiting != nil {
+					why = append(why, s.State.Waiting.Reason+": "+s.State.Waiting.Message)
+				}
+			}
+			return fmt.Errorf("phase %s %v", p.Status.Phase, why)
 		}
 		return nil
 	})

@@ -324,6 +324,17 @@ type Images struct {
 	Verifier *Verifier
 }
 
+// Mirrors maps each catalog registry host to the host images are fetched
+// from instead (Options.Mirrors), a copy: a node that runs the images pulls
+// them from the same place.
+func (v *Verifier) Mirrors() map[string]string {
+	out := make(map[string]string, len(v.o.Mirrors))
+	for k, m := range v.o.Mirrors {
+		out[k] = m
+	}
+	return out
+}
+
 // Verify looks ref up in the catalog and verifies it.
 func (i *Images) Verify(ctx context.Context, ref string) (Result, error) {
 	name, tag, _ := strings.Cut(ref, ":")

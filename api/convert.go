@@ -176,8 +176,8 @@ func (s *server) workloadOut(w workload.Workload) model.Workload {
 	return out
 }
 
-func choice(g *model.GPUChoice, params *model.Parameters, confidential *bool) template.Choice {
-	c := template.Choice{Confidential: deref(confidential)}
+func choice(g *model.GPUChoice, params *model.Parameters, confidential, cpuOnly *bool) template.Choice {
+	c := template.Choice{Confidential: deref(confidential), CPUOnly: deref(cpuOnly)}
 	if g != nil {
 		c.Class, c.Count, c.MIGProfile = deref(g.Class), deref(g.Count), deref(g.MigProfile)
 	}

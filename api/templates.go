@@ -85,7 +85,7 @@ func (s *server) RenderTemplate(ctx context.Context, req gen.RenderTemplateReque
 	if err != nil {
 		return nil, err
 	}
-	r := workload.Request{Template: req.Name, Version: deref(b.TemplateVersion), Team: t, Choice: choice(b.Gpu, b.Parameters, b.Confidential)}
+	r := workload.Request{Template: req.Name, Version: deref(b.TemplateVersion), Team: t, Choice: choice(b.Gpu, b.Parameters, b.Confidential, b.CpuOnly)}
 	if b.Source != nil {
 		// A draft, as the editor holds it: parsed as a file would be, so
 		// its problems name their line.

@@ -28,7 +28,7 @@ func (s *server) CreateWorkload(ctx context.Context, req gen.CreateWorkloadReque
 		return nil, err
 	}
 	lr := workload.Request{
-		Template: b.Template, Version: deref(b.TemplateVersion), Team: t, Choice: choice(b.Gpu, b.Parameters, b.Confidential),
+		Template: b.Template, Version: deref(b.TemplateVersion), Team: t, Choice: choice(b.Gpu, b.Parameters, b.Confidential, b.CpuOnly),
 		IdempotencyKey: deref(req.Params.IdempotencyKey),
 	}
 	// What the estimate makes of it, alongside the launch so that it adds
@@ -93,7 +93,7 @@ func (s *server) EstimateWorkload(ctx context.Context, req gen.EstimateWorkloadR
 		return nil, err
 	}
 	e, err := s.o.Estimates.Estimate(ctx, caller(ctx), estimate.Request{Request: workload.Request{
-		Template: b.Template, Version: deref(b.TemplateVersion), Team: t, Choice: choice(b.Gpu, b.Parameters, b.Confidential),
+		Template: b.Template, Version: deref(b.TemplateVersion), Team: t, Choice: choice(b.Gpu, b.Parameters, b.Confidential, b.CpuOnly),
 	}, MinMemoryGiB: deref(req.Params.MinMemoryGiB)})
 	if err != nil {
 		return nil, err

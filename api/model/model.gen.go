@@ -1501,6 +1501,9 @@ type LaunchRequest struct {
 	// Confidential Run in a confidential VM (Kata with the GPU in NVIDIA CC mode, on a TEE node). Needs a confidential catalog image and a GPU class that supports it; a template marked confidential is always confidential.
 	Confidential *bool `json:"confidential,omitempty"`
 
+	// CpuOnly Take the template's CPU-only choice (spec.cpuOnly): no GPU, on the CPU nodes, priced per core-hour; leave gpu out. A template whose default it is, or that has no GPU classes, takes it when the request names no GPU.
+	CpuOnly *bool `json:"cpuOnly,omitempty"`
+
 	// Gpu The GPUs to ask for; each field defaults to the template's choice.
 	Gpu *GPUChoice `json:"gpu,omitempty"`
 
@@ -1889,6 +1892,9 @@ type RenderRequest struct {
 	// Confidential Run in a confidential VM (Kata with the GPU in NVIDIA CC mode, on a TEE node). Needs a confidential catalog image and a GPU class that supports it; a template marked confidential is always confidential.
 	Confidential *bool `json:"confidential,omitempty"`
 
+	// CpuOnly Take the template's CPU-only choice (spec.cpuOnly): no GPU, on the CPU nodes, priced per core-hour; leave gpu out. A template whose default it is, or that has no GPU classes, takes it when the request names no GPU.
+	CpuOnly *bool `json:"cpuOnly,omitempty"`
+
 	// Gpu The GPUs to ask for; each field defaults to the template's choice.
 	Gpu *GPUChoice `json:"gpu,omitempty"`
 
@@ -2180,10 +2186,17 @@ type TemplateSpec struct {
 	Command *[]string `json:"command,omitempty"`
 
 	// Confidential Every launch runs in a confidential VM; the image must be a confidential catalog image.
-	Confidential *bool       `json:"confidential,omitempty"`
-	CostCenter   *string     `json:"costCenter,omitempty"`
-	Env          *[]EnvVar   `json:"env,omitempty"`
-	Gpu          TemplateGPU `json:"gpu"`
+	Confidential *bool   `json:"confidential,omitempty"`
+	CostCenter   *string `json:"costCenter,omitempty"`
+
+	// CpuOnly Offers a launch without a GPU, on the GPU classes' CPU nodes (gpu-classes.yaml cpu), priced per core-hour; the resources (parameters applied) must stay within maxCPU and maxMemory. A template without gpu offers only this; default makes it the choice when a request names no GPU.
+	CpuOnly *struct {
+		Default   *bool  `json:"default,omitempty"`
+		MaxCPU    string `json:"maxCPU"`
+		MaxMemory string `json:"maxMemory"`
+	} `json:"cpuOnly,omitempty"`
+	Env *[]EnvVar    `json:"env,omitempty"`
+	Gpu *TemplateGPU `json:"gpu,omitempty"`
 
 	// Image A catalog image (images/), name:tag. Launches verify it and run it pinned by digest.
 	Image string `json:"image"`

@@ -98,6 +98,11 @@ func devCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	launchNote := `Launch a notebook on a MIG slice:
   curl -s -X POST URL/api/v1/workloads -H "Authorization: Bearer $GANTRY_TOKEN" -H 'content-type: application/json' -d '{"template":"jupyter-notebook","team":"vision"}'
 `
+	if _, err := cl.RealNode(); err == nil {
+		launchNote += `Run a shell script in a real container on the CPU node (then: gantry logs ID):
+  curl -s -X POST URL/api/v1/workloads -H "Authorization: Bearer $GANTRY_TOKEN" -H 'content-type: application/json' -d '{"template":"cpu-job","team":"vision","parameters":{"script":"uname -a; echo $((6*7))"}}'
+`
+	}
 	if *workers > 0 {
 		kubeconfigs := map[string]string{}
 		for _, w := range devWorkers[:*workers] {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/gantryhq/gantry/api/client"
 	"github.com/gantryhq/gantry/api/model"
+	"github.com/gantryhq/gantry/internal/gpu"
 )
 
 // The workload verbs talk to a server through the generated client
@@ -35,7 +36,7 @@ func launchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	req, err := request(rest, "gantry launch TEMPLATE --team TEAM [--gpu CLASS[:COUNT]] [--mig PROFILE] [--set k=v]... [--wait]")
+	req, err := request(rest, "gantry launch TEMPLATE --team TEAM [--gpu CLASS[:COUNT]] [--mig PROFILE] [--cpu-only] [--set k=v]... [--wait]")
 	if err != nil {
 		return err
 	}
@@ -306,7 +307,7 @@ func estimateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
-	req, err := request(rest, "gantry estimate TEMPLATE --team TEAM [--gpu CLASS[:COUNT]] [--mig PROFILE] [--set k=v]... [--min-memory GIB]")
+	req, err := request(rest, "gantry estimate TEMPLATE --team TEAM [--gpu CLASS[:COUNT]] [--mig PROFILE] [--cpu-only] [--set k=v]... [--min-memory GIB]")
 	if err != nil {
 		return err
 	}
@@ -324,7 +325,11 @@ func estimateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	e := *resp.JSON200
 	return show(stdout, *output, e, func() {
-		fmt.Fprintf(stdout, "%s × %d%s: $%.2f/h", e.Gpu.Class, e.Gpu.Count, prefixed(" ", deref(e.Gpu.MigProfile)), e.PricePerHour)
+		if e.Gpu.Class == gpu.CPUClass {
+			fmt.Fprintf(stdout, "CPU only: $%.2f/h", e.PricePerHour)
+		} else {
+			fmt.Fprintf(stdout, "%s × %d%s: $%.2f/h", e.Gpu.Class, e.Gpu.Count, prefixed(" ", deref(e.Gpu.MigProfile)), e.PricePerHour)
+		}
 		if e.Spot && e.OnDemandPerHour != nil {
 			fmt.Fprintf(stdout, " on spot (on demand $%.2f/h)", *e.OnDemandPerHour)
 		}
@@ -428,6 +433,9 @@ func ownerText(w model.Workload, long bool) string {
 }
 
 func gpuText(w model.Workload) string {
+	if w.Gpu.Class == gpu.CPUClass {
+		return "CPU only"
+	}
 	s := fmt.Sprintf("%s×%d", w.Gpu.Class, w.Gpu.Count)
 	if p := deref(w.Gpu.MigProfile); p != "" {
 		s += " " + p
@@ -746,6 +754,7 @@ func launchFlags(fs *flag.FlagSet) func(rest []string, usage string) (model.Laun
 	teamName := fs.String("team", "", "the team (required)")
 	gpu := fs.String("gpu", "", "GPU class and count, CLASS[:COUNT] (default: the template's)")
 	mig := fs.String("mig", "", `MIG profile such as 1g.10gb, or "none" for whole GPUs (default: the template's)`)
+	cpuOnly := fs.Bool("cpu-only", false, "the template's CPU-only choice: no GPU, on the CPU nodes, priced per core-hour")
 	var sets multiFlag
 	fs.Var(&sets, "set", "a parameter, k=v (repeatable)")
 	return func(rest []string, usage string) (model.LaunchRequest, error) {
@@ -756,6 +765,12 @@ func launchFlags(fs *flag.FlagSet) func(rest []string, usage string) (model.Laun
 		var err error
 		if req.Gpu, err = gpuChoice(*gpu, *mig); err != nil {
 			return req, err
+		}
+		if *cpuOnly {
+			if req.Gpu != nil {
+				return req, usageError{"--cpu-only takes no --gpu or --mig"}
+			}
+			req.CpuOnly = cpuOnly
 		}
 		if len(sets) > 0 {
 			p := model.Parameters{}

@@ -95,6 +95,9 @@ func (s *Service) Template(ctx context.Context, ws Workloads, tpl *template.Temp
 	if err != nil {
 		return r, err
 	}
+	if len(tpl.Spec.GPU.Classes) == 0 {
+		return r, nil // CPU-only: no GPU memory to size a profile for
+	}
 	class, ok := s.classes.Get(tpl.Spec.GPU.DefaultClass)
 	if !ok {
 		return r, fmt.Errorf("template %s: default GPU class %q is not in the catalog", tpl.Metadata.Name, tpl.Spec.GPU.DefaultClass)

@@ -557,7 +557,11 @@ func (p *Policy) MayUse(t team.Name, u access.Use) error {
 	if !ok || !listed(allowed.Templates, u.Template) {
 		errs.Addf("template", "team %q may not use template %q", team, u.Template)
 	}
-	if !ok || !listed(allowed.GPUClasses, u.GPUClass) {
+	switch {
+	case ok && listed(allowed.GPUClasses, u.GPUClass):
+	case u.GPUClass == gpu.CPUClass:
+		errs.Addf("cpuOnly", "team %q may not launch CPU-only (policy: list %s in teams.%s.gpuClasses)", team, gpu.CPUClass, team)
+	default:
 		errs.Addf("gpu.class", "team %q may not use GPU class %q", team, u.GPUClass)
 	}
 	for _, sc := range u.StorageClasses {

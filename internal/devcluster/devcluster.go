@@ -222,7 +222,7 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 		return nil, err
 	}
 	if o.RealNode {
-		if err := c.startRealNode(ctx, o); err != nil {
+		if err := c.startRealNode(ctx, o, classes); err != nil {
 			c.realNodeWhy = fmt.Errorf("no real node: %w", err)
 			line, _, _ := strings.Cut(err.Error(), "\n")
 			fmt.Fprintf(o.Log, "cluster: no real node, the simulated fleet only: %s\n", line)

@@ -4,7 +4,6 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
-	"debug/elf"
 	"errors"
 	"fmt"
 	"io"
@@ -25,6 +24,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/ociimage"
 )
 
@@ -56,8 +56,10 @@ import (
 const (
 	// RealNodeName is the real node's name.
 	RealNodeName = "gantry-real"
-	// RealNodeLabel labels the real node "true" and taints it NoSchedule.
-	RealNodeLabel = "gantry.dev/real-node"
+	// RealNodeLabel labels the real node "true" and taints it NoSchedule
+	// unless the GPU classes' cpu section names another label: CPU-only
+	// launches run there.
+	RealNodeLabel = "gantry.dev/cpu-node"
 	// PauseImage is the sandbox (pause) image on the real node.
 	PauseImage = "gantry.local/pause:1"
 	// ShellImage is busybox: a shell and its tools, on the real node.
@@ -75,9 +77,10 @@ type realNode struct {
 	// forwarders carry pulls from the node's namespace to registries on
 	// the host's loopback (MirrorRegistries); closed with the node.
 	mu         sync.Mutex
-	forwarders map[string]net.Listener
-	cgroup     string   // the kubelet's cgroup root, under every hierarchy
-	slot       *os.File // the node slot's lock, held while it runs
+	forwarders map[string]net.Listener // by target
+	mirrors    map[string][]string     // registry host → forwarders' addresses, newest first
+	cgroup     string                  // the kubelet's cgroup root, under every hierarchy
+	slot       *os.File                // the node slot's lock, held while it runs
 }
 
 // RealNode returns the real node's name, or why the cluster has none.
@@ -116,7 +119,7 @@ func realNodeMissing() error {
 	if len(missing) > 0 {
 		return fmt.Errorf("missing %s (Debian: apt-get install containerd runc containernetworking-plugins busybox-static iproute2)", strings.Join(missing, ", "))
 	}
-	if err := staticBinary(busybox); err != nil {
+	if _, err := ociimage.BusyBoxFiles(busybox); err != nil {
 		return err
 	}
 	if len(cgroupMounts()) == 0 {
@@ -127,24 +130,8 @@ func realNodeMissing() error {
 
 const (
 	cniBinDir = "/usr/lib/cni"
-	busybox   = "/bin/busybox"
+	busybox   = ociimage.BusyBoxPath
 )
-
-// staticBinary checks that path is a statically linked executable (it runs
-// in an image with nothing else).
-func staticBinary(path string) error {
-	f, err := elf.Open(path)
-	if err != nil {
-		return fmt.Errorf("%s: %w (Debian: apt-get install busybox-static)", path, err)
-	}
-	defer f.Close()
-	for _, p := range f.Progs {
-		if p.Type == elf.PT_INTERP {
-			return fmt.Errorf("%s is dynamically linked (Debian: apt-get install busybox-static)", path)
-		}
-	}
-	return nil
-}
 
 // cgroupMounts are the mount points of the machine's cgroup hierarchies.
 func cgroupMounts() []string {
@@ -164,7 +151,7 @@ func cgroupMounts() []string {
 
 // startRealNode starts the real node and waits until it is Ready. On an
 // error, nothing of it is left running.
-func (c *Cluster) startRealNode(ctx context.Context, o Options) (err error) {
+func (c *Cluster) startRealNode(ctx context.Context, o Options, classes *gpu.Catalog) (err error) {
 	if err := realNodeMissing(); err != nil {
 		return err
 	}
@@ -204,10 +191,14 @@ func (c *Cluster) startRealNode(ctx context.Context, o Options) (err error) {
 	}
 	hostIP := fmt.Sprintf("10.243.%d.1", slot)
 	n.hostIP = hostIP
+	label := RealNodeLabel
+	if cpu, ok := classes.CPU(); ok {
+		label = cpu.NodeLabel
+	}
 	files := map[string]string{
 		"containerd.toml":        containerdConfig(n.dir, n.run, fmt.Sprintf("10.243.%d.2", slot)),
 		"cni/10-gantry.conflist": cniConfig(slot, n.dir),
-		"kubelet.yaml":           kubeletConfig(hostIP, n.cgroup, n.run, filepath.Join(c.workDir, "clusters", c.Name, "pki", "ca.crt")),
+		"kubelet.yaml":           kubeletConfig(hostIP, n.cgroup, n.run, filepath.Join(c.workDir, "clusters", c.Name, "pki", "ca.crt"), label),
 	}
 	for name, data := range files {
 		if err := os.WriteFile(filepath.Join(n.dir, name), []byte(data), 0o600); err != nil {
@@ -215,7 +206,7 @@ func (c *Cluster) startRealNode(ctx context.Context, o Options) (err error) {
 		}
 	}
 	args := []string{"--mount", "--propagation", "private", "/bin/sh", "-c", nodeScript, "node",
-		n.dir, n.run, "/run/netns/" + n.netns, images, filepath.Join(kubeletDir, "kubelet"), c.Kubeconfig, hostIP}
+		n.dir, n.run, "/run/netns/" + n.netns, images, filepath.Join(kubeletDir, "kubelet"), c.Kubeconfig, hostIP, label}
 	if n.proc, err = startProcess("the real node", "unshare", args, nil, filepath.Join(n.dir, "node.log")); err != nil {
 		return err
 	}
@@ -231,7 +222,7 @@ func (c *Cluster) startRealNode(ctx context.Context, o Options) (err error) {
 // stand-ins, containerd in the node's network namespace, the images, then
 // the kubelet in its place. $1 the node's directory, $2 its runtime
 // directory, $3 the network namespace, $4 the images, $5 the kubelet, $6
-// the kubeconfig, $7 the node's address.
+// the kubeconfig, $7 the node's address, $8 its label.
 const nodeScript = `set -e
 mount --make-rprivate /
 for f in vm/overcommit_memory vm/panic_on_oom kernel/panic kernel/panic_on_oops kernel/keys/root_maxkeys kernel/keys/root_maxbytes; do
@@ -248,7 +239,7 @@ until ctr -a "$2/containerd.sock" version > /dev/null 2>&1; do
 done
 ctr -a "$2/containerd.sock" -n k8s.io images import "$4" > /dev/null
 exec "$5" --config "$1/kubelet.yaml" --kubeconfig "$6" --hostname-override ` + RealNodeName + ` --node-ip "$7" \
-  --root-dir "$1/kubelet" --cert-dir "$1/kubelet/pki" --node-labels ` + RealNodeLabel + `=true
+  --root-dir "$1/kubelet" --cert-dir "$1/kubelet/pki" --node-labels "$8=true"
 `
 
 // slotDir holds the node slots' lock files: root's alone (the real node
@@ -471,7 +462,7 @@ func cniConfig(slot int, dir string) string {
 // cluster's CA (the API server presents the admin certificate) and asking
 // the API server who may do what; no iptables rules, no image GC (its
 // images are imported, not pulled), evictions only near the edge.
-func kubeletConfig(address, cgroup, run, clientCA string) string {
+func kubeletConfig(address, cgroup, run, clientCA, label string) string {
 	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 address: %[1]s
@@ -495,32 +486,16 @@ evictionHard: {memory.available: 100Mi, nodefs.available: "1%%", imagefs.availab
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 resolvConf: ""
-`, address, cgroup, run, clientCA, RealNodeLabel)
+`, address, cgroup, run, clientCA, label)
 }
 
-// busyboxImages are the real node's images (PauseImage, ShellImage): one
-// layer of Debian's static busybox and a link for each of its tools.
+// busyboxImages are the real node's images (PauseImage, ShellImage), of
+// Debian's static busybox.
 func busyboxImages() (pause, shell v1.Image, err error) {
-	bb, err := os.ReadFile(busybox)
-	if err != nil {
-		return nil, nil, fmt.Errorf("busybox: %w", err)
-	}
-	out, err := exec.Command(busybox, "--list").Output()
-	if err != nil {
-		return nil, nil, fmt.Errorf("%s --list: %w", busybox, err)
-	}
-	files := []ociimage.File{{Path: "/bin/busybox", Data: bb, Mode: 0o755}, {Path: "/tmp", Dir: true, Mode: 0o1777}}
-	for _, applet := range strings.Fields(string(out)) {
-		if applet != "busybox" && !strings.Contains(applet, "/") {
-			files = append(files, ociimage.File{Path: "/bin/" + applet, Link: "busybox"})
-		}
-	}
-	created := time.Unix(0, 0).UTC()
-	env := []string{"PATH=/bin"}
-	if pause, err = ociimage.Build(ociimage.Spec{Layers: [][]ociimage.File{files}, Entrypoint: []string{"/bin/sleep", "2147483647"}, Env: env, Created: created}); err != nil {
+	if pause, err = ociimage.BusyBox(busybox, "/bin/sleep", "2147483647"); err != nil {
 		return nil, nil, err
 	}
-	shell, err = ociimage.Build(ociimage.Spec{Layers: [][]ociimage.File{files}, Cmd: []string{"/bin/sh"}, Env: env, Created: created})
+	shell, err = ociimage.BusyBox(busybox)
 	return pause, shell, err
 }
 
@@ -596,7 +571,10 @@ func tarDir(dir, path string) error {
 // host's loopback (their values: 127.0.0.1:port, plain HTTP), as a
 // registry mirror does: containerd, in the node's network namespace, cannot
 // reach the host's loopback, so a forwarder on the host's side of the veth
-// pair carries its connections there. Without a real node it does nothing.
+// pair carries its connections there. A host mirrored again keeps its
+// earlier mirrors after the new one (containerd tries them in turn: several
+// test servers, each with a registry of its own, publish the same digests).
+// Without a real node it does nothing.
 func (c *Cluster) MirrorRegistries(mirrors map[string]string) error {
 	n := c.realNode
 	if n == nil {
@@ -605,7 +583,7 @@ func (c *Cluster) MirrorRegistries(mirrors map[string]string) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.forwarders == nil {
-		n.forwarders = map[string]net.Listener{}
+		n.forwarders, n.mirrors = map[string]net.Listener{}, map[string][]string{}
 	}
 	for host, target := range mirrors {
 		ln, ok := n.forwarders[target]
@@ -621,7 +599,18 @@ func (c *Cluster) MirrorRegistries(mirrors map[string]string) error {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return fmt.Errorf("the real node's mirror of %s: %w", host, err)
 		}
-		hosts := fmt.Sprintf("server = %q\n\n[host.%q]\n  capabilities = [\"pull\", \"resolve\"]\n", "https://"+host, "http://"+ln.Addr().String())
+		addr := "http://" + ln.Addr().String()
+		list := []string{addr}
+		for _, a := range n.mirrors[host] {
+			if a != addr {
+				list = append(list, a)
+			}
+		}
+		n.mirrors[host] = list
+		hosts := fmt.Sprintf("server = %q\n", "https://"+host)
+		for _, a := range list {
+			hosts += fmt.Sprintf("\n[host.%q]\n  capabilities = [\"pull\", \"resolve\"]\n", a)
+		}
 		if err := os.WriteFile(filepath.Join(dir, "hosts.toml"), []byte(hosts), 0o600); err != nil {
 			return fmt.Errorf("the real node's mirror of %s: %w", host, err)
 		}

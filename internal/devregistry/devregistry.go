@@ -1,6 +1,7 @@
 // Package devregistry owns the local OCI registry of `gantry dev` and of the
 // tests: go-containerregistry's registry on a loopback port, holding a small
-// stand-in image for every exact tag of every catalog image, each signed and
+// stand-in image for every exact tag of every catalog image (a real one for
+// the few it can build here: busybox), each signed and
 // attested with a development key the way the platform's pipeline signs the
 // real ones. Gantry reaches it as a mirror of the catalog's registries, so
 // resolution, signature and attestation checks and digest pinning run for
@@ -26,6 +27,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/crane"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
@@ -34,6 +36,7 @@ import (
 	"github.com/gantryhq/gantry/internal/imagecat"
 	"github.com/gantryhq/gantry/internal/imagesign"
 	"github.com/gantryhq/gantry/internal/imageverify"
+	"github.com/gantryhq/gantry/internal/ociimage"
 )
 
 // KeyLabel names the development key where verification reports it.
@@ -107,7 +110,12 @@ func (r *Registry) Publish(ctx context.Context, e *imagecat.Entry, tag string) (
 	if err != nil {
 		return name.Digest{}, err
 	}
-	d, err := r.Push(ctx, repo.Tag(tag), e.Image.Spec.Repository+":"+tag)
+	var d name.Digest
+	if build, ok := realImages[e.Image.Metadata.Name]; ok {
+		d, err = r.pushReal(ctx, repo.Tag(tag), build)
+	} else {
+		d, err = r.Push(ctx, repo.Tag(tag), e.Image.Spec.Repository+":"+tag)
+	}
 	if err != nil {
 		return d, err
 	}
@@ -128,6 +136,28 @@ func (r *Registry) Publish(ctx context.Context, e *imagecat.Entry, tag string) (
 		}
 	}
 	return d, nil
+}
+
+// realImages are the catalog images this registry builds for real (they
+// run on a real node), by catalog name; the others get stand-ins.
+var realImages = map[string]func() (v1.Image, error){
+	"busybox": func() (v1.Image, error) { return ociimage.BusyBox(ociimage.BusyBoxPath) },
+}
+
+// pushReal writes the image build makes under ref and returns its digest.
+func (r *Registry) pushReal(ctx context.Context, ref name.Tag, build func() (v1.Image, error)) (name.Digest, error) {
+	img, err := build()
+	if err != nil {
+		return name.Digest{}, fmt.Errorf("build %s: %w", ref, err)
+	}
+	if err := remote.Write(ref, img, remote.WithContext(ctx)); err != nil {
+		return name.Digest{}, err
+	}
+	h, err := img.Digest()
+	if err != nil {
+		return name.Digest{}, err
+	}
+	return ref.Context().Digest(h.String()), nil
 }
 
 // Push writes an unsigned stand-in image under ref and returns its digest.

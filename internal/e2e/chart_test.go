@@ -40,7 +40,9 @@ var (
 	gantryKubeconfig string // the cluster as the chart's ServiceAccount
 )
 
-var chartHooks = clustertest.Hooks{Before: installChart, After: checkRBAC}
+var chartHooks = clustertest.Hooks{Before: installChart, After: checkRBAC,
+	// A real node beside the simulated fleet: CPU-only launches run there.
+	Options: func(o *devcluster.Options) { o.RealNode = true }}
 
 func helmChart(t testing.TB, args ...string) string {
 	t.Helper()

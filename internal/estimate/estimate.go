@@ -173,7 +173,10 @@ func (s *Service) price(ctx context.Context, rd workload.Rendered, req workload.
 		e.MIGProfile = r.MIG.Name
 		e.GPUs = float64(r.Count) * r.MIG.Share()
 	}
-	price, spot := r.Class.HourlyPrice(r.MIG, r.Count, spec.Scheduling.Spot)
+	price, spot := rd.PricePerHour, false
+	if !r.CPUOnly {
+		price, spot = r.Class.HourlyPrice(r.MIG, r.Count, spec.Scheduling.Spot)
+	}
 	e.PricePerHour, e.Spot = budget.Round(price), spot
 	if spot {
 		onDemand, _ := r.Class.HourlyPrice(r.MIG, r.Count, false)
@@ -191,6 +194,11 @@ func (s *Service) price(ctx context.Context, rd workload.Rendered, req workload.
 		return Estimate{}, err
 	}
 	e.Approval, e.Held, e.Verdict = v.Approval, v.Hold, v.Why
+	if r.CPUOnly {
+		// GPU quotas count GPUs; the CPU nodes' room is not weighed.
+		e.StartsNow, e.Why = true, "CPU-only: it runs on the CPU nodes, priced per core-hour; GPU quotas do not apply"
+		return held(e), nil
+	}
 	q := s.o.Quotas.Quota(req.Team)
 	e.Quota, e.Cohort = q.For(r.Class.Name), q.Cohort
 	if s.o.Cluster == nil {

@@ -30,7 +30,25 @@ type File struct {
 	APIVersion string  `json:"apiVersion"`
 	Kind       string  `json:"kind"`
 	Classes    []Class `json:"classes"`
+	// CPU is where and at what price launches without a GPU run (a
+	// template's CPU-only choice); without it, none can.
+	CPU *CPU `json:"cpu,omitempty"`
 }
+
+// CPU says where CPU-only launches run and what they cost: on nodes
+// labelled NodeLabel=true, tolerating its NoSchedule taint, at a price per
+// core-hour (Price.OnDemand; Spot unused).
+type CPU struct {
+	NodeLabel string `json:"nodeLabel"`
+	Price     Price  `json:"price"`
+}
+
+// CPUClass is the class name a CPU-only workload is recorded, grouped and
+// entitled under. No GPU class may take it.
+const CPUClass = "CPU"
+
+// HourlyPrice is what cores cost an hour.
+func (c CPU) HourlyPrice(cores float64) float64 { return cores * c.Price.OnDemand }
 
 // Class is one kind of GPU that workloads can ask for.
 type Class struct {
@@ -154,6 +172,7 @@ type Catalog struct {
 type classSet struct {
 	classes []Class
 	byName  map[string]int
+	cpu     *CPU
 }
 
 func (c *Catalog) now() *classSet { return c.set.Load() }
@@ -166,6 +185,24 @@ func (c *Catalog) Get(name string) (Class, bool) {
 		return Class{}, false
 	}
 	return s.classes[i], true
+}
+
+// Snapshot is a catalog of c's classes as they are now, which a later
+// Replace of c leaves as it is.
+func (c *Catalog) Snapshot() *Catalog {
+	out := &Catalog{}
+	out.set.Store(c.now())
+	return out
+}
+
+// CPU returns where and at what price CPU-only launches run, and whether
+// the catalog allows them at all.
+func (c *Catalog) CPU() (CPU, bool) {
+	s := c.now()
+	if s.cpu == nil {
+		return CPU{}, false
+	}
+	return *s.cpu, true
 }
 
 // Share is what count instances of class's MIG profile count as of whole
@@ -229,6 +266,9 @@ func (c *Catalog) Replace(n *Catalog) error {
 			}
 		}
 	}
+	if c.now().cpu != nil && next.cpu == nil {
+		errs.Addf("cpu", "CPU-only launches are in force (templates may offer them): the cpu section cannot be removed by a reload")
+	}
 	if err := errs.Err(); err != nil {
 		return err
 	}
@@ -240,6 +280,7 @@ var (
 	classNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9.-]{0,38}[A-Za-z0-9]$`)
 	profileRE   = regexp.MustCompile(`^[1-7]g\.[0-9]+gb$`)
 	labelValRE  = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$`)
+	labelKeyRE  = regexp.MustCompile(`^([a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$`)
 	deviceRE    = regexp.MustCompile(`^[a-z0-9]([a-z0-9.-]*[a-z0-9])?/[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?$`)
 )
 
@@ -270,6 +311,9 @@ func New(f File) (*Catalog, error) {
 		p := fmt.Sprintf("classes[%d]", i)
 		if !classNameRE.MatchString(c.Name) {
 			errs.Addf(p+".name", "%q is not a valid class name (letters, digits, '.', '-'; 2-40 characters)", c.Name)
+		}
+		if c.Name == CPUClass {
+			errs.Addf(p+".name", "%q names CPU-only launches (the file's cpu section), not a GPU class", CPUClass)
 		}
 		if _, dup := cat.byName[c.Name]; dup {
 			errs.Addf(p+".name", "duplicate class %q", c.Name)
@@ -333,6 +377,19 @@ func New(f File) (*Catalog, error) {
 		}
 		cat.byName[c.Name] = i
 		cat.classes = append(cat.classes, c)
+	}
+	if c := f.CPU; c != nil {
+		if !labelKeyRE.MatchString(c.NodeLabel) {
+			errs.Addf("cpu.nodeLabel", "%q is not a label key like gantry.dev/cpu-node", c.NodeLabel)
+		}
+		if c.Price.OnDemand < 0 || c.Price.Spot != 0 {
+			errs.Addf("cpu.price", "onDemand is the price of a core-hour and cannot be negative; spot does not apply")
+		}
+		if c.Price.Currency != "" && !slices.Contains(Currencies, c.Price.Currency) {
+			errs.Addf("cpu.price.currency", "%q: prices are in %s (budgets are too)", c.Price.Currency, strings.Join(Currencies, ", "))
+		}
+		cpu := *c
+		cat.cpu = &cpu
 	}
 	if err := errs.Err(); err != nil {
 		return nil, err

@@ -292,8 +292,8 @@ func (img *Image) Validate(classes *gpu.Catalog) error {
 		errs.Addf("spec.gpuClasses", "at least one GPU class is required")
 	}
 	for i, g := range s.GPUClasses {
-		if _, ok := classes.Get(g); !ok {
-			errs.Addf(fmt.Sprintf("spec.gpuClasses[%d]", i), "unknown GPU class %q (known: %s)", g, strings.Join(classes.Names(), ", "))
+		if _, ok := classes.Get(g); !ok && g != gpu.CPUClass {
+			errs.Addf(fmt.Sprintf("spec.gpuClasses[%d]", i), "unknown GPU class %q (known: %s, and %s for CPU-only)", g, strings.Join(classes.Names(), ", "), gpu.CPUClass)
 		}
 	}
 	return errs.Err()

@@ -129,6 +129,10 @@ type Meta struct {
 	// worker cluster Gantry's dispatcher nominates, and its status is
 	// copied back.
 	MultiKueue bool
+	// CPUNodeLabel is the label (=true, and taint, NoSchedule) of the nodes
+	// CPU-only launches run on (the GPU classes' cpu section); required
+	// for one.
+	CPUNodeLabel string
 }
 
 // ManagedByMultiKueue is the spec.managedBy of a Job MultiKueue runs on a
@@ -244,6 +248,9 @@ func (b *builder) checkMeta() {
 			b.errs.Addf("confidential", "init data for the attestation agent is required (configure confidential.kbsURL)")
 		}
 	}
+	if r.CPUOnly && m.CPUNodeLabel == "" {
+		b.errs.Addf("cpuOnly", "no CPU nodes are configured (the GPU classes' cpu section): a CPU-only launch has nowhere to run")
+	}
 	if m.Image == "" || strings.ContainsAny(m.Image, " \t\n{}") {
 		b.errs.Addf("image", "%q is not an image reference: the template's catalog image, verified and pinned by digest, is required", m.Image)
 	}
@@ -349,15 +356,19 @@ func GPUResource(r *template.Resolved) string {
 }
 
 // resources is the main container's requests and limits: CPU, memory, the
-// GPUs (whole, MIG slices or passed through) and ephemeral storage.
+// GPUs (whole, MIG slices or passed through; none CPU-only) and ephemeral
+// storage.
 func (b *builder) resources() corev1.ResourceRequirements {
 	r, s := b.r, b.s
-	gpuResource := corev1.ResourceName(GPUResource(r))
-	gpus := *resource.NewQuantity(int64(r.Count), resource.DecimalSI)
 	cpu := b.quantity("spec.resources.cpu", s.Resources.CPU)
 	mem := b.quantity("spec.resources.memory", s.Resources.Memory)
-	requests := corev1.ResourceList{corev1.ResourceCPU: cpu, corev1.ResourceMemory: mem, gpuResource: gpus}
-	limits := corev1.ResourceList{corev1.ResourceMemory: mem, gpuResource: gpus}
+	requests := corev1.ResourceList{corev1.ResourceCPU: cpu, corev1.ResourceMemory: mem}
+	limits := corev1.ResourceList{corev1.ResourceMemory: mem}
+	if !r.CPUOnly {
+		gpuResource := corev1.ResourceName(GPUResource(r))
+		gpus := *resource.NewQuantity(int64(r.Count), resource.DecimalSI)
+		requests[gpuResource], limits[gpuResource] = gpus, gpus
+	}
 	if s.Resources.EphemeralStorage != "" {
 		q := b.quantity("spec.resources.ephemeralStorage", s.Resources.EphemeralStorage)
 		requests[corev1.ResourceEphemeralStorage] = q
@@ -433,7 +444,7 @@ func (b *builder) claim(i int, v template.Volume) corev1.PersistentVolumeClaim {
 // pod is the pod spec and pod metadata. A confidential pod gets its TEE's
 // runtime class, GPUs in CC mode and the init data.
 func (b *builder) pod(c corev1.Container, volumes []corev1.Volume) (corev1.PodSpec, metav1.ObjectMeta) {
-	pod := podSpec(b.r, c, volumes)
+	pod := podSpec(b.r, c, volumes, b.m.CPUNodeLabel)
 	podMeta := metav1.ObjectMeta{Labels: copyMap(b.labels), Annotations: copyMap(b.annotations)}
 	if b.r.Confidential {
 		// The runtime class's scheduling (see deploy/) keeps the pod on nodes
@@ -452,7 +463,9 @@ func (b *builder) pod(c corev1.Container, volumes []corev1.Volume) (corev1.PodSp
 // priority, is marked managed, and waits at Kueue's admission gate (a Job
 // carries its queue itself and is created suspended).
 func (b *builder) enqueue(pod *corev1.PodSpec, podMeta *metav1.ObjectMeta) {
-	pod.Tolerations = append(pod.Tolerations, corev1.Toleration{Key: quota.TaintGPUClass, Operator: corev1.TolerationOpEqual, Value: b.r.Class.Name, Effect: corev1.TaintEffectNoSchedule})
+	if !b.r.CPUOnly { // a CPU-only pod asks Kueue for no GPU: no flavor to tolerate
+		pod.Tolerations = append(pod.Tolerations, corev1.Toleration{Key: quota.TaintGPUClass, Operator: corev1.TolerationOpEqual, Value: b.r.Class.Name, Effect: corev1.TaintEffectNoSchedule})
+	}
 	if b.s.Workload != template.Job {
 		podMeta.Labels[quota.LabelQueueName] = quota.LocalQueue
 		podMeta.Labels[quota.LabelPriorityClass] = b.kueuePriority(pod)
@@ -616,7 +629,9 @@ func (b *builder) networkPolicy() *networkingv1.NetworkPolicy {
 	}
 }
 
-func podSpec(r *template.Resolved, c corev1.Container, volumes []corev1.Volume) corev1.PodSpec {
+// podSpec is the pod of r: on nodes of its GPU class (spot ones only if it
+// asks), or, CPU-only, on the nodes labelled cpuNode.
+func podSpec(r *template.Resolved, c corev1.Container, volumes []corev1.Volume, cpuNode string) corev1.PodSpec {
 	s := &r.Template.Spec
 	priority := s.Scheduling.Priority
 	if priority == "" {
@@ -624,9 +639,13 @@ func podSpec(r *template.Resolved, c corev1.Container, volumes []corev1.Volume) 
 	}
 	tolerations := []corev1.Toleration{{Key: TaintGPU, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}
 	terms := []corev1.NodeSelectorRequirement{{Key: LabelGPUProduct, Operator: corev1.NodeSelectorOpIn, Values: append([]string(nil), r.Class.Products...)}}
-	if s.Scheduling.Spot {
+	switch {
+	case r.CPUOnly:
+		tolerations = []corev1.Toleration{{Key: cpuNode, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}
+		terms = []corev1.NodeSelectorRequirement{{Key: cpuNode, Operator: corev1.NodeSelectorOpIn, Values: []string{"true"}}}
+	case s.Scheduling.Spot:
 		tolerations = append(tolerations, corev1.Toleration{Key: TaintSpot, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule})
-	} else {
+	default:
 		terms = append(terms, corev1.NodeSelectorRequirement{Key: LabelCapacityType, Operator: corev1.NodeSelectorOpNotIn, Values: []string{"spot"}})
 	}
 	return corev1.PodSpec{

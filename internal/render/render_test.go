@@ -69,6 +69,7 @@ var cases = []struct {
 	{"gpu-vm", "gpu-vm", template.Choice{Params: map[string]any{"sshPublicKey": testKey}}},
 	{"gpu-vm-h100-confidential", "gpu-vm", template.Choice{Class: "H100-80GB", Count: 2, Confidential: true, Params: map[string]any{"sshPublicKey": testKey}}},
 	{"vllm-inference-confidential-h200", "vllm-inference", template.Choice{Class: "H200-141GB", Confidential: true}},
+	{"cpu-job", "cpu-job", template.Choice{Params: map[string]any{"cpu": "2"}}},
 }
 
 func TestGolden(t *testing.T) {
@@ -474,6 +475,9 @@ func metaFor(r *template.Resolved) render.Meta {
 	if r.Confidential {
 		m.TEE = "snp"
 		m.InitData, _ = render.InitData("https://kbs.example.com:8080")
+	}
+	if r.CPUOnly {
+		m.CPUNodeLabel = "gantry.dev/cpu-node"
 	}
 	return m
 }

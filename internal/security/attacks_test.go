@@ -110,7 +110,7 @@ func probeTemplate(name string) model.TemplateDocument {
 		Metadata: model.TemplateMetadata{Name: name, Title: "Security probe"},
 		Spec: model.TemplateSpec{
 			Workload: model.TemplateSpecWorkloadJob, Image: "pytorch:25.01-py3",
-			Gpu:       model.TemplateGPU{Classes: []string{"L4"}, DefaultClass: "L4"},
+			Gpu:       &model.TemplateGPU{Classes: []string{"L4"}, DefaultClass: "L4"},
 			Resources: model.TemplateResources{Cpu: "1", Memory: "{{mem}}"},
 			Env:       &[]model.EnvVar{{Name: "NOTE", Value: "{{note}}"}},
 			Command:   &[]string{"echo"},

@@ -94,22 +94,25 @@ type Core struct {
 	// platform team's edited prices laid over them (internal/overlay).
 	// classesMu is held across each whole change of either.
 	classesMu   sync.Mutex
-	fileClasses []gpu.Class // the class file as last put in force
+	fileClasses *gpu.Catalog // the class file as last put in force
 	priceEdits  map[string]gpu.Price
 }
 
 // putClasses puts file's classes with prices laid over them in force, then
 // records the prices that changed in their history; only then are they
 // kept as fileClasses and priceEdits. The caller holds classesMu.
-func (c *Core) putClasses(ctx context.Context, now time.Time, file []gpu.Class, prices map[string]gpu.Price) error {
-	classes := make([]gpu.Class, len(file))
-	for i, cl := range file {
+func (c *Core) putClasses(ctx context.Context, now time.Time, file *gpu.Catalog, prices map[string]gpu.Price) error {
+	classes := file.List()
+	for i, cl := range classes {
 		if p, ok := prices[cl.Name]; ok {
-			cl.Price = p
+			classes[i].Price = p
 		}
-		classes[i] = cl
 	}
-	n, err := gpu.New(gpu.File{APIVersion: gpu.APIVersion, Kind: gpu.Kind, Classes: classes})
+	f := gpu.File{APIVersion: gpu.APIVersion, Kind: gpu.Kind, Classes: classes}
+	if cpu, ok := file.CPU(); ok {
+		f.CPU = &cpu
+	}
+	n, err := gpu.New(f)
 	if err != nil {
 		return err
 	}
@@ -197,7 +200,7 @@ func openStore(ctx context.Context, cfg config.Config, log *slog.Logger, classes
 	live.Replace(groups)
 	liveFleet := &fleet.Fleet{}
 	liveFleet.Replace(fl)
-	return &Core{Config: cfg, Log: log, Store: st, Catalog: cat, Images: images, NodeGroups: live, fileGroups: groups, Fleet: liveFleet, fileFleet: fl, classesStamp: stamp, fileClasses: classes.List()}, nil
+	return &Core{Config: cfg, Log: log, Store: st, Catalog: cat, Images: images, NodeGroups: live, fileGroups: groups, Fleet: liveFleet, fileFleet: fl, classesStamp: stamp, fileClasses: classes.Snapshot()}, nil
 }
 
 // fileStamp identifies a file's state: its size and modification time
@@ -231,7 +234,7 @@ func (c *Core) reloadClasses(ctx context.Context, now time.Time) error {
 	}
 	c.classesMu.Lock()
 	defer c.classesMu.Unlock()
-	if err := c.putClasses(ctx, now, n.List(), c.priceEdits); err != nil {
+	if err := c.putClasses(ctx, now, n, c.priceEdits); err != nil {
 		return fmt.Errorf("%s: %w (tried again at the next look)", path, err)
 	}
 	c.classesStamp = stamp

@@ -7,6 +7,7 @@ import (
 
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/gpu"
+	"github.com/gantryhq/gantry/internal/quantity"
 )
 
 // NoMIG, as Choice.MIGProfile, asks for whole GPUs even where the template's
@@ -23,6 +24,10 @@ type Choice struct {
 	// Confidential asks for a confidential-computing launch; a template marked
 	// confidential is one whatever the request says.
 	Confidential bool
+	// CPUOnly asks for the template's CPU-only choice (no GPU); a template
+	// whose default it is, or that offers nothing else, takes it when the
+	// request names no GPU.
+	CPUOnly bool
 }
 
 // Resolved is a template with every choice made and checked.
@@ -35,6 +40,29 @@ type Resolved struct {
 	// Confidential: the workload runs in a confidential VM (Kata + NVIDIA CC)
 	// on whole GPUs of a class that supports it.
 	Confidential bool
+	// CPUOnly: no GPU; the workload runs on the classes' CPU nodes. Class
+	// is then named gpu.CPUClass and nothing else; Count is 0.
+	CPUOnly bool
+}
+
+// CPUCores is the CPU the workload asks for, in cores (its resources.cpu
+// with the parameters applied; 0 if that is not a quantity).
+func (r *Resolved) CPUCores() float64 {
+	q, err := quantity.Parse(r.Expand(r.Template.Spec.Resources.CPU, nil))
+	if err != nil {
+		return 0
+	}
+	return q.AsApproximateFloat64()
+}
+
+// wantsCPUOnly says whether c takes the template's CPU-only choice: asked
+// for, or the default (or only) choice when c names no GPU.
+func (t *Template) wantsCPUOnly(c Choice) bool {
+	if c.CPUOnly {
+		return true
+	}
+	o := t.Spec.CPUOnly
+	return o != nil && (o.Default || len(t.Spec.GPU.Classes) == 0) && c.Class == "" && c.Count == 0 && c.MIGProfile == ""
 }
 
 // Resolve checks a choice against the template and GPU classes and fills in the
@@ -48,9 +76,55 @@ func (t *Template) Resolve(classes *gpu.Catalog, c Choice) (*Resolved, error) {
 // that a template can be checked with its defaults alone.
 func (t *Template) resolve(classes *gpu.Catalog, c Choice, placeholders bool) (*Resolved, error) {
 	var errs fault.List
-	g := t.Spec.GPU
 	r := &Resolved{Template: t, Params: map[string]string{}}
+	if t.wantsCPUOnly(c) {
+		r.CPUOnly, r.Class = true, gpu.Class{Name: gpu.CPUClass}
+		switch {
+		case t.Spec.CPUOnly == nil:
+			errs.Addf("cpuOnly", "template %q offers no CPU-only choice (it runs on %s)", t.Metadata.Name, strings.Join(t.Spec.GPU.Classes, ", "))
+		case c.Class != "" || c.Count != 0 || (c.MIGProfile != "" && c.MIGProfile != NoMIG):
+			errs.Addf("gpu", "a CPU-only launch takes no GPU: leave gpu out, or cpuOnly")
+		case c.Confidential:
+			errs.Addf("confidential", "confidential launches run on confidential GPUs: a CPU-only launch cannot be one")
+		}
+	} else {
+		t.resolveGPU(classes, c, r, &errs)
+	}
+	t.resolveParams(c, r, placeholders, &errs)
+	if r.CPUOnly && t.Spec.CPUOnly != nil && errs.Len() == 0 {
+		t.checkCPUBounds(r, &errs)
+	}
+	if err := errs.Err(); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
 
+// checkCPUBounds holds a CPU-only launch's CPU and memory, parameters
+// applied, to the template's cpuOnly bounds.
+func (t *Template) checkCPUBounds(r *Resolved, errs *fault.List) {
+	o := t.Spec.CPUOnly
+	for _, b := range []struct{ what, v, max string }{
+		{"CPU", t.Spec.Resources.CPU, o.MaxCPU},
+		{"memory", t.Spec.Resources.Memory, o.MaxMemory},
+	} {
+		v, err := quantity.Parse(r.Expand(b.v, nil))
+		if err != nil {
+			continue // Validate names it
+		}
+		if max, err := quantity.Parse(b.max); err == nil && v.Cmp(max) > 0 {
+			errs.Addf("cpuOnly", "%s %s is over template %q's CPU-only bound %s", b.what, v.String(), t.Metadata.Name, b.max)
+		}
+	}
+}
+
+// resolveGPU resolves the GPU class, MIG profile and count of c into r.
+func (t *Template) resolveGPU(classes *gpu.Catalog, c Choice, r *Resolved, errs *fault.List) {
+	g := t.Spec.GPU
+	if len(g.Classes) == 0 {
+		errs.Addf("gpu", "template %q runs without a GPU (CPU-only): leave gpu out", t.Metadata.Name)
+		return
+	}
 	className := c.Class
 	if className == "" {
 		className = g.DefaultClass
@@ -103,6 +177,10 @@ func (t *Template) resolve(classes *gpu.Catalog, c Choice, placeholders bool) (*
 	if r.MIG != nil && r.Count > r.MIG.MaxInstances {
 		errs.Addf("gpu.count", "at most %d %s slices fit on one GPU", r.MIG.MaxInstances, r.MIG.Name)
 	}
+}
+
+// resolveParams resolves c's parameters into r.Params.
+func (t *Template) resolveParams(c Choice, r *Resolved, placeholders bool, errs *fault.List) {
 
 	declared := map[string]bool{}
 	for i := range t.Spec.Parameters {
@@ -136,10 +214,6 @@ func (t *Template) resolve(classes *gpu.Catalog, c Choice, placeholders bool) (*
 	for _, k := range unknown {
 		errs.Addf("parameters."+clip(k), "template %q has no parameter %q (has: %s)", t.Metadata.Name, clip(k), strings.Join(t.parameterNames(), ", "))
 	}
-	if err := errs.Err(); err != nil {
-		return nil, err
-	}
-	return r, nil
 }
 
 // confidentialClasses are the classes among names that support confidential

@@ -68,19 +68,23 @@ type Spec struct {
 	Image    string `json:"image"` // a catalog image, name:tag
 	// Confidential runs every launch in a confidential VM (Kata with NVIDIA
 	// confidential computing); the image must be a confidential catalog image.
-	Confidential bool        `json:"confidential,omitempty"`
-	GPU          GPU         `json:"gpu"`
-	Resources    Resources   `json:"resources"`
-	Env          []EnvVar    `json:"env,omitempty"`
-	Command      []string    `json:"command,omitempty"`
-	Args         []string    `json:"args,omitempty"`
-	WorkingDir   string      `json:"workingDir,omitempty"`
-	Ports        []Port      `json:"ports,omitempty"`
-	Volumes      []Volume    `json:"volumes,omitempty"`
-	Lifecycle    Lifecycle   `json:"lifecycle,omitempty"`
-	Scheduling   Scheduling  `json:"scheduling,omitempty"`
-	CostCenter   string      `json:"costCenter,omitempty"`
-	Parameters   []Parameter `json:"parameters,omitempty"`
+	Confidential bool `json:"confidential,omitempty"`
+	GPU          GPU  `json:"gpu,omitzero"`
+	// CPUOnly offers a launch without a GPU (as JupyterHub's CPU profiles
+	// do): on the GPU classes' CPU nodes, priced per core-hour. A template
+	// without GPU classes offers only that.
+	CPUOnly    *CPUOnly    `json:"cpuOnly,omitempty"`
+	Resources  Resources   `json:"resources"`
+	Env        []EnvVar    `json:"env,omitempty"`
+	Command    []string    `json:"command,omitempty"`
+	Args       []string    `json:"args,omitempty"`
+	WorkingDir string      `json:"workingDir,omitempty"`
+	Ports      []Port      `json:"ports,omitempty"`
+	Volumes    []Volume    `json:"volumes,omitempty"`
+	Lifecycle  Lifecycle   `json:"lifecycle,omitempty"`
+	Scheduling Scheduling  `json:"scheduling,omitempty"`
+	CostCenter string      `json:"costCenter,omitempty"`
+	Parameters []Parameter `json:"parameters,omitempty"`
 	// VM configures a vm workload: the cloud-init user and the SSH keys it
 	// accepts (usually a {{sshPublicKey}} parameter).
 	VM *VMSpec `json:"vm,omitempty"`
@@ -112,6 +116,15 @@ type GPU struct {
 	MIGProfiles       []string `json:"migProfiles,omitempty"`
 	DefaultMIGProfile string   `json:"defaultMigProfile,omitempty"`
 	Count             Count    `json:"count"`
+}
+
+// CPUOnly bounds a CPU-only launch's CPU and memory (the template's
+// resources, parameters applied, must stay within them) and says whether
+// it is the template's default choice.
+type CPUOnly struct {
+	MaxCPU    string `json:"maxCPU"`
+	MaxMemory string `json:"maxMemory"`
+	Default   bool   `json:"default,omitempty"`
 }
 
 // Count bounds the number of GPUs (or MIG slices).
@@ -354,7 +367,12 @@ func (t *Template) Validate(classes *gpu.Catalog) error {
 	var errs fault.List
 	t.validateMetadata(&errs)
 	t.validateWorkloadAndImage(&errs)
-	t.validateGPU(classes, &errs)
+	if len(t.Spec.GPU.Classes) > 0 || t.Spec.CPUOnly == nil {
+		t.validateGPU(classes, &errs)
+	} else if g := t.Spec.GPU; g.DefaultClass != "" || len(g.MIGProfiles) > 0 || g.Count != (Count{}) {
+		errs.Addf("spec.gpu", "a CPU-only template (no GPU classes) takes no GPU settings")
+	}
+	t.validateCPUOnly(classes, &errs)
 	c := refChecker{errs: &errs, params: t.validateParameters(&errs)}
 	s := &t.Spec
 	c.quantity("spec.resources.cpu", s.Resources.CPU, true)
@@ -376,9 +394,15 @@ func (t *Template) Validate(classes *gpu.Catalog) error {
 	t.validateLifecycle(&errs)
 	t.validateScheduling(&errs)
 	if errs.Len() == 0 {
-		// The template must render with its own defaults.
+		// The template must render with its own defaults, and its
+		// CPU-only choice within its bounds.
 		if _, err := t.resolve(classes, Choice{}, true); err != nil {
 			errs.AddErr("", err)
+		}
+		if s.CPUOnly != nil && len(s.GPU.Classes) > 0 {
+			if _, err := t.resolve(classes, Choice{CPUOnly: true}, true); err != nil {
+				errs.AddErr("", err)
+			}
 		}
 	}
 	return errs.Err()
@@ -680,6 +704,32 @@ func (t *Template) validateGPU(classes *gpu.Catalog, errs *fault.List) {
 	}
 	if c.Default < c.Min || c.Default > c.Max {
 		errs.Addf("spec.gpu.count.default", "must be between min (%d) and max (%d)", c.Min, c.Max)
+	}
+}
+
+// validateCPUOnly checks spec.cpuOnly: bounds that are quantities, the GPU
+// classes' cpu section to run on, and a workload that can run without a GPU.
+func (t *Template) validateCPUOnly(classes *gpu.Catalog, errs *fault.List) {
+	c := t.Spec.CPUOnly
+	if c == nil {
+		return
+	}
+	if _, ok := classes.CPU(); !ok {
+		errs.Addf("spec.cpuOnly", "the GPU classes have no cpu section: CPU-only launches have nowhere to run")
+	}
+	for _, b := range []struct{ path, v string }{{"spec.cpuOnly.maxCPU", c.MaxCPU}, {"spec.cpuOnly.maxMemory", c.MaxMemory}} {
+		if q, err := quantity.Parse(b.v); err != nil || q.Sign() <= 0 {
+			errs.Addf(b.path, "%q is not a positive quantity such as 8, 500m, 64Gi", clip(b.v))
+		}
+	}
+	if t.Spec.Workload == VM {
+		errs.Addf("spec.cpuOnly", "a vm passes GPUs through: it has no CPU-only choice")
+	}
+	if t.Spec.Confidential {
+		errs.Addf("spec.cpuOnly", "a confidential template runs on confidential GPUs: it has no CPU-only choice")
+	}
+	if c.Default && len(t.Spec.GPU.Classes) == 0 {
+		errs.Addf("spec.cpuOnly.default", "a template without GPU classes is CPU-only already")
 	}
 }
 

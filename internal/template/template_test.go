@@ -90,6 +90,16 @@ func TestParseErrors(t *testing.T) {
 			[]string{"17: spec.parameters[0].default: 9 is more than the maximum 5"}},
 		{"quantity", func(s string) string { return strings.Replace(s, "memory: 1Gi", "memory: lots", 1) },
 			[]string{`14: spec.resources.memory: "lots" is not a positive quantity`}},
+		{"CPU-only bounds that are not quantities, and defaults over them", func(s string) string {
+			return strings.Replace(s, "  resources: {cpu: \"1\", memory: 1Gi}\n", "  resources: {cpu: \"1\", memory: 1Gi}\n  cpuOnly: {maxCPU: many, maxMemory: 512Mi}\n", 1)
+		}, []string{`spec.cpuOnly.maxCPU: "many" is not a positive quantity`}},
+		{"CPU-only defaults over the bounds", func(s string) string {
+			return strings.Replace(s, "  resources: {cpu: \"1\", memory: 1Gi}\n", "  resources: {cpu: \"1\", memory: 1Gi}\n  cpuOnly: {maxCPU: \"1\", maxMemory: 512Mi}\n", 1)
+		}, []string{`cpuOnly: memory 1Gi is over template "tiny"'s CPU-only bound 512Mi`}},
+		{"a CPU-only template with GPU settings", func(s string) string {
+			s = strings.Replace(s, "    classes: [H100-80GB, L4]\n", "", 1)
+			return strings.Replace(s, "  resources: {cpu: \"1\", memory: 1Gi}\n", "  resources: {cpu: \"1\", memory: 1Gi}\n  cpuOnly: {maxCPU: \"1\", maxMemory: 1Gi}\n", 1)
+		}, []string{`spec.gpu: a CPU-only template (no GPU classes) takes no GPU settings`}},
 		{"duplicate key", func(s string) string {
 			return strings.Replace(s, "  title: Tiny job\n", "  title: Tiny job\n  title: again\n", 1)
 		},
@@ -267,4 +277,68 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("parsed template fails validation: %v", err)
 		}
 	})
+}
+
+// TestCPUOnly: a template's CPU-only choice — asked for, or the default of
+// a template without GPU classes — has no GPU, the CPU class's name, and
+// the template's resources within its bounds; what cannot be CPU-only says
+// where and why.
+func TestCPUOnly(t *testing.T) {
+	both := strings.Replace(valid, "  resources: {cpu: \"1\", memory: 1Gi}\n",
+		"  resources: {cpu: \"{{cores}}\", memory: 1Gi}\n  cpuOnly: {maxCPU: \"4\", maxMemory: 8Gi}\n", 1) +
+		"    - {name: cores, type: int, default: 2, min: 1, max: 8}\n"
+	tpl, err := template.Parse("t.yaml", []byte(both), classes(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpuOnly, err := template.Parse("t.yaml", []byte(valid), classes(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cpuTemplate := strings.Replace(valid, `  gpu:
+    classes: [H100-80GB, L4]
+    defaultClass: L4
+    migProfiles: [1g.10gb]
+    count: {min: 1, max: 2, default: 1}
+`, "  cpuOnly: {maxCPU: \"2\", maxMemory: 4Gi}\n", 1)
+	cpuOnly, err := template.Parse("t.yaml", []byte(cpuTemplate), classes(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name    string
+		tpl     *template.Template
+		choice  template.Choice
+		cpu     bool
+		cores   float64
+		wantErr string
+	}{
+		{"GPU by default", tpl, template.Choice{}, false, 2, ""},
+		{"CPU-only asked for", tpl, template.Choice{CPUOnly: true}, true, 2, ""},
+		{"CPU-only with more cores", tpl, template.Choice{CPUOnly: true, Params: map[string]any{"cores": 4}}, true, 4, ""},
+		{"over the CPU bound", tpl, template.Choice{CPUOnly: true, Params: map[string]any{"cores": 6}}, true, 0, `cpuOnly: CPU 6 is over template "tiny"'s CPU-only bound 4`},
+		{"over the bound is fine on a GPU", tpl, template.Choice{Params: map[string]any{"cores": 6}}, false, 6, ""},
+		{"CPU-only with a GPU", tpl, template.Choice{CPUOnly: true, Class: "L4"}, true, 0, "gpu: a CPU-only launch takes no GPU"},
+		{"not offered", gpuOnly, template.Choice{CPUOnly: true}, true, 0, `cpuOnly: template "tiny" offers no CPU-only choice (it runs on H100-80GB, L4)`},
+		{"CPU-only template by default", cpuOnly, template.Choice{}, true, 1, ""},
+		{"CPU-only template given a class", cpuOnly, template.Choice{Class: "L4"}, false, 0, `gpu: template "tiny" runs without a GPU (CPU-only): leave gpu out`},
+		{"confidential", tpl, template.Choice{CPUOnly: true, Confidential: true}, true, 0, "confidential: confidential launches run on confidential GPUs"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := tc.tpl.Resolve(classes(t), tc.choice)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.CPUOnly != tc.cpu || r.CPUCores() != tc.cores || (tc.cpu && (r.Class.Name != gpu.CPUClass || r.Count != 0 || r.MIG != nil)) {
+				t.Errorf("CPU-only %v, cores %v, class %q, count %d; want CPU-only %v, cores %v", r.CPUOnly, r.CPUCores(), r.Class.Name, r.Count, tc.cpu, tc.cores)
+			}
+		})
+	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/gantryhq/gantry/internal/access"
 	"github.com/gantryhq/gantry/internal/catalog"
 	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/nodegroup"
 	"github.com/gantryhq/gantry/internal/render"
@@ -40,6 +41,9 @@ func (r Request) fingerprint() string {
 	if r.Choice.Confidential {
 		fields = append(fields, "confidential") // absent otherwise, so earlier keys keep their fingerprint
 	}
+	if r.Choice.CPUOnly {
+		fields = append(fields, "cpuOnly") // likewise
+	}
 	b, _ := json.Marshal(fields)
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
@@ -52,6 +56,9 @@ type Rendered struct {
 	Choice  *template.Resolved
 	Objects []render.Object
 	Hash    string
+	// PricePerHour is the launch's list price an hour: its GPUs', or,
+	// CPU-only, its cores'.
+	PricePerHour float64
 }
 
 // Preview renders a request without recording anything.
@@ -160,6 +167,16 @@ func (s *Service) render(ctx context.Context, owner string, req Request, id stri
 		return Rendered{}, err
 	}
 	meta := render.Meta{WorkloadID: id, Team: req.Team.String(), Owner: owner, Namespace: s.namespace(req.Team), TemplateVersion: v.Version, Image: pinned, Kueue: s.kueue, MultiKueue: s.fleet}
+	if r.CPUOnly {
+		cpu, ok := s.templates.Classes().CPU()
+		if !ok {
+			return Rendered{}, &fault.Invalid{Fields: []fault.Field{{Path: "cpuOnly", Message: "this Gantry's GPU classes have no cpu section: CPU-only launches have nowhere to run"}}}
+		}
+		if s.fleet {
+			return Rendered{}, &fault.Invalid{Fields: []fault.Field{{Path: "cpuOnly", Message: "this Gantry runs work on its worker clusters, and CPU-only launches are not dispatched to them yet (docs/fleets.md)"}}}
+		}
+		meta.CPUNodeLabel = cpu.NodeLabel
+	}
 	if s.fleet && v.Template.Spec.Workload != template.Job {
 		// MultiKueue dispatches batch Jobs; a service, notebook or VM queued
 		// in the manager would wait for a dispatch that never comes.
@@ -184,7 +201,7 @@ func (s *Service) render(ctx context.Context, owner string, req Request, id stri
 	if err != nil {
 		return Rendered{}, fmt.Errorf("hash rendered objects: %w", err)
 	}
-	return Rendered{Version: v, Meta: meta, Choice: r, Objects: objs, Hash: hash}, nil
+	return Rendered{Version: v, Meta: meta, Choice: r, Objects: objs, Hash: hash, PricePerHour: hourlyPrice(s.templates.Classes(), r)}, nil
 }
 
 // Create records a launch of the request. The objects are rendered (so every
@@ -238,7 +255,7 @@ func (s *Service) create(ctx context.Context, owner string, req Request) (Worklo
 		return Workload{}, err
 	}
 	now := s.clock()
-	price, _ := rd.Choice.Class.HourlyPrice(rd.Choice.MIG, rd.Choice.Count, rd.Version.Template.Spec.Scheduling.Spot)
+	price := rd.PricePerHour
 	w := Workload{
 		ID:              id,
 		Name:            rd.Meta.Name(rd.Version.Name),
@@ -482,6 +499,9 @@ func (s *Service) rerender(ctx context.Context, w Workload) ([]render.Object, er
 	if c.MIGProfile == "" {
 		c.MIGProfile = template.NoMIG
 	}
+	if w.GPUClass == gpu.CPUClass {
+		c = template.Choice{CPUOnly: true, Params: map[string]any{}}
+	}
 	for k, val := range w.Parameters {
 		c.Params[k] = val
 	}
@@ -489,7 +509,11 @@ func (s *Service) rerender(ctx context.Context, w Workload) ([]render.Object, er
 	if err != nil {
 		return nil, err
 	}
-	objs, err := render.Objects(r, render.Meta{WorkloadID: w.ID, Team: w.Team.String(), Owner: w.Owner, Namespace: s.namespace(w.Team), TemplateVersion: w.TemplateVersion, Image: w.Image, TEE: w.TEE, InitData: s.initDataFor(w.TEE), Kueue: s.kueue, MultiKueue: s.fleet})
+	meta := render.Meta{WorkloadID: w.ID, Team: w.Team.String(), Owner: w.Owner, Namespace: s.namespace(w.Team), TemplateVersion: w.TemplateVersion, Image: w.Image, TEE: w.TEE, InitData: s.initDataFor(w.TEE), Kueue: s.kueue, MultiKueue: s.fleet}
+	if cpu, ok := s.templates.Classes().CPU(); ok && r.CPUOnly {
+		meta.CPUNodeLabel = cpu.NodeLabel
+	}
+	objs, err := render.Objects(r, meta)
 	if err != nil {
 		return nil, err
 	}
@@ -536,4 +560,15 @@ func (s *Service) fitsGroups(r *template.Resolved) (answered bool, err error) {
 		return true, &fault.Invalid{Fields: []fault.Field{{Path: "gpu.count", Message: err.Error() + ": it could never start here"}}}
 	}
 	return true, err
+}
+
+// hourlyPrice is what a resolved launch costs an hour at list price: its
+// GPUs (or MIG slices, or spot), or, CPU-only, its cores.
+func hourlyPrice(classes *gpu.Catalog, r *template.Resolved) float64 {
+	if r.CPUOnly {
+		cpu, _ := classes.CPU()
+		return cpu.HourlyPrice(r.CPUCores())
+	}
+	price, _ := r.Class.HourlyPrice(r.MIG, r.Count, r.Template.Spec.Scheduling.Spot)
+	return price
 }

@@ -113,6 +113,7 @@ const money = (x) => '$' + (x || 0).toFixed(2);
 
 function gpuText(g) {
   if (!g) return '';
+  if (g.class === 'CPU') return 'CPU only';
   return g.count + ' × ' + g.class + (g.migProfile ? ' MIG ' + g.migProfile : '');
 }
 
@@ -131,17 +132,19 @@ async function catalogPage() {
   const [templates, classes] = await Promise.all([api('GET', '/api/v1/templates'), api('GET', '/api/v1/gpu-classes')]);
   const byName = Object.fromEntries(classes.items.map((c) => [c.name, c]));
   for (const v of templates.items) {
-    const t = v.template, g = t.spec.gpu;
+    const t = v.template, g = t.spec.gpu || { classes: [], count: {} };
     const prices = el('ul', { class: 'prices' });
     for (const c of g.classes) {
       const k = byName[c];
       prices.append(el('li', { text: c + (k ? ' — ' + money(k.price.onDemand) + '/h, ' + k.memoryGiB + ' GiB' : '') }));
     }
+    if (t.spec.cpuOnly) prices.append(el('li', { text: 'CPU only — no GPU, priced per core-hour (up to ' + t.spec.cpuOnly.maxCPU + ' cores, ' + t.spec.cpuOnly.maxMemory + ')' }));
+    const cpuDefault = t.spec.cpuOnly && (t.spec.cpuOnly.default || !g.classes.length);
     const card = el('li', { class: 'card', 'data-template': t.metadata.name },
       el('h2', { text: t.metadata.title || t.metadata.name }),
       el('p', { class: 'muted', text: t.metadata.name + ' · ' + t.spec.workload + ' · version ' + v.version }),
       t.metadata.description ? el('p', { text: t.metadata.description }) : null,
-      el('p', { text: 'Default: ' + g.count.default + ' × ' + g.defaultClass + (g.defaultMigProfile ? ', MIG ' + g.defaultMigProfile : '') }),
+      el('p', { text: 'Default: ' + (cpuDefault ? 'CPU only' : g.count.default + ' × ' + g.defaultClass + (g.defaultMigProfile ? ', MIG ' + g.defaultMigProfile : '')) }),
       prices,
       el('a', { class: 'button', href: '/launch/' + encodeURIComponent(t.metadata.name), 'aria-label': 'Launch ' + (t.metadata.title || t.metadata.name), text: 'Launch' }),
       // Edit only for who may change templates (the server decides anyway).
@@ -157,15 +160,19 @@ async function catalogPage() {
 async function launchPage(name) {
   const form = document.getElementById('launch');
   const [tv, classes] = await Promise.all([api('GET', '/api/v1/templates/' + encodeURIComponent(name)), api('GET', '/api/v1/gpu-classes')]);
-  const t = tv.template, g = t.spec.gpu;
+  const t = tv.template, g = t.spec.gpu || { classes: [], count: { min: 0, max: 0, default: 0 } };
   document.getElementById('template-title').textContent = t.metadata.title || t.metadata.name;
   document.getElementById('template-description').textContent = t.metadata.description || '';
   const byName = Object.fromEntries(classes.items.map((c) => [c.name, c]));
   const classSel = document.getElementById('f-class');
+  // A template's CPU-only choice is one more option: no GPU, on the CPU nodes.
+  const cpuOnly = '(cpu)';
+  const cpuDefault = t.spec.cpuOnly && (t.spec.cpuOnly.default || !g.classes.length);
   for (const c of g.classes) {
     const k = byName[c];
-    classSel.append(el('option', { value: c, selected: c === g.defaultClass, text: c + (k ? ' (' + k.memoryGiB + ' GiB, ' + money(k.price.onDemand) + '/h)' : '') }));
+    classSel.append(el('option', { value: c, selected: !cpuDefault && c === g.defaultClass, text: c + (k ? ' (' + k.memoryGiB + ' GiB, ' + money(k.price.onDemand) + '/h)' : '') }));
   }
+  if (t.spec.cpuOnly) classSel.append(el('option', { value: cpuOnly, selected: cpuDefault, text: 'CPU only (no GPU, priced per core-hour)' }));
   const count = document.getElementById('f-count');
   count.min = g.count.min; count.max = g.count.max; count.value = g.count.default;
   const migSel = document.getElementById('f-mig');
@@ -182,8 +189,16 @@ async function launchPage(name) {
     const want = keep || (classSel.value === g.defaultClass ? g.defaultMigProfile : '');
     if ([...migSel.options].some((o) => o.value === want)) migSel.value = want || '';
   };
+  // CPU only: no count, no MIG profile.
+  const gpuFields = () => {
+    const cpu = classSel.value === cpuOnly;
+    count.closest('.field').hidden = cpu;
+    migSel.closest('.field').hidden = cpu;
+  };
   fillMIG();
+  gpuFields();
   classSel.addEventListener('change', fillMIG);
+  classSel.addEventListener('change', gpuFields);
 
   // One input per typed parameter, with the template's constraints as the
   // browser's hints; the server's check is the one that counts.
@@ -219,6 +234,7 @@ async function launchPage(name) {
     const body = { template: name, team: (other && other.value.trim()) || teamSel.value,
       gpu: { class: classSel.value, count: Number(count.value) }, parameters: {} };
     if (migSel.value) body.gpu.migProfile = migSel.value;
+    if (classSel.value === cpuOnly) { delete body.gpu; body.cpuOnly = true; }
     for (const [n, { input, p }] of Object.entries(inputs)) {
       if (p.type === 'bool') body.parameters[n] = input.checked;
       else if (p.type === 'int') { if (input.value !== '') body.parameters[n] = Number(input.value); }
@@ -239,7 +255,7 @@ async function launchPage(name) {
         if (mine !== seq) return;
         const lines = [money(e.pricePerHour) + ' per hour' + (e.onDemandPerHour ? ' (spot; on demand ' + money(e.onDemandPerHour) + ')' : '')];
         if (e.costAtMaxRuntime !== undefined) lines.push('at most ' + money(e.costAtMaxRuntime) + ' if it runs its maximum runtime');
-        lines.push('quota: ' + e.quotaUsed + ' of ' + e.quota + ' GPUs of this class in use by the team');
+        if (e.gpu.class !== 'CPU') lines.push('quota: ' + e.quotaUsed + ' of ' + e.quota + ' GPUs of this class in use by the team');
         if (e.budget) lines.push('budget: ' + money(e.budget.spent) + ' of ' + money(e.budget.amount) + ' spent this period');
         if (e.needsApproval) lines.push('needs approval before it starts');
         if (e.held) lines.push('the team\'s queue is held by its budget');
@@ -368,12 +384,15 @@ function sh(v) {
 function reproduce(w) {
   const g = w.gpu;
   const sets = Object.entries(w.parameters || {}).map(([k, v]) => ' --set ' + sh(k + '=' + v)).join('');
-  const cli = 'gantry launch ' + sh(w.template) + ' --team ' + sh(w.team) + ' --gpu ' + sh(g.class + ':' + g.count) + (g.migProfile ? ' --mig ' + sh(g.migProfile) : '') + sets + ' --wait';
+  const cpu = g.class === 'CPU';
+  const choice = cpu ? ' --cpu-only' : ' --gpu ' + sh(g.class + ':' + g.count) + (g.migProfile ? ' --mig ' + sh(g.migProfile) : '');
+  const cli = 'gantry launch ' + sh(w.template) + ' --team ' + sh(w.team) + choice + sets + ' --wait';
   const body = { template: w.template, team: w.team, gpu: { class: g.class, count: g.count }, parameters: w.parameters || {} };
   if (g.migProfile) body.gpu.migProfile = g.migProfile;
+  if (cpu) { delete body.gpu; body.cpuOnly = true; }
   const curl = 'curl -H "Authorization: Bearer $GANTRY_TOKEN" -H \'Content-Type: application/json\' -H "Idempotency-Key: $(uuidgen)" \\\n  -d ' + sh(JSON.stringify(body)) + ' ' + sh(location.origin + '/api/v1/workloads');
   const py = 'from gantry import Gantry\nw = Gantry().launch(' + JSON.stringify(w.template) + ', team=' + JSON.stringify(w.team) +
-    ', gpu=' + JSON.stringify(g.class) + ', count=' + g.count + (g.migProfile ? ', mig=' + JSON.stringify(g.migProfile) : '') +
+    (cpu ? ', cpu_only=True' : ', gpu=' + JSON.stringify(g.class) + ', count=' + g.count + (g.migProfile ? ', mig=' + JSON.stringify(g.migProfile) : '')) +
     ', parameters=' + JSON.stringify(w.parameters || {}) + ')\nw.wait()';
   document.getElementById('repro-cli').textContent = cli;
   document.getElementById('repro-curl').textContent = curl;

@@ -171,18 +171,20 @@ class Gantry:
 
     def launch(self, template: str, team: str, gpu: Optional[str] = None, count: Optional[int] = None,
                mig: Optional[str] = None, parameters: Optional[Dict[str, Any]] = None,
-               version: Optional[int] = None, idempotency_key: Optional[str] = None) -> Workload:
+               version: Optional[int] = None, idempotency_key: Optional[str] = None,
+               cpu_only: bool = False) -> Workload:
         """Launch a template (createWorkload). A key per intended launch makes a
-        retried call launch once."""
-        return Workload.of(self._call("POST", "/api/v1/workloads", body=_launch_body(template, team, gpu, count, mig, parameters, version),
+        retried call launch once. cpu_only takes the template's CPU-only choice
+        (no GPU, priced per core-hour)."""
+        return Workload.of(self._call("POST", "/api/v1/workloads", body=_launch_body(template, team, gpu, count, mig, parameters, version, cpu_only),
                                       headers={"Idempotency-Key": idempotency_key or str(uuid.uuid4())}), self)
 
     def estimate(self, template: str, team: str, gpu: Optional[str] = None, count: Optional[int] = None,
                  mig: Optional[str] = None, parameters: Optional[Dict[str, Any]] = None,
-                 min_memory_gib: Optional[float] = None) -> Dict[str, Any]:
+                 min_memory_gib: Optional[float] = None, cpu_only: bool = False) -> Dict[str, Any]:
         """What a launch would cost and whether it would start now (estimateWorkload)."""
         return self._call("POST", "/api/v1/workloads/estimate", {"minMemoryGiB": min_memory_gib},
-                          body=_launch_body(template, team, gpu, count, mig, parameters, None))
+                          body=_launch_body(template, team, gpu, count, mig, parameters, None, cpu_only))
 
     def workloads(self, team: Optional[str] = None, status: Optional[str] = None, ended: bool = False) -> List[Workload]:
         """Every workload the caller may read (listWorkloads, all pages); ended=True
@@ -475,7 +477,7 @@ METHODS = {
 }
 
 
-def _launch_body(template, team, gpu, count, mig, parameters, version) -> Dict[str, Any]:
+def _launch_body(template, team, gpu, count, mig, parameters, version, cpu_only=False) -> Dict[str, Any]:
     body: Dict[str, Any] = {"template": template, "team": team}
     g: Dict[str, Any] = {}
     if gpu:
@@ -490,6 +492,8 @@ def _launch_body(template, team, gpu, count, mig, parameters, version) -> Dict[s
         body["parameters"] = parameters
     if version:
         body["templateVersion"] = version
+    if cpu_only:
+        body["cpuOnly"] = True
     return body
 
 

@@ -101,6 +101,7 @@ func devCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if _, err := cl.RealNode(); err == nil {
 		launchNote += `Run a shell script in a real container on the CPU node (then: gantry logs ID):
   curl -s -X POST URL/api/v1/workloads -H "Authorization: Bearer $GANTRY_TOKEN" -H 'content-type: application/json' -d '{"template":"cpu-job","team":"vision","parameters":{"script":"uname -a; echo $((6*7))"}}'
+Or open a real Jupyter notebook there: in the portal, launch "Jupyter notebook on a CPU node", then Open.
 `
 	}
 	if *workers > 0 {

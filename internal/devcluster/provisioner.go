@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -49,6 +51,9 @@ func provision(ctx context.Context, cs kubernetes.Interface, log io.Writer) {
 		if err != nil && !apierrors.IsNotFound(err) && ctx.Err() == nil {
 			fmt.Fprintf(log, "cluster: remove released volume %s: %v\n", pv.Name, err)
 		}
+		if err == nil && pv.Spec.HostPath != nil && filepath.Dir(pv.Spec.HostPath.Path) == volumesDir {
+			os.RemoveAll(pv.Spec.HostPath.Path) // what the real node wrote there
+		}
 	}
 	claims.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: onClaim, UpdateFunc: func(_, n any) { onClaim(n) }})
 	volumes.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: onVolume, UpdateFunc: func(_, n any) { onVolume(n) }})
@@ -57,11 +62,24 @@ func provision(ctx context.Context, cs kubernetes.Interface, log io.Writer) {
 	f.Shutdown()
 }
 
-// makeVolume creates the volume a claim asks for, bound to it.
+// volumesDir holds the volumes' directories: a real node's pods write
+// there (hostPath); the simulated nodes' never do.
+const volumesDir = "/tmp/gantry-volumes"
+
+// makeVolume creates the volume a claim asks for, bound to it: a directory
+// of the host's that anyone may write (the pods run as a user of their
+// own, and fsGroup does not apply to hostPath volumes).
 func makeVolume(ctx context.Context, cs kubernetes.Interface, pvc *corev1.PersistentVolumeClaim) error {
 	size, ok := pvc.Spec.Resources.Requests[corev1.ResourceStorage]
 	if !ok {
 		return fmt.Errorf("the claim asks for no storage size")
+	}
+	dir := filepath.Join(volumesDir, string(pvc.UID))
+	if err := os.MkdirAll(dir, 0o777); err != nil {
+		return err
+	}
+	if err := os.Chmod(dir, 0o777); err != nil { // past the umask
+		return err
 	}
 	modes := pvc.Spec.AccessModes
 	if len(modes) == 0 {
@@ -75,7 +93,7 @@ func makeVolume(ctx context.Context, cs kubernetes.Interface, pvc *corev1.Persis
 			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimDelete,
 			StorageClassName:              "standard",
 			ClaimRef:                      &corev1.ObjectReference{Kind: "PersistentVolumeClaim", Namespace: pvc.Namespace, Name: pvc.Name, UID: pvc.UID, APIVersion: "v1"},
-			PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/tmp/gantry-volumes/" + string(pvc.UID)}},
+			PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: dir}},
 		},
 	}
 	_, err := cs.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{})

@@ -50,6 +50,11 @@ type Registry struct {
 	Signer  *imagesign.Signer
 	// Published lists what was pushed: catalog name:tag → digest.
 	Published map[string]string
+	// Real lists the catalog name:tags published as real images (built
+	// here or cached by deploy/images/build.sh), not stand-ins.
+	Real   map[string]bool
+	blobs  *blobs
+	images string // ImagesDir
 }
 
 // Start serves a registry on addr (e.g. 127.0.0.1:0) until ctx ends and
@@ -64,13 +69,14 @@ func Start(ctx context.Context, addr string, cat *imagecat.Catalog, key *ecdsa.P
 	if err != nil {
 		return nil, fmt.Errorf("local registry: listen: %w", err)
 	}
-	srv := &http.Server{Handler: registry.New(registry.Logger(log.New(io.Discard, "", 0))), ReadHeaderTimeout: 10 * time.Second}
+	blobs := newBlobs()
+	srv := &http.Server{Handler: registry.New(registry.Logger(log.New(io.Discard, "", 0)), registry.WithBlobHandler(blobs)), ReadHeaderTimeout: 10 * time.Second}
 	go srv.Serve(ln)
 	go func() {
 		<-ctx.Done()
 		srv.Close()
 	}()
-	r := &Registry{Host: ln.Addr().String(), Mirrors: map[string]string{}, Signer: signer, Published: map[string]string{}}
+	r := &Registry{Host: ln.Addr().String(), Mirrors: map[string]string{}, Signer: signer, Published: map[string]string{}, blobs: blobs, images: ImagesDir()}
 	for _, e := range cat.List() {
 		repo, err := name.NewRepository(e.Image.Spec.Repository, name.StrictValidation)
 		if err != nil {
@@ -111,13 +117,27 @@ func (r *Registry) Publish(ctx context.Context, e *imagecat.Entry, tag string) (
 		return name.Digest{}, err
 	}
 	var d name.Digest
-	if build, ok := realImages[e.Image.Metadata.Name]; ok {
+	cached, isCached, err := loadCached(r.images, e.Image.Metadata.Name, tag)
+	if err != nil {
+		return d, err
+	}
+	build, isBuilt := realImages[e.Image.Metadata.Name]
+	switch {
+	case isCached:
+		d, err = r.pushCached(ctx, repo.Tag(tag), cached)
+	case isBuilt:
 		d, err = r.pushReal(ctx, repo.Tag(tag), build)
-	} else {
+	default:
 		d, err = r.Push(ctx, repo.Tag(tag), e.Image.Spec.Repository+":"+tag)
 	}
 	if err != nil {
 		return d, err
+	}
+	if isCached || isBuilt {
+		if r.Real == nil {
+			r.Real = map[string]bool{}
+		}
+		r.Real[e.Image.Metadata.Name+":"+tag] = true
 	}
 	ann := map[string]any{}
 	for k, v := range e.Image.Spec.Annotations {

@@ -1,17 +1,27 @@
 package e2e_test
 
 import (
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gantryhq/gantry/api/model"
+	"github.com/gantryhq/gantry/internal/config"
 	"github.com/gantryhq/gantry/internal/devcluster"
+	"github.com/gantryhq/gantry/internal/devcluster/clustertest"
+	"github.com/gantryhq/gantry/internal/devregistry"
+	"github.com/gantryhq/gantry/internal/server"
 	"github.com/gantryhq/gantry/internal/servertest"
 	"github.com/gantryhq/gantry/internal/store/storetest"
 	"github.com/gantryhq/gantry/internal/waitfor"
+	"github.com/gantryhq/gantry/internal/workload"
+	"golang.org/x/net/websocket"
 )
 
 // realNode returns Gantry on the cluster with the real node pulling the
@@ -85,5 +95,169 @@ func TestCPUJobRunsForReal(t *testing.T) {
 	w = g.waitStatus(oom.Id, "Failed", "Succeeded")
 	if w.Status != "Failed" || !strings.Contains(servertest.Deref(w.Reason), "OOMKilled") {
 		t.Fatalf("over its memory it ended %s: %q", w.Status, servertest.Deref(w.Reason))
+	}
+}
+
+// TestCPUNotebookRunsCode: the cpu-notebook template's notebook — Debian's
+// Jupyter, built from Debian's packages and published by the local signed
+// registry — runs on the real node and is opened through Gantry's proxy at
+// /w/{id}/ as its owner: a kernel started over the Jupyter API runs
+// print(6*7) over its websocket and answers 42; a file written to the home
+// volume is there again after the notebook is stopped and started.
+func TestCPUNotebookRunsCode(t *testing.T) {
+	if cluster == nil {
+		t.Skip(clustertest.ErrNotRequested)
+	}
+	if _, err := os.Stat(filepath.Join(devregistry.ImagesDir(), "jupyter-6.4-debian12", "layer.json")); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("the Jupyter image is not built (deploy/images/build.sh, which .ci/test runs): %v", err)
+		}
+		t.Skip("the Jupyter image is not built: run deploy/images/build.sh as root")
+	}
+	ns := "gantry-e2e-" + workload.NewID()
+	grantLease(t, ns)
+	apps := &http.Transport{DialContext: cluster.DialService}
+	g := servertest.WithOverrides(t, server.Overrides{AppTransport: apps}, func(c *config.Config) {
+		c.Database.DSN = config.Secret(storetest.SQLitePath(t))
+		c.PolicyDir = testPolicy(t)
+		c.ReconcileInterval = config.Duration(time.Second)
+		c.Namespace = ns
+		c.Kubeconfig = gantryKubeconfig
+	})
+	if _, err := cluster.RealNode(); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+	if err := cluster.MirrorRegistries(g.Images.Verifier.Mirrors()); err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	tok := g.Token("alice")
+	alice := servertest.Client(g.URL, tok)
+	r := servertest.Must(alice.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "cpu-notebook", Team: "vision"}))(t)
+	if r.StatusCode() != 201 {
+		t.Fatalf("launch: %d %s", r.StatusCode(), r.Body)
+	}
+	w := servertest.Deref(r.JSON201)
+	base := g.URL + servertest.Deref(w.Url) // /w/{id}/
+	// app calls the notebook's Jupyter API through Gantry as alice.
+	app := func(method, path, body string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(ctx, method, base+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+tok)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	up := func(what string) {
+		t.Helper()
+		waitfor.Until(t, 3*time.Minute, what, func() error {
+			if s, body := app("GET", "api", ""); s != 200 || !strings.Contains(body, `"version": "6.4`) && !strings.Contains(body, `"version":"6.4`) {
+				return fmt.Errorf("%d %.200s (workload %s)", s, body, servertest.Deref(servertest.Must(alice.GetWorkloadWithResponse(ctx, w.Id))(t).JSON200).Status)
+			}
+			return nil
+		})
+	}
+	up("Jupyter answering through /w/" + w.Id + "/")
+
+	s, body := app("POST", "api/kernels", `{"name": "python3"}`)
+	var kernel struct{ ID string }
+	if err := json.Unmarshal([]byte(body), &kernel); s != 201 || err != nil || kernel.ID == "" {
+		t.Fatalf("start a kernel: %d %s", s, body)
+	}
+	if got := runCell(t, strings.Replace(base, "http://", "ws://", 1)+"api/kernels/"+kernel.ID+"/channels?session_id=e2e", tok, "print(6*7)"); got != "42\n" {
+		t.Fatalf("print(6*7) printed %q", got)
+	}
+
+	if s, body := app("PUT", "api/contents/kept.txt", `{"type": "file", "format": "text", "content": "written before the stop"}`); s != 201 && s != 200 {
+		t.Fatalf("write a file: %d %s", s, body)
+	}
+	if r := servertest.Must(alice.StopWorkloadWithResponse(ctx, w.Id))(t); r.StatusCode() != 200 {
+		t.Fatalf("stop: %d %s", r.StatusCode(), r.Body)
+	}
+	waitfor.Until(t, 2*time.Minute, "the notebook stopped and its pod gone", func() error {
+		if got := servertest.Deref(servertest.Must(alice.GetWorkloadWithResponse(ctx, w.Id))(t).JSON200).Status; got != "Stopped" {
+			return fmt.Errorf("it is %s", got)
+		}
+		if pods := podsOf(t, "vision", w.Id); len(pods) > 0 {
+			return fmt.Errorf("%d pods", len(pods))
+		}
+		return nil
+	})
+	if r := servertest.Must(alice.StartWorkloadWithResponse(ctx, w.Id))(t); r.StatusCode() != 200 {
+		t.Fatalf("start: %d %s", r.StatusCode(), r.Body)
+	}
+	up("Jupyter answering again after the start")
+	if s, body := app("GET", "api/contents/kept.txt?content=1", ""); s != 200 || !strings.Contains(body, "written before the stop") {
+		t.Fatalf("the file after a stop and a start: %d %.300s", s, body)
+	}
+	if r := servertest.Must(alice.DeleteWorkloadWithResponse(ctx, w.Id))(t); r.StatusCode() >= 300 {
+		t.Errorf("delete: %d %s", r.StatusCode(), r.Body)
+	}
+}
+
+// runCell runs code in a Jupyter kernel over its channels websocket (the
+// Jupyter messaging protocol, JSON) and returns what it printed.
+func runCell(t *testing.T, wsURL, token, code string) string {
+	t.Helper()
+	cfg, err := websocket.NewConfig(wsURL, "http://gantry.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Header = http.Header{"Authorization": {"Bearer " + token}}
+	ws, err := websocket.DialConfig(cfg)
+	if err != nil {
+		t.Fatalf("the kernel's websocket through Gantry: %v", err)
+	}
+	defer ws.Close()
+	ws.SetDeadline(time.Now().Add(time.Minute))
+	msg := map[string]any{
+		"header":        map[string]any{"msg_id": "e2e-1", "username": "e2e", "session": "e2e", "msg_type": "execute_request", "version": "5.3"},
+		"parent_header": map[string]any{}, "metadata": map[string]any{}, "channel": "shell", "buffers": []any{},
+		"content": map[string]any{"code": code, "silent": false, "store_history": false, "user_expressions": map[string]any{}, "allow_stdin": false, "stop_on_error": true},
+	}
+	if err := websocket.JSON.Send(ws, msg); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	for {
+		var in struct {
+			Channel string `json:"channel"`
+			Header  struct {
+				MsgType string `json:"msg_type"`
+			} `json:"header"`
+			ParentHeader struct {
+				MsgID string `json:"msg_id"`
+			} `json:"parent_header"`
+			Content struct {
+				Text           string `json:"text"`
+				ExecutionState string `json:"execution_state"`
+				EName          string `json:"ename"`
+				EValue         string `json:"evalue"`
+			} `json:"content"`
+		}
+		if err := websocket.JSON.Receive(ws, &in); err != nil {
+			t.Fatalf("the kernel's messages: %v (printed so far %q)", err, out.String())
+		}
+		if in.ParentHeader.MsgID != "e2e-1" {
+			continue
+		}
+		switch in.Header.MsgType {
+		case "stream":
+			out.WriteString(in.Content.Text)
+		case "error":
+			t.Fatalf("the cell failed: %s: %s", in.Content.EName, in.Content.EValue)
+		case "status":
+			if in.Content.ExecutionState == "idle" {
+				return out.String()
+			}
+		}
 	}
 }

@@ -70,6 +70,7 @@ var cases = []struct {
 	{"gpu-vm-h100-confidential", "gpu-vm", template.Choice{Class: "H100-80GB", Count: 2, Confidential: true, Params: map[string]any{"sshPublicKey": testKey}}},
 	{"vllm-inference-confidential-h200", "vllm-inference", template.Choice{Class: "H200-141GB", Confidential: true}},
 	{"cpu-job", "cpu-job", template.Choice{Params: map[string]any{"cpu": "2"}}},
+	{"cpu-notebook", "cpu-notebook", template.Choice{}},
 }
 
 func TestGolden(t *testing.T) {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the catalog's real images from Debian's packages (bookworm) for the
 # local cluster's real node, into a cache keyed by image and version
-# (default ~/.cache/gantry/images/<name>-<tag>/): each a root filesystem
+# (default ~/.cache/gantry/images/<name>/<tag>/): each a root filesystem
 # layer (layer.tar.gz) and what the local registry needs to serve it without
 # reading it again (layer.json: its digest, uncompressed digest and size).
 # The local signed registry of `gantry dev` and of the tests publishes a
@@ -21,7 +21,7 @@ mkdir -p "$cache"
 # the packages installed with apt (debootstrap's own resolver cannot pick
 # providers of virtual packages), caches and documentation left out.
 image() {
-  local name=$1 tag=$2 dir="$cache/$1-$2"
+  local name=$1 tag=$2 dir="$cache/$1/$2"
   shift 2
   [ -s "$dir/layer.json" ] && return 0
   if [ "$(id -u)" -ne 0 ] || ! command -v debootstrap >/dev/null; then

@@ -424,9 +424,13 @@ func (c *Cluster) provision(ctx context.Context, o Options) error {
 	if _, err := cs.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create storage class: %w", err)
 	}
+	volumes := filepath.Join(c.workDir, "volumes") // in the cluster's private directory
+	if err := os.MkdirAll(volumes, 0o700); err != nil {
+		return err
+	}
 	vctx, cancel := context.WithCancel(context.Background())
 	c.stopVolumes, c.volumesDone = cancel, make(chan struct{})
-	go func() { defer close(c.volumesDone); provision(vctx, cs, o.Log) }()
+	go func() { defer close(c.volumesDone); provision(vctx, cs, volumes, o.Log) }()
 	nodes := Nodes(o.Fleet)
 	for _, n := range nodes {
 		if _, err := cs.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {

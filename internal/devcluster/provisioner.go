@@ -2,6 +2,7 @@ package devcluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -26,7 +27,8 @@ const Provisioner = "gantry.dev/local-provisioner"
 // gone (Released) is removed — so the local cluster never runs out of
 // volumes however many workloads come and go. It runs until ctx ends; its
 // informers resync every 30 s, which retries anything that failed.
-func provision(ctx context.Context, cs kubernetes.Interface, log io.Writer) {
+// Each volume is a directory of its own under dir (the cluster's, private).
+func provision(ctx context.Context, cs kubernetes.Interface, dir string, log io.Writer) {
 	f := informers.NewSharedInformerFactory(cs, 30*time.Second)
 	claims := f.Core().V1().PersistentVolumeClaims().Informer()
 	volumes := f.Core().V1().PersistentVolumes().Informer()
@@ -38,7 +40,7 @@ func provision(ctx context.Context, cs kubernetes.Interface, log io.Writer) {
 		if sc := pvc.Spec.StorageClassName; sc != nil && *sc != "standard" {
 			return
 		}
-		if err := makeVolume(ctx, cs, pvc); err != nil && ctx.Err() == nil {
+		if err := makeVolume(ctx, cs, dir, pvc); err != nil && ctx.Err() == nil {
 			fmt.Fprintf(log, "cluster: provision a volume for %s/%s: %v\n", pvc.Namespace, pvc.Name, err)
 		}
 	}
@@ -51,7 +53,7 @@ func provision(ctx context.Context, cs kubernetes.Interface, log io.Writer) {
 		if err != nil && !apierrors.IsNotFound(err) && ctx.Err() == nil {
 			fmt.Fprintf(log, "cluster: remove released volume %s: %v\n", pv.Name, err)
 		}
-		if err == nil && pv.Spec.HostPath != nil && filepath.Dir(pv.Spec.HostPath.Path) == volumesDir {
+		if err == nil && pv.Spec.HostPath != nil && filepath.Dir(pv.Spec.HostPath.Path) == dir {
 			os.RemoveAll(pv.Spec.HostPath.Path) // what the real node wrote there
 		}
 	}
@@ -62,23 +64,21 @@ func provision(ctx context.Context, cs kubernetes.Interface, log io.Writer) {
 	f.Shutdown()
 }
 
-// volumesDir holds the volumes' directories: a real node's pods write
-// there (hostPath); the simulated nodes' never do.
-const volumesDir = "/tmp/gantry-volumes"
-
 // makeVolume creates the volume a claim asks for, bound to it: a directory
-// of the host's that anyone may write (the pods run as a user of their
-// own, and fsGroup does not apply to hostPath volumes).
-func makeVolume(ctx context.Context, cs kubernetes.Interface, pvc *corev1.PersistentVolumeClaim) error {
+// of its own under dir (a real node's pods write there, as hostPath; the
+// simulated nodes' never do) that its pods' user may write (they run as a
+// user of their own, and fsGroup does not apply to hostPath volumes; dir
+// itself is private to the cluster's owner).
+func makeVolume(ctx context.Context, cs kubernetes.Interface, dir string, pvc *corev1.PersistentVolumeClaim) error {
 	size, ok := pvc.Spec.Resources.Requests[corev1.ResourceStorage]
 	if !ok {
 		return fmt.Errorf("the claim asks for no storage size")
 	}
-	dir := filepath.Join(volumesDir, string(pvc.UID))
-	if err := os.MkdirAll(dir, 0o777); err != nil {
+	vol := filepath.Join(dir, string(pvc.UID))
+	if err := os.Mkdir(vol, 0o777); err != nil && !errors.Is(err, os.ErrExist) {
 		return err
 	}
-	if err := os.Chmod(dir, 0o777); err != nil { // past the umask
+	if err := os.Chmod(vol, 0o777); err != nil { // past the umask
 		return err
 	}
 	modes := pvc.Spec.AccessModes
@@ -93,7 +93,7 @@ func makeVolume(ctx context.Context, cs kubernetes.Interface, pvc *corev1.Persis
 			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimDelete,
 			StorageClassName:              "standard",
 			ClaimRef:                      &corev1.ObjectReference{Kind: "PersistentVolumeClaim", Namespace: pvc.Namespace, Name: pvc.Name, UID: pvc.UID, APIVersion: "v1"},
-			PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: dir}},
+			PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: vol}},
 		},
 	}
 	_, err := cs.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{})

@@ -21,13 +21,14 @@ import (
 )
 
 // Real images built from Debian's packages (deploy/images/build.sh) wait in
-// a cache directory, one per catalog name and tag: a root filesystem layer
+// a cache directory, <name>/<tag>/ of each: a root filesystem layer
 // and its digests. The registry serves such a layer from its file, in place
 // (hundreds of MiB, read only when a node pulls it), so that every local
 // registry — one per test server — publishes the image at the cost of its
 // manifest.
 
-// ImagesDir is where deploy/images/build.sh leaves the images it built:
+// ImagesDir is where deploy/images/build.sh leaves the images it built
+// (<name>/<tag>/layer.tar.gz and layer.json):
 // $GANTRY_CACHE, else $XDG_CACHE_HOME/gantry, else ~/.cache/gantry, then
 // images/.
 func ImagesDir() string {
@@ -54,7 +55,7 @@ type cachedLayer struct {
 
 // loadCached returns the layer cached for name:tag under dir, or false.
 func loadCached(dir, image, tag string) (cachedLayer, bool, error) {
-	d := filepath.Join(dir, image+"-"+tag)
+	d := filepath.Join(dir, image, tag)
 	data, err := os.ReadFile(filepath.Join(d, "layer.json"))
 	if errors.Is(err, os.ErrNotExist) {
 		return cachedLayer{}, false, nil
@@ -171,7 +172,11 @@ func (b *blobs) file(h v1.Hash) (cachedLayer, bool) {
 
 func (b *blobs) Get(ctx context.Context, repo string, h v1.Hash) (io.ReadCloser, error) {
 	if l, ok := b.file(h); ok {
-		return os.Open(l.path)
+		f, err := os.Open(l.path)
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, registry.ErrNotFound // removed since: the registry answers 404
+		}
+		return f, err
 	}
 	return b.mem.Get(ctx, repo, h)
 }

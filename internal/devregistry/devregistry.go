@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -116,24 +117,33 @@ func (r *Registry) Publish(ctx context.Context, e *imagecat.Entry, tag string) (
 	if err != nil {
 		return name.Digest{}, err
 	}
+	// A real image where there is one (cached by deploy/images/build.sh, or
+	// built here); a stand-in where there is none or it cannot be had (no
+	// static busybox on this machine, a broken cache entry: logged).
 	var d name.Digest
 	cached, isCached, err := loadCached(r.images, e.Image.Metadata.Name, tag)
 	if err != nil {
-		return d, err
+		slog.Warn("local registry: a cached image cannot be used; its stand-in is published", "image", e.Image.Metadata.Name+":"+tag, "err", err)
 	}
 	build, isBuilt := realImages[e.Image.Metadata.Name]
+	real := true
 	switch {
 	case isCached:
 		d, err = r.pushCached(ctx, repo.Tag(tag), cached)
 	case isBuilt:
-		d, err = r.pushReal(ctx, repo.Tag(tag), build)
+		if d, err = r.pushReal(ctx, repo.Tag(tag), build); err != nil {
+			slog.Warn("local registry: a real image cannot be built here; its stand-in is published", "image", e.Image.Metadata.Name+":"+tag, "err", err)
+			real = false
+			d, err = r.Push(ctx, repo.Tag(tag), e.Image.Spec.Repository+":"+tag)
+		}
 	default:
+		real = false
 		d, err = r.Push(ctx, repo.Tag(tag), e.Image.Spec.Repository+":"+tag)
 	}
 	if err != nil {
 		return d, err
 	}
-	if isCached || isBuilt {
+	if real {
 		if r.Real == nil {
 			r.Real = map[string]bool{}
 		}

@@ -108,7 +108,7 @@ func TestCPUNotebookRunsCode(t *testing.T) {
 	if cluster == nil {
 		t.Skip(clustertest.ErrNotRequested)
 	}
-	if _, err := os.Stat(filepath.Join(devregistry.ImagesDir(), "jupyter-6.4-debian12", "layer.json")); err != nil {
+	if _, err := os.Stat(filepath.Join(devregistry.ImagesDir(), "jupyter", "6.4-debian12", "layer.json")); err != nil {
 		if os.Getenv("CI") != "" {
 			t.Fatalf("the Jupyter image is not built (deploy/images/build.sh, which .ci/test runs): %v", err)
 		}

@@ -364,7 +364,10 @@ func (b *builder) resources() corev1.ResourceRequirements {
 	mem := b.quantity("spec.resources.memory", s.Resources.Memory)
 	requests := corev1.ResourceList{corev1.ResourceCPU: cpu, corev1.ResourceMemory: mem}
 	limits := corev1.ResourceList{corev1.ResourceMemory: mem}
-	if !r.CPUOnly {
+	if r.CPUOnly {
+		// Priced per core it asks for: it gets no more.
+		limits[corev1.ResourceCPU] = cpu
+	} else {
 		gpuResource := corev1.ResourceName(GPUResource(r))
 		gpus := *resource.NewQuantity(int64(r.Count), resource.DecimalSI)
 		requests[gpuResource], limits[gpuResource] = gpus, gpus
@@ -389,6 +392,12 @@ func (b *builder) env() []corev1.EnvVar {
 	}
 	for _, e := range b.s.Env {
 		env = append(env, corev1.EnvVar{Name: e.Name, Value: b.expand(e.Value)})
+	}
+	if r.CPUOnly {
+		// No GPU, even where a node has some and the image asks the NVIDIA
+		// container runtime for all of them (last: it wins over the
+		// template's).
+		env = append(env, corev1.EnvVar{Name: "NVIDIA_VISIBLE_DEVICES", Value: "void"})
 	}
 	return env
 }
@@ -642,7 +651,8 @@ func podSpec(r *template.Resolved, c corev1.Container, volumes []corev1.Volume, 
 	switch {
 	case r.CPUOnly:
 		tolerations = []corev1.Toleration{{Key: cpuNode, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}
-		terms = []corev1.NodeSelectorRequirement{{Key: cpuNode, Operator: corev1.NodeSelectorOpIn, Values: []string{"true"}}}
+		terms = []corev1.NodeSelectorRequirement{{Key: cpuNode, Operator: corev1.NodeSelectorOpIn, Values: []string{"true"}},
+			{Key: LabelGPUProduct, Operator: corev1.NodeSelectorOpDoesNotExist}} // never a GPU node at the price of its cores
 	case s.Scheduling.Spot:
 		tolerations = append(tolerations, corev1.Toleration{Key: TaintSpot, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule})
 	default:

@@ -3,6 +3,7 @@ package template
 import (
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/gantryhq/gantry/internal/fault"
@@ -48,11 +49,18 @@ type Resolved struct {
 // CPUCores is the CPU the workload asks for, in cores (its resources.cpu
 // with the parameters applied; 0 if that is not a quantity).
 func (r *Resolved) CPUCores() float64 {
-	q, err := quantity.Parse(r.Expand(r.Template.Spec.Resources.CPU, nil))
+	q, err := quantity.Parse(r.expandResource(r.Template.Spec.Resources.CPU))
 	if err != nil {
 		return 0
 	}
 	return q.AsApproximateFloat64()
+}
+
+// expandResource is a resource quantity with the parameters and the one
+// builtin a quantity can use ({{gantry.gpuCount}}) applied, as render
+// expands it.
+func (r *Resolved) expandResource(v string) string {
+	return r.Expand(v, map[string]string{"gantry.gpuCount": strconv.Itoa(r.Count)})
 }
 
 // wantsCPUOnly says whether c takes the template's CPU-only choice: asked
@@ -108,9 +116,10 @@ func (t *Template) checkCPUBounds(r *Resolved, errs *fault.List) {
 		{"CPU", t.Spec.Resources.CPU, o.MaxCPU},
 		{"memory", t.Spec.Resources.Memory, o.MaxMemory},
 	} {
-		v, err := quantity.Parse(r.Expand(b.v, nil))
+		v, err := quantity.Parse(r.expandResource(b.v))
 		if err != nil {
-			continue // Validate names it
+			errs.Addf("cpuOnly", "the %s, %q, is not a quantity with the parameters given: a CPU-only launch is bounded and priced by it", b.what, clip(r.expandResource(b.v)))
+			continue
 		}
 		if max, err := quantity.Parse(b.max); err == nil && v.Cmp(max) > 0 {
 			errs.Addf("cpuOnly", "%s %s is over template %q's CPU-only bound %s", b.what, v.String(), t.Metadata.Name, b.max)

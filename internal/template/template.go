@@ -354,6 +354,9 @@ func (t *Template) CheckImage(images Images) error {
 	if t.Spec.Confidential && tee == "" {
 		errs.Addf("spec.image", "%s is not a confidential image: a confidential template runs only catalog images built for a TEE", t.Spec.Image)
 	}
+	if t.Spec.CPUOnly != nil && !slices.Contains(supported, gpu.CPUClass) {
+		errs.Addf("spec.cpuOnly", "image %s does not run without a GPU (its gpuClasses do not list %s; it supports %s)", t.Spec.Image, gpu.CPUClass, strings.Join(supported, ", "))
+	}
 	for i, c := range t.Spec.GPU.Classes {
 		if !slices.Contains(supported, c) {
 			errs.Addf(fmt.Sprintf("spec.gpu.classes[%d]", i), "image %s does not support %s (it supports %s)", t.Spec.Image, c, strings.Join(supported, ", "))

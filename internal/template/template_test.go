@@ -342,3 +342,27 @@ func TestCPUOnly(t *testing.T) {
 		})
 	}
 }
+
+// images stands in for the image catalog: each image's GPU classes.
+type images map[string][]string
+
+func (i images) Describe(ref string) ([]string, string, error) {
+	c, ok := i[ref]
+	if !ok {
+		return nil, "", errors.New("not in the catalog")
+	}
+	return c, "", nil
+}
+
+// TestCPUOnlyImage: a template that offers a CPU-only choice runs an image
+// that says it runs without a GPU (CPU among its classes).
+func TestCPUOnlyImage(t *testing.T) {
+	doc := strings.Replace(valid, "  resources: {cpu: \"1\", memory: 1Gi}\n", "  resources: {cpu: \"1\", memory: 1Gi}\n  cpuOnly: {maxCPU: \"2\", maxMemory: 2Gi}\n", 1)
+	if _, err := template.Parse("t.yaml", []byte(doc), classes(t), images{"tiny:1": {"H100-80GB", "L4", "CPU"}}); err != nil {
+		t.Fatalf("an image that runs without a GPU: %v", err)
+	}
+	_, err := template.Parse("t.yaml", []byte(doc), classes(t), images{"tiny:1": {"H100-80GB", "L4"}})
+	if err == nil || !strings.Contains(err.Error(), "spec.cpuOnly: image tiny:1 does not run without a GPU") {
+		t.Fatalf("a GPU-only image: %v", err)
+	}
+}

@@ -1,6 +1,7 @@
 package e2e_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	"github.com/gantryhq/gantry/api/model"
 	"github.com/gantryhq/gantry/internal/config"
 	"github.com/gantryhq/gantry/internal/devcluster"
@@ -260,4 +262,85 @@ func runCell(t *testing.T, wsURL, token, code string) string {
 			}
 		}
 	}
+}
+
+// TestPortalCPUNotebook: in Chromium, alice launches the CPU notebook from
+// the portal (its one choice, CPU only, priced per hour), follows Open to
+// /w/{id}/ — Debian's Jupyter on the real node, through Gantry's proxy —
+// opens a new notebook, and a cell's print(6*7) shows 42 (the kernel's
+// websocket through the proxy, from the browser).
+func TestPortalCPUNotebook(t *testing.T) {
+	if cluster == nil {
+		t.Skip(clustertest.ErrNotRequested)
+	}
+	if _, err := os.Stat(filepath.Join(devregistry.ImagesDir(), "jupyter", "6.4-debian12", "layer.json")); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("the Jupyter image is not built (deploy/images/build.sh, which .ci/test runs): %v", err)
+		}
+		t.Skip("the Jupyter image is not built: run deploy/images/build.sh as root")
+	}
+	ns := "gantry-e2e-" + workload.NewID()
+	grantLease(t, ns)
+	g := servertest.WithOverrides(t, server.Overrides{AppTransport: &http.Transport{DialContext: cluster.DialService}}, func(c *config.Config) {
+		c.Database.DSN = config.Secret(storetest.SQLitePath(t))
+		c.PolicyDir = testPolicy(t)
+		c.ReconcileInterval = config.Duration(time.Second)
+		c.Namespace = ns
+		c.Kubeconfig = gantryKubeconfig
+	})
+	if _, err := cluster.RealNode(); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+	if err := cluster.MirrorRegistries(g.Images.Verifier.Mirrors()); err != nil {
+		t.Fatal(err)
+	}
+	ctx := servertest.Browser(t, 4*time.Minute)
+	pg := servertest.NewPage(t, ctx, 3*time.Minute)
+	step, js, poll := pg.Do, pg.JS, pg.Poll
+
+	pg.SignIn(g.URL+"/launch/cpu-notebook", "alice", "launch")
+	poll("the CPU-only choice", `document.getElementById('f-class').value === '(cpu)' && document.getElementById('f-count').closest('.field').hidden`)
+	poll("the estimate", `document.getElementById('estimate').textContent.includes('per hour') && document.getElementById('estimate').textContent.includes('CPU-only')`)
+	step("submit, land on the workload's page", chromedp.Click(chromedp.ID("submit")), chromedp.WaitVisible(chromedp.ID("w-status")))
+	id := strings.TrimPrefix(js(`location.pathname`), "/workloads/")
+	t.Cleanup(func() {
+		alice := servertest.Client(g.URL, g.Token("alice"))
+		servertest.Must(alice.DeleteWorkloadWithResponse(context.Background(), id))(t)
+	})
+	poll("Open, once it runs", `!!document.getElementById('open')`)
+	// Open goes to a new tab (target=_blank): the test follows its address here.
+	href := js(`document.getElementById('open').getAttribute('href')`)
+	if href != "/w/"+id+"/" {
+		t.Fatalf("Open links to %q", href)
+	}
+	// Running is the pod's; Jupyter answers a moment later.
+	tok := g.Token("alice")
+	waitfor.Until(t, 2*time.Minute, "Jupyter answering through "+href, func() error {
+		req, _ := http.NewRequest("GET", g.URL+href+"api", nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			return fmt.Errorf("%s", resp.Status)
+		}
+		return nil
+	})
+	step("open the notebook's app", chromedp.Navigate(g.URL+href))
+	poll("Jupyter's file list", `!!document.getElementById('notebook_list')`)
+	// A new notebook, as New → Python 3 makes one (through the contents API).
+	path, err := chromedp.Run(ctx, chromedp.Evaluate[string](`fetch('api/contents', {method: 'POST', headers: {'Content-Type': 'application/json'}, body: JSON.stringify({type: 'notebook'})}).then(r => r.json()).then(j => j.path)`, chromedp.EvalAwaitPromise))
+	if err != nil || path == "" {
+		t.Fatalf("a new notebook: %q %v", path, err)
+	}
+	step("open it", chromedp.Navigate(g.URL+href+"notebooks/"+path))
+	poll("its kernel connected", `!!(window.Jupyter && Jupyter.notebook && Jupyter.notebook.kernel && Jupyter.notebook.kernel.is_connected())`)
+	step("run print(6*7)", chromedp.Evaluate[chromedp.Void](`(() => { const c = Jupyter.notebook.get_cell(0); c.set_text('print(6*7)'); c.execute(); })()`))
+	poll("42 under the cell", `(() => { const o = document.querySelector('.output_subarea'); return !!o && o.textContent.trim() === '42'; })()`)
+	screenshot(t, ctx, "cpu-notebook")
 }

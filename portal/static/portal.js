@@ -259,7 +259,7 @@ async function launchPage(name) {
         if (e.budget) lines.push('budget: ' + money(e.budget.spent) + ' of ' + money(e.budget.amount) + ' spent this period');
         if (e.needsApproval) lines.push('needs approval before it starts');
         if (e.held) lines.push('the team\'s queue is held by its budget');
-        lines.push(e.startsNow ? 'starts now' : 'will queue' + (e.why ? ': ' + e.why : ''));
+        lines.push((e.startsNow ? 'starts now' : 'will queue') + (e.why ? ': ' + e.why : ''));
         est.replaceChildren(el('h2', { text: 'Estimate' }), el('ul', {}, ...lines.map((l) => el('li', { text: l }))));
       } catch (err) {
         if (mine === seq) est.replaceChildren(el('h2', { text: 'Estimate' }), el('p', { text: err.message }));

@@ -23,22 +23,10 @@ import (
 // kubeconfig and keeps its own data. Without the creation lock, kwokctl
 // hands all three the same ports and reports each ready.
 func TestClustersCreatedAtOnce(t *testing.T) {
-	if os.Getenv("GANTRY_TEST_CLUSTER") == "" && os.Getenv("CI") == "" {
-		t.Skip("GANTRY_TEST_CLUSTER is not set: tests against local clusters are skipped")
-	}
-	root, err := RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
+	ctx, root, run := localClusters(t)
 	bin, err := Build(ctx, root, io.Discard)
 	if err != nil {
 		t.Fatal(err)
-	}
-	run := os.Getenv("GANTRY_TEST_RUN")
-	if run == "" {
-		run = "local"
 	}
 	clusters := make([]*Cluster, 3)
 	errs := make([]error, len(clusters))
@@ -125,4 +113,25 @@ func TestServiceName(t *testing.T) {
 			t.Errorf("serviceName(%q) = %q, %q, %v; want %q, %q, %v", c.host, name, ns, ok, c.name, c.ns, c.ok)
 		}
 	}
+}
+
+// localClusters skips a test of local clusters unless they are asked for
+// (GANTRY_TEST_CLUSTER, or CI), and returns a context for it, the
+// repository's root and the test run's name (GANTRY_TEST_RUN: .ci/test's
+// cleanup kills the processes of its clusters by it).
+func localClusters(t *testing.T) (ctx context.Context, root, run string) {
+	t.Helper()
+	if os.Getenv("GANTRY_TEST_CLUSTER") == "" && os.Getenv("CI") == "" {
+		t.Skip("GANTRY_TEST_CLUSTER is not set: tests against local clusters are skipped")
+	}
+	root, err := RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	t.Cleanup(cancel)
+	if run = os.Getenv("GANTRY_TEST_RUN"); run == "" {
+		run = "local"
+	}
+	return ctx, root, run
 }

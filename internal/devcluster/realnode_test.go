@@ -32,19 +32,7 @@ import (
 // pod's address. When the cluster stops, nothing of the node is left: no
 // process, network namespace or cgroup.
 func TestRealNode(t *testing.T) {
-	if os.Getenv("GANTRY_TEST_CLUSTER") == "" && os.Getenv("CI") == "" {
-		t.Skip("GANTRY_TEST_CLUSTER is not set: tests against local clusters are skipped")
-	}
-	root, err := RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	run := os.Getenv("GANTRY_TEST_RUN")
-	if run == "" {
-		run = "local"
-	}
+	ctx, root, run := localClusters(t)
 	netnsBefore := netnsNames(t)
 	var startLog strings.Builder
 	c, err := Start(ctx, Options{Name: fmt.Sprintf("gt-%s-realnode-%d", run, os.Getpid()), Root: root, Ephemeral: true, RealNode: true, Log: &startLog})
@@ -128,18 +116,7 @@ func TestRealNode(t *testing.T) {
 		ip = p.Status.PodIP
 		return nil
 	})
-	waitfor.Until(t, time.Minute, "the server's answer", func() error {
-		resp, err := http.Get("http://" + ip + ":8080/")
-		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		if strings.TrimSpace(string(body)) != "serves" {
-			return fmt.Errorf("%s: %q", resp.Status, body)
-		}
-		return nil
-	})
+	answers(t, http.DefaultClient, "http://"+ip+":8080/", "serves")
 
 	// The server through a headless Service, as Gantry's proxy reaches a
 	// notebook: by its cluster DNS name, at the Service's port.
@@ -151,19 +128,7 @@ func TestRealNode(t *testing.T) {
 	if _, err := c.Client.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	client := &http.Client{Transport: &http.Transport{DialContext: c.DialService}}
-	waitfor.Until(t, time.Minute, "the server through its Service", func() error {
-		resp, err := client.Get("http://serves.default.svc.cluster.local/")
-		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		if strings.TrimSpace(string(body)) != "serves" {
-			return fmt.Errorf("%s: %q", resp.Status, body)
-		}
-		return nil
-	})
+	answers(t, &http.Client{Transport: &http.Transport{DialContext: c.DialService}}, "http://serves.default.svc.cluster.local/", "serves")
 
 	// An image pulled by digest from a registry on the host's loopback,
 	// named for another host (as the catalog's are), through the node's
@@ -265,4 +230,21 @@ func netnsNames(t *testing.T) string {
 		names = append(names, e.Name())
 	}
 	return strings.Join(names, " ")
+}
+
+// answers waits until a GET of url answers want (its body, trimmed).
+func answers(t *testing.T, client *http.Client, url, want string) {
+	t.Helper()
+	waitfor.Until(t, time.Minute, url+" answering", func() error {
+		resp, err := client.Get(url)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		if strings.TrimSpace(string(body)) != want {
+			return fmt.Errorf("%s: %q", resp.Status, body)
+		}
+		return nil
+	})
 }

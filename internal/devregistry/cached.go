@@ -16,7 +16,6 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
@@ -125,24 +124,14 @@ func (l cachedLayer) image() (v1.Image, error) {
 }
 
 // pushCached publishes the cached image under ref: its layer is served from
-// its file (blobs.serve), so only the config and manifest are written.
+// its file (blobs.serve), so only the config and manifest are written (a
+// push skips the blobs the registry has). A Registry not made by Start
+// pushes the layer whole.
 func (r *Registry) pushCached(ctx context.Context, ref name.Tag, l cachedLayer) (name.Digest, error) {
-	if r.blobs == nil { // a Registry not made by Start: push it whole
-		return r.pushReal(ctx, ref, l.image)
+	if r.blobs != nil {
+		r.blobs.serve(l)
 	}
-	r.blobs.serve(l)
-	img, err := l.image()
-	if err != nil {
-		return name.Digest{}, err
-	}
-	if err := remote.Write(ref, img, remote.WithContext(ctx)); err != nil {
-		return name.Digest{}, err
-	}
-	h, err := img.Digest()
-	if err != nil {
-		return name.Digest{}, err
-	}
-	return ref.Context().Digest(h.String()), nil
+	return r.pushReal(ctx, ref, l.image)
 }
 
 // blobs keeps what is pushed in memory and serves cached layers from their

@@ -107,34 +107,7 @@ func TestCPUJobRunsForReal(t *testing.T) {
 // print(6*7) over its websocket and answers 42; a file written to the home
 // volume is there again after the notebook is stopped and started.
 func TestCPUNotebookRunsCode(t *testing.T) {
-	if cluster == nil {
-		t.Skip(clustertest.ErrNotRequested)
-	}
-	if _, err := os.Stat(filepath.Join(devregistry.ImagesDir(), "jupyter", "6.4-debian12", "layer.json")); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("the Jupyter image is not built (deploy/images/build.sh, which .ci/test runs): %v", err)
-		}
-		t.Skip("the Jupyter image is not built: run deploy/images/build.sh as root")
-	}
-	ns := "gantry-e2e-" + workload.NewID()
-	grantLease(t, ns)
-	apps := &http.Transport{DialContext: cluster.DialService}
-	g := servertest.WithOverrides(t, server.Overrides{AppTransport: apps}, func(c *config.Config) {
-		c.Database.DSN = config.Secret(storetest.SQLitePath(t))
-		c.PolicyDir = testPolicy(t)
-		c.ReconcileInterval = config.Duration(time.Second)
-		c.Namespace = ns
-		c.Kubeconfig = gantryKubeconfig
-	})
-	if _, err := cluster.RealNode(); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal(err)
-		}
-		t.Skip(err)
-	}
-	if err := cluster.MirrorRegistries(g.Images.Verifier.Mirrors()); err != nil {
-		t.Fatal(err)
-	}
+	g := notebookGantry(t)
 	ctx := t.Context()
 	tok := g.Token("alice")
 	alice := servertest.Client(g.URL, tok)
@@ -270,33 +243,7 @@ func runCell(t *testing.T, wsURL, token, code string) string {
 // opens a new notebook, and a cell's print(6*7) shows 42 (the kernel's
 // websocket through the proxy, from the browser).
 func TestPortalCPUNotebook(t *testing.T) {
-	if cluster == nil {
-		t.Skip(clustertest.ErrNotRequested)
-	}
-	if _, err := os.Stat(filepath.Join(devregistry.ImagesDir(), "jupyter", "6.4-debian12", "layer.json")); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("the Jupyter image is not built (deploy/images/build.sh, which .ci/test runs): %v", err)
-		}
-		t.Skip("the Jupyter image is not built: run deploy/images/build.sh as root")
-	}
-	ns := "gantry-e2e-" + workload.NewID()
-	grantLease(t, ns)
-	g := servertest.WithOverrides(t, server.Overrides{AppTransport: &http.Transport{DialContext: cluster.DialService}}, func(c *config.Config) {
-		c.Database.DSN = config.Secret(storetest.SQLitePath(t))
-		c.PolicyDir = testPolicy(t)
-		c.ReconcileInterval = config.Duration(time.Second)
-		c.Namespace = ns
-		c.Kubeconfig = gantryKubeconfig
-	})
-	if _, err := cluster.RealNode(); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal(err)
-		}
-		t.Skip(err)
-	}
-	if err := cluster.MirrorRegistries(g.Images.Verifier.Mirrors()); err != nil {
-		t.Fatal(err)
-	}
+	g := notebookGantry(t)
 	ctx := servertest.Browser(t, 4*time.Minute)
 	pg := servertest.NewPage(t, ctx, 3*time.Minute)
 	step, js, poll := pg.Do, pg.JS, pg.Poll
@@ -343,4 +290,42 @@ func TestPortalCPUNotebook(t *testing.T) {
 	step("run print(6*7)", chromedp.Evaluate[chromedp.Void](`(() => { const c = Jupyter.notebook.get_cell(0); c.set_text('print(6*7)'); c.execute(); })()`))
 	poll("42 under the cell", `(() => { const o = document.querySelector('.output_subarea'); return !!o && o.textContent.trim() === '42'; })()`)
 	screenshot(t, ctx, "cpu-notebook")
+}
+
+// notebookGantry is Gantry on the cluster whose /w/{id}/ proxy reaches
+// the real node's pods (DialService) and whose local registry the real node
+// pulls from, with the Jupyter image built; without either it skips (and
+// fails in CI, which builds and runs both).
+func notebookGantry(t *testing.T) *servertest.Gantry {
+	t.Helper()
+	if cluster == nil {
+		t.Skip(clustertest.ErrNotRequested)
+	}
+	need := func(what string, err error) {
+		t.Helper()
+		if err == nil {
+			return
+		}
+		if os.Getenv("CI") != "" {
+			t.Fatalf("%s: %v", what, err)
+		}
+		t.Skipf("%s: %v", what, err)
+	}
+	_, err := os.Stat(filepath.Join(devregistry.ImagesDir(), "jupyter", "6.4-debian12", "layer.json"))
+	need("the Jupyter image (deploy/images/build.sh, as root; .ci/test runs it)", err)
+	_, err = cluster.RealNode()
+	need("the real node", err)
+	ns := "gantry-e2e-" + workload.NewID()
+	grantLease(t, ns)
+	g := servertest.WithOverrides(t, server.Overrides{AppTransport: &http.Transport{DialContext: cluster.DialService}}, func(c *config.Config) {
+		c.Database.DSN = config.Secret(storetest.SQLitePath(t))
+		c.PolicyDir = testPolicy(t)
+		c.ReconcileInterval = config.Duration(time.Second)
+		c.Namespace = ns
+		c.Kubeconfig = gantryKubeconfig
+	})
+	if err := cluster.MirrorRegistries(g.Images.Verifier.Mirrors()); err != nil {
+		t.Fatal(err)
+	}
+	return g
 }

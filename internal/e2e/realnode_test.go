@@ -95,7 +95,7 @@ func TestCPUJobRunsForReal(t *testing.T) {
 
 	oom := run("head -c 300m /dev/zero | tail", "128Mi")
 	w = g.waitStatus(oom.Id, "Failed", "Succeeded")
-	if w.Status != "Failed" || !strings.Contains(servertest.Deref(w.Reason), "OOMKilled") {
+	if w.Status != "Failed" || !strings.Contains(servertest.Deref(w.Reason), "OOMKilled: the container used more memory than its limit of 128Mi: launch it again with more memory") {
 		t.Fatalf("over its memory it ended %s: %q", w.Status, servertest.Deref(w.Reason))
 	}
 }

@@ -85,12 +85,18 @@ func Observe(id string, jobs []*batchv1.Job, pods []*corev1.Pod) (Observation, b
 func podPhase(p *corev1.Pod) (phase workload.Status, reason string, rank int) {
 	for _, cs := range p.Status.ContainerStatuses {
 		if t := cs.State.Terminated; t != nil && t.Reason == "OOMKilled" {
+			limit := "its limit"
+			for _, c := range p.Spec.Containers {
+				if q, ok := c.Resources.Limits[corev1.ResourceMemory]; ok && c.Name == cs.Name {
+					limit = "its limit of " + q.String()
+				}
+			}
 			if p.Status.Phase == corev1.PodFailed {
-				return "Failed", "OOMKilled: the container used more memory than its limit", 5
+				return "Failed", "OOMKilled: the container used more memory than " + limit + ": launch it again with more memory", 5
 			}
 			// A pod that restarts its containers (a service, a notebook)
 			// runs again: not the end of the workload.
-			return "Scheduled", "OOMKilled: the container used more memory than its limit and is restarting", 2
+			return "Scheduled", "OOMKilled: the container used more memory than " + limit + " and is restarting: give it more memory", 2
 		}
 		if w := cs.State.Waiting; w != nil && (w.Reason == "ImagePullBackOff" || w.Reason == "ErrImagePull" || w.Reason == "CrashLoopBackOff") {
 			return "Scheduled", strings.TrimSpace(w.Reason + ": " + w.Message), 2

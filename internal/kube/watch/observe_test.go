@@ -8,6 +8,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
@@ -19,8 +20,10 @@ func TestObserve(t *testing.T) {
 	pulling := &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{{
 		State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff", Message: "Back-off pulling image"}}}}}}
 	running := &corev1.Pod{Spec: corev1.PodSpec{NodeName: "h100-mig-0"}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}
-	oom := &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodFailed, ContainerStatuses: []corev1.ContainerStatus{{
-		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "OOMKilled", ExitCode: 137}}}}}}
+	oom := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Resources: corev1.ResourceRequirements{
+		Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("128Mi")}}}}},
+		Status: corev1.PodStatus{Phase: corev1.PodFailed, ContainerStatuses: []corev1.ContainerStatus{{Name: "main",
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "OOMKilled", ExitCode: 137}}}}}}
 	oomRestarting := &corev1.Pod{Spec: corev1.PodSpec{NodeName: "h100-0"}, Status: corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{{
 		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "OOMKilled", ExitCode: 137}}}}}}
 	failedRetry := &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodFailed, Reason: "Error"}}
@@ -46,7 +49,7 @@ func TestObserve(t *testing.T) {
 		{"running wins", nil, []*corev1.Pod{unschedulable, running}, "Running", "", "h100-mig-0"},
 		{"job complete", []*batchv1.Job{complete}, []*corev1.Pod{running}, "Succeeded", "", ""},
 		{"deadline", []*batchv1.Job{deadline}, nil, "Failed", "DeadlineExceeded", ""},
-		{"OOM", []*batchv1.Job{deadline}, []*corev1.Pod{oom}, "Failed", "OOMKilled", ""},
+		{"OOM", []*batchv1.Job{deadline}, []*corev1.Pod{oom}, "Failed", "OOMKilled: the container used more memory than its limit of 128Mi: launch it again with more memory", ""},
 		// A service's container killed for memory restarts: not the end.
 		{"OOM, restarting", nil, []*corev1.Pod{oomRestarting}, "Scheduled", "OOMKilled", "h100-0"},
 		// A Job's failed pod, retried: the retry speaks, not the failure.

@@ -492,10 +492,14 @@ resolvConf: ""
 // busyboxImages are the real node's images (PauseImage, ShellImage), of
 // Debian's static busybox.
 func busyboxImages() (pause, shell v1.Image, err error) {
-	if pause, err = ociimage.BusyBox(busybox, "/bin/sleep", "2147483647"); err != nil {
+	files, err := ociimage.BusyBoxFiles(busybox)
+	if err != nil {
 		return nil, nil, err
 	}
-	shell, err = ociimage.BusyBox(busybox)
+	if pause, err = ociimage.BusyBox(files, "/bin/sleep", "2147483647"); err != nil {
+		return nil, nil, err
+	}
+	shell, err = ociimage.BusyBox(files)
 	return pause, shell, err
 }
 

@@ -131,7 +131,7 @@ func (r *Registry) pushCached(ctx context.Context, ref name.Tag, l cachedLayer) 
 	if r.blobs != nil {
 		r.blobs.serve(l)
 	}
-	return r.pushReal(ctx, ref, l.image)
+	return r.push(ctx, ref, l.image)
 }
 
 // blobs keeps what is pushed in memory and serves cached layers from their

@@ -23,6 +23,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/crane"
@@ -51,11 +52,8 @@ type Registry struct {
 	Signer  *imagesign.Signer
 	// Published lists what was pushed: catalog name:tag → digest.
 	Published map[string]string
-	// Real lists the catalog name:tags published as real images (built
-	// here or cached by deploy/images/build.sh), not stand-ins.
-	Real   map[string]bool
-	blobs  *blobs
-	images string // ImagesDir
+	blobs     *blobs
+	images    string // ImagesDir
 }
 
 // Start serves a registry on addr (e.g. 127.0.0.1:0) until ctx ends and
@@ -126,28 +124,19 @@ func (r *Registry) Publish(ctx context.Context, e *imagecat.Entry, tag string) (
 		slog.Warn("local registry: a cached image cannot be used; its stand-in is published", "image", e.Image.Metadata.Name+":"+tag, "err", err)
 	}
 	build, isBuilt := realImages[e.Image.Metadata.Name]
-	real := true
 	switch {
 	case isCached:
 		d, err = r.pushCached(ctx, repo.Tag(tag), cached)
 	case isBuilt:
-		if d, err = r.pushReal(ctx, repo.Tag(tag), build); err != nil {
+		if d, err = r.push(ctx, repo.Tag(tag), build); err != nil {
 			slog.Warn("local registry: a real image cannot be built here; its stand-in is published", "image", e.Image.Metadata.Name+":"+tag, "err", err)
-			real = false
 			d, err = r.Push(ctx, repo.Tag(tag), e.Image.Spec.Repository+":"+tag)
 		}
 	default:
-		real = false
 		d, err = r.Push(ctx, repo.Tag(tag), e.Image.Spec.Repository+":"+tag)
 	}
 	if err != nil {
 		return d, err
-	}
-	if real {
-		if r.Real == nil {
-			r.Real = map[string]bool{}
-		}
-		r.Real[e.Image.Metadata.Name+":"+tag] = true
 	}
 	ann := map[string]any{}
 	for k, v := range e.Image.Spec.Annotations {
@@ -169,13 +158,21 @@ func (r *Registry) Publish(ctx context.Context, e *imagecat.Entry, tag string) (
 }
 
 // realImages are the catalog images this registry builds for real (they
-// run on a real node), by catalog name; the others get stand-ins.
+// run on a real node), by catalog name; the others get stand-ins. Each is
+// built once a process: every registry (one per test server) pushes the
+// same image.
 var realImages = map[string]func() (v1.Image, error){
-	"busybox": func() (v1.Image, error) { return ociimage.BusyBox(ociimage.BusyBoxPath) },
+	"busybox": sync.OnceValues(func() (v1.Image, error) {
+		files, err := ociimage.BusyBoxFiles(ociimage.BusyBoxPath)
+		if err != nil {
+			return nil, err
+		}
+		return ociimage.BusyBox(files)
+	}),
 }
 
-// pushReal writes the image build makes under ref and returns its digest.
-func (r *Registry) pushReal(ctx context.Context, ref name.Tag, build func() (v1.Image, error)) (name.Digest, error) {
+// push writes the image build makes under ref and returns its digest.
+func (r *Registry) push(ctx context.Context, ref name.Tag, build func() (v1.Image, error)) (name.Digest, error) {
 	img, err := build()
 	if err != nil {
 		return name.Digest{}, fmt.Errorf("build %s: %w", ref, err)
@@ -192,22 +189,13 @@ func (r *Registry) pushReal(ctx context.Context, ref name.Tag, build func() (v1.
 
 // Push writes an unsigned stand-in image under ref and returns its digest.
 func (r *Registry) Push(ctx context.Context, ref name.Tag, standsFor string) (name.Digest, error) {
-	layer, err := crane.Layer(map[string][]byte{"STAND-IN": []byte("gantry dev stand-in for " + standsFor + "\n")})
-	if err != nil {
-		return name.Digest{}, err
-	}
-	img, err := mutate.AppendLayers(empty.Image, layer)
-	if err != nil {
-		return name.Digest{}, err
-	}
-	if err := remote.Write(ref, img, remote.WithContext(ctx)); err != nil {
-		return name.Digest{}, err
-	}
-	h, err := img.Digest()
-	if err != nil {
-		return name.Digest{}, err
-	}
-	return ref.Context().Digest(h.String()), nil
+	return r.push(ctx, ref, func() (v1.Image, error) {
+		layer, err := crane.Layer(map[string][]byte{"STAND-IN": []byte("gantry dev stand-in for " + standsFor + "\n")})
+		if err != nil {
+			return nil, err
+		}
+		return mutate.AppendLayers(empty.Image, layer)
+	})
 }
 
 // set puts value at a dot path, making the maps on the way.

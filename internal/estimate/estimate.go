@@ -173,10 +173,8 @@ func (s *Service) price(ctx context.Context, rd workload.Rendered, req workload.
 		e.MIGProfile = r.MIG.Name
 		e.GPUs = float64(r.Count) * r.MIG.Share()
 	}
-	price, spot := rd.PricePerHour, false
-	if !r.CPUOnly {
-		price, spot = r.Class.HourlyPrice(r.MIG, r.Count, spec.Scheduling.Spot)
-	}
+	price := rd.PricePerHour // GPUs' or, CPU-only, cores'
+	_, spot := r.Class.HourlyPrice(r.MIG, r.Count, spec.Scheduling.Spot)
 	e.PricePerHour, e.Spot = budget.Round(price), spot
 	if spot {
 		onDemand, _ := r.Class.HourlyPrice(r.MIG, r.Count, false)

@@ -38,13 +38,10 @@ func BusyBoxFiles(binary string) ([]File, error) {
 	return files, nil
 }
 
-// BusyBox is an image of BusyBoxFiles that runs entrypoint (or a shell),
-// stamped at the Unix epoch so that the same binary gives the same digest.
-func BusyBox(binary string, entrypoint ...string) (v1.Image, error) {
-	files, err := BusyBoxFiles(binary)
-	if err != nil {
-		return nil, err
-	}
+// BusyBox is an image of files (BusyBoxFiles) that runs entrypoint (or a
+// shell), stamped at the Unix epoch so that the same binary gives the same
+// digest.
+func BusyBox(files []File, entrypoint ...string) (v1.Image, error) {
 	s := Spec{Layers: [][]File{files}, Env: []string{"PATH=/bin"}, Created: time.Unix(0, 0).UTC()}
 	if len(entrypoint) > 0 {
 		s.Entrypoint = entrypoint

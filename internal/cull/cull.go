@@ -2,10 +2,13 @@
 // declares an idle timeout once neither its GPUs nor its people have used it
 // for that long. GPU use is what the agents measured (utilization above 1 %,
 // or SM activity above 0.01 — the online advice rules' idle threshold);
-// people's use is the workload's UI through Gantry's proxy and keep-alives.
-// A workload busy on its GPU is never culled however quiet its web UI, and
-// one whose GPUs Gantry has no recent samples of is never culled: unknown is
-// not idle. Before it stops one, the culler warns — Warning before the idle
+// people's use is the workload's UI through Gantry's proxy — a page
+// opened, a change, a message on its sockets, a Jupyter kernel executing
+// (package interactive) — and keep-alives; a browser tab left open is not
+// use. A workload busy on its GPU is never culled however quiet its web UI,
+// and one whose GPUs Gantry has no recent samples of is never culled:
+// unknown is not idle. A CPU-only workload has no GPUs: its people's use
+// alone speaks. Before it stops one, the culler warns — Warning before the idle
 // timeout ends (half the timeout when that is shorter): a webhook
 // (workload.idle-warning) and the workload's reason in the API and portal
 // say when it will stop and how to keep it (a keep-alive, or any use). It
@@ -133,8 +136,10 @@ type Verdict struct {
 }
 
 // Decide is the rule. runningSince is when it last started; gpu covers the
-// idle window (now − timeout to now); person is the last use by a person.
-func Decide(now time.Time, timeout time.Duration, runningSince time.Time, gpu telemetry.Activity, person time.Time) Verdict {
+// idle window (now − timeout to now), and noGPU says the workload has no
+// GPUs (a CPU-only launch: people's use alone speaks); person is the last
+// use by a person.
+func Decide(now time.Time, timeout time.Duration, runningSince time.Time, noGPU bool, gpu telemetry.Activity, person time.Time) Verdict {
 	from := runningSince
 	for _, t := range []time.Time{gpu.LastActive, person} {
 		if t.After(from) {
@@ -145,6 +150,10 @@ func Decide(now time.Time, timeout time.Duration, runningSince time.Time, gpu te
 	switch {
 	case v.QuietFor < timeout:
 		v.Reason = fmt.Sprintf("in use within its idle timeout of %s", timeout)
+	case noGPU:
+		v.Stop = true
+		v.Reason = fmt.Sprintf("stopped at %s by the idle culler: nobody used it (no page opened, no change, no kernel running or message on its sockets) for %s, its template's idle timeout; start it again to resume (its volumes are kept)",
+			now.UTC().Format(time.RFC3339), timeout)
 	case gpu.First.IsZero() || gpu.First.After(now.Add(-timeout).Add(Freshness)) || gpu.Last.Before(now.Add(-Freshness)):
 		v.Reason = "its GPUs' samples do not cover the idle window: not known to be idle"
 	default:
@@ -204,10 +213,13 @@ func (c *Culler) Run(ctx context.Context) (int, error) {
 		warn := min(c.o.Warning, timeout/2)
 		// From before the warning's window too, so that the GPU use a
 		// warning counted from is still seen when the stop comes.
-		gpu, err := c.o.Store.GPUActivity(ctx, w.ID, now.Add(-timeout-warn))
-		if err != nil {
-			errs = append(errs, err)
-			continue
+		noGPU := w.GPUCount == 0
+		var gpu telemetry.Activity
+		if !noGPU {
+			if gpu, err = c.o.Store.GPUActivity(ctx, w.ID, now.Add(-timeout-warn)); err != nil {
+				errs = append(errs, err)
+				continue
+			}
 		}
 		person, err := c.o.Store.WorkloadActivity(ctx, w.ID)
 		if err != nil {
@@ -215,7 +227,7 @@ func (c *Culler) Run(ctx context.Context) (int, error) {
 			continue
 		}
 		// Quiet for the timeout less the warning: warn now.
-		early := Decide(now, timeout-warn, since, gpu, person)
+		early := Decide(now, timeout-warn, since, noGPU, gpu, person)
 		if !early.Stop {
 			c.clear(ctx, w, &errs)
 			continue
@@ -227,7 +239,7 @@ func (c *Culler) Run(ctx context.Context) (int, error) {
 			c.warn(ctx, w, early.QuietFrom, now.Add(warn), &errs)
 			continue
 		}
-		verdict := Decide(now, timeout, since, gpu, person)
+		verdict := Decide(now, timeout, since, noGPU, gpu, person)
 		if verdict.Stop && !now.Before(prev.stopAt) {
 			if c.stop(ctx, w, verdict.Reason, &person, &n, &errs) {
 				delete(c.warned, w.ID)

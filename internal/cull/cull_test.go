@@ -38,18 +38,23 @@ func TestDecide(t *testing.T) {
 		person time.Time
 		since  time.Time
 		stop   bool
+		noGPU  bool
 	}{
-		{"idle GPUs, nobody", covered, time.Time{}, started, true},
-		{"GPU busy a minute ago (a quiet web UI does not matter)", telemetry.Activity{First: covered.First, Last: covered.Last, LastActive: now.Add(-time.Minute)}, time.Time{}, started, false},
-		{"GPU busy just past the timeout", telemetry.Activity{First: covered.First, Last: covered.Last, LastActive: now.Add(-timeout - time.Second)}, time.Time{}, started, true},
-		{"a person used it 10 minutes ago", covered, now.Add(-10 * time.Minute), started, false},
-		{"started again 20 minutes ago", covered, time.Time{}, now.Add(-20 * time.Minute), false},
-		{"no samples: unknown is not idle", telemetry.Activity{}, time.Time{}, started, false},
-		{"the agent went away 10 minutes ago", telemetry.Activity{First: covered.First, Last: now.Add(-10 * time.Minute)}, time.Time{}, started, false},
-		{"samples only for the last 20 minutes", telemetry.Activity{First: now.Add(-20 * time.Minute), Last: covered.Last}, time.Time{}, started, false},
+		{"idle GPUs, nobody", covered, time.Time{}, started, true, false},
+		{"GPU busy a minute ago (a quiet web UI does not matter)", telemetry.Activity{First: covered.First, Last: covered.Last, LastActive: now.Add(-time.Minute)}, time.Time{}, started, false, false},
+		{"GPU busy just past the timeout", telemetry.Activity{First: covered.First, Last: covered.Last, LastActive: now.Add(-timeout - time.Second)}, time.Time{}, started, true, false},
+		{"a person used it 10 minutes ago", covered, now.Add(-10 * time.Minute), started, false, false},
+		{"started again 20 minutes ago", covered, time.Time{}, now.Add(-20 * time.Minute), false, false},
+		{"no samples: unknown is not idle", telemetry.Activity{}, time.Time{}, started, false, false},
+		{"the agent went away 10 minutes ago", telemetry.Activity{First: covered.First, Last: now.Add(-10 * time.Minute)}, time.Time{}, started, false, false},
+		{"samples only for the last 20 minutes", telemetry.Activity{First: now.Add(-20 * time.Minute), Last: covered.Last}, time.Time{}, started, false, false},
+		// A CPU-only workload has no GPU samples: its people's use decides.
+		{"no GPUs, nobody", telemetry.Activity{}, time.Time{}, started, true, true},
+		{"no GPUs, a person 10 minutes ago", telemetry.Activity{}, now.Add(-10 * time.Minute), started, false, true},
+		{"no GPUs, started 20 minutes ago", telemetry.Activity{}, time.Time{}, now.Add(-20 * time.Minute), false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			v := cull.Decide(now, timeout, tc.since, tc.gpu, tc.person)
+			v := cull.Decide(now, timeout, tc.since, tc.noGPU, tc.gpu, tc.person)
 			if v.Stop != tc.stop {
 				t.Fatalf("stop %v (%s), want %v", v.Stop, v.Reason, tc.stop)
 			}

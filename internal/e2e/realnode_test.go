@@ -3,12 +3,15 @@ package e2e_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,6 +27,8 @@ import (
 	"github.com/gantryhq/gantry/internal/waitfor"
 	"github.com/gantryhq/gantry/internal/workload"
 	"golang.org/x/net/websocket"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // realNode returns Gantry on the cluster with the real node pulling the
@@ -292,11 +297,18 @@ func TestPortalCPUNotebook(t *testing.T) {
 	screenshot(t, ctx, "cpu-notebook")
 }
 
-// notebookGantry is Gantry on the cluster whose /w/{id}/ proxy reaches
-// the real node's pods (DialService) and whose local registry the real node
-// pulls from, with the Jupyter image built; without either it skips (and
-// fails in CI, which builds and runs both).
+// notebookGantry is appGantry with Debian's Jupyter image.
 func notebookGantry(t *testing.T) *servertest.Gantry {
+	t.Helper()
+	return appGantry(t, nil, "jupyter:6.4-debian12")
+}
+
+// appGantry is Gantry on the cluster whose /w/{id}/ proxy reaches the real
+// node's pods (DialService) and whose local registry the real node pulls
+// from, with the real images named (name:tag) built, its configuration
+// changed by edit; without the images or the real node it skips (and fails
+// in CI, which builds and runs both).
+func appGantry(t *testing.T, edit func(*config.Config), images ...string) *servertest.Gantry {
 	t.Helper()
 	if cluster == nil {
 		t.Skip(clustertest.ErrNotRequested)
@@ -311,9 +323,12 @@ func notebookGantry(t *testing.T) *servertest.Gantry {
 		}
 		t.Skipf("%s: %v", what, err)
 	}
-	_, err := os.Stat(filepath.Join(devregistry.ImagesDir(), "jupyter", "6.4-debian12", "layer.json"))
-	need("the Jupyter image (deploy/images/build.sh, as root; .ci/test runs it)", err)
-	_, err = cluster.RealNode()
+	for _, img := range images {
+		name, tag, _ := strings.Cut(img, ":")
+		_, err := os.Stat(filepath.Join(devregistry.ImagesDir(), name, tag, "layer.json"))
+		need("the image "+img+" (deploy/images/build.sh, as root; .ci/test runs it)", err)
+	}
+	_, err := cluster.RealNode()
 	need("the real node", err)
 	ns := "gantry-e2e-" + workload.NewID()
 	grantLease(t, ns)
@@ -323,9 +338,366 @@ func notebookGantry(t *testing.T) *servertest.Gantry {
 		c.ReconcileInterval = config.Duration(time.Second)
 		c.Namespace = ns
 		c.Kubeconfig = gantryKubeconfig
+		if edit != nil {
+			edit(c)
+		}
 	})
 	if err := cluster.MirrorRegistries(g.Images.Verifier.Mirrors()); err != nil {
 		t.Fatal(err)
 	}
 	return g
+}
+
+// TestCPUTrainingResumes: the cpu-train template's job — Debian's CPU
+// PyTorch training a small network on the real node — logs its loss through
+// the logs API and checkpoints to its volume; its pod killed mid-run, the
+// Job's next pod resumes from the newest checkpoint on the same volume and
+// finishes at the same total steps, and the workload Succeeded.
+func TestCPUTrainingResumes(t *testing.T) {
+	t.Parallel() // see the note on TestMain
+	g := appGantry(t, nil, "pytorch-cpu:1.13-debian12")
+	ctx := t.Context()
+	alice := servertest.Client(g.URL, g.Token("alice"))
+	const steps = 150
+	params := model.Parameters{"steps": steps, "stepDelay": "0.2"} // about 30 s of steps
+	r := servertest.Must(alice.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "cpu-train", Team: "vision", Parameters: &params}))(t)
+	if r.StatusCode() != 201 {
+		t.Fatalf("launch: %d %s", r.StatusCode(), r.Body)
+	}
+	id := r.JSON201.Id
+	t.Cleanup(func() { servertest.Must(alice.DeleteWorkloadWithResponse(context.Background(), id))(t) })
+	logs := func() string {
+		return string(servertest.Must(alice.GetWorkloadLogsWithResponse(ctx, id, nil))(t).Body)
+	}
+	status := func() model.Workload {
+		return servertest.Deref(servertest.Must(alice.GetWorkloadWithResponse(ctx, id))(t).JSON200)
+	}
+	var first string
+	waitfor.Until(t, 3*time.Minute, "the first checkpoint in the job's own log", func() error {
+		if first = logs(); !strings.Contains(first, "checkpoint step 50:") {
+			w := status()
+			return fmt.Errorf("%s (%s), log %q", w.Status, servertest.Deref(w.Reason), lastLines(first, 3))
+		}
+		return nil
+	})
+	if !strings.Contains(first, "starting at step 0 of 150") || !strings.Contains(first, `"loss": `) || !strings.Contains(first, `"step_time_ms": `) {
+		t.Fatalf("the first run's log: %q", first)
+	}
+	pods := podsOf(t, "vision", id)
+	if len(pods) != 1 || pods[0].Spec.NodeName != devcluster.RealNodeName {
+		t.Fatalf("pods %d, want one on %s", len(pods), devcluster.RealNodeName)
+	}
+	killed := pods[0].Name
+	if err := cluster.Client.CoreV1().Pods(pods[0].Namespace).Delete(ctx, killed, metav1.DeleteOptions{GracePeriodSeconds: new(int64(0))}); err != nil {
+		t.Fatal(err)
+	}
+	var w model.Workload
+	waitfor.Until(t, 4*time.Minute, "the job to resume and finish", func() error {
+		if w = status(); w.Status != "Succeeded" {
+			if w.Status == "Failed" {
+				t.Fatalf("it failed: %s; log %q", servertest.Deref(w.Reason), logs())
+			}
+			return fmt.Errorf("%s (%s)", w.Status, servertest.Deref(w.Reason))
+		}
+		return nil
+	})
+	// The newest pod's log: resumed from a checkpoint at or after step 50
+	// (as far as the first pod got before it was killed), its steps from
+	// there to 150 and no further.
+	second := logs()
+	at := strings.Index(second, "resumed from step ")
+	if at < 0 {
+		t.Fatalf("the resumed run's log: %q", second)
+	}
+	var from int
+	if _, err := fmt.Sscanf(second[at:], "resumed from step %d", &from); err != nil || from < 50 || from >= steps || from%50 != 0 {
+		t.Fatalf("resumed from step %d (%v): %q", from, err, second)
+	}
+	if strings.Contains(second, "starting at step 0") || !strings.Contains(second, fmt.Sprintf(`{"step": %d, "total_steps": 150`, from+10)) ||
+		!strings.Contains(second, "finished 150/150 steps") || strings.Contains(second, `{"step": 160`) {
+		t.Fatalf("the resumed run's log: %q", second)
+	}
+	if pods := podsOf(t, "vision", id); slices.ContainsFunc(pods, func(p corev1.Pod) bool { return p.Name == killed }) {
+		t.Errorf("the killed pod %s is still there", killed)
+	}
+	if servertest.Deref(w.ExitCode) != 0 {
+		t.Errorf("exit code %v", w.ExitCode)
+	}
+}
+
+// lastLines is the last n lines of s, for failure messages.
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// TestMaxRuntimeKillsContainer: a CPU job past its template's max runtime
+// is stopped by Kubernetes (the Job's active deadline, from
+// lifecycle.maxRuntime): its real process on the node is gone and the
+// workload is Failed, saying it reached its max runtime.
+func TestMaxRuntimeKillsContainer(t *testing.T) {
+	t.Parallel() // see the note on TestMain
+	dir := t.TempDir()
+	b, err := os.ReadFile("../../templates/cpu-job.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	short := strings.Replace(string(b), "maxRuntime: 1h", "maxRuntime: 1m", 1)
+	if short == string(b) {
+		t.Fatal("cpu-job.yaml has no maxRuntime: 1h to shorten")
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cpu-job.yaml"), []byte(short), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	g := appGantry(t, func(c *config.Config) { c.TemplatesDir = dir })
+	ctx := t.Context()
+	alice := servertest.Client(g.URL, g.Token("alice"))
+	// A sleep this test alone runs, to find its process on the node.
+	secs := 600 + time.Now().UnixNano()%300
+	params := model.Parameters{"script": fmt.Sprintf("echo started; exec sleep %d", secs)}
+	r := servertest.Must(alice.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "cpu-job", Team: "vision", Parameters: &params}))(t)
+	if r.StatusCode() != 201 {
+		t.Fatalf("launch: %d %s", r.StatusCode(), r.Body)
+	}
+	id := r.JSON201.Id
+	t.Cleanup(func() { servertest.Must(alice.DeleteWorkloadWithResponse(context.Background(), id))(t) })
+	waitfor.Until(t, 2*time.Minute, "the container's sleep running on this machine", func() error {
+		if pids := processes("sleep", fmt.Sprint(secs)); len(pids) == 0 {
+			return fmt.Errorf("no process sleep %d", secs)
+		}
+		return nil
+	})
+	var w model.Workload
+	waitfor.Until(t, 3*time.Minute, "the job stopped at its max runtime", func() error {
+		if w = servertest.Deref(servertest.Must(alice.GetWorkloadWithResponse(ctx, id))(t).JSON200); w.Status != "Failed" {
+			return fmt.Errorf("%s (%s)", w.Status, servertest.Deref(w.Reason))
+		}
+		return nil
+	})
+	if !strings.Contains(servertest.Deref(w.Reason), "max runtime of 1m and was stopped") {
+		t.Errorf("reason %q", servertest.Deref(w.Reason))
+	}
+	if w.RanSeconds < 59 {
+		t.Errorf("it ran %vs, under its max runtime", w.RanSeconds)
+	}
+	waitfor.Until(t, time.Minute, "the container's process killed", func() error {
+		if pids := processes("sleep", fmt.Sprint(secs)); len(pids) > 0 {
+			return fmt.Errorf("sleep %d still runs: pids %v", secs, pids)
+		}
+		return nil
+	})
+}
+
+// processes are the pids on this machine whose command line is args.
+func processes(args ...string) []string {
+	want := strings.Join(args, "\x00") + "\x00"
+	var pids []string
+	dirs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, f := range dirs {
+		if b, err := os.ReadFile(f); err == nil && string(b) == want {
+			pids = append(pids, filepath.Base(filepath.Dir(f)))
+		}
+	}
+	return pids
+}
+
+// TestCPUInferenceService: the cpu-inference template's OpenAI-style server
+// runs on the real node and answers at its workload's endpoint (dialled as
+// Gantry's proxy dials, through the Service's endpoints): its model listed,
+// a chat completion with usage counts, the same answer for the same prompt,
+// a streamed completion ending in [DONE], and a clear 400 for a bad request.
+func TestCPUInferenceService(t *testing.T) {
+	t.Parallel() // see the note on TestMain
+	g := appGantry(t, nil, "llm-server:0.1-debian12")
+	ctx := t.Context()
+	alice := servertest.Client(g.URL, g.Token("alice"))
+	r := servertest.Must(alice.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "cpu-inference", Team: "vision"}))(t)
+	if r.StatusCode() != 201 {
+		t.Fatalf("launch: %d %s", r.StatusCode(), r.Body)
+	}
+	w := servertest.Deref(r.JSON201)
+	t.Cleanup(func() { servertest.Must(alice.DeleteWorkloadWithResponse(context.Background(), w.Id))(t) })
+	base := servertest.Deref(w.Endpoint)
+	if !strings.HasSuffix(base, ":8000") {
+		t.Fatalf("endpoint %q", base)
+	}
+	hc := &http.Client{Transport: &http.Transport{DialContext: cluster.DialService}, Timeout: 30 * time.Second}
+	call := func(method, path, body string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(ctx, method, base+path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := hc.Do(req)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	waitfor.Until(t, 3*time.Minute, "the server answering at "+base, func() error {
+		if s, body := call("GET", "/v1/models", ""); s != 200 || !strings.Contains(body, `"id": "gantry/markov-tiny"`) {
+			return fmt.Errorf("%d %.200s", s, body)
+		}
+		return nil
+	})
+	chat := `{"model": "gantry/markov-tiny", "messages": [{"role": "user", "content": "what does the cluster do"}], "max_tokens": 12}`
+	s, body := call("POST", "/v1/chat/completions", chat)
+	var out struct {
+		Object  string
+		Choices []struct {
+			Message struct{ Role, Content string }
+		}
+		Usage struct {
+			PromptTokens     int `json:"prompt_tokens"`
+			CompletionTokens int `json:"completion_tokens"`
+		}
+	}
+	if err := json.Unmarshal([]byte(body), &out); s != 200 || err != nil || out.Object != "chat.completion" || len(out.Choices) != 1 ||
+		out.Choices[0].Message.Role != "assistant" || out.Choices[0].Message.Content == "" || out.Usage.PromptTokens != 5 ||
+		out.Usage.CompletionTokens < 1 || out.Usage.CompletionTokens > 12 {
+		t.Fatalf("chat completion: %d %s", s, body)
+	}
+	if _, again := call("POST", "/v1/chat/completions", chat); !strings.Contains(again, fmt.Sprintf("%q", out.Choices[0].Message.Content)) {
+		t.Errorf("the same prompt answered %s, then %s", body, again)
+	}
+	s, body = call("POST", "/v1/completions", `{"prompt": "the node", "max_tokens": 4, "stream": true}`)
+	if s != 200 || strings.Count(body, "data: {") != 4 || !strings.HasSuffix(body, "data: [DONE]\n\n") {
+		t.Errorf("streamed completion: %d %q", s, body)
+	}
+	if s, body = call("POST", "/v1/completions", `{"prompt": "x", "max_tokens": 0}`); s != 400 || !strings.Contains(body, "max_tokens: want an integer from 1 to 512") {
+		t.Errorf("a bad request: %d %s", s, body)
+	}
+	if pods := podsOf(t, "vision", w.Id); len(pods) != 1 || pods[0].Spec.NodeName != devcluster.RealNodeName {
+		t.Errorf("pods %d, want one on %s", len(pods), devcluster.RealNodeName)
+	}
+}
+
+// TestCPUNotebookIdleCulled: the idle culler judges a CPU-only notebook on
+// the real node by its people's use as Gantry's proxy sees it: a kernel
+// executing a cell that prints nothing for longer than the idle timeout
+// keeps it; once the cell is done, a connected tab with no activity (its
+// socket open, pings answered) does not, and the notebook is stopped as
+// idle.
+func TestCPUNotebookIdleCulled(t *testing.T) {
+	t.Parallel() // see the note on TestMain
+	const timeout = time.Minute
+	dir := t.TempDir()
+	b, err := os.ReadFile("../../templates/cpu-notebook.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	short := strings.Replace(string(b), "idleTimeout: 1h", "idleTimeout: 1m", 1)
+	if short == string(b) {
+		t.Fatal("cpu-notebook.yaml has no idleTimeout: 1h to shorten")
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cpu-notebook.yaml"), []byte(short), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	g := appGantry(t, func(c *config.Config) { c.TemplatesDir = dir }, "jupyter:6.4-debian12")
+	ctx := t.Context()
+	tok := g.Token("alice")
+	alice := servertest.Client(g.URL, tok)
+	r := servertest.Must(alice.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "cpu-notebook", Team: "vision"}))(t)
+	if r.StatusCode() != 201 {
+		t.Fatalf("launch: %d %s", r.StatusCode(), r.Body)
+	}
+	id := r.JSON201.Id
+	t.Cleanup(func() { servertest.Must(alice.DeleteWorkloadWithResponse(context.Background(), id))(t) })
+	base := g.URL + "/w/" + id + "/"
+	status := func() model.Workload {
+		return servertest.Deref(servertest.Must(alice.GetWorkloadWithResponse(ctx, id))(t).JSON200)
+	}
+	var kernel struct{ ID string }
+	waitfor.Until(t, 3*time.Minute, "a kernel started through /w/"+id+"/", func() error {
+		req, _ := http.NewRequestWithContext(ctx, "POST", base+"api/kernels", strings.NewReader(`{"name": "python3"}`))
+		req.Header.Set("Authorization", "Bearer "+tok)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 201 || json.Unmarshal(body, &kernel) != nil || kernel.ID == "" {
+			return fmt.Errorf("%d %.200s (%s)", resp.StatusCode, body, status().Status)
+		}
+		return nil
+	})
+	cfg, err := websocket.NewConfig(strings.Replace(base, "http://", "ws://", 1)+"api/kernels/"+kernel.ID+"/channels?session_id=idle", "http://gantry.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Header = http.Header{"Authorization": {"Bearer " + tok}}
+	ws, err := websocket.DialConfig(cfg)
+	if err != nil {
+		t.Fatalf("the kernel's websocket through Gantry: %v", err)
+	}
+	defer ws.Close()
+	// A cell that runs past the idle timeout and prints nothing until it ends.
+	code := fmt.Sprintf("import time; time.sleep(%d); print('slept')", int((timeout + 30*time.Second).Seconds()))
+	if err := websocket.JSON.Send(ws, map[string]any{
+		"header":        map[string]any{"msg_id": "sleep-1", "username": "e2e", "session": "idle", "msg_type": "execute_request", "version": "5.3"},
+		"parent_header": map[string]any{}, "metadata": map[string]any{}, "channel": "shell", "buffers": []any{},
+		"content": map[string]any{"code": code, "silent": false, "store_history": false, "user_expressions": map[string]any{}, "allow_stdin": false, "stop_on_error": true},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// The tab: it reads every message (answering the server's pings) and
+	// sends nothing more.
+	var printed atomic.Value
+	printed.Store("")
+	done := make(chan struct{})
+	go func() {
+		var out strings.Builder
+		for {
+			var in struct {
+				Header struct {
+					MsgType string `json:"msg_type"`
+				} `json:"header"`
+				ParentHeader struct {
+					MsgID string `json:"msg_id"`
+				} `json:"parent_header"`
+				Content struct {
+					Text           string `json:"text"`
+					ExecutionState string `json:"execution_state"`
+				} `json:"content"`
+			}
+			if err := websocket.JSON.Receive(ws, &in); err != nil {
+				return // the socket closed: the notebook stopped, or the test ended
+			}
+			if in.ParentHeader.MsgID != "sleep-1" {
+				continue
+			}
+			switch {
+			case in.Header.MsgType == "stream":
+				out.WriteString(in.Content.Text)
+				printed.Store(out.String())
+			case in.Header.MsgType == "status" && in.Content.ExecutionState == "idle":
+				close(done)
+			}
+		}
+	}()
+	waitfor.Until(t, timeout+2*time.Minute, "the silent cell to finish, its notebook kept while it ran", func() error {
+		if w := status(); w.Status != "Running" {
+			t.Fatalf("while its kernel was busy the notebook was %s: %s", w.Status, servertest.Deref(w.Reason))
+		}
+		select {
+		case <-done:
+			return nil
+		default:
+			return errors.New("the cell still runs")
+		}
+	})
+	if got := printed.Load().(string); got != "slept\n" {
+		t.Fatalf("the cell printed %q", got)
+	}
+	var w model.Workload
+	waitfor.Until(t, timeout+2*time.Minute, "the notebook stopped as idle, its tab open and quiet", func() error {
+		if w = status(); w.Status != "IdleStopped" {
+			return fmt.Errorf("%s (%s)", w.Status, servertest.Deref(w.Reason))
+		}
+		return nil
+	})
+	if reason := servertest.Deref(w.Reason); !strings.Contains(reason, "nobody used it") || !strings.Contains(reason, "1m0s") {
+		t.Errorf("reason %q", reason)
+	}
 }

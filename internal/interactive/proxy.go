@@ -3,6 +3,7 @@ package interactive
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
@@ -16,9 +17,13 @@ import (
 )
 
 // Opener decides whether the caller (the identity in the context) may open
-// a workload and where it listens (workload.Service.Open).
+// a workload and where it listens, and records a person's use of it for the
+// idle culler (workload.Service).
 type Opener interface {
-	Open(ctx context.Context, id string) (workload.Target, error)
+	Target(ctx context.Context, id string) (workload.Target, error)
+	// Used records that the caller used the workload now (see personal
+	// and watch for what counts).
+	Used(ctx context.Context, id string)
 }
 
 // Proxy forwards /w/{id}/… to the workload's app. The caller is already
@@ -32,6 +37,9 @@ type Proxy struct {
 	Strip []string
 	// Transport reaches the apps (default: http.DefaultTransport's settings).
 	Transport http.RoundTripper
+	// BusyEvery is how often a busy kernel counts as use (default
+	// BusyEvery).
+	BusyEvery time.Duration
 	Log       *slog.Logger
 }
 
@@ -55,9 +63,12 @@ func (p *Proxy) Serve(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	t, err := p.Opener.Open(r.Context(), id)
+	t, err := p.Opener.Target(r.Context(), id)
 	if err != nil {
 		return err
+	}
+	if upgrade || personal(r) {
+		p.Opener.Used(r.Context(), id)
 	}
 	if rest == "" { // /w/{id}: the app's relative links need the slash
 		u := *r.URL
@@ -91,9 +102,16 @@ func (p *Proxy) Serve(w http.ResponseWriter, r *http.Request) error {
 			pr.Out.Header.Del("Authorization")
 			pr.Out.Header.Del("X-CSRF-Token")
 			stripCookies(pr.Out.Header, p.Strip)
+			// Uncompressed frames, so that a kernel's status can be read
+			// on its way (watch).
+			pr.Out.Header.Del("Sec-WebSocket-Extensions")
 		},
 		ModifyResponse: func(resp *http.Response) error {
 			dropSetCookies(resp.Header, p.Strip)
+			if rwc, ok := resp.Body.(io.ReadWriteCloser); ok && resp.StatusCode == http.StatusSwitchingProtocols {
+				ctx := r.Context()
+				resp.Body = watch(rwc, func() { p.Opener.Used(ctx, id) }, p.busyEvery())
+			}
 			return nil
 		},
 		Transport:     p.transport(),
@@ -105,6 +123,13 @@ func (p *Proxy) Serve(w http.ResponseWriter, r *http.Request) error {
 	}
 	rp.ServeHTTP(w, r)
 	return nil
+}
+
+func (p *Proxy) busyEvery() time.Duration {
+	if p.BusyEvery > 0 {
+		return p.BusyEvery
+	}
+	return BusyEvery
 }
 
 func (p *Proxy) transport() http.RoundTripper {

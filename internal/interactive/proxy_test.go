@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/gantryhq/gantry/internal/fault"
@@ -51,9 +52,15 @@ func app(t *testing.T) *httptest.Server {
 type opener struct {
 	target workload.Target
 	err    error
+	used   *atomic.Int64 // Used calls, when counted
 }
 
-func (o opener) Open(context.Context, string) (workload.Target, error) { return o.target, o.err }
+func (o opener) Target(context.Context, string) (workload.Target, error) { return o.target, o.err }
+func (o opener) Used(context.Context, string) {
+	if o.used != nil {
+		o.used.Add(1)
+	}
+}
 
 func serve(p *interactive.Proxy) *httptest.Server {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -195,6 +202,31 @@ func TestProxy(t *testing.T) {
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusTeapot || hits != 0 {
 			t.Errorf("refused open: status %d, %d requests reached the app", resp.StatusCode, hits)
+		}
+	})
+
+	// What counts as a person's use for the idle culler: a page opened and
+	// a change do; a browser's background read does not.
+	t.Run("use", func(t *testing.T) {
+		var used atomic.Int64
+		front := serve(&interactive.Proxy{Opener: opener{target: workload.Target{URL: u}, used: &used}})
+		defer front.Close()
+		for _, tc := range []struct {
+			method, mode string
+			uses         int64
+		}{{"GET", "cors", 0}, {"GET", "navigate", 1}, {"POST", "cors", 2}, {"GET", "no-cors", 2}, {"GET", "", 3}} {
+			req, _ := http.NewRequest(tc.method, front.URL+"/w/abcd1234/api/contents", nil)
+			if tc.mode != "" {
+				req.Header.Set("Sec-Fetch-Mode", tc.mode)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if n := used.Load(); n != tc.uses {
+				t.Errorf("after %s with Sec-Fetch-Mode %q: %d uses, want %d", tc.method, tc.mode, n, tc.uses)
+			}
 		}
 	})
 

@@ -53,11 +53,15 @@ func New(ctx context.Context, cfg config.Config, ov Overrides) (*Server, error) 
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
-	core, err := open(ctx, cfg, ov.Images, clk.Now)
+	dataDir := ov.DataDir
+	if dataDir == "" {
+		dataDir = config.DataDir()
+	}
+	core, err := open(ctx, cfg, ov.Images, clk.Now, dataDir)
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{Core: core, clock: clk, own: ownmetrics.New()}
+	s := &Server{Core: core, clock: clk, own: ownmetrics.New(), dataDir: dataDir}
 	if v := core.Images.Verifier; v != nil {
 		s.own.ImageCache(v.CacheHits, v.CacheMisses)
 	}

@@ -65,8 +65,8 @@ func devSignIn(ctx context.Context, cfg config.Config, public string, key *rsa.P
 
 // devImages starts the local registry with a signed stand-in for every
 // catalog image and returns a verifier that trusts the development key.
-func devImages(ctx context.Context, images *imagecat.Catalog, vo imageverify.Options, log *slog.Logger) (*imageverify.Images, error) {
-	keyPath := filepath.Join(config.DataDir(), "dev-signing.key")
+func devImages(ctx context.Context, images *imagecat.Catalog, vo imageverify.Options, dataDir string, log *slog.Logger) (*imageverify.Images, error) {
+	keyPath := filepath.Join(dataDir, "dev-signing.key")
 	key, err := devregistry.LoadOrCreateKey(keyPath)
 	if err != nil {
 		return nil, fmt.Errorf("development signing key: %w", err)
@@ -83,8 +83,8 @@ func devImages(ctx context.Context, images *imagecat.Catalog, vo imageverify.Opt
 // devCheckpointKey is the development key audit checkpoints are signed with
 // when audit.checkpointKey is not set: made once in the data directory
 // (dev-audit-checkpoint.key, and .pub for gantry audit verify --key).
-func devCheckpointKey(log *slog.Logger) (string, error) {
-	prefix := filepath.Join(config.DataDir(), "dev-audit-checkpoint")
+func devCheckpointKey(dataDir string, log *slog.Logger) (string, error) {
+	prefix := filepath.Join(dataDir, "dev-audit-checkpoint")
 	if _, err := audit.EnsureKeyFiles(prefix); err != nil {
 		return "", fmt.Errorf("development audit checkpoint key: %w", err)
 	}

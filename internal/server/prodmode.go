@@ -29,12 +29,12 @@ func devSignIn(context.Context, config.Config, string, *rsa.PrivateKey, *slog.Lo
 		"configure your OpenID provider (oidc.issuer, oidc.clientID, …), or build with -tags dev (make dev and make serve do)")
 }
 
-func devImages(context.Context, *imagecat.Catalog, imageverify.Options, *slog.Logger) (*imageverify.Images, error) {
+func devImages(context.Context, *imagecat.Catalog, imageverify.Options, string, *slog.Logger) (*imageverify.Images, error) {
 	return nil, errors.New("images.devRegistry is set, and this gantry is a production build without the development registry: build with -tags dev (make dev and make serve do)")
 }
 
 // devCheckpointKey: this build has no development checkpoint key.
-func devCheckpointKey(*slog.Logger) (string, error) { return "", nil }
+func devCheckpointKey(string, *slog.Logger) (string, error) { return "", nil }
 
 // DevToken is the development build's (devmode.go): a production build has
 // no development users to make a token for.

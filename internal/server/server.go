@@ -128,12 +128,12 @@ func (c *Core) putClasses(ctx context.Context, now time.Time, file *gpu.Catalog,
 
 // Open builds the Core from the configuration. Close its Store when done.
 func Open(ctx context.Context, cfg config.Config) (*Core, error) {
-	return open(ctx, cfg, nil, clock.RealClock{}.Now)
+	return open(ctx, cfg, nil, clock.RealClock{}.Now, config.DataDir())
 }
 
-// open is Open with the image verifier given (nil: from the configuration)
-// and the server's clock.
-func open(ctx context.Context, cfg config.Config, given *imageverify.Images, now func() time.Time) (*Core, error) {
+// open is Open with the image verifier given (nil: from the configuration),
+// the server's clock and the directory of development keys.
+func open(ctx context.Context, cfg config.Config, given *imageverify.Images, now func() time.Time, dataDir string) (*Core, error) {
 	log := cfg.Logger()
 	stamp := fileStamp(cfg.GPUClassesFile) // before reading: a change after it is reloaded
 	classes, err := gpu.LoadFile(cfg.GPUClassesFile)
@@ -175,7 +175,7 @@ func open(ctx context.Context, cfg config.Config, given *imageverify.Images, now
 	}
 	verified := &imageverify.Images{Catalog: images, Verifier: v}
 	if cfg.Images.DevRegistry {
-		if verified, err = devImages(ctx, images, vo, log); err != nil {
+		if verified, err = devImages(ctx, images, vo, dataDir, log); err != nil {
 			return nil, err
 		}
 	}
@@ -266,6 +266,7 @@ type Server struct {
 	dev      devProvider // nil with an organisation's provider
 	checks   []api.Check
 	clock    clock.WithTicker
+	dataDir  string // the development keys (Overrides.DataDir)
 	// checkpoints signs the audit log's head (nil: no key configured).
 	checkpoints *audit.Checkpointer
 	// denials is what the API and the portal append to: repeated denials
@@ -359,6 +360,10 @@ type Overrides struct {
 	// DevSigningKey signs the development OpenID provider's tokens (tests
 	// share one key). Default: a new key per start.
 	DevSigningKey *rsa.PrivateKey
+	// DataDir keeps the development image-signing and audit-checkpoint
+	// keys (a test's own directory, without changing the process's
+	// environment). Default: config.DataDir().
+	DataDir string
 }
 
 // seed loads the starter template catalog into an empty database.
@@ -569,7 +574,7 @@ func (s *Server) checkpointer() (*audit.Checkpointer, error) {
 	path := ac.CheckpointKey
 	if path == "" {
 		var err error
-		if path, err = devCheckpointKey(s.Log); err != nil {
+		if path, err = devCheckpointKey(s.dataDir, s.Log); err != nil {
 			return nil, err
 		}
 	}

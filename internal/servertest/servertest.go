@@ -100,7 +100,9 @@ func Start(t testing.TB, cfg config.Config, ov server.Overrides) *Gantry {
 		}
 		t.Skip(msg)
 	}
-	t.Setenv("XDG_DATA_HOME", t.TempDir()) // the development signing key
+	if ov.DataDir == "" {
+		ov.DataDir = t.TempDir() // the development signing keys
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	srv, err := server.New(ctx, cfg, ov)
 	if err != nil {

@@ -19,25 +19,12 @@ type Target struct {
 	StripPrefix bool
 }
 
-// Open decides whether the caller may open an interactive workload in the
-// browser and where its app listens. Only the owner may: a notebook holds
-// their code, credentials and data, so a team-admin of the team does not get
-// in either (they can stop or delete it). Another team's workload is not
-// found, and that denial is audited.
-func (s *Service) Open(ctx context.Context, id string) (Target, error) {
-	t, err := s.Target(ctx, id)
-	if err != nil {
-		return t, err
-	}
-	// Its owner using it in the browser is activity: the idle culler
-	// leaves it alone.
-	s.touch(ctx, id)
-	return t, nil
-}
-
-// Target is Open without its use counting as activity: whether the caller
-// may still open the workload, and where it listens (an open socket is
-// checked again with it).
+// Target decides whether the caller may open an interactive workload in
+// the browser and where its app listens. Only the owner may: a notebook
+// holds their code, credentials and data, so a team-admin of the team does
+// not get in either (they can stop or delete it). Another team's workload is
+// not found, and that denial is audited. Asking is not use (Used is): an
+// open socket is checked again with it.
 func (s *Service) Target(ctx context.Context, id string) (Target, error) {
 	w, err := s.visible(ctx, id)
 	if err != nil {
@@ -84,13 +71,15 @@ func (s *Service) KeepAlive(ctx context.Context, id string) (Workload, error) {
 // touchEvery is how often a workload's use through its UI is written; the
 // process remembers at most maxTouched workloads' last write.
 const (
-	touchEvery = time.Minute
+	touchEvery = 30 * time.Second
 	maxTouched = 100000
 )
 
-// touch records activity on a workload, at most once per touchEvery per
-// process (a UI's requests come many a second); a failure is logged.
-func (s *Service) touch(ctx context.Context, id string) {
+// Used records that a person used a workload through its UI now (the idle
+// culler counts its idle time from then), at most once per touchEvery per
+// process (a UI's requests and messages come many a second); a failure is
+// logged.
+func (s *Service) Used(ctx context.Context, id string) {
 	now := s.clock()
 	if last, ok := s.touched.Load(id); ok && now.Sub(last.(time.Time)) < touchEvery {
 		return

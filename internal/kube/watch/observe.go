@@ -31,7 +31,7 @@ func Observe(id string, jobs []*batchv1.Job, pods []*corev1.Pod) (Observation, b
 				o.Phase, o.ExitCode = "Succeeded", exitCode(pods, corev1.PodSucceeded)
 				return o, true
 			case batchv1.JobFailed:
-				o.Phase, o.Reason, o.ExitCode = "Failed", jobFailure(c, pods), exitCode(pods, corev1.PodFailed)
+				o.Phase, o.Reason, o.ExitCode = "Failed", jobFailure(j, c, pods), exitCode(pods, corev1.PodFailed)
 				return o, true
 			}
 		}
@@ -144,10 +144,22 @@ func exitCode(pods []*corev1.Pod, phase corev1.PodPhase) *int {
 	return nil
 }
 
-func jobFailure(c batchv1.JobCondition, pods []*corev1.Pod) string {
+// jobFailure says why a Job failed: a pod killed for its memory, the
+// template's max runtime reached (the Job's active deadline, which Gantry
+// sets from lifecycle.maxRuntime), or the Job's own words.
+func jobFailure(j *batchv1.Job, c batchv1.JobCondition, pods []*corev1.Pod) string {
 	for _, p := range pods {
 		if phase, reason, _ := podPhase(p); phase == "Failed" && strings.HasPrefix(reason, "OOMKilled") {
 			return reason
+		}
+	}
+	if c.Reason == batchv1.JobReasonDeadlineExceeded {
+		limit := j.Annotations[render.AnnotationMaxRuntime]
+		if limit == "" && j.Spec.ActiveDeadlineSeconds != nil {
+			limit = (time.Duration(*j.Spec.ActiveDeadlineSeconds) * time.Second).String()
+		}
+		if limit != "" {
+			return "MaxRuntime: it ran for its template's max runtime of " + limit + " and was stopped, its containers killed: save checkpoints and launch it again to go on"
 		}
 	}
 	return strings.TrimSpace(c.Reason + ": " + c.Message)

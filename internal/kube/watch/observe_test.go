@@ -10,6 +10,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/gantryhq/gantry/internal/render"
 )
 
 func TestObserve(t *testing.T) {
@@ -30,6 +32,11 @@ func TestObserve(t *testing.T) {
 	pendingJob := &batchv1.Job{}
 	complete := &batchv1.Job{Status: batchv1.JobStatus{Conditions: []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}}}
 	deadline := &batchv1.Job{Status: batchv1.JobStatus{Conditions: []batchv1.JobCondition{{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, Reason: "DeadlineExceeded", Message: "Job was active longer than specified deadline"}}}}
+	maxRuntime := deadline.DeepCopy()
+	maxRuntime.Annotations = map[string]string{render.AnnotationMaxRuntime: "20s"}
+	maxRuntime.Spec.ActiveDeadlineSeconds = new(int64(20))
+	activeDeadline := deadline.DeepCopy()
+	activeDeadline.Spec.ActiveDeadlineSeconds = new(int64(7200))
 	// Jobs MultiKueue runs on a worker: no pods here, the status copied back.
 	mk := func(active, ready int32) *batchv1.Job {
 		return &batchv1.Job{Spec: batchv1.JobSpec{ManagedBy: new("kueue.x-k8s.io/multikueue")}, Status: batchv1.JobStatus{Active: active, Ready: &ready}}
@@ -49,6 +56,8 @@ func TestObserve(t *testing.T) {
 		{"running wins", nil, []*corev1.Pod{unschedulable, running}, "Running", "", "h100-mig-0"},
 		{"job complete", []*batchv1.Job{complete}, []*corev1.Pod{running}, "Succeeded", "", ""},
 		{"deadline", []*batchv1.Job{deadline}, nil, "Failed", "DeadlineExceeded", ""},
+		{"max runtime", []*batchv1.Job{maxRuntime}, nil, "Failed", "MaxRuntime: it ran for its template's max runtime of 20s and was stopped", ""},
+		{"active deadline", []*batchv1.Job{activeDeadline}, nil, "Failed", "max runtime of 2h0m0s", ""},
 		{"OOM", []*batchv1.Job{deadline}, []*corev1.Pod{oom}, "Failed", "OOMKilled: the container used more memory than its limit of 128Mi: launch it again with more memory", ""},
 		// A service's container killed for memory restarts: not the end.
 		{"OOM, restarting", nil, []*corev1.Pod{oomRestarting}, "Scheduled", "OOMKilled", "h100-0"},

@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""A small real training run for Gantry's CPU training image.
+
+Trains a two-layer network on synthetic regression data with PyTorch on the
+CPU: a few hundred steps, the loss and step time logged, a checkpoint written
+to the checkpoint directory every CHECKPOINT_EVERY steps, and, when started
+again (a pod killed, a job requeued, a stop and a start), resumed from the
+newest checkpoint so the run still ends at the same total steps.
+
+Settings, from the environment:
+  STEPS              total optimiser steps (300)
+  CHECKPOINT_DIR     where checkpoints go ($GANTRY_CHECKPOINT_DIR, else
+                     ./checkpoints)
+  CHECKPOINT_EVERY   steps between checkpoints (50)
+  LOG_EVERY          steps between log lines (10)
+  STEP_DELAY         seconds to sleep after each step, to stand in for a
+                     bigger model (0)
+  SEED               the data and initial weights' seed (0)
+
+The batch of each step is drawn from a generator seeded by the step, so a
+resumed run sees the batches it would have seen without the interruption.
+"""
+import glob
+import json
+import os
+import sys
+import time
+
+import torch
+
+STEPS = int(os.environ.get("STEPS", "300"))
+CKPT_DIR = os.environ.get("CHECKPOINT_DIR") or os.environ.get("GANTRY_CHECKPOINT_DIR") or "checkpoints"
+CKPT_EVERY = max(1, int(os.environ.get("CHECKPOINT_EVERY", "50")))
+LOG_EVERY = max(1, int(os.environ.get("LOG_EVERY", "10")))
+STEP_DELAY = float(os.environ.get("STEP_DELAY", "0"))
+SEED = int(os.environ.get("SEED", "0"))
+FEATURES, HIDDEN, BATCH = 32, 64, 256
+KEEP = 3  # checkpoints kept
+
+
+def log(msg):
+    print(msg, flush=True)
+
+
+def batch(step, w_true):
+    g = torch.Generator().manual_seed(SEED * 1_000_003 + step)
+    x = torch.randn(BATCH, FEATURES, generator=g)
+    y = torch.tanh(x @ w_true) + 0.01 * torch.randn(BATCH, 1, generator=g)
+    return x, y
+
+
+def newest_checkpoint():
+    paths = sorted(glob.glob(os.path.join(CKPT_DIR, "step-*.pt")))
+    return paths[-1] if paths else None
+
+
+def save(step, model, opt):
+    os.makedirs(CKPT_DIR, exist_ok=True)
+    path = os.path.join(CKPT_DIR, "step-%08d.pt" % step)
+    tmp = path + ".tmp"
+    torch.save({"step": step, "model": model.state_dict(), "optimizer": opt.state_dict()}, tmp)
+    os.replace(tmp, path)  # a checkpoint is whole or absent
+    for old in sorted(glob.glob(os.path.join(CKPT_DIR, "step-*.pt")))[:-KEEP]:
+        os.remove(old)
+    log("checkpoint step %d: %s" % (step, path))
+
+
+def main():
+    torch.set_num_threads(int(os.environ.get("TORCH_THREADS", "1")))
+    torch.manual_seed(SEED)
+    w_true = torch.randn(FEATURES, 1, generator=torch.Generator().manual_seed(SEED + 7))
+    model = torch.nn.Sequential(torch.nn.Linear(FEATURES, HIDDEN), torch.nn.ReLU(), torch.nn.Linear(HIDDEN, 1))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+
+    start = 0
+    ckpt = newest_checkpoint()
+    if ckpt:
+        state = torch.load(ckpt)
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        start = state["step"]
+        log("resumed from step %d (%s)" % (start, ckpt))
+    else:
+        log("starting at step 0 of %d (no checkpoint in %s)" % (STEPS, CKPT_DIR))
+
+    loss_fn = torch.nn.MSELoss()
+    window = time.monotonic()
+    for step in range(start + 1, STEPS + 1):
+        x, y = batch(step, w_true)
+        opt.zero_grad()
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+        if STEP_DELAY:
+            time.sleep(STEP_DELAY)
+        if step % LOG_EVERY == 0 or step == STEPS:
+            now = time.monotonic()
+            n = LOG_EVERY if step % LOG_EVERY == 0 else step % LOG_EVERY
+            log(json.dumps({"step": step, "total_steps": STEPS, "loss": round(loss.item(), 6),
+                            "step_time_ms": round((now - window) * 1000 / n, 3),
+                            "samples_per_s": round(BATCH * n / max(now - window, 1e-9), 1)}))
+            window = now
+        if step % CKPT_EVERY == 0 or step == STEPS:
+            save(step, model, opt)
+    log("finished %d/%d steps, final loss %.6f" % (STEPS, STEPS, loss.item() if STEPS > start else float("nan")))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,233 @@
+package interactive
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gantryhq/gantry/internal/waitfor"
+)
+
+// frame is one websocket frame: opcode, FIN, masked (as a client sends) or
+// not (as a server sends).
+func frame(opcode byte, fin, masked bool, payload []byte) []byte {
+	b0 := opcode
+	if fin {
+		b0 |= 0x80
+	}
+	var b []byte
+	var m byte
+	if masked {
+		m = 0x80
+	}
+	switch n := len(payload); {
+	case n < 126:
+		b = []byte{b0, m | byte(n)}
+	case n < 1<<16:
+		b = []byte{b0, m | 126, 0, 0}
+		binary.BigEndian.PutUint16(b[2:], uint16(n))
+	default:
+		b = []byte{b0, m | 127, 0, 0, 0, 0, 0, 0, 0, 0}
+		binary.BigEndian.PutUint64(b[2:], uint64(n))
+	}
+	if !masked {
+		return append(b, payload...)
+	}
+	key := [4]byte{0x12, 0x34, 0x56, 0x78}
+	b = append(b, key[:]...)
+	for i, c := range payload {
+		b = append(b, c^key[i%4])
+	}
+	return b
+}
+
+const (
+	busy = `{"header": {"msg_type": "status", "msg_id": "1"}, "parent_header": {}, "metadata": {}, "content": {"execution_state": "busy"}, "channel": "iopub"}`
+	idle = `{"header": {"msg_type": "status", "msg_id": "2"}, "parent_header": {}, "metadata": {}, "content": {"execution_state": "idle"}, "channel": "iopub"}`
+)
+
+// TestFrames: data frames count and control frames do not, whatever the
+// lengths' encodings and however the stream is cut into reads; small whole
+// text frames are handed over unmasked, others not at all.
+func TestFrames(t *testing.T) {
+	big := bytes.Repeat([]byte("x"), 70000)
+	for _, tc := range []struct {
+		name   string
+		stream []byte
+		data   int
+		texts  []string
+		failed bool
+	}{
+		{"a client's masked text", frame(0x1, true, true, []byte(busy)), 1, []string{busy}, false},
+		{"a server's text", frame(0x1, true, false, []byte(idle)), 1, []string{idle}, false},
+		{"pings, pongs and a close", bytes.Join([][]byte{frame(0x9, true, false, []byte("p")), frame(0xa, true, true, nil), frame(0x8, true, false, []byte{3, 232})}, nil), 0, nil, false},
+		{"binary", frame(0x2, true, false, []byte{0, 1, 2}), 1, nil, false},
+		{"16-bit length", frame(0x1, true, true, bytes.Repeat([]byte("y"), 300)), 1, []string{strings.Repeat("y", 300)}, false},
+		{"64-bit length, too big to keep", frame(0x1, true, false, big), 1, nil, false},
+		{"fragmented text", append(frame(0x1, false, true, []byte("half")), frame(0x0, true, true, []byte("rest"))...), 2, nil, false},
+		{"empty text", frame(0x1, true, false, nil), 1, []string{""}, false},
+		{"ping between data", bytes.Join([][]byte{frame(0x1, true, false, []byte("a")), frame(0x9, true, false, nil), frame(0x2, true, false, []byte("b"))}, nil), 2, []string{"a"}, false},
+		{"a reserved opcode stops the parser", append(frame(0x3, true, false, []byte("?")), frame(0x1, true, false, []byte("unseen"))...), 0, nil, true},
+	} {
+		for _, chunk := range []int{1, 2, 3, 7, 1 << 20} {
+			data := 0
+			var texts []string
+			f := frames{data: func() { data++ }, text: func(b []byte) { texts = append(texts, string(b)) }}
+			for p := tc.stream; len(p) > 0; {
+				n := min(chunk, len(p))
+				f.feed(p[:n])
+				p = p[n:]
+			}
+			if data != tc.data || strings.Join(texts, "|") != strings.Join(tc.texts, "|") || f.failed != tc.failed {
+				t.Errorf("%s, read %d bytes at a time: %d data frames, texts %q, failed %v; want %d, %q, %v",
+					tc.name, chunk, data, texts, f.failed, tc.data, tc.texts, tc.failed)
+			}
+		}
+	}
+}
+
+func TestKernelStatus(t *testing.T) {
+	for body, want := range map[string]string{
+		busy: "busy",
+		idle: "idle",
+		`{"msg_type": "status", "content": {"execution_state": "starting"}}`:              "starting",
+		`{"header": {"msg_type": "stream"}, "content": {"text": "execution_state busy"}}`: "",
+		`{"header": {"msg_type": "status"}, "content": {"execution_state": ["busy"]}}`:    "",
+		`not json, execution_state`: "",
+		`{"header": {"msg_type": "execute_request"}, "content": {"code": "print(1)"}}`: "",
+	} {
+		if got := kernelStatus([]byte(body)); got != want {
+			t.Errorf("%s: %q, want %q", body, got, want)
+		}
+	}
+}
+
+// TestPersonal: a page opened, any change, and a non-browser client's
+// request are a person's use; a browser's background reads are not.
+func TestPersonal(t *testing.T) {
+	for _, tc := range []struct {
+		method, mode string
+		want         bool
+	}{
+		{"GET", "navigate", true},
+		{"GET", "", true}, // curl, a script
+		{"GET", "cors", false},
+		{"GET", "same-origin", false},
+		{"HEAD", "no-cors", false},
+		{"POST", "cors", true},
+		{"PUT", "same-origin", true},
+		{"PATCH", "cors", true},
+		{"DELETE", "cors", true},
+	} {
+		r, _ := http.NewRequest(tc.method, "http://gantry.test/w/abcd1234/api/sessions", nil)
+		if tc.mode != "" {
+			r.Header.Set("Sec-Fetch-Mode", tc.mode)
+		}
+		if got := personal(r); got != tc.want {
+			t.Errorf("%s with Sec-Fetch-Mode %q: %v, want %v", tc.method, tc.mode, got, tc.want)
+		}
+	}
+}
+
+// FuzzFrames: any bytes, cut anywhere, leave the parser whole and count
+// the same data frames as read at once.
+func FuzzFrames(f *testing.F) {
+	f.Add(frame(0x1, true, true, []byte(busy)), 3)
+	f.Add(append(frame(0x1, false, false, []byte("a")), frame(0x0, true, false, []byte("b"))...), 1)
+	f.Add([]byte{0x81, 0xff, 0, 0, 0, 0, 0, 0, 0, 1, 1, 2, 3, 4}, 5)
+	f.Fuzz(func(t *testing.T, stream []byte, cut int) {
+		count := func(parts ...[]byte) (int, *frames) {
+			n := 0
+			fr := &frames{data: func() { n++ }, text: func(b []byte) {
+				if len(b) > maxStatus {
+					t.Fatalf("kept %d bytes of a frame", len(b))
+				}
+				kernelStatus(b)
+			}}
+			for _, p := range parts {
+				fr.feed(p)
+			}
+			return n, fr
+		}
+		whole, _ := count(stream)
+		cut = int(uint(cut) % uint(len(stream)+1))
+		split, _ := count(stream[:cut], stream[cut:])
+		if whole != split {
+			t.Fatalf("%d data frames read whole, %d cut at %d", whole, split, cut)
+		}
+	})
+}
+
+// pipe is an upgraded connection's far ends: what the app sends is read
+// from in, what is written goes to out.
+type pipe struct {
+	in  *io.PipeReader
+	out bytes.Buffer
+}
+
+func (p *pipe) Read(b []byte) (int, error)  { return p.in.Read(b) }
+func (p *pipe) Write(b []byte) (int, error) { return p.out.Write(b) }
+func (p *pipe) Close() error                { return p.in.Close() }
+
+// TestWatchBusyKernel: every data frame either way is use; a kernel's
+// "busy" counts as use every tick until its "idle" (or the socket's close)
+// ends the ticking; pings never count.
+func TestWatchBusyKernel(t *testing.T) {
+	r, w := io.Pipe()
+	p := &pipe{in: r}
+	var used atomic.Int64
+	c := watch(p, func() { used.Add(1) }, time.Millisecond)
+	go io.Copy(io.Discard, c) // the proxy's copy from the app to the client
+
+	if _, err := c.Write(frame(0x9, true, true, nil)); err != nil { // a client's ping
+		t.Fatal(err)
+	}
+	if _, err := c.Write(frame(0x1, true, true, []byte(`{"header": {"msg_type": "execute_request"}}`))); err != nil {
+		t.Fatal(err)
+	}
+	if n := used.Load(); n != 1 {
+		t.Fatalf("a ping and a message: %d uses, want 1", n)
+	}
+	w.Write(frame(0x1, true, false, []byte(busy)))
+	waitfor.Until(t, 10*time.Second, "a busy kernel counted as use on its ticks", func() error {
+		if n := used.Load(); n < 5 {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	w.Write(frame(0x1, true, false, []byte(idle)))
+	done := make(chan struct{})
+	go func() { c.ticking.Wait(); close(done) }()
+	waitfor.Until(t, 10*time.Second, "the ticking ended on idle", func() error {
+		select {
+		case <-done:
+			return nil
+		default:
+			return errors.New("still ticking")
+		}
+	})
+	n := used.Load()
+	w.Write(frame(0xa, true, false, nil)) // the app's pong
+	if used.Load() != n {
+		t.Fatal("a pong counted as use")
+	}
+	// Busy again, then the socket closes: the ticking ends with it.
+	w.Write(frame(0x1, true, false, []byte(busy)))
+	waitfor.Until(t, 10*time.Second, "busy again", func() error {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if !c.busy {
+			return errors.New("not busy")
+		}
+		return nil
+	})
+	c.Close()
+	w.Close()
+	c.ticking.Wait()
+}

@@ -316,6 +316,13 @@ func TestRouteRoleMatrix(t *testing.T) {
 		"GET /api/v1/nodes/{name}": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
 			return c.GetNodeWithResponse(ctx, "gpu-node-1")
 		}, map[string]int{A: 404, P: 404, T: 403, M: 403, V: 403, N: 403, X: 403}},
+		// A run's progress: its readers read it (nothing reported here); only the run's own token reports.
+		"GET /api/v1/workloads/{id}/progress": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
+			return c.GetWorkloadProgressWithResponse(ctx, wid, nil)
+		}, visionReaders},
+		"POST /api/v1/workloads/{id}/progress": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
+			return c.ReportProgressWithResponse(ctx, wid, model.ProgressReports{Reports: []model.ProgressReport{{Step: 1}}})
+		}, map[string]int{A: 403, P: 403, T: 403, M: 403, V: 403, N: 403, X: 403}},
 		// Only a node's agent pushes telemetry, by its ServiceAccount token: no person's credentials count.
 		"POST /api/v1/telemetry": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
 			return c.PushTelemetryWithResponse(ctx, model.TelemetryBatch{Node: "n1", Readings: &[]model.Reading{}})

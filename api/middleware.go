@@ -21,6 +21,7 @@ import (
 	"github.com/gantryhq/gantry/internal/interactive"
 	"github.com/gantryhq/gantry/internal/live"
 	"github.com/gantryhq/gantry/internal/logctx"
+	"github.com/gantryhq/gantry/internal/runs"
 	"github.com/gantryhq/gantry/internal/token"
 	"github.com/gantryhq/gantry/internal/user"
 	"github.com/gantryhq/gantry/internal/weblogin"
@@ -85,13 +86,17 @@ func (cr credentials) authenticate(r *http.Request) (identity.Identity, *weblogi
 // workload must come from Gantry's origin.
 //
 // On AgentPath only a node agent's ServiceAccount token counts (checked by
-// agents), and it counts nowhere else.
-func identify(cr credentials, agents AgentAuthenticator) echo.MiddlewareFunc {
+// agents), and it counts nowhere else; a run's token (checked by runTokens)
+// counts only where a run reports its progress.
+func identify(cr credentials, agents AgentAuthenticator, runTokens RunAuthenticator) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			r := c.Request()
 			if r.URL.Path == AgentPath {
 				return identifyAgent(c, next, agents)
+			}
+			if raw, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && r.Method == http.MethodPost && isProgressPath(r.URL.Path) && runs.IsRunToken(raw) {
+				return identifyRun(c, next, runTokens, raw)
 			}
 			app := isInteractive(r.URL.Path)
 			if !isAPI(r.URL.Path) && !app {
@@ -292,6 +297,40 @@ func identifyAgent(c echo.Context, next echo.HandlerFunc, agents AgentAuthentica
 	return next(c)
 }
 
+// RunAuthenticator checks a training run's token and says which workload
+// it reports for (runs.TokenAuth).
+type RunAuthenticator interface {
+	Authenticate(ctx context.Context, token string) (identity.Identity, error)
+}
+
+// isProgressPath says whether path is a workload's progress route
+// (/api/v1/workloads/{id}/progress).
+func isProgressPath(path string) bool {
+	id, ok := strings.CutSuffix(strings.TrimPrefix(path, "/api/v1/workloads/"), "/progress")
+	return ok && strings.HasPrefix(path, "/api/v1/workloads/") && id != "" && !strings.Contains(id, "/")
+}
+
+// identifyRun authenticates a run's token on its progress route.
+func identifyRun(c echo.Context, next echo.HandlerFunc, runTokens RunAuthenticator, raw string) error {
+	r := c.Request()
+	if runTokens == nil {
+		return noRuns
+	}
+	id, err := runTokens.Authenticate(r.Context(), raw)
+	var un *fault.Unavailable
+	var fb *fault.Forbidden
+	switch {
+	case errors.As(err, &un), errors.As(err, &fb):
+		return err
+	case err != nil:
+		c.Response().Header().Set("WWW-Authenticate", `Bearer realm="gantry-run", error="invalid_token"`)
+		return echo.NewHTTPError(http.StatusUnauthorized, "not authenticated: the run's token was refused")
+	}
+	id.Via = identity.ViaRun
+	c.SetRequest(r.WithContext(identity.With(r.Context(), id)))
+	return next(c)
+}
+
 func safeMethod(m string) bool {
 	return m == http.MethodGet || m == http.MethodHead || m == http.MethodOptions
 }
@@ -373,8 +412,8 @@ func record(c echo.Context, store audit.Store, log *slog.Logger, now func() time
 	if !(mutating || denied || hidden) {
 		return nil
 	}
-	if id, ok := identity.From(req.Context()); ok && id.Via == identity.ViaAgent && err == nil {
-		return nil // a node's telemetry changes nothing a person did: refusals only
+	if id, ok := identity.From(req.Context()); ok && (id.Via == identity.ViaAgent || id.Via == identity.ViaRun) && err == nil {
+		return nil // a node's telemetry and a run's progress change nothing a person did: refusals only
 	}
 	r := audit.Record{At: now(), Actor: "anonymous", Action: req.Method + " " + c.Path(), Object: req.URL.Path,
 		Decision: audit.Allow, Status: status, RequestID: c.Response().Header().Get(echo.HeaderXRequestID)}

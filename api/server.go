@@ -39,6 +39,7 @@ import (
 	"github.com/gantryhq/gantry/internal/overlay"
 	"github.com/gantryhq/gantry/internal/overrides"
 	"github.com/gantryhq/gantry/internal/ownmetrics"
+	"github.com/gantryhq/gantry/internal/runs"
 	"github.com/gantryhq/gantry/internal/telemetry"
 	"github.com/gantryhq/gantry/internal/token"
 	"github.com/gantryhq/gantry/internal/user"
@@ -126,6 +127,10 @@ type Options struct {
 	AppTransport http.RoundTripper
 	// Agents authenticates node agents pushing telemetry (nil: refused).
 	Agents AgentAuthenticator
+	// Runs takes training runs' progress reports and answers progress;
+	// RunTokens authenticates the runs (nil: progress is unavailable).
+	Runs      *runs.Service
+	RunTokens RunAuthenticator
 	// Telemetry ingests agents' batches and lists GPU nodes; Metrics
 	// answers workloads' series (from the same service, or Prometheus).
 	Telemetry *telemetry.Service
@@ -202,7 +207,7 @@ func New(o Options) (*echo.Echo, error) {
 		limitAnonymous(o.Anonymous),
 		liveSince(o.Live),
 		gate.middleware,
-		identify(cr, o.Agents),
+		identify(cr, o.Agents, o.RunTokens),
 		validate,
 		liveConns(o.Live, recheck, o.Workloads),
 	)

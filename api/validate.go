@@ -29,12 +29,13 @@ import (
 const PermissionExtension = "x-gantry-permission"
 
 // Public, as an operation's permission, needs no identity; Authenticated needs
-// one and nothing more; Agent needs a node agent's identity (and no user's
-// identity passes it).
+// one and nothing more; Agent needs a node agent's identity and Run a
+// training run's (and no user's identity passes either).
 const (
 	Public        = "public"
 	Authenticated = "authenticated"
 	Agent         = "agent"
+	Run           = "run"
 )
 
 // permissionOf returns an operation's declared permission.
@@ -50,7 +51,7 @@ func checkPermissions(doc *openapi3.T) error {
 	for path, item := range doc.Paths.Map() {
 		for method, op := range item.Operations() {
 			p := permissionOf(op)
-			if _, known := access.Parse(p); p != Public && p != Authenticated && p != Agent && !known {
+			if _, known := access.Parse(p); p != Public && p != Authenticated && p != Agent && p != Run && !known {
 				bad = append(bad, fmt.Sprintf("%s %s (%q)", method, path, p))
 			}
 		}
@@ -134,8 +135,11 @@ func validator(spec []byte, authorize func(identity.Identity, access.Permission)
 				if (perm == Agent) != (id.Via == identity.ViaAgent) {
 					return &fault.Forbidden{Reason: "only a node's gantry-agent calls this, and it calls nothing else"}
 				}
+				if (perm == Run) != (id.Via == identity.ViaRun) {
+					return &fault.Forbidden{Reason: "only a training run, with the token Gantry mounts in its pod (GANTRY_RUN_TOKEN_FILE), calls this, and it calls nothing else"}
+				}
 				p, _ := access.Parse(perm) // checked at start: known
-				if perm != Authenticated && perm != Agent && (authorize == nil || !authorize(id, p)) {
+				if perm != Authenticated && perm != Agent && perm != Run && (authorize == nil || !authorize(id, p)) {
 					if needsSecondFactor != nil && needsSecondFactor(id, p) {
 						how := "sign in again with one"
 						if id.Via == identity.ViaToken {

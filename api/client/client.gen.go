@@ -734,6 +734,31 @@ type ClientInterface interface {
 	// Corresponds with GET /api/v1/workloads/{id}/metrics (the `GetWorkloadMetrics` operationId).
 	GetWorkloadMetrics(ctx context.Context, id WorkloadID, params *GetWorkloadMetricsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// GetWorkloadProgress A training run's progress
+	//
+	// How far the run is (step of total steps), how fast it goes (steps per second, smoothed over its reports), when it will finish at that pace, the latest value of each metric, the checkpoint step it resumed from, and its reports (the newest `limit` from `since` on, oldest first) for charts. A run that reported nothing answers reported false.
+	//
+	// Corresponds with GET /api/v1/workloads/{id}/progress (the `GetWorkloadProgress` operationId).
+	GetWorkloadProgress(ctx context.Context, id WorkloadID, params *GetWorkloadProgressParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ReportProgressWithBody Report a training run's progress
+	//
+	// A training Job's run reports its step, total steps, epoch and named metrics (loss, val_loss, samples_per_s, …). It authenticates with its run token: a projected ServiceAccount token (audience gantry-run, renewed by the kubelet, dead with its pod) that Gantry mounts in every pod of a Job at the file GANTRY_RUN_TOKEN_FILE names, beside GANTRY_RUN_URL (this route). Gantry checks it with a TokenReview and the pod it is bound to: it reports for that pod's workload only, and no person's credentials count here. Up to 1000 reports a request, in the order they were made; a request with any bad report is refused whole (422, every field named). A failed report never needs to stop the run: the Python reporter (gantry.run) logs it and goes on.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /api/v1/workloads/{id}/progress (the `ReportProgress` operationId).
+	ReportProgressWithBody(ctx context.Context, id WorkloadID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ReportProgress Report a training run's progress
+	//
+	// A training Job's run reports its step, total steps, epoch and named metrics (loss, val_loss, samples_per_s, …). It authenticates with its run token: a projected ServiceAccount token (audience gantry-run, renewed by the kubelet, dead with its pod) that Gantry mounts in every pod of a Job at the file GANTRY_RUN_TOKEN_FILE names, beside GANTRY_RUN_URL (this route). Gantry checks it with a TokenReview and the pod it is bound to: it reports for that pod's workload only, and no person's credentials count here. Up to 1000 reports a request, in the order they were made; a request with any bad report is refused whole (422, every field named). A failed report never needs to stop the run: the Python reporter (gantry.run) logs it and goes on.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /api/v1/workloads/{id}/progress (the `ReportProgress` operationId).
+	ReportProgress(ctx context.Context, id WorkloadID, body ReportProgressJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// StartWorkload Start a stopped workload
 	//
 	// Starts a Stopped or IdleStopped workload again with the objects, volumes and endpoint it had; it is Pending until the cluster runs it, and its max runtime counts again from now. Starting a live workload changes nothing; one that has ended (Succeeded, Failed, Deleted) answers 409 (launch the template anew).
@@ -2232,6 +2257,61 @@ func (c *Client) GetWorkloadLogs(ctx context.Context, id WorkloadID, params *Get
 // Corresponds with GET /api/v1/workloads/{id}/metrics (the `GetWorkloadMetrics` operationId).
 func (c *Client) GetWorkloadMetrics(ctx context.Context, id WorkloadID, params *GetWorkloadMetricsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetWorkloadMetricsRequest(c.Server, id, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetWorkloadProgress A training run's progress
+//
+// How far the run is (step of total steps), how fast it goes (steps per second, smoothed over its reports), when it will finish at that pace, the latest value of each metric, the checkpoint step it resumed from, and its reports (the newest `limit` from `since` on, oldest first) for charts. A run that reported nothing answers reported false.
+//
+// Corresponds with GET /api/v1/workloads/{id}/progress (the `GetWorkloadProgress` operationId).
+func (c *Client) GetWorkloadProgress(ctx context.Context, id WorkloadID, params *GetWorkloadProgressParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetWorkloadProgressRequest(c.Server, id, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ReportProgressWithBody Report a training run's progress
+//
+// A training Job's run reports its step, total steps, epoch and named metrics (loss, val_loss, samples_per_s, …). It authenticates with its run token: a projected ServiceAccount token (audience gantry-run, renewed by the kubelet, dead with its pod) that Gantry mounts in every pod of a Job at the file GANTRY_RUN_TOKEN_FILE names, beside GANTRY_RUN_URL (this route). Gantry checks it with a TokenReview and the pod it is bound to: it reports for that pod's workload only, and no person's credentials count here. Up to 1000 reports a request, in the order they were made; a request with any bad report is refused whole (422, every field named). A failed report never needs to stop the run: the Python reporter (gantry.run) logs it and goes on.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /api/v1/workloads/{id}/progress (the `ReportProgress` operationId).
+func (c *Client) ReportProgressWithBody(ctx context.Context, id WorkloadID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewReportProgressRequestWithBody(c.Server, id, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ReportProgress Report a training run's progress
+//
+// A training Job's run reports its step, total steps, epoch and named metrics (loss, val_loss, samples_per_s, …). It authenticates with its run token: a projected ServiceAccount token (audience gantry-run, renewed by the kubelet, dead with its pod) that Gantry mounts in every pod of a Job at the file GANTRY_RUN_TOKEN_FILE names, beside GANTRY_RUN_URL (this route). Gantry checks it with a TokenReview and the pod it is bound to: it reports for that pod's workload only, and no person's credentials count here. Up to 1000 reports a request, in the order they were made; a request with any bad report is refused whole (422, every field named). A failed report never needs to stop the run: the Python reporter (gantry.run) logs it and goes on.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /api/v1/workloads/{id}/progress (the `ReportProgress` operationId).
+func (c *Client) ReportProgress(ctx context.Context, id WorkloadID, body ReportProgressJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewReportProgressRequest(c.Server, id, body)
 	if err != nil {
 		return nil, err
 	}
@@ -5193,6 +5273,126 @@ func NewGetWorkloadMetricsRequest(server string, id WorkloadID, params *GetWorkl
 	return req, nil
 }
 
+// NewGetWorkloadProgressRequest constructs an http.Request for the GetWorkloadProgress method
+func NewGetWorkloadProgressRequest(server string, id WorkloadID, params *GetWorkloadProgressParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/workloads/%s/progress", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Since != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "since", *params.Since, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: "date-time"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewReportProgressRequest calls the generic ReportProgress builder with application/json body
+func NewReportProgressRequest(server string, id WorkloadID, body ReportProgressJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewReportProgressRequestWithBody(server, id, "application/json", bodyReader)
+}
+
+// NewReportProgressRequestWithBody constructs an http.Request for the ReportProgress method, with any body, and a specified content type
+func NewReportProgressRequestWithBody(server string, id WorkloadID, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/workloads/%s/progress", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewStartWorkloadRequest constructs an http.Request for the StartWorkload method
 func NewStartWorkloadRequest(server string, id WorkloadID) (*http.Request, error) {
 	var err error
@@ -6204,6 +6404,33 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /api/v1/workloads/{id}/metrics (the `GetWorkloadMetrics` operationId).
 	GetWorkloadMetricsWithResponse(ctx context.Context, id WorkloadID, params *GetWorkloadMetricsParams, reqEditors ...RequestEditorFn) (*GetWorkloadMetricsResponse, error)
+
+	// GetWorkloadProgressWithResponse A training run's progress
+	//
+	// How far the run is (step of total steps), how fast it goes (steps per second, smoothed over its reports), when it will finish at that pace, the latest value of each metric, the checkpoint step it resumed from, and its reports (the newest `limit` from `since` on, oldest first) for charts. A run that reported nothing answers reported false.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/workloads/{id}/progress (the `GetWorkloadProgress` operationId).
+	GetWorkloadProgressWithResponse(ctx context.Context, id WorkloadID, params *GetWorkloadProgressParams, reqEditors ...RequestEditorFn) (*GetWorkloadProgressResponse, error)
+
+	// ReportProgressWithBodyWithResponse Report a training run's progress
+	//
+	// A training Job's run reports its step, total steps, epoch and named metrics (loss, val_loss, samples_per_s, …). It authenticates with its run token: a projected ServiceAccount token (audience gantry-run, renewed by the kubelet, dead with its pod) that Gantry mounts in every pod of a Job at the file GANTRY_RUN_TOKEN_FILE names, beside GANTRY_RUN_URL (this route). Gantry checks it with a TokenReview and the pod it is bound to: it reports for that pod's workload only, and no person's credentials count here. Up to 1000 reports a request, in the order they were made; a request with any bad report is refused whole (422, every field named). A failed report never needs to stop the run: the Python reporter (gantry.run) logs it and goes on.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/workloads/{id}/progress (the `ReportProgress` operationId).
+	ReportProgressWithBodyWithResponse(ctx context.Context, id WorkloadID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ReportProgressResponse, error)
+
+	// ReportProgressWithResponse Report a training run's progress
+	//
+	// A training Job's run reports its step, total steps, epoch and named metrics (loss, val_loss, samples_per_s, …). It authenticates with its run token: a projected ServiceAccount token (audience gantry-run, renewed by the kubelet, dead with its pod) that Gantry mounts in every pod of a Job at the file GANTRY_RUN_TOKEN_FILE names, beside GANTRY_RUN_URL (this route). Gantry checks it with a TokenReview and the pod it is bound to: it reports for that pod's workload only, and no person's credentials count here. Up to 1000 reports a request, in the order they were made; a request with any bad report is refused whole (422, every field named). A failed report never needs to stop the run: the Python reporter (gantry.run) logs it and goes on.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/workloads/{id}/progress (the `ReportProgress` operationId).
+	ReportProgressWithResponse(ctx context.Context, id WorkloadID, body ReportProgressJSONRequestBody, reqEditors ...RequestEditorFn) (*ReportProgressResponse, error)
 
 	// StartWorkloadWithResponse Start a stopped workload
 	//
@@ -9295,6 +9522,102 @@ func (r GetWorkloadMetricsResponse) ContentType() string {
 	return ""
 }
 
+type GetWorkloadProgressResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Progress
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetWorkloadProgressResponse) GetJSON200() *Progress {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetWorkloadProgressResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetWorkloadProgressResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetWorkloadProgressResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetWorkloadProgressResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetWorkloadProgressResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ReportProgressResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON202 the response for an HTTP 202 `application/json` response
+	JSON202 *Progress
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON202 returns the response for an HTTP 202 `application/json` response
+func (r ReportProgressResponse) GetJSON202() *Progress {
+	return r.JSON202
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ReportProgressResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ReportProgressResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ReportProgressResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ReportProgressResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ReportProgressResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type StartWorkloadResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -10859,6 +11182,51 @@ func (c *ClientWithResponses) GetWorkloadMetricsWithResponse(ctx context.Context
 		return nil, err
 	}
 	return ParseGetWorkloadMetricsResponse(rsp)
+}
+
+// GetWorkloadProgressWithResponse A training run's progress
+//
+// How far the run is (step of total steps), how fast it goes (steps per second, smoothed over its reports), when it will finish at that pace, the latest value of each metric, the checkpoint step it resumed from, and its reports (the newest `limit` from `since` on, oldest first) for charts. A run that reported nothing answers reported false.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/workloads/{id}/progress (the `GetWorkloadProgress` operationId).
+func (c *ClientWithResponses) GetWorkloadProgressWithResponse(ctx context.Context, id WorkloadID, params *GetWorkloadProgressParams, reqEditors ...RequestEditorFn) (*GetWorkloadProgressResponse, error) {
+	rsp, err := c.GetWorkloadProgress(ctx, id, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetWorkloadProgressResponse(rsp)
+}
+
+// ReportProgressWithBodyWithResponse Report a training run's progress
+//
+// A training Job's run reports its step, total steps, epoch and named metrics (loss, val_loss, samples_per_s, …). It authenticates with its run token: a projected ServiceAccount token (audience gantry-run, renewed by the kubelet, dead with its pod) that Gantry mounts in every pod of a Job at the file GANTRY_RUN_TOKEN_FILE names, beside GANTRY_RUN_URL (this route). Gantry checks it with a TokenReview and the pod it is bound to: it reports for that pod's workload only, and no person's credentials count here. Up to 1000 reports a request, in the order they were made; a request with any bad report is refused whole (422, every field named). A failed report never needs to stop the run: the Python reporter (gantry.run) logs it and goes on.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/workloads/{id}/progress (the `ReportProgress` operationId).
+func (c *ClientWithResponses) ReportProgressWithBodyWithResponse(ctx context.Context, id WorkloadID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ReportProgressResponse, error) {
+	rsp, err := c.ReportProgressWithBody(ctx, id, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseReportProgressResponse(rsp)
+}
+
+// ReportProgressWithResponse Report a training run's progress
+//
+// A training Job's run reports its step, total steps, epoch and named metrics (loss, val_loss, samples_per_s, …). It authenticates with its run token: a projected ServiceAccount token (audience gantry-run, renewed by the kubelet, dead with its pod) that Gantry mounts in every pod of a Job at the file GANTRY_RUN_TOKEN_FILE names, beside GANTRY_RUN_URL (this route). Gantry checks it with a TokenReview and the pod it is bound to: it reports for that pod's workload only, and no person's credentials count here. Up to 1000 reports a request, in the order they were made; a request with any bad report is refused whole (422, every field named). A failed report never needs to stop the run: the Python reporter (gantry.run) logs it and goes on.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/workloads/{id}/progress (the `ReportProgress` operationId).
+func (c *ClientWithResponses) ReportProgressWithResponse(ctx context.Context, id WorkloadID, body ReportProgressJSONRequestBody, reqEditors ...RequestEditorFn) (*ReportProgressResponse, error) {
+	rsp, err := c.ReportProgress(ctx, id, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseReportProgressResponse(rsp)
 }
 
 // StartWorkloadWithResponse Start a stopped workload
@@ -13067,6 +13435,72 @@ func ParseGetWorkloadMetricsResponse(rsp *http.Response) (*GetWorkloadMetricsRes
 			return nil, err
 		}
 		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetWorkloadProgressResponse parses an HTTP response from a GetWorkloadProgressWithResponse call
+func ParseGetWorkloadProgressResponse(rsp *http.Response) (*GetWorkloadProgressResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetWorkloadProgressResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Progress
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseReportProgressResponse parses an HTTP response from a ReportProgressWithResponse call
+func ParseReportProgressResponse(rsp *http.Response) (*ReportProgressResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ReportProgressResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 202:
+		var dest Progress
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON202 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest Problem

@@ -208,6 +208,12 @@ type ServerInterface interface {
 	// GetWorkloadMetrics Workload GPU metrics
 	// (GET /api/v1/workloads/{id}/metrics)
 	GetWorkloadMetrics(ctx echo.Context, id WorkloadID, params GetWorkloadMetricsParams) error
+	// GetWorkloadProgress A training run's progress
+	// (GET /api/v1/workloads/{id}/progress)
+	GetWorkloadProgress(ctx echo.Context, id WorkloadID, params GetWorkloadProgressParams) error
+	// ReportProgress Report a training run's progress
+	// (POST /api/v1/workloads/{id}/progress)
+	ReportProgress(ctx echo.Context, id WorkloadID) error
 	// StartWorkload Start a stopped workload
 	// (POST /api/v1/workloads/{id}/start)
 	StartWorkload(ctx echo.Context, id WorkloadID) error
@@ -1390,6 +1396,54 @@ func (w *ServerInterfaceWrapper) GetWorkloadMetrics(ctx echo.Context) error {
 	return err
 }
 
+// GetWorkloadProgress converts echo context to params.
+func (w *ServerInterfaceWrapper) GetWorkloadProgress(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "id" -------------
+	var id WorkloadID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", ctx.Param("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter id: %s", err))
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params GetWorkloadProgressParams
+	// ------------- Optional query parameter "since" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "since", ctx.QueryParams(), &params.Since, runtime.BindQueryParameterOptions{Type: "string", Format: "date-time"})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter since: %s", err))
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", ctx.QueryParams(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter limit: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.GetWorkloadProgress(ctx, id, params)
+	return err
+}
+
+// ReportProgress converts echo context to params.
+func (w *ServerInterfaceWrapper) ReportProgress(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "id" -------------
+	var id WorkloadID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", ctx.Param("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter id: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.ReportProgress(ctx, id)
+	return err
+}
+
 // StartWorkload converts echo context to params.
 func (w *ServerInterfaceWrapper) StartWorkload(ctx echo.Context) error {
 	var err error
@@ -1561,6 +1615,8 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.GET(options.BaseURL+"/api/v1/workloads/:id/logs", wrapper.GetWorkloadLogs, options.OperationMiddlewares["getWorkloadLogs"]...)
 	router.GET(options.BaseURL+"/auth/config", wrapper.GetAuthConfig, options.OperationMiddlewares["getAuthConfig"]...)
 	router.GET(options.BaseURL+"/api/v1/workloads/:id/metrics", wrapper.GetWorkloadMetrics, options.OperationMiddlewares["getWorkloadMetrics"]...)
+	router.GET(options.BaseURL+"/api/v1/workloads/:id/progress", wrapper.GetWorkloadProgress, options.OperationMiddlewares["getWorkloadProgress"]...)
+	router.POST(options.BaseURL+"/api/v1/workloads/:id/progress", wrapper.ReportProgress, options.OperationMiddlewares["reportProgress"]...)
 	router.GET(options.BaseURL+"/api/v1/workloads/:id/advice", wrapper.GetWorkloadAdvice, options.OperationMiddlewares["getWorkloadAdvice"]...)
 	router.POST(options.BaseURL+"/api/v1/workloads/:id/advice/apply", wrapper.ApplyWorkloadAdvice, options.OperationMiddlewares["applyWorkloadAdvice"]...)
 	router.GET(options.BaseURL+"/api/v1/costs", wrapper.GetCosts, options.OperationMiddlewares["getCosts"]...)
@@ -4115,6 +4171,86 @@ func (response GetWorkloadMetricsdefaultApplicationProblemPlusJSONResponse) Visi
 	return err
 }
 
+type GetWorkloadProgressRequestObject struct {
+	Id     WorkloadID `json:"id"`
+	Params GetWorkloadProgressParams
+}
+
+type GetWorkloadProgressResponseObject interface {
+	VisitGetWorkloadProgressResponse(w http.ResponseWriter) error
+}
+
+type GetWorkloadProgress200JSONResponse Progress
+
+func (response GetWorkloadProgress200JSONResponse) VisitGetWorkloadProgressResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetWorkloadProgressdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetWorkloadProgressdefaultApplicationProblemPlusJSONResponse) VisitGetWorkloadProgressResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReportProgressRequestObject struct {
+	Id   WorkloadID `json:"id"`
+	Body *ReportProgressJSONRequestBody
+}
+
+type ReportProgressResponseObject interface {
+	VisitReportProgressResponse(w http.ResponseWriter) error
+}
+
+type ReportProgress202JSONResponse Progress
+
+func (response ReportProgress202JSONResponse) VisitReportProgressResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(202)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReportProgressdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ReportProgressdefaultApplicationProblemPlusJSONResponse) VisitReportProgressResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type StartWorkloadRequestObject struct {
 	Id WorkloadID `json:"id"`
 }
@@ -4591,6 +4727,12 @@ type StrictServerInterface interface {
 	// GetWorkloadMetrics Workload GPU metrics
 	// (GET /api/v1/workloads/{id}/metrics)
 	GetWorkloadMetrics(ctx context.Context, request GetWorkloadMetricsRequestObject) (GetWorkloadMetricsResponseObject, error)
+	// GetWorkloadProgress A training run's progress
+	// (GET /api/v1/workloads/{id}/progress)
+	GetWorkloadProgress(ctx context.Context, request GetWorkloadProgressRequestObject) (GetWorkloadProgressResponseObject, error)
+	// ReportProgress Report a training run's progress
+	// (POST /api/v1/workloads/{id}/progress)
+	ReportProgress(ctx context.Context, request ReportProgressRequestObject) (ReportProgressResponseObject, error)
 	// StartWorkload Start a stopped workload
 	// (POST /api/v1/workloads/{id}/start)
 	StartWorkload(ctx context.Context, request StartWorkloadRequestObject) (StartWorkloadResponseObject, error)
@@ -6594,6 +6736,80 @@ func (sh *strictHandler) GetWorkloadMetrics(ctx echo.Context, id WorkloadID, par
 		return err
 	} else if validResponse, ok := response.(GetWorkloadMetricsResponseObject); ok {
 		return validResponse.VisitGetWorkloadMetricsResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// GetWorkloadProgress operation middleware
+func (sh *strictHandler) GetWorkloadProgress(ctx echo.Context, id WorkloadID, params GetWorkloadProgressParams) error {
+	var request GetWorkloadProgressRequestObject
+
+	request.Id = id
+	request.Params = params
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.GetWorkloadProgress(ctx.Request().Context(), request.(GetWorkloadProgressRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetWorkloadProgress")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(GetWorkloadProgressResponseObject); ok {
+		return validResponse.VisitGetWorkloadProgressResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// ReportProgress operation middleware
+func (sh *strictHandler) ReportProgress(ctx echo.Context, id WorkloadID) error {
+	var request ReportProgressRequestObject
+
+	request.Id = id
+
+	var body ReportProgressJSONRequestBody
+	var err error
+	if binder, ok := ctx.Echo().Binder.(*echo.DefaultBinder); ok {
+		// A request validator built on kin-openapi's openapi3filter with
+		// KeepValidatedValue leaves the value it validated on the body. Bind
+		// that value, matching member names exactly, so the handler receives
+		// what was validated instead of a second, case-insensitive decode.
+		// Otherwise bind only the request body, so that path and query
+		// parameters are not also bound into the body struct.
+		if vb, ok := ctx.Request().Body.(interface{ ValidatedValue() any }); !ok || runtime.BindJSONValue(vb.ValidatedValue(), &body) != nil {
+			err = binder.BindBody(ctx, &body)
+		}
+	} else {
+		// A custom binder is installed on the Echo instance; defer to it
+		// entirely, since echo.Binder does not expose body-only binding and
+		// the binder may do more than decode (for example call ctx.Validate).
+		err = ctx.Bind(&body)
+	}
+	if err != nil {
+		return err
+	}
+	request.Body = &body
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.ReportProgress(ctx.Request().Context(), request.(ReportProgressRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ReportProgress")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(ReportProgressResponseObject); ok {
+		return validResponse.VisitReportProgressResponse(ctx.Response())
 	} else if response != nil {
 		return fmt.Errorf("unexpected response type: %T", response)
 	}

@@ -1847,6 +1847,74 @@ type Problem struct {
 	Type string `json:"type"`
 }
 
+// Progress defines model for Progress.
+type Progress struct {
+	Epoch *float64 `json:"epoch,omitempty"`
+
+	// Eta When it will finish at that pace.
+	Eta             *time.Time `json:"eta,omitempty"`
+	FirstReportedAt *time.Time `json:"firstReportedAt,omitempty"`
+
+	// Fraction step / totalSteps (0 to 1); absent without a total.
+	Fraction *float64 `json:"fraction,omitempty"`
+
+	// Metrics The latest value of each metric.
+	Metrics *map[string]float64 `json:"metrics,omitempty"`
+
+	// RemainingSeconds Time left at that pace; absent without a total or a pace.
+	RemainingSeconds *float64 `json:"remainingSeconds,omitempty"`
+
+	// Reported false: the run reported nothing (no progress reported).
+	Reported   bool       `json:"reported"`
+	ReportedAt *time.Time `json:"reportedAt,omitempty"`
+
+	// Reports Reports received in all.
+	Reports *int64 `json:"reports,omitempty"`
+
+	// Restarts Runs after the first (a killed pod, a requeue, a stop and a start).
+	Restarts *int64 `json:"restarts,omitempty"`
+
+	// ResumedFrom The checkpoint step the current run resumed from.
+	ResumedFrom *int64 `json:"resumedFrom,omitempty"`
+
+	// RunStartedAt When the current run (after the last restart) began reporting.
+	RunStartedAt *time.Time `json:"runStartedAt,omitempty"`
+
+	// Series The reports asked for, oldest first.
+	Series *[]ProgressReport `json:"series,omitempty"`
+	Step   *int64            `json:"step,omitempty"`
+
+	// StepsPerSecond The current run's pace, smoothed over its reports.
+	StepsPerSecond *float64 `json:"stepsPerSecond,omitempty"`
+	TotalSteps     *int64   `json:"totalSteps,omitempty"`
+}
+
+// ProgressReport defines model for ProgressReport.
+type ProgressReport struct {
+	// Epoch The epoch (fractional within one).
+	Epoch *float64 `json:"epoch,omitempty"`
+
+	// Metrics Named metrics: a name is a letter or _ then up to 63 letters, digits or _ . / - (loss, val_loss, samples_per_s, tokens_per_s, accuracy); at most 64.
+	Metrics *map[string]float64 `json:"metrics,omitempty"`
+
+	// ResumedFrom The step of the checkpoint the run started from: its first report after a restart.
+	ResumedFrom *int64 `json:"resumedFrom,omitempty"`
+
+	// Step Optimiser steps done so far.
+	Step int64 `json:"step"`
+
+	// Time When the report was made (default when Gantry received it).
+	Time *time.Time `json:"time,omitempty"`
+
+	// TotalSteps Steps the run will make in all (progress and ETA need it).
+	TotalSteps *int64 `json:"totalSteps,omitempty"`
+}
+
+// ProgressReports defines model for ProgressReports.
+type ProgressReports struct {
+	Reports []ProgressReport `json:"reports"`
+}
+
 // QuotaRequest defines model for QuotaRequest.
 type QuotaRequest struct {
 	BorrowingLimit *map[string]float64 `json:"borrowingLimit,omitempty"`
@@ -2703,6 +2771,15 @@ type GetWorkloadMetricsParams struct {
 	Series *string `form:"series,omitempty" json:"series,omitempty"`
 }
 
+// GetWorkloadProgressParams defines parameters for GetWorkloadProgress.
+type GetWorkloadProgressParams struct {
+	// Since Reports from this time on (default all kept).
+	Since *time.Time `form:"since,omitempty" json:"since,omitempty"`
+
+	// Limit At most this many reports, the newest (default 500).
+	Limit *int `form:"limit,omitempty" json:"limit,omitempty"`
+}
+
 // ApplyTemplatesJSONRequestBody defines body for ApplyTemplates for application/json ContentType.
 type ApplyTemplatesJSONRequestBody = TemplateSetRequest
 
@@ -2756,3 +2833,6 @@ type ApproveWorkloadJSONRequestBody = DecisionRequest
 
 // DenyWorkloadJSONRequestBody defines body for DenyWorkload for application/json ContentType.
 type DenyWorkloadJSONRequestBody = DecisionRequest
+
+// ReportProgressJSONRequestBody defines body for ReportProgress for application/json ContentType.
+type ReportProgressJSONRequestBody = ProgressReports

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -140,10 +141,21 @@ and see where it went (its "cluster" and "reason"):
 	// Service through its endpoints (pods on the real node answer; the
 	// simulated nodes' pods do not).
 	apps := &http.Transport{DialContext: cl.DialService, ResponseHeaderTimeout: 5 * time.Minute, IdleConnTimeout: 90 * time.Second, MaxIdleConnsPerHost: 16}
+	// Training Jobs on the real node report their progress to Gantry
+	// through a forwarder on the host's side of its veth pair (Gantry
+	// listens on loopback).
+	var listening atomic.Value
+	listening.Store("")
+	if cfg.Runs.ReportURL == "" {
+		if fwd, err := cl.Forward(func() string { return listening.Load().(string) }); err == nil {
+			cfg.Runs.ReportURL = "http://" + fwd
+		}
+	}
 	srv, err := server.New(ctx, cfg, server.Overrides{AppTransport: apps})
 	if err != nil {
 		return err
 	}
+	listening.Store(strings.TrimPrefix(strings.TrimPrefix(srv.URL(), "http://"), "https://"))
 	// The real node pulls the catalog's images from the local registry.
 	if err := cl.MirrorRegistries(srv.Images.Verifier.Mirrors()); err != nil {
 		return err

@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"sort"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -809,4 +810,63 @@ func gpuChoice(gpu, mig string) (*model.GPUChoice, error) {
 		c.MigProfile = &mig
 	}
 	return c, nil
+}
+
+// progressCmd shows how far a training run is: its step of its total, its
+// pace and when it will finish, its latest metrics.
+func progressCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flags("gantry progress", stderr)
+	srv := fs.String("server", "", "Gantry server URL")
+	output := fs.String("o", "", "output: json")
+	cl, id, err := oneArgument(ctx, fs, args, srv, "gantry progress ID")
+	if err != nil {
+		return err
+	}
+	resp, err := cl.GetWorkloadProgressWithResponse(ctx, id, &model.GetWorkloadProgressParams{Limit: new(0)})
+	if err := ok(resp, err); err != nil {
+		return err
+	}
+	p := resp.JSON200
+	return show(stdout, *output, p, func() {
+		if !p.Reported {
+			fmt.Fprintln(stdout, "no progress reported (a training Job reports with gantry.run.report; see docs/runs.md)")
+			return
+		}
+		fmt.Fprintln(stdout, progressLine(*p))
+		if r := deref(p.Restarts); r > 0 {
+			fmt.Fprintf(stdout, "restarted %d time(s)", r)
+			if p.ResumedFrom != nil {
+				fmt.Fprintf(stdout, "; resumed from step %d", *p.ResumedFrom)
+			}
+			fmt.Fprintln(stdout)
+		}
+		m := deref(p.Metrics)
+		names := make([]string, 0, len(m))
+		for k := range m {
+			names = append(names, k)
+		}
+		sort.Strings(names)
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		for _, k := range names {
+			fmt.Fprintf(tw, "  %s\t%.6g\n", k, m[k])
+		}
+		tw.Flush()
+		fmt.Fprintf(stdout, "last report %s\n", deref(p.ReportedAt).Local().Format(time.DateTime))
+	})
+}
+
+// progressLine is "step 120 of 300 (40%), 2.1 steps/s, about 1m26s left
+// (ETA 10:42:07)", as far as the run said.
+func progressLine(p model.Progress) string {
+	s := fmt.Sprintf("step %d", deref(p.Step))
+	if p.TotalSteps != nil {
+		s += fmt.Sprintf(" of %d (%.0f%%)", *p.TotalSteps, 100*deref(p.Fraction))
+	}
+	if p.StepsPerSecond != nil {
+		s += fmt.Sprintf(", %.3g steps/s", *p.StepsPerSecond)
+	}
+	if p.RemainingSeconds != nil && p.Eta != nil {
+		s += fmt.Sprintf(", about %s left (ETA %s)", (time.Duration(*p.RemainingSeconds) * time.Second).String(), p.Eta.Local().Format(time.TimeOnly))
+	}
+	return s
 }

@@ -12,6 +12,9 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/gantryhq/gantry/api/model"
 )
 
 // TestWorkloadVerbs runs the CLI's workload verbs against the real server
@@ -106,6 +109,9 @@ func TestWorkloadVerbs(t *testing.T) {
 	}
 	if code, out, _ := cli("advice"); code != 0 || !strings.HasPrefix(out, "WORKLOAD") {
 		t.Fatalf("team advice: %d %q", code, out)
+	}
+	if code, out, _ := cli("progress", id); code != 0 || !strings.HasPrefix(out, "no progress reported") {
+		t.Fatalf("progress of a run that reported nothing: %d %q", code, out)
 	}
 	// A field problem: the server's, one line naming the field.
 	code, _, errOut = cli("launch", "dev-environment", "--team", "vision", "--gpu", "V100")
@@ -291,4 +297,20 @@ func repoRoot(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return filepath.Join(wd, "..", "..")
+}
+
+func TestProgressLine(t *testing.T) {
+	eta := time.Date(2026, 12, 3, 10, 42, 7, 0, time.Local)
+	for _, tc := range []struct {
+		p    model.Progress
+		want string
+	}{
+		{model.Progress{Reported: true, Step: new(int64(120)), TotalSteps: new(int64(300)), Fraction: new(0.4), StepsPerSecond: new(2.1),
+			RemainingSeconds: new(86.0), Eta: &eta}, "step 120 of 300 (40%), 2.1 steps/s, about 1m26s left (ETA 10:42:07)"},
+		{model.Progress{Reported: true, Step: new(int64(7))}, "step 7"},
+	} {
+		if got := progressLine(tc.p); got != tc.want {
+			t.Errorf("%q, want %q", got, tc.want)
+		}
+	}
 }

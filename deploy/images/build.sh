@@ -30,11 +30,12 @@ mkdir -p "$cache"
 # image NAME TAG BASE PACKAGES...: a root filesystem — with BASE "-" a
 # minbase Debian with python3 (debootstrap), else BASE's cached layer
 # (NAME/TAG) unpacked — then PACKAGES installed with apt (debootstrap's own
-# resolver cannot pick providers of virtual packages), the files of
-# deploy/images/NAME/ (scripts) copied to /opt/gantry/, caches and
+# resolver cannot pick providers of virtual packages), Gantry's Python
+# client (api/python/gantry) on Python's path of an image with a base, the
+# files of deploy/images/NAME/ (scripts) copied to /opt/gantry/, caches and
 # documentation left out. An image is rebuilt when what it is built from
-# changes: the recipe, the suite, BASE's layer, the packages or those files
-# (the "inputs" hash in layer.json).
+# changes: the recipe, the suite, BASE's layer, the packages, the client or
+# those files (the "inputs" hash in layer.json).
 image() {
   local name=$1 tag=$2 base=$3 dir="$cache/$1/$2"
   shift 3
@@ -43,6 +44,7 @@ image() {
     echo "$RECIPE $SUITE $base $*"
     if [ "$base" != - ]; then grep -o '"digest": "[^"]*"' "$cache/$base/layer.json" 2>/dev/null || echo "no base"; fi
     if [ -d "$name" ]; then (cd "$name" && find . -type f | LC_ALL=C sort | xargs -r sha256sum); fi
+    if [ "$base" != - ]; then (cd ../../api/python && find gantry -name '*.py' | LC_ALL=C sort | xargs sha256sum); fi
   } | sha256sum | cut -d' ' -f1)
   [ -s "$dir/layer.json" ] && grep -q "\"inputs\": \"$inputs\"" "$dir/layer.json" && return 0
   if [ "$(id -u)" -ne 0 ] || ! command -v debootstrap >/dev/null; then
@@ -70,6 +72,13 @@ image() {
     DEBIAN_FRONTEND=noninteractive chroot "$tmp/rootfs" apt-get install -y -qq --no-install-recommends "$@" > "$tmp/apt.log" 2>&1 ||
       { tail -20 "$tmp/apt.log" >&2; return 1; }
     chroot "$tmp/rootfs" apt-get clean
+  fi
+  if [ "$base" != - ]; then
+    # Gantry's Python client (gantry.run reports a training run's progress).
+    local site="$tmp/rootfs/usr/local/lib/python3.11/dist-packages"
+    mkdir -p "$site/gantry"
+    cp ../../api/python/gantry/*.py "$site/gantry/"
+    chmod -R a+rX "$site"
   fi
   if [ -d "$name" ]; then
     mkdir -p "$tmp/rootfs/opt/gantry"

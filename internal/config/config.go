@@ -75,6 +75,7 @@ type Config struct {
 	Images Images `json:"images"`
 	// Confidential configures confidential launches.
 	Confidential Confidential `json:"confidential"`
+	Runs         Runs         `json:"runs"`
 	// OIDC, when its issuer is set, authenticates every API request with a
 	// bearer token from that provider (and the dev user is not used).
 	OIDC OIDC `json:"oidc"`
@@ -203,6 +204,30 @@ func (a Audit) Interval() time.Duration { return time.Duration(a.CheckpointInter
 func (a Audit) Window() time.Duration { return time.Duration(a.DenialWindow) }
 
 // Confidential configures confidential-computing launches.
+// Runs configures training runs' progress reports (package runs).
+type Runs struct {
+	// ReportURL is how a training Job's pods reach Gantry (its base URL,
+	// such as its in-cluster Service). Default: publicURL unless that is a
+	// loopback address; without either, runs do not report.
+	ReportURL string `json:"reportURL"`
+}
+
+// RunReportURL is the base URL training Jobs report their progress to, or
+// "" when they cannot reach Gantry (see Runs.ReportURL).
+func (c *Config) RunReportURL() string {
+	if c.Runs.ReportURL != "" {
+		return c.Runs.ReportURL
+	}
+	u, err := url.Parse(c.PublicURL)
+	if err != nil || u.Host == "" {
+		return ""
+	}
+	if ip := net.ParseIP(u.Hostname()); u.Hostname() == "localhost" || ip != nil && ip.IsLoopback() {
+		return ""
+	}
+	return c.PublicURL
+}
+
 type Confidential struct {
 	// KBSURL is the key broker (Trustee KBS) the attestation agent of every
 	// confidential pod reports to; without it confidential launches are refused.
@@ -405,10 +430,14 @@ func (c *Config) validate() error {
 	var errs fault.List
 	c.validateListenAndDatabase(&errs)
 	c.validateAuth(&errs)
-	if c.PublicURL != "" {
-		u, err := url.Parse(c.PublicURL)
+	for _, kv := range [][2]string{{"publicURL", c.PublicURL}, {"runs.reportURL", c.Runs.ReportURL}} {
+		key, v := kv[0], kv[1]
+		if v == "" {
+			continue
+		}
+		u, err := url.Parse(v)
 		if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") || u.RawQuery != "" || u.Fragment != "" {
-			errs.Addf("publicURL", "%q must be an http or https URL without query", c.PublicURL)
+			errs.Addf(key, "%q must be an http or https URL without query", v)
 		}
 	}
 	c.validateDurations(&errs)

@@ -93,6 +93,8 @@ var options = []option{
 		doc: "a local registry with signed stand-ins for the catalog (`gantry dev`, `make serve`; `-tags dev` builds only; refused with `oidc.issuer`)"},
 	{key: "confidential.kbsURL", env: "GANTRY_CONFIDENTIAL_KBS_URL", field: func(c *Config) any { return &c.Confidential.KBSURL },
 		doc: "the key broker confidential pods attest to; none: confidential launches are refused", defaultDoc: "none"},
+	{key: "runs.reportURL", env: "GANTRY_RUNS_REPORT_URL", field: func(c *Config) any { return &c.Runs.ReportURL },
+		doc: "how training Jobs' pods reach Gantry to report their progress (its in-cluster Service, say)", defaultDoc: "`publicURL` unless it is a loopback address; else runs do not report"},
 	{key: "maxBodyBytes", env: "GANTRY_MAX_BODY_BYTES", field: func(c *Config) any { return &c.MaxBodyBytes },
 		doc: "largest request body (1024 to 67108864)"},
 	{key: "maxConcurrentReads", env: "GANTRY_MAX_CONCURRENT_READS", field: func(c *Config) any { return &c.MaxConcurrentReads },

@@ -622,8 +622,36 @@ func (c *Cluster) MirrorRegistries(mirrors map[string]string) error {
 	return nil
 }
 
+// Forward returns an address on the host that the real node's pods reach
+// (host:port on the host's side of its veth pair), whose connections go
+// to the address target returns when each comes (a server on the host's
+// loopback, started later, say). It closes with the node; without a real
+// node it is an error.
+func (c *Cluster) Forward(target func() string) (string, error) {
+	n := c.realNode
+	if n == nil {
+		return "", errors.New("no real node: its pods reach nothing on the host")
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	ln, err := net.Listen("tcp", net.JoinHostPort(n.hostIP, "0"))
+	if err != nil {
+		return "", fmt.Errorf("a forwarder for the real node: %w", err)
+	}
+	if n.forwarders == nil {
+		n.forwarders, n.mirrors = map[string]net.Listener{}, map[string][]string{}
+	}
+	n.forwarders["func:"+ln.Addr().String()] = ln
+	go forwardTo(ln, target)
+	return ln.Addr().String(), nil
+}
+
 // forward carries each connection ln accepts to target, until ln closes.
-func forward(ln net.Listener, target string) {
+func forward(ln net.Listener, target string) { forwardTo(ln, func() string { return target }) }
+
+// forwardTo carries each connection ln accepts to the address target
+// returns then, until ln closes.
+func forwardTo(ln net.Listener, target func() string) {
 	for {
 		in, err := ln.Accept()
 		if err != nil {
@@ -631,7 +659,7 @@ func forward(ln net.Listener, target string) {
 		}
 		go func() {
 			defer in.Close()
-			out, err := net.DialTimeout("tcp", target, 10*time.Second)
+			out, err := net.DialTimeout("tcp", target(), 10*time.Second)
 			if err != nil {
 				return
 			}

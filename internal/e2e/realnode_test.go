@@ -332,16 +332,26 @@ func appGantry(t *testing.T, edit func(*config.Config), images ...string) *serve
 	need("the real node", err)
 	ns := "gantry-e2e-" + workload.NewID()
 	grantLease(t, ns)
+	// The real node's pods report their progress to this Gantry through a
+	// forwarder on the host's side of the node's veth pair.
+	var gantryAddr atomic.Value
+	gantryAddr.Store("")
+	fwd, err := cluster.Forward(func() string { return gantryAddr.Load().(string) })
+	if err != nil {
+		t.Fatal(err)
+	}
 	g := servertest.WithOverrides(t, server.Overrides{AppTransport: &http.Transport{DialContext: cluster.DialService}}, func(c *config.Config) {
 		c.Database.DSN = config.Secret(storetest.SQLitePath(t))
 		c.PolicyDir = testPolicy(t)
 		c.ReconcileInterval = config.Duration(time.Second)
 		c.Namespace = ns
 		c.Kubeconfig = gantryKubeconfig
+		c.Runs.ReportURL = "http://" + fwd
 		if edit != nil {
 			edit(c)
 		}
 	})
+	gantryAddr.Store(strings.TrimPrefix(g.URL, "http://"))
 	if err := cluster.MirrorRegistries(g.Images.Verifier.Mirrors()); err != nil {
 		t.Fatal(err)
 	}
@@ -422,6 +432,22 @@ func TestCPUTrainingResumes(t *testing.T) {
 	}
 	if servertest.Deref(w.ExitCode) != 0 {
 		t.Errorf("exit code %v", w.ExitCode)
+	}
+	// The run reported its progress with its pod's token (gantry.run in
+	// the image): both runs, the restart and the checkpoint it resumed
+	// from, its loss and pace.
+	p := servertest.Must(alice.GetWorkloadProgressWithResponse(ctx, id, nil))(t)
+	pr := servertest.Deref(p.JSON200)
+	if p.StatusCode() != 200 || !pr.Reported || servertest.Deref(pr.Step) != steps || servertest.Deref(pr.TotalSteps) != steps ||
+		servertest.Deref(pr.Fraction) != 1 || servertest.Deref(pr.Restarts) != 1 || servertest.Deref(pr.ResumedFrom) != int64(from) ||
+		servertest.Deref(pr.StepsPerSecond) <= 0 || servertest.Deref(pr.RemainingSeconds) != 0 {
+		t.Fatalf("progress: %d %s", p.StatusCode(), p.Body)
+	}
+	if m := servertest.Deref(pr.Metrics); m["loss"] <= 0 || m["samples_per_s"] <= 0 {
+		t.Errorf("metrics %v", m)
+	}
+	if series := servertest.Deref(pr.Series); len(series) < steps/10 || series[len(series)-1].Step != steps {
+		t.Errorf("%d reports in the series, want at least %d ending at step %d", len(series), steps/10, steps)
 	}
 }
 

@@ -29,6 +29,9 @@ type Identity struct {
 	// Node is set for a node's gantry-agent: the node its ServiceAccount
 	// token is bound to.
 	Node string
+	// Workload is set for a run's token: the workload whose pod it is bound
+	// to, the only one it reports progress for.
+	Workload string
 }
 
 // How a request authenticated.
@@ -37,6 +40,7 @@ const (
 	ViaToken   = "token"   // a personal access token
 	ViaSession = "session" // a signed-in browser's cookie
 	ViaAgent   = "agent"   // a node's gantry-agent, by its ServiceAccount token (telemetry only)
+	ViaRun     = "run"     // a training run, by its pod's projected token (its own progress only)
 )
 
 // String is the identity's stable name: its subject, qualified by issuer when

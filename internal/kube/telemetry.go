@@ -3,6 +3,7 @@ package kube
 import (
 	"context"
 
+	"github.com/gantryhq/gantry/internal/runs"
 	"github.com/gantryhq/gantry/internal/telemetry"
 )
 
@@ -38,4 +39,16 @@ func (t Telemetry) GPUUnhealthy(ctx context.Context, node string, gpu telemetry.
 		return err
 	}
 	return c.nodes.GPUUnhealthy(ctx, node, gpu, pods, t.Cordon)
+}
+
+// Runs adapts a lazily loaded cluster to what run tokens ask of it.
+type Runs struct{ Lazy *Lazy }
+
+// ReviewRunToken implements runs.Reviewer.
+func (r Runs) ReviewRunToken(ctx context.Context, token, audience string) (runs.Review, error) {
+	c, err := r.Lazy.get()
+	if err != nil {
+		return runs.Review{}, err
+	}
+	return c.nodes.ReviewRunToken(ctx, token, audience)
 }

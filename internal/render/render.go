@@ -133,7 +133,24 @@ type Meta struct {
 	// CPU-only launches run on (the GPU classes' cpu section); required
 	// for one.
 	CPUNodeLabel string
+	// RunURL is how a Job's pods reach Gantry (its base URL): with it, a
+	// Job reports its progress — GANTRY_RUN_URL, its progress route, and
+	// GANTRY_RUN_TOKEN_FILE, a projected ServiceAccount token for
+	// runs.Audience that the kubelet renews and that dies with the pod
+	// (package runs). "": no progress reports.
+	RunURL string
 }
+
+// Where a run's token is mounted.
+const (
+	RunTokenDir  = "/var/run/gantry/run"
+	RunTokenFile = RunTokenDir + "/token"
+	// RunTokenAudience is runs.Audience (render imports no domain service).
+	RunTokenAudience = "gantry-run"
+	// runTokenSeconds is the token's lifetime: the kubelet renews it at
+	// four fifths of it.
+	runTokenSeconds = 3600
+)
 
 // ManagedByMultiKueue is the spec.managedBy of a Job MultiKueue runs on a
 // worker cluster.
@@ -393,6 +410,10 @@ func (b *builder) env() []corev1.EnvVar {
 	for _, e := range b.s.Env {
 		env = append(env, corev1.EnvVar{Name: e.Name, Value: b.expand(e.Value)})
 	}
+	if b.reports() {
+		env = append(env, corev1.EnvVar{Name: "GANTRY_RUN_URL", Value: strings.TrimSuffix(m.RunURL, "/") + "/api/v1/workloads/" + m.WorkloadID + "/progress"},
+			corev1.EnvVar{Name: "GANTRY_RUN_TOKEN_FILE", Value: RunTokenFile})
+	}
 	if r.CPUOnly {
 		// No GPU, even where a node has some and the image asks the NVIDIA
 		// container runtime for all of them (last: it wins over the
@@ -401,6 +422,10 @@ func (b *builder) env() []corev1.EnvVar {
 	}
 	return env
 }
+
+// reports says whether the workload reports its progress: a Job, with a
+// RunURL.
+func (b *builder) reports() bool { return b.m.RunURL != "" && b.s.Workload == template.Job }
 
 // volumes mounts the template's volumes and /dev/shm in c and returns the
 // pod's volumes and the claims: claims for jobs and services, claim templates
@@ -428,6 +453,13 @@ func (b *builder) volumes(c *corev1.Container) ([]corev1.Volume, []corev1.Persis
 			EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: &q},
 		}})
 		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "dshm", MountPath: "/dev/shm"})
+	}
+	if b.reports() {
+		volumes = append(volumes, corev1.Volume{Name: "gantry-run", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+			Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{
+				Audience: RunTokenAudience, ExpirationSeconds: ptr(int64(runTokenSeconds)), Path: "token"}}},
+		}}})
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "gantry-run", MountPath: RunTokenDir, ReadOnly: true})
 	}
 	return volumes, claims
 }

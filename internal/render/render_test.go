@@ -47,7 +47,8 @@ func load(t testing.TB) (*gpu.Catalog, map[string]*template.Template) {
 
 const testKey = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGantryTestKeyForGoldenFilesOnly0000000000 alice@laptop"
 
-var meta = render.Meta{WorkloadID: "k7f3x9q2ab", Team: "vision", Owner: "alice@example.com", Namespace: "gantry-vision", TemplateVersion: 3, Kueue: true}
+var meta = render.Meta{WorkloadID: "k7f3x9q2ab", Team: "vision", Owner: "alice@example.com", Namespace: "gantry-vision", TemplateVersion: 3, Kueue: true,
+	RunURL: "http://gantry.gantry-system.svc:8080"}
 
 // cases: every starter template with its defaults, plus variants that change what
 // is rendered. Every template in templates/ must appear at least once.
@@ -71,6 +72,8 @@ var cases = []struct {
 	{"vllm-inference-confidential-h200", "vllm-inference", template.Choice{Class: "H200-141GB", Confidential: true}},
 	{"cpu-job", "cpu-job", template.Choice{Params: map[string]any{"cpu": "2"}}},
 	{"cpu-notebook", "cpu-notebook", template.Choice{}},
+	{"cpu-train", "cpu-train", template.Choice{Params: map[string]any{"steps": 500}}},
+	{"cpu-inference", "cpu-inference", template.Choice{}},
 }
 
 func TestGolden(t *testing.T) {

@@ -31,6 +31,7 @@ import (
 	"github.com/gantryhq/gantry/internal/overlay"
 	"github.com/gantryhq/gantry/internal/overrides"
 	"github.com/gantryhq/gantry/internal/ownmetrics"
+	"github.com/gantryhq/gantry/internal/runs"
 	"github.com/gantryhq/gantry/internal/team"
 	"github.com/gantryhq/gantry/internal/telemetry"
 	"github.com/gantryhq/gantry/internal/template"
@@ -89,6 +90,7 @@ func New(ctx context.Context, cfg config.Config, ov Overrides) (*Server, error) 
 // own fields.
 type wiring struct {
 	agents            api.AgentAuthenticator
+	runTokens         api.RunAuthenticator
 	series            *telemetry.Reader
 	advice            *advice.Service
 	public            string // the URL people reach Gantry at
@@ -143,7 +145,7 @@ func (s *Server) workloadService() (err error) {
 	cfg := s.Config
 	s.checks = []api.Check{{Name: "database", Pinger: s.Store.DB}}
 	wo := workload.Options{Store: s.Store.Workloads, Templates: s.Catalog, Authorizer: s.authz, Images: s.Images, Budgets: s.Budgets, NodeGroups: s.NodeGroups,
-		Namespace: func(t team.Name) string { return cfg.NamespacePrefix + t.String() }, KBSURL: cfg.Confidential.KBSURL, Kueue: cfg.Quota.Kueue, Log: s.Log, Now: s.clock.Now}
+		Namespace: func(t team.Name) string { return cfg.NamespacePrefix + t.String() }, KBSURL: cfg.Confidential.KBSURL, Kueue: cfg.Quota.Kueue, RunURL: cfg.RunReportURL(), Log: s.Log, Now: s.clock.Now}
 	// Worker clusters: read from every replica; with Kueue, the cluster is
 	// their MultiKueue manager and Jobs run on them.
 	var remote kube.Workers
@@ -195,6 +197,10 @@ func (s *Server) telemetryAndAdvice(w *wiring) error {
 		kt := kube.Telemetry{Lazy: s.cluster, Cordon: tc.Cordon}
 		to.Pods, to.Health = kt, kt
 		w.agents = &telemetry.AgentAuth{Reviewer: kt, Audience: tc.Audience, ServiceAccount: tc.ServiceAccount, Now: s.clock.Now}
+		w.runTokens = &runs.TokenAuth{Reviewer: kube.Runs{Lazy: s.cluster}, Now: s.clock.Now}
+	}
+	if s.Runs, err = runs.New(s.Store.Runs, s.Workloads, s.clock.Now); err != nil {
+		return err
 	}
 	if s.Telemetry, err = telemetry.New(to); err != nil {
 		return err
@@ -342,7 +348,7 @@ func (s *Server) handler(ov Overrides, w *wiring) error {
 		SignIn:    model.AuthConfig{Issuer: oc.Issuer, CliClientID: oc.CLIClientID, Scopes: oc.Scopes},
 		Authorize: s.authz.AllowedSomewhere, RolesWith: s.authz.RolesWith, NeedsSecondFactor: s.authz.NeedsSecondFactor, Audit: s.denials, Images: s.Images,
 		AppTransport: ov.AppTransport,
-		Agents:       w.agents, Telemetry: s.Telemetry, Metrics: w.series, Advice: w.advice,
+		Agents:       w.agents, RunTokens: w.runTokens, Runs: s.Runs, Telemetry: s.Telemetry, Metrics: w.series, Advice: w.advice,
 		Anonymous: api.AnonymousLimit{Rate: float64(cfg.Security.AnonymousRate), Burst: int(cfg.Security.AnonymousBurst), Now: s.clock.Now},
 	})
 	if err != nil {

@@ -58,6 +58,7 @@ import (
 	"github.com/gantryhq/gantry/internal/ownmetrics"
 	"github.com/gantryhq/gantry/internal/promsource"
 	"github.com/gantryhq/gantry/internal/quota"
+	"github.com/gantryhq/gantry/internal/runs"
 	"github.com/gantryhq/gantry/internal/store"
 	"github.com/gantryhq/gantry/internal/store/stores"
 	"github.com/gantryhq/gantry/internal/telemetry"
@@ -247,6 +248,8 @@ type Server struct {
 	Workloads *workload.Service
 	// Telemetry ingests agents' GPU readings and keeps the series.
 	Telemetry *telemetry.Service
+	// Runs takes training runs' progress reports.
+	Runs *runs.Service
 	// Budgets track the teams' budgets, alert, and hold launches.
 	Budgets  *budget.Service
 	notifier *notify.Sender
@@ -489,6 +492,14 @@ func (s *Server) Run(ctx context.Context) error {
 	// Every replica rolls up and prunes: both are idempotent, and a period
 	// rolled up twice is written alike.
 	g.Go(func() error { return s.every(gctx, telemetryInterval, s.Telemetry.Run) })
+	g.Go(func() error {
+		return s.every(gctx, telemetryInterval, func(ctx context.Context) {
+			// Progress reports are kept as long as the GPU series' rollups.
+			if n, err := s.Runs.Prune(ctx, time.Duration(s.Config.Telemetry.RollupRetention), 5000); err != nil && ctx.Err() == nil {
+				s.Log.Warn("progress report retention", "err", err, "deleted", n)
+			}
+		})
+	})
 	if s.cluster != nil {
 		g.Go(func() error { return s.leaderLoops(gctx) })
 	}

@@ -129,6 +129,7 @@ func TestConformance(t *testing.T) {
 			t.Run("metering", func(t *testing.T) { testMetering(t, open(t)) })
 			t.Run("governance", func(t *testing.T) { testGovernance(t, open(t)) })
 			t.Run("platform edits", func(t *testing.T) { testOverlays(t, open(t)) })
+			t.Run("runs", func(t *testing.T) { testRuns(t, open(t)) })
 		})
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -166,7 +167,7 @@ func (s *Service) render(ctx context.Context, owner string, req Request, id stri
 	if err != nil {
 		return Rendered{}, err
 	}
-	meta := render.Meta{WorkloadID: id, Team: req.Team.String(), Owner: owner, Namespace: s.namespace(req.Team), TemplateVersion: v.Version, Image: pinned, Kueue: s.kueue, MultiKueue: s.fleet}
+	meta := render.Meta{WorkloadID: id, Team: req.Team.String(), Owner: owner, Namespace: s.namespace(req.Team), TemplateVersion: v.Version, Image: pinned, Kueue: s.kueue, MultiKueue: s.fleet, RunURL: s.runURL}
 	if r.CPUOnly {
 		cpu, ok := s.templates.Classes().CPU()
 		if !ok {
@@ -509,19 +510,26 @@ func (s *Service) rerender(ctx context.Context, w Workload) ([]render.Object, er
 	if err != nil {
 		return nil, err
 	}
-	meta := render.Meta{WorkloadID: w.ID, Team: w.Team.String(), Owner: w.Owner, Namespace: s.namespace(w.Team), TemplateVersion: w.TemplateVersion, Image: w.Image, TEE: w.TEE, InitData: s.initDataFor(w.TEE), Kueue: s.kueue, MultiKueue: s.fleet}
+	meta := render.Meta{WorkloadID: w.ID, Team: w.Team.String(), Owner: w.Owner, Namespace: s.namespace(w.Team), TemplateVersion: w.TemplateVersion, Image: w.Image, TEE: w.TEE, InitData: s.initDataFor(w.TEE), Kueue: s.kueue, MultiKueue: s.fleet, RunURL: s.runURL}
 	if cpu, ok := s.templates.Classes().CPU(); ok && r.CPUOnly {
 		meta.CPUNodeLabel = cpu.NodeLabel
 	}
-	objs, err := render.Objects(r, meta)
-	if err != nil {
-		return nil, err
+	// As launched: with progress reports, or — recorded before this
+	// replica reported them, or by one whose pods could not reach it —
+	// without.
+	var h string
+	for _, runURL := range slices.Compact([]string{meta.RunURL, ""}) {
+		meta.RunURL = runURL
+		objs, err := render.Objects(r, meta)
+		if err != nil {
+			return nil, err
+		}
+		if h, err = render.Hash(objs); err == nil && h == w.ObjectsHash {
+			return objs, nil
+		}
 	}
-	if h, err := render.Hash(objs); err != nil || h != w.ObjectsHash {
-		return nil, &fault.Conflict{Kind: "workload", Name: w.ID, Reason: fmt.Sprintf(
-			"rendering it again gives other objects than were recorded (hash %.12s, recorded %.12s)", h, w.ObjectsHash)}
-	}
-	return objs, nil
+	return nil, &fault.Conflict{Kind: "workload", Name: w.ID, Reason: fmt.Sprintf(
+		"rendering it again gives other objects than were recorded (hash %.12s, recorded %.12s)", h, w.ObjectsHash)}
 }
 
 // policyReason joins a policy refusal's problems into one sentence.

@@ -362,6 +362,32 @@ func TestReconcileFailsWhatCanNeverApply(t *testing.T) {
 	}
 }
 
+// TestReconcileAppliesAsRecorded: a Job recorded by a replica whose pods
+// could not report progress (no run URL) is applied, as recorded, by one
+// that can: re-rendering tries the launch without progress reports too.
+func TestReconcileAppliesAsRecorded(t *testing.T) {
+	var opts workload.Options
+	h := newHarnessWith(t, nil, false, func(o *workload.Options) { opts = *o })
+	ctx := asAlice()
+	h.cluster.SetErr(&fault.Unavailable{What: "kubernetes API server", Err: errors.New("connection refused")})
+	w, _, err := h.svc.Create(ctx, "alice", workload.Request{Template: "pytorch-train", Team: "vision"})
+	if err != nil || w.Applied() {
+		t.Fatalf("launch with the cluster away: %+v %v", w, err)
+	}
+	h.cluster.SetErr(nil)
+	opts.RunURL = "http://gantry.gantry-system.svc:8080"
+	reporting, err := workload.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := reporting.Reconcile(ctx); err != nil || n != 1 {
+		t.Fatalf("reconcile by a replica with a run URL: applied %d, %v", n, err)
+	}
+	if got := h.status(t, w.ID); !got.Applied() || got.Status == workload.Failed {
+		t.Fatalf("after reconcile: %s %q applied %v", got.Status, got.Reason, got.Applied())
+	}
+}
+
 // TestMetering: a workload costs its price per hour — its GPUs' share at the
 // class's spot or on-demand price when it was launched — over the time it
 // was Running, across an eviction and a stop, on a fixed clock; the record

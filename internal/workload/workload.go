@@ -350,6 +350,9 @@ type Options struct {
 	// Fleet, with Kueue, hands Jobs to MultiKueue for the worker clusters
 	// (render.Meta.MultiKueue) and refuses the other workloads.
 	Fleet bool
+	// RunURL is how a Job's pods reach Gantry to report their progress
+	// (render.Meta.RunURL); "": they do not.
+	RunURL string
 	// NodeGroups refuse launches their class's groups could never hold
 	// (an empty set: none declared, nothing refused for size).
 	NodeGroups *nodegroup.Set
@@ -371,6 +374,7 @@ type Service struct {
 	initData  string // "": confidential launches are refused
 	kueue     bool
 	fleet     bool
+	runURL    string
 	log       *slog.Logger
 	now       func() time.Time
 	newID     func() string
@@ -396,7 +400,7 @@ func New(o Options) (*Service, error) {
 		return nil, fmt.Errorf("workload.New: missing %s", strings.Join(missing, ", "))
 	}
 	s := &Service{store: o.Store, templates: o.Templates, namespace: o.Namespace, cluster: o.Cluster,
-		authz: o.Authorizer, images: o.Images, budgets: o.Budgets, groups: o.NodeGroups, kueue: o.Kueue, fleet: o.Fleet && o.Kueue, log: o.Log, now: o.Now, newID: NewID}
+		authz: o.Authorizer, images: o.Images, budgets: o.Budgets, groups: o.NodeGroups, kueue: o.Kueue, fleet: o.Fleet && o.Kueue, runURL: o.RunURL, log: o.Log, now: o.Now, newID: NewID}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -461,6 +465,13 @@ func (s *Service) visible(ctx context.Context, id string) (Workload, error) {
 		return Workload{}, &fault.NotFound{Kind: "workload", Name: id, Denied: fmt.Sprintf("may not read workloads of team %q", w.Team)}
 	}
 	return w, nil
+}
+
+// Visible says whether the caller may read the workload (a run's progress,
+// say): nil, or a *fault.NotFound that does not leak another team's.
+func (s *Service) Visible(ctx context.Context, id string) error {
+	_, err := s.visible(ctx, id)
+	return err
 }
 
 // manageable returns a workload the caller may stop, start or delete.

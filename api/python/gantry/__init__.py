@@ -6,8 +6,12 @@
     w = g.wait(w.id)                  # until Running (or an error saying why)
     for line in g.logs(w.id, follow=True):
         print(line)
+
+In a training Job, gantry.run.report(step=…, total_steps=…, metrics=…) tells
+Gantry how far the run is (a no-op anywhere else).
 """
 
 from .client import Gantry, GantryError, FieldError, Workload, ABSENT
+from . import run
 
-__all__ = ["Gantry", "GantryError", "FieldError", "Workload", "ABSENT"]
+__all__ = ["Gantry", "GantryError", "FieldError", "Workload", "ABSENT", "run"]

@@ -19,6 +19,7 @@ from typing import Any, Dict, Iterator, List, Optional
 ABSENT = {
     "pushTelemetry": "only node agents push telemetry, with their ServiceAccount token",
     "getOpenAPI": "the spec is a file, not data: read openapi.yaml",
+    "reportProgress": "a training run reports with gantry.run.report, by its pod's run token, not a person's client",
     "watchWorkload": "server-sent events for browsers (the portal); from Python, wait() follows a workload",
 }
 
@@ -257,6 +258,11 @@ class Gantry:
     def apply_advice(self, id: str, kind: Optional[str] = None) -> Dict[str, Any]:
         return self._call("POST", f"/api/v1/workloads/{id}/advice/apply", body={"kind": kind} if kind else {})
 
+    def progress(self, id: str, since: Optional[str] = None, limit: Optional[int] = None) -> Dict[str, Any]:
+        """A training run's progress (getWorkloadProgress): reported, step,
+        totalSteps, fraction, stepsPerSecond, eta, metrics, series…"""
+        return self._call("GET", f"/api/v1/workloads/{id}/progress", {"since": since, "limit": limit})
+
     # -- money -------------------------------------------------------------
 
     def costs(self, group_by: str = "team", since: Optional[str] = None, until: Optional[str] = None) -> Dict[str, Any]:
@@ -456,6 +462,7 @@ class Gantry:
 
 # The client's method for each operation of openapi.yaml.
 METHODS = {
+    "getWorkloadProgress": "progress",
     "getHealth": "health", "getGantryMetrics": "gantry_metrics", "getReady": "ready", "getAuthConfig": "auth_config",
     "listTemplates": "templates", "createTemplate": "create_template", "getTemplate": "template",
     "updateTemplate": "update_template", "deleteTemplate": "delete_template", "applyTemplates": "apply_templates", "listTemplateVersions": "template_versions",

@@ -19,6 +19,10 @@ Settings, from the environment:
 
 The batch of each step is drawn from a generator seeded by the step, so a
 resumed run sees the batches it would have seen without the interruption.
+
+In a Gantry training Job it reports its progress with gantry.run (the
+Python client, installed in the image): step, total steps, loss, step time
+and samples/s at every log line, and the checkpoint step it resumed from.
 """
 import glob
 import json
@@ -27,6 +31,11 @@ import sys
 import time
 
 import torch
+
+try:
+    from gantry import run as gantry_run
+except ImportError:  # outside the image: no reports
+    gantry_run = None
 
 STEPS = int(os.environ.get("STEPS", "300"))
 CKPT_DIR = os.environ.get("CHECKPOINT_DIR") or os.environ.get("GANTRY_CHECKPOINT_DIR") or "checkpoints"
@@ -84,6 +93,7 @@ def main():
         log("starting at step 0 of %d (no checkpoint in %s)" % (STEPS, CKPT_DIR))
 
     loss_fn = torch.nn.MSELoss()
+    resumed_from = start if ckpt else None
     window = time.monotonic()
     for step in range(start + 1, STEPS + 1):
         x, y = batch(step, w_true)
@@ -96,9 +106,13 @@ def main():
         if step % LOG_EVERY == 0 or step == STEPS:
             now = time.monotonic()
             n = LOG_EVERY if step % LOG_EVERY == 0 else step % LOG_EVERY
-            log(json.dumps({"step": step, "total_steps": STEPS, "loss": round(loss.item(), 6),
-                            "step_time_ms": round((now - window) * 1000 / n, 3),
-                            "samples_per_s": round(BATCH * n / max(now - window, 1e-9), 1)}))
+            metrics = {"loss": round(loss.item(), 6), "step_time_ms": round((now - window) * 1000 / n, 3),
+                       "samples_per_s": round(BATCH * n / max(now - window, 1e-9), 1)}
+            log(json.dumps({"step": step, "total_steps": STEPS, **metrics}))
+            if gantry_run is not None:
+                gantry_run.report(step=step, total_steps=STEPS, metrics=metrics,
+                                  resumed_from=resumed_from)
+                resumed_from = None
             window = now
         if step % CKPT_EVERY == 0 or step == STEPS:
             save(step, model, opt)

@@ -23,6 +23,7 @@ import (
 	"github.com/gantryhq/gantry/internal/kube/kapi"
 	"github.com/gantryhq/gantry/internal/kube/karpenter"
 	"github.com/gantryhq/gantry/internal/render"
+	"github.com/gantryhq/gantry/internal/runs"
 	"github.com/gantryhq/gantry/internal/telemetry"
 )
 
@@ -56,6 +57,43 @@ func (k *Nodes) ReviewToken(ctx context.Context, token, audience string) (teleme
 	r := telemetry.Review{Authenticated: st.Authenticated, Username: st.User.Username, Audiences: st.Audiences, Error: st.Error}
 	if n := st.User.Extra[NodeNameExtra]; len(n) == 1 {
 		r.Node = n[0]
+	}
+	return r, nil
+}
+
+// The keys under which a TokenReview names the pod a token is bound to.
+const (
+	PodNameExtra = "authentication.kubernetes.io/pod-name"
+	PodUIDExtra  = "authentication.kubernetes.io/pod-uid"
+)
+
+// ReviewRunToken implements runs.Reviewer: a TokenReview, then the pod the
+// token is bound to — the very pod (its UID), still there, made by Gantry —
+// and the workload its label names.
+func (k *Nodes) ReviewRunToken(ctx context.Context, token, audience string) (runs.Review, error) {
+	tr, err := k.core.AuthenticationV1().TokenReviews().Create(ctx, &authnv1.TokenReview{
+		Spec: authnv1.TokenReviewSpec{Token: token, Audiences: []string{audience}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return runs.Review{}, kapi.Classify(err, "tokenreviews", "")
+	}
+	st := tr.Status
+	r := runs.Review{Authenticated: st.Authenticated, Username: st.User.Username, Audiences: st.Audiences, Error: st.Error}
+	name, uid := st.User.Extra[PodNameExtra], st.User.Extra[PodUIDExtra]
+	sa, ok := strings.CutPrefix(st.User.Username, "system:serviceaccount:")
+	namespace, _, _ := strings.Cut(sa, ":")
+	if !st.Authenticated || !ok || namespace == "" || len(name) != 1 || len(uid) != 1 {
+		return r, nil
+	}
+	p, err := k.core.CoreV1().Pods(namespace).Get(ctx, name[0], metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return r, nil
+	}
+	if err != nil {
+		return runs.Review{}, kapi.Classify(err, "pods", namespace)
+	}
+	if string(p.UID) == uid[0] && p.Labels[render.LabelManagedBy] == render.ManagedBy {
+		r.Workload, r.Pod = p.Labels[render.LabelWorkloadID], namespace+"/"+p.Name
 	}
 	return r, nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/gantryhq/gantry/internal/store/auditlog"
 	"github.com/gantryhq/gantry/internal/store/changefeed"
 	"github.com/gantryhq/gantry/internal/store/governance"
+	"github.com/gantryhq/gantry/internal/store/runsdb"
 	"github.com/gantryhq/gantry/internal/store/telemetrydb"
 	"github.com/gantryhq/gantry/internal/store/workloads"
 )
@@ -23,6 +24,7 @@ type (
 	Telemetry  = telemetrydb.Store
 	Governance = governance.Store
 	Feed       = changefeed.Store
+	Runs       = runsdb.Store
 )
 
 // All is the database and every aggregate store on it. Close closes the
@@ -35,11 +37,12 @@ type All struct {
 	*Telemetry
 	*Governance
 	*Feed
+	*Runs
 }
 
 // New builds every aggregate store on db, once each (telemetry's remembers
 // the series this process has written).
 func New(db *store.DB) *All {
 	return &All{DB: db, Workloads: workloads.New(db), Accounts: accounts.New(db), Audit: auditlog.New(db),
-		Telemetry: telemetrydb.New(db), Governance: governance.New(db), Feed: changefeed.New(db)}
+		Telemetry: telemetrydb.New(db), Governance: governance.New(db), Feed: changefeed.New(db), Runs: runsdb.New(db)}
 }

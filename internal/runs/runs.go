@@ -1,0 +1,299 @@
+// Package runs owns what a training run says of itself: the progress
+// reports it posts to Gantry with its run token (step, total steps, epoch,
+// named metrics such as loss or samples/s, the checkpoint it resumed from),
+// their checks, and what they add up to — how far it is, how fast it goes
+// and when it will finish — for the API, the CLI and the portal.
+package runs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"regexp"
+	"sort"
+	"time"
+
+	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/identity"
+)
+
+// Report is one progress report of a run.
+type Report struct {
+	Time       time.Time
+	Step       int64
+	TotalSteps int64   // 0: not said
+	Epoch      float64 // NaN: not said
+	Metrics    map[string]float64
+	// ResumedFrom is the step of the checkpoint the run started from, on
+	// its first report after a start (-1: not said).
+	ResumedFrom int64
+}
+
+// Limits on what one request carries.
+const (
+	MaxReports = 1000
+	MaxMetrics = 64
+	maxStep    = 1 << 50
+	// maxSkew is how far in the future a report's time may be (clocks
+	// differ between nodes and Gantry).
+	maxSkew = 5 * time.Minute
+)
+
+var metricName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_./-]{0,63}$`)
+
+// Check checks reports as a request carries them, in their order, and
+// fills in the times left out (now); bad ones are a *fault.Invalid whose
+// fields name each one (reports[2].metrics.loss).
+func Check(rs []Report, now time.Time) error {
+	var errs fault.List
+	if len(rs) == 0 {
+		errs.Addf("reports", "at least one report is required")
+	}
+	if len(rs) > MaxReports {
+		errs.Addf("reports", "%d reports: at most %d in one request", len(rs), MaxReports)
+		return errs.Err()
+	}
+	for i := range rs {
+		r := &rs[i]
+		at := fmt.Sprintf("reports[%d]", i)
+		if r.Time.IsZero() {
+			r.Time = now
+		}
+		switch {
+		case r.Time.After(now.Add(maxSkew)):
+			errs.Addf(at+".time", "%s is in the future", r.Time.UTC().Format(time.RFC3339))
+		case i > 0 && r.Time.Before(rs[i-1].Time):
+			errs.Addf(at+".time", "before the report ahead of it: send reports in the order they were made")
+		}
+		if r.Step < 0 || r.Step > maxStep {
+			errs.Addf(at+".step", "%d: want 0 to %d", r.Step, int64(maxStep))
+		}
+		if r.TotalSteps < 0 || r.TotalSteps > maxStep {
+			errs.Addf(at+".totalSteps", "%d: want 1 to %d", r.TotalSteps, int64(maxStep))
+		} else if r.TotalSteps > 0 && r.Step > r.TotalSteps {
+			errs.Addf(at+".totalSteps", "%d is below step %d", r.TotalSteps, r.Step)
+		}
+		if !math.IsNaN(r.Epoch) && (math.IsInf(r.Epoch, 0) || r.Epoch < 0) {
+			errs.Addf(at+".epoch", "%v: want a number of 0 or more", r.Epoch)
+		}
+		if r.ResumedFrom < -1 || r.ResumedFrom > r.Step {
+			errs.Addf(at+".resumedFrom", "%d: want a step from 0 to the report's step (%d)", r.ResumedFrom, r.Step)
+		}
+		if len(r.Metrics) > MaxMetrics {
+			errs.Addf(at+".metrics", "%d metrics: at most %d", len(r.Metrics), MaxMetrics)
+			continue
+		}
+		for _, name := range sortedKeys(r.Metrics) {
+			v := r.Metrics[name]
+			switch {
+			case !metricName.MatchString(name):
+				errs.Addf(at+".metrics", "%q: a metric's name is a letter or _ then up to 63 letters, digits or _ . / -", clip(name))
+			case math.IsNaN(v) || math.IsInf(v, 0):
+				errs.Addf(at+".metrics."+name, "%v: want a finite number", v)
+			}
+		}
+	}
+	return errs.Err()
+}
+
+func clip(s string) string {
+	if len(s) > 70 {
+		return s[:70] + "…"
+	}
+	return s
+}
+
+func sortedKeys(m map[string]float64) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// Summary is what a run's reports add up to.
+type Summary struct {
+	Workload   string
+	Reports    int64
+	Step       int64
+	TotalSteps int64   // the latest said; 0: never said
+	Epoch      float64 // the latest said; NaN: never said
+	// Metrics are the latest value of each metric reported.
+	Metrics    map[string]float64
+	FirstAt    time.Time // the first report
+	ReportedAt time.Time // the latest
+	// RunFrom and RunFromStep are when and at which step the current run
+	// began reporting: a report whose step went back, or that says it
+	// resumed, starts a new one.
+	RunFrom     time.Time
+	RunFromStep int64
+	ResumedFrom int64 // the checkpoint step the current run resumed from; -1: none said
+	Restarts    int64 // runs after the first
+	// Rate is the steps per second of the current run, smoothed over its
+	// reports (0 until two reports of it are apart).
+	Rate float64
+}
+
+// rateWeight is the weight of the newest interval in the smoothed rate
+// (an exponential moving average over the reports' intervals).
+const rateWeight = 0.3
+
+// Apply folds reports (checked, in order) into a run's summary.
+func Apply(s Summary, rs []Report) Summary {
+	if s.Metrics == nil {
+		s.Metrics = map[string]float64{}
+		s.Epoch = math.NaN()
+		s.ResumedFrom = -1
+	}
+	for _, r := range rs {
+		switch {
+		case s.Reports == 0:
+			s.FirstAt, s.RunFrom, s.RunFromStep = r.Time, r.Time, r.Step
+		case r.Step < s.Step || r.ResumedFrom >= 0:
+			// Started again: from a checkpoint, or from the beginning.
+			s.RunFrom, s.RunFromStep, s.Rate = r.Time, r.Step, 0
+			s.ResumedFrom = -1
+			s.Restarts++
+		default:
+			if dt := r.Time.Sub(s.ReportedAt).Seconds(); dt > 0 && r.Step > s.Step {
+				inst := float64(r.Step-s.Step) / dt
+				if s.Rate == 0 {
+					s.Rate = inst
+				} else {
+					s.Rate = rateWeight*inst + (1-rateWeight)*s.Rate
+				}
+			}
+		}
+		if r.ResumedFrom >= 0 {
+			s.ResumedFrom = r.ResumedFrom
+		}
+		s.Reports++
+		s.Step, s.ReportedAt = r.Step, r.Time
+		if r.TotalSteps > 0 {
+			s.TotalSteps = r.TotalSteps
+		}
+		if !math.IsNaN(r.Epoch) {
+			s.Epoch = r.Epoch
+		}
+		for k, v := range r.Metrics {
+			s.Metrics[k] = v
+		}
+	}
+	return s
+}
+
+// Fraction is how far the run is (0 to 1), and false without a total.
+func (s Summary) Fraction() (float64, bool) {
+	if s.TotalSteps <= 0 {
+		return 0, false
+	}
+	return math.Min(1, float64(s.Step)/float64(s.TotalSteps)), true
+}
+
+// Remaining is the time left at the current rate, and false when it cannot
+// be said (no total, or no rate yet).
+func (s Summary) Remaining() (time.Duration, bool) {
+	if s.TotalSteps <= 0 || s.Rate <= 0 {
+		return 0, false
+	}
+	left := float64(s.TotalSteps - s.Step)
+	if left <= 0 {
+		return 0, true
+	}
+	return time.Duration(left / s.Rate * float64(time.Second)), true
+}
+
+// Store keeps reports and summaries.
+type Store interface {
+	// AppendReports stores reports of workload and updates its summary
+	// with update, in one transaction; it returns the new summary.
+	AppendReports(ctx context.Context, workload string, rs []Report, update func(Summary) Summary) (Summary, error)
+	// RunSummary is a workload's summary; *fault.NotFound when it has
+	// reported nothing.
+	RunSummary(ctx context.Context, workload string) (Summary, error)
+	// RunReports are a workload's reports from since on, oldest first, at
+	// most limit (the newest of them when there are more).
+	RunReports(ctx context.Context, workload string, since time.Time, limit int) ([]Report, error)
+	// DeleteRunsBefore deletes at most limit reports older than before
+	// (summaries stay) and says how many.
+	DeleteRunsBefore(ctx context.Context, before time.Time, limit int) (int64, error)
+}
+
+// Workloads says whether the caller may read a workload (the workload
+// service's visibility: *fault.NotFound otherwise).
+type Workloads interface {
+	Visible(ctx context.Context, id string) error
+}
+
+// Service takes reports and answers progress.
+type Service struct {
+	store     Store
+	workloads Workloads
+	now       func() time.Time
+}
+
+// New returns the service, complete.
+func New(store Store, workloads Workloads, now func() time.Time) (*Service, error) {
+	if store == nil || workloads == nil || now == nil {
+		return nil, errors.New("runs.New: a store, the workloads and a clock are required")
+	}
+	return &Service{store: store, workloads: workloads, now: now}, nil
+}
+
+// ErrNotTheRun refuses a report from anyone but the workload's own run.
+var ErrNotTheRun = &fault.Forbidden{Reason: "only the workload's own run reports its progress, with the token Gantry gives it (the file GANTRY_RUN_TOKEN_FILE names)"}
+
+// Report takes a run's reports: the caller must be the run of workload id
+// (its run token).
+func (s *Service) Report(ctx context.Context, id string, rs []Report) (Summary, error) {
+	caller, _ := identity.From(ctx)
+	if caller.Via != identity.ViaRun || caller.Workload != id {
+		return Summary{}, ErrNotTheRun
+	}
+	if err := Check(rs, s.now()); err != nil {
+		return Summary{}, err
+	}
+	return s.store.AppendReports(ctx, id, rs, func(old Summary) Summary {
+		old.Workload = id
+		return Apply(old, rs)
+	})
+}
+
+// Prune deletes the reports older than retention, in batches of batch
+// rows (no long write lock), until none are left or ctx ends.
+func (s *Service) Prune(ctx context.Context, retention time.Duration, batch int) (int64, error) {
+	before := s.now().Add(-retention)
+	var total int64
+	for ctx.Err() == nil {
+		n, err := s.store.DeleteRunsBefore(ctx, before, batch)
+		total += n
+		if err != nil || n == 0 {
+			return total, err
+		}
+	}
+	return total, ctx.Err()
+}
+
+// Progress is a workload's progress for its readers: its summary (false
+// when it has reported nothing) and its reports from since on (at most
+// limit, the newest).
+func (s *Service) Progress(ctx context.Context, id string, since time.Time, limit int) (Summary, []Report, bool, error) {
+	if err := s.workloads.Visible(ctx, id); err != nil {
+		return Summary{}, nil, false, err
+	}
+	sum, err := s.store.RunSummary(ctx, id)
+	var nf *fault.NotFound
+	if errors.As(err, &nf) {
+		return Summary{}, nil, false, nil
+	}
+	if err != nil {
+		return Summary{}, nil, false, err
+	}
+	rs, err := s.store.RunReports(ctx, id, since, limit)
+	if err != nil {
+		return Summary{}, nil, false, err
+	}
+	return sum, rs, true, nil
+}

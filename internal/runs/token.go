@@ -1,0 +1,183 @@
+package runs
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/identity"
+)
+
+// Audience is the audience of a run's token: a projected ServiceAccount
+// token Gantry mounts in a training workload's pods (the kubelet renews it
+// before it expires, and it dies with its pod). The API server accepts no
+// token of this audience, so it is good for one thing only: reporting the
+// progress of the workload its pod belongs to.
+const Audience = "gantry-run"
+
+// TokenLifetime is how long a run token lives before the kubelet renews
+// it (Kubernetes' minimum is ten minutes).
+const TokenLifetime = time.Hour
+
+// Review is what the cluster said of a run's token.
+type Review struct {
+	Authenticated bool
+	Audiences     []string
+	Username      string // system:serviceaccount:<namespace>:<name>
+	// Workload is the Gantry workload of the pod the token is bound to
+	// ("" when the token is bound to no pod, or to one Gantry did not
+	// make, or the pod is gone or not the one the token was made for).
+	Workload string
+	Pod      string // namespace/name
+	Error    string
+}
+
+// Reviewer asks the cluster about a token (a TokenReview, then the pod it
+// is bound to).
+type Reviewer interface {
+	ReviewRunToken(ctx context.Context, token, audience string) (Review, error)
+}
+
+// TokenAuth authenticates runs by their tokens. Accepted tokens are
+// remembered (by hash) for a minute and refused ones for ten seconds, so a
+// run reporting every few seconds does not cost the API server a review
+// each time.
+type TokenAuth struct {
+	Reviewer Reviewer
+	Now      func() time.Time
+
+	mu       sync.Mutex
+	cache    map[[32]byte]cachedRun
+	rejected map[[32]byte]time.Time
+}
+
+type cachedRun struct {
+	workload, pod, user  string
+	expires, tokenExpiry time.Time
+}
+
+const (
+	cacheTTL  = time.Minute
+	cacheMax  = 10000
+	rejectFor = 10 * time.Second
+)
+
+// IsRunToken says whether a bearer token is shaped as a run's token (a JWT
+// for Audience): the API sends those, and only those, here.
+func IsRunToken(token string) bool {
+	_, err := shapeOf(token, time.Time{})
+	return err == nil
+}
+
+var errNotRunToken = errors.New("not a run token")
+
+// shapeOf checks, without verifying it (the review does), that token is a
+// JWT for Audience, and returns its expiry; with a zero now the expiry is
+// not checked.
+func shapeOf(token string, now time.Time) (time.Time, error) {
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
+		return time.Time{}, errNotRunToken
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		return time.Time{}, errNotRunToken
+	}
+	var claims struct {
+		Aud any   `json:"aud"`
+		Exp int64 `json:"exp"`
+	}
+	if json.Unmarshal(payload, &claims) != nil {
+		return time.Time{}, errNotRunToken
+	}
+	var auds []string
+	switch v := claims.Aud.(type) {
+	case string:
+		auds = []string{v}
+	case []any:
+		for _, x := range v {
+			if s, ok := x.(string); ok {
+				auds = append(auds, s)
+			}
+		}
+	}
+	if !slices.Contains(auds, Audience) {
+		return time.Time{}, errNotRunToken
+	}
+	exp := time.Unix(claims.Exp, 0)
+	if !now.IsZero() && (claims.Exp == 0 || !exp.After(now)) {
+		return time.Time{}, errors.New("token expired")
+	}
+	return exp, nil
+}
+
+// Authenticate returns the identity of the run a token belongs to: the
+// workload its pod is part of. A token the cluster refuses is an error; a
+// valid one that is bound to no Gantry pod is a *fault.Forbidden.
+func (a *TokenAuth) Authenticate(ctx context.Context, token string) (identity.Identity, error) {
+	if a.Now == nil || a.Reviewer == nil {
+		return identity.Identity{}, errors.New("runs: TokenAuth needs a Reviewer and a clock (Now)")
+	}
+	now := a.Now()
+	key := sha256.Sum256([]byte(token))
+	a.mu.Lock()
+	c, ok := a.cache[key]
+	until, refused := a.rejected[key]
+	a.mu.Unlock()
+	if ok && now.Before(c.expires) && now.Before(c.tokenExpiry) {
+		return runIdentity(c), nil
+	}
+	if refused && now.Before(until) {
+		return identity.Identity{}, errors.New("token refused recently")
+	}
+	exp, err := shapeOf(token, now)
+	if err != nil {
+		a.reject(key, now)
+		return identity.Identity{}, err
+	}
+	r, err := a.Reviewer.ReviewRunToken(ctx, token, Audience)
+	if err != nil {
+		return identity.Identity{}, &fault.Unavailable{What: "token review", Err: err}
+	}
+	switch {
+	case !r.Authenticated:
+		a.reject(key, now)
+		return identity.Identity{}, fmt.Errorf("token not accepted by the cluster: %s", r.Error)
+	case !slices.Contains(r.Audiences, Audience):
+		a.reject(key, now)
+		return identity.Identity{}, fmt.Errorf("token not meant for audience %q", Audience)
+	case r.Workload == "":
+		a.reject(key, now)
+		return identity.Identity{}, &fault.Forbidden{Reason: "the token is not bound to a running pod of a Gantry workload: a run reports with the token mounted in its pod"}
+	}
+	c = cachedRun{workload: r.Workload, pod: r.Pod, user: r.Username, expires: now.Add(cacheTTL), tokenExpiry: exp}
+	a.mu.Lock()
+	if a.cache == nil || len(a.cache) >= cacheMax {
+		a.cache = map[[32]byte]cachedRun{}
+	}
+	a.cache[key] = c
+	a.mu.Unlock()
+	return runIdentity(c), nil
+}
+
+func (a *TokenAuth) reject(key [32]byte, now time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.rejected == nil || len(a.rejected) >= cacheMax {
+		a.rejected = map[[32]byte]time.Time{}
+	}
+	a.rejected[key] = now.Add(rejectFor)
+}
+
+func runIdentity(c cachedRun) identity.Identity {
+	return identity.Identity{Issuer: "kubernetes", Subject: c.user, Name: "the run of workload " + c.workload + " (pod " + c.pod + ")",
+		Via: identity.ViaRun, Workload: c.workload}
+}

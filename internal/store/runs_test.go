@@ -1,0 +1,160 @@
+package store_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gantryhq/gantry/internal/identity"
+	"github.com/gantryhq/gantry/internal/runs"
+	"github.com/gantryhq/gantry/internal/store/stores"
+)
+
+// testRuns is the runs part of the conformance suite: reports appended
+// with their summary in one transaction, numbered in order across
+// concurrent writers, read back as posted (epoch and metrics, or their
+// absence), and pruned by age.
+func testRuns(t *testing.T, s *stores.All) {
+	ctx := context.Background()
+	base := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	if _, err := s.RunSummary(ctx, "w1"); !isNotFound(err) {
+		t.Fatalf("no reports yet: %v, want not found", err)
+	}
+	var rs []runs.Report
+	for i := range 250 { // over one INSERT's chunk
+		rs = append(rs, runs.Report{Time: base.Add(time.Duration(i) * time.Second), Step: int64(i * 10), TotalSteps: 5000, Epoch: math.NaN(),
+			ResumedFrom: -1, Metrics: map[string]float64{"loss": 1 / float64(i+1)}})
+	}
+	rs[0].Epoch, rs[0].Metrics = 0, nil
+	sum, err := s.AppendReports(ctx, "w1", rs, func(old runs.Summary) runs.Summary { return runs.Apply(old, rs) })
+	if err != nil || sum.Reports != 250 || sum.Step != 2490 || sum.TotalSteps != 5000 || sum.Epoch != 0 || math.Abs(sum.Rate-10) > 1e-9 {
+		t.Fatalf("summary %+v %v", sum, err)
+	}
+	got, err := s.RunSummary(ctx, "w1")
+	if err != nil || got.Reports != 250 || got.Step != 2490 || got.Epoch != 0 || got.Metrics["loss"] != 1.0/250 || !got.FirstAt.Equal(base) ||
+		!got.ReportedAt.Equal(base.Add(249*time.Second)) || got.ResumedFrom != -1 || math.Abs(got.Rate-10) > 1e-9 {
+		t.Fatalf("stored summary %+v %v", got, err)
+	}
+	back, err := s.RunReports(ctx, "w1", base.Add(240*time.Second), 5)
+	if err != nil || len(back) != 5 || back[0].Step != 2450 || back[4].Step != 2490 || !math.IsNaN(back[4].Epoch) || back[4].Metrics["loss"] != 1.0/250 {
+		t.Fatalf("the newest five reports: %+v %v", back, err)
+	}
+	if first, err := s.RunReports(ctx, "w1", base, 1000); err != nil || len(first) != 250 || first[0].Epoch != 0 || len(first[0].Metrics) != 0 {
+		t.Fatalf("all reports: %d %v", len(first), err)
+	}
+	// Concurrent writers for one workload: every report kept, each
+	// numbered once, the summary counting them all.
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := []runs.Report{{Time: base.Add(time.Hour + time.Duration(i)*time.Second), Step: 3000, Epoch: math.NaN(), ResumedFrom: -1}}
+			_, err := s.AppendReports(ctx, "w2", r, func(old runs.Summary) runs.Summary { return runs.Apply(old, r) })
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, err := s.RunSummary(ctx, "w2"); err != nil || got.Reports != 8 {
+		t.Fatalf("concurrent appends: %+v %v", got, err)
+	}
+	if all, err := s.RunReports(ctx, "w2", base, 100); err != nil || len(all) != 8 {
+		t.Fatalf("concurrent appends kept %d reports: %v", len(all), err)
+	}
+	// Retention: the reports before a time go, in batches; summaries stay.
+	n, err := s.DeleteRunsBefore(ctx, base.Add(100*time.Second), 60)
+	if err != nil || n != 60 {
+		t.Fatalf("first batch: %d %v", n, err)
+	}
+	if n, err = s.DeleteRunsBefore(ctx, base.Add(100*time.Second), 60); err != nil || n != 40 {
+		t.Fatalf("second batch: %d %v", n, err)
+	}
+	if left, _ := s.RunReports(ctx, "w1", base, 1000); len(left) != 150 {
+		t.Fatalf("%d reports left, want 150", len(left))
+	}
+	if got, err := s.RunSummary(ctx, "w1"); err != nil || got.Reports != 250 {
+		t.Fatalf("the summary after pruning: %+v %v", got, err)
+	}
+}
+
+// BenchmarkReportIngest measures the progress write path on both backends:
+// batches of 1 (what gantry.run.report sends) and of 20 reports (three
+// metrics each) through runs.Service.Report (checks, the reports and the
+// summary in one transaction), from 16 runs in turn. reports/s counts
+// reports.
+func BenchmarkReportIngest(b *testing.B) {
+	for name, open := range backends(b) {
+		for _, size := range []int{1, 20} {
+			b.Run(fmt.Sprintf("%s/batch=%d", name, size), func(b *testing.B) {
+				s := open(b)
+				clock := time.Now().Add(-time.Hour)
+				svc, err := runs.New(s.Runs, allVisible{}, func() time.Time { return clock })
+				if err != nil {
+					b.Fatal(err)
+				}
+				ctxs := make([]context.Context, 16)
+				for i := range ctxs {
+					ctxs[i] = identity.With(context.Background(), identity.Identity{Via: identity.ViaRun, Workload: fmt.Sprintf("run%06d", i)})
+				}
+				n, batches := 0, 0
+				for b.Loop() {
+					rs := make([]runs.Report, size)
+					for i := range rs {
+						n++
+						rs[i] = runs.Report{Time: clock.Add(time.Duration(n) * time.Millisecond), Step: int64(n), Epoch: math.NaN(), ResumedFrom: -1,
+							Metrics: map[string]float64{"loss": 1 / float64(n), "samples_per_s": 2048, "lr": 3e-4}}
+					}
+					run := batches % 16
+					batches++
+					if _, err := svc.Report(ctxs[run], fmt.Sprintf("run%06d", run), rs); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "reports/s")
+			})
+		}
+		// Many runs at once, one report a request each (as gantry.run
+		// sends them): 16 at a time on the same database.
+		b.Run(name+"/batch=1,16-at-once", func(b *testing.B) {
+			s := open(b)
+			clock := time.Now().Add(-time.Hour)
+			svc, err := runs.New(s.Runs, allVisible{}, func() time.Time { return clock })
+			if err != nil {
+				b.Fatal(err)
+			}
+			var next, total atomic.Int64
+			b.SetParallelism(8)
+			b.RunParallel(func(pb *testing.PB) {
+				id := fmt.Sprintf("par%07d", next.Add(1))
+				ctx := identity.With(context.Background(), identity.Identity{Via: identity.ViaRun, Workload: id})
+				step := int64(0)
+				for pb.Next() {
+					step++
+					r := []runs.Report{{Time: clock.Add(time.Duration(step) * time.Millisecond), Step: step, Epoch: math.NaN(), ResumedFrom: -1,
+						Metrics: map[string]float64{"loss": 1 / float64(step), "samples_per_s": 2048, "lr": 3e-4}}}
+					if _, err := svc.Report(ctx, id, r); err != nil {
+						b.Error(err)
+						return
+					}
+					total.Add(1)
+				}
+			})
+			b.ReportMetric(float64(total.Load())/b.Elapsed().Seconds(), "reports/s")
+		})
+	}
+}
+
+type allVisible struct{}
+
+func (allVisible) Visible(context.Context, string) error { return nil }

@@ -320,6 +320,9 @@ func TestRouteRoleMatrix(t *testing.T) {
 		"GET /api/v1/workloads/{id}/progress": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
 			return c.GetWorkloadProgressWithResponse(ctx, wid, nil)
 		}, visionReaders},
+		"POST /api/v1/workloads/{id}/progress/keep": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
+			return c.KeepRunWithResponse(ctx, wid)
+		}, map[string]int{A: 200, P: 403, T: 200, M: 403, V: 403, N: 403, X: 404}},
 		"POST /api/v1/workloads/{id}/progress": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
 			return c.ReportProgressWithResponse(ctx, wid, model.ProgressReports{Reports: []model.ProgressReport{{Step: 1}}})
 		}, map[string]int{A: 403, P: 403, T: 403, M: 403, V: 403, N: 403, X: 403}},

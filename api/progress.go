@@ -40,6 +40,17 @@ func (s *server) ReportProgress(ctx context.Context, req gen.ReportProgressReque
 	return gen.ReportProgress202JSONResponse(progressOut(sum, nil, true)), nil
 }
 
+func (s *server) KeepRun(ctx context.Context, req gen.KeepRunRequestObject) (gen.KeepRunResponseObject, error) {
+	if s.o.Runs == nil {
+		return nil, noRuns
+	}
+	sum, err := s.o.Runs.Keep(ctx, string(req.Id))
+	if err != nil {
+		return nil, err
+	}
+	return gen.KeepRun200JSONResponse(progressOut(sum, nil, sum.Reports > 0)), nil
+}
+
 func (s *server) GetWorkloadProgress(ctx context.Context, req gen.GetWorkloadProgressRequestObject) (gen.GetWorkloadProgressResponseObject, error) {
 	if s.o.Runs == nil {
 		return nil, noRuns
@@ -57,6 +68,34 @@ func (s *server) GetWorkloadProgress(ctx context.Context, req gen.GetWorkloadPro
 		return nil, err
 	}
 	return gen.GetWorkloadProgress200JSONResponse(progressOut(sum, rs, ok)), nil
+}
+
+// withProgress adds the progress their runs reported to Jobs (already
+// visible to the caller): one read for them all. A failed read leaves it
+// out, logged; the workloads still answer.
+func (s *server) withProgress(ctx context.Context, ws ...*model.Workload) {
+	if s.o.Runs == nil {
+		return
+	}
+	var ids []string
+	for _, w := range ws {
+		if w.Kind == model.WorkloadKindJob {
+			ids = append(ids, w.Id)
+		}
+	}
+	if len(ids) == 0 {
+		return
+	}
+	sums, err := s.o.Runs.Summaries(ctx, ids)
+	if err != nil {
+		s.o.Logger.WarnContext(ctx, "workloads answered without their progress", "err", err)
+		return
+	}
+	for _, w := range ws {
+		if sum, ok := sums[w.Id]; ok {
+			w.Progress = ptr(progressOut(sum, nil, true))
+		}
+	}
 }
 
 // progressOut is a run's summary (and reports, when asked) as the API says it.
@@ -84,6 +123,17 @@ func progressOut(s runs.Summary, rs []runs.Report, reported bool) model.Progress
 	}
 	if s.ResumedFrom >= 0 {
 		out.ResumedFrom = ptr(s.ResumedFrom)
+	}
+	if v := s.Verdict; v != nil {
+		out.Verdict = &struct {
+			Action model.ProgressVerdictAction `json:"action"`
+			At     time.Time                   `json:"at"`
+			Reason string                      `json:"reason"`
+			Rule   model.ProgressVerdictRule   `json:"rule"`
+		}{Action: model.ProgressVerdictAction(v.Action), At: v.At, Reason: v.Reason, Rule: model.ProgressVerdictRule(v.Rule)}
+	}
+	if s.KeptBy != "" {
+		out.KeptBy, out.KeptAt = ptr(s.KeptBy), ptr(s.KeptAt)
 	}
 	if rs != nil {
 		series := make([]model.ProgressReport, len(rs))

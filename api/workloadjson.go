@@ -259,6 +259,15 @@ func (j *jsonw) workload(w *model.Workload) {
 	j.key("parameters")
 	j.strMap(w.Parameters)
 	j.numF("pricePerHour", w.PricePerHour)
+	if w.Progress != nil {
+		// Rare (a Job that reports) and nested: encoding/json itself.
+		b, err := json.Marshal(w.Progress)
+		if err != nil {
+			j.fail(err)
+		}
+		j.key("progress")
+		j.b = append(j.b, b...)
+	}
 	j.numF("ranSeconds", w.RanSeconds)
 	optStr(j, "reason", w.Reason)
 	if w.SpotEvictions != nil {

@@ -33,7 +33,7 @@ func filled(t *testing.T, v reflect.Value, seed int) {
 		}
 	case reflect.String:
 		v.SetString(fmt.Sprintf("%s-%d", v.Type().Name(), seed))
-	case reflect.Int:
+	case reflect.Int, reflect.Int64:
 		v.SetInt(int64(seed))
 	case reflect.Float64:
 		v.SetFloat(float64(seed) / 7)

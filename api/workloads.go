@@ -301,6 +301,7 @@ func (s *server) ListWorkloads(ctx context.Context, req gen.ListWorkloadsRequest
 		items[i] = &out.Items[i]
 	}
 	s.named(ctx, items...)
+	s.withProgress(ctx, items...)
 	if page.Next != "" {
 		out.NextCursor = &page.Next
 	}
@@ -314,6 +315,7 @@ func (s *server) GetWorkload(ctx context.Context, req gen.GetWorkloadRequestObje
 	}
 	out := s.workloadOut(w)
 	s.named(ctx, &out)
+	s.withProgress(ctx, &out)
 	return workloadOne(out), nil
 }
 

@@ -759,6 +759,13 @@ type ClientInterface interface {
 	// Corresponds with POST /api/v1/workloads/{id}/progress (the `ReportProgress` operationId).
 	ReportProgress(ctx context.Context, id WorkloadID, body ReportProgressJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// KeepRun Keep a training run going whatever its early-stopping rules say
+	//
+	// Records (and audits) that the caller keeps the run: its template's early-stopping rules judge it no more. A run a rule stopped is started again (it resumes from its checkpoint); one a rule flagged goes on.
+	//
+	// Corresponds with POST /api/v1/workloads/{id}/progress/keep (the `KeepRun` operationId).
+	KeepRun(ctx context.Context, id WorkloadID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// StartWorkload Start a stopped workload
 	//
 	// Starts a Stopped or IdleStopped workload again with the objects, volumes and endpoint it had; it is Pending until the cluster runs it, and its max runtime counts again from now. Starting a live workload changes nothing; one that has ended (Succeeded, Failed, Deleted) answers 409 (launch the template anew).
@@ -2312,6 +2319,23 @@ func (c *Client) ReportProgressWithBody(ctx context.Context, id WorkloadID, cont
 // Corresponds with POST /api/v1/workloads/{id}/progress (the `ReportProgress` operationId).
 func (c *Client) ReportProgress(ctx context.Context, id WorkloadID, body ReportProgressJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewReportProgressRequest(c.Server, id, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// KeepRun Keep a training run going whatever its early-stopping rules say
+//
+// Records (and audits) that the caller keeps the run: its template's early-stopping rules judge it no more. A run a rule stopped is started again (it resumes from its checkpoint); one a rule flagged goes on.
+//
+// Corresponds with POST /api/v1/workloads/{id}/progress/keep (the `KeepRun` operationId).
+func (c *Client) KeepRun(ctx context.Context, id WorkloadID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewKeepRunRequest(c.Server, id)
 	if err != nil {
 		return nil, err
 	}
@@ -5393,6 +5417,40 @@ func NewReportProgressRequestWithBody(server string, id WorkloadID, contentType 
 	return req, nil
 }
 
+// NewKeepRunRequest constructs an http.Request for the KeepRun method
+func NewKeepRunRequest(server string, id WorkloadID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/workloads/%s/progress/keep", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewStartWorkloadRequest constructs an http.Request for the StartWorkload method
 func NewStartWorkloadRequest(server string, id WorkloadID) (*http.Request, error) {
 	var err error
@@ -6431,6 +6489,15 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /api/v1/workloads/{id}/progress (the `ReportProgress` operationId).
 	ReportProgressWithResponse(ctx context.Context, id WorkloadID, body ReportProgressJSONRequestBody, reqEditors ...RequestEditorFn) (*ReportProgressResponse, error)
+
+	// KeepRunWithResponse Keep a training run going whatever its early-stopping rules say
+	//
+	// Records (and audits) that the caller keeps the run: its template's early-stopping rules judge it no more. A run a rule stopped is started again (it resumes from its checkpoint); one a rule flagged goes on.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/workloads/{id}/progress/keep (the `KeepRun` operationId).
+	KeepRunWithResponse(ctx context.Context, id WorkloadID, reqEditors ...RequestEditorFn) (*KeepRunResponse, error)
 
 	// StartWorkloadWithResponse Start a stopped workload
 	//
@@ -9618,6 +9685,54 @@ func (r ReportProgressResponse) ContentType() string {
 	return ""
 }
 
+type KeepRunResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Progress
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r KeepRunResponse) GetJSON200() *Progress {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r KeepRunResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r KeepRunResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r KeepRunResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r KeepRunResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r KeepRunResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type StartWorkloadResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -11227,6 +11342,21 @@ func (c *ClientWithResponses) ReportProgressWithResponse(ctx context.Context, id
 		return nil, err
 	}
 	return ParseReportProgressResponse(rsp)
+}
+
+// KeepRunWithResponse Keep a training run going whatever its early-stopping rules say
+//
+// Records (and audits) that the caller keeps the run: its template's early-stopping rules judge it no more. A run a rule stopped is started again (it resumes from its checkpoint); one a rule flagged goes on.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/workloads/{id}/progress/keep (the `KeepRun` operationId).
+func (c *ClientWithResponses) KeepRunWithResponse(ctx context.Context, id WorkloadID, reqEditors ...RequestEditorFn) (*KeepRunResponse, error) {
+	rsp, err := c.KeepRun(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseKeepRunResponse(rsp)
 }
 
 // StartWorkloadWithResponse Start a stopped workload
@@ -13501,6 +13631,39 @@ func ParseReportProgressResponse(rsp *http.Response) (*ReportProgressResponse, e
 			return nil, err
 		}
 		response.JSON202 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseKeepRunResponse parses an HTTP response from a KeepRunWithResponse call
+func ParseKeepRunResponse(rsp *http.Response) (*KeepRunResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &KeepRunResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Progress
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest Problem

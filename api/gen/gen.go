@@ -214,6 +214,9 @@ type ServerInterface interface {
 	// ReportProgress Report a training run's progress
 	// (POST /api/v1/workloads/{id}/progress)
 	ReportProgress(ctx echo.Context, id WorkloadID) error
+	// KeepRun Keep a training run going whatever its early-stopping rules say
+	// (POST /api/v1/workloads/{id}/progress/keep)
+	KeepRun(ctx echo.Context, id WorkloadID) error
 	// StartWorkload Start a stopped workload
 	// (POST /api/v1/workloads/{id}/start)
 	StartWorkload(ctx echo.Context, id WorkloadID) error
@@ -1444,6 +1447,22 @@ func (w *ServerInterfaceWrapper) ReportProgress(ctx echo.Context) error {
 	return err
 }
 
+// KeepRun converts echo context to params.
+func (w *ServerInterfaceWrapper) KeepRun(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "id" -------------
+	var id WorkloadID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", ctx.Param("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter id: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.KeepRun(ctx, id)
+	return err
+}
+
 // StartWorkload converts echo context to params.
 func (w *ServerInterfaceWrapper) StartWorkload(ctx echo.Context) error {
 	var err error
@@ -1617,6 +1636,7 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.GET(options.BaseURL+"/api/v1/workloads/:id/metrics", wrapper.GetWorkloadMetrics, options.OperationMiddlewares["getWorkloadMetrics"]...)
 	router.GET(options.BaseURL+"/api/v1/workloads/:id/progress", wrapper.GetWorkloadProgress, options.OperationMiddlewares["getWorkloadProgress"]...)
 	router.POST(options.BaseURL+"/api/v1/workloads/:id/progress", wrapper.ReportProgress, options.OperationMiddlewares["reportProgress"]...)
+	router.POST(options.BaseURL+"/api/v1/workloads/:id/progress/keep", wrapper.KeepRun, options.OperationMiddlewares["keepRun"]...)
 	router.GET(options.BaseURL+"/api/v1/workloads/:id/advice", wrapper.GetWorkloadAdvice, options.OperationMiddlewares["getWorkloadAdvice"]...)
 	router.POST(options.BaseURL+"/api/v1/workloads/:id/advice/apply", wrapper.ApplyWorkloadAdvice, options.OperationMiddlewares["applyWorkloadAdvice"]...)
 	router.GET(options.BaseURL+"/api/v1/costs", wrapper.GetCosts, options.OperationMiddlewares["getCosts"]...)
@@ -4251,6 +4271,45 @@ func (response ReportProgressdefaultApplicationProblemPlusJSONResponse) VisitRep
 	return err
 }
 
+type KeepRunRequestObject struct {
+	Id WorkloadID `json:"id"`
+}
+
+type KeepRunResponseObject interface {
+	VisitKeepRunResponse(w http.ResponseWriter) error
+}
+
+type KeepRun200JSONResponse Progress
+
+func (response KeepRun200JSONResponse) VisitKeepRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type KeepRundefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response KeepRundefaultApplicationProblemPlusJSONResponse) VisitKeepRunResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type StartWorkloadRequestObject struct {
 	Id WorkloadID `json:"id"`
 }
@@ -4733,6 +4792,9 @@ type StrictServerInterface interface {
 	// ReportProgress Report a training run's progress
 	// (POST /api/v1/workloads/{id}/progress)
 	ReportProgress(ctx context.Context, request ReportProgressRequestObject) (ReportProgressResponseObject, error)
+	// KeepRun Keep a training run going whatever its early-stopping rules say
+	// (POST /api/v1/workloads/{id}/progress/keep)
+	KeepRun(ctx context.Context, request KeepRunRequestObject) (KeepRunResponseObject, error)
 	// StartWorkload Start a stopped workload
 	// (POST /api/v1/workloads/{id}/start)
 	StartWorkload(ctx context.Context, request StartWorkloadRequestObject) (StartWorkloadResponseObject, error)
@@ -6810,6 +6872,31 @@ func (sh *strictHandler) ReportProgress(ctx echo.Context, id WorkloadID) error {
 		return err
 	} else if validResponse, ok := response.(ReportProgressResponseObject); ok {
 		return validResponse.VisitReportProgressResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// KeepRun operation middleware
+func (sh *strictHandler) KeepRun(ctx echo.Context, id WorkloadID) error {
+	var request KeepRunRequestObject
+
+	request.Id = id
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.KeepRun(ctx.Request().Context(), request.(KeepRunRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "KeepRun")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(KeepRunResponseObject); ok {
+		return validResponse.VisitKeepRunResponse(ctx.Response())
 	} else if response != nil {
 		return fmt.Errorf("unexpected response type: %T", response)
 	}

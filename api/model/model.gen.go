@@ -478,6 +478,45 @@ func (e PriceUnit) Valid() bool {
 	}
 }
 
+// Defines values for ProgressVerdictAction.
+const (
+	ProgressVerdictActionAdvise ProgressVerdictAction = "advise"
+	ProgressVerdictActionStop   ProgressVerdictAction = "stop"
+)
+
+// Valid indicates whether the value is a known member of the ProgressVerdictAction enum.
+func (e ProgressVerdictAction) Valid() bool {
+	switch e {
+	case ProgressVerdictActionAdvise:
+		return true
+	case ProgressVerdictActionStop:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ProgressVerdictRule.
+const (
+	CostCap ProgressVerdictRule = "costCap"
+	Plateau ProgressVerdictRule = "plateau"
+	Target  ProgressVerdictRule = "target"
+)
+
+// Valid indicates whether the value is a known member of the ProgressVerdictRule enum.
+func (e ProgressVerdictRule) Valid() bool {
+	switch e {
+	case CostCap:
+		return true
+	case Plateau:
+		return true
+	case Target:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ReadinessStatus.
 const (
 	NotReady ReadinessStatus = "not ready"
@@ -601,6 +640,60 @@ func (e TemplateSetPlanStepsAction) Valid() bool {
 	case TemplateSetPlanStepsActionUnchanged:
 		return true
 	case TemplateSetPlanStepsActionUpdate:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for TemplateSpecEarlyStoppingAction.
+const (
+	TemplateSpecEarlyStoppingActionAdvise TemplateSpecEarlyStoppingAction = "advise"
+	TemplateSpecEarlyStoppingActionStop   TemplateSpecEarlyStoppingAction = "stop"
+)
+
+// Valid indicates whether the value is a known member of the TemplateSpecEarlyStoppingAction enum.
+func (e TemplateSpecEarlyStoppingAction) Valid() bool {
+	switch e {
+	case TemplateSpecEarlyStoppingActionAdvise:
+		return true
+	case TemplateSpecEarlyStoppingActionStop:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for TemplateSpecEarlyStoppingRulesPlateauMode.
+const (
+	TemplateSpecEarlyStoppingRulesPlateauModeMax TemplateSpecEarlyStoppingRulesPlateauMode = "max"
+	TemplateSpecEarlyStoppingRulesPlateauModeMin TemplateSpecEarlyStoppingRulesPlateauMode = "min"
+)
+
+// Valid indicates whether the value is a known member of the TemplateSpecEarlyStoppingRulesPlateauMode enum.
+func (e TemplateSpecEarlyStoppingRulesPlateauMode) Valid() bool {
+	switch e {
+	case TemplateSpecEarlyStoppingRulesPlateauModeMax:
+		return true
+	case TemplateSpecEarlyStoppingRulesPlateauModeMin:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for TemplateSpecEarlyStoppingRulesTargetMode.
+const (
+	TemplateSpecEarlyStoppingRulesTargetModeMax TemplateSpecEarlyStoppingRulesTargetMode = "max"
+	TemplateSpecEarlyStoppingRulesTargetModeMin TemplateSpecEarlyStoppingRulesTargetMode = "min"
+)
+
+// Valid indicates whether the value is a known member of the TemplateSpecEarlyStoppingRulesTargetMode enum.
+func (e TemplateSpecEarlyStoppingRulesTargetMode) Valid() bool {
+	switch e {
+	case TemplateSpecEarlyStoppingRulesTargetModeMax:
+		return true
+	case TemplateSpecEarlyStoppingRulesTargetModeMin:
 		return true
 	default:
 		return false
@@ -1856,7 +1949,11 @@ type Progress struct {
 	FirstReportedAt *time.Time `json:"firstReportedAt,omitempty"`
 
 	// Fraction step / totalSteps (0 to 1); absent without a total.
-	Fraction *float64 `json:"fraction,omitempty"`
+	Fraction *float64   `json:"fraction,omitempty"`
+	KeptAt   *time.Time `json:"keptAt,omitempty"`
+
+	// KeptBy Who chose to keep the run going (POST …/progress/keep): its rules judge it no more.
+	KeptBy *string `json:"keptBy,omitempty"`
 
 	// Metrics The latest value of each metric.
 	Metrics *map[string]float64 `json:"metrics,omitempty"`
@@ -1887,7 +1984,23 @@ type Progress struct {
 	// StepsPerSecond The current run's pace, smoothed over its reports.
 	StepsPerSecond *float64 `json:"stepsPerSecond,omitempty"`
 	TotalSteps     *int64   `json:"totalSteps,omitempty"`
+
+	// Verdict The early-stopping rule that fired for the run (its template's spec.earlyStopping): stop stopped it, advise flagged it.
+	Verdict *struct {
+		Action ProgressVerdictAction `json:"action"`
+		At     time.Time             `json:"at"`
+
+		// Reason The rule and its numbers, such as: val_loss has not improved on its best of 0.412 by more than 0.001 for 5 reports (step 1200 of 3000); $37.20 so far, about $120.00 to finish at this pace.
+		Reason string              `json:"reason"`
+		Rule   ProgressVerdictRule `json:"rule"`
+	} `json:"verdict,omitempty"`
 }
+
+// ProgressVerdictAction defines model for Progress.Verdict.Action.
+type ProgressVerdictAction string
+
+// ProgressVerdictRule defines model for Progress.Verdict.Rule.
+type ProgressVerdictRule string
 
 // ProgressReport defines model for ProgressReport.
 type ProgressReport struct {
@@ -2250,7 +2363,13 @@ type TemplateSetRequest struct {
 
 // TemplateSpec defines model for TemplateSpec.
 type TemplateSpec struct {
-	Args    *[]string `json:"args,omitempty"`
+	Args *[]string `json:"args,omitempty"`
+
+	// Checkpoints For jobs: where the job keeps its checkpoints, a directory (path, relative) on one of its volumes, which outlive its pods; Gantry passes it as GANTRY_CHECKPOINT_DIR.
+	Checkpoints *struct {
+		Path   *string `json:"path,omitempty"`
+		Volume string  `json:"volume"`
+	} `json:"checkpoints,omitempty"`
 	Command *[]string `json:"command,omitempty"`
 
 	// Confidential Every launch runs in a confidential VM; the image must be a confidential catalog image.
@@ -2263,6 +2382,25 @@ type TemplateSpec struct {
 		MaxCPU    string `json:"maxCPU"`
 		MaxMemory string `json:"maxMemory"`
 	} `json:"cpuOnly,omitempty"`
+
+	// EarlyStopping For jobs: stopping rules judged on the run's own progress reports (docs/runs.md). action stop stops the job (its checkpoints kept) with the rule and its numbers as the reason; advise flags the run and leaves it running. A rule is one of plateau (metric not improved by more than delta for reports reports; mode min or max), target (metric reached value) and costCap (dollars).
+	EarlyStopping *struct {
+		Action TemplateSpecEarlyStoppingAction `json:"action"`
+		Rules  []struct {
+			CostCap *float64 `json:"costCap,omitempty"`
+			Plateau *struct {
+				Delta   *float64                                   `json:"delta,omitempty"`
+				Metric  string                                     `json:"metric"`
+				Mode    *TemplateSpecEarlyStoppingRulesPlateauMode `json:"mode,omitempty"`
+				Reports int                                        `json:"reports"`
+			} `json:"plateau,omitempty"`
+			Target *struct {
+				Metric string                                    `json:"metric"`
+				Mode   *TemplateSpecEarlyStoppingRulesTargetMode `json:"mode,omitempty"`
+				Value  float64                                   `json:"value"`
+			} `json:"target,omitempty"`
+		} `json:"rules"`
+	} `json:"earlyStopping,omitempty"`
 	Env *[]EnvVar    `json:"env,omitempty"`
 	Gpu *TemplateGPU `json:"gpu,omitempty"`
 
@@ -2289,6 +2427,15 @@ type TemplateSpec struct {
 	WorkingDir *string              `json:"workingDir,omitempty"`
 	Workload   TemplateSpecWorkload `json:"workload"`
 }
+
+// TemplateSpecEarlyStoppingAction defines model for TemplateSpec.EarlyStopping.Action.
+type TemplateSpecEarlyStoppingAction string
+
+// TemplateSpecEarlyStoppingRulesPlateauMode defines model for TemplateSpec.EarlyStopping.Rules.Plateau.Mode.
+type TemplateSpecEarlyStoppingRulesPlateauMode string
+
+// TemplateSpecEarlyStoppingRulesTargetMode defines model for TemplateSpec.EarlyStopping.Rules.Target.Mode.
+type TemplateSpecEarlyStoppingRulesTargetMode string
 
 // TemplateSpecWorkload defines model for TemplateSpec.Workload.
 type TemplateSpecWorkload string
@@ -2532,6 +2679,9 @@ type Workload struct {
 
 	// PricePerHour USD per hour while it runs: once the cluster says where its current (or last) run is, at the price of its node group's machines (each pod's GPUs at its machine's price per GPU-hour); before that, or on a node in no group, at its GPU class's price when it was launched (spot when the template runs on spot and the class has a spot price, else on demand). A MIG slice at its share of the GPU, max(compute/7, memory/8).
 	PricePerHour float64 `json:"pricePerHour"`
+
+	// Progress A Job's progress as its run last reported it (step of total, pace, ETA, latest metrics; no series): absent when it reported nothing.
+	Progress *Progress `json:"progress,omitempty"`
 
 	// RanSeconds How long it has been Running, over all its attempts, up to this answer (what it is billed for).
 	RanSeconds float64 `json:"ranSeconds"`

@@ -91,7 +91,8 @@ func table(dev bool) []*command {
 		&command{name: "stop", synopsis: "ID", summary: "stop a workload (its volume and objects are kept)", remote: true, run: verb("stop", changeCmd)},
 		&command{name: "start", synopsis: "ID", summary: "start a stopped workload again", remote: true, run: verb("start", changeCmd)},
 		&command{name: "rm", synopsis: "ID", summary: "delete a workload", remote: true, run: verb("rm", changeCmd)},
-		&command{name: "progress", synopsis: "ID [-o json]", summary: "how far a training run is: step, pace, ETA, metrics", remote: true, run: progressCmd},
+		&command{name: "progress", synopsis: "ID [-o json]", summary: "how far a training run is: step, pace, ETA, metrics, early stopping", remote: true, run: progressCmd},
+		&command{name: "keep", synopsis: "ID", summary: "keep a training run going whatever its early-stopping rules say", remote: true, run: keepCmd},
 		&command{name: "advice", synopsis: "[ID]", summary: "a workload's findings, or the teams' open advice", remote: true, run: adviceCmd},
 		&command{name: "images", subs: []*command{
 			{name: "ls", synopsis: "[-o json]", summary: "the approved image catalog and who signs each image", remote: true, run: sub("ls", imagesCmd)},

@@ -177,9 +177,9 @@ func lsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return json.NewEncoder(stdout).Encode(all)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tNAME\tTEAM\tSTATUS\tGPU\tCOST\tAGE"+map[bool]string{true: "\tOWNER\tSTARTED\tRAN\tATTEMPTS\tEXIT\tREASON"}[*output == "wide"])
+	fmt.Fprintln(tw, "ID\tNAME\tTEAM\tSTATUS\tPROGRESS\tGPU\tCOST\tAGE"+map[bool]string{true: "\tOWNER\tSTARTED\tRAN\tATTEMPTS\tEXIT\tREASON"}[*output == "wide"])
 	for _, w := range all {
-		line := fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t$%.2f\t%s", w.Id, w.Name, w.Team, w.Status, gpuText(w), w.CostSoFar, age(w.CreatedAt))
+		line := fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t$%.2f\t%s", w.Id, w.Name, w.Team, w.Status, progressCell(w.Progress), gpuText(w), w.CostSoFar, age(w.CreatedAt))
 		if *output == "wide" {
 			line += fmt.Sprintf("\t%s\t%s\t%s\t%d\t%s\t%s", ownerText(w, false), when(w.StartedAt), ran(w.RanSeconds), w.Attempts, exit(w.ExitCode), deref(w.Reason))
 		}
@@ -852,7 +852,45 @@ func progressCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		}
 		tw.Flush()
 		fmt.Fprintf(stdout, "last report %s\n", deref(p.ReportedAt).Local().Format(time.DateTime))
+		if v := p.Verdict; v != nil {
+			fmt.Fprintf(stdout, "early stopping (%s, %s) at %s: %s\n", v.Rule, v.Action, v.At.Local().Format(time.DateTime), v.Reason)
+		}
+		if p.KeptBy != nil {
+			fmt.Fprintf(stdout, "kept going by %s at %s: its rules judge it no more\n", *p.KeptBy, deref(p.KeptAt).Local().Format(time.DateTime))
+		} else if p.Verdict != nil {
+			fmt.Fprintf(stdout, "keep it going: gantry keep %s\n", id)
+		}
 	})
+}
+
+// keepCmd keeps a training run going whatever its early-stopping rules say.
+func keepCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flags("gantry keep", stderr)
+	srv := fs.String("server", "", "Gantry server URL")
+	cl, id, err := oneArgument(ctx, fs, args, srv, "gantry keep ID")
+	if err != nil {
+		return err
+	}
+	resp, err := cl.KeepRunWithResponse(ctx, id)
+	if err := ok(resp, err); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%s: kept going; its early-stopping rules judge it no more\n", id)
+	return nil
+}
+
+// progressCell is a run's progress in a table: "40% ETA 10:42", "step 7"
+// without a total, "-" when it reported nothing.
+func progressCell(p *model.Progress) string {
+	switch {
+	case p == nil || !p.Reported:
+		return "-"
+	case p.Fraction == nil:
+		return fmt.Sprintf("step %d", deref(p.Step))
+	case p.Eta != nil && *p.Fraction < 1:
+		return fmt.Sprintf("%.0f%% ETA %s", 100**p.Fraction, p.Eta.Local().Format("15:04"))
+	}
+	return fmt.Sprintf("%.0f%%", 100**p.Fraction)
 }
 
 // progressLine is "step 120 of 300 (40%), 2.1 steps/s, about 1m26s left

@@ -113,6 +113,9 @@ func TestWorkloadVerbs(t *testing.T) {
 	if code, out, _ := cli("progress", id); code != 0 || !strings.HasPrefix(out, "no progress reported") {
 		t.Fatalf("progress of a run that reported nothing: %d %q", code, out)
 	}
+	if code, out, _ := cli("keep", id); code != 0 || !strings.Contains(out, "kept going") {
+		t.Fatalf("keep: %d %q", code, out)
+	}
 	// A field problem: the server's, one line naming the field.
 	code, _, errOut = cli("launch", "dev-environment", "--team", "vision", "--gpu", "V100")
 	if code != 1 || !regexp.MustCompile(`gpu\.class: .*V100`).MatchString(errOut) {
@@ -311,6 +314,19 @@ func TestProgressLine(t *testing.T) {
 	} {
 		if got := progressLine(tc.p); got != tc.want {
 			t.Errorf("%q, want %q", got, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		p    *model.Progress
+		want string
+	}{
+		{nil, "-"},
+		{&model.Progress{Reported: true, Step: new(int64(120)), Fraction: new(0.4), Eta: &eta}, "40% ETA 10:42"},
+		{&model.Progress{Reported: true, Step: new(int64(300)), Fraction: new(1.0), Eta: &eta}, "100%"},
+		{&model.Progress{Reported: true, Step: new(int64(7))}, "step 7"},
+	} {
+		if got := progressCell(tc.p); got != tc.want {
+			t.Errorf("cell %q, want %q", got, tc.want)
 		}
 	}
 }

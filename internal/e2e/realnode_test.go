@@ -449,6 +449,14 @@ func TestCPUTrainingResumes(t *testing.T) {
 	if series := servertest.Deref(pr.Series); len(series) < steps/10 || series[len(series)-1].Step != steps {
 		t.Errorf("%d reports in the series, want at least %d ending at step %d", len(series), steps/10, steps)
 	}
+	// The workload itself carries its progress (no series), in a page too.
+	if got := servertest.Deref(status().Progress); servertest.Deref(got.Step) != steps || got.Series != nil {
+		t.Errorf("the workload's progress: %s", asJSON(got))
+	}
+	page := servertest.Deref(servertest.Must(alice.ListWorkloadsWithResponse(ctx, &model.ListWorkloadsParams{Team: new("vision"), Ended: new(true)}))(t).JSON200)
+	if i := slices.IndexFunc(page.Items, func(x model.Workload) bool { return x.Id == id }); i < 0 || servertest.Deref(page.Items[i].Progress).Step == nil {
+		t.Errorf("the workload in a page: found at %d, without its progress", i)
+	}
 }
 
 // lastLines is the last n lines of s, for failure messages.

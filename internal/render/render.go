@@ -410,6 +410,9 @@ func (b *builder) env() []corev1.EnvVar {
 	for _, e := range b.s.Env {
 		env = append(env, corev1.EnvVar{Name: e.Name, Value: b.expand(e.Value)})
 	}
+	if dir := b.s.CheckpointDir(); dir != "" {
+		env = append(env, corev1.EnvVar{Name: "GANTRY_CHECKPOINT_DIR", Value: dir})
+	}
 	if b.reports() {
 		env = append(env, corev1.EnvVar{Name: "GANTRY_RUN_URL", Value: strings.TrimSuffix(m.RunURL, "/") + "/api/v1/workloads/" + m.WorkloadID + "/progress"},
 			corev1.EnvVar{Name: "GANTRY_RUN_TOKEN_FILE", Value: RunTokenFile})

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"regexp"
 	"sort"
@@ -16,6 +17,8 @@ import (
 
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/identity"
+	"github.com/gantryhq/gantry/internal/notify"
+	"github.com/gantryhq/gantry/internal/template"
 )
 
 // Report is one progress report of a run.
@@ -134,6 +137,13 @@ type Summary struct {
 	// Rate is the steps per second of the current run, smoothed over its
 	// reports (0 until two reports of it are apart).
 	Rate float64
+	// Watch is the early-stopping rules' state (Judge), by rule index.
+	Watch map[string]Watch
+	// Verdict is the rule that fired for the run, if one did; KeptBy and
+	// KeptAt say who chose to keep it running (rules judge it no more).
+	Verdict *Verdict
+	KeptBy  string
+	KeptAt  time.Time
 }
 
 // rateWeight is the weight of the newest interval in the smoothed rate
@@ -213,6 +223,9 @@ type Store interface {
 	// RunSummary is a workload's summary; *fault.NotFound when it has
 	// reported nothing.
 	RunSummary(ctx context.Context, workload string) (Summary, error)
+	// RunSummaries are the summaries of those of workloads that reported,
+	// by workload.
+	RunSummaries(ctx context.Context, workloads []string) (map[string]Summary, error)
 	// RunReports are a workload's reports from since on, oldest first, at
 	// most limit (the newest of them when there are more).
 	RunReports(ctx context.Context, workload string, since time.Time, limit int) ([]Report, error)
@@ -221,29 +234,60 @@ type Store interface {
 	DeleteRunsBefore(ctx context.Context, before time.Time, limit int) (int64, error)
 }
 
-// Workloads says whether the caller may read a workload (the workload
-// service's visibility: *fault.NotFound otherwise).
+// Workloads is what runs ask of the workloads they report for.
 type Workloads interface {
+	// Visible says whether the caller may read the workload
+	// (*fault.NotFound otherwise, that does not leak another team's).
 	Visible(ctx context.Context, id string) error
+	// Manageable says whether the caller may stop and start it.
+	Manageable(ctx context.Context, id string) error
+	// ForRun is what judging its run needs: its template's early stopping
+	// (nil: none) and its money.
+	ForRun(ctx context.Context, id string) (*template.EarlyStopping, Money, error)
+	// StopForRule stops it as a rule decided (checkpoints and volumes
+	// kept: starting it again resumes).
+	StopForRule(ctx context.Context, id, reason string) error
+	// Resume starts it again if it is stopped, as the caller.
+	Resume(ctx context.Context, id string) error
 }
 
-// Service takes reports and answers progress.
-type Service struct {
-	store     Store
-	workloads Workloads
-	now       func() time.Time
+// Notifier queues a webhook (the store's outbox).
+type Notifier interface {
+	Notify(ctx context.Context, m notify.Message) error
 }
+
+// Options configure a Service; every field but Log is required.
+type Options struct {
+	Store     Store
+	Workloads Workloads
+	Notifier  Notifier
+	Now       func() time.Time
+	Log       *slog.Logger // default: slog.Default()
+}
+
+// Service takes reports, judges runs by their templates' early stopping,
+// and answers progress.
+type Service struct{ o Options }
 
 // New returns the service, complete.
-func New(store Store, workloads Workloads, now func() time.Time) (*Service, error) {
-	if store == nil || workloads == nil || now == nil {
-		return nil, errors.New("runs.New: a store, the workloads and a clock are required")
+func New(o Options) (*Service, error) {
+	if o.Store == nil || o.Workloads == nil || o.Notifier == nil || o.Now == nil {
+		return nil, errors.New("runs.New: Store, Workloads, Notifier and Now are required")
 	}
-	return &Service{store: store, workloads: workloads, now: now}, nil
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	return &Service{o: o}, nil
 }
 
 // ErrNotTheRun refuses a report from anyone but the workload's own run.
 var ErrNotTheRun = &fault.Forbidden{Reason: "only the workload's own run reports its progress, with the token Gantry gives it (the file GANTRY_RUN_TOKEN_FILE names)"}
+
+// Webhook events of early stopping.
+const (
+	EventRunStopped = "workload.run-stopped" // a rule stopped the run
+	EventRunFlagged = "workload.run-flagged" // a rule flagged it (action advise)
+)
 
 // Report takes a run's reports: the caller must be the run of workload id
 // (its run token).
@@ -252,22 +296,87 @@ func (s *Service) Report(ctx context.Context, id string, rs []Report) (Summary, 
 	if caller.Via != identity.ViaRun || caller.Workload != id {
 		return Summary{}, ErrNotTheRun
 	}
-	if err := Check(rs, s.now()); err != nil {
+	if err := Check(rs, s.o.Now()); err != nil {
 		return Summary{}, err
 	}
-	return s.store.AppendReports(ctx, id, rs, func(old Summary) Summary {
+	rules, money, err := s.o.Workloads.ForRun(ctx, id)
+	if err != nil {
+		return Summary{}, err
+	}
+	var fired *Verdict
+	sum, err := s.o.Store.AppendReports(ctx, id, rs, func(old Summary) Summary {
 		old.Workload = id
-		return Apply(old, rs)
+		out := Apply(old, rs)
+		out, fired = Judge(out, rs, rules, money)
+		return out
 	})
+	if err == nil && fired != nil {
+		s.act(ctx, id, *fired)
+	}
+	return sum, err
+}
+
+// act carries out a verdict: stop the workload (action stop), and tell its
+// people (a webhook). A failure is logged: the report was taken.
+func (s *Service) act(ctx context.Context, id string, v Verdict) {
+	event, text := EventRunFlagged, "early stopping flagged the run ("+v.Rule+"): "+v.Reason+"; it goes on (POST /api/v1/workloads/"+id+"/progress/keep silences the rules)"
+	if v.Action == template.StopRun {
+		event = EventRunStopped
+		text = "stopped by early stopping (" + v.Rule + "): " + v.Reason + "; its checkpoints are kept: POST /api/v1/workloads/" + id + "/progress/keep starts it again and keeps it running"
+		if err := s.o.Workloads.StopForRule(ctx, id, text); err != nil {
+			s.o.Log.WarnContext(ctx, "early stopping: the workload was not stopped", "workload_id", id, "rule", v.Rule, "err", err)
+		}
+	}
+	m, err := notify.New(event, "workload "+id+": "+text, map[string]any{"workload": id, "rule": v.Rule, "action": v.Action, "reason": v.Reason}, s.o.Now())
+	if err == nil {
+		err = s.o.Notifier.Notify(ctx, m)
+	}
+	if err != nil {
+		s.o.Log.WarnContext(ctx, "early stopping: webhook not queued", "workload_id", id, "err", err)
+	}
+	s.o.Log.InfoContext(ctx, "early stopping", "workload_id", id, "rule", v.Rule, "action", v.Action, "reason", v.Reason)
+}
+
+// Keep records that the caller chose to keep the workload's run going:
+// its rules judge it no more; one they stopped is started again.
+func (s *Service) Keep(ctx context.Context, id string) (Summary, error) {
+	if err := s.o.Workloads.Manageable(ctx, id); err != nil {
+		return Summary{}, err
+	}
+	caller, _ := identity.From(ctx)
+	sum, err := s.o.Store.AppendReports(ctx, id, nil, func(old Summary) Summary {
+		old.Workload = id
+		old.KeptBy, old.KeptAt = caller.String(), s.o.Now()
+		return old
+	})
+	if err != nil {
+		return sum, err
+	}
+	if sum.Verdict != nil && sum.Verdict.Action == template.StopRun {
+		if err := s.o.Workloads.Resume(ctx, id); err != nil {
+			return sum, fmt.Errorf("kept, but not started again: %w", err)
+		}
+	}
+	return sum, nil
+}
+
+// Summaries are the progress summaries of workloads the caller has already
+// been allowed to read (a page of them), by workload; those that reported
+// nothing are absent.
+func (s *Service) Summaries(ctx context.Context, ids []string) (map[string]Summary, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	return s.o.Store.RunSummaries(ctx, ids)
 }
 
 // Prune deletes the reports older than retention, in batches of batch
 // rows (no long write lock), until none are left or ctx ends.
 func (s *Service) Prune(ctx context.Context, retention time.Duration, batch int) (int64, error) {
-	before := s.now().Add(-retention)
+	before := s.o.Now().Add(-retention)
 	var total int64
 	for ctx.Err() == nil {
-		n, err := s.store.DeleteRunsBefore(ctx, before, batch)
+		n, err := s.o.Store.DeleteRunsBefore(ctx, before, batch)
 		total += n
 		if err != nil || n == 0 {
 			return total, err
@@ -280,10 +389,10 @@ func (s *Service) Prune(ctx context.Context, retention time.Duration, batch int)
 // when it has reported nothing) and its reports from since on (at most
 // limit, the newest).
 func (s *Service) Progress(ctx context.Context, id string, since time.Time, limit int) (Summary, []Report, bool, error) {
-	if err := s.workloads.Visible(ctx, id); err != nil {
+	if err := s.o.Workloads.Visible(ctx, id); err != nil {
 		return Summary{}, nil, false, err
 	}
-	sum, err := s.store.RunSummary(ctx, id)
+	sum, err := s.o.Store.RunSummary(ctx, id)
 	var nf *fault.NotFound
 	if errors.As(err, &nf) {
 		return Summary{}, nil, false, nil
@@ -291,7 +400,7 @@ func (s *Service) Progress(ctx context.Context, id string, since time.Time, limi
 	if err != nil {
 		return Summary{}, nil, false, err
 	}
-	rs, err := s.store.RunReports(ctx, id, since, limit)
+	rs, err := s.o.Store.RunReports(ctx, id, since, limit)
 	if err != nil {
 		return Summary{}, nil, false, err
 	}

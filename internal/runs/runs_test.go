@@ -13,7 +13,9 @@ import (
 
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/identity"
+	"github.com/gantryhq/gantry/internal/notify"
 	"github.com/gantryhq/gantry/internal/runs"
+	"github.com/gantryhq/gantry/internal/template"
 )
 
 var now = time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
@@ -120,6 +122,12 @@ func (m *memStore) RunSummary(context.Context, string) (runs.Summary, error) {
 	}
 	return m.sum, nil
 }
+func (m *memStore) RunSummaries(context.Context, []string) (map[string]runs.Summary, error) {
+	if !m.seen {
+		return nil, nil
+	}
+	return map[string]runs.Summary{m.sum.Workload: m.sum}, nil
+}
 func (m *memStore) RunReports(context.Context, string, time.Time, int) ([]runs.Report, error) {
 	return m.rs, nil
 }
@@ -137,19 +145,49 @@ func (m *memStore) DeleteRunsBefore(_ context.Context, before time.Time, limit i
 	return n, nil
 }
 
-type visible map[string]bool
+// workloads stands for the workload service: which it lets the caller
+// see, the template's rules and the money, and what it was asked to do.
+type workloads struct {
+	visible  map[string]bool
+	rules    *template.EarlyStopping
+	money    runs.Money
+	stopped  []string // reasons
+	resumed  int
+	manageOK bool
+}
 
-func (v visible) Visible(_ context.Context, id string) error {
-	if !v[id] {
+func (w *workloads) Visible(_ context.Context, id string) error {
+	if !w.visible[id] {
 		return &fault.NotFound{Kind: "workload", Name: id}
 	}
+	return nil
+}
+func (w *workloads) Manageable(_ context.Context, id string) error {
+	if !w.manageOK {
+		return &fault.Forbidden{Reason: "not yours"}
+	}
+	return nil
+}
+func (w *workloads) ForRun(context.Context, string) (*template.EarlyStopping, runs.Money, error) {
+	return w.rules, w.money, nil
+}
+func (w *workloads) StopForRule(_ context.Context, _ string, reason string) error {
+	w.stopped = append(w.stopped, reason)
+	return nil
+}
+func (w *workloads) Resume(context.Context, string) error { w.resumed++; return nil }
+
+type outbox struct{ events []string }
+
+func (o *outbox) Notify(_ context.Context, m notify.Message) error {
+	o.events = append(o.events, m.Event)
 	return nil
 }
 
 // TestService: only the workload's own run reports; its readers read.
 func TestService(t *testing.T) {
 	st := &memStore{}
-	svc, err := runs.New(st, visible{"w1": true}, func() time.Time { return now })
+	svc, err := runs.New(runs.Options{Store: st, Workloads: &workloads{visible: map[string]bool{"w1": true}}, Notifier: &outbox{}, Now: func() time.Time { return now }})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -199,7 +199,8 @@ func (s *Server) telemetryAndAdvice(w *wiring) error {
 		w.agents = &telemetry.AgentAuth{Reviewer: kt, Audience: tc.Audience, ServiceAccount: tc.ServiceAccount, Now: s.clock.Now}
 		w.runTokens = &runs.TokenAuth{Reviewer: kube.Runs{Lazy: s.cluster}, Now: s.clock.Now}
 	}
-	if s.Runs, err = runs.New(s.Store.Runs, s.Workloads, s.clock.Now); err != nil {
+	if s.Runs, err = runs.New(runs.Options{Store: s.Store.Runs, Notifier: s.Store.Governance, Now: s.clock.Now, Log: s.Log,
+		Workloads: runWorkloads{svc: s.Workloads, records: s.Store.Workloads, templates: s.Catalog, now: s.clock.Now}}); err != nil {
 		return err
 	}
 	if s.Telemetry, err = telemetry.New(to); err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/runs"
 	"github.com/gantryhq/gantry/internal/store/stores"
+	"github.com/gantryhq/gantry/internal/template"
 )
 
 // testRuns is the runs part of the conformance suite: reports appended
@@ -72,6 +73,23 @@ func testRuns(t *testing.T, s *stores.All) {
 	if all, err := s.RunReports(ctx, "w2", base, 100); err != nil || len(all) != 8 {
 		t.Fatalf("concurrent appends kept %d reports: %v", len(all), err)
 	}
+	// Early stopping's state, verdict and keeper round-trip.
+	at := base.Add(2 * time.Hour)
+	if _, err := s.AppendReports(ctx, "w1", nil, func(old runs.Summary) runs.Summary {
+		old.Watch = map[string]runs.Watch{"0": {Best: 0.25, Since: 3}}
+		old.Verdict = &runs.Verdict{Rule: "plateau", Action: "stop", Reason: "flat", At: at}
+		old.KeptBy, old.KeptAt = "alice", at
+		return old
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.RunSummary(ctx, "w1"); err != nil || got.Watch["0"].Since != 3 || got.Verdict == nil || got.Verdict.Reason != "flat" ||
+		!got.Verdict.At.Equal(at) || got.KeptBy != "alice" || !got.KeptAt.Equal(at) || got.Reports != 250 {
+		t.Fatalf("early stopping's state: %+v %v", got, err)
+	}
+	if got, err := s.RunSummaries(ctx, []string{"w1", "w2", "w9"}); err != nil || len(got) != 2 || got["w1"].Step != 2490 || got["w2"].Reports != 8 || got["w1"].Workload != "w1" {
+		t.Fatalf("summaries of a page: %+v %v", got, err)
+	}
 	// Retention: the reports before a time go, in batches; summaries stay.
 	n, err := s.DeleteRunsBefore(ctx, base.Add(100*time.Second), 60)
 	if err != nil || n != 60 {
@@ -99,7 +117,7 @@ func BenchmarkReportIngest(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/batch=%d", name, size), func(b *testing.B) {
 				s := open(b)
 				clock := time.Now().Add(-time.Hour)
-				svc, err := runs.New(s.Runs, allVisible{}, func() time.Time { return clock })
+				svc, err := runs.New(runs.Options{Store: s.Runs, Workloads: anyWorkload{}, Notifier: s.Governance, Now: func() time.Time { return clock }})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -129,7 +147,7 @@ func BenchmarkReportIngest(b *testing.B) {
 		b.Run(name+"/batch=1,16-at-once", func(b *testing.B) {
 			s := open(b)
 			clock := time.Now().Add(-time.Hour)
-			svc, err := runs.New(s.Runs, allVisible{}, func() time.Time { return clock })
+			svc, err := runs.New(runs.Options{Store: s.Runs, Workloads: anyWorkload{}, Notifier: s.Governance, Now: func() time.Time { return clock }})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -155,6 +173,13 @@ func BenchmarkReportIngest(b *testing.B) {
 	}
 }
 
-type allVisible struct{}
+// anyWorkload lets every run report, with no rules.
+type anyWorkload struct{}
 
-func (allVisible) Visible(context.Context, string) error { return nil }
+func (anyWorkload) Visible(context.Context, string) error    { return nil }
+func (anyWorkload) Manageable(context.Context, string) error { return nil }
+func (anyWorkload) ForRun(context.Context, string) (*template.EarlyStopping, runs.Money, error) {
+	return nil, runs.Money{}, nil
+}
+func (anyWorkload) StopForRule(context.Context, string, string) error { return nil }
+func (anyWorkload) Resume(context.Context, string) error              { return nil }

@@ -92,6 +92,74 @@ type Spec struct {
 	// authenticating proxy at /w/{id}/ and nowhere else (a NetworkPolicy
 	// admits only the proxy). Every notebook must have it.
 	Interactive *Interactive `json:"interactive,omitempty"`
+	// Checkpoints says where a job keeps its checkpoints: a directory on
+	// one of its volumes, which outlive its pods (a retry, a requeue, a
+	// stop and a start). Gantry passes it as GANTRY_CHECKPOINT_DIR.
+	Checkpoints *Checkpoints `json:"checkpoints,omitempty"`
+	// EarlyStopping ends (or flags) a job's run by what it reports of
+	// itself (package runs): a metric that stopped improving, a target
+	// reached, a cost cap.
+	EarlyStopping *EarlyStopping `json:"earlyStopping,omitempty"`
+}
+
+// EarlyStopping is a job's stopping rules and what happens when one fires:
+// stop (the job is stopped, its checkpoints kept, with the rule and its
+// numbers as the reason) or advise (the run is flagged, and left running).
+type EarlyStopping struct {
+	Action string     `json:"action"`
+	Rules  []StopRule `json:"rules"`
+}
+
+// Early stopping's actions.
+const (
+	StopRun   = "stop"
+	AdviseRun = "advise"
+)
+
+// StopRule is one rule; exactly one of its members is set.
+type StopRule struct {
+	// Plateau fires when Metric has not improved by more than Delta over
+	// its best for Reports reports that carry it.
+	Plateau *Plateau `json:"plateau,omitempty"`
+	// Target fires when Metric reaches Value.
+	Target *Target `json:"target,omitempty"`
+	// CostCap fires when the run has cost this many dollars.
+	CostCap float64 `json:"costCap,omitempty"`
+}
+
+// Plateau is a metric that stopped improving.
+type Plateau struct {
+	Metric  string  `json:"metric"`
+	Mode    string  `json:"mode,omitempty"` // min (default: lower is better) or max
+	Delta   float64 `json:"delta,omitempty"`
+	Reports int     `json:"reports"`
+}
+
+// Target is a metric's goal.
+type Target struct {
+	Metric string  `json:"metric"`
+	Mode   string  `json:"mode,omitempty"` // min (reached at or below) or max
+	Value  float64 `json:"value"`
+}
+
+// Checkpoints is a directory on one of the template's volumes.
+type Checkpoints struct {
+	Volume string `json:"volume"`
+	Path   string `json:"path,omitempty"` // relative to the volume's mount path
+}
+
+// CheckpointDir is where the checkpoints are in the container ("" when the
+// template declares none).
+func (s *Spec) CheckpointDir() string {
+	if s.Checkpoints == nil {
+		return ""
+	}
+	for _, v := range s.Volumes {
+		if v.Name == s.Checkpoints.Volume {
+			return path.Join(v.MountPath, s.Checkpoints.Path)
+		}
+	}
+	return ""
 }
 
 // Interactive is an app a person uses in the browser (JupyterLab,
@@ -394,6 +462,8 @@ func (t *Template) Validate(classes *gpu.Catalog) error {
 	}
 	t.validateInteractive(&errs)
 	t.validateVolumes(c)
+	t.validateCheckpoints(&errs)
+	t.validateEarlyStopping(&errs)
 	t.validateLifecycle(&errs)
 	t.validateScheduling(&errs)
 	if errs.Len() == 0 {
@@ -589,12 +659,87 @@ func (t *Template) validateVolumes(c refChecker) {
 	}
 }
 
+// validateCheckpoints checks spec.checkpoints: a job's, on one of its
+// volumes, at a relative path inside it.
+func (t *Template) validateCheckpoints(errs *fault.List) {
+	c := t.Spec.Checkpoints
+	if c == nil {
+		return
+	}
+	if t.Spec.Workload != Job {
+		errs.Addf("spec.checkpoints", "applies to job workloads only")
+	}
+	if !slices.ContainsFunc(t.Spec.Volumes, func(v Volume) bool { return v.Name == c.Volume }) {
+		errs.Addf("spec.checkpoints.volume", "%q is not one of spec.volumes", clip(c.Volume))
+	}
+	if c.Path != "" && (path.IsAbs(c.Path) || path.Clean(c.Path) != c.Path || c.Path == ".." || strings.HasPrefix(c.Path, "../") || len(c.Path) > 200) {
+		errs.Addf("spec.checkpoints.path", "%q must be a clean relative path inside the volume, such as checkpoints", clip(c.Path))
+	}
+}
+
+// validateEarlyStopping checks spec.earlyStopping: a job's, an action, and
+// rules with exactly one kind each.
+func (t *Template) validateEarlyStopping(errs *fault.List) {
+	e := t.Spec.EarlyStopping
+	if e == nil {
+		return
+	}
+	if t.Spec.Workload != Job {
+		errs.Addf("spec.earlyStopping", "applies to job workloads only")
+	}
+	if e.Action != StopRun && e.Action != AdviseRun {
+		errs.Addf("spec.earlyStopping.action", "%q: want stop or advise", clip(e.Action))
+	}
+	if len(e.Rules) == 0 || len(e.Rules) > 10 {
+		errs.Addf("spec.earlyStopping.rules", "want 1 to 10 rules")
+	}
+	metric := func(p, name, mode string) {
+		if !metricName.MatchString(name) {
+			errs.Addf(p+".metric", "%q: a metric's name is a letter or _ then up to 63 letters, digits or _ . / -", clip(name))
+		}
+		if mode != "" && mode != "min" && mode != "max" {
+			errs.Addf(p+".mode", "%q: want min (lower is better) or max", clip(mode))
+		}
+	}
+	for i, r := range e.Rules {
+		p := fmt.Sprintf("spec.earlyStopping.rules[%d]", i)
+		n := 0
+		if r.Plateau != nil {
+			n++
+			metric(p+".plateau", r.Plateau.Metric, r.Plateau.Mode)
+			if r.Plateau.Reports < 2 || r.Plateau.Reports > 1000 {
+				errs.Addf(p+".plateau.reports", "%d: want 2 to 1000 reports", r.Plateau.Reports)
+			}
+			if r.Plateau.Delta < 0 {
+				errs.Addf(p+".plateau.delta", "%v: want 0 or more", r.Plateau.Delta)
+			}
+		}
+		if r.Target != nil {
+			n++
+			metric(p+".target", r.Target.Metric, r.Target.Mode)
+		}
+		if r.CostCap != 0 {
+			n++
+			if r.CostCap < 0 {
+				errs.Addf(p+".costCap", "%v: want dollars above 0", r.CostCap)
+			}
+		}
+		if n != 1 {
+			errs.Addf(p, "want exactly one of plateau, target and costCap")
+		}
+	}
+}
+
+// metricName is a run metric's name (package runs checks reports by it).
+var metricName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_./-]{0,63}$`)
+
 // guardedPaths are where a volume may not be mounted, nor above nor below:
 // the service-account token's directory (under /var/run, which images link
 // to /run, and /run itself), and the kernel's and devices' filesystems.
 var guardedPaths = []string{
 	"/var/run/secrets/kubernetes.io/serviceaccount",
 	"/run/secrets/kubernetes.io/serviceaccount",
+	"/var/run/gantry", "/run/gantry", // a run's token (render.RunTokenDir)
 	"/proc", "/sys", "/dev",
 }
 

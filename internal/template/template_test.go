@@ -126,6 +126,29 @@ func TestParseErrors(t *testing.T) {
 			`21: spec.volumes[5].mountPath: "/dev/shm" overlaps /dev`,
 			`22: spec.volumes[6].mountPath: "/data/" must be a clean absolute path`,
 		}},
+		{"a volume over the run's token", func(s string) string {
+			return strings.Replace(s, "  args:", "  volumes:\n    - {name: a, mountPath: /var/run/gantry/run, size: 1Gi}\n  args:", 1)
+		}, []string{`spec.volumes[0].mountPath: "/var/run/gantry/run" overlaps /var/run/gantry`}},
+		{"checkpoints on no volume, outside it", func(s string) string {
+			return strings.Replace(s, "  args:", "  volumes:\n    - {name: data, mountPath: /data, size: 1Gi}\n  checkpoints: {volume: other, path: ../etc}\n  args:", 1)
+		}, []string{`spec.checkpoints.volume: "other" is not one of spec.volumes`, `spec.checkpoints.path: "../etc" must be a clean relative path`}},
+		{"early stopping with a bad action, an empty rule, two kinds in one and bad numbers", func(s string) string {
+			return strings.Replace(s, "  args:", `  earlyStopping:
+    action: halt
+    rules:
+      - {}
+      - {plateau: {metric: val loss, reports: 1, delta: -1}, costCap: 5}
+      - {target: {metric: acc, mode: up, value: 1}}
+  args:`, 1)
+		}, []string{
+			`spec.earlyStopping.action: "halt": want stop or advise`,
+			`spec.earlyStopping.rules[0]: want exactly one of plateau, target and costCap`,
+			`spec.earlyStopping.rules[1].plateau.metric: "val loss"`,
+			`spec.earlyStopping.rules[1].plateau.reports: 1: want 2 to 1000 reports`,
+			`spec.earlyStopping.rules[1].plateau.delta: -1: want 0 or more`,
+			`spec.earlyStopping.rules[1]: want exactly one of plateau, target and costCap`,
+			`spec.earlyStopping.rules[2].target.mode: "up": want min (lower is better) or max`,
+		}},
 		{"an idle timeout maximum needs an idle timeout no longer than it", func(s string) string {
 			return strings.Replace(s, "  args:", "  lifecycle: {idleTimeoutMax: 1h}\n  args:", 1)
 		}, []string{"spec.lifecycle.idleTimeoutMax: needs spec.lifecycle.idleTimeout, and must not be shorter than it"}},

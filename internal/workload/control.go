@@ -157,6 +157,15 @@ func (s *Service) Stop(ctx context.Context, id string) (Workload, error) {
 	return s.halt(ctx, id, Stop, "")
 }
 
+// StopByRule stops a workload as one of its template's rules decided (a
+// run's early stopping), with the rule and its numbers as the reason: a
+// stop like a person's (Stopped; starting it again resumes), made by
+// Gantry, so no caller's permission is asked.
+func (s *Service) StopByRule(ctx context.Context, id, reason string) error {
+	_, err := s.halt(ctx, id, Stop, reason)
+	return err
+}
+
 // halt records a stop (by a person, the max runtime or the idle culler) and
 // tells the cluster; a workload already stopped is left as it is.
 func (s *Service) halt(ctx context.Context, id string, tr Trigger, reason string) (Workload, error) {

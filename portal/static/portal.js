@@ -297,6 +297,30 @@ async function launchPage(name) {
 
 // -------------------------------------------------------------- workloads
 
+// progressBar shows a training run's progress as its run reported it: a
+// bar with its percent and ETA (and, in full, the step, pace, restarts and
+// latest metrics); '-' when it reported nothing.
+function progressBar(p, full) {
+  if (!p || !p.reported) return full ? 'no progress reported' : '-';
+  const parts = [];
+  if (p.totalSteps) parts.push('step ' + p.step + ' of ' + p.totalSteps);
+  else parts.push('step ' + p.step);
+  if (full && p.stepsPerSecond) parts.push(p.stepsPerSecond.toPrecision(3) + ' steps/s');
+  if (p.eta && p.fraction < 1) parts.push('ETA ' + new Date(p.eta).toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' }));
+  if (full && p.restarts) parts.push('restarted ' + p.restarts + (p.resumedFrom !== undefined ? ', resumed from step ' + p.resumedFrom : ''));
+  if (full && p.metrics) {
+    for (const [k, v] of Object.entries(p.metrics).sort()) parts.push(k + ' ' + Number(v.toPrecision(4)));
+  }
+  if (full && p.verdict) parts.push('early stopping (' + p.verdict.rule + (p.verdict.action === 'stop' ? ', stopped' : ', flagged') + '): ' + p.verdict.reason);
+  if (full && p.keptBy) parts.push('kept going by ' + p.keptBy);
+  const text = parts.join(' · ');
+  if (p.fraction === undefined) return el('span', { class: 'progress', text });
+  const pct = Math.round(p.fraction * 100);
+  return el('span', { class: 'progress' },
+    el('progress', { max: '100', value: String(pct), 'aria-label': 'Progress: ' + pct + ' percent' }),
+    el('span', { text: ' ' + pct + '% · ' + text }));
+}
+
 async function workloadsPage() {
   const body = document.querySelector('#workloads tbody');
   const filter = document.getElementById('team-filter');
@@ -308,6 +332,7 @@ async function workloadsPage() {
         el('td', {}, el('a', { href: '/workloads/' + encodeURIComponent(w.id), text: w.name })),
         el('td', { text: w.team }),
         el('td', { class: 'st-' + w.status, text: w.status + (w.reason ? ': ' + w.reason : '') }),
+        el('td', {}, progressBar(w.progress, false)),
         el('td', { text: gpuText(w.gpu) }),
         el('td', { text: age(w.createdAt) }),
         el('td', { text: money(w.costSoFar) }))));
@@ -487,12 +512,34 @@ async function workloadPage(id) {
   }
   const stream = document.getElementById('stream-state');
   let current = null, shownAt = 0;
+  // A run an early-stopping rule stopped or flagged can be kept going (one
+  // call, recorded): offered to whoever may manage it.
+  const showProgress = (p) => {
+    const cell = document.getElementById('w-progress');
+    cell.replaceChildren(progressBar(p, true));
+    const can = current && ((current.actions || []).includes('stop') || (current.actions || []).includes('start'));
+    if (p && p.verdict && !p.keptBy && can) {
+      const keep = el('button', { type: 'button', id: 'keep-run', text: 'Keep it going' });
+      keep.addEventListener('click', async () => {
+        keep.disabled = true;
+        try {
+          showProgress(await api('POST', path + '/progress/keep'));
+          say('Kept going: its early-stopping rules judge it no more.');
+        } catch (err) {
+          keep.disabled = false;
+          say('Not kept: ' + err.message);
+        }
+      });
+      cell.append(' ', keep);
+    }
+  };
   const render = (w) => {
     current = w;
     shownAt = Date.now();
     document.getElementById('w-name').textContent = w.name;
     document.getElementById('w-status').textContent = w.status;
     document.getElementById('w-status').className = 'st-' + w.status;
+    if (w.kind === 'job') showProgress(w.progress); else document.getElementById('w-progress').replaceChildren('-');
     document.getElementById('w-reason').textContent = w.reason || '';
     document.getElementById('w-template').textContent = w.template + ' (version ' + w.templateVersion + ')';
     document.getElementById('w-team').textContent = w.team;
@@ -523,6 +570,16 @@ async function workloadPage(id) {
     reproduce(w);
     if (w.status === 'Running' && !following) follow();
   };
+  // A Job's progress changes without its record changing (no event): read
+  // it every 10 seconds while the Job is live.
+  setInterval(async () => {
+    if (!current || current.kind !== 'job' || (current.actions || []).indexOf('stop') < 0) return;
+    try {
+      showProgress(await api('GET', path + '/progress?limit=0'));
+    } catch (err) {
+      // the last reading stays
+    }
+  }, 10000);
   // The cost grows between events: count it here from the price.
   setInterval(() => {
     if (current && current.status === 'Running') {

@@ -263,6 +263,11 @@ class Gantry:
         totalSteps, fraction, stepsPerSecond, eta, metrics, series…"""
         return self._call("GET", f"/api/v1/workloads/{id}/progress", {"since": since, "limit": limit})
 
+    def keep_run(self, id: str) -> Dict[str, Any]:
+        """Keeps a training run going whatever its early-stopping rules say
+        (keepRun): recorded; one a rule stopped is started again."""
+        return self._call("POST", f"/api/v1/workloads/{id}/progress/keep")
+
     # -- money -------------------------------------------------------------
 
     def costs(self, group_by: str = "team", since: Optional[str] = None, until: Optional[str] = None) -> Dict[str, Any]:
@@ -463,6 +468,7 @@ class Gantry:
 # The client's method for each operation of openapi.yaml.
 METHODS = {
     "getWorkloadProgress": "progress",
+    "keepRun": "keep_run",
     "getHealth": "health", "getGantryMetrics": "gantry_metrics", "getReady": "ready", "getAuthConfig": "auth_config",
     "listTemplates": "templates", "createTemplate": "create_template", "getTemplate": "template",
     "updateTemplate": "update_template", "deleteTemplate": "delete_template", "applyTemplates": "apply_templates", "listTemplateVersions": "template_versions",

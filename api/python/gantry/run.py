@@ -14,6 +14,9 @@ script runs on a laptop.
 A report that fails (Gantry away, a bad value) is logged once in a while and
 never raised: progress is for people watching, never a reason to stop
 training. report() returns whether Gantry took the report.
+
+Callbacks for PyTorch Lightning, Hugging Face's Trainer and Keras are in
+gantry.callbacks; they import their framework only when made.
 """
 
 from __future__ import annotations

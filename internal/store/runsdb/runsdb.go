@@ -25,7 +25,7 @@ func New(db *store.DB) *Store { return &Store{db: db} }
 
 var _ runs.Store = (*Store)(nil)
 
-const progressCols = `reports, step, total_steps, epoch, metrics, first_at, reported_at, run_from, run_from_step, resumed_from, restarts, rate`
+const progressCols = `reports, step, total_steps, epoch, metrics, first_at, reported_at, run_from, run_from_step, resumed_from, restarts, rate, watch, verdict, kept_by, kept_at`
 
 // AppendReports implements runs.Store: the summary row is locked (made
 // first when there is none), the reports numbered after it, inserted, and
@@ -34,7 +34,7 @@ func (s *Store) AppendReports(ctx context.Context, workload string, rs []runs.Re
 	var out runs.Summary
 	err := s.db.Tx(ctx, func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, s.db.Q(`INSERT INTO run_progress (workload, `+progressCols+`)
-			VALUES (?, 0, 0, 0, NULL, '{}', 0, 0, 0, 0, -1, 0, 0) ON CONFLICT (workload) DO NOTHING`), workload); err != nil {
+			VALUES (?, 0, 0, 0, NULL, '{}', 0, 0, 0, 0, -1, 0, 0, '{}', '', '', 0) ON CONFLICT (workload) DO NOTHING`), workload); err != nil {
 			return fmt.Errorf("run progress of %s: %w", workload, err)
 		}
 		lock := ""
@@ -54,10 +54,27 @@ func (s *Store) AppendReports(ctx context.Context, workload string, rs []runs.Re
 		if err != nil {
 			return err
 		}
+		watch, err := json.Marshal(out.Watch)
+		if err != nil {
+			return err
+		}
+		verdict := ""
+		if out.Verdict != nil {
+			b, err := json.Marshal(out.Verdict)
+			if err != nil {
+				return err
+			}
+			verdict = string(b)
+		}
+		var kept int64
+		if !out.KeptAt.IsZero() {
+			kept = out.KeptAt.UnixMilli()
+		}
 		_, err = tx.ExecContext(ctx, s.db.Q(`UPDATE run_progress SET reports = ?, step = ?, total_steps = ?, epoch = ?, metrics = ?, first_at = ?,
-			reported_at = ?, run_from = ?, run_from_step = ?, resumed_from = ?, restarts = ?, rate = ? WHERE workload = ?`),
+			reported_at = ?, run_from = ?, run_from_step = ?, resumed_from = ?, restarts = ?, rate = ?, watch = ?, verdict = ?, kept_by = ?, kept_at = ?
+			WHERE workload = ?`),
 			out.Reports, out.Step, out.TotalSteps, nullable(out.Epoch), string(metrics), out.FirstAt.UnixMilli(), out.ReportedAt.UnixMilli(),
-			out.RunFrom.UnixMilli(), out.RunFromStep, out.ResumedFrom, out.Restarts, out.Rate, workload)
+			out.RunFrom.UnixMilli(), out.RunFromStep, out.ResumedFrom, out.Restarts, out.Rate, string(watch), verdict, out.KeptBy, kept, workload)
 		if err != nil {
 			return fmt.Errorf("run progress of %s: %w", workload, err)
 		}
@@ -105,10 +122,23 @@ func nullable(f float64) any {
 func scanSummary(row store.Scanner) (runs.Summary, error) {
 	var s runs.Summary
 	var epoch sql.NullFloat64
-	var metrics string
-	var first, reported, from int64
-	if err := row.Scan(&s.Reports, &s.Step, &s.TotalSteps, &epoch, &metrics, &first, &reported, &from, &s.RunFromStep, &s.ResumedFrom, &s.Restarts, &s.Rate); err != nil {
+	var metrics, watch, verdict string
+	var first, reported, from, kept int64
+	if err := row.Scan(&s.Reports, &s.Step, &s.TotalSteps, &epoch, &metrics, &first, &reported, &from, &s.RunFromStep, &s.ResumedFrom, &s.Restarts, &s.Rate,
+		&watch, &verdict, &s.KeptBy, &kept); err != nil {
 		return s, err
+	}
+	if err := json.Unmarshal([]byte(watch), &s.Watch); err != nil {
+		return s, fmt.Errorf("watch: %w", err)
+	}
+	if verdict != "" {
+		s.Verdict = &runs.Verdict{}
+		if err := json.Unmarshal([]byte(verdict), s.Verdict); err != nil {
+			return s, fmt.Errorf("verdict: %w", err)
+		}
+	}
+	if kept != 0 {
+		s.KeptAt = time.UnixMilli(kept).UTC()
 	}
 	s.Epoch = math.NaN()
 	if epoch.Valid {
@@ -137,6 +167,45 @@ func (s *Store) RunSummary(ctx context.Context, workload string) (runs.Summary, 
 	sum.Workload = workload
 	return sum, nil
 }
+
+// RunSummaries implements runs.Store.
+func (s *Store) RunSummaries(ctx context.Context, workloads []string) (map[string]runs.Summary, error) {
+	out := map[string]runs.Summary{}
+	for start := 0; start < len(workloads); start += 500 {
+		chunk := workloads[start:min(start+500, len(workloads))]
+		args := make([]any, len(chunk))
+		for i, w := range chunk {
+			args[i] = w
+		}
+		rows, err := s.db.QueryContext(ctx, s.db.Q(`SELECT workload, `+progressCols+` FROM run_progress
+			WHERE reports > 0 AND workload IN (?`+strings.Repeat(", ?", len(chunk)-1)+`)`), args...)
+		if err != nil {
+			return nil, fmt.Errorf("run progress: %w", err)
+		}
+		sums, err := store.Collect(rows, func(row store.Scanner) (runs.Summary, error) {
+			var w string
+			sum, err := scanSummary(workloadFirst{row, &w})
+			sum.Workload = w
+			return sum, err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("run progress: %w", err)
+		}
+		for _, sum := range sums {
+			out[sum.Workload] = sum
+		}
+	}
+	return out, nil
+}
+
+// workloadFirst scans a row's first column into w and the rest as a
+// summary's.
+type workloadFirst struct {
+	row store.Scanner
+	w   *string
+}
+
+func (r workloadFirst) Scan(dest ...any) error { return r.row.Scan(append([]any{r.w}, dest...)...) }
 
 // RunReports implements runs.Store.
 func (s *Store) RunReports(ctx context.Context, workload string, since time.Time, limit int) ([]runs.Report, error) {

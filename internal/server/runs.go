@@ -1,0 +1,50 @@
+package server
+
+import (
+	"context"
+	"time"
+
+	"github.com/gantryhq/gantry/internal/catalog"
+	"github.com/gantryhq/gantry/internal/runs"
+	"github.com/gantryhq/gantry/internal/template"
+	"github.com/gantryhq/gantry/internal/workload"
+)
+
+// runWorkloads is what runs ask of the workloads, from the workload
+// service, its store and the template catalog.
+type runWorkloads struct {
+	svc     *workload.Service
+	records interface {
+		Workload(context.Context, string) (workload.Workload, error)
+	}
+	templates interface {
+		Get(context.Context, string, int) (catalog.Version, error)
+	}
+	now func() time.Time
+}
+
+func (r runWorkloads) Visible(ctx context.Context, id string) error { return r.svc.Visible(ctx, id) }
+func (r runWorkloads) Manageable(ctx context.Context, id string) error {
+	_, err := r.svc.Manageable(ctx, id)
+	return err
+}
+func (r runWorkloads) Resume(ctx context.Context, id string) error {
+	_, err := r.svc.Start(ctx, id)
+	return err
+}
+func (r runWorkloads) StopForRule(ctx context.Context, id, reason string) error {
+	return r.svc.StopByRule(ctx, id, reason)
+}
+
+// ForRun reads the record as Gantry (the caller is the run, not a person).
+func (r runWorkloads) ForRun(ctx context.Context, id string) (*template.EarlyStopping, runs.Money, error) {
+	w, err := r.records.Workload(ctx, id)
+	if err != nil {
+		return nil, runs.Money{}, err
+	}
+	v, err := r.templates.Get(ctx, w.Template, w.TemplateVersion)
+	if err != nil {
+		return nil, runs.Money{}, err
+	}
+	return v.Template.Spec.EarlyStopping, runs.Money{SoFar: w.CostAt(r.now()), PerHour: w.RunPricePerHour()}, nil
+}

@@ -55,6 +55,8 @@ func devCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
+	server.UseLogger(cfg.Logger()) // before the clusters' clients log
+
 	if *db == "" {
 		// The cluster is new on every run, so is the dev database: records of
 		// workloads from an earlier run would point at objects that are gone.
@@ -193,7 +195,6 @@ Look at the cluster with:
   %[3]s/kubectl --kubeconfig %[4]s get nodes -L nvidia.com/gpu.product
 %[10]sStop with Ctrl-C (the cluster is removed too).
 `, srv.URL(), len(fleet.Items), cl.Bin, cl.Kubeconfig, srv.Issuer(), list.String(), firstUser(users), tok, cfg.NodeGroupsFile, strings.ReplaceAll(launchNote, "URL", srv.URL()))
-	srv.UseLogger()
 	stopProfile, err := startCPUProfile(*cpuProfile)
 	if err != nil {
 		return err

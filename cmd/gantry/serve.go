@@ -30,13 +30,13 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	server.UseLogger(cfg.Logger()) // before the cluster's clients log
 	srv, err := server.New(ctx, cfg, server.Overrides{})
 	if err != nil {
 		return err
 	}
 	gcPercent, memLimit := tuneGC(os.Getenv, "/sys/fs/cgroup/memory.max")
 	srv.Log.Info("starting gantry", "version", version, "gc_percent", gcPercent, "memory_limit", memLimit)
-	srv.UseLogger()
 	stop, err := startCPUProfile(*cpuProfile)
 	if err != nil {
 		return err

@@ -46,10 +46,11 @@ var cluster *devcluster.Cluster
 // waiting on the processes they start, so they run in parallel with each
 // other once the serial tests are done. Each has its own database, teams,
 // namespaces and Lease, and runs the default policy, so their quota syncs
-// write the same Kueue objects. So do the real node's longest tests
-// (training resumed, max runtime, idle culling), which mostly wait on real
-// containers. Any test that changes the policy's quotas or budgets
-// (TestApprovalsAndBudgets) stays serial.
+// write the same Kueue objects. So do the real node's tests (a shell job,
+// a notebook, training resumed, max runtime, inference, idle culling),
+// which mostly wait on real containers; .ci/test runs four at a time. Any
+// test that changes the policy's quotas or budgets (TestApprovalsAndBudgets)
+// stays serial.
 func TestMain(m *testing.M) {
 	clustertest.Main(servertest.RemovingBinary(m), "e2e", &cluster, chartHooks)
 }

@@ -56,6 +56,7 @@ func realNode(t *testing.T) *gantryServer {
 // exits 3 leaves the workload Failed with exit code 3, one over its memory
 // limit Failed OOMKilled, and the price is per core-hour.
 func TestCPUJobRunsForReal(t *testing.T) {
+	t.Parallel() // see the note on TestMain
 	g := realNode(t)
 	run := func(script, memory string) model.Workload {
 		t.Helper()
@@ -112,6 +113,7 @@ func TestCPUJobRunsForReal(t *testing.T) {
 // print(6*7) over its websocket and answers 42; a file written to the home
 // volume is there again after the notebook is stopped and started.
 func TestCPUNotebookRunsCode(t *testing.T) {
+	t.Parallel() // see the note on TestMain
 	g := notebookGantry(t)
 	ctx := t.Context()
 	tok := g.Token("alice")

@@ -297,8 +297,8 @@ func TestWatchReportsDeadline(t *testing.T) {
 		case o := <-seen:
 			phases[string(o.Phase)] = true
 			if o.Phase == "Failed" {
-				if !strings.Contains(o.Reason, "DeadlineExceeded") {
-					t.Fatalf("reason %q, want DeadlineExceeded", o.Reason)
+				if !strings.Contains(o.Reason, "max runtime of 3s and was stopped") {
+					t.Fatalf("reason %q, want its max runtime of 3s", o.Reason)
 				}
 				if !phases["Running"] {
 					t.Errorf("never reported Running before failing: %v", phases)

@@ -404,13 +404,15 @@ func (s *Server) DevUsers() []config.DevUser {
 
 // UseLogger makes the libraries that log on their own — to slog's default
 // logger (the OpenID provider) or to klog (client-go: leader election,
-// informers) — log like Gantry. It sets process-wide state: commands call it
-// once, before Run; tests running several servers do not. Libraries' info
-// lines are dropped: the OpenID provider logs one per device-flow poll
-// ("authorization_pending", once a second while a person signs in).
-func (s *Server) UseLogger() {
-	slog.SetDefault(slog.New(logctx.AtLeast(s.Log.Handler(), slog.LevelWarn)))
-	klog.SetSlogLogger(s.Log)
+// informers) — log to log (the configuration's, cfg.Logger()). It sets
+// process-wide state that client-go's goroutines read: commands call it
+// once, first, before any cluster client starts; tests running several
+// servers do not. Libraries' info lines are dropped: the OpenID provider
+// logs one per device-flow poll ("authorization_pending", once a second
+// while a person signs in).
+func UseLogger(log *slog.Logger) {
+	slog.SetDefault(slog.New(logctx.AtLeast(log.Handler(), slog.LevelWarn)))
+	klog.SetSlogLogger(log)
 }
 
 // Run serves until ctx ends, with every background loop; it returns after all

@@ -154,9 +154,14 @@ func jobFailure(j *batchv1.Job, c batchv1.JobCondition, pods []*corev1.Pod) stri
 		}
 	}
 	if c.Reason == batchv1.JobReasonDeadlineExceeded {
+		// The deadline Kubernetes enforced, in the template's words when
+		// they say the same.
 		limit := j.Annotations[render.AnnotationMaxRuntime]
-		if limit == "" && j.Spec.ActiveDeadlineSeconds != nil {
-			limit = (time.Duration(*j.Spec.ActiveDeadlineSeconds) * time.Second).String()
+		if s := j.Spec.ActiveDeadlineSeconds; s != nil {
+			enforced := time.Duration(*s) * time.Second
+			if d, err := time.ParseDuration(limit); err != nil || d != enforced {
+				limit = enforced.String()
+			}
 		}
 		if limit != "" {
 			return "MaxRuntime: it ran for its template's max runtime of " + limit + " and was stopped, its containers killed: save checkpoints and launch it again to go on"

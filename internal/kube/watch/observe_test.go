@@ -35,6 +35,8 @@ func TestObserve(t *testing.T) {
 	maxRuntime := deadline.DeepCopy()
 	maxRuntime.Annotations = map[string]string{render.AnnotationMaxRuntime: "20s"}
 	maxRuntime.Spec.ActiveDeadlineSeconds = new(int64(20))
+	changed := maxRuntime.DeepCopy() // the deadline set otherwise than the template said
+	changed.Spec.ActiveDeadlineSeconds = new(int64(3))
 	activeDeadline := deadline.DeepCopy()
 	activeDeadline.Spec.ActiveDeadlineSeconds = new(int64(7200))
 	// Jobs MultiKueue runs on a worker: no pods here, the status copied back.
@@ -58,6 +60,7 @@ func TestObserve(t *testing.T) {
 		{"deadline", []*batchv1.Job{deadline}, nil, "Failed", "DeadlineExceeded", ""},
 		{"max runtime", []*batchv1.Job{maxRuntime}, nil, "Failed", "MaxRuntime: it ran for its template's max runtime of 20s and was stopped", ""},
 		{"active deadline", []*batchv1.Job{activeDeadline}, nil, "Failed", "max runtime of 2h0m0s", ""},
+		{"the deadline enforced", []*batchv1.Job{changed}, nil, "Failed", "max runtime of 3s and was stopped", ""},
 		{"OOM", []*batchv1.Job{deadline}, []*corev1.Pod{oom}, "Failed", "OOMKilled: the container used more memory than its limit of 128Mi: launch it again with more memory", ""},
 		// A service's container killed for memory restarts: not the end.
 		{"OOM, restarting", nil, []*corev1.Pod{oomRestarting}, "Scheduled", "OOMKilled", "h100-0"},

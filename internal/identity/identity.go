@@ -30,8 +30,10 @@ type Identity struct {
 	// token is bound to.
 	Node string
 	// Workload is set for a run's token: the workload whose pod it is bound
-	// to, the only one it reports progress for.
+	// to, the only one it reports progress for; Pod is that pod
+	// (namespace/name).
 	Workload string
+	Pod      string
 }
 
 // How a request authenticated.

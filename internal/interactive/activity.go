@@ -142,7 +142,8 @@ func (f *frames) begin() {
 	case opcode <= 0x2: // continuation, text, binary
 		f.data()
 		// A compressed frame (RSV1) is not read; the proxy asks for none.
-		f.keep = opcode == 0x1 && fin && f.hdr[0]&0x40 == 0 && f.left <= maxStatus && f.text != nil
+		// Binary frames carry Jupyter's v1 kernel protocol.
+		f.keep = (opcode == 0x1 || opcode == 0x2) && fin && f.hdr[0]&0x40 == 0 && f.left <= maxStatus && f.text != nil
 	default:
 		f.failed = true // reserved opcodes: not a stream this parser knows
 		return
@@ -162,10 +163,18 @@ func (f *frames) end() {
 }
 
 // kernelStatus is the execution state a Jupyter status message carries
-// ("busy", "idle", "starting"), or "".
+// ("busy", "idle", "starting"), or "": a JSON message (Jupyter's original
+// kernel websocket protocol, Notebook 6) or a binary one of the
+// v1.kernel.websocket.jupyter.org protocol (jupyter_server 2, JupyterLab
+// 4): a little-endian count of offsets, the offsets of the parts from the
+// message's start, then the parts — channel, header, parent header,
+// metadata, content, buffers.
 func kernelStatus(body []byte) string {
 	if !bytes.Contains(body, []byte(`execution_state`)) {
 		return ""
+	}
+	if len(body) > 0 && body[0] != '{' {
+		return v1Status(body)
 	}
 	var m struct {
 		Header struct {
@@ -180,6 +189,34 @@ func kernelStatus(body []byte) string {
 		return ""
 	}
 	return m.Content.ExecutionState
+}
+
+// v1Status is the execution state of a v1-protocol status message, or "".
+func v1Status(b []byte) string {
+	if len(b) < 8 {
+		return ""
+	}
+	n := binary.LittleEndian.Uint64(b)
+	if n < 6 || n > 64 || uint64(len(b)) < 8*(n+1) {
+		return ""
+	}
+	off := make([]uint64, n)
+	for i := range off {
+		off[i] = binary.LittleEndian.Uint64(b[8*(i+1):])
+		if off[i] > uint64(len(b)) || i > 0 && off[i] < off[i-1] {
+			return ""
+		}
+	}
+	var header struct {
+		MsgType string `json:"msg_type"`
+	}
+	var content struct {
+		ExecutionState string `json:"execution_state"`
+	}
+	if json.Unmarshal(b[off[1]:off[2]], &header) != nil || header.MsgType != "status" || json.Unmarshal(b[off[4]:off[5]], &content) != nil {
+		return ""
+	}
+	return content.ExecutionState
 }
 
 // watchedConn is an upgraded connection to an app whose websocket frames

@@ -67,12 +67,12 @@ func TestFrames(t *testing.T) {
 		{"a client's masked text", frame(0x1, true, true, []byte(busy)), 1, []string{busy}, false},
 		{"a server's text", frame(0x1, true, false, []byte(idle)), 1, []string{idle}, false},
 		{"pings, pongs and a close", bytes.Join([][]byte{frame(0x9, true, false, []byte("p")), frame(0xa, true, true, nil), frame(0x8, true, false, []byte{3, 232})}, nil), 0, nil, false},
-		{"binary", frame(0x2, true, false, []byte{0, 1, 2}), 1, nil, false},
+		{"binary", frame(0x2, true, false, []byte{0, 1, 2}), 1, []string{"\x00\x01\x02"}, false},
 		{"16-bit length", frame(0x1, true, true, bytes.Repeat([]byte("y"), 300)), 1, []string{strings.Repeat("y", 300)}, false},
 		{"64-bit length, too big to keep", frame(0x1, true, false, big), 1, nil, false},
 		{"fragmented text", append(frame(0x1, false, true, []byte("half")), frame(0x0, true, true, []byte("rest"))...), 2, nil, false},
 		{"empty text", frame(0x1, true, false, nil), 1, []string{""}, false},
-		{"ping between data", bytes.Join([][]byte{frame(0x1, true, false, []byte("a")), frame(0x9, true, false, nil), frame(0x2, true, false, []byte("b"))}, nil), 2, []string{"a"}, false},
+		{"ping between data", bytes.Join([][]byte{frame(0x1, true, false, []byte("a")), frame(0x9, true, false, nil), frame(0x2, true, false, []byte("b"))}, nil), 2, []string{"a", "b"}, false},
 		{"a reserved opcode stops the parser", append(frame(0x3, true, false, []byte("?")), frame(0x1, true, false, []byte("unseen"))...), 0, nil, true},
 	} {
 		for _, chunk := range []int{1, 2, 3, 7, 1 << 20} {
@@ -92,7 +92,39 @@ func TestFrames(t *testing.T) {
 	}
 }
 
+// v1 is a message of Jupyter's v1 kernel websocket protocol, as
+// jupyter_server 2 serializes it.
+func v1(channel, header, content string) []byte {
+	parts := []string{channel, header, "{}", "{}", content}
+	n := len(parts) + 1
+	b := binary.LittleEndian.AppendUint64(nil, uint64(n))
+	at := uint64(8 * (n + 1))
+	offsets := []uint64{at}
+	for _, p := range parts {
+		at += uint64(len(p))
+		offsets = append(offsets, at)
+	}
+	for _, o := range offsets {
+		b = binary.LittleEndian.AppendUint64(b, o)
+	}
+	for _, p := range parts {
+		b = append(b, p...)
+	}
+	return b
+}
+
 func TestKernelStatus(t *testing.T) {
+	if got := kernelStatus(v1("iopub", `{"msg_type": "status", "msg_id": "x"}`, `{"execution_state": "busy"}`)); got != "busy" {
+		t.Errorf("a v1 status: %q", got)
+	}
+	if got := kernelStatus(v1("iopub", `{"msg_type": "stream"}`, `{"text": "execution_state"}`)); got != "" {
+		t.Errorf("a v1 stream: %q", got)
+	}
+	broken := v1("iopub", `{"msg_type": "status"}`, `{"execution_state": "busy"}`)
+	binary.LittleEndian.PutUint64(broken[8*3:], 1<<40) // an offset past the end
+	if got := kernelStatus(broken); got != "" {
+		t.Errorf("a v1 message with a bad offset: %q", got)
+	}
 	for body, want := range map[string]string{
 		busy: "busy",
 		idle: "idle",

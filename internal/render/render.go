@@ -426,9 +426,12 @@ func (b *builder) env() []corev1.EnvVar {
 	return env
 }
 
-// reports says whether the workload reports its progress: a Job, with a
-// RunURL.
-func (b *builder) reports() bool { return b.m.RunURL != "" && b.s.Workload == template.Job }
+// reports says whether the workload reports its progress: a Job of this
+// cluster, with a RunURL (a Job MultiKueue runs on a worker would carry a
+// token of the worker's, which this cluster cannot review).
+func (b *builder) reports() bool {
+	return b.m.RunURL != "" && b.s.Workload == template.Job && !b.m.MultiKueue
+}
 
 // volumes mounts the template's volumes and /dev/shm in c and returns the
 // pod's volumes and the claims: claims for jobs and services, claim templates

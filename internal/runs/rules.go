@@ -32,10 +32,10 @@ type Money struct {
 
 // Judge folds reports into the summary's rule state (after Apply) and
 // returns the first verdict they bring, if a rule fires and none has fired
-// before nor has a person kept the run going. Rules judge the current run
-// only (a restart starts their state again).
+// in this run nor has a person kept the workload going. Rules judge the
+// current run only: a restart starts their state and its verdict again.
 func Judge(s Summary, rs []Report, e *template.EarlyStopping, m Money) (Summary, *Verdict) {
-	if e == nil || s.Verdict != nil || s.KeptBy != "" {
+	if e == nil || s.KeptBy != "" {
 		return s, nil
 	}
 	if s.Watch == nil {
@@ -46,7 +46,13 @@ func Judge(s Summary, rs []Report, e *template.EarlyStopping, m Money) (Summary,
 			continue // an earlier run's report (sent late)
 		}
 		if r.Time.Equal(s.RunFrom) && r.Step == s.RunFromStep && s.Restarts > 0 {
-			clear(s.Watch) // the first report of a new run
+			// The first report of a new run (started again after a
+			// verdict, say): judged afresh.
+			clear(s.Watch)
+			s.Verdict = nil
+		}
+		if s.Verdict != nil {
+			return s, nil // this run's verdict is in
 		}
 		for i, rule := range e.Rules {
 			if v := judgeOne(&s, strconv.Itoa(i), rule, r, m); v != nil {
@@ -73,10 +79,7 @@ func judgeOne(s *Summary, key string, rule template.StopRule, r Report, m Money)
 			s.Watch[key] = Watch{Best: v}
 			return nil
 		}
-		w.Since++
-		if p.Mode == "max" && v > w.Best || p.Mode != "max" && v < w.Best {
-			w.Best = v // better, by no more than delta: not an improvement
-		}
+		w.Since++ // the best stays: small gains add up until they beat it by delta
 		s.Watch[key] = w
 		if w.Since < p.Reports {
 			return nil

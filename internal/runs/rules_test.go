@@ -33,7 +33,7 @@ func newRunner(t *testing.T, rules *template.EarlyStopping, money runs.Money) *r
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.ctx = identity.With(context.Background(), identity.Identity{Via: identity.ViaRun, Workload: "w1"})
+	r.ctx = identity.With(context.Background(), identity.Identity{Via: identity.ViaRun, Workload: "w1", Pod: "gantry-vision/train-w1-abcde"})
 	return r
 }
 
@@ -114,6 +114,15 @@ func TestImprovingRunNeverStopped(t *testing.T) {
 	if len(r.wl.stopped) != 0 {
 		t.Fatalf("an improving run stopped: %q", r.wl.stopped)
 	}
+	// Small gains (half of delta each) add up: a run that improves by
+	// more than delta every two reports is not on a plateau.
+	slow := newRunner(t, plateau, runs.Money{})
+	for i := range 200 {
+		slow.report(map[string]float64{"val_loss": 1 - 0.0005*float64(i)}, -1)
+	}
+	if len(slow.wl.stopped) != 0 {
+		t.Fatalf("a slowly improving run stopped: %q", slow.wl.stopped)
+	}
 	// Flat for three, then a restart, then flat for three: never five in
 	// the same run.
 	for range 3 {
@@ -125,6 +134,27 @@ func TestImprovingRunNeverStopped(t *testing.T) {
 	}
 	if len(r.wl.stopped) != 0 {
 		t.Fatalf("flat across a restart counted as one run: %q", r.wl.stopped)
+	}
+}
+
+// TestVerdictIsPerRun: a run started again after its rules stopped it is
+// judged afresh (no verdict until a rule fires in it).
+func TestVerdictIsPerRun(t *testing.T) {
+	r := newRunner(t, plateau, runs.Money{})
+	for range 6 {
+		r.report(map[string]float64{"val_loss": 0.5}, -1)
+	}
+	if len(r.wl.stopped) != 1 {
+		t.Fatalf("stops %q", r.wl.stopped)
+	}
+	if sum := r.report(map[string]float64{"val_loss": 0.5}, 40); sum.Verdict != nil || sum.Restarts != 1 {
+		t.Fatalf("after a restart: verdict %+v, restarts %d", sum.Verdict, sum.Restarts)
+	}
+	for range 5 {
+		r.report(map[string]float64{"val_loss": 0.5}, -1)
+	}
+	if len(r.wl.stopped) != 2 {
+		t.Fatalf("the new run's plateau: stops %q", r.wl.stopped)
 	}
 }
 

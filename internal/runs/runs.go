@@ -13,6 +13,7 @@ import (
 	"math"
 	"regexp"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/gantryhq/gantry/internal/fault"
@@ -188,7 +189,9 @@ func Apply(s Summary, rs []Report) Summary {
 			s.Epoch = r.Epoch
 		}
 		for k, v := range r.Metrics {
-			s.Metrics[k] = v
+			if _, known := s.Metrics[k]; known || len(s.Metrics) < MaxMetrics {
+				s.Metrics[k] = v // the latest of at most MaxMetrics names
+			}
 		}
 	}
 	return s
@@ -241,14 +244,24 @@ type Workloads interface {
 	Visible(ctx context.Context, id string) error
 	// Manageable says whether the caller may stop and start it.
 	Manageable(ctx context.Context, id string) error
-	// ForRun is what judging its run needs: its template's early stopping
-	// (nil: none) and its money.
-	ForRun(ctx context.Context, id string) (*template.EarlyStopping, Money, error)
+	// ForRun is what taking its run's reports needs (read as Gantry: the
+	// caller is the run).
+	ForRun(ctx context.Context, id string) (RunInfo, error)
 	// StopForRule stops it as a rule decided (checkpoints and volumes
 	// kept: starting it again resumes).
 	StopForRule(ctx context.Context, id, reason string) error
 	// Resume starts it again if it is stopped, as the caller.
 	Resume(ctx context.Context, id string) error
+}
+
+// RunInfo is a workload as its run's reports need it.
+type RunInfo struct {
+	// Namespace is where its pods run: a run's token counts only from a
+	// pod there (a pod elsewhere could carry its labels).
+	Namespace string
+	// Rules are its template's early stopping (nil: none).
+	Rules *template.EarlyStopping
+	Money Money
 }
 
 // Notifier queues a webhook (the store's outbox).
@@ -299,10 +312,14 @@ func (s *Service) Report(ctx context.Context, id string, rs []Report) (Summary, 
 	if err := Check(rs, s.o.Now()); err != nil {
 		return Summary{}, err
 	}
-	rules, money, err := s.o.Workloads.ForRun(ctx, id)
+	info, err := s.o.Workloads.ForRun(ctx, id)
 	if err != nil {
 		return Summary{}, err
 	}
+	if ns, _, _ := strings.Cut(caller.Pod, "/"); ns != info.Namespace {
+		return Summary{}, ErrNotTheRun // a pod outside the workload's namespace
+	}
+	rules, money := info.Rules, info.Money
 	var fired *Verdict
 	sum, err := s.o.Store.AppendReports(ctx, id, rs, func(old Summary) Summary {
 		old.Workload = id

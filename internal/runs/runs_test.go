@@ -168,8 +168,8 @@ func (w *workloads) Manageable(_ context.Context, id string) error {
 	}
 	return nil
 }
-func (w *workloads) ForRun(context.Context, string) (*template.EarlyStopping, runs.Money, error) {
-	return w.rules, w.money, nil
+func (w *workloads) ForRun(context.Context, string) (runs.RunInfo, error) {
+	return runs.RunInfo{Namespace: "gantry-vision", Rules: w.rules, Money: w.money}, nil
 }
 func (w *workloads) StopForRule(_ context.Context, _ string, reason string) error {
 	w.stopped = append(w.stopped, reason)
@@ -191,13 +191,15 @@ func TestService(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run := identity.With(context.Background(), identity.Identity{Via: identity.ViaRun, Workload: "w1"})
-	other := identity.With(context.Background(), identity.Identity{Via: identity.ViaRun, Workload: "w2"})
+	run := identity.With(context.Background(), identity.Identity{Via: identity.ViaRun, Workload: "w1", Pod: "gantry-vision/train-w1-abcde"})
+	other := identity.With(context.Background(), identity.Identity{Via: identity.ViaRun, Workload: "w2", Pod: "gantry-vision/train-w2-abcde"})
+	// A pod in another namespace labelled as the workload's.
+	elsewhere := identity.With(context.Background(), identity.Identity{Via: identity.ViaRun, Workload: "w1", Pod: "mallory/fake"})
 	person := identity.With(context.Background(), identity.Identity{Subject: "alice", Via: identity.ViaToken})
 	if _, _, ok, err := svc.Progress(person, "w1", time.Time{}, 10); err != nil || ok {
 		t.Fatalf("nothing reported: %v %v", ok, err)
 	}
-	for _, ctx := range []context.Context{other, person} {
+	for _, ctx := range []context.Context{other, person, elsewhere} {
 		if _, err := svc.Report(ctx, "w1", []runs.Report{report(1)}); !errors.Is(err, runs.ErrNotTheRun) {
 			t.Fatalf("a report by another: %v", err)
 		}
@@ -235,8 +237,11 @@ func (f *reviewer) ReviewRunToken(context.Context, string, string) (runs.Review,
 
 func jwt(aud string, exp time.Time) string {
 	enc := base64.RawURLEncoding.EncodeToString
-	return enc([]byte(`{"alg":"RS256"}`)) + "." + enc([]byte(`{"aud":["`+aud+`"],"exp":`+strconv.FormatInt(exp.Unix(), 10)+`}`)) + ".sig"
+	return enc([]byte(`{"alg":"RS256"}`)) + "." + enc([]byte(`{"aud":["`+aud+`"],"exp":`+strconv.FormatInt(exp.Unix(), 10)+
+		`,"kubernetes.io":{"namespace":"gantry-vision","pod":{"name":"train-w1-x","uid":"u1"}}}`)) + ".sig"
 }
+
+func enc64(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }
 
 // TestTokenAuth: a run's token names its workload; it is reviewed once a
 // minute at most; other audiences, expired tokens and tokens of pods Gantry
@@ -246,7 +251,8 @@ func TestTokenAuth(t *testing.T) {
 	clock := now
 	a := &runs.TokenAuth{Reviewer: rv, Now: func() time.Time { return clock }}
 	tok := jwt(runs.Audience, now.Add(time.Hour))
-	if !runs.IsRunToken(tok) || runs.IsRunToken(jwt("gantry", now.Add(time.Hour))) || runs.IsRunToken("gnt_abc") {
+	unbound := enc64(`{"alg":"RS256"}`) + "." + enc64(`{"aud":["gantry-run"],"exp":`+strconv.FormatInt(now.Add(time.Hour).Unix(), 10)+`}`) + ".sig"
+	if !runs.IsRunToken(tok) || runs.IsRunToken(jwt("gantry", now.Add(time.Hour))) || runs.IsRunToken("gnt_abc") || runs.IsRunToken(unbound) {
 		t.Fatal("IsRunToken")
 	}
 	for range 3 {

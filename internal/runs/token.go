@@ -80,8 +80,9 @@ func IsRunToken(token string) bool {
 var errNotRunToken = errors.New("not a run token")
 
 // shapeOf checks, without verifying it (the review does), that token is a
-// JWT for Audience, and returns its expiry; with a zero now the expiry is
-// not checked.
+// JWT for Audience bound to a pod, and returns its expiry; with a zero now
+// the expiry is not checked. Only tokens of that shape cost the API server
+// a review.
 func shapeOf(token string, now time.Time) (time.Time, error) {
 	parts := strings.Split(token, ".")
 	if len(parts) != 3 {
@@ -94,8 +95,14 @@ func shapeOf(token string, now time.Time) (time.Time, error) {
 	var claims struct {
 		Aud any   `json:"aud"`
 		Exp int64 `json:"exp"`
+		// A projected ServiceAccount token names the pod it is bound to.
+		Kubernetes struct {
+			Pod struct {
+				Name string `json:"name"`
+			} `json:"pod"`
+		} `json:"kubernetes.io"`
 	}
-	if json.Unmarshal(payload, &claims) != nil {
+	if json.Unmarshal(payload, &claims) != nil || claims.Kubernetes.Pod.Name == "" {
 		return time.Time{}, errNotRunToken
 	}
 	var auds []string
@@ -179,5 +186,5 @@ func (a *TokenAuth) reject(key [32]byte, now time.Time) {
 
 func runIdentity(c cachedRun) identity.Identity {
 	return identity.Identity{Issuer: "kubernetes", Subject: c.user, Name: "the run of workload " + c.workload + " (pod " + c.pod + ")",
-		Via: identity.ViaRun, Workload: c.workload}
+		Via: identity.ViaRun, Workload: c.workload, Pod: c.pod}
 }

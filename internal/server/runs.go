@@ -6,7 +6,6 @@ import (
 
 	"github.com/gantryhq/gantry/internal/catalog"
 	"github.com/gantryhq/gantry/internal/runs"
-	"github.com/gantryhq/gantry/internal/template"
 	"github.com/gantryhq/gantry/internal/workload"
 )
 
@@ -37,14 +36,15 @@ func (r runWorkloads) StopForRule(ctx context.Context, id, reason string) error 
 }
 
 // ForRun reads the record as Gantry (the caller is the run, not a person).
-func (r runWorkloads) ForRun(ctx context.Context, id string) (*template.EarlyStopping, runs.Money, error) {
+func (r runWorkloads) ForRun(ctx context.Context, id string) (runs.RunInfo, error) {
 	w, err := r.records.Workload(ctx, id)
 	if err != nil {
-		return nil, runs.Money{}, err
+		return runs.RunInfo{}, err
 	}
 	v, err := r.templates.Get(ctx, w.Template, w.TemplateVersion)
 	if err != nil {
-		return nil, runs.Money{}, err
+		return runs.RunInfo{}, err
 	}
-	return v.Template.Spec.EarlyStopping, runs.Money{SoFar: w.CostAt(r.now()), PerHour: w.RunPricePerHour()}, nil
+	return runs.RunInfo{Namespace: r.svc.Namespace(w), Rules: v.Template.Spec.EarlyStopping,
+		Money: runs.Money{SoFar: w.CostAt(r.now()), PerHour: w.RunPricePerHour()}}, nil
 }

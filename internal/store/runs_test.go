@@ -12,7 +12,6 @@ import (
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/runs"
 	"github.com/gantryhq/gantry/internal/store/stores"
-	"github.com/gantryhq/gantry/internal/template"
 )
 
 // testRuns is the runs part of the conformance suite: reports appended
@@ -123,7 +122,7 @@ func BenchmarkReportIngest(b *testing.B) {
 				}
 				ctxs := make([]context.Context, 16)
 				for i := range ctxs {
-					ctxs[i] = identity.With(context.Background(), identity.Identity{Via: identity.ViaRun, Workload: fmt.Sprintf("run%06d", i)})
+					ctxs[i] = identity.With(context.Background(), identity.Identity{Via: identity.ViaRun, Workload: fmt.Sprintf("run%06d", i), Pod: "ns/p"})
 				}
 				n, batches := 0, 0
 				for b.Loop() {
@@ -155,7 +154,7 @@ func BenchmarkReportIngest(b *testing.B) {
 			b.SetParallelism(8)
 			b.RunParallel(func(pb *testing.PB) {
 				id := fmt.Sprintf("par%07d", next.Add(1))
-				ctx := identity.With(context.Background(), identity.Identity{Via: identity.ViaRun, Workload: id})
+				ctx := identity.With(context.Background(), identity.Identity{Via: identity.ViaRun, Workload: id, Pod: "ns/p"})
 				step := int64(0)
 				for pb.Next() {
 					step++
@@ -178,8 +177,8 @@ type anyWorkload struct{}
 
 func (anyWorkload) Visible(context.Context, string) error    { return nil }
 func (anyWorkload) Manageable(context.Context, string) error { return nil }
-func (anyWorkload) ForRun(context.Context, string) (*template.EarlyStopping, runs.Money, error) {
-	return nil, runs.Money{}, nil
+func (anyWorkload) ForRun(context.Context, string) (runs.RunInfo, error) {
+	return runs.RunInfo{Namespace: "ns"}, nil
 }
 func (anyWorkload) StopForRule(context.Context, string, string) error { return nil }
 func (anyWorkload) Resume(context.Context, string) error              { return nil }

@@ -85,8 +85,9 @@ func (s *Service) Used(ctx context.Context, id string) {
 		return
 	}
 	if err := s.store.TouchWorkload(ctx, id, now); err != nil {
+		// Tried again touchEvery later, not on every message of a socket
+		// (a database away must not stall the stream nor flood the log).
 		s.log.WarnContext(ctx, "activity on a workload not recorded", "workload_id", id, "err", err)
-		return // tried again on the next request
 	}
 	if n := s.touchedN.Add(1); n > maxTouched {
 		s.touched.Clear() // bounded: a forgotten entry costs one write more

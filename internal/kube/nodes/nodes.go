@@ -92,8 +92,16 @@ func (k *Nodes) ReviewRunToken(ctx context.Context, token, audience string) (run
 	if err != nil {
 		return runs.Review{}, kapi.Classify(err, "pods", namespace)
 	}
-	if string(p.UID) == uid[0] && p.Labels[render.LabelManagedBy] == render.ManagedBy {
-		r.Workload, r.Pod = p.Labels[render.LabelWorkloadID], namespace+"/"+p.Name
+	id := p.Labels[render.LabelWorkloadID]
+	if string(p.UID) != uid[0] || p.Labels[render.LabelManagedBy] != render.ManagedBy || id == "" {
+		return r, nil
+	}
+	// Made by Gantry's Job for that workload (its controller, named
+	// TEMPLATE-ID), not merely labelled so.
+	for _, o := range p.OwnerReferences {
+		if o.Kind == "Job" && o.Controller != nil && *o.Controller && strings.HasSuffix(o.Name, "-"+id) {
+			r.Workload, r.Pod = id, namespace+"/"+p.Name
+		}
 	}
 	return r, nil
 }

@@ -5,3 +5,5 @@ ALTER TABLE run_progress ADD COLUMN watch TEXT NOT NULL DEFAULT '{}';
 ALTER TABLE run_progress ADD COLUMN verdict TEXT NOT NULL DEFAULT '';
 ALTER TABLE run_progress ADD COLUMN kept_by TEXT NOT NULL DEFAULT '';
 ALTER TABLE run_progress ADD COLUMN kept_at BIGINT NOT NULL DEFAULT 0;
+-- Retention deletes reports by age across runs.
+CREATE INDEX run_reports_t ON run_reports (t);

@@ -238,7 +238,7 @@ func (s *Store) RunReports(ctx context.Context, workload string, since time.Time
 }
 
 // DeleteRunsBefore removes the reports older than before, up to limit rows
-// (telemetry's raw retention applies to them); it returns how many.
+// (the server passes telemetry's rollup retention); it returns how many.
 func (s *Store) DeleteRunsBefore(ctx context.Context, before time.Time, limit int) (int64, error) {
 	res, err := s.db.ExecContext(ctx, s.db.Q(`DELETE FROM run_reports WHERE (workload, seq) IN
 		(SELECT workload, seq FROM run_reports WHERE t < ? LIMIT ?)`), before.UnixMilli(), limit)

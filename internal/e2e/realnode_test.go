@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/gantryhq/gantry/api/client"
 	"github.com/gantryhq/gantry/api/model"
 	"github.com/gantryhq/gantry/internal/config"
 	"github.com/gantryhq/gantry/internal/devcluster"
@@ -30,6 +31,19 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
+
+// realNodeSlots lets as many real-node tests run at once as the node has
+// cores for their pods (each asks for one; CI's machine has two): more
+// would leave pods Pending for want of CPU until another test ends.
+var realNodeSlots = make(chan struct{}, 2)
+
+// holdRealNode takes a slot on the real node until the test's cleanups
+// (its workloads' deletion among them) are done: call it first.
+func holdRealNode(t *testing.T) {
+	t.Helper()
+	realNodeSlots <- struct{}{}
+	t.Cleanup(func() { <-realNodeSlots })
+}
 
 // realNode returns Gantry on the cluster with the real node pulling the
 // catalog's images from Gantry's local signed registry; without a real node
@@ -57,10 +71,11 @@ func realNode(t *testing.T) *gantryServer {
 // limit Failed OOMKilled, and the price is per core-hour.
 func TestCPUJobRunsForReal(t *testing.T) {
 	t.Parallel() // see the note on TestMain
+	holdRealNode(t)
 	g := realNode(t)
 	run := func(script, memory string) model.Workload {
 		t.Helper()
-		params := model.Parameters{"script": script, "cpu": "2"}
+		params := model.Parameters{"script": script, "cpu": "1"}
 		if memory != "" {
 			params["memory"] = memory
 		}
@@ -68,7 +83,7 @@ func TestCPUJobRunsForReal(t *testing.T) {
 		if s != 201 {
 			t.Fatalf("launch: %d", s)
 		}
-		if w.Gpu.Class != "CPU" || w.Gpu.Count != 0 || w.PricePerHour != 0.1 {
+		if w.Gpu.Class != "CPU" || w.Gpu.Count != 0 || w.PricePerHour != 0.05 {
 			t.Fatalf("launched %s", asJSON(w))
 		}
 		return w
@@ -114,6 +129,7 @@ func TestCPUJobRunsForReal(t *testing.T) {
 // volume is there again after the notebook is stopped and started.
 func TestCPUNotebookRunsCode(t *testing.T) {
 	t.Parallel() // see the note on TestMain
+	holdRealNode(t)
 	g := notebookGantry(t)
 	ctx := t.Context()
 	tok := g.Token("alice")
@@ -367,17 +383,13 @@ func appGantry(t *testing.T, edit func(*config.Config), images ...string) *serve
 // finishes at the same total steps, and the workload Succeeded.
 func TestCPUTrainingResumes(t *testing.T) {
 	t.Parallel() // see the note on TestMain
+	holdRealNode(t)
 	g := appGantry(t, nil, "pytorch-cpu:1.13-debian12")
 	ctx := t.Context()
 	alice := servertest.Client(g.URL, g.Token("alice"))
 	const steps = 150
 	params := model.Parameters{"steps": steps, "stepDelay": "0.2"} // about 30 s of steps
-	r := servertest.Must(alice.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "cpu-train", Team: "vision", Parameters: &params}))(t)
-	if r.StatusCode() != 201 {
-		t.Fatalf("launch: %d %s", r.StatusCode(), r.Body)
-	}
-	id := r.JSON201.Id
-	t.Cleanup(func() { servertest.Must(alice.DeleteWorkloadWithResponse(context.Background(), id))(t) })
+	id := launchAs(t, alice, model.LaunchRequest{Template: "cpu-train", Team: "vision", Parameters: &params}).Id
 	logs := func() string {
 		return string(servertest.Must(alice.GetWorkloadLogsWithResponse(ctx, id, nil))(t).Body)
 	}
@@ -461,6 +473,19 @@ func TestCPUTrainingResumes(t *testing.T) {
 	}
 }
 
+// launchAs launches req with the client (a person's), and deletes the
+// workload when the test ends.
+func launchAs(t *testing.T, c *client.ClientWithResponses, req model.LaunchRequest) model.Workload {
+	t.Helper()
+	r := servertest.Must(c.CreateWorkloadWithResponse(t.Context(), nil, req))(t)
+	if r.StatusCode() != 201 {
+		t.Fatalf("launch: %d %s", r.StatusCode(), r.Body)
+	}
+	w := servertest.Deref(r.JSON201)
+	t.Cleanup(func() { servertest.Must(c.DeleteWorkloadWithResponse(context.Background(), w.Id))(t) })
+	return w
+}
+
 // lastLines is the last n lines of s, for failure messages.
 func lastLines(s string, n int) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
@@ -473,6 +498,7 @@ func lastLines(s string, n int) string {
 // workload is Failed, saying it reached its max runtime.
 func TestMaxRuntimeKillsContainer(t *testing.T) {
 	t.Parallel() // see the note on TestMain
+	holdRealNode(t)
 	dir := t.TempDir()
 	b, err := os.ReadFile("../../templates/cpu-job.yaml")
 	if err != nil {
@@ -491,12 +517,7 @@ func TestMaxRuntimeKillsContainer(t *testing.T) {
 	// A sleep this test alone runs, to find its process on the node.
 	secs := 600 + time.Now().UnixNano()%300
 	params := model.Parameters{"script": fmt.Sprintf("echo started; exec sleep %d", secs)}
-	r := servertest.Must(alice.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "cpu-job", Team: "vision", Parameters: &params}))(t)
-	if r.StatusCode() != 201 {
-		t.Fatalf("launch: %d %s", r.StatusCode(), r.Body)
-	}
-	id := r.JSON201.Id
-	t.Cleanup(func() { servertest.Must(alice.DeleteWorkloadWithResponse(context.Background(), id))(t) })
+	id := launchAs(t, alice, model.LaunchRequest{Template: "cpu-job", Team: "vision", Parameters: &params}).Id
 	waitfor.Until(t, 2*time.Minute, "the container's sleep running on this machine", func() error {
 		if pids := processes("sleep", fmt.Sprint(secs)); len(pids) == 0 {
 			return fmt.Errorf("no process sleep %d", secs)
@@ -547,15 +568,11 @@ func processes(args ...string) []string {
 // a streamed completion ending in [DONE], and a clear 400 for a bad request.
 func TestCPUInferenceService(t *testing.T) {
 	t.Parallel() // see the note on TestMain
+	holdRealNode(t)
 	g := appGantry(t, nil, "llm-server:0.1-debian12")
 	ctx := t.Context()
 	alice := servertest.Client(g.URL, g.Token("alice"))
-	r := servertest.Must(alice.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "cpu-inference", Team: "vision"}))(t)
-	if r.StatusCode() != 201 {
-		t.Fatalf("launch: %d %s", r.StatusCode(), r.Body)
-	}
-	w := servertest.Deref(r.JSON201)
-	t.Cleanup(func() { servertest.Must(alice.DeleteWorkloadWithResponse(context.Background(), w.Id))(t) })
+	w := launchAs(t, alice, model.LaunchRequest{Template: "cpu-inference", Team: "vision"})
 	base := servertest.Deref(w.Endpoint)
 	if !strings.HasSuffix(base, ":8000") {
 		t.Fatalf("endpoint %q", base)
@@ -619,6 +636,7 @@ func TestCPUInferenceService(t *testing.T) {
 // idle.
 func TestCPUNotebookIdleCulled(t *testing.T) {
 	t.Parallel() // see the note on TestMain
+	holdRealNode(t)
 	const timeout = time.Minute
 	dir := t.TempDir()
 	b, err := os.ReadFile("../../templates/cpu-notebook.yaml")
@@ -636,12 +654,7 @@ func TestCPUNotebookIdleCulled(t *testing.T) {
 	ctx := t.Context()
 	tok := g.Token("alice")
 	alice := servertest.Client(g.URL, tok)
-	r := servertest.Must(alice.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "cpu-notebook", Team: "vision"}))(t)
-	if r.StatusCode() != 201 {
-		t.Fatalf("launch: %d %s", r.StatusCode(), r.Body)
-	}
-	id := r.JSON201.Id
-	t.Cleanup(func() { servertest.Must(alice.DeleteWorkloadWithResponse(context.Background(), id))(t) })
+	id := launchAs(t, alice, model.LaunchRequest{Template: "cpu-notebook", Team: "vision"}).Id
 	base := g.URL + "/w/" + id + "/"
 	status := func() model.Workload {
 		return servertest.Deref(servertest.Must(alice.GetWorkloadWithResponse(ctx, id))(t).JSON200)

@@ -3,17 +3,15 @@ package runs
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/identity"
+	"github.com/gantryhq/gantry/internal/projected"
 )
 
 // Audience is the audience of a run's token: a projected ServiceAccount
@@ -84,46 +82,14 @@ var errNotRunToken = errors.New("not a run token")
 // the expiry is not checked. Only tokens of that shape cost the API server
 // a review.
 func shapeOf(token string, now time.Time) (time.Time, error) {
-	parts := strings.Split(token, ".")
-	if len(parts) != 3 {
+	c, err := projected.Peek(token)
+	if err != nil || !c.For(Audience) || c.Pod == "" {
 		return time.Time{}, errNotRunToken
 	}
-	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
-	if err != nil {
-		return time.Time{}, errNotRunToken
-	}
-	var claims struct {
-		Aud any   `json:"aud"`
-		Exp int64 `json:"exp"`
-		// A projected ServiceAccount token names the pod it is bound to.
-		Kubernetes struct {
-			Pod struct {
-				Name string `json:"name"`
-			} `json:"pod"`
-		} `json:"kubernetes.io"`
-	}
-	if json.Unmarshal(payload, &claims) != nil || claims.Kubernetes.Pod.Name == "" {
-		return time.Time{}, errNotRunToken
-	}
-	var auds []string
-	switch v := claims.Aud.(type) {
-	case string:
-		auds = []string{v}
-	case []any:
-		for _, x := range v {
-			if s, ok := x.(string); ok {
-				auds = append(auds, s)
-			}
-		}
-	}
-	if !slices.Contains(auds, Audience) {
-		return time.Time{}, errNotRunToken
-	}
-	exp := time.Unix(claims.Exp, 0)
-	if !now.IsZero() && (claims.Exp == 0 || !exp.After(now)) {
+	if !now.IsZero() && !c.Live(now) {
 		return time.Time{}, errors.New("token expired")
 	}
-	return exp, nil
+	return c.Expiry, nil
 }
 
 // Authenticate returns the identity of the run a token belongs to: the

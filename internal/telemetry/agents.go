@@ -3,17 +3,15 @@ package telemetry
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/identity"
+	"github.com/gantryhq/gantry/internal/projected"
 )
 
 // TokenReviewer asks the cluster who a ServiceAccount token belongs to (a
@@ -68,40 +66,16 @@ func (a *AgentAuth) reject(key [32]byte, now time.Time) {
 // shapeOf checks, without verifying it (the TokenReview does), that a token
 // is a JWT meant for audience that has not expired, and returns its expiry.
 func shapeOf(token, audience string, now time.Time) (time.Time, error) {
-	parts := strings.Split(token, ".")
-	if len(parts) != 3 {
-		return time.Time{}, errors.New("not a JWT")
-	}
-	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
-	if err != nil {
-		return time.Time{}, errors.New("not a JWT")
-	}
-	var claims struct {
-		Aud any   `json:"aud"`
-		Exp int64 `json:"exp"`
-	}
-	if err := json.Unmarshal(payload, &claims); err != nil {
-		return time.Time{}, errors.New("not a JWT")
-	}
-	var auds []string
-	switch v := claims.Aud.(type) {
-	case string:
-		auds = []string{v}
-	case []any:
-		for _, x := range v {
-			if s, ok := x.(string); ok {
-				auds = append(auds, s)
-			}
-		}
-	}
-	exp := time.Unix(claims.Exp, 0)
+	c, err := projected.Peek(token)
 	switch {
-	case !slices.Contains(auds, audience):
+	case err != nil:
+		return time.Time{}, err
+	case !c.For(audience):
 		return time.Time{}, fmt.Errorf("token not meant for audience %q", audience)
-	case claims.Exp == 0 || !exp.After(now):
+	case !c.Live(now):
 		return time.Time{}, errors.New("token expired")
 	}
-	return exp, nil
+	return c.Expiry, nil
 }
 
 // agentCacheTTL is how long an accepted token is trusted without a review;

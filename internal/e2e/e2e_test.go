@@ -48,7 +48,8 @@ var cluster *devcluster.Cluster
 // namespaces and Lease, and runs the default policy, so their quota syncs
 // write the same Kueue objects. So do the real node's tests (a shell job,
 // a notebook, training resumed, max runtime, inference, idle culling),
-// which mostly wait on real containers; .ci/test runs four at a time. Any
+// which mostly wait on real containers, two at a time at most (one core of
+// the real node each: holdRealNode). Any
 // test that changes the policy's quotas or budgets (TestApprovalsAndBudgets)
 // stays serial.
 func TestMain(m *testing.M) {

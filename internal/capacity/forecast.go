@@ -68,7 +68,9 @@ func (s *Service) history(ctx context.Context, class gpu.Class, now time.Time) (
 			}
 			gpus *= p.Share()
 		}
-		r := forecast.Record{Created: d.Created, GPUs: gpus, Class: class.Name}
+		// Launches of one template and size last alike.
+		kind := fmt.Sprintf("%s/%d/%s", d.Template, d.GPUCount, d.MIGProfile)
+		r := forecast.Record{Created: d.Created, GPUs: gpus, Class: class.Name, Kind: kind}
 		if !d.Ended.After(now) {
 			r.Ended = d.Ended // an end after now is not known yet
 		}

@@ -123,6 +123,30 @@ func TestForecastKnowsLifetimes(t *testing.T) {
 	}
 }
 
+// TestForecastKnowsKinds: two kinds of launch of the same size, one that
+// lasts 30 minutes and one that lasts 10 hours. Pooled by size, a launch 20
+// minutes old is as likely as not to end; by its kind, a short one is gone
+// 10 minutes on and a long one stays.
+func TestForecastKnowsKinds(t *testing.T) {
+	var recs []Record
+	for i := range 200 {
+		c := at(i * 60)
+		recs = append(recs, Record{Created: c, Ended: c.Add(30 * time.Minute), GPUs: 8, Kind: "short"},
+			Record{Created: c, Ended: c.Add(10 * time.Hour), GPUs: 8, Kind: "long"})
+	}
+	origin := at(200*60 + 24*60)
+	for _, tc := range []struct {
+		kind string
+		want float64
+	}{{"short", 0}, {"long", 8}} {
+		h := append(slices.Clone(recs), Record{Created: origin.Add(-20 * time.Minute), GPUs: 8, Kind: tc.kind})
+		pts := New(NewHistory(h), Options{ArrivalWindow: time.Hour}).Forecast(origin, 10*time.Minute, 10*time.Minute)
+		if len(pts) != 1 || pts[0].GPUs != tc.want {
+			t.Errorf("a %s launch 20 minutes old, 10 minutes on: %+v, want %v GPUs", tc.kind, pts, tc.want)
+		}
+	}
+}
+
 // TestForecastArrivals: launches that arrive steadily and last long are
 // expected to keep arriving: the forecast rises with the horizon, within
 // its band.

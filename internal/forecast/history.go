@@ -20,6 +20,10 @@ type Record struct {
 	Ended   time.Time
 	GPUs    float64
 	Class   string
+	// Kind is what kind of launch it was (a template and its size, a
+	// trace's pod shape): launches of one kind tend to last alike. ""
+	// when the history does not say.
+	Kind string
 }
 
 // alive reports whether r is wanted at t.

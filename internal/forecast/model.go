@@ -39,9 +39,10 @@ func (o Options) withDefaults() Options {
 // is what is wanted at the origin, less the launches alive then that end by
 // T, plus those that arrive by T and are still alive at T. How long a launch
 // lasts is a survival curve (Kaplan–Meier, the ones still running counted
-// as lasting at least their age) per size — a shared GPU, one, a few, a
+// as lasting at least their age) per kind of launch (Record.Kind) where
+// the kind has history enough, else per size — a shared GPU, one, a few, a
 // node's worth — so a launch an hour old is as likely to end soon as the
-// history's launches of its size that reached an hour were. Arrivals are a
+// history's launches of its kind that reached an hour were. Arrivals are a
 // Poisson stream per size at the rate of the last week, half of it from the
 // week as a whole and half from the same hours of its days. The sum's
 // distribution is computed exactly (in thousandths of a GPU) and its median
@@ -72,13 +73,14 @@ func (f *Forecaster) Forecast(origin time.Time, horizon, step time.Duration) []P
 	type alive struct {
 		age  time.Duration
 		size int
+		kind string
 		mg   int64
 	}
 	var live []alive
 	for _, r := range f.h.recs[:n] {
 		if r.alive(origin) {
 			now += r.GPUs
-			live = append(live, alive{origin.Sub(r.Created), sizeOf(r.GPUs), milli(r.GPUs)})
+			live = append(live, alive{origin.Sub(r.Created), sizeOf(r.GPUs), r.Kind, milli(r.GPUs)})
 		}
 	}
 	// Arrival rates (per second) per size and amount, from the window
@@ -106,7 +108,7 @@ func (f *Forecaster) Forecast(origin time.Time, horizon, step time.Duration) []P
 	for ahead := step; ahead <= horizon; ahead += step {
 		d := noChange
 		for _, a := range live {
-			s := ft.curve(a.size)
+			s := ft.curveOf(a.kind, a.size)
 			sa := s.at(a.age)
 			if sa <= 0 {
 				continue
@@ -168,7 +170,17 @@ func sizeOf(gpus float64) int {
 // launches for a size with too little history of its own.
 type fit struct {
 	bySize [sizes]curve
+	byKind map[string]curve
 	all    curve
+}
+
+// curveOf is the curve of a kind of launch with history enough of its own,
+// else that of its size.
+func (f *fit) curveOf(kind string, size int) curve {
+	if c, ok := f.byKind[kind]; ok && kind != "" && c.events >= minEvents {
+		return c
+	}
+	return f.curve(size)
 }
 
 // minEvents is how many ended launches a size needs for a curve of its own.
@@ -184,6 +196,7 @@ func (f *fit) curve(size int) curve {
 func fitAt(h *History, at time.Time) *fit {
 	var all []life
 	var by [sizes][]life
+	kinds := map[string][]life{}
 	for _, r := range h.recs[:h.upTo(at)] {
 		l := life{d: at.Sub(r.Created)}
 		if !r.Ended.IsZero() && !r.Ended.After(at) {
@@ -191,8 +204,12 @@ func fitAt(h *History, at time.Time) *fit {
 		}
 		all = append(all, l)
 		by[sizeOf(r.GPUs)] = append(by[sizeOf(r.GPUs)], l)
+		kinds[r.Kind] = append(kinds[r.Kind], l)
 	}
-	f := &fit{all: kaplanMeier(all)}
+	f := &fit{all: kaplanMeier(all), byKind: map[string]curve{}}
+	for k, ls := range kinds {
+		f.byKind[k] = kaplanMeier(ls)
+	}
 	for i := range by {
 		f.bySize[i] = kaplanMeier(by[i])
 	}

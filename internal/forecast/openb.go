@@ -81,7 +81,7 @@ func ReadOpenB(r io.Reader, name, class string) ([]Record, error) {
 				continue
 			}
 		}
-		rec := Record{Created: time.Unix(created, 0).UTC(), GPUs: gpus, Class: class}
+		rec := Record{Created: time.Unix(created, 0).UTC(), GPUs: gpus, Class: class, Kind: kindOf(row, col)}
 		if deleted != 0 {
 			rec.Ended = time.Unix(deleted, 0).UTC()
 		}
@@ -96,4 +96,16 @@ func specNames(spec, class string) bool {
 		}
 	}
 	return false
+}
+
+// kindOf is a pod's shape — its GPUs, CPU, memory and QoS — which stands
+// for its kind: launches of one template and size look alike.
+func kindOf(row []string, col map[string]int) string {
+	var parts []string
+	for _, c := range []string{"num_gpu", "gpu_milli", "cpu_milli", "memory_mib", "qos"} {
+		if i, ok := col[c]; ok {
+			parts = append(parts, strings.TrimSpace(row[i]))
+		}
+	}
+	return strings.Join(parts, "/")
 }

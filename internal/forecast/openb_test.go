@@ -19,9 +19,9 @@ func TestReadOpenB(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []Record{
-		{Created: time.Unix(0, 0).UTC(), Ended: time.Unix(12537496, 0).UTC(), GPUs: 1},
-		{Created: time.Unix(427061, 0).UTC(), Ended: time.Unix(12902960, 0).UTC(), GPUs: 0.46},
-		{Created: time.Unix(9437497, 0).UTC(), Ended: time.Unix(10769854, 0).UTC(), GPUs: 8},
+		{Created: time.Unix(0, 0).UTC(), Ended: time.Unix(12537496, 0).UTC(), GPUs: 1, Kind: "1/1000/12000/16384/LS"},
+		{Created: time.Unix(427061, 0).UTC(), Ended: time.Unix(12902960, 0).UTC(), GPUs: 0.46, Kind: "1/460/6000/12288/LS"},
+		{Created: time.Unix(9437497, 0).UTC(), Ended: time.Unix(10769854, 0).UTC(), GPUs: 8, Kind: "8/1000/88000/327680/Burstable"},
 	}
 	if len(recs) != len(want) {
 		t.Fatalf("%d records, want %d: %+v", len(recs), len(want), recs)

@@ -1028,7 +1028,7 @@ func testMetering(t *testing.T, s *stores.All) {
 	}
 	d, err := s.Demand(ctx, at)
 	if err != nil || len(d) != 2 || !d[0].Created.Equal(at) || !d[0].Ended.Equal(at.Add(5*time.Hour)) || d[0].GPUCount != 2 || d[0].GPUClass != "H100-80GB" ||
-		!d[1].Ended.IsZero() || d[1].MIGProfile != "1g.10gb" {
+		!d[1].Ended.IsZero() || d[1].MIGProfile != "1g.10gb" || d[1].Template != "jupyter-notebook" {
 		t.Fatalf("demand since 09:00: %+v, %v", d, err)
 	}
 	if d, err := s.Demand(ctx, at.Add(5*time.Hour)); err != nil || len(d) != 1 || d[0].MIGProfile != "1g.10gb" {

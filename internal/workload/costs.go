@@ -40,6 +40,7 @@ type Run struct {
 // class, each a MIG slice when MIGProfile is set.
 type Demand struct {
 	Created, Ended time.Time
+	Template       string
 	GPUClass       string
 	MIGProfile     string
 	GPUCount       int

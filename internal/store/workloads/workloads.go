@@ -433,7 +433,7 @@ func (s *Store) WorkloadRuns(ctx context.Context, from, to time.Time, teams []te
 // oldest first.
 func (s *Store) Demand(ctx context.Context, since time.Time) ([]workload.Demand, error) {
 	in, args := statusIn(workload.StatusesWhere(workload.Status.Live))
-	rows, err := s.db.Read().QueryContext(ctx, s.db.Q(`SELECT created_at, ended_at, gpu_class, mig_profile, gpu_count FROM workloads
+	rows, err := s.db.Read().QueryContext(ctx, s.db.Q(`SELECT created_at, ended_at, template, gpu_class, mig_profile, gpu_count FROM workloads
 		WHERE gpu_count > 0 AND (ended_at > ? OR (ended_at = 0 AND `+in+`)) ORDER BY created_at, id`), append([]any{since.UnixMicro()}, args...)...)
 	if err != nil {
 		return nil, fmt.Errorf("list demand: %w", err)
@@ -443,7 +443,7 @@ func (s *Store) Demand(ctx context.Context, since time.Time) ([]workload.Demand,
 	for rows.Next() {
 		var d workload.Demand
 		var created, ended int64
-		if err := rows.Scan(&created, &ended, &d.GPUClass, &d.MIGProfile, &d.GPUCount); err != nil {
+		if err := rows.Scan(&created, &ended, &d.Template, &d.GPUClass, &d.MIGProfile, &d.GPUCount); err != nil {
 			return nil, fmt.Errorf("list demand: %w", err)
 		}
 		d.Created = time.UnixMicro(created).UTC()

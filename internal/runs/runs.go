@@ -218,11 +218,21 @@ func (s Summary) Remaining() (time.Duration, bool) {
 	return time.Duration(left / s.Rate * float64(time.Second)), true
 }
 
+// Append is one workload's reports (none: only its summary changes) and
+// how they change its summary.
+type Append struct {
+	Workload string
+	Reports  []Report
+	Update   func(Summary) Summary
+}
+
 // Store keeps reports and summaries.
 type Store interface {
-	// AppendReports stores reports of workload and updates its summary
-	// with update, in one transaction; it returns the new summary.
-	AppendReports(ctx context.Context, workload string, rs []Report, update func(Summary) Summary) (Summary, error)
+	// AppendReports stores each append's reports and updates its
+	// workload's summary with its Update (appends to one workload in their
+	// order), all in one transaction; it returns the new summaries, one per
+	// append.
+	AppendReports(ctx context.Context, as []Append) ([]Summary, error)
 	// RunSummary is a workload's summary; *fault.NotFound when it has
 	// reported nothing.
 	RunSummary(ctx context.Context, workload string) (Summary, error)
@@ -280,7 +290,11 @@ type Options struct {
 
 // Service takes reports, judges runs by their templates' early stopping,
 // and answers progress.
-type Service struct{ o Options }
+type Service struct {
+	o      Options
+	commit *committer
+	infos  *infoCache
+}
 
 // New returns the service, complete.
 func New(o Options) (*Service, error) {
@@ -290,7 +304,7 @@ func New(o Options) (*Service, error) {
 	if o.Log == nil {
 		o.Log = slog.Default()
 	}
-	return &Service{o: o}, nil
+	return &Service{o: o, commit: &committer{store: o.Store}, infos: &infoCache{now: o.Now, m: map[string]cachedInfo{}}}, nil
 }
 
 // ErrNotTheRun refuses a report from anyone but the workload's own run.
@@ -312,7 +326,7 @@ func (s *Service) Report(ctx context.Context, id string, rs []Report) (Summary, 
 	if err := Check(rs, s.o.Now()); err != nil {
 		return Summary{}, err
 	}
-	info, err := s.o.Workloads.ForRun(ctx, id)
+	info, err := s.infos.get(ctx, id, s.o.Workloads.ForRun)
 	if err != nil {
 		return Summary{}, err
 	}
@@ -321,12 +335,12 @@ func (s *Service) Report(ctx context.Context, id string, rs []Report) (Summary, 
 	}
 	rules, money := info.Rules, info.Money
 	var fired *Verdict
-	sum, err := s.o.Store.AppendReports(ctx, id, rs, func(old Summary) Summary {
+	sum, err := s.commit.append(ctx, Append{Workload: id, Reports: rs, Update: func(old Summary) Summary {
 		old.Workload = id
 		out := Apply(old, rs)
 		out, fired = Judge(out, rs, rules, money)
 		return out
-	})
+	}})
 	if err == nil && fired != nil {
 		s.act(ctx, id, *fired)
 	}
@@ -361,11 +375,11 @@ func (s *Service) Keep(ctx context.Context, id string) (Summary, error) {
 		return Summary{}, err
 	}
 	caller, _ := identity.From(ctx)
-	sum, err := s.o.Store.AppendReports(ctx, id, nil, func(old Summary) Summary {
+	sum, err := s.commit.append(ctx, Append{Workload: id, Update: func(old Summary) Summary {
 		old.Workload = id
 		old.KeptBy, old.KeptAt = caller.String(), s.o.Now()
 		return old
-	})
+	}})
 	if err != nil {
 		return sum, err
 	}

@@ -111,10 +111,14 @@ type memStore struct {
 	seen bool
 }
 
-func (m *memStore) AppendReports(_ context.Context, _ string, rs []runs.Report, update func(runs.Summary) runs.Summary) (runs.Summary, error) {
-	m.rs, m.seen = append(m.rs, rs...), true
-	m.sum = update(m.sum)
-	return m.sum, nil
+func (m *memStore) AppendReports(_ context.Context, as []runs.Append) ([]runs.Summary, error) {
+	var out []runs.Summary
+	for _, a := range as {
+		m.rs, m.seen = append(m.rs, a.Reports...), true
+		m.sum = a.Update(m.sum)
+		out = append(out, m.sum)
+	}
+	return out, nil
 }
 func (m *memStore) RunSummary(context.Context, string) (runs.Summary, error) {
 	if !m.seen {

@@ -30,7 +30,7 @@ func testRuns(t *testing.T, s *stores.All) {
 			ResumedFrom: -1, Metrics: map[string]float64{"loss": 1 / float64(i+1)}})
 	}
 	rs[0].Epoch, rs[0].Metrics = 0, nil
-	sum, err := s.AppendReports(ctx, "w1", rs, func(old runs.Summary) runs.Summary { return runs.Apply(old, rs) })
+	sum, err := appendOne(ctx, s, "w1", rs, func(old runs.Summary) runs.Summary { return runs.Apply(old, rs) })
 	if err != nil || sum.Reports != 250 || sum.Step != 2490 || sum.TotalSteps != 5000 || sum.Epoch != 0 || math.Abs(sum.Rate-10) > 1e-9 {
 		t.Fatalf("summary %+v %v", sum, err)
 	}
@@ -55,7 +55,7 @@ func testRuns(t *testing.T, s *stores.All) {
 		go func() {
 			defer wg.Done()
 			r := []runs.Report{{Time: base.Add(time.Hour + time.Duration(i)*time.Second), Step: 3000, Epoch: math.NaN(), ResumedFrom: -1}}
-			_, err := s.AppendReports(ctx, "w2", r, func(old runs.Summary) runs.Summary { return runs.Apply(old, r) })
+			_, err := appendOne(ctx, s, "w2", r, func(old runs.Summary) runs.Summary { return runs.Apply(old, r) })
 			errs <- err
 		}()
 	}
@@ -74,7 +74,7 @@ func testRuns(t *testing.T, s *stores.All) {
 	}
 	// Early stopping's state, verdict and keeper round-trip.
 	at := base.Add(2 * time.Hour)
-	if _, err := s.AppendReports(ctx, "w1", nil, func(old runs.Summary) runs.Summary {
+	if _, err := appendOne(ctx, s, "w1", nil, func(old runs.Summary) runs.Summary {
 		old.Watch = map[string]runs.Watch{"0": {Best: 0.25, Since: 3}}
 		old.Verdict = &runs.Verdict{Rule: "plateau", Action: "stop", Reason: "flat", At: at}
 		old.KeptBy, old.KeptAt = "alice", at
@@ -105,6 +105,48 @@ func testRuns(t *testing.T, s *stores.All) {
 	}
 }
 
+// appendOne appends one workload's reports.
+func appendOne(ctx context.Context, s *stores.All, workload string, rs []runs.Report, update func(runs.Summary) runs.Summary) (runs.Summary, error) {
+	sums, err := s.AppendReports(ctx, []runs.Append{{Workload: workload, Reports: rs, Update: update}})
+	if err != nil {
+		return runs.Summary{}, err
+	}
+	return sums[0], nil
+}
+
+// testRunsBatch: appends of several runs in one transaction, out of their
+// workloads' order and one workload twice, each numbered after the one
+// before it and answered in the order asked.
+func testRunsBatch(t *testing.T, s *stores.All) {
+	ctx := context.Background()
+	base := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	rep := func(step int64) []runs.Report {
+		return []runs.Report{{Time: base.Add(time.Duration(step) * time.Second), Step: step, Epoch: math.NaN(), ResumedFrom: -1}}
+	}
+	var as []runs.Append
+	for _, a := range []struct {
+		w    string
+		step int64
+	}{{"b9", 1}, {"b1", 1}, {"b9", 2}, {"b5", 1}, {"b9", 3}} {
+		rs := rep(a.step)
+		as = append(as, runs.Append{Workload: a.w, Reports: rs, Update: func(old runs.Summary) runs.Summary { return runs.Apply(old, rs) }})
+	}
+	sums, err := s.AppendReports(ctx, as)
+	if err != nil || len(sums) != 5 {
+		t.Fatalf("batch: %v, %v", sums, err)
+	}
+	for i, want := range []struct {
+		reports, step int64
+	}{{1, 1}, {1, 1}, {2, 2}, {1, 1}, {3, 3}} {
+		if sums[i].Reports != want.reports || sums[i].Step != want.step || sums[i].Workload != as[i].Workload {
+			t.Errorf("append %d (%s): %d reports at step %d, want %d at %d", i, as[i].Workload, sums[i].Reports, sums[i].Step, want.reports, want.step)
+		}
+	}
+	if back, err := s.RunReports(ctx, "b9", base, 10); err != nil || len(back) != 3 || back[0].Step != 1 || back[2].Step != 3 {
+		t.Fatalf("b9's reports: %+v %v", back, err)
+	}
+}
+
 // BenchmarkReportIngest measures the progress write path on both backends:
 // batches of 1 (what gantry.run.report sends) and of 20 reports (three
 // metrics each) through runs.Service.Report (checks, the reports and the
@@ -116,7 +158,7 @@ func BenchmarkReportIngest(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/batch=%d", name, size), func(b *testing.B) {
 				s := open(b)
 				clock := time.Now().Add(-time.Hour)
-				svc, err := runs.New(runs.Options{Store: s.Runs, Workloads: anyWorkload{}, Notifier: s.Governance, Now: func() time.Time { return clock }})
+				svc, err := runs.New(runs.Options{Store: s.Runs, Workloads: readingWorkload{s}, Notifier: s.Governance, Now: func() time.Time { return clock }})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -146,7 +188,7 @@ func BenchmarkReportIngest(b *testing.B) {
 		b.Run(name+"/batch=1,16-at-once", func(b *testing.B) {
 			s := open(b)
 			clock := time.Now().Add(-time.Hour)
-			svc, err := runs.New(runs.Options{Store: s.Runs, Workloads: anyWorkload{}, Notifier: s.Governance, Now: func() time.Time { return clock }})
+			svc, err := runs.New(runs.Options{Store: s.Runs, Workloads: readingWorkload{s}, Notifier: s.Governance, Now: func() time.Time { return clock }})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -172,13 +214,21 @@ func BenchmarkReportIngest(b *testing.B) {
 	}
 }
 
-// anyWorkload lets every run report, with no rules.
-type anyWorkload struct{}
+// readingWorkload lets every run report, with no rules; its ForRun makes
+// the two reads the server's does (the workload's record, its template's
+// version), which find no row here: an index probe each.
+type readingWorkload struct{ s *stores.All }
 
-func (anyWorkload) Visible(context.Context, string) error    { return nil }
-func (anyWorkload) Manageable(context.Context, string) error { return nil }
-func (anyWorkload) ForRun(context.Context, string) (runs.RunInfo, error) {
+func (readingWorkload) Visible(context.Context, string) error    { return nil }
+func (readingWorkload) Manageable(context.Context, string) error { return nil }
+func (r readingWorkload) ForRun(ctx context.Context, id string) (runs.RunInfo, error) {
+	if _, err := r.s.Workload(ctx, id); !isNotFound(err) {
+		return runs.RunInfo{}, fmt.Errorf("workload %s: %v", id, err)
+	}
+	if _, err := r.s.TemplateVersion(ctx, "pytorch-train", 1); !isNotFound(err) {
+		return runs.RunInfo{}, fmt.Errorf("template: %v", err)
+	}
 	return runs.RunInfo{Namespace: "ns"}, nil
 }
-func (anyWorkload) StopForRule(context.Context, string, string) error { return nil }
-func (anyWorkload) Resume(context.Context, string) error              { return nil }
+func (readingWorkload) StopForRule(context.Context, string, string) error { return nil }
+func (readingWorkload) Resume(context.Context, string) error              { return nil }

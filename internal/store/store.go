@@ -22,6 +22,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -54,6 +55,10 @@ type DB struct {
 	changed chan struct{}
 	// now is the clock the store stamps and expires by (UseClock).
 	now atomic.Pointer[func() time.Time]
+	// writes are the write statements kept prepared on SQLite's writer
+	// (WriteStmts), by their text.
+	writesMu sync.Mutex
+	writes   map[string]*sql.Stmt
 }
 
 // UseClock makes the store stamp and expire by now (the server's clock)
@@ -225,6 +230,40 @@ func (s *DB) Tx(ctx context.Context, fn func(*sql.Tx) error) error {
 		return fmt.Errorf("commit: %w", err)
 	}
 	return nil
+}
+
+// WriteStmts are queries prepared on the writer, once each and kept (at
+// most maxStatements), for a transaction to run through tx.StmtContext: on
+// SQLite's one writer connection, a statement of a shape that recurs is
+// parsed once. Call it before the transaction begins (the writer is its
+// one connection). On PostgreSQL, where a statement prepared on one
+// connection would be prepared again on another, it keeps none and the
+// map is empty: run the query as it is.
+func (s *DB) WriteStmts(ctx context.Context, queries ...string) (map[string]*sql.Stmt, error) {
+	out := map[string]*sql.Stmt{}
+	if s.driver != SQLite {
+		return out, nil
+	}
+	s.writesMu.Lock()
+	defer s.writesMu.Unlock()
+	if s.writes == nil {
+		s.writes = map[string]*sql.Stmt{}
+	}
+	for _, q := range queries {
+		st := s.writes[q]
+		if st == nil {
+			if len(s.writes) >= maxStatements {
+				continue
+			}
+			var err error
+			if st, err = s.db.PrepareContext(ctx, q); err != nil {
+				return nil, fmt.Errorf("prepare: %w", err)
+			}
+			s.writes[q] = st
+		}
+		out[q] = st
+	}
+	return out, nil
 }
 
 // ExecContext runs a statement outside a transaction, on the writer.

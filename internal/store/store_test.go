@@ -130,6 +130,7 @@ func TestConformance(t *testing.T) {
 			t.Run("governance", func(t *testing.T) { testGovernance(t, open(t)) })
 			t.Run("platform edits", func(t *testing.T) { testOverlays(t, open(t)) })
 			t.Run("runs", func(t *testing.T) { testRuns(t, open(t)) })
+			t.Run("runs batch", func(t *testing.T) { testRunsBatch(t, open(t)) })
 		})
 	}
 }

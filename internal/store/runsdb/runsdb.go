@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -27,75 +28,242 @@ var _ runs.Store = (*Store)(nil)
 
 const progressCols = `reports, step, total_steps, epoch, metrics, first_at, reported_at, run_from, run_from_step, resumed_from, restarts, rate, watch, verdict, kept_by, kept_at`
 
-// AppendReports implements runs.Store: the summary row is locked (made
-// first when there is none), the reports numbered after it, inserted, and
-// the summary written, in one transaction.
-func (s *Store) AppendReports(ctx context.Context, workload string, rs []runs.Report, update func(runs.Summary) runs.Summary) (runs.Summary, error) {
-	var out runs.Summary
-	err := s.db.Tx(ctx, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, s.db.Q(`INSERT INTO run_progress (workload, `+progressCols+`)
-			VALUES (?, 0, 0, 0, NULL, '{}', 0, 0, 0, 0, -1, 0, 0, '{}', '', '', 0) ON CONFLICT (workload) DO NOTHING`), workload); err != nil {
-			return fmt.Errorf("run progress of %s: %w", workload, err)
-		}
-		lock := ""
-		if s.db.Driver() == store.Postgres {
-			lock = " FOR UPDATE" // SQLite's write transactions are already serial
-		}
-		old, err := scanSummary(tx.QueryRowContext(ctx, s.db.Q(`SELECT `+progressCols+` FROM run_progress WHERE workload = ?`+lock), workload))
+// AppendReports implements runs.Store, in one transaction and a few
+// statements however many appends there are: the summary rows missing are
+// made, all are read and locked (in the order of their workloads' ids, so
+// two batches never wait on each other in a circle), the appends applied
+// in memory in their order (each numbering its reports after what its
+// workload had), then the reports inserted and the summaries written. On
+// SQLite the statements are prepared once per shape and kept.
+func (s *Store) AppendReports(ctx context.Context, as []runs.Append) ([]runs.Summary, error) {
+	var ids []string
+	reports := 0
+	for _, a := range as {
+		ids = append(ids, a.Workload)
+		reports += len(a.Reports)
+	}
+	slices.Sort(ids)
+	ids = slices.Compact(ids)
+	var qs []string
+	for n := range chunks(len(ids), 1) {
+		qs = append(qs, makeProgressQ(n), s.lockProgressQ(n))
+	}
+	for n := range chunks(len(ids), progressArgs) {
+		qs = append(qs, writeProgressQ(n))
+	}
+	for n := range chunks(reports, reportArgs) {
+		qs = append(qs, insertReportsQ(n))
+	}
+	stmts, err := s.db.WriteStmts(ctx, qs...)
+	if err != nil {
+		return nil, err
+	}
+	w := writer{s: s, stmts: stmts}
+	out := make([]runs.Summary, len(as))
+	err = s.db.Tx(ctx, func(tx *sql.Tx) error {
+		w.tx = tx
+		cur, err := w.lockSummaries(ctx, ids)
 		if err != nil {
-			return fmt.Errorf("run progress of %s: %w", workload, err)
-		}
-		old.Workload = workload
-		if err := s.insert(ctx, tx, workload, old.Reports, rs); err != nil {
 			return err
 		}
-		out = update(old)
-		metrics, err := json.Marshal(out.Metrics)
-		if err != nil {
+		var rows []reportRow
+		for i, a := range as {
+			old := cur[a.Workload]
+			old.Workload = a.Workload
+			for j, r := range a.Reports {
+				rows = append(rows, reportRow{a.Workload, old.Reports + int64(j), r})
+			}
+			out[i] = a.Update(old)
+			cur[a.Workload] = out[i]
+		}
+		if err := w.insert(ctx, rows); err != nil {
 			return err
 		}
-		watch, err := json.Marshal(out.Watch)
-		if err != nil {
-			return err
+		return w.writeSummaries(ctx, ids, cur)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Statements take at most 800 parameters, under SQLite's oldest limit.
+const (
+	maxArgs      = 800
+	progressArgs = 17 // the workload and progressCols
+	reportArgs   = 8
+)
+
+// chunks are the sizes n rows of cols parameters each go in: full
+// statements, then the rest.
+func chunks(n, cols int) func(func(int) bool) {
+	per := maxArgs / cols
+	return func(yield func(int) bool) {
+		for ; n > 0; n -= per {
+			if !yield(min(n, per)) {
+				return
+			}
 		}
-		verdict := ""
-		if out.Verdict != nil {
-			b, err := json.Marshal(out.Verdict)
+	}
+}
+
+func rowsOf(n int, row string) string {
+	return row + strings.Repeat(", "+row, n-1)
+}
+
+func makeProgressQ(n int) string {
+	return `INSERT INTO run_progress (workload, ` + progressCols + `) VALUES ` +
+		rowsOf(n, `(?, 0, 0, 0, NULL, '{}', 0, 0, 0, 0, -1, 0, 0, '{}', '', '', 0)`) + ` ON CONFLICT (workload) DO NOTHING`
+}
+
+func (s *Store) lockProgressQ(n int) string {
+	lock := ""
+	if s.db.Driver() == store.Postgres {
+		lock = " FOR UPDATE" // SQLite's write transactions are already serial
+	}
+	return `SELECT workload, ` + progressCols + ` FROM run_progress WHERE workload IN (` + rowsOf(n, "?") + `) ORDER BY workload` + lock
+}
+
+func writeProgressQ(n int) string {
+	return `INSERT INTO run_progress (workload, ` + progressCols + `) VALUES ` + rowsOf(n, "("+rowsOf(progressArgs, "?")+")") +
+		` ON CONFLICT (workload) DO UPDATE SET reports = excluded.reports, step = excluded.step, total_steps = excluded.total_steps,
+		epoch = excluded.epoch, metrics = excluded.metrics, first_at = excluded.first_at, reported_at = excluded.reported_at, run_from = excluded.run_from,
+		run_from_step = excluded.run_from_step, resumed_from = excluded.resumed_from, restarts = excluded.restarts, rate = excluded.rate,
+		watch = excluded.watch, verdict = excluded.verdict, kept_by = excluded.kept_by, kept_at = excluded.kept_at`
+}
+
+func insertReportsQ(n int) string {
+	return `INSERT INTO run_reports (workload, seq, t, step, total_steps, epoch, resumed_from, metrics) VALUES ` + rowsOf(n, "(?, ?, ?, ?, ?, ?, ?, ?)")
+}
+
+// writer runs one AppendReports transaction's statements, prepared ones
+// where the store keeps them.
+type writer struct {
+	s     *Store
+	stmts map[string]*sql.Stmt
+	tx    *sql.Tx
+}
+
+func (w writer) exec(ctx context.Context, q string, args ...any) error {
+	var err error
+	if st := w.stmts[q]; st != nil {
+		_, err = w.tx.StmtContext(ctx, st).ExecContext(ctx, args...)
+	} else {
+		_, err = w.tx.ExecContext(ctx, w.s.db.Q(q), args...)
+	}
+	return err
+}
+
+func (w writer) query(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	if st := w.stmts[q]; st != nil {
+		return w.tx.StmtContext(ctx, st).QueryContext(ctx, args...)
+	}
+	return w.tx.QueryContext(ctx, w.s.db.Q(q), args...)
+}
+
+// lockSummaries makes the summary rows of ids that are missing and reads
+// them all, locked (ids sorted).
+func (w writer) lockSummaries(ctx context.Context, ids []string) (map[string]runs.Summary, error) {
+	out := map[string]runs.Summary{}
+	rest := ids
+	for n := range chunks(len(ids), 1) {
+		part := rest[:n]
+		rest = rest[n:]
+		args := make([]any, n)
+		for i, id := range part {
+			args[i] = id
+		}
+		if err := w.exec(ctx, makeProgressQ(n), args...); err != nil {
+			return nil, fmt.Errorf("run progress of %s…: %w", part[0], err)
+		}
+		rows, err := w.query(ctx, w.s.lockProgressQ(n), args...)
+		if err != nil {
+			return nil, fmt.Errorf("run progress of %s…: %w", part[0], err)
+		}
+		for rows.Next() {
+			var id string
+			sum, err := scanSummary(prefixed{rows, &id})
+			if err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("run progress of %s: %w", id, err)
+			}
+			out[id] = sum
+		}
+		if err := rows.Close(); err != nil {
+			return nil, err
+		}
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// prefixed scans a row whose first column is the workload's id, then a
+// summary's columns.
+type prefixed struct {
+	rows *sql.Rows
+	id   *string
+}
+
+func (p prefixed) Scan(dest ...any) error { return p.rows.Scan(append([]any{p.id}, dest...)...) }
+
+// writeSummaries writes the summaries of ids (whose rows exist and are
+// locked) in multi-row upserts.
+func (w writer) writeSummaries(ctx context.Context, ids []string, sums map[string]runs.Summary) error {
+	rest := ids
+	for n := range chunks(len(ids), progressArgs) {
+		part := rest[:n]
+		rest = rest[n:]
+		args := make([]any, 0, n*progressArgs)
+		for _, id := range part {
+			out := sums[id]
+			metrics, err := json.Marshal(out.Metrics)
 			if err != nil {
 				return err
 			}
-			verdict = string(b)
+			watch, err := json.Marshal(out.Watch)
+			if err != nil {
+				return err
+			}
+			verdict := ""
+			if out.Verdict != nil {
+				b, err := json.Marshal(out.Verdict)
+				if err != nil {
+					return err
+				}
+				verdict = string(b)
+			}
+			var kept int64
+			if !out.KeptAt.IsZero() {
+				kept = out.KeptAt.UnixMilli()
+			}
+			args = append(args, id, out.Reports, out.Step, out.TotalSteps, nullable(out.Epoch), string(metrics), out.FirstAt.UnixMilli(), out.ReportedAt.UnixMilli(),
+				out.RunFrom.UnixMilli(), out.RunFromStep, out.ResumedFrom, out.Restarts, out.Rate, string(watch), verdict, out.KeptBy, kept)
 		}
-		var kept int64
-		if !out.KeptAt.IsZero() {
-			kept = out.KeptAt.UnixMilli()
+		if err := w.exec(ctx, writeProgressQ(n), args...); err != nil {
+			return fmt.Errorf("run progress of %s…: %w", part[0], err)
 		}
-		_, err = tx.ExecContext(ctx, s.db.Q(`UPDATE run_progress SET reports = ?, step = ?, total_steps = ?, epoch = ?, metrics = ?, first_at = ?,
-			reported_at = ?, run_from = ?, run_from_step = ?, resumed_from = ?, restarts = ?, rate = ?, watch = ?, verdict = ?, kept_by = ?, kept_at = ?
-			WHERE workload = ?`),
-			out.Reports, out.Step, out.TotalSteps, nullable(out.Epoch), string(metrics), out.FirstAt.UnixMilli(), out.ReportedAt.UnixMilli(),
-			out.RunFrom.UnixMilli(), out.RunFromStep, out.ResumedFrom, out.Restarts, out.Rate, string(watch), verdict, out.KeptBy, kept, workload)
-		if err != nil {
-			return fmt.Errorf("run progress of %s: %w", workload, err)
-		}
-		return nil
-	})
-	return out, err
+	}
+	return nil
 }
 
-// insert adds the reports numbered from seq, in multi-row INSERTs.
-func (s *Store) insert(ctx context.Context, tx *sql.Tx, workload string, seq int64, rs []runs.Report) error {
-	const cols, per = 8, 100 // 800 parameters a statement: under SQLite's limit
-	for start := 0; start < len(rs); start += per {
-		chunk := rs[start:min(start+per, len(rs))]
-		var q strings.Builder
-		q.WriteString(`INSERT INTO run_reports (workload, seq, t, step, total_steps, epoch, resumed_from, metrics) VALUES `)
-		args := make([]any, 0, len(chunk)*cols)
-		for i, r := range chunk {
-			if i > 0 {
-				q.WriteString(", ")
-			}
-			q.WriteString("(?, ?, ?, ?, ?, ?, ?, ?)")
+// reportRow is a report as numbered for its workload.
+type reportRow struct {
+	workload string
+	seq      int64
+	r        runs.Report
+}
+
+// insert adds the reports in multi-row INSERTs.
+func (w writer) insert(ctx context.Context, rows []reportRow) error {
+	rest := rows
+	for n := range chunks(len(rows), reportArgs) {
+		part := rest[:n]
+		rest = rest[n:]
+		args := make([]any, 0, n*reportArgs)
+		for _, row := range part {
+			r := row.r
 			m, err := json.Marshal(r.Metrics)
 			if err != nil {
 				return err
@@ -103,10 +271,10 @@ func (s *Store) insert(ctx context.Context, tx *sql.Tx, workload string, seq int
 			if r.Metrics == nil {
 				m = []byte("{}")
 			}
-			args = append(args, workload, seq+int64(start+i), r.Time.UnixMilli(), r.Step, r.TotalSteps, nullable(r.Epoch), r.ResumedFrom, string(m))
+			args = append(args, row.workload, row.seq, r.Time.UnixMilli(), r.Step, r.TotalSteps, nullable(r.Epoch), r.ResumedFrom, string(m))
 		}
-		if _, err := tx.ExecContext(ctx, s.db.Q(q.String()), args...); err != nil {
-			return fmt.Errorf("run reports of %s: %w", workload, err)
+		if err := w.exec(ctx, insertReportsQ(n), args...); err != nil {
+			return fmt.Errorf("run reports of %s…: %w", part[0].workload, err)
 		}
 	}
 	return nil

@@ -1,0 +1,173 @@
+package runs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gantryhq/gantry/internal/waitfor"
+)
+
+// gateStore holds its first AppendReports until released, records the
+// batches it is given, and fails any batch holding the workload "bad".
+type gateStore struct {
+	Store
+	gate    chan struct{}
+	once    sync.Once
+	mu      sync.Mutex
+	batches [][]string
+	steps   map[string]int64
+}
+
+func (g *gateStore) AppendReports(_ context.Context, as []Append) ([]Summary, error) {
+	g.once.Do(func() { <-g.gate })
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var ids []string
+	for _, a := range as {
+		ids = append(ids, a.Workload)
+	}
+	g.batches = append(g.batches, ids)
+	var out []Summary
+	for _, a := range as {
+		if a.Workload == "bad" {
+			return nil, errors.New("refused")
+		}
+	}
+	for _, a := range as {
+		s := a.Update(Summary{Workload: a.Workload, Step: g.steps[a.Workload]})
+		g.steps[a.Workload] = s.Step
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// TestGroupCommit: requests that arrive while a commit is under way share
+// the next transaction, each gets its own summary back, and one that fails
+// there fails alone (the batch is tried again one by one).
+func TestGroupCommit(t *testing.T) {
+	g := &gateStore{gate: make(chan struct{}), steps: map[string]int64{}}
+	c := &committer{store: g}
+	ctx := context.Background()
+	step := func(w string, n int64) Append {
+		rs := []Report{{Time: time.Unix(n, 0), Step: n, Epoch: math.NaN(), ResumedFrom: -1}}
+		return Append{Workload: w, Reports: rs, Update: func(old Summary) Summary { return Apply(old, rs) }}
+	}
+	first := make(chan error, 1)
+	go func() { _, err := c.append(ctx, step("w0", 1)); first <- err }()
+	waitfor.Until(t, 10*time.Second, "the first commit to start", func() error { return c.state(true, 0) })
+
+	type result struct {
+		w   string
+		sum Summary
+		err error
+	}
+	results := make(chan result, 10)
+	ws := []string{"w1", "w2", "bad", "w3", "w4", "w5", "w6", "w7", "w8", "w9"}
+	for i, w := range ws {
+		go func() { s, err := c.append(ctx, step(w, int64(10+i))); results <- result{w, s, err} }()
+	}
+	waitfor.Until(t, 10*time.Second, "ten requests to queue", func() error { return c.state(true, 10) })
+	close(g.gate)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	for range ws {
+		r := <-results
+		switch {
+		case r.w == "bad" && r.err == nil:
+			t.Error("the refused append succeeded")
+		case r.w != "bad" && (r.err != nil || r.sum.Workload != r.w || r.sum.Reports != 1):
+			t.Errorf("%s: %+v, %v", r.w, r.sum, r.err)
+		}
+	}
+	// One batch of the first, one of the ten that failed, then the ten
+	// one by one.
+	if len(g.batches) != 12 || len(g.batches[0]) != 1 || len(g.batches[1]) != 10 {
+		t.Fatalf("batches: %v", g.batches)
+	}
+	if err := c.state(false, 0); err != nil {
+		t.Errorf("after the commits: %v", err)
+	}
+}
+
+// state says how c differs from busy with queued requests waiting.
+func (c *committer) state(busy bool, queued int) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.busy != busy || len(c.queue) != queued {
+		return fmt.Errorf("busy %v with %d queued", c.busy, len(c.queue))
+	}
+	return nil
+}
+
+// TestGroupCommitUnderLoad: many requests at once, every append committed
+// once and answered with its own summary (run under -race).
+func TestGroupCommitUnderLoad(t *testing.T) {
+	g := &gateStore{gate: make(chan struct{}), steps: map[string]int64{}}
+	close(g.gate)
+	c := &committer{store: g}
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id := string(rune('a' + w))
+			for n := int64(1); n <= 200; n++ {
+				rs := []Report{{Time: time.Unix(n, 0), Step: n, Epoch: math.NaN(), ResumedFrom: -1}}
+				s, err := c.append(context.Background(), Append{Workload: id, Reports: rs, Update: func(old Summary) Summary { return Apply(old, rs) }})
+				if err != nil || s.Step != n || s.Workload != id {
+					t.Errorf("%s step %d: %+v %v", id, n, s, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	total := 0
+	for _, b := range g.batches {
+		total += len(b)
+	}
+	if total != 8*200 {
+		t.Errorf("%d appends committed, want %d", total, 8*200)
+	}
+}
+
+// TestInfoCache: a workload's run info is read once per infoTTL, and a
+// failed read is not kept.
+func TestInfoCache(t *testing.T) {
+	now := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	c := &infoCache{now: func() time.Time { return now }, m: map[string]cachedInfo{}}
+	reads, fail := 0, false
+	read := func(_ context.Context, id string) (RunInfo, error) {
+		reads++
+		if fail {
+			return RunInfo{}, errors.New("down")
+		}
+		return RunInfo{Namespace: "ns-" + id}, nil
+	}
+	ctx := context.Background()
+	for _, step := range []struct {
+		advance time.Duration
+		fail    bool
+		reads   int
+		err     bool
+	}{
+		{0, false, 1, false},
+		{infoTTL - time.Second, false, 1, false}, // still fresh
+		{time.Second, true, 2, true},             // stale: read again, which fails
+		{0, false, 3, false},                     // the failure was not kept
+		{0, false, 3, false},
+	} {
+		now = now.Add(step.advance)
+		fail = step.fail
+		info, err := c.get(ctx, "w1", read)
+		if (err != nil) != step.err || reads != step.reads || (err == nil && info.Namespace != "ns-w1") {
+			t.Fatalf("after %s: %+v, %v, %d reads; want %d reads, error %v", step.advance, info, err, reads, step.reads, step.err)
+		}
+	}
+}

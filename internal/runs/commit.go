@@ -156,3 +156,58 @@ func (c *infoCache) get(ctx context.Context, id string, read func(context.Contex
 	c.mu.Unlock()
 	return info, nil
 }
+
+// pageCache keeps the summaries pages of workloads asked for, and that a
+// workload has none, for pageTTL: the list is read far more often than
+// runs report. This replica's own reports refresh it at once; another
+// replica's show within pageTTL.
+type pageCache struct {
+	now func() time.Time
+	mu  sync.Mutex
+	m   map[string]cachedSummary
+}
+
+type cachedSummary struct {
+	sum Summary
+	ok  bool // it has reported
+	at  time.Time
+}
+
+const (
+	pageTTL      = 2 * time.Second
+	maxSummaries = 10000
+)
+
+// get is what is cached and fresh of ids, and the ids that are not.
+func (c *pageCache) get(ids []string) (map[string]Summary, []string) {
+	now := c.now()
+	out := map[string]Summary{}
+	var missed []string
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, id := range ids {
+		e, ok := c.m[id]
+		switch {
+		case !ok || now.Sub(e.at) >= pageTTL || now.Before(e.at):
+			missed = append(missed, id)
+		case e.ok:
+			out[id] = e.sum
+		}
+	}
+	return out, missed
+}
+
+// put keeps what was read of ids: found's summaries, and that the others
+// have none.
+func (c *pageCache) put(ids []string, found map[string]Summary) {
+	now := c.now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.m)+len(ids) > maxSummaries {
+		clear(c.m)
+	}
+	for _, id := range ids {
+		sum, ok := found[id]
+		c.m[id] = cachedSummary{sum: sum, ok: ok, at: now}
+	}
+}

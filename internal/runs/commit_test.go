@@ -171,3 +171,27 @@ func TestInfoCache(t *testing.T) {
 		}
 	}
 }
+
+// TestPageCache: a page's summaries are read once per pageTTL — those
+// with none too — and a report here shows at once.
+func TestPageCache(t *testing.T) {
+	now := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	c := &pageCache{now: func() time.Time { return now }, m: map[string]cachedSummary{}}
+	got, missed := c.get([]string{"a", "b"})
+	if len(got) != 0 || len(missed) != 2 {
+		t.Fatalf("empty cache: %v, missed %v", got, missed)
+	}
+	c.put(missed, map[string]Summary{"a": {Workload: "a", Step: 5}})
+	now = now.Add(pageTTL - time.Millisecond)
+	if got, missed = c.get([]string{"a", "b"}); len(missed) != 0 || len(got) != 1 || got["a"].Step != 5 {
+		t.Fatalf("fresh: %v, missed %v; want a at step 5, b known to have none", got, missed)
+	}
+	c.put([]string{"b"}, map[string]Summary{"b": {Workload: "b", Step: 1}}) // b reported here
+	if got, _ = c.get([]string{"b"}); got["b"].Step != 1 {
+		t.Fatalf("after b's report: %v", got)
+	}
+	now = now.Add(time.Millisecond)
+	if _, missed = c.get([]string{"a", "b"}); len(missed) != 1 || missed[0] != "a" {
+		t.Fatalf("a is stale, b is not: missed %v", missed)
+	}
+}

@@ -294,6 +294,7 @@ type Service struct {
 	o      Options
 	commit *committer
 	infos  *infoCache
+	pages  *pageCache
 }
 
 // New returns the service, complete.
@@ -304,7 +305,8 @@ func New(o Options) (*Service, error) {
 	if o.Log == nil {
 		o.Log = slog.Default()
 	}
-	return &Service{o: o, commit: &committer{store: o.Store}, infos: &infoCache{now: o.Now, m: map[string]cachedInfo{}}}, nil
+	return &Service{o: o, commit: &committer{store: o.Store}, infos: &infoCache{now: o.Now, m: map[string]cachedInfo{}},
+		pages: &pageCache{now: o.Now, m: map[string]cachedSummary{}}}, nil
 }
 
 // ErrNotTheRun refuses a report from anyone but the workload's own run.
@@ -341,6 +343,9 @@ func (s *Service) Report(ctx context.Context, id string, rs []Report) (Summary, 
 		out, fired = Judge(out, rs, rules, money)
 		return out
 	}})
+	if err == nil {
+		s.pages.put([]string{id}, map[string]Summary{id: sum})
+	}
 	if err == nil && fired != nil {
 		s.act(ctx, id, *fired)
 	}
@@ -383,6 +388,7 @@ func (s *Service) Keep(ctx context.Context, id string) (Summary, error) {
 	if err != nil {
 		return sum, err
 	}
+	s.pages.put([]string{id}, map[string]Summary{id: sum})
 	if sum.Verdict != nil && sum.Verdict.Action == template.StopRun {
 		if err := s.o.Workloads.Resume(ctx, id); err != nil {
 			return sum, fmt.Errorf("kept, but not started again: %w", err)
@@ -393,12 +399,25 @@ func (s *Service) Keep(ctx context.Context, id string) (Summary, error) {
 
 // Summaries are the progress summaries of workloads the caller has already
 // been allowed to read (a page of them), by workload; those that reported
-// nothing are absent.
+// nothing are absent. They are at most pageTTL old: pages are read far
+// more often than runs report, and most of their workloads report nothing.
 func (s *Service) Summaries(ctx context.Context, ids []string) (map[string]Summary, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	return s.o.Store.RunSummaries(ctx, ids)
+	out, missed := s.pages.get(ids)
+	if len(missed) == 0 {
+		return out, nil
+	}
+	read, err := s.o.Store.RunSummaries(ctx, missed)
+	if err != nil {
+		return nil, err
+	}
+	s.pages.put(missed, read)
+	for id, sum := range read {
+		out[id] = sum
+	}
+	return out, nil
 }
 
 // Prune deletes the reports older than retention, in batches of batch

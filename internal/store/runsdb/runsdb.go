@@ -182,7 +182,7 @@ func (w writer) lockSummaries(ctx context.Context, ids []string) (map[string]run
 		}
 		for rows.Next() {
 			var id string
-			sum, err := scanSummary(prefixed{rows, &id})
+			sum, err := scanSummary(workloadFirst{rows, &id})
 			if err != nil {
 				rows.Close()
 				return nil, fmt.Errorf("run progress of %s: %w", id, err)
@@ -198,15 +198,6 @@ func (w writer) lockSummaries(ctx context.Context, ids []string) (map[string]run
 	}
 	return out, nil
 }
-
-// prefixed scans a row whose first column is the workload's id, then a
-// summary's columns.
-type prefixed struct {
-	rows *sql.Rows
-	id   *string
-}
-
-func (p prefixed) Scan(dest ...any) error { return p.rows.Scan(append([]any{p.id}, dest...)...) }
 
 // writeSummaries writes the summaries of ids (whose rows exist and are
 // locked) in multi-row upserts.
@@ -325,7 +316,7 @@ func scanSummary(row store.Scanner) (runs.Summary, error) {
 
 // RunSummary implements runs.Store.
 func (s *Store) RunSummary(ctx context.Context, workload string) (runs.Summary, error) {
-	sum, err := scanSummary(s.db.QueryRowContext(ctx, s.db.Q(`SELECT `+progressCols+` FROM run_progress WHERE workload = ?`), workload))
+	sum, err := scanSummary(s.db.Read().QueryRowContext(ctx, s.db.Q(`SELECT `+progressCols+` FROM run_progress WHERE workload = ?`), workload))
 	if errors.Is(err, sql.ErrNoRows) || err == nil && sum.Reports == 0 {
 		return runs.Summary{}, &fault.NotFound{Kind: "run progress", Name: workload}
 	}
@@ -338,30 +329,36 @@ func (s *Store) RunSummary(ctx context.Context, workload string) (runs.Summary, 
 
 // RunSummaries implements runs.Store.
 func (s *Store) RunSummaries(ctx context.Context, workloads []string) (map[string]runs.Summary, error) {
-	out := map[string]runs.Summary{}
-	for start := 0; start < len(workloads); start += 500 {
-		chunk := workloads[start:min(start+500, len(workloads))]
-		args := make([]any, len(chunk))
-		for i, w := range chunk {
-			args[i] = w
-		}
-		rows, err := s.db.QueryContext(ctx, s.db.Q(`SELECT workload, `+progressCols+` FROM run_progress
-			WHERE reports > 0 AND workload IN (?`+strings.Repeat(", ?", len(chunk)-1)+`)`), args...)
-		if err != nil {
-			return nil, fmt.Errorf("run progress: %w", err)
-		}
-		sums, err := store.Collect(rows, func(row store.Scanner) (runs.Summary, error) {
-			var w string
-			sum, err := scanSummary(workloadFirst{row, &w})
-			sum.Workload = w
-			return sum, err
-		})
-		if err != nil {
-			return nil, fmt.Errorf("run progress: %w", err)
-		}
-		for _, sum := range sums {
-			out[sum.Workload] = sum
-		}
+	if len(workloads) == 0 {
+		return nil, nil
+	}
+	// The ids go as one JSON array, so the statement's text is the same
+	// for every page: prepared once and kept by the read pool.
+	ids, err := json.Marshal(workloads)
+	if err != nil {
+		return nil, err
+	}
+	from := `json_each(?) AS j`
+	if s.db.Driver() == store.Postgres {
+		from = `jsonb_array_elements_text(?::jsonb) AS j(value)`
+	}
+	rows, err := s.db.Read().QueryContext(ctx, s.db.Q(`SELECT p.workload, `+progressCols+` FROM `+from+`
+		JOIN run_progress AS p ON p.workload = j.value WHERE p.reports > 0`), string(ids))
+	if err != nil {
+		return nil, fmt.Errorf("run progress: %w", err)
+	}
+	sums, err := store.Collect(rows, func(row store.Scanner) (runs.Summary, error) {
+		var w string
+		sum, err := scanSummary(workloadFirst{row, &w})
+		sum.Workload = w
+		return sum, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("run progress: %w", err)
+	}
+	out := make(map[string]runs.Summary, len(sums))
+	for _, sum := range sums {
+		out[sum.Workload] = sum
 	}
 	return out, nil
 }
@@ -377,7 +374,7 @@ func (r workloadFirst) Scan(dest ...any) error { return r.row.Scan(append([]any{
 
 // RunReports implements runs.Store.
 func (s *Store) RunReports(ctx context.Context, workload string, since time.Time, limit int) ([]runs.Report, error) {
-	rows, err := s.db.QueryContext(ctx, s.db.Q(`SELECT t, step, total_steps, epoch, resumed_from, metrics FROM run_reports
+	rows, err := s.db.Read().QueryContext(ctx, s.db.Q(`SELECT t, step, total_steps, epoch, resumed_from, metrics FROM run_reports
 		WHERE workload = ? AND t >= ? ORDER BY seq DESC LIMIT ?`), workload, since.UnixMilli(), limit)
 	if err != nil {
 		return nil, fmt.Errorf("run reports of %s: %w", workload, err)

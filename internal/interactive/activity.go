@@ -73,11 +73,12 @@ func (f *frames) feed(p []byte) {
 		if f.inPayload {
 			n := min(uint64(len(p)), f.left)
 			if f.keep {
-				for i, b := range p[:n] {
-					if f.masked {
-						b ^= f.mask[(f.off+uint64(i))%4]
+				start := len(f.payload)
+				f.payload = append(f.payload, p[:n]...)
+				if f.masked {
+					for i := range f.payload[start:] {
+						f.payload[start+i] ^= f.mask[(f.off+uint64(i))%4]
 					}
-					f.payload = append(f.payload, b)
 				}
 			}
 			f.off += n

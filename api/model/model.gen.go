@@ -498,15 +498,21 @@ func (e ProgressVerdictAction) Valid() bool {
 
 // Defines values for ProgressVerdictRule.
 const (
-	CostCap ProgressVerdictRule = "costCap"
-	Plateau ProgressVerdictRule = "plateau"
-	Target  ProgressVerdictRule = "target"
+	CostCap  ProgressVerdictRule = "costCap"
+	Deadline ProgressVerdictRule = "deadline"
+	Median   ProgressVerdictRule = "median"
+	Plateau  ProgressVerdictRule = "plateau"
+	Target   ProgressVerdictRule = "target"
 )
 
 // Valid indicates whether the value is a known member of the ProgressVerdictRule enum.
 func (e ProgressVerdictRule) Valid() bool {
 	switch e {
 	case CostCap:
+		return true
+	case Deadline:
+		return true
+	case Median:
 		return true
 	case Plateau:
 		return true
@@ -658,6 +664,24 @@ func (e TemplateSpecEarlyStoppingAction) Valid() bool {
 	case TemplateSpecEarlyStoppingActionAdvise:
 		return true
 	case TemplateSpecEarlyStoppingActionStop:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for TemplateSpecEarlyStoppingRulesMedianMode.
+const (
+	TemplateSpecEarlyStoppingRulesMedianModeMax TemplateSpecEarlyStoppingRulesMedianMode = "max"
+	TemplateSpecEarlyStoppingRulesMedianModeMin TemplateSpecEarlyStoppingRulesMedianMode = "min"
+)
+
+// Valid indicates whether the value is a known member of the TemplateSpecEarlyStoppingRulesMedianMode enum.
+func (e TemplateSpecEarlyStoppingRulesMedianMode) Valid() bool {
+	switch e {
+	case TemplateSpecEarlyStoppingRulesMedianModeMax:
+		return true
+	case TemplateSpecEarlyStoppingRulesMedianModeMin:
 		return true
 	default:
 		return false
@@ -2383,11 +2407,23 @@ type TemplateSpec struct {
 		MaxMemory string `json:"maxMemory"`
 	} `json:"cpuOnly,omitempty"`
 
-	// EarlyStopping For jobs: stopping rules judged on the run's own progress reports (docs/runs.md). action stop stops the job (its checkpoints kept) with the rule and its numbers as the reason; advise flags the run and leaves it running. A rule is one of plateau (metric not improved by more than delta for reports reports; mode min or max), target (metric reached value) and costCap (dollars).
+	// EarlyStopping For jobs: stopping rules judged on the run's own progress reports (docs/runs.md). action stop stops the job (its checkpoints kept) with the rule and its numbers as the reason; advise flags the run and leaves it running. A rule is one of plateau (metric not improved by more than delta for reports reports; mode min or max), target (metric reached value), costCap (dollars), median (the run's best metric so far is worse than the median of what the template's earlier runs in the team had reached by the same step, from graceSteps on, with at least minRuns of them, default 3) and deadline (at its pace the run would finish later than within after its first report, judged from graceReports reports of the run on, default 5).
 	EarlyStopping *struct {
 		Action TemplateSpecEarlyStoppingAction `json:"action"`
 		Rules  []struct {
-			CostCap *float64 `json:"costCap,omitempty"`
+			CostCap  *float64 `json:"costCap,omitempty"`
+			Deadline *struct {
+				GraceReports *int `json:"graceReports,omitempty"`
+
+				// Within A duration of at least 1m, such as 8h.
+				Within string `json:"within"`
+			} `json:"deadline,omitempty"`
+			Median *struct {
+				GraceSteps *int64                                    `json:"graceSteps,omitempty"`
+				Metric     string                                    `json:"metric"`
+				MinRuns    *int                                      `json:"minRuns,omitempty"`
+				Mode       *TemplateSpecEarlyStoppingRulesMedianMode `json:"mode,omitempty"`
+			} `json:"median,omitempty"`
 			Plateau *struct {
 				Delta   *float64                                   `json:"delta,omitempty"`
 				Metric  string                                     `json:"metric"`
@@ -2430,6 +2466,9 @@ type TemplateSpec struct {
 
 // TemplateSpecEarlyStoppingAction defines model for TemplateSpec.EarlyStopping.Action.
 type TemplateSpecEarlyStoppingAction string
+
+// TemplateSpecEarlyStoppingRulesMedianMode defines model for TemplateSpec.EarlyStopping.Rules.Median.Mode.
+type TemplateSpecEarlyStoppingRulesMedianMode string
 
 // TemplateSpecEarlyStoppingRulesPlateauMode defines model for TemplateSpec.EarlyStopping.Rules.Plateau.Mode.
 type TemplateSpecEarlyStoppingRulesPlateauMode string

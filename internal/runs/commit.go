@@ -2,8 +2,11 @@ package runs
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
+
+	"github.com/gantryhq/gantry/internal/template"
 )
 
 // committer writes the appends of concurrent requests in one transaction
@@ -210,4 +213,50 @@ func (c *pageCache) put(ids []string, found map[string]Summary) {
 		sum, ok := found[id]
 		c.m[id] = cachedSummary{sum: sum, ok: ok, at: now}
 	}
+}
+
+// peerCache keeps what each run's median rules compare it with for
+// peersTTL: a run reports every few seconds, and its template's earlier
+// runs change little meanwhile.
+type peerCache struct {
+	now func() time.Time
+	mu  sync.Mutex
+	m   map[string]cachedPeers
+}
+
+type cachedPeers struct {
+	peers Peers
+	at    time.Time
+}
+
+const (
+	peersTTL = time.Minute
+	maxPeers = 1000
+)
+
+// get is run id's peers, read with read when its template has a median
+// rule and none fresh are kept (nil otherwise).
+func (c *peerCache) get(ctx context.Context, id string, rules *template.EarlyStopping,
+	read func(context.Context, string, *template.EarlyStopping) (Peers, error)) (Peers, error) {
+	if rules == nil || !slices.ContainsFunc(rules.Rules, func(r template.StopRule) bool { return r.Median != nil }) {
+		return nil, nil
+	}
+	now := c.now()
+	c.mu.Lock()
+	e, ok := c.m[id]
+	c.mu.Unlock()
+	if ok && now.Sub(e.at) < peersTTL && !now.Before(e.at) {
+		return e.peers, nil
+	}
+	peers, err := read(ctx, id, rules)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	if len(c.m) >= maxPeers {
+		clear(c.m)
+	}
+	c.m[id] = cachedPeers{peers: peers, at: now}
+	c.mu.Unlock()
+	return peers, nil
 }

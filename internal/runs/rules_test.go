@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -177,5 +178,95 @@ func TestTargetAdvisesAndCostCapStops(t *testing.T) {
 	r.report(nil, -1)
 	if len(r.wl.stopped) != 1 || !strings.Contains(r.wl.stopped[0], "the run has cost $200.40, at or over its cap of $200.00") {
 		t.Fatalf("cost cap: %q", r.wl.stopped)
+	}
+}
+
+// TestMedianStopsALaggingRun: earlier runs of the template reached a loss
+// of 0.5, 0.4 and 0.3 by step 100; a run whose best by then is 0.45 is
+// stopped (worse than the median 0.4), one at 0.35 is not, and none is
+// judged before its grace steps or with fewer earlier runs than it needs.
+func TestMedianStopsALaggingRun(t *testing.T) {
+	earlier := func(final float64) []runs.Report {
+		var rs []runs.Report
+		for step := int64(10); step <= 300; step += 10 {
+			rs = append(rs, runs.Report{Step: step, Metrics: map[string]float64{"loss": 1 - (1-final)*math.Min(1, float64(step)/100)}})
+		}
+		return rs
+	}
+	median := &template.EarlyStopping{Action: template.StopRun, Rules: []template.StopRule{{Median: &template.Median{Metric: "loss", GraceSteps: 100}}}}
+	for _, tc := range []struct {
+		name    string
+		final   float64 // the run's loss from step 100 on
+		peers   []string
+		stopsAt int64 // 0: never
+	}{
+		{"lagging", 0.45, []string{"e1", "e2", "e3"}, 100},
+		{"ahead of the median", 0.35, []string{"e1", "e2", "e3"}, 0},
+		{"too few earlier runs", 0.9, []string{"e1", "e2"}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRunner(t, median, runs.Money{})
+			r.wl.earlier = tc.peers
+			r.st.others = map[string][]runs.Report{"e1": earlier(0.5), "e2": earlier(0.4), "e3": earlier(0.3)}
+			var stoppedAt int64
+			for range 20 {
+				loss := 1 - (1-tc.final)*math.Min(1, float64(r.step+10)/100)
+				if sum := r.report(map[string]float64{"loss": loss}, -1); sum.Verdict != nil && stoppedAt == 0 {
+					stoppedAt = sum.Step
+				}
+			}
+			if stoppedAt != tc.stopsAt {
+				t.Fatalf("stopped at step %d, want %d (0: never); reasons %q", stoppedAt, tc.stopsAt, r.wl.stopped)
+			}
+			if tc.stopsAt != 0 && !strings.Contains(r.wl.stopped[0], "loss's best so far, 0.45, is worse than the median 0.4 of the best that 3 earlier runs of its template had reached by step 100 of 100000") {
+				t.Errorf("reason %q", r.wl.stopped[0])
+			}
+		})
+	}
+}
+
+// TestCurveOf: a run's best by step, over a restart that went back over
+// steps; a step it never reached has none.
+func TestCurveOf(t *testing.T) {
+	rs := []runs.Report{
+		{Step: 10, Metrics: map[string]float64{"loss": 0.9}},
+		{Step: 20, Metrics: map[string]float64{"loss": 0.7}},
+		{Step: 30, Metrics: map[string]float64{"acc": 0.5}},
+		{Step: 20, Metrics: map[string]float64{"loss": 0.6}}, // restarted from 20
+		{Step: 40, Metrics: map[string]float64{"loss": 0.8}},
+	}
+	c := runs.CurveOf(rs, "loss", "min")
+	want := runs.Curve{Steps: []int64{10, 20, 40}, Best: []float64{0.9, 0.6, 0.6}}
+	if !slices.Equal(c.Steps, want.Steps) || !slices.Equal(c.Best, want.Best) {
+		t.Fatalf("curve %+v, want %+v", c, want)
+	}
+	if m := runs.CurveOf(rs, "loss", "max"); !slices.Equal(m.Best, []float64{0.9, 0.9, 0.9}) {
+		t.Errorf("max curve %+v", m)
+	}
+}
+
+// TestDeadlineStopsARunThatCannotFinish: a run that makes a step a second
+// with 100,000 to go cannot finish within 8 hours of its first report: it
+// is stopped once it has made its grace of reports, the reason saying when
+// it would finish; given 48 hours, it runs on.
+func TestDeadlineStopsARunThatCannotFinish(t *testing.T) {
+	for _, tc := range []struct {
+		within  string
+		stopsAt int // the report, 0: never
+	}{{"8h", 5}, {"48h", 0}} {
+		rules := &template.EarlyStopping{Action: template.StopRun, Rules: []template.StopRule{{Deadline: &template.Deadline{Within: tc.within}}}}
+		r := newRunner(t, rules, runs.Money{SoFar: 3, PerHour: 1})
+		stopped := 0
+		for i := range 10 {
+			if sum := r.report(nil, -1); sum.Verdict != nil && stopped == 0 {
+				stopped = i + 1
+			}
+		}
+		if stopped != tc.stopsAt {
+			t.Fatalf("within %s: stopped on report %d, want %d; %q", tc.within, stopped, tc.stopsAt, r.wl.stopped)
+		}
+		if tc.stopsAt != 0 && !strings.Contains(r.wl.stopped[0], "at 3600 steps/h it would finish at 2026-12-04 ") {
+			t.Errorf("reason %q", r.wl.stopped[0])
+		}
 	}
 }

@@ -257,6 +257,10 @@ type Workloads interface {
 	// ForRun is what taking its run's reports needs (read as Gantry: the
 	// caller is the run).
 	ForRun(ctx context.Context, id string) (RunInfo, error)
+	// EarlierRuns are the ids of up to limit workloads of the same
+	// template and team created before it, newest first (what the median
+	// rule compares a run with).
+	EarlierRuns(ctx context.Context, id string, limit int) ([]string, error)
 	// StopForRule stops it as a rule decided (checkpoints and volumes
 	// kept: starting it again resumes).
 	StopForRule(ctx context.Context, id, reason string) error
@@ -295,6 +299,7 @@ type Service struct {
 	commit *committer
 	infos  *infoCache
 	pages  *pageCache
+	peers  *peerCache
 }
 
 // New returns the service, complete.
@@ -306,7 +311,8 @@ func New(o Options) (*Service, error) {
 		o.Log = slog.Default()
 	}
 	return &Service{o: o, commit: &committer{store: o.Store}, infos: &infoCache{now: o.Now, m: map[string]cachedInfo{}},
-		pages: &pageCache{now: o.Now, m: map[string]cachedSummary{}}}, nil
+		pages: &pageCache{now: o.Now, m: map[string]cachedSummary{}},
+		peers: &peerCache{now: o.Now, m: map[string]cachedPeers{}}}, nil
 }
 
 // ErrNotTheRun refuses a report from anyone but the workload's own run.
@@ -336,11 +342,16 @@ func (s *Service) Report(ctx context.Context, id string, rs []Report) (Summary, 
 		return Summary{}, ErrNotTheRun // a pod outside the workload's namespace
 	}
 	rules, money := info.Rules, info.Money
+	peers, err := s.peers.get(ctx, id, rules, s.earlier)
+	if err != nil {
+		// The median rules wait for their comparison; the report is taken.
+		s.o.Log.WarnContext(ctx, "early stopping: the template's earlier runs were not read", "workload_id", id, "err", err)
+	}
 	var fired *Verdict
 	sum, err := s.commit.append(ctx, Append{Workload: id, Reports: rs, Update: func(old Summary) Summary {
 		old.Workload = id
 		out := Apply(old, rs)
-		out, fired = Judge(out, rs, rules, money)
+		out, fired = Judge(out, rs, rules, money, peers)
 		return out
 	}})
 	if err == nil {
@@ -351,6 +362,46 @@ func (s *Service) Report(ctx context.Context, id string, rs []Report) (Summary, 
 	}
 	return sum, err
 }
+
+// earlier reads the template's earlier runs of workload id as the median
+// rules compare with them: the latest MedianRuns of them that reported,
+// each its latest MaxPeerReports reports.
+func (s *Service) earlier(ctx context.Context, id string, rules *template.EarlyStopping) (Peers, error) {
+	ids, err := s.o.Workloads.EarlierRuns(ctx, id, 4*MedianRuns)
+	if err != nil {
+		return nil, err
+	}
+	peers, read := Peers{}, 0
+	for _, other := range ids {
+		if read == MedianRuns {
+			break
+		}
+		rs, err := s.o.Store.RunReports(ctx, other, time.Time{}, MaxPeerReports)
+		if err != nil {
+			return nil, err
+		}
+		if len(rs) == 0 {
+			continue
+		}
+		read++
+		for _, rule := range rules.Rules {
+			if md := rule.Median; md != nil {
+				if c := CurveOf(rs, md.Metric, md.Mode); len(c.Steps) > 0 {
+					k := PeerKey(md.Metric, md.Mode)
+					peers[k] = append(peers[k], c)
+				}
+			}
+		}
+	}
+	return peers, nil
+}
+
+// How many earlier runs the median rules compare with, and how many of
+// each one's reports (its latest) are read.
+const (
+	MedianRuns     = 20
+	MaxPeerReports = 5000
+)
 
 // act carries out a verdict: stop the workload (action stop), and tell its
 // people (a webhook). A failure is logged: the report was taken.

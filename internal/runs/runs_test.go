@@ -106,9 +106,10 @@ func TestApply(t *testing.T) {
 }
 
 type memStore struct {
-	sum  runs.Summary
-	rs   []runs.Report
-	seen bool
+	sum    runs.Summary
+	rs     []runs.Report
+	seen   bool
+	others map[string][]runs.Report // other workloads' reports
 }
 
 func (m *memStore) AppendReports(_ context.Context, as []runs.Append) ([]runs.Summary, error) {
@@ -132,7 +133,10 @@ func (m *memStore) RunSummaries(context.Context, []string) (map[string]runs.Summ
 	}
 	return map[string]runs.Summary{m.sum.Workload: m.sum}, nil
 }
-func (m *memStore) RunReports(context.Context, string, time.Time, int) ([]runs.Report, error) {
+func (m *memStore) RunReports(_ context.Context, id string, _ time.Time, _ int) ([]runs.Report, error) {
+	if rs, ok := m.others[id]; ok {
+		return rs, nil
+	}
 	return m.rs, nil
 }
 func (m *memStore) DeleteRunsBefore(_ context.Context, before time.Time, limit int) (int64, error) {
@@ -158,6 +162,7 @@ type workloads struct {
 	stopped  []string // reasons
 	resumed  int
 	manageOK bool
+	earlier  []string // EarlierRuns' answer
 }
 
 func (w *workloads) Visible(_ context.Context, id string) error {
@@ -174,6 +179,9 @@ func (w *workloads) Manageable(_ context.Context, id string) error {
 }
 func (w *workloads) ForRun(context.Context, string) (runs.RunInfo, error) {
 	return runs.RunInfo{Namespace: "gantry-vision", Rules: w.rules, Money: w.money}, nil
+}
+func (w *workloads) EarlierRuns(context.Context, string, int) ([]string, error) {
+	return w.earlier, nil
 }
 func (w *workloads) StopForRule(_ context.Context, _ string, reason string) error {
 	w.stopped = append(w.stopped, reason)

@@ -15,6 +15,7 @@ type runWorkloads struct {
 	svc     *workload.Service
 	records interface {
 		Workload(context.Context, string) (workload.Workload, error)
+		ListWorkloads(context.Context, workload.Filter) ([]workload.Workload, error)
 	}
 	templates interface {
 		Get(context.Context, string, int) (catalog.Version, error)
@@ -47,4 +48,23 @@ func (r runWorkloads) ForRun(ctx context.Context, id string) (runs.RunInfo, erro
 	}
 	return runs.RunInfo{Namespace: r.svc.Namespace(w), Rules: v.Template.Spec.EarlyStopping,
 		Money: runs.Money{SoFar: w.CostAt(r.now()), PerHour: w.RunPricePerHour()}}, nil
+}
+
+// EarlierRuns reads the records as Gantry: workloads of the workload's
+// template in its team, created before it, newest first.
+func (r runWorkloads) EarlierRuns(ctx context.Context, id string, limit int) ([]string, error) {
+	w, err := r.records.Workload(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	ws, err := r.records.ListWorkloads(ctx, workload.Filter{Team: w.Team, Template: w.Template, Limit: limit,
+		After: &workload.Key{CreatedAt: w.CreatedAt, ID: w.ID}})
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]string, 0, len(ws))
+	for _, o := range ws {
+		ids = append(ids, o.ID)
+	}
+	return ids, nil
 }

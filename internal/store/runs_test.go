@@ -230,5 +230,6 @@ func (r readingWorkload) ForRun(ctx context.Context, id string) (runs.RunInfo, e
 	}
 	return runs.RunInfo{Namespace: "ns"}, nil
 }
-func (readingWorkload) StopForRule(context.Context, string, string) error { return nil }
-func (readingWorkload) Resume(context.Context, string) error              { return nil }
+func (readingWorkload) EarlierRuns(context.Context, string, int) ([]string, error) { return nil, nil }
+func (readingWorkload) StopForRule(context.Context, string, string) error          { return nil }
+func (readingWorkload) Resume(context.Context, string) error                       { return nil }

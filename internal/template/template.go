@@ -125,7 +125,40 @@ type StopRule struct {
 	Target *Target `json:"target,omitempty"`
 	// CostCap fires when the run has cost this many dollars.
 	CostCap float64 `json:"costCap,omitempty"`
+	// Median fires when the run's best Metric so far is worse than the
+	// median of what earlier runs of the template had reached by the same
+	// step (the median stopping rule of Vizier, Katib and Ray Tune).
+	Median *Median `json:"median,omitempty"`
+	// Deadline fires when, at its pace, the run would finish later than
+	// Within after its first report.
+	Deadline *Deadline `json:"deadline,omitempty"`
 }
+
+// Median compares a run with the template's earlier runs at the same
+// step: from GraceSteps on, and once at least MinRuns earlier runs (of the
+// latest 20 that reported Metric) got that far.
+type Median struct {
+	Metric     string `json:"metric"`
+	Mode       string `json:"mode,omitempty"` // min (default: lower is better) or max
+	GraceSteps int64  `json:"graceSteps,omitempty"`
+	MinRuns    int    `json:"minRuns,omitempty"` // default 3
+}
+
+// DefaultMedianRuns is how many earlier runs the median rule needs when
+// the template does not say (Katib's and Ray Tune's default).
+const DefaultMedianRuns = 3
+
+// Deadline is when a run must be done by: Within (a duration) after its
+// first report, judged on its pace once it has made GraceReports reports
+// in its current run (default 5: a pace needs a few).
+type Deadline struct {
+	Within       string `json:"within"`
+	GraceReports int    `json:"graceReports,omitempty"`
+}
+
+// DefaultDeadlineReports is the deadline rule's grace when the template
+// does not say.
+const DefaultDeadlineReports = 5
 
 // Plateau is a metric that stopped improving.
 type Plateau struct {
@@ -724,8 +757,27 @@ func (t *Template) validateEarlyStopping(errs *fault.List) {
 				errs.Addf(p+".costCap", "%v: want dollars above 0", r.CostCap)
 			}
 		}
+		if r.Median != nil {
+			n++
+			metric(p+".median", r.Median.Metric, r.Median.Mode)
+			if r.Median.GraceSteps < 0 {
+				errs.Addf(p+".median.graceSteps", "%d: want 0 or more steps", r.Median.GraceSteps)
+			}
+			if r.Median.MinRuns != 0 && (r.Median.MinRuns < 1 || r.Median.MinRuns > 20) {
+				errs.Addf(p+".median.minRuns", "%d: want 1 to 20 earlier runs (default %d)", r.Median.MinRuns, DefaultMedianRuns)
+			}
+		}
+		if r.Deadline != nil {
+			n++
+			if d, err := time.ParseDuration(r.Deadline.Within); err != nil || d < time.Minute {
+				errs.Addf(p+".deadline.within", "%q must be a duration of at least 1m, such as 8h", clip(r.Deadline.Within))
+			}
+			if r.Deadline.GraceReports != 0 && (r.Deadline.GraceReports < 2 || r.Deadline.GraceReports > 1000) {
+				errs.Addf(p+".deadline.graceReports", "%d: want 2 to 1000 reports (default %d)", r.Deadline.GraceReports, DefaultDeadlineReports)
+			}
+		}
 		if n != 1 {
-			errs.Addf(p, "want exactly one of plateau, target and costCap")
+			errs.Addf(p, "want exactly one of plateau, target, costCap, median and deadline")
 		}
 	}
 }

@@ -142,12 +142,28 @@ func TestParseErrors(t *testing.T) {
   args:`, 1)
 		}, []string{
 			`spec.earlyStopping.action: "halt": want stop or advise`,
-			`spec.earlyStopping.rules[0]: want exactly one of plateau, target and costCap`,
+			`spec.earlyStopping.rules[0]: want exactly one of plateau, target, costCap, median and deadline`,
 			`spec.earlyStopping.rules[1].plateau.metric: "val loss"`,
 			`spec.earlyStopping.rules[1].plateau.reports: 1: want 2 to 1000 reports`,
 			`spec.earlyStopping.rules[1].plateau.delta: -1: want 0 or more`,
-			`spec.earlyStopping.rules[1]: want exactly one of plateau, target and costCap`,
+			`spec.earlyStopping.rules[1]: want exactly one of plateau, target, costCap, median and deadline`,
 			`spec.earlyStopping.rules[2].target.mode: "up": want min (lower is better) or max`,
+		}},
+		{"median and deadline rules with bad numbers", func(s string) string {
+			return strings.Replace(s, "  args:", `  earlyStopping:
+    action: stop
+    rules:
+      - {median: {metric: loss, mode: down, graceSteps: -1, minRuns: 40}}
+      - {deadline: {within: 30s, graceReports: 1}}
+      - {deadline: {within: soon}}
+  args:`, 1)
+		}, []string{
+			`spec.earlyStopping.rules[0].median.mode: "down": want min (lower is better) or max`,
+			`spec.earlyStopping.rules[0].median.graceSteps: -1: want 0 or more steps`,
+			`spec.earlyStopping.rules[0].median.minRuns: 40: want 1 to 20 earlier runs (default 3)`,
+			`spec.earlyStopping.rules[1].deadline.within: "30s" must be a duration of at least 1m, such as 8h`,
+			`spec.earlyStopping.rules[1].deadline.graceReports: 1: want 2 to 1000 reports (default 5)`,
+			`spec.earlyStopping.rules[2].deadline.within: "soon" must be a duration of at least 1m`,
 		}},
 		{"an idle timeout maximum needs an idle timeout no longer than it", func(s string) string {
 			return strings.Replace(s, "  args:", "  lifecycle: {idleTimeoutMax: 1h}\n  args:", 1)

@@ -28,7 +28,14 @@ type Input struct {
 	Step     time.Duration
 	// Unhealthy lists why GPUs it runs on are unhealthy (node health).
 	Unhealthy []string
+	// ProgressAt is when its run's progress reports last went forward
+	// (package runs; zero: never): a run that progressed in the window is
+	// not idle, whatever its GPU did — it waited on data.
+	ProgressAt time.Time
 }
+
+// progressed says whether the run made progress within the window.
+func (in Input) progressed() bool { return !in.ProgressAt.IsZero() && in.ProgressAt.After(in.From) }
 
 // Finding is one piece of advice, with the evidence behind it.
 type Finding struct {
@@ -317,9 +324,10 @@ func enoughDataRule(x *facts) ([]Finding, bool) {
 }
 
 // idleRule: nothing ran for the window (activity p95 at the idle
-// threshold); nothing else to judge on an idle GPU.
+// threshold) and the run reported no progress in it; nothing else to judge
+// on an idle GPU.
 func idleRule(x *facts) ([]Finding, bool) {
-	if x.p95 > idleSM {
+	if x.p95 > idleSM || x.in.progressed() {
 		return nil, false
 	}
 	f := x.finding(KindIdle, "warning", []Evidence{{x.actName, "p95", x.p95}},

@@ -103,8 +103,11 @@ func TestFindings(t *testing.T) {
 		d         time.Duration
 		unhealthy []string
 		noTensor  bool // the tensor pipes never ran
-		want      []string
-		not       []string
+		// progressAgo: its run's reports last went forward this long
+		// before the window's end (0: it reports none)
+		progressAgo time.Duration
+		want        []string
+		not         []string
 	}{
 		{name: "compute-bound", gpus: []replay.GPU{h100GPU}, profiles: map[string]string{"GPU-1": "compute-bound"}, d: 3 * time.Hour,
 			want: []string{KindWellUsed}, not: []string{KindIdle, KindOverProvisioned, KindMemoryBound, KindInputStarved, KindTensorUnused}},
@@ -118,6 +121,11 @@ func TestFindings(t *testing.T) {
 			want: []string{KindInterconnect}, not: []string{KindIdle, KindWellUsed}},
 		{name: "idle", gpus: []replay.GPU{h100GPU}, profiles: map[string]string{"GPU-1": "idle"}, d: time.Hour,
 			want: []string{KindIdle}, not: []string{KindOverProvisioned}},
+		// A run that progressed in the window waited on data: not idle.
+		{name: "idle GPU, its run progressing", gpus: []replay.GPU{h100GPU}, profiles: map[string]string{"GPU-1": "idle"}, d: time.Hour, progressAgo: 5 * time.Minute,
+			not: []string{KindIdle}},
+		{name: "idle GPU, its run's progress before the window", gpus: []replay.GPU{h100GPU}, profiles: map[string]string{"GPU-1": "idle"}, d: time.Hour, progressAgo: 2 * time.Hour,
+			want: []string{KindIdle}},
 		{name: "near OOM", gpus: []replay.GPU{h100GPU}, profiles: map[string]string{"GPU-1": "near-oom"}, d: time.Hour,
 			want: []string{KindNearOOM}, not: []string{KindOverProvisioned}},
 		{name: "throttled", gpus: []replay.GPU{h100GPU}, profiles: map[string]string{"GPU-1": "power-throttled"}, d: time.Hour,
@@ -142,8 +150,12 @@ func TestFindings(t *testing.T) {
 					}
 				}
 			}
-			fs := Advise(Input{Workload: "w1", Class: c, Allowed: []string{"1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb"}, Count: max(1, tc.count), Profile: tc.profile, Series: series, Step: 10 * time.Second,
-				From: series[0].Points[0].T, To: series[0].Points[len(series[0].Points)-1].T, Unhealthy: tc.unhealthy})
+			in := Input{Workload: "w1", Class: c, Allowed: []string{"1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb"}, Count: max(1, tc.count), Profile: tc.profile, Series: series, Step: 10 * time.Second,
+				From: series[0].Points[0].T, To: series[0].Points[len(series[0].Points)-1].T, Unhealthy: tc.unhealthy}
+			if tc.progressAgo > 0 {
+				in.ProgressAt = in.To.Add(-tc.progressAgo)
+			}
+			fs := Advise(in)
 			got := kinds(fs)
 			for _, k := range tc.want {
 				if !slices.Contains(got, k) {

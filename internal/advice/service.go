@@ -25,8 +25,9 @@ type Service struct {
 	workloads Workloads
 	live      *Live // the online rules' decisions (nil: none)
 	// health says why GPUs a workload runs on are unhealthy (none: nil).
-	health func(ctx context.Context, workloadID string) ([]string, error)
-	now    func() time.Time
+	health   func(ctx context.Context, workloadID string) ([]string, error)
+	progress func(ctx context.Context, workloadID string) (time.Time, error)
+	now      func() time.Time
 
 	mu    sync.Mutex
 	cache map[string]cached
@@ -61,7 +62,10 @@ type Options struct {
 	// Health says why GPUs a workload runs on are unhealthy (nil: not
 	// known).
 	Health func(ctx context.Context, workloadID string) ([]string, error)
-	Now    func() time.Time
+	// Progress says when a workload's run last made progress (zero:
+	// never; nil: not known).
+	Progress func(ctx context.Context, workloadID string) (time.Time, error)
+	Now      func() time.Time
 }
 
 // New builds the service.
@@ -69,7 +73,7 @@ func New(o Options) (*Service, error) {
 	if o.Source == nil || o.Classes == nil || o.Templates == nil || o.Workloads == nil || o.Now == nil {
 		return nil, fmt.Errorf("advice: Source, Classes, Templates, Workloads and Now are required")
 	}
-	return &Service{source: o.Source, classes: o.Classes, templates: o.Templates, workloads: o.Workloads, live: o.Live, health: o.Health, now: o.Now, cache: map[string]cached{}}, nil
+	return &Service{source: o.Source, classes: o.Classes, templates: o.Templates, workloads: o.Workloads, live: o.Live, health: o.Health, progress: o.Progress, now: o.Now, cache: map[string]cached{}}, nil
 }
 
 // ForWorkload advises on workload id as its reader sees it: the caller's
@@ -132,6 +136,11 @@ func (s *Service) Workload(ctx context.Context, w workload.Workload, ns string) 
 			return Report{}, err
 		}
 	}
+	if s.progress != nil {
+		if in.ProgressAt, err = s.progress(ctx, w.ID); err != nil {
+			return Report{}, err
+		}
+	}
 	fs := Advise(in)
 	if s.live != nil {
 		fs = withDecisions(fs, s.live.Decisions(w.ID), in)
@@ -180,7 +189,7 @@ func withDecisions(fs []Finding, ds []Decision, in Input) []Finding {
 	for _, d := range ds {
 		at := time.Unix(d.T, 0).UTC()
 		switch {
-		case d.Action == Stop && !has[KindIdle]:
+		case d.Action == Stop && !has[KindIdle] && !in.progressed():
 			has[KindIdle] = true
 			fs = append(fs, Finding{Kind: KindIdle, Severity: "warning", From: in.From, To: in.To,
 				Evidence: []Evidence{{Metric: telemetry.GPUUtil.String(), Stat: "idle since (Unix s)", Value: float64(d.T)}},

@@ -60,18 +60,26 @@ type Settings interface {
 	TeamSettings(ctx context.Context, t team.Name) (overrides.Settings, error)
 }
 
+// Progress says when a workload's run last made progress (its reports'
+// step went forward; package runs): a run that progresses is not idle
+// while its GPU waits on data. Zero: never.
+type Progress interface {
+	ProgressAt(ctx context.Context, workload string) (time.Time, error)
+}
+
 // Notifier queues a webhook (the store's outbox).
 type Notifier interface {
 	Notify(ctx context.Context, m notify.Message) error
 }
 
-// Options configure a Culler; Store, Templates, Stopper, Notifier and
-// Settings are required.
+// Options configure a Culler; Store, Templates, Stopper, Notifier,
+// Progress and Settings are required.
 type Options struct {
 	Store     Store
 	Templates Templates
 	Stopper   Stopper
 	Notifier  Notifier
+	Progress  Progress
 	// Settings give each team's idle timeouts and schedules, within the
 	// templates' limits (package overrides).
 	Settings Settings
@@ -106,8 +114,8 @@ const (
 
 // New returns a Culler, complete.
 func New(o Options) (*Culler, error) {
-	if o.Store == nil || o.Templates == nil || o.Stopper == nil || o.Notifier == nil || o.Settings == nil {
-		return nil, errors.New("cull.New: Store, Templates, Stopper, Notifier and Settings are required")
+	if o.Store == nil || o.Templates == nil || o.Stopper == nil || o.Notifier == nil || o.Progress == nil || o.Settings == nil {
+		return nil, errors.New("cull.New: Store, Templates, Stopper, Notifier, Progress and Settings are required")
 	}
 	if o.Warning <= 0 {
 		o.Warning = 10 * time.Minute
@@ -137,11 +145,12 @@ type Verdict struct {
 
 // Decide is the rule. runningSince is when it last started; gpu covers the
 // idle window (now − timeout to now), and noGPU says the workload has no
-// GPUs (a CPU-only launch: people's use alone speaks); person is the last
-// use by a person.
-func Decide(now time.Time, timeout time.Duration, runningSince time.Time, noGPU bool, gpu telemetry.Activity, person time.Time) Verdict {
+// GPUs (a CPU-only launch: people's use and its progress speak); person is
+// the last use by a person, progress the last time its run's reports went
+// forward (a training job whose GPU waits on data is not idle).
+func Decide(now time.Time, timeout time.Duration, runningSince time.Time, noGPU bool, gpu telemetry.Activity, person, progress time.Time) Verdict {
 	from := runningSince
-	for _, t := range []time.Time{gpu.LastActive, person} {
+	for _, t := range []time.Time{gpu.LastActive, person, progress} {
 		if t.After(from) {
 			from = t
 		}
@@ -152,13 +161,13 @@ func Decide(now time.Time, timeout time.Duration, runningSince time.Time, noGPU 
 		v.Reason = fmt.Sprintf("in use within its idle timeout of %s", timeout)
 	case noGPU:
 		v.Stop = true
-		v.Reason = fmt.Sprintf("stopped at %s by the idle culler: nobody used it (no page opened, no change, no kernel running or message on its sockets) for %s, its template's idle timeout; start it again to resume (its volumes are kept)",
+		v.Reason = fmt.Sprintf("stopped at %s by the idle culler: nobody used it (no page opened, no change, no kernel running or message on its sockets) and it reported no progress for %s, its template's idle timeout; start it again to resume (its volumes are kept)",
 			now.UTC().Format(time.RFC3339), timeout)
 	case gpu.First.IsZero() || gpu.First.After(now.Add(-timeout).Add(Freshness)) || gpu.Last.Before(now.Add(-Freshness)):
 		v.Reason = "its GPUs' samples do not cover the idle window: not known to be idle"
 	default:
 		v.Stop = true
-		v.Reason = fmt.Sprintf("stopped at %s by the idle culler: its GPUs were idle (utilization ≤ 1 %%) and nobody used it for %s, its template's idle timeout; start it again to resume (its volumes are kept)",
+		v.Reason = fmt.Sprintf("stopped at %s by the idle culler: its GPUs were idle (utilization ≤ 1 %%), it reported no progress and nobody used it for %s, its template's idle timeout; start it again to resume (its volumes are kept)",
 			now.UTC().Format(time.RFC3339), timeout)
 	}
 	return v
@@ -226,8 +235,13 @@ func (c *Culler) Run(ctx context.Context) (int, error) {
 			errs = append(errs, err)
 			continue
 		}
+		progress, err := c.o.Progress.ProgressAt(ctx, w.ID)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
 		// Quiet for the timeout less the warning: warn now.
-		early := Decide(now, timeout-warn, since, noGPU, gpu, person)
+		early := Decide(now, timeout-warn, since, noGPU, gpu, person, progress)
 		if !early.Stop {
 			c.clear(ctx, w, &errs)
 			continue
@@ -239,7 +253,7 @@ func (c *Culler) Run(ctx context.Context) (int, error) {
 			c.warn(ctx, w, early.QuietFrom, now.Add(warn), &errs)
 			continue
 		}
-		verdict := Decide(now, timeout, since, noGPU, gpu, person)
+		verdict := Decide(now, timeout, since, noGPU, gpu, person, progress)
 		if verdict.Stop && !now.Before(prev.stopAt) {
 			if c.stop(ctx, w, verdict.Reason, &person, &n, &errs) {
 				delete(c.warned, w.ID)

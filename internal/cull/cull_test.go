@@ -2,7 +2,9 @@ package cull_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"math"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -15,8 +17,10 @@ import (
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/nodegroup"
 	"github.com/gantryhq/gantry/internal/overrides"
+	"github.com/gantryhq/gantry/internal/runs"
 	"github.com/gantryhq/gantry/internal/store"
 	"github.com/gantryhq/gantry/internal/store/governance"
+	"github.com/gantryhq/gantry/internal/store/runsdb"
 	"github.com/gantryhq/gantry/internal/store/telemetrydb"
 	"github.com/gantryhq/gantry/internal/store/workloads"
 	"github.com/gantryhq/gantry/internal/team"
@@ -39,22 +43,29 @@ func TestDecide(t *testing.T) {
 		since  time.Time
 		stop   bool
 		noGPU  bool
+		// progress: when its run's reports last went forward
+		progress time.Time
 	}{
-		{"idle GPUs, nobody", covered, time.Time{}, started, true, false},
-		{"GPU busy a minute ago (a quiet web UI does not matter)", telemetry.Activity{First: covered.First, Last: covered.Last, LastActive: now.Add(-time.Minute)}, time.Time{}, started, false, false},
-		{"GPU busy just past the timeout", telemetry.Activity{First: covered.First, Last: covered.Last, LastActive: now.Add(-timeout - time.Second)}, time.Time{}, started, true, false},
-		{"a person used it 10 minutes ago", covered, now.Add(-10 * time.Minute), started, false, false},
-		{"started again 20 minutes ago", covered, time.Time{}, now.Add(-20 * time.Minute), false, false},
-		{"no samples: unknown is not idle", telemetry.Activity{}, time.Time{}, started, false, false},
-		{"the agent went away 10 minutes ago", telemetry.Activity{First: covered.First, Last: now.Add(-10 * time.Minute)}, time.Time{}, started, false, false},
-		{"samples only for the last 20 minutes", telemetry.Activity{First: now.Add(-20 * time.Minute), Last: covered.Last}, time.Time{}, started, false, false},
+		{"idle GPUs, nobody", covered, time.Time{}, started, true, false, time.Time{}},
+		{"GPU busy a minute ago (a quiet web UI does not matter)", telemetry.Activity{First: covered.First, Last: covered.Last, LastActive: now.Add(-time.Minute)}, time.Time{}, started, false, false, time.Time{}},
+		{"GPU busy just past the timeout", telemetry.Activity{First: covered.First, Last: covered.Last, LastActive: now.Add(-timeout - time.Second)}, time.Time{}, started, true, false, time.Time{}},
+		{"a person used it 10 minutes ago", covered, now.Add(-10 * time.Minute), started, false, false, time.Time{}},
+		{"started again 20 minutes ago", covered, time.Time{}, now.Add(-20 * time.Minute), false, false, time.Time{}},
+		{"no samples: unknown is not idle", telemetry.Activity{}, time.Time{}, started, false, false, time.Time{}},
+		{"the agent went away 10 minutes ago", telemetry.Activity{First: covered.First, Last: now.Add(-10 * time.Minute)}, time.Time{}, started, false, false, time.Time{}},
+		{"samples only for the last 20 minutes", telemetry.Activity{First: now.Add(-20 * time.Minute), Last: covered.Last}, time.Time{}, started, false, false, time.Time{}},
 		// A CPU-only workload has no GPU samples: its people's use decides.
-		{"no GPUs, nobody", telemetry.Activity{}, time.Time{}, started, true, true},
-		{"no GPUs, a person 10 minutes ago", telemetry.Activity{}, now.Add(-10 * time.Minute), started, false, true},
-		{"no GPUs, started 20 minutes ago", telemetry.Activity{}, time.Time{}, now.Add(-20 * time.Minute), false, true},
+		{"no GPUs, nobody", telemetry.Activity{}, time.Time{}, started, true, true, time.Time{}},
+		{"no GPUs, a person 10 minutes ago", telemetry.Activity{}, now.Add(-10 * time.Minute), started, false, true, time.Time{}},
+		{"no GPUs, started 20 minutes ago", telemetry.Activity{}, time.Time{}, now.Add(-20 * time.Minute), false, true, time.Time{}},
+		// A run that reports progress is not idle while its GPU waits on
+		// data.
+		{"idle GPUs, its run progressed 5 minutes ago", covered, time.Time{}, started, false, false, now.Add(-5 * time.Minute)},
+		{"idle GPUs, its run's last progress past the timeout", covered, time.Time{}, started, true, false, now.Add(-timeout - time.Second)},
+		{"no GPUs, its run progressed 5 minutes ago", telemetry.Activity{}, time.Time{}, started, false, true, now.Add(-5 * time.Minute)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			v := cull.Decide(now, timeout, tc.since, tc.noGPU, tc.gpu, tc.person)
+			v := cull.Decide(now, timeout, tc.since, tc.noGPU, tc.gpu, tc.person, tc.progress)
 			if v.Stop != tc.stop {
 				t.Fatalf("stop %v (%s), want %v", v.Stop, v.Reason, tc.stop)
 			}
@@ -67,8 +78,9 @@ func TestDecide(t *testing.T) {
 
 // TestRun: on the real store and workload service, a pass stops the
 // notebook whose GPU replayed idle for its template's timeout, and leaves a
-// GPU-busy notebook, one its owner kept alive, one without samples, and a
-// service without an idle timeout alone.
+// GPU-busy notebook, one its owner kept alive, one without samples, one
+// whose GPU idled while its run reported progress, and a service without
+// an idle timeout alone.
 func TestRun(t *testing.T) {
 	t0 := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
 	e := newEnv(t, t0)
@@ -86,13 +98,14 @@ func TestRun(t *testing.T) {
 	}
 	idle, busy, kept, blind, rescued := launch("jupyter-notebook"), launch("jupyter-notebook"), launch("jupyter-notebook"), launch("jupyter-notebook"), launch("jupyter-notebook")
 	earlyBusy := launch("jupyter-notebook") // busy for its first half hour only
+	waiting := launch("jupyter-notebook")   // its GPU idle, waiting on data, while its run reports progress
 	service := launch("vllm-inference")
 	// Samples every 30 s from start to end: idle, busy at the end, idle.
 	samples := func(from, to time.Time) {
 		t.Helper()
 		var rs []telemetry.Stored
 		for at := from; at.Before(to); at = at.Add(30 * time.Second) {
-			for i, w := range []workload.Workload{idle, busy, kept, service, rescued, earlyBusy} {
+			for i, w := range []workload.Workload{idle, busy, kept, service, rescued, earlyBusy, waiting} {
 				util := 0.0
 				if w.ID == busy.ID && at.After(start(170*time.Minute)) || w.ID == service.ID || w.ID == earlyBusy.ID && at.Before(start(30*time.Minute)) {
 					util = 60
@@ -108,12 +121,19 @@ func TestRun(t *testing.T) {
 	}
 	// Three hours later (the notebook's idle timeout is 2 h).
 	samples(start(0), start(3*time.Hour))
+	// waiting's run reported every ten minutes, each a step on from the last.
+	for at, step := start(0), int64(1); at.Before(start(3 * time.Hour)); at, step = at.Add(10*time.Minute), step+1 {
+		rs := []runs.Report{{Time: at, Step: step, Epoch: math.NaN(), ResumedFrom: -1}}
+		if _, err := e.runs.AppendReports(ctx, []runs.Append{{Workload: waiting.ID, Reports: rs, Update: func(old runs.Summary) runs.Summary { return runs.Apply(old, rs) }}}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	set(start(3*time.Hour - 30*time.Minute))
 	if _, err := svc.KeepAlive(ctx, kept.ID); err != nil {
 		t.Fatal(err)
 	}
 	set(start(3 * time.Hour))
-	c, err := cull.New(cull.Options{Store: e.workloads, Templates: cat, Stopper: svc, Notifier: e.governance, Settings: e.governance, Now: clock, Log: slog.New(slog.DiscardHandler)})
+	c, err := cull.New(cull.Options{Store: e.workloads, Templates: cat, Stopper: svc, Notifier: e.governance, Progress: e.progress, Settings: e.governance, Now: clock, Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +173,8 @@ func TestRun(t *testing.T) {
 	for _, tc := range []struct {
 		w    workload.Workload
 		want workload.Status
-	}{{idle, workload.IdleStopped}, {busy, workload.Running}, {kept, workload.Running}, {blind, workload.Running}, {service, workload.Running}, {rescued, workload.Running}, {earlyBusy, workload.IdleStopped}} {
+	}{{idle, workload.IdleStopped}, {busy, workload.Running}, {kept, workload.Running}, {blind, workload.Running}, {service, workload.Running}, {rescued, workload.Running}, {earlyBusy, workload.IdleStopped},
+		{waiting, workload.Running}} {
 		got, err := svc.Get(ctx, tc.w.ID)
 		if err != nil {
 			t.Fatal(err)
@@ -208,7 +229,7 @@ func TestOffHours(t *testing.T) {
 		}
 		return w
 	}
-	c, err := cull.New(cull.Options{Store: e.workloads, Templates: cat, Stopper: svc, Notifier: e.governance, Settings: e.governance, Now: clock, Log: slog.New(slog.DiscardHandler)})
+	c, err := cull.New(cull.Options{Store: e.workloads, Templates: cat, Stopper: svc, Notifier: e.governance, Progress: e.progress, Settings: e.governance, Now: clock, Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -292,6 +313,8 @@ type env struct {
 	workloads  *workloads.Store   // the workloads and their GPUs' activity
 	governance *governance.Store  // the catalog, the webhook outbox, teams' settings
 	telemetry  *telemetrydb.Store // the GPU samples
+	runs       *runsdb.Store      // runs' progress reports
+	progress   *runs.Service
 	cat        *catalog.Service
 	svc        *workload.Service
 	mu         sync.Mutex
@@ -310,7 +333,10 @@ func newEnv(t *testing.T, at time.Time) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	e.workloads, e.governance, e.telemetry = workloads.New(db), governance.New(db), telemetrydb.New(db)
+	e.workloads, e.governance, e.telemetry, e.runs = workloads.New(db), governance.New(db), telemetrydb.New(db), runsdb.New(db)
+	if e.progress, err = runs.New(runs.Options{Store: e.runs, Workloads: noRuns{}, Notifier: e.governance, Now: e.clock}); err != nil {
+		t.Fatal(err)
+	}
 	_, images, err := devregistry.StartDir(e.ctx, "../../images", classes)
 	if err != nil {
 		t.Fatal(err)
@@ -331,3 +357,16 @@ func newEnv(t *testing.T, at time.Time) *env {
 
 func (e *env) clock() time.Time { e.mu.Lock(); defer e.mu.Unlock(); return e.now }
 func (e *env) set(t time.Time)  { e.mu.Lock(); e.now = t; e.mu.Unlock() }
+
+// noRuns is the runs service's view of workloads where the culler's tests
+// only read progress.
+type noRuns struct{}
+
+func (noRuns) Visible(context.Context, string) error    { return errors.New("not in this test") }
+func (noRuns) Manageable(context.Context, string) error { return errors.New("not in this test") }
+func (noRuns) ForRun(context.Context, string) (runs.RunInfo, error) {
+	return runs.RunInfo{}, errors.New("not in this test")
+}
+func (noRuns) EarlierRuns(context.Context, string, int) ([]string, error) { return nil, nil }
+func (noRuns) StopForRule(context.Context, string, string) error          { return nil }
+func (noRuns) Resume(context.Context, string) error                       { return nil }

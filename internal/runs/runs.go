@@ -138,6 +138,9 @@ type Summary struct {
 	// Rate is the steps per second of the current run, smoothed over its
 	// reports (0 until two reports of it are apart).
 	Rate float64
+	// AdvancedAt is the latest report whose step went past the one before
+	// it in its run: when the run last made progress (zero: never).
+	AdvancedAt time.Time
 	// Watch is the early-stopping rules' state (Judge), by rule index.
 	Watch map[string]Watch
 	// Verdict is the rule that fired for the run, if one did; KeptBy and
@@ -168,6 +171,9 @@ func Apply(s Summary, rs []Report) Summary {
 			s.ResumedFrom = -1
 			s.Restarts++
 		default:
+			if r.Step > s.Step && r.Time.After(s.AdvancedAt) {
+				s.AdvancedAt = r.Time
+			}
 			if dt := r.Time.Sub(s.ReportedAt).Seconds(); dt > 0 && r.Step > s.Step {
 				inst := float64(r.Step-s.Step) / dt
 				if s.Rate == 0 {
@@ -469,6 +475,18 @@ func (s *Service) Summaries(ctx context.Context, ids []string) (map[string]Summa
 		out[id] = sum
 	}
 	return out, nil
+}
+
+// ProgressAt is when workload id's run last made progress (a report
+// whose step went forward), zero when it never reported: read as Gantry,
+// for the idle culler.
+func (s *Service) ProgressAt(ctx context.Context, id string) (time.Time, error) {
+	sum, err := s.o.Store.RunSummary(ctx, id)
+	var nf *fault.NotFound
+	if errors.As(err, &nf) {
+		return time.Time{}, nil
+	}
+	return sum.AdvancedAt, err
 }
 
 // Prune deletes the reports older than retention, in batches of batch

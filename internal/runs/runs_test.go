@@ -85,6 +85,10 @@ func TestApply(t *testing.T) {
 	if math.Abs(s.Rate-(0.3*5+0.7*10)) > 1e-9 {
 		t.Fatalf("smoothed rate %v", s.Rate)
 	}
+	// A report at the same step is not progress.
+	if s = runs.Apply(s, []runs.Report{at(30, 150)}); !s.AdvancedAt.Equal(now.Add(20 * time.Second)) {
+		t.Fatalf("advanced at %v, want the report at 20 s", s.AdvancedAt)
+	}
 	resumed := at(100, 100)
 	resumed.ResumedFrom = 100
 	s = runs.Apply(s, []runs.Report{resumed})

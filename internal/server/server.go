@@ -692,7 +692,7 @@ func (s *Server) lead(ctx context.Context, c *kube.Cluster) error {
 	if err != nil {
 		return err
 	}
-	culler, err := cull.New(cull.Options{Store: s.Store.Workloads, Templates: s.Catalog, Stopper: s.Workloads, Notifier: s.Store.Governance, Settings: s.Store.Governance, Log: s.Log, Now: s.clock.Now})
+	culler, err := cull.New(cull.Options{Store: s.Store.Workloads, Templates: s.Catalog, Stopper: s.Workloads, Notifier: s.Store.Governance, Progress: s.Runs, Settings: s.Store.Governance, Log: s.Log, Now: s.clock.Now})
 	if err != nil {
 		return err
 	}

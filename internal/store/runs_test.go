@@ -36,7 +36,7 @@ func testRuns(t *testing.T, s *stores.All) {
 	}
 	got, err := s.RunSummary(ctx, "w1")
 	if err != nil || got.Reports != 250 || got.Step != 2490 || got.Epoch != 0 || got.Metrics["loss"] != 1.0/250 || !got.FirstAt.Equal(base) ||
-		!got.ReportedAt.Equal(base.Add(249*time.Second)) || got.ResumedFrom != -1 || math.Abs(got.Rate-10) > 1e-9 {
+		!got.ReportedAt.Equal(base.Add(249*time.Second)) || got.ResumedFrom != -1 || math.Abs(got.Rate-10) > 1e-9 || !got.AdvancedAt.Equal(base.Add(249*time.Second)) {
 		t.Fatalf("stored summary %+v %v", got, err)
 	}
 	back, err := s.RunReports(ctx, "w1", base.Add(240*time.Second), 5)

@@ -26,7 +26,7 @@ func New(db *store.DB) *Store { return &Store{db: db} }
 
 var _ runs.Store = (*Store)(nil)
 
-const progressCols = `reports, step, total_steps, epoch, metrics, first_at, reported_at, run_from, run_from_step, resumed_from, restarts, rate, watch, verdict, kept_by, kept_at`
+const progressCols = `reports, step, total_steps, epoch, metrics, first_at, reported_at, run_from, run_from_step, resumed_from, restarts, rate, watch, verdict, kept_by, kept_at, advanced_at`
 
 // AppendReports implements runs.Store, in one transaction and a few
 // statements however many appends there are: the summary rows missing are
@@ -90,7 +90,7 @@ func (s *Store) AppendReports(ctx context.Context, as []runs.Append) ([]runs.Sum
 // Statements take at most 800 parameters, under SQLite's oldest limit.
 const (
 	maxArgs      = 800
-	progressArgs = 17 // the workload and progressCols
+	progressArgs = 18 // the workload and progressCols
 	reportArgs   = 8
 )
 
@@ -113,7 +113,7 @@ func rowsOf(n int, row string) string {
 
 func makeProgressQ(n int) string {
 	return `INSERT INTO run_progress (workload, ` + progressCols + `) VALUES ` +
-		rowsOf(n, `(?, 0, 0, 0, NULL, '{}', 0, 0, 0, 0, -1, 0, 0, '{}', '', '', 0)`) + ` ON CONFLICT (workload) DO NOTHING`
+		rowsOf(n, `(?, 0, 0, 0, NULL, '{}', 0, 0, 0, 0, -1, 0, 0, '{}', '', '', 0, 0)`) + ` ON CONFLICT (workload) DO NOTHING`
 }
 
 func (s *Store) lockProgressQ(n int) string {
@@ -129,7 +129,7 @@ func writeProgressQ(n int) string {
 		` ON CONFLICT (workload) DO UPDATE SET reports = excluded.reports, step = excluded.step, total_steps = excluded.total_steps,
 		epoch = excluded.epoch, metrics = excluded.metrics, first_at = excluded.first_at, reported_at = excluded.reported_at, run_from = excluded.run_from,
 		run_from_step = excluded.run_from_step, resumed_from = excluded.resumed_from, restarts = excluded.restarts, rate = excluded.rate,
-		watch = excluded.watch, verdict = excluded.verdict, kept_by = excluded.kept_by, kept_at = excluded.kept_at`
+		watch = excluded.watch, verdict = excluded.verdict, kept_by = excluded.kept_by, kept_at = excluded.kept_at, advanced_at = excluded.advanced_at`
 }
 
 func insertReportsQ(n int) string {
@@ -230,7 +230,7 @@ func (w writer) writeSummaries(ctx context.Context, ids []string, sums map[strin
 				kept = out.KeptAt.UnixMilli()
 			}
 			args = append(args, id, out.Reports, out.Step, out.TotalSteps, nullable(out.Epoch), string(metrics), out.FirstAt.UnixMilli(), out.ReportedAt.UnixMilli(),
-				out.RunFrom.UnixMilli(), out.RunFromStep, out.ResumedFrom, out.Restarts, out.Rate, string(watch), verdict, out.KeptBy, kept)
+				out.RunFrom.UnixMilli(), out.RunFromStep, out.ResumedFrom, out.Restarts, out.Rate, string(watch), verdict, out.KeptBy, kept, millis(out.AdvancedAt))
 		}
 		if err := w.exec(ctx, writeProgressQ(n), args...); err != nil {
 			return fmt.Errorf("run progress of %s…: %w", part[0], err)
@@ -271,6 +271,14 @@ func (w writer) insert(ctx context.Context, rows []reportRow) error {
 	return nil
 }
 
+// millis is t in Unix milliseconds, 0 for the zero time.
+func millis(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
 func nullable(f float64) any {
 	if math.IsNaN(f) {
 		return nil
@@ -282,9 +290,9 @@ func scanSummary(row store.Scanner) (runs.Summary, error) {
 	var s runs.Summary
 	var epoch sql.NullFloat64
 	var metrics, watch, verdict string
-	var first, reported, from, kept int64
+	var first, reported, from, kept, advanced int64
 	if err := row.Scan(&s.Reports, &s.Step, &s.TotalSteps, &epoch, &metrics, &first, &reported, &from, &s.RunFromStep, &s.ResumedFrom, &s.Restarts, &s.Rate,
-		&watch, &verdict, &s.KeptBy, &kept); err != nil {
+		&watch, &verdict, &s.KeptBy, &kept, &advanced); err != nil {
 		return s, err
 	}
 	if err := json.Unmarshal([]byte(watch), &s.Watch); err != nil {
@@ -298,6 +306,9 @@ func scanSummary(row store.Scanner) (runs.Summary, error) {
 	}
 	if kept != 0 {
 		s.KeptAt = time.UnixMilli(kept).UTC()
+	}
+	if advanced != 0 {
+		s.AdvancedAt = time.UnixMilli(advanced).UTC()
 	}
 	s.Epoch = math.NaN()
 	if epoch.Valid {

@@ -38,6 +38,9 @@ type topRow struct {
 	PricePerHour float64 `json:"pricePerHour"` // USD
 	CostSoFar    float64 `json:"costSoFar"`    // USD
 	Measured     bool    `json:"measured"`     // false: no reading in the window yet
+	// Progress is what a Job's run reported of itself ("40% ETA 10:42",
+	// "step 120"; "-": nothing).
+	Progress string `json:"progress"`
 }
 
 // topCmd shows the live GPU use of the caller's running workloads.
@@ -98,7 +101,7 @@ func topRows(ctx context.Context, cl *client.ClientWithResponses, teamName strin
 	step := "1m"
 	rows := []topRow{}
 	for _, w := range resp.JSON200.Items {
-		r := topRow{ID: w.Id, Name: w.Name, Team: w.Team, GPU: gpuText(w), PricePerHour: w.PricePerHour, CostSoFar: w.CostSoFar}
+		r := topRow{ID: w.Id, Name: w.Name, Team: w.Team, GPU: gpuText(w), PricePerHour: w.PricePerHour, CostSoFar: w.CostSoFar, Progress: progressCell(w.Progress)}
 		m, err := cl.GetWorkloadMetricsWithResponse(ctx, w.Id, &model.GetWorkloadMetricsParams{From: &from, Series: &series, Step: &step})
 		if err := ok(m, err); err != nil {
 			return nil, err
@@ -137,7 +140,7 @@ func topRows(ctx context.Context, cl *client.ClientWithResponses, teamName strin
 
 func printTop(w io.Writer, rows []topRow) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tNAME\tTEAM\tGPU\tGPU UTIL\tSM ACTIVE\tMEMORY\t$/H\tCOST")
+	fmt.Fprintln(tw, "ID\tNAME\tTEAM\tGPU\tGPU UTIL\tSM ACTIVE\tMEMORY\tPROGRESS\t$/H\tCOST")
 	for _, r := range rows {
 		util, sm, mem := "-", "-", "-"
 		if r.Measured {
@@ -147,7 +150,7 @@ func printTop(w io.Writer, rows []topRow) {
 				mem = fmt.Sprintf("%.1f/%.0f GiB", r.MemUsedMiB/1024, r.MemTotalMiB/1024)
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t$%.2f\t$%.2f\n", r.ID, r.Name, r.Team, r.GPU, util, sm, mem, r.PricePerHour, r.CostSoFar)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t$%.2f\t$%.2f\n", r.ID, r.Name, r.Team, r.GPU, util, sm, mem, r.Progress, r.PricePerHour, r.CostSoFar)
 	}
 	tw.Flush()
 	if len(rows) == 0 {

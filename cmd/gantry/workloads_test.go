@@ -330,3 +330,14 @@ func TestProgressLine(t *testing.T) {
 		}
 	}
 }
+
+// TestPrintTop: top's table carries each run's progress beside its GPU use.
+func TestPrintTop(t *testing.T) {
+	var b strings.Builder
+	printTop(&b, []topRow{{ID: "w1", Name: "train", Team: "vision", GPU: "H100-80GB ×1", GPUUtil: 87, SMActive: 0.62, MemUsedMiB: 40960, MemTotalMiB: 81920, Measured: true,
+		PricePerHour: 3.2, CostSoFar: 1.6, Progress: progressCell(&model.Progress{Reported: true, Step: new(int64(120)), Fraction: new(0.4)})}})
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[0], "PROGRESS") || !regexp.MustCompile(`^w1 +train +vision +H100-80GB ×1 +87% +62% +40\.0/80 GiB +40% +\$3\.20 +\$1\.60$`).MatchString(lines[1]) {
+		t.Fatalf("top:\n%s", b.String())
+	}
+}

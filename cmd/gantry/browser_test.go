@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -12,8 +13,12 @@ import (
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 
+	"github.com/gantryhq/gantry/api/model"
 	"github.com/gantryhq/gantry/internal/config"
+	"github.com/gantryhq/gantry/internal/identity"
+	"github.com/gantryhq/gantry/internal/runs"
 	"github.com/gantryhq/gantry/internal/servertest"
+	"github.com/gantryhq/gantry/internal/workload"
 )
 
 // TestBrowserSignIn drives a real Chromium through the portal: it lands on
@@ -368,5 +373,63 @@ func TestBrowserClusters(t *testing.T) {
 	poll("cloud-east takes work again", `!!document.querySelector('#clusters tr[data-cluster="cloud-east"] button[aria-label="Cordon cloud-east"]')`)
 	if v, err := servertest.CSPViolations(ctx); err != nil || len(v) > 0 {
 		t.Errorf("the platform page broke its Content Security Policy: %v %v", v, err)
+	}
+}
+
+// TestBrowserRunProgress: a training Job's page shows what its run
+// reported — the bar with its step and percent, a chart a metric by step —
+// and, once its early-stopping rule flags it, the verdict and a "Keep it
+// going" button that its owner presses (recorded as who kept it).
+func TestBrowserRunProgress(t *testing.T) {
+	ctx := servertest.Browser(t, 90*time.Second)
+	g := startGantry(t)
+	cl := servertest.Client(g.URL, g.Token("alice"))
+	launched := servertest.Must(cl.CreateWorkloadWithResponse(t.Context(), nil, model.LaunchRequest{Template: "cpu-train", Team: "vision", CpuOnly: new(true)}))(t)
+	if launched.JSON201 == nil {
+		t.Fatalf("launch: %d %s", launched.StatusCode(), launched.Body)
+	}
+	w := launched.JSON201
+	// Its run: 32 reports, loss falling for 10 then flat (cpu-train's
+	// plateau rule flags 20 reports without a gain).
+	ns := g.Workloads.Namespace(workload.Workload{Team: "vision"})
+	run := identity.With(t.Context(), identity.Identity{Via: identity.ViaRun, Workload: w.Id, Pod: ns + "/train-" + w.Id})
+	at := time.Now().Add(-time.Hour)
+	for i := range 32 {
+		loss := 0.25
+		if i < 10 {
+			loss = 1 - 0.075*float64(i)
+		}
+		at = at.Add(10 * time.Second)
+		if _, err := g.Runs.Report(run, w.Id, []runs.Report{{Time: at, Step: int64(10 * (i + 1)), TotalSteps: 1000, Epoch: math.NaN(), ResumedFrom: -1,
+			Metrics: map[string]float64{"loss": loss, "samples_per_s": 2048}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pg := servertest.NewPage(t, ctx, 20*time.Second)
+	step, js, poll := pg.Do, pg.JS, pg.Poll
+	pg.SignIn(g.URL+"/workloads/"+w.Id, "alice", "w-name")
+	poll("the progress bar", `!!document.querySelector('#w-progress progress[value="32"]')`)
+	if text := js(`document.getElementById('w-progress').textContent`); !strings.Contains(text, "step 320 of 1000") || !strings.Contains(text, "loss 0.25") ||
+		!strings.Contains(text, "early stopping (plateau, flagged)") {
+		t.Errorf("progress: %q", text)
+	}
+	poll("a chart a metric", `document.querySelectorAll('#run-charts figure').length === 2`)
+	if label := js(`document.querySelector('#run-charts figure[data-metric="loss"] svg').getAttribute('aria-label')`); label != "Run metric loss: latest 0.25 at step 320" {
+		t.Errorf("the loss chart: %q", label)
+	}
+	if shown := js(`String(!document.getElementById('run-metrics').hidden)`); shown != "true" {
+		t.Error("the run metrics are hidden on a Job's page")
+	}
+	step("keep it going", chromedp.Click(chromedp.ID("keep-run")))
+	poll("kept", `document.getElementById('w-progress').textContent.includes('kept going by')`)
+	p := servertest.Must(cl.GetWorkloadProgressWithResponse(t.Context(), w.Id, nil))(t)
+	if p.JSON200 == nil || p.JSON200.KeptBy == nil || !strings.Contains(*p.JSON200.KeptBy, "alice") {
+		t.Errorf("kept by: %d %s", p.StatusCode(), p.Body)
+	}
+	if v := servertest.Accessibility(t, ctx); len(v) > 0 {
+		t.Errorf("the workload page: accessibility violations: %v", v)
+	}
+	if v, err := servertest.CSPViolations(ctx); err != nil || len(v) > 0 {
+		t.Errorf("the workload page broke its Content Security Policy: %v %v", v, err)
 	}
 }

@@ -489,6 +489,41 @@ function drawCharts(box, data, highlight) {
   if (!drawn) box.append(el('p', { class: 'muted', text: 'No GPU readings in this window yet.' }));
 }
 
+// drawRunCharts draws what a Job's run reported of itself (GET
+// …/progress's series): a chart a metric, its value by step, at most eight.
+function drawRunCharts(box, p) {
+  box.replaceChildren();
+  const reports = (p && p.series) || [];
+  const names = [...new Set(reports.flatMap((r) => Object.keys(r.metrics || {})))].sort().slice(0, 8);
+  if (!names.length) {
+    box.append(el('p', { class: 'muted', text: p && p.reported ? 'Its reports carry no metrics.' : 'No progress reported yet.' }));
+    return;
+  }
+  const W = 560, H = 140, L = 72, B = 18;
+  names.forEach((name, n) => {
+    const pts = reports.filter((r) => r.metrics && r.metrics[name] !== undefined).map((r) => [r.step, r.metrics[name]]);
+    let lo = Math.min(...pts.map((q) => q[1])), hi = Math.max(...pts.map((q) => q[1]));
+    if (hi === lo) { hi += Math.abs(hi) * 0.05 || 1; lo -= Math.abs(lo) * 0.05 || 1; }
+    const s0 = pts[0][0], s1 = Math.max(pts[pts.length - 1][0], s0 + 1);
+    const x = (st) => L + (W - L) * (st - s0) / (s1 - s0);
+    const y = (v) => (H - B) - (H - B - 4) * (v - lo) / (hi - lo);
+    const num = (v) => String(Number(v.toPrecision(4)));
+    const [lastStep, last] = pts[pts.length - 1];
+    const fig = el('figure', { class: 'chart', 'data-metric': name });
+    const chart = svg('svg', { viewBox: '0 0 ' + W + ' ' + H, role: 'img', 'aria-label': 'Run metric ' + name + ': latest ' + num(last) + ' at step ' + lastStep });
+    chart.append(svg('line', { x1: L, y1: H - B, x2: W, y2: H - B, stroke: '#57606a' }));
+    chart.append(svg('line', { x1: L, y1: 4, x2: L, y2: H - B, stroke: '#57606a' }));
+    const label = (text, lx, ly, anchor) => { const t = svg('text', { x: lx, y: ly, 'font-size': 11, fill: '#1b1f24', 'text-anchor': anchor }); t.textContent = text; chart.append(t); };
+    label(num(hi), L - 4, 12, 'end');
+    label(num(lo), L - 4, H - B, 'end');
+    label('step ' + s0, L, H - 4, 'start');
+    label('step ' + s1, W, H - 4, 'end');
+    chart.append(svg('polyline', { points: pts.map((q) => x(q[0]).toFixed(1) + ',' + y(q[1]).toFixed(1)).join(' '), fill: 'none', stroke: COLOURS[n % COLOURS.length], 'stroke-width': 1.5 }));
+    fig.append(chart, el('figcaption', { text: name + ' — latest ' + num(last) + ' at step ' + lastStep + '; from ' + num(lo) + ' to ' + num(hi) + ' over ' + pts.length + ' reports' }));
+    box.append(fig);
+  });
+}
+
 function device(d) { return 'GPU ' + d.index + (d.mig ? ' MIG ' + d.mig.profile : ''); }
 // shownUnit is the unit fmt writes values of unit in: one unit a chart.
 function shownUnit(unit) {
@@ -512,6 +547,7 @@ async function workloadPage(id) {
   }
   const stream = document.getElementById('stream-state');
   let current = null, shownAt = 0;
+  let drawRuns = () => {}; // the run's metric charts, once set up below
   // A run an early-stopping rule stopped or flagged can be kept going (one
   // call, recorded): offered to whoever may manage it.
   const showProgress = (p) => {
@@ -540,6 +576,8 @@ async function workloadPage(id) {
     document.getElementById('w-status').textContent = w.status;
     document.getElementById('w-status').className = 'st-' + w.status;
     if (w.kind === 'job') showProgress(w.progress); else document.getElementById('w-progress').replaceChildren('-');
+    document.getElementById('run-metrics').hidden = w.kind !== 'job';
+    if (w.kind === 'job') drawRuns();
     document.getElementById('w-reason').textContent = w.reason || '';
     document.getElementById('w-template').textContent = w.template + ' (version ' + w.templateVersion + ')';
     document.getElementById('w-team').textContent = w.team;
@@ -671,6 +709,22 @@ async function workloadPage(id) {
   windowSel.addEventListener('change', chartsNow);
   chartsNow();
   setInterval(chartsNow, 30000);
+  // A Job's run metrics, as its run reported them, redrawn every 30 s
+  // while it is live (once otherwise).
+  const runCharts = document.getElementById('run-charts');
+  let runChartsAt = 0;
+  drawRuns = async (again) => {
+    const live = current && (current.actions || []).indexOf('stop') >= 0;
+    if (!current || current.kind !== 'job' || (runChartsAt && !(again && live))) return;
+    runChartsAt = Date.now();
+    try {
+      drawRunCharts(runCharts, await api('GET', path + '/progress?limit=500'));
+    } catch (err) {
+      runCharts.replaceChildren(el('p', { class: 'muted', text: 'No run metrics: ' + err.message }));
+    }
+  };
+  if (current) drawRuns();
+  setInterval(() => drawRuns(true), 30000);
 
   // Advice: each finding's reason, evidence and dollars; right-sizing
   // findings apply in one click (a relaunch with the recommended choice).

@@ -2454,6 +2454,26 @@ type TemplateSpec struct {
 	Resources  TemplateResources `json:"resources"`
 	Scheduling *Scheduling       `json:"scheduling,omitempty"`
 
+	// Tracking For jobs: the experiment tracker its runs log to (docs/runs.md), exactly one of mlflow and wandb. Gantry passes its address and project and GANTRY_TRACKING_RUN_ID (gantry-<workload id>: the same across restarts and requeues; W&B's WANDB_RUN_ID with WANDB_RESUME=allow, MLflow's run found again by its tag gantry.run_id), and credentials is an optional Secret of the team's namespace whose keys become the job's variables (Gantry never reads it).
+	Tracking *struct {
+		Mlflow *struct {
+			Credentials *string `json:"credentials,omitempty"`
+
+			// Experiment MLFLOW_EXPERIMENT_NAME (default: the template's name).
+			Experiment *string `json:"experiment,omitempty"`
+
+			// Uri MLFLOW_TRACKING_URI (http or https).
+			Uri string `json:"uri"`
+		} `json:"mlflow,omitempty"`
+		Wandb *struct {
+			// BaseURL WANDB_BASE_URL (default: W&B's cloud).
+			BaseURL     *string `json:"baseURL,omitempty"`
+			Credentials *string `json:"credentials,omitempty"`
+			Entity      *string `json:"entity,omitempty"`
+			Project     string  `json:"project"`
+		} `json:"wandb,omitempty"`
+	} `json:"tracking,omitempty"`
+
 	// Vm For workload vm, the cloud-init user and the SSH keys it accepts (usually a {{sshPublicKey}} parameter).
 	Vm *struct {
 		SshAuthorizedKeys []string `json:"sshAuthorizedKeys"`

@@ -377,12 +377,26 @@ func TestBrowserClusters(t *testing.T) {
 }
 
 // TestBrowserRunProgress: a training Job's page shows what its run
-// reported — the bar with its step and percent, a chart a metric by step —
+// reported — the bar with its step and percent, a chart a metric by step,
+// the link to its W&B run (its template's tracker) —
 // and, once its early-stopping rule flags it, the verdict and a "Keep it
 // going" button that its owner presses (recorded as who kept it).
 func TestBrowserRunProgress(t *testing.T) {
 	ctx := servertest.Browser(t, 90*time.Second)
 	g := startGantry(t)
+	// The platform team gives cpu-train a W&B tracker.
+	admin := servertest.Client(g.URL, g.Token("ada"))
+	live := servertest.Must(admin.GetTemplateWithResponse(t.Context(), "cpu-train", nil))(t)
+	var doc map[string]any
+	if err := json.Unmarshal(live.Body, &doc); err != nil {
+		t.Fatal(err)
+	}
+	tpl := doc["template"].(map[string]any)
+	tpl["spec"].(map[string]any)["tracking"] = map[string]any{"wandb": map[string]any{"project": "cpu-train", "entity": "vision", "credentials": "wandb-key"}}
+	body, _ := json.Marshal(tpl)
+	if up := servertest.Must(admin.UpdateTemplateWithBodyWithResponse(t.Context(), "cpu-train", "application/json", strings.NewReader(string(body))))(t); up.JSON200 == nil {
+		t.Fatalf("the tracker: %d %s", up.StatusCode(), up.Body)
+	}
 	cl := servertest.Client(g.URL, g.Token("alice"))
 	launched := servertest.Must(cl.CreateWorkloadWithResponse(t.Context(), nil, model.LaunchRequest{Template: "cpu-train", Team: "vision", CpuOnly: new(true)}))(t)
 	if launched.JSON201 == nil {
@@ -412,6 +426,10 @@ func TestBrowserRunProgress(t *testing.T) {
 	if text := js(`document.getElementById('w-progress').textContent`); !strings.Contains(text, "step 320 of 1000") || !strings.Contains(text, "loss 0.25") ||
 		!strings.Contains(text, "early stopping (plateau, flagged)") {
 		t.Errorf("progress: %q", text)
+	}
+	poll("the tracker", `!!document.getElementById('tracker-link')`)
+	if href := js(`document.getElementById('tracker-link').href`); href != "https://wandb.ai/vision/cpu-train/runs/gantry-"+w.Id {
+		t.Errorf("the tracker's link: %q", href)
 	}
 	poll("a chart a metric", `document.querySelectorAll('#run-charts figure').length === 2`)
 	if label := js(`document.querySelector('#run-charts figure[data-metric="loss"] svg').getAttribute('aria-label')`); label != "Run metric loss: latest 0.25 at step 320" {

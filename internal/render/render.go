@@ -341,6 +341,7 @@ func (b *builder) container() corev1.Container {
 		Args:       expandAll(s.Args, b.expand),
 		WorkingDir: b.expand(s.WorkingDir),
 		Env:        b.env(),
+		EnvFrom:    b.envFrom(),
 		Resources:  resources,
 		SecurityContext: &corev1.SecurityContext{
 			AllowPrivilegeEscalation: ptr(false),
@@ -413,6 +414,7 @@ func (b *builder) env() []corev1.EnvVar {
 	if dir := b.s.CheckpointDir(); dir != "" {
 		env = append(env, corev1.EnvVar{Name: "GANTRY_CHECKPOINT_DIR", Value: dir})
 	}
+	env = append(env, b.tracking()...)
 	if b.reports() {
 		env = append(env, corev1.EnvVar{Name: "GANTRY_RUN_URL", Value: strings.TrimSuffix(m.RunURL, "/") + "/api/v1/workloads/" + m.WorkloadID + "/progress"},
 			corev1.EnvVar{Name: "GANTRY_RUN_TOKEN_FILE", Value: RunTokenFile})
@@ -424,6 +426,63 @@ func (b *builder) env() []corev1.EnvVar {
 		env = append(env, corev1.EnvVar{Name: "NVIDIA_VISIBLE_DEVICES", Value: "void"})
 	}
 	return env
+}
+
+// tracking is the experiment tracker's variables: its address and
+// project, and the workload's run id, the same across restarts and
+// requeues.
+func (b *builder) tracking() []corev1.EnvVar {
+	t := b.s.Tracking
+	if t == nil {
+		return nil
+	}
+	id := template.TrackingRunID(b.m.WorkloadID)
+	env := []corev1.EnvVar{{Name: "GANTRY_TRACKING_RUN_ID", Value: id}}
+	set := func(name, v string) {
+		if v != "" {
+			env = append(env, corev1.EnvVar{Name: name, Value: v})
+		}
+	}
+	if m := t.MLflow; m != nil {
+		experiment := m.Experiment
+		if experiment == "" {
+			experiment = b.r.Template.Metadata.Name
+		}
+		set("MLFLOW_TRACKING_URI", m.URI)
+		set("MLFLOW_EXPERIMENT_NAME", experiment)
+		set("MLFLOW_RUN_NAME", id)
+	}
+	if w := t.WandB; w != nil {
+		set("WANDB_PROJECT", w.Project)
+		set("WANDB_ENTITY", w.Entity)
+		set("WANDB_BASE_URL", w.BaseURL)
+		set("WANDB_RUN_ID", id)
+		set("WANDB_RESUME", "allow")
+		set("WANDB_NAME", b.name)
+	}
+	return env
+}
+
+// envFrom is the tracker's credentials: a Secret of the team's namespace
+// whose keys become variables, optional (a team without one starts its jobs
+// without credentials rather than not at all). Gantry names it and never
+// reads it.
+func (b *builder) envFrom() []corev1.EnvFromSource {
+	t := b.s.Tracking
+	if t == nil {
+		return nil
+	}
+	name := ""
+	switch {
+	case t.MLflow != nil:
+		name = t.MLflow.Credentials
+	case t.WandB != nil:
+		name = t.WandB.Credentials
+	}
+	if name == "" {
+		return nil
+	}
+	return []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: name}, Optional: ptr(true)}}}
 }
 
 // reports says whether the workload reports its progress: a Job of this

@@ -704,3 +704,67 @@ func TestMultiKueue(t *testing.T) {
 		}
 	}
 }
+
+// TestTracking: a job with a tracker gets its address, its project and a
+// run id that is the workload's own — the same on every render of it, so
+// a restart or a requeue logs to the same tracker run — and the team's
+// credentials Secret as optional variables, never its values.
+func TestTracking(t *testing.T) {
+	classes, templates := load(t)
+	for _, tc := range []struct {
+		name     string
+		tracking *template.Tracking
+		want     map[string]string
+		secret   string
+	}{
+		{"mlflow", &template.Tracking{MLflow: &template.MLflow{URI: "https://mlflow.example", Credentials: "mlflow-token"}},
+			map[string]string{"MLFLOW_TRACKING_URI": "https://mlflow.example", "MLFLOW_EXPERIMENT_NAME": "pytorch-train", "MLFLOW_RUN_NAME": "gantry-wk000001",
+				"GANTRY_TRACKING_RUN_ID": "gantry-wk000001"}, "mlflow-token"},
+		{"wandb", &template.Tracking{WandB: &template.WandB{Project: "llm", Entity: "vision", Credentials: "wandb-key"}},
+			map[string]string{"WANDB_PROJECT": "llm", "WANDB_ENTITY": "vision", "WANDB_RUN_ID": "gantry-wk000001", "WANDB_RESUME": "allow", "GANTRY_TRACKING_RUN_ID": "gantry-wk000001"}, "wandb-key"},
+		{"wandb without credentials", &template.Tracking{WandB: &template.WandB{Project: "llm"}},
+			map[string]string{"WANDB_PROJECT": "llm", "WANDB_RUN_ID": "gantry-wk000001"}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tpl := *templates["pytorch-train"]
+			tpl.Spec.Tracking = tc.tracking
+			if err := tpl.Validate(classes); err != nil {
+				t.Fatalf("the template: %v", err)
+			}
+			r, err := tpl.Resolve(classes, template.Choice{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := metaFor(r)
+			m.WorkloadID = "wk000001"
+			for range 2 { // every render the same
+				objs, err := render.Objects(r, m)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var c corev1.Container
+				for _, o := range objs {
+					if j, ok := o.(*batchv1.Job); ok {
+						c = j.Spec.Template.Spec.Containers[0]
+					}
+				}
+				env := map[string]string{}
+				for _, e := range c.Env {
+					env[e.Name] = e.Value
+				}
+				for k, v := range tc.want {
+					if env[k] != v {
+						t.Errorf("%s=%q, want %q", k, env[k], v)
+					}
+				}
+				switch {
+				case tc.secret == "" && len(c.EnvFrom) != 0:
+					t.Errorf("envFrom %+v without credentials", c.EnvFrom)
+				case tc.secret != "" && (len(c.EnvFrom) != 1 || c.EnvFrom[0].SecretRef == nil || c.EnvFrom[0].SecretRef.Name != tc.secret ||
+					c.EnvFrom[0].SecretRef.Optional == nil || !*c.EnvFrom[0].SecretRef.Optional):
+					t.Errorf("envFrom %+v, want the optional Secret %s", c.EnvFrom, tc.secret)
+				}
+			}
+		})
+	}
+}

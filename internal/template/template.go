@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"path"
 	"regexp"
 	"slices"
@@ -100,6 +101,66 @@ type Spec struct {
 	// itself (package runs): a metric that stopped improving, a target
 	// reached, a cost cap.
 	EarlyStopping *EarlyStopping `json:"earlyStopping,omitempty"`
+	// Tracking names the experiment tracker a job's runs log to (MLflow or
+	// Weights & Biases): Gantry passes its address and project, a run id
+	// that stays the same across restarts and requeues, and the team's
+	// credentials from a Secret of the team's namespace, which Gantry
+	// never reads.
+	Tracking *Tracking `json:"tracking,omitempty"`
+}
+
+// Tracking is an experiment tracker; exactly one of its members is set.
+type Tracking struct {
+	MLflow *MLflow `json:"mlflow,omitempty"`
+	WandB  *WandB  `json:"wandb,omitempty"`
+}
+
+// MLflow is an MLflow tracking server: MLFLOW_TRACKING_URI and
+// MLFLOW_EXPERIMENT_NAME (default: the template's name); the run is found
+// again by its tag gantry.run_id (gantry.tracking.mlflow_run in Python).
+type MLflow struct {
+	URI        string `json:"uri"`
+	Experiment string `json:"experiment,omitempty"`
+	// Credentials is a Secret in the team's namespace whose keys become
+	// the job's environment (MLFLOW_TRACKING_TOKEN, or
+	// MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD); the job
+	// starts without them when the team has none.
+	Credentials string `json:"credentials,omitempty"`
+}
+
+// WandB is a Weights & Biases project: WANDB_PROJECT, WANDB_ENTITY,
+// WANDB_BASE_URL (default W&B's cloud), WANDB_RUN_ID with
+// WANDB_RESUME=allow, so that a restarted run goes on in the same W&B run.
+type WandB struct {
+	Project string `json:"project"`
+	Entity  string `json:"entity,omitempty"`
+	BaseURL string `json:"baseURL,omitempty"`
+	// Credentials is a Secret in the team's namespace holding
+	// WANDB_API_KEY (its keys become the job's environment).
+	Credentials string `json:"credentials,omitempty"`
+}
+
+// TrackingRunID is the tracker's run id of a workload: the same for every
+// run of it (a restart, a requeue, a start after a stop).
+func TrackingRunID(workloadID string) string { return "gantry-" + workloadID }
+
+// TrackerURL is where a person sees the workload's tracker run: W&B's run
+// page when the entity is known, the MLflow server otherwise (its run is
+// tagged gantry.run_id); "" without a tracker.
+func (s *Spec) TrackerURL(workloadID string) string {
+	switch t := s.Tracking; {
+	case t == nil:
+		return ""
+	case t.WandB != nil && t.WandB.Entity != "":
+		base := t.WandB.BaseURL
+		if base == "" {
+			base = "https://wandb.ai"
+		}
+		return strings.TrimSuffix(base, "/") + "/" + t.WandB.Entity + "/" + t.WandB.Project + "/runs/" + TrackingRunID(workloadID)
+	case t.MLflow != nil:
+		return t.MLflow.URI
+	}
+	return ""
 }
 
 // EarlyStopping is a job's stopping rules and what happens when one fires:
@@ -497,6 +558,7 @@ func (t *Template) Validate(classes *gpu.Catalog) error {
 	t.validateVolumes(c)
 	t.validateCheckpoints(&errs)
 	t.validateEarlyStopping(&errs)
+	t.validateTracking(&errs)
 	t.validateLifecycle(&errs)
 	t.validateScheduling(&errs)
 	if errs.Len() == 0 {
@@ -779,6 +841,57 @@ func (t *Template) validateEarlyStopping(errs *fault.List) {
 		if n != 1 {
 			errs.Addf(p, "want exactly one of plateau, target, costCap, median and deadline")
 		}
+	}
+}
+
+// trackerName is a W&B project or entity, or an MLflow experiment.
+var trackerName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
+
+// validateTracking checks spec.tracking: a job's, one tracker, an http(s)
+// address, names a tracker and Kubernetes take.
+func (t *Template) validateTracking(errs *fault.List) {
+	tr := t.Spec.Tracking
+	if tr == nil {
+		return
+	}
+	if t.Spec.Workload != Job {
+		errs.Addf("spec.tracking", "applies to job workloads only")
+	}
+	if (tr.MLflow == nil) == (tr.WandB == nil) {
+		errs.Addf("spec.tracking", "want exactly one of mlflow and wandb")
+	}
+	address := func(p, v string, required bool) {
+		if v == "" && !required {
+			return
+		}
+		u, err := url.Parse(v)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+			errs.Addf(p, "%q: want an http or https address without credentials, query or fragment", clip(v))
+		}
+	}
+	named := func(p, v string, required bool) {
+		if v == "" && !required {
+			return
+		}
+		if !trackerName.MatchString(v) {
+			errs.Addf(p, "%q: want a letter or digit, then up to 127 letters, digits or _ . -", clip(v))
+		}
+	}
+	secret := func(p, v string) {
+		if v != "" && (len(v) > 253 || !nameRE.MatchString(v)) {
+			errs.Addf(p, "%q is not a Secret's name", clip(v))
+		}
+	}
+	if m := tr.MLflow; m != nil {
+		address("spec.tracking.mlflow.uri", m.URI, true)
+		named("spec.tracking.mlflow.experiment", m.Experiment, false)
+		secret("spec.tracking.mlflow.credentials", m.Credentials)
+	}
+	if w := tr.WandB; w != nil {
+		named("spec.tracking.wandb.project", w.Project, true)
+		named("spec.tracking.wandb.entity", w.Entity, false)
+		address("spec.tracking.wandb.baseURL", w.BaseURL, false)
+		secret("spec.tracking.wandb.credentials", w.Credentials)
 	}
 }
 

@@ -149,6 +149,19 @@ func TestParseErrors(t *testing.T) {
 			`spec.earlyStopping.rules[1]: want exactly one of plateau, target, costCap, median and deadline`,
 			`spec.earlyStopping.rules[2].target.mode: "up": want min (lower is better) or max`,
 		}},
+		{"trackers: two at once, bad addresses and names", func(s string) string {
+			return strings.Replace(s, "  args:", `  tracking:
+    mlflow: {uri: "ftp://mlflow", experiment: " x", credentials: Not_A_Name}
+    wandb: {project: "", baseURL: "https://user:pw@wandb.example"}
+  args:`, 1)
+		}, []string{
+			`spec.tracking: want exactly one of mlflow and wandb`,
+			`spec.tracking.mlflow.uri: "ftp://mlflow": want an http or https address without credentials, query or fragment`,
+			`spec.tracking.mlflow.experiment: " x": want a letter or digit`,
+			`spec.tracking.mlflow.credentials: "Not_A_Name" is not a Secret's name`,
+			`spec.tracking.wandb.project: "": want a letter or digit`,
+			`spec.tracking.wandb.baseURL: "https://user:pw@wandb.example": want an http or https address without credentials`,
+		}},
 		{"median and deadline rules with bad numbers", func(s string) string {
 			return strings.Replace(s, "  args:", `  earlyStopping:
     action: stop
@@ -403,5 +416,24 @@ func TestCPUOnlyImage(t *testing.T) {
 	_, err := template.Parse("t.yaml", []byte(doc), classes(t), images{"tiny:1": {"H100-80GB", "L4"}})
 	if err == nil || !strings.Contains(err.Error(), "spec.cpuOnly: image tiny:1 does not run without a GPU") {
 		t.Fatalf("a GPU-only image: %v", err)
+	}
+}
+
+// TestTrackerURL: where a person sees a workload's tracker run.
+func TestTrackerURL(t *testing.T) {
+	for _, tc := range []struct {
+		tr   *template.Tracking
+		want string
+	}{
+		{nil, ""},
+		{&template.Tracking{WandB: &template.WandB{Project: "llm", Entity: "vision"}}, "https://wandb.ai/vision/llm/runs/gantry-wk000001"},
+		{&template.Tracking{WandB: &template.WandB{Project: "llm", Entity: "vision", BaseURL: "https://wandb.example/"}}, "https://wandb.example/vision/llm/runs/gantry-wk000001"},
+		{&template.Tracking{WandB: &template.WandB{Project: "llm"}}, ""}, // the API key's default entity: not known here
+		{&template.Tracking{MLflow: &template.MLflow{URI: "https://mlflow.example"}}, "https://mlflow.example"},
+	} {
+		s := template.Spec{Tracking: tc.tr}
+		if got := s.TrackerURL("wk000001"); got != tc.want {
+			t.Errorf("%+v: %q, want %q", tc.tr, got, tc.want)
+		}
 	}
 }

@@ -524,6 +524,26 @@ function drawRunCharts(box, p) {
   });
 }
 
+// trackerCell is where a Job's tracker run is (its template's
+// spec.tracking): the run id is the workload's own, the same across its
+// restarts and requeues.
+function trackerCell(t, id) {
+  if (!t) return '-';
+  const run = 'gantry-' + id;
+  if (t.wandb) {
+    const w = t.wandb;
+    const text = 'Weights & Biases run ' + run + ' in ' + (w.entity ? w.entity + '/' : '') + w.project;
+    if (!w.entity) return text;
+    const url = (w.baseURL || 'https://wandb.ai').replace(/\/$/, '') + '/' + w.entity + '/' + w.project + '/runs/' + run;
+    return el('a', { id: 'tracker-link', href: url, target: '_blank', rel: 'noopener', text });
+  }
+  if (t.mlflow) {
+    return el('span', {}, el('a', { id: 'tracker-link', href: t.mlflow.uri, target: '_blank', rel: 'noopener', text: 'MLflow' }),
+      ' experiment ' + (t.mlflow.experiment || '(the template\'s name)') + ', the run tagged gantry.run_id = ' + run);
+  }
+  return '-';
+}
+
 function device(d) { return 'GPU ' + d.index + (d.mig ? ' MIG ' + d.mig.profile : ''); }
 // shownUnit is the unit fmt writes values of unit in: one unit a chart.
 function shownUnit(unit) {
@@ -548,6 +568,7 @@ async function workloadPage(id) {
   const stream = document.getElementById('stream-state');
   let current = null, shownAt = 0;
   let drawRuns = () => {}; // the run's metric charts, once set up below
+  let trackerShown = false;
   // A run an early-stopping rule stopped or flagged can be kept going (one
   // call, recorded): offered to whoever may manage it.
   const showProgress = (p) => {
@@ -578,6 +599,12 @@ async function workloadPage(id) {
     if (w.kind === 'job') showProgress(w.progress); else document.getElementById('w-progress').replaceChildren('-');
     document.getElementById('run-metrics').hidden = w.kind !== 'job';
     if (w.kind === 'job') drawRuns();
+    if (w.kind === 'job' && !trackerShown) {
+      trackerShown = true;
+      api('GET', '/api/v1/templates/' + encodeURIComponent(w.template) + '?version=' + w.templateVersion)
+        .then((v) => document.getElementById('w-tracker').replaceChildren(trackerCell(v.template.spec.tracking, w.id)))
+        .catch(() => { trackerShown = false; });
+    }
     document.getElementById('w-reason').textContent = w.reason || '';
     document.getElementById('w-template').textContent = w.template + ' (version ' + w.templateVersion + ')';
     document.getElementById('w-team').textContent = w.team;

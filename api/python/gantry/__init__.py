@@ -12,6 +12,6 @@ Gantry how far the run is (a no-op anywhere else).
 """
 
 from .client import Gantry, GantryError, FieldError, Workload, ABSENT
-from . import run, callbacks
+from . import run, callbacks, tracking
 
-__all__ = ["Gantry", "GantryError", "FieldError", "Workload", "ABSENT", "run", "callbacks"]
+__all__ = ["Gantry", "GantryError", "FieldError", "Workload", "ABSENT", "run", "callbacks", "tracking"]

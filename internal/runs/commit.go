@@ -2,6 +2,7 @@ package runs
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -52,7 +53,7 @@ func (c *committer) append(ctx context.Context, a Append) (Summary, error) {
 		if !p.lead {
 			return p.sum, p.err
 		}
-		c.mu.Lock() // p leads: it was taken off the queue to
+		c.mu.Lock() // p leads: the leader before it took it off the queue
 	} else {
 		c.busy = true
 	}
@@ -67,28 +68,42 @@ func (c *committer) append(ctx context.Context, a Append) (Summary, error) {
 	c.queue = c.queue[n:]
 	c.mu.Unlock()
 
+	// Whatever happens in the write (a panic included), the batch is
+	// answered and the lead handed on: no request waits for ever.
+	defer func() {
+		c.mu.Lock()
+		if len(c.queue) > 0 { // hand the lead on
+			next := c.queue[0]
+			c.queue = c.queue[1:]
+			next.lead = true
+			close(next.done)
+		} else {
+			c.busy = false
+		}
+		c.mu.Unlock()
+		for _, q := range batch[1:] {
+			close(q.done)
+		}
+	}()
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+	defer cancel()
 	c.write(cctx, batch)
-	cancel()
-
-	c.mu.Lock()
-	if len(c.queue) > 0 { // hand the lead on
-		next := c.queue[0]
-		c.queue = c.queue[1:]
-		next.lead = true
-		close(next.done)
-	} else {
-		c.busy = false
-	}
-	c.mu.Unlock()
-	for _, q := range batch[1:] {
-		close(q.done)
-	}
 	return p.sum, p.err
 }
 
-// write commits batch, and each on its own when the batch fails.
+// write commits batch, and each on its own when the batch fails. A panic
+// (in an append's Update, say) fails the batch's appends that have no
+// answer yet, rather than the requests.
 func (c *committer) write(ctx context.Context, batch []*pending) {
+	defer func() {
+		if r := recover(); r != nil {
+			for _, q := range batch {
+				if q.err == nil && q.sum.Workload == "" {
+					q.err = fmt.Errorf("report of %s: %v", q.a.Workload, r)
+				}
+			}
+		}
+	}()
 	as := make([]Append, len(batch))
 	for i, q := range batch {
 		as[i] = q.a
@@ -211,7 +226,14 @@ func (c *pageCache) put(ids []string, found map[string]Summary) {
 	}
 	for _, id := range ids {
 		sum, ok := found[id]
-		c.m[id] = cachedSummary{sum: sum, ok: ok, at: now}
+		if old, kept := c.m[id]; kept && old.ok && (!ok || old.sum.Reports > sum.Reports) {
+			// A read that began before this replica's own report ended
+			// after it: the report's summary is the newer.
+			if !now.Before(old.at) && now.Sub(old.at) < pageTTL {
+				continue
+			}
+		}
+		c.m[id] = cachedSummary{sum: sum, ok: ok && sum.Reports > 0, at: now}
 	}
 }
 
@@ -249,14 +271,24 @@ func (c *peerCache) get(ctx context.Context, id string, rules *template.EarlySto
 		return e.peers, nil
 	}
 	peers, err := read(ctx, id, rules)
+	at := now
 	if err != nil {
-		return nil, err
+		// Kept too, for a sixth of the while: a store in trouble is not
+		// asked again on every report.
+		at = now.Add(-peersTTL + peersTTL/6)
 	}
 	c.mu.Lock()
 	if len(c.m) >= maxPeers {
-		clear(c.m)
+		for k, e := range c.m {
+			if now.Sub(e.at) >= peersTTL || now.Before(e.at) {
+				delete(c.m, k)
+			}
+		}
+		if len(c.m) >= maxPeers {
+			clear(c.m)
+		}
 	}
-	c.m[id] = cachedPeers{peers: peers, at: now}
+	c.m[id] = cachedPeers{peers: peers, at: at}
 	c.mu.Unlock()
-	return peers, nil
+	return peers, err
 }

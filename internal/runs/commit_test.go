@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -181,17 +182,47 @@ func TestPageCache(t *testing.T) {
 	if len(got) != 0 || len(missed) != 2 {
 		t.Fatalf("empty cache: %v, missed %v", got, missed)
 	}
-	c.put(missed, map[string]Summary{"a": {Workload: "a", Step: 5}})
+	c.put(missed, map[string]Summary{"a": {Workload: "a", Step: 5, Reports: 1}})
 	now = now.Add(pageTTL - time.Millisecond)
 	if got, missed = c.get([]string{"a", "b"}); len(missed) != 0 || len(got) != 1 || got["a"].Step != 5 {
 		t.Fatalf("fresh: %v, missed %v; want a at step 5, b known to have none", got, missed)
 	}
-	c.put([]string{"b"}, map[string]Summary{"b": {Workload: "b", Step: 1}}) // b reported here
+	c.put([]string{"b"}, map[string]Summary{"b": {Workload: "b", Step: 1, Reports: 1}}) // b reported here
 	if got, _ = c.get([]string{"b"}); got["b"].Step != 1 {
 		t.Fatalf("after b's report: %v", got)
+	}
+	// A page's read that began before b's report and ends after it: the
+	// report's summary stays.
+	c.put([]string{"b"}, nil)
+	if got, _ = c.get([]string{"b"}); got["b"].Step != 1 {
+		t.Fatalf("an older read overwrote b's report: %v", got)
+	}
+	// A summary of no reports (a keep before any) is none.
+	c.put([]string{"k"}, map[string]Summary{"k": {Workload: "k", KeptBy: "alice"}})
+	if got, missed = c.get([]string{"k"}); len(got) != 0 || len(missed) != 0 {
+		t.Fatalf("a summary of no reports: %v, missed %v", got, missed)
 	}
 	now = now.Add(time.Millisecond)
 	if _, missed = c.get([]string{"a", "b"}); len(missed) != 1 || missed[0] != "a" {
 		t.Fatalf("a is stale, b is not: missed %v", missed)
+	}
+}
+
+// TestGroupCommitSurvivesAPanic: an append whose update panics fails with
+// an error, and the committer takes the next requests as before.
+func TestGroupCommitSurvivesAPanic(t *testing.T) {
+	g := &gateStore{gate: make(chan struct{}), steps: map[string]int64{}}
+	close(g.gate)
+	c := &committer{store: g}
+	boom := Append{Workload: "w1", Update: func(Summary) Summary { panic("a bug in a rule") }}
+	if _, err := c.append(context.Background(), boom); err == nil || !strings.Contains(err.Error(), "a bug in a rule") {
+		t.Fatalf("the panicking append: %v", err)
+	}
+	rs := []Report{{Time: time.Unix(1, 0), Step: 1, Epoch: math.NaN(), ResumedFrom: -1}}
+	if s, err := c.append(context.Background(), Append{Workload: "w2", Reports: rs, Update: func(old Summary) Summary { return Apply(old, rs) }}); err != nil || s.Step != 1 {
+		t.Fatalf("the next append: %+v %v", s, err)
+	}
+	if err := c.state(false, 0); err != nil {
+		t.Error(err)
 	}
 }

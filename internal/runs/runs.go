@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"regexp"
 	"sort"
@@ -148,6 +149,17 @@ type Summary struct {
 	Verdict *Verdict
 	KeptBy  string
 	KeptAt  time.Time
+}
+
+// Clone is s with maps and a verdict of its own.
+func (s Summary) Clone() Summary {
+	s.Metrics = maps.Clone(s.Metrics)
+	s.Watch = maps.Clone(s.Watch)
+	if s.Verdict != nil {
+		v := *s.Verdict
+		s.Verdict = &v
+	}
+	return s
 }
 
 // rateWeight is the weight of the newest interval in the smoothed rate
@@ -386,17 +398,18 @@ func (s *Service) earlier(ctx context.Context, id string, rules *template.EarlyS
 		if err != nil {
 			return nil, err
 		}
-		if len(rs) == 0 {
-			continue
-		}
-		read++
+		counted := false // a run counts when it reported a metric a rule compares
 		for _, rule := range rules.Rules {
 			if md := rule.Median; md != nil {
 				if c := CurveOf(rs, md.Metric, md.Mode); len(c.Steps) > 0 {
 					k := PeerKey(md.Metric, md.Mode)
 					peers[k] = append(peers[k], c)
+					counted = true
 				}
 			}
+		}
+		if counted {
+			read++
 		}
 	}
 	return peers, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -144,6 +145,46 @@ func testRunsBatch(t *testing.T, s *stores.All) {
 	}
 	if back, err := s.RunReports(ctx, "b9", base, 10); err != nil || len(back) != 3 || back[0].Step != 1 || back[2].Step != 3 {
 		t.Fatalf("b9's reports: %+v %v", back, err)
+	}
+	// An append's summary is its own: a later append to the same workload
+	// in the batch does not change the earlier one's metrics.
+	withLoss := func(w string, step int64, loss float64) runs.Append {
+		rs := []runs.Report{{Time: base.Add(time.Hour + time.Duration(step)*time.Second), Step: step, Epoch: math.NaN(), ResumedFrom: -1, Metrics: map[string]float64{"loss": loss}}}
+		return runs.Append{Workload: w, Reports: rs, Update: func(old runs.Summary) runs.Summary { return runs.Apply(old, rs) }}
+	}
+	sums, err = s.AppendReports(ctx, []runs.Append{withLoss("c1", 10, 0.9), withLoss("c1", 20, 0.5)})
+	if err != nil || sums[0].Metrics["loss"] != 0.9 || sums[1].Metrics["loss"] != 0.5 {
+		t.Fatalf("two appends to one workload: %+v %v", sums, err)
+	}
+	// Batches holding the same workloads in opposite orders, at once:
+	// each locks them in one order, so none waits on another for ever.
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for i := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ids := []string{"d1", "d2", "d3"}
+			if i%2 == 1 {
+				slices.Reverse(ids)
+			}
+			var as []runs.Append
+			for _, id := range ids {
+				as = append(as, withLoss(id, int64(100+i), 0.1))
+			}
+			_, err := s.AppendReports(ctx, as)
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, err := s.RunSummaries(ctx, []string{"d1", "d2", "d3"}); err != nil || len(got) != 3 || got["d1"].Reports != 16 || got["d3"].Reports != 16 {
+		t.Fatalf("after the crossed batches: %+v %v", got, err)
 	}
 }
 

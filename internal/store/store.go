@@ -140,6 +140,12 @@ const readers = 8
 // Close closes the database.
 func (s *DB) Close() error {
 	err := s.read.close(s.read.db != s.db)
+	s.writesMu.Lock()
+	for _, st := range s.writes {
+		err = errors.Join(err, st.Close())
+	}
+	s.writes = nil
+	s.writesMu.Unlock()
 	return errors.Join(err, s.db.Close())
 }
 
@@ -233,7 +239,9 @@ func (s *DB) Tx(ctx context.Context, fn func(*sql.Tx) error) error {
 }
 
 // WriteStmts are queries prepared on the writer, once each and kept (at
-// most maxStatements), for a transaction to run through tx.StmtContext: on
+// most maxStatements of them, whose texts may differ only in how many rows
+// a statement carries: a batch's shapes), for a transaction to run through
+// tx.StmtContext: on
 // SQLite's one writer connection, a statement of a shape that recurs is
 // parsed once. Call it before the transaction begins (the writer is its
 // one connection). On PostgreSQL, where a statement prepared on one

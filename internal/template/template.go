@@ -144,25 +144,6 @@ type WandB struct {
 // run of it (a restart, a requeue, a start after a stop).
 func TrackingRunID(workloadID string) string { return "gantry-" + workloadID }
 
-// TrackerURL is where a person sees the workload's tracker run: W&B's run
-// page when the entity is known, the MLflow server otherwise (its run is
-// tagged gantry.run_id); "" without a tracker.
-func (s *Spec) TrackerURL(workloadID string) string {
-	switch t := s.Tracking; {
-	case t == nil:
-		return ""
-	case t.WandB != nil && t.WandB.Entity != "":
-		base := t.WandB.BaseURL
-		if base == "" {
-			base = "https://wandb.ai"
-		}
-		return strings.TrimSuffix(base, "/") + "/" + t.WandB.Entity + "/" + t.WandB.Project + "/runs/" + TrackingRunID(workloadID)
-	case t.MLflow != nil:
-		return t.MLflow.URI
-	}
-	return ""
-}
-
 // EarlyStopping is a job's stopping rules and what happens when one fires:
 // stop (the job is stopped, its checkpoints kept, with the rule and its
 // numbers as the reason) or advise (the run is flagged, and left running).
@@ -882,8 +863,15 @@ func (t *Template) validateTracking(errs *fault.List) {
 			errs.Addf(p, "%q is not a Secret's name", clip(v))
 		}
 	}
+	// Credentials travel only to an https address.
+	plain := func(p, v, credentials string) {
+		if credentials != "" && strings.HasPrefix(strings.ToLower(v), "http://") {
+			errs.Addf(p, "%q: with credentials, want an https address (the token would travel in the clear)", clip(v))
+		}
+	}
 	if m := tr.MLflow; m != nil {
 		address("spec.tracking.mlflow.uri", m.URI, true)
+		plain("spec.tracking.mlflow.uri", m.URI, m.Credentials)
 		named("spec.tracking.mlflow.experiment", m.Experiment, false)
 		secret("spec.tracking.mlflow.credentials", m.Credentials)
 	}
@@ -891,6 +879,7 @@ func (t *Template) validateTracking(errs *fault.List) {
 		named("spec.tracking.wandb.project", w.Project, true)
 		named("spec.tracking.wandb.entity", w.Entity, false)
 		address("spec.tracking.wandb.baseURL", w.BaseURL, false)
+		plain("spec.tracking.wandb.baseURL", w.BaseURL, w.Credentials)
 		secret("spec.tracking.wandb.credentials", w.Credentials)
 	}
 }

@@ -162,6 +162,9 @@ func TestParseErrors(t *testing.T) {
 			`spec.tracking.wandb.project: "": want a letter or digit`,
 			`spec.tracking.wandb.baseURL: "https://user:pw@wandb.example": want an http or https address without credentials`,
 		}},
+		{"a tracker's credentials over plain http", func(s string) string {
+			return strings.Replace(s, "  args:", "  tracking:\n    mlflow: {uri: \"http://mlflow.internal:5000\", credentials: mlflow-token}\n  args:", 1)
+		}, []string{`spec.tracking.mlflow.uri: "http://mlflow.internal:5000": with credentials, want an https address`}},
 		{"median and deadline rules with bad numbers", func(s string) string {
 			return strings.Replace(s, "  args:", `  earlyStopping:
     action: stop
@@ -416,24 +419,5 @@ func TestCPUOnlyImage(t *testing.T) {
 	_, err := template.Parse("t.yaml", []byte(doc), classes(t), images{"tiny:1": {"H100-80GB", "L4"}})
 	if err == nil || !strings.Contains(err.Error(), "spec.cpuOnly: image tiny:1 does not run without a GPU") {
 		t.Fatalf("a GPU-only image: %v", err)
-	}
-}
-
-// TestTrackerURL: where a person sees a workload's tracker run.
-func TestTrackerURL(t *testing.T) {
-	for _, tc := range []struct {
-		tr   *template.Tracking
-		want string
-	}{
-		{nil, ""},
-		{&template.Tracking{WandB: &template.WandB{Project: "llm", Entity: "vision"}}, "https://wandb.ai/vision/llm/runs/gantry-wk000001"},
-		{&template.Tracking{WandB: &template.WandB{Project: "llm", Entity: "vision", BaseURL: "https://wandb.example/"}}, "https://wandb.example/vision/llm/runs/gantry-wk000001"},
-		{&template.Tracking{WandB: &template.WandB{Project: "llm"}}, ""}, // the API key's default entity: not known here
-		{&template.Tracking{MLflow: &template.MLflow{URI: "https://mlflow.example"}}, "https://mlflow.example"},
-	} {
-		s := template.Spec{Tracking: tc.tr}
-		if got := s.TrackerURL("wk000001"); got != tc.want {
-			t.Errorf("%+v: %q, want %q", tc.tr, got, tc.want)
-		}
 	}
 }

@@ -504,7 +504,8 @@ function drawRunCharts(box, p) {
     const pts = reports.filter((r) => r.metrics && r.metrics[name] !== undefined).map((r) => [r.step, r.metrics[name]]);
     let lo = Math.min(...pts.map((q) => q[1])), hi = Math.max(...pts.map((q) => q[1]));
     if (hi === lo) { hi += Math.abs(hi) * 0.05 || 1; lo -= Math.abs(lo) * 0.05 || 1; }
-    const s0 = pts[0][0], s1 = Math.max(pts[pts.length - 1][0], s0 + 1);
+    // A restart goes back over steps: the axis spans them all.
+    const s0 = Math.min(...pts.map((q) => q[0])), s1 = Math.max(...pts.map((q) => q[0]), s0 + 1);
     const x = (st) => L + (W - L) * (st - s0) / (s1 - s0);
     const y = (v) => (H - B) - (H - B - 4) * (v - lo) / (hi - lo);
     const num = (v) => String(Number(v.toPrecision(4)));
@@ -533,13 +534,17 @@ function trackerCell(t, id) {
   if (t.wandb) {
     const w = t.wandb;
     const text = 'Weights & Biases run ' + run + ' in ' + (w.entity ? w.entity + '/' : '') + w.project;
-    if (!w.entity) return text;
-    const url = (w.baseURL || 'https://wandb.ai').replace(/\/$/, '') + '/' + w.entity + '/' + w.project + '/runs/' + run;
-    return el('a', { id: 'tracker-link', href: url, target: '_blank', rel: 'noopener', text });
+    // W&B's cloud: its run page. A server of one's own (baseURL) serves
+    // its API there and its pages elsewhere: no link is guessed.
+    if (!w.entity || w.baseURL) return text;
+    return el('a', { id: 'tracker-link', href: 'https://wandb.ai/' + encodeURIComponent(w.entity) + '/' + encodeURIComponent(w.project) + '/runs/' + run,
+      target: '_blank', rel: 'noopener', text });
   }
   if (t.mlflow) {
-    return el('span', {}, el('a', { id: 'tracker-link', href: t.mlflow.uri, target: '_blank', rel: 'noopener', text: 'MLflow' }),
-      ' experiment ' + (t.mlflow.experiment || '(the template\'s name)') + ', the run tagged gantry.run_id = ' + run);
+    const where = ' experiment ' + (t.mlflow.experiment || '(the template\'s name)') + ', the run tagged gantry.run_id = ' + run;
+    // Only http(s) becomes a link (the server checks too).
+    if (!/^https?:\/\//i.test(t.mlflow.uri)) return 'MLflow' + where;
+    return el('span', {}, el('a', { id: 'tracker-link', href: t.mlflow.uri, target: '_blank', rel: 'noopener', text: 'MLflow' }), where);
   }
   return '-';
 }
@@ -603,7 +608,7 @@ async function workloadPage(id) {
       trackerShown = true;
       api('GET', '/api/v1/templates/' + encodeURIComponent(w.template) + '?version=' + w.templateVersion)
         .then((v) => document.getElementById('w-tracker').replaceChildren(trackerCell(v.template.spec.tracking, w.id)))
-        .catch(() => { trackerShown = false; });
+        .catch(() => { /* not shown: the template is not the reader's to read */ });
     }
     document.getElementById('w-reason').textContent = w.reason || '';
     document.getElementById('w-template').textContent = w.template + ' (version ' + w.templateVersion + ')';

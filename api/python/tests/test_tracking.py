@@ -16,9 +16,11 @@ class FakeMLflow(types.ModuleType):
         super().__init__("mlflow")
         self.runs = []  # (run_id, experiment, tags, name)
         self.started = []
+        self.experiment = "exp-Default"
 
     def set_experiment(self, name):
-        return types.SimpleNamespace(experiment_id="exp-" + name)
+        self.experiment = "exp-" + name
+        return types.SimpleNamespace(experiment_id=self.experiment)
 
     def search_runs(self, experiment_ids=None, filter_string="", max_results=1, output_format="list"):
         out = []
@@ -30,7 +32,7 @@ class FakeMLflow(types.ModuleType):
     def start_run(self, run_id=None, run_name=None, tags=None, **kw):
         if run_id is None:
             run_id = "r%d" % len(self.runs)
-            self.runs.append((run_id, "exp-cpu-train", dict(tags or {}), run_name))
+            self.runs.append((run_id, self.experiment, dict(tags or {}), run_name))
         self.started.append(run_id)
         return run_id
 
@@ -59,6 +61,16 @@ class TrackingTest(unittest.TestCase):
         with mock.patch.dict(os.environ, {"GANTRY_TRACKING_RUN_ID": "gantry-wk000002", "MLFLOW_EXPERIMENT_NAME": "cpu-train"}):
             b = tracking.mlflow_run()
         self.assertNotEqual(a, b)
+
+    def test_runs_are_per_experiment(self):
+        env = {"GANTRY_TRACKING_RUN_ID": "gantry-wk000001", "MLFLOW_EXPERIMENT_NAME": "cpu-train"}
+        with mock.patch.dict(os.environ, env):
+            a = tracking.mlflow_run()
+        env["MLFLOW_EXPERIMENT_NAME"] = "other"
+        with mock.patch.dict(os.environ, env):
+            b = tracking.mlflow_run()
+        self.assertNotEqual(a, b)
+        self.assertEqual([r[1] for r in self.mlflow.runs], ["exp-cpu-train", "exp-other"])
 
     def test_outside_a_job(self):
         with mock.patch.dict(os.environ, {}, clear=True):

@@ -68,7 +68,9 @@ func (s *Store) AppendReports(ctx context.Context, as []runs.Append) ([]runs.Sum
 		}
 		var rows []reportRow
 		for i, a := range as {
-			old := cur[a.Workload]
+			// Each append's summary is its own: Apply and Judge change
+			// the maps in place, and an earlier append's caller keeps its.
+			old := cur[a.Workload].Clone()
 			old.Workload = a.Workload
 			for j, r := range a.Reports {
 				rows = append(rows, reportRow{a.Workload, old.Reports + int64(j), r})
@@ -117,11 +119,15 @@ func makeProgressQ(n int) string {
 }
 
 func (s *Store) lockProgressQ(n int) string {
+	order := "workload"
 	lock := ""
 	if s.db.Driver() == store.Postgres {
-		lock = " FOR UPDATE" // SQLite's write transactions are already serial
+		// Locked in the order Go sorted the ids (bytewise), whatever the
+		// database's collation; SQLite's write transactions are already
+		// serial.
+		order, lock = `workload COLLATE "C"`, " FOR UPDATE"
 	}
-	return `SELECT workload, ` + progressCols + ` FROM run_progress WHERE workload IN (` + rowsOf(n, "?") + `) ORDER BY workload` + lock
+	return `SELECT workload, ` + progressCols + ` FROM run_progress WHERE workload IN (` + rowsOf(n, "?") + `) ORDER BY ` + order + lock
 }
 
 func writeProgressQ(n int) string {

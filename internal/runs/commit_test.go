@@ -142,7 +142,7 @@ func TestGroupCommitUnderLoad(t *testing.T) {
 // failed read is not kept.
 func TestInfoCache(t *testing.T) {
 	now := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
-	c := &infoCache{now: func() time.Time { return now }, m: map[string]cachedInfo{}}
+	c := newInfoCache(func() time.Time { return now })
 	reads, fail := 0, false
 	read := func(_ context.Context, id string) (RunInfo, error) {
 		reads++
@@ -177,7 +177,7 @@ func TestInfoCache(t *testing.T) {
 // with none too — and a report here shows at once.
 func TestPageCache(t *testing.T) {
 	now := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
-	c := &pageCache{now: func() time.Time { return now }, m: map[string]cachedSummary{}}
+	c := newPageCache(func() time.Time { return now })
 	got, missed := c.get([]string{"a", "b"})
 	if len(got) != 0 || len(missed) != 2 {
 		t.Fatalf("empty cache: %v, missed %v", got, missed)

@@ -315,9 +315,9 @@ type Options struct {
 type Service struct {
 	o      Options
 	commit *committer
-	infos  *infoCache
-	pages  *pageCache
-	peers  *peerCache
+	infos  infoCache
+	pages  pageCache
+	peers  peerCache
 }
 
 // New returns the service, complete.
@@ -328,9 +328,7 @@ func New(o Options) (*Service, error) {
 	if o.Log == nil {
 		o.Log = slog.Default()
 	}
-	return &Service{o: o, commit: &committer{store: o.Store}, infos: &infoCache{now: o.Now, m: map[string]cachedInfo{}},
-		pages: &pageCache{now: o.Now, m: map[string]cachedSummary{}},
-		peers: &peerCache{now: o.Now, m: map[string]cachedPeers{}}}, nil
+	return &Service{o: o, commit: &committer{store: o.Store}, infos: newInfoCache(o.Now), pages: newPageCache(o.Now), peers: newPeerCache(o.Now)}, nil
 }
 
 // ErrNotTheRun refuses a report from anyone but the workload's own run.

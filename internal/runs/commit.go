@@ -3,6 +3,7 @@ package runs
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 )
@@ -46,7 +47,21 @@ func (c *committer) append(ctx context.Context, a Append) (Summary, error) {
 	if c.busy {
 		c.queue = append(c.queue, p)
 		c.mu.Unlock()
-		<-p.done
+		select {
+		case <-p.done:
+		case <-ctx.Done():
+			// Its caller gave up: it leaves the queue if it is still
+			// there; else a batch has it, or it was made leader, and either
+			// comes soon.
+			c.mu.Lock()
+			if i := slices.Index(c.queue, p); i >= 0 {
+				c.queue = slices.Delete(c.queue, i, i+1)
+				c.mu.Unlock()
+				return Summary{}, ctx.Err()
+			}
+			c.mu.Unlock()
+			<-p.done
+		}
 		if !p.lead {
 			return p.sum, p.err
 		}

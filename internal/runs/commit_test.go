@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -224,5 +225,42 @@ func TestGroupCommitSurvivesAPanic(t *testing.T) {
 	}
 	if err := c.state(false, 0); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestGroupCommitCallerGivesUp: a request whose caller gives up while it
+// waits in the queue leaves it, unanswered by the store; the others are
+// committed.
+func TestGroupCommitCallerGivesUp(t *testing.T) {
+	g := &gateStore{gate: make(chan struct{}), steps: map[string]int64{}}
+	c := &committer{store: g}
+	step := func(w string) Append {
+		rs := []Report{{Time: time.Unix(1, 0), Step: 1, Epoch: math.NaN(), ResumedFrom: -1}}
+		return Append{Workload: w, Reports: rs, Update: func(old Summary) Summary { return Apply(old, rs) }}
+	}
+	first := make(chan error, 1)
+	go func() { _, err := c.append(context.Background(), step("w0")); first <- err }()
+	waitfor.Until(t, 10*time.Second, "the first commit to start", func() error { return c.state(true, 0) })
+	ctx, cancel := context.WithCancel(context.Background())
+	gaveUp := make(chan error, 1)
+	go func() { _, err := c.append(ctx, step("gone")); gaveUp <- err }()
+	other := make(chan error, 1)
+	go func() { _, err := c.append(context.Background(), step("w1")); other <- err }()
+	waitfor.Until(t, 10*time.Second, "two requests to queue", func() error { return c.state(true, 2) })
+	cancel()
+	if err := <-gaveUp; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the request given up: %v", err)
+	}
+	close(g.gate)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-other; err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range g.batches {
+		if slices.Contains(b, "gone") {
+			t.Errorf("the request given up was committed: %v", g.batches)
+		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -443,6 +444,12 @@ func TestCPUTrainingResumes(t *testing.T) {
 	}
 	if pods := podsOf(t, "vision", id); slices.ContainsFunc(pods, func(p corev1.Pod) bool { return p.Name == killed }) {
 		t.Errorf("the killed pod %s is still there", killed)
+	}
+	// The same log through the CLI, as its owner reads it.
+	cli := exec.CommandContext(ctx, servertest.Binary(t), "logs", id, "--tail", "5")
+	cli.Env = append(os.Environ(), "GANTRY_SERVER="+g.URL, "GANTRY_TOKEN="+g.Token("alice"), "HOME="+t.TempDir())
+	if out, err := cli.CombinedOutput(); err != nil || !strings.Contains(string(out), "finished 150/150 steps") {
+		t.Errorf("gantry logs %s: %v\n%s", id, err, out)
 	}
 	if servertest.Deref(w.ExitCode) != 0 {
 		t.Errorf("exit code %v", w.ExitCode)

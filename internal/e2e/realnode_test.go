@@ -94,6 +94,17 @@ func TestCPUJobRunsForReal(t *testing.T) {
 		return string(r.Body)
 	}
 
+	// The estimate weighs the real node's CPU: a CPU node exists and has
+	// the core (it starts now, or — another test's pod still on the node —
+	// waits for room; never "no CPU node" nor "never").
+	params := model.Parameters{"script": "true", "cpu": "1"}
+	one := model.LaunchRequest{Template: "cpu-job", Team: "realnode", Parameters: &params}
+	est := servertest.Must(g.api.EstimateWorkloadWithResponse(t.Context(), nil, one))(t)
+	if e := servertest.Deref(est.JSON200); est.StatusCode() != 200 || !e.Known || strings.Contains(servertest.Deref(e.Why), "never") ||
+		!e.StartsNow && !strings.Contains(servertest.Deref(e.Why), "waiting for room") {
+		t.Errorf("the estimate of a one-core job on the real node: %d %s", est.StatusCode(), est.Body)
+	}
+
 	ok := run(`echo "6*7 = $((6*7)) in $(hostname)"`, "")
 	w := g.waitStatus(ok.Id, "Succeeded", "Failed")
 	if w.Status != "Succeeded" || servertest.Deref(w.ExitCode) != 0 {

@@ -49,6 +49,10 @@ type Cluster interface {
 	// nodes is how many nodes the class has; mostOnOneNode is -1 when a node
 	// lists the resource at 0 and none has more.
 	FreeGPUs(ctx context.Context, class gpu.Class, resource string) (total, onOneNode, mostOnOneNode, nodes int, err error)
+	// FreeCPU is the millicores no pod requests on the freest CPU node
+	// (labelled label=true), the most any one has at all, and how many
+	// there are.
+	FreeCPU(ctx context.Context, label string) (onOneNode, mostOnOneNode int64, nodes int, err error)
 }
 
 // Budgets say where a team's budget stands and what it makes of a launch.
@@ -163,6 +167,36 @@ func (s *Service) Estimate(ctx context.Context, owner string, er Request) (Estim
 	return e, nil
 }
 
+// cpuOnly is whether a CPU-only launch starts now: GPU quotas do not
+// apply; the CPU nodes' room does.
+func (s *Service) cpuOnly(ctx context.Context, e Estimate, rd workload.Rendered) (Estimate, error) {
+	const runs = "CPU-only: it runs on the CPU nodes, priced per core-hour; GPU quotas do not apply"
+	if s.o.Cluster == nil {
+		e.Why = "no cluster: whether it would start is not known"
+		return held(e), nil
+	}
+	label := rd.Meta.CPUNodeLabel
+	need := int64(math.Round(rd.Choice.CPUCores() * 1000))
+	onOne, most, nodes, err := s.o.Cluster.FreeCPU(ctx, label)
+	if err != nil {
+		return Estimate{}, err
+	}
+	e.Known = true
+	cores := func(milli int64) string { return num(float64(milli) / 1000) }
+	switch {
+	case nodes == 0:
+		e.Why = fmt.Sprintf("waiting for a CPU node: no node in the cluster is labelled %s=true (CPU-only launches run only there)", label)
+	case most < need:
+		e.Never = true
+		e.Why = fmt.Sprintf("it can never start here: no CPU node has %s cores (the most on one is %s)", cores(need), cores(most))
+	case onOne < need:
+		e.Why = fmt.Sprintf("waiting for room: no CPU node has %s cores free now (the freest has %s)", cores(need), cores(onOne))
+	default:
+		e.StartsNow, e.Why = true, runs
+	}
+	return held(e), nil
+}
+
 // price is the estimate of one rendered launch.
 func (s *Service) price(ctx context.Context, rd workload.Rendered, req workload.Request) (Estimate, error) {
 	var err error
@@ -193,9 +227,7 @@ func (s *Service) price(ctx context.Context, rd workload.Rendered, req workload.
 	}
 	e.Approval, e.Held, e.Verdict = v.Approval, v.Hold, v.Why
 	if r.CPUOnly {
-		// GPU quotas count GPUs; the CPU nodes' room is not weighed.
-		e.StartsNow, e.Why = true, "CPU-only: it runs on the CPU nodes, priced per core-hour; GPU quotas do not apply"
-		return held(e), nil
+		return s.cpuOnly(ctx, e, rd)
 	}
 	q := s.o.Quotas.Quota(req.Team)
 	e.Quota, e.Cohort = q.For(r.Class.Name), q.Cohort

@@ -70,6 +70,20 @@ type cluster struct {
 	free, onOneNode int
 	most            int // allocatable on the largest node (0: as many as free; -1: no node offers it)
 	nodes           int // of the class (0: 1)
+	// The CPU nodes: free millicores on the freest, the most on one, how
+	// many (cpuNodes 0: one node of 16 cores, all free; -1: none).
+	cpuFree, cpuMost int64
+	cpuNodes         int
+}
+
+func (c cluster) FreeCPU(context.Context, string) (int64, int64, int, error) {
+	switch c.cpuNodes {
+	case 0:
+		return 16000, 16000, 1, nil
+	case -1:
+		return 0, 0, 0, nil
+	}
+	return c.cpuFree, c.cpuMost, c.cpuNodes, nil
 }
 
 func (c cluster) QueueUsage(context.Context, team.Name, string) (float64, int, error) {
@@ -275,4 +289,38 @@ func BenchmarkEstimate(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestEstimateCPUOnly: a CPU-only launch weighs the CPU nodes' room, not
+// GPU quotas: it starts when a CPU node has its cores free, waits for room
+// or for a node, and can never start when no CPU node is that large.
+func TestEstimateCPUOnly(t *testing.T) {
+	ctx, svc, _ := harness(t)
+	job := workload.Request{Template: "cpu-job", Team: "vision", Choice: template.Choice{CPUOnly: true, Params: map[string]any{"cpu": "2"}}}
+	for _, tc := range []struct {
+		name   string
+		cl     cluster
+		starts bool
+		never  bool
+		why    string
+	}{
+		{"a node with room", cluster{cpuFree: 4000, cpuMost: 8000, cpuNodes: 2}, true, false, "CPU-only: it runs on the CPU nodes"},
+		{"the nodes busy", cluster{cpuFree: 1500, cpuMost: 8000, cpuNodes: 2}, false, false, "waiting for room: no CPU node has 2 cores free now (the freest has 1.5)"},
+		{"no CPU node at all", cluster{cpuNodes: -1}, false, false, "waiting for a CPU node: no node in the cluster is labelled gantry.dev/cpu-node=true"},
+		{"no CPU node that large", cluster{cpuFree: 1000, cpuMost: 1000, cpuNodes: 1}, false, true, "it can never start here: no CPU node has 2 cores (the most on one is 1)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			es, err := estimate.New(estimate.Options{Previewer: svc, Quotas: quotas{}, Budgets: noBudgets{}, Cluster: tc.cl, Kueue: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			e, err := es.Estimate(ctx, "alice", estimate.Request{Request: job})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if e.StartsNow != tc.starts || e.Never != tc.never || !strings.Contains(e.Why, tc.why) {
+				t.Errorf("starts now %v, never %v (%q); want %v, %v (%q)", e.StartsNow, e.Never, e.Why, tc.starts, tc.never, tc.why)
+			}
+		})
+	}
 }

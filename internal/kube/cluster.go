@@ -125,6 +125,12 @@ func (c *Cluster) FreeGPUs(ctx context.Context, class gpu.Class, res string) (to
 	return c.nodes.FreeGPUs(ctx, class, res)
 }
 
+// FreeCPU is the CPU free on the CPU nodes (workload.Cluster and
+// estimate.Cluster).
+func (c *Cluster) FreeCPU(ctx context.Context, label string) (onOneNode, mostOnOneNode int64, nodes int, err error) {
+	return c.nodes.FreeCPU(ctx, label)
+}
+
 // RunPools keeps the watch on the node groups' machines until ctx ends
 // (nothing to do without one).
 func (c *Cluster) RunPools(ctx context.Context) error {

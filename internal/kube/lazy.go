@@ -195,6 +195,14 @@ func (l *Lazy) FreeGPUs(ctx context.Context, class gpu.Class, res string) (int, 
 	return c.FreeGPUs(ctx, class, res)
 }
 
+func (l *Lazy) FreeCPU(ctx context.Context, label string) (int64, int64, int, error) {
+	c, err := l.get()
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	return c.FreeCPU(ctx, label)
+}
+
 // Kueue is what /readyz asks when quotas are on Kueue: whether the API
 // server serves Kueue's API (without it every launch would wait forever).
 func (l *Lazy) Kueue() interface{ Ping(context.Context) error } { return kueuePing{l} }

@@ -65,8 +65,8 @@ func TestIdleStopSeesAKeepAlive(t *testing.T) {
 }
 
 // TestLaunchThatCouldNeverStart: more GPUs than any node of the class has
-// is refused at once, naming gpu.count and the most one node has; what
-// fits is launched.
+// (or, CPU-only, more cores than any CPU node has) is refused at once,
+// naming the field and the most one node has; what fits is launched.
 func TestLaunchThatCouldNeverStart(t *testing.T) {
 	h := newHarness(t)
 	h.cluster.Most = 4
@@ -84,5 +84,17 @@ func TestLaunchThatCouldNeverStart(t *testing.T) {
 		Choice: template.Choice{Class: "H100-80GB", MIGProfile: "3g.40gb", Params: map[string]any{"input": "p.jsonl"}}})
 	if !errors.As(err, &inv) || inv.Fields[0].Path != "gpu.migProfile" || !strings.Contains(inv.Fields[0].Message, "no node of H100-80GB (1 in all) offers MIG profile 3g.40gb") {
 		t.Fatalf("a MIG profile no node offers: %v", err)
+	}
+	// CPU-only: more cores than any CPU node has is refused; with no CPU
+	// node at all it is launched (one may join: it waits).
+	twoCores := workload.Request{Template: "cpu-job", Team: "vision", Choice: template.Choice{CPUOnly: true, Params: map[string]any{"cpu": "2"}}}
+	h.cluster.CPUCores = 1
+	_, _, err = h.svc.Create(asAlice(), "alice", twoCores)
+	if !errors.As(err, &inv) || inv.Fields[0].Path != "cpuOnly" || !strings.Contains(inv.Fields[0].Message, "no CPU node has 2 cores: it could never start here (the most on one is 1)") {
+		t.Fatalf("2 cores where a CPU node has 1: %v", err)
+	}
+	h.cluster.CPUCores = -1
+	if _, _, err := h.svc.Create(asAlice(), "alice", twoCores); err != nil {
+		t.Fatalf("2 cores with no CPU node yet: %v", err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -364,6 +365,9 @@ func (s *Service) govern(ctx context.Context, w *Workload, rd Rendered) error {
 // groups at their max instead (fitsGroups): its nodes now are not all it
 // can have.
 func (s *Service) fits(ctx context.Context, rd Rendered) error {
+	if rd.Choice.CPUOnly {
+		return s.fitsCPU(ctx, rd)
+	}
 	if rd.Choice.Count == 0 || rd.Version.Template.Spec.Workload == template.VM {
 		return nil
 	}
@@ -396,6 +400,27 @@ func (s *Service) fits(ctx context.Context, rd Rendered) error {
 	if most > 0 && most < rd.Choice.Count {
 		return &fault.Invalid{Fields: []fault.Field{{Path: "gpu.count", Message: fmt.Sprintf(
 			"no node of %s has %d %s: it could never start here (the most on one node is %d)", rd.Choice.Class.Name, rd.Choice.Count, resource, most)}}}
+	}
+	return nil
+}
+
+// fitsCPU refuses a CPU-only launch that asks for more cores than any CPU
+// node has at all. None at all is let through (a node may join; the
+// estimate says it waits for one), as is a cluster that does not answer.
+func (s *Service) fitsCPU(ctx context.Context, rd Rendered) error {
+	if s.cluster == nil {
+		return nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	_, most, nodes, err := s.cluster.FreeCPU(cctx, rd.Meta.CPUNodeLabel)
+	if err != nil {
+		s.log.WarnContext(ctx, "whether a CPU node could hold the launch is not known", "err", err)
+		return nil
+	}
+	if need := int64(math.Round(rd.Choice.CPUCores() * 1000)); nodes > 0 && most < need {
+		return &fault.Invalid{Fields: []fault.Field{{Path: "cpuOnly", Message: fmt.Sprintf(
+			"no CPU node has %g cores: it could never start here (the most on one is %g)", float64(need)/1000, float64(most)/1000)}}}
 	}
 	return nil
 }

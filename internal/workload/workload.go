@@ -241,6 +241,10 @@ type Cluster interface {
 	// node of class has at all (allocatable, cordoned nodes too): more
 	// than that can never be placed; nodes is how many nodes the class has.
 	MostOnOneNode(ctx context.Context, class gpu.Class, resource string) (most, nodes int, err error)
+	// FreeCPU is the millicores no pod requests on the freest CPU node
+	// (labelled label=true), the most any one has allocatable (cordoned
+	// ones too), and how many there are.
+	FreeCPU(ctx context.Context, label string) (onOneNode, mostOnOneNode int64, nodes int, err error)
 	EnsureNamespace(ctx context.Context, name string, t team.Name) error
 	Apply(ctx context.Context, objs []render.Object) error
 	Delete(ctx context.Context, namespace, kind, name string) error

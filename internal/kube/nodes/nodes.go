@@ -252,6 +252,50 @@ func (k *Nodes) FreeGPUs(ctx context.Context, class gpu.Class, res string) (tota
 	return total, onOneNode, mostOnOneNode, nodeCount, nil
 }
 
+// FreeCPU is the CPU, in millicores, that no pod requests on the nodes
+// labelled label=true (where CPU-only launches run): on the freest
+// schedulable one, and the most any one of them has allocatable (cordoned
+// ones too: what could ever be placed on one); nodes is how many there are.
+func (k *Nodes) FreeCPU(ctx context.Context, label string) (onOneNode, mostOnOneNode int64, nodes int, err error) {
+	list, err := k.core.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: label + "=true", ResourceVersion: "0"})
+	if err != nil {
+		return 0, 0, 0, kapi.Classify(err, "node", "")
+	}
+	for _, n := range list.Items {
+		q, ok := n.Status.Allocatable[corev1.ResourceCPU]
+		if !ok {
+			continue
+		}
+		mostOnOneNode = max(mostOnOneNode, q.MilliValue())
+		if n.Spec.Unschedulable {
+			continue
+		}
+		pods, err := k.podsOn(ctx, n.Name)
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		onOneNode = max(onOneNode, cpuFreeOn(q.MilliValue(), pods))
+	}
+	return onOneNode, mostOnOneNode, len(list.Items), nil
+}
+
+// cpuFreeOn is the millicores of allocatable that pods that have not ended
+// do not request.
+func cpuFreeOn(allocatable int64, pods []corev1.Pod) int64 {
+	free := allocatable
+	for _, p := range pods {
+		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		for _, ctr := range p.Spec.Containers {
+			if r, ok := ctr.Resources.Requests[corev1.ResourceCPU]; ok {
+				free -= r.MilliValue()
+			}
+		}
+	}
+	return max(0, free)
+}
+
 // Free is, for each of resources, the units free in all on the class's
 // schedulable nodes, as FreeGPUs counts them: the nodes listed once, and
 // each node's pods once for every resource.

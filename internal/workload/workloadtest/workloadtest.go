@@ -47,6 +47,23 @@ type Cluster struct {
 	// Most is what MostOnOneNode answers (0: 8, a node of eight GPUs; -1:
 	// none of the class's nodes has the resource).
 	Most int
+	// CPUCores is the allocatable CPU of the one CPU node FreeCPU answers
+	// with (0: 16 cores; -1: no CPU node at all).
+	CPUCores float64
+}
+
+// FreeCPU implements workload.Cluster: one CPU node, all of it free.
+func (c *Cluster) FreeCPU(context.Context, string) (int64, int64, int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch c.CPUCores {
+	case 0:
+		return 16000, 16000, 1, nil
+	case -1:
+		return 0, 0, 0, nil
+	}
+	milli := int64(c.CPUCores * 1000)
+	return milli, milli, 1, nil
 }
 
 // MostOnOneNode implements workload.Cluster: the class has one node.

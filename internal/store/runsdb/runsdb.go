@@ -96,13 +96,17 @@ const (
 	reportArgs   = 8
 )
 
-// chunks are the sizes n rows of cols parameters each go in: full
-// statements, then the rest.
+// per is how many rows of cols parameters one statement carries: the
+// statements' loops cut their rows with slices.Chunk(rows, per(cols)).
+func per(cols int) int { return maxArgs / cols }
+
+// chunks are the sizes n rows of cols parameters each go in, as
+// slices.Chunk cuts them: full statements, then the rest (for preparing the
+// statements before the transaction, when the rows are not made yet).
 func chunks(n, cols int) func(func(int) bool) {
-	per := maxArgs / cols
 	return func(yield func(int) bool) {
-		for ; n > 0; n -= per {
-			if !yield(min(n, per)) {
+		for ; n > 0; n -= per(cols) {
+			if !yield(min(n, per(cols))) {
 				return
 			}
 		}
@@ -171,10 +175,8 @@ func (w writer) query(ctx context.Context, q string, args ...any) (*sql.Rows, er
 // them all, locked (ids sorted).
 func (w writer) lockSummaries(ctx context.Context, ids []string) (map[string]runs.Summary, error) {
 	out := map[string]runs.Summary{}
-	rest := ids
-	for n := range chunks(len(ids), 1) {
-		part := rest[:n]
-		rest = rest[n:]
+	for part := range slices.Chunk(ids, per(1)) {
+		n := len(part)
 		args := make([]any, n)
 		for i, id := range part {
 			args[i] = id
@@ -208,11 +210,8 @@ func (w writer) lockSummaries(ctx context.Context, ids []string) (map[string]run
 // writeSummaries writes the summaries of ids (whose rows exist and are
 // locked) in multi-row upserts.
 func (w writer) writeSummaries(ctx context.Context, ids []string, sums map[string]runs.Summary) error {
-	rest := ids
-	for n := range chunks(len(ids), progressArgs) {
-		part := rest[:n]
-		rest = rest[n:]
-		args := make([]any, 0, n*progressArgs)
+	for part := range slices.Chunk(ids, per(progressArgs)) {
+		args := make([]any, 0, len(part)*progressArgs)
 		for _, id := range part {
 			out := sums[id]
 			metrics, err := json.Marshal(out.Metrics)
@@ -238,7 +237,7 @@ func (w writer) writeSummaries(ctx context.Context, ids []string, sums map[strin
 			args = append(args, id, out.Reports, out.Step, out.TotalSteps, nullable(out.Epoch), string(metrics), out.FirstAt.UnixMilli(), out.ReportedAt.UnixMilli(),
 				out.RunFrom.UnixMilli(), out.RunFromStep, out.ResumedFrom, out.Restarts, out.Rate, string(watch), verdict, out.KeptBy, kept, millis(out.AdvancedAt))
 		}
-		if err := w.exec(ctx, writeProgressQ(n), args...); err != nil {
+		if err := w.exec(ctx, writeProgressQ(len(part)), args...); err != nil {
 			return fmt.Errorf("run progress of %s…: %w", part[0], err)
 		}
 	}
@@ -254,11 +253,8 @@ type reportRow struct {
 
 // insert adds the reports in multi-row INSERTs.
 func (w writer) insert(ctx context.Context, rows []reportRow) error {
-	rest := rows
-	for n := range chunks(len(rows), reportArgs) {
-		part := rest[:n]
-		rest = rest[n:]
-		args := make([]any, 0, n*reportArgs)
+	for part := range slices.Chunk(rows, per(reportArgs)) {
+		args := make([]any, 0, len(part)*reportArgs)
 		for _, row := range part {
 			r := row.r
 			m, err := json.Marshal(r.Metrics)
@@ -270,7 +266,7 @@ func (w writer) insert(ctx context.Context, rows []reportRow) error {
 			}
 			args = append(args, row.workload, row.seq, r.Time.UnixMilli(), r.Step, r.TotalSteps, nullable(r.Epoch), r.ResumedFrom, string(m))
 		}
-		if err := w.exec(ctx, insertReportsQ(n), args...); err != nil {
+		if err := w.exec(ctx, insertReportsQ(len(part)), args...); err != nil {
 			return fmt.Errorf("run reports of %s…: %w", part[0].workload, err)
 		}
 	}

@@ -445,6 +445,16 @@ const CHARTS = [
 ];
 const COLOURS = ['#0a58ca', '#b35900', '#116329', '#8250df', '#b00020', '#1b1f24'];
 
+// chartFrame is an empty chart W×H with its axes (L to the left of the
+// plot, B under it) and a function that writes a label on it.
+function chartFrame(W, H, L, B, ariaLabel) {
+  const chart = svg('svg', { viewBox: '0 0 ' + W + ' ' + H, role: 'img', 'aria-label': ariaLabel });
+  chart.append(svg('line', { x1: L, y1: H - B, x2: W, y2: H - B, stroke: '#57606a' }));
+  chart.append(svg('line', { x1: L, y1: 4, x2: L, y2: H - B, stroke: '#57606a' }));
+  const label = (text, lx, ly, anchor) => { const t = svg('text', { x: lx, y: ly, 'font-size': 11, fill: '#1b1f24', 'text-anchor': anchor }); t.textContent = text; chart.append(t); };
+  return [chart, label];
+}
+
 // drawCharts draws the series of a window, drawn here as SVG (no library,
 // no CDN); highlight ({from, to}) shades an advice finding's evidence.
 function drawCharts(box, data, highlight) {
@@ -463,10 +473,7 @@ function drawCharts(box, data, highlight) {
     const y = (v) => (H - B) - (H - B - 4) * Math.min(v, max) / max;
     const last = series.map((s) => s.points[s.points.length - 1].avg);
     const fig = el('figure', { class: 'chart', 'data-metric': metric });
-    const chart = svg('svg', { viewBox: '0 0 ' + W + ' ' + H, role: 'img', 'aria-label': title + ': latest ' + last.map((v) => v.toFixed(2)).join(', ') + ' ' + unit });
-    chart.append(svg('line', { x1: L, y1: H - B, x2: W, y2: H - B, stroke: '#57606a' }));
-    chart.append(svg('line', { x1: L, y1: 4, x2: L, y2: H - B, stroke: '#57606a' }));
-    const label = (text, lx, ly, anchor) => { const t = svg('text', { x: lx, y: ly, 'font-size': 11, fill: '#1b1f24', 'text-anchor': anchor }); t.textContent = text; chart.append(t); };
+    const [chart, label] = chartFrame(W, H, L, B, title + ': latest ' + last.map((v) => v.toFixed(2)).join(', ') + ' ' + unit);
     label(fmt(max, unit), L - 4, 12, 'end');
     label(fmt(max / 2, unit), L - 4, y(max / 2) + 4, 'end');
     label(fmt(0, unit), L - 4, H - B, 'end');
@@ -511,10 +518,7 @@ function drawRunCharts(box, p) {
     const num = (v) => String(Number(v.toPrecision(4)));
     const [lastStep, last] = pts[pts.length - 1];
     const fig = el('figure', { class: 'chart', 'data-metric': name });
-    const chart = svg('svg', { viewBox: '0 0 ' + W + ' ' + H, role: 'img', 'aria-label': 'Run metric ' + name + ': latest ' + num(last) + ' at step ' + lastStep });
-    chart.append(svg('line', { x1: L, y1: H - B, x2: W, y2: H - B, stroke: '#57606a' }));
-    chart.append(svg('line', { x1: L, y1: 4, x2: L, y2: H - B, stroke: '#57606a' }));
-    const label = (text, lx, ly, anchor) => { const t = svg('text', { x: lx, y: ly, 'font-size': 11, fill: '#1b1f24', 'text-anchor': anchor }); t.textContent = text; chart.append(t); };
+    const [chart, label] = chartFrame(W, H, L, B, 'Run metric ' + name + ': latest ' + num(last) + ' at step ' + lastStep);
     label(num(hi), L - 4, 12, 'end');
     label(num(lo), L - 4, H - B, 'end');
     label('step ' + s0, L, H - 4, 'start');

@@ -112,6 +112,12 @@ func TestRouteRoleMatrix(t *testing.T) {
 	visionReaders := map[string]int{A: 200, P: 200, T: 200, M: 200, V: 200, N: 403, X: 404}
 	vllm := templateDoc(t, "../templates/vllm-inference.yaml", nil)
 	wid := stopIDs[A]
+	trialReq := model.TrialRequest{Template: "pytorch-train", Team: "vision", Classes: []string{"H100-80GB"}, Gpus: &[]int{1, 2}, Steps: 50}
+	trialResp := servertest.Must(e.api.CreateTrialWithResponse(ctx, trialReq))(t)
+	if trialResp.StatusCode() != 201 {
+		t.Fatalf("setup trial: %d %s", trialResp.StatusCode(), trialResp.Body)
+	}
+	trialID := trialResp.JSON201.Id
 	decision := model.DecisionRequest{Reason: "within the quarter's plan"}
 	// plain is the status of a call that is not WithResponse, its body
 	// closed unread: the spec (which GetOpenAPIWithResponse cannot decode)
@@ -326,6 +332,16 @@ func TestRouteRoleMatrix(t *testing.T) {
 		"POST /api/v1/workloads/{id}/progress": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
 			return c.ReportProgressWithResponse(ctx, wid, model.ProgressReports{Reports: []model.ProgressReport{{Step: 1}}})
 		}, map[string]int{A: 403, P: 403, T: 403, M: 403, V: 403, N: 403, X: 403}},
+		// Trials are launches: who may launch in the team starts one; its readers read it.
+		"POST /api/v1/trials": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
+			return c.CreateTrialWithResponse(ctx, trialReq)
+		}, map[string]int{A: 201, P: 403, T: 201, M: 201, V: 403, N: 403, X: 403}},
+		"GET /api/v1/trials": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
+			return c.ListTrialsWithResponse(ctx, nil)
+		}, readers},
+		"GET /api/v1/trials/{id}": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
+			return c.GetTrialWithResponse(ctx, trialID)
+		}, visionReaders},
 		// Only a node's agent pushes telemetry, by its ServiceAccount token: no person's credentials count.
 		"POST /api/v1/telemetry": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
 			return c.PushTelemetryWithResponse(ctx, model.TelemetryBatch{Node: "n1", Readings: &[]model.Reading{}})

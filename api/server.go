@@ -42,6 +42,7 @@ import (
 	"github.com/gantryhq/gantry/internal/runs"
 	"github.com/gantryhq/gantry/internal/telemetry"
 	"github.com/gantryhq/gantry/internal/token"
+	"github.com/gantryhq/gantry/internal/trial"
 	"github.com/gantryhq/gantry/internal/user"
 	"github.com/gantryhq/gantry/internal/weblogin"
 	"github.com/gantryhq/gantry/internal/workload"
@@ -130,6 +131,7 @@ type Options struct {
 	// Runs takes training runs' progress reports and answers progress;
 	// RunTokens authenticates the runs (nil: progress is unavailable).
 	Runs      *runs.Service
+	Trials    *trial.Service
 	RunTokens RunAuthenticator
 	// Telemetry ingests agents' batches and lists GPU nodes; Metrics
 	// answers workloads' series (from the same service, or Prometheus).

@@ -551,6 +551,38 @@ type ClientInterface interface {
 	// Corresponds with DELETE /api/v1/tokens/{id} (the `RevokeToken` operationId).
 	RevokeToken(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ListTrials List trials
+	//
+	// The trials of the teams whose workloads the caller may read, newest first (without their measurements; read one for those).
+	//
+	// Corresponds with GET /api/v1/trials (the `ListTrials` operationId).
+	ListTrials(ctx context.Context, params *ListTrialsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateTrialWithBody Start a trial
+	//
+	// Short runs of one job template, one per GPU class and GPU count asked for, side by side, before a long run. Each run is an ordinary launch as the caller (the team's policy, quota, budget and approvals apply, and it is charged to the team), capped: Gantry stops it at a report of `steps` (its container gets GANTRY_TRIAL_STEPS, so that the script can end there itself), at `maxRuntime` (default 30m, or the template's max runtime if shorter) and, when set, at `maxCost` dollars. Every run is checked as a launch first: a trial that would be refused launches nothing (422, every class and count named). From the runs' progress reports, GET /api/v1/trials/{id} measures each choice and names the cheapest that meets the deadline (docs/runs.md).
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /api/v1/trials (the `CreateTrial` operationId).
+	CreateTrialWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateTrial Start a trial
+	//
+	// Short runs of one job template, one per GPU class and GPU count asked for, side by side, before a long run. Each run is an ordinary launch as the caller (the team's policy, quota, budget and approvals apply, and it is charged to the team), capped: Gantry stops it at a report of `steps` (its container gets GANTRY_TRIAL_STEPS, so that the script can end there itself), at `maxRuntime` (default 30m, or the template's max runtime if shorter) and, when set, at `maxCost` dollars. Every run is checked as a launch first: a trial that would be refused launches nothing (422, every class and count named). From the runs' progress reports, GET /api/v1/trials/{id} measures each choice and names the cheapest that meets the deadline (docs/runs.md).
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /api/v1/trials (the `CreateTrial` operationId).
+	CreateTrial(ctx context.Context, body CreateTrialJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetTrial A trial, measured
+	//
+	// Each run's status and what its progress reports measured — step time (median, p10, p90, over the intervals between reports, the first left out as warm-up), throughput (its samples_per_s or tokens_per_s, else steps a second), scaling efficiency over the class's fewest GPUs — and the full run extrapolated: its steps (the trial's fullSteps, else the run's reported total), time and cost at the run's price; then the cheapest choice that meets the deadline, and why.
+	//
+	// Corresponds with GET /api/v1/trials/{id} (the `GetTrial` operationId).
+	GetTrial(ctx context.Context, id WorkloadID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListUsers List users
 	//
 	// Everyone who signed in or used a provider token, with their groups as the identity provider last confirmed them. Tokens and sessions act with these groups (not the ones they were made with); groups older than maxGroupAge make the user sign in again.
@@ -1851,6 +1883,78 @@ func (c *Client) CreateToken(ctx context.Context, body CreateTokenJSONRequestBod
 // Corresponds with DELETE /api/v1/tokens/{id} (the `RevokeToken` operationId).
 func (c *Client) RevokeToken(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewRevokeTokenRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListTrials List trials
+//
+// The trials of the teams whose workloads the caller may read, newest first (without their measurements; read one for those).
+//
+// Corresponds with GET /api/v1/trials (the `ListTrials` operationId).
+func (c *Client) ListTrials(ctx context.Context, params *ListTrialsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListTrialsRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateTrialWithBody Start a trial
+//
+// Short runs of one job template, one per GPU class and GPU count asked for, side by side, before a long run. Each run is an ordinary launch as the caller (the team's policy, quota, budget and approvals apply, and it is charged to the team), capped: Gantry stops it at a report of `steps` (its container gets GANTRY_TRIAL_STEPS, so that the script can end there itself), at `maxRuntime` (default 30m, or the template's max runtime if shorter) and, when set, at `maxCost` dollars. Every run is checked as a launch first: a trial that would be refused launches nothing (422, every class and count named). From the runs' progress reports, GET /api/v1/trials/{id} measures each choice and names the cheapest that meets the deadline (docs/runs.md).
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /api/v1/trials (the `CreateTrial` operationId).
+func (c *Client) CreateTrialWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateTrialRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateTrial Start a trial
+//
+// Short runs of one job template, one per GPU class and GPU count asked for, side by side, before a long run. Each run is an ordinary launch as the caller (the team's policy, quota, budget and approvals apply, and it is charged to the team), capped: Gantry stops it at a report of `steps` (its container gets GANTRY_TRIAL_STEPS, so that the script can end there itself), at `maxRuntime` (default 30m, or the template's max runtime if shorter) and, when set, at `maxCost` dollars. Every run is checked as a launch first: a trial that would be refused launches nothing (422, every class and count named). From the runs' progress reports, GET /api/v1/trials/{id} measures each choice and names the cheapest that meets the deadline (docs/runs.md).
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /api/v1/trials (the `CreateTrial` operationId).
+func (c *Client) CreateTrial(ctx context.Context, body CreateTrialJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateTrialRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetTrial A trial, measured
+//
+// Each run's status and what its progress reports measured — step time (median, p10, p90, over the intervals between reports, the first left out as warm-up), throughput (its samples_per_s or tokens_per_s, else steps a second), scaling efficiency over the class's fewest GPUs — and the full run extrapolated: its steps (the trial's fullSteps, else the run's reported total), time and cost at the run's price; then the cheapest choice that meets the deadline, and why.
+//
+// Corresponds with GET /api/v1/trials/{id} (the `GetTrial` operationId).
+func (c *Client) GetTrial(ctx context.Context, id WorkloadID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetTrialRequest(c.Server, id)
 	if err != nil {
 		return nil, err
 	}
@@ -4398,6 +4502,134 @@ func NewRevokeTokenRequest(server string, id string) (*http.Request, error) {
 	return req, nil
 }
 
+// NewListTrialsRequest constructs an http.Request for the ListTrials method
+func NewListTrialsRequest(server string, params *ListTrialsParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/trials")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewCreateTrialRequest calls the generic CreateTrial builder with application/json body
+func NewCreateTrialRequest(server string, body CreateTrialJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewCreateTrialRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewCreateTrialRequestWithBody constructs an http.Request for the CreateTrial method, with any body, and a specified content type
+func NewCreateTrialRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/trials")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewGetTrialRequest constructs an http.Request for the GetTrial method
+func NewGetTrialRequest(server string, id WorkloadID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/trials/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewListUsersRequest constructs an http.Request for the ListUsers method
 func NewListUsersRequest(server string) (*http.Request, error) {
 	var err error
@@ -6253,6 +6485,42 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with DELETE /api/v1/tokens/{id} (the `RevokeToken` operationId).
 	RevokeTokenWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*RevokeTokenResponse, error)
+
+	// ListTrialsWithResponse List trials
+	//
+	// The trials of the teams whose workloads the caller may read, newest first (without their measurements; read one for those).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/trials (the `ListTrials` operationId).
+	ListTrialsWithResponse(ctx context.Context, params *ListTrialsParams, reqEditors ...RequestEditorFn) (*ListTrialsResponse, error)
+
+	// CreateTrialWithBodyWithResponse Start a trial
+	//
+	// Short runs of one job template, one per GPU class and GPU count asked for, side by side, before a long run. Each run is an ordinary launch as the caller (the team's policy, quota, budget and approvals apply, and it is charged to the team), capped: Gantry stops it at a report of `steps` (its container gets GANTRY_TRIAL_STEPS, so that the script can end there itself), at `maxRuntime` (default 30m, or the template's max runtime if shorter) and, when set, at `maxCost` dollars. Every run is checked as a launch first: a trial that would be refused launches nothing (422, every class and count named). From the runs' progress reports, GET /api/v1/trials/{id} measures each choice and names the cheapest that meets the deadline (docs/runs.md).
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/trials (the `CreateTrial` operationId).
+	CreateTrialWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateTrialResponse, error)
+
+	// CreateTrialWithResponse Start a trial
+	//
+	// Short runs of one job template, one per GPU class and GPU count asked for, side by side, before a long run. Each run is an ordinary launch as the caller (the team's policy, quota, budget and approvals apply, and it is charged to the team), capped: Gantry stops it at a report of `steps` (its container gets GANTRY_TRIAL_STEPS, so that the script can end there itself), at `maxRuntime` (default 30m, or the template's max runtime if shorter) and, when set, at `maxCost` dollars. Every run is checked as a launch first: a trial that would be refused launches nothing (422, every class and count named). From the runs' progress reports, GET /api/v1/trials/{id} measures each choice and names the cheapest that meets the deadline (docs/runs.md).
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/trials (the `CreateTrial` operationId).
+	CreateTrialWithResponse(ctx context.Context, body CreateTrialJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateTrialResponse, error)
+
+	// GetTrialWithResponse A trial, measured
+	//
+	// Each run's status and what its progress reports measured — step time (median, p10, p90, over the intervals between reports, the first left out as warm-up), throughput (its samples_per_s or tokens_per_s, else steps a second), scaling efficiency over the class's fewest GPUs — and the full run extrapolated: its steps (the trial's fullSteps, else the run's reported total), time and cost at the run's price; then the cheapest choice that meets the deadline, and why.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/trials/{id} (the `GetTrial` operationId).
+	GetTrialWithResponse(ctx context.Context, id WorkloadID, reqEditors ...RequestEditorFn) (*GetTrialResponse, error)
 
 	// ListUsersWithResponse List users
 	//
@@ -8739,6 +9007,150 @@ func (r RevokeTokenResponse) ContentType() string {
 	return ""
 }
 
+type ListTrialsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *TrialList
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListTrialsResponse) GetJSON200() *TrialList {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r ListTrialsResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListTrialsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListTrialsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListTrialsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListTrialsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type CreateTrialResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *Trial
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r CreateTrialResponse) GetJSON201() *Trial {
+	return r.JSON201
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r CreateTrialResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r CreateTrialResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CreateTrialResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CreateTrialResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CreateTrialResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetTrialResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Trial
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetTrialResponse) GetJSON200() *Trial {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetTrialResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetTrialResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetTrialResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetTrialResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetTrialResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type ListUsersResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -10952,6 +11364,66 @@ func (c *ClientWithResponses) RevokeTokenWithResponse(ctx context.Context, id st
 	return ParseRevokeTokenResponse(rsp)
 }
 
+// ListTrialsWithResponse List trials
+//
+// The trials of the teams whose workloads the caller may read, newest first (without their measurements; read one for those).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/trials (the `ListTrials` operationId).
+func (c *ClientWithResponses) ListTrialsWithResponse(ctx context.Context, params *ListTrialsParams, reqEditors ...RequestEditorFn) (*ListTrialsResponse, error) {
+	rsp, err := c.ListTrials(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListTrialsResponse(rsp)
+}
+
+// CreateTrialWithBodyWithResponse Start a trial
+//
+// Short runs of one job template, one per GPU class and GPU count asked for, side by side, before a long run. Each run is an ordinary launch as the caller (the team's policy, quota, budget and approvals apply, and it is charged to the team), capped: Gantry stops it at a report of `steps` (its container gets GANTRY_TRIAL_STEPS, so that the script can end there itself), at `maxRuntime` (default 30m, or the template's max runtime if shorter) and, when set, at `maxCost` dollars. Every run is checked as a launch first: a trial that would be refused launches nothing (422, every class and count named). From the runs' progress reports, GET /api/v1/trials/{id} measures each choice and names the cheapest that meets the deadline (docs/runs.md).
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/trials (the `CreateTrial` operationId).
+func (c *ClientWithResponses) CreateTrialWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateTrialResponse, error) {
+	rsp, err := c.CreateTrialWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateTrialResponse(rsp)
+}
+
+// CreateTrialWithResponse Start a trial
+//
+// Short runs of one job template, one per GPU class and GPU count asked for, side by side, before a long run. Each run is an ordinary launch as the caller (the team's policy, quota, budget and approvals apply, and it is charged to the team), capped: Gantry stops it at a report of `steps` (its container gets GANTRY_TRIAL_STEPS, so that the script can end there itself), at `maxRuntime` (default 30m, or the template's max runtime if shorter) and, when set, at `maxCost` dollars. Every run is checked as a launch first: a trial that would be refused launches nothing (422, every class and count named). From the runs' progress reports, GET /api/v1/trials/{id} measures each choice and names the cheapest that meets the deadline (docs/runs.md).
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/trials (the `CreateTrial` operationId).
+func (c *ClientWithResponses) CreateTrialWithResponse(ctx context.Context, body CreateTrialJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateTrialResponse, error) {
+	rsp, err := c.CreateTrial(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateTrialResponse(rsp)
+}
+
+// GetTrialWithResponse A trial, measured
+//
+// Each run's status and what its progress reports measured — step time (median, p10, p90, over the intervals between reports, the first left out as warm-up), throughput (its samples_per_s or tokens_per_s, else steps a second), scaling efficiency over the class's fewest GPUs — and the full run extrapolated: its steps (the trial's fullSteps, else the run's reported total), time and cost at the run's price; then the cheapest choice that meets the deadline, and why.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/trials/{id} (the `GetTrial` operationId).
+func (c *ClientWithResponses) GetTrialWithResponse(ctx context.Context, id WorkloadID, reqEditors ...RequestEditorFn) (*GetTrialResponse, error) {
+	rsp, err := c.GetTrial(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetTrialResponse(rsp)
+}
+
 // ListUsersWithResponse List users
 //
 // Everyone who signed in or used a provider token, with their groups as the identity provider last confirmed them. Tokens and sessions act with these groups (not the ones they were made with); groups older than maxGroupAge make the user sign in again.
@@ -12979,6 +13451,105 @@ func ParseRevokeTokenResponse(rsp *http.Response) (*RevokeTokenResponse, error) 
 	switch {
 	case rsp.StatusCode == 204:
 		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListTrialsResponse parses an HTTP response from a ListTrialsWithResponse call
+func ParseListTrialsResponse(rsp *http.Response) (*ListTrialsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListTrialsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest TrialList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseCreateTrialResponse parses an HTTP response from a CreateTrialWithResponse call
+func ParseCreateTrialResponse(rsp *http.Response) (*CreateTrialResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CreateTrialResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest Trial
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetTrialResponse parses an HTTP response from a GetTrialWithResponse call
+func ParseGetTrialResponse(rsp *http.Response) (*GetTrialResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetTrialResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Trial
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest Problem

@@ -154,6 +154,15 @@ type ServerInterface interface {
 	// RevokeToken Revoke a token
 	// (DELETE /api/v1/tokens/{id})
 	RevokeToken(ctx echo.Context, id string) error
+	// ListTrials List trials
+	// (GET /api/v1/trials)
+	ListTrials(ctx echo.Context, params ListTrialsParams) error
+	// CreateTrial Start a trial
+	// (POST /api/v1/trials)
+	CreateTrial(ctx echo.Context) error
+	// GetTrial A trial, measured
+	// (GET /api/v1/trials/{id})
+	GetTrial(ctx echo.Context, id WorkloadID) error
 	// ListUsers List users
 	// (GET /api/v1/users)
 	ListUsers(ctx echo.Context) error
@@ -1005,6 +1014,49 @@ func (w *ServerInterfaceWrapper) RevokeToken(ctx echo.Context) error {
 	return err
 }
 
+// ListTrials converts echo context to params.
+func (w *ServerInterfaceWrapper) ListTrials(ctx echo.Context) error {
+	var err error
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListTrialsParams
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", ctx.QueryParams(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter limit: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.ListTrials(ctx, params)
+	return err
+}
+
+// CreateTrial converts echo context to params.
+func (w *ServerInterfaceWrapper) CreateTrial(ctx echo.Context) error {
+	var err error
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.CreateTrial(ctx)
+	return err
+}
+
+// GetTrial converts echo context to params.
+func (w *ServerInterfaceWrapper) GetTrial(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "id" -------------
+	var id WorkloadID
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", ctx.Param("id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter id: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.GetTrial(ctx, id)
+	return err
+}
+
 // ListUsers converts echo context to params.
 func (w *ServerInterfaceWrapper) ListUsers(ctx echo.Context) error {
 	var err error
@@ -1637,6 +1689,9 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.GET(options.BaseURL+"/api/v1/workloads/:id/progress", wrapper.GetWorkloadProgress, options.OperationMiddlewares["getWorkloadProgress"]...)
 	router.POST(options.BaseURL+"/api/v1/workloads/:id/progress", wrapper.ReportProgress, options.OperationMiddlewares["reportProgress"]...)
 	router.POST(options.BaseURL+"/api/v1/workloads/:id/progress/keep", wrapper.KeepRun, options.OperationMiddlewares["keepRun"]...)
+	router.GET(options.BaseURL+"/api/v1/trials", wrapper.ListTrials, options.OperationMiddlewares["listTrials"]...)
+	router.POST(options.BaseURL+"/api/v1/trials", wrapper.CreateTrial, options.OperationMiddlewares["createTrial"]...)
+	router.GET(options.BaseURL+"/api/v1/trials/:id", wrapper.GetTrial, options.OperationMiddlewares["getTrial"]...)
 	router.GET(options.BaseURL+"/api/v1/workloads/:id/advice", wrapper.GetWorkloadAdvice, options.OperationMiddlewares["getWorkloadAdvice"]...)
 	router.POST(options.BaseURL+"/api/v1/workloads/:id/advice/apply", wrapper.ApplyWorkloadAdvice, options.OperationMiddlewares["applyWorkloadAdvice"]...)
 	router.GET(options.BaseURL+"/api/v1/costs", wrapper.GetCosts, options.OperationMiddlewares["getCosts"]...)
@@ -3483,6 +3538,123 @@ func (response RevokeTokendefaultApplicationProblemPlusJSONResponse) VisitRevoke
 	return err
 }
 
+type ListTrialsRequestObject struct {
+	Params ListTrialsParams
+}
+
+type ListTrialsResponseObject interface {
+	VisitListTrialsResponse(w http.ResponseWriter) error
+}
+
+type ListTrials200JSONResponse TrialList
+
+func (response ListTrials200JSONResponse) VisitListTrialsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListTrialsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListTrialsdefaultApplicationProblemPlusJSONResponse) VisitListTrialsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateTrialRequestObject struct {
+	Body *CreateTrialJSONRequestBody
+}
+
+type CreateTrialResponseObject interface {
+	VisitCreateTrialResponse(w http.ResponseWriter) error
+}
+
+type CreateTrial201JSONResponse Trial
+
+func (response CreateTrial201JSONResponse) VisitCreateTrialResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(201)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateTrialdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response CreateTrialdefaultApplicationProblemPlusJSONResponse) VisitCreateTrialResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetTrialRequestObject struct {
+	Id WorkloadID `json:"id"`
+}
+
+type GetTrialResponseObject interface {
+	VisitGetTrialResponse(w http.ResponseWriter) error
+}
+
+type GetTrial200JSONResponse Trial
+
+func (response GetTrial200JSONResponse) VisitGetTrialResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetTrialdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetTrialdefaultApplicationProblemPlusJSONResponse) VisitGetTrialResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListUsersRequestObject struct {
 }
 
@@ -4732,6 +4904,15 @@ type StrictServerInterface interface {
 	// RevokeToken Revoke a token
 	// (DELETE /api/v1/tokens/{id})
 	RevokeToken(ctx context.Context, request RevokeTokenRequestObject) (RevokeTokenResponseObject, error)
+	// ListTrials List trials
+	// (GET /api/v1/trials)
+	ListTrials(ctx context.Context, request ListTrialsRequestObject) (ListTrialsResponseObject, error)
+	// CreateTrial Start a trial
+	// (POST /api/v1/trials)
+	CreateTrial(ctx context.Context, request CreateTrialRequestObject) (CreateTrialResponseObject, error)
+	// GetTrial A trial, measured
+	// (GET /api/v1/trials/{id})
+	GetTrial(ctx context.Context, request GetTrialRequestObject) (GetTrialResponseObject, error)
 	// ListUsers List users
 	// (GET /api/v1/users)
 	ListUsers(ctx context.Context, request ListUsersRequestObject) (ListUsersResponseObject, error)
@@ -6229,6 +6410,102 @@ func (sh *strictHandler) RevokeToken(ctx echo.Context, id string) error {
 		return err
 	} else if validResponse, ok := response.(RevokeTokenResponseObject); ok {
 		return validResponse.VisitRevokeTokenResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// ListTrials operation middleware
+func (sh *strictHandler) ListTrials(ctx echo.Context, params ListTrialsParams) error {
+	var request ListTrialsRequestObject
+
+	request.Params = params
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.ListTrials(ctx.Request().Context(), request.(ListTrialsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListTrials")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(ListTrialsResponseObject); ok {
+		return validResponse.VisitListTrialsResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// CreateTrial operation middleware
+func (sh *strictHandler) CreateTrial(ctx echo.Context) error {
+	var request CreateTrialRequestObject
+
+	var body CreateTrialJSONRequestBody
+	var err error
+	if binder, ok := ctx.Echo().Binder.(*echo.DefaultBinder); ok {
+		// A request validator built on kin-openapi's openapi3filter with
+		// KeepValidatedValue leaves the value it validated on the body. Bind
+		// that value, matching member names exactly, so the handler receives
+		// what was validated instead of a second, case-insensitive decode.
+		// Otherwise bind only the request body, so that path and query
+		// parameters are not also bound into the body struct.
+		if vb, ok := ctx.Request().Body.(interface{ ValidatedValue() any }); !ok || runtime.BindJSONValue(vb.ValidatedValue(), &body) != nil {
+			err = binder.BindBody(ctx, &body)
+		}
+	} else {
+		// A custom binder is installed on the Echo instance; defer to it
+		// entirely, since echo.Binder does not expose body-only binding and
+		// the binder may do more than decode (for example call ctx.Validate).
+		err = ctx.Bind(&body)
+	}
+	if err != nil {
+		return err
+	}
+	request.Body = &body
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.CreateTrial(ctx.Request().Context(), request.(CreateTrialRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "CreateTrial")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(CreateTrialResponseObject); ok {
+		return validResponse.VisitCreateTrialResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// GetTrial operation middleware
+func (sh *strictHandler) GetTrial(ctx echo.Context, id WorkloadID) error {
+	var request GetTrialRequestObject
+
+	request.Id = id
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.GetTrial(ctx.Request().Context(), request.(GetTrialRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetTrial")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(GetTrialResponseObject); ok {
+		return validResponse.VisitGetTrialResponse(ctx.Response())
 	} else if response != nil {
 		return fmt.Errorf("unexpected response type: %T", response)
 	}

@@ -500,6 +500,7 @@ func (e ProgressVerdictAction) Valid() bool {
 const (
 	CostCap  ProgressVerdictRule = "costCap"
 	Deadline ProgressVerdictRule = "deadline"
+	MaxSteps ProgressVerdictRule = "maxSteps"
 	Median   ProgressVerdictRule = "median"
 	Plateau  ProgressVerdictRule = "plateau"
 	Target   ProgressVerdictRule = "target"
@@ -511,6 +512,8 @@ func (e ProgressVerdictRule) Valid() bool {
 	case CostCap:
 		return true
 	case Deadline:
+		return true
+	case MaxSteps:
 		return true
 	case Median:
 		return true
@@ -763,6 +766,27 @@ func (e TemplateVersionStatus) Valid() bool {
 	case TemplateVersionStatusDeprecated:
 		return true
 	case TemplateVersionStatusRevoked:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for TrialRunThroughputMetric.
+const (
+	SamplesPerS TrialRunThroughputMetric = "samples_per_s"
+	StepsPerS   TrialRunThroughputMetric = "steps_per_s"
+	TokensPerS  TrialRunThroughputMetric = "tokens_per_s"
+)
+
+// Valid indicates whether the value is a known member of the TrialRunThroughputMetric enum.
+func (e TrialRunThroughputMetric) Valid() bool {
+	switch e {
+	case SamplesPerS:
+		return true
+	case StepsPerS:
+		return true
+	case TokensPerS:
 		return true
 	default:
 		return false
@@ -2407,7 +2431,7 @@ type TemplateSpec struct {
 		MaxMemory string `json:"maxMemory"`
 	} `json:"cpuOnly,omitempty"`
 
-	// EarlyStopping For jobs: stopping rules judged on the run's own progress reports (docs/runs.md). action stop stops the job (its checkpoints kept) with the rule and its numbers as the reason; advise flags the run and leaves it running. A rule is one of plateau (metric not improved by more than delta for reports reports; mode min or max), target (metric reached value), costCap (dollars), median (the run's best metric so far is worse than the median of what the template's earlier runs in the team had reached by the same step, from graceSteps on, with at least minRuns of them, default 3) and deadline (at its pace the run would finish later than within after its first report, judged from graceReports reports of the run on, default 5).
+	// EarlyStopping For jobs: stopping rules judged on the run's own progress reports (docs/runs.md). action stop stops the job (its checkpoints kept) with the rule and its numbers as the reason; advise flags the run and leaves it running. A rule is one of plateau (metric not improved by more than delta for reports reports; mode min or max), target (metric reached value), costCap (dollars), maxSteps (the run reported that step: a run capped in steps, as a trial's are), median (the run's best metric so far is worse than the median of what the template's earlier runs in the team had reached by the same step, from graceSteps on, with at least minRuns of them, default 3) and deadline (at its pace the run would finish later than within after its first report, judged from graceReports reports of the run on, default 5).
 	EarlyStopping *struct {
 		Action TemplateSpecEarlyStoppingAction `json:"action"`
 		Rules  []struct {
@@ -2418,7 +2442,8 @@ type TemplateSpec struct {
 				// Within A duration of at least 1m, such as 8h.
 				Within string `json:"within"`
 			} `json:"deadline,omitempty"`
-			Median *struct {
+			MaxSteps *int64 `json:"maxSteps,omitempty"`
+			Median   *struct {
 				GraceSteps *int64                                    `json:"graceSteps,omitempty"`
 				Metric     string                                    `json:"metric"`
 				MinRuns    *int                                      `json:"minRuns,omitempty"`
@@ -2561,6 +2586,116 @@ type TokenRequest struct {
 	// Team A lowercase DNS label.
 	Team *Name `json:"team,omitempty"`
 }
+
+// Trial defines model for Trial.
+type Trial struct {
+	// Best The index in runs of the cheapest full run that meets the deadline (absent: none can be said yet).
+	Best      *int      `json:"best,omitempty"`
+	Classes   []string  `json:"classes"`
+	CreatedAt time.Time `json:"createdAt"`
+	Deadline  *string   `json:"deadline,omitempty"`
+
+	// Done Every run has ended (absent in a list).
+	Done       *bool    `json:"done,omitempty"`
+	FullSteps  *int64   `json:"fullSteps,omitempty"`
+	Gpus       []int    `json:"gpus"`
+	Id         string   `json:"id"`
+	MaxCost    *float64 `json:"maxCost,omitempty"`
+	MaxRuntime string   `json:"maxRuntime"`
+
+	// Owner issuer#subject of who started it.
+	Owner string `json:"owner"`
+
+	// Parameters Parameter values by name (strings, integers or booleans as the template declares).
+	Parameters *Parameters `json:"parameters,omitempty"`
+	Runs       []TrialRun  `json:"runs"`
+	Steps      int64       `json:"steps"`
+	Team       string      `json:"team"`
+	Template   string      `json:"template"`
+
+	// Why Why that one, or why none, with the figures.
+	Why *string `json:"why,omitempty"`
+}
+
+// TrialList defines model for TrialList.
+type TrialList struct {
+	Items []Trial `json:"items"`
+}
+
+// TrialRequest defines model for TrialRequest.
+type TrialRequest struct {
+	// Classes The GPU classes to try (each one the template allows).
+	Classes []string `json:"classes"`
+
+	// Deadline How long the full run may take, a duration such as 8h: the cheapest choice within it is named.
+	Deadline *string `json:"deadline,omitempty"`
+
+	// FullSteps The full run's steps, to extrapolate to (default: each run's reported total steps).
+	FullSteps *int64 `json:"fullSteps,omitempty"`
+
+	// Gpus The GPU counts to try on each class (default [1]); classes × counts is at most 12 runs.
+	Gpus *[]int `json:"gpus,omitempty"`
+
+	// MaxCost Each run's cap in dollars (none when absent: the time cap bounds it).
+	MaxCost *float64 `json:"maxCost,omitempty"`
+
+	// MaxRuntime Each run's time cap, a duration such as 20m (default 30m, at most 24h).
+	MaxRuntime *string `json:"maxRuntime,omitempty"`
+
+	// Parameters Parameter values by name (strings, integers or booleans as the template declares).
+	Parameters *Parameters `json:"parameters,omitempty"`
+
+	// Steps Each run is stopped at a report of this step.
+	Steps int64 `json:"steps"`
+
+	// Team A lowercase DNS label.
+	Team Name `json:"team"`
+
+	// Template A lowercase DNS label.
+	Template Name `json:"template"`
+}
+
+// TrialRun defines model for TrialRun.
+type TrialRun struct {
+	Class string `json:"class"`
+
+	// CostSoFar What the run has cost, in dollars.
+	CostSoFar *float64 `json:"costSoFar,omitempty"`
+	Error     *string  `json:"error,omitempty"`
+
+	// FullCost The full run's cost at the run's price, in dollars.
+	FullCost *float64 `json:"fullCost,omitempty"`
+
+	// FullSeconds The full run's time at the measured step time.
+	FullSeconds *float64 `json:"fullSeconds,omitempty"`
+	FullSteps   *int64   `json:"fullSteps,omitempty"`
+	Gpus        int      `json:"gpus"`
+
+	// Intervals How many intervals between reports the step time is the median of.
+	Intervals     *int     `json:"intervals,omitempty"`
+	LastStep      *int64   `json:"lastStep,omitempty"`
+	MeetsDeadline *bool    `json:"meetsDeadline,omitempty"`
+	PricePerHour  *float64 `json:"pricePerHour,omitempty"`
+	Reason        *string  `json:"reason,omitempty"`
+	Reports       *int64   `json:"reports,omitempty"`
+
+	// Scaling Scaling efficiency over the class's fewest GPUs measured (1: perfect).
+	Scaling *float64 `json:"scaling,omitempty"`
+
+	// Status Where a workload is in its lifecycle. PendingApproval waits for an approver, Queued for quota; Stopped (by a person, or past the template's max runtime) and IdleStopped (by the idle culler) may be started again; Succeeded, Failed and Deleted are final.
+	Status           *WorkloadStatus           `json:"status,omitempty"`
+	StepSeconds      *float64                  `json:"stepSeconds,omitempty"`
+	StepSecondsP10   *float64                  `json:"stepSecondsP10,omitempty"`
+	StepSecondsP90   *float64                  `json:"stepSecondsP90,omitempty"`
+	Throughput       *float64                  `json:"throughput,omitempty"`
+	ThroughputMetric *TrialRunThroughputMetric `json:"throughputMetric,omitempty"`
+
+	// Workload The run's workload (absent: its launch was refused; error says why).
+	Workload *string `json:"workload,omitempty"`
+}
+
+// TrialRunThroughputMetric defines model for TrialRun.ThroughputMetric.
+type TrialRunThroughputMetric string
 
 // User defines model for User.
 type User struct {
@@ -2914,6 +3049,12 @@ type SetTemplateVersionStatusJSONBody struct {
 // SetTemplateVersionStatusJSONBodyStatus defines parameters for SetTemplateVersionStatus.
 type SetTemplateVersionStatusJSONBodyStatus string
 
+// ListTrialsParams defines parameters for ListTrials.
+type ListTrialsParams struct {
+	// Limit At most this many.
+	Limit *int `form:"limit,omitempty" json:"limit,omitempty"`
+}
+
 // ListWorkloadsParams defines parameters for ListWorkloads.
 type ListWorkloadsParams struct {
 	// Team Only this team's workloads.
@@ -3027,6 +3168,9 @@ type SetTemplateVersionStatusJSONRequestBody SetTemplateVersionStatusJSONBody
 
 // CreateTokenJSONRequestBody defines body for CreateToken for application/json ContentType.
 type CreateTokenJSONRequestBody = TokenRequest
+
+// CreateTrialJSONRequestBody defines body for CreateTrial for application/json ContentType.
+type CreateTrialJSONRequestBody = TrialRequest
 
 // CreateWorkloadJSONRequestBody defines body for CreateWorkload for application/json ContentType.
 type CreateWorkloadJSONRequestBody = LaunchRequest

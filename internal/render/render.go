@@ -77,6 +77,8 @@ const (
 	ResourcePassthrough = "nvidia.com/pgpu"
 	AnnotationInitData  = "io.katacontainers.config.runtime.cc_init_data"
 	LabelConfidential   = "gantry.dev/confidential"
+	// LabelTrial marks the objects of a trial's run (Meta.Trial).
+	LabelTrial = "gantry.dev/trial"
 
 	// Spot capacity: nodes labelled capacity-type=spot and tainted gantry.dev/spot.
 	LabelCapacityType = "gantry.dev/capacity-type"
@@ -139,6 +141,13 @@ type Meta struct {
 	// runs.Audience that the kubelet renews and that dies with the pod
 	// (package runs). "": no progress reports.
 	RunURL string
+	// Trial and TrialSteps, for a trial's run (package trial): its objects
+	// carry the trial's label, and its container GANTRY_TRIAL_ID and
+	// GANTRY_TRIAL_STEPS (the step Gantry stops it at, so that a script can
+	// end there itself). The trial's time cap is the template's max runtime
+	// (the launch caps it).
+	Trial      string
+	TrialSteps int64
 }
 
 // Where a run's token is mounted.
@@ -302,6 +311,9 @@ func (b *builder) metadata() (labels, annotations map[string]string) {
 	if r.Confidential {
 		labels[LabelConfidential] = m.TEE
 	}
+	if m.Trial != "" {
+		labels[LabelTrial] = m.Trial
+	}
 	if s.Lifecycle.MaxRuntime != "" {
 		annotations[AnnotationMaxRuntime] = s.Lifecycle.MaxRuntime
 	}
@@ -415,6 +427,10 @@ func (b *builder) env() []corev1.EnvVar {
 		env = append(env, corev1.EnvVar{Name: "GANTRY_CHECKPOINT_DIR", Value: dir})
 	}
 	env = append(env, b.tracking()...)
+	if m.Trial != "" {
+		env = append(env, corev1.EnvVar{Name: "GANTRY_TRIAL_ID", Value: m.Trial},
+			corev1.EnvVar{Name: "GANTRY_TRIAL_STEPS", Value: strconv.FormatInt(m.TrialSteps, 10)})
+	}
 	if b.reports() {
 		env = append(env, corev1.EnvVar{Name: "GANTRY_RUN_URL", Value: strings.TrimSuffix(m.RunURL, "/") + "/api/v1/workloads/" + m.WorkloadID + "/progress"},
 			corev1.EnvVar{Name: "GANTRY_RUN_TOKEN_FILE", Value: RunTokenFile})

@@ -22,7 +22,7 @@ type Watch struct {
 
 // Verdict is an early-stopping rule that fired for a run.
 type Verdict struct {
-	Rule   string    // plateau, target, costCap, median or deadline
+	Rule   string    // plateau, target, costCap, maxSteps, median or deadline
 	Action string    // template.StopRun or template.AdviseRun
 	Reason string    // the rule and its numbers
 	At     time.Time // the report that fired it
@@ -169,6 +169,11 @@ func judgeOne(s *Summary, key string, rule template.StopRule, r Report, m Money,
 			return nil
 		}
 		return &Verdict{Rule: "costCap", Reason: fmt.Sprintf("the run has cost $%.2f, at or over its cap of $%.2f (step %s)", m.SoFar, rule.CostCap, stepText(*s, r))}
+	case rule.MaxSteps > 0:
+		if r.Step < rule.MaxSteps {
+			return nil
+		}
+		return &Verdict{Rule: "maxSteps", Reason: fmt.Sprintf("the run reached step %s, its cap of %d steps%s", stepText(*s, r), rule.MaxSteps, moneyText(*s, m))}
 	case rule.Median != nil:
 		md := rule.Median
 		v, ok := r.Metrics[md.Metric]

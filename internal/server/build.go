@@ -37,6 +37,7 @@ import (
 	"github.com/gantryhq/gantry/internal/template"
 	"github.com/gantryhq/gantry/internal/tlsfiles"
 	"github.com/gantryhq/gantry/internal/token"
+	"github.com/gantryhq/gantry/internal/trial"
 	"github.com/gantryhq/gantry/internal/user"
 	"github.com/gantryhq/gantry/internal/weblogin"
 	"github.com/gantryhq/gantry/internal/workload"
@@ -203,6 +204,10 @@ func (s *Server) telemetryAndAdvice(w *wiring) error {
 		Workloads: runWorkloads{svc: s.Workloads, records: s.Store.Workloads, templates: s.Catalog, now: s.clock.Now}}); err != nil {
 		return err
 	}
+	if s.Trials, err = trial.New(trial.Options{Store: s.Store.Workloads, Workloads: s.Workloads, Records: s.Store.Workloads, Reports: s.Store.Runs,
+		Authorizer: s.authz, Now: s.clock.Now, NewID: workload.NewID, Log: s.Log}); err != nil {
+		return err
+	}
 	if s.Telemetry, err = telemetry.New(to); err != nil {
 		return err
 	}
@@ -349,7 +354,7 @@ func (s *Server) handler(ov Overrides, w *wiring) error {
 		SignIn:    model.AuthConfig{Issuer: oc.Issuer, CliClientID: oc.CLIClientID, Scopes: oc.Scopes},
 		Authorize: s.authz.AllowedSomewhere, RolesWith: s.authz.RolesWith, NeedsSecondFactor: s.authz.NeedsSecondFactor, Audit: s.denials, Images: s.Images,
 		AppTransport: ov.AppTransport,
-		Agents:       w.agents, RunTokens: w.runTokens, Runs: s.Runs, Telemetry: s.Telemetry, Metrics: w.series, Advice: w.advice,
+		Agents:       w.agents, RunTokens: w.runTokens, Runs: s.Runs, Trials: s.Trials, Telemetry: s.Telemetry, Metrics: w.series, Advice: w.advice,
 		Anonymous: api.AnonymousLimit{Rate: float64(cfg.Security.AnonymousRate), Burst: int(cfg.Security.AnonymousBurst), Now: s.clock.Now},
 	})
 	if err != nil {

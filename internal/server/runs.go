@@ -46,7 +46,11 @@ func (r runWorkloads) ForRun(ctx context.Context, id string) (runs.RunInfo, erro
 	if err != nil {
 		return runs.RunInfo{}, err
 	}
-	return runs.RunInfo{Namespace: r.svc.Namespace(w), Rules: v.Template.Spec.EarlyStopping,
+	rules := v.Template.Spec.EarlyStopping
+	if w.Trial != nil {
+		rules = w.Trial.Rules() // a trial's run: its caps, not the template's rules
+	}
+	return runs.RunInfo{Namespace: r.svc.Namespace(w), Rules: rules,
 		Money: runs.Money{SoFar: w.CostAt(r.now()), PerHour: w.RunPricePerHour()}}, nil
 }
 
@@ -64,7 +68,9 @@ func (r runWorkloads) EarlierRuns(ctx context.Context, id string, limit int) ([]
 	}
 	ids := make([]string, 0, len(ws))
 	for _, o := range ws {
-		ids = append(ids, o.ID)
+		if o.Trial == nil { // a trial's short runs are no yardstick for full ones
+			ids = append(ids, o.ID)
+		}
 	}
 	return ids, nil
 }

@@ -65,6 +65,7 @@ import (
 	"github.com/gantryhq/gantry/internal/template"
 	"github.com/gantryhq/gantry/internal/tlsfiles"
 	"github.com/gantryhq/gantry/internal/token"
+	"github.com/gantryhq/gantry/internal/trial"
 	"github.com/gantryhq/gantry/internal/user"
 	"github.com/gantryhq/gantry/internal/workload"
 )
@@ -250,6 +251,8 @@ type Server struct {
 	Telemetry *telemetry.Service
 	// Runs takes training runs' progress reports.
 	Runs *runs.Service
+	// Trials starts trials and measures them from their runs' reports.
+	Trials *trial.Service
 	// Budgets track the teams' budgets, alert, and hold launches.
 	Budgets  *budget.Service
 	notifier *notify.Sender

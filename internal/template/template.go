@@ -167,6 +167,9 @@ type StopRule struct {
 	Target *Target `json:"target,omitempty"`
 	// CostCap fires when the run has cost this many dollars.
 	CostCap float64 `json:"costCap,omitempty"`
+	// MaxSteps fires when the run reports this step (or a later one): a
+	// run capped in steps, such as a trial's.
+	MaxSteps int64 `json:"maxSteps,omitempty"`
 	// Median fires when the run's best Metric so far is worse than the
 	// median of what earlier runs of the template had reached by the same
 	// step (the median stopping rule of Vizier, Katib and Ray Tune).
@@ -800,6 +803,12 @@ func (t *Template) validateEarlyStopping(errs *fault.List) {
 				errs.Addf(p+".costCap", "%v: want dollars above 0", r.CostCap)
 			}
 		}
+		if r.MaxSteps != 0 {
+			n++
+			if r.MaxSteps < 1 {
+				errs.Addf(p+".maxSteps", "%d: want 1 or more steps", r.MaxSteps)
+			}
+		}
 		if r.Median != nil {
 			n++
 			metric(p+".median", r.Median.Metric, r.Median.Mode)
@@ -820,7 +829,7 @@ func (t *Template) validateEarlyStopping(errs *fault.List) {
 			}
 		}
 		if n != 1 {
-			errs.Addf(p, "want exactly one of plateau, target, costCap, median and deadline")
+			errs.Addf(p, "want exactly one of plateau, target, costCap, maxSteps, median and deadline")
 		}
 	}
 }

@@ -142,11 +142,11 @@ func TestParseErrors(t *testing.T) {
   args:`, 1)
 		}, []string{
 			`spec.earlyStopping.action: "halt": want stop or advise`,
-			`spec.earlyStopping.rules[0]: want exactly one of plateau, target, costCap, median and deadline`,
+			`spec.earlyStopping.rules[0]: want exactly one of plateau, target, costCap, maxSteps, median and deadline`,
 			`spec.earlyStopping.rules[1].plateau.metric: "val loss"`,
 			`spec.earlyStopping.rules[1].plateau.reports: 1: want 2 to 1000 reports`,
 			`spec.earlyStopping.rules[1].plateau.delta: -1: want 0 or more`,
-			`spec.earlyStopping.rules[1]: want exactly one of plateau, target, costCap, median and deadline`,
+			`spec.earlyStopping.rules[1]: want exactly one of plateau, target, costCap, maxSteps, median and deadline`,
 			`spec.earlyStopping.rules[2].target.mode: "up": want min (lower is better) or max`,
 		}},
 		{"trackers: two at once, bad addresses and names", func(s string) string {

@@ -184,6 +184,12 @@ func (s *Service) Start(ctx context.Context, id string) (Workload, error) {
 	if err != nil {
 		return w, err
 	}
+	if w.Trial != nil && (w.Status == Stopped || w.Status == IdleStopped) {
+		// A trial measures short runs side by side; a run of it started
+		// again alone would measure nothing the trial compares.
+		return w, &fault.Conflict{Kind: "workload", Name: id, Reason: fmt.Sprintf(
+			"is a run of trial %s, and a trial's runs are not started again: start another trial, or launch the template", w.Trial.ID)}
+	}
 	if w.Status == Stopped || w.Status == IdleStopped {
 		// Starting again spends like a launch: the team's spent budget
 		// holds it or asks for approval the same way.

@@ -34,6 +34,9 @@ type Request struct {
 	// render instead of a stored version (the editor's preview): it needs
 	// templates:write rather than the right to launch in the team.
 	Draft *template.Template
+	// Trial, for a trial's run (package trial), caps it and marks it as
+	// one.
+	Trial *Trial
 }
 
 // fingerprint identifies what a request asks for, so that a repeat under the
@@ -45,6 +48,9 @@ func (r Request) fingerprint() string {
 	}
 	if r.Choice.CPUOnly {
 		fields = append(fields, "cpuOnly") // likewise
+	}
+	if r.Trial != nil {
+		fields = append(fields, *r.Trial) // likewise
 	}
 	b, _ := json.Marshal(fields)
 	sum := sha256.Sum256(b)
@@ -195,6 +201,7 @@ func (s *Service) render(ctx context.Context, owner string, req Request, id stri
 		}
 		meta.TEE, meta.InitData = tee, s.initData
 	}
+	r = capped(r, &meta, req.Trial)
 	objs, err := render.Objects(r, meta)
 	if err != nil {
 		return Rendered{}, err
@@ -277,7 +284,8 @@ func (s *Service) create(ctx context.Context, owner string, req Request) (Worklo
 		Endpoint:        endpoint(rd),
 		Image:           rd.Meta.Image,
 		TEE:             rd.Meta.TEE,
-		ExpiresAt:       expiry(now, rd.Version.Template.Spec.Lifecycle.MaxRuntime),
+		ExpiresAt:       expiry(now, rd.Choice.Template.Spec.Lifecycle.MaxRuntime), // a trial's cap
+		Trial:           req.Trial,
 		CreatedAt:       now,
 		UpdatedAt:       now,
 	}
@@ -320,7 +328,7 @@ func (s *Service) create(ctx context.Context, owner string, req Request) (Worklo
 // holds (without Kueue, it is refused).
 func (s *Service) govern(ctx context.Context, w *Workload, rd Rendered) error {
 	hours := 0.0
-	if d, err := time.ParseDuration(rd.Version.Template.Spec.Lifecycle.MaxRuntime); err == nil {
+	if d, err := time.ParseDuration(rd.Choice.Template.Spec.Lifecycle.MaxRuntime); err == nil {
 		hours = d.Hours()
 	}
 	v, expiry, err := s.budgets.Verdict(ctx, w.Team, w.PricePerHour, hours)
@@ -539,6 +547,7 @@ func (s *Service) rerender(ctx context.Context, w Workload) ([]render.Object, er
 	if cpu, ok := s.templates.Classes().CPU(); ok && r.CPUOnly {
 		meta.CPUNodeLabel = cpu.NodeLabel
 	}
+	r = capped(r, &meta, w.Trial)
 	// As launched: with progress reports, or — recorded before this
 	// replica reported them, or by one whose pods could not reach it —
 	// without.

@@ -120,6 +120,9 @@ type Workload struct {
 	// SpotEvictions are the UIDs of a spot job's pods the cluster evicted:
 	// it started again after each, up to its template's spotRequeues.
 	SpotEvictions []string
+	// Trial is the trial it is a run of (package trial), with the caps
+	// every run of it has; nil for every other launch.
+	Trial *Trial
 
 	// TemplateStatus is its template version's standing (deprecated,
 	// revoked; "" when active), looked up when the workload is read, not stored.
@@ -180,6 +183,7 @@ type Filter struct {
 
 	Owner    string
 	Template string
+	Trial    string // only the runs of this trial
 	Status   Status
 	Ended    bool // only workloads that have ended (Status.Ended)
 	Limit    int

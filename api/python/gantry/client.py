@@ -268,6 +268,26 @@ class Gantry:
         (keepRun): recorded; one a rule stopped is started again."""
         return self._call("POST", f"/api/v1/workloads/{id}/progress/keep")
 
+    def trial(self, template: str, team: str, classes: List[str], steps: int, gpus: Optional[List[int]] = None,
+              parameters: Optional[Dict[str, Any]] = None, max_runtime: Optional[str] = None,
+              max_cost: Optional[float] = None, full_steps: Optional[int] = None,
+              deadline: Optional[str] = None) -> Dict[str, Any]:
+        """Starts a trial (createTrial): a short run of the template per class and
+        GPU count, each stopped at `steps`; read it with trial_results."""
+        body = {"template": template, "team": team, "classes": classes, "steps": steps, "gpus": gpus,
+                "parameters": parameters, "maxRuntime": max_runtime, "maxCost": max_cost,
+                "fullSteps": full_steps, "deadline": deadline}
+        return self._call("POST", "/api/v1/trials", body={k: v for k, v in body.items() if v is not None})
+
+    def trial_results(self, id: str) -> Dict[str, Any]:
+        """A trial, measured (getTrial): each run's step time, throughput and
+        scaling, the full run's time and cost, and the best choice (best, why)."""
+        return self._call("GET", f"/api/v1/trials/{id}")
+
+    def trials(self, limit: Optional[int] = None) -> List[Dict[str, Any]]:
+        """The trials of the teams the caller may read, newest first (listTrials)."""
+        return self._call("GET", "/api/v1/trials", {"limit": limit})["items"]
+
     # -- money -------------------------------------------------------------
 
     def costs(self, group_by: str = "team", since: Optional[str] = None, until: Optional[str] = None) -> Dict[str, Any]:
@@ -469,6 +489,7 @@ class Gantry:
 METHODS = {
     "getWorkloadProgress": "progress",
     "keepRun": "keep_run",
+    "createTrial": "trial", "getTrial": "trial_results", "listTrials": "trials",
     "getHealth": "health", "getGantryMetrics": "gantry_metrics", "getReady": "ready", "getAuthConfig": "auth_config",
     "listTemplates": "templates", "createTemplate": "create_template", "getTemplate": "template",
     "updateTemplate": "update_template", "deleteTemplate": "delete_template", "applyTemplates": "apply_templates", "listTemplateVersions": "template_versions",

@@ -75,5 +75,9 @@ func detached(w workload.Workload) workload.Workload {
 		code := *w.ExitCode
 		w.ExitCode = &code
 	}
+	if w.Trial != nil {
+		t := *w.Trial
+		w.Trial = &t
+	}
 	return w
 }

@@ -1,0 +1,307 @@
+// Package trial owns trials: short runs of one template on several GPU
+// classes and GPU counts, launched side by side before a long run, each
+// capped in steps, time and dollars and charged to the team like any
+// launch. From the runs' own progress reports (package runs) it measures
+// each choice — step time, throughput, scaling across GPU counts — and
+// extrapolates the full run's time and cost, naming the cheapest choice
+// that meets a deadline.
+package trial
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gantryhq/gantry/internal/access"
+	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/identity"
+	"github.com/gantryhq/gantry/internal/runs"
+	"github.com/gantryhq/gantry/internal/team"
+	"github.com/gantryhq/gantry/internal/template"
+	"github.com/gantryhq/gantry/internal/workload"
+)
+
+// Spec is what a trial asks for.
+type Spec struct {
+	Template string         `json:"template"`
+	Params   map[string]any `json:"params,omitempty"`
+	Classes  []string       `json:"classes"`
+	GPUs     []int          `json:"gpus"`
+	// Steps caps each run: Gantry stops it at a report of that step (and
+	// passes GANTRY_TRIAL_STEPS, so that a script can end there itself).
+	Steps int64 `json:"steps"`
+	// MaxRuntime caps each run's time (its template's max runtime, if
+	// shorter, holds); MaxCost, when set, its dollars.
+	MaxRuntime time.Duration `json:"maxRuntime"`
+	MaxCost    float64       `json:"maxCost,omitempty"`
+	// FullSteps is the full run's steps, for extrapolating; 0: each run's
+	// own reported total steps (which may differ by GPU count, as a
+	// data-parallel script's do).
+	FullSteps int64 `json:"fullSteps,omitempty"`
+	// Deadline is how long the full run may take; 0: none.
+	Deadline time.Duration `json:"deadline,omitempty"`
+}
+
+// Limits on a trial.
+const (
+	MaxChoices        = 12 // classes × GPU counts
+	MaxSteps          = 100000
+	DefaultMaxRuntime = 30 * time.Minute
+	MaxMaxRuntime     = 24 * time.Hour
+)
+
+// Run is one choice of a trial and the workload launched for it.
+type Run struct {
+	Class    string `json:"class"`
+	GPUs     int    `json:"gpus"`
+	Workload string `json:"workload,omitempty"` // "": not launched
+	Error    string `json:"error,omitempty"`    // why not
+}
+
+// Trial is a trial as recorded.
+type Trial struct {
+	ID        string
+	Team      team.Name
+	Owner     string
+	Spec      Spec
+	Runs      []Run
+	CreatedAt time.Time
+}
+
+// Store keeps trials.
+type Store interface {
+	CreateTrial(ctx context.Context, t Trial) error
+	// Trial is one; *fault.NotFound if there is none.
+	Trial(ctx context.Context, id string) (Trial, error)
+	// UpdateTrialRuns sets a trial's runs.
+	UpdateTrialRuns(ctx context.Context, id string, rs []Run) error
+	// ListTrials lists the teams' trials (every team's when teams is nil),
+	// newest first, at most limit.
+	ListTrials(ctx context.Context, teams []team.Name, limit int) ([]Trial, error)
+}
+
+// Workloads launches and reads the trial's runs.
+type Workloads interface {
+	// Preview refuses exactly what a launch would.
+	Preview(ctx context.Context, owner string, req workload.Request) (workload.Rendered, error)
+	Create(ctx context.Context, owner string, req workload.Request) (workload.Workload, bool, error)
+}
+
+// Records reads the trial's workloads as Gantry (the caller may read the
+// trial's team).
+type Records interface {
+	ListWorkloads(ctx context.Context, f workload.Filter) ([]workload.Workload, error)
+}
+
+// Reports reads what the runs reported, as Gantry.
+type Reports interface {
+	RunReports(ctx context.Context, workload string, since time.Time, limit int) ([]runs.Report, error)
+	RunSummaries(ctx context.Context, workloads []string) (map[string]runs.Summary, error)
+}
+
+// Authorizer says what the caller may do in a team.
+type Authorizer interface {
+	Allowed(id identity.Identity, t team.Name, p access.Permission) bool
+	Teams(id identity.Identity, p access.Permission) (all bool, teams []string)
+}
+
+// Options configure a Service; every field but Log is required.
+type Options struct {
+	Store      Store
+	Workloads  Workloads
+	Records    Records
+	Reports    Reports
+	Authorizer Authorizer
+	Now        func() time.Time
+	NewID      func() string
+	Log        *slog.Logger
+}
+
+// Service starts trials and measures them.
+type Service struct{ o Options }
+
+// New returns the service, complete.
+func New(o Options) (*Service, error) {
+	if o.Store == nil || o.Workloads == nil || o.Records == nil || o.Reports == nil || o.Authorizer == nil || o.Now == nil || o.NewID == nil {
+		return nil, errors.New("trial.New: Store, Workloads, Records, Reports, Authorizer, Now and NewID are required")
+	}
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	return &Service{o: o}, nil
+}
+
+// check checks a spec's own fields (the launches check the rest).
+func (sp *Spec) check(t team.Name) error {
+	var errs fault.List
+	if t == "" {
+		errs.Addf("team", "is required")
+	}
+	if !template.ValidName(sp.Template) {
+		errs.Addf("template", "%q is not a template name", clip(sp.Template))
+	}
+	if len(sp.Classes) == 0 {
+		errs.Addf("classes", "name at least one GPU class")
+	}
+	if len(sp.GPUs) == 0 {
+		sp.GPUs = []int{1}
+	}
+	for i, c := range sp.Classes {
+		if slices.Contains(sp.Classes[:i], c) {
+			errs.Addf(fmt.Sprintf("classes[%d]", i), "%q is named twice", clip(c))
+		}
+	}
+	for i, n := range sp.GPUs {
+		if n < 1 || n > 64 {
+			errs.Addf(fmt.Sprintf("gpus[%d]", i), "%d: want 1 to 64 GPUs", n)
+		}
+		if slices.Contains(sp.GPUs[:i], n) {
+			errs.Addf(fmt.Sprintf("gpus[%d]", i), "%d is named twice", n)
+		}
+	}
+	if n := len(sp.Classes) * len(sp.GPUs); n > MaxChoices {
+		errs.Addf("classes", "%d classes × %d GPU counts are %d runs: a trial has at most %d", len(sp.Classes), len(sp.GPUs), n, MaxChoices)
+	}
+	if sp.Steps < 1 || sp.Steps > MaxSteps {
+		errs.Addf("steps", "%d: want 1 to %d steps a run", sp.Steps, MaxSteps)
+	}
+	if sp.MaxRuntime == 0 {
+		sp.MaxRuntime = DefaultMaxRuntime
+	}
+	if sp.MaxRuntime < time.Minute || sp.MaxRuntime > MaxMaxRuntime {
+		errs.Addf("maxRuntime", "%s: want 1m to %s a run", sp.MaxRuntime, MaxMaxRuntime)
+	}
+	if sp.MaxCost < 0 {
+		errs.Addf("maxCost", "%v: want dollars above 0, or none", sp.MaxCost)
+	}
+	if sp.FullSteps < 0 {
+		errs.Addf("fullSteps", "%d: want 0 (each run's reported total) or more", sp.FullSteps)
+	}
+	if sp.FullSteps > 0 && sp.FullSteps < sp.Steps {
+		errs.Addf("fullSteps", "%d is fewer than the trial's %d steps a run", sp.FullSteps, sp.Steps)
+	}
+	if sp.Deadline < 0 {
+		errs.Addf("deadline", "%s: want a duration, or none", sp.Deadline)
+	}
+	return errs.Err()
+}
+
+// Create checks a trial, then launches its runs: one per class and GPU
+// count, each as the caller, charged to the team like any launch. Every
+// run is checked first as a launch would be (the team, the template, each
+// class and count), so that a trial that would be refused launches
+// nothing. A launch refused after that (a budget spent meanwhile) is
+// recorded on its run, and the others go on.
+func (s *Service) Create(ctx context.Context, owner string, t team.Name, sp Spec) (Trial, error) {
+	if err := sp.check(t); err != nil {
+		return Trial{}, err
+	}
+	id := s.o.NewID()
+	caps := &workload.Trial{ID: id, Steps: sp.Steps, MaxRuntime: sp.MaxRuntime, MaxCost: sp.MaxCost}
+	var reqs []workload.Request
+	var rs []Run
+	var errs fault.List
+	for _, class := range sp.Classes {
+		for gi, n := range sp.GPUs {
+			req := workload.Request{Template: sp.Template, Team: t, Trial: caps,
+				Choice: template.Choice{Class: class, Count: n, MIGProfile: template.NoMIG, Params: sp.Params},
+				// A repeat of the same trial's launch (a retry after a
+				// failure half-way) is the same workload.
+				IdempotencyKey: "trial-" + id + "-" + class + "-" + strconv.Itoa(n)}
+			rd, err := s.o.Workloads.Preview(ctx, owner, req)
+			if err == nil && rd.Version.Template.Spec.Workload != template.Job {
+				err = &fault.Invalid{Fields: []fault.Field{{Path: "template", Message: fmt.Sprintf(
+					"template %q is a %s: trials run jobs, whose runs report their progress", sp.Template, rd.Version.Template.Spec.Workload)}}}
+			}
+			var inv *fault.Invalid
+			var nf *fault.NotFound
+			switch {
+			case errors.As(err, &nf) && nf.Kind == "template":
+				return Trial{}, &fault.Invalid{Fields: []fault.Field{{Path: "template", Message: err.Error()}}}
+			case errors.As(err, &inv):
+				ci := slices.Index(sp.Classes, class)
+				errs.Addf(fmt.Sprintf("classes[%d]", ci), "%s × %d GPUs (gpus[%d]): %s", class, n, gi, reason(inv))
+				continue
+			case err != nil:
+				return Trial{}, err // refused (forbidden), or Gantry cannot tell now
+			}
+			reqs = append(reqs, req)
+			rs = append(rs, Run{Class: class, GPUs: n})
+		}
+	}
+	if err := errs.Err(); err != nil {
+		return Trial{}, err
+	}
+	tr := Trial{ID: id, Team: t, Owner: owner, Spec: sp, Runs: rs, CreatedAt: s.o.Now()}
+	if err := s.o.Store.CreateTrial(ctx, tr); err != nil {
+		return Trial{}, fmt.Errorf("record trial: %w", err)
+	}
+	for i, req := range reqs {
+		w, _, err := s.o.Workloads.Create(ctx, owner, req)
+		if err != nil {
+			if ctx.Err() != nil {
+				return tr, errors.Join(ctx.Err(), s.o.Store.UpdateTrialRuns(context.WithoutCancel(ctx), id, tr.Runs))
+			}
+			tr.Runs[i].Error = err.Error()
+			continue
+		}
+		tr.Runs[i].Workload = w.ID
+	}
+	if err := s.o.Store.UpdateTrialRuns(ctx, id, tr.Runs); err != nil {
+		return tr, fmt.Errorf("record trial %s's runs: %w", id, err)
+	}
+	s.o.Log.InfoContext(ctx, "trial started", "trial_id", id, "team", t, "template", sp.Template, "runs", len(tr.Runs))
+	return tr, nil
+}
+
+// Get is a trial the caller may read (its team's workloads), measured.
+func (s *Service) Get(ctx context.Context, id string) (Trial, Results, error) {
+	tr, err := s.o.Store.Trial(ctx, id)
+	if err != nil {
+		return Trial{}, Results{}, err
+	}
+	caller, _ := identity.From(ctx)
+	if !s.o.Authorizer.Allowed(caller, tr.Team, access.WorkloadsRead) {
+		return Trial{}, Results{}, &fault.NotFound{Kind: "trial", Name: id}
+	}
+	res, err := s.measure(ctx, tr)
+	return tr, res, err
+}
+
+// List is the trials of the teams the caller may read, newest first.
+func (s *Service) List(ctx context.Context, limit int) ([]Trial, error) {
+	if limit < 1 || limit > 500 {
+		return nil, &fault.Invalid{Fields: []fault.Field{{Path: "limit", Message: "must be between 1 and 500"}}}
+	}
+	caller, _ := identity.From(ctx)
+	all, names := s.o.Authorizer.Teams(caller, access.WorkloadsRead)
+	var teams []team.Name
+	if !all {
+		teams = []team.Name{}
+		for _, n := range names {
+			teams = append(teams, team.Name(n))
+		}
+	}
+	return s.o.Store.ListTrials(ctx, teams, limit)
+}
+
+// reason is an Invalid's problems as one sentence.
+func reason(inv *fault.Invalid) string {
+	parts := make([]string, len(inv.Fields))
+	for i, f := range inv.Fields {
+		parts[i] = f.String()
+	}
+	return strings.Join(parts, "; ")
+}
+
+func clip(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
+}

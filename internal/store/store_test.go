@@ -131,6 +131,7 @@ func TestConformance(t *testing.T) {
 			t.Run("platform edits", func(t *testing.T) { testOverlays(t, open(t)) })
 			t.Run("runs", func(t *testing.T) { testRuns(t, open(t)) })
 			t.Run("runs batch", func(t *testing.T) { testRunsBatch(t, open(t)) })
+			t.Run("trials", func(t *testing.T) { testTrials(t, open(t)) })
 		})
 	}
 }

@@ -14,7 +14,7 @@ import (
 // replay` scores the advice rules on a trace, and the agent's trace mode
 // reads one.)
 var (
-	devOnly  = []string{"internal/devidp", "internal/devregistry", "internal/imagesign", "internal/devcluster", "internal/capreplay", "internal/node/devagent", "github.com/zitadel/oidc/v3/pkg/op"}
+	devOnly  = []string{"internal/devidp", "internal/devregistry", "internal/imagesign", "internal/devcluster", "internal/capreplay", "internal/node/devagent", "internal/node/devrun", "github.com/zitadel/oidc/v3/pkg/op"}
 	testOnly = []string{"internal/servertest", "internal/syncbuf", "internal/workload/workloadtest", "internal/waitfor", "internal/devcluster/clustertest", "github.com/chromedp/chromedp"}
 	// Third-party packages in the image verifier's graph that import
 	// package testing for helpers of their own; nothing of Gantry's may.

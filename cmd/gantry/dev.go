@@ -24,9 +24,11 @@ import (
 	kubedispatch "github.com/gantryhq/gantry/internal/kube/dispatch"
 	"github.com/gantryhq/gantry/internal/node/agent"
 	"github.com/gantryhq/gantry/internal/node/devagent"
+	"github.com/gantryhq/gantry/internal/node/devrun"
 	"github.com/gantryhq/gantry/internal/nodegroup"
 	"github.com/gantryhq/gantry/internal/server"
 	"github.com/gantryhq/gantry/internal/telemetry"
+	"github.com/gantryhq/gantry/internal/workload"
 )
 
 // devCmd starts the local cluster with its simulated GPU fleet (building it the
@@ -218,8 +220,21 @@ Look at the cluster with:
 		}
 		return nil
 	})
+	// Trials' runs on the simulated nodes report progress at the step time
+	// of a per-class model (package devrun), as their pods would.
+	g.Go(func() error {
+		return devrun.Run(gctx, devrun.Options{Workloads: devRunWorkloads{srv}, Runs: srv.Runs, Log: srv.Log})
+	})
 	return g.Wait()
 }
+
+// devRunWorkloads is what the simulated training runs read, as Gantry.
+type devRunWorkloads struct{ srv *server.Server }
+
+func (d devRunWorkloads) ListWorkloads(ctx context.Context, f workload.Filter) ([]workload.Workload, error) {
+	return d.srv.Store.Workloads.ListWorkloads(ctx, f)
+}
+func (d devRunWorkloads) Namespace(w workload.Workload) string { return d.srv.Workloads.Namespace(w) }
 
 // startRetrying starts a local cluster, and again under a new name when a
 // start fails (up to three times): a start can lose a race for a port with

@@ -67,15 +67,15 @@ type Auditor interface {
 // Paths the portal serves, with their methods (echo's patterns).
 var Paths = []struct{ Method, Path string }{
 	{http.MethodGet, "/"}, {http.MethodGet, "/portal.js"}, {http.MethodGet, "/portal.css"},
-	{http.MethodGet, "/workloads"}, {http.MethodGet, "/history"}, {http.MethodGet, "/workloads/:id"}, {http.MethodGet, "/launch/:name"}, {http.MethodGet, "/tokens"}, {http.MethodGet, "/teams/:team"}, {http.MethodGet, "/platform"}, {http.MethodGet, "/templates/:name/edit"},
+	{http.MethodGet, "/workloads"}, {http.MethodGet, "/history"}, {http.MethodGet, "/workloads/:id"}, {http.MethodGet, "/launch/:name"}, {http.MethodGet, "/tokens"}, {http.MethodGet, "/teams/:team"}, {http.MethodGet, "/platform"}, {http.MethodGet, "/templates/:name/edit"}, {http.MethodGet, "/trials"}, {http.MethodGet, "/trials/:id"},
 	{http.MethodGet, "/auth/login"}, {http.MethodGet, "/auth/callback"}, {http.MethodPost, "/auth/logout"},
 }
 
 // pages are the portal's pages, the only places a sign-in returns to: exact
 // paths, and prefixes of pages about one workload or template.
 var (
-	pages        = []string{"/", "/workloads", "/history", "/tokens", "/platform"}
-	pagePrefixes = []string{"/workloads/", "/launch/", "/teams/", "/templates/", gtemplate.InteractivePrefix}
+	pages        = []string{"/", "/workloads", "/history", "/tokens", "/platform", "/trials"}
+	pagePrefixes = []string{"/workloads/", "/trials/", "/launch/", "/teams/", "/templates/", gtemplate.InteractivePrefix}
 )
 
 // returnTo is where a sign-in may come back to: a local path (weblogin's
@@ -149,6 +149,8 @@ func New(o Options) (http.Handler, error) {
 	mux.HandleFunc("GET /workloads", p.page("workloads"))
 	mux.HandleFunc("GET /workloads/{id}", p.page("workload"))
 	mux.HandleFunc("GET /history", p.page("history"))
+	mux.HandleFunc("GET /trials", p.page("trials"))
+	mux.HandleFunc("GET /trials/{id}", p.page("trials"))
 	mux.HandleFunc("GET /launch/{name}", p.page("launch"))
 	mux.HandleFunc("GET /tokens", p.page("tokens"))
 	mux.HandleFunc("GET /teams/{team}", p.page("team"))
@@ -173,7 +175,7 @@ type view struct {
 	Error    string
 	AllTeams bool
 	Teams    []string
-	Page     string // catalog, workloads, workload, launch, tokens, team, platform, editor
+	Page     string // catalog, workloads, workload, history, trials, launch, tokens, team, platform, editor
 	Param    string // the workload's id, the template's or the team's name
 	// Leads are the teams whose launches the caller may approve (a team
 	// view each; a platform admin, who may approve for every team, reaches

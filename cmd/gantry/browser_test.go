@@ -451,3 +451,50 @@ func TestBrowserRunProgress(t *testing.T) {
 		t.Errorf("the workload page broke its Content Security Policy: %v %v", v, err)
 	}
 }
+
+// TestBrowserTrial: a trial's page shows each choice's measurements, the
+// best marked, and why; the trials page lists it.
+func TestBrowserTrial(t *testing.T) {
+	ctx := servertest.Browser(t, 90*time.Second)
+	g := startGantry(t)
+	cl := servertest.Client(g.URL, g.Token("alice"))
+	started := servertest.Must(cl.CreateTrialWithResponse(t.Context(), model.TrialRequest{Template: "pytorch-train", Team: "vision",
+		Classes: []string{"H100-80GB", "A100-80GB"}, Steps: 50}))(t)
+	if started.JSON201 == nil {
+		t.Fatalf("trial: %d %s", started.StatusCode(), started.Body)
+	}
+	tr := started.JSON201
+	// Each run reports 5 steps, 0.4 s a step on the H100 and 1 s on the
+	// A100, of a full run of 10,000.
+	ns := g.Workloads.Namespace(workload.Workload{Team: "vision"})
+	at := time.Now().Add(-time.Hour)
+	for _, r := range tr.Runs {
+		secs := map[string]float64{"H100-80GB": 0.4, "A100-80GB": 1}[r.Class]
+		run := identity.With(t.Context(), identity.Identity{Via: identity.ViaRun, Workload: *r.Workload, Pod: ns + "/train-" + *r.Workload})
+		for step := int64(10); step <= 50; step += 10 {
+			if _, err := g.Runs.Report(run, *r.Workload, []runs.Report{{Time: at.Add(time.Duration(float64(step) * secs * float64(time.Second))), Step: step,
+				TotalSteps: 10000, Epoch: math.NaN(), ResumedFrom: -1}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	pg := servertest.NewPage(t, ctx, 20*time.Second)
+	js, poll := pg.JS, pg.Poll
+	pg.SignIn(g.URL+"/trials/"+tr.Id, "alice", "trial-runs")
+	poll("the measured runs", `document.querySelectorAll('#trial-runs tbody tr').length === 2 && document.getElementById('trial-why').textContent !== ''`)
+	if row := js(`document.querySelector('#trial-runs tr.best').textContent`); !strings.Contains(row, "H100-80GB × 1 (best)") || !strings.Contains(row, "Stopped") ||
+		!strings.Contains(row, "0.4 (0.4–0.4)") || !strings.Contains(row, "1 h 06 min") || !strings.Contains(row, "$7.67") {
+		t.Errorf("the best row: %q", row)
+	}
+	if why := js(`document.getElementById('trial-why').textContent`); !strings.HasPrefix(why, "H100-80GB × 1 is the cheapest of 2 measured choices") {
+		t.Errorf("why: %q", why)
+	}
+	if v := servertest.Accessibility(t, ctx); len(v) > 0 {
+		t.Errorf("the trial page: accessibility violations: %v", v)
+	}
+	if v, err := servertest.CSPViolations(ctx); err != nil || len(v) > 0 {
+		t.Errorf("the trial page broke its Content Security Policy: %v %v", v, err)
+	}
+	pg.Do("the trials page", chromedp.Navigate(g.URL+"/trials"))
+	poll("the trial listed", `!!document.querySelector('#trials tr[data-id="`+tr.Id+`"]')`)
+}

@@ -154,6 +154,15 @@ func TestDev(t *testing.T) {
 	if code, out, errOut := cli("stop", launched.ID); code != 0 || out != launched.ID+": Stopped\n" {
 		t.Errorf("stop: %d %q %q", code, out, errOut)
 	}
+	// A trial on two classes: the simulated runs report at the per-class
+	// model's pace (package devrun: 0.4 s a step on an H100, 1 s on an
+	// A100), each is stopped at its 15th step, and one is the cheapest.
+	code, out, errOut = cli("trial", "pytorch-train", "--team", "vision", "--classes", "H100-80GB,A100-80GB", "--steps", "15", "--wait", "--timeout", "150s")
+	if code != 0 || !regexp.MustCompile(`(?m)^\*?\s+H100-80GB × 1\s+Stopped\s+15\s+0\.4`).MatchString(out) ||
+		!regexp.MustCompile(`(?m)^\*?\s+A100-80GB × 1\s+Stopped\s+15\s+(0\.9|1)`).MatchString(out) ||
+		!strings.Contains(out, "is the cheapest of 2 measured choices: the full run (10000 steps)") {
+		t.Errorf("trial --wait: %d\n%s\n%s", code, out, errOut)
+	}
 	// A node appears for a launch: a service takes the reserved H100
 	// machine whole, and the next H100 launch (borrowing from the cohort)
 	// runs on a machine Karpenter boots in the on-demand group.

@@ -397,6 +397,55 @@ async function historyPage() {
   await refresh();
 }
 
+// ----------------------------------------------------------------- trials
+
+async function trialsPage(id) {
+  if (!id) {
+    const body = document.querySelector('#trials tbody');
+    const list = await api('GET', '/api/v1/trials');
+    body.replaceChildren(...list.items.map((t) => el('tr', { 'data-id': t.id },
+      el('td', {}, el('a', { href: '/trials/' + encodeURIComponent(t.id), text: t.id })),
+      el('td', { text: t.team }),
+      el('td', { text: t.template }),
+      el('td', { text: t.runs.map((r) => r.class + ' × ' + r.gpus).join(', ') }),
+      el('td', { text: String(t.steps) }),
+      el('td', { text: when(t.createdAt) }))));
+    say(list.items.length + ' trials');
+    return;
+  }
+  const body = document.querySelector('#trial-runs tbody');
+  const num = (v, d) => (v === undefined ? '-' : String(Number(Number(v).toPrecision(d))));
+  const refresh = async () => {
+    const t = await api('GET', '/api/v1/trials/' + encodeURIComponent(id));
+    document.getElementById('trial-head').textContent = t.template + ' in team ' + t.team + ': each run stopped at step ' + t.steps +
+      ' or after ' + t.maxRuntime + (t.maxCost ? ' or $' + t.maxCost.toFixed(2) : '') + (t.deadline ? '; the full run within ' + t.deadline : '') +
+      (t.done ? ' — done.' : ' — measuring…');
+    body.replaceChildren(...t.runs.map((r, i) => el('tr', { class: t.best === i ? 'best' : '', 'data-choice': r.class + '×' + r.gpus },
+      el('th', { scope: 'row' }, r.workload ? el('a', { href: '/workloads/' + encodeURIComponent(r.workload), text: r.class + ' × ' + r.gpus }) : r.class + ' × ' + r.gpus,
+        t.best === i ? el('strong', { text: ' (best)' }) : ''),
+      el('td', { class: r.status ? 'st-' + r.status : '', text: r.status ? r.status : 'not launched: ' + (r.error || '') }),
+      el('td', { text: r.lastStep === undefined ? '-' : String(r.lastStep) }),
+      el('td', { text: r.stepSeconds === undefined ? '-' : num(r.stepSeconds, 3) + ' (' + num(r.stepSecondsP10, 3) + '–' + num(r.stepSecondsP90, 3) + ')' }),
+      el('td', { text: r.throughput === undefined ? '-' : num(r.throughput, 4) + ' ' + r.throughputMetric.replace('_per_s', '/s') }),
+      el('td', { text: r.scaling === undefined ? '-' : Math.round(r.scaling * 100) + '%' }),
+      el('td', { text: r.fullSeconds === undefined ? '-' : duration(r.fullSeconds) + (r.meetsDeadline === false ? ' (late)' : '') }),
+      el('td', { text: r.fullCost === undefined ? '-' : money(r.fullCost) }),
+      el('td', { text: r.pricePerHour === undefined ? '-' : money(r.pricePerHour) }),
+      el('td', { text: (r.reports || 0) + ' reports, ' + (r.intervals || 0) + ' intervals' + (r.fullSteps ? ', ' + r.fullSteps + ' full steps' : '') }))));
+    document.getElementById('trial-why').textContent = t.why || '';
+    return t.done;
+  };
+  if (!(await refresh())) {
+    const timer = setInterval(async () => {
+      try {
+        if (await refresh()) clearInterval(timer);
+      } catch (err) {
+        say('Could not load the trial: ' + err.message);
+      }
+    }, 10000);
+  }
+}
+
 // --------------------------------------------------------------- workload
 
 // sh quotes a word for a POSIX shell: the launch's values are the
@@ -1450,6 +1499,7 @@ async function editorPage(name) {
     else if (page === 'workloads') await workloadsPage();
     else if (page === 'workload') await workloadPage(param);
     else if (page === 'history') await historyPage();
+    else if (page === 'trials') await trialsPage(param);
     else if (page === 'tokens') await tokensPage();
     else if (page === 'team') await teamPage(param);
     else if (page === 'platform') await platformPage();

@@ -173,13 +173,18 @@ func (p *player) Pass(ctx context.Context) error {
 }
 
 // plan is the reports of w's steps after last up to now (at most the
-// report limit of one request), a step taking about step seconds.
+// report limit of one request, and none past its trial's steps), a step
+// taking about step seconds.
 func plan(w workload.Workload, step float64, last int64, now time.Time) []runs.Report {
 	gpus := max(w.GPUCount, 1)
 	total := int64(FullSteps / gpus)
+	end := total
+	if w.Trial != nil && w.Trial.Steps < end {
+		end = w.Trial.Steps // as a script that reads GANTRY_TRIAL_STEPS ends there
+	}
 	at := w.RunningSince
 	var rs []runs.Report
-	for s := int64(1); s <= total && len(rs) < runs.MaxReports; s++ {
+	for s := int64(1); s <= end && len(rs) < runs.MaxReports; s++ {
 		d := step * (1 + jitter(w.ID, s))
 		at = at.Add(time.Duration(d * float64(time.Second)))
 		if at.After(now) {

@@ -119,6 +119,9 @@ func (s *server) workloadOut(w workload.Workload) model.Workload {
 		PricePerHour: w.RunPricePerHour(), CostSoFar: math.Round(w.CostAt(now)*100) / 100,
 		Attempts: w.Attempts, RanSeconds: math.Round(w.RanFor(now).Seconds()),
 	}
+	if w.Trial != nil {
+		out.Trial = ptr(w.Trial.ID)
+	}
 	if !w.StartedAt.IsZero() {
 		out.StartedAt = ptr(w.StartedAt)
 	}

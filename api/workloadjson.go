@@ -281,6 +281,7 @@ func (j *jsonw) workload(w *model.Workload) {
 	optStr(j, "templateStatus", w.TemplateStatus)
 	optStr(j, "templateStatusReason", w.TemplateStatusReason)
 	j.intF("templateVersion", w.TemplateVersion)
+	optStr(j, "trial", w.Trial)
 	j.timeF("updatedAt", w.UpdatedAt)
 	optStr(j, "url", w.Url)
 	if w.Warnings != nil {

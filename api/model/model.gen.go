@@ -2905,7 +2905,10 @@ type Workload struct {
 	TemplateStatus       *WorkloadTemplateStatus `json:"templateStatus,omitempty"`
 	TemplateStatusReason *string                 `json:"templateStatusReason,omitempty"`
 	TemplateVersion      int                     `json:"templateVersion"`
-	UpdatedAt            time.Time               `json:"updatedAt"`
+
+	// Trial The trial it is a run of (GET /api/v1/trials/{id}); absent for every other launch.
+	Trial     *string   `json:"trial,omitempty"`
+	UpdatedAt time.Time `json:"updatedAt"`
 
 	// Url For a notebook, where its owner opens it in the browser: /w/{id}/ on this server (signed in; a bearer token works too). Only the owner gets in, only while it is Running.
 	Url *string `json:"url,omitempty"`

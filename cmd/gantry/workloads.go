@@ -205,6 +205,9 @@ func getCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	return show(stdout, *output, w, func() {
 		fmt.Fprintf(stdout, "%s (%s)\nteam:     %s\nowner:    %s\ntemplate: %s v%d\ngpu:      %s\nstatus:   %s\ncost:     $%.2f ($%.2f/h)\n",
 			w.Id, w.Name, w.Team, ownerText(w, true), w.Template, w.TemplateVersion, gpuText(w), describe(w), w.CostSoFar, w.PricePerHour)
+		if w.Trial != nil {
+			fmt.Fprintf(stdout, "trial:    %s (gantry trials %s)\n", *w.Trial, *w.Trial)
+		}
 		if w.StartedAt != nil {
 			fmt.Fprintf(stdout, "started:  %s\n", when(w.StartedAt))
 		}

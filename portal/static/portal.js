@@ -664,7 +664,9 @@ async function workloadPage(id) {
         .catch(() => { /* not shown: the template is not the reader's to read */ });
     }
     document.getElementById('w-reason').textContent = w.reason || '';
-    document.getElementById('w-template').textContent = w.template + ' (version ' + w.templateVersion + ')';
+    const tplCell = document.getElementById('w-template');
+    tplCell.textContent = w.template + ' (version ' + w.templateVersion + ')';
+    if (w.trial) tplCell.append(' — a run of ', el('a', { href: '/trials/' + encodeURIComponent(w.trial), text: 'trial ' + w.trial }));
     document.getElementById('w-team').textContent = w.team;
     document.getElementById('w-gpu').textContent = gpuText(w.gpu);
     document.getElementById('w-price').textContent = money(w.pricePerHour) + ' per hour';

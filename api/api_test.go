@@ -51,7 +51,10 @@ func newEnvWith(t *testing.T, ov server.Overrides) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := servertest.WithOverrides(t, ov, func(c *config.Config) { c.MaxBodyBytes = 64 << 10 })
+	g := servertest.WithOverrides(t, ov, func(c *config.Config) {
+		c.MaxBodyBytes = 64 << 10
+		c.Runs.ReportURL = "http://gantry.gantry-system.svc:8080" // how pods reach it: trials need it
+	})
 	return envAt(t, g.URL, files, string(g.Config.Database.DSN))
 }
 

@@ -2630,7 +2630,7 @@ type TrialRequest struct {
 	// Deadline How long the full run may take, a duration such as 8h: the cheapest choice within it is named.
 	Deadline *string `json:"deadline,omitempty"`
 
-	// FullSteps The full run's steps, to extrapolate to (default: each run's reported total steps).
+	// FullSteps The full run's steps, to extrapolate to (default: each run's reported total steps, when more than steps).
 	FullSteps *int64 `json:"fullSteps,omitempty"`
 
 	// Gpus The GPU counts to try on each class (default [1]); classes × counts is at most 12 runs.

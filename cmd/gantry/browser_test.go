@@ -456,7 +456,7 @@ func TestBrowserRunProgress(t *testing.T) {
 // best marked, and why; the trials page lists it.
 func TestBrowserTrial(t *testing.T) {
 	ctx := servertest.Browser(t, 90*time.Second)
-	g := startGantry(t)
+	g := startGantry(t, func(c *config.Config) { c.Runs.ReportURL = "http://gantry.gantry-system.svc:8080" })
 	cl := servertest.Client(g.URL, g.Token("alice"))
 	started := servertest.Must(cl.CreateTrialWithResponse(t.Context(), model.TrialRequest{Template: "pytorch-train", Team: "vision",
 		Classes: []string{"H100-80GB", "A100-80GB"}, Steps: 50}))(t)

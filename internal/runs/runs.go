@@ -291,8 +291,11 @@ type RunInfo struct {
 	// Namespace is where its pods run: a run's token counts only from a
 	// pod there (a pod elsewhere could carry its labels).
 	Namespace string
-	// Rules are its template's early stopping (nil: none).
+	// Rules are its template's early stopping (nil: none), or its trial's
+	// caps when Trial names the trial it is a run of: those no person
+	// silences (Keep refuses).
 	Rules *template.EarlyStopping
+	Trial string
 	Money Money
 }
 
@@ -446,6 +449,14 @@ func (s *Service) act(ctx context.Context, id string, v Verdict) {
 func (s *Service) Keep(ctx context.Context, id string) (Summary, error) {
 	if err := s.o.Workloads.Manageable(ctx, id); err != nil {
 		return Summary{}, err
+	}
+	info, err := s.infos.get(ctx, id, s.o.Workloads.ForRun)
+	if err != nil {
+		return Summary{}, err
+	}
+	if info.Trial != "" {
+		return Summary{}, &fault.Conflict{Kind: "workload", Name: id, Reason: "is a run of trial " + info.Trial +
+			": its caps are what the trial measures within, and are not silenced; start another trial, or launch the template"}
 	}
 	caller, _ := identity.From(ctx)
 	sum, err := s.commit.append(ctx, Append{Workload: id, Update: func(old Summary) Summary {

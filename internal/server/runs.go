@@ -46,12 +46,12 @@ func (r runWorkloads) ForRun(ctx context.Context, id string) (runs.RunInfo, erro
 	if err != nil {
 		return runs.RunInfo{}, err
 	}
-	rules := v.Template.Spec.EarlyStopping
+	info := runs.RunInfo{Namespace: r.svc.Namespace(w), Rules: v.Template.Spec.EarlyStopping,
+		Money: runs.Money{SoFar: w.CostAt(r.now()), PerHour: w.RunPricePerHour()}}
 	if w.Trial != nil {
-		rules = w.Trial.Rules() // a trial's run: its caps, not the template's rules
+		info.Rules, info.Trial = w.Trial.Rules(), w.Trial.ID // a trial's run: its caps, not the template's rules
 	}
-	return runs.RunInfo{Namespace: r.svc.Namespace(w), Rules: rules,
-		Money: runs.Money{SoFar: w.CostAt(r.now()), PerHour: w.RunPricePerHour()}}, nil
+	return info, nil
 }
 
 // EarlierRuns reads the records as Gantry: workloads of the workload's

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gantryhq/gantry/internal/config"
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/runs"
@@ -21,7 +22,7 @@ import (
 // steps, its reports measure it, the step cap stops it, and the trial
 // names the cheapest full run within the deadline.
 func TestTrial(t *testing.T) {
-	g := servertest.New(t)
+	g := servertest.New(t, func(c *config.Config) { c.Runs.ReportURL = "http://gantry.gantry-system.svc:8080" })
 	admin := identity.Identity{Issuer: "https://idp", Subject: "ada", Groups: []string{"gantry-admins"}, SecondFactor: true}
 	ctx := identity.With(context.Background(), admin)
 	before, err := g.Store.ListWorkloads(ctx, workload.Filter{Limit: 500})
@@ -84,10 +85,14 @@ func TestTrial(t *testing.T) {
 		if w, _ = g.Store.Workload(ctx, w.ID); w.Status != workload.Stopped || !strings.Contains(w.Reason, "its cap of 100 steps") {
 			t.Fatalf("run %s after its cap: %s (%s)", w.ID, w.Status, w.Reason)
 		}
-		// A trial's run is not started again on its own.
+		// A trial's run is not started again on its own, nor its caps
+		// silenced.
 		var conflict *fault.Conflict
 		if _, err := g.Workloads.Start(ctx, w.ID); !errors.As(err, &conflict) || !strings.Contains(err.Error(), "is a run of trial "+tr.ID) {
 			t.Fatalf("starting a trial's run again: %v", err)
+		}
+		if _, err := g.Runs.Keep(ctx, w.ID); !errors.As(err, &conflict) || !strings.Contains(err.Error(), "is a run of trial "+tr.ID) {
+			t.Fatalf("keeping a trial's run going: %v", err)
 		}
 	}
 
@@ -109,6 +114,14 @@ func TestTrial(t *testing.T) {
 	}
 	if !strings.HasPrefix(res.Why, "H100-80GB × 2 is the cheapest of 4 measured choices that finishes within 1h0m0s: the full run (5000 steps) in 35m20s for $8.13") {
 		t.Fatalf("why: %s", res.Why)
+	}
+
+	// Where the cluster's pods have no address to report to, a trial's
+	// runs could be neither stopped at their steps nor measured: refused.
+	bare := servertest.New(t)
+	var unavailable *fault.Unavailable
+	if _, err := bare.Trials.Create(ctx, admin.String(), "vision", trial.Spec{Template: "pytorch-train", Classes: []string{"H100-80GB"}, Steps: 100}); !errors.As(err, &unavailable) {
+		t.Fatalf("a trial without a report URL: %v", err)
 	}
 
 	// A team's trials are its readers': a caller who reads only nlp does

@@ -60,8 +60,16 @@ type Measured struct {
 	MeetsDeadline *bool
 }
 
-// How much of a run's reports a trial reads (its newest).
-const maxReports = 5000
+// How many reports a trial reads in all, shared by its runs (each run's
+// newest of its current attempt), and at least how many a run.
+const (
+	maxReports    = 2400
+	minRunReports = 100
+)
+
+// maxFullSeconds bounds an extrapolated full run (ten years): past it a
+// run's reported total is taken for a mistake, not a plan.
+const maxFullSeconds = 10 * 365 * 24 * 3600.0
 
 // measure reads the trial's runs and their reports (as Gantry: the caller
 // may read the team).
@@ -76,35 +84,52 @@ func (s *Service) measure(ctx context.Context, tr Trial) (Results, error) {
 		byID[w.ID] = w
 		ids = append(ids, w.ID)
 	}
+	// A run whose launch was not recorded on the trial (Gantry stopped
+	// between the two) is found by its choice.
+	for i, r := range tr.Runs {
+		if r.Workload != "" {
+			continue
+		}
+		for _, w := range ws {
+			if w.GPUClass == r.Class && w.GPUCount == r.GPUs {
+				tr.Runs[i].Workload, tr.Runs[i].Error = w.ID, ""
+			}
+		}
+	}
 	sums, err := s.o.Reports.RunSummaries(ctx, ids)
 	if err != nil {
 		return Results{}, fmt.Errorf("trial %s: read its runs' progress: %w", tr.ID, err)
 	}
 	now := s.o.Now()
+	perRun := max(minRunReports, maxReports/max(1, len(tr.Runs)))
 	ms := make([]Measured, len(tr.Runs))
 	for i, r := range tr.Runs {
 		m := Measured{Run: r}
 		w, ok := byID[r.Workload]
 		if ok {
 			m.Status, m.Reason, m.PricePerHour, m.CostSoFar = w.Status, w.Reason, w.RunPricePerHour(), w.CostAt(now)
+		} else if r.Workload != "" {
+			m.Status, m.Reason = workload.Deleted, "its record is gone"
 		}
 		sum, reported := sums[r.Workload]
 		if ok && reported {
-			rs, err := s.o.Reports.RunReports(ctx, r.Workload, time.Time{}, maxReports)
+			rs, err := s.o.Reports.RunReports(ctx, r.Workload, sum.RunFrom, perRun)
 			if err != nil {
 				return Results{}, fmt.Errorf("trial %s: read the reports of %s: %w", tr.ID, r.Workload, err)
 			}
-			m.observe(sum, rs)
+			m.observe(sum, rs, tr.Spec.Steps)
 		}
 		ms[i] = m
 	}
 	return judge(tr.Spec, ms), nil
 }
 
-// observe measures a run from its summary and reports (oldest first).
-func (m *Measured) observe(sum runs.Summary, rs []runs.Report) {
+// observe measures a run from its summary and reports (oldest first). A
+// total it reported at or under the trial's steps is the trial's own (a
+// script that ends at GANTRY_TRIAL_STEPS says so), not the full run's.
+func (m *Measured) observe(sum runs.Summary, rs []runs.Report, trialSteps int64) {
 	m.Reports, m.LastStep = sum.Reports, sum.Step
-	if sum.TotalSteps > 0 {
+	if sum.TotalSteps > trialSteps {
 		m.FullSteps = sum.TotalSteps
 	}
 	rs = currentRun(rs)
@@ -163,8 +188,8 @@ func judge(sp Spec, ms []Measured) Results {
 		if sp.FullSteps > 0 {
 			m.FullSteps = sp.FullSteps
 		}
-		if m.StepSeconds > 0 && m.FullSteps > 0 {
-			m.FullTime = time.Duration(float64(m.FullSteps) * m.StepSeconds * float64(time.Second)).Round(time.Second)
+		if secs := float64(m.FullSteps) * m.StepSeconds; secs > 0 && secs <= maxFullSeconds {
+			m.FullTime = time.Duration(secs * float64(time.Second)).Round(time.Second)
 			m.FullCost = math.Round(m.FullTime.Hours()*m.PricePerHour*100) / 100
 			if sp.Deadline > 0 {
 				ok := m.FullTime <= sp.Deadline

@@ -48,17 +48,18 @@ func TestObserve(t *testing.T) {
 		{"the warm-up interval is left out", reports(200, 10, 0.5, 30, 0), 10000, 0.5, 2, "steps_per_s", 18},
 		{"reported samples a second are the throughput", reports(200, 10, 0.25, 0, 512), 0, 0.25, 512, "samples_per_s", 18},
 		{"two reports: one interval, kept", reports(20, 10, 2, 0, 0), 0, 2, 0.5, "steps_per_s", 1},
+		{"a total of the trial's own steps is not the full run's", reports(200, 10, 0.5, 0, 0), 200, 0.5, 2, "steps_per_s", 18},
 		{"one report: nothing measured", reports(10, 10, 2, 0, 0), 0, 0, 0, "", 0},
 		{"a restart: only the latest attempt", append(reports(100, 10, 5, 0, 0), reports(60, 10, 1, 0, 0)...), 0, 1, 1, "steps_per_s", 4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var m Measured
-			m.observe(runs.Summary{Reports: int64(len(tc.rs)), Step: tc.rs[len(tc.rs)-1].Step, TotalSteps: tc.total}, tc.rs)
+			m.observe(runs.Summary{Reports: int64(len(tc.rs)), Step: tc.rs[len(tc.rs)-1].Step, TotalSteps: tc.total}, tc.rs, 200)
 			if math.Abs(m.StepSeconds-tc.wantSecs) > 1e-9 || math.Abs(m.Throughput-tc.wantThr) > 1e-9 || m.ThroughputMetric != tc.wantUnit || m.Intervals != tc.intervals {
 				t.Fatalf("step %v s, throughput %v %s over %d intervals; want %v s, %v %s over %d", m.StepSeconds, m.Throughput, m.ThroughputMetric, m.Intervals,
 					tc.wantSecs, tc.wantThr, tc.wantUnit, tc.intervals)
 			}
-			if m.FullSteps != tc.total {
+			if want := tc.total; m.FullSteps != want && !(want <= 200 && m.FullSteps == 0) {
 				t.Fatalf("full steps %d, want the reported total %d", m.FullSteps, tc.total)
 			}
 		})
@@ -105,6 +106,13 @@ func TestJudge(t *testing.T) {
 	res = judge(Spec{FullSteps: 1000}, trialRuns())
 	if res.Runs[1].FullSteps != 1000 || res.Runs[1].FullTime != 440*time.Second || res.Best != 0 {
 		t.Fatalf("with 1000 full steps: %+v, best %d (%s)", res.Runs[1], res.Best, res.Why)
+	}
+
+	// A total too large to be a plan (or to fit a duration) is no full run.
+	huge := trialRuns()
+	huge[2].FullSteps = 1 << 50
+	if res = judge(Spec{}, huge); res.Runs[2].FullTime != 0 || res.Runs[2].FullCost != 0 || res.Best != 0 {
+		t.Fatalf("a run reporting 2^50 total steps: %+v, best %d", res.Runs[2], res.Best)
 	}
 
 	// Runs still going, nothing measured: waiting, not done.

@@ -51,6 +51,7 @@ type Spec struct {
 const (
 	MaxChoices        = 12 // classes × GPU counts
 	MaxSteps          = 100000
+	MaxFullSteps      = 1_000_000_000
 	DefaultMaxRuntime = 30 * time.Minute
 	MaxMaxRuntime     = 24 * time.Hour
 )
@@ -87,8 +88,9 @@ type Store interface {
 
 // Workloads launches and reads the trial's runs.
 type Workloads interface {
-	// Preview refuses exactly what a launch would.
-	Preview(ctx context.Context, owner string, req workload.Request) (workload.Rendered, error)
+	// Check refuses what a launch would refuse before recording it, and
+	// records nothing.
+	Check(ctx context.Context, owner string, req workload.Request) (workload.Rendered, error)
 	Create(ctx context.Context, owner string, req workload.Request) (workload.Workload, bool, error)
 }
 
@@ -179,8 +181,8 @@ func (sp *Spec) check(t team.Name) error {
 	if sp.MaxCost < 0 {
 		errs.Addf("maxCost", "%v: want dollars above 0, or none", sp.MaxCost)
 	}
-	if sp.FullSteps < 0 {
-		errs.Addf("fullSteps", "%d: want 0 (each run's reported total) or more", sp.FullSteps)
+	if sp.FullSteps < 0 || sp.FullSteps > MaxFullSteps {
+		errs.Addf("fullSteps", "%d: want 0 (each run's reported total) to %d", sp.FullSteps, MaxFullSteps)
 	}
 	if sp.FullSteps > 0 && sp.FullSteps < sp.Steps {
 		errs.Addf("fullSteps", "%d is fewer than the trial's %d steps a run", sp.FullSteps, sp.Steps)
@@ -206,17 +208,16 @@ func (s *Service) Create(ctx context.Context, owner string, t team.Name, sp Spec
 	var reqs []workload.Request
 	var rs []Run
 	var errs fault.List
+	version := 0 // the live version, pinned by the first check for every run
 	for _, class := range sp.Classes {
 		for gi, n := range sp.GPUs {
-			req := workload.Request{Template: sp.Template, Team: t, Trial: caps,
-				Choice: template.Choice{Class: class, Count: n, MIGProfile: template.NoMIG, Params: sp.Params},
-				// A repeat of the same trial's launch (a retry after a
-				// failure half-way) is the same workload.
+			req := workload.Request{Template: sp.Template, Version: version, Team: t, Trial: caps,
+				Choice:         template.Choice{Class: class, Count: n, MIGProfile: template.NoMIG, Params: sp.Params},
 				IdempotencyKey: "trial-" + id + "-" + class + "-" + strconv.Itoa(n)}
-			rd, err := s.o.Workloads.Preview(ctx, owner, req)
-			if err == nil && rd.Version.Template.Spec.Workload != template.Job {
-				err = &fault.Invalid{Fields: []fault.Field{{Path: "template", Message: fmt.Sprintf(
-					"template %q is a %s: trials run jobs, whose runs report their progress", sp.Template, rd.Version.Template.Spec.Workload)}}}
+			rd, err := s.o.Workloads.Check(ctx, owner, req)
+			if err == nil {
+				version, req.Version = rd.Version.Version, rd.Version.Version
+				err = measurable(rd)
 			}
 			var inv *fault.Invalid
 			var nf *fault.NotFound
@@ -242,11 +243,16 @@ func (s *Service) Create(ctx context.Context, owner string, t team.Name, sp Spec
 		return Trial{}, fmt.Errorf("record trial: %w", err)
 	}
 	for i, req := range reqs {
+		if ctx.Err() != nil {
+			// The caller went away: what launched is recorded, the rest
+			// says why it did not.
+			for j := i; j < len(reqs); j++ {
+				tr.Runs[j].Error = "not launched: the request ended first"
+			}
+			return tr, errors.Join(ctx.Err(), s.o.Store.UpdateTrialRuns(context.WithoutCancel(ctx), id, tr.Runs))
+		}
 		w, _, err := s.o.Workloads.Create(ctx, owner, req)
 		if err != nil {
-			if ctx.Err() != nil {
-				return tr, errors.Join(ctx.Err(), s.o.Store.UpdateTrialRuns(context.WithoutCancel(ctx), id, tr.Runs))
-			}
 			tr.Runs[i].Error = err.Error()
 			continue
 		}
@@ -259,14 +265,30 @@ func (s *Service) Create(ctx context.Context, owner string, t team.Name, sp Spec
 	return tr, nil
 }
 
+// measurable refuses a run that could not report its progress: a batch
+// Job, on this Gantry's own cluster, whose pods have an address to report
+// to (else its step cap could not stop it and nothing would be measured).
+func measurable(rd workload.Rendered) error {
+	switch {
+	case rd.Version.Template.Spec.Workload != template.Job:
+		return &fault.Invalid{Fields: []fault.Field{{Path: "template", Message: fmt.Sprintf(
+			"template %q is a %s: trials run jobs, whose runs report their progress", rd.Version.Name, rd.Version.Template.Spec.Workload)}}}
+	case rd.Meta.MultiKueue:
+		return &fault.Invalid{Fields: []fault.Field{{Path: "template", Message: "this Gantry runs jobs on its worker clusters, whose runs do not report their progress to it: trials are not run there yet (docs/fleets.md)"}}}
+	case rd.Meta.RunURL == "":
+		return &fault.Unavailable{What: "trials", Err: errors.New("the cluster's pods have no address to report their progress to (runs.reportURL, or a publicURL that is not a loopback address): a trial's runs could be neither stopped at their steps nor measured")}
+	}
+	return nil
+}
+
 // Get is a trial the caller may read (its team's workloads), measured.
 func (s *Service) Get(ctx context.Context, id string) (Trial, Results, error) {
 	tr, err := s.o.Store.Trial(ctx, id)
 	if err != nil {
 		return Trial{}, Results{}, err
 	}
-	caller, _ := identity.From(ctx)
-	if !s.o.Authorizer.Allowed(caller, tr.Team, access.WorkloadsRead) {
+	caller, ok := identity.From(ctx)
+	if !ok || !s.o.Authorizer.Allowed(caller, tr.Team, access.WorkloadsRead) {
 		return Trial{}, Results{}, &fault.NotFound{Kind: "trial", Name: id}
 	}
 	res, err := s.measure(ctx, tr)
@@ -278,7 +300,10 @@ func (s *Service) List(ctx context.Context, limit int) ([]Trial, error) {
 	if limit < 1 || limit > 500 {
 		return nil, &fault.Invalid{Fields: []fault.Field{{Path: "limit", Message: "must be between 1 and 500"}}}
 	}
-	caller, _ := identity.From(ctx)
+	caller, ok := identity.From(ctx)
+	if !ok {
+		return nil, nil
+	}
 	all, names := s.o.Authorizer.Teams(caller, access.WorkloadsRead)
 	var teams []team.Name
 	if !all {

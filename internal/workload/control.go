@@ -187,8 +187,7 @@ func (s *Service) Start(ctx context.Context, id string) (Workload, error) {
 	if w.Trial != nil && (w.Status == Stopped || w.Status == IdleStopped) {
 		// A trial measures short runs side by side; a run of it started
 		// again alone would measure nothing the trial compares.
-		return w, &fault.Conflict{Kind: "workload", Name: id, Reason: fmt.Sprintf(
-			"is a run of trial %s, and a trial's runs are not started again: start another trial, or launch the template", w.Trial.ID)}
+		return w, trialRunConflict(w)
 	}
 	if w.Status == Stopped || w.Status == IdleStopped {
 		// Starting again spends like a launch: the team's spent budget
@@ -215,6 +214,9 @@ func (s *Service) Start(ctx context.Context, id string) (Workload, error) {
 	// stopped is decided in the same transaction as the change.
 	changed := false
 	w, err = s.store.UpdateWorkload(ctx, id, func(w Workload) (Workload, error) {
+		if w.Trial != nil && (w.Status == Stopped || w.Status == IdleStopped) {
+			return w, trialRunConflict(w) // stopped since it was read above
+		}
 		if w.Status != Stopped && w.Status != IdleStopped {
 			if w.Status.Ended() {
 				return w, &fault.Conflict{Kind: "workload", Name: id, Reason: fmt.Sprintf("is %s and cannot be started again; launch the template anew", w.Status)}
@@ -338,4 +340,10 @@ func (s *Service) mayRestart(ctx context.Context, w Workload) error {
 		return &fault.Forbidden{Reason: "cannot start again without approval: " + v.Why + " Launch it anew to ask for one."}
 	}
 	return nil
+}
+
+// trialRunConflict refuses to start a trial's run again.
+func trialRunConflict(w Workload) error {
+	return &fault.Conflict{Kind: "workload", Name: w.ID, Reason: fmt.Sprintf(
+		"is a run of trial %s, and a trial's runs are not started again: start another trial, or launch the template", w.Trial.ID)}
 }

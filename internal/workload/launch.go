@@ -100,6 +100,18 @@ func (s *Service) Preview(ctx context.Context, owner string, req Request) (Rende
 	return rd, nil
 }
 
+// Check renders a request and refuses what a launch of it would refuse
+// before anything is recorded: the team, the template and GPU class the
+// team may use, and more GPUs than any node can ever hold. It records
+// nothing (a trial checks each of its runs so before it launches any).
+func (s *Service) Check(ctx context.Context, owner string, req Request) (Rendered, error) {
+	rd, err := s.launchable(ctx, owner, req, "check0")
+	if err != nil {
+		return rd, err
+	}
+	return rd, s.fits(ctx, rd)
+}
+
 // launchable renders a request after the checks every launch makes: the
 // caller may launch in the team, and the team may use the template and the
 // GPU class.

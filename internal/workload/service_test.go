@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	batchv1 "k8s.io/api/batch/v1"
 	"log/slog"
 	"maps"
 	"math"
@@ -385,6 +386,48 @@ func TestReconcileAppliesAsRecorded(t *testing.T) {
 	}
 	if got := h.status(t, w.ID); !got.Applied() || got.Status == workload.Failed {
 		t.Fatalf("after reconcile: %s %q applied %v", got.Status, got.Reason, got.Applied())
+	}
+}
+
+// TestReconcileAppliesATrialsRunAsRecorded: a trial's run, recorded while
+// the cluster was away, renders again as launched — its max runtime the
+// trial's cap, its trial's label and variables — and is applied.
+func TestReconcileAppliesATrialsRunAsRecorded(t *testing.T) {
+	h := newHarnessWith(t, nil, false, func(o *workload.Options) { o.RunURL = "http://gantry.gantry-system.svc:8080" })
+	ctx := asAlice()
+	h.cluster.SetErr(&fault.Unavailable{What: "kubernetes API server", Err: errors.New("connection refused")})
+	caps := &workload.Trial{ID: "trial0001", Steps: 200, MaxRuntime: 20 * time.Minute}
+	w, _, err := h.svc.Create(ctx, "alice", workload.Request{Template: "pytorch-train", Team: "vision", Trial: caps,
+		Choice: template.Choice{Class: "A100-80GB", Count: 2}})
+	if err != nil || w.Applied() {
+		t.Fatalf("launch with the cluster away: %+v %v", w, err)
+	}
+	if w.ExpiresAt.Sub(w.CreatedAt) != 20*time.Minute {
+		t.Fatalf("expires %s after its launch, want the trial's 20m (the template says 72h)", w.ExpiresAt.Sub(w.CreatedAt))
+	}
+	h.cluster.SetErr(nil)
+	if n, err := h.svc.Reconcile(ctx); err != nil || n != 1 {
+		t.Fatalf("reconcile: applied %d, %v", n, err)
+	}
+	if got := h.status(t, w.ID); !got.Applied() || got.Status == workload.Failed {
+		t.Fatalf("after reconcile: %s %q applied %v", got.Status, got.Reason, got.Applied())
+	}
+	var job *batchv1.Job
+	for _, o := range h.cluster.Applied(w.ID) {
+		if j, ok := o.(*batchv1.Job); ok {
+			job = j
+		}
+	}
+	if job == nil {
+		t.Fatal("no Job applied")
+	}
+	env := map[string]string{}
+	for _, e := range job.Spec.Template.Spec.Containers[0].Env {
+		env[e.Name] = e.Value
+	}
+	if d := job.Spec.ActiveDeadlineSeconds; d == nil || *d != 1200 || job.Labels["gantry.dev/trial"] != "trial0001" ||
+		env["GANTRY_TRIAL_ID"] != "trial0001" || env["GANTRY_TRIAL_STEPS"] != "200" || env["GANTRY_RUN_URL"] == "" {
+		t.Fatalf("the trial's Job: deadline %v, labels %v, env %v", d, job.Labels, env)
 	}
 }
 

@@ -23,11 +23,11 @@ const trialColumns = `id, team, owner, template, spec, runs, created_at`
 func (s *Store) CreateTrial(ctx context.Context, t trial.Trial) error {
 	spec, err := json.Marshal(t.Spec)
 	if err != nil {
-		return err
+		return fmt.Errorf("trial %s: encode its spec: %w", t.ID, err)
 	}
 	rs, err := json.Marshal(t.Runs)
 	if err != nil {
-		return err
+		return fmt.Errorf("trial %s: encode its runs: %w", t.ID, err)
 	}
 	if _, err := s.db.ExecContext(ctx, s.db.Q(`INSERT INTO trials (`+trialColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?)`),
 		t.ID, t.Team.String(), t.Owner, t.Spec.Template, string(spec), string(rs), t.CreatedAt.UnixMicro()); err != nil {
@@ -52,13 +52,17 @@ func (s *Store) Trial(ctx context.Context, id string) (trial.Trial, error) {
 func (s *Store) UpdateTrialRuns(ctx context.Context, id string, runs []trial.Run) error {
 	b, err := json.Marshal(runs)
 	if err != nil {
-		return err
+		return fmt.Errorf("trial %s: encode its runs: %w", id, err)
 	}
 	res, err := s.db.ExecContext(ctx, s.db.Q(`UPDATE trials SET runs = ? WHERE id = ?`), string(b), id)
 	if err != nil {
 		return fmt.Errorf("update trial %s: %w", id, err)
 	}
-	if n, err := res.RowsAffected(); err == nil && n == 0 {
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("update trial %s: %w", id, err)
+	}
+	if n == 0 {
 		return &fault.NotFound{Kind: "trial", Name: id}
 	}
 	return nil
@@ -99,7 +103,8 @@ func scanTrial(row store.Scanner) (trial.Trial, error) {
 	var t trial.Trial
 	var tm, spec, rs string
 	var created int64
-	if err := row.Scan(&t.ID, &tm, &t.Owner, &t.Spec.Template, &spec, &rs, &created); err != nil {
+	var template string // the spec's own, kept in a column for a reader of the table
+	if err := row.Scan(&t.ID, &tm, &t.Owner, &template, &spec, &rs, &created); err != nil {
 		return t, err
 	}
 	t.Team, t.CreatedAt = team.Name(tm), time.UnixMicro(created).UTC()

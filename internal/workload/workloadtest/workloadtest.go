@@ -43,6 +43,7 @@ type Cluster struct {
 	objects    map[string]workload.ObjectRef // by namespace/name
 	admissions map[string]workload.Admission // by workload id
 	held       map[string]bool               // teams whose queue was held
+	applied    map[string][]render.Object    // the objects last applied, by workload id
 	err        error
 	// Most is what MostOnOneNode answers (0: 8, a node of eight GPUs; -1:
 	// none of the class's nodes has the resource).
@@ -108,14 +109,27 @@ func (c *Cluster) Apply(_ context.Context, objs []render.Object) error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.applied == nil {
+		c.applied = map[string][]render.Object{}
+	}
 	for _, o := range objs {
 		kind := o.GetObjectKind().GroupVersionKind().Kind
+		if id := o.GetLabels()[render.LabelWorkloadID]; id != "" && kind != "" {
+			c.applied[id] = objs
+		}
 		if render.IsPrimary(kind) {
 			c.objects[o.GetNamespace()+"/"+o.GetName()] = workload.ObjectRef{Namespace: o.GetNamespace(), Kind: kind, Name: o.GetName(),
 				WorkloadID: o.GetLabels()[render.LabelWorkloadID], Running: true}
 		}
 	}
 	return nil
+}
+
+// Applied is what was last applied for workload id (nil: nothing).
+func (c *Cluster) Applied(id string) []render.Object {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.applied[id]
 }
 
 // Delete implements workload.Cluster.

@@ -153,6 +153,11 @@ and see where it went (its "cluster" and "reason"):
 	if cfg.Runs.ReportURL == "" {
 		if fwd, err := cl.Forward(func() string { return listening.Load().(string) }); err == nil {
 			cfg.Runs.ReportURL = "http://" + fwd
+		} else {
+			// No real node: no pod reaches Gantry, and none needs to — the
+			// simulated fleet's trial runs report in-process (devrun), so
+			// Jobs render with an address that is never dialled.
+			cfg.Runs.ReportURL = "http://gantry-dev.invalid"
 		}
 	}
 	srv, err := server.New(ctx, cfg, server.Overrides{AppTransport: apps})

@@ -1,10 +1,11 @@
 // Package workloads stores Gantry's workloads: their records (launch,
 // lifecycle, approval, history), their runs for costs over a period, the
 // last use a person made of each, and the GPU use telemetry measured for
-// them (read here, for metering and idle culling; written by telemetrydb).
-// Every change a live connection must hear of is appended to the change
-// feed in the transaction that makes it. It implements workload.Store and
-// cull.Store.
+// them (read here, for metering and idle culling; written by telemetrydb),
+// and the trials whose runs some of them are (trials.go). Every change a
+// live connection must hear of is appended to the change feed in the
+// transaction that makes it. It implements workload.Store, cull.Store and
+// trial.Store.
 package workloads
 
 import (

@@ -113,7 +113,7 @@ func TestRouteRoleMatrix(t *testing.T) {
 	vllm := templateDoc(t, "../templates/vllm-inference.yaml", nil)
 	wid := stopIDs[A]
 	trialReq := model.TrialRequest{Template: "pytorch-train", Team: "vision", Classes: []string{"H100-80GB"}, Gpus: &[]int{1, 2}, Steps: 50}
-	trialResp := servertest.Must(e.api.CreateTrialWithResponse(ctx, trialReq))(t)
+	trialResp := servertest.Must(e.api.CreateTrialWithResponse(ctx, nil, trialReq))(t)
 	if trialResp.StatusCode() != 201 {
 		t.Fatalf("setup trial: %d %s", trialResp.StatusCode(), trialResp.Body)
 	}
@@ -334,7 +334,7 @@ func TestRouteRoleMatrix(t *testing.T) {
 		}, map[string]int{A: 403, P: 403, T: 403, M: 403, V: 403, N: 403, X: 403}},
 		// Trials are launches: who may launch in the team starts one; its readers read it.
 		"POST /api/v1/trials": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
-			return c.CreateTrialWithResponse(ctx, trialReq)
+			return c.CreateTrialWithResponse(ctx, nil, trialReq)
 		}, map[string]int{A: 201, P: 403, T: 201, M: 201, V: 403, N: 403, X: 403}},
 		"GET /api/v1/trials": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
 			return c.ListTrialsWithResponse(ctx, nil)

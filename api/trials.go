@@ -43,9 +43,12 @@ func (s *server) CreateTrial(ctx context.Context, req gen.CreateTrialRequestObje
 	if err := errs.Err(); err != nil {
 		return nil, err
 	}
-	tr, err := s.o.Trials.Create(ctx, caller(ctx), t, sp)
+	tr, replayed, err := s.o.Trials.Create(ctx, caller(ctx), t, sp, deref(req.Params.IdempotencyKey))
 	if err != nil {
 		return nil, err
+	}
+	if replayed {
+		return gen.CreateTrial200JSONResponse(trialOut(tr, nil)), nil
 	}
 	return gen.CreateTrial201JSONResponse(trialOut(tr, nil)), nil
 }

@@ -560,21 +560,21 @@ type ClientInterface interface {
 
 	// CreateTrialWithBody Start a trial
 	//
-	// Short runs of one job template, one per GPU class and GPU count asked for, side by side, before a long run. Each run is an ordinary launch as the caller (the team's policy, quota, budget and approvals apply, and it is charged to the team), capped: Gantry stops it at a report of `steps` (its container gets GANTRY_TRIAL_STEPS, so that the script can end there itself), at `maxRuntime` (default 30m, or the template's max runtime if shorter) and, when set, at `maxCost` dollars. Every run is checked as a launch first: a trial that would be refused launches nothing (422, every class and count named); where the cluster's pods have no address to report their progress to (runs.reportURL), or jobs run on worker clusters, a trial is refused (503, 422), its runs could not be measured. From the runs' progress reports, GET /api/v1/trials/{id} measures each choice and names the cheapest that meets the deadline (docs/runs.md).
+	// Short runs of one job template, one per GPU class and GPU count asked for, side by side, before a long run. Each run is an ordinary launch as the caller (the team's policy, quota, budget and approvals apply, and it is charged to the team), capped: Gantry stops it at a report of `steps` (its container gets GANTRY_TRIAL_STEPS, so that the script can end there itself), at `maxRuntime` (default 30m, or the template's max runtime if shorter) and, when set, at `maxCost` dollars. Every run is checked as a launch first: a trial that would be refused launches nothing (422, every class and count named); where the cluster's pods have no address to report their progress to (runs.reportURL), or jobs run on worker clusters, a trial is refused (503, 422), its runs could not be measured. From the runs' progress reports, GET /api/v1/trials/{id} measures each choice and names the cheapest that meets the deadline (docs/runs.md). With an Idempotency-Key, repeating the request returns the trial the first one started (200) and launches nothing new; the same key with a different request is a conflict (409).
 	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /api/v1/trials (the `CreateTrial` operationId).
-	CreateTrialWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	CreateTrialWithBody(ctx context.Context, params *CreateTrialParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// CreateTrial Start a trial
 	//
-	// Short runs of one job template, one per GPU class and GPU count asked for, side by side, before a long run. Each run is an ordinary launch as the caller (the team's policy, quota, budget and approvals apply, and it is charged to the team), capped: Gantry stops it at a report of `steps` (its container gets GANTRY_TRIAL_STEPS, so that the script can end there itself), at `maxRuntime` (default 30m, or the template's max runtime if shorter) and, when set, at `maxCost` dollars. Every run is checked as a launch first: a trial that would be refused launches nothing (422, every class and count named); where the cluster's pods have no address to report their progress to (runs.reportURL), or jobs run on worker clusters, a trial is refused (503, 422), its runs could not be measured. From the runs' progress reports, GET /api/v1/trials/{id} measures each choice and names the cheapest that meets the deadline (docs/runs.md).
+	// Short runs of one job template, one per GPU class and GPU count asked for, side by side, before a long run. Each run is an ordinary launch as the caller (the team's policy, quota, budget and approvals apply, and it is charged to the team), capped: Gantry stops it at a report of `steps` (its container gets GANTRY_TRIAL_STEPS, so that the script can end there itself), at `maxRuntime` (default 30m, or the template's max runtime if shorter) and, when set, at `maxCost` dollars. Every run is checked as a launch first: a trial that would be refused launches nothing (422, every class and count named); where the cluster's pods have no address to report their progress to (runs.reportURL), or jobs run on worker clusters, a trial is refused (503, 422), its runs could not be measured. From the runs' progress reports, GET /api/v1/trials/{id} measures each choice and names the cheapest that meets the deadline (docs/runs.md). With an Idempotency-Key, repeating the request returns the trial the first one started (200) and launches nothing new; the same key with a different request is a conflict (409).
 	//
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /api/v1/trials (the `CreateTrial` operationId).
-	CreateTrial(ctx context.Context, body CreateTrialJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+	CreateTrial(ctx context.Context, params *CreateTrialParams, body CreateTrialJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetTrial A trial, measured
 	//
@@ -1912,13 +1912,13 @@ func (c *Client) ListTrials(ctx context.Context, params *ListTrialsParams, reqEd
 
 // CreateTrialWithBody Start a trial
 //
-// Short runs of one job template, one per GPU class and GPU count asked for, side by side, before a long run. Each run is an ordinary launch as the caller (the team's policy, quota, budget and approvals apply, and it is charged to the team), capped: Gantry stops it at a report of `steps` (its container gets GANTRY_TRIAL_STEPS, so that the script can end there itself), at `maxRuntime` (default 30m, or the template's max runtime if shorter) and, when set, at `maxCost` dollars. Every run is checked as a launch first: a trial that would be refused launches nothing (422, every class and count named); where the cluster's pods have no address to report their progress to (runs.reportURL), or jobs run on worker clusters, a trial is refused (503, 422), its runs could not be measured. From the runs' progress reports, GET /api/v1/trials/{id} measures each choice and names the cheapest that meets the deadline (docs/runs.md).
+// Short runs of one job template, one per GPU class and GPU count asked for, side by side, before a long run. Each run is an ordinary launch as the caller (the team's policy, quota, budget and approvals apply, and it is charged to the team), capped: Gantry stops it at a report of `steps` (its container gets GANTRY_TRIAL_STEPS, so that the script can end there itself), at `maxRuntime` (default 30m, or the template's max runtime if shorter) and, when set, at `maxCost` dollars. Every run is checked as a launch first: a trial that would be refused launches nothing (422, every class and count named); where the cluster's pods have no address to report their progress to (runs.reportURL), or jobs run on worker clusters, a trial is refused (503, 422), its runs could not be measured. From the runs' progress reports, GET /api/v1/trials/{id} measures each choice and names the cheapest that meets the deadline (docs/runs.md). With an Idempotency-Key, repeating the request returns the trial the first one started (200) and launches nothing new; the same key with a different request is a conflict (409).
 //
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /api/v1/trials (the `CreateTrial` operationId).
-func (c *Client) CreateTrialWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewCreateTrialRequestWithBody(c.Server, contentType, body)
+func (c *Client) CreateTrialWithBody(ctx context.Context, params *CreateTrialParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateTrialRequestWithBody(c.Server, params, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -1931,13 +1931,13 @@ func (c *Client) CreateTrialWithBody(ctx context.Context, contentType string, bo
 
 // CreateTrial Start a trial
 //
-// Short runs of one job template, one per GPU class and GPU count asked for, side by side, before a long run. Each run is an ordinary launch as the caller (the team's policy, quota, budget and approvals apply, and it is charged to the team), capped: Gantry stops it at a report of `steps` (its container gets GANTRY_TRIAL_STEPS, so that the script can end there itself), at `maxRuntime` (default 30m, or the template's max runtime if shorter) and, when set, at `maxCost` dollars. Every run is checked as a launch first: a trial that would be refused launches nothing (422, every class and count named); where the cluster's pods have no address to report their progress to (runs.reportURL), or jobs run on worker clusters, a trial is refused (503, 422), its runs could not be measured. From the runs' progress reports, GET /api/v1/trials/{id} measures each choice and names the cheapest that meets the deadline (docs/runs.md).
+// Short runs of one job template, one per GPU class and GPU count asked for, side by side, before a long run. Each run is an ordinary launch as the caller (the team's policy, quota, budget and approvals apply, and it is charged to the team), capped: Gantry stops it at a report of `steps` (its container gets GANTRY_TRIAL_STEPS, so that the script can end there itself), at `maxRuntime` (default 30m, or the template's max runtime if shorter) and, when set, at `maxCost` dollars. Every run is checked as a launch first: a trial that would be refused launches nothing (422, every class and count named); where the cluster's pods have no address to report their progress to (runs.reportURL), or jobs run on worker clusters, a trial is refused (503, 422), its runs could not be measured. From the runs' progress reports, GET /api/v1/trials/{id} measures each choice and names the cheapest that meets the deadline (docs/runs.md). With an Idempotency-Key, repeating the request returns the trial the first one started (200) and launches nothing new; the same key with a different request is a conflict (409).
 //
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with POST /api/v1/trials (the `CreateTrial` operationId).
-func (c *Client) CreateTrial(ctx context.Context, body CreateTrialJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewCreateTrialRequest(c.Server, body)
+func (c *Client) CreateTrial(ctx context.Context, params *CreateTrialParams, body CreateTrialJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateTrialRequest(c.Server, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -4557,18 +4557,18 @@ func NewListTrialsRequest(server string, params *ListTrialsParams) (*http.Reques
 }
 
 // NewCreateTrialRequest calls the generic CreateTrial builder with application/json body
-func NewCreateTrialRequest(server string, body CreateTrialJSONRequestBody) (*http.Request, error) {
+func NewCreateTrialRequest(server string, params *CreateTrialParams, body CreateTrialJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
 	buf, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
 	}
 	bodyReader = bytes.NewReader(buf)
-	return NewCreateTrialRequestWithBody(server, "application/json", bodyReader)
+	return NewCreateTrialRequestWithBody(server, params, "application/json", bodyReader)
 }
 
 // NewCreateTrialRequestWithBody constructs an http.Request for the CreateTrial method, with any body, and a specified content type
-func NewCreateTrialRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+func NewCreateTrialRequestWithBody(server string, params *CreateTrialParams, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	serverURL, err := url.Parse(server)
@@ -4592,6 +4592,21 @@ func NewCreateTrialRequestWithBody(server string, contentType string, body io.Re
 	}
 
 	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
 
 	return req, nil
 }
@@ -6497,21 +6512,21 @@ type ClientWithResponsesInterface interface {
 
 	// CreateTrialWithBodyWithResponse Start a trial
 	//
-	// Short runs of one job template, one per GPU class and GPU count asked for, side by side, before a long run. Each run is an ordinary launch as the caller (the team's policy, quota, budget and approvals apply, and it is charged to the team), capped: Gantry stops it at a report of `steps` (its container gets GANTRY_TRIAL_STEPS, so that the script can end there itself), at `maxRuntime` (default 30m, or the template's max runtime if shorter) and, when set, at `maxCost` dollars. Every run is checked as a launch first: a trial that would be refused launches nothing (422, every class and count named); where the cluster's pods have no address to report their progress to (runs.reportURL), or jobs run on worker clusters, a trial is refused (503, 422), its runs could not be measured. From the runs' progress reports, GET /api/v1/trials/{id} measures each choice and names the cheapest that meets the deadline (docs/runs.md).
+	// Short runs of one job template, one per GPU class and GPU count asked for, side by side, before a long run. Each run is an ordinary launch as the caller (the team's policy, quota, budget and approvals apply, and it is charged to the team), capped: Gantry stops it at a report of `steps` (its container gets GANTRY_TRIAL_STEPS, so that the script can end there itself), at `maxRuntime` (default 30m, or the template's max runtime if shorter) and, when set, at `maxCost` dollars. Every run is checked as a launch first: a trial that would be refused launches nothing (422, every class and count named); where the cluster's pods have no address to report their progress to (runs.reportURL), or jobs run on worker clusters, a trial is refused (503, 422), its runs could not be measured. From the runs' progress reports, GET /api/v1/trials/{id} measures each choice and names the cheapest that meets the deadline (docs/runs.md). With an Idempotency-Key, repeating the request returns the trial the first one started (200) and launches nothing new; the same key with a different request is a conflict (409).
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /api/v1/trials (the `CreateTrial` operationId).
-	CreateTrialWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateTrialResponse, error)
+	CreateTrialWithBodyWithResponse(ctx context.Context, params *CreateTrialParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateTrialResponse, error)
 
 	// CreateTrialWithResponse Start a trial
 	//
-	// Short runs of one job template, one per GPU class and GPU count asked for, side by side, before a long run. Each run is an ordinary launch as the caller (the team's policy, quota, budget and approvals apply, and it is charged to the team), capped: Gantry stops it at a report of `steps` (its container gets GANTRY_TRIAL_STEPS, so that the script can end there itself), at `maxRuntime` (default 30m, or the template's max runtime if shorter) and, when set, at `maxCost` dollars. Every run is checked as a launch first: a trial that would be refused launches nothing (422, every class and count named); where the cluster's pods have no address to report their progress to (runs.reportURL), or jobs run on worker clusters, a trial is refused (503, 422), its runs could not be measured. From the runs' progress reports, GET /api/v1/trials/{id} measures each choice and names the cheapest that meets the deadline (docs/runs.md).
+	// Short runs of one job template, one per GPU class and GPU count asked for, side by side, before a long run. Each run is an ordinary launch as the caller (the team's policy, quota, budget and approvals apply, and it is charged to the team), capped: Gantry stops it at a report of `steps` (its container gets GANTRY_TRIAL_STEPS, so that the script can end there itself), at `maxRuntime` (default 30m, or the template's max runtime if shorter) and, when set, at `maxCost` dollars. Every run is checked as a launch first: a trial that would be refused launches nothing (422, every class and count named); where the cluster's pods have no address to report their progress to (runs.reportURL), or jobs run on worker clusters, a trial is refused (503, 422), its runs could not be measured. From the runs' progress reports, GET /api/v1/trials/{id} measures each choice and names the cheapest that meets the deadline (docs/runs.md). With an Idempotency-Key, repeating the request returns the trial the first one started (200) and launches nothing new; the same key with a different request is a conflict (409).
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /api/v1/trials (the `CreateTrial` operationId).
-	CreateTrialWithResponse(ctx context.Context, body CreateTrialJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateTrialResponse, error)
+	CreateTrialWithResponse(ctx context.Context, params *CreateTrialParams, body CreateTrialJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateTrialResponse, error)
 
 	// GetTrialWithResponse A trial, measured
 	//
@@ -9058,10 +9073,17 @@ func (r ListTrialsResponse) ContentType() string {
 type CreateTrialResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Trial
 	// JSON201 the response for an HTTP 201 `application/json` response
 	JSON201 *Trial
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
 	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r CreateTrialResponse) GetJSON200() *Trial {
+	return r.JSON200
 }
 
 // GetJSON201 returns the response for an HTTP 201 `application/json` response
@@ -11381,13 +11403,13 @@ func (c *ClientWithResponses) ListTrialsWithResponse(ctx context.Context, params
 
 // CreateTrialWithBodyWithResponse Start a trial
 //
-// Short runs of one job template, one per GPU class and GPU count asked for, side by side, before a long run. Each run is an ordinary launch as the caller (the team's policy, quota, budget and approvals apply, and it is charged to the team), capped: Gantry stops it at a report of `steps` (its container gets GANTRY_TRIAL_STEPS, so that the script can end there itself), at `maxRuntime` (default 30m, or the template's max runtime if shorter) and, when set, at `maxCost` dollars. Every run is checked as a launch first: a trial that would be refused launches nothing (422, every class and count named); where the cluster's pods have no address to report their progress to (runs.reportURL), or jobs run on worker clusters, a trial is refused (503, 422), its runs could not be measured. From the runs' progress reports, GET /api/v1/trials/{id} measures each choice and names the cheapest that meets the deadline (docs/runs.md).
+// Short runs of one job template, one per GPU class and GPU count asked for, side by side, before a long run. Each run is an ordinary launch as the caller (the team's policy, quota, budget and approvals apply, and it is charged to the team), capped: Gantry stops it at a report of `steps` (its container gets GANTRY_TRIAL_STEPS, so that the script can end there itself), at `maxRuntime` (default 30m, or the template's max runtime if shorter) and, when set, at `maxCost` dollars. Every run is checked as a launch first: a trial that would be refused launches nothing (422, every class and count named); where the cluster's pods have no address to report their progress to (runs.reportURL), or jobs run on worker clusters, a trial is refused (503, 422), its runs could not be measured. From the runs' progress reports, GET /api/v1/trials/{id} measures each choice and names the cheapest that meets the deadline (docs/runs.md). With an Idempotency-Key, repeating the request returns the trial the first one started (200) and launches nothing new; the same key with a different request is a conflict (409).
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /api/v1/trials (the `CreateTrial` operationId).
-func (c *ClientWithResponses) CreateTrialWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateTrialResponse, error) {
-	rsp, err := c.CreateTrialWithBody(ctx, contentType, body, reqEditors...)
+func (c *ClientWithResponses) CreateTrialWithBodyWithResponse(ctx context.Context, params *CreateTrialParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateTrialResponse, error) {
+	rsp, err := c.CreateTrialWithBody(ctx, params, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -11396,13 +11418,13 @@ func (c *ClientWithResponses) CreateTrialWithBodyWithResponse(ctx context.Contex
 
 // CreateTrialWithResponse Start a trial
 //
-// Short runs of one job template, one per GPU class and GPU count asked for, side by side, before a long run. Each run is an ordinary launch as the caller (the team's policy, quota, budget and approvals apply, and it is charged to the team), capped: Gantry stops it at a report of `steps` (its container gets GANTRY_TRIAL_STEPS, so that the script can end there itself), at `maxRuntime` (default 30m, or the template's max runtime if shorter) and, when set, at `maxCost` dollars. Every run is checked as a launch first: a trial that would be refused launches nothing (422, every class and count named); where the cluster's pods have no address to report their progress to (runs.reportURL), or jobs run on worker clusters, a trial is refused (503, 422), its runs could not be measured. From the runs' progress reports, GET /api/v1/trials/{id} measures each choice and names the cheapest that meets the deadline (docs/runs.md).
+// Short runs of one job template, one per GPU class and GPU count asked for, side by side, before a long run. Each run is an ordinary launch as the caller (the team's policy, quota, budget and approvals apply, and it is charged to the team), capped: Gantry stops it at a report of `steps` (its container gets GANTRY_TRIAL_STEPS, so that the script can end there itself), at `maxRuntime` (default 30m, or the template's max runtime if shorter) and, when set, at `maxCost` dollars. Every run is checked as a launch first: a trial that would be refused launches nothing (422, every class and count named); where the cluster's pods have no address to report their progress to (runs.reportURL), or jobs run on worker clusters, a trial is refused (503, 422), its runs could not be measured. From the runs' progress reports, GET /api/v1/trials/{id} measures each choice and names the cheapest that meets the deadline (docs/runs.md). With an Idempotency-Key, repeating the request returns the trial the first one started (200) and launches nothing new; the same key with a different request is a conflict (409).
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /api/v1/trials (the `CreateTrial` operationId).
-func (c *ClientWithResponses) CreateTrialWithResponse(ctx context.Context, body CreateTrialJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateTrialResponse, error) {
-	rsp, err := c.CreateTrial(ctx, body, reqEditors...)
+func (c *ClientWithResponses) CreateTrialWithResponse(ctx context.Context, params *CreateTrialParams, body CreateTrialJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateTrialResponse, error) {
+	rsp, err := c.CreateTrial(ctx, params, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -13511,6 +13533,13 @@ func ParseCreateTrialResponse(rsp *http.Response) (*CreateTrialResponse, error) 
 	}
 
 	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Trial
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
 		var dest Trial
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {

@@ -159,7 +159,7 @@ type ServerInterface interface {
 	ListTrials(ctx echo.Context, params ListTrialsParams) error
 	// CreateTrial Start a trial
 	// (POST /api/v1/trials)
-	CreateTrial(ctx echo.Context) error
+	CreateTrial(ctx echo.Context, params CreateTrialParams) error
 	// GetTrial A trial, measured
 	// (GET /api/v1/trials/{id})
 	GetTrial(ctx echo.Context, id WorkloadID) error
@@ -1036,8 +1036,28 @@ func (w *ServerInterfaceWrapper) ListTrials(ctx echo.Context) error {
 func (w *ServerInterfaceWrapper) CreateTrial(ctx echo.Context) error {
 	var err error
 
+	// Parameter object where we will unmarshal all parameters from the context
+	var params CreateTrialParams
+
+	headers := ctx.Request().Header
+	// ------------- Optional header parameter "Idempotency-Key" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Idempotency-Key")]; found {
+		var IdempotencyKey string
+		n := len(valueList)
+		if n != 1 {
+			return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Expected one value for Idempotency-Key, got %d", n))
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", valueList[0], &IdempotencyKey, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter Idempotency-Key: %s", err))
+		}
+
+		params.IdempotencyKey = &IdempotencyKey
+	}
+
 	// Invoke the callback with all the unmarshaled arguments
-	err = w.Handler.CreateTrial(ctx)
+	err = w.Handler.CreateTrial(ctx, params)
 	return err
 }
 
@@ -3578,11 +3598,26 @@ func (response ListTrialsdefaultApplicationProblemPlusJSONResponse) VisitListTri
 }
 
 type CreateTrialRequestObject struct {
-	Body *CreateTrialJSONRequestBody
+	Params CreateTrialParams
+	Body   *CreateTrialJSONRequestBody
 }
 
 type CreateTrialResponseObject interface {
 	VisitCreateTrialResponse(w http.ResponseWriter) error
+}
+
+type CreateTrial200JSONResponse Trial
+
+func (response CreateTrial200JSONResponse) VisitCreateTrialResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
 }
 
 type CreateTrial201JSONResponse Trial
@@ -6442,8 +6477,10 @@ func (sh *strictHandler) ListTrials(ctx echo.Context, params ListTrialsParams) e
 }
 
 // CreateTrial operation middleware
-func (sh *strictHandler) CreateTrial(ctx echo.Context) error {
+func (sh *strictHandler) CreateTrial(ctx echo.Context, params CreateTrialParams) error {
 	var request CreateTrialRequestObject
+
+	request.Params = params
 
 	var body CreateTrialJSONRequestBody
 	var err error

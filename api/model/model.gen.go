@@ -3058,6 +3058,12 @@ type ListTrialsParams struct {
 	Limit *int `form:"limit,omitempty" json:"limit,omitempty"`
 }
 
+// CreateTrialParams defines parameters for CreateTrial.
+type CreateTrialParams struct {
+	// IdempotencyKey A unique key per intended trial, such as a UUID; scoped to the caller.
+	IdempotencyKey *string `json:"Idempotency-Key,omitempty"`
+}
+
 // ListWorkloadsParams defines parameters for ListWorkloads.
 type ListWorkloadsParams struct {
 	// Team Only this team's workloads.

@@ -458,7 +458,7 @@ func TestBrowserTrial(t *testing.T) {
 	ctx := servertest.Browser(t, 90*time.Second)
 	g := startGantry(t, func(c *config.Config) { c.Runs.ReportURL = "http://gantry.gantry-system.svc:8080" })
 	cl := servertest.Client(g.URL, g.Token("alice"))
-	started := servertest.Must(cl.CreateTrialWithResponse(t.Context(), model.TrialRequest{Template: "pytorch-train", Team: "vision",
+	started := servertest.Must(cl.CreateTrialWithResponse(t.Context(), nil, model.TrialRequest{Template: "pytorch-train", Team: "vision",
 		Classes: []string{"H100-80GB", "A100-80GB"}, Steps: 50}))(t)
 	if started.JSON201 == nil {
 		t.Fatalf("trial: %d %s", started.StatusCode(), started.Body)

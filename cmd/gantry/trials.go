@@ -73,11 +73,19 @@ func trialCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	resp, err := cl.CreateTrialWithResponse(ctx, req)
+	// One key per intended trial: a retry after a lost answer starts one.
+	key := newKey()
+	resp, err := cl.CreateTrialWithResponse(ctx, &model.CreateTrialParams{IdempotencyKey: &key}, req)
 	if err := ok(resp, err); err != nil {
 		return err
 	}
 	tr := resp.JSON201
+	if tr == nil {
+		tr = resp.JSON200
+	}
+	if tr == nil {
+		return errors.New("the server's answer carried no trial")
+	}
 	if !*wait {
 		return show(stdout, *output, tr, func() {
 			fmt.Fprintf(stdout, "trial %s of %s in team %s: %d runs, each stopped at step %d or after %s\n", tr.Id, tr.Template, tr.Team, len(tr.Runs), tr.Steps, tr.MaxRuntime)

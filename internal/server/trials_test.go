@@ -32,7 +32,7 @@ func TestTrial(t *testing.T) {
 
 	// A class the template does not offer refuses the whole trial, and
 	// launches nothing.
-	_, err = g.Trials.Create(ctx, admin.String(), "vision", trial.Spec{Template: "pytorch-train", Classes: []string{"H100-80GB", "L4"}, Steps: 100})
+	_, _, err = g.Trials.Create(ctx, admin.String(), "vision", trial.Spec{Template: "pytorch-train", Classes: []string{"H100-80GB", "L4"}, Steps: 100}, "")
 	var inv *fault.Invalid
 	if !errors.As(err, &inv) || len(inv.Fields) != 1 || inv.Fields[0].Path != "classes[1]" || !strings.Contains(inv.Fields[0].Message, "L4 × 1 GPUs (gpus[0]):") {
 		t.Fatalf("a class the template does not offer: %v", err)
@@ -41,10 +41,25 @@ func TestTrial(t *testing.T) {
 		t.Fatalf("a refused trial launched %d workloads", len(after)-len(before))
 	}
 
-	tr, err := g.Trials.Create(ctx, admin.String(), "vision", trial.Spec{Template: "pytorch-train", Classes: []string{"H100-80GB", "A100-80GB"},
-		GPUs: []int{1, 2}, Steps: 100, Deadline: time.Hour})
-	if err != nil {
-		t.Fatal(err)
+	spec := trial.Spec{Template: "pytorch-train", Classes: []string{"H100-80GB", "A100-80GB"}, GPUs: []int{1, 2}, Steps: 100, Deadline: time.Hour}
+	tr, replayed, err := g.Trials.Create(ctx, admin.String(), "vision", spec, "key-1")
+	if err != nil || replayed {
+		t.Fatal(replayed, err)
+	}
+	// The same key again: the same trial, nothing new launched; with
+	// another request: a conflict.
+	again, replayed, err := g.Trials.Create(ctx, admin.String(), "vision", spec, "key-1")
+	if err != nil || !replayed || again.ID != tr.ID {
+		t.Fatalf("a repeat under the same key: %v %v %v", again.ID, replayed, err)
+	}
+	var keyConflict *fault.Conflict
+	other := spec
+	other.Steps = 50
+	if _, _, err := g.Trials.Create(ctx, admin.String(), "vision", other, "key-1"); !errors.As(err, &keyConflict) || !strings.Contains(err.Error(), "was used for a different trial request") {
+		t.Fatalf("the same key for another request: %v", err)
+	}
+	if ws, _ := g.Store.ListWorkloads(ctx, workload.Filter{Limit: 500}); len(ws) != len(before)+4 {
+		t.Fatalf("%d workloads launched, want the trial's 4", len(ws)-len(before))
 	}
 	if len(tr.Runs) != 4 {
 		t.Fatalf("runs: %+v", tr.Runs)
@@ -120,7 +135,7 @@ func TestTrial(t *testing.T) {
 	// runs could be neither stopped at their steps nor measured: refused.
 	bare := servertest.New(t)
 	var unavailable *fault.Unavailable
-	if _, err := bare.Trials.Create(ctx, admin.String(), "vision", trial.Spec{Template: "pytorch-train", Classes: []string{"H100-80GB"}, Steps: 100}); !errors.As(err, &unavailable) {
+	if _, _, err := bare.Trials.Create(ctx, admin.String(), "vision", trial.Spec{Template: "pytorch-train", Classes: []string{"H100-80GB"}, Steps: 100}, ""); !errors.As(err, &unavailable) {
 		t.Fatalf("a trial without a report URL: %v", err)
 	}
 

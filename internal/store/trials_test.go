@@ -62,6 +62,7 @@ func testTrials(t *testing.T, s *stores.All) {
 	}{
 		{nil, []string{ids[2], ids[1], ids[0]}},
 		{[]team.Name{"vision"}, []string{ids[2], ids[0]}},
+		{[]team.Name{"nlp"}, []string{ids[1]}},
 		{[]team.Name{}, nil},
 	} {
 		ts, err := s.ListTrials(ctx, tc.teams, 10)
@@ -75,6 +76,29 @@ func testTrials(t *testing.T, s *stores.All) {
 		if !reflect.DeepEqual(names, tc.want) {
 			t.Fatalf("trials of %v: %v, want %v", tc.teams, names, tc.want)
 		}
+	}
+
+	// A key is its owner's: the same owner's second use is a conflict,
+	// another person's is theirs.
+	keyed := trial.Trial{ID: "trialkey01", Team: "vision", Owner: "alice", CreatedAt: at, Spec: want.Spec, IdempotencyKey: "k1", RequestHash: "h1"}
+	if err := s.CreateTrial(ctx, keyed); err != nil {
+		t.Fatal(err)
+	}
+	var conflict *fault.Conflict
+	dup := keyed
+	dup.ID = "trialkey02"
+	if err := s.CreateTrial(ctx, dup); !errors.As(err, &conflict) {
+		t.Fatalf("the same owner's key again: %v", err)
+	}
+	dup.Owner = "bob"
+	if err := s.CreateTrial(ctx, dup); err != nil {
+		t.Fatalf("another person's key: %v", err)
+	}
+	if got, err := s.TrialByKey(ctx, "alice", "k1"); err != nil || got.ID != "trialkey01" || got.RequestHash != "h1" {
+		t.Fatalf("alice's trial of k1: %+v %v", got, err)
+	}
+	if _, err := s.TrialByKey(ctx, "carol", "k1"); !errors.As(err, &nf) {
+		t.Fatalf("carol's trial of k1: %v", err)
 	}
 
 	// A trial's run keeps its caps; a list by trial finds only its runs.

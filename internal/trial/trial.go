@@ -9,6 +9,9 @@ package trial
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -72,11 +75,20 @@ type Trial struct {
 	Spec      Spec
 	Runs      []Run
 	CreatedAt time.Time
+	// IdempotencyKey is the caller's key for this trial, if any, and
+	// RequestHash the fingerprint of the request it came with.
+	IdempotencyKey string
+	RequestHash    string
 }
 
 // Store keeps trials.
 type Store interface {
+	// CreateTrial records a trial; *fault.Conflict when its owner used its
+	// IdempotencyKey already.
 	CreateTrial(ctx context.Context, t Trial) error
+	// TrialByKey is the owner's trial started with key; *fault.NotFound
+	// if there is none.
+	TrialByKey(ctx context.Context, owner, key string) (Trial, error)
 	// Trial is one; *fault.NotFound if there is none.
 	Trial(ctx context.Context, id string) (Trial, error)
 	// UpdateTrialRuns sets a trial's runs.
@@ -199,10 +211,62 @@ func (sp *Spec) check(t team.Name) error {
 // class and count), so that a trial that would be refused launches
 // nothing. A launch refused after that (a budget spent meanwhile) is
 // recorded on its run, and the others go on.
-func (s *Service) Create(ctx context.Context, owner string, t team.Name, sp Spec) (Trial, error) {
+//
+// With an idempotency key, a repeat of the request by the same person
+// answers with the trial the first one started, and replayed true.
+func (s *Service) Create(ctx context.Context, owner string, t team.Name, sp Spec, key string) (tr Trial, replayed bool, err error) {
 	if err := sp.check(t); err != nil {
-		return Trial{}, err
+		return Trial{}, false, err
 	}
+	hash := fingerprint(t, sp)
+	if key != "" {
+		// Checked before a replay is answered too: a key does not let a
+		// caller who lost the team read its trial.
+		caller, ok := identity.From(ctx)
+		if !ok || !s.o.Authorizer.Allowed(caller, t, access.WorkloadsLaunch) {
+			return Trial{}, false, &fault.Forbidden{Reason: fmt.Sprintf("you may not launch workloads in team %q", t)}
+		}
+		tr, err := s.byKey(ctx, owner, key, hash)
+		var nf *fault.NotFound
+		switch {
+		case err == nil:
+			return tr, true, nil
+		case !errors.As(err, &nf):
+			return Trial{}, false, err
+		}
+	}
+	tr, err = s.create(ctx, owner, t, sp, key, hash)
+	var c *fault.Conflict
+	if key != "" && errors.As(err, &c) && c.Kind == "trial" {
+		// Started concurrently under the same key: answer with that one.
+		if tr, err := s.byKey(ctx, owner, key, hash); err == nil {
+			return tr, true, nil
+		}
+	}
+	return tr, false, err
+}
+
+// byKey is the owner's trial of key, if the request is the same.
+func (s *Service) byKey(ctx context.Context, owner, key, hash string) (Trial, error) {
+	tr, err := s.o.Store.TrialByKey(ctx, owner, key)
+	if err != nil {
+		return tr, err
+	}
+	if tr.RequestHash != hash {
+		return Trial{}, &fault.Conflict{Kind: "Idempotency-Key", Name: key, Reason: "was used for a different trial request"}
+	}
+	return tr, nil
+}
+
+// fingerprint identifies what a trial request asks for (its defaults
+// filled), so that a repeat under the same key can be told from another.
+func fingerprint(t team.Name, sp Spec) string {
+	b, _ := json.Marshal([]any{t, sp})
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+func (s *Service) create(ctx context.Context, owner string, t team.Name, sp Spec, key, hash string) (Trial, error) {
 	id := s.o.NewID()
 	caps := &workload.Trial{ID: id, Steps: sp.Steps, MaxRuntime: sp.MaxRuntime, MaxCost: sp.MaxCost}
 	var reqs []workload.Request
@@ -238,8 +302,12 @@ func (s *Service) Create(ctx context.Context, owner string, t team.Name, sp Spec
 	if err := errs.Err(); err != nil {
 		return Trial{}, err
 	}
-	tr := Trial{ID: id, Team: t, Owner: owner, Spec: sp, Runs: rs, CreatedAt: s.o.Now()}
+	tr := Trial{ID: id, Team: t, Owner: owner, Spec: sp, Runs: rs, CreatedAt: s.o.Now(), IdempotencyKey: key, RequestHash: hash}
 	if err := s.o.Store.CreateTrial(ctx, tr); err != nil {
+		var c *fault.Conflict
+		if errors.As(err, &c) {
+			return Trial{}, err
+		}
 		return Trial{}, fmt.Errorf("record trial: %w", err)
 	}
 	for i, req := range reqs {

@@ -271,13 +271,15 @@ class Gantry:
     def trial(self, template: str, team: str, classes: List[str], steps: int, gpus: Optional[List[int]] = None,
               parameters: Optional[Dict[str, Any]] = None, max_runtime: Optional[str] = None,
               max_cost: Optional[float] = None, full_steps: Optional[int] = None,
-              deadline: Optional[str] = None) -> Dict[str, Any]:
+              deadline: Optional[str] = None, idempotency_key: Optional[str] = None) -> Dict[str, Any]:
         """Starts a trial (createTrial): a short run of the template per class and
-        GPU count, each stopped at `steps`; read it with trial_results."""
+        GPU count, each stopped at `steps`; read it with trial_results. A key per
+        intended trial makes a retried call start one."""
         body = {"template": template, "team": team, "classes": classes, "steps": steps, "gpus": gpus,
                 "parameters": parameters, "maxRuntime": max_runtime, "maxCost": max_cost,
                 "fullSteps": full_steps, "deadline": deadline}
-        return self._call("POST", "/api/v1/trials", body={k: v for k, v in body.items() if v is not None})
+        return self._call("POST", "/api/v1/trials", body={k: v for k, v in body.items() if v is not None},
+                          headers={"Idempotency-Key": idempotency_key or str(uuid.uuid4())})
 
     def trial_results(self, id: str) -> Dict[str, Any]:
         """A trial, measured (getTrial): each run's step time, throughput and

@@ -17,7 +17,7 @@ import (
 
 var _ trial.Store = (*Store)(nil)
 
-const trialColumns = `id, team, owner, template, spec, runs, created_at`
+const trialColumns = `id, team, owner, template, spec, runs, created_at, idempotency_key, request_hash`
 
 // CreateTrial implements trial.Store.
 func (s *Store) CreateTrial(ctx context.Context, t trial.Trial) error {
@@ -29,11 +29,26 @@ func (s *Store) CreateTrial(ctx context.Context, t trial.Trial) error {
 	if err != nil {
 		return fmt.Errorf("trial %s: encode its runs: %w", t.ID, err)
 	}
-	if _, err := s.db.ExecContext(ctx, s.db.Q(`INSERT INTO trials (`+trialColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?)`),
-		t.ID, t.Team.String(), t.Owner, t.Spec.Template, string(spec), string(rs), t.CreatedAt.UnixMicro()); err != nil {
+	if _, err := s.db.ExecContext(ctx, s.db.Q(`INSERT INTO trials (`+trialColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+		t.ID, t.Team.String(), t.Owner, t.Spec.Template, string(spec), string(rs), t.CreatedAt.UnixMicro(), t.IdempotencyKey, t.RequestHash); err != nil {
+		if t.IdempotencyKey != "" && store.UniqueViolation(err) {
+			return &fault.Conflict{Kind: "trial", Name: t.IdempotencyKey, Reason: "Idempotency-Key already used"}
+		}
 		return fmt.Errorf("insert trial %s: %w", t.ID, err)
 	}
 	return nil
+}
+
+// TrialByKey implements trial.Store.
+func (s *Store) TrialByKey(ctx context.Context, owner, key string) (trial.Trial, error) {
+	t, err := scanTrial(s.db.Read().QueryRowContext(ctx, s.db.Q(`SELECT `+trialColumns+` FROM trials WHERE owner = ? AND idempotency_key = ?`), owner, key))
+	if errors.Is(err, sql.ErrNoRows) {
+		return t, &fault.NotFound{Kind: "trial", Name: key}
+	}
+	if err != nil {
+		return t, fmt.Errorf("get the trial of key %s: %w", key, err)
+	}
+	return t, nil
 }
 
 // Trial implements trial.Store.
@@ -104,7 +119,7 @@ func scanTrial(row store.Scanner) (trial.Trial, error) {
 	var tm, spec, rs string
 	var created int64
 	var template string // the spec's own, kept in a column for a reader of the table
-	if err := row.Scan(&t.ID, &tm, &t.Owner, &template, &spec, &rs, &created); err != nil {
+	if err := row.Scan(&t.ID, &tm, &t.Owner, &template, &spec, &rs, &created, &t.IdempotencyKey, &t.RequestHash); err != nil {
 		return t, err
 	}
 	t.Team, t.CreatedAt = team.Name(tm), time.UnixMicro(created).UTC()

@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -157,11 +159,19 @@ func TestDev(t *testing.T) {
 	// A trial on two classes: the simulated runs report at the per-class
 	// model's pace (package devrun: 0.4 s a step on an H100, 1 s on an
 	// A100), each is stopped at its 15th step, and one is the cheapest.
+	// (The model's steps vary by up to 3 %: the median is within 5 %.)
 	code, out, errOut = cli("trial", "pytorch-train", "--team", "vision", "--classes", "H100-80GB,A100-80GB", "--steps", "15", "--wait", "--timeout", "150s")
-	if code != 0 || !regexp.MustCompile(`(?m)^\*?\s+H100-80GB × 1\s+Stopped\s+15\s+0\.4`).MatchString(out) ||
-		!regexp.MustCompile(`(?m)^\*?\s+A100-80GB × 1\s+Stopped\s+15\s+(0\.9|1)`).MatchString(out) ||
+	stepTime := func(class string) float64 {
+		m := regexp.MustCompile(`(?m)^\*?\s+` + class + ` × 1\s+Stopped\s+15\s+([0-9.]+) `).FindStringSubmatch(out)
+		if m == nil {
+			return 0
+		}
+		v, _ := strconv.ParseFloat(m[1], 64)
+		return v
+	}
+	if h, a := stepTime("H100-80GB"), stepTime("A100-80GB"); code != 0 || math.Abs(h-0.403) > 0.02 || math.Abs(a-1) > 0.05 ||
 		!strings.Contains(out, "is the cheapest of 2 measured choices: the full run (10000 steps)") {
-		t.Errorf("trial --wait: %d\n%s\n%s", code, out, errOut)
+		t.Errorf("trial --wait: %d (H100 %v s a step, A100 %v)\n%s\n%s", code, h, a, out, errOut)
 	}
 	// A node appears for a launch: a service takes the reserved H100
 	// machine whole, and the next H100 launch (borrowing from the cohort)

@@ -58,16 +58,8 @@ func trialCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *deadline != "" {
 		req.Deadline = deadline
 	}
-	if len(sets) > 0 {
-		p := model.Parameters{}
-		for _, kv := range sets {
-			k, v, found := strings.Cut(kv, "=")
-			if !found || k == "" {
-				return usageError{fmt.Sprintf("--set %q: want name=value", kv)}
-			}
-			p[k] = typed(v)
-		}
-		req.Parameters = &p
+	if req.Parameters, err = setParams(sets); err != nil {
+		return err
 	}
 	cl, _, err := remote(ctx, *srv)
 	if err != nil {
@@ -79,12 +71,9 @@ func trialCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := ok(resp, err); err != nil {
 		return err
 	}
-	tr := resp.JSON201
-	if tr == nil {
-		tr = resp.JSON200
-	}
-	if tr == nil {
-		return errors.New("the server's answer carried no trial")
+	tr, err := answered(resp.JSON201, resp.JSON200, "trial")
+	if err != nil {
+		return err
 	}
 	if !*wait {
 		return show(stdout, *output, tr, func() {

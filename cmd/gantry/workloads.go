@@ -51,12 +51,9 @@ func launchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := ok(resp, err); err != nil {
 		return err
 	}
-	w := resp.JSON201
-	if w == nil {
-		w = resp.JSON200
-	}
-	if w == nil {
-		return errors.New("the server's answer carried no workload")
+	w, err := answered(resp.JSON201, resp.JSON200, "workload")
+	if err != nil {
+		return err
 	}
 	if w.Warnings != nil {
 		for _, m := range *w.Warnings {
@@ -776,19 +773,37 @@ func launchFlags(fs *flag.FlagSet) func(rest []string, usage string) (model.Laun
 			}
 			req.CpuOnly = cpuOnly
 		}
-		if len(sets) > 0 {
-			p := model.Parameters{}
-			for _, kv := range sets {
-				k, v, found := strings.Cut(kv, "=")
-				if !found || k == "" {
-					return req, usageError{fmt.Sprintf("--set %q: want name=value", kv)}
-				}
-				p[k] = typed(v)
-			}
-			req.Parameters = &p
-		}
-		return req, nil
+		req.Parameters, err = setParams(sets)
+		return req, err
 	}
+}
+
+// setParams reads --set k=v flags into parameters (nil: none given).
+func setParams(sets multiFlag) (*model.Parameters, error) {
+	if len(sets) == 0 {
+		return nil, nil
+	}
+	p := model.Parameters{}
+	for _, kv := range sets {
+		k, v, found := strings.Cut(kv, "=")
+		if !found || k == "" {
+			return nil, usageError{fmt.Sprintf("--set %q: want name=value", kv)}
+		}
+		p[k] = typed(v)
+	}
+	return &p, nil
+}
+
+// answered is what a create answered: the new object (201) or, repeated
+// under its Idempotency-Key, the first one (200).
+func answered[T any](created, repeated *T, what string) (*T, error) {
+	if created != nil {
+		return created, nil
+	}
+	if repeated != nil {
+		return repeated, nil
+	}
+	return nil, errors.New("the server's answer carried no " + what)
 }
 
 // gpuChoice reads --gpu CLASS[:COUNT] and --mig PROFILE (nil: the

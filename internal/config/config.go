@@ -127,8 +127,19 @@ type Telemetry struct {
 	// meant for; ServiceAccount is the only account that may push.
 	Audience       string `json:"audience"`
 	ServiceAccount string `json:"serviceAccount"`
-	// Cordon cordons and labels a node when one of its GPUs turns unhealthy.
-	Cordon bool `json:"cordon"`
+	// Quarantine is what a GPU turning unhealthy does to its node (package
+	// quarantine): a taint with this effect, NoSchedule or NoExecute, or
+	// "off". Move moves the work off the failed GPU. QuarantineClean is how
+	// long every GPU of a quarantined node must be healthy before its
+	// preflight check runs (PreflightImage, with PreflightCommand, in the
+	// RuntimeClass PreflightRuntimeClass) and, once that passes, Gantry
+	// removes its taint.
+	Quarantine            string   `json:"quarantine"`
+	Move                  bool     `json:"move"`
+	QuarantineClean       Duration `json:"quarantineClean"`
+	PreflightImage        string   `json:"preflightImage"`
+	PreflightCommand      []string `json:"preflightCommand"`
+	PreflightRuntimeClass string   `json:"preflightRuntimeClass"`
 	// XIDHold is how long a critical XID keeps a GPU unhealthy.
 	XIDHold Duration `json:"xidHold"`
 }
@@ -341,7 +352,9 @@ func Default() Config {
 		Security:          Security{AnonymousRate: 5, AnonymousBurst: 50, StreamsPerIdentity: 100, StreamsPerReplica: 10_000},
 		Quota:             Quota{Kueue: true, KueueNamespace: "kueue-system"},
 		Telemetry: Telemetry{RawRetention: Duration(48 * time.Hour), RollupRetention: Duration(90 * 24 * time.Hour), Audience: "gantry",
-			ServiceAccount: "system:serviceaccount:gantry-system:gantry-agent", XIDHold: Duration(24 * time.Hour)},
+			ServiceAccount: "system:serviceaccount:gantry-system:gantry-agent", XIDHold: Duration(24 * time.Hour),
+			Quarantine: "NoSchedule", Move: true, QuarantineClean: Duration(15 * time.Minute),
+			PreflightImage: "ghcr.io/gantryhq/gantry-agent:latest", PreflightCommand: []string{"gantry-agent", "check"}},
 	}
 }
 
@@ -641,6 +654,17 @@ func (c *Config) validateTelemetry(errs *fault.List) {
 	}
 	if d := time.Duration(t.XIDHold); d < time.Minute || d > 30*24*time.Hour {
 		errs.Addf("telemetry.xidHold", "%s must be between 1m and 720h", d)
+	}
+	switch t.Quarantine {
+	case "NoSchedule", "NoExecute", "off":
+	default:
+		errs.Addf("telemetry.quarantine", "%q must be NoSchedule, NoExecute or off", t.Quarantine)
+	}
+	if d := time.Duration(t.QuarantineClean); d < time.Minute || d > 7*24*time.Hour {
+		errs.Addf("telemetry.quarantineClean", "%s must be between 1m and 168h", d)
+	}
+	if t.Quarantine != "off" && (t.PreflightImage == "" || len(t.PreflightCommand) == 0) {
+		errs.Addf("telemetry.preflightImage", "the preflight check's image and command are required while telemetry.quarantine is on")
 	}
 	if t.Audience == "" {
 		errs.Addf("telemetry.audience", "is required")

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -17,7 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gantryhq/gantry/api/model"
-	"github.com/gantryhq/gantry/internal/config"
+	"github.com/gantryhq/gantry/internal/audit"
 	"github.com/gantryhq/gantry/internal/kube/nodes"
 	"github.com/gantryhq/gantry/internal/node/devagent"
 	"github.com/gantryhq/gantry/internal/replay"
@@ -253,41 +254,90 @@ func TestLiveSeries(t *testing.T) {
 	})
 }
 
-// TestUnhealthyGPUCordonsTheNode: with telemetry.cordon on, a GPU that
-// turns unhealthy (a double-bit ECC error) cordons its node and labels it,
-// and the node's page says why.
-func TestUnhealthyGPUCordonsTheNode(t *testing.T) {
-	g := start(t, storetest.SQLitePath(t), true, func(c *config.Config) { c.Telemetry.Cordon = true })
+// TestUnhealthyGPUQuarantinesAndMoves: a GPU that turns unhealthy (a
+// double-bit ECC error) under a running service quarantines its node (the
+// taint and label), the node's page says why, and the quarantine loop
+// evicts the service's pod, which runs again on another node — the
+// workload Running throughout as far as its owner is concerned — with the
+// decisions in the audit log.
+func TestUnhealthyGPUQuarantinesAndMoves(t *testing.T) {
+	g := start(t, storetest.SQLitePath(t), true)
 	ctx := context.Background()
-	const node = "l4-spot-0"
+	s, w := g.launch(model.LaunchRequest{Template: "vllm-inference", Team: "vision"})
+	if s != 201 {
+		t.Fatalf("launch: %d", s)
+	}
+	g.waitStatus(w.Id, "Running")
+	pod := podsOf(t, "vision", w.Id)[0]
+	node := pod.Spec.NodeName
 	t.Cleanup(func() {
 		n, err := cluster.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 		if err == nil {
-			n.Spec.Unschedulable = false
+			n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(x corev1.Taint) bool { return x.Key == nodes.QuarantineTaint })
 			delete(n.Labels, nodes.UnhealthyLabel)
+			delete(n.Annotations, nodes.QuarantineAnnotation)
 			cluster.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
 		}
 	})
 	token := agentToken(t, "gantry-system", "gantry-agent", node, "gantry")
-	gpus := []telemetry.GPUState{{Device: telemetry.Device{GPU: "GPU-l4-spot-0-0", Index: 0, Model: "NVIDIA L4"}, MemoryMiB: 23034}}
-	if s, body := push(t, g, token, telemetry.Batch{Node: node, GPUs: gpus}); s != 202 {
+	dev := telemetry.Device{GPU: "GPU-" + node + "-q0", Index: 0, Model: "NVIDIA H100 80GB HBM3"}
+	gpus := []telemetry.GPUState{{Device: dev, MemoryMiB: 81559}}
+	reading := telemetry.Reading{Time: time.Now().UTC(), Device: dev, Pod: telemetry.PodRef{Namespace: pod.Namespace, Name: pod.Name, Container: "main"},
+		Share: 1, Attribution: "exclusive", Values: telemetry.Values{telemetry.SMActive: 0.5}}
+	if s, body := push(t, g, token, telemetry.Batch{Node: node, GPUs: gpus, Readings: []telemetry.Reading{reading}}); s != 202 {
 		t.Fatalf("healthy: %d %s", s, body)
 	}
 	gpus[0].ECC.VolatileDBE = 1
-	if s, body := push(t, g, token, telemetry.Batch{Node: node, GPUs: gpus}); s != 202 {
+	reading.Time = time.Now().UTC()
+	if s, body := push(t, g, token, telemetry.Batch{Node: node, GPUs: gpus, Readings: []telemetry.Reading{reading}}); s != 202 {
 		t.Fatalf("a double-bit error: %d %s", s, body)
-	}
-	n, err := cluster.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !n.Spec.Unschedulable || n.Labels[nodes.UnhealthyLabel] != "true" {
-		t.Fatalf("node %s: unschedulable %v, labels %v", node, n.Spec.Unschedulable, n.Labels)
 	}
 	r := servertest.Must(g.api.GetNodeWithResponse(ctx, node))(t)
 	if page := servertest.Deref(r.JSON200); r.StatusCode() != 200 || page.Healthy || len(page.Gpus) != 1 || page.Gpus[0].Healthy || !strings.Contains(servertest.Deref(page.Gpus[0].Reason), "double-bit") {
 		t.Fatalf("node page: %d %s", r.StatusCode(), r.Body)
 	}
+	waitfor.Until(t, 60*time.Second, "the node quarantined", func() error {
+		n, err := cluster.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if !slices.ContainsFunc(n.Spec.Taints, func(x corev1.Taint) bool {
+			return x.Key == nodes.QuarantineTaint && x.Effect == corev1.TaintEffectNoSchedule
+		}) ||
+			n.Labels[nodes.UnhealthyLabel] != "true" || n.Spec.Unschedulable {
+			return fmt.Errorf("taints %v, labels %v, unschedulable %v", n.Spec.Taints, n.Labels, n.Spec.Unschedulable)
+		}
+		return nil
+	})
+	waitfor.Until(t, 90*time.Second, "the service running on another node", func() error {
+		var on []string
+		for _, p := range podsOf(t, "vision", w.Id) {
+			if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning {
+				on = append(on, p.Spec.NodeName)
+			}
+		}
+		if len(on) != 1 || on[0] == node {
+			return fmt.Errorf("running on %v (quarantined: %s)", on, node)
+		}
+		return nil
+	})
+	g.waitStatus(w.Id, "Running")
+	waitfor.Until(t, 30*time.Second, "the decisions audited", func() error {
+		var got []string
+		if err := g.Store.Audit.EachAudit(ctx, func(r audit.Record) error {
+			if r.Actor == "gantry" && (r.Action == "quarantine node" || r.Action == "move workload") {
+				got = append(got, r.Action+" "+r.Object)
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		want := []string{"quarantine node nodes/" + node, "move workload /api/v1/workloads/" + w.Id}
+		if len(got) != 2 || !slices.Contains(got, want[0]) || !slices.Contains(got, want[1]) {
+			return fmt.Errorf("audited %v, want %v", got, want)
+		}
+		return nil
+	})
 }
 
 // TestAdviceThroughTheAPI: a workload whose GPU played the input-starved

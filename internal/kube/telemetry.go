@@ -9,10 +9,7 @@ import (
 
 // Telemetry adapts a lazily loaded cluster to what the telemetry service
 // asks of it: token reviews, pod places and acting on unhealthy GPUs.
-type Telemetry struct {
-	Lazy   *Lazy
-	Cordon bool // health.cordon: cordon and label nodes with an unhealthy GPU
-}
+type Telemetry struct{ Lazy *Lazy }
 
 // ReviewToken implements telemetry.TokenReviewer.
 func (t Telemetry) ReviewToken(ctx context.Context, token, audience string) (telemetry.Review, error) {
@@ -38,7 +35,7 @@ func (t Telemetry) GPUUnhealthy(ctx context.Context, node string, gpu telemetry.
 	if err != nil {
 		return err
 	}
-	return c.nodes.GPUUnhealthy(ctx, node, gpu, pods, t.Cordon)
+	return c.nodes.GPUUnhealthy(ctx, node, gpu, pods)
 }
 
 // Runs adapts a lazily loaded cluster to what run tokens ask of it.

@@ -53,6 +53,7 @@ const (
 	Applied          = "workload_applied"
 	Expired          = "max_runtime_stop"
 	Dispatched       = "dispatched"
+	Quarantine       = "quarantine" // a node marked or released, a workload moved
 )
 
 // New registers Gantry's instruments and Go's and the process's collectors.

@@ -511,6 +511,25 @@ func (s *Service) ProgressAt(ctx context.Context, id string) (time.Time, error) 
 	return sum.AdvancedAt, err
 }
 
+// ResumedSince says where the run of workload id that began reporting after
+// since resumed: the checkpoint step it said (-1: it did not say). Waiting
+// is true while the workload has reported before but no run of it began
+// after since (package quarantine waits a little for it).
+func (s *Service) ResumedSince(ctx context.Context, id string, since time.Time) (from int64, waiting bool, err error) {
+	sum, err := s.o.Store.RunSummary(ctx, id)
+	var nf *fault.NotFound
+	if errors.As(err, &nf) {
+		return -1, false, nil
+	}
+	if err != nil {
+		return -1, false, err
+	}
+	if !sum.RunFrom.After(since) {
+		return -1, true, nil
+	}
+	return sum.ResumedFrom, false, nil
+}
+
 // Prune deletes the reports older than retention, in batches of batch
 // rows (no long write lock), until none are left or ctx ends.
 func (s *Service) Prune(ctx context.Context, retention time.Duration, batch int) (int64, error) {

@@ -195,7 +195,7 @@ func (s *Server) telemetryAndAdvice(w *wiring) error {
 		}, RawRetention: time.Duration(tc.RawRetention), RollupRetention: time.Duration(tc.RollupRetention),
 		XIDHold: time.Duration(tc.XIDHold), Now: s.clock.Now, Log: s.Log}
 	if s.cluster != nil {
-		kt := kube.Telemetry{Lazy: s.cluster, Cordon: tc.Cordon}
+		kt := kube.Telemetry{Lazy: s.cluster}
 		to.Pods, to.Health = kt, kt
 		w.agents = &telemetry.AgentAuth{Reviewer: kt, Audience: tc.Audience, ServiceAccount: tc.ServiceAccount, Now: s.clock.Now}
 		w.runTokens = &runs.TokenAuth{Reviewer: kube.Runs{Lazy: s.cluster}, Now: s.clock.Now}

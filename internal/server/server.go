@@ -49,6 +49,7 @@ import (
 	"github.com/gantryhq/gantry/internal/kube"
 	"github.com/gantryhq/gantry/internal/kube/dispatch"
 	"github.com/gantryhq/gantry/internal/kube/lead"
+	"github.com/gantryhq/gantry/internal/kube/nodes"
 	"github.com/gantryhq/gantry/internal/kube/workers"
 	"github.com/gantryhq/gantry/internal/live"
 	"github.com/gantryhq/gantry/internal/logctx"
@@ -57,10 +58,12 @@ import (
 	"github.com/gantryhq/gantry/internal/overlay"
 	"github.com/gantryhq/gantry/internal/ownmetrics"
 	"github.com/gantryhq/gantry/internal/promsource"
+	"github.com/gantryhq/gantry/internal/quarantine"
 	"github.com/gantryhq/gantry/internal/quota"
 	"github.com/gantryhq/gantry/internal/runs"
 	"github.com/gantryhq/gantry/internal/store"
 	"github.com/gantryhq/gantry/internal/store/stores"
+	"github.com/gantryhq/gantry/internal/team"
 	"github.com/gantryhq/gantry/internal/telemetry"
 	"github.com/gantryhq/gantry/internal/template"
 	"github.com/gantryhq/gantry/internal/tlsfiles"
@@ -737,7 +740,27 @@ func (s *Server) lead(ctx context.Context, c *kube.Cluster) error {
 	if err != nil {
 		return err
 	}
+	var quarantined *quarantine.Quarantine
+	if tc := s.Config.Telemetry; tc.Quarantine != "off" {
+		pf := nodes.PreflightOptions{Namespace: s.Config.Namespace, Image: tc.PreflightImage, Command: tc.PreflightCommand, RuntimeClass: tc.PreflightRuntimeClass}
+		if quarantined, err = quarantine.New(quarantine.Options{Cluster: c.Quarantine(pf), Health: s.Telemetry, Workloads: s.Store.Workloads,
+			Store: s.Store.Governance, Audit: s.Store.Audit, Resumes: s.Runs, Effect: tc.Quarantine, Clean: time.Duration(tc.QuarantineClean), Move: tc.Move,
+			Namespace: func(t team.Name) string { return s.Config.NamespacePrefix + t.String() }, Now: s.clock.Now, Log: s.Log}); err != nil {
+			return err
+		}
+	}
 	g, gctx := errgroup.WithContext(ctx)
+	if quarantined != nil {
+		g.Go(func() error {
+			return s.every(gctx, quarantineInterval, func(ctx context.Context) {
+				n, err := quarantined.Pass(ctx)
+				s.own.Loop(ownmetrics.Quarantine, n)
+				if err != nil && ctx.Err() == nil {
+					s.Log.Warn("quarantine", "acted", n, "err", err)
+				}
+			})
+		})
+	}
 	g.Go(func() error { return ctl.Run(gctx) })
 	if sizes != nil {
 		// The node groups' max and quiet time, edited through the API, reach
@@ -857,6 +880,10 @@ const warmInterval = time.Minute
 // sizesInterval is how often the node groups' max and quiet time are
 // compared with what their NodePools were last given.
 const sizesInterval = 10 * time.Second
+
+// quarantineInterval is how often the GPU nodes' health is acted on: nodes
+// with a failed GPU marked, the work on it moved, healthy ones released.
+const quarantineInterval = 5 * time.Second
 
 // notifyInterval is how often the webhook outbox is looked at.
 const notifyInterval = 5 * time.Second

@@ -132,6 +132,7 @@ func TestConformance(t *testing.T) {
 			t.Run("runs", func(t *testing.T) { testRuns(t, open(t)) })
 			t.Run("runs batch", func(t *testing.T) { testRunsBatch(t, open(t)) })
 			t.Run("trials", func(t *testing.T) { testTrials(t, open(t)) })
+			t.Run("moves", func(t *testing.T) { testMoves(t, open(t)) })
 		})
 	}
 }

@@ -23,13 +23,24 @@ const gpuForgottenAfter = 7 * 24 * time.Hour
 // last critical XID): a critical XID within hold, double-bit ECC errors
 // since the driver loaded, or a failed row remapping make it unhealthy.
 func judge(r GPURecord, now time.Time, hold time.Duration) (bool, string) {
-	switch {
-	case r.State.Remap.Failure:
-		return false, "row remapping failed: the GPU has run out of spare rows"
-	case r.State.ECC.VolatileDBE > 0:
-		return false, fmt.Sprintf("%d uncorrectable (double-bit) ECC errors since the driver loaded", r.State.ECC.VolatileDBE)
-	case r.XID != 0 && now.Sub(r.XIDAt) < hold:
+	if ok, why := StateHealthy(r.State); !ok {
+		return false, why
+	}
+	if r.XID != 0 && now.Sub(r.XIDAt) < hold {
 		return false, fmt.Sprintf("critical XID %d at %s", r.XID, r.XIDAt.UTC().Format(time.RFC3339))
+	}
+	return true, ""
+}
+
+// StateHealthy judges a GPU by its state alone: a failed row remapping or
+// double-bit ECC errors since the driver loaded make it unhealthy (the
+// agent's preflight check and the ingest path judge alike).
+func StateHealthy(g GPUState) (bool, string) {
+	switch {
+	case g.Remap.Failure:
+		return false, "row remapping failed: the GPU has run out of spare rows"
+	case g.ECC.VolatileDBE > 0:
+		return false, fmt.Sprintf("%d uncorrectable (double-bit) ECC errors since the driver loaded", g.ECC.VolatileDBE)
 	}
 	return true, ""
 }

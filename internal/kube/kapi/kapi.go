@@ -44,6 +44,14 @@ var (
 	VMResource = schema.GroupVersionResource{Group: "kubevirt.io", Version: "v1", Resource: "virtualmachines"}
 )
 
+// VMIResource is KubeVirt's running instance of a VirtualMachine (same name).
+var VMIResource = schema.GroupVersionResource{Group: "kubevirt.io", Version: "v1", Resource: "virtualmachineinstances"}
+
+// AnnotationMovingOff marks a Kueue Workload (a Job, without Kueue) that
+// Gantry took off a node quarantined for a failed GPU (named): queued
+// again once its pods are gone.
+const AnnotationMovingOff = "gantry.dev/moving-off"
+
 // AnnotationPlacement carries, on a MultiKueue manager's Kueue Workload,
 // Gantry's dispatch decision in words ("placed on onprem: ...").
 const AnnotationPlacement = "gantry.dev/placement"

@@ -1,12 +1,12 @@
 // Package nodes owns what Gantry reads and writes of the cluster's nodes:
 // TokenReviews of the node agents' ServiceAccount tokens, where a pod runs,
-// acting on an unhealthy GPU (events on its pods, cordoning its node), and
+// acting on an unhealthy GPU (events on its pods; quarantine.go: the
+// node's quarantine taint, the work on it, its preflight check), and
 // the GPUs the nodes of a class offer and have free.
 package nodes
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -16,7 +16,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/gantryhq/gantry/internal/gpu"
@@ -123,14 +122,14 @@ func (k *Nodes) LocatePod(ctx context.Context, namespace, name string) (telemetr
 	return place, nil
 }
 
-// UnhealthyLabel marks a node Gantry cordoned for an unhealthy GPU.
+// UnhealthyLabel marks a node Gantry quarantined for an unhealthy GPU
+// (beside its taint, QuarantineTaint), so that operators can find it.
 const UnhealthyLabel = "gantry.dev/gpu-unhealthy"
 
 // GPUUnhealthy records a Warning event GPUUnhealthy on each pod that uses
-// the GPU and, with cordon, cordons the node and labels it UnhealthyLabel
-// (so that the scheduler places nothing new there and operators can find
-// it; uncordoning is theirs).
-func (k *Nodes) GPUUnhealthy(ctx context.Context, node string, gpu telemetry.GPURecord, pods []telemetry.PodRef, cordon bool) error {
+// the GPU, at once as the agent's report arrives; the quarantine loop
+// marks the node and moves the work.
+func (k *Nodes) GPUUnhealthy(ctx context.Context, node string, gpu telemetry.GPURecord, pods []telemetry.PodRef) error {
 	now := metav1.NewTime(time.Now()) //clock:allow a Kubernetes object's time: the cluster compares wall times
 	msg := fmt.Sprintf("GPU %d (%s) on node %s is unhealthy: %s", gpu.State.Index, gpu.State.GPU, node, gpu.Reason)
 	for _, p := range pods {
@@ -151,16 +150,6 @@ func (k *Nodes) GPUUnhealthy(ctx context.Context, node string, gpu telemetry.GPU
 		if _, err := k.core.CoreV1().Events(p.Namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
 			return kapi.Classify(err, "events", p.Namespace)
 		}
-	}
-	if !cordon {
-		return nil
-	}
-	patch, _ := json.Marshal(map[string]any{
-		"metadata": map[string]any{"labels": map[string]string{UnhealthyLabel: "true"}},
-		"spec":     map[string]any{"unschedulable": true},
-	})
-	if _, err := k.core.CoreV1().Nodes().Patch(ctx, node, types.StrategicMergePatchType, patch, metav1.PatchOptions{FieldManager: kapi.FieldManager}); err != nil {
-		return kapi.Classify(err, "nodes", "")
 	}
 	return nil
 }

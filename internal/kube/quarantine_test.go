@@ -1,0 +1,177 @@
+package kube_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gantryhq/gantry/internal/devcluster"
+	"github.com/gantryhq/gantry/internal/kube/nodes"
+	"github.com/gantryhq/gantry/internal/quarantine"
+	"github.com/gantryhq/gantry/internal/quota"
+	"github.com/gantryhq/gantry/internal/template"
+	"github.com/gantryhq/gantry/internal/waitfor"
+	"github.com/gantryhq/gantry/internal/workload"
+)
+
+// TestQuarantineMovesAJob, on the real API server with Kueue: a Job
+// running on a node that Gantry marks is requeued through Kueue (its Kueue
+// Workload deactivated, then activated once its pod is gone) and runs on
+// the other node, without a failed pod counted against its retries; the
+// node's mark keeps an operator's own taint when it goes; a preflight Job
+// on the node passes (kwok completes it).
+func TestQuarantineMovesAJob(t *testing.T) {
+	q := newQueueTest(t, map[string]quota.Quota{"qm": {GPUs: map[string]float64{"A100-80GB": 4}}})
+	ctx := context.Background()
+	core := cluster.Client
+	// Two nodes of the test's own, so that marking one disturbs no other
+	// test on the shared cluster.
+	prefix := "qm-" + workload.NewID()[:6]
+	made := devcluster.Nodes([]devcluster.NodeSpec{{Prefix: prefix, Count: 2, Product: "NVIDIA-A100-SXM4-80GB", MemoryMB: 81920, GPUs: 8, Whole: 8}})
+	var names []string
+	for _, n := range made {
+		if _, err := core.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, n.Name)
+		t.Cleanup(func() { core.CoreV1().Nodes().Delete(context.Background(), n.Name, metav1.DeleteOptions{}) })
+	}
+	objs := renderedWith(t, "pytorch-train", "qm000001", "qm", template.Choice{Class: "A100-80GB", Count: 1}, true)
+	var job *batchv1.Job
+	for _, o := range objs {
+		if j, ok := o.(*batchv1.Job); ok {
+			job = j
+			j.Spec.Template.Annotations["pod-complete.stage.kwok.x-k8s.io/delay"] = "1h"
+			j.Spec.Template.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+				NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: corev1.LabelHostname, Operator: corev1.NodeSelectorOpIn, Values: names}}}}}}}
+		}
+	}
+	if err := q.k.Apply(ctx, objs); err != nil {
+		t.Fatal(err)
+	}
+	qc := q.k.Quarantine(nodes.PreflightOptions{Namespace: "gantry-qm", Image: "registry.gantry.internal/gantry-agent:test", Command: []string{"gantry-agent", "check"}})
+	ref := workload.ObjectRef{Namespace: "gantry-qm", Kind: "Job", Name: job.Name, WorkloadID: "qm000001"}
+	var first string
+	waitfor.Until(t, 90*time.Second, "the job running on one of the test's nodes", func() error {
+		on, err := qc.PodNodes(ctx, "gantry-qm", "qm000001")
+		if err != nil || len(on) != 1 {
+			return fmt.Errorf("on %v, %v", on, err)
+		}
+		first = on[0]
+		return nil
+	})
+	// An operator's own taint on the node, before Gantry's.
+	mine := corev1.Taint{Key: "example.com/maintenance", Value: "soon", Effect: corev1.TaintEffectPreferNoSchedule}
+	n, err := core.CoreV1().Nodes().Get(ctx, first, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Spec.Taints = append(n.Spec.Taints, mine)
+	if _, err := core.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	before := n.Spec.Taints
+	at := time.Now().UTC().Truncate(time.Second)
+	m := quarantine.Mark{Node: first, GPU: "GPU-" + first + "-1", Index: 1, Reason: "critical XID 79", At: at}
+	for range 2 { // marking again changes nothing
+		if err := qc.Mark(ctx, m, quarantine.NoSchedule); err != nil {
+			t.Fatal(err)
+		}
+	}
+	marks, err := qc.Marks(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(marks, func(x quarantine.Mark) bool { return x.Node == first })
+	if i < 0 || marks[i] != m {
+		t.Fatalf("marks %+v, want %+v among them", marks, m)
+	}
+	n, err = core.CoreV1().Nodes().Get(ctx, first, metav1.GetOptions{})
+	if err != nil || !slices.ContainsFunc(n.Spec.Taints, func(x corev1.Taint) bool {
+		return x.Key == nodes.QuarantineTaint && x.Effect == corev1.TaintEffectNoSchedule
+	}) || len(n.Spec.Taints) != len(before)+1 || n.Labels[nodes.UnhealthyLabel] != "true" {
+		t.Fatalf("marked node: taints %v, labels %v, %v", n.Spec.Taints, n.Labels, err)
+	}
+	pods, err := qc.PodsOn(ctx, "gantry-qm", "qm000001", first)
+	if err != nil || len(pods) != 1 || len(pods[0].Pinned) != 0 {
+		t.Fatalf("pods on %s: %+v %v", first, pods, err)
+	}
+	waitfor.Until(t, 90*time.Second, "the job queued again", func() error {
+		done, err := qc.Requeue(ctx, ref, first)
+		if err != nil || !done {
+			return fmt.Errorf("done %v, %v", done, err)
+		}
+		return nil
+	})
+	waitfor.Until(t, 90*time.Second, "the job running on the other node", func() error {
+		on, err := qc.PodNodes(ctx, "gantry-qm", "qm000001")
+		if err != nil || len(on) != 1 || on[0] == first {
+			return fmt.Errorf("on %v (quarantined: %s), %v", on, first, err)
+		}
+		return nil
+	})
+	j, err := core.BatchV1().Jobs("gantry-qm").Get(ctx, job.Name, metav1.GetOptions{})
+	if err != nil || j.Status.Failed != 0 {
+		t.Fatalf("job: failed %d (its retries must not be used), %v", j.Status.Failed, err)
+	}
+	if err := qc.Unmark(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	n, err = core.CoreV1().Nodes().Get(ctx, first, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.EqualFunc(n.Spec.Taints, before, func(a, b corev1.Taint) bool { return a.MatchTaint(&b) && a.Value == b.Value }) || n.Labels[nodes.UnhealthyLabel] != "" || n.Annotations[nodes.QuarantineAnnotation] != "" {
+		t.Fatalf("after Unmark: taints %v, labels %v, annotations %v", n.Spec.Taints, n.Labels, n.Annotations)
+	}
+	if marks, _ := qc.Marks(ctx); slices.ContainsFunc(marks, func(x quarantine.Mark) bool { return x.Node == first }) {
+		t.Fatal("still marked")
+	}
+	if err := core.CoreV1().Namespaces().Delete(ctx, "gantry-qm", metav1.DeleteOptions{}); err != nil {
+		t.Log(err)
+	}
+}
+
+// TestPreflight: the preflight Job runs on the node it checks (kwok
+// completes it) and passes; cleared, a new one starts.
+func TestPreflight(t *testing.T) {
+	k := need(t)
+	ctx := context.Background()
+	ns := "gantry-pf-" + workload.NewID()[:6]
+	if _, err := cluster.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cluster.Client.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
+	qc := k.Quarantine(nodes.PreflightOptions{Namespace: ns, Image: "registry.gantry.internal/gantry-agent:test", Command: []string{"gantry-agent", "check"}})
+	var p quarantine.Preflight
+	waitfor.Until(t, 60*time.Second, "the preflight check passing", func() error {
+		var err error
+		if p, err = qc.Preflight(ctx, "l4-0"); err != nil || p.State != quarantine.PreflightPassed {
+			return fmt.Errorf("%+v %v", p, err)
+		}
+		return nil
+	})
+	jobs, err := cluster.Client.BatchV1().Jobs(ns).List(ctx, metav1.ListOptions{LabelSelector: nodes.LabelPreflight})
+	if err != nil || len(jobs.Items) != 1 || jobs.Items[0].Spec.Template.Spec.NodeName != "l4-0" {
+		t.Fatalf("preflight jobs: %v %v", jobs, err)
+	}
+	if err := qc.ClearPreflight(ctx, "l4-0"); err != nil {
+		t.Fatal(err)
+	}
+	waitfor.Until(t, 30*time.Second, "the preflight Job gone", func() error {
+		jobs, err := cluster.Client.BatchV1().Jobs(ns).List(ctx, metav1.ListOptions{LabelSelector: nodes.LabelPreflight})
+		if err != nil || len(jobs.Items) != 0 {
+			return fmt.Errorf("%d jobs, %v", len(jobs.Items), err)
+		}
+		return nil
+	})
+	if err := qc.ClearPreflight(ctx, "l4-0"); err != nil {
+		t.Fatalf("clearing twice: %v", err)
+	}
+}

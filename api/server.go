@@ -39,6 +39,7 @@ import (
 	"github.com/gantryhq/gantry/internal/overlay"
 	"github.com/gantryhq/gantry/internal/overrides"
 	"github.com/gantryhq/gantry/internal/ownmetrics"
+	"github.com/gantryhq/gantry/internal/quarantine"
 	"github.com/gantryhq/gantry/internal/runs"
 	"github.com/gantryhq/gantry/internal/telemetry"
 	"github.com/gantryhq/gantry/internal/token"
@@ -133,6 +134,9 @@ type Options struct {
 	Runs      *runs.Service
 	Trials    *trial.Service
 	RunTokens RunAuthenticator
+	// Moves lists where a workload was moved off quarantined nodes
+	// (required: the store's record of package quarantine's moves).
+	Moves Moves
 	// Telemetry ingests agents' batches and lists GPU nodes; Metrics
 	// answers workloads' series (from the same service, or Prometheus).
 	Telemetry *telemetry.Service
@@ -161,6 +165,9 @@ func New(o Options) (*echo.Echo, error) {
 	validate, err := validator(o.Spec, o.Authorize, o.RolesWith, o.NeedsSecondFactor)
 	if err != nil {
 		return nil, err
+	}
+	if o.Moves == nil {
+		return nil, errors.New("api: the quarantine moves are required")
 	}
 	if o.Live == nil {
 		return nil, errors.New("api: a live connection registry is required")
@@ -232,6 +239,11 @@ func New(o Options) (*echo.Echo, error) {
 const CSRFHeader = "X-CSRF-Token"
 
 // server implements StrictServerInterface.
+// Moves lists a workload's moves off quarantined nodes, newest first.
+type Moves interface {
+	Moves(ctx context.Context, workloadID string) ([]quarantine.Move, error)
+}
+
 type server struct {
 	o Options
 }

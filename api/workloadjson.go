@@ -251,6 +251,16 @@ func (j *jsonw) workload(w *model.Workload) {
 	j.strF("id", w.Id)
 	optStr(j, "image", w.Image)
 	j.strF("kind", string(w.Kind))
+	if w.Moves != nil {
+		// Rare (a workload moved off a quarantined node) and nested:
+		// encoding/json itself.
+		b, err := json.Marshal(*w.Moves)
+		if err != nil {
+			j.fail(err)
+		}
+		j.key("moves")
+		j.b = append(j.b, b...)
+	}
 	j.strF("name", w.Name)
 	optStr(j, "nodeGroup", w.NodeGroup)
 	j.strF("objectsHash", w.ObjectsHash)

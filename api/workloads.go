@@ -17,6 +17,7 @@ import (
 	"github.com/gantryhq/gantry/internal/estimate"
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/live"
+	"github.com/gantryhq/gantry/internal/quarantine"
 	"github.com/gantryhq/gantry/internal/team"
 	"github.com/gantryhq/gantry/internal/workload"
 )
@@ -316,7 +317,31 @@ func (s *server) GetWorkload(ctx context.Context, req gen.GetWorkloadRequestObje
 	out := s.workloadOut(w)
 	s.named(ctx, &out)
 	s.withProgress(ctx, &out)
+	moves, err := s.o.Moves.Moves(ctx, w.ID)
+	if err != nil {
+		return nil, err
+	}
+	if len(moves) > 0 {
+		ms := make([]model.WorkloadMove, len(moves))
+		for i, m := range moves {
+			ms[i] = moveOut(m)
+		}
+		out.Moves = &ms
+	}
 	return workloadOne(out), nil
+}
+
+// moveOut is a move as the API shows it.
+func moveOut(m quarantine.Move) model.WorkloadMove {
+	out := model.WorkloadMove{Node: m.Node, Gpu: m.GPU, GpuIndex: m.Index, Reason: m.Reason, Phase: model.WorkloadMovePhase(m.Phase),
+		Detail: m.Detail, At: m.At, Notice: m.Notice()}
+	if !m.ResumedAt.IsZero() {
+		out.ResumedAt, out.ResumedOn = &m.ResumedAt, &m.ResumedOn
+	}
+	if m.ResumedFrom >= 0 {
+		out.ResumedFrom = &m.ResumedFrom
+	}
+	return out
 }
 
 func (s *server) DeleteWorkload(ctx context.Context, req gen.DeleteWorkloadRequestObject) (gen.DeleteWorkloadResponseObject, error) {

@@ -898,6 +898,33 @@ func (e WorkloadTemplateStatus) Valid() bool {
 	}
 }
 
+// Defines values for WorkloadMovePhase.
+const (
+	Ended      WorkloadMovePhase = "ended"
+	Kept       WorkloadMovePhase = "kept"
+	Moving     WorkloadMovePhase = "moving"
+	Requeueing WorkloadMovePhase = "requeueing"
+	Resumed    WorkloadMovePhase = "resumed"
+)
+
+// Valid indicates whether the value is a known member of the WorkloadMovePhase enum.
+func (e WorkloadMovePhase) Valid() bool {
+	switch e {
+	case Ended:
+		return true
+	case Kept:
+		return true
+	case Moving:
+		return true
+	case Requeueing:
+		return true
+	case Resumed:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for WorkloadStatus.
 const (
 	Deleted         WorkloadStatus = "Deleted"
@@ -2855,6 +2882,9 @@ type Workload struct {
 	Image *string      `json:"image,omitempty"`
 	Kind  WorkloadKind `json:"kind"`
 
+	// Moves Where Gantry moved it off (or kept it on) a node quarantined for a failed GPU, newest first (docs/faults.md). Only in GET /api/v1/workloads/{id}; absent when it never was on one.
+	Moves *[]WorkloadMove `json:"moves,omitempty"`
+
 	// Name Name of the workload's Kubernetes objects.
 	Name string `json:"name"`
 
@@ -2939,6 +2969,45 @@ type WorkloadList struct {
 	// NextCursor Pass as cursor to get the next page; absent on the last page.
 	NextCursor *string `json:"nextCursor,omitempty"`
 }
+
+// WorkloadMove A workload moved off (or kept on) a node quarantined for a failed GPU.
+type WorkloadMove struct {
+	// At When Gantry decided.
+	At time.Time `json:"at"`
+
+	// Detail What Gantry did, or why it did not move it.
+	Detail string `json:"detail"`
+
+	// Gpu The failed GPU's UUID.
+	Gpu string `json:"gpu"`
+
+	// GpuIndex Its index on the node.
+	GpuIndex int `json:"gpuIndex"`
+
+	// Node The quarantined node.
+	Node string `json:"node"`
+
+	// Notice The sentence its owner reads: moved off node h100-3: GPU 2 critical XID 79 …; running again on node h100-7, resumed from step 1,200.
+	Notice string `json:"notice"`
+
+	// Phase requeueing: a Job taken off the node, queued again once its pods are gone; moving: waiting to run on a healthy node; resumed: running again elsewhere; kept: not moved, as a volume only that node reaches would be left behind; ended: it ended before it ran again.
+	Phase WorkloadMovePhase `json:"phase"`
+
+	// Reason Why it is unhealthy: a critical XID, double-bit ECC errors, a failed row remapping.
+	Reason string `json:"reason"`
+
+	// ResumedAt When it ran again on another node; absent until then.
+	ResumedAt *time.Time `json:"resumedAt,omitempty"`
+
+	// ResumedFrom The checkpoint step its run resumed from, as the run reported it; absent when it did not say.
+	ResumedFrom *int64 `json:"resumedFrom,omitempty"`
+
+	// ResumedOn The node it runs on again; absent until then.
+	ResumedOn *string `json:"resumedOn,omitempty"`
+}
+
+// WorkloadMovePhase requeueing: a Job taken off the node, queued again once its pods are gone; moving: waiting to run on a healthy node; resumed: running again elsewhere; kept: not moved, as a volume only that node reaches would be left behind; ended: it ended before it ran again.
+type WorkloadMovePhase string
 
 // WorkloadStatus Where a workload is in its lifecycle. PendingApproval waits for an approver, Queued for quota; Stopped (by a person, or past the template's max runtime) and IdleStopped (by the idle culler) may be started again; Succeeded, Failed and Deleted are final.
 type WorkloadStatus string

@@ -16,6 +16,8 @@ import (
 	"github.com/gantryhq/gantry/api/model"
 	"github.com/gantryhq/gantry/internal/config"
 	"github.com/gantryhq/gantry/internal/identity"
+	"github.com/gantryhq/gantry/internal/notify"
+	"github.com/gantryhq/gantry/internal/quarantine"
 	"github.com/gantryhq/gantry/internal/runs"
 	"github.com/gantryhq/gantry/internal/servertest"
 	"github.com/gantryhq/gantry/internal/workload"
@@ -419,9 +421,26 @@ func TestBrowserRunProgress(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// It was moved off a node quarantined for a failed GPU (package
+	// quarantine records it so): the page says so.
+	moved := time.Date(2026, 12, 3, 10, 42, 0, 0, time.UTC)
+	mv := quarantine.Move{Workload: w.Id, Node: "h100-3", MarkAt: moved, GPU: "GPU-3-2", Index: 2, Reason: "critical XID 79", Kind: "job",
+		Phase: quarantine.Resumed, Detail: "requeued through Kueue, its retries not used up", At: moved, ResumedAt: moved.Add(time.Minute),
+		ResumedOn: "h100-7", ResumedFrom: 1200, UpdatedAt: moved.Add(time.Minute)}
+	msg, _ := notify.New(quarantine.EventResumed, mv.Notice(), nil, moved)
+	if ok, err := g.Store.Governance.RecordMove(t.Context(), mv, msg); err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	if one := servertest.Must(cl.GetWorkloadWithResponse(t.Context(), w.Id))(t); one.JSON200 == nil || one.JSON200.Moves == nil {
+		t.Fatalf("the workload's moves: %d %s", one.StatusCode(), one.Body)
+	}
 	pg := servertest.NewPage(t, ctx, 20*time.Second)
 	step, js, poll := pg.Do, pg.JS, pg.Poll
 	pg.SignIn(g.URL+"/workloads/"+w.Id, "alice", "w-name")
+	poll("the move's notice", `!!document.querySelector('#w-moves p.move')`)
+	if text := js(`document.getElementById('w-moves').textContent`); text != "Moved off node h100-3: GPU 2 critical XID 79, at 10:42; requeued through Kueue, its retries not used up; running again on node h100-7, resumed from step 1,200." {
+		t.Errorf("the move's notice: %q", text)
+	}
 	poll("the progress bar", `!!document.querySelector('#w-progress progress[value="32"]')`)
 	if text := js(`document.getElementById('w-progress').textContent`); !strings.Contains(text, "step 320 of 1000") || !strings.Contains(text, "loss 0.25") ||
 		!strings.Contains(text, "early stopping (plateau, flagged)") {

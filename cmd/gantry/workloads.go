@@ -205,6 +205,11 @@ func getCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		if w.Trial != nil {
 			fmt.Fprintf(stdout, "trial:    %s (gantry trials %s)\n", *w.Trial, *w.Trial)
 		}
+		if w.Moves != nil {
+			for _, m := range *w.Moves {
+				fmt.Fprintf(stdout, "moved:    %s\n", m.Notice)
+			}
+		}
 		if w.StartedAt != nil {
 			fmt.Fprintf(stdout, "started:  %s\n", when(w.StartedAt))
 		}

@@ -322,6 +322,19 @@ func TestUnhealthyGPUQuarantinesAndMoves(t *testing.T) {
 		return nil
 	})
 	g.waitStatus(w.Id, "Running")
+	waitfor.Until(t, 30*time.Second, "the move on the workload's page", func() error {
+		r := servertest.Must(g.api.GetWorkloadWithResponse(ctx, w.Id))(t)
+		ms := servertest.Deref(servertest.Deref(r.JSON200).Moves)
+		if len(ms) != 1 {
+			return fmt.Errorf("moves %s", r.Body)
+		}
+		m := ms[0]
+		if m.Phase != model.Resumed || m.Node != node || servertest.Deref(m.ResumedOn) == node || servertest.Deref(m.ResumedOn) == "" ||
+			!strings.HasPrefix(m.Notice, "moved off node "+node+": GPU 0 1 uncorrectable (double-bit) ECC errors") || m.ResumedFrom != nil {
+			return fmt.Errorf("move %s", asJSON(m))
+		}
+		return nil
+	})
 	waitfor.Until(t, 30*time.Second, "the decisions audited", func() error {
 		var got []string
 		if err := g.Store.Audit.EachAudit(ctx, func(r audit.Record) error {

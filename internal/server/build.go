@@ -354,7 +354,7 @@ func (s *Server) handler(ov Overrides, w *wiring) error {
 		SignIn:    model.AuthConfig{Issuer: oc.Issuer, CliClientID: oc.CLIClientID, Scopes: oc.Scopes},
 		Authorize: s.authz.AllowedSomewhere, RolesWith: s.authz.RolesWith, NeedsSecondFactor: s.authz.NeedsSecondFactor, Audit: s.denials, Images: s.Images,
 		AppTransport: ov.AppTransport,
-		Agents:       w.agents, RunTokens: w.runTokens, Runs: s.Runs, Trials: s.Trials, Telemetry: s.Telemetry, Metrics: w.series, Advice: w.advice,
+		Agents:       w.agents, RunTokens: w.runTokens, Runs: s.Runs, Trials: s.Trials, Moves: s.Store.Governance, Telemetry: s.Telemetry, Metrics: w.series, Advice: w.advice,
 		Anonymous: api.AnonymousLimit{Rate: float64(cfg.Security.AnonymousRate), Burst: int(cfg.Security.AnonymousBurst), Now: s.clock.Now},
 	})
 	if err != nil {

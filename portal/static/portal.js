@@ -624,7 +624,7 @@ async function workloadPage(id) {
     document.getElementById('w-warnings').replaceChildren(...JSON.parse(warned).map((m) => el('p', { class: 'warning', text: 'Launched, but ' + m })));
   }
   const stream = document.getElementById('stream-state');
-  let current = null, shownAt = 0;
+  let current = null, shownAt = 0, shownStatus = '';
   let drawRuns = () => {}; // the run's metric charts, once set up below
   let trackerShown = false;
   // A run an early-stopping rule stopped or flagged can be kept going (one
@@ -664,6 +664,14 @@ async function workloadPage(id) {
         .catch(() => { /* not shown: the template is not the reader's to read */ });
     }
     document.getElementById('w-reason').textContent = w.reason || '';
+    // Moved off a node quarantined for a failed GPU (docs/faults.md): the
+    // stream's updates do not carry the moves; a read does, as the page
+    // opens and each time the status changes.
+    if (w.status !== shownStatus) {
+      shownStatus = w.status;
+      api('GET', path).then((one) => document.getElementById('w-moves').replaceChildren(...(one.moves || []).map((m) =>
+        el('p', { class: 'warning move', text: m.notice.charAt(0).toUpperCase() + m.notice.slice(1) + '.' })))).catch(() => { /* shown on the next change */ });
+    }
     const tplCell = document.getElementById('w-template');
     tplCell.textContent = w.template + ' (version ' + w.templateVersion + ')';
     if (w.trial) tplCell.append(' — a run of ', el('a', { href: '/trials/' + encodeURIComponent(w.trial), text: 'trial ' + w.trial }));

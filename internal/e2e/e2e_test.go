@@ -170,7 +170,7 @@ func (g *gantryServer) waitStatus(id string, want ...model.WorkloadStatus) model
 	return w
 }
 
-func podsOf(t *testing.T, team, id string) []corev1.Pod {
+func podsOf(t testing.TB, team, id string) []corev1.Pod {
 	t.Helper()
 	list, err := cluster.Client.CoreV1().Pods("gantry-"+team).List(context.Background(), metav1.ListOptions{LabelSelector: "gantry.dev/workload-id=" + id})
 	if err != nil {

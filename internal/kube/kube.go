@@ -378,7 +378,13 @@ func (c *Cluster) SetRunning(ctx context.Context, o workload.ObjectRef, run bool
 	if err != nil {
 		return err
 	}
-	patch, err := json.Marshal(map[string]any{"spec": spec})
+	body := map[string]any{"spec": spec}
+	if o.Kind == "Job" {
+		// The owner's stop or start: a move off a quarantined node under
+		// way is forgotten (its next step finds the Job changed).
+		body["metadata"] = map[string]any{"annotations": map[string]any{kapi.AnnotationMovingOff: nil}}
+	}
+	patch, err := json.Marshal(body)
 	if err != nil {
 		return err
 	}
@@ -395,6 +401,9 @@ func running(u *unstructured.Unstructured) bool {
 			// Kueue suspends and resumes it: Gantry's stop is an annotation
 			// (and the Kueue Workload deactivated).
 			return u.GetAnnotations()[kapi.AnnotationStopped] == ""
+		}
+		if kueue.MovingOff(u.GetAnnotations()) {
+			return true // suspended to move it off a quarantined node, not stopped
 		}
 		s, _, _ := unstructured.NestedBool(u.Object, "spec", "suspend")
 		return !s

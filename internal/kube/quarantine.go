@@ -31,7 +31,7 @@ func (q Quarantine) Marks(ctx context.Context) ([]quarantine.Mark, error) {
 }
 
 // Mark implements quarantine.Cluster.
-func (q Quarantine) Mark(ctx context.Context, m quarantine.Mark, effect string) error {
+func (q Quarantine) Mark(ctx context.Context, m quarantine.Mark, effect string) (quarantine.Mark, bool, error) {
 	return q.c.nodes.Mark(ctx, m, effect)
 }
 

@@ -23,16 +23,16 @@ import (
 // TestQuarantineMovesAJob, on the real API server with Kueue: a Job
 // running on a node that Gantry marks is requeued through Kueue (its Kueue
 // Workload deactivated, then activated once its pod is gone) and runs on
-// the other node, without a failed pod counted against its retries; the
-// node's mark keeps an operator's own taint when it goes; a preflight Job
-// on the node passes (kwok completes it).
+// the other node, without a failed pod counted against its retries, and a
+// second Requeue for the same node does not take it off again; the node's
+// mark keeps an operator's own taint when it goes.
 func TestQuarantineMovesAJob(t *testing.T) {
-	q := newQueueTest(t, map[string]quota.Quota{"qm": {GPUs: map[string]float64{"A100-80GB": 4}}})
+	q := newQueueTest(t, map[string]quota.Quota{"qz": {GPUs: map[string]float64{"A100-80GB": 4}}})
 	ctx := context.Background()
 	core := cluster.Client
 	// Two nodes of the test's own, so that marking one disturbs no other
 	// test on the shared cluster.
-	prefix := "qm-" + workload.NewID()[:6]
+	prefix := "qz-" + workload.NewID()[:6]
 	made := devcluster.Nodes([]devcluster.NodeSpec{{Prefix: prefix, Count: 2, Product: "NVIDIA-A100-SXM4-80GB", MemoryMB: 81920, GPUs: 8, Whole: 8}})
 	var names []string
 	for _, n := range made {
@@ -42,7 +42,7 @@ func TestQuarantineMovesAJob(t *testing.T) {
 		names = append(names, n.Name)
 		t.Cleanup(func() { core.CoreV1().Nodes().Delete(context.Background(), n.Name, metav1.DeleteOptions{}) })
 	}
-	objs := renderedWith(t, "pytorch-train", "qm000001", "qm", template.Choice{Class: "A100-80GB", Count: 1}, true)
+	objs := renderedWith(t, "pytorch-train", "qz000001", "qz", template.Choice{Class: "A100-80GB", Count: 1}, true)
 	var job *batchv1.Job
 	for _, o := range objs {
 		if j, ok := o.(*batchv1.Job); ok {
@@ -55,11 +55,11 @@ func TestQuarantineMovesAJob(t *testing.T) {
 	if err := q.k.Apply(ctx, objs); err != nil {
 		t.Fatal(err)
 	}
-	qc := q.k.Quarantine(nodes.PreflightOptions{Namespace: "gantry-qm", Image: "registry.gantry.internal/gantry-agent:test", Command: []string{"gantry-agent", "check"}})
-	ref := workload.ObjectRef{Namespace: "gantry-qm", Kind: "Job", Name: job.Name, WorkloadID: "qm000001"}
+	qc := q.k.Quarantine(nodes.PreflightOptions{Namespace: "gantry-qz", Image: "registry.gantry.internal/gantry-agent:test", Command: []string{"gantry-agent", "check"}})
+	ref := workload.ObjectRef{Namespace: "gantry-qz", Kind: "Job", Name: job.Name, WorkloadID: "qz000001"}
 	var first string
 	waitfor.Until(t, 90*time.Second, "the job running on one of the test's nodes", func() error {
-		on, err := qc.PodNodes(ctx, "gantry-qm", "qm000001")
+		on, err := qc.PodNodes(ctx, "gantry-qz", "qz000001")
 		if err != nil || len(on) != 1 {
 			return fmt.Errorf("on %v, %v", on, err)
 		}
@@ -79,9 +79,12 @@ func TestQuarantineMovesAJob(t *testing.T) {
 	before := n.Spec.Taints
 	at := time.Now().UTC().Truncate(time.Second)
 	m := quarantine.Mark{Node: first, GPU: "GPU-" + first + "-1", Index: 1, Reason: "critical XID 79", At: at}
-	for range 2 { // marking again changes nothing
-		if err := qc.Mark(ctx, m, quarantine.NoSchedule); err != nil {
-			t.Fatal(err)
+	for i := range 2 { // marking again changes nothing, and keeps the first mark
+		again := m
+		again.At = m.At.Add(time.Duration(i) * time.Minute)
+		got, added, err := qc.Mark(ctx, again, quarantine.NoSchedule)
+		if err != nil || got != m || added != (i == 0) {
+			t.Fatalf("mark %d: %+v added %v, %v", i, got, added, err)
 		}
 	}
 	marks, err := qc.Marks(ctx)
@@ -98,7 +101,7 @@ func TestQuarantineMovesAJob(t *testing.T) {
 	}) || len(n.Spec.Taints) != len(before)+1 || n.Labels[nodes.UnhealthyLabel] != "true" {
 		t.Fatalf("marked node: taints %v, labels %v, %v", n.Spec.Taints, n.Labels, err)
 	}
-	pods, err := qc.PodsOn(ctx, "gantry-qm", "qm000001", first)
+	pods, err := qc.PodsOn(ctx, "gantry-qz", "qz000001", first)
 	if err != nil || len(pods) != 1 || len(pods[0].Pinned) != 0 {
 		t.Fatalf("pods on %s: %+v %v", first, pods, err)
 	}
@@ -110,13 +113,16 @@ func TestQuarantineMovesAJob(t *testing.T) {
 		return nil
 	})
 	waitfor.Until(t, 90*time.Second, "the job running on the other node", func() error {
-		on, err := qc.PodNodes(ctx, "gantry-qm", "qm000001")
+		on, err := qc.PodNodes(ctx, "gantry-qz", "qz000001")
 		if err != nil || len(on) != 1 || on[0] == first {
 			return fmt.Errorf("on %v (quarantined: %s), %v", on, first, err)
 		}
 		return nil
 	})
-	j, err := core.BatchV1().Jobs("gantry-qm").Get(ctx, job.Name, metav1.GetOptions{})
+	if done, err := qc.Requeue(ctx, ref, first); err != nil || !done {
+		t.Fatalf("requeued again: done %v, %v", done, err)
+	}
+	j, err := core.BatchV1().Jobs("gantry-qz").Get(ctx, job.Name, metav1.GetOptions{})
 	if err != nil || j.Status.Failed != 0 {
 		t.Fatalf("job: failed %d (its retries must not be used), %v", j.Status.Failed, err)
 	}
@@ -133,7 +139,7 @@ func TestQuarantineMovesAJob(t *testing.T) {
 	if marks, _ := qc.Marks(ctx); slices.ContainsFunc(marks, func(x quarantine.Mark) bool { return x.Node == first }) {
 		t.Fatal("still marked")
 	}
-	if err := core.CoreV1().Namespaces().Delete(ctx, "gantry-qm", metav1.DeleteOptions{}); err != nil {
+	if err := core.CoreV1().Namespaces().Delete(ctx, "gantry-qz", metav1.DeleteOptions{}); err != nil {
 		t.Log(err)
 	}
 }

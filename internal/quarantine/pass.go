@@ -196,9 +196,15 @@ func holders(n telemetry.Node, gpuUUID string) []string {
 }
 
 func (q *Quarantine) mark(ctx context.Context, node string, g telemetry.GPURecord) (Mark, error) {
-	m := Mark{Node: node, GPU: g.State.GPU, Index: g.State.Index, Reason: g.Reason, At: q.o.Now().UTC()}
-	if err := q.o.Cluster.Mark(ctx, m, q.o.Effect); err != nil {
+	m, added, err := q.o.Cluster.Mark(ctx, Mark{Node: node, GPU: g.State.GPU, Index: g.State.Index, Reason: g.Reason, At: q.o.Now().UTC()}, q.o.Effect)
+	if err != nil {
 		return m, fmt.Errorf("quarantine: mark node %s: %w", node, err)
+	}
+	if !added {
+		// Tainted already, its label or record gone: put back, and the
+		// mark it has kept.
+		q.o.Log.Warn("quarantined node's label or record put back", "node", node, "marked_at", m.At)
+		return m, nil
 	}
 	q.o.Log.Warn("node quarantined", "node", node, "gpu", g.State.GPU, "index", g.State.Index, "reason", g.Reason, "effect", q.o.Effect)
 	return m, q.audit(ctx, "quarantine node", "nodes/"+node, fmt.Sprintf("GPU %d (%s) unhealthy: %s; tainted %s", g.State.Index, g.State.GPU, g.Reason, q.o.Effect))
@@ -276,8 +282,11 @@ func (q *Quarantine) step(ctx context.Context, mv Move, w workload.Workload) err
 	switch mv.Phase {
 	case Requeueing:
 		done, err := q.o.Cluster.Requeue(ctx, ref, mv.Node)
-		if err != nil || !done {
-			return err
+		if err != nil {
+			return fmt.Errorf("requeue %s: %w", ref, err)
+		}
+		if !done {
+			return nil
 		}
 		return q.o.Store.UpdateMove(ctx, mv.Workload, mv.MarkAt, mv.Node, func(old Move) (Move, *notify.Message, error) {
 			return q.to(old, Moving, nil)
@@ -371,6 +380,9 @@ func (q *Quarantine) advance(ctx context.Context, fresh map[string]bool) (int, e
 		}
 		w, err := q.o.Workloads.Workload(ctx, mv.Workload)
 		var nf *fault.NotFound
+		if errors.As(err, &nf) {
+			w = workload.Workload{ID: mv.Workload, Name: mv.Workload} // deleted: its id is what is left
+		}
 		if errors.As(err, &nf) || (err == nil && w.Status.Ended()) {
 			now := q.o.Now().UTC()
 			err = q.o.Store.UpdateMove(ctx, mv.Workload, mv.MarkAt, mv.Node, func(old Move) (Move, *notify.Message, error) {

@@ -64,8 +64,10 @@ type Pod struct {
 type Cluster interface {
 	// Marks lists the nodes that carry Gantry's quarantine taint.
 	Marks(ctx context.Context) ([]Mark, error)
-	// Mark taints and labels the node and records m on it (again: a no-op).
-	Mark(ctx context.Context, m Mark, effect string) error
+	// Mark taints and labels the node and records m on it; a node tainted
+	// already keeps its recorded mark (its label and record put back if
+	// removed). It returns the mark in force and whether it tainted now.
+	Mark(ctx context.Context, m Mark, effect string) (Mark, bool, error)
 	// Unmark removes Gantry's taint, label and record from the node, and
 	// nothing else.
 	Unmark(ctx context.Context, node string) error

@@ -58,13 +58,14 @@ func (c *cluster) Marks(context.Context) ([]quarantine.Mark, error) {
 	return out, nil
 }
 
-func (c *cluster) Mark(_ context.Context, m quarantine.Mark, effect string) error {
+func (c *cluster) Mark(_ context.Context, m quarantine.Mark, effect string) (quarantine.Mark, bool, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, ok := c.marks[m.Node]; !ok {
-		c.marks[m.Node], c.effects[m.Node] = m, effect
+	if was, ok := c.marks[m.Node]; ok {
+		return was, false, nil
 	}
-	return nil
+	c.marks[m.Node], c.effects[m.Node] = m, effect
+	return m, true, nil
 }
 
 func (c *cluster) Unmark(_ context.Context, node string) error {
@@ -516,8 +517,6 @@ func TestOptions(t *testing.T) {
 	if _, err := quarantine.New(quarantine.Options{}); err == nil {
 		t.Error("no parts: accepted")
 	}
-	r := newRig(t, "")
-	_ = r
 	_, err := quarantine.New(quarantine.Options{Cluster: newCluster(), Health: &health{}, Workloads: workloads{}, Store: &store{}, Audit: &auditLog{},
 		Namespace: func(team.Name) string { return "" }, Now: time.Now, Effect: "PreferNoSchedule"})
 	if err == nil || !strings.Contains(err.Error(), "PreferNoSchedule") {

@@ -147,13 +147,17 @@ func (n *Node) Stop(device string) {
 	}
 }
 
-// Fault is a health problem a test injects into a simulated GPU.
+// Fault is a health problem a test injects into a simulated GPU — or a
+// benign one a healthy GPU also shows: corrected (single-bit) ECC errors,
+// rows remapped after correctable errors, an XID an application caused.
 type Fault struct {
-	GPU          string // UUID
-	XID          uint64 // an XID event (0: none)
-	DoubleBitECC uint64 // volatile double-bit ECC errors
-	RemapFailure bool
-	At           time.Time
+	GPU              string // UUID
+	XID              uint64 // an XID event (0: none)
+	DoubleBitECC     uint64 // volatile double-bit ECC errors
+	SingleBitECC     uint64 // volatile single-bit (corrected) ECC errors
+	RemapCorrectable uint64 // rows remapped for correctable errors
+	RemapFailure     bool
+	At               time.Time
 }
 
 // Inject makes a GPU report a fault from now on (an XID once).
@@ -166,6 +170,9 @@ func (n *Node) Inject(f Fault) {
 	h := n.health[f.GPU]
 	h.ECC.VolatileDBE += f.DoubleBitECC
 	h.ECC.AggregateDBE += f.DoubleBitECC
+	h.ECC.VolatileSBE += f.SingleBitECC
+	h.ECC.AggregateSBE += f.SingleBitECC
+	h.Remap.Correctable += f.RemapCorrectable
 	h.Remap.Failure = h.Remap.Failure || f.RemapFailure
 	n.health[f.GPU] = h
 }

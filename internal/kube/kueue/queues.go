@@ -160,7 +160,10 @@ func (k *Kueue) SetJobActive(ctx context.Context, o workload.ObjectRef, run bool
 		// again (the Job still looks running).
 		return true, &fault.Unavailable{What: "Kueue", Err: fmt.Errorf("no Kueue Workload for Job %s/%s yet", o.Namespace, o.Name)}
 	}
-	active, _ := json.Marshal(map[string]any{"spec": map[string]any{"active": run}})
+	// A stop or a start is the owner's: a move off a quarantined node under
+	// way is forgotten (its next step finds the Workload changed).
+	active, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{kapi.AnnotationMovingOff: nil}},
+		"spec": map[string]any{"active": run}})
 	for _, w := range list.Items {
 		if _, err := k.dyn.Resource(kapi.KueueWorkloads).Namespace(o.Namespace).Patch(ctx, w.GetName(), types.MergePatchType, active, metav1.PatchOptions{FieldManager: kapi.FieldManager}); err != nil {
 			return true, kapi.Classify(err, "Kueue Workload", w.GetName())

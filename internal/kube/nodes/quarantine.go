@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -72,22 +73,37 @@ func tainted(n corev1.Node) bool {
 	return slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == QuarantineTaint })
 }
 
-// Mark taints and labels the node and records m on it, unless it carries
-// Gantry's taint already.
-func (k *Nodes) Mark(ctx context.Context, m quarantine.Mark, effect string) error {
-	rec, err := json.Marshal(m)
-	if err != nil {
-		return err
-	}
-	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+// Mark taints and labels the node and records m on it. A node that carries
+// Gantry's taint already keeps the mark recorded there (its label and
+// record put back if someone removed them): Mark returns the mark in force
+// and whether it tainted the node now.
+func (k *Nodes) Mark(ctx context.Context, m quarantine.Mark, effect string) (quarantine.Mark, bool, error) {
+	var out quarantine.Mark
+	var added bool
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		out, added = m, false
 		n, err := k.core.CoreV1().Nodes().Get(ctx, m.Node, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
+		recorded := false
 		if tainted(*n) {
+			var was quarantine.Mark
+			if a := n.Annotations[QuarantineAnnotation]; a != "" && json.Unmarshal([]byte(a), &was) == nil && !was.At.IsZero() {
+				out, recorded = was, true
+				out.Node = n.Name
+			}
+		} else {
+			n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: QuarantineTaint, Value: "true", Effect: corev1.TaintEffect(effect)})
+			added = true
+		}
+		if !added && recorded && n.Labels[UnhealthyLabel] == "true" {
 			return nil
 		}
-		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: QuarantineTaint, Value: "true", Effect: corev1.TaintEffect(effect)})
+		rec, err := json.Marshal(out)
+		if err != nil {
+			return fmt.Errorf("the quarantine record of node %s: %w", m.Node, err)
+		}
 		if n.Labels == nil {
 			n.Labels = map[string]string{}
 		}
@@ -99,7 +115,7 @@ func (k *Nodes) Mark(ctx context.Context, m quarantine.Mark, effect string) erro
 		_, err = k.core.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{FieldManager: kapi.FieldManager})
 		return err
 	})
-	return kapi.Classify(err, "nodes", "")
+	return out, added, kapi.Classify(err, "nodes", "")
 }
 
 // Unmark removes Gantry's taint, label and record from the node: an
@@ -299,7 +315,9 @@ func preflightJob(name, node string, o PreflightOptions) *batchv1.Job {
 		RestartPolicy:                corev1.RestartPolicyNever,
 		AutomountServiceAccountToken: &no,
 		EnableServiceLinks:           &no,
-		Tolerations:                  []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+		// Its name set, the scheduler is not asked: only a NoExecute taint
+		// keeps it off, and only Gantry's own is tolerated.
+		Tolerations: []corev1.Toleration{{Key: QuarantineTaint, Operator: corev1.TolerationOpExists}},
 		SecurityContext: &corev1.PodSecurityContext{RunAsNonRoot: &yes, RunAsUser: &uid,
 			SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
 		Containers: []corev1.Container{{
@@ -308,6 +326,9 @@ func preflightJob(name, node string, o PreflightOptions) *batchv1.Job {
 				{Name: "NODE_NAME", Value: node}},
 			SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: &no, ReadOnlyRootFilesystem: &yes,
 				Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}},
+			Resources: corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
+				Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m"), corev1.ResourceMemory: resource.MustParse("256Mi")}},
 		}},
 	}
 	if o.RuntimeClass != "" {

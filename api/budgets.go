@@ -86,7 +86,7 @@ func (s *server) GetTeamReport(ctx context.Context, req gen.GetTeamReportRequest
 		return nil, err
 	}
 	out := model.TeamReport{Team: t.String(), Month: r.From.Format("2006-01"), From: r.From, To: r.To, Currency: model.TeamReportCurrencyUSD,
-		Total: r.Total, Used: r.Used, Idle: r.Idle, Unmeasured: r.Unmeasured,
+		Total: r.Total, Used: r.Used, Idle: r.Idle, Unmeasured: r.Unmeasured, KWh: r.KWh, FacilityKWh: r.FacilityKWh,
 		ByUser: s.namedLines(ctx, costLines(r.ByUser)), ByTemplate: costLines(r.ByTemplate), ByGpuClass: costLines(r.ByGPUClass), ByCostCenter: costLines(r.ByCostCenter),
 		Alerts: []model.BudgetAlert{}}
 	if r.Budget != nil {

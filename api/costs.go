@@ -31,16 +31,17 @@ func (s *server) GetCosts(ctx context.Context, req gen.GetCostsRequestObject) (g
 	if req.Params.Format != nil && *req.Params.Format == model.Csv {
 		var b bytes.Buffer
 		w := csv.NewWriter(&b)
-		w.Write([]string{c.GroupBy, "cost_usd", "used_usd", "idle_usd", "unmeasured_usd", "gpu_hours", "workloads"})
+		w.Write([]string{c.GroupBy, "cost_usd", "used_usd", "idle_usd", "unmeasured_usd", "gpu_hours", "workloads", "kwh", "facility_kwh"})
 		usd := func(v float64) string { return strconv.FormatFloat(v, 'f', 2, 64) }
 		for _, l := range c.Lines {
-			w.Write([]string{l.Key, usd(l.Cost), usd(l.Used), usd(l.Idle), usd(l.Unmeasured), strconv.FormatFloat(l.GPUHours, 'f', 3, 64), strconv.Itoa(l.Workloads)})
+			w.Write([]string{l.Key, usd(l.Cost), usd(l.Used), usd(l.Idle), usd(l.Unmeasured), strconv.FormatFloat(l.GPUHours, 'f', 3, 64), strconv.Itoa(l.Workloads),
+				strconv.FormatFloat(l.KWh, 'f', 3, 64), strconv.FormatFloat(l.FacilityKWh, 'f', 3, 64)})
 		}
 		w.Flush()
 		return gen.GetCosts200TextcsvResponse{Body: &b, ContentLength: int64(b.Len())}, nil
 	}
 	out := model.CostReport{From: c.From, To: c.To, GroupBy: c.GroupBy, Currency: model.CostReportCurrencyUSD, Total: c.Total,
-		Used: c.Used, Idle: c.Idle, Unmeasured: c.Unmeasured, Items: costLines(c.Lines)}
+		Used: c.Used, Idle: c.Idle, Unmeasured: c.Unmeasured, KWh: c.KWh, FacilityKWh: c.FacilityKWh, Items: costLines(c.Lines)}
 	if c.GroupBy == "user" {
 		s.userNames(ctx, out.Items)
 	}
@@ -80,7 +81,8 @@ func (s *server) userNames(ctx context.Context, lines []model.CostLine) {
 func costLines(lines []workload.CostLine) []model.CostLine {
 	out := []model.CostLine{}
 	for _, l := range lines {
-		out = append(out, model.CostLine{Key: l.Key, Cost: l.Cost, GpuHours: l.GPUHours, Workloads: l.Workloads, Used: l.Used, Idle: l.Idle, Unmeasured: l.Unmeasured})
+		out = append(out, model.CostLine{Key: l.Key, Cost: l.Cost, GpuHours: l.GPUHours, Workloads: l.Workloads, Used: l.Used, Idle: l.Idle, Unmeasured: l.Unmeasured,
+			KWh: l.KWh, FacilityKWh: l.FacilityKWh})
 	}
 	return out
 }

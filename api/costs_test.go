@@ -35,7 +35,7 @@ func TestCosts(t *testing.T) {
 		t.Fatalf("a team member's costs: %d %s", m.StatusCode(), m.Body)
 	}
 	csv := servertest.Must(e.api.GetCostsWithResponse(ctx, &model.GetCostsParams{Format: new(model.Csv), GroupBy: new(model.GetCostsParamsGroupByGpuClass)}))(t)
-	if csv.StatusCode() != 200 || !strings.HasPrefix(csv.ContentType(), "text/csv") || !strings.HasPrefix(string(csv.Body), "gpuClass,cost_usd,used_usd,idle_usd,unmeasured_usd,gpu_hours,workloads\n") {
+	if csv.StatusCode() != 200 || !strings.HasPrefix(csv.ContentType(), "text/csv") || !strings.HasPrefix(string(csv.Body), "gpuClass,cost_usd,used_usd,idle_usd,unmeasured_usd,gpu_hours,workloads,kwh,facility_kwh\n") {
 		t.Fatalf("csv: %d %s %q", csv.StatusCode(), csv.ContentType(), csv.Body)
 	}
 	// A team's month: the report's shape, and a month that is not one.

@@ -1317,11 +1317,17 @@ type CostCenterBudgetState string
 type CostLine struct {
 	Cost float64 `json:"cost"`
 
+	// FacilityKWh kWh times the power usage effectiveness of the site each run was at (energy.pue, a worker cluster's pue).
+	FacilityKWh float64 `json:"facilityKWh"`
+
 	// GpuHours Whole GPUs' worth times hours Running.
 	GpuHours float64 `json:"gpuHours"`
 
 	// Idle Of cost, the running minutes its GPUs were measured and idle.
 	Idle float64 `json:"idle"`
+
+	// KWh Energy its workloads' pods used on their GPUs in the period, as the GPUs' energy counters (else power readings) measured it, each pod at its share of a shared GPU; 0 where nothing was measured (docs/energy.md).
+	KWh float64 `json:"kWh"`
 
 	// Key The team, user, template, GPU class, cost center or node group (empty: none).
 	Key string `json:"key"`
@@ -1342,12 +1348,18 @@ type CostLine struct {
 // CostReport defines model for CostReport.
 type CostReport struct {
 	Currency CostReportCurrency `json:"currency"`
-	From     time.Time          `json:"from"`
-	GroupBy  string             `json:"groupBy"`
+
+	// FacilityKWh kWh times the PUE of each run's site.
+	FacilityKWh float64   `json:"facilityKWh"`
+	From        time.Time `json:"from"`
+	GroupBy     string    `json:"groupBy"`
 
 	// Idle Of total, while the GPUs were measured idle.
 	Idle  float64    `json:"idle"`
 	Items []CostLine `json:"items"`
+
+	// KWh Energy the workloads' pods used on their GPUs in the period (docs/energy.md).
+	KWh float64 `json:"kWh"`
 
 	// PlatformIdle The reserved groups' idle cost and the warm machines' cost in all: paid, charged to no team.
 	PlatformIdle *float64 `json:"platformIdle,omitempty"`
@@ -2264,8 +2276,14 @@ type TeamReport struct {
 	ByTemplate   []CostLine         `json:"byTemplate"`
 	ByUser       []CostLine         `json:"byUser"`
 	Currency     TeamReportCurrency `json:"currency"`
-	From         time.Time          `json:"from"`
-	Idle         float64            `json:"idle"`
+
+	// FacilityKWh kWh times the PUE of each run's site.
+	FacilityKWh float64   `json:"facilityKWh"`
+	From        time.Time `json:"from"`
+	Idle        float64   `json:"idle"`
+
+	// KWh Energy the team's workloads used on their GPUs in the month (docs/energy.md).
+	KWh float64 `json:"kWh"`
 
 	// Month YYYY-MM (UTC).
 	Month string `json:"month"`

@@ -386,11 +386,11 @@ func costCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	c := *resp.JSON200
 	return show(stdout, *output, c, func() {
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintf(tw, "%s\tCOST\tUSED\tIDLE\tUNMEASURED\tGPU-HOURS\tWORKLOADS\n", strings.ToUpper(c.GroupBy))
+		fmt.Fprintf(tw, "%s\tCOST\tUSED\tIDLE\tUNMEASURED\tGPU-HOURS\tWORKLOADS\tKWH\tFACILITY-KWH\n", strings.ToUpper(c.GroupBy))
 		for _, l := range c.Items {
-			fmt.Fprintf(tw, "%s\t$%.2f\t$%.2f\t$%.2f\t$%.2f\t%.1f\t%d\n", orDash(l.Key), l.Cost, l.Used, l.Idle, l.Unmeasured, l.GpuHours, l.Workloads)
+			fmt.Fprintf(tw, "%s\t$%.2f\t$%.2f\t$%.2f\t$%.2f\t%.1f\t%d\t%.1f\t%.1f\n", orDash(l.Key), l.Cost, l.Used, l.Idle, l.Unmeasured, l.GpuHours, l.Workloads, l.KWh, l.FacilityKWh)
 		}
-		fmt.Fprintf(tw, "total\t$%.2f\t$%.2f\t$%.2f\t$%.2f\t\t\n", c.Total, c.Used, c.Idle, c.Unmeasured)
+		fmt.Fprintf(tw, "total\t$%.2f\t$%.2f\t$%.2f\t$%.2f\t\t\t%.1f\t%.1f\n", c.Total, c.Used, c.Idle, c.Unmeasured, c.KWh, c.FacilityKWh)
 		tw.Flush()
 		if c.Reserved != nil && len(*c.Reserved) > 0 {
 			fmt.Fprintln(stdout, "\nReserved node groups (paid whether used or not; idle is the platform's cost):")

@@ -115,6 +115,16 @@ type Config struct {
 	Telemetry Telemetry `json:"telemetry"`
 	// Metrics chooses where workloads' series are read from.
 	Metrics Metrics `json:"metrics"`
+	// Energy says what showback's energy figures rest on.
+	Energy Energy `json:"energy"`
+}
+
+// Energy configures energy reporting (docs/energy.md).
+type Energy struct {
+	// PUE is the power usage effectiveness of the site of the cluster
+	// Gantry drives (worker clusters state theirs in the clusters file):
+	// facility kWh = GPU kWh × PUE.
+	PUE float64 `json:"pue"`
 }
 
 // Telemetry configures the GPU metrics gantry-agent pushes.
@@ -351,6 +361,7 @@ func Default() Config {
 		TLS:               TLS{MinVersion: "1.2"},
 		Security:          Security{AnonymousRate: 5, AnonymousBurst: 50, StreamsPerIdentity: 100, StreamsPerReplica: 10_000},
 		Quota:             Quota{Kueue: true, KueueNamespace: "kueue-system"},
+		Energy:            Energy{PUE: 1},
 		Telemetry: Telemetry{RawRetention: Duration(48 * time.Hour), RollupRetention: Duration(90 * 24 * time.Hour), Audience: "gantry",
 			ServiceAccount: "system:serviceaccount:gantry-system:gantry-agent", XIDHold: Duration(24 * time.Hour),
 			Quarantine: "NoSchedule", Move: true, QuarantineClean: Duration(15 * time.Minute),
@@ -654,6 +665,9 @@ func (c *Config) validateTelemetry(errs *fault.List) {
 	}
 	if d := time.Duration(t.XIDHold); d < time.Minute || d > 30*24*time.Hour {
 		errs.Addf("telemetry.xidHold", "%s must be between 1m and 720h", d)
+	}
+	if p := c.Energy.PUE; p < 1 || p > 3 {
+		errs.Addf("energy.pue", "%g: a power usage effectiveness from 1 to 3", p)
 	}
 	switch t.Quarantine {
 	case "NoSchedule", "NoExecute", "off":

@@ -171,6 +171,8 @@ var options = []option{
 		doc: "the RuntimeClass that gives the check the node's GPUs (the agent's, `nvidia`); empty: none"},
 	{key: "telemetry.xidHold", env: "GANTRY_TELEMETRY_XID_HOLD", field: func(c *Config) any { return &c.Telemetry.XIDHold },
 		doc: "how long a critical XID keeps a GPU unhealthy without another one (1m to 720h)"},
+	{key: "energy.pue", env: "GANTRY_ENERGY_PUE", field: func(c *Config) any { return &c.Energy.PUE },
+		doc: "the power usage effectiveness of the site of the cluster Gantry drives (1 to 3): showback's facility kWh are its GPUs' kWh times this (worker clusters state theirs in the clusters file, `pue`)"},
 	{key: "quota.kueue", env: "GANTRY_QUOTA_KUEUE", field: func(c *Config) any { return &c.Quota.Kueue },
 		doc: "Kueue admits workloads against the policy's quotas: Gantry keeps its ResourceFlavors, ClusterQueues, LocalQueues and WorkloadPriorityClasses in sync and creates workloads queued (false: a cluster without Kueue; quotas are not enforced)"},
 	{key: "quota.kueueNamespace", env: "GANTRY_QUOTA_KUEUE_NAMESPACE", field: func(c *Config) any { return &c.Quota.KueueNamespace },
@@ -206,6 +208,12 @@ func set(p any, v string) error {
 			return fmt.Errorf("%q is not an integer", v)
 		}
 		*f = n
+	case *float64:
+		x, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return fmt.Errorf("%q is not a number", v)
+		}
+		*f = x
 	case *Duration:
 		return f.UnmarshalText([]byte(v))
 	case *[]string:
@@ -272,6 +280,8 @@ func defaultText(p any) string {
 		return strconv.FormatBool(*f)
 	case *int64:
 		return strconv.FormatInt(*f, 10)
+	case *float64:
+		return strconv.FormatFloat(*f, 'g', -1, 64)
 	case *Duration:
 		return f.String()
 	case *[]string:

@@ -230,6 +230,7 @@ func TestPortalTeamView(t *testing.T) {
 	pg.SignIn(g.URL+"/teams/vision", "lee", "approvals")
 	poll("the budget", `document.getElementById('budget-text') && document.getElementById('budget-text').textContent.includes('of $100.00 spent')`)
 	poll("the 80 % and 100 % marks", `document.querySelectorAll('#budget .mark').length === 2`)
+	poll("the month's cost and energy", `document.getElementById('month-text').textContent.includes(' kWh on the GPUs (')`)
 	poll("the launch waiting", `!!document.querySelector('#approvals tr[data-id="`+w.Id+`"]')`)
 	screenshot(t, ctx, "team")
 	if v, err := servertest.CSPViolations(ctx); err != nil || len(v) > 0 {

@@ -69,6 +69,10 @@ type Cluster struct {
 	Caps map[string]map[string]float64 `json:"caps,omitempty"`
 	// Cordoned clusters get no new work (maintenance).
 	Cordoned bool `json:"cordoned,omitempty"`
+	// PUE is its site's power usage effectiveness as the platform team
+	// states it (1 to 3; 0: not stated, taken as 1): what the facility
+	// draws per kWh its GPUs use (docs/energy.md).
+	PUE float64 `json:"pue,omitempty"`
 	// Draining clusters, cordoned, have the work that can move requeued
 	// and placed elsewhere (set through the API: fleet.Change.Drain).
 	Draining bool `json:"-"`
@@ -166,6 +170,9 @@ func New(f File, classes *gpu.Catalog) (*Fleet, error) {
 		names[c.Name] = true
 		if c.Region == "" {
 			errs.Addf(p+".region", "required")
+		}
+		if c.PUE != 0 && (c.PUE < 1 || c.PUE > 3) {
+			errs.Addf(p+".pue", "%g: a power usage effectiveness from 1 to 3", c.PUE)
 		}
 		if c.Provider != Cloud && c.Provider != OnPremises {
 			errs.Addf(p+".provider", "%q is not one of cloud, on-premises", c.Provider)

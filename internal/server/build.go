@@ -126,7 +126,7 @@ func (s *Server) governance(ctx context.Context) (err error) {
 	if s.denials, err = audit.NewAggregator(audit.AggregatorOptions{Store: s.Store.Audit, Now: s.clock.Now, Log: s.Log}); err != nil {
 		return err
 	}
-	meter, err := workload.NewMeter(workload.MeterOptions{Store: s.Store.Workloads, Templates: s.Catalog, Now: s.clock.Now})
+	meter, err := workload.NewMeter(workload.MeterOptions{Store: s.Store.Workloads, Templates: s.Catalog, Now: s.clock.Now, PUE: s.pue})
 	if err != nil {
 		return err
 	}
@@ -145,7 +145,7 @@ func (s *Server) governance(ctx context.Context) (err error) {
 func (s *Server) workloadService() (err error) {
 	cfg := s.Config
 	s.checks = []api.Check{{Name: "database", Pinger: s.Store.DB}}
-	wo := workload.Options{Store: s.Store.Workloads, Templates: s.Catalog, Authorizer: s.authz, Images: s.Images, Budgets: s.Budgets, NodeGroups: s.NodeGroups,
+	wo := workload.Options{PUE: s.pue, Store: s.Store.Workloads, Templates: s.Catalog, Authorizer: s.authz, Images: s.Images, Budgets: s.Budgets, NodeGroups: s.NodeGroups,
 		Namespace: func(t team.Name) string { return cfg.NamespacePrefix + t.String() }, KBSURL: cfg.Confidential.KBSURL, Kueue: cfg.Quota.Kueue, RunURL: cfg.RunReportURL(), Log: s.Log, Now: s.clock.Now}
 	// Worker clusters: read from every replica; with Kueue, the cluster is
 	// their MultiKueue manager and Jobs run on them.
@@ -362,4 +362,16 @@ func (s *Server) handler(ov Overrides, w *wiring) error {
 	}
 	s.http = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute}
 	return nil
+}
+
+// pue is the power usage effectiveness of a cluster's site: energy.pue for
+// the cluster Gantry drives (""), a worker's own from the clusters file
+// (that of the cluster Gantry drives when it states none).
+func (s *Server) pue(cluster string) float64 {
+	if cluster != "" && s.Fleet != nil {
+		if c, ok := s.Fleet.Get(cluster); ok && c.PUE > 0 {
+			return c.PUE
+		}
+	}
+	return s.Config.Energy.PUE
 }

@@ -133,6 +133,7 @@ func TestConformance(t *testing.T) {
 			t.Run("runs batch", func(t *testing.T) { testRunsBatch(t, open(t)) })
 			t.Run("trials", func(t *testing.T) { testTrials(t, open(t)) })
 			t.Run("moves", func(t *testing.T) { testMoves(t, open(t)) })
+			t.Run("energy", func(t *testing.T) { testEnergy(t, open(t)) })
 		})
 	}
 }

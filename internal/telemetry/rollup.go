@@ -51,11 +51,17 @@ func (s *Service) RollUp(ctx context.Context, limit int) (int, error) {
 	return done, nil
 }
 
-// rollupOf summarises every series' samples in one period.
+// rollupOf summarises every series' samples in one period, with the energy
+// each used in it: the samples from energyGap before the period are read
+// too, so that the interval from a series' last sample before the period to
+// its first in it is counted here (and each interval is counted once, in
+// the period where it ends).
 func (s *Service) rollupOf(ctx context.Context, res time.Duration, bucket time.Time) ([]Rollup, error) {
 	var out []Rollup
 	var cur int64 = -1
 	var acc accumulator
+	var prev Sample
+	havePrev := false
 	flush := func() {
 		if cur >= 0 && acc.n > 0 {
 			r := acc.rollup()
@@ -63,13 +69,23 @@ func (s *Service) rollupOf(ctx context.Context, res time.Duration, bucket time.T
 			out = append(out, r)
 		}
 	}
-	err := s.o.Store.SamplesBetween(ctx, bucket, bucket.Add(res), func(sm Sample) error {
+	err := s.o.Store.SamplesBetween(ctx, bucket.Add(-energyGap), bucket.Add(res), func(sm Sample) error {
 		if sm.Series != cur {
 			flush()
 			cur = sm.Series
 			acc.reset()
+			havePrev = false
 		}
-		acc.add(sm.Values)
+		if !sm.Time.Before(bucket) {
+			acc.add(sm.Values)
+			if havePrev {
+				if j, _ := IntervalJoules(prev, sm); !math.IsNaN(j) {
+					acc.joules += j
+					acc.measured = true
+				}
+			}
+		}
+		prev, havePrev = sm, true
 		return nil
 	})
 	if err != nil {
@@ -131,12 +147,14 @@ func (s *Service) Run(ctx context.Context) {
 
 // accumulator collects the values of each metric in one window.
 type accumulator struct {
-	n    int
-	vals [NumMetrics][]float64
+	n        int
+	vals     [NumMetrics][]float64
+	joules   float64
+	measured bool // an interval's energy was known
 }
 
 func (a *accumulator) reset() {
-	a.n = 0
+	a.n, a.joules, a.measured = 0, 0, false
 	for i := range a.vals {
 		a.vals[i] = a.vals[i][:0]
 	}
@@ -153,7 +171,10 @@ func (a *accumulator) add(v Values) {
 
 // rollup computes mean, max and p95 of each metric (NaN where none).
 func (a *accumulator) rollup() Rollup {
-	r := Rollup{N: a.n, Avg: NoValues(), Max: NoValues(), P95: NoValues()}
+	r := Rollup{N: a.n, Avg: NoValues(), Max: NoValues(), P95: NoValues(), Joules: math.NaN()}
+	if a.measured {
+		r.Joules = a.joules
+	}
 	for m := range a.vals {
 		xs := a.vals[m]
 		if len(xs) == 0 {

@@ -92,6 +92,9 @@ type Pending struct {
 type Sample struct {
 	Series int64
 	Time   time.Time
+	// Share is the pod's part of the device's activity (1: it holds it
+	// alone), as the reading said.
+	Share  float64
 	Values Values
 }
 
@@ -104,6 +107,11 @@ type Rollup struct {
 	Avg    Values
 	Max    Values
 	P95    Values
+	// Joules is the energy the series' pod used in the period
+	// (IntervalJoules over each interval that ends in it, the interval
+	// from the last sample before the period included); NaN when no
+	// interval could say.
+	Joules float64
 }
 
 // Activity is when a workload's GPUs were sampled within a window: its

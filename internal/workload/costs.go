@@ -68,6 +68,11 @@ type CostLine struct {
 	// active, Idle while its GPUs were measured idle, Unmeasured for
 	// running time without samples (no agent, or past their retention).
 	Used, Idle, Unmeasured float64
+	// KWh is the energy its workloads' pods used on their GPUs in the
+	// period, as the GPUs measured it (a workload's split over its runs by
+	// their hours); FacilityKWh that times the PUE of the site each ran
+	// at. Both 0 where nothing was measured.
+	KWh, FacilityKWh float64
 }
 
 // GPUMinutes is a workload's GPU time in a period by one-minute buckets:
@@ -82,6 +87,7 @@ type Costs struct {
 	GroupBy                string
 	Total                  float64
 	Used, Idle, Unmeasured float64
+	KWh, FacilityKWh       float64
 	Lines                  []CostLine
 	// Reserved is the reserved node groups' cost over the period up to
 	// now, for a caller who may read every team's workloads (nil for
@@ -158,7 +164,11 @@ func (s *Service) Costs(ctx context.Context, from, to time.Time, groupBy string)
 	if err != nil {
 		return Costs{}, err
 	}
-	c := s.meter.group(ctx, runs, from, to, groupBy, minutes)
+	energy, err := s.store.GPUEnergy(ctx, from, to)
+	if err != nil {
+		return Costs{}, err
+	}
+	c := s.meter.group(ctx, runs, from, to, groupBy, minutes, energy)
 	if all {
 		c.Reserved = s.reserved(runs, from, to)
 		for _, r := range c.Reserved {
@@ -188,6 +198,9 @@ func (s *Service) Costs(ctx context.Context, from, to time.Time, groupBy string)
 	}
 	return c, nil
 }
+
+// roundKWh rounds energy to the watt-hour.
+func roundKWh(k float64) float64 { return math.Round(k*1000) / 1000 }
 
 // reserved is the reserved node groups' cost in [from, to) up to now,
 // against what runs (every team's) on them were charged.
@@ -239,15 +252,20 @@ type Meter struct {
 	store     Store
 	templates Templates
 	now       func() time.Time
+	pue       func(cluster string) float64
 }
 
-// MeterOptions are what a Meter is made of; all are required.
+// MeterOptions are what a Meter is made of; Store, Templates and Now are
+// required.
 type MeterOptions struct {
 	// Store holds the runs.
 	Store Store
 	// Templates say the templates' cost centers.
 	Templates Templates
 	Now       func() time.Time
+	// PUE is the power usage effectiveness of the site of a cluster (""
+	// the one Gantry drives); nil: 1 everywhere.
+	PUE func(cluster string) float64
 }
 
 // NewMeter meters the runs in the store.
@@ -255,7 +273,10 @@ func NewMeter(o MeterOptions) (*Meter, error) {
 	if o.Store == nil || o.Templates == nil || o.Now == nil {
 		return nil, errors.New("workload: a Meter needs Store, Templates and Now")
 	}
-	return &Meter{store: o.Store, templates: o.Templates, now: o.Now}, nil
+	if o.PUE == nil {
+		o.PUE = func(string) float64 { return 1 }
+	}
+	return &Meter{store: o.Store, templates: o.Templates, now: o.Now, pue: o.PUE}, nil
 }
 
 // Spend implements budget.Spender: what team's workloads cost in [from,
@@ -265,7 +286,7 @@ func (m *Meter) Spend(ctx context.Context, t team.Name, from, to time.Time) (flo
 	if err != nil {
 		return 0, nil, err
 	}
-	c := m.group(ctx, runs, from, to, "costCenter", nil)
+	c := m.group(ctx, runs, from, to, "costCenter", nil, nil)
 	by := map[string]float64{}
 	for _, l := range c.Lines {
 		by[l.Key] = l.Cost
@@ -277,11 +298,11 @@ func (m *Meter) Spend(ctx context.Context, t team.Name, from, to time.Time) (flo
 // and groups them by groupBy, biggest first. With minutes, each workload's
 // cost is split into used, idle and unmeasured by the shares of its running
 // minutes in the period that its GPU series measured active and idle.
-func (m *Meter) group(ctx context.Context, runs []Run, from, to time.Time, groupBy string, minutes map[string]GPUMinutes) Costs {
+func (m *Meter) group(ctx context.Context, runs []Run, from, to time.Time, groupBy string, minutes map[string]GPUMinutes, energy map[string]float64) Costs {
 	now := m.now().UTC()
 	clip := func(r Run) (float64, bool) { return m.clip(r, from, to, now) }
 	running := map[string]float64{} // workload → hours Running in the period
-	if minutes != nil {
+	if minutes != nil || energy != nil {
 		for _, r := range runs {
 			if h, ok := clip(r); ok {
 				running[r.Workload] += h
@@ -344,14 +365,24 @@ func (m *Meter) group(ctx context.Context, runs []Run, from, to time.Time, group
 			out.Idle += cost * idle
 			out.Unmeasured += cost * (1 - used - idle)
 		}
+		if kwh := energy[r.Workload]; kwh > 0 && running[r.Workload] > 0 {
+			// A workload's energy split over its runs by their hours.
+			part := kwh * hours / running[r.Workload]
+			l.KWh += part
+			l.FacilityKWh += part * m.pue(r.Cluster)
+			out.KWh += part
+			out.FacilityKWh += part * m.pue(r.Cluster)
+		}
 		if !seen[key][r.Workload] {
 			seen[key][r.Workload] = true
 			l.Workloads++
 		}
 		out.Total += cost
 	}
+	out.KWh, out.FacilityKWh = roundKWh(out.KWh), roundKWh(out.FacilityKWh)
 	for _, l := range byKey {
 		l.Cost, l.GPUHours = budget.Round(l.Cost), math.Round(l.GPUHours*1000)/1000
+		l.KWh, l.FacilityKWh = roundKWh(l.KWh), roundKWh(l.FacilityKWh)
 		l.Used, l.Idle, l.Unmeasured = budget.Round(l.Used), budget.Round(l.Idle), budget.Round(l.Unmeasured)
 		out.Lines = append(out.Lines, *l)
 	}
@@ -398,6 +429,7 @@ type TeamReport struct {
 	Team                                         team.Name
 	From, To                                     time.Time
 	Total, Used, Idle, Unmeasured                float64
+	KWh, FacilityKWh                             float64
 	ByUser, ByTemplate, ByGPUClass, ByCostCenter []CostLine
 	Budget                                       *budget.Status // nil: no monthly budget
 	Alerts                                       []budget.Alert
@@ -420,14 +452,19 @@ func (s *Service) TeamReport(ctx context.Context, t team.Name, at time.Time) (Te
 	if err != nil {
 		return TeamReport{}, err
 	}
+	energy, err := s.store.GPUEnergy(ctx, from, to)
+	if err != nil {
+		return TeamReport{}, err
+	}
 	r := TeamReport{Team: t, From: from, To: to}
 	for _, g := range []struct {
 		by   string
 		into *[]CostLine
 	}{{"user", &r.ByUser}, {"template", &r.ByTemplate}, {"gpuClass", &r.ByGPUClass}, {"costCenter", &r.ByCostCenter}} {
-		c := s.meter.group(ctx, runs, from, to, g.by, minutes)
+		c := s.meter.group(ctx, runs, from, to, g.by, minutes, energy)
 		*g.into = c.Lines
 		r.Total, r.Used, r.Idle, r.Unmeasured = c.Total, c.Used, c.Idle, c.Unmeasured
+		r.KWh, r.FacilityKWh = c.KWh, c.FacilityKWh
 	}
 	if r.Budget, r.Alerts, err = s.budgets.Month(ctx, t, r.Total, from, to); err != nil {
 		return TeamReport{}, err

@@ -436,7 +436,7 @@ func TestReconcileAppliesATrialsRunAsRecorded(t *testing.T) {
 // was Running, across an eviction and a stop, on a fixed clock; the record
 // keeps it through the store.
 func TestMetering(t *testing.T) {
-	h := newHarness(t)
+	h := newHarnessWith(t, nil, false, func(o *workload.Options) { o.PUE = func(string) float64 { return 1.4 } })
 	ctx := asAlice()
 	classes, _, err := template.LoadCatalog("../../templates")
 	if err != nil {
@@ -544,8 +544,9 @@ func TestMetering(t *testing.T) {
 			avg[telemetry.GPUUtil] = 80
 		}
 		b := hour.Add(time.Duration(i) * time.Minute)
+		// Its GPU drew 700 W the whole hour: 0.7 kWh.
 		if err := h.telemetry.WriteRollups(context.Background(), telemetry.Minute, telemetry.Pending{Bucket: b},
-			[]telemetry.Rollup{{Series: recs[0].ID, Bucket: b, N: 6, Avg: avg, Max: avg, P95: avg}}); err != nil {
+			[]telemetry.Rollup{{Series: recs[0].ID, Bucket: b, N: 6, Avg: avg, Max: avg, P95: avg, Joules: 700 * 60}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -558,6 +559,15 @@ func TestMetering(t *testing.T) {
 		if got := [3]float64{l.Used, l.Idle, l.Unmeasured}; math.Abs(got[0]-want[0]) > 0.011 || math.Abs(got[1]-want[1]) > 0.011 || math.Abs(got[2]-want[2]) > 0.011 {
 			t.Errorf("%s: used, idle, unmeasured %v, want %v", l.Key, got, want)
 		}
+	}
+	for _, l := range c.Lines {
+		want := map[string][2]float64{"pytorch-train": {0.7, 0.98}}[l.Key] // the slice sent no samples: none
+		if l.KWh != want[0] || l.FacilityKWh != want[1] {
+			t.Errorf("%s: %v kWh, %v facility kWh; want %v", l.Key, l.KWh, l.FacilityKWh, want)
+		}
+	}
+	if c.KWh != 0.7 || c.FacilityKWh != 0.98 {
+		t.Errorf("total %v kWh, %v facility kWh; want 0.7 and 0.98 (PUE 1.4)", c.KWh, c.FacilityKWh)
 	}
 	if math.Abs(c.Used+c.Idle+c.Unmeasured-c.Total) > 0.02 {
 		t.Errorf("used %v + idle %v + unmeasured %v != total %v", c.Used, c.Idle, c.Unmeasured, c.Total)

@@ -234,6 +234,10 @@ type Store interface {
 	// GPUMinutes counts, per workload, the one-minute buckets in [from,
 	// to) its GPU series measured, and those it was active in.
 	GPUMinutes(ctx context.Context, from, to time.Time) (map[string]GPUMinutes, error)
+	// GPUEnergy is, per workload, the energy its pods used on their GPUs
+	// in [from, to), in kWh (the telemetry rollups' joules); absent: none
+	// measured.
+	GPUEnergy(ctx context.Context, from, to time.Time) (map[string]float64, error)
 	// WarmSpend lists what machines kept warm cost per node group on each
 	// day (UTC) overlapping [from, to).
 	WarmSpend(ctx context.Context, from, to time.Time) ([]WarmSpend, error)
@@ -361,6 +365,9 @@ type Options struct {
 	// RunURL is how a Job's pods reach Gantry to report their progress
 	// (render.Meta.RunURL); "": they do not.
 	RunURL string
+	// PUE is the power usage effectiveness of a cluster's site (showback's
+	// facility kWh); nil: 1 everywhere.
+	PUE func(cluster string) float64
 	// NodeGroups refuse launches their class's groups could never hold
 	// (an empty set: none declared, nothing refused for size).
 	NodeGroups *nodegroup.Set
@@ -413,7 +420,7 @@ func New(o Options) (*Service, error) {
 		s.log = slog.Default()
 	}
 	var err error
-	if s.meter, err = NewMeter(MeterOptions{Store: o.Store, Templates: o.Templates, Now: s.now}); err != nil {
+	if s.meter, err = NewMeter(MeterOptions{Store: o.Store, Templates: o.Templates, Now: s.now, PUE: o.PUE}); err != nil {
 		return nil, err
 	}
 	if o.KBSURL != "" {

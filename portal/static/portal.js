@@ -951,6 +951,12 @@ async function teamPage(team) {
         el('p', { id: 'budget-text', text: money(b.spent) + ' of ' + money(b.amount) + ' spent, ' + new Date(b.from).toLocaleDateString() + ' to ' + new Date(b.to).toLocaleDateString() + '; at the limit: ' + b.atLimit + (b.banner ? '. ' + b.banner : '') })]
         : [el('p', { id: 'budget-text', text: 'No budget is set for this team (policy/bindings.yaml, teams.' + team + '.budget).' })]));
     } catch (err) { budgetBox.replaceChildren(el('p', { text: err.message })); }
+    // The month's cost and energy (docs/energy.md).
+    try {
+      const r = await api('GET', '/api/v1/teams/' + q + '/report');
+      document.getElementById('month-text').textContent = money(r.total) + ' in ' + r.month + ', of which ' + money(r.idle) + ' while the GPUs idled; ' +
+        r.kWh.toFixed(1) + ' kWh on the GPUs (' + r.facilityKWh.toFixed(1) + ' kWh at the facility, with its PUE).';
+    } catch (err) { document.getElementById('month-text').textContent = err.message; }
 
     // Not while a reason is being typed: the rows would be rebuilt under it.
     const typing = [...document.querySelectorAll('#approvals input')].some((i) => i.value || i === document.activeElement);

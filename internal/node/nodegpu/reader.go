@@ -45,6 +45,11 @@ type Reader struct {
 	// the inventory and then the samples of one pass, one walk serves both.
 	walked   []gpu
 	walkedAt time.Time
+	// gpuEnergy is each MIG GPU's energy counter at the last pass (mJ);
+	// migEnergy each of its instances' share of what it used since the
+	// agent started (mJ): the instances' energy counters (SplitMIG).
+	gpuEnergy map[string]float64
+	migEnergy map[string]float64
 }
 
 // walkReuse is how long a walk serves later calls of the same pass.
@@ -81,7 +86,8 @@ func Open(lib Metrics) (*Reader, error) {
 		}
 		return nil, fmt.Errorf("NVML init: %s", errorString(ret))
 	}
-	r := &Reader{lib: lib, gpm: map[string]nvml.GpmSample{}, lastPID: map[string]uint64{}, noGPM: map[string]string{}, missing: map[string]map[missKey]missed{}}
+	r := &Reader{lib: lib, gpm: map[string]nvml.GpmSample{}, lastPID: map[string]uint64{}, noGPM: map[string]string{}, missing: map[string]map[missKey]missed{},
+		gpuEnergy: map[string]float64{}, migEnergy: map[string]float64{}}
 	if set, ret := lib.EventSetCreate(); ret == nvml.SUCCESS {
 		n, _ := lib.DeviceGetCount()
 		registered := 0
@@ -280,16 +286,19 @@ func (r *Reader) Sample(ctx context.Context, now time.Time) ([]agent.DeviceSampl
 			out = append(out, parent)
 			continue
 		}
+		var insts []agent.DeviceSample
 		for _, m := range g.migs {
 			s := r.readDevice(m.h, m.dev.ID(), m.dev, &m, g)
 			// Device-wide readings: the GPU's temperature and clock hold
-			// for its instances; its power cannot be split, so it is not
-			// given to them.
+			// for its instances.
 			for _, m := range []telemetry.Metric{telemetry.Temperature, telemetry.SMClock, telemetry.PowerThrottled, telemetry.ThermalThrottled} {
 				s.Values[m] = parent.Values[m]
 			}
-			out = append(out, s)
+			insts = append(insts, s)
 		}
+		// Its power and energy, split among its instances as they use it.
+		r.splitMIG(g.state.GPU, parent.Values, insts)
+		out = append(out, insts...)
 	}
 	return out, nil
 }

@@ -218,12 +218,18 @@ func TestReaderSamples(t *testing.T) {
 		t.Errorf("processes: %+v", p)
 	}
 	// MIG instances: their own memory and GPM (by GPU instance id), the
-	// GPU's temperature, no power of their own; the parent is not a sample.
+	// GPU's temperature, and its power split as they use it (both at SM
+	// activity 0.45: 1 slice of 4 — 1g.10gb beside 3g.40gb — is a quarter
+	// of 612 W); their energy counters start at the agent's first pass.
+	// The parent is not a sample.
 	a := got["MIG-a"]
 	if a.Device.MIG == nil || a.Device.MIG.Profile != "1g.10gb" || a.Device.MIG.InstanceID != 9 || a.Device.GPU != "GPU-mig" ||
 		a.Values[telemetry.SMActive] != 0.45 || a.Values[telemetry.FBUsed] != 9<<10 || a.Values[telemetry.Temperature] != 63 ||
-		!math.IsNaN(a.Values[telemetry.Power]) || !math.IsNaN(a.Values[telemetry.GPUUtil]) {
+		a.Values[telemetry.Power] != 153 || a.Values[telemetry.Energy] != 0 || !math.IsNaN(a.Values[telemetry.GPUUtil]) {
 		t.Errorf("MIG-a: %+v %v", a.Device, a.Values)
+	}
+	if b := got["MIG-b"].Values; b[telemetry.Power] != 459 {
+		t.Errorf("MIG-b's power %v, want 459 (three quarters of 612 W)", b[telemetry.Power])
 	}
 	if _, ok := got["GPU-mig"]; ok {
 		t.Error("a GPU with MIG on is sampled by its instances, not itself")

@@ -47,7 +47,7 @@ var (
 		for _, c := range metricCols {
 			cols = append(cols, c+"_avg", c+"_max", c+"_p95")
 		}
-		return strings.Join(cols, ", ")
+		return strings.Join(append(cols, "joules"), ", ")
 	}()
 	seriesCols = "id, node, device, gpu, gpu_index, model, mig_profile, mig_instance, namespace, pod, container, workload, attribution"
 )
@@ -250,7 +250,7 @@ func scanSample(r store.Scanner) (telemetry.Sample, error) {
 	if err := r.Scan(dest...); err != nil {
 		return telemetry.Sample{}, err
 	}
-	sm := telemetry.Sample{Series: id, Time: fromMS(t), Values: telemetry.NoValues()}
+	sm := telemetry.Sample{Series: id, Time: fromMS(t), Share: share, Values: telemetry.NoValues()}
 	for i, v := range vals {
 		if v.Valid {
 			sm.Values[i] = v.Float64
@@ -290,7 +290,7 @@ func (s *Store) WriteRollups(ctx context.Context, res time.Duration, p telemetry
 		if _, err := tx.ExecContext(ctx, s.db.Q(`DELETE FROM gpu_rollups WHERE res = ? AND bucket = ?`), r64, ms(p.Bucket)); err != nil {
 			return err
 		}
-		ncols := 4 + 3*len(metricCols)
+		ncols := 5 + 3*len(metricCols)
 		for start := 0; start < len(rs); start += rowsPerInsert {
 			end := min(start+rowsPerInsert, len(rs))
 			args := make([]any, 0, (end-start)*ncols)
@@ -299,6 +299,7 @@ func (s *Store) WriteRollups(ctx context.Context, res time.Duration, p telemetry
 				for m := range metricCols {
 					args = append(args, nullFloat(r.Avg[m]), nullFloat(r.Max[m]), nullFloat(r.P95[m]))
 				}
+				args = append(args, nullFloat(r.Joules))
 			}
 			if _, err := tx.ExecContext(ctx, s.db.Q(`INSERT INTO gpu_rollups (res, `+rollupCols+`) VALUES `+placeholders(end-start, ncols)), args...); err != nil {
 				return fmt.Errorf("rollups: %w", err)
@@ -418,8 +419,8 @@ func (s *Store) Samples(ctx context.Context, series []int64, from, to time.Time,
 
 func scanRollup(r store.Scanner) (telemetry.Rollup, error) {
 	var id, bucket int64
-	ro := telemetry.Rollup{Avg: telemetry.NoValues(), Max: telemetry.NoValues(), P95: telemetry.NoValues()}
-	vals := make([]sql.NullFloat64, 3*len(metricCols))
+	ro := telemetry.Rollup{Avg: telemetry.NoValues(), Max: telemetry.NoValues(), P95: telemetry.NoValues(), Joules: math.NaN()}
+	vals := make([]sql.NullFloat64, 3*len(metricCols)+1)
 	dest := []any{&id, &bucket, &ro.N}
 	for i := range vals {
 		dest = append(dest, &vals[i])
@@ -428,6 +429,9 @@ func scanRollup(r store.Scanner) (telemetry.Rollup, error) {
 		return ro, err
 	}
 	ro.Series, ro.Bucket = id, fromMS(bucket)
+	if j := vals[len(vals)-1]; j.Valid {
+		ro.Joules = j.Float64
+	}
 	for m := range metricCols {
 		for j, into := range []*telemetry.Values{&ro.Avg, &ro.Max, &ro.P95} {
 			if v := vals[3*m+j]; v.Valid {

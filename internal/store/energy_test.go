@@ -1,0 +1,141 @@
+package store_test
+
+import (
+	"context"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/gantryhq/gantry/internal/replay"
+	"github.com/gantryhq/gantry/internal/store/stores"
+	"github.com/gantryhq/gantry/internal/telemetry"
+)
+
+// testEnergy: a workload's kWh, from the rollups' joules, is within 2 % of
+// integrating its GPU's power readings over the same window — on a replayed
+// trace pod (the counter), on a GPU without a counter (its power), through
+// a driver reload that restarts the counter, and split by share between two
+// pods that time-slice one GPU; a MIG instance, whose GPU's power is not
+// its own, has none.
+func testEnergy(t *testing.T, s *stores.All) {
+	ctx := context.Background()
+	tr, err := replay.GenAI()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := ""
+	for p := range tr.Series {
+		if time.Duration(tr.Span(p))*time.Second >= replay.TraceDefaultSpan && (pod == "" || p < pod) {
+			pod = p
+		}
+	}
+	start := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	end := start.Add(2 * time.Hour)
+	gpus := []replay.GPU{
+		{UUID: "GPU-e0", Index: 0, Model: "NVIDIA H100 80GB HBM3", MemoryMiB: 81559},
+		{UUID: "GPU-e1", Index: 1, Model: "NVIDIA H100 80GB HBM3", MemoryMiB: 81559},
+		{UUID: "GPU-e2", Index: 2, Model: "NVIDIA H100 80GB HBM3", MemoryMiB: 81559},
+		{UUID: "GPU-e3", Index: 3, Model: "NVIDIA H100 80GB HBM3", MemoryMiB: 81559},
+		{UUID: "GPU-e4", Index: 4, Model: "NVIDIA H100 80GB HBM3", MemoryMiB: 81559, MIG: []replay.MIG{{UUID: "MIG-e4-a", Profile: "3g.40gb", InstanceID: 1}}},
+	}
+	node := replay.NewNode(gpus)
+	compute, err := replay.Lookup("compute-bound", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, dev := range []string{"GPU-e0", "GPU-e1", "GPU-e2", "GPU-e3", "MIG-e4-a"} {
+		p := replay.TraceProfile(tr, pod)
+		if i > 0 {
+			p = compute
+		}
+		if err := node.Play(dev, p, start, uint64(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	key := func(dev telemetry.Device, w, podName string) telemetry.SeriesKey {
+		return telemetry.SeriesKey{Node: "e1", Device: dev, Pod: telemetry.PodRef{Namespace: "gantry-vision", Name: podName, Container: "main"}, Workload: w}
+	}
+	truth := map[string]float64{} // workload → joules by the power readings (trapezoid)
+	last := map[string]telemetry.Values{}
+	var lastAt time.Time
+	var rs []telemetry.Stored
+	offset := 0.0 // GPU-e2's counter after its driver reload
+	for at := start; at.Before(end); at = at.Add(10 * time.Second) {
+		samples, err := node.Sample(ctx, at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, sm := range samples {
+			v := sm.Values
+			var stored []telemetry.Stored
+			switch id := sm.Device.ID(); id {
+			case "GPU-e0": // a trace pod, the counter
+				stored = append(stored, telemetry.Stored{Series: key(sm.Device, "en-trace", "p0"), Time: at, Share: 1, Values: v})
+			case "GPU-e1": // no counter: power only
+				v[telemetry.Energy] = math.NaN()
+				stored = append(stored, telemetry.Stored{Series: key(sm.Device, "en-power", "p1"), Time: at, Share: 1, Values: v})
+			case "GPU-e2": // the driver reloads an hour in: the counter starts again
+				if at.Sub(start) == time.Hour {
+					offset = v[telemetry.Energy]
+				}
+				v[telemetry.Energy] -= offset
+				stored = append(stored, telemetry.Stored{Series: key(sm.Device, "en-reload", "p2"), Time: at, Share: 1, Values: v})
+			case "GPU-e3": // time-sliced by two pods
+				stored = append(stored, telemetry.Stored{Series: key(sm.Device, "en-a", "pa"), Time: at, Share: 0.3, Values: v},
+					telemetry.Stored{Series: key(sm.Device, "en-b", "pb"), Time: at, Share: 0.7, Values: v})
+			default: // the MIG instance
+				stored = append(stored, telemetry.Stored{Series: key(sm.Device, "en-mig", "pm"), Time: at, Share: 1, Values: v})
+			}
+			for _, st := range stored {
+				w := st.Series.Workload
+				if p0, ok := last[w]; ok && !math.IsNaN(p0[telemetry.Power]) {
+					truth[w] += (p0[telemetry.Power] + st.Values[telemetry.Power]) / 2 * at.Sub(lastAt).Seconds() * st.Share
+				}
+				last[w] = st.Values
+			}
+			rs = append(rs, stored...)
+		}
+		lastAt = at
+	}
+	if err := s.AppendSamples(ctx, rs); err != nil {
+		t.Fatal(err)
+	}
+	svc, err := telemetry.New(telemetry.Options{Store: s.Telemetry, Now: func() time.Time { return end.Add(time.Hour) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		n, err := svc.RollUp(ctx, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+	}
+	got, err := s.GPUEnergy(ctx, start, end.Add(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{"en-trace", "en-power", "en-reload", "en-a", "en-b"} {
+		want := telemetry.KWh(truth[w])
+		if want <= 0 || math.Abs(got[w]-want) > 0.02*want {
+			t.Errorf("%s: %.4f kWh, want %.4f (±2 %%, the power readings integrated)", w, got[w], want)
+		}
+		t.Logf("%s: %.4f kWh against %.4f by the power readings (%+.2f %%)", w, got[w], want, 100*(got[w]-want)/want)
+	}
+	if a, b := got["en-a"], got["en-b"]; math.Abs(a/(a+b)-0.3) > 0.001 {
+		t.Errorf("the shared GPU split %.4f / %.4f, want 0.3 / 0.7", a, b)
+	}
+	if _, ok := got["en-mig"]; ok {
+		t.Errorf("a MIG instance measured %v kWh: its GPU's power is not its own", got["en-mig"])
+	}
+	// A window holds the energy of the intervals that end in it.
+	half, err := s.GPUEnergy(ctx, start, start.Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := half["en-power"] / got["en-power"]; r < 0.45 || r > 0.55 {
+		t.Errorf("the first hour holds %.3f of two hours' steady energy", r)
+	}
+}

@@ -46,6 +46,7 @@ fuzz: ## every fuzzer for FUZZTIME each (default 10 minutes; CI runs short ones)
 	$(GO) test -run='^$$' -fuzz=FuzzCheck -fuzztime=$(FUZZTIME) ./internal/jsonscan
 	$(GO) test -run='^$$' -fuzz=FuzzFrames -fuzztime=$(FUZZTIME) ./internal/interactive
 	$(GO) test -run='^$$' -fuzz=FuzzWorkloadJSON -fuzztime=$(FUZZTIME) ./api
+	$(GO) test -run='^$$' -fuzz=FuzzParseProfiles -fuzztime=$(FUZZTIME) ./internal/carbon
 
 screenshots: ## refresh docs/portal/*.png: the portal's main pages, from its browser test on a local cluster
 	mkdir -p docs/portal

@@ -85,10 +85,14 @@ func (s *server) GetTeamReport(ctx context.Context, req gen.GetTeamReportRequest
 	if err != nil {
 		return nil, err
 	}
+	rated := r.CarbonSource != ""
 	out := model.TeamReport{Team: t.String(), Month: r.From.Format("2006-01"), From: r.From, To: r.To, Currency: model.TeamReportCurrencyUSD,
 		Total: r.Total, Used: r.Used, Idle: r.Idle, Unmeasured: r.Unmeasured, KWh: r.KWh, FacilityKWh: r.FacilityKWh,
-		ByUser: s.namedLines(ctx, costLines(r.ByUser)), ByTemplate: costLines(r.ByTemplate), ByGpuClass: costLines(r.ByGPUClass), ByCostCenter: costLines(r.ByCostCenter),
+		ByUser: s.namedLines(ctx, costLines(r.ByUser, rated)), ByTemplate: costLines(r.ByTemplate, rated), ByGpuClass: costLines(r.ByGPUClass, rated), ByCostCenter: costLines(r.ByCostCenter, rated),
 		Alerts: []model.BudgetAlert{}}
+	if rated {
+		out.KgCO2e, out.UnratedKWh, out.CarbonSource = &r.KgCO2e, &r.UnratedKWh, &r.CarbonSource
+	}
 	if r.Budget != nil {
 		out.Budget = ptr(budgetOut(*r.Budget, nil))
 	}

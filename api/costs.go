@@ -41,7 +41,10 @@ func (s *server) GetCosts(ctx context.Context, req gen.GetCostsRequestObject) (g
 		return gen.GetCosts200TextcsvResponse{Body: &b, ContentLength: int64(b.Len())}, nil
 	}
 	out := model.CostReport{From: c.From, To: c.To, GroupBy: c.GroupBy, Currency: model.CostReportCurrencyUSD, Total: c.Total,
-		Used: c.Used, Idle: c.Idle, Unmeasured: c.Unmeasured, KWh: c.KWh, FacilityKWh: c.FacilityKWh, Items: costLines(c.Lines)}
+		Used: c.Used, Idle: c.Idle, Unmeasured: c.Unmeasured, KWh: c.KWh, FacilityKWh: c.FacilityKWh, Items: costLines(c.Lines, c.CarbonSource != "")}
+	if c.CarbonSource != "" {
+		out.KgCO2e, out.UnratedKWh, out.CarbonSource = &c.KgCO2e, &c.UnratedKWh, &c.CarbonSource
+	}
 	if c.GroupBy == "user" {
 		s.userNames(ctx, out.Items)
 	}
@@ -78,11 +81,17 @@ func (s *server) userNames(ctx context.Context, lines []model.CostLine) {
 	}
 }
 
-func costLines(lines []workload.CostLine) []model.CostLine {
+// costLines converts lines, with their carbon when rated (a carbon source
+// answered).
+func costLines(lines []workload.CostLine, rated bool) []model.CostLine {
 	out := []model.CostLine{}
 	for _, l := range lines {
-		out = append(out, model.CostLine{Key: l.Key, Cost: l.Cost, GpuHours: l.GPUHours, Workloads: l.Workloads, Used: l.Used, Idle: l.Idle, Unmeasured: l.Unmeasured,
-			KWh: l.KWh, FacilityKWh: l.FacilityKWh})
+		line := model.CostLine{Key: l.Key, Cost: l.Cost, GpuHours: l.GPUHours, Workloads: l.Workloads, Used: l.Used, Idle: l.Idle, Unmeasured: l.Unmeasured,
+			KWh: l.KWh, FacilityKWh: l.FacilityKWh}
+		if rated {
+			line.KgCO2e = &l.KgCO2e
+		}
+		out = append(out, line)
 	}
 	return out
 }

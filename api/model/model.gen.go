@@ -1332,6 +1332,9 @@ type CostLine struct {
 	// Key The team, user, template, GPU class, cost center or node group (empty: none).
 	Key string `json:"key"`
 
+	// KgCO2e The facility's energy times the grid's carbon intensity where and when it was used; absent without a carbon source (energy.carbonProfiles, energy.carbonSDK).
+	KgCO2e *float64 `json:"kgCO2e,omitempty"`
+
 	// Name With groupBy=user: how the user's provider names them (name and e-mail).
 	Name *string `json:"name,omitempty"`
 
@@ -1347,7 +1350,9 @@ type CostLine struct {
 
 // CostReport defines model for CostReport.
 type CostReport struct {
-	Currency CostReportCurrency `json:"currency"`
+	// CarbonSource Where the carbon intensities came from (a profiles file, a Carbon Aware SDK); absent without one.
+	CarbonSource *string            `json:"carbonSource,omitempty"`
+	Currency     CostReportCurrency `json:"currency"`
 
 	// FacilityKWh kWh times the PUE of each run's site.
 	FacilityKWh float64   `json:"facilityKWh"`
@@ -1361,6 +1366,9 @@ type CostReport struct {
 	// KWh Energy the workloads' pods used on their GPUs in the period (docs/energy.md).
 	KWh float64 `json:"kWh"`
 
+	// KgCO2e The carbon of the facility's energy (carbonSource); absent without a carbon source.
+	KgCO2e *float64 `json:"kgCO2e,omitempty"`
+
 	// PlatformIdle The reserved groups' idle cost and the warm machines' cost in all: paid, charged to no team.
 	PlatformIdle *float64 `json:"platformIdle,omitempty"`
 
@@ -1371,6 +1379,9 @@ type CostReport struct {
 
 	// Unmeasured Of total, without GPU samples.
 	Unmeasured float64 `json:"unmeasured"`
+
+	// UnratedKWh Facility kWh of hours the carbon source had no figure for, left out of kgCO2e; absent without a carbon source.
+	UnratedKWh *float64 `json:"unratedKWh,omitempty"`
 
 	// Used Of total, while the GPUs were active.
 	Used float64 `json:"used"`
@@ -2269,12 +2280,15 @@ type TeamAdvice struct {
 // TeamReport A team's month.
 type TeamReport struct {
 	// Alerts The budget alerts of the month, as they went out.
-	Alerts       []BudgetAlert      `json:"alerts"`
-	Budget       *Budget            `json:"budget,omitempty"`
-	ByCostCenter []CostLine         `json:"byCostCenter"`
-	ByGpuClass   []CostLine         `json:"byGpuClass"`
-	ByTemplate   []CostLine         `json:"byTemplate"`
-	ByUser       []CostLine         `json:"byUser"`
+	Alerts       []BudgetAlert `json:"alerts"`
+	Budget       *Budget       `json:"budget,omitempty"`
+	ByCostCenter []CostLine    `json:"byCostCenter"`
+	ByGpuClass   []CostLine    `json:"byGpuClass"`
+	ByTemplate   []CostLine    `json:"byTemplate"`
+	ByUser       []CostLine    `json:"byUser"`
+
+	// CarbonSource Where the carbon intensities came from (a profiles file, a Carbon Aware SDK); absent without one.
+	CarbonSource *string            `json:"carbonSource,omitempty"`
 	Currency     TeamReportCurrency `json:"currency"`
 
 	// FacilityKWh kWh times the PUE of each run's site.
@@ -2285,6 +2299,9 @@ type TeamReport struct {
 	// KWh Energy the team's workloads used on their GPUs in the month (docs/energy.md).
 	KWh float64 `json:"kWh"`
 
+	// KgCO2e The carbon of the facility's energy (carbonSource); absent without a carbon source.
+	KgCO2e *float64 `json:"kgCO2e,omitempty"`
+
 	// Month YYYY-MM (UTC).
 	Month string `json:"month"`
 
@@ -2293,7 +2310,10 @@ type TeamReport struct {
 	To         time.Time `json:"to"`
 	Total      float64   `json:"total"`
 	Unmeasured float64   `json:"unmeasured"`
-	Used       float64   `json:"used"`
+
+	// UnratedKWh Facility kWh of hours the carbon source had no figure for, left out of kgCO2e; absent without a carbon source.
+	UnratedKWh *float64 `json:"unratedKWh,omitempty"`
+	Used       float64  `json:"used"`
 }
 
 // TeamReportCurrency defines model for TeamReport.Currency.

@@ -392,6 +392,13 @@ func costCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		fmt.Fprintf(tw, "total\t$%.2f\t$%.2f\t$%.2f\t$%.2f\t\t\t%.1f\t%.1f\n", c.Total, c.Used, c.Idle, c.Unmeasured, c.KWh, c.FacilityKWh)
 		tw.Flush()
+		if c.CarbonSource != nil {
+			fmt.Fprintf(stdout, "carbon: %.1f kg CO2e of the facility's energy, by %s", deref(c.KgCO2e), *c.CarbonSource)
+			if u := deref(c.UnratedKWh); u > 0 {
+				fmt.Fprintf(stdout, " (%.1f kWh in hours it had no figure for, left out)", u)
+			}
+			fmt.Fprintln(stdout)
+		}
 		if c.Reserved != nil && len(*c.Reserved) > 0 {
 			fmt.Fprintln(stdout, "\nReserved node groups (paid whether used or not; idle is the platform's cost):")
 			tw = tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)

@@ -125,6 +125,15 @@ type Energy struct {
 	// Gantry drives (worker clusters state theirs in the clusters file):
 	// facility kWh = GPU kWh × PUE.
 	PUE float64 `json:"pue"`
+	// Location is where the cluster Gantry drives draws its power, as the
+	// carbon source names it (a site of the profiles file, or a Carbon
+	// Aware SDK location such as westus); worker clusters are at their
+	// region. CarbonProfiles is a file of static hourly profiles per site;
+	// CarbonSDK a Carbon Aware SDK Web API's base URL (used when set).
+	// Neither: no carbon figures.
+	Location       string `json:"location"`
+	CarbonProfiles string `json:"carbonProfiles"`
+	CarbonSDK      string `json:"carbonSDK"`
 }
 
 // Telemetry configures the GPU metrics gantry-agent pushes.
@@ -668,6 +677,9 @@ func (c *Config) validateTelemetry(errs *fault.List) {
 	}
 	if p := c.Energy.PUE; p < 1 || p > 3 {
 		errs.Addf("energy.pue", "%g: a power usage effectiveness from 1 to 3", p)
+	}
+	if u := c.Energy.CarbonSDK; u != "" && !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
+		errs.Addf("energy.carbonSDK", "%q must be an http(s) URL", u)
 	}
 	switch t.Quarantine {
 	case "NoSchedule", "NoExecute", "off":

@@ -20,6 +20,7 @@ import (
 	"github.com/gantryhq/gantry/internal/authz"
 	"github.com/gantryhq/gantry/internal/budget"
 	"github.com/gantryhq/gantry/internal/capacity"
+	"github.com/gantryhq/gantry/internal/carbon"
 	"github.com/gantryhq/gantry/internal/config"
 	"github.com/gantryhq/gantry/internal/estimate"
 	"github.com/gantryhq/gantry/internal/fleet"
@@ -126,7 +127,10 @@ func (s *Server) governance(ctx context.Context) (err error) {
 	if s.denials, err = audit.NewAggregator(audit.AggregatorOptions{Store: s.Store.Audit, Now: s.clock.Now, Log: s.Log}); err != nil {
 		return err
 	}
-	meter, err := workload.NewMeter(workload.MeterOptions{Store: s.Store.Workloads, Templates: s.Catalog, Now: s.clock.Now, PUE: s.pue})
+	if s.carbon, err = carbonSource(s.Config, s.clock.Now); err != nil {
+		return err
+	}
+	meter, err := workload.NewMeter(workload.MeterOptions{Store: s.Store.Workloads, Templates: s.Catalog, Now: s.clock.Now, PUE: s.pue, Carbon: s.carbon, Location: s.location})
 	if err != nil {
 		return err
 	}
@@ -145,7 +149,7 @@ func (s *Server) governance(ctx context.Context) (err error) {
 func (s *Server) workloadService() (err error) {
 	cfg := s.Config
 	s.checks = []api.Check{{Name: "database", Pinger: s.Store.DB}}
-	wo := workload.Options{PUE: s.pue, Store: s.Store.Workloads, Templates: s.Catalog, Authorizer: s.authz, Images: s.Images, Budgets: s.Budgets, NodeGroups: s.NodeGroups,
+	wo := workload.Options{PUE: s.pue, Carbon: s.carbon, Location: s.location, Store: s.Store.Workloads, Templates: s.Catalog, Authorizer: s.authz, Images: s.Images, Budgets: s.Budgets, NodeGroups: s.NodeGroups,
 		Namespace: func(t team.Name) string { return cfg.NamespacePrefix + t.String() }, KBSURL: cfg.Confidential.KBSURL, Kueue: cfg.Quota.Kueue, RunURL: cfg.RunReportURL(), Log: s.Log, Now: s.clock.Now}
 	// Worker clusters: read from every replica; with Kueue, the cluster is
 	// their MultiKueue manager and Jobs run on them.
@@ -374,4 +378,27 @@ func (s *Server) pue(cluster string) float64 {
 		}
 	}
 	return s.Config.Energy.PUE
+}
+
+// location is where a cluster's site draws its power, as the carbon source
+// names it: energy.location for the cluster Gantry drives, a worker's region.
+func (s *Server) location(cluster string) string {
+	if cluster != "" && s.Fleet != nil {
+		if c, ok := s.Fleet.Get(cluster); ok {
+			return c.Region
+		}
+	}
+	return s.Config.Energy.Location
+}
+
+// carbonSource is the grid carbon intensity source the configuration names
+// (energy.carbonSDK, else energy.carbonProfiles), nil for none.
+func carbonSource(cfg config.Config, now func() time.Time) (carbon.Source, error) {
+	switch {
+	case cfg.Energy.CarbonSDK != "":
+		return carbon.NewSDK(carbon.SDKOptions{URL: cfg.Energy.CarbonSDK, Now: now})
+	case cfg.Energy.CarbonProfiles != "":
+		return carbon.LoadProfiles(cfg.Energy.CarbonProfiles)
+	}
+	return nil, nil
 }

@@ -36,6 +36,7 @@ import (
 	"github.com/gantryhq/gantry/internal/authz"
 	"github.com/gantryhq/gantry/internal/budget"
 	"github.com/gantryhq/gantry/internal/capacity"
+	"github.com/gantryhq/gantry/internal/carbon"
 	"github.com/gantryhq/gantry/internal/catalog"
 	"github.com/gantryhq/gantry/internal/config"
 	"github.com/gantryhq/gantry/internal/controller"
@@ -92,6 +93,9 @@ type Core struct {
 	// platform team's cordons laid over them.
 	Fleet     *fleet.Fleet
 	fileFleet *fleet.Fleet // the file's, as read
+	// carbon rates energy in gCO2e/kWh (energy.carbonSDK or
+	// energy.carbonProfiles; nil: no carbon figures).
+	carbon carbon.Source
 
 	classesStamp string // the class file as it was read (fileStamp)
 

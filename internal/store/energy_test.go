@@ -113,9 +113,26 @@ func testEnergy(t *testing.T, s *stores.All) {
 			break
 		}
 	}
-	got, err := s.GPUEnergy(ctx, start, end.Add(time.Minute))
-	if err != nil {
-		t.Fatal(err)
+	sum := func(from, to time.Time) map[string]float64 {
+		t.Helper()
+		hourly, err := s.GPUEnergy(ctx, from, to)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]float64{}
+		for w, hours := range hourly {
+			for h, k := range hours {
+				if h.Before(from.Truncate(time.Hour)) || !h.Before(to) || h.Minute() != 0 {
+					t.Errorf("%s: an hour %s outside [%s, %s)", w, h, from, to)
+				}
+				out[w] += k
+			}
+		}
+		return out
+	}
+	got := sum(start, end.Add(time.Minute))
+	if hours, _ := s.GPUEnergy(ctx, start, end); len(hours["en-trace"]) != 2 {
+		t.Errorf("en-trace's hours: %v, want two", hours["en-trace"])
 	}
 	for _, w := range []string{"en-trace", "en-power", "en-reload", "en-a", "en-b"} {
 		want := telemetry.KWh(truth[w])
@@ -131,10 +148,7 @@ func testEnergy(t *testing.T, s *stores.All) {
 		t.Errorf("a MIG instance measured %v kWh: its GPU's power is not its own", got["en-mig"])
 	}
 	// A window holds the energy of the intervals that end in it.
-	half, err := s.GPUEnergy(ctx, start, start.Add(time.Hour))
-	if err != nil {
-		t.Fatal(err)
-	}
+	half := sum(start, start.Add(time.Hour))
 	if r := half["en-power"] / got["en-power"]; r < 0.45 || r > 0.55 {
 		t.Errorf("the first hour holds %.3f of two hours' steady energy", r)
 	}

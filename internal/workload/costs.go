@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"slices"
 	"sort"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/gantryhq/gantry/internal/access"
 	"github.com/gantryhq/gantry/internal/budget"
+	"github.com/gantryhq/gantry/internal/carbon"
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/identity"
@@ -71,8 +73,10 @@ type CostLine struct {
 	// KWh is the energy its workloads' pods used on their GPUs in the
 	// period, as the GPUs measured it (a workload's split over its runs by
 	// their hours); FacilityKWh that times the PUE of the site each ran
-	// at. Both 0 where nothing was measured.
-	KWh, FacilityKWh float64
+	// at. Both 0 where nothing was measured. KgCO2e is the facility's
+	// energy times the grid's intensity where and when it was used (0
+	// without a carbon source).
+	KWh, FacilityKWh, KgCO2e float64
 }
 
 // GPUMinutes is a workload's GPU time in a period by one-minute buckets:
@@ -88,7 +92,13 @@ type Costs struct {
 	Total                  float64
 	Used, Idle, Unmeasured float64
 	KWh, FacilityKWh       float64
-	Lines                  []CostLine
+	// KgCO2e is the carbon of the facility's energy (CarbonSource names
+	// where the intensities came from; "": no carbon source, or none
+	// answered); UnratedKWh is facility energy of hours it had no figure
+	// for, left out of KgCO2e.
+	KgCO2e, UnratedKWh float64
+	CarbonSource       string
+	Lines              []CostLine
 	// Reserved is the reserved node groups' cost over the period up to
 	// now, for a caller who may read every team's workloads (nil for
 	// others); PlatformIdle is their idle cost in all.
@@ -199,8 +209,56 @@ func (s *Service) Costs(ctx context.Context, from, to time.Time, groupBy string)
 	return c, nil
 }
 
-// roundKWh rounds energy to the watt-hour.
+// roundKWh rounds energy to the watt-hour (and carbon to the gram).
 func roundKWh(k float64) float64 { return math.Round(k*1000) / 1000 }
+
+// carbonOf is, per workload, the grams of CO2e of its facility energy —
+// each hour's GPU kWh times the PUE and the grid's intensity at the site
+// of the run that covers the hour (its last run's when none does) — and the
+// facility kWh of hours the source had no figure for; source names the
+// source ("" without one, or when it did not answer: the figures are then
+// left out, not guessed, and the failure logged).
+func (m *Meter) carbonOf(ctx context.Context, runs []Run, energy map[string]map[time.Time]float64, from, to time.Time) (grams, unrated map[string]float64, source string) {
+	grams, unrated = map[string]float64{}, map[string]float64{}
+	if m.carbon == nil || len(energy) == 0 {
+		return grams, unrated, ""
+	}
+	byWorkload := map[string][]Run{}
+	for _, r := range runs {
+		byWorkload[r.Workload] = append(byWorkload[r.Workload], r)
+	}
+	rated := map[string]map[time.Time]float64{} // location → hour → gCO2e/kWh
+	for w, hours := range energy {
+		rs := byWorkload[w]
+		if len(rs) == 0 {
+			continue
+		}
+		for h, kwh := range hours {
+			cluster := rs[len(rs)-1].Cluster
+			for _, r := range rs {
+				if !h.Add(time.Hour).Before(r.From) && (r.To.IsZero() || h.Before(r.To)) {
+					cluster = r.Cluster
+					break
+				}
+			}
+			loc := m.location(cluster)
+			in, ok := rated[loc]
+			if !ok {
+				var err error
+				if in, err = m.carbon.Intensity(ctx, loc, from, to); err != nil {
+					slog.WarnContext(ctx, "carbon intensity not read: carbon left out of showback", "location", loc, "source", m.carbon.Name(), "err", err)
+					return map[string]float64{}, map[string]float64{}, ""
+				}
+				rated[loc] = in
+			}
+			facility := kwh * m.pue(cluster)
+			g, u := carbon.Grams(map[time.Time]float64{h: facility}, in)
+			grams[w] += g
+			unrated[w] += u
+		}
+	}
+	return grams, unrated, m.carbon.Name()
+}
 
 // reserved is the reserved node groups' cost in [from, to) up to now,
 // against what runs (every team's) on them were charged.
@@ -253,6 +311,8 @@ type Meter struct {
 	templates Templates
 	now       func() time.Time
 	pue       func(cluster string) float64
+	carbon    carbon.Source
+	location  func(cluster string) string
 }
 
 // MeterOptions are what a Meter is made of; Store, Templates and Now are
@@ -266,6 +326,10 @@ type MeterOptions struct {
 	// PUE is the power usage effectiveness of the site of a cluster (""
 	// the one Gantry drives); nil: 1 everywhere.
 	PUE func(cluster string) float64
+	// Carbon rates energy where (Location: a cluster's location, as the
+	// source names it) and when it was used; nil: no carbon figures.
+	Carbon   carbon.Source
+	Location func(cluster string) string
 }
 
 // NewMeter meters the runs in the store.
@@ -276,7 +340,10 @@ func NewMeter(o MeterOptions) (*Meter, error) {
 	if o.PUE == nil {
 		o.PUE = func(string) float64 { return 1 }
 	}
-	return &Meter{store: o.Store, templates: o.Templates, now: o.Now, pue: o.PUE}, nil
+	if o.Location == nil {
+		o.Location = func(string) string { return "" }
+	}
+	return &Meter{store: o.Store, templates: o.Templates, now: o.Now, pue: o.PUE, carbon: o.Carbon, location: o.Location}, nil
 }
 
 // Spend implements budget.Spender: what team's workloads cost in [from,
@@ -298,8 +365,15 @@ func (m *Meter) Spend(ctx context.Context, t team.Name, from, to time.Time) (flo
 // and groups them by groupBy, biggest first. With minutes, each workload's
 // cost is split into used, idle and unmeasured by the shares of its running
 // minutes in the period that its GPU series measured active and idle.
-func (m *Meter) group(ctx context.Context, runs []Run, from, to time.Time, groupBy string, minutes map[string]GPUMinutes, energy map[string]float64) Costs {
+func (m *Meter) group(ctx context.Context, runs []Run, from, to time.Time, groupBy string, minutes map[string]GPUMinutes, energy map[string]map[time.Time]float64) Costs {
 	now := m.now().UTC()
+	kwhOf := map[string]float64{}
+	for w, hours := range energy {
+		for _, k := range hours {
+			kwhOf[w] += k
+		}
+	}
+	grams, unrated, source := m.carbonOf(ctx, runs, energy, from, to)
 	clip := func(r Run) (float64, bool) { return m.clip(r, from, to, now) }
 	running := map[string]float64{} // workload → hours Running in the period
 	if minutes != nil || energy != nil {
@@ -365,13 +439,17 @@ func (m *Meter) group(ctx context.Context, runs []Run, from, to time.Time, group
 			out.Idle += cost * idle
 			out.Unmeasured += cost * (1 - used - idle)
 		}
-		if kwh := energy[r.Workload]; kwh > 0 && running[r.Workload] > 0 {
-			// A workload's energy split over its runs by their hours.
-			part := kwh * hours / running[r.Workload]
-			l.KWh += part
-			l.FacilityKWh += part * m.pue(r.Cluster)
-			out.KWh += part
-			out.FacilityKWh += part * m.pue(r.Cluster)
+		if kwh := kwhOf[r.Workload]; kwh > 0 && running[r.Workload] > 0 {
+			// A workload's energy (and carbon) split over its runs by
+			// their hours.
+			f := hours / running[r.Workload]
+			l.KWh += kwh * f
+			l.FacilityKWh += kwh * f * m.pue(r.Cluster)
+			l.KgCO2e += grams[r.Workload] * f / 1000
+			out.KWh += kwh * f
+			out.FacilityKWh += kwh * f * m.pue(r.Cluster)
+			out.KgCO2e += grams[r.Workload] * f / 1000
+			out.UnratedKWh += unrated[r.Workload] * f
 		}
 		if !seen[key][r.Workload] {
 			seen[key][r.Workload] = true
@@ -379,10 +457,10 @@ func (m *Meter) group(ctx context.Context, runs []Run, from, to time.Time, group
 		}
 		out.Total += cost
 	}
-	out.KWh, out.FacilityKWh = roundKWh(out.KWh), roundKWh(out.FacilityKWh)
+	out.KWh, out.FacilityKWh, out.KgCO2e, out.UnratedKWh, out.CarbonSource = roundKWh(out.KWh), roundKWh(out.FacilityKWh), roundKWh(out.KgCO2e), roundKWh(out.UnratedKWh), source
 	for _, l := range byKey {
 		l.Cost, l.GPUHours = budget.Round(l.Cost), math.Round(l.GPUHours*1000)/1000
-		l.KWh, l.FacilityKWh = roundKWh(l.KWh), roundKWh(l.FacilityKWh)
+		l.KWh, l.FacilityKWh, l.KgCO2e = roundKWh(l.KWh), roundKWh(l.FacilityKWh), roundKWh(l.KgCO2e)
 		l.Used, l.Idle, l.Unmeasured = budget.Round(l.Used), budget.Round(l.Idle), budget.Round(l.Unmeasured)
 		out.Lines = append(out.Lines, *l)
 	}
@@ -429,7 +507,8 @@ type TeamReport struct {
 	Team                                         team.Name
 	From, To                                     time.Time
 	Total, Used, Idle, Unmeasured                float64
-	KWh, FacilityKWh                             float64
+	KWh, FacilityKWh, KgCO2e, UnratedKWh         float64
+	CarbonSource                                 string
 	ByUser, ByTemplate, ByGPUClass, ByCostCenter []CostLine
 	Budget                                       *budget.Status // nil: no monthly budget
 	Alerts                                       []budget.Alert
@@ -464,7 +543,7 @@ func (s *Service) TeamReport(ctx context.Context, t team.Name, at time.Time) (Te
 		c := s.meter.group(ctx, runs, from, to, g.by, minutes, energy)
 		*g.into = c.Lines
 		r.Total, r.Used, r.Idle, r.Unmeasured = c.Total, c.Used, c.Idle, c.Unmeasured
-		r.KWh, r.FacilityKWh = c.KWh, c.FacilityKWh
+		r.KWh, r.FacilityKWh, r.KgCO2e, r.UnratedKWh, r.CarbonSource = c.KWh, c.FacilityKWh, c.KgCO2e, c.UnratedKWh, c.CarbonSource
 	}
 	if r.Budget, r.Alerts, err = s.budgets.Month(ctx, t, r.Total, from, to); err != nil {
 		return TeamReport{}, err

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gantryhq/gantry/internal/carbon"
 	"github.com/gantryhq/gantry/internal/catalog"
 	"github.com/gantryhq/gantry/internal/devregistry"
 	"github.com/gantryhq/gantry/internal/fault"
@@ -436,7 +437,14 @@ func TestReconcileAppliesATrialsRunAsRecorded(t *testing.T) {
 // was Running, across an eviction and a stop, on a fixed clock; the record
 // keeps it through the store.
 func TestMetering(t *testing.T) {
-	h := newHarnessWith(t, nil, false, func(o *workload.Options) { o.PUE = func(string) float64 { return 1.4 } })
+	profiles, err := carbon.ParseProfiles("carbon.yaml", []byte("apiVersion: gantry.dev/v1\nkind: CarbonProfiles\nsites:\n  eu-west: ["+strings.Repeat("200, ", 23)+"200]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarnessWith(t, nil, false, func(o *workload.Options) {
+		o.PUE = func(string) float64 { return 1.4 }
+		o.Carbon, o.Location = profiles, func(string) string { return "eu-west" }
+	})
 	ctx := asAlice()
 	classes, _, err := template.LoadCatalog("../../templates")
 	if err != nil {
@@ -568,6 +576,10 @@ func TestMetering(t *testing.T) {
 	}
 	if c.KWh != 0.7 || c.FacilityKWh != 0.98 {
 		t.Errorf("total %v kWh, %v facility kWh; want 0.7 and 0.98 (PUE 1.4)", c.KWh, c.FacilityKWh)
+	}
+	// 0.98 facility kWh at 200 gCO2e/kWh.
+	if c.KgCO2e != 0.196 || c.UnratedKWh != 0 || !strings.Contains(c.CarbonSource, "carbon.yaml") {
+		t.Errorf("carbon %v kg (%v kWh unrated) from %q; want 0.196 kg from the profiles", c.KgCO2e, c.UnratedKWh, c.CarbonSource)
 	}
 	if math.Abs(c.Used+c.Idle+c.Unmeasured-c.Total) > 0.02 {
 		t.Errorf("used %v + idle %v + unmeasured %v != total %v", c.Used, c.Idle, c.Unmeasured, c.Total)

@@ -24,6 +24,7 @@ import (
 
 	"github.com/gantryhq/gantry/internal/access"
 	"github.com/gantryhq/gantry/internal/budget"
+	"github.com/gantryhq/gantry/internal/carbon"
 	"github.com/gantryhq/gantry/internal/catalog"
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/gpu"
@@ -235,9 +236,9 @@ type Store interface {
 	// to) its GPU series measured, and those it was active in.
 	GPUMinutes(ctx context.Context, from, to time.Time) (map[string]GPUMinutes, error)
 	// GPUEnergy is, per workload, the energy its pods used on their GPUs
-	// in [from, to), in kWh (the telemetry rollups' joules); absent: none
-	// measured.
-	GPUEnergy(ctx context.Context, from, to time.Time) (map[string]float64, error)
+	// in [from, to), in kWh by hour (UTC, its start; the telemetry
+	// rollups' joules); absent: none measured.
+	GPUEnergy(ctx context.Context, from, to time.Time) (map[string]map[time.Time]float64, error)
 	// WarmSpend lists what machines kept warm cost per node group on each
 	// day (UTC) overlapping [from, to).
 	WarmSpend(ctx context.Context, from, to time.Time) ([]WarmSpend, error)
@@ -368,6 +369,10 @@ type Options struct {
 	// PUE is the power usage effectiveness of a cluster's site (showback's
 	// facility kWh); nil: 1 everywhere.
 	PUE func(cluster string) float64
+	// Carbon rates energy in gCO2e/kWh where (Location: a cluster's, ""
+	// the one Gantry drives) and when it was used; nil: no carbon figures.
+	Carbon   carbon.Source
+	Location func(cluster string) string
 	// NodeGroups refuse launches their class's groups could never hold
 	// (an empty set: none declared, nothing refused for size).
 	NodeGroups *nodegroup.Set
@@ -420,7 +425,7 @@ func New(o Options) (*Service, error) {
 		s.log = slog.Default()
 	}
 	var err error
-	if s.meter, err = NewMeter(MeterOptions{Store: o.Store, Templates: o.Templates, Now: s.now, PUE: o.PUE}); err != nil {
+	if s.meter, err = NewMeter(MeterOptions{Store: o.Store, Templates: o.Templates, Now: s.now, PUE: o.PUE, Carbon: o.Carbon, Location: o.Location}); err != nil {
 		return nil, err
 	}
 	if o.KBSURL != "" {

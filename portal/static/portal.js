@@ -955,7 +955,8 @@ async function teamPage(team) {
     try {
       const r = await api('GET', '/api/v1/teams/' + q + '/report');
       document.getElementById('month-text').textContent = money(r.total) + ' in ' + r.month + ', of which ' + money(r.idle) + ' while the GPUs idled; ' +
-        r.kWh.toFixed(1) + ' kWh on the GPUs (' + r.facilityKWh.toFixed(1) + ' kWh at the facility, with its PUE).';
+        r.kWh.toFixed(1) + ' kWh on the GPUs (' + r.facilityKWh.toFixed(1) + ' kWh at the facility, with its PUE)' +
+        (r.carbonSource ? ', ' + r.kgCO2e.toFixed(1) + ' kg CO2e by ' + r.carbonSource + '.' : '.');
     } catch (err) { document.getElementById('month-text').textContent = err.message; }
 
     // Not while a reason is being typed: the rows would be rebuilt under it.

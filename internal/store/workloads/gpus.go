@@ -62,24 +62,29 @@ func (s *Store) GPUMinutes(ctx context.Context, from, to time.Time) (map[string]
 }
 
 // GPUEnergy implements workload.Store: per workload, the joules of its
-// series' one-minute rollups in [from, to), in kWh.
-func (s *Store) GPUEnergy(ctx context.Context, from, to time.Time) (map[string]float64, error) {
-	rows, err := s.db.Read().QueryContext(ctx, s.db.Q(`SELECT r.workload, SUM(g.joules)
+// series' one-minute rollups in [from, to), in kWh by hour.
+func (s *Store) GPUEnergy(ctx context.Context, from, to time.Time) (map[string]map[time.Time]float64, error) {
+	const hour = int64(time.Hour / time.Millisecond)
+	rows, err := s.db.Read().QueryContext(ctx, s.db.Q(`SELECT r.workload, g.bucket - g.bucket % ?, SUM(g.joules)
 		FROM gpu_rollups g JOIN gpu_series r ON r.id = g.series_id
 		WHERE g.res = ? AND g.bucket >= ? AND g.bucket < ? AND r.workload <> '' AND g.joules IS NOT NULL
-		GROUP BY r.workload`), int64(telemetry.Minute/time.Second), from.UnixMilli(), to.UnixMilli())
+		GROUP BY r.workload, g.bucket - g.bucket % ?`), hour, int64(telemetry.Minute/time.Second), from.UnixMilli(), to.UnixMilli(), hour)
 	if err != nil {
 		return nil, fmt.Errorf("GPU energy: %w", err)
 	}
 	defer rows.Close()
-	out := map[string]float64{}
+	out := map[string]map[time.Time]float64{}
 	for rows.Next() {
 		var id string
+		var h int64
 		var j float64
-		if err := rows.Scan(&id, &j); err != nil {
+		if err := rows.Scan(&id, &h, &j); err != nil {
 			return nil, fmt.Errorf("GPU energy: %w", err)
 		}
-		out[id] = telemetry.KWh(j)
+		if out[id] == nil {
+			out[id] = map[time.Time]float64{}
+		}
+		out[id][time.UnixMilli(h).UTC()] += telemetry.KWh(j)
 	}
 	return out, rows.Err()
 }

@@ -1,0 +1,208 @@
+package carbon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gantryhq/gantry/internal/fault"
+)
+
+// SDK is a Source that asks a Carbon Aware SDK Web API
+// (`GET /emissions/bylocation?location=L&time=FROM&toTime=TO`, an array of
+// `{location, time, rating, duration}`, rating in gCO2e/kWh) for the
+// emissions of the hours it has not cached. A past hour's figure is kept
+// for Keep; the current hour's is asked again after Refresh.
+type SDK struct {
+	base    *url.URL
+	client  *http.Client
+	now     func() time.Time
+	keep    time.Duration
+	refresh time.Duration
+
+	mu    sync.Mutex
+	cache map[hourKey]cached
+}
+
+type hourKey struct {
+	location string
+	hour     int64
+}
+
+type cached struct {
+	g       float64
+	missing bool // the service had no figure for the hour
+	at      time.Time
+}
+
+// SDKOptions configure an SDK source.
+type SDKOptions struct {
+	URL    string       // the Web API's base URL (required)
+	Client *http.Client // default: a client with a 10 s timeout
+	Now    func() time.Time
+	// Keep is how long a past hour's figure is kept (default 24h);
+	// Refresh how long the current hour's is (default 5m).
+	Keep, Refresh time.Duration
+}
+
+// NewSDK is a source on the Carbon Aware SDK Web API at o.URL.
+func NewSDK(o SDKOptions) (*SDK, error) {
+	u, err := url.Parse(o.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("carbon: the Carbon Aware SDK's URL %q is not an http(s) URL", o.URL)
+	}
+	if o.Now == nil {
+		return nil, errors.New("carbon: Now (the server's clock) is required")
+	}
+	if o.Client == nil {
+		o.Client = &http.Client{Timeout: 10 * time.Second}
+	}
+	if o.Keep <= 0 {
+		o.Keep = 24 * time.Hour
+	}
+	if o.Refresh <= 0 {
+		o.Refresh = 5 * time.Minute
+	}
+	return &SDK{base: u, client: o.Client, now: o.Now, keep: o.Keep, refresh: o.Refresh, cache: map[hourKey]cached{}}, nil
+}
+
+// Name implements Source.
+func (s *SDK) Name() string { return "Carbon Aware SDK (" + s.base.Host + ")" }
+
+// maxHours bounds one question: a longer window is asked in pieces.
+const maxHours = 24 * 31
+
+// Intensity implements Source.
+func (s *SDK) Intensity(ctx context.Context, location string, from, to time.Time) (map[time.Time]float64, error) {
+	if location == "" {
+		return nil, &fault.NotFound{Kind: "carbon location", Name: location}
+	}
+	now := s.now()
+	out := map[time.Time]float64{}
+	var need []time.Time
+	s.mu.Lock()
+	for h := from.UTC().Truncate(time.Hour); h.Before(to) && !h.After(now); h = h.Add(time.Hour) {
+		c, ok := s.cache[hourKey{location, h.Unix()}]
+		ttl := s.keep
+		if !h.Add(time.Hour).Before(now) {
+			ttl = s.refresh // the current hour: its figure still moves
+		}
+		if ok && now.Sub(c.at) < ttl {
+			if !c.missing {
+				out[h] = c.g
+			}
+			continue
+		}
+		need = append(need, h)
+	}
+	s.mu.Unlock()
+	for len(need) > 0 {
+		n := min(len(need), maxHours)
+		got, err := s.ask(ctx, location, need[0], need[n-1].Add(time.Hour))
+		if err != nil {
+			return nil, err
+		}
+		s.mu.Lock()
+		for _, h := range need[:n] {
+			g, ok := got[h]
+			s.cache[hourKey{location, h.Unix()}] = cached{g: g, missing: !ok, at: now}
+			if ok {
+				out[h] = g
+			}
+		}
+		s.mu.Unlock()
+		need = need[n:]
+	}
+	return out, nil
+}
+
+// emissionsData is one figure of the Web API's answer.
+type emissionsData struct {
+	Location string    `json:"location"`
+	Time     time.Time `json:"time"`
+	Rating   float64   `json:"rating"`
+	Duration string    `json:"duration"` // hh:mm:ss
+}
+
+// ask asks the Web API for [from, to) and averages its figures per hour,
+// each weighted by how much of the hour it covers.
+func (s *SDK) ask(ctx context.Context, location string, from, to time.Time) (map[time.Time]float64, error) {
+	u := s.base.JoinPath("emissions", "bylocation")
+	q := url.Values{"location": {location}, "time": {from.UTC().Format(time.RFC3339)}, "toTime": {to.UTC().Format(time.RFC3339)}}
+	u.RawQuery = q.Encode()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return nil, fmt.Errorf("carbon: %w", err)
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return nil, &fault.Unavailable{What: s.Name(), Err: err}
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
+	if err != nil {
+		return nil, &fault.Unavailable{What: s.Name(), Err: err}
+	}
+	switch {
+	case resp.StatusCode == http.StatusNoContent:
+		return map[time.Time]float64{}, nil
+	case resp.StatusCode == http.StatusBadRequest && strings.Contains(strings.ToLower(string(body)), "location"):
+		return nil, &fault.NotFound{Kind: "carbon location", Name: location}
+	case resp.StatusCode != http.StatusOK:
+		return nil, &fault.Unavailable{What: s.Name(), Err: fmt.Errorf("GET %s: %s", u.Path, resp.Status)}
+	}
+	var data []emissionsData
+	if err := json.Unmarshal(body, &data); err != nil {
+		return nil, &fault.Unavailable{What: s.Name(), Err: fmt.Errorf("GET %s: %w", u.Path, err)}
+	}
+	sum, weight := map[time.Time]float64{}, map[time.Time]float64{}
+	for _, d := range data {
+		if d.Rating < 0 || d.Rating > 5000 {
+			continue
+		}
+		dur := parseDuration(d.Duration)
+		// Spread over the hours the figure covers.
+		for t, end := d.Time.UTC(), d.Time.UTC().Add(dur); t.Before(end); {
+			h := t.Truncate(time.Hour)
+			next := minTime(h.Add(time.Hour), end)
+			w := next.Sub(t).Seconds()
+			sum[h] += d.Rating * w
+			weight[h] += w
+			t = next
+		}
+	}
+	out := map[time.Time]float64{}
+	for h, w := range weight {
+		if w > 0 {
+			out[h] = sum[h] / w
+		}
+	}
+	return out, nil
+}
+
+// parseDuration reads the Web API's hh:mm:ss (a figure without one
+// covers five minutes, WattTime's period).
+func parseDuration(s string) time.Duration {
+	var h, m, sec int
+	if n, _ := fmt.Sscanf(s, "%d:%d:%d", &h, &m, &sec); n == 3 && h >= 0 && m >= 0 && sec >= 0 {
+		if d := time.Duration(h)*time.Hour + time.Duration(m)*time.Minute + time.Duration(sec)*time.Second; d > 0 && d <= 24*time.Hour {
+			return d
+		}
+	}
+	return 5 * time.Minute
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}

@@ -31,11 +31,19 @@ func (s *server) GetCosts(ctx context.Context, req gen.GetCostsRequestObject) (g
 	if req.Params.Format != nil && *req.Params.Format == model.Csv {
 		var b bytes.Buffer
 		w := csv.NewWriter(&b)
-		w.Write([]string{c.GroupBy, "cost_usd", "used_usd", "idle_usd", "unmeasured_usd", "gpu_hours", "workloads", "kwh", "facility_kwh"})
+		head := []string{c.GroupBy, "cost_usd", "used_usd", "idle_usd", "unmeasured_usd", "gpu_hours", "workloads", "kwh", "facility_kwh"}
+		if c.CarbonSource != "" {
+			head = append(head, "kg_co2e")
+		}
+		w.Write(head)
 		usd := func(v float64) string { return strconv.FormatFloat(v, 'f', 2, 64) }
 		for _, l := range c.Lines {
-			w.Write([]string{l.Key, usd(l.Cost), usd(l.Used), usd(l.Idle), usd(l.Unmeasured), strconv.FormatFloat(l.GPUHours, 'f', 3, 64), strconv.Itoa(l.Workloads),
-				strconv.FormatFloat(l.KWh, 'f', 3, 64), strconv.FormatFloat(l.FacilityKWh, 'f', 3, 64)})
+			row := []string{l.Key, usd(l.Cost), usd(l.Used), usd(l.Idle), usd(l.Unmeasured), strconv.FormatFloat(l.GPUHours, 'f', 3, 64), strconv.Itoa(l.Workloads),
+				strconv.FormatFloat(l.KWh, 'f', 3, 64), strconv.FormatFloat(l.FacilityKWh, 'f', 3, 64)}
+			if c.CarbonSource != "" {
+				row = append(row, strconv.FormatFloat(l.KgCO2e, 'f', 3, 64))
+			}
+			w.Write(row)
 		}
 		w.Flush()
 		return gen.GetCosts200TextcsvResponse{Body: &b, ContentLength: int64(b.Len())}, nil

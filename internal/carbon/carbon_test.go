@@ -122,6 +122,21 @@ func TestSDK(t *testing.T) {
 	if _, err := s.Intensity(ctx, "westus", from, now); err != nil || calls.Load() != 2 {
 		t.Fatalf("the current hour after its refresh: %v after %d calls", err, calls.Load())
 	}
+	// The hour that was current, asked again once it has ended (its first
+	// figures were of part of it): asked again, and then kept.
+	asked := now
+	now = asked.Add(40 * time.Minute) // 13:06: ended, not yet all published
+	if _, err := s.Intensity(ctx, "westus", from, asked); err != nil || calls.Load() != 3 {
+		t.Fatalf("an hour asked while current, after it ended: %v after %d calls", err, calls.Load())
+	}
+	now = asked.Add(60 * time.Minute) // 13:26: published
+	if _, err := s.Intensity(ctx, "westus", from, asked); err != nil || calls.Load() != 4 {
+		t.Fatalf("once its figures are published: %v after %d calls", err, calls.Load())
+	}
+	now = asked.Add(3 * time.Hour)
+	if _, err := s.Intensity(ctx, "westus", from, asked); err != nil || calls.Load() != 4 {
+		t.Fatalf("a final hour is kept: %v after %d calls", err, calls.Load())
+	}
 	var nf *fault.NotFound
 	if _, err := s.Intensity(ctx, "nowhere", from, now); !errors.As(err, &nf) {
 		t.Errorf("an unknown location: %v", err)

@@ -18,8 +18,9 @@ import (
 // SDK is a Source that asks a Carbon Aware SDK Web API
 // (`GET /emissions/bylocation?location=L&time=FROM&toTime=TO`, an array of
 // `{location, time, rating, duration}`, rating in gCO2e/kWh) for the
-// emissions of the hours it has not cached. A past hour's figure is kept
-// for Keep; the current hour's is asked again after Refresh.
+// emissions of the hours it has not cached. A figure asked once its hour
+// had ended (and publishLag passed) is kept for Keep; one asked earlier —
+// the current hour, or one just ended — is asked again after Refresh.
 type SDK struct {
 	base    *url.URL
 	client  *http.Client
@@ -40,7 +41,15 @@ type cached struct {
 	g       float64
 	missing bool // the service had no figure for the hour
 	at      time.Time
+	// final: the hour had ended, and the service had had publishLag to
+	// publish its figures, when it was asked; only a final figure is kept
+	// for Keep, others for Refresh.
+	final bool
 }
+
+// publishLag is how long after an hour ends its figures are taken as all
+// published (WattTime and ElectricityMaps publish within minutes).
+const publishLag = 15 * time.Minute
 
 // SDKOptions configure an SDK source.
 type SDKOptions struct {
@@ -79,6 +88,9 @@ func (s *SDK) Name() string { return "Carbon Aware SDK (" + s.base.Host + ")" }
 // maxHours bounds one question: a longer window is asked in pieces.
 const maxHours = 24 * 31
 
+// maxBody bounds an answer (a month of five-minute figures is about 1 MiB).
+const maxBody = 8 << 20
+
 // Intensity implements Source.
 func (s *SDK) Intensity(ctx context.Context, location string, from, to time.Time) (map[time.Time]float64, error) {
 	if location == "" {
@@ -91,8 +103,8 @@ func (s *SDK) Intensity(ctx context.Context, location string, from, to time.Time
 	for h := from.UTC().Truncate(time.Hour); h.Before(to) && !h.After(now); h = h.Add(time.Hour) {
 		c, ok := s.cache[hourKey{location, h.Unix()}]
 		ttl := s.keep
-		if !h.Add(time.Hour).Before(now) {
-			ttl = s.refresh // the current hour: its figure still moves
+		if !c.final {
+			ttl = s.refresh // asked while its figures could still move
 		}
 		if ok && now.Sub(c.at) < ttl {
 			if !c.missing {
@@ -112,9 +124,15 @@ func (s *SDK) Intensity(ctx context.Context, location string, from, to time.Time
 		s.mu.Lock()
 		for _, h := range need[:n] {
 			g, ok := got[h]
-			s.cache[hourKey{location, h.Unix()}] = cached{g: g, missing: !ok, at: now}
+			s.cache[hourKey{location, h.Unix()}] = cached{g: g, missing: !ok, at: now, final: !now.Before(h.Add(time.Hour + publishLag))}
 			if ok {
 				out[h] = g
+			}
+		}
+		// Figures past their keep go: the cache holds what is asked for.
+		for k, c := range s.cache {
+			if now.Sub(c.at) >= s.keep {
+				delete(s.cache, k)
 			}
 		}
 		s.mu.Unlock()
@@ -147,9 +165,12 @@ func (s *SDK) ask(ctx context.Context, location string, from, to time.Time) (map
 		return nil, &fault.Unavailable{What: s.Name(), Err: err}
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
 	if err != nil {
 		return nil, &fault.Unavailable{What: s.Name(), Err: err}
+	}
+	if len(body) > maxBody {
+		return nil, &fault.Unavailable{What: s.Name(), Err: fmt.Errorf("GET %s: an answer over %d MiB", u.Path, maxBody>>20)}
 	}
 	switch {
 	case resp.StatusCode == http.StatusNoContent:

@@ -26,11 +26,13 @@ func TestIntervalJoules(t *testing.T) {
 	}{
 		{"the counter's rise", sample(0, 1, 1e6, 500), sample(10*time.Second, 1, 1e6+7e6, 900), 7000, telemetry.ByCounter},
 		{"a share of a time-sliced GPU", sample(0, 0.25, 1e6, 500), sample(10*time.Second, 0.25, 1e6+8e6, 900), 2000, telemetry.ByCounter},
+		{"an idle pod on a time-sliced GPU", sample(0, 0, 1e6, 0), sample(10*time.Second, 0, 1e6+8e6, 0), 0, telemetry.ByCounter},
 		{"no counter: mean power", sample(0, 1, nan, 600), sample(10*time.Second, 1, nan, 800), 7000, telemetry.ByPower},
+		{"no counter, a time-sliced pod: its power is its share already", sample(0, 0.5, nan, 300), sample(10*time.Second, 0.5, nan, 400), 3500, telemetry.ByPower},
 		{"a driver reload: the counter went back", sample(0, 1, 9e9, 600), sample(10*time.Second, 1, 5e3, 800), 7000, telemetry.ByPower},
 		{"only the later power", sample(0, 1, nan, nan), sample(10*time.Second, 1, nan, 700), 7000, telemetry.ByPower},
-		{"a share out of range counts whole", sample(0, 0, nan, 700), sample(10*time.Second, 0, nan, 700), 7000, telemetry.ByPower},
-		{"a MIG instance: neither", sample(0, 1, nan, nan), sample(10*time.Second, 1, nan, nan), nan, ""},
+		{"a share out of range counts whole", sample(0, 2, 0, 700), sample(10*time.Second, 2, 7e6, 700), 7000, telemetry.ByCounter},
+		{"neither", sample(0, 1, nan, nan), sample(10*time.Second, 1, nan, nan), nan, ""},
 		{"too far apart", sample(0, 1, 1e6, 700), sample(6*time.Minute, 1, 2e6, 700), nan, ""},
 		{"out of order", sample(10*time.Second, 1, 1e6, 700), sample(0, 1, 2e6, 700), nan, ""},
 	} {

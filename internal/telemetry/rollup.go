@@ -52,7 +52,7 @@ func (s *Service) RollUp(ctx context.Context, limit int) (int, error) {
 }
 
 // rollupOf summarises every series' samples in one period, with the energy
-// each used in it: the samples from energyGap before the period are read
+// each used in it: the samples from EnergyGap before the period are read
 // too, so that the interval from a series' last sample before the period to
 // its first in it is counted here (and each interval is counted once, in
 // the period where it ends).
@@ -69,7 +69,7 @@ func (s *Service) rollupOf(ctx context.Context, res time.Duration, bucket time.T
 			out = append(out, r)
 		}
 	}
-	err := s.o.Store.SamplesBetween(ctx, bucket.Add(-energyGap), bucket.Add(res), func(sm Sample) error {
+	err := s.o.Store.SamplesBetween(ctx, bucket.Add(-EnergyGap), bucket.Add(res), func(sm Sample) error {
 		if sm.Series != cur {
 			flush()
 			cur = sm.Series

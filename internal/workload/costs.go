@@ -93,9 +93,9 @@ type Costs struct {
 	Used, Idle, Unmeasured float64
 	KWh, FacilityKWh       float64
 	// KgCO2e is the carbon of the facility's energy (CarbonSource names
-	// where the intensities came from; "": no carbon source, or none
-	// answered); UnratedKWh is facility energy of hours it had no figure
-	// for, left out of KgCO2e.
+	// where the intensities came from; "": no carbon source); UnratedKWh
+	// is facility energy of hours it had no figure for (or whose site it
+	// could not rate), left out of KgCO2e.
 	KgCO2e, UnratedKWh float64
 	CarbonSource       string
 	Lines              []CostLine
@@ -178,7 +178,7 @@ func (s *Service) Costs(ctx context.Context, from, to time.Time, groupBy string)
 	if err != nil {
 		return Costs{}, err
 	}
-	c := s.meter.group(ctx, runs, from, to, groupBy, minutes, energy)
+	c := s.meter.group(ctx, runs, from, to, groupBy, minutes, energy, s.meter.carbonOf(ctx, runs, energy, from, to))
 	if all {
 		c.Reserved = s.reserved(runs, from, to)
 		for _, r := range c.Reserved {
@@ -212,22 +212,30 @@ func (s *Service) Costs(ctx context.Context, from, to time.Time, groupBy string)
 // roundKWh rounds energy to the watt-hour (and carbon to the gram).
 func roundKWh(k float64) float64 { return math.Round(k*1000) / 1000 }
 
-// carbonOf is, per workload, the grams of CO2e of its facility energy —
-// each hour's GPU kWh times the PUE and the grid's intensity at the site
-// of the run that covers the hour (its last run's when none does) — and the
-// facility kWh of hours the source had no figure for; source names the
-// source ("" without one, or when it did not answer: the figures are then
-// left out, not guessed, and the failure logged).
-func (m *Meter) carbonOf(ctx context.Context, runs []Run, energy map[string]map[time.Time]float64, from, to time.Time) (grams, unrated map[string]float64, source string) {
-	grams, unrated = map[string]float64{}, map[string]float64{}
-	if m.carbon == nil || len(energy) == 0 {
-		return grams, unrated, ""
+// carbonFigures are, per workload, the grams of CO2e of its facility
+// energy and the facility kWh of hours without an intensity, and the
+// source's name ("": no source).
+type carbonFigures struct {
+	grams, unrated map[string]float64
+	source         string
+}
+
+// carbonOf rates each workload's energy: each hour's GPU kWh times the PUE
+// and the grid's intensity at the site of the run that covers the hour
+// (its last run's when none does). An hour the source has no figure for —
+// or whose location it could not rate (logged once) — is counted unrated,
+// never guessed.
+func (m *Meter) carbonOf(ctx context.Context, runs []Run, energy map[string]map[time.Time]float64, from, to time.Time) carbonFigures {
+	cf := carbonFigures{grams: map[string]float64{}, unrated: map[string]float64{}}
+	if m.carbon == nil {
+		return cf
 	}
+	cf.source = m.carbon.Name()
 	byWorkload := map[string][]Run{}
 	for _, r := range runs {
 		byWorkload[r.Workload] = append(byWorkload[r.Workload], r)
 	}
-	rated := map[string]map[time.Time]float64{} // location → hour → gCO2e/kWh
+	rated := map[string]map[time.Time]float64{} // location → hour → gCO2e/kWh (nil: not rated)
 	for w, hours := range energy {
 		rs := byWorkload[w]
 		if len(rs) == 0 {
@@ -236,7 +244,7 @@ func (m *Meter) carbonOf(ctx context.Context, runs []Run, energy map[string]map[
 		for h, kwh := range hours {
 			cluster := rs[len(rs)-1].Cluster
 			for _, r := range rs {
-				if !h.Add(time.Hour).Before(r.From) && (r.To.IsZero() || h.Before(r.To)) {
+				if r.From.Before(h.Add(time.Hour)) && (r.To.IsZero() || h.Before(r.To)) {
 					cluster = r.Cluster
 					break
 				}
@@ -246,18 +254,17 @@ func (m *Meter) carbonOf(ctx context.Context, runs []Run, energy map[string]map[
 			if !ok {
 				var err error
 				if in, err = m.carbon.Intensity(ctx, loc, from, to); err != nil {
-					slog.WarnContext(ctx, "carbon intensity not read: carbon left out of showback", "location", loc, "source", m.carbon.Name(), "err", err)
-					return map[string]float64{}, map[string]float64{}, ""
+					slog.WarnContext(ctx, "carbon intensity not read: this site's energy is counted unrated", "location", loc, "source", cf.source, "err", err)
+					in = nil
 				}
 				rated[loc] = in
 			}
-			facility := kwh * m.pue(cluster)
-			g, u := carbon.Grams(map[time.Time]float64{h: facility}, in)
-			grams[w] += g
-			unrated[w] += u
+			g, u := carbon.Grams(map[time.Time]float64{h: kwh * m.pue(cluster)}, in)
+			cf.grams[w] += g
+			cf.unrated[w] += u
 		}
 	}
-	return grams, unrated, m.carbon.Name()
+	return cf
 }
 
 // reserved is the reserved node groups' cost in [from, to) up to now,
@@ -353,7 +360,7 @@ func (m *Meter) Spend(ctx context.Context, t team.Name, from, to time.Time) (flo
 	if err != nil {
 		return 0, nil, err
 	}
-	c := m.group(ctx, runs, from, to, "costCenter", nil, nil)
+	c := m.group(ctx, runs, from, to, "costCenter", nil, nil, carbonFigures{})
 	by := map[string]float64{}
 	for _, l := range c.Lines {
 		by[l.Key] = l.Cost
@@ -365,7 +372,7 @@ func (m *Meter) Spend(ctx context.Context, t team.Name, from, to time.Time) (flo
 // and groups them by groupBy, biggest first. With minutes, each workload's
 // cost is split into used, idle and unmeasured by the shares of its running
 // minutes in the period that its GPU series measured active and idle.
-func (m *Meter) group(ctx context.Context, runs []Run, from, to time.Time, groupBy string, minutes map[string]GPUMinutes, energy map[string]map[time.Time]float64) Costs {
+func (m *Meter) group(ctx context.Context, runs []Run, from, to time.Time, groupBy string, minutes map[string]GPUMinutes, energy map[string]map[time.Time]float64, cf carbonFigures) Costs {
 	now := m.now().UTC()
 	kwhOf := map[string]float64{}
 	for w, hours := range energy {
@@ -373,7 +380,7 @@ func (m *Meter) group(ctx context.Context, runs []Run, from, to time.Time, group
 			kwhOf[w] += k
 		}
 	}
-	grams, unrated, source := m.carbonOf(ctx, runs, energy, from, to)
+	grams, unrated, source := cf.grams, cf.unrated, cf.source
 	clip := func(r Run) (float64, bool) { return m.clip(r, from, to, now) }
 	running := map[string]float64{} // workload → hours Running in the period
 	if minutes != nil || energy != nil {
@@ -536,11 +543,12 @@ func (s *Service) TeamReport(ctx context.Context, t team.Name, at time.Time) (Te
 		return TeamReport{}, err
 	}
 	r := TeamReport{Team: t, From: from, To: to}
+	cf := s.meter.carbonOf(ctx, runs, energy, from, to) // once for the four groupings
 	for _, g := range []struct {
 		by   string
 		into *[]CostLine
 	}{{"user", &r.ByUser}, {"template", &r.ByTemplate}, {"gpuClass", &r.ByGPUClass}, {"costCenter", &r.ByCostCenter}} {
-		c := s.meter.group(ctx, runs, from, to, g.by, minutes, energy)
+		c := s.meter.group(ctx, runs, from, to, g.by, minutes, energy, cf)
 		*g.into = c.Lines
 		r.Total, r.Used, r.Idle, r.Unmeasured = c.Total, c.Used, c.Idle, c.Unmeasured
 		r.KWh, r.FacilityKWh, r.KgCO2e, r.UnratedKWh, r.CarbonSource = c.KWh, c.FacilityKWh, c.KgCO2e, c.UnratedKWh, c.CarbonSource

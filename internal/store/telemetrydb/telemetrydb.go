@@ -136,7 +136,14 @@ func (s *Store) AppendSamples(ctx context.Context, rs []telemetry.Stored) error 
 			newSeries[ids[i]] = r
 		}
 		for _, res := range telemetry.Resolutions {
-			periods[period{int64(res / time.Second), ms(telemetry.Bucket(r.Time, res))}] = true
+			b := telemetry.Bucket(r.Time, res)
+			periods[period{int64(res / time.Second), ms(b)}] = true
+			if next := b.Add(res); !r.Time.Add(telemetry.EnergyGap).Before(next) {
+				// The energy of the interval from this sample to the
+				// series' next is counted in the period it ends in: a late
+				// sample changes the next period's too.
+				periods[period{int64(res / time.Second), ms(next)}] = true
+			}
 		}
 	}
 	err := s.db.Tx(ctx, func(tx *sql.Tx) error {

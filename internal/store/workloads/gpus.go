@@ -64,11 +64,13 @@ func (s *Store) GPUMinutes(ctx context.Context, from, to time.Time) (map[string]
 // GPUEnergy implements workload.Store: per workload, the joules of its
 // series' one-minute rollups in [from, to), in kWh by hour.
 func (s *Store) GPUEnergy(ctx context.Context, from, to time.Time) (map[string]map[time.Time]float64, error) {
-	const hour = int64(time.Hour / time.Millisecond)
-	rows, err := s.db.Read().QueryContext(ctx, s.db.Q(`SELECT r.workload, g.bucket - g.bucket % ?, SUM(g.joules)
+	// The hour (3,600,000 ms) is written out, not a parameter: PostgreSQL
+	// groups by an expression only when it is the selected one, and two
+	// parameters are two expressions.
+	rows, err := s.db.Read().QueryContext(ctx, s.db.Q(`SELECT r.workload, g.bucket - g.bucket % 3600000, SUM(g.joules)
 		FROM gpu_rollups g JOIN gpu_series r ON r.id = g.series_id
 		WHERE g.res = ? AND g.bucket >= ? AND g.bucket < ? AND r.workload <> '' AND g.joules IS NOT NULL
-		GROUP BY r.workload, g.bucket - g.bucket % ?`), hour, int64(telemetry.Minute/time.Second), from.UnixMilli(), to.UnixMilli(), hour)
+		GROUP BY r.workload, g.bucket - g.bucket % 3600000`), int64(telemetry.Minute/time.Second), from.UnixMilli(), to.UnixMilli())
 	if err != nil {
 		return nil, fmt.Errorf("GPU energy: %w", err)
 	}

@@ -441,9 +441,10 @@ func TestMetering(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	site := "eu-west"
 	h := newHarnessWith(t, nil, false, func(o *workload.Options) {
 		o.PUE = func(string) float64 { return 1.4 }
-		o.Carbon, o.Location = profiles, func(string) string { return "eu-west" }
+		o.Carbon, o.Location = profiles, func(string) string { return site }
 	})
 	ctx := asAlice()
 	classes, _, err := template.LoadCatalog("../../templates")
@@ -580,6 +581,11 @@ func TestMetering(t *testing.T) {
 	// 0.98 facility kWh at 200 gCO2e/kWh.
 	if c.KgCO2e != 0.196 || c.UnratedKWh != 0 || !strings.Contains(c.CarbonSource, "carbon.yaml") {
 		t.Errorf("carbon %v kg (%v kWh unrated) from %q; want 0.196 kg from the profiles", c.KgCO2e, c.UnratedKWh, c.CarbonSource)
+	}
+	// A site the profiles do not rate: its energy is unrated, not guessed.
+	site = "mars"
+	if c, err := h.svc.Costs(ctx, hour, hour.Add(time.Hour), "template"); err != nil || c.KgCO2e != 0 || c.UnratedKWh != 0.98 || c.CarbonSource == "" {
+		t.Errorf("an unrated site: %v kg, %v kWh unrated, source %q, %v", c.KgCO2e, c.UnratedKWh, c.CarbonSource, err)
 	}
 	if math.Abs(c.Used+c.Idle+c.Unmeasured-c.Total) > 0.02 {
 		t.Errorf("used %v + idle %v + unmeasured %v != total %v", c.Used, c.Idle, c.Unmeasured, c.Total)

@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"math"
+	"strconv"
 	"testing"
 	"time"
 
@@ -153,5 +154,53 @@ func testEnergy(t *testing.T, s *stores.All) {
 	half := sum(start, start.Add(time.Hour))
 	if r := half["en-power"] / got["en-power"]; r < 0.45 || r > 0.55 {
 		t.Errorf("the first hour holds %.3f of two hours' steady energy", r)
+	}
+}
+
+// BenchmarkRollupRead: what a one-minute rollup reads — its own minute of
+// 200 series sampled every 10 s, against the same with the 5 minutes before
+// it that it now reads to count the energy of the interval crossing into
+// the minute (telemetry.EnergyGap).
+func BenchmarkRollupRead(b *testing.B) {
+	ctx := context.Background()
+	for name, open := range backends(b) {
+		b.Run(name, func(b *testing.B) {
+			s := open(b)
+			start := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+			var rs []telemetry.Stored
+			for at := start; at.Before(start.Add(time.Hour)); at = at.Add(10 * time.Second) {
+				for g := range 200 {
+					v := telemetry.NoValues()
+					v[telemetry.Power], v[telemetry.Energy], v[telemetry.SMActive] = 500, float64(at.Sub(start).Milliseconds())*500, 0.5
+					rs = append(rs, telemetry.Stored{Series: telemetry.SeriesKey{Node: "n1", Device: telemetry.Device{GPU: "GPU-" + strconv.Itoa(g), Index: g % 8},
+						Workload: "w" + strconv.Itoa(g)}, Time: at, Share: 1, Values: v})
+				}
+				if len(rs) >= 4000 {
+					if err := s.AppendSamples(ctx, rs); err != nil {
+						b.Fatal(err)
+					}
+					rs = rs[:0]
+				}
+			}
+			if err := s.AppendSamples(ctx, rs); err != nil {
+				b.Fatal(err)
+			}
+			for _, tc := range []struct {
+				name     string
+				lookback time.Duration
+			}{{"minute", 0}, {"withLookback", telemetry.EnergyGap}} {
+				b.Run(tc.name, func(b *testing.B) {
+					i, rows := 0, 0
+					for b.Loop() {
+						bucket := start.Add(10*time.Minute + time.Duration(i%40)*time.Minute)
+						i++
+						if err := s.SamplesBetween(ctx, bucket.Add(-tc.lookback), bucket.Add(time.Minute), func(telemetry.Sample) error { rows++; return nil }); err != nil {
+							b.Fatal(err)
+						}
+					}
+					b.ReportMetric(float64(rows)/float64(i), "rows/op")
+				})
+			}
+		})
 	}
 }

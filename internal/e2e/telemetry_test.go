@@ -362,17 +362,10 @@ func quarantineUnder(t testing.TB, g *gantryServer, id string) (node string, toT
 	return node, toTaint, time.Since(reported)
 }
 
-// release takes Gantry's quarantine off a node (as its pass would once the
-// node is healthy again and its preflight check passed).
+// release takes Gantry's quarantine off a node, as its pass does once the
+// node is healthy again and its preflight check passed.
 func release(node string) {
-	ctx := context.Background()
-	n, err := cluster.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-	if err == nil {
-		n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(x corev1.Taint) bool { return x.Key == nodes.QuarantineTaint })
-		delete(n.Labels, nodes.UnhealthyLabel)
-		delete(n.Annotations, nodes.QuarantineAnnotation)
-		cluster.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
-	}
+	_ = nodes.New(cluster.Client).Unmark(context.Background(), node)
 }
 
 // BenchmarkQuarantine: from an agent's report of a failed GPU under a

@@ -42,6 +42,16 @@ var next = map[Phase][]Phase{
 // Open reports whether a move in this phase still has something to do.
 func (p Phase) Open() bool { return len(next[p]) > 0 }
 
+// OpenPhases are the phases with something left to do, sorted.
+func OpenPhases() []Phase {
+	var out []Phase
+	for p := range next {
+		out = append(out, p)
+	}
+	slices.Sort(out)
+	return out
+}
+
 // Move is the work of one workload moved off (or kept on) a quarantined
 // node.
 type Move struct {

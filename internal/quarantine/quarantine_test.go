@@ -512,8 +512,12 @@ func TestRelease(t *testing.T) {
 	}
 }
 
-// TestOptions: what New refuses.
+// TestOptions: what New refuses; the open phases (the store's partial
+// index moves_open names the same two).
 func TestOptions(t *testing.T) {
+	if got := quarantine.OpenPhases(); !slices.Equal(got, []quarantine.Phase{quarantine.Moving, quarantine.Requeueing}) {
+		t.Errorf("open phases %v", got)
+	}
 	if _, err := quarantine.New(quarantine.Options{}); err == nil {
 		t.Error("no parts: accepted")
 	}

@@ -335,6 +335,15 @@ func (s *DB) Q(query string) string {
 	return b.String()
 }
 
+// Micros is t as the database keeps a time: Unix microseconds, 0 for the
+// zero time.
+func Micros(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMicro()
+}
+
 // BoolInt is b as the database keeps it: 1 or 0.
 func BoolInt(b bool) int {
 	if b {

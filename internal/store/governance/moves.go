@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/gantryhq/gantry/internal/fault"
@@ -38,14 +39,7 @@ func (s *Store) RecordMove(ctx context.Context, m quarantine.Move, msg notify.Me
 
 func moveArgs(m quarantine.Move) []any {
 	return []any{m.Workload, m.Node, m.MarkAt.UnixMicro(), m.GPU, m.Index, m.Reason, m.Kind, string(m.Phase), m.Detail, m.At.UnixMicro(),
-		micros(m.ResumedAt), m.ResumedOn, m.ResumedFrom, m.UpdatedAt.UnixMicro()}
-}
-
-func micros(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixMicro()
+		store.Micros(m.ResumedAt), m.ResumedOn, m.ResumedFrom, m.UpdatedAt.UnixMicro()}
 }
 
 func scanMove(r store.Scanner) (quarantine.Move, error) {
@@ -102,8 +96,13 @@ func (s *Store) UpdateMove(ctx context.Context, workloadID string, markAt time.T
 
 // OpenMoves implements quarantine.Store.
 func (s *Store) OpenMoves(ctx context.Context, limit int) ([]quarantine.Move, error) {
-	rows, err := s.db.Read().QueryContext(ctx, s.db.Q(`SELECT `+moveColumns+` FROM moves WHERE phase IN ('requeueing', 'moving')
-		ORDER BY at, workload_id LIMIT ?`), limit)
+	open := quarantine.OpenPhases() // the partial index moves_open lists the same
+	args := make([]any, 0, len(open)+1)
+	for _, p := range open {
+		args = append(args, string(p))
+	}
+	rows, err := s.db.Read().QueryContext(ctx, s.db.Q(`SELECT `+moveColumns+` FROM moves WHERE phase IN (`+strings.TrimSuffix(strings.Repeat("?, ", len(open)), ", ")+`)
+		ORDER BY at, workload_id LIMIT ?`), append(args, limit)...)
 	if err != nil {
 		return nil, fmt.Errorf("list open moves: %w", err)
 	}

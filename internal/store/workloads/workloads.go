@@ -80,9 +80,9 @@ func (s *Store) CreateWorkload(ctx context.Context, w workload.Workload) error {
 		_, err := tx.ExecContext(ctx, s.db.Q(`INSERT INTO workloads (`+workloadColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 			w.ID, w.Name, w.Team, w.Owner, w.Template, w.TemplateVersion, w.Kind, w.GPUClass, w.MIGProfile, w.GPUCount,
 			string(params), w.ObjectsHash, string(w.Status), w.CreatedAt.UnixMicro(), w.UpdatedAt.UnixMicro(), w.AppliedHash, w.Reason,
-			nullable(w.IdempotencyKey), w.RequestHash, w.Endpoint, w.Image, w.TEE, micros(w.ExpiresAt), w.PricePerHour, w.RunningFor.Microseconds(), micros(w.RunningSince),
-			w.Approval.Why, micros(w.Approval.Expires), w.Approval.Decision, w.Approval.By, w.Approval.Note, micros(w.Approval.At), strings.Join(w.SpotEvictions, ","),
-			micros(w.StartedAt), micros(w.EndedAt), w.Attempts, exitCode(w.ExitCode), store.BoolInt(w.Held), w.NodeGroup, w.RunPrice, w.RanCost, w.Cluster, trialID, trialCaps)
+			nullable(w.IdempotencyKey), w.RequestHash, w.Endpoint, w.Image, w.TEE, store.Micros(w.ExpiresAt), w.PricePerHour, w.RunningFor.Microseconds(), store.Micros(w.RunningSince),
+			w.Approval.Why, store.Micros(w.Approval.Expires), w.Approval.Decision, w.Approval.By, w.Approval.Note, store.Micros(w.Approval.At), strings.Join(w.SpotEvictions, ","),
+			store.Micros(w.StartedAt), store.Micros(w.EndedAt), w.Attempts, exitCode(w.ExitCode), store.BoolInt(w.Held), w.NodeGroup, w.RunPrice, w.RanCost, w.Cluster, trialID, trialCaps)
 		return err
 	})
 	var limit *workload.PendingLimit
@@ -144,14 +144,6 @@ func scanAfter(row store.Scanner, before ...any) (workload.Workload, error) {
 		return w, fmt.Errorf("workload %s: stored parameters are corrupt: %w", w.ID, err)
 	}
 	return w, nil
-}
-
-// micros is t in UnixMicro, 0 for the zero time.
-func micros(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixMicro()
 }
 
 // fromMicros is UnixMicro us as a UTC time, the zero time for 0.
@@ -375,9 +367,9 @@ func (s *Store) UpdateWorkload(ctx context.Context, id string, fn func(workload.
 		_, err = tx.ExecContext(ctx, s.db.Q(`UPDATE workloads SET status = ?, reason = ?, applied_hash = ?, endpoint = ?, expires_at = ?, updated_at = ?, running_us = ?, running_since = ?,
 			approval_why = ?, approval_expires = ?, approval_decision = ?, approval_by = ?, approval_note = ?, approval_at = ?, spot_evictions = ?,
 			started_at = ?, ended_at = ?, attempts = ?, exit_code = ?, held = ?, node_group = ?, run_price = ?, ran_cost = ?, cluster = ? WHERE id = ?`),
-			string(w.Status), w.Reason, w.AppliedHash, w.Endpoint, micros(w.ExpiresAt), w.UpdatedAt.UnixMicro(), w.RunningFor.Microseconds(), micros(w.RunningSince),
-			w.Approval.Why, micros(w.Approval.Expires), w.Approval.Decision, w.Approval.By, w.Approval.Note, micros(w.Approval.At), strings.Join(w.SpotEvictions, ","),
-			micros(w.StartedAt), micros(w.EndedAt), w.Attempts, exitCode(w.ExitCode), store.BoolInt(w.Held), w.NodeGroup, w.RunPrice, w.RanCost, w.Cluster, id)
+			string(w.Status), w.Reason, w.AppliedHash, w.Endpoint, store.Micros(w.ExpiresAt), w.UpdatedAt.UnixMicro(), w.RunningFor.Microseconds(), store.Micros(w.RunningSince),
+			w.Approval.Why, store.Micros(w.Approval.Expires), w.Approval.Decision, w.Approval.By, w.Approval.Note, store.Micros(w.Approval.At), strings.Join(w.SpotEvictions, ","),
+			store.Micros(w.StartedAt), store.Micros(w.EndedAt), w.Attempts, exitCode(w.ExitCode), store.BoolInt(w.Held), w.NodeGroup, w.RunPrice, w.RanCost, w.Cluster, id)
 		if err != nil {
 			return fmt.Errorf("update workload %s: %w", id, err)
 		}

@@ -31,22 +31,22 @@ bench: ## run the benchmarks (both store backends, local clusters, the read API 
 	.ci/with-postgres $(GO) test -tags dev -run='^$$' -bench=ReadAPI -benchtime=20000x -count=3 ./internal/loadgen | tee -a bench.txt
 
 FUZZTIME ?= 10m
-fuzz: ## every fuzzer for FUZZTIME each (default 10 minutes; CI runs short ones); findings land in testdata/fuzz
-	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./internal/template
-	$(GO) test -run='^$$' -fuzz=FuzzRender -fuzztime=$(FUZZTIME) ./internal/render
-	$(GO) test -run='^$$' -fuzz=FuzzDecode -fuzztime=$(FUZZTIME) ./internal/yamldoc
-	$(GO) test -run='^$$' -fuzz=FuzzLocalPath -fuzztime=$(FUZZTIME) ./internal/weblogin
-	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./internal/imagecat
-	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./internal/team
-	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./internal/quantity
-	$(GO) test -run='^$$' -fuzz=FuzzReadOpenB -fuzztime=$(FUZZTIME) ./internal/forecast
-	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./internal/nodegroup
-	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./internal/fleet
-	$(GO) test -run='^$$' -fuzz=FuzzBatch -fuzztime=$(FUZZTIME) ./internal/telemetry
-	$(GO) test -run='^$$' -fuzz=FuzzCheck -fuzztime=$(FUZZTIME) ./internal/jsonscan
-	$(GO) test -run='^$$' -fuzz=FuzzFrames -fuzztime=$(FUZZTIME) ./internal/interactive
-	$(GO) test -run='^$$' -fuzz=FuzzWorkloadJSON -fuzztime=$(FUZZTIME) ./api
-	$(GO) test -run='^$$' -fuzz=FuzzParseProfiles -fuzztime=$(FUZZTIME) ./internal/carbon
+fuzz: ## every fuzzer for FUZZTIME each (default 10 minutes; CI runs short ones), each under an 8 GB memory limit; findings land in testdata/fuzz
+	ulimit -v 8000000 && $(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./internal/template
+	ulimit -v 8000000 && $(GO) test -run='^$$' -fuzz=FuzzRender -fuzztime=$(FUZZTIME) ./internal/render
+	ulimit -v 8000000 && $(GO) test -run='^$$' -fuzz=FuzzDecode -fuzztime=$(FUZZTIME) ./internal/yamldoc
+	ulimit -v 8000000 && $(GO) test -run='^$$' -fuzz=FuzzLocalPath -fuzztime=$(FUZZTIME) ./internal/weblogin
+	ulimit -v 8000000 && $(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./internal/imagecat
+	ulimit -v 8000000 && $(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./internal/team
+	ulimit -v 8000000 && $(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./internal/quantity
+	ulimit -v 8000000 && $(GO) test -run='^$$' -fuzz=FuzzReadOpenB -fuzztime=$(FUZZTIME) ./internal/forecast
+	ulimit -v 8000000 && $(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./internal/nodegroup
+	ulimit -v 8000000 && $(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./internal/fleet
+	ulimit -v 8000000 && $(GO) test -run='^$$' -fuzz=FuzzBatch -fuzztime=$(FUZZTIME) ./internal/telemetry
+	ulimit -v 8000000 && $(GO) test -run='^$$' -fuzz=FuzzCheck -fuzztime=$(FUZZTIME) ./internal/jsonscan
+	ulimit -v 8000000 && $(GO) test -run='^$$' -fuzz=FuzzFrames -fuzztime=$(FUZZTIME) ./internal/interactive
+	ulimit -v 8000000 && $(GO) test -run='^$$' -fuzz=FuzzWorkloadJSON -fuzztime=$(FUZZTIME) ./api
+	ulimit -v 8000000 && $(GO) test -run='^$$' -fuzz=FuzzParseProfiles -fuzztime=$(FUZZTIME) ./internal/carbon
 
 screenshots: ## refresh docs/portal/*.png: the portal's main pages, from its browser test on a local cluster
 	mkdir -p docs/portal

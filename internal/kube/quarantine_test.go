@@ -181,3 +181,89 @@ func TestPreflight(t *testing.T) {
 		t.Fatalf("clearing twice: %v", err)
 	}
 }
+
+// TestRequeueWithoutKueue: on a cluster without Kueue a Job moved off a
+// node is suspended (marked), and resumed once its pods are gone — no
+// failed pod counted; a second call changes nothing. A stop by its owner
+// in between wins: the move's next step leaves it stopped.
+func TestRequeueWithoutKueue(t *testing.T) {
+	k := need(t)
+	ctx := context.Background()
+	core := cluster.Client
+	run := func(id string) (workload.ObjectRef, string) {
+		t.Helper()
+		if err := k.EnsureNamespace(ctx, "gantry-qn", "qn"); err != nil {
+			t.Fatal(err)
+		}
+		objs := renderedWith(t, "pytorch-train", id, "qn", template.Choice{Class: "A100-80GB", Count: 1}, false)
+		var name string
+		for _, o := range objs {
+			if j, ok := o.(*batchv1.Job); ok {
+				j.Spec.Template.Annotations["pod-complete.stage.kwok.x-k8s.io/delay"] = "1h"
+				name = j.Name
+			}
+		}
+		if err := k.Apply(ctx, objs); err != nil {
+			t.Fatal(err)
+		}
+		qc := k.Quarantine(nodes.PreflightOptions{Namespace: "gantry-qn"})
+		var on []string
+		waitfor.Until(t, 90*time.Second, "job "+id+" running", func() error {
+			var err error
+			if on, err = qc.PodNodes(ctx, "gantry-qn", id); err != nil || len(on) != 1 {
+				return fmt.Errorf("on %v, %v", on, err)
+			}
+			return nil
+		})
+		return workload.ObjectRef{Namespace: "gantry-qn", Kind: "Job", Name: name, WorkloadID: id}, on[0]
+	}
+	qc := k.Quarantine(nodes.PreflightOptions{Namespace: "gantry-qn"})
+	job := func(ref workload.ObjectRef) *batchv1.Job {
+		t.Helper()
+		j, err := core.BatchV1().Jobs(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return j
+	}
+
+	ref, node := run("qn000001")
+	if done, err := qc.Requeue(ctx, ref, node); err != nil || done {
+		t.Fatalf("first call: done %v, %v", done, err)
+	}
+	if j := job(ref); j.Spec.Suspend == nil || !*j.Spec.Suspend || j.Annotations["gantry.dev/moving-off"] != node {
+		t.Fatalf("taken off: suspend %v, annotations %v", j.Spec.Suspend, j.Annotations)
+	}
+	waitfor.Until(t, 60*time.Second, "the job queued again once its pods are gone", func() error {
+		done, err := qc.Requeue(ctx, ref, node)
+		if err != nil || !done {
+			return fmt.Errorf("done %v, %v", done, err)
+		}
+		return nil
+	})
+	if j := job(ref); (j.Spec.Suspend != nil && *j.Spec.Suspend) || j.Annotations["gantry.dev/moving-off"] != "requeued:"+node || j.Status.Failed != 0 {
+		t.Fatalf("resumed: suspend %v, annotations %v, failed %d", j.Spec.Suspend, j.Annotations, j.Status.Failed)
+	}
+	if done, err := qc.Requeue(ctx, ref, node); err != nil || !done || job(ref).Spec.Suspend != nil && *job(ref).Spec.Suspend {
+		t.Fatalf("a second call took it off again: done %v, %v", done, err)
+	}
+
+	// Its owner stops it while it moves: it stays stopped.
+	ref2, node2 := run("qn000002")
+	if done, err := qc.Requeue(ctx, ref2, node2); err != nil || done {
+		t.Fatalf("first call: done %v, %v", done, err)
+	}
+	if err := k.SetRunning(ctx, ref2, false); err != nil {
+		t.Fatal(err)
+	}
+	if j := job(ref2); j.Annotations["gantry.dev/moving-off"] != "" {
+		t.Fatalf("the owner's stop kept the move's mark: %v", j.Annotations)
+	}
+	if done, err := qc.Requeue(ctx, ref2, node2); err != nil || !done {
+		t.Fatalf("after the owner's stop: done %v, %v", done, err)
+	}
+	if j := job(ref2); j.Spec.Suspend == nil || !*j.Spec.Suspend {
+		t.Fatal("the move resumed a Job its owner stopped")
+	}
+	core.CoreV1().Namespaces().Delete(ctx, "gantry-qn", metav1.DeleteOptions{})
+}

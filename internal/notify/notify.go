@@ -122,11 +122,14 @@ type Options struct {
 	Client *http.Client
 	Log    *slog.Logger
 	Now    func() time.Time
-	// MaxAttempts before a message is given up (default 8: about 21 minutes of backoff).
+	// MaxAttempts before a message is given up (default 0: none, it is
+	// tried until MaxAge — a receiver down for an hour gets it once it is
+	// back, not never).
 	MaxAttempts int
 	// Backoff is the wait after the first failed attempt, doubling after
-	// each (default 10 s, at most an hour).
-	Backoff time.Duration
+	// each up to MaxBackoff (default 10 s and 5 min: a receiver back up
+	// gets what waited within five minutes).
+	Backoff, MaxBackoff time.Duration
 	// MaxAge: a message not sent by then is given up (default 24 h: an
 	// alert or a warning that late is noise); Keep is how long ended
 	// messages stay in the outbox (default 30 days).
@@ -162,11 +165,11 @@ func NewSender(o Options) (*Sender, error) {
 		// configured receiver only.
 		o.Client = &http.Client{Timeout: 10 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	}
-	if o.MaxAttempts <= 0 {
-		o.MaxAttempts = 8
-	}
 	if o.Backoff <= 0 {
 		o.Backoff = 10 * time.Second
+	}
+	if o.MaxBackoff <= 0 {
+		o.MaxBackoff = 5 * time.Minute
 	}
 	if o.MaxAge <= 0 {
 		o.MaxAge = 24 * time.Hour
@@ -206,8 +209,8 @@ func (s *Sender) Run(ctx context.Context) (int, error) {
 		why := ""
 		if perr != nil {
 			why = perr.Error()
-			if attempts < s.o.MaxAttempts {
-				next = now.Add(min(s.o.Backoff<<(attempts-1), time.Hour))
+			if s.o.MaxAttempts <= 0 || attempts < s.o.MaxAttempts {
+				next = now.Add(min(s.o.Backoff<<min(attempts-1, 20), s.o.MaxBackoff))
 			}
 			s.o.Log.Warn("webhook not delivered", "event", m.Event, "delivery", m.ID, "attempt", attempts, "err", perr, "retry_at", next)
 		} else {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -154,6 +155,74 @@ func TestDeliverWithRetries(t *testing.T) {
 	if g["text"] != "Team vision has spent 80 %" || g["gantry"].(map[string]any)["event"] != "budget.threshold" || g["gantry"].(map[string]any)["team"] != "vision" {
 		t.Errorf("body: %v", g)
 	}
+}
+
+// TestReceiverDownAnHour: a receiver that answers 503 for an hour gets
+// every message that waited, each once and with its one delivery id,
+// within MaxBackoff of coming back; the retries in between are bounded by
+// the backoff, not one a pass.
+func TestReceiverDownAnHour(t *testing.T) {
+	start := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	now := start
+	clock := func() time.Time { return now }
+	var mu sync.Mutex
+	up := false
+	posts := 0
+	rcv := &receiver{now: clock}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		posts++
+		isUp := up
+		mu.Unlock()
+		if !isUp {
+			http.Error(w, "down", http.StatusServiceUnavailable)
+			return
+		}
+		rcv.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	ob := &outbox{}
+	s, err := NewSender(Options{Outbox: ob, URL: srv.URL, Secret: secret, Log: slog.New(slog.DiscardHandler), Now: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for i := range 3 {
+		m, _ := New("budget.threshold", fmt.Sprintf("alert %d", i), nil, now)
+		ob.add(m)
+		ids = append(ids, m.ID)
+	}
+	// The leader's pass every 5 s, for an hour down and ten minutes up.
+	back := start.Add(time.Hour)
+	var deliveredAt time.Time
+	for ; now.Before(back.Add(10 * time.Minute)); now = now.Add(5 * time.Second) {
+		mu.Lock()
+		up = !now.Before(back)
+		mu.Unlock()
+		if n, _ := s.Run(context.Background()); n > 0 {
+			deliveredAt = now
+		}
+	}
+	if len(rcv.ids) != 3 || rcv.refused != 0 {
+		t.Fatalf("delivered %v (refused %d), want each of %v once", rcv.ids, rcv.refused, ids)
+	}
+	seen := map[string]int{}
+	for _, id := range rcv.ids {
+		seen[id]++
+	}
+	for _, id := range ids {
+		if seen[id] != 1 || !ob.msgs[id].delivered || ob.msgs[id].gaveUp {
+			t.Errorf("%s: delivered %d times, outbox %+v", id, seen[id], ob.msgs[id])
+		}
+	}
+	if wait := deliveredAt.Sub(back); wait > 5*time.Minute {
+		t.Errorf("delivered %s after the receiver came back, want within 5 min", wait)
+	}
+	// 10 s doubling to 5 min: about 16 tries each over the hour, not 720.
+	if posts > 3*20 {
+		t.Errorf("%d posts for 3 messages over an hour", posts)
+	}
+	t.Logf("%d posts; delivered %s after the receiver came back", posts, deliveredAt.Sub(back))
 }
 
 func TestGiveUp(t *testing.T) {

@@ -13,9 +13,11 @@ package store
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"embed"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -222,20 +224,60 @@ func stripComments(stmt string) string {
 	return b.String()
 }
 
-// Tx runs fn in a transaction, committing when it returns nil.
+// Tx runs fn in a transaction, committing when it returns nil. A failure
+// that is no fault of the change — the database's disk full, its
+// connection lost — is *fault.Unavailable (try again later); the
+// transaction is rolled back whole either way.
 func (s *DB) Tx(ctx context.Context, fn func(*sql.Tx) error) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("begin: %w", err)
+		return Unavailable(fmt.Errorf("begin: %w", err))
 	}
 	if err := fn(tx); err != nil {
 		tx.Rollback()
-		return err
+		return Unavailable(err)
 	}
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("commit: %w", err)
+		return Unavailable(fmt.Errorf("commit: %w", err))
 	}
 	return nil
+}
+
+// Unavailable types err as *fault.Unavailable when the database refused
+// for a reason of its own rather than the request's: its disk full
+// (SQLite's SQLITE_FULL, PostgreSQL's disk_full) or its connection lost (a
+// restart, an administrator's termination). Other errors are as they
+// were.
+func Unavailable(err error) error {
+	var un *fault.Unavailable
+	switch {
+	case err == nil || errors.As(err, &un):
+		return err
+	case diskFull(err):
+		return &fault.Unavailable{What: "the database (disk full)", Err: err}
+	case connectionLost(err):
+		return &fault.Unavailable{What: "the database (connection lost)", Err: err}
+	}
+	return err
+}
+
+func diskFull(err error) bool {
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) {
+		return pg.Code == "53100" // disk_full
+	}
+	var coded interface{ Code() int }                        // modernc.org/sqlite's *sqlite.Error
+	return errors.As(err, &coded) && coded.Code()&0xff == 13 // SQLITE_FULL
+}
+
+func connectionLost(err error) bool {
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) {
+		// Class 08: connection exception; 57P01–57P03: the server shut
+		// down, crashed or is starting.
+		return strings.HasPrefix(pg.Code, "08") || pg.Code == "57P01" || pg.Code == "57P02" || pg.Code == "57P03"
+	}
+	return errors.Is(err, driver.ErrBadConn) || errors.Is(err, io.ErrUnexpectedEOF) || strings.Contains(err.Error(), "conn closed")
 }
 
 // WriteStmts are queries prepared on the writer, once each and kept (at

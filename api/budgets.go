@@ -93,6 +93,7 @@ func (s *server) GetTeamReport(ctx context.Context, req gen.GetTeamReportRequest
 	if rated {
 		out.KgCO2e, out.UnratedKWh, out.CarbonSource = &r.KgCO2e, &r.UnratedKWh, &r.CarbonSource
 	}
+	out.Deferred = savingOut(r.Deferred)
 	if r.Budget != nil {
 		out.Budget = ptr(budgetOut(*r.Budget, nil))
 	}

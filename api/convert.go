@@ -108,6 +108,20 @@ var actionsOf = func() map[workload.Status]*[]model.WorkloadActions {
 	return m
 }()
 
+// deferralOut is a flexible job's wait for cleaner power as the API shows it.
+func deferralOut(d *workload.Deferral) *model.WorkloadDeferral {
+	out := &model.WorkloadDeferral{Latest: d.Latest, WindowEnd: d.WindowEnd, RuntimeSeconds: int64(d.Runtime.Seconds()),
+		AtOnce: math.Round(d.AtOnce*10) / 10, AtStart: math.Round(d.AtStart*10) / 10, SavingPercent: math.Round(d.Saving()*1000) / 10,
+		Source: d.Source, Location: d.Location}
+	if d.Holding() {
+		out.Until = ptr(d.Until)
+	}
+	if !d.Released.IsZero() {
+		out.Released, out.ReleasedBy = ptr(d.Released), ptr(d.ReleasedBy)
+	}
+	return out
+}
+
 // workloadOut is a workload as the API shows it, its cost and running time
 // up to now on the server's clock.
 func (s *server) workloadOut(w workload.Workload) model.Workload {
@@ -135,6 +149,16 @@ func (s *server) workloadOut(w workload.Workload) model.Workload {
 		out.Held = ptr(true)
 	}
 	out.Actions = actionsOf[w.Status] // shared, read only: made once per status
+	if d := w.Deferral; d != nil {
+		out.Deferral = deferralOut(d)
+		if d.Holding() {
+			acts := []model.WorkloadActions{}
+			for _, a := range w.Actions() {
+				acts = append(acts, model.WorkloadActions(a))
+			}
+			out.Actions = &acts
+		}
+	}
 	if !w.EndedAt.IsZero() {
 		out.EndedAt = ptr(w.EndedAt)
 	}

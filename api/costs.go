@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/csv"
+	"math"
 	"strconv"
 	"time"
 
@@ -53,6 +54,7 @@ func (s *server) GetCosts(ctx context.Context, req gen.GetCostsRequestObject) (g
 	if c.CarbonSource != "" {
 		out.KgCO2e, out.UnratedKWh, out.CarbonSource = &c.KgCO2e, &c.UnratedKWh, &c.CarbonSource
 	}
+	out.Deferred = savingOut(c.Deferred)
 	if c.GroupBy == "user" {
 		s.userNames(ctx, out.Items)
 	}
@@ -102,4 +104,45 @@ func costLines(lines []workload.CostLine, rated bool) []model.CostLine {
 		out = append(out, line)
 	}
 	return out
+}
+
+// savingOut is what deferral saved, nil when no deferred workload was rated.
+func savingOut(d workload.DeferralSaving) *model.DeferralSaving {
+	if d.Workloads == 0 {
+		return nil
+	}
+	return &model.DeferralSaving{Workloads: d.Workloads, KgCO2e: d.KgCO2e, KgCO2eAtOnce: d.KgCO2eAtOnce, SavedKg: d.SavedKg, SavedPercent: d.SavedPercent}
+}
+
+func (s *server) GetCarbonForecast(ctx context.Context, req gen.GetCarbonForecastRequestObject) (gen.GetCarbonForecastResponseObject, error) {
+	var errs fault.List
+	within := durationParam(&errs, "within", req.Params.Within, 24*time.Hour)
+	runtime := durationParam(&errs, "runtime", req.Params.Runtime, time.Hour)
+	if err := errs.Err(); err != nil {
+		return nil, err
+	}
+	f, err := s.o.Workloads.CarbonForecast(ctx, within, runtime)
+	if err != nil {
+		return nil, err
+	}
+	out := gen.GetCarbonForecast200JSONResponse{Source: f.Source, Location: f.Location, From: f.From, Hours: []model.ForecastHour{},
+		Best: model.CarbonPlan{Start: f.Best.Start, End: f.Best.End, Latest: f.Best.Latest, Wait: f.Best.Wait,
+			AtOnce: math.Round(f.Best.AtOnce*10) / 10, AtStart: math.Round(f.Best.AtStart*10) / 10, SavingPercent: math.Round(f.Best.Saving()*1000) / 10}}
+	for _, h := range f.Hours {
+		out.Hours = append(out.Hours, model.ForecastHour{GCO2ePerKWh: math.Round(h.Intensity*10) / 10, Start: h.Start})
+	}
+	return out, nil
+}
+
+// durationParam parses an optional duration parameter (def when absent).
+func durationParam(errs *fault.List, name string, v *string, def time.Duration) time.Duration {
+	if v == nil || *v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(*v)
+	if err != nil || d <= 0 {
+		errs.Addf(name, "%q: want a duration such as 30m or 8h", *v)
+		return def
+	}
+	return d
 }

@@ -240,6 +240,11 @@ func TestRouteRoleMatrix(t *testing.T) {
 		"GET /api/v1/costs": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
 			return c.GetCostsWithResponse(ctx, nil)
 		}, readers},
+		// No carbon source in this server: 404 for everyone signed in
+		// (TestCarbonForecast reads one).
+		"GET /api/v1/carbon/forecast": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
+			return c.GetCarbonForecastWithResponse(ctx, nil)
+		}, map[string]int{A: 404, P: 404, T: 404, M: 404, V: 404, N: 404, X: 404}},
 		"GET /api/v1/budgets": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
 			return c.ListBudgetsWithResponse(ctx, nil)
 		}, readers},

@@ -234,6 +234,16 @@ func (j *jsonw) workload(w *model.Workload) {
 	optStr(j, "cluster", w.Cluster)
 	j.numF("costSoFar", w.CostSoFar)
 	j.timeF("createdAt", w.CreatedAt)
+	if w.Deferral != nil {
+		// Rare (a flexible job held for cleaner power) and nested:
+		// encoding/json itself.
+		b, err := json.Marshal(w.Deferral)
+		if err != nil {
+			j.fail(err)
+		}
+		j.key("deferral")
+		j.b = append(j.b, b...)
+	}
 	optTime(j, "endedAt", w.EndedAt)
 	optStr(j, "endpoint", w.Endpoint)
 	if w.ExitCode != nil {

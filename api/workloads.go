@@ -32,6 +32,16 @@ func (s *server) CreateWorkload(ctx context.Context, req gen.CreateWorkloadReque
 		Template: b.Template, Version: deref(b.TemplateVersion), Team: t, Choice: choice(b.Gpu, b.Parameters, b.Confidential, b.CpuOnly),
 		IdempotencyKey: deref(req.Params.IdempotencyKey),
 	}
+	if b.MaxDelay != nil {
+		d, err := time.ParseDuration(*b.MaxDelay)
+		if err != nil {
+			return nil, &fault.Invalid{Fields: []fault.Field{{Path: "maxDelay", Message: fmt.Sprintf("%q: want a duration such as 0s or 4h", *b.MaxDelay)}}}
+		}
+		lr.Flexible.MaxDelay = &d
+	}
+	if b.Deadline != nil {
+		lr.Flexible.Deadline = b.Deadline.UTC()
+	}
 	// What the estimate makes of it, alongside the launch so that it adds
 	// no latency. It reads the cluster (a few milliseconds, from the API
 	// server's cache) while the launch records and applies (tens), and this
@@ -60,7 +70,7 @@ func (s *server) CreateWorkload(ctx context.Context, req gen.CreateWorkloadReque
 	}()
 	w, replayed, err := s.o.Workloads.Create(ctx, caller(ctx), lr)
 	var warnings []string
-	if why := <-verdict; why != "" {
+	if why := <-verdict; why != "" && !w.Deferral.Holding() { // held on purpose: its reason says until when
 		warnings = append(warnings, why)
 	}
 	switch {
@@ -76,6 +86,8 @@ func (s *server) CreateWorkload(ctx context.Context, req gen.CreateWorkloadReque
 		s.o.Own.Launch("held_for_approval")
 	case w.Held:
 		s.o.Own.Launch("held_by_budget")
+	case w.Deferral.Holding():
+		s.o.Own.Launch("held_for_cleaner_power")
 	default:
 		s.o.Own.Launch("started")
 	}

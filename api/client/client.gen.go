@@ -128,6 +128,13 @@ type ClientInterface interface {
 	// Corresponds with GET /api/v1/capacity/reserved (the `GetReservedAdvice` operationId).
 	GetReservedAdvice(ctx context.Context, params *GetReservedAdviceParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// GetCarbonForecast The grid's carbon forecast, and the cleanest start
+	//
+	// The forecast carbon intensity hour by hour at the site of the cluster Gantry drives (energy.location), from the configured source (energy.carbonSDK or energy.carbonProfiles), and when a run of the given length is best started within the given time: what a flexible template's launch would wait for (docs/energy.md). 404 when no carbon source is configured.
+	//
+	// Corresponds with GET /api/v1/carbon/forecast (the `GetCarbonForecast` operationId).
+	GetCarbonForecast(ctx context.Context, params *GetCarbonForecastParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ApplyTemplatesWithBody Apply a directory of templates at once
 	//
 	// What `gantry templates apply -f DIR` sends: the directory's files as they are (YAML or JSON; GPU class files are skipped). Every template is validated as a file would be — problems name the file, line and field path — and compared with the live catalog: created, updated (a new version), unchanged, or with prune deleted when no file defines it. With dryRun nothing changes; otherwise every change is made in one transaction (all or nothing), recorded as the caller.
@@ -930,6 +937,23 @@ func (c *Client) GetCapacityForecast(ctx context.Context, params *GetCapacityFor
 // Corresponds with GET /api/v1/capacity/reserved (the `GetReservedAdvice` operationId).
 func (c *Client) GetReservedAdvice(ctx context.Context, params *GetReservedAdviceParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetReservedAdviceRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetCarbonForecast The grid's carbon forecast, and the cleanest start
+//
+// The forecast carbon intensity hour by hour at the site of the cluster Gantry drives (energy.location), from the configured source (energy.carbonSDK or energy.carbonProfiles), and when a run of the given length is best started within the given time: what a flexible template's launch would wait for (docs/energy.md). 404 when no carbon source is configured.
+//
+// Corresponds with GET /api/v1/carbon/forecast (the `GetCarbonForecast` operationId).
+func (c *Client) GetCarbonForecast(ctx context.Context, params *GetCarbonForecastParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetCarbonForecastRequest(c.Server, params)
 	if err != nil {
 		return nil, err
 	}
@@ -2909,6 +2933,72 @@ func NewGetReservedAdviceRequest(server string, params *GetReservedAdviceParams)
 		if params.Share != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "share", *params.Share, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "number", Format: "double"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetCarbonForecastRequest constructs an http.Request for the GetCarbonForecast method
+func NewGetCarbonForecastRequest(server string, params *GetCarbonForecastParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/carbon/forecast")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Within != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "within", *params.Within, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Runtime != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "runtime", *params.Runtime, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -6024,6 +6114,15 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /api/v1/capacity/reserved (the `GetReservedAdvice` operationId).
 	GetReservedAdviceWithResponse(ctx context.Context, params *GetReservedAdviceParams, reqEditors ...RequestEditorFn) (*GetReservedAdviceResponse, error)
 
+	// GetCarbonForecastWithResponse The grid's carbon forecast, and the cleanest start
+	//
+	// The forecast carbon intensity hour by hour at the site of the cluster Gantry drives (energy.location), from the configured source (energy.carbonSDK or energy.carbonProfiles), and when a run of the given length is best started within the given time: what a flexible template's launch would wait for (docs/energy.md). 404 when no carbon source is configured.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/carbon/forecast (the `GetCarbonForecast` operationId).
+	GetCarbonForecastWithResponse(ctx context.Context, params *GetCarbonForecastParams, reqEditors ...RequestEditorFn) (*GetCarbonForecastResponse, error)
+
 	// ApplyTemplatesWithBodyWithResponse Apply a directory of templates at once
 	//
 	// What `gantry templates apply -f DIR` sends: the directory's files as they are (YAML or JSON; GPU class files are skipped). Every template is validated as a file would be — problems name the file, line and field path — and compared with the live catalog: created, updated (a new version), unchanged, or with prune deleted when no file defines it. With dryRun nothing changes; otherwise every change is made in one transaction (all or nothing), recorded as the caller.
@@ -7089,6 +7188,54 @@ func (r GetReservedAdviceResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r GetReservedAdviceResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetCarbonForecastResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *CarbonForecast
+	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
+	ApplicationproblemJSONDefault *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetCarbonForecastResponse) GetJSON200() *CarbonForecast {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
+func (r GetCarbonForecastResponse) GetApplicationproblemJSONDefault() *Problem {
+	return r.ApplicationproblemJSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetCarbonForecastResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetCarbonForecastResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetCarbonForecastResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetCarbonForecastResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -10591,6 +10738,21 @@ func (c *ClientWithResponses) GetReservedAdviceWithResponse(ctx context.Context,
 	return ParseGetReservedAdviceResponse(rsp)
 }
 
+// GetCarbonForecastWithResponse The grid's carbon forecast, and the cleanest start
+//
+// The forecast carbon intensity hour by hour at the site of the cluster Gantry drives (energy.location), from the configured source (energy.carbonSDK or energy.carbonProfiles), and when a run of the given length is best started within the given time: what a flexible template's launch would wait for (docs/energy.md). 404 when no carbon source is configured.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/carbon/forecast (the `GetCarbonForecast` operationId).
+func (c *ClientWithResponses) GetCarbonForecastWithResponse(ctx context.Context, params *GetCarbonForecastParams, reqEditors ...RequestEditorFn) (*GetCarbonForecastResponse, error) {
+	rsp, err := c.GetCarbonForecast(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetCarbonForecastResponse(rsp)
+}
+
 // ApplyTemplatesWithBodyWithResponse Apply a directory of templates at once
 //
 // What `gantry templates apply -f DIR` sends: the directory's files as they are (YAML or JSON; GPU class files are skipped). Every template is validated as a file would be — problems name the file, line and field path — and compared with the live catalog: created, updated (a new version), unchanged, or with prune deleted when no file defines it. With dryRun nothing changes; otherwise every change is made in one transaction (all or nothing), recorded as the caller.
@@ -12121,6 +12283,39 @@ func ParseGetReservedAdviceResponse(rsp *http.Response) (*GetReservedAdviceRespo
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
 		var dest ReservedAdvice
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetCarbonForecastResponse parses an HTTP response from a GetCarbonForecastWithResponse call
+func ParseGetCarbonForecastResponse(rsp *http.Response) (*GetCarbonForecastResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetCarbonForecastResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest CarbonForecast
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}

@@ -34,6 +34,9 @@ type ServerInterface interface {
 	// GetReservedAdvice How many GPUs of a class to reserve
 	// (GET /api/v1/capacity/reserved)
 	GetReservedAdvice(ctx echo.Context, params GetReservedAdviceParams) error
+	// GetCarbonForecast The grid's carbon forecast, and the cleanest start
+	// (GET /api/v1/carbon/forecast)
+	GetCarbonForecast(ctx echo.Context, params GetCarbonForecastParams) error
 	// ApplyTemplates Apply a directory of templates at once
 	// (POST /api/v1/catalog/apply)
 	ApplyTemplates(ctx echo.Context) error
@@ -393,6 +396,31 @@ func (w *ServerInterfaceWrapper) GetReservedAdvice(ctx echo.Context) error {
 
 	// Invoke the callback with all the unmarshaled arguments
 	err = w.Handler.GetReservedAdvice(ctx, params)
+	return err
+}
+
+// GetCarbonForecast converts echo context to params.
+func (w *ServerInterfaceWrapper) GetCarbonForecast(ctx echo.Context) error {
+	var err error
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params GetCarbonForecastParams
+	// ------------- Optional query parameter "within" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "within", ctx.QueryParams(), &params.Within, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter within: %s", err))
+	}
+
+	// ------------- Optional query parameter "runtime" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "runtime", ctx.QueryParams(), &params.Runtime, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter runtime: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.GetCarbonForecast(ctx, params)
 	return err
 }
 
@@ -1691,6 +1719,7 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.POST(options.BaseURL+"/api/v1/templates/:name/render", wrapper.RenderTemplate, options.OperationMiddlewares["renderTemplate"]...)
 	router.GET(options.BaseURL+"/api/v1/gpu-classes", wrapper.ListGPUClasses, options.OperationMiddlewares["listGPUClasses"]...)
 	router.GET(options.BaseURL+"/api/v1/gpu-classes/:name", wrapper.GetGPUClass, options.OperationMiddlewares["getGPUClass"]...)
+	router.GET(options.BaseURL+"/api/v1/carbon/forecast", wrapper.GetCarbonForecast, options.OperationMiddlewares["getCarbonForecast"]...)
 	router.GET(options.BaseURL+"/api/v1/workloads", wrapper.ListWorkloads, options.OperationMiddlewares["listWorkloads"]...)
 	router.POST(options.BaseURL+"/api/v1/workloads", wrapper.CreateWorkload, options.OperationMiddlewares["createWorkload"]...)
 	router.POST(options.BaseURL+"/api/v1/workloads/estimate", wrapper.EstimateWorkload, options.OperationMiddlewares["estimateWorkload"]...)
@@ -1941,6 +1970,45 @@ type GetReservedAdvicedefaultApplicationProblemPlusJSONResponse struct {
 }
 
 func (response GetReservedAdvicedefaultApplicationProblemPlusJSONResponse) VisitGetReservedAdviceResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetCarbonForecastRequestObject struct {
+	Params GetCarbonForecastParams
+}
+
+type GetCarbonForecastResponseObject interface {
+	VisitGetCarbonForecastResponse(w http.ResponseWriter) error
+}
+
+type GetCarbonForecast200JSONResponse CarbonForecast
+
+func (response GetCarbonForecast200JSONResponse) VisitGetCarbonForecastResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetCarbonForecastdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetCarbonForecastdefaultApplicationProblemPlusJSONResponse) VisitGetCarbonForecastResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
@@ -4819,6 +4887,9 @@ type StrictServerInterface interface {
 	// GetReservedAdvice How many GPUs of a class to reserve
 	// (GET /api/v1/capacity/reserved)
 	GetReservedAdvice(ctx context.Context, request GetReservedAdviceRequestObject) (GetReservedAdviceResponseObject, error)
+	// GetCarbonForecast The grid's carbon forecast, and the cleanest start
+	// (GET /api/v1/carbon/forecast)
+	GetCarbonForecast(ctx context.Context, request GetCarbonForecastRequestObject) (GetCarbonForecastResponseObject, error)
 	// ApplyTemplates Apply a directory of templates at once
 	// (POST /api/v1/catalog/apply)
 	ApplyTemplates(ctx context.Context, request ApplyTemplatesRequestObject) (ApplyTemplatesResponseObject, error)
@@ -5168,6 +5239,31 @@ func (sh *strictHandler) GetReservedAdvice(ctx echo.Context, params GetReservedA
 		return err
 	} else if validResponse, ok := response.(GetReservedAdviceResponseObject); ok {
 		return validResponse.VisitGetReservedAdviceResponse(ctx.Response())
+	} else if response != nil {
+		return fmt.Errorf("unexpected response type: %T", response)
+	}
+	return nil
+}
+
+// GetCarbonForecast operation middleware
+func (sh *strictHandler) GetCarbonForecast(ctx echo.Context, params GetCarbonForecastParams) error {
+	var request GetCarbonForecastRequestObject
+
+	request.Params = params
+
+	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
+		return sh.ssi.GetCarbonForecast(ctx.Request().Context(), request.(GetCarbonForecastRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetCarbonForecast")
+	}
+
+	response, err := handler(ctx, request)
+
+	if err != nil {
+		return err
+	} else if validResponse, ok := response.(GetCarbonForecastResponseObject); ok {
+		return validResponse.VisitGetCarbonForecastResponse(ctx.Response())
 	} else if response != nil {
 		return fmt.Errorf("unexpected response type: %T", response)
 	}

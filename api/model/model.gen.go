@@ -1231,6 +1231,42 @@ type CapacityForecast struct {
 	StepMinutes int             `json:"stepMinutes"`
 }
 
+// CarbonForecast defines model for CarbonForecast.
+type CarbonForecast struct {
+	// Best When a run is best started: the start (now, or a later hour's) whose window has the lowest mean forecast intensity; a later one only when it saves at least 5 %.
+	Best CarbonPlan `json:"best"`
+	From time.Time  `json:"from"`
+
+	// Hours The forecast's hours (UTC) from now, each its mean intensity; an hour past its horizon is absent.
+	Hours []ForecastHour `json:"hours"`
+
+	// Location The site, as the source names it (energy.location).
+	Location string `json:"location"`
+
+	// Source Where the forecast comes from.
+	Source string `json:"source"`
+}
+
+// CarbonPlan When a run is best started: the start (now, or a later hour's) whose window has the lowest mean forecast intensity; a later one only when it saves at least 5 %.
+type CarbonPlan struct {
+	// AtOnce The forecast's mean gCO2e/kWh over a run started now; 0 when the forecast does not cover it.
+	AtOnce float64 `json:"atOnce"`
+
+	// AtStart Its mean over [start, end).
+	AtStart float64   `json:"atStart"`
+	End     time.Time `json:"end"`
+
+	// Latest The latest start allowed.
+	Latest time.Time `json:"latest"`
+
+	// SavingPercent Carbon saved against starting now, in percent.
+	SavingPercent float64   `json:"savingPercent"`
+	Start         time.Time `json:"start"`
+
+	// Wait Whether waiting for start pays (false: start now).
+	Wait bool `json:"wait"`
+}
+
 // CatalogImage defines model for CatalogImage.
 type CatalogImage struct {
 	// Annotations Annotations the signature must carry.
@@ -1354,6 +1390,9 @@ type CostReport struct {
 	CarbonSource *string            `json:"carbonSource,omitempty"`
 	Currency     CostReportCurrency `json:"currency"`
 
+	// Deferred What holding flexible jobs for cleaner power saved in the period; absent when none with a carbon source was held.
+	Deferred *DeferralSaving `json:"deferred,omitempty"`
+
 	// FacilityKWh kWh times the PUE of each run's site.
 	FacilityKWh float64   `json:"facilityKWh"`
 	From        time.Time `json:"from"`
@@ -1397,6 +1436,15 @@ type CostReportCurrency string
 type DecisionRequest struct {
 	// Reason Why, for the requester and the audit log.
 	Reason string `json:"reason"`
+}
+
+// DeferralSaving What holding flexible jobs for cleaner power saved: their carbon as they ran against had each started at once (its energy hour by hour moved back by how long it was held, at the intensities the source gave for those hours), over the hours both have figures for (docs/energy.md).
+type DeferralSaving struct {
+	KgCO2e       float64 `json:"kgCO2e"`
+	KgCO2eAtOnce float64 `json:"kgCO2eAtOnce"`
+	SavedKg      float64 `json:"savedKg"`
+	SavedPercent float64 `json:"savedPercent"`
+	Workloads    int     `json:"workloads"`
 }
 
 // Device defines model for Device.
@@ -1581,6 +1629,12 @@ type FindingKind string
 // FindingSeverity defines model for Finding.Severity.
 type FindingSeverity string
 
+// ForecastHour defines model for ForecastHour.
+type ForecastHour struct {
+	GCO2ePerKWh float64   `json:"gCO2ePerKWh"`
+	Start       time.Time `json:"start"`
+}
+
 // ForecastPoint defines model for ForecastPoint.
 type ForecastPoint struct {
 	// DayAgo GPUs wanted a day before t.
@@ -1695,8 +1749,14 @@ type LaunchRequest struct {
 	// CpuOnly Take the template's CPU-only choice (spec.cpuOnly): no GPU, on the CPU nodes, priced per core-hour; leave gpu out. A template whose default it is, or that has no GPU classes, takes it when the request names no GPU.
 	CpuOnly *bool `json:"cpuOnly,omitempty"`
 
+	// Deadline A flexible template's job: when it must have finished. It is released by the deadline less its expected runtime at the latest; a deadline that leaves no room starts it at once. Refused for other templates.
+	Deadline *time.Time `json:"deadline,omitempty"`
+
 	// Gpu The GPUs to ask for; each field defaults to the template's choice.
 	Gpu *GPUChoice `json:"gpu,omitempty"`
+
+	// MaxDelay A flexible template's job: hold it for cleaner power at most this long (0s: start at once), no longer than the template's spec.scheduling.flexible.maxDelay. Refused for other templates.
+	MaxDelay *string `json:"maxDelay,omitempty"`
 
 	// Parameters Parameter values by name (strings, integers or booleans as the template declares).
 	Parameters *Parameters `json:"parameters,omitempty"`
@@ -2256,6 +2316,14 @@ type ReservedCost struct {
 
 // Scheduling defines model for Scheduling.
 type Scheduling struct {
+	// Flexible A job whose start may move for cleaner power: Gantry holds a launch (status Queued, its reason the forecast's window) up to maxDelay, or the launch's deadline, and releases it into its queue at the lowest forecast carbon intensity (docs/energy.md).
+	Flexible *struct {
+		// ExpectedRuntime The run's expected length, the window compared (default: the median of the template's earlier successful runs in the team, else maxRuntime, else 1h).
+		ExpectedRuntime *string `json:"expectedRuntime,omitempty"`
+
+		// MaxDelay The longest a launch is held, 1m to 168h, such as 8h.
+		MaxDelay string `json:"maxDelay"`
+	} `json:"flexible,omitempty"`
 	Priority *SchedulingPriority `json:"priority,omitempty"`
 	Spot     *bool               `json:"spot,omitempty"`
 
@@ -2290,6 +2358,9 @@ type TeamReport struct {
 	// CarbonSource Where the carbon intensities came from (a profiles file, a Carbon Aware SDK); absent without one.
 	CarbonSource *string            `json:"carbonSource,omitempty"`
 	Currency     TeamReportCurrency `json:"currency"`
+
+	// Deferred What holding flexible jobs for cleaner power saved in the period; absent when none with a carbon source was held.
+	Deferred *DeferralSaving `json:"deferred,omitempty"`
 
 	// FacilityKWh kWh times the PUE of each run's site.
 	FacilityKWh float64   `json:"facilityKWh"`
@@ -2877,7 +2948,7 @@ type WorkerClusterState struct {
 
 // Workload defines model for Workload.
 type Workload struct {
-	// Actions What its lifecycle lets happen to it now, for whoever may manage it (approve and deny for who may approve in its team): the portal and the CLI offer these and no others.
+	// Actions What its lifecycle lets happen to it now, for whoever may manage it (approve and deny for who may approve in its team; start for a launch held for cleaner power, to start it now): the portal and the CLI offer these and no others.
 	Actions *[]WorkloadActions `json:"actions,omitempty"`
 
 	// Applied Whether the workload's objects are on the cluster.
@@ -2895,6 +2966,9 @@ type Workload struct {
 	// CostSoFar USD it has cost up to this answer, each run's price per hour over the time it was Running.
 	CostSoFar float64   `json:"costSoFar"`
 	CreatedAt time.Time `json:"createdAt"`
+
+	// Deferral A flexible job's wait for cleaner power; absent when it did not wait.
+	Deferral *WorkloadDeferral `json:"deferral,omitempty"`
 
 	// EndedAt When it ended (Succeeded, Failed, Stopped, IdleStopped or Deleted); absent while it is live or waits.
 	EndedAt *time.Time `json:"endedAt,omitempty"`
@@ -2996,6 +3070,38 @@ type WorkloadTee string
 
 // WorkloadTemplateStatus Set when the platform team deprecated or revoked the template version this workload runs: a revoked one cannot be started again, a deprecated one should be relaunched on a newer version.
 type WorkloadTemplateStatus string
+
+// WorkloadDeferral A flexible job held for cleaner power (spec.scheduling.flexible): Queued in Gantry, not yet on the cluster, until the forecast's cleanest window; then released into its queue. POST /start releases it at once.
+type WorkloadDeferral struct {
+	// AtOnce The forecast's mean gCO2e/kWh over a run started at launch.
+	AtOnce float64 `json:"atOnce"`
+
+	// AtStart Its mean over the window chosen.
+	AtStart float64 `json:"atStart"`
+
+	// Latest The latest start its max delay or deadline allow.
+	Latest   time.Time `json:"latest"`
+	Location string    `json:"location"`
+
+	// Released When it was released; absent while held.
+	Released *time.Time `json:"released,omitempty"`
+
+	// ReleasedBy forecast (its window came) or who asked to start it now; absent while held.
+	ReleasedBy *string `json:"releasedBy,omitempty"`
+
+	// RuntimeSeconds The run length whose windows were compared.
+	RuntimeSeconds int64 `json:"runtimeSeconds"`
+
+	// SavingPercent The carbon the forecast said waiting saves, in percent.
+	SavingPercent float64 `json:"savingPercent"`
+	Source        string  `json:"source"`
+
+	// Until When it is released; absent once it was.
+	Until *time.Time `json:"until,omitempty"`
+
+	// WindowEnd The end of the window chosen.
+	WindowEnd time.Time `json:"windowEnd"`
+}
 
 // WorkloadID A workload id.
 type WorkloadID = string
@@ -3108,6 +3214,15 @@ type GetReservedAdviceParams struct {
 
 	// Share The share of hours demand must stay at or above the level.
 	Share *float64 `form:"share,omitempty" json:"share,omitempty"`
+}
+
+// GetCarbonForecastParams defines parameters for GetCarbonForecast.
+type GetCarbonForecastParams struct {
+	// Within How far ahead a start may be (a duration, 1m to 168h; default 24h).
+	Within *string `form:"within,omitempty" json:"within,omitempty"`
+
+	// Runtime The run's length (a duration, at least 1m; default 1h).
+	Runtime *string `form:"runtime,omitempty" json:"runtime,omitempty"`
 }
 
 // GetCostsParams defines parameters for GetCosts.

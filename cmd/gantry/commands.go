@@ -84,7 +84,7 @@ func table(dev bool) []*command {
 		}},
 		&command{name: "login", synopsis: "[--server URL]", summary: "sign the CLI in (device grant in a browser)", run: loginCmd},
 		&command{name: "whoami", synopsis: "[--server URL]", summary: "who the CLI is signed in as", run: whoamiCmd},
-		&command{name: "launch", synopsis: "TEMPLATE --team T [--gpu CLASS[:N]] [--mig P] [--set k=v]... [--wait]", summary: "launch a template; --wait follows it until it runs", remote: true, run: launchCmd},
+		&command{name: "launch", synopsis: "TEMPLATE --team T [--gpu CLASS[:N]] [--mig P] [--set k=v]... [--max-delay D] [--deadline T] [--wait]", summary: "launch a template; --wait follows it until it runs", remote: true, run: launchCmd},
 		&command{name: "ls", synopsis: "[--team T] [--status S] [--ended] [-o wide|json]", summary: "list workloads (--ended: the history)", remote: true, run: lsCmd},
 		&command{name: "get", synopsis: "ID [-o json]", summary: "one workload", remote: true, run: getCmd},
 		&command{name: "open", synopsis: "ID", summary: "where a notebook opens in the browser (opened on a desktop)", remote: true, run: openCmd},

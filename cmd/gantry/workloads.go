@@ -30,6 +30,8 @@ func launchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs := flags("gantry launch", stderr)
 	srv := fs.String("server", "", "Gantry server URL (default: $GANTRY_SERVER, the last one signed in to)")
 	request := launchFlags(fs)
+	maxDelay := fs.String("max-delay", "", "a flexible template's job: hold it for cleaner power at most this long (0s: start at once)")
+	deadline := fs.String("deadline", "", "a flexible template's job: when it must have finished, RFC 3339 or a duration from now (8h)")
 	wait := fs.Bool("wait", false, "follow the launch until it runs or ends")
 	timeout := fs.Duration("timeout", 30*time.Minute, "with --wait: give up after this long")
 	output := fs.String("o", "", "output: json")
@@ -37,9 +39,23 @@ func launchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	req, err := request(rest, "gantry launch TEMPLATE --team TEAM [--gpu CLASS[:COUNT]] [--mig PROFILE] [--cpu-only] [--set k=v]... [--wait]")
+	req, err := request(rest, "gantry launch TEMPLATE --team TEAM [--gpu CLASS[:COUNT]] [--mig PROFILE] [--cpu-only] [--set k=v]... [--max-delay D] [--deadline T] [--wait]")
 	if err != nil {
 		return err
+	}
+	if *maxDelay != "" {
+		req.MaxDelay = maxDelay
+	}
+	if *deadline != "" {
+		at, err := time.Parse(time.RFC3339, *deadline)
+		if err != nil {
+			d, derr := time.ParseDuration(*deadline)
+			if derr != nil || d <= 0 {
+				return usageError{fmt.Sprintf("--deadline %q: want an RFC 3339 time (2026-12-05T06:00:00Z) or a duration from now (8h)", *deadline)}
+			}
+			at = time.Now().Add(d)
+		}
+		req.Deadline = &at
 	}
 	cl, _, err := remote(ctx, *srv)
 	if err != nil {
@@ -60,7 +76,8 @@ func launchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			fmt.Fprintf(stderr, "warning: %s\n", printable(m))
 		}
 	}
-	if !*wait {
+	if held := w.Deferral != nil && w.Deferral.Until != nil; !*wait || held {
+		// One held for cleaner power waits hours by design: not followed.
 		return show(stdout, *output, *w, func() { fmt.Fprintf(stdout, "launched %s (%s) in team %s: %s\n", w.Id, w.Name, w.Team, describe(*w)) })
 	}
 	fmt.Fprintf(stderr, "launched %s (%s) in team %s\n", w.Id, w.Name, w.Team)
@@ -128,6 +145,9 @@ func describe(w model.Workload) string {
 	}
 	if a := w.Approval; w.Status == model.PendingApproval && a != nil {
 		s += " (may decide: " + strings.Join(a.Approvers, ", ") + ")"
+	}
+	if d := w.Deferral; d != nil && d.Until != nil {
+		s += " (gantry start " + w.Id + " starts it now)"
 	}
 	return s
 }

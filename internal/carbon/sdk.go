@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/url"
 	"strings"
@@ -15,12 +16,14 @@ import (
 	"github.com/gantryhq/gantry/internal/fault"
 )
 
-// SDK is a Source that asks a Carbon Aware SDK Web API
+// SDK is a Source and a Forecaster that asks a Carbon Aware SDK Web API
 // (`GET /emissions/bylocation?location=L&time=FROM&toTime=TO`, an array of
 // `{location, time, rating, duration}`, rating in gCO2e/kWh) for the
 // emissions of the hours it has not cached. A figure asked once its hour
 // had ended (and publishLag passed) is kept for Keep; one asked earlier —
-// the current hour, or one just ended — is asked again after Refresh.
+// the current hour, or one just ended — is asked again after Refresh. Its
+// forecast (`GET /emissions/forecasts/current?location=L`, the
+// `forecastData` of the first answer) is asked again after Refresh.
 type SDK struct {
 	base    *url.URL
 	client  *http.Client
@@ -28,8 +31,15 @@ type SDK struct {
 	keep    time.Duration
 	refresh time.Duration
 
-	mu    sync.Mutex
-	cache map[hourKey]cached
+	mu        sync.Mutex
+	cache     map[hourKey]cached
+	forecasts map[string]forecast // by location
+}
+
+// forecast is a location's current forecast as last asked.
+type forecast struct {
+	hours map[time.Time]float64
+	at    time.Time
 }
 
 type hourKey struct {
@@ -57,7 +67,8 @@ type SDKOptions struct {
 	Client *http.Client // default: a client with a 10 s timeout
 	Now    func() time.Time
 	// Keep is how long a past hour's figure is kept (default 24h);
-	// Refresh how long the current hour's is (default 5m).
+	// Refresh how long the current hour's is, and how long a forecast is
+	// kept (default 5m).
 	Keep, Refresh time.Duration
 }
 
@@ -79,7 +90,7 @@ func NewSDK(o SDKOptions) (*SDK, error) {
 	if o.Refresh <= 0 {
 		o.Refresh = 5 * time.Minute
 	}
-	return &SDK{base: u, client: o.Client, now: o.Now, keep: o.Keep, refresh: o.Refresh, cache: map[hourKey]cached{}}, nil
+	return &SDK{base: u, client: o.Client, now: o.Now, keep: o.Keep, refresh: o.Refresh, cache: map[hourKey]cached{}, forecasts: map[string]forecast{}}, nil
 }
 
 // Name implements Source.
@@ -155,6 +166,28 @@ func (s *SDK) ask(ctx context.Context, location string, from, to time.Time) (map
 	u := s.base.JoinPath("emissions", "bylocation")
 	q := url.Values{"location": {location}, "time": {from.UTC().Format(time.RFC3339)}, "toTime": {to.UTC().Format(time.RFC3339)}}
 	u.RawQuery = q.Encode()
+	body, err := s.get(ctx, u, location)
+	if err != nil {
+		return nil, err
+	}
+	if body == nil {
+		return map[time.Time]float64{}, nil
+	}
+	var data []emissionsData
+	if err := json.Unmarshal(body, &data); err != nil {
+		return nil, &fault.Unavailable{What: s.Name(), Err: fmt.Errorf("GET %s: %w", u.Path, err)}
+	}
+	points := make([]point, 0, len(data))
+	for _, d := range data {
+		points = append(points, point{d.Time, parseDuration(d.Duration), d.Rating})
+	}
+	return perHour(points), nil
+}
+
+// get asks the Web API for u: the body of a 200, nil for a 204 (no
+// figures), *fault.NotFound for a location it does not know, and
+// *fault.Unavailable for the rest.
+func (s *SDK) get(ctx context.Context, u *url.URL, location string) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
 		return nil, fmt.Errorf("carbon: %w", err)
@@ -174,28 +207,37 @@ func (s *SDK) ask(ctx context.Context, location string, from, to time.Time) (map
 	}
 	switch {
 	case resp.StatusCode == http.StatusNoContent:
-		return map[time.Time]float64{}, nil
+		return nil, nil
 	case resp.StatusCode == http.StatusBadRequest && strings.Contains(strings.ToLower(string(body)), "location"):
 		return nil, &fault.NotFound{Kind: "carbon location", Name: location}
 	case resp.StatusCode != http.StatusOK:
 		return nil, &fault.Unavailable{What: s.Name(), Err: fmt.Errorf("GET %s: %s", u.Path, resp.Status)}
 	}
-	var data []emissionsData
-	if err := json.Unmarshal(body, &data); err != nil {
-		return nil, &fault.Unavailable{What: s.Name(), Err: fmt.Errorf("GET %s: %w", u.Path, err)}
-	}
+	return body, nil
+}
+
+// point is one figure of an answer: its start, how long it covers and
+// its intensity.
+type point struct {
+	at    time.Time
+	dur   time.Duration
+	value float64
+}
+
+// perHour averages points per hour (UTC, its start), each weighted by how
+// much of the hour it covers; a value outside 0–5000 gCO2e/kWh is dropped.
+func perHour(points []point) map[time.Time]float64 {
 	sum, weight := map[time.Time]float64{}, map[time.Time]float64{}
-	for _, d := range data {
-		if d.Rating < 0 || d.Rating > 5000 {
+	for _, d := range points {
+		if d.value < 0 || d.value > 5000 || math.IsNaN(d.value) {
 			continue
 		}
-		dur := parseDuration(d.Duration)
 		// Spread over the hours the figure covers.
-		for t, end := d.Time.UTC(), d.Time.UTC().Add(dur); t.Before(end); {
+		for t, end := d.at.UTC(), d.at.UTC().Add(d.dur); t.Before(end); {
 			h := t.Truncate(time.Hour)
 			next := minTime(h.Add(time.Hour), end)
 			w := next.Sub(t).Seconds()
-			sum[h] += d.Rating * w
+			sum[h] += d.value * w
 			weight[h] += w
 			t = next
 		}
@@ -206,7 +248,7 @@ func (s *SDK) ask(ctx context.Context, location string, from, to time.Time) (map
 			out[h] = sum[h] / w
 		}
 	}
-	return out, nil
+	return out
 }
 
 // parseDuration reads the Web API's hh:mm:ss (a figure without one
@@ -226,4 +268,71 @@ func minTime(a, b time.Time) time.Time {
 		return a
 	}
 	return b
+}
+
+// forecastAnswer is one element of the forecast's answer.
+type forecastAnswer struct {
+	ForecastData []struct {
+		Timestamp time.Time `json:"timestamp"`
+		Duration  float64   `json:"duration"` // minutes
+		Value     float64   `json:"value"`
+	} `json:"forecastData"`
+}
+
+// Forecast implements Forecaster.
+func (s *SDK) Forecast(ctx context.Context, location string, from, to time.Time) (map[time.Time]float64, error) {
+	if location == "" {
+		return nil, &fault.NotFound{Kind: "carbon location", Name: location}
+	}
+	now := s.now()
+	s.mu.Lock()
+	f, ok := s.forecasts[location]
+	s.mu.Unlock()
+	if !ok || now.Sub(f.at) >= s.refresh {
+		hours, err := s.askForecast(ctx, location)
+		if err != nil {
+			return nil, err
+		}
+		f = forecast{hours: hours, at: now}
+		s.mu.Lock()
+		s.forecasts[location] = f
+		s.mu.Unlock()
+	}
+	out := map[time.Time]float64{}
+	for h, v := range f.hours {
+		if !h.Before(from.UTC().Truncate(time.Hour)) && h.Before(to) {
+			out[h] = v
+		}
+	}
+	return out, nil
+}
+
+// askForecast asks the Web API for location's current forecast and
+// averages its points per hour, each weighted by how much of the hour it
+// covers.
+func (s *SDK) askForecast(ctx context.Context, location string) (map[time.Time]float64, error) {
+	u := s.base.JoinPath("emissions", "forecasts", "current")
+	u.RawQuery = url.Values{"location": {location}}.Encode()
+	body, err := s.get(ctx, u, location)
+	if err != nil {
+		return nil, err
+	}
+	if body == nil {
+		return map[time.Time]float64{}, nil
+	}
+	var answers []forecastAnswer
+	if err := json.Unmarshal(body, &answers); err != nil {
+		return nil, &fault.Unavailable{What: s.Name(), Err: fmt.Errorf("GET %s: %w", u.Path, err)}
+	}
+	var points []point
+	if len(answers) > 0 {
+		for _, d := range answers[0].ForecastData {
+			dur := time.Duration(d.Duration * float64(time.Minute))
+			if dur <= 0 || dur > 24*time.Hour {
+				dur = 5 * time.Minute
+			}
+			points = append(points, point{d.Timestamp, dur, d.Value})
+		}
+	}
+	return perHour(points), nil
 }

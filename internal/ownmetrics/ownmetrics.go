@@ -53,7 +53,8 @@ const (
 	Applied          = "workload_applied"
 	Expired          = "max_runtime_stop"
 	Dispatched       = "dispatched"
-	Quarantine       = "quarantine" // a node marked or released, a workload moved
+	Quarantine       = "quarantine"        // a node marked or released, a workload moved
+	Released         = "deferral_released" // a flexible launch released at its cleanest window
 )
 
 // New registers Gantry's instruments and Go's and the process's collectors.
@@ -65,11 +66,11 @@ func New() *Metrics {
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "gantry_http_request_duration_seconds",
 			Help: "Time to serve an HTTP request, by route and method.", Buckets: prometheus.ExponentialBuckets(0.001, 4, 8)}, []string{"route", "method"}),
 		launches: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gantry_launches_total",
-			Help: "Launches by outcome: started, held_for_approval, held_by_budget, replayed (an Idempotency-Key repeat) or refused."}, []string{"outcome"}),
+			Help: "Launches by outcome: started, held_for_approval, held_by_budget, held_for_cleaner_power, replayed (an Idempotency-Key repeat) or refused."}, []string{"outcome"}),
 		decided: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gantry_approval_decisions_total",
 			Help: "Approval decisions by team-admins and platform-admins: approved or denied."}, []string{"decision"}),
 		actions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gantry_loop_actions_total",
-			Help: "What the leader's loops did: idle_stop, budget_alert, webhook_delivered, approval_expired, workload_applied, max_runtime_stop, dispatched (a Workload nominated to a worker cluster)."}, []string{"action"}),
+			Help: "What the leader's loops did: idle_stop, budget_alert, webhook_delivered, approval_expired, workload_applied, max_runtime_stop, dispatched (a Workload nominated to a worker cluster), quarantine, deferral_released (a flexible launch released into its queue)."}, []string{"action"}),
 	}
 	m.apply = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "gantry_kube_apply_duration_seconds",
 		Help: "Time to apply one workload's objects to the cluster (server-side apply), by outcome: ok or error.", Buckets: prometheus.ExponentialBuckets(0.005, 2, 12)}, []string{"outcome"})

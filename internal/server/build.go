@@ -149,7 +149,7 @@ func (s *Server) governance(ctx context.Context) (err error) {
 func (s *Server) workloadService() (err error) {
 	cfg := s.Config
 	s.checks = []api.Check{{Name: "database", Pinger: s.Store.DB}}
-	wo := workload.Options{PUE: s.pue, Carbon: s.carbon, Location: s.location, Store: s.Store.Workloads, Templates: s.Catalog, Authorizer: s.authz, Images: s.Images, Budgets: s.Budgets, NodeGroups: s.NodeGroups,
+	wo := workload.Options{PUE: s.pue, Carbon: s.carbon, Forecast: s.carbon, Location: s.location, Store: s.Store.Workloads, Templates: s.Catalog, Authorizer: s.authz, Images: s.Images, Budgets: s.Budgets, NodeGroups: s.NodeGroups,
 		Namespace: func(t team.Name) string { return cfg.NamespacePrefix + t.String() }, KBSURL: cfg.Confidential.KBSURL, Kueue: cfg.Quota.Kueue, RunURL: cfg.RunReportURL(), Log: s.Log, Now: s.clock.Now}
 	// Worker clusters: read from every replica; with Kueue, the cluster is
 	// their MultiKueue manager and Jobs run on them.
@@ -392,8 +392,9 @@ func (s *Server) location(cluster string) string {
 }
 
 // carbonSource is the grid carbon intensity source the configuration names
-// (energy.carbonSDK, else energy.carbonProfiles), nil for none.
-func carbonSource(cfg config.Config, now func() time.Time) (carbon.Source, error) {
+// (energy.carbonSDK, else energy.carbonProfiles), nil for none: what it
+// rates energy by and forecasts flexible jobs' starts with.
+func carbonSource(cfg config.Config, now func() time.Time) (carbon.Feed, error) {
 	switch {
 	case cfg.Energy.CarbonSDK != "":
 		return carbon.NewSDK(carbon.SDKOptions{URL: cfg.Energy.CarbonSDK, Now: now})

@@ -95,7 +95,7 @@ type Core struct {
 	fileFleet *fleet.Fleet // the file's, as read
 	// carbon rates energy in gCO2e/kWh (energy.carbonSDK or
 	// energy.carbonProfiles; nil: no carbon figures).
-	carbon carbon.Source
+	carbon carbon.Feed
 
 	classesStamp string // the class file as it was read (fileStamp)
 
@@ -902,11 +902,19 @@ var priorities = func() []quota.Priority {
 	return out
 }()
 
-// lifecycle is one pass of the lifecycle loop: apply recorded launches that
+// lifecycle is one pass of the lifecycle loop: release flexible launches
+// whose cleanest window has come, apply recorded launches that
 // are not on the cluster yet (a crash mid-launch, a cluster that was away),
 // stop what ran past its max runtime, and converge stopped, started and
 // deleted workloads' objects.
 func (s *Server) lifecycle(ctx context.Context) {
+	// Flexible launches whose cleanest window has come go first: released
+	// and applied (one the cluster does not take now, by Reconcile next).
+	released, rerr := s.Workloads.ReleaseDeferred(ctx)
+	s.own.Loop(ownmetrics.Released, released)
+	if released > 0 || (rerr != nil && ctx.Err() == nil) {
+		s.Log.Info("released flexible launches at their cleanest window", "released", released, "err", rerr)
+	}
 	n, err := s.Workloads.Reconcile(ctx)
 	s.own.Loop(ownmetrics.Applied, n)
 	if n > 0 {

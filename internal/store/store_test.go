@@ -134,6 +134,7 @@ func TestConformance(t *testing.T) {
 			t.Run("trials", func(t *testing.T) { testTrials(t, open(t)) })
 			t.Run("moves", func(t *testing.T) { testMoves(t, open(t)) })
 			t.Run("energy", func(t *testing.T) { testEnergy(t, open(t)) })
+			t.Run("deferrals", func(t *testing.T) { testDeferrals(t, open(t)) })
 		})
 	}
 }
@@ -1288,5 +1289,74 @@ func testOverlays(t *testing.T, s *stores.All) {
 	}
 	if got, _ := s.Overlays(ctx); len(got) != 1 || got[0].Kind != overlay.Quota {
 		t.Fatalf("after the removal: %+v", got)
+	}
+}
+
+// testDeferrals: a flexible launch held for cleaner power round-trips its
+// deferral, is not applied by the reconciler while held, is due at its
+// time (not before, not once stopped), and once released is applied; its
+// runs carry how long it was held.
+func testDeferrals(t *testing.T, s *stores.All) {
+	ctx := context.Background()
+	classes, _, files := starter(t)
+	if _, err := newCatalog(t, s.Governance, classes).Seed(ctx, "gitops", files); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 12, 4, 9, 0, 0, 0, time.UTC)
+	d := &workload.Deferral{Until: at.Add(8 * time.Hour), Latest: at.Add(8 * time.Hour), WindowEnd: at.Add(20 * time.Hour), Runtime: 12 * time.Hour,
+		AtOnce: 325, AtStart: 125, Source: "static", Location: "eu-west"}
+	w := workload.Workload{ID: "defer00001", Name: "x-defer00001", Team: "vision", Owner: "alice", Template: "batch-inference", TemplateVersion: 1,
+		Kind: "job", GPUClass: "L4", GPUCount: 1, Parameters: map[string]string{}, ObjectsHash: "h", Status: workload.Queued,
+		Reason: "waiting for cleaner power", Deferral: d, CreatedAt: at, UpdatedAt: at}
+	if err := s.CreateWorkload(ctx, w); err != nil {
+		t.Fatal(err)
+	}
+	other := w
+	other.ID, other.Name, other.Deferral, other.Status = "defer00002", "x-defer00002", nil, workload.Pending
+	if err := s.CreateWorkload(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Workload(ctx, w.ID)
+	if err != nil || got.Deferral == nil || *got.Deferral != *d {
+		t.Fatalf("stored %+v, want %+v (%v)", got.Deferral, d, err)
+	}
+	if un, _ := s.UnappliedWorkloads(ctx, 10, true); len(un) != 1 || un[0].ID != other.ID {
+		t.Fatalf("unapplied %v: a held launch is not the reconciler's", un)
+	}
+	if due, _ := s.DueDeferrals(ctx, at.Add(8*time.Hour-time.Microsecond), 10); len(due) != 0 {
+		t.Fatalf("due early: %d", len(due))
+	}
+	if due, _ := s.DueDeferrals(ctx, at.Add(8*time.Hour), 10); len(due) != 1 || due[0].ID != w.ID {
+		t.Fatalf("due at its time: %v", due)
+	}
+	release := at.Add(8 * time.Hour)
+	if _, err := s.UpdateWorkload(ctx, w.ID, func(old workload.Workload) (workload.Workload, error) {
+		out, _, err := workload.Transition(old, workload.Release, "released", release)
+		r := *out.Deferral
+		r.Until, r.Released, r.ReleasedBy = time.Time{}, release, "forecast"
+		out.Deferral = &r
+		return out, err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if due, _ := s.DueDeferrals(ctx, at.Add(24*time.Hour), 10); len(due) != 0 {
+		t.Fatalf("due once released: %d", len(due))
+	}
+	if un, _ := s.UnappliedWorkloads(ctx, 10, true); len(un) != 2 {
+		t.Fatalf("released, it is the reconciler's: %d unapplied", len(un))
+	}
+	got, _ = s.Workload(ctx, w.ID)
+	if got.Deferral.Holding() || got.Deferral.ReleasedBy != "forecast" || !got.Deferral.Released.Equal(release) {
+		t.Fatalf("released: %+v", got.Deferral)
+	}
+	if _, err := s.UpdateWorkload(ctx, w.ID, func(old workload.Workload) (workload.Workload, error) {
+		out, _, err := workload.Transition(old, workload.ReportedRunning, "", release.Add(time.Minute))
+		return out, err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	runs, err := s.WorkloadRuns(ctx, at, at.Add(24*time.Hour), nil)
+	if err != nil || len(runs) != 1 || runs[0].Waited != 8*time.Hour {
+		t.Fatalf("runs %+v (%v), want one held 8h", runs, err)
 	}
 }

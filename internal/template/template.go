@@ -332,7 +332,25 @@ type Scheduling struct {
 	// after its pod was evicted (0: the default, DefaultSpotRequeues);
 	// past it the workload fails.
 	SpotRequeues int `json:"spotRequeues,omitempty"`
+	// Flexible marks a job's start as movable for cleaner power: Gantry
+	// may hold a launch up to MaxDelay and release it into its queue when
+	// the grid's forecast carbon intensity is lowest (docs/energy.md).
+	Flexible *Flexible `json:"flexible,omitempty"`
 }
+
+// Flexible is how far a flexible job's start may move.
+type Flexible struct {
+	// MaxDelay is the longest Gantry may hold a launch (1m to 168h); a
+	// launch may ask for less, or give a deadline.
+	MaxDelay string `json:"maxDelay"`
+	// ExpectedRuntime is how long a run is expected to take: the window
+	// whose forecast is compared. Unset: the median of the template's
+	// earlier successful runs in the team, else its maxRuntime, else 1h.
+	ExpectedRuntime string `json:"expectedRuntime,omitempty"`
+}
+
+// MaxFlexibleDelay is the longest a flexible job's start may move.
+const MaxFlexibleDelay = 7 * 24 * time.Hour
 
 // DefaultSpotRequeues is how often a spot job starts again after an
 // eviction unless its template says otherwise.
@@ -958,11 +976,36 @@ func (t *Template) validateLifecycle(errs *fault.List) {
 	} else if s.Scheduling.SpotRequeues > 0 && (!s.Scheduling.Spot || s.Workload != Job) {
 		errs.Addf("spec.scheduling.spotRequeues", "applies to jobs with spot: true")
 	}
+	if f := s.Scheduling.Flexible; f != nil {
+		t.validateFlexible(errs, *f)
+	}
 	if s.Lifecycle.Retries < 0 || s.Lifecycle.Retries > 10 {
 		errs.Addf("spec.lifecycle.retries", "must be between 0 and 10")
 	}
 	if s.Lifecycle.Retries > 0 && s.Workload != Job {
 		errs.Addf("spec.lifecycle.retries", "applies to jobs only")
+	}
+}
+
+// validateFlexible checks spec.scheduling.flexible.
+func (t *Template) validateFlexible(errs *fault.List, f Flexible) {
+	s := &t.Spec
+	if s.Workload != Job {
+		errs.Addf("spec.scheduling.flexible", "applies to jobs only: a notebook or service is waited for by a person")
+	}
+	if d, err := time.ParseDuration(f.MaxDelay); err != nil || d < time.Minute || d > MaxFlexibleDelay {
+		errs.Addf("spec.scheduling.flexible.maxDelay", "%q must be a duration from 1m to 168h, such as 8h", clip(f.MaxDelay))
+	}
+	if f.ExpectedRuntime == "" {
+		return
+	}
+	d, err := time.ParseDuration(f.ExpectedRuntime)
+	if err != nil || d < time.Minute {
+		errs.Addf("spec.scheduling.flexible.expectedRuntime", "%q must be a duration of at least 1m, such as 2h", clip(f.ExpectedRuntime))
+		return
+	}
+	if limit, err := time.ParseDuration(s.Lifecycle.MaxRuntime); err == nil && d > limit {
+		errs.Addf("spec.scheduling.flexible.expectedRuntime", "%s is longer than spec.lifecycle.maxRuntime (%s)", f.ExpectedRuntime, s.Lifecycle.MaxRuntime)
 	}
 }
 

@@ -190,6 +190,15 @@ func TestParseErrors(t *testing.T) {
 		{"spot requeues without spot", func(s string) string {
 			return strings.Replace(s, "  args:", "  scheduling: {spotRequeues: 5}\n  args:", 1)
 		}, []string{"spec.scheduling.spotRequeues: applies to jobs with spot: true"}},
+		{"flexible with bad durations", func(s string) string {
+			return strings.Replace(s, "  args:", "  lifecycle: {maxRuntime: 2h}\n  scheduling: {flexible: {maxDelay: 200h, expectedRuntime: 3h}}\n  args:", 1)
+		}, []string{
+			`spec.scheduling.flexible.maxDelay: "200h" must be a duration from 1m to 168h`,
+			"spec.scheduling.flexible.expectedRuntime: 3h is longer than spec.lifecycle.maxRuntime (2h)",
+		}},
+		{"flexible for a notebook", func(s string) string {
+			return strings.Replace(strings.Replace(s, "workload: job", "workload: notebook", 1), "  args:", "  scheduling: {flexible: {maxDelay: 8h}}\n  args:", 1)
+		}, []string{"spec.ports: a notebook needs at least one port", "spec.interactive: a notebook is opened", "spec.scheduling.flexible: applies to jobs only"}},
 		{"a pattern that does not compile, reported once", func(s string) string {
 			return s + "    - {name: s, type: string, default: abc, pattern: '[a-z'}\n"
 		}, []string{"18: spec.parameters[1].pattern: invalid regular expression"}},

@@ -184,6 +184,10 @@ func (s *Service) Start(ctx context.Context, id string) (Workload, error) {
 	if err != nil {
 		return w, err
 	}
+	if w.Deferral.Holding() {
+		// Held for cleaner power: the person wants it now.
+		return s.startNow(ctx, w)
+	}
 	if w.Trial != nil && (w.Status == Stopped || w.Status == IdleStopped) {
 		// A trial measures short runs side by side; a run of it started
 		// again alone would measure nothing the trial compares.

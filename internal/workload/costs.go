@@ -35,6 +35,9 @@ type Run struct {
 	NodeGroup       string  // the node group it ran on ("" when not known)
 	Cluster         string  // the worker cluster it ran on ("": the cluster Gantry drives)
 	From, To        time.Time
+	// Waited is how long its workload was held for cleaner power before
+	// it was released (0: it was not).
+	Waited time.Duration
 }
 
 // Demand is one launch as the demand forecast sees it: wanted (waiting or
@@ -98,7 +101,9 @@ type Costs struct {
 	// could not rate), left out of KgCO2e.
 	KgCO2e, UnratedKWh float64
 	CarbonSource       string
-	Lines              []CostLine
+	// Deferred is what holding flexible jobs for cleaner power saved.
+	Deferred DeferralSaving
+	Lines    []CostLine
 	// Reserved is the reserved node groups' cost over the period up to
 	// now, for a caller who may read every team's workloads (nil for
 	// others); PlatformIdle is their idle cost in all.
@@ -218,6 +223,37 @@ func roundKWh(k float64) float64 { return math.Round(k*1000) / 1000 }
 type carbonFigures struct {
 	grams, unrated map[string]float64
 	source         string
+	// deferred are, for each workload held for cleaner power, the grams
+	// of its hours that both it and the start it would have had at once
+	// have figures for: [as it ran, had it started at once].
+	deferred map[string][2]float64
+}
+
+// DeferralSaving is what holding flexible jobs for cleaner power saved in
+// a period: their carbon as they ran and had each started at once (its
+// energy hour by hour moved back by how long it was held, at the
+// intensities the source gave for those hours), over the hours both have
+// figures for.
+type DeferralSaving struct {
+	Workloads                     int
+	KgCO2e, KgCO2eAtOnce, SavedKg float64
+	SavedPercent                  float64
+}
+
+// saving sums the deferred workloads' figures.
+func (cf carbonFigures) saving() DeferralSaving {
+	var d DeferralSaving
+	for _, g := range cf.deferred {
+		d.Workloads++
+		d.KgCO2e += g[0] / 1000
+		d.KgCO2eAtOnce += g[1] / 1000
+	}
+	d.SavedKg = d.KgCO2eAtOnce - d.KgCO2e
+	if d.KgCO2eAtOnce > 0 {
+		d.SavedPercent = math.Round(d.SavedKg/d.KgCO2eAtOnce*1000) / 10
+	}
+	d.KgCO2e, d.KgCO2eAtOnce, d.SavedKg = roundKWh(d.KgCO2e), roundKWh(d.KgCO2eAtOnce), roundKWh(d.SavedKg)
+	return d
 }
 
 // carbonOf rates each workload's energy: each hour's GPU kWh times the PUE
@@ -226,14 +262,16 @@ type carbonFigures struct {
 // or whose location it could not rate (logged once) — is counted unrated,
 // never guessed.
 func (m *Meter) carbonOf(ctx context.Context, runs []Run, energy map[string]map[time.Time]float64, from, to time.Time) carbonFigures {
-	cf := carbonFigures{grams: map[string]float64{}, unrated: map[string]float64{}}
+	cf := carbonFigures{grams: map[string]float64{}, unrated: map[string]float64{}, deferred: map[string][2]float64{}}
 	if m.carbon == nil {
 		return cf
 	}
 	cf.source = m.carbon.Name()
 	byWorkload := map[string][]Run{}
+	var waited time.Duration // the longest hold: how far back the intensities are read
 	for _, r := range runs {
 		byWorkload[r.Workload] = append(byWorkload[r.Workload], r)
+		waited = max(waited, r.Waited)
 	}
 	rated := map[string]map[time.Time]float64{} // location → hour → gCO2e/kWh (nil: not rated)
 	for w, hours := range energy {
@@ -253,7 +291,7 @@ func (m *Meter) carbonOf(ctx context.Context, runs []Run, energy map[string]map[
 			in, ok := rated[loc]
 			if !ok {
 				var err error
-				if in, err = m.carbon.Intensity(ctx, loc, from, to); err != nil {
+				if in, err = m.carbon.Intensity(ctx, loc, from.Add(-waited), to); err != nil {
 					slog.WarnContext(ctx, "carbon intensity not read: this site's energy is counted unrated", "location", loc, "source", cf.source, "err", err)
 					in = nil
 				}
@@ -262,6 +300,14 @@ func (m *Meter) carbonOf(ctx context.Context, runs []Run, energy map[string]map[
 			g, u := carbon.Grams(map[time.Time]float64{h: kwh * m.pue(cluster)}, in)
 			cf.grams[w] += g
 			cf.unrated[w] += u
+			if held := rs[0].Waited; held > 0 && u == 0 {
+				if once, u := carbon.Shifted(map[time.Time]float64{h: kwh * m.pue(cluster)}, in, held); u == 0 {
+					d := cf.deferred[w]
+					d[0] += g
+					d[1] += once
+					cf.deferred[w] = d
+				}
+			}
 		}
 	}
 	return cf
@@ -465,6 +511,7 @@ func (m *Meter) group(ctx context.Context, runs []Run, from, to time.Time, group
 		out.Total += cost
 	}
 	out.KWh, out.FacilityKWh, out.KgCO2e, out.UnratedKWh, out.CarbonSource = roundKWh(out.KWh), roundKWh(out.FacilityKWh), roundKWh(out.KgCO2e), roundKWh(out.UnratedKWh), source
+	out.Deferred = cf.saving()
 	for _, l := range byKey {
 		l.Cost, l.GPUHours = budget.Round(l.Cost), math.Round(l.GPUHours*1000)/1000
 		l.KWh, l.FacilityKWh, l.KgCO2e = roundKWh(l.KWh), roundKWh(l.FacilityKWh), roundKWh(l.KgCO2e)
@@ -516,6 +563,7 @@ type TeamReport struct {
 	Total, Used, Idle, Unmeasured                float64
 	KWh, FacilityKWh, KgCO2e, UnratedKWh         float64
 	CarbonSource                                 string
+	Deferred                                     DeferralSaving
 	ByUser, ByTemplate, ByGPUClass, ByCostCenter []CostLine
 	Budget                                       *budget.Status // nil: no monthly budget
 	Alerts                                       []budget.Alert
@@ -552,6 +600,7 @@ func (s *Service) TeamReport(ctx context.Context, t team.Name, at time.Time) (Te
 		*g.into = c.Lines
 		r.Total, r.Used, r.Idle, r.Unmeasured = c.Total, c.Used, c.Idle, c.Unmeasured
 		r.KWh, r.FacilityKWh, r.KgCO2e, r.UnratedKWh, r.CarbonSource = c.KWh, c.FacilityKWh, c.KgCO2e, c.UnratedKWh, c.CarbonSource
+		r.Deferred = c.Deferred
 	}
 	if r.Budget, r.Alerts, err = s.budgets.Month(ctx, t, r.Total, from, to); err != nil {
 		return TeamReport{}, err

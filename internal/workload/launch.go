@@ -37,6 +37,9 @@ type Request struct {
 	// Trial, for a trial's run (package trial), caps it and marks it as
 	// one.
 	Trial *Trial
+	// Flexible, for a flexible template's job, bounds how long it may be
+	// held for cleaner power.
+	Flexible Flexible
 }
 
 // fingerprint identifies what a request asks for, so that a repeat under the
@@ -51,6 +54,9 @@ func (r Request) fingerprint() string {
 	}
 	if r.Trial != nil {
 		fields = append(fields, *r.Trial) // likewise
+	}
+	if r.Flexible.MaxDelay != nil || !r.Flexible.Deadline.IsZero() {
+		fields = append(fields, r.Flexible) // likewise
 	}
 	b, _ := json.Marshal(fields)
 	sum := sha256.Sum256(b)
@@ -310,6 +316,9 @@ func (s *Service) create(ctx context.Context, owner string, req Request) (Worklo
 	if err := s.govern(ctx, &w, rd); err != nil {
 		return Workload{}, err
 	}
+	if err := s.deferral(ctx, &w, rd, req); err != nil {
+		return Workload{}, err
+	}
 	if err := s.store.CreateWorkload(ctx, w); err != nil {
 		var limit *PendingLimit
 		if errors.As(err, &limit) {
@@ -318,8 +327,9 @@ func (s *Service) create(ctx context.Context, owner string, req Request) (Worklo
 		}
 		return Workload{}, fmt.Errorf("record workload: %w", err)
 	}
-	if s.cluster == nil || (w.Status == PendingApproval && !s.kueue) {
-		// Without Kueue a launch held for approval is applied once approved.
+	if s.cluster == nil || (w.Status == PendingApproval && !s.kueue) || w.Deferral.Holding() {
+		// Without Kueue a launch held for approval is applied once
+		// approved; one held for cleaner power once released.
 		return w, nil
 	}
 	// Recorded first, applied second: if Gantry stops in between, the reconciler

@@ -32,12 +32,13 @@ const (
 	SpotGone Trigger = "spot-gone" // evicted from spot capacity more often than its template allows
 	Start    Trigger = "start"     // a stopped workload was started again
 	Delete   Trigger = "delete"    // its owner or a team-admin deleted it
+	Release  Trigger = "release"   // a flexible launch held for cleaner power goes into its queue
 )
 
 // Triggers lists every trigger, for tests and documentation.
 var Triggers = []Trigger{
 	ReportedPending, ReportedQueued, ReportedScheduled, ReportedRunning, ReportedSucceeded, ReportedFailed,
-	Refused, Approve, Deny, Stop, Expire, IdleStop, SpotGone, Start, Delete,
+	Refused, Approve, Deny, Stop, Expire, IdleStop, SpotGone, Start, Delete, Release,
 }
 
 // Reported is the trigger of the cluster reporting st; "" for a status the
@@ -78,8 +79,10 @@ var transitions = map[Status]map[Trigger]Status{
 		// With Kueue a held launch is applied: the API server may refuse it.
 		Refused: Failed,
 	},
-	Pending:   live(),
-	Queued:    live(),
+	Pending: live(),
+	// A flexible launch held for cleaner power is Queued in Gantry, its
+	// objects not yet applied; Release sends it on (Queued in Kueue).
+	Queued:    with(live(), Release, Queued),
 	Scheduled: live(),
 	Running:   live(),
 	Succeeded: {Delete: Deleted},
@@ -91,6 +94,12 @@ var transitions = map[Status]map[Trigger]Status{
 		Start: Pending, Delete: Deleted,
 	},
 	Deleted: {},
+}
+
+// with is row with tr leading to st.
+func with(row map[Trigger]Status, tr Trigger, st Status) map[Trigger]Status {
+	row[tr] = st
+	return row
 }
 
 // live is the row of a workload that runs or waits to run.
@@ -138,6 +147,16 @@ func Actions(st Status) []Action {
 		}
 	}
 	return out
+}
+
+// Actions are what the lifecycle lets a person ask of w now: those of its
+// status, and start for a launch held for cleaner power (start now).
+func (w Workload) Actions() []Action {
+	acts := Actions(w.Status)
+	if w.Deferral.Holding() && !slices.Contains(acts, ActStart) {
+		acts = append(acts, ActStart)
+	}
+	return acts
 }
 
 // Accepts lists the triggers a status accepts, sorted.
@@ -220,6 +239,13 @@ func Transition(w Workload, tr Trigger, reason string, at time.Time) (out Worklo
 		w.EndedAt = at
 	case !to.Ended():
 		w.EndedAt, w.ExitCode = time.Time{}, nil // started again: it has not ended
+	}
+	// A deferral holds only a Queued workload: leaving Queued (stopped,
+	// deleted, refused) ends it, and a start afterwards is at once.
+	if w.Deferral.Holding() && to != Queued {
+		d := *w.Deferral
+		d.Until = time.Time{}
+		w.Deferral = &d
 	}
 	// Held by a budget is said by whoever holds it, with its reason: any
 	// other change ends it.

@@ -36,8 +36,12 @@ func TestTransitionTable(t *testing.T) {
 				return IdleStopped, true
 			case Refused, SpotGone:
 				return Failed, true
+			case Release:
+				if from == Queued {
+					return Queued, true // a flexible launch held in Gantry goes into its queue
+				}
 			}
-			return "", false // approve, deny, start: not for a live workload
+			return "", false // approve, deny, start; release but Queued: not for a live workload
 		case from == PendingApproval:
 			switch tr {
 			case Approve:

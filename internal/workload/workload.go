@@ -124,6 +124,9 @@ type Workload struct {
 	// Trial is the trial it is a run of (package trial), with the caps
 	// every run of it has; nil for every other launch.
 	Trial *Trial
+	// Deferral is a flexible job's wait for cleaner power; nil when it
+	// did not wait.
+	Deferral *Deferral
 
 	// TemplateStatus is its template version's standing (deprecated,
 	// revoked; "" when active), looked up when the workload is read, not stored.
@@ -222,6 +225,9 @@ type Store interface {
 	// ExpiredApprovals returns up to limit launches held for approval past
 	// their time to decide.
 	ExpiredApprovals(ctx context.Context, now time.Time, limit int) ([]Workload, error)
+	// DueDeferrals returns up to limit Queued workloads held for cleaner
+	// power whose release time is at or before now, earliest first.
+	DueDeferrals(ctx context.Context, now time.Time, limit int) ([]Workload, error)
 	// ExpiredWorkloads returns up to limit live workloads, other than Jobs
 	// (the cluster ends those by activeDeadlineSeconds), whose max runtime
 	// ended at or before now.
@@ -373,6 +379,9 @@ type Options struct {
 	// the one Gantry drives) and when it was used; nil: no carbon figures.
 	Carbon   carbon.Source
 	Location func(cluster string) string
+	// Forecast plans flexible jobs' starts (spec.scheduling.flexible) at
+	// Location(""); nil: they start at once.
+	Forecast carbon.Forecaster
 	// NodeGroups refuse launches their class's groups could never hold
 	// (an empty set: none declared, nothing refused for size).
 	NodeGroups *nodegroup.Set
@@ -395,6 +404,8 @@ type Service struct {
 	kueue     bool
 	fleet     bool
 	runURL    string
+	forecast  carbon.Forecaster
+	location  func(cluster string) string
 	log       *slog.Logger
 	now       func() time.Time
 	newID     func() string
@@ -420,7 +431,10 @@ func New(o Options) (*Service, error) {
 		return nil, fmt.Errorf("workload.New: missing %s", strings.Join(missing, ", "))
 	}
 	s := &Service{store: o.Store, templates: o.Templates, namespace: o.Namespace, cluster: o.Cluster,
-		authz: o.Authorizer, images: o.Images, budgets: o.Budgets, groups: o.NodeGroups, kueue: o.Kueue, fleet: o.Fleet && o.Kueue, runURL: o.RunURL, log: o.Log, now: o.Now, newID: NewID}
+		authz: o.Authorizer, images: o.Images, budgets: o.Budgets, groups: o.NodeGroups, kueue: o.Kueue, fleet: o.Fleet && o.Kueue, runURL: o.RunURL, forecast: o.Forecast, location: o.Location, log: o.Log, now: o.Now, newID: NewID}
+	if s.location == nil {
+		s.location = func(string) string { return "" }
+	}
 	if s.log == nil {
 		s.log = slog.Default()
 	}

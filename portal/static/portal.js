@@ -956,7 +956,9 @@ async function teamPage(team) {
       const r = await api('GET', '/api/v1/teams/' + q + '/report');
       document.getElementById('month-text').textContent = money(r.total) + ' in ' + r.month + ', of which ' + money(r.idle) + ' while the GPUs idled; ' +
         r.kWh.toFixed(1) + ' kWh on the GPUs (' + r.facilityKWh.toFixed(1) + ' kWh at the facility, with its PUE)' +
-        (r.carbonSource ? ', ' + r.kgCO2e.toFixed(1) + ' kg CO2e by ' + r.carbonSource + '.' : '.');
+        (r.carbonSource ? ', ' + r.kgCO2e.toFixed(1) + ' kg CO2e by ' + r.carbonSource + '.' : '.') +
+        (r.deferred ? ' Waiting for cleaner power saved ' + r.deferred.savedKg.toFixed(1) + ' kg CO2e (' + r.deferred.savedPercent.toFixed(1) +
+          ' %) over ' + r.deferred.workloads + ' flexible job' + (r.deferred.workloads === 1 ? '' : 's') + '.' : '');
     } catch (err) { document.getElementById('month-text').textContent = err.message; }
 
     // Not while a reason is being typed: the rows would be rebuilt under it.

@@ -173,11 +173,18 @@ class Gantry:
     def launch(self, template: str, team: str, gpu: Optional[str] = None, count: Optional[int] = None,
                mig: Optional[str] = None, parameters: Optional[Dict[str, Any]] = None,
                version: Optional[int] = None, idempotency_key: Optional[str] = None,
-               cpu_only: bool = False) -> Workload:
+               cpu_only: bool = False, max_delay: Optional[str] = None, deadline: Optional[str] = None) -> Workload:
         """Launch a template (createWorkload). A key per intended launch makes a
         retried call launch once. cpu_only takes the template's CPU-only choice
-        (no GPU, priced per core-hour)."""
-        return Workload.of(self._call("POST", "/api/v1/workloads", body=_launch_body(template, team, gpu, count, mig, parameters, version, cpu_only),
+        (no GPU, priced per core-hour). A flexible template's job may be held
+        for cleaner power: at most max_delay ("0s": start at once), finished by
+        deadline (RFC 3339)."""
+        body = _launch_body(template, team, gpu, count, mig, parameters, version, cpu_only)
+        if max_delay is not None:
+            body["maxDelay"] = max_delay
+        if deadline is not None:
+            body["deadline"] = deadline
+        return Workload.of(self._call("POST", "/api/v1/workloads", body=body,
                                       headers={"Idempotency-Key": idempotency_key or str(uuid.uuid4())}), self)
 
     def estimate(self, template: str, team: str, gpu: Optional[str] = None, count: Optional[int] = None,
@@ -300,6 +307,12 @@ class Gantry:
 
     def team_report(self, team: str, month: Optional[str] = None) -> Dict[str, Any]:
         return self._call("GET", f"/api/v1/teams/{team}/report", {"month": month})
+
+    def carbon_forecast(self, within: Optional[str] = None, runtime: Optional[str] = None) -> Dict[str, Any]:
+        """The grid's carbon forecast at the cluster's site and the cleanest
+        start of a run of runtime within the next within (getCarbonForecast):
+        what a flexible template's launch would wait for."""
+        return self._call("GET", "/api/v1/carbon/forecast", {"within": within, "runtime": runtime})
 
     def team_settings(self, team: str) -> Dict[str, Any]:
         return self._call("GET", f"/api/v1/teams/{team}/settings")
@@ -504,7 +517,7 @@ METHODS = {
     "getCosts": "costs", "getTeamSettings": "team_settings", "putTeamSettings": "put_team_settings",
     "listPlatformEdits": "platform_edits", "setGPUClassPrice": "set_price", "resetGPUClassPrice": "reset_price",
     "setTeamQuota": "set_quota", "resetTeamQuota": "reset_quota", "setTeamBudget": "set_budget", "resetTeamBudget": "reset_budget",
-    "getTeamReport": "team_report", "listBudgets": "budgets", "listAdvice": "advice", "listNodes": "nodes",
+    "getTeamReport": "team_report", "getCarbonForecast": "carbon_forecast", "listBudgets": "budgets", "listAdvice": "advice", "listNodes": "nodes",
     "getNode": "node", "listNodeGroups": "node_groups", "setNodeGroup": "set_node_group", "resetNodeGroup": "reset_node_group", "listClusters": "clusters", "cordonCluster": "cordon_cluster", "drainCluster": "drain_cluster", "uncordonCluster": "uncordon_cluster",
     "getCapacityForecast": "capacity_forecast", "getReservedAdvice": "reserved_advice", "getMe": "me", "listTokens": "tokens", "createToken": "create_token", "revokeToken": "revoke_token",
     "listUsers": "users", "deactivateUser": "deactivate_user", "reactivateUser": "reactivate_user",

@@ -79,5 +79,9 @@ func detached(w workload.Workload) workload.Workload {
 		t := *w.Trial
 		w.Trial = &t
 	}
+	if w.Deferral != nil {
+		d := *w.Deferral
+		w.Deferral = &d
+	}
 	return w
 }

@@ -13,7 +13,7 @@ import (
 // that the row cache and its callers never share it; a new one fails here
 // until detached copies it too.
 func TestDetachedCopiesEveryReference(t *testing.T) {
-	copied := map[string]bool{"Parameters": true, "SpotEvictions": true, "ExitCode": true, "Trial": true}
+	copied := map[string]bool{"Parameters": true, "SpotEvictions": true, "ExitCode": true, "Trial": true, "Deferral": true}
 	var walk func(prefix string, typ reflect.Type)
 	walk = func(prefix string, typ reflect.Type) {
 		for f := range typ.Fields() {
@@ -33,10 +33,11 @@ func TestDetachedCopiesEveryReference(t *testing.T) {
 	walk("", reflect.TypeFor[workload.Workload]())
 
 	code := 3
-	w := workload.Workload{ID: "x", Parameters: map[string]string{"a": "1"}, SpotEvictions: []string{"e"}, ExitCode: &code, Trial: &workload.Trial{ID: "t", Steps: 10}}
+	w := workload.Workload{ID: "x", Parameters: map[string]string{"a": "1"}, SpotEvictions: []string{"e"}, ExitCode: &code, Trial: &workload.Trial{ID: "t", Steps: 10},
+		Deferral: &workload.Deferral{ReleasedBy: "forecast"}}
 	d := detached(w)
-	d.Parameters["a"], d.SpotEvictions[0], *d.ExitCode, d.Trial.Steps = "2", "f", 4, 20
-	if w.Parameters["a"] != "1" || w.SpotEvictions[0] != "e" || *w.ExitCode != 3 || w.Trial.Steps != 10 {
+	d.Parameters["a"], d.SpotEvictions[0], *d.ExitCode, d.Trial.Steps, d.Deferral.ReleasedBy = "2", "f", 4, 20, "x"
+	if w.Parameters["a"] != "1" || w.SpotEvictions[0] != "e" || *w.ExitCode != 3 || w.Trial.Steps != 10 || w.Deferral.ReleasedBy != "forecast" {
 		t.Fatalf("a change to the copy reached the original: %+v", w)
 	}
 }

@@ -41,7 +41,7 @@ var (
 // New is the workloads of db.
 func New(db *store.DB) *Store { return &Store{db: db, rows: newRowCache(maxCachedRows)} }
 
-const workloadColumns = `id, name, team, owner, template, template_version, kind, gpu_class, mig_profile, gpu_count, parameters, objects_hash, status, created_at, updated_at, applied_hash, reason, idempotency_key, request_hash, endpoint, image, tee, expires_at, price_per_hour, running_us, running_since, approval_why, approval_expires, approval_decision, approval_by, approval_note, approval_at, spot_evictions, started_at, ended_at, attempts, exit_code, held, node_group, run_price, ran_cost, cluster, trial, trial_caps`
+const workloadColumns = `id, name, team, owner, template, template_version, kind, gpu_class, mig_profile, gpu_count, parameters, objects_hash, status, created_at, updated_at, applied_hash, reason, idempotency_key, request_hash, endpoint, image, tee, expires_at, price_per_hour, running_us, running_since, approval_why, approval_expires, approval_decision, approval_by, approval_note, approval_at, spot_evictions, started_at, ended_at, attempts, exit_code, held, node_group, run_price, ran_cost, cluster, trial, trial_caps, deferred_until, deferral`
 
 // CreateWorkload implements workload.Store.
 func (s *Store) CreateWorkload(ctx context.Context, w workload.Workload) error {
@@ -56,6 +56,10 @@ func (s *Store) CreateWorkload(ctx context.Context, w workload.Workload) error {
 			return err
 		}
 		trialID, trialCaps = w.Trial.ID, string(b)
+	}
+	until, deferral, err := deferralColumns(w.Deferral)
+	if err != nil {
+		return err
 	}
 	err = s.db.Tx(ctx, func(tx *sql.Tx) error {
 		if w.Status == workload.PendingApproval {
@@ -77,12 +81,12 @@ func (s *Store) CreateWorkload(ctx context.Context, w workload.Workload) error {
 				return &workload.PendingLimit{Waiting: n}
 			}
 		}
-		_, err := tx.ExecContext(ctx, s.db.Q(`INSERT INTO workloads (`+workloadColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+		_, err := tx.ExecContext(ctx, s.db.Q(`INSERT INTO workloads (`+workloadColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 			w.ID, w.Name, w.Team, w.Owner, w.Template, w.TemplateVersion, w.Kind, w.GPUClass, w.MIGProfile, w.GPUCount,
 			string(params), w.ObjectsHash, string(w.Status), w.CreatedAt.UnixMicro(), w.UpdatedAt.UnixMicro(), w.AppliedHash, w.Reason,
 			nullable(w.IdempotencyKey), w.RequestHash, w.Endpoint, w.Image, w.TEE, store.Micros(w.ExpiresAt), w.PricePerHour, w.RunningFor.Microseconds(), store.Micros(w.RunningSince),
 			w.Approval.Why, store.Micros(w.Approval.Expires), w.Approval.Decision, w.Approval.By, w.Approval.Note, store.Micros(w.Approval.At), strings.Join(w.SpotEvictions, ","),
-			store.Micros(w.StartedAt), store.Micros(w.EndedAt), w.Attempts, exitCode(w.ExitCode), store.BoolInt(w.Held), w.NodeGroup, w.RunPrice, w.RanCost, w.Cluster, trialID, trialCaps)
+			store.Micros(w.StartedAt), store.Micros(w.EndedAt), w.Attempts, exitCode(w.ExitCode), store.BoolInt(w.Held), w.NodeGroup, w.RunPrice, w.RanCost, w.Cluster, trialID, trialCaps, until, deferral)
 		return err
 	})
 	var limit *workload.PendingLimit
@@ -112,11 +116,12 @@ func scanAfter(row store.Scanner, before ...any) (workload.Workload, error) {
 	var started, ended int64
 	var exit sql.NullInt64
 	var held int
-	var trialID, trialCaps string
+	var trialID, trialCaps, deferral string
+	var until int64
 	err := row.Scan(append(before, &w.ID, &w.Name, &w.Team, &w.Owner, &w.Template, &w.TemplateVersion, &w.Kind, &w.GPUClass, &w.MIGProfile,
 		&w.GPUCount, &params, &w.ObjectsHash, &status, &created, &updated, &w.AppliedHash, &w.Reason, &key, &w.RequestHash, &w.Endpoint, &w.Image, &w.TEE, &expires,
 		&w.PricePerHour, &runningUS, &runningSince, &w.Approval.Why, &approvalExpires, &w.Approval.Decision, &w.Approval.By, &w.Approval.Note, &approvalAt, &evictions,
-		&started, &ended, &w.Attempts, &exit, &held, &w.NodeGroup, &w.RunPrice, &w.RanCost, &w.Cluster, &trialID, &trialCaps)...)
+		&started, &ended, &w.Attempts, &exit, &held, &w.NodeGroup, &w.RunPrice, &w.RanCost, &w.Cluster, &trialID, &trialCaps, &until, &deferral)...)
 	if err != nil {
 		return w, err
 	}
@@ -124,6 +129,12 @@ func scanAfter(row store.Scanner, before ...any) (workload.Workload, error) {
 		w.Trial = new(workload.Trial)
 		if err := json.Unmarshal([]byte(trialCaps), w.Trial); err != nil {
 			return w, fmt.Errorf("workload %s: stored trial caps are corrupt: %w", w.ID, err)
+		}
+	}
+	if deferral != "" {
+		w.Deferral = new(workload.Deferral)
+		if err := json.Unmarshal([]byte(deferral), w.Deferral); err != nil {
+			return w, fmt.Errorf("workload %s: stored deferral is corrupt: %w", w.ID, err)
 		}
 	}
 	w.Status = workload.Status(status)
@@ -144,6 +155,27 @@ func scanAfter(row store.Scanner, before ...any) (workload.Workload, error) {
 		return w, fmt.Errorf("workload %s: stored parameters are corrupt: %w", w.ID, err)
 	}
 	return w, nil
+}
+
+// sameDeferral reports whether two deferrals say the same.
+func sameDeferral(a, b *workload.Deferral) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Until.Equal(b.Until) && a.Released.Equal(b.Released) && a.ReleasedBy == b.ReleasedBy
+}
+
+// deferralColumns are a deferral's columns: when it is released (0 once
+// released, or without one) and the deferral as JSON (” without one).
+func deferralColumns(d *workload.Deferral) (until int64, js string, err error) {
+	if d == nil {
+		return 0, "", nil
+	}
+	b, err := json.Marshal(d)
+	if err != nil {
+		return 0, "", err
+	}
+	return store.Micros(d.Until), string(b), nil
 }
 
 // fromMicros is UnixMicro us as a UTC time, the zero time for 0.
@@ -359,17 +391,22 @@ func (s *Store) UpdateWorkload(ctx context.Context, id string, fn func(workload.
 			w.RunningFor == old.RunningFor && w.RunningSince.Equal(old.RunningSince) && w.Approval == old.Approval &&
 			slices.Equal(w.SpotEvictions, old.SpotEvictions) && w.StartedAt.Equal(old.StartedAt) && w.EndedAt.Equal(old.EndedAt) &&
 			w.Attempts == old.Attempts && sameCode(w.ExitCode, old.ExitCode) && w.Held == old.Held &&
-			w.NodeGroup == old.NodeGroup && w.RunPrice == old.RunPrice && w.RanCost == old.RanCost && w.Cluster == old.Cluster {
+			w.NodeGroup == old.NodeGroup && w.RunPrice == old.RunPrice && w.RanCost == old.RanCost && w.Cluster == old.Cluster &&
+			sameDeferral(w.Deferral, old.Deferral) {
 			out.UpdatedAt = old.UpdatedAt
 			return nil
+		}
+		until, deferral, err := deferralColumns(w.Deferral)
+		if err != nil {
+			return err
 		}
 		// The row's version goes up by one (a trigger: rows.go).
 		_, err = tx.ExecContext(ctx, s.db.Q(`UPDATE workloads SET status = ?, reason = ?, applied_hash = ?, endpoint = ?, expires_at = ?, updated_at = ?, running_us = ?, running_since = ?,
 			approval_why = ?, approval_expires = ?, approval_decision = ?, approval_by = ?, approval_note = ?, approval_at = ?, spot_evictions = ?,
-			started_at = ?, ended_at = ?, attempts = ?, exit_code = ?, held = ?, node_group = ?, run_price = ?, ran_cost = ?, cluster = ? WHERE id = ?`),
+			started_at = ?, ended_at = ?, attempts = ?, exit_code = ?, held = ?, node_group = ?, run_price = ?, ran_cost = ?, cluster = ?, deferred_until = ?, deferral = ? WHERE id = ?`),
 			string(w.Status), w.Reason, w.AppliedHash, w.Endpoint, store.Micros(w.ExpiresAt), w.UpdatedAt.UnixMicro(), w.RunningFor.Microseconds(), store.Micros(w.RunningSince),
 			w.Approval.Why, store.Micros(w.Approval.Expires), w.Approval.Decision, w.Approval.By, w.Approval.Note, store.Micros(w.Approval.At), strings.Join(w.SpotEvictions, ","),
-			store.Micros(w.StartedAt), store.Micros(w.EndedAt), w.Attempts, exitCode(w.ExitCode), store.BoolInt(w.Held), w.NodeGroup, w.RunPrice, w.RanCost, w.Cluster, id)
+			store.Micros(w.StartedAt), store.Micros(w.EndedAt), w.Attempts, exitCode(w.ExitCode), store.BoolInt(w.Held), w.NodeGroup, w.RunPrice, w.RanCost, w.Cluster, until, deferral, id)
 		if err != nil {
 			return fmt.Errorf("update workload %s: %w", id, err)
 		}
@@ -404,7 +441,8 @@ func (s *Store) UpdateWorkload(ctx context.Context, id string, fn func(workload.
 // billed by.
 func (s *Store) WorkloadRuns(ctx context.Context, from, to time.Time, teams []team.Name) ([]workload.Run, error) {
 	q := `SELECT w.id, w.team, w.owner, w.template, w.template_version, w.gpu_class, w.mig_profile, w.gpu_count,
-		CASE WHEN r.price_per_hour > 0 THEN r.price_per_hour ELSE w.price_per_hour END, r.node_group, r.cluster, r.started_at, r.ended_at
+		CASE WHEN r.price_per_hour > 0 THEN r.price_per_hour ELSE w.price_per_hour END, r.node_group, r.cluster, r.started_at, r.ended_at,
+		w.created_at, w.deferral
 		FROM workload_runs r JOIN workloads w ON w.id = r.workload_id
 		WHERE r.started_at < ? AND (r.ended_at = 0 OR r.ended_at > ?)`
 	args := []any{to.UnixMicro(), from.UnixMicro()}
@@ -425,9 +463,20 @@ func (s *Store) WorkloadRuns(ctx context.Context, from, to time.Time, teams []te
 	var out []workload.Run
 	for rows.Next() {
 		var r workload.Run
-		var started, ended int64
-		if err := rows.Scan(&r.Workload, &r.Team, &r.Owner, &r.Template, &r.TemplateVersion, &r.GPUClass, &r.MIGProfile, &r.GPUCount, &r.PricePerHour, &r.NodeGroup, &r.Cluster, &started, &ended); err != nil {
+		var started, ended, created int64
+		var deferral string
+		if err := rows.Scan(&r.Workload, &r.Team, &r.Owner, &r.Template, &r.TemplateVersion, &r.GPUClass, &r.MIGProfile, &r.GPUCount, &r.PricePerHour, &r.NodeGroup, &r.Cluster, &started, &ended,
+			&created, &deferral); err != nil {
 			return nil, fmt.Errorf("list workload runs: %w", err)
+		}
+		if deferral != "" {
+			var d workload.Deferral
+			if err := json.Unmarshal([]byte(deferral), &d); err != nil {
+				return nil, fmt.Errorf("list workload runs: workload %s: stored deferral is corrupt: %w", r.Workload, err)
+			}
+			if !d.Released.IsZero() {
+				r.Waited = d.Released.Sub(time.UnixMicro(created).UTC())
+			}
 		}
 		r.From = time.UnixMicro(started).UTC()
 		if ended != 0 {
@@ -509,7 +558,14 @@ func (s *Store) UnappliedWorkloads(ctx context.Context, limit int, withHeld bool
 		return st.Live() || (withHeld && st == workload.PendingApproval)
 	}))
 	return s.queryWorkloads(ctx, "list unapplied workloads", `SELECT `+workloadColumns+` FROM workloads
-		WHERE applied_hash <> objects_hash AND `+in+` ORDER BY created_at, id LIMIT ?`, append(args, limit)...)
+		WHERE applied_hash <> objects_hash AND deferred_until = 0 AND `+in+` ORDER BY created_at, id LIMIT ?`, append(args, limit)...)
+}
+
+// DueDeferrals implements workload.Store.
+func (s *Store) DueDeferrals(ctx context.Context, now time.Time, limit int) ([]workload.Workload, error) {
+	return s.queryWorkloads(ctx, "list due deferrals", `SELECT `+workloadColumns+` FROM workloads
+		WHERE deferred_until > 0 AND deferred_until <= ? AND status = ? ORDER BY deferred_until, id LIMIT ?`,
+		now.UnixMicro(), string(workload.Queued), limit)
 }
 
 // statusIn is "status IN (?, …)" for statuses, with its arguments.

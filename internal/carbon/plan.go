@@ -1,0 +1,129 @@
+package carbon
+
+import (
+	"context"
+	"time"
+)
+
+// Forecaster says the grid's expected carbon intensity ahead: what a
+// flexible launch's start is chosen by.
+type Forecaster interface {
+	// Name says where the forecast comes from, for every plan shown.
+	Name() string
+	// Forecast is the expected mean intensity (gCO2e/kWh) of each hour
+	// (UTC, its start) in [from, to) at location; an hour past the
+	// forecast's horizon is absent. An unknown location is
+	// *fault.NotFound.
+	Forecast(ctx context.Context, location string, from, to time.Time) (map[time.Time]float64, error)
+}
+
+// Feed is a source that also forecasts: both of Gantry's are.
+type Feed interface {
+	Source
+	Forecaster
+}
+
+// Forecast implements Forecaster: a static profile is its own forecast.
+func (p *Profiles) Forecast(ctx context.Context, location string, from, to time.Time) (map[time.Time]float64, error) {
+	return p.Intensity(ctx, location, from, to)
+}
+
+// MinSaving is the least a later start must save against starting at
+// once, as a fraction of the carbon, for a flexible launch to wait for it:
+// below it the forecast's own error is larger than the gain.
+const MinSaving = 0.05
+
+// Plan is when a flexible run is best started: the start in
+// [Now, Latest] whose window [Start, End) has the lowest mean forecast
+// intensity, against starting at once.
+type Plan struct {
+	Start, End time.Time
+	Latest     time.Time // the latest start allowed (its max delay or its deadline)
+	// AtOnce and AtStart are the forecast's mean intensity (gCO2e/kWh)
+	// over a run started now and over [Start, End).
+	AtOnce, AtStart float64
+	// Wait is true when Start is later than now, saving at least
+	// MinSaving.
+	Wait bool
+}
+
+// Saving is the fraction of the carbon the plan saves against starting
+// at once (0 when it does not wait).
+func (p Plan) Saving() float64 {
+	if !p.Wait || p.AtOnce <= 0 {
+		return 0
+	}
+	return (p.AtOnce - p.AtStart) / p.AtOnce
+}
+
+// Best chooses when to start a run of length run, from now to latest at
+// the latest: now, or any later hour's start. A start is judged by the
+// mean forecast intensity over its window, each hour weighted by how much
+// of the window it covers; a window with an hour the forecast lacks is
+// not judged. The earliest of the lowest wins, and a start later than now
+// only when it saves at least MinSaving against starting now. ok is false
+// when the forecast does not cover a start at once (nothing to compare
+// with: start now).
+func Best(forecast map[time.Time]float64, now, latest time.Time, run time.Duration) (p Plan, ok bool) {
+	if run <= 0 {
+		run = time.Hour
+	}
+	now = now.UTC()
+	atOnce, ok := mean(forecast, now, run)
+	if !ok {
+		return Plan{Start: now, End: now.Add(run), Latest: latest}, false
+	}
+	p = Plan{Start: now, End: now.Add(run), Latest: latest, AtOnce: atOnce, AtStart: atOnce}
+	best := atOnce
+	for s := now.Truncate(time.Hour).Add(time.Hour); !s.After(latest); s = s.Add(time.Hour) {
+		m, ok := mean(forecast, s, run)
+		if !ok {
+			continue
+		}
+		if m < best-1e-9 {
+			best, p.Start = m, s
+		}
+	}
+	if p.Start.After(now) && (atOnce-best)/atOnce >= MinSaving {
+		p.End, p.AtStart, p.Wait = p.Start.Add(run), best, true
+	} else {
+		p.Start = now
+	}
+	return p, true
+}
+
+// mean is the forecast's mean over [start, start+run), each hour weighted
+// by its overlap; ok false when an hour of it is missing.
+func mean(forecast map[time.Time]float64, start time.Time, run time.Duration) (float64, bool) {
+	end := start.Add(run)
+	sum, weight := 0.0, 0.0
+	for t := start; t.Before(end); {
+		h := t.Truncate(time.Hour)
+		next := minTime(h.Add(time.Hour), end)
+		v, ok := forecast[h]
+		if !ok {
+			return 0, false
+		}
+		w := next.Sub(t).Seconds()
+		sum += v * w
+		weight += w
+		t = next
+	}
+	if weight == 0 {
+		return 0, false
+	}
+	return sum / weight, true
+}
+
+// Shifted is the carbon the energy used hour by hour (kWh by hour start)
+// would have had had it been used by earlier: each hour's kWh at the
+// intensity of the hour by before it. It is what a deferred run would
+// have emitted had it started at once. Unrated is the kWh whose earlier
+// hour the intensities lack.
+func Shifted(kwh map[time.Time]float64, intensity map[time.Time]float64, by time.Duration) (grams, unrated float64) {
+	moved := make(map[time.Time]float64, len(kwh))
+	for h, k := range kwh {
+		moved[h.Add(-by).Truncate(time.Hour)] += k
+	}
+	return Grams(moved, intensity)
+}

@@ -1,0 +1,284 @@
+package workload
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/gantryhq/gantry/internal/carbon"
+	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/identity"
+	"github.com/gantryhq/gantry/internal/template"
+)
+
+// Deferral is a flexible job's wait for cleaner power
+// (spec.scheduling.flexible): held in Gantry, Queued and not on the
+// cluster, until Until, when it is released into its queue. Stored with
+// the workload.
+type Deferral struct {
+	// Until is when it is released (the start of the forecast's lowest
+	// window); zero once released.
+	Until time.Time `json:"until,omitzero"`
+	// Latest is the latest start its max delay or deadline allow;
+	// WindowEnd the end of the window chosen.
+	Latest    time.Time `json:"latest"`
+	WindowEnd time.Time `json:"windowEnd"`
+	// Runtime is the run length whose windows were compared.
+	Runtime time.Duration `json:"runtime"`
+	// AtOnce and AtStart are the forecast's mean intensity (gCO2e/kWh)
+	// over a run started at once and over the window chosen, from Source
+	// for Location.
+	AtOnce   float64 `json:"atOnce"`
+	AtStart  float64 `json:"atStart"`
+	Source   string  `json:"source"`
+	Location string  `json:"location"`
+	// Released is when it was released, and by what: "forecast" (its
+	// window came) or the person who asked to start it now.
+	Released   time.Time `json:"released,omitzero"`
+	ReleasedBy string    `json:"releasedBy,omitempty"`
+}
+
+// Holding reports whether the deferral still holds the workload.
+func (d *Deferral) Holding() bool { return d != nil && !d.Until.IsZero() }
+
+// Saving is the fraction of the carbon the forecast said waiting saves.
+func (d *Deferral) Saving() float64 {
+	if d == nil || d.AtOnce <= 0 {
+		return 0
+	}
+	return (d.AtOnce - d.AtStart) / d.AtOnce
+}
+
+// Waited is how much later than its launch it was released (zero while
+// held).
+func (w Workload) Waited() time.Duration {
+	if w.Deferral == nil || w.Deferral.Released.IsZero() {
+		return 0
+	}
+	return w.Deferral.Released.Sub(w.CreatedAt)
+}
+
+// reason is a held workload's reason, for people.
+func (d *Deferral) reason() string {
+	return fmt.Sprintf("waiting for cleaner power: forecast minimum %s–%s UTC, −%.0f %% gCO2/kWh (%s); starts by %s UTC at the latest",
+		d.Until.Format("15:04"), d.WindowEnd.Format("15:04"), math.Round(d.Saving()*100), d.Source, d.Latest.Format("Jan 2 15:04"))
+}
+
+// Flexible is a launch's request to a flexible template: hold it at most
+// MaxDelay (nil: the template's; 0: start at once), and have it finished
+// by Deadline (zero: none).
+type Flexible struct {
+	MaxDelay *time.Duration
+	Deadline time.Time
+}
+
+// deferral decides whether a launch of a flexible template waits for
+// cleaner power, and sets its status, reason and Deferral when it does. A
+// launch held for approval or by a budget, a trial's run, and one the
+// forecast cannot judge (no source, no answer, no cleaner hour in reach)
+// start at once: a forecast that does not answer never holds a launch.
+func (s *Service) deferral(ctx context.Context, w *Workload, rd Rendered, req Request) error {
+	f := rd.Choice.Template.Spec.Scheduling.Flexible
+	if f == nil {
+		var errs fault.List
+		if req.Flexible.MaxDelay != nil {
+			errs.Addf("maxDelay", "template %s is not flexible (spec.scheduling.flexible): its jobs start at once", w.Template)
+		}
+		if !req.Flexible.Deadline.IsZero() {
+			errs.Addf("deadline", "template %s is not flexible (spec.scheduling.flexible): its jobs start at once", w.Template)
+		}
+		return errs.Err()
+	}
+	now := w.CreatedAt
+	maxDelay, _ := time.ParseDuration(f.MaxDelay)
+	var errs fault.List
+	if d := req.Flexible.MaxDelay; d != nil {
+		if *d < 0 || *d > maxDelay {
+			errs.Addf("maxDelay", "%s: want 0s (start at once) to the template's %s", *d, f.MaxDelay)
+		} else {
+			maxDelay = *d
+		}
+	}
+	if dl := req.Flexible.Deadline; !dl.IsZero() && !dl.After(now) {
+		errs.Addf("deadline", "%s is not in the future", dl.UTC().Format(time.RFC3339))
+	}
+	if err := errs.Err(); err != nil {
+		return err
+	}
+	if w.Status != Pending || w.Held || w.Trial != nil || s.forecast == nil || maxDelay == 0 {
+		return nil
+	}
+	runtime := s.expectedRuntime(ctx, *w, f, rd.Choice.Template.Spec.Lifecycle.MaxRuntime)
+	latest := now.Add(maxDelay)
+	if dl := req.Flexible.Deadline; !dl.IsZero() && dl.Add(-runtime).Before(latest) {
+		latest = dl.Add(-runtime)
+	}
+	if !latest.After(now) {
+		return nil // its deadline leaves no room to wait
+	}
+	loc := s.location("")
+	forecast, err := s.forecast.Forecast(ctx, loc, now, latest.Add(runtime))
+	if err != nil {
+		s.log.WarnContext(ctx, "no carbon forecast: the flexible launch starts at once", "workload_id", w.ID, "location", loc, "source", s.forecast.Name(), "err", err)
+		return nil
+	}
+	p, ok := carbon.Best(forecast, now, latest, runtime)
+	if !ok || !p.Wait {
+		return nil
+	}
+	w.Status = Queued
+	w.Deferral = &Deferral{Until: p.Start, Latest: latest, WindowEnd: p.End, Runtime: runtime,
+		AtOnce: p.AtOnce, AtStart: p.AtStart, Source: s.forecast.Name(), Location: loc}
+	w.Reason = w.Deferral.reason()
+	return nil
+}
+
+// expectedRuntime is the run length a flexible launch's windows are
+// compared over: the template's expectedRuntime; else the median of the
+// template's last successful runs in the team (three at least); else its
+// maxRuntime; else an hour.
+func (s *Service) expectedRuntime(ctx context.Context, w Workload, f *template.Flexible, maxRuntime string) time.Duration {
+	if d, err := time.ParseDuration(f.ExpectedRuntime); err == nil && d > 0 {
+		return d
+	}
+	done, err := s.store.ListWorkloads(ctx, Filter{Team: w.Team, Template: w.Template, Status: Succeeded, Limit: 20})
+	if err == nil {
+		var ran []time.Duration
+		for _, e := range done {
+			if e.RunningFor > 0 {
+				ran = append(ran, e.RunningFor)
+			}
+		}
+		if len(ran) >= 3 {
+			slices.Sort(ran)
+			return ran[len(ran)/2].Round(time.Minute)
+		}
+	}
+	if d, err := time.ParseDuration(maxRuntime); err == nil && d > 0 {
+		return d
+	}
+	return time.Hour
+}
+
+// ReleaseDeferred releases into their queues the flexible launches whose
+// window has come, and applies them; it returns how many it released.
+func (s *Service) ReleaseDeferred(ctx context.Context) (int, error) {
+	due, err := s.store.DueDeferrals(ctx, s.clock(), 500)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	var errs []error
+	for _, w := range due {
+		if _, err := s.release(ctx, w.ID, "forecast"); err != nil {
+			errs = append(errs, fmt.Errorf("workload %s: %w", w.ID, err))
+			continue
+		}
+		n++
+	}
+	return n, errors.Join(errs...)
+}
+
+// errNotHeld: the workload was released (or stopped) since it was read.
+var errNotHeld = errors.New("not held for cleaner power")
+
+// release ends a held workload's deferral (by: "forecast" or who asked)
+// and applies its objects. One the cluster does not take now is applied
+// by the reconciler: its deferral is over either way.
+func (s *Service) release(ctx context.Context, id, by string) (Workload, error) {
+	w, err := s.store.UpdateWorkload(ctx, id, func(w Workload) (Workload, error) {
+		if !w.Deferral.Holding() {
+			return w, errNotHeld
+		}
+		now := s.clock()
+		reason := fmt.Sprintf("released into its queue at %s UTC (%s)", now.Format("15:04"), releaseWhy(by))
+		out, _, err := Transition(w, Release, reason, now)
+		if err != nil {
+			return w, err
+		}
+		d := *out.Deferral
+		d.Until, d.Released, d.ReleasedBy = time.Time{}, now, by
+		out.Deferral = &d
+		return out, nil
+	})
+	if errors.Is(err, errNotHeld) {
+		return w, nil
+	}
+	if err != nil || s.cluster == nil {
+		return w, err
+	}
+	objs, err := s.rerender(ctx, w)
+	if err != nil {
+		return w, nil // the reconciler tries again, and fails it if it never renders
+	}
+	w, err = s.apply(ctx, w, objs)
+	var un *fault.Unavailable
+	if errors.As(err, &un) {
+		return w, nil // released; applied once the cluster answers
+	}
+	return w, err
+}
+
+func releaseWhy(by string) string {
+	if by == "forecast" {
+		return "the forecast's cleanest window"
+	}
+	return "started now by " + by
+}
+
+// startNow releases a held flexible launch at its owner's (or a
+// team-admin's) request.
+func (s *Service) startNow(ctx context.Context, w Workload) (Workload, error) {
+	id, _ := identity.From(ctx)
+	return s.release(ctx, w.ID, id.String())
+}
+
+// CarbonForecast is the forecast at the site of the cluster Gantry drives
+// and when a run is best started within it.
+type CarbonForecast struct {
+	Source, Location string
+	From             time.Time
+	Hours            []ForecastHour
+	Best             carbon.Plan
+}
+
+// ForecastHour is one hour of a forecast.
+type ForecastHour struct {
+	Start     time.Time
+	Intensity float64 // gCO2e/kWh
+}
+
+// CarbonForecast reads the forecast for the next within and plans a run of
+// runtime in it (what a flexible launch would wait for). Without a carbon
+// source it is *fault.NotFound.
+func (s *Service) CarbonForecast(ctx context.Context, within, runtime time.Duration) (CarbonForecast, error) {
+	var errs fault.List
+	if within < time.Minute || within > template.MaxFlexibleDelay {
+		errs.Addf("within", "%s: want 1m to 168h", within)
+	}
+	if runtime < time.Minute || runtime > template.MaxFlexibleDelay {
+		errs.Addf("runtime", "%s: want 1m to 168h", runtime)
+	}
+	if err := errs.Err(); err != nil {
+		return CarbonForecast{}, err
+	}
+	if s.forecast == nil {
+		return CarbonForecast{}, &fault.NotFound{Kind: "carbon source", Name: "energy.carbonSDK or energy.carbonProfiles"}
+	}
+	now := s.clock()
+	loc := s.location("")
+	f, err := s.forecast.Forecast(ctx, loc, now, now.Add(within+runtime))
+	if err != nil {
+		return CarbonForecast{}, err
+	}
+	out := CarbonForecast{Source: s.forecast.Name(), Location: loc, From: now}
+	for h, v := range f {
+		out.Hours = append(out.Hours, ForecastHour{Start: h, Intensity: v})
+	}
+	slices.SortFunc(out.Hours, func(a, b ForecastHour) int { return a.Start.Compare(b.Start) })
+	out.Best, _ = carbon.Best(f, now, now.Add(within), runtime)
+	return out, nil
+}

@@ -25,7 +25,7 @@ import (
 func TestReadGate(t *testing.T) {
 	gate := newReadGate(1)
 	e := echo.New()
-	e.HTTPErrorHandler = errorHandler(slog.New(slog.DiscardHandler))
+	e.HTTPErrorHandler = errorHandler(slog.New(slog.DiscardHandler), func(err error) error { return err })
 	e.Use(gate.middleware)
 	var mu sync.Mutex
 	var ran []string
@@ -136,7 +136,7 @@ func (s slowClient) Write(b []byte) (int, error) {
 func TestReadGateSlowClient(t *testing.T) {
 	gate := newReadGate(1)
 	e := echo.New()
-	e.HTTPErrorHandler = errorHandler(slog.New(slog.DiscardHandler))
+	e.HTTPErrorHandler = errorHandler(slog.New(slog.DiscardHandler), func(err error) error { return err })
 	e.Use(middleware.Recover(), gate.middleware)
 	handled := make(chan struct{})
 	e.GET("/api/v1/workloads", func(c echo.Context) error {

@@ -40,9 +40,10 @@ type SessionAuthenticator interface {
 // (authn.ErrNoCredentials, token.ErrInvalid, weblogin.ErrNoSession,
 // user.ErrStale, user.ErrDeactivated, a bad JWT) are answered 401.
 type credentials struct {
-	bearer   func(*http.Request) (identity.Identity, error)
-	tokens   *token.Service
-	sessions SessionAuthenticator
+	transient func(error) error // Options.Transient
+	bearer    func(*http.Request) (identity.Identity, error)
+	tokens    *token.Service
+	sessions  SessionAuthenticator
 }
 
 // errStore marks an authentication that failed on Gantry's side.
@@ -61,6 +62,12 @@ func (cr credentials) authenticate(r *http.Request) (identity.Identity, *weblogi
 		case cr.bearer != nil:
 			id, err := cr.bearer(r)
 			id.Via = identity.ViaBearer
+			var un *fault.Unavailable
+			if errors.As(cr.transient(err), &un) {
+				// Recording who the user is failed (the database is
+				// away): not the caller's fault, and not a 401.
+				return id, nil, fmt.Errorf("%w: %w", errStore, un)
+			}
 			return id, nil, err
 		}
 		return identity.Identity{}, nil, authn.ErrNoCredentials

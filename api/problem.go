@@ -179,11 +179,12 @@ func requestFields(err error) []model.FieldError {
 var unsupportedRE = regexp.MustCompile(`^property "([^"]+)" is unsupported$`)
 
 // errorHandler writes every error as problem+json.
-func errorHandler(log *slog.Logger) echo.HTTPErrorHandler {
+func errorHandler(log *slog.Logger, transient func(error) error) echo.HTTPErrorHandler {
 	return func(err error, c echo.Context) {
 		if c.Response().Committed {
 			return
 		}
+		err = transient(err)
 		status, p := problemFor(err)
 		p.Status = status
 		if tm := (*fault.TooMany)(nil); errors.As(err, &tm) && tm.RetryAfter > 0 {

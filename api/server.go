@@ -52,6 +52,11 @@ import (
 
 // Options configure the HTTP server.
 type Options struct {
+	// Transient types a dependency's refusal that is no fault of the
+	// request — the database's disk full, its connection lost — as
+	// *fault.Unavailable (503, try again), wherever it surfaces; nil:
+	// errors are as returned.
+	Transient func(error) error
 	Catalog   *catalog.Service
 	Workloads *workload.Service
 	// Estimates prices launches before they are made.
@@ -190,7 +195,10 @@ func New(o Options) (*echo.Echo, error) {
 	if o.Anonymous.Now == nil {
 		o.Anonymous.Now = o.Now
 	}
-	cr := credentials{bearer: o.Identify, tokens: o.Tokens, sessions: o.Sessions}
+	if o.Transient == nil {
+		o.Transient = func(err error) error { return err }
+	}
+	cr := credentials{bearer: o.Identify, tokens: o.Tokens, sessions: o.Sessions, transient: o.Transient}
 	recheck := cr
 	if o.RecheckBearer != nil {
 		recheck.bearer = o.RecheckBearer
@@ -202,7 +210,7 @@ func New(o Options) (*echo.Echo, error) {
 	o.Own.ReadGate(gate.Running, gate.Waiting)
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
-	e.HTTPErrorHandler = errorHandler(o.Logger)
+	e.HTTPErrorHandler = errorHandler(o.Logger, o.Transient)
 	e.Use(
 		middleware.RequestID(),
 		logIDs,

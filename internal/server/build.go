@@ -33,6 +33,7 @@ import (
 	"github.com/gantryhq/gantry/internal/overrides"
 	"github.com/gantryhq/gantry/internal/ownmetrics"
 	"github.com/gantryhq/gantry/internal/runs"
+	"github.com/gantryhq/gantry/internal/store"
 	"github.com/gantryhq/gantry/internal/team"
 	"github.com/gantryhq/gantry/internal/telemetry"
 	"github.com/gantryhq/gantry/internal/template"
@@ -348,7 +349,7 @@ func (s *Server) handler(ov Overrides, w *wiring) error {
 		watch = s.workers
 	}
 	oc := w.signIn
-	h, err := api.New(api.Options{
+	h, err := api.New(api.Options{Transient: store.Unavailable,
 		Now:     s.clock.Now,
 		Live:    s.live,
 		Catalog: s.Catalog, Workloads: s.Workloads, Estimates: estimates, Budgets: s.Budgets, Capacity: capa, Fleet: s.Fleet, Workers: watch, Quotas: s.authz, Settings: settings, Edits: s.overlays, Prices: s.Store.Governance.PriceHistory, Own: s.own, Checks: s.checks, Spec: gantry.OpenAPI,

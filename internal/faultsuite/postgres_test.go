@@ -1,0 +1,119 @@
+package faultsuite_test
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gantryhq/gantry/api/model"
+	"github.com/gantryhq/gantry/internal/config"
+	"github.com/gantryhq/gantry/internal/server"
+	"github.com/gantryhq/gantry/internal/servertest"
+	"github.com/gantryhq/gantry/internal/store/storetest"
+)
+
+// TestPostgresConnectionsCut: while 48 launches are made by 8 clients at
+// once, PostgreSQL drops every connection of this Gantry's again and again
+// (what a restart does to its clients: pg_terminate_backend, mid-query
+// and mid-transaction). A launch refused meanwhile is refused whole, with
+// 503, and its client tries again under the same Idempotency-Key, as the
+// CLI and the Python client do — never 500, never 401 (the caller's
+// token is fine; the database is not); at the end each key has exactly
+// one workload, none lost, none twice.
+func TestPostgresConnectionsCut(t *testing.T) {
+	app := "gantry-fault-" + strings.ToLower(rand.Text()[:8])
+	dsn := storetest.PostgresDSN(t) + "&application_name=" + app
+	g := servertest.WithOverrides(t, server.Overrides{Identify: admin}, func(c *config.Config) {
+		c.Database.Driver, c.Database.DSN = "postgres", config.Secret(dsn)
+	})
+	api := servertest.Client(g.URL, "test.jwt.token")
+	ctx := context.Background()
+
+	killer, err := sql.Open("pgx", storetest.PostgresDSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer killer.Close()
+	var cuts atomic.Int64
+	stop := make(chan struct{})
+	var killed sync.WaitGroup
+	killed.Add(1)
+	go func() {
+		defer killed.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(40 * time.Millisecond):
+			}
+			var n int64
+			if err := killer.QueryRow(`SELECT COUNT(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1`, app).Scan(&n); err == nil {
+				cuts.Add(n)
+			}
+		}
+	}()
+
+	const clients, each = 8, 6
+	var refusals, others atomic.Int64
+	var wg sync.WaitGroup
+	for c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				key := fmt.Sprintf("cut-%d-%d", c, i)
+				for try := 0; ; try++ {
+					r, err := api.CreateWorkloadWithResponse(ctx, &model.CreateWorkloadParams{IdempotencyKey: &key}, model.LaunchRequest{Template: "dev-environment", Team: "vision"})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if r.StatusCode() == 201 || r.StatusCode() == 200 {
+						break
+					}
+					if r.StatusCode() == 503 {
+						refusals.Add(1)
+					} else {
+						others.Add(1)
+						t.Logf("launch %s: %d %s", key, r.StatusCode(), r.Body)
+					}
+					if try > 200 {
+						t.Errorf("launch %s never accepted", key)
+						return
+					}
+					time.Sleep(20 * time.Millisecond) // a client's pause before it tries again
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	killed.Wait()
+	if cuts.Load() == 0 {
+		t.Fatal("no connection was cut: the test tested nothing")
+	}
+
+	// Counted in the database itself, past the server's caches.
+	check, err := sql.Open("pgx", dsn[:strings.Index(dsn, "&application_name")])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer check.Close()
+	var n, keys int
+	if err := check.QueryRow(`SELECT COUNT(*), COUNT(DISTINCT idempotency_key) FROM workloads`).Scan(&n, &keys); err != nil {
+		t.Fatal(err)
+	}
+	if n != clients*each || keys != clients*each {
+		t.Fatalf("%d workloads for %d keys, want %d each: a launch was lost or made twice", n, keys, clients*each)
+	}
+	if others.Load() > 0 {
+		t.Errorf("%d refusals other than 503 while connections were cut", others.Load())
+	}
+	t.Logf("%d connections cut; %d launches refused with 503 and tried again; %d workloads, one per key", cuts.Load(), refusals.Load(), n)
+}

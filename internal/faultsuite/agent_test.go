@@ -1,0 +1,180 @@
+package faultsuite_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/gantryhq/gantry/internal/node/agent"
+	"github.com/gantryhq/gantry/internal/store"
+	"github.com/gantryhq/gantry/internal/store/telemetrydb"
+	"github.com/gantryhq/gantry/internal/telemetry"
+	"github.com/gantryhq/gantry/internal/waitfor"
+)
+
+// oneGPU is a node with one GPU that reads the same every pass.
+type oneGPU struct{}
+
+func (oneGPU) Inventory(context.Context) ([]telemetry.GPUState, error) {
+	return []telemetry.GPUState{{Device: telemetry.Device{GPU: "GPU-a", Index: 0, Model: "NVIDIA H100 80GB HBM3"}, MemoryMiB: 81559}}, nil
+}
+func (oneGPU) Sample(context.Context, time.Time) ([]agent.DeviceSample, error) {
+	v := telemetry.NoValues()
+	v[telemetry.GPUUtil], v[telemetry.Power] = 60, 400
+	return []agent.DeviceSample{{Device: telemetry.Device{GPU: "GPU-a", Index: 0, Model: "NVIDIA H100 80GB HBM3"}, Values: v}}, nil
+}
+func (oneGPU) Events() []telemetry.Event { return nil }
+
+// TestAgentCutOffTenMinutes: a node agent whose link to Gantry is cut for
+// ten minutes keeps its readings and delivers them when the link returns;
+// the first push after it is taken by Gantry but its answer is lost, so
+// the agent sends that batch again. Gantry's real ingest on a real store
+// keeps every 10-second reading of the whole time exactly once: none
+// lost, none counted twice.
+func TestAgentCutOffTenMinutes(t *testing.T) {
+	start := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	clk := clocktesting.NewFakeClock(start)
+	db, err := store.Open(context.Background(), store.SQLite, filepath.Join(t.TempDir(), "gantry.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	samples := telemetrydb.New(db)
+	ingest, err := telemetry.New(telemetry.Options{Store: samples, Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var mu sync.Mutex
+	cut, loseAnswer := false, false
+	pushes, taken := 0, 0
+	gantry := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		pushes++
+		isCut, lose := cut, loseAnswer
+		mu.Unlock()
+		if isCut {
+			// The link is down: the connection drops without an answer.
+			conn, _, err := w.(http.Hijacker).Hijack()
+			if err == nil {
+				conn.Close()
+			}
+			return
+		}
+		var b telemetry.Batch
+		if err := json.NewDecoder(r.Body).Decode(&b); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		if _, err := ingest.Ingest(r.Context(), "n1", b); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		mu.Lock()
+		taken++
+		if lose {
+			loseAnswer = false
+		}
+		mu.Unlock()
+		if lose {
+			// Taken, but the answer never reaches the agent.
+			conn, _, err := w.(http.Hijacker).Hijack()
+			if err == nil {
+				conn.Close()
+			}
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer gantry.Close()
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte("agent-token"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sink, err := agent.NewHTTPSink(gantry.URL, tokenFile, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := agent.New(agent.Options{Node: "n1", GPUs: oneGPU{}, Sink: sink, Clock: clk, Interval: 10 * time.Second, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	stored := func() int {
+		n := 0
+		if err := samples.SamplesBetween(context.Background(), start.Add(-time.Minute), start.Add(time.Hour), func(telemetry.Sample) error { n++; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	// A pass each 10 s: 3 online, then 60 (ten minutes) cut off.
+	passes := 0
+	step := func() {
+		passes++
+		want := passes
+		clk.Step(10 * time.Second)
+		waitfor.Until(t, 10*time.Second, fmt.Sprintf("pass %d sampled", want), func() error {
+			if n := a.Buffered() + stored(); n < want-1 {
+				return fmt.Errorf("%d readings", n)
+			}
+			return nil
+		})
+	}
+	for range 3 {
+		step()
+	}
+	mu.Lock()
+	cut = true
+	mu.Unlock()
+	for range 60 {
+		step()
+	}
+	if a.Buffered() < 55 {
+		t.Fatalf("%d readings buffered after ten minutes cut off", a.Buffered())
+	}
+	mu.Lock()
+	cut, loseAnswer = false, true
+	mu.Unlock()
+	// The link is back: past any backoff (at most a minute), the buffer
+	// drains; one more pass makes the count known.
+	waitfor.Until(t, 20*time.Second, "the buffer delivered", func() error {
+		clk.Step(time.Minute)
+		if b := a.Buffered(); b > 0 {
+			return fmt.Errorf("%d readings still buffered", b)
+		}
+		return nil
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	// Each pass's reading is one stored sample at its own time: as many
+	// samples as distinct times, whatever the retries.
+	times := map[time.Time]int{}
+	if err := samples.SamplesBetween(context.Background(), start.Add(-time.Minute), clk.Now().Add(time.Minute), func(s telemetry.Sample) error { times[s.Time]++; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	for at, n := range times {
+		if n != 1 {
+			t.Errorf("the reading of %s stored %d times", at.Format(time.TimeOnly), n)
+		}
+	}
+	if len(times) < 63 || taken < 2 {
+		t.Fatalf("%d readings stored over %d passes (%d pushes, %d taken)", len(times), passes, pushes, taken)
+	}
+	t.Logf("%d readings stored once each over %d passes and a ten-minute cut; %d pushes, %d taken (one answer lost)", len(times), passes, pushes, taken)
+}

@@ -386,6 +386,32 @@ func (c *Cluster) kwokctl(ctx context.Context, args ...string) error {
 	return nil
 }
 
+// Outage stops the cluster's control plane — its API server, etcd, the
+// controllers and kwok (kwokctl stop cluster) — until restore starts it
+// again and waits for its API server to answer: what an API server outage
+// is to a client. Kueue and the other processes keep running and
+// reconnect. For fault-injection tests on a cluster of their own.
+func (c *Cluster) Outage(ctx context.Context) (restore func(context.Context) error, err error) {
+	if err := c.kwokctl(ctx, "stop", "cluster"); err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) error {
+		if err := c.kwokctl(ctx, "start", "cluster"); err != nil {
+			return err
+		}
+		for {
+			if _, err := c.Client.Discovery().ServerVersion(); err == nil {
+				return nil
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("the API server did not answer after the outage: %w", ctx.Err())
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}, nil
+}
+
 // Stop deletes the cluster (kwokctl stops the apiserver before etcd) and its
 // working directory.
 func (c *Cluster) Stop(ctx context.Context) error {

@@ -1,0 +1,135 @@
+package faultsuite_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gantryhq/gantry/api/model"
+	"github.com/gantryhq/gantry/internal/config"
+	"github.com/gantryhq/gantry/internal/devcluster/clustertest"
+	"github.com/gantryhq/gantry/internal/server"
+	"github.com/gantryhq/gantry/internal/servertest"
+	"github.com/gantryhq/gantry/internal/waitfor"
+	"github.com/gantryhq/gantry/internal/workload"
+)
+
+// TestAPIServerDownMidBurst: launches come before, during and after 60
+// seconds in which the cluster's control plane is down. Those made while
+// it is down are accepted (201, Pending, the reason saying why) and
+// applied once it answers again; at the end every launch is one workload,
+// applied once as one Job, and running or run to its end, and no Job
+// belongs to no workload.
+func TestAPIServerDownMidBurst(t *testing.T) {
+	if cluster == nil {
+		t.Skip(clustertest.ErrNotRequested)
+	}
+	ctx := context.Background()
+	ns := "gantry-faults-" + workload.NewID()
+	if _, err := cluster.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	g := servertest.WithOverrides(t, server.Overrides{Identify: admin}, func(c *config.Config) {
+		c.Kubeconfig = cluster.Kubeconfig
+		c.Namespace = ns
+		c.ReconcileInterval = config.Duration(time.Second)
+		c.CapacityInformers = false
+	})
+	api := servertest.Client(g.URL, "test.jwt.token")
+	req := model.LaunchRequest{Template: "pytorch-train", Team: "vision", Gpu: &model.GPUChoice{Count: new(1)}}
+	var mu sync.Mutex
+	accepted := map[string]string{} // key → workload id
+	launch := func(key string) {
+		t.Helper()
+		r, err := api.CreateWorkloadWithResponse(ctx, &model.CreateWorkloadParams{IdempotencyKey: &key}, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := r.JSON201
+		if w == nil {
+			t.Fatalf("launch %s: %d %s", key, r.StatusCode(), r.Body)
+		}
+		mu.Lock()
+		accepted[key] = w.Id
+		mu.Unlock()
+	}
+	for i := range 4 {
+		launch(fmt.Sprintf("before-%d", i))
+	}
+	restore, err := cluster.Outage(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := time.Now()
+	// While it is down: a launch every 10 s for 60 s, each accepted and
+	// waiting for the API server.
+	tick := time.NewTicker(10 * time.Second)
+	for i := 0; time.Since(down) < 60*time.Second; i++ {
+		key := fmt.Sprintf("during-%d", i)
+		launch(key)
+		w := servertest.Deref(servertest.Must(api.GetWorkloadWithResponse(ctx, accepted[key]))(t).JSON200)
+		if w.Applied || w.Status != model.Pending {
+			t.Errorf("launched with the API server down: %s applied=%v (%s)", w.Status, w.Applied, servertest.Deref(w.Reason))
+		}
+		<-tick.C
+	}
+	tick.Stop()
+	rctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	if err := restore(rctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the control plane was down %v", time.Since(down).Round(time.Second))
+	for i := range 4 {
+		launch(fmt.Sprintf("after-%d", i))
+	}
+
+	ids := map[string]bool{}
+	for key, id := range accepted {
+		if ids[id] {
+			t.Fatalf("two keys answered with workload %s", id)
+		}
+		ids[id] = true
+		waitfor.Until(t, 3*time.Minute, "workload "+id+" ("+key+") to run", func() error {
+			w := servertest.Deref(servertest.Must(api.GetWorkloadWithResponse(ctx, id))(t).JSON200)
+			if !w.Applied || (w.Status != model.Running && w.Status != model.Succeeded) {
+				return fmt.Errorf("%s applied=%v (%s)", w.Status, w.Applied, servertest.Deref(w.Reason))
+			}
+			return nil
+		})
+	}
+	list := servertest.Deref(servertest.Must(api.ListWorkloadsWithResponse(ctx, &model.ListWorkloadsParams{Limit: new(500)}))(t).JSON200)
+	if len(list.Items) != len(accepted) {
+		t.Fatalf("%d workloads recorded for %d launches (none lost, none duplicated)", len(list.Items), len(accepted))
+	}
+	jobs, err := cluster.Client.BatchV1().Jobs("gantry-vision").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, j := range jobs.Items {
+		id := j.Labels["gantry.dev/workload-id"]
+		if !ids[id] || seen[id] {
+			t.Fatalf("Job %s belongs to workload %q: orphaned or duplicated", j.Name, id)
+		}
+		seen[id] = true
+	}
+	if len(seen) != len(ids) {
+		t.Fatalf("%d Jobs for %d workloads", len(seen), len(ids))
+	}
+	t.Logf("%d launches (%d while the API server was down): each one workload, one Job, running or Succeeded", len(accepted), strings.Count(fmt.Sprint(keys(accepted)), "during"))
+}
+
+func keys(m map[string]string) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}

@@ -3221,7 +3221,7 @@ type GetCarbonForecastParams struct {
 	// Within How far ahead a start may be (a duration, 1m to 168h; default 24h).
 	Within *string `form:"within,omitempty" json:"within,omitempty"`
 
-	// Runtime The run's length (a duration, at least 1m; default 1h).
+	// Runtime The run's length (a duration, 1m to 168h; default 1h).
 	Runtime *string `form:"runtime,omitempty" json:"runtime,omitempty"`
 }
 

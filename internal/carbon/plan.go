@@ -116,14 +116,21 @@ func mean(forecast map[time.Time]float64, start time.Time, run time.Duration) (f
 }
 
 // Shifted is the carbon the energy used hour by hour (kWh by hour start)
-// would have had had it been used by earlier: each hour's kWh at the
-// intensity of the hour by before it. It is what a deferred run would
-// have emitted had it started at once. Unrated is the kWh whose earlier
-// hour the intensities lack.
+// would have had had it been used by earlier: each hour's kWh moved back
+// by by, split between the two hours the moved hour overlaps, each part
+// at its hour's intensity. It is what a deferred run would have emitted
+// had it started at once. Unrated is the kWh whose earlier hours the
+// intensities lack.
 func Shifted(kwh map[time.Time]float64, intensity map[time.Time]float64, by time.Duration) (grams, unrated float64) {
-	moved := make(map[time.Time]float64, len(kwh))
+	moved := make(map[time.Time]float64, 2*len(kwh))
 	for h, k := range kwh {
-		moved[h.Add(-by).Truncate(time.Hour)] += k
+		start := h.Add(-by)
+		first := start.Truncate(time.Hour)
+		later := float64(start.Sub(first)) / float64(time.Hour) // the part in the next hour
+		moved[first] += k * (1 - later)
+		if later > 0 {
+			moved[first.Add(time.Hour)] += k * later
+		}
 	}
 	return Grams(moved, intensity)
 }

@@ -87,6 +87,12 @@ func TestShifted(t *testing.T) {
 	if g != 0 || u != 2 {
 		t.Errorf("an hour without a figure: grams %v unrated %v", g, u)
 	}
+	// Held 4 h 15 min: the 03:00 hour moves to 22:45–23:45, a quarter
+	// in 22:00 (400) and three in 23:00 (380).
+	g, u = carbon.Shifted(map[time.Time]float64{h: 2}, in, 4*time.Hour+15*time.Minute)
+	if math.Abs(g-(0.5*400+1.5*380)) > 1e-9 || u != 0 {
+		t.Errorf("a shift of part of an hour: grams %v unrated %v, want %v", g, u, 0.5*400+1.5*380)
+	}
 }
 
 // TestSDKForecast: the forecast's points averaged per hour, cached for

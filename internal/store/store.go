@@ -17,7 +17,6 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -30,7 +29,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	_ "github.com/jackc/pgx/v5/stdlib" // registers driver "pgx"
-	_ "modernc.org/sqlite"             // registers driver "sqlite"
+	"modernc.org/sqlite"               // registers driver "sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/gantryhq/gantry/internal/fault"
 )
@@ -261,13 +261,16 @@ func Unavailable(err error) error {
 	return err
 }
 
+// diskFull and connectionLost match the drivers' own error types, never
+// an error's text: an error that only quotes such words (a forged
+// token's header, say) is not the database's.
 func diskFull(err error) bool {
 	var pg *pgconn.PgError
 	if errors.As(err, &pg) {
 		return pg.Code == "53100" // disk_full
 	}
-	var coded interface{ Code() int }                        // modernc.org/sqlite's *sqlite.Error
-	return errors.As(err, &coded) && coded.Code()&0xff == 13 // SQLITE_FULL
+	var se *sqlite.Error
+	return errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_FULL
 }
 
 func connectionLost(err error) bool {
@@ -277,7 +280,10 @@ func connectionLost(err error) bool {
 		// down, crashed or is starting.
 		return strings.HasPrefix(pg.Code, "08") || pg.Code == "57P01" || pg.Code == "57P02" || pg.Code == "57P03"
 	}
-	return errors.Is(err, driver.ErrBadConn) || errors.Is(err, io.ErrUnexpectedEOF) || strings.Contains(err.Error(), "conn closed")
+	var ce *pgconn.ConnectError
+	// pgconn.SafeToRetry: pgx's own errors for a connection that was
+	// closed before the statement was sent.
+	return errors.Is(err, driver.ErrBadConn) || errors.As(err, &ce) || pgconn.SafeToRetry(err)
 }
 
 // WriteStmts are queries prepared on the writer, once each and kept (at

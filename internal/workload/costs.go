@@ -300,7 +300,7 @@ func (m *Meter) carbonOf(ctx context.Context, runs []Run, energy map[string]map[
 			g, u := carbon.Grams(map[time.Time]float64{h: kwh * m.pue(cluster)}, in)
 			cf.grams[w] += g
 			cf.unrated[w] += u
-			if held := rs[0].Waited; held > 0 && u == 0 {
+			if held := heldFor(rs, h); held > 0 && u == 0 {
 				if once, u := carbon.Shifted(map[time.Time]float64{h: kwh * m.pue(cluster)}, in, held); u == 0 {
 					d := cf.deferred[w]
 					d[0] += g
@@ -311,6 +311,17 @@ func (m *Meter) carbonOf(ctx context.Context, runs []Run, energy map[string]map[
 		}
 	}
 	return cf
+}
+
+// heldFor is how long the run of rs that covers hour h was held for
+// cleaner power (0: none covers it, or it was not held).
+func heldFor(rs []Run, h time.Time) time.Duration {
+	for _, r := range rs {
+		if r.From.Before(h.Add(time.Hour)) && (r.To.IsZero() || h.Before(r.To)) {
+			return r.Waited
+		}
+	}
+	return 0
 }
 
 // reserved is the reserved node groups' cost in [from, to) up to now,

@@ -173,11 +173,14 @@ func (s *Service) ReleaseDeferred(ctx context.Context) (int, error) {
 	n := 0
 	var errs []error
 	for _, w := range due {
-		if _, err := s.release(ctx, w.ID, "forecast"); err != nil {
+		_, released, err := s.release(ctx, w.ID, "forecast")
+		if err != nil {
 			errs = append(errs, fmt.Errorf("workload %s: %w", w.ID, err))
 			continue
 		}
-		n++
+		if released {
+			n++
+		}
 	}
 	return n, errors.Join(errs...)
 }
@@ -187,9 +190,11 @@ var errNotHeld = errors.New("not held for cleaner power")
 
 // release ends a held workload's deferral (by: "forecast" or who asked)
 // and applies its objects. One the cluster does not take now is applied
-// by the reconciler: its deferral is over either way.
-func (s *Service) release(ctx context.Context, id, by string) (Workload, error) {
-	w, err := s.store.UpdateWorkload(ctx, id, func(w Workload) (Workload, error) {
+// by the reconciler: its deferral is over either way. released is false
+// (and w as it is now) when it was no longer held: released by another
+// (the leader and a person at once), or stopped.
+func (s *Service) release(ctx context.Context, id, by string) (w Workload, released bool, err error) {
+	w, err = s.store.UpdateWorkload(ctx, id, func(w Workload) (Workload, error) {
 		if !w.Deferral.Holding() {
 			return w, errNotHeld
 		}
@@ -205,21 +210,24 @@ func (s *Service) release(ctx context.Context, id, by string) (Workload, error) 
 		return out, nil
 	})
 	if errors.Is(err, errNotHeld) {
-		return w, nil
+		w, err = s.store.Workload(ctx, id)
+		return w, false, err
 	}
 	if err != nil || s.cluster == nil {
-		return w, err
+		return w, err == nil, err
 	}
 	objs, err := s.rerender(ctx, w)
 	if err != nil {
-		return w, nil // the reconciler tries again, and fails it if it never renders
+		// The reconciler tries again, and fails it if it never renders.
+		s.log.WarnContext(ctx, "a released flexible launch is not applied now", "workload_id", id, "err", err)
+		return w, true, nil
 	}
 	w, err = s.apply(ctx, w, objs)
 	var un *fault.Unavailable
 	if errors.As(err, &un) {
-		return w, nil // released; applied once the cluster answers
+		return w, true, nil // released; applied once the cluster answers
 	}
-	return w, err
+	return w, true, err
 }
 
 func releaseWhy(by string) string {
@@ -233,7 +241,8 @@ func releaseWhy(by string) string {
 // team-admin's) request.
 func (s *Service) startNow(ctx context.Context, w Workload) (Workload, error) {
 	id, _ := identity.From(ctx)
-	return s.release(ctx, w.ID, id.String())
+	w, _, err := s.release(ctx, w.ID, id.String())
+	return w, err
 }
 
 // CarbonForecast is the forecast at the site of the cluster Gantry drives

@@ -173,7 +173,7 @@ func deferralColumns(d *workload.Deferral) (until int64, js string, err error) {
 	}
 	b, err := json.Marshal(d)
 	if err != nil {
-		return 0, "", err
+		return 0, "", fmt.Errorf("encode the deferral: %w", err)
 	}
 	return store.Micros(d.Until), string(b), nil
 }
@@ -442,7 +442,7 @@ func (s *Store) UpdateWorkload(ctx context.Context, id string, fn func(workload.
 func (s *Store) WorkloadRuns(ctx context.Context, from, to time.Time, teams []team.Name) ([]workload.Run, error) {
 	q := `SELECT w.id, w.team, w.owner, w.template, w.template_version, w.gpu_class, w.mig_profile, w.gpu_count,
 		CASE WHEN r.price_per_hour > 0 THEN r.price_per_hour ELSE w.price_per_hour END, r.node_group, r.cluster, r.started_at, r.ended_at,
-		w.created_at, w.deferral
+		w.created_at, w.started_at, w.deferral
 		FROM workload_runs r JOIN workloads w ON w.id = r.workload_id
 		WHERE r.started_at < ? AND (r.ended_at = 0 OR r.ended_at > ?)`
 	args := []any{to.UnixMicro(), from.UnixMicro()}
@@ -463,13 +463,15 @@ func (s *Store) WorkloadRuns(ctx context.Context, from, to time.Time, teams []te
 	var out []workload.Run
 	for rows.Next() {
 		var r workload.Run
-		var started, ended, created int64
+		var started, ended, created, first int64
 		var deferral string
 		if err := rows.Scan(&r.Workload, &r.Team, &r.Owner, &r.Template, &r.TemplateVersion, &r.GPUClass, &r.MIGProfile, &r.GPUCount, &r.PricePerHour, &r.NodeGroup, &r.Cluster, &started, &ended,
-			&created, &deferral); err != nil {
+			&created, &first, &deferral); err != nil {
 			return nil, fmt.Errorf("list workload runs: %w", err)
 		}
-		if deferral != "" {
+		// Only its first run was held: one after a stop and a start was
+		// not.
+		if deferral != "" && started == first {
 			var d workload.Deferral
 			if err := json.Unmarshal([]byte(deferral), &d); err != nil {
 				return nil, fmt.Errorf("list workload runs: workload %s: stored deferral is corrupt: %w", r.Workload, err)

@@ -58,14 +58,14 @@ func TestCarbonForecast(t *testing.T) {
 	if w == nil || w.Status != model.Queued || w.Applied || w.Deferral == nil || w.Deferral.Until == nil || !w.Deferral.Until.Equal(next2) {
 		t.Fatalf("launched %+v, want Queued and held until %s", w, next2)
 	}
-	if !strings.HasPrefix(str(w.Reason), "waiting for cleaner power: forecast minimum "+next2.Format("15:04")) || w.Warnings != nil {
-		t.Errorf("reason %q, warnings %v", str(w.Reason), w.Warnings)
+	if !strings.HasPrefix(servertest.Deref(w.Reason), "waiting for cleaner power: forecast minimum "+next2.Format("15:04")) || w.Warnings != nil {
+		t.Errorf("reason %q, warnings %v", servertest.Deref(w.Reason), w.Warnings)
 	}
 	if !hasAction(w.Actions, model.WorkloadActionsStart) {
 		t.Errorf("actions %v, want start (now)", w.Actions)
 	}
 	started := servertest.Must(e.api.StartWorkloadWithResponse(ctx, w.Id))(t).JSON200
-	if started == nil || started.Deferral == nil || started.Deferral.Until != nil || str(started.Deferral.ReleasedBy) == "" || started.Deferral.Released == nil {
+	if started == nil || started.Deferral == nil || started.Deferral.Until != nil || servertest.Deref(started.Deferral.ReleasedBy) == "" || started.Deferral.Released == nil {
 		t.Fatalf("started now: %+v", started)
 	}
 	// Refused where the template is not flexible, naming the field.
@@ -85,11 +85,4 @@ func hasAction(acts *[]model.WorkloadActions, a model.WorkloadActions) bool {
 		}
 	}
 	return false
-}
-
-func str(p *string) string {
-	if p == nil {
-		return ""
-	}
-	return *p
 }

@@ -52,15 +52,6 @@ func (d *Deferral) Saving() float64 {
 	return (d.AtOnce - d.AtStart) / d.AtOnce
 }
 
-// Waited is how much later than its launch it was released (zero while
-// held).
-func (w Workload) Waited() time.Duration {
-	if w.Deferral == nil || w.Deferral.Released.IsZero() {
-		return 0
-	}
-	return w.Deferral.Released.Sub(w.CreatedAt)
-}
-
 // reason is a held workload's reason, for people.
 func (d *Deferral) reason() string {
 	return fmt.Sprintf("waiting for cleaner power: forecast minimum %s–%s UTC, −%.0f %% gCO2/kWh (%s); starts by %s UTC at the latest",

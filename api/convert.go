@@ -75,6 +75,9 @@ func gpuClass(c gpu.Class) model.GPUClass {
 	if c.VMDeviceName != "" {
 		out.VmDeviceName = ptr(c.VMDeviceName)
 	}
+	if c.Watts > 0 {
+		out.Watts = ptr(c.Watts)
+	}
 	if cc := c.Confidential; cc != nil {
 		tees := make([]model.GPUClassConfidentialTees, len(cc.TEEs))
 		for i, t := range cc.TEEs {

@@ -184,8 +184,13 @@ func errorHandler(log *slog.Logger, transient func(error) error) echo.HTTPErrorH
 		if c.Response().Committed {
 			return
 		}
-		err = transient(err)
 		status, p := problemFor(err)
+		if status == http.StatusInternalServerError {
+			// Only an error Gantry has no answer for may be a dependency's
+			// refusal (503): one that is the request's keeps its status.
+			err = transient(err)
+			status, p = problemFor(err)
+		}
 		p.Status = status
 		if tm := (*fault.TooMany)(nil); errors.As(err, &tm) && tm.RetryAfter > 0 {
 			c.Response().Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(tm.RetryAfter.Seconds()))))

@@ -1687,6 +1687,9 @@ type GPUClass struct {
 
 	// VmDeviceName The device resource KubeVirt passes this GPU to VMs under.
 	VmDeviceName *string `json:"vmDeviceName,omitempty"`
+
+	// Watts The GPU's board power under load, as the classes file states it; a fleet's carbon price weighs each cluster's emissions by it. Absent when not stated.
+	Watts *float64 `json:"watts,omitempty"`
 }
 
 // GPUClassConfidentialTees defines model for GPUClass.Confidential.Tees.

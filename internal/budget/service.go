@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -44,9 +45,10 @@ type Spender interface {
 type Store interface {
 	// Teams are the teams that have launched anything.
 	Teams(ctx context.Context) ([]string, error)
-	RecordBudgetAlert(ctx context.Context, a Alert, m notify.Message) (recorded bool, err error)
+	// RecordBudgetAlert records a once, with its webhook and its audit
+	// record, in one transaction (false: recorded before).
+	RecordBudgetAlert(ctx context.Context, a Alert, m notify.Message, rec audit.Record) (recorded bool, err error)
 	BudgetAlerts(ctx context.Context, t team.Name, from time.Time) ([]Alert, error)
-	AppendAudit(ctx context.Context, r audit.Record) (audit.Record, error)
 }
 
 // Readers says where an identity may read (the policy): List shows the
@@ -234,8 +236,20 @@ func (s *Service) Run(ctx context.Context) (int, error) {
 			errs = append(errs, err)
 			continue
 		}
+		// The alerts this period already has are not tried again: a
+		// pass writes only what is new.
+		sent, err := s.o.Store.BudgetAlerts(ctx, team.Name(t), st.From)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
 		for _, status := range append([]Status{*st}, ccs...) {
 			for _, th := range status.Crossed {
+				if slices.ContainsFunc(sent, func(a Alert) bool {
+					return a.CostCenter == status.CostCenter && math.Round(a.Threshold*100) == math.Round(th*100) && a.From.Equal(status.From)
+				}) {
+					continue
+				}
 				ok, err := s.alert(ctx, status, th)
 				if err != nil {
 					errs = append(errs, err)
@@ -269,17 +283,14 @@ func (s *Service) alert(ctx context.Context, st Status, th float64) (bool, error
 	if err != nil {
 		return false, err
 	}
-	recorded, err := s.o.Store.RecordBudgetAlert(ctx, a, m)
-	if err != nil || !recorded {
-		return false, err
-	}
 	object := "/api/v1/budgets?team=" + st.Team
 	if st.CostCenter != "" {
 		object += "&costCenter=" + st.CostCenter
 	}
-	if _, err := s.o.Store.AppendAudit(ctx, audit.Record{At: now, Actor: "gantry", Action: "budget alert", Object: object,
-		Decision: audit.Allow, Reason: text, Source: "budget"}); err != nil {
-		return true, fmt.Errorf("audit budget alert of team %s: %w", st.Team, err)
+	rec := audit.Record{At: now, Actor: "gantry", Action: "budget alert", Object: object, Decision: audit.Allow, Reason: text, Source: "budget"}
+	recorded, err := s.o.Store.RecordBudgetAlert(ctx, a, m, rec)
+	if err != nil || !recorded {
+		return false, err
 	}
 	s.o.Log.Info("budget alert", "team", st.Team, "cost_center", st.CostCenter, "threshold", th, "spent", st.Spent, "amount", st.Amount)
 	return true, nil

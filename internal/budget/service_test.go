@@ -64,7 +64,7 @@ type memStore struct {
 }
 
 func (m *memStore) Teams(context.Context) ([]string, error) { return m.teams, nil }
-func (m *memStore) RecordBudgetAlert(_ context.Context, a Alert, msg notify.Message) (bool, error) {
+func (m *memStore) RecordBudgetAlert(_ context.Context, a Alert, msg notify.Message, rec audit.Record) (bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	k := a.Team + "/" + a.CostCenter + "/" + a.From.String() + "/" + time.Duration(a.Threshold*1000).String()
@@ -73,16 +73,11 @@ func (m *memStore) RecordBudgetAlert(_ context.Context, a Alert, msg notify.Mess
 	}
 	m.alerts[k] = a
 	m.messages = append(m.messages, msg)
+	m.audited = append(m.audited, rec)
 	return true, nil
 }
 func (m *memStore) BudgetAlerts(context.Context, team.Name, time.Time) ([]Alert, error) {
 	return nil, nil
-}
-func (m *memStore) AppendAudit(_ context.Context, r audit.Record) (audit.Record, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.audited = append(m.audited, r)
-	return r, nil
 }
 
 // TestRun: every threshold reached alerts once — the team's and its cost

@@ -47,8 +47,11 @@ type Holding struct {
 
 // Ledger keeps what warming cost per node group and day.
 type Ledger interface {
-	// AddWarm adds cost and GPU-hours to group's warming on day (UTC).
-	AddWarm(ctx context.Context, group string, day time.Time, cost, gpuHours float64) error
+	// ChargeWarm adds gpus GPUs held from since to now at price per
+	// GPU-hour to group's warming on now's day (UTC), from where the group
+	// was last charged if that is later, and marks it charged to now: a
+	// charge repeated after a failover adds nothing twice.
+	ChargeWarm(ctx context.Context, group string, since, now time.Time, gpus int, price float64) error
 	// WarmSpend lists warming's cost per group and day overlapping [from, to).
 	WarmSpend(ctx context.Context, from, to time.Time) ([]workload.WarmSpend, error)
 }
@@ -233,8 +236,7 @@ func (w *Warmer) charge(ctx context.Context, group string, price float64, h Hold
 	if h.Running <= 0 || h.Since.IsZero() || !now.After(h.Since) {
 		return nil
 	}
-	hours := float64(h.Running) * now.Sub(h.Since).Hours()
-	return w.ledger.AddWarm(ctx, group, now, hours*price, hours)
+	return w.ledger.ChargeWarm(ctx, group, h.Since, now, h.Running, price)
 }
 
 // plan sizes the warmed groups against the day's spend.
@@ -253,15 +255,28 @@ func (w *Warmer) plan(ctx context.Context, now time.Time) ([]WarmPlan, error) {
 
 // MemoryLedger is a Ledger kept in memory (a replay's, a test's).
 type MemoryLedger struct {
-	mu    sync.Mutex
-	spend []workload.WarmSpend
+	mu      sync.Mutex
+	spend   []workload.WarmSpend
+	charged map[string]time.Time
 }
 
-// AddWarm implements Ledger.
-func (l *MemoryLedger) AddWarm(_ context.Context, group string, day time.Time, cost, gpuHours float64) error {
+// ChargeWarm implements Ledger.
+func (l *MemoryLedger) ChargeWarm(_ context.Context, group string, since, now time.Time, gpus int, price float64) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.spend = append(l.spend, workload.WarmSpend{Group: group, Day: day.UTC().Truncate(24 * time.Hour), Cost: cost, GPUHours: gpuHours})
+	from := since
+	if t := l.charged[group]; t.After(from) {
+		from = t
+	}
+	if !now.After(from) || gpus <= 0 {
+		return nil
+	}
+	if l.charged == nil {
+		l.charged = map[string]time.Time{}
+	}
+	l.charged[group] = now
+	hours := float64(gpus) * now.Sub(from).Hours()
+	l.spend = append(l.spend, workload.WarmSpend{Group: group, Day: now.UTC().Truncate(24 * time.Hour), Cost: hours * price, GPUHours: hours})
 	return nil
 }
 

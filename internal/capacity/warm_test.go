@@ -2,6 +2,7 @@ package capacity
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"math"
 	"slices"
@@ -83,10 +84,12 @@ func TestPlanWarm(t *testing.T) {
 	}
 }
 
-// holder is placeholders that run as soon as they are asked for.
+// holder is placeholders that run as soon as they are asked for. dead
+// refuses every Hold (the leader died after it charged).
 type holder struct {
 	gpus  map[string]int
 	since map[string]time.Time
+	dead  bool
 }
 
 func (h *holder) Held(_ context.Context, group string) (Holding, error) {
@@ -94,6 +97,9 @@ func (h *holder) Held(_ context.Context, group string) (Holding, error) {
 }
 
 func (h *holder) Hold(_ context.Context, g nodegroup.Group, gpus int, at time.Time) error {
+	if h.dead {
+		return errors.New("the leader is dead")
+	}
 	h.gpus[g.Name], h.since[g.Name] = gpus, at
 	return nil
 }
@@ -113,21 +119,49 @@ func (h *holder) Release(_ context.Context, group string) error {
 	return nil
 }
 
-type ledger []workload.WarmSpend
+type ledger = MemoryLedger
 
-func (l *ledger) AddWarm(_ context.Context, group string, day time.Time, cost, gpuHours float64) error {
-	*l = append(*l, workload.WarmSpend{Group: group, Day: day.UTC().Truncate(24 * time.Hour), Cost: cost, GPUHours: gpuHours})
-	return nil
-}
-
-func (l *ledger) WarmSpend(_ context.Context, from, to time.Time) ([]workload.WarmSpend, error) {
-	var out []workload.WarmSpend
-	for _, w := range *l {
-		if !w.Day.Before(from.Truncate(24*time.Hour)) && w.Day.Before(to) {
-			out = append(out, w)
-		}
+// TestWarmerLeaderKilledAfterCharging: a leader that charged a group's
+// placeholders and died before it reset their clock (Hold) leaves them
+// running since the old time; the next leader's warmer charges only what
+// came after the charge — the day's spend is the GPUs' time at the price,
+// to the cent, not the overlap twice.
+func TestWarmerLeaderKilledAfterCharging(t *testing.T) {
+	at := now
+	s, err := New(Options{NodeGroups: groups(t, onDemand), Pools: NoPools{}, Launches: rush(), Classes: classes(t), Now: func() time.Time { return at }})
+	if err != nil {
+		t.Fatal(err)
 	}
-	return out, nil
+	h, l := &holder{gpus: map[string]int{}, since: map[string]time.Time{}}, &ledger{}
+	leader := func() *Warmer {
+		w, err := NewWarmer(s, h, l, time.Minute, slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	if err := leader().Pass(context.Background()); err != nil || h.gpus["h100-od"] != 8 {
+		t.Fatalf("first pass: %v, held %v", err, h.gpus)
+	}
+	held := at
+	at = at.Add(10 * time.Minute)
+	h.dead = true
+	if err := leader().Pass(context.Background()); err == nil {
+		t.Fatal("a pass whose Hold failed said nothing")
+	}
+	h.dead = false
+	at = at.Add(7 * time.Minute) // the next leader's first pass
+	if err := leader().Pass(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	cost := 0.0
+	for _, sp := range l.spend {
+		cost += sp.Cost
+	}
+	// 8 GPUs for 17 minutes at $6.90 an hour.
+	if want := 8 * at.Sub(held).Hours() * 6.90; math.Abs(cost-want) > 0.005 {
+		t.Fatalf("charged $%.4f for 8 GPUs over %v, want $%.2f (%+v)", cost, at.Sub(held), want, l.spend)
+	}
 }
 
 // TestWarmerPass: a pass holds what the plan wants and charges what was
@@ -147,29 +181,29 @@ func TestWarmerPass(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Pass(context.Background()); err != nil || h.gpus["h100-od"] != 8 || len(*l) != 0 {
-		t.Fatalf("first pass: %v, held %v, spent %v", err, h.gpus, *l)
+	if err := w.Pass(context.Background()); err != nil || h.gpus["h100-od"] != 8 || len(l.spend) != 0 {
+		t.Fatalf("first pass: %v, held %v, spent %v", err, h.gpus, l.spend)
 	}
 	// 8 GPUs held for a minute at $6.90 an hour: $0.92; still wanted.
 	at = at.Add(time.Minute)
-	if err := w.Pass(context.Background()); err != nil || h.gpus["h100-od"] != 8 || len(*l) != 1 || math.Abs((*l)[0].Cost-0.92) > 1e-9 || math.Abs((*l)[0].GPUHours-8.0/60) > 1e-9 {
-		t.Fatalf("second pass: %v, held %v, spent %+v", err, h.gpus, *l)
+	if err := w.Pass(context.Background()); err != nil || h.gpus["h100-od"] != 8 || len(l.spend) != 1 || math.Abs(l.spend[0].Cost-0.92) > 1e-9 || math.Abs(l.spend[0].GPUHours-8.0/60) > 1e-9 {
+		t.Fatalf("second pass: %v, held %v, spent %+v", err, h.gpus, l.spend)
 	}
 	// With the day's cap nearly spent the placeholders shrink: the minute they held
 	// is charged first ($0.92 + $0.92 + $98 leaves $0.16, at
 	// $0.115 a GPU-minute: 1 GPU).
-	*l = append(*l, workload.WarmSpend{Group: "h100-od", Day: now.Truncate(24 * time.Hour), Cost: 98})
+	l.spend = append(l.spend, workload.WarmSpend{Group: "h100-od", Day: now.Truncate(24 * time.Hour), Cost: 98})
 	at = at.Add(time.Minute)
-	if err := w.Pass(context.Background()); err != nil || h.gpus["h100-od"] != 1 || len(*l) != 3 || math.Abs((*l)[2].Cost-0.92) > 1e-9 {
-		t.Errorf("at the cap: %v, held %v, spent %+v", err, h.gpus, *l)
+	if err := w.Pass(context.Background()); err != nil || h.gpus["h100-od"] != 1 || len(l.spend) != 3 || math.Abs(l.spend[2].Cost-0.92) > 1e-9 {
+		t.Errorf("at the cap: %v, held %v, spent %+v", err, h.gpus, l.spend)
 	}
 	// Placeholders of a group that is not warmed (another file's, or
 	// warmPerDay removed) are charged and released.
 	h.gpus["old-group"], h.since["old-group"] = 4, at.Add(-time.Hour)
 	at = at.Add(time.Minute)
 	err = w.Pass(context.Background())
-	old := slices.IndexFunc(*l, func(s workload.WarmSpend) bool { return s.Group == "old-group" })
-	if err != nil || h.gpus["old-group"] != 0 || old < 0 || math.Abs((*l)[old].GPUHours-4*61.0/60) > 1e-9 || (*l)[old].Cost != 0 {
-		t.Errorf("a group no longer warmed: %v, held %v, spent %+v", err, h.gpus, *l)
+	old := slices.IndexFunc(l.spend, func(s workload.WarmSpend) bool { return s.Group == "old-group" })
+	if err != nil || h.gpus["old-group"] != 0 || old < 0 || math.Abs(l.spend[old].GPUHours-4*61.0/60) > 1e-9 || l.spend[old].Cost != 0 {
+		t.Errorf("a group no longer warmed: %v, held %v, spent %+v", err, h.gpus, l.spend)
 	}
 }

@@ -175,7 +175,7 @@ func (c *Controller) sync(ctx context.Context, id string) error {
 	if o.Phase == "" {
 		return nil
 	}
-	obs := workload.Observed{Status: o.Phase, Reason: o.Reason, NodeGroups: o.NodeGroups, Cluster: o.Cluster, GPUHourPrice: o.GPUHourPrice}
+	obs := workload.Observed{Status: o.Phase, Reason: o.Reason, NodeGroups: o.NodeGroups, Cluster: o.Cluster, GPUHourPrice: o.GPUHourPrice, At: o.At}
 	if o.Phase.Ended() {
 		obs.ExitCode = o.ExitCode
 	}

@@ -51,8 +51,10 @@ type Stopper interface {
 	// IdleStop stops it unless a person used it after lastUse (zero: never
 	// used); nil: in any case.
 	IdleStop(ctx context.Context, id, reason string, lastUse *time.Time) (workload.Workload, error)
-	// Notice sets a running workload's reason (a warning; "" clears it).
-	Notice(ctx context.Context, id, reason string) error
+	// Warn puts a warning on a running workload — its reason ("" clears
+	// it) and what it warned of — with msg queued (nil: none), in one
+	// transaction; false when it was already so (or no longer runs).
+	Warn(ctx context.Context, id string, warned workload.Warned, reason string, msg *notify.Message) (bool, error)
 }
 
 // Settings are the teams' own lifecycle choices (the store).
@@ -67,18 +69,12 @@ type Progress interface {
 	ProgressAt(ctx context.Context, workload string) (time.Time, error)
 }
 
-// Notifier queues a webhook (the store's outbox).
-type Notifier interface {
-	Notify(ctx context.Context, m notify.Message) error
-}
-
-// Options configure a Culler; Store, Templates, Stopper, Notifier,
-// Progress and Settings are required.
+// Options configure a Culler; Store, Templates, Stopper, Progress and
+// Settings are required.
 type Options struct {
 	Store     Store
 	Templates Templates
 	Stopper   Stopper
-	Notifier  Notifier
 	Progress  Progress
 	// Settings give each team's idle timeouts and schedules, within the
 	// templates' limits (package overrides).
@@ -90,16 +86,11 @@ type Options struct {
 	Now     func() time.Time // default: time.Now
 }
 
-// Culler stops idle workloads; Run is one pass.
-type Culler struct {
-	o Options
-	// warned is, per workload, the quiet stretch it was warned about (when
-	// it began) and when the stop may come. Kept by the leader; a new
-	// leader warns again.
-	warned map[string]warning
-}
-
-type warning struct{ quietFrom, stopAt time.Time }
+// Culler stops idle workloads; Run is one pass. What it warned of is kept
+// on each workload's record (workload.Warned), not in the culler: a new
+// leader carries on from it, warning no one twice and stopping nothing
+// sooner than its warning said.
+type Culler struct{ o Options }
 
 // EventIdleWarning is the webhook event of an idle warning.
 const EventIdleWarning = "workload.idle-warning"
@@ -114,8 +105,8 @@ const (
 
 // New returns a Culler, complete.
 func New(o Options) (*Culler, error) {
-	if o.Store == nil || o.Templates == nil || o.Stopper == nil || o.Notifier == nil || o.Progress == nil || o.Settings == nil {
-		return nil, errors.New("cull.New: Store, Templates, Stopper, Notifier, Progress and Settings are required")
+	if o.Store == nil || o.Templates == nil || o.Stopper == nil || o.Progress == nil || o.Settings == nil {
+		return nil, errors.New("cull.New: Store, Templates, Stopper, Progress and Settings are required")
 	}
 	if o.Warning <= 0 {
 		o.Warning = 10 * time.Minute
@@ -126,7 +117,7 @@ func New(o Options) (*Culler, error) {
 	if o.Now == nil {
 		return nil, errors.New("cull: Now (the server's clock) is required")
 	}
-	return &Culler{o: o, warned: map[string]warning{}}, nil
+	return &Culler{o: o}, nil
 }
 
 // Freshness is how recent a workload's newest GPU sample must be, and how
@@ -183,10 +174,8 @@ func (c *Culler) Run(ctx context.Context) (int, error) {
 	}
 	n := 0
 	var errs []error
-	seen := map[string]bool{}
 	settings := map[string]overrides.Settings{} // by team, read once a pass
 	for _, w := range running {
-		seen[w.ID] = true
 		v, err := c.o.Templates.Get(ctx, w.Template, w.TemplateVersion)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("workload %s: template: %w", w.ID, err))
@@ -210,10 +199,14 @@ func (c *Culler) Run(ctx context.Context) (int, error) {
 				continue
 			}
 		}
-		if at, sched, soon := sleepsSoon(lc.Sleep, now, since, c.o.Warning); soon && !c.warned[w.ID+"/sleep"].stopAt.Equal(at) {
-			c.notice(ctx, w, at, fmt.Sprintf("%sit will be stopped at %s for its off-hours (%s); start it again then if it is still needed (its volumes are kept)",
-				sleepPrefix, at.UTC().Format(time.RFC3339), sched), &errs)
-			c.warned[w.ID+"/sleep"] = warning{stopAt: at}
+		warned := w.Warned // what it was warned of, by this leader or one before
+		if at, sched, soon := sleepsSoon(lc.Sleep, now, since, c.o.Warning); soon && !warned.SleepAt.Equal(at) {
+			next := warned
+			next.SleepAt = at
+			if c.warn(ctx, w, next, at, fmt.Sprintf("%sit will be stopped at %s for its off-hours (%s); start it again then if it is still needed (its volumes are kept)",
+				sleepPrefix, at.UTC().Format(time.RFC3339), sched), &errs) {
+				warned = next
+			}
 		}
 		timeout, err := time.ParseDuration(lc.IdleTimeout)
 		if err != nil || timeout <= 0 {
@@ -243,58 +236,44 @@ func (c *Culler) Run(ctx context.Context) (int, error) {
 		// Quiet for the timeout less the warning: warn now.
 		early := Decide(now, timeout-warn, since, noGPU, gpu, person, progress)
 		if !early.Stop {
-			c.clear(ctx, w, &errs)
+			c.clear(ctx, w, warned, &errs)
 			continue
 		}
 		// The same quiet stretch unless something was used since it began
 		// (GPU use that slid out of the window only moves it earlier).
-		prev, ok := c.warned[w.ID]
-		if !ok || early.QuietFrom.After(prev.quietFrom) {
-			c.warn(ctx, w, early.QuietFrom, now.Add(warn), &errs)
+		if warned.QuietFrom.IsZero() || early.QuietFrom.After(warned.QuietFrom) {
+			next := warned
+			next.QuietFrom, next.StopAt = early.QuietFrom, now.Add(warn)
+			c.warn(ctx, w, next, next.StopAt, fmt.Sprintf("%sits GPUs and its users have been quiet since %s; it will be stopped at %s unless used (POST /api/v1/workloads/%s/keepalive keeps it)",
+				warningPrefix, early.QuietFrom.UTC().Format(time.RFC3339), next.StopAt.UTC().Format(time.RFC3339), w.ID), &errs)
 			continue
 		}
 		verdict := Decide(now, timeout, since, noGPU, gpu, person, progress)
-		if verdict.Stop && !now.Before(prev.stopAt) {
-			if c.stop(ctx, w, verdict.Reason, &person, &n, &errs) {
-				delete(c.warned, w.ID)
-			}
-		}
-	}
-	for id := range c.warned {
-		if !seen[strings.TrimSuffix(id, "/sleep")] {
-			delete(c.warned, id) // no longer running
+		if verdict.Stop && !now.Before(warned.StopAt) {
+			c.stop(ctx, w, verdict.Reason, &person, &n, &errs)
 		}
 	}
 	return n, errors.Join(errs...)
 }
 
-// warn says that w, quiet since quietFrom, will be stopped at stopAt unless
-// used: its reason and a webhook.
-func (c *Culler) warn(ctx context.Context, w workload.Workload, quietFrom, stopAt time.Time, errs *[]error) {
-	reason := fmt.Sprintf("%sits GPUs and its users have been quiet since %s; it will be stopped at %s unless used (POST /api/v1/workloads/%s/keepalive keeps it)",
-		warningPrefix, quietFrom.UTC().Format(time.RFC3339), stopAt.UTC().Format(time.RFC3339), w.ID)
-	if c.notice(ctx, w, stopAt, reason, errs) {
-		c.warned[w.ID] = warning{quietFrom: quietFrom, stopAt: stopAt}
-	}
-}
-
-// notice puts a warning on w's record and in the webhook outbox; false if
-// the record could not be written.
-func (c *Culler) notice(ctx context.Context, w workload.Workload, stopAt time.Time, reason string, errs *[]error) bool {
-	if err := c.o.Stopper.Notice(ctx, w.ID, reason); err != nil {
-		*errs = append(*errs, fmt.Errorf("workload %s: warn: %w", w.ID, err))
-		return false
-	}
+// warn puts a warning on w — the reason, what it warned of (warned), and
+// its webhook — in one transaction; false if it could not be written.
+func (c *Culler) warn(ctx context.Context, w workload.Workload, warned workload.Warned, stopAt time.Time, reason string, errs *[]error) bool {
 	m, err := notify.New(EventIdleWarning, fmt.Sprintf("%s (%s of %s, team %s): %s", w.Name, w.Template, w.Owner, w.Team, strings.TrimPrefix(strings.TrimPrefix(reason, warningPrefix), sleepPrefix)),
 		map[string]any{"workload": w.ID, "team": w.Team.String(), "owner": w.Owner, "template": w.Template, "stopAt": stopAt.UTC().Format(time.RFC3339),
 			"keepAlive": "/api/v1/workloads/" + w.ID + "/keepalive"}, c.o.Now())
-	if err == nil {
-		err = c.o.Notifier.Notify(ctx, m)
-	}
 	if err != nil {
 		*errs = append(*errs, fmt.Errorf("workload %s: warning webhook: %w", w.ID, err))
+		return false
 	}
-	c.o.Log.Info("workload warned before a stop", "workload_id", w.ID, "stop_at", stopAt)
+	did, err := c.o.Stopper.Warn(ctx, w.ID, warned, reason, &m)
+	if err != nil {
+		*errs = append(*errs, fmt.Errorf("workload %s: warn: %w", w.ID, err))
+		return false
+	}
+	if did {
+		c.o.Log.Info("workload warned before a stop", "workload_id", w.ID, "stop_at", stopAt)
+	}
 	return true
 }
 
@@ -318,16 +297,18 @@ func sleepsSoon(schedule string, now, runningSince time.Time, warn time.Duration
 	return from, s.String(), true
 }
 
-// clear withdraws a warning once the workload is used again.
-func (c *Culler) clear(ctx context.Context, w workload.Workload, errs *[]error) {
-	if _, ok := c.warned[w.ID]; !ok && !strings.HasPrefix(w.Reason, warningPrefix) {
+// clear withdraws an idle warning once the workload is used again (an
+// off-hours warning stays: only the stop ends it).
+func (c *Culler) clear(ctx context.Context, w workload.Workload, warned workload.Warned, errs *[]error) {
+	if warned.QuietFrom.IsZero() && !strings.HasPrefix(w.Reason, warningPrefix) {
 		return
 	}
-	delete(c.warned, w.ID)
-	if strings.HasPrefix(w.Reason, warningPrefix) {
-		if err := c.o.Stopper.Notice(ctx, w.ID, ""); err != nil {
-			*errs = append(*errs, fmt.Errorf("workload %s: clear warning: %w", w.ID, err))
-		}
+	reason := w.Reason
+	if strings.HasPrefix(reason, warningPrefix) {
+		reason = ""
+	}
+	if _, err := c.o.Stopper.Warn(ctx, w.ID, workload.Warned{SleepAt: warned.SleepAt}, reason, nil); err != nil {
+		*errs = append(*errs, fmt.Errorf("workload %s: clear warning: %w", w.ID, err))
 	}
 }
 

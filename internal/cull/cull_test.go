@@ -84,7 +84,7 @@ func TestDecide(t *testing.T) {
 func TestRun(t *testing.T) {
 	t0 := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
 	e := newEnv(t, t0)
-	ctx, cat, svc, clock, set := e.ctx, e.cat, e.svc, e.clock, e.set
+	ctx, svc, set := e.ctx, e.svc, e.set
 	start := func(d time.Duration) time.Time { return t0.Add(d) }
 	launch := func(tpl string) workload.Workload {
 		w, _, err := svc.Create(ctx, "", workload.Request{Template: tpl, Team: "vision"})
@@ -133,12 +133,8 @@ func TestRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	set(start(3 * time.Hour))
-	c, err := cull.New(cull.Options{Store: e.workloads, Templates: cat, Stopper: svc, Notifier: e.governance, Progress: e.progress, Settings: e.governance, Now: clock, Log: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
 	// The first pass warns the idle ones and stops nothing.
-	if n, err := c.Run(ctx); err != nil || n != 0 {
+	if n, err := e.pass(t); err != nil || n != 0 {
 		t.Fatalf("first pass stopped %d (%v), want only warnings", n, err)
 	}
 	for _, w := range []workload.Workload{idle, rescued, earlyBusy} {
@@ -158,13 +154,13 @@ func TestRun(t *testing.T) {
 	}
 	samples(start(3*time.Hour), start(3*time.Hour+10*time.Minute))
 	set(start(3*time.Hour + 9*time.Minute))
-	if n, err := c.Run(ctx); err != nil || n != 0 {
+	if n, err := e.pass(t); err != nil || n != 0 {
 		t.Fatalf("before the warned time: stopped %d (%v)", n, err)
 	}
 	set(start(3*time.Hour + 10*time.Minute))
 	// The one busy early is stopped too, warned once: the GPU use its
 	// warning counted from has left the window since.
-	if n, err := c.Run(ctx); err != nil || n != 2 {
+	if n, err := e.pass(t); err != nil || n != 2 {
 		t.Fatalf("stopped %d (%v), want 2", n, err)
 	}
 	if due, _ := e.governance.DueNotifications(ctx, start(4*time.Hour), 10); len(due) != 3 {
@@ -196,7 +192,7 @@ func TestRun(t *testing.T) {
 	if _, err := svc.Report(ctx, idle.ID, workload.Running, ""); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := c.Run(ctx); err != nil || n != 0 {
+	if n, err := e.pass(t); err != nil || n != 0 {
 		t.Fatalf("second pass stopped %d (%v), want none", n, err)
 	}
 }
@@ -229,10 +225,6 @@ func TestOffHours(t *testing.T) {
 		}
 		return w
 	}
-	c, err := cull.New(cull.Options{Store: e.workloads, Templates: cat, Stopper: svc, Notifier: e.governance, Progress: e.progress, Settings: e.governance, Now: clock, Log: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
 	status := func(id string) workload.Workload {
 		w, err := svc.Get(ctx, id)
 		if err != nil {
@@ -253,7 +245,7 @@ func TestOffHours(t *testing.T) {
 	if _, err := svc.Report(ctx, devEnv.ID, workload.Running, ""); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := c.Run(ctx); err != nil || n != 0 {
+	if n, err := e.pass(t); err != nil || n != 0 {
 		t.Fatalf("before the window: stopped %d (%v)", n, err)
 	}
 	if w := status(early.ID); w.Reason != "" {
@@ -262,7 +254,7 @@ func TestOffHours(t *testing.T) {
 	// Ten minutes before the window: warned, once.
 	set(time.Date(2026, 12, 1, 18, 50, 0, 0, time.UTC))
 	for range 2 {
-		if n, err := c.Run(ctx); err != nil || n != 0 {
+		if n, err := e.pass(t); err != nil || n != 0 {
 			t.Fatalf("warning pass: stopped %d (%v)", n, err)
 		}
 	}
@@ -277,7 +269,7 @@ func TestOffHours(t *testing.T) {
 	}
 	set(time.Date(2026, 12, 1, 19, 5, 0, 0, time.UTC)) // 20:05 in Berlin
 	late := run()
-	if n, err := c.Run(ctx); err != nil || n != 2 {
+	if n, err := e.pass(t); err != nil || n != 2 {
 		t.Fatalf("in the window: stopped %d (%v), want the two running before it", n, err)
 	}
 	if w := status(devEnv.ID); w.Status != workload.IdleStopped {
@@ -298,7 +290,7 @@ func TestOffHours(t *testing.T) {
 		t.Fatal(err)
 	}
 	set(time.Date(2026, 12, 2, 19, 1, 0, 0, time.UTC))
-	if _, err := c.Run(ctx); err != nil {
+	if _, err := e.pass(t); err != nil {
 		t.Fatal(err)
 	}
 	if w := status(early.ID); w.Status != workload.IdleStopped {
@@ -353,6 +345,18 @@ func newEnv(t *testing.T, at time.Time) *env {
 		t.Fatal(err)
 	}
 	return e
+}
+
+// pass is one pass of the idle culler — each by a new Culler, as if the
+// leader changed between every two: what it warned of lives on the
+// workloads' records, not in a culler.
+func (e *env) pass(t *testing.T) (int, error) {
+	t.Helper()
+	c, err := cull.New(cull.Options{Store: e.workloads, Templates: e.cat, Stopper: e.svc, Progress: e.progress, Settings: e.governance, Now: e.clock, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.Run(e.ctx)
 }
 
 func (e *env) clock() time.Time { e.mu.Lock(); defer e.mu.Unlock(); return e.now }

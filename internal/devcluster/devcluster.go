@@ -19,6 +19,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -391,11 +392,25 @@ func (c *Cluster) kwokctl(ctx context.Context, args ...string) error {
 // again and waits for its API server to answer: what an API server outage
 // is to a client. Kueue and the other processes keep running and
 // reconnect. For fault-injection tests on a cluster of their own.
+//
+// The machine's cluster-creation lock (lockCreate) is held from the stop
+// until the API server answers again: kwokctl gives a new cluster the
+// first ports it can bind, so a cluster created meanwhile (another test
+// package's) would take the stopped one's ports, and it could not start
+// again (seen in CI: connection refused for minutes after the restart).
+// Creations elsewhere wait out the outage instead.
 func (c *Cluster) Outage(ctx context.Context) (restore func(context.Context) error, err error) {
-	if err := c.kwokctl(ctx, "stop", "cluster"); err != nil {
+	unlock, err := lockCreate(ctx)
+	if err != nil {
 		return nil, err
 	}
+	if err := c.kwokctl(ctx, "stop", "cluster"); err != nil {
+		unlock()
+		return nil, err
+	}
+	var once sync.Once
 	return func(ctx context.Context) error {
+		defer once.Do(unlock)
 		if err := c.kwokctl(ctx, "start", "cluster"); err != nil {
 			return err
 		}

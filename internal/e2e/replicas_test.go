@@ -1,7 +1,6 @@
 package e2e_test
 
 import (
-	"context"
 	"crypto/rand"
 	"errors"
 	"fmt"
@@ -10,8 +9,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	_ "github.com/jackc/pgx/v5/stdlib"
 
@@ -116,40 +113,8 @@ func TestTwoReplicasLeaderKilled(t *testing.T) {
 	t.Logf("the survivor leads %v after the kill (lease %v)", time.Since(killedAt).Round(100*time.Millisecond), leaseDuration)
 
 	// Every launch is there once, applied once, and ran to its end.
-	ids := map[string]bool{}
-	for key, id := range accepted {
-		if ids[id] {
-			t.Fatalf("two keys answered with workload %s", id)
-		}
-		ids[id] = true
-		waitfor.Until(t, 120*time.Second, "workload "+id+" ("+key+") to succeed", func() error {
-			w := getWorkload(t, survivor.URL, tok, id)
-			if !w.Applied || w.Status != "Succeeded" {
-				return fmt.Errorf("%s applied=%v (%s)", w.Status, w.Applied, servertest.Deref(w.Reason))
-			}
-			return nil
-		})
+	if len(accepted) != n {
+		t.Fatalf("%d launches answered of %d", len(accepted), n)
 	}
-	if len(ids) != n {
-		t.Fatalf("%d workloads for %d launches", len(ids), n)
-	}
-	list := servertest.Deref(servertest.Must(servertest.Client(survivor.URL, tok).ListWorkloadsWithResponse(t.Context(), &model.ListWorkloadsParams{Limit: new(500), Team: &team}))(t).JSON200)
-	if len(list.Items) != n {
-		t.Fatalf("%d workloads recorded for team %s, want %d (none lost, none duplicated)", len(list.Items), team, n)
-	}
-	jobs, err := cluster.Client.BatchV1().Jobs("gantry-"+team).List(context.Background(), metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	seen := map[string]bool{}
-	for _, j := range jobs.Items {
-		id := j.Labels["gantry.dev/workload-id"]
-		if !ids[id] || seen[id] {
-			t.Fatalf("Job %s belongs to workload %q: orphaned or duplicated", j.Name, id)
-		}
-		seen[id] = true
-	}
-	if len(seen) != n {
-		t.Fatalf("%d Jobs for %d workloads", len(seen), n)
-	}
+	servertest.CheckLaunches(t, servertest.Client(survivor.URL, tok), cluster.Client, team, accepted, 120*time.Second, nil)
 }

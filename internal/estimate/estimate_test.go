@@ -257,14 +257,13 @@ func TestEstimateBudgetAndOptions(t *testing.T) {
 
 type nopStore struct{}
 
-func (nopStore) RecordBudgetAlert(context.Context, budget.Alert, notify.Message) (bool, error) {
+func (nopStore) RecordBudgetAlert(context.Context, budget.Alert, notify.Message, audit.Record) (bool, error) {
 	return false, nil
 }
 func (nopStore) Teams(context.Context) ([]string, error) { return nil, nil }
 func (nopStore) BudgetAlerts(context.Context, team.Name, time.Time) ([]budget.Alert, error) {
 	return nil, nil
 }
-func (nopStore) AppendAudit(_ context.Context, r audit.Record) (audit.Record, error) { return r, nil }
 
 // BenchmarkEstimate: an estimate against its natural baseline, the preview
 // of the same launch (what it adds: pricing, the quota, the cluster's

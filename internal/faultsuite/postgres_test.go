@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gantryhq/gantry/api/model"
 	"github.com/gantryhq/gantry/internal/config"
 	"github.com/gantryhq/gantry/internal/server"
 	"github.com/gantryhq/gantry/internal/servertest"
@@ -66,7 +65,7 @@ func TestPostgresConnectionsCut(t *testing.T) {
 	}()
 
 	const clients, each = 8, 6
-	var refusals, others atomic.Int64
+	launcher := &retryingClient{api: api, limit: 3 * time.Minute, pause: 20 * time.Millisecond}
 	var wg sync.WaitGroup
 	for c := range clients {
 		wg.Add(1)
@@ -74,27 +73,8 @@ func TestPostgresConnectionsCut(t *testing.T) {
 			defer wg.Done()
 			for i := range each {
 				key := fmt.Sprintf("cut-%d-%d", c, i)
-				began := time.Now()
-				for try := 0; ; try++ {
-					r, err := api.CreateWorkloadWithResponse(ctx, &model.CreateWorkloadParams{IdempotencyKey: &key}, model.LaunchRequest{Template: "dev-environment", Team: "vision"})
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					if r.StatusCode() == 201 || r.StatusCode() == 200 {
-						break
-					}
-					if r.StatusCode() == 503 {
-						refusals.Add(1)
-					} else {
-						others.Add(1)
-						t.Logf("launch %s: %d %s", key, r.StatusCode(), r.Body)
-					}
-					if time.Since(began) > 3*time.Minute {
-						t.Errorf("launch %s not accepted in 3 minutes (%d tries)", key, try)
-						return
-					}
-					time.Sleep(20 * time.Millisecond) // a client's pause before it tries again
+				if !launcher.launch(ctx, t, key) {
+					return
 				}
 			}
 		}()
@@ -102,8 +82,8 @@ func TestPostgresConnectionsCut(t *testing.T) {
 	wg.Wait()
 	close(stop)
 	killed.Wait()
-	if cuts.Load() == 0 || refusals.Load() == 0 {
-		t.Fatalf("%d connections cut, %d launches refused: the test tested nothing", cuts.Load(), refusals.Load())
+	if cuts.Load() == 0 || launcher.refusals.Load() == 0 {
+		t.Fatalf("%d connections cut, %d launches refused: the test tested nothing", cuts.Load(), launcher.refusals.Load())
 	}
 
 	// Counted in the database itself, past the server's caches.
@@ -119,8 +99,8 @@ func TestPostgresConnectionsCut(t *testing.T) {
 	if n != clients*each || keys != clients*each {
 		t.Fatalf("%d workloads for %d keys, want %d each: a launch was lost or made twice", n, keys, clients*each)
 	}
-	if others.Load() > 0 {
-		t.Errorf("%d refusals other than 503 while connections were cut", others.Load())
+	if launcher.others.Load() > 0 {
+		t.Errorf("%d refusals other than 503 while connections were cut", launcher.others.Load())
 	}
-	t.Logf("%d connections cut; %d launches refused with 503 and tried again; %d workloads, one per key", cuts.Load(), refusals.Load(), n)
+	t.Logf("%d connections cut; %d launches refused with 503 and tried again; %d workloads, one per key", cuts.Load(), launcher.refusals.Load(), n)
 }

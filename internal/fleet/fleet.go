@@ -50,6 +50,12 @@ type File struct {
 	// Teams and Templates are placement rules, by team and by template.
 	Teams     map[string]Rules `json:"teams,omitempty"`
 	Templates map[string]Rules `json:"templates,omitempty"`
+	// CarbonPrice is the weight carbon has in placement, declared as an
+	// internal carbon price in USD per kg CO2e (0: none, price alone).
+	// Each feasible cluster's price for a launch gains its GPUs' emissions
+	// per hour there now at that price: the class's watts × the cluster's
+	// PUE × its region's grid intensity this hour (the carbon source's).
+	CarbonPrice float64 `json:"carbonPrice,omitempty"`
 }
 
 // Cluster is one worker cluster.
@@ -70,8 +76,9 @@ type Cluster struct {
 	// Cordoned clusters get no new work (maintenance).
 	Cordoned bool `json:"cordoned,omitempty"`
 	// PUE is its site's power usage effectiveness as the platform team
-	// states it (1 to 3; 0: not stated, taken as 1): what the facility
-	// draws per kWh its GPUs use (docs/energy.md).
+	// states it (1 to 3; 0: not stated, taken as the server's energy.pue,
+	// in metering and placement alike): what the facility draws per kWh
+	// its GPUs use (docs/energy.md).
 	PUE float64 `json:"pue,omitempty"`
 	// Draining clusters, cordoned, have the work that can move requeued
 	// and placed elsewhere (set through the API: fleet.Change.Drain).
@@ -119,6 +126,9 @@ type contents struct {
 	clusters  []Cluster
 	teams     map[string]Rules
 	templates map[string]Rules
+	// carbonPrice is File.CarbonPrice; watts the classes' board power.
+	carbonPrice float64
+	watts       map[string]float64
 }
 
 func (f *Fleet) load() *contents {
@@ -238,13 +248,34 @@ func New(f File, classes *gpu.Catalog) (*Fleet, error) {
 	}
 	check("teams", f.Teams)
 	check("templates", f.Templates)
+	watts := map[string]float64{}
+	for _, name := range classes.Names() {
+		if c, ok := classes.Get(name); ok && c.Watts > 0 {
+			watts[name] = c.Watts
+		}
+	}
+	if p := f.CarbonPrice; p < 0 || p > 100 || math.IsNaN(p) {
+		errs.Addf("carbonPrice", "%g: USD per kg CO2e from 0 to 100", p)
+	} else if p > 0 {
+		for i, c := range f.Clusters {
+			for j, o := range c.Offers {
+				if _, ok := watts[o.Class]; !ok && !slices.ContainsFunc(c.Offers[:j], func(x Offer) bool { return x.Class == o.Class }) {
+					errs.Addf(fmt.Sprintf("clusters[%d].offers[%d].class", i, j), "carbonPrice weighs each GPU's emissions: GPU class %s states no watts (templates/gpu-classes.yaml)", o.Class)
+				}
+			}
+		}
+	}
 	if err := errs.Err(); err != nil {
 		return nil, err
 	}
 	fl := &Fleet{}
-	fl.v.Store(&contents{clusters: slices.Clone(f.Clusters), teams: maps.Clone(f.Teams), templates: maps.Clone(f.Templates)})
+	fl.v.Store(&contents{clusters: slices.Clone(f.Clusters), teams: maps.Clone(f.Teams), templates: maps.Clone(f.Templates), carbonPrice: f.CarbonPrice, watts: watts})
 	return fl, nil
 }
+
+// CarbonPrice is the weight carbon has in placement, USD per kg CO2e (0:
+// none).
+func (f *Fleet) CarbonPrice() float64 { return f.load().carbonPrice }
 
 // Clusters lists the clusters in file order.
 func (f *Fleet) Clusters() []Cluster {
@@ -278,7 +309,7 @@ type Change struct {
 // cluster the fleet does not hold is left out and named in the error.
 func (f *Fleet) With(changes map[string]Change) (*Fleet, error) {
 	c := f.load()
-	out := &contents{clusters: slices.Clone(c.clusters), teams: c.teams, templates: c.templates}
+	out := &contents{clusters: slices.Clone(c.clusters), teams: c.teams, templates: c.templates, carbonPrice: c.carbonPrice, watts: c.watts}
 	var errs fault.List
 	for name, ch := range changes {
 		i := slices.IndexFunc(out.clusters, func(x Cluster) bool { return x.Name == name })

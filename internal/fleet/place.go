@@ -42,6 +42,13 @@ type State struct {
 	FreeMIG map[string]map[string]float64
 	// Used is each team's GPUs per class running or admitted there.
 	Used map[string]map[string]float64
+	// Intensity is the grid's carbon intensity at its region this hour,
+	// gCO2e/kWh (0: not known; carbon then weighs nothing there).
+	Intensity float64
+	// PUE is its site's power usage effectiveness as metering counts it
+	// (the cluster's own, else the server's energy.pue); 0: the
+	// cluster's own, else 1.
+	PUE float64
 }
 
 // Candidate is a cluster that may run a launch, with what it would cost
@@ -52,7 +59,15 @@ type Candidate struct {
 	PricePerHour float64 // the launch's, at the offer's GPU-hour price
 	Free         float64 // GPUs of the class free now; a MIG launch's instances of its profile
 	FitsNow      bool
+	// Carbon is what the fleet's carbon price adds to a GPU-hour there
+	// now (USD; 0 without a carbon price or a known intensity), at
+	// Intensity gCO2e/kWh.
+	Carbon, Intensity float64
 }
+
+// score is what a candidate is ranked by: its GPU-hour price with carbon's
+// weight.
+func (c Candidate) score() float64 { return c.Offer.PricePerGPUHour + c.Carbon }
 
 // Refusal is a cluster that may not run a launch, and why.
 type Refusal struct {
@@ -193,15 +208,16 @@ func (f *Fleet) Place(l Launch, states map[string]State) Decision {
 			continue
 		}
 		free, need := l.room(s)
-		d.Candidates = append(d.Candidates, Candidate{Cluster: c.Name, Offer: o, PricePerHour: o.PricePerGPUHour * l.GPUs, Free: free, FitsNow: free+1e-9 >= need})
+		d.Candidates = append(d.Candidates, Candidate{Cluster: c.Name, Offer: o, PricePerHour: o.PricePerGPUHour * l.GPUs, Free: free, FitsNow: free+1e-9 >= need,
+			Carbon: f.carbon(c, s, o.Class), Intensity: s.Intensity})
 	}
 	sort.SliceStable(d.Candidates, func(i, j int) bool {
 		a, b := d.Candidates[i], d.Candidates[j]
 		switch {
 		case a.FitsNow != b.FitsNow:
 			return a.FitsNow
-		case a.Offer.PricePerGPUHour != b.Offer.PricePerGPUHour:
-			return a.Offer.PricePerGPUHour < b.Offer.PricePerGPUHour
+		case a.score() != b.score():
+			return a.score() < b.score()
 		case a.Free != b.Free:
 			return a.Free > b.Free
 		}
@@ -223,6 +239,24 @@ func (f *Fleet) Place(l Launch, states map[string]State) Decision {
 	sort.SliceStable(d.Candidates, func(i, j int) bool { return rank(d.Candidates[i]) < rank(d.Candidates[j]) })
 	d.Reason = reason(d)
 	return d
+}
+
+// carbon is what the fleet's carbon price adds to a GPU-hour of class on
+// c in state s: the GPU's kWh in an hour × the site's PUE × the
+// intensity, in kg, at the price.
+func (f *Fleet) carbon(c Cluster, s State, class string) float64 {
+	cc := f.load()
+	if cc.carbonPrice <= 0 || s.Intensity <= 0 {
+		return 0
+	}
+	pue := s.PUE
+	if pue <= 0 {
+		pue = c.PUE
+	}
+	if pue <= 0 {
+		pue = 1
+	}
+	return cc.carbonPrice * cc.watts[class] / 1000 * pue * s.Intensity / 1000
 }
 
 // need is what l needs of a cluster: GPUs of its class, or a MIG launch's
@@ -329,12 +363,12 @@ func reason(d Decision) string {
 	b := d.Candidates[0]
 	var s strings.Builder
 	if b.Cluster != d.best && b.Cluster == d.Launch.Hold {
-		fmt.Fprintf(&s, "kept on %s, where it was nominated: $%.2f/GPU-h", b.Cluster, b.Offer.PricePerGPUHour)
+		fmt.Fprintf(&s, "kept on %s, where it was nominated: %s", b.Cluster, price(b, true))
 	} else if b.FitsNow {
-		fmt.Fprintf(&s, "placed on %s: $%.2f/GPU-h", b.Cluster, b.Offer.PricePerGPUHour)
+		fmt.Fprintf(&s, "placed on %s: %s", b.Cluster, price(b, true))
 	} else {
 		need := d.Launch.need()
-		fmt.Fprintf(&s, "waiting for %s (no cluster has %s %s %s free now): $%.2f/GPU-h", b.Cluster, num(need), d.Launch.Class, d.Launch.unit(need), b.Offer.PricePerGPUHour)
+		fmt.Fprintf(&s, "waiting for %s (no cluster has %s %s %s free now): %s", b.Cluster, num(need), d.Launch.Class, d.Launch.unit(need), price(b, true))
 	}
 	if b.Offer.Purchase != nodegroup.OnDemand {
 		fmt.Fprintf(&s, " (%s)", b.Offer.Purchase)
@@ -344,13 +378,28 @@ func reason(d Decision) string {
 			fmt.Fprintf(&s, " and %d more", len(d.Candidates)-3)
 			break
 		}
-		fmt.Fprintf(&s, " vs $%.2f on %s", c.Offer.PricePerGPUHour, c.Cluster)
+		fmt.Fprintf(&s, " vs %s on %s", price(c, false), c.Cluster)
 		if !c.FitsNow && b.FitsNow {
 			s.WriteString(" (full)")
 		}
 	}
 	fmt.Fprintf(&s, "; %s %s free", num(b.Free), d.Launch.unit(b.Free))
 	return s.String()
+}
+
+// price says a candidate's GPU-hour price, and what carbon adds to it
+// when it weighs (with the intensity, in full).
+func price(c Candidate, full bool) string {
+	switch {
+	case c.Carbon <= 0:
+		if full {
+			return fmt.Sprintf("$%.2f/GPU-h", c.Offer.PricePerGPUHour)
+		}
+		return fmt.Sprintf("$%.2f", c.Offer.PricePerGPUHour)
+	case full:
+		return fmt.Sprintf("$%.2f/GPU-h + $%.2f for carbon (%.0f gCO2e/kWh)", c.Offer.PricePerGPUHour, c.Carbon, c.Intensity)
+	}
+	return fmt.Sprintf("$%.2f + $%.2f for carbon", c.Offer.PricePerGPUHour, c.Carbon)
 }
 
 func sortedKeys(m map[string]string) []string {

@@ -2,10 +2,13 @@ package fleet
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"sort"
+	"strings"
 	"testing"
 
+	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/nodegroup"
 )
 
@@ -363,5 +366,81 @@ func TestPlaceMIG(t *testing.T) {
 	}
 	if states["onprem"].FreeMIG["A100-80GB"]["1g.10gb"] != 2 {
 		t.Error("the round changed its caller's states")
+	}
+}
+
+// TestCarbonWeight: with a carbon price, each cluster's GPU-hour gains its
+// emissions there now at that price — the class's watts × the site's PUE
+// × its grid's intensity — so a cleaner cluster wins what a slightly
+// cheaper dirty one would, the reason says both parts, and a cluster whose
+// intensity is not known is weighed by price alone. Without a carbon price
+// intensity changes nothing.
+func TestCarbonWeight(t *testing.T) {
+	file := func(price float64) File {
+		return File{APIVersion: APIVersion, Kind: Kind, CarbonPrice: price, Clusters: []Cluster{
+			{Name: "coal", Region: "r1", Provider: Cloud, Kubeconfig: Kubeconfig{Secret: "a"}, PUE: 1.5,
+				Offers: []Offer{{Class: "H100-80GB", Purchase: nodegroup.OnDemand, PricePerGPUHour: 6.80}}},
+			{Name: "hydro", Region: "r2", Provider: Cloud, Kubeconfig: Kubeconfig{Secret: "b"}, PUE: 1.1,
+				Offers: []Offer{{Class: "H100-80GB", Purchase: nodegroup.OnDemand, PricePerGPUHour: 6.90}}},
+		}}
+	}
+	states := func(coal, hydro float64) map[string]State {
+		return map[string]State{
+			"coal":  {Reachable: true, Free: map[string]float64{"H100-80GB": 8}, Intensity: coal},
+			"hydro": {Reachable: true, Free: map[string]float64{"H100-80GB": 8}, Intensity: hydro},
+		}
+	}
+	l := Launch{Team: "vision", Class: "H100-80GB", GPUs: 1}
+	priced, err := New(file(0.2), classes(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// coal: 0.7 kW × 1.5 × 800 g/kWh = 0.84 kg/h → $0.168; hydro: 0.7 ×
+	// 1.1 × 30 = 0.0231 kg/h → $0.0046.
+	d := priced.Place(l, states(800, 30))
+	if d.Cluster() != "hydro" || math.Abs(d.Candidates[0].Carbon-0.00462) > 1e-6 || math.Abs(d.Candidates[1].Carbon-0.168) > 1e-9 {
+		t.Fatalf("with carbon at $0.20/kg: %s %+v", d.Cluster(), d.Candidates)
+	}
+	if want := "placed on hydro: $6.90/GPU-h + $0.00 for carbon (30 gCO2e/kWh) vs $6.80 + $0.17 for carbon on coal; 8 GPUs free"; d.Reason != want {
+		t.Errorf("reason:\n got %q\nwant %q", d.Reason, want)
+	}
+	// Cleaner coal, or no figure for it: price decides.
+	if d := priced.Place(l, states(100, 30)); d.Cluster() != "coal" {
+		t.Errorf("coal at 100 g/kWh (+$0.021): %s (%s)", d.Cluster(), d.Reason)
+	}
+	if d := priced.Place(l, states(0, 30)); d.Cluster() != "coal" || d.Candidates[0].Carbon != 0 {
+		t.Errorf("coal's intensity unknown: %s (%s)", d.Cluster(), d.Reason)
+	}
+	// The PUE metering counts (State.PUE: the server's energy.pue for a
+	// cluster that states none) is the one placement weighs: hydro at PUE 3
+	// costs 0.7 × 3 × 30 = 0.063 kg/h → $0.0126.
+	st := states(800, 30)
+	h := st["hydro"]
+	h.PUE = 3
+	st["hydro"] = h
+	if d := priced.Place(l, st); d.Cluster() != "hydro" || math.Abs(d.Candidates[0].Carbon-0.0126) > 1e-9 {
+		t.Errorf("hydro at the PUE metering counts (3): %s %+v", d.Cluster(), d.Candidates)
+	}
+	unpriced, err := New(file(0), classes(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := unpriced.Place(l, states(800, 30)); d.Cluster() != "coal" || d.Reason != "placed on coal: $6.80/GPU-h vs $6.90 on hydro; 8 GPUs free" {
+		t.Errorf("no carbon price: %s (%s)", d.Cluster(), d.Reason)
+	}
+	// A carbon price needs every offered class's watts, and is bounded.
+	f := file(0.2)
+	f.Clusters[0].Offers = append(f.Clusters[0].Offers, Offer{Class: "L4", Purchase: nodegroup.OnDemand, PricePerGPUHour: 0.8})
+	noWatts, err := gpu.Parse("c.yaml", []byte("apiVersion: gantry.dev/v1alpha1\nkind: GPUClassList\nclasses:\n"+
+		"  - {name: H100-80GB, products: [NVIDIA-H100-80GB-HBM3], memoryGiB: 80, watts: 700, price: {onDemand: 6.9}}\n"+
+		"  - {name: L4, products: [NVIDIA-L4], memoryGiB: 24, price: {onDemand: 0.8}}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(f, noWatts); err == nil || !strings.Contains(err.Error(), "clusters[0].offers[1].class") || !strings.Contains(err.Error(), "L4 states no watts") {
+		t.Errorf("a class without watts under a carbon price: %v", err)
+	}
+	if _, err := New(file(-1), classes(t)); err == nil || !strings.Contains(err.Error(), "carbonPrice") {
+		t.Errorf("a negative carbon price: %v", err)
 	}
 }

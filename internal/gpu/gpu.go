@@ -52,12 +52,15 @@ func (c CPU) HourlyPrice(cores float64) float64 { return cores * c.Price.OnDeman
 
 // Class is one kind of GPU that workloads can ask for.
 type Class struct {
-	Name        string       `json:"name"`
-	Description string       `json:"description,omitempty"`
-	Products    []string     `json:"products"`
-	MemoryGiB   int          `json:"memoryGiB"`
-	Price       Price        `json:"price"`
-	MIG         []MIGProfile `json:"mig,omitempty"`
+	Name        string   `json:"name"`
+	Description string   `json:"description,omitempty"`
+	Products    []string `json:"products"`
+	MemoryGiB   int      `json:"memoryGiB"`
+	// Watts is the GPU's typical board power under load (0: not stated):
+	// what a fleet's carbon weight prices a GPU-hour's emissions by.
+	Watts float64      `json:"watts,omitempty"`
+	Price Price        `json:"price"`
+	MIG   []MIGProfile `json:"mig,omitempty"`
 	// Confidential says whether the GPU runs in confidential-computing mode
 	// (NVIDIA CC, passed through to a Kata VM) and on which CPU TEEs.
 	Confidential *Confidential `json:"confidential,omitempty"`
@@ -333,6 +336,9 @@ func New(f File) (*Catalog, error) {
 		}
 		if c.MemoryGiB <= 0 {
 			errs.Addf(p+".memoryGiB", "must be positive")
+		}
+		if c.Watts < 0 || c.Watts > 5000 || math.IsNaN(c.Watts) {
+			errs.Addf(p+".watts", "%g: a board power from 0 to 5000 W", c.Watts)
 		}
 		if c.Price.OnDemand < 0 || c.Price.Spot < 0 {
 			errs.Addf(p+".price", "prices cannot be negative")

@@ -22,6 +22,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"sync"
 	"time"
 )
 
@@ -137,7 +138,16 @@ type Options struct {
 }
 
 // Sender delivers the outbox's due messages.
-type Sender struct{ o Options }
+type Sender struct {
+	o Options
+	// pruned is when this sender last pruned the outbox: once an hour
+	// is enough, and a pass that finds nothing due writes nothing.
+	mu     sync.Mutex
+	pruned time.Time
+}
+
+// pruneEvery is how often a sender prunes the outbox.
+const pruneEvery = time.Hour
 
 // NewSender is complete when it returns: a URL needs a secret (deliveries
 // are never unsigned).
@@ -183,8 +193,13 @@ func NewSender(o Options) (*Sender, error) {
 // Run makes one pass: each due message is posted once; it returns how many
 // were delivered.
 func (s *Sender) Run(ctx context.Context) (int, error) {
-	if _, err := s.o.Outbox.PruneNotifications(ctx, s.o.Now().Add(-s.o.Keep)); err != nil {
-		return 0, err
+	if now := s.o.Now(); s.prune(now) {
+		if _, err := s.o.Outbox.PruneNotifications(ctx, now.Add(-s.o.Keep)); err != nil {
+			s.mu.Lock()
+			s.pruned = time.Time{} // the next pass tries again
+			s.mu.Unlock()
+			return 0, fmt.Errorf("prune the outbox: %w", err)
+		}
 	}
 	if s.o.URL == "" {
 		return 0, nil
@@ -221,6 +236,18 @@ func (s *Sender) Run(ctx context.Context) (int, error) {
 		}
 	}
 	return delivered, errors.Join(errs...)
+}
+
+// prune says whether a pass at now prunes the outbox (the first does, then
+// one an hour), and counts it done.
+func (s *Sender) prune(now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.pruned.IsZero() && now.Sub(s.pruned) < pruneEvery && !now.Before(s.pruned) {
+		return false
+	}
+	s.pruned = now
+	return true
 }
 
 func (s *Sender) post(ctx context.Context, m Message) error {

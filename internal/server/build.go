@@ -135,7 +135,7 @@ func (s *Server) governance(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	if s.Budgets, err = budget.New(budget.Options{Rules: s.authz, Readers: s.authz, Spender: meter, Store: budgetStore{s.Store.Governance, s.Store.Audit}, Log: s.Log, Now: s.clock.Now}); err != nil {
+	if s.Budgets, err = budget.New(budget.Options{Rules: s.authz, Readers: s.authz, Spender: meter, Store: s.Store.Governance, Log: s.Log, Now: s.clock.Now}); err != nil {
 		return err
 	}
 	n := s.Config.Notify
@@ -390,6 +390,26 @@ func (s *Server) location(cluster string) string {
 		}
 	}
 	return s.Config.Energy.Location
+}
+
+// intensity is the grid's carbon intensity (gCO2e/kWh) at region in the
+// hour of at, from the carbon source; false without a source or a figure.
+func (s *Server) intensity(ctx context.Context, region string, at time.Time) (float64, bool) {
+	if s.carbon == nil {
+		return 0, false
+	}
+	hour := at.UTC().Truncate(time.Hour)
+	// A dispatch round waits for this: a source that does not answer
+	// soon leaves the round to price alone.
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	m, err := s.carbon.Intensity(ctx, region, hour, hour.Add(time.Hour))
+	if err != nil {
+		s.Log.WarnContext(ctx, "no carbon intensity for placement: weighed by price alone", "region", region, "err", err)
+		return 0, false
+	}
+	v, ok := m[hour]
+	return v, ok && v > 0
 }
 
 // carbonSource is the grid carbon intensity source the configuration names

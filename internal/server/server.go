@@ -702,7 +702,7 @@ func (s *Server) lead(ctx context.Context, c *kube.Cluster) error {
 	if err != nil {
 		return err
 	}
-	culler, err := cull.New(cull.Options{Store: s.Store.Workloads, Templates: s.Catalog, Stopper: s.Workloads, Notifier: s.Store.Governance, Progress: s.Runs, Settings: s.Store.Governance, Log: s.Log, Now: s.clock.Now})
+	culler, err := cull.New(cull.Options{Store: s.Store.Workloads, Templates: s.Catalog, Stopper: s.Workloads, Progress: s.Runs, Settings: s.Store.Governance, Log: s.Log, Now: s.clock.Now})
 	if err != nil {
 		return err
 	}
@@ -720,7 +720,7 @@ func (s *Server) lead(ctx context.Context, c *kube.Cluster) error {
 				return err
 			}
 			qo.Fleet = fleetSide.Workers
-			if dispatcher, err = dispatch.New(dispatch.Options{Manager: c.Dynamic(), Fleet: s.Fleet, Classes: s.Catalog.Classes(), Workers: s.workers, Check: quota.FleetCheck, Stage: fleetSide, Now: s.clock.Now, Log: s.Log}); err != nil {
+			if dispatcher, err = dispatch.New(dispatch.Options{Manager: c.Dynamic(), Fleet: s.Fleet, Classes: s.Catalog.Classes(), Workers: s.workers, Check: quota.FleetCheck, Stage: fleetSide, Intensity: s.intensity, PUE: s.pue, Now: s.clock.Now, Log: s.Log}); err != nil {
 				return err
 			}
 		}

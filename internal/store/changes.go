@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+
+	"github.com/gantryhq/gantry/internal/notify"
 )
 
 // The change feed's writing half: what a live connection must hear of is
@@ -44,3 +46,14 @@ func (s *DB) TxChanges(ctx context.Context, fn func(*sql.Tx) error) error {
 // ChangeSignal receives after a transaction of this process that may have
 // appended to the change feed has committed.
 func (s *DB) ChangeSignal() <-chan struct{} { return s.changed }
+
+// InsertNotification queues a webhook in the outbox (package notify) as
+// part of tx: with the change that caused it, or not at all.
+func (s *DB) InsertNotification(ctx context.Context, tx *sql.Tx, m notify.Message) error {
+	_, err := tx.ExecContext(ctx, s.Q(`INSERT INTO notifications (id, event, body, created_at, next_at) VALUES (?, ?, ?, ?, ?)`),
+		m.ID, m.Event, string(m.Body), m.Created.UnixMicro(), m.NextAt.UnixMicro())
+	if err != nil {
+		return fmt.Errorf("queue notification %s: %w", m.Event, err)
+	}
+	return nil
+}

@@ -17,7 +17,9 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"sort"
@@ -61,6 +63,35 @@ type DB struct {
 	// (WriteStmts), by their text.
 	writesMu sync.Mutex
 	writes   map[string]*sql.Stmt
+	// crash counts down the writes left before this handle acts as a
+	// killed process's (CrashAfter); negative: never.
+	crash atomic.Int64
+}
+
+// ErrCrashed is every write of a handle past its CrashAfter.
+var ErrCrashed = errors.New("store: this handle's process is dead (CrashAfter)")
+
+// CrashAfter makes this handle act as the database of a process killed
+// after n more writes (transactions, and ExecContext statements): each
+// later one fails with ErrCrashed before it changes anything, a
+// transaction rolled back whole. Reads go on. The fault suite kills a
+// leader this way at each point of a pass, deterministically; n < 0 undoes
+// it. Nothing else calls it.
+func (s *DB) CrashAfter(n int) { s.crash.Store(int64(n)) }
+
+// write counts one write against CrashAfter; false: the process is dead.
+func (s *DB) write() bool {
+	for {
+		n := s.crash.Load()
+		switch {
+		case n < 0:
+			return true
+		case n == 0:
+			return false
+		case s.crash.CompareAndSwap(n, n-1):
+			return true
+		}
+	}
 }
 
 // UseClock makes the store stamp and expire by now (the server's clock)
@@ -95,7 +126,7 @@ func Open(ctx context.Context, driver, dsn string) (*DB, error) {
 				return nil, fmt.Errorf("sqlite: create %s: %w", dir, err)
 			}
 		}
-		db, err = sql.Open("sqlite", "file:"+dsn+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)&_txlock=immediate")
+		db, err = sql.Open("sqlite", sqliteURI(dsn)+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)&_txlock=immediate")
 		if err == nil {
 			// One writer at a time is SQLite's model; one connection keeps it simple.
 			db.SetMaxOpenConns(1)
@@ -104,7 +135,7 @@ func Open(ctx context.Context, driver, dsn string) (*DB, error) {
 		if err == nil && dsn != ":memory:" {
 			// Readers get connections of their own, read-only, so that
 			// reads neither wait for the writer nor for each other.
-			read, err = sql.Open("sqlite", "file:"+dsn+"?_pragma=busy_timeout(5000)&_pragma=query_only(1)")
+			read, err = sql.Open("sqlite", sqliteURI(dsn)+"?_pragma=busy_timeout(5000)&_pragma=query_only(1)")
 			if err == nil {
 				read.SetMaxOpenConns(readers)
 				read.SetMaxIdleConns(readers)
@@ -125,6 +156,7 @@ func Open(ctx context.Context, driver, dsn string) (*DB, error) {
 		return nil, fmt.Errorf("open %s: %w", driver, err)
 	}
 	s := &DB{db: db, read: newReader(read, driver == SQLite), driver: driver, changed: make(chan struct{}, 1)}
+	s.crash.Store(-1)
 	if err := db.PingContext(ctx); err != nil {
 		s.Close()
 		return nil, &fault.Unavailable{What: driver + " database", Err: err}
@@ -156,6 +188,16 @@ func (s *DB) Ping(ctx context.Context) error { return s.db.PingContext(ctx) }
 
 // Driver is the database's driver: SQLite or Postgres.
 func (s *DB) Driver() string { return s.driver }
+
+// ForUpdate is the clause that locks the rows a SELECT in a transaction
+// reads until it ends: " FOR UPDATE" on PostgreSQL, "" on SQLite, whose
+// write transactions are serial already (BEGIN IMMEDIATE).
+func (s *DB) ForUpdate() string {
+	if s.driver == Postgres {
+		return " FOR UPDATE"
+	}
+	return ""
+}
 
 // migrate applies every embedded migration not yet recorded, each in its own
 // transaction; on PostgreSQL an advisory lock keeps concurrent replicas apart.
@@ -237,10 +279,21 @@ func (s *DB) Tx(ctx context.Context, fn func(*sql.Tx) error) error {
 		tx.Rollback()
 		return Unavailable(err)
 	}
+	if !s.write() {
+		tx.Rollback()
+		return ErrCrashed
+	}
 	if err := tx.Commit(); err != nil {
 		return Unavailable(fmt.Errorf("commit: %w", err))
 	}
 	return nil
+}
+
+// sqliteURI is a file path as an SQLite URI filename: a "?" or "#" in the
+// path (a test's directory named after a subtest "#00") would otherwise
+// end the path there and open another file.
+func sqliteURI(path string) string {
+	return "file:" + strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(path)
 }
 
 // Unavailable types err as *fault.Unavailable when the database refused
@@ -282,8 +335,15 @@ func connectionLost(err error) bool {
 	}
 	var ce *pgconn.ConnectError
 	// pgconn.SafeToRetry: pgx's own errors for a connection that was
-	// closed before the statement was sent.
-	return errors.Is(err, driver.ErrBadConn) || errors.As(err, &ce) || pgconn.SafeToRetry(err)
+	// closed before the statement was sent; ErrConnClosed: a statement
+	// asked of a connection pgx had already closed (the server went away);
+	// io.ErrUnexpectedEOF and a socket's *net.OpError: the server closed
+	// it while pgx wrote or read (pgx returns them bare). The API asks
+	// this only of an error that would otherwise be a 500, so a request
+	// body cut short stays a 400.
+	var ne *net.OpError
+	return errors.Is(err, driver.ErrBadConn) || errors.As(err, &ce) || pgconn.SafeToRetry(err) ||
+		errors.Is(err, pgconn.ErrConnClosed) || errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, &ne)
 }
 
 // WriteStmts are queries prepared on the writer, once each and kept (at
@@ -324,6 +384,9 @@ func (s *DB) WriteStmts(ctx context.Context, queries ...string) (map[string]*sql
 
 // ExecContext runs a statement outside a transaction, on the writer.
 func (s *DB) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	if !s.write() {
+		return nil, ErrCrashed
+	}
 	return s.db.ExecContext(ctx, query, args...)
 }
 

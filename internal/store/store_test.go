@@ -125,6 +125,7 @@ func TestConformance(t *testing.T) {
 			t.Run("audit checkpoints", func(t *testing.T) { testAuditCheckpoints(t, open(t)) })
 			t.Run("logins and sessions", func(t *testing.T) { testSessions(t, open(t)) })
 			t.Run("telemetry", func(t *testing.T) { testTelemetry(t, open(t)) })
+			t.Run("concurrent pushes", func(t *testing.T) { testConcurrentPushes(t, open(t)) })
 			t.Run("workload activity", func(t *testing.T) { testActivity(t, open(t)) })
 			t.Run("metering", func(t *testing.T) { testMetering(t, open(t)) })
 			t.Run("governance", func(t *testing.T) { testGovernance(t, open(t)) })
@@ -135,6 +136,7 @@ func TestConformance(t *testing.T) {
 			t.Run("moves", func(t *testing.T) { testMoves(t, open(t)) })
 			t.Run("energy", func(t *testing.T) { testEnergy(t, open(t)) })
 			t.Run("deferrals", func(t *testing.T) { testDeferrals(t, open(t)) })
+			t.Run("warnings", func(t *testing.T) { testWarnings(t, open(t)) })
 		})
 	}
 }
@@ -979,20 +981,29 @@ func testMetering(t *testing.T, s *stores.All) {
 		t.Fatalf("no teams: %+v, %v", runs, err)
 	}
 
-	// Warming's cost adds up per group and day; a period lists the days
-	// it overlaps.
-	for _, add := range []struct {
-		group string
-		at    time.Time
-		cost  float64
-	}{{"h100-od", at, 1.5}, {"h100-od", at.Add(time.Hour), 2.25}, {"h100-spot", at, 1}, {"h100-od", at.Add(24 * time.Hour), 4}} {
-		if err := s.AddWarm(ctx, add.group, add.at, add.cost, add.cost/2); err != nil {
+	// Warming's cost adds up per group and day, each charge from where the
+	// group was last charged: a charge repeated from the same start (a
+	// pass cut off before it reset its placeholders) adds only what is
+	// new. A period lists the days it overlaps.
+	for _, c := range []struct {
+		group      string
+		since, now time.Time
+		gpus       int
+		price      float64
+	}{
+		{"h100-od", at.Add(-45 * time.Minute), at, 1, 2},                  // 0.75 GPU-h, $1.50
+		{"h100-od", at.Add(-45 * time.Minute), at.Add(time.Hour), 1, 2},   // again from before: only the hour since, $2
+		{"h100-od", at, at.Add(time.Hour), 1, 2},                          // charged already: nothing
+		{"h100-spot", at.Add(-30 * time.Minute), at, 2, 1},                // 1 GPU-h, $1
+		{"h100-od", at.Add(23 * time.Hour), at.Add(24 * time.Hour), 1, 4}, // the next day: $4
+	} {
+		if err := s.ChargeWarm(ctx, c.group, c.since, c.now, c.gpus, c.price); err != nil {
 			t.Fatal(err)
 		}
 	}
 	day := at.Truncate(24 * time.Hour)
 	if spend, err := s.WarmSpend(ctx, at.Add(2*time.Hour), at.Add(3*time.Hour)); err != nil || len(spend) != 2 ||
-		spend[0] != (workload.WarmSpend{Group: "h100-od", Day: day, Cost: 3.75, GPUHours: 1.875}) || spend[1].Group != "h100-spot" || spend[1].Cost != 1 {
+		spend[0] != (workload.WarmSpend{Group: "h100-od", Day: day, Cost: 3.5, GPUHours: 1.75}) || spend[1].Group != "h100-spot" || spend[1].Cost != 1 {
 		t.Fatalf("warm spend on the day: %+v, %v", spend, err)
 	}
 	if spend, err := s.WarmSpend(ctx, day, day.Add(48*time.Hour)); err != nil || len(spend) != 3 || !spend[2].Day.Equal(day.Add(24*time.Hour)) || spend[2].Cost != 4 {
@@ -1042,8 +1053,8 @@ func testMetering(t *testing.T, s *stores.All) {
 }
 
 // testGovernance: a budget alert is recorded once per team, cost center,
-// period and threshold — the second try writes neither the alert nor its
-// webhook, even concurrently; the outbox gives due messages until they are
+// period and threshold, with its webhook and its audit record — the second
+// try writes none of them, even concurrently; the outbox gives due messages until they are
 // delivered or given up; a workload's approval round-trips and expired
 // approvals are found.
 func testGovernance(t *testing.T, s *stores.All) {
@@ -1055,6 +1066,21 @@ func testGovernance(t *testing.T, s *stores.All) {
 	at := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
 	from := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 	alert := budget.Alert{Team: "vision", From: from, Threshold: 0.8, At: at, Spent: 812.5, Amount: 1000}
+	rec := audit.Record{At: at, Actor: "gantry", Action: "budget alert", Object: "/api/v1/budgets?team=vision", Decision: audit.Allow, Source: "budget"}
+	audited := func() int {
+		t.Helper()
+		rs, err := s.AuditRecords(ctx, audit.Filter{Actor: "gantry", Limit: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, r := range rs {
+			if r.Action == "budget alert" {
+				n++
+			}
+		}
+		return n
+	}
 	recorded := 0
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -1063,7 +1089,7 @@ func testGovernance(t *testing.T, s *stores.All) {
 		go func() {
 			defer wg.Done()
 			m, _ := notify.New(budget.EventThreshold, "80 %", nil, at)
-			ok, err := s.RecordBudgetAlert(ctx, alert, m)
+			ok, err := s.RecordBudgetAlert(ctx, alert, m, rec)
 			if err != nil {
 				t.Error(err)
 			}
@@ -1078,17 +1104,20 @@ func testGovernance(t *testing.T, s *stores.All) {
 	other := alert
 	other.Threshold = 1
 	m100, _ := notify.New(budget.EventThreshold, "100 %", nil, at)
-	if ok, err := s.RecordBudgetAlert(ctx, other, m100); !ok || err != nil {
+	if ok, err := s.RecordBudgetAlert(ctx, other, m100, rec); !ok || err != nil {
 		t.Fatalf("the 100 %% alert: %v %v", ok, err)
 	}
 	cc := alert
 	cc.CostCenter = "cc-7"
 	mcc, _ := notify.New(budget.EventThreshold, "cc", nil, at)
-	if ok, _ := s.RecordBudgetAlert(ctx, cc, mcc); !ok {
+	if ok, _ := s.RecordBudgetAlert(ctx, cc, mcc, rec); !ok {
 		t.Fatal("a cost center's alert is its own")
 	}
 	if recorded != 1 {
 		t.Fatalf("the same alert recorded %d times", recorded)
+	}
+	if n := audited(); n != 3 {
+		t.Fatalf("%d audit records of budget alerts, want 3 (one per recorded alert)", n)
 	}
 	alerts, err := s.BudgetAlerts(ctx, "vision", from)
 	if err != nil || len(alerts) != 3 || alerts[0].Spent != 812.5 || !alerts[0].From.Equal(from) {
@@ -1329,6 +1358,25 @@ func testDeferrals(t *testing.T, s *stores.All) {
 	if due, _ := s.DueDeferrals(ctx, at.Add(8*time.Hour), 10); len(due) != 1 || due[0].ID != w.ID {
 		t.Fatalf("due at its time: %v", due)
 	}
+	// Held, it wants no GPUs yet: the demand forecast sees only the other.
+	if d, err := s.Demand(ctx, at.Add(-time.Hour)); err != nil || len(d) != 1 {
+		t.Fatalf("demand while held: %+v, %v", d, err)
+	}
+	// Stopped while held, it never wanted any.
+	gone := w
+	gone.ID, gone.Name = "defer00003", "x-defer00003"
+	if err := s.CreateWorkload(ctx, gone); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.UpdateWorkload(ctx, gone.ID, func(old workload.Workload) (workload.Workload, error) {
+		out, _, err := workload.Transition(old, workload.Stop, "stopped by its owner", at.Add(time.Hour))
+		return out, err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := s.Demand(ctx, at.Add(-time.Hour)); err != nil || len(d) != 1 {
+		t.Fatalf("demand with one stopped while held: %+v, %v", d, err)
+	}
 	release := at.Add(8 * time.Hour)
 	if _, err := s.UpdateWorkload(ctx, w.ID, func(old workload.Workload) (workload.Workload, error) {
 		out, _, err := workload.Transition(old, workload.Release, "released", release)
@@ -1349,6 +1397,11 @@ func testDeferrals(t *testing.T, s *stores.All) {
 	if got.Deferral.Holding() || got.Deferral.ReleasedBy != "forecast" || !got.Deferral.Released.Equal(release) {
 		t.Fatalf("released: %+v", got.Deferral)
 	}
+	// Released, it wants GPUs from its release, not its launch: after the
+	// other (launched at the same time) in the demand's order.
+	if d, err := s.Demand(ctx, at.Add(-time.Hour)); err != nil || len(d) != 2 || !d[1].Created.Equal(release) || !d[0].Created.Equal(at) {
+		t.Fatalf("demand once released: %+v, %v", d, err)
+	}
 	if _, err := s.UpdateWorkload(ctx, w.ID, func(old workload.Workload) (workload.Workload, error) {
 		out, _, err := workload.Transition(old, workload.ReportedRunning, "", release.Add(time.Minute))
 		return out, err
@@ -1358,5 +1411,65 @@ func testDeferrals(t *testing.T, s *stores.All) {
 	runs, err := s.WorkloadRuns(ctx, at, at.Add(24*time.Hour), nil)
 	if err != nil || len(runs) != 1 || runs[0].Waited != 8*time.Hour {
 		t.Fatalf("runs %+v (%v), want one held 8h", runs, err)
+	}
+}
+
+// testWarnings: the idle culler's warning is kept with the workload and its
+// webhook queued in the same transaction — both or neither — and leaving
+// Running ends the warning.
+func testWarnings(t *testing.T, s *stores.All) {
+	ctx := context.Background()
+	classes, _, files := starter(t)
+	if _, err := newCatalog(t, s.Governance, classes).Seed(ctx, "gitops", files); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 12, 4, 9, 0, 0, 0, time.UTC)
+	w := workload.Workload{ID: "warn000001", Name: "x-warn000001", Team: "vision", Owner: "alice", Template: "jupyter-notebook", TemplateVersion: 1,
+		Kind: "notebook", GPUClass: "L4", GPUCount: 1, Parameters: map[string]string{}, ObjectsHash: "h", Status: workload.Running,
+		RunningSince: at, CreatedAt: at, UpdatedAt: at}
+	if err := s.CreateWorkload(ctx, w); err != nil {
+		t.Fatal(err)
+	}
+	warned := workload.Warned{QuietFrom: at.Add(time.Hour), StopAt: at.Add(2 * time.Hour)}
+	due := func() int {
+		t.Helper()
+		ms, err := s.DueNotifications(ctx, at.Add(48*time.Hour), 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(ms)
+	}
+	msg, _ := notify.New("workload.idle-warning", "quiet", nil, at)
+	// An updater that fails writes neither the warning nor its message.
+	if _, err := s.UpdateWorkloadNotify(ctx, w.ID, func(old workload.Workload) (workload.Workload, *notify.Message, error) {
+		old.Warned, old.Reason = warned, "idle: quiet"
+		return old, &msg, errors.New("no")
+	}); err == nil {
+		t.Fatal("the updater's error was not returned")
+	}
+	if got, _ := s.Workload(ctx, w.ID); !got.Warned.IsZero() || due() != 0 {
+		t.Fatalf("after a failed update: warned %+v, %d messages", got.Warned, due())
+	}
+	if _, err := s.UpdateWorkloadNotify(ctx, w.ID, func(old workload.Workload) (workload.Workload, *notify.Message, error) {
+		old.Warned, old.Reason = warned, "idle: quiet"
+		return old, &msg, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Workload(ctx, w.ID)
+	if err != nil || !got.Warned.Equal(warned) || got.Reason != "idle: quiet" || due() != 1 {
+		t.Fatalf("warned %+v (%q), %d messages, %v", got.Warned, got.Reason, due(), err)
+	}
+	if running, _ := s.RunningWorkloads(ctx, 10); len(running) != 1 || !running[0].Warned.Equal(warned) {
+		t.Fatalf("the culler's read: %+v", running)
+	}
+	if _, err := s.UpdateWorkload(ctx, w.ID, func(old workload.Workload) (workload.Workload, error) {
+		out, _, err := workload.Transition(old, workload.Stop, "stopped", at.Add(3*time.Hour))
+		return out, err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.Workload(ctx, w.ID); !got.Warned.IsZero() {
+		t.Fatalf("stopped, still warned: %+v", got.Warned)
 	}
 }

@@ -1,9 +1,12 @@
 package store_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -245,11 +248,18 @@ func BenchmarkIngest(b *testing.B) {
 			})
 			b.Run("DirectInsert", func(b *testing.B) {
 				db := rawDB(b, name)
-				cols := "series_id, t, share, gpu_util, mem_copy_util, sm_active, sm_occupancy, tensor_active, dram_active, fb_used, fb_total, pcie_tx, pcie_rx, nvlink_tx, nvlink_rx, power, temperature, sm_clock"
-				q := "INSERT INTO gpu_samples (" + cols + ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-				if name == "postgres" {
-					q = "INSERT INTO gpu_samples (" + cols + ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)"
+				// Every metric's column, as the store's schema names them.
+				cols, marks := []string{"series_id", "t", "share"}, []string{"$1", "$2", "$3"}
+				for _, m := range telemetry.AllMetrics() {
+					cols = append(cols, m.Info().Name)
+					marks = append(marks, fmt.Sprintf("$%d", len(cols)))
 				}
+				if name != "postgres" {
+					for i := range marks {
+						marks[i] = "?"
+					}
+				}
+				q := "INSERT INTO gpu_samples (" + strings.Join(cols, ", ") + ") VALUES (" + strings.Join(marks, ", ") + ")"
 				n := 0
 				for b.Loop() {
 					bt := batch(ingestBatch)
@@ -280,5 +290,43 @@ func BenchmarkIngest(b *testing.B) {
 				b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "samples/s")
 			})
 		})
+	}
+}
+
+// testConcurrentPushes is nodes pushing at once, each push's samples
+// spread over the same minutes and hours, so every push marks the same
+// rollup periods pending: each must be stored (on PostgreSQL, two pushes
+// that lock those rows in different orders deadlock, and one is refused).
+func testConcurrentPushes(t *testing.T, s *stores.All) {
+	ctx := context.Background()
+	base := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	const nodes, rounds, minutes = 8, 6, 90
+	errs := make(chan error, nodes*rounds)
+	var wg sync.WaitGroup
+	for n := range nodes {
+		wg.Go(func() {
+			key := telemetry.SeriesKey{Node: fmt.Sprintf("push-%d", n), Device: telemetry.Device{GPU: fmt.Sprintf("GPU-push-%d", n), Model: "NVIDIA H100"}}
+			for r := range rounds {
+				var rs []telemetry.Stored
+				for m := range minutes {
+					at := base.Add(time.Duration(m)*time.Minute + time.Duration(r)*time.Second)
+					rs = append(rs, telemetry.Stored{Series: key, Time: at, Share: 1, Values: telemetryValues(50, 1000)})
+				}
+				errs <- s.AppendSamples(ctx, rs)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	failed := 0
+	var first error
+	for err := range errs {
+		if err != nil {
+			failed++
+			first = cmp.Or(first, err)
+		}
+	}
+	if failed > 0 {
+		t.Fatalf("%d of %d concurrent pushes failed; the first: %v", failed, nodes*rounds, first)
 	}
 }

@@ -11,9 +11,7 @@ import (
 	"github.com/gantryhq/gantry/internal/budget"
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/identity"
-	"github.com/gantryhq/gantry/internal/store/auditlog"
 	"github.com/gantryhq/gantry/internal/store/governance"
-	"github.com/gantryhq/gantry/internal/store/stores"
 	"github.com/gantryhq/gantry/internal/team"
 	"github.com/gantryhq/gantry/internal/template"
 	"github.com/gantryhq/gantry/internal/workload"
@@ -52,20 +50,13 @@ func withRules(t *testing.T, r rules, kueue bool) *harness {
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, err := budget.New(budget.Options{Rules: r, Readers: workloadtest.AllowAll{}, Spender: meter, Store: budgetStore{governance.New(h.db), auditlog.New(h.db)},
+		b, err := budget.New(budget.Options{Rules: r, Readers: workloadtest.AllowAll{}, Spender: meter, Store: governance.New(h.db),
 			Log: slog.New(slog.DiscardHandler), Now: h.clock, Fresh: time.Nanosecond})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return b
 	}, kueue)
-}
-
-// budgetStore is budget.Store: the teams and budget alerts (governance),
-// and the audit log an alert is recorded in.
-type budgetStore struct {
-	*stores.Governance
-	*stores.Audit
 }
 
 func as(subject string) context.Context {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/gantryhq/gantry/internal/catalog"
 	"github.com/gantryhq/gantry/internal/fault"
@@ -34,6 +35,11 @@ type Observed struct {
 	// GPUHourPrice that cluster's price per GPU-hour for it (0: unknown).
 	Cluster      string
 	GPUHourPrice float64
+	// At is when the cluster says the status began (a Job's completion, a
+	// container's start; zero: not said, now). A run is metered from and
+	// to the cluster's times, so one that ended while no replica led (a
+	// failover) is billed to its end, not to the new leader's first look.
+	At time.Time
 }
 
 // Report records what the cluster reports about a workload's status: the
@@ -71,7 +77,7 @@ func (s *Service) Observe(ctx context.Context, id string, o Observed) (Workload,
 		}
 	}
 	return s.store.UpdateWorkload(ctx, id, func(w Workload) (Workload, error) {
-		out, changed, err := Transition(w, tr, reason, s.clock())
+		out, changed, err := Transition(w, tr, reason, observedAt(s.clock(), o.At, w.UpdatedAt))
 		if err == nil && changed {
 			out.Held = held
 		}
@@ -95,6 +101,23 @@ func (s *Service) Observe(ctx context.Context, id string, o Observed) (Workload,
 		}
 		return out, err
 	})
+}
+
+// observedAt is when a status the cluster reports at now began: the
+// cluster's own time when it gave one, never later than now (clocks
+// differ) nor earlier than the record's last change (nothing is metered
+// twice, and a run never ends before it began).
+func observedAt(now, cluster, last time.Time) time.Time {
+	if cluster.IsZero() || !cluster.Before(now) {
+		return now
+	}
+	if cluster.Before(last) {
+		if last.After(now) {
+			return now
+		}
+		return last
+	}
+	return cluster
 }
 
 // place is the node group a workload runs on — the one most of its pods

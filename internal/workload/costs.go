@@ -42,7 +42,9 @@ type Run struct {
 
 // Demand is one launch as the demand forecast sees it: wanted (waiting or
 // running) from Created until Ended (zero while it lasts), GPUCount of a
-// class, each a MIG slice when MIGProfile is set.
+// class, each a MIG slice when MIGProfile is set. Created is when it asked
+// the cluster for GPUs: its launch, or for a flexible job held for cleaner
+// power its release (one still held wants nothing yet).
 type Demand struct {
 	Created, Ended time.Time
 	Template       string

@@ -39,6 +39,9 @@ type Deferral struct {
 	// window came) or the person who asked to start it now.
 	Released   time.Time `json:"released,omitzero"`
 	ReleasedBy string    `json:"releasedBy,omitempty"`
+	// Replanned is when a newer forecast last moved its window (zero:
+	// never).
+	Replanned time.Time `json:"replanned,omitzero"`
 }
 
 // Holding reports whether the deferral still holds the workload.
@@ -154,15 +157,29 @@ func (s *Service) expectedRuntime(ctx context.Context, w Workload, f *template.F
 	return time.Hour
 }
 
+// replanEvery is how often the held flexible launches are planned again
+// on the forecast as it is then (a source's forecast changes every few
+// minutes at most: the Carbon Aware SDK's is cached for five).
+const replanEvery = 5 * time.Minute
+
 // ReleaseDeferred releases into their queues the flexible launches whose
-// window has come, and applies them; it returns how many it released.
+// window has come, and applies them; every replanEvery it first plans the
+// others again on the forecast as it is now (Replan). It returns how many
+// it released.
 func (s *Service) ReleaseDeferred(ctx context.Context) (int, error) {
-	due, err := s.store.DueDeferrals(ctx, s.clock(), 500)
-	if err != nil {
-		return 0, err
-	}
 	n := 0
 	var errs []error
+	now := s.clock()
+	if last := s.replanned.Load(); last == 0 || now.Sub(time.Unix(0, last)) >= replanEvery || now.UnixNano() < last {
+		s.replanned.Store(now.UnixNano())
+		_, released, err := s.Replan(ctx)
+		n += released
+		errs = append(errs, err)
+	}
+	due, err := s.store.DueDeferrals(ctx, now, 500)
+	if err != nil {
+		return n, errors.Join(append(errs, err)...)
+	}
 	for _, w := range due {
 		_, released, err := s.release(ctx, w.ID, "forecast")
 		if err != nil {
@@ -174,6 +191,68 @@ func (s *Service) ReleaseDeferred(ctx context.Context) (int, error) {
 		}
 	}
 	return n, errors.Join(errs...)
+}
+
+// Replan plans every held flexible launch again on the forecast as it is
+// now, over what is left of its reach (now to its latest start, for the
+// same run length): a window the new forecast puts elsewhere is moved
+// there (never past the latest start, which its max delay and deadline
+// fixed at launch), and one where starting now is as clean — within
+// carbon.MinSaving of the best left — is released now. A forecast that
+// does not answer leaves every plan as it was. The savings stay counted
+// against starting at launch. It returns how many windows moved and how
+// many launches it released.
+func (s *Service) Replan(ctx context.Context) (moved, released int, err error) {
+	if s.forecast == nil {
+		return 0, 0, nil
+	}
+	now := s.clock()
+	held, err := s.store.DueDeferrals(ctx, now.Add(template.MaxFlexibleDelay+time.Hour), 500)
+	if err != nil {
+		return 0, 0, err
+	}
+	var errs []error
+	for _, w := range held {
+		d := w.Deferral
+		if !d.Holding() || !d.Until.After(now.Add(replanEvery)) {
+			continue // due before the next look: released at its time
+		}
+		forecast, err := s.forecast.Forecast(ctx, d.Location, now, d.Latest.Add(d.Runtime))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("workload %s: forecast: %w", w.ID, err))
+			continue
+		}
+		p, ok := carbon.Best(forecast, now, d.Latest, d.Runtime)
+		switch {
+		case !ok:
+			continue // the forecast no longer covers its reach: the plan stands
+		case !p.Wait:
+			if _, did, err := s.release(ctx, w.ID, "forecast"); err != nil {
+				errs = append(errs, fmt.Errorf("workload %s: %w", w.ID, err))
+			} else if did {
+				released++
+			}
+			continue
+		case p.Start.Equal(d.Until):
+			continue
+		}
+		_, err = s.store.UpdateWorkload(ctx, w.ID, func(w Workload) (Workload, error) {
+			if !w.Deferral.Holding() || !w.Deferral.Until.Equal(d.Until) {
+				return w, nil // released, stopped or moved meanwhile
+			}
+			nd := *w.Deferral
+			nd.Until, nd.WindowEnd, nd.AtStart, nd.Replanned = p.Start, p.End, p.AtStart, now
+			w.Deferral, w.Reason = &nd, nd.reason()
+			return w, nil
+		})
+		if err != nil {
+			errs = append(errs, fmt.Errorf("workload %s: %w", w.ID, err))
+			continue
+		}
+		moved++
+		s.log.InfoContext(ctx, "a held flexible launch's window moved with the forecast", "workload_id", w.ID, "from", d.Until, "to", p.Start)
+	}
+	return moved, released, errors.Join(errs...)
 }
 
 // errNotHeld: the workload was released (or stopped) since it was read.

@@ -243,3 +243,88 @@ func TestDeferralSaving(t *testing.T) {
 		t.Errorf("carbon %v kg, want %v", c.KgCO2e, ran)
 	}
 }
+
+// shifting is a forecast that changes: each hour's intensity by by, or
+// no answer while fail.
+type shifting struct {
+	by   func(hour int) float64
+	fail bool
+}
+
+func (*shifting) Name() string { return "shifting" }
+func (s *shifting) Forecast(_ context.Context, _ string, from, to time.Time) (map[time.Time]float64, error) {
+	if s.fail {
+		return nil, &fault.Unavailable{What: "carbon", Err: errors.New("connection refused")}
+	}
+	out := map[time.Time]float64{}
+	for h := from.Truncate(time.Hour); h.Before(to); h = h.Add(time.Hour) {
+		out[h] = s.by(h.Hour())
+	}
+	return out, nil
+}
+
+// TestReplan: a held launch is planned again on the forecast as it is
+// later: a window the newer forecast puts elsewhere moves there (within
+// the latest start fixed at launch, the savings still counted against
+// starting at launch); a forecast that does not answer leaves the plan;
+// one where starting now is as clean releases it now.
+func TestReplan(t *testing.T) {
+	f := &shifting{by: func(h int) float64 { // clean by night
+		if h >= 9 && h <= 17 {
+			return 400
+		}
+		return 100
+	}}
+	h := newHarnessWith(t, nil, false, func(o *workload.Options) {
+		o.Forecast, o.Location = f, func(string) string { return "eu-west" }
+	})
+	ctx := asAlice()
+	t0 := h.clock() // 09:00
+	w, _, err := h.svc.Create(ctx, "alice", batch())
+	if err != nil || !w.Deferral.Holding() || !w.Deferral.Until.Equal(t0.Add(8*time.Hour)) {
+		t.Fatalf("launched: %+v %v", w.Deferral, err)
+	}
+	atOnce, latest := w.Deferral.AtOnce, w.Deferral.Latest
+	// Ten minutes later the forecast sees wind from noon on: its 12-hour
+	// run is cleanest from 12:00.
+	f.by = func(h int) float64 {
+		if h >= 12 {
+			return 50
+		}
+		return 400
+	}
+	h.advance(10 * time.Minute)
+	if n, err := h.svc.ReleaseDeferred(ctx); err != nil || n != 0 {
+		t.Fatalf("released %d, %v", n, err)
+	}
+	got := h.status(t, w.ID)
+	d := got.Deferral
+	if !d.Holding() || !d.Until.Equal(t0.Add(3*time.Hour)) || !d.WindowEnd.Equal(t0.Add(15*time.Hour)) || d.AtStart != 50 || d.AtOnce != atOnce ||
+		!d.Latest.Equal(latest) || !d.Replanned.Equal(h.clock()) || !strings.Contains(got.Reason, "forecast minimum 12:00–00:00 UTC") || got.Applied() {
+		t.Fatalf("after a newer forecast: %+v (%q), applied %v", d, got.Reason, got.Applied())
+	}
+	// Six minutes later the forecast does not answer: the plan stays, and
+	// the pass says why.
+	f.fail = true
+	h.advance(6 * time.Minute)
+	if n, err := h.svc.ReleaseDeferred(ctx); n != 0 || err == nil {
+		t.Fatalf("a forecast down: released %d, %v (want the error said)", n, err)
+	}
+	if got := h.status(t, w.ID); !got.Deferral.Until.Equal(d.Until) {
+		t.Fatalf("a forecast down moved the plan: %+v", got.Deferral)
+	}
+	// The wind comes early: now is as clean as any start left. Released
+	// now, and applied.
+	f.fail, f.by = false, func(int) float64 { return 50 }
+	h.advance(6 * time.Minute)
+	if n, err := h.svc.ReleaseDeferred(ctx); err != nil || n != 1 {
+		t.Fatalf("released %d, %v; want it released now", n, err)
+	}
+	got = h.status(t, w.ID)
+	if got.Deferral.Holding() || got.Deferral.ReleasedBy != "forecast" || !got.Applied() {
+		t.Fatalf("released: %+v applied %v", got.Deferral, got.Applied())
+	}
+	if _, ok := h.cluster.Object(w.ID); !ok {
+		t.Fatal("released but not on the cluster")
+	}
+}

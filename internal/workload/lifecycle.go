@@ -249,6 +249,9 @@ func Transition(w Workload, tr Trigger, reason string, at time.Time) (out Worklo
 	}
 	// Held by a budget is said by whoever holds it, with its reason: any
 	// other change ends it.
+	if to != w.Status {
+		w.Warned = Warned{} // a warning is about the run it was given in
+	}
 	w.Status, w.Reason, w.UpdatedAt, w.Held = to, reason, at, false
 	return w, true, nil
 }

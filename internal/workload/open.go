@@ -8,6 +8,7 @@ import (
 
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/identity"
+	"github.com/gantryhq/gantry/internal/notify"
 	"github.com/gantryhq/gantry/internal/template"
 )
 
@@ -123,16 +124,25 @@ func (s *Service) IdleStop(ctx context.Context, id, reason string, lastUse *time
 	return w, s.tell(ctx, w, func(ctx context.Context) error { return s.cluster.SetRunning(ctx, s.ref(w), false) })
 }
 
-// Notice sets a running workload's reason — the idle culler's warning, or
-// "" to withdraw it — without changing its status; a workload no longer
-// Running is left alone.
-func (s *Service) Notice(ctx context.Context, id, reason string) error {
-	_, err := s.store.UpdateWorkload(ctx, id, func(w Workload) (Workload, error) {
-		if w.Status != Running || w.Reason == reason {
-			return w, nil
+// Warn puts the idle culler's warning on a running workload — its reason
+// (the warning's words, "" to withdraw it) and what it warned of — and
+// queues msg (nil: none) with it, in one transaction; a workload no longer
+// Running is left alone, and one already warned the same gets at most its
+// words changed, never the message again. It says whether it warned. A new leader reads the warning back from the
+// record, so a failover neither warns twice nor stops sooner than said.
+func (s *Service) Warn(ctx context.Context, id string, warned Warned, reason string, msg *notify.Message) (bool, error) {
+	did := false
+	_, err := s.store.UpdateWorkloadNotify(ctx, id, func(w Workload) (Workload, *notify.Message, error) {
+		switch {
+		case w.Status != Running:
+			return w, nil, nil
+		case w.Warned.Equal(warned):
+			w.Reason = reason // the same warning: its words at most, never its message twice
+			return w, nil, nil
 		}
-		w.Reason = reason // not UpdatedAt: a warning is not a change of the workload's state
-		return w, nil
+		did = true
+		w.Reason, w.Warned = reason, warned // not UpdatedAt: a warning is not a change of the workload's state
+		return w, msg, nil
 	})
-	return err
+	return did, err
 }

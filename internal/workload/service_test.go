@@ -595,6 +595,61 @@ func TestMetering(t *testing.T) {
 	}
 }
 
+// TestMeteredToTheClustersTimes: a run is billed from when the cluster
+// says it started to when the cluster says it ended, not from and to when
+// Gantry looked — a Job that ended while no replica led (a failover) is
+// billed to its end, to the cent — and a time the cluster gives that is
+// ahead of Gantry's clock, or before the record's last change, is bounded
+// by them.
+func TestMeteredToTheClustersTimes(t *testing.T) {
+	h := newHarness(t)
+	ctx := asAlice()
+	w, _, err := h.svc.Create(ctx, "alice", workload.Request{Template: "pytorch-train", Team: "vision", Choice: template.Choice{Class: "H100-80GB", Count: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.advance(time.Minute)
+	scheduled := h.clock()
+	if _, err := h.svc.Observe(ctx, w.ID, workload.Observed{Status: workload.Scheduled}); err != nil {
+		t.Fatal(err)
+	}
+	// Its containers started 20 s after it was scheduled; Gantry sees it
+	// 40 s later.
+	started := scheduled.Add(20 * time.Second)
+	h.advance(time.Minute)
+	if got, err := h.svc.Observe(ctx, w.ID, workload.Observed{Status: workload.Running, At: started}); err != nil || !got.RunningSince.Equal(started) {
+		t.Fatalf("running since %v, want the containers' start %v (%v)", got.RunningSince, started, err)
+	}
+	// It completes after 3 h; the leader dies just before, and the next one
+	// first looks 47 s after the end.
+	ended := started.Add(3 * time.Hour)
+	h.advance(ended.Sub(h.clock()) + 47*time.Second)
+	code := 0
+	got, err := h.svc.Observe(ctx, w.ID, workload.Observed{Status: workload.Succeeded, At: ended, ExitCode: &code})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := w.PricePerHour * 3
+	if !got.EndedAt.Equal(ended) || got.RunningFor != 3*time.Hour || math.Abs(got.CostAt(h.clock())-want) > 0.005 {
+		t.Fatalf("ended %v after running %v for $%.4f; want %v, 3h, $%.2f", got.EndedAt, got.RunningFor, got.CostAt(h.clock()), ended, want)
+	}
+	// A cluster clock ahead of Gantry's, or a time before the record's last
+	// change, is taken as Gantry's now or that change.
+	other, _, err := h.svc.Create(ctx, "alice", workload.Request{Template: "pytorch-train", Team: "vision", Choice: template.Choice{Class: "H100-80GB", Count: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	created := h.clock()
+	h.advance(time.Minute)
+	if got, _ := h.svc.Observe(ctx, other.ID, workload.Observed{Status: workload.Running, At: created.Add(-time.Hour)}); !got.RunningSince.Equal(created) {
+		t.Errorf("a start before its launch: running since %v, want %v", got.RunningSince, created)
+	}
+	h.advance(time.Minute)
+	if got, _ := h.svc.Observe(ctx, other.ID, workload.Observed{Status: workload.Failed, At: h.clock().Add(time.Hour)}); !got.EndedAt.Equal(h.clock()) {
+		t.Errorf("an end in the future: ended %v, want now %v", got.EndedAt, h.clock())
+	}
+}
+
 // TestNodeGroupsBoundLaunches: a class with node groups is judged by its
 // groups at their max, not by the nodes it has now: a pod larger than the
 // largest machine is refused with the numbers, one that a group could boot
@@ -695,7 +750,7 @@ func TestShowbackAtNodeGroupPrices(t *testing.T) {
 		}
 	}
 	// Machines of the on-demand group were kept warm for $2.50 that day.
-	if err := h.store.AddWarm(ctx, "h100-od", start, 2.5, 2.5/7.5); err != nil {
+	if err := h.store.ChargeWarm(ctx, "h100-od", start, start.Add(20*time.Minute), 1, 7.5); err != nil {
 		t.Fatal(err)
 	}
 	c, err := h.svc.Costs(ctx, start, now, "nodeGroup")

@@ -30,6 +30,7 @@ import (
 	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/nodegroup"
+	"github.com/gantryhq/gantry/internal/notify"
 	"github.com/gantryhq/gantry/internal/render"
 	"github.com/gantryhq/gantry/internal/team"
 )
@@ -127,12 +128,37 @@ type Workload struct {
 	// Deferral is a flexible job's wait for cleaner power; nil when it
 	// did not wait.
 	Deferral *Deferral
+	// Warned is what the idle culler has warned its owner of while it
+	// runs (zero: nothing); any change of status ends it.
+	Warned Warned
 
 	// TemplateStatus is its template version's standing (deprecated,
 	// revoked; "" when active), looked up when the workload is read, not stored.
 	TemplateStatus       catalog.Status
 	TemplateStatusReason string
 }
+
+// Warned is what the idle culler told a running workload's owner, kept
+// with the record so that a new leader neither warns twice nor stops it
+// sooner than the warning said.
+type Warned struct {
+	// QuietFrom is when the quiet stretch an idle warning counted from
+	// began, and StopAt when it said the stop may come (zero: no idle
+	// warning).
+	QuietFrom time.Time `json:"quietFrom,omitzero"`
+	StopAt    time.Time `json:"stopAt,omitzero"`
+	// SleepAt is the start of the off-hours window a warning said it
+	// will be stopped at (zero: none).
+	SleepAt time.Time `json:"sleepAt,omitzero"`
+}
+
+// Equal reports whether two warnings say the same.
+func (a Warned) Equal(b Warned) bool {
+	return a.QuietFrom.Equal(b.QuietFrom) && a.StopAt.Equal(b.StopAt) && a.SleepAt.Equal(b.SleepAt)
+}
+
+// IsZero reports whether nothing was warned of.
+func (a Warned) IsZero() bool { return a.Equal(Warned{}) }
 
 // Approval is a launch's approval: why it was needed, until when a decision
 // may come, and the decision.
@@ -219,6 +245,10 @@ type Store interface {
 	// endpoint, expiry and running time change), in one transaction; an error from fn
 	// writes nothing and is returned. *fault.NotFound if there is no record.
 	UpdateWorkload(ctx context.Context, id string, fn func(Workload) (Workload, error)) (Workload, error)
+	// UpdateWorkloadNotify is UpdateWorkload whose fn may also return a
+	// webhook to queue (nil: none), in the same transaction: the change
+	// and its message are kept together or not at all.
+	UpdateWorkloadNotify(ctx context.Context, id string, fn func(Workload) (Workload, *notify.Message, error)) (Workload, error)
 	// UnappliedWorkloads returns up to limit live workloads not yet
 	// applied (those held for approval only with withHeld).
 	UnappliedWorkloads(ctx context.Context, limit int, withHeld bool) ([]Workload, error)
@@ -411,6 +441,9 @@ type Service struct {
 	newID     func() string
 	touched   sync.Map // workload id → time.Time of the last activity written
 	touchedN  atomic.Int64
+	// replanned is when held flexible launches were last planned again
+	// (Unix nanoseconds by the service's clock; ReleaseDeferred).
+	replanned atomic.Int64
 }
 
 // New returns a workload service, complete: every required dependency is

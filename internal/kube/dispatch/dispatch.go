@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -79,8 +80,16 @@ type Options struct {
 	// Retry is how long a nomination may wait to be admitted before the
 	// next candidate is tried (default 2 minutes).
 	Retry time.Duration
-	Now   func() time.Time
-	Log   *slog.Logger
+	// Intensity says the grid's carbon intensity (gCO2e/kWh) at a region
+	// this hour, for the fleet's carbon price (nil, or false: not known;
+	// carbon then weighs nothing there).
+	Intensity func(ctx context.Context, region string, at time.Time) (float64, bool)
+	// PUE is a cluster's site power usage effectiveness as metering
+	// counts it, so that placement weighs the energy showback will charge
+	// (nil: the cluster's own from the clusters file, else 1).
+	PUE func(cluster string) float64
+	Now func() time.Time
+	Log *slog.Logger
 }
 
 // Dispatcher nominates worker clusters for the manager's Workloads.
@@ -109,6 +118,28 @@ func New(o Options) (*Dispatcher, error) {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
 	return &Dispatcher{o: o, since: map[types.UID]nominated{}}, nil
+}
+
+// withIntensity is states with each cluster's grid intensity now, read
+// once a round per region, and its site's PUE.
+func (d *Dispatcher) withIntensity(ctx context.Context, states map[string]fleet.State, now time.Time) map[string]fleet.State {
+	out := maps.Clone(states)
+	byRegion := map[string]float64{}
+	for _, c := range d.o.Fleet.Clusters() {
+		v, seen := byRegion[c.Region]
+		if !seen {
+			v, _ = d.o.Intensity(ctx, c.Region, now)
+			byRegion[c.Region] = v
+		}
+		if s, ok := out[c.Name]; ok {
+			s.Intensity = v
+			if d.o.PUE != nil {
+				s.PUE = d.o.PUE(c.Name)
+			}
+			out[c.Name] = s
+		}
+	}
+	return out
 }
 
 // waiting is a Workload waiting on the MultiKueue check.
@@ -197,6 +228,9 @@ func (d *Dispatcher) Round(ctx context.Context) (n int, err error) {
 		launches = append(launches, w.launch)
 	}
 	pending = undecided
+	if d.o.Intensity != nil && d.o.Fleet.CarbonPrice() > 0 && len(launches) > 0 {
+		states = d.withIntensity(ctx, states, now)
+	}
 	for i, dec := range d.o.Fleet.Round(launches, states) {
 		w := pending[indexOf(pending, dec.Launch.ID, i)]
 		target := dec.Cluster()

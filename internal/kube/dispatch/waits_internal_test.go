@@ -1,9 +1,15 @@
 package dispatch
 
 import (
+	"context"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/gantryhq/gantry/internal/fleet"
+	"github.com/gantryhq/gantry/internal/gpu"
+	"github.com/gantryhq/gantry/internal/nodegroup"
 )
 
 // TestWaits: a Workload is dispatched once its quota is reserved and its
@@ -58,5 +64,44 @@ func TestWaits(t *testing.T) {
 		if got := d.waits(tc.u); got != tc.want {
 			t.Errorf("%s: waits %v", tc.name, got)
 		}
+	}
+}
+
+// TestWithIntensity: a round reads each region's grid intensity once and
+// gives it to every cluster there; a region the source has no figure for
+// is 0 (carbon weighs nothing there), and a cluster with no state gets
+// none.
+func TestWithIntensity(t *testing.T) {
+	classes, err := gpu.LoadFile("../../../templates/gpu-classes.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	offer := []fleet.Offer{{Class: "H100-80GB", Purchase: nodegroup.OnDemand, PricePerGPUHour: 6.9}}
+	fl, err := fleet.New(fleet.File{APIVersion: fleet.APIVersion, Kind: fleet.Kind, CarbonPrice: 0.1, Clusters: []fleet.Cluster{
+		{Name: "a", Region: "eu", Provider: fleet.Cloud, Kubeconfig: fleet.Kubeconfig{Secret: "a"}, Offers: offer},
+		{Name: "b", Region: "eu", Provider: fleet.Cloud, Kubeconfig: fleet.Kubeconfig{Secret: "b"}, Offers: offer},
+		{Name: "c", Region: "us", Provider: fleet.Cloud, Kubeconfig: fleet.Kubeconfig{Secret: "c"}, Offers: offer},
+		{Name: "d", Region: "ap", Provider: fleet.Cloud, Kubeconfig: fleet.Kubeconfig{Secret: "d"}, Offers: offer},
+	}}, classes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	asked := map[string]int{}
+	at := time.Date(2026, 12, 4, 10, 30, 0, 0, time.UTC)
+	d := &Dispatcher{o: Options{Fleet: fl, Intensity: func(_ context.Context, region string, when time.Time) (float64, bool) {
+		asked[region]++
+		if !when.Equal(at) {
+			t.Errorf("asked for %v, want %v", when, at)
+		}
+		v, ok := map[string]float64{"eu": 120, "us": 410}[region]
+		return v, ok
+	}, PUE: func(cluster string) float64 { return map[string]float64{"a": 1.4}[cluster] }}}
+	in := map[string]fleet.State{"a": {Reachable: true}, "b": {Reachable: true}, "c": {Reachable: true}}
+	out := d.withIntensity(context.Background(), in, at)
+	if out["a"].Intensity != 120 || out["b"].Intensity != 120 || out["c"].Intensity != 410 || in["a"].Intensity != 0 || out["a"].PUE != 1.4 || out["b"].PUE != 0 {
+		t.Fatalf("intensities %+v (the round's states left as they were: %+v)", out, in)
+	}
+	if _, ok := out["d"]; ok || asked["eu"] != 1 || asked["ap"] != 1 {
+		t.Fatalf("a cluster with no state got one, or a region asked twice: %+v %v", out, asked)
 	}
 }

@@ -28,10 +28,13 @@ func Observe(id string, jobs []*batchv1.Job, pods []*corev1.Pod) (Observation, b
 			}
 			switch c.Type {
 			case batchv1.JobComplete:
-				o.Phase, o.ExitCode = "Succeeded", exitCode(pods, corev1.PodSucceeded)
+				o.Phase, o.ExitCode, o.At = "Succeeded", exitCode(pods, corev1.PodSucceeded), c.LastTransitionTime.Time
+				if j.Status.CompletionTime != nil {
+					o.At = j.Status.CompletionTime.Time
+				}
 				return o, true
 			case batchv1.JobFailed:
-				o.Phase, o.Reason, o.ExitCode = "Failed", jobFailure(j, c, pods), exitCode(pods, corev1.PodFailed)
+				o.Phase, o.Reason, o.ExitCode, o.At = "Failed", jobFailure(j, c, pods), exitCode(pods, corev1.PodFailed), c.LastTransitionTime.Time
 				return o, true
 			}
 		}
@@ -65,7 +68,10 @@ func Observe(id string, jobs []*batchv1.Job, pods []*corev1.Pod) (Observation, b
 		}
 		phase, reason, rank := podPhase(p)
 		if rank > best {
-			best, o.Phase, o.Reason, o.Node = rank, phase, reason, p.Spec.NodeName
+			best, o.Phase, o.Reason, o.Node, o.At = rank, phase, reason, p.Spec.NodeName, time.Time{}
+			if phase == "Running" {
+				o.At = started(p)
+			}
 		}
 	}
 	if best >= 0 {
@@ -184,6 +190,22 @@ func pendingReason(reason, message string) string {
 		return fmt.Sprintf("waiting for its volumes: a claim is not yet bound to a volume (%s: %s)", reason, message)
 	}
 	return fmt.Sprintf("%s: %s", reason, message)
+}
+
+// started is when a running pod's containers had all started: the latest
+// of their start times (zero when one does not say).
+func started(p *corev1.Pod) time.Time {
+	var t time.Time
+	for _, cs := range p.Status.ContainerStatuses {
+		r := cs.State.Running
+		if r == nil || r.StartedAt.IsZero() {
+			return time.Time{}
+		}
+		if r.StartedAt.After(t) {
+			t = r.StartedAt.Time
+		}
+	}
+	return t
 }
 
 // lastTransition is when the newest of a pod's conditions last changed.

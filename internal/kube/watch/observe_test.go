@@ -9,6 +9,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/gantryhq/gantry/internal/render"
@@ -90,6 +91,54 @@ func TestObserve(t *testing.T) {
 	here := &batchv1.Job{Status: batchv1.JobStatus{Active: 1, Ready: new(int32(1))}}
 	if _, ok := Observe("w", []*batchv1.Job{here}, nil); ok {
 		t.Fatal("a Job of this cluster observed without its pods")
+	}
+}
+
+// TestObserveAt: the time the cluster says a phase began — a Job's
+// completion, its failure, a running pod's containers' start — and none
+// when it does not say (a container not yet running, a pending pod).
+func TestObserveAt(t *testing.T) {
+	at := func(sec int64) metav1.Time { return metav1.NewTime(time.Unix(sec, 0).UTC()) }
+	runningSince := func(starts ...int64) *corev1.Pod {
+		p := &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+		for _, s := range starts {
+			st := corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}}
+			if s > 0 {
+				st = corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: at(s)}}
+			}
+			p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, corev1.ContainerStatus{State: st})
+		}
+		return p
+	}
+	done := at(500)
+	complete := &batchv1.Job{Status: batchv1.JobStatus{CompletionTime: &done, Conditions: []batchv1.JobCondition{
+		{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, LastTransitionTime: at(501)}}}}
+	completeNoTime := &batchv1.Job{Status: batchv1.JobStatus{Conditions: []batchv1.JobCondition{
+		{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, LastTransitionTime: at(502)}}}}
+	failed := &batchv1.Job{Status: batchv1.JobStatus{Conditions: []batchv1.JobCondition{
+		{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, Reason: "BackoffLimitExceeded", LastTransitionTime: at(600)}}}}
+	for _, tc := range []struct {
+		name string
+		jobs []*batchv1.Job
+		pods []*corev1.Pod
+		want int64 // 0: not said
+	}{
+		{"completed", []*batchv1.Job{complete}, nil, 500},
+		{"completed, no completion time", []*batchv1.Job{completeNoTime}, nil, 502},
+		{"failed", []*batchv1.Job{failed}, nil, 600},
+		{"running: the last container's start", nil, []*corev1.Pod{runningSince(100, 130)}, 130},
+		{"running, a container not yet", nil, []*corev1.Pod{runningSince(100, 0)}, 0},
+		{"pending", nil, []*corev1.Pod{{Status: corev1.PodStatus{Phase: corev1.PodPending}}}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o, ok := Observe("w", tc.jobs, tc.pods)
+			if !ok {
+				t.Fatal("no observation")
+			}
+			if want := time.Unix(tc.want, 0).UTC(); (tc.want == 0 && !o.At.IsZero()) || (tc.want != 0 && !o.At.Equal(want)) {
+				t.Fatalf("at %v, want %v (0: none)", o.At, tc.want)
+			}
+		})
 	}
 }
 

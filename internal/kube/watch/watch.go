@@ -55,6 +55,10 @@ type Observation struct {
 	// DisruptionTarget condition: evicted, preempted, their node drained
 	// or reclaimed), terminating ones included.
 	Evicted []string
+	// At is when the cluster says Phase began, Running, Succeeded or
+	// Failed: a Job's completion or failure, its pod's containers started
+	// or finished (zero: not said). Metering counts from it.
+	At time.Time
 }
 
 // byWorkload indexes the informers' caches by the workload id label.

@@ -33,31 +33,39 @@ const auditColumns = `seq, at, actor, action, object, decision, status, reason, 
 // chain has one order even with several replicas.
 func (s *Store) AppendAudit(ctx context.Context, r audit.Record) (audit.Record, error) {
 	err := s.db.Tx(ctx, func(tx *sql.Tx) error {
-		if s.db.Driver() == store.Postgres {
-			if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(7286153)`); err != nil {
-				return err
-			}
-		}
-		var seq int64
-		var prev string
-		err := tx.QueryRowContext(ctx, `SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1`).Scan(&seq, &prev)
-		switch {
-		case errors.Is(err, sql.ErrNoRows):
-			prev = audit.Genesis
-		case err != nil:
-			return err
-		}
-		r.Seq, r.PrevHash = seq+1, prev
-		r.At = r.At.UTC().Truncate(time.Microsecond)
-		r.Hash = audit.Sum(r, prev)
-		_, err = tx.ExecContext(ctx, s.db.Q(`INSERT INTO audit (`+auditColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
-			r.Seq, r.At.UnixMicro(), r.Actor, r.Action, r.Object, r.Decision, r.Status, r.Reason, r.RequestID, r.Source, r.PrevHash, r.Hash)
+		var err error
+		r, err = AppendIn(ctx, s.db, tx, r)
 		return err
 	})
 	if err != nil {
 		return r, fmt.Errorf("append audit record: %w", err)
 	}
 	return r, nil
+}
+
+// AppendIn appends r to db's audit log as part of tx, so that a decision
+// and its record are kept together or not at all; it returns r as chained.
+func AppendIn(ctx context.Context, db *store.DB, tx *sql.Tx, r audit.Record) (audit.Record, error) {
+	if db.Driver() == store.Postgres {
+		if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(7286153)`); err != nil {
+			return r, err
+		}
+	}
+	var seq int64
+	var prev string
+	err := tx.QueryRowContext(ctx, `SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1`).Scan(&seq, &prev)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		prev = audit.Genesis
+	case err != nil:
+		return r, err
+	}
+	r.Seq, r.PrevHash = seq+1, prev
+	r.At = r.At.UTC().Truncate(time.Microsecond)
+	r.Hash = audit.Sum(r, prev)
+	_, err = tx.ExecContext(ctx, db.Q(`INSERT INTO audit (`+auditColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+		r.Seq, r.At.UnixMicro(), r.Actor, r.Action, r.Object, r.Decision, r.Status, r.Reason, r.RequestID, r.Source, r.PrevHash, r.Hash)
+	return r, err
 }
 
 func scanAudit(rows store.Scanner) (audit.Record, error) {

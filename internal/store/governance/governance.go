@@ -16,6 +16,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/gantryhq/gantry/internal/audit"
 	"github.com/gantryhq/gantry/internal/budget"
 	"github.com/gantryhq/gantry/internal/catalog"
 	"github.com/gantryhq/gantry/internal/cull"
@@ -25,6 +26,7 @@ import (
 	"github.com/gantryhq/gantry/internal/overlay"
 	"github.com/gantryhq/gantry/internal/overrides"
 	"github.com/gantryhq/gantry/internal/store"
+	"github.com/gantryhq/gantry/internal/store/auditlog"
 	"github.com/gantryhq/gantry/internal/team"
 )
 
@@ -34,7 +36,6 @@ type Store struct{ db *store.DB }
 var (
 	_ catalog.Store   = (*Store)(nil)
 	_ notify.Outbox   = (*Store)(nil)
-	_ cull.Notifier   = (*Store)(nil)
 	_ cull.Settings   = (*Store)(nil)
 	_ overrides.Store = (*Store)(nil)
 	_ overlay.Store   = (*Store)(nil)
@@ -43,11 +44,12 @@ var (
 // New is the governance of db.
 func New(db *store.DB) *Store { return &Store{db: db} }
 
-// RecordBudgetAlert implements budget.Store: the alert is recorded, and its
-// webhook put in the outbox, in one transaction — only if no alert for the
-// same team, cost center, period and threshold was recorded before
-// (recorded false then, and nothing written).
-func (s *Store) RecordBudgetAlert(ctx context.Context, a budget.Alert, m notify.Message) (recorded bool, err error) {
+// RecordBudgetAlert implements budget.Store: the alert is recorded, its
+// webhook put in the outbox and rec appended to the audit log, in one
+// transaction — only if no alert for the same team, cost center, period
+// and threshold was recorded before (recorded false then, and nothing
+// written).
+func (s *Store) RecordBudgetAlert(ctx context.Context, a budget.Alert, m notify.Message, rec audit.Record) (recorded bool, err error) {
 	err = s.db.Tx(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, s.db.Q(`INSERT INTO budget_alerts (team, cost_center, period_start, threshold_pct, at, spent, amount)
 			VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`),
@@ -58,9 +60,18 @@ func (s *Store) RecordBudgetAlert(ctx context.Context, a budget.Alert, m notify.
 		if n, err := res.RowsAffected(); err != nil || n == 0 {
 			return err
 		}
+		if err := s.db.InsertNotification(ctx, tx, m); err != nil {
+			return err
+		}
+		if _, err := auditlog.AppendIn(ctx, s.db, tx, rec); err != nil {
+			return fmt.Errorf("audit budget alert: %w", err)
+		}
 		recorded = true
-		return insertNotification(ctx, s, tx, m)
+		return nil
 	})
+	if err != nil {
+		recorded = false
+	}
 	return recorded, err
 }
 
@@ -87,16 +98,7 @@ func (s *Store) BudgetAlerts(ctx context.Context, t team.Name, from time.Time) (
 
 // Notify implements workload.Notifier: a message into the outbox.
 func (s *Store) Notify(ctx context.Context, m notify.Message) error {
-	return s.db.Tx(ctx, func(tx *sql.Tx) error { return insertNotification(ctx, s, tx, m) })
-}
-
-func insertNotification(ctx context.Context, s *Store, tx *sql.Tx, m notify.Message) error {
-	_, err := tx.ExecContext(ctx, s.db.Q(`INSERT INTO notifications (id, event, body, created_at, next_at) VALUES (?, ?, ?, ?, ?)`),
-		m.ID, m.Event, string(m.Body), m.Created.UnixMicro(), m.NextAt.UnixMicro())
-	if err != nil {
-		return fmt.Errorf("queue notification %s: %w", m.Event, err)
-	}
-	return nil
+	return s.db.Tx(ctx, func(tx *sql.Tx) error { return s.db.InsertNotification(ctx, tx, m) })
 }
 
 // DueNotifications implements notify.Outbox: undelivered messages due at

@@ -32,7 +32,7 @@ func (s *Store) RecordMove(ctx context.Context, m quarantine.Move, msg notify.Me
 			return err
 		}
 		recorded = true
-		return insertNotification(ctx, s, tx, msg)
+		return s.db.InsertNotification(ctx, tx, msg)
 	})
 	return recorded, err
 }
@@ -61,11 +61,7 @@ func scanMove(r store.Scanner) (quarantine.Move, error) {
 // UpdateMove implements quarantine.Store.
 func (s *Store) UpdateMove(ctx context.Context, workloadID string, markAt time.Time, node string, fn func(quarantine.Move) (quarantine.Move, *notify.Message, error)) error {
 	return s.db.Tx(ctx, func(tx *sql.Tx) error {
-		lock := "" // SQLite's write transactions are serial already
-		if s.db.Driver() == store.Postgres {
-			lock = " FOR UPDATE"
-		}
-		old, err := scanMove(tx.QueryRowContext(ctx, s.db.Q(`SELECT `+moveColumns+` FROM moves WHERE workload_id = ? AND node = ? AND mark_at = ?`+lock),
+		old, err := scanMove(tx.QueryRowContext(ctx, s.db.Q(`SELECT `+moveColumns+` FROM moves WHERE workload_id = ? AND node = ? AND mark_at = ?`+s.db.ForUpdate()),
 			workloadID, node, markAt.UnixMicro()))
 		if errors.Is(err, sql.ErrNoRows) {
 			return &fault.NotFound{Kind: "move", Name: workloadID + " off " + node}
@@ -90,7 +86,7 @@ func (s *Store) UpdateMove(ctx context.Context, workloadID string, markAt time.T
 		if msg == nil {
 			return nil
 		}
-		return insertNotification(ctx, s, tx, *msg)
+		return s.db.InsertNotification(ctx, tx, *msg)
 	})
 }
 

@@ -132,13 +132,8 @@ func (s *Store) ApplyTemplates(ctx context.Context, changes []catalog.Change) ([
 func (s *Store) applyOne(ctx context.Context, tx *sql.Tx, c catalog.Change) (*catalog.Version, error) {
 	var current, last int
 	var exists bool
-	// FOR UPDATE serialises concurrent writers on PostgreSQL; SQLite's
-	// transactions are already serial (BEGIN IMMEDIATE).
-	lock := ""
-	if s.db.Driver() == store.Postgres {
-		lock = " FOR UPDATE"
-	}
-	err := tx.QueryRowContext(ctx, s.db.Q(`SELECT current_version, last_version FROM templates WHERE name = ?`+lock), c.Name).Scan(&current, &last)
+	// The row locked: concurrent writers take turns.
+	err := tx.QueryRowContext(ctx, s.db.Q(`SELECT current_version, last_version FROM templates WHERE name = ?`+s.db.ForUpdate()), c.Name).Scan(&current, &last)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 	case err != nil:

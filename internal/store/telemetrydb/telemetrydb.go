@@ -6,12 +6,15 @@
 package telemetrydb
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -146,8 +149,17 @@ func (s *Store) AppendSamples(ctx context.Context, rs []telemetry.Stored) error 
 			}
 		}
 	}
+	// Rows are locked in one order — series by id, pending marks by
+	// resolution then bucket — so that two pushes that touch the same rows
+	// wait for each other instead of deadlocking (PostgreSQL: 40P01, one
+	// push refused; seen with 13 nodes pushing at once).
+	seriesIDs := slices.Sorted(maps.Keys(newSeries))
+	marks := slices.SortedFunc(maps.Keys(periods), func(a, b period) int {
+		return cmp.Or(cmp.Compare(a.res, b.res), cmp.Compare(a.bucket, b.bucket))
+	})
 	err := s.db.Tx(ctx, func(tx *sql.Tx) error {
-		for id, r := range newSeries {
+		for _, id := range seriesIDs {
+			r := newSeries[id]
 			k, d := r.Series, r.Series.Device
 			profile, instance := "", -1
 			if d.MIG != nil {
@@ -163,7 +175,7 @@ func (s *Store) AppendSamples(ctx context.Context, rs []telemetry.Stored) error 
 		if err := s.insertSamples(ctx, tx, rs, ids); err != nil {
 			return err
 		}
-		for p := range periods {
+		for _, p := range marks {
 			if _, err := tx.ExecContext(ctx, s.db.Q(`INSERT INTO gpu_rollup_pending (res, bucket, marked) VALUES (?, ?, 1)
 				ON CONFLICT (res, bucket) DO UPDATE SET marked = gpu_rollup_pending.marked + 1`), p.res, p.bucket); err != nil {
 				return fmt.Errorf("mark rollups pending: %w", err)
@@ -487,11 +499,7 @@ func scanGPU(r store.Scanner) (telemetry.GPURecord, error) {
 // UpdateNodeGPUs implements telemetry.Store.
 func (s *Store) UpdateNodeGPUs(ctx context.Context, node string, fn func(old []telemetry.GPURecord) ([]telemetry.GPURecord, error)) error {
 	return s.db.Tx(ctx, func(tx *sql.Tx) error {
-		q := `SELECT ` + gpuCols + ` FROM gpu_devices WHERE node = ? ORDER BY gpu`
-		if s.db.Driver() == store.Postgres {
-			q += ` FOR UPDATE`
-		}
-		rows, err := tx.QueryContext(ctx, s.db.Q(q), node)
+		rows, err := tx.QueryContext(ctx, s.db.Q(`SELECT `+gpuCols+` FROM gpu_devices WHERE node = ? ORDER BY gpu`+s.db.ForUpdate()), node)
 		if err != nil {
 			return err
 		}

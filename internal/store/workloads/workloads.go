@@ -21,6 +21,7 @@ import (
 	"github.com/gantryhq/gantry/internal/cull"
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/live"
+	"github.com/gantryhq/gantry/internal/notify"
 	"github.com/gantryhq/gantry/internal/store"
 	"github.com/gantryhq/gantry/internal/team"
 	"github.com/gantryhq/gantry/internal/template"
@@ -41,7 +42,7 @@ var (
 // New is the workloads of db.
 func New(db *store.DB) *Store { return &Store{db: db, rows: newRowCache(maxCachedRows)} }
 
-const workloadColumns = `id, name, team, owner, template, template_version, kind, gpu_class, mig_profile, gpu_count, parameters, objects_hash, status, created_at, updated_at, applied_hash, reason, idempotency_key, request_hash, endpoint, image, tee, expires_at, price_per_hour, running_us, running_since, approval_why, approval_expires, approval_decision, approval_by, approval_note, approval_at, spot_evictions, started_at, ended_at, attempts, exit_code, held, node_group, run_price, ran_cost, cluster, trial, trial_caps, deferred_until, deferral`
+const workloadColumns = `id, name, team, owner, template, template_version, kind, gpu_class, mig_profile, gpu_count, parameters, objects_hash, status, created_at, updated_at, applied_hash, reason, idempotency_key, request_hash, endpoint, image, tee, expires_at, price_per_hour, running_us, running_since, approval_why, approval_expires, approval_decision, approval_by, approval_note, approval_at, spot_evictions, started_at, ended_at, attempts, exit_code, held, node_group, run_price, ran_cost, cluster, trial, trial_caps, deferred_until, deferral, warned`
 
 // CreateWorkload implements workload.Store.
 func (s *Store) CreateWorkload(ctx context.Context, w workload.Workload) error {
@@ -58,6 +59,10 @@ func (s *Store) CreateWorkload(ctx context.Context, w workload.Workload) error {
 		trialID, trialCaps = w.Trial.ID, string(b)
 	}
 	until, deferral, err := deferralColumns(w.Deferral)
+	if err != nil {
+		return err
+	}
+	warned, err := warnedColumn(w.Warned)
 	if err != nil {
 		return err
 	}
@@ -81,12 +86,12 @@ func (s *Store) CreateWorkload(ctx context.Context, w workload.Workload) error {
 				return &workload.PendingLimit{Waiting: n}
 			}
 		}
-		_, err := tx.ExecContext(ctx, s.db.Q(`INSERT INTO workloads (`+workloadColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+		_, err := tx.ExecContext(ctx, s.db.Q(`INSERT INTO workloads (`+workloadColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 			w.ID, w.Name, w.Team, w.Owner, w.Template, w.TemplateVersion, w.Kind, w.GPUClass, w.MIGProfile, w.GPUCount,
 			string(params), w.ObjectsHash, string(w.Status), w.CreatedAt.UnixMicro(), w.UpdatedAt.UnixMicro(), w.AppliedHash, w.Reason,
 			nullable(w.IdempotencyKey), w.RequestHash, w.Endpoint, w.Image, w.TEE, store.Micros(w.ExpiresAt), w.PricePerHour, w.RunningFor.Microseconds(), store.Micros(w.RunningSince),
 			w.Approval.Why, store.Micros(w.Approval.Expires), w.Approval.Decision, w.Approval.By, w.Approval.Note, store.Micros(w.Approval.At), strings.Join(w.SpotEvictions, ","),
-			store.Micros(w.StartedAt), store.Micros(w.EndedAt), w.Attempts, exitCode(w.ExitCode), store.BoolInt(w.Held), w.NodeGroup, w.RunPrice, w.RanCost, w.Cluster, trialID, trialCaps, until, deferral)
+			store.Micros(w.StartedAt), store.Micros(w.EndedAt), w.Attempts, exitCode(w.ExitCode), store.BoolInt(w.Held), w.NodeGroup, w.RunPrice, w.RanCost, w.Cluster, trialID, trialCaps, until, deferral, warned)
 		return err
 	})
 	var limit *workload.PendingLimit
@@ -116,12 +121,12 @@ func scanAfter(row store.Scanner, before ...any) (workload.Workload, error) {
 	var started, ended int64
 	var exit sql.NullInt64
 	var held int
-	var trialID, trialCaps, deferral string
+	var trialID, trialCaps, deferral, warned string
 	var until int64
 	err := row.Scan(append(before, &w.ID, &w.Name, &w.Team, &w.Owner, &w.Template, &w.TemplateVersion, &w.Kind, &w.GPUClass, &w.MIGProfile,
 		&w.GPUCount, &params, &w.ObjectsHash, &status, &created, &updated, &w.AppliedHash, &w.Reason, &key, &w.RequestHash, &w.Endpoint, &w.Image, &w.TEE, &expires,
 		&w.PricePerHour, &runningUS, &runningSince, &w.Approval.Why, &approvalExpires, &w.Approval.Decision, &w.Approval.By, &w.Approval.Note, &approvalAt, &evictions,
-		&started, &ended, &w.Attempts, &exit, &held, &w.NodeGroup, &w.RunPrice, &w.RanCost, &w.Cluster, &trialID, &trialCaps, &until, &deferral)...)
+		&started, &ended, &w.Attempts, &exit, &held, &w.NodeGroup, &w.RunPrice, &w.RanCost, &w.Cluster, &trialID, &trialCaps, &until, &deferral, &warned)...)
 	if err != nil {
 		return w, err
 	}
@@ -135,6 +140,11 @@ func scanAfter(row store.Scanner, before ...any) (workload.Workload, error) {
 		w.Deferral = new(workload.Deferral)
 		if err := json.Unmarshal([]byte(deferral), w.Deferral); err != nil {
 			return w, fmt.Errorf("workload %s: stored deferral is corrupt: %w", w.ID, err)
+		}
+	}
+	if warned != "" {
+		if err := json.Unmarshal([]byte(warned), &w.Warned); err != nil {
+			return w, fmt.Errorf("workload %s: stored warning is corrupt: %w", w.ID, err)
 		}
 	}
 	w.Status = workload.Status(status)
@@ -176,6 +186,18 @@ func deferralColumns(d *workload.Deferral) (until int64, js string, err error) {
 		return 0, "", fmt.Errorf("encode the deferral: %w", err)
 	}
 	return store.Micros(d.Until), string(b), nil
+}
+
+// warnedColumn is a warning as stored: JSON, ” for none.
+func warnedColumn(w workload.Warned) (string, error) {
+	if w.IsZero() {
+		return "", nil
+	}
+	b, err := json.Marshal(w)
+	if err != nil {
+		return "", fmt.Errorf("encode the warning: %w", err)
+	}
+	return string(b), nil
 }
 
 // fromMicros is UnixMicro us as a UTC time, the zero time for 0.
@@ -358,13 +380,18 @@ func sameCode(a, b *int) bool { return (a == nil) == (b == nil) && (a == nil || 
 // approval) are written, and nothing
 // when they are unchanged. fn must not use the store.
 func (s *Store) UpdateWorkload(ctx context.Context, id string, fn func(workload.Workload) (workload.Workload, error)) (workload.Workload, error) {
+	return s.UpdateWorkloadNotify(ctx, id, func(w workload.Workload) (workload.Workload, *notify.Message, error) {
+		w, err := fn(w)
+		return w, nil, err
+	})
+}
+
+// UpdateWorkloadNotify implements workload.Store: UpdateWorkload whose fn
+// may also queue a webhook, in the same transaction.
+func (s *Store) UpdateWorkloadNotify(ctx context.Context, id string, fn func(workload.Workload) (workload.Workload, *notify.Message, error)) (workload.Workload, error) {
 	var out workload.Workload
 	err := s.db.TxChanges(ctx, func(tx *sql.Tx) error {
-		query := `SELECT ` + workloadColumns + ` FROM workloads WHERE id = ?`
-		if s.db.Driver() == store.Postgres {
-			query += ` FOR UPDATE`
-		}
-		old, err := scanWorkload(tx.QueryRowContext(ctx, s.db.Q(query), id))
+		old, err := scanWorkload(tx.QueryRowContext(ctx, s.db.Q(`SELECT `+workloadColumns+` FROM workloads WHERE id = ?`+s.db.ForUpdate()), id))
 		if errors.Is(err, sql.ErrNoRows) {
 			return &fault.NotFound{Kind: "workload", Name: id}
 		}
@@ -379,9 +406,14 @@ func (s *Store) UpdateWorkload(ctx context.Context, id string, fn func(workload.
 		} else if !errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("last use of workload %s: %w", id, err)
 		}
-		w, err := fn(old)
+		w, msg, err := fn(old)
 		if err != nil {
 			return err
+		}
+		if msg != nil {
+			if err := s.db.InsertNotification(ctx, tx, *msg); err != nil {
+				return err
+			}
 		}
 		if w.ID != old.ID {
 			return fmt.Errorf("update workload %s: the updater changed its id to %q", id, w.ID)
@@ -392,7 +424,7 @@ func (s *Store) UpdateWorkload(ctx context.Context, id string, fn func(workload.
 			slices.Equal(w.SpotEvictions, old.SpotEvictions) && w.StartedAt.Equal(old.StartedAt) && w.EndedAt.Equal(old.EndedAt) &&
 			w.Attempts == old.Attempts && sameCode(w.ExitCode, old.ExitCode) && w.Held == old.Held &&
 			w.NodeGroup == old.NodeGroup && w.RunPrice == old.RunPrice && w.RanCost == old.RanCost && w.Cluster == old.Cluster &&
-			sameDeferral(w.Deferral, old.Deferral) {
+			sameDeferral(w.Deferral, old.Deferral) && w.Warned.Equal(old.Warned) {
 			out.UpdatedAt = old.UpdatedAt
 			return nil
 		}
@@ -400,13 +432,17 @@ func (s *Store) UpdateWorkload(ctx context.Context, id string, fn func(workload.
 		if err != nil {
 			return err
 		}
+		warned, err := warnedColumn(w.Warned)
+		if err != nil {
+			return err
+		}
 		// The row's version goes up by one (a trigger: rows.go).
 		_, err = tx.ExecContext(ctx, s.db.Q(`UPDATE workloads SET status = ?, reason = ?, applied_hash = ?, endpoint = ?, expires_at = ?, updated_at = ?, running_us = ?, running_since = ?,
 			approval_why = ?, approval_expires = ?, approval_decision = ?, approval_by = ?, approval_note = ?, approval_at = ?, spot_evictions = ?,
-			started_at = ?, ended_at = ?, attempts = ?, exit_code = ?, held = ?, node_group = ?, run_price = ?, ran_cost = ?, cluster = ?, deferred_until = ?, deferral = ? WHERE id = ?`),
+			started_at = ?, ended_at = ?, attempts = ?, exit_code = ?, held = ?, node_group = ?, run_price = ?, ran_cost = ?, cluster = ?, deferred_until = ?, deferral = ?, warned = ? WHERE id = ?`),
 			string(w.Status), w.Reason, w.AppliedHash, w.Endpoint, store.Micros(w.ExpiresAt), w.UpdatedAt.UnixMicro(), w.RunningFor.Microseconds(), store.Micros(w.RunningSince),
 			w.Approval.Why, store.Micros(w.Approval.Expires), w.Approval.Decision, w.Approval.By, w.Approval.Note, store.Micros(w.Approval.At), strings.Join(w.SpotEvictions, ","),
-			store.Micros(w.StartedAt), store.Micros(w.EndedAt), w.Attempts, exitCode(w.ExitCode), store.BoolInt(w.Held), w.NodeGroup, w.RunPrice, w.RanCost, w.Cluster, until, deferral, id)
+			store.Micros(w.StartedAt), store.Micros(w.EndedAt), w.Attempts, exitCode(w.ExitCode), store.BoolInt(w.Held), w.NodeGroup, w.RunPrice, w.RanCost, w.Cluster, until, deferral, warned, id)
 		if err != nil {
 			return fmt.Errorf("update workload %s: %w", id, err)
 		}
@@ -495,8 +531,8 @@ func (s *Store) WorkloadRuns(ctx context.Context, from, to time.Time, teams []te
 // oldest first.
 func (s *Store) Demand(ctx context.Context, since time.Time) ([]workload.Demand, error) {
 	in, args := statusIn(workload.StatusesWhere(workload.Status.Live))
-	rows, err := s.db.Read().QueryContext(ctx, s.db.Q(`SELECT created_at, ended_at, template, gpu_class, mig_profile, gpu_count FROM workloads
-		WHERE gpu_count > 0 AND (ended_at > ? OR (ended_at = 0 AND `+in+`)) ORDER BY created_at, id`), append([]any{since.UnixMicro()}, args...)...)
+	rows, err := s.db.Read().QueryContext(ctx, s.db.Q(`SELECT created_at, ended_at, template, gpu_class, mig_profile, gpu_count, deferral FROM workloads
+		WHERE gpu_count > 0 AND deferred_until = 0 AND (ended_at > ? OR (ended_at = 0 AND `+in+`)) ORDER BY created_at, id`), append([]any{since.UnixMicro()}, args...)...)
 	if err != nil {
 		return nil, fmt.Errorf("list demand: %w", err)
 	}
@@ -505,27 +541,69 @@ func (s *Store) Demand(ctx context.Context, since time.Time) ([]workload.Demand,
 	for rows.Next() {
 		var d workload.Demand
 		var created, ended int64
-		if err := rows.Scan(&created, &ended, &d.Template, &d.GPUClass, &d.MIGProfile, &d.GPUCount); err != nil {
+		var deferral string
+		if err := rows.Scan(&created, &ended, &d.Template, &d.GPUClass, &d.MIGProfile, &d.GPUCount, &deferral); err != nil {
 			return nil, fmt.Errorf("list demand: %w", err)
 		}
 		d.Created = time.UnixMicro(created).UTC()
+		if deferral != "" {
+			// Held for cleaner power: it asked for GPUs once released, and
+			// not at all if it was stopped or deleted while held.
+			var df workload.Deferral
+			if err := json.Unmarshal([]byte(deferral), &df); err != nil {
+				return nil, fmt.Errorf("list demand: the deferral of a launch of %s: %w", d.Template, err)
+			}
+			if df.Released.IsZero() {
+				continue
+			}
+			d.Created = df.Released
+		}
 		if ended != 0 {
 			d.Ended = time.UnixMicro(ended).UTC()
 		}
 		out = append(out, d)
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list demand: %w", err)
+	}
+	slices.SortStableFunc(out, func(a, b workload.Demand) int { return a.Created.Compare(b.Created) })
+	return out, nil
 }
 
-// AddWarm adds what machines kept warm in a node group cost on day (its
-// UTC midnight is taken) to what that day's warming cost before.
-func (s *Store) AddWarm(ctx context.Context, group string, day time.Time, cost, gpuHours float64) error {
-	d := day.UTC().Truncate(24 * time.Hour).UnixMicro()
-	_, err := s.db.ExecContext(ctx, s.db.Q(`INSERT INTO warm_spend (node_group, day, cost, gpu_hours) VALUES (?, ?, ?, ?)
-		ON CONFLICT (node_group, day) DO UPDATE SET cost = warm_spend.cost + excluded.cost, gpu_hours = warm_spend.gpu_hours + excluded.gpu_hours`),
-		group, d, cost, gpuHours)
+// ChargeWarm implements capacity.Ledger: gpus placeholder GPUs held from
+// since to now, at price per GPU-hour, are added to now's day (UTC) — from
+// where the group was last charged, if that is later — and the group is
+// marked charged to now, in one transaction: a pass cut off after charging
+// (a leader killed before it reset its placeholders) is not charged twice.
+func (s *Store) ChargeWarm(ctx context.Context, group string, since, now time.Time, gpus int, price float64) error {
+	err := s.db.Tx(ctx, func(tx *sql.Tx) error {
+		// The group's mark, locked (two leaders overlapping at a handoff
+		// charge one after the other, the second from the first's mark).
+		if _, err := tx.ExecContext(ctx, s.db.Q(`INSERT INTO warm_charged (node_group, until) VALUES (?, 0) ON CONFLICT (node_group) DO NOTHING`), group); err != nil {
+			return err
+		}
+		var until int64
+		if err := tx.QueryRowContext(ctx, s.db.Q(`SELECT until FROM warm_charged WHERE node_group = ?`+s.db.ForUpdate()), group).Scan(&until); err != nil {
+			return err
+		}
+		from := since
+		if t := fromMicros(until); t.After(from) {
+			from = t
+		}
+		if !now.After(from) || gpus <= 0 {
+			return nil
+		}
+		hours := float64(gpus) * now.Sub(from).Hours()
+		if _, err := tx.ExecContext(ctx, s.db.Q(`INSERT INTO warm_spend (node_group, day, cost, gpu_hours) VALUES (?, ?, ?, ?)
+			ON CONFLICT (node_group, day) DO UPDATE SET cost = warm_spend.cost + excluded.cost, gpu_hours = warm_spend.gpu_hours + excluded.gpu_hours`),
+			group, now.UTC().Truncate(24*time.Hour).UnixMicro(), hours*price, hours); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, s.db.Q(`UPDATE warm_charged SET until = ? WHERE node_group = ?`), now.UnixMicro(), group)
+		return err
+	})
 	if err != nil {
-		return fmt.Errorf("add warm spend of %s: %w", group, err)
+		return fmt.Errorf("charge warm capacity of %s: %w", group, err)
 	}
 	return nil
 }

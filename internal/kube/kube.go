@@ -28,6 +28,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -261,7 +262,9 @@ func (c *Cluster) namespaceGone(err error, namespace string) bool {
 }
 
 // Apply server-side applies a workload's objects: its primary object (Job,
-// Deployment or StatefulSet) first, then the others owned by it.
+// Deployment, StatefulSet or VirtualMachine) first, then the others owned by
+// it. A Job or VirtualMachine already on the cluster is left as it is (see
+// createOnce); the other objects are applied again.
 func (c *Cluster) Apply(ctx context.Context, objs []render.Object) (err error) {
 	defer func(start time.Time) { c.obs.ObserveApply(time.Since(start), err) }(time.Now()) //clock:allow measures a duration
 	var primary *unstructured.Unstructured
@@ -320,6 +323,9 @@ func (c *Cluster) apply(ctx context.Context, o render.Object, owner *metav1.Owne
 		return c.dyn.Resource(gvr).Namespace(o.GetNamespace()).Patch(ctx, o.GetName(), types.ApplyPatchType, data,
 			metav1.PatchOptions{FieldManager: kapi.FieldManager, Force: kapi.Ptr(true)})
 	}
+	if owner == nil && (gvk.Kind == "Job" || gvk.Kind == "VirtualMachine") {
+		patch = func() (*unstructured.Unstructured, error) { return c.createOnce(ctx, gvr, u) }
+	}
 	out, err := patch()
 	if err != nil && c.namespaceGone(err, o.GetNamespace()) {
 		// The namespace this process applied is gone: apply it again, once.
@@ -331,6 +337,22 @@ func (c *Cluster) apply(ctx context.Context, o render.Object, owner *metav1.Owne
 		return nil, kapi.Classify(err, gvk.Kind, o.GetName())
 	}
 	return out, nil
+}
+
+// createOnce creates a Job or VirtualMachine that is not on the cluster yet
+// and returns one already there as it is. Once it exists its run state — a
+// queued Job's spec.suspend, a queued VM's runStrategy — belongs to Kueue
+// and to Gantry's stop and start: applying the rendered object again (a
+// launch retried by the reconcile loop while its first apply was in flight,
+// or after a crash) would suspend a Job Kueue had just resumed, ending its
+// pod and starting it again, or halt a running VM.
+func (c *Cluster) createOnce(ctx context.Context, gvr schema.GroupVersionResource, u *unstructured.Unstructured) (*unstructured.Unstructured, error) {
+	res := c.dyn.Resource(gvr).Namespace(u.GetNamespace())
+	out, err := res.Create(ctx, u, metav1.CreateOptions{FieldManager: kapi.FieldManager})
+	if apierrors.IsAlreadyExists(err) {
+		return res.Get(ctx, u.GetName(), metav1.GetOptions{})
+	}
+	return out, err
 }
 
 // Delete removes a workload's primary object in the background; the garbage

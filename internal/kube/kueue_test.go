@@ -350,3 +350,33 @@ func TestVMQueue(t *testing.T) {
 		}
 	}
 }
+
+// TestKueueAdmittedJobNotSuspendedAgain: applying a running queued Job's
+// objects again — what the reconcile loop does for a launch whose first
+// apply it raced, or after a crash — leaves the Job as Kueue resumed it:
+// not suspended, its pod running on (a CI run once saw the pod ended and
+// started again, a second attempt of a job that ran once).
+func TestKueueAdmittedJobNotSuspendedAgain(t *testing.T) {
+	q := newQueueTest(t, map[string]quota.Quota{"again": {GPUs: map[string]float64{"H100-80GB": 1}}})
+	h100 := template.Choice{Class: "H100-80GB", Count: 1}
+	q.launch("pytorch-train", "again001", "again", h100)
+	q.phases(map[string]string{"again001": "Running"})
+	ctx := context.Background()
+	sel := metav1.ListOptions{LabelSelector: "gantry.dev/workload-id=again001"}
+	before, err := cluster.Client.CoreV1().Pods("gantry-again").List(ctx, sel)
+	if err != nil || len(before.Items) != 1 {
+		t.Fatalf("pods %v, %v; want one", before, err)
+	}
+	q.launch("pytorch-train", "again001", "again", h100) // the same objects again
+	job, err := cluster.Client.BatchV1().Jobs("gantry-again").Get(ctx, "pytorch-train-again001", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if job.Spec.Suspend == nil || *job.Spec.Suspend {
+		t.Fatalf("the admitted Job is suspended again (spec.suspend %v)", job.Spec.Suspend)
+	}
+	after, err := cluster.Client.CoreV1().Pods("gantry-again").List(ctx, sel)
+	if err != nil || len(after.Items) != 1 || after.Items[0].UID != before.Items[0].UID || after.Items[0].DeletionTimestamp != nil {
+		t.Fatalf("pods after applying again: %d (%v), want the one that ran, not ending", len(after.Items), err)
+	}
+}

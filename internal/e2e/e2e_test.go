@@ -157,6 +157,16 @@ func (g *gantryServer) startAgain(id string) (int, model.Workload) {
 	return r.StatusCode(), servertest.Deref(r.JSON200)
 }
 
+// events is the cluster's events about a workload, as the API lists them,
+// for a failure's message.
+func (g *gantryServer) events(id string) string {
+	r, err := g.api.ListWorkloadEventsWithResponse(context.Background(), id)
+	if err != nil {
+		return err.Error()
+	}
+	return string(r.Body)
+}
+
 // waitStatus waits until the API reports one of the statuses.
 func (g *gantryServer) waitStatus(id string, want ...model.WorkloadStatus) model.Workload {
 	g.t.Helper()
@@ -222,7 +232,7 @@ func TestStarterTemplatesRun(t *testing.T) {
 			// it ended; a live one has started and not ended.
 			h := w
 			if h.StartedAt == nil || h.Attempts != 1 {
-				t.Fatalf("history: %s", asJSON(h))
+				t.Fatalf("history: %s\nthe cluster's events: %s", asJSON(h), g.events(w.Id))
 			}
 			if tc.final == "Succeeded" && (h.EndedAt == nil || h.EndedAt.Before(*h.StartedAt) || h.ExitCode == nil || *h.ExitCode != 0 ||
 				h.RanSeconds != math.Round(h.EndedAt.Sub(*h.StartedAt).Seconds())) {

@@ -41,8 +41,12 @@ func Config(t testing.TB) config.Config {
 	if err != nil {
 		t.Fatal(err)
 	}
+	level := "error" // a test's servers say only what went wrong,
+	if l := os.Getenv("GANTRY_TEST_LOG_LEVEL"); l != "" {
+		level = l // unless asked for more
+	}
 	cfg, err := config.Load("", func(string) (string, bool) { return "", false }, config.Flags{
-		"listen": "127.0.0.1:0", "db": storetest.SQLitePath(t), "log-level": "error"})
+		"listen": "127.0.0.1:0", "db": storetest.SQLitePath(t), "log-level": level})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -76,7 +76,9 @@ func (s *Service) Observe(ctx context.Context, id string, o Observed) (Workload,
 			}
 		}
 	}
-	return s.store.UpdateWorkload(ctx, id, func(w Workload) (Workload, error) {
+	var from Status
+	out, err := s.store.UpdateWorkload(ctx, id, func(w Workload) (Workload, error) {
+		from = w.Status
 		out, changed, err := Transition(w, tr, reason, observedAt(s.clock(), o.At, w.UpdatedAt))
 		if err == nil && changed {
 			out.Held = held
@@ -101,6 +103,11 @@ func (s *Service) Observe(ctx context.Context, id string, o Observed) (Workload,
 		}
 		return out, err
 	})
+	if err == nil && out.Status != from {
+		s.log.DebugContext(ctx, "workload status reported", "workload_id", id, "from", from, "to", out.Status,
+			"reason", out.Reason, "at", out.UpdatedAt, "attempts", out.Attempts)
+	}
+	return out, err
 }
 
 // observedAt is when a status the cluster reports at now began: the

@@ -348,7 +348,7 @@ func (c *Cluster) apply(ctx context.Context, o render.Object, owner *metav1.Owne
 // pod and starting it again, or halt a running VM.
 func (c *Cluster) createOnce(ctx context.Context, gvr schema.GroupVersionResource, u *unstructured.Unstructured) (*unstructured.Unstructured, error) {
 	res := c.dyn.Resource(gvr).Namespace(u.GetNamespace())
-	out, err := res.Create(ctx, u, metav1.CreateOptions{FieldManager: kapi.FieldManager})
+	out, err := res.Create(ctx, u, metav1.CreateOptions{FieldManager: kapi.FieldManager, FieldValidation: "Strict"})
 	if apierrors.IsAlreadyExists(err) {
 		return res.Get(ctx, u.GetName(), metav1.GetOptions{})
 	}

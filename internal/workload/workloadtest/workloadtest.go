@@ -102,7 +102,9 @@ func (c *Cluster) EnsureNamespace(context.Context, string, team.Name) error {
 	return c.fail()
 }
 
-// Apply implements workload.Cluster: the primary object is kept, running.
+// Apply implements workload.Cluster: the primary object is kept, running;
+// a Job or VirtualMachine already there is left as it is (kube.Cluster
+// creates those once).
 func (c *Cluster) Apply(_ context.Context, objs []render.Object) error {
 	if err := c.fail(); err != nil {
 		return err
@@ -117,8 +119,12 @@ func (c *Cluster) Apply(_ context.Context, objs []render.Object) error {
 		if id := o.GetLabels()[render.LabelWorkloadID]; id != "" && kind != "" {
 			c.applied[id] = objs
 		}
+		key := o.GetNamespace() + "/" + o.GetName()
+		if _, there := c.objects[key]; there && (kind == "Job" || kind == "VirtualMachine") {
+			continue
+		}
 		if render.IsPrimary(kind) {
-			c.objects[o.GetNamespace()+"/"+o.GetName()] = workload.ObjectRef{Namespace: o.GetNamespace(), Kind: kind, Name: o.GetName(),
+			c.objects[key] = workload.ObjectRef{Namespace: o.GetNamespace(), Kind: kind, Name: o.GetName(),
 				WorkloadID: o.GetLabels()[render.LabelWorkloadID], Running: true}
 		}
 	}

@@ -323,7 +323,7 @@ func (c *Cluster) apply(ctx context.Context, o render.Object, owner *metav1.Owne
 		return c.dyn.Resource(gvr).Namespace(o.GetNamespace()).Patch(ctx, o.GetName(), types.ApplyPatchType, data,
 			metav1.PatchOptions{FieldManager: kapi.FieldManager, Force: kapi.Ptr(true)})
 	}
-	if owner == nil && (gvk.Kind == "Job" || gvk.Kind == "VirtualMachine") {
+	if owner == nil && render.CreatedOnce(gvk.Kind) {
 		patch = func() (*unstructured.Unstructured, error) { return c.createOnce(ctx, gvr, u) }
 	}
 	out, err := patch()

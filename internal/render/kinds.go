@@ -25,3 +25,9 @@ func IsPrimary(kind string) bool {
 	}
 	return false
 }
+
+// CreatedOnce reports whether a primary object of this kind is created once
+// and never applied again: a Job's or VirtualMachine's run state (spec.suspend,
+// runStrategy) belongs to Kueue and to stop/start once it exists, and the
+// rendered object would set it back.
+func CreatedOnce(kind string) bool { return kind == "Job" || kind == "VirtualMachine" }

@@ -103,8 +103,8 @@ func (c *Cluster) EnsureNamespace(context.Context, string, team.Name) error {
 }
 
 // Apply implements workload.Cluster: the primary object is kept, running;
-// a Job or VirtualMachine already there is left as it is (kube.Cluster
-// creates those once).
+// one created once (render.CreatedOnce) that is already there is left as
+// it is, as kube.Cluster leaves it.
 func (c *Cluster) Apply(_ context.Context, objs []render.Object) error {
 	if err := c.fail(); err != nil {
 		return err
@@ -120,7 +120,7 @@ func (c *Cluster) Apply(_ context.Context, objs []render.Object) error {
 			c.applied[id] = objs
 		}
 		key := o.GetNamespace() + "/" + o.GetName()
-		if _, there := c.objects[key]; there && (kind == "Job" || kind == "VirtualMachine") {
+		if _, there := c.objects[key]; there && render.CreatedOnce(kind) {
 			continue
 		}
 		if render.IsPrimary(kind) {

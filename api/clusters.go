@@ -57,6 +57,9 @@ func (s *server) ListClusters(_ context.Context, _ gen.ListClustersRequestObject
 		if len(c.Caps) > 0 {
 			wc.Caps = ptr(c.Caps)
 		}
+		if len(c.Images) > 0 {
+			wc.Images = ptr(c.Images)
+		}
 		for _, o := range c.Offers {
 			co := model.ClusterOffer{Class: o.Class, Purchase: model.ClusterOfferPurchase(o.Purchase), PricePerGPUHour: o.PricePerGPUHour}
 			if o.GPUs > 0 {

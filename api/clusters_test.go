@@ -42,7 +42,8 @@ func TestClusters(t *testing.T) {
 	}
 	on := list.JSON200.Items[0]
 	if on.Name != "onprem-a100" || on.Provider != "on-premises" || on.Cordoned || (*on.Labels)["residency"] != "onprem" ||
-		len(on.Offers) != 1 || on.Offers[0].PricePerGPUHour != 1.1 || on.Offers[0].Gpus == nil || *on.Offers[0].Gpus != 16 {
+		len(on.Offers) != 1 || on.Offers[0].PricePerGPUHour != 1.1 || on.Offers[0].Gpus == nil || *on.Offers[0].Gpus != 16 ||
+		on.Images == nil || len(*on.Images) != 1 || (*on.Images)[0] != "registry.gantry.internal" {
 		t.Fatalf("onprem-a100: %+v", on)
 	}
 	put := servertest.Must(e.api.CordonClusterWithResponse(ctx, "cloud-east"))(t)

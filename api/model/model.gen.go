@@ -2910,7 +2910,10 @@ type WorkerCluster struct {
 	Cordoned bool `json:"cordoned"`
 
 	// Draining Cordoned, and the work that can move is requeued and placed elsewhere (drain).
-	Draining *bool                 `json:"draining,omitempty"`
+	Draining *bool `json:"draining,omitempty"`
+
+	// Images Where the images it may run come from: registries, and repositories with those under them (Docker Hub written in full, as index.docker.io). Absent: any image the catalog allows. A launch with an image from elsewhere is not placed here.
+	Images   *[]string             `json:"images,omitempty"`
 	Labels   *map[string]string    `json:"labels,omitempty"`
 	Name     string                `json:"name"`
 	Offers   []ClusterOffer        `json:"offers"`

@@ -21,6 +21,8 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/google/go-containerregistry/pkg/name"
+
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/nodegroup"
@@ -73,6 +75,14 @@ type Cluster struct {
 	Offers     []Offer           `json:"offers"`
 	// Caps bound a team's GPUs per class on this cluster ("*": any class).
 	Caps map[string]map[string]float64 `json:"caps,omitempty"`
+	// Images are where the images it may run come from: a registry
+	// ("registry.example.com", every repository it serves) or a
+	// repository ("ghcr.io/acme/train", it and the repositories under
+	// it). Empty: any image the catalog allows. A worker that can pull
+	// only from the company's mirror, or may not run a licensed image,
+	// says so here; a launch with an image from elsewhere is not placed
+	// on it.
+	Images []string `json:"images,omitempty"`
 	// Cordoned clusters get no new work (maintenance).
 	Cordoned bool `json:"cordoned,omitempty"`
 	// PUE is its site's power usage effectiveness as the platform team
@@ -169,7 +179,9 @@ func New(f File, classes *gpu.Catalog) (*Fleet, error) {
 	var errs fault.List
 	yamldoc.Header(&errs, f.APIVersion, f.Kind, APIVersion, Kind)
 	names := map[string]bool{}
+	f.Clusters = slices.Clone(f.Clusters) // image sources are written as read
 	for i, c := range f.Clusters {
+		f.Clusters[i].Images = slices.Clone(c.Images)
 		p := fmt.Sprintf("clusters[%d]", i)
 		switch {
 		case !nameRE.MatchString(c.Name):
@@ -219,6 +231,13 @@ func New(f File, classes *gpu.Catalog) (*Fleet, error) {
 				if prev.Class == o.Class && prev.Purchase == o.Purchase {
 					errs.Addf(op, "%s bought %s is offered twice", o.Class, o.Purchase)
 				}
+			}
+		}
+		for k, img := range c.Images {
+			if src, err := imageSource(img); err != nil {
+				errs.Addf(fmt.Sprintf("%s.images[%d]", p, k), "%v", err)
+			} else {
+				f.Clusters[i].Images[k] = src
 			}
 		}
 		for team, caps := range c.Caps {
@@ -271,6 +290,43 @@ func New(f File, classes *gpu.Catalog) (*Fleet, error) {
 	fl := &Fleet{}
 	fl.v.Store(&contents{clusters: slices.Clone(f.Clusters), teams: maps.Clone(f.Teams), templates: maps.Clone(f.Templates), carbonPrice: f.CarbonPrice, watts: watts})
 	return fl, nil
+}
+
+// imageSource reads a registry or a repository of one, as the image
+// references it is matched with name it (docker.io is index.docker.io).
+func imageSource(s string) (string, error) {
+	if !strings.Contains(s, "/") {
+		r, err := name.NewRegistry(s, name.StrictValidation)
+		if err != nil || s == "" {
+			return "", fmt.Errorf("%q is neither a registry nor a repository (a tag or digest does not belong here)", s)
+		}
+		return r.Name(), nil
+	}
+	r, err := name.NewRepository(s, name.StrictValidation)
+	if err != nil || strings.HasSuffix(s, "/") {
+		return "", fmt.Errorf("%q is not a repository: lower-case letters, digits, '_', '-', '.' and '/' after its registry, no trailing '/', no tag or digest", s)
+	}
+	return r.Name(), nil
+}
+
+// ImageAllowed says whether a cluster may run an image (a reference with a
+// tag or digest, as a pod names it): true when it lists no image sources,
+// or when the image's repository is one of them or under one.
+func (c Cluster) ImageAllowed(image string) bool {
+	if len(c.Images) == 0 {
+		return true
+	}
+	ref, err := name.ParseReference(image, name.WeakValidation)
+	if err != nil {
+		return false // what cannot be read is not allowed
+	}
+	repo := ref.Context().Name()
+	for _, src := range c.Images {
+		if repo == src || strings.HasPrefix(repo, src+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 // CarbonPrice is the weight carbon has in placement, USD per kg CO2e (0:

@@ -41,6 +41,9 @@ func TestParseErrors(t *testing.T) {
 		{"mig", "  - {name: a, region: r, provider: cloud, kubeconfig: {file: k}, offers: [{class: A100-80GB, purchase: spot, pricePerGPUHour: 1, mig: [9g.90gb]}]}\n", `clusters[0].offers[0].mig[0]: "9g.90gb" is not a MIG profile of A100-80GB`},
 		{"twice", "  - {name: a, region: r, provider: cloud, kubeconfig: {file: k}, offers: [{class: L4, purchase: spot, pricePerGPUHour: 1}, {class: L4, purchase: spot, pricePerGPUHour: 2}]}\n", "clusters[0].offers[1]: L4 bought spot is offered twice"},
 		{"pin", "  - {name: a, region: r, provider: cloud, kubeconfig: {file: k}, offers: [{class: L4, purchase: spot, pricePerGPUHour: 1}]}\nteams:\n  nlp: {pin: [b]}\n", `teams.nlp.pin[0]: "b" is not a cluster of this file`},
+		{"image tag", "  - {name: a, region: r, provider: cloud, kubeconfig: {file: k}, images: [ghcr.io/acme/train:1], offers: [{class: L4, purchase: spot, pricePerGPUHour: 1}]}\n", `x.yaml:4: clusters[0].images[0]: "ghcr.io/acme/train:1" is not a repository`},
+		{"image slash", "  - {name: a, region: r, provider: cloud, kubeconfig: {file: k}, images: [ghcr.io/], offers: [{class: L4, purchase: spot, pricePerGPUHour: 1}]}\n", `clusters[0].images[0]: "ghcr.io/" is not a repository`},
+		{"image registry", "  - {name: a, region: r, provider: cloud, kubeconfig: {file: k}, images: [\"\", \"reg:x\"], offers: [{class: L4, purchase: spot, pricePerGPUHour: 1}]}\n", `clusters[0].images[1]: "reg:x" is neither a registry nor a repository`},
 		{"duplicate", "  - {name: a, region: r, provider: cloud, kubeconfig: {file: k}, offers: [{class: L4, purchase: spot, pricePerGPUHour: 1}]}\n  - {name: a, region: r, provider: cloud, kubeconfig: {file: k}, offers: [{class: L4, purchase: spot, pricePerGPUHour: 1}]}\n", `clusters[1].name: duplicate cluster "a"`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -69,6 +72,11 @@ func FuzzParse(f *testing.F) {
 			for _, o := range c.Offers {
 				if o.PricePerGPUHour <= 0 || o.GPUs < 0 {
 					t.Fatalf("accepted %+v", o)
+				}
+			}
+			for _, img := range c.Images {
+				if again, err := imageSource(img); err != nil || again != img {
+					t.Fatalf("accepted image source %q: read again %q, %v", img, again, err)
 				}
 			}
 			states[c.Name] = State{Reachable: true, Free: map[string]float64{"A100-80GB": 8}}

@@ -15,12 +15,13 @@ type Launch struct {
 	ID             string // the workload, for a round's decisions
 	Team, Template string
 	Class          string
-	MIG            string  // a MIG profile of Class, or "" for whole GPUs
-	Slices         int     // MIG instances of that profile asked, in all
-	GPUs           float64 // in all (a MIG slice at its share)
-	Spot           bool    // may run on spot capacity
-	Priority       int     // higher is dispatched first within a round
-	Order          int64   // then the older (lower) first
+	MIG            string   // a MIG profile of Class, or "" for whole GPUs
+	Slices         int      // MIG instances of that profile asked, in all
+	GPUs           float64  // in all (a MIG slice at its share)
+	Spot           bool     // may run on spot capacity
+	Images         []string // every container's image, as its pods name it
+	Priority       int      // higher is dispatched first within a round
+	Order          int64    // then the older (lower) first
 	// Hold is the cluster the launch is nominated to now: it stays first
 	// while it may still run the launch, so that work does not flap
 	// between clusters (the dispatcher clears it once a nomination waited
@@ -148,6 +149,14 @@ var rules = []rule{
 			}
 			if slices.Contains(r.rules.Forbid, c.Name) {
 				return r.who + " may not run here"
+			}
+		}
+		return ""
+	},
+	func(_ *Fleet, l Launch, c Cluster, _ State, _ Offer) string {
+		for _, img := range l.Images {
+			if !c.ImageAllowed(img) {
+				return fmt.Sprintf("runs images from %s only, not %s", strings.Join(c.Images, ", "), img)
 			}
 		}
 		return ""

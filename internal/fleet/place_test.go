@@ -25,6 +25,7 @@ func testFleet(t testing.TB) *Fleet {
 					{Class: "A100-80GB", Purchase: nodegroup.OnDemand, PricePerGPUHour: 3.2}},
 				Caps: map[string]map[string]float64{"nlp": {"H100-80GB": 8}}},
 			{Name: "cloud-eu", Region: "eu-west-1", Provider: Cloud, Kubeconfig: Kubeconfig{File: "c"}, Labels: map[string]string{"residency": "cloud"},
+				Images: []string{"registry.gantry.internal", "docker.io/library/python"},
 				Offers: []Offer{{Class: "H100-80GB", Purchase: nodegroup.OnDemand, PricePerGPUHour: 7.4}, {Class: "L4", Purchase: nodegroup.Spot, PricePerGPUHour: 0.3}}},
 		},
 		Teams:     map[string]Rules{"health": {Require: map[string]string{"residency": "onprem"}}, "ads": {Forbid: []string{"cloud-east"}}},
@@ -81,6 +82,9 @@ func TestPlace(t *testing.T) {
 			map[string]string{"cloud-east": "template eu-only runs only on cloud-eu, onprem-a100"}},
 		{"a team's cap on a cluster", Launch{Team: "nlp", Class: "H100-80GB", GPUs: 4}, with("cloud-east", State{Reachable: true, Free: map[string]float64{"H100-80GB": 16}, Used: map[string]map[string]float64{"nlp": {"H100-80GB": 6}}}), "cloud-eu", "",
 			map[string]string{"cloud-east": "team nlp's cap here is 8 H100-80GB GPUs: 6 in use, 4 asked"}},
+		{"an image the cluster may run", Launch{Team: "ads", Class: "H100-80GB", GPUs: 1, Images: []string{"registry.gantry.internal/nvidia/cuda:12.8@sha256:" + strings.Repeat("0", 64), "python:3.12"}}, all, "cloud-eu", "", nil},
+		{"an image from elsewhere", Launch{Team: "vision", Template: "eu-only", Class: "H100-80GB", GPUs: 1, Images: []string{"registry.gantry.internal/nvidia/cuda:12.8", "ghcr.io/acme/train:1"}}, all, "", "",
+			map[string]string{"cloud-eu": "runs images from registry.gantry.internal, index.docker.io/library/python only, not ghcr.io/acme/train:1"}},
 		{"unreachable", Launch{Team: "vision", Class: "H100-80GB", GPUs: 1}, with("cloud-east", State{Why: "credentials expired at 09:00"}), "cloud-eu", "",
 			map[string]string{"cloud-east": "unreachable: credentials expired at 09:00"}},
 	} {
@@ -130,6 +134,45 @@ func TestPlace(t *testing.T) {
 	}
 	if d := c.Place(Launch{Team: "vision", Class: "A100-80GB", GPUs: 1}, all); d.Cluster() != "cloud-east" {
 		t.Errorf("drained: %s %+v", d.Cluster(), d.Refused)
+	}
+}
+
+// TestImageAllowed: an image's repository must be a listed one or under
+// it, at a path boundary, with Docker Hub's short names read in full.
+func TestImageAllowed(t *testing.T) {
+	f, err := New(File{APIVersion: APIVersion, Kind: Kind, Clusters: []Cluster{
+		{Name: "any", Region: "r", Provider: Cloud, Kubeconfig: Kubeconfig{File: "k"}, Offers: []Offer{{Class: "L4", Purchase: nodegroup.Spot, PricePerGPUHour: 1}}},
+		{Name: "mirror", Region: "r", Provider: OnPremises, Kubeconfig: Kubeconfig{File: "k"}, Offers: []Offer{{Class: "L4", Purchase: nodegroup.Spot, PricePerGPUHour: 1}},
+			Images: []string{"registry.gantry.internal/nvidia", "localhost:5000", "docker.io"}},
+	}}, classes(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	anyc, _ := f.Get("any")
+	mirror, _ := f.Get("mirror")
+	if got := mirror.Images; strings.Join(got, " ") != "registry.gantry.internal/nvidia localhost:5000 index.docker.io" {
+		t.Errorf("sources read as %q", got)
+	}
+	for _, tc := range []struct {
+		image string
+		want  bool
+	}{
+		{"registry.gantry.internal/nvidia/cuda:12.8", true},
+		{"registry.gantry.internal/nvidia@sha256:" + strings.Repeat("a", 64), true},
+		{"registry.gantry.internal/nvidia-private/cuda:1", false}, // a prefix, not a parent
+		{"registry.gantry.internal/library/busybox:1.35", false},
+		{"localhost:5000/x/y:1", true},
+		{"localhost:5001/x:1", false},
+		{"python:3.12", true}, // index.docker.io/library/python
+		{"ghcr.io/acme/train", false},
+		{"Not An Image", false}, // what cannot be read is not allowed
+	} {
+		if got := mirror.ImageAllowed(tc.image); got != tc.want {
+			t.Errorf("%s: allowed %v, want %v", tc.image, got, tc.want)
+		}
+		if !anyc.ImageAllowed(tc.image) {
+			t.Errorf("%s refused by a cluster that lists no sources", tc.image)
+		}
 	}
 }
 

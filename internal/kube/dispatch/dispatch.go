@@ -502,6 +502,12 @@ func launchOf(u *unstructured.Unstructured, classes *gpu.Catalog) fleet.Launch {
 		m, _ := s.(map[string]any)
 		count, _, _ := unstructured.NestedInt64(m, "count")
 		ctrs, _, _ := unstructured.NestedSlice(m, "template", "spec", "containers")
+		inits, _, _ := unstructured.NestedSlice(m, "template", "spec", "initContainers")
+		for _, c := range append(slices.Clone(inits), ctrs...) {
+			if img, _ := c.(map[string]any)["image"].(string); !slices.Contains(l.Images, img) {
+				l.Images = append(l.Images, img)
+			}
+		}
 		for _, c := range ctrs {
 			cm, _ := c.(map[string]any)
 			limits, _, _ := unstructured.NestedStringMap(cm, "resources", "limits")

@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"math"
+	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -12,14 +13,18 @@ import (
 // TestLaunchOf: what a Workload asks of the fleet, read from its labels
 // and pod sets: whole GPUs summed over pods, MIG instances counted and at
 // their profile's share (the larger of compute and memory), spot from the
-// toleration.
+// toleration, and every container's image.
 func TestLaunchOf(t *testing.T) {
 	classes, err := gpu.LoadFile("../../../templates/gpu-classes.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
 	wl := func(class string, count int64, limits map[string]any, spot bool) *unstructured.Unstructured {
-		spec := map[string]any{"containers": []any{map[string]any{"name": "main", "resources": map[string]any{"limits": limits}}}}
+		spec := map[string]any{
+			"initContainers": []any{map[string]any{"name": "fetch", "image": "registry.gantry.internal/library/busybox:1.35"}},
+			"containers": []any{map[string]any{"name": "main", "image": "registry.gantry.internal/pytorch:2", "resources": map[string]any{"limits": limits}},
+				map[string]any{"name": "side", "image": "registry.gantry.internal/library/busybox:1.35"}},
+		}
 		if spot {
 			spec["tolerations"] = []any{map[string]any{"key": "gantry.dev/spot", "operator": "Exists"}}
 		}
@@ -44,6 +49,9 @@ func TestLaunchOf(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l := launchOf(tc.u, classes)
+			if got := strings.Join(l.Images, " "); got != "registry.gantry.internal/library/busybox:1.35 registry.gantry.internal/pytorch:2" {
+				t.Errorf("images %q: every container's, init containers' too, each once", got)
+			}
 			if l.MIG != tc.mig || l.Slices != tc.slices || math.Abs(l.GPUs-tc.gpus) > 1e-9 || l.Spot != tc.spot || l.Team != "vision" || l.Priority != 5 {
 				t.Errorf("got %+v, want MIG %q slices %d GPUs %g spot %v", l, tc.mig, tc.slices, tc.gpus, tc.spot)
 			}

@@ -268,6 +268,70 @@ func TestScoreBaselines(t *testing.T) {
 	if s.Horizon.Baseline["last"] <= 0 {
 		t.Errorf("last value %v %%: the daily swing is missed by it", s.Horizon.Baseline["last"])
 	}
+	if d := s.Horizon.Baseline["decomposed"]; d > 1e-9 {
+		t.Errorf("decomposed %v %%: a flat trend and a daily season are all there is", d)
+	}
+}
+
+// TestDecomposed: demand that grows a little every hour under a daily
+// swing is forecast closer by the decomposition (trend and season) than by
+// the same time yesterday (which misses the day's growth) or the last
+// value (which misses the swing); and it reads nothing after its origin.
+func TestDecomposed(t *testing.T) {
+	var recs []Record
+	for d := range 10 {
+		c := at(d*24*60 + 9*60)
+		recs = append(recs, Record{Created: c, Ended: c.Add(8 * time.Hour), GPUs: 16}) // 9:00–17:00 each day
+		for h := range 24 {
+			recs = append(recs, Record{Created: at(d*24*60 + h*60), GPUs: 0.5}) // and half a GPU more each hour
+		}
+	}
+	h := NewHistory(recs)
+	sc := NewScorer(h)
+	if err := Replay(h, ReplayOptions{Horizon: 2 * time.Hour, Step: 30 * time.Minute, Every: 30 * time.Minute}, func(pts []Point) error {
+		sc.Add(pts)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	e := sc.Score().Horizon
+	t.Logf("sMAPE at 2 h: decomposed %.3f %%, day %.3f %%, last %.3f %%", e.Baseline["decomposed"], e.Baseline["day"], e.Baseline["last"])
+	if e.Baseline["decomposed"] >= e.Baseline["day"] || e.Baseline["decomposed"] >= e.Baseline["last"] {
+		t.Errorf("sMAPE: decomposed %.3f %%, day %.3f %%, last %.3f %%: want the decomposition best", e.Baseline["decomposed"], e.Baseline["day"], e.Baseline["last"])
+	}
+	// Causal: a history cut at the origin gives the same forecast.
+	s := NewSeries(h)
+	origin := at(8*24*60 + 10*60)
+	var cut []Record
+	for _, r := range recs {
+		if r.Created.After(origin) {
+			continue
+		}
+		if r.Ended.After(origin) {
+			r.Ended = time.Time{}
+		}
+		cut = append(cut, r)
+	}
+	sCut := NewSeries(NewHistory(cut))
+	for _, ahead := range []time.Duration{10 * time.Minute, time.Hour, 2 * time.Hour} {
+		if a, b := decomposed(s, origin, origin.Add(ahead)), decomposed(sCut, origin, origin.Add(ahead)); math.Abs(a-b) > 1e-9 {
+			t.Errorf("%v ahead: %v from the whole history, %v from the history known at the origin", ahead, a, b)
+		}
+	}
+}
+
+// TestSeriesMean: the mean over a window is the exact time-weighted mean of
+// a step function.
+func TestSeriesMean(t *testing.T) {
+	s := NewSeries(NewHistory([]Record{{Created: at(60), Ended: at(120), GPUs: 2}, {Created: at(90), GPUs: 1}}))
+	for _, tc := range []struct {
+		a, b int // minutes
+		want float64
+	}{{0, 60, 0}, {60, 120, 2 + 0.5}, {0, 240, (2*60 + 150.0) / 240}, {100, 110, 3}, {30, 90, 1}} {
+		if got := s.Mean(at(tc.a), at(tc.b)); math.Abs(got-tc.want) > 1e-9 {
+			t.Errorf("mean over [%d, %d) min: %v, want %v", tc.a, tc.b, got, tc.want)
+		}
+	}
 }
 
 func TestReplayOptions(t *testing.T) {

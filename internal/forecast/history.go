@@ -2,8 +2,9 @@
 // each was asked for, how many GPUs, when it ended) it says how many GPUs of a
 // class will be wanted — running or waiting — at each step ahead of an
 // origin, with a band, made only from what was known at that origin. It also
-// owns the naive baselines a forecast must beat (the last value, the same
-// time a day or a week before), their scores (sMAPE, MASE) and the replay
+// owns the baselines a forecast must beat (the last value, the same time a
+// day or a week before, an additive seasonal-trend decomposition), their
+// scores (sMAPE, MASE) and the replay
 // that runs them over a trace. It knows nothing of Kubernetes, SQL or HTTP.
 package forecast
 

@@ -11,8 +11,9 @@ import (
 // Series answers the GPUs wanted at any time of a history, exactly, in
 // O(log n): the running sum of its launches' starts and ends.
 type Series struct {
-	at  []time.Time
-	sum []int64 // thousandths of a GPU wanted from at[i] on
+	at   []time.Time
+	sum  []int64   // thousandths of a GPU wanted from at[i] on
+	area []float64 // GPU-seconds wanted from at[0] to at[i]
 }
 
 // NewSeries is h's demand over time.
@@ -38,7 +39,25 @@ func NewSeries(h *History) *Series {
 		}
 		s.at, s.sum = append(s.at, e.t), append(s.sum, cur)
 	}
+	s.area = make([]float64, len(s.at))
+	for i := 1; i < len(s.at); i++ {
+		s.area[i] = s.area[i-1] + float64(s.sum[i-1])/1000*s.at[i].Sub(s.at[i-1]).Seconds()
+	}
 	return s
+}
+
+// integral is the GPU-seconds wanted from the series' start to t.
+func (s *Series) integral(t time.Time) float64 {
+	i := sort.Search(len(s.at), func(i int) bool { return s.at[i].After(t) })
+	if i == 0 {
+		return 0
+	}
+	return s.area[i-1] + float64(s.sum[i-1])/1000*t.Sub(s.at[i-1]).Seconds()
+}
+
+// Mean is the mean GPUs wanted over [a, b), exactly (b after a).
+func (s *Series) Mean(a, b time.Time) float64 {
+	return (s.integral(b) - s.integral(a)) / b.Sub(a).Seconds()
 }
 
 // At is the GPUs wanted at t.
@@ -50,12 +69,50 @@ func (s *Series) At(t time.Time) float64 {
 	return float64(s.sum[i-1]) / 1000
 }
 
-// Baselines are the naive forecasts a model must beat: the last value, the
-// same time a day before and a week before (seasonal naive).
+// Baselines are the forecasts a model must beat: the last value, the same
+// time a day before and a week before (seasonal naive), and an additive
+// seasonal-trend decomposition (decomposed).
 var Baselines = []Baseline{
 	{"last", func(s *Series, origin, t time.Time) float64 { return s.At(origin) }},
 	{"day", func(s *Series, origin, t time.Time) float64 { return s.At(seasonal(origin, t, 24*time.Hour)) }},
 	{"week", func(s *Series, origin, t time.Time) float64 { return s.At(seasonal(origin, t, 7*24*time.Hour)) }},
+	{"decomposed", decomposed},
+}
+
+// decomposed is the classical additive decomposition's forecast, made from
+// what was known at origin: demand = trend + a daily season + the rest.
+// The trend is the mean of the last day (the trend half a day before
+// origin) carried on at the slope from the day before it (with two days
+// of history); the season at t's time of day is the mean, over the last
+// week's days whose whole day around that time is known, of the demand
+// then less its centred day's mean. Means are exact over the series
+// (Series.Mean), not sampled.
+func decomposed(s *Series, origin, t time.Time) float64 {
+	const day = 24 * time.Hour
+	if len(s.at) == 0 {
+		return 0
+	}
+	start := s.at[0] // nothing was wanted before: no day reaching back there is whole
+	level := s.Mean(origin.Add(-day), origin)
+	trend := level
+	if !origin.Add(-2 * day).Before(start) {
+		slope := (level - s.Mean(origin.Add(-2*day), origin.Add(-day))) / day.Seconds()
+		trend += slope * t.Sub(origin.Add(-day/2)).Seconds()
+	}
+	var season float64
+	n := 0
+	for d := 1; d <= 7; d++ {
+		past := t.Add(-time.Duration(d) * day)
+		if past.Add(day/2).After(origin) || past.Add(-day/2).Before(start) {
+			continue // its centred day is not over at origin, or began before the history
+		}
+		season += s.At(past) - s.Mean(past.Add(-day/2), past.Add(day/2))
+		n++
+	}
+	if n > 0 {
+		trend += season / float64(n)
+	}
+	return max(0, trend)
 }
 
 // Baseline is a naive forecast of t made at origin from the series.

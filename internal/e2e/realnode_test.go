@@ -23,6 +23,7 @@ import (
 	"github.com/gantryhq/gantry/internal/devcluster"
 	"github.com/gantryhq/gantry/internal/devcluster/clustertest"
 	"github.com/gantryhq/gantry/internal/devregistry"
+	"github.com/gantryhq/gantry/internal/kube/kueue"
 	"github.com/gantryhq/gantry/internal/server"
 	"github.com/gantryhq/gantry/internal/servertest"
 	"github.com/gantryhq/gantry/internal/store/storetest"
@@ -31,6 +32,7 @@ import (
 	"golang.org/x/net/websocket"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
 )
 
 // realNodeSlots lets as many real-node tests run at once as the node has
@@ -446,10 +448,12 @@ func TestCPUTrainingResumes(t *testing.T) {
 		t.Fatalf("the resumed run's log: %q", second)
 	}
 	var from int
-	if _, err := fmt.Sscanf(second[at:], "resumed from step %d", &from); err != nil || from < 50 || from >= steps || from%50 != 0 {
+	// (At a multiple of 50, or where the kill's SIGTERM had it checkpoint
+	// the step at hand.)
+	if _, err := fmt.Sscanf(second[at:], "resumed from step %d", &from); err != nil || from < 50 || from >= steps {
 		t.Fatalf("resumed from step %d (%v): %q", from, err, second)
 	}
-	if strings.Contains(second, "starting at step 0") || !strings.Contains(second, fmt.Sprintf(`{"step": %d, "total_steps": 150`, from+10)) ||
+	if strings.Contains(second, "starting at step 0") || !strings.Contains(second, fmt.Sprintf(`{"step": %d, "total_steps": 150`, from/10*10+10)) ||
 		!strings.Contains(second, "finished 150/150 steps") || strings.Contains(second, `{"step": 160`) {
 		t.Fatalf("the resumed run's log: %q", second)
 	}
@@ -509,6 +513,112 @@ func lastLines(s string, n int) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
+
+// TestCPUTrainingRequeuedThroughKueue: the move the quarantine makes of a
+// Job off a failed node (kueue.Requeue: its Kueue Workload deactivated,
+// Kueue suspends the Job and ends its pod, then activated again and
+// admitted anew), made to the cpu-train job mid-run on the real node. The
+// work lost is measured against a real checkpoint: the suspension's SIGTERM
+// has the run finish its step and checkpoint there, so the resumed run
+// starts where the first stopped — at or after the step it had reported
+// when moved, and at most one checkpoint interval (the Faults issue's
+// target) behind the furthest step it reported — and the move used none of
+// the Job's retries. (The cluster has one real node, so the job resumes
+// there; which node the scheduler picks is the quarantine tests' part.)
+func TestCPUTrainingRequeuedThroughKueue(t *testing.T) {
+	t.Parallel() // see the note on TestMain
+	holdRealNode(t)
+	g := appGantry(t, nil, "pytorch-cpu:1.13-debian12")
+	ctx := t.Context()
+	alice := servertest.Client(g.URL, g.Token("alice"))
+	const steps, every = 150, 50 // cpu-train checkpoints every 50 steps
+	params := model.Parameters{"steps": steps, "stepDelay": "0.2"}
+	id := launchAs(t, alice, model.LaunchRequest{Template: "cpu-train", Team: "vision", Parameters: &params}).Id
+	progress := func() model.Progress {
+		return servertest.Deref(servertest.Must(alice.GetWorkloadProgressWithResponse(ctx, id, nil))(t).JSON200)
+	}
+	// Past its first checkpoint, with steps done since that a move loses.
+	var atMove int64
+	waitfor.Until(t, 3*time.Minute, "the run past its first checkpoint", func() error {
+		if atMove = servertest.Deref(progress().Step); atMove < every+20 {
+			return fmt.Errorf("at step %d", atMove)
+		}
+		return nil
+	})
+	pods := podsOf(t, "vision", id)
+	if len(pods) != 1 || len(pods[0].OwnerReferences) != 1 || pods[0].OwnerReferences[0].Kind != "Job" {
+		t.Fatalf("pods %d, want one of a Job", len(pods))
+	}
+	job := workload.ObjectRef{Namespace: pods[0].Namespace, Name: pods[0].OwnerReferences[0].Name}
+	dyn, err := dynamic.NewForConfig(cluster.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := kueue.New(kueue.Options{Dynamic: dyn, Core: cluster.Client, Observer: noAdmissions{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved := time.Now() //clock:allow the test measures wall time
+	waitfor.Until(t, 2*time.Minute, "the Job taken off its node and queued again", func() error {
+		done, err := q.Requeue(ctx, job, devcluster.RealNodeName)
+		if err == nil && !done {
+			err = errors.New("not yet")
+		}
+		return err
+	})
+	t.Logf("taken off at step %d; queued again after %v", atMove, time.Since(moved).Round(100*time.Millisecond))
+	waitfor.Until(t, 4*time.Minute, "the job to resume and finish", func() error {
+		w := servertest.Deref(servertest.Must(alice.GetWorkloadWithResponse(ctx, id))(t).JSON200)
+		if w.Status == "Failed" {
+			t.Fatalf("it failed: %s", servertest.Deref(w.Reason))
+		}
+		if w.Status != "Succeeded" {
+			return fmt.Errorf("%s (%s)", w.Status, servertest.Deref(w.Reason))
+		}
+		return nil
+	})
+	// The reports of both runs: the first up to the furthest step it
+	// reached, the second from the checkpoint it resumed from.
+	pr := progress()
+	series := servertest.Deref(pr.Series)
+	from := servertest.Deref(pr.ResumedFrom)
+	var reached int64
+	resumedAt := -1
+	for i, r := range series {
+		if r.ResumedFrom != nil {
+			resumedAt = i
+			break
+		}
+		reached = max(reached, r.Step)
+	}
+	if resumedAt < 0 || servertest.Deref(pr.Restarts) != 1 || from < atMove || from >= steps || servertest.Deref(pr.Step) != steps {
+		t.Fatalf("progress: restarts %d, resumed from %d, step %d; %d reports, the resumed one at %d; events %s; log %q", servertest.Deref(pr.Restarts), from, servertest.Deref(pr.Step), len(series), resumedAt,
+			asJSON(servertest.Deref(servertest.Must(alice.ListWorkloadEventsWithResponse(ctx, id))(t).JSON200)), string(servertest.Must(alice.GetWorkloadLogsWithResponse(ctx, id, nil))(t).Body))
+	}
+	lost := max(0, reached-from)
+	if reached < atMove || lost > every {
+		t.Errorf("the first run reached step %d (%d when moved), the second resumed from %d: %d steps lost, want at most one checkpoint interval (%d)", reached, atMove, from, lost, every)
+	}
+	var down time.Duration
+	if at := series[resumedAt].Time; at != nil {
+		down = at.Sub(moved)
+	}
+	t.Logf("work lost to the move: %d steps (reached %d, resumed from checkpoint %d; checkpoints every %d); moved to the resumed run's first report: %v",
+		lost, reached, from, every, down.Round(100*time.Millisecond))
+	// The suspension ended the first pod without counting it against the
+	// Job's retries.
+	j, err := cluster.Client.BatchV1().Jobs(job.Namespace).Get(ctx, job.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.Status.Failed != 0 || j.Status.Succeeded != 1 {
+		t.Errorf("the Job: %d failed, %d succeeded; want the move to use none of its retries", j.Status.Failed, j.Status.Succeeded)
+	}
+}
+
+type noAdmissions struct{}
+
+func (noAdmissions) ObserveAdmission(time.Duration) {}
 
 // TestMaxRuntimeKillsContainer: a CPU job past its template's max runtime
 // is stopped by Kubernetes (the Job's active deadline, from

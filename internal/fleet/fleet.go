@@ -11,6 +11,7 @@
 package fleet
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -293,20 +294,38 @@ func New(f File, classes *gpu.Catalog) (*Fleet, error) {
 }
 
 // imageSource reads a registry or a repository of one, as the image
-// references it is matched with name it (docker.io is index.docker.io).
+// references it is matched with name it: in lower case, Docker Hub as
+// index.docker.io (docker.io/acme is the acme organisation there, its
+// official images docker.io/library). A repository names its registry:
+// "acme/train" would be Docker Hub's to a container runtime, which a
+// platform team rarely means.
 func imageSource(s string) (string, error) {
-	if !strings.Contains(s, "/") {
-		r, err := name.NewRegistry(s, name.StrictValidation)
-		if err != nil || s == "" {
-			return "", fmt.Errorf("%q is neither a registry nor a repository (a tag or digest does not belong here)", s)
+	s = strings.ToLower(s)
+	host, path, repo := strings.Cut(s, "/")
+	switch {
+	case s == "":
+		return "", errors.New("empty: a registry or a repository")
+	case strings.Contains(s, "://"):
+		return "", fmt.Errorf("%q: a registry or a repository, without a scheme", s)
+	case strings.ContainsAny(s, "@") || repo && strings.Contains(path, ":"):
+		return "", fmt.Errorf("%q: a registry or a repository, without a tag or digest", s)
+	case !strings.ContainsAny(host, ".:") && host != "localhost":
+		return "", fmt.Errorf("%q does not start with a registry (a host name with a '.', a port, or localhost): write it as docker.io/%s for Docker Hub", s, s)
+	case repo && strings.Contains("/"+path+"/", "//"):
+		return "", fmt.Errorf("%q: a repository's path has no empty parts", s)
+	}
+	if !repo {
+		r, err := name.NewRegistry(host, name.StrictValidation)
+		if err != nil {
+			return "", fmt.Errorf("%q is not a registry: %w", s, err)
 		}
 		return r.Name(), nil
 	}
-	r, err := name.NewRepository(s, name.StrictValidation)
-	if err != nil || strings.HasSuffix(s, "/") {
-		return "", fmt.Errorf("%q is not a repository: lower-case letters, digits, '_', '-', '.' and '/' after its registry, no trailing '/', no tag or digest", s)
+	r, err := name.NewRepository(s, name.WeakValidation)
+	if err != nil {
+		return "", fmt.Errorf("%q is not a repository: %w", s, err)
 	}
-	return r.Name(), nil
+	return r.RegistryStr() + "/" + path, nil // the path as written: no library/ added
 }
 
 // ImageAllowed says whether a cluster may run an image (a reference with a
@@ -320,7 +339,7 @@ func (c Cluster) ImageAllowed(image string) bool {
 	if err != nil {
 		return false // what cannot be read is not allowed
 	}
-	repo := ref.Context().Name()
+	repo := strings.ToLower(ref.Context().Name()) // sources are read in lower case
 	for _, src := range c.Images {
 		if repo == src || strings.HasPrefix(repo, src+"/") {
 			return true

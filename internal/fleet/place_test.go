@@ -143,14 +143,14 @@ func TestImageAllowed(t *testing.T) {
 	f, err := New(File{APIVersion: APIVersion, Kind: Kind, Clusters: []Cluster{
 		{Name: "any", Region: "r", Provider: Cloud, Kubeconfig: Kubeconfig{File: "k"}, Offers: []Offer{{Class: "L4", Purchase: nodegroup.Spot, PricePerGPUHour: 1}}},
 		{Name: "mirror", Region: "r", Provider: OnPremises, Kubeconfig: Kubeconfig{File: "k"}, Offers: []Offer{{Class: "L4", Purchase: nodegroup.Spot, PricePerGPUHour: 1}},
-			Images: []string{"registry.gantry.internal/nvidia", "localhost:5000", "docker.io"}},
+			Images: []string{"Registry.Gantry.Internal/nvidia", "localhost:5000", "docker.io/library", "docker.io/acme"}},
 	}}, classes(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	anyc, _ := f.Get("any")
 	mirror, _ := f.Get("mirror")
-	if got := mirror.Images; strings.Join(got, " ") != "registry.gantry.internal/nvidia localhost:5000 index.docker.io" {
+	if got := mirror.Images; strings.Join(got, " ") != "registry.gantry.internal/nvidia localhost:5000 index.docker.io/library index.docker.io/acme" {
 		t.Errorf("sources read as %q", got)
 	}
 	for _, tc := range []struct {
@@ -163,7 +163,10 @@ func TestImageAllowed(t *testing.T) {
 		{"registry.gantry.internal/library/busybox:1.35", false},
 		{"localhost:5000/x/y:1", true},
 		{"localhost:5001/x:1", false},
-		{"python:3.12", true}, // index.docker.io/library/python
+		{"python:3.12", true},                            // index.docker.io/library/python
+		{"REGISTRY.gantry.internal/nvidia/cuda:1", true}, // a registry's name in any case
+		{"acme/train:2", true},                           // index.docker.io/acme/train
+		{"docker.io/other/train:2", false},
 		{"ghcr.io/acme/train", false},
 		{"Not An Image", false}, // what cannot be read is not allowed
 	} {

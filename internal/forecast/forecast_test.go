@@ -327,7 +327,7 @@ func TestSeriesMean(t *testing.T) {
 	for _, tc := range []struct {
 		a, b int // minutes
 		want float64
-	}{{0, 60, 0}, {60, 120, 2 + 0.5}, {0, 240, (2*60 + 150.0) / 240}, {100, 110, 3}, {30, 90, 1}} {
+	}{{0, 60, 0}, {60, 120, 2 + 0.5}, {0, 240, (2*60 + 150.0) / 240}, {100, 110, 3}, {30, 90, 1}, {100, 100, 3}, {100, 90, 3}} {
 		if got := s.Mean(at(tc.a), at(tc.b)); math.Abs(got-tc.want) > 1e-9 {
 			t.Errorf("mean over [%d, %d) min: %v, want %v", tc.a, tc.b, got, tc.want)
 		}

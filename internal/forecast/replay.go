@@ -55,8 +55,12 @@ func (s *Series) integral(t time.Time) float64 {
 	return s.area[i-1] + float64(s.sum[i-1])/1000*t.Sub(s.at[i-1]).Seconds()
 }
 
-// Mean is the mean GPUs wanted over [a, b), exactly (b after a).
+// Mean is the mean GPUs wanted over [a, b), exactly; the value at a when
+// the window is empty (b not after a).
 func (s *Series) Mean(a, b time.Time) float64 {
+	if !b.After(a) {
+		return s.At(a)
+	}
 	return (s.integral(b) - s.integral(a)) / b.Sub(a).Seconds()
 }
 

@@ -489,8 +489,8 @@ func (d *Dispatcher) annotate(ctx context.Context, u *unstructured.Unstructured,
 // launchOf reads what a Workload asks of the fleet: its team and GPU class
 // from the labels Kueue copies from the Job (gantry.dev/team,
 // gantry.dev/gpu-class), its GPUs from its pod sets (MIG instances counted,
-// and at their profile's share of a GPU, gpu.Catalog.Share), its priority
-// and age.
+// and at their profile's share of a GPU, gpu.Catalog.Share), every
+// container's image (init containers' too), its priority and age.
 func launchOf(u *unstructured.Unstructured, classes *gpu.Catalog) fleet.Launch {
 	l := fleet.Launch{ID: string(u.GetUID()), Team: u.GetLabels()[render.LabelTeam], Class: u.GetLabels()[render.LabelGPUClass],
 		Template: u.GetLabels()[render.LabelTemplate], Order: u.GetCreationTimestamp().UnixNano()}
@@ -504,7 +504,8 @@ func launchOf(u *unstructured.Unstructured, classes *gpu.Catalog) fleet.Launch {
 		ctrs, _, _ := unstructured.NestedSlice(m, "template", "spec", "containers")
 		inits, _, _ := unstructured.NestedSlice(m, "template", "spec", "initContainers")
 		for _, c := range append(slices.Clone(inits), ctrs...) {
-			if img, _ := c.(map[string]any)["image"].(string); !slices.Contains(l.Images, img) {
+			cm, _ := c.(map[string]any)
+			if img, _ := cm["image"].(string); img != "" && !slices.Contains(l.Images, img) {
 				l.Images = append(l.Images, img)
 			}
 		}

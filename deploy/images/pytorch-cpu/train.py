@@ -31,14 +31,20 @@ In a Gantry training Job it reports its progress with gantry.run (the
 Python client, installed in the image): step, total steps, loss, step time
 and samples/s at every log line, and the checkpoint step it resumed from.
 """
-import glob
-import json
-import os
 import signal
-import sys
-import time
 
-import torch
+# Before anything slow (importing torch, loading a checkpoint): a SIGTERM
+# from then on is kept, and the run stops at the next step it can.
+STOP = []
+signal.signal(signal.SIGTERM, lambda signum, frame: STOP.append(signum))
+
+import glob  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+
+import torch  # noqa: E402
 
 try:
     from gantry import run as gantry_run
@@ -100,9 +106,9 @@ def main():
     else:
         log("starting at step 0 of %d (no checkpoint in %s)" % (STEPS, CKPT_DIR))
 
-    stop = []
-    signal.signal(signal.SIGTERM, lambda signum, frame: stop.append(signum))
-
+    if STOP:
+        log("stopped by signal %d before a step; a new run resumes from step %d" % (STOP[0], start))
+        return 128 + STOP[0]
     loss_fn = torch.nn.MSELoss()
     resumed_from = start if ckpt else None
     if start >= STEPS:
@@ -130,16 +136,15 @@ def main():
                                   resumed_from=resumed_from)
                 resumed_from = None
             window = now
-        if step % CKPT_EVERY == 0 or step == STEPS:
+        stopping = bool(STOP)  # read once: a signal may land at any line
+        if step % CKPT_EVERY == 0 or step == STEPS or stopping:
             save(step, model, opt)
-        elif stop:
-            save(step, model, opt)
-        if stop and step < STEPS:
-            log("stopped by signal %d at step %d; checkpoint written, a new run resumes here" % (stop[0], step))
+        if stopping and step < STEPS:
+            log("stopped by signal %d at step %d; checkpoint written, a new run resumes here" % (STOP[0], step))
             if gantry_run is not None and step % LOG_EVERY != 0:
                 gantry_run.report(step=step, total_steps=STEPS, metrics={"loss": round(loss.item(), 6)},
                                   resumed_from=resumed_from)
-            return 128 + stop[0]
+            return 128 + STOP[0]
     log("finished %d/%d steps, final loss %.6f" % (STEPS, STEPS, loss.item()))
 
 

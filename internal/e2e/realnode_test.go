@@ -529,6 +529,25 @@ func launchAs(t *testing.T, c *client.ClientWithResponses, req model.LaunchReque
 	return w
 }
 
+// templateWith is a templates directory of its own holding the catalog's
+// template file with old changed to new (a shorter timeout for a test).
+func templateWith(t *testing.T, file, old, new string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("../../templates", file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	changed := strings.Replace(string(b), old, new, 1)
+	if changed == string(b) {
+		t.Fatalf("%s has no %q to change", file, old)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, file), []byte(changed), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
 // lastLines is the last n lines of s, for failure messages.
 func lastLines(s string, n int) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
@@ -647,18 +666,7 @@ func (noAdmissions) ObserveAdmission(time.Duration) {}
 func TestMaxRuntimeKillsContainer(t *testing.T) {
 	t.Parallel() // see the note on TestMain
 	holdRealNode(t)
-	dir := t.TempDir()
-	b, err := os.ReadFile("../../templates/cpu-job.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	short := strings.Replace(string(b), "maxRuntime: 1h", "maxRuntime: 1m", 1)
-	if short == string(b) {
-		t.Fatal("cpu-job.yaml has no maxRuntime: 1h to shorten")
-	}
-	if err := os.WriteFile(filepath.Join(dir, "cpu-job.yaml"), []byte(short), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	dir := templateWith(t, "cpu-job.yaml", "maxRuntime: 1h", "maxRuntime: 1m")
 	g := appGantry(t, func(c *config.Config) { c.TemplatesDir = dir })
 	ctx := t.Context()
 	alice := servertest.Client(g.URL, g.Token("alice"))
@@ -786,18 +794,7 @@ func TestCPUNotebookIdleCulled(t *testing.T) {
 	t.Parallel() // see the note on TestMain
 	holdRealNode(t)
 	const timeout = time.Minute
-	dir := t.TempDir()
-	b, err := os.ReadFile("../../templates/cpu-notebook.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	short := strings.Replace(string(b), "idleTimeout: 1h", "idleTimeout: 1m", 1)
-	if short == string(b) {
-		t.Fatal("cpu-notebook.yaml has no idleTimeout: 1h to shorten")
-	}
-	if err := os.WriteFile(filepath.Join(dir, "cpu-notebook.yaml"), []byte(short), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	dir := templateWith(t, "cpu-notebook.yaml", "idleTimeout: 1h", "idleTimeout: 1m")
 	g := appGantry(t, func(c *config.Config) { c.TemplatesDir = dir }, "jupyter:6.4-debian12")
 	ctx := t.Context()
 	tok := g.Token("alice")

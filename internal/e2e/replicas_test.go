@@ -11,8 +11,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -202,18 +200,7 @@ func TestTwoReplicasLeaderKilledMidCull(t *testing.T) {
 	}
 	t.Parallel() // see the note on TestMain
 	dsn := storetest.PostgresDSN(t)
-	tmpl, err := os.ReadFile("../../templates/jupyter-notebook.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	short := strings.Replace(string(tmpl), "idleTimeout: 2h", "idleTimeout: 1m", 1)
-	if short == string(tmpl) {
-		t.Fatal("jupyter-notebook.yaml has no idleTimeout: 2h to shorten")
-	}
-	templates := t.TempDir()
-	if err := os.WriteFile(filepath.Join(templates, "jupyter-notebook.yaml"), []byte(short), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	templates := templateWith(t, "jupyter-notebook.yaml", "idleTimeout: 2h", "idleTimeout: 1m")
 	var nbID atomic.Value
 	nbID.Store("")
 	rx := newKillingReceiver(t, func(m webhookMessage) bool {

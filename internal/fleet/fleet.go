@@ -331,15 +331,27 @@ func imageSource(s string) (string, error) {
 // ImageAllowed says whether a cluster may run an image (a reference with a
 // tag or digest, as a pod names it): true when it lists no image sources,
 // or when the image's repository is one of them or under one.
-func (c Cluster) ImageAllowed(image string) bool {
+func (c Cluster) ImageAllowed(image string) bool { return c.allows(repository(image)) }
+
+// repository is an image reference's repository as sources are read (lower
+// case, Docker Hub as index.docker.io); "" when it cannot be read.
+func repository(image string) string {
+	ref, err := name.ParseReference(image, name.WeakValidation)
+	if err != nil {
+		return ""
+	}
+	return strings.ToLower(ref.Context().Name())
+}
+
+// allows says whether the cluster may run an image of repo (repository's):
+// any when it lists no sources; none that could not be read.
+func (c Cluster) allows(repo string) bool {
 	if len(c.Images) == 0 {
 		return true
 	}
-	ref, err := name.ParseReference(image, name.WeakValidation)
-	if err != nil {
+	if repo == "" {
 		return false // what cannot be read is not allowed
 	}
-	repo := strings.ToLower(ref.Context().Name()) // sources are read in lower case
 	for _, src := range c.Images {
 		if repo == src || strings.HasPrefix(repo, src+"/") {
 			return true

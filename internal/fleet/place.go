@@ -20,8 +20,10 @@ type Launch struct {
 	GPUs           float64  // in all (a MIG slice at its share)
 	Spot           bool     // may run on spot capacity
 	Images         []string // every container's image, as its pods name it
-	Priority       int      // higher is dispatched first within a round
-	Order          int64    // then the older (lower) first
+	// repos are Images' repositories, read once a decision (Place).
+	repos    []string
+	Priority int   // higher is dispatched first within a round
+	Order    int64 // then the older (lower) first
 	// Hold is the cluster the launch is nominated to now: it stays first
 	// while it may still run the launch, so that work does not flap
 	// between clusters (the dispatcher clears it once a nomination waited
@@ -154,9 +156,9 @@ var rules = []rule{
 		return ""
 	},
 	func(_ *Fleet, l Launch, c Cluster, _ State, _ Offer) string {
-		for _, img := range l.Images {
-			if !c.ImageAllowed(img) {
-				return fmt.Sprintf("runs images from %s only, not %s", strings.Join(c.Images, ", "), img)
+		for i, repo := range l.repos {
+			if !c.allows(repo) {
+				return fmt.Sprintf("runs images from %s only, not %s", strings.Join(c.Images, ", "), l.Images[i])
 			}
 		}
 		return ""
@@ -199,6 +201,10 @@ func offer(l Launch, c Cluster) Offer {
 // on in vain last; then those where it fits now first, then the cheapest
 // for this launch, then the most GPUs free, then by name.
 func (f *Fleet) Place(l Launch, states map[string]State) Decision {
+	l.repos = make([]string, len(l.Images))
+	for i, img := range l.Images {
+		l.repos[i] = repository(img)
+	}
 	d := Decision{Launch: l}
 	for _, c := range f.Clusters() {
 		s, ok := states[c.Name]

@@ -286,7 +286,7 @@ func TestRoundReplay(t *testing.T) {
 // BenchmarkPlace20: one decision over 20 worker clusters.
 func BenchmarkPlace20(b *testing.B) {
 	f, states := twenty(b)
-	l := Launch{Team: "vision", Class: "H100-80GB", GPUs: 8, Spot: true}
+	l := Launch{Team: "vision", Class: "H100-80GB", GPUs: 8, Spot: true, Images: benchImages}
 	b.ReportAllocs()
 	for b.Loop() {
 		f.Place(l, states)
@@ -303,6 +303,9 @@ func twenty(t testing.TB) (*Fleet, map[string]State) {
 		cs = append(cs, Cluster{Name: name, Region: "r", Provider: Cloud, Kubeconfig: Kubeconfig{File: "k"}, Labels: map[string]string{"residency": []string{"onprem", "cloud"}[i%2]},
 			Offers: []Offer{{Class: "H100-80GB", Purchase: nodegroup.OnDemand, PricePerGPUHour: 6 + float64(i)/10}, {Class: "H100-80GB", Purchase: nodegroup.Spot, PricePerGPUHour: 4 + float64(i)/10},
 				{Class: "A100-80GB", Purchase: nodegroup.Reserved, PricePerGPUHour: 1 + float64(i)/10}}})
+		if i%2 == 0 { // the on-premises half pulls from the company's mirror only
+			cs[i].Images = []string{"registry.gantry.internal", "ghcr.io/acme"}
+		}
 		states[name] = up(map[string]float64{"H100-80GB": float64(i % 9), "A100-80GB": 8})
 	}
 	f, err := New(File{APIVersion: APIVersion, Kind: Kind, Clusters: cs}, classes(t))
@@ -312,12 +315,16 @@ func twenty(t testing.TB) (*Fleet, map[string]State) {
 	return f, states
 }
 
+// benchImages are a launch's in the benchmarks: its main container's and
+// an init container's, pinned by digest as Gantry renders them.
+var benchImages = []string{"registry.gantry.internal/pytorch/train@sha256:" + strings.Repeat("a", 64), "registry.gantry.internal/library/busybox:1.35"}
+
 // BenchmarkRound20: a dispatch round of 100 launches over 20 clusters.
 func BenchmarkRound20(b *testing.B) {
 	f, states := twenty(b)
 	var ls []Launch
 	for i := range 100 {
-		ls = append(ls, Launch{ID: fmt.Sprint(i), Team: "vision", Class: []string{"H100-80GB", "A100-80GB"}[i%2], GPUs: float64(1 + i%8), Spot: i%3 == 0, Order: int64(i)})
+		ls = append(ls, Launch{ID: fmt.Sprint(i), Team: "vision", Class: []string{"H100-80GB", "A100-80GB"}[i%2], GPUs: float64(1 + i%8), Spot: i%3 == 0, Order: int64(i), Images: benchImages})
 	}
 	b.ReportAllocs()
 	for b.Loop() {

@@ -16,7 +16,7 @@ import (
 
 // forecastReplayCmd replays a trace through the demand forecast: for each
 // origin, the forecast made from what was known then, one JSON line per
-// point; with --score, its sMAPE and relative MAE against the naive baselines on
+// point; with --score, its sMAPE and MASE against the naive baselines on
 // the same origins.
 func forecastReplayCmd(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flags("gantry forecast replay", stderr)
@@ -105,7 +105,7 @@ func writeForecastScore(w io.Writer, s forecast.Score, horizon time.Duration) {
 		}
 		slices.Sort(names)
 		for _, n := range names {
-			fmt.Fprintf(w, "; %s %.3f %% (relative MAE %.3f)", n, e.e.Baseline[n], e.e.RelMAE[n])
+			fmt.Fprintf(w, "; %s %.3f %% (MASE %.3f)", n, e.e.Baseline[n], e.e.MASE[n])
 		}
 		fmt.Fprintf(w, "; %.1f %% below the best baseline (%s)\n", e.e.Gain, e.e.Best)
 	}

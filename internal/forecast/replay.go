@@ -213,12 +213,12 @@ type Score struct {
 }
 
 // Errors are sMAPE (in %, 0 to 200) of the model and of each baseline, and
-// RelMAE: the model's mean absolute error over each baseline's on the same
-// points (below 1: the model did better).
+// MASE against each baseline: the model's mean absolute error scaled by the
+// baseline's on the same points (below 1: the model did better).
 type Errors struct {
 	SMAPE    float64
 	Baseline map[string]float64 // sMAPE per baseline
-	RelMAE   map[string]float64
+	MASE     map[string]float64
 	// Gain is how much lower the model's sMAPE is than the best baseline's,
 	// in % of it (negative: worse).
 	Gain float64
@@ -249,11 +249,11 @@ func (e *Errors) finish() {
 		return
 	}
 	e.SMAPE = 100 * e.sum / float64(e.n)
-	e.Baseline, e.RelMAE = map[string]float64{}, map[string]float64{}
+	e.Baseline, e.MASE = map[string]float64{}, map[string]float64{}
 	for name, s := range e.bsum {
 		e.Baseline[name] = 100 * s / float64(e.n)
 		if e.bae[name] > 0 {
-			e.RelMAE[name] = e.ae / e.bae[name]
+			e.MASE[name] = e.ae / e.bae[name]
 		}
 		if e.Best == "" || e.Baseline[name] < e.Baseline[e.Best] || (e.Baseline[name] == e.Baseline[e.Best] && name < e.Best) {
 			e.Best = name

@@ -782,25 +782,33 @@ func TestShowbackAtNodeGroupPrices(t *testing.T) {
 }
 
 // TestFleetLaunches: with worker clusters, a Job is handed to MultiKueue;
-// a notebook, service or VM, which cannot be dispatched yet, is refused
+// a service is too (its pods through Kueue's pod integration); a notebook
+// or VM, which cannot be dispatched yet, is refused
 // naming the template — never left waiting for a dispatch that never
 // comes — and nothing of it is recorded or applied.
 func TestFleetLaunches(t *testing.T) {
 	h := newHarnessWith(t, nil, true, func(o *workload.Options) { o.Fleet = true })
 	h.launch(t, "pytorch-train")
-	for _, tmpl := range []string{"jupyter-notebook", "vllm-inference", "gpu-vm"} {
+	h.launch(t, "vllm-inference")
+	for _, tmpl := range []string{"jupyter-notebook", "gpu-vm"} {
 		req := workload.Request{Template: tmpl, Team: "vision"}
 		if tmpl == "gpu-vm" {
 			req.Choice.Params = map[string]any{"sshPublicKey": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKubeTestKey0000000000000000000000000000 bob@host"}
 		}
 		_, _, err := h.svc.Create(asAlice(), "alice", req)
 		var inv *fault.Invalid
-		if !errors.As(err, &inv) || len(inv.Fields) != 1 || inv.Fields[0].Path != "template" || !strings.Contains(inv.Fields[0].Message, "only batch Jobs are dispatched") {
+		if !errors.As(err, &inv) || len(inv.Fields) != 1 || inv.Fields[0].Path != "template" || !strings.Contains(inv.Fields[0].Message, "only batch Jobs and services are dispatched") {
 			t.Errorf("%s: %v", tmpl, err)
 		}
 	}
-	if objs, _ := h.cluster.Managed(context.Background()); len(objs) != 1 || objs[0].Kind != "Job" {
-		t.Errorf("on the cluster: %+v, want the Job alone", objs)
+	objs, _ := h.cluster.Managed(context.Background())
+	var kinds []string
+	for _, o := range objs {
+		kinds = append(kinds, o.Kind)
+	}
+	slices.Sort(kinds)
+	if want := []string{"Deployment", "Job"}; !slices.Equal(kinds, want) {
+		t.Errorf("on the cluster: %v, want %v (the Job and the service alone)", kinds, want)
 	}
 }
 

@@ -25,8 +25,10 @@ import (
 	"sync"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 
@@ -60,8 +62,9 @@ type Workers interface {
 	Remote
 }
 
-// Stager puts on a worker what a Workload's Job needs there and MultiKueue
-// does not copy (its volume claims), before the Workload is nominated to it.
+// Stager puts on a worker what a Workload's Job or pod needs there and
+// MultiKueue does not copy (its volume claims, a service's Service), before
+// the Workload is nominated to it.
 type Stager interface {
 	Stage(ctx context.Context, cluster string, wl *unstructured.Unstructured) error
 }
@@ -271,8 +274,9 @@ func (d *Dispatcher) Round(ctx context.Context) (n int, err error) {
 	return n, errors.Join(errs...)
 }
 
-// drain moves a Workload off a draining worker: one running there is
-// deactivated (Kueue evicts it, MultiKueue deletes its copy there) and
+// drain moves a Workload off a draining worker: a service's pod there is
+// evicted in the manager (its Deployment makes another); a Job's Workload
+// running there is deactivated (Kueue evicts it, MultiKueue deletes its copy there) and
 // marked; one so marked is activated again (queued, to be nominated
 // elsewhere) once Kueue has taken its quota back — so that it never runs
 // in two clusters at once — unless its Job was stopped meanwhile.
@@ -317,11 +321,37 @@ func (d *Dispatcher) drain(ctx context.Context, u *unstructured.Unstructured, dr
 	if cluster == "" || !draining[cluster] || inactive || condition(u, "Finished") {
 		return nil
 	}
+	if pod := ownerPod(u); pod != nil {
+		// A service's pod: evicted in the manager (its disruption budget
+		// holds), so that its Workload ends (MultiKueue deletes the copy
+		// on the worker) and the Deployment makes a new pod, queued and
+		// nominated afresh — as a rolling update replaces a pod.
+		ev := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "policy/v1", "kind": "Eviction",
+			"metadata":      map[string]any{"name": pod.Name, "namespace": u.GetNamespace()},
+			"deleteOptions": map[string]any{"preconditions": map[string]any{"uid": string(pod.UID)}}}}
+		_, err := d.o.Manager.Resource(schema.GroupVersionResource{Version: "v1", Resource: "pods"}).Namespace(u.GetNamespace()).Create(ctx, ev, metav1.CreateOptions{}, "eviction")
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("dispatch: move pod %s/%s off %s (drained): %w", u.GetNamespace(), pod.Name, cluster, err)
+		}
+		d.o.Log.Info("draining: pod replaced", "workload", u.GetNamespace()+"/"+u.GetName(), "pod", pod.Name, "cluster", cluster)
+		return nil
+	}
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{kapi.AnnotationDrainedFrom: cluster}}, "spec": map[string]any{"active": false}})
 	if _, err := res.Patch(ctx, u.GetName(), types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "gantry-dispatch"}); err != nil {
 		return fmt.Errorf("dispatch: move %s/%s off %s (drained): %w", u.GetNamespace(), u.GetName(), cluster, err)
 	}
 	d.o.Log.Info("draining", "workload", u.GetNamespace()+"/"+u.GetName(), "cluster", cluster)
+	return nil
+}
+
+// ownerPod is the pod a Workload admits through Kueue's pod integration
+// (a service's), nil for a Job's.
+func ownerPod(u *unstructured.Unstructured) *metav1.OwnerReference {
+	for _, r := range u.GetOwnerReferences() {
+		if r.Kind == "Pod" && r.APIVersion == "v1" {
+			return &r
+		}
+	}
 	return nil
 }
 

@@ -541,8 +541,13 @@ clusters:
 			}
 			return nil
 		})
-		if pods, _ := manager.Client.CoreV1().Pods(teamNS).List(ctx, metav1.ListOptions{LabelSelector: render.LabelWorkloadID + "=" + id}); len(pods.Items) > 0 {
-			t.Errorf("%s has %d pods on the manager", id, len(pods.Items))
+		// Nothing of it runs on the manager: a Job has no pod there, a
+		// service's pods are held there (gated, bound to no node).
+		pods, _ := manager.Client.CoreV1().Pods(teamNS).List(ctx, metav1.ListOptions{LabelSelector: render.LabelWorkloadID + "=" + id})
+		for _, p := range pods.Items {
+			if p.Spec.NodeName != "" || len(p.Spec.SchedulingGates) == 0 {
+				t.Errorf("%s has pod %s on the manager's node %q (gates %v)", id, p.Name, p.Spec.NodeName, p.Spec.SchedulingGates)
+			}
 		}
 	}
 
@@ -620,15 +625,64 @@ clusters:
 		t.Fatalf("uncordon: %d %s", r.StatusCode(), r.Body)
 	}
 
+	// A service runs on a worker too, through Kueue's pod integration: on
+	// the cheaper room, at its price, its logs and events from there.
+	sr := servertest.Must(api.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "vllm-inference", Team: "vision",
+		Gpu: &model.GPUChoice{Class: new("A100-80GB"), Count: new(2)}}))(t)
+	if sr.StatusCode() != 201 {
+		t.Fatalf("launch a service: %d %s", sr.StatusCode(), sr.Body)
+	}
+	svc := servertest.Deref(sr.JSON201)
+	launched = append(launched, svc.Id)
+	runsOn(svc.Id, "onprem", onprem)
+	if w := servertest.Deref(servertest.Must(api.GetWorkloadWithResponse(ctx, svc.Id))(t).JSON200); servertest.Deref(w.Cluster) != "onprem" || w.PricePerHour != 2.2 {
+		t.Errorf("the service runs on %q at $%v/h", servertest.Deref(w.Cluster), w.PricePerHour)
+	}
+	if r := kueueWorkload(svc.Id).GetAnnotations()[dispatch.ReasonAnnotation]; !strings.HasPrefix(r, "placed on onprem: $1.10/GPU-h (reserved) vs $3.20 on cloud") {
+		t.Errorf("the service's placement: %q", r)
+	}
+	if logs := servertest.Must(api.GetWorkloadLogsWithResponse(ctx, svc.Id, &model.GetWorkloadLogsParams{}))(t); logs.StatusCode() != 200 || !strings.Contains(string(logs.Body), "simulated container: ready") {
+		t.Errorf("the service's logs from the worker: %d %s", logs.StatusCode(), logs.Body)
+	}
+	// Its model volume and its Service are there too: the endpoint
+	// resolves where its pods run.
+	if claims, err := onprem.Client.CoreV1().PersistentVolumeClaims(teamNS).List(ctx, metav1.ListOptions{LabelSelector: render.LabelWorkloadID + "=" + svc.Id}); err != nil || len(claims.Items) != 1 {
+		t.Errorf("the service's model volume staged on onprem: %v", err)
+	}
+	if svcs, err := onprem.Client.CoreV1().Services(teamNS).List(ctx, metav1.ListOptions{LabelSelector: render.LabelWorkloadID + "=" + svc.Id}); err != nil || len(svcs.Items) != 1 ||
+		len(svcs.Items[0].Spec.Ports) != 1 || svcs.Items[0].Spec.Ports[0].Port != 8000 || len(svcs.Items[0].Spec.Selector) == 0 {
+		t.Errorf("the service's Service staged on onprem: %v %+v", err, svcs)
+	}
+	// The room drained: the service's pod is replaced, and the new one
+	// runs on the cloud at its price.
+	if r := servertest.Must(api.DrainClusterWithResponse(ctx, "onprem"))(t); r.StatusCode() != 200 {
+		t.Fatalf("drain: %d %s", r.StatusCode(), r.Body)
+	}
+	runsOn(svc.Id, "cloud", cloud)
+	waitfor.Until(t, 2*time.Minute, "the service's pod gone from the drained room", func() error {
+		pods, err := onprem.Client.CoreV1().Pods(teamNS).List(ctx, metav1.ListOptions{LabelSelector: render.LabelWorkloadID + "=" + svc.Id})
+		if err != nil || len(pods.Items) > 0 {
+			return fmt.Errorf("%d pods (%v)", len(pods.Items), err)
+		}
+		return nil
+	})
+	if w := servertest.Deref(servertest.Must(api.GetWorkloadWithResponse(ctx, svc.Id))(t).JSON200); servertest.Deref(w.Cluster) != "cloud" || w.PricePerHour != 6.4 {
+		t.Errorf("the service, moved: on %q at $%v/h", servertest.Deref(w.Cluster), w.PricePerHour)
+	}
+	if r := servertest.Must(api.UncordonClusterWithResponse(ctx, "onprem"))(t); r.StatusCode() != 200 {
+		t.Fatalf("uncordon: %d %s", r.StatusCode(), r.Body)
+	}
+
 	// A notebook cannot be dispatched yet: refused, not left waiting.
 	nb := servertest.Must(api.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "jupyter-notebook", Team: "vision"}))(t)
 	if p := servertest.Deref(nb.ApplicationproblemJSONDefault); nb.StatusCode() != 422 || len(servertest.Deref(p.Errors)) != 1 ||
-		servertest.Deref(p.Errors)[0].Field != "template" || !strings.Contains(servertest.Deref(p.Errors)[0].Detail, "only batch Jobs are dispatched") {
+		servertest.Deref(p.Errors)[0].Field != "template" || !strings.Contains(servertest.Deref(p.Errors)[0].Detail, "only batch Jobs and services are dispatched") {
 		t.Errorf("a notebook: %d %s", nb.StatusCode(), nb.Body)
 	}
 
-	// Deleted: the work and its staged claims leave the workers.
-	for _, id := range []string{first.Id, second.Id} {
+	// Deleted: the work and its staged claims and services leave the
+	// workers.
+	for _, id := range []string{first.Id, second.Id, svc.Id} {
 		if r := servertest.Must(api.DeleteWorkloadWithResponse(ctx, id))(t); r.StatusCode() >= 300 {
 			t.Fatalf("delete %s: %d %s", id, r.StatusCode(), r.Body)
 		}
@@ -643,8 +697,12 @@ clusters:
 			if err != nil {
 				return err
 			}
-			if len(pods.Items)+len(claims.Items) > 0 {
-				return fmt.Errorf("%d pods, %d claims", len(pods.Items), len(claims.Items))
+			svcs, err := w.Client.CoreV1().Services(teamNS).List(ctx, metav1.ListOptions{LabelSelector: workers.LabelStaged})
+			if err != nil {
+				return err
+			}
+			if len(pods.Items)+len(claims.Items)+len(svcs.Items) > 0 {
+				return fmt.Errorf("%d pods, %d claims, %d services", len(pods.Items), len(claims.Items), len(svcs.Items))
 			}
 			return nil
 		})

@@ -350,8 +350,11 @@ func (w *Watcher) Observe(id string) (Observation, bool) {
 		}
 		slices.Sort(o.NodeGroups)
 	}
-	if ok && o.Phase == workload.Running && len(pods) == 0 && w.queued != nil {
-		o.Cluster, o.GPUHourPrice = w.dispatched(jobs)
+	if ok && o.Phase == workload.Running && w.queued != nil && !slices.ContainsFunc(pods, onANode) {
+		// Running with no pod on a node here: MultiKueue runs it on a
+		// worker (a Job's pods are there alone; a service's pods here
+		// stay gated, with the status of their copies there).
+		o.Cluster, o.GPUHourPrice = w.dispatched(jobs, pods)
 	}
 	if len(evicted) > 0 {
 		o.WorkloadID, o.Evicted, ok = id, evicted, true // Phase "" when that is all there is to say
@@ -365,11 +368,20 @@ func (w *Watcher) Observe(id string) (Observation, bool) {
 	return o, ok
 }
 
-// dispatched is where MultiKueue runs a Job of these (the worker cluster
-// its Kueue Workload names) and at what price per GPU-hour.
-func (w *Watcher) dispatched(jobs []*batchv1.Job) (string, float64) {
+func onANode(p *corev1.Pod) bool { return p.Spec.NodeName != "" }
+
+// dispatched is where MultiKueue runs a Job or pod of these (the worker
+// cluster its Kueue Workload names) and at what price per GPU-hour.
+func (w *Watcher) dispatched(jobs []*batchv1.Job, pods []*corev1.Pod) (string, float64) {
+	var keys []string
 	for _, j := range jobs {
-		objs, _ := w.queued.GetIndexer().ByIndex(kueue.ByOwner, kueue.OwnerKey(j.Namespace, "Job", j.Name))
+		keys = append(keys, kueue.OwnerKey(j.Namespace, "Job", j.Name))
+	}
+	for _, p := range pods {
+		keys = append(keys, kueue.OwnerKey(p.Namespace, "Pod", p.Name))
+	}
+	for _, key := range keys {
+		objs, _ := w.queued.GetIndexer().ByIndex(kueue.ByOwner, key)
 		for _, obj := range objs {
 			u, ok := obj.(*unstructured.Unstructured)
 			if !ok {

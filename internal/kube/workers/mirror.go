@@ -233,18 +233,24 @@ func (m *Manager) Pass(ctx context.Context) error {
 	merr := m.o.Workers.Mirror(ctx, namespaces, func(c fleet.Cluster) []quota.Object {
 		return quota.WorkerObjects(m.o.Classes, teams, m.o.Priorities, c.Caps)
 	}, m.o.Refresh)
-	// The claims staged for workloads since deleted go.
+	// The claims and services staged for workloads since deleted go.
 	var cerr []error
 	states, _ := m.o.Workers.States()
-	here, err := m.o.Cluster.Core().CoreV1().PersistentVolumeClaims("").List(ctx, metav1.ListOptions{
-		LabelSelector: render.LabelManagedBy + "=" + render.ManagedBy + "," + render.LabelWorkloadID, ResourceVersion: "0"})
+	ours := metav1.ListOptions{LabelSelector: render.LabelManagedBy + "=" + render.ManagedBy + "," + render.LabelWorkloadID, ResourceVersion: "0"}
+	claims, err := m.o.Cluster.Core().CoreV1().PersistentVolumeClaims("").List(ctx, ours)
 	if err != nil {
 		return errors.Join(serr, merr, fmt.Errorf("the manager's claims: %w", err))
 	}
+	services, err := m.o.Cluster.Core().CoreV1().Services("").List(ctx, ours)
+	if err != nil {
+		return errors.Join(serr, merr, fmt.Errorf("the manager's services: %w", err))
+	}
+	hereClaims := names(claims.Items, func(c *corev1.PersistentVolumeClaim) metav1.Object { return c })
+	hereServices := names(services.Items, func(v *corev1.Service) metav1.Object { return v })
 	for _, c := range m.o.Workers.fleet.Clusters() {
 		if core := m.o.Workers.get(c.Name).core; core != nil && states[c.Name].Reachable {
-			if err := collect(ctx, here, core); err != nil {
-				cerr = append(cerr, fmt.Errorf("worker %s: claims of deleted workloads: %w", c.Name, err))
+			if err := collect(ctx, hereClaims, hereServices, core); err != nil {
+				cerr = append(cerr, fmt.Errorf("worker %s: claims and services of deleted workloads: %w", c.Name, err))
 			}
 		}
 	}
@@ -252,9 +258,10 @@ func (m *Manager) Pass(ctx context.Context) error {
 }
 
 // Stage puts on a worker, before the manager's Kueue Workload is nominated
-// to it, what its Job needs there and MultiKueue does not copy: the
+// to it, what its work needs there and MultiKueue does not copy: the
 // workload's PersistentVolumeClaims (the manager's, labelled with its
-// workload id), applied anew (a claim is bound where it is used). A claim
+// workload id), applied anew (a claim is bound where it is used), and a
+// service's Service, so that its endpoint resolves where its pods run. One
 // already there is left as it is. dispatch.Options.Stage.
 func (w *Workers) Stage(ctx context.Context, manager kubernetes.Interface, cluster string, wl *unstructured.Unstructured) error {
 	id := wl.GetLabels()[render.LabelWorkloadID]
@@ -266,23 +273,61 @@ func (w *Workers) Stage(ctx context.Context, manager kubernetes.Interface, clust
 		return fmt.Errorf("worker %s not read yet", cluster)
 	}
 	ns := wl.GetNamespace()
-	claims, err := manager.CoreV1().PersistentVolumeClaims(ns).List(ctx, metav1.ListOptions{LabelSelector: render.LabelWorkloadID + "=" + id})
+	sel := metav1.ListOptions{LabelSelector: render.LabelWorkloadID + "=" + id}
+	claims, err := manager.CoreV1().PersistentVolumeClaims(ns).List(ctx, sel)
 	if err != nil {
 		return fmt.Errorf("the claims of workload %s: %w", id, err)
 	}
 	for _, c := range claims.Items {
-		if _, err := core.CoreV1().PersistentVolumeClaims(ns).Get(ctx, c.Name, metav1.GetOptions{}); err == nil {
-			continue
-		} else if !apierrors.IsNotFound(err) {
-			return fmt.Errorf("worker %s: claim %s/%s: %w", cluster, ns, c.Name, err)
-		}
-		labels := maps.Clone(c.Labels)
-		labels[LabelStaged] = "true"
-		copied := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: c.Name, Namespace: ns, Labels: labels, Annotations: map[string]string{}},
+		copied := &corev1.PersistentVolumeClaim{ObjectMeta: stagedMeta(c.ObjectMeta),
 			Spec: corev1.PersistentVolumeClaimSpec{AccessModes: c.Spec.AccessModes, Resources: c.Spec.Resources, StorageClassName: c.Spec.StorageClassName, VolumeMode: c.Spec.VolumeMode}}
-		if _, err := core.CoreV1().PersistentVolumeClaims(ns).Create(ctx, copied, metav1.CreateOptions{FieldManager: kapi.FieldManager}); err != nil && !apierrors.IsAlreadyExists(err) {
+		if err := stage(ctx, core.CoreV1().PersistentVolumeClaims(ns), copied); err != nil {
 			return fmt.Errorf("worker %s: claim %s/%s: %w", cluster, ns, c.Name, err)
 		}
+	}
+	services, err := manager.CoreV1().Services(ns).List(ctx, sel)
+	if err != nil {
+		return fmt.Errorf("the services of workload %s: %w", id, err)
+	}
+	for _, v := range services.Items {
+		copied := &corev1.Service{ObjectMeta: stagedMeta(v.ObjectMeta), Spec: corev1.ServiceSpec{Type: v.Spec.Type, Selector: v.Spec.Selector,
+			PublishNotReadyAddresses: v.Spec.PublishNotReadyAddresses}}
+		if v.Spec.ClusterIP == corev1.ClusterIPNone {
+			copied.Spec.ClusterIP = corev1.ClusterIPNone // headless there too; an address is the worker's own
+		}
+		for _, p := range v.Spec.Ports {
+			copied.Spec.Ports = append(copied.Spec.Ports, corev1.ServicePort{Name: p.Name, Protocol: p.Protocol, Port: p.Port, TargetPort: p.TargetPort, AppProtocol: p.AppProtocol})
+		}
+		if err := stage(ctx, core.CoreV1().Services(ns), copied); err != nil {
+			return fmt.Errorf("worker %s: service %s/%s: %w", cluster, ns, v.Name, err)
+		}
+	}
+	return nil
+}
+
+// stagedMeta is the metadata of a manager object's copy on a worker: its
+// name and labels, marked staged.
+func stagedMeta(m metav1.ObjectMeta) metav1.ObjectMeta {
+	labels := maps.Clone(m.Labels)
+	labels[LabelStaged] = "true"
+	return metav1.ObjectMeta{Name: m.Name, Namespace: m.Namespace, Labels: labels, Annotations: map[string]string{}}
+}
+
+// stage creates obj on a worker unless one of its name is there.
+func stage[T any, PT interface {
+	*T
+	metav1.Object
+}](ctx context.Context, c interface {
+	Get(context.Context, string, metav1.GetOptions) (PT, error)
+	Create(context.Context, PT, metav1.CreateOptions) (PT, error)
+}, obj PT) error {
+	if _, err := c.Get(ctx, obj.GetName(), metav1.GetOptions{}); err == nil {
+		return nil
+	} else if !apierrors.IsNotFound(err) {
+		return err
+	}
+	if _, err := c.Create(ctx, obj, metav1.CreateOptions{FieldManager: kapi.FieldManager}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
 	}
 	return nil
 }
@@ -291,28 +336,45 @@ func (w *Workers) Stage(ctx context.Context, manager kubernetes.Interface, clust
 // collected (a Gantry of the worker's own keeps its claims).
 const LabelStaged = "gantry.dev/staged"
 
-// collect deletes a worker's staged claims of workloads the manager no
-// longer has (gone: their Job deleted, and with it the manager's claims);
-// here is the manager's claims of Gantry's workloads.
-func collect(ctx context.Context, here *corev1.PersistentVolumeClaimList, worker kubernetes.Interface) error {
+// collect deletes a worker's staged claims and services of workloads the
+// manager no longer has (gone: their primary object deleted, and with it
+// the manager's copies); here is what the manager has of Gantry's
+// workloads, by namespace/name.
+func collect(ctx context.Context, claims, services map[string]bool, worker kubernetes.Interface) error {
 	sel := metav1.ListOptions{LabelSelector: render.LabelManagedBy + "=" + render.ManagedBy + "," + render.LabelWorkloadID + "," + LabelStaged + "=true"}
-	there, err := worker.CoreV1().PersistentVolumeClaims("").List(ctx, sel)
-	if err != nil || len(there.Items) == 0 {
+	thereClaims, err := worker.CoreV1().PersistentVolumeClaims("").List(ctx, sel)
+	if err != nil {
 		return err
 	}
-	kept := map[string]bool{}
-	for _, c := range here.Items {
-		kept[c.Namespace+"/"+c.Name] = true
-	}
-	for _, c := range there.Items {
-		if kept[c.Namespace+"/"+c.Name] {
-			continue
+	for _, c := range thereClaims.Items {
+		if !claims[c.Namespace+"/"+c.Name] {
+			if err := worker.CoreV1().PersistentVolumeClaims(c.Namespace).Delete(ctx, c.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				return err
+			}
 		}
-		if err := worker.CoreV1().PersistentVolumeClaims(c.Namespace).Delete(ctx, c.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			return err
+	}
+	thereServices, err := worker.CoreV1().Services("").List(ctx, sel)
+	if err != nil {
+		return err
+	}
+	for _, v := range thereServices.Items {
+		if !services[v.Namespace+"/"+v.Name] {
+			if err := worker.CoreV1().Services(v.Namespace).Delete(ctx, v.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				return err
+			}
 		}
 	}
 	return nil
+}
+
+// names is a list's objects by namespace/name.
+func names[T any](items []T, meta func(*T) metav1.Object) map[string]bool {
+	out := map[string]bool{}
+	for i := range items {
+		m := meta(&items[i])
+		out[m.GetNamespace()+"/"+m.GetName()] = true
+	}
+	return out
 }
 
 // Stage readies a worker for a manager's Workload (dispatch.Stager).

@@ -132,6 +132,9 @@ type Options struct {
 	// AppTransport reaches interactive workloads' apps behind /w/{id}/
 	// (default: a plain HTTP transport to their in-cluster addresses).
 	AppTransport http.RoundTripper
+	// AppWorkers reach the apps of interactive workloads that run on a
+	// worker cluster (nil: none can be reached).
+	AppWorkers interactive.Workers
 	// Agents authenticates node agents pushing telemetry (nil: refused).
 	Agents AgentAuthenticator
 	// Runs takes training runs' progress reports and answers progress;
@@ -231,7 +234,7 @@ func New(o Options) (*echo.Echo, error) {
 	s := &server{o: o}
 	gen.RegisterHandlers(e, gen.NewStrictHandler(s, nil))
 	if o.Workloads != nil {
-		proxy := &interactive.Proxy{Opener: o.Workloads, Transport: o.AppTransport, Log: o.Logger,
+		proxy := &interactive.Proxy{Opener: o.Workloads, Transport: o.AppTransport, Workers: o.AppWorkers, Log: o.Logger,
 			Strip: []string{weblogin.SessionCookie, weblogin.StateCookie}}
 		e.Any(interactive.Prefix+"*", func(c echo.Context) error { return proxy.Serve(c.Response(), c.Request()) })
 	}

@@ -176,7 +176,7 @@ type ClientInterface interface {
 
 	// DrainCluster Drain a worker cluster
 	//
-	// Cordons the cluster and moves what runs there: each Job dispatched to it is requeued in the manager (its Kueue Workload deactivated until MultiKueue has taken it off the cluster, then queued again) and placed on another cluster by the next dispatch round — stopped there and started anew, never running in two clusters at once. A service's pods there are evicted in the manager, and the new pods its Deployment makes are placed afresh, as a rolling update replaces them. Listed among the platform's edits and audited; uncordon (DELETE on /cordon) ends the drain too.
+	// Cordons the cluster and moves what runs there: each Job dispatched to it is requeued in the manager (its Kueue Workload deactivated until MultiKueue has taken it off the cluster, then queued again) and placed on another cluster by the next dispatch round — stopped there and started anew, never running in two clusters at once. A service's pods there are evicted in the manager, and the new pods its Deployment makes are placed afresh (the service is down meanwhile). A notebook stays: its home volume is on that cluster, and it runs on there until its owner stops it. Listed among the platform's edits and audited; uncordon (DELETE on /cordon) ends the drain too.
 	//
 	// Corresponds with PUT /api/v1/clusters/{name}/drain (the `DrainCluster` operationId).
 	DrainCluster(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1055,7 +1055,7 @@ func (c *Client) CordonCluster(ctx context.Context, name string, reqEditors ...R
 
 // DrainCluster Drain a worker cluster
 //
-// Cordons the cluster and moves what runs there: each Job dispatched to it is requeued in the manager (its Kueue Workload deactivated until MultiKueue has taken it off the cluster, then queued again) and placed on another cluster by the next dispatch round — stopped there and started anew, never running in two clusters at once. A service's pods there are evicted in the manager, and the new pods its Deployment makes are placed afresh, as a rolling update replaces them. Listed among the platform's edits and audited; uncordon (DELETE on /cordon) ends the drain too.
+// Cordons the cluster and moves what runs there: each Job dispatched to it is requeued in the manager (its Kueue Workload deactivated until MultiKueue has taken it off the cluster, then queued again) and placed on another cluster by the next dispatch round — stopped there and started anew, never running in two clusters at once. A service's pods there are evicted in the manager, and the new pods its Deployment makes are placed afresh (the service is down meanwhile). A notebook stays: its home volume is on that cluster, and it runs on there until its owner stops it. Listed among the platform's edits and audited; uncordon (DELETE on /cordon) ends the drain too.
 //
 // Corresponds with PUT /api/v1/clusters/{name}/drain (the `DrainCluster` operationId).
 func (c *Client) DrainCluster(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -6170,7 +6170,7 @@ type ClientWithResponsesInterface interface {
 
 	// DrainClusterWithResponse Drain a worker cluster
 	//
-	// Cordons the cluster and moves what runs there: each Job dispatched to it is requeued in the manager (its Kueue Workload deactivated until MultiKueue has taken it off the cluster, then queued again) and placed on another cluster by the next dispatch round — stopped there and started anew, never running in two clusters at once. A service's pods there are evicted in the manager, and the new pods its Deployment makes are placed afresh, as a rolling update replaces them. Listed among the platform's edits and audited; uncordon (DELETE on /cordon) ends the drain too.
+	// Cordons the cluster and moves what runs there: each Job dispatched to it is requeued in the manager (its Kueue Workload deactivated until MultiKueue has taken it off the cluster, then queued again) and placed on another cluster by the next dispatch round — stopped there and started anew, never running in two clusters at once. A service's pods there are evicted in the manager, and the new pods its Deployment makes are placed afresh (the service is down meanwhile). A notebook stays: its home volume is on that cluster, and it runs on there until its owner stops it. Listed among the platform's edits and audited; uncordon (DELETE on /cordon) ends the drain too.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -10830,7 +10830,7 @@ func (c *ClientWithResponses) CordonClusterWithResponse(ctx context.Context, nam
 
 // DrainClusterWithResponse Drain a worker cluster
 //
-// Cordons the cluster and moves what runs there: each Job dispatched to it is requeued in the manager (its Kueue Workload deactivated until MultiKueue has taken it off the cluster, then queued again) and placed on another cluster by the next dispatch round — stopped there and started anew, never running in two clusters at once. A service's pods there are evicted in the manager, and the new pods its Deployment makes are placed afresh, as a rolling update replaces them. Listed among the platform's edits and audited; uncordon (DELETE on /cordon) ends the drain too.
+// Cordons the cluster and moves what runs there: each Job dispatched to it is requeued in the manager (its Kueue Workload deactivated until MultiKueue has taken it off the cluster, then queued again) and placed on another cluster by the next dispatch round — stopped there and started anew, never running in two clusters at once. A service's pods there are evicted in the manager, and the new pods its Deployment makes are placed afresh (the service is down meanwhile). A notebook stays: its home volume is on that cluster, and it runs on there until its owner stops it. Listed among the platform's edits and audited; uncordon (DELETE on /cordon) ends the drain too.
 //
 // Returns a wrapper object for the known response body format(s).
 //

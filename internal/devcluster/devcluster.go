@@ -185,6 +185,10 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 	if err := os.WriteFile(logFile, []byte(containerLog), 0o644); err != nil {
 		return nil, err
 	}
+	appFile := filepath.Join(c.workDir, "simulated-app.py")
+	if err := os.WriteFile(appFile, []byte(simulatedApp), 0o644); err != nil {
+		return nil, err
+	}
 	var auditPolicy string
 	if o.Audit {
 		auditPolicy = filepath.Join(c.workDir, "audit-policy.yaml")
@@ -192,7 +196,7 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 			return nil, err
 		}
 	}
-	if err := os.WriteFile(cfgFile, kwokctlConfig(bin, logFile, auditPolicy, filepath.Join(c.workDir, "clusters", o.Name, "pki"), o.Ephemeral, o.JobRuntime), 0o600); err != nil {
+	if err := os.WriteFile(cfgFile, kwokctlConfig(bin, logFile, appFile, auditPolicy, filepath.Join(c.workDir, "clusters", o.Name, "pki"), o.Ephemeral, o.JobRuntime), 0o600); err != nil {
 		return nil, err
 	}
 	fmt.Fprintf(o.Log, "cluster: starting %q (kwokctl, binary runtime, loopback)\n", o.Name)
@@ -279,7 +283,7 @@ func (c *Cluster) componentLogs() string {
 // its InternalIP first (the real node's; kwok's nodes have only a Hostname,
 // kwok's own address) presenting the cluster's admin certificate (pki: the
 // cluster's kwokctl PKI directory), which the real node's kubelet checks.
-func kwokctlConfig(bin, logFile, auditPolicy, pki string, ephemeral bool, jobRuntime time.Duration) []byte {
+func kwokctlConfig(bin, logFile, appFile, auditPolicy, pki string, ephemeral bool, jobRuntime time.Duration) []byte {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, `apiVersion: config.kwok.x-k8s.io/v1alpha1
 kind: KwokctlConfiguration
@@ -351,8 +355,38 @@ spec:
   - logsFile: %s
     follow: true
 `, logFile)
+	// Every simulated container's ports answer a port-forward (the way
+	// Gantry reaches a notebook on a worker cluster) with a stand-in app
+	// that says what it was asked: one request per connection.
+	fmt.Fprintf(&b, `
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: ClusterPortForward
+metadata:
+  name: gantry-simulated-app
+spec:
+  forwards:
+  - command: [python3, %q]
+`, appFile)
 	return b.Bytes()
 }
+
+// simulatedApp answers one HTTP request on its standard input with what it
+// was asked (the simulated containers' ports, through kwok's port-forward).
+const simulatedApp = `import json, sys
+r, w = sys.stdin.buffer, sys.stdout.buffer
+line = r.readline().decode("latin-1").strip()
+headers = {}
+while True:
+    h = r.readline().decode("latin-1")
+    if h in ("", "\r\n", "\n"):
+        break
+    k, _, v = h.partition(":")
+    headers[k.strip().lower()] = v.strip()
+body = json.dumps({"app": "simulated", "request": line, "forwardedPrefix": headers.get("x-forwarded-prefix", "")}).encode()
+w.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+w.flush()
+`
 
 // auditPolicyMetadata records who did what to which resource, for every
 // request once it is answered (no bodies).

@@ -39,7 +39,7 @@ func TestClustersCreatedAtOnce(t *testing.T) {
 		c := &Cluster{Name: fmt.Sprintf("gt-%s-at-once-%d-%d", run, os.Getpid(), i), Bin: bin, workDir: dir, log: io.Discard}
 		c.Kubeconfig = filepath.Join(dir, "kubeconfig")
 		cfg := filepath.Join(dir, "kwokctl.yaml")
-		if err := os.WriteFile(cfg, kwokctlConfig(bin, filepath.Join(dir, "container.log"), "", filepath.Join(dir, "clusters", c.Name, "pki"), true, 0), 0o600); err != nil {
+		if err := os.WriteFile(cfg, kwokctlConfig(bin, filepath.Join(dir, "container.log"), filepath.Join(dir, "simulated-app.py"), "", filepath.Join(dir, "clusters", c.Name, "pki"), true, 0), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		clusters[i] = c

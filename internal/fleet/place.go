@@ -30,6 +30,10 @@ type Launch struct {
 	// too long). Avoid are clusters tried before in vain: ranked last.
 	Hold  string
 	Avoid []string
+	// Home is the cluster the launch's volumes are on, where alone it may
+	// run (a notebook's home, staged on the worker of its first run);
+	// "" : anywhere. A home no longer in the fleet binds nothing.
+	Home string
 }
 
 // State is what a cluster is doing now, as the dispatcher read it.
@@ -101,6 +105,15 @@ type rule func(f *Fleet, l Launch, c Cluster, s State, o Offer) string
 
 // rules are the feasibility rules, in the order they are told.
 var rules = []rule{
+	func(f *Fleet, l Launch, c Cluster, _ State, _ Offer) string {
+		if l.Home == "" || c.Name == l.Home {
+			return ""
+		}
+		if _, listed := f.Get(l.Home); listed {
+			return "its volumes are on " + l.Home + ", where alone it runs"
+		}
+		return ""
+	},
 	func(_ *Fleet, _ Launch, c Cluster, _ State, _ Offer) string {
 		if c.Cordoned {
 			return "cordoned: no new work"

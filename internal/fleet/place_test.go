@@ -362,6 +362,34 @@ func TestHoldAndAvoid(t *testing.T) {
 	}
 }
 
+// TestHome: a launch whose volumes are on a cluster runs there alone, even
+// where another is cheaper, and waits, saying why, while its home cannot
+// take it; a home no longer in the fleet binds nothing.
+func TestHome(t *testing.T) {
+	f := testFleet(t)
+	all := map[string]State{
+		"onprem-a100": up(map[string]float64{"A100-80GB": 8}),
+		"cloud-east":  up(map[string]float64{"A100-80GB": 8}),
+		"cloud-eu":    up(nil),
+	}
+	l := Launch{Team: "vision", Class: "A100-80GB", GPUs: 1, Home: "cloud-east"}
+	if d := f.Place(l, all); d.Cluster() != "cloud-east" || len(d.Candidates) != 1 {
+		t.Errorf("at home: %s (%+v): %s", d.Cluster(), d.Candidates, d.Reason)
+	}
+	f, err := f.With(map[string]Change{"cloud-east": {Cordoned: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := f.Place(l, all); d.Cluster() != "" || !strings.Contains(d.Reason, "onprem-a100: its volumes are on cloud-east, where alone it runs") ||
+		!strings.Contains(d.Reason, "cloud-east: cordoned") {
+		t.Errorf("home cordoned: %s: %s", d.Cluster(), d.Reason)
+	}
+	l.Home = "retired"
+	if d := f.Place(l, all); d.Cluster() != "onprem-a100" {
+		t.Errorf("a home gone from the fleet: %s: %s", d.Cluster(), d.Reason)
+	}
+}
+
 // TestPlaceMIG: a MIG launch fits where instances of its profile are free,
 // whatever whole GPUs are; a round takes the instances it places from
 // what the next launch sees.

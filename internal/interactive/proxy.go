@@ -2,13 +2,17 @@ package interactive
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gantryhq/gantry/internal/fault"
@@ -37,10 +41,22 @@ type Proxy struct {
 	Strip []string
 	// Transport reaches the apps (default: http.DefaultTransport's settings).
 	Transport http.RoundTripper
+	// Workers reach the apps of workloads that run on a worker cluster
+	// (nil: none do; such a workload is unavailable).
+	Workers Workers
 	// BusyEvery is how often a busy kernel counts as use (default
 	// BusyEvery).
 	BusyEvery time.Duration
 	Log       *slog.Logger
+
+	mu     sync.Mutex
+	remote map[string]*http.Transport // by worker, namespace, workload and port
+}
+
+// Workers open connections to a workload's app on the worker cluster it
+// runs on (workers.Workers: through that cluster's API server).
+type Workers interface {
+	Dial(ctx context.Context, cluster, namespace, id string, port int) (net.Conn, error)
 }
 
 // ErrBadPath is a request outside /w/{id}/: not found (404).
@@ -64,6 +80,10 @@ func (p *Proxy) Serve(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	t, err := p.Opener.Target(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	transport, err := p.transportFor(id, t)
 	if err != nil {
 		return err
 	}
@@ -114,7 +134,7 @@ func (p *Proxy) Serve(w http.ResponseWriter, r *http.Request) error {
 			}
 			return nil
 		},
-		Transport:     p.transport(),
+		Transport:     transport,
 		FlushInterval: -1, // stream (kernel messages, server-sent events)
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			p.log().WarnContext(r.Context(), "interactive workload unreachable", "workload_id", id, "err", err)
@@ -138,6 +158,47 @@ func (p *Proxy) transport() http.RoundTripper {
 	}
 	return &http.Transport{Proxy: nil, ResponseHeaderTimeout: 5 * time.Minute, IdleConnTimeout: 90 * time.Second, MaxIdleConnsPerHost: 16}
 }
+
+// transportFor is the transport that reaches a target: the proxy's own, or
+// for a workload on a worker cluster one kept per workload whose
+// connections are opened there (kept-alive connections are reused).
+func (p *Proxy) transportFor(id string, t workload.Target) (http.RoundTripper, error) {
+	if t.Cluster == "" {
+		return p.transport(), nil
+	}
+	if p.Workers == nil {
+		return nil, &fault.Unavailable{What: "worker cluster " + t.Cluster, Err: errors.New("this Gantry cannot reach the apps of its worker clusters")}
+	}
+	port, err := strconv.Atoi(t.URL.Port())
+	if err != nil {
+		return nil, fmt.Errorf("interactive: the port of workload %s's address %s: %w", id, t.URL, err)
+	}
+	key := strings.Join([]string{t.Cluster, t.Namespace, id, t.URL.Port()}, "/")
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if tr, ok := p.remote[key]; ok {
+		return tr, nil
+	}
+	if len(p.remote) >= maxRemote { // workloads come and go: start afresh
+		for _, tr := range p.remote {
+			tr.CloseIdleConnections()
+		}
+		p.remote = nil
+	}
+	if p.remote == nil {
+		p.remote = map[string]*http.Transport{}
+	}
+	cluster, ns := t.Cluster, t.Namespace
+	tr := &http.Transport{Proxy: nil, ResponseHeaderTimeout: 5 * time.Minute, IdleConnTimeout: 90 * time.Second, MaxIdleConnsPerHost: 16,
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return p.Workers.Dial(ctx, cluster, ns, id, port)
+		}}
+	p.remote[key] = tr
+	return tr, nil
+}
+
+// maxRemote bounds the transports kept for workloads on worker clusters.
+const maxRemote = 256
 
 func (p *Proxy) log() *slog.Logger {
 	if p.Log != nil {

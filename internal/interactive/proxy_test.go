@@ -292,3 +292,60 @@ func TestSameOrigin(t *testing.T) {
 		}
 	}
 }
+
+// dialer stands for the worker clusters: it records what each dial asked
+// for and connects to the app.
+type dialer struct {
+	app   string
+	asked atomic.Value // the last dial's cluster/namespace/id:port
+	dials atomic.Int64
+}
+
+func (d *dialer) Dial(ctx context.Context, cluster, namespace, id string, port int) (net.Conn, error) {
+	d.asked.Store(fmt.Sprintf("%s/%s/%s:%d", cluster, namespace, id, port))
+	d.dials.Add(1)
+	var nd net.Dialer
+	return nd.DialContext(ctx, "tcp", d.app)
+}
+
+// TestProxyToWorker: a notebook on a worker cluster is reached through the
+// connections Workers open there — for its cluster, namespace, id and
+// port, not its in-cluster address, which the proxy's own transport would
+// dial — kept alive across requests; without Workers it is unavailable.
+func TestProxyToWorker(t *testing.T) {
+	backend := app(t)
+	u, _ := url.Parse("http://nb-1.gantry-vision.svc.cluster.local:8888")
+	target := workload.Target{URL: u, Cluster: "onprem", Namespace: "gantry-vision"}
+	d := &dialer{app: strings.TrimPrefix(backend.URL, "http://")}
+	front := serve(&interactive.Proxy{Opener: opener{target: target}, Workers: d})
+	defer front.Close()
+	for range 3 {
+		resp, err := http.Get(front.URL + "/w/nb-1/api/status")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.HasPrefix(string(body), "path=/w/nb-1/api/status ") {
+			t.Fatalf("through the worker: %d %s", resp.StatusCode, body)
+		}
+	}
+	if got := d.asked.Load(); got != "onprem/gantry-vision/nb-1:8888" {
+		t.Errorf("dialled %v", got)
+	}
+	if n := d.dials.Load(); n != 1 {
+		t.Errorf("%d dials for three requests: the connection is not kept", n)
+	}
+
+	bare := serve(&interactive.Proxy{Opener: opener{target: target}})
+	defer bare.Close()
+	resp, err := http.Get(bare.URL + "/w/nb-1/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusTeapot || !strings.Contains(string(body), "cannot reach the apps of its worker clusters") {
+		t.Errorf("no way to the workers: %d %s", resp.StatusCode, body)
+	}
+}

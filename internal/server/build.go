@@ -25,6 +25,7 @@ import (
 	"github.com/gantryhq/gantry/internal/estimate"
 	"github.com/gantryhq/gantry/internal/fleet"
 	"github.com/gantryhq/gantry/internal/identity"
+	"github.com/gantryhq/gantry/internal/interactive"
 	"github.com/gantryhq/gantry/internal/kube"
 	"github.com/gantryhq/gantry/internal/kube/workers"
 	"github.com/gantryhq/gantry/internal/live"
@@ -349,6 +350,10 @@ func (s *Server) handler(ov Overrides, w *wiring) error {
 		watch = s.workers
 	}
 	oc := w.signIn
+	var appWorkers interactive.Workers
+	if s.workers != nil {
+		appWorkers = s.workers
+	}
 	h, err := api.New(api.Options{Transient: store.Unavailable,
 		Now:     s.clock.Now,
 		Live:    s.live,
@@ -358,8 +363,8 @@ func (s *Server) handler(ov Overrides, w *wiring) error {
 		Identify: w.identify, RecheckBearer: w.recheck, Sessions: w.sessions, Tokens: s.tokens, Users: s.users, Teams: s.authz.Teams,
 		SignIn:    model.AuthConfig{Issuer: oc.Issuer, CliClientID: oc.CLIClientID, Scopes: oc.Scopes},
 		Authorize: s.authz.AllowedSomewhere, RolesWith: s.authz.RolesWith, NeedsSecondFactor: s.authz.NeedsSecondFactor, Audit: s.denials, Images: s.Images,
-		AppTransport: ov.AppTransport,
-		Agents:       w.agents, RunTokens: w.runTokens, Runs: s.Runs, Trials: s.Trials, Moves: s.Store.Governance, Telemetry: s.Telemetry, Metrics: w.series, Advice: w.advice,
+		AppTransport: ov.AppTransport, AppWorkers: appWorkers,
+		Agents: w.agents, RunTokens: w.runTokens, Runs: s.Runs, Trials: s.Trials, Moves: s.Store.Governance, Telemetry: s.Telemetry, Metrics: w.series, Advice: w.advice,
 		Anonymous: api.AnonymousLimit{Rate: float64(cfg.Security.AnonymousRate), Burst: int(cfg.Security.AnonymousBurst), Now: s.clock.Now},
 	})
 	if err != nil {

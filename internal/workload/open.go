@@ -14,10 +14,14 @@ import (
 
 // Target is where Gantry's proxy forwards an interactive workload's
 // requests: the in-cluster address of its interactive port, and whether the
-// /w/{id} prefix is removed first.
+// /w/{id} prefix is removed first. Cluster names the worker cluster it runs
+// on ("": the cluster Gantry drives), where its app is reached in
+// Namespace, by the workload's id and the URL's port.
 type Target struct {
 	URL         *url.URL
 	StripPrefix bool
+	Cluster     string
+	Namespace   string
 }
 
 // Target decides whether the caller may open an interactive workload in
@@ -52,7 +56,8 @@ func (s *Service) Target(ctx context.Context, id string) (Target, error) {
 	if err != nil {
 		return Target{}, fmt.Errorf("endpoint of workload %s: %w", id, err)
 	}
-	return Target{URL: u, StripPrefix: v.Template.Spec.Interactive != nil && v.Template.Spec.Interactive.StripPrefix}, nil
+	return Target{URL: u, StripPrefix: v.Template.Spec.Interactive != nil && v.Template.Spec.Interactive.StripPrefix,
+		Cluster: w.Cluster, Namespace: s.Namespace(w)}, nil
 }
 
 // KeepAlive records that the caller still uses the workload, so that the

@@ -782,22 +782,23 @@ func TestShowbackAtNodeGroupPrices(t *testing.T) {
 }
 
 // TestFleetLaunches: with worker clusters, a Job is handed to MultiKueue;
-// a service is too (its pods through Kueue's pod integration); a notebook
-// or VM, which cannot be dispatched yet, is refused
+// a service and a notebook are too (their pods through Kueue's pod
+// integration); a VM, which cannot be dispatched yet, is refused
 // naming the template — never left waiting for a dispatch that never
 // comes — and nothing of it is recorded or applied.
 func TestFleetLaunches(t *testing.T) {
 	h := newHarnessWith(t, nil, true, func(o *workload.Options) { o.Fleet = true })
 	h.launch(t, "pytorch-train")
 	h.launch(t, "vllm-inference")
-	for _, tmpl := range []string{"jupyter-notebook", "gpu-vm"} {
+	h.launch(t, "jupyter-notebook")
+	for _, tmpl := range []string{"gpu-vm"} {
 		req := workload.Request{Template: tmpl, Team: "vision"}
 		if tmpl == "gpu-vm" {
 			req.Choice.Params = map[string]any{"sshPublicKey": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKubeTestKey0000000000000000000000000000 bob@host"}
 		}
 		_, _, err := h.svc.Create(asAlice(), "alice", req)
 		var inv *fault.Invalid
-		if !errors.As(err, &inv) || len(inv.Fields) != 1 || inv.Fields[0].Path != "template" || !strings.Contains(inv.Fields[0].Message, "only batch Jobs and services are dispatched") {
+		if !errors.As(err, &inv) || len(inv.Fields) != 1 || inv.Fields[0].Path != "template" || !strings.Contains(inv.Fields[0].Message, "VMs are not dispatched to them yet") {
 			t.Errorf("%s: %v", tmpl, err)
 		}
 	}
@@ -807,8 +808,8 @@ func TestFleetLaunches(t *testing.T) {
 		kinds = append(kinds, o.Kind)
 	}
 	slices.Sort(kinds)
-	if want := []string{"Deployment", "Job"}; !slices.Equal(kinds, want) {
-		t.Errorf("on the cluster: %v, want %v (the Job and the service alone)", kinds, want)
+	if want := []string{"Deployment", "Job", "StatefulSet"}; !slices.Equal(kinds, want) {
+		t.Errorf("on the cluster: %v, want %v (the Job, the service and the notebook alone)", kinds, want)
 	}
 }
 

@@ -36,6 +36,7 @@ import (
 	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/kube/kapi"
 	"github.com/gantryhq/gantry/internal/render"
+	"github.com/gantryhq/gantry/internal/template"
 )
 
 // Name is the name Kueue's configuration gives the external dispatcher
@@ -63,8 +64,8 @@ type Workers interface {
 }
 
 // Stager puts on a worker what a Workload's Job or pod needs there and
-// MultiKueue does not copy (its volume claims, a service's Service), before
-// the Workload is nominated to it.
+// MultiKueue does not copy (its volume claims, Service and NetworkPolicy),
+// before the Workload is nominated to it.
 type Stager interface {
 	Stage(ctx context.Context, cluster string, wl *unstructured.Unstructured) error
 }
@@ -182,6 +183,12 @@ func (d *Dispatcher) Round(ctx context.Context) (n int, err error) {
 			continue
 		}
 		w := waiting{u: u, launch: launchOf(u, d.o.Classes)}
+		home, err := d.home(ctx, u)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		w.launch.Home = home
 		w.now, _, _ = unstructured.NestedStringSlice(u.Object, "status", "nominatedClusterNames")
 		pending = append(pending, w)
 	}
@@ -274,8 +281,9 @@ func (d *Dispatcher) Round(ctx context.Context) (n int, err error) {
 	return n, errors.Join(errs...)
 }
 
-// drain moves a Workload off a draining worker: a service's pod there is
-// evicted in the manager (its Deployment makes another); a Job's Workload
+// drain moves a Workload off a draining worker: a service's or notebook's
+// pod there is evicted in the manager (its owner makes another); a Job's
+// Workload
 // running there is deactivated (Kueue evicts it, MultiKueue deletes its copy there) and
 // marked; one so marked is activated again (queued, to be nominated
 // elsewhere) once Kueue has taken its quota back — so that it never runs
@@ -322,18 +330,34 @@ func (d *Dispatcher) drain(ctx context.Context, u *unstructured.Unstructured, dr
 		return nil
 	}
 	if pod := ownerPod(u); pod != nil {
-		// A service's pod: evicted in the manager (its disruption budget
-		// holds), so that its Workload ends (MultiKueue deletes the copy
-		// on the worker) and the Deployment makes a new pod, queued and
-		// nominated afresh — as a rolling update replaces a pod.
+		// A service's or notebook's pod: evicted in the manager (a
+		// PodDisruptionBudget its team set holds it), so that its
+		// Workload ends (MultiKueue deletes the copy on the worker) and
+		// its Deployment or StatefulSet makes a new pod, queued and
+		// nominated afresh. The work stops meanwhile: one replica, and a
+		// volume new on the next worker.
+		if u.GetDeletionTimestamp() != nil {
+			return nil // evicted already: its Workload goes
+		}
+		if nb, err := d.notebook(ctx, u); err != nil || nb != nil {
+			// A notebook stays: its home volume is on this cluster. It
+			// runs on until its owner stops it (docs/fleets.md).
+			return err
+		}
 		ev := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "policy/v1", "kind": "Eviction",
 			"metadata":      map[string]any{"name": pod.Name, "namespace": u.GetNamespace()},
 			"deleteOptions": map[string]any{"preconditions": map[string]any{"uid": string(pod.UID)}}}}
-		_, err := d.o.Manager.Resource(schema.GroupVersionResource{Version: "v1", Resource: "pods"}).Namespace(u.GetNamespace()).Create(ctx, ev, metav1.CreateOptions{}, "eviction")
-		if err != nil && !apierrors.IsNotFound(err) {
+		_, err := d.o.Manager.Resource(podsResource).Namespace(u.GetNamespace()).Create(ctx, ev, metav1.CreateOptions{}, "eviction")
+		switch {
+		case apierrors.IsNotFound(err):
+			return nil // gone already
+		case apierrors.IsTooManyRequests(err):
+			d.o.Log.Debug("draining: a disruption budget holds the pod; the next round tries again", "workload", u.GetNamespace()+"/"+u.GetName(), "pod", pod.Name)
+			return nil
+		case err != nil:
 			return fmt.Errorf("dispatch: move pod %s/%s off %s (drained): %w", u.GetNamespace(), pod.Name, cluster, err)
 		}
-		d.o.Log.Info("draining: pod replaced", "workload", u.GetNamespace()+"/"+u.GetName(), "pod", pod.Name, "cluster", cluster)
+		d.o.Log.Info("draining: pod evicted, to be replaced", "workload", u.GetNamespace()+"/"+u.GetName(), "pod", pod.Name, "cluster", cluster)
 		return nil
 	}
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{kapi.AnnotationDrainedFrom: cluster}}, "spec": map[string]any{"active": false}})
@@ -344,8 +368,58 @@ func (d *Dispatcher) drain(ctx context.Context, u *unstructured.Unstructured, dr
 	return nil
 }
 
+var podsResource = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+
+// notebook is the manager's pod a Workload admits when it is a notebook's
+// (nil: a Job's, a service's, or gone).
+func (d *Dispatcher) notebook(ctx context.Context, u *unstructured.Unstructured) (*unstructured.Unstructured, error) {
+	ref := ownerPod(u)
+	if ref == nil {
+		return nil, nil
+	}
+	pod, err := d.o.Manager.Resource(podsResource).Namespace(u.GetNamespace()).Get(ctx, ref.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("dispatch: read pod %s/%s: %w", u.GetNamespace(), ref.Name, err)
+	case pod.GetUID() != ref.UID || pod.GetLabels()[render.LabelComponent] != template.Notebook:
+		return nil, nil
+	}
+	return pod, nil
+}
+
+// home is the cluster a notebook's home is on: the worker its volume
+// claims were first staged on (kapi.AnnotationStagedOn), where alone it
+// may run again; "" for other work, or a notebook not yet staged anywhere.
+func (d *Dispatcher) home(ctx context.Context, u *unstructured.Unstructured) (string, error) {
+	pod, err := d.notebook(ctx, u)
+	if err != nil || pod == nil {
+		return "", err
+	}
+	volumes, _, _ := unstructured.NestedSlice(pod.Object, "spec", "volumes")
+	claims := d.o.Manager.Resource(schema.GroupVersionResource{Version: "v1", Resource: "persistentvolumeclaims"}).Namespace(u.GetNamespace())
+	for _, v := range volumes {
+		m, _ := v.(map[string]any)
+		name, _, _ := unstructured.NestedString(m, "persistentVolumeClaim", "claimName")
+		if name == "" {
+			continue
+		}
+		c, err := claims.Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			continue
+		} else if err != nil {
+			return "", fmt.Errorf("dispatch: read claim %s/%s: %w", u.GetNamespace(), name, err)
+		}
+		if at := c.GetAnnotations()[kapi.AnnotationStagedOn]; at != "" {
+			return at, nil
+		}
+	}
+	return "", nil
+}
+
 // ownerPod is the pod a Workload admits through Kueue's pod integration
-// (a service's), nil for a Job's.
+// (a service's or notebook's), nil for a Job's.
 func ownerPod(u *unstructured.Unstructured) *metav1.OwnerReference {
 	for _, r := range u.GetOwnerReferences() {
 		if r.Kind == "Pod" && r.APIVersion == "v1" {

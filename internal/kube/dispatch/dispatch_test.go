@@ -653,6 +653,56 @@ clusters:
 		len(svcs.Items[0].Spec.Ports) != 1 || svcs.Items[0].Spec.Ports[0].Port != 8000 || len(svcs.Items[0].Spec.Selector) == 0 {
 		t.Errorf("the service's Service staged on onprem: %v %+v", err, svcs)
 	}
+	if pols, err := onprem.Client.NetworkingV1().NetworkPolicies(teamNS).List(ctx, metav1.ListOptions{LabelSelector: render.LabelWorkloadID + "=" + svc.Id}); err != nil || len(pols.Items) != 1 {
+		t.Errorf("the service's NetworkPolicy staged on onprem (what may reach it past the namespace's default of nothing): %v", err)
+	}
+
+	// A notebook runs on a worker the same way, and opens at /w/{id}/
+	// through Gantry: its requests reach its pod there through the
+	// worker's port-forward (every simulated pod's port answers with a
+	// stand-in app that says what it was asked).
+	nr := servertest.Must(api.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "jupyter-notebook", Team: "vision",
+		Gpu: &model.GPUChoice{Class: new("A100-80GB"), Count: new(1), MigProfile: new("none")}}))(t)
+	if nr.StatusCode() != 201 {
+		t.Fatalf("launch a notebook: %d %s", nr.StatusCode(), nr.Body)
+	}
+	nb := servertest.Deref(nr.JSON201)
+	launched = append(launched, nb.Id)
+	runsOn(nb.Id, "onprem", onprem)
+	if claims, err := onprem.Client.CoreV1().PersistentVolumeClaims(teamNS).List(ctx, metav1.ListOptions{LabelSelector: render.LabelWorkloadID + "=" + nb.Id}); err != nil || len(claims.Items) != 1 {
+		t.Errorf("the notebook's home volume staged on onprem: %v", err)
+	}
+	opens := func() {
+		t.Helper()
+		waitfor.Until(t, time.Minute, "the notebook's app through /w/"+nb.Id+"/", func() error {
+			req, _ := http.NewRequestWithContext(ctx, "GET", g.URL+"/w/"+nb.Id+"/api", nil)
+			req.Header.Set("Authorization", "Bearer "+g.Token("ada"))
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				return err
+			}
+			defer resp.Body.Close()
+			var got struct{ App, Request, ForwardedPrefix string }
+			body, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != 200 || json.Unmarshal(body, &got) != nil {
+				return fmt.Errorf("%d %.300s", resp.StatusCode, body)
+			}
+			if got.App != "simulated" || got.Request != "GET /w/"+nb.Id+"/api HTTP/1.1" || got.ForwardedPrefix != "/w/"+nb.Id {
+				t.Fatalf("the app was asked %+v", got)
+			}
+			return nil
+		})
+	}
+	opens()
+	// Not even the team's lead gets in: Gantry's checks hold wherever the
+	// notebook runs.
+	req, _ := http.NewRequestWithContext(ctx, "GET", g.URL+"/w/"+nb.Id+"/api", nil)
+	req.Header.Set("Authorization", "Bearer "+g.Token("lee"))
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusForbidden {
+		t.Errorf("lee opening ada's notebook on the worker: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
 	// The room drained: the service's pod is replaced, and the new one
 	// runs on the cloud at its price.
 	if r := servertest.Must(api.DrainClusterWithResponse(ctx, "onprem"))(t); r.StatusCode() != 200 {
@@ -669,20 +719,46 @@ clusters:
 	if w := servertest.Deref(servertest.Must(api.GetWorkloadWithResponse(ctx, svc.Id))(t).JSON200); servertest.Deref(w.Cluster) != "cloud" || w.PricePerHour != 6.4 {
 		t.Errorf("the service, moved: on %q at $%v/h", servertest.Deref(w.Cluster), w.PricePerHour)
 	}
+	// The notebook stays on the drained room: its home volume is there.
+	// Stopped and started while the room is cordoned, it waits for the
+	// room, saying why, rather than run on the cloud without its home;
+	// uncordoned, it runs there again and opens.
+	runsOn(nb.Id, "onprem", onprem)
+	if r := servertest.Must(api.StopWorkloadWithResponse(ctx, nb.Id))(t); r.StatusCode() >= 300 {
+		t.Fatalf("stop the notebook: %d %s", r.StatusCode(), r.Body)
+	}
+	waitfor.Until(t, 2*time.Minute, "the notebook stopped", func() error {
+		if w := servertest.Deref(servertest.Must(api.GetWorkloadWithResponse(ctx, nb.Id))(t).JSON200); w.Status != model.Stopped {
+			return fmt.Errorf("status %s", w.Status)
+		}
+		return nil
+	})
+	if r := servertest.Must(api.StartWorkloadWithResponse(ctx, nb.Id))(t); r.StatusCode() >= 300 {
+		t.Fatalf("start the notebook: %d %s", r.StatusCode(), r.Body)
+	}
+	waitfor.Until(t, 2*time.Minute, "the notebook waiting for its home", func() error {
+		w := servertest.Deref(servertest.Must(api.GetWorkloadWithResponse(ctx, nb.Id))(t).JSON200)
+		if w.Status != model.Queued || !strings.Contains(servertest.Deref(w.Reason), "cloud: its volumes are on onprem, where alone it runs") {
+			return fmt.Errorf("%s (%s)", w.Status, servertest.Deref(w.Reason))
+		}
+		return nil
+	})
 	if r := servertest.Must(api.UncordonClusterWithResponse(ctx, "onprem"))(t); r.StatusCode() != 200 {
 		t.Fatalf("uncordon: %d %s", r.StatusCode(), r.Body)
 	}
+	runsOn(nb.Id, "onprem", onprem)
+	opens()
 
-	// A notebook cannot be dispatched yet: refused, not left waiting.
-	nb := servertest.Must(api.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "jupyter-notebook", Team: "vision"}))(t)
-	if p := servertest.Deref(nb.ApplicationproblemJSONDefault); nb.StatusCode() != 422 || len(servertest.Deref(p.Errors)) != 1 ||
-		servertest.Deref(p.Errors)[0].Field != "template" || !strings.Contains(servertest.Deref(p.Errors)[0].Detail, "only batch Jobs and services are dispatched") {
-		t.Errorf("a notebook: %d %s", nb.StatusCode(), nb.Body)
+	// A VM cannot be dispatched yet: refused, not left waiting.
+	vm := servertest.Must(api.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "gpu-vm", Team: "vision",
+		Parameters: &model.Parameters{"sshPublicKey": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKubeTestKey0000000000000000000000000000 ada@host"}}))(t)
+	if p := servertest.Deref(vm.ApplicationproblemJSONDefault); vm.StatusCode() != 422 || len(servertest.Deref(p.Errors)) != 1 ||
+		servertest.Deref(p.Errors)[0].Field != "template" || !strings.Contains(servertest.Deref(p.Errors)[0].Detail, "VMs are not dispatched") {
+		t.Errorf("a VM: %d %s", vm.StatusCode(), vm.Body)
 	}
 
-	// Deleted: the work and its staged claims and services leave the
-	// workers.
-	for _, id := range []string{first.Id, second.Id, svc.Id} {
+	// Deleted: the work and what was staged for it leave the workers.
+	for _, id := range []string{first.Id, second.Id, svc.Id, nb.Id} {
 		if r := servertest.Must(api.DeleteWorkloadWithResponse(ctx, id))(t); r.StatusCode() >= 300 {
 			t.Fatalf("delete %s: %d %s", id, r.StatusCode(), r.Body)
 		}
@@ -701,8 +777,12 @@ clusters:
 			if err != nil {
 				return err
 			}
-			if len(pods.Items)+len(claims.Items)+len(svcs.Items) > 0 {
-				return fmt.Errorf("%d pods, %d claims, %d services", len(pods.Items), len(claims.Items), len(svcs.Items))
+			pols, err := w.Client.NetworkingV1().NetworkPolicies(teamNS).List(ctx, metav1.ListOptions{LabelSelector: workers.LabelStaged})
+			if err != nil {
+				return err
+			}
+			if n := len(pods.Items) + len(claims.Items) + len(svcs.Items) + len(pols.Items); n > 0 {
+				return fmt.Errorf("%d pods, %d claims, %d services, %d network policies", len(pods.Items), len(claims.Items), len(svcs.Items), len(pols.Items))
 			}
 			return nil
 		})

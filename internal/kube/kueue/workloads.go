@@ -47,6 +47,18 @@ func Waiting(u *unstructured.Unstructured) (waiting bool, reason string) {
 	return !reserved && !finished, reason
 }
 
+// Finished says whether a Kueue Workload has finished (its Finished
+// condition is true).
+func Finished(u *unstructured.Unstructured) bool {
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, c := range conds {
+		if m, _ := c.(map[string]any); m["type"] == "Finished" {
+			return m["status"] == "True"
+		}
+	}
+	return false
+}
+
 // Dispatching says whether a manager's Kueue Workload, its quota reserved,
 // waits for MultiKueue to run it on a worker cluster, and why: Gantry's
 // placement in words (kapi.AnnotationPlacement), or the check's message.

@@ -353,8 +353,13 @@ func (w *Watcher) Observe(id string) (Observation, bool) {
 	if ok && o.Phase == workload.Running && w.queued != nil && !slices.ContainsFunc(pods, onANode) {
 		// Running with no pod on a node here: MultiKueue runs it on a
 		// worker (a Job's pods are there alone; a service's pods here
-		// stay gated, with the status of their copies there).
-		o.Cluster, o.GPUHourPrice = w.dispatched(jobs, pods)
+		// stay gated, with the status of their copies there). Where no
+		// Kueue Workload says which, its copy there was evicted (its
+		// worker lost, preempted) and the status here is the lost copy's
+		// until a new one runs: it waits in its queue again.
+		if o.Cluster, o.GPUHourPrice = w.dispatched(jobs, pods); o.Cluster == "" {
+			o.Phase, o.Reason, o.Node, o.At = workload.Pending, "its run on a worker cluster was evicted: queued again", "", time.Time{}
+		}
 	}
 	if len(evicted) > 0 {
 		o.WorkloadID, o.Evicted, ok = id, evicted, true // Phase "" when that is all there is to say
@@ -378,13 +383,15 @@ func (w *Watcher) dispatched(jobs []*batchv1.Job, pods []*corev1.Pod) (string, f
 		keys = append(keys, kueue.OwnerKey(j.Namespace, "Job", j.Name))
 	}
 	for _, p := range pods {
-		keys = append(keys, kueue.OwnerKey(p.Namespace, "Pod", p.Name))
+		if p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed { // an ended pod's run is not this one
+			keys = append(keys, kueue.OwnerKey(p.Namespace, "Pod", p.Name))
+		}
 	}
 	for _, key := range keys {
 		objs, _ := w.queued.GetIndexer().ByIndex(kueue.ByOwner, key)
 		for _, obj := range objs {
 			u, ok := obj.(*unstructured.Unstructured)
-			if !ok {
+			if !ok || kueue.Finished(u) {
 				continue
 			}
 			if name, _, _ := unstructured.NestedString(u.Object, "status", "clusterName"); name != "" {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -233,24 +234,13 @@ func (m *Manager) Pass(ctx context.Context) error {
 	merr := m.o.Workers.Mirror(ctx, namespaces, func(c fleet.Cluster) []quota.Object {
 		return quota.WorkerObjects(m.o.Classes, teams, m.o.Priorities, c.Caps)
 	}, m.o.Refresh)
-	// The claims and services staged for workloads since deleted go.
+	// What was staged for workloads since deleted goes.
 	var cerr []error
 	states, _ := m.o.Workers.States()
-	ours := metav1.ListOptions{LabelSelector: render.LabelManagedBy + "=" + render.ManagedBy + "," + render.LabelWorkloadID, ResourceVersion: "0"}
-	claims, err := m.o.Cluster.Core().CoreV1().PersistentVolumeClaims("").List(ctx, ours)
-	if err != nil {
-		return errors.Join(serr, merr, fmt.Errorf("the manager's claims: %w", err))
-	}
-	services, err := m.o.Cluster.Core().CoreV1().Services("").List(ctx, ours)
-	if err != nil {
-		return errors.Join(serr, merr, fmt.Errorf("the manager's services: %w", err))
-	}
-	hereClaims := names(claims.Items, func(c *corev1.PersistentVolumeClaim) metav1.Object { return c })
-	hereServices := names(services.Items, func(v *corev1.Service) metav1.Object { return v })
 	for _, c := range m.o.Workers.fleet.Clusters() {
 		if core := m.o.Workers.get(c.Name).core; core != nil && states[c.Name].Reachable {
-			if err := collect(ctx, hereClaims, hereServices, core); err != nil {
-				cerr = append(cerr, fmt.Errorf("worker %s: claims and services of deleted workloads: %w", c.Name, err))
+			if err := collect(ctx, m.o.Cluster.Core(), core); err != nil {
+				cerr = append(cerr, fmt.Errorf("worker %s: what was staged for deleted workloads: %w", c.Name, err))
 			}
 		}
 	}
@@ -260,9 +250,12 @@ func (m *Manager) Pass(ctx context.Context) error {
 // Stage puts on a worker, before the manager's Kueue Workload is nominated
 // to it, what its work needs there and MultiKueue does not copy: the
 // workload's PersistentVolumeClaims (the manager's, labelled with its
-// workload id), applied anew (a claim is bound where it is used), and a
-// service's Service, so that its endpoint resolves where its pods run. One
-// already there is left as it is. dispatch.Options.Stage.
+// workload id), applied anew (a claim is bound where it is used), the
+// first worker each went to noted on the manager's (AnnotationStagedOn); a
+// service's or notebook's Service, so that its endpoint resolves where its
+// pods run; and its NetworkPolicy, which lets in what may reach its pods
+// past the namespace's default of nothing. One already there is left as it
+// is. dispatch.Options.Stage.
 func (w *Workers) Stage(ctx context.Context, manager kubernetes.Interface, cluster string, wl *unstructured.Unstructured) error {
 	id := wl.GetLabels()[render.LabelWorkloadID]
 	if id == "" {
@@ -284,6 +277,12 @@ func (w *Workers) Stage(ctx context.Context, manager kubernetes.Interface, clust
 		if err := stage(ctx, core.CoreV1().PersistentVolumeClaims(ns), copied); err != nil {
 			return fmt.Errorf("worker %s: claim %s/%s: %w", cluster, ns, c.Name, err)
 		}
+		if c.Annotations[kapi.AnnotationStagedOn] == "" {
+			patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{kapi.AnnotationStagedOn: cluster}}})
+			if _, err := manager.CoreV1().PersistentVolumeClaims(ns).Patch(ctx, c.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: kapi.FieldManager}); err != nil {
+				return fmt.Errorf("claim %s/%s: say it is staged on %s: %w", ns, c.Name, cluster, err)
+			}
+		}
 	}
 	services, err := manager.CoreV1().Services(ns).List(ctx, sel)
 	if err != nil {
@@ -302,6 +301,16 @@ func (w *Workers) Stage(ctx context.Context, manager kubernetes.Interface, clust
 			return fmt.Errorf("worker %s: service %s/%s: %w", cluster, ns, v.Name, err)
 		}
 	}
+	policies, err := manager.NetworkingV1().NetworkPolicies(ns).List(ctx, sel)
+	if err != nil {
+		return fmt.Errorf("the network policies of workload %s: %w", id, err)
+	}
+	for _, p := range policies.Items {
+		copied := &networkingv1.NetworkPolicy{ObjectMeta: stagedMeta(p.ObjectMeta), Spec: *p.Spec.DeepCopy()}
+		if err := stage(ctx, core.NetworkingV1().NetworkPolicies(ns), copied); err != nil {
+			return fmt.Errorf("worker %s: network policy %s/%s: %w", cluster, ns, p.Name, err)
+		}
+	}
 	return nil
 }
 
@@ -314,13 +323,10 @@ func stagedMeta(m metav1.ObjectMeta) metav1.ObjectMeta {
 }
 
 // stage creates obj on a worker unless one of its name is there.
-func stage[T any, PT interface {
-	*T
-	metav1.Object
-}](ctx context.Context, c interface {
-	Get(context.Context, string, metav1.GetOptions) (PT, error)
-	Create(context.Context, PT, metav1.CreateOptions) (PT, error)
-}, obj PT) error {
+func stage[T metav1.Object](ctx context.Context, c interface {
+	Get(context.Context, string, metav1.GetOptions) (T, error)
+	Create(context.Context, T, metav1.CreateOptions) (T, error)
+}, obj T) error {
 	if _, err := c.Get(ctx, obj.GetName(), metav1.GetOptions{}); err == nil {
 		return nil
 	} else if !apierrors.IsNotFound(err) {
@@ -332,49 +338,84 @@ func stage[T any, PT interface {
 	return nil
 }
 
-// LabelStaged marks the claims Stage put on a worker: only those are
-// collected (a Gantry of the worker's own keeps its claims).
+// LabelStaged marks what Stage put on a worker: only that is collected (a
+// Gantry of the worker's own keeps its objects).
 const LabelStaged = "gantry.dev/staged"
 
-// collect deletes a worker's staged claims and services of workloads the
-// manager no longer has (gone: their primary object deleted, and with it
-// the manager's copies); here is what the manager has of Gantry's
-// workloads, by namespace/name.
-func collect(ctx context.Context, claims, services map[string]bool, worker kubernetes.Interface) error {
-	sel := metav1.ListOptions{LabelSelector: render.LabelManagedBy + "=" + render.ManagedBy + "," + render.LabelWorkloadID + "," + LabelStaged + "=true"}
-	thereClaims, err := worker.CoreV1().PersistentVolumeClaims("").List(ctx, sel)
-	if err != nil {
-		return err
-	}
-	for _, c := range thereClaims.Items {
-		if !claims[c.Namespace+"/"+c.Name] {
-			if err := worker.CoreV1().PersistentVolumeClaims(c.Namespace).Delete(ctx, c.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-				return err
-			}
+// collect deletes what was staged on a worker for workloads the manager
+// no longer has (gone: their primary object deleted, and with it the
+// manager's own claims, Service and NetworkPolicy). The worker is read
+// first and the manager after it, from the API server itself (not a
+// cache): whatever was staged before the worker's list was made for an
+// object the manager already had, so the manager's list has it.
+func collect(ctx context.Context, manager, worker kubernetes.Interface) error {
+	staged := metav1.ListOptions{LabelSelector: render.LabelManagedBy + "=" + render.ManagedBy + "," + render.LabelWorkloadID + "," + LabelStaged + "=true"}
+	ours := metav1.ListOptions{LabelSelector: render.LabelManagedBy + "=" + render.ManagedBy + "," + render.LabelWorkloadID}
+	for _, k := range []struct {
+		kind string
+		list func(kubernetes.Interface, metav1.ListOptions) ([]metav1.Object, error)
+		del  func(kubernetes.Interface, string, string) error
+	}{
+		{"claims", func(c kubernetes.Interface, o metav1.ListOptions) ([]metav1.Object, error) {
+			l, err := c.CoreV1().PersistentVolumeClaims("").List(ctx, o)
+			return objects(l, err, func(l *corev1.PersistentVolumeClaimList) []corev1.PersistentVolumeClaim { return l.Items })
+		}, func(c kubernetes.Interface, ns, name string) error {
+			return c.CoreV1().PersistentVolumeClaims(ns).Delete(ctx, name, metav1.DeleteOptions{})
+		}},
+		{"services", func(c kubernetes.Interface, o metav1.ListOptions) ([]metav1.Object, error) {
+			l, err := c.CoreV1().Services("").List(ctx, o)
+			return objects(l, err, func(l *corev1.ServiceList) []corev1.Service { return l.Items })
+		}, func(c kubernetes.Interface, ns, name string) error {
+			return c.CoreV1().Services(ns).Delete(ctx, name, metav1.DeleteOptions{})
+		}},
+		{"network policies", func(c kubernetes.Interface, o metav1.ListOptions) ([]metav1.Object, error) {
+			l, err := c.NetworkingV1().NetworkPolicies("").List(ctx, o)
+			return objects(l, err, func(l *networkingv1.NetworkPolicyList) []networkingv1.NetworkPolicy { return l.Items })
+		}, func(c kubernetes.Interface, ns, name string) error {
+			return c.NetworkingV1().NetworkPolicies(ns).Delete(ctx, name, metav1.DeleteOptions{})
+		}},
+	} {
+		there, err := k.list(worker, staged)
+		if err != nil {
+			return fmt.Errorf("list the staged %s: %w", k.kind, err)
 		}
-	}
-	thereServices, err := worker.CoreV1().Services("").List(ctx, sel)
-	if err != nil {
-		return err
-	}
-	for _, v := range thereServices.Items {
-		if !services[v.Namespace+"/"+v.Name] {
-			if err := worker.CoreV1().Services(v.Namespace).Delete(ctx, v.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-				return err
+		if len(there) == 0 {
+			continue
+		}
+		here, err := k.list(manager, ours)
+		if err != nil {
+			return fmt.Errorf("list the manager's %s: %w", k.kind, err)
+		}
+		kept := map[string]bool{}
+		for _, o := range here {
+			kept[o.GetNamespace()+"/"+o.GetName()] = true
+		}
+		for _, o := range there {
+			if kept[o.GetNamespace()+"/"+o.GetName()] {
+				continue
+			}
+			if err := k.del(worker, o.GetNamespace(), o.GetName()); err != nil && !apierrors.IsNotFound(err) {
+				return fmt.Errorf("delete the staged %s %s/%s: %w", k.kind, o.GetNamespace(), o.GetName(), err)
 			}
 		}
 	}
 	return nil
 }
 
-// names is a list's objects by namespace/name.
-func names[T any](items []T, meta func(*T) metav1.Object) map[string]bool {
-	out := map[string]bool{}
-	for i := range items {
-		m := meta(&items[i])
-		out[m.GetNamespace()+"/"+m.GetName()] = true
+// objects is a list's items as metav1.Objects.
+func objects[L any, T any, PT interface {
+	*T
+	metav1.Object
+}](l L, err error, items func(L) []T) ([]metav1.Object, error) {
+	if err != nil {
+		return nil, err
 	}
-	return out
+	all := items(l)
+	out := make([]metav1.Object, len(all))
+	for i := range all {
+		out[i] = PT(&all[i])
+	}
+	return out, nil
 }
 
 // Stage readies a worker for a manager's Workload (dispatch.Stager).

@@ -6,7 +6,9 @@
 // refuses them is said to, in words an operator can act on. With Kueue, it
 // is also the manager's side of the fleet (Manager, on the leader): the
 // kubeconfigs as MultiKueue's Secrets, each worker's team namespaces and
-// queues, and a Job's volume claims staged on its worker.
+// queues, and a workload's volume claims and Service staged on its worker;
+// and the way to a notebook's app on a worker (Dial: its API server's
+// port-forward).
 package workers
 
 import (
@@ -28,6 +30,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/gantryhq/gantry/internal/fleet"
@@ -72,8 +75,10 @@ type client struct {
 	core  kubernetes.Interface
 	dyn   dynamic.Interface
 	// stream is core without the per-request timeout: a log followed
-	// for as long as its reader wants (its context ends it).
+	// for as long as its reader wants (its context ends it); config is
+	// its configuration (Dial's port-forwards).
 	stream kubernetes.Interface
+	config *rest.Config
 }
 
 // Options build Workers; Fleet and Classes are required.
@@ -241,6 +246,7 @@ func (w *Workers) client(c fleet.Cluster) (kubernetes.Interface, error) {
 	if err != nil {
 		return nil, fmt.Errorf("its kubeconfig %s: %v", path, err)
 	}
+	streamCfg := rest.CopyConfig(cfg)
 	cfg.Timeout = w.timeout
 	core, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
@@ -251,7 +257,7 @@ func (w *Workers) client(c fleet.Cluster) (kubernetes.Interface, error) {
 		return nil, fmt.Errorf("its kubeconfig %s: %v", path, err)
 	}
 	w.mu.Lock()
-	w.clients[c.Name] = client{stamp: stamp, core: core, dyn: dyn, stream: stream}
+	w.clients[c.Name] = client{stamp: stamp, core: core, dyn: dyn, stream: stream, config: streamCfg}
 	w.mu.Unlock()
 	return core, nil
 }

@@ -186,7 +186,10 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 		return nil, err
 	}
 	appFile := filepath.Join(c.workDir, "simulated-app.py")
-	if err := os.WriteFile(appFile, []byte(simulatedApp), 0o644); err != nil {
+	if _, err := exec.LookPath("python3"); err != nil {
+		fmt.Fprintln(o.Log, "cluster: no python3: the simulated pods' ports answer no port-forward (a notebook on a worker cluster will not open)")
+		appFile = ""
+	} else if err := os.WriteFile(appFile, []byte(simulatedApp), 0o644); err != nil {
 		return nil, err
 	}
 	var auditPolicy string
@@ -358,6 +361,9 @@ spec:
 	// Every simulated container's ports answer a port-forward (the way
 	// Gantry reaches a notebook on a worker cluster) with a stand-in app
 	// that says what it was asked: one request per connection.
+	if appFile == "" {
+		return b.Bytes()
+	}
 	fmt.Fprintf(&b, `
 ---
 apiVersion: kwok.x-k8s.io/v1alpha1

@@ -31,8 +31,8 @@ type Launch struct {
 	Hold  string
 	Avoid []string
 	// Home is the cluster the launch's volumes are on, where alone it may
-	// run (a notebook's home, staged on the worker of its first run);
-	// "" : anywhere. A home no longer in the fleet binds nothing.
+	// run (a notebook's home, on the worker it first ran on); "" :
+	// anywhere. A home no longer in the fleet binds nothing.
 	Home string
 }
 

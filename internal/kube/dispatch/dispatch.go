@@ -65,9 +65,11 @@ type Workers interface {
 
 // Stager puts on a worker what a Workload's Job or pod needs there and
 // MultiKueue does not copy (its volume claims, Service and NetworkPolicy),
-// before the Workload is nominated to it.
+// before the Workload is nominated to it; and, once the worker admitted
+// it, notes that its claims' data is there (a notebook's home).
 type Stager interface {
 	Stage(ctx context.Context, cluster string, wl *unstructured.Unstructured) error
+	Placed(ctx context.Context, cluster string, wl *unstructured.Unstructured) error
 }
 
 // Options build a Dispatcher; all but Retry and Log are required.
@@ -102,6 +104,7 @@ type Dispatcher struct {
 
 	mu    sync.Mutex
 	since map[types.UID]nominated // the nomination each Workload holds now
+	pods  map[types.UID]podWork   // what a pod's Workload is, once read
 }
 
 type nominated struct {
@@ -121,7 +124,7 @@ func New(o Options) (*Dispatcher, error) {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Dispatcher{o: o, since: map[types.UID]nominated{}}, nil
+	return &Dispatcher{o: o, since: map[types.UID]nominated{}, pods: map[types.UID]podWork{}}, nil
 }
 
 // withIntensity is states with each cluster's grid intensity now, read
@@ -198,6 +201,11 @@ func (d *Dispatcher) Round(ctx context.Context) (n int, err error) {
 			delete(d.since, uid)
 		}
 	}
+	for uid := range d.pods {
+		if !seen[uid] {
+			delete(d.pods, uid)
+		}
+	}
 	d.mu.Unlock()
 	var undecided []waiting
 	var launches []fleet.Launch
@@ -215,6 +223,12 @@ func (d *Dispatcher) Round(ctx context.Context) (n int, err error) {
 				continue
 			}
 			if reserved {
+				if d.o.Stage != nil {
+					if err := d.o.Stage.Placed(ctx, c, w.u); err != nil {
+						errs = append(errs, fmt.Errorf("dispatch: note %s/%s placed on %s: %w", w.u.GetNamespace(), w.u.GetName(), c, err))
+						continue
+					}
+				}
 				if len(w.now) > 0 {
 					if err := d.withdraw(ctx, w.u); err != nil {
 						errs = append(errs, err)
@@ -339,7 +353,7 @@ func (d *Dispatcher) drain(ctx context.Context, u *unstructured.Unstructured, dr
 		if u.GetDeletionTimestamp() != nil {
 			return nil // evicted already: its Workload goes
 		}
-		if nb, err := d.notebook(ctx, u); err != nil || nb != nil {
+		if pw, err := d.notebook(ctx, u); err != nil || pw.notebook {
 			// A notebook stays: its home volume is on this cluster. It
 			// runs on until its owner stops it (docs/fleets.md).
 			return err
@@ -370,48 +384,71 @@ func (d *Dispatcher) drain(ctx context.Context, u *unstructured.Unstructured, dr
 
 var podsResource = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
 
-// notebook is the manager's pod a Workload admits when it is a notebook's
-// (nil: a Job's, a service's, or gone).
-func (d *Dispatcher) notebook(ctx context.Context, u *unstructured.Unstructured) (*unstructured.Unstructured, error) {
+// podWork is what the dispatcher learnt of a pod's Workload, kept for the
+// Workload's life (a pod's kind and claims never change; a home, once
+// noted, neither): whether it is a notebook's, its claims, its home.
+type podWork struct {
+	notebook bool
+	claims   []string
+	home     string
+}
+
+// notebook says whether a Workload admits a notebook's pod, and the pod's
+// claims (false: a Job's, a service's, or its pod gone).
+func (d *Dispatcher) notebook(ctx context.Context, u *unstructured.Unstructured) (podWork, error) {
 	ref := ownerPod(u)
 	if ref == nil {
-		return nil, nil
+		return podWork{}, nil
+	}
+	d.mu.Lock()
+	pw, known := d.pods[u.GetUID()]
+	d.mu.Unlock()
+	if known {
+		return pw, nil
 	}
 	pod, err := d.o.Manager.Resource(podsResource).Namespace(u.GetNamespace()).Get(ctx, ref.Name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
-		return nil, nil
+		return podWork{}, nil
 	case err != nil:
-		return nil, fmt.Errorf("dispatch: read pod %s/%s: %w", u.GetNamespace(), ref.Name, err)
-	case pod.GetUID() != ref.UID || pod.GetLabels()[render.LabelComponent] != template.Notebook:
-		return nil, nil
+		return podWork{}, fmt.Errorf("dispatch: read pod %s/%s: %w", u.GetNamespace(), ref.Name, err)
+	case pod.GetUID() == ref.UID && pod.GetLabels()[render.LabelComponent] == template.Notebook:
+		pw.notebook = true
+		volumes, _, _ := unstructured.NestedSlice(pod.Object, "spec", "volumes")
+		for _, v := range volumes {
+			m, _ := v.(map[string]any)
+			if name, _, _ := unstructured.NestedString(m, "persistentVolumeClaim", "claimName"); name != "" {
+				pw.claims = append(pw.claims, name)
+			}
+		}
 	}
-	return pod, nil
+	d.mu.Lock()
+	d.pods[u.GetUID()] = pw
+	d.mu.Unlock()
+	return pw, nil
 }
 
-// home is the cluster a notebook's home is on: the worker its volume
-// claims were first staged on (kapi.AnnotationStagedOn), where alone it
-// may run again; "" for other work, or a notebook not yet staged anywhere.
+// home is the cluster a notebook's home is on: the worker it first ran on
+// (kapi.AnnotationHomeCluster on its claims), where alone it may run
+// again; "" for other work, or a notebook that has not run yet.
 func (d *Dispatcher) home(ctx context.Context, u *unstructured.Unstructured) (string, error) {
-	pod, err := d.notebook(ctx, u)
-	if err != nil || pod == nil {
-		return "", err
+	pw, err := d.notebook(ctx, u)
+	if err != nil || !pw.notebook || pw.home != "" {
+		return pw.home, err
 	}
-	volumes, _, _ := unstructured.NestedSlice(pod.Object, "spec", "volumes")
 	claims := d.o.Manager.Resource(schema.GroupVersionResource{Version: "v1", Resource: "persistentvolumeclaims"}).Namespace(u.GetNamespace())
-	for _, v := range volumes {
-		m, _ := v.(map[string]any)
-		name, _, _ := unstructured.NestedString(m, "persistentVolumeClaim", "claimName")
-		if name == "" {
-			continue
-		}
+	for _, name := range pw.claims {
 		c, err := claims.Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			continue
 		} else if err != nil {
 			return "", fmt.Errorf("dispatch: read claim %s/%s: %w", u.GetNamespace(), name, err)
 		}
-		if at := c.GetAnnotations()[kapi.AnnotationStagedOn]; at != "" {
+		if at := c.GetAnnotations()[kapi.AnnotationHomeCluster]; at != "" {
+			pw.home = at
+			d.mu.Lock()
+			d.pods[u.GetUID()] = pw
+			d.mu.Unlock()
 			return at, nil
 		}
 	}

@@ -66,10 +66,10 @@ const AnnotationDrainedFrom = "gantry.dev/drained-from"
 // when Kueue's own record of it (status.clusterName) is cleared.
 const AnnotationDispatchedTo = "gantry.dev/dispatched-to"
 
-// AnnotationStagedOn names, on a manager's volume claim, the worker
-// cluster its copy was first staged on: a notebook's home is there, and
-// the notebook runs there alone.
-const AnnotationStagedOn = "gantry.dev/staged-on"
+// AnnotationHomeCluster names, on a manager's volume claim, the worker
+// cluster its workload first ran on, where its copy holds the data: a
+// notebook's home is there, and the notebook runs there alone.
+const AnnotationHomeCluster = "gantry.dev/home-cluster"
 
 // AnnotationGPUHourPrice carries, beside the placement, the chosen
 // cluster's price per GPU-hour for the Workload: its run is priced so.

@@ -47,12 +47,12 @@ func Waiting(u *unstructured.Unstructured) (waiting bool, reason string) {
 	return !reserved && !finished, reason
 }
 
-// Finished says whether a Kueue Workload has finished (its Finished
-// condition is true).
-func Finished(u *unstructured.Unstructured) bool {
+// Condition says whether a Kueue Workload's condition typ (Finished,
+// QuotaReserved, Evicted, …) is true.
+func Condition(u *unstructured.Unstructured, typ string) bool {
 	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
 	for _, c := range conds {
-		if m, _ := c.(map[string]any); m["type"] == "Finished" {
+		if m, _ := c.(map[string]any); m["type"] == typ {
 			return m["status"] == "True"
 		}
 	}

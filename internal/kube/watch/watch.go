@@ -391,10 +391,17 @@ func (w *Watcher) dispatched(jobs []*batchv1.Job, pods []*corev1.Pod) (string, f
 		objs, _ := w.queued.GetIndexer().ByIndex(kueue.ByOwner, key)
 		for _, obj := range objs {
 			u, ok := obj.(*unstructured.Unstructured)
-			if !ok || kueue.Finished(u) {
+			if !ok || kueue.Condition(u, "Finished") {
 				continue
 			}
-			if name, _, _ := unstructured.NestedString(u.Object, "status", "clusterName"); name != "" {
+			name, _, _ := unstructured.NestedString(u.Object, "status", "clusterName")
+			if name == "" && kueue.Condition(u, "QuotaReserved") && !kueue.Condition(u, "Evicted") {
+				// Its copy runs before MultiKueue records where (it waits
+				// for the dispatcher to withdraw the nomination): the
+				// cluster it was nominated to.
+				name = u.GetAnnotations()[kapi.AnnotationDispatchedTo]
+			}
+			if name != "" {
 				price, _ := strconv.ParseFloat(u.GetAnnotations()[kapi.AnnotationGPUHourPrice], 64)
 				return name, price
 			}

@@ -13,10 +13,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/httpstream"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/transport/spdy"
+	"k8s.io/streaming/pkg/httpstream"
 
 	"github.com/gantryhq/gantry/internal/render"
 )
@@ -55,37 +55,22 @@ const portForwardProtocol = "portforward.k8s.io"
 
 // portForward opens one port-forward stream to a pod's port, as kubectl
 // port-forward does for each connection: a data stream and an error
-// stream on one upgraded connection, closed together.
+// stream on one upgraded connection, closed together. ctx bounds the dial
+// and the upgrade.
 func portForward(ctx context.Context, cfg *rest.Config, core kubernetes.Interface, namespace, pod string, port int) (net.Conn, error) {
+	where := fmt.Sprintf("%s/%s:%d", namespace, pod, port)
 	rt, upgrader, err := spdy.RoundTripperFor(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("port-forward to %s/%s: %w", namespace, pod, err)
+		return nil, fmt.Errorf("port-forward to %s: %w", where, err)
 	}
 	u := core.CoreV1().RESTClient().Post().Namespace(namespace).Resource("pods").Name(pod).SubResource("portforward").URL()
-	dialer := spdy.NewDialer(upgrader, &http.Client{Transport: rt}, http.MethodPost, u)
-	type dialed struct {
-		conn httpstream.Connection
-		err  error
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), nil)
+	if err != nil {
+		return nil, fmt.Errorf("port-forward to %s: %w", where, err)
 	}
-	done := make(chan dialed, 1)
-	go func() {
-		conn, _, err := dialer.Dial(portForwardProtocol)
-		done <- dialed{conn, err}
-	}()
-	var conn httpstream.Connection
-	select {
-	case d := <-done:
-		if d.err != nil {
-			return nil, fmt.Errorf("port-forward to %s/%s: %w", namespace, pod, d.err)
-		}
-		conn = d.conn
-	case <-ctx.Done():
-		go func() { // the dial may still succeed: its connection is closed then
-			if d := <-done; d.conn != nil {
-				d.conn.Close()
-			}
-		}()
-		return nil, fmt.Errorf("port-forward to %s/%s: %w", namespace, pod, ctx.Err())
+	conn, _, err := spdy.NegotiateStreaming(upgrader, &http.Client{Transport: rt}, req, portForwardProtocol)
+	if err != nil {
+		return nil, fmt.Errorf("port-forward to %s: %w", where, err)
 	}
 	h := http.Header{}
 	h.Set(corev1.StreamType, corev1.StreamTypeError)
@@ -94,21 +79,22 @@ func portForward(ctx context.Context, cfg *rest.Config, core kubernetes.Interfac
 	errStream, err := conn.CreateStream(h)
 	if err != nil {
 		conn.Close()
-		return nil, fmt.Errorf("port-forward to %s/%s: its error stream: %w", namespace, pod, err)
+		return nil, fmt.Errorf("port-forward to %s: its error stream: %w", where, err)
 	}
 	errStream.Close() // nothing is sent on it
 	h.Set(corev1.StreamType, corev1.StreamTypeData)
 	data, err := conn.CreateStream(h)
 	if err != nil {
 		conn.Close()
-		return nil, fmt.Errorf("port-forward to %s/%s: its data stream: %w", namespace, pod, err)
+		return nil, fmt.Errorf("port-forward to %s: its data stream: %w", where, err)
 	}
-	fc := &forwarded{conn: conn, data: data, addr: forwardAddr(fmt.Sprintf("%s/%s:%d", namespace, pod, port))}
+	fc := &forwarded{conn: conn, data: data, addr: forwardAddr(where), said: make(chan struct{})}
 	go func() {
 		// The kubelet says here why the port could not be reached.
+		defer close(fc.said)
 		msg, _ := io.ReadAll(errStream)
 		if len(msg) > 0 {
-			fc.fail(fmt.Errorf("port-forward to %s/%s:%d: %s", namespace, pod, port, msg))
+			fc.fail(fmt.Errorf("port-forward to %s: %s", where, msg))
 		}
 	}()
 	return fc, nil
@@ -120,6 +106,7 @@ type forwarded struct {
 	conn httpstream.Connection
 	data httpstream.Stream
 	addr net.Addr
+	said chan struct{} // closed once the error stream has ended
 
 	mu   sync.Mutex
 	err  error
@@ -144,7 +131,20 @@ func (f *forwarded) failure(err error) error {
 
 func (f *forwarded) Read(b []byte) (int, error) {
 	n, err := f.data.Read(b)
-	if err != nil && err != io.EOF {
+	switch {
+	case err == io.EOF:
+		// The kubelet ends the data stream when the port refuses, and
+		// says why on the error stream: that, when it comes in time.
+		select {
+		case <-f.said:
+		case <-time.After(100 * time.Millisecond):
+		}
+		f.mu.Lock()
+		if f.err != nil {
+			err = f.err
+		}
+		f.mu.Unlock()
+	case err != nil:
 		err = f.failure(err)
 	}
 	return n, err

@@ -250,8 +250,7 @@ func (m *Manager) Pass(ctx context.Context) error {
 // Stage puts on a worker, before the manager's Kueue Workload is nominated
 // to it, what its work needs there and MultiKueue does not copy: the
 // workload's PersistentVolumeClaims (the manager's, labelled with its
-// workload id), applied anew (a claim is bound where it is used), the
-// first worker each went to noted on the manager's (AnnotationStagedOn); a
+// workload id), applied anew (a claim is bound where it is used); a
 // service's or notebook's Service, so that its endpoint resolves where its
 // pods run; and its NetworkPolicy, which lets in what may reach its pods
 // past the namespace's default of nothing. One already there is left as it
@@ -276,12 +275,6 @@ func (w *Workers) Stage(ctx context.Context, manager kubernetes.Interface, clust
 			Spec: corev1.PersistentVolumeClaimSpec{AccessModes: c.Spec.AccessModes, Resources: c.Spec.Resources, StorageClassName: c.Spec.StorageClassName, VolumeMode: c.Spec.VolumeMode}}
 		if err := stage(ctx, core.CoreV1().PersistentVolumeClaims(ns), copied); err != nil {
 			return fmt.Errorf("worker %s: claim %s/%s: %w", cluster, ns, c.Name, err)
-		}
-		if c.Annotations[kapi.AnnotationStagedOn] == "" {
-			patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{kapi.AnnotationStagedOn: cluster}}})
-			if _, err := manager.CoreV1().PersistentVolumeClaims(ns).Patch(ctx, c.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: kapi.FieldManager}); err != nil {
-				return fmt.Errorf("claim %s/%s: say it is staged on %s: %w", ns, c.Name, cluster, err)
-			}
 		}
 	}
 	services, err := manager.CoreV1().Services(ns).List(ctx, sel)
@@ -309,6 +302,33 @@ func (w *Workers) Stage(ctx context.Context, manager kubernetes.Interface, clust
 		copied := &networkingv1.NetworkPolicy{ObjectMeta: stagedMeta(p.ObjectMeta), Spec: *p.Spec.DeepCopy()}
 		if err := stage(ctx, core.NetworkingV1().NetworkPolicies(ns), copied); err != nil {
 			return fmt.Errorf("worker %s: network policy %s/%s: %w", cluster, ns, p.Name, err)
+		}
+	}
+	return nil
+}
+
+// Placed notes, on the manager's claims of a workload a worker has
+// admitted, that their data is on that worker (kapi.AnnotationHomeCluster)
+// — unless a cluster of the fleet holds it already. dispatch.Stager.
+func (w *Workers) Placed(ctx context.Context, manager kubernetes.Interface, cluster string, wl *unstructured.Unstructured) error {
+	id := wl.GetLabels()[render.LabelWorkloadID]
+	if id == "" {
+		return nil
+	}
+	ns := wl.GetNamespace()
+	claims, err := manager.CoreV1().PersistentVolumeClaims(ns).List(ctx, metav1.ListOptions{LabelSelector: render.LabelWorkloadID + "=" + id})
+	if err != nil {
+		return fmt.Errorf("the claims of workload %s: %w", id, err)
+	}
+	for _, c := range claims.Items {
+		if home := c.Annotations[kapi.AnnotationHomeCluster]; home == cluster {
+			continue
+		} else if _, listed := w.fleet.Get(home); listed {
+			continue // its data is on a cluster of the fleet
+		}
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{kapi.AnnotationHomeCluster: cluster}}})
+		if _, err := manager.CoreV1().PersistentVolumeClaims(ns).Patch(ctx, c.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: kapi.FieldManager}); err != nil {
+			return fmt.Errorf("claim %s/%s: say its data is on %s: %w", ns, c.Name, cluster, err)
 		}
 	}
 	return nil
@@ -421,4 +441,9 @@ func objects[L any, T any, PT interface {
 // Stage readies a worker for a manager's Workload (dispatch.Stager).
 func (m *Manager) Stage(ctx context.Context, cluster string, wl *unstructured.Unstructured) error {
 	return m.o.Workers.Stage(ctx, m.o.Cluster.Core(), cluster, wl)
+}
+
+// Placed notes where a manager's Workload was admitted (dispatch.Stager).
+func (m *Manager) Placed(ctx context.Context, cluster string, wl *unstructured.Unstructured) error {
+	return m.o.Workers.Placed(ctx, m.o.Cluster.Core(), cluster, wl)
 }

@@ -35,6 +35,7 @@ import (
 	"github.com/gantryhq/gantry/internal/fleet"
 	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/kube/kapi"
+	"github.com/gantryhq/gantry/internal/kube/kueue"
 	"github.com/gantryhq/gantry/internal/render"
 	"github.com/gantryhq/gantry/internal/template"
 )
@@ -308,7 +309,7 @@ func (d *Dispatcher) drain(ctx context.Context, u *unstructured.Unstructured, dr
 	inactive := found && !active
 	cluster, _, _ := unstructured.NestedString(u.Object, "status", "clusterName")
 	from := u.GetAnnotations()[kapi.AnnotationDrainedFrom]
-	if inactive && condition(u, "QuotaReserved") {
+	if inactive && kueue.Condition(u, "QuotaReserved") {
 		// Deactivated (drained, or stopped by its owner) while it ran on a
 		// worker: Kueue gives the quota back once the manager's Job is not
 		// active, and its status is the worker copy's as MultiKueue last
@@ -340,7 +341,7 @@ func (d *Dispatcher) drain(ctx context.Context, u *unstructured.Unstructured, dr
 		d.o.Log.Info("drained: queued again", "workload", u.GetNamespace()+"/"+u.GetName(), "from", from)
 		return nil
 	}
-	if cluster == "" || !draining[cluster] || inactive || condition(u, "Finished") {
+	if cluster == "" || !draining[cluster] || inactive || kueue.Condition(u, "Finished") {
 		return nil
 	}
 	if pod := ownerPod(u); pod != nil {
@@ -545,7 +546,7 @@ func (d *Dispatcher) waits(u *unstructured.Unstructured) bool {
 	if name, _, _ := unstructured.NestedString(u.Object, "status", "clusterName"); name != "" {
 		return false
 	}
-	if !condition(u, "QuotaReserved") || condition(u, "Finished") {
+	if !kueue.Condition(u, "QuotaReserved") || kueue.Condition(u, "Finished") {
 		return false
 	}
 	// A deactivated one (drained, stopped) waits for its quota to come
@@ -677,16 +678,6 @@ func launchOf(u *unstructured.Unstructured, classes *gpu.Catalog) fleet.Launch {
 		}
 	}
 	return l
-}
-
-func condition(u *unstructured.Unstructured, typ string) bool {
-	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
-	for _, c := range conds {
-		if m, _ := c.(map[string]any); m["type"] == typ {
-			return m["status"] == "True"
-		}
-	}
-	return false
 }
 
 // indexOf finds the pending Workload of a launch (Round keeps them in

@@ -499,16 +499,19 @@ clusters:
 			})
 		}
 	})
-	launch := func() model.Workload {
+	launchOf := func(tmpl string, gpus model.GPUChoice) model.Workload {
 		t.Helper()
-		r := servertest.Must(api.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "pytorch-train", Team: "vision",
-			Gpu: &model.GPUChoice{Class: new("A100-80GB"), Count: new(4)}}))(t)
+		r := servertest.Must(api.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: tmpl, Team: "vision", Gpu: &gpus}))(t)
 		if r.StatusCode() != 201 {
-			t.Fatalf("launch: %d %s", r.StatusCode(), r.Body)
+			t.Fatalf("launch %s: %d %s", tmpl, r.StatusCode(), r.Body)
 		}
 		w := servertest.Deref(r.JSON201)
 		launched = append(launched, w.Id)
 		return w
+	}
+	launch := func() model.Workload {
+		t.Helper()
+		return launchOf("pytorch-train", model.GPUChoice{Class: new("A100-80GB"), Count: new(4)})
 	}
 	// runsOn waits until the workload runs on cluster as Gantry says (its
 	// status) and as the clusters say (the Kueue Workload's cluster, a pod
@@ -627,13 +630,7 @@ clusters:
 
 	// A service runs on a worker too, through Kueue's pod integration: on
 	// the cheaper room, at its price, its logs and events from there.
-	sr := servertest.Must(api.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "vllm-inference", Team: "vision",
-		Gpu: &model.GPUChoice{Class: new("A100-80GB"), Count: new(2)}}))(t)
-	if sr.StatusCode() != 201 {
-		t.Fatalf("launch a service: %d %s", sr.StatusCode(), sr.Body)
-	}
-	svc := servertest.Deref(sr.JSON201)
-	launched = append(launched, svc.Id)
+	svc := launchOf("vllm-inference", model.GPUChoice{Class: new("A100-80GB"), Count: new(2)})
 	runsOn(svc.Id, "onprem", onprem)
 	if w := servertest.Deref(servertest.Must(api.GetWorkloadWithResponse(ctx, svc.Id))(t).JSON200); servertest.Deref(w.Cluster) != "onprem" || w.PricePerHour != 2.2 {
 		t.Errorf("the service runs on %q at $%v/h", servertest.Deref(w.Cluster), w.PricePerHour)
@@ -661,13 +658,7 @@ clusters:
 	// through Gantry: its requests reach its pod there through the
 	// worker's port-forward (every simulated pod's port answers with a
 	// stand-in app that says what it was asked).
-	nr := servertest.Must(api.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "jupyter-notebook", Team: "vision",
-		Gpu: &model.GPUChoice{Class: new("A100-80GB"), Count: new(1), MigProfile: new("none")}}))(t)
-	if nr.StatusCode() != 201 {
-		t.Fatalf("launch a notebook: %d %s", nr.StatusCode(), nr.Body)
-	}
-	nb := servertest.Deref(nr.JSON201)
-	launched = append(launched, nb.Id)
+	nb := launchOf("jupyter-notebook", model.GPUChoice{Class: new("A100-80GB"), Count: new(1), MigProfile: new("none")})
 	runsOn(nb.Id, "onprem", onprem)
 	if claims, err := onprem.Client.CoreV1().PersistentVolumeClaims(teamNS).List(ctx, metav1.ListOptions{LabelSelector: render.LabelWorkloadID + "=" + nb.Id}); err != nil || len(claims.Items) != 1 {
 		t.Errorf("the notebook's home volume staged on onprem: %v", err)

@@ -296,10 +296,10 @@ func (d *Dispatcher) Round(ctx context.Context) (n int, err error) {
 	return n, errors.Join(errs...)
 }
 
-// drain moves a Workload off a draining worker: a service's or notebook's
-// pod there is evicted in the manager (its owner makes another); a Job's
-// Workload
-// running there is deactivated (Kueue evicts it, MultiKueue deletes its copy there) and
+// drain moves a Workload off a draining worker. A service's pod there is
+// evicted in the manager (its Deployment makes another); a notebook's
+// stays, its home being there. A Job's Workload running there is
+// deactivated (Kueue evicts it, MultiKueue deletes its copy there) and
 // marked; one so marked is activated again (queued, to be nominated
 // elsewhere) once Kueue has taken its quota back — so that it never runs
 // in two clusters at once — unless its Job was stopped meanwhile.
@@ -345,12 +345,11 @@ func (d *Dispatcher) drain(ctx context.Context, u *unstructured.Unstructured, dr
 		return nil
 	}
 	if pod := ownerPod(u); pod != nil {
-		// A service's or notebook's pod: evicted in the manager (a
-		// PodDisruptionBudget its team set holds it), so that its
-		// Workload ends (MultiKueue deletes the copy on the worker) and
-		// its Deployment or StatefulSet makes a new pod, queued and
-		// nominated afresh. The work stops meanwhile: one replica, and a
-		// volume new on the next worker.
+		// A service's pod: evicted in the manager (a PodDisruptionBudget
+		// its team set holds it), so that its Workload ends (MultiKueue
+		// deletes the copy on the worker) and its Deployment makes a new
+		// pod, queued and nominated afresh. The service stops meanwhile:
+		// one replica, and a volume new on the next worker.
 		if u.GetDeletionTimestamp() != nil {
 			return nil // evicted already: its Workload goes
 		}

@@ -154,6 +154,9 @@ func New(o Options) (*Watcher, error) {
 		if err := inf.AddIndexers(cache.Indexers{byWorkload: workloadIndex}); err != nil {
 			return nil, fmt.Errorf("watch: index informer: %w", err)
 		}
+		if err := inf.SetTransform(slim); err != nil {
+			return nil, fmt.Errorf("watch: informer transform: %w", err)
+		}
 	}
 	if o.Kueue {
 		w.kf = dynamicinformer.NewDynamicSharedInformerFactory(o.Dynamic, resync)
@@ -161,8 +164,32 @@ func New(o Options) (*Watcher, error) {
 		if err := w.queued.AddIndexers(cache.Indexers{kueue.ByOwner: kueue.OwnerIndex, kueue.ByQueue: kueue.QueueIndex}); err != nil {
 			return nil, fmt.Errorf("watch: index informer: %w", err)
 		}
+		if err := w.queued.SetTransform(slimWorkload); err != nil {
+			return nil, fmt.Errorf("watch: informer transform: %w", err)
+		}
 	}
 	return w, nil
+}
+
+// slim drops from a cached object what no reader of the caches uses, its
+// managed fields (often a third of it), so that the thousands of objects a
+// busy cluster holds stay small. The caches are read, never written back.
+func slim(obj any) (any, error) {
+	if o, ok := obj.(metav1.Object); ok {
+		o.SetManagedFields(nil)
+	}
+	return obj, nil
+}
+
+// slimWorkload is slim for a Kueue Workload, which also loses its pod sets
+// (a copy of each pod template): the cache is read for its queue, priority,
+// activity, owner, annotations and status alone. The informer holds every
+// Workload of the cluster, not only Gantry's.
+func slimWorkload(obj any) (any, error) {
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		unstructured.RemoveNestedField(u.Object, "spec", "podSets")
+	}
+	return slim(obj)
 }
 
 // OnChange calls changed with the workload id of every added, updated or

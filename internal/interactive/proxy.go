@@ -51,6 +51,7 @@ type Proxy struct {
 
 	mu     sync.Mutex
 	remote map[string]*http.Transport // by worker, namespace, workload and port
+	own    *http.Transport            // the default Transport, made once
 }
 
 // Workers open connections to a workload's app on the worker cluster it
@@ -152,11 +153,18 @@ func (p *Proxy) busyEvery() time.Duration {
 	return BusyEvery
 }
 
+// transport is Transport, or one made once (made on every request, it
+// kept no connection alive between them).
 func (p *Proxy) transport() http.RoundTripper {
 	if p.Transport != nil {
 		return p.Transport
 	}
-	return &http.Transport{Proxy: nil, ResponseHeaderTimeout: 5 * time.Minute, IdleConnTimeout: 90 * time.Second, MaxIdleConnsPerHost: 16}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.own == nil {
+		p.own = &http.Transport{Proxy: nil, ResponseHeaderTimeout: 5 * time.Minute, IdleConnTimeout: 90 * time.Second, MaxIdleConnsPerHost: 16}
+	}
+	return p.own
 }
 
 // transportFor is the transport that reaches a target: the proxy's own, or

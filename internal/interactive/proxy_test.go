@@ -349,3 +349,34 @@ func TestProxyToWorker(t *testing.T) {
 		t.Errorf("no way to the workers: %d %s", resp.StatusCode, body)
 	}
 }
+
+// TestProxyKeepsConnections: requests to an app reuse the proxy's
+// connections to it, with the default transport too.
+func TestProxyKeepsConnections(t *testing.T) {
+	var conns atomic.Int64
+	backend := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "ok") }))
+	backend.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	backend.Start()
+	defer backend.Close()
+	u, _ := url.Parse(backend.URL)
+	front := serve(&interactive.Proxy{Opener: opener{target: workload.Target{URL: u}}})
+	defer front.Close()
+	for range 5 {
+		resp, err := http.Get(front.URL + "/w/nb-1/x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("status %d", resp.StatusCode)
+		}
+	}
+	if n := conns.Load(); n != 1 {
+		t.Errorf("%d connections to the app for five requests in a row, want 1", n)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -518,11 +519,17 @@ func sustained(b *testing.B, outside bool) {
 	teamName, db := "sustained-in", filepath.Join(b.TempDir(), "g.db")
 	var url string
 	var api *client.ClientWithResponses
+	var serve *servertest.Process
 	tokens := make([]string, clients)
 	if outside {
 		teamName = "sustained-out"
-		p := startServe(b, "", "", filepath.Join(b.TempDir(), "data"), []string{"GANTRY_RECONCILE_INTERVAL=15s", "GANTRY_CAPACITY_INFORMERS=true"}, "--db", db)
-		url = p.URL
+		args := []string{"--db", db}
+		if prof := os.Getenv("GANTRY_BENCH_CPUPROFILE"); prof != "" {
+			prof, _ = filepath.Abs(prof)
+			args = append(args, "--cpuprofile", prof+".serve") // written when the server stops
+		}
+		serve = startServe(b, "", "", filepath.Join(b.TempDir(), "data"), []string{"GANTRY_RECONCILE_INTERVAL=15s", "GANTRY_CAPACITY_INFORMERS=true"}, args...)
+		url = serve.URL
 		for i := range tokens {
 			tokens[i] = signInToken(b, url, "ada")
 		}
@@ -677,6 +684,9 @@ func sustained(b *testing.B, outside bool) {
 	}
 	if len(seen) != len(recorded) {
 		b.Fatalf("%d Jobs for %d recorded launches", len(seen), len(recorded))
+	}
+	if serve != nil {
+		serve.Terminate(time.Minute) // as Kubernetes stops it: a CPU profile is written
 	}
 }
 

@@ -123,15 +123,6 @@ func (l *Lazy) Events(ctx context.Context, namespace, prefix, id string) ([]work
 	return c.Events(ctx, namespace, prefix, id)
 }
 
-// Managed implements workload.Cluster.
-func (l *Lazy) Managed(ctx context.Context) ([]workload.ObjectRef, error) {
-	c, err := l.get()
-	if err != nil {
-		return nil, err
-	}
-	return c.Managed(ctx)
-}
-
 // Logs implements workload.Cluster.
 func (l *Lazy) Logs(ctx context.Context, namespace, workloadID string, follow bool, tailLines int64) (io.ReadCloser, error) {
 	c, err := l.get()

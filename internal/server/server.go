@@ -51,6 +51,7 @@ import (
 	"github.com/gantryhq/gantry/internal/kube/dispatch"
 	"github.com/gantryhq/gantry/internal/kube/lead"
 	"github.com/gantryhq/gantry/internal/kube/nodes"
+	"github.com/gantryhq/gantry/internal/kube/watch"
 	"github.com/gantryhq/gantry/internal/kube/workers"
 	"github.com/gantryhq/gantry/internal/live"
 	"github.com/gantryhq/gantry/internal/logctx"
@@ -786,7 +787,9 @@ func (s *Server) lead(ctx context.Context, c *kube.Cluster) error {
 			})
 		})
 	}
-	g.Go(func() error { return s.every(gctx, s.Config.Reconcile(), s.lifecycle) })
+	g.Go(func() error {
+		return s.every(gctx, s.Config.Reconcile(), func(ctx context.Context) { s.lifecycle(ctx, w) })
+	})
 	g.Go(func() error {
 		return s.every(gctx, s.Config.Reconcile(), func(ctx context.Context) {
 			n, err := culler.Run(ctx)
@@ -906,8 +909,9 @@ var priorities = func() []quota.Priority {
 // whose cleanest window has come, apply recorded launches that
 // are not on the cluster yet (a crash mid-launch, a cluster that was away),
 // stop what ran past its max runtime, and converge stopped, started and
-// deleted workloads' objects.
-func (s *Server) lifecycle(ctx context.Context) {
+// deleted workloads' objects, as the watcher's caches list them (once they
+// are filled).
+func (s *Server) lifecycle(ctx context.Context, w *watch.Watcher) {
 	// Flexible launches whose cleanest window has come go first: released
 	// and applied (one the cluster does not take now, by Reconcile next).
 	released, rerr := s.Workloads.ReleaseDeferred(ctx)
@@ -938,7 +942,10 @@ func (s *Server) lifecycle(ctx context.Context) {
 	if stopped > 0 || (serr != nil && ctx.Err() == nil) {
 		s.Log.Info("stopped workloads past their max runtime", "stopped", stopped, "err", serr)
 	}
-	actions, err := s.Workloads.Converge(ctx, s.Config.RemoveOrphans)
+	if !w.Synced() {
+		return
+	}
+	actions, err := s.Workloads.Converge(ctx, w, s.Config.RemoveOrphans)
 	for _, a := range actions {
 		if a.Done {
 			s.Log.Info("converged a workload's objects", "object", a.Object.String(), "workload_id", a.Object.WorkloadID, "did", a.Do, "why", a.Why)

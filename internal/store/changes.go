@@ -19,10 +19,10 @@ import (
 // transaction with TxChanges.
 func (s *DB) AppendChange(ctx context.Context, tx *sql.Tx, kind, subject string) error {
 	var seq int64
-	if err := tx.QueryRowContext(ctx, `UPDATE change_counter SET n = n + 1 WHERE id = 1 RETURNING n`).Scan(&seq); err != nil {
+	if err := s.TxQueryRow(ctx, tx, `UPDATE change_counter SET n = n + 1 WHERE id = 1 RETURNING n`).Scan(&seq); err != nil {
 		return fmt.Errorf("number a change: %w", err)
 	}
-	if _, err := tx.ExecContext(ctx, s.Q(`INSERT INTO changes (seq, at, kind, subject) VALUES (?, ?, ?, ?)`),
+	if _, err := s.TxExec(ctx, tx, s.Q(`INSERT INTO changes (seq, at, kind, subject) VALUES (?, ?, ?, ?)`),
 		seq, s.Now().UnixMicro(), kind, subject); err != nil {
 		return fmt.Errorf("record a change: %w", err)
 	}
@@ -50,7 +50,7 @@ func (s *DB) ChangeSignal() <-chan struct{} { return s.changed }
 // InsertNotification queues a webhook in the outbox (package notify) as
 // part of tx: with the change that caused it, or not at all.
 func (s *DB) InsertNotification(ctx context.Context, tx *sql.Tx, m notify.Message) error {
-	_, err := tx.ExecContext(ctx, s.Q(`INSERT INTO notifications (id, event, body, created_at, next_at) VALUES (?, ?, ?, ?, ?)`),
+	_, err := s.TxExec(ctx, tx, s.Q(`INSERT INTO notifications (id, event, body, created_at, next_at) VALUES (?, ?, ?, ?, ?)`),
 		m.ID, m.Event, string(m.Body), m.Created.UnixMicro(), m.NextAt.UnixMicro())
 	if err != nil {
 		return fmt.Errorf("queue notification %s: %w", m.Event, err)

@@ -62,6 +62,13 @@ func never(err error) bool {
 	return errors.As(err, &nf) || errors.As(err, &inv) || errors.As(err, &c)
 }
 
+// Objects lists the primary objects (Jobs, Deployments, StatefulSets,
+// VirtualMachines) that carry Gantry's labels on the cluster: the server's
+// informer caches (watch.Watcher), or the API server itself.
+type Objects interface {
+	Managed(ctx context.Context) ([]ObjectRef, error)
+}
+
 // Convergence is what Converge did, or would do, to one object on the cluster.
 type Convergence struct {
 	Object ObjectRef
@@ -71,15 +78,16 @@ type Convergence struct {
 }
 
 // Converge brings the cluster to what was recorded, for the primary objects
-// that carry Gantry's labels: a deleted workload's objects are removed, a
-// stopped one's stopped, a started one's started (a change the cluster did not
-// answer at the time). Objects of no recorded workload are orphans: reported,
-// and removed only with removeOrphans.
-func (s *Service) Converge(ctx context.Context, removeOrphans bool) ([]Convergence, error) {
+// that carry Gantry's labels, as on lists them: a deleted workload's objects
+// are removed, a stopped one's stopped, a started one's started (a change the
+// cluster did not answer at the time). Objects of no recorded workload are
+// orphans: reported, and removed only with removeOrphans. Each action is
+// one the cluster takes twice without harm, so on may be a moment behind.
+func (s *Service) Converge(ctx context.Context, on Objects, removeOrphans bool) ([]Convergence, error) {
 	if s.cluster == nil {
 		return nil, nil
 	}
-	objs, err := s.cluster.Managed(ctx)
+	objs, err := on.Managed(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -232,11 +232,11 @@ func TestClusterAwayDuringStop(t *testing.T) {
 	if !h.running(t, w.ID) {
 		t.Fatal("the cluster did not answer, yet the object was stopped")
 	}
-	actions, err := h.svc.Converge(ctx, false)
+	actions, err := h.svc.Converge(ctx, h.cluster, false)
 	if err != nil || len(actions) != 1 || actions[0].Do != "stop" || !actions[0].Done || h.running(t, w.ID) {
 		t.Fatalf("converge: %+v %v", actions, err)
 	}
-	if actions, _ := h.svc.Converge(ctx, false); len(actions) != 0 {
+	if actions, _ := h.svc.Converge(ctx, h.cluster, false); len(actions) != 0 {
 		t.Fatalf("a second converge did %+v, want nothing", actions)
 	}
 }
@@ -248,14 +248,14 @@ func TestConvergeOrphansAndDeleted(t *testing.T) {
 	ctx := asAlice()
 	orphan := workload.ObjectRef{Namespace: "gantry-x", Kind: "Job", Name: "stray", WorkloadID: "zzzzzzzzzz", Running: true}
 	h.cluster.Put(orphan)
-	acts, err := h.svc.Converge(ctx, false)
+	acts, err := h.svc.Converge(ctx, h.cluster, false)
 	if err != nil || len(acts) != 1 || acts[0].Do != "delete" || acts[0].Done {
 		t.Fatalf("orphan without removal: %+v %v", acts, err)
 	}
 	if _, ok := h.cluster.Object(orphan.WorkloadID); !ok {
 		t.Fatal("orphan removed though removal was not asked for")
 	}
-	if _, err := h.svc.Converge(ctx, true); err != nil {
+	if _, err := h.svc.Converge(ctx, h.cluster, true); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := h.cluster.Object(orphan.WorkloadID); ok {

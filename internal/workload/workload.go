@@ -299,9 +299,6 @@ type Cluster interface {
 	// Logs streams the log of the main container of the newest pod labelled
 	// with the workload id; *fault.Conflict when there is no pod yet.
 	Logs(ctx context.Context, namespace, workloadID string, follow bool, tailLines int64) (io.ReadCloser, error)
-	// Managed lists the primary objects (Jobs, Deployments, StatefulSets,
-	// VirtualMachines) that carry Gantry's labels.
-	Managed(ctx context.Context) ([]ObjectRef, error)
 	// SetRunning starts (true) or stops (false) a workload's primary object
 	// and keeps it, with its volumes: a Job is suspended, a Deployment or
 	// StatefulSet scaled to zero, a VirtualMachine halted.

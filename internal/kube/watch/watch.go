@@ -1,9 +1,10 @@
 // Package watch owns Gantry's view of the cluster's state: informers (watches,
-// not polling) on the pods, Jobs, KubeVirt VirtualMachines and Kueue
-// Workloads Gantry manages, indexed by workload id (Watcher), and what they
-// say about a workload (Observe, ObserveVM): its phase, why it waits or
-// failed, its node, its place in its team's queue and the pods the cluster
-// disrupted.
+// not polling) on the pods, Jobs, Deployments, StatefulSets, KubeVirt
+// VirtualMachines and Kueue Workloads Gantry manages, indexed by workload id
+// (Watcher), what they say about a workload (Observe, ObserveVM): its phase,
+// why it waits or failed, its node, its place in its team's queue and the
+// pods the cluster disrupted — and which of its objects are asked to run
+// (Managed, Asked).
 package watch
 
 import (
@@ -82,6 +83,9 @@ type Watcher struct {
 	factory informers.SharedInformerFactory
 	pods    cache.SharedIndexInformer
 	jobs    cache.SharedIndexInformer
+	// deployments and statefulSets are read by Managed alone (a service's
+	// and a notebook's state is their pods').
+	deployments, statefulSets cache.SharedIndexInformer
 	vmf     dynamicinformer.DynamicSharedInformerFactory // nil without KubeVirt
 	vms     cache.SharedIndexInformer
 	kf      dynamicinformer.DynamicSharedInformerFactory // nil without Kueue
@@ -143,8 +147,9 @@ func New(o Options) (*Watcher, error) {
 	resync := o.Resync
 	managed := func(o *metav1.ListOptions) { o.LabelSelector = render.LabelManagedBy + "=" + render.ManagedBy }
 	f := informers.NewSharedInformerFactoryWithOptions(o.Core, resync, informers.WithTweakListOptions(managed))
-	w := &Watcher{factory: f, pods: f.Core().V1().Pods().Informer(), jobs: f.Batch().V1().Jobs().Informer(), obs: o.Observer, capacity: o.Capacity}
-	infs := []cache.SharedIndexInformer{w.pods, w.jobs}
+	w := &Watcher{factory: f, pods: f.Core().V1().Pods().Informer(), jobs: f.Batch().V1().Jobs().Informer(),
+		deployments: f.Apps().V1().Deployments().Informer(), statefulSets: f.Apps().V1().StatefulSets().Informer(), obs: o.Observer, capacity: o.Capacity}
+	infs := []cache.SharedIndexInformer{w.pods, w.jobs, w.deployments, w.statefulSets}
 	if o.KubeVirt {
 		w.vmf = dynamicinformer.NewFilteredDynamicSharedInformerFactory(o.Dynamic, resync, metav1.NamespaceAll, managed)
 		w.vms = w.vmf.ForResource(kapi.VMResource).Informer()
@@ -169,6 +174,16 @@ func New(o Options) (*Watcher, error) {
 		}
 	}
 	return w, nil
+}
+
+// primaries are the informers on the objects Gantry creates for a
+// workload (not their pods).
+func (w *Watcher) primaries() []cache.SharedIndexInformer {
+	out := []cache.SharedIndexInformer{w.jobs, w.deployments, w.statefulSets}
+	if w.vms != nil {
+		out = append(out, w.vms)
+	}
+	return out
 }
 
 // slim drops from a cached object what no reader of the caches uses, its

@@ -18,10 +18,10 @@ import (
 // CreateLogin implements weblogin.Store; expired logins are removed on the way.
 func (s *Store) CreateLogin(ctx context.Context, l weblogin.Login) error {
 	return s.db.Tx(ctx, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, s.db.Q(`DELETE FROM logins WHERE expires_at < ?`), s.db.Now().UnixMicro()); err != nil {
+		if _, err := s.db.TxExec(ctx, tx, s.db.Q(`DELETE FROM logins WHERE expires_at < ?`), s.db.Now().UnixMicro()); err != nil {
 			return fmt.Errorf("remove expired logins: %w", err)
 		}
-		_, err := tx.ExecContext(ctx, s.db.Q(`INSERT INTO logins (state_hash, nonce, verifier, return_to, expires_at) VALUES (?, ?, ?, ?, ?)`),
+		_, err := s.db.TxExec(ctx, tx, s.db.Q(`INSERT INTO logins (state_hash, nonce, verifier, return_to, expires_at) VALUES (?, ?, ?, ?, ?)`),
 			l.StateHash, l.Nonce, l.Verifier, l.ReturnTo, l.ExpiresAt.UnixMicro())
 		if err != nil {
 			return fmt.Errorf("insert login: %w", err)
@@ -36,7 +36,7 @@ func (s *Store) TakeLogin(ctx context.Context, stateHash string) (weblogin.Login
 	var l weblogin.Login
 	err := s.db.Tx(ctx, func(tx *sql.Tx) error {
 		var expires int64
-		err := tx.QueryRowContext(ctx, s.db.Q(`SELECT state_hash, nonce, verifier, return_to, expires_at FROM logins WHERE state_hash = ?`), stateHash).
+		err := s.db.TxQueryRow(ctx, tx, s.db.Q(`SELECT state_hash, nonce, verifier, return_to, expires_at FROM logins WHERE state_hash = ?`), stateHash).
 			Scan(&l.StateHash, &l.Nonce, &l.Verifier, &l.ReturnTo, &expires)
 		if errors.Is(err, sql.ErrNoRows) {
 			return &fault.NotFound{Kind: "login", Name: "state"}
@@ -44,7 +44,7 @@ func (s *Store) TakeLogin(ctx context.Context, stateHash string) (weblogin.Login
 		if err != nil {
 			return err
 		}
-		res, err := tx.ExecContext(ctx, s.db.Q(`DELETE FROM logins WHERE state_hash = ?`), stateHash)
+		res, err := s.db.TxExec(ctx, tx, s.db.Q(`DELETE FROM logins WHERE state_hash = ?`), stateHash)
 		if err != nil {
 			return err
 		}
@@ -64,10 +64,10 @@ func (s *Store) CreateSession(ctx context.Context, ses weblogin.Session) error {
 		return err
 	}
 	return s.db.Tx(ctx, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, s.db.Q(`DELETE FROM sessions WHERE expires_at < ?`), s.db.Now().UnixMicro()); err != nil {
+		if _, err := s.db.TxExec(ctx, tx, s.db.Q(`DELETE FROM sessions WHERE expires_at < ?`), s.db.Now().UnixMicro()); err != nil {
 			return fmt.Errorf("remove expired sessions: %w", err)
 		}
-		_, err := tx.ExecContext(ctx, s.db.Q(`INSERT INTO sessions (id_hash, issuer, subject, email, name, groups, csrf, created_at, expires_at, second_factor) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+		_, err := s.db.TxExec(ctx, tx, s.db.Q(`INSERT INTO sessions (id_hash, issuer, subject, email, name, groups, csrf, created_at, expires_at, second_factor) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 			ses.IDHash, ses.Identity.Issuer, ses.Identity.Subject, ses.Identity.Email, ses.Identity.Name, string(groups), ses.CSRF,
 			ses.CreatedAt.UnixMicro(), ses.ExpiresAt.UnixMicro(), store.BoolInt(ses.Identity.SecondFactor))
 		if err != nil {
@@ -103,14 +103,14 @@ func (s *Store) Session(ctx context.Context, idHash string) (weblogin.Session, e
 func (s *Store) DeleteSession(ctx context.Context, idHash string) error {
 	err := s.db.TxChanges(ctx, func(tx *sql.Tx) error {
 		var issuer, subject string
-		err := tx.QueryRowContext(ctx, s.db.Q(`SELECT issuer, subject FROM sessions WHERE id_hash = ?`), idHash).Scan(&issuer, &subject)
+		err := s.db.TxQueryRow(ctx, tx, s.db.Q(`SELECT issuer, subject FROM sessions WHERE id_hash = ?`), idHash).Scan(&issuer, &subject)
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil
 		}
 		if err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, s.db.Q(`DELETE FROM sessions WHERE id_hash = ?`), idHash); err != nil {
+		if _, err := s.db.TxExec(ctx, tx, s.db.Q(`DELETE FROM sessions WHERE id_hash = ?`), idHash); err != nil {
 			return err
 		}
 		// What the session opened is checked again (and closes).

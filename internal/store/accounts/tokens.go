@@ -139,7 +139,7 @@ func (s *Store) Tokens(ctx context.Context, owner string) ([]token.Token, error)
 func (s *Store) RevokeToken(ctx context.Context, owner, id string, at time.Time) error {
 	var n int64
 	err := s.db.TxChanges(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, s.db.Q(`UPDATE tokens SET revoked_at = ? WHERE owner = ? AND id = ? AND revoked_at = 0`), at.UnixMicro(), owner, id)
+		res, err := s.db.TxExec(ctx, tx, s.db.Q(`UPDATE tokens SET revoked_at = ? WHERE owner = ? AND id = ? AND revoked_at = 0`), at.UnixMicro(), owner, id)
 		if err != nil {
 			return err
 		}

@@ -27,11 +27,11 @@ func (s *Store) UpsertUser(ctx context.Context, u user.User) error {
 	}
 	err = s.db.TxChanges(ctx, func(tx *sql.Tx) error {
 		var old string
-		err := tx.QueryRowContext(ctx, s.db.Q(`SELECT groups FROM users WHERE id = ?`), u.ID).Scan(&old)
+		err := s.db.TxQueryRow(ctx, tx, s.db.Q(`SELECT groups FROM users WHERE id = ?`), u.ID).Scan(&old)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, s.db.Q(`INSERT INTO users (`+userColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?)
+		if _, err := s.db.TxExec(ctx, tx, s.db.Q(`INSERT INTO users (`+userColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?)
 		ON CONFLICT (id) DO UPDATE SET email = excluded.email, name = excluded.name, groups = excluded.groups,
 			groups_at = excluded.groups_at, last_seen_at = excluded.last_seen_at`),
 			u.ID, u.Key, u.Issuer, u.Subject, u.Email, u.Name, string(groups), u.GroupsAt.UnixMicro(), u.CreatedAt.UnixMicro(), u.LastSeenAt.UnixMicro()); err != nil {
@@ -147,14 +147,14 @@ func (s *Store) SetUserDeactivated(ctx context.Context, id string, at time.Time)
 	var n int64
 	err := s.db.TxChanges(ctx, func(tx *sql.Tx) error {
 		var key string
-		err := tx.QueryRowContext(ctx, s.db.Q(`SELECT user_key FROM users WHERE id = ?`), id).Scan(&key)
+		err := s.db.TxQueryRow(ctx, tx, s.db.Q(`SELECT user_key FROM users WHERE id = ?`), id).Scan(&key)
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil
 		}
 		if err != nil {
 			return err
 		}
-		res, err := tx.ExecContext(ctx, s.db.Q(`UPDATE users SET deactivated_at = ? WHERE id = ?`), micros, id)
+		res, err := s.db.TxExec(ctx, tx, s.db.Q(`UPDATE users SET deactivated_at = ? WHERE id = ?`), micros, id)
 		if err != nil {
 			return err
 		}

@@ -47,13 +47,13 @@ func (s *Store) AppendAudit(ctx context.Context, r audit.Record) (audit.Record, 
 // and its record are kept together or not at all; it returns r as chained.
 func AppendIn(ctx context.Context, db *store.DB, tx *sql.Tx, r audit.Record) (audit.Record, error) {
 	if db.Driver() == store.Postgres {
-		if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(7286153)`); err != nil {
+		if _, err := db.TxExec(ctx, tx, `SELECT pg_advisory_xact_lock(7286153)`); err != nil {
 			return r, err
 		}
 	}
 	var seq int64
 	var prev string
-	err := tx.QueryRowContext(ctx, `SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1`).Scan(&seq, &prev)
+	err := db.TxQueryRow(ctx, tx, `SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1`).Scan(&seq, &prev)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		prev = audit.Genesis
@@ -63,7 +63,7 @@ func AppendIn(ctx context.Context, db *store.DB, tx *sql.Tx, r audit.Record) (au
 	r.Seq, r.PrevHash = seq+1, prev
 	r.At = r.At.UTC().Truncate(time.Microsecond)
 	r.Hash = audit.Sum(r, prev)
-	_, err = tx.ExecContext(ctx, db.Q(`INSERT INTO audit (`+auditColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+	_, err = db.TxExec(ctx, tx, db.Q(`INSERT INTO audit (`+auditColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 		r.Seq, r.At.UnixMicro(), r.Actor, r.Action, r.Object, r.Decision, r.Status, r.Reason, r.RequestID, r.Source, r.PrevHash, r.Hash)
 	return r, err
 }

@@ -51,7 +51,7 @@ func New(db *store.DB) *Store { return &Store{db: db} }
 // written).
 func (s *Store) RecordBudgetAlert(ctx context.Context, a budget.Alert, m notify.Message, rec audit.Record) (recorded bool, err error) {
 	err = s.db.Tx(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, s.db.Q(`INSERT INTO budget_alerts (team, cost_center, period_start, threshold_pct, at, spent, amount)
+		res, err := s.db.TxExec(ctx, tx, s.db.Q(`INSERT INTO budget_alerts (team, cost_center, period_start, threshold_pct, at, spent, amount)
 			VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`),
 			a.Team, a.CostCenter, a.From.UnixMicro(), int(math.Round(a.Threshold*100)), a.At.UnixMicro(), a.Spent, a.Amount)
 		if err != nil {
@@ -150,7 +150,7 @@ func (s *Store) RecordPrices(ctx context.Context, classes []gpu.Class, at time.T
 			}
 			var od, spot float64
 			var currency string
-			err := tx.QueryRowContext(ctx, s.db.Q(`SELECT on_demand, spot, currency FROM gpu_prices WHERE class = ? ORDER BY since DESC LIMIT 1`), c.Name).Scan(&od, &spot, &currency)
+			err := s.db.TxQueryRow(ctx, tx, s.db.Q(`SELECT on_demand, spot, currency FROM gpu_prices WHERE class = ? ORDER BY since DESC LIMIT 1`), c.Name).Scan(&od, &spot, &currency)
 			switch {
 			case errors.Is(err, sql.ErrNoRows):
 			case err != nil:
@@ -158,7 +158,7 @@ func (s *Store) RecordPrices(ctx context.Context, classes []gpu.Class, at time.T
 			case od == c.Price.OnDemand && spot == c.Price.Spot && currency == cur:
 				continue
 			}
-			if _, err := tx.ExecContext(ctx, s.db.Q(`INSERT INTO gpu_prices (class, since, on_demand, spot, currency) VALUES (?, ?, ?, ?, ?)`),
+			if _, err := s.db.TxExec(ctx, tx, s.db.Q(`INSERT INTO gpu_prices (class, since, on_demand, spot, currency) VALUES (?, ?, ?, ?, ?)`),
 				c.Name, at.UnixMicro(), c.Price.OnDemand, c.Price.Spot, cur); err != nil {
 				return fmt.Errorf("price history of %s: %w", c.Name, err)
 			}

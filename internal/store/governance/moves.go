@@ -23,7 +23,7 @@ const moveColumns = `workload_id, node, mark_at, gpu, gpu_index, reason, kind, p
 // mark yet (recorded false then, and nothing written).
 func (s *Store) RecordMove(ctx context.Context, m quarantine.Move, msg notify.Message) (recorded bool, err error) {
 	err = s.db.Tx(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, s.db.Q(`INSERT INTO moves (`+moveColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`),
+		res, err := s.db.TxExec(ctx, tx, s.db.Q(`INSERT INTO moves (`+moveColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`),
 			moveArgs(m)...)
 		if err != nil {
 			return fmt.Errorf("record the move of workload %s: %w", m.Workload, err)
@@ -61,7 +61,7 @@ func scanMove(r store.Scanner) (quarantine.Move, error) {
 // UpdateMove implements quarantine.Store.
 func (s *Store) UpdateMove(ctx context.Context, workloadID string, markAt time.Time, node string, fn func(quarantine.Move) (quarantine.Move, *notify.Message, error)) error {
 	return s.db.Tx(ctx, func(tx *sql.Tx) error {
-		old, err := scanMove(tx.QueryRowContext(ctx, s.db.Q(`SELECT `+moveColumns+` FROM moves WHERE workload_id = ? AND node = ? AND mark_at = ?`+s.db.ForUpdate()),
+		old, err := scanMove(s.db.TxQueryRow(ctx, tx, s.db.Q(`SELECT `+moveColumns+` FROM moves WHERE workload_id = ? AND node = ? AND mark_at = ?`+s.db.ForUpdate()),
 			workloadID, node, markAt.UnixMicro()))
 		if errors.Is(err, sql.ErrNoRows) {
 			return &fault.NotFound{Kind: "move", Name: workloadID + " off " + node}
@@ -78,7 +78,7 @@ func (s *Store) UpdateMove(ctx context.Context, workloadID string, markAt time.T
 		}
 		// The key stays the row's, whatever fn did to it.
 		m.Workload, m.Node, m.MarkAt = old.Workload, old.Node, old.MarkAt
-		if _, err := tx.ExecContext(ctx, s.db.Q(`UPDATE moves SET gpu = ?, gpu_index = ?, reason = ?, kind = ?, phase = ?, detail = ?, at = ?,
+		if _, err := s.db.TxExec(ctx, tx, s.db.Q(`UPDATE moves SET gpu = ?, gpu_index = ?, reason = ?, kind = ?, phase = ?, detail = ?, at = ?,
 			resumed_at = ?, resumed_on = ?, resumed_from = ?, updated_at = ? WHERE workload_id = ? AND node = ? AND mark_at = ?`),
 			append(moveArgs(m)[3:], old.Workload, old.Node, old.MarkAt.UnixMicro())...); err != nil {
 			return fmt.Errorf("update the move of workload %s off %s: %w", workloadID, node, err)

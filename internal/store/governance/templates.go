@@ -133,7 +133,7 @@ func (s *Store) applyOne(ctx context.Context, tx *sql.Tx, c catalog.Change) (*ca
 	var current, last int
 	var exists bool
 	// The row locked: concurrent writers take turns.
-	err := tx.QueryRowContext(ctx, s.db.Q(`SELECT current_version, last_version FROM templates WHERE name = ?`+s.db.ForUpdate()), c.Name).Scan(&current, &last)
+	err := s.db.TxQueryRow(ctx, tx, s.db.Q(`SELECT current_version, last_version FROM templates WHERE name = ?`+s.db.ForUpdate()), c.Name).Scan(&current, &last)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 	case err != nil:
@@ -152,7 +152,7 @@ func (s *Store) applyOne(ctx context.Context, tx *sql.Tx, c catalog.Change) (*ca
 		if !exists || current == 0 {
 			return nil, &fault.NotFound{Kind: "template", Name: c.Name}
 		}
-		_, err := tx.ExecContext(ctx, s.db.Q(`UPDATE templates SET current_version = 0 WHERE name = ?`), c.Name)
+		_, err := s.db.TxExec(ctx, tx, s.db.Q(`UPDATE templates SET current_version = 0 WHERE name = ?`), c.Name)
 		return nil, err
 	}
 	doc, err := json.Marshal(c.Template)
@@ -161,9 +161,9 @@ func (s *Store) applyOne(ctx context.Context, tx *sql.Tx, c catalog.Change) (*ca
 	}
 	next := last + 1
 	if exists {
-		_, err = tx.ExecContext(ctx, s.db.Q(`UPDATE templates SET current_version = ?, last_version = ? WHERE name = ?`), next, next, c.Name)
+		_, err = s.db.TxExec(ctx, tx, s.db.Q(`UPDATE templates SET current_version = ?, last_version = ? WHERE name = ?`), next, next, c.Name)
 	} else {
-		_, err = tx.ExecContext(ctx, s.db.Q(`INSERT INTO templates (name, current_version, last_version) VALUES (?, ?, ?)`), c.Name, next, next)
+		_, err = s.db.TxExec(ctx, tx, s.db.Q(`INSERT INTO templates (name, current_version, last_version) VALUES (?, ?, ?)`), c.Name, next, next)
 	}
 	if err != nil {
 		if store.UniqueViolation(err) { // created concurrently since we read
@@ -172,7 +172,7 @@ func (s *Store) applyOne(ctx context.Context, tx *sql.Tx, c catalog.Change) (*ca
 		return nil, fmt.Errorf("write template %s: %w", c.Name, err)
 	}
 	at := c.At.UTC().Truncate(time.Microsecond)
-	if _, err := tx.ExecContext(ctx, s.db.Q(`INSERT INTO template_versions (name, version, document, digest, created_at, created_by) VALUES (?, ?, ?, ?, ?, ?)`),
+	if _, err := s.db.TxExec(ctx, tx, s.db.Q(`INSERT INTO template_versions (name, version, document, digest, created_at, created_by) VALUES (?, ?, ?, ?, ?, ?)`),
 		c.Name, next, string(doc), c.Digest, at.UnixMicro(), c.Actor); err != nil {
 		return nil, fmt.Errorf("write template %s version %d: %w", c.Name, next, err)
 	}

@@ -165,7 +165,7 @@ func (s *Store) AppendSamples(ctx context.Context, rs []telemetry.Stored) error 
 			if d.MIG != nil {
 				profile, instance = d.MIG.Profile, d.MIG.InstanceID
 			}
-			_, err := tx.ExecContext(ctx, s.db.Q(`INSERT INTO gpu_series (`+seriesCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+			_, err := s.db.TxExec(ctx, tx, s.db.Q(`INSERT INTO gpu_series (`+seriesCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 				ON CONFLICT (id) DO UPDATE SET attribution = excluded.attribution WHERE gpu_series.attribution <> excluded.attribution`),
 				id, k.Node, d.ID(), d.GPU, d.Index, d.Model, profile, instance, k.Pod.Namespace, k.Pod.Name, k.Pod.Container, k.Workload, r.Attribution)
 			if err != nil {
@@ -176,7 +176,7 @@ func (s *Store) AppendSamples(ctx context.Context, rs []telemetry.Stored) error 
 			return err
 		}
 		for _, p := range marks {
-			if _, err := tx.ExecContext(ctx, s.db.Q(`INSERT INTO gpu_rollup_pending (res, bucket, marked) VALUES (?, ?, 1)
+			if _, err := s.db.TxExec(ctx, tx, s.db.Q(`INSERT INTO gpu_rollup_pending (res, bucket, marked) VALUES (?, ?, 1)
 				ON CONFLICT (res, bucket) DO UPDATE SET marked = gpu_rollup_pending.marked + 1`), p.res, p.bucket); err != nil {
 				return fmt.Errorf("mark rollups pending: %w", err)
 			}
@@ -217,7 +217,7 @@ func (s *Store) insertSamples(ctx context.Context, tx *sql.Tx, rs []telemetry.St
 			args = append(args, cols[m])
 			casts = append(casts, fmt.Sprintf("$%d::float8[]", m+4))
 		}
-		_, err := tx.ExecContext(ctx, `INSERT INTO gpu_samples (`+sampleCols+`) SELECT * FROM unnest(`+strings.Join(casts, ", ")+`) ON CONFLICT (series_id, t) DO NOTHING`, args...)
+		_, err := s.db.TxExec(ctx, tx, `INSERT INTO gpu_samples (`+sampleCols+`) SELECT * FROM unnest(`+strings.Join(casts, ", ")+`) ON CONFLICT (series_id, t) DO NOTHING`, args...)
 		if err != nil {
 			return fmt.Errorf("samples: %w", err)
 		}
@@ -235,7 +235,7 @@ func (s *Store) insertSamples(ctx context.Context, tx *sql.Tx, rs []telemetry.St
 			}
 		}
 		q := `INSERT INTO gpu_samples (` + sampleCols + `) VALUES ` + placeholders(end-start, ncols) + ` ON CONFLICT (series_id, t) DO NOTHING`
-		if _, err := tx.ExecContext(ctx, s.db.Q(q), args...); err != nil {
+		if _, err := s.db.TxExec(ctx, tx, s.db.Q(q), args...); err != nil {
 			return fmt.Errorf("samples: %w", err)
 		}
 	}
@@ -306,7 +306,7 @@ func (s *Store) SamplesBetween(ctx context.Context, from, to time.Time, fn func(
 func (s *Store) WriteRollups(ctx context.Context, res time.Duration, p telemetry.Pending, rs []telemetry.Rollup) error {
 	r64 := int64(res / time.Second)
 	return s.db.Tx(ctx, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, s.db.Q(`DELETE FROM gpu_rollups WHERE res = ? AND bucket = ?`), r64, ms(p.Bucket)); err != nil {
+		if _, err := s.db.TxExec(ctx, tx, s.db.Q(`DELETE FROM gpu_rollups WHERE res = ? AND bucket = ?`), r64, ms(p.Bucket)); err != nil {
 			return err
 		}
 		ncols := 5 + 3*len(metricCols)
@@ -320,11 +320,11 @@ func (s *Store) WriteRollups(ctx context.Context, res time.Duration, p telemetry
 				}
 				args = append(args, nullFloat(r.Joules))
 			}
-			if _, err := tx.ExecContext(ctx, s.db.Q(`INSERT INTO gpu_rollups (res, `+rollupCols+`) VALUES `+placeholders(end-start, ncols)), args...); err != nil {
+			if _, err := s.db.TxExec(ctx, tx, s.db.Q(`INSERT INTO gpu_rollups (res, `+rollupCols+`) VALUES `+placeholders(end-start, ncols)), args...); err != nil {
 				return fmt.Errorf("rollups: %w", err)
 			}
 		}
-		_, err := tx.ExecContext(ctx, s.db.Q(`DELETE FROM gpu_rollup_pending WHERE res = ? AND bucket = ? AND marked <= ?`), r64, ms(p.Bucket), p.Mark)
+		_, err := s.db.TxExec(ctx, tx, s.db.Q(`DELETE FROM gpu_rollup_pending WHERE res = ? AND bucket = ? AND marked <= ?`), r64, ms(p.Bucket), p.Mark)
 		return err
 	})
 }
@@ -511,7 +511,7 @@ func (s *Store) UpdateNodeGPUs(ctx context.Context, node string, fn func(old []t
 		if err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, s.db.Q(`DELETE FROM gpu_devices WHERE node = ?`), node); err != nil {
+		if _, err := s.db.TxExec(ctx, tx, s.db.Q(`DELETE FROM gpu_devices WHERE node = ?`), node); err != nil {
 			return err
 		}
 		for _, g := range next {
@@ -523,7 +523,7 @@ func (s *Store) UpdateNodeGPUs(ctx context.Context, node string, fn func(old []t
 			if !g.XIDAt.IsZero() {
 				xidAt = ms(g.XIDAt)
 			}
-			if _, err := tx.ExecContext(ctx, s.db.Q(`INSERT INTO gpu_devices (`+gpuCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+			if _, err := s.db.TxExec(ctx, tx, s.db.Q(`INSERT INTO gpu_devices (`+gpuCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 				node, g.State.GPU, string(state), g.Agent, ms(g.SeenAt), g.Healthy, g.Reason, ms(g.Since), int64(g.XID), xidAt); err != nil {
 				return fmt.Errorf("GPU %s: %w", g.State.GPU, err)
 			}

@@ -73,12 +73,12 @@ func (s *Store) CreateWorkload(ctx context.Context, w workload.Workload) error {
 			// PostgreSQL a lock per team and owner queues concurrent
 			// launches; SQLite's write transactions are exclusive.
 			if s.db.Driver() == store.Postgres {
-				if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtext($1))`, "pending/"+w.Team.String()+"/"+w.Owner); err != nil {
+				if _, err := s.db.TxExec(ctx, tx, `SELECT pg_advisory_xact_lock(hashtext($1))`, "pending/"+w.Team.String()+"/"+w.Owner); err != nil {
 					return err
 				}
 			}
 			var n int
-			if err := tx.QueryRowContext(ctx, s.db.Q(`SELECT COUNT(*) FROM workloads WHERE team = ? AND owner = ? AND status = ?`),
+			if err := s.db.TxQueryRow(ctx, tx, s.db.Q(`SELECT COUNT(*) FROM workloads WHERE team = ? AND owner = ? AND status = ?`),
 				w.Team.String(), w.Owner, string(workload.PendingApproval)).Scan(&n); err != nil {
 				return err
 			}
@@ -86,7 +86,7 @@ func (s *Store) CreateWorkload(ctx context.Context, w workload.Workload) error {
 				return &workload.PendingLimit{Waiting: n}
 			}
 		}
-		_, err := tx.ExecContext(ctx, s.db.Q(`INSERT INTO workloads (`+workloadColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+		_, err := s.db.TxExec(ctx, tx, s.db.Q(`INSERT INTO workloads (`+workloadColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 			w.ID, w.Name, w.Team, w.Owner, w.Template, w.TemplateVersion, w.Kind, w.GPUClass, w.MIGProfile, w.GPUCount,
 			string(params), w.ObjectsHash, string(w.Status), w.CreatedAt.UnixMicro(), w.UpdatedAt.UnixMicro(), w.AppliedHash, w.Reason,
 			nullable(w.IdempotencyKey), w.RequestHash, w.Endpoint, w.Image, w.TEE, store.Micros(w.ExpiresAt), w.PricePerHour, w.RunningFor.Microseconds(), store.Micros(w.RunningSince),
@@ -391,7 +391,7 @@ func (s *Store) UpdateWorkload(ctx context.Context, id string, fn func(workload.
 func (s *Store) UpdateWorkloadNotify(ctx context.Context, id string, fn func(workload.Workload) (workload.Workload, *notify.Message, error)) (workload.Workload, error) {
 	var out workload.Workload
 	err := s.db.TxChanges(ctx, func(tx *sql.Tx) error {
-		old, err := scanWorkload(tx.QueryRowContext(ctx, s.db.Q(`SELECT `+workloadColumns+` FROM workloads WHERE id = ?`+s.db.ForUpdate()), id))
+		old, err := scanWorkload(s.db.TxQueryRow(ctx, tx, s.db.Q(`SELECT `+workloadColumns+` FROM workloads WHERE id = ?`+s.db.ForUpdate()), id))
 		if errors.Is(err, sql.ErrNoRows) {
 			return &fault.NotFound{Kind: "workload", Name: id}
 		}
@@ -401,7 +401,7 @@ func (s *Store) UpdateWorkloadNotify(ctx context.Context, id string, fn func(wor
 		// Its last use, under the row's lock: TouchWorkload takes the same
 		// lock, so a use is either seen here or recorded after this commits.
 		var used int64
-		if err := tx.QueryRowContext(ctx, s.db.Q(`SELECT at FROM workload_activity WHERE workload_id = ?`), id).Scan(&used); err == nil {
+		if err := s.db.TxQueryRow(ctx, tx, s.db.Q(`SELECT at FROM workload_activity WHERE workload_id = ?`), id).Scan(&used); err == nil {
 			old.LastUsed = time.UnixMicro(used).UTC()
 		} else if !errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("last use of workload %s: %w", id, err)
@@ -437,7 +437,7 @@ func (s *Store) UpdateWorkloadNotify(ctx context.Context, id string, fn func(wor
 			return err
 		}
 		// The row's version goes up by one (a trigger: rows.go).
-		_, err = tx.ExecContext(ctx, s.db.Q(`UPDATE workloads SET status = ?, reason = ?, applied_hash = ?, endpoint = ?, expires_at = ?, updated_at = ?, running_us = ?, running_since = ?,
+		_, err = s.db.TxExec(ctx, tx, s.db.Q(`UPDATE workloads SET status = ?, reason = ?, applied_hash = ?, endpoint = ?, expires_at = ?, updated_at = ?, running_us = ?, running_since = ?,
 			approval_why = ?, approval_expires = ?, approval_decision = ?, approval_by = ?, approval_note = ?, approval_at = ?, spot_evictions = ?,
 			started_at = ?, ended_at = ?, attempts = ?, exit_code = ?, held = ?, node_group = ?, run_price = ?, ran_cost = ?, cluster = ?, deferred_until = ?, deferral = ?, warned = ? WHERE id = ?`),
 			string(w.Status), w.Reason, w.AppliedHash, w.Endpoint, store.Micros(w.ExpiresAt), w.UpdatedAt.UnixMicro(), w.RunningFor.Microseconds(), store.Micros(w.RunningSince),
@@ -449,20 +449,20 @@ func (s *Store) UpdateWorkloadNotify(ctx context.Context, id string, fn func(wor
 		// Its runs, for costs over a period: one begins when RunningSince is
 		// set, and ends when it is cleared.
 		if !old.RunningSince.IsZero() && !old.RunningSince.Equal(w.RunningSince) {
-			if _, err := tx.ExecContext(ctx, s.db.Q(`UPDATE workload_runs SET ended_at = ? WHERE workload_id = ? AND started_at = ?`),
+			if _, err := s.db.TxExec(ctx, tx, s.db.Q(`UPDATE workload_runs SET ended_at = ? WHERE workload_id = ? AND started_at = ?`),
 				old.RunningSince.Add(w.RunningFor-old.RunningFor).UnixMicro(), id, old.RunningSince.UnixMicro()); err != nil {
 				return fmt.Errorf("end a run of workload %s: %w", id, err)
 			}
 		}
 		switch {
 		case !w.RunningSince.IsZero() && !w.RunningSince.Equal(old.RunningSince):
-			if _, err := tx.ExecContext(ctx, s.db.Q(`INSERT INTO workload_runs (workload_id, started_at, node_group, price_per_hour, cluster) VALUES (?, ?, ?, ?, ?)`),
+			if _, err := s.db.TxExec(ctx, tx, s.db.Q(`INSERT INTO workload_runs (workload_id, started_at, node_group, price_per_hour, cluster) VALUES (?, ?, ?, ?, ?)`),
 				id, w.RunningSince.UnixMicro(), w.NodeGroup, w.RunPrice, w.Cluster); err != nil {
 				return fmt.Errorf("record a run of workload %s: %w", id, err)
 			}
 		case !w.RunningSince.IsZero() && (w.NodeGroup != old.NodeGroup || w.RunPrice != old.RunPrice || w.Cluster != old.Cluster):
 			// Where the current run is became known (or changed).
-			if _, err := tx.ExecContext(ctx, s.db.Q(`UPDATE workload_runs SET node_group = ?, price_per_hour = ?, cluster = ? WHERE workload_id = ? AND started_at = ?`),
+			if _, err := s.db.TxExec(ctx, tx, s.db.Q(`UPDATE workload_runs SET node_group = ?, price_per_hour = ?, cluster = ? WHERE workload_id = ? AND started_at = ?`),
 				w.NodeGroup, w.RunPrice, w.Cluster, id, w.RunningSince.UnixMicro()); err != nil {
 				return fmt.Errorf("place a run of workload %s: %w", id, err)
 			}
@@ -579,11 +579,11 @@ func (s *Store) ChargeWarm(ctx context.Context, group string, since, now time.Ti
 	err := s.db.Tx(ctx, func(tx *sql.Tx) error {
 		// The group's mark, locked (two leaders overlapping at a handoff
 		// charge one after the other, the second from the first's mark).
-		if _, err := tx.ExecContext(ctx, s.db.Q(`INSERT INTO warm_charged (node_group, until) VALUES (?, 0) ON CONFLICT (node_group) DO NOTHING`), group); err != nil {
+		if _, err := s.db.TxExec(ctx, tx, s.db.Q(`INSERT INTO warm_charged (node_group, until) VALUES (?, 0) ON CONFLICT (node_group) DO NOTHING`), group); err != nil {
 			return err
 		}
 		var until int64
-		if err := tx.QueryRowContext(ctx, s.db.Q(`SELECT until FROM warm_charged WHERE node_group = ?`+s.db.ForUpdate()), group).Scan(&until); err != nil {
+		if err := s.db.TxQueryRow(ctx, tx, s.db.Q(`SELECT until FROM warm_charged WHERE node_group = ?`+s.db.ForUpdate()), group).Scan(&until); err != nil {
 			return err
 		}
 		from := since
@@ -594,12 +594,12 @@ func (s *Store) ChargeWarm(ctx context.Context, group string, since, now time.Ti
 			return nil
 		}
 		hours := float64(gpus) * now.Sub(from).Hours()
-		if _, err := tx.ExecContext(ctx, s.db.Q(`INSERT INTO warm_spend (node_group, day, cost, gpu_hours) VALUES (?, ?, ?, ?)
+		if _, err := s.db.TxExec(ctx, tx, s.db.Q(`INSERT INTO warm_spend (node_group, day, cost, gpu_hours) VALUES (?, ?, ?, ?)
 			ON CONFLICT (node_group, day) DO UPDATE SET cost = warm_spend.cost + excluded.cost, gpu_hours = warm_spend.gpu_hours + excluded.gpu_hours`),
 			group, now.UTC().Truncate(24*time.Hour).UnixMicro(), hours*price, hours); err != nil {
 			return err
 		}
-		_, err := tx.ExecContext(ctx, s.db.Q(`UPDATE warm_charged SET until = ? WHERE node_group = ?`), now.UnixMicro(), group)
+		_, err := s.db.TxExec(ctx, tx, s.db.Q(`UPDATE warm_charged SET until = ? WHERE node_group = ?`), now.UnixMicro(), group)
 		return err
 	})
 	if err != nil {
@@ -681,11 +681,11 @@ func (s *Store) TouchWorkload(ctx context.Context, id string, at time.Time) erro
 		if s.db.Driver() == store.Postgres {
 			// The workload's row lock, as UpdateWorkload takes it: a use
 			// and an update that depends on it (an idle stop) queue.
-			if _, err := tx.ExecContext(ctx, `SELECT 1 FROM workloads WHERE id = $1 FOR UPDATE`, id); err != nil {
+			if _, err := s.db.TxExec(ctx, tx, `SELECT 1 FROM workloads WHERE id = $1 FOR UPDATE`, id); err != nil {
 				return err
 			}
 		}
-		_, err := tx.ExecContext(ctx, s.db.Q(`INSERT INTO workload_activity (workload_id, at) VALUES (?, ?)
+		_, err := s.db.TxExec(ctx, tx, s.db.Q(`INSERT INTO workload_activity (workload_id, at) VALUES (?, ?)
 		ON CONFLICT (workload_id) DO UPDATE SET at = CASE WHEN excluded.at > workload_activity.at THEN excluded.at ELSE workload_activity.at END`),
 			id, at.UnixMicro())
 		return err

@@ -1,0 +1,56 @@
+package watch_test
+
+import (
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/gantryhq/gantry/internal/kube/kapi"
+	"github.com/gantryhq/gantry/internal/kube/watch"
+	"github.com/gantryhq/gantry/internal/quota"
+)
+
+// TestAskedRunning: whether each kind of primary object is asked to run,
+// as Gantry's stop and start leave it, read alike from a typed object and
+// from what the dynamic client gives (AskedOf).
+func TestAskedRunning(t *testing.T) {
+	queued := map[string]string{quota.LabelQueueName: "q"}
+	stopped := map[string]string{kapi.AnnotationStopped: "2026-12-05T04:00:00Z"}
+	moving := map[string]string{kapi.AnnotationMovingOff: "node-3"}
+	for _, tc := range []struct {
+		name string
+		obj  map[string]any
+		want bool
+	}{
+		{"a Job", job(nil, nil, false), true},
+		{"a suspended Job", job(nil, nil, true), false},
+		{"a suspended Job being moved off a node", job(nil, moving, true), true},
+		{"a queued Job Kueue suspended", job(queued, nil, true), true},
+		{"a queued Job Gantry stopped", job(queued, stopped, true), false},
+		{"a Deployment without replicas set", obj("Deployment", nil, nil, map[string]any{}), true},
+		{"a Deployment of 1", obj("Deployment", nil, nil, map[string]any{"replicas": int64(1)}), true},
+		{"a Deployment scaled to 0", obj("Deployment", nil, nil, map[string]any{"replicas": int64(0)}), false},
+		{"a StatefulSet scaled to 0", obj("StatefulSet", nil, nil, map[string]any{"replicas": int64(0)}), false},
+		{"a VM", obj("VirtualMachine", nil, nil, map[string]any{"runStrategy": "Always"}), true},
+		{"a halted VM", obj("VirtualMachine", nil, nil, map[string]any{"runStrategy": "Halted"}), false},
+		{"a queued VM Kueue halted", obj("VirtualMachine", queued, nil, map[string]any{"runStrategy": "Halted"}), true},
+		{"a queued VM Gantry stopped", obj("VirtualMachine", queued, stopped, map[string]any{"runStrategy": "Halted"}), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := watch.AskedOf(&unstructured.Unstructured{Object: tc.obj}).Running(); got != tc.want {
+				t.Fatalf("Running() = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func job(labels, annotations map[string]string, suspend bool) map[string]any {
+	return obj("Job", labels, annotations, map[string]any{"suspend": suspend})
+}
+
+func obj(kind string, labels, annotations map[string]string, spec map[string]any) map[string]any {
+	u := &unstructured.Unstructured{Object: map[string]any{"kind": kind, "spec": spec}}
+	u.SetLabels(labels)
+	u.SetAnnotations(annotations)
+	return u.Object
+}

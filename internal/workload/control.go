@@ -66,18 +66,26 @@ func (s *Service) Observe(ctx context.Context, id string, o Observed) (Workload,
 	if exitCode != nil && !st.Ended() {
 		return Workload{}, fmt.Errorf("report about workload %s: an exit code with status %q, which has not ended", id, st)
 	}
+	// Most reports change nothing (a pod's event that leaves the phase and
+	// reason as they were): the record is read once, outside a
+	// transaction, and written only when the report changes it. A read
+	// that finds nothing to change stands for an update that would have
+	// written nothing at that moment; one that finds a change is done in
+	// the transaction, on the record as it is then.
+	cur, err := s.store.Workload(ctx, id)
+	if err != nil {
+		return Workload{}, err
+	}
 	held := false
 	if st == Queued && s.kueue {
 		// A team whose spent budget blocks launches has its queue held by
 		// Kueue: say why in the budget's words, not the queue's.
-		if w, err := s.store.Workload(ctx, id); err == nil {
-			if why, h, err := s.budgets.Held(ctx, w.Team); err == nil && h {
-				reason, held = HeldPrefix+why, true
-			}
+		if why, h, err := s.budgets.Held(ctx, cur.Team); err == nil && h {
+			reason, held = HeldPrefix+why, true
 		}
 	}
 	var from Status
-	out, err := s.store.UpdateWorkload(ctx, id, func(w Workload) (Workload, error) {
+	update := func(w Workload) (Workload, error) {
 		from = w.Status
 		out, changed, err := Transition(w, tr, reason, observedAt(s.clock(), o.At, w.UpdatedAt))
 		if err == nil && changed {
@@ -102,7 +110,11 @@ func (s *Service) Observe(ctx context.Context, id string, o Observed) (Workload,
 			}
 		}
 		return out, err
-	})
+	}
+	if next, err := update(cur); err == nil && SameRecord(cur, next) {
+		return cur, nil
+	}
+	out, err := s.store.UpdateWorkload(ctx, id, update)
 	if err == nil && out.Status != from {
 		s.log.DebugContext(ctx, "workload status reported", "workload_id", id, "from", from, "to", out.Status,
 			"reason", out.Reason, "at", out.UpdatedAt, "attempts", out.Attempts)

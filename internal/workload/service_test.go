@@ -650,6 +650,37 @@ func TestMeteredToTheClustersTimes(t *testing.T) {
 	}
 }
 
+// TestObserveWritesOnlyChanges: a report that changes nothing on the
+// record opens no transaction (the database refuses every write here and
+// it still answers), while one that changes the record writes it.
+func TestObserveWritesOnlyChanges(t *testing.T) {
+	h := newHarness(t)
+	ctx := asAlice()
+	w, _, err := h.svc.Create(ctx, "alice", workload.Request{Template: "pytorch-train", Team: "vision", Choice: template.Choice{Class: "H100-80GB", Count: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	running := workload.Observed{Status: workload.Running, Reason: "", At: h.clock()}
+	first, err := h.svc.Observe(ctx, w.ID, running)
+	if err != nil || first.Status != workload.Running {
+		t.Fatalf("the first report: %v, %v", first.Status, err)
+	}
+	h.db.CrashAfter(0)
+	defer h.db.CrashAfter(-1)
+	h.advance(time.Minute)
+	again, err := h.svc.Observe(ctx, w.ID, running)
+	if err != nil || !workload.SameRecord(first, again) || !again.UpdatedAt.Equal(first.UpdatedAt) {
+		t.Fatalf("the same report again: %+v, %v; want the record as it was, nothing written", again, err)
+	}
+	if _, err := h.svc.Observe(ctx, w.ID, workload.Observed{Status: workload.Succeeded, At: h.clock()}); !errors.Is(err, store.ErrCrashed) {
+		t.Fatalf("a report that changes the record: %v, want it written (and refused here)", err)
+	}
+	h.db.CrashAfter(-1)
+	if got, err := h.svc.Observe(ctx, w.ID, workload.Observed{Status: workload.Succeeded, At: h.clock()}); err != nil || got.Status != workload.Succeeded {
+		t.Fatalf("the end, written: %v, %v", got.Status, err)
+	}
+}
+
 // TestNodeGroupsBoundLaunches: a class with node groups is judged by its
 // groups at their max, not by the nodes it has now: a pod larger than the
 // largest machine is refused with the numbers, one that a group could boot

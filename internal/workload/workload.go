@@ -138,6 +138,28 @@ type Workload struct {
 	TemplateStatusReason string
 }
 
+// SameRecord reports whether an update that turns a into b writes nothing:
+// every field an update may change is equal (UpdatedAt aside, which moves
+// only with them). The store writes nothing then, and an updater that
+// finds so on a read need not write.
+func SameRecord(a, b Workload) bool {
+	return a.Status == b.Status && a.Reason == b.Reason && a.AppliedHash == b.AppliedHash && a.Endpoint == b.Endpoint && a.ExpiresAt.Equal(b.ExpiresAt) &&
+		a.RunningFor == b.RunningFor && a.RunningSince.Equal(b.RunningSince) && a.Approval == b.Approval &&
+		slices.Equal(a.SpotEvictions, b.SpotEvictions) && a.StartedAt.Equal(b.StartedAt) && a.EndedAt.Equal(b.EndedAt) &&
+		a.Attempts == b.Attempts && sameCode(a.ExitCode, b.ExitCode) && a.Held == b.Held &&
+		a.NodeGroup == b.NodeGroup && a.RunPrice == b.RunPrice && a.RanCost == b.RanCost && a.Cluster == b.Cluster &&
+		sameDeferral(a.Deferral, b.Deferral) && a.Warned.Equal(b.Warned)
+}
+
+func sameCode(a, b *int) bool { return (a == nil) == (b == nil) && (a == nil || *a == *b) }
+
+func sameDeferral(a, b *Deferral) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Until.Equal(b.Until) && a.Released.Equal(b.Released) && a.ReleasedBy == b.ReleasedBy
+}
+
 // Warned is what the idle culler told a running workload's owner, kept
 // with the record so that a new leader neither warns twice nor stops it
 // sooner than the warning said.

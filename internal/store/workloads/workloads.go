@@ -167,16 +167,8 @@ func scanAfter(row store.Scanner, before ...any) (workload.Workload, error) {
 	return w, nil
 }
 
-// sameDeferral reports whether two deferrals say the same.
-func sameDeferral(a, b *workload.Deferral) bool {
-	if a == nil || b == nil {
-		return a == b
-	}
-	return a.Until.Equal(b.Until) && a.Released.Equal(b.Released) && a.ReleasedBy == b.ReleasedBy
-}
-
 // deferralColumns are a deferral's columns: when it is released (0 once
-// released, or without one) and the deferral as JSON (” without one).
+// released, or without one) and the deferral as JSON ("" without one).
 func deferralColumns(d *workload.Deferral) (until int64, js string, err error) {
 	if d == nil {
 		return 0, "", nil
@@ -370,8 +362,6 @@ func (s *Store) queryWorkloads(ctx context.Context, what, query string, args ...
 	return store.Collect(rows, scanWorkload)
 }
 
-func sameCode(a, b *int) bool { return (a == nil) == (b == nil) && (a == nil || *a == *b) }
-
 // UpdateWorkload implements workload.Store: fn sees the record as it is and
 // returns the one to write, in one transaction that holds the row (SELECT …
 // FOR UPDATE on PostgreSQL; on SQLite every write transaction is exclusive),
@@ -419,12 +409,7 @@ func (s *Store) UpdateWorkloadNotify(ctx context.Context, id string, fn func(wor
 			return fmt.Errorf("update workload %s: the updater changed its id to %q", id, w.ID)
 		}
 		out = w
-		if w.Status == old.Status && w.Reason == old.Reason && w.AppliedHash == old.AppliedHash && w.Endpoint == old.Endpoint && w.ExpiresAt.Equal(old.ExpiresAt) &&
-			w.RunningFor == old.RunningFor && w.RunningSince.Equal(old.RunningSince) && w.Approval == old.Approval &&
-			slices.Equal(w.SpotEvictions, old.SpotEvictions) && w.StartedAt.Equal(old.StartedAt) && w.EndedAt.Equal(old.EndedAt) &&
-			w.Attempts == old.Attempts && sameCode(w.ExitCode, old.ExitCode) && w.Held == old.Held &&
-			w.NodeGroup == old.NodeGroup && w.RunPrice == old.RunPrice && w.RanCost == old.RanCost && w.Cluster == old.Cluster &&
-			sameDeferral(w.Deferral, old.Deferral) && w.Warned.Equal(old.Warned) {
+		if workload.SameRecord(old, w) {
 			out.UpdatedAt = old.UpdatedAt
 			return nil
 		}

@@ -86,11 +86,11 @@ type Watcher struct {
 	// deployments and statefulSets are read by Managed alone (a service's
 	// and a notebook's state is their pods').
 	deployments, statefulSets cache.SharedIndexInformer
-	vmf     dynamicinformer.DynamicSharedInformerFactory // nil without KubeVirt
-	vms     cache.SharedIndexInformer
-	kf      dynamicinformer.DynamicSharedInformerFactory // nil without Kueue
-	queued  cache.SharedIndexInformer                    // Kueue's Workloads
-	obs     Observer
+	vmf                       dynamicinformer.DynamicSharedInformerFactory // nil without KubeVirt
+	vms                       cache.SharedIndexInformer
+	kf                        dynamicinformer.DynamicSharedInformerFactory // nil without Kueue
+	queued                    cache.SharedIndexInformer                    // Kueue's Workloads
+	obs                       Observer
 	// capacity says why an unschedulable pod waits for machines (nil: no
 	// node groups are scaled here); unhear removes the Watcher's handler.
 	capacity Explainer

@@ -162,11 +162,11 @@ func New(cfg *rest.Config, o Options) (*Cluster, error) {
 // Protobuf is cfg for a typed client that speaks protobuf to the API
 // server, as Kubernetes' own controllers do, unless cfg names a content
 // type of its own. Built-in objects (the pods, Jobs and nodes the informers
-// watch, the Jobs a launch creates) cost both sides several times less to
-// encode and decode than as JSON: under a sustained load of launches the
-// API server was the busiest process, and JSON decoding a sixth of
-// Gantry's CPU. Custom resources (Kueue's, KubeVirt's) have no protobuf
-// form: the dynamic client speaks JSON.
+// watch) cost both sides several times less to encode and decode than as
+// JSON: under a sustained load of launches the API server was the busiest
+// process, and decoding watch events a sixth of Gantry's CPU. The dynamic
+// client, which applies a launch's objects and reads custom resources
+// (Kueue's, KubeVirt's, which have no protobuf form), speaks JSON.
 func Protobuf(cfg *rest.Config) *rest.Config {
 	if cfg.ContentType != "" {
 		return cfg
@@ -432,6 +432,20 @@ func (c *Cluster) SetRunning(ctx context.Context, o workload.ObjectRef, run bool
 	}
 	_, err = c.dyn.Resource(gvr).Namespace(o.Namespace).Patch(ctx, o.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: kapi.FieldManager})
 	return kapi.Classify(err, o.Kind, o.Name)
+}
+
+// Primary implements workload.Cluster: the object as the API server has
+// it now.
+func (c *Cluster) Primary(ctx context.Context, o workload.ObjectRef) (workload.ObjectRef, error) {
+	gvr, err := kapi.ResourceOf(o.Kind)
+	if err != nil {
+		return o, err
+	}
+	u, err := c.dyn.Resource(gvr).Namespace(o.Namespace).Get(ctx, o.Name, metav1.GetOptions{})
+	if err != nil {
+		return o, kapi.Classify(err, o.Kind, o.Name)
+	}
+	return workload.ObjectRef{Namespace: u.GetNamespace(), Kind: o.Kind, Name: u.GetName(), WorkloadID: u.GetLabels()[render.LabelWorkloadID], Running: running(u)}, nil
 }
 
 // running reports whether a primary object is asked to run (the opposite of

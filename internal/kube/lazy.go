@@ -123,6 +123,15 @@ func (l *Lazy) Events(ctx context.Context, namespace, prefix, id string) ([]work
 	return c.Events(ctx, namespace, prefix, id)
 }
 
+// Primary implements workload.Cluster.
+func (l *Lazy) Primary(ctx context.Context, o workload.ObjectRef) (workload.ObjectRef, error) {
+	c, err := l.get()
+	if err != nil {
+		return o, err
+	}
+	return c.Primary(ctx, o)
+}
+
 // Logs implements workload.Cluster.
 func (l *Lazy) Logs(ctx context.Context, namespace, workloadID string, follow bool, tailLines int64) (io.ReadCloser, error) {
 	c, err := l.get()

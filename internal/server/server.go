@@ -788,7 +788,8 @@ func (s *Server) lead(ctx context.Context, c *kube.Cluster) error {
 		})
 	}
 	g.Go(func() error {
-		return s.every(gctx, s.Config.Reconcile(), func(ctx context.Context) { s.lifecycle(ctx, w) })
+		led := s.clock.Now()
+		return s.every(gctx, s.Config.Reconcile(), func(ctx context.Context) { s.lifecycle(ctx, w, led) })
 	})
 	g.Go(func() error {
 		return s.every(gctx, s.Config.Reconcile(), func(ctx context.Context) {
@@ -910,8 +911,9 @@ var priorities = func() []quota.Priority {
 // are not on the cluster yet (a crash mid-launch, a cluster that was away),
 // stop what ran past its max runtime, and converge stopped, started and
 // deleted workloads' objects, as the watcher's caches list them (once they
-// are filled).
-func (s *Server) lifecycle(ctx context.Context, w *watch.Watcher) {
+// are filled; a minute after led, the leadership's start, it warns that
+// they are not).
+func (s *Server) lifecycle(ctx context.Context, w *watch.Watcher, led time.Time) {
 	// Flexible launches whose cleanest window has come go first: released
 	// and applied (one the cluster does not take now, by Reconcile next).
 	released, rerr := s.Workloads.ReleaseDeferred(ctx)
@@ -943,6 +945,9 @@ func (s *Server) lifecycle(ctx context.Context, w *watch.Watcher) {
 		s.Log.Info("stopped workloads past their max runtime", "stopped", stopped, "err", serr)
 	}
 	if !w.Synced() {
+		if s.clock.Now().Sub(led) > time.Minute {
+			s.Log.Warn("not converging workloads' objects: the caches of Gantry's Jobs, Deployments and StatefulSets are not filled (may Gantry's role list and watch them?)")
+		}
 		return
 	}
 	actions, err := s.Workloads.Converge(ctx, w, s.Config.RemoveOrphans)

@@ -23,9 +23,17 @@ type Reader struct {
 }
 
 // maxStatements bounds the statements kept; queries past it run
-// unprepared. Texts that vary with their arguments (IN lists) are never
+// unprepared. Texts that vary with their arguments (varies) are never
 // kept, so the bound holds the fixed queries.
 const maxStatements = 256
+
+// varies reports whether a query's text is one of many shapes of the same
+// statement, built from its arguments: an IN list, or an INSERT of several
+// rows whose count changes (a batch's last chunk). Kept, they would fill
+// the bound with one-offs.
+func varies(query string) bool {
+	return strings.Contains(query, " IN (") || strings.Contains(query, "), (")
+}
 
 func newReader(db *sql.DB, cache bool) *Reader {
 	return &Reader{db: db, cache: cache, stmts: map[string]*sql.Stmt{}}
@@ -37,7 +45,7 @@ func (s *DB) Read() *Reader { return s.read }
 
 // stmt is query's prepared statement, or nil when none is kept for it.
 func (r *Reader) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
-	if !r.cache || strings.Contains(query, " IN (") {
+	if !r.cache || varies(query) {
 		return nil, nil
 	}
 	r.mu.Lock()

@@ -67,8 +67,9 @@ type DB struct {
 	writes   map[string]*sql.Stmt
 	// want are queries a transaction ran (TxExec, TxQueryRow) that are not
 	// kept yet: prepared before the next transaction begins, when the
-	// writer is free (preparing needs its one connection).
-	want map[string]bool
+	// writer is free (preparing needs its one connection). unpreparable are
+	// those that failed to prepare: never asked for again.
+	want, unpreparable map[string]bool
 	// crash counts down the writes left before this handle acts as a
 	// killed process's (CrashAfter); negative: never.
 	crash atomic.Int64
@@ -399,8 +400,9 @@ func (s *DB) WriteStmts(ctx context.Context, queries ...string) (map[string]*sql
 
 // TxExec runs query in tx. On SQLite, a query of a shape that recurs is
 // parsed once: prepared on the writer when first seen (before the next
-// transaction begins) and kept, at most maxStatements of them; parsing the
-// same UPDATE in every transaction was a tenth of a busy server's CPU.
+// transaction begins) and kept, at most maxStatements of them, never one
+// whose text varies with its arguments (varies); parsing the same UPDATE
+// in every transaction was a tenth of a busy server's CPU.
 func (s *DB) TxExec(ctx context.Context, tx *sql.Tx, query string, args ...any) (sql.Result, error) {
 	if st := s.txStmt(ctx, tx, query); st != nil {
 		return st.ExecContext(ctx, args...)
@@ -420,12 +422,12 @@ func (s *DB) TxQueryRow(ctx context.Context, tx *sql.Tx, query string, args ...a
 // PostgreSQL, where a statement prepared on one connection would be
 // prepared again on another, or the first time, which asks for it).
 func (s *DB) txStmt(ctx context.Context, tx *sql.Tx, query string) *sql.Stmt {
-	if s.driver != SQLite {
+	if s.driver != SQLite || varies(query) {
 		return nil
 	}
 	s.writesMu.Lock()
 	st := s.writes[query]
-	if st == nil && len(s.writes)+len(s.want) < maxStatements {
+	if st == nil && !s.unpreparable[query] && len(s.writes)+len(s.want) < maxStatements {
 		if s.want == nil {
 			s.want = map[string]bool{}
 		}
@@ -455,6 +457,16 @@ func (s *DB) prepareWanted(ctx context.Context) {
 	for _, q := range qs {
 		st, err := s.db.PrepareContext(ctx, q)
 		if err != nil {
+			if ctx.Err() == nil {
+				s.writesMu.Lock()
+				if s.unpreparable == nil {
+					s.unpreparable = map[string]bool{}
+				}
+				if len(s.unpreparable) < maxStatements {
+					s.unpreparable[q] = true
+				}
+				s.writesMu.Unlock()
+			}
 			continue
 		}
 		s.writesMu.Lock()

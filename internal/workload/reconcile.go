@@ -81,8 +81,9 @@ type Convergence struct {
 // that carry Gantry's labels, as on lists them: a deleted workload's objects
 // are removed, a stopped one's stopped, a started one's started (a change the
 // cluster did not answer at the time). Objects of no recorded workload are
-// orphans: reported, and removed only with removeOrphans. Each action is
-// one the cluster takes twice without harm, so on may be a moment behind.
+// orphans: reported, and removed only with removeOrphans. on may be a
+// moment behind (each action is one the cluster takes twice without harm):
+// a stop or start it calls for is confirmed with the API server first.
 func (s *Service) Converge(ctx context.Context, on Objects, removeOrphans bool) ([]Convergence, error) {
 	if s.cluster == nil {
 		return nil, nil
@@ -100,6 +101,30 @@ func (s *Service) Converge(ctx context.Context, on Objects, removeOrphans bool) 
 		}
 		if !ok {
 			continue
+		}
+		if a.Done && (a.Do == "stop" || a.Do == "start") {
+			// on (a cache) found it out of step with its record: act only
+			// if the API server says so too, with the record read after
+			// it — a stop or start under way from a request (a start just
+			// after a stop, which a cache a moment behind still shows
+			// running) is not undone.
+			live, err := s.cluster.Primary(ctx, o)
+			var nf *fault.NotFound
+			if errors.As(err, &nf) {
+				continue
+			}
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", o, err))
+				continue
+			}
+			now, ok, err := s.actionFor(ctx, live, removeOrphans)
+			if err != nil {
+				return out, err
+			}
+			if !ok || now.Do != a.Do {
+				continue
+			}
+			o, a = live, now
 		}
 		if a.Done {
 			switch a.Do {

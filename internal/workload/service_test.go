@@ -241,6 +241,51 @@ func TestClusterAwayDuringStop(t *testing.T) {
 	}
 }
 
+// staleObjects is a cache a moment behind the cluster: it lists what it
+// was given.
+type staleObjects []workload.ObjectRef
+
+func (s staleObjects) Managed(context.Context) ([]workload.ObjectRef, error) { return s, nil }
+
+// TestConvergeConfirmsWithTheCluster: a stop or start that a cache behind
+// the cluster calls for is not carried out when the API server already
+// shows the object as its record says (a start just after a stop, the
+// cache still showing it running, is not undone); one the API server
+// confirms is.
+func TestConvergeConfirmsWithTheCluster(t *testing.T) {
+	h := newHarness(t)
+	ctx := asAlice()
+	w := h.launch(t, "vllm-inference")
+	obj, _ := h.cluster.Object(w.ID)
+	if _, err := h.svc.Stop(ctx, w.ID); err != nil {
+		t.Fatal(err)
+	}
+	// The cache still shows it running; the cluster has it stopped.
+	obj.Running = true
+	if acts, err := h.svc.Converge(ctx, staleObjects{obj}, false); err != nil || len(acts) != 0 {
+		t.Fatalf("stopped, a stale cache showing it running: %+v %v, want nothing done", acts, err)
+	}
+	if _, err := h.svc.Start(ctx, w.ID); err != nil {
+		t.Fatal(err)
+	}
+	// Started again; the cache still shows it stopped.
+	obj.Running = false
+	if acts, err := h.svc.Converge(ctx, staleObjects{obj}, false); err != nil || len(acts) != 0 || !h.running(t, w.ID) {
+		t.Fatalf("started, a stale cache showing it stopped: %+v %v (running %v), want nothing done", acts, err, h.running(t, w.ID))
+	}
+	// A stop the cluster missed: the cache and the API server agree.
+	h.cluster.SetErr(&fault.Unavailable{What: "kubernetes API server", Err: errors.New("connection refused")})
+	if _, err := h.svc.Stop(ctx, w.ID); err != nil {
+		t.Fatal(err)
+	}
+	h.cluster.SetErr(nil)
+	obj.Running = true
+	acts, err := h.svc.Converge(ctx, staleObjects{obj}, false)
+	if err != nil || len(acts) != 1 || acts[0].Do != "stop" || !acts[0].Done || h.running(t, w.ID) {
+		t.Fatalf("a stop the cluster missed: %+v %v, want it stopped", acts, err)
+	}
+}
+
 // TestConvergeOrphansAndDeleted: an object of no workload is reported and
 // removed only when asked; a deleted workload's object is always removed.
 func TestConvergeOrphansAndDeleted(t *testing.T) {

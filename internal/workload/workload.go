@@ -321,6 +321,9 @@ type Cluster interface {
 	// Logs streams the log of the main container of the newest pod labelled
 	// with the workload id; *fault.Conflict when there is no pod yet.
 	Logs(ctx context.Context, namespace, workloadID string, follow bool, tailLines int64) (io.ReadCloser, error)
+	// Primary reads a primary object as the API server has it now (not a
+	// cache): *fault.NotFound when it is gone.
+	Primary(ctx context.Context, o ObjectRef) (ObjectRef, error)
 	// SetRunning starts (true) or stops (false) a workload's primary object
 	// and keeps it, with its volumes: a Job is suspended, a Deployment or
 	// StatefulSet scaled to zero, a VirtualMachine halted.

@@ -95,7 +95,10 @@ func (k *Kueue) Teams(ctx context.Context) ([]string, error) {
 // class's flavor that the team's ClusterQueue has reserved, and how many of
 // its workloads wait.
 func (k *Kueue) QueueUsage(ctx context.Context, team team.Name, class string) (float64, int, error) {
-	cq, err := k.dyn.Resource(kapi.KueueResources["ClusterQueue"]).Get(ctx, quota.ClusterQueue(team), metav1.GetOptions{})
+	// ResourceVersion "0": served from the API server's watch cache, not
+	// read from etcd — every launch's estimate asks, and a moment-old
+	// usage is what it shows anyway.
+	cq, err := k.dyn.Resource(kapi.KueueResources["ClusterQueue"]).Get(ctx, quota.ClusterQueue(team), metav1.GetOptions{ResourceVersion: "0"})
 	if err != nil {
 		if apierrors.IsNotFound(err) {
 			return 0, 0, nil // its queue is made with its first namespace

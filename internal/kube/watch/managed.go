@@ -80,8 +80,9 @@ func (w *Watcher) Synced() bool {
 // lifecycle loop asks every interval, and listing thousands of Jobs each
 // time cost the API server and Gantry a quarter of their CPU under a
 // sustained load of launches. A cache a moment behind the cluster is
-// enough for what reads it: converging to what was recorded, where acting
-// twice is harmless. Until the caches are filled it fails
+// enough for what reads it: finding what may be out of step with its
+// record, which the lifecycle loop confirms with the API server before it
+// stops or starts anything. Until the caches are filled it fails
 // (*fault.Unavailable).
 func (w *Watcher) Managed(context.Context) ([]workload.ObjectRef, error) {
 	if !w.Synced() {

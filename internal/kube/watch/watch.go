@@ -84,7 +84,10 @@ type Watcher struct {
 	pods    cache.SharedIndexInformer
 	jobs    cache.SharedIndexInformer
 	// deployments and statefulSets are read by Managed alone (a service's
-	// and a notebook's state is their pods').
+	// and a notebook's state is their pods'): a factory of their own,
+	// which Run starts but does not wait for, so that a role without watch
+	// on them stops the lifecycle loop's converging, not every report.
+	pf                        informers.SharedInformerFactory
 	deployments, statefulSets cache.SharedIndexInformer
 	vmf                       dynamicinformer.DynamicSharedInformerFactory // nil without KubeVirt
 	vms                       cache.SharedIndexInformer
@@ -147,8 +150,9 @@ func New(o Options) (*Watcher, error) {
 	resync := o.Resync
 	managed := func(o *metav1.ListOptions) { o.LabelSelector = render.LabelManagedBy + "=" + render.ManagedBy }
 	f := informers.NewSharedInformerFactoryWithOptions(o.Core, resync, informers.WithTweakListOptions(managed))
+	pf := informers.NewSharedInformerFactoryWithOptions(o.Core, resync, informers.WithTweakListOptions(managed))
 	w := &Watcher{factory: f, pods: f.Core().V1().Pods().Informer(), jobs: f.Batch().V1().Jobs().Informer(),
-		deployments: f.Apps().V1().Deployments().Informer(), statefulSets: f.Apps().V1().StatefulSets().Informer(), obs: o.Observer, capacity: o.Capacity}
+		pf: pf, deployments: pf.Apps().V1().Deployments().Informer(), statefulSets: pf.Apps().V1().StatefulSets().Informer(), obs: o.Observer, capacity: o.Capacity}
 	infs := []cache.SharedIndexInformer{w.pods, w.jobs, w.deployments, w.statefulSets}
 	if o.KubeVirt {
 		w.vmf = dynamicinformer.NewFilteredDynamicSharedInformerFactory(o.Dynamic, resync, metav1.NamespaceAll, managed)
@@ -310,6 +314,7 @@ func (w *Watcher) OnChange(changed func(workloadID string)) error {
 // Run starts the informers, waits until their caches are filled (synced
 // false if ctx ended first), and returns; stop ends them and waits.
 func (w *Watcher) Run(ctx context.Context) (synced bool) {
+	w.pf.Start(ctx.Done()) // not waited for: Synced says when
 	w.factory.Start(ctx.Done())
 	ok := !slices.Contains(slices.Collect(maps.Values(w.factory.WaitForCacheSync(ctx.Done()))), false)
 	for _, f := range []dynamicinformer.DynamicSharedInformerFactory{w.vmf, w.kf} {
@@ -324,6 +329,7 @@ func (w *Watcher) Run(ctx context.Context) (synced bool) {
 // Shutdown stops the informers and waits for their goroutines.
 func (w *Watcher) Shutdown() {
 	w.factory.Shutdown()
+	w.pf.Shutdown()
 	if w.vmf != nil {
 		w.vmf.Shutdown()
 	}

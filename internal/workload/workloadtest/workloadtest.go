@@ -253,6 +253,21 @@ func (c *Cluster) Managed(context.Context) ([]workload.ObjectRef, error) {
 	return out, nil
 }
 
+// Primary implements workload.Cluster.
+func (c *Cluster) Primary(_ context.Context, o workload.ObjectRef) (workload.ObjectRef, error) {
+	if err := c.fail(); err != nil {
+		return o, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, got := range c.objects {
+		if got.Kind == o.Kind && got.Namespace == o.Namespace && got.Name == o.Name {
+			return got, nil
+		}
+	}
+	return o, &fault.NotFound{Kind: o.Kind, Name: o.Name}
+}
+
 // Object returns the primary object of a workload, if the cluster has it.
 func (c *Cluster) Object(workloadID string) (workload.ObjectRef, bool) {
 	c.mu.Lock()

@@ -127,8 +127,8 @@ var notExercised = map[string]string{
 	"karpenter.sh/nodeclaims watch": "watched by karpenter.Pools",
 	"karpenter.sh/nodepools get":    "read by karpenter.Sizes (TestNodeGroupEditReachesItsNodePool)",
 	"karpenter.sh/nodepools patch":  "applied by karpenter.Sizes (TestNodeGroupEditReachesItsNodePool)",
-	// Read back only when the lifecycle loop's caches show a service or a
-	// notebook out of step with its record (workload
+	// Read back only when the lifecycle loop finds a service or a notebook
+	// out of step with its record (workload
 	// TestConvergeConfirmsWithTheCluster).
 	"apps/deployments get":  "read by kube.Cluster.Primary before the lifecycle loop stops or starts it",
 	"apps/statefulsets get": "read by kube.Cluster.Primary before the lifecycle loop stops or starts it",

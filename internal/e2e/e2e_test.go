@@ -33,7 +33,6 @@ import (
 	"github.com/gantryhq/gantry/internal/devcluster/clustertest"
 	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/kube"
-	"github.com/gantryhq/gantry/internal/kube/watch"
 	"github.com/gantryhq/gantry/internal/servertest"
 	"github.com/gantryhq/gantry/internal/store/storetest"
 	"github.com/gantryhq/gantry/internal/waitfor"
@@ -598,30 +597,12 @@ func TestOrphans(t *testing.T) {
 	}
 	// Another Gantry (a fresh database) knows nothing of it.
 	other := start(t, storetest.SQLitePath(t), true)
-	// The objects as the leader's lifecycle loop lists them: from its
-	// watcher's caches, which agree with the API server.
-	objs := cachedObjects(t)
-	k, err := kube.New(cluster.Config(), kube.Options{})
+	// The objects as the leader's lifecycle loop lists them: from the API
+	// server.
+	objs, err := kube.New(cluster.Config(), kube.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitfor.Until(t, time.Minute, "the caches to list what the API server lists", func() error {
-		cached, err := objs.Managed(context.Background())
-		if err != nil {
-			return err
-		}
-		listed, err := k.Managed(context.Background())
-		if err != nil {
-			return err
-		}
-		// Only this test's objects: others come and go beside it.
-		mine := func(o workload.ObjectRef) bool { return o.WorkloadID != w.Id }
-		cached, listed = slices.DeleteFunc(cached, mine), slices.DeleteFunc(listed, mine)
-		if len(listed) != 1 || !slices.Equal(cached, listed) {
-			return fmt.Errorf("cached %v, listed %v", cached, listed)
-		}
-		return nil
-	})
 	found, err := other.Workloads.Converge(context.Background(), objs, false)
 	if err != nil {
 		t.Fatal(err)
@@ -643,26 +624,6 @@ func TestOrphans(t *testing.T) {
 		t.Fatal(err)
 	}
 	g.waitNoObjects(t, "orphan", w.Id)
-}
-
-// cachedObjects is a watcher on the test cluster, its caches filled, as a
-// leading server's lifecycle loop lists the objects it converges.
-func cachedObjects(t *testing.T) *watch.Watcher {
-	t.Helper()
-	k, err := kube.New(cluster.Config(), kube.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := k.Watcher(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(func() { cancel(); w.Shutdown() })
-	if !w.Run(ctx) || !w.Synced() {
-		t.Fatal("the watcher's caches were not filled")
-	}
-	return w
 }
 
 func containsWorkload(actions []workload.Convergence, id string) bool {

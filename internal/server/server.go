@@ -51,7 +51,6 @@ import (
 	"github.com/gantryhq/gantry/internal/kube/dispatch"
 	"github.com/gantryhq/gantry/internal/kube/lead"
 	"github.com/gantryhq/gantry/internal/kube/nodes"
-	"github.com/gantryhq/gantry/internal/kube/watch"
 	"github.com/gantryhq/gantry/internal/kube/workers"
 	"github.com/gantryhq/gantry/internal/live"
 	"github.com/gantryhq/gantry/internal/logctx"
@@ -788,8 +787,7 @@ func (s *Server) lead(ctx context.Context, c *kube.Cluster) error {
 		})
 	}
 	g.Go(func() error {
-		led := s.clock.Now()
-		return s.every(gctx, s.Config.Reconcile(), func(ctx context.Context) { s.lifecycle(ctx, w, led) })
+		return s.every(gctx, s.Config.Reconcile(), func(ctx context.Context) { s.lifecycle(ctx, c) })
 	})
 	g.Go(func() error {
 		return s.every(gctx, s.Config.Reconcile(), func(ctx context.Context) {
@@ -910,10 +908,8 @@ var priorities = func() []quota.Priority {
 // whose cleanest window has come, apply recorded launches that
 // are not on the cluster yet (a crash mid-launch, a cluster that was away),
 // stop what ran past its max runtime, and converge stopped, started and
-// deleted workloads' objects, as the watcher's caches list them (once they
-// are filled; a minute after led, the leadership's start, it warns that
-// they are not).
-func (s *Server) lifecycle(ctx context.Context, w *watch.Watcher, led time.Time) {
+// deleted workloads' objects, as the API server lists them (on).
+func (s *Server) lifecycle(ctx context.Context, on workload.Objects) {
 	// Flexible launches whose cleanest window has come go first: released
 	// and applied (one the cluster does not take now, by Reconcile next).
 	released, rerr := s.Workloads.ReleaseDeferred(ctx)
@@ -944,13 +940,7 @@ func (s *Server) lifecycle(ctx context.Context, w *watch.Watcher, led time.Time)
 	if stopped > 0 || (serr != nil && ctx.Err() == nil) {
 		s.Log.Info("stopped workloads past their max runtime", "stopped", stopped, "err", serr)
 	}
-	if !w.Synced() {
-		if s.clock.Now().Sub(led) > time.Minute {
-			s.Log.Warn("not converging workloads' objects: the caches of Gantry's Jobs, Deployments and StatefulSets are not filled (may Gantry's role list and watch them?)")
-		}
-		return
-	}
-	actions, err := s.Workloads.Converge(ctx, w, s.Config.RemoveOrphans)
+	actions, err := s.Workloads.Converge(ctx, on, s.Config.RemoveOrphans)
 	for _, a := range actions {
 		if a.Done {
 			s.Log.Info("converged a workload's objects", "object", a.Object.String(), "workload_id", a.Object.WorkloadID, "did", a.Do, "why", a.Why)

@@ -1,10 +1,9 @@
 // Package watch owns Gantry's view of the cluster's state: informers (watches,
-// not polling) on the pods, Jobs, Deployments, StatefulSets, KubeVirt
-// VirtualMachines and Kueue Workloads Gantry manages, indexed by workload id
-// (Watcher), what they say about a workload (Observe, ObserveVM): its phase,
-// why it waits or failed, its node, its place in its team's queue and the
-// pods the cluster disrupted — and which of its objects are asked to run
-// (Managed, Asked).
+// not polling) on the pods, Jobs, KubeVirt VirtualMachines and Kueue
+// Workloads Gantry manages, indexed by workload id (Watcher), what they say
+// about a workload (Observe, ObserveVM): its phase, why it waits or failed,
+// its node, its place in its team's queue and the pods the cluster disrupted
+// — and whether a primary object is asked to run (Asked).
 package watch
 
 import (
@@ -83,12 +82,6 @@ type Watcher struct {
 	factory informers.SharedInformerFactory
 	pods    cache.SharedIndexInformer
 	jobs    cache.SharedIndexInformer
-	// deployments and statefulSets are read by Managed alone (a service's
-	// and a notebook's state is their pods'): a factory of their own,
-	// which Run starts but does not wait for, so that a role without watch
-	// on them stops the lifecycle loop's converging, not every report.
-	pf                        informers.SharedInformerFactory
-	deployments, statefulSets cache.SharedIndexInformer
 	vmf                       dynamicinformer.DynamicSharedInformerFactory // nil without KubeVirt
 	vms                       cache.SharedIndexInformer
 	kf                        dynamicinformer.DynamicSharedInformerFactory // nil without Kueue
@@ -150,10 +143,8 @@ func New(o Options) (*Watcher, error) {
 	resync := o.Resync
 	managed := func(o *metav1.ListOptions) { o.LabelSelector = render.LabelManagedBy + "=" + render.ManagedBy }
 	f := informers.NewSharedInformerFactoryWithOptions(o.Core, resync, informers.WithTweakListOptions(managed))
-	pf := informers.NewSharedInformerFactoryWithOptions(o.Core, resync, informers.WithTweakListOptions(managed))
-	w := &Watcher{factory: f, pods: f.Core().V1().Pods().Informer(), jobs: f.Batch().V1().Jobs().Informer(),
-		pf: pf, deployments: pf.Apps().V1().Deployments().Informer(), statefulSets: pf.Apps().V1().StatefulSets().Informer(), obs: o.Observer, capacity: o.Capacity}
-	infs := []cache.SharedIndexInformer{w.pods, w.jobs, w.deployments, w.statefulSets}
+	w := &Watcher{factory: f, pods: f.Core().V1().Pods().Informer(), jobs: f.Batch().V1().Jobs().Informer(), obs: o.Observer, capacity: o.Capacity}
+	infs := []cache.SharedIndexInformer{w.pods, w.jobs}
 	if o.KubeVirt {
 		w.vmf = dynamicinformer.NewFilteredDynamicSharedInformerFactory(o.Dynamic, resync, metav1.NamespaceAll, managed)
 		w.vms = w.vmf.ForResource(kapi.VMResource).Informer()
@@ -178,16 +169,6 @@ func New(o Options) (*Watcher, error) {
 		}
 	}
 	return w, nil
-}
-
-// primaries are the informers on the objects Gantry creates for a
-// workload (not their pods).
-func (w *Watcher) primaries() []cache.SharedIndexInformer {
-	out := []cache.SharedIndexInformer{w.jobs, w.deployments, w.statefulSets}
-	if w.vms != nil {
-		out = append(out, w.vms)
-	}
-	return out
 }
 
 // slim drops from a cached object what no reader of the caches uses, its
@@ -314,7 +295,6 @@ func (w *Watcher) OnChange(changed func(workloadID string)) error {
 // Run starts the informers, waits until their caches are filled (synced
 // false if ctx ended first), and returns; stop ends them and waits.
 func (w *Watcher) Run(ctx context.Context) (synced bool) {
-	w.pf.Start(ctx.Done()) // not waited for: Synced says when
 	w.factory.Start(ctx.Done())
 	ok := !slices.Contains(slices.Collect(maps.Values(w.factory.WaitForCacheSync(ctx.Done()))), false)
 	for _, f := range []dynamicinformer.DynamicSharedInformerFactory{w.vmf, w.kf} {
@@ -329,7 +309,6 @@ func (w *Watcher) Run(ctx context.Context) (synced bool) {
 // Shutdown stops the informers and waits for their goroutines.
 func (w *Watcher) Shutdown() {
 	w.factory.Shutdown()
-	w.pf.Shutdown()
 	if w.vmf != nil {
 		w.vmf.Shutdown()
 	}

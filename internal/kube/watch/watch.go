@@ -82,11 +82,11 @@ type Watcher struct {
 	factory informers.SharedInformerFactory
 	pods    cache.SharedIndexInformer
 	jobs    cache.SharedIndexInformer
-	vmf                       dynamicinformer.DynamicSharedInformerFactory // nil without KubeVirt
-	vms                       cache.SharedIndexInformer
-	kf                        dynamicinformer.DynamicSharedInformerFactory // nil without Kueue
-	queued                    cache.SharedIndexInformer                    // Kueue's Workloads
-	obs                       Observer
+	vmf     dynamicinformer.DynamicSharedInformerFactory // nil without KubeVirt
+	vms     cache.SharedIndexInformer
+	kf      dynamicinformer.DynamicSharedInformerFactory // nil without Kueue
+	queued  cache.SharedIndexInformer                    // Kueue's Workloads
+	obs     Observer
 	// capacity says why an unschedulable pod waits for machines (nil: no
 	// node groups are scaled here); unhear removes the Watcher's handler.
 	capacity Explainer

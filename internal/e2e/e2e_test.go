@@ -597,12 +597,16 @@ func TestOrphans(t *testing.T) {
 	}
 	// Another Gantry (a fresh database) knows nothing of it.
 	other := start(t, storetest.SQLitePath(t), true)
-	// The objects as the leader's lifecycle loop lists them: from the API
-	// server.
-	objs, err := kube.New(cluster.Config(), kube.Options{})
+	// The objects as the leader's lifecycle loop lists them, from the API
+	// server — of this test's namespace only: the suite's other tests run
+	// beside this one on the same cluster, and to a fresh Gantry their
+	// objects are orphans too (removing them stopped another test's
+	// notebook just after its start, twice in CI).
+	k, err := kube.New(cluster.Config(), kube.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	objs := inNamespace{k, "gantry-orphan"}
 	found, err := other.Workloads.Converge(context.Background(), objs, false)
 	if err != nil {
 		t.Fatal(err)
@@ -624,6 +628,17 @@ func TestOrphans(t *testing.T) {
 		t.Fatal(err)
 	}
 	g.waitNoObjects(t, "orphan", w.Id)
+}
+
+// inNamespace lists the objects of one namespace.
+type inNamespace struct {
+	all       workload.Objects
+	namespace string
+}
+
+func (n inNamespace) Managed(ctx context.Context) ([]workload.ObjectRef, error) {
+	objs, err := n.all.Managed(ctx)
+	return slices.DeleteFunc(objs, func(o workload.ObjectRef) bool { return o.Namespace != n.namespace }), err
 }
 
 func containsWorkload(actions []workload.Convergence, id string) bool {

@@ -42,7 +42,6 @@ import (
 	"github.com/gantryhq/gantry/internal/kube/karpenter"
 	"github.com/gantryhq/gantry/internal/kube/kueue"
 	"github.com/gantryhq/gantry/internal/kube/nodes"
-	"github.com/gantryhq/gantry/internal/kube/watch"
 	"github.com/gantryhq/gantry/internal/nodegroup"
 	"github.com/gantryhq/gantry/internal/quota"
 	"github.com/gantryhq/gantry/internal/render"
@@ -450,7 +449,32 @@ func (c *Cluster) Primary(ctx context.Context, o workload.ObjectRef) (workload.O
 
 // running reports whether a primary object is asked to run (the opposite of
 // what SetRunning(false) does).
-func running(u *unstructured.Unstructured) bool { return watch.AskedOf(u).Running() }
+func running(u *unstructured.Unstructured) bool {
+	switch u.GetKind() {
+	case "Job":
+		if _, queued := u.GetLabels()[quota.LabelQueueName]; queued {
+			// Kueue suspends and resumes it: Gantry's stop is an annotation
+			// (and the Kueue Workload deactivated).
+			return u.GetAnnotations()[kapi.AnnotationStopped] == ""
+		}
+		if kueue.MovingOff(u.GetAnnotations()) {
+			return true // suspended to move it off a quarantined node, not stopped
+		}
+		s, _, _ := unstructured.NestedBool(u.Object, "spec", "suspend")
+		return !s
+	case "Deployment", "StatefulSet":
+		n, found, _ := unstructured.NestedInt64(u.Object, "spec", "replicas")
+		return !found || n > 0
+	case "VirtualMachine":
+		if _, queued := u.GetLabels()[quota.LabelQueueName]; queued {
+			// Halted until Kueue admits it: Gantry's stop is an annotation.
+			return u.GetAnnotations()[kapi.AnnotationStopped] == ""
+		}
+		s, _, _ := unstructured.NestedString(u.Object, "spec", "runStrategy")
+		return s != "Halted"
+	}
+	return true
+}
 
 // Events lists the events of the namespace's objects whose names start with
 // prefix (a workload's objects and pods all do), oldest first; those of a

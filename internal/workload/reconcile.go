@@ -63,8 +63,8 @@ func never(err error) bool {
 }
 
 // Objects lists the primary objects (Jobs, Deployments, StatefulSets,
-// VirtualMachines) that carry Gantry's labels on the cluster: the server's
-// informer caches (watch.Watcher), or the API server itself.
+// VirtualMachines) that carry Gantry's labels on the cluster (the API
+// server's list; a test narrows it to its own namespace).
 type Objects interface {
 	Managed(ctx context.Context) ([]ObjectRef, error)
 }

@@ -1,9 +1,9 @@
 // Package watch owns Gantry's view of the cluster's state: informers (watches,
 // not polling) on the pods, Jobs, KubeVirt VirtualMachines and Kueue
-// Workloads Gantry manages, indexed by workload id (Watcher), what they say
-// about a workload (Observe, ObserveVM): its phase, why it waits or failed,
-// its node, its place in its team's queue and the pods the cluster disrupted
-// — and whether a primary object is asked to run (Asked).
+// Workloads Gantry manages, indexed by workload id (Watcher), and what they
+// say about a workload (Observe, ObserveVM): its phase, why it waits or
+// failed, its node, its place in its team's queue and the pods the cluster
+// disrupted.
 package watch
 
 import (

@@ -1,4 +1,4 @@
-package watch_test
+package kube
 
 import (
 	"testing"
@@ -6,14 +6,12 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/gantryhq/gantry/internal/kube/kapi"
-	"github.com/gantryhq/gantry/internal/kube/watch"
 	"github.com/gantryhq/gantry/internal/quota"
 )
 
-// TestAskedRunning: whether each kind of primary object is asked to run,
-// as Gantry's stop and start leave it, read alike from a typed object and
-// from what the dynamic client gives (AskedOf).
-func TestAskedRunning(t *testing.T) {
+// TestRunning: whether each kind of primary object is asked to run, as
+// Gantry's stop and start leave it (what the lifecycle loop converges).
+func TestRunning(t *testing.T) {
 	queued := map[string]string{quota.LabelQueueName: "q"}
 	stopped := map[string]string{kapi.AnnotationStopped: "2026-12-05T04:00:00Z"}
 	moving := map[string]string{kapi.AnnotationMovingOff: "node-3"}
@@ -37,7 +35,7 @@ func TestAskedRunning(t *testing.T) {
 		{"a queued VM Gantry stopped", obj("VirtualMachine", queued, stopped, map[string]any{"runStrategy": "Halted"}), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := watch.AskedOf(&unstructured.Unstructured{Object: tc.obj}).Running(); got != tc.want {
+			if got := running(&unstructured.Unstructured{Object: tc.obj}); got != tc.want {
 				t.Fatalf("Running() = %v, want %v", got, tc.want)
 			}
 		})

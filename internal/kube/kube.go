@@ -23,6 +23,7 @@ import (
 	"sync"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -450,28 +451,50 @@ func (c *Cluster) Primary(ctx context.Context, o workload.ObjectRef) (workload.O
 // running reports whether a primary object is asked to run (the opposite of
 // what SetRunning(false) does).
 func running(u *unstructured.Unstructured) bool {
-	switch u.GetKind() {
+	a := asked{kind: u.GetKind(), labels: u.GetLabels(), annotations: u.GetAnnotations()}
+	a.suspend, _, _ = unstructured.NestedBool(u.Object, "spec", "suspend")
+	if n, found, _ := unstructured.NestedInt64(u.Object, "spec", "replicas"); found {
+		a.replicas = &n
+	}
+	a.runStrategy, _, _ = unstructured.NestedString(u.Object, "spec", "runStrategy")
+	return a.running()
+}
+
+// jobRunning is running for a Job as the typed client gives it (the
+// watcher's cache).
+func jobRunning(j *batchv1.Job) bool {
+	return asked{kind: "Job", labels: j.Labels, annotations: j.Annotations, suspend: j.Spec.Suspend != nil && *j.Spec.Suspend}.running()
+}
+
+// asked is what a primary object says of whether it is asked to run.
+type asked struct {
+	kind                string
+	labels, annotations map[string]string
+	suspend             bool   // a Job's spec.suspend
+	replicas            *int64 // a Deployment's or StatefulSet's spec.replicas (nil: not set, which is one)
+	runStrategy         string // a VirtualMachine's spec.runStrategy
+}
+
+func (a asked) running() bool {
+	switch a.kind {
 	case "Job":
-		if _, queued := u.GetLabels()[quota.LabelQueueName]; queued {
+		if _, queued := a.labels[quota.LabelQueueName]; queued {
 			// Kueue suspends and resumes it: Gantry's stop is an annotation
 			// (and the Kueue Workload deactivated).
-			return u.GetAnnotations()[kapi.AnnotationStopped] == ""
+			return a.annotations[kapi.AnnotationStopped] == ""
 		}
-		if kueue.MovingOff(u.GetAnnotations()) {
+		if kueue.MovingOff(a.annotations) {
 			return true // suspended to move it off a quarantined node, not stopped
 		}
-		s, _, _ := unstructured.NestedBool(u.Object, "spec", "suspend")
-		return !s
+		return !a.suspend
 	case "Deployment", "StatefulSet":
-		n, found, _ := unstructured.NestedInt64(u.Object, "spec", "replicas")
-		return !found || n > 0
+		return a.replicas == nil || *a.replicas > 0
 	case "VirtualMachine":
-		if _, queued := u.GetLabels()[quota.LabelQueueName]; queued {
+		if _, queued := a.labels[quota.LabelQueueName]; queued {
 			// Halted until Kueue admits it: Gantry's stop is an annotation.
-			return u.GetAnnotations()[kapi.AnnotationStopped] == ""
+			return a.annotations[kapi.AnnotationStopped] == ""
 		}
-		s, _, _ := unstructured.NestedString(u.Object, "spec", "runStrategy")
-		return s != "Halted"
+		return a.runStrategy != "Halted"
 	}
 	return true
 }
@@ -611,12 +634,57 @@ func started(p *corev1.Pod, container string) bool {
 	return false
 }
 
-// Managed implements workload.Cluster: the Jobs, Deployments and StatefulSets
-// labelled as Gantry's, in every namespace.
+// Managed implements workload.Objects: the Jobs, Deployments, StatefulSets
+// and VirtualMachines labelled as Gantry's, in every namespace, as the API
+// server lists them.
 func (c *Cluster) Managed(ctx context.Context) ([]workload.ObjectRef, error) {
+	return c.managed(ctx, nil)
+}
+
+// JobCache is the leader's informer cache of the Jobs Gantry manages
+// (watch.Watcher).
+type JobCache interface {
+	// Jobs are the cached Jobs; filled is false until the cache is.
+	Jobs() (jobs []*batchv1.Job, filled bool)
+}
+
+// Objects is what the lifecycle loop converges: Gantry's Jobs from jobs,
+// the leader's cache, once it is filled (until then, and for the other
+// kinds, from the API server). Jobs are the many: listing every one of them
+// from the API server each pass was a third of Gantry's CPU under sustained
+// launches (docs/benchmarks.md). A cache a moment behind the cluster is
+// enough for what reads it: the lifecycle loop confirms a stop or start with
+// the API server (workload.Cluster.Primary) before it acts, and deleting what belongs to a
+// deleted workload twice is harmless.
+func (c *Cluster) Objects(jobs JobCache) workload.Objects {
+	return cachedJobs{c, jobs}
+}
+
+type cachedJobs struct {
+	c    *Cluster
+	jobs JobCache
+}
+
+func (o cachedJobs) Managed(ctx context.Context) ([]workload.ObjectRef, error) {
+	jobs, filled := o.jobs.Jobs()
+	if !filled {
+		return o.c.Managed(ctx)
+	}
+	return o.c.managed(ctx, jobs)
+}
+
+// managed lists Gantry's primary objects from the API server, but for the
+// Jobs when cached is not nil.
+func (c *Cluster) managed(ctx context.Context, cached []*batchv1.Job) ([]workload.ObjectRef, error) {
 	var out []workload.ObjectRef
 	for gvk, gvr := range kapi.Resources {
 		if !render.IsPrimary(gvk.Kind) {
+			continue
+		}
+		if gvk.Kind == "Job" && cached != nil {
+			for _, j := range cached {
+				out = append(out, workload.ObjectRef{Namespace: j.Namespace, Kind: "Job", Name: j.Name, WorkloadID: j.Labels[render.LabelWorkloadID], Running: jobRunning(j)})
+			}
 			continue
 		}
 		// ResourceVersion "0": served from the API server's watch cache,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -25,6 +26,7 @@ import (
 	"github.com/gantryhq/gantry/internal/render"
 	"github.com/gantryhq/gantry/internal/template"
 	"github.com/gantryhq/gantry/internal/waitfor"
+	"github.com/gantryhq/gantry/internal/workload"
 )
 
 var cluster *devcluster.Cluster
@@ -312,6 +314,86 @@ func TestWatchReportsDeadline(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestObjectsFromTheJobCache: what the lifecycle loop converges, with Jobs
+// from the watcher's cache (kube.Cluster.Objects), lists what the API server
+// lists — each Job and whether it is asked to run, a stopped one too, and
+// the Deployments beside them — and, until the cache is filled, is the API
+// server's list.
+func TestObjectsFromTheJobCache(t *testing.T) {
+	k := need(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const ns = "gantry-jobcache"
+	if err := k.EnsureNamespace(ctx, ns, "jobcache"); err != nil {
+		t.Fatal(err)
+	}
+	w, err := k.Watcher(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cancel(); w.Shutdown() }() // informers stop with ctx
+	if !w.Run(ctx) {
+		t.Fatal("caches did not fill")
+	}
+	for _, id := range []string{"jcache01", "jcache02"} {
+		objs := rendered(t, "pytorch-train", id, "jobcache", template.Choice{Count: 1})
+		objs[len(objs)-2].(*batchv1.Job).Spec.Template.Annotations["pod-complete.stage.kwok.x-k8s.io/delay"] = "120s"
+		if err := k.Apply(ctx, objs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := k.Apply(ctx, rendered(t, "vllm-inference", "jcache03", "jobcache", template.Choice{Count: 1})); err != nil {
+		t.Fatal(err)
+	}
+	stopped := workload.ObjectRef{Namespace: ns, Kind: "Job", Name: "pytorch-train-jcache02", WorkloadID: "jcache02"}
+	if err := k.SetRunning(ctx, stopped, false); err != nil {
+		t.Fatal(err)
+	}
+	mine := func(objs []workload.ObjectRef, err error) ([]workload.ObjectRef, error) {
+		return slices.DeleteFunc(objs, func(o workload.ObjectRef) bool { return o.Namespace != ns }), err
+	}
+	want := []string{"Deployment vllm-inference-jcache03 running", "Job pytorch-train-jcache01 running", "Job pytorch-train-jcache02 stopped"}
+	described := func(objs []workload.ObjectRef) []string {
+		var out []string
+		for _, o := range objs {
+			state := "running"
+			if !o.Running {
+				state = "stopped"
+			}
+			out = append(out, o.Kind+" "+o.Name+" "+state)
+		}
+		return out
+	}
+	waitfor.Until(t, time.Minute, "the cache-backed list to agree with the API server's", func() error {
+		listed, err := mine(k.Managed(ctx))
+		if err != nil {
+			return err
+		}
+		cached, err := mine(k.Objects(w).Managed(ctx))
+		if err != nil {
+			return err
+		}
+		if !slices.Equal(described(listed), want) || !slices.Equal(cached, listed) {
+			return fmt.Errorf("from the cache %v, from the API server %v, want %v", described(cached), described(listed), want)
+		}
+		return nil
+	})
+	unfilled, err := mine(k.Objects(emptyCache{}).Managed(ctx))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(described(unfilled), want) {
+		t.Errorf("with the cache not filled: %v, want the API server's %v", described(unfilled), want)
+	}
+}
+
+// emptyCache is a JobCache not filled yet.
+type emptyCache struct{}
+
+func (emptyCache) Jobs() ([]*batchv1.Job, bool) {
+	return []*batchv1.Job{{ObjectMeta: metav1.ObjectMeta{Name: "not-listed", Namespace: "gantry-jobcache"}}}, false
+}
 
 // TestVMValidatedByTheAPIServer: a rendered VirtualMachine is accepted by the
 // API server under KubeVirt's schema, and one that breaks the schema is

@@ -3,7 +3,9 @@ package kube
 import (
 	"testing"
 
+	batchv1 "k8s.io/api/batch/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/gantryhq/gantry/internal/kube/kapi"
 	"github.com/gantryhq/gantry/internal/quota"
@@ -35,8 +37,20 @@ func TestRunning(t *testing.T) {
 		{"a queued VM Gantry stopped", obj("VirtualMachine", queued, stopped, map[string]any{"runStrategy": "Halted"}), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := running(&unstructured.Unstructured{Object: tc.obj}); got != tc.want {
+			u := &unstructured.Unstructured{Object: tc.obj}
+			if got := running(u); got != tc.want {
 				t.Fatalf("Running() = %v, want %v", got, tc.want)
+			}
+			if u.GetKind() != "Job" {
+				return
+			}
+			// The same Job as the watcher's cache holds it (typed).
+			var j batchv1.Job
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(tc.obj, &j); err != nil {
+				t.Fatal(err)
+			}
+			if got := jobRunning(&j); got != tc.want {
+				t.Fatalf("jobRunning() = %v, want %v", got, tc.want)
 			}
 		})
 	}

@@ -787,7 +787,7 @@ func (s *Server) lead(ctx context.Context, c *kube.Cluster) error {
 		})
 	}
 	g.Go(func() error {
-		return s.every(gctx, s.Config.Reconcile(), func(ctx context.Context) { s.lifecycle(ctx, c) })
+		return s.every(gctx, s.Config.Reconcile(), func(ctx context.Context) { s.lifecycle(ctx, c.Objects(w)) })
 	})
 	g.Go(func() error {
 		return s.every(gctx, s.Config.Reconcile(), func(ctx context.Context) {
@@ -908,7 +908,8 @@ var priorities = func() []quota.Priority {
 // whose cleanest window has come, apply recorded launches that
 // are not on the cluster yet (a crash mid-launch, a cluster that was away),
 // stop what ran past its max runtime, and converge stopped, started and
-// deleted workloads' objects, as the API server lists them (on).
+// deleted workloads' objects, as on lists them (the leader's cache of Jobs,
+// the API server for the rest).
 func (s *Server) lifecycle(ctx context.Context, on workload.Objects) {
 	// Flexible launches whose cleanest window has come go first: released
 	// and applied (one the cluster does not take now, by Reconcile next).

@@ -3,7 +3,8 @@
 // Workloads Gantry manages, indexed by workload id (Watcher), and what they
 // say about a workload (Observe, ObserveVM): its phase, why it waits or
 // failed, its node, its place in its team's queue and the pods the cluster
-// disrupted.
+// disrupted — and the cached Jobs themselves, which the lifecycle loop
+// converges (Jobs).
 package watch
 
 import (
@@ -190,6 +191,22 @@ func slimWorkload(obj any) (any, error) {
 		unstructured.RemoveNestedField(u.Object, "spec", "podSets")
 	}
 	return slim(obj)
+}
+
+// Jobs are the Jobs Gantry manages as the cache holds them (kube.JobCache:
+// what the lifecycle loop converges); filled is false until the cache is.
+func (w *Watcher) Jobs() (jobs []*batchv1.Job, filled bool) {
+	if !w.jobs.HasSynced() {
+		return nil, false
+	}
+	objs := w.jobs.GetStore().List()
+	jobs = make([]*batchv1.Job, 0, len(objs))
+	for _, o := range objs {
+		if j, ok := o.(*batchv1.Job); ok {
+			jobs = append(jobs, j)
+		}
+	}
+	return jobs, true
 }
 
 // OnChange calls changed with the workload id of every added, updated or

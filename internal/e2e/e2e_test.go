@@ -105,7 +105,42 @@ func start(t testing.TB, dbPath string, withCluster bool, edit ...func(*config.C
 		proxy.ServeHTTP(w, r)
 	}))
 	t.Cleanup(front.Close)
+	if withCluster {
+		t.Cleanup(func() { deleteLeftovers(t, g) }) // before g stops
+	}
 	return &gantryServer{t: t, url: front.URL, api: servertest.Client(g.URL, tok), Gantry: g}
+}
+
+// deleteLeftovers deletes, as a test ends, the workloads its Gantry still
+// has: the suite's tests share one cluster, and a service or notebook left
+// running holds its GPUs (the cluster has 16 whole H100s) from the tests
+// after it, whose launches then wait, Unschedulable.
+func deleteLeftovers(t testing.TB, g *servertest.Gantry) {
+	ctx := context.Background()
+	c := servertest.Client(g.URL, g.Token("ada"))
+	var cursor *string
+	for {
+		r, err := c.ListWorkloadsWithResponse(ctx, &model.ListWorkloadsParams{Ended: new(false), Limit: new(100), Cursor: cursor})
+		if err != nil {
+			t.Logf("the test's workloads were not listed to be deleted: %v", err)
+			return
+		}
+		if r.JSON200 == nil {
+			t.Logf("the test's workloads were not listed to be deleted: %d %s", r.StatusCode(), r.Body)
+			return
+		}
+		for _, w := range r.JSON200.Items {
+			d, err := c.DeleteWorkloadWithResponse(ctx, w.Id)
+			if err != nil {
+				t.Logf("workload %s left on the cluster: %v", w.Id, err)
+			} else if d.StatusCode() != 204 && d.StatusCode() != 404 {
+				t.Logf("workload %s left on the cluster: %d %s", w.Id, d.StatusCode(), d.Body)
+			}
+		}
+		if cursor = r.JSON200.NextCursor; cursor == nil {
+			return
+		}
+	}
 }
 
 // asJSON is v as JSON, for failure messages (the generated types' optional
@@ -597,8 +632,8 @@ func TestOrphans(t *testing.T) {
 	}
 	// Another Gantry (a fresh database) knows nothing of it.
 	other := start(t, storetest.SQLitePath(t), true)
-	// The objects as the leader's lifecycle loop lists them, from the API
-	// server — of this test's namespace only: the suite's other tests run
+	// The objects as kube.Cluster.Managed lists them from the API server —
+	// of this test's namespace only: the suite's other tests run
 	// beside this one on the same cluster, and to a fresh Gantry their
 	// objects are orphans too (removing them stopped another test's
 	// notebook just after its start, twice in CI).

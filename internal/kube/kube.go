@@ -638,13 +638,14 @@ func started(p *corev1.Pod, container string) bool {
 // and VirtualMachines labelled as Gantry's, in every namespace, as the API
 // server lists them.
 func (c *Cluster) Managed(ctx context.Context) ([]workload.ObjectRef, error) {
-	return c.managed(ctx, nil)
+	return c.managed(ctx, nil, false)
 }
 
 // JobCache is the leader's informer cache of the Jobs Gantry manages
 // (watch.Watcher).
 type JobCache interface {
-	// Jobs are the cached Jobs; filled is false until the cache is.
+	// Jobs are the cached Jobs, to be read only (they are the cache's);
+	// filled is false until the cache is.
 	Jobs() (jobs []*batchv1.Job, filled bool)
 }
 
@@ -653,13 +654,14 @@ type JobCache interface {
 // kinds, from the API server). Jobs are the many: listing every one of them
 // from the API server each pass was a third of Gantry's CPU under sustained
 // launches (docs/benchmarks.md). A cache a moment behind the cluster is
-// enough for what reads it: the lifecycle loop confirms a stop or start with
-// the API server (workload.Cluster.Primary) before it acts, and deleting what belongs to a
-// deleted workload twice is harmless.
+// enough for what reads it: the lifecycle loop confirms a stop or start
+// with the API server (workload.Cluster.Primary) before it acts, and
+// deleting what belongs to a deleted workload twice is harmless.
 func (c *Cluster) Objects(jobs JobCache) workload.Objects {
 	return cachedJobs{c, jobs}
 }
 
+// cachedJobs is Objects: the Jobs from a cache once filled.
 type cachedJobs struct {
 	c    *Cluster
 	jobs JobCache
@@ -670,18 +672,18 @@ func (o cachedJobs) Managed(ctx context.Context) ([]workload.ObjectRef, error) {
 	if !filled {
 		return o.c.Managed(ctx)
 	}
-	return o.c.managed(ctx, jobs)
+	return o.c.managed(ctx, jobs, true)
 }
 
 // managed lists Gantry's primary objects from the API server, but for the
-// Jobs when cached is not nil.
-func (c *Cluster) managed(ctx context.Context, cached []*batchv1.Job) ([]workload.ObjectRef, error) {
+// Jobs, which are cached when fromCache.
+func (c *Cluster) managed(ctx context.Context, cached []*batchv1.Job, fromCache bool) ([]workload.ObjectRef, error) {
 	var out []workload.ObjectRef
 	for gvk, gvr := range kapi.Resources {
 		if !render.IsPrimary(gvk.Kind) {
 			continue
 		}
-		if gvk.Kind == "Job" && cached != nil {
+		if gvk.Kind == "Job" && fromCache {
 			for _, j := range cached {
 				out = append(out, workload.ObjectRef{Namespace: j.Namespace, Kind: "Job", Name: j.Name, WorkloadID: j.Labels[render.LabelWorkloadID], Running: jobRunning(j)})
 			}

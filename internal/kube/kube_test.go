@@ -336,9 +336,18 @@ func TestObjectsFromTheJobCache(t *testing.T) {
 	if !w.Run(ctx) {
 		t.Fatal("caches did not fill")
 	}
+	// The package's tests share the cluster's GPUs: what this one made goes
+	// when it ends.
+	t.Cleanup(func() {
+		for _, o := range [][2]string{{"Job", "pytorch-train-jcache01"}, {"Job", "pytorch-train-jcache02"}, {"Deployment", "vllm-inference-jcache03"}} {
+			if err := k.Delete(context.Background(), ns, o[0], o[1]); err != nil {
+				t.Errorf("delete %s %s: %v", o[0], o[1], err)
+			}
+		}
+	})
 	for _, id := range []string{"jcache01", "jcache02"} {
 		objs := rendered(t, "pytorch-train", id, "jobcache", template.Choice{Count: 1})
-		objs[len(objs)-2].(*batchv1.Job).Spec.Template.Annotations["pod-complete.stage.kwok.x-k8s.io/delay"] = "120s"
+		objs[len(objs)-2].(*batchv1.Job).Spec.Template.Annotations["pod-complete.stage.kwok.x-k8s.io/delay"] = "120s" // running while stopped
 		if err := k.Apply(ctx, objs); err != nil {
 			t.Fatal(err)
 		}
@@ -379,21 +388,36 @@ func TestObjectsFromTheJobCache(t *testing.T) {
 		}
 		return nil
 	})
-	unfilled, err := mine(k.Objects(emptyCache{}).Managed(ctx))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !slices.Equal(described(unfilled), want) {
-		t.Errorf("with the cache not filled: %v, want the API server's %v", described(unfilled), want)
+	// The Jobs are the cache's once it is filled, even when it holds none,
+	// and the API server's until then; the Deployment is always the API
+	// server's.
+	onlyCached := []*batchv1.Job{{ObjectMeta: metav1.ObjectMeta{Name: "only-cached", Namespace: ns, Labels: map[string]string{render.LabelWorkloadID: "jcache04"}}}}
+	for _, tc := range []struct {
+		name  string
+		cache fixedCache
+		want  []string
+	}{
+		{"filled", fixedCache{onlyCached, true}, []string{"Deployment vllm-inference-jcache03 running", "Job only-cached running"}},
+		{"filled and empty", fixedCache{[]*batchv1.Job{}, true}, []string{"Deployment vllm-inference-jcache03 running"}},
+		{"not filled", fixedCache{onlyCached, false}, want},
+	} {
+		got, err := mine(k.Objects(tc.cache).Managed(ctx))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(described(got), tc.want) {
+			t.Errorf("%s: %v, want %v", tc.name, described(got), tc.want)
+		}
 	}
 }
 
-// emptyCache is a JobCache not filled yet.
-type emptyCache struct{}
-
-func (emptyCache) Jobs() ([]*batchv1.Job, bool) {
-	return []*batchv1.Job{{ObjectMeta: metav1.ObjectMeta{Name: "not-listed", Namespace: "gantry-jobcache"}}}, false
+// fixedCache is a JobCache holding the Jobs it is given.
+type fixedCache struct {
+	jobs   []*batchv1.Job
+	filled bool
 }
+
+func (c fixedCache) Jobs() ([]*batchv1.Job, bool) { return c.jobs, c.filled }
 
 // TestVMValidatedByTheAPIServer: a rendered VirtualMachine is accepted by the
 // API server under KubeVirt's schema, and one that breaks the schema is

@@ -24,6 +24,7 @@ func TestRunning(t *testing.T) {
 	}{
 		{"a Job", job(nil, nil, false), true},
 		{"a suspended Job", job(nil, nil, true), false},
+		{"a Job without spec.suspend", obj("Job", nil, nil, map[string]any{}), true},
 		{"a suspended Job being moved off a node", job(nil, moving, true), true},
 		{"a queued Job Kueue suspended", job(queued, nil, true), true},
 		{"a queued Job Gantry stopped", job(queued, stopped, true), false},

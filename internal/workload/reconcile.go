@@ -63,8 +63,9 @@ func never(err error) bool {
 }
 
 // Objects lists the primary objects (Jobs, Deployments, StatefulSets,
-// VirtualMachines) that carry Gantry's labels on the cluster (the API
-// server's list; a test narrows it to its own namespace).
+// VirtualMachines) that carry Gantry's labels on the cluster, as the API
+// server lists them or with the Jobs from the leader's cache
+// (kube.Cluster.Objects); a test narrows it to its own namespace.
 type Objects interface {
 	Managed(ctx context.Context) ([]ObjectRef, error)
 }

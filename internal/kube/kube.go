@@ -669,10 +669,7 @@ type cachedJobs struct {
 
 func (o cachedJobs) Managed(ctx context.Context) ([]workload.ObjectRef, error) {
 	jobs, filled := o.jobs.Jobs()
-	if !filled {
-		return o.c.Managed(ctx)
-	}
-	return o.c.managed(ctx, jobs, true)
+	return o.c.managed(ctx, jobs, filled)
 }
 
 // managed lists Gantry's primary objects from the API server, but for the

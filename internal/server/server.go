@@ -786,8 +786,9 @@ func (s *Server) lead(ctx context.Context, c *kube.Cluster) error {
 			})
 		})
 	}
+	objs := c.Objects(w)
 	g.Go(func() error {
-		return s.every(gctx, s.Config.Reconcile(), func(ctx context.Context) { s.lifecycle(ctx, c.Objects(w)) })
+		return s.every(gctx, s.Config.Reconcile(), func(ctx context.Context) { s.lifecycle(ctx, objs) })
 	})
 	g.Go(func() error {
 		return s.every(gctx, s.Config.Reconcile(), func(ctx context.Context) {

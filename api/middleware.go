@@ -40,10 +40,12 @@ type SessionAuthenticator interface {
 // (authn.ErrNoCredentials, token.ErrInvalid, weblogin.ErrNoSession,
 // user.ErrStale, user.ErrDeactivated, a bad JWT) are answered 401.
 type credentials struct {
-	transient func(error) error // Options.Transient
-	bearer    func(*http.Request) (identity.Identity, error)
-	tokens    *token.Service
-	sessions  SessionAuthenticator
+	bearer func(*http.Request) (identity.Identity, error)
+	// observe records a bearer JWT's user as the provider describes them
+	// now (user.Service.Observe); nil records nothing.
+	observe  func(context.Context, identity.Identity) (identity.Identity, error)
+	tokens   *token.Service
+	sessions SessionAuthenticator
 }
 
 // errStore marks an authentication that failed on Gantry's side.
@@ -62,13 +64,22 @@ func (cr credentials) authenticate(r *http.Request) (identity.Identity, *weblogi
 		case cr.bearer != nil:
 			id, err := cr.bearer(r)
 			id.Via = identity.ViaBearer
-			var un *fault.Unavailable
-			if errors.As(cr.transient(err), &un) {
-				// Recording who the user is failed (the database is
-				// away): not the caller's fault, and not a 401.
-				return id, nil, fmt.Errorf("%w: %w", errStore, un)
+			if err != nil || cr.observe == nil {
+				return id, nil, err // the token was refused: the caller's
 			}
-			return id, nil, err
+			// A provider token says who the user is now: their groups are
+			// recorded (for their tokens and sessions), and a deactivated
+			// user is refused. Recording failing otherwise (the database
+			// away, two first requests racing) is not the caller's fault,
+			// and not a 401.
+			seen, err := cr.observe(r.Context(), id)
+			switch {
+			case errors.Is(err, user.ErrDeactivated):
+				return id, nil, err
+			case err != nil:
+				return id, nil, fmt.Errorf("%w: record the user: %w", errStore, err)
+			}
+			return seen, nil, nil
 		}
 		return identity.Identity{}, nil, authn.ErrNoCredentials
 	}

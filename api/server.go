@@ -93,7 +93,10 @@ type Options struct {
 	// Portal serves the web UI at /, when set.
 	Portal http.Handler
 	// Identify verifies a bearer JWT (not a personal access token); with it
-	// nil, only tokens and sessions authenticate.
+	// nil, only tokens and sessions authenticate. Its error is the
+	// caller's (401). The user it names is then recorded with Users.Observe
+	// (a deactivated user refused, 401; recording failing is Gantry's
+	// fault, 503 or 500).
 	Identify func(*http.Request) (identity.Identity, error)
 	// RecheckBearer verifies a bearer JWT again for an open stream, without
 	// recording anything (Identify records the user's groups); nil: Identify.
@@ -201,10 +204,13 @@ func New(o Options) (*echo.Echo, error) {
 	if o.Transient == nil {
 		o.Transient = func(err error) error { return err }
 	}
-	cr := credentials{bearer: o.Identify, tokens: o.Tokens, sessions: o.Sessions, transient: o.Transient}
+	cr := credentials{bearer: o.Identify, tokens: o.Tokens, sessions: o.Sessions}
+	if o.Users != nil {
+		cr.observe = o.Users.Observe
+	}
 	recheck := cr
 	if o.RecheckBearer != nil {
-		recheck.bearer = o.RecheckBearer
+		recheck.bearer, recheck.observe = o.RecheckBearer, nil
 	}
 	if o.Own == nil {
 		o.Own = ownmetrics.New()

@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"database/sql"
 	"net/http"
 	"strings"
 	"sync"
@@ -128,5 +129,36 @@ func TestGroupsAreCurrent(t *testing.T) {
 		if !seen[a] {
 			t.Errorf("audit log lacks %s: %v", a, seen)
 		}
+	}
+}
+
+// TestRecordingTheUserFailingIsNotA401: a provider token that verifies is
+// the caller's good credential even when Gantry cannot record its user (the
+// users table away here; two first requests racing on PostgreSQL before):
+// the answer is Gantry's failure, never 401 "not authenticated", which
+// tells a client to drop a token that is fine.
+func TestRecordingTheUserFailingIsNotA401(t *testing.T) {
+	e := newEnvWith(t, server.Overrides{Identify: alice})
+	if r := e.raw(http.MethodGet, "/api/v1/templates", ""); r.resp.StatusCode != http.StatusOK {
+		t.Fatalf("before: %d %s", r.resp.StatusCode, r.body)
+	}
+	db, err := sql.Open("sqlite", "file:"+e.dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec(`ALTER TABLE users RENAME TO users_away`); err != nil {
+		t.Fatal(err)
+	}
+	r := e.raw(http.MethodGet, "/api/v1/templates", "")
+	if r.resp.StatusCode != http.StatusInternalServerError || r.resp.Header.Get("WWW-Authenticate") != "" {
+		t.Errorf("users table away: %d (WWW-Authenticate %q) %s, want 500 and no challenge",
+			r.resp.StatusCode, r.resp.Header.Get("WWW-Authenticate"), r.body)
+	}
+	if _, err := db.Exec(`ALTER TABLE users_away RENAME TO users`); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.raw(http.MethodGet, "/api/v1/templates", ""); r.resp.StatusCode != http.StatusOK {
+		t.Fatalf("users table back: %d %s", r.resp.StatusCode, r.body)
 	}
 }

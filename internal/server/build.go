@@ -286,15 +286,9 @@ func (s *Server) signIn(ctx context.Context, ov Overrides, w *wiring) (err error
 	if ov.Identify != nil {
 		bearer = ov.Identify
 	}
-	// A provider token says who the user is now: their groups are recorded
-	// (for their tokens and sessions), and a deactivated user is refused.
-	w.identify = func(r *http.Request) (identity.Identity, error) {
-		id, err := bearer(r)
-		if err != nil {
-			return id, err
-		}
-		return s.users.Observe(r.Context(), id)
-	}
+	// The API records a provider token's user itself (api.Options.Users),
+	// telling a refused token from a failure to record.
+	w.identify = bearer
 	// Checking an open stream's JWT again records nothing: the token is
 	// verified again and its user must still be active.
 	w.recheck = func(r *http.Request) (identity.Identity, error) {

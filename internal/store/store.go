@@ -520,6 +520,22 @@ func Collect[T any](rows *sql.Rows, scan func(Scanner) (T, error)) ([]T, error) 
 	return out, rows.Err()
 }
 
+// Upsert runs fn, a transaction whose INSERT … ON CONFLICT (key) DO
+// UPDATE writes a row that another unique index also covers (a row whose
+// id is derived from its natural key), and runs it once more if it lost a
+// race. PostgreSQL's ON CONFLICT covers its arbiter index only: when two
+// transactions insert the same new row at once, the one that waits on the
+// other's index entry is refused by the other index (23505) instead of
+// updating. The winner has committed by then, so the second try takes the
+// update path. A violation on the second try is the caller's.
+func Upsert(fn func() error) error {
+	err := fn()
+	if err != nil && UniqueViolation(err) {
+		err = fn()
+	}
+	return err
+}
+
 // UniqueViolation reports whether err is a unique or primary key violation.
 func UniqueViolation(err error) bool {
 	var pg *pgconn.PgError

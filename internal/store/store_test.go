@@ -124,6 +124,7 @@ func TestConformance(t *testing.T) {
 			t.Run("audit chain", func(t *testing.T) { testAudit(t, open(t)) })
 			t.Run("audit checkpoints", func(t *testing.T) { testAuditCheckpoints(t, open(t)) })
 			t.Run("logins and sessions", func(t *testing.T) { testSessions(t, open(t)) })
+			t.Run("concurrent first sign-ins", func(t *testing.T) { testConcurrentSignIns(t, open(t)) })
 			t.Run("telemetry", func(t *testing.T) { testTelemetry(t, open(t)) })
 			t.Run("concurrent pushes", func(t *testing.T) { testConcurrentPushes(t, open(t)) })
 			t.Run("workload activity", func(t *testing.T) { testActivity(t, open(t)) })
@@ -888,6 +889,43 @@ func testSessions(t *testing.T, s *stores.All) {
 	}
 	if _, err := s.Session(ctx, "s1"); !errors.As(err, &nf) {
 		t.Errorf("deleted session: %v", err)
+	}
+}
+
+// testConcurrentSignIns: a user's first requests arrive together (a
+// notebook's client opening several connections), each recording the user
+// as new: every one succeeds and the user has one row. (PostgreSQL refused
+// the loser of the race on users' second unique index, user_key: a 401
+// for a caller whose token was fine.)
+func testConcurrentSignIns(t *testing.T, s *stores.All) {
+	ctx := context.Background()
+	const users, each = 12, 8
+	at := time.Date(2026, 12, 5, 9, 0, 0, 0, time.UTC)
+	for n := range users {
+		id := identity.Identity{Issuer: "https://idp", Subject: fmt.Sprintf("racer-%d", n), Email: "r@x", Name: "R", Groups: []string{"g"}}
+		u := user.User{ID: user.IDOf(id.String()), Key: id.String(), Issuer: id.Issuer, Subject: id.Subject, Email: id.Email, Name: id.Name,
+			Groups: id.Groups, GroupsAt: at, CreatedAt: at, LastSeenAt: at}
+		start := make(chan struct{})
+		errs := make(chan error, each)
+		var wg sync.WaitGroup
+		for range each {
+			wg.Go(func() {
+				<-start
+				errs <- s.UpsertUser(ctx, u)
+			})
+		}
+		close(start)
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Fatalf("user %d: one of %d first sign-ins at once: %v", n, each, err)
+			}
+		}
+		got, err := s.User(ctx, u.ID)
+		if err != nil || got.Key != u.Key || !slices.Equal(got.Groups, u.Groups) {
+			t.Fatalf("user %d after %d first sign-ins at once: %+v, %v", n, each, got, err)
+		}
 	}
 }
 

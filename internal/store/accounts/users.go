@@ -17,31 +17,33 @@ import (
 
 const userColumns = `id, user_key, issuer, subject, email, name, groups, groups_at, deactivated_at, created_at, last_seen_at`
 
-// UpsertUser implements user.Store: one statement, so concurrent sign-ins
-// of one user leave one row; deactivated_at and created_at are never
-// overwritten.
+// UpsertUser implements user.Store: concurrent first sign-ins of one user
+// leave one row (store.Upsert: the row's id and its user_key are both
+// unique); deactivated_at and created_at are never overwritten.
 func (s *Store) UpsertUser(ctx context.Context, u user.User) error {
 	groups, err := json.Marshal(u.Groups)
 	if err != nil {
 		return err
 	}
-	err = s.db.TxChanges(ctx, func(tx *sql.Tx) error {
-		var old string
-		err := s.db.TxQueryRow(ctx, tx, s.db.Q(`SELECT groups FROM users WHERE id = ?`), u.ID).Scan(&old)
-		if err != nil && !errors.Is(err, sql.ErrNoRows) {
-			return err
-		}
-		if _, err := s.db.TxExec(ctx, tx, s.db.Q(`INSERT INTO users (`+userColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?)
+	err = store.Upsert(func() error {
+		return s.db.TxChanges(ctx, func(tx *sql.Tx) error {
+			var old string
+			err := s.db.TxQueryRow(ctx, tx, s.db.Q(`SELECT groups FROM users WHERE id = ?`), u.ID).Scan(&old)
+			if err != nil && !errors.Is(err, sql.ErrNoRows) {
+				return err
+			}
+			if _, err := s.db.TxExec(ctx, tx, s.db.Q(`INSERT INTO users (`+userColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?)
 		ON CONFLICT (id) DO UPDATE SET email = excluded.email, name = excluded.name, groups = excluded.groups,
 			groups_at = excluded.groups_at, last_seen_at = excluded.last_seen_at`),
-			u.ID, u.Key, u.Issuer, u.Subject, u.Email, u.Name, string(groups), u.GroupsAt.UnixMicro(), u.CreatedAt.UnixMicro(), u.LastSeenAt.UnixMicro()); err != nil {
-			return err
-		}
-		if old != string(groups) {
-			// Groups lost or gained: what the user holds open is checked again.
-			return s.db.AppendChange(ctx, tx, string(live.User), u.Key)
-		}
-		return nil
+				u.ID, u.Key, u.Issuer, u.Subject, u.Email, u.Name, string(groups), u.GroupsAt.UnixMicro(), u.CreatedAt.UnixMicro(), u.LastSeenAt.UnixMicro()); err != nil {
+				return err
+			}
+			if old != string(groups) {
+				// Groups lost or gained: what the user holds open is checked again.
+				return s.db.AppendChange(ctx, tx, string(live.User), u.Key)
+			}
+			return nil
+		})
 	})
 	if err != nil {
 		return fmt.Errorf("upsert user %s: %w", u.Key, err)

@@ -157,31 +157,35 @@ func (s *Store) AppendSamples(ctx context.Context, rs []telemetry.Stored) error 
 	marks := slices.SortedFunc(maps.Keys(periods), func(a, b period) int {
 		return cmp.Or(cmp.Compare(a.res, b.res), cmp.Compare(a.bucket, b.bucket))
 	})
-	err := s.db.Tx(ctx, func(tx *sql.Tx) error {
-		for _, id := range seriesIDs {
-			r := newSeries[id]
-			k, d := r.Series, r.Series.Device
-			profile, instance := "", -1
-			if d.MIG != nil {
-				profile, instance = d.MIG.Profile, d.MIG.InstanceID
-			}
-			_, err := s.db.TxExec(ctx, tx, s.db.Q(`INSERT INTO gpu_series (`+seriesCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+	// Two pushes that bring the same new series at once (an agent's retry
+	// beside its first try) race on its row: store.Upsert.
+	err := store.Upsert(func() error {
+		return s.db.Tx(ctx, func(tx *sql.Tx) error {
+			for _, id := range seriesIDs {
+				r := newSeries[id]
+				k, d := r.Series, r.Series.Device
+				profile, instance := "", -1
+				if d.MIG != nil {
+					profile, instance = d.MIG.Profile, d.MIG.InstanceID
+				}
+				_, err := s.db.TxExec(ctx, tx, s.db.Q(`INSERT INTO gpu_series (`+seriesCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 				ON CONFLICT (id) DO UPDATE SET attribution = excluded.attribution WHERE gpu_series.attribution <> excluded.attribution`),
-				id, k.Node, d.ID(), d.GPU, d.Index, d.Model, profile, instance, k.Pod.Namespace, k.Pod.Name, k.Pod.Container, k.Workload, r.Attribution)
-			if err != nil {
-				return fmt.Errorf("series %s on %s: %w", d.ID(), k.Node, err)
+					id, k.Node, d.ID(), d.GPU, d.Index, d.Model, profile, instance, k.Pod.Namespace, k.Pod.Name, k.Pod.Container, k.Workload, r.Attribution)
+				if err != nil {
+					return fmt.Errorf("series %s on %s: %w", d.ID(), k.Node, err)
+				}
 			}
-		}
-		if err := s.insertSamples(ctx, tx, rs, ids); err != nil {
-			return err
-		}
-		for _, p := range marks {
-			if _, err := s.db.TxExec(ctx, tx, s.db.Q(`INSERT INTO gpu_rollup_pending (res, bucket, marked) VALUES (?, ?, 1)
+			if err := s.insertSamples(ctx, tx, rs, ids); err != nil {
+				return err
+			}
+			for _, p := range marks {
+				if _, err := s.db.TxExec(ctx, tx, s.db.Q(`INSERT INTO gpu_rollup_pending (res, bucket, marked) VALUES (?, ?, 1)
 				ON CONFLICT (res, bucket) DO UPDATE SET marked = gpu_rollup_pending.marked + 1`), p.res, p.bucket); err != nil {
-				return fmt.Errorf("mark rollups pending: %w", err)
+					return fmt.Errorf("mark rollups pending: %w", err)
+				}
 			}
-		}
-		return nil
+			return nil
+		})
 	})
 	if err != nil {
 		return err

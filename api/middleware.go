@@ -79,6 +79,7 @@ func (cr credentials) authenticate(r *http.Request) (identity.Identity, *weblogi
 			case err != nil:
 				return id, nil, fmt.Errorf("%w: record the user: %w", errStore, err)
 			}
+			seen.Via = identity.ViaBearer
 			return seen, nil, nil
 		}
 		return identity.Identity{}, nil, authn.ErrNoCredentials

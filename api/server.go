@@ -98,8 +98,9 @@ type Options struct {
 	// (a deactivated user refused, 401; recording failing is Gantry's
 	// fault, 503 or 500).
 	Identify func(*http.Request) (identity.Identity, error)
-	// RecheckBearer verifies a bearer JWT again for an open stream, without
-	// recording anything (Identify records the user's groups); nil: Identify.
+	// RecheckBearer verifies a bearer JWT again for an open stream and
+	// checks that its user is still active, without recording anything;
+	// nil: Identify, and the user recorded as on a request.
 	RecheckBearer func(*http.Request) (identity.Identity, error)
 	// Sessions authenticates signed-in browsers by their session cookie.
 	Sessions SessionAuthenticator
@@ -194,6 +195,9 @@ func New(o Options) (*echo.Echo, error) {
 	}
 	if o.Now == nil {
 		return nil, errors.New("api: the server's clock is required")
+	}
+	if o.Identify != nil && o.Users == nil {
+		return nil, errors.New("api: a provider's tokens (Identify) need the users service, which records their users and refuses the deactivated")
 	}
 	if o.LogDrain == 0 {
 		o.LogDrain = DefaultLogDrain

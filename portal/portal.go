@@ -26,6 +26,7 @@ import (
 	"github.com/gantryhq/gantry/internal/audit"
 	"github.com/gantryhq/gantry/internal/identity"
 	gtemplate "github.com/gantryhq/gantry/internal/template"
+	"github.com/gantryhq/gantry/internal/user"
 	"github.com/gantryhq/gantry/internal/weblogin"
 )
 
@@ -287,13 +288,16 @@ func (p *portal) callback(w http.ResponseWriter, r *http.Request) {
 	http.SetCookie(w, p.cookie(weblogin.StateCookie, "", "/auth/callback", -1))
 	cookie, ses, back, err := p.o.Sessions.Finish(r.Context(), cb)
 	if err != nil {
-		status := http.StatusBadRequest
-		if !errors.Is(err, weblogin.ErrFailed) {
-			status = http.StatusServiceUnavailable
+		status, msg := http.StatusBadRequest, "Sign-in failed: the sign-in link is invalid, expired or was already used. Sign in again."
+		switch {
+		case errors.Is(err, user.ErrDeactivated):
+			msg = "Sign-in refused: your account is deactivated. Ask a platform admin."
+		case !errors.Is(err, weblogin.ErrFailed):
+			status, msg = http.StatusServiceUnavailable, "Sign-in could not be completed: Gantry cannot reach its database. Sign in again in a moment."
 		}
 		p.o.Logger.WarnContext(r.Context(), "sign-in refused", "err", err)
 		p.audit(w, r, status, "anonymous", audit.Deny, err.Error())
-		p.render(w, status, view{Error: "Sign-in failed: the sign-in link is invalid, expired or was already used. Sign in again."})
+		p.render(w, status, view{Error: msg})
 		return
 	}
 	p.o.Logger.InfoContext(r.Context(), "signed in", "user", ses.Identity.String(), "email", ses.Identity.Email)

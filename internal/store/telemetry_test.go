@@ -331,7 +331,8 @@ func testConcurrentPushes(t *testing.T, s *stores.All) {
 	}
 
 	// The same new series in several pushes at once (an agent's retry
-	// beside its first try): each push is stored, the series once.
+	// beside its first try): every push is stored (the loser of the race
+	// for the series' row was refused on gpu_series_key).
 	const series, each = 10, 4
 	for n := range series {
 		key := telemetry.SeriesKey{Node: "twice", Device: telemetry.Device{GPU: fmt.Sprintf("GPU-twice-%d", n), Model: "NVIDIA H100"}}

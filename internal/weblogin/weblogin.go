@@ -197,8 +197,13 @@ func (s *Service) Finish(ctx context.Context, cb Callback) (cookie string, ses S
 	if err != nil {
 		return "", ses, "", fmt.Errorf("%w: %v", ErrFailed, err)
 	}
-	if id, err = s.users.Observe(ctx, id); err != nil {
-		return "", ses, "", fmt.Errorf("%w: %v", ErrFailed, err)
+	switch id, err = s.users.Observe(ctx, id); {
+	case errors.Is(err, user.ErrDeactivated):
+		return "", ses, "", fmt.Errorf("%w: %w", ErrFailed, err)
+	case err != nil:
+		// The sign-in was good; recording its user failed (the database
+		// away): Gantry's fault, not a bad link.
+		return "", ses, "", fmt.Errorf("record the user: %w", err)
 	}
 	cookie = random(32)
 	now := s.now()

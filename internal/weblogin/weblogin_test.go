@@ -50,6 +50,7 @@ type rig struct {
 	svc   *weblogin.Service
 	codes chan callback
 	st    *tamper
+	db    *sql.DB      // the service's SQLite database, for a test to break
 	ahead atomic.Int64 // how far ahead of time.Now the service's clock runs
 }
 
@@ -74,7 +75,8 @@ func setup(t *testing.T) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	db, err := store.Open(ctx, store.SQLite, filepath.Join(t.TempDir(), "g.db"))
+	path := filepath.Join(t.TempDir(), "g.db")
+	db, err := store.Open(ctx, store.SQLite, path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +87,12 @@ func setup(t *testing.T) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &rig{codes: codes, st: tp}
+	raw, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { raw.Close() })
+	r := &rig{codes: codes, st: tp, db: raw}
 	r.svc, err = weblogin.New(weblogin.Options{Config: weblogin.Config{ClientID: "portal", ClientSecret: "s", RedirectURL: rp.URL + "/auth/callback",
 		Scopes: []string{"openid", "profile", "email", "groups"}, Endpoint: an.Endpoint(), Lifetime: time.Hour}, Verifier: an, Store: tp, Users: users,
 		Now: func() time.Time { return time.Now().Add(time.Duration(r.ahead.Load())) }})
@@ -109,6 +116,38 @@ func (r *rig) signIn(t *testing.T, returnTo string) (string, callback) {
 		t.Fatal(err)
 	}
 	return state, <-r.codes
+}
+
+// TestSignInRecordingFails: a sign-in the provider vouched for whose user
+// cannot be recorded (the users table away) is Gantry's failure, not
+// ErrFailed (the portal's "the link is invalid"); a deactivated user's is
+// refused as ErrFailed.
+func TestSignInRecordingFails(t *testing.T) {
+	r := setup(t)
+	ctx := context.Background()
+	finish := func() error {
+		state, cb := r.signIn(t, "/")
+		_, _, _, err := r.svc.Finish(ctx, weblogin.Callback{State: cb.state, Code: cb.code, CookieState: state})
+		return err
+	}
+	if err := finish(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.db.Exec(`ALTER TABLE users RENAME TO users_away`); err != nil {
+		t.Fatal(err)
+	}
+	if err := finish(); err == nil || errors.Is(err, weblogin.ErrFailed) {
+		t.Fatalf("users table away: %v, want an error other than ErrFailed", err)
+	}
+	if _, err := r.db.Exec(`ALTER TABLE users_away RENAME TO users`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.db.Exec(`UPDATE users SET deactivated_at = 1`); err != nil {
+		t.Fatal(err)
+	}
+	if err := finish(); !errors.Is(err, weblogin.ErrFailed) || !errors.Is(err, user.ErrDeactivated) {
+		t.Fatalf("a deactivated user's sign-in: %v, want ErrFailed and user.ErrDeactivated", err)
+	}
 }
 
 func TestSignInAndOut(t *testing.T) {

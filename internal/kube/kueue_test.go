@@ -387,3 +387,61 @@ func TestKueueAdmittedJobNotSuspendedAgain(t *testing.T) {
 		t.Fatalf("pods after applying again: %d (%v), want the one that ran, not ending", len(after.Items), err)
 	}
 }
+
+// TestSyncKeepsATeamsQueue: a sync whose objects lack a team's
+// ClusterQueue (worked out before that team's first namespace was made,
+// here by another Gantry on the same cluster) leaves the queue while the
+// team has a Gantry namespace, and deletes the queue of a team with none.
+// (Deleting it left it Terminating, and inactive, while it held admitted
+// workloads: an e2e launch queued behind "ClusterQueue … is inactive".)
+func TestSyncKeepsATeamsQueue(t *testing.T) {
+	if cluster == nil {
+		t.Skip("no cluster")
+	}
+	ctx := t.Context()
+	k, err := kube.New(cluster.Config(), kube.Options{Kueue: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	classes, err := gpu.LoadFile("../../templates/gpu-classes.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	one := quota.Quota{GPUs: map[string]float64{"H100-80GB": 1}}
+	sync := func(teams ...string) {
+		t.Helper()
+		q := map[string]quota.Quota{}
+		for _, tm := range teams {
+			q[tm] = one
+		}
+		if err := k.Kueue().SyncQuotas(ctx, quota.Objects(classes, q, nil, quota.Options{})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dyn, err := dynamic.NewForConfig(cluster.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cqs := dyn.Resource(schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "clusterqueues"})
+	t.Cleanup(func() {
+		for _, n := range []string{"gantry-syncmine", "gantry-syncgone", "gantry-syncother"} {
+			cqs.Delete(context.Background(), n, metav1.DeleteOptions{})
+		}
+		cluster.Client.CoreV1().Namespaces().Delete(context.Background(), "gantry-syncmine", metav1.DeleteOptions{})
+	})
+	sync("syncmine", "syncgone")
+	if err := k.EnsureNamespace(ctx, "gantry-syncmine", gteam.Name("syncmine")); err != nil {
+		t.Fatal(err)
+	}
+	sync("syncother")
+	if u, err := cqs.Get(ctx, "gantry-syncmine", metav1.GetOptions{}); err != nil || u.GetDeletionTimestamp() != nil {
+		t.Errorf("the queue of a team with a namespace: %v (deleted: %v), want it kept", err, err == nil && u.GetDeletionTimestamp() != nil)
+	}
+	waitfor.Until(t, 30*time.Second, "the queue of a team without a namespace deleted", func() error {
+		u, err := cqs.Get(ctx, "gantry-syncgone", metav1.GetOptions{})
+		if err == nil && u.GetDeletionTimestamp() == nil {
+			return errors.New("still there")
+		}
+		return nil
+	})
+}

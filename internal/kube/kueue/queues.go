@@ -44,6 +44,12 @@ func (k *Kueue) Apply(ctx context.Context, o quota.Object) error {
 // and AdmissionChecks Gantry made that are no longer wanted (a team or class
 // removed) — in a MultiKueue manager, its MultiKueueClusters too (a worker
 // removed). Those of a fleet no longer configured at all are left.
+//
+// A ClusterQueue whose team has a Gantry namespace on the cluster now, read
+// after the queues were listed, is never deleted: the team's first launch
+// made the namespace after objs were worked out (another Gantry on the same
+// cluster made it, and its queue, meanwhile). Deleting such a queue left it
+// Terminating, and inactive, for as long as it held admitted workloads.
 func (k *Kueue) SyncQuotas(ctx context.Context, objs []quota.Object) error {
 	want := map[string]bool{}
 	kinds := []string{"ClusterQueue", "ResourceFlavor", "WorkloadPriorityClass", "AdmissionCheck"}
@@ -64,15 +70,43 @@ func (k *Kueue) SyncQuotas(ctx context.Context, objs []quota.Object) error {
 		if err != nil {
 			return kapi.Classify(err, kind, "")
 		}
+		var teams map[string]bool // read once, when a queue is to go
 		for _, u := range list.Items {
-			if !want[kind+"/"+u.GetName()] {
-				if err := k.dyn.Resource(kapi.KueueResources[kind]).Delete(ctx, u.GetName(), metav1.DeleteOptions{}); err != nil {
-					return kapi.Classify(err, kind, u.GetName())
+			if want[kind+"/"+u.GetName()] {
+				continue
+			}
+			if kind == "ClusterQueue" {
+				if teams == nil {
+					if teams, err = k.namespacedTeams(ctx); err != nil {
+						return err
+					}
 				}
+				if t := u.GetLabels()[render.LabelTeam]; t != "" && teams[t] {
+					continue
+				}
+			}
+			if err := k.dyn.Resource(kapi.KueueResources[kind]).Delete(ctx, u.GetName(), metav1.DeleteOptions{}); err != nil {
+				return kapi.Classify(err, kind, u.GetName())
 			}
 		}
 	}
 	return nil
+}
+
+// namespacedTeams are the teams with a namespace Gantry applied, read from
+// etcd (not the watch cache): at least as new as a list just made.
+func (k *Kueue) namespacedTeams(ctx context.Context) (map[string]bool, error) {
+	list, err := k.core.CoreV1().Namespaces().List(ctx, metav1.ListOptions{LabelSelector: render.LabelManagedBy + "=" + render.ManagedBy})
+	if err != nil {
+		return nil, kapi.Classify(err, "namespace", "")
+	}
+	out := map[string]bool{}
+	for _, ns := range list.Items {
+		if t := ns.Labels[render.LabelTeam]; t != "" {
+			out[t] = true
+		}
+	}
+	return out, nil
 }
 
 // Teams are the teams that have a namespace Gantry applied on the cluster.

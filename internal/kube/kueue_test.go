@@ -33,7 +33,9 @@ type queueTest struct {
 	w *watch.Watcher
 }
 
-func newQueueTest(t *testing.T, quotas map[string]quota.Quota) *queueTest {
+// kueueCluster is a Kueue-aware Cluster on the package's cluster and the
+// starter GPU classes; without a cluster the test is skipped.
+func kueueCluster(t *testing.T) (*kube.Cluster, *gpu.Catalog) {
 	t.Helper()
 	if cluster == nil {
 		t.Skip("no cluster")
@@ -46,6 +48,12 @@ func newQueueTest(t *testing.T, quotas map[string]quota.Quota) *queueTest {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return k, classes
+}
+
+func newQueueTest(t *testing.T, quotas map[string]quota.Quota) *queueTest {
+	t.Helper()
+	k, classes := kueueCluster(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	if err := k.Kueue().SyncQuotas(ctx, quota.Objects(classes, quotas, []quota.Priority{{Name: "low", Value: 1000}, {Name: "normal", Value: 10000}, {Name: "high", Value: 100000}}, quota.Options{})); err != nil {
 		t.Fatal(err)
@@ -395,18 +403,8 @@ func TestKueueAdmittedJobNotSuspendedAgain(t *testing.T) {
 // (Deleting it left it Terminating, and inactive, while it held admitted
 // workloads: an e2e launch queued behind "ClusterQueue … is inactive".)
 func TestSyncKeepsATeamsQueue(t *testing.T) {
-	if cluster == nil {
-		t.Skip("no cluster")
-	}
+	k, classes := kueueCluster(t)
 	ctx := t.Context()
-	k, err := kube.New(cluster.Config(), kube.Options{Kueue: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	classes, err := gpu.LoadFile("../../templates/gpu-classes.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
 	one := quota.Quota{GPUs: map[string]float64{"H100-80GB": 1}}
 	sync := func(teams ...string) {
 		t.Helper()

@@ -905,28 +905,37 @@ func testConcurrentSignIns(t *testing.T, s *stores.All) {
 		id := identity.Identity{Issuer: "https://idp", Subject: fmt.Sprintf("racer-%d", n), Email: "r@x", Name: "R", Groups: []string{"g"}}
 		u := user.User{ID: user.IDOf(id.String()), Key: id.String(), Issuer: id.Issuer, Subject: id.Subject, Email: id.Email, Name: id.Name,
 			Groups: id.Groups, GroupsAt: at, CreatedAt: at, LastSeenAt: at}
-		start := make(chan struct{})
-		errs := make(chan error, each)
-		var wg sync.WaitGroup
-		for range each {
-			wg.Go(func() {
-				<-start
-				errs <- s.UpsertUser(ctx, u)
-			})
-		}
-		close(start)
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			if err != nil {
-				t.Fatalf("user %d: one of %d first sign-ins at once: %v", n, each, err)
-			}
+		if err := atOnce(each, func(int) error { return s.UpsertUser(ctx, u) }); err != nil {
+			t.Fatalf("user %d: one of %d first sign-ins at once: %v", n, each, err)
 		}
 		got, err := s.User(ctx, u.ID)
 		if err != nil || got.Key != u.Key || !slices.Equal(got.Groups, u.Groups) {
 			t.Fatalf("user %d after %d first sign-ins at once: %+v, %v", n, each, got, err)
 		}
 	}
+}
+
+// atOnce runs fn(0), …, fn(n-1) on n goroutines released together and
+// returns the first error.
+func atOnce(n int, fn func(i int) error) error {
+	start := make(chan struct{})
+	errs := make(chan error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			errs <- fn(i)
+		})
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // testActivity: the newest use of a workload wins, an older report never

@@ -336,22 +336,11 @@ func testConcurrentPushes(t *testing.T, s *stores.All) {
 	const series, each = 10, 4
 	for n := range series {
 		key := telemetry.SeriesKey{Node: "twice", Device: telemetry.Device{GPU: fmt.Sprintf("GPU-twice-%d", n), Model: "NVIDIA H100"}}
-		start := make(chan struct{})
-		errs := make(chan error, each)
-		var wg sync.WaitGroup
-		for i := range each {
-			wg.Go(func() {
-				<-start
-				errs <- s.AppendSamples(ctx, []telemetry.Stored{{Series: key, Time: base.Add(time.Duration(i) * time.Minute), Share: 1, Values: telemetryValues(50, 1000)}})
-			})
-		}
-		close(start)
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			if err != nil {
-				t.Fatalf("series %d: one of %d pushes of it at once: %v", n, each, err)
-			}
+		err := atOnce(each, func(i int) error {
+			return s.AppendSamples(ctx, []telemetry.Stored{{Series: key, Time: base.Add(time.Duration(i) * time.Minute), Share: 1, Values: telemetryValues(50, 1000)}})
+		})
+		if err != nil {
+			t.Fatalf("series %d: one of %d pushes of it at once: %v", n, each, err)
 		}
 		stored := 0
 		if err := s.Samples(ctx, []int64{key.ID()}, base, base.Add(time.Hour), func(telemetry.Sample) error { stored++; return nil }); err != nil || stored != each {

@@ -274,7 +274,9 @@ func (p *portal) login(w http.ResponseWriter, r *http.Request) {
 }
 
 // callback finishes the sign-in; anything wrong ends with no session and a
-// page that says to start again (the reason goes to the log only).
+// page that says what the person can do — start again, ask an admin
+// (deactivated), or try again shortly (Gantry failed to record it) — while
+// the reason goes to the log only.
 func (p *portal) callback(w http.ResponseWriter, r *http.Request) {
 	if p.o.Sessions == nil {
 		p.render(w, http.StatusServiceUnavailable, view{Error: "Sign-in is not configured on this server."})
@@ -293,7 +295,7 @@ func (p *portal) callback(w http.ResponseWriter, r *http.Request) {
 		case errors.Is(err, user.ErrDeactivated):
 			msg = "Sign-in refused: your account is deactivated. Ask a platform admin."
 		case !errors.Is(err, weblogin.ErrFailed):
-			status, msg = http.StatusServiceUnavailable, "Sign-in could not be completed: Gantry cannot reach its database. Sign in again in a moment."
+			status, msg = http.StatusServiceUnavailable, "Sign-in could not be completed: Gantry could not record it. Sign in again in a moment."
 		}
 		p.o.Logger.WarnContext(r.Context(), "sign-in refused", "err", err)
 		p.audit(w, r, status, "anonymous", audit.Deny, err.Error())

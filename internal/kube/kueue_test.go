@@ -33,6 +33,9 @@ type queueTest struct {
 	w *watch.Watcher
 }
 
+// starterPriorities are the template priorities the tests' queues use.
+var starterPriorities = []quota.Priority{{Name: "low", Value: 1000}, {Name: "normal", Value: 10000}, {Name: "high", Value: 100000}}
+
 // kueueCluster is a Kueue-aware Cluster on the package's cluster and the
 // starter GPU classes; without a cluster the test is skipped.
 func kueueCluster(t *testing.T) (*kube.Cluster, *gpu.Catalog) {
@@ -55,7 +58,7 @@ func newQueueTest(t *testing.T, quotas map[string]quota.Quota) *queueTest {
 	t.Helper()
 	k, classes := kueueCluster(t)
 	ctx, cancel := context.WithCancel(context.Background())
-	if err := k.Kueue().SyncQuotas(ctx, quota.Objects(classes, quotas, []quota.Priority{{Name: "low", Value: 1000}, {Name: "normal", Value: 10000}, {Name: "high", Value: 100000}}, quota.Options{})); err != nil {
+	if err := k.Kueue().SyncQuotas(ctx, quota.Objects(classes, quotas, starterPriorities, quota.Options{})); err != nil {
 		t.Fatal(err)
 	}
 	for team := range quotas {
@@ -412,7 +415,8 @@ func TestSyncKeepsATeamsQueue(t *testing.T) {
 		for _, tm := range teams {
 			q[tm] = one
 		}
-		if err := k.Kueue().SyncQuotas(ctx, quota.Objects(classes, q, nil, quota.Options{})); err != nil {
+		// The priorities every test's queues use, kept.
+		if err := k.Kueue().SyncQuotas(ctx, quota.Objects(classes, q, starterPriorities, quota.Options{})); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -4,7 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -77,7 +78,9 @@ func (k *Kueue) SyncQuotas(ctx context.Context, objs []quota.Object) error {
 			}
 			if kind == "ClusterQueue" {
 				if teams == nil {
-					if teams, err = k.namespacedTeams(ctx); err != nil {
+					// A consistent list (no resourceVersion): at least
+					// as new as the queues' list above.
+					if teams, err = k.teams(ctx, ""); err != nil {
 						return err
 					}
 				}
@@ -93,10 +96,21 @@ func (k *Kueue) SyncQuotas(ctx context.Context, objs []quota.Object) error {
 	return nil
 }
 
-// namespacedTeams are the teams with a namespace Gantry applied, read from
-// etcd (not the watch cache): at least as new as a list just made.
-func (k *Kueue) namespacedTeams(ctx context.Context) (map[string]bool, error) {
-	list, err := k.core.CoreV1().Namespaces().List(ctx, metav1.ListOptions{LabelSelector: render.LabelManagedBy + "=" + render.ManagedBy})
+// Teams are the teams that have a namespace Gantry applied on the cluster,
+// from the API server's watch cache (a moment behind is fine for a sync
+// pass).
+func (k *Kueue) Teams(ctx context.Context) ([]string, error) {
+	set, err := k.teams(ctx, "0")
+	if err != nil {
+		return nil, err
+	}
+	return slices.Sorted(maps.Keys(set)), nil
+}
+
+// teams lists the namespaces Gantry applied at resourceVersion and returns
+// their teams.
+func (k *Kueue) teams(ctx context.Context, resourceVersion string) (map[string]bool, error) {
+	list, err := k.core.CoreV1().Namespaces().List(ctx, metav1.ListOptions{LabelSelector: render.LabelManagedBy + "=" + render.ManagedBy, ResourceVersion: resourceVersion})
 	if err != nil {
 		return nil, kapi.Classify(err, "namespace", "")
 	}
@@ -106,22 +120,6 @@ func (k *Kueue) namespacedTeams(ctx context.Context) (map[string]bool, error) {
 			out[t] = true
 		}
 	}
-	return out, nil
-}
-
-// Teams are the teams that have a namespace Gantry applied on the cluster.
-func (k *Kueue) Teams(ctx context.Context) ([]string, error) {
-	list, err := k.core.CoreV1().Namespaces().List(ctx, metav1.ListOptions{LabelSelector: render.LabelManagedBy + "=" + render.ManagedBy, ResourceVersion: "0"})
-	if err != nil {
-		return nil, kapi.Classify(err, "namespace", "")
-	}
-	var out []string
-	for _, ns := range list.Items {
-		if t := ns.Labels[render.LabelTeam]; t != "" {
-			out = append(out, t)
-		}
-	}
-	sort.Strings(out)
 	return out, nil
 }
 

@@ -116,6 +116,9 @@ func deferralOut(d *workload.Deferral) *model.WorkloadDeferral {
 	out := &model.WorkloadDeferral{Latest: d.Latest, WindowEnd: d.WindowEnd, RuntimeSeconds: int64(d.Runtime.Seconds()),
 		AtOnce: math.Round(d.AtOnce*10) / 10, AtStart: math.Round(d.AtStart*10) / 10, SavingPercent: math.Round(d.Saving()*1000) / 10,
 		Source: d.Source, Location: d.Location}
+	if d.Cluster != "" {
+		out.Cluster = ptr(d.Cluster)
+	}
 	if d.Holding() {
 		out.Until = ptr(d.Until)
 	}

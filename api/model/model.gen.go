@@ -3079,15 +3079,20 @@ type WorkloadTemplateStatus string
 
 // WorkloadDeferral A flexible job held for cleaner power (spec.scheduling.flexible): Queued in Gantry, not yet on the cluster, until the forecast's cleanest window; then released into its queue. POST /start releases it at once.
 type WorkloadDeferral struct {
-	// AtOnce The forecast's mean gCO2e/kWh over a run started at launch.
+	// AtOnce The forecast's mean gCO2e/kWh over a run started at launch (on the cluster planned, with worker clusters).
 	AtOnce float64 `json:"atOnce"`
 
 	// AtStart Its mean over the window chosen.
 	AtStart float64 `json:"atStart"`
 
+	// Cluster With worker clusters (docs/fleets.md): the cluster its start was planned on, chosen with the hour (the cheapest clusters' cleanest window, or price and carbon weighed together at the fleet's carbon price). The dispatcher places it there first while that cluster can start it. Absent without worker clusters.
+	Cluster *string `json:"cluster,omitempty"`
+
 	// Latest The latest start its max delay or deadline allow.
-	Latest   time.Time `json:"latest"`
-	Location string    `json:"location"`
+	Latest time.Time `json:"latest"`
+
+	// Location Where the forecast was read: the region of the cluster it was planned on.
+	Location string `json:"location"`
 
 	// Released When it was released; absent while held.
 	Released *time.Time `json:"released,omitempty"`

@@ -2,6 +2,7 @@ package carbon
 
 import (
 	"context"
+	"math"
 	"time"
 )
 
@@ -133,4 +134,94 @@ func Shifted(kwh map[time.Time]float64, intensity map[time.Time]float64, by time
 		}
 	}
 	return Grams(moved, intensity)
+}
+
+// Site is one place a flexible run may start (a worker cluster of the
+// fleet), with its grid's forecast and what a run there costs.
+type Site struct {
+	Forecast map[time.Time]float64 // gCO2e/kWh by hour, as a Forecaster gives it
+	// PUE is its facility's power usage effectiveness (1 when 0): the
+	// carbon of a run there is its PUE × the grid's intensity.
+	PUE float64
+	// Price is what the run costs there apart from carbon (USD), and
+	// Weight what carbon adds to it: USD per gCO2e/kWh of the mean
+	// intensity over the run, PUE included (the fleet's carbon price ×
+	// the run's kWh × the PUE / 1000; 0: carbon has no price).
+	Price, Weight float64
+}
+
+// Choice is where (Site, an index of the sites) and when a flexible run is
+// best started; Plan is Best's at that site.
+type Choice struct {
+	Site int
+	Plan
+}
+
+// BestAmong chooses the site and the start of a run of length run
+// together, from now to latest at the latest: of every site and start, the
+// lowest cost (the site's price + its weight × the window's mean
+// intensity), then the lowest carbon (its PUE × that intensity), then the
+// earliest, then the first site. With no carbon price that is the
+// cheapest sites' cleanest window. The run waits for that start when it
+// saves at least MinSaving of the carbon against starting at once at the
+// same site (Best's rule, so AtOnce and AtStart are that site's);
+// otherwise it starts at once where starting at once costs least. A site
+// whose forecast does not cover a start at once is not judged; ok is false
+// when no site's does.
+func BestAmong(sites []Site, now, latest time.Time, run time.Duration) (c Choice, ok bool) {
+	if run <= 0 {
+		run = time.Hour
+	}
+	now = now.UTC()
+	type key struct{ cost, carbon float64 }
+	less := func(a, b key) bool {
+		if math.Abs(a.cost-b.cost) > 1e-9 {
+			return a.cost < b.cost
+		}
+		return a.carbon < b.carbon-1e-9
+	}
+	judge := func(s Site, start time.Time) (key, bool) {
+		m, ok := mean(s.Forecast, start, run)
+		pue := s.PUE
+		if pue <= 0 {
+			pue = 1
+		}
+		return key{s.Price + s.Weight*m, pue * m}, ok
+	}
+	best, once := -1, -1
+	var bestKey, onceKey key
+	var bestStart time.Time
+	judged := make([]bool, len(sites))
+	for i, s := range sites {
+		k, ok := judge(s, now)
+		if !ok {
+			continue
+		}
+		judged[i] = true
+		if once < 0 || less(k, onceKey) {
+			once, onceKey = i, k
+		}
+	}
+	if once < 0 {
+		return Choice{Site: -1, Plan: Plan{Start: now, End: now.Add(run), Latest: latest}}, false
+	}
+	best, bestKey, bestStart = once, onceKey, now
+	for start := now.Truncate(time.Hour).Add(time.Hour); !start.After(latest); start = start.Add(time.Hour) {
+		for i, s := range sites {
+			if !judged[i] {
+				continue
+			}
+			if k, ok := judge(s, start); ok && less(k, bestKey) {
+				best, bestKey, bestStart = i, k, start
+			}
+		}
+	}
+	if bestStart.After(now) {
+		if p, _ := Best(sites[best].Forecast, now, latest, run); p.Wait {
+			return Choice{Site: best, Plan: p}, true
+		}
+	}
+	p, _ := Best(sites[once].Forecast, now, now, run)
+	p.Latest = latest
+	return Choice{Site: once, Plan: p}, true
 }

@@ -24,6 +24,55 @@ func hours(start time.Time, vs ...float64) map[time.Time]float64 {
 	return out
 }
 
+// TestBestAmong: the site and the start chosen together — the cheapest
+// sites' cleanest window without a carbon price, price and carbon weighed
+// together with one, a PUE counted, a wait only where it saves MinSaving
+// at its own site, and a site whose forecast does not cover now left out.
+func TestBestAmong(t *testing.T) {
+	h0 := time.Date(2026, 12, 4, 22, 0, 0, 0, time.UTC)
+	now := h0.Add(20 * time.Minute)
+	latest := h0.Add(6 * time.Hour)
+	//                  22   23   00   01   02   03   04
+	east := hours(h0, 400, 400, 400, 400, 400, 400, 400, 400)  // never cleaner
+	west := hours(h0, 500, 450, 300, 150, 150, 300, 500, 500)  // clean at 01:00
+	north := hours(h0, 120, 120, 120, 120, 120, 120, 120, 120) // clean all night
+	for _, tc := range []struct {
+		name      string
+		sites     []carbon.Site
+		wantSite  int
+		wantStart time.Time
+		wait      bool
+		ok        bool
+	}{
+		{"same price: the cleanest window of all", []carbon.Site{{Forecast: east}, {Forecast: west}}, 1, h0.Add(3 * time.Hour), true, true},
+		{"no carbon price: the cheaper site's window alone", []carbon.Site{{Forecast: east, Price: 10}, {Forecast: west, Price: 12}}, 0, now, false, true},
+		{"the cheaper site's own clean hour", []carbon.Site{{Forecast: west, Price: 10}, {Forecast: north, Price: 12}}, 0, h0.Add(3 * time.Hour), true, true},
+		{"a carbon price weighs the dearer, cleaner site in", []carbon.Site{{Forecast: east, Price: 10, Weight: 0.01}, {Forecast: north, Price: 12, Weight: 0.01}}, 1, now, false, true},
+		{"too small a carbon price does not", []carbon.Site{{Forecast: east, Price: 10, Weight: 0.001}, {Forecast: north, Price: 12, Weight: 0.001}}, 0, now, false, true},
+		{"a PUE counts", []carbon.Site{{Forecast: west, PUE: 3}, {Forecast: north, PUE: 1}}, 1, now, false, true},
+		{"clean at once beats a wait elsewhere", []carbon.Site{{Forecast: west}, {Forecast: north}}, 1, now, false, true},
+		{"a site with no forecast for now is left out", []carbon.Site{{Forecast: hours(h0.Add(time.Hour), 10, 10, 10, 10, 10, 10)}, {Forecast: west}}, 1, h0.Add(3 * time.Hour), true, true},
+		{"no site to judge", []carbon.Site{{Forecast: nil}}, -1, now, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, ok := carbon.BestAmong(tc.sites, now, latest, 2*time.Hour)
+			if ok != tc.ok || c.Site != tc.wantSite || c.Wait != tc.wait || !c.Start.Equal(tc.wantStart) {
+				t.Fatalf("site %d start %s wait %v ok %v, want %d %s %v %v (%+v)", c.Site, c.Start, c.Wait, ok, tc.wantSite, tc.wantStart, tc.wait, tc.ok, c)
+			}
+			if !c.Latest.Equal(latest) {
+				t.Errorf("latest %s, want %s", c.Latest, latest)
+			}
+			if c.Wait {
+				// Its saving is against starting at once at the same site.
+				at, _ := carbon.Best(tc.sites[c.Site].Forecast, now, now, 2*time.Hour)
+				if c.AtOnce != at.AtOnce || c.Saving() < carbon.MinSaving {
+					t.Errorf("at once %g (the site's own: %g), saving %g", c.AtOnce, at.AtOnce, c.Saving())
+				}
+			}
+		})
+	}
+}
+
 // TestBest: the start whose window has the lowest mean forecast, never
 // past the latest start, earliest on a tie, and now unless a later start
 // saves at least MinSaving.

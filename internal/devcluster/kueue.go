@@ -281,7 +281,7 @@ fairSharing:
   preemptionStrategies: [LessThanOrEqualToFinalShare, LessThanInitialShare]
 integrations:
   frameworks: ["batch/job", "pod"]
-  labelKeysToCopy: ["gantry.dev/workload-id", "app.kubernetes.io/managed-by", "gantry.dev/team", "gantry.dev/gpu-class", "gantry.dev/template"]
+  labelKeysToCopy: ["gantry.dev/workload-id", "app.kubernetes.io/managed-by", "gantry.dev/team", "gantry.dev/gpu-class", "gantry.dev/template", "gantry.dev/planned-cluster"]
 managedJobsNamespaceSelector:
   matchLabels:
     app.kubernetes.io/managed-by: gantry

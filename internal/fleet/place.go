@@ -34,6 +34,10 @@ type Launch struct {
 	// run (a notebook's home, on the worker it first ran on); "" :
 	// anywhere. A home no longer in the fleet binds nothing.
 	Home string
+	// Planned is the cluster a flexible launch's start was planned on
+	// (its cleanest window, chosen with the cluster: Sites): first among
+	// the clusters that can start it now, a preference, never a rule.
+	Planned string
 }
 
 // State is what a cluster is doing now, as the dispatcher read it.
@@ -224,13 +228,7 @@ func (f *Fleet) Place(l Launch, states map[string]State) Decision {
 		if !ok {
 			s = State{Why: "not yet read"}
 		}
-		o := offer(l, c)
-		why := ""
-		for _, r := range rules {
-			if why = r(f, l, c, s, o); why != "" {
-				break
-			}
-		}
+		o, why := f.feasible(l, c, s)
 		if why != "" {
 			d.Refused = append(d.Refused, Refusal{Cluster: c.Name, Why: why})
 			continue
@@ -254,19 +252,67 @@ func (f *Fleet) Place(l Launch, states map[string]State) Decision {
 	if len(d.Candidates) > 0 {
 		d.best = d.Candidates[0].Cluster
 	}
-	// Then the nomination held first, and clusters tried in vain last.
+	// Then the nomination held first, the planned cluster next when it
+	// can start the launch as soon as the best can, and clusters tried in
+	// vain last.
 	rank := func(c Candidate) int {
 		switch {
 		case c.Cluster == l.Hold:
 			return 0
 		case slices.Contains(l.Avoid, c.Cluster):
-			return 2
+			return 3
+		case c.Cluster == l.Planned && c.FitsNow == d.Candidates[0].FitsNow:
+			return 1
 		}
-		return 1
+		return 2
 	}
 	sort.SliceStable(d.Candidates, func(i, j int) bool { return rank(d.Candidates[i]) < rank(d.Candidates[j]) })
 	d.Reason = reason(d)
 	return d
+}
+
+// feasible is the offer l would use on c in state s, or why c may not run
+// it (the first rule that refuses it).
+func (f *Fleet) feasible(l Launch, c Cluster, s State) (Offer, string) {
+	o := offer(l, c)
+	for _, r := range rules {
+		if why := r(f, l, c, s, o); why != "" {
+			return o, why
+		}
+	}
+	return o, ""
+}
+
+// Site is a cluster a launch may be planned on ahead of its start: one
+// that every rule of Place allows but those of the moment (whether it is
+// reachable now, how many GPUs are free and what the team uses there now;
+// its cap must still hold the launch alone).
+type Site struct {
+	Cluster, Region string
+	// Offer is the one the launch would use there (the cheapest it may).
+	Offer Offer
+	// PUE is the cluster's stated PUE (0: not stated); Watts the class's
+	// board power per GPU (0: not stated).
+	PUE, Watts float64
+}
+
+// Sites lists the clusters l may be planned on, in the fleet's order:
+// where a flexible launch's start is chosen together with its cluster.
+func (f *Fleet) Sites(l Launch) []Site {
+	l.repos = make([]string, len(l.Images))
+	for i, img := range l.Images {
+		l.repos[i] = repository(img)
+	}
+	cc := f.load()
+	var out []Site
+	for _, c := range cc.clusters {
+		o, why := f.feasible(l, c, State{Reachable: true})
+		if why != "" {
+			continue
+		}
+		out = append(out, Site{Cluster: c.Name, Region: c.Region, Offer: o, PUE: c.PUE, Watts: cc.watts[o.Class]})
+	}
+	return out
 }
 
 // carbon is what the fleet's carbon price adds to a GPU-hour of class on
@@ -392,6 +438,8 @@ func reason(d Decision) string {
 	var s strings.Builder
 	if b.Cluster != d.best && b.Cluster == d.Launch.Hold {
 		fmt.Fprintf(&s, "kept on %s, where it was nominated: %s", b.Cluster, price(b, true))
+	} else if b.Cluster != d.best && b.Cluster == d.Launch.Planned && b.FitsNow {
+		fmt.Fprintf(&s, "placed on %s, where its start was planned for cleaner power: %s", b.Cluster, price(b, true))
 	} else if b.FitsNow {
 		fmt.Fprintf(&s, "placed on %s: %s", b.Cluster, price(b, true))
 	} else {

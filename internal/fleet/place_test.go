@@ -362,6 +362,80 @@ func TestHoldAndAvoid(t *testing.T) {
 	}
 }
 
+// TestPlanned: the cluster a flexible launch was planned on goes first
+// while it can start it as soon as the best can, and says so; full while
+// another has room, it does not hold the launch back; a nomination held
+// still comes first.
+func TestPlanned(t *testing.T) {
+	f := testFleet(t)
+	all := map[string]State{
+		"onprem-a100": up(map[string]float64{"A100-80GB": 8}),
+		"cloud-east":  up(map[string]float64{"A100-80GB": 8}),
+		"cloud-eu":    up(nil),
+	}
+	l := Launch{Team: "vision", Class: "A100-80GB", GPUs: 4, Planned: "cloud-east"}
+	if d := f.Place(l, all); d.Cluster() != "cloud-east" || d.Reason != "placed on cloud-east, where its start was planned for cleaner power: $3.20/GPU-h vs $1.10 on onprem-a100; 8 GPUs free" {
+		t.Errorf("planned: %s: %s", d.Cluster(), d.Reason)
+	}
+	all["cloud-east"] = up(map[string]float64{"A100-80GB": 2})
+	if d := f.Place(l, all); d.Cluster() != "onprem-a100" {
+		t.Errorf("planned but full: %s: %s", d.Cluster(), d.Reason)
+	}
+	all["onprem-a100"] = up(map[string]float64{"A100-80GB": 2})
+	if d := f.Place(l, all); d.Cluster() != "cloud-east" || !strings.HasPrefix(d.Reason, "waiting for cloud-east") {
+		t.Errorf("none fits: waits where planned: %s: %s", d.Cluster(), d.Reason)
+	}
+	all["cloud-east"], all["onprem-a100"] = up(map[string]float64{"A100-80GB": 8}), up(map[string]float64{"A100-80GB": 8})
+	l.Hold = "onprem-a100"
+	if d := f.Place(l, all); d.Cluster() != "onprem-a100" {
+		t.Errorf("held beats planned: %s: %s", d.Cluster(), d.Reason)
+	}
+}
+
+// TestSites: the clusters a launch may be planned on are those every rule
+// allows but the moment's — out of reach or full now, a cluster still
+// counts; cordoned, refused by a team's or a template's rule, without the
+// class, without the image, or under a cap smaller than the launch, not.
+func TestSites(t *testing.T) {
+	f := testFleet(t)
+	names := func(ss []Site) string {
+		var out []string
+		for _, s := range ss {
+			out = append(out, fmt.Sprintf("%s@%s $%g", s.Cluster, s.Region, s.Offer.PricePerGPUHour))
+		}
+		return strings.Join(out, ", ")
+	}
+	for _, tc := range []struct {
+		name string
+		f    *Fleet
+		l    Launch
+		want string
+	}{
+		{"every cluster with the class", f, Launch{Team: "vision", Class: "H100-80GB", GPUs: 8}, "cloud-east@us-east-1 $6.9, cloud-eu@eu-west-1 $7.4"},
+		{"spot where allowed", f, Launch{Team: "vision", Class: "H100-80GB", GPUs: 8, Spot: true}, "cloud-east@us-east-1 $4.5, cloud-eu@eu-west-1 $7.4"},
+		{"a team's forbidden cluster", f, Launch{Team: "ads", Class: "H100-80GB", GPUs: 1}, "cloud-eu@eu-west-1 $7.4"},
+		{"a template's pins", f, Launch{Team: "vision", Template: "eu-only", Class: "A100-80GB", GPUs: 1}, "onprem-a100@eu-central $1.1"},
+		{"residency", f, Launch{Team: "health", Class: "A100-80GB", GPUs: 1}, "onprem-a100@eu-central $1.1"},
+		{"a cap smaller than the launch", f, Launch{Team: "nlp", Class: "H100-80GB", GPUs: 16}, "cloud-eu@eu-west-1 $7.4"},
+		{"an image the cluster may not run", f, Launch{Team: "vision", Class: "H100-80GB", GPUs: 1, Images: []string{"ghcr.io/acme/train:1"}}, "cloud-east@us-east-1 $6.9"},
+		{"cordoned", must(f.With(map[string]Change{"cloud-east": {Cordoned: true}})), Launch{Team: "vision", Class: "H100-80GB", GPUs: 1}, "cloud-eu@eu-west-1 $7.4"},
+		{"none", f, Launch{Team: "vision", Class: "T4", GPUs: 1}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := names(tc.f.Sites(tc.l)); got != tc.want {
+				t.Errorf("sites %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func must(f *Fleet, err error) *Fleet {
+	if err != nil {
+		panic(err)
+	}
+	return f
+}
+
 // TestHome: a launch whose volumes are on a cluster runs there alone, even
 // where another is cheaper, and waits, saying why, while its home cannot
 // take it; a home no longer in the fleet binds nothing.

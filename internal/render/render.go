@@ -56,6 +56,11 @@ const (
 	LabelTemplateVer = "gantry.dev/template-version"
 	LabelGPUClass    = "gantry.dev/gpu-class"
 	LabelCostCenter  = "gantry.dev/cost-center"
+	// LabelPlannedCluster is on a flexible Job whose start was planned on
+	// one worker cluster (Fleets): the dispatcher places it there first
+	// while that cluster can start it (Kueue's labelKeysToCopy must
+	// include it). Added at apply (Plan), not part of the rendering.
+	LabelPlannedCluster = "gantry.dev/planned-cluster"
 
 	AnnotationOwner       = "gantry.dev/owner"
 	AnnotationTemplate    = "gantry.dev/template"
@@ -220,6 +225,22 @@ func Objects(r *template.Resolved, m Meta) ([]Object, error) {
 		return append(b.notebookObjects(claims, pod, podMeta), b.networkPolicy()), nil
 	}
 	return nil, nil
+}
+
+// Plan marks the Jobs of objs as planned on cluster (LabelPlannedCluster),
+// in place; cluster "" marks nothing.
+func Plan(objs []Object, cluster string) {
+	if cluster == "" {
+		return
+	}
+	for _, o := range objs {
+		if job, ok := o.(*batchv1.Job); ok {
+			if job.Labels == nil {
+				job.Labels = map[string]string{}
+			}
+			job.Labels[LabelPlannedCluster] = cluster
+		}
+	}
 }
 
 // builder holds what the steps of Objects share, including the problems found.

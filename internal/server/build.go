@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	"k8s.io/utils/clock"
 
 	gantry "github.com/gantryhq/gantry"
@@ -27,12 +28,14 @@ import (
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/interactive"
 	"github.com/gantryhq/gantry/internal/kube"
+	"github.com/gantryhq/gantry/internal/kube/dispatch"
 	"github.com/gantryhq/gantry/internal/kube/workers"
 	"github.com/gantryhq/gantry/internal/live"
 	"github.com/gantryhq/gantry/internal/notify"
 	"github.com/gantryhq/gantry/internal/overlay"
 	"github.com/gantryhq/gantry/internal/overrides"
 	"github.com/gantryhq/gantry/internal/ownmetrics"
+	"github.com/gantryhq/gantry/internal/render"
 	"github.com/gantryhq/gantry/internal/runs"
 	"github.com/gantryhq/gantry/internal/store"
 	"github.com/gantryhq/gantry/internal/team"
@@ -161,7 +164,7 @@ func (s *Server) workloadService() (err error) {
 			return err
 		}
 		if cfg.Quota.Kueue && cfg.Kubeconfig != "" {
-			wo.Fleet, remote = true, s.workers
+			wo.Fleet, wo.Sites, remote = true, s.sites, s.workers
 		}
 	}
 	if cfg.Kubeconfig == "" {
@@ -378,6 +381,29 @@ func (s *Server) pue(cluster string) float64 {
 		}
 	}
 	return s.Config.Energy.PUE
+}
+
+// sites are the worker clusters a flexible Job may run on, read from its
+// objects as the dispatcher will read its Kueue Workload: where its start
+// is planned together with its cluster (workload.Options.Sites).
+func (s *Server) sites(_ context.Context, objs []render.Object) ([]workload.Site, float64, error) {
+	for _, o := range objs {
+		job, ok := o.(*batchv1.Job)
+		if !ok {
+			continue
+		}
+		l, err := dispatch.JobLaunch(job, s.Catalog.Classes())
+		if err != nil {
+			return nil, 0, err
+		}
+		var out []workload.Site
+		for _, site := range s.Fleet.Sites(l) {
+			out = append(out, workload.Site{Cluster: site.Cluster, Location: site.Region, PricePerHour: site.Offer.PricePerGPUHour * l.GPUs,
+				PUE: s.pue(site.Cluster), KWhPerHour: l.GPUs * site.Watts / 1000})
+		}
+		return out, s.Fleet.CarbonPrice(), nil
+	}
+	return nil, 0, nil
 }
 
 // location is where a cluster's site draws its power, as the carbon source

@@ -11,6 +11,7 @@ import (
 	"github.com/gantryhq/gantry/internal/carbon"
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/identity"
+	"github.com/gantryhq/gantry/internal/render"
 	"github.com/gantryhq/gantry/internal/template"
 )
 
@@ -35,6 +36,11 @@ type Deferral struct {
 	AtStart  float64 `json:"atStart"`
 	Source   string  `json:"source"`
 	Location string  `json:"location"`
+	// Cluster is the worker cluster its start was planned on, with the
+	// hour (Fleets: Location is that cluster's region); "" without worker
+	// clusters. Its Job carries it for the dispatcher
+	// (render.LabelPlannedCluster).
+	Cluster string `json:"cluster,omitempty"`
 	// Released is when it was released, and by what: "forecast" (its
 	// window came) or the person who asked to start it now.
 	Released   time.Time `json:"released,omitzero"`
@@ -57,8 +63,12 @@ func (d *Deferral) Saving() float64 {
 
 // reason is a held workload's reason, for people.
 func (d *Deferral) reason() string {
-	return fmt.Sprintf("waiting for cleaner power: forecast minimum %s–%s UTC, −%.0f %% gCO2/kWh (%s); starts by %s UTC at the latest",
-		d.Until.Format("15:04"), d.WindowEnd.Format("15:04"), math.Round(d.Saving()*100), d.Source, d.Latest.Format("Jan 2 15:04"))
+	on := ""
+	if d.Cluster != "" {
+		on = " on " + d.Cluster
+	}
+	return fmt.Sprintf("waiting for cleaner power%s: forecast minimum %s–%s UTC, −%.0f %% gCO2/kWh (%s); starts by %s UTC at the latest",
+		on, d.Until.Format("15:04"), d.WindowEnd.Format("15:04"), math.Round(d.Saving()*100), d.Source, d.Latest.Format("Jan 2 15:04"))
 }
 
 // Flexible is a launch's request to a flexible template: hold it at most
@@ -113,21 +123,89 @@ func (s *Service) deferral(ctx context.Context, w *Workload, rd Rendered, req Re
 	if !latest.After(now) {
 		return nil // its deadline leaves no room to wait
 	}
-	loc := s.location("")
-	forecast, err := s.forecast.Forecast(ctx, loc, now, latest.Add(runtime))
+	p, site, ok, err := s.plan(ctx, w.ID, rd.Objects, now, latest, runtime)
 	if err != nil {
-		s.log.WarnContext(ctx, "no carbon forecast: the flexible launch starts at once", "workload_id", w.ID, "location", loc, "source", s.forecast.Name(), "err", err)
+		s.log.WarnContext(ctx, "no carbon forecast: the flexible launch starts at once", "workload_id", w.ID, "source", s.forecast.Name(), "err", err)
 		return nil
 	}
-	p, ok := carbon.Best(forecast, now, latest, runtime)
 	if !ok || !p.Wait {
 		return nil
 	}
 	w.Status = Queued
 	w.Deferral = &Deferral{Until: p.Start, Latest: latest, WindowEnd: p.End, Runtime: runtime,
-		AtOnce: p.AtOnce, AtStart: p.AtStart, Source: s.forecast.Name(), Location: loc}
+		AtOnce: p.AtOnce, AtStart: p.AtStart, Source: s.forecast.Name(), Location: site.Location, Cluster: site.Cluster}
 	w.Reason = w.Deferral.reason()
 	return nil
+}
+
+// Site is a worker cluster a flexible launch may run on (Fleets): its
+// start is planned together with the cluster, each on its own forecast.
+type Site struct {
+	Cluster, Location string // Location: its region, as the carbon source names it
+	// PricePerHour is the launch's there (USD); PUE its site's (0: 1).
+	PricePerHour, PUE float64
+	// KWhPerHour is the launch's GPUs' energy in an hour, before the PUE
+	// (0: not known).
+	KWhPerHour float64
+}
+
+// Sites lists the worker clusters a launch's objects may run on (every
+// placement rule but those of the moment), and the carbon price placement
+// weighs emissions at (USD per kg CO2e; 0: none).
+type Sites func(ctx context.Context, objs []render.Object) (sites []Site, carbonPrice float64, err error)
+
+// plan chooses when a flexible launch starts — from now to latest, for a
+// run of runtime — and, with worker clusters, where, the two together
+// (carbon.BestAmong over each cluster's forecast at its region; a cluster
+// whose forecast does not answer is left out); without them, on the
+// forecast at Location(""). err says why no forecast answered, and ok is
+// false when none covers a start at once: either way the launch starts at
+// once. site is where the plan waits (its Cluster "" when it does not wait
+// on a worker).
+func (s *Service) plan(ctx context.Context, id string, objs []render.Object, now, latest time.Time, runtime time.Duration) (p carbon.Plan, site Site, ok bool, err error) {
+	if s.fleet && s.sites != nil {
+		sites, price, err := s.sites(ctx, objs)
+		if err != nil {
+			s.log.WarnContext(ctx, "the worker clusters a flexible launch may run on are not known: its start is planned at the manager's site", "workload_id", id, "err", err)
+		}
+		var judged []Site
+		var cs []carbon.Site
+		var errs []error
+		for _, site := range sites {
+			f, err := s.forecast.Forecast(ctx, site.Location, now, latest.Add(runtime))
+			if err != nil {
+				errs = append(errs, fmt.Errorf("forecast for cluster %s (%s): %w", site.Cluster, site.Location, err))
+				continue
+			}
+			pue := site.PUE
+			if pue <= 0 {
+				pue = 1
+			}
+			hours := runtime.Hours()
+			judged = append(judged, site)
+			cs = append(cs, carbon.Site{Forecast: f, PUE: pue, Price: site.PricePerHour * hours, Weight: price * site.KWhPerHour * hours * pue / 1000})
+		}
+		if len(errs) > 0 && len(cs) > 0 {
+			s.log.WarnContext(ctx, "no carbon forecast for some worker clusters: a flexible launch is not planned there", "workload_id", id, "source", s.forecast.Name(), "err", errors.Join(errs...))
+		}
+		if len(cs) > 0 {
+			c, ok := carbon.BestAmong(cs, now, latest, runtime)
+			if ok && c.Wait {
+				site = judged[c.Site]
+			}
+			return c.Plan, site, ok, nil
+		}
+		if len(errs) > 0 {
+			return carbon.Plan{}, Site{}, false, errors.Join(errs...)
+		}
+	}
+	loc := s.location("")
+	forecast, err := s.forecast.Forecast(ctx, loc, now, latest.Add(runtime))
+	if err != nil {
+		return carbon.Plan{}, Site{}, false, fmt.Errorf("forecast for %s: %w", loc, err)
+	}
+	p, ok = carbon.Best(forecast, now, latest, runtime)
+	return p, Site{Location: loc}, ok, nil
 }
 
 // expectedRuntime is the run length a flexible launch's windows are
@@ -217,13 +295,18 @@ func (s *Service) Replan(ctx context.Context) (moved, released int, err error) {
 		if !d.Holding() || !d.Until.After(now.Add(replanEvery)) {
 			continue // due before the next look: released at its time
 		}
-		forecast, err := s.forecast.Forecast(ctx, d.Location, now, d.Latest.Add(d.Runtime))
-		if err != nil {
-			errs = append(errs, fmt.Errorf("workload %s: forecast: %w", w.ID, err))
-			continue
+		var objs []render.Object
+		if s.fleet && s.sites != nil {
+			if objs, err = s.rerender(ctx, w); err != nil {
+				errs = append(errs, fmt.Errorf("workload %s: %w", w.ID, err))
+				continue
+			}
 		}
-		p, ok := carbon.Best(forecast, now, d.Latest, d.Runtime)
+		p, site, ok, err := s.plan(ctx, w.ID, objs, now, d.Latest, d.Runtime)
 		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("workload %s: %w", w.ID, err))
+			continue
 		case !ok:
 			continue // the forecast no longer covers its reach: the plan stands
 		case !p.Wait:
@@ -233,15 +316,20 @@ func (s *Service) Replan(ctx context.Context) (moved, released int, err error) {
 				released++
 			}
 			continue
-		case p.Start.Equal(d.Until):
+		case p.Start.Equal(d.Until) && site.Cluster == d.Cluster:
 			continue
 		}
 		_, err = s.store.UpdateWorkload(ctx, w.ID, func(w Workload) (Workload, error) {
-			if !w.Deferral.Holding() || !w.Deferral.Until.Equal(d.Until) {
+			if !w.Deferral.Holding() || !w.Deferral.Until.Equal(d.Until) || w.Deferral.Cluster != d.Cluster {
 				return w, nil // released, stopped or moved meanwhile
 			}
 			nd := *w.Deferral
 			nd.Until, nd.WindowEnd, nd.AtStart, nd.Replanned = p.Start, p.End, p.AtStart, now
+			if site.Cluster != d.Cluster {
+				// Another cluster: its saving is counted against starting
+				// at once there.
+				nd.Cluster, nd.Location, nd.AtOnce = site.Cluster, site.Location, p.AtOnce
+			}
 			w.Deferral, w.Reason = &nd, nd.reason()
 			return w, nil
 		})
@@ -250,7 +338,7 @@ func (s *Service) Replan(ctx context.Context) (moved, released int, err error) {
 			continue
 		}
 		moved++
-		s.log.InfoContext(ctx, "a held flexible launch's window moved with the forecast", "workload_id", w.ID, "from", d.Until, "to", p.Start)
+		s.log.InfoContext(ctx, "a held flexible launch's window moved with the forecast", "workload_id", w.ID, "from", d.Until, "to", p.Start, "cluster", site.Cluster)
 	}
 	return moved, released, errors.Join(errs...)
 }

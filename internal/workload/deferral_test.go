@@ -8,8 +8,11 @@ import (
 	"testing"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
+
 	"github.com/gantryhq/gantry/internal/carbon"
 	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/render"
 	"github.com/gantryhq/gantry/internal/telemetry"
 	"github.com/gantryhq/gantry/internal/template"
 	"github.com/gantryhq/gantry/internal/workload"
@@ -327,4 +330,174 @@ func TestReplan(t *testing.T) {
 	if _, ok := h.cluster.Object(w.ID); !ok {
 		t.Fatal("released but not on the cluster")
 	}
+}
+
+// TestDeferralAcrossClusters: with worker clusters a flexible job's
+// cluster and hour are chosen together — the cleanest window of the
+// cheapest clusters, each on its own region's forecast — and the plan,
+// its reason and its released Job name the cluster; a cluster whose
+// forecast does not answer is left out; a newer forecast can move the
+// plan to another cluster; with no cluster cleaner later it starts at
+// once, unmarked.
+func TestDeferralAcrossClusters(t *testing.T) {
+	// us-east: 400 all day; eu-west: 400 by day, 100 by night; ap-south:
+	// no forecast at all.
+	var day []string
+	for h := range 24 {
+		v := "100"
+		if h >= 9 && h <= 17 {
+			v = "400"
+		}
+		day = append(day, v)
+	}
+	flat := strings.TrimSuffix(strings.Repeat("400, ", 24), ", ")
+	profiles, err := carbon.ParseProfiles("carbon.yaml", []byte("apiVersion: gantry.dev/v1\nkind: CarbonProfiles\nsites:\n  eu-west: ["+strings.Join(day, ", ")+"]\n  us-east: ["+flat+"]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sites := []workload.Site{{Cluster: "cloud-east", Location: "us-east", PricePerHour: 10}, {Cluster: "cloud-far", Location: "ap-south", PricePerHour: 10},
+		{Cluster: "cloud-west", Location: "eu-west", PricePerHour: 10}}
+	var asked []render.Object
+	h := newHarnessWith(t, nil, true, func(o *workload.Options) {
+		o.Fleet, o.Carbon, o.Forecast = true, profiles, profiles
+		o.Sites = func(_ context.Context, objs []render.Object) ([]workload.Site, float64, error) {
+			asked = objs
+			return sites, 0, nil
+		}
+	})
+	ctx := asAlice()
+	t0 := h.clock() // 09:00 UTC
+	w, _, err := h.svc.Create(ctx, "alice", batch())
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := w.Deferral
+	if w.Status != workload.Queued || !d.Holding() || !d.Until.Equal(t0.Add(8*time.Hour)) || d.Cluster != "cloud-west" || d.Location != "eu-west" ||
+		d.AtOnce != 325 || d.AtStart != 125 {
+		t.Fatalf("launched %s (%q), deferral %+v; want held for cloud-west's night from 17:00", w.Status, w.Reason, d)
+	}
+	if !strings.HasPrefix(w.Reason, "waiting for cleaner power on cloud-west: forecast minimum 17:00–05:00 UTC, −62 % gCO2/kWh") {
+		t.Errorf("reason %q", w.Reason)
+	}
+	if len(asked) == 0 {
+		t.Error("the sites were not asked with the launch's objects")
+	}
+	h.advance(8 * time.Hour)
+	if n, err := h.svc.ReleaseDeferred(ctx); err != nil || n != 1 {
+		t.Fatalf("released %d, %v", n, err)
+	}
+	if got := plannedOn(h.cluster.Applied(w.ID)); got != "cloud-west" {
+		t.Errorf("the released Job is planned on %q, want cloud-west", got)
+	}
+	if got := h.status(t, w.ID); !got.Applied() || got.Deferral.Cluster != "cloud-west" {
+		t.Errorf("released: applied %v, deferral %+v", got.Applied(), got.Deferral)
+	}
+
+	// A dearer cluster, however clean, is not chosen without a carbon
+	// price: the cheaper one is flat, so the launch starts at once there,
+	// its Job unmarked.
+	sites[2].PricePerHour = 12
+	w, _, err = h.svc.Create(ctx, "alice", batch())
+	if err != nil || w.Deferral != nil || !w.Applied() || plannedOn(h.cluster.Applied(w.ID)) != "" {
+		t.Fatalf("cheaper flat cluster: %+v applied %v, %v", w.Deferral, w.Applied(), err)
+	}
+
+	// Priced, carbon moves it there: at $1/kg and 1 kWh an hour, a 12-hour
+	// run from 18:00 on the dearer cloud-west costs $122 + $1.20 of carbon,
+	// at once on cloud-east $120 + $4.80.
+	priced := func(carbonPrice float64) *harness {
+		return newHarnessWith(t, nil, true, func(o *workload.Options) {
+			o.Fleet, o.Carbon, o.Forecast = true, profiles, profiles
+			o.Sites = func(context.Context, []render.Object) ([]workload.Site, float64, error) {
+				return []workload.Site{{Cluster: "cloud-east", Location: "us-east", PricePerHour: 10, KWhPerHour: 1},
+					{Cluster: "cloud-west", Location: "eu-west", PricePerHour: 10 + 2.0/12, KWhPerHour: 1}}, carbonPrice, nil
+			}
+		})
+	}
+	h2 := priced(1)
+	h2.advance(8 * time.Hour) // 17:00
+	w, _, err = h2.svc.Create(ctx, "alice", batch())
+	if err != nil || !w.Deferral.Holding() || w.Deferral.Cluster != "cloud-west" || !w.Deferral.Until.Equal(h2.clock().Add(time.Hour)) {
+		t.Fatalf("a carbon price: %+v, %v; want held for cloud-west from 18:00", w.Deferral, err)
+	}
+	// A tenth of it does not pay for the dearer cluster: at once on the
+	// flat one.
+	h3 := priced(0.1)
+	h3.advance(8 * time.Hour)
+	if w, _, err = h3.svc.Create(ctx, "alice", batch()); err != nil || w.Deferral != nil || !w.Applied() {
+		t.Fatalf("a small carbon price: %+v applied %v, %v", w.Deferral, w.Applied(), err)
+	}
+}
+
+// regional is a forecaster with a forecast of its own per location (by
+// hour of the day); a location without one is *fault.NotFound.
+type regional struct {
+	by map[string]func(hour int) float64
+}
+
+func (*regional) Name() string { return "regional" }
+func (r *regional) Forecast(_ context.Context, loc string, from, to time.Time) (map[time.Time]float64, error) {
+	f, ok := r.by[loc]
+	if !ok {
+		return nil, &fault.NotFound{Kind: "location", Name: loc}
+	}
+	out := map[time.Time]float64{}
+	for h := from.Truncate(time.Hour); h.Before(to); h = h.Add(time.Hour) {
+		out[h] = f(h.Hour())
+	}
+	return out, nil
+}
+
+// TestReplanAcrossClusters: a newer forecast that makes another cluster's
+// window the cleanest moves the held launch there — cluster, hour, reason
+// and the saving counted against starting at once on that cluster.
+func TestReplanAcrossClusters(t *testing.T) {
+	night := func(h int) float64 {
+		if h >= 9 && h <= 17 {
+			return 400
+		}
+		return 100
+	}
+	f := &regional{by: map[string]func(int) float64{"eu-west": night, "us-east": func(int) float64 { return 400 }}}
+	h := newHarnessWith(t, nil, true, func(o *workload.Options) {
+		o.Fleet, o.Forecast = true, f
+		o.Sites = func(context.Context, []render.Object) ([]workload.Site, float64, error) {
+			return []workload.Site{{Cluster: "cloud-east", Location: "us-east", PricePerHour: 10}, {Cluster: "cloud-west", Location: "eu-west", PricePerHour: 10}}, 0, nil
+		}
+	})
+	ctx := asAlice()
+	t0 := h.clock() // 09:00
+	w, _, err := h.svc.Create(ctx, "alice", batch())
+	if err != nil || w.Deferral.Cluster != "cloud-west" || !w.Deferral.Until.Equal(t0.Add(8*time.Hour)) {
+		t.Fatalf("launched: %+v, %v", w.Deferral, err)
+	}
+	// Wind in the east from noon: a 12-hour run there from 12:00 sees 50.
+	f.by["us-east"] = func(h int) float64 {
+		if h >= 12 {
+			return 50
+		}
+		return 400
+	}
+	h.advance(10 * time.Minute)
+	if n, err := h.svc.ReleaseDeferred(ctx); err != nil || n != 0 {
+		t.Fatalf("released %d, %v", n, err)
+	}
+	got := h.status(t, w.ID)
+	d := got.Deferral
+	// At once in the east (from 09:10): 2h50m at 400 and 9h10m at 50.
+	atOnce := (400*(2*60+50) + 50*(9*60+10)) / 720.0
+	if !d.Holding() || d.Cluster != "cloud-east" || d.Location != "us-east" || !d.Until.Equal(t0.Add(3*time.Hour)) || d.AtStart != 50 ||
+		math.Abs(d.AtOnce-atOnce) > 1e-9 || !strings.HasPrefix(got.Reason, "waiting for cleaner power on cloud-east: forecast minimum 12:00–00:00 UTC") {
+		t.Fatalf("after a newer forecast: %+v (%q); want cloud-east from 12:00, at once %.1f", d, got.Reason, atOnce)
+	}
+}
+
+// plannedOn is the cluster the Job among objs is marked as planned on.
+func plannedOn(objs []render.Object) string {
+	for _, o := range objs {
+		if job, ok := o.(*batchv1.Job); ok {
+			return job.Labels[render.LabelPlannedCluster]
+		}
+	}
+	return ""
 }

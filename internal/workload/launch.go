@@ -547,7 +547,9 @@ func (s *Service) apply(ctx context.Context, w Workload, objs []render.Object) (
 	return got, err
 }
 
-// rerender renders a recorded workload again, exactly as it was launched.
+// rerender renders a recorded workload again, exactly as it was launched,
+// with the worker cluster a flexible job's start was planned on marked on
+// its Job (render.Plan: a mark for the dispatcher, outside the hash).
 func (s *Service) rerender(ctx context.Context, w Workload) ([]render.Object, error) {
 	v, err := s.templates.Get(ctx, w.Template, w.TemplateVersion)
 	if err != nil {
@@ -583,6 +585,9 @@ func (s *Service) rerender(ctx context.Context, w Workload) ([]render.Object, er
 			return nil, err
 		}
 		if h, err = render.Hash(objs); err == nil && h == w.ObjectsHash {
+			if w.Deferral != nil {
+				render.Plan(objs, w.Deferral.Cluster) // the cluster its start was planned on
+			}
 			return objs, nil
 		}
 	}

@@ -434,6 +434,10 @@ type Options struct {
 	// Forecast plans flexible jobs' starts (spec.scheduling.flexible) at
 	// Location(""); nil: they start at once.
 	Forecast carbon.Forecaster
+	// Sites, with Fleet, are the worker clusters a flexible job may run
+	// on: its start is planned with its cluster, on each one's forecast.
+	// nil: at Location("") alone.
+	Sites Sites
 	// NodeGroups refuse launches their class's groups could never hold
 	// (an empty set: none declared, nothing refused for size).
 	NodeGroups *nodegroup.Set
@@ -457,6 +461,7 @@ type Service struct {
 	fleet     bool
 	runURL    string
 	forecast  carbon.Forecaster
+	sites     Sites
 	location  func(cluster string) string
 	log       *slog.Logger
 	now       func() time.Time
@@ -486,7 +491,7 @@ func New(o Options) (*Service, error) {
 		return nil, fmt.Errorf("workload.New: missing %s", strings.Join(missing, ", "))
 	}
 	s := &Service{store: o.Store, templates: o.Templates, namespace: o.Namespace, cluster: o.Cluster,
-		authz: o.Authorizer, images: o.Images, budgets: o.Budgets, groups: o.NodeGroups, kueue: o.Kueue, fleet: o.Fleet && o.Kueue, runURL: o.RunURL, forecast: o.Forecast, location: o.Location, log: o.Log, now: o.Now, newID: NewID}
+		authz: o.Authorizer, images: o.Images, budgets: o.Budgets, groups: o.NodeGroups, kueue: o.Kueue, fleet: o.Fleet && o.Kueue, runURL: o.RunURL, forecast: o.Forecast, sites: o.Sites, location: o.Location, log: o.Log, now: o.Now, newID: NewID}
 	if s.location == nil {
 		s.location = func(string) string { return "" }
 	}

@@ -25,9 +25,11 @@ import (
 	"sync"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
@@ -627,14 +629,35 @@ func (d *Dispatcher) annotate(ctx context.Context, u *unstructured.Unstructured,
 	return nil
 }
 
+// JobLaunch is what a Job asks of the fleet, read as its Kueue Workload
+// would be (launchOf): one pod set, its template's pods as many as run at
+// once. What plans a flexible Job's cluster before the Job exists.
+func JobLaunch(job *batchv1.Job, classes *gpu.Catalog) (fleet.Launch, error) {
+	tmpl, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&job.Spec.Template)
+	if err != nil {
+		return fleet.Launch{}, fmt.Errorf("dispatch: read Job %s/%s: %w", job.Namespace, job.Name, err)
+	}
+	count := int64(1)
+	if p := job.Spec.Parallelism; p != nil {
+		count = int64(*p)
+	}
+	if c := job.Spec.Completions; c != nil && int64(*c) < count {
+		count = int64(*c)
+	}
+	u := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"podSets": []any{map[string]any{"count": count, "template": tmpl}}}}}
+	u.SetLabels(job.Labels)
+	return launchOf(u, classes), nil
+}
+
 // launchOf reads what a Workload asks of the fleet: its team and GPU class
 // from the labels Kueue copies from the Job (gantry.dev/team,
-// gantry.dev/gpu-class), its GPUs from its pod sets (MIG instances counted,
+// gantry.dev/gpu-class; the cluster it was planned on,
+// gantry.dev/planned-cluster), its GPUs from its pod sets (MIG instances counted,
 // and at their profile's share of a GPU, gpu.Catalog.Share), every
 // container's image (init containers' too), its priority and age.
 func launchOf(u *unstructured.Unstructured, classes *gpu.Catalog) fleet.Launch {
 	l := fleet.Launch{ID: string(u.GetUID()), Team: u.GetLabels()[render.LabelTeam], Class: u.GetLabels()[render.LabelGPUClass],
-		Template: u.GetLabels()[render.LabelTemplate], Order: u.GetCreationTimestamp().UnixNano()}
+		Template: u.GetLabels()[render.LabelTemplate], Planned: u.GetLabels()[render.LabelPlannedCluster], Order: u.GetCreationTimestamp().UnixNano()}
 	if p, ok, _ := unstructured.NestedInt64(u.Object, "spec", "priority"); ok {
 		l.Priority = int(p)
 	}

@@ -5,9 +5,15 @@ import (
 	"strings"
 	"testing"
 
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/utils/ptr"
 
 	"github.com/gantryhq/gantry/internal/gpu"
+	"github.com/gantryhq/gantry/internal/render"
 )
 
 // TestLaunchOf: what a Workload asks of the fleet, read from its labels
@@ -56,5 +62,31 @@ func TestLaunchOf(t *testing.T) {
 				t.Errorf("got %+v, want MIG %q slices %d GPUs %g spot %v", l, tc.mig, tc.slices, tc.gpus, tc.spot)
 			}
 		})
+	}
+}
+
+// TestJobLaunch: a Job reads as its Kueue Workload would — its pods that
+// run at once times each pod's GPUs, its spot toleration, its images, and
+// the cluster its start was planned on.
+func TestJobLaunch(t *testing.T) {
+	classes, err := gpu.LoadFile("../../../templates/gpu-classes.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: "j", Namespace: "gantry-vision", Labels: map[string]string{
+			"gantry.dev/team": "vision", "gantry.dev/gpu-class": "H100-80GB", "gantry.dev/template": "batch-inference", render.LabelPlannedCluster: "cloud-west"}},
+		Spec: batchv1.JobSpec{Parallelism: ptr.To[int32](4), Completions: ptr.To[int32](2), Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+			Tolerations: []corev1.Toleration{{Key: render.TaintSpot, Operator: corev1.TolerationOpExists}},
+			Containers: []corev1.Container{{Name: "main", Image: "registry.gantry.internal/pytorch:2", Resources: corev1.ResourceRequirements{
+				Limits: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("2")}}}}}}},
+	}
+	l, err := JobLaunch(job, classes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Team != "vision" || l.Class != "H100-80GB" || l.Template != "batch-inference" || l.GPUs != 4 || !l.Spot || l.Planned != "cloud-west" ||
+		strings.Join(l.Images, " ") != "registry.gantry.internal/pytorch:2" {
+		t.Errorf("got %+v: want 2 pods at once × 2 H100s, spot, planned on cloud-west", l)
 	}
 }

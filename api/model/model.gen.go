@@ -3085,7 +3085,7 @@ type WorkloadDeferral struct {
 	// AtStart Its mean over the window chosen.
 	AtStart float64 `json:"atStart"`
 
-	// Cluster With worker clusters (docs/fleets.md): the cluster its start was planned on, chosen with the hour (the cheapest clusters' cleanest window, or price and carbon weighed together at the fleet's carbon price). The dispatcher places it there first while that cluster can start it. Absent without worker clusters.
+	// Cluster With worker clusters (docs/fleets.md): the cluster its start was planned on, chosen with the hour (the cheapest clusters' cleanest window, or price and carbon weighed together at the fleet's carbon price). The dispatcher places it there first, once its window released it, while that cluster can start it; a replan moves its hour, never its cluster. Absent without worker clusters.
 	Cluster *string `json:"cluster,omitempty"`
 
 	// Latest The latest start its max delay or deadline allow.

@@ -164,8 +164,9 @@ type Choice struct {
 // earliest, then the first site. With no carbon price that is the
 // cheapest sites' cleanest window. The run waits for that start when it
 // saves at least MinSaving of the carbon against starting at once at the
-// same site (Best's rule, so AtOnce and AtStart are that site's);
-// otherwise it starts at once where starting at once costs least. A site
+// same site (Best's rule, so AtOnce and AtStart are that site's) and
+// against starting at once where that costs least; otherwise it starts at
+// once there. A site
 // whose forecast does not cover a start at once is not judged; ok is false
 // when no site's does.
 func BestAmong(sites []Site, now, latest time.Time, run time.Duration) (c Choice, ok bool) {
@@ -216,7 +217,10 @@ func BestAmong(sites []Site, now, latest time.Time, run time.Duration) (c Choice
 			}
 		}
 	}
-	if bestStart.After(now) {
+	// A wait must save MinSaving against starting at once at its own site
+	// (Best's rule, the saving shown and metered), and against starting
+	// at once where that costs least.
+	if bestStart.After(now) && onceKey.carbon-bestKey.carbon >= MinSaving*onceKey.carbon {
 		if p, _ := Best(sites[best].Forecast, now, latest, run); p.Wait {
 			return Choice{Site: best, Plan: p}, true
 		}

@@ -51,6 +51,7 @@ func TestBestAmong(t *testing.T) {
 		{"too small a carbon price does not", []carbon.Site{{Forecast: east, Price: 10, Weight: 0.001}, {Forecast: north, Price: 12, Weight: 0.001}}, 0, now, false, true},
 		{"a PUE counts", []carbon.Site{{Forecast: west, PUE: 3}, {Forecast: north, PUE: 1}}, 1, now, false, true},
 		{"clean at once beats a wait elsewhere", []carbon.Site{{Forecast: west}, {Forecast: north}}, 1, now, false, true},
+		{"a wait that saves at its dirty site but not against the cleanest at once", []carbon.Site{{Forecast: hours(h0, 200, 200, 200, 200, 200, 200, 200, 200)}, {Forecast: hours(h0, 400, 400, 195, 195, 195, 195, 195, 195)}}, 0, now, false, true},
 		{"a site with no forecast for now is left out", []carbon.Site{{Forecast: hours(h0.Add(time.Hour), 10, 10, 10, 10, 10, 10)}, {Forecast: west}}, 1, h0.Add(3 * time.Hour), true, true},
 		{"no site to judge", []carbon.Site{{Forecast: nil}}, -1, now, false, false},
 	} {

@@ -255,13 +255,14 @@ func (f *Fleet) Place(l Launch, states map[string]State) Decision {
 	// Then the nomination held first, the planned cluster next when it
 	// can start the launch as soon as the best can, and clusters tried in
 	// vain last.
+	bestFits := len(d.Candidates) > 0 && d.Candidates[0].FitsNow
 	rank := func(c Candidate) int {
 		switch {
 		case c.Cluster == l.Hold:
 			return 0
 		case slices.Contains(l.Avoid, c.Cluster):
 			return 3
-		case c.Cluster == l.Planned && c.FitsNow == d.Candidates[0].FitsNow:
+		case c.Cluster == l.Planned && c.FitsNow == bestFits:
 			return 1
 		}
 		return 2

@@ -390,12 +390,27 @@ func TestPlanned(t *testing.T) {
 	if d := f.Place(l, all); d.Cluster() != "onprem-a100" {
 		t.Errorf("held beats planned: %s: %s", d.Cluster(), d.Reason)
 	}
+	// Where only a cluster tried in vain fits now, the planned one, full,
+	// does not jump a cheaper full one.
+	three, err := New(File{APIVersion: APIVersion, Kind: Kind, Clusters: []Cluster{
+		{Name: "a", Region: "r", Provider: Cloud, Kubeconfig: Kubeconfig{Secret: "a"}, Offers: []Offer{{Class: "A100-80GB", Purchase: nodegroup.OnDemand, PricePerGPUHour: 1}}},
+		{Name: "b", Region: "r", Provider: Cloud, Kubeconfig: Kubeconfig{Secret: "b"}, Offers: []Offer{{Class: "A100-80GB", Purchase: nodegroup.OnDemand, PricePerGPUHour: 2}}},
+		{Name: "c", Region: "r", Provider: Cloud, Kubeconfig: Kubeconfig{Secret: "c"}, Offers: []Offer{{Class: "A100-80GB", Purchase: nodegroup.OnDemand, PricePerGPUHour: 3}}},
+	}}, classes(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	states := map[string]State{"a": up(map[string]float64{"A100-80GB": 8}), "b": up(nil), "c": up(nil)}
+	if d := three.Place(Launch{Team: "vision", Class: "A100-80GB", GPUs: 4, Avoid: []string{"a"}, Planned: "c"}, states); d.Cluster() != "b" {
+		t.Errorf("planned and full behind a cheaper full one: %s (%+v)", d.Cluster(), d.Candidates)
+	}
 }
 
 // TestSites: the clusters a launch may be planned on are those every rule
-// allows but the moment's — out of reach or full now, a cluster still
-// counts; cordoned, refused by a team's or a template's rule, without the
-// class, without the image, or under a cap smaller than the launch, not.
+// allows but the moment's (Sites reads no state: reachable or full now
+// does not count); cordoned, refused by a team's or a template's rule,
+// without the class, without the image, or under a cap smaller than the
+// launch, not.
 func TestSites(t *testing.T) {
 	f := testFleet(t)
 	names := func(ss []Site) string {

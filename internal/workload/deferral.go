@@ -273,12 +273,13 @@ func (s *Service) ReleaseDeferred(ctx context.Context) (int, error) {
 
 // Replan plans every held flexible launch again on the forecast as it is
 // now, over what is left of its reach (now to its latest start, for the
-// same run length): a window the new forecast puts elsewhere is moved
-// there (never past the latest start, which its max delay and deadline
-// fixed at launch), and one where starting now is as clean — within
-// carbon.MinSaving of the best left — is released now. A forecast that
-// does not answer leaves every plan as it was. The savings stay counted
-// against starting at launch. It returns how many windows moved and how
+// same run length), at the site it was planned on: a window the new
+// forecast puts elsewhere is moved there (never past the latest start,
+// which its max delay and deadline fixed at launch), and one where
+// starting now is as clean — within carbon.MinSaving of the best left — is
+// released now. The cluster chosen at launch (Fleets) stays: only its
+// hour moves, so that the saving stays counted against starting at launch
+// there. A forecast that does not answer leaves every plan as it was. It returns how many windows moved and how
 // many launches it released.
 func (s *Service) Replan(ctx context.Context) (moved, released int, err error) {
 	if s.forecast == nil {
@@ -295,18 +296,13 @@ func (s *Service) Replan(ctx context.Context) (moved, released int, err error) {
 		if !d.Holding() || !d.Until.After(now.Add(replanEvery)) {
 			continue // due before the next look: released at its time
 		}
-		var objs []render.Object
-		if s.fleet && s.sites != nil {
-			if objs, err = s.rerender(ctx, w); err != nil {
-				errs = append(errs, fmt.Errorf("workload %s: %w", w.ID, err))
-				continue
-			}
-		}
-		p, site, ok, err := s.plan(ctx, w.ID, objs, now, d.Latest, d.Runtime)
-		switch {
-		case err != nil:
-			errs = append(errs, fmt.Errorf("workload %s: %w", w.ID, err))
+		forecast, err := s.forecast.Forecast(ctx, d.Location, now, d.Latest.Add(d.Runtime))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("workload %s: forecast for %s: %w", w.ID, d.Location, err))
 			continue
+		}
+		p, ok := carbon.Best(forecast, now, d.Latest, d.Runtime)
+		switch {
 		case !ok:
 			continue // the forecast no longer covers its reach: the plan stands
 		case !p.Wait:
@@ -316,20 +312,15 @@ func (s *Service) Replan(ctx context.Context) (moved, released int, err error) {
 				released++
 			}
 			continue
-		case p.Start.Equal(d.Until) && site.Cluster == d.Cluster:
+		case p.Start.Equal(d.Until):
 			continue
 		}
 		_, err = s.store.UpdateWorkload(ctx, w.ID, func(w Workload) (Workload, error) {
-			if !w.Deferral.Holding() || !w.Deferral.Until.Equal(d.Until) || w.Deferral.Cluster != d.Cluster {
+			if !w.Deferral.Holding() || !w.Deferral.Until.Equal(d.Until) {
 				return w, nil // released, stopped or moved meanwhile
 			}
 			nd := *w.Deferral
 			nd.Until, nd.WindowEnd, nd.AtStart, nd.Replanned = p.Start, p.End, p.AtStart, now
-			if site.Cluster != d.Cluster {
-				// Another cluster: its saving is counted against starting
-				// at once there.
-				nd.Cluster, nd.Location, nd.AtOnce = site.Cluster, site.Location, p.AtOnce
-			}
 			w.Deferral, w.Reason = &nd, nd.reason()
 			return w, nil
 		})
@@ -338,7 +329,7 @@ func (s *Service) Replan(ctx context.Context) (moved, released int, err error) {
 			continue
 		}
 		moved++
-		s.log.InfoContext(ctx, "a held flexible launch's window moved with the forecast", "workload_id", w.ID, "from", d.Until, "to", p.Start, "cluster", site.Cluster)
+		s.log.InfoContext(ctx, "a held flexible launch's window moved with the forecast", "workload_id", w.ID, "from", d.Until, "to", p.Start, "cluster", d.Cluster)
 	}
 	return moved, released, errors.Join(errs...)
 }

@@ -335,10 +335,9 @@ func TestReplan(t *testing.T) {
 // TestDeferralAcrossClusters: with worker clusters a flexible job's
 // cluster and hour are chosen together — the cleanest window of the
 // cheapest clusters, each on its own region's forecast — and the plan,
-// its reason and its released Job name the cluster; a cluster whose
-// forecast does not answer is left out; a newer forecast can move the
-// plan to another cluster; with no cluster cleaner later it starts at
-// once, unmarked.
+// its reason and its Job, released in its window, name the cluster; a
+// cluster whose forecast does not answer is left out; a dearer cluster
+// wins only where a carbon price pays for it.
 func TestDeferralAcrossClusters(t *testing.T) {
 	// us-east: 400 all day; eu-west: 400 by day, 100 by night; ap-south:
 	// no forecast at all.
@@ -394,11 +393,10 @@ func TestDeferralAcrossClusters(t *testing.T) {
 	}
 
 	// A dearer cluster, however clean, is not chosen without a carbon
-	// price: the cheaper one is flat, so the launch starts at once there,
-	// its Job unmarked.
+	// price: the cheaper one is flat, so the launch starts at once there.
 	sites[2].PricePerHour = 12
 	w, _, err = h.svc.Create(ctx, "alice", batch())
-	if err != nil || w.Deferral != nil || !w.Applied() || plannedOn(h.cluster.Applied(w.ID)) != "" {
+	if err != nil || w.Deferral != nil || !w.Applied() {
 		t.Fatalf("cheaper flat cluster: %+v applied %v, %v", w.Deferral, w.Applied(), err)
 	}
 
@@ -448,9 +446,11 @@ func (r *regional) Forecast(_ context.Context, loc string, from, to time.Time) (
 	return out, nil
 }
 
-// TestReplanAcrossClusters: a newer forecast that makes another cluster's
-// window the cleanest moves the held launch there — cluster, hour, reason
-// and the saving counted against starting at once on that cluster.
+// TestReplanAcrossClusters: a held launch's hour is planned again on the
+// cluster it was planned on, whatever the others' forecasts do since (its
+// saving stays counted against starting at launch there); that cluster's
+// forecast down leaves the plan, and says why; a person's start now
+// releases it unmarked, to be placed as any launch.
 func TestReplanAcrossClusters(t *testing.T) {
 	night := func(h int) float64 {
 		if h >= 9 && h <= 17 {
@@ -471,24 +471,38 @@ func TestReplanAcrossClusters(t *testing.T) {
 	if err != nil || w.Deferral.Cluster != "cloud-west" || !w.Deferral.Until.Equal(t0.Add(8*time.Hour)) {
 		t.Fatalf("launched: %+v, %v", w.Deferral, err)
 	}
-	// Wind in the east from noon: a 12-hour run there from 12:00 sees 50.
-	f.by["us-east"] = func(h int) float64 {
-		if h >= 12 {
-			return 50
+	atOnce := w.Deferral.AtOnce
+	// Wind in the east all day, and the west clean from 14:00: the plan
+	// stays on cloud-west, from 14:00.
+	f.by["us-east"] = func(int) float64 { return 50 }
+	f.by["eu-west"] = func(h int) float64 {
+		if h >= 9 && h <= 13 {
+			return 400
 		}
-		return 400
+		return 100
 	}
 	h.advance(10 * time.Minute)
 	if n, err := h.svc.ReleaseDeferred(ctx); err != nil || n != 0 {
 		t.Fatalf("released %d, %v", n, err)
 	}
 	got := h.status(t, w.ID)
-	d := got.Deferral
-	// At once in the east (from 09:10): 2h50m at 400 and 9h10m at 50.
-	atOnce := (400*(2*60+50) + 50*(9*60+10)) / 720.0
-	if !d.Holding() || d.Cluster != "cloud-east" || d.Location != "us-east" || !d.Until.Equal(t0.Add(3*time.Hour)) || d.AtStart != 50 ||
-		math.Abs(d.AtOnce-atOnce) > 1e-9 || !strings.HasPrefix(got.Reason, "waiting for cleaner power on cloud-east: forecast minimum 12:00–00:00 UTC") {
-		t.Fatalf("after a newer forecast: %+v (%q); want cloud-east from 12:00, at once %.1f", d, got.Reason, atOnce)
+	if d := got.Deferral; !d.Holding() || d.Cluster != "cloud-west" || d.Location != "eu-west" || !d.Until.Equal(t0.Add(5*time.Hour)) || d.AtOnce != atOnce ||
+		!strings.HasPrefix(got.Reason, "waiting for cleaner power on cloud-west: forecast minimum 14:00–02:00 UTC") {
+		t.Fatalf("after a newer forecast: %+v (%q); want cloud-west from 14:00", d, got.Reason)
+	}
+	// The west's forecast down: the plan stands, and the pass says why.
+	delete(f.by, "eu-west")
+	h.advance(6 * time.Minute)
+	if n, err := h.svc.ReleaseDeferred(ctx); n != 0 || err == nil || !strings.Contains(err.Error(), "eu-west") {
+		t.Fatalf("its cluster's forecast down: released %d, %v (want the error said)", n, err)
+	}
+	if d := h.status(t, w.ID).Deferral; !d.Holding() || d.Cluster != "cloud-west" || !d.Until.Equal(t0.Add(5*time.Hour)) {
+		t.Fatalf("a forecast down moved the plan: %+v", d)
+	}
+	// Its owner starts it now: released, its Job not marked for cloud-west.
+	got, err = h.svc.Start(ctx, w.ID)
+	if err != nil || got.Deferral.Holding() || !got.Applied() || plannedOn(h.cluster.Applied(w.ID)) != "" {
+		t.Fatalf("started now: %+v applied %v, planned on %q, %v", got.Deferral, got.Applied(), plannedOn(h.cluster.Applied(w.ID)), err)
 	}
 }
 

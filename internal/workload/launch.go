@@ -549,7 +549,8 @@ func (s *Service) apply(ctx context.Context, w Workload, objs []render.Object) (
 
 // rerender renders a recorded workload again, exactly as it was launched,
 // with the worker cluster a flexible job's start was planned on marked on
-// its Job (render.Plan: a mark for the dispatcher, outside the hash).
+// its Job once its window released it (render.Plan: a mark for the
+// dispatcher, outside the hash).
 func (s *Service) rerender(ctx context.Context, w Workload) ([]render.Object, error) {
 	v, err := s.templates.Get(ctx, w.Template, w.TemplateVersion)
 	if err != nil {
@@ -585,8 +586,10 @@ func (s *Service) rerender(ctx context.Context, w Workload) ([]render.Object, er
 			return nil, err
 		}
 		if h, err = render.Hash(objs); err == nil && h == w.ObjectsHash {
-			if w.Deferral != nil {
-				render.Plan(objs, w.Deferral.Cluster) // the cluster its start was planned on
+			if d := w.Deferral; d != nil && d.ReleasedBy == "forecast" {
+				// Released in the window planned for that cluster; a start
+				// asked for sooner is placed as any launch.
+				render.Plan(objs, d.Cluster)
 			}
 			return objs, nil
 		}

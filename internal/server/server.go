@@ -831,7 +831,7 @@ func (s *Server) lead(ctx context.Context, c *kube.Cluster) error {
 			})
 		})
 		g.Go(func() error {
-			return c.Kueue().RunQueueController(gctx, s.Config.NamespacePrefix, s.Workloads.Admission, s.Config.Reconcile(), s.Log)
+			return c.Kueue().RunQueueController(gctx, w.KueueWorkloads(), s.Config.NamespacePrefix, s.Workloads.Admission, s.Config.Reconcile(), s.Log)
 		})
 	}
 	if fleetSide != nil {

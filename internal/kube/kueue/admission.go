@@ -3,6 +3,7 @@ package kueue
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -13,7 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
@@ -111,11 +111,19 @@ type Decider func(ctx context.Context, namespace, workloadID string) (workload.A
 // AdmissionCheck object is marked Active once it exists (quota.Syncer applies
 // it).
 //
+// inf is an informer on Kueue's Workloads that its owner runs — the
+// leader's watcher's (watch.Watcher.KueueWorkloads), so that the leader
+// holds one watch and one cache of them, not one for each reader; it may
+// drop a Workload's pod sets and managed fields, which the controller does
+// not read. The controller adds its handler (removed when it returns) and
+// queues every Workload the cache holds again each resync (0: never).
+//
 // Only Kueue Workloads in namespaces starting with namespacePrefix (this
 // install's teams) are decided: another install's are its own.
-func (k *Kueue) RunQueueController(ctx context.Context, namespacePrefix string, decide Decider, resync time.Duration, log *slog.Logger) error {
-	f := dynamicinformer.NewDynamicSharedInformerFactory(k.dyn, resync)
-	inf := f.ForResource(kapi.KueueWorkloads).Informer()
+func (k *Kueue) RunQueueController(ctx context.Context, inf cache.SharedIndexInformer, namespacePrefix string, decide Decider, resync time.Duration, log *slog.Logger) error {
+	if inf == nil {
+		return errors.New("kueue: admission checks: no informer on Kueue's Workloads")
+	}
 	q := workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 		workqueue.TypedRateLimitingQueueConfig[string]{Name: "kueue_workloads", MetricsProvider: k.queues})
 	defer q.ShutDown()
@@ -143,11 +151,30 @@ func (k *Kueue) RunQueueController(ctx context.Context, namespacePrefix string, 
 			early.forget(u.GetUID())
 		}
 	}
-	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: enqueue, UpdateFunc: update, DeleteFunc: forget}); err != nil {
+	reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: enqueue, UpdateFunc: update, DeleteFunc: forget})
+	if err != nil {
 		return fmt.Errorf("kueue: admission checks: %w", err)
 	}
-	f.Start(ctx.Done())
-	defer f.Shutdown()
+	defer func() { _ = inf.RemoveEventHandler(reg) }() // fails only for a handler never added
+	if resync > 0 {
+		// The backstop: every Workload decided again each resync.
+		go func() {
+			t := time.NewTicker(resync)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+					for _, key := range inf.GetStore().ListKeys() {
+						if strings.HasPrefix(key, namespacePrefix) {
+							q.Add(key)
+						}
+					}
+				}
+			}
+		}()
+	}
 	go func() {
 		// Active once the AdmissionCheck exists; tried until it does.
 		for ctx.Err() == nil {

@@ -193,6 +193,12 @@ func slimWorkload(obj any) (any, error) {
 	return slim(obj)
 }
 
+// KueueWorkloads is the informer on every Kueue Workload of the cluster
+// (pod sets and managed fields dropped), nil without Kueue: the leader's
+// one cache of them, which the admission checks' controller shares
+// (kueue.RunQueueController). It runs with the Watcher (Run, Shutdown).
+func (w *Watcher) KueueWorkloads() cache.SharedIndexInformer { return w.queued }
+
 // Jobs are the Jobs Gantry manages as the cache holds them (kube.JobCache:
 // what the lifecycle loop converges); filled is false until the cache is.
 func (w *Watcher) Jobs() (jobs []*batchv1.Job, filled bool) {

@@ -2,6 +2,7 @@ package advice
 
 import (
 	"math"
+	"math/rand/v2"
 	"reflect"
 	"sort"
 	"testing"
@@ -219,6 +220,53 @@ func TestRulesOnFleetSubsets(t *testing.T) {
 		if s.UnderProvisioned > 0.02 || s.Saved < 0.08 {
 			t.Errorf("third %d: saved %.3f with %.3f under-provisioned", k, s.Saved, s.UnderProvisioned)
 		}
+	}
+}
+
+// BenchmarkIdleOnRandomFleets scores the idle rule as held-out pods are
+// scored — on a fleet it was not chosen on — over the training pods split
+// at random into thirds, eight splits (24 fleets of about 25 pods, each
+// replayed as a fleet of its own). It reports the reclaimed share and the
+// false-stop ratio on average, the worst ratio and how many fleets miss
+// the target (≥ 50 % reclaimed at ≤ 0.4 × the fixed timeouts' false
+// stops). docs/advice.md has the figures.
+//
+//	go test -run '^$' -bench IdleOnRandomFleets -benchtime 1x ./internal/advice
+func BenchmarkIdleOnRandomFleets(b *testing.B) {
+	full := trainingTrace(b)
+	c := h100(b)
+	for b.Loop() {
+		var reclaimed, ratio, worst float64
+		n, missed := 0, 0
+		for seed := range uint64(8) {
+			r := rand.New(rand.NewPCG(seed, 7))
+			fleets := make([]*replay.Trace, 3)
+			for i := range fleets {
+				fleets[i] = &replay.Trace{Series: full.Series, Start: full.Start}
+			}
+			for j, i := range r.Perm(len(full.Pods)) {
+				fleets[j%3].Pods = append(fleets[j%3].Pods, full.Pods[i])
+			}
+			for _, tr := range fleets {
+				e, err := NewEngine(c, DefaultRules)
+				if err != nil {
+					b.Fatal(err)
+				}
+				s := ScoreDecisions(tr, Replay(tr, e, 0), Profiles(c))
+				reclaimed += s.ReclaimedShare
+				ratio += s.FalseRatio
+				worst = max(worst, s.FalseRatio)
+				if s.ReclaimedShare < 0.5 || s.FalseRatio > 0.4 {
+					missed++
+				}
+				n++
+			}
+		}
+		b.ReportMetric(100*reclaimed/float64(n), "reclaimed-%")
+		b.ReportMetric(ratio/float64(n), "false-ratio")
+		b.ReportMetric(worst, "worst-false-ratio")
+		b.ReportMetric(float64(missed), "fleets-missing")
+		b.ReportMetric(float64(n), "fleets")
 	}
 }
 

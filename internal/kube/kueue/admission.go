@@ -155,7 +155,7 @@ func (k *Kueue) RunQueueController(ctx context.Context, inf cache.SharedIndexInf
 	if err != nil {
 		return fmt.Errorf("kueue: admission checks: %w", err)
 	}
-	defer func() { _ = inf.RemoveEventHandler(reg) }() // fails only for a handler never added
+	defer func() { _ = inf.RemoveEventHandler(reg) }() // nothing to do when it fails: the informer has stopped
 	if resync > 0 {
 		// The backstop: every Workload decided again each resync.
 		go func() {

@@ -183,9 +183,11 @@ func slim(obj any) (any, error) {
 }
 
 // slimWorkload is slim for a Kueue Workload, which also loses its pod sets
-// (a copy of each pod template): the cache is read for its queue, priority,
-// activity, owner, annotations and status alone. The informer holds every
-// Workload of the cluster, not only Gantry's.
+// (a copy of each pod template): the cache is read for its labels, queue,
+// priority, activity, owner, annotations, UID, resourceVersion and status
+// alone (queue positions here; the admission checks' controller,
+// kueue.RunQueueController). The informer holds every Workload of the
+// cluster, not only Gantry's.
 func slimWorkload(obj any) (any, error) {
 	if u, ok := obj.(*unstructured.Unstructured); ok {
 		unstructured.RemoveNestedField(u.Object, "spec", "podSets")
@@ -318,11 +320,17 @@ func (w *Watcher) OnChange(changed func(workloadID string)) error {
 // Run starts the informers, waits until their caches are filled (synced
 // false if ctx ended first), and returns; stop ends them and waits.
 func (w *Watcher) Run(ctx context.Context) (synced bool) {
+	// Every informer starts at once (the Kueue Workloads' feeds the
+	// admission checks too), then the caches are waited for.
 	w.factory.Start(ctx.Done())
-	ok := !slices.Contains(slices.Collect(maps.Values(w.factory.WaitForCacheSync(ctx.Done()))), false)
 	for _, f := range []dynamicinformer.DynamicSharedInformerFactory{w.vmf, w.kf} {
 		if f != nil {
 			f.Start(ctx.Done())
+		}
+	}
+	ok := !slices.Contains(slices.Collect(maps.Values(w.factory.WaitForCacheSync(ctx.Done()))), false)
+	for _, f := range []dynamicinformer.DynamicSharedInformerFactory{w.vmf, w.kf} {
+		if f != nil {
 			ok = ok && !slices.Contains(slices.Collect(maps.Values(f.WaitForCacheSync(ctx.Done()))), false)
 		}
 	}

@@ -247,37 +247,18 @@ func TestDeferralSaving(t *testing.T) {
 	}
 }
 
-// shifting is a forecast that changes: each hour's intensity by by, or
-// no answer while fail.
-type shifting struct {
-	by   func(hour int) float64
-	fail bool
-}
-
-func (*shifting) Name() string { return "shifting" }
-func (s *shifting) Forecast(_ context.Context, _ string, from, to time.Time) (map[time.Time]float64, error) {
-	if s.fail {
-		return nil, &fault.Unavailable{What: "carbon", Err: errors.New("connection refused")}
-	}
-	out := map[time.Time]float64{}
-	for h := from.Truncate(time.Hour); h.Before(to); h = h.Add(time.Hour) {
-		out[h] = s.by(h.Hour())
-	}
-	return out, nil
-}
-
 // TestReplan: a held launch is planned again on the forecast as it is
 // later: a window the newer forecast puts elsewhere moves there (within
 // the latest start fixed at launch, the savings still counted against
 // starting at launch); a forecast that does not answer leaves the plan;
 // one where starting now is as clean releases it now.
 func TestReplan(t *testing.T) {
-	f := &shifting{by: func(h int) float64 { // clean by night
+	f := &regional{by: map[string]func(int) float64{"eu-west": func(h int) float64 { // clean by night
 		if h >= 9 && h <= 17 {
 			return 400
 		}
 		return 100
-	}}
+	}}}
 	h := newHarnessWith(t, nil, false, func(o *workload.Options) {
 		o.Forecast, o.Location = f, func(string) string { return "eu-west" }
 	})
@@ -290,7 +271,7 @@ func TestReplan(t *testing.T) {
 	atOnce, latest := w.Deferral.AtOnce, w.Deferral.Latest
 	// Ten minutes later the forecast sees wind from noon on: its 12-hour
 	// run is cleanest from 12:00.
-	f.by = func(h int) float64 {
+	f.by["eu-west"] = func(h int) float64 {
 		if h >= 12 {
 			return 50
 		}
@@ -308,7 +289,7 @@ func TestReplan(t *testing.T) {
 	}
 	// Six minutes later the forecast does not answer: the plan stays, and
 	// the pass says why.
-	f.fail = true
+	delete(f.by, "eu-west")
 	h.advance(6 * time.Minute)
 	if n, err := h.svc.ReleaseDeferred(ctx); n != 0 || err == nil {
 		t.Fatalf("a forecast down: released %d, %v (want the error said)", n, err)
@@ -318,7 +299,7 @@ func TestReplan(t *testing.T) {
 	}
 	// The wind comes early: now is as clean as any start left. Released
 	// now, and applied.
-	f.fail, f.by = false, func(int) float64 { return 50 }
+	f.by["eu-west"] = func(int) float64 { return 50 }
 	h.advance(6 * time.Minute)
 	if n, err := h.svc.ReleaseDeferred(ctx); err != nil || n != 1 {
 		t.Fatalf("released %d, %v; want it released now", n, err)
@@ -427,8 +408,9 @@ func TestDeferralAcrossClusters(t *testing.T) {
 	}
 }
 
-// regional is a forecaster with a forecast of its own per location (by
-// hour of the day); a location without one is *fault.NotFound.
+// regional is a forecast that changes as a test sets it: one per location
+// (by hour of the day); a location without one does not answer
+// (*fault.NotFound).
 type regional struct {
 	by map[string]func(hour int) float64
 }

@@ -194,6 +194,9 @@ func (s *server) workloadOut(w workload.Workload) model.Workload {
 	if a := w.Approval; a.Needed() {
 		out.Approval = &model.Approval{Why: a.Why, ExpiresAt: a.Expires,
 			Approvers: []string{"team-admin of " + w.Team.String(), "platform-admin"}}
+		if a.Restart {
+			out.Approval.Restart = ptr(true)
+		}
 		if a.Decision != "" {
 			out.Approval.Decision = ptr(model.ApprovalDecision(a.Decision))
 			out.Approval.DecidedBy, out.Approval.Note, out.Approval.DecidedAt = ptr(a.By), ptr(a.Note), ptr(a.At)

@@ -227,6 +227,9 @@ func (j *jsonw) workload(w *model.Workload) {
 		optStr(j, "decision", a.Decision)
 		j.timeF("expiresAt", a.ExpiresAt)
 		optStr(j, "note", a.Note)
+		if a.Restart != nil {
+			j.boolF("restart", *a.Restart)
+		}
 		j.strF("why", a.Why)
 		j.end()
 	}

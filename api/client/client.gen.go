@@ -807,7 +807,7 @@ type ClientInterface interface {
 
 	// StartWorkload Start a stopped workload
 	//
-	// Starts a Stopped or IdleStopped workload again with the objects, volumes and endpoint it had; it is Pending until the cluster runs it, and its max runtime counts again from now. Starting a live workload changes nothing; one that has ended (Succeeded, Failed, Deleted) answers 409 (launch the template anew).
+	// Starts a Stopped or IdleStopped workload again with the objects, volumes and endpoint it had; it is Pending until the cluster runs it, and its max runtime counts again from now. Where the team's spent budget says require-approval, it is PendingApproval instead (approval.restart), nothing started until an approver decides (POST /approve starts it; /deny or the approval's expiry leaves it Stopped). Starting a live workload changes nothing; one that has ended (Succeeded, Failed, Deleted) answers 409 (launch the template anew).
 	//
 	// Corresponds with POST /api/v1/workloads/{id}/start (the `StartWorkload` operationId).
 	StartWorkload(ctx context.Context, id WorkloadID, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2476,7 +2476,7 @@ func (c *Client) KeepRun(ctx context.Context, id WorkloadID, reqEditors ...Reque
 
 // StartWorkload Start a stopped workload
 //
-// Starts a Stopped or IdleStopped workload again with the objects, volumes and endpoint it had; it is Pending until the cluster runs it, and its max runtime counts again from now. Starting a live workload changes nothing; one that has ended (Succeeded, Failed, Deleted) answers 409 (launch the template anew).
+// Starts a Stopped or IdleStopped workload again with the objects, volumes and endpoint it had; it is Pending until the cluster runs it, and its max runtime counts again from now. Where the team's spent budget says require-approval, it is PendingApproval instead (approval.restart), nothing started until an approver decides (POST /approve starts it; /deny or the approval's expiry leaves it Stopped). Starting a live workload changes nothing; one that has ended (Succeeded, Failed, Deleted) answers 409 (launch the template anew).
 //
 // Corresponds with POST /api/v1/workloads/{id}/start (the `StartWorkload` operationId).
 func (c *Client) StartWorkload(ctx context.Context, id WorkloadID, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -6883,7 +6883,7 @@ type ClientWithResponsesInterface interface {
 
 	// StartWorkloadWithResponse Start a stopped workload
 	//
-	// Starts a Stopped or IdleStopped workload again with the objects, volumes and endpoint it had; it is Pending until the cluster runs it, and its max runtime counts again from now. Starting a live workload changes nothing; one that has ended (Succeeded, Failed, Deleted) answers 409 (launch the template anew).
+	// Starts a Stopped or IdleStopped workload again with the objects, volumes and endpoint it had; it is Pending until the cluster runs it, and its max runtime counts again from now. Where the team's spent budget says require-approval, it is PendingApproval instead (approval.restart), nothing started until an approver decides (POST /approve starts it; /deny or the approval's expiry leaves it Stopped). Starting a live workload changes nothing; one that has ended (Succeeded, Failed, Deleted) answers 409 (launch the template anew).
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -12017,7 +12017,7 @@ func (c *ClientWithResponses) KeepRunWithResponse(ctx context.Context, id Worklo
 
 // StartWorkloadWithResponse Start a stopped workload
 //
-// Starts a Stopped or IdleStopped workload again with the objects, volumes and endpoint it had; it is Pending until the cluster runs it, and its max runtime counts again from now. Starting a live workload changes nothing; one that has ended (Succeeded, Failed, Deleted) answers 409 (launch the template anew).
+// Starts a Stopped or IdleStopped workload again with the objects, volumes and endpoint it had; it is Pending until the cluster runs it, and its max runtime counts again from now. Where the team's spent budget says require-approval, it is PendingApproval instead (approval.restart), nothing started until an approver decides (POST /approve starts it; /deny or the approval's expiry leaves it Stopped). Starting a live workload changes nothing; one that has ended (Succeeded, Failed, Deleted) answers 409 (launch the template anew).
 //
 // Returns a wrapper object for the known response body format(s).
 //

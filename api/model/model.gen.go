@@ -1090,6 +1090,9 @@ type Approval struct {
 	// Note The decision's reason.
 	Note *string `json:"note,omitempty"`
 
+	// Restart True when it is for starting a stopped workload again (POST /start under a spent budget's require-approval): the same workload waits, its volumes and a job's checkpoints kept, and nothing runs until approved; denied or expired, it is Stopped as it was. Absent for a launch's approval.
+	Restart *bool `json:"restart,omitempty"`
+
 	// Why What made it need approval, with the figures.
 	Why string `json:"why"`
 }

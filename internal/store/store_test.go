@@ -1237,6 +1237,14 @@ func testGovernance(t *testing.T, s *stores.All) {
 	if exp, _ := s.ExpiredApprovals(ctx, at.Add(2*time.Hour), 10); len(exp) != 0 {
 		t.Fatalf("a decided approval expired: %d", len(exp))
 	}
+	// An approval for starting it again, stored as such.
+	got, err = s.UpdateWorkload(ctx, w.ID, func(old workload.Workload) (workload.Workload, error) {
+		old.Approval = workload.Approval{Why: "the budget is spent", Expires: at.Add(3 * time.Hour), Restart: true}
+		return old, nil
+	})
+	if again, _ := s.Workload(ctx, w.ID); err != nil || !again.Approval.Restart || again.Approval != got.Approval {
+		t.Fatalf("a start's approval stored %+v, want %+v (%v)", again.Approval, got.Approval, err)
+	}
 
 	// The price history: a row when a class's price changes, none when not.
 	h100 := gpu.Class{Name: "H100-80GB", Price: gpu.Price{OnDemand: 6.9, Spot: 4.5}}

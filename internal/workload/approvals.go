@@ -84,17 +84,34 @@ func (s *Service) Decide(ctx context.Context, id string, approve bool, note stri
 	if !approve {
 		tr, verb = Deny, "denied"
 	}
+	if w.Approval.Restart && !approve {
+		tr = DenyStart // stopped as it was
+	}
+	maxRuntime := "" // a start again approved: its max runtime counts from now
+	if w.Approval.Restart && approve {
+		v, err := s.templates.Get(ctx, w.Template, w.TemplateVersion)
+		if err != nil {
+			return w, err
+		}
+		maxRuntime = v.Template.Spec.Lifecycle.MaxRuntime
+	}
 	now := s.clock()
 	w, err = s.store.UpdateWorkload(ctx, id, func(w Workload) (Workload, error) {
 		if w.Status != PendingApproval {
 			return w, &fault.Conflict{Kind: "workload", Name: id, Reason: fmt.Sprintf("is %s, not waiting for approval", w.Status)}
 		}
 		reason := ""
-		if !approve {
+		switch {
+		case !approve && w.Approval.Restart:
+			reason = fmt.Sprintf("starting it again was denied by %s: %s", caller.String(), note)
+		case !approve:
 			reason = fmt.Sprintf("denied by %s: %s", caller.String(), note)
 		}
 		out, _, err := Transition(w, tr, reason, now)
 		out.Approval.Decision, out.Approval.By, out.Approval.Note, out.Approval.At = verb, caller.String(), note, now
+		if approve && out.Approval.Restart {
+			out.ExpiresAt = expiry(now, maxRuntime)
+		}
 		return out, err
 	})
 	if err != nil {
@@ -126,7 +143,11 @@ func (s *Service) ExpireApprovals(ctx context.Context) (int, error) {
 			if w.Status != PendingApproval {
 				return w, &fault.Conflict{Kind: "workload", Name: w.ID, Reason: "decided meanwhile"}
 			}
-			out, _, err := Transition(w, Deny, fmt.Sprintf("denied by gantry: no decision by %s (the approval expired)", w.Approval.Expires.Format(time.RFC3339)), now)
+			tr, what := Deny, "denied"
+			if w.Approval.Restart {
+				tr, what = DenyStart, "starting it again was denied"
+			}
+			out, _, err := Transition(w, tr, fmt.Sprintf("%s by gantry: no decision by %s (the approval expired)", what, w.Approval.Expires.Format(time.RFC3339)), now)
 			out.Approval.Decision, out.Approval.By, out.Approval.Note, out.Approval.At = "expired", "gantry", "no decision in time", now
 			return out, err
 		})
@@ -149,12 +170,22 @@ func (s *Service) ExpireApprovals(ctx context.Context) (int, error) {
 // released tells the cluster a decision: with Kueue, the launch's
 // AdmissionCheck (the check controller on the leader does it too, so a
 // failure here only delays it); without, an approved launch is applied now.
-// It returns the workload as it is then.
+// A stopped workload's start waited with nothing started: approved, it is
+// started now (and with Kueue its check set too); denied, it stays
+// stopped. It returns the workload as it is then.
 func (s *Service) released(ctx context.Context, w Workload) (Workload, error) {
 	if s.cluster == nil {
 		return w, nil
 	}
-	if !s.kueue {
+	switch {
+	case w.Approval.Restart:
+		if w.Status != Pending {
+			return w, nil
+		}
+		if err := s.tell(ctx, w, func(ctx context.Context) error { return s.cluster.SetRunning(ctx, s.ref(w), true) }); err != nil || !s.kueue {
+			return w, err
+		}
+	case !s.kueue:
 		if w.Status != Pending {
 			return w, nil
 		}

@@ -3,6 +3,7 @@ package workload_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -175,7 +176,8 @@ func TestApprovalWithKueue(t *testing.T) {
 // TestBudgetAtLimit: a spent budget under require-approval holds each launch
 // for approval; under block (without Kueue) refuses it with the banner;
 // under warn lets it go ahead. Starting a stopped workload again is refused
-// under both require-approval and block.
+// under block, and waits for approval under require-approval
+// (TestRestartWaitsForApproval).
 func TestBudgetAtLimit(t *testing.T) {
 	for _, tc := range []struct {
 		atLimit      budget.AtLimit
@@ -184,7 +186,7 @@ func TestBudgetAtLimit(t *testing.T) {
 		refusesStart bool
 	}{
 		{budget.Warn, workload.Pending, false, false},
-		{budget.RequireApproval, workload.PendingApproval, false, true},
+		{budget.RequireApproval, workload.PendingApproval, false, false},
 		{budget.Block, "", true, true},
 	} {
 		t.Run(string(tc.atLimit), func(t *testing.T) {
@@ -216,6 +218,102 @@ func TestBudgetAtLimit(t *testing.T) {
 				}
 			case err != nil || next.Status != tc.status:
 				t.Fatalf("launch over budget: %s, %v; want %s", next.Status, err, tc.status)
+			}
+		})
+	}
+}
+
+// TestRestartWaitsForApproval: under require-approval, starting a stopped
+// job again waits for an approver as the same workload — its objects (and
+// volumes: a job's checkpoints) kept, nothing started meanwhile — instead of
+// being refused; approved, it starts; denied, or undecided when its time
+// runs out, it is Stopped as it was, its check Rejected; and once the team
+// needs no approval, a start goes ahead with its check Ready again. With
+// Kueue the approval turns its check Ready.
+func TestRestartWaitsForApproval(t *testing.T) {
+	for _, kueue := range []bool{false, true} {
+		t.Run(fmt.Sprintf("kueue=%v", kueue), func(t *testing.T) {
+			r := rules{budgets: map[string]budget.Budget{"vision": {Amount: 10, AtLimit: budget.RequireApproval}}}
+			h := withRules(t, r, kueue)
+			ctx := asAlice()
+			w, _, err := h.svc.Create(ctx, "https://idp.test#alice", workload.Request{Template: "pytorch-train", Team: "vision"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := h.svc.Report(context.Background(), w.ID, workload.Running, ""); err != nil {
+				t.Fatal(err)
+			}
+			h.advance(2 * time.Hour) // $110.40 of the $10 budget
+			stopStart := func() workload.Workload {
+				t.Helper()
+				if _, err := h.svc.Stop(ctx, w.ID); err != nil {
+					t.Fatal(err)
+				}
+				got, err := h.svc.Start(ctx, w.ID)
+				if err != nil {
+					t.Fatalf("start again under require-approval: %v", err)
+				}
+				o, ok := h.cluster.Object(w.ID)
+				if got.Status != workload.PendingApproval || !got.Approval.Restart || got.Approval.Decision != "" || !ok || o.Running ||
+					!strings.HasPrefix(got.Reason, "waiting for approval to start again by a team-admin of vision") {
+					t.Fatalf("started again: %s %q %+v; its objects there %v, running %v", got.Status, got.Reason, got.Approval, ok, o.Running)
+				}
+				if a, err := h.svc.Admission(context.Background(), "gantry-vision", w.ID); err != nil || a.State != workload.AdmissionPending {
+					t.Fatalf("check while it waits: %+v %v", a, err)
+				}
+				return got
+			}
+			stopStart()
+			if _, err := h.svc.Decide(ctx, w.ID, true, "mine"); err == nil {
+				t.Fatal("its owner approved its own start")
+			}
+			h.advance(time.Hour) // an hour to decide: the run's max runtime is not spent waiting
+			got, err := h.svc.Decide(as("lee"), w.ID, true, "the checkpoint is worth it")
+			if o, _ := h.cluster.Object(w.ID); err != nil || got.Status != workload.Pending || !o.Running {
+				t.Fatalf("approved: %s %v, running %v", got.Status, err, o.Running)
+			}
+			if a, err := h.svc.Admission(context.Background(), "gantry-vision", w.ID); err != nil || a.State != workload.AdmissionReady {
+				t.Fatalf("check once approved: %+v %v", a, err)
+			}
+			if !got.ExpiresAt.Equal(h.clock().Add(72 * time.Hour)) {
+				t.Errorf("max runtime (72h) counts from %s, want from the approval at %s", got.ExpiresAt.Add(-72*time.Hour), h.clock())
+			}
+			if kueue {
+				if a, ok := h.cluster.Admission(w.ID); !ok || a.State != workload.AdmissionReady {
+					t.Errorf("the cluster's check once approved: %+v %v", a, ok)
+				}
+			}
+			// Denied: Stopped as it was, with the reason, its check Rejected.
+			stopStart()
+			got, err = h.svc.Decide(as("lee"), w.ID, false, "over budget")
+			if o, _ := h.cluster.Object(w.ID); err != nil || got.Status != workload.Stopped || o.Running ||
+				got.Reason != "starting it again was denied by https://idp.test#lee: over budget" || got.Approval.Decision != "denied" {
+				t.Fatalf("denied: %s %q %+v %v, running %v", got.Status, got.Reason, got.Approval, err, o.Running)
+			}
+			if a, _ := h.svc.Admission(context.Background(), "gantry-vision", w.ID); a.State != workload.AdmissionRejected {
+				t.Errorf("check once denied: %+v", a)
+			}
+			// Undecided in time: Stopped too.
+			got, err = h.svc.Start(ctx, w.ID)
+			if err != nil || got.Status != workload.PendingApproval {
+				t.Fatalf("started again: %s %v", got.Status, err)
+			}
+			h.advance(budget.DefaultExpiry + time.Minute)
+			if n, err := h.svc.ExpireApprovals(context.Background()); err != nil || n != 1 {
+				t.Fatalf("expired %d, %v", n, err)
+			}
+			if got = h.status(t, w.ID); got.Status != workload.Stopped || !strings.HasPrefix(got.Reason, "starting it again was denied by gantry: no decision by") {
+				t.Fatalf("expired: %s %q", got.Status, got.Reason)
+			}
+			// The team needs no approval any more: a start goes ahead, and
+			// the refusal before is no answer for it.
+			r.budgets["vision"] = budget.Budget{Amount: 1e6, AtLimit: budget.RequireApproval}
+			got, err = h.svc.Start(ctx, w.ID)
+			if o, _ := h.cluster.Object(w.ID); err != nil || got.Status != workload.Pending || !o.Running || got.Approval.Needed() {
+				t.Fatalf("start without approval: %s %+v %v, running %v", got.Status, got.Approval, err, o.Running)
+			}
+			if a, _ := h.svc.Admission(context.Background(), "gantry-vision", w.ID); a.State != workload.AdmissionReady {
+				t.Errorf("check of a start that needs no approval: %+v", a)
 			}
 		})
 	}

@@ -235,10 +235,11 @@ func (s *Service) Start(ctx context.Context, id string) (Workload, error) {
 		// again alone would measure nothing the trial compares.
 		return w, trialRunConflict(w)
 	}
+	var held *Approval // the approval a start again waits for (nil: none)
 	if w.Status == Stopped || w.Status == IdleStopped {
 		// Starting again spends like a launch: the team's spent budget
 		// holds it or asks for approval the same way.
-		if err := s.mayRestart(ctx, w); err != nil {
+		if held, err = s.mayRestart(ctx, w); err != nil {
 			return w, err
 		}
 	}
@@ -270,12 +271,26 @@ func (s *Service) Start(ctx context.Context, id string) (Workload, error) {
 			return w, nil // already live
 		}
 		now := s.clock()
+		if held != nil {
+			// The same workload waits for an approver, its volumes (a
+			// job's checkpoints) kept; nothing is started until approved.
+			a := *held
+			out, _, err := Transition(w, StartHeld, approvalReason(w.Team, a), now)
+			out.Approval = a // its max runtime counts from the approval (Decide)
+			changed = err == nil
+			return out, err
+		}
 		out, _, err := Transition(w, Start, "", now)
 		out.ExpiresAt = expiry(now, maxRuntime)
+		if out.Approval.Restart && out.Approval.Decision != "approved" {
+			// A start refused before is no answer for this one, which
+			// needs none: its check must not say Rejected.
+			out.Approval = Approval{}
+		}
 		changed = err == nil
 		return out, err
 	})
-	if err != nil || !changed {
+	if err != nil || !changed || w.Status == PendingApproval {
 		return w, err
 	}
 	return w, s.tell(ctx, w, func(ctx context.Context) error { return s.cluster.SetRunning(ctx, s.ref(w), true) })
@@ -370,22 +385,32 @@ func (s *Service) Evicted(ctx context.Context, id string, pods []string) (Worklo
 }
 
 // mayRestart applies the team's budget rules to starting w again: under
-// block it waits in the held queue (without Kueue it is refused), and under
-// require-approval it is refused — a new launch asks for the approval (a
-// stopped workload cannot be held for one). The per-launch ceiling was
-// weighed when it was launched.
-func (s *Service) mayRestart(ctx context.Context, w Workload) error {
-	v, _, err := s.budgets.Verdict(ctx, w.Team, 0, 0)
+// block it waits in the held queue (without Kueue it is refused); under
+// require-approval it waits for an approver, the same workload with its
+// volumes (a job's checkpoints), not a new launch: held is that approval
+// (nil: none needed). Past its owner's MaxPendingApprovals in the team it
+// is refused. The per-launch
+// ceiling was weighed when it was launched.
+func (s *Service) mayRestart(ctx context.Context, w Workload) (held *Approval, err error) {
+	v, expires, err := s.budgets.Verdict(ctx, w.Team, 0, 0)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	switch {
 	case v.Hold && !s.kueue:
-		return &fault.Forbidden{Reason: "cannot start again: " + v.Why}
+		return nil, &fault.Forbidden{Reason: "cannot start again: " + v.Why}
 	case v.Approval:
-		return &fault.Forbidden{Reason: "cannot start again without approval: " + v.Why + " Launch it anew to ask for one."}
+		waiting, err := s.store.ListWorkloads(ctx, Filter{Team: w.Team, Owner: w.Owner, Status: PendingApproval, Limit: MaxPendingApprovals})
+		if err != nil {
+			return nil, err
+		}
+		if len(waiting) >= MaxPendingApprovals {
+			return nil, &fault.Conflict{Kind: "workload", Name: w.ID, Reason: fmt.Sprintf(
+				"starting it again needs approval (%s), and %d of its owner's workloads in team %s already wait for one: wait for a decision, or delete one", v.Why, len(waiting), w.Team)}
+		}
+		return &Approval{Why: v.Why, Expires: s.clock().Add(expires), Restart: true}, nil
 	}
-	return nil
+	return nil, nil
 }
 
 // trialRunConflict refuses to start a trial's run again.

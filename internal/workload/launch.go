@@ -478,8 +478,12 @@ func (e *PendingLimit) Error() string {
 
 // approvalReason says who must approve a held launch, why, and until when.
 func approvalReason(t team.Name, a Approval) string {
-	return fmt.Sprintf("waiting for approval by a team-admin of %s or a platform-admin until %s: %s",
-		t, a.Expires.Format(time.RFC3339), a.Why)
+	what := "approval"
+	if a.Restart {
+		what = "approval to start again"
+	}
+	return fmt.Sprintf("waiting for %s by a team-admin of %s or a platform-admin until %s: %s",
+		what, t, a.Expires.Format(time.RFC3339), a.Why)
 }
 
 // expiry is when a workload started at from must stop, given its template's

@@ -31,14 +31,19 @@ const (
 	IdleStop Trigger = "idle-stop" // the idle culler stopped it
 	SpotGone Trigger = "spot-gone" // evicted from spot capacity more often than its template allows
 	Start    Trigger = "start"     // a stopped workload was started again
-	Delete   Trigger = "delete"    // its owner or a team-admin deleted it
-	Release  Trigger = "release"   // a flexible launch held for cleaner power goes into its queue
+	// StartHeld: a stopped workload was asked to start again where the
+	// team's rules want an approver first (its volumes wait with it);
+	// DenyStart: an approver refused that start, or its time ran out.
+	StartHeld Trigger = "start-held"
+	DenyStart Trigger = "deny-start"
+	Delete    Trigger = "delete"  // its owner or a team-admin deleted it
+	Release   Trigger = "release" // a flexible launch held for cleaner power goes into its queue
 )
 
 // Triggers lists every trigger, for tests and documentation.
 var Triggers = []Trigger{
 	ReportedPending, ReportedQueued, ReportedScheduled, ReportedRunning, ReportedSucceeded, ReportedFailed,
-	Refused, Approve, Deny, Stop, Expire, IdleStop, SpotGone, Start, Delete, Release,
+	Refused, Approve, Deny, Stop, Expire, IdleStop, SpotGone, Start, StartHeld, DenyStart, Delete, Release,
 }
 
 // Reported is the trigger of the cluster reporting st; "" for a status the
@@ -73,9 +78,10 @@ func Reported(st Status) Trigger {
 // IdleStopped; nothing leaves Deleted.
 var transitions = map[Status]map[Trigger]Status{
 	// Not Stop: a held launch stopped and started again would skip its
-	// approval. Deny or Delete take it back.
+	// approval. Deny or Delete take it back; a start held for approval
+	// denied (DenyStart) is Stopped as it was, its volumes kept.
 	PendingApproval: {
-		Approve: Pending, Deny: Failed, Delete: Deleted,
+		Approve: Pending, Deny: Failed, DenyStart: Stopped, Delete: Deleted,
 		// With Kueue a held launch is applied: the API server may refuse it.
 		Refused: Failed,
 	},
@@ -88,10 +94,10 @@ var transitions = map[Status]map[Trigger]Status{
 	Succeeded: {Delete: Deleted},
 	Failed:    {Delete: Deleted},
 	Stopped: {
-		Start: Pending, Delete: Deleted,
+		Start: Pending, StartHeld: PendingApproval, Delete: Deleted,
 	},
 	IdleStopped: {
-		Start: Pending, Delete: Deleted,
+		Start: Pending, StartHeld: PendingApproval, Delete: Deleted,
 	},
 	Deleted: {},
 }

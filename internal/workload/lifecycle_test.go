@@ -48,11 +48,16 @@ func TestTransitionTable(t *testing.T) {
 				return Pending, true
 			case Deny, Refused:
 				return Failed, true
+			case DenyStart:
+				return Stopped, true // a start held for approval, refused: stopped as it was
 			}
 			return "", false // not on the cluster yet: no reports; no stop (start would skip the approval)
 		case from == Stopped || from == IdleStopped:
-			if tr == Start {
+			switch tr {
+			case Start:
 				return Pending, true
+			case StartHeld:
+				return PendingApproval, true
 			}
 			return "", false // late reports cannot revive a stopped workload
 		case from == Succeeded || from == Failed:

@@ -192,6 +192,10 @@ type Approval struct {
 	By       string    // who decided (issuer#subject); "gantry" for an expiry
 	Note     string    // the decision's reason
 	At       time.Time // when it was decided; zero while it waits
+	// Restart: it is for starting a stopped workload again (its volumes,
+	// a job's checkpoints, kept), not for its launch; denied, the
+	// workload is Stopped as it was.
+	Restart bool
 }
 
 // Needed reports whether the launch needed approval.

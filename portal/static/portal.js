@@ -693,7 +693,7 @@ async function workloadPage(id) {
     const a = w.approval;
     document.getElementById('w-approval').textContent = !a ? '-' :
       (a.decision ? a.decision + ' by ' + a.decidedBy + (a.note ? ': ' + a.note : '') :
-        'waiting: ' + a.why + ' — any of ' + a.approvers.join(', ') + ' may approve until ' + new Date(a.expiresAt).toLocaleString());
+        (a.restart ? 'starting it again waits: ' : 'waiting: ') + a.why + ' — any of ' + a.approvers.join(', ') + ' may approve until ' + new Date(a.expiresAt).toLocaleString());
     // What the lifecycle lets happen now, as the server says (not a copy
     // of its table here).
     const can = (act) => (w.actions || []).includes(act);

@@ -42,7 +42,7 @@ var (
 // New is the workloads of db.
 func New(db *store.DB) *Store { return &Store{db: db, rows: newRowCache(maxCachedRows)} }
 
-const workloadColumns = `id, name, team, owner, template, template_version, kind, gpu_class, mig_profile, gpu_count, parameters, objects_hash, status, created_at, updated_at, applied_hash, reason, idempotency_key, request_hash, endpoint, image, tee, expires_at, price_per_hour, running_us, running_since, approval_why, approval_expires, approval_decision, approval_by, approval_note, approval_at, spot_evictions, started_at, ended_at, attempts, exit_code, held, node_group, run_price, ran_cost, cluster, trial, trial_caps, deferred_until, deferral, warned`
+const workloadColumns = `id, name, team, owner, template, template_version, kind, gpu_class, mig_profile, gpu_count, parameters, objects_hash, status, created_at, updated_at, applied_hash, reason, idempotency_key, request_hash, endpoint, image, tee, expires_at, price_per_hour, running_us, running_since, approval_why, approval_expires, approval_decision, approval_by, approval_note, approval_at, spot_evictions, started_at, ended_at, attempts, exit_code, held, node_group, run_price, ran_cost, cluster, trial, trial_caps, deferred_until, deferral, warned, approval_restart`
 
 // CreateWorkload implements workload.Store.
 func (s *Store) CreateWorkload(ctx context.Context, w workload.Workload) error {
@@ -86,12 +86,12 @@ func (s *Store) CreateWorkload(ctx context.Context, w workload.Workload) error {
 				return &workload.PendingLimit{Waiting: n}
 			}
 		}
-		_, err := s.db.TxExec(ctx, tx, s.db.Q(`INSERT INTO workloads (`+workloadColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+		_, err := s.db.TxExec(ctx, tx, s.db.Q(`INSERT INTO workloads (`+workloadColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 			w.ID, w.Name, w.Team, w.Owner, w.Template, w.TemplateVersion, w.Kind, w.GPUClass, w.MIGProfile, w.GPUCount,
 			string(params), w.ObjectsHash, string(w.Status), w.CreatedAt.UnixMicro(), w.UpdatedAt.UnixMicro(), w.AppliedHash, w.Reason,
 			nullable(w.IdempotencyKey), w.RequestHash, w.Endpoint, w.Image, w.TEE, store.Micros(w.ExpiresAt), w.PricePerHour, w.RunningFor.Microseconds(), store.Micros(w.RunningSince),
 			w.Approval.Why, store.Micros(w.Approval.Expires), w.Approval.Decision, w.Approval.By, w.Approval.Note, store.Micros(w.Approval.At), strings.Join(w.SpotEvictions, ","),
-			store.Micros(w.StartedAt), store.Micros(w.EndedAt), w.Attempts, exitCode(w.ExitCode), store.BoolInt(w.Held), w.NodeGroup, w.RunPrice, w.RanCost, w.Cluster, trialID, trialCaps, until, deferral, warned)
+			store.Micros(w.StartedAt), store.Micros(w.EndedAt), w.Attempts, exitCode(w.ExitCode), store.BoolInt(w.Held), w.NodeGroup, w.RunPrice, w.RanCost, w.Cluster, trialID, trialCaps, until, deferral, warned, store.BoolInt(w.Approval.Restart))
 		return err
 	})
 	var limit *workload.PendingLimit
@@ -120,13 +120,13 @@ func scanAfter(row store.Scanner, before ...any) (workload.Workload, error) {
 	var evictions string
 	var started, ended int64
 	var exit sql.NullInt64
-	var held int
+	var held, restart int
 	var trialID, trialCaps, deferral, warned string
 	var until int64
 	err := row.Scan(append(before, &w.ID, &w.Name, &w.Team, &w.Owner, &w.Template, &w.TemplateVersion, &w.Kind, &w.GPUClass, &w.MIGProfile,
 		&w.GPUCount, &params, &w.ObjectsHash, &status, &created, &updated, &w.AppliedHash, &w.Reason, &key, &w.RequestHash, &w.Endpoint, &w.Image, &w.TEE, &expires,
 		&w.PricePerHour, &runningUS, &runningSince, &w.Approval.Why, &approvalExpires, &w.Approval.Decision, &w.Approval.By, &w.Approval.Note, &approvalAt, &evictions,
-		&started, &ended, &w.Attempts, &exit, &held, &w.NodeGroup, &w.RunPrice, &w.RanCost, &w.Cluster, &trialID, &trialCaps, &until, &deferral, &warned)...)
+		&started, &ended, &w.Attempts, &exit, &held, &w.NodeGroup, &w.RunPrice, &w.RanCost, &w.Cluster, &trialID, &trialCaps, &until, &deferral, &warned, &restart)...)
 	if err != nil {
 		return w, err
 	}
@@ -154,6 +154,7 @@ func scanAfter(row store.Scanner, before ...any) (workload.Workload, error) {
 	w.ExpiresAt, w.RunningSince = fromMicros(expires), fromMicros(runningSince)
 	w.Approval.Expires, w.Approval.At = fromMicros(approvalExpires), fromMicros(approvalAt)
 	w.StartedAt, w.EndedAt, w.Held = fromMicros(started), fromMicros(ended), held != 0
+	w.Approval.Restart = restart != 0
 	if exit.Valid {
 		code := int(exit.Int64)
 		w.ExitCode = &code
@@ -424,10 +425,10 @@ func (s *Store) UpdateWorkloadNotify(ctx context.Context, id string, fn func(wor
 		// The row's version goes up by one (a trigger: rows.go).
 		_, err = s.db.TxExec(ctx, tx, s.db.Q(`UPDATE workloads SET status = ?, reason = ?, applied_hash = ?, endpoint = ?, expires_at = ?, updated_at = ?, running_us = ?, running_since = ?,
 			approval_why = ?, approval_expires = ?, approval_decision = ?, approval_by = ?, approval_note = ?, approval_at = ?, spot_evictions = ?,
-			started_at = ?, ended_at = ?, attempts = ?, exit_code = ?, held = ?, node_group = ?, run_price = ?, ran_cost = ?, cluster = ?, deferred_until = ?, deferral = ?, warned = ? WHERE id = ?`),
+			started_at = ?, ended_at = ?, attempts = ?, exit_code = ?, held = ?, node_group = ?, run_price = ?, ran_cost = ?, cluster = ?, deferred_until = ?, deferral = ?, warned = ?, approval_restart = ? WHERE id = ?`),
 			string(w.Status), w.Reason, w.AppliedHash, w.Endpoint, store.Micros(w.ExpiresAt), w.UpdatedAt.UnixMicro(), w.RunningFor.Microseconds(), store.Micros(w.RunningSince),
 			w.Approval.Why, store.Micros(w.Approval.Expires), w.Approval.Decision, w.Approval.By, w.Approval.Note, store.Micros(w.Approval.At), strings.Join(w.SpotEvictions, ","),
-			store.Micros(w.StartedAt), store.Micros(w.EndedAt), w.Attempts, exitCode(w.ExitCode), store.BoolInt(w.Held), w.NodeGroup, w.RunPrice, w.RanCost, w.Cluster, until, deferral, warned, id)
+			store.Micros(w.StartedAt), store.Micros(w.EndedAt), w.Attempts, exitCode(w.ExitCode), store.BoolInt(w.Held), w.NodeGroup, w.RunPrice, w.RanCost, w.Cluster, until, deferral, warned, store.BoolInt(w.Approval.Restart), id)
 		if err != nil {
 			return fmt.Errorf("update workload %s: %w", id, err)
 		}

@@ -711,7 +711,7 @@ type ClientInterface interface {
 
 	// ApproveWorkloadWithBody Approve a launch held for approval
 	//
-	// Lets a PendingApproval launch go ahead (a team-admin of its team or a platform-admin; never its own owner), with the approver's reason. With Kueue its AdmissionCheck turns Ready and Kueue admits it as the quota allows; without, it is applied now. 409 when it is not waiting for approval.
+	// Lets a PendingApproval launch go ahead (a team-admin of its team or a platform-admin; never its own owner), with the approver's reason. With Kueue its AdmissionCheck turns Ready and Kueue admits it as the quota allows; without, it is applied now. A stopped workload's start held for approval (approval.restart) is started now, its max runtime counting from the approval. 409 when it is not waiting for approval.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -720,7 +720,7 @@ type ClientInterface interface {
 
 	// ApproveWorkload Approve a launch held for approval
 	//
-	// Lets a PendingApproval launch go ahead (a team-admin of its team or a platform-admin; never its own owner), with the approver's reason. With Kueue its AdmissionCheck turns Ready and Kueue admits it as the quota allows; without, it is applied now. 409 when it is not waiting for approval.
+	// Lets a PendingApproval launch go ahead (a team-admin of its team or a platform-admin; never its own owner), with the approver's reason. With Kueue its AdmissionCheck turns Ready and Kueue admits it as the quota allows; without, it is applied now. A stopped workload's start held for approval (approval.restart) is started now, its max runtime counting from the approval. 409 when it is not waiting for approval.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -729,7 +729,7 @@ type ClientInterface interface {
 
 	// DenyWorkloadWithBody Deny a launch held for approval
 	//
-	// Refuses a PendingApproval launch with the approver's reason: it fails with it, and Kueue rejects it and frees what it reserved. 409 when it is not waiting for approval.
+	// Refuses a PendingApproval launch with the approver's reason: it fails with it, and Kueue rejects it and frees what it reserved. A stopped workload's start held for approval (approval.restart) is Stopped again with the reason, its volumes kept. 409 when it is not waiting for approval.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -738,7 +738,7 @@ type ClientInterface interface {
 
 	// DenyWorkload Deny a launch held for approval
 	//
-	// Refuses a PendingApproval launch with the approver's reason: it fails with it, and Kueue rejects it and frees what it reserved. 409 when it is not waiting for approval.
+	// Refuses a PendingApproval launch with the approver's reason: it fails with it, and Kueue rejects it and frees what it reserved. A stopped workload's start held for approval (approval.restart) is Stopped again with the reason, its volumes kept. 409 when it is not waiting for approval.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -2260,7 +2260,7 @@ func (c *Client) ApplyWorkloadAdvice(ctx context.Context, id WorkloadID, body Ap
 
 // ApproveWorkloadWithBody Approve a launch held for approval
 //
-// Lets a PendingApproval launch go ahead (a team-admin of its team or a platform-admin; never its own owner), with the approver's reason. With Kueue its AdmissionCheck turns Ready and Kueue admits it as the quota allows; without, it is applied now. 409 when it is not waiting for approval.
+// Lets a PendingApproval launch go ahead (a team-admin of its team or a platform-admin; never its own owner), with the approver's reason. With Kueue its AdmissionCheck turns Ready and Kueue admits it as the quota allows; without, it is applied now. A stopped workload's start held for approval (approval.restart) is started now, its max runtime counting from the approval. 409 when it is not waiting for approval.
 //
 // Takes any type of body and a specified content type.
 //
@@ -2279,7 +2279,7 @@ func (c *Client) ApproveWorkloadWithBody(ctx context.Context, id WorkloadID, con
 
 // ApproveWorkload Approve a launch held for approval
 //
-// Lets a PendingApproval launch go ahead (a team-admin of its team or a platform-admin; never its own owner), with the approver's reason. With Kueue its AdmissionCheck turns Ready and Kueue admits it as the quota allows; without, it is applied now. 409 when it is not waiting for approval.
+// Lets a PendingApproval launch go ahead (a team-admin of its team or a platform-admin; never its own owner), with the approver's reason. With Kueue its AdmissionCheck turns Ready and Kueue admits it as the quota allows; without, it is applied now. A stopped workload's start held for approval (approval.restart) is started now, its max runtime counting from the approval. 409 when it is not waiting for approval.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -2298,7 +2298,7 @@ func (c *Client) ApproveWorkload(ctx context.Context, id WorkloadID, body Approv
 
 // DenyWorkloadWithBody Deny a launch held for approval
 //
-// Refuses a PendingApproval launch with the approver's reason: it fails with it, and Kueue rejects it and frees what it reserved. 409 when it is not waiting for approval.
+// Refuses a PendingApproval launch with the approver's reason: it fails with it, and Kueue rejects it and frees what it reserved. A stopped workload's start held for approval (approval.restart) is Stopped again with the reason, its volumes kept. 409 when it is not waiting for approval.
 //
 // Takes any type of body and a specified content type.
 //
@@ -2317,7 +2317,7 @@ func (c *Client) DenyWorkloadWithBody(ctx context.Context, id WorkloadID, conten
 
 // DenyWorkload Deny a launch held for approval
 //
-// Refuses a PendingApproval launch with the approver's reason: it fails with it, and Kueue rejects it and frees what it reserved. 409 when it is not waiting for approval.
+// Refuses a PendingApproval launch with the approver's reason: it fails with it, and Kueue rejects it and frees what it reserved. A stopped workload's start held for approval (approval.restart) is Stopped again with the reason, its volumes kept. 409 when it is not waiting for approval.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -6775,7 +6775,7 @@ type ClientWithResponsesInterface interface {
 
 	// ApproveWorkloadWithBodyWithResponse Approve a launch held for approval
 	//
-	// Lets a PendingApproval launch go ahead (a team-admin of its team or a platform-admin; never its own owner), with the approver's reason. With Kueue its AdmissionCheck turns Ready and Kueue admits it as the quota allows; without, it is applied now. 409 when it is not waiting for approval.
+	// Lets a PendingApproval launch go ahead (a team-admin of its team or a platform-admin; never its own owner), with the approver's reason. With Kueue its AdmissionCheck turns Ready and Kueue admits it as the quota allows; without, it is applied now. A stopped workload's start held for approval (approval.restart) is started now, its max runtime counting from the approval. 409 when it is not waiting for approval.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -6784,7 +6784,7 @@ type ClientWithResponsesInterface interface {
 
 	// ApproveWorkloadWithResponse Approve a launch held for approval
 	//
-	// Lets a PendingApproval launch go ahead (a team-admin of its team or a platform-admin; never its own owner), with the approver's reason. With Kueue its AdmissionCheck turns Ready and Kueue admits it as the quota allows; without, it is applied now. 409 when it is not waiting for approval.
+	// Lets a PendingApproval launch go ahead (a team-admin of its team or a platform-admin; never its own owner), with the approver's reason. With Kueue its AdmissionCheck turns Ready and Kueue admits it as the quota allows; without, it is applied now. A stopped workload's start held for approval (approval.restart) is started now, its max runtime counting from the approval. 409 when it is not waiting for approval.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -6793,7 +6793,7 @@ type ClientWithResponsesInterface interface {
 
 	// DenyWorkloadWithBodyWithResponse Deny a launch held for approval
 	//
-	// Refuses a PendingApproval launch with the approver's reason: it fails with it, and Kueue rejects it and frees what it reserved. 409 when it is not waiting for approval.
+	// Refuses a PendingApproval launch with the approver's reason: it fails with it, and Kueue rejects it and frees what it reserved. A stopped workload's start held for approval (approval.restart) is Stopped again with the reason, its volumes kept. 409 when it is not waiting for approval.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -6802,7 +6802,7 @@ type ClientWithResponsesInterface interface {
 
 	// DenyWorkloadWithResponse Deny a launch held for approval
 	//
-	// Refuses a PendingApproval launch with the approver's reason: it fails with it, and Kueue rejects it and frees what it reserved. 409 when it is not waiting for approval.
+	// Refuses a PendingApproval launch with the approver's reason: it fails with it, and Kueue rejects it and frees what it reserved. A stopped workload's start held for approval (approval.restart) is Stopped again with the reason, its volumes kept. 409 when it is not waiting for approval.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -11837,7 +11837,7 @@ func (c *ClientWithResponses) ApplyWorkloadAdviceWithResponse(ctx context.Contex
 
 // ApproveWorkloadWithBodyWithResponse Approve a launch held for approval
 //
-// Lets a PendingApproval launch go ahead (a team-admin of its team or a platform-admin; never its own owner), with the approver's reason. With Kueue its AdmissionCheck turns Ready and Kueue admits it as the quota allows; without, it is applied now. 409 when it is not waiting for approval.
+// Lets a PendingApproval launch go ahead (a team-admin of its team or a platform-admin; never its own owner), with the approver's reason. With Kueue its AdmissionCheck turns Ready and Kueue admits it as the quota allows; without, it is applied now. A stopped workload's start held for approval (approval.restart) is started now, its max runtime counting from the approval. 409 when it is not waiting for approval.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -11852,7 +11852,7 @@ func (c *ClientWithResponses) ApproveWorkloadWithBodyWithResponse(ctx context.Co
 
 // ApproveWorkloadWithResponse Approve a launch held for approval
 //
-// Lets a PendingApproval launch go ahead (a team-admin of its team or a platform-admin; never its own owner), with the approver's reason. With Kueue its AdmissionCheck turns Ready and Kueue admits it as the quota allows; without, it is applied now. 409 when it is not waiting for approval.
+// Lets a PendingApproval launch go ahead (a team-admin of its team or a platform-admin; never its own owner), with the approver's reason. With Kueue its AdmissionCheck turns Ready and Kueue admits it as the quota allows; without, it is applied now. A stopped workload's start held for approval (approval.restart) is started now, its max runtime counting from the approval. 409 when it is not waiting for approval.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -11867,7 +11867,7 @@ func (c *ClientWithResponses) ApproveWorkloadWithResponse(ctx context.Context, i
 
 // DenyWorkloadWithBodyWithResponse Deny a launch held for approval
 //
-// Refuses a PendingApproval launch with the approver's reason: it fails with it, and Kueue rejects it and frees what it reserved. 409 when it is not waiting for approval.
+// Refuses a PendingApproval launch with the approver's reason: it fails with it, and Kueue rejects it and frees what it reserved. A stopped workload's start held for approval (approval.restart) is Stopped again with the reason, its volumes kept. 409 when it is not waiting for approval.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -11882,7 +11882,7 @@ func (c *ClientWithResponses) DenyWorkloadWithBodyWithResponse(ctx context.Conte
 
 // DenyWorkloadWithResponse Deny a launch held for approval
 //
-// Refuses a PendingApproval launch with the approver's reason: it fails with it, and Kueue rejects it and frees what it reserved. 409 when it is not waiting for approval.
+// Refuses a PendingApproval launch with the approver's reason: it fails with it, and Kueue rejects it and frees what it reserved. A stopped workload's start held for approval (approval.restart) is Stopped again with the reason, its volumes kept. 409 when it is not waiting for approval.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //

@@ -1084,7 +1084,7 @@ type Approval struct {
 	// Decision Absent while it waits.
 	Decision *ApprovalDecision `json:"decision,omitempty"`
 
-	// ExpiresAt When an undecided launch is refused.
+	// ExpiresAt When an undecided launch is refused (an undecided start again: Stopped).
 	ExpiresAt time.Time `json:"expiresAt"`
 
 	// Note The decision's reason.

@@ -49,6 +49,12 @@ func (s *Service) Admission(ctx context.Context, namespace, id string) (Admissio
 	switch {
 	case w.Status == PendingApproval:
 		return Admission{State: AdmissionPending, Message: w.Reason}, nil
+	case w.Approval.Restart && w.Approval.Decision != "approved":
+		// A start again refused: the workload is stopped, its Kueue
+		// Workload inactive. Pending, never Rejected — a Rejected check
+		// left there would have Kueue switch it off again when a later
+		// start reactivates it before the check turns Ready.
+		return Admission{State: AdmissionPending, Message: w.Reason}, nil
 	case w.Approval.Decision == "approved":
 		return Admission{State: AdmissionReady, Message: fmt.Sprintf("approved by %s: %s", w.Approval.By, w.Approval.Note)}, nil
 	case w.Approval.Needed():
@@ -182,9 +188,17 @@ func (s *Service) released(ctx context.Context, w Workload) (Workload, error) {
 		if w.Status != Pending {
 			return w, nil
 		}
-		if err := s.tell(ctx, w, func(ctx context.Context) error { return s.cluster.SetRunning(ctx, s.ref(w), true) }); err != nil || !s.kueue {
-			return w, err
+		if s.kueue {
+			// The check first: Ready before Kueue sees its Workload active.
+			a, err := s.Admission(ctx, s.namespace(w.Team), w.ID)
+			if err != nil {
+				return w, err
+			}
+			if err := s.tell(ctx, w, func(ctx context.Context) error { return s.cluster.SetAdmission(ctx, s.namespace(w.Team), w.ID, a) }); err != nil {
+				return w, err
+			}
 		}
+		return w, s.tell(ctx, w, func(ctx context.Context) error { return s.cluster.SetRunning(ctx, s.ref(w), true) })
 	case !s.kueue:
 		if w.Status != Pending {
 			return w, nil

@@ -226,9 +226,11 @@ func TestBudgetAtLimit(t *testing.T) {
 // TestRestartWaitsForApproval: under require-approval, starting a stopped
 // job again waits for an approver as the same workload — its objects (and
 // volumes: a job's checkpoints) kept, nothing started meanwhile — instead of
-// being refused; approved, it starts; denied, or undecided when its time
-// runs out, it is Stopped as it was, its check Rejected; and once the team
-// needs no approval, a start goes ahead with its check Ready again. With
+// being refused; approved, it starts (its max runtime from the approval);
+// denied, or undecided when its time runs out, it is Stopped as it was,
+// its check Pending (never Rejected); what runs while it waits is stopped
+// by the converge loop; approved after a denial, it starts; and once the
+// team needs no approval, a start goes ahead with its check Ready. With
 // Kueue the approval turns its check Ready.
 func TestRestartWaitsForApproval(t *testing.T) {
 	for _, kueue := range []bool{false, true} {
@@ -290,8 +292,38 @@ func TestRestartWaitsForApproval(t *testing.T) {
 				got.Reason != "starting it again was denied by https://idp.test#lee: over budget" || got.Approval.Decision != "denied" {
 				t.Fatalf("denied: %s %q %+v %v, running %v", got.Status, got.Reason, got.Approval, err, o.Running)
 			}
-			if a, _ := h.svc.Admission(context.Background(), "gantry-vision", w.ID); a.State != workload.AdmissionRejected {
+			// Its check Pending, never Rejected: a Rejected check left on its
+			// inactive Kueue Workload would have Kueue switch it off again
+			// when a later start reactivates it.
+			if a, _ := h.svc.Admission(context.Background(), "gantry-vision", w.ID); a.State != workload.AdmissionPending {
 				t.Errorf("check once denied: %+v", a)
+			}
+			// A stop the cluster missed: the converge loop stops what runs
+			// while a start waits for approval.
+			got, err = h.svc.Start(ctx, w.ID)
+			if err != nil || got.Status != workload.PendingApproval {
+				t.Fatalf("started again: %s %v", got.Status, err)
+			}
+			o, _ := h.cluster.Object(w.ID)
+			if err := h.cluster.SetRunning(context.Background(), o, true); err != nil {
+				t.Fatal(err)
+			}
+			if acts, err := h.svc.Converge(context.Background(), h.cluster, false); err != nil || len(acts) != 1 || acts[0].Do != "stop" {
+				t.Fatalf("converge while a start waits: %+v %v", acts, err)
+			}
+			if o, _ := h.cluster.Object(w.ID); o.Running {
+				t.Fatal("still running while its start waits for approval")
+			}
+			// Approved after an earlier denial: it starts, its check Ready.
+			got, err = h.svc.Decide(as("lee"), w.ID, true, "fine now")
+			if o, _ := h.cluster.Object(w.ID); err != nil || got.Status != workload.Pending || !o.Running {
+				t.Fatalf("approved after a denial: %s %v, running %v", got.Status, err, o.Running)
+			}
+			if a, _ := h.svc.Admission(context.Background(), "gantry-vision", w.ID); a.State != workload.AdmissionReady {
+				t.Errorf("check once approved after a denial: %+v", a)
+			}
+			if _, err := h.svc.Stop(ctx, w.ID); err != nil {
+				t.Fatal(err)
 			}
 			// Undecided in time: Stopped too.
 			got, err = h.svc.Start(ctx, w.ID)

@@ -159,6 +159,10 @@ func (s *Service) actionFor(ctx context.Context, o ObjectRef, removeOrphans bool
 		return Convergence{Object: o, Do: "delete", Why: "the workload was deleted", Done: true}, true, nil
 	case (w.Status == Stopped || w.Status == IdleStopped) && o.Running:
 		return Convergence{Object: o, Do: "stop", Why: "the workload was stopped", Done: true}, true, nil
+	case w.Status == PendingApproval && w.Approval.Restart && o.Running:
+		// A start held for approval runs nothing until approved (a stop
+		// the cluster missed before it).
+		return Convergence{Object: o, Do: "stop", Why: "its start waits for approval", Done: true}, true, nil
 	case !w.Status.Ended() && w.Status != PendingApproval && !o.Running && w.Applied():
 		return Convergence{Object: o, Do: "start", Why: "the workload was started again", Done: true}, true, nil
 	}

@@ -192,15 +192,7 @@ func TestBudgetAtLimit(t *testing.T) {
 		t.Run(string(tc.atLimit), func(t *testing.T) {
 			h := withRules(t, rules{budgets: map[string]budget.Budget{"vision": {Amount: 10, AtLimit: tc.atLimit}}}, false)
 			ctx := asAlice()
-			// Spend the budget: 8 × H100 ($55.20/h) running for 2 h.
-			w, _, err := h.svc.Create(ctx, "https://idp.test#alice", workload.Request{Template: "pytorch-train", Team: "vision"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := h.svc.Report(context.Background(), w.ID, workload.Running, ""); err != nil {
-				t.Fatal(err)
-			}
-			h.advance(2 * time.Hour)
+			w := spendBudget(t, h)
 			// Starting a stopped one again spends like a launch.
 			if _, err := h.svc.Stop(ctx, w.ID); err != nil {
 				t.Fatal(err)
@@ -223,6 +215,21 @@ func TestBudgetAtLimit(t *testing.T) {
 	}
 }
 
+// spendBudget spends team vision's $10 budget: alice's pytorch-train (8 ×
+// H100, $55.20/h) running for 2 h ($110.40). It returns that workload.
+func spendBudget(t *testing.T, h *harness) workload.Workload {
+	t.Helper()
+	w, _, err := h.svc.Create(asAlice(), "https://idp.test#alice", workload.Request{Template: "pytorch-train", Team: "vision"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.svc.Report(context.Background(), w.ID, workload.Running, ""); err != nil {
+		t.Fatal(err)
+	}
+	h.advance(2 * time.Hour)
+	return w
+}
+
 // TestRestartWaitsForApproval: under require-approval, starting a stopped
 // job again waits for an approver as the same workload — its objects (and
 // volumes: a job's checkpoints) kept, nothing started meanwhile — instead of
@@ -238,14 +245,7 @@ func TestRestartWaitsForApproval(t *testing.T) {
 			r := rules{budgets: map[string]budget.Budget{"vision": {Amount: 10, AtLimit: budget.RequireApproval}}}
 			h := withRules(t, r, kueue)
 			ctx := asAlice()
-			w, _, err := h.svc.Create(ctx, "https://idp.test#alice", workload.Request{Template: "pytorch-train", Team: "vision"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := h.svc.Report(context.Background(), w.ID, workload.Running, ""); err != nil {
-				t.Fatal(err)
-			}
-			h.advance(2 * time.Hour) // $110.40 of the $10 budget
+			w := spendBudget(t, h)
 			stopStart := func() workload.Workload {
 				t.Helper()
 				if _, err := h.svc.Stop(ctx, w.ID); err != nil {

@@ -389,8 +389,7 @@ func (s *Service) Evicted(ctx context.Context, id string, pods []string) (Worklo
 // require-approval it waits for an approver, the same workload with its
 // volumes (a job's checkpoints), not a new launch: held is that approval
 // (nil: none needed). Past its owner's MaxPendingApprovals in the team it
-// is refused. The per-launch
-// ceiling was weighed when it was launched.
+// is refused. The per-launch ceiling was weighed when it was launched.
 func (s *Service) mayRestart(ctx context.Context, w Workload) (held *Approval, err error) {
 	v, expires, err := s.budgets.Verdict(ctx, w.Team, 0, 0)
 	if err != nil {

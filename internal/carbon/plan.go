@@ -166,9 +166,8 @@ type Choice struct {
 // saves at least MinSaving of the carbon against starting at once at the
 // same site (Best's rule, so AtOnce and AtStart are that site's) and
 // against starting at once where that costs least; otherwise it starts at
-// once there. A site
-// whose forecast does not cover a start at once is not judged; ok is false
-// when no site's does.
+// once there. A site whose forecast does not cover a start at once is not
+// judged; ok is false when no site's does.
 func BestAmong(sites []Site, now, latest time.Time, run time.Duration) (c Choice, ok bool) {
 	if run <= 0 {
 		run = time.Hour

@@ -86,12 +86,9 @@ func (s *Service) Decide(ctx context.Context, id string, approve bool, note stri
 	if note == "" || len(note) > 1000 {
 		return w, &fault.Invalid{Fields: []fault.Field{{Path: "reason", Message: "is required: say why, in up to 1000 characters"}}}
 	}
-	tr, verb := Approve, "approved"
+	verb := "approved"
 	if !approve {
-		tr, verb = Deny, "denied"
-	}
-	if w.Approval.Restart && !approve {
-		tr = DenyStart // stopped as it was
+		verb = "denied"
 	}
 	maxRuntime := "" // a start again approved: its max runtime counts from now
 	if w.Approval.Restart && approve {
@@ -106,12 +103,11 @@ func (s *Service) Decide(ctx context.Context, id string, approve bool, note stri
 		if w.Status != PendingApproval {
 			return w, &fault.Conflict{Kind: "workload", Name: id, Reason: fmt.Sprintf("is %s, not waiting for approval", w.Status)}
 		}
-		reason := ""
-		switch {
-		case !approve && w.Approval.Restart:
-			reason = fmt.Sprintf("starting it again was denied by %s: %s", caller.String(), note)
-		case !approve:
-			reason = fmt.Sprintf("denied by %s: %s", caller.String(), note)
+		tr, reason := Approve, ""
+		if !approve {
+			var what string
+			tr, what = w.Approval.denial()
+			reason = fmt.Sprintf("%s by %s: %s", what, caller.String(), note)
 		}
 		out, _, err := Transition(w, tr, reason, now)
 		out.Approval.Decision, out.Approval.By, out.Approval.Note, out.Approval.At = verb, caller.String(), note, now
@@ -149,10 +145,7 @@ func (s *Service) ExpireApprovals(ctx context.Context) (int, error) {
 			if w.Status != PendingApproval {
 				return w, &fault.Conflict{Kind: "workload", Name: w.ID, Reason: "decided meanwhile"}
 			}
-			tr, what := Deny, "denied"
-			if w.Approval.Restart {
-				tr, what = DenyStart, "starting it again was denied"
-			}
+			tr, what := w.Approval.denial()
 			out, _, err := Transition(w, tr, fmt.Sprintf("%s by gantry: no decision by %s (the approval expired)", what, w.Approval.Expires.Format(time.RFC3339)), now)
 			out.Approval.Decision, out.Approval.By, out.Approval.Note, out.Approval.At = "expired", "gantry", "no decision in time", now
 			return out, err
@@ -190,11 +183,7 @@ func (s *Service) released(ctx context.Context, w Workload) (Workload, error) {
 		}
 		if s.kueue {
 			// The check first: Ready before Kueue sees its Workload active.
-			a, err := s.Admission(ctx, s.namespace(w.Team), w.ID)
-			if err != nil {
-				return w, err
-			}
-			if err := s.tell(ctx, w, func(ctx context.Context) error { return s.cluster.SetAdmission(ctx, s.namespace(w.Team), w.ID, a) }); err != nil {
+			if err := s.tellCheck(ctx, w); err != nil {
 				return w, err
 			}
 		}
@@ -214,11 +203,26 @@ func (s *Service) released(ctx context.Context, w Workload) (Workload, error) {
 		}
 		return got, err
 	}
+	return w, s.tellCheck(ctx, w)
+}
+
+// tellCheck sets w's AdmissionCheck on the cluster to what Admission says.
+func (s *Service) tellCheck(ctx context.Context, w Workload) error {
 	a, err := s.Admission(ctx, s.namespace(w.Team), w.ID)
 	if err != nil {
-		return w, err
+		return err
 	}
-	return w, s.tell(ctx, w, func(ctx context.Context) error { return s.cluster.SetAdmission(ctx, s.namespace(w.Team), w.ID, a) })
+	return s.tell(ctx, w, func(ctx context.Context) error { return s.cluster.SetAdmission(ctx, s.namespace(w.Team), w.ID, a) })
+}
+
+// denial is how refusing what a is for is recorded: a launch
+// fails (Deny), a stopped workload's start leaves it Stopped (DenyStart);
+// what is said of it in the reason.
+func (a Approval) denial() (Trigger, string) {
+	if a.Restart {
+		return DenyStart, "starting it again was denied"
+	}
+	return Deny, "denied"
 }
 
 func orDefault(s, d string) string {

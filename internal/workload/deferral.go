@@ -279,8 +279,8 @@ func (s *Service) ReleaseDeferred(ctx context.Context) (int, error) {
 // starting now is as clean — within carbon.MinSaving of the best left — is
 // released now. The cluster chosen at launch (Fleets) stays: only its
 // hour moves, so that the saving stays counted against starting at launch
-// there. A forecast that does not answer leaves every plan as it was. It returns how many windows moved and how
-// many launches it released.
+// there. A forecast that does not answer leaves every plan as it was. It
+// returns how many windows moved and how many launches it released.
 func (s *Service) Replan(ctx context.Context) (moved, released int, err error) {
 	if s.forecast == nil {
 		return 0, 0, nil

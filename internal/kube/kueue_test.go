@@ -298,7 +298,7 @@ func TestVMQueue(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() {
-		done <- q.k.Kueue().RunQueueController(ctx, q.w.KueueWorkloads(), "gantry-", ready, 0, slog.New(slog.DiscardHandler))
+		done <- q.k.Kueue().RunQueueController(ctx, q.w.KueueWorkloads(), "gantry-", ready, time.Second, slog.New(slog.DiscardHandler)) // the backstop resync runs too, under -race
 	}()
 	defer func() { cancel(); <-done }()
 	vm := template.Choice{Params: map[string]any{"sshPublicKey": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKubeTestKey0000000000000000000000000000 bob@host"}}

@@ -84,7 +84,9 @@ func TestNoOrphan(t *testing.T) {
 	}
 	promtest.Require(t)
 	cmd := exec.Command(os.Args[0], "-test.run=^TestNoOrphan$")
-	cmd.Env = append(os.Environ(), "PROMTEST_ORPHAN_CHILD=1")
+	// The child's temporary directories, which it leaves behind by dying,
+	// go under this test's own, removed with it.
+	cmd.Env = append(os.Environ(), "PROMTEST_ORPHAN_CHILD=1", "TMPDIR="+t.TempDir())
 	out, _ := cmd.Output()
 	_, rest, ok := strings.Cut(string(out), "PID=")
 	pid, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(rest, "\n", 2)[0]))

@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/gantryhq/gantry/api/client"
 	"github.com/gantryhq/gantry/api/model"
@@ -290,7 +291,7 @@ func submitToRunning(b *testing.B, templateName string, gpus int, order []int, b
 			// each pod runs.
 			dteam := team.Name(fmt.Sprintf("direct%d%s", round, strings.ToLower(rand.Text()[:5])))
 			ns := "bench-" + dteam.String()
-			baselineQueue(b, dyn, classes, ns, dteam)
+			baselineQueue(b, cluster.Client, dyn, ns, roomFor(classes, dteam))
 			dst := watchStages(b, dyn, ns, order)
 			ran, dsub := timeToRunning(b, batch, at, func(i int) (string, error) {
 				id := fmt.Sprintf("d%02d%05d", round, i)
@@ -353,27 +354,21 @@ func submitToRunning(b *testing.B, templateName string, gpus int, order []int, b
 }
 
 // baselineQueue makes namespace ns (Kueue manages it: Gantry's label; Gantry
-// does not: no team label) with the LocalQueue workloads rendered for t
-// name, on a ClusterQueue with room for every batch and without Gantry's
-// admission check.
-func baselineQueue(b *testing.B, dyn dynamic.Interface, classes *gpu.Catalog, ns string, t team.Name) {
+// does not: no team label, not Gantry's prefix) with the LocalQueue
+// workloads are rendered for, on a ClusterQueue named ns with spec (its
+// namespaceSelector made ns alone), removed when b ends.
+func baselineQueue(b testing.TB, core kubernetes.Interface, dyn dynamic.Interface, ns string, spec map[string]any) {
 	b.Helper()
 	ctx := context.Background()
-	_, err := cluster.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns,
+	_, err := core.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns,
 		Labels: map[string]string{render.LabelManagedBy: render.ManagedBy}}}, metav1.CreateOptions{})
 	if err != nil {
 		b.Fatal(err)
 	}
-	q := quota.Quota{GPUs: map[string]float64{}}
-	for _, c := range classes.Names() {
-		q.GPUs[c] = 1000
-	}
-	cq := quota.ClusterQueueObject(classes, t, q)
-	cq["metadata"] = map[string]any{"name": ns}
-	cq["spec"].(map[string]any)["namespaceSelector"] = map[string]any{"matchLabels": map[string]any{"kubernetes.io/metadata.name": ns}}
-	lq := quota.LocalQueueObject(ns, t)
-	lq["metadata"] = map[string]any{"name": quota.LocalQueue, "namespace": ns}
-	lq["spec"] = map[string]any{"clusterQueue": ns}
+	spec["namespaceSelector"] = map[string]any{"matchLabels": map[string]any{"kubernetes.io/metadata.name": ns}}
+	cq := quota.Object{"apiVersion": quota.APIVersion, "kind": "ClusterQueue", "metadata": map[string]any{"name": ns}, "spec": spec}
+	lq := quota.Object{"apiVersion": quota.APIVersion, "kind": "LocalQueue",
+		"metadata": map[string]any{"name": quota.LocalQueue, "namespace": ns}, "spec": map[string]any{"clusterQueue": ns}}
 	for _, o := range []quota.Object{cq, lq} {
 		u := &unstructured.Unstructured{Object: o}
 		gvr := schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: strings.ToLower(u.GetKind()) + "s"}
@@ -386,8 +381,54 @@ func baselineQueue(b *testing.B, dyn dynamic.Interface, classes *gpu.Catalog, ns
 		}
 	}
 	b.Cleanup(func() {
-		dyn.Resource(schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "clusterqueues"}).Delete(context.Background(), ns, metav1.DeleteOptions{})
+		ctx := context.Background()
+		core.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
+		dyn.Resource(schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "clusterqueues"}).Delete(ctx, ns, metav1.DeleteOptions{})
 	})
+}
+
+// roomFor is a ClusterQueue's spec with room for every batch: 1,000 GPUs
+// of each class.
+func roomFor(classes *gpu.Catalog, t team.Name) map[string]any {
+	q := quota.Quota{GPUs: map[string]float64{}}
+	for _, c := range classes.Names() {
+		q.GPUs[c] = 1000
+	}
+	return quota.ClusterQueueObject(classes, t, q)["spec"].(map[string]any)
+}
+
+// likeTeam is the spec of team t's ClusterQueue as Gantry keeps it (waited
+// for: Gantry makes it at its team's first launch) less what is Gantry's
+// own or ties it to other queues: its admission checks (Gantry's approval),
+// a stop policy, and its cohort with its borrowing. A baseline on it admits
+// the same objects under the same quota as Gantry's launches, by Kueue
+// alone.
+func likeTeam(b testing.TB, dyn dynamic.Interface, t team.Name) map[string]any {
+	b.Helper()
+	var spec map[string]any
+	waitfor.Until(b, time.Minute, "team "+t.String()+"'s ClusterQueue", func() error {
+		u, err := dyn.Resource(schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "clusterqueues"}).
+			Get(context.Background(), quota.ClusterQueue(t), metav1.GetOptions{})
+		if err == nil {
+			spec, _, err = unstructured.NestedMap(u.Object, "spec")
+		}
+		return err
+	})
+	for _, k := range []string{"admissionChecks", "admissionChecksStrategy", "stopPolicy", "cohortName", "cohort"} {
+		delete(spec, k)
+	}
+	groups, _ := spec["resourceGroups"].([]any)
+	for _, g := range groups {
+		flavors, _ := g.(map[string]any)["flavors"].([]any)
+		for _, f := range flavors {
+			resources, _ := f.(map[string]any)["resources"].([]any)
+			for _, r := range resources {
+				delete(r.(map[string]any), "borrowingLimit")
+				delete(r.(map[string]any), "lendingLimit")
+			}
+		}
+	}
+	return spec
 }
 
 // timeToRunning submits n, at at a time, and times each from its
@@ -472,7 +513,9 @@ func podsGone(b *testing.B, ns string) {
 // its own, launch a short GPU Job (pytorch-train without its volume, one GPU)
 // as fast as Gantry answers, in rounds of 10 s; the baseline, in the same
 // rounds (alternating which goes first), is 50 goroutines doing the same
-// server-side applies directly with client-go. It reports launches/s of each,
+// server-side applies directly with client-go: the same objects, queued for
+// Kueue in a queue of their own with the team's quota and without Gantry's
+// approval check (likeTeam). It reports launches/s of each,
 // their ratio and Gantry's p50/p99, fails on any error, and afterwards waits
 // until every launch Gantry accepted has reached its terminal state
 // (Succeeded), counting none lost and none duplicated. Two ways:
@@ -546,10 +589,15 @@ func sustained(b *testing.B, outside bool) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	directNS := "gantry-" + teamName + "-direct"
-	if err := k.EnsureNamespace(ctx, directNS, gteam(teamName+"-direct")); err != nil {
+	// The baseline's namespace and queue: made at its first round, after
+	// Gantry's first (rounds alternate, Gantry's first), when Gantry has
+	// made its team's ClusterQueue for the baseline's to copy.
+	directNS := "bench-" + teamName + "-direct"
+	dyn, err := dynamic.NewForConfig(cluster.Config())
+	if err != nil {
 		b.Fatal(err)
 	}
+	var baseline sync.Once
 	var (
 		ids    sync.Map
 		rs     rounds
@@ -616,6 +664,7 @@ func sustained(b *testing.B, outside bool) {
 		b.Logf("gantry: %v", res)
 	}
 	runDirect := func() {
+		baseline.Do(func() { baselineQueue(b, cluster.Client, dyn, directNS, likeTeam(b, dyn, gteam(teamName))) })
 		n, took := applyRound(b, k, r, teamName+"-direct", directNS, &direct, clients, round)
 		rs.directN += n
 		rs.directT += took
@@ -759,8 +808,9 @@ func (rs *rounds) alternate(b *testing.B, runGantry, runDirect func()) {
 
 // applyRound is the baseline's round: clients goroutines applying with
 // client-go, for round, the objects r renders for new workloads of team in
-// namespace ns (numbered from seq); it fails b on an error and returns how
-// many applies finished and how long the round took.
+// namespace ns (numbered from seq), queued for Kueue as Gantry renders them
+// (ns must have its LocalQueue: baselineQueue); it fails b on an error and
+// returns how many applies finished and how long the round took.
 func applyRound(b testing.TB, k *kube.Cluster, r *template.Resolved, team, ns string, seq *atomic.Int64, clients int, round time.Duration) (int, time.Duration) {
 	b.Helper()
 	ctx := context.Background()
@@ -776,7 +826,7 @@ func applyRound(b testing.TB, k *kube.Cluster, r *template.Resolved, team, ns st
 			for time.Since(startAt) < round {
 				n := seq.Add(1)
 				objs, err := render.Objects(r, render.Meta{WorkloadID: fmt.Sprintf("d%09d", n), Team: team, Owner: "alice",
-					Namespace: ns, TemplateVersion: 1, Image: "registry.gantry.internal/bench/image@sha256:" + strings.Repeat("2", 64)})
+					Namespace: ns, TemplateVersion: 1, Image: "registry.gantry.internal/bench/image@sha256:" + strings.Repeat("2", 64), Kueue: true})
 				if err == nil {
 					err = k.Apply(ctx, objs)
 				}

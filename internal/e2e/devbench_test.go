@@ -1,7 +1,6 @@
 package e2e_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -15,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/gantryhq/gantry/api/model"
@@ -33,7 +34,8 @@ import (
 // pytorch-train (one GPU, with its volume, team vision) through the API from
 // a third process (loadgen.Outside), in 10 s rounds alternating with 50
 // goroutines applying the same objects with client-go into a namespace of
-// their own. It fails on any error and reports both rates and their ratio;
+// their own, queued in a copy of team vision's queue without Gantry's
+// approval check (likeTeam). It fails on any error and reports both rates and their ratio;
 // gantry dev's cluster goes when it stops.
 // (The dev cluster has few GPUs: most launches wait in Kueue's queue, on
 // both paths, and are not followed to their end.)
@@ -66,11 +68,18 @@ func BenchmarkDevLaunch(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	ctx := context.Background()
-	const directTeam, directNS = "vision-direct", "gantry-vision-direct"
-	if err := k.EnsureNamespace(ctx, directNS, gteam(directTeam)); err != nil {
+	// The baseline's queue copies team vision's, which gantry dev keeps from
+	// its start: the same quota, Kueue alone admitting.
+	const directTeam, directNS = "vision-direct", "bench-vision-direct"
+	core, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
 		b.Fatal(err)
 	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	baselineQueue(b, core, dyn, directNS, likeTeam(b, dyn, gteam("vision")))
 	body, _ := json.Marshal(model.LaunchRequest{Template: "pytorch-train", Team: "vision", Gpu: &model.GPUChoice{Count: new(1)}})
 	tokens := slices.Repeat([]string{dev.token}, clients)
 	var (

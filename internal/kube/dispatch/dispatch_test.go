@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -942,20 +943,21 @@ func TestDispatchOverTwoWorkers(t *testing.T) {
 	defer func() { stop(); <-done }()
 
 	jobs := manager.Client.BatchV1().Jobs(ns)
-	workload := func(jobName string) *unstructured.Unstructured {
+	workloadOf := func(kind, name string) *unstructured.Unstructured {
 		list, err := mdyn.Resource(kapi.KueueWorkloads).Namespace(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		for i := range list.Items {
 			for _, o := range list.Items[i].GetOwnerReferences() {
-				if o.Kind == "Job" && o.Name == jobName {
+				if o.Kind == kind && o.Name == name {
 					return &list.Items[i]
 				}
 			}
 		}
 		return nil
 	}
+	workload := func(jobName string) *unstructured.Unstructured { return workloadOf("Job", jobName) }
 	dump := func() {
 		for _, c := range []struct {
 			name string
@@ -1025,8 +1027,9 @@ func TestDispatchOverTwoWorkers(t *testing.T) {
 	}
 	submit(job("a2", "vision", "A100-80GB", "NVIDIA-A100-SXM4-80GB", 8))
 	runsOn("a2", "onprem")
-	// The room is full: the next A100 launch goes to the cloud.
-	submit(job("a3", "vision", "A100-80GB", "NVIDIA-A100-SXM4-80GB", 8))
+	// The room is full: the next A100 launch goes to the cloud (7 GPUs: one
+	// is left there for the service below).
+	submit(job("a3", "vision", "A100-80GB", "NVIDIA-A100-SXM4-80GB", 7))
 	runsOn("a3", "cloud")
 	if r := workload("a3").GetAnnotations()[dispatch.ReasonAnnotation]; r != "placed on cloud: $3.20/GPU-h vs $1.10 on onprem (full); 8 GPUs free" {
 		t.Errorf("a3's reason: %q", r)
@@ -1047,16 +1050,87 @@ func TestDispatchOverTwoWorkers(t *testing.T) {
 		return nil
 	})
 
-	// The cloud's control plane gone; room made on premises: a3 runs there.
+	// A service (a Deployment's pod, through Kueue's pod integration): the
+	// room is full, so it runs in the cloud, on its last A100.
+	if _, err := manager.Client.AppsV1().Deployments(ns).Create(ctx, service("s1", "vision", "A100-80GB", "NVIDIA-A100-SXM4-80GB", 1), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	serviceOn := func(app, cluster string) {
+		t.Helper()
+		worker := map[string]*devcluster.Cluster{"onprem": onprem, "cloud": cloud}[cluster]
+		waitfor.Until(t, 3*time.Minute, app+" serving from "+cluster, func() error {
+			pods, err := manager.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=" + app})
+			if err != nil {
+				return err
+			}
+			var where []string
+			for _, p := range pods.Items {
+				if p.DeletionTimestamp != nil {
+					continue
+				}
+				wl := workloadOf("Pod", p.Name)
+				if wl == nil {
+					where = append(where, p.Name+": no Workload yet")
+					continue
+				}
+				at, _, _ := unstructured.NestedString(wl.Object, "status", "clusterName")
+				if at != cluster {
+					nom, _, _ := unstructured.NestedStringSlice(wl.Object, "status", "nominatedClusterNames")
+					where = append(where, fmt.Sprintf("%s: on %q (nominated %v; %s)", p.Name, at, nom, wl.GetAnnotations()[dispatch.ReasonAnnotation]))
+					continue
+				}
+				there, err := worker.Client.CoreV1().Pods(ns).Get(ctx, p.Name, metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				if there.Status.Phase == corev1.PodRunning {
+					t.Logf("%s: pod %s running on %s", app, p.Name, cluster)
+					return nil
+				}
+				where = append(where, fmt.Sprintf("%s: %s on %s", p.Name, there.Status.Phase, cluster))
+			}
+			return fmt.Errorf("%d pods: %v", len(pods.Items), where)
+		})
+	}
+	serviceOn("s1", "cloud")
+
+	// The cloud's control plane gone; room made on premises: a3 and the
+	// service run there (the service's Workload given back by MultiKueue
+	// once the worker is lost, its pod there gone with it).
 	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	if err := cloud.Stop(sctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := jobs.Delete(ctx, "a2", metav1.DeleteOptions{PropagationPolicy: new(metav1.DeletePropagationBackground)}); err != nil {
-		t.Fatal(err)
+	for _, j := range []string{"a1", "a2"} {
+		if err := jobs.Delete(ctx, j, metav1.DeleteOptions{PropagationPolicy: new(metav1.DeletePropagationBackground)}); err != nil {
+			t.Fatal(err)
+		}
 	}
+	lost := time.Now()
 	runsOn("a3", "onprem")
+	t.Logf("a3 running on onprem %v after the cloud's control plane stopped", time.Since(lost).Round(time.Second))
+	serviceOn("s1", "onprem")
+	t.Logf("s1 serving from onprem %v after the cloud's control plane stopped", time.Since(lost).Round(time.Second))
+}
+
+// service is a one-replica Deployment whose pod Kueue's pod integration
+// queues (as Gantry renders a service for Kueue: its queue, the managed
+// label and the admission gate); kwok runs it until it is deleted.
+func service(name, team, class, product string, gpus int64) *appsv1.Deployment {
+	labels := map[string]string{"app": name}
+	podLabels := map[string]string{"app": name, quota.LabelQueueName: "vision", quota.LabelManagedPod: "true", render.LabelTeam: team, render.LabelGPUClass: class}
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{render.LabelTeam: team}},
+		Spec: appsv1.DeploymentSpec{Replicas: new(int32(1)), Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: podLabels},
+				Spec: corev1.PodSpec{
+					SchedulingGates: []corev1.PodSchedulingGate{{Name: quota.GatePodAdmission}},
+					NodeSelector:    map[string]string{"nvidia.com/gpu.product": product},
+					Tolerations:     []corev1.Toleration{{Key: "nvidia.com/gpu", Operator: corev1.TolerationOpExists}},
+					Containers: []corev1.Container{{Name: "serve", Image: "serve",
+						Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{"nvidia.com/gpu": *resource.NewQuantity(gpus, resource.DecimalSI)}}}}}}},
+	}
 }
 
 func grepLines(s, sub string) string {

@@ -5,7 +5,10 @@
 // cluster says through the workload lifecycle. A failed write is retried with
 // exponential backoff; a report the lifecycle refuses (a late report about a
 // stopped workload) is logged and dropped. One id is never processed by two
-// workers at once (the workqueue's guarantee).
+// workers at once (the workqueue's guarantee). Most changes say nothing new
+// (a Kueue Workload's status written again, a pod's condition): an
+// observation the record already agreed with a moment ago is not recorded
+// again, not even read against the record (Options.Repeat).
 package controller
 
 import (
@@ -13,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -57,6 +61,12 @@ type Options struct {
 	Log                 *slog.Logger
 	// Queues measures the work queue (named "workloads"); none: unmeasured.
 	Queues workqueue.MetricsProvider
+	// Repeat: an observation identical to the last one recorded for the
+	// workload, within Repeat of it and with the record then agreeing
+	// (its status the one observed), is not recorded again (default 2s;
+	// negative: every observation is recorded). A record changed elsewhere
+	// meanwhile hears the cluster again at its next change or resync.
+	Repeat time.Duration
 }
 
 // Controller records the cluster's reports about workloads.
@@ -65,6 +75,16 @@ type Controller struct {
 	rec   Recorder
 	o     Options
 	queue workqueue.TypedRateLimitingInterface[string]
+
+	mu   sync.Mutex
+	last map[string]recorded // by workload id: the last observation the record agreed with
+	puts int
+}
+
+// recorded is an observation the record agreed with, and when.
+type recorded struct {
+	o  workload.Observed
+	at time.Time
 }
 
 // New returns a controller; Run starts it.
@@ -90,10 +110,13 @@ func New(src Source, rec Recorder, o Options) (*Controller, error) {
 	if o.Log == nil {
 		o.Log = slog.Default()
 	}
+	if o.Repeat == 0 {
+		o.Repeat = 2 * time.Second
+	}
 	q := workqueue.NewTypedRateLimitingQueueWithConfig(
 		workqueue.NewTypedItemExponentialFailureRateLimiter[string](o.BaseDelay, o.MaxDelay),
 		workqueue.TypedRateLimitingQueueConfig[string]{Name: "workloads", Clock: o.Clock, MetricsProvider: o.Queues})
-	return &Controller{src: src, rec: rec, o: o, queue: q}, nil
+	return &Controller{src: src, rec: rec, o: o, queue: q, last: map[string]recorded{}}, nil
 }
 
 // Run watches, processes the queue until ctx ends, then stops the workers and
@@ -179,6 +202,56 @@ func (c *Controller) sync(ctx context.Context, id string) error {
 	if o.Phase.Ended() {
 		obs.ExitCode = o.ExitCode
 	}
-	_, err := c.rec.Observe(ctx, id, obs)
+	if len(o.Evicted) == 0 && c.repeated(id, obs) {
+		return nil
+	}
+	w, err := c.rec.Observe(ctx, id, obs)
+	if err == nil {
+		c.remember(id, obs, w.Status)
+	}
 	return err
+}
+
+// repeated reports whether obs is the last observation recorded for id,
+// within Repeat of it.
+func (c *Controller) repeated(id string, obs workload.Observed) bool {
+	if c.o.Repeat < 0 {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r, ok := c.last[id]
+	return ok && c.o.Clock.Since(r.at) < c.o.Repeat && same(r.o, obs)
+}
+
+// remember keeps obs as id's last observation when the record agrees with
+// it (status is the record's after it), and forgets id's otherwise. Now and
+// then the entries older than Repeat go.
+func (c *Controller) remember(id string, obs workload.Observed, status workload.Status) {
+	if c.o.Repeat < 0 {
+		return
+	}
+	now := c.o.Clock.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if status != obs.Status {
+		delete(c.last, id)
+		return
+	}
+	obs.NodeGroups = slices.Clone(obs.NodeGroups)
+	c.last[id] = recorded{o: obs, at: now}
+	if c.puts++; c.puts%1024 == 0 {
+		for k, r := range c.last {
+			if now.Sub(r.at) >= c.o.Repeat {
+				delete(c.last, k)
+			}
+		}
+	}
+}
+
+// same reports whether two observations say the same.
+func same(a, b workload.Observed) bool {
+	return a.Status == b.Status && a.Reason == b.Reason && a.Cluster == b.Cluster && a.GPUHourPrice == b.GPUHourPrice &&
+		a.At.Equal(b.At) && slices.Equal(a.NodeGroups, b.NodeGroups) &&
+		(a.ExitCode == nil) == (b.ExitCode == nil) && (a.ExitCode == nil || *a.ExitCode == *b.ExitCode)
 }

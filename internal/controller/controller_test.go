@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	clocktesting "k8s.io/utils/clock/testing"
+
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/kube/watch"
 	"github.com/gantryhq/gantry/internal/waitfor"
@@ -70,7 +72,8 @@ type recorder struct {
 	got      map[string]workload.Status
 	evicted  map[string][]string
 	exits    map[string]int
-	failAt   int // Evicted fails the workload once it has seen this many pods (0: never)
+	failAt   int                        // Evicted fails the workload once it has seen this many pods (0: never)
+	keep     map[string]workload.Status // the status the record keeps whatever is reported
 }
 
 func (r *recorder) Observe(ctx context.Context, id string, o workload.Observed) (workload.Workload, error) {
@@ -92,6 +95,9 @@ func (r *recorder) report(_ context.Context, id string, st workload.Status, _ st
 		return workload.Workload{}, r.err
 	}
 	r.got[id] = st
+	if held, ok := r.keep[id]; ok {
+		return workload.Workload{ID: id, Status: held}, nil // the record keeps its own status
+	}
 	return workload.Workload{ID: id, Status: st}, nil
 }
 
@@ -132,9 +138,14 @@ func (r *recorder) state(id string) (workload.Status, int) {
 
 func run(t *testing.T, rec *recorder) (*source, func()) {
 	t.Helper()
+	return runWith(t, rec, Options{Workers: 2, MaxRetries: 3, BaseDelay: time.Millisecond, MaxDelay: 10 * time.Millisecond})
+}
+
+func runWith(t *testing.T, rec *recorder, o Options) (*source, func()) {
+	t.Helper()
 	src := &source{obs: map[string]watch.Observation{}}
-	c, err := New(src, rec, Options{Workers: 2, MaxRetries: 3, BaseDelay: time.Millisecond, MaxDelay: 10 * time.Millisecond,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	o.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	c, err := New(src, rec, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -321,5 +332,105 @@ func TestEvictions(t *testing.T) {
 	}
 	if st, n := rec.state("w3"); st != workload.Failed || n != 0 {
 		t.Errorf("w3, failed by its evictions: %s after %d reports", st, n)
+	}
+}
+
+// TestRepeatedObservations: an observation the record agreed with is not
+// recorded again within Repeat; after it, or once the cluster says
+// something else, it is; one the record did not take (it kept a status of
+// its own) is recorded every time.
+func TestRepeatedObservations(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
+	rec := &recorder{calls: map[string]int{}, got: map[string]workload.Status{}, keep: map[string]workload.Status{"held": workload.PendingApproval}}
+	// One worker: ids are processed in the order they change, so once
+	// "mark" is recorded, everything fired before it has been processed.
+	src, stop := runWith(t, rec, Options{Workers: 1, Clock: clk, Repeat: 2 * time.Second})
+	defer stop()
+	marks := 0
+	settle := func() {
+		t.Helper()
+		marks++
+		src.set("mark", fmt.Sprintf("Running-%d", marks)) // a new observation each time: always recorded
+		waitfor.Until(t, 10*time.Second, "the queue to drain", func() error {
+			if st, _ := rec.state("mark"); st != workload.Status(fmt.Sprintf("Running-%d", marks)) {
+				return fmt.Errorf("mark at %q", st)
+			}
+			return nil
+		})
+	}
+	calls := func(id string) int { _, n := rec.state(id); return n }
+
+	src.set("w1", "Running")
+	src.set("held", "Queued")
+	settle()
+	if calls("w1") != 1 || calls("held") != 1 {
+		t.Fatalf("first reports: w1 %d, held %d calls, want 1 each", calls("w1"), calls("held"))
+	}
+	for range 3 {
+		src.fire("w1")
+		src.fire("held")
+		settle()
+	}
+	if calls("w1") != 1 {
+		t.Errorf("w1: %d calls, want 1: the same observation within Repeat is not recorded again", calls("w1"))
+	}
+	if calls("held") != 4 {
+		t.Errorf("held: %d calls, want 4: a record that did not take the observation hears it every time", calls("held"))
+	}
+	clk.Step(2 * time.Second)
+	src.fire("w1")
+	settle()
+	if calls("w1") != 2 {
+		t.Errorf("w1 after Repeat: %d calls, want 2", calls("w1"))
+	}
+	src.mu.Lock()
+	src.obs["w1"] = watch.Observation{WorkloadID: "w1", Phase: "Running", Reason: "ready"}
+	src.mu.Unlock()
+	src.fire("w1")
+	settle()
+	if calls("w1") != 3 {
+		t.Errorf("w1 with a new reason: %d calls, want 3", calls("w1"))
+	}
+	// Evictions are always told.
+	src.mu.Lock()
+	src.obs["w1"] = watch.Observation{WorkloadID: "w1", Phase: "Running", Reason: "ready", Evicted: []string{"uid-1"}}
+	src.mu.Unlock()
+	src.fire("w1")
+	settle()
+	rec.mu.Lock()
+	evicted := rec.evicted["w1"]
+	rec.mu.Unlock()
+	if len(evicted) != 1 {
+		t.Errorf("w1's eviction not told: %v", evicted)
+	}
+}
+
+func TestSame(t *testing.T) {
+	one, two := 1, 2
+	at := time.Unix(1_700_000_000, 0)
+	base := workload.Observed{Status: workload.Running, Reason: "r", NodeGroups: []string{"a"}, Cluster: "c", GPUHourPrice: 1, At: at, ExitCode: &one}
+	for name, change := range map[string]func(*workload.Observed){
+		"status":     func(o *workload.Observed) { o.Status = workload.Queued },
+		"reason":     func(o *workload.Observed) { o.Reason = "s" },
+		"node group": func(o *workload.Observed) { o.NodeGroups = []string{"b"} },
+		"groups":     func(o *workload.Observed) { o.NodeGroups = nil },
+		"cluster":    func(o *workload.Observed) { o.Cluster = "d" },
+		"price":      func(o *workload.Observed) { o.GPUHourPrice = 2 },
+		"at":         func(o *workload.Observed) { o.At = at.Add(time.Second) },
+		"exit code":  func(o *workload.Observed) { o.ExitCode = &two },
+		"no code":    func(o *workload.Observed) { o.ExitCode = nil },
+	} {
+		o := base
+		change(&o)
+		if same(base, o) || same(o, base) {
+			t.Errorf("%s changed, yet the same", name)
+		}
+	}
+	again := base
+	again.NodeGroups = []string{"a"}
+	code := 1
+	again.ExitCode = &code
+	if !same(base, again) {
+		t.Error("equal observations differ")
 	}
 }

@@ -814,7 +814,7 @@ type ClientInterface interface {
 
 	// StopWorkload Stop a workload
 	//
-	// Marks the workload Stopped and stops it on the cluster, keeping its objects and volumes so that it can be started again: a job is suspended, a service's Deployment or a notebook's StatefulSet scaled to zero (a notebook keeps its home volume), a vm halted (runStrategy Halted). Stopping a stopped workload changes nothing; one that has ended (Succeeded, Failed, Deleted) answers 409.
+	// Marks the workload Stopped and stops it on the cluster, keeping its objects and volumes so that it can be started again: a job is suspended, a service's Deployment or a notebook's StatefulSet scaled to zero (a notebook keeps its home volume), a vm halted (runStrategy Halted). Stopping a stopped workload changes nothing; one that has ended (Succeeded, Failed, Deleted) answers 409. A start again that waits for approval (PendingApproval, `approval.restart`) is taken back: the workload is Stopped as it was and its approval's decision is `withdrawn`; a launch that waits for approval cannot be stopped (409): delete it instead.
 	//
 	// Corresponds with POST /api/v1/workloads/{id}/stop (the `StopWorkload` operationId).
 	StopWorkload(ctx context.Context, id WorkloadID, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2493,7 +2493,7 @@ func (c *Client) StartWorkload(ctx context.Context, id WorkloadID, reqEditors ..
 
 // StopWorkload Stop a workload
 //
-// Marks the workload Stopped and stops it on the cluster, keeping its objects and volumes so that it can be started again: a job is suspended, a service's Deployment or a notebook's StatefulSet scaled to zero (a notebook keeps its home volume), a vm halted (runStrategy Halted). Stopping a stopped workload changes nothing; one that has ended (Succeeded, Failed, Deleted) answers 409.
+// Marks the workload Stopped and stops it on the cluster, keeping its objects and volumes so that it can be started again: a job is suspended, a service's Deployment or a notebook's StatefulSet scaled to zero (a notebook keeps its home volume), a vm halted (runStrategy Halted). Stopping a stopped workload changes nothing; one that has ended (Succeeded, Failed, Deleted) answers 409. A start again that waits for approval (PendingApproval, `approval.restart`) is taken back: the workload is Stopped as it was and its approval's decision is `withdrawn`; a launch that waits for approval cannot be stopped (409): delete it instead.
 //
 // Corresponds with POST /api/v1/workloads/{id}/stop (the `StopWorkload` operationId).
 func (c *Client) StopWorkload(ctx context.Context, id WorkloadID, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -6892,7 +6892,7 @@ type ClientWithResponsesInterface interface {
 
 	// StopWorkloadWithResponse Stop a workload
 	//
-	// Marks the workload Stopped and stops it on the cluster, keeping its objects and volumes so that it can be started again: a job is suspended, a service's Deployment or a notebook's StatefulSet scaled to zero (a notebook keeps its home volume), a vm halted (runStrategy Halted). Stopping a stopped workload changes nothing; one that has ended (Succeeded, Failed, Deleted) answers 409.
+	// Marks the workload Stopped and stops it on the cluster, keeping its objects and volumes so that it can be started again: a job is suspended, a service's Deployment or a notebook's StatefulSet scaled to zero (a notebook keeps its home volume), a vm halted (runStrategy Halted). Stopping a stopped workload changes nothing; one that has ended (Succeeded, Failed, Deleted) answers 409. A start again that waits for approval (PendingApproval, `approval.restart`) is taken back: the workload is Stopped as it was and its approval's decision is `withdrawn`; a launch that waits for approval cannot be stopped (409): delete it instead.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -12032,7 +12032,7 @@ func (c *ClientWithResponses) StartWorkloadWithResponse(ctx context.Context, id 
 
 // StopWorkloadWithResponse Stop a workload
 //
-// Marks the workload Stopped and stops it on the cluster, keeping its objects and volumes so that it can be started again: a job is suspended, a service's Deployment or a notebook's StatefulSet scaled to zero (a notebook keeps its home volume), a vm halted (runStrategy Halted). Stopping a stopped workload changes nothing; one that has ended (Succeeded, Failed, Deleted) answers 409.
+// Marks the workload Stopped and stops it on the cluster, keeping its objects and volumes so that it can be started again: a job is suspended, a service's Deployment or a notebook's StatefulSet scaled to zero (a notebook keeps its home volume), a vm halted (runStrategy Halted). Stopping a stopped workload changes nothing; one that has ended (Succeeded, Failed, Deleted) answers 409. A start again that waits for approval (PendingApproval, `approval.restart`) is taken back: the workload is Stopped as it was and its approval's decision is `withdrawn`; a launch that waits for approval cannot be stopped (409): delete it instead.
 //
 // Returns a wrapper object for the known response body format(s).
 //

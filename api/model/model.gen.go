@@ -9,9 +9,10 @@ import (
 
 // Defines values for ApprovalDecision.
 const (
-	Approved ApprovalDecision = "approved"
-	Denied   ApprovalDecision = "denied"
-	Expired  ApprovalDecision = "expired"
+	Approved  ApprovalDecision = "approved"
+	Denied    ApprovalDecision = "denied"
+	Expired   ApprovalDecision = "expired"
+	Withdrawn ApprovalDecision = "withdrawn"
 )
 
 // Valid indicates whether the value is a known member of the ApprovalDecision enum.
@@ -22,6 +23,8 @@ func (e ApprovalDecision) Valid() bool {
 	case Denied:
 		return true
 	case Expired:
+		return true
+	case Withdrawn:
 		return true
 	default:
 		return false
@@ -1081,7 +1084,7 @@ type Approval struct {
 	// DecidedBy issuer#subject of who decided; gantry for an expiry.
 	DecidedBy *string `json:"decidedBy,omitempty"`
 
-	// Decision Absent while it waits.
+	// Decision Absent while it waits; withdrawn: a start again taken back (POST /stop) before anyone decided.
 	Decision *ApprovalDecision `json:"decision,omitempty"`
 
 	// ExpiresAt When an undecided launch is refused (an undecided start again: Stopped).
@@ -1097,7 +1100,7 @@ type Approval struct {
 	Why string `json:"why"`
 }
 
-// ApprovalDecision Absent while it waits.
+// ApprovalDecision Absent while it waits; withdrawn: a start again taken back (POST /stop) before anyone decided.
 type ApprovalDecision string
 
 // AuditList defines model for AuditList.

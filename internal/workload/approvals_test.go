@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -165,6 +166,12 @@ func TestApprovalWithKueue(t *testing.T) {
 	if !w.Approval.Expires.Equal(h.clock().Add(budget.DefaultExpiry)) {
 		t.Errorf("default expiry: %s", w.Approval.Expires)
 	}
+	// A launch waiting for approval is not stopped (started again, it
+	// would run without its approval): it is deleted instead.
+	var conflict *fault.Conflict
+	if got, err := h.svc.Stop(asAlice(), w.ID); !errors.As(err, &conflict) || slices.Contains(w.Actions(), workload.ActStop) {
+		t.Fatalf("stop of a launch waiting for approval: %s %v, actions %v", got.Status, err, w.Actions())
+	}
 	if _, err := h.svc.Decide(as("lee"), w.ID, true, "ok"); err != nil {
 		t.Fatal(err)
 	}
@@ -236,7 +243,8 @@ func spendBudget(t *testing.T, h *harness) workload.Workload {
 // being refused; approved, it starts (its max runtime from the approval);
 // denied, or undecided when its time runs out, it is Stopped as it was,
 // its check Pending (never Rejected); what runs while it waits is stopped
-// by the converge loop; approved after a denial, it starts; and once the
+// by the converge loop; approved after a denial, it starts; its owner
+// takes a waiting start back with stop (withdrawn); and once the
 // team needs no approval, a start goes ahead with its check Ready. With
 // Kueue the approval turns its check Ready.
 func TestRestartWaitsForApproval(t *testing.T) {
@@ -324,6 +332,24 @@ func TestRestartWaitsForApproval(t *testing.T) {
 			}
 			if _, err := h.svc.Stop(ctx, w.ID); err != nil {
 				t.Fatal(err)
+			}
+			// Taken back by its owner before anyone decided (stop, offered
+			// while it waits): Stopped as it was, nothing started, the
+			// approval withdrawn and no longer to decide.
+			got, err = h.svc.Start(ctx, w.ID)
+			if err != nil || got.Status != workload.PendingApproval || !slices.Contains(got.Actions(), workload.ActStop) {
+				t.Fatalf("started again: %s %v, actions %v", got.Status, err, got.Actions())
+			}
+			got, err = h.svc.Stop(ctx, w.ID)
+			if o, _ := h.cluster.Object(w.ID); err != nil || got.Status != workload.Stopped || o.Running || got.Approval.Decision != "withdrawn" ||
+				got.Approval.By != "https://idp.test#alice" || got.Reason != "its start was withdrawn before an approver decided" {
+				t.Fatalf("withdrawn: %s %q %+v %v, running %v", got.Status, got.Reason, got.Approval, err, o.Running)
+			}
+			if _, err := h.svc.Decide(as("lee"), w.ID, true, "too late"); err == nil {
+				t.Fatal("a withdrawn start was approved")
+			}
+			if o, _ := h.cluster.Object(w.ID); o.Running {
+				t.Fatal("running after its start was withdrawn")
 			}
 			// Undecided in time: Stopped too.
 			got, err = h.svc.Start(ctx, w.ID)

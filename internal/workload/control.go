@@ -8,6 +8,7 @@ import (
 
 	"github.com/gantryhq/gantry/internal/catalog"
 	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/template"
 )
 
@@ -193,8 +194,36 @@ func (s *Service) Delete(ctx context.Context, id string) error {
 // StatefulSet scaled to zero, a VM halted. Stopping a stopped workload is not
 // an error; stopping one that has ended is a *fault.Conflict.
 func (s *Service) Stop(ctx context.Context, id string) (Workload, error) {
-	if _, err := s.manageable(ctx, id); err != nil {
+	w, err := s.manageable(ctx, id)
+	if err != nil {
 		return Workload{}, err
+	}
+	if w.Status == PendingApproval && w.Approval.Restart {
+		return s.withdraw(ctx, id)
+	}
+	return s.halt(ctx, id, Stop, "")
+}
+
+// withdraw takes back a start that waits for approval: the workload is
+// Stopped as it was (nothing of it was started), the approval recorded as
+// withdrawn by the caller. Decided meanwhile (approved: it starts), it is
+// stopped as any live workload.
+func (s *Service) withdraw(ctx context.Context, id string) (Workload, error) {
+	caller, _ := identity.From(ctx)
+	waiting := true
+	w, err := s.store.UpdateWorkload(ctx, id, func(w Workload) (Workload, error) {
+		if waiting = w.Status == PendingApproval && w.Approval.Restart; !waiting {
+			return w, nil
+		}
+		now := s.clock()
+		out, _, err := Transition(w, Withdraw, "its start was withdrawn before an approver decided", now)
+		if err == nil {
+			out.Approval.Decision, out.Approval.By, out.Approval.Note, out.Approval.At = "withdrawn", caller.String(), "", now
+		}
+		return out, err
+	})
+	if err != nil || waiting {
+		return w, err
 	}
 	return s.halt(ctx, id, Stop, "")
 }

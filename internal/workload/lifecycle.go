@@ -33,9 +33,11 @@ const (
 	Start    Trigger = "start"     // a stopped workload was started again
 	// StartHeld: a stopped workload was asked to start again where the
 	// team's rules want an approver first (its volumes wait with it);
-	// DenyStart: an approver refused that start, or its time ran out.
+	// DenyStart: an approver refused that start, or its time ran out;
+	// Withdraw: its owner or a team-admin took that start back first.
 	StartHeld Trigger = "start-held"
 	DenyStart Trigger = "deny-start"
+	Withdraw  Trigger = "withdraw"
 	Delete    Trigger = "delete"  // its owner or a team-admin deleted it
 	Release   Trigger = "release" // a flexible launch held for cleaner power goes into its queue
 )
@@ -43,7 +45,7 @@ const (
 // Triggers lists every trigger, for tests and documentation.
 var Triggers = []Trigger{
 	ReportedPending, ReportedQueued, ReportedScheduled, ReportedRunning, ReportedSucceeded, ReportedFailed,
-	Refused, Approve, Deny, Stop, Expire, IdleStop, SpotGone, Start, StartHeld, DenyStart, Delete, Release,
+	Refused, Approve, Deny, Stop, Expire, IdleStop, SpotGone, Start, StartHeld, DenyStart, Withdraw, Delete, Release,
 }
 
 // Reported is the trigger of the cluster reporting st; "" for a status the
@@ -79,9 +81,10 @@ func Reported(st Status) Trigger {
 var transitions = map[Status]map[Trigger]Status{
 	// Not Stop: a held launch stopped and started again would skip its
 	// approval. Deny or Delete take it back; a start held for approval
-	// denied (DenyStart) is Stopped as it was, its volumes kept.
+	// denied (DenyStart) or taken back (Withdraw: a start's only, see
+	// Transition) is Stopped as it was, its volumes kept.
 	PendingApproval: {
-		Approve: Pending, Deny: Failed, DenyStart: Stopped, Delete: Deleted,
+		Approve: Pending, Deny: Failed, DenyStart: Stopped, Withdraw: Stopped, Delete: Deleted,
 		// With Kueue a held launch is applied: the API server may refuse it.
 		Refused: Failed,
 	},
@@ -156,11 +159,15 @@ func Actions(st Status) []Action {
 }
 
 // Actions are what the lifecycle lets a person ask of w now: those of its
-// status, and start for a launch held for cleaner power (start now).
+// status, start for a launch held for cleaner power (start now), and stop
+// for a start waiting for approval (taken back: Withdraw).
 func (w Workload) Actions() []Action {
 	acts := Actions(w.Status)
 	if w.Deferral.Holding() && !slices.Contains(acts, ActStart) {
 		acts = append(acts, ActStart)
+	}
+	if w.Status == PendingApproval && w.Approval.Restart && !slices.Contains(acts, ActStop) {
+		acts = append(acts, ActStop)
 	}
 	return acts
 }
@@ -218,6 +225,12 @@ func Transition(w Workload, tr Trigger, reason string, at time.Time) (out Worklo
 	if !ok {
 		return w, false, &fault.Conflict{Kind: "workload", Name: w.ID,
 			Reason: fmt.Sprintf("is %s, and %q cannot happen to it (what can: %v)", w.Status, tr, Accepts(w.Status))}
+	}
+	if tr == Withdraw && !w.Approval.Restart {
+		// Stopped, a launch that never ran would start without its
+		// approval; it is taken back by deleting it.
+		return w, false, &fault.Conflict{Kind: "workload", Name: w.ID,
+			Reason: "waits for approval of its launch, which cannot be withdrawn: delete it to take it back"}
 	}
 	if to == w.Status && reason == w.Reason {
 		return w, false, nil

@@ -48,8 +48,8 @@ func TestTransitionTable(t *testing.T) {
 				return Pending, true
 			case Deny, Refused:
 				return Failed, true
-			case DenyStart:
-				return Stopped, true // a start held for approval, refused: stopped as it was
+			case DenyStart, Withdraw:
+				return Stopped, true // a start held for approval, refused or taken back: stopped as it was
 			}
 			return "", false // not on the cluster yet: no reports; no stop (start would skip the approval)
 		case from == Stopped || from == IdleStopped:
@@ -78,6 +78,7 @@ func TestTransitionTable(t *testing.T) {
 					t.Fatalf("Next(%s, %s) = %s, %v; want %s, %v", from, tr, to, ok, wantTo, wantOK)
 				}
 				w := Workload{ID: "w1", Status: from, Reason: "before"}
+				w.Approval.Restart = tr == Withdraw // a start's alone (TestWithdrawIsAStartsOnly)
 				at := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 				out, changed, err := Transition(w, tr, "after", at)
 				if !wantOK {
@@ -92,6 +93,25 @@ func TestTransitionTable(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestWithdrawIsAStartsOnly: a start again waiting for approval may be
+// taken back (Stopped, as it was); a launch waiting for approval may not —
+// stopped, then started, it would run without its approval.
+func TestWithdrawIsAStartsOnly(t *testing.T) {
+	at := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	start := Workload{ID: "w1", Status: PendingApproval, Approval: Approval{Why: "over budget", Restart: true}}
+	if out, changed, err := Transition(start, Withdraw, "withdrawn", at); err != nil || !changed || out.Status != Stopped {
+		t.Fatalf("a start withdrawn: %s %v %v", out.Status, changed, err)
+	}
+	launch := Workload{ID: "w2", Status: PendingApproval, Approval: Approval{Why: "over the ceiling"}}
+	var c *fault.Conflict
+	if out, changed, err := Transition(launch, Withdraw, "withdrawn", at); !errors.As(err, &c) || changed || out.Status != PendingApproval {
+		t.Fatalf("a launch withdrawn: %s %v %v, want a *fault.Conflict", out.Status, changed, err)
+	}
+	if slices.Contains(launch.Actions(), ActStop) || !slices.Contains(start.Actions(), ActStop) {
+		t.Errorf("stop offered: to the launch %v, to the start %v", launch.Actions(), start.Actions())
 	}
 }
 

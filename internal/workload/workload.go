@@ -187,7 +187,8 @@ func (a Warned) IsZero() bool { return a.Equal(Warned{}) }
 type Approval struct {
 	Why     string    // "": none was needed
 	Expires time.Time // when an undecided launch is refused
-	// Decision is "approved", "denied" or "expired" ("" while it waits).
+	// Decision is "approved", "denied" or "expired" ("" while it waits);
+	// a start again taken back before a decision is "withdrawn".
 	Decision string
 	By       string    // who decided (issuer#subject); "gantry" for an expiry
 	Note     string    // the decision's reason

@@ -185,7 +185,9 @@ func TestCheckThenAct(t *testing.T) {
 
 // testPendingApprovalsCap: 20 launches held for approval, recorded at once
 // for one person in one team: exactly MaxPendingApprovals are, the others
-// are refused with PendingLimit; another person's are not counted.
+// are refused with PendingLimit; another person's are not counted. The same
+// for 20 stopped workloads moved into PendingApproval at once (starts again
+// held for approval).
 func testPendingApprovalsCap(t *testing.T, s *stores.All) {
 	ctx := context.Background()
 	classes, _, files := starter(t)
@@ -221,6 +223,52 @@ func testPendingApprovalsCap(t *testing.T, s *stores.All) {
 	}
 	if err := s.CreateWorkload(ctx, held("bob")); err != nil {
 		t.Fatalf("another person's held launch: %v", err)
+	}
+	// Starts again held for approval count the same, decided where each
+	// is recorded: 20 of carol's stopped workloads started at once.
+	var ids []string
+	for range 20 {
+		w := held("carol")
+		w.Status, w.Approval = workload.Stopped, workload.Approval{}
+		if err := s.CreateWorkload(ctx, w); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, w.ID)
+	}
+	made.Store(0)
+	refused.Store(0)
+	for _, id := range ids {
+		wg.Go(func() {
+			_, err := s.UpdateWorkload(ctx, id, func(w workload.Workload) (workload.Workload, error) {
+				w.Status, w.Reason = workload.PendingApproval, "waiting for approval to start again"
+				w.Approval = workload.Approval{Why: "over budget", Expires: at.Add(time.Hour), Restart: true}
+				return w, nil
+			})
+			var limit *workload.PendingLimit
+			switch {
+			case err == nil:
+				made.Add(1)
+			case errors.As(err, &limit) && limit.Waiting == workload.MaxPendingApprovals:
+				refused.Add(1)
+			default:
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if made.Load() != workload.MaxPendingApprovals || refused.Load() != 20-workload.MaxPendingApprovals {
+		t.Fatalf("20 concurrent starts held for approval: %d recorded, %d refused; want %d recorded", made.Load(), refused.Load(), workload.MaxPendingApprovals)
+	}
+	waiting, err := s.ListWorkloads(ctx, workload.Filter{Team: "vision", Owner: "carol", Status: workload.PendingApproval, Limit: 100})
+	if err != nil || len(waiting) != workload.MaxPendingApprovals {
+		t.Fatalf("carol's waiting: %d %v", len(waiting), err)
+	}
+	// One already waiting, written again (its reason), is not one more.
+	if _, err := s.UpdateWorkload(ctx, waiting[0].ID, func(w workload.Workload) (workload.Workload, error) {
+		w.Reason = "still waiting"
+		return w, nil
+	}); err != nil {
+		t.Fatalf("a waiting one written again: %v", err)
 	}
 }
 

@@ -288,7 +288,7 @@ func (s *Service) Start(ctx context.Context, id string) (Workload, error) {
 	// Pending is recorded before the cluster is told, so that what it reports
 	// next (Scheduled, Running) is not overwritten by it. Whether it is
 	// stopped is decided in the same transaction as the change.
-	changed := false
+	changed, team := false, w.Team
 	w, err = s.store.UpdateWorkload(ctx, id, func(w Workload) (Workload, error) {
 		if w.Trial != nil && (w.Status == Stopped || w.Status == IdleStopped) {
 			return w, trialRunConflict(w) // stopped since it was read above
@@ -319,6 +319,13 @@ func (s *Service) Start(ctx context.Context, id string) (Workload, error) {
 		changed = err == nil
 		return out, err
 	})
+	var limit *PendingLimit
+	if errors.As(err, &limit) && held != nil {
+		// Past the cap, counted again where the start is recorded (the
+		// count in mayRestart only answers early).
+		return w, &fault.Conflict{Kind: "workload", Name: id, Reason: fmt.Sprintf(
+			"starting it again needs approval (%s), and %d of its owner's workloads in team %s already wait for one: wait for a decision, or delete one", held.Why, limit.Waiting, team)}
+	}
 	if err != nil || !changed || w.Status == PendingApproval {
 		return w, err
 	}
@@ -418,7 +425,9 @@ func (s *Service) Evicted(ctx context.Context, id string, pods []string) (Worklo
 // require-approval it waits for an approver, the same workload with its
 // volumes (a job's checkpoints), not a new launch: held is that approval
 // (nil: none needed). Past its owner's MaxPendingApprovals in the team it
-// is refused. The per-launch ceiling was weighed when it was launched.
+// is refused (counted here to answer early, and again by the store where
+// the start is recorded). The per-launch ceiling was weighed when it was
+// launched.
 func (s *Service) mayRestart(ctx context.Context, w Workload) (held *Approval, err error) {
 	v, expires, err := s.budgets.Verdict(ctx, w.Team, 0, 0)
 	if err != nil {

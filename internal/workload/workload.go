@@ -271,6 +271,8 @@ type Store interface {
 	// transaction) and returns the one to write (only status, reason, applied hash,
 	// endpoint, expiry and running time change), in one transaction; an error from fn
 	// writes nothing and is returned. *fault.NotFound if there is no record.
+	// A record moved into PendingApproval (a start again held) is written
+	// only under the same cap as CreateWorkload's: *PendingLimit otherwise.
 	UpdateWorkload(ctx context.Context, id string, fn func(Workload) (Workload, error)) (Workload, error)
 	// UpdateWorkloadNotify is UpdateWorkload whose fn may also return a
 	// webhook to queue (nil: none), in the same transaction: the change

@@ -68,22 +68,8 @@ func (s *Store) CreateWorkload(ctx context.Context, w workload.Workload) error {
 	}
 	err = s.db.Tx(ctx, func(tx *sql.Tx) error {
 		if w.Status == workload.PendingApproval {
-			// The cap on one person's launches waiting for approval in a
-			// team is decided here, in the transaction that inserts: on
-			// PostgreSQL a lock per team and owner queues concurrent
-			// launches; SQLite's write transactions are exclusive.
-			if s.db.Driver() == store.Postgres {
-				if _, err := s.db.TxExec(ctx, tx, `SELECT pg_advisory_xact_lock(hashtext($1))`, "pending/"+w.Team.String()+"/"+w.Owner); err != nil {
-					return err
-				}
-			}
-			var n int
-			if err := s.db.TxQueryRow(ctx, tx, s.db.Q(`SELECT COUNT(*) FROM workloads WHERE team = ? AND owner = ? AND status = ?`),
-				w.Team.String(), w.Owner, string(workload.PendingApproval)).Scan(&n); err != nil {
+			if err := s.pendingCap(ctx, tx, w); err != nil {
 				return err
-			}
-			if n >= workload.MaxPendingApprovals {
-				return &workload.PendingLimit{Waiting: n}
 			}
 		}
 		_, err := s.db.TxExec(ctx, tx, s.db.Q(`INSERT INTO workloads (`+workloadColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
@@ -103,6 +89,28 @@ func (s *Store) CreateWorkload(ctx context.Context, w workload.Workload) error {
 			return &fault.Conflict{Kind: "workload", Name: w.IdempotencyKey, Reason: "Idempotency-Key already used"}
 		}
 		return fmt.Errorf("insert workload %s: %w", w.ID, err)
+	}
+	return nil
+}
+
+// pendingCap is the cap on one person's workloads waiting for approval in a
+// team (launches, and starts again), decided in the transaction that
+// records one more: on PostgreSQL a lock per team and owner queues
+// concurrent ones; SQLite's write transactions are exclusive.
+// *workload.PendingLimit when w would be one too many.
+func (s *Store) pendingCap(ctx context.Context, tx *sql.Tx, w workload.Workload) error {
+	if s.db.Driver() == store.Postgres {
+		if _, err := s.db.TxExec(ctx, tx, `SELECT pg_advisory_xact_lock(hashtext($1))`, "pending/"+w.Team.String()+"/"+w.Owner); err != nil {
+			return err
+		}
+	}
+	var n int
+	if err := s.db.TxQueryRow(ctx, tx, s.db.Q(`SELECT COUNT(*) FROM workloads WHERE team = ? AND owner = ? AND status = ? AND id <> ?`),
+		w.Team.String(), w.Owner, string(workload.PendingApproval), w.ID).Scan(&n); err != nil {
+		return err
+	}
+	if n >= workload.MaxPendingApprovals {
+		return &workload.PendingLimit{Waiting: n}
 	}
 	return nil
 }
@@ -413,6 +421,11 @@ func (s *Store) UpdateWorkloadNotify(ctx context.Context, id string, fn func(wor
 		if workload.SameRecord(old, w) {
 			out.UpdatedAt = old.UpdatedAt
 			return nil
+		}
+		if w.Status == workload.PendingApproval && old.Status != workload.PendingApproval {
+			if err := s.pendingCap(ctx, tx, w); err != nil {
+				return err
+			}
 		}
 		until, deferral, err := deferralColumns(w.Deferral)
 		if err != nil {

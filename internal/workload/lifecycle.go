@@ -253,7 +253,12 @@ func Transition(w Workload, tr Trigger, reason string, at time.Time) (out Worklo
 		// it ran once, for no time Gantry saw.
 		w.Attempts, w.StartedAt = 1, at
 	}
+	// A start again that waits for approval has not started: it keeps when
+	// it ended (and how) until approved, and keeps it when refused,
+	// withdrawn or deleted.
+	waitsToStart := tr == StartHeld || (w.Status == PendingApproval && w.Approval.Restart && !w.EndedAt.IsZero())
 	switch {
+	case waitsToStart && (to == PendingApproval || to.Ended()):
 	case to.Ended() && !w.Status.Ended():
 		w.EndedAt = at
 	case !to.Ended():

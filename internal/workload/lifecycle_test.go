@@ -115,6 +115,32 @@ func TestWithdrawIsAStartsOnly(t *testing.T) {
 	}
 }
 
+// TestStartWaitingKeepsItsEnd: a stopped workload's start held for
+// approval has not started: it keeps when it ended (and its exit code)
+// while it waits, and keeps them when the start is refused, withdrawn or
+// the workload deleted; approved, it has started (no end).
+func TestStartWaitingKeepsItsEnd(t *testing.T) {
+	stopped := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
+	at := stopped.Add(3 * time.Hour)
+	code := 0
+	w := Workload{ID: "w1", Status: Stopped, EndedAt: stopped, ExitCode: &code}
+	held, _, err := Transition(w, StartHeld, "waiting", at)
+	if err != nil || held.Status != PendingApproval || !held.EndedAt.Equal(stopped) || held.ExitCode == nil {
+		t.Fatalf("held: %s ended %v code %v %v", held.Status, held.EndedAt, held.ExitCode, err)
+	}
+	held.Approval = Approval{Why: "over budget", Restart: true}
+	for _, tr := range []Trigger{DenyStart, Withdraw, Delete} {
+		out, _, err := Transition(held, tr, "back", at.Add(time.Hour))
+		if err != nil || !out.EndedAt.Equal(stopped) || out.ExitCode == nil {
+			t.Errorf("%s: %s ended %v code %v %v, want its end at %v kept", tr, out.Status, out.EndedAt, out.ExitCode, err, stopped)
+		}
+	}
+	out, _, err := Transition(held, Approve, "", at.Add(time.Hour))
+	if err != nil || out.Status != Pending || !out.EndedAt.IsZero() || out.ExitCode != nil {
+		t.Errorf("approved: %s ended %v code %v %v, want no end", out.Status, out.EndedAt, out.ExitCode, err)
+	}
+}
+
 // TestTransitionUnchanged: the same report twice writes nothing the second
 // time; a new reason for the same status is a change.
 func TestTransitionUnchanged(t *testing.T) {

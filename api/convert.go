@@ -157,13 +157,15 @@ func (s *server) workloadOut(w workload.Workload) model.Workload {
 	out.Actions = actionsOf[w.Status] // shared, read only: made once per status
 	if d := w.Deferral; d != nil {
 		out.Deferral = deferralOut(d)
-		if d.Holding() {
-			acts := []model.WorkloadActions{}
-			for _, a := range w.Actions() {
-				acts = append(acts, model.WorkloadActions(a))
-			}
-			out.Actions = &acts
+	}
+	if w.Deferral.Holding() || (w.Status == workload.PendingApproval && w.Approval.Restart) {
+		// What it allows beyond its status's: start now, held for cleaner
+		// power; stop (withdraw), a start waiting for approval.
+		acts := []model.WorkloadActions{}
+		for _, a := range w.Actions() {
+			acts = append(acts, model.WorkloadActions(a))
 		}
+		out.Actions = &acts
 	}
 	if !w.EndedAt.IsZero() {
 		out.EndedAt = ptr(w.EndedAt)

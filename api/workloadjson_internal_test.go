@@ -6,12 +6,14 @@ import (
 	"math"
 	"net/http/httptest"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gantryhq/gantry/api/gen"
 	"github.com/gantryhq/gantry/api/model"
+	"github.com/gantryhq/gantry/internal/workload"
 )
 
 // filled sets every field of v (a pointer), however deep, to a value that is
@@ -137,4 +139,28 @@ func FuzzWorkloadJSON(f *testing.F) {
 			CreatedAt: time.Unix(0, nanos%(1<<62)).UTC(), Actions: &[]model.WorkloadActions{model.WorkloadActions(key)}}
 		sameAsGenerated(t, "fuzzed", w)
 	})
+}
+
+// TestActionsBeyondTheStatus: the API offers what a workload allows beyond
+// its status's row — stop (withdraw) for a start waiting for approval, not
+// for a launch waiting for one; start now for a launch held for cleaner
+// power — as Workload.Actions says.
+func TestActionsBeyondTheStatus(t *testing.T) {
+	s := &server{o: Options{Now: func() time.Time { return time.Date(2026, 12, 5, 9, 0, 0, 0, time.UTC) }}}
+	has := func(w workload.Workload, a model.WorkloadActions) bool {
+		out := s.workloadOut(w)
+		return out.Actions != nil && slices.Contains(*out.Actions, a)
+	}
+	start := workload.Workload{ID: "w1", Status: workload.PendingApproval, Approval: workload.Approval{Why: "over budget", Restart: true}}
+	launch := workload.Workload{ID: "w2", Status: workload.PendingApproval, Approval: workload.Approval{Why: "over the ceiling"}}
+	held := workload.Workload{ID: "w3", Status: workload.Queued, Deferral: &workload.Deferral{Until: time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)}}
+	if !has(start, model.WorkloadActionsStop) || !has(start, model.WorkloadActionsDelete) {
+		t.Errorf("a start waiting for approval: %v, want stop and delete", *s.workloadOut(start).Actions)
+	}
+	if has(launch, model.WorkloadActionsStop) || !has(launch, model.WorkloadActionsApprove) {
+		t.Errorf("a launch waiting for approval: %v, want approve and no stop", *s.workloadOut(launch).Actions)
+	}
+	if !has(held, model.WorkloadActionsStart) {
+		t.Errorf("a launch held for cleaner power: %v, want start", *s.workloadOut(held).Actions)
+	}
 }

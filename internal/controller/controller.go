@@ -65,7 +65,7 @@ type Options struct {
 	// workload, within Repeat of it and with the record then agreeing
 	// (its status the one observed), is not recorded again (default 2s;
 	// negative: every observation is recorded). A record changed elsewhere
-	// meanwhile hears the cluster again at its next change or resync.
+	// is forgotten (Forget), so it hears the cluster's next observation.
 	Repeat time.Duration
 }
 
@@ -184,6 +184,7 @@ func (c *Controller) next(ctx context.Context) bool {
 func (c *Controller) sync(ctx context.Context, id string) error {
 	o, ok := c.src.Observe(id)
 	if !ok {
+		c.Forget(id)
 		return nil
 	}
 	if len(o.Evicted) > 0 {
@@ -196,6 +197,7 @@ func (c *Controller) sync(ctx context.Context, id string) error {
 		}
 	}
 	if o.Phase == "" {
+		c.Forget(id)
 		return nil
 	}
 	obs := workload.Observed{Status: o.Phase, Reason: o.Reason, NodeGroups: o.NodeGroups, Cluster: o.Cluster, GPUHourPrice: o.GPUHourPrice, At: o.At}
@@ -206,10 +208,22 @@ func (c *Controller) sync(ctx context.Context, id string) error {
 		return nil
 	}
 	w, err := c.rec.Observe(ctx, id, obs)
-	if err == nil {
-		c.remember(id, obs, w.Status)
+	if err != nil {
+		c.Forget(id) // refused or failed: what the record holds is not known
+		return err
 	}
-	return err
+	c.remember(id, obs, w.Status)
+	return nil
+}
+
+// Forget drops what the controller remembers of workload id's last
+// observation: its record changed elsewhere (a stop, a start, an approval;
+// server wires the store's change feed here), so the next observation is
+// recorded whatever it says.
+func (c *Controller) Forget(id string) {
+	c.mu.Lock()
+	delete(c.last, id)
+	c.mu.Unlock()
 }
 
 // repeated reports whether obs is the last observation recorded for id,

@@ -143,6 +143,12 @@ func run(t *testing.T, rec *recorder) (*source, func()) {
 
 func runWith(t *testing.T, rec *recorder, o Options) (*source, func()) {
 	t.Helper()
+	src, _, stop := runCtl(t, rec, o)
+	return src, stop
+}
+
+func runCtl(t *testing.T, rec *recorder, o Options) (*source, *Controller, func()) {
+	t.Helper()
 	src := &source{obs: map[string]watch.Observation{}}
 	o.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	c, err := New(src, rec, o)
@@ -158,7 +164,7 @@ func runWith(t *testing.T, rec *recorder, o Options) (*source, func()) {
 		}
 		return nil
 	})
-	return src, func() {
+	return src, c, func() {
 		cancel()
 		if err := <-done; err != nil {
 			t.Error(err)
@@ -344,7 +350,7 @@ func TestRepeatedObservations(t *testing.T) {
 	rec := &recorder{calls: map[string]int{}, got: map[string]workload.Status{}, keep: map[string]workload.Status{"held": workload.PendingApproval}}
 	// One worker: ids are processed in the order they change, so once
 	// "mark" is recorded, everything fired before it has been processed.
-	src, stop := runWith(t, rec, Options{Workers: 1, Clock: clk, Repeat: 2 * time.Second})
+	src, ctl, stop := runCtl(t, rec, Options{Workers: 1, Clock: clk, Repeat: 2 * time.Second})
 	defer stop()
 	marks := 0
 	settle := func() {
@@ -383,13 +389,38 @@ func TestRepeatedObservations(t *testing.T) {
 	if calls("w1") != 2 {
 		t.Errorf("w1 after Repeat: %d calls, want 2", calls("w1"))
 	}
+	// Its record changed elsewhere (the change feed calls Forget): the next
+	// observation is recorded, the same or not.
+	ctl.Forget("w1")
+	src.fire("w1")
+	settle()
+	if calls("w1") != 3 {
+		t.Errorf("w1 after Forget: %d calls, want 3", calls("w1"))
+	}
+	// A report that fails is forgotten too: the same observation is
+	// recorded at the next change, not skipped.
+	n := calls("w1")
+	rec.mu.Lock()
+	rec.fail = map[string]int{"w1": n + 1}
+	rec.err = &fault.Conflict{Kind: "workload", Name: "w1", Reason: "is Stopped"}
+	rec.mu.Unlock()
+	src.mu.Lock()
+	src.obs["w1"] = watch.Observation{WorkloadID: "w1", Phase: "Queued"}
+	src.mu.Unlock()
+	src.fire("w1")
+	settle()
+	src.fire("w1")
+	settle()
+	if calls("w1") != 5 {
+		t.Errorf("w1 after a refused report: %d calls, want 5 (the refused one, then the same again)", calls("w1"))
+	}
 	src.mu.Lock()
 	src.obs["w1"] = watch.Observation{WorkloadID: "w1", Phase: "Running", Reason: "ready"}
 	src.mu.Unlock()
 	src.fire("w1")
 	settle()
-	if calls("w1") != 3 {
-		t.Errorf("w1 with a new reason: %d calls, want 3", calls("w1"))
+	if calls("w1") != 6 {
+		t.Errorf("w1 with a new reason: %d calls, want 6", calls("w1"))
 	}
 	// Evictions are always told.
 	src.mu.Lock()

@@ -469,11 +469,16 @@ func TestCPUTrainingResumes(t *testing.T) {
 	// The newest pod's log: resumed from a checkpoint at or after step 50
 	// (as far as the first pod got before it was killed), its steps from
 	// there to 150 and no further.
-	second := logs()
+	// (Read until whole, as the first: under CI load a read once returned
+	// only the log's last three lines.)
+	var second string
+	waitfor.Until(t, time.Minute, "the resumed run's log from its start", func() error {
+		if second = logs(); !strings.Contains(second, "resumed from step ") {
+			return fmt.Errorf("no resume in the log (%d lines, the last %q)", strings.Count(second, "\n"), lastLines(second, 3))
+		}
+		return nil
+	})
 	at := strings.Index(second, "resumed from step ")
-	if at < 0 {
-		t.Fatalf("the resumed run's log: %q", second)
-	}
 	var from int
 	if _, err := fmt.Sscanf(second[at:], "resumed from step %d", &from); err != nil || from < 50 || from >= steps || from%50 != 0 {
 		t.Fatalf("resumed from step %d (%v): %q", from, err, second)

@@ -100,6 +100,8 @@ type Registry struct {
 	streams    int
 	perUser    map[string]int
 
+	hooks   map[int]func(workload string) // OnWorkloadChange's, by number
+	hookN   int
 	seq     atomic.Int64        // the newest change published
 	pending map[*entry]struct{} // rechecks to run, each once
 	wake    chan struct{}       // a recheck is pending
@@ -252,7 +254,45 @@ func (r *Registry) Count() (conns, streams int) {
 // again; All checks every connection again.
 func (r *Registry) Publish(changes ...Change) {
 	r.mu.Lock()
+	hooks := make([]func(string), 0, len(r.hooks))
+	for _, h := range r.hooks {
+		hooks = append(hooks, h)
+	}
+	r.publish(changes)
+	r.mu.Unlock()
+	if len(hooks) == 0 {
+		return
+	}
+	for _, c := range changes {
+		if c.Kind == Workload {
+			for _, h := range hooks {
+				h(c.Subject)
+			}
+		}
+	}
+}
+
+// OnWorkloadChange has f told the id of every workload whose record
+// changes (as the feed says, on this replica, after its connections are
+// woken), until remove is called. f must not block.
+func (r *Registry) OnWorkloadChange(f func(workload string)) (remove func()) {
+	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.hooks == nil {
+		r.hooks = map[int]func(string){}
+	}
+	r.hookN++
+	n := r.hookN
+	r.hooks[n] = f
+	return func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		delete(r.hooks, n)
+	}
+}
+
+// publish is Publish's work on the connections; r.mu is held.
+func (r *Registry) publish(changes []Change) {
 	for _, c := range changes {
 		switch c.Kind {
 		case Workload:

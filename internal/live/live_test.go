@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -271,4 +272,22 @@ func TestFeedGap(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestOnWorkloadChange: a hook hears the id of every workload change
+// published (not a token's or a user's), each once, until removed.
+func TestOnWorkloadChange(t *testing.T) {
+	r := registry(t, live.Limits{PerIdentity: 10, PerReplica: 10})
+	var heard []string
+	remove := r.OnWorkloadChange(func(id string) { heard = append(heard, id) })
+	r.Publish(live.Change{Seq: 1, Kind: live.Workload, Subject: "w1"}, live.Change{Seq: 2, Kind: live.Token, Subject: "t1"},
+		live.Change{Seq: 3, Kind: live.User, Subject: "alice"}, live.Change{Seq: 4, Kind: live.Workload, Subject: "w2"})
+	if !slices.Equal(heard, []string{"w1", "w2"}) {
+		t.Fatalf("heard %v, want [w1 w2]", heard)
+	}
+	remove()
+	r.Publish(live.Change{Seq: 5, Kind: live.Workload, Subject: "w3"})
+	if len(heard) != 2 {
+		t.Errorf("heard %v after the hook was removed", heard)
+	}
 }

@@ -702,6 +702,10 @@ func (s *Server) lead(ctx context.Context, c *kube.Cluster) error {
 	if err != nil {
 		return err
 	}
+	// A record changed by anyone (on any replica, as the change feed says)
+	// hears the cluster's next observation, even one the controller has
+	// just recorded.
+	defer s.live.OnWorkloadChange(ctl.Forget)()
 	culler, err := cull.New(cull.Options{Store: s.Store.Workloads, Templates: s.Catalog, Stopper: s.Workloads, Progress: s.Runs, Settings: s.Store.Governance, Log: s.Log, Now: s.clock.Now})
 	if err != nil {
 		return err

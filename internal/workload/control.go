@@ -192,40 +192,40 @@ func (s *Service) Delete(ctx context.Context, id string) error {
 // Stop stops a workload and keeps it, with its volumes, so that Start can
 // bring it back: a Job is suspended, a service's Deployment or a notebook's
 // StatefulSet scaled to zero, a VM halted. Stopping a stopped workload is not
-// an error; stopping one that has ended is a *fault.Conflict.
+// an error; stopping one that has ended is a *fault.Conflict. A start again
+// that waits for approval is taken back (Withdraw); a launch that waits for
+// approval cannot be stopped (a *fault.Conflict: it is deleted instead).
 func (s *Service) Stop(ctx context.Context, id string) (Workload, error) {
-	w, err := s.manageable(ctx, id)
-	if err != nil {
+	if _, err := s.manageable(ctx, id); err != nil {
 		return Workload{}, err
 	}
-	if w.Status == PendingApproval && w.Approval.Restart {
-		return s.withdraw(ctx, id)
-	}
-	return s.halt(ctx, id, Stop, "")
-}
-
-// withdraw takes back a start that waits for approval: the workload is
-// Stopped as it was (nothing of it was started), the approval recorded as
-// withdrawn by the caller. Decided meanwhile (approved: it starts), it is
-// stopped as any live workload.
-func (s *Service) withdraw(ctx context.Context, id string) (Workload, error) {
+	// Which stop it is — a start waiting for approval taken back, or a
+	// workload stopped — is decided on the record in the transaction.
 	caller, _ := identity.From(ctx)
-	waiting := true
+	changed, withdrawn := false, false
 	w, err := s.store.UpdateWorkload(ctx, id, func(w Workload) (Workload, error) {
-		if waiting = w.Status == PendingApproval && w.Approval.Restart; !waiting {
-			return w, nil
-		}
 		now := s.clock()
-		out, _, err := Transition(w, Withdraw, "its start was withdrawn before an approver decided", now)
-		if err == nil {
-			out.Approval.Decision, out.Approval.By, out.Approval.Note, out.Approval.At = "withdrawn", caller.String(), "", now
+		switch {
+		case w.Status == Stopped || w.Status == IdleStopped:
+			return w, nil
+		case w.Status == PendingApproval && w.Approval.Restart:
+			// Nothing of it was started: Stopped as it was, the approval
+			// withdrawn (no longer to decide).
+			out, ch, err := Transition(w, Withdraw, "its start was withdrawn before an approver decided", now)
+			if err == nil {
+				out.Approval.Decision, out.Approval.By, out.Approval.Note, out.Approval.At = "withdrawn", caller.String(), "", now
+			}
+			changed, withdrawn = ch, true
+			return out, err
 		}
+		out, ch, err := Transition(w, Stop, "", now)
+		changed = ch
 		return out, err
 	})
-	if err != nil || waiting {
+	if err != nil || !changed || withdrawn {
 		return w, err
 	}
-	return s.halt(ctx, id, Stop, "")
+	return w, s.tell(ctx, w, func(ctx context.Context) error { return s.cluster.SetRunning(ctx, s.ref(w), false) })
 }
 
 // StopByRule stops a workload as one of its template's rules decided (a

@@ -2982,7 +2982,7 @@ type Workload struct {
 	// Deferral A flexible job's wait for cleaner power; absent when it did not wait.
 	Deferral *WorkloadDeferral `json:"deferral,omitempty"`
 
-	// EndedAt When it ended (Succeeded, Failed, Stopped, IdleStopped or Deleted); absent while it is live or waits.
+	// EndedAt When it ended (Succeeded, Failed, Stopped, IdleStopped or Deleted); absent while it is live or waits, but for a start again waiting for approval, which keeps when it was stopped.
 	EndedAt *time.Time `json:"endedAt,omitempty"`
 
 	// Endpoint In-cluster address of a service (such as http://vllm-inference-x.gantry-nlp.svc.cluster.local:8000) or of a notebook's app, which admits only Gantry's proxy: open a notebook at url.

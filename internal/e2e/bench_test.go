@@ -354,14 +354,17 @@ func submitToRunning(b *testing.B, templateName string, gpus int, order []int, b
 }
 
 // baselineQueue makes namespace ns (Kueue manages it: Gantry's label; Gantry
-// does not: no team label, not Gantry's prefix) with the LocalQueue
-// workloads are rendered for, on a ClusterQueue named ns with spec (its
-// namespaceSelector made ns alone), removed when b ends.
+// does not: no team label, not Gantry's prefix; Pod Security "restricted"
+// enforced, as on a team's namespace, so that its pods are admitted the
+// same way) with the LocalQueue workloads are rendered for, on a
+// ClusterQueue named ns with spec (its namespaceSelector made ns alone),
+// removed when b ends.
 func baselineQueue(b testing.TB, core kubernetes.Interface, dyn dynamic.Interface, ns string, spec map[string]any) {
 	b.Helper()
 	ctx := context.Background()
 	_, err := core.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns,
-		Labels: map[string]string{render.LabelManagedBy: render.ManagedBy}}}, metav1.CreateOptions{})
+		Labels: map[string]string{render.LabelManagedBy: render.ManagedBy, "pod-security.kubernetes.io/enforce": "restricted",
+			"pod-security.kubernetes.io/enforce-version": "latest", "pod-security.kubernetes.io/warn": "restricted"}}}, metav1.CreateOptions{})
 	if err != nil {
 		b.Fatal(err)
 	}

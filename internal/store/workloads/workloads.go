@@ -101,13 +101,13 @@ func (s *Store) CreateWorkload(ctx context.Context, w workload.Workload) error {
 func (s *Store) pendingCap(ctx context.Context, tx *sql.Tx, w workload.Workload) error {
 	if s.db.Driver() == store.Postgres {
 		if _, err := s.db.TxExec(ctx, tx, `SELECT pg_advisory_xact_lock(hashtext($1))`, "pending/"+w.Team.String()+"/"+w.Owner); err != nil {
-			return err
+			return fmt.Errorf("lock the approvals waiting for %s in team %s: %w", w.Owner, w.Team, err)
 		}
 	}
 	var n int
 	if err := s.db.TxQueryRow(ctx, tx, s.db.Q(`SELECT COUNT(*) FROM workloads WHERE team = ? AND owner = ? AND status = ? AND id <> ?`),
 		w.Team.String(), w.Owner, string(workload.PendingApproval), w.ID).Scan(&n); err != nil {
-		return err
+		return fmt.Errorf("count the approvals waiting for %s in team %s: %w", w.Owner, w.Team, err)
 	}
 	if n >= workload.MaxPendingApprovals {
 		return &workload.PendingLimit{Waiting: n}

@@ -478,10 +478,16 @@ func TestNotebookKeepsItsVolume(t *testing.T) {
 			t.Fatalf("start: %d %s", s, asJSON(w))
 		}
 		g.waitStatus(w.Id, "Running")
-		pods := podsOf(t, "nb", w.Id)
-		if len(pods) != 1 || !mountsClaim(pods[0], home.Name) {
-			t.Fatalf("round %d: after start, pods %d, want one mounting %s", round, len(pods), home.Name)
-		}
+		// Its pod, once the StatefulSet has made it. (Running can come a
+		// moment before: under CI load the leader's informer may still hold
+		// the stopped pod, Running, when the start is recorded — see
+		// docs/reliability.md.)
+		waitfor.Until(t, time.Minute, "its pod mounting "+home.Name, func() error {
+			if pods := podsOf(t, "nb", w.Id); len(pods) != 1 || !mountsClaim(pods[0], home.Name) {
+				return fmt.Errorf("round %d: after start, %d pods, want one mounting %s", round, len(pods), home.Name)
+			}
+			return nil
+		})
 		if got := claim(); got.UID != home.UID {
 			t.Fatalf("round %d: a new home claim after start", round)
 		}

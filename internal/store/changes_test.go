@@ -201,26 +201,32 @@ func testPendingApprovalsCap(t *testing.T, s *stores.All) {
 			Kind: "job", GPUClass: "H100-80GB", GPUCount: 8, Parameters: map[string]string{}, ObjectsHash: "h", Status: workload.PendingApproval,
 			Approval: workload.Approval{Why: "costs more than the ceiling", Expires: at.Add(time.Hour)}, CreatedAt: at, UpdatedAt: at}
 	}
-	var made, refused atomic.Int32
-	var wg sync.WaitGroup
-	for range 20 {
-		wg.Go(func() {
-			err := s.CreateWorkload(ctx, held("alice"))
-			var limit *workload.PendingLimit
-			switch {
-			case err == nil:
-				made.Add(1)
-			case errors.As(err, &limit) && limit.Waiting == workload.MaxPendingApprovals:
-				refused.Add(1)
-			default:
-				t.Error(err)
-			}
-		})
+	// at20 runs 20 tries at once and checks that exactly the cap's were
+	// recorded, the others refused with PendingLimit.
+	at20 := func(what string, try func(i int) error) {
+		t.Helper()
+		var made, refused atomic.Int32
+		var wg sync.WaitGroup
+		for i := range 20 {
+			wg.Go(func() {
+				err := try(i)
+				var limit *workload.PendingLimit
+				switch {
+				case err == nil:
+					made.Add(1)
+				case errors.As(err, &limit) && limit.Waiting == workload.MaxPendingApprovals:
+					refused.Add(1)
+				default:
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		if made.Load() != workload.MaxPendingApprovals || refused.Load() != 20-workload.MaxPendingApprovals {
+			t.Fatalf("20 concurrent %s: %d recorded, %d refused; want %d recorded", what, made.Load(), refused.Load(), workload.MaxPendingApprovals)
+		}
 	}
-	wg.Wait()
-	if made.Load() != workload.MaxPendingApprovals || refused.Load() != 20-workload.MaxPendingApprovals {
-		t.Fatalf("20 concurrent held launches: %d recorded, %d refused; want %d recorded", made.Load(), refused.Load(), workload.MaxPendingApprovals)
-	}
+	at20("held launches", func(int) error { return s.CreateWorkload(ctx, held("alice")) })
 	if err := s.CreateWorkload(ctx, held("bob")); err != nil {
 		t.Fatalf("another person's held launch: %v", err)
 	}
@@ -235,30 +241,14 @@ func testPendingApprovalsCap(t *testing.T, s *stores.All) {
 		}
 		ids = append(ids, w.ID)
 	}
-	made.Store(0)
-	refused.Store(0)
-	for _, id := range ids {
-		wg.Go(func() {
-			_, err := s.UpdateWorkload(ctx, id, func(w workload.Workload) (workload.Workload, error) {
-				w.Status, w.Reason = workload.PendingApproval, "waiting for approval to start again"
-				w.Approval = workload.Approval{Why: "over budget", Expires: at.Add(time.Hour), Restart: true}
-				return w, nil
-			})
-			var limit *workload.PendingLimit
-			switch {
-			case err == nil:
-				made.Add(1)
-			case errors.As(err, &limit) && limit.Waiting == workload.MaxPendingApprovals:
-				refused.Add(1)
-			default:
-				t.Error(err)
-			}
+	at20("starts held for approval", func(i int) error {
+		_, err := s.UpdateWorkload(ctx, ids[i], func(w workload.Workload) (workload.Workload, error) {
+			w.Status, w.Reason = workload.PendingApproval, "waiting for approval to start again"
+			w.Approval = workload.Approval{Why: "over budget", Expires: at.Add(time.Hour), Restart: true}
+			return w, nil
 		})
-	}
-	wg.Wait()
-	if made.Load() != workload.MaxPendingApprovals || refused.Load() != 20-workload.MaxPendingApprovals {
-		t.Fatalf("20 concurrent starts held for approval: %d recorded, %d refused; want %d recorded", made.Load(), refused.Load(), workload.MaxPendingApprovals)
-	}
+		return err
+	})
 	waiting, err := s.ListWorkloads(ctx, workload.Filter{Team: "vision", Owner: "carol", Status: workload.PendingApproval, Limit: 100})
 	if err != nil || len(waiting) != workload.MaxPendingApprovals {
 		t.Fatalf("carol's waiting: %d %v", len(waiting), err)

@@ -158,9 +158,9 @@ func (s *server) workloadOut(w workload.Workload) model.Workload {
 	if d := w.Deferral; d != nil {
 		out.Deferral = deferralOut(d)
 	}
-	if w.Deferral.Holding() || (w.Status == workload.PendingApproval && w.Approval.Restart) {
-		// What it allows beyond its status's: start now, held for cleaner
-		// power; stop (withdraw), a start waiting for approval.
+	if !w.ActionsOfStatus() {
+		// What it allows beyond its status's (start now, held for cleaner
+		// power; stop, a start waiting for approval).
 		acts := []model.WorkloadActions{}
 		for _, a := range w.Actions() {
 			acts = append(acts, model.WorkloadActions(a))

@@ -9,6 +9,7 @@ import (
 	"github.com/gantryhq/gantry/internal/catalog"
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/identity"
+	"github.com/gantryhq/gantry/internal/team"
 	"github.com/gantryhq/gantry/internal/template"
 )
 
@@ -199,33 +200,7 @@ func (s *Service) Stop(ctx context.Context, id string) (Workload, error) {
 	if _, err := s.manageable(ctx, id); err != nil {
 		return Workload{}, err
 	}
-	// Which stop it is — a start waiting for approval taken back, or a
-	// workload stopped — is decided on the record in the transaction.
-	caller, _ := identity.From(ctx)
-	changed, withdrawn := false, false
-	w, err := s.store.UpdateWorkload(ctx, id, func(w Workload) (Workload, error) {
-		now := s.clock()
-		switch {
-		case w.Status == Stopped || w.Status == IdleStopped:
-			return w, nil
-		case w.Status == PendingApproval && w.Approval.Restart:
-			// Nothing of it was started: Stopped as it was, the approval
-			// withdrawn (no longer to decide).
-			out, ch, err := Transition(w, Withdraw, "its start was withdrawn before an approver decided", now)
-			if err == nil {
-				out.Approval.Decision, out.Approval.By, out.Approval.Note, out.Approval.At = "withdrawn", caller.String(), "", now
-			}
-			changed, withdrawn = ch, true
-			return out, err
-		}
-		out, ch, err := Transition(w, Stop, "", now)
-		changed = ch
-		return out, err
-	})
-	if err != nil || !changed || withdrawn {
-		return w, err
-	}
-	return w, s.tell(ctx, w, func(ctx context.Context) error { return s.cluster.SetRunning(ctx, s.ref(w), false) })
+	return s.halt(ctx, id, Stop, "")
 }
 
 // StopByRule stops a workload as one of its template's rules decided (a
@@ -238,10 +213,31 @@ func (s *Service) StopByRule(ctx context.Context, id, reason string) error {
 }
 
 // halt records a stop (by a person, the max runtime or the idle culler) and
-// tells the cluster; a workload already stopped is left as it is.
+// tells the cluster; a workload already stopped is left as it is. A person's
+// stop of a start waiting for approval takes that start back (Withdraw:
+// nothing of it was started, so the cluster is not told). Which it is is
+// decided on the record in the transaction.
 func (s *Service) halt(ctx context.Context, id string, tr Trigger, reason string) (Workload, error) {
-	w, changed, err := s.transitionUnless(ctx, id, tr, reason, func(st Status) bool { return st == Stopped || st == IdleStopped })
-	if err != nil || !changed {
+	caller, _ := identity.From(ctx)
+	changed, withdrawn := false, false
+	w, err := s.store.UpdateWorkload(ctx, id, func(w Workload) (Workload, error) {
+		if w.Status == Stopped || w.Status == IdleStopped {
+			return w, nil
+		}
+		now := s.clock()
+		if tr == Stop && w.StartWaits() {
+			out, ch, err := Transition(w, Withdraw, "its start was withdrawn before an approver decided", now)
+			if err == nil {
+				out.Approval.Decision, out.Approval.By, out.Approval.Note, out.Approval.At = "withdrawn", orDefault(caller.String(), "gantry"), "", now
+			}
+			changed, withdrawn = ch, true
+			return out, err
+		}
+		out, ch, err := Transition(w, tr, reason, now)
+		changed = ch
+		return out, err
+	})
+	if err != nil || !changed || withdrawn {
 		return w, err
 	}
 	return w, s.tell(ctx, w, func(ctx context.Context) error { return s.cluster.SetRunning(ctx, s.ref(w), false) })
@@ -323,8 +319,7 @@ func (s *Service) Start(ctx context.Context, id string) (Workload, error) {
 	if errors.As(err, &limit) && held != nil {
 		// Past the cap, counted again where the start is recorded (the
 		// count in mayRestart only answers early).
-		return w, &fault.Conflict{Kind: "workload", Name: id, Reason: fmt.Sprintf(
-			"starting it again needs approval (%s), and %d of its owner's workloads in team %s already wait for one: wait for a decision, or delete one", held.Why, limit.Waiting, team)}
+		return w, restartCapConflict(id, held.Why, limit.Waiting, team)
 	}
 	if err != nil || !changed || w.Status == PendingApproval {
 		return w, err
@@ -442,12 +437,18 @@ func (s *Service) mayRestart(ctx context.Context, w Workload) (held *Approval, e
 			return nil, err
 		}
 		if len(waiting) >= MaxPendingApprovals {
-			return nil, &fault.Conflict{Kind: "workload", Name: w.ID, Reason: fmt.Sprintf(
-				"starting it again needs approval (%s), and %d of its owner's workloads in team %s already wait for one: wait for a decision, or delete one", v.Why, len(waiting), w.Team)}
+			return nil, restartCapConflict(w.ID, v.Why, len(waiting), w.Team)
 		}
 		return &Approval{Why: v.Why, Expires: s.clock().Add(expires), Restart: true}, nil
 	}
 	return nil, nil
+}
+
+// restartCapConflict refuses a start again that needs approval (why) while
+// waiting of its owner's workloads in team t already wait for one.
+func restartCapConflict(id, why string, waiting int, t team.Name) error {
+	return &fault.Conflict{Kind: "workload", Name: id, Reason: fmt.Sprintf(
+		"starting it again needs approval (%s), and %d of its owner's workloads in team %s already wait for one: wait for a decision, or delete one", why, waiting, t)}
 }
 
 // trialRunConflict refuses to start a trial's run again.

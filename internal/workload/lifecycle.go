@@ -166,11 +166,21 @@ func (w Workload) Actions() []Action {
 	if w.Deferral.Holding() && !slices.Contains(acts, ActStart) {
 		acts = append(acts, ActStart)
 	}
-	if w.Status == PendingApproval && w.Approval.Restart && !slices.Contains(acts, ActStop) {
+	if w.StartWaits() && !slices.Contains(acts, ActStop) {
 		acts = append(acts, ActStop)
 	}
 	return acts
 }
+
+// ActionsOfStatus reports whether w allows what its status's row does and
+// no more (Actions is Actions(w.Status)): what a caller may share per
+// status.
+func (w Workload) ActionsOfStatus() bool { return !w.Deferral.Holding() && !w.StartWaits() }
+
+// StartWaits reports whether w is a stopped workload's start again waiting
+// for approval (not a launch's): nothing of it runs, and it may be taken
+// back (Withdraw).
+func (w Workload) StartWaits() bool { return w.Status == PendingApproval && w.Approval.Restart }
 
 // Accepts lists the triggers a status accepts, sorted.
 func Accepts(from Status) []Trigger {
@@ -256,7 +266,7 @@ func Transition(w Workload, tr Trigger, reason string, at time.Time) (out Worklo
 	// A start again that waits for approval has not started: it keeps when
 	// it ended (and how) until approved, and keeps it when refused,
 	// withdrawn or deleted.
-	waitsToStart := tr == StartHeld || (w.Status == PendingApproval && w.Approval.Restart && !w.EndedAt.IsZero())
+	waitsToStart := tr == StartHeld || (w.StartWaits() && !w.EndedAt.IsZero())
 	switch {
 	case waitsToStart && (to == PendingApproval || to.Ended()):
 	case to.Ended() && !w.Status.Ended():

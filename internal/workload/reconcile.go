@@ -159,7 +159,7 @@ func (s *Service) actionFor(ctx context.Context, o ObjectRef, removeOrphans bool
 		return Convergence{Object: o, Do: "delete", Why: "the workload was deleted", Done: true}, true, nil
 	case (w.Status == Stopped || w.Status == IdleStopped) && o.Running:
 		return Convergence{Object: o, Do: "stop", Why: "the workload was stopped", Done: true}, true, nil
-	case w.Status == PendingApproval && w.Approval.Restart && o.Running:
+	case w.StartWaits() && o.Running:
 		// A start held for approval runs nothing until approved (a stop
 		// the cluster missed before it).
 		return Convergence{Object: o, Do: "stop", Why: "its start waits for approval", Done: true}, true, nil

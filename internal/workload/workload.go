@@ -109,9 +109,10 @@ type Workload struct {
 	Cluster string
 	// Its history: when it first turned Running (zero: never yet), when it
 	// ended (Succeeded, Failed, Stopped, IdleStopped or Deleted; zero while
-	// live; kept while a start again waits for approval), how many times it started running (a Job's retry, a start
-	// after a stop, a restart after an eviction each count), and its main
-	// container's exit code when it ended (nil: not known).
+	// live; kept while a start again waits for approval), how many times it
+	// started running (a Job's retry, a start after a stop, a restart after
+	// an eviction each count), and its main container's exit code when it
+	// ended (nil: not known).
 	StartedAt time.Time
 	EndedAt   time.Time
 	Attempts  int

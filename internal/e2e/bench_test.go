@@ -33,6 +33,7 @@ import (
 	"github.com/gantryhq/gantry/internal/devcluster/clustertest"
 	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/kube"
+	"github.com/gantryhq/gantry/internal/kube/kapi"
 	"github.com/gantryhq/gantry/internal/loadgen"
 	"github.com/gantryhq/gantry/internal/quota"
 	"github.com/gantryhq/gantry/internal/render"
@@ -363,8 +364,7 @@ func baselineQueue(b testing.TB, core kubernetes.Interface, dyn dynamic.Interfac
 	b.Helper()
 	ctx := context.Background()
 	_, err := core.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns,
-		Labels: map[string]string{render.LabelManagedBy: render.ManagedBy, "pod-security.kubernetes.io/enforce": "restricted",
-			"pod-security.kubernetes.io/enforce-version": "latest", "pod-security.kubernetes.io/warn": "restricted"}}}, metav1.CreateOptions{})
+		Labels: kube.PodSecurityRestricted(map[string]string{render.LabelManagedBy: render.ManagedBy})}}, metav1.CreateOptions{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -386,7 +386,7 @@ func baselineQueue(b testing.TB, core kubernetes.Interface, dyn dynamic.Interfac
 	b.Cleanup(func() {
 		ctx := context.Background()
 		core.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
-		dyn.Resource(schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "clusterqueues"}).Delete(ctx, ns, metav1.DeleteOptions{})
+		dyn.Resource(kapi.KueueResources["ClusterQueue"]).Delete(ctx, ns, metav1.DeleteOptions{})
 	})
 }
 
@@ -410,8 +410,7 @@ func likeTeam(b testing.TB, dyn dynamic.Interface, t team.Name) map[string]any {
 	b.Helper()
 	var spec map[string]any
 	waitfor.Until(b, time.Minute, "team "+t.String()+"'s ClusterQueue", func() error {
-		u, err := dyn.Resource(schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "clusterqueues"}).
-			Get(context.Background(), quota.ClusterQueue(t), metav1.GetOptions{})
+		u, err := dyn.Resource(kapi.KueueResources["ClusterQueue"]).Get(context.Background(), quota.ClusterQueue(t), metav1.GetOptions{})
 		if err == nil {
 			spec, _, err = unstructured.NestedMap(u.Object, "spec")
 		}

@@ -204,6 +204,16 @@ func (c *Cluster) EnsureNamespace(ctx context.Context, name string, t team.Name)
 	return nil
 }
 
+// PodSecurityRestricted is labels with a namespace's Pod Security labels
+// added: "restricted" enforced (the latest version) and warned of, as on
+// every team's namespace.
+func PodSecurityRestricted(labels map[string]string) map[string]string {
+	labels["pod-security.kubernetes.io/enforce"] = "restricted"
+	labels["pod-security.kubernetes.io/enforce-version"] = "latest"
+	labels["pod-security.kubernetes.io/warn"] = "restricted"
+	return labels
+}
+
 // ApplyNamespace applies a team's namespace on a cluster: Pod Security
 // "restricted" enforced, a default-deny ingress NetworkPolicy and, with
 // queue, the team's LocalQueue.
@@ -211,13 +221,10 @@ func ApplyNamespace(ctx context.Context, core kubernetes.Interface, queue *kueue
 	team := t.String()
 	ns := &corev1.Namespace{
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Namespace"},
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
-			"pod-security.kubernetes.io/enforce":         "restricted",
-			"pod-security.kubernetes.io/enforce-version": "latest",
-			"pod-security.kubernetes.io/warn":            "restricted",
-			render.LabelManagedBy:                        render.ManagedBy,
-			render.LabelTeam:                             team,
-		}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: PodSecurityRestricted(map[string]string{
+			render.LabelManagedBy: render.ManagedBy,
+			render.LabelTeam:      team,
+		})},
 	}
 	data, err := json.Marshal(ns)
 	if err != nil {

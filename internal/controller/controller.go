@@ -76,15 +76,18 @@ type Controller struct {
 	o     Options
 	queue workqueue.TypedRateLimitingInterface[string]
 
-	mu   sync.Mutex
-	last map[string]recorded // by workload id: the last observation the record agreed with
-	puts int
+	mu      sync.Mutex
+	last    map[string]recorded // by workload id: the last observation the record agreed with, or when it was forgotten
+	puts    int
+	forgets uint64 // how many times Forget was called
 }
 
-// recorded is an observation the record agreed with, and when.
+// recorded is an observation the record agreed with, and when; or, with
+// forgot set (the forgets count then), that the record changed elsewhere.
 type recorded struct {
-	o  workload.Observed
-	at time.Time
+	o      workload.Observed
+	at     time.Time
+	forgot uint64
 }
 
 // New returns a controller; Run starts it.
@@ -207,13 +210,21 @@ func (c *Controller) sync(ctx context.Context, id string) error {
 	if len(o.Evicted) == 0 && c.repeated(id, obs) {
 		return nil
 	}
+	since := c.forgotten()
 	w, err := c.rec.Observe(ctx, id, obs)
 	if err != nil {
 		c.Forget(id) // refused or failed: what the record holds is not known
 		return err
 	}
-	c.remember(id, obs, w.Status)
+	c.remember(id, obs, w.Status, since)
 	return nil
+}
+
+// forgotten is how many times Forget has been called.
+func (c *Controller) forgotten() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.forgets
 }
 
 // Forget drops what the controller remembers of workload id's last
@@ -221,9 +232,11 @@ func (c *Controller) sync(ctx context.Context, id string) error {
 // server wires the store's change feed here), so the next observation is
 // recorded whatever it says.
 func (c *Controller) Forget(id string) {
+	now := c.o.Clock.Now()
 	c.mu.Lock()
-	delete(c.last, id)
-	c.mu.Unlock()
+	defer c.mu.Unlock()
+	c.forgets++
+	c.last[id] = recorded{at: now, forgot: c.forgets}
 }
 
 // repeated reports whether obs is the last observation recorded for id,
@@ -235,19 +248,24 @@ func (c *Controller) repeated(id string, obs workload.Observed) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	r, ok := c.last[id]
-	return ok && c.o.Clock.Since(r.at) < c.o.Repeat && same(r.o, obs)
+	return ok && r.forgot == 0 && c.o.Clock.Since(r.at) < c.o.Repeat && same(r.o, obs)
 }
 
 // remember keeps obs as id's last observation when the record agrees with
-// it (status is the record's after it), and forgets id's otherwise. Now and
-// then the entries older than Repeat go.
-func (c *Controller) remember(id string, obs workload.Observed, status workload.Status) {
+// it (status is the record's after it), and forgets id's otherwise — unless
+// the record was changed elsewhere while it was reported (Forget called
+// after since, the forgets count when the report began): then it stays
+// forgotten. Now and then the entries older than Repeat go.
+func (c *Controller) remember(id string, obs workload.Observed, status workload.Status, since uint64) {
 	if c.o.Repeat < 0 {
 		return
 	}
 	now := c.o.Clock.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if r, ok := c.last[id]; ok && r.forgot > since {
+		return
+	}
 	if status != obs.Status {
 		delete(c.last, id)
 		return

@@ -74,9 +74,16 @@ type recorder struct {
 	exits    map[string]int
 	failAt   int                        // Evicted fails the workload once it has seen this many pods (0: never)
 	keep     map[string]workload.Status // the status the record keeps whatever is reported
+	during   func(id string)            // called while a report is recorded (another writer's change)
 }
 
 func (r *recorder) Observe(ctx context.Context, id string, o workload.Observed) (workload.Workload, error) {
+	r.mu.Lock()
+	during := r.during
+	r.mu.Unlock()
+	if during != nil {
+		during(id)
+	}
 	if o.ExitCode != nil {
 		return r.reportExit(ctx, id, o.Status, o.Reason, *o.ExitCode)
 	}
@@ -413,6 +420,26 @@ func TestRepeatedObservations(t *testing.T) {
 	settle()
 	if calls("w1") != 5 {
 		t.Errorf("w1 after a refused report: %d calls, want 5 (the refused one, then the same again)", calls("w1"))
+	}
+	// The record changed elsewhere while a report was being recorded (the
+	// change feed's Forget lands in between): what the report found is not
+	// remembered, and the same observation is recorded again.
+	rec.mu.Lock()
+	rec.during = func(id string) {
+		if id == "w2" {
+			ctl.Forget(id)
+		}
+	}
+	rec.mu.Unlock()
+	src.set("w2", "Running")
+	settle()
+	rec.mu.Lock()
+	rec.during = nil
+	rec.mu.Unlock()
+	src.fire("w2")
+	settle()
+	if calls("w2") != 2 {
+		t.Errorf("w2, forgotten while reported: %d calls, want 2", calls("w2"))
 	}
 	src.mu.Lock()
 	src.obs["w1"] = watch.Observation{WorkloadID: "w1", Phase: "Running", Reason: "ready"}

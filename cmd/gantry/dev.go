@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -144,7 +143,7 @@ and see where it went (its "cluster" and "reason"):
 	// No cluster DNS or kube-proxy here: /w/{id}/ reaches a notebook's
 	// Service through its endpoints (pods on the real node answer; the
 	// simulated nodes' pods do not).
-	apps := &http.Transport{DialContext: cl.DialService, ResponseHeaderTimeout: 5 * time.Minute, IdleConnTimeout: 90 * time.Second, MaxIdleConnsPerHost: 16}
+	cfg.AppDial = config.AppDialEndpoints
 	// Training Jobs on the real node report their progress to Gantry
 	// through a forwarder on the host's side of its veth pair (Gantry
 	// listens on loopback).
@@ -160,7 +159,7 @@ and see where it went (its "cluster" and "reason"):
 			cfg.Runs.ReportURL = "http://gantry-dev.invalid"
 		}
 	}
-	srv, err := server.New(ctx, cfg, server.Overrides{AppTransport: apps})
+	srv, err := server.New(ctx, cfg, server.Overrides{})
 	if err != nil {
 		return err
 	}

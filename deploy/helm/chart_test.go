@@ -207,6 +207,68 @@ func TestServer(t *testing.T) {
 	}
 }
 
+// TestReach: what an operator sets where Gantry's pod reaches the rest
+// differently (a cluster without DNS or kube-proxy, a private CA, a
+// registry mirror): appDial and images.mirrors reach Gantry's settings, the
+// CA's ConfigMap is mounted and added to the system's roots, and
+// hostAliases and extraEnv reach the pod; by default none of it is there.
+func TestReach(t *testing.T) {
+	objs := render(t, "sqlite", "appDial=endpoints", "images.mirrors.registry\\.example\\.com=mirror.internal:5000",
+		"extraCA.configMap=corp-ca", "hostAliases[0].ip=10.0.0.1", "hostAliases[0].hostnames[0]=idp.corp",
+		"extraEnv[0].name=HTTPS_PROXY", "extraEnv[0].value=http://proxy.corp:3128")
+	d := find[appsv1.Deployment](t, objs, "Deployment", "gantry")
+	cm := find[corev1.ConfigMap](t, objs, "ConfigMap", "gantry-config")
+	var cfg struct {
+		AppDial string `json:"appDial"`
+		Images  struct {
+			Mirrors map[string]string `json:"mirrors"`
+		} `json:"images"`
+	}
+	if err := yaml.Unmarshal([]byte(cm.Data["gantry.yaml"]), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.AppDial != "endpoints" || cfg.Images.Mirrors["registry.example.com"] != "mirror.internal:5000" {
+		t.Errorf("settings: appDial %q, mirrors %v", cfg.AppDial, cfg.Images.Mirrors)
+	}
+	spec := d.Spec.Template.Spec
+	if len(spec.HostAliases) != 1 || spec.HostAliases[0].IP != "10.0.0.1" || !slices.Equal(spec.HostAliases[0].Hostnames, []string{"idp.corp"}) {
+		t.Errorf("hostAliases %+v", spec.HostAliases)
+	}
+	env := map[string]string{}
+	for _, e := range spec.Containers[0].Env {
+		env[e.Name] = e.Value
+	}
+	if env["HTTPS_PROXY"] != "http://proxy.corp:3128" || env["SSL_CERT_DIR"] != "/etc/ssl/certs:/etc/gantry/ca" {
+		t.Errorf("env %v", env)
+	}
+	mounted := false
+	for _, m := range spec.Containers[0].VolumeMounts {
+		mounted = mounted || m.Name == "extra-ca" && m.MountPath == "/etc/gantry/ca" && m.ReadOnly
+	}
+	fromCM := false
+	for _, v := range spec.Volumes {
+		fromCM = fromCM || v.Name == "extra-ca" && v.ConfigMap != nil && v.ConfigMap.Name == "corp-ca"
+	}
+	if !mounted || !fromCM {
+		t.Errorf("the CA: mounted %v, from corp-ca %v", mounted, fromCM)
+	}
+
+	objs = render(t, "sqlite")
+	d = find[appsv1.Deployment](t, objs, "Deployment", "gantry")
+	cm = find[corev1.ConfigMap](t, objs, "ConfigMap", "gantry-config")
+	if err := yaml.Unmarshal([]byte(cm.Data["gantry.yaml"]), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.AppDial != "dns" || len(d.Spec.Template.Spec.HostAliases) != 0 || strings.Contains(cm.Data["gantry.yaml"], "mirrors") {
+		t.Errorf("by default: appDial %q, hostAliases %v, settings\n%s", cfg.AppDial, d.Spec.Template.Spec.HostAliases, cm.Data["gantry.yaml"])
+	}
+	for _, e := range d.Spec.Template.Spec.Containers[0].Env {
+		if e.Name == "SSL_CERT_DIR" {
+			t.Errorf("SSL_CERT_DIR set without a CA")
+		}
+	}
+}
+
 // TestRBAC: the ClusterRole and Role are exactly files/*-rules.yaml (the
 // rules the e2e suite checks against the API server's audit log), with no
 // wildcard and no access to Secrets, and are bound to Gantry's

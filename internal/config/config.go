@@ -103,6 +103,13 @@ type Config struct {
 	// RemoveOrphans deletes objects that carry Gantry's labels but belong to no
 	// live workload; otherwise they are only reported.
 	RemoveOrphans bool `json:"removeOrphans"`
+	// AppDial is how /w/{id}/ reaches a workload's app on this cluster:
+	// "dns" (default), its Service's cluster DNS name, which cluster DNS and
+	// kube-proxy carry (Gantry in a pod of the cluster); "endpoints", the
+	// Service's ready endpoints, which Gantry reads from the API server and
+	// dials itself (Gantry outside the cluster, or a cluster without DNS
+	// or kube-proxy).
+	AppDial string `json:"appDial"`
 	// Audit configures the signed checkpoints of the audit log.
 	Audit Audit `json:"audit"`
 	// Security bounds what callers without valid credentials can cost.
@@ -362,6 +369,7 @@ func Default() Config {
 		LogDrain:          Duration(35 * time.Second),
 		Namespace:         "gantry-system",
 		LeaseDuration:     Duration(15 * time.Second),
+		AppDial:           AppDialDNS,
 		SessionLifetime:   Duration(8 * time.Hour),
 		MaxGroupAge:       Duration(24 * time.Hour),
 		OIDC:              OIDC{ClockSkew: Duration(30 * time.Second), Scopes: []string{"openid", "profile", "email", "groups", "offline_access"}},
@@ -377,6 +385,12 @@ func Default() Config {
 			PreflightImage: "ghcr.io/gantryhq/gantry-agent:latest", PreflightCommand: []string{"gantry-agent", "check"}},
 	}
 }
+
+// How /w/{id}/ reaches an app (Config.AppDial).
+const (
+	AppDialDNS       = "dns"
+	AppDialEndpoints = "endpoints"
+)
 
 // DefaultDevUsers are the development provider's users: one per kind of
 // person the default policy knows (policy/bindings.yaml binds their groups).
@@ -474,6 +488,9 @@ func (c *Config) validate() error {
 		}
 	}
 	c.validateDurations(&errs)
+	if c.AppDial != AppDialDNS && c.AppDial != AppDialEndpoints {
+		errs.Addf("appDial", "%q is not %s or %s", c.AppDial, AppDialDNS, AppDialEndpoints)
+	}
 	if c.PolicyDir == "" {
 		errs.Addf("policyDir", "is required")
 	}

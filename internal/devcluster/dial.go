@@ -2,121 +2,21 @@ package devcluster
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"net"
-	"strconv"
-	"strings"
 
-	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"github.com/gantryhq/gantry/internal/kube"
 )
 
-// How Gantry on the host reaches a Service of the local cluster. In a real
-// cluster Gantry runs in a pod: cluster DNS resolves
-// <service>.<namespace>.svc.cluster.local and kube-proxy (or the pod
-// network, for a headless Service) carries the connection. The local
-// cluster has neither DNS nor kube-proxy, so DialService does their work
-// itself: it reads the Service's EndpointSlices and dials a ready
-// endpoint's pod address at the port the Service's port targets. Pods on
-// the real node have addresses the host routes to (realnode.go); the
-// simulated nodes' pods have addresses nothing answers on, so a dial to
-// those fails as it should.
-
 // ErrNoEndpoint means a Service has no ready endpoint for the port asked.
-var ErrNoEndpoint = errors.New("no ready endpoint")
+var ErrNoEndpoint = kube.ErrNoEndpoint
 
 // DialService dials addr: a Service by its cluster DNS name
-// (<service>.<namespace>.svc[.cluster.local]:<port>) through its endpoints,
-// any other address as it is. It is an http.Transport's DialContext.
+// (<service>.<namespace>.svc[.cluster.local]:<port>) through its ready
+// endpoints (kube.DialService: the local cluster has neither DNS nor
+// kube-proxy), any other address as it is. Pods on the real node have
+// addresses the host routes to (realnode.go); the simulated nodes' pods have
+// addresses nothing answers on, so a dial to those fails as it should. It is
+// an http.Transport's DialContext.
 func (c *Cluster) DialService(ctx context.Context, network, addr string) (net.Conn, error) {
-	var d net.Dialer
-	host, portText, err := net.SplitHostPort(addr)
-	if err != nil {
-		return nil, err
-	}
-	name, ns, ok := serviceName(host)
-	if !ok {
-		return d.DialContext(ctx, network, addr)
-	}
-	port, err := strconv.Atoi(portText)
-	if err != nil {
-		return nil, fmt.Errorf("port %q of %s: %w", portText, host, err)
-	}
-	targets, err := c.endpoints(ctx, ns, name, int32(port))
-	if err != nil {
-		return nil, fmt.Errorf("service %s/%s port %d: %w", ns, name, port, err)
-	}
-	var errs []error
-	for _, t := range targets {
-		conn, err := d.DialContext(ctx, network, t)
-		if err == nil {
-			return conn, nil
-		}
-		errs = append(errs, err)
-	}
-	return nil, fmt.Errorf("service %s/%s port %d: %w", ns, name, port, errors.Join(errs...))
-}
-
-// serviceName splits a Service's cluster DNS name into name and namespace.
-func serviceName(host string) (name, ns string, ok bool) {
-	host = strings.TrimSuffix(host, ".")
-	rest, found := strings.CutSuffix(host, ".svc.cluster.local")
-	if !found {
-		if rest, found = strings.CutSuffix(host, ".svc"); !found {
-			return "", "", false
-		}
-	}
-	name, ns, ok = strings.Cut(rest, ".")
-	if !ok || name == "" || ns == "" || strings.Contains(ns, ".") {
-		return "", "", false
-	}
-	return name, ns, true
-}
-
-// endpoints are the pod addresses (host:port) behind a Service's port,
-// ready ones only.
-func (c *Cluster) endpoints(ctx context.Context, ns, name string, port int32) ([]string, error) {
-	svc, err := c.Client.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		return nil, err
-	}
-	var sp *corev1.ServicePort
-	for i := range svc.Spec.Ports {
-		if svc.Spec.Ports[i].Port == port {
-			sp = &svc.Spec.Ports[i]
-		}
-	}
-	if sp == nil {
-		return nil, fmt.Errorf("the service has no port %d", port)
-	}
-	slices, err := c.Client.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + name})
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	for _, s := range slices.Items {
-		var target int32
-		for _, p := range s.Ports {
-			if p.Port != nil && (p.Name == nil && sp.Name == "" || p.Name != nil && *p.Name == sp.Name) {
-				target = *p.Port
-			}
-		}
-		if target == 0 {
-			continue
-		}
-		for _, e := range s.Endpoints {
-			if e.Conditions.Ready != nil && !*e.Conditions.Ready {
-				continue
-			}
-			for _, a := range e.Addresses {
-				out = append(out, net.JoinHostPort(a, strconv.Itoa(int(target))))
-			}
-		}
-	}
-	if len(out) == 0 {
-		return nil, ErrNoEndpoint
-	}
-	return out, nil
+	return kube.DialService(ctx, c.Client, network, addr)
 }

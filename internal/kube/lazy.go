@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"sync"
 
 	"k8s.io/client-go/rest"
@@ -228,4 +229,14 @@ func (l *Lazy) States() ([]nodegroup.PoolState, bool) {
 		return nil, false
 	}
 	return c.States()
+}
+
+// DialService dials a Service of the cluster through its ready endpoints
+// (DialService); it is an http.Transport's DialContext.
+func (l *Lazy) DialService(ctx context.Context, network, addr string) (net.Conn, error) {
+	c, err := l.get()
+	if err != nil {
+		return nil, err
+	}
+	return DialService(ctx, c.core, network, addr)
 }

@@ -351,6 +351,10 @@ func (s *Server) handler(ov Overrides, w *wiring) error {
 	if s.workers != nil {
 		appWorkers = s.workers
 	}
+	apps := ov.AppTransport
+	if apps == nil && cfg.AppDial == config.AppDialEndpoints && s.cluster != nil {
+		apps = &http.Transport{DialContext: s.cluster.DialService, ResponseHeaderTimeout: 5 * time.Minute, IdleConnTimeout: 90 * time.Second, MaxIdleConnsPerHost: 16}
+	}
 	h, err := api.New(api.Options{Transient: store.Unavailable,
 		Now:     s.clock.Now,
 		Live:    s.live,
@@ -360,7 +364,7 @@ func (s *Server) handler(ov Overrides, w *wiring) error {
 		Identify: w.identify, RecheckBearer: w.recheck, Sessions: w.sessions, Tokens: s.tokens, Users: s.users, Teams: s.authz.Teams,
 		SignIn:    model.AuthConfig{Issuer: oc.Issuer, CliClientID: oc.CLIClientID, Scopes: oc.Scopes},
 		Authorize: s.authz.AllowedSomewhere, RolesWith: s.authz.RolesWith, NeedsSecondFactor: s.authz.NeedsSecondFactor, Audit: s.denials, Images: s.Images,
-		AppTransport: ov.AppTransport, AppWorkers: appWorkers,
+		AppTransport: apps, AppWorkers: appWorkers,
 		Agents: w.agents, RunTokens: w.runTokens, Runs: s.Runs, Trials: s.Trials, Moves: s.Store.Governance, Telemetry: s.Telemetry, Metrics: w.series, Advice: w.advice,
 		Anonymous: api.AnonymousLimit{Rate: float64(cfg.Security.AnonymousRate), Burst: int(cfg.Security.AnonymousBurst), Now: s.clock.Now},
 	})

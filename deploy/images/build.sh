@@ -7,7 +7,7 @@
 # The local signed registry of `gantry dev` and of the tests publishes a
 # cached image in place of its catalog entry's stand-in. Needs root and
 # debootstrap (Debian: apt-get install debootstrap); prints the cache
-# directory. A cold build takes about 4.5 minutes (PyTorch is most of it);
+# directory. A cold build takes about 5.5 minutes (PyTorch is most of it);
 # later calls return at once.
 #
 #   python:3.11-debian12       Debian's minbase with Python 3.11: the others' base
@@ -17,6 +17,9 @@
 #                              (pytorch-cpu/train.py, at /opt/gantry/)
 #   llm-server:0.1-debian12    a small OpenAI-style inference server on Python's
 #                              standard library (llm-server/server.py)
+#   postgres:15-debian12       Debian's PostgreSQL 15, no cluster made: the
+#                              database beside Gantry's own pod in the e2e test
+#                              of the chart on the real node
 set -euo pipefail
 cd "$(dirname "$0")"
 SUITE=bookworm
@@ -68,10 +71,18 @@ image() {
   fi
   if [ $# -gt 0 ]; then
     cp /etc/resolv.conf "$tmp/rootfs/etc/resolv.conf"
+    # Packages start no service in the build's chroot (a daemon started
+    # there would run on this machine), and PostgreSQL makes no cluster.
+    printf '#!/bin/sh\nexit 101\n' > "$tmp/rootfs/usr/sbin/policy-rc.d"
+    chmod 755 "$tmp/rootfs/usr/sbin/policy-rc.d"
+    mkdir -p "$tmp/rootfs/etc/postgresql-common"
+    echo "create_main_cluster = false" > "$tmp/rootfs/etc/postgresql-common/createcluster.conf"
     chroot "$tmp/rootfs" apt-get update -qq
     DEBIAN_FRONTEND=noninteractive chroot "$tmp/rootfs" apt-get install -y -qq --no-install-recommends "$@" > "$tmp/apt.log" 2>&1 ||
       { tail -20 "$tmp/apt.log" >&2; return 1; }
     chroot "$tmp/rootfs" apt-get clean
+    rm -f "$tmp/rootfs/usr/sbin/policy-rc.d"
+    [ -d "$tmp/rootfs/usr/share/postgresql-common" ] || rm -rf "$tmp/rootfs/etc/postgresql-common"
   fi
   if [ "$base" != - ]; then
     # Gantry's Python client (gantry.run reports a training run's progress).
@@ -104,4 +115,5 @@ image python 3.11-debian12 -
 image jupyter 6.4-debian12 python/3.11-debian12 jupyter-notebook python3-ipykernel
 image pytorch-cpu 1.13-debian12 python/3.11-debian12 python3-torch
 image llm-server 0.1-debian12 python/3.11-debian12
+image postgres 15-debian12 python/3.11-debian12 postgresql-15
 echo "$cache"

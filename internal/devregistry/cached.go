@@ -134,6 +134,20 @@ func (r *Registry) pushCached(ctx context.Context, ref name.Tag, l cachedLayer) 
 	return r.push(ctx, ref, l.image)
 }
 
+// PushCached publishes the image deploy/images/build.sh cached as
+// image:tag (ImagesDir) under ref, unsigned, and returns its digest; an
+// image not built is an error that says so.
+func (r *Registry) PushCached(ctx context.Context, ref name.Tag, image, tag string) (name.Digest, error) {
+	l, ok, err := loadCached(r.images, image, tag)
+	if err != nil {
+		return name.Digest{}, err
+	}
+	if !ok {
+		return name.Digest{}, fmt.Errorf("local registry: the image %s:%s is not built (deploy/images/build.sh, as root)", image, tag)
+	}
+	return r.pushCached(ctx, ref, l)
+}
+
 // blobs keeps what is pushed in memory and serves cached layers from their
 // files.
 type blobs struct {

@@ -338,7 +338,7 @@ func notebookGantry(t *testing.T) *servertest.Gantry {
 }
 
 // appGantry is Gantry on the cluster whose /w/{id}/ proxy reaches the real
-// node's pods (DialService) and whose local registry the real node pulls
+// node's pods (appDial: endpoints) and whose local registry the real node pulls
 // from, with the real images named (name:tag) built, its configuration
 // changed by edit; without the images or the real node it skips (and fails
 // in CI, which builds and runs both).
@@ -374,7 +374,8 @@ func appGantry(t *testing.T, edit func(*config.Config), images ...string) *serve
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := servertest.WithOverrides(t, server.Overrides{AppTransport: &http.Transport{DialContext: cluster.DialService}}, func(c *config.Config) {
+	g := servertest.WithOverrides(t, server.Overrides{}, func(c *config.Config) {
+		c.AppDial = config.AppDialEndpoints // as the chart's appDial sets it
 		c.Database.DSN = config.Secret(storetest.SQLitePath(t))
 		c.PolicyDir = testPolicy(t)
 		c.ReconcileInterval = config.Duration(time.Second)

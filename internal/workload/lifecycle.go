@@ -192,6 +192,16 @@ func Accepts(from Status) []Trigger {
 	return out
 }
 
+// acceptedBy is what can happen to w now: its status's triggers, less a
+// withdraw of a launch waiting for approval (only a start is withdrawn).
+func acceptedBy(w Workload) []Trigger {
+	out := Accepts(w.Status)
+	if !w.Approval.Restart {
+		out = slices.DeleteFunc(out, func(t Trigger) bool { return t == Withdraw })
+	}
+	return out
+}
+
 // Live reports whether a workload in st runs or waits to run, its objects
 // on the cluster: Pending, Queued, Scheduled, Running (the statuses whose
 // row is live()). PendingApproval waits for a person first.
@@ -234,7 +244,7 @@ func Transition(w Workload, tr Trigger, reason string, at time.Time) (out Worklo
 	to, ok := Next(w.Status, tr)
 	if !ok {
 		return w, false, &fault.Conflict{Kind: "workload", Name: w.ID,
-			Reason: fmt.Sprintf("is %s, and %q cannot happen to it (what can: %v)", w.Status, tr, Accepts(w.Status))}
+			Reason: fmt.Sprintf("is %s, and %q cannot happen to it (what can: %v)", w.Status, tr, acceptedBy(w))}
 	}
 	if tr == Withdraw && !w.Approval.Restart {
 		// Stopped, a launch that never ran would start without its

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -109,6 +110,12 @@ func TestWithdrawIsAStartsOnly(t *testing.T) {
 	var c *fault.Conflict
 	if out, changed, err := Transition(launch, Withdraw, "withdrawn", at); !errors.As(err, &c) || changed || out.Status != PendingApproval {
 		t.Fatalf("a launch withdrawn: %s %v %v, want a *fault.Conflict", out.Status, changed, err)
+	}
+	if _, _, err := Transition(launch, Stop, "stopped", at); err == nil || strings.Contains(err.Error(), "withdraw") || !strings.Contains(err.Error(), "deny") {
+		t.Errorf("a launch waiting for approval, stopped: %v (want what can happen to it, withdraw not among it)", err)
+	}
+	if _, _, err := Transition(start, Expire, "expired", at); err == nil || !strings.Contains(err.Error(), "withdraw") {
+		t.Errorf("a start waiting for approval, expired: %v (want what can happen to it, withdraw among it)", err)
 	}
 	if slices.Contains(launch.Actions(), ActStop) || !slices.Contains(start.Actions(), ActStop) {
 		t.Errorf("stop offered: to the launch %v, to the start %v", launch.Actions(), start.Actions())

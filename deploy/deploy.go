@@ -83,6 +83,12 @@ var (
 	RoleRules []byte
 )
 
+// EndpointsClusterRoleRules are the chart's rules added with appDial:
+// endpoints (a Service read and its EndpointSlices listed).
+//
+//go:embed helm/gantry/files/endpoints-clusterrole-rules.yaml
+var EndpointsClusterRoleRules []byte
+
 // FleetClusterRoleRules and FleetRoleRules are the chart's rules added with
 // worker clusters (fleet.clustersFile): in the MultiKueue manager, and in
 // Kueue's namespace.

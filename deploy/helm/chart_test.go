@@ -3,9 +3,11 @@ package helm_test
 import (
 	"bytes"
 	"flag"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -137,6 +139,9 @@ func TestRefused(t *testing.T) {
 		{"an unknown value", "postgres", []string{"replica=3"}, "replica"},
 		{"an unknown log level", "postgres", []string{"logLevel=loud"}, "/logLevel"},
 		{"git-sync without a repository", "gitsync", []string{"catalog.gitSync.repo="}, "catalog.gitSync.repo"},
+		{"an unknown appDial", "sqlite", []string{"appDial=proxy"}, "/appDial"},
+		{"extraEnv over Gantry's settings", "postgres", []string{"extraEnv[0].name=GANTRY_DATABASE_DSN", "extraEnv[0].value=postgres://x"}, "/extraEnv/0/name"},
+		{"extraEnv over the CA's directory", "postgres", []string{"extraEnv[0].name=SSL_CERT_DIR", "extraEnv[0].value=/"}, "/extraEnv/0/name"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -209,63 +214,72 @@ func TestServer(t *testing.T) {
 
 // TestReach: what an operator sets where Gantry's pod reaches the rest
 // differently (a cluster without DNS or kube-proxy, a private CA, a
-// registry mirror): appDial and images.mirrors reach Gantry's settings, the
-// CA's ConfigMap is mounted and added to the system's roots, and
+// registry mirror): appDial and images.mirrors reach Gantry's settings,
+// appDial endpoints alone grants reading Services and their EndpointSlices,
+// the CA's ConfigMap is mounted and added to the system's roots, and
 // hostAliases and extraEnv reach the pod; by default none of it is there.
 func TestReach(t *testing.T) {
-	objs := render(t, "sqlite", "appDial=endpoints", "images.mirrors.registry\\.example\\.com=mirror.internal:5000",
-		"extraCA.configMap=corp-ca", "hostAliases[0].ip=10.0.0.1", "hostAliases[0].hostnames[0]=idp.corp",
-		"extraEnv[0].name=HTTPS_PROXY", "extraEnv[0].value=http://proxy.corp:3128")
-	d := find[appsv1.Deployment](t, objs, "Deployment", "gantry")
-	cm := find[corev1.ConfigMap](t, objs, "ConfigMap", "gantry-config")
-	var cfg struct {
-		AppDial string `json:"appDial"`
-		Images  struct {
-			Mirrors map[string]string `json:"mirrors"`
-		} `json:"images"`
-	}
-	if err := yaml.Unmarshal([]byte(cm.Data["gantry.yaml"]), &cfg); err != nil {
-		t.Fatal(err)
-	}
-	if cfg.AppDial != "endpoints" || cfg.Images.Mirrors["registry.example.com"] != "mirror.internal:5000" {
-		t.Errorf("settings: appDial %q, mirrors %v", cfg.AppDial, cfg.Images.Mirrors)
-	}
-	spec := d.Spec.Template.Spec
-	if len(spec.HostAliases) != 1 || spec.HostAliases[0].IP != "10.0.0.1" || !slices.Equal(spec.HostAliases[0].Hostnames, []string{"idp.corp"}) {
-		t.Errorf("hostAliases %+v", spec.HostAliases)
-	}
-	env := map[string]string{}
-	for _, e := range spec.Containers[0].Env {
-		env[e.Name] = e.Value
-	}
-	if env["HTTPS_PROXY"] != "http://proxy.corp:3128" || env["SSL_CERT_DIR"] != "/etc/ssl/certs:/etc/gantry/ca" {
-		t.Errorf("env %v", env)
-	}
-	mounted := false
-	for _, m := range spec.Containers[0].VolumeMounts {
-		mounted = mounted || m.Name == "extra-ca" && m.MountPath == "/etc/gantry/ca" && m.ReadOnly
-	}
-	fromCM := false
-	for _, v := range spec.Volumes {
-		fromCM = fromCM || v.Name == "extra-ca" && v.ConfigMap != nil && v.ConfigMap.Name == "corp-ca"
-	}
-	if !mounted || !fromCM {
-		t.Errorf("the CA: mounted %v, from corp-ca %v", mounted, fromCM)
-	}
-
-	objs = render(t, "sqlite")
-	d = find[appsv1.Deployment](t, objs, "Deployment", "gantry")
-	cm = find[corev1.ConfigMap](t, objs, "ConfigMap", "gantry-config")
-	if err := yaml.Unmarshal([]byte(cm.Data["gantry.yaml"]), &cfg); err != nil {
-		t.Fatal(err)
-	}
-	if cfg.AppDial != "dns" || len(d.Spec.Template.Spec.HostAliases) != 0 || strings.Contains(cm.Data["gantry.yaml"], "mirrors") {
-		t.Errorf("by default: appDial %q, hostAliases %v, settings\n%s", cfg.AppDial, d.Spec.Template.Spec.HostAliases, cm.Data["gantry.yaml"])
-	}
-	for _, e := range d.Spec.Template.Spec.Containers[0].Env {
-		if e.Name == "SSL_CERT_DIR" {
-			t.Errorf("SSL_CERT_DIR set without a CA")
-		}
+	for _, tc := range []struct {
+		name    string
+		set     []string
+		appDial string
+		mirrors map[string]string
+		aliases []corev1.HostAlias
+		env     map[string]string // "" for a name that must not be set
+		ca      bool
+	}{
+		{name: "default", appDial: "dns", env: map[string]string{"SSL_CERT_DIR": ""}},
+		{name: "everything", set: []string{"appDial=endpoints", "images.mirrors.registry\\.example\\.com=mirror.internal:5000",
+			"extraCA.configMap=corp-ca", "hostAliases[0].ip=10.0.0.1", "hostAliases[0].hostnames[0]=idp.corp",
+			"extraEnv[0].name=GOMEMLIMIT", "extraEnv[0].value=1800MiB"},
+			appDial: "endpoints", mirrors: map[string]string{"registry.example.com": "mirror.internal:5000"},
+			aliases: []corev1.HostAlias{{IP: "10.0.0.1", Hostnames: []string{"idp.corp"}}},
+			env:     map[string]string{"GOMEMLIMIT": "1800MiB", "SSL_CERT_DIR": "/etc/ssl/certs:/etc/gantry/ca"}, ca: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs := render(t, "sqlite", tc.set...)
+			d := find[appsv1.Deployment](t, objs, "Deployment", "gantry")
+			cm := find[corev1.ConfigMap](t, objs, "ConfigMap", "gantry-config")
+			var cfg struct {
+				AppDial string `json:"appDial"`
+				Images  struct {
+					Mirrors map[string]string `json:"mirrors"`
+				} `json:"images"`
+			}
+			if err := yaml.Unmarshal([]byte(cm.Data["gantry.yaml"]), &cfg); err != nil {
+				t.Fatal(err)
+			}
+			if cfg.AppDial != tc.appDial || !maps.Equal(cfg.Images.Mirrors, tc.mirrors) {
+				t.Errorf("settings: appDial %q, mirrors %v", cfg.AppDial, cfg.Images.Mirrors)
+			}
+			reads := granted(find[rbacv1.ClusterRole](t, objs, "ClusterRole", "gantry-system-gantry"), "endpointslices")
+			if reads != (tc.appDial == "endpoints") {
+				t.Errorf("appDial %s: EndpointSlices granted %v", tc.appDial, reads)
+			}
+			spec := d.Spec.Template.Spec
+			if !reflect.DeepEqual(spec.HostAliases, tc.aliases) {
+				t.Errorf("hostAliases %+v", spec.HostAliases)
+			}
+			env := map[string]string{}
+			for _, e := range spec.Containers[0].Env {
+				env[e.Name] = e.Value
+			}
+			for name, want := range tc.env {
+				if got, set := env[name]; got != want || set != (want != "") {
+					t.Errorf("%s = %q (set %v), want %q", name, got, set, want)
+				}
+			}
+			mounted, fromCM := false, false
+			for _, m := range spec.Containers[0].VolumeMounts {
+				mounted = mounted || m.Name == "extra-ca" && m.MountPath == "/etc/gantry/ca" && m.ReadOnly
+			}
+			for _, v := range spec.Volumes {
+				fromCM = fromCM || v.Name == "extra-ca" && v.ConfigMap != nil && v.ConfigMap.Name == "corp-ca"
+			}
+			if mounted != tc.ca || fromCM != tc.ca {
+				t.Errorf("the CA: mounted %v, from corp-ca %v; want %v", mounted, fromCM, tc.ca)
+			}
+		})
 	}
 }
 
@@ -354,14 +368,6 @@ func TestFleet(t *testing.T) {
 		t.Fatalf("the fleet's Role: %+v", role)
 	}
 	cr := find[rbacv1.ClusterRole](t, objs, "ClusterRole", "gantry-system-gantry")
-	granted := func(cr *rbacv1.ClusterRole, resource string) bool {
-		for _, r := range cr.Rules {
-			if slices.Contains(r.Resources, resource) {
-				return true
-			}
-		}
-		return false
-	}
 	if !granted(cr, "multikueueclusters") || !granted(cr, "multikueueconfigs") {
 		t.Errorf("the ClusterRole does not grant MultiKueue's objects")
 	}
@@ -431,4 +437,14 @@ func TestAgent(t *testing.T) {
 	if ds := find[appsv1.DaemonSet](t, render(t, "gitsync"), "DaemonSet", "gantry-agent"); !ds.Spec.Template.Spec.HostPID {
 		t.Error("agent.processAttribution: true does not share the host's PID namespace")
 	}
+}
+
+// granted reports whether a ClusterRole grants anything on resource.
+func granted(cr *rbacv1.ClusterRole, resource string) bool {
+	for _, r := range cr.Rules {
+		if slices.Contains(r.Resources, resource) {
+			return true
+		}
+	}
+	return false
 }

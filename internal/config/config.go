@@ -107,8 +107,8 @@ type Config struct {
 	// "dns" (default), its Service's cluster DNS name, which cluster DNS and
 	// kube-proxy carry (Gantry in a pod of the cluster); "endpoints", the
 	// Service's ready endpoints, which Gantry reads from the API server and
-	// dials itself (Gantry outside the cluster, or a cluster without DNS
-	// or kube-proxy).
+	// dials itself (a cluster without DNS or kube-proxy, or Gantry outside
+	// the cluster on a host that routes to its pods' addresses).
 	AppDial string `json:"appDial"`
 	// Audit configures the signed checkpoints of the audit log.
 	Audit Audit `json:"audit"`
@@ -490,6 +490,8 @@ func (c *Config) validate() error {
 	c.validateDurations(&errs)
 	if c.AppDial != AppDialDNS && c.AppDial != AppDialEndpoints {
 		errs.Addf("appDial", "%q is not %s or %s", c.AppDial, AppDialDNS, AppDialEndpoints)
+	} else if c.AppDial == AppDialEndpoints && c.Kubeconfig == "" {
+		errs.Addf("appDial", "endpoints reads Services from the cluster: set kubeconfig (or in-cluster)")
 	}
 	if c.PolicyDir == "" {
 		errs.Addf("policyDir", "is required")

@@ -2,6 +2,7 @@ package config
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"log/slog"
 	"os"
@@ -116,6 +117,30 @@ func TestImagesAndConfidential(t *testing.T) {
 	c, err := Load("", lookup(map[string]string{"GANTRY_IMAGES_DEV_REGISTRY": "true", "GANTRY_CONFIDENTIAL_KBS_URL": "https://kbs.example.com"}), Flags{})
 	if err != nil || !c.Images.DevRegistry || c.Images.TTL().Minutes() != 10 || c.Confidential.KBSURL != "https://kbs.example.com" {
 		t.Fatalf("%+v %v", c.Images, err)
+	}
+}
+
+// TestAppDial: how /w/{id}/ reaches apps is dns or endpoints, and endpoints
+// needs a cluster to read Services from.
+func TestAppDial(t *testing.T) {
+	for _, tc := range []struct {
+		env  map[string]string
+		want string // "" for accepted
+	}{
+		{map[string]string{}, ""},
+		{map[string]string{"GANTRY_APP_DIAL": "endpoints", "GANTRY_KUBECONFIG": "in-cluster"}, ""},
+		{map[string]string{"GANTRY_APP_DIAL": "endpoints"}, "appDial: endpoints reads Services from the cluster: set kubeconfig"},
+		{map[string]string{"GANTRY_APP_DIAL": "proxy"}, `appDial: "proxy" is not dns or endpoints`},
+	} {
+		c, err := Load("", lookup(tc.env), Flags{})
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%v: %v", tc.env, err)
+		case tc.want == "" && c.AppDial != cmp.Or(tc.env["GANTRY_APP_DIAL"], AppDialDNS):
+			t.Errorf("%v: appDial %q", tc.env, c.AppDial)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%v: %v, want %q", tc.env, err, tc.want)
+		}
 	}
 }
 

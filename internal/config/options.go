@@ -70,7 +70,7 @@ var options = []option{
 	{key: "removeOrphans", env: "GANTRY_REMOVE_ORPHANS", field: func(c *Config) any { return &c.RemoveOrphans },
 		doc: "delete objects with Gantry's labels that belong to no workload (otherwise they are only reported)"},
 	{key: "appDial", env: "GANTRY_APP_DIAL", field: func(c *Config) any { return &c.AppDial },
-		doc: "how /w/{id}/ reaches a notebook's or service's app: `dns`, its Service's cluster DNS name (carried by kube-proxy: Gantry in a pod of the cluster) or `endpoints`, the Service's ready endpoints read from the API server and dialled by Gantry itself (Gantry outside the cluster, or a cluster without DNS or kube-proxy)"},
+		doc: "how /w/{id}/ reaches a notebook's or service's app: `dns`, its Service's cluster DNS name (carried by kube-proxy: Gantry in a pod of the cluster) or `endpoints`, the Service's ready endpoints read from the API server and dialled by Gantry itself (a cluster without DNS or kube-proxy, or Gantry outside the cluster on a host that routes to its pods' addresses); needs kubeconfig"},
 	{key: "namespacePrefix", env: "GANTRY_NAMESPACE_PREFIX", field: func(c *Config) any { return &c.NamespacePrefix },
 		doc: "team `vision` → namespace `gantry-vision`"},
 	{key: "templatesDir", env: "GANTRY_TEMPLATES_DIR", field: func(c *Config) any { return &c.TemplatesDir },

@@ -7,9 +7,6 @@ import (
 	"github.com/gantryhq/gantry/internal/kube"
 )
 
-// ErrNoEndpoint means a Service has no ready endpoint for the port asked.
-var ErrNoEndpoint = kube.ErrNoEndpoint
-
 // DialService dials addr: a Service by its cluster DNS name
 // (<service>.<namespace>.svc[.cluster.local]:<port>) through its ready
 // endpoints (kube.DialService: the local cluster has neither DNS nor

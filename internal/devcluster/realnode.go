@@ -642,16 +642,16 @@ func (c *Cluster) Forward(target func() string) (string, error) {
 		n.forwarders, n.mirrors = map[string]net.Listener{}, map[string][]string{}
 	}
 	n.forwarders["func:"+ln.Addr().String()] = ln
-	go forwardTo(ln, target)
+	go Relay(ln, target)
 	return ln.Addr().String(), nil
 }
 
 // forward carries each connection ln accepts to target, until ln closes.
-func forward(ln net.Listener, target string) { forwardTo(ln, func() string { return target }) }
+func forward(ln net.Listener, target string) { Relay(ln, func() string { return target }) }
 
-// forwardTo carries each connection ln accepts to the address target
-// returns then, until ln closes.
-func forwardTo(ln net.Listener, target func() string) {
+// Relay carries each connection ln accepts to the address target returns
+// then (none yet, "": the connection is closed), until ln closes.
+func Relay(ln net.Listener, target func() string) {
 	for {
 		in, err := ln.Accept()
 		if err != nil {

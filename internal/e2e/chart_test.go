@@ -69,7 +69,10 @@ func installChart(c *devcluster.Cluster) error {
 	chart := filepath.Join(root, "deploy", "helm", "gantry")
 	out, err := exec.CommandContext(ctx, helmBin, "install", "gantry", chart, "--namespace", chartNamespace, "--create-namespace",
 		"--kubeconfig", c.Kubeconfig, "-f", filepath.Join(root, "deploy", "helm", "testdata", "postgres.yaml"),
-		"--set", "agent.enabled=false", "--set", "priorityClasses.create=false").CombinedOutput()
+		"--set", "agent.enabled=false", "--set", "priorityClasses.create=false",
+		// The real node's tests reach their apps as the local cluster
+		// allows: through the Services' endpoints.
+		"--set", "appDial=endpoints").CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("helm install: %v\n%s", err, out)
 	}
@@ -144,7 +147,7 @@ func checkRBAC(c *devcluster.Cluster) error {
 	if f := flag.Lookup("test.run"); f != nil && f.Value.String() != "" {
 		return nil // a partial run exercises part of Gantry
 	}
-	granted, err := clustertest.Grants(deploy.ClusterRoleRules, deploy.RoleRules)
+	granted, err := clustertest.Grants(deploy.ClusterRoleRules, deploy.EndpointsClusterRoleRules, deploy.RoleRules)
 	if err != nil {
 		return err
 	}

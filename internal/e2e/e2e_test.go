@@ -50,7 +50,8 @@ var cluster *devcluster.Cluster
 // write the same Kueue objects. So do the real node's tests (a shell job,
 // a notebook, training resumed, max runtime, inference, idle culling),
 // which mostly wait on real containers, two at a time at most (one core of
-// the real node each: holdRealNode). Any
+// the real node each: holdRealNode; Gantry as a pod there, with its
+// database beside it and a notebook, takes both). Any
 // test that changes the policy's quotas or budgets (TestApprovalsAndBudgets)
 // stays serial.
 func TestMain(m *testing.M) {

@@ -44,6 +44,7 @@ import (
 	"github.com/gantryhq/gantry/internal/imageverify"
 	"github.com/gantryhq/gantry/internal/servertest"
 	"github.com/gantryhq/gantry/internal/waitfor"
+	"github.com/gantryhq/gantry/internal/workload"
 )
 
 // TestGantryAsAPod: the whole product as an operator runs it. Gantry's own
@@ -73,16 +74,10 @@ func TestGantryAsAPod(t *testing.T) {
 		t.Skip(clustertest.ErrNotRequested)
 	}
 	t.Parallel() // see the note on TestMain
-	// Both of the real node's slots: Gantry and its database run there
-	// beside the notebook, each with its own share of the cores.
-	holdRealNode(t)
-	holdRealNode(t)
-	if _, err := cluster.RealNode(); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal(err)
-		}
-		t.Skip(err)
-	}
+	_, err := cluster.RealNode()
+	needIt(t, "the real node", err)
+	pgUID, pgGID, err := userIn(filepath.Join(devregistry.ImagesDir(), "postgres", "15-debian12", "layer.tar.gz"), "postgres")
+	needIt(t, "the image postgres:15-debian12 (deploy/images/build.sh, as root; .ci/test runs it)", err)
 	ctx := t.Context()
 	root, err := devcluster.RepoRoot()
 	if err != nil {
@@ -121,17 +116,14 @@ func TestGantryAsAPod(t *testing.T) {
 	if err := cluster.MirrorRegistries(reg.Mirrors); err != nil {
 		t.Fatal(err)
 	}
-	der, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyFile := filepath.Join(t.TempDir(), "cosign.pem")
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	keyFile := keyFileOf(t, key)
 	began := time.Now()
 	_, pushed := gantryImages(t, root, "-out", t.TempDir(), "-push", reg.Host+"/gantryhq", "-insecure", "-key", keyFile)
 	t.Logf("Gantry's images built and pushed in %s", time.Since(began).Round(time.Second))
+	// Both of the real node's slots from here: Gantry and its database run
+	// there beside the notebook, each with its own share of the cores.
+	holdRealNode(t)
+	holdRealNode(t)
 	server, ok := pushed["gantry"]
 	if !ok {
 		t.Fatalf("pushed %v: want Gantry's image", pushed)
@@ -167,7 +159,7 @@ func TestGantryAsAPod(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { front.Close() })
-	go relay(front, func() string { return podAddr.Load().(string) })
+	go devcluster.Relay(front, func() string { return podAddr.Load().(string) })
 	publicURL := "http://" + front.Addr().String()
 
 	idp, err := devidp.New(devidp.Options{Issuer: "https://" + idpAddr,
@@ -190,14 +182,14 @@ func TestGantryAsAPod(t *testing.T) {
 	// What the operator creates before installing: the catalog, the key
 	// the catalog's images are signed with, the provider's CA, the
 	// database's URL and the portal client's secret.
-	const ns = "gantry-pod"
+	ns := "gantry-pod-" + workload.NewID()
 	if _, err := cluster.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		cluster.Client.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
 	})
-	dsn := postgresBeside(t, reg, catalogHost, ns)
+	dsn := postgresBeside(t, reg, catalogHost, ns, pgUID, pgGID)
 	configMap := func(name string, data map[string]string) {
 		t.Helper()
 		if _, err := cluster.Client.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: data}, metav1.CreateOptions{}); err != nil {
@@ -342,10 +334,15 @@ func TestGantryAsAPod(t *testing.T) {
 	// On the real node: Debian's Jupyter, through the pod's /w/{id}/.
 	began = time.Now()
 	nb := running(launch(model.LaunchRequest{Template: "cpu-notebook", Team: "vision"}))
+	hc := &http.Client{Timeout: 30 * time.Second}
+	t.Cleanup(hc.CloseIdleConnections)
 	waitfor.Until(t, 3*time.Minute, "Jupyter answering through the pod's /w/"+nb.Id+"/", func() error {
-		req, _ := http.NewRequestWithContext(ctx, "GET", publicURL+servertest.Deref(nb.Url)+"api", nil)
+		req, err := http.NewRequestWithContext(ctx, "GET", publicURL+servertest.Deref(nb.Url)+"api", nil)
+		if err != nil {
+			return err
+		}
 		req.Header.Set("Authorization", "Bearer "+tok)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := hc.Do(req)
 		if err != nil {
 			return err
 		}
@@ -360,20 +357,13 @@ func TestGantryAsAPod(t *testing.T) {
 }
 
 // postgresBeside runs Debian's PostgreSQL 15 (deploy/images/build.sh's
-// postgres image, pushed to reg) in a pod on the real node in namespace ns,
-// waits for it to take connections and returns its URL.
-func postgresBeside(t *testing.T, reg *devregistry.Registry, catalogHost, ns string) string {
+// postgres image, pushed to reg) in a pod on the real node in namespace ns
+// as its postgres user (uid, gid), waits for it to listen and returns its
+// URL.
+func postgresBeside(t *testing.T, reg *devregistry.Registry, catalogHost, ns string, uid, gid int64) string {
 	t.Helper()
 	ctx := t.Context()
 	const image, tag = "postgres", "15-debian12"
-	layer := filepath.Join(devregistry.ImagesDir(), image, tag, "layer.tar.gz")
-	uid, gid, err := userIn(layer, "postgres")
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("the image %s:%s (deploy/images/build.sh, as root; .ci/test runs it): %v", image, tag, err)
-		}
-		t.Skipf("the image %s:%s (deploy/images/build.sh, as root): %v", image, tag, err)
-	}
 	repo, err := reg.Local(catalogHost + "/gantry-e2e/" + image)
 	if err != nil {
 		t.Fatal(err)
@@ -505,33 +495,6 @@ func privateCA(t *testing.T, ip string) ([]byte, tls.Certificate) {
 		t.Fatal(err)
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), tls.Certificate{Certificate: [][]byte{leafDER}, PrivateKey: key}
-}
-
-// relay carries each connection ln accepts to the address target returns
-// then (none yet: the connection is closed), until ln closes.
-func relay(ln net.Listener, target func() string) {
-	for {
-		in, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		go func() {
-			defer in.Close()
-			addr := target()
-			if addr == "" {
-				return
-			}
-			out, err := net.DialTimeout("tcp", addr, 10*time.Second)
-			if err != nil {
-				return
-			}
-			defer out.Close()
-			done := make(chan struct{}, 2)
-			go func() { io.Copy(out, in); done <- struct{}{} }()
-			go func() { io.Copy(in, out); done <- struct{}{} }()
-			<-done
-		}()
-	}
 }
 
 // gantryPodSaid logs what Gantry's pods in ns were doing: their state and

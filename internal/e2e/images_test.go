@@ -2,6 +2,7 @@ package e2e_test
 
 import (
 	"context"
+	"crypto/ecdsa"
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
@@ -57,14 +58,7 @@ func TestChartImages(t *testing.T) {
 	host := strings.TrimPrefix(reg.URL, "http://")
 	key, _ := imagesign.GenerateKey()
 	signer, _ := imagesign.New(key)
-	der, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyFile := filepath.Join(t.TempDir(), "cosign.pem")
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	keyFile := keyFileOf(t, key)
 	built, pushed := gantryImages(t, root, "-out", t.TempDir(), "-push", host+"/gantryhq", "-insecure", "-key", keyFile)
 	again, _ := gantryImages(t, root, "-out", t.TempDir())
 	serverDigest, agentDigest := built["gantry:"+src.Version], built["gantry-agent:"+src.Version]
@@ -139,6 +133,21 @@ spec:
 	if got := ds.Spec.Template.Spec.Containers[0].Image; got != pushed["gantry-agent"].String() {
 		t.Errorf("the agent's DaemonSet runs %s, want %s", got, pushed["gantry-agent"])
 	}
+}
+
+// keyFileOf writes key as cmd/gantry-images reads a signing key (an
+// unencrypted EC PEM) and returns the file's path.
+func keyFileOf(t *testing.T, key *ecdsa.PrivateKey) string {
+	t.Helper()
+	der, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyFile := filepath.Join(t.TempDir(), "cosign.pem")
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return keyFile
 }
 
 // gantryImages runs cmd/gantry-images with args and returns the digests it

@@ -42,6 +42,19 @@ import (
 // would leave pods Pending for want of CPU until another test ends.
 var realNodeSlots = make(chan struct{}, 2)
 
+// needIt skips the test when what it needs is missing (err), and fails it
+// in CI, which builds and runs everything.
+func needIt(t *testing.T, what string, err error) {
+	t.Helper()
+	if err == nil {
+		return
+	}
+	if os.Getenv("CI") != "" {
+		t.Fatalf("%s: %v", what, err)
+	}
+	t.Skipf("%s: %v", what, err)
+}
+
 // holdRealNode takes a slot on the real node until the test's cleanups
 // (its workloads' deletion among them) are done: call it first.
 func holdRealNode(t *testing.T) {
@@ -347,23 +360,13 @@ func appGantry(t *testing.T, edit func(*config.Config), images ...string) *serve
 	if cluster == nil {
 		t.Skip(clustertest.ErrNotRequested)
 	}
-	need := func(what string, err error) {
-		t.Helper()
-		if err == nil {
-			return
-		}
-		if os.Getenv("CI") != "" {
-			t.Fatalf("%s: %v", what, err)
-		}
-		t.Skipf("%s: %v", what, err)
-	}
 	for _, img := range images {
 		name, tag, _ := strings.Cut(img, ":")
 		_, err := os.Stat(filepath.Join(devregistry.ImagesDir(), name, tag, "layer.json"))
-		need("the image "+img+" (deploy/images/build.sh, as root; .ci/test runs it)", err)
+		needIt(t, "the image "+img+" (deploy/images/build.sh, as root; .ci/test runs it)", err)
 	}
 	_, err := cluster.RealNode()
-	need("the real node", err)
+	needIt(t, "the real node", err)
 	ns := "gantry-e2e-" + workload.NewID()
 	grantLease(t, ns)
 	// The real node's pods report their progress to this Gantry through a

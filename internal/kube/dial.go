@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"strconv"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -21,7 +23,13 @@ import (
 // Service) carry the connection, and none of this is needed. Here
 // DialService does their work itself: it reads the Service's
 // EndpointSlices and dials a ready endpoint's pod address at the port the
-// Service's port targets (config appDial: endpoints).
+// Service's port targets (config appDial: endpoints). Gantry must be able
+// to route to the pods' addresses (in a pod of the cluster, or on a host
+// of its network).
+
+// dialTimeout bounds one endpoint's connect, so that a pod that drops
+// packets costs seconds, not the whole request.
+const dialTimeout = 5 * time.Second
 
 // ErrNoEndpoint means a Service has no ready endpoint for the port asked.
 var ErrNoEndpoint = errors.New("no ready endpoint")
@@ -30,7 +38,7 @@ var ErrNoEndpoint = errors.New("no ready endpoint")
 // (<service>.<namespace>.svc[.cluster.local]:<port>) through its endpoints,
 // any other address as it is. It is an http.Transport's DialContext.
 func DialService(ctx context.Context, core kubernetes.Interface, network, addr string) (net.Conn, error) {
-	var d net.Dialer
+	d := net.Dialer{Timeout: dialTimeout}
 	host, portText, err := net.SplitHostPort(addr)
 	if err != nil {
 		return nil, err
@@ -47,6 +55,8 @@ func DialService(ctx context.Context, core kubernetes.Interface, network, addr s
 	if err != nil {
 		return nil, fmt.Errorf("service %s/%s port %d: %w", ns, name, port, err)
 	}
+	// Spread over the ready pods, and past one that does not answer.
+	rand.Shuffle(len(targets), func(i, j int) { targets[i], targets[j] = targets[j], targets[i] })
 	var errs []error
 	for _, t := range targets {
 		conn, err := d.DialContext(ctx, network, t)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -239,33 +240,35 @@ func BenchmarkReportIngest(b *testing.B) {
 			})
 		}
 		// Many runs at once, one report a request each (as gantry.run
-		// sends them): 16 at a time on the same database.
-		b.Run(name+"/batch=1,16-at-once", func(b *testing.B) {
-			s := open(b)
-			clock := time.Now().Add(-time.Hour)
-			svc, err := runs.New(runs.Options{Store: s.Runs, Workloads: readingWorkload{s}, Notifier: s.Governance, Now: func() time.Time { return clock }})
-			if err != nil {
-				b.Fatal(err)
-			}
-			var next, total atomic.Int64
-			b.SetParallelism(8)
-			b.RunParallel(func(pb *testing.PB) {
-				id := fmt.Sprintf("par%07d", next.Add(1))
-				ctx := identity.With(context.Background(), identity.Identity{Via: identity.ViaRun, Workload: id, Pod: "ns/p"})
-				step := int64(0)
-				for pb.Next() {
-					step++
-					r := []runs.Report{{Time: clock.Add(time.Duration(step) * time.Millisecond), Step: step, Epoch: math.NaN(), ResumedFrom: -1,
-						Metrics: map[string]float64{"loss": 1 / float64(step), "samples_per_s": 2048, "lr": 3e-4}}}
-					if _, err := svc.Report(ctx, id, r); err != nil {
-						b.Error(err)
-						return
-					}
-					total.Add(1)
+		// sends them): 16 and 64 at a time on the same database.
+		for _, atOnce := range []int{16, 64} {
+			b.Run(fmt.Sprintf("%s/batch=1,%d-at-once", name, atOnce), func(b *testing.B) {
+				s := open(b)
+				clock := time.Now().Add(-time.Hour)
+				svc, err := runs.New(runs.Options{Store: s.Runs, Workloads: readingWorkload{s}, Notifier: s.Governance, Now: func() time.Time { return clock }})
+				if err != nil {
+					b.Fatal(err)
 				}
+				var next, total atomic.Int64
+				b.SetParallelism(max(1, atOnce/runtime.GOMAXPROCS(0)))
+				b.RunParallel(func(pb *testing.PB) {
+					id := fmt.Sprintf("par%07d", next.Add(1))
+					ctx := identity.With(context.Background(), identity.Identity{Via: identity.ViaRun, Workload: id, Pod: "ns/p"})
+					step := int64(0)
+					for pb.Next() {
+						step++
+						r := []runs.Report{{Time: clock.Add(time.Duration(step) * time.Millisecond), Step: step, Epoch: math.NaN(), ResumedFrom: -1,
+							Metrics: map[string]float64{"loss": 1 / float64(step), "samples_per_s": 2048, "lr": 3e-4}}}
+						if _, err := svc.Report(ctx, id, r); err != nil {
+							b.Error(err)
+							return
+						}
+						total.Add(1)
+					}
+				})
+				b.ReportMetric(float64(total.Load())/b.Elapsed().Seconds(), "reports/s")
 			})
-			b.ReportMetric(float64(total.Load())/b.Elapsed().Seconds(), "reports/s")
-		})
+		}
 	}
 }
 

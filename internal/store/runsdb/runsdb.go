@@ -29,12 +29,15 @@ var _ runs.Store = (*Store)(nil)
 const progressCols = `reports, step, total_steps, epoch, metrics, first_at, reported_at, run_from, run_from_step, resumed_from, restarts, rate, watch, verdict, kept_by, kept_at, advanced_at`
 
 // AppendReports implements runs.Store, in one transaction and a few
-// statements however many appends there are: the summary rows missing are
-// made, all are read and locked (in the order of their workloads' ids, so
-// two batches never wait on each other in a circle), the appends applied
-// in memory in their order (each numbering its reports after what its
-// workload had), then the reports inserted and the summaries written. On
-// SQLite the statements are prepared once per shape and kept.
+// statements however many appends there are: the summary rows are made
+// where missing, locked and read in one upsert (in the order of their
+// workloads' ids, so two batches never wait on each other in a circle),
+// the appends applied in memory in their order (each numbering its reports
+// after what its workload had), then the reports inserted and the
+// summaries written — on PostgreSQL in one statement where they fit, on
+// SQLite as two prepared once per shape and kept. Each statement is a round
+// trip, and on PostgreSQL the transaction's round trips are its time: the
+// requests queued behind it wait for them (runs.committer).
 func (s *Store) AppendReports(ctx context.Context, as []runs.Append) ([]runs.Summary, error) {
 	var ids []string
 	reports := 0
@@ -46,7 +49,7 @@ func (s *Store) AppendReports(ctx context.Context, as []runs.Append) ([]runs.Sum
 	ids = slices.Compact(ids)
 	var qs []string
 	for n := range chunks(len(ids), 1) {
-		qs = append(qs, makeProgressQ(n), s.lockProgressQ(n))
+		qs = append(qs, lockProgressQ(n))
 	}
 	for n := range chunks(len(ids), progressArgs) {
 		qs = append(qs, writeProgressQ(n))
@@ -78,10 +81,7 @@ func (s *Store) AppendReports(ctx context.Context, as []runs.Append) ([]runs.Sum
 			out[i] = a.Update(old)
 			cur[a.Workload] = out[i]
 		}
-		if err := w.insert(ctx, rows); err != nil {
-			return err
-		}
-		return w.writeSummaries(ctx, ids, cur)
+		return w.write(ctx, rows, ids, cur)
 	})
 	if err != nil {
 		return nil, err
@@ -117,21 +117,14 @@ func rowsOf(n int, row string) string {
 	return row + strings.Repeat(", "+row, n-1)
 }
 
-func makeProgressQ(n int) string {
+// lockProgressQ makes the summary rows of n workloads where missing, locks
+// them all and returns them. The update that changes nothing is what locks
+// and returns a row that was there (DO NOTHING would do neither); the rows
+// are taken in the order of the VALUES, which is the ids' sorted order.
+func lockProgressQ(n int) string {
 	return `INSERT INTO run_progress (workload, ` + progressCols + `) VALUES ` +
-		rowsOf(n, `(?, 0, 0, 0, NULL, '{}', 0, 0, 0, 0, -1, 0, 0, '{}', '', '', 0, 0)`) + ` ON CONFLICT (workload) DO NOTHING`
-}
-
-func (s *Store) lockProgressQ(n int) string {
-	order := "workload"
-	lock := ""
-	if s.db.Driver() == store.Postgres {
-		// Locked in the order Go sorted the ids (bytewise), whatever the
-		// database's collation; SQLite's write transactions are already
-		// serial.
-		order, lock = `workload COLLATE "C"`, " FOR UPDATE"
-	}
-	return `SELECT workload, ` + progressCols + ` FROM run_progress WHERE workload IN (` + rowsOf(n, "?") + `) ORDER BY ` + order + lock
+		rowsOf(n, `(?, 0, 0, 0, NULL, '{}', 0, 0, 0, 0, -1, 0, 0, '{}', '', '', 0, 0)`) +
+		` ON CONFLICT (workload) DO UPDATE SET reports = run_progress.reports RETURNING workload, ` + progressCols
 }
 
 func writeProgressQ(n int) string {
@@ -144,6 +137,13 @@ func writeProgressQ(n int) string {
 
 func insertReportsQ(n int) string {
 	return `INSERT INTO run_reports (workload, seq, t, step, total_steps, epoch, resumed_from, metrics) VALUES ` + rowsOf(n, "(?, ?, ?, ?, ?, ?, ?, ?)")
+}
+
+// writeBothQ inserts r reports and writes n summaries in one statement
+// (PostgreSQL: an INSERT in a WITH runs whether or not it is read), its
+// arguments the reports' then the summaries'.
+func writeBothQ(r, n int) string {
+	return `WITH reports AS (` + insertReportsQ(r) + `) ` + writeProgressQ(n)
 }
 
 // writer runs one AppendReports transaction's statements, prepared ones
@@ -181,10 +181,7 @@ func (w writer) lockSummaries(ctx context.Context, ids []string) (map[string]run
 		for i, id := range part {
 			args[i] = id
 		}
-		if err := w.exec(ctx, makeProgressQ(n), args...); err != nil {
-			return nil, fmt.Errorf("run progress of %s…: %w", part[0], err)
-		}
-		rows, err := w.query(ctx, w.s.lockProgressQ(n), args...)
+		rows, err := w.query(ctx, lockProgressQ(n), args...)
 		if err != nil {
 			return nil, fmt.Errorf("run progress of %s…: %w", part[0], err)
 		}
@@ -207,41 +204,73 @@ func (w writer) lockSummaries(ctx context.Context, ids []string) (map[string]run
 	return out, nil
 }
 
-// writeSummaries writes the summaries of ids (whose rows exist and are
-// locked) in multi-row upserts.
-func (w writer) writeSummaries(ctx context.Context, ids []string, sums map[string]runs.Summary) error {
+// write inserts the reports and writes the summaries of ids (whose rows
+// exist and are locked): in one statement on PostgreSQL where both fit,
+// else in multi-row INSERTs and upserts of at most maxArgs each.
+func (w writer) write(ctx context.Context, rows []reportRow, ids []string, sums map[string]runs.Summary) error {
+	if w.s.db.Driver() == store.Postgres && len(rows) > 0 && len(rows)*reportArgs+len(ids)*progressArgs <= maxArgs {
+		args, err := reportValues(nil, rows)
+		if err != nil {
+			return err
+		}
+		if args, err = summaryValues(args, ids, sums); err != nil {
+			return err
+		}
+		if err := w.exec(ctx, writeBothQ(len(rows), len(ids)), args...); err != nil {
+			return fmt.Errorf("run reports and progress of %s…: %w", ids[0], err)
+		}
+		return nil
+	}
+	for part := range slices.Chunk(rows, per(reportArgs)) {
+		args, err := reportValues(make([]any, 0, len(part)*reportArgs), part)
+		if err != nil {
+			return err
+		}
+		if err := w.exec(ctx, insertReportsQ(len(part)), args...); err != nil {
+			return fmt.Errorf("run reports of %s…: %w", part[0].workload, err)
+		}
+	}
 	for part := range slices.Chunk(ids, per(progressArgs)) {
-		args := make([]any, 0, len(part)*progressArgs)
-		for _, id := range part {
-			out := sums[id]
-			metrics, err := json.Marshal(out.Metrics)
-			if err != nil {
-				return err
-			}
-			watch, err := json.Marshal(out.Watch)
-			if err != nil {
-				return err
-			}
-			verdict := ""
-			if out.Verdict != nil {
-				b, err := json.Marshal(out.Verdict)
-				if err != nil {
-					return err
-				}
-				verdict = string(b)
-			}
-			var kept int64
-			if !out.KeptAt.IsZero() {
-				kept = out.KeptAt.UnixMilli()
-			}
-			args = append(args, id, out.Reports, out.Step, out.TotalSteps, nullable(out.Epoch), string(metrics), out.FirstAt.UnixMilli(), out.ReportedAt.UnixMilli(),
-				out.RunFrom.UnixMilli(), out.RunFromStep, out.ResumedFrom, out.Restarts, out.Rate, string(watch), verdict, out.KeptBy, kept, millis(out.AdvancedAt))
+		args, err := summaryValues(make([]any, 0, len(part)*progressArgs), part, sums)
+		if err != nil {
+			return err
 		}
 		if err := w.exec(ctx, writeProgressQ(len(part)), args...); err != nil {
 			return fmt.Errorf("run progress of %s…: %w", part[0], err)
 		}
 	}
 	return nil
+}
+
+// summaryValues appends to args the parameters of writeProgressQ's rows
+// for ids.
+func summaryValues(args []any, ids []string, sums map[string]runs.Summary) ([]any, error) {
+	for _, id := range ids {
+		out := sums[id]
+		metrics, err := json.Marshal(out.Metrics)
+		if err != nil {
+			return nil, err
+		}
+		watch, err := json.Marshal(out.Watch)
+		if err != nil {
+			return nil, err
+		}
+		verdict := ""
+		if out.Verdict != nil {
+			b, err := json.Marshal(out.Verdict)
+			if err != nil {
+				return nil, err
+			}
+			verdict = string(b)
+		}
+		var kept int64
+		if !out.KeptAt.IsZero() {
+			kept = out.KeptAt.UnixMilli()
+		}
+		args = append(args, id, out.Reports, out.Step, out.TotalSteps, nullable(out.Epoch), string(metrics), out.FirstAt.UnixMilli(), out.ReportedAt.UnixMilli(),
+			out.RunFrom.UnixMilli(), out.RunFromStep, out.ResumedFrom, out.Restarts, out.Rate, string(watch), verdict, out.KeptBy, kept, millis(out.AdvancedAt))
+	}
+	return args, nil
 }
 
 // reportRow is a report as numbered for its workload.
@@ -251,26 +280,20 @@ type reportRow struct {
 	r        runs.Report
 }
 
-// insert adds the reports in multi-row INSERTs.
-func (w writer) insert(ctx context.Context, rows []reportRow) error {
-	for part := range slices.Chunk(rows, per(reportArgs)) {
-		args := make([]any, 0, len(part)*reportArgs)
-		for _, row := range part {
-			r := row.r
-			m, err := json.Marshal(r.Metrics)
-			if err != nil {
-				return err
-			}
-			if r.Metrics == nil {
-				m = []byte("{}")
-			}
-			args = append(args, row.workload, row.seq, r.Time.UnixMilli(), r.Step, r.TotalSteps, nullable(r.Epoch), r.ResumedFrom, string(m))
+// reportValues appends to args the parameters of insertReportsQ's rows.
+func reportValues(args []any, rows []reportRow) ([]any, error) {
+	for _, row := range rows {
+		r := row.r
+		m, err := json.Marshal(r.Metrics)
+		if err != nil {
+			return nil, err
 		}
-		if err := w.exec(ctx, insertReportsQ(len(part)), args...); err != nil {
-			return fmt.Errorf("run reports of %s…: %w", part[0].workload, err)
+		if r.Metrics == nil {
+			m = []byte("{}")
 		}
+		args = append(args, row.workload, row.seq, r.Time.UnixMilli(), r.Step, r.TotalSteps, nullable(r.Epoch), r.ResumedFrom, string(m))
 	}
-	return nil
+	return args, nil
 }
 
 // millis is t in Unix milliseconds, 0 for the zero time.

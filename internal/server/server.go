@@ -462,7 +462,8 @@ func (s *Server) Run(ctx context.Context) error {
 		return nil
 	})
 	g.Go(func() error {
-		return s.every(gctx, 3*time.Second, s.reload("policy", func() error {
+		// New loaded the policy: the first reload is one interval on.
+		return s.everyAfter(gctx, 3*time.Second, s.reload("policy", func() error {
 			if err := s.authz.Reload(); err != nil {
 				return err
 			}
@@ -638,7 +639,13 @@ func (s *Server) reload(what string, reload func() error, unchanged error) func(
 // ctx ends.
 func (s *Server) every(ctx context.Context, interval time.Duration, fn func(context.Context)) error {
 	fn(ctx)
-	t := s.clock.NewTicker(interval) // after the first call: a waiting ticker means it has run
+	return s.everyAfter(ctx, interval, fn)
+}
+
+// everyAfter calls fn every interval of the server's clock until ctx ends,
+// the first time one interval on.
+func (s *Server) everyAfter(ctx context.Context, interval time.Duration, fn func(context.Context)) error {
+	t := s.clock.NewTicker(interval)
 	defer t.Stop()
 	for {
 		select {

@@ -23,6 +23,12 @@ var PriorityClasses []byte
 //go:embed helm/gantry/files/warm-priorityclass.yaml
 var WarmPriorityClass []byte
 
+// ServerPriorityClass is helm/gantry/files/server-priorityclass.yaml: the
+// gantry-server PriorityClass of Gantry's own pods, above every workload's.
+//
+//go:embed helm/gantry/files/server-priorityclass.yaml
+var ServerPriorityClass []byte
+
 // RuntimeClasses is helm/gantry/files/runtimeclasses.yaml: the Kata runtime classes of
 // confidential workloads (kata-qemu-nvidia-gpu-snp and -tdx), with the node
 // selectors that keep each on nodes of its TEE.

@@ -150,7 +150,7 @@ and see where it went (its "cluster" and "reason"):
 	var listening atomic.Value
 	listening.Store("")
 	if cfg.Runs.ReportURL == "" {
-		if fwd, err := cl.Forward(func() string { return listening.Load().(string) }); err == nil {
+		if fwd, _, err := cl.Forward(func() string { return listening.Load().(string) }); err == nil { // open as long as the cluster
 			cfg.Runs.ReportURL = "http://" + fwd
 		} else {
 			// No real node: no pod reaches Gantry, and none needs to — the

@@ -486,7 +486,7 @@ func (c *Cluster) Stop(ctx context.Context) error {
 
 func (c *Cluster) provision(ctx context.Context, o Options) error {
 	cs := c.Client
-	for _, pcs := range [][]byte{deploy.PriorityClasses, deploy.WarmPriorityClass} {
+	for _, pcs := range [][]byte{deploy.PriorityClasses, deploy.WarmPriorityClass, deploy.ServerPriorityClass} {
 		if err := createAll(ctx, pcs, "priority class", cs.SchedulingV1().PriorityClasses().Create); err != nil {
 			return err
 		}

@@ -625,25 +625,34 @@ func (c *Cluster) MirrorRegistries(mirrors map[string]string) error {
 // Forward returns an address on the host that the real node's pods reach
 // (host:port on the host's side of its veth pair), whose connections go
 // to the address target returns when each comes (a server on the host's
-// loopback, started later, say). It closes with the node; without a real
-// node it is an error.
-func (c *Cluster) Forward(target func() string) (string, error) {
+// loopback, started later, say), and stop, which closes it (connections
+// under way go on). It closes with the node otherwise; without a real node
+// it is an error.
+func (c *Cluster) Forward(target func() string) (addr string, stop func(), err error) {
 	n := c.realNode
 	if n == nil {
-		return "", errors.New("no real node: its pods reach nothing on the host")
+		return "", nil, errors.New("no real node: its pods reach nothing on the host")
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	ln, err := net.Listen("tcp", net.JoinHostPort(n.hostIP, "0"))
 	if err != nil {
-		return "", fmt.Errorf("a forwarder for the real node: %w", err)
+		return "", nil, fmt.Errorf("a forwarder for the real node: %w", err)
 	}
 	if n.forwarders == nil {
 		n.forwarders, n.mirrors = map[string]net.Listener{}, map[string][]string{}
 	}
-	n.forwarders["func:"+ln.Addr().String()] = ln
+	key := "func:" + ln.Addr().String()
+	n.forwarders[key] = ln
 	go Relay(ln, target)
-	return ln.Addr().String(), nil
+	return ln.Addr().String(), func() {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		if n.forwarders[key] == ln {
+			delete(n.forwarders, key)
+			ln.Close()
+		}
+	}, nil
 }
 
 // forward carries each connection ln accepts to target, until ln closes.

@@ -6,6 +6,7 @@ package e2e_test
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -166,11 +167,29 @@ func fieldErrors(p *model.Problem) []model.FieldError {
 // (what a 201 carries).
 func (g *gantryServer) launch(req model.LaunchRequest) (int, model.Workload) {
 	g.t.Helper()
-	r := servertest.Must(g.api.CreateWorkloadWithResponse(context.Background(), nil, req))(g.t)
+	r := createWorkload(g.t, g.api, req)
 	if r.StatusCode() >= 300 {
 		g.t.Logf("launch %s: %d %s", asJSON(req), r.StatusCode(), r.Body)
 	}
 	return r.StatusCode(), servertest.Deref(r.JSON201)
+}
+
+// createWorkload sends the launch req with c, as a client should: under an
+// Idempotency-Key, sent again while Gantry answers 503 (try again later: an
+// image registry that did not answer in time on a loaded machine) for up to
+// two minutes. Any other answer is returned.
+func createWorkload(t testing.TB, c *client.ClientWithResponses, req model.LaunchRequest) *client.CreateWorkloadResponse {
+	t.Helper()
+	key := rand.Text()
+	var r *client.CreateWorkloadResponse
+	waitfor.Until(t, 2*time.Minute, "a launch answered other than 503", func() error {
+		r = servertest.Must(c.CreateWorkloadWithResponse(context.Background(), &model.CreateWorkloadParams{IdempotencyKey: &key}, req))(t)
+		if r.StatusCode() == http.StatusServiceUnavailable {
+			return fmt.Errorf("503 %s", r.Body)
+		}
+		return nil
+	})
+	return r
 }
 
 // workload reads a workload as ada.

@@ -4,16 +4,10 @@ import (
 	"archive/tar"
 	"compress/gzip"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"net/http/cookiejar"
@@ -43,6 +37,7 @@ import (
 	"github.com/gantryhq/gantry/internal/imagesign"
 	"github.com/gantryhq/gantry/internal/imageverify"
 	"github.com/gantryhq/gantry/internal/servertest"
+	"github.com/gantryhq/gantry/internal/tlsfiles/tlstest"
 	"github.com/gantryhq/gantry/internal/waitfor"
 	"github.com/gantryhq/gantry/internal/workload"
 )
@@ -85,10 +80,11 @@ func TestGantryAsAPod(t *testing.T) {
 	}
 	forward := func(target func() string) string {
 		t.Helper()
-		addr, err := cluster.Forward(target)
+		addr, stop, err := cluster.Forward(target)
 		if err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(stop)
 		return addr
 	}
 	fixed := func(addr string) func() string { return func() string { return addr } }
@@ -148,7 +144,8 @@ func TestGantryAsAPod(t *testing.T) {
 	}
 	idpAddr := forward(fixed(idpLn.Addr().String()))
 	nodeSide, _, _ := net.SplitHostPort(idpAddr)
-	caPEM, idpCert := privateCA(t, nodeSide)
+	ca := tlstest.NewCA(t) // only the CA Gantry is given trusts the provider
+	caPEM, idpCert := ca.PEM, ca.Serving(t, nodeSide)
 
 	// The front people reach Gantry by (the Ingress's part): the pod's
 	// address once it has one.
@@ -266,6 +263,10 @@ func TestGantryAsAPod(t *testing.T) {
 	if pod.Spec.NodeName != devcluster.RealNodeName || pod.Spec.Containers[0].Image != catalogHost+"/gantryhq/gantry@"+server.DigestStr() {
 		t.Fatalf("Gantry's pod runs %s on %s", pod.Spec.Containers[0].Image, pod.Spec.NodeName)
 	}
+	// Above every workload's priority (the chart's gantry-server).
+	if pod.Spec.PriorityClassName != "gantry-server" || servertest.Deref(pod.Spec.Priority) <= 100000 {
+		t.Errorf("Gantry's pod has PriorityClass %q, priority %d: want gantry-server, above gantry-high's", pod.Spec.PriorityClassName, servertest.Deref(pod.Spec.Priority))
+	}
 	podAddr.Store(net.JoinHostPort(pod.Status.PodIP, "8080"))
 	t.Logf("Gantry's pod %s ready at %s %s after the install", pod.Name, pod.Status.PodIP, time.Since(began).Round(time.Second))
 
@@ -354,6 +355,12 @@ func TestGantryAsAPod(t *testing.T) {
 		return nil
 	})
 	t.Logf("the notebook %s answering through the pod in %s", nb.Id, time.Since(began).Round(time.Second))
+	// The pod that answered all along is the one that started: the
+	// notebook beside it on the node (gantry-normal, which preempts lower
+	// priorities) did not preempt it.
+	if now, err := cluster.Client.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{}); err != nil || now.DeletionTimestamp != nil {
+		t.Errorf("Gantry's pod %s after the notebook started: %v", pod.Name, err)
+	}
 }
 
 // postgresBeside runs Debian's PostgreSQL 15 (deploy/images/build.sh's
@@ -379,8 +386,9 @@ echo "host all all all trust" >> /var/lib/postgresql/data/pg/pg_hba.conf
 exec postgres -D /var/lib/postgresql/data/pg -c listen_addresses='*' -k /tmp -c fsync=off`
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "postgres", Labels: map[string]string{"app": "postgres"}},
 		Spec: corev1.PodSpec{
-			NodeSelector: map[string]string{devcluster.RealNodeLabel: "true"},
-			Tolerations:  []corev1.Toleration{{Key: devcluster.RealNodeLabel, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
+			PriorityClassName: "gantry-server", // Gantry's database: no workload preempts it either
+			NodeSelector:      map[string]string{devcluster.RealNodeLabel: "true"},
+			Tolerations:       []corev1.Toleration{{Key: devcluster.RealNodeLabel, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
 			SecurityContext: &corev1.PodSecurityContext{RunAsNonRoot: new(true), RunAsUser: &uid, RunAsGroup: &gid, FSGroup: &gid,
 				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
 			Containers: []corev1.Container{{Name: "postgres", Image: catalogHost + "/gantry-e2e/" + image + "@" + d.DigestStr(),
@@ -472,29 +480,6 @@ func filesIn(t *testing.T, dir string) map[string]string {
 		data[e.Name()] = string(b)
 	}
 	return data
-}
-
-// privateCA makes a CA and a server certificate it signs for ip; it returns
-// the CA's PEM and the certificate.
-func privateCA(t *testing.T, ip string) ([]byte, tls.Certificate) {
-	t.Helper()
-	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	ca := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "e2e private CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	leaf := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: ip},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IPAddresses: []net.IP{net.ParseIP(ip)}, KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	leafDER, err := x509.CreateCertificate(rand.Reader, leaf, ca, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), tls.Certificate{Certificate: [][]byte{leafDER}, PrivateKey: key}
 }
 
 // gantryPodSaid logs what Gantry's pods in ns were doing: their state and

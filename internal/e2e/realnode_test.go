@@ -373,10 +373,11 @@ func appGantry(t *testing.T, edit func(*config.Config), images ...string) *serve
 	// forwarder on the host's side of the node's veth pair.
 	var gantryAddr atomic.Value
 	gantryAddr.Store("")
-	fwd, err := cluster.Forward(func() string { return gantryAddr.Load().(string) })
+	fwd, stop, err := cluster.Forward(func() string { return gantryAddr.Load().(string) })
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(stop)
 	g := servertest.WithOverrides(t, server.Overrides{}, func(c *config.Config) {
 		c.AppDial = config.AppDialEndpoints // as the chart's appDial sets it
 		c.Database.DSN = config.Secret(storetest.SQLitePath(t))
@@ -533,7 +534,7 @@ func TestCPUTrainingResumes(t *testing.T) {
 // workload when the test ends.
 func launchAs(t *testing.T, c *client.ClientWithResponses, req model.LaunchRequest) model.Workload {
 	t.Helper()
-	r := servertest.Must(c.CreateWorkloadWithResponse(t.Context(), nil, req))(t)
+	r := createWorkload(t, c, req)
 	if r.StatusCode() != 201 {
 		t.Fatalf("launch: %d %s", r.StatusCode(), r.Body)
 	}

@@ -1,12 +1,13 @@
 // Package tlstest makes certificates for tests: a certificate authority and
-// serving certificates it signs for 127.0.0.1 and localhost, written as the
-// PEM files a Secret's projection holds.
+// serving certificates it signs — for 127.0.0.1 and localhost, written as the
+// PEM files a Secret's projection holds, or for any hosts, in memory.
 package tlstest
 
 import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
@@ -65,17 +66,7 @@ func (c *CA) WriteCA(t testing.TB, dir string) string {
 // certificates apart.
 func (c *CA) Issue(t testing.TB, dir string, serial int64, notBefore, notAfter time.Time) (certFile, keyFile string) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "gantry"},
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"},
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, KeyUsage: x509.KeyUsageDigitalSignature, NotBefore: notBefore, NotAfter: notAfter}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, c.Cert, &key.PublicKey, c.key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	der, key := c.leaf(t, serial, []string{"127.0.0.1", "localhost"}, notBefore, notAfter)
 	kd, err := x509.MarshalECPrivateKey(key)
 	if err != nil {
 		t.Fatal(err)
@@ -96,4 +87,35 @@ func (c *CA) Issue(t testing.TB, dir string, serial int64, notBefore, notAfter t
 	write(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
 	write(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kd}))
 	return certFile, keyFile
+}
+
+// Serving is a serving certificate, in memory, for hosts (IP addresses or
+// DNS names), valid for a day around now.
+func (c *CA) Serving(t testing.TB, hosts ...string) tls.Certificate {
+	t.Helper()
+	der, key := c.leaf(t, 2, hosts, time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour))
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+}
+
+// leaf signs a serving certificate for hosts and returns it (DER) and its key.
+func (c *CA) leaf(t testing.TB, serial int64, hosts []string, notBefore, notAfter time.Time) ([]byte, *ecdsa.PrivateKey) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "gantry"},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, KeyUsage: x509.KeyUsageDigitalSignature, NotBefore: notBefore, NotAfter: notAfter}
+	for _, h := range hosts {
+		if ip := net.ParseIP(h); ip != nil {
+			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+		} else {
+			tmpl.DNSNames = append(tmpl.DNSNames, h)
+		}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, c.Cert, &key.PublicKey, c.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return der, key
 }

@@ -603,8 +603,12 @@ func (c *Config) validateImages(errs *fault.List) {
 		errs.Addf("images.dir", "is required")
 	}
 	for from, to := range c.Images.Mirrors {
-		if from == "" || to == "" || strings.ContainsAny(from+to, "/ ") {
-			errs.Addf("images.mirrors", "%q: %q must map a registry host to a registry host", from, to)
+		host, ok := strings.CutPrefix(to, "http://")
+		if !ok {
+			host = strings.TrimPrefix(to, "https://")
+		}
+		if from == "" || host == "" || strings.ContainsAny(from+host, "/ ") {
+			errs.Addf("images.mirrors", "%q: %q must map a registry host to a registry host (http://host for plain HTTP)", from, to)
 		}
 	}
 	if c.TemplatesDir == "" {

@@ -120,6 +120,34 @@ func TestImagesAndConfidential(t *testing.T) {
 	}
 }
 
+// TestMirrors: a mirror is a registry host, with http:// for plain HTTP or
+// https://; anything else is refused where it was read.
+func TestMirrors(t *testing.T) {
+	for _, tc := range []struct {
+		mirror string
+		ok     bool
+	}{
+		{"mirror.internal:5000", true},
+		{"https://mirror.internal:5000", true},
+		{"http://mirror.internal:5000", true},
+		{"ftp://mirror.internal", false},
+		{"mirror.internal/path", false},
+		{"http://", false},
+	} {
+		file := filepath.Join(t.TempDir(), "gantry.yaml")
+		if err := os.WriteFile(file, []byte("images:\n  mirrors:\n    registry.example.com: "+tc.mirror+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		c, err := Load(file, lookup(nil), Flags{})
+		switch {
+		case tc.ok && (err != nil || c.Images.Mirrors["registry.example.com"] != tc.mirror):
+			t.Errorf("%q: %v, mirrors %v", tc.mirror, err, c.Images.Mirrors)
+		case !tc.ok && (err == nil || !strings.Contains(err.Error(), "images.mirrors") || !strings.Contains(err.Error(), tc.mirror)):
+			t.Errorf("%q: %v, want it refused", tc.mirror, err)
+		}
+	}
+}
+
 // TestAppDial: how /w/{id}/ reaches apps is dns or endpoints, and endpoints
 // needs a cluster to read Services from.
 func TestAppDial(t *testing.T) {

@@ -74,7 +74,8 @@ type Options struct {
 	// TTL is how long a success stays cached (default 10m).
 	TTL time.Duration
 	// Mirrors maps a registry host in the catalog to the host actually asked
-	// (e.g. a local mirror); the pinned reference keeps the catalog's host.
+	// (e.g. a local mirror; "http://host" for plain HTTP, see mirror); the
+	// pinned reference keeps the catalog's host.
 	Mirrors map[string]string
 	// Transport for registry requests (default http.DefaultTransport).
 	Transport http.RoundTripper
@@ -352,17 +353,31 @@ func (i *Images) PinImage(ctx context.Context, ref string) (pinned, tee string, 
 	return r.Pinned, r.TEE, err
 }
 
-// mirror swaps the registry host for its configured mirror.
+// mirror swaps the registry host for its configured mirror. A mirror is
+// fetched as any registry is — over HTTPS, plain HTTP only where
+// go-containerregistry allows it for every registry (localhost, 127.0.0.1,
+// *.local, private addresses) — unless it is written "http://host": plain
+// HTTP by the operator's choice.
 func (v *Verifier) mirror(repo name.Repository) name.Repository {
-	host, ok := v.o.Mirrors[repo.RegistryStr()]
+	to, ok := v.o.Mirrors[repo.RegistryStr()]
 	if !ok {
 		return repo
 	}
-	m, err := name.NewRepository(host+"/"+repo.RepositoryStr(), name.Insecure)
+	host, opts := mirrorHost(to)
+	m, err := name.NewRepository(host+"/"+repo.RepositoryStr(), opts...)
 	if err != nil {
 		return repo
 	}
 	return m
+}
+
+// mirrorHost is the registry host of a mirror as configured ("host",
+// "https://host" or "http://host") and the options that fetch from it.
+func mirrorHost(mirror string) (string, []name.Option) {
+	if host, ok := strings.CutPrefix(mirror, "http://"); ok {
+		return host, []name.Option{name.Insecure}
+	}
+	return strings.TrimPrefix(mirror, "https://"), nil
 }
 
 // policyOf identifies what an entry demands: a change to its keys,

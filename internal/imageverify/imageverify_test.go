@@ -9,7 +9,9 @@ import (
 	"log"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -304,6 +306,45 @@ func BenchmarkVerify(b *testing.B) {
 		}
 	})
 }
+
+// TestMirrorScheme: a mirror named by its host is asked over HTTPS only, as
+// any registry is; plain HTTP only when written http:// (after HTTPS, as
+// go-containerregistry tries an insecure registry).
+func TestMirrorScheme(t *testing.T) {
+	r := &rig{t: t, host: "registry.example.com", platform: signer(t)}
+	entry := r.catalogEntry(r.platform)
+	for _, tc := range []struct {
+		mirror string
+		http   bool
+	}{
+		{"mirror.example.com:5000", false},
+		{"https://mirror.example.com:5000", false},
+		{"http://mirror.example.com:5000", true},
+	} {
+		var asked []string
+		var mu sync.Mutex
+		v := newVerifier(t, imageverify.Options{Now: time.Now, Mirrors: map[string]string{r.host: tc.mirror},
+			Transport: roundTripper(func(req *http.Request) (*http.Response, error) {
+				mu.Lock()
+				defer mu.Unlock()
+				asked = append(asked, req.URL.Scheme+"://"+req.URL.Host)
+				return nil, errors.New("no network in this test")
+			})})
+		if _, err := v.Verify(context.Background(), entry, "25.01-py3"); err == nil {
+			t.Fatalf("%s: verified without a registry", tc.mirror)
+		}
+		mu.Lock()
+		https, plain := slices.Contains(asked, "https://mirror.example.com:5000"), slices.Contains(asked, "http://mirror.example.com:5000")
+		if !https || plain != tc.http || slices.ContainsFunc(asked, func(a string) bool { return !strings.HasSuffix(a, "://mirror.example.com:5000") }) {
+			t.Errorf("mirror %q: asked %v; want the mirror over HTTPS, and over HTTP %v", tc.mirror, asked, tc.http)
+		}
+		mu.Unlock()
+	}
+}
+
+type roundTripper func(*http.Request) (*http.Response, error)
+
+func (f roundTripper) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
 
 func newVerifier(t testing.TB, o imageverify.Options) *imageverify.Verifier {
 	t.Helper()

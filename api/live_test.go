@@ -76,7 +76,7 @@ func running(t *testing.T, g *servertest.Gantry, tok string) string {
 	}
 	id := r.JSON201.Id
 	if _, err := g.Store.UpdateWorkload(context.Background(), id, func(old workload.Workload) (workload.Workload, error) {
-		old.Status, old.Endpoint = workload.Running, "http://notebook.test:8888"
+		old.Status, old.Endpoint = workload.Running, "http://notebook."+g.Workloads.Namespace(old)+".svc.cluster.local:8888"
 		return old, nil
 	}); err != nil {
 		t.Fatal(err)

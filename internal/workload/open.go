@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/gantryhq/gantry/internal/fault"
@@ -52,12 +53,30 @@ func (s *Service) Target(ctx context.Context, id string) (Target, error) {
 	if err != nil {
 		return Target{}, fmt.Errorf("template of workload %s: %w", id, err)
 	}
-	u, err := url.Parse(w.Endpoint)
+	ns := s.Namespace(w)
+	u, err := serviceURL(w.Endpoint, ns)
 	if err != nil {
 		return Target{}, fmt.Errorf("endpoint of workload %s: %w", id, err)
 	}
 	return Target{URL: u, StripPrefix: v.Template.Spec.Interactive != nil && v.Template.Spec.Interactive.StripPrefix,
-		Cluster: w.Cluster, Namespace: s.Namespace(w)}, nil
+		Cluster: w.Cluster, Namespace: ns}, nil
+}
+
+// serviceURL parses an interactive workload's endpoint and checks it is what
+// a launch records (endpointOf): plain HTTP to a Service of the workload's
+// own namespace by its cluster DNS name, with a port. The proxy dials
+// nothing else, whatever a record says: not another team's Service, not an
+// address outside the cluster (a cloud's metadata service, say).
+func serviceURL(endpoint, namespace string) (*url.URL, error) {
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		return nil, err
+	}
+	name, ok := strings.CutSuffix(u.Hostname(), "."+namespace+".svc.cluster.local")
+	if u.Scheme != "http" || !ok || name == "" || strings.Contains(name, ".") || u.Port() == "" || u.User != nil {
+		return nil, fmt.Errorf("%q is not a Service of namespace %s (http://<service>.%s.svc.cluster.local:<port>)", endpoint, namespace, namespace)
+	}
+	return u, nil
 }
 
 // KeepAlive records that the caller still uses the workload, so that the

@@ -44,3 +44,26 @@ func TestPriorityClasses(t *testing.T) {
 		}
 	}
 }
+
+// TestServerPriorityClass: Gantry's own pods are above every workload's
+// priority (no launch preempts the server) and below the system's classes;
+// the placeholders' class is below every workload's.
+func TestServerPriorityClass(t *testing.T) {
+	var server, warm schedulingv1.PriorityClass
+	for _, f := range []struct {
+		data []byte
+		into *schedulingv1.PriorityClass
+	}{{deploy.ServerPriorityClass, &server}, {deploy.WarmPriorityClass, &warm}} {
+		if err := yaml.UnmarshalStrict(f.data, f.into); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if server.Name != "gantry-server" || server.Value >= 1_000_000_000 {
+		t.Errorf("%s %d: want gantry-server below the system classes (1,000,000,000)", server.Name, server.Value)
+	}
+	for _, p := range deploy.Priorities {
+		if int64(server.Value) <= p.Value || int64(warm.Value) >= p.Value {
+			t.Errorf("priority %s (%d): want it below %s (%d) and above %s (%d)", p.Name, p.Value, server.Name, server.Value, warm.Name, warm.Value)
+		}
+	}
+}

@@ -603,10 +603,7 @@ func (c *Config) validateImages(errs *fault.List) {
 		errs.Addf("images.dir", "is required")
 	}
 	for from, to := range c.Images.Mirrors {
-		host, ok := strings.CutPrefix(to, "http://")
-		if !ok {
-			host = strings.TrimPrefix(to, "https://")
-		}
+		host, _ := MirrorHost(to)
 		if from == "" || host == "" || strings.ContainsAny(from+host, "/ ") {
 			errs.Addf("images.mirrors", "%q: %q must map a registry host to a registry host (http://host for plain HTTP)", from, to)
 		}
@@ -726,4 +723,14 @@ func (c *Config) validateTelemetry(errs *fault.List) {
 			errs.Addf("metrics.prometheusURL", "%q is not an http(s) URL", u)
 		}
 	}
+}
+
+// MirrorHost reads an images.mirrors value: the registry host it names, and
+// whether it was written http://host — plain HTTP by the operator's choice.
+// A bare host or https://host is fetched as any registry is.
+func MirrorHost(mirror string) (host string, plainHTTP bool) {
+	if host, ok := strings.CutPrefix(mirror, "http://"); ok {
+		return host, true
+	}
+	return strings.TrimPrefix(mirror, "https://"), false
 }

@@ -90,7 +90,7 @@ var options = []option{
 	{key: "images.cacheTTL", env: "GANTRY_IMAGES_CACHE_TTL", field: func(c *Config) any { return &c.Images.CacheTTL },
 		doc: "how long a verified digest stays verified (0s to 24h)"},
 	{key: "images.mirrors", field: func(c *Config) any { return &c.Images.Mirrors },
-		doc: "catalog registry host → host to fetch from, over HTTPS (plain HTTP only for localhost and private addresses, as for any registry); `http://host` for plain HTTP", defaultDoc: "none"},
+		doc: "catalog registry host → host to fetch from, over HTTPS (plain HTTP only for localhost, *.local and private addresses, as for any registry); `http://host` for plain HTTP", defaultDoc: "none"},
 	{key: "images.devRegistry", env: "GANTRY_IMAGES_DEV_REGISTRY", field: func(c *Config) any { return &c.Images.DevRegistry },
 		doc: "a local registry with signed stand-ins for the catalog (`gantry dev`, `make serve`; `-tags dev` builds only; refused with `oidc.issuer`)"},
 	{key: "confidential.kbsURL", env: "GANTRY_CONFIDENTIAL_KBS_URL", field: func(c *Config) any { return &c.Confidential.KBSURL },

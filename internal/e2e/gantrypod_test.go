@@ -214,13 +214,14 @@ func TestGantryAsAPod(t *testing.T) {
 		"catalog": map[string]any{
 			"templates": map[string]any{"configMap": "catalog-templates"}, "policy": map[string]any{"configMap": "catalog-policy"},
 			"images": map[string]any{"configMap": "catalog-images"}, "imageKeys": map[string]any{"configMap": "catalog-image-keys"}},
-		"images":          map[string]any{"mirrors": map[string]string{catalogHost: forward(fixed(reg.Host))}},
-		"extraCA":         map[string]any{"configMap": "provider-ca"},
-		"agent":           map[string]any{"enabled": false},
-		"priorityClasses": map[string]any{"create": false},
-		"nodeSelector":    map[string]string{devcluster.RealNodeLabel: "true"},
-		"tolerations":     []map[string]string{{"key": devcluster.RealNodeLabel, "operator": "Exists", "effect": "NoSchedule"}},
-		"hostAliases":     []map[string]any{{"ip": nodeSide, "hostnames": []string{"kubernetes.default.svc"}}},
+		"images":            map[string]any{"mirrors": map[string]string{catalogHost: forward(fixed(reg.Host))}},
+		"extraCA":           map[string]any{"configMap": "provider-ca"},
+		"agent":             map[string]any{"enabled": false},
+		"priorityClasses":   map[string]any{"create": false}, // the cluster has them
+		"priorityClassName": "gantry-server",
+		"nodeSelector":      map[string]string{devcluster.RealNodeLabel: "true"},
+		"tolerations":       []map[string]string{{"key": devcluster.RealNodeLabel, "operator": "Exists", "effect": "NoSchedule"}},
+		"hostAliases":       []map[string]any{{"ip": nodeSide, "hostnames": []string{"kubernetes.default.svc"}}},
 		"extraEnv": []map[string]string{{"name": "KUBERNETES_SERVICE_HOST", "value": "kubernetes.default.svc"},
 			{"name": "KUBERNETES_SERVICE_PORT", "value": apiPort}},
 	}

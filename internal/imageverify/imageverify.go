@@ -35,6 +35,7 @@ import (
 	"github.com/sigstore/sigstore/pkg/signature"
 	sigpayload "github.com/sigstore/sigstore/pkg/signature/payload"
 
+	"github.com/gantryhq/gantry/internal/config"
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/imagecat"
 )
@@ -326,12 +327,12 @@ type Images struct {
 }
 
 // Mirrors maps each catalog registry host to the host images are fetched
-// from instead (Options.Mirrors), a copy: a node that runs the images pulls
-// them from the same place.
+// from instead (Options.Mirrors, without an http:// prefix), a copy: a node
+// that runs the images pulls them from the same place.
 func (v *Verifier) Mirrors() map[string]string {
 	out := make(map[string]string, len(v.o.Mirrors))
 	for k, m := range v.o.Mirrors {
-		out[k] = m
+		out[k], _ = config.MirrorHost(m)
 	}
 	return out
 }
@@ -357,27 +358,22 @@ func (i *Images) PinImage(ctx context.Context, ref string) (pinned, tee string, 
 // fetched as any registry is — over HTTPS, plain HTTP only where
 // go-containerregistry allows it for every registry (localhost, 127.0.0.1,
 // *.local, private addresses) — unless it is written "http://host": plain
-// HTTP by the operator's choice.
+// HTTP by the operator's choice (config.MirrorHost).
 func (v *Verifier) mirror(repo name.Repository) name.Repository {
 	to, ok := v.o.Mirrors[repo.RegistryStr()]
 	if !ok {
 		return repo
 	}
-	host, opts := mirrorHost(to)
+	host, plain := config.MirrorHost(to)
+	var opts []name.Option
+	if plain {
+		opts = append(opts, name.Insecure)
+	}
 	m, err := name.NewRepository(host+"/"+repo.RepositoryStr(), opts...)
 	if err != nil {
 		return repo
 	}
 	return m
-}
-
-// mirrorHost is the registry host of a mirror as configured ("host",
-// "https://host" or "http://host") and the options that fetch from it.
-func mirrorHost(mirror string) (string, []name.Option) {
-	if host, ok := strings.CutPrefix(mirror, "http://"); ok {
-		return host, []name.Option{name.Insecure}
-	}
-	return strings.TrimPrefix(mirror, "https://"), nil
 }
 
 // policyOf identifies what an entry demands: a change to its keys,

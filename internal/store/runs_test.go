@@ -242,7 +242,10 @@ func BenchmarkReportIngest(b *testing.B) {
 		// Many runs at once, one report a request each (as gantry.run
 		// sends them): 16 and 64 at a time on the same database.
 		for _, atOnce := range []int{16, 64} {
-			b.Run(fmt.Sprintf("%s/batch=1,%d-at-once", name, atOnce), func(b *testing.B) {
+			// RunParallel runs a multiple of GOMAXPROCS goroutines: the
+			// name says how many (16 and 64 on 2 cores).
+			per := (atOnce + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0)
+			b.Run(fmt.Sprintf("%s/batch=1,%d-at-once", name, per*runtime.GOMAXPROCS(0)), func(b *testing.B) {
 				s := open(b)
 				clock := time.Now().Add(-time.Hour)
 				svc, err := runs.New(runs.Options{Store: s.Runs, Workloads: readingWorkload{s}, Notifier: s.Governance, Now: func() time.Time { return clock }})
@@ -250,7 +253,7 @@ func BenchmarkReportIngest(b *testing.B) {
 					b.Fatal(err)
 				}
 				var next, total atomic.Int64
-				b.SetParallelism(max(1, atOnce/runtime.GOMAXPROCS(0)))
+				b.SetParallelism(per)
 				b.RunParallel(func(pb *testing.PB) {
 					id := fmt.Sprintf("par%07d", next.Add(1))
 					ctx := identity.With(context.Background(), identity.Identity{Via: identity.ViaRun, Workload: id, Pod: "ns/p"})

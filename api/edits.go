@@ -41,7 +41,7 @@ func (s *server) ResetGPUClassPrice(ctx context.Context, req gen.ResetGPUClassPr
 
 func (s *server) SetTeamQuota(ctx context.Context, req gen.SetTeamQuotaRequestObject) (gen.SetTeamQuotaResponseObject, error) {
 	b := req.Body
-	set, err := s.o.Edits.Put(ctx, overlay.Quota, req.Team, quota.Quota{GPUs: deref(b.Gpus), Cohort: deref(b.Cohort), BorrowingLimit: deref(b.BorrowingLimit)})
+	set, err := s.o.Edits.Put(ctx, overlay.Quota, req.Team, quota.Quota{GPUs: deref(b.Gpus), Cohort: deref(b.Cohort), BorrowingLimit: deref(b.BorrowingLimit), Cores: b.Cores})
 	if err != nil {
 		return nil, err
 	}

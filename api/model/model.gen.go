@@ -2200,6 +2200,9 @@ type QuotaRequest struct {
 	BorrowingLimit *map[string]float64 `json:"borrowingLimit,omitempty"`
 	Cohort         *string             `json:"cohort,omitempty"`
 
+	// Cores Cores the team's CPU-only launches may ask for at once; absent: no bound.
+	Cores *float64 `json:"cores,omitempty"`
+
 	// Gpus GPUs per class ("*" for every class not named); a MIG slice counts at its share.
 	Gpus *map[string]float64 `json:"gpus,omitempty"`
 }

@@ -174,12 +174,27 @@ func edit(t *testing.T, path, from, to string) {
 	os.WriteFile(path, []byte(strings.Replace(string(b), from, to, 1)), 0o644)
 }
 
+// lineOf is the line of path where s begins, as error messages number it.
+func lineOf(t *testing.T, path, s string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := strings.Index(string(b), s)
+	if i < 0 {
+		t.Fatalf("%s lacks %q", path, s)
+	}
+	return fmt.Sprint(strings.Count(string(b[:i]), "\n") + 1)
+}
+
 func TestBrokenFilesNamed(t *testing.T) {
 	dir := copyPolicy(t)
 	f := authz.InDir(dir)
 	roles, _ := os.ReadFile(f.Roles)
 	line := fmt.Sprint(strings.Count(strings.Split(string(roles), "p, viewer, *, images, read")[0], "\n") + 1)
 	edit(t, f.Roles, "p, viewer, *, images, read", "p, wizard, vision, images, fly")
+	bindingLine := lineOf(t, f.Bindings, "{group: ml-nlp, team: nlp, role: member}")
 	edit(t, f.Bindings, "{group: ml-nlp, team: nlp, role: member}", "{group: ml-nlp, team: NLP, role: boss}")
 	_, err := authz.Load(f)
 	if err == nil {
@@ -189,8 +204,8 @@ func TestBrokenFilesNamed(t *testing.T) {
 		f.Roles + `:` + line + `: unknown role "wizard"`,
 		f.Roles + `:` + line + `: role rules apply in every team`,
 		f.Roles + `:` + line + `: unknown permission "images:fly"`,
-		f.Bindings + `:22: groups[4].role: unknown role "boss"`,
-		f.Bindings + `:22: groups[4].team: "NLP" is not a team name`,
+		f.Bindings + `:` + bindingLine + `: groups[4].role: unknown role "boss"`,
+		f.Bindings + `:` + bindingLine + `: groups[4].team: "NLP" is not a team name`,
 	} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("missing %q in %v", want, err)
@@ -213,8 +228,9 @@ func TestReload(t *testing.T) {
 		t.Fatalf("reload without a change: %v", err)
 	}
 	// A broken file keeps the policy in force.
+	line := lineOf(t, f.Bindings, "role: member}\n  - {group: ml-vision-leads")
 	edit(t, f.Bindings, "role: member}\n  - {group: ml-vision-leads", "role: memberr}\n  - {group: ml-vision-leads")
-	if err := a.Reload(); err == nil || !strings.Contains(err.Error(), "bindings.yaml:20") {
+	if err := a.Reload(); err == nil || !strings.Contains(err.Error(), "bindings.yaml:"+line+":") {
 		t.Fatalf("broken reload: %v", err)
 	}
 	if !a.Policy().Allowed(ann, "vision", access.WorkloadsLaunch) {
@@ -319,13 +335,14 @@ func TestQuotas(t *testing.T) {
 		t.Errorf("quotas of the named teams: %v", qs)
 	}
 	edit(t, f.Bindings, "gpus: {H100-80GB: 8, A100-80GB: 8, A100-40GB: 8, L4: 8}\n      cohort: research",
-		"gpus: {H100-80GB: -1, B300: 8}\n      cohort: Research\n      borrowingLimit: {L4: 2}")
+		"gpus: {H100-80GB: -1, B300: 8}\n      cohort: Research\n      borrowingLimit: {L4: 2}\n      cores: -2")
 	edit(t, f.Bindings, "      cohort: research\n      borrowingLimit: {H100-80GB: 4}", "      borrowingLimit: {H100-80GB: 4}")
 	_, err = authz.Load(f)
 	for _, want := range []string{
 		`teams.vision.quota.gpus.H100-80GB: -1 GPUs: must be a number from 0 to 1000000`,
 		`teams.vision.quota.gpus.B300: unknown GPU class "B300"`,
 		`teams.vision.quota.cohort: "Research" must be a lowercase DNS label`,
+		`teams.vision.quota.cores: -2 cores: must be a number from 0 to 1000000`,
 		`teams.nlp.quota.borrowingLimit: borrowing needs a cohort to borrow from`,
 		f.Bindings + `:`,
 	} {

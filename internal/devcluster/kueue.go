@@ -286,7 +286,7 @@ managedJobsNamespaceSelector:
   matchLabels:
     app.kubernetes.io/managed-by: gantry
 resources:
-  excludeResourcePrefixes: ["cpu", "memory", "ephemeral-storage", "pods"]
+  excludeResourcePrefixes: ["memory", "ephemeral-storage", "pods"]
 `, KueueNamespace, port, certDir)
 	if len(tr) > 0 {
 		b.WriteString("  transformations:\n")

@@ -66,6 +66,10 @@ type Quota struct {
 	// BorrowingLimit caps, per class, how many GPUs beyond its own quota the
 	// team may borrow in its cohort (unset: no cap).
 	BorrowingLimit map[string]float64 `json:"borrowingLimit,omitempty"`
+	// Cores bounds the CPU the team's CPU-only launches ask for at once,
+	// in cores (the GPU classes' cpu section; unset: no bound). In a cohort
+	// the team lends what it leaves unused and borrows others'.
+	Cores *float64 `json:"cores,omitempty"`
 }
 
 // Validate checks q (at path, e.g. "teams.vision.quota") against the GPU
@@ -87,6 +91,16 @@ func (q Quota) Validate(path string, classes *gpu.Catalog, errs *fault.List) {
 	}
 	check("gpus", q.GPUs)
 	check("borrowingLimit", q.BorrowingLimit)
+	if c := q.Cores; c != nil {
+		if *c < 0 || math.IsNaN(*c) || math.IsInf(*c, 0) || *c > 1e6 {
+			errs.Addf(path+".cores", "%v cores: must be a number from 0 to 1000000", *c)
+		}
+		if classes != nil {
+			if _, ok := classes.CPU(); !ok {
+				errs.Addf(path+".cores", "the GPU classes have no cpu section: no CPU-only launch runs here to count")
+			}
+		}
+	}
 	if q.Cohort != "" && !dnsLabel(q.Cohort) {
 		errs.Addf(path+".cohort", "%q must be a lowercase DNS label", q.Cohort)
 	}
@@ -104,6 +118,17 @@ func dnsLabel(s string) bool {
 
 // Flavor names a GPU class's ResourceFlavor.
 func Flavor(class string) string { return "gantry-" + strings.ToLower(class) }
+
+// CPUFlavor is the ResourceFlavor of the CPU nodes, where CPU-only launches
+// (recorded as class CPU) run.
+var CPUFlavor = Flavor(gpu.CPUClass)
+
+// CPU is the resource a CPU flavor's quota counts (Quota.Cores), and
+// unboundedCores the quota of CPU where there is no bound (a million cores).
+const (
+	CPU            = "cpu"
+	unboundedCores = "1000000"
+)
 
 // ClusterQueue names a team's ClusterQueue.
 func ClusterQueue(t team.Name) string { return "gantry-" + t.String() }
@@ -140,6 +165,18 @@ func Objects(classes *gpu.Catalog, teams map[string]Quota, priorities []Priority
 			"metadata": meta(Flavor(c), nil),
 			"spec": map[string]any{
 				"nodeTaints": []any{map[string]any{"key": TaintGPUClass, "value": c, "effect": "NoSchedule"}},
+			},
+		})
+	}
+	if cpu, ok := classes.CPU(); ok {
+		// CPU-only pods run on the CPU nodes and tolerate their taint;
+		// a GPU pod does not, and finds no GPU here either.
+		out = append(out, Object{
+			"apiVersion": APIVersion, "kind": "ResourceFlavor",
+			"metadata": meta(CPUFlavor, nil),
+			"spec": map[string]any{
+				"nodeLabels": map[string]any{cpu.NodeLabel: "true"},
+				"nodeTaints": []any{map[string]any{"key": cpu.NodeLabel, "value": "true", "effect": "NoSchedule"}},
 			},
 		})
 	}
@@ -289,7 +326,9 @@ func PriorityClass(priority string) string { return "gantry-" + priority }
 
 // ClusterQueueObject is a team's ClusterQueue: nominal quota per class
 // flavor, in its cohort when it has one, admitting only from the team's
-// namespaces.
+// namespaces. It covers CPU too (Kueue counts a pod's CPU requests unless
+// its configuration excludes them): unbounded in the GPU classes' flavors,
+// the team's cores in the CPU flavor.
 func ClusterQueueObject(classes *gpu.Catalog, t team.Name, q Quota) Object {
 	team := t.String()
 	var flavors []any
@@ -298,12 +337,20 @@ func ClusterQueueObject(classes *gpu.Catalog, t team.Name, q Quota) Object {
 		if l, ok := lookup(q.BorrowingLimit, c); ok && q.Cohort != "" {
 			r["borrowingLimit"] = quantity(l)
 		}
-		flavors = append(flavors, map[string]any{"name": Flavor(c), "resources": []any{r}})
+		flavors = append(flavors, map[string]any{"name": Flavor(c), "resources": []any{r, map[string]any{"name": CPU, "nominalQuota": unboundedCores}}})
+	}
+	if _, ok := classes.CPU(); ok {
+		cores := unboundedCores
+		if q.Cores != nil {
+			cores = fmt.Sprintf("%dm", int64(math.Round(*q.Cores*1000)))
+		}
+		flavors = append(flavors, map[string]any{"name": CPUFlavor, "resources": []any{
+			map[string]any{"name": GPUMilli, "nominalQuota": "0"}, map[string]any{"name": CPU, "nominalQuota": cores}}})
 	}
 	spec := map[string]any{
 		"namespaceSelector": map[string]any{"matchLabels": map[string]any{"gantry.dev/team": team, labelManagedBy: managedBy}},
 		"queueingStrategy":  "BestEffortFIFO",
-		"resourceGroups":    []any{map[string]any{"coveredResources": []any{GPUMilli}, "flavors": flavors}},
+		"resourceGroups":    []any{map[string]any{"coveredResources": []any{GPUMilli, CPU}, "flavors": flavors}},
 		"preemption": map[string]any{
 			"withinClusterQueue":  "LowerPriority",
 			"reclaimWithinCohort": "Any",

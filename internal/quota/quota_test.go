@@ -42,46 +42,63 @@ func TestTransformations(t *testing.T) {
 
 // TestClusterQueue: nominal quota per class flavor ("*" for the rest, none
 // without it), borrowing only in a cohort, admission only from the team's
-// namespaces.
+// namespaces; CPU covered too, unbounded in the GPU flavors and the team's
+// cores (unbounded unless set) in the CPU nodes' flavor.
 func TestClusterQueue(t *testing.T) {
 	c := classes(t)
-	quotas := func(o Object) map[string]map[string]any {
-		out := map[string]map[string]any{}
+	if _, ok := c.CPU(); !ok {
+		t.Fatal("the starter GPU classes have no cpu section")
+	}
+	quotas := func(o Object) map[string]map[string]map[string]any {
+		out := map[string]map[string]map[string]any{}
 		rg := o["spec"].(map[string]any)["resourceGroups"].([]any)[0].(map[string]any)
+		if fmt.Sprint(rg["coveredResources"]) != fmt.Sprint([]any{GPUMilli, CPU}) {
+			t.Errorf("covered resources %v", rg["coveredResources"])
+		}
 		for _, f := range rg["flavors"].([]any) {
 			fm := f.(map[string]any)
-			out[fm["name"].(string)] = fm["resources"].([]any)[0].(map[string]any)
+			rs := map[string]map[string]any{}
+			for _, r := range fm["resources"].([]any) {
+				rs[r.(map[string]any)["name"].(string)] = r.(map[string]any)
+			}
+			out[fm["name"].(string)] = rs
 		}
 		return out
 	}
+	four := 4.5
 	for _, tc := range []struct {
 		name   string
 		q      Quota
-		want   map[string]string // flavor → nominal quota
+		want   map[string]string // flavor → nominal quota of GPUs
 		borrow map[string]string
 		cohort string
+		cores  string // the CPU flavor's nominal quota of CPU
 	}{
 		{"listed", Quota{GPUs: map[string]float64{"H100-80GB": 8, "L4": 0.5}},
-			map[string]string{"gantry-h100-80gb": "8000", "gantry-l4": "500", "gantry-a100-80gb": "0"}, nil, ""},
+			map[string]string{"gantry-h100-80gb": "8000", "gantry-l4": "500", "gantry-a100-80gb": "0"}, nil, "", unboundedCores},
 		{"default", Quota{GPUs: map[string]float64{"*": 4, "H100-80GB": 2}, Cohort: "research", BorrowingLimit: map[string]float64{"H100-80GB": 1}},
-			map[string]string{"gantry-h100-80gb": "2000", "gantry-l4": "4000"}, map[string]string{"gantry-h100-80gb": "1000"}, "gantry-research"},
-		{"none", Quota{}, map[string]string{"gantry-h100-80gb": "0"}, nil, ""},
+			map[string]string{"gantry-h100-80gb": "2000", "gantry-l4": "4000"}, map[string]string{"gantry-h100-80gb": "1000"}, "gantry-research", unboundedCores},
+		{"none", Quota{}, map[string]string{"gantry-h100-80gb": "0"}, nil, "", unboundedCores},
 		{"borrowing without a cohort is dropped", Quota{GPUs: map[string]float64{"L4": 1}, BorrowingLimit: map[string]float64{"L4": 1}},
-			map[string]string{"gantry-l4": "1000"}, nil, ""},
+			map[string]string{"gantry-l4": "1000"}, nil, "", unboundedCores},
+		{"cores", Quota{GPUs: map[string]float64{"L4": 1}, Cores: &four}, map[string]string{"gantry-l4": "1000"}, nil, "", "4500m"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := ClusterQueueObject(c, "vision", tc.q)
 			got := quotas(o)
-			if len(got) != len(c.Names()) {
-				t.Errorf("%d flavors, want one per class (%d)", len(got), len(c.Names()))
+			if len(got) != len(c.Names())+1 {
+				t.Errorf("%d flavors, want one per class and the CPU nodes' (%d)", len(got), len(c.Names())+1)
 			}
 			for f, want := range tc.want {
-				if got[f]["nominalQuota"] != want {
-					t.Errorf("%s: nominal %v, want %s", f, got[f]["nominalQuota"], want)
+				if got[f][GPUMilli]["nominalQuota"] != want || got[f][CPU]["nominalQuota"] != unboundedCores {
+					t.Errorf("%s: nominal %v, want %s GPUs and unbounded CPU", f, got[f], want)
 				}
 			}
-			for f, r := range got {
-				b, has := r["borrowingLimit"]
+			if cf := got[CPUFlavor]; cf[GPUMilli]["nominalQuota"] != "0" || cf[CPU]["nominalQuota"] != tc.cores {
+				t.Errorf("%s: %v, want no GPU and %s of CPU", CPUFlavor, cf, tc.cores)
+			}
+			for f, rs := range got {
+				b, has := rs[GPUMilli]["borrowingLimit"]
 				if want, ok := tc.borrow[f]; ok != has || ok && b != want {
 					t.Errorf("%s: borrowing limit %v, want %q", f, b, tc.borrow[f])
 				}
@@ -98,7 +115,8 @@ func TestClusterQueue(t *testing.T) {
 	}
 }
 
-// TestObjects: one flavor per class tainted with the class, a priority
+// TestObjects: one flavor per class tainted with the class and one for the
+// CPU nodes (their label and taint), a priority
 // class per priority, a queue per team, in a stable order.
 func TestObjects(t *testing.T) {
 	c := classes(t)
@@ -111,13 +129,22 @@ func TestObjects(t *testing.T) {
 			queues = append(queues, o["metadata"].(map[string]any)["name"].(string))
 		}
 		if o["kind"] == "ResourceFlavor" {
-			taint := o["spec"].(map[string]any)["nodeTaints"].([]any)[0].(map[string]any)
-			if taint["key"] != TaintGPUClass || taint["effect"] != "NoSchedule" {
-				t.Errorf("flavor taint %v", taint)
+			spec := o["spec"].(map[string]any)
+			taint := spec["nodeTaints"].([]any)[0].(map[string]any)
+			want := TaintGPUClass
+			if o["metadata"].(map[string]any)["name"] == CPUFlavor {
+				cpu, _ := c.CPU()
+				want = cpu.NodeLabel
+				if labels, _ := spec["nodeLabels"].(map[string]any); labels[cpu.NodeLabel] != "true" {
+					t.Errorf("the CPU nodes' flavor: labels %v", spec["nodeLabels"])
+				}
+			}
+			if taint["key"] != want || taint["effect"] != "NoSchedule" {
+				t.Errorf("flavor taint %v, want %s", taint, want)
 			}
 		}
 	}
-	if kinds["ResourceFlavor"] != len(c.Names()) || kinds["WorkloadPriorityClass"] != 1 || kinds["ClusterQueue"] != 2 {
+	if kinds["ResourceFlavor"] != len(c.Names())+1 || kinds["WorkloadPriorityClass"] != 1 || kinds["ClusterQueue"] != 2 {
 		t.Errorf("objects: %v", kinds)
 	}
 	if len(queues) != 2 || queues[0] != "gantry-nlp" || queues[1] != "gantry-vision" {

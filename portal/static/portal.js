@@ -1100,6 +1100,7 @@ function editForms() {
     }
     const body = { gpus };
     if (f.get('cohort').trim()) body.cohort = f.get('cohort').trim();
+    if (String(f.get('cores')).trim()) body.cores = Number(f.get('cores'));
     return ['quota', f.get('team').trim(), body];
   });
 }

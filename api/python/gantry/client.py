@@ -334,8 +334,9 @@ class Gantry:
         return self._call("DELETE", f"/api/v1/gpu-classes/{gpu_class}/price")["items"]
 
     def set_quota(self, team: str, gpus: Dict[str, float], cohort: Optional[str] = None,
-                  borrowing_limit: Optional[Dict[str, float]] = None) -> List[Dict[str, Any]]:
-        body = {"gpus": gpus, "cohort": cohort, "borrowingLimit": borrowing_limit}
+                  borrowing_limit: Optional[Dict[str, float]] = None, cores: Optional[float] = None) -> List[Dict[str, Any]]:
+        """cores: what the team's CPU-only launches may ask for at once (None: no bound)."""
+        body = {"gpus": gpus, "cohort": cohort, "borrowingLimit": borrowing_limit, "cores": cores}
         return self._call("PUT", f"/api/v1/teams/{team}/quota", body={k: v for k, v in body.items() if v is not None})["items"]
 
     def reset_quota(self, team: str) -> List[Dict[str, Any]]:

@@ -166,7 +166,8 @@ class ServerTest(unittest.TestCase):
         self.assertEqual(g.gpu_class("L4")["price"]["onDemand"], before + 0.25)
         g.set_budget("vision", 1234.5, atLimit="require-approval")
         self.assertEqual([b["amount"] for b in g.budgets() if b["team"] == "vision"], [1234.5])
-        g.set_quota("vision", {"L4": 3})
+        quota = [e for e in g.set_quota("vision", {"L4": 3}, cores=8) if e["kind"] == "quota"]
+        self.assertEqual((quota[0]["value"]["gpus"], quota[0]["value"]["cores"]), ({"L4": 3}, 8))
         g.set_node_group("h100-on-demand", max=5, pricePerNodeHour=70)
         group = {n["name"]: n for n in g.node_groups()}["h100-on-demand"]
         self.assertEqual((group["max"], group["pricePerNodeHour"], group["gpuHourPrice"]), (5, 70, 8.75))

@@ -143,8 +143,9 @@ func queues(t *testing.T, c *devcluster.Cluster, check string) dynamic.Interface
 	create(t, dyn, resourceFlavors, "", kueueObj("ResourceFlavor", "default", map[string]any{}))
 	spec := map[string]any{
 		"namespaceSelector": map[string]any{},
-		"resourceGroups": []any{map[string]any{"coveredResources": []any{quota.GPUMilli},
-			"flavors": []any{map[string]any{"name": "default", "resources": []any{map[string]any{"name": quota.GPUMilli, "nominalQuota": "1000000"}}}}}},
+		"resourceGroups": []any{map[string]any{"coveredResources": []any{quota.GPUMilli, quota.CPU}, // Kueue counts CPU too
+			"flavors": []any{map[string]any{"name": "default", "resources": []any{map[string]any{"name": quota.GPUMilli, "nominalQuota": "1000000"},
+				map[string]any{"name": quota.CPU, "nominalQuota": "1000000"}}}}}},
 	}
 	if check != "" {
 		spec["admissionChecksStrategy"] = map[string]any{"admissionChecks": []any{map[string]any{"name": check}}}

@@ -326,8 +326,9 @@ func TestGangGivesItsQuotaBack(t *testing.T) {
 	kueueObj("resourceflavors", map[string]any{"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": map[string]any{"name": "gang"}})
 	kueueObj("clusterqueues", map[string]any{"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": map[string]any{"name": "gang"},
 		"spec": map[string]any{"namespaceSelector": map[string]any{}, "resourceGroups": []any{map[string]any{
-			"coveredResources": []any{"gantry.dev/gpu-milli"},
-			"flavors":          []any{map[string]any{"name": "gang", "resources": []any{map[string]any{"name": "gantry.dev/gpu-milli", "nominalQuota": "100000"}}}},
+			"coveredResources": []any{"gantry.dev/gpu-milli", "cpu"}, // Kueue counts CPU too (as Gantry's queues do)
+			"flavors": []any{map[string]any{"name": "gang", "resources": []any{map[string]any{"name": "gantry.dev/gpu-milli", "nominalQuota": "100000"},
+				map[string]any{"name": "cpu", "nominalQuota": "1000000"}}}},
 		}}}})
 	kueueObj("localqueues", map[string]any{"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue", "metadata": map[string]any{"name": "gang", "namespace": "gang"},
 		"spec": map[string]any{"clusterQueue": "gang"}})

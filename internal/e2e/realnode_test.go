@@ -81,6 +81,16 @@ func realNode(t *testing.T) *gantryServer {
 	return g
 }
 
+// cpuJob launches the cpu-job template for team with params, as ada.
+func (g *gantryServer) cpuJob(team string, params model.Parameters) model.Workload {
+	g.t.Helper()
+	s, w := g.launch(model.LaunchRequest{Template: "cpu-job", Team: team, Parameters: &params})
+	if s != 201 {
+		g.t.Fatalf("launch of cpu-job %v: %d", params, s)
+	}
+	return w
+}
+
 // TestCPUJobRunsForReal: the cpu-job template's CPU-only launch runs in a
 // real container on the cluster's CPU node, from the catalog's image as the
 // launch verified it (signed, pinned by digest, pulled from the registry):
@@ -97,10 +107,7 @@ func TestCPUJobRunsForReal(t *testing.T) {
 		if memory != "" {
 			params["memory"] = memory
 		}
-		s, w := g.launch(model.LaunchRequest{Template: "cpu-job", Team: "realnode", Parameters: &params})
-		if s != 201 {
-			t.Fatalf("launch: %d", s)
-		}
+		w := g.cpuJob("realnode", params)
 		if w.Gpu.Class != "CPU" || w.Gpu.Count != 0 || w.PricePerHour != 0.05 {
 			t.Fatalf("launched %s", asJSON(w))
 		}
@@ -740,11 +747,7 @@ func TestCoresQuota(t *testing.T) {
 	g := realNode(t)
 	launch := func(cpu, script string) model.Workload {
 		t.Helper()
-		params := model.Parameters{"script": script, "cpu": cpu}
-		s, w := g.launch(model.LaunchRequest{Template: "cpu-job", Team: "tight", Parameters: &params})
-		if s != 201 {
-			t.Fatalf("launch of %s cores: %d", cpu, s)
-		}
+		w := g.cpuJob("tight", model.Parameters{"script": script, "cpu": cpu})
 		t.Cleanup(func() { g.stop(w.Id) })
 		return w
 	}

@@ -86,7 +86,7 @@ func devCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	// node groups from zero; machines boot in a tenth of their boot time.
 	// Where the machine can (root, containerd), a real node runs containers
 	// beside the simulated GPU fleet.
-	mo := devcluster.Options{Name: "gantry-dev", Root: root, Log: stderr, Ephemeral: true,
+	mo := devcluster.Options{Name: "gantry-dev", Root: root, Log: stderr, Ephemeral: true, KueueCountsCPU: true,
 		NodeGroups: groups.List(), BootScale: devBootScale, WaitForPodsReady: devPodsReady, RealNode: true}
 	if *workers > 0 {
 		mo.MultiKueueDispatcher = kubedispatch.Name
@@ -112,7 +112,7 @@ Or open a real Jupyter notebook there: in the portal, launch "Jupyter notebook o
 		kubeconfigs := map[string]string{}
 		for _, w := range devWorkers[:*workers] {
 			fmt.Fprintf(stderr, "gantry dev: starting worker cluster %s\n", w.name)
-			wc, err := startRetrying(ctx, devcluster.Options{Name: "gantry-dev-" + w.name, Root: root, Log: stderr, Ephemeral: true, Fleet: w.nodes, JobRuntime: devJobRuntime}, stderr)
+			wc, err := startRetrying(ctx, devcluster.Options{Name: "gantry-dev-" + w.name, Root: root, Log: stderr, Ephemeral: true, KueueCountsCPU: true, Fleet: w.nodes, JobRuntime: devJobRuntime}, stderr)
 			if err != nil {
 				return fmt.Errorf("worker cluster %s did not start: %w", w.name, err)
 			}

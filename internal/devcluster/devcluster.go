@@ -71,6 +71,11 @@ type Options struct {
 	// admitted workload whose pods are not all Ready within it gives its
 	// quota back and is queued again (Kueue's waitForPodsReady).
 	WaitForPodsReady time.Duration
+	// KueueCountsCPU has Kueue count pods' CPU, so that the teams'
+	// quota.cores hold (Gantry's queues cover CPU either way). Off, Kueue
+	// excludes cpu as releases before quota.cores need it to (the rolling
+	// upgrade's previous release, say).
+	KueueCountsCPU bool
 	// MultiKueueDispatcher, when set, makes the cluster a MultiKueue
 	// manager whose Workloads wait for that external dispatcher's
 	// nominations (Gantry's: dispatch.Dispatcher).

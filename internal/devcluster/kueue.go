@@ -91,7 +91,7 @@ func (c *Cluster) startKueue(ctx context.Context, o Options) error {
 	for attempt := 0; attempt < 5; attempt++ {
 		port := 20000 + rand.IntN(10000)
 		cfg := filepath.Join(kdir, "config.yaml")
-		if err := os.WriteFile(cfg, kueueConfig(port, filepath.Join(kdir, "certs"), o.KueueTransformations, o.WaitForPodsReady, o.MultiKueueDispatcher), 0o600); err != nil {
+		if err := os.WriteFile(cfg, kueueConfig(port, filepath.Join(kdir, "certs"), o.KueueTransformations, o.WaitForPodsReady, o.MultiKueueDispatcher, o.KueueCountsCPU), 0o600); err != nil {
 			return err
 		}
 		k, err := startProcess("Kueue", filepath.Join(dir, "bin", "kueue"), []string{"--config", cfg, "--feature-gates", "VisibilityOnDemand=false", "--zap-log-level", "info"},
@@ -248,8 +248,13 @@ func (c *Cluster) installKueueCRDs(ctx context.Context, dir string) error {
 	return c.installCRDs(ctx, []byte(strings.Join(docs, "\n---\n")))
 }
 
-// kueueConfig is Kueue's configuration on the local cluster.
-func kueueConfig(port int, certDir string, tr []KueueTransformation, podsReady time.Duration, dispatcher string) []byte {
+// kueueConfig is Kueue's configuration on the local cluster: it counts
+// CPU (the teams' quota.cores) only with countCPU.
+func kueueConfig(port int, certDir string, tr []KueueTransformation, podsReady time.Duration, dispatcher string, countCPU bool) []byte {
+	exclude := `["cpu", "memory", "ephemeral-storage", "pods"]`
+	if countCPU {
+		exclude = `["memory", "ephemeral-storage", "pods"]`
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, `apiVersion: config.kueue.x-k8s.io/v1beta2
 kind: Configuration
@@ -286,8 +291,8 @@ managedJobsNamespaceSelector:
   matchLabels:
     app.kubernetes.io/managed-by: gantry
 resources:
-  excludeResourcePrefixes: ["memory", "ephemeral-storage", "pods"]
-`, KueueNamespace, port, certDir)
+  excludeResourcePrefixes: %s
+`, KueueNamespace, port, certDir, exclude)
 	if len(tr) > 0 {
 		b.WriteString("  transformations:\n")
 		for _, t := range tr {

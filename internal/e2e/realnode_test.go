@@ -738,36 +738,6 @@ func processes(args ...string) []string {
 	return pids
 }
 
-// TestCoresQuota: a team's quota of cores holds its CPU-only launches in
-// Kueue: with one core, a job asking for two waits Queued with Kueue's
-// reason, while one asking for one is admitted and runs on the CPU node.
-func TestCoresQuota(t *testing.T) {
-	t.Parallel() // see the note on TestMain
-	holdRealNode(t)
-	g := realNode(t)
-	launch := func(cpu, script string) model.Workload {
-		t.Helper()
-		w := g.cpuJob("tight", model.Parameters{"script": script, "cpu": cpu})
-		t.Cleanup(func() { g.stop(w.Id) })
-		return w
-	}
-	big := launch("2", "sleep 600")
-	waitfor.Until(t, time.Minute, "the two-core job held by the quota", func() error {
-		w := g.workload(big.Id)
-		if why := servertest.Deref(w.Reason); w.Status != "Queued" || !strings.Contains(why, "insufficient") || !strings.Contains(why, "cpu") {
-			return fmt.Errorf("%s (%s)", w.Status, why)
-		}
-		return nil
-	})
-	small := launch("1", "echo within the quota")
-	if w := g.waitStatus(small.Id, "Succeeded", "Failed"); w.Status != "Succeeded" {
-		t.Fatalf("the one-core job: %s", asJSON(w))
-	}
-	if w := g.workload(big.Id); w.Status != "Queued" {
-		t.Errorf("the two-core job: %s (%s), want still Queued", w.Status, servertest.Deref(w.Reason))
-	}
-}
-
 // TestCPUInferenceService: the cpu-inference template's OpenAI-style server
 // runs on the real node and answers at its workload's endpoint (dialled as
 // Gantry's proxy dials, through the Service's endpoints): its model listed,

@@ -31,7 +31,11 @@ import (
 
 var cluster *devcluster.Cluster
 
-func TestMain(m *testing.M) { clustertest.Main(m, "kube", &cluster) }
+// The package's cluster has Kueue count CPU, as a team's quota.cores needs
+// (TestKueueCoresQuota); every queue test then runs with CPU counted.
+func TestMain(m *testing.M) {
+	clustertest.Main(m, "kube", &cluster, clustertest.Hooks{Options: func(o *devcluster.Options) { o.KueueCountsCPU = true }})
+}
 
 func need(t *testing.T) *kube.Cluster {
 	t.Helper()
@@ -65,7 +69,8 @@ func renderedWith(t *testing.T, name, id, team string, choice template.Choice, k
 		if err != nil {
 			t.Fatal(err)
 		}
-		objs, err := render.Objects(r, render.Meta{WorkloadID: id, Team: team, Owner: "alice@example.com", Namespace: "gantry-" + team, TemplateVersion: 1, Image: "registry.gantry.internal/test/image@sha256:" + strings.Repeat("1", 64), Kueue: kueue})
+		cpu, _ := classes.CPU()
+		objs, err := render.Objects(r, render.Meta{WorkloadID: id, Team: team, Owner: "alice@example.com", Namespace: "gantry-" + team, TemplateVersion: 1, Image: "registry.gantry.internal/test/image@sha256:" + strings.Repeat("1", 64), Kueue: kueue, CPUNodeLabel: cpu.NodeLabel})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -111,6 +111,31 @@ func (q *queueTest) phases(want map[string]string) map[string]watch.Observation 
 	return got
 }
 
+// TestKueueCoresQuota: a team's quota of cores (quota.cores) holds its
+// CPU-only jobs in the CPU nodes' flavor: with one core, a job asking for
+// two waits Queued with Kueue's reason naming cpu, while one asking for one
+// is admitted; a GPU job's CPU counts against no bound.
+func TestKueueCoresQuota(t *testing.T) {
+	one := 1.0
+	q := newQueueTest(t, map[string]quota.Quota{"cores": {GPUs: map[string]float64{"H100-80GB": 1}, Cores: &one}})
+	q.launch("cpu-job", "co000001", "cores", template.Choice{CPUOnly: true, Params: map[string]any{"cpu": "2"}})
+	q.launch("pytorch-train", "co000002", "cores", template.Choice{Class: "H100-80GB", Count: 1})
+	obs := q.phases(map[string]string{"co000001": "Queued", "co000002": "Running"})
+	if why := obs["co000001"].Reason; !strings.Contains(why, "cpu") || !strings.Contains(why, quota.CPUFlavor) {
+		t.Errorf("the two-core job waits: %q, want Kueue's reason naming cpu in %s", why, quota.CPUFlavor)
+	}
+	q.launch("cpu-job", "co000003", "cores", template.Choice{CPUOnly: true, Params: map[string]any{"cpu": "1"}})
+	waitfor.Until(t, 90*time.Second, "the one-core job admitted", func() error {
+		if o, ok := q.w.Observe("co000003"); !ok || o.Phase == "Queued" || o.Phase == "" {
+			return fmt.Errorf("%q (%s)", o.Phase, o.Reason)
+		}
+		return nil
+	})
+	if o, _ := q.w.Observe("co000001"); o.Phase != "Queued" {
+		t.Errorf("the two-core job: %q, want still Queued", o.Phase)
+	}
+}
+
 // TestKueueAdmitsUpToTheQuota: a team with 2 H100s runs two one-GPU jobs
 // and queues the third (Queued, position 1, with Kueue's reason); stopping a
 // running job frees its quota and the queued one runs; starting the stopped

@@ -68,7 +68,7 @@ type Quota struct {
 	BorrowingLimit map[string]float64 `json:"borrowingLimit,omitempty"`
 	// Cores bounds the CPU the team's CPU-only launches ask for at once,
 	// in cores (the GPU classes' cpu section; unset: no bound). In a cohort
-	// the team lends what it leaves unused and borrows others'.
+	// the team lends what it leaves unused but borrows none: a bound.
 	Cores *float64 `json:"cores,omitempty"`
 }
 
@@ -340,12 +340,17 @@ func ClusterQueueObject(classes *gpu.Catalog, t team.Name, q Quota) Object {
 		flavors = append(flavors, map[string]any{"name": Flavor(c), "resources": []any{r, map[string]any{"name": CPU, "nominalQuota": unboundedCores}}})
 	}
 	if _, ok := classes.CPU(); ok {
-		cores := unboundedCores
+		cpu := map[string]any{"name": CPU, "nominalQuota": unboundedCores}
 		if q.Cores != nil {
-			cores = fmt.Sprintf("%dm", int64(math.Round(*q.Cores*1000)))
+			cpu["nominalQuota"] = fmt.Sprintf("%dm", int64(math.Round(*q.Cores*1000)))
+			if q.Cohort != "" {
+				// A bound, not a share: a team of the cohort without one
+				// (a million cores) would otherwise lend it past it.
+				cpu["borrowingLimit"] = "0"
+			}
 		}
 		flavors = append(flavors, map[string]any{"name": CPUFlavor, "resources": []any{
-			map[string]any{"name": GPUMilli, "nominalQuota": "0"}, map[string]any{"name": CPU, "nominalQuota": cores}}})
+			map[string]any{"name": GPUMilli, "nominalQuota": "0"}, cpu}})
 	}
 	spec := map[string]any{
 		"namespaceSelector": map[string]any{"matchLabels": map[string]any{"gantry.dev/team": team, labelManagedBy: managedBy}},

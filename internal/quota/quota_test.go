@@ -82,6 +82,7 @@ func TestClusterQueue(t *testing.T) {
 		{"borrowing without a cohort is dropped", Quota{GPUs: map[string]float64{"L4": 1}, BorrowingLimit: map[string]float64{"L4": 1}},
 			map[string]string{"gantry-l4": "1000"}, nil, "", unboundedCores},
 		{"cores", Quota{GPUs: map[string]float64{"L4": 1}, Cores: &four}, map[string]string{"gantry-l4": "1000"}, nil, "", "4500m"},
+		{"cores in a cohort borrow none", Quota{GPUs: map[string]float64{"L4": 1}, Cores: &four, Cohort: "research"}, map[string]string{"gantry-l4": "1000"}, nil, "gantry-research", "4500m"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := ClusterQueueObject(c, "vision", tc.q)
@@ -96,6 +97,9 @@ func TestClusterQueue(t *testing.T) {
 			}
 			if cf := got[CPUFlavor]; cf[GPUMilli]["nominalQuota"] != "0" || cf[CPU]["nominalQuota"] != tc.cores {
 				t.Errorf("%s: %v, want no GPU and %s of CPU", CPUFlavor, cf, tc.cores)
+			}
+			if b, has := got[CPUFlavor][CPU]["borrowingLimit"]; has != (tc.q.Cores != nil && tc.q.Cohort != "") || has && b != "0" {
+				t.Errorf("%s: CPU borrowing limit %v, want 0 exactly for a bound in a cohort", CPUFlavor, b)
 			}
 			for f, rs := range got {
 				b, has := rs[GPUMilli]["borrowingLimit"]

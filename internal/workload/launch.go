@@ -508,8 +508,13 @@ func endpoint(rd Rendered) string {
 	default:
 		return ""
 	}
-	return fmt.Sprintf("http://%s.%s.svc.cluster.local:%d", rd.Meta.Name(rd.Version.Name), rd.Meta.Namespace, port)
+	return fmt.Sprintf("http://%s.%s%s:%d", rd.Meta.Name(rd.Version.Name), rd.Meta.Namespace, serviceDomain, port)
 }
+
+// serviceDomain ends a Service's cluster DNS name after its namespace: an
+// endpoint is http://<service>.<namespace>serviceDomain:<port> (serviceURL
+// checks it).
+const serviceDomain = ".svc.cluster.local"
 
 // waitingForCluster is the reason a launch gives while the API server does
 // not answer.

@@ -63,7 +63,7 @@ func (s *Service) Target(ctx context.Context, id string) (Target, error) {
 }
 
 // serviceURL parses an interactive workload's endpoint and checks it is what
-// a launch records (endpointOf): plain HTTP to a Service of the workload's
+// a launch records (endpoint): plain HTTP to a Service of the workload's
 // own namespace by its cluster DNS name, with a port. The proxy dials
 // nothing else, whatever a record says: not another team's Service, not an
 // address outside the cluster (a cloud's metadata service, say).
@@ -72,9 +72,9 @@ func serviceURL(endpoint, namespace string) (*url.URL, error) {
 	if err != nil {
 		return nil, err
 	}
-	name, ok := strings.CutSuffix(u.Hostname(), "."+namespace+".svc.cluster.local")
+	name, ok := strings.CutSuffix(u.Hostname(), "."+namespace+serviceDomain)
 	if u.Scheme != "http" || !ok || name == "" || strings.Contains(name, ".") || u.Port() == "" || u.User != nil {
-		return nil, fmt.Errorf("%q is not a Service of namespace %s (http://<service>.%s.svc.cluster.local:<port>)", endpoint, namespace, namespace)
+		return nil, fmt.Errorf("%q is not a Service of namespace %s (http://<service>.%s%s:<port>)", endpoint, namespace, namespace, serviceDomain)
 	}
 	return u, nil
 }

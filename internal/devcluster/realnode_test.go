@@ -99,6 +99,19 @@ func TestRealNode(t *testing.T) {
 	if err != nil || strings.TrimSpace(string(out)) != "computed 42" {
 		t.Errorf("the container's log through the API server: %q, %v", out, err)
 	}
+	// The node's pod logs are its own, not in the machine's /var/log/pods,
+	// whose directories another node's kubelet removes as not its pods'.
+	if p, err := pods.Get(ctx, "exits", metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	} else {
+		dir := fmt.Sprintf("%s_%s_%s", p.Namespace, p.Name, p.UID)
+		if _, err := os.Stat(filepath.Join(c.realNode.dir, "pods-log", dir, "main", "0.log")); err != nil {
+			t.Errorf("the pod's log is not in the node's own directory: %v", err)
+		}
+		if _, err := os.Stat(filepath.Join("/var/log/pods", dir)); err == nil {
+			t.Errorf("the pod's log directory is in the machine's /var/log/pods")
+		}
+	}
 
 	// A server, reached from the host at the pod's address.
 	if _, err := pods.Create(ctx, realPod("serves", "mkdir -p /tmp/www && hostname > /tmp/www/index.html && exec httpd -f -p 8080 -h /tmp/www"), metav1.CreateOptions{}); err != nil {

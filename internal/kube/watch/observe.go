@@ -8,6 +8,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/gantryhq/gantry/internal/render"
@@ -22,6 +23,9 @@ import (
 func Observe(id string, jobs []*batchv1.Job, pods []*corev1.Pod) (Observation, bool) {
 	o := Observation{WorkloadID: id}
 	for _, j := range jobs {
+		if podsBehind(j, pods) {
+			continue // its pods speak until the cache catches up
+		}
 		for _, c := range j.Status.Conditions {
 			if c.Status != corev1.ConditionTrue {
 				continue
@@ -86,6 +90,32 @@ func Observe(id string, jobs []*batchv1.Job, pods []*corev1.Pod) (Observation, b
 		o.Reason += ": " + reason
 	}
 	return o, true
+}
+
+// podsBehind reports whether the pods' cache is behind a finished Job: the
+// Job controller sets Complete or Failed only once every pod of the Job has
+// ended (or is being deleted), so a pod of it still live here is an update
+// the pods' informer has yet to deliver — the one that says why it ended
+// (OOMKilled) and with what exit code. The Job's end waits for it.
+func podsBehind(j *batchv1.Job, pods []*corev1.Pod) bool {
+	finished := false
+	for _, c := range j.Status.Conditions {
+		if c.Status == corev1.ConditionTrue && (c.Type == batchv1.JobComplete || c.Type == batchv1.JobFailed) {
+			finished = true
+		}
+	}
+	if !finished {
+		return false
+	}
+	for _, p := range pods {
+		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		if ref := metav1.GetControllerOf(p); ref != nil && ref.UID == j.UID {
+			return true
+		}
+	}
+	return false
 }
 
 func podPhase(p *corev1.Pod) (phase workload.Status, reason string, rank int) {

@@ -11,9 +11,17 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gantryhq/gantry/internal/render"
 )
+
+// ownedJob is j with uid.
+func ownedJob(j *batchv1.Job, uid types.UID) *batchv1.Job {
+	j = j.DeepCopy()
+	j.Name, j.UID = "job-"+string(uid), uid
+	return j
+}
 
 func TestObserve(t *testing.T) {
 	unschedulable := &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{
@@ -46,6 +54,17 @@ func TestObserve(t *testing.T) {
 	}
 	mkDone := mk(0, 0)
 	mkDone.Status.Conditions = complete.Status.Conditions
+	// The pods' cache behind the Job's: the Job failed (its pod killed
+	// for its memory), the pod's last update not yet here.
+	ownedBy := func(p *corev1.Pod, j *batchv1.Job) *corev1.Pod {
+		p = p.DeepCopy()
+		p.OwnerReferences = []metav1.OwnerReference{{Kind: "Job", Name: j.Name, UID: j.UID, Controller: new(true)}}
+		return p
+	}
+	failedJob := deadline.DeepCopy()
+	failedJob.Name, failedJob.UID = "job", "uid-1"
+	stillRunning := ownedBy(running, failedJob)
+	otherJobs := ownedBy(running, &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "job", UID: "uid-0"}})
 	tests := []struct {
 		name         string
 		jobs         []*batchv1.Job
@@ -63,6 +82,10 @@ func TestObserve(t *testing.T) {
 		{"active deadline", []*batchv1.Job{activeDeadline}, nil, "Failed", "max runtime of 2h0m0s", ""},
 		{"the deadline enforced", []*batchv1.Job{changed}, nil, "Failed", "max runtime of 3s and was stopped", ""},
 		{"OOM", []*batchv1.Job{deadline}, []*corev1.Pod{oom}, "Failed", "OOMKilled: the container used more memory than its limit of 128Mi: launch it again with more memory", ""},
+		{"the pods' cache behind", []*batchv1.Job{failedJob}, []*corev1.Pod{stillRunning}, "Running", "", "h100-mig-0"},
+		{"the pods' cache caught up", []*batchv1.Job{failedJob}, []*corev1.Pod{ownedBy(oom, failedJob)}, "Failed", "OOMKilled: the container used more memory than its limit of 128Mi", ""},
+		{"the Job's end, another Job's pod", []*batchv1.Job{failedJob}, []*corev1.Pod{otherJobs}, "Failed", "DeadlineExceeded", ""},
+		{"complete, its pod's end not yet here", []*batchv1.Job{ownedJob(complete, "uid-2")}, []*corev1.Pod{ownedBy(running, ownedJob(complete, "uid-2"))}, "Running", "", "h100-mig-0"},
 		// A service's container killed for memory restarts: not the end.
 		{"OOM, restarting", nil, []*corev1.Pod{oomRestarting}, "Scheduled", "OOMKilled", "h100-0"},
 		// A Job's failed pod, retried: the retry speaks, not the failure.

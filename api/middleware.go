@@ -269,9 +269,32 @@ func liveConns(reg *live.Registry, cr credentials, workloads *workload.Service) 
 			// request's own context, not the connection's, which ends now.
 			defer func() { c.SetRequest(c.Request().WithContext(r.Context())) }()
 			c.SetRequest(r.WithContext(ctx))
-			return next(c)
+			return closedBy(ctx, r.Context(), next(c))
 		}
 	}
+}
+
+// closedBy is a handler's error err as its caller should hear it: a request
+// the registry closed (its context, ctx, cancelled with live.ErrClosed while
+// the client's, client, goes on) answers with the refusal that closed it —
+// the workload's (a notebook asked for while it starts is 409 "opens once
+// it is Running", not 499 as if the client had gone), else the
+// credential's (401).
+func closedBy(ctx, client context.Context, err error) error {
+	if err == nil || !errors.Is(err, context.Canceled) || client.Err() != nil {
+		return err
+	}
+	cause := context.Cause(ctx)
+	if !errors.Is(cause, live.ErrClosed) {
+		return err
+	}
+	var nf *fault.NotFound
+	var fb *fault.Forbidden
+	var conf *fault.Conflict
+	if errors.As(cause, &nf) || errors.As(cause, &fb) || errors.As(cause, &conf) {
+		return cause
+	}
+	return echo.NewHTTPError(http.StatusUnauthorized, "not authenticated: the credential changed")
 }
 
 // refusedCredential says whether an authentication error is the credential's

@@ -83,7 +83,9 @@ type Refused struct{ Err error }
 func (e *Refused) Error() string { return "refused: " + e.Err.Error() }
 func (e *Refused) Unwrap() error { return e.Err }
 
-// ErrClosed is the cause a closed connection's context carries.
+// ErrClosed is the cause a closed connection's context carries, wrapping
+// the refusal that closed it (a *fault.Conflict, say) where a recheck
+// refused.
 var ErrClosed = errors.New("closed: the credential or the workload that allowed it changed")
 
 // Registry holds this replica's live connections.
@@ -431,7 +433,7 @@ func (r *Registry) check(ctx context.Context, e *entry) {
 	case ctx.Err() != nil:
 	case errors.As(err, &refused):
 		r.log.InfoContext(ctx, "live connection closed", "workload_id", e.Workload, "user", e.User, "reason", refused.Err.Error())
-		r.close(e, fmt.Errorf("%w: %v", ErrClosed, refused.Err))
+		r.close(e, fmt.Errorf("%w: %w", ErrClosed, refused.Err))
 	default:
 		// Not a refusal (the store or the provider did not answer): the
 		// next change or sweep asks again.

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"runtime"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/runs"
+	"github.com/gantryhq/gantry/internal/store"
 	"github.com/gantryhq/gantry/internal/store/stores"
 )
 
@@ -200,6 +202,33 @@ func testRunsBatch(t *testing.T, s *stores.All) {
 	}
 	if got, err := s.RunSummaries(ctx, []string{"d1", "d2", "d3"}); err != nil || len(got) != 3 || got["d1"].Reports != 16 || got["d3"].Reports != 16 {
 		t.Fatalf("after the crossed batches: %+v %v", got, err)
+	}
+	// A batch whose write fails (a report row already there under the
+	// number the next report takes) is rolled back whole: the other run's
+	// summary is as it was, and the store goes on.
+	if _, err := s.ExecContext(ctx, `INSERT INTO run_reports (workload, seq, t, step, total_steps, epoch, resumed_from, metrics) VALUES ('c1', 2, 0, 0, 0, NULL, -1, '{}')`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AppendReports(ctx, []runs.Append{withLoss("c1", 30, 0.4), withLoss("d1", 200, 0.3)}); err == nil {
+		t.Fatal("a batch whose report is there already was written")
+	}
+	if got, err := s.RunSummaries(ctx, []string{"c1", "d1"}); err != nil || got["c1"].Reports != 2 || got["d1"].Reports != 16 {
+		t.Fatalf("after a failed batch: %+v %v", got, err)
+	}
+	for i := range 4 { // on every connection of the pool, as it comes
+		if _, err := s.AppendReports(ctx, []runs.Append{withLoss("d1", int64(300+i), 0.2)}); err != nil {
+			t.Fatalf("an append after the failed batch: %v", err)
+		}
+	}
+	// A handle past its CrashAfter commits nothing.
+	s.CrashAfter(0)
+	_, err = s.AppendReports(ctx, []runs.Append{withLoss("d2", 400, 0.1)})
+	s.CrashAfter(-1)
+	if !errors.Is(err, store.ErrCrashed) {
+		t.Fatalf("an append past CrashAfter: %v", err)
+	}
+	if got, err := s.RunSummaries(ctx, []string{"d1", "d2"}); err != nil || got["d1"].Reports != 20 || got["d2"].Reports != 16 {
+		t.Fatalf("after the appends: %+v %v", got, err)
 	}
 }
 

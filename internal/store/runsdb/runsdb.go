@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -35,9 +36,11 @@ const progressCols = `reports, step, total_steps, epoch, metrics, first_at, repo
 // the appends applied in memory in their order (each numbering its reports
 // after what its workload had), then the reports inserted and the
 // summaries written — on PostgreSQL in one statement where they fit, on
-// SQLite as two prepared once per shape and kept. Each statement is a round
-// trip, and on PostgreSQL the transaction's round trips are its time: the
-// requests queued behind it wait for them (runs.committer).
+// SQLite as two prepared once per shape and kept. On PostgreSQL the
+// transaction's round trips are its time, and the requests queued behind
+// it wait for them (runs.committer): where the write fits one statement,
+// the transaction is pipelined in two (appendPipelined), else each
+// statement is one.
 func (s *Store) AppendReports(ctx context.Context, as []runs.Append) ([]runs.Summary, error) {
 	var ids []string
 	reports := 0
@@ -47,6 +50,30 @@ func (s *Store) AppendReports(ctx context.Context, as []runs.Append) ([]runs.Sum
 	}
 	slices.Sort(ids)
 	ids = slices.Compact(ids)
+	out := make([]runs.Summary, len(as))
+	// apply applies the appends in their order to the summaries as they
+	// were, cur, and numbers their reports.
+	apply := func(cur map[string]runs.Summary) []reportRow {
+		var rows []reportRow
+		for i, a := range as {
+			// Each append's summary is its own: Apply and Judge change
+			// the maps in place, and an earlier append's caller keeps its.
+			old := cur[a.Workload].Clone()
+			old.Workload = a.Workload
+			for j, r := range a.Reports {
+				rows = append(rows, reportRow{a.Workload, old.Reports + int64(j), r})
+			}
+			out[i] = a.Update(old)
+			cur[a.Workload] = out[i]
+		}
+		return rows
+	}
+	if s.db.Driver() == store.Postgres && reports > 0 && reports*reportArgs+len(ids)*progressArgs <= maxArgs {
+		if err := s.appendPipelined(ctx, ids, apply); err != nil {
+			return nil, err
+		}
+		return out, nil
+	}
 	var qs []string
 	for n := range chunks(len(ids), 1) {
 		qs = append(qs, lockProgressQ(n))
@@ -62,31 +89,58 @@ func (s *Store) AppendReports(ctx context.Context, as []runs.Append) ([]runs.Sum
 		return nil, err
 	}
 	w := writer{s: s, stmts: stmts}
-	out := make([]runs.Summary, len(as))
 	err = s.db.Tx(ctx, func(tx *sql.Tx) error {
 		w.tx = tx
 		cur, err := w.lockSummaries(ctx, ids)
 		if err != nil {
 			return err
 		}
-		var rows []reportRow
-		for i, a := range as {
-			// Each append's summary is its own: Apply and Judge change
-			// the maps in place, and an earlier append's caller keeps its.
-			old := cur[a.Workload].Clone()
-			old.Workload = a.Workload
-			for j, r := range a.Reports {
-				rows = append(rows, reportRow{a.Workload, old.Reports + int64(j), r})
-			}
-			out[i] = a.Update(old)
-			cur[a.Workload] = out[i]
-		}
-		return w.write(ctx, rows, ids, cur)
+		return w.write(ctx, apply(cur), ids, cur)
 	})
 	if err != nil {
 		return nil, err
 	}
 	return out, nil
+}
+
+// appendPipelined is AppendReports on PostgreSQL where the reports and the
+// summaries fit one statement: the transaction in two round trips
+// (store.PipelinedTx), BEGIN with the summaries' upsert, the combined write
+// with COMMIT.
+func (s *Store) appendPipelined(ctx context.Context, ids []string, apply func(map[string]runs.Summary) []reportRow) error {
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[i] = id
+	}
+	return s.db.PipelinedTx(ctx, store.Stmt{Query: lockProgressQ(len(ids)), Args: args}, func(rows store.Rows) (store.Stmt, error) {
+		cur, err := readSummaries(rows)
+		if err != nil {
+			return store.Stmt{}, fmt.Errorf("run progress of %s…: %w", ids[0], err)
+		}
+		reports := apply(cur)
+		args, err := reportValues(nil, reports)
+		if err != nil {
+			return store.Stmt{}, err
+		}
+		if args, err = summaryValues(args, ids, cur); err != nil {
+			return store.Stmt{}, err
+		}
+		return store.Stmt{Query: writeBothQ(len(reports), len(ids)), Args: args}, nil
+	})
+}
+
+// readSummaries reads lockProgressQ's rows.
+func readSummaries(rows store.Rows) (map[string]runs.Summary, error) {
+	out := map[string]runs.Summary{}
+	for rows.Next() {
+		var id string
+		sum, err := scanSummary(workloadFirst{rows, &id})
+		if err != nil {
+			return nil, fmt.Errorf("run progress of %s: %w", id, err)
+		}
+		out[id] = sum
+	}
+	return out, rows.Err()
 }
 
 // Statements take at most 800 parameters, under SQLite's oldest limit.
@@ -185,21 +239,12 @@ func (w writer) lockSummaries(ctx context.Context, ids []string) (map[string]run
 		if err != nil {
 			return nil, fmt.Errorf("run progress of %s…: %w", part[0], err)
 		}
-		for rows.Next() {
-			var id string
-			sum, err := scanSummary(workloadFirst{rows, &id})
-			if err != nil {
-				rows.Close()
-				return nil, fmt.Errorf("run progress of %s: %w", id, err)
-			}
-			out[id] = sum
-		}
-		if err := rows.Close(); err != nil {
+		sums, err := readSummaries(rows)
+		rows.Close()
+		if err != nil {
 			return nil, err
 		}
-		if err := rows.Err(); err != nil {
-			return nil, err
-		}
+		maps.Copy(out, sums)
 	}
 	return out, nil
 }

@@ -1,0 +1,112 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+)
+
+// Stmt is one statement of a PipelinedTx: its text in the store's "?"
+// form, and its arguments.
+type Stmt struct {
+	Query string
+	Args  []any
+}
+
+// Rows are a statement's rows as a PipelinedTx reads them.
+type Rows interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+}
+
+// ErrNotPipelined is PipelinedTx's answer on SQLite, whose transactions
+// are on the process's own file and gain nothing from it.
+var ErrNotPipelined = errors.New("store: pipelined transactions are PostgreSQL's")
+
+// PipelinedTx runs a transaction of a read and a write on PostgreSQL in two
+// round trips rather than four: BEGIN goes with first, whose rows then
+// gives the write, which goes with COMMIT. then must read the rows it is
+// given and return; an error from it, from either statement or from the
+// commit rolls the transaction back whole. Failures are typed as Tx's are
+// (Unavailable), and a handle past its CrashAfter commits nothing.
+func (s *DB) PipelinedTx(ctx context.Context, first Stmt, then func(Rows) (Stmt, error)) error {
+	if s.driver != Postgres {
+		return ErrNotPipelined
+	}
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return Unavailable(fmt.Errorf("a connection: %w", err))
+	}
+	defer conn.Close()
+	var txErr error
+	err = conn.Raw(func(dc any) error {
+		c, ok := dc.(*stdlib.Conn)
+		if !ok {
+			return fmt.Errorf("store: a PostgreSQL connection of type %T", dc)
+		}
+		pc := c.Conn()
+		txErr = s.pipelined(ctx, pc, first, then)
+		if pc.PgConn().TxStatus() != 'I' {
+			// Still in the transaction, failed: ended here, so the pool
+			// keeps the connection (pgx's driver would close one handed
+			// back in a transaction, and the transaction with it).
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			pc.Exec(ctx, "ROLLBACK")
+			cancel()
+		}
+		return nil
+	})
+	return Unavailable(errors.Join(txErr, err))
+}
+
+func (s *DB) pipelined(ctx context.Context, pc *pgx.Conn, first Stmt, then func(Rows) (Stmt, error)) error {
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(s.Q(first.Query), first.Args...)
+	br := pc.SendBatch(ctx, b)
+	_, err := br.Exec()
+	if err != nil {
+		br.Close()
+		return fmt.Errorf("begin: %w", err)
+	}
+	rows, err := br.Query()
+	if err != nil {
+		br.Close()
+		return err
+	}
+	second, err := then(rows)
+	rows.Close()
+	if err == nil {
+		err = rows.Err()
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	if !s.write() {
+		return ErrCrashed
+	}
+	b = &pgx.Batch{}
+	b.Queue(s.Q(second.Query), second.Args...)
+	b.Queue("COMMIT")
+	br = pc.SendBatch(ctx, b)
+	if _, err := br.Exec(); err != nil {
+		br.Close()
+		return err
+	}
+	_, err = br.Exec()
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}

@@ -208,8 +208,8 @@ func strconvQuote(s string) string { b, _ := json.Marshal(s); return string(b) }
 // TestBrowserPlatformEdits: a platform engineer changes a GPU class's price
 // and a team's budget on the Platform page; both are in force at once
 // (the API serves them), listed with who made them, audited; a quota naming
-// a class that does not exist is refused with its field; a reset goes back
-// to the file's price.
+// a class that does not exist is refused with its field, one with a bound
+// on cores is kept with it; a reset goes back to the file's price.
 func TestBrowserPlatformEdits(t *testing.T) {
 	ctx := servertest.Browser(t, 90*time.Second)
 	g := startGantry(t)
@@ -285,6 +285,10 @@ func TestBrowserPlatformEdits(t *testing.T) {
 	if n := js(`String(document.querySelectorAll('#edits tbody tr').length)`); n != "2" {
 		t.Errorf("%s edits after a refused one, want 2", n)
 	}
+	// A quota with a bound on the team's CPU-only cores.
+	step("vision's quota with cores", chromedp.SetValue(chromedp.ID("quota-gpus"), "H100-80GB=4"), chromedp.SendKeys(chromedp.ID("quota-cores"), "6"),
+		chromedp.Click(chromedp.CSS(`#quota-form button`)))
+	poll("the quota's edit, with its cores", `(document.querySelector('#edits tr[data-kind="quota"][data-key="vision"] td:nth-child(3)') || {textContent: ''}).textContent.includes('"cores":6')`)
 	if v := servertest.Accessibility(t, ctx); len(v) > 0 {
 		t.Errorf("the platform page: accessibility violations: %v", v)
 	}

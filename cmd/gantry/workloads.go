@@ -362,7 +362,14 @@ func estimateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		if e.CostAtMaxRuntime != nil {
 			fmt.Fprintf(stdout, ", $%.2f over its max runtime of %s", *e.CostAtMaxRuntime, deref(e.MaxRuntime))
 		}
-		fmt.Fprintf(stdout, "\nquota: %.3g of %.3g GPUs in use\n", e.QuotaUsed, e.Quota)
+		switch {
+		case e.Gpu.Class != gpu.CPUClass:
+			fmt.Fprintf(stdout, "\nquota: %.3g of %.3g GPUs in use\n", e.QuotaUsed, e.Quota)
+		case e.Quota > 0:
+			fmt.Fprintf(stdout, "\nquota: %.3g of %.3g cores in use\n", e.QuotaUsed, e.Quota)
+		default:
+			fmt.Fprintln(stdout)
+		}
 		if b := e.Budget; b != nil {
 			fmt.Fprintf(stdout, "budget: $%.2f of $%.2f spent (%s)\n", b.Spent, b.Amount, b.State)
 		}

@@ -82,6 +82,10 @@ func TestWorkloadVerbs(t *testing.T) {
 		!strings.HasPrefix(out, "H100-80GB × 1 1g.10gb: $0.99/h") || !strings.Contains(out, "3g.40gb") {
 		t.Fatalf("estimate: %d %q", code, out)
 	}
+	// A CPU-only launch's estimate speaks of cores, not GPUs.
+	if code, out, _ := cli("estimate", "cpu-job", "--team", "vision"); code != 0 || !strings.HasPrefix(out, "CPU only: $") || strings.Contains(out, "GPUs in use") {
+		t.Fatalf("estimate of a CPU-only launch: %d %q", code, out)
+	}
 	if code, out, _ := cli("cost", "--by", "template"); code != 0 || !strings.HasPrefix(out, "TEMPLATE") || !strings.Contains(out, "total") {
 		t.Fatalf("cost: %d %q", code, out)
 	}

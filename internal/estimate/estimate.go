@@ -95,8 +95,9 @@ type Estimate struct {
 	// MaxRuntime and CostAtMaxRuntime are zero when the template sets none.
 	MaxRuntime       time.Duration
 	CostAtMaxRuntime float64
-	// Quota is the team's quota of the class (GPUs); QuotaUsed what its
-	// queue has admitted; Cohort where it may borrow more.
+	// Quota is the team's quota of the class (GPUs; a CPU-only launch's:
+	// the team's cores, 0 when unset); QuotaUsed what its queue has
+	// admitted of it; Cohort where it may borrow more GPUs.
 	Quota     float64
 	QuotaUsed float64
 	Cohort    string
@@ -168,8 +169,9 @@ func (s *Service) Estimate(ctx context.Context, owner string, er Request) (Estim
 }
 
 // cpuOnly is whether a CPU-only launch starts now: GPU quotas do not
-// apply; the CPU nodes' room does.
-func (s *Service) cpuOnly(ctx context.Context, e Estimate, rd workload.Rendered) (Estimate, error) {
+// apply; the team's quota of cores (where set and Kueue enforces quotas)
+// and the CPU nodes' room do. Its quota fields are in cores.
+func (s *Service) cpuOnly(ctx context.Context, e Estimate, rd workload.Rendered, t team.Name) (Estimate, error) {
 	const runs = "CPU-only: it runs on the CPU nodes, priced per core-hour; GPU quotas do not apply"
 	if s.o.Cluster == nil {
 		e.Why = "no cluster: whether it would start is not known"
@@ -181,14 +183,28 @@ func (s *Service) cpuOnly(ctx context.Context, e Estimate, rd workload.Rendered)
 	if err != nil {
 		return Estimate{}, err
 	}
+	bounded := false
+	if q := s.o.Quotas.Quota(t); s.o.Kueue && q.Cores != nil {
+		// A bound in a cohort too: the team borrows no cores.
+		bounded, e.Quota = true, *q.Cores
+		if e.QuotaUsed, e.Pending, err = s.o.Cluster.QueueUsage(ctx, t, gpu.CPUClass); err != nil {
+			return Estimate{}, err
+		}
+	}
 	e.Known = true
 	cores := func(milli int64) string { return num(float64(milli) / 1000) }
+	left := math.Max(0, e.Quota-e.QuotaUsed)
 	switch {
+	case bounded && float64(need)/1000 > e.Quota+1e-9:
+		e.Never = true
+		e.Why = fmt.Sprintf("it can never start under the team's quota: it asks for %s cores, more than the team's quota of cores (%s; CPU-only launches borrow none)", cores(need), num(e.Quota))
 	case nodes == 0:
 		e.Why = fmt.Sprintf("waiting for a CPU node: no node in the cluster is labelled %s=true (CPU-only launches run only there)", label)
 	case most < need:
 		e.Never = true
 		e.Why = fmt.Sprintf("it can never start here: no CPU node has %s cores (the most on one is %s)", cores(need), cores(most))
+	case bounded && float64(need)/1000 > left+1e-9:
+		e.Why = fmt.Sprintf("queued: it needs %s cores and the team's quota of %s cores has %s left", cores(need), num(e.Quota), num(left))
 	case onOne < need:
 		e.Why = fmt.Sprintf("waiting for room: no CPU node has %s cores free now (the freest has %s)", cores(need), cores(onOne))
 	default:
@@ -227,7 +243,7 @@ func (s *Service) price(ctx context.Context, rd workload.Rendered, req workload.
 	}
 	e.Approval, e.Held, e.Verdict = v.Approval, v.Hold, v.Why
 	if r.CPUOnly {
-		return s.cpuOnly(ctx, e, rd)
+		return s.cpuOnly(ctx, e, rd, req.Team)
 	}
 	q := s.o.Quotas.Quota(req.Team)
 	e.Quota, e.Cohort = q.For(r.Class.Name), q.Cohort

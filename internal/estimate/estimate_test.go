@@ -74,6 +74,9 @@ type cluster struct {
 	// many (cpuNodes 0: one node of 16 cores, all free; -1: none).
 	cpuFree, cpuMost int64
 	cpuNodes         int
+	// usedCores: the cores the team's queue has admitted in the CPU
+	// nodes' flavor (what QueueUsage says of gpu.CPUClass).
+	usedCores float64
 }
 
 func (c cluster) FreeCPU(context.Context, string) (int64, int64, int, error) {
@@ -86,7 +89,10 @@ func (c cluster) FreeCPU(context.Context, string) (int64, int64, int, error) {
 	return c.cpuFree, c.cpuMost, c.cpuNodes, nil
 }
 
-func (c cluster) QueueUsage(context.Context, team.Name, string) (float64, int, error) {
+func (c cluster) QueueUsage(_ context.Context, _ team.Name, class string) (float64, int, error) {
+	if class == gpu.CPUClass {
+		return c.usedCores, c.pending, nil
+	}
 	return c.used, c.pending, nil
 }
 func (c cluster) FreeGPUs(context.Context, gpu.Class, string) (int, int, int, int, error) {
@@ -290,26 +296,39 @@ func BenchmarkEstimate(b *testing.B) {
 	})
 }
 
-// TestEstimateCPUOnly: a CPU-only launch weighs the CPU nodes' room, not
-// GPU quotas: it starts when a CPU node has its cores free, waits for room
-// or for a node, and can never start when no CPU node is that large.
+// TestEstimateCPUOnly: a CPU-only launch weighs the CPU nodes' room and
+// the team's quota of cores, not GPU quotas: it starts when a CPU node has
+// its cores free and the quota has them left, is queued when the quota has
+// not, waits for room or for a node, and can never start when no CPU node
+// is that large or the quota is smaller than it (CPU-only launches borrow
+// no cores, cohort or not). Without Kueue the quota is not weighed.
 func TestEstimateCPUOnly(t *testing.T) {
 	ctx, svc, _ := harness(t)
 	job := workload.Request{Template: "cpu-job", Team: "vision", Choice: template.Choice{CPUOnly: true, Params: map[string]any{"cpu": "2"}}}
+	roomy := cluster{cpuFree: 4000, cpuMost: 8000, cpuNodes: 2}
+	withCores := func(c cluster, used float64) cluster { c.usedCores = used; return c }
 	for _, tc := range []struct {
 		name   string
 		cl     cluster
+		cores  *float64 // the team's quota.cores
+		kueue  bool
 		starts bool
 		never  bool
 		why    string
 	}{
-		{"a node with room", cluster{cpuFree: 4000, cpuMost: 8000, cpuNodes: 2}, true, false, "CPU-only: it runs on the CPU nodes"},
-		{"the nodes busy", cluster{cpuFree: 1500, cpuMost: 8000, cpuNodes: 2}, false, false, "waiting for room: no CPU node has 2 cores free now (the freest has 1.5)"},
-		{"no CPU node at all", cluster{cpuNodes: -1}, false, false, "waiting for a CPU node: no node in the cluster is labelled gantry.dev/cpu-node=true"},
-		{"no CPU node that large", cluster{cpuFree: 1000, cpuMost: 1000, cpuNodes: 1}, false, true, "it can never start here: no CPU node has 2 cores (the most on one is 1)"},
+		{"a node with room", roomy, nil, true, true, false, "CPU-only: it runs on the CPU nodes"},
+		{"the nodes busy", cluster{cpuFree: 1500, cpuMost: 8000, cpuNodes: 2}, nil, true, false, false, "waiting for room: no CPU node has 2 cores free now (the freest has 1.5)"},
+		{"no CPU node at all", cluster{cpuNodes: -1}, nil, true, false, false, "waiting for a CPU node: no node in the cluster is labelled gantry.dev/cpu-node=true"},
+		{"no CPU node that large", cluster{cpuFree: 1000, cpuMost: 1000, cpuNodes: 1}, nil, true, false, true, "it can never start here: no CPU node has 2 cores (the most on one is 1)"},
+		{"the quota has the cores left", withCores(roomy, 6), new(8.0), true, true, false, "CPU-only: it runs on the CPU nodes"},
+		{"the quota spent", withCores(roomy, 6.5), new(8.0), true, false, false, "queued: it needs 2 cores and the team's quota of 8 cores has 1.5 left"},
+		{"the quota smaller than the launch", roomy, new(1.0), true, false, true, "it can never start under the team's quota: it asks for 2 cores, more than the team's quota of cores (1; CPU-only launches borrow none)"},
+		{"the quota spent, the nodes busy too", withCores(cluster{cpuFree: 500, cpuMost: 8000, cpuNodes: 2}, 8), new(8.0), true, false, false, "queued: it needs 2 cores"},
+		{"quotas not enforced", withCores(roomy, 8), new(1.0), false, true, false, "CPU-only: it runs on the CPU nodes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			es, err := estimate.New(estimate.Options{Previewer: svc, Quotas: quotas{}, Budgets: noBudgets{}, Cluster: tc.cl, Kueue: true})
+			q := quotas{"vision": {Cohort: "research", Cores: tc.cores}}
+			es, err := estimate.New(estimate.Options{Previewer: svc, Quotas: q, Budgets: noBudgets{}, Cluster: tc.cl, Kueue: tc.kueue})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -319,6 +338,9 @@ func TestEstimateCPUOnly(t *testing.T) {
 			}
 			if e.StartsNow != tc.starts || e.Never != tc.never || !strings.Contains(e.Why, tc.why) {
 				t.Errorf("starts now %v, never %v (%q); want %v, %v (%q)", e.StartsNow, e.Never, e.Why, tc.starts, tc.never, tc.why)
+			}
+			if wantQuota := tc.cores != nil && tc.kueue; wantQuota && (e.Quota != *tc.cores || e.QuotaUsed != tc.cl.usedCores) || !wantQuota && (e.Quota != 0 || e.QuotaUsed != 0) {
+				t.Errorf("quota %v, used %v", e.Quota, e.QuotaUsed)
 			}
 		})
 	}

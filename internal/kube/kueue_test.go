@@ -139,6 +139,18 @@ func TestKueueCoresQuota(t *testing.T) {
 	if o, _ := q.w.Observe("co000001"); o.Phase != "Queued" {
 		t.Errorf("the two-core job: %q, want still Queued", o.Phase)
 	}
+	// What an estimate reads: the one core admitted in the CPU nodes'
+	// flavor, the two-core job waiting; no GPU of the team's H100s.
+	waitfor.Until(t, 30*time.Second, "the ClusterQueue's cores in use", func() error {
+		cores, pending, err := q.k.QueueUsage(context.Background(), "cores", gpu.CPUClass)
+		if err != nil || cores != 1 || pending != 1 {
+			return fmt.Errorf("cores %v, pending %d, %v", cores, pending, err)
+		}
+		if gpus, _, err := q.k.QueueUsage(context.Background(), "cores", "H100-80GB"); err != nil || gpus != 0 {
+			return fmt.Errorf("H100s %v, %v", gpus, err)
+		}
+		return nil
+	})
 }
 
 // TestKueueAdmitsUpToTheQuota: a team with 2 H100s runs two one-GPU jobs

@@ -256,6 +256,7 @@ async function launchPage(name) {
         const lines = [money(e.pricePerHour) + ' per hour' + (e.onDemandPerHour ? ' (spot; on demand ' + money(e.onDemandPerHour) + ')' : '')];
         if (e.costAtMaxRuntime !== undefined) lines.push('at most ' + money(e.costAtMaxRuntime) + ' if it runs its maximum runtime');
         if (e.gpu.class !== 'CPU') lines.push('quota: ' + e.quotaUsed + ' of ' + e.quota + ' GPUs of this class in use by the team');
+        else if (e.quota > 0) lines.push('quota: ' + e.quotaUsed + ' of ' + e.quota + ' cores in use by the team\'s CPU-only launches');
         if (e.budget) lines.push('budget: ' + money(e.budget.spent) + ' of ' + money(e.budget.amount) + ' spent this period');
         if (e.needsApproval) lines.push('needs approval before it starts');
         if (e.held) lines.push('the team\'s queue is held by its budget');

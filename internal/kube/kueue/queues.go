@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/kube/kapi"
 	"github.com/gantryhq/gantry/internal/quota"
 	"github.com/gantryhq/gantry/internal/render"
@@ -124,9 +126,14 @@ func (k *Kueue) teams(ctx context.Context, resourceVersion string) (map[string]b
 }
 
 // QueueUsage (estimate.Cluster, through kube.Cluster): the GPUs (gpu-milli / 1000) of
-// class's flavor that the team's ClusterQueue has reserved, and how many of
+// class's flavor that the team's ClusterQueue has reserved — for the CPU
+// class (gpu.CPUClass), the cores of the CPU nodes' flavor — and how many of
 // its workloads wait.
 func (k *Kueue) QueueUsage(ctx context.Context, team team.Name, class string) (float64, int, error) {
+	res, per := quota.GPUMilli, 1000.0
+	if class == gpu.CPUClass {
+		res, per = string(corev1.ResourceCPU), 1
+	}
 	// ResourceVersion "0": served from the API server's watch cache, not
 	// read from etcd — every launch's estimate asks, and a moment-old
 	// usage is what it shows anyway.
@@ -148,11 +155,11 @@ func (k *Kueue) QueueUsage(ctx context.Context, team team.Name, class string) (f
 		rs, _ := fm["resources"].([]any)
 		for _, r := range rs {
 			rm, _ := r.(map[string]any)
-			if rm["name"] != quota.GPUMilli {
+			if rm["name"] != res {
 				continue
 			}
 			if q, err := resource.ParseQuantity(fmt.Sprint(rm["total"])); err == nil {
-				used = float64(q.Value()) / 1000
+				used = q.AsApproximateFloat64() / per
 			}
 		}
 	}

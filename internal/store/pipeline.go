@@ -28,13 +28,14 @@ type Rows interface {
 // are on the process's own file and gain nothing from it.
 var ErrNotPipelined = errors.New("store: pipelined transactions are PostgreSQL's")
 
-// PipelinedTx runs a transaction of a read and a write on PostgreSQL in two
-// round trips rather than four: BEGIN goes with first, whose rows then
-// gives the write, which goes with COMMIT. then must read the rows it is
-// given and return; an error from it, from either statement or from the
+// PipelinedTx runs a transaction of reads and then writes on PostgreSQL in
+// two round trips however many statements it holds: BEGIN goes with the
+// reads, whose rows read is given in their order; then write gives the
+// writes, which go with COMMIT. read must read the rows it is given and
+// return; an error from read or write, from any statement or from the
 // commit rolls the transaction back whole. Failures are typed as Tx's are
 // (Unavailable), and a handle past its CrashAfter commits nothing.
-func (s *DB) PipelinedTx(ctx context.Context, first Stmt, then func(Rows) (Stmt, error)) error {
+func (s *DB) PipelinedTx(ctx context.Context, reads []Stmt, read func(Rows) error, write func() ([]Stmt, error)) error {
 	if s.driver != Postgres {
 		return ErrNotPipelined
 	}
@@ -50,7 +51,7 @@ func (s *DB) PipelinedTx(ctx context.Context, first Stmt, then func(Rows) (Stmt,
 			return fmt.Errorf("store: a PostgreSQL connection of type %T", dc)
 		}
 		pc := c.Conn()
-		txErr = s.pipelined(ctx, pc, first, then)
+		txErr = s.pipelined(ctx, pc, reads, read, write)
 		if pc.PgConn().TxStatus() != 'I' {
 			// Still in the transaction, failed: ended here, so the pool
 			// keeps the connection (pgx's driver would close one handed
@@ -64,29 +65,35 @@ func (s *DB) PipelinedTx(ctx context.Context, first Stmt, then func(Rows) (Stmt,
 	return Unavailable(errors.Join(txErr, err))
 }
 
-func (s *DB) pipelined(ctx context.Context, pc *pgx.Conn, first Stmt, then func(Rows) (Stmt, error)) error {
+func (s *DB) pipelined(ctx context.Context, pc *pgx.Conn, reads []Stmt, read func(Rows) error, write func() ([]Stmt, error)) error {
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
-	b.Queue(s.Q(first.Query), first.Args...)
+	for _, st := range reads {
+		b.Queue(s.Q(st.Query), st.Args...)
+	}
 	br := pc.SendBatch(ctx, b)
-	_, err := br.Exec()
-	if err != nil {
+	if _, err := br.Exec(); err != nil {
 		br.Close()
 		return fmt.Errorf("begin: %w", err)
 	}
-	rows, err := br.Query()
-	if err != nil {
-		br.Close()
+	for range reads {
+		rows, err := br.Query()
+		if err == nil {
+			err = read(rows)
+			rows.Close()
+			if err == nil {
+				err = rows.Err()
+			}
+		}
+		if err != nil {
+			br.Close()
+			return err
+		}
+	}
+	if err := br.Close(); err != nil {
 		return err
 	}
-	second, err := then(rows)
-	rows.Close()
-	if err == nil {
-		err = rows.Err()
-	}
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
+	writes, err := write()
 	if err != nil {
 		return err
 	}
@@ -94,12 +101,16 @@ func (s *DB) pipelined(ctx context.Context, pc *pgx.Conn, first Stmt, then func(
 		return ErrCrashed
 	}
 	b = &pgx.Batch{}
-	b.Queue(s.Q(second.Query), second.Args...)
+	for _, st := range writes {
+		b.Queue(s.Q(st.Query), st.Args...)
+	}
 	b.Queue("COMMIT")
 	br = pc.SendBatch(ctx, b)
-	if _, err := br.Exec(); err != nil {
-		br.Close()
-		return err
+	for range writes {
+		if _, err := br.Exec(); err != nil {
+			br.Close()
+			return err
+		}
 	}
 	_, err = br.Exec()
 	if cerr := br.Close(); err == nil {

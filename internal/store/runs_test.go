@@ -160,18 +160,22 @@ func testRunsBatch(t *testing.T, s *stores.All) {
 		t.Fatalf("two appends to one workload: %+v %v", sums, err)
 	}
 	// More runs in one batch than one statement's parameters hold (their
-	// summaries go in statements of 44): every one written.
-	var many []runs.Append
-	var ids []string
-	for i := range 60 {
-		id := fmt.Sprintf("m%02d", i)
-		many, ids = append(many, withLoss(id, 1, float64(i))), append(ids, id)
-	}
-	if _, err := s.AppendReports(ctx, many); err != nil {
-		t.Fatal(err)
-	}
-	if got, err := s.RunSummaries(ctx, ids); err != nil || len(got) != 60 || got["m59"].Metrics["loss"] != 59 || got["m00"].Reports != 1 {
-		t.Fatalf("a batch of 60 runs: %d summaries, %v", len(got), err)
+	// summaries go in statements of 44; 850 runs' rows are locked in two):
+	// every one written.
+	for _, n := range []int{60, 850} {
+		var many []runs.Append
+		var ids []string
+		for i := range n {
+			id := fmt.Sprintf("m%d-%03d", n, i)
+			many, ids = append(many, withLoss(id, 1, float64(i))), append(ids, id)
+		}
+		if _, err := s.AppendReports(ctx, many); err != nil {
+			t.Fatal(err)
+		}
+		last := ids[n-1]
+		if got, err := s.RunSummaries(ctx, ids); err != nil || len(got) != n || got[last].Metrics["loss"] != float64(n-1) || got[ids[0]].Reports != 1 {
+			t.Fatalf("a batch of %d runs: %d summaries, %v", n, len(got), err)
+		}
 	}
 	// Batches holding the same workloads in opposite orders, at once:
 	// each locks them in one order, so none waits on another for ever.

@@ -35,12 +35,12 @@ const progressCols = `reports, step, total_steps, epoch, metrics, first_at, repo
 // workloads' ids, so two batches never wait on each other in a circle),
 // the appends applied in memory in their order (each numbering its reports
 // after what its workload had), then the reports inserted and the
-// summaries written — on PostgreSQL in one statement where they fit, on
-// SQLite as two prepared once per shape and kept. On PostgreSQL the
-// transaction's round trips are its time, and the requests queued behind
-// it wait for them (runs.committer): where the write fits one statement,
-// the transaction is pipelined in two (appendPipelined), else each
-// statement is one.
+// summaries written — on PostgreSQL in one statement where they fit. On
+// PostgreSQL the transaction's round trips are its time, and the requests
+// queued behind it wait for them (runs.committer): it is pipelined in two
+// (store.PipelinedTx: BEGIN with the upserts, the writes with COMMIT). On
+// SQLite, a file of the process's own, the statements run one by one,
+// prepared once per shape and kept.
 func (s *Store) AppendReports(ctx context.Context, as []runs.Append) ([]runs.Summary, error) {
 	var ids []string
 	reports := 0
@@ -51,9 +51,10 @@ func (s *Store) AppendReports(ctx context.Context, as []runs.Append) ([]runs.Sum
 	slices.Sort(ids)
 	ids = slices.Compact(ids)
 	out := make([]runs.Summary, len(as))
-	// apply applies the appends in their order to the summaries as they
-	// were, cur, and numbers their reports.
-	apply := func(cur map[string]runs.Summary) []reportRow {
+	// write applies the appends in their order to the summaries as they
+	// were, cur, numbering their reports, and returns the statements that
+	// write them.
+	write := func(cur map[string]runs.Summary) ([]store.Stmt, error) {
 		var rows []reportRow
 		for i, a := range as {
 			// Each append's summary is its own: Apply and Judge change
@@ -66,10 +67,19 @@ func (s *Store) AppendReports(ctx context.Context, as []runs.Append) ([]runs.Sum
 			out[i] = a.Update(old)
 			cur[a.Workload] = out[i]
 		}
-		return rows
+		return s.writeStmts(rows, ids, cur)
 	}
-	if s.db.Driver() == store.Postgres && reports > 0 && reports*reportArgs+len(ids)*progressArgs <= maxArgs {
-		if err := s.appendPipelined(ctx, ids, apply); err != nil {
+	cur := map[string]runs.Summary{}
+	read := func(rows store.Rows) error {
+		sums, err := readSummaries(rows)
+		if err != nil {
+			return fmt.Errorf("run progress of %s…: %w", ids[0], err)
+		}
+		maps.Copy(cur, sums)
+		return nil
+	}
+	if s.db.Driver() == store.Postgres {
+		if err := s.db.PipelinedTx(ctx, lockStmts(ids), read, func() ([]store.Stmt, error) { return write(cur) }); err != nil {
 			return nil, err
 		}
 		return out, nil
@@ -84,18 +94,43 @@ func (s *Store) AppendReports(ctx context.Context, as []runs.Append) ([]runs.Sum
 	for n := range chunks(reports, reportArgs) {
 		qs = append(qs, insertReportsQ(n))
 	}
-	stmts, err := s.db.WriteStmts(ctx, qs...)
+	prepared, err := s.db.WriteStmts(ctx, qs...)
 	if err != nil {
 		return nil, err
 	}
-	w := writer{s: s, stmts: stmts}
 	err = s.db.Tx(ctx, func(tx *sql.Tx) error {
-		w.tx = tx
-		cur, err := w.lockSummaries(ctx, ids)
+		for _, st := range lockStmts(ids) {
+			var rows *sql.Rows
+			var err error
+			if p := prepared[st.Query]; p != nil {
+				rows, err = tx.StmtContext(ctx, p).QueryContext(ctx, st.Args...)
+			} else {
+				rows, err = tx.QueryContext(ctx, st.Query, st.Args...)
+			}
+			if err != nil {
+				return fmt.Errorf("run progress of %s…: %w", ids[0], err)
+			}
+			err = read(rows)
+			rows.Close()
+			if err != nil {
+				return err
+			}
+		}
+		stmts, err := write(cur)
 		if err != nil {
 			return err
 		}
-		return w.write(ctx, apply(cur), ids, cur)
+		for _, st := range stmts {
+			if p := prepared[st.Query]; p != nil {
+				_, err = tx.StmtContext(ctx, p).ExecContext(ctx, st.Args...)
+			} else {
+				_, err = tx.ExecContext(ctx, st.Query, st.Args...)
+			}
+			if err != nil {
+				return fmt.Errorf("run reports and progress of %s…: %w", ids[0], err)
+			}
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, err
@@ -103,30 +138,18 @@ func (s *Store) AppendReports(ctx context.Context, as []runs.Append) ([]runs.Sum
 	return out, nil
 }
 
-// appendPipelined is AppendReports on PostgreSQL where the reports and the
-// summaries fit one statement: the transaction in two round trips
-// (store.PipelinedTx), BEGIN with the summaries' upsert, the combined write
-// with COMMIT.
-func (s *Store) appendPipelined(ctx context.Context, ids []string, apply func(map[string]runs.Summary) []reportRow) error {
-	args := make([]any, len(ids))
-	for i, id := range ids {
-		args[i] = id
+// lockStmts make the summary rows of ids that are missing and read them
+// all, locked (ids sorted).
+func lockStmts(ids []string) []store.Stmt {
+	var out []store.Stmt
+	for part := range slices.Chunk(ids, per(1)) {
+		args := make([]any, len(part))
+		for i, id := range part {
+			args[i] = id
+		}
+		out = append(out, store.Stmt{Query: lockProgressQ(len(part)), Args: args})
 	}
-	return s.db.PipelinedTx(ctx, store.Stmt{Query: lockProgressQ(len(ids)), Args: args}, func(rows store.Rows) (store.Stmt, error) {
-		cur, err := readSummaries(rows)
-		if err != nil {
-			return store.Stmt{}, fmt.Errorf("run progress of %s…: %w", ids[0], err)
-		}
-		reports := apply(cur)
-		args, err := reportValues(nil, reports)
-		if err != nil {
-			return store.Stmt{}, err
-		}
-		if args, err = summaryValues(args, ids, cur); err != nil {
-			return store.Stmt{}, err
-		}
-		return store.Stmt{Query: writeBothQ(len(reports), len(ids)), Args: args}, nil
-	})
+	return out
 }
 
 // readSummaries reads lockProgressQ's rows.
@@ -141,6 +164,38 @@ func readSummaries(rows store.Rows) (map[string]runs.Summary, error) {
 		out[id] = sum
 	}
 	return out, rows.Err()
+}
+
+// writeStmts insert the reports and write the summaries of ids (whose rows
+// exist and are locked): in one statement on PostgreSQL where both fit,
+// else in multi-row INSERTs and upserts of at most maxArgs each.
+func (s *Store) writeStmts(rows []reportRow, ids []string, sums map[string]runs.Summary) ([]store.Stmt, error) {
+	if s.db.Driver() == store.Postgres && len(rows) > 0 && len(rows)*reportArgs+len(ids)*progressArgs <= maxArgs {
+		args, err := reportValues(nil, rows)
+		if err != nil {
+			return nil, err
+		}
+		if args, err = summaryValues(args, ids, sums); err != nil {
+			return nil, err
+		}
+		return []store.Stmt{{Query: writeBothQ(len(rows), len(ids)), Args: args}}, nil
+	}
+	var out []store.Stmt
+	for part := range slices.Chunk(rows, per(reportArgs)) {
+		args, err := reportValues(make([]any, 0, len(part)*reportArgs), part)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, store.Stmt{Query: insertReportsQ(len(part)), Args: args})
+	}
+	for part := range slices.Chunk(ids, per(progressArgs)) {
+		args, err := summaryValues(make([]any, 0, len(part)*progressArgs), part, sums)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, store.Stmt{Query: writeProgressQ(len(part)), Args: args})
+	}
+	return out, nil
 }
 
 // Statements take at most 800 parameters, under SQLite's oldest limit.
@@ -198,93 +253,6 @@ func insertReportsQ(n int) string {
 // arguments the reports' then the summaries'.
 func writeBothQ(r, n int) string {
 	return `WITH reports AS (` + insertReportsQ(r) + `) ` + writeProgressQ(n)
-}
-
-// writer runs one AppendReports transaction's statements, prepared ones
-// where the store keeps them.
-type writer struct {
-	s     *Store
-	stmts map[string]*sql.Stmt
-	tx    *sql.Tx
-}
-
-func (w writer) exec(ctx context.Context, q string, args ...any) error {
-	var err error
-	if st := w.stmts[q]; st != nil {
-		_, err = w.tx.StmtContext(ctx, st).ExecContext(ctx, args...)
-	} else {
-		_, err = w.tx.ExecContext(ctx, w.s.db.Q(q), args...)
-	}
-	return err
-}
-
-func (w writer) query(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
-	if st := w.stmts[q]; st != nil {
-		return w.tx.StmtContext(ctx, st).QueryContext(ctx, args...)
-	}
-	return w.tx.QueryContext(ctx, w.s.db.Q(q), args...)
-}
-
-// lockSummaries makes the summary rows of ids that are missing and reads
-// them all, locked (ids sorted).
-func (w writer) lockSummaries(ctx context.Context, ids []string) (map[string]runs.Summary, error) {
-	out := map[string]runs.Summary{}
-	for part := range slices.Chunk(ids, per(1)) {
-		n := len(part)
-		args := make([]any, n)
-		for i, id := range part {
-			args[i] = id
-		}
-		rows, err := w.query(ctx, lockProgressQ(n), args...)
-		if err != nil {
-			return nil, fmt.Errorf("run progress of %s…: %w", part[0], err)
-		}
-		sums, err := readSummaries(rows)
-		rows.Close()
-		if err != nil {
-			return nil, err
-		}
-		maps.Copy(out, sums)
-	}
-	return out, nil
-}
-
-// write inserts the reports and writes the summaries of ids (whose rows
-// exist and are locked): in one statement on PostgreSQL where both fit,
-// else in multi-row INSERTs and upserts of at most maxArgs each.
-func (w writer) write(ctx context.Context, rows []reportRow, ids []string, sums map[string]runs.Summary) error {
-	if w.s.db.Driver() == store.Postgres && len(rows) > 0 && len(rows)*reportArgs+len(ids)*progressArgs <= maxArgs {
-		args, err := reportValues(nil, rows)
-		if err != nil {
-			return err
-		}
-		if args, err = summaryValues(args, ids, sums); err != nil {
-			return err
-		}
-		if err := w.exec(ctx, writeBothQ(len(rows), len(ids)), args...); err != nil {
-			return fmt.Errorf("run reports and progress of %s…: %w", ids[0], err)
-		}
-		return nil
-	}
-	for part := range slices.Chunk(rows, per(reportArgs)) {
-		args, err := reportValues(make([]any, 0, len(part)*reportArgs), part)
-		if err != nil {
-			return err
-		}
-		if err := w.exec(ctx, insertReportsQ(len(part)), args...); err != nil {
-			return fmt.Errorf("run reports of %s…: %w", part[0].workload, err)
-		}
-	}
-	for part := range slices.Chunk(ids, per(progressArgs)) {
-		args, err := summaryValues(make([]any, 0, len(part)*progressArgs), part, sums)
-		if err != nil {
-			return err
-		}
-		if err := w.exec(ctx, writeProgressQ(len(part)), args...); err != nil {
-			return fmt.Errorf("run progress of %s…: %w", part[0], err)
-		}
-	}
-	return nil
 }
 
 // summaryValues appends to args the parameters of writeProgressQ's rows

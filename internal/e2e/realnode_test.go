@@ -33,6 +33,7 @@ import (
 	"github.com/gantryhq/gantry/internal/workload"
 	"golang.org/x/net/websocket"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
 )
@@ -406,10 +407,14 @@ func appGantry(t *testing.T, edit func(*config.Config), images ...string) *serve
 
 // cpuTrainRun launches the cpu-train job for steps steps of 0.2 s on the
 // real node as alice, holding a slot there until the test ends.
-func cpuTrainRun(t *testing.T, steps int) (*servertest.Gantry, *client.ClientWithResponses, string) {
+func cpuTrainRun(t *testing.T, steps int, edit ...func(*config.Config)) (*servertest.Gantry, *client.ClientWithResponses, string) {
 	t.Helper()
 	holdRealNode(t)
-	g := appGantry(t, nil, "pytorch-cpu:1.13-debian12")
+	var e func(*config.Config)
+	if len(edit) > 0 {
+		e = edit[0]
+	}
+	g := appGantry(t, e, "pytorch-cpu:1.13-debian12")
 	alice := servertest.Client(g.URL, g.Token("alice"))
 	params := model.Parameters{"steps": steps, "stepDelay": "0.2"}
 	return g, alice, launchAs(t, alice, model.LaunchRequest{Template: "cpu-train", Team: "vision", Parameters: &params}).Id
@@ -597,7 +602,7 @@ func TestCPUTrainingRequeuedThroughKueue(t *testing.T) {
 	}
 	// Past its first checkpoint, with steps done since that a move loses.
 	var atMove int64
-	waitfor.Until(t, 3*time.Minute, "the run past its first checkpoint", func() error {
+	waitfor.Until(t, 5*time.Minute, "the run past its first checkpoint", func() error {
 		if atMove = servertest.Deref(progress().Step); atMove < every+20 {
 			return fmt.Errorf("at step %d", atMove)
 		}
@@ -674,6 +679,82 @@ func TestCPUTrainingRequeuedThroughKueue(t *testing.T) {
 	if j.Status.Failed != 0 || j.Status.Succeeded != 1 {
 		t.Errorf("the Job: %d failed, %d succeeded; want the move to use none of its retries", j.Status.Failed, j.Status.Succeeded)
 	}
+}
+
+// TestCPUTrainingEvictedFromSpot: the cpu-train job made a spot one
+// (scheduling.spot: its Job's pod failure policy ignores disruptions) and
+// evicted mid-run through the Eviction API, as a drained node's or a
+// reclaimed spot machine's pods are: the real process gets SIGTERM, writes
+// a checkpoint at the step at hand and exits; the Job starts another pod,
+// which resumes from that checkpoint on the same volume and finishes. No
+// step it reported is lost, none of the Job's retries is used, and Gantry
+// counts the eviction against the template's spot requeues.
+func TestCPUTrainingEvictedFromSpot(t *testing.T) {
+	t.Parallel() // see the note on TestMain
+
+	const steps, every = 300, 50
+	dir := templateWith(t, "cpu-train.yaml", "    priority: normal", "    priority: normal\n    spot: true")
+	_, alice, id := cpuTrainRun(t, steps, func(c *config.Config) { c.TemplatesDir = dir })
+	ctx := t.Context()
+	progress := func() model.Progress {
+		return servertest.Deref(servertest.Must(alice.GetWorkloadProgressWithResponse(ctx, id, nil))(t).JSON200)
+	}
+	var atEviction int64
+	waitfor.Until(t, 5*time.Minute, "the run past its first checkpoint", func() error {
+		if atEviction = servertest.Deref(progress().Step); atEviction < every+20 {
+			return fmt.Errorf("at step %d", atEviction)
+		}
+		return nil
+	})
+	pods := podsOf(t, "vision", id)
+	if len(pods) != 1 || len(pods[0].OwnerReferences) != 1 || pods[0].OwnerReferences[0].Kind != "Job" {
+		t.Fatalf("pods %d, want one of a Job", len(pods))
+	}
+	first := pods[0]
+	if err := cluster.Client.CoreV1().Pods(first.Namespace).EvictV1(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: first.Name, Namespace: first.Namespace}}); err != nil {
+		t.Fatal(err)
+	}
+	var w model.Workload
+	waitfor.Until(t, 4*time.Minute, "the job to resume and finish", func() error {
+		w = servertest.Deref(servertest.Must(alice.GetWorkloadWithResponse(ctx, id))(t).JSON200)
+		if w.Status == "Failed" {
+			t.Fatalf("it failed: %s", servertest.Deref(w.Reason))
+		}
+		if w.Status != "Succeeded" {
+			return fmt.Errorf("%s (%s)", w.Status, servertest.Deref(w.Reason))
+		}
+		return nil
+	})
+	pr := progress()
+	series := servertest.Deref(pr.Series)
+	from := servertest.Deref(pr.ResumedFrom)
+	var reached int64
+	resumed := false
+	for _, r := range series {
+		if r.ResumedFrom != nil {
+			resumed = true
+			break
+		}
+		reached = max(reached, r.Step)
+	}
+	if !resumed || servertest.Deref(pr.Restarts) != 1 || from < atEviction || from >= steps || servertest.Deref(pr.Step) != steps {
+		t.Fatalf("progress: restarts %d, resumed from %d (evicted at step %d or later), step %d; log %q", servertest.Deref(pr.Restarts), from, atEviction, servertest.Deref(pr.Step),
+			string(servertest.Must(alice.GetWorkloadLogsWithResponse(ctx, id, nil))(t).Body))
+	}
+	if reached > from {
+		t.Errorf("the first run reached step %d, the second resumed from %d: %d steps lost, want none (the SIGTERM checkpoint)", reached, from, reached-from)
+	}
+	if n := servertest.Deref(w.SpotEvictions); n != 1 {
+		t.Errorf("spot evictions counted: %d, want 1", n)
+	}
+	j, err := cluster.Client.BatchV1().Jobs(first.Namespace).Get(ctx, first.OwnerReferences[0].Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.Status.Failed != 0 || j.Status.Succeeded != 1 {
+		t.Errorf("the Job: %d failed, %d succeeded; want the eviction to use none of its retries", j.Status.Failed, j.Status.Succeeded)
+	}
+	t.Logf("evicted at step %d or later; the first run reached %d, the second resumed from %d", atEviction, reached, from)
 }
 
 type noAdmissions struct{}

@@ -13,9 +13,10 @@ import (
 )
 
 // TestClosedBy: a request whose live connection the registry closed answers
-// with the refusal that closed it — the workload's own fault, else 401 —
-// while one the client gave up on, or that failed otherwise, keeps its
-// error.
+// with the refusal that closed it — the workload's own fault, else 401 (not
+// an echo 401, which the rate limiter charges as an anonymous failure) —
+// while one the client gave up on, one already answered, or one that failed
+// otherwise keeps its error.
 func TestClosedBy(t *testing.T) {
 	notRunning := &fault.Conflict{Kind: "workload", Name: "w1", Reason: "is Pending: it opens once it is Running"}
 	closed := func(refusal error) context.Context {
@@ -30,28 +31,30 @@ func TestClosedBy(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
 		ctx, client context.Context
+		committed   bool
 		err         error
 		status      int // the answer's status through the one mapping
 	}{
-		{"closed: the workload not running", closed(notRunning), context.Background(), canceled, http.StatusConflict},
-		{"closed: the workload hidden now", closed(&fault.NotFound{Kind: "workload", Name: "w1"}), context.Background(), canceled, http.StatusNotFound},
-		{"closed: the token revoked", closed(errors.New("token revoked")), context.Background(), canceled, http.StatusUnauthorized},
-		{"the client gone", closed(notRunning), gone, canceled, 499},
-		{"cancelled otherwise", gone, context.Background(), canceled, 499},
-		{"another error", closed(notRunning), context.Background(), other, http.StatusInternalServerError},
+		{"closed: the workload not running", closed(notRunning), context.Background(), false, canceled, http.StatusConflict},
+		{"closed: the workload hidden now", closed(&fault.NotFound{Kind: "workload", Name: "w1"}), context.Background(), false, canceled, http.StatusNotFound},
+		{"closed: the token revoked", closed(errors.New("token revoked")), context.Background(), false, canceled, http.StatusUnauthorized},
+		{"closed once answered", closed(notRunning), context.Background(), true, canceled, 499},
+		{"the client gone", closed(notRunning), gone, false, canceled, 499},
+		{"cancelled otherwise", gone, context.Background(), false, canceled, 499},
+		{"another error", closed(notRunning), context.Background(), false, other, http.StatusInternalServerError},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := closedBy(tc.ctx, tc.client, tc.err)
+			got := closedBy(tc.ctx, tc.client, tc.committed, tc.err)
 			if status, _ := problemFor(got); status != tc.status {
 				t.Fatalf("%v: status %d, want %d", got, status, tc.status)
 			}
 		})
 	}
-	if closedBy(closed(notRunning), context.Background(), nil) != nil {
+	if closedBy(closed(notRunning), context.Background(), false, nil) != nil {
 		t.Fatal("no error became one")
 	}
 	var he *echo.HTTPError
-	if !errors.As(closedBy(closed(errors.New("x")), context.Background(), canceled), &he) {
-		t.Fatal("a credential's refusal is not an HTTP error")
+	if errors.As(closedBy(closed(errors.New("x")), context.Background(), false, canceled), &he) {
+		t.Fatal("a credential's refusal is an echo error, which the rate limiter charges to the address")
 	}
 }

@@ -269,32 +269,28 @@ func liveConns(reg *live.Registry, cr credentials, workloads *workload.Service) 
 			// request's own context, not the connection's, which ends now.
 			defer func() { c.SetRequest(c.Request().WithContext(r.Context())) }()
 			c.SetRequest(r.WithContext(ctx))
-			return closedBy(ctx, r.Context(), next(c))
+			err = next(c)
+			return closedBy(ctx, r.Context(), c.Response().Committed, err)
 		}
 	}
 }
 
 // closedBy is a handler's error err as its caller should hear it: a request
 // the registry closed (its context, ctx, cancelled with live.ErrClosed while
-// the client's, client, goes on) answers with the refusal that closed it —
-// the workload's (a notebook asked for while it starts is 409 "opens once
-// it is Running", not 499 as if the client had gone), else the
-// credential's (401).
-func closedBy(ctx, client context.Context, err error) error {
-	if err == nil || !errors.Is(err, context.Canceled) || client.Err() != nil {
+// the client's, client, goes on) and not yet answered (committed false)
+// answers with the refusal that closed it, mapped as ever — the workload's
+// (a notebook asked for while it starts is 409 "opens once it is Running",
+// not 499 as if the client had gone), else 401 for the credential (not an
+// anonymous failure the rate limiter charges: it authenticated when it
+// came).
+func closedBy(ctx, client context.Context, committed bool, err error) error {
+	if err == nil || committed || !errors.Is(err, context.Canceled) || client.Err() != nil {
 		return err
 	}
-	cause := context.Cause(ctx)
-	if !errors.Is(cause, live.ErrClosed) {
-		return err
-	}
-	var nf *fault.NotFound
-	var fb *fault.Forbidden
-	var conf *fault.Conflict
-	if errors.As(cause, &nf) || errors.As(cause, &fb) || errors.As(cause, &conf) {
+	if cause := context.Cause(ctx); errors.Is(cause, live.ErrClosed) {
 		return cause
 	}
-	return echo.NewHTTPError(http.StatusUnauthorized, "not authenticated: the credential changed")
+	return err
 }
 
 // refusedCredential says whether an authentication error is the credential's

@@ -17,6 +17,7 @@ import (
 
 	"github.com/gantryhq/gantry/api/model"
 	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/live"
 )
 
 // Problem types (RFC 9457). Anything else is about:blank with the status's title.
@@ -83,6 +84,11 @@ func problemFor(err error) (int, model.Problem) {
 			p.Detail = ptr(msg)
 		}
 		return he.Code, p
+	case errors.Is(err, live.ErrClosed):
+		// A live request closed for its credential (revoked, signed out):
+		// the workload's refusals are matched above.
+		return http.StatusUnauthorized, model.Problem{Type: "about:blank", Title: http.StatusText(http.StatusUnauthorized),
+			Detail: ptr("the credential that allowed this request changed (revoked, expired or signed out)")}
 	case errors.Is(err, context.Canceled):
 		return 499, model.Problem{Type: "about:blank", Title: "Client closed request"}
 	}

@@ -1527,7 +1527,7 @@ type Estimate struct {
 	Pending      *int    `json:"pending,omitempty"`
 	PricePerHour float64 `json:"pricePerHour"`
 
-	// Quota The team's quota of the class, in GPUs; for a CPU-only launch its quota of cores (0 when it has none set: no bound).
+	// Quota The team's quota of the class, in GPUs; for a CPU-only launch its quota of cores (0 when it has none set, or quotas are not enforced: no bound).
 	Quota float64 `json:"quota"`
 
 	// QuotaUsed GPUs of the class the team's queue has admitted; for a CPU-only launch, the cores of its CPU-only launches admitted (read only where the team has a quota of cores).

@@ -219,10 +219,10 @@ func (c *Cluster) startRealNode(ctx context.Context, o Options, classes *gpu.Cat
 }
 
 // nodeScript runs in the node's private mount namespace: the sysctl
-// stand-ins; a /var/log/pods of the node's own (the kubelet's container GC
-// removes every pod log directory there of a pod it does not run, so two
-// nodes on one machine would remove each other's logs from under their
-// running containers); containerd in the node's network namespace, the
+// stand-ins; a /var/log/pods and /var/log/containers of the node's own (the
+// kubelet's container GC removes every pod log directory and container log
+// link there of a pod it does not run, so two nodes on one machine would
+// remove each other's logs from under their running containers); containerd in the node's network namespace, the
 // images, then the kubelet in its place. $1 the node's directory, $2 its
 // runtime directory, $3 the network namespace, $4 the images, $5 the
 // kubelet, $6 the kubeconfig, $7 the node's address, $8 its label.
@@ -234,8 +234,9 @@ for f in vm/overcommit_memory vm/panic_on_oom kernel/panic kernel/panic_on_oops 
   cat /proc/sys/$f > "$s"
   mount --bind "$s" /proc/sys/$f
 done
-mkdir -p "$1/pods-log" /var/log/pods
+mkdir -p "$1/pods-log" /var/log/pods "$1/containers-log" /var/log/containers
 mount --bind "$1/pods-log" /var/log/pods
+mount --bind "$1/containers-log" /var/log/containers
 nsenter --net="$3" containerd --config "$1/containerd.toml" > "$1/containerd.log" 2>&1 &
 i=0
 until ctr -a "$2/containerd.sock" version > /dev/null 2>&1; do

@@ -111,6 +111,9 @@ func TestRealNode(t *testing.T) {
 		if _, err := os.Stat(filepath.Join("/var/log/pods", dir)); err == nil {
 			t.Errorf("the pod's log directory is in the machine's /var/log/pods")
 		}
+		if links, _ := filepath.Glob(filepath.Join(c.realNode.dir, "containers-log", "exits_default_main-*.log")); len(links) != 1 {
+			t.Errorf("the container's log links in the node's own /var/log/containers: %v", links)
+		}
 	}
 
 	// A server, reached from the host at the pod's address.

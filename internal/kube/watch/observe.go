@@ -96,7 +96,8 @@ func Observe(id string, jobs []*batchv1.Job, pods []*corev1.Pod) (Observation, b
 // Job controller sets Complete or Failed only once every pod of the Job has
 // ended (or is being deleted), so a pod of it still live here is an update
 // the pods' informer has yet to deliver — the one that says why it ended
-// (OOMKilled) and with what exit code. The Job's end waits for it.
+// (OOMKilled) and with what exit code. The Job's end waits for it, as long
+// as the pods' informer is behind (a pod being deleted counts as ended).
 func podsBehind(j *batchv1.Job, pods []*corev1.Pod) bool {
 	finished := false
 	for _, c := range j.Status.Conditions {
@@ -108,7 +109,7 @@ func podsBehind(j *batchv1.Job, pods []*corev1.Pod) bool {
 		return false
 	}
 	for _, p := range pods {
-		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed || p.DeletionTimestamp != nil {
 			continue
 		}
 		if ref := metav1.GetControllerOf(p); ref != nil && ref.UID == j.UID {

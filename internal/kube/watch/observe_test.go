@@ -65,6 +65,8 @@ func TestObserve(t *testing.T) {
 	failedJob.Name, failedJob.UID = "job", "uid-1"
 	stillRunning := ownedBy(running, failedJob)
 	otherJobs := ownedBy(running, &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "job", UID: "uid-0"}})
+	deleting := ownedBy(running, failedJob)
+	deleting.DeletionTimestamp = &metav1.Time{Time: time.Unix(700, 0)}
 	tests := []struct {
 		name         string
 		jobs         []*batchv1.Job
@@ -85,6 +87,7 @@ func TestObserve(t *testing.T) {
 		{"the pods' cache behind", []*batchv1.Job{failedJob}, []*corev1.Pod{stillRunning}, "Running", "", "h100-mig-0"},
 		{"the pods' cache caught up", []*batchv1.Job{failedJob}, []*corev1.Pod{ownedBy(oom, failedJob)}, "Failed", "OOMKilled: the container used more memory than its limit of 128Mi", ""},
 		{"the Job's end, another Job's pod", []*batchv1.Job{failedJob}, []*corev1.Pod{otherJobs}, "Failed", "DeadlineExceeded", ""},
+		{"the Job's end, its pod being deleted", []*batchv1.Job{failedJob}, []*corev1.Pod{deleting}, "Failed", "DeadlineExceeded", ""},
 		{"complete, its pod's end not yet here", []*batchv1.Job{ownedJob(complete, "uid-2")}, []*corev1.Pod{ownedBy(running, ownedJob(complete, "uid-2"))}, "Running", "", "h100-mig-0"},
 		// A service's container killed for memory restarts: not the end.
 		{"OOM, restarting", nil, []*corev1.Pod{oomRestarting}, "Scheduled", "OOMKilled", "h100-0"},

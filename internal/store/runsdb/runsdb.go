@@ -80,7 +80,7 @@ func (s *Store) AppendReports(ctx context.Context, as []runs.Append) ([]runs.Sum
 	}
 	if s.db.Driver() == store.Postgres {
 		if err := s.db.PipelinedTx(ctx, lockStmts(ids), read, func() ([]store.Stmt, error) { return write(cur) }); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("run reports and progress of %s…: %w", ids[0], err)
 		}
 		return out, nil
 	}

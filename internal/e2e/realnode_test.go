@@ -580,6 +580,54 @@ func lastLines(s string, n int) string {
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
+// pastFirstCheckpoint waits for the cpu-train run id (of team vision) to
+// report a step past its first checkpoint, every steps in, with steps done
+// since that a move or an eviction would lose; it returns that step and the
+// run's one pod, a Job's.
+func pastFirstCheckpoint(t *testing.T, progress func() model.Progress, id string, every int64) (int64, corev1.Pod) {
+	t.Helper()
+	var at int64
+	waitfor.Until(t, 5*time.Minute, "the run past its first checkpoint", func() error {
+		if at = servertest.Deref(progress().Step); at < every+20 {
+			return fmt.Errorf("at step %d", at)
+		}
+		return nil
+	})
+	pods := podsOf(t, "vision", id)
+	if len(pods) != 1 || len(pods[0].OwnerReferences) != 1 || pods[0].OwnerReferences[0].Kind != "Job" {
+		t.Fatalf("pods %d, want one of a Job", len(pods))
+	}
+	return at, pods[0]
+}
+
+// finishedAfterResume waits for the cpu-train run id to resume and finish
+// (Succeeded; Failed fails the test) and reads its progress: the furthest
+// step its first run reported, the checkpoint the second resumed from, and
+// where in the series the second run's first report is (-1: none).
+func finishedAfterResume(t *testing.T, alice *client.ClientWithResponses, id string, progress func() model.Progress) (w model.Workload, pr model.Progress, reached, from int64, resumedAt int) {
+	t.Helper()
+	waitfor.Until(t, 4*time.Minute, "the job to resume and finish", func() error {
+		w = servertest.Deref(servertest.Must(alice.GetWorkloadWithResponse(t.Context(), id))(t).JSON200)
+		if w.Status == "Failed" {
+			t.Fatalf("it failed: %s", servertest.Deref(w.Reason))
+		}
+		if w.Status != "Succeeded" {
+			return fmt.Errorf("%s (%s)", w.Status, servertest.Deref(w.Reason))
+		}
+		return nil
+	})
+	pr = progress()
+	resumedAt = -1
+	for i, r := range servertest.Deref(pr.Series) {
+		if r.ResumedFrom != nil {
+			resumedAt = i
+			break
+		}
+		reached = max(reached, r.Step)
+	}
+	return w, pr, reached, servertest.Deref(pr.ResumedFrom), resumedAt
+}
+
 // TestCPUTrainingRequeuedThroughKueue: the move the quarantine makes of a
 // Job off a failed node (kueue.Requeue: its Kueue Workload deactivated,
 // Kueue suspends the Job and ends its pod, then activated again and
@@ -601,18 +649,8 @@ func TestCPUTrainingRequeuedThroughKueue(t *testing.T) {
 		return servertest.Deref(servertest.Must(alice.GetWorkloadProgressWithResponse(ctx, id, nil))(t).JSON200)
 	}
 	// Past its first checkpoint, with steps done since that a move loses.
-	var atMove int64
-	waitfor.Until(t, 5*time.Minute, "the run past its first checkpoint", func() error {
-		if atMove = servertest.Deref(progress().Step); atMove < every+20 {
-			return fmt.Errorf("at step %d", atMove)
-		}
-		return nil
-	})
-	pods := podsOf(t, "vision", id)
-	if len(pods) != 1 || len(pods[0].OwnerReferences) != 1 || pods[0].OwnerReferences[0].Kind != "Job" {
-		t.Fatalf("pods %d, want one of a Job", len(pods))
-	}
-	job := workload.ObjectRef{Namespace: pods[0].Namespace, Name: pods[0].OwnerReferences[0].Name}
+	atMove, pod := pastFirstCheckpoint(t, progress, id, every)
+	job := workload.ObjectRef{Namespace: pod.Namespace, Name: pod.OwnerReferences[0].Name}
 	dyn, err := dynamic.NewForConfig(cluster.Config())
 	if err != nil {
 		t.Fatal(err)
@@ -630,30 +668,10 @@ func TestCPUTrainingRequeuedThroughKueue(t *testing.T) {
 		return err
 	})
 	t.Logf("taken off at step %d; queued again after %v", atMove, time.Since(moved).Round(100*time.Millisecond))
-	waitfor.Until(t, 4*time.Minute, "the job to resume and finish", func() error {
-		w := servertest.Deref(servertest.Must(alice.GetWorkloadWithResponse(ctx, id))(t).JSON200)
-		if w.Status == "Failed" {
-			t.Fatalf("it failed: %s", servertest.Deref(w.Reason))
-		}
-		if w.Status != "Succeeded" {
-			return fmt.Errorf("%s (%s)", w.Status, servertest.Deref(w.Reason))
-		}
-		return nil
-	})
 	// The reports of both runs: the first up to the furthest step it
 	// reached, the second from the checkpoint it resumed from.
-	pr := progress()
+	_, pr, reached, from, resumedAt := finishedAfterResume(t, alice, id, progress)
 	series := servertest.Deref(pr.Series)
-	from := servertest.Deref(pr.ResumedFrom)
-	var reached int64
-	resumedAt := -1
-	for i, r := range series {
-		if r.ResumedFrom != nil {
-			resumedAt = i
-			break
-		}
-		reached = max(reached, r.Step)
-	}
 	if resumedAt < 0 || servertest.Deref(pr.Restarts) != 1 || from < atMove || from >= steps || servertest.Deref(pr.Step) != steps {
 		t.Fatalf("progress: restarts %d, resumed from %d, step %d; %d reports, the resumed one at %d; events %s; log %q", servertest.Deref(pr.Restarts), from, servertest.Deref(pr.Step), len(series), resumedAt,
 			asJSON(servertest.Deref(servertest.Must(alice.ListWorkloadEventsWithResponse(ctx, id))(t).JSON200)), string(servertest.Must(alice.GetWorkloadLogsWithResponse(ctx, id, nil))(t).Body))
@@ -699,45 +717,12 @@ func TestCPUTrainingEvictedFromSpot(t *testing.T) {
 	progress := func() model.Progress {
 		return servertest.Deref(servertest.Must(alice.GetWorkloadProgressWithResponse(ctx, id, nil))(t).JSON200)
 	}
-	var atEviction int64
-	waitfor.Until(t, 5*time.Minute, "the run past its first checkpoint", func() error {
-		if atEviction = servertest.Deref(progress().Step); atEviction < every+20 {
-			return fmt.Errorf("at step %d", atEviction)
-		}
-		return nil
-	})
-	pods := podsOf(t, "vision", id)
-	if len(pods) != 1 || len(pods[0].OwnerReferences) != 1 || pods[0].OwnerReferences[0].Kind != "Job" {
-		t.Fatalf("pods %d, want one of a Job", len(pods))
-	}
-	first := pods[0]
+	atEviction, first := pastFirstCheckpoint(t, progress, id, every)
 	if err := cluster.Client.CoreV1().Pods(first.Namespace).EvictV1(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: first.Name, Namespace: first.Namespace}}); err != nil {
 		t.Fatal(err)
 	}
-	var w model.Workload
-	waitfor.Until(t, 4*time.Minute, "the job to resume and finish", func() error {
-		w = servertest.Deref(servertest.Must(alice.GetWorkloadWithResponse(ctx, id))(t).JSON200)
-		if w.Status == "Failed" {
-			t.Fatalf("it failed: %s", servertest.Deref(w.Reason))
-		}
-		if w.Status != "Succeeded" {
-			return fmt.Errorf("%s (%s)", w.Status, servertest.Deref(w.Reason))
-		}
-		return nil
-	})
-	pr := progress()
-	series := servertest.Deref(pr.Series)
-	from := servertest.Deref(pr.ResumedFrom)
-	var reached int64
-	resumed := false
-	for _, r := range series {
-		if r.ResumedFrom != nil {
-			resumed = true
-			break
-		}
-		reached = max(reached, r.Step)
-	}
-	if !resumed || servertest.Deref(pr.Restarts) != 1 || from < atEviction || from >= steps || servertest.Deref(pr.Step) != steps {
+	w, pr, reached, from, resumedAt := finishedAfterResume(t, alice, id, progress)
+	if resumedAt < 0 || servertest.Deref(pr.Restarts) != 1 || from < atEviction || from >= steps || servertest.Deref(pr.Step) != steps {
 		t.Fatalf("progress: restarts %d, resumed from %d (evicted at step %d or later), step %d; log %q", servertest.Deref(pr.Restarts), from, atEviction, servertest.Deref(pr.Step),
 			string(servertest.Must(alice.GetWorkloadLogsWithResponse(ctx, id, nil))(t).Body))
 	}

@@ -31,11 +31,12 @@ var ErrNotPipelined = errors.New("store: pipelined transactions are PostgreSQL's
 // PipelinedTx runs a transaction of reads and then writes on PostgreSQL in
 // two round trips however many statements it holds (once pgx has their
 // shapes prepared on the connection: a shape new to it costs a round trip
-// to prepare first): BEGIN goes with the reads, whose rows read is given in
-// their order; then write gives the writes, which go with COMMIT. read must read the rows it is given and
-// return; an error from read or write, from any statement or from the
-// commit rolls the transaction back whole. Failures are typed as Tx's are
-// (Unavailable), and a handle past its CrashAfter commits nothing.
+// to prepare first). BEGIN goes with the reads, whose rows read is given in
+// their order and must read before it returns; then write gives the
+// writes, which go with COMMIT. An error from read or write, from any
+// statement or from the commit rolls the transaction back whole. Failures
+// are typed as Tx's are (Unavailable), and a handle past its CrashAfter
+// commits nothing.
 func (s *DB) PipelinedTx(ctx context.Context, reads []Stmt, read func(Rows) error, write func() ([]Stmt, error)) error {
 	if s.driver != Postgres {
 		return ErrNotPipelined

@@ -222,10 +222,11 @@ func (c *Cluster) startRealNode(ctx context.Context, o Options, classes *gpu.Cat
 // stand-ins; a /var/log/pods and /var/log/containers of the node's own (the
 // kubelet's container GC removes every pod log directory and container log
 // link there of a pod it does not run, so two nodes on one machine would
-// remove each other's logs from under their running containers); containerd in the node's network namespace, the
-// images, then the kubelet in its place. $1 the node's directory, $2 its
-// runtime directory, $3 the network namespace, $4 the images, $5 the
-// kubelet, $6 the kubeconfig, $7 the node's address, $8 its label.
+// remove each other's logs from under their running containers);
+// containerd in the node's network namespace, the images, then the kubelet
+// in its place. $1 the node's directory, $2 its runtime directory, $3 the
+// network namespace, $4 the images, $5 the kubelet, $6 the kubeconfig, $7
+// the node's address, $8 its label.
 const nodeScript = `set -e
 mount --make-rprivate /
 for f in vm/overcommit_memory vm/panic_on_oom kernel/panic kernel/panic_on_oops kernel/keys/root_maxkeys kernel/keys/root_maxbytes; do

@@ -406,15 +406,12 @@ func appGantry(t *testing.T, edit func(*config.Config), images ...string) *serve
 }
 
 // cpuTrainRun launches the cpu-train job for steps steps of 0.2 s on the
-// real node as alice, holding a slot there until the test ends.
-func cpuTrainRun(t *testing.T, steps int, edit ...func(*config.Config)) (*servertest.Gantry, *client.ClientWithResponses, string) {
+// real node as alice, holding a slot there until the test ends; edit (nil:
+// none) changes Gantry's configuration.
+func cpuTrainRun(t *testing.T, steps int, edit func(*config.Config)) (*servertest.Gantry, *client.ClientWithResponses, string) {
 	t.Helper()
 	holdRealNode(t)
-	var e func(*config.Config)
-	if len(edit) > 0 {
-		e = edit[0]
-	}
-	g := appGantry(t, e, "pytorch-cpu:1.13-debian12")
+	g := appGantry(t, edit, "pytorch-cpu:1.13-debian12")
 	alice := servertest.Client(g.URL, g.Token("alice"))
 	params := model.Parameters{"steps": steps, "stepDelay": "0.2"}
 	return g, alice, launchAs(t, alice, model.LaunchRequest{Template: "cpu-train", Team: "vision", Parameters: &params}).Id
@@ -429,7 +426,7 @@ func TestCPUTrainingResumes(t *testing.T) {
 	t.Parallel() // see the note on TestMain
 
 	const steps = 150 // about 30 s of steps
-	g, alice, id := cpuTrainRun(t, steps)
+	g, alice, id := cpuTrainRun(t, steps, nil)
 	ctx := t.Context()
 	logs := func() string {
 		return string(servertest.Must(alice.GetWorkloadLogsWithResponse(ctx, id, nil))(t).Body)
@@ -580,15 +577,21 @@ func lastLines(s string, n int) string {
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
+// progressOf is the run id's progress as alice reads it.
+func progressOf(t *testing.T, alice *client.ClientWithResponses, id string) model.Progress {
+	t.Helper()
+	return servertest.Deref(servertest.Must(alice.GetWorkloadProgressWithResponse(t.Context(), id, nil))(t).JSON200)
+}
+
 // pastFirstCheckpoint waits for the cpu-train run id (of team vision) to
 // report a step past its first checkpoint, every steps in, with steps done
 // since that a move or an eviction would lose; it returns that step and the
 // run's one pod, a Job's.
-func pastFirstCheckpoint(t *testing.T, progress func() model.Progress, id string, every int64) (int64, corev1.Pod) {
+func pastFirstCheckpoint(t *testing.T, alice *client.ClientWithResponses, id string, every int64) (int64, corev1.Pod) {
 	t.Helper()
 	var at int64
 	waitfor.Until(t, 5*time.Minute, "the run past its first checkpoint", func() error {
-		if at = servertest.Deref(progress().Step); at < every+20 {
+		if at = servertest.Deref(progressOf(t, alice, id).Step); at < every+20 {
 			return fmt.Errorf("at step %d", at)
 		}
 		return nil
@@ -604,7 +607,7 @@ func pastFirstCheckpoint(t *testing.T, progress func() model.Progress, id string
 // (Succeeded; Failed fails the test) and reads its progress: the furthest
 // step its first run reported, the checkpoint the second resumed from, and
 // where in the series the second run's first report is (-1: none).
-func finishedAfterResume(t *testing.T, alice *client.ClientWithResponses, id string, progress func() model.Progress) (w model.Workload, pr model.Progress, reached, from int64, resumedAt int) {
+func finishedAfterResume(t *testing.T, alice *client.ClientWithResponses, id string) (w model.Workload, pr model.Progress, reached, from int64, resumedAt int) {
 	t.Helper()
 	waitfor.Until(t, 4*time.Minute, "the job to resume and finish", func() error {
 		w = servertest.Deref(servertest.Must(alice.GetWorkloadWithResponse(t.Context(), id))(t).JSON200)
@@ -616,7 +619,7 @@ func finishedAfterResume(t *testing.T, alice *client.ClientWithResponses, id str
 		}
 		return nil
 	})
-	pr = progress()
+	pr = progressOf(t, alice, id)
 	resumedAt = -1
 	for i, r := range servertest.Deref(pr.Series) {
 		if r.ResumedFrom != nil {
@@ -643,13 +646,10 @@ func TestCPUTrainingRequeuedThroughKueue(t *testing.T) {
 	t.Parallel() // see the note on TestMain
 
 	const steps, every = 300, 50 // a minute of steps; cpu-train checkpoints every 50
-	_, alice, id := cpuTrainRun(t, steps)
+	_, alice, id := cpuTrainRun(t, steps, nil)
 	ctx := t.Context()
-	progress := func() model.Progress {
-		return servertest.Deref(servertest.Must(alice.GetWorkloadProgressWithResponse(ctx, id, nil))(t).JSON200)
-	}
 	// Past its first checkpoint, with steps done since that a move loses.
-	atMove, pod := pastFirstCheckpoint(t, progress, id, every)
+	atMove, pod := pastFirstCheckpoint(t, alice, id, every)
 	job := workload.ObjectRef{Namespace: pod.Namespace, Name: pod.OwnerReferences[0].Name}
 	dyn, err := dynamic.NewForConfig(cluster.Config())
 	if err != nil {
@@ -670,7 +670,7 @@ func TestCPUTrainingRequeuedThroughKueue(t *testing.T) {
 	t.Logf("taken off at step %d; queued again after %v", atMove, time.Since(moved).Round(100*time.Millisecond))
 	// The reports of both runs: the first up to the furthest step it
 	// reached, the second from the checkpoint it resumed from.
-	_, pr, reached, from, resumedAt := finishedAfterResume(t, alice, id, progress)
+	_, pr, reached, from, resumedAt := finishedAfterResume(t, alice, id)
 	series := servertest.Deref(pr.Series)
 	if resumedAt < 0 || servertest.Deref(pr.Restarts) != 1 || from < atMove || from >= steps || servertest.Deref(pr.Step) != steps {
 		t.Fatalf("progress: restarts %d, resumed from %d, step %d; %d reports, the resumed one at %d; events %s; log %q", servertest.Deref(pr.Restarts), from, servertest.Deref(pr.Step), len(series), resumedAt,
@@ -714,14 +714,11 @@ func TestCPUTrainingEvictedFromSpot(t *testing.T) {
 	dir := templateWith(t, "cpu-train.yaml", "    priority: normal", "    priority: normal\n    spot: true")
 	_, alice, id := cpuTrainRun(t, steps, func(c *config.Config) { c.TemplatesDir = dir })
 	ctx := t.Context()
-	progress := func() model.Progress {
-		return servertest.Deref(servertest.Must(alice.GetWorkloadProgressWithResponse(ctx, id, nil))(t).JSON200)
-	}
-	atEviction, first := pastFirstCheckpoint(t, progress, id, every)
+	atEviction, first := pastFirstCheckpoint(t, alice, id, every)
 	if err := cluster.Client.CoreV1().Pods(first.Namespace).EvictV1(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: first.Name, Namespace: first.Namespace}}); err != nil {
 		t.Fatal(err)
 	}
-	w, pr, reached, from, resumedAt := finishedAfterResume(t, alice, id, progress)
+	w, pr, reached, from, resumedAt := finishedAfterResume(t, alice, id)
 	if resumedAt < 0 || servertest.Deref(pr.Restarts) != 1 || from < atEviction || from >= steps || servertest.Deref(pr.Step) != steps {
 		t.Fatalf("progress: restarts %d, resumed from %d (evicted at step %d or later), step %d; log %q", servertest.Deref(pr.Restarts), from, atEviction, servertest.Deref(pr.Step),
 			string(servertest.Must(alice.GetWorkloadLogsWithResponse(ctx, id, nil))(t).Body))

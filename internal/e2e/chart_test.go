@@ -41,8 +41,10 @@ var (
 )
 
 var chartHooks = clustertest.Hooks{Before: installChart, After: checkRBAC,
-	// A real node beside the simulated fleet: CPU-only launches run there.
-	Options: func(o *devcluster.Options) { o.RealNode = true }}
+	// A real node beside the simulated fleet: CPU-only launches run there,
+	// and Kueue counts their cores against the teams' quota.cores, as in
+	// `gantry dev`.
+	Options: func(o *devcluster.Options) { o.RealNode, o.KueueCountsCPU = true, true }}
 
 func helmChart(t testing.TB, args ...string) string {
 	t.Helper()

@@ -912,8 +912,9 @@ func TestQuotaQueues(t *testing.T) {
 
 // testPolicy is policy/ with the starter roles and bindings, but every team
 // may use every template and GPU class with room to spare, so that tests
-// choose freely — except team tight, whose quota is one H100. (The rolling
-// upgrade's previous release reads it too: only fields it knows.)
+// choose freely — except team tight, whose quota is one H100, and team
+// onecore, whose CPU-only launches have one core. (The rolling upgrade's
+// previous release reads it too: only fields it knows.)
 func testPolicy(t testing.TB) string {
 	t.Helper()
 	dir := t.TempDir()
@@ -928,7 +929,8 @@ func testPolicy(t testing.TB) string {
 				t.Fatal("policy/bindings.yaml has no teams section")
 			}
 			b = append(b[:i+1], []byte("teams:\n  \"*\":\n    templates: [\"*\"]\n    gpuClasses: [\"*\"]\n    quota: {gpus: {\"*\": 1000}}\n"+
-				"  tight:\n    templates: [\"*\"]\n    gpuClasses: [\"*\"]\n    quota: {gpus: {H100-80GB: 1}}\n")...)
+				"  tight:\n    templates: [\"*\"]\n    gpuClasses: [\"*\"]\n    quota: {gpus: {H100-80GB: 1}}\n"+
+				"  onecore:\n    templates: [\"*\"]\n    gpuClasses: [\"*\"]\n    quota: {gpus: {\"*\": 1000}, cores: 1}\n")...)
 		}
 		if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
 			t.Fatal(err)

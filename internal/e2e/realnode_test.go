@@ -158,6 +158,61 @@ func TestCPUJobRunsForReal(t *testing.T) {
 	}
 }
 
+// TestCPUCoresQuota: team onecore's quota.cores (one core) holds on the
+// real node through Kueue, which counts the pods' CPU: the estimate says a
+// two-core launch can never start and, while one job holds the core, that
+// the next one queues; that next one waits in Kueue's queue with Kueue's
+// reason and runs on the real node once the first is stopped.
+func TestCPUCoresQuota(t *testing.T) {
+	t.Parallel() // see the note on TestMain
+	holdRealNode(t)
+	g := realNode(t)
+	estimate := func(cpu string) model.Estimate {
+		t.Helper()
+		params := model.Parameters{"script": "true", "cpu": cpu}
+		r := servertest.Must(g.api.EstimateWorkloadWithResponse(t.Context(), nil, model.LaunchRequest{Template: "cpu-job", Team: "onecore", Parameters: &params}))(t)
+		if r.StatusCode() != 200 {
+			t.Fatalf("estimate: %d %s", r.StatusCode(), r.Body)
+		}
+		return servertest.Deref(r.JSON200)
+	}
+	if e := estimate("2"); e.StartsNow || !strings.Contains(servertest.Deref(e.Why), "more than the team's quota of cores (1;") {
+		t.Errorf("the estimate of two cores under a quota of one: %s", asJSON(e))
+	}
+
+	first := g.cpuJob("onecore", model.Parameters{"script": "sleep 600", "cpu": "1"})
+	g.waitStatus(first.Id, "Running")
+	if pods := podsOf(t, "onecore", first.Id); len(pods) != 1 || pods[0].Spec.NodeName != devcluster.RealNodeName {
+		t.Fatalf("pods %v, want one on %s", len(pods), devcluster.RealNodeName)
+	}
+	waitfor.Until(t, 30*time.Second, "the estimate to see the core in use", func() error {
+		if e := estimate("1"); e.StartsNow || !strings.Contains(servertest.Deref(e.Why), "queued: it needs 1 cores and the team's quota of 1 cores has 0 left") || e.QuotaUsed != 1 {
+			return fmt.Errorf("%s", asJSON(e))
+		}
+		return nil
+	})
+
+	second := g.cpuJob("onecore", model.Parameters{"script": "echo second", "cpu": "1"})
+	waitfor.Until(t, 60*time.Second, "the second job queued by Kueue for want of quota", func() error {
+		if w := g.workload(second.Id); w.Status != "Queued" || !strings.Contains(servertest.Deref(w.Reason), "insufficient unused quota") {
+			return fmt.Errorf("%s (%s)", w.Status, servertest.Deref(w.Reason))
+		}
+		return nil
+	})
+	if pods := podsOf(t, "onecore", second.Id); len(pods) != 0 {
+		t.Fatalf("the queued job has %d pods", len(pods))
+	}
+	if s, _ := g.stop(first.Id); s != 200 {
+		t.Fatalf("stop: %d", s)
+	}
+	if w := g.waitStatus(second.Id, "Succeeded", "Failed"); w.Status != "Succeeded" {
+		t.Fatalf("the second job ended %s (%s)", w.Status, servertest.Deref(w.Reason))
+	}
+	if pods := podsOf(t, "onecore", second.Id); len(pods) != 1 || pods[0].Spec.NodeName != devcluster.RealNodeName {
+		t.Fatalf("pods %v, want one on %s", len(pods), devcluster.RealNodeName)
+	}
+}
+
 // TestCPUNotebookRunsCode: the cpu-notebook template's notebook — Debian's
 // Jupyter, built from Debian's packages and published by the local signed
 // registry — runs on the real node and is opened through Gantry's proxy at

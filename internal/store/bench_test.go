@@ -114,7 +114,7 @@ func rawDB(b *testing.B, backend string) *sql.DB {
 	var err error
 	switch backend {
 	case "sqlite":
-		db, err = sql.Open("sqlite", "file:"+lastSQLite+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)")
+		db, err = sql.Open("sqlite", "file:"+lastSQLite+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_pragma=temp_store(MEMORY)") // as the store's writer
 		db.SetMaxOpenConns(1)
 	default:
 		db, err = sql.Open("pgx", lastPostgres)

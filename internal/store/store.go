@@ -133,7 +133,11 @@ func Open(ctx context.Context, driver, dsn string) (*DB, error) {
 				return nil, fmt.Errorf("sqlite: create %s: %w", dir, err)
 			}
 		}
-		db, err = sql.Open("sqlite", sqliteURI(dsn)+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)&_txlock=immediate")
+		// temp_store(MEMORY): the writer's statement journals (a
+		// statement's undo within a transaction: every upsert and
+		// multi-row insert has one) stay in memory instead of a temporary
+		// file written page by page.
+		db, err = sql.Open("sqlite", sqliteURI(dsn)+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)&_pragma=temp_store(MEMORY)&_txlock=immediate")
 		if err == nil {
 			// One writer at a time is SQLite's model; one connection keeps it simple.
 			db.SetMaxOpenConns(1)

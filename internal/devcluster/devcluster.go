@@ -73,7 +73,7 @@ type Options struct {
 	WaitForPodsReady time.Duration
 	// KueueCountsCPU has Kueue count pods' CPU, so that the teams'
 	// quota.cores hold (Gantry's queues cover CPU either way). Off, Kueue
-	// excludes cpu as releases before quota.cores (v0.2.0) need it to.
+	// excludes cpu, as releases before quota.cores (18b6337) need it to.
 	KueueCountsCPU bool
 	// MultiKueueDispatcher, when set, makes the cluster a MultiKueue
 	// manager whose Workloads wait for that external dispatcher's

@@ -913,9 +913,20 @@ func TestQuotaQueues(t *testing.T) {
 // testPolicy is policy/ with the starter roles and bindings, but every team
 // may use every template and GPU class with room to spare, so that tests
 // choose freely — except team tight, whose quota is one H100, and team
-// onecore, whose CPU-only launches have one core. (The rolling upgrade's
-// previous release reads it too: only fields it knows.)
+// onecore, whose CPU-only launches have one core.
 func testPolicy(t testing.TB) string {
+	t.Helper()
+	return policyTeams(t, testTeams+
+		"  onecore:\n    templates: [\"*\"]\n    gpuClasses: [\"*\"]\n    quota: {gpus: {\"*\": 1000}, cores: 1}\n")
+}
+
+// testTeams are testPolicy's teams in the fields every release reads (the
+// rolling upgrade's previous release reads its policy strictly).
+const testTeams = "teams:\n  \"*\":\n    templates: [\"*\"]\n    gpuClasses: [\"*\"]\n    quota: {gpus: {\"*\": 1000}}\n" +
+	"  tight:\n    templates: [\"*\"]\n    gpuClasses: [\"*\"]\n    quota: {gpus: {H100-80GB: 1}}\n"
+
+// policyTeams is policy/ with its teams section replaced by teams.
+func policyTeams(t testing.TB, teams string) string {
 	t.Helper()
 	dir := t.TempDir()
 	for _, f := range []string{"model.conf", "roles.csv", "bindings.yaml"} {
@@ -928,9 +939,7 @@ func testPolicy(t testing.TB) string {
 			if i < 0 {
 				t.Fatal("policy/bindings.yaml has no teams section")
 			}
-			b = append(b[:i+1], []byte("teams:\n  \"*\":\n    templates: [\"*\"]\n    gpuClasses: [\"*\"]\n    quota: {gpus: {\"*\": 1000}}\n"+
-				"  tight:\n    templates: [\"*\"]\n    gpuClasses: [\"*\"]\n    quota: {gpus: {H100-80GB: 1}}\n"+
-				"  onecore:\n    templates: [\"*\"]\n    gpuClasses: [\"*\"]\n    quota: {gpus: {\"*\": 1000}, cores: 1}\n")...)
+			b = append(b[:i+1], []byte(teams)...)
 		}
 		if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
 			t.Fatal(err)

@@ -180,7 +180,8 @@ func TestCPUCoresQuota(t *testing.T) {
 		t.Errorf("the estimate of two cores under a quota of one: %s", asJSON(e))
 	}
 
-	first := g.cpuJob("onecore", model.Parameters{"script": "sleep 600", "cpu": "1"})
+	// It ends at once when stopped (a shell as PID 1 ignores SIGTERM).
+	first := g.cpuJob("onecore", model.Parameters{"script": "trap 'exit 0' TERM; sleep 600 & wait", "cpu": "1"})
 	g.waitStatus(first.Id, "Running")
 	if pods := podsOf(t, "onecore", first.Id); len(pods) != 1 || pods[0].Spec.NodeName != devcluster.RealNodeName {
 		t.Fatalf("pods %v, want one on %s", len(pods), devcluster.RealNodeName)

@@ -135,8 +135,12 @@ func Open(ctx context.Context, driver, dsn string) (*DB, error) {
 		}
 		// temp_store(MEMORY): the writer's statement journals (a
 		// statement's undo within a transaction: every upsert and
-		// multi-row insert has one) stay in memory instead of a temporary
-		// file written page by page.
+		// multi-row insert has one) stay in memory rather than spill to a
+		// temporary file past 64 KiB, and so do its sorts. Its statements
+		// are small (batched writes, deletes by index with a LIMIT; the
+		// large reads go to the readers, which keep temporary files);
+		// migrations, which may index or rewrite a whole table, run with
+		// temporary files (migrate).
 		db, err = sql.Open("sqlite", sqliteURI(dsn)+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)&_pragma=temp_store(MEMORY)&_txlock=immediate")
 		if err == nil {
 			// One writer at a time is SQLite's model; one connection keeps it simple.
@@ -219,6 +223,14 @@ func (s *DB) migrate(ctx context.Context) error {
 	names, err := fs.Glob(migrations, "migrations/*.sql")
 	if err != nil {
 		return err
+	}
+	if s.driver == SQLite {
+		// A migration may sort or rewrite a whole table: let SQLite spill
+		// to temporary files, as the writer otherwise does not (Open).
+		if _, err := s.db.ExecContext(ctx, `PRAGMA temp_store = FILE`); err != nil {
+			return fmt.Errorf("temp_store for the migrations: %w", err)
+		}
+		defer s.db.ExecContext(ctx, `PRAGMA temp_store = MEMORY`)
 	}
 	sort.Strings(names)
 	for _, name := range names {

@@ -645,6 +645,22 @@ func TestReopenKeepsData(t *testing.T) {
 	}
 }
 
+// TestSQLiteWriterTempStore: the SQLite writer keeps its statement
+// journals and sorts in memory (temp_store 2) once open, the migrations'
+// temporary files (temp_store 1, while they ran) undone.
+func TestSQLiteWriterTempStore(t *testing.T) {
+	ctx := context.Background()
+	s, err := store.Open(ctx, store.SQLite, filepath.Join(t.TempDir(), "g.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var mode int
+	if err := s.QueryRowContext(ctx, `PRAGMA temp_store`).Scan(&mode); err != nil || mode != 2 {
+		t.Fatalf("the writer's temp_store is %d (%v), want 2 (memory)", mode, err)
+	}
+}
+
 func isConflict(err error) bool {
 	var c *fault.Conflict
 	return errors.As(err, &c)

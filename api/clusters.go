@@ -70,6 +70,12 @@ func (s *server) ListClusters(_ context.Context, _ gen.ListClustersRequestObject
 			}
 			wc.Offers = append(wc.Offers, co)
 		}
+		if o := c.CPU; o != nil {
+			wc.Cpu = &model.ClusterCPUOffer{Purchase: model.ClusterCPUOfferPurchase(o.Purchase), PricePerCoreHour: o.PricePerCoreHour}
+			if o.Cores > 0 {
+				wc.Cpu.Cores = ptr(o.Cores)
+			}
+		}
 		if st := c.State; st != nil {
 			ws := &model.WorkerClusterState{Reachable: st.Reachable, Free: st.Free}
 			if ws.Free == nil {

@@ -166,6 +166,27 @@ func (e CatalogImageLayer) Valid() bool {
 	}
 }
 
+// Defines values for ClusterCPUOfferPurchase.
+const (
+	ClusterCPUOfferPurchaseOnDemand ClusterCPUOfferPurchase = "on-demand"
+	ClusterCPUOfferPurchaseReserved ClusterCPUOfferPurchase = "reserved"
+	ClusterCPUOfferPurchaseSpot     ClusterCPUOfferPurchase = "spot"
+)
+
+// Valid indicates whether the value is a known member of the ClusterCPUOfferPurchase enum.
+func (e ClusterCPUOfferPurchase) Valid() bool {
+	switch e {
+	case ClusterCPUOfferPurchaseOnDemand:
+		return true
+	case ClusterCPUOfferPurchaseReserved:
+		return true
+	case ClusterCPUOfferPurchaseSpot:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ClusterOfferPurchase.
 const (
 	ClusterOfferPurchaseOnDemand ClusterOfferPurchase = "on-demand"
@@ -1324,6 +1345,19 @@ type CatalogImageConfidentialTee string
 
 // CatalogImageLayer defines model for CatalogImage.Layer.
 type CatalogImageLayer string
+
+// ClusterCPUOffer The cluster's CPU nodes, where CPU-only launches run (absent when it runs none).
+type ClusterCPUOffer struct {
+	// Cores The cores the cluster has; absent when its autoscaler sizes it.
+	Cores *int `json:"cores,omitempty"`
+
+	// PricePerCoreHour For owned machines, the amortised price the platform team states.
+	PricePerCoreHour float64                 `json:"pricePerCoreHour"`
+	Purchase         ClusterCPUOfferPurchase `json:"purchase"`
+}
+
+// ClusterCPUOfferPurchase defines model for ClusterCPUOffer.Purchase.
+type ClusterCPUOfferPurchase string
 
 // ClusterOffer defines model for ClusterOffer.
 type ClusterOffer struct {
@@ -2912,11 +2946,14 @@ type WarmCost struct {
 
 // WorkerCluster defines model for WorkerCluster.
 type WorkerCluster struct {
-	// Caps A team's most GPUs per class on this cluster ("*" for any class).
+	// Caps A team's most GPUs per class on this cluster ("*" for any GPU class), and under CPU its cores of CPU-only launches.
 	Caps *map[string]map[string]float64 `json:"caps,omitempty"`
 
 	// Cordoned Gets no new work.
 	Cordoned bool `json:"cordoned"`
+
+	// Cpu The cluster's CPU nodes, where CPU-only launches run (absent when it runs none).
+	Cpu *ClusterCPUOffer `json:"cpu,omitempty"`
 
 	// Draining Cordoned, and the work that can move is requeued and placed elsewhere (drain).
 	Draining *bool `json:"draining,omitempty"`
@@ -2947,14 +2984,14 @@ type WorkerClusterList struct {
 
 // WorkerClusterState The cluster as Gantry last read it.
 type WorkerClusterState struct {
-	// Free Whole GPUs of each class free now.
+	// Free Whole GPUs of each class free now, and under CPU the cores of its CPU nodes.
 	Free map[string]float64 `json:"free"`
 
 	// FreeMIG MIG instances free now, per class and profile (the profiles the cluster's offers name).
 	FreeMIG   *map[string]map[string]float64 `json:"freeMIG,omitempty"`
 	Reachable bool                           `json:"reachable"`
 
-	// Used Each team's GPUs per class running or waiting there.
+	// Used Each team's GPUs per class running or waiting there (under CPU, its CPU-only launches' cores).
 	Used *map[string]map[string]float64 `json:"used,omitempty"`
 
 	// Why Why it could not be read (credentials refused, API server down).

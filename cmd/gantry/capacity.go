@@ -77,6 +77,9 @@ func clustersCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			for _, o := range c.Offers {
 				offers = append(offers, fmt.Sprintf("%s %s %.2f", o.Class, o.Purchase, o.PricePerGPUHour))
 			}
+			if o := c.Cpu; o != nil {
+				offers = append(offers, fmt.Sprintf("CPU %s %.3f/core-h", o.Purchase, o.PricePerCoreHour))
+			}
 			if c.Labels != nil {
 				for _, k := range slices.Sorted(maps.Keys(*c.Labels)) {
 					labels = append(labels, k+"="+(*c.Labels)[k])

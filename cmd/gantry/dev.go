@@ -260,26 +260,31 @@ func startRetrying(ctx context.Context, o devcluster.Options, stderr io.Writer) 
 
 // devWorkers are the worker clusters gantry dev --workers starts, in order:
 // an on-premises room of A100s at an amortised price, and a cloud of H100s
-// and A100s (docs/fleets.md).
+// and A100s, each with a simulated CPU node for CPU-only launches
+// (docs/fleets.md).
 var devWorkers = []struct {
 	name  string
 	nodes []devcluster.NodeSpec
 	offer string // the clusters file's entry, less name and kubeconfig
 }{
-	{"onprem", []devcluster.NodeSpec{{Prefix: "a100", Count: 2, Product: "NVIDIA-A100-SXM4-80GB", MemoryMB: 81920, GPUs: 8, Whole: 8}},
+	{"onprem", []devcluster.NodeSpec{{Prefix: "a100", Count: 2, Product: "NVIDIA-A100-SXM4-80GB", MemoryMB: 81920, GPUs: 8, Whole: 8},
+		{Prefix: "cpu", Count: 1, CPULabel: devcluster.RealNodeLabel, Cores: 32}},
 		`    region: eu-central
     provider: on-premises
     labels: {residency: onprem}
     offers: [{class: A100-80GB, purchase: reserved, pricePerGPUHour: 1.10, gpus: 16}]
+    cpu: {purchase: reserved, pricePerCoreHour: 0.02, cores: 32}
 `},
 	{"cloud", []devcluster.NodeSpec{{Prefix: "h100", Count: 1, Product: "NVIDIA-H100-80GB-HBM3", MemoryMB: 81559, GPUs: 8, Whole: 8},
-		{Prefix: "a100", Count: 1, Product: "NVIDIA-A100-SXM4-80GB", MemoryMB: 81920, GPUs: 8, Whole: 8}},
+		{Prefix: "a100", Count: 1, Product: "NVIDIA-A100-SXM4-80GB", MemoryMB: 81920, GPUs: 8, Whole: 8},
+		{Prefix: "cpu", Count: 1, CPULabel: devcluster.RealNodeLabel, Cores: 64}},
 		`    region: us-east-1
     provider: cloud
     labels: {residency: cloud}
     offers:
       - {class: H100-80GB, purchase: on-demand, pricePerGPUHour: 6.90, gpus: 8}
       - {class: A100-80GB, purchase: on-demand, pricePerGPUHour: 3.20, gpus: 8}
+    cpu: {purchase: on-demand, pricePerCoreHour: 0.05}
 `},
 }
 

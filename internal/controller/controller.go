@@ -203,7 +203,7 @@ func (c *Controller) sync(ctx context.Context, id string) error {
 		c.Forget(id)
 		return nil
 	}
-	obs := workload.Observed{Status: o.Phase, Reason: o.Reason, NodeGroups: o.NodeGroups, Cluster: o.Cluster, GPUHourPrice: o.GPUHourPrice, At: o.At}
+	obs := workload.Observed{Status: o.Phase, Reason: o.Reason, NodeGroups: o.NodeGroups, Cluster: o.Cluster, HourPrice: o.HourPrice, GPUHourPrice: o.GPUHourPrice, At: o.At}
 	if o.Phase.Ended() {
 		obs.ExitCode = o.ExitCode
 	}
@@ -283,7 +283,7 @@ func (c *Controller) remember(id string, obs workload.Observed, status workload.
 
 // same reports whether two observations say the same.
 func same(a, b workload.Observed) bool {
-	return a.Status == b.Status && a.Reason == b.Reason && a.Cluster == b.Cluster && a.GPUHourPrice == b.GPUHourPrice &&
+	return a.Status == b.Status && a.Reason == b.Reason && a.Cluster == b.Cluster && a.HourPrice == b.HourPrice && a.GPUHourPrice == b.GPUHourPrice &&
 		a.At.Equal(b.At) && slices.Equal(a.NodeGroups, b.NodeGroups) &&
 		(a.ExitCode == nil) == (b.ExitCode == nil) && (a.ExitCode == nil || *a.ExitCode == *b.ExitCode)
 }

@@ -474,6 +474,7 @@ func TestSame(t *testing.T) {
 		"groups":     func(o *workload.Observed) { o.NodeGroups = nil },
 		"cluster":    func(o *workload.Observed) { o.Cluster = "d" },
 		"price":      func(o *workload.Observed) { o.GPUHourPrice = 2 },
+		"hour price": func(o *workload.Observed) { o.HourPrice = 2 },
 		"at":         func(o *workload.Observed) { o.At = at.Add(time.Second) },
 		"exit code":  func(o *workload.Observed) { o.ExitCode = &two },
 		"no code":    func(o *workload.Observed) { o.ExitCode = nil },

@@ -2,6 +2,7 @@ package devcluster
 
 import (
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -27,6 +28,12 @@ type NodeSpec struct {
 	Group string
 	// Reserved nodes are bought whole (label gantry.dev/capacity-type=reserved).
 	Reserved bool
+	// CPULabel makes them CPU nodes without a GPU, labelled and tainted
+	// (NoSchedule) <CPULabel>=true as the GPU classes' cpu section names
+	// the nodes of CPU-only launches; Cores is their allocatable CPU (0:
+	// 192, as the GPU nodes').
+	CPULabel string
+	Cores    int
 }
 
 // Fleet is the simulated GPU fleet of the local cluster: every GPU class of the
@@ -74,6 +81,15 @@ func Nodes(fleet []NodeSpec) []*corev1.Node {
 				"node.kubernetes.io/instance-type": s.Prefix,
 			}
 			taints := []corev1.Taint{{Key: "nvidia.com/gpu", Value: "present", Effect: corev1.TaintEffectNoSchedule}}
+			if s.CPULabel != "" {
+				for k := range labels {
+					if strings.HasPrefix(k, "nvidia.com/") {
+						delete(labels, k)
+					}
+				}
+				labels[s.CPULabel] = "true"
+				taints = []corev1.Taint{{Key: s.CPULabel, Value: "true", Effect: corev1.TaintEffectNoSchedule}}
+			}
 			if s.Group != "" {
 				labels["gantry.dev/node-group"] = s.Group
 			}
@@ -92,12 +108,19 @@ func Nodes(fleet []NodeSpec) []*corev1.Node {
 				labels["nvidia.com/cc.ready.state"] = "true"
 				labels[teeLabels[s.TEE]] = "true"
 			}
+			cores := 192
+			if s.Cores > 0 {
+				cores = s.Cores
+			}
 			res := corev1.ResourceList{
-				corev1.ResourceCPU:              resource.MustParse("192"),
+				corev1.ResourceCPU:              *resource.NewQuantity(int64(cores), resource.DecimalSI),
 				corev1.ResourceMemory:           resource.MustParse("2Ti"),
 				corev1.ResourceEphemeralStorage: resource.MustParse("20Ti"),
 				corev1.ResourcePods:             resource.MustParse("110"),
 				"nvidia.com/gpu":                *resource.NewQuantity(int64(s.Whole), resource.DecimalSI),
+			}
+			if s.CPULabel != "" {
+				delete(res, "nvidia.com/gpu")
 			}
 			if s.CC {
 				res["nvidia.com/pgpu"] = *resource.NewQuantity(int64(s.GPUs), resource.DecimalSI)

@@ -1,7 +1,8 @@
 // Package fleet owns Gantry's worker clusters and where each launch goes:
 // the clusters the platform team lists (templates/clusters.yaml: region,
-// provider, credentials, the GPU classes each offers at what price, labels
-// such as data residency, per-team caps) with the placement rules of teams
+// provider, credentials, the GPU classes each offers at what price, its
+// CPU nodes for CPU-only launches at a price per core-hour, labels such as
+// data residency, per-team caps) with the placement rules of teams
 // and templates, and the dispatch decision — an ordered list of plain rules
 // that says which clusters could run a launch and why the others could not,
 // then ranks the feasible ones by price, capacity free now and name, with
@@ -74,7 +75,11 @@ type Cluster struct {
 	Kubeconfig Kubeconfig        `json:"kubeconfig"`
 	Labels     map[string]string `json:"labels,omitempty"`
 	Offers     []Offer           `json:"offers"`
-	// Caps bound a team's GPUs per class on this cluster ("*": any class).
+	// CPU is its CPU nodes, where CPU-only launches run (nil: it runs
+	// none).
+	CPU *CPUOffer `json:"cpu,omitempty"`
+	// Caps bound a team's GPUs per class on this cluster ("*": any GPU
+	// class), and under CPU its cores of CPU-only launches.
 	Caps map[string]map[string]float64 `json:"caps,omitempty"`
 	// Images are where the images it may run come from: a registry
 	// ("registry.example.com", every repository it serves) or a
@@ -115,6 +120,23 @@ type Offer struct {
 	// MIG lists the MIG profiles its nodes are partitioned into; empty:
 	// none (whole GPUs only).
 	MIG []string `json:"mig,omitempty"`
+}
+
+// CPUOffer is a cluster's CPU nodes for CPU-only launches — the nodes the
+// GPU classes' cpu section names by its nodeLabel — bought one way, at a
+// price per core-hour.
+type CPUOffer struct {
+	Purchase         nodegroup.Purchase `json:"purchase"`
+	PricePerCoreHour float64            `json:"pricePerCoreHour"`
+	// Cores is how many the cluster has (0: as many as its autoscaler
+	// gives; what is free is read from the cluster).
+	Cores int `json:"cores,omitempty"`
+}
+
+// offer is the CPU nodes as Place weighs them beside the GPU offers: an
+// Offer of gpu.CPUClass priced per core-hour, counted in cores.
+func (o *CPUOffer) offer() Offer {
+	return Offer{Class: gpu.CPUClass, Purchase: o.Purchase, PricePerGPUHour: o.PricePerCoreHour, GPUs: o.Cores}
 }
 
 // Rules are a team's or template's placement: clusters it must run on
@@ -183,6 +205,10 @@ func New(f File, classes *gpu.Catalog) (*Fleet, error) {
 	f.Clusters = slices.Clone(f.Clusters) // image sources are written as read
 	for i, c := range f.Clusters {
 		f.Clusters[i].Images = slices.Clone(c.Images)
+		if c.CPU != nil {
+			cpu := *c.CPU // the caller's stays the caller's
+			f.Clusters[i].CPU = &cpu
+		}
 		p := fmt.Sprintf("clusters[%d]", i)
 		switch {
 		case !nameRE.MatchString(c.Name):
@@ -205,8 +231,22 @@ func New(f File, classes *gpu.Catalog) (*Fleet, error) {
 		} else if s := c.Kubeconfig.Secret; s != "" && !secretRE.MatchString(s) {
 			errs.Addf(p+".kubeconfig.secret", "%q is not a Secret's name (lower-case letters, digits, '-' and '.', at most 253)", s)
 		}
-		if len(c.Offers) == 0 {
-			errs.Addf(p+".offers", "a cluster offers at least one GPU class")
+		if len(c.Offers) == 0 && c.CPU == nil {
+			errs.Addf(p+".offers", "a cluster offers at least one GPU class, or CPU nodes (cpu)")
+		}
+		if o := c.CPU; o != nil {
+			if _, ok := classes.CPU(); !ok {
+				errs.Addf(p+".cpu", "the GPU classes have no cpu section (templates/gpu-classes.yaml): no launch is CPU-only")
+			}
+			if !slices.Contains(nodegroup.Purchases, o.Purchase) {
+				errs.Addf(p+".cpu.purchase", "%q is not one of reserved, on-demand, spot", o.Purchase)
+			}
+			if o.PricePerCoreHour <= 0 || math.IsNaN(o.PricePerCoreHour) || math.IsInf(o.PricePerCoreHour, 0) {
+				errs.Addf(p+".cpu.pricePerCoreHour", "must be a price above 0 (for owned machines, their amortised price)")
+			}
+			if o.Cores < 0 {
+				errs.Addf(p+".cpu.cores", "cannot be negative")
+			}
 		}
 		for j, o := range c.Offers {
 			op := fmt.Sprintf("%s.offers[%d]", p, j)
@@ -243,8 +283,8 @@ func New(f File, classes *gpu.Catalog) (*Fleet, error) {
 		}
 		for team, caps := range c.Caps {
 			for class, n := range caps {
-				if _, ok := classes.Get(class); !ok && class != "*" {
-					errs.Addf(fmt.Sprintf("%s.caps.%s.%s", p, team, class), "not a GPU class")
+				if _, ok := classes.Get(class); !ok && class != "*" && class != gpu.CPUClass {
+					errs.Addf(fmt.Sprintf("%s.caps.%s.%s", p, team, class), "not a GPU class (or %s: cores)", gpu.CPUClass)
 				}
 				if n < 0 {
 					errs.Addf(fmt.Sprintf("%s.caps.%s.%s", p, team, class), "cannot be negative")

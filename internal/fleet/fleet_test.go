@@ -30,6 +30,41 @@ func TestShippedFile(t *testing.T) {
 	}
 }
 
+// TestCPUOnly: a cluster may offer CPU nodes alone; CPU-only launches go
+// there, and nowhere without a cpu section in the GPU classes.
+func TestCPUOnly(t *testing.T) {
+	f, err := Parse("x.yaml", []byte(`apiVersion: gantry.dev/v1alpha1
+kind: ClusterList
+clusters:
+  - {name: cpus, region: r, provider: on-premises, kubeconfig: {file: k}, offers: [], cpu: {purchase: reserved, pricePerCoreHour: 0.01, cores: 128}, caps: {nlp: {CPU: 8}}}
+`), classes(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := f.Get("cpus")
+	if c.CPU == nil || c.CPU.Cores != 128 || c.CPU.PricePerCoreHour != 0.01 || c.CPU.Purchase != "reserved" {
+		t.Fatalf("cpu read as %+v", c.CPU)
+	}
+	if d := f.Place(Launch{Team: "vision", Class: gpu.CPUClass, Cores: 2}, map[string]State{"cpus": up(map[string]float64{gpu.CPUClass: 100})}); d.Cluster() != "cpus" ||
+		d.Reason != "placed on cpus: $0.01/core-h (reserved); 100 cores free" || d.Candidates[0].PricePerHour != 0.02 {
+		t.Errorf("%s: %s (%+v)", d.Cluster(), d.Reason, d.Candidates)
+	}
+	if d := f.Place(Launch{Team: "vision", Class: "A100-80GB", GPUs: 1}, map[string]State{"cpus": up(nil)}); d.Cluster() != "" || d.Refused[0].Why != "offers no A100-80GB" {
+		t.Errorf("a GPU launch on CPU nodes alone: %s %+v", d.Cluster(), d.Refused)
+	}
+	noCPU, err := gpu.Parse("g.yaml", []byte("apiVersion: gantry.dev/v1alpha1\nkind: GPUClassList\nclasses:\n  - {name: L4, products: [NVIDIA-L4], memoryGiB: 24, price: {onDemand: 0.75}}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Parse("x.yaml", []byte(`apiVersion: gantry.dev/v1alpha1
+kind: ClusterList
+clusters:
+  - {name: cpus, region: r, provider: on-premises, kubeconfig: {file: k}, offers: [], cpu: {purchase: reserved, pricePerCoreHour: 0.01}}
+`), noCPU); err == nil || !strings.Contains(err.Error(), "x.yaml:4: clusters[0].cpu: the GPU classes have no cpu section") {
+		t.Errorf("cpu without the classes' cpu section: %v", err)
+	}
+}
+
 func TestParseErrors(t *testing.T) {
 	head := "apiVersion: gantry.dev/v1alpha1\nkind: ClusterList\nclusters:\n"
 	for _, c := range []struct{ name, body, want string }{
@@ -51,6 +86,12 @@ func TestParseErrors(t *testing.T) {
 		{"image empty", "  - {name: a, region: r, provider: cloud, kubeconfig: {file: k}, images: [\"\"], offers: [{class: L4, purchase: spot, pricePerGPUHour: 1}]}\n", `clusters[0].images[0]: empty: a registry or a repository`},
 		{"image bad port", "  - {name: a, region: r, provider: cloud, kubeconfig: {file: k}, images: [\"reg:x\"], offers: [{class: L4, purchase: spot, pricePerGPUHour: 1}]}\n", `clusters[0].images[0]: "reg:x" is not a registry: registries must be valid RFC 3986 URI authorities`},
 		{"image bad path", "  - {name: a, region: r, provider: cloud, kubeconfig: {file: k}, images: [\"ghcr.io/Acme/tr ain\"], offers: [{class: L4, purchase: spot, pricePerGPUHour: 1}]}\n", `clusters[0].images[0]: "ghcr.io/acme/tr ain" is not a repository`},
+		{"nothing offered", "  - {name: a, region: r, provider: cloud, kubeconfig: {file: k}, offers: []}\n", "clusters[0].offers: a cluster offers at least one GPU class, or CPU nodes (cpu)"},
+		{"cpu price", "  - {name: a, region: r, provider: cloud, kubeconfig: {file: k}, offers: [], cpu: {purchase: on-demand}}\n", "clusters[0].cpu.pricePerCoreHour: must be a price above 0"},
+		{"cpu purchase", "  - {name: a, region: r, provider: cloud, kubeconfig: {file: k}, offers: [], cpu: {purchase: lease, pricePerCoreHour: 0.1}}\n", `clusters[0].cpu.purchase: "lease" is not one of reserved, on-demand, spot`},
+		{"cpu cores", "  - {name: a, region: r, provider: cloud, kubeconfig: {file: k}, offers: [], cpu: {purchase: spot, pricePerCoreHour: 0.1, cores: -1}}\n", "clusters[0].cpu.cores: cannot be negative"},
+		{"cpu field", "  - {name: a, region: r, provider: cloud, kubeconfig: {file: k}, offers: [], cpu: {purchase: spot, pricePerGPUHour: 0.1}}\n", "pricePerGPUHour"},
+		{"cap class", "  - {name: a, region: r, provider: cloud, kubeconfig: {file: k}, offers: [{class: L4, purchase: spot, pricePerGPUHour: 1}], caps: {nlp: {B200: 1}}}\n", "clusters[0].caps.nlp.B200: not a GPU class (or CPU: cores)"},
 		{"duplicate", "  - {name: a, region: r, provider: cloud, kubeconfig: {file: k}, offers: [{class: L4, purchase: spot, pricePerGPUHour: 1}]}\n  - {name: a, region: r, provider: cloud, kubeconfig: {file: k}, offers: [{class: L4, purchase: spot, pricePerGPUHour: 1}]}\n", `clusters[1].name: duplicate cluster "a"`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -86,7 +127,16 @@ func FuzzParse(f *testing.F) {
 					t.Fatalf("accepted image source %q: read again %q, %v", img, again, err)
 				}
 			}
-			states[c.Name] = State{Reachable: true, Free: map[string]float64{"A100-80GB": 8}}
+			if o := c.CPU; o != nil && (o.PricePerCoreHour <= 0 || o.Cores < 0) {
+				t.Fatalf("accepted %+v", *o)
+			}
+			states[c.Name] = State{Reachable: true, Free: map[string]float64{"A100-80GB": 8, gpu.CPUClass: 8}}
+		}
+		d := fl.Place(Launch{Team: "vision", Class: gpu.CPUClass, Cores: 1, Spot: true}, states)
+		for _, c := range d.Candidates {
+			if cl, _ := fl.Get(c.Cluster); cl.CPU == nil || c.Offer.Class != gpu.CPUClass {
+				t.Fatalf("a CPU-only launch placed on %s, which states no cpu nodes (%+v)", c.Cluster, c.Offer)
+			}
 		}
 		for _, class := range fl.ClassNames() {
 			d := fl.Place(Launch{Team: "vision", Class: class, GPUs: 1, Spot: true}, states)

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/nodegroup"
 )
 
@@ -14,12 +15,16 @@ import (
 type Launch struct {
 	ID             string // the workload, for a round's decisions
 	Team, Template string
-	Class          string
-	MIG            string   // a MIG profile of Class, or "" for whole GPUs
-	Slices         int      // MIG instances of that profile asked, in all
-	GPUs           float64  // in all (a MIG slice at its share)
-	Spot           bool     // may run on spot capacity
-	Images         []string // every container's image, as its pods name it
+	// Class is its GPU class, or gpu.CPUClass for a CPU-only launch,
+	// which runs on a cluster's CPU nodes (Cluster.CPU) and is counted in
+	// Cores.
+	Class  string
+	MIG    string   // a MIG profile of Class, or "" for whole GPUs
+	Slices int      // MIG instances of that profile asked, in all
+	GPUs   float64  // in all (a MIG slice at its share)
+	Cores  float64  // a CPU-only launch's, in all
+	Spot   bool     // may run on spot capacity
+	Images []string // every container's image, as its pods name it
 	// repos are Images' repositories, read once a decision (Place).
 	repos    []string
 	Priority int   // higher is dispatched first within a round
@@ -46,12 +51,14 @@ type State struct {
 	// Gantry's credentials; Why says what.
 	Reachable bool
 	Why       string
-	// Free is the GPUs of each class a launch could start on now.
+	// Free is the GPUs of each class a launch could start on now, and
+	// under gpu.CPUClass the cores of its CPU nodes.
 	Free map[string]float64
 	// FreeMIG is the MIG instances free now, per class and profile (the
 	// profiles the cluster's offers name).
 	FreeMIG map[string]map[string]float64
-	// Used is each team's GPUs per class running or admitted there.
+	// Used is each team's GPUs per class running or admitted there
+	// (under gpu.CPUClass, its CPU-only launches' cores).
 	Used map[string]map[string]float64
 	// Intensity is the grid's carbon intensity at its region this hour,
 	// gCO2e/kWh (0: not known; carbon then weighs nothing there).
@@ -67,8 +74,8 @@ type State struct {
 type Candidate struct {
 	Cluster      string
 	Offer        Offer
-	PricePerHour float64 // the launch's, at the offer's GPU-hour price
-	Free         float64 // GPUs of the class free now; a MIG launch's instances of its profile
+	PricePerHour float64 // the launch's, at the offer's GPU-hour (core-hour) price
+	Free         float64 // GPUs of the class free now; a MIG launch's instances of its profile; a CPU-only one's cores
 	FitsNow      bool
 	// Carbon is what the fleet's carbon price adds to a GPU-hour there
 	// now (USD; 0 without a carbon price or a known intensity), at
@@ -131,8 +138,13 @@ var rules = []rule{
 		return ""
 	},
 	func(_ *Fleet, l Launch, c Cluster, _ State, o Offer) string {
-		if o.Class != "" {
+		switch {
+		case o.Class != "":
 			return ""
+		case l.Class == gpu.CPUClass && c.CPU == nil:
+			return "runs no CPU-only launches (it states no cpu nodes)"
+		case l.Class == gpu.CPUClass:
+			return "offers CPU nodes on spot capacity only, and the launch does not allow spot"
 		}
 		var classes, spot, mig bool
 		for _, x := range c.Offers {
@@ -183,14 +195,19 @@ var rules = []rule{
 	func(_ *Fleet, l Launch, c Cluster, s State, _ Offer) string {
 		caps := c.Caps[l.Team]
 		limit, ok := caps[l.Class]
+		if !ok && l.Class != gpu.CPUClass { // "*" bounds GPUs, not cores
+			limit, ok = caps["*"]
+		}
 		if !ok {
-			if limit, ok = caps["*"]; !ok {
-				return ""
-			}
+			return ""
 		}
 		used := s.Used[l.Team][l.Class]
-		if used+l.GPUs > limit+1e-9 {
-			return fmt.Sprintf("team %s's cap here is %s %s GPUs: %s in use, %s asked", l.Team, num(limit), l.Class, num(used), num(l.GPUs))
+		if used+l.Units() > limit+1e-9 {
+			what := l.Class + " GPUs"
+			if l.Class == gpu.CPUClass {
+				what = "cores"
+			}
+			return fmt.Sprintf("team %s's cap here is %s %s: %s in use, %s asked", l.Team, num(limit), what, num(used), num(l.Units()))
 		}
 		return ""
 	},
@@ -198,8 +215,14 @@ var rules = []rule{
 
 // offer is the cheapest offer of c that l may use (the zero Offer when
 // none): its class, its MIG profile when it asks for one, spot only when it
-// allows spot.
+// allows spot; for a CPU-only launch, c's CPU nodes.
 func offer(l Launch, c Cluster) Offer {
+	if l.Class == gpu.CPUClass {
+		if c.CPU == nil || (c.CPU.Purchase == nodegroup.Spot && !l.Spot) {
+			return Offer{}
+		}
+		return c.CPU.offer()
+	}
 	var best Offer
 	for _, o := range c.Offers {
 		if o.Class != l.Class || (l.MIG != "" && !slices.Contains(o.MIG, l.MIG)) || (o.Purchase == nodegroup.Spot && !l.Spot) {
@@ -234,7 +257,7 @@ func (f *Fleet) Place(l Launch, states map[string]State) Decision {
 			continue
 		}
 		free, need := l.room(s)
-		d.Candidates = append(d.Candidates, Candidate{Cluster: c.Name, Offer: o, PricePerHour: o.PricePerGPUHour * l.GPUs, Free: free, FitsNow: free+1e-9 >= need,
+		d.Candidates = append(d.Candidates, Candidate{Cluster: c.Name, Offer: o, PricePerHour: o.PricePerGPUHour * l.Units(), Free: free, FitsNow: free+1e-9 >= need,
 			Carbon: f.carbon(c, s, o.Class), Intensity: s.Intensity})
 	}
 	sort.SliceStable(d.Candidates, func(i, j int) bool {
@@ -334,11 +357,20 @@ func (f *Fleet) carbon(c Cluster, s State, class string) float64 {
 	return cc.carbonPrice * cc.watts[class] / 1000 * pue * s.Intensity / 1000
 }
 
-// need is what l needs of a cluster: GPUs of its class, or a MIG launch's
-// instances of its profile.
+// need is what l needs of a cluster: GPUs of its class, a MIG launch's
+// instances of its profile, or a CPU-only launch's cores.
 func (l Launch) need() float64 {
 	if l.MIG != "" {
 		return float64(max(l.Slices, 1))
+	}
+	return l.Units()
+}
+
+// Units is what l is priced and counted against caps by: its GPUs (MIG
+// slices at their share), or a CPU-only launch's cores.
+func (l Launch) Units() float64 {
+	if l.Class == gpu.CPUClass {
+		return l.Cores
 	}
 	return l.GPUs
 }
@@ -351,10 +383,15 @@ func (l Launch) room(s State) (free, need float64) {
 	return s.Free[l.Class], l.need()
 }
 
-// unit names n of what room counts: "GPUs", or "1g.10gb slices".
+// unit names n of what room counts: "GPUs", "1g.10gb slices", or
+// "cores".
 func (l Launch) unit(n float64) string {
 	one := n > 0.99 && n < 1.01
 	switch {
+	case l.Class == gpu.CPUClass && one:
+		return "core"
+	case l.Class == gpu.CPUClass:
+		return "cores"
 	case l.MIG != "" && one:
 		return l.MIG + " slice"
 	case l.MIG != "":
@@ -366,8 +403,8 @@ func (l Launch) unit(n float64) string {
 }
 
 // Round decides a dispatch round: the launches by priority (then the
-// older first), each taking the GPUs it fits into from what is free, so
-// that the next sees what is left.
+// older first), each taking the GPUs (cores) it fits into from what is
+// free, so that the next sees what is left.
 func (f *Fleet) Round(launches []Launch, states map[string]State) []Decision {
 	left := map[string]State{}
 	for name, s := range states {
@@ -407,7 +444,7 @@ func (f *Fleet) Round(launches []Launch, states map[string]State) []Decision {
 				if s.Free == nil {
 					s.Free = map[string]float64{}
 				}
-				s.Free[l.Class] -= l.GPUs
+				s.Free[l.Class] -= l.need()
 			}
 			if s.Used == nil {
 				s.Used = map[string]map[string]float64{}
@@ -415,7 +452,7 @@ func (f *Fleet) Round(launches []Launch, states map[string]State) []Decision {
 			if s.Used[l.Team] == nil {
 				s.Used[l.Team] = map[string]float64{}
 			}
-			s.Used[l.Team][l.Class] += l.GPUs
+			s.Used[l.Team][l.Class] += l.Units()
 			left[best.Cluster] = s
 		}
 		out = append(out, d)
@@ -445,7 +482,11 @@ func reason(d Decision) string {
 		fmt.Fprintf(&s, "placed on %s: %s", b.Cluster, price(b, true))
 	} else {
 		need := d.Launch.need()
-		fmt.Fprintf(&s, "waiting for %s (no cluster has %s %s %s free now): %s", b.Cluster, num(need), d.Launch.Class, d.Launch.unit(need), price(b, true))
+		what := d.Launch.Class + " " + d.Launch.unit(need)
+		if d.Launch.Class == gpu.CPUClass {
+			what = d.Launch.unit(need) + " of CPU nodes"
+		}
+		fmt.Fprintf(&s, "waiting for %s (no cluster has %s %s free now): %s", b.Cluster, num(need), what, price(b, true))
 	}
 	if b.Offer.Purchase != nodegroup.OnDemand {
 		fmt.Fprintf(&s, " (%s)", b.Offer.Purchase)
@@ -464,17 +505,22 @@ func reason(d Decision) string {
 	return s.String()
 }
 
-// price says a candidate's GPU-hour price, and what carbon adds to it
-// when it weighs (with the intensity, in full).
+// price says a candidate's GPU-hour (a CPU-only launch's core-hour)
+// price, and what carbon adds to it when it weighs (with the intensity, in
+// full).
 func price(c Candidate, full bool) string {
+	unit := "GPU-h"
+	if c.Offer.Class == gpu.CPUClass {
+		unit = "core-h"
+	}
 	switch {
 	case c.Carbon <= 0:
 		if full {
-			return fmt.Sprintf("$%.2f/GPU-h", c.Offer.PricePerGPUHour)
+			return fmt.Sprintf("$%.2f/%s", c.Offer.PricePerGPUHour, unit)
 		}
 		return fmt.Sprintf("$%.2f", c.Offer.PricePerGPUHour)
 	case full:
-		return fmt.Sprintf("$%.2f/GPU-h + $%.2f for carbon (%.0f gCO2e/kWh)", c.Offer.PricePerGPUHour, c.Carbon, c.Intensity)
+		return fmt.Sprintf("$%.2f/%s + $%.2f for carbon (%.0f gCO2e/kWh)", c.Offer.PricePerGPUHour, unit, c.Carbon, c.Intensity)
 	}
 	return fmt.Sprintf("$%.2f + $%.2f for carbon", c.Offer.PricePerGPUHour, c.Carbon)
 }

@@ -13,17 +13,20 @@ import (
 )
 
 // testFleet: an on-premises A100 room at an amortised price, a cloud with
-// H100s on demand and on spot and dearer A100s, and an EU cloud.
+// H100s on demand and on spot and dearer A100s, and an EU cloud; the room
+// and the first cloud have CPU nodes for CPU-only launches.
 func testFleet(t testing.TB) *Fleet {
 	t.Helper()
 	f, err := New(File{APIVersion: APIVersion, Kind: Kind,
 		Clusters: []Cluster{
 			{Name: "onprem-a100", Region: "eu-central", Provider: OnPremises, Kubeconfig: Kubeconfig{Secret: "a"}, Labels: map[string]string{"residency": "onprem"},
-				Offers: []Offer{{Class: "A100-80GB", Purchase: nodegroup.Reserved, PricePerGPUHour: 1.1, GPUs: 16, MIG: []string{"1g.10gb"}}}},
+				Offers: []Offer{{Class: "A100-80GB", Purchase: nodegroup.Reserved, PricePerGPUHour: 1.1, GPUs: 16, MIG: []string{"1g.10gb"}}},
+				CPU:    &CPUOffer{Purchase: nodegroup.Reserved, PricePerCoreHour: 0.02, Cores: 64}},
 			{Name: "cloud-east", Region: "us-east-1", Provider: Cloud, Kubeconfig: Kubeconfig{Secret: "b"}, Labels: map[string]string{"residency": "cloud"},
 				Offers: []Offer{{Class: "H100-80GB", Purchase: nodegroup.OnDemand, PricePerGPUHour: 6.9}, {Class: "H100-80GB", Purchase: nodegroup.Spot, PricePerGPUHour: 4.5},
 					{Class: "A100-80GB", Purchase: nodegroup.OnDemand, PricePerGPUHour: 3.2}},
-				Caps: map[string]map[string]float64{"nlp": {"H100-80GB": 8}}},
+				CPU:  &CPUOffer{Purchase: nodegroup.OnDemand, PricePerCoreHour: 0.05},
+				Caps: map[string]map[string]float64{"nlp": {"H100-80GB": 8, "CPU": 4}, "data": {"*": 1}}},
 			{Name: "cloud-eu", Region: "eu-west-1", Provider: Cloud, Kubeconfig: Kubeconfig{File: "c"}, Labels: map[string]string{"residency": "cloud"},
 				Images: []string{"registry.gantry.internal", "docker.io/library/python"},
 				Offers: []Offer{{Class: "H100-80GB", Purchase: nodegroup.OnDemand, PricePerGPUHour: 7.4}, {Class: "L4", Purchase: nodegroup.Spot, PricePerGPUHour: 0.3}}},
@@ -42,8 +45,8 @@ func up(free map[string]float64) State { return State{Reachable: true, Free: fre
 func TestPlace(t *testing.T) {
 	f := testFleet(t)
 	all := map[string]State{
-		"onprem-a100": up(map[string]float64{"A100-80GB": 6}),
-		"cloud-east":  up(map[string]float64{"H100-80GB": 16, "A100-80GB": 8}),
+		"onprem-a100": up(map[string]float64{"A100-80GB": 6, gpu.CPUClass: 16}),
+		"cloud-east":  up(map[string]float64{"H100-80GB": 16, "A100-80GB": 8, gpu.CPUClass: 32}),
 		"cloud-eu":    up(map[string]float64{"H100-80GB": 8, "L4": 4}),
 	}
 	with := func(name string, s State) map[string]State {
@@ -87,6 +90,21 @@ func TestPlace(t *testing.T) {
 			map[string]string{"cloud-eu": "runs images from registry.gantry.internal, index.docker.io/library/python only, not ghcr.io/acme/train:1"}},
 		{"unreachable", Launch{Team: "vision", Class: "H100-80GB", GPUs: 1}, with("cloud-east", State{Why: "credentials expired at 09:00"}), "cloud-eu", "",
 			map[string]string{"cloud-east": "unreachable: credentials expired at 09:00"}},
+		// CPU-only launches go to CPU nodes, priced per core-hour.
+		{"CPU-only: the cheapest cores", Launch{Team: "vision", Class: gpu.CPUClass, Cores: 8}, all, "onprem-a100",
+			"placed on onprem-a100: $0.02/core-h (reserved) vs $0.05 on cloud-east; 16 cores free", map[string]string{"cloud-eu": "runs no CPU-only launches (it states no cpu nodes)"}},
+		{"CPU-only, the cheapest full: the next", Launch{Team: "vision", Class: gpu.CPUClass, Cores: 24}, all, "cloud-east",
+			"placed on cloud-east: $0.05/core-h vs $0.02 on onprem-a100 (full); 32 cores free", nil},
+		{"CPU-only, none fits: wait at the cheapest", Launch{Team: "vision", Class: gpu.CPUClass, Cores: 48}, all, "onprem-a100",
+			"waiting for onprem-a100 (no cluster has 48 cores of CPU nodes free now): $0.02/core-h (reserved) vs $0.05 on cloud-east; 16 cores free", nil},
+		{"CPU-only, a team's cap on cores", Launch{Team: "nlp", Class: gpu.CPUClass, Cores: 20}, all, "onprem-a100", "",
+			map[string]string{"cloud-east": "team nlp's cap here is 4 cores: 0 in use, 20 asked"}},
+		{"CPU-only: a cap on any GPU class bounds no cores", Launch{Team: "data", Class: gpu.CPUClass, Cores: 20}, all, "cloud-east", "", nil},
+		{"a cap on any GPU class", Launch{Team: "data", Class: "A100-80GB", GPUs: 8}, all, "onprem-a100", "",
+			map[string]string{"cloud-east": "team data's cap here is 1 A100-80GB GPUs: 0 in use, 8 asked"}},
+		{"CPU-only, residency holds", Launch{Team: "health", Class: gpu.CPUClass, Cores: 20}, all, "onprem-a100",
+			"waiting for onprem-a100 (no cluster has 20 cores of CPU nodes free now): $0.02/core-h (reserved); 16 cores free",
+			map[string]string{"cloud-east": "team health requires residency=onprem; the cluster has residency=cloud"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := f.Place(tc.l, tc.states)
@@ -202,6 +220,33 @@ func TestRound(t *testing.T) {
 	}
 	if states["onprem-a100"].Free["A100-80GB"] != 8 {
 		t.Error("the round changed its caller's states")
+	}
+	// CPU-only launches take cores: the second no longer fits the room.
+	states["onprem-a100"] = up(map[string]float64{gpu.CPUClass: 16})
+	states["cloud-east"] = up(map[string]float64{gpu.CPUClass: 16})
+	ds = f.Round([]Launch{
+		{ID: "a", Team: "nlp", Class: gpu.CPUClass, Cores: 10, Order: 1},
+		{ID: "b", Team: "vision", Class: gpu.CPUClass, Cores: 10, Order: 2},
+		{ID: "c", Team: "nlp", Class: gpu.CPUClass, Cores: 3, Order: 3},
+		{ID: "d", Team: "nlp", Class: gpu.CPUClass, Cores: 4, Order: 4},
+		{ID: "e", Team: "nlp", Class: gpu.CPUClass, Cores: 4, Order: 5},
+	}, states)
+	got = ""
+	for _, d := range ds {
+		got += d.Launch.ID + "→" + d.Cluster() + " "
+	}
+	// c fits the 6 cores the room has left; d not the 3 left then, but the
+	// cloud, within nlp's cap of 4 cores there; e neither the room nor the
+	// cloud, where nlp's cap is used up: it waits for the room.
+	if want := "a→onprem-a100 b→cloud-east c→onprem-a100 d→cloud-east e→onprem-a100 "; got != want {
+		t.Fatalf("%s, want %s", got, want)
+	}
+	if r := ds[4].Reason; r != "waiting for onprem-a100 (no cluster has 4 cores of CPU nodes free now): $0.02/core-h (reserved); 3 cores free" ||
+		ds[4].Refused[0].Why != "team nlp's cap here is 4 cores: 4 in use, 4 asked" {
+		t.Errorf("e: %s (%+v)", r, ds[4].Refused)
+	}
+	if d := ds[3]; d.Candidates[0].PricePerHour != 0.2 {
+		t.Errorf("d at $%v/h, want 4 cores at $0.05", d.Candidates[0].PricePerHour)
 	}
 }
 

@@ -402,7 +402,7 @@ func (s *Server) sites(_ context.Context, objs []render.Object) ([]workload.Site
 		}
 		var out []workload.Site
 		for _, site := range s.Fleet.Sites(l) {
-			out = append(out, workload.Site{Cluster: site.Cluster, Location: site.Region, PricePerHour: site.Offer.PricePerGPUHour * l.GPUs,
+			out = append(out, workload.Site{Cluster: site.Cluster, Location: site.Region, PricePerHour: site.Offer.PricePerGPUHour * l.Units(),
 				PUE: s.pue(site.Cluster), KWhPerHour: l.GPUs * site.Watts / 1000})
 		}
 		return out, s.Fleet.CarbonPrice(), nil

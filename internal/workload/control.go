@@ -33,10 +33,12 @@ type Observed struct {
 	Reason     string
 	ExitCode   *int
 	NodeGroups []string
-	// Cluster is the worker cluster it runs on, dispatched, and
-	// GPUHourPrice that cluster's price per GPU-hour for it (0: unknown).
-	Cluster      string
-	GPUHourPrice float64
+	// Cluster is the worker cluster it runs on, dispatched, HourPrice its
+	// run's price per hour there and GPUHourPrice that cluster's price per
+	// GPU-hour for it (0: unknown; a dispatcher before the hourly price
+	// said only the GPU-hour's).
+	Cluster                 string
+	HourPrice, GPUHourPrice float64
 	// At is when the cluster says the status began (a Job's completion, a
 	// container's start; zero: not said, now). A run is metered from and
 	// to the cluster's times, so one that ended while no replica led (a
@@ -99,10 +101,14 @@ func (s *Service) Observe(ctx context.Context, id string, o Observed) (Workload,
 		// A run is placed once, when the cluster first says where it runs
 		// (then the whole run is priced there): a pod that later moves to
 		// another group's machine leaves the run's price as it was.
-		// A dispatched run is priced at its worker cluster's GPU-hour.
+		// A dispatched run is priced at its worker cluster's price for it
+		// (a CPU-only run's cores at its core-hour).
 		if err == nil && out.Status == Running && o.Cluster != "" && out.Cluster == "" {
 			out.Cluster = o.Cluster
-			if o.GPUHourPrice > 0 {
+			switch {
+			case o.HourPrice > 0:
+				out.RunPrice = o.HourPrice
+			case o.GPUHourPrice > 0:
 				out.RunPrice = GPUShare(s.templates.Classes(), out.GPUClass, out.MIGProfile, out.GPUCount) * o.GPUHourPrice
 			}
 		}

@@ -198,9 +198,6 @@ func (s *Service) render(ctx context.Context, owner string, req Request, id stri
 		if !ok {
 			return Rendered{}, &fault.Invalid{Fields: []fault.Field{{Path: "cpuOnly", Message: "this Gantry's GPU classes have no cpu section: CPU-only launches have nowhere to run"}}}
 		}
-		if s.fleet {
-			return Rendered{}, &fault.Invalid{Fields: []fault.Field{{Path: "cpuOnly", Message: "this Gantry runs work on its worker clusters, and CPU-only launches are not dispatched to them yet (docs/fleets.md)"}}}
-		}
 		meta.CPUNodeLabel = cpu.NodeLabel
 	}
 	if s.fleet && v.Template.Spec.Workload == template.VM {

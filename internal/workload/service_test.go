@@ -857,9 +857,9 @@ func TestShowbackAtNodeGroupPrices(t *testing.T) {
 	}
 }
 
-// TestFleetLaunches: with worker clusters, a Job is handed to MultiKueue;
-// a service and a notebook are too (their pods through Kueue's pod
-// integration); a VM, which cannot be dispatched yet, is refused
+// TestFleetLaunches: with worker clusters, a Job is handed to MultiKueue,
+// a CPU-only one too; a service and a notebook are too (their pods through
+// Kueue's pod integration); a VM, which cannot be dispatched yet, is refused
 // naming the template — never left waiting for a dispatch that never
 // comes — and nothing of it is recorded or applied.
 func TestFleetLaunches(t *testing.T) {
@@ -867,6 +867,7 @@ func TestFleetLaunches(t *testing.T) {
 	h.launch(t, "pytorch-train")
 	h.launch(t, "vllm-inference")
 	h.launch(t, "jupyter-notebook")
+	h.launch(t, "cpu-job")
 	for _, tmpl := range []string{"gpu-vm"} {
 		req := workload.Request{Template: tmpl, Team: "vision"}
 		if tmpl == "gpu-vm" {
@@ -884,15 +885,17 @@ func TestFleetLaunches(t *testing.T) {
 		kinds = append(kinds, o.Kind)
 	}
 	slices.Sort(kinds)
-	if want := []string{"Deployment", "Job", "StatefulSet"}; !slices.Equal(kinds, want) {
-		t.Errorf("on the cluster: %v, want %v (the Job, the service and the notebook alone)", kinds, want)
+	if want := []string{"Deployment", "Job", "Job", "StatefulSet"}; !slices.Equal(kinds, want) {
+		t.Errorf("on the cluster: %v, want %v (the Jobs, the service and the notebook alone)", kinds, want)
 	}
 }
 
 // TestShowbackAtClusterPrices: a run dispatched to a worker cluster is
-// billed at that cluster's GPU-hour price for it, each run at its own
-// cluster's, to the cent on a fixed clock; a run the cluster names no
-// price for stays at its class's.
+// billed at that cluster's price for it (its hourly price; from a
+// dispatcher that names only the GPU-hour's, that times its GPUs), each
+// run at its own cluster's, to the cent on a fixed clock; a run the
+// cluster names no price for stays at its class's; a CPU-only run at the
+// hourly price its cluster's cores make.
 func TestShowbackAtClusterPrices(t *testing.T) {
 	h := newHarnessWith(t, nil, true, func(o *workload.Options) { o.Fleet = true })
 	ctx := asAlice()
@@ -941,5 +944,19 @@ func TestShowbackAtClusterPrices(t *testing.T) {
 	observe(workload.Queued, "", 0)
 	if w := observe(workload.Running, "onprem", 0); w.Cluster != "onprem" || w.RunPricePerHour() != train.PricePerHour {
 		t.Errorf("no price said: %q at $%v/h, want $%v", w.Cluster, w.RunPricePerHour(), train.PricePerHour)
+	}
+	// The hourly price, when said, is the run's (over the GPU-hour's).
+	h.advance(time.Minute)
+	observe(workload.Queued, "", 0)
+	if w, err := h.svc.Observe(ctx, train.ID, workload.Observed{Status: workload.Running, Cluster: "cloud", HourPrice: 12.5, GPUHourPrice: 3.2}); err != nil || math.Abs(w.RunPricePerHour()-12.5) > 1e-9 {
+		t.Errorf("hourly price said: $%v/h (%v), want $12.50", w.RunPricePerHour(), err)
+	}
+	// A CPU-only run: its cores at the cluster's core-hour.
+	cpu, _, err := h.svc.Create(ctx, "alice", workload.Request{Template: "cpu-job", Team: "vision"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w, err := h.svc.Observe(ctx, cpu.ID, workload.Observed{Status: workload.Running, Cluster: "onprem", HourPrice: 0.02}); err != nil || w.Cluster != "onprem" || math.Abs(w.RunPricePerHour()-0.02) > 1e-9 || w.PricePerHour == 0.02 {
+		t.Errorf("a CPU-only run on onprem: %q at $%v/h (list $%v, %v), want $0.02", w.Cluster, w.RunPricePerHour(), w.PricePerHour, err)
 	}
 }

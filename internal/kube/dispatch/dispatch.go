@@ -27,6 +27,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -261,10 +262,8 @@ func (d *Dispatcher) Round(ctx context.Context) (n int, err error) {
 	for i, dec := range d.o.Fleet.Round(launches, states) {
 		w := pending[indexOf(pending, dec.Launch.ID, i)]
 		target := dec.Cluster()
-		price := "" // the chosen offer's GPU-hour, priced into the run
-		if target != "" {
-			price = strconv.FormatFloat(dec.Candidates[0].Offer.PricePerGPUHour, 'f', -1, 64)
-		}
+		price := prices(dec) // priced into the run
+
 		switch {
 		case target == "" && len(w.now) == 1 && states[w.now[0]].Reachable:
 			// Its cluster answers but may no longer run it (cordoned, a
@@ -576,7 +575,7 @@ func (d *Dispatcher) waits(u *unstructured.Unstructured) bool {
 }
 
 // nominate writes the Workload's nomination and the reason.
-func (d *Dispatcher) nominate(ctx context.Context, u *unstructured.Unstructured, cluster, reason, price string) error {
+func (d *Dispatcher) nominate(ctx context.Context, u *unstructured.Unstructured, cluster, reason string, price map[string]string) error {
 	// The reason, price and cluster first: a run never starts without its
 	// price, nor runs anywhere Gantry did not note.
 	if err := d.annotate(ctx, u, reason, price, cluster); err != nil {
@@ -604,14 +603,28 @@ func (d *Dispatcher) withdraw(ctx context.Context, u *unstructured.Unstructured)
 	return nil
 }
 
-// annotate records the decision's reason on the Workload, and with a
-// nomination the chosen cluster and its GPU-hour price ("": none) — once
-// per change.
-func (d *Dispatcher) annotate(ctx context.Context, u *unstructured.Unstructured, reason, price, cluster string) error {
-	ann := map[string]string{ReasonAnnotation: reason}
-	if price != "" {
-		ann[kapi.AnnotationGPUHourPrice] = price
+// prices are the annotations that price a decision's run: its hourly
+// price on the chosen cluster and, for a GPU launch, that cluster's
+// GPU-hour price (which releases before the hourly one read); none when
+// no cluster was chosen.
+func prices(dec fleet.Decision) map[string]string {
+	if dec.Cluster() == "" {
+		return nil
 	}
+	c := dec.Candidates[0]
+	out := map[string]string{kapi.AnnotationHourPrice: strconv.FormatFloat(c.PricePerHour, 'f', -1, 64)}
+	if dec.Launch.Class != gpu.CPUClass {
+		out[kapi.AnnotationGPUHourPrice] = strconv.FormatFloat(c.Offer.PricePerGPUHour, 'f', -1, 64)
+	}
+	return out
+}
+
+// annotate records the decision's reason on the Workload, and with a
+// nomination the chosen cluster and its prices (prices; none: nil) —
+// once per change.
+func (d *Dispatcher) annotate(ctx context.Context, u *unstructured.Unstructured, reason string, price map[string]string, cluster string) error {
+	ann := map[string]string{ReasonAnnotation: reason}
+	maps.Copy(ann, price)
 	if cluster != "" {
 		ann[kapi.AnnotationDispatchedTo] = cluster
 	}
@@ -653,8 +666,9 @@ func JobLaunch(job *batchv1.Job, classes *gpu.Catalog) (fleet.Launch, error) {
 // from the labels Kueue copies from the Job (gantry.dev/team,
 // gantry.dev/gpu-class; the cluster it was planned on,
 // gantry.dev/planned-cluster), its GPUs from its pod sets (MIG instances counted,
-// and at their profile's share of a GPU, gpu.Catalog.Share), every
-// container's image (init containers' too), its priority and age.
+// and at their profile's share of a GPU, gpu.Catalog.Share) — a CPU-only
+// launch's cores from its containers' CPU requests —, every container's
+// image (init containers' too), its priority and age.
 func launchOf(u *unstructured.Unstructured, classes *gpu.Catalog) fleet.Launch {
 	l := fleet.Launch{ID: string(u.GetUID()), Team: u.GetLabels()[render.LabelTeam], Class: u.GetLabels()[render.LabelGPUClass],
 		Template: u.GetLabels()[render.LabelTemplate], Planned: u.GetLabels()[render.LabelPlannedCluster], Order: u.GetCreationTimestamp().UnixNano()}
@@ -675,6 +689,17 @@ func launchOf(u *unstructured.Unstructured, classes *gpu.Catalog) fleet.Launch {
 		}
 		for _, c := range ctrs {
 			cm, _ := c.(map[string]any)
+			if l.Class == gpu.CPUClass {
+				// Requests, as Kueue and the scheduler count them (a
+				// limit alone is its request too).
+				v, ok, _ := unstructured.NestedString(cm, "resources", "requests", "cpu")
+				if !ok {
+					v, ok, _ = unstructured.NestedString(cm, "resources", "limits", "cpu")
+				}
+				if q, err := resource.ParseQuantity(v); ok && err == nil {
+					l.Cores += float64(count) * q.AsApproximateFloat64()
+				}
+			}
 			limits, _, _ := unstructured.NestedStringMap(cm, "resources", "limits")
 			for name, v := range limits {
 				var n float64

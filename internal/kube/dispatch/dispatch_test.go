@@ -47,7 +47,8 @@ import (
 
 // Three control planes in one run, each with its own Kueue: a MultiKueue
 // manager whose Workloads wait for Gantry's nominations, an on-premises
-// room of 16 A100s and a cloud of 8 H100s and 8 A100s.
+// room of 16 A100s and a CPU node of 2 cores, and a cloud of 8 H100s, 8
+// A100s and a CPU node of 16 cores.
 var manager, onprem, cloud *devcluster.Cluster
 
 func TestMain(m *testing.M) {
@@ -68,12 +69,14 @@ func TestMain(m *testing.M) {
 			// Two A100 machines whole, and one cut into MIG instances
 			// (no whole GPUs: the room's 16 stay the whole ones).
 			o.Fleet = []devcluster.NodeSpec{{Prefix: "a100", Count: 2, Product: "NVIDIA-A100-SXM4-80GB", MemoryMB: 81920, GPUs: 8, Whole: 8},
-				{Prefix: "a100-mig", Count: 1, Product: "NVIDIA-A100-SXM4-80GB", MemoryMB: 81920, GPUs: 2, MIG: map[string]int{"1g.10gb": 14}, MIGConf: "all-1g.10gb"}}
+				{Prefix: "a100-mig", Count: 1, Product: "NVIDIA-A100-SXM4-80GB", MemoryMB: 81920, GPUs: 2, MIG: map[string]int{"1g.10gb": 14}, MIGConf: "all-1g.10gb"},
+				{Prefix: "cpu", Count: 1, CPULabel: devcluster.RealNodeLabel, Cores: 2}}
 		}},
 		{&cloud, "fleet-cloud", func(o *devcluster.Options) {
 			o.JobRuntime = time.Hour
 			o.Fleet = []devcluster.NodeSpec{{Prefix: "h100", Count: 1, Product: "NVIDIA-H100-80GB-HBM3", MemoryMB: 81559, GPUs: 8, Whole: 8},
-				{Prefix: "a100", Count: 1, Product: "NVIDIA-A100-SXM4-80GB", MemoryMB: 81920, GPUs: 8, Whole: 8}}
+				{Prefix: "a100", Count: 1, Product: "NVIDIA-A100-SXM4-80GB", MemoryMB: 81920, GPUs: 8, Whole: 8},
+				{Prefix: "cpu", Count: 1, CPULabel: devcluster.RealNodeLabel, Cores: 16}}
 		}},
 	} {
 		c, stop, err := clustertest.ForTests(spec.name, spec.o)
@@ -451,6 +454,7 @@ clusters:
     kubeconfig: {file: %s}
     labels: {residency: onprem}
     offers: [{class: A100-80GB, purchase: reserved, pricePerGPUHour: 1.10, gpus: 16}]
+    cpu: {purchase: reserved, pricePerCoreHour: 0.02, cores: 2}
   - name: cloud
     region: us-east-1
     provider: cloud
@@ -459,6 +463,7 @@ clusters:
     offers:
       - {class: H100-80GB, purchase: on-demand, pricePerGPUHour: 6.90}
       - {class: A100-80GB, purchase: on-demand, pricePerGPUHour: 3.20}
+    cpu: {purchase: on-demand, pricePerCoreHour: 0.05}
 `, onprem.Kubeconfig, cloud.Kubeconfig)), 0o644)
 	lease := "gantry-fleet-test"
 	if _, err := manager.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: lease}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -742,6 +747,51 @@ clusters:
 	runsOn(nb.Id, "onprem", onprem)
 	opens()
 
+	// CPU-only launches run on the workers' CPU nodes, priced per
+	// core-hour: two cores on the room's two, at its price; once the room
+	// says it has none left, the next goes to the cloud, at the cloud's.
+	cpuJob := func(cores string) model.Workload {
+		t.Helper()
+		r := servertest.Must(api.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "cpu-job", Team: "vision",
+			Parameters: &model.Parameters{"cpu": cores, "script": "sleep 3600"}}))(t)
+		if r.StatusCode() != 201 {
+			t.Fatalf("launch cpu-job: %d %s", r.StatusCode(), r.Body)
+		}
+		w := servertest.Deref(r.JSON201)
+		launched = append(launched, w.Id)
+		return w
+	}
+	freeCores := func(cluster string) float64 {
+		for _, c := range servertest.Deref(servertest.Must(api.ListClustersWithResponse(ctx))(t).JSON200).Items {
+			if c.Name == cluster && c.State != nil {
+				return c.State.Free[gpu.CPUClass]
+			}
+		}
+		return -1
+	}
+	cpu1 := cpuJob("2")
+	runsOn(cpu1.Id, "onprem", onprem)
+	if r := kueueWorkload(cpu1.Id).GetAnnotations()[dispatch.ReasonAnnotation]; r != "placed on onprem: $0.02/core-h (reserved) vs $0.05 on cloud; 2 cores free" {
+		t.Errorf("the CPU-only launch's placement: %q", r)
+	}
+	if w := servertest.Deref(servertest.Must(api.GetWorkloadWithResponse(ctx, cpu1.Id))(t).JSON200); servertest.Deref(w.Cluster) != "onprem" || math.Abs(w.PricePerHour-0.04) > 1e-9 {
+		t.Errorf("the CPU-only launch runs on %q at $%v/h, want 2 cores at $0.02", servertest.Deref(w.Cluster), w.PricePerHour)
+	}
+	waitfor.Until(t, time.Minute, "the room's cores taken, as Gantry reads its workers", func() error {
+		if n := freeCores("onprem"); n != 0 {
+			return fmt.Errorf("%g free", n)
+		}
+		return nil
+	})
+	cpu2 := cpuJob("1")
+	runsOn(cpu2.Id, "cloud", cloud)
+	if r := kueueWorkload(cpu2.Id).GetAnnotations()[dispatch.ReasonAnnotation]; !strings.HasPrefix(r, "placed on cloud: $0.05/core-h vs $0.02 on onprem (full); ") {
+		t.Errorf("the second CPU-only launch's placement: %q", r)
+	}
+	if w := servertest.Deref(servertest.Must(api.GetWorkloadWithResponse(ctx, cpu2.Id))(t).JSON200); servertest.Deref(w.Cluster) != "cloud" || math.Abs(w.PricePerHour-0.05) > 1e-9 {
+		t.Errorf("the second CPU-only launch runs on %q at $%v/h, want 1 core at $0.05", servertest.Deref(w.Cluster), w.PricePerHour)
+	}
+
 	// A VM cannot be dispatched yet: refused, not left waiting.
 	vm := servertest.Must(api.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "gpu-vm", Team: "vision",
 		Parameters: &model.Parameters{"sshPublicKey": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKubeTestKey0000000000000000000000000000 ada@host"}}))(t)
@@ -751,7 +801,7 @@ clusters:
 	}
 
 	// Deleted: the work and what was staged for it leave the workers.
-	for _, id := range []string{first.Id, second.Id, svc.Id, nb.Id} {
+	for _, id := range []string{first.Id, second.Id, svc.Id, nb.Id, cpu1.Id, cpu2.Id} {
 		if r := servertest.Must(api.DeleteWorkloadWithResponse(ctx, id))(t); r.StatusCode() >= 300 {
 			t.Fatalf("delete %s: %d %s", id, r.StatusCode(), r.Body)
 		}

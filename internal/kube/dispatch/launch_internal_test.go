@@ -52,6 +52,7 @@ func TestLaunchOf(t *testing.T) {
 		{"memory share over compute share", wl("A100-80GB", 1, map[string]any{"nvidia.com/mig-1g.20gb": "1"}, false), "1g.20gb", 1, 0.25, false},
 		{"a profile the catalog does not name: a whole GPU", wl("A100-80GB", 1, map[string]any{"nvidia.com/mig-9g.90gb": "1"}, false), "9g.90gb", 1, 1, false},
 		{"spot", wl("H100-80GB", 1, map[string]any{"nvidia.com/gpu": "1"}, true), "", 0, 1, true},
+		{"CPU-only: no GPUs", wl(gpu.CPUClass, 3, map[string]any{"cpu": "1500m"}, false), "", 0, 0, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l := launchOf(tc.u, classes)
@@ -62,6 +63,23 @@ func TestLaunchOf(t *testing.T) {
 				t.Errorf("got %+v, want MIG %q slices %d GPUs %g spot %v", l, tc.mig, tc.slices, tc.gpus, tc.spot)
 			}
 		})
+	}
+	// A CPU-only launch's cores: its containers' CPU requests (a limit
+	// alone stands for its request), in Kubernetes' quantities, times its
+	// pods; a GPU launch's CPU is not counted.
+	u := wl(gpu.CPUClass, 3, map[string]any{"cpu": "1500m"}, false)
+	if l := launchOf(u, classes); l.Cores != 4.5 || l.Class != gpu.CPUClass {
+		t.Errorf("a limit of 1500m, 3 pods: %g cores", l.Cores)
+	}
+	sets, _, _ := unstructured.NestedSlice(u.Object, "spec", "podSets")
+	spec := sets[0].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
+	spec["containers"].([]any)[0].(map[string]any)["resources"].(map[string]any)["requests"] = map[string]any{"cpu": "500m"}
+	spec["containers"].([]any)[1].(map[string]any)["resources"] = map[string]any{"requests": map[string]any{"cpu": "1"}}
+	if l := launchOf(u, classes); l.Cores != 4.5 {
+		t.Errorf("requests of 500m and 1, 3 pods: %g cores", l.Cores)
+	}
+	if l := launchOf(wl("H100-80GB", 2, map[string]any{"nvidia.com/gpu": "4", "cpu": "8"}, false), classes); l.Cores != 0 {
+		t.Errorf("a GPU launch counted %g cores", l.Cores)
 	}
 }
 

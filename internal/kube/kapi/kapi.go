@@ -75,6 +75,11 @@ const AnnotationHomeCluster = "gantry.dev/home-cluster"
 // cluster's price per GPU-hour for the Workload: its run is priced so.
 const AnnotationGPUHourPrice = "gantry.dev/gpu-hour-price"
 
+// AnnotationHourPrice carries the run's price per hour on the chosen
+// cluster (a GPU launch's GPUs at its GPU-hour price, a CPU-only launch's
+// cores at its core-hour price): its run is priced so.
+const AnnotationHourPrice = "gantry.dev/hour-price"
+
 // KueueResources are Kueue's API resources, by kind.
 var KueueResources = map[string]schema.GroupVersionResource{
 	"ResourceFlavor":        {Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "resourceflavors"},

@@ -268,6 +268,29 @@ func (k *Nodes) FreeCPU(ctx context.Context, label string) (onOneNode, mostOnOne
 	return onOneNode, mostOnOneNode, len(list.Items), nil
 }
 
+// CPUFree is the cores that no pod requests, in all, on the schedulable
+// nodes labelled label=true (what a worker cluster has free for CPU-only
+// launches, as Free counts GPUs).
+func (k *Nodes) CPUFree(ctx context.Context, label string) (float64, error) {
+	list, err := k.core.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: label + "=true", ResourceVersion: "0"})
+	if err != nil {
+		return 0, kapi.Classify(err, "node", "")
+	}
+	var milli int64
+	for _, n := range list.Items {
+		q, ok := n.Status.Allocatable[corev1.ResourceCPU]
+		if !ok || n.Spec.Unschedulable {
+			continue
+		}
+		pods, err := k.podsOn(ctx, n.Name)
+		if err != nil {
+			return 0, err
+		}
+		milli += cpuFreeOn(q.MilliValue(), pods)
+	}
+	return float64(milli) / 1000, nil
+}
+
 // cpuFreeOn is the millicores of allocatable that pods that have not ended
 // do not request.
 func cpuFreeOn(allocatable int64, pods []corev1.Pod) int64 {

@@ -45,10 +45,12 @@ type Observation struct {
 	NodeGroups []string
 	Position   int // Queued: its place in its team's queue (1: next), 0 if not known
 	// Cluster is the worker cluster a dispatched Job runs on (its Kueue
-	// Workload's status.clusterName), and GPUHourPrice that cluster's price
-	// per GPU-hour for it as the dispatcher chose it (0: not said).
-	Cluster      string
-	GPUHourPrice float64
+	// Workload's status.clusterName), HourPrice the run's price per hour
+	// there and GPUHourPrice that cluster's price per GPU-hour for it, as
+	// the dispatcher chose it (0: not said; releases before the hourly
+	// price said only the GPU-hour's).
+	Cluster                 string
+	HourPrice, GPUHourPrice float64
 	// ExitCode is what its main container exited with, when it has
 	// Succeeded or Failed and a pod of it says (nil otherwise).
 	ExitCode *int
@@ -415,7 +417,7 @@ func (w *Watcher) Observe(id string) (Observation, bool) {
 		// Kueue Workload says which, its copy there was evicted (its
 		// worker lost, preempted) and the status here is the lost copy's
 		// until a new one runs: it waits in its queue again.
-		if o.Cluster, o.GPUHourPrice = w.dispatched(jobs, pods); o.Cluster == "" {
+		if o.Cluster, o.HourPrice, o.GPUHourPrice = w.dispatched(jobs, pods); o.Cluster == "" {
 			o.Phase, o.Reason, o.Node, o.At = workload.Pending, "its run on a worker cluster was evicted: queued again", "", time.Time{}
 		}
 	}
@@ -434,8 +436,9 @@ func (w *Watcher) Observe(id string) (Observation, bool) {
 func onANode(p *corev1.Pod) bool { return p.Spec.NodeName != "" }
 
 // dispatched is where MultiKueue runs a Job or pod of these (the worker
-// cluster its Kueue Workload names) and at what price per GPU-hour.
-func (w *Watcher) dispatched(jobs []*batchv1.Job, pods []*corev1.Pod) (string, float64) {
+// cluster its Kueue Workload names), at what price per hour and per
+// GPU-hour.
+func (w *Watcher) dispatched(jobs []*batchv1.Job, pods []*corev1.Pod) (cluster string, hour, gpuHour float64) {
 	var keys []string
 	for _, j := range jobs {
 		keys = append(keys, kueue.OwnerKey(j.Namespace, "Job", j.Name))
@@ -460,12 +463,13 @@ func (w *Watcher) dispatched(jobs []*batchv1.Job, pods []*corev1.Pod) (string, f
 				name = u.GetAnnotations()[kapi.AnnotationDispatchedTo]
 			}
 			if name != "" {
-				price, _ := strconv.ParseFloat(u.GetAnnotations()[kapi.AnnotationGPUHourPrice], 64)
-				return name, price
+				hour, _ := strconv.ParseFloat(u.GetAnnotations()[kapi.AnnotationHourPrice], 64)
+				gpuHour, _ := strconv.ParseFloat(u.GetAnnotations()[kapi.AnnotationGPUHourPrice], 64)
+				return name, hour, gpuHour
 			}
 		}
 	}
-	return "", 0
+	return "", 0, 0
 }
 
 // disrupted reports whether the cluster disrupted a pod (DisruptionTarget).

@@ -187,6 +187,15 @@ func (w *Workers) readOne(ctx context.Context, c fleet.Cluster) fleet.State {
 			s.FreeMIG[class][p.Name] = float64(free[p.Resource()])
 		}
 	}
+	// Its CPU nodes, where it runs CPU-only launches: their cores free.
+	cpu, hasCPU := w.classes.CPU()
+	if c.CPU != nil && hasCPU {
+		free, err := nd.CPUFree(ctx, cpu.NodeLabel)
+		if err != nil {
+			return fleet.State{Why: why(err)}
+		}
+		s.Free[gpu.CPUClass] = free
+	}
 	pods, err := core.CoreV1().Pods("").List(ctx, metav1.ListOptions{LabelSelector: render.LabelTeam})
 	if err != nil {
 		return fleet.State{Why: why(err)}
@@ -200,6 +209,9 @@ func (w *Workers) readOne(ctx context.Context, c fleet.Cluster) fleet.State {
 			continue
 		}
 		n := w.gpus(class, p.Spec.Containers)
+		if class == gpu.CPUClass {
+			n = cores(p.Spec.Containers)
+		}
 		if s.Used[team] == nil {
 			s.Used[team] = map[string]float64{}
 		}
@@ -223,6 +235,17 @@ func (w *Workers) gpus(class string, ctrs []corev1.Container) float64 {
 		}
 	}
 	return n
+}
+
+// cores is what containers request of CPU, in cores.
+func cores(ctrs []corev1.Container) float64 {
+	var milli int64
+	for _, ctr := range ctrs {
+		if q, ok := ctr.Resources.Requests[corev1.ResourceCPU]; ok {
+			milli += q.MilliValue()
+		}
+	}
+	return float64(milli) / 1000
 }
 
 // client is the cluster's client, built again when its kubeconfig changed.

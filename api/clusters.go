@@ -2,10 +2,12 @@ package api
 
 import (
 	"context"
+	"maps"
 
 	"github.com/gantryhq/gantry/api/gen"
 	"github.com/gantryhq/gantry/api/model"
 	"github.com/gantryhq/gantry/internal/fleet"
+	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/overlay"
 	"github.com/gantryhq/gantry/internal/quota"
 	"github.com/gantryhq/gantry/internal/team"
@@ -19,13 +21,26 @@ type Quotas interface {
 	Quota(t team.Name) quota.Quota
 }
 
+// quotaRow is a team's quota as the clusters list shows it: GPUs per class,
+// and its cores (quota.cores) under CPU.
+func quotaRow(q quota.Quota) map[string]float64 {
+	m := maps.Clone(q.GPUs)
+	if q.Cores != nil {
+		if m == nil {
+			m = map[string]float64{}
+		}
+		m[gpu.CPUClass] = *q.Cores
+	}
+	return m
+}
+
 func (s *server) ListClusters(_ context.Context, _ gen.ListClustersRequestObject) (gen.ListClustersResponseObject, error) {
 	out := model.WorkerClusterList{Items: []model.WorkerCluster{}, Quotas: map[string]map[string]float64{}}
 	statuses := s.o.Fleet.Statuses(s.o.Workers)
 	if len(statuses) > 0 {
 		for t, q := range s.o.Quotas.Quotas() {
-			if len(q.GPUs) > 0 {
-				out.Quotas[t] = q.GPUs
+			if m := quotaRow(q); len(m) > 0 {
+				out.Quotas[t] = m
 			}
 		}
 		// A team with work on a worker that the policy does not name: its
@@ -36,8 +51,8 @@ func (s *server) ListClusters(_ context.Context, _ gen.ListClustersRequestObject
 			}
 			for t := range c.State.Used {
 				if _, ok := out.Quotas[t]; !ok {
-					if q := s.o.Quotas.Quota(team.Name(t)); len(q.GPUs) > 0 {
-						out.Quotas[t] = q.GPUs
+					if m := quotaRow(s.o.Quotas.Quota(team.Name(t))); len(m) > 0 {
+						out.Quotas[t] = m
 					}
 				}
 			}

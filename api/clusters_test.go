@@ -46,6 +46,10 @@ func TestClusters(t *testing.T) {
 		on.Images == nil || len(*on.Images) != 1 || (*on.Images)[0] != "registry.gantry.internal" {
 		t.Fatalf("onprem-a100: %+v", on)
 	}
+	// Its CPU nodes for CPU-only launches, at a price per core-hour.
+	if c := on.Cpu; c == nil || c.Purchase != "reserved" || c.PricePerCoreHour != 0.02 || c.Cores == nil || *c.Cores != 256 {
+		t.Errorf("onprem-a100's CPU nodes: %+v", c)
+	}
 	put := servertest.Must(e.api.CordonClusterWithResponse(ctx, "cloud-east"))(t)
 	if put.StatusCode() != 200 || len(put.JSON200.Items) != 1 || put.JSON200.Items[0].Kind != "cluster" || put.JSON200.Items[0].Key != "cloud-east" {
 		t.Fatalf("cordon: %d %s", put.StatusCode(), put.Body)
@@ -64,12 +68,17 @@ func TestClusters(t *testing.T) {
 	if r := servertest.Must(e.api.UncordonClusterWithResponse(ctx, "cloud-east"))(t); r.StatusCode() != 200 || len(r.JSON200.Items) != 0 {
 		t.Fatalf("uncordon: %d %s", r.StatusCode(), r.Body)
 	}
-	// A quota changed through the API is the one listed.
-	if r := servertest.Must(e.api.SetTeamQuotaWithResponse(ctx, "vision", model.QuotaRequest{Gpus: &map[string]float64{"H100-80GB": 12}}))(t); r.StatusCode() != 200 {
+	// A quota changed through the API is the one listed, its cores under
+	// CPU.
+	cores := 24.0
+	if r := servertest.Must(e.api.SetTeamQuotaWithResponse(ctx, "vision", model.QuotaRequest{Gpus: &map[string]float64{"H100-80GB": 12}, Cores: &cores}))(t); r.StatusCode() != 200 {
 		t.Fatalf("quota: %d %s", r.StatusCode(), r.Body)
 	}
-	if q := servertest.Must(e.api.ListClustersWithResponse(ctx))(t).JSON200.Quotas; q["vision"]["H100-80GB"] != 12 || q["vision"]["L4"] != 0 {
+	if q := servertest.Must(e.api.ListClustersWithResponse(ctx))(t).JSON200.Quotas; q["vision"]["H100-80GB"] != 12 || q["vision"]["L4"] != 0 || q["vision"]["CPU"] != 24 {
 		t.Errorf("quotas after the change: %v", q)
+	}
+	if q := servertest.Must(e.api.ListClustersWithResponse(ctx))(t).JSON200.Quotas; q["nlp"]["CPU"] != 0 || len(q["nlp"]) != 1 {
+		t.Errorf("a team without cores in its quota: %v", q["nlp"])
 	}
 	if r := servertest.Must(e.api.ResetTeamQuotaWithResponse(ctx, "vision"))(t); r.StatusCode() != 200 {
 		t.Fatalf("quota reset: %d %s", r.StatusCode(), r.Body)

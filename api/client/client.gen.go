@@ -155,7 +155,7 @@ type ClientInterface interface {
 
 	// ListClusters List worker clusters
 	//
-	// The worker clusters of the clusters file (clustersFile; docs/fleets.md): region, provider, labels such as data residency, the GPU classes each offers with their price per GPU-hour, per-team caps, whether it is cordoned; and, once Gantry has read them (every 10 s, with each cluster's own credentials), whether its API server answers, the GPUs of each class free now (and the MIG instances of each profile it offers) and each team's GPUs in use there (a MIG instance at its share). Empty with no clusters file: Gantry drives one cluster.
+	// The worker clusters of the clusters file (clustersFile; docs/fleets.md): region, provider, labels such as data residency, the GPU classes each offers with their price per GPU-hour, its CPU nodes for CPU-only launches with their price per core-hour, per-team caps, whether it is cordoned; and, once Gantry has read them (every 10 s, with each cluster's own credentials), whether its API server answers, the GPUs of each class free now (and the MIG instances of each profile it offers, and the cores of its CPU nodes) and each team's GPUs (and cores) in use there (a MIG instance at its share). Empty with no clusters file: Gantry drives one cluster.
 	//
 	// Corresponds with GET /api/v1/clusters (the `ListClusters` operationId).
 	ListClusters(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1004,7 +1004,7 @@ func (c *Client) ApplyTemplates(ctx context.Context, body ApplyTemplatesJSONRequ
 
 // ListClusters List worker clusters
 //
-// The worker clusters of the clusters file (clustersFile; docs/fleets.md): region, provider, labels such as data residency, the GPU classes each offers with their price per GPU-hour, per-team caps, whether it is cordoned; and, once Gantry has read them (every 10 s, with each cluster's own credentials), whether its API server answers, the GPUs of each class free now (and the MIG instances of each profile it offers) and each team's GPUs in use there (a MIG instance at its share). Empty with no clusters file: Gantry drives one cluster.
+// The worker clusters of the clusters file (clustersFile; docs/fleets.md): region, provider, labels such as data residency, the GPU classes each offers with their price per GPU-hour, its CPU nodes for CPU-only launches with their price per core-hour, per-team caps, whether it is cordoned; and, once Gantry has read them (every 10 s, with each cluster's own credentials), whether its API server answers, the GPUs of each class free now (and the MIG instances of each profile it offers, and the cores of its CPU nodes) and each team's GPUs (and cores) in use there (a MIG instance at its share). Empty with no clusters file: Gantry drives one cluster.
 //
 // Corresponds with GET /api/v1/clusters (the `ListClusters` operationId).
 func (c *Client) ListClusters(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -6143,7 +6143,7 @@ type ClientWithResponsesInterface interface {
 
 	// ListClustersWithResponse List worker clusters
 	//
-	// The worker clusters of the clusters file (clustersFile; docs/fleets.md): region, provider, labels such as data residency, the GPU classes each offers with their price per GPU-hour, per-team caps, whether it is cordoned; and, once Gantry has read them (every 10 s, with each cluster's own credentials), whether its API server answers, the GPUs of each class free now (and the MIG instances of each profile it offers) and each team's GPUs in use there (a MIG instance at its share). Empty with no clusters file: Gantry drives one cluster.
+	// The worker clusters of the clusters file (clustersFile; docs/fleets.md): region, provider, labels such as data residency, the GPU classes each offers with their price per GPU-hour, its CPU nodes for CPU-only launches with their price per core-hour, per-team caps, whether it is cordoned; and, once Gantry has read them (every 10 s, with each cluster's own credentials), whether its API server answers, the GPUs of each class free now (and the MIG instances of each profile it offers, and the cores of its CPU nodes) and each team's GPUs (and cores) in use there (a MIG instance at its share). Empty with no clusters file: Gantry drives one cluster.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -10785,7 +10785,7 @@ func (c *ClientWithResponses) ApplyTemplatesWithResponse(ctx context.Context, bo
 
 // ListClustersWithResponse List worker clusters
 //
-// The worker clusters of the clusters file (clustersFile; docs/fleets.md): region, provider, labels such as data residency, the GPU classes each offers with their price per GPU-hour, per-team caps, whether it is cordoned; and, once Gantry has read them (every 10 s, with each cluster's own credentials), whether its API server answers, the GPUs of each class free now (and the MIG instances of each profile it offers) and each team's GPUs in use there (a MIG instance at its share). Empty with no clusters file: Gantry drives one cluster.
+// The worker clusters of the clusters file (clustersFile; docs/fleets.md): region, provider, labels such as data residency, the GPU classes each offers with their price per GPU-hour, its CPU nodes for CPU-only launches with their price per core-hour, per-team caps, whether it is cordoned; and, once Gantry has read them (every 10 s, with each cluster's own credentials), whether its API server answers, the GPUs of each class free now (and the MIG instances of each profile it offers, and the cores of its CPU nodes) and each team's GPUs (and cores) in use there (a MIG instance at its share). Empty with no clusters file: Gantry drives one cluster.
 //
 // Returns a wrapper object for the known response body format(s).
 //

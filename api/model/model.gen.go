@@ -2978,7 +2978,7 @@ type WorkerClusterProvider string
 type WorkerClusterList struct {
 	Items []WorkerCluster `json:"items"`
 
-	// Quotas Each team's GPU quota per class in force ("*" for every class not listed), which its work on all the clusters together may use: the teams the policy names, and any other team with work on a worker (the policy's default entry); beside each cluster's per-team use (state.used) and caps. Empty without worker clusters.
+	// Quotas Each team's GPU quota per class in force ("*" for every GPU class not listed) and its cores under CPU, which its work on all the clusters together may use: the teams the policy names, and any other team with work on a worker (the policy's default entry); beside each cluster's per-team use (state.used) and caps. Empty without worker clusters.
 	Quotas map[string]map[string]float64 `json:"quotas"`
 }
 

@@ -150,8 +150,8 @@ func useTable(w io.Writer, quotas map[string]map[string]float64, items []model.W
 		}
 	}
 	of := func(m map[string]float64, k string) (float64, bool) {
-		if v, ok := m[k]; ok {
-			return v, true
+		if v, ok := m[k]; ok || k == "CPU" { // "*" is every GPU class, not cores
+			return v, ok
 		}
 		v, ok := m["*"]
 		return v, ok

@@ -123,8 +123,9 @@ type Offer struct {
 }
 
 // CPUOffer is a cluster's CPU nodes for CPU-only launches — the nodes the
-// GPU classes' cpu section names by its nodeLabel — bought one way, at a
-// price per core-hour.
+// GPU classes' cpu section names by its nodeLabel — bought reserved or on
+// demand (CPU-only pods do not tolerate spot machines), at a price per
+// core-hour.
 type CPUOffer struct {
 	Purchase         nodegroup.Purchase `json:"purchase"`
 	PricePerCoreHour float64            `json:"pricePerCoreHour"`
@@ -238,8 +239,8 @@ func New(f File, classes *gpu.Catalog) (*Fleet, error) {
 			if _, ok := classes.CPU(); !ok {
 				errs.Addf(p+".cpu", "the GPU classes have no cpu section (templates/gpu-classes.yaml): no launch is CPU-only")
 			}
-			if !slices.Contains(nodegroup.Purchases, o.Purchase) {
-				errs.Addf(p+".cpu.purchase", "%q is not one of reserved, on-demand, spot", o.Purchase)
+			if o.Purchase != nodegroup.Reserved && o.Purchase != nodegroup.OnDemand {
+				errs.Addf(p+".cpu.purchase", "%q is not one of reserved, on-demand (CPU-only launches do not run on spot machines)", o.Purchase)
 			}
 			if o.PricePerCoreHour <= 0 || math.IsNaN(o.PricePerCoreHour) || math.IsInf(o.PricePerCoreHour, 0) {
 				errs.Addf(p+".cpu.pricePerCoreHour", "must be a price above 0 (for owned machines, their amortised price)")
@@ -285,6 +286,9 @@ func New(f File, classes *gpu.Catalog) (*Fleet, error) {
 			for class, n := range caps {
 				if _, ok := classes.Get(class); !ok && class != "*" && class != gpu.CPUClass {
 					errs.Addf(fmt.Sprintf("%s.caps.%s.%s", p, team, class), "not a GPU class (or %s: cores)", gpu.CPUClass)
+				}
+				if class == gpu.CPUClass && c.CPU == nil {
+					errs.Addf(fmt.Sprintf("%s.caps.%s.%s", p, team, class), "a cap on cores, but the cluster states no cpu nodes")
 				}
 				if n < 0 {
 					errs.Addf(fmt.Sprintf("%s.caps.%s.%s", p, team, class), "cannot be negative")

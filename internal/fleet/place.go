@@ -3,8 +3,10 @@ package fleet
 import (
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/gantryhq/gantry/internal/gpu"
@@ -141,10 +143,8 @@ var rules = []rule{
 		switch {
 		case o.Class != "":
 			return ""
-		case l.Class == gpu.CPUClass && c.CPU == nil:
-			return "runs no CPU-only launches (it states no cpu nodes)"
 		case l.Class == gpu.CPUClass:
-			return "offers CPU nodes on spot capacity only, and the launch does not allow spot"
+			return "runs no CPU-only launches (it states no cpu nodes)"
 		}
 		var classes, spot, mig bool
 		for _, x := range c.Offers {
@@ -218,7 +218,7 @@ var rules = []rule{
 // allows spot; for a CPU-only launch, c's CPU nodes.
 func offer(l Launch, c Cluster) Offer {
 	if l.Class == gpu.CPUClass {
-		if c.CPU == nil || (c.CPU.Purchase == nodegroup.Spot && !l.Spot) {
+		if c.CPU == nil {
 			return Offer{}
 		}
 		return c.CPU.offer()
@@ -509,20 +509,31 @@ func reason(d Decision) string {
 // price, and what carbon adds to it when it weighs (with the intensity, in
 // full).
 func price(c Candidate, full bool) string {
-	unit := "GPU-h"
+	unit, p := "GPU-h", fmt.Sprintf("%.2f", c.Offer.PricePerGPUHour)
 	if c.Offer.Class == gpu.CPUClass {
-		unit = "core-h"
+		unit, p = "core-h", cents(c.Offer.PricePerGPUHour)
 	}
 	switch {
 	case c.Carbon <= 0:
 		if full {
-			return fmt.Sprintf("$%.2f/%s", c.Offer.PricePerGPUHour, unit)
+			return fmt.Sprintf("$%s/%s", p, unit)
 		}
-		return fmt.Sprintf("$%.2f", c.Offer.PricePerGPUHour)
+		return "$" + p
 	case full:
-		return fmt.Sprintf("$%.2f/%s + $%.2f for carbon (%.0f gCO2e/kWh)", c.Offer.PricePerGPUHour, unit, c.Carbon, c.Intensity)
+		return fmt.Sprintf("$%s/%s + $%.2f for carbon (%.0f gCO2e/kWh)", p, unit, c.Carbon, c.Intensity)
 	}
-	return fmt.Sprintf("$%.2f + $%.2f for carbon", c.Offer.PricePerGPUHour, c.Carbon)
+	return fmt.Sprintf("$%s + $%.2f for carbon", p, c.Carbon)
+}
+
+// cents writes a price to the cent, or as finely as it is stated below
+// one (a core-hour's $0.045), up to four places.
+func cents(v float64) string {
+	s := strconv.FormatFloat(math.Round(v*1e4)/1e4, 'f', -1, 64)
+	whole, frac, _ := strings.Cut(s, ".")
+	for len(frac) < 2 {
+		frac += "0"
+	}
+	return whole + "." + frac
 }
 
 func sortedKeys(m map[string]string) []string {

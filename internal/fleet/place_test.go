@@ -25,7 +25,7 @@ func testFleet(t testing.TB) *Fleet {
 			{Name: "cloud-east", Region: "us-east-1", Provider: Cloud, Kubeconfig: Kubeconfig{Secret: "b"}, Labels: map[string]string{"residency": "cloud"},
 				Offers: []Offer{{Class: "H100-80GB", Purchase: nodegroup.OnDemand, PricePerGPUHour: 6.9}, {Class: "H100-80GB", Purchase: nodegroup.Spot, PricePerGPUHour: 4.5},
 					{Class: "A100-80GB", Purchase: nodegroup.OnDemand, PricePerGPUHour: 3.2}},
-				CPU:  &CPUOffer{Purchase: nodegroup.OnDemand, PricePerCoreHour: 0.05},
+				CPU:  &CPUOffer{Purchase: nodegroup.OnDemand, PricePerCoreHour: 0.045},
 				Caps: map[string]map[string]float64{"nlp": {"H100-80GB": 8, "CPU": 4}, "data": {"*": 1}}},
 			{Name: "cloud-eu", Region: "eu-west-1", Provider: Cloud, Kubeconfig: Kubeconfig{File: "c"}, Labels: map[string]string{"residency": "cloud"},
 				Images: []string{"registry.gantry.internal", "docker.io/library/python"},
@@ -92,11 +92,11 @@ func TestPlace(t *testing.T) {
 			map[string]string{"cloud-east": "unreachable: credentials expired at 09:00"}},
 		// CPU-only launches go to CPU nodes, priced per core-hour.
 		{"CPU-only: the cheapest cores", Launch{Team: "vision", Class: gpu.CPUClass, Cores: 8}, all, "onprem-a100",
-			"placed on onprem-a100: $0.02/core-h (reserved) vs $0.05 on cloud-east; 16 cores free", map[string]string{"cloud-eu": "runs no CPU-only launches (it states no cpu nodes)"}},
+			"placed on onprem-a100: $0.02/core-h (reserved) vs $0.045 on cloud-east; 16 cores free", map[string]string{"cloud-eu": "runs no CPU-only launches (it states no cpu nodes)"}},
 		{"CPU-only, the cheapest full: the next", Launch{Team: "vision", Class: gpu.CPUClass, Cores: 24}, all, "cloud-east",
-			"placed on cloud-east: $0.05/core-h vs $0.02 on onprem-a100 (full); 32 cores free", nil},
+			"placed on cloud-east: $0.045/core-h vs $0.02 on onprem-a100 (full); 32 cores free", nil},
 		{"CPU-only, none fits: wait at the cheapest", Launch{Team: "vision", Class: gpu.CPUClass, Cores: 48}, all, "onprem-a100",
-			"waiting for onprem-a100 (no cluster has 48 cores of CPU nodes free now): $0.02/core-h (reserved) vs $0.05 on cloud-east; 16 cores free", nil},
+			"waiting for onprem-a100 (no cluster has 48 cores of CPU nodes free now): $0.02/core-h (reserved) vs $0.045 on cloud-east; 16 cores free", nil},
 		{"CPU-only, a team's cap on cores", Launch{Team: "nlp", Class: gpu.CPUClass, Cores: 20}, all, "onprem-a100", "",
 			map[string]string{"cloud-east": "team nlp's cap here is 4 cores: 0 in use, 20 asked"}},
 		{"CPU-only: a cap on any GPU class bounds no cores", Launch{Team: "data", Class: gpu.CPUClass, Cores: 20}, all, "cloud-east", "", nil},
@@ -245,8 +245,8 @@ func TestRound(t *testing.T) {
 		ds[4].Refused[0].Why != "team nlp's cap here is 4 cores: 4 in use, 4 asked" {
 		t.Errorf("e: %s (%+v)", r, ds[4].Refused)
 	}
-	if d := ds[3]; d.Candidates[0].PricePerHour != 0.2 {
-		t.Errorf("d at $%v/h, want 4 cores at $0.05", d.Candidates[0].PricePerHour)
+	if d := ds[3]; math.Abs(d.Candidates[0].PricePerHour-0.18) > 1e-9 {
+		t.Errorf("d at $%v/h, want 4 cores at $0.045", d.Candidates[0].PricePerHour)
 	}
 }
 

@@ -275,8 +275,9 @@ func WorkerObjects(classes *gpu.Catalog, teams map[string]Quota, priorities []Pr
 }
 
 // Capped is q with each class's GPUs bounded by caps (a fleet cluster's
-// caps for the team, "*" for the classes not listed), its borrowing in its
-// cohort bounded to the same: a team's queue on a worker.
+// caps for the team, "*" for the GPU classes not listed), its borrowing in
+// its cohort bounded to the same, and its cores by caps[gpu.CPUClass]: a
+// team's queue on a worker.
 func (q Quota) Capped(caps map[string]float64) Quota {
 	if len(caps) == 0 {
 		return q
@@ -289,6 +290,14 @@ func (q Quota) Capped(caps map[string]float64) Quota {
 	}
 	for c := range caps {
 		keys[c] = true
+	}
+	delete(keys, gpu.CPUClass)
+	if limit, ok := caps[gpu.CPUClass]; ok {
+		cores := limit
+		if q.Cores != nil {
+			cores = min(*q.Cores, limit)
+		}
+		out.Cores = &cores
 	}
 	if q.Cohort != "" {
 		out.BorrowingLimit = maps.Clone(q.BorrowingLimit)

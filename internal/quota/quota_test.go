@@ -278,4 +278,32 @@ func TestWorkerObjects(t *testing.T) {
 	if got := q.Capped(nil); got.For("L4") != 4 {
 		t.Errorf("uncapped: %v", got)
 	}
+	// A cap under CPU bounds cores (the lower of it and the quota's), and
+	// is no GPU class; "*" bounds no cores.
+	eight := 8.0
+	for _, tc := range []struct {
+		q     Quota
+		caps  map[string]float64
+		cores float64 // -1: unbounded
+	}{
+		{Quota{GPUs: map[string]float64{"*": 4}}, map[string]float64{"CPU": 16}, 16},
+		{Quota{GPUs: map[string]float64{"*": 4}, Cores: &eight}, map[string]float64{"CPU": 16}, 8},
+		{Quota{GPUs: map[string]float64{"*": 4}, Cores: &eight}, map[string]float64{"CPU": 2}, 2},
+		{Quota{GPUs: map[string]float64{"*": 4}}, map[string]float64{"*": 1}, -1},
+		{Quota{GPUs: map[string]float64{"*": 4}, Cores: &eight}, map[string]float64{"*": 1}, 8},
+	} {
+		got := tc.q.Capped(tc.caps)
+		if _, ok := got.GPUs["CPU"]; ok {
+			t.Errorf("%v capped by %v: a GPU class CPU: %v", tc.q, tc.caps, got.GPUs)
+		}
+		switch {
+		case tc.cores < 0 && got.Cores != nil:
+			t.Errorf("%v capped by %v: %v cores, want unbounded", tc.q, tc.caps, *got.Cores)
+		case tc.cores >= 0 && (got.Cores == nil || *got.Cores != tc.cores):
+			t.Errorf("%v capped by %v: %v cores, want %v", tc.q, tc.caps, got.Cores, tc.cores)
+		}
+	}
+	if eight != 8 {
+		t.Error("Capped wrote through its quota's cores")
+	}
 }

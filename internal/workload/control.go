@@ -8,6 +8,7 @@ import (
 
 	"github.com/gantryhq/gantry/internal/catalog"
 	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/team"
 	"github.com/gantryhq/gantry/internal/template"
@@ -101,15 +102,18 @@ func (s *Service) Observe(ctx context.Context, id string, o Observed) (Workload,
 		// A run is placed once, when the cluster first says where it runs
 		// (then the whole run is priced there): a pod that later moves to
 		// another group's machine leaves the run's price as it was.
-		// A dispatched run is priced at its worker cluster's price for it
-		// (a CPU-only run's cores at its core-hour).
+		// A dispatched run is priced at its worker cluster's price for it:
+		// a GPU run at the GPU-hour's for its GPUs (which a dispatcher of
+		// any release writes with each nomination, so it is never one left
+		// from an earlier nomination), else — a CPU-only run's cores at
+		// their core-hour — at the run's hourly price.
 		if err == nil && out.Status == Running && o.Cluster != "" && out.Cluster == "" {
 			out.Cluster = o.Cluster
 			switch {
+			case o.GPUHourPrice > 0 && out.GPUClass != gpu.CPUClass:
+				out.RunPrice = GPUShare(s.templates.Classes(), out.GPUClass, out.MIGProfile, out.GPUCount) * o.GPUHourPrice
 			case o.HourPrice > 0:
 				out.RunPrice = o.HourPrice
-			case o.GPUHourPrice > 0:
-				out.RunPrice = GPUShare(s.templates.Classes(), out.GPUClass, out.MIGProfile, out.GPUCount) * o.GPUHourPrice
 			}
 		}
 		if err == nil && out.Status == Running && out.NodeGroup == "" && len(o.NodeGroups) > 0 {

@@ -392,8 +392,13 @@ func (s *Service) govern(ctx context.Context, w *Workload, rd Rendered) error {
 // with no nodes at all (a pool scaled to zero). A VM's passthrough devices
 // are the cluster's to judge. A class with node groups is judged by its
 // groups at their max instead (fitsGroups): its nodes now are not all it
-// can have.
+// can have. In a fleet the workers run the work, not the manager whose
+// nodes these would be: none is refused here (the dispatcher says why no
+// worker may run one).
 func (s *Service) fits(ctx context.Context, rd Rendered) error {
+	if s.fleet {
+		return nil
+	}
 	if rd.Choice.CPUOnly {
 		return s.fitsCPU(ctx, rd)
 	}

@@ -868,6 +868,12 @@ func TestFleetLaunches(t *testing.T) {
 	h.launch(t, "vllm-inference")
 	h.launch(t, "jupyter-notebook")
 	h.launch(t, "cpu-job")
+	// The manager's nodes do not judge what its workers may run: two
+	// cores where the manager's CPU node has one are launched.
+	h.cluster.CPUCores = 1
+	if _, _, err := h.svc.Create(asAlice(), "alice", workload.Request{Template: "cpu-job", Team: "vision", Choice: template.Choice{CPUOnly: true, Params: map[string]any{"cpu": "2"}}}); err != nil {
+		t.Errorf("two cores in a fleet whose manager has a 1-core CPU node: %v", err)
+	}
 	for _, tmpl := range []string{"gpu-vm"} {
 		req := workload.Request{Template: tmpl, Team: "vision"}
 		if tmpl == "gpu-vm" {
@@ -885,17 +891,17 @@ func TestFleetLaunches(t *testing.T) {
 		kinds = append(kinds, o.Kind)
 	}
 	slices.Sort(kinds)
-	if want := []string{"Deployment", "Job", "Job", "StatefulSet"}; !slices.Equal(kinds, want) {
+	if want := []string{"Deployment", "Job", "Job", "Job", "StatefulSet"}; !slices.Equal(kinds, want) {
 		t.Errorf("on the cluster: %v, want %v (the Jobs, the service and the notebook alone)", kinds, want)
 	}
 }
 
 // TestShowbackAtClusterPrices: a run dispatched to a worker cluster is
-// billed at that cluster's price for it (its hourly price; from a
-// dispatcher that names only the GPU-hour's, that times its GPUs), each
-// run at its own cluster's, to the cent on a fixed clock; a run the
-// cluster names no price for stays at its class's; a CPU-only run at the
-// hourly price its cluster's cores make.
+// billed at that cluster's price for it (a GPU run at its GPU-hour price
+// times its GPUs; the hourly price when only that is said), each run at
+// its own cluster's, to the cent on a fixed clock; a run the cluster names
+// no price for stays at its class's; a CPU-only run at the hourly price
+// its cluster's cores make.
 func TestShowbackAtClusterPrices(t *testing.T) {
 	h := newHarnessWith(t, nil, true, func(o *workload.Options) { o.Fleet = true })
 	ctx := asAlice()
@@ -945,11 +951,20 @@ func TestShowbackAtClusterPrices(t *testing.T) {
 	if w := observe(workload.Running, "onprem", 0); w.Cluster != "onprem" || w.RunPricePerHour() != train.PricePerHour {
 		t.Errorf("no price said: %q at $%v/h, want $%v", w.Cluster, w.RunPricePerHour(), train.PricePerHour)
 	}
-	// The hourly price, when said, is the run's (over the GPU-hour's).
-	h.advance(time.Minute)
-	observe(workload.Queued, "", 0)
-	if w, err := h.svc.Observe(ctx, train.ID, workload.Observed{Status: workload.Running, Cluster: "cloud", HourPrice: 12.5, GPUHourPrice: 3.2}); err != nil || math.Abs(w.RunPricePerHour()-12.5) > 1e-9 {
-		t.Errorf("hourly price said: $%v/h (%v), want $12.50", w.RunPricePerHour(), err)
+	// A GPU run whose cluster says only the hourly price: that; both:
+	// the GPU-hour's, times its GPUs.
+	for _, tc := range []struct {
+		o    workload.Observed
+		want float64
+	}{
+		{workload.Observed{Status: workload.Running, Cluster: "cloud", HourPrice: 12.5}, 12.5},
+		{workload.Observed{Status: workload.Running, Cluster: "cloud", HourPrice: 99, GPUHourPrice: 3.2}, 12.8},
+	} {
+		h.advance(time.Minute)
+		observe(workload.Queued, "", 0)
+		if w, err := h.svc.Observe(ctx, train.ID, tc.o); err != nil || math.Abs(w.RunPricePerHour()-tc.want) > 1e-9 {
+			t.Errorf("%+v: $%v/h (%v), want $%v", tc.o, w.RunPricePerHour(), err, tc.want)
+		}
 	}
 	// A CPU-only run: its cores at the cluster's core-hour.
 	cpu, _, err := h.svc.Create(ctx, "alice", workload.Request{Template: "cpu-job", Team: "vision"})

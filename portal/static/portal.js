@@ -1205,7 +1205,8 @@ async function loadClusters(body) {
     const where = c.region + (c.zone ? ' / ' + c.zone : '') + ', ' + c.provider +
       Object.entries(c.labels || {}).map(([k, v]) => '; ' + k + '=' + v).join('');
     const offers = c.offers.map((o) => o.class + ' ' + o.purchase + ' ' + money(o.pricePerGPUHour) + '/GPU-h' +
-      (o.gpus ? ', ' + o.gpus + ' GPUs' : '') + (o.mig ? ', MIG ' + o.mig.join(' ') : '')).join('; ');
+      (o.gpus ? ', ' + o.gpus + ' GPUs' : '') + (o.mig ? ', MIG ' + o.mig.join(' ') : ''))
+      .concat(c.cpu ? ['CPU ' + c.cpu.purchase + ' $' + c.cpu.pricePerCoreHour + '/core-h' + (c.cpu.cores ? ', ' + c.cpu.cores + ' cores' : '')] : []).join('; ');
     // Uncordon undoes a cordon or drain made here; one the clusters file
     // sets stays until the file changes.
     const edited = edits.some((e) => e.kind === 'cluster' && e.key === c.name);
@@ -1230,13 +1231,14 @@ async function loadClusters(body) {
     for (const [t, u] of Object.entries((c.state && c.state.used) || {})) for (const k of Object.keys(u)) row(t, k);
     for (const [t, cap] of Object.entries(c.caps || {})) for (const k of Object.keys(cap)) row(t, k);
   }
+  // "*" stands for every GPU class, not for CPU (cores).
   const quotaOf = (t, k) => {
     const q = list.quotas[t] || {};
-    return k in q ? q[k] : q['*'];
+    return k in q ? q[k] : k === 'CPU' ? undefined : q['*'];
   };
   const capOf = (c, t, k) => {
     const cap = (c.caps || {})[t] || {};
-    return k in cap ? cap[k] : cap['*'];
+    return k in cap ? cap[k] : k === 'CPU' ? undefined : cap['*'];
   };
   use.querySelector('thead').replaceChildren(el('tr', {}, el('th', { scope: 'col', text: 'Team' }), el('th', { scope: 'col', text: 'GPU class' }),
     el('th', { scope: 'col', text: 'Quota' }), ...list.items.map((c) => el('th', { scope: 'col', text: 'On ' + c.name })), el('th', { scope: 'col', text: 'In all' })));

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -263,7 +264,6 @@ func (d *Dispatcher) Round(ctx context.Context) (n int, err error) {
 		w := pending[indexOf(pending, dec.Launch.ID, i)]
 		target := dec.Cluster()
 		price := prices(dec) // priced into the run
-
 		switch {
 		case target == "" && len(w.now) == 1 && states[w.now[0]].Reachable:
 			// Its cluster answers but may no longer run it (cordoned, a
@@ -612,7 +612,10 @@ func prices(dec fleet.Decision) map[string]string {
 		return nil
 	}
 	c := dec.Candidates[0]
-	out := map[string]string{kapi.AnnotationHourPrice: strconv.FormatFloat(c.PricePerHour, 'f', -1, 64)}
+	out := map[string]string{}
+	if c.PricePerHour > 0 { // 0: what it asks is not counted here (a VM's passthrough GPUs)
+		out[kapi.AnnotationHourPrice] = strconv.FormatFloat(math.Round(c.PricePerHour*1e6)/1e6, 'f', -1, 64)
+	}
 	if dec.Launch.Class != gpu.CPUClass {
 		out[kapi.AnnotationGPUHourPrice] = strconv.FormatFloat(c.Offer.PricePerGPUHour, 'f', -1, 64)
 	}

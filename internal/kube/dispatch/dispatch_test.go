@@ -570,6 +570,9 @@ clusters:
 	if r := kueueWorkload(first.Id).GetAnnotations()[dispatch.ReasonAnnotation]; !strings.HasPrefix(r, "placed on onprem: $1.10/GPU-h (reserved) vs $3.20 on cloud") {
 		t.Errorf("the placement: %q", r)
 	}
+	if a := kueueWorkload(first.Id).GetAnnotations(); a[kapi.AnnotationHourPrice] != "4.4" || a[kapi.AnnotationGPUHourPrice] != "1.1" {
+		t.Errorf("the run's prices: hourly %q, GPU-hour %q", a[kapi.AnnotationHourPrice], a[kapi.AnnotationGPUHourPrice])
+	}
 	// Its logs and the worker's events, through Gantry.
 	logs := servertest.Must(api.GetWorkloadLogsWithResponse(ctx, first.Id, &model.GetWorkloadLogsParams{}))(t)
 	if logs.StatusCode() != 200 || !strings.Contains(string(logs.Body), "simulated container: ready") {
@@ -773,6 +776,9 @@ clusters:
 	runsOn(cpu1.Id, "onprem", onprem)
 	if r := kueueWorkload(cpu1.Id).GetAnnotations()[dispatch.ReasonAnnotation]; r != "placed on onprem: $0.02/core-h (reserved) vs $0.05 on cloud; 2 cores free" {
 		t.Errorf("the CPU-only launch's placement: %q", r)
+	}
+	if a := kueueWorkload(cpu1.Id).GetAnnotations(); a[kapi.AnnotationHourPrice] != "0.04" || a[kapi.AnnotationGPUHourPrice] != "" {
+		t.Errorf("the CPU-only run's prices: hourly %q, GPU-hour %q (want none)", a[kapi.AnnotationHourPrice], a[kapi.AnnotationGPUHourPrice])
 	}
 	if w := servertest.Deref(servertest.Must(api.GetWorkloadWithResponse(ctx, cpu1.Id))(t).JSON200); servertest.Deref(w.Cluster) != "onprem" || math.Abs(w.PricePerHour-0.04) > 1e-9 {
 		t.Errorf("the CPU-only launch runs on %q at $%v/h, want 2 cores at $0.02", servertest.Deref(w.Cluster), w.PricePerHour)

@@ -242,11 +242,12 @@ func (k *Nodes) FreeGPUs(ctx context.Context, class gpu.Class, res string) (tota
 }
 
 // FreeCPU is the CPU, in millicores, that no pod requests on the nodes
-// labelled label=true (where CPU-only launches run): on the freest
+// labelled label=true and not a GPU node (where CPU-only launches run, as
+// their pods' affinity says): on the freest
 // schedulable one, and the most any one of them has allocatable (cordoned
 // ones too: what could ever be placed on one); nodes is how many there are.
 func (k *Nodes) FreeCPU(ctx context.Context, label string) (onOneNode, mostOnOneNode int64, nodes int, err error) {
-	list, err := k.core.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: label + "=true", ResourceVersion: "0"})
+	list, err := k.core.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: label + "=true,!" + render.LabelGPUProduct, ResourceVersion: "0"})
 	if err != nil {
 		return 0, 0, 0, kapi.Classify(err, "node", "")
 	}
@@ -269,10 +270,10 @@ func (k *Nodes) FreeCPU(ctx context.Context, label string) (onOneNode, mostOnOne
 }
 
 // CPUFree is the cores that no pod requests, in all, on the schedulable
-// nodes labelled label=true (what a worker cluster has free for CPU-only
-// launches, as Free counts GPUs).
+// nodes labelled label=true that are no GPU node (what a worker cluster
+// has free for CPU-only launches, as Free counts GPUs).
 func (k *Nodes) CPUFree(ctx context.Context, label string) (float64, error) {
-	list, err := k.core.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: label + "=true", ResourceVersion: "0"})
+	list, err := k.core.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: label + "=true,!" + render.LabelGPUProduct, ResourceVersion: "0"})
 	if err != nil {
 		return 0, kapi.Classify(err, "node", "")
 	}

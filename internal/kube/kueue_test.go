@@ -5,19 +5,26 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
 
 	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/kube"
+	"github.com/gantryhq/gantry/internal/kube/kueue"
 	"github.com/gantryhq/gantry/internal/kube/watch"
 	"github.com/gantryhq/gantry/internal/quota"
 	gteam "github.com/gantryhq/gantry/internal/team"
@@ -488,4 +495,183 @@ func TestSyncKeepsATeamsQueue(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// counter counts the requests of a method whose path contains suffix (a
+// resource, or a resource's subresource).
+type counter struct {
+	method, suffix string
+	n              atomic.Int64
+}
+
+// countingTransport counts its requests with each counter that matches.
+type countingTransport struct {
+	rt       http.RoundTripper
+	counters []*counter
+}
+
+func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	for _, k := range c.counters {
+		if r.Method == k.method && strings.Contains(r.URL.Path, k.suffix) {
+			k.n.Add(1)
+		}
+	}
+	return c.rt.RoundTrip(r)
+}
+
+// TestSyncAppliesOnlyChanges: a sync pass applies what changed and nothing
+// else — none of the objects when the policy did not change, a team's queue
+// again once its quota changed, once someone edited its spec by hand
+// (restored), and once someone deleted it (made again); and Gantry's
+// AdmissionCheck, once marked active, is not marked again.
+func TestSyncAppliesOnlyChanges(t *testing.T) {
+	_, classes := kueueCluster(t)
+	ctx := t.Context()
+	cfg := rest.CopyConfig(cluster.Config())
+	applies := &counter{method: http.MethodPatch, suffix: "/clusterqueues/"}
+	actives := &counter{method: http.MethodPatch, suffix: "/admissionchecks/" + quota.ApprovalCheck + "/status"}
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return &countingTransport{rt: rt, counters: []*counter{applies, actives}}
+	})
+	k, err := kube.New(cfg, kube.Options{Kueue: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(cluster.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cqs := dyn.Resource(schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "clusterqueues"})
+	acs := dyn.Resource(schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "admissionchecks"})
+	const name = "gantry-syncskip"
+	t.Cleanup(func() {
+		cqs.Delete(context.Background(), name, metav1.DeleteOptions{})
+		acs.Delete(context.Background(), quota.ApprovalCheck, metav1.DeleteOptions{})
+	})
+	if err := k.EnsureNamespace(ctx, name, gteam.Name("syncskip")); err != nil { // its queue is kept by the others' syncs
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cluster.Client.CoreV1().Namespaces().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+	gpus := func(n float64) map[string]quota.Quota {
+		return map[string]quota.Quota{"syncskip": {GPUs: map[string]float64{"H100-80GB": n}}}
+	}
+	sync := func(q map[string]quota.Quota, wantApplies int64) {
+		t.Helper()
+		before := applies.n.Load()
+		if err := k.Kueue().SyncQuotas(ctx, quota.Objects(classes, q, starterPriorities, quota.Options{ApprovalCheck: true})); err != nil {
+			t.Fatal(err)
+		}
+		if got := applies.n.Load() - before; got != wantApplies {
+			t.Errorf("%d ClusterQueue applies, want %d", got, wantApplies)
+		}
+	}
+	// h100 is the H100 flavor's quota in the queue, and its JSON pointer.
+	h100 := func() (q, pointer string) {
+		t.Helper()
+		u, err := cqs.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		groups, _, _ := unstructured.NestedSlice(u.Object, "spec", "resourceGroups")
+		for i, g := range groups {
+			for j, f := range g.(map[string]any)["flavors"].([]any) {
+				if f.(map[string]any)["name"] == quota.Flavor("H100-80GB") {
+					return fmt.Sprint(f.(map[string]any)["resources"].([]any)[0].(map[string]any)["nominalQuota"]),
+						fmt.Sprintf("/spec/resourceGroups/%d/flavors/%d/resources/0/nominalQuota", i, j)
+				}
+			}
+		}
+		return "", ""
+	}
+	// nominal is that quota in thousandths of a GPU (the API server and
+	// Kueue may write 2000 as 2k).
+	nominal := func() string {
+		t.Helper()
+		q, _ := h100()
+		v, err := resource.ParseQuantity(q)
+		if err != nil {
+			return q
+		}
+		return fmt.Sprint(v.Value())
+	}
+	// seen waits until the API server's watch cache has the queue as cond
+	// says (SyncQuotas reads it there).
+	seen := func(what string, cond func(u *unstructured.Unstructured, err error) bool) {
+		t.Helper()
+		waitfor.Until(t, 30*time.Second, what, func() error {
+			u, err := cqs.Get(ctx, name, metav1.GetOptions{ResourceVersion: "0"})
+			if !cond(u, err) {
+				return errors.New("not yet")
+			}
+			return nil
+		})
+	}
+	// settled: a pass applies nothing once the API server's watch cache has
+	// the queue as this Kueue left it (Kueue's own first update of a new
+	// queue changes its generation once: one more apply, a no-op, takes it).
+	settled := func(what string) {
+		t.Helper()
+		waitfor.Until(t, 30*time.Second, what, func() error {
+			before := applies.n.Load()
+			if err := k.Kueue().SyncQuotas(ctx, quota.Objects(classes, gpus(2), starterPriorities, quota.Options{ApprovalCheck: true})); err != nil {
+				t.Fatal(err)
+			}
+			if n := applies.n.Load() - before; n != 0 {
+				return fmt.Errorf("%d applies", n)
+			}
+			return nil
+		})
+	}
+	sync(gpus(1), 1) // this Kueue has applied nothing yet
+	sync(gpus(2), 1)
+	if n := nominal(); n != "2000" {
+		t.Errorf("quota %s, want 2000 (2 GPUs)", n)
+	}
+	settled("a pass that changes nothing")
+	sync(gpus(2), 0)
+	sync(gpus(2), 0)
+	// Edited by hand: applied again, and so restored.
+	_, at := h100()
+	patch := []byte(`[{"op": "replace", "path": "` + at + `", "value": "5000"}]`)
+	edited, err := cqs.Patch(ctx, name, types.JSONPatchType, patch, metav1.PatchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen("the edit", func(u *unstructured.Unstructured, err error) bool {
+		return err == nil && u.GetGeneration() == edited.GetGeneration()
+	})
+	sync(gpus(2), 1)
+	if n := nominal(); n != "2000" {
+		t.Errorf("after a hand edit, quota %s, want 2000 again", n)
+	}
+	settled("a pass after the edit that changes nothing")
+	// Deleted by hand: made again.
+	if err := cqs.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	seen("the queue gone", func(_ *unstructured.Unstructured, err error) bool { return apierrors.IsNotFound(err) })
+	sync(gpus(2), 1)
+	if n := nominal(); n != "2000" {
+		t.Errorf("made again with quota %s, want 2000", n)
+	}
+	// The AdmissionCheck: marked active once, then left.
+	if err := k.Kueue().ActivateCheck(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitfor.Until(t, 30*time.Second, "the check active in the watch cache", func() error {
+		u, err := acs.Get(ctx, quota.ApprovalCheck, metav1.GetOptions{ResourceVersion: "0"})
+		if err != nil || !kueue.Condition(u, "Active") {
+			return fmt.Errorf("not yet (%v)", err)
+		}
+		return nil
+	})
+	before := actives.n.Load()
+	if err := k.Kueue().ActivateCheck(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := actives.n.Load() - before; got != 0 {
+		t.Errorf("an active check marked again: %d status applies", got)
+	}
 }

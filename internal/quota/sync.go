@@ -45,8 +45,9 @@ type SyncerOptions struct {
 	Holds      Holds
 	Priorities []Priority
 	Log        *slog.Logger
-	// Refresh applies unchanged objects again every Refresh passes (someone
-	// may have edited them). Default 10.
+	// Refresh hands unchanged objects to Kueue again every Refresh passes
+	// (someone may have edited them: the Kueue adapter applies those that
+	// changed on the cluster). Default 10.
 	Refresh int
 	// Fleet, in a MultiKueue manager, are the worker clusters every team's
 	// queue dispatches to (Options.Fleet); nil: none.

@@ -80,6 +80,14 @@ func (k *Kueue) setCheck(ctx context.Context, u *unstructured.Unstructured, a wo
 // queue whose checks are not active, so it is said once Gantry's controller
 // runs.
 func (k *Kueue) ActivateCheck(ctx context.Context) error {
+	res := k.dyn.Resource(kapi.KueueResources["AdmissionCheck"])
+	// Active already (by this Gantry or another, as the API server's watch
+	// cache has it): left as it is. Marked again, its condition's new time
+	// is a write, and Kueue looks again at every queue that names the
+	// check.
+	if cur, err := res.Get(ctx, quota.ApprovalCheck, metav1.GetOptions{ResourceVersion: "0"}); err == nil && Condition(cur, "Active") {
+		return nil
+	}
 	patch, _ := json.Marshal(map[string]any{
 		"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "AdmissionCheck",
 		"metadata": map[string]any{"name": quota.ApprovalCheck},
@@ -88,7 +96,7 @@ func (k *Kueue) ActivateCheck(ctx context.Context) error {
 			"lastTransitionTime": time.Now().UTC().Format(time.RFC3339), //clock:allow a condition on a Kubernetes object: the cluster compares wall times
 		}}},
 	})
-	_, err := k.dyn.Resource(kapi.KueueResources["AdmissionCheck"]).Patch(ctx, quota.ApprovalCheck, types.ApplyPatchType, patch,
+	_, err := res.Patch(ctx, quota.ApprovalCheck, types.ApplyPatchType, patch,
 		metav1.PatchOptions{FieldManager: admissionManager, Force: kapi.Ptr(true)}, "status")
 	if err != nil {
 		return kapi.Classify(err, "AdmissionCheck", quota.ApprovalCheck)

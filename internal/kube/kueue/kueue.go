@@ -8,6 +8,7 @@ package kueue
 
 import (
 	"errors"
+	"sync"
 	"time"
 
 	"k8s.io/client-go/dynamic"
@@ -21,6 +22,9 @@ type Kueue struct {
 	core   kubernetes.Interface
 	obs    Observer
 	queues workqueue.MetricsProvider // nil: unmeasured
+
+	mu      sync.Mutex
+	applied map[string]applied // by kind/name: what SyncQuotas last applied
 }
 
 // Observer is told how long Kueue took to admit a workload.
@@ -44,5 +48,5 @@ func New(o Options) (*Kueue, error) {
 	if o.Dynamic == nil || o.Core == nil || o.Observer == nil {
 		return nil, errors.New("kueue: clients and an observer are required")
 	}
-	return &Kueue{dyn: o.Dynamic, core: o.Core, obs: o.Observer, queues: o.Queues}, nil
+	return &Kueue{dyn: o.Dynamic, core: o.Core, obs: o.Observer, queues: o.Queues, applied: map[string]applied{}}, nil
 }

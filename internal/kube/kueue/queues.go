@@ -2,6 +2,8 @@ package kueue
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -25,21 +27,59 @@ import (
 
 // Apply server-side applies one Kueue object.
 func (k *Kueue) Apply(ctx context.Context, o quota.Object) error {
+	_, err := k.apply(ctx, o)
+	return err
+}
+
+// apply server-side applies one Kueue object and returns it as the API
+// server has it now.
+func (k *Kueue) apply(ctx context.Context, o quota.Object) (*unstructured.Unstructured, error) {
 	u := &unstructured.Unstructured{Object: o}
 	gvr, ok := kapi.KueueResources[u.GetKind()]
 	if !ok {
-		return fmt.Errorf("kueue: no Kueue resource known for %s", u.GetKind())
+		return nil, fmt.Errorf("kueue: no Kueue resource known for %s", u.GetKind())
 	}
 	data, err := json.Marshal(u)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	_, err = k.dyn.Resource(gvr).Namespace(u.GetNamespace()).Patch(ctx, u.GetName(), types.ApplyPatchType, data,
+	out, err := k.dyn.Resource(gvr).Namespace(u.GetNamespace()).Patch(ctx, u.GetName(), types.ApplyPatchType, data,
 		metav1.PatchOptions{FieldManager: kapi.FieldManager, Force: kapi.Ptr(true)})
 	if err != nil {
-		return kapi.Classify(err, u.GetKind(), u.GetName())
+		return nil, kapi.Classify(err, u.GetKind(), u.GetName())
 	}
-	return nil
+	return out, nil
+}
+
+// applied is what SyncQuotas last applied of an object: the hash of what
+// it applied, and the object's uid and generation as the API server
+// returned them. While the object is that uid at that generation, nobody
+// changed what it says (a spec's every change bumps its generation), and
+// applying the same again would change nothing.
+type applied struct {
+	hash       string
+	uid        types.UID
+	generation int64
+}
+
+// unchanged says whether o is what was last applied as key and live (as
+// the API server's watch cache has it; nil: not there) is still as that
+// apply left it.
+func (k *Kueue) unchanged(key, hash string, live *unstructured.Unstructured) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	a, ok := k.applied[key]
+	return ok && live != nil && a.hash == hash && a.uid == live.GetUID() && a.generation == live.GetGeneration()
+}
+
+func (k *Kueue) remember(key string, a *applied) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if a == nil {
+		delete(k.applied, key)
+		return
+	}
+	k.applied[key] = *a
 }
 
 // SyncQuotas applies Kueue's cluster-wide objects (package quota's Objects)
@@ -48,33 +88,67 @@ func (k *Kueue) Apply(ctx context.Context, o quota.Object) error {
 // removed) — in a MultiKueue manager, its MultiKueueClusters too (a worker
 // removed). Those of a fleet no longer configured at all are left.
 //
+// An object that is what this Kueue last applied, and has not changed on
+// the cluster since (the same uid and generation in the API server's watch
+// cache), is not applied again: a sync pass of a policy that did not
+// change costs a list of each kind, not an apply of every object. What a
+// spec's edit by hand changes is applied again at the next pass; an edit of
+// its labels or annotations alone is left until Gantry restarts or the
+// object's wanted form changes.
+//
 // A ClusterQueue whose team has a Gantry namespace on the cluster now, read
 // after the queues were listed, is never deleted: the team's first launch
 // made the namespace after objs were worked out (another Gantry on the same
 // cluster made it, and its queue, meanwhile). Deleting such a queue left it
 // Terminating, and inactive, for as long as it held admitted workloads.
 func (k *Kueue) SyncQuotas(ctx context.Context, objs []quota.Object) error {
-	want := map[string]bool{}
 	kinds := []string{"ClusterQueue", "ResourceFlavor", "WorkloadPriorityClass", "AdmissionCheck"}
 	for _, o := range objs {
-		if err := k.Apply(ctx, o); err != nil {
-			return err
-		}
-		u := unstructured.Unstructured{Object: o}
-		want[u.GetKind()+"/"+u.GetName()] = true
-		if u.GetKind() == "MultiKueueConfig" {
+		if (&unstructured.Unstructured{Object: o}).GetKind() == "MultiKueueConfig" {
 			// A MultiKueue manager: its workers' objects are pruned too
 			// (only there may Gantry read them).
 			kinds = append(kinds, "MultiKueueConfig", "MultiKueueCluster")
+			break
 		}
 	}
+	// What Gantry made of each kind, from the API server's watch cache (a
+	// moment behind is fine: what changed meanwhile is seen next pass).
+	live := map[string]*unstructured.Unstructured{}
+	lists := map[string][]unstructured.Unstructured{}
 	for _, kind := range kinds {
-		list, err := k.dyn.Resource(kapi.KueueResources[kind]).List(ctx, metav1.ListOptions{LabelSelector: render.LabelManagedBy + "=" + render.ManagedBy})
+		list, err := k.dyn.Resource(kapi.KueueResources[kind]).List(ctx, metav1.ListOptions{LabelSelector: render.LabelManagedBy + "=" + render.ManagedBy, ResourceVersion: "0"})
 		if err != nil {
 			return kapi.Classify(err, kind, "")
 		}
+		lists[kind] = list.Items
+		for i := range list.Items {
+			live[kind+"/"+list.Items[i].GetName()] = &list.Items[i]
+		}
+	}
+	want := map[string]bool{}
+	for _, o := range objs {
+		u := unstructured.Unstructured{Object: o}
+		key := u.GetKind() + "/" + u.GetName()
+		want[key] = true
+		data, err := json.Marshal(o)
+		if err != nil {
+			return err
+		}
+		sum := sha256.Sum256(data)
+		hash := hex.EncodeToString(sum[:])
+		if k.unchanged(key, hash, live[key]) {
+			continue
+		}
+		out, err := k.apply(ctx, o)
+		if err != nil {
+			k.remember(key, nil)
+			return err
+		}
+		k.remember(key, &applied{hash: hash, uid: out.GetUID(), generation: out.GetGeneration()})
+	}
+	for _, kind := range kinds {
 		var teams map[string]bool // read once, when a queue is to go
-		for _, u := range list.Items {
+		for _, u := range lists[kind] {
 			if want[kind+"/"+u.GetName()] {
 				continue
 			}
@@ -82,6 +156,7 @@ func (k *Kueue) SyncQuotas(ctx context.Context, objs []quota.Object) error {
 				if teams == nil {
 					// A consistent list (no resourceVersion): at least
 					// as new as the queues' list above.
+					var err error
 					if teams, err = k.teams(ctx, ""); err != nil {
 						return err
 					}
@@ -90,9 +165,10 @@ func (k *Kueue) SyncQuotas(ctx context.Context, objs []quota.Object) error {
 					continue
 				}
 			}
-			if err := k.dyn.Resource(kapi.KueueResources[kind]).Delete(ctx, u.GetName(), metav1.DeleteOptions{}); err != nil {
+			if err := k.dyn.Resource(kapi.KueueResources[kind]).Delete(ctx, u.GetName(), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 				return kapi.Classify(err, kind, u.GetName())
 			}
+			k.remember(kind+"/"+u.GetName(), nil)
 		}
 	}
 	return nil

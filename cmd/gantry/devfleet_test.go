@@ -35,4 +35,29 @@ func TestDevClustersFile(t *testing.T) {
 			t.Errorf("%d workers: an A100 launch goes to %q (%s)", n, d.Cluster(), d.Reason)
 		}
 	}
+	// Each worker has CPU nodes where CPU-only launches run, labelled as
+	// the GPU classes' cpu section says, and as many cores as its entry
+	// states.
+	cpu, ok := classes.CPU()
+	if !ok {
+		t.Fatal("the GPU classes have no cpu section")
+	}
+	f, err := fleet.Parse("gantry-dev-clusters.yaml", devClustersFile(len(devWorkers), kc), classes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range f.Clusters() {
+		cores := 0
+		for _, s := range devWorkers[i].nodes {
+			if s.CPULabel != "" {
+				if s.CPULabel != cpu.NodeLabel {
+					t.Errorf("%s: CPU nodes labelled %s, want %s", c.Name, s.CPULabel, cpu.NodeLabel)
+				}
+				cores += s.Count * s.Cores
+			}
+		}
+		if c.CPU == nil || cores == 0 || (c.CPU.Cores > 0 && c.CPU.Cores != cores) {
+			t.Errorf("%s: cpu %+v, its CPU nodes %d cores", c.Name, c.CPU, cores)
+		}
+	}
 }

@@ -609,8 +609,8 @@ func TestSyncAppliesOnlyChanges(t *testing.T) {
 		})
 	}
 	// settled: a pass applies nothing once the API server's watch cache has
-	// the queue as this Kueue left it (Kueue's own first update of a new
-	// queue changes its generation once: one more apply, a no-op, takes it).
+	// the queue at the generation this Kueue's last apply left (until then
+	// a pass applies it again, a no-op).
 	settled := func(what string) {
 		t.Helper()
 		waitfor.Until(t, 30*time.Second, what, func() error {
@@ -656,6 +656,39 @@ func TestSyncAppliesOnlyChanges(t *testing.T) {
 	if n := nominal(); n != "2000" {
 		t.Errorf("made again with quota %s, want 2000", n)
 	}
+	// Deleted and made anew by someone else, saying another quota: another
+	// object, applied again (that its uid alone tells it apart, at the same
+	// generation, kueue's TestUnchanged says).
+	mine, err := cqs.Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, at = h100()
+	var gi, fi int
+	if _, err := fmt.Sscanf(at, "/spec/resourceGroups/%d/flavors/%d/", &gi, &fi); err != nil {
+		t.Fatal(err)
+	}
+	groups, _, _ := unstructured.NestedSlice(mine.Object, "spec", "resourceGroups")
+	groups[gi].(map[string]any)["flavors"].([]any)[fi].(map[string]any)["resources"].([]any)[0].(map[string]any)["nominalQuota"] = "7000"
+	if err := unstructured.SetNestedSlice(mine.Object, groups, "spec", "resourceGroups"); err != nil {
+		t.Fatal(err)
+	}
+	if err := cqs.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	seen("the queue gone again", func(_ *unstructured.Unstructured, err error) bool { return apierrors.IsNotFound(err) })
+	theirs := &unstructured.Unstructured{Object: map[string]any{"apiVersion": mine.GetAPIVersion(), "kind": mine.GetKind(), "spec": mine.Object["spec"]}}
+	theirs.SetName(name)
+	theirs.SetLabels(mine.GetLabels())
+	made, err := cqs.Create(ctx, theirs, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen("the queue made anew", func(u *unstructured.Unstructured, err error) bool { return err == nil && u.GetUID() == made.GetUID() })
+	sync(gpus(2), 1)
+	if n := nominal(); n != "2000" {
+		t.Errorf("made anew by someone else: quota %s after the sync, want 2000", n)
+	}
 	// The AdmissionCheck: marked active once, then left.
 	if err := k.Kueue().ActivateCheck(ctx); err != nil {
 		t.Fatal(err)
@@ -673,5 +706,54 @@ func TestSyncAppliesOnlyChanges(t *testing.T) {
 	}
 	if got := actives.n.Load() - before; got != 0 {
 		t.Errorf("an active check marked again: %d status applies", got)
+	}
+}
+
+// TestHeldQueueReleased: a team's queue held at once by a launch
+// (HoldQueue) and by the sync is released by the next sync that no longer
+// holds it.
+func TestHeldQueueReleased(t *testing.T) {
+	k, classes := kueueCluster(t)
+	ctx := t.Context()
+	dyn, err := dynamic.NewForConfig(cluster.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cqs := dyn.Resource(schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "clusterqueues"})
+	const name = "gantry-synchold"
+	if err := k.EnsureNamespace(ctx, name, gteam.Name("synchold")); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cqs.Delete(context.Background(), name, metav1.DeleteOptions{})
+		cluster.Client.CoreV1().Namespaces().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+	sync := func(held bool) {
+		t.Helper()
+		q := map[string]quota.Quota{"synchold": {GPUs: map[string]float64{"H100-80GB": 1}}}
+		if err := k.Kueue().SyncQuotas(ctx, quota.Objects(classes, q, starterPriorities, quota.Options{Held: map[string]bool{"synchold": held}})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	policy := func() string {
+		t.Helper()
+		u, err := cqs.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, _, _ := unstructured.NestedString(u.Object, "spec", "stopPolicy")
+		return p
+	}
+	sync(false)
+	if err := k.Kueue().HoldQueue(ctx, gteam.Name("synchold")); err != nil {
+		t.Fatal(err)
+	}
+	if p := policy(); p != "Hold" {
+		t.Fatalf("held at once: stopPolicy %q", p)
+	}
+	sync(true)
+	sync(false)
+	if p := policy(); p != "None" {
+		t.Errorf("released by the sync: stopPolicy %q, want None", p)
 	}
 }

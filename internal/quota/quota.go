@@ -201,8 +201,14 @@ func Objects(classes *gpu.Catalog, teams map[string]Quota, priorities []Priority
 		if len(checks) > 0 {
 			spec["admissionChecksStrategy"] = map[string]any{"admissionChecks": checks}
 		}
-		if opt.Held[t] {
+		switch {
+		case opt.Held[t]:
 			spec["stopPolicy"] = "Hold"
+		case opt.Held != nil:
+			// Said, not left out: the hold a launch puts on at once
+			// (HoldQueue, a merge patch) is another owner's field, which
+			// an apply that leaves the field out would leave held.
+			spec["stopPolicy"] = "None"
 		}
 		out = append(out, cq)
 	}
@@ -216,7 +222,8 @@ type Options struct {
 	// approved (Gantry must run its check controller).
 	ApprovalCheck bool
 	// Held teams' queues admit nothing new (stopPolicy Hold: a spent
-	// budget under block); what runs goes on.
+	// budget under block); what runs goes on. With Held set, every other
+	// team's queue says stopPolicy None.
 	Held map[string]bool
 	// Fleet, in a MultiKueue manager, puts the MultiKueue AdmissionCheck
 	// (FleetCheck) on every team's queue, with its MultiKueueConfig and a

@@ -157,7 +157,8 @@ func TestObjects(t *testing.T) {
 }
 
 // TestObjectsChecksAndHolds: the approval check on every team's queue with
-// its AdmissionCheck, and stopPolicy Hold only on the held team's.
+// its AdmissionCheck, and stopPolicy Hold only on the held team's (None,
+// said, on the others': a hold made by a patch is released so).
 func TestObjectsChecksAndHolds(t *testing.T) {
 	c := classes(t)
 	objs := Objects(c, map[string]Quota{"nlp": {}, "vision": {}}, nil, Options{ApprovalCheck: true, Held: map[string]bool{"nlp": true}})
@@ -176,8 +177,8 @@ func TestObjectsChecksAndHolds(t *testing.T) {
 			if len(strategy) != 1 || strategy[0].(map[string]any)["name"] != ApprovalCheck {
 				t.Errorf("%s: checks %v", name, strategy)
 			}
-			if held := spec["stopPolicy"] == "Hold"; held != (name == "gantry-nlp") {
-				t.Errorf("%s: stopPolicy %v", name, spec["stopPolicy"])
+			if want := map[bool]string{true: "Hold", false: "None"}[name == "gantry-nlp"]; spec["stopPolicy"] != want {
+				t.Errorf("%s: stopPolicy %v, want %s", name, spec["stopPolicy"], want)
 			}
 		}
 	}

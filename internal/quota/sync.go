@@ -26,7 +26,7 @@ type Kueue interface {
 	Teams(ctx context.Context) ([]string, error)
 	// SyncQuotas applies the objects.
 	SyncQuotas(ctx context.Context, objs []Object) error
-	// ActivateCheck marks Gantry's AdmissionCheck active.
+	// ActivateCheck marks Gantry's AdmissionCheck active, unless it is.
 	ActivateCheck(ctx context.Context) error
 }
 
@@ -55,8 +55,9 @@ type SyncerOptions struct {
 }
 
 // Syncer keeps Kueue's objects as the policy's quotas say: one pass per Run,
-// from the lifecycle owner's loop. It applies when the policy (or the first
-// pass) gives other objects than it last applied, and every Refresh passes.
+// from the lifecycle owner's loop. It hands the objects to Kueue when the
+// policy (or the first pass) gives other objects than it last handed, and
+// every Refresh passes (Kueue applies those that changed).
 type Syncer struct {
 	o    SyncerOptions
 	last string

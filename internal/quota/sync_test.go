@@ -103,8 +103,8 @@ func TestSyncer(t *testing.T) {
 	}
 	k.failApply = nil
 	pass(true)
-	if got := queues(k.applied[len(k.applied)-1])[ClusterQueue("ml")]; got != "" {
-		t.Fatalf("released team's queue: stopPolicy %q", got)
+	if got := queues(k.applied[len(k.applied)-1])[ClusterQueue("ml")]; got != "None" {
+		t.Fatalf("released team's queue: stopPolicy %q, want None (said, so that a hold patched on is taken off)", got)
 	}
 	if _, err := NewSyncer(SyncerOptions{}); err == nil {
 		t.Fatal("NewSyncer without its parts")

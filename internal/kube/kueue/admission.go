@@ -81,11 +81,12 @@ func (k *Kueue) setCheck(ctx context.Context, u *unstructured.Unstructured, a wo
 // runs.
 func (k *Kueue) ActivateCheck(ctx context.Context) error {
 	res := k.dyn.Resource(kapi.KueueResources["AdmissionCheck"])
-	// Active already (by this Gantry or another, as the API server's watch
-	// cache has it): left as it is. Marked again, its condition's new time
-	// is a write, and Kueue looks again at every queue that names the
-	// check.
-	if cur, err := res.Get(ctx, quota.ApprovalCheck, metav1.GetOptions{ResourceVersion: "0"}); err == nil && Condition(cur, "Active") {
+	// Active already (by this Gantry or another): left as it is. Marked
+	// again, its condition's new time is a write, and Kueue looks again at
+	// every queue that names the check. A consistent read, not the watch
+	// cache's: a check just deleted and made anew must not pass for the
+	// old one, active.
+	if cur, err := res.Get(ctx, quota.ApprovalCheck, metav1.GetOptions{}); err == nil && Condition(cur, "Active") {
 		return nil
 	}
 	patch, _ := json.Marshal(map[string]any{

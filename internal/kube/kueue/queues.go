@@ -54,8 +54,9 @@ func (k *Kueue) apply(ctx context.Context, o quota.Object) (*unstructured.Unstru
 // applied is what SyncQuotas last applied of an object: the hash of what
 // it applied, and the object's uid and generation as the API server
 // returned them. While the object is that uid at that generation, nobody
-// changed what it says (a spec's every change bumps its generation), and
-// applying the same again would change nothing.
+// changed what it says (every change but its metadata's and, where it has
+// a status subresource, its status's bumps its generation), and applying
+// the same again would change nothing.
 type applied struct {
 	hash       string
 	uid        types.UID
@@ -91,10 +92,11 @@ func (k *Kueue) remember(key string, a *applied) {
 // An object that is what this Kueue last applied, and has not changed on
 // the cluster since (the same uid and generation in the API server's watch
 // cache), is not applied again: a sync pass of a policy that did not
-// change costs a list of each kind, not an apply of every object. What a
-// spec's edit by hand changes is applied again at the next pass; an edit of
-// its labels or annotations alone is left until Gantry restarts or the
-// object's wanted form changes.
+// change costs a list of each kind, not an apply of every object. An edit
+// by hand of anything but its metadata bumps its generation and is applied
+// back at the next call; an edit of its labels or annotations alone is left
+// until Gantry restarts or the object's wanted form changes (one that takes
+// Gantry's managed-by label off is applied again).
 //
 // A ClusterQueue whose team has a Gantry namespace on the cluster now, read
 // after the queues were listed, is never deleted: the team's first launch

@@ -337,7 +337,7 @@ func TestBrowserClusters(t *testing.T) {
 	if where := cell(on, 2); where != "eu-central / dc1, on-premises; residency=onprem" {
 		t.Errorf("where: %q", where)
 	}
-	if offers := cell(on, 3); offers != "A100-80GB reserved $1.10/GPU-h, 16 GPUs, MIG 1g.10gb 3g.40gb" {
+	if offers := cell(on, 3); offers != "A100-80GB reserved $1.10/GPU-h, 16 GPUs, MIG 1g.10gb 3g.40gb; CPU reserved $0.02/core-h, 256 cores" {
 		t.Errorf("offers: %q", offers)
 	}
 	// This test's workers have no credentials: once read, they say so.
@@ -356,6 +356,11 @@ func TestBrowserClusters(t *testing.T) {
 	}
 	if c := cell(`#cluster-use tr[data-team="nlp"][data-class="H100-80GB"]`, 5); c != "0 (cap 16)" {
 		t.Errorf("nlp's H100s on cloud-east, under its cap there: %q", c)
+	}
+	// Cores: nlp's cap in the cloud, and no bound on its cores ("*" is
+	// every GPU class, not cores).
+	if q, c := cell(`#cluster-use tr[data-team="nlp"][data-class="CPU"]`, 3), cell(`#cluster-use tr[data-team="nlp"][data-class="CPU"]`, 5); q != "no bound" || c != "0 (cap 64)" {
+		t.Errorf("nlp's cores: quota %q, on cloud-east %q", q, c)
 	}
 	if q := cell(`#cluster-use tr[data-team="nlp"][data-class="H100-80GB"]`, 3); q != "4" {
 		t.Errorf("nlp's H100 quota, from its \"*\": %q", q)

@@ -1253,7 +1253,7 @@ async function loadClusters(body) {
     });
     const q = quotaOf(r.team, r.cls);
     return el('tr', { 'data-team': r.team, 'data-class': r.cls }, el('th', { scope: 'row', text: r.team }), el('td', { text: r.cls === '*' ? 'any other' : r.cls }),
-      el('td', { text: q !== undefined ? gpuCount(q) : 'none' }), ...cells, el('td', { text: gpuCount(all) + (q !== undefined && all > q + 1e-9 ? ' (borrowing)' : '') }));
+      el('td', { text: q !== undefined ? gpuCount(q) : r.cls === 'CPU' ? 'no bound' : 'none' }), ...cells, el('td', { text: gpuCount(all) + (q !== undefined && all > q + 1e-9 ? ' (borrowing)' : '') }));
   }));
 }
 

@@ -247,49 +247,49 @@ func (k *Nodes) FreeGPUs(ctx context.Context, class gpu.Class, res string) (tota
 // schedulable one, and the most any one of them has allocatable (cordoned
 // ones too: what could ever be placed on one); nodes is how many there are.
 func (k *Nodes) FreeCPU(ctx context.Context, label string) (onOneNode, mostOnOneNode int64, nodes int, err error) {
+	c, err := k.cpu(ctx, label)
+	return c.onOneNode, c.mostOnOneNode, c.nodes, err
+}
+
+// CPUFree is the cores that no pod requests, in all, on those nodes that
+// are schedulable (what a worker cluster has free for CPU-only launches, as
+// Free counts GPUs).
+func (k *Nodes) CPUFree(ctx context.Context, label string) (float64, error) {
+	c, err := k.cpu(ctx, label)
+	return float64(c.total) / 1000, err
+}
+
+// cpuCount is the CPU nodes' millicores as FreeCPU and CPUFree say them.
+type cpuCount struct {
+	total, onOneNode, mostOnOneNode int64
+	nodes                           int
+}
+
+// cpu reads the CPU nodes (label=true, no GPU) and their pods once.
+func (k *Nodes) cpu(ctx context.Context, label string) (cpuCount, error) {
 	list, err := k.core.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: label + "=true,!" + render.LabelGPUProduct, ResourceVersion: "0"})
 	if err != nil {
-		return 0, 0, 0, kapi.Classify(err, "node", "")
+		return cpuCount{}, kapi.Classify(err, "node", "")
 	}
+	c := cpuCount{nodes: len(list.Items)}
 	for _, n := range list.Items {
 		q, ok := n.Status.Allocatable[corev1.ResourceCPU]
 		if !ok {
 			continue
 		}
-		mostOnOneNode = max(mostOnOneNode, q.MilliValue())
+		c.mostOnOneNode = max(c.mostOnOneNode, q.MilliValue())
 		if n.Spec.Unschedulable {
 			continue
 		}
 		pods, err := k.podsOn(ctx, n.Name)
 		if err != nil {
-			return 0, 0, 0, err
+			return cpuCount{}, err
 		}
-		onOneNode = max(onOneNode, cpuFreeOn(q.MilliValue(), pods))
+		free := cpuFreeOn(q.MilliValue(), pods)
+		c.onOneNode = max(c.onOneNode, free)
+		c.total += free
 	}
-	return onOneNode, mostOnOneNode, len(list.Items), nil
-}
-
-// CPUFree is the cores that no pod requests, in all, on the schedulable
-// nodes labelled label=true that are no GPU node (what a worker cluster
-// has free for CPU-only launches, as Free counts GPUs).
-func (k *Nodes) CPUFree(ctx context.Context, label string) (float64, error) {
-	list, err := k.core.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: label + "=true,!" + render.LabelGPUProduct, ResourceVersion: "0"})
-	if err != nil {
-		return 0, kapi.Classify(err, "node", "")
-	}
-	var milli int64
-	for _, n := range list.Items {
-		q, ok := n.Status.Allocatable[corev1.ResourceCPU]
-		if !ok || n.Spec.Unschedulable {
-			continue
-		}
-		pods, err := k.podsOn(ctx, n.Name)
-		if err != nil {
-			return 0, err
-		}
-		milli += cpuFreeOn(q.MilliValue(), pods)
-	}
-	return float64(milli) / 1000, nil
+	return c, nil
 }
 
 // cpuFreeOn is the millicores of allocatable that pods that have not ended
@@ -300,11 +300,7 @@ func cpuFreeOn(allocatable int64, pods []corev1.Pod) int64 {
 		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
 		}
-		for _, ctr := range p.Spec.Containers {
-			if r, ok := ctr.Resources.Requests[corev1.ResourceCPU]; ok {
-				free -= r.MilliValue()
-			}
-		}
+		free -= CPURequested(p.Spec.Containers)
 	}
 	return max(0, free)
 }
@@ -365,4 +361,15 @@ func freeOn(allocatable int64, pods []corev1.Pod, res corev1.ResourceName) int64
 		}
 	}
 	return free
+}
+
+// CPURequested is the millicores containers request.
+func CPURequested(ctrs []corev1.Container) int64 {
+	var milli int64
+	for _, ctr := range ctrs {
+		if r, ok := ctr.Resources.Requests[corev1.ResourceCPU]; ok {
+			milli += r.MilliValue()
+		}
+	}
+	return milli
 }

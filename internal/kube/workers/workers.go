@@ -210,7 +210,7 @@ func (w *Workers) readOne(ctx context.Context, c fleet.Cluster) fleet.State {
 		}
 		n := w.gpus(class, p.Spec.Containers)
 		if class == gpu.CPUClass {
-			n = cores(p.Spec.Containers)
+			n = float64(nodes.CPURequested(p.Spec.Containers)) / 1000
 		}
 		if s.Used[team] == nil {
 			s.Used[team] = map[string]float64{}
@@ -235,17 +235,6 @@ func (w *Workers) gpus(class string, ctrs []corev1.Container) float64 {
 		}
 	}
 	return n
-}
-
-// cores is what containers request of CPU, in cores.
-func cores(ctrs []corev1.Container) float64 {
-	var milli int64
-	for _, ctr := range ctrs {
-		if q, ok := ctr.Resources.Requests[corev1.ResourceCPU]; ok {
-			milli += q.MilliValue()
-		}
-	}
-	return float64(milli) / 1000
 }
 
 // client is the cluster's client, built again when its kubeconfig changed.

@@ -25,7 +25,7 @@ cd "$(dirname "$0")"
 SUITE=bookworm
 # RECIPE is the version of how image() builds: bump it when a change to it
 # should rebuild every cached image.
-RECIPE=2
+RECIPE=3
 MIRROR=${GANTRY_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 cache=${GANTRY_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gantry}/images
 mkdir -p "$cache"
@@ -99,10 +99,18 @@ image() {
   rm -rf "$tmp/rootfs"/var/lib/apt/lists/* "$tmp/rootfs"/usr/share/doc/* "$tmp/rootfs"/usr/share/man/* \
     "$tmp/rootfs"/usr/share/locale/* "$tmp/rootfs"/var/log/* "$tmp/rootfs"/etc/resolv.conf
   mkdir -p "$tmp/out"
-  tar --numeric-owner --sort=name --mtime=@0 -C "$tmp/rootfs" -cf - . | gzip -6 -n > "$tmp/out/layer.tar.gz"
+  # gzip -1: a third of -6's CPU for layers about a tenth larger, which
+  # only ever travel over loopback; the uncompressed digest is taken on the
+  # way in instead of decompressing the layer again.
+  mkfifo "$tmp/layer.tar"
+  sha256sum < "$tmp/layer.tar" | cut -d' ' -f1 > "$tmp/diffid" &
+  local sum=$!
+  tar --numeric-owner --sort=name --mtime=@0 -C "$tmp/rootfs" -cf - . |
+    tee "$tmp/layer.tar" | gzip -1 -n > "$tmp/out/layer.tar.gz"
+  wait "$sum"
   local digest diffid size
   digest=$(sha256sum < "$tmp/out/layer.tar.gz" | cut -d' ' -f1)
-  diffid=$(gzip -dc < "$tmp/out/layer.tar.gz" | sha256sum | cut -d' ' -f1)
+  diffid=$(cat "$tmp/diffid")
   size=$(stat -c %s "$tmp/out/layer.tar.gz")
   printf '{"digest": "sha256:%s", "diffID": "sha256:%s", "size": %s, "inputs": "%s"}\n' "$digest" "$diffid" "$size" "$inputs" > "$tmp/out/layer.json"
   rm -rf "$dir"

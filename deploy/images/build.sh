@@ -111,6 +111,7 @@ image() {
   local digest diffid size
   digest=$(sha256sum < "$tmp/out/layer.tar.gz" | cut -d' ' -f1)
   diffid=$(cat "$tmp/diffid")
+  [ ${#diffid} -eq 64 ] || { echo "images: $name:$tag: no digest of the uncompressed layer" >&2; return 1; }
   size=$(stat -c %s "$tmp/out/layer.tar.gz")
   printf '{"digest": "sha256:%s", "diffID": "sha256:%s", "size": %s, "inputs": "%s"}\n' "$digest" "$diffid" "$size" "$inputs" > "$tmp/out/layer.json"
   rm -rf "$dir"

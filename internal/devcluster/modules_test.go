@@ -15,7 +15,9 @@ import (
 // built without cgo and with -trimpath, so the Go build cache then compiles
 // the shared packages — the Kubernetes libraries, gRPC, protobuf — once,
 // which a cold CI run needs (docs/ci.md). A bump on one side fails here
-// until the other follows; the message says what to run.
+// until the other follows; the message says what to run. The version compared is both the
+// one required (which the Go build cache's key holds) and, where the module
+// is replaced, the replacement's (the code compiled).
 func TestToolModulesAligned(t *testing.T) {
 	root, err := filepath.Abs("../..")
 	if err != nil {
@@ -31,7 +33,7 @@ func TestToolModulesAligned(t *testing.T) {
 		}
 		shared++
 		if v != w {
-			behind[v.path+" "+v.version+" (Gantry) vs "+w.version+" (deploy/cluster)"] = true
+			behind[v.path+" "+v.String()+" (Gantry) vs "+w.String()+" (deploy/cluster)"] = true
 		}
 	}
 	if len(behind) > 0 {
@@ -41,7 +43,8 @@ func TestToolModulesAligned(t *testing.T) {
 		}
 		sort.Strings(lines)
 		t.Errorf("modules whose packages both Gantry and deploy/cluster build differ in version, so they compile twice: "+
-			"`go get module@version` on the side behind (in the root or in deploy/cluster), then go mod tidy in both:\n%s",
+			"`go get module@version` on the side behind (in the root or in deploy/cluster; for a module deploy/cluster replaces, "+
+			"go mod edit -require=module@version there), then go mod tidy in both:\n%s",
 			strings.Join(lines, "\n"))
 	}
 	// About 650 packages outside the standard library are shared today: a
@@ -51,14 +54,24 @@ func TestToolModulesAligned(t *testing.T) {
 	}
 }
 
-type moduleVersion struct{ path, version string }
+// moduleVersion is where a package comes from: its module's path, the
+// version required and, if the module is replaced, the replacement's path
+// and version.
+type moduleVersion struct{ path, version, replacedBy string }
+
+func (m moduleVersion) String() string {
+	if m.replacedBy != "" {
+		return m.version + " => " + m.replacedBy
+	}
+	return m.version
+}
 
 // listDeps returns each package that pkgs import, directly or not, built
-// without cgo in dir's module, with the module (and version) it comes from:
-// empty for the standard library.
+// without cgo in dir's module, with the module it comes from: empty for the
+// standard library.
 func listDeps(t *testing.T, dir string, pkgs ...string) map[string]moduleVersion {
 	t.Helper()
-	cmd := exec.Command("go", append([]string{"list", "-deps", "-f", "{{.ImportPath}} {{with .Module}}{{.Path}} {{.Version}}{{end}}"}, pkgs...)...)
+	cmd := exec.Command("go", append([]string{"list", "-deps", "-f", "{{.ImportPath}} {{with .Module}}{{.Path}} {{.Version}}{{with .Replace}} {{.Path}}@{{.Version}}{{end}}{{end}}"}, pkgs...)...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	out, err := cmd.Output()
@@ -76,7 +89,13 @@ func listDeps(t *testing.T, dir string, pkgs ...string) map[string]moduleVersion
 		case 1:
 			deps[f[0]] = moduleVersion{}
 		case 3:
-			deps[f[0]] = moduleVersion{f[1], f[2]}
+			deps[f[0]] = moduleVersion{path: f[1], version: f[2]}
+		case 4:
+			m := moduleVersion{path: f[1], version: f[2], replacedBy: f[3]}
+			if m.replacedBy == m.path+"@"+m.version {
+				m.replacedBy = "" // replaced by itself: the same code under the same key
+			}
+			deps[f[0]] = m
 		case 2: // a package of the main module: a path, no version
 			deps[f[0]] = moduleVersion{path: f[1]}
 		}

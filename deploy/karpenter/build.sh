@@ -7,7 +7,7 @@
 # with whom it shares the Kubernetes libraries and controller-runtime in the
 # Go build cache. It needs a newer Go than the project's (its go.mod says
 # 1.26.10): GOTOOLCHAIN fetches that toolchain through the module proxy for
-# these builds only. A cold build takes about 3 minutes on 2 cores after
+# these builds only. A cold build takes about a minute on 2 cores after
 # Kueue's; later calls return at once.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -19,7 +19,7 @@ dir="$cache/karpenter-$KARPENTER_VERSION-$key"
 if [ ! -x "$dir/bin/karpenter-kwok" ] || [ ! -d "$dir/crds" ]; then
   rm -rf "$dir.tmp"
   mkdir -p "$dir.tmp/bin" "$dir.tmp/crds"
-  echo "karpenter: building $KARPENTER_VERSION (kwok provider, $TOOLCHAIN) into $dir (first time: about 3 minutes after Kueue)" >&2
+  echo "karpenter: building $KARPENTER_VERSION (kwok provider, $TOOLCHAIN) into $dir (first time: about a minute after Kueue)" >&2
   start=$(date +%s)
   if ! grep -q "sigs.k8s.io/karpenter $KARPENTER_VERSION\b" ../controllers/go.mod; then
     echo "karpenter: deploy/controllers/go.mod does not require sigs.k8s.io/karpenter $KARPENTER_VERSION" >&2

@@ -1,6 +1,7 @@
 package devcluster
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -76,11 +77,11 @@ func listDeps(t *testing.T, dir string, pkgs ...string) map[string]moduleVersion
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	out, err := cmd.Output()
 	if err != nil {
-		msg := ""
-		if ee, ok := err.(*exec.ExitError); ok {
-			msg = string(ee.Stderr)
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			t.Fatalf("go list in %s: %v\n%s", dir, err, ee.Stderr)
 		}
-		t.Fatalf("go list in %s: %v\n%s", dir, err, msg)
+		t.Fatalf("go list in %s: %v", dir, err)
 	}
 	deps := map[string]moduleVersion{}
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {

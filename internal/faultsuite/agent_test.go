@@ -23,10 +23,12 @@ import (
 )
 
 // oneGPU is a node with one GPU that reads the same every pass, and
-// keeps when it was read: the readings the agent made.
+// keeps when it was read (the readings the agent made) and how many times
+// (its passes).
 type oneGPU struct {
-	mu   sync.Mutex
-	read map[time.Time]bool
+	mu     sync.Mutex
+	read   map[time.Time]bool
+	passes int
 }
 
 func (*oneGPU) Inventory(context.Context) ([]telemetry.GPUState, error) {
@@ -35,6 +37,7 @@ func (*oneGPU) Inventory(context.Context) ([]telemetry.GPUState, error) {
 func (g *oneGPU) Sample(_ context.Context, now time.Time) ([]agent.DeviceSample, error) {
 	g.mu.Lock()
 	g.read[now] = true
+	g.passes++
 	g.mu.Unlock()
 	v := telemetry.NoValues()
 	v[telemetry.GPUUtil], v[telemetry.Power] = 60, 400
@@ -122,26 +125,35 @@ func TestAgentCutOffTenMinutes(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
-	stored := func() int {
-		n := 0
-		if err := samples.SamplesBetween(context.Background(), start.Add(-time.Minute), start.Add(time.Hour), func(telemetry.Sample) error { n++; return nil }); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
-	// A pass each 10 s: 3 online, then 60 (ten minutes) cut off.
+	// A pass each 10 s: 3 online, then 60 (ten minutes) cut off. Each
+	// step waits for the agent's pass on its tick before the next: a step
+	// taken while the agent is still behind would find the ticker's one
+	// pending tick already there and be lost (a slow machine lost two and
+	// the agent never caught up), or two passes would read the GPU at one
+	// moment.
 	passes := 0
 	step := func() {
 		passes++
-		want := passes
+		want := passes + 1 // the pass when the agent starts, then one a tick
 		clk.Step(10 * time.Second)
 		waitfor.Until(t, 60*time.Second, fmt.Sprintf("pass %d sampled", want), func() error {
-			if n := a.Buffered() + stored(); n < want-1 {
-				return fmt.Errorf("%d readings", n)
+			gpu.mu.Lock()
+			defer gpu.mu.Unlock()
+			if gpu.passes < want {
+				return fmt.Errorf("%d passes", gpu.passes)
 			}
 			return nil
 		})
 	}
+	// The ticker exists once the first pass is made.
+	waitfor.Until(t, 60*time.Second, "the agent's first pass", func() error {
+		gpu.mu.Lock()
+		defer gpu.mu.Unlock()
+		if gpu.passes == 0 {
+			return fmt.Errorf("no pass yet")
+		}
+		return nil
+	})
 	for range 3 {
 		step()
 	}

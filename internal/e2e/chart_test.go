@@ -44,7 +44,8 @@ var chartHooks = clustertest.Hooks{Before: installChart, After: checkRBAC,
 	// A real node beside the simulated fleet: CPU-only launches run there,
 	// and Kueue counts their cores against the teams' quota.cores, as in
 	// `gantry dev`.
-	Options: func(o *devcluster.Options) { o.RealNode, o.KueueCountsCPU = true, true }}
+	// (Not for the part of the suite without the real node's tests.)
+	Options: func(o *devcluster.Options) { o.RealNode, o.KueueCountsCPU = withRealNode, true }}
 
 func helmChart(t testing.TB, args ...string) string {
 	t.Helper()

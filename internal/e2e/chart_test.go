@@ -2,11 +2,8 @@ package e2e_test
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
-	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -149,13 +146,8 @@ var notExercised = map[string]string{
 // checkRBAC compares what the chart's ServiceAccount asked the API server
 // for during the whole suite (its audit log) with what the chart grants:
 // nothing it asked for was refused, and nothing granted went unused.
-//
-// Run as one of the suite's two parts (GANTRY_TEST_E2E_PART), each part
-// checks what it was refused and used without a rule; the part that ends
-// second checks what was granted and never used against what both used
-// (usedByParts).
 func checkRBAC(c *devcluster.Cluster) error {
-	if f := flag.Lookup("test.run"); part == "" && f != nil && f.Value.String() != "" {
+	if f := flag.Lookup("test.run"); f != nil && f.Value.String() != "" {
 		return nil // a partial run exercises part of Gantry
 	}
 	granted, err := clustertest.Grants(deploy.ClusterRoleRules, deploy.EndpointsClusterRoleRules, deploy.RoleRules)
@@ -165,12 +157,6 @@ func checkRBAC(c *devcluster.Cluster) error {
 	used, refused, err := clustertest.Audited(c.AuditLog(), chartIdentity)
 	if err != nil {
 		return err
-	}
-	all := used
-	if part != "" {
-		if all, err = usedByParts(used); err != nil {
-			return err
-		}
 	}
 	var problems []string
 	for _, k := range refused {
@@ -182,24 +168,21 @@ func checkRBAC(c *devcluster.Cluster) error {
 		}
 	}
 	for k := range granted {
-		if all == nil {
-			break // the other part has not ended: it checks
-		}
 		// A server-side apply of a new object is authorized as create too,
 		// and audited as patch.
-		applied := strings.HasSuffix(k, " create") && all[strings.TrimSuffix(k, " create")+" patch"]
-		if !all[k] && !applied && notExercised[k] == "" {
+		applied := strings.HasSuffix(k, " create") && used[strings.TrimSuffix(k, " create")+" patch"]
+		if !used[k] && !applied && notExercised[k] == "" {
 			problems = append(problems, fmt.Sprintf("granted %s, never used by the suite: drop it from the chart, or list it in notExercised with where it is used", k))
 		}
 	}
 	if len(problems) > 0 {
 		sort.Strings(problems)
-		var asked []string
+		var all []string
 		for k := range used {
-			asked = append(asked, k)
+			all = append(all, k)
 		}
-		sort.Strings(asked)
-		return fmt.Errorf("the chart's RBAC is not what Gantry uses:\n  %s\nwhat it used: %s", strings.Join(problems, "\n  "), strings.Join(asked, ", "))
+		sort.Strings(all)
+		return fmt.Errorf("the chart's RBAC is not what Gantry uses:\n  %s\nwhat it used: %s", strings.Join(problems, "\n  "), strings.Join(all, ", "))
 	}
 	return nil
 }
@@ -250,42 +233,4 @@ func TestChart(t *testing.T) {
 	if _, err := cluster.Client.RbacV1().ClusterRoles().Get(ctx, "gantry-chart-full-gantry", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the ClusterRole outlived its release: %v", err)
 	}
-}
-
-// usedByParts records what this part of the suite used, in a file named
-// for the test run (GANTRY_TEST_RUN, which .ci/test sets for both parts),
-// and returns what both parts used once the other part's file is there;
-// nil while it is not (that part, ending later, finds both). Each part
-// writes before it reads, so the part that ends second always sees both.
-func usedByParts(used map[string]bool) (map[string]bool, error) {
-	run := os.Getenv("GANTRY_TEST_RUN")
-	if run == "" {
-		run = "local"
-	}
-	file := func(p string) string { return filepath.Join(os.TempDir(), "gantry-e2e-rbac-"+run+"-"+p+".json") }
-	other := "realnode"
-	if part == "realnode" {
-		other = "others"
-	}
-	b, err := json.Marshal(used)
-	if err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(file(part), b, 0o600); err != nil {
-		return nil, err
-	}
-	b, err = os.ReadFile(file(other))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	var theirs map[string]bool
-	if err := json.Unmarshal(b, &theirs); err != nil {
-		return nil, fmt.Errorf("%s: %w", file(other), err)
-	}
-	all := maps.Clone(used)
-	maps.Copy(all, theirs)
-	return all, nil
 }

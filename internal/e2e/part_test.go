@@ -6,7 +6,6 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"maps"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -24,17 +23,14 @@ import (
 // 545 s on a warm run (2026-12-06); the rest, about 300.
 const partEnv = "GANTRY_TEST_E2E_PART"
 
-// part is partEnv's value for this run.
-var part string
-
 // withRealNode is whether the package's cluster starts the real node: not
 // for the part without its tests.
 var withRealNode = true
 
 // selectPart narrows the run to part (partEnv's value) by setting
 // -test.run or -test.skip to the real node's tests.
-func selectPart(p string) error {
-	if part = p; part == "" {
+func selectPart(part string) error {
+	if part == "" {
 		return nil
 	}
 	names, err := realNodeTests(".")
@@ -140,23 +136,5 @@ func TestRealNodeTestsFound(t *testing.T) {
 		if slices.Contains(names, not) {
 			t.Errorf("%s among the real node's tests %v", not, names)
 		}
-	}
-}
-
-// TestUsedByParts: the part that ends first leaves the unused-grant check
-// to the other; the part that ends second gets what both used.
-func TestUsedByParts(t *testing.T) {
-	t.Setenv("TMPDIR", t.TempDir())
-	t.Setenv("GANTRY_TEST_RUN", "unit")
-	defer func(was string) { part = was }(part)
-	part = "others"
-	all, err := usedByParts(map[string]bool{"pods get": true})
-	if err != nil || all != nil {
-		t.Fatalf("the first part to end: %v, %v; want nil, nil", all, err)
-	}
-	part = "realnode"
-	all, err = usedByParts(map[string]bool{"pods/exec create": true})
-	if err != nil || !maps.Equal(all, map[string]bool{"pods get": true, "pods/exec create": true}) {
-		t.Fatalf("the second part to end: %v, %v; want both parts' use", all, err)
 	}
 }

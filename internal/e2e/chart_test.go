@@ -44,8 +44,7 @@ var chartHooks = clustertest.Hooks{Before: installChart, After: checkRBAC,
 	// A real node beside the simulated fleet: CPU-only launches run there,
 	// and Kueue counts their cores against the teams' quota.cores, as in
 	// `gantry dev`.
-	// (Not for the part of the suite without the real node's tests.)
-	Options: func(o *devcluster.Options) { o.RealNode, o.KueueCountsCPU = withRealNode, true }}
+	Options: func(o *devcluster.Options) { o.RealNode, o.KueueCountsCPU = true, true }}
 
 func helmChart(t testing.TB, args ...string) string {
 	t.Helper()

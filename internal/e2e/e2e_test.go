@@ -55,14 +55,7 @@ var cluster *devcluster.Cluster
 // database beside it and a notebook, takes both). Any
 // test that changes the policy's quotas or budgets (TestApprovalsAndBudgets)
 // stays serial.
-//
-// GANTRY_TEST_E2E_PART splits the suite in two, the real node's tests and
-// the rest, each run on a cluster of its own (part_test.go).
 func TestMain(m *testing.M) {
-	if err := selectPart(os.Getenv(partEnv)); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
-	}
 	clustertest.Main(servertest.RemovingBinary(m), "e2e", &cluster, chartHooks)
 }
 

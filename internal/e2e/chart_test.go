@@ -190,6 +190,7 @@ func checkRBAC(c *devcluster.Cluster) error {
 // server (server-side dry run), and a second release with everything on
 // (agent, git-sync) installs, upgrades and uninstalls cleanly.
 func TestChart(t *testing.T) {
+	alone(t)
 	if cluster == nil {
 		t.Skip(clustertest.ErrNotRequested)
 	}

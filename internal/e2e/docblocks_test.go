@@ -75,6 +75,7 @@ var notHere = map[string]string{
 // Commands that install Gantry elsewhere (kubectl, helm) or are the README's
 // two commands themselves (make) are listed, not run.
 func TestDocBlocks(t *testing.T) {
+	alone(t)
 	g := start(t, storetest.SQLitePath(t), true)
 	root, _ := filepath.Abs("../..")
 	bin := servertest.Binary(t)

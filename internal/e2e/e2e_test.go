@@ -8,6 +8,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -18,6 +19,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -42,20 +44,33 @@ import (
 
 var cluster *devcluster.Cluster
 
-// TestMain starts the local cluster once for the package. The slowest tests
-// that run Gantry as a separate process (the chart's images, the rolling
-// upgrade, kill -9 mid-launch, the two replicas) spend most of their time
-// waiting on the processes they start, so they run in parallel with each
-// other once the serial tests are done. Each has its own database, teams,
-// namespaces and Lease, and runs the default policy, so their quota syncs
-// write the same Kueue objects. So do the real node's tests (a shell job,
-// a notebook, training resumed, max runtime, inference, idle culling),
-// which mostly wait on real containers, two at a time at most (one core of
-// the real node each: holdRealNode; Gantry as a pod there, with its
-// database beside it and a notebook, takes both). Any
-// test that changes the policy's quotas or budgets (TestApprovalsAndBudgets)
-// stays serial.
+// TestMain starts the local cluster once for the package. Its tests run in
+// three groups at once (gates_test.go), each test with its own database,
+// namespaces and Lease, and all on the default policy, so their quota syncs
+// write the same Kueue objects:
+//   - the tests of the simulated fleet, one at a time (alone);
+//   - the slowest tests that run Gantry as a separate process (the chart's
+//     images, the rolling upgrade, kill -9 mid-launch, the two replicas),
+//     which spend most of their time waiting on the processes they start,
+//     two at a time (beside);
+//   - the real node's tests (a shell job, notebooks, training resumed, max
+//     runtime, inference, idle culling), which mostly wait on real containers
+//     on a node of their own, two at a time (one core of the real node each:
+//     holdRealNode; Gantry as a pod there, with its database beside it and a
+//     notebook, takes both), the longest first.
+//
+// The gates, not -parallel, say how many run at once: a test waiting at a
+// gate holds a -parallel slot, so TestMain raises it above the number of
+// tests. The tests that change the policy's quotas or budgets of a team the
+// default policy names (TestApprovalsAndBudgets, TestPortalTeamView) stay
+// serial: Go runs them before the parallel tests start.
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if p := flag.Lookup("test.parallel"); p != nil && p.Value.String() != "" {
+		if n, _ := strconv.Atoi(p.Value.String()); n < 100 {
+			_ = p.Value.Set("100")
+		}
+	}
 	clustertest.Main(servertest.RemovingBinary(m), "e2e", &cluster, chartHooks)
 }
 
@@ -258,6 +273,7 @@ func nodeProduct(t *testing.T, name string) (string, corev1.ResourceList) {
 // reaches Running (services, notebooks) or Succeeded (jobs) on a node of the
 // chosen GPU class, with the GPU resource it asked for.
 func TestStarterTemplatesRun(t *testing.T) {
+	alone(t)
 	g := start(t, storetest.SQLitePath(t), true)
 	classes, _ := gpu.LoadFile("../../templates/gpu-classes.yaml")
 	tests := []struct {
@@ -326,6 +342,7 @@ func TestStarterTemplatesRun(t *testing.T) {
 // node selector), runs on the CC node of that TEE with passed-through GPUs;
 // a confidential request for a non-confidential image is refused.
 func TestConfidentialLaunch(t *testing.T) {
+	alone(t)
 	g := start(t, storetest.SQLitePath(t), true)
 	s, w := g.launch(model.LaunchRequest{Template: "confidential-inference", Team: "vision"})
 	if s != 201 || servertest.Deref(w.Tee) != model.WorkloadTeeSnp {
@@ -356,6 +373,7 @@ func TestConfidentialLaunch(t *testing.T) {
 // launch is refused at once, naming gpu.count and the most one machine of
 // the class's node groups has (it used to be accepted and stay Pending).
 func TestOversizedRefused(t *testing.T) {
+	alone(t)
 	g := start(t, storetest.SQLitePath(t), true)
 	ctx := t.Context()
 	// A template that allows 16 GPUs; no node has more than 8.
@@ -398,6 +416,7 @@ func TestOversizedRefused(t *testing.T) {
 // objects (no late report revives it), starting brings it back at the same
 // endpoint, and deleting removes everything.
 func TestStopStartDelete(t *testing.T) {
+	alone(t)
 	g := start(t, storetest.SQLitePath(t), true)
 	ctx := context.Background()
 	s, w := g.launch(model.LaunchRequest{Template: "vllm-inference", Team: "ops"})
@@ -453,6 +472,7 @@ func TestStopStartDelete(t *testing.T) {
 // notebook past its max runtime is stopped by the lifecycle loop, with the
 // reason on the record, and keeps its volume too.
 func TestNotebookKeepsItsVolume(t *testing.T) {
+	alone(t)
 	g := start(t, storetest.SQLitePath(t), true)
 	ctx := context.Background()
 	s, w := g.launch(model.LaunchRequest{Template: "jupyter-notebook", Team: "nb"})
@@ -555,6 +575,7 @@ func (g *gantryServer) waitNoObjects(t *testing.T, team, id string) {
 
 // TestIdempotencyKey: the same key launches once.
 func TestIdempotencyKey(t *testing.T) {
+	alone(t)
 	g := start(t, storetest.SQLitePath(t), true)
 	key := &model.CreateWorkloadParams{IdempotencyKey: new("launch-42")}
 	var ids []string
@@ -581,6 +602,7 @@ func TestIdempotencyKey(t *testing.T) {
 // TestCrashBetweenRecordAndApply: a launch recorded by a Gantry that died before
 // applying it is applied exactly once by the next Gantry's reconciler.
 func TestCrashBetweenRecordAndApply(t *testing.T) {
+	alone(t)
 	db := storetest.SQLitePath(t)
 	first := start(t, db, false) // records, cannot apply: the "crash" window
 	s, w := first.launch(model.LaunchRequest{Template: "dev-environment", Team: "crash"})
@@ -609,6 +631,7 @@ func TestCrashBetweenRecordAndApply(t *testing.T) {
 // says the cluster is not ready, launches are accepted and kept, and they are
 // applied once the kubeconfig (and so the cluster) is there.
 func TestClusterAway(t *testing.T) {
+	alone(t)
 	if cluster == nil {
 		t.Skip(clustertest.ErrNotRequested)
 	}
@@ -651,6 +674,7 @@ func TestClusterAway(t *testing.T) {
 // TestOrphans: objects with Gantry's labels but no live record are reported,
 // and removed when asked.
 func TestOrphans(t *testing.T) {
+	alone(t)
 	g := start(t, storetest.SQLitePath(t), true)
 	s, w := g.launch(model.LaunchRequest{Template: "vllm-inference", Team: "orphan"})
 	if s != 201 {
@@ -729,6 +753,7 @@ func templateFile(t testing.TB, path string) model.TemplateDocument {
 // TestLogs: a workload's log comes through the pods/log API (kwok answers for
 // the kubelet), whole, its tail, or followed as a stream.
 func TestLogs(t *testing.T) {
+	alone(t)
 	g := start(t, storetest.SQLitePath(t), true)
 	s, w := g.launch(model.LaunchRequest{Template: "vllm-inference", Team: "logs"})
 	if s != 201 {
@@ -831,6 +856,7 @@ func TestLogs(t *testing.T) {
 // a ValidatingAdmissionPolicy, as sites use), the launch answers 422 with the
 // server's reason, and the workload is Failed with it.
 func TestRejectedByAdmission(t *testing.T) {
+	alone(t)
 	g := start(t, storetest.SQLitePath(t), true)
 	ctx := context.Background()
 	policy := &admissionv1.ValidatingAdmissionPolicy{
@@ -886,6 +912,7 @@ func TestRejectedByAdmission(t *testing.T) {
 // queues the next — Queued through the API, with Kueue's reason and its
 // place in the queue — and stopping the first lets the second run.
 func TestQuotaQueues(t *testing.T) {
+	alone(t)
 	g := start(t, storetest.SQLitePath(t), true)
 	launch := func() model.Workload {
 		s, w := g.launch(model.LaunchRequest{Template: "vllm-inference", Team: "tight", Gpu: &model.GPUChoice{Class: new("H100-80GB"), Count: new(1)}})

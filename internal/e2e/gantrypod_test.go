@@ -68,7 +68,7 @@ func TestGantryAsAPod(t *testing.T) {
 	if cluster == nil {
 		t.Skip(clustertest.ErrNotRequested)
 	}
-	t.Parallel() // see the note on TestMain
+	t.Parallel() // the real node's tests: see gates_test.go
 	_, err := cluster.RealNode()
 	needIt(t, "the real node", err)
 	pgUID, pgGID, err := userIn(filepath.Join(devregistry.ImagesDir(), "postgres", "15-debian12", "layer.tar.gz"), "postgres")
@@ -118,8 +118,7 @@ func TestGantryAsAPod(t *testing.T) {
 	t.Logf("Gantry's images built and pushed in %s", time.Since(began).Round(time.Second))
 	// Both of the real node's slots from here: Gantry and its database run
 	// there beside the notebook, each with its own share of the cores.
-	holdRealNode(t)
-	holdRealNode(t)
+	holdRealNode(t, 2)
 	server, ok := pushed["gantry"]
 	if !ok {
 		t.Fatalf("pushed %v: want Gantry's image", pushed)

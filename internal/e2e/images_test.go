@@ -43,7 +43,7 @@ func TestChartImages(t *testing.T) {
 	if cluster == nil {
 		t.Skip(clustertest.ErrNotRequested)
 	}
-	t.Parallel() // see the note on TestMain
+	beside(t)
 	ctx := context.Background()
 	root, err := devcluster.RepoRoot()
 	if err != nil {

@@ -30,7 +30,7 @@ func TestKill9MidLaunch(t *testing.T) {
 	if cluster == nil {
 		t.Skip(clustertest.ErrNotRequested)
 	}
-	t.Parallel() // see the note on TestMain
+	beside(t)
 	db := storetest.SQLitePath(t)
 	ctx := context.Background()
 	// A platform admin signs in through the portal once and makes a token;

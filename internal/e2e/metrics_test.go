@@ -22,6 +22,7 @@ import (
 // an estimate (the team's queue usage, free GPUs) and a stop of the queued
 // Job (through its Kueue Workload): the calls the chart's RBAC must allow.
 func TestOwnMetricsOnCluster(t *testing.T) {
+	alone(t)
 	// This server keeps the capacity informers the others leave off (as
 	// production does): its estimate below reads them, as the chart's
 	// ServiceAccount (which checkRBAC sees watch the nodes).

@@ -42,6 +42,7 @@ func (b browserLike) RoundTrip(r *http.Request) (*http.Response, error) {
 // unauthenticated client, a member of another team and a lead of the same
 // team do not, and the app never sees Gantry's credentials.
 func TestNotebookOpensOnlyForItsOwner(t *testing.T) {
+	alone(t)
 	if cluster == nil {
 		t.Skip("no cluster")
 	}

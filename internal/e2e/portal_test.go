@@ -29,6 +29,7 @@ import (
 // shows it and not another team's workload, and no page breaks its Content
 // Security Policy.
 func TestPortalLaunchWatchStop(t *testing.T) {
+	alone(t)
 	g := start(t, storetest.SQLitePath(t), true)
 	ctx := servertest.Browser(t, 3*time.Minute)
 	pg := servertest.NewPage(t, ctx, 60*time.Second)

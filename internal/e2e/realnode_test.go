@@ -38,11 +38,6 @@ import (
 	"k8s.io/client-go/dynamic"
 )
 
-// realNodeSlots lets as many real-node tests run at once as the node has
-// cores for their pods (each asks for one; CI's machine has two): more
-// would leave pods Pending for want of CPU until another test ends.
-var realNodeSlots = make(chan struct{}, 2)
-
 // needIt skips the test when what it needs is missing (err), and fails it
 // in CI, which builds and runs everything.
 func needIt(t *testing.T, what string, err error) {
@@ -54,14 +49,6 @@ func needIt(t *testing.T, what string, err error) {
 		t.Fatalf("%s: %v", what, err)
 	}
 	t.Skipf("%s: %v", what, err)
-}
-
-// holdRealNode takes a slot on the real node until the test's cleanups
-// (its workloads' deletion among them) are done: call it first.
-func holdRealNode(t *testing.T) {
-	t.Helper()
-	realNodeSlots <- struct{}{}
-	t.Cleanup(func() { <-realNodeSlots })
 }
 
 // realNode returns Gantry on the cluster with the real node pulling the
@@ -99,8 +86,8 @@ func (g *gantryServer) cpuJob(team string, params model.Parameters) model.Worklo
 // exits 3 leaves the workload Failed with exit code 3, one over its memory
 // limit Failed OOMKilled, and the price is per core-hour.
 func TestCPUJobRunsForReal(t *testing.T) {
-	t.Parallel() // see the note on TestMain
-	holdRealNode(t)
+	t.Parallel() // the real node's tests: see gates_test.go
+	holdRealNode(t, 1)
 	g := realNode(t)
 	run := func(script, memory string) model.Workload {
 		t.Helper()
@@ -164,8 +151,8 @@ func TestCPUJobRunsForReal(t *testing.T) {
 // the next one queues; that next one waits in Kueue's queue with Kueue's
 // reason and runs on the real node once the first is stopped.
 func TestCPUCoresQuota(t *testing.T) {
-	t.Parallel() // see the note on TestMain
-	holdRealNode(t)
+	t.Parallel() // the real node's tests: see gates_test.go
+	holdRealNode(t, 1)
 	g := realNode(t)
 	estimate := func(cpu string) model.Estimate {
 		t.Helper()
@@ -221,8 +208,8 @@ func TestCPUCoresQuota(t *testing.T) {
 // print(6*7) over its websocket and answers 42; a file written to the home
 // volume is there again after the notebook is stopped and started.
 func TestCPUNotebookRunsCode(t *testing.T) {
-	t.Parallel() // see the note on TestMain
-	holdRealNode(t)
+	t.Parallel() // the real node's tests: see gates_test.go
+	holdRealNode(t, 1)
 	g := notebookGantry(t)
 	ctx := t.Context()
 	tok := g.Token("alice")
@@ -359,6 +346,8 @@ func runCell(t *testing.T, wsURL, token, code string) string {
 // opens a new notebook, and a cell's print(6*7) shows 42 (the kernel's
 // websocket through the proxy, from the browser).
 func TestPortalCPUNotebook(t *testing.T) {
+	t.Parallel() // the real node's tests: see gates_test.go
+	holdRealNode(t, 1)
 	g := notebookGantry(t)
 	ctx := servertest.Browser(t, 4*time.Minute)
 	pg := servertest.NewPage(t, ctx, 3*time.Minute)
@@ -466,7 +455,7 @@ func appGantry(t *testing.T, edit func(*config.Config), images ...string) *serve
 // none) changes Gantry's configuration.
 func cpuTrainRun(t *testing.T, steps int, edit func(*config.Config)) (*servertest.Gantry, *client.ClientWithResponses, string) {
 	t.Helper()
-	holdRealNode(t)
+	holdRealNode(t, 1)
 	g := appGantry(t, edit, "pytorch-cpu:1.13-debian12")
 	alice := servertest.Client(g.URL, g.Token("alice"))
 	params := model.Parameters{"steps": steps, "stepDelay": "0.2"}
@@ -479,7 +468,7 @@ func cpuTrainRun(t *testing.T, steps int, edit func(*config.Config)) (*servertes
 // Job's next pod resumes from the newest checkpoint on the same volume and
 // finishes at the same total steps, and the workload Succeeded.
 func TestCPUTrainingResumes(t *testing.T) {
-	t.Parallel() // see the note on TestMain
+	t.Parallel() // the real node's tests: see gates_test.go
 
 	const steps = 150 // about 30 s of steps
 	g, alice, id := cpuTrainRun(t, steps, nil)
@@ -702,7 +691,7 @@ func finishedAfterResume(t *testing.T, alice *client.ClientWithResponses, id str
 // the Job's retries. (The cluster has one real node, so the job resumes
 // there; which node the scheduler picks is the quarantine tests' part.)
 func TestCPUTrainingRequeuedThroughKueue(t *testing.T) {
-	t.Parallel() // see the note on TestMain
+	t.Parallel() // the real node's tests: see gates_test.go
 
 	const steps, every = 300, 50 // a minute of steps; cpu-train checkpoints every 50
 	_, alice, id := cpuTrainRun(t, steps, nil)
@@ -767,7 +756,7 @@ func TestCPUTrainingRequeuedThroughKueue(t *testing.T) {
 // step it reported is lost, none of the Job's retries is used, and Gantry
 // counts the eviction against the template's spot requeues.
 func TestCPUTrainingEvictedFromSpot(t *testing.T) {
-	t.Parallel() // see the note on TestMain
+	t.Parallel() // the real node's tests: see gates_test.go
 
 	const steps, every = 300, 50
 	dir := templateWith(t, "cpu-train.yaml", "    priority: normal", "    priority: normal\n    spot: true")
@@ -807,8 +796,8 @@ func (noAdmissions) ObserveAdmission(time.Duration) {}
 // lifecycle.maxRuntime): its real process on the node is gone and the
 // workload is Failed, saying it reached its max runtime.
 func TestMaxRuntimeKillsContainer(t *testing.T) {
-	t.Parallel() // see the note on TestMain
-	holdRealNode(t)
+	t.Parallel() // the real node's tests: see gates_test.go
+	holdRealNode(t, 1)
 	dir := templateWith(t, "cpu-job.yaml", "maxRuntime: 1h", "maxRuntime: 1m")
 	g := appGantry(t, func(c *config.Config) { c.TemplatesDir = dir })
 	ctx := t.Context()
@@ -866,8 +855,8 @@ func processes(args ...string) []string {
 // a chat completion with usage counts, the same answer for the same prompt,
 // a streamed completion ending in [DONE], and a clear 400 for a bad request.
 func TestCPUInferenceService(t *testing.T) {
-	t.Parallel() // see the note on TestMain
-	holdRealNode(t)
+	t.Parallel() // the real node's tests: see gates_test.go
+	holdRealNode(t, 1)
 	g := appGantry(t, nil, "llm-server:0.1-debian12")
 	ctx := t.Context()
 	alice := servertest.Client(g.URL, g.Token("alice"))
@@ -934,8 +923,8 @@ func TestCPUInferenceService(t *testing.T) {
 // socket open, pings answered) does not, and the notebook is stopped as
 // idle.
 func TestCPUNotebookIdleCulled(t *testing.T) {
-	t.Parallel() // see the note on TestMain
-	holdRealNode(t)
+	t.Parallel() // the real node's tests: see gates_test.go
+	holdRealNode(t, 1)
 	const timeout = time.Minute
 	dir := templateWith(t, "cpu-notebook.yaml", "idleTimeout: 1h", "idleTimeout: 1m")
 	g := appGantry(t, func(c *config.Config) { c.TemplatesDir = dir }, "jupyter:6.4-debian12")

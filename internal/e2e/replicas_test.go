@@ -46,7 +46,7 @@ func TestTwoReplicasLeaderKilled(t *testing.T) {
 	if cluster == nil {
 		t.Skip(clustertest.ErrNotRequested)
 	}
-	t.Parallel() // see the note on TestMain
+	beside(t)
 	dsn := storetest.PostgresDSN(t)
 	replicas, leads := replicaPair(t, dsn, nil)
 	leader, survivor := replicas[leads], replicas[1-leads]
@@ -130,7 +130,7 @@ func TestTwoReplicasLeaderKilledMidAlert(t *testing.T) {
 	if cluster == nil {
 		t.Skip(clustertest.ErrNotRequested)
 	}
-	t.Parallel() // see the note on TestMain
+	beside(t)
 	dsn := storetest.PostgresDSN(t)
 	team := "al" + strings.ToLower(rand.Text()[:4])
 	policy := policyWith(t, "  "+team+":\n    templates: [\"*\"]\n    gpuClasses: [\"*\"]\n    quota: {gpus: {\"*\": 1000}}\n"+
@@ -198,7 +198,7 @@ func TestTwoReplicasLeaderKilledMidCull(t *testing.T) {
 	if cluster == nil {
 		t.Skip(clustertest.ErrNotRequested)
 	}
-	t.Parallel() // see the note on TestMain
+	beside(t)
 	dsn := storetest.PostgresDSN(t)
 	templates := templateWith(t, "jupyter-notebook.yaml", "idleTimeout: 2h", "idleTimeout: 1m")
 	var nbID atomic.Value

@@ -80,6 +80,7 @@ func push(t testing.TB, g *gantryServer, token string, b telemetry.Batch) (int, 
 // for its own node, only for pods on that node — and what it pushed comes
 // back as the workload's series, to its team, and on the node's page.
 func TestTelemetryPush(t *testing.T) {
+	alone(t)
 	g := start(t, storetest.SQLitePath(t), true)
 	s, w := g.launch(model.LaunchRequest{Template: "vllm-inference", Team: "vision"})
 	if s != 201 {
@@ -197,6 +198,7 @@ func TestTelemetryPush(t *testing.T) {
 // push into Gantry; the workload's series come back through the API, for a
 // whole GPU and for a MIG instance.
 func TestLiveSeries(t *testing.T) {
+	alone(t)
 	g := start(t, storetest.SQLitePath(t), true)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -264,6 +266,7 @@ func TestLiveSeries(t *testing.T) {
 // workload Running throughout as far as its owner is concerned — with the
 // move on the workload's page and the decisions in the audit log.
 func TestUnhealthyGPUQuarantinesAndMoves(t *testing.T) {
+	alone(t)
 	g := start(t, storetest.SQLitePath(t), true)
 	ctx := context.Background()
 	s, w := g.launch(model.LaunchRequest{Template: "vllm-inference", Team: "vision"})
@@ -398,6 +401,7 @@ func BenchmarkQuarantine(b *testing.B) {
 // profile for 40 minutes (pushed by its node's agent) gets that finding
 // through the API, with its evidence and the series that prove it.
 func TestAdviceThroughTheAPI(t *testing.T) {
+	alone(t)
 	g := start(t, storetest.SQLitePath(t), true)
 	ctx := context.Background()
 	s, w := g.launch(model.LaunchRequest{Template: "vllm-inference", Team: "vision"})
@@ -466,6 +470,7 @@ func TestAdviceThroughTheAPI(t *testing.T) {
 // advice, in the template's rollup — and one call relaunches it there and
 // stops the old one.
 func TestApplyRightSize(t *testing.T) {
+	alone(t)
 	g := start(t, storetest.SQLitePath(t), true)
 	s, w := g.launch(model.LaunchRequest{Template: "jupyter-notebook", Team: "vision", Gpu: &model.GPUChoice{MigProfile: new("3g.40gb")}})
 	if s != 201 {

@@ -87,7 +87,7 @@ func TestRollingUpgrade(t *testing.T) {
 	if cluster == nil {
 		t.Skip(clustertest.ErrNotRequested)
 	}
-	t.Parallel() // see the note on TestMain
+	beside(t)
 	dsn := storetest.PostgresDSN(t)
 	root, err := devcluster.RepoRoot()
 	if err != nil {

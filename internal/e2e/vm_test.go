@@ -28,6 +28,7 @@ const sshKey = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIE2eTestKeyForGantryE2EOnly0
 // as KubeVirt's controller would: KubeVirt cannot run VMs on this machine);
 // stop halts it, start runs it again, delete removes it.
 func TestVMLifecycle(t *testing.T) {
+	alone(t)
 	g := start(t, storetest.SQLitePath(t), true)
 	ctx := context.Background()
 	dyn, err := dynamic.NewForConfig(cluster.Config())

@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gantryhq/gantry/api/model"
 	"github.com/gantryhq/gantry/internal/audit"
@@ -210,10 +211,11 @@ func TestLiveSeries(t *testing.T) {
 		g.waitStatus(w.Id, "Running")
 		pod := podsOf(t, "vision", w.Id)[0]
 		// The profile the simulated GPU plays (gantry dev's default is a pod of the GenAI trace).
-		pod.Annotations[devagent.ProfileAnnotation] = profile
-		if _, err := cluster.Client.CoreV1().Pods(pod.Namespace).Update(ctx, &pod, metav1.UpdateOptions{}); err != nil {
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{devagent.ProfileAnnotation: profile}}})
+		if _, err := cluster.Client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 			t.Fatal(err)
 		}
+		pod.Annotations[devagent.ProfileAnnotation] = profile
 		return w, pod
 	}
 	service, _ := launch("vllm-inference", "compute-bound")

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/gantryhq/gantry/api/model"
 	"github.com/gantryhq/gantry/internal/servertest"
@@ -60,19 +61,23 @@ func TestVMLifecycle(t *testing.T) {
 		t.Fatalf("VirtualMachine: runStrategy %q, gpus %v, disk %q (workload image %q)", rs, gpus, disk, servertest.Deref(w.Image))
 	}
 
-	// KubeVirt's controller would report the VM running.
+	// KubeVirt's controller would report the VM running, reading it again
+	// when Gantry changed it in between.
 	setStatus := func(printable string, conds ...map[string]any) {
 		t.Helper()
-		vm, err := vms.Get(ctx, w.Name, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
 		var cs []any
 		for _, c := range conds {
 			cs = append(cs, c)
 		}
-		unstructured.SetNestedField(vm.Object, map[string]any{"printableStatus": printable, "conditions": cs}, "status")
-		if _, err := vms.UpdateStatus(ctx, vm, metav1.UpdateOptions{}); err != nil {
+		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			vm, err := vms.Get(ctx, w.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			unstructured.SetNestedField(vm.Object, map[string]any{"printableStatus": printable, "conditions": cs}, "status")
+			_, err = vms.UpdateStatus(ctx, vm, metav1.UpdateOptions{})
+			return err
+		}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -45,9 +45,10 @@ import (
 var cluster *devcluster.Cluster
 
 // TestMain starts the local cluster once for the package. Its tests run in
-// three groups at once (gates_test.go), each test with its own database,
-// namespaces and Lease, and all on the default policy, so their quota syncs
-// write the same Kueue objects:
+// three groups at once (gates_test.go), each test with its own database and
+// Lease; teams (and their namespaces) are a test's own or shared (vision),
+// and every server's quota sync writes every team's Kueue objects from its
+// policy, which agree:
 //   - the tests of the simulated fleet, one at a time (alone);
 //   - the slowest tests that run Gantry as a separate process (the chart's
 //     images, the rolling upgrade, kill -9 mid-launch, the two replicas),
@@ -57,13 +58,13 @@ var cluster *devcluster.Cluster
 //     runtime, inference, idle culling), which mostly wait on real containers
 //     on a node of their own, two at a time (one core of the real node each:
 //     holdRealNode; Gantry as a pod there, with its database beside it and a
-//     notebook, takes both), the longest first.
+//     notebook, takes both), the longest of those waiting first.
 //
 // The gates, not -parallel, say how many run at once: a test waiting at a
 // gate holds a -parallel slot, so TestMain raises it above the number of
-// tests. The tests that change the policy's quotas or budgets of a team the
-// default policy names (TestApprovalsAndBudgets, TestPortalTeamView) stay
-// serial: Go runs them before the parallel tests start.
+// tests. The tests that give team vision quotas or a budget of its own
+// (TestApprovalsAndBudgets, TestPortalTeamView) stay serial: Go runs them
+// before the parallel tests start.
 func TestMain(m *testing.M) {
 	flag.Parse()
 	if p := flag.Lookup("test.parallel"); p != nil && p.Value.String() != "" {
@@ -126,6 +127,23 @@ func start(t testing.TB, dbPath string, withCluster bool, edit ...func(*config.C
 		t.Cleanup(func() { deleteLeftovers(t, g) }) // before g stops
 	}
 	return &gantryServer{t: t, url: front.URL, api: servertest.Client(g.URL, tok), Gantry: g}
+}
+
+// deleteDeploymentsAtEnd deletes, as a test ends, the Deployments Gantry
+// made in the namespaces of teams, for a test whose Gantry runs as processes
+// that are gone by then (deleteLeftovers asks an in-process one): their
+// pods hold GPUs that the tests running beside it launch onto. Call it
+// before starting them, so that it runs after they stop.
+func deleteDeploymentsAtEnd(t testing.TB, teams ...string) {
+	t.Cleanup(func() {
+		for _, team := range teams {
+			err := cluster.Client.AppsV1().Deployments("gantry-"+team).DeleteCollection(context.Background(), metav1.DeleteOptions{},
+				metav1.ListOptions{LabelSelector: "gantry.dev/workload-id"})
+			if err != nil {
+				t.Logf("team %s's Deployments left on the cluster: %v", team, err)
+			}
+		}
+	})
 }
 
 // deleteLeftovers deletes, as a test ends, the workloads its Gantry still

@@ -14,18 +14,21 @@ import (
 //   - beside: the slow tests that run Gantry as processes of their own, two
 //     at a time;
 //   - the real node's tests (holdRealNode), as many at once as the node has
-//     slots, the longest first.
+//     slots; of those waiting for one, the one that holds it longest first
+//     (which two start first is the scheduler's choice).
 //
-// Tests that change the policy's quotas or budgets of a team the default
-// policy names (TestApprovalsAndBudgets, TestPortalTeamView) stay serial: Go
-// runs them before any parallel test, so no other server writes that team's
-// ClusterQueue meanwhile.
+// Every running server rewrites, from its policy, the ClusterQueue of every
+// team with a namespace on the cluster. So the tests that give a team other
+// tests use quotas or a budget of its own (TestApprovalsAndBudgets,
+// TestPortalTeamView: team vision) stay serial: Go runs them before any
+// parallel test, when no other server runs.
 var (
 	aloneGate  = make(chan struct{}, 1)
 	besideGate = make(chan struct{}, 2)
 	realNodes  = newSlots(2, []string{
 		// The longest holds of a slot first, so that the two slots end
-		// close together rather than a test of two minutes starting last.
+		// close together rather than with a test of two minutes started
+		// last.
 		"TestCPUNotebookIdleCulled",
 		"TestCPUTrainingEvictedFromSpot",
 		"TestMaxRuntimeKillsContainer",
@@ -62,7 +65,7 @@ func hold(t *testing.T, gate chan struct{}) {
 }
 
 // holdRealNode takes n slots on the real node until the test's cleanups
-// (its workloads' deletion among them) are done: call it first.
+// (its workloads' deletion asked for among them) are done: call it first.
 func holdRealNode(t *testing.T, n int) {
 	t.Helper()
 	waited := realNodes.take(t, n)

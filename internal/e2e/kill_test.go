@@ -31,6 +31,7 @@ func TestKill9MidLaunch(t *testing.T) {
 		t.Skip(clustertest.ErrNotRequested)
 	}
 	beside(t)
+	deleteDeploymentsAtEnd(t, "kill0", "kill1", "kill2", "kill3")
 	db := storetest.SQLitePath(t)
 	ctx := context.Background()
 	// A platform admin signs in through the portal once and makes a token;

@@ -100,6 +100,7 @@ func TestRollingUpgrade(t *testing.T) {
 	env := []string{"GANTRY_NAMESPACE=" + ns, "GANTRY_LEASE_DURATION=3s", "GANTRY_QUOTA_KUEUE=false",
 		"GANTRY_POLICY_DIR=" + policyTeams(t, testTeams)} // after startServe's own: it wins
 	team := "up" + strings.ToLower(rand.Text()[:4])
+	deleteDeploymentsAtEnd(t, team)
 	launch := func(url, tok string) model.Workload {
 		t.Helper()
 		s, w := launchAt(url, tok, rand.Text(), model.LaunchRequest{Template: "vllm-inference", Team: team})

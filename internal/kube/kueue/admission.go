@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
+	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/kube/kapi"
 	"github.com/gantryhq/gantry/internal/quota"
 	"github.com/gantryhq/gantry/internal/render"
@@ -212,10 +213,16 @@ func (k *Kueue) RunQueueController(ctx context.Context, inf cache.SharedIndexInf
 					return
 				}
 				err := k.checkOne(ctx, inf, key, decide, early)
-				if err != nil && ctx.Err() == nil {
+				var conflict *fault.Conflict
+				switch {
+				case err != nil && ctx.Err() == nil && errors.As(err, &conflict):
+					// Written over while it worked: read again.
+					log.Debug("a Kueue Workload or its VM changed after it was read; retrying", "kueue_workload", key, "err", err)
+					q.AddRateLimited(key)
+				case err != nil && ctx.Err() == nil:
 					log.Warn("admission check not set; retrying", "kueue_workload", key, "err", err)
 					q.AddRateLimited(key)
-				} else {
+				default:
 					q.Forget(key)
 				}
 				q.Done(key)
@@ -296,7 +303,8 @@ func (k *Kueue) checkOne(ctx context.Context, inf cache.SharedIndexInformer, key
 
 // syncVM runs a queued VM while Kueue admits its Workload and halts it when
 // Kueue takes the admission back (preemption, eviction) — unless Gantry
-// stopped it. A Workload that queues no VM is left alone.
+// stopped it. A Workload that queues no VM is left alone. The VM is written
+// only as it was read (its resourceVersion): a conflict is retried.
 func (k *Kueue) syncVM(ctx context.Context, u *unstructured.Unstructured) error {
 	name := ""
 	for _, r := range u.GetOwnerReferences() {
@@ -319,7 +327,11 @@ func (k *Kueue) syncVM(ctx context.Context, u *unstructured.Unstructured) error 
 		want = "Always"
 	}
 	if current, _, _ := unstructured.NestedString(vm.Object, "spec", "runStrategy"); current != want {
-		patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"runStrategy": want}})
+		// On the VM as read: a stop (SetVMActive) that lands between the
+		// read and this write makes it a conflict, retried on what the stop
+		// left, instead of starting the VM its owner just stopped.
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": vm.GetResourceVersion()},
+			"spec": map[string]any{"runStrategy": want}})
 		_, err = k.dyn.Resource(kapi.VMResource).Namespace(u.GetNamespace()).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: kapi.FieldManager})
 		if err != nil {
 			return kapi.Classify(err, "VirtualMachine", name)

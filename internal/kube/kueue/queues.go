@@ -314,10 +314,6 @@ func (k *Kueue) SetVMActive(ctx context.Context, o workload.ObjectRef, run bool)
 	if _, ok := vm.GetLabels()[quota.LabelQueueName]; !ok {
 		return false, nil
 	}
-	active, _ := json.Marshal(map[string]any{"spec": map[string]any{"active": run}})
-	if _, err := k.dyn.Resource(kapi.KueueWorkloads).Namespace(o.Namespace).Patch(ctx, o.Name, types.MergePatchType, active, metav1.PatchOptions{FieldManager: kapi.FieldManager}); err != nil && !apierrors.IsNotFound(err) {
-		return true, kapi.Classify(err, "Kueue Workload", o.Name)
-	}
 	ann := map[string]any{kapi.AnnotationStopped: nil}
 	spec := map[string]any{}
 	if !run {
@@ -325,8 +321,28 @@ func (k *Kueue) SetVMActive(ctx context.Context, o workload.ObjectRef, run bool)
 		spec["runStrategy"] = "Halted"
 	}
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": ann}, "spec": spec})
-	if _, err := k.dyn.Resource(kapi.VMResource).Namespace(o.Namespace).Patch(ctx, o.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: kapi.FieldManager}); err != nil {
-		return true, kapi.Classify(err, "VirtualMachine", o.Name)
+	markVM := func() error {
+		if _, err := k.dyn.Resource(kapi.VMResource).Namespace(o.Namespace).Patch(ctx, o.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: kapi.FieldManager}); err != nil {
+			return kapi.Classify(err, "VirtualMachine", o.Name)
+		}
+		return nil
+	}
+	// The VM's mark goes on the side that syncVM, woken by the Workload's
+	// change, reads right: a start clears it before the Workload is
+	// active again (or the admission's sync could find it still stopped,
+	// and no later change of the Workload would wake it), a stop sets it
+	// after the Workload is inactive.
+	if run {
+		if err := markVM(); err != nil {
+			return true, err
+		}
+	}
+	active, _ := json.Marshal(map[string]any{"spec": map[string]any{"active": run}})
+	if _, err := k.dyn.Resource(kapi.KueueWorkloads).Namespace(o.Namespace).Patch(ctx, o.Name, types.MergePatchType, active, metav1.PatchOptions{FieldManager: kapi.FieldManager}); err != nil && !apierrors.IsNotFound(err) {
+		return true, kapi.Classify(err, "Kueue Workload", o.Name)
+	}
+	if !run {
+		return true, markVM()
 	}
 	return true, nil
 }

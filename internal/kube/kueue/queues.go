@@ -303,7 +303,7 @@ func (k *Kueue) SetJobActive(ctx context.Context, o workload.ObjectRef, run bool
 // SetVMActive stops or starts a VM that Gantry queues (its VirtualMachine
 // labelled for the queue, with a Kueue Workload of the same name): a stop
 // deactivates the Kueue Workload (freeing its quota), halts the VM and says
-// so on it; a start activates the Kueue Workload and clears the mark, and
+// so on it; a start clears the mark and activates the Kueue Workload, and
 // the VM starts once Kueue admits it again (syncVM). A VM without the label
 // (made before Kueue was on) is halted or started as ever.
 func (k *Kueue) SetVMActive(ctx context.Context, o workload.ObjectRef, run bool) (queued bool, err error) {

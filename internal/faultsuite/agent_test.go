@@ -131,11 +131,7 @@ func TestAgentCutOffTenMinutes(t *testing.T) {
 	// pending tick already there and be lost (a slow machine lost two and
 	// the agent never caught up), or two passes would read the GPU at one
 	// moment.
-	passes := 0
-	step := func() {
-		passes++
-		want := passes + 1 // the pass when the agent starts, then one a tick
-		clk.Step(10 * time.Second)
+	sampled := func(want int) {
 		waitfor.Until(t, 60*time.Second, fmt.Sprintf("pass %d sampled", want), func() error {
 			gpu.mu.Lock()
 			defer gpu.mu.Unlock()
@@ -145,15 +141,13 @@ func TestAgentCutOffTenMinutes(t *testing.T) {
 			return nil
 		})
 	}
-	// The ticker exists once the first pass is made.
-	waitfor.Until(t, 60*time.Second, "the agent's first pass", func() error {
-		gpu.mu.Lock()
-		defer gpu.mu.Unlock()
-		if gpu.passes == 0 {
-			return fmt.Errorf("no pass yet")
-		}
-		return nil
-	})
+	sampled(1) // the pass when the agent starts: its ticker exists then
+	passes := 1
+	step := func() {
+		passes++
+		clk.Step(10 * time.Second)
+		sampled(passes)
+	}
 	for range 3 {
 		step()
 	}

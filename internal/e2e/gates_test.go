@@ -68,7 +68,7 @@ func hold(t *testing.T, gate chan struct{}) {
 // (its workloads' deletion asked for among them) are done: call it first.
 func holdRealNode(t *testing.T, n int) {
 	t.Helper()
-	waited := realNodes.take(t, n)
+	waited := realNodes.take(t.Name(), n)
 	start := time.Now()
 	t.Logf("the real node: %d slots after %s", n, waited.Round(time.Second))
 	t.Cleanup(func() {
@@ -85,13 +85,10 @@ type slots struct {
 	changed sync.Cond
 	free    int
 	order   []string
-	waiting []waiter
+	waiting []*waiter
 }
 
-type waiter struct {
-	t    *testing.T
-	rank int
-}
+type waiter struct{ rank int }
 
 func newSlots(n int, order []string) *slots {
 	s := &slots{free: n, order: order}
@@ -99,24 +96,30 @@ func newSlots(n int, order []string) *slots {
 	return s
 }
 
-// take waits until n slots are free and t is, of the tests waiting, the
-// first in order (a test not in it comes last), and takes them.
-func (s *slots) take(t *testing.T, n int) time.Duration {
+// take waits until n slots are free and test is, of the tests waiting, the
+// first in order (a test not in it comes last; equals in the order they
+// came), and takes them.
+func (s *slots) take(test string, n int) time.Duration {
 	begin := time.Now()
-	w := waiter{t, slices.Index(s.order, t.Name())}
-	if w.rank < 0 {
-		w.rank = len(s.order)
-	}
+	w := &waiter{s.rank(test)}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.waiting = append(s.waiting, w)
-	for s.free < n || slices.MinFunc(s.waiting, func(a, b waiter) int { return a.rank - b.rank }) != w {
+	for s.free < n || slices.MinFunc(s.waiting, func(a, b *waiter) int { return a.rank - b.rank }) != w {
 		s.changed.Wait()
 	}
-	s.waiting = slices.DeleteFunc(s.waiting, func(x waiter) bool { return x == w })
+	s.waiting = slices.DeleteFunc(s.waiting, func(x *waiter) bool { return x == w })
 	s.free -= n
 	s.changed.Broadcast()
 	return time.Since(begin)
+}
+
+// rank is test's place in the order; a test not in it comes last.
+func (s *slots) rank(test string) int {
+	if i := slices.Index(s.order, test); i >= 0 {
+		return i
+	}
+	return len(s.order)
 }
 
 func (s *slots) give(n int) {

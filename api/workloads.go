@@ -328,10 +328,16 @@ func (s *server) GetWorkload(ctx context.Context, req gen.GetWorkloadRequestObje
 	}
 	out := s.workloadOut(w)
 	s.named(ctx, &out)
-	s.withProgress(ctx, &out)
-	moves, err := s.o.Moves.Moves(ctx, w.ID)
-	if err != nil {
-		return nil, err
+	// What the workload has of other kinds is read only where there is
+	// some (w.Related, read with it; nil: not known, so read).
+	if w.Related == nil || w.Related.Progress {
+		s.withProgress(ctx, &out)
+	}
+	var moves []quarantine.Move
+	if w.Related == nil || w.Related.Moves {
+		if moves, err = s.o.Moves.Moves(ctx, w.ID); err != nil {
+			return nil, err
+		}
 	}
 	if len(moves) > 0 {
 		ms := make([]model.WorkloadMove, len(moves))

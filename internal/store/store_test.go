@@ -121,6 +121,11 @@ func TestConformance(t *testing.T) {
 				testListedAfterAnotherWriter(t, a, openStores(t, name, dsn))
 			})
 			t.Run("tokens", func(t *testing.T) { testTokens(t, open(t)) })
+			t.Run("credentials kept", func(t *testing.T) {
+				a := open(t)
+				dsn := map[string]string{store.SQLite: lastSQLite, store.Postgres: lastPostgres}[name]
+				testCredentialCache(t, a, openStores(t, name, dsn))
+			})
 			t.Run("audit chain", func(t *testing.T) { testAudit(t, open(t)) })
 			t.Run("audit checkpoints", func(t *testing.T) { testAuditCheckpoints(t, open(t)) })
 			t.Run("logins and sessions", func(t *testing.T) { testSessions(t, open(t)) })
@@ -135,6 +140,7 @@ func TestConformance(t *testing.T) {
 			t.Run("runs batch", func(t *testing.T) { testRunsBatch(t, open(t)) })
 			t.Run("trials", func(t *testing.T) { testTrials(t, open(t)) })
 			t.Run("moves", func(t *testing.T) { testMoves(t, open(t)) })
+			t.Run("related records", func(t *testing.T) { testRelated(t, open(t)) })
 			t.Run("energy", func(t *testing.T) { testEnergy(t, open(t)) })
 			t.Run("deferrals", func(t *testing.T) { testDeferrals(t, open(t)) })
 			t.Run("warnings", func(t *testing.T) { testWarnings(t, open(t)) })
@@ -595,7 +601,12 @@ func testListedAsStored(t *testing.T, a, b *stores.All) {
 		t.Fatalf("after a's create, b lists %v", got)
 	}
 	for _, w := range list(b) {
-		if one, err := b.Workload(ctx, w.ID); err != nil || !reflect.DeepEqual(one, w) {
+		one, err := b.Workload(ctx, w.ID)
+		if err == nil && (one.Related == nil || *one.Related != (workload.Related{})) {
+			t.Fatalf("%s: related %v, want none", w.ID, one.Related)
+		}
+		one.Related = nil // a listing does not say
+		if err != nil || !reflect.DeepEqual(one, w) {
 			t.Fatalf("listed %+v, read by id %+v (%v)", w, one, err)
 		}
 	}

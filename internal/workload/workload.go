@@ -137,6 +137,17 @@ type Workload struct {
 	// revoked; "" when active), looked up when the workload is read, not stored.
 	TemplateStatus       catalog.Status
 	TemplateStatusReason string
+	// Related says which records of other kinds it has, read with it in
+	// the same statement by Store.Workload; nil where a read did not say
+	// (a listing, the record inside an update). Not stored.
+	Related *Related
+}
+
+// Related says whether a workload has records of other kinds, so that its
+// page reads them only when there are some: most workloads have neither.
+type Related struct {
+	Progress bool // its run has reported progress (package runs)
+	Moves    bool // Gantry moved it off (or kept it on) a failed GPU's node (package quarantine)
 }
 
 // SameRecord reports whether an update that turns a into b writes nothing:
@@ -261,7 +272,7 @@ type Store interface {
 	// MaxPendingApprovals of its owner's launches in its team wait, decided
 	// in the transaction that inserts it: *PendingLimit otherwise.
 	CreateWorkload(ctx context.Context, w Workload) error
-	// Workload returns one record; *fault.NotFound if none.
+	// Workload returns one record, with Related; *fault.NotFound if none.
 	Workload(ctx context.Context, id string) (Workload, error)
 	// WorkloadByIdempotencyKey returns the owner's workload launched with key.
 	WorkloadByIdempotencyKey(ctx context.Context, owner, key string) (Workload, error)

@@ -36,16 +36,23 @@ func newRowCache(max int) *rowCache {
 	return &rowCache{max: max, rows: make(map[string]*cachedRow, max)}
 }
 
-// get is the workload id as it was at version, if it is kept; the caller
-// owns what it gets.
-func (c *rowCache) get(id string, version int64) (workload.Workload, bool) {
+// getAll is each of ids as it was at its version, where it is kept, under
+// one lock (a page asks for a hundred at once): ok[i] says whether out[i]
+// was kept. The caller owns what it gets.
+func (c *rowCache) getAll(ids []string, versions []int64) (out []workload.Workload, ok []bool) {
+	rows := make([]*cachedRow, len(ids))
 	c.mu.Lock()
-	r, ok := c.rows[id]
-	c.mu.Unlock()
-	if !ok || r.version != version {
-		return workload.Workload{}, false
+	for i, id := range ids {
+		rows[i] = c.rows[id]
 	}
-	return detached(r.w), true
+	c.mu.Unlock()
+	out, ok = make([]workload.Workload, len(ids)), make([]bool, len(ids))
+	for i, r := range rows {
+		if r != nil && r.version == versions[i] {
+			out[i], ok[i] = detached(r.w), true
+		}
+	}
+	return out, ok
 }
 
 // put keeps w as it was at version, unless a later version is kept already.
@@ -82,6 +89,10 @@ func detached(w workload.Workload) workload.Workload {
 	if w.Deferral != nil {
 		d := *w.Deferral
 		w.Deferral = &d
+	}
+	if w.Related != nil {
+		r := *w.Related
+		w.Related = &r
 	}
 	return w
 }

@@ -13,7 +13,7 @@ import (
 // that the row cache and its callers never share it; a new one fails here
 // until detached copies it too.
 func TestDetachedCopiesEveryReference(t *testing.T) {
-	copied := map[string]bool{"Parameters": true, "SpotEvictions": true, "ExitCode": true, "Trial": true, "Deferral": true}
+	copied := map[string]bool{"Parameters": true, "SpotEvictions": true, "ExitCode": true, "Trial": true, "Deferral": true, "Related": true}
 	var walk func(prefix string, typ reflect.Type)
 	walk = func(prefix string, typ reflect.Type) {
 		for f := range typ.Fields() {
@@ -34,10 +34,10 @@ func TestDetachedCopiesEveryReference(t *testing.T) {
 
 	code := 3
 	w := workload.Workload{ID: "x", Parameters: map[string]string{"a": "1"}, SpotEvictions: []string{"e"}, ExitCode: &code, Trial: &workload.Trial{ID: "t", Steps: 10},
-		Deferral: &workload.Deferral{ReleasedBy: "forecast"}}
+		Deferral: &workload.Deferral{ReleasedBy: "forecast"}, Related: &workload.Related{Moves: true}}
 	d := detached(w)
-	d.Parameters["a"], d.SpotEvictions[0], *d.ExitCode, d.Trial.Steps, d.Deferral.ReleasedBy = "2", "f", 4, 20, "x"
-	if w.Parameters["a"] != "1" || w.SpotEvictions[0] != "e" || *w.ExitCode != 3 || w.Trial.Steps != 10 || w.Deferral.ReleasedBy != "forecast" {
+	d.Parameters["a"], d.SpotEvictions[0], *d.ExitCode, d.Trial.Steps, d.Deferral.ReleasedBy, d.Related.Moves = "2", "f", 4, 20, "x", false
+	if w.Parameters["a"] != "1" || w.SpotEvictions[0] != "e" || *w.ExitCode != 3 || w.Trial.Steps != 10 || w.Deferral.ReleasedBy != "forecast" || !w.Related.Moves {
 		t.Fatalf("a change to the copy reached the original: %+v", w)
 	}
 }
@@ -55,10 +55,10 @@ func TestRowCacheBounds(t *testing.T) {
 	}
 	c.put(workload.Workload{ID: "c", Reason: "new"}, 5)
 	c.put(workload.Workload{ID: "c", Reason: "old"}, 4)
-	if w, ok := c.get("c", 5); !ok || w.Reason != "new" {
+	if w, ok := c.getAll([]string{"c"}, []int64{5}); !ok[0] || w[0].Reason != "new" {
 		t.Fatalf("at version 5: %+v %v", w, ok)
 	}
-	if _, ok := c.get("c", 4); ok {
+	if _, ok := c.getAll([]string{"c"}, []int64{4}); ok[0] {
 		t.Fatal("answered a row at a version it does not hold")
 	}
 }

@@ -236,12 +236,21 @@ func (s *Store) WorkloadByIdempotencyKey(ctx context.Context, owner, key string)
 	return w, nil
 }
 
-// Workload implements workload.Store.
+// workloadByIDQuery reads a workload and whether it has a run's progress
+// and moves (workload.Related): one round trip for its page, not three.
+const workloadByIDQuery = `SELECT
+		EXISTS (SELECT 1 FROM run_progress p WHERE p.workload = workloads.id AND p.reports > 0),
+		EXISTS (SELECT 1 FROM moves m WHERE m.workload_id = workloads.id),
+		` + workloadColumns + ` FROM workloads WHERE id = ?`
+
+// Workload implements workload.Store, with Related.
 func (s *Store) Workload(ctx context.Context, id string) (workload.Workload, error) {
-	w, err := scanWorkload(s.db.Read().QueryRowContext(ctx, s.db.Q(`SELECT `+workloadColumns+` FROM workloads WHERE id = ?`), id))
+	var rel workload.Related
+	w, err := scanAfter(s.db.Read().QueryRowContext(ctx, s.db.Q(workloadByIDQuery), id), &rel.Progress, &rel.Moves)
 	if errors.Is(err, sql.ErrNoRows) {
 		return w, &fault.NotFound{Kind: "workload", Name: id}
 	}
+	w.Related = &rel
 	if err != nil {
 		return w, fmt.Errorf("get workload %s: %w", id, err)
 	}
@@ -316,15 +325,16 @@ func (s *Store) cachedRows(ctx context.Context, matches func(workload.Workload) 
 	if err != nil {
 		return nil, fmt.Errorf("list workloads: %w", err)
 	}
-	out := make([]workload.Workload, len(refs))
+	ids, versions := make([]string, len(refs)), make([]int64, len(refs))
+	for i, r := range refs {
+		ids[i], versions[i] = r.id, r.version
+	}
+	out, kept := s.rows.getAll(ids, versions)
 	var missing []any
 	for i, r := range refs {
-		w, ok := s.rows.get(r.id, r.version)
-		if !ok {
+		if !kept[i] {
 			missing = append(missing, r.id)
-			continue
 		}
-		out[i] = w
 	}
 	read := make(map[string]workload.Workload, len(missing))
 	for len(missing) > 0 {
@@ -347,15 +357,15 @@ func (s *Store) cachedRows(ctx context.Context, matches func(workload.Workload) 
 			return nil, fmt.Errorf("list workloads: %w", err)
 		}
 	}
-	kept := out[:0]
+	page := out[:0]
 	for i, r := range refs {
-		if out[i].ID != "" {
-			kept = append(kept, out[i])
+		if kept[i] {
+			page = append(page, out[i])
 		} else if w, ok := read[r.id]; ok && matches(w) { // not there: deleted since the first query
-			kept = append(kept, w)
+			page = append(page, w)
 		}
 	}
-	return kept, nil
+	return page, nil
 }
 
 // maxInList bounds the ids one IN list names (SQLite takes at most 32,766

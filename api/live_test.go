@@ -303,3 +303,64 @@ func TestStreamCaps(t *testing.T) {
 		return nil
 	})
 }
+
+// TestRevokedCredentialRefusedOnEveryReplica: a token both replicas have
+// just served — and keep for a few seconds — is refused at once by the
+// replica that revoked it, and by the other as soon as the change feed
+// tells it (well within the 5 s a replica keeps a credential); so is a
+// deactivated user's token.
+func TestRevokedCredentialRefusedOnEveryReplica(t *testing.T) {
+	a, b := replicas(t)
+	const feed = 2 * time.Second // the feed is read every 250 ms; credentials are kept 5 s
+	status := func(g *servertest.Gantry, tok string) int {
+		return servertest.Must(newClient(g.URL, tok, "").ListWorkloadsWithResponse(t.Context(), nil))(t).StatusCode()
+	}
+	refused := func(g *servertest.Gantry, tok string) func() error {
+		return func() error {
+			if s := status(g, tok); s != 401 {
+				return fmt.Errorf("answered %d", s)
+			}
+			return nil
+		}
+	}
+	served := func(tok string) {
+		t.Helper()
+		for _, g := range []*servertest.Gantry{a, b} {
+			if s := status(g, tok); s != 200 {
+				t.Fatalf("before: %s answered %d", g.URL, s)
+			}
+		}
+	}
+
+	t.Run("revoked token", func(t *testing.T) {
+		tok := a.Token("alice")
+		served(tok)
+		id := strings.Split(strings.TrimPrefix(tok, "gnt_"), "_")[0]
+		if s := servertest.Must(newClient(a.URL, tok, "").RevokeTokenWithResponse(t.Context(), id))(t).StatusCode(); s != 204 {
+			t.Fatalf("revoke: %d", s)
+		}
+		if err := refused(a, tok)(); err != nil {
+			t.Fatalf("the replica that revoked it: %v", err)
+		}
+		waitfor.Until(t, feed, "the other replica to refuse the revoked token", refused(b, tok))
+	})
+
+	t.Run("deactivated user", func(t *testing.T) {
+		tok := a.Token("alice")
+		served(tok)
+		admin := newClient(a.URL, a.Token("ada"), "")
+		var uid string
+		for _, u := range servertest.Deref(servertest.Must(admin.ListUsersWithResponse(t.Context()))(t).JSON200).Items {
+			if strings.HasSuffix(u.Subject, "alice") {
+				uid = u.Id
+			}
+		}
+		if s := servertest.Must(admin.DeactivateUserWithResponse(t.Context(), uid))(t).StatusCode(); s != 200 {
+			t.Fatalf("deactivate %q: %d", uid, s)
+		}
+		if err := refused(a, tok)(); err != nil {
+			t.Fatalf("the replica that deactivated her: %v", err)
+		}
+		waitfor.Until(t, feed, "the other replica to refuse a deactivated user's token", refused(b, tok))
+	})
+}

@@ -102,7 +102,7 @@ type Registry struct {
 	streams    int
 	perUser    map[string]int
 
-	hooks   map[int]func(workload string) // OnWorkloadChange's, by number
+	hooks   map[int]func(Change) // OnChange's, by number
 	hookN   int
 	seq     atomic.Int64        // the newest change published
 	pending map[*entry]struct{} // rechecks to run, each once
@@ -251,37 +251,36 @@ func (r *Registry) Count() (conns, streams int) {
 	return len(r.all), r.streams
 }
 
-// Publish applies changes: a workload's watchers are woken and its other
-// connections checked again; a token's or a user's connections are checked
-// again; All checks every connection again.
+// Publish applies changes. First each OnChange hook is told (a cache of
+// credentials forgets what changed before anything is checked again with
+// it); then a workload's watchers are woken and its other connections
+// checked again, a token's or a user's connections checked again, and All
+// checks every connection again.
 func (r *Registry) Publish(changes ...Change) {
 	r.mu.Lock()
-	hooks := make([]func(string), 0, len(r.hooks))
+	hooks := make([]func(Change), 0, len(r.hooks))
 	for _, h := range r.hooks {
 		hooks = append(hooks, h)
 	}
-	r.publish(changes)
 	r.mu.Unlock()
-	if len(hooks) == 0 {
-		return
-	}
 	for _, c := range changes {
-		if c.Kind == Workload {
-			for _, h := range hooks {
-				h(c.Subject)
-			}
+		for _, h := range hooks {
+			h(c)
 		}
 	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.publish(changes)
 }
 
-// OnWorkloadChange has f told the id of every workload whose record
-// changes (as the feed says, on this replica, after its connections are
-// woken), until remove is called. f must not block.
-func (r *Registry) OnWorkloadChange(f func(workload string)) (remove func()) {
+// OnChange has f told every change published (as the feed says, on this
+// replica, before its connections are woken or checked again), until
+// remove is called. f must not block.
+func (r *Registry) OnChange(f func(Change)) (remove func()) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.hooks == nil {
-		r.hooks = map[int]func(string){}
+		r.hooks = map[int]func(Change){}
 	}
 	r.hookN++
 	n := r.hookN
@@ -291,6 +290,17 @@ func (r *Registry) OnWorkloadChange(f func(workload string)) (remove func()) {
 		defer r.mu.Unlock()
 		delete(r.hooks, n)
 	}
+}
+
+// OnWorkloadChange has f told the id of every workload whose record
+// changes (OnChange's Workload changes), until remove is called. f must
+// not block.
+func (r *Registry) OnWorkloadChange(f func(workload string)) (remove func()) {
+	return r.OnChange(func(c Change) {
+		if c.Kind == Workload {
+			f(c.Subject)
+		}
+	})
 }
 
 // publish is Publish's work on the connections; r.mu is held.

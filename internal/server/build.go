@@ -329,6 +329,10 @@ func (s *Server) handler(ov Overrides, w *wiring) error {
 	if s.live, err = live.New(live.Options{Limits: live.Limits{PerIdentity: int(cfg.Security.StreamsPerIdentity), PerReplica: int(cfg.Security.StreamsPerReplica)}, Log: s.Log, Now: s.clock.Now}); err != nil {
 		return err
 	}
+	// A token and its owner, read for a request, are kept a few seconds;
+	// what the change feed says changed (Run follows it) is forgotten.
+	s.Store.Accounts.CacheCredentials(credentialTTL)
+	s.live.OnChange(s.Store.Accounts.Forget)
 	pages, err := portal.New(portal.Options{Now: s.clock.Now, Sessions: w.sessions, Teams: s.authz.Teams, Secure: strings.HasPrefix(w.public, "https://"), Logger: s.Log, Audit: s.denials})
 	if err != nil {
 		return err

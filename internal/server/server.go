@@ -573,6 +573,11 @@ const (
 	liveSweep    = 5 * time.Minute
 )
 
+// credentialTTL is how long a token and its owner read for one request
+// serve the next ones: a revocation or a user's change is forgotten as the
+// feed is read (within feedInterval); this bounds it if the feed cannot be.
+const credentialTTL = 5 * time.Second
+
 // telemetryInterval is how often closed periods are rolled up and old
 // telemetry is pruned.
 const telemetryInterval = 30 * time.Second

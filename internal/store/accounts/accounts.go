@@ -15,7 +15,10 @@ import (
 )
 
 // Store is the accounts of one database.
-type Store struct{ db *store.DB }
+type Store struct {
+	db    *store.DB
+	creds *credentials // nil: not kept (CacheCredentials)
+}
 
 var (
 	_ user.Store     = (*Store)(nil)

@@ -101,8 +101,8 @@ func (s *Store) Session(ctx context.Context, idHash string) (weblogin.Session, e
 
 // DeleteSession implements weblogin.Store; deleting a missing session is not an error.
 func (s *Store) DeleteSession(ctx context.Context, idHash string) error {
+	var issuer, subject string
 	err := s.db.TxChanges(ctx, func(tx *sql.Tx) error {
-		var issuer, subject string
 		err := s.db.TxQueryRow(ctx, tx, s.db.Q(`SELECT issuer, subject FROM sessions WHERE id_hash = ?`), idHash).Scan(&issuer, &subject)
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil
@@ -116,6 +116,9 @@ func (s *Store) DeleteSession(ctx context.Context, idHash string) error {
 		// What the session opened is checked again (and closes).
 		return s.db.AppendChange(ctx, tx, string(live.User), identity.Identity{Issuer: issuer, Subject: subject}.String())
 	})
+	if subject != "" {
+		s.Forget(live.Change{Kind: live.User, Subject: identity.Identity{Issuer: issuer, Subject: subject}.String()})
+	}
 	if err != nil {
 		return fmt.Errorf("delete session: %w", err)
 	}

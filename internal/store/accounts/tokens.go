@@ -105,6 +105,22 @@ var tokenAndOwnerQuery = `SELECT ` + qualified("t", tokenColumns) + `, ` + userC
 // owner, written by CreateToken as identity.Identity.String, is what a users
 // row's user_key holds).
 func (s *Store) TokenAndOwner(ctx context.Context, id string) (token.Token, *user.User, error) {
+	if s.creds == nil {
+		return s.tokenAndOwner(ctx, id)
+	}
+	if t, owner, ok := s.creds.get(id, s.db.Now()); ok {
+		return t, owner, nil
+	}
+	gen := s.creds.generation()
+	t, owner, err := s.tokenAndOwner(ctx, id)
+	if err == nil {
+		s.creds.put(gen, t, owner, s.db.Now())
+	}
+	return t, owner, err
+}
+
+// tokenAndOwner is TokenAndOwner's read.
+func (s *Store) tokenAndOwner(ctx context.Context, id string) (token.Token, *user.User, error) {
 	var tr tokenRow
 	var ur userRow
 	var hasUser int
@@ -148,6 +164,7 @@ func (s *Store) RevokeToken(ctx context.Context, owner, id string, at time.Time)
 		}
 		return s.db.AppendChange(ctx, tx, string(live.Token), id) // what it opened closes
 	})
+	s.Forget(live.Change{Kind: live.Token, Subject: id}) // whether or not it committed: an error may come after
 	if err != nil {
 		return fmt.Errorf("revoke token: %w", err)
 	}

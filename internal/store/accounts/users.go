@@ -45,6 +45,9 @@ func (s *Store) UpsertUser(ctx context.Context, u user.User) error {
 			return nil
 		})
 	})
+	// Kept credentials hold the user's record as it was (its groups' age
+	// too): a sign-in here refreshes them here at once.
+	s.Forget(live.Change{Kind: live.User, Subject: u.Key})
 	if err != nil {
 		return fmt.Errorf("upsert user %s: %w", u.Key, err)
 	}
@@ -147,8 +150,8 @@ func (s *Store) SetUserDeactivated(ctx context.Context, id string, at time.Time)
 		micros = at.UnixMicro()
 	}
 	var n int64
+	var key string
 	err := s.db.TxChanges(ctx, func(tx *sql.Tx) error {
-		var key string
 		err := s.db.TxQueryRow(ctx, tx, s.db.Q(`SELECT user_key FROM users WHERE id = ?`), id).Scan(&key)
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil
@@ -163,6 +166,9 @@ func (s *Store) SetUserDeactivated(ctx context.Context, id string, at time.Time)
 		n, _ = res.RowsAffected()
 		return s.db.AppendChange(ctx, tx, string(live.User), key)
 	})
+	if key != "" {
+		s.Forget(live.Change{Kind: live.User, Subject: key})
+	}
 	if err != nil {
 		return fmt.Errorf("deactivate user %s: %w", id, err)
 	}

@@ -70,6 +70,9 @@ func writeJSON(w http.ResponseWriter, write func(*jsonw)) error {
 	}
 	j.b = append(j.b, '\n')
 	w.Header().Set("Content-Type", "application/json")
+	// Its length, so that a page goes out whole rather than in chunks
+	// (one write to the socket fewer, and no chunk framing).
+	w.Header().Set("Content-Length", strconv.Itoa(len(j.b)))
 	w.WriteHeader(http.StatusOK)
 	_, err := w.Write(j.b)
 	return err

@@ -238,10 +238,11 @@ func (r *Registry) remove(e *entry) {
 	}
 }
 
-// Seq is the newest change read from the feed (stored before it is
-// published): a request notes it before it is authenticated, and once
-// registered, authenticates again if it has moved — a revocation published
-// in between found no registration to close.
+// Seq is the newest change read from the feed (stored after the OnChange
+// hooks have it and before the connections are checked): a request notes it
+// before it is authenticated, and once registered, authenticates again if
+// it has moved — a revocation published in between found no registration
+// to close, and a credential kept from before it is forgotten by then.
 func (r *Registry) Seq() int64 { return r.seq.Load() }
 
 // Count is the number of registered connections and of streams among them.
@@ -257,6 +258,14 @@ func (r *Registry) Count() (conns, streams int) {
 // checked again, a token's or a user's connections checked again, and All
 // checks every connection again.
 func (r *Registry) Publish(changes ...Change) {
+	r.tell(changes)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.publish(changes)
+}
+
+// tell hands changes to the OnChange hooks.
+func (r *Registry) tell(changes []Change) {
 	r.mu.Lock()
 	hooks := make([]func(Change), 0, len(r.hooks))
 	for _, h := range r.hooks {
@@ -268,9 +277,6 @@ func (r *Registry) Publish(changes ...Change) {
 			h(c)
 		}
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.publish(changes)
 }
 
 // OnChange has f told every change published (as the feed says, on this
@@ -461,6 +467,9 @@ func (r *Registry) Follow(ctx context.Context, feed Feed, wake <-chan struct{}, 
 		n, err := feed.LastChange(ctx)
 		if err == nil {
 			after = n
+			// What was read before the feed's position was known may be
+			// older than a change before it: the hooks forget it all.
+			r.tell([]Change{{Kind: All}})
 			r.seq.Store(n)
 			break
 		}
@@ -500,8 +509,11 @@ func (r *Registry) Follow(ctx context.Context, feed Feed, wake <-chan struct{}, 
 				cs = append(cs, Change{Kind: All})
 			}
 			after = last
-			r.seq.Store(after) // before Publish: see Seq
-			r.Publish(cs...)
+			r.tell(cs)
+			r.seq.Store(after) // after the hooks, before the connections: see Seq
+			r.mu.Lock()
+			r.publish(cs)
+			r.mu.Unlock()
 			if len(cs) < 1000 {
 				break
 			}

@@ -291,3 +291,60 @@ func TestOnWorkloadChange(t *testing.T) {
 		t.Errorf("heard %v after the hook was removed", heard)
 	}
 }
+
+// TestFollowTellsHooksFirst: the follower tells the OnChange hooks All once
+// it knows where the feed stands (what was kept before may be stale), and
+// each change before Seq moves to it and before any connection is checked
+// again: a request that notes Seq after a revocation finds the credential
+// cache has forgotten it, and a recheck never reads a kept credential.
+func TestFollowTellsHooksFirst(t *testing.T) {
+	r := registry(t, live.Limits{PerIdentity: 10, PerReplica: 10})
+	f := &feed{last: 7}
+	type heard struct {
+		c   live.Change
+		seq int64
+	}
+	var mu sync.Mutex
+	var told []heard
+	checked := make(chan []heard, 1)
+	r.OnChange(func(c live.Change) {
+		mu.Lock()
+		defer mu.Unlock()
+		told = append(told, heard{c, r.Seq()})
+	})
+	if _, _, err := r.Open(context.Background(), live.Conn{Token: "t1", User: "u1", Recheck: func(context.Context) error {
+		mu.Lock()
+		defer mu.Unlock()
+		select {
+		case checked <- slices.Clone(told):
+		default:
+		}
+		return nil
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { r.Follow(ctx, f, make(chan struct{}), 10*time.Millisecond, time.Hour); close(done) }()
+	defer func() { cancel(); <-done }()
+	waitfor.Until(t, 5*time.Second, "the follower to start at the feed's end", func() error {
+		if r.Seq() != 7 {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	f.mu.Lock()
+	f.changes = append(f.changes, live.Change{Seq: 8, Kind: live.Token, Subject: "t1"})
+	f.last = 8
+	f.mu.Unlock()
+	var atCheck []heard
+	select {
+	case atCheck = <-checked:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the revoked token's connection was never checked again")
+	}
+	want := []heard{{live.Change{Kind: live.All}, 0}, {live.Change{Seq: 8, Kind: live.Token, Subject: "t1"}, 7}}
+	if !slices.Equal(atCheck, want) {
+		t.Fatalf("the hooks had heard %+v when the connection was checked, want %+v (each before Seq moved to it)", atCheck, want)
+	}
+}

@@ -25,9 +25,10 @@ type credentials struct {
 	ttl time.Duration
 	max int
 
-	mu   sync.Mutex
-	gen  uint64 // counts forgets: a read that saw another gen is not kept
-	byID map[string]credential
+	mu      sync.Mutex
+	gen     uint64 // counts forgets: a read that saw another gen is not kept
+	byID    map[string]credential
+	byOwner map[string]map[string]bool // owner's key → the ids kept of their tokens
 }
 
 type credential struct {
@@ -45,7 +46,11 @@ const maxCredentials = 10000
 // followed and every change it reads is passed to Forget; without it
 // every read goes to the database.
 func (s *Store) CacheCredentials(ttl time.Duration) {
-	s.creds = &credentials{ttl: ttl, max: maxCredentials, byID: map[string]credential{}}
+	s.creds = newCredentials(ttl, maxCredentials)
+}
+
+func newCredentials(ttl time.Duration, max int) *credentials {
+	return &credentials{ttl: ttl, max: max, byID: map[string]credential{}, byOwner: map[string]map[string]bool{}}
 }
 
 // Forget drops what a change of the feed makes stale: a token's entry, a
@@ -56,11 +61,11 @@ func (s *Store) Forget(c live.Change) {
 	}
 	switch c.Kind {
 	case live.Token:
-		s.creds.forget(func(id string, _ credential) bool { return id == c.Subject })
+		s.creds.forget(c.Subject)
 	case live.User:
-		s.creds.forget(func(_ string, e credential) bool { return e.t.Owner.String() == c.Subject })
+		s.creds.forgetOwner(c.Subject)
 	case live.All:
-		s.creds.forget(func(string, credential) bool { return true })
+		s.creds.forgetAll()
 	}
 }
 
@@ -84,7 +89,7 @@ func (c *credentials) get(id string, now time.Time) (token.Token, *user.User, bo
 }
 
 // put keeps what a read that began at gen found, unless something was
-// forgotten since.
+// forgotten since. When full, an arbitrary entry makes room.
 func (c *credentials) put(gen uint64, t token.Token, owner *user.User, now time.Time) {
 	t, owner = copyCredential(t, owner)
 	c.mu.Lock()
@@ -93,27 +98,58 @@ func (c *credentials) put(gen uint64, t token.Token, owner *user.User, now time.
 		return
 	}
 	if _, ok := c.byID[t.ID]; !ok && len(c.byID) >= c.max {
-		for id, e := range c.byID {
-			if now.Sub(e.at) >= c.ttl {
-				delete(c.byID, id)
-			}
-		}
-		if len(c.byID) >= c.max {
-			return
+		for id := range c.byID { // map order: an arbitrary entry
+			c.drop(id)
+			break
 		}
 	}
+	c.drop(t.ID)
+	key := t.Owner.String()
 	c.byID[t.ID] = credential{t: t, owner: owner, at: now}
+	if c.byOwner[key] == nil {
+		c.byOwner[key] = map[string]bool{}
+	}
+	c.byOwner[key][t.ID] = true
 }
 
-// forget drops the entries that match.
-func (c *credentials) forget(match func(id string, e credential) bool) {
+// forget drops token id's entry.
+func (c *credentials) forget(id string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.gen++
-	for id, e := range c.byID {
-		if match(id, e) {
-			delete(c.byID, id)
-		}
+	c.drop(id)
+}
+
+// forgetOwner drops the entries of the tokens of the user whose key it is.
+func (c *credentials) forgetOwner(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.gen++
+	for id := range c.byOwner[key] {
+		c.drop(id)
+	}
+}
+
+// forgetAll drops every entry.
+func (c *credentials) forgetAll() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.gen++
+	clear(c.byID)
+	clear(c.byOwner)
+}
+
+// drop removes id's entry and its place in the owner's index; c.mu is held.
+func (c *credentials) drop(id string) {
+	e, ok := c.byID[id]
+	if !ok {
+		return
+	}
+	delete(c.byID, id)
+	key := e.t.Owner.String()
+	delete(c.byOwner[key], id)
+	if len(c.byOwner[key]) == 0 {
+		delete(c.byOwner, key)
 	}
 }
 

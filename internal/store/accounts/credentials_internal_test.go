@@ -4,35 +4,56 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/token"
 )
 
 // TestCredentialsKeep: an entry serves for its ttl only; a read that began
-// before a forget is not kept; the bound holds, making room from expired
-// entries first.
+// before a forget is not kept; forgetting a token, an owner or all drops
+// just those; the bound holds.
 func TestCredentialsKeep(t *testing.T) {
-	c := &credentials{ttl: time.Minute, max: 2, byID: map[string]credential{}}
+	c := newCredentials(time.Minute, 3)
 	now := time.Date(2026, 12, 6, 9, 0, 0, 0, time.UTC)
+	ann, bob := identity.Identity{Issuer: "i", Subject: "ann"}, identity.Identity{Issuer: "i", Subject: "bob"}
 	has := func(id string, at time.Time) bool { _, _, ok := c.get(id, at); return ok }
+	put := func(id string, owner identity.Identity, at time.Time) { c.put(c.generation(), token.Token{ID: id, Owner: owner}, nil, at) }
 
-	c.put(c.generation(), token.Token{ID: "a"}, nil, now)
-	if !has("a", now.Add(59*time.Second)) || has("a", now.Add(time.Minute)) || has("a", now.Add(-time.Second)) {
+	put("a1", ann, now)
+	if !has("a1", now.Add(59*time.Second)) || has("a1", now.Add(time.Minute)) || has("a1", now.Add(-time.Second)) {
 		t.Fatal("an entry serves within its ttl, and only then")
 	}
 	gen := c.generation()
-	c.forget(func(id string, _ credential) bool { return id == "nothing" })
-	c.put(gen, token.Token{ID: "b"}, nil, now)
-	if has("b", now) {
+	c.forget("nothing")
+	c.put(gen, token.Token{ID: "a2", Owner: ann}, nil, now)
+	if has("a2", now) {
 		t.Fatal("a read that began before a forget was kept")
 	}
-	c.put(c.generation(), token.Token{ID: "b"}, nil, now)
-	c.put(c.generation(), token.Token{ID: "c"}, nil, now)
-	if has("c", now) || len(c.byID) != 2 {
-		t.Fatalf("past the bound: %d entries", len(c.byID))
+	put("a2", ann, now)
+	put("b1", bob, now)
+	c.forgetOwner(ann.String())
+	if has("a1", now) || has("a2", now) || !has("b1", now) {
+		t.Fatal("forgetting ann dropped other than hers")
 	}
-	later := now.Add(2 * time.Minute)
-	c.put(c.generation(), token.Token{ID: "c"}, nil, later)
-	if !has("c", later) || len(c.byID) != 1 {
-		t.Fatalf("expired entries did not make room: %d entries", len(c.byID))
+	put("a1", ann, now)
+	c.forget("a1")
+	if has("a1", now) || !has("b1", now) {
+		t.Fatal("forgetting a1 dropped other than it")
+	}
+	for _, id := range []string{"a1", "a2", "a3", "a4"} {
+		put(id, ann, now)
+	}
+	if len(c.byID) != 3 || !has("a4", now) {
+		t.Fatalf("past the bound: %d entries, the last kept %v", len(c.byID), has("a4", now))
+	}
+	n := 0
+	for _, ids := range c.byOwner {
+		n += len(ids)
+	}
+	if n != 3 {
+		t.Fatalf("the owners' index holds %d ids for 3 entries", n)
+	}
+	c.forgetAll()
+	if len(c.byID) != 0 || len(c.byOwner) != 0 {
+		t.Fatal("forgetting all left entries")
 	}
 }

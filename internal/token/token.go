@@ -47,7 +47,8 @@ type Token struct {
 type Store interface {
 	CreateToken(ctx context.Context, t Token) error
 	// TokenAndOwner returns one token and its owner's user record, read
-	// together (one round trip per authenticated request, not two); the
+	// together (one round trip, not two; the store may keep them a few
+	// seconds, never past a change to either that it has been told of); the
 	// record is nil when the owner has none. *fault.NotFound if there is no
 	// such token.
 	TokenAndOwner(ctx context.Context, id string) (Token, *user.User, error)

@@ -35,7 +35,7 @@ func (s *server) CreateTrial(ctx context.Context, req gen.CreateTrialRequestObje
 		}
 		return d
 	}
-	sp := trial.Spec{Template: b.Template, Classes: b.Classes, GPUs: deref(b.Gpus), Steps: b.Steps, MaxCost: deref(b.MaxCost),
+	sp := trial.Spec{Template: b.Template, Classes: b.Classes, GPUs: deref(b.Gpus), MIGProfiles: deref(b.MigProfiles), Steps: b.Steps, MaxCost: deref(b.MaxCost),
 		FullSteps: deref(b.FullSteps), MaxRuntime: duration("maxRuntime", b.MaxRuntime), Deadline: duration("deadline", b.Deadline)}
 	if b.Parameters != nil {
 		sp.Params = *b.Parameters
@@ -92,6 +92,9 @@ func trialOut(tr trial.Trial, res *trial.Results) model.Trial {
 	if len(sp.Params) > 0 {
 		out.Parameters = ptr(model.Parameters(sp.Params))
 	}
+	if len(sp.MIGProfiles) > 0 {
+		out.MigProfiles = ptr(sp.MIGProfiles)
+	}
 	if sp.MaxCost > 0 {
 		out.MaxCost = ptr(sp.MaxCost)
 	}
@@ -103,7 +106,7 @@ func trialOut(tr trial.Trial, res *trial.Results) model.Trial {
 	}
 	if res == nil {
 		for _, r := range tr.Runs {
-			out.Runs = append(out.Runs, model.TrialRun{Class: r.Class, Gpus: r.GPUs, Workload: omitEmpty(r.Workload), Error: omitEmpty(r.Error)})
+			out.Runs = append(out.Runs, model.TrialRun{Class: r.Class, Gpus: r.GPUs, MigProfile: omitEmpty(r.MIGProfile), Workload: omitEmpty(r.Workload), Error: omitEmpty(r.Error)})
 		}
 		return out
 	}
@@ -112,7 +115,7 @@ func trialOut(tr trial.Trial, res *trial.Results) model.Trial {
 		out.Best = ptr(res.Best)
 	}
 	for _, m := range res.Runs {
-		r := model.TrialRun{Class: m.Class, Gpus: m.GPUs, Workload: omitEmpty(m.Workload), Error: omitEmpty(m.Error)}
+		r := model.TrialRun{Class: m.Class, Gpus: m.GPUs, MigProfile: omitEmpty(m.MIGProfile), Workload: omitEmpty(m.Workload), Error: omitEmpty(m.Error)}
 		if m.Workload != "" {
 			r.Status, r.Reason = ptr(model.WorkloadStatus(m.Status)), omitEmpty(m.Reason)
 			r.PricePerHour, r.CostSoFar, r.Reports = ptr(m.PricePerHour), ptr(m.CostSoFar), ptr(m.Reports)

@@ -2778,12 +2778,13 @@ type Trial struct {
 	Deadline  *string   `json:"deadline,omitempty"`
 
 	// Done Every run has ended (absent in a list).
-	Done       *bool    `json:"done,omitempty"`
-	FullSteps  *int64   `json:"fullSteps,omitempty"`
-	Gpus       []int    `json:"gpus"`
-	Id         string   `json:"id"`
-	MaxCost    *float64 `json:"maxCost,omitempty"`
-	MaxRuntime string   `json:"maxRuntime"`
+	Done        *bool     `json:"done,omitempty"`
+	FullSteps   *int64    `json:"fullSteps,omitempty"`
+	Gpus        []int     `json:"gpus"`
+	Id          string    `json:"id"`
+	MaxCost     *float64  `json:"maxCost,omitempty"`
+	MaxRuntime  string    `json:"maxRuntime"`
+	MigProfiles *[]string `json:"migProfiles,omitempty"`
 
 	// Owner issuer#subject of who started it.
 	Owner string `json:"owner"`
@@ -2815,7 +2816,7 @@ type TrialRequest struct {
 	// FullSteps The full run's steps, to extrapolate to (default: each run's reported total steps, when more than steps).
 	FullSteps *int64 `json:"fullSteps,omitempty"`
 
-	// Gpus The GPU counts to try on each class (default [1]); classes × counts is at most 12 runs.
+	// Gpus The GPU counts to try on each class (default [1]); classes × (counts + MIG profiles) is at most 12 runs.
 	Gpus *[]int `json:"gpus,omitempty"`
 
 	// MaxCost Each run's cap in dollars (none when absent: the time cap bounds it).
@@ -2823,6 +2824,9 @@ type TrialRequest struct {
 
 	// MaxRuntime Each run's time cap, a duration such as 20m (default 30m, at most 24h).
 	MaxRuntime *string `json:"maxRuntime,omitempty"`
+
+	// MigProfiles MIG profiles to try beside the whole GPUs: one run of one slice per class and profile (such as 3g.40gb, against a whole H100-80GB). Each class must offer each profile and the template allow it.
+	MigProfiles *[]string `json:"migProfiles,omitempty"`
 
 	// Parameters Parameter values by name (strings, integers or booleans as the template declares).
 	Parameters *Parameters `json:"parameters,omitempty"`
@@ -2854,14 +2858,17 @@ type TrialRun struct {
 	Gpus        int      `json:"gpus"`
 
 	// Intervals How many intervals between reports the step time is the median of.
-	Intervals     *int     `json:"intervals,omitempty"`
-	LastStep      *int64   `json:"lastStep,omitempty"`
-	MeetsDeadline *bool    `json:"meetsDeadline,omitempty"`
-	PricePerHour  *float64 `json:"pricePerHour,omitempty"`
-	Reason        *string  `json:"reason,omitempty"`
-	Reports       *int64   `json:"reports,omitempty"`
+	Intervals     *int   `json:"intervals,omitempty"`
+	LastStep      *int64 `json:"lastStep,omitempty"`
+	MeetsDeadline *bool  `json:"meetsDeadline,omitempty"`
 
-	// Scaling Scaling efficiency over the class's fewest GPUs measured (1: perfect).
+	// MigProfile The MIG slice the run had, one of it (absent: gpus whole GPUs).
+	MigProfile   *string  `json:"migProfile,omitempty"`
+	PricePerHour *float64 `json:"pricePerHour,omitempty"`
+	Reason       *string  `json:"reason,omitempty"`
+	Reports      *int64   `json:"reports,omitempty"`
+
+	// Scaling Scaling efficiency over the class's fewest whole GPUs measured (1: perfect); absent for a MIG slice.
 	Scaling *float64 `json:"scaling,omitempty"`
 
 	// Status Where a workload is in its lifecycle. PendingApproval waits for an approver, Queued for quota; Stopped (by a person, or past the template's max runtime) and IdleStopped (by the idle culler) may be started again; Succeeded, Failed and Deleted are final.

@@ -523,6 +523,17 @@ func TestBrowserTrial(t *testing.T) {
 	if v, err := servertest.CSPViolations(ctx); err != nil || len(v) > 0 {
 		t.Errorf("the trial page broke its Content Security Policy: %v %v", v, err)
 	}
+	// A trial of a MIG slice beside the whole GPU: each row named by its choice.
+	profiles := []string{"3g.40gb"}
+	sliced := servertest.Must(cl.CreateTrialWithResponse(t.Context(), nil, model.TrialRequest{Template: "batch-inference", Team: "vision",
+		Classes: []string{"H100-80GB"}, MigProfiles: &profiles, Parameters: &model.Parameters{"input": "p.jsonl"}, Steps: 50}))(t)
+	if sliced.JSON201 == nil {
+		t.Fatalf("a trial of a MIG slice: %d %s", sliced.StatusCode(), sliced.Body)
+	}
+	pg.Do("the sliced trial's page", chromedp.Navigate(g.URL+"/trials/"+sliced.JSON201.Id))
+	poll("the slice's row", `(document.querySelector('#trial-runs tr[data-choice="H100-80GB 3g.40gb"] th') || {}).textContent === 'H100-80GB 3g.40gb' &&
+		!!document.querySelector('#trial-runs tr[data-choice="H100-80GB×1"]')`)
 	pg.Do("the trials page", chromedp.Navigate(g.URL+"/trials"))
 	poll("the trial listed", `!!document.querySelector('#trials tr[data-id="`+tr.Id+`"]')`)
+	poll("the sliced trial listed by its choices", `(document.querySelector('#trials tr[data-id="`+sliced.JSON201.Id+`"]') || {textContent: ''}).textContent.includes('H100-80GB × 1, H100-80GB 3g.40gb')`)
 }

@@ -92,7 +92,7 @@ func table(dev bool) []*command {
 		&command{name: "start", synopsis: "ID", summary: "start a stopped workload again", remote: true, run: verb("start", changeCmd)},
 		&command{name: "rm", synopsis: "ID", summary: "delete a workload", remote: true, run: verb("rm", changeCmd)},
 		&command{name: "progress", synopsis: "ID [-o json]", summary: "how far a training run is: step, pace, ETA, metrics, early stopping", remote: true, run: progressCmd},
-		&command{name: "trial", synopsis: "TEMPLATE --team T --classes A,B --steps N [--gpus 1,2] [--deadline 8h] [--wait]", summary: "short capped runs on several classes and GPU counts: step time, scaling, the full run's time and cost", remote: true, run: trialCmd},
+		&command{name: "trial", synopsis: "TEMPLATE --team T --classes A,B --steps N [--gpus 1,2] [--mig 3g.40gb] [--deadline 8h] [--wait]", summary: "short capped runs on several classes, GPU counts and MIG slices: step time, scaling, the full run's time and cost", remote: true, run: trialCmd},
 		&command{name: "trials", synopsis: "[ID] [-o json]", summary: "the trials, or what one's runs measured and the cheapest choice", remote: true, run: trialsCmd},
 		&command{name: "keep", synopsis: "ID", summary: "keep a training run going whatever its early-stopping rules say", remote: true, run: keepCmd},
 		&command{name: "advice", synopsis: "[ID]", summary: "a workload's findings, or the teams' open advice", remote: true, run: adviceCmd},

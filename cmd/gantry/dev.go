@@ -227,7 +227,7 @@ Look at the cluster with:
 	// Trials' runs on the simulated nodes report progress at the step time
 	// of a per-class model (package devrun), as their pods would.
 	g.Go(func() error {
-		return devrun.Run(gctx, devrun.Options{Workloads: devRunWorkloads{srv}, Runs: srv.Runs, Log: srv.Log})
+		return devrun.Run(gctx, devrun.Options{Workloads: devRunWorkloads{srv}, Runs: srv.Runs, Classes: srv.Catalog.Classes(), Log: srv.Log})
 	})
 	return g.Wait()
 }

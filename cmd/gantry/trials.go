@@ -17,12 +17,13 @@ import (
 // trialCmd starts a trial: a short run of a template per class and GPU
 // count; --wait follows it until every run has ended and shows the table.
 func trialCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	const usage = "gantry trial TEMPLATE --team TEAM --classes A,B --steps N [--gpus 1,2] [--max-runtime 30m] [--max-cost D] [--full-steps N] [--deadline 8h] [--set k=v]... [--wait]"
+	const usage = "gantry trial TEMPLATE --team TEAM --classes A,B --steps N [--gpus 1,2] [--mig 3g.40gb,...] [--max-runtime 30m] [--max-cost D] [--full-steps N] [--deadline 8h] [--set k=v]... [--wait]"
 	fs := flags("gantry trial", stderr)
 	srv := fs.String("server", "", "Gantry server URL (default: $GANTRY_SERVER, the last one signed in to)")
 	teamName := fs.String("team", "", "the team (required)")
 	classes := fs.String("classes", "", "the GPU classes to try, comma-separated (required)")
 	gpus := fs.String("gpus", "1", "the GPU counts to try on each class, comma-separated")
+	mig := fs.String("mig", "", "MIG profiles to try on each class beside its whole GPUs, comma-separated (one slice a run)")
 	steps := fs.Int64("steps", 0, "each run is stopped at this step (required)")
 	maxRuntime := fs.String("max-runtime", "", "each run's time cap (default 30m)")
 	maxCost := fs.Float64("max-cost", 0, "each run's cap in dollars (default none: the time cap bounds it)")
@@ -46,6 +47,10 @@ func trialCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return usageError{"--gpus " + err.Error()}
 	}
 	req.Gpus = &counts
+	if *mig != "" {
+		profiles := strings.Split(*mig, ",")
+		req.MigProfiles = &profiles
+	}
 	if *maxRuntime != "" {
 		req.MaxRuntime = maxRuntime
 	}
@@ -80,9 +85,9 @@ func trialCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			fmt.Fprintf(stdout, "trial %s of %s in team %s: %d runs, each stopped at step %d or after %s\n", tr.Id, tr.Template, tr.Team, len(tr.Runs), tr.Steps, tr.MaxRuntime)
 			for _, r := range tr.Runs {
 				if r.Workload != nil {
-					fmt.Fprintf(stdout, "  %s × %d: %s\n", r.Class, r.Gpus, *r.Workload)
+					fmt.Fprintf(stdout, "  %s: %s\n", runChoice(r), *r.Workload)
 				} else {
-					fmt.Fprintf(stdout, "  %s × %d: not launched: %s\n", r.Class, r.Gpus, printable(deref(r.Error)))
+					fmt.Fprintf(stdout, "  %s: not launched: %s\n", runChoice(r), printable(deref(r.Error)))
 				}
 			}
 			fmt.Fprintf(stdout, "see what they measure: gantry trials %s\n", tr.Id)
@@ -194,7 +199,7 @@ func trialTable(w io.Writer, t model.Trial) {
 			}
 			cost = fmt.Sprintf("$%.2f", deref(r.FullCost))
 		}
-		fmt.Fprintf(tw, "%s\t%s × %d\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%.2f\n", mark, r.Class, r.Gpus, status, deref(r.LastStep), secs, thr, scaling, full, cost, deref(r.PricePerHour))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%.2f\n", mark, runChoice(r), status, deref(r.LastStep), secs, thr, scaling, full, cost, deref(r.PricePerHour))
 	}
 	tw.Flush()
 	if t.Why != nil {
@@ -213,4 +218,12 @@ func intList(s string) ([]int, error) {
 		out = append(out, n)
 	}
 	return out, nil
+}
+
+// runChoice names a trial run's choice: "H100-80GB × 2", "H100-80GB 3g.40gb".
+func runChoice(r model.TrialRun) string {
+	if p := deref(r.MigProfile); p != "" {
+		return r.Class + " " + p
+	}
+	return fmt.Sprintf("%s × %d", r.Class, r.Gpus)
 }

@@ -47,4 +47,14 @@ func TestTrialVerbs(t *testing.T) {
 	if code, _, errOut := cli("trial", "pytorch-train", "--team", "vision", "--classes", "H100-80GB", "--steps", "100", "--gpus", "1,x"); code != 2 || !strings.Contains(errOut, `--gpus "1,x": want positive numbers`) {
 		t.Fatalf("a bad --gpus: %d %q", code, errOut)
 	}
+	// MIG slices beside the whole GPU: a run of each, named by its profile.
+	code, out, errOut = cli("trial", "batch-inference", "--team", "vision", "--classes", "H100-80GB", "--mig", "3g.40gb,7g.80gb", "--steps", "50", "--set", "input=p.jsonl")
+	if code != 0 || !regexp.MustCompile(`: 3 runs, each stopped at step 50 .*\n  H100-80GB × 1: [a-z0-9]+\n  H100-80GB 3g.40gb: [a-z0-9]+\n  H100-80GB 7g.80gb: [a-z0-9]+\n`).MatchString(out) {
+		t.Fatalf("a trial of MIG slices: %d %q %q", code, out, errOut)
+	}
+	// A profile the template does not allow refuses the trial, named.
+	code, out, errOut = cli("trial", "batch-inference", "--team", "vision", "--classes", "H100-80GB", "--mig", "1g.10gb", "--steps", "50", "--set", "input=p.jsonl")
+	if code == 0 || !strings.Contains(errOut, "migProfiles[0]: H100-80GB with 1g.10gb (classes[0]):") {
+		t.Fatalf("a profile the template does not allow: %d %q %q", code, out, errOut)
+	}
 }

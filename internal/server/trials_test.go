@@ -153,3 +153,64 @@ func TestTrial(t *testing.T) {
 		t.Fatalf("the admin's list: %v %v", ts, err)
 	}
 }
+
+// TestTrialOfMIGSlices: a trial tries MIG slices beside the whole GPU —
+// each a launch of one slice, priced at its share — and measures them as
+// it measures GPUs: the slice's run is named by its profile and scales
+// against nothing.
+func TestTrialOfMIGSlices(t *testing.T) {
+	g := servertest.New(t, func(c *config.Config) { c.Runs.ReportURL = "http://gantry.gantry-system.svc:8080" })
+	admin := identity.Identity{Issuer: "https://idp", Subject: "ada", Groups: []string{"gantry-admins"}, SecondFactor: true}
+	ctx := identity.With(context.Background(), admin)
+	spec := trial.Spec{Template: "batch-inference", Params: map[string]any{"input": "p.jsonl"}, Classes: []string{"H100-80GB"},
+		MIGProfiles: []string{"3g.40gb"}, Steps: 100}
+	tr, _, err := g.Trials.Create(ctx, admin.String(), "vision", spec, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tr.Runs) != 2 || tr.Runs[0].MIGProfile != "" || tr.Runs[1].MIGProfile != "3g.40gb" || tr.Runs[1].GPUs != 1 {
+		t.Fatalf("runs: %+v", tr.Runs)
+	}
+	// Per the simulated fleet's model (package devrun): 0.40 s a step on the
+	// whole H100, 0.88 s on its 3g.40gb slice (3/7 of the SMs, half the
+	// memory bandwidth).
+	whole := 0.7*312/989 + 0.3*2039/3350.0
+	slice := 0.7*312*7/(989*3.0) + 0.3*2039*2/3350.0
+	t0 := time.Now().Add(-time.Hour)
+	var price float64 // the whole GPU's an hour (spot: the template allows it)
+	for i, r := range tr.Runs {
+		w, err := g.Store.Workload(ctx, r.Workload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		per := whole
+		if i == 0 {
+			price = w.PricePerHour
+		} else {
+			per = slice
+			if w.MIGProfile != "3g.40gb" || w.GPUCount != 1 || price == 0 || math.Abs(w.PricePerHour-price/2) > 1e-9 {
+				t.Fatalf("the slice's run is %s × %d %q at $%v/h, want one 3g.40gb at half the whole GPU's $%v", w.GPUClass, w.GPUCount, w.MIGProfile, w.PricePerHour, price)
+			}
+		}
+		rctx := identity.With(context.Background(), identity.Identity{Via: identity.ViaRun, Workload: w.ID, Pod: g.Workloads.Namespace(w) + "/run-" + w.ID})
+		for step := int64(10); step <= 100; step += 10 {
+			if _, err := g.Runs.Report(rctx, w.ID, []runs.Report{{Time: t0.Add(time.Duration(float64(step) * per * float64(time.Second))), Step: step,
+				TotalSteps: 10000, Epoch: math.NaN(), ResumedFrom: -1}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	_, res, err := g.Trials.Get(ctx, tr.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := res.Runs[1]
+	if s.MIGProfile != "3g.40gb" || math.Abs(s.StepSeconds-slice) > 1e-3 || s.Scaling != 0 || s.FullTime != time.Duration(math.Round(10000*slice))*time.Second {
+		t.Fatalf("the slice's run: %+v", s)
+	}
+	// The whole GPU: 4000 s at its price; the slice 8805 s at half of it.
+	want := math.Round(8805.0/3600*price/2*100) / 100
+	if !res.Done || res.Best != 0 || !strings.HasPrefix(res.Why, "H100-80GB × 1 is the cheapest of 2 measured choices") || s.FullCost != want {
+		t.Fatalf("best %d (%s); the slice's full run $%.2f, want $%.2f", res.Best, res.Why, s.FullCost, want)
+	}
+}

@@ -91,7 +91,7 @@ func (s *Service) measure(ctx context.Context, tr Trial) (Results, error) {
 			continue
 		}
 		for _, w := range ws {
-			if w.GPUClass == r.Class && w.GPUCount == r.GPUs {
+			if w.GPUClass == r.Class && w.GPUCount == r.GPUs && w.MIGProfile == r.MIGProfile {
 				tr.Runs[i].Workload, tr.Runs[i].Error = w.ID, ""
 			}
 		}
@@ -197,16 +197,17 @@ func judge(sp Spec, ms []Measured) Results {
 			}
 		}
 	}
-	// Scaling: the full run's speed-up over the class's fewest GPUs
-	// measured, divided by the GPUs' ratio.
+	// Scaling: the full run's speed-up over the class's fewest whole GPUs
+	// measured, divided by the GPUs' ratio (a MIG slice's run scales
+	// nothing).
 	for i := range ms {
 		m := &ms[i]
-		if m.FullTime == 0 {
+		if m.FullTime == 0 || m.MIGProfile != "" {
 			continue
 		}
 		b := baseGPUs(ms, m.Class)
 		for _, base := range ms {
-			if base.Class == m.Class && base.GPUs == b && b < m.GPUs && base.FullTime > 0 {
+			if base.Class == m.Class && base.MIGProfile == "" && base.GPUs == b && b < m.GPUs && base.FullTime > 0 {
 				m.Scaling = (base.FullTime.Seconds() * float64(base.GPUs)) / (m.FullTime.Seconds() * float64(m.GPUs))
 			}
 		}
@@ -260,18 +261,25 @@ func judge(sp Spec, ms []Measured) Results {
 	return res
 }
 
-// baseGPUs is the fewest GPUs a run of class measured a full time with.
+// baseGPUs is the fewest whole GPUs a run of class measured a full time
+// with.
 func baseGPUs(ms []Measured, class string) int {
 	n := math.MaxInt
 	for _, m := range ms {
-		if m.Class == class && m.FullTime > 0 && m.GPUs < n {
+		if m.Class == class && m.MIGProfile == "" && m.FullTime > 0 && m.GPUs < n {
 			n = m.GPUs
 		}
 	}
 	return n
 }
 
-func (m Measured) choice() string { return fmt.Sprintf("%s × %d", m.Class, m.GPUs) }
+// choice names the run's choice: "H100-80GB × 2", "H100-80GB 3g.40gb".
+func (r Run) choice() string {
+	if r.MIGProfile != "" {
+		return r.Class + " " + r.MIGProfile
+	}
+	return fmt.Sprintf("%s × %d", r.Class, r.GPUs)
+}
 
 func indices(ms []Measured, keep func(Measured) bool) []int {
 	var out []int

@@ -115,6 +115,20 @@ func TestJudge(t *testing.T) {
 		t.Fatalf("a run reporting 2^50 total steps: %+v, best %d", res.Runs[2], res.Best)
 	}
 
+	// A MIG slice's run: named by its profile, chosen when cheapest, and
+	// neither scaled nor a base for the whole GPUs' scaling.
+	sliced := trialRuns()
+	slice := run("H100-80GB", 1, 0.5, 10000, 6.9*4/8) // a small model: half the GPU, nearly its speed
+	slice.MIGProfile = "3g.40gb"
+	sliced = append([]Measured{slice}, sliced...)
+	res = judge(Spec{}, sliced)
+	if res.Best != 0 || !strings.HasPrefix(res.Why, "H100-80GB 3g.40gb is the cheapest of 5 measured choices: the full run (10000 steps) in 1h23m20s for $4.79") {
+		t.Fatalf("with a slice: best %d (%s)", res.Best, res.Why)
+	}
+	if res.Runs[0].Scaling != 0 || math.Abs(res.Runs[2].Scaling-4000.0/(2*2200)) > 1e-9 {
+		t.Fatalf("a slice's scaling %v (want none), H100 × 2's %v (want against H100 × 1)", res.Runs[0].Scaling, res.Runs[2].Scaling)
+	}
+
 	// Runs still going, nothing measured: waiting, not done.
 	live := []Measured{{Run: Run{Class: "L4", GPUs: 1, Workload: "w1"}, Status: workload.Running}, {Run: Run{Class: "T4", GPUs: 1, Error: "refused"}}}
 	res = judge(Spec{}, live)
@@ -137,6 +151,10 @@ func TestCheck(t *testing.T) {
 		{"everything wrong", Spec{Template: "Bad Name", Classes: []string{"A", "A"}, GPUs: []int{0, 2, 2}, Steps: 0, MaxRuntime: time.Second, MaxCost: -1, FullSteps: 10, Deadline: -time.Hour},
 			"template: \"Bad Name\" is not a template name; classes[1]: \"A\" is named twice; gpus[0]: 0: want 1 to 64 GPUs; gpus[2]: 2 is named twice; steps: 0: want 1 to 100000 steps a run; maxRuntime: 1s: want 1m to 24h0m0s a run; maxCost: -1: want dollars above 0, or none; deadline: -1h0m0s: want a duration, or none"},
 		{"too many runs", Spec{Template: "t", Classes: []string{"a", "b", "c", "d", "e"}, GPUs: []int{1, 2, 4}, Steps: 10}, "classes: 5 classes × 3 GPU counts are 15 runs: a trial has at most 12"},
+		{"too many runs with MIG profiles", Spec{Template: "t", Classes: []string{"a", "b", "c"}, GPUs: []int{1, 2}, MIGProfiles: []string{"1g.10gb", "2g.20gb", "3g.40gb"}, Steps: 10},
+			"classes: 3 classes × (2 GPU counts + 3 MIG profiles) are 15 runs"},
+		{"MIG profiles unnamed or twice", Spec{Template: "t", Classes: []string{"a"}, MIGProfiles: []string{"", "3g.40gb", "3g.40gb", "none"}, Steps: 10},
+			"migProfiles[0]: \"\": name a MIG profile (the whole GPUs are the gpus' runs); migProfiles[2]: \"3g.40gb\" is named twice; migProfiles[3]: \"none\": name a MIG profile"},
 		{"full steps under the trial's", Spec{Template: "t", Classes: []string{"a"}, Steps: 100, FullSteps: 50}, "fullSteps: 50 is fewer than the trial's 100 steps a run"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -35,6 +35,10 @@ type Spec struct {
 	Params   map[string]any `json:"params,omitempty"`
 	Classes  []string       `json:"classes"`
 	GPUs     []int          `json:"gpus"`
+	// MIGProfiles are MIG slices to try on each class beside its whole
+	// GPUs: one run of one instance per class and profile (each class
+	// must offer each profile, and the template allow it).
+	MIGProfiles []string `json:"migProfiles,omitempty"`
 	// Steps caps each run: Gantry stops it at a report of that step (and
 	// passes GANTRY_TRIAL_STEPS, so that a script can end there itself).
 	Steps int64 `json:"steps"`
@@ -52,7 +56,7 @@ type Spec struct {
 
 // Limits on a trial.
 const (
-	MaxChoices        = 12 // classes × GPU counts
+	MaxChoices        = 12 // classes × (GPU counts + MIG profiles)
 	MaxSteps          = 100000
 	MaxFullSteps      = 1_000_000_000
 	DefaultMaxRuntime = 30 * time.Minute
@@ -61,10 +65,11 @@ const (
 
 // Run is one choice of a trial and the workload launched for it.
 type Run struct {
-	Class    string `json:"class"`
-	GPUs     int    `json:"gpus"`
-	Workload string `json:"workload,omitempty"` // "": not launched
-	Error    string `json:"error,omitempty"`    // why not
+	Class      string `json:"class"`
+	GPUs       int    `json:"gpus"`
+	MIGProfile string `json:"migProfile,omitempty"` // a slice of one GPU ("": GPUs whole GPUs)
+	Workload   string `json:"workload,omitempty"`   // "": not launched
+	Error      string `json:"error,omitempty"`      // why not
 }
 
 // Trial is a trial as recorded.
@@ -178,8 +183,20 @@ func (sp *Spec) check(t team.Name) error {
 			errs.Addf(fmt.Sprintf("gpus[%d]", i), "%d is named twice", n)
 		}
 	}
-	if n := len(sp.Classes) * len(sp.GPUs); n > MaxChoices {
-		errs.Addf("classes", "%d classes × %d GPU counts are %d runs: a trial has at most %d", len(sp.Classes), len(sp.GPUs), n, MaxChoices)
+	for i, p := range sp.MIGProfiles {
+		if p == "" || p == template.NoMIG {
+			errs.Addf(fmt.Sprintf("migProfiles[%d]", i), "%q: name a MIG profile (the whole GPUs are the gpus' runs)", clip(p))
+		}
+		if slices.Contains(sp.MIGProfiles[:i], p) {
+			errs.Addf(fmt.Sprintf("migProfiles[%d]", i), "%q is named twice", clip(p))
+		}
+	}
+	if n := len(sp.Classes) * (len(sp.GPUs) + len(sp.MIGProfiles)); n > MaxChoices {
+		per := fmt.Sprintf("%d GPU counts", len(sp.GPUs))
+		if len(sp.MIGProfiles) > 0 {
+			per = fmt.Sprintf("(%d GPU counts + %d MIG profiles)", len(sp.GPUs), len(sp.MIGProfiles))
+		}
+		errs.Addf("classes", "%d classes × %s are %d runs: a trial has at most %d", len(sp.Classes), per, n, MaxChoices)
 	}
 	if sp.Steps < 1 || sp.Steps > MaxSteps {
 		errs.Addf("steps", "%d: want 1 to %d steps a run", sp.Steps, MaxSteps)
@@ -206,7 +223,7 @@ func (sp *Spec) check(t team.Name) error {
 }
 
 // Create checks a trial, then launches its runs: one per class and GPU
-// count, each as the caller, charged to the team like any launch. Every
+// count, and one per class and MIG profile, each as the caller, charged to the team like any launch. Every
 // run is checked first as a launch would be (the team, the template, each
 // class and count), so that a trial that would be refused launches
 // nothing. A launch refused after that (a budget spent meanwhile) is
@@ -273,30 +290,46 @@ func (s *Service) create(ctx context.Context, owner string, t team.Name, sp Spec
 	var rs []Run
 	var errs fault.List
 	version := 0 // the live version, pinned by the first check for every run
-	for _, class := range sp.Classes {
+	// try checks one choice as its launch would be; path and what name it
+	// in an error.
+	try := func(r Run, path, what string) error {
+		profile, key := template.NoMIG, strconv.Itoa(r.GPUs)
+		if r.MIGProfile != "" {
+			profile, key = r.MIGProfile, r.MIGProfile
+		}
+		req := workload.Request{Template: sp.Template, Version: version, Team: t, Trial: caps,
+			Choice:         template.Choice{Class: r.Class, Count: r.GPUs, MIGProfile: profile, Params: sp.Params},
+			IdempotencyKey: "trial-" + id + "-" + r.Class + "-" + key}
+		rd, err := s.o.Workloads.Check(ctx, owner, req)
+		if err == nil {
+			version, req.Version = rd.Version.Version, rd.Version.Version
+			err = measurable(rd)
+		}
+		var inv *fault.Invalid
+		var nf *fault.NotFound
+		switch {
+		case errors.As(err, &nf) && nf.Kind == "template":
+			return &fault.Invalid{Fields: []fault.Field{{Path: "template", Message: err.Error()}}}
+		case errors.As(err, &inv):
+			errs.Addf(path, "%s: %s", what, reason(inv))
+			return nil
+		case err != nil:
+			return err // refused (forbidden), or Gantry cannot tell now
+		}
+		reqs = append(reqs, req)
+		rs = append(rs, r)
+		return nil
+	}
+	for ci, class := range sp.Classes {
 		for gi, n := range sp.GPUs {
-			req := workload.Request{Template: sp.Template, Version: version, Team: t, Trial: caps,
-				Choice:         template.Choice{Class: class, Count: n, MIGProfile: template.NoMIG, Params: sp.Params},
-				IdempotencyKey: "trial-" + id + "-" + class + "-" + strconv.Itoa(n)}
-			rd, err := s.o.Workloads.Check(ctx, owner, req)
-			if err == nil {
-				version, req.Version = rd.Version.Version, rd.Version.Version
-				err = measurable(rd)
+			if err := try(Run{Class: class, GPUs: n}, fmt.Sprintf("classes[%d]", ci), fmt.Sprintf("%s × %d GPUs (gpus[%d])", class, n, gi)); err != nil {
+				return Trial{}, err
 			}
-			var inv *fault.Invalid
-			var nf *fault.NotFound
-			switch {
-			case errors.As(err, &nf) && nf.Kind == "template":
-				return Trial{}, &fault.Invalid{Fields: []fault.Field{{Path: "template", Message: err.Error()}}}
-			case errors.As(err, &inv):
-				ci := slices.Index(sp.Classes, class)
-				errs.Addf(fmt.Sprintf("classes[%d]", ci), "%s × %d GPUs (gpus[%d]): %s", class, n, gi, reason(inv))
-				continue
-			case err != nil:
-				return Trial{}, err // refused (forbidden), or Gantry cannot tell now
+		}
+		for pi, p := range sp.MIGProfiles {
+			if err := try(Run{Class: class, GPUs: 1, MIGProfile: p}, fmt.Sprintf("migProfiles[%d]", pi), fmt.Sprintf("%s with %s (classes[%d])", class, p, ci)); err != nil {
+				return Trial{}, err
 			}
-			reqs = append(reqs, req)
-			rs = append(rs, Run{Class: class, GPUs: n})
 		}
 	}
 	if err := errs.Err(); err != nil {

@@ -400,6 +400,11 @@ async function historyPage() {
 
 // ----------------------------------------------------------------- trials
 
+// trialChoice names a trial run's choice: 'H100-80GB × 2', 'H100-80GB 3g.40gb'.
+function trialChoice(r) {
+  return r.migProfile ? r.class + ' ' + r.migProfile : r.class + ' × ' + r.gpus;
+}
+
 async function trialsPage(id) {
   if (!id) {
     const body = document.querySelector('#trials tbody');
@@ -408,7 +413,7 @@ async function trialsPage(id) {
       el('td', {}, el('a', { href: '/trials/' + encodeURIComponent(t.id), text: t.id })),
       el('td', { text: t.team }),
       el('td', { text: t.template }),
-      el('td', { text: t.runs.map((r) => r.class + ' × ' + r.gpus).join(', ') }),
+      el('td', { text: t.runs.map(trialChoice).join(', ') }),
       el('td', { text: String(t.steps) }),
       el('td', { text: when(t.createdAt) }))));
     say(list.items.length + ' trials');
@@ -421,8 +426,8 @@ async function trialsPage(id) {
     document.getElementById('trial-head').textContent = t.template + ' in team ' + t.team + ': each run stopped at step ' + t.steps +
       ' or after ' + t.maxRuntime + (t.maxCost ? ' or $' + t.maxCost.toFixed(2) : '') + (t.deadline ? '; the full run within ' + t.deadline : '') +
       (t.done ? ' — done.' : ' — measuring…');
-    body.replaceChildren(...t.runs.map((r, i) => el('tr', { class: t.best === i ? 'best' : '', 'data-choice': r.class + '×' + r.gpus },
-      el('th', { scope: 'row' }, r.workload ? el('a', { href: '/workloads/' + encodeURIComponent(r.workload), text: r.class + ' × ' + r.gpus }) : r.class + ' × ' + r.gpus,
+    body.replaceChildren(...t.runs.map((r, i) => el('tr', { class: t.best === i ? 'best' : '', 'data-choice': r.class + (r.migProfile ? ' ' + r.migProfile : '×' + r.gpus) },
+      el('th', { scope: 'row' }, r.workload ? el('a', { href: '/workloads/' + encodeURIComponent(r.workload), text: trialChoice(r) }) : trialChoice(r),
         t.best === i ? el('strong', { text: ' (best)' }) : ''),
       el('td', { class: r.status ? 'st-' + r.status : '', text: r.status ? r.status : 'not launched: ' + (r.error || '') }),
       el('td', { text: r.lastStep === undefined ? '-' : String(r.lastStep) }),

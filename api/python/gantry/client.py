@@ -278,11 +278,14 @@ class Gantry:
     def trial(self, template: str, team: str, classes: List[str], steps: int, gpus: Optional[List[int]] = None,
               parameters: Optional[Dict[str, Any]] = None, max_runtime: Optional[str] = None,
               max_cost: Optional[float] = None, full_steps: Optional[int] = None,
-              deadline: Optional[str] = None, idempotency_key: Optional[str] = None) -> Dict[str, Any]:
+              deadline: Optional[str] = None, idempotency_key: Optional[str] = None,
+              mig_profiles: Optional[List[str]] = None) -> Dict[str, Any]:
         """Starts a trial (createTrial): a short run of the template per class and
-        GPU count, each stopped at `steps`; read it with trial_results. A key per
-        intended trial makes a retried call start one."""
+        GPU count, and per class and MIG profile (one slice), each stopped at
+        `steps`; read it with trial_results. A key per intended trial makes a
+        retried call start one."""
         body = {"template": template, "team": team, "classes": classes, "steps": steps, "gpus": gpus,
+                "migProfiles": mig_profiles,
                 "parameters": parameters, "maxRuntime": max_runtime, "maxCost": max_cost,
                 "fullSteps": full_steps, "deadline": deadline}
         return self._call("POST", "/api/v1/trials", body={k: v for k, v in body.items() if v is not None},

@@ -8,8 +8,10 @@ import (
 
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/runs"
+	"github.com/gantryhq/gantry/internal/template"
 	"github.com/gantryhq/gantry/internal/workload"
 )
 
@@ -34,6 +36,34 @@ func TestModel(t *testing.T) {
 	if _, ok := Model("B200", 1); ok {
 		t.Error("a class without figures was modelled")
 	}
+	classes := starterClasses(t)
+	h100, _ := classes.Get("H100-80GB")
+	for _, tc := range []struct {
+		profile string
+		want    float64
+	}{
+		{"3g.40gb", 0.7*312*7/(989*3.0) + 0.3*2039*2/3350.0},
+		{"1g.10gb", 0.7*312*7/989.0 + 0.3*2039*8/3350.0},
+		{"7g.80gb", 0.7*312/989 + 0.3*2039/3350.0}, // the whole GPU
+	} {
+		p, ok := h100.Profile(tc.profile)
+		if !ok {
+			t.Fatalf("H100-80GB offers no %s", tc.profile)
+		}
+		if got, ok := SliceModel("H100-80GB", p); !ok || math.Abs(got-tc.want) > 1e-9 {
+			t.Errorf("H100-80GB %s: %v s a step, want %v", tc.profile, got, tc.want)
+		}
+	}
+}
+
+// starterClasses is the starter catalog's GPU classes.
+func starterClasses(t *testing.T) *gpu.Catalog {
+	t.Helper()
+	classes, _, err := template.LoadCatalog("../../../templates")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return classes
 }
 
 type fleet []workload.Workload
@@ -72,22 +102,24 @@ func TestPass(t *testing.T) {
 		{ID: "notrial", Team: "vision", GPUClass: "H100-80GB", GPUCount: 1, Status: workload.Running, RunningSince: t0},
 		{ID: "queued", Team: "vision", GPUClass: "H100-80GB", GPUCount: 1, Status: workload.Queued, Trial: caps},
 		{ID: "b200", Team: "vision", GPUClass: "B200", GPUCount: 1, Status: workload.Running, RunningSince: t0, Trial: caps},
+		{ID: "h100mig3g", Team: "vision", GPUClass: "H100-80GB", GPUCount: 1, MIGProfile: "3g.40gb", Status: workload.Running, RunningSince: t0, Trial: caps},
+		{ID: "h100mig0g", Team: "vision", GPUClass: "H100-80GB", GPUCount: 1, MIGProfile: "0g.0gb", Status: workload.Running, RunningSince: t0, Trial: caps},
 	}
 	rec := recorder{}
-	p := &player{o: Options{Workloads: f, Runs: rec, Clock: clk}, last: map[string]int64{}}
+	p := &player{o: Options{Workloads: f, Runs: rec, Clock: clk, Classes: starterClasses(t)}, last: map[string]int64{}}
 	for range 3 {
 		if err := p.Pass(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		clk.Step(10 * time.Second)
 	}
-	if len(rec) != 2 || rec["notrial"] != nil || rec["queued"] != nil || rec["b200"] != nil {
+	if len(rec) != 3 || rec["notrial"] != nil || rec["queued"] != nil || rec["b200"] != nil || rec["h100mig0g"] != nil {
 		t.Fatalf("reported for %v", keys(rec))
 	}
-	for id, wantStep := range map[string]float64{"h100x2": (0.7*312/989 + 0.3*2039/3350.0) * 1.06, "a100x1": 1} {
+	for id, wantStep := range map[string]float64{"h100x2": (0.7*312/989 + 0.3*2039/3350.0) * 1.06, "a100x1": 1, "h100mig3g": 0.7*312*7/(989*3.0) + 0.3*2039*2/3350.0} {
 		rs := rec[id]
 		for i, r := range rs {
-			if r.Step != int64(i+1) || r.TotalSteps != int64(FullSteps/map[string]int{"h100x2": 2, "a100x1": 1}[id]) {
+			if r.Step != int64(i+1) || r.TotalSteps != int64(FullSteps/map[string]int{"h100x2": 2, "a100x1": 1, "h100mig3g": 1}[id]) {
 				t.Fatalf("%s: report %d is step %d of %d", id, i, r.Step, r.TotalSteps)
 			}
 		}

@@ -16,7 +16,9 @@ func TestCredentialsKeep(t *testing.T) {
 	now := time.Date(2026, 12, 6, 9, 0, 0, 0, time.UTC)
 	ann, bob := identity.Identity{Issuer: "i", Subject: "ann"}, identity.Identity{Issuer: "i", Subject: "bob"}
 	has := func(id string, at time.Time) bool { _, _, ok := c.get(id, at); return ok }
-	put := func(id string, owner identity.Identity, at time.Time) { c.put(c.generation(), token.Token{ID: id, Owner: owner}, nil, at) }
+	put := func(id string, owner identity.Identity, at time.Time) {
+		c.put(c.generation(), token.Token{ID: id, Owner: owner}, nil, at)
+	}
 
 	put("a1", ann, now)
 	if !has("a1", now.Add(59*time.Second)) || has("a1", now.Add(time.Minute)) || has("a1", now.Add(-time.Second)) {

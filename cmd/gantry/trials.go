@@ -48,7 +48,10 @@ func trialCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	req.Gpus = &counts
 	if *mig != "" {
-		profiles := strings.Split(*mig, ",")
+		var profiles []string
+		for _, p := range strings.Split(*mig, ",") {
+			profiles = append(profiles, strings.TrimSpace(p))
+		}
 		req.MigProfiles = &profiles
 	}
 	if *maxRuntime != "" {

@@ -162,8 +162,23 @@ func TestTrialOfMIGSlices(t *testing.T) {
 	g := servertest.New(t, func(c *config.Config) { c.Runs.ReportURL = "http://gantry.gantry-system.svc:8080" })
 	admin := identity.Identity{Issuer: "https://idp", Subject: "ada", Groups: []string{"gantry-admins"}, SecondFactor: true}
 	ctx := identity.With(context.Background(), admin)
-	spec := trial.Spec{Template: "batch-inference", Params: map[string]any{"input": "p.jsonl"}, Classes: []string{"H100-80GB"},
+	spec := trial.Spec{Template: "batch-inference", Params: map[string]any{"input": "p.jsonl"}, Classes: []string{"H100-80GB", "H200-141GB"},
 		MIGProfiles: []string{"3g.40gb"}, Steps: 100}
+	// A class the template refuses is named once, under classes, not
+	// again under the profile; a profile a class does not offer, under the
+	// profile.
+	_, _, err := g.Trials.Create(ctx, admin.String(), "vision", spec, "")
+	var inv *fault.Invalid
+	if !errors.As(err, &inv) || len(inv.Fields) != 1 || inv.Fields[0].Path != "classes[1]" {
+		t.Fatalf("a class the template does not allow: %v", err)
+	}
+	spec.Classes = []string{"H100-80GB"}
+	spec.MIGProfiles = []string{"3g.40gb", "1g.5gb"}
+	if _, _, err = g.Trials.Create(ctx, admin.String(), "vision", spec, ""); !errors.As(err, &inv) || len(inv.Fields) != 1 || inv.Fields[0].Path != "migProfiles[1]" ||
+		!strings.Contains(inv.Fields[0].Message, "H100-80GB with 1g.5gb (classes[0]):") {
+		t.Fatalf("a profile the class does not offer: %v", err)
+	}
+	spec.MIGProfiles = []string{"3g.40gb"}
 	tr, _, err := g.Trials.Create(ctx, admin.String(), "vision", spec, "")
 	if err != nil {
 		t.Fatal(err)

@@ -46,9 +46,9 @@ type Measured struct {
 	// time when it reported neither.
 	Throughput       float64
 	ThroughputMetric string
-	// Scaling is the full run's speed-up over the same class's fewest GPUs
-	// measured, per GPU added (1: perfect); 0 for the fewest, or when not
-	// measured.
+	// Scaling is the full run's speed-up over the same class's fewest
+	// whole GPUs measured, per GPU added (1: perfect); 0 for the fewest,
+	// for a MIG slice, or when not measured.
 	Scaling float64
 	// FullSteps is the full run's steps (the trial's, else what the run
 	// reported as its total); FullTime and FullCost the full run at the

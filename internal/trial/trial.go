@@ -223,9 +223,9 @@ func (sp *Spec) check(t team.Name) error {
 }
 
 // Create checks a trial, then launches its runs: one per class and GPU
-// count, and one per class and MIG profile, each as the caller, charged to the team like any launch. Every
-// run is checked first as a launch would be (the team, the template, each
-// class and count), so that a trial that would be refused launches
+// count, and one per class and MIG profile, each as the caller, charged
+// to the team like any launch. Every run is checked first as a launch would be (the team, the template, each
+// class, count and profile), so that a trial that would be refused launches
 // nothing. A launch refused after that (a budget spent meanwhile) is
 // recorded on its run, and the others go on.
 //
@@ -290,6 +290,10 @@ func (s *Service) create(ctx context.Context, owner string, t team.Name, sp Spec
 	var rs []Run
 	var errs fault.List
 	version := 0 // the live version, pinned by the first check for every run
+	// classRefused: classes whose whole-GPU runs the launch check refused
+	// for the class itself (gpu.class), whose slices are not checked again
+	// (the same refusal, not the profile's).
+	classRefused := map[string]bool{}
 	// try checks one choice as its launch would be; path and what name it
 	// in an error.
 	try := func(r Run, path, what string) error {
@@ -312,6 +316,9 @@ func (s *Service) create(ctx context.Context, owner string, t team.Name, sp Spec
 			return &fault.Invalid{Fields: []fault.Field{{Path: "template", Message: err.Error()}}}
 		case errors.As(err, &inv):
 			errs.Addf(path, "%s: %s", what, reason(inv))
+			if r.MIGProfile == "" && slices.ContainsFunc(inv.Fields, func(f fault.Field) bool { return f.Path == "gpu.class" }) {
+				classRefused[r.Class] = true
+			}
 			return nil
 		case err != nil:
 			return err // refused (forbidden), or Gantry cannot tell now
@@ -327,6 +334,9 @@ func (s *Service) create(ctx context.Context, owner string, t team.Name, sp Spec
 			}
 		}
 		for pi, p := range sp.MIGProfiles {
+			if classRefused[class] {
+				break
+			}
 			if err := try(Run{Class: class, GPUs: 1, MIGProfile: p}, fmt.Sprintf("migProfiles[%d]", pi), fmt.Sprintf("%s with %s (classes[%d])", class, p, ci)); err != nil {
 				return Trial{}, err
 			}

@@ -282,6 +282,10 @@ controller:
     # at a time kept each waiting 5 s for its check to be listed and 5 s more
     # to be admitted once the check was Ready (docs/benchmarks.md, Seams 11).
     Workload.kueue.x-k8s.io: 20
+    # The same for the Jobs and pods it makes Workloads of and starts:
+    # five at a time made a burst's Jobs wait seconds for their Workloads.
+    Job.batch: 20
+    Pod: 20
 fairSharing:
   preemptionStrategies: [LessThanOrEqualToFinalShare, LessThanInitialShare]
 integrations:

@@ -41,17 +41,14 @@ func trialCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if len(rest) != 1 || *teamName == "" || *classes == "" || *steps == 0 {
 		return usageError{usage}
 	}
-	req := model.TrialRequest{Template: rest[0], Team: *teamName, Classes: strings.Split(*classes, ","), Steps: *steps}
+	req := model.TrialRequest{Template: rest[0], Team: *teamName, Classes: splitList(*classes), Steps: *steps}
 	counts, err := intList(*gpus)
 	if err != nil {
 		return usageError{"--gpus " + err.Error()}
 	}
 	req.Gpus = &counts
 	if *mig != "" {
-		var profiles []string
-		for _, p := range strings.Split(*mig, ",") {
-			profiles = append(profiles, strings.TrimSpace(p))
-		}
+		profiles := splitList(*mig)
 		req.MigProfiles = &profiles
 	}
 	if *maxRuntime != "" {
@@ -229,4 +226,13 @@ func runChoice(r model.TrialRun) string {
 		return r.Class + " " + p
 	}
 	return fmt.Sprintf("%s × %d", r.Class, r.Gpus)
+}
+
+// splitList is a comma-separated flag's items, each trimmed ("a, b": a and b).
+func splitList(s string) []string {
+	items := strings.Split(s, ",")
+	for i := range items {
+		items[i] = strings.TrimSpace(items[i])
+	}
+	return items
 }

@@ -48,7 +48,7 @@ func TestTrialVerbs(t *testing.T) {
 		t.Fatalf("a bad --gpus: %d %q", code, errOut)
 	}
 	// MIG slices beside the whole GPU: a run of each, named by its profile.
-	code, out, errOut = cli("trial", "batch-inference", "--team", "vision", "--classes", "H100-80GB", "--mig", "3g.40gb,7g.80gb", "--steps", "50", "--set", "input=p.jsonl")
+	code, out, errOut = cli("trial", "batch-inference", "--team", "vision", "--classes", "H100-80GB", "--mig", "3g.40gb, 7g.80gb", "--steps", "50", "--set", "input=p.jsonl")
 	if code != 0 || !regexp.MustCompile(`: 3 runs, each stopped at step 50 .*\n  H100-80GB × 1: [a-z0-9]+\n  H100-80GB 3g.40gb: [a-z0-9]+\n  H100-80GB 7g.80gb: [a-z0-9]+\n`).MatchString(out) {
 		t.Fatalf("a trial of MIG slices: %d %q %q", code, out, errOut)
 	}

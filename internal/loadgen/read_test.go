@@ -31,6 +31,11 @@ type fixture struct {
 
 func newFixture(b *testing.B, backend string, edit ...func(*config.Config)) *fixture {
 	b.Helper()
+	// The server runs in this process: bound what it may map, so that a
+	// leak under load fails here rather than taking the machine.
+	if err := limitMemory(8 << 30); err != nil {
+		b.Fatal(err)
+	}
 	g := servertest.New(b, append([]func(*config.Config){func(c *config.Config) {
 		if backend == "postgres" {
 			c.Database.Driver, c.Database.DSN = "postgres", config.Secret(storetest.PostgresDSN(b))

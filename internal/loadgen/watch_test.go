@@ -157,6 +157,20 @@ func raiseFileLimit(n uint64) error {
 	return syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim)
 }
 
+// limitMemory bounds the address space this process may map to n bytes
+// (ulimit -v), unless it is bound lower already.
+func limitMemory(n uint64) error {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_AS, &lim); err != nil {
+		return err
+	}
+	if lim.Cur <= n {
+		return nil
+	}
+	lim.Cur = n
+	return syscall.Setrlimit(syscall.RLIMIT_AS, &lim)
+}
+
 // event is a stream's event as the holder read it.
 type event struct {
 	status string

@@ -210,8 +210,8 @@ func trialTable(w io.Writer, t model.Trial) {
 // intList reads "1,2,4".
 func intList(s string) ([]int, error) {
 	var out []int
-	for _, f := range strings.Split(s, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
+	for _, f := range splitList(s) {
+		n, err := strconv.Atoi(f)
 		if err != nil || n < 1 {
 			return nil, errors.New(strconv.Quote(s) + ": want positive numbers, comma-separated")
 		}

@@ -1,6 +1,8 @@
 package accounts
 
 import (
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -57,5 +59,45 @@ func TestCredentialsKeep(t *testing.T) {
 	c.forgetAll()
 	if len(c.byID) != 0 || len(c.byOwner) != 0 {
 		t.Fatal("forgetting all left entries")
+	}
+}
+
+// TestCredentialsConcurrently: requests reading and keeping entries while
+// the feed's follower forgets them (run under -race); the owners' index
+// stays in step with the entries, within the bound.
+func TestCredentialsConcurrently(t *testing.T) {
+	c := newCredentials(time.Minute, 50)
+	now := time.Date(2026, 12, 6, 9, 0, 0, 0, time.UTC)
+	owners := []identity.Identity{{Issuer: "i", Subject: "ann"}, {Issuer: "i", Subject: "bob"}}
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for i := range 500 {
+				id := fmt.Sprintf("t%d", (g*500+i)%80)
+				if _, _, ok := c.get(id, now); !ok {
+					c.put(c.generation(), token.Token{ID: id, Owner: owners[i%2]}, nil, now)
+				}
+			}
+		})
+	}
+	wg.Go(func() {
+		for i := range 300 {
+			switch i % 3 {
+			case 0:
+				c.forget(fmt.Sprintf("t%d", i%80))
+			case 1:
+				c.forgetOwner(owners[i%2].String())
+			default:
+				c.forgetAll()
+			}
+		}
+	})
+	wg.Wait()
+	n := 0
+	for _, ids := range c.byOwner {
+		n += len(ids)
+	}
+	if len(c.byID) > 50 || n != len(c.byID) {
+		t.Fatalf("%d entries (bound 50), %d in the owners' index", len(c.byID), n)
 	}
 }

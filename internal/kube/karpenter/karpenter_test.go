@@ -2,6 +2,7 @@ package karpenter_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -272,17 +273,19 @@ func TestWatcherSaysWhyAWorkloadWaits(t *testing.T) {
 		}
 		t.Cleanup(func() { pods.Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}) })
 	}
-	waitfor.Until(t, time.Minute, "the waiting workload's reason", func() error {
+	// The groups' states come from their own watch (RunPools), which may
+	// finish filling after the watcher has seen the pod: wait for both.
+	var states []nodegroup.PoolState
+	waitfor.Until(t, time.Minute, "the waiting workload's reason and the groups' states", func() error {
 		o, ok := w.Observe("wl1")
 		if !ok || o.Phase != "Pending" || !strings.HasPrefix(o.Reason, "waiting for capacity: scale-up of 1 × h200-slow node") {
 			return fmt.Errorf("observed %+v (%v)", o, ok)
 		}
+		if states, ok = c.States(); !ok {
+			return errors.New("no states: the groups' watch has not filled")
+		}
 		return nil
 	})
-	states, ok := c.States()
-	if !ok {
-		t.Fatal("no states with the pools running")
-	}
 	for _, s := range states {
 		if s.Group.Name == "h200-slow" && (s.Booting != 1 || s.Nodes != 0) {
 			t.Fatalf("h200-slow: %d booting, %d nodes; want the one machine booting", s.Booting, s.Nodes)

@@ -114,8 +114,8 @@ func identify(cr credentials, agents AgentAuthenticator, runTokens RunAuthentica
 			if r.URL.Path == AgentPath {
 				return identifyAgent(c, next, agents)
 			}
-			if raw, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && r.Method == http.MethodPost && isProgressPath(r.URL.Path) && runs.IsRunToken(raw) {
-				return identifyRun(c, next, runTokens, raw)
+			if raw, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && r.Method == http.MethodPost && progressOf(r.URL.Path) != "" && runs.IsRunToken(raw) {
+				return identifyRun(c, next, runTokens, raw, progressOf(r.URL.Path))
 			}
 			app := isInteractive(r.URL.Path)
 			if !isAPI(r.URL.Path) && !app {
@@ -335,26 +335,33 @@ func identifyAgent(c echo.Context, next echo.HandlerFunc, agents AgentAuthentica
 	return next(c)
 }
 
-// RunAuthenticator checks a training run's token and says which workload
-// it reports for (runs.TokenAuth).
+// RunAuthenticator checks a training run's token, sent to report for
+// workload, and says which workload it reports for (runs.TokenAuth).
 type RunAuthenticator interface {
-	Authenticate(ctx context.Context, token string) (identity.Identity, error)
+	Authenticate(ctx context.Context, token, workload string) (identity.Identity, error)
 }
 
-// isProgressPath says whether path is a workload's progress route
-// (/api/v1/workloads/{id}/progress).
-func isProgressPath(path string) bool {
-	id, ok := strings.CutSuffix(strings.TrimPrefix(path, "/api/v1/workloads/"), "/progress")
-	return ok && strings.HasPrefix(path, "/api/v1/workloads/") && id != "" && !strings.Contains(id, "/")
+// progressOf is the workload id of a progress route
+// (/api/v1/workloads/{id}/progress); "" for any other path.
+func progressOf(path string) string {
+	rest, ok := strings.CutPrefix(path, "/api/v1/workloads/")
+	if !ok {
+		return ""
+	}
+	id, ok := strings.CutSuffix(rest, "/progress")
+	if !ok || strings.Contains(id, "/") {
+		return ""
+	}
+	return id
 }
 
-// identifyRun authenticates a run's token on its progress route.
-func identifyRun(c echo.Context, next echo.HandlerFunc, runTokens RunAuthenticator, raw string) error {
+// identifyRun authenticates a run's token on workload's progress route.
+func identifyRun(c echo.Context, next echo.HandlerFunc, runTokens RunAuthenticator, raw, workload string) error {
 	r := c.Request()
 	if runTokens == nil {
 		return noRuns
 	}
-	id, err := runTokens.Authenticate(r.Context(), raw)
+	id, err := runTokens.Authenticate(r.Context(), raw, workload)
 	var un *fault.Unavailable
 	var fb *fault.Forbidden
 	switch {

@@ -44,8 +44,10 @@ import (
 	"github.com/gantryhq/gantry/internal/kube/kueue"
 	"github.com/gantryhq/gantry/internal/kube/nodes"
 	"github.com/gantryhq/gantry/internal/nodegroup"
+	"github.com/gantryhq/gantry/internal/projected"
 	"github.com/gantryhq/gantry/internal/quota"
 	"github.com/gantryhq/gantry/internal/render"
+	"github.com/gantryhq/gantry/internal/runs"
 	"github.com/gantryhq/gantry/internal/team"
 	"github.com/gantryhq/gantry/internal/workload"
 )
@@ -531,6 +533,31 @@ func (c *Cluster) Events(ctx context.Context, namespace, prefix, id string) ([]w
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Time.Before(out[j].Time) })
 	return out, nil
+}
+
+// ReviewRunToken asks the cluster where workloadID runs about a run's
+// token: a workload dispatched to a worker cluster runs its pods there, and
+// their tokens are that worker's, which only its API server can review.
+// The token's own word for its namespace only picks where to look: the
+// review and the pod it is bound to decide.
+func (c *Cluster) ReviewRunToken(ctx context.Context, token, audience, workloadID string) (runs.Review, error) {
+	claims, err := projected.Peek(token)
+	if err != nil || claims.Namespace == "" {
+		return c.nodes.ReviewRunToken(ctx, token, audience)
+	}
+	cluster, worker, err := c.worker(ctx, claims.Namespace, workloadID)
+	if err != nil {
+		return runs.Review{}, err
+	}
+	if worker == nil {
+		return c.nodes.ReviewRunToken(ctx, token, audience)
+	}
+	r, err := nodes.New(worker).ReviewRunToken(ctx, token, audience)
+	if err != nil {
+		return runs.Review{}, &fault.Unavailable{What: "worker cluster " + cluster, Err: err}
+	}
+	r.Cluster = cluster
+	return r, nil
 }
 
 // worker is the worker cluster where a dispatched workload runs (its Kueue

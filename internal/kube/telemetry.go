@@ -42,10 +42,10 @@ func (t Telemetry) GPUUnhealthy(ctx context.Context, node string, gpu telemetry.
 type Runs struct{ Lazy *Lazy }
 
 // ReviewRunToken implements runs.Reviewer.
-func (r Runs) ReviewRunToken(ctx context.Context, token, audience string) (runs.Review, error) {
+func (r Runs) ReviewRunToken(ctx context.Context, token, audience, workload string) (runs.Review, error) {
 	c, err := r.Lazy.get()
 	if err != nil {
 		return runs.Review{}, err
 	}
-	return c.nodes.ReviewRunToken(ctx, token, audience)
+	return c.ReviewRunToken(ctx, token, audience, workload)
 }

@@ -19,6 +19,7 @@ type Claims struct {
 	Audiences []string
 	Expiry    time.Time // zero: none said
 	Pod       string    // the pod it is bound to ("" when none)
+	Namespace string    // the namespace of its ServiceAccount ("" when not said)
 }
 
 // ErrNotJWT means the token is not a JWT whose claims can be read.
@@ -38,7 +39,8 @@ func Peek(token string) (Claims, error) {
 		Aud        any   `json:"aud"`
 		Exp        int64 `json:"exp"`
 		Kubernetes struct {
-			Pod struct {
+			Namespace string `json:"namespace"`
+			Pod       struct {
 				Name string `json:"name"`
 			} `json:"pod"`
 		} `json:"kubernetes.io"`
@@ -46,7 +48,7 @@ func Peek(token string) (Claims, error) {
 	if json.Unmarshal(payload, &raw) != nil {
 		return Claims{}, ErrNotJWT
 	}
-	c := Claims{Pod: raw.Kubernetes.Pod.Name}
+	c := Claims{Pod: raw.Kubernetes.Pod.Name, Namespace: raw.Kubernetes.Namespace}
 	switch v := raw.Aud.(type) {
 	case string:
 		c.Audiences = []string{v}

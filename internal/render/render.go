@@ -522,11 +522,11 @@ func (b *builder) envFrom() []corev1.EnvFromSource {
 	return []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: name}, Optional: ptr(true)}}}
 }
 
-// reports says whether the workload reports its progress: a Job of this
-// cluster, with a RunURL (a Job MultiKueue runs on a worker would carry a
-// token of the worker's, which this cluster cannot review).
+// reports says whether the workload reports its progress: a Job, with a
+// RunURL. A Job MultiKueue runs on a worker carries a token of the
+// worker's, which Gantry has that worker review.
 func (b *builder) reports() bool {
-	return b.m.RunURL != "" && b.s.Workload == template.Job && !b.m.MultiKueue
+	return b.m.RunURL != "" && b.s.Workload == template.Job
 }
 
 // volumes mounts the template's volumes and /dev/shm in c and returns the

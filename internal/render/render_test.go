@@ -675,6 +675,8 @@ func TestKueue(t *testing.T) {
 
 // TestMultiKueue: in a MultiKueue manager a queued Job is MultiKueue's
 // (spec.managedBy, as Kueue's webhook would set it); unqueued, it is not.
+// Either way its pods report their progress (on a worker, with the
+// worker's token, which Gantry has the worker review).
 func TestMultiKueue(t *testing.T) {
 	classes, templates := load(t)
 	r, err := templates["pytorch-train"].Resolve(classes, template.Choice{})
@@ -699,6 +701,14 @@ func TestMultiKueue(t *testing.T) {
 				}
 				if got != tc.want {
 					t.Errorf("kueue %v, multiKueue %v: managedBy %q", tc.kueue, tc.multiKueue, got)
+				}
+				env := map[string]string{}
+				for _, e := range j.Spec.Template.Spec.Containers[0].Env {
+					env[e.Name] = e.Value
+				}
+				token := slices.ContainsFunc(j.Spec.Template.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == "gantry-run" && v.Projected != nil })
+				if env["GANTRY_RUN_URL"] != m.RunURL+"/api/v1/workloads/"+m.WorkloadID+"/progress" || env["GANTRY_RUN_TOKEN_FILE"] != render.RunTokenFile || !token {
+					t.Errorf("kueue %v, multiKueue %v: reports to %q with %q (token volume %v)", tc.kueue, tc.multiKueue, env["GANTRY_RUN_URL"], env["GANTRY_RUN_TOKEN_FILE"], token)
 				}
 			}
 		}

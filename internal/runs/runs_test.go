@@ -244,10 +244,15 @@ type reviewer struct {
 	r     runs.Review
 	err   error
 	calls atomic.Int64
+	// refuse: the workloads whose cluster does not accept the token.
+	refuse map[string]bool
 }
 
-func (f *reviewer) ReviewRunToken(context.Context, string, string) (runs.Review, error) {
+func (f *reviewer) ReviewRunToken(_ context.Context, _, _, workload string) (runs.Review, error) {
 	f.calls.Add(1)
+	if f.refuse[workload] {
+		return runs.Review{Authenticated: false, Error: "invalid bearer token"}, nil
+	}
 	return f.r, f.err
 }
 
@@ -272,7 +277,7 @@ func TestTokenAuth(t *testing.T) {
 		t.Fatal("IsRunToken")
 	}
 	for range 3 {
-		id, err := a.Authenticate(context.Background(), tok)
+		id, err := a.Authenticate(context.Background(), tok, "w1")
 		if err != nil || id.Via != identity.ViaRun || id.Workload != "w1" {
 			t.Fatalf("%+v %v", id, err)
 		}
@@ -281,24 +286,45 @@ func TestTokenAuth(t *testing.T) {
 		t.Fatalf("%d reviews for three reports, want 1", n)
 	}
 	clock = now.Add(2 * time.Minute)
-	if _, err := a.Authenticate(context.Background(), tok); err != nil || rv.calls.Load() != 2 {
+	if _, err := a.Authenticate(context.Background(), tok, "w1"); err != nil || rv.calls.Load() != 2 {
 		t.Fatalf("reviewed again after a minute: %v, %d reviews", err, rv.calls.Load())
 	}
-	if _, err := a.Authenticate(context.Background(), jwt(runs.Audience, now.Add(-time.Minute))); err == nil {
+	if _, err := a.Authenticate(context.Background(), jwt(runs.Audience, now.Add(-time.Minute)), "w1"); err == nil {
 		t.Fatal("an expired token accepted")
 	}
 	rv.r.Workload = ""
 	var fb *fault.Forbidden
-	if _, err := a.Authenticate(context.Background(), jwt(runs.Audience, now.Add(2*time.Hour))); !errors.As(err, &fb) {
+	if _, err := a.Authenticate(context.Background(), jwt(runs.Audience, now.Add(2*time.Hour)), "w1"); !errors.As(err, &fb) {
 		t.Fatalf("a token of a pod Gantry did not make: %v", err)
 	}
 	rv.r = runs.Review{Authenticated: false, Error: "invalid"}
-	if _, err := a.Authenticate(context.Background(), jwt(runs.Audience, now.Add(3*time.Hour))); err == nil {
+	if _, err := a.Authenticate(context.Background(), jwt(runs.Audience, now.Add(3*time.Hour)), "w1"); err == nil {
 		t.Fatal("a token the cluster refused accepted")
 	}
 	rv.err = errors.New("connection refused")
 	var un *fault.Unavailable
-	if _, err := a.Authenticate(context.Background(), jwt(runs.Audience, now.Add(4*time.Hour))); !errors.As(err, &un) {
+	if _, err := a.Authenticate(context.Background(), jwt(runs.Audience, now.Add(4*time.Hour)), "w1"); !errors.As(err, &un) {
 		t.Fatalf("the cluster away: %v", err)
+	}
+}
+
+// TestTokenAuthPerWorkload: a token is reviewed by the cluster of the
+// workload it is sent for, and what was said is kept per workload: sent
+// first for a workload whose cluster refuses it, it is refused there and
+// still accepted for its own.
+func TestTokenAuthPerWorkload(t *testing.T) {
+	rv := &reviewer{r: runs.Review{Authenticated: true, Audiences: []string{runs.Audience}, Username: "system:serviceaccount:gantry-vision:default", Workload: "w1", Pod: "gantry-vision/train-w1-x", Cluster: "onprem"},
+		refuse: map[string]bool{"w2": true}}
+	a := &runs.TokenAuth{Reviewer: rv, Now: func() time.Time { return now }}
+	tok := jwt(runs.Audience, now.Add(time.Hour))
+	if _, err := a.Authenticate(context.Background(), tok, "w2"); err == nil {
+		t.Fatal("accepted for a workload whose cluster refuses it")
+	}
+	id, err := a.Authenticate(context.Background(), tok, "w1")
+	if err != nil || id.Workload != "w1" || !strings.Contains(id.Name, "on onprem") {
+		t.Fatalf("for its own workload, after a refusal for another: %+v %v", id, err)
+	}
+	if n := rv.calls.Load(); n != 2 {
+		t.Fatalf("%d reviews, want one per workload", n)
 	}
 }

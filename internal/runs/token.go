@@ -35,13 +35,16 @@ type Review struct {
 	// make, or the pod is gone or not the one the token was made for).
 	Workload string
 	Pod      string // namespace/name
-	Error    string
+	// Cluster is the worker cluster that reviewed it ("" for Gantry's own).
+	Cluster string
+	Error   string
 }
 
-// Reviewer asks the cluster about a token (a TokenReview, then the pod it
-// is bound to).
+// Reviewer asks the cluster the workload runs on about a token (a
+// TokenReview, then the pod it is bound to): for a workload dispatched to a
+// worker cluster, that worker's API server, which made the token.
 type Reviewer interface {
-	ReviewRunToken(ctx context.Context, token, audience string) (Review, error)
+	ReviewRunToken(ctx context.Context, token, audience, workload string) (Review, error)
 }
 
 // TokenAuth authenticates runs by their tokens. Accepted tokens are
@@ -59,6 +62,7 @@ type TokenAuth struct {
 
 type cachedRun struct {
 	workload, pod, user  string
+	cluster              string
 	expires, tokenExpiry time.Time
 }
 
@@ -93,14 +97,17 @@ func shapeOf(token string, now time.Time) (time.Time, error) {
 }
 
 // Authenticate returns the identity of the run a token belongs to: the
-// workload its pod is part of. A token the cluster refuses is an error; a
-// valid one that is bound to no Gantry pod is a *fault.Forbidden.
-func (a *TokenAuth) Authenticate(ctx context.Context, token string) (identity.Identity, error) {
+// workload its pod is part of. workload is the one the run says it reports
+// for (its route's): the cluster it runs on reviews the token. A token the
+// cluster refuses is an error; a valid one that is bound to no Gantry pod
+// is a *fault.Forbidden. What was said is kept per token and workload, so
+// that a token sent for another workload cannot have its own refused.
+func (a *TokenAuth) Authenticate(ctx context.Context, token, workload string) (identity.Identity, error) {
 	if a.Now == nil || a.Reviewer == nil {
 		return identity.Identity{}, errors.New("runs: TokenAuth needs a Reviewer and a clock (Now)")
 	}
 	now := a.Now()
-	key := sha256.Sum256([]byte(token))
+	key := sha256.Sum256([]byte(workload + "\x00" + token))
 	a.mu.Lock()
 	c, ok := a.cache[key]
 	until, refused := a.rejected[key]
@@ -116,7 +123,7 @@ func (a *TokenAuth) Authenticate(ctx context.Context, token string) (identity.Id
 		a.reject(key, now)
 		return identity.Identity{}, err
 	}
-	r, err := a.Reviewer.ReviewRunToken(ctx, token, Audience)
+	r, err := a.Reviewer.ReviewRunToken(ctx, token, Audience, workload)
 	if err != nil {
 		return identity.Identity{}, &fault.Unavailable{What: "token review", Err: err}
 	}
@@ -131,7 +138,7 @@ func (a *TokenAuth) Authenticate(ctx context.Context, token string) (identity.Id
 		a.reject(key, now)
 		return identity.Identity{}, &fault.Forbidden{Reason: "the token is not bound to a running pod of a Gantry workload: a run reports with the token mounted in its pod"}
 	}
-	c = cachedRun{workload: r.Workload, pod: r.Pod, user: r.Username, expires: now.Add(cacheTTL), tokenExpiry: exp}
+	c = cachedRun{workload: r.Workload, pod: r.Pod, user: r.Username, cluster: r.Cluster, expires: now.Add(cacheTTL), tokenExpiry: exp}
 	a.mu.Lock()
 	if a.cache == nil || len(a.cache) >= cacheMax {
 		a.cache = map[[32]byte]cachedRun{}
@@ -151,6 +158,10 @@ func (a *TokenAuth) reject(key [32]byte, now time.Time) {
 }
 
 func runIdentity(c cachedRun) identity.Identity {
-	return identity.Identity{Issuer: "kubernetes", Subject: c.user, Name: "the run of workload " + c.workload + " (pod " + c.pod + ")",
+	where := ""
+	if c.cluster != "" {
+		where = " on " + c.cluster
+	}
+	return identity.Identity{Issuer: "kubernetes", Subject: c.user, Name: "the run of workload " + c.workload + " (pod " + c.pod + where + ")",
 		Via: identity.ViaRun, Workload: c.workload, Pod: c.pod}
 }

@@ -377,15 +377,14 @@ func (s *Service) create(ctx context.Context, owner string, t team.Name, sp Spec
 }
 
 // measurable refuses a run that could not report its progress: a batch
-// Job, on this Gantry's own cluster, whose pods have an address to report
-// to (else its step cap could not stop it and nothing would be measured).
+// Job whose pods have an address to report to (else its step cap could not
+// stop it and nothing would be measured). In a fleet, each run goes where
+// the dispatcher places it and reports from there.
 func measurable(rd workload.Rendered) error {
 	switch {
 	case rd.Version.Template.Spec.Workload != template.Job:
 		return &fault.Invalid{Fields: []fault.Field{{Path: "template", Message: fmt.Sprintf(
 			"template %q is a %s: trials run jobs, whose runs report their progress", rd.Version.Name, rd.Version.Template.Spec.Workload)}}}
-	case rd.Meta.MultiKueue:
-		return &fault.Invalid{Fields: []fault.Field{{Path: "template", Message: "this Gantry runs jobs on its worker clusters, whose runs do not report their progress to it: trials are not run there yet (docs/fleets.md)"}}}
 	case rd.Meta.RunURL == "":
 		return &fault.Unavailable{What: "trials", Err: errors.New("the cluster's pods have no address to report their progress to (runs.reportURL, or a publicURL that is not a loopback address): a trial's runs could be neither stopped at their steps nor measured")}
 	}

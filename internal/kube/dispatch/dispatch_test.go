@@ -16,6 +16,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	authnv1 "k8s.io/api/authentication/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -41,6 +42,7 @@ import (
 	"github.com/gantryhq/gantry/internal/nodegroup"
 	"github.com/gantryhq/gantry/internal/quota"
 	"github.com/gantryhq/gantry/internal/render"
+	"github.com/gantryhq/gantry/internal/runs"
 	"github.com/gantryhq/gantry/internal/servertest"
 	"github.com/gantryhq/gantry/internal/waitfor"
 )
@@ -466,6 +468,9 @@ clusters:
     cpu: {purchase: on-demand, pricePerCoreHour: 0.05}
 `, onprem.Kubeconfig, cloud.Kubeconfig)), 0o644)
 	lease := "gantry-fleet-test"
+	// Where the workers' pods would reach Gantry: none does here (kwok runs
+	// no container); the test reports as they would, with their tokens.
+	const reportURL = "http://gantry.fleet-test.invalid"
 	if _, err := manager.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: lease}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
@@ -475,6 +480,7 @@ clusters:
 		c.Kubeconfig = asChart
 		c.Namespace = lease
 		c.ReconcileInterval = config.Duration(time.Second)
+		c.Runs.ReportURL = reportURL
 	})
 	api := servertest.Client(g.URL, g.Token("ada"))
 	mdyn, err := dynamic.NewForConfig(manager.Config())
@@ -835,6 +841,92 @@ clusters:
 			}
 			return nil
 		})
+	}
+
+	// A trial runs on the workers: each run goes where the dispatcher
+	// places it, reports its steps from there with its pod's token (which
+	// Gantry has that worker review), is stopped at the trial's step and
+	// measured at its cluster's price. The A100 run goes to the room, the
+	// H100 run to the cloud, the only one with H100s.
+	tr := servertest.Must(api.CreateTrialWithResponse(ctx, nil, model.TrialRequest{Template: "pytorch-train", Team: "vision",
+		Classes: []string{"A100-80GB", "H100-80GB"}, Steps: 20}))(t)
+	if tr.StatusCode() != 201 {
+		t.Fatalf("a trial in the fleet: %d %s", tr.StatusCode(), tr.Body)
+	}
+	trial := servertest.Deref(tr.JSON201)
+	for _, r := range trial.Runs {
+		launched = append(launched, servertest.Deref(r.Workload))
+	}
+	onA100, onH100 := servertest.Deref(trial.Runs[0].Workload), servertest.Deref(trial.Runs[1].Workload)
+	runsOn(onA100, "onprem", onprem)
+	runsOn(onH100, "cloud", cloud)
+	tokenOf := func(w *devcluster.Cluster, id string) string {
+		t.Helper()
+		pods, err := w.Client.CoreV1().Pods(teamNS).List(ctx, metav1.ListOptions{LabelSelector: render.LabelWorkloadID + "=" + id})
+		if err != nil || len(pods.Items) != 1 {
+			t.Fatalf("%s's pod: %v", id, err)
+		}
+		p := pods.Items[0]
+		env := map[string]string{}
+		for _, e := range p.Spec.Containers[0].Env {
+			env[e.Name] = e.Value
+		}
+		if env["GANTRY_RUN_URL"] != reportURL+"/api/v1/workloads/"+id+"/progress" || env["GANTRY_RUN_TOKEN_FILE"] != render.RunTokenFile {
+			t.Errorf("%s's pod on the worker reports to %q with %q", id, env["GANTRY_RUN_URL"], env["GANTRY_RUN_TOKEN_FILE"])
+		}
+		// The token its kubelet would mount: the worker's, for Gantry's
+		// runs, bound to the pod.
+		sa := p.Spec.ServiceAccountName
+		if sa == "" {
+			sa = "default"
+		}
+		exp := int64(600)
+		tok, err := w.Client.CoreV1().ServiceAccounts(teamNS).CreateToken(ctx, sa, &authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{
+			Audiences: []string{runs.Audience}, ExpirationSeconds: &exp,
+			BoundObjectRef: &authnv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: p.Name, UID: p.UID}}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("a token for %s's pod: %v", id, err)
+		}
+		return tok.Status.Token
+	}
+	roomToken, cloudToken := tokenOf(onprem, onA100), tokenOf(cloud, onH100)
+	// The cloud's token is no good for the room's run: the room reviews it.
+	if r := servertest.Must(servertest.Client(g.URL, cloudToken).ReportProgressWithResponse(ctx, onA100, model.ProgressReports{Reports: []model.ProgressReport{{Step: 1}}}))(t); r.StatusCode() != 401 && r.StatusCode() != 403 {
+		t.Errorf("the cloud run's token reporting for the room's run: %d %s", r.StatusCode(), r.Body)
+	}
+	// Steps of 1 s on the A100, 0.5 s on the H100; ten thousand in all.
+	t0 := time.Now().Add(-time.Minute)
+	for _, run := range []struct {
+		id, token string
+		per       time.Duration
+	}{{onA100, roomToken, time.Second}, {onH100, cloudToken, 500 * time.Millisecond}} {
+		var rs []model.ProgressReport
+		for step := int64(5); step <= 20; step += 5 {
+			rs = append(rs, model.ProgressReport{Step: step, TotalSteps: new(int64(10000)), Time: new(t0.Add(time.Duration(step) * run.per)),
+				Metrics: &map[string]float64{"samples_per_s": 64 / run.per.Seconds()}})
+		}
+		if r := servertest.Must(servertest.Client(g.URL, run.token).ReportProgressWithResponse(ctx, run.id, model.ProgressReports{Reports: rs}))(t); r.StatusCode() >= 300 {
+			t.Fatalf("%s reporting from its worker: %d %s", run.id, r.StatusCode(), r.Body)
+		}
+	}
+	var measured model.Trial
+	waitfor.Until(t, 2*time.Minute, "the trial done", func() error {
+		measured = servertest.Deref(servertest.Must(api.GetTrialWithResponse(ctx, trial.Id))(t).JSON200)
+		if !servertest.Deref(measured.Done) {
+			var st []string
+			for _, r := range measured.Runs {
+				st = append(st, fmt.Sprintf("%s %v step %d", r.Class, servertest.Deref(r.Status), servertest.Deref(r.LastStep)))
+			}
+			return fmt.Errorf("runs: %v", st)
+		}
+		return nil
+	})
+	a100, h100 := measured.Runs[0], measured.Runs[1]
+	if servertest.Deref(a100.PricePerHour) != 1.1 || servertest.Deref(h100.PricePerHour) != 6.9 || servertest.Deref(a100.LastStep) != 20 || servertest.Deref(h100.LastStep) != 20 {
+		t.Errorf("the runs measured: %s", asJSON(measured.Runs))
+	}
+	if servertest.Deref(measured.Best) != 0 || !strings.HasPrefix(servertest.Deref(measured.Why), "A100-80GB × 1 is the cheapest") {
+		t.Errorf("the trial's choice: %v (%s)", measured.Best, servertest.Deref(measured.Why))
 	}
 
 	// A worker gone from the clusters file (Gantry restarted without it)

@@ -342,14 +342,16 @@ type RunAuthenticator interface {
 }
 
 // progressOf is the workload id of a progress route
-// (/api/v1/workloads/{id}/progress); "" for any other path.
+// (/api/v1/workloads/{id}/progress); "" for any other path, or an id that
+// cannot be a workload's (which then goes no further than a person's
+// credentials would: no review is asked for it).
 func progressOf(path string) string {
 	rest, ok := strings.CutPrefix(path, "/api/v1/workloads/")
 	if !ok {
 		return ""
 	}
 	id, ok := strings.CutSuffix(rest, "/progress")
-	if !ok || strings.Contains(id, "/") {
+	if !ok || !workload.ValidID(id) {
 		return ""
 	}
 	return id

@@ -32,6 +32,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -542,7 +543,7 @@ func (c *Cluster) Events(ctx context.Context, namespace, prefix, id string) ([]w
 // review and the pod it is bound to decide.
 func (c *Cluster) ReviewRunToken(ctx context.Context, token, audience, workloadID string) (runs.Review, error) {
 	claims, err := projected.Peek(token)
-	if err != nil || claims.Namespace == "" {
+	if c.workers == nil || err != nil || len(validation.IsDNS1123Label(claims.Namespace)) > 0 || !workload.ValidID(workloadID) {
 		return c.nodes.ReviewRunToken(ctx, token, audience)
 	}
 	cluster, worker, err := c.worker(ctx, claims.Namespace, workloadID)
@@ -552,6 +553,9 @@ func (c *Cluster) ReviewRunToken(ctx context.Context, token, audience, workloadI
 	if worker == nil {
 		return c.nodes.ReviewRunToken(ctx, token, audience)
 	}
+	// The worker's client streams (logs) and so has no timeout of its own.
+	ctx, cancel := context.WithTimeout(ctx, workerReviewTimeout)
+	defer cancel()
 	r, err := nodes.New(worker).ReviewRunToken(ctx, token, audience)
 	if err != nil {
 		return runs.Review{}, &fault.Unavailable{What: "worker cluster " + cluster, Err: err}
@@ -559,6 +563,9 @@ func (c *Cluster) ReviewRunToken(ctx context.Context, token, audience, workloadI
 	r.Cluster = cluster
 	return r, nil
 }
+
+// workerReviewTimeout bounds a worker's review of a run's token.
+const workerReviewTimeout = 10 * time.Second
 
 // worker is the worker cluster where a dispatched workload runs (its Kueue
 // Workload's status.clusterName) and its client; "" and nil when it runs

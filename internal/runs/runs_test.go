@@ -327,4 +327,15 @@ func TestTokenAuthPerWorkload(t *testing.T) {
 	if n := rv.calls.Load(); n != 2 {
 		t.Fatalf("%d reviews, want one per workload", n)
 	}
+	// Sent for a workload its pod is not of: refused, and kept so.
+	var fb *fault.Forbidden
+	if _, err := a.Authenticate(context.Background(), tok, "w3"); !errors.As(err, &fb) {
+		t.Fatalf("the token of w1's pod sent for w3: %v", err)
+	}
+	if _, err := a.Authenticate(context.Background(), tok, "w3"); err == nil {
+		t.Fatal("the token of w1's pod sent for w3 again: accepted")
+	}
+	if n := rv.calls.Load(); n != 3 {
+		t.Fatalf("%d reviews, want the refusal for w3 kept", n)
+	}
 }

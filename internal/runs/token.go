@@ -137,6 +137,11 @@ func (a *TokenAuth) Authenticate(ctx context.Context, token, workload string) (i
 	case r.Workload == "":
 		a.reject(key, now)
 		return identity.Identity{}, &fault.Forbidden{Reason: "the token is not bound to a running pod of a Gantry workload: a run reports with the token mounted in its pod"}
+	case r.Workload != workload:
+		// Refused here, and kept so, rather than kept as accepted under
+		// every id it is sent with (the report would be refused anyway).
+		a.reject(key, now)
+		return identity.Identity{}, &fault.Forbidden{Reason: fmt.Sprintf("the token is of a pod of workload %s: a run reports for its own workload only", r.Workload)}
 	}
 	c = cachedRun{workload: r.Workload, pod: r.Pod, user: r.Username, cluster: r.Cluster, expires: now.Add(cacheTTL), tokenExpiry: exp}
 	a.mu.Lock()

@@ -237,6 +237,12 @@ func (w *Workers) gpus(class string, ctrs []corev1.Container) float64 {
 	return n
 }
 
+// A worker's client's rate limits, unless its kubeconfig sets its own.
+const (
+	workerQPS   = 100
+	workerBurst = 200
+)
+
 // client is the cluster's client, built again when its kubeconfig changed.
 func (w *Workers) client(c fleet.Cluster) (kubernetes.Interface, error) {
 	path := Path(c.Kubeconfig, w.secretsDir)
@@ -254,6 +260,11 @@ func (w *Workers) client(c fleet.Cluster) (kubernetes.Interface, error) {
 	if err != nil {
 		w.forget(c.Name)
 		return nil, fmt.Errorf("its kubeconfig %s does not load: %v", path, err)
+	}
+	if cfg.QPS == 0 && cfg.RateLimiter == nil {
+		// client-go's default (5 a second) would queue the reviews of
+		// runs' tokens behind each other and the reads of a pass.
+		cfg.QPS, cfg.Burst = workerQPS, workerBurst
 	}
 	stream, err := kubernetes.NewForConfig(cfg)
 	if err != nil {

@@ -95,6 +95,31 @@ var (
 //go:embed helm/gantry/files/endpoints-clusterrole-rules.yaml
 var EndpointsClusterRoleRules []byte
 
+// Worker is worker/gantry-worker.yaml: what a worker cluster of a fleet
+// grants Gantry (and MultiKueue, which uses the same kubeconfig) — the
+// gantry-worker ServiceAccount in gantry-system, its ClusterRole and the
+// binding — applied on each worker by its operator (docs/fleets.md).
+//
+//go:embed worker/gantry-worker.yaml
+var Worker []byte
+
+// WorkerRules are the rules of Worker's ClusterRole.
+func WorkerRules() ([]byte, error) {
+	for _, doc := range strings.Split(string(Worker), "\n---\n") {
+		var o struct {
+			Kind  string `json:"kind"`
+			Rules []any  `json:"rules"`
+		}
+		if err := yaml.Unmarshal([]byte(doc), &o); err != nil {
+			return nil, fmt.Errorf("worker/gantry-worker.yaml: %w", err)
+		}
+		if o.Kind == "ClusterRole" {
+			return yaml.Marshal(o.Rules)
+		}
+	}
+	return nil, fmt.Errorf("worker/gantry-worker.yaml: no ClusterRole")
+}
+
 // FleetClusterRoleRules and FleetRoleRules are the chart's rules added with
 // worker clusters (fleet.clustersFile): in the MultiKueue manager, and in
 // Kueue's namespace.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net/http"
 	"os"
@@ -28,6 +29,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"sigs.k8s.io/yaml"
 
 	"github.com/gantryhq/gantry/api/model"
 	"github.com/gantryhq/gantry/deploy"
@@ -68,6 +70,7 @@ func TestMain(m *testing.M) {
 		}},
 		{&onprem, "fleet-onprem", func(o *devcluster.Options) {
 			o.JobRuntime = time.Hour
+			o.Audit = true // TestFleetThroughGantry checks deploy/worker's rules
 			// Two A100 machines whole, and one cut into MIG instances
 			// (no whole GPUs: the room's 16 stay the whole ones).
 			o.Fleet = []devcluster.NodeSpec{{Prefix: "a100", Count: 2, Product: "NVIDIA-A100-SXM4-80GB", MemoryMB: 81920, GPUs: 8, Whole: 8},
@@ -76,6 +79,7 @@ func TestMain(m *testing.M) {
 		}},
 		{&cloud, "fleet-cloud", func(o *devcluster.Options) {
 			o.JobRuntime = time.Hour
+			o.Audit = true
 			o.Fleet = []devcluster.NodeSpec{{Prefix: "h100", Count: 1, Product: "NVIDIA-H100-80GB-HBM3", MemoryMB: 81559, GPUs: 8, Whole: 8},
 				{Prefix: "a100", Count: 1, Product: "NVIDIA-A100-SXM4-80GB", MemoryMB: 81920, GPUs: 8, Whole: 8},
 				{Prefix: "cpu", Count: 1, CPULabel: devcluster.RealNodeLabel, Cores: 16}}
@@ -466,7 +470,7 @@ clusters:
       - {class: H100-80GB, purchase: on-demand, pricePerGPUHour: 6.90}
       - {class: A100-80GB, purchase: on-demand, pricePerGPUHour: 3.20}
     cpu: {purchase: on-demand, pricePerCoreHour: 0.05}
-`, onprem.Kubeconfig, cloud.Kubeconfig)), 0o644)
+`, workerIdentity(t, onprem), workerIdentity(t, cloud))), 0o644)
 	lease := "gantry-fleet-test"
 	// Where the workers' pods would reach Gantry: none does here (kwok runs
 	// no container); the test reports as they would, with their tokens.
@@ -978,6 +982,111 @@ clusters:
 		}
 		return nil
 	})
+	// And on the workers, deploy/worker's rules against what Gantry and
+	// MultiKueue (with the same kubeconfig) asked them for.
+	rules, err := deploy.WorkerRules()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if granted, err = clustertest.Grants(rules); err != nil {
+		t.Fatal(err)
+	}
+	// Refused on neither; each rule used on one at least, but the deletes
+	// that prune Kueue's objects when a team or a class goes, which this
+	// test does not do.
+	pruning := map[string]bool{}
+	for _, res := range []string{"resourceflavors", "clusterqueues", "workloadpriorityclasses"} {
+		pruning[clustertest.RBACKey("kueue.x-k8s.io", res, "delete")] = true
+	}
+	waitfor.Until(t, 30*time.Second, "the workers' rules used, none refused", func() error {
+		used := map[string]bool{}
+		for name, w := range map[string]*devcluster.Cluster{"onprem": onprem, "cloud": cloud} {
+			u, refused, err := clustertest.Audited(w.AuditLog(), workerUser)
+			if err != nil {
+				return err
+			}
+			if len(refused) > 0 {
+				t.Fatalf("%s refused Gantry's identity there %v: deploy/worker/gantry-worker.yaml must grant it", name, refused)
+			}
+			maps.Copy(used, u)
+		}
+		var unused []string
+		for k := range granted {
+			if !used[k] && !pruning[k] && !(strings.HasSuffix(k, " create") && used[strings.TrimSuffix(k, " create")+" patch"]) {
+				unused = append(unused, k)
+			}
+		}
+		if len(unused) > 0 {
+			sort.Strings(unused)
+			return fmt.Errorf("granted on the workers and never used: %v", unused)
+		}
+		return nil
+	})
+}
+
+// workerUser is who Gantry is to a worker: deploy/worker's ServiceAccount.
+const workerUser = "system:serviceaccount:gantry-system:gantry-worker"
+
+// workerIdentity applies deploy/worker/gantry-worker.yaml on w (its
+// ClusterRole's rules as the file has them now) and returns a kubeconfig
+// that impersonates workerUser there.
+func workerIdentity(t *testing.T, w *devcluster.Cluster) string {
+	t.Helper()
+	ctx := context.Background()
+	for _, doc := range strings.Split(string(deploy.Worker), "\n---\n") {
+		var head struct {
+			Kind string `json:"kind"`
+		}
+		if err := yaml.Unmarshal([]byte(doc), &head); err != nil {
+			t.Fatal(err)
+		}
+		var err error
+		switch head.Kind {
+		case "Namespace":
+			var o corev1.Namespace
+			if err = yaml.UnmarshalStrict([]byte(doc), &o); err == nil {
+				_, err = w.Client.CoreV1().Namespaces().Create(ctx, &o, metav1.CreateOptions{})
+			}
+		case "ServiceAccount":
+			var o corev1.ServiceAccount
+			if err = yaml.UnmarshalStrict([]byte(doc), &o); err == nil {
+				_, err = w.Client.CoreV1().ServiceAccounts(o.Namespace).Create(ctx, &o, metav1.CreateOptions{})
+			}
+		case "ClusterRole":
+			var o rbacv1.ClusterRole
+			if err = yaml.UnmarshalStrict([]byte(doc), &o); err == nil {
+				if _, err = w.Client.RbacV1().ClusterRoles().Create(ctx, &o, metav1.CreateOptions{}); apierrors.IsAlreadyExists(err) {
+					var have *rbacv1.ClusterRole
+					if have, err = w.Client.RbacV1().ClusterRoles().Get(ctx, o.Name, metav1.GetOptions{}); err == nil {
+						have.Rules = o.Rules
+						_, err = w.Client.RbacV1().ClusterRoles().Update(ctx, have, metav1.UpdateOptions{})
+					}
+				}
+			}
+		case "ClusterRoleBinding":
+			var o rbacv1.ClusterRoleBinding
+			if err = yaml.UnmarshalStrict([]byte(doc), &o); err == nil {
+				_, err = w.Client.RbacV1().ClusterRoleBindings().Create(ctx, &o, metav1.CreateOptions{})
+			}
+		default:
+			t.Fatalf("deploy/worker/gantry-worker.yaml: a %q, which this test does not apply", head.Kind)
+		}
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatalf("deploy/worker/gantry-worker.yaml's %s: %v", head.Kind, err)
+		}
+	}
+	cfg, err := clientcmd.LoadFromFile(w.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range cfg.AuthInfos {
+		a.Impersonate = workerUser
+	}
+	path := filepath.Join(t.TempDir(), "kubeconfig-"+w.Name)
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // chartUser is who the chart's ServiceAccount is to the API server.

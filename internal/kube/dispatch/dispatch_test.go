@@ -132,6 +132,26 @@ func create(t *testing.T, dyn dynamic.Interface, res schema.GroupVersionResource
 	}
 }
 
+// put is create, and where the object is there already (left by an earlier
+// test: Gantry's own MultiKueueClusters of the same names, whose Secrets
+// hold its kubeconfigs for the workers), its spec replaced by obj's.
+func put(t *testing.T, dyn dynamic.Interface, res schema.GroupVersionResource, obj map[string]any) {
+	t.Helper()
+	ctx := context.Background()
+	u := &unstructured.Unstructured{Object: obj}
+	_, err := dyn.Resource(res).Create(ctx, u, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		var have *unstructured.Unstructured
+		if have, err = dyn.Resource(res).Get(ctx, u.GetName(), metav1.GetOptions{}); err == nil {
+			have.Object["spec"] = obj["spec"]
+			_, err = dyn.Resource(res).Update(ctx, have, metav1.UpdateOptions{})
+		}
+	}
+	if err != nil {
+		t.Fatalf("put %s %s: %v", u.GetKind(), u.GetName(), err)
+	}
+}
+
 func kueueObj(kind, name string, spec map[string]any) map[string]any {
 	return map[string]any{"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": kind, "metadata": map[string]any{"name": name}, "spec": spec}
 }
@@ -189,12 +209,12 @@ func multiKueue(t *testing.T, dyn dynamic.Interface, workers map[string]*devclus
 		if _, err := manager.Client.CoreV1().Secrets(devcluster.KueueNamespace).Create(ctx, s, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Fatal(err)
 		}
-		create(t, dyn, multiKueueCluster, "", kueueObj("MultiKueueCluster", name, map[string]any{
+		put(t, dyn, multiKueueCluster, kueueObj("MultiKueueCluster", name, map[string]any{
 			"clusterSource": map[string]any{"kubeConfig": map[string]any{"locationType": "Secret", "location": "worker-" + name}}}))
 		names = append(names, name)
 	}
-	create(t, dyn, multiKueueConfigs, "", kueueObj("MultiKueueConfig", "gantry-fleet", map[string]any{"clusters": names}))
-	create(t, dyn, admissionChecks, "", kueueObj("AdmissionCheck", "gantry-fleet", map[string]any{
+	put(t, dyn, multiKueueConfigs, kueueObj("MultiKueueConfig", "gantry-fleet", map[string]any{"clusters": names}))
+	put(t, dyn, admissionChecks, kueueObj("AdmissionCheck", "gantry-fleet", map[string]any{
 		"controllerName": "kueue.x-k8s.io/multikueue",
 		"parameters":     map[string]any{"apiGroup": "kueue.x-k8s.io", "kind": "MultiKueueConfig", "name": "gantry-fleet"}}))
 }

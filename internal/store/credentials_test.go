@@ -11,6 +11,7 @@ import (
 	"github.com/gantryhq/gantry/internal/store/stores"
 	"github.com/gantryhq/gantry/internal/token"
 	"github.com/gantryhq/gantry/internal/user"
+	"github.com/gantryhq/gantry/internal/weblogin"
 )
 
 // testCredentialCache: with credentials kept (a replica that follows the
@@ -110,5 +111,39 @@ func testCredentialCache(t *testing.T, a, b *stores.All) {
 	}
 	if _, _, err := a.Accounts.TokenAndOwner(ctx, "no-such-token"); !isNotFound(err) {
 		t.Fatalf("unknown token: %v, want not found", err)
+	}
+
+	// Sessions alike: kept, and forgotten with their user.
+	for _, h := range []string{"s1", "s2"} {
+		if err := a.Accounts.CreateSession(ctx, weblogin.Session{IDHash: h, Identity: ann, CSRF: "c", CreatedAt: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	session := func(h string) (*user.User, error) {
+		t.Helper()
+		_, u, err := a.Accounts.SessionAndUser(ctx, h)
+		return u, err
+	}
+	if u, err := session("s1"); err != nil || u == nil || u.Active() {
+		t.Fatalf("s1: its user %+v (deactivated above) %v", u, err)
+	}
+	// Another replica ends s1: kept until the feed says so.
+	if err := b.Accounts.DeleteSession(ctx, "s1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := session("s1"); err != nil {
+		t.Fatalf("s1 read again before the feed said so: %v (the session was not kept)", err)
+	}
+	a.Accounts.Forget(live.Change{Kind: live.User, Subject: ann.String()})
+	if _, err := session("s1"); !isNotFound(err) {
+		t.Fatalf("s1 after the feed said it ended: %v, want not found", err)
+	}
+	// This replica ends s2: at once.
+	session("s2")
+	if err := a.Accounts.DeleteSession(ctx, "s2"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := session("s2"); !isNotFound(err) {
+		t.Fatalf("s2 on the replica that ended it: %v, want not found", err)
 	}
 }

@@ -907,14 +907,23 @@ func testSessions(t *testing.T, s *stores.All) {
 	if err := s.CreateSession(ctx, ses); err != nil {
 		t.Fatal(err)
 	}
-	back, err := s.Session(ctx, "s1")
-	if err != nil || !reflect.DeepEqual(back, ses) {
-		t.Fatalf("session round trip:\n got %+v %v\nwant %+v", back, err, ses)
+	back, u, err := s.SessionAndUser(ctx, "s1")
+	if err != nil || !reflect.DeepEqual(back, ses) || u != nil {
+		t.Fatalf("session round trip:\n got %+v (user %+v) %v\nwant %+v, no user record", back, u, err, ses)
+	}
+	// With its user's record, read with it.
+	at := time.Now().UTC().Truncate(time.Microsecond)
+	if err := s.UpsertUser(ctx, user.User{ID: user.IDOf(ses.Identity.String()), Key: ses.Identity.String(), Issuer: "https://idp", Subject: "u1",
+		Groups: []string{"g3"}, GroupsAt: at, CreatedAt: at, LastSeenAt: at}); err != nil {
+		t.Fatal(err)
+	}
+	if _, u, err := s.SessionAndUser(ctx, "s1"); err != nil || u == nil || u.Key != ses.Identity.String() || !slices.Equal(u.Groups, []string{"g3"}) {
+		t.Fatalf("the session's user: %+v %v", u, err)
 	}
 	if err := s.DeleteSession(ctx, "s1"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Session(ctx, "s1"); !errors.As(err, &nf) {
+	if _, _, err := s.SessionAndUser(ctx, "s1"); !errors.As(err, &nf) {
 		t.Errorf("deleted session: %v", err)
 	}
 }

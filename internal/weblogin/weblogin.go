@@ -51,8 +51,10 @@ type Store interface {
 	// TakeLogin returns and deletes a login; *fault.NotFound if there is none.
 	TakeLogin(ctx context.Context, stateHash string) (Login, error)
 	CreateSession(ctx context.Context, s Session) error
-	// Session returns a session; *fault.NotFound if there is none.
-	Session(ctx context.Context, idHash string) (Session, error)
+	// SessionAndUser returns a session and its user's record (nil when
+	// there is none), read together; *fault.NotFound if there is no such
+	// session.
+	SessionAndUser(ctx context.Context, idHash string) (Session, *user.User, error)
 	DeleteSession(ctx context.Context, idHash string) error
 }
 
@@ -94,7 +96,7 @@ const loginTTL = 10 * time.Minute
 // says who a session's user is now (user.Service).
 type Users interface {
 	Observe(ctx context.Context, id identity.Identity) (identity.Identity, error)
-	Current(ctx context.Context, id identity.Identity) (identity.Identity, error)
+	CurrentFrom(id identity.Identity, u *user.User) (identity.Identity, error)
 }
 
 // Service is the browser sign-in logic.
@@ -219,7 +221,7 @@ func (s *Service) Authenticate(ctx context.Context, cookie string) (Session, err
 	if cookie == "" {
 		return Session{}, ErrNoSession
 	}
-	ses, err := s.store.Session(ctx, token.Hash(cookie))
+	ses, u, err := s.store.SessionAndUser(ctx, token.Hash(cookie))
 	var nf *fault.NotFound
 	if errors.As(err, &nf) {
 		return Session{}, ErrNoSession
@@ -232,7 +234,7 @@ func (s *Service) Authenticate(ctx context.Context, cookie string) (Session, err
 	}
 	// The session acts as its user is now: current groups; none once the
 	// user is deactivated or their groups are too old (sign in again).
-	cur, err := s.users.Current(ctx, ses.Identity)
+	cur, err := s.users.CurrentFrom(ses.Identity, u)
 	if errors.Is(err, user.ErrStale) || errors.Is(err, user.ErrDeactivated) {
 		return Session{}, fmt.Errorf("%w: %w", ErrNoSession, err)
 	}

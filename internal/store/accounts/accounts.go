@@ -16,8 +16,9 @@ import (
 
 // Store is the accounts of one database.
 type Store struct {
-	db    *store.DB
-	creds *credentials // nil: not kept (CacheCredentials)
+	db       *store.DB
+	creds    *kept[credential] // nil: not kept (CacheCredentials)
+	sessions *kept[session]    // nil when creds is
 }
 
 var (

@@ -17,9 +17,9 @@ func TestCredentialsKeep(t *testing.T) {
 	c := newCredentials(time.Minute, 3)
 	now := time.Date(2026, 12, 6, 9, 0, 0, 0, time.UTC)
 	ann, bob := identity.Identity{Issuer: "i", Subject: "ann"}, identity.Identity{Issuer: "i", Subject: "bob"}
-	has := func(id string, at time.Time) bool { _, _, ok := c.get(id, at); return ok }
+	has := func(id string, at time.Time) bool { _, ok := c.get(id, at); return ok }
 	put := func(id string, owner identity.Identity, at time.Time) {
-		c.put(c.generation(), token.Token{ID: id, Owner: owner}, nil, at)
+		c.put(c.generation(), id, owner.String(), credential{t: token.Token{ID: id, Owner: owner}}, at)
 	}
 
 	put("a1", ann, now)
@@ -28,7 +28,7 @@ func TestCredentialsKeep(t *testing.T) {
 	}
 	gen := c.generation()
 	c.forget("nothing")
-	c.put(gen, token.Token{ID: "a2", Owner: ann}, nil, now)
+	c.put(gen, "a2", ann.String(), credential{t: token.Token{ID: "a2", Owner: ann}}, now)
 	if has("a2", now) {
 		t.Fatal("a read that began before a forget was kept")
 	}
@@ -46,8 +46,8 @@ func TestCredentialsKeep(t *testing.T) {
 	for _, id := range []string{"a1", "a2", "a3", "a4"} {
 		put(id, ann, now)
 	}
-	if len(c.byID) != 3 || !has("a4", now) {
-		t.Fatalf("past the bound: %d entries, the last kept %v", len(c.byID), has("a4", now))
+	if len(c.byKey) != 3 || !has("a4", now) {
+		t.Fatalf("past the bound: %d entries, the last kept %v", len(c.byKey), has("a4", now))
 	}
 	n := 0
 	for _, ids := range c.byOwner {
@@ -57,7 +57,7 @@ func TestCredentialsKeep(t *testing.T) {
 		t.Fatalf("the owners' index holds %d ids for 3 entries", n)
 	}
 	c.forgetAll()
-	if len(c.byID) != 0 || len(c.byOwner) != 0 {
+	if len(c.byKey) != 0 || len(c.byOwner) != 0 {
 		t.Fatal("forgetting all left entries")
 	}
 }
@@ -74,8 +74,8 @@ func TestCredentialsConcurrently(t *testing.T) {
 		wg.Go(func() {
 			for i := range 500 {
 				id := fmt.Sprintf("t%d", (g*500+i)%80)
-				if _, _, ok := c.get(id, now); !ok {
-					c.put(c.generation(), token.Token{ID: id, Owner: owners[i%2]}, nil, now)
+				if _, ok := c.get(id, now); !ok {
+					c.put(c.generation(), id, owners[i%2].String(), credential{t: token.Token{ID: id, Owner: owners[i%2]}}, now)
 				}
 			}
 		})
@@ -97,7 +97,7 @@ func TestCredentialsConcurrently(t *testing.T) {
 	for _, ids := range c.byOwner {
 		n += len(ids)
 	}
-	if len(c.byID) > 50 || n != len(c.byID) {
-		t.Fatalf("%d entries (bound 50), %d in the owners' index", len(c.byID), n)
+	if len(c.byKey) > 50 || n != len(c.byKey) {
+		t.Fatalf("%d entries (bound 50), %d in the owners' index", len(c.byKey), n)
 	}
 }

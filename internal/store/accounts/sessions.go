@@ -12,6 +12,7 @@ import (
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/live"
 	"github.com/gantryhq/gantry/internal/store"
+	"github.com/gantryhq/gantry/internal/user"
 	"github.com/gantryhq/gantry/internal/weblogin"
 )
 
@@ -67,7 +68,7 @@ func (s *Store) CreateSession(ctx context.Context, ses weblogin.Session) error {
 		if _, err := s.db.TxExec(ctx, tx, s.db.Q(`DELETE FROM sessions WHERE expires_at < ?`), s.db.Now().UnixMicro()); err != nil {
 			return fmt.Errorf("remove expired sessions: %w", err)
 		}
-		_, err := s.db.TxExec(ctx, tx, s.db.Q(`INSERT INTO sessions (id_hash, issuer, subject, email, name, groups, csrf, created_at, expires_at, second_factor) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+		_, err := s.db.TxExec(ctx, tx, s.db.Q(`INSERT INTO sessions (`+sessionColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 			ses.IDHash, ses.Identity.Issuer, ses.Identity.Subject, ses.Identity.Email, ses.Identity.Name, string(groups), ses.CSRF,
 			ses.CreatedAt.UnixMicro(), ses.ExpiresAt.UnixMicro(), store.BoolInt(ses.Identity.SecondFactor))
 		if err != nil {
@@ -77,26 +78,77 @@ func (s *Store) CreateSession(ctx context.Context, ses weblogin.Session) error {
 	})
 }
 
-// Session implements weblogin.Store.
-func (s *Store) Session(ctx context.Context, idHash string) (weblogin.Session, error) {
-	var ses weblogin.Session
-	var groups string
-	var created, expires int64
-	var secondFactor int
-	err := s.db.Read().QueryRowContext(ctx, s.db.Q(`SELECT id_hash, issuer, subject, email, name, groups, csrf, created_at, expires_at, second_factor FROM sessions WHERE id_hash = ?`), idHash).
-		Scan(&ses.IDHash, &ses.Identity.Issuer, &ses.Identity.Subject, &ses.Identity.Email, &ses.Identity.Name, &groups, &ses.CSRF, &created, &expires, &secondFactor)
-	ses.Identity.SecondFactor = secondFactor != 0
-	if errors.Is(err, sql.ErrNoRows) {
-		return ses, &fault.NotFound{Kind: "session", Name: "cookie"}
-	}
-	if err != nil {
-		return ses, fmt.Errorf("read session: %w", err)
-	}
-	if err := json.Unmarshal([]byte(groups), &ses.Identity.Groups); err != nil {
+// sessionColumns are a session's columns, in sessionRow.dest's order.
+const sessionColumns = `id_hash, issuer, subject, email, name, groups, csrf, created_at, expires_at, second_factor`
+
+// sessionAndUserQuery reads a session, its user's record (zeros when there
+// is none) and whether there is one, joined on the user's key
+// (identity.Identity.String of the session's issuer and subject); built
+// once, not on every browser request.
+var sessionAndUserQuery = `SELECT ` + qualified("s", sessionColumns) + `, ` + userColumnsOrZero("u") + `, CASE WHEN u.id IS NULL THEN 0 ELSE 1 END
+		FROM sessions s LEFT JOIN users u ON u.user_key = CASE WHEN s.issuer = '' THEN s.subject ELSE s.issuer || '#' || s.subject END
+		WHERE s.id_hash = ?`
+
+type sessionRow struct {
+	ses              weblogin.Session
+	groups           string
+	created, expires int64
+	secondFactor     int
+}
+
+func (r *sessionRow) dest() []any {
+	return []any{&r.ses.IDHash, &r.ses.Identity.Issuer, &r.ses.Identity.Subject, &r.ses.Identity.Email, &r.ses.Identity.Name, &r.groups, &r.ses.CSRF, &r.created, &r.expires, &r.secondFactor}
+}
+
+func (r *sessionRow) session() (weblogin.Session, error) {
+	ses := r.ses
+	ses.Identity.SecondFactor = r.secondFactor != 0
+	if err := json.Unmarshal([]byte(r.groups), &ses.Identity.Groups); err != nil {
 		return ses, fmt.Errorf("session: stored groups are corrupt: %w", err)
 	}
-	ses.CreatedAt, ses.ExpiresAt = time.UnixMicro(created).UTC(), time.UnixMicro(expires).UTC()
+	ses.CreatedAt, ses.ExpiresAt = time.UnixMicro(r.created).UTC(), time.UnixMicro(r.expires).UTC()
 	return ses, nil
+}
+
+// SessionAndUser implements weblogin.Store: a session and its user's
+// record in one statement, kept per replica for a few seconds once
+// CacheCredentials is on (see kept).
+func (s *Store) SessionAndUser(ctx context.Context, idHash string) (weblogin.Session, *user.User, error) {
+	if s.sessions == nil {
+		return s.sessionAndUser(ctx, idHash)
+	}
+	if v, ok := s.sessions.get(idHash, s.db.Now()); ok {
+		return v.ses, v.user, nil
+	}
+	gen := s.sessions.generation()
+	ses, u, err := s.sessionAndUser(ctx, idHash)
+	if err == nil {
+		s.sessions.put(gen, idHash, ses.Identity.String(), session{ses: ses, user: u}, s.db.Now())
+	}
+	return ses, u, err
+}
+
+// sessionAndUser is SessionAndUser's read.
+func (s *Store) sessionAndUser(ctx context.Context, idHash string) (weblogin.Session, *user.User, error) {
+	var sr sessionRow
+	var ur userRow
+	var hasUser int
+	err := s.db.Read().QueryRowContext(ctx, s.db.Q(sessionAndUserQuery), idHash).Scan(append(append(sr.dest(), ur.dest()...), &hasUser)...)
+	if errors.Is(err, sql.ErrNoRows) {
+		return weblogin.Session{}, nil, &fault.NotFound{Kind: "session", Name: "cookie"}
+	}
+	if err != nil {
+		return weblogin.Session{}, nil, fmt.Errorf("read session: %w", err)
+	}
+	ses, err := sr.session()
+	if err != nil || hasUser == 0 {
+		return ses, nil, err
+	}
+	u, err := ur.user()
+	if err != nil {
+		return ses, nil, err
+	}
+	return ses, &u, nil
 }
 
 // DeleteSession implements weblogin.Store; deleting a missing session is not an error.

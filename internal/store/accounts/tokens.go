@@ -108,13 +108,13 @@ func (s *Store) TokenAndOwner(ctx context.Context, id string) (token.Token, *use
 	if s.creds == nil {
 		return s.tokenAndOwner(ctx, id)
 	}
-	if t, owner, ok := s.creds.get(id, s.db.Now()); ok {
-		return t, owner, nil
+	if c, ok := s.creds.get(id, s.db.Now()); ok {
+		return c.t, c.owner, nil
 	}
 	gen := s.creds.generation()
 	t, owner, err := s.tokenAndOwner(ctx, id)
 	if err == nil {
-		s.creds.put(gen, t, owner, s.db.Now())
+		s.creds.put(gen, t.ID, t.Owner.String(), credential{t: t, owner: owner}, s.db.Now())
 	}
 	return t, owner, err
 }

@@ -329,7 +329,8 @@ func (s *Server) handler(ov Overrides, w *wiring) error {
 	if s.live, err = live.New(live.Options{Limits: live.Limits{PerIdentity: int(cfg.Security.StreamsPerIdentity), PerReplica: int(cfg.Security.StreamsPerReplica)}, Log: s.Log, Now: s.clock.Now}); err != nil {
 		return err
 	}
-	// A token and its owner, read for a request, are kept a few seconds;
+	// A token and its owner, or a session and its user, read for a
+	// request, are kept a few seconds;
 	// what the change feed says changed (Run follows it) is forgotten.
 	s.Store.Accounts.CacheCredentials(credentialTTL)
 	s.live.OnChange(s.Store.Accounts.Forget)

@@ -146,25 +146,12 @@ func (s *Service) Observe(ctx context.Context, id identity.Identity) (identity.I
 	return id, nil
 }
 
-// Current returns id (the owner of a token or session) as the user is now:
-// their current groups, email and name, as long as they are active and the
-// provider confirmed the groups within the maximum age. id's narrowing (a
-// token's team, read-only) is kept.
-func (s *Service) Current(ctx context.Context, id identity.Identity) (identity.Identity, error) {
-	u, err := s.store.User(ctx, IDOf(id.String()))
-	var nf *fault.NotFound
-	switch {
-	case errors.As(err, &nf):
-		return s.CurrentFrom(id, nil)
-	case err != nil:
-		return identity.Identity{}, fmt.Errorf("look up user %s: %w", id, err)
-	}
-	return s.CurrentFrom(id, &u)
-}
-
-// CurrentFrom is Current with the user's record already read, nil when
-// there is none: for a store that reads it together with what refers to it
-// (a token and its owner in one statement).
+// CurrentFrom returns id (the owner of a token or session) as the user is
+// now, from their record u (nil when there is none), which the store reads
+// together with what refers to it (a token and its owner, a session and
+// its user, in one statement): their current groups, email and name, as
+// long as they are active and the provider confirmed the groups within the
+// maximum age. id's narrowing (a token's team, read-only) is kept.
 func (s *Service) CurrentFrom(id identity.Identity, u *User) (identity.Identity, error) {
 	switch {
 	case u == nil:

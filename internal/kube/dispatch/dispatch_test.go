@@ -1011,11 +1011,11 @@ clusters:
 	if granted, err = clustertest.Grants(rules); err != nil {
 		t.Fatal(err)
 	}
-	// Refused on neither; each rule used on one at least, but the deletes
-	// that prune Kueue's objects when a team or a class goes, which this
-	// test does not do.
-	pruning := map[string]bool{}
-	for _, res := range []string{"resourceflavors", "clusterqueues", "workloadpriorityclasses"} {
+	// Refused on neither; each rule used on one at least, but those only
+	// pruning Kueue's objects uses (when a team or a class goes), which
+	// this test does not do.
+	pruning := map[string]bool{clustertest.RBACKey("", "namespaces", "list"): true}
+	for _, res := range []string{"resourceflavors", "clusterqueues", "workloadpriorityclasses", "admissionchecks"} {
 		pruning[clustertest.RBACKey("kueue.x-k8s.io", res, "delete")] = true
 	}
 	waitfor.Until(t, 30*time.Second, "the workers' rules used, none refused", func() error {

@@ -100,6 +100,25 @@ func (s *Store) Forget(c live.Change) {
 	}
 }
 
+// read is key's entry while it is kept, else what load reads (the value
+// and its owner's identity), kept unless it failed or something was
+// forgotten meanwhile. On a nil c (nothing kept) it is load's.
+func (c *kept[V]) read(key string, now func() time.Time, load func() (V, string, error)) (V, error) {
+	if c == nil {
+		v, _, err := load()
+		return v, err
+	}
+	if v, ok := c.get(key, now()); ok {
+		return v, nil
+	}
+	gen := c.generation()
+	v, owner, err := load()
+	if err == nil {
+		c.put(gen, key, owner, v, now())
+	}
+	return v, err
+}
+
 // generation is the count of forgets before a read.
 func (c *kept[V]) generation() uint64 {
 	c.mu.Lock()

@@ -114,18 +114,11 @@ func (r *sessionRow) session() (weblogin.Session, error) {
 // record in one statement, kept per replica for a few seconds once
 // CacheCredentials is on (see kept).
 func (s *Store) SessionAndUser(ctx context.Context, idHash string) (weblogin.Session, *user.User, error) {
-	if s.sessions == nil {
-		return s.sessionAndUser(ctx, idHash)
-	}
-	if v, ok := s.sessions.get(idHash, s.db.Now()); ok {
-		return v.ses, v.user, nil
-	}
-	gen := s.sessions.generation()
-	ses, u, err := s.sessionAndUser(ctx, idHash)
-	if err == nil {
-		s.sessions.put(gen, idHash, ses.Identity.String(), session{ses: ses, user: u}, s.db.Now())
-	}
-	return ses, u, err
+	v, err := s.sessions.read(idHash, s.db.Now, func() (session, string, error) {
+		ses, u, err := s.sessionAndUser(ctx, idHash)
+		return session{ses: ses, user: u}, ses.Identity.String(), err
+	})
+	return v.ses, v.user, err
 }
 
 // sessionAndUser is SessionAndUser's read.

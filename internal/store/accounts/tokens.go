@@ -105,18 +105,11 @@ var tokenAndOwnerQuery = `SELECT ` + qualified("t", tokenColumns) + `, ` + userC
 // owner, written by CreateToken as identity.Identity.String, is what a users
 // row's user_key holds).
 func (s *Store) TokenAndOwner(ctx context.Context, id string) (token.Token, *user.User, error) {
-	if s.creds == nil {
-		return s.tokenAndOwner(ctx, id)
-	}
-	if c, ok := s.creds.get(id, s.db.Now()); ok {
-		return c.t, c.owner, nil
-	}
-	gen := s.creds.generation()
-	t, owner, err := s.tokenAndOwner(ctx, id)
-	if err == nil {
-		s.creds.put(gen, t.ID, t.Owner.String(), credential{t: t, owner: owner}, s.db.Now())
-	}
-	return t, owner, err
+	c, err := s.creds.read(id, s.db.Now, func() (credential, string, error) {
+		t, owner, err := s.tokenAndOwner(ctx, id)
+		return credential{t: t, owner: owner}, t.Owner.String(), err
+	})
+	return c.t, c.owner, err
 }
 
 // tokenAndOwner is TokenAndOwner's read.

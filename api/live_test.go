@@ -8,14 +8,18 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/cookiejar"
 	"net/http/httptest"
+	"net/url"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gantryhq/gantry/api/model"
 	"github.com/gantryhq/gantry/internal/config"
+	"github.com/gantryhq/gantry/internal/devidp"
 	"github.com/gantryhq/gantry/internal/server"
 	"github.com/gantryhq/gantry/internal/servertest"
 	"github.com/gantryhq/gantry/internal/store/storetest"
@@ -331,6 +335,58 @@ func TestRevokedCredentialRefusedOnEveryReplica(t *testing.T) {
 			}
 		}
 	}
+
+	// First: the next subtest deactivates alice.
+	t.Run("signed-out session", func(t *testing.T) {
+		jar, _ := cookiejar.New(nil)
+		browser := &http.Client{Jar: jar, Timeout: 20 * time.Second}
+		_, body, err := devidp.SignIn(t.Context(), browser, a.URL+"/auth/login", "alice", "alice")
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := regexp.MustCompile(`<meta name="csrf-token" content="([^"]+)">`).FindStringSubmatch(body)
+		u, _ := url.Parse(a.URL)
+		var cookie *http.Cookie
+		for _, c := range jar.Cookies(u) {
+			if c.Name == "gantry_session" {
+				cookie = c
+			}
+		}
+		if m == nil || cookie == nil {
+			t.Fatalf("signed in without a CSRF token or a session cookie: %s", body)
+		}
+		me := func(g *servertest.Gantry) int {
+			req, _ := http.NewRequestWithContext(t.Context(), "GET", g.URL+"/api/v1/me", nil)
+			req.AddCookie(&http.Cookie{Name: cookie.Name, Value: cookie.Value})
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			return resp.StatusCode
+		}
+		for _, g := range []*servertest.Gantry{a, b} {
+			if s := me(g); s != 200 {
+				t.Fatalf("before: %s answered %d to the session", g.URL, s)
+			}
+		}
+		req, _ := http.NewRequestWithContext(t.Context(), "POST", a.URL+"/auth/logout", strings.NewReader("csrf="+url.QueryEscape(m[1])))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		resp, err := browser.Do(req)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("sign-out: %v %v", resp, err)
+		}
+		resp.Body.Close()
+		if s := me(a); s != 401 {
+			t.Fatalf("the replica that signed it out answered %d", s)
+		}
+		waitfor.Until(t, feed, "the other replica to refuse the signed-out session", func() error {
+			if s := me(b); s != 401 {
+				return fmt.Errorf("answered %d", s)
+			}
+			return nil
+		})
+	})
 
 	t.Run("revoked token", func(t *testing.T) {
 		tok := a.Token("alice")

@@ -134,14 +134,11 @@ func (s *Store) sessionAndUser(ctx context.Context, idHash string) (weblogin.Ses
 		return weblogin.Session{}, nil, fmt.Errorf("read session: %w", err)
 	}
 	ses, err := sr.session()
-	if err != nil || hasUser == 0 {
-		return ses, nil, err
-	}
-	u, err := ur.user()
 	if err != nil {
 		return ses, nil, err
 	}
-	return ses, &u, nil
+	u, err := ur.joined(hasUser)
+	return ses, u, err
 }
 
 // DeleteSession implements weblogin.Store; deleting a missing session is not an error.

@@ -125,14 +125,11 @@ func (s *Store) tokenAndOwner(ctx context.Context, id string) (token.Token, *use
 		return token.Token{}, nil, fmt.Errorf("get token %s: %w", id, err)
 	}
 	t, err := tr.token()
-	if err != nil || hasUser == 0 {
-		return t, nil, err
-	}
-	u, err := ur.user()
 	if err != nil {
 		return t, nil, err
 	}
-	return t, &u, nil
+	u, err := ur.joined(hasUser)
+	return t, u, err
 }
 
 // Tokens implements token.Store.

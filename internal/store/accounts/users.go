@@ -67,6 +67,19 @@ func (r *userRow) dest() []any {
 }
 
 // user decodes the scanned row.
+// joined is the user a LEFT JOIN read into r, nil when has says there was
+// none.
+func (r *userRow) joined(has int) (*user.User, error) {
+	if has == 0 {
+		return nil, nil
+	}
+	u, err := r.user()
+	if err != nil {
+		return nil, err
+	}
+	return &u, nil
+}
+
 func (r *userRow) user() (user.User, error) {
 	u := r.u
 	if err := json.Unmarshal([]byte(r.groups), &u.Groups); err != nil {

@@ -23,6 +23,7 @@ import (
 	"github.com/gantryhq/gantry/internal/team"
 	"github.com/gantryhq/gantry/internal/token"
 	"github.com/gantryhq/gantry/internal/user"
+	"github.com/gantryhq/gantry/internal/weblogin"
 	"github.com/gantryhq/gantry/internal/workload"
 )
 
@@ -83,8 +84,9 @@ func serveOn(b testing.TB, driver, dsn string, env ...string) *binary {
 // admin, ada, in the server's database (as gantry dev does in process).
 func (g *binary) adminToken(b testing.TB) string { return g.adminTokens(b, 1)[0] }
 
-// adminTokens makes n of them.
-func (g *binary) adminTokens(b testing.TB, n int) []string {
+// ada is the development platform admin as the server's provider names
+// her, recorded as a user (as her sign-in would be), and the users.
+func (g *binary) ada(b testing.TB) (identity.Identity, *user.Service) {
 	b.Helper()
 	resp, err := http.Get(g.URL + "/auth/config")
 	if err != nil {
@@ -93,18 +95,25 @@ func (g *binary) adminTokens(b testing.TB, n int) []string {
 	var ac struct{ Issuer string }
 	json.NewDecoder(resp.Body).Decode(&ac)
 	resp.Body.Close()
-	root, _ := devcluster.RepoRoot()
-	policy, err := authz.New(authz.InDir(filepath.Join(root, "policy")))
-	if err != nil {
-		b.Fatal(err)
-	}
 	users, err := user.New(user.Options{Store: g.accounts, MaxGroupAge: 24 * time.Hour, Now: time.Now})
 	if err != nil {
 		b.Fatal(err)
 	}
 	ada := identity.Identity{Issuer: ac.Issuer, Subject: "dev-ada", Name: "Ada", Groups: []string{"gantry-admins"}, SecondFactor: true}
+	if _, err := users.Observe(identity.With(context.Background(), ada), ada); err != nil {
+		b.Fatal(err)
+	}
+	return ada, users
+}
+
+// adminTokens makes n of them.
+func (g *binary) adminTokens(b testing.TB, n int) []string {
+	b.Helper()
+	ada, users := g.ada(b)
 	ctx := identity.With(context.Background(), ada)
-	if _, err := users.Observe(ctx, ada); err != nil {
+	root, _ := devcluster.RepoRoot()
+	policy, err := authz.New(authz.InDir(filepath.Join(root, "policy")))
+	if err != nil {
 		b.Fatal(err)
 	}
 	tokens, err := token.New(token.Options{Store: g.accounts, Owners: users, Teams: policy, Now: time.Now})
@@ -120,6 +129,25 @@ func (g *binary) adminTokens(b testing.TB, n int) []string {
 		secrets = append(secrets, secret)
 	}
 	return secrets
+}
+
+// adminSessions signs ada in n times, as her browser would be after the
+// development provider's sign-in: a session each, recorded in the server's
+// database (with her user's record, as adminTokens makes it); it returns
+// the cookies.
+func (g *binary) adminSessions(b testing.TB, n int) []string {
+	b.Helper()
+	ada, _ := g.ada(b)
+	var cookies []string
+	for i := range n {
+		cookie := fmt.Sprintf("load-session-%03d-%s", i, workload.NewID())
+		if err := g.accounts.CreateSession(context.Background(), weblogin.Session{IDHash: token.Hash(cookie), Identity: ada, CSRF: "x",
+			CreatedAt: time.Now(), ExpiresAt: time.Now().Add(time.Hour)}); err != nil {
+			b.Fatal(err)
+		}
+		cookies = append(cookies, cookie)
+	}
+	return cookies
 }
 
 // seed records n Running workloads, spread over four teams.

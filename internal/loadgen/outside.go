@@ -23,6 +23,9 @@ type Job struct {
 	Paths  []string // a request's path: spread over the clients and their requests
 	Body   []byte   // each request's body, as JSON
 	Tokens []string // one client each, its bearer token
+	// Cookie, when set, names the cookie the tokens are sent as (a
+	// browser's session) instead of a bearer token.
+	Cookie string
 	// Requests ends the run once that many are answered (0: Duration).
 	Requests int
 	Duration time.Duration
@@ -119,7 +122,11 @@ func ServeJob(t *testing.T) {
 			if err != nil {
 				return nil, err
 			}
-			req.Header.Set("Authorization", "Bearer "+job.Tokens[c])
+			if job.Cookie != "" {
+				req.AddCookie(&http.Cookie{Name: job.Cookie, Value: job.Tokens[c]})
+			} else {
+				req.Header.Set("Authorization", "Bearer "+job.Tokens[c])
+			}
 			if job.Body != nil {
 				req.Header.Set("Content-Type", "application/json")
 			}

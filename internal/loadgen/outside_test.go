@@ -6,6 +6,7 @@ import (
 	"github.com/gantryhq/gantry/internal/loadgen"
 	"github.com/gantryhq/gantry/internal/store"
 	"github.com/gantryhq/gantry/internal/store/storetest"
+	"github.com/gantryhq/gantry/internal/weblogin"
 )
 
 // BenchmarkReadAPIOutside is BenchmarkReadAPI as users meet it: the real
@@ -28,10 +29,17 @@ func BenchmarkReadAPIOutside(b *testing.B) {
 			g := serveOn(b, backend, dsn)
 			ids := g.seed(b, recorded)
 			tokens := g.adminTokens(b, clients)
-			for _, kind := range []string{"healthz", "get", "page100"} {
+			cookies := g.adminSessions(b, clients)
+			for _, kind := range []string{"healthz", "get", "get-session", "page100"} {
 				b.Run(kind, func(b *testing.B) {
 					before := g.cpu(b)
-					r := loadgen.Outside(b, readJob(g.URL, kind, b.N, tokens, ids))
+					job := readJob(g.URL, kind, b.N, tokens, ids)
+					if kind == "get-session" {
+						// By id, as a signed-in browser asks: its session cookie.
+						job = readJob(g.URL, "get", b.N, cookies, ids)
+						job.Cookie = weblogin.SessionCookie
+					}
+					r := loadgen.Outside(b, job)
 					cpu := g.cpu(b) - before
 					b.ReportMetric(r.Rate, "req/s")
 					b.ReportMetric(r.P50ms, "p50-ms")

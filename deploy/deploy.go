@@ -44,6 +44,14 @@ var RuntimeClasses []byte
 //go:embed kubevirt/crds.yaml
 var KubeVirtCRDs []byte
 
+// FleetVMCRD is helm/gantry/crds/fleetvms.yaml: the FleetVM
+// CustomResourceDefinition (gantry.dev/v1alpha1), a VM that MultiKueue
+// runs on a worker cluster; the chart installs it in the manager, operators
+// on each worker.
+//
+//go:embed helm/gantry/crds/fleetvms.yaml
+var FleetVMCRD []byte
+
 // Priority is a template priority (low, normal, high) and its PriorityClass
 // value.
 type Priority struct {

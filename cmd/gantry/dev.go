@@ -127,8 +127,8 @@ Or open a real Jupyter notebook there: in the portal, launch "Jupyter notebook o
 			return err
 		}
 		cfg.ClustersFile = file
-		launchNote = fmt.Sprintf(`Worker clusters: %d, listed in %s; Jobs, services and
-notebooks run there (VMs are not dispatched yet). Launch a training Job
+		launchNote = fmt.Sprintf(`Worker clusters: %d, listed in %s; Jobs, services,
+notebooks and VMs run there. Launch a training Job
 and see where it went (its "cluster" and "reason"):
   curl -s -X POST URL/api/v1/workloads -H "Authorization: Bearer $GANTRY_TOKEN" -H 'content-type: application/json' -d '{"template":"pytorch-train","team":"vision","gpu":{"class":"A100-80GB","count":4}}'
 `, *workers, file)

@@ -501,6 +501,11 @@ func (c *Cluster) provision(ctx context.Context, o Options) error {
 	if err := c.installCRDs(ctx, deploy.KubeVirtCRDs); err != nil {
 		return fmt.Errorf("KubeVirt CRDs: %w", err)
 	}
+	// Every cluster may be a fleet's manager or worker: MultiKueue reaches
+	// no worker without the FleetVM CRD (it watches FleetVMs there).
+	if err := c.installCRDs(ctx, deploy.FleetVMCRD); err != nil {
+		return fmt.Errorf("the FleetVM CRD: %w", err)
+	}
 	sc := &storagev1.StorageClass{
 		ObjectMeta:        metav1.ObjectMeta{Name: "standard", Annotations: map[string]string{"storageclass.kubernetes.io/is-default-class": "true"}},
 		Provisioner:       Provisioner,

@@ -18,6 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/yaml"
+
+	"github.com/gantryhq/gantry/internal/kube/kapi"
 )
 
 // Kueue runs on the binary-runtime cluster as a process on loopback, like
@@ -307,7 +309,9 @@ resources:
 		// A manager cluster: MultiKueue dispatches each Workload to the
 		// worker its external dispatcher (Gantry) nominates; a worker lost
 		// for 30 s gives its Workloads back.
-		fmt.Fprintf(&b, "multiKueue:\n  dispatcherName: %s\n  workerLostTimeout: 30s\n  gcInterval: 30s\n", dispatcher)
+		// VMs go to workers as FleetVMs, through MultiKueue's generic
+		// adapter (docs/fleets.md, "VMs in a fleet").
+		fmt.Fprintf(&b, "multiKueue:\n  dispatcherName: %s\n  workerLostTimeout: 30s\n  gcInterval: 30s\n  externalFrameworks:\n  - name: %s\n", dispatcher, kapi.FleetVMFramework)
 	}
 	if podsReady > 0 {
 		// All-or-nothing: an admitted workload whose pods are not all

@@ -26,6 +26,13 @@ func (c *Cluster) hasKubeVirt() bool {
 	return err == nil
 }
 
+// servesFleetVMs reports whether the API server serves FleetVMs (the chart
+// installs their CRD; a fleet's manager watches them).
+func (c *Cluster) servesFleetVMs() bool {
+	_, err := c.core.Discovery().ServerResourcesForGroupVersion(kapi.FleetVMResource.GroupVersion().String())
+	return err == nil
+}
+
 // Core is the cluster's typed client.
 func (c *Cluster) Core() kubernetes.Interface { return c.core }
 
@@ -47,6 +54,7 @@ func (c *Cluster) RunCapacity(ctx context.Context) error { return c.nodes.RunCap
 // resync re-delivers every object that often (0: never).
 func (c *Cluster) Watcher(resync time.Duration) (*watch.Watcher, error) {
 	o := watch.Options{Core: c.core, Dynamic: c.dyn, Resync: resync, KubeVirt: c.hasKubeVirt(), Kueue: c.kueue, Observer: c.obs}
+	o.FleetVMs = c.workers != nil && c.kueue && c.servesFleetVMs()
 	pools, err := c.Pools()
 	if err != nil {
 		return nil, err

@@ -292,7 +292,7 @@ func (c *Cluster) namespaceGone(err error, namespace string) bool {
 }
 
 // Apply server-side applies a workload's objects: its primary object (Job,
-// Deployment, StatefulSet or VirtualMachine) first, then the others owned by
+// Deployment, StatefulSet, VirtualMachine or FleetVM) first, then the others owned by
 // it. A Job or VirtualMachine already on the cluster is left as it is (see
 // createOnce); the other objects are applied again.
 func (c *Cluster) Apply(ctx context.Context, objs []render.Object) (err error) {
@@ -415,6 +415,12 @@ func (c *Cluster) SetRunning(ctx context.Context, o workload.ObjectRef, run bool
 			return err
 		}
 	}
+	if o.Kind == kapi.FleetVMKind.Kind {
+		if !c.kueue {
+			return errors.New("kube: a FleetVM is started and stopped through Kueue, which this Gantry does not use")
+		}
+		return c.queue.SetFleetVMActive(ctx, o, run)
+	}
 	var spec map[string]any
 	switch o.Kind {
 	case "Job":
@@ -499,6 +505,8 @@ func (a asked) running() bool {
 		return !a.suspend
 	case "Deployment", "StatefulSet":
 		return a.replicas == nil || *a.replicas > 0
+	case kapi.FleetVMKind.Kind:
+		return a.annotations[kapi.AnnotationStopped] == "" // always queued: see SetFleetVMActive
 	case "VirtualMachine":
 		if _, queued := a.labels[quota.LabelQueueName]; queued {
 			// Halted until Kueue admits it: Gantry's stop is an annotation.
@@ -730,8 +738,8 @@ func (c *Cluster) managed(ctx context.Context, cached []*batchv1.Job, fromCache 
 		// ResourceVersion "0": served from the API server's watch cache,
 		// not read from etcd (the lifecycle loop asks every interval).
 		list, err := c.dyn.Resource(gvr).List(ctx, metav1.ListOptions{LabelSelector: render.LabelManagedBy + "=" + render.ManagedBy, ResourceVersion: "0"})
-		if gvk == kapi.VMKind && apierrors.IsNotFound(err) {
-			continue // KubeVirt is not installed: no VMs
+		if (gvk == kapi.VMKind || gvk == kapi.FleetVMKind) && apierrors.IsNotFound(err) {
+			continue // KubeVirt or the FleetVM CRD is not installed: no VMs of that kind
 		}
 		if err != nil {
 			return nil, kapi.Classify(err, gvk.Kind, "")

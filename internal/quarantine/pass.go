@@ -416,8 +416,10 @@ func (q *Quarantine) advance(ctx context.Context, fresh map[string]bool) (int, e
 	return n, errors.Join(errs...)
 }
 
+// ref is the workload's primary object on Gantry's own cluster: a fleet's VMs run
+// on its workers, never on a node here.
 func (q *Quarantine) ref(w workload.Workload) workload.ObjectRef {
-	return workload.ObjectRef{Namespace: q.o.Namespace(w.Team), Kind: render.PrimaryKind(w.Kind), Name: w.Name, WorkloadID: w.ID}
+	return workload.ObjectRef{Namespace: q.o.Namespace(w.Team), Kind: render.PrimaryKind(w.Kind, false), Name: w.Name, WorkloadID: w.ID}
 }
 
 // message is a move's webhook, with its notice as the text.

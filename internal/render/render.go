@@ -15,6 +15,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/url"
 	"regexp"
 	"slices"
@@ -128,13 +129,15 @@ type Meta struct {
 	// Kueue puts the workload in its team's Kueue queue: a Job is created
 	// suspended with the queue's label, a Deployment's or StatefulSet's pods
 	// wait at Kueue's admission gate (what Kueue's webhooks would do), and
-	// the pods tolerate their class's flavor taint (package quota). VMs are
-	// not queued.
+	// the pods tolerate their class's flavor taint (package quota). A VM
+	// is queued by a Kueue Workload of its own (vmWorkload), halted until
+	// Kueue admits it.
 	Kueue bool
 	// MultiKueue, with Kueue, hands a Job to MultiKueue (spec.managedBy, as
 	// Kueue's webhook would set it in a manager cluster): it runs on the
 	// worker cluster Gantry's dispatcher nominates, and its status is
-	// copied back.
+	// copied back. A VM becomes a FleetVM holding it (fleetVM), which
+	// MultiKueue copies to that worker.
 	MultiKueue bool
 	// CPUNodeLabel is the label (=true, and taint, NoSchedule) of the nodes
 	// CPU-only launches run on (the GPU classes' cpu section); required
@@ -166,9 +169,21 @@ const (
 	runTokenSeconds = 3600
 )
 
-// ManagedByMultiKueue is the spec.managedBy of a Job MultiKueue runs on a
-// worker cluster.
+// ManagedByMultiKueue is the spec.managedBy of a Job or FleetVM MultiKueue
+// runs on a worker cluster.
 const ManagedByMultiKueue = "kueue.x-k8s.io/multikueue"
+
+// LabelPrebuiltWorkload names, on a FleetVM, the Kueue Workload that
+// queues it (Kueue's prebuilt-workload label, by which MultiKueue's generic
+// adapter finds it).
+const LabelPrebuiltWorkload = "kueue.x-k8s.io/prebuilt-workload-name"
+
+// FleetVMAPIVersion and FleetVMKind are the FleetVM's
+// (deploy/helm/gantry/crds/fleetvms.yaml).
+const (
+	FleetVMAPIVersion = "gantry.dev/v1alpha1"
+	FleetVMKind       = "FleetVM"
+)
 
 // Name is the name of the workload's objects: template name and workload id.
 func (m Meta) Name(templateName string) string { return templateName + "-" + m.WorkloadID }
@@ -206,7 +221,16 @@ func Objects(r *template.Resolved, m Meta) ([]Object, error) {
 		// Kueue controller then starts it (and halts it if Kueue evicts).
 		vm.Spec.RunStrategy = ptr(kubevirtv1.RunStrategyHalted)
 		vm.Labels[quota.LabelQueueName] = quota.LocalQueue
-		return []Object{vm, b.vmWorkload(pod)}, nil
+		if m.MultiKueue {
+			// In a fleet the VM runs on a worker: MultiKueue copies its
+			// FleetVM there, and Gantry makes the VM from it.
+			fvm, err := fleetVM(vm)
+			if err != nil {
+				return nil, err
+			}
+			return []Object{fvm, b.vmWorkload(pod, vm)}, nil
+		}
+		return []Object{vm, b.vmWorkload(pod, vm)}, nil
 	case template.Job:
 		objs := b.jobObjects(claims, pod, podMeta)
 		if queued {
@@ -617,10 +641,43 @@ func (b *builder) enqueue(pod *corev1.PodSpec, podMeta *metav1.ObjectMeta) {
 	}
 }
 
+// fleetVM is the FleetVM that holds vm in a fleet's manager: named and
+// labelled like it, handed to MultiKueue (spec.managedBy), naming the Kueue
+// Workload that queues it (of the same name), with the VM's labels,
+// annotations and spec as its template.
+func fleetVM(vm *kubevirtv1.VirtualMachine) (Object, error) {
+	spec, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&vm.Spec)
+	if err != nil {
+		return nil, fmt.Errorf("render: the VM's spec: %w", err)
+	}
+	labels := map[string]any{LabelPrebuiltWorkload: vm.Name}
+	tmplLabels := map[string]any{}
+	for k, v := range vm.Labels {
+		labels[k], tmplLabels[k] = v, v
+	}
+	tmplAnnotations := map[string]any{}
+	for k, v := range vm.Annotations {
+		tmplAnnotations[k] = v
+	}
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": FleetVMAPIVersion, "kind": FleetVMKind,
+		"metadata": map[string]any{"name": vm.Name, "namespace": vm.Namespace, "labels": labels},
+		"spec": map[string]any{
+			"managedBy": ManagedByMultiKueue,
+			"template":  map[string]any{"metadata": map[string]any{"labels": tmplLabels, "annotations": tmplAnnotations}, "spec": spec},
+		},
+	}}
+	if len(vm.Annotations) > 0 {
+		u.SetAnnotations(maps.Clone(vm.Annotations))
+	}
+	return u, nil
+}
+
 // vmWorkload is the Kueue Workload that queues a VM: one pod set asking for
 // its GPUs as whole GPUs (1000 thousandths each), tolerating its class's
-// flavor, at its priority, named and labelled like the VM.
-func (b *builder) vmWorkload(pod corev1.PodSpec) Object {
+// flavor, at its priority, named and labelled like the VM. Its container
+// names the VM's disk image (what a fleet's image rules read).
+func (b *builder) vmWorkload(pod corev1.PodSpec, vm *kubevirtv1.VirtualMachine) Object {
 	tolerations := []any{map[string]any{"key": quota.TaintGPUClass, "operator": "Equal", "value": b.r.Class.Name, "effect": "NoSchedule"}}
 	for _, t := range pod.Tolerations {
 		if t.Key == TaintSpot {
@@ -644,13 +701,26 @@ func (b *builder) vmWorkload(pod corev1.PodSpec) Object {
 			"podSets": []any{map[string]any{
 				"name": "vm", "count": int64(1),
 				"template": map[string]any{"spec": map[string]any{
-					"containers": []any{map[string]any{"name": "vm", "resources": map[string]any{
+					"containers": []any{map[string]any{"name": "vm", "image": vmImage(vm), "resources": map[string]any{
 						"requests": map[string]any{"nvidia.com/gpu": gpus}, "limits": map[string]any{"nvidia.com/gpu": gpus}}}},
 					"tolerations": tolerations,
 				}},
 			}},
 		},
 	}}
+}
+
+// vmImage is the image of a VM's containerDisk ("" without one).
+func vmImage(vm *kubevirtv1.VirtualMachine) string {
+	if vm.Spec.Template == nil {
+		return ""
+	}
+	for _, v := range vm.Spec.Template.Spec.Volumes {
+		if v.ContainerDisk != nil {
+			return v.ContainerDisk.Image
+		}
+	}
+	return ""
 }
 
 // kueuePriority is the WorkloadPriorityClass of the pod's priority.

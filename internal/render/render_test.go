@@ -9,8 +9,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -20,6 +22,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	psa "k8s.io/pod-security-admission/api"
 	"k8s.io/pod-security-admission/policy"
 	kubevirtv1 "kubevirt.io/api/core/v1"
@@ -56,24 +59,26 @@ var cases = []struct {
 	name     string
 	template string
 	choice   template.Choice
+	fleet    bool // in a fleet's manager (Meta.MultiKueue)
 }{
-	{"pytorch-train", "pytorch-train", template.Choice{}},
-	{"pytorch-train-h200-2gpu", "pytorch-train", template.Choice{Class: "H200-141GB", Count: 2, Params: map[string]any{"epochs": 3, "script": "runs/llama.py"}}},
-	{"jupyter-notebook", "jupyter-notebook", template.Choice{}},
-	{"jupyter-notebook-whole-gpu", "jupyter-notebook", template.Choice{MIGProfile: template.NoMIG, Params: map[string]any{"memory": "64Gi"}}},
-	{"jupyter-notebook-a100-40", "jupyter-notebook", template.Choice{Class: "A100-40GB", MIGProfile: "2g.10gb"}},
-	{"vllm-inference", "vllm-inference", template.Choice{}},
-	{"batch-inference", "batch-inference", template.Choice{Params: map[string]any{"input": "prompts.jsonl"}}},
-	{"batch-inference-mig", "batch-inference", template.Choice{Class: "H100-80GB", MIGProfile: "3g.40gb", Params: map[string]any{"input": "prompts.jsonl"}}},
-	{"dev-environment", "dev-environment", template.Choice{}},
-	{"confidential-inference", "confidential-inference", template.Choice{}},
-	{"gpu-vm", "gpu-vm", template.Choice{Params: map[string]any{"sshPublicKey": testKey}}},
-	{"gpu-vm-h100-confidential", "gpu-vm", template.Choice{Class: "H100-80GB", Count: 2, Confidential: true, Params: map[string]any{"sshPublicKey": testKey}}},
-	{"vllm-inference-confidential-h200", "vllm-inference", template.Choice{Class: "H200-141GB", Confidential: true}},
-	{"cpu-job", "cpu-job", template.Choice{Params: map[string]any{"cpu": "2"}}},
-	{"cpu-notebook", "cpu-notebook", template.Choice{}},
-	{"cpu-train", "cpu-train", template.Choice{Params: map[string]any{"steps": 500}}},
-	{"cpu-inference", "cpu-inference", template.Choice{}},
+	{"pytorch-train", "pytorch-train", template.Choice{}, false},
+	{"pytorch-train-h200-2gpu", "pytorch-train", template.Choice{Class: "H200-141GB", Count: 2, Params: map[string]any{"epochs": 3, "script": "runs/llama.py"}}, false},
+	{"jupyter-notebook", "jupyter-notebook", template.Choice{}, false},
+	{"jupyter-notebook-whole-gpu", "jupyter-notebook", template.Choice{MIGProfile: template.NoMIG, Params: map[string]any{"memory": "64Gi"}}, false},
+	{"jupyter-notebook-a100-40", "jupyter-notebook", template.Choice{Class: "A100-40GB", MIGProfile: "2g.10gb"}, false},
+	{"vllm-inference", "vllm-inference", template.Choice{}, false},
+	{"batch-inference", "batch-inference", template.Choice{Params: map[string]any{"input": "prompts.jsonl"}}, false},
+	{"batch-inference-mig", "batch-inference", template.Choice{Class: "H100-80GB", MIGProfile: "3g.40gb", Params: map[string]any{"input": "prompts.jsonl"}}, false},
+	{"dev-environment", "dev-environment", template.Choice{}, false},
+	{"confidential-inference", "confidential-inference", template.Choice{}, false},
+	{"gpu-vm", "gpu-vm", template.Choice{Params: map[string]any{"sshPublicKey": testKey}}, false},
+	{"gpu-vm-h100-confidential", "gpu-vm", template.Choice{Class: "H100-80GB", Count: 2, Confidential: true, Params: map[string]any{"sshPublicKey": testKey}}, false},
+	{"gpu-vm-fleet", "gpu-vm", template.Choice{Class: "A100-80GB", Count: 2, Params: map[string]any{"sshPublicKey": testKey}}, true},
+	{"vllm-inference-confidential-h200", "vllm-inference", template.Choice{Class: "H200-141GB", Confidential: true}, false},
+	{"cpu-job", "cpu-job", template.Choice{Params: map[string]any{"cpu": "2"}}, false},
+	{"cpu-notebook", "cpu-notebook", template.Choice{}, false},
+	{"cpu-train", "cpu-train", template.Choice{Params: map[string]any{"steps": 500}}, false},
+	{"cpu-inference", "cpu-inference", template.Choice{}, false},
 }
 
 func TestGolden(t *testing.T) {
@@ -90,7 +95,9 @@ func TestGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			objs, err := render.Objects(r, metaFor(r))
+			m := metaFor(r)
+			m.MultiKueue = tc.fleet
+			objs, err := render.Objects(r, m)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -712,6 +719,65 @@ func TestMultiKueue(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestFleetVM: in a fleet's manager a VM is a FleetVM holding the very VM
+// (halted, in its team's queue) that a cluster of its own would get,
+// handed to MultiKueue and naming its Kueue Workload, which asks for the
+// same GPUs and names the VM's disk image.
+func TestFleetVM(t *testing.T) {
+	classes, templates := load(t)
+	r, err := templates["gpu-vm"].Resolve(classes, template.Choice{Class: "A100-80GB", Count: 2, Params: map[string]any{"sshPublicKey": testKey}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := metaFor(r)
+	alone, err := render.Objects(r, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.MultiKueue = true
+	inFleet, err := render.Objects(r, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(alone) != 2 || len(inFleet) != 2 {
+		t.Fatalf("objects: %d alone, %d in a fleet", len(alone), len(inFleet))
+	}
+	vm, err := runtime.DefaultUnstructuredConverter.ToUnstructured(alone[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	fvm, ok := inFleet[0].(*unstructured.Unstructured)
+	if !ok || fvm.GetKind() != render.FleetVMKind || !render.IsPrimary(fvm.GetKind()) || !render.CreatedOnce(fvm.GetKind()) {
+		t.Fatalf("the primary object in a fleet: %T %v", inFleet[0], inFleet[0].GetObjectKind().GroupVersionKind())
+	}
+	if by, _, _ := unstructured.NestedString(fvm.Object, "spec", "managedBy"); by != render.ManagedByMultiKueue {
+		t.Errorf("managedBy %q", by)
+	}
+	if fvm.GetName() != alone[0].GetName() || fvm.GetLabels()[render.LabelPrebuiltWorkload] != inFleet[1].GetName() || inFleet[1].GetName() != fvm.GetName() {
+		t.Errorf("names: FleetVM %s (its Workload %q), Workload %s, VM alone %s", fvm.GetName(), fvm.GetLabels()[render.LabelPrebuiltWorkload], inFleet[1].GetName(), alone[0].GetName())
+	}
+	tmplSpec, _, _ := unstructured.NestedMap(fvm.Object, "spec", "template", "spec")
+	vmSpec, _, _ := unstructured.NestedMap(vm, "spec")
+	if !reflect.DeepEqual(tmplSpec, vmSpec) {
+		t.Errorf("the FleetVM's template differs from the VM:\n%v\n%v", tmplSpec, vmSpec)
+	}
+	if rs, _ := tmplSpec["runStrategy"].(string); rs != "Halted" {
+		t.Errorf("runStrategy %q: a VM waits halted until Kueue admits it", rs)
+	}
+	labels, _, _ := unstructured.NestedStringMap(fvm.Object, "spec", "template", "metadata", "labels")
+	if !maps.Equal(labels, alone[0].GetLabels()) {
+		t.Errorf("the template's labels %v, the VM's %v", labels, alone[0].GetLabels())
+	}
+	wlAlone, _ := runtime.DefaultUnstructuredConverter.ToUnstructured(alone[1])
+	wlFleet, _ := runtime.DefaultUnstructuredConverter.ToUnstructured(inFleet[1])
+	if !reflect.DeepEqual(wlAlone, wlFleet) {
+		t.Errorf("the Kueue Workload differs in a fleet:\n%v\n%v", wlFleet, wlAlone)
+	}
+	if img, _, _ := unstructured.NestedSlice(wlFleet, "spec", "podSets"); len(img) != 1 || !strings.Contains(fmt.Sprint(img), m.Image) {
+		t.Errorf("the Workload's pod set does not name the disk image %s: %v", m.Image, img)
 	}
 }
 

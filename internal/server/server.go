@@ -859,6 +859,13 @@ func (s *Server) lead(ctx context.Context, c *kube.Cluster) error {
 			})
 		})
 		g.Go(func() error {
+			return s.every(gctx, vmInterval, func(ctx context.Context) {
+				if err := fleetSide.SyncVMs(ctx); err != nil && ctx.Err() == nil {
+					s.Log.Warn("worker clusters: VMs not synced", "err", err)
+				}
+			})
+		})
+		g.Go(func() error {
 			return s.every(gctx, dispatchInterval, func(ctx context.Context) {
 				n, err := dispatcher.Round(ctx)
 				s.own.Loop(ownmetrics.Dispatched, n)
@@ -892,6 +899,11 @@ func (s *Server) readWorkers(ctx context.Context) {
 
 // workersInterval is how often the worker clusters are read.
 const workersInterval = 10 * time.Second
+
+// vmInterval is how often the fleet's VMs are synced on their workers
+// (workers.Manager.SyncVMs): a VM starts on its worker within this of the
+// worker's admission.
+const vmInterval = 2 * time.Second
 
 // dispatchInterval is how often the manager's waiting Workloads are
 // nominated to worker clusters: a dispatch round.

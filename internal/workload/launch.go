@@ -200,14 +200,6 @@ func (s *Service) render(ctx context.Context, owner string, req Request, id stri
 		}
 		meta.CPUNodeLabel = cpu.NodeLabel
 	}
-	if s.fleet && v.Template.Spec.Workload == template.VM {
-		// MultiKueue dispatches batch Jobs, and a service's or notebook's
-		// pods through Kueue's pod integration; a VM is queued by Gantry
-		// itself, and queued in the manager it would wait for a dispatch
-		// that never comes.
-		return Rendered{}, &fault.Invalid{Fields: []fault.Field{{Path: "template", Message: fmt.Sprintf(
-			"template %q is a %s: this Gantry runs work on its worker clusters, and VMs are not dispatched to them yet (docs/fleets.md)", v.Name, v.Template.Spec.Workload)}}}
-	}
 	if r.Confidential {
 		if tee == "" {
 			return Rendered{}, &fault.Invalid{Fields: []fault.Field{{Path: "confidential", Message: fmt.Sprintf(

@@ -874,16 +874,10 @@ func TestFleetLaunches(t *testing.T) {
 	if _, _, err := h.svc.Create(asAlice(), "alice", workload.Request{Template: "cpu-job", Team: "vision", Choice: template.Choice{CPUOnly: true, Params: map[string]any{"cpu": "2"}}}); err != nil {
 		t.Errorf("two cores in a fleet whose manager has a 1-core CPU node: %v", err)
 	}
-	for _, tmpl := range []string{"gpu-vm"} {
-		req := workload.Request{Template: tmpl, Team: "vision"}
-		if tmpl == "gpu-vm" {
-			req.Choice.Params = map[string]any{"sshPublicKey": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKubeTestKey0000000000000000000000000000 bob@host"}
-		}
-		_, _, err := h.svc.Create(asAlice(), "alice", req)
-		var inv *fault.Invalid
-		if !errors.As(err, &inv) || len(inv.Fields) != 1 || inv.Fields[0].Path != "template" || !strings.Contains(inv.Fields[0].Message, "VMs are not dispatched to them yet") {
-			t.Errorf("%s: %v", tmpl, err)
-		}
+	// A VM is a FleetVM, which MultiKueue copies to its worker.
+	if _, _, err := h.svc.Create(asAlice(), "alice", workload.Request{Template: "gpu-vm", Team: "vision", Choice: template.Choice{
+		Params: map[string]any{"sshPublicKey": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKubeTestKey0000000000000000000000000000 bob@host"}}}); err != nil {
+		t.Errorf("a VM in a fleet: %v", err)
 	}
 	objs, _ := h.cluster.Managed(context.Background())
 	var kinds []string
@@ -891,8 +885,8 @@ func TestFleetLaunches(t *testing.T) {
 		kinds = append(kinds, o.Kind)
 	}
 	slices.Sort(kinds)
-	if want := []string{"Deployment", "Job", "Job", "Job", "StatefulSet"}; !slices.Equal(kinds, want) {
-		t.Errorf("on the cluster: %v, want %v (the Jobs, the service and the notebook alone)", kinds, want)
+	if want := []string{"Deployment", "FleetVM", "Job", "Job", "Job", "StatefulSet"}; !slices.Equal(kinds, want) {
+		t.Errorf("on the cluster: %v, want %v (the Jobs, the service, the notebook and the VM's FleetVM)", kinds, want)
 	}
 }
 

@@ -602,7 +602,7 @@ func (s *Service) manageable(ctx context.Context, id string) (Workload, error) {
 
 // ref is the workload's primary object on the cluster.
 func (s *Service) ref(w Workload) ObjectRef {
-	return ObjectRef{Namespace: s.namespace(w.Team), Kind: render.PrimaryKind(w.Kind), Name: w.Name, WorkloadID: w.ID}
+	return ObjectRef{Namespace: s.namespace(w.Team), Kind: render.PrimaryKind(w.Kind, s.fleet), Name: w.Name, WorkloadID: w.ID}
 }
 
 func validStatus(st Status) bool { return slices.Contains(Statuses, st) }

@@ -60,6 +60,9 @@ type Remote interface {
 	// namespace/name (MultiKueue's copy of the manager's, of the same
 	// name), terminating ones included.
 	Stopped(ctx context.Context, cluster, namespace, job string) (bool, error)
+	// VMStopped reports whether cluster runs no instance of the VM
+	// namespace/name (a FleetVM's, of the same name).
+	VMStopped(ctx context.Context, cluster, namespace, name string) (bool, error)
 }
 
 // Workers are the worker clusters as the dispatcher reads them.
@@ -468,16 +471,21 @@ func ownerPod(u *unstructured.Unstructured) *metav1.OwnerReference {
 }
 
 // gone reports whether cluster runs no pod of the Jobs a Workload admits
-// (or is no longer one of the fleet's).
+// and no instance of its VM (or is no longer one of the fleet's).
 func (d *Dispatcher) gone(ctx context.Context, u *unstructured.Unstructured, cluster string) (bool, error) {
 	if _, listed := d.o.Fleet.Get(cluster); !listed {
 		return true, nil // removed from the clusters file: nothing there counts
 	}
 	for _, r := range u.GetOwnerReferences() {
-		if r.Kind != "Job" {
-			continue
+		stopped := true
+		var err error
+		switch r.Kind {
+		case "Job":
+			stopped, err = d.o.Workers.Stopped(ctx, cluster, u.GetNamespace(), r.Name)
+		case kapi.FleetVMKind.Kind:
+			stopped, err = d.o.Workers.VMStopped(ctx, cluster, u.GetNamespace(), r.Name)
 		}
-		if stopped, err := d.o.Workers.Stopped(ctx, cluster, u.GetNamespace(), r.Name); err != nil || !stopped {
+		if err != nil || !stopped {
 			return false, err
 		}
 	}
@@ -504,16 +512,16 @@ func (d *Dispatcher) settle(ctx context.Context, u *unstructured.Unstructured, f
 	return nil
 }
 
-// stopped reports whether the Job a Workload admits was stopped by its
-// owner (kapi.AnnotationStopped).
+// stopped reports whether the Job or FleetVM a Workload admits was stopped
+// by its owner (kapi.AnnotationStopped).
 func (d *Dispatcher) stopped(ctx context.Context, u *unstructured.Unstructured) bool {
-	gvr, _ := kapi.ResourceOf("Job")
 	for _, r := range u.GetOwnerReferences() {
-		if r.Kind != "Job" {
+		if r.Kind != "Job" && r.Kind != kapi.FleetVMKind.Kind {
 			continue
 		}
-		job, err := d.o.Manager.Resource(gvr).Namespace(u.GetNamespace()).Get(ctx, r.Name, metav1.GetOptions{})
-		if err == nil && job.GetAnnotations()[kapi.AnnotationStopped] == "true" {
+		gvr, _ := kapi.ResourceOf(r.Kind)
+		obj, err := d.o.Manager.Resource(gvr).Namespace(u.GetNamespace()).Get(ctx, r.Name, metav1.GetOptions{})
+		if err == nil && obj.GetAnnotations()[kapi.AnnotationStopped] == "true" {
 			return true
 		}
 	}

@@ -29,6 +29,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/yaml"
 
 	"github.com/gantryhq/gantry/api/model"
@@ -40,6 +41,7 @@ import (
 	"github.com/gantryhq/gantry/internal/gpu"
 	"github.com/gantryhq/gantry/internal/kube/dispatch"
 	"github.com/gantryhq/gantry/internal/kube/kapi"
+	"github.com/gantryhq/gantry/internal/kube/kueue"
 	"github.com/gantryhq/gantry/internal/kube/workers"
 	"github.com/gantryhq/gantry/internal/nodegroup"
 	"github.com/gantryhq/gantry/internal/quota"
@@ -828,13 +830,168 @@ clusters:
 		t.Errorf("the second CPU-only launch runs on %q at $%v/h, want 1 core at $0.05", servertest.Deref(w.Cluster), w.PricePerHour)
 	}
 
-	// A VM cannot be dispatched yet: refused, not left waiting.
-	vm := servertest.Must(api.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "gpu-vm", Team: "vision",
+	// A VM: a FleetVM in the manager, dispatched by the same score; on its
+	// worker Gantry makes the VirtualMachine and starts it once the
+	// worker's Kueue admits it; its status, as KubeVirt would write it
+	// there, reaches Gantry; stopped, it halts there and goes, its quota
+	// given back; started, it runs again; deleted, it leaves both.
+	vmLaunch := servertest.Must(api.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "gpu-vm", Team: "vision", Gpu: &model.GPUChoice{Class: new("A100-80GB"), Count: new(2)},
 		Parameters: &model.Parameters{"sshPublicKey": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKubeTestKey0000000000000000000000000000 ada@host"}}))(t)
-	if p := servertest.Deref(vm.ApplicationproblemJSONDefault); vm.StatusCode() != 422 || len(servertest.Deref(p.Errors)) != 1 ||
-		servertest.Deref(p.Errors)[0].Field != "template" || !strings.Contains(servertest.Deref(p.Errors)[0].Detail, "VMs are not dispatched") {
-		t.Errorf("a VM: %d %s", vm.StatusCode(), vm.Body)
+	if vmLaunch.StatusCode() != 201 {
+		t.Fatalf("a VM: %d %s", vmLaunch.StatusCode(), vmLaunch.Body)
 	}
+	vmW := servertest.Deref(vmLaunch.JSON201)
+	launched = append(launched, vmW.Id)
+	wdyn := map[string]dynamic.Interface{}
+	for name, w := range map[string]*devcluster.Cluster{"onprem": onprem, "cloud": cloud} {
+		if wdyn[name], err = dynamic.NewForConfig(w.Config()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// vmOn waits until the VM is asked to run (runStrategy Always) on the
+	// worker the manager's Kueue Workload names, and on no other.
+	vmOn := func() string {
+		t.Helper()
+		var at string
+		waitfor.Until(t, 3*time.Minute, "the VM started on its worker", func() error {
+			wl := kueueWorkload(vmW.Id)
+			if wl == nil {
+				return errors.New("no Kueue Workload yet")
+			}
+			at, _, _ = unstructured.NestedString(wl.Object, "status", "clusterName")
+			if at == "" {
+				return fmt.Errorf("not dispatched yet: %v", wl.GetAnnotations()[dispatch.ReasonAnnotation])
+			}
+			for name, dyn := range wdyn {
+				vm, err := dyn.Resource(kapi.VMResource).Namespace(teamNS).Get(ctx, vmW.Name, metav1.GetOptions{})
+				switch {
+				case name != at && err == nil:
+					return fmt.Errorf("a VM on %s too", name)
+				case name == at && err != nil:
+					return fmt.Errorf("on %s: %v", name, err)
+				case name == at:
+					if rs, _, _ := unstructured.NestedString(vm.Object, "spec", "runStrategy"); rs != "Always" {
+						return fmt.Errorf("on %s: runStrategy %s", name, rs)
+					}
+					if ref := metav1.GetControllerOf(vm); ref == nil || ref.Kind != "FleetVM" {
+						return fmt.Errorf("on %s: owned by %v", name, vm.GetOwnerReferences())
+					}
+				}
+			}
+			return nil
+		})
+		return at
+	}
+	// setVMStatus writes the VM's status on its worker as KubeVirt would.
+	setVMStatus := func(cluster, printable string) {
+		t.Helper()
+		vms := wdyn[cluster].Resource(kapi.VMResource).Namespace(teamNS)
+		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			vm, err := vms.Get(ctx, vmW.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			unstructured.SetNestedField(vm.Object, map[string]any{"printableStatus": printable}, "status")
+			_, err = vms.UpdateStatus(ctx, vm, metav1.UpdateOptions{})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	vmRuns := func(cluster string) {
+		t.Helper()
+		waitfor.Until(t, 2*time.Minute, "the VM Running in Gantry, on "+cluster, func() error {
+			w := servertest.Deref(servertest.Must(api.GetWorkloadWithResponse(ctx, vmW.Id))(t).JSON200)
+			if w.Status != model.Running || servertest.Deref(w.Cluster) != cluster {
+				return fmt.Errorf("%s (%s) on %q", w.Status, servertest.Deref(w.Reason), servertest.Deref(w.Cluster))
+			}
+			return nil
+		})
+	}
+	at := vmOn()
+	firstVM, err := wdyn[at].Resource(kapi.VMResource).Namespace(teamNS).Get(ctx, vmW.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vmUID := firstVM.GetUID()
+	if r := kueueWorkload(vmW.Id).GetAnnotations()[dispatch.ReasonAnnotation]; !strings.HasPrefix(r, "placed on "+at+": ") {
+		t.Errorf("the VM's placement: %q", r)
+	}
+	setVMStatus(at, "Running")
+	vmRuns(at)
+	if w := servertest.Deref(servertest.Must(api.GetWorkloadWithResponse(ctx, vmW.Id))(t).JSON200); math.Abs(w.PricePerHour-2*map[string]float64{"onprem": 1.10, "cloud": 3.20}[at]) > 1e-9 {
+		t.Errorf("the VM on %s at $%v/h, want its 2 A100s at that cluster's price", at, w.PricePerHour)
+	}
+	// Preempted on its worker (its Workload there marked evicted, as that
+	// worker's Kueue does before the job lets its quota go): halted there,
+	// its quota there given back, and queued and placed again.
+	wwl := wdyn[at].Resource(kapi.KueueWorkloads).Namespace(teamNS)
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		wl, err := wwl.Get(ctx, vmW.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		conds, _, _ := unstructured.NestedSlice(wl.Object, "status", "conditions")
+		conds = append(conds, map[string]any{"type": "Evicted", "status": "True", "reason": "Preempted",
+			"message": "Preempted to accommodate a higher priority Workload (the test's)", "lastTransitionTime": time.Now().UTC().Format(time.RFC3339)})
+		unstructured.SetNestedSlice(wl.Object, conds, "status", "conditions")
+		_, err = wwl.UpdateStatus(ctx, wl, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	waitfor.Until(t, 2*time.Minute, "the preempted VM halted on "+at+" and its quota there given back", func() error {
+		if wl, err := wwl.Get(ctx, vmW.Name, metav1.GetOptions{}); err == nil && kueue.Evicted(wl) {
+			return errors.New("its Workload there still evicted with its quota")
+		}
+		vm, err := wdyn[at].Resource(kapi.VMResource).Namespace(teamNS).Get(ctx, vmW.Name, metav1.GetOptions{})
+		if err == nil {
+			if rs, _, _ := unstructured.NestedString(vm.Object, "spec", "runStrategy"); rs != "Halted" && vm.GetUID() == vmUID {
+				return fmt.Errorf("runStrategy %s", rs)
+			}
+		}
+		return nil
+	})
+	at = vmOn()
+	setVMStatus(at, "Running")
+	vmRuns(at)
+	if r := servertest.Must(api.StopWorkloadWithResponse(ctx, vmW.Id))(t); r.StatusCode() >= 300 || servertest.Deref(r.JSON200).Status != model.Stopped {
+		t.Fatalf("stop the VM: %d %s", r.StatusCode(), r.Body)
+	}
+	waitfor.Until(t, 2*time.Minute, "the VM gone from "+at+" and its quota back", func() error {
+		if _, err := wdyn[at].Resource(kapi.VMResource).Namespace(teamNS).Get(ctx, vmW.Name, metav1.GetOptions{}); err == nil {
+			return errors.New("its VirtualMachine is still on the worker")
+		}
+		if wl := kueueWorkload(vmW.Id); wl != nil && kueue.Condition(wl, "QuotaReserved") {
+			return errors.New("its quota still reserved in the manager")
+		}
+		return nil
+	})
+	if w := servertest.Deref(servertest.Must(api.GetWorkloadWithResponse(ctx, vmW.Id))(t).JSON200); w.Status != model.Stopped {
+		t.Errorf("the VM after its stop: %s (%s)", w.Status, servertest.Deref(w.Reason))
+	}
+	if r := servertest.Must(api.StartWorkloadWithResponse(ctx, vmW.Id))(t); r.StatusCode() >= 300 {
+		t.Fatalf("start the VM: %d %s", r.StatusCode(), r.Body)
+	}
+	at = vmOn()
+	setVMStatus(at, "Running")
+	vmRuns(at)
+	if r := servertest.Must(api.DeleteWorkloadWithResponse(ctx, vmW.Id))(t); r.StatusCode() >= 300 {
+		t.Fatalf("delete the VM: %d %s", r.StatusCode(), r.Body)
+	}
+	waitfor.Until(t, 2*time.Minute, "the VM gone from both clusters", func() error {
+		if _, err := mdyn.Resource(kapi.FleetVMResource).Namespace(teamNS).Get(ctx, vmW.Name, metav1.GetOptions{}); err == nil {
+			return errors.New("its FleetVM is still in the manager")
+		}
+		for name, dyn := range wdyn {
+			for _, res := range []schema.GroupVersionResource{kapi.FleetVMResource, kapi.VMResource} {
+				if _, err := dyn.Resource(res).Namespace(teamNS).Get(ctx, vmW.Name, metav1.GetOptions{}); err == nil {
+					return fmt.Errorf("its %s is still on %s", res.Resource, name)
+				}
+			}
+		}
+		return nil
+	})
 
 	// Deleted: the work and what was staged for it leave the workers.
 	for _, id := range []string{first.Id, second.Id, svc.Id, nb.Id, cpu1.Id, cpu2.Id} {

@@ -34,6 +34,8 @@ var Resources = map[schema.GroupVersionKind]schema.GroupVersionResource{
 	{Group: "", Version: "v1", Kind: "PersistentVolumeClaim"}:          {Group: "", Version: "v1", Resource: "persistentvolumeclaims"},
 	{Group: "networking.k8s.io", Version: "v1", Kind: "NetworkPolicy"}: {Group: "networking.k8s.io", Version: "v1", Resource: "networkpolicies"},
 	VMKind: VMResource,
+	// A VM in a fleet (render: the manager's wrapper of it).
+	FleetVMKind: FleetVMResource,
 	// The Kueue Workload that queues a VM (render.vmWorkload).
 	{Group: "kueue.x-k8s.io", Version: "v1beta2", Kind: "Workload"}: KueueWorkloads,
 }
@@ -42,6 +44,19 @@ var Resources = map[schema.GroupVersionKind]schema.GroupVersionResource{
 var (
 	VMKind     = schema.GroupVersionKind{Group: "kubevirt.io", Version: "v1", Kind: "VirtualMachine"}
 	VMResource = schema.GroupVersionResource{Group: "kubevirt.io", Version: "v1", Resource: "virtualmachines"}
+)
+
+// FleetVM (deploy/helm/gantry/crds/fleetvms.yaml) is a VM that MultiKueue
+// runs on a worker cluster: in the manager, the primary object of a vm
+// workload in a fleet, holding the VirtualMachine (spec.template) and
+// owning its Kueue Workload; on the worker, MultiKueue's copy of it, from
+// which Gantry makes the VirtualMachine (same name) and into whose status
+// it copies the VM's. FleetVMFramework names it in Kueue's configuration
+// (multiKueue.externalFrameworks: kind.version.group).
+var (
+	FleetVMKind      = schema.GroupVersionKind{Group: "gantry.dev", Version: "v1alpha1", Kind: "FleetVM"}
+	FleetVMResource  = schema.GroupVersionResource{Group: "gantry.dev", Version: "v1alpha1", Resource: "fleetvms"}
+	FleetVMFramework = "FleetVM.v1alpha1.gantry.dev"
 )
 
 // VMIResource is KubeVirt's running instance of a VirtualMachine (same name).

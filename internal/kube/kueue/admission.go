@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
@@ -303,8 +304,7 @@ func (k *Kueue) checkOne(ctx context.Context, inf cache.SharedIndexInformer, key
 
 // syncVM runs a queued VM while Kueue admits its Workload and halts it when
 // Kueue takes the admission back (preemption, eviction) — unless Gantry
-// stopped it. A Workload that queues no VM is left alone. The VM is written
-// only as it was read (its resourceVersion): a conflict is retried.
+// stopped it (RunVM). A Workload that queues no VM is left alone.
 func (k *Kueue) syncVM(ctx context.Context, u *unstructured.Unstructured) error {
 	name := ""
 	for _, r := range u.GetOwnerReferences() {
@@ -315,7 +315,19 @@ func (k *Kueue) syncVM(ctx context.Context, u *unstructured.Unstructured) error 
 	if name == "" {
 		return nil
 	}
-	vm, err := k.dyn.Resource(kapi.VMResource).Namespace(u.GetNamespace()).Get(ctx, name, metav1.GetOptions{})
+	return RunVM(ctx, k.dyn, u, name)
+}
+
+// RunVM runs the VirtualMachine name (in u's namespace) while Kueue admits
+// u, the Workload that queues it, and halts it when Kueue takes the
+// admission back — unless Gantry stopped it (kapi.AnnotationStopped on the
+// VM); once an evicted u's VM is halted, u's quota is given back (Release).
+// The VM is written only as it was read (its resourceVersion): a conflict
+// is retried. A VM not there (yet, or any more) is left alone. On Gantry's
+// own cluster for a VM it queues there, and on a worker for a FleetVM's VM
+// (workers.SyncVMs).
+func RunVM(ctx context.Context, dyn dynamic.Interface, u *unstructured.Unstructured, name string) error {
+	vm, err := dyn.Resource(kapi.VMResource).Namespace(u.GetNamespace()).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
@@ -332,21 +344,22 @@ func (k *Kueue) syncVM(ctx context.Context, u *unstructured.Unstructured) error 
 		// left, instead of starting the VM its owner just stopped.
 		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": vm.GetResourceVersion()},
 			"spec": map[string]any{"runStrategy": want}})
-		_, err = k.dyn.Resource(kapi.VMResource).Namespace(u.GetNamespace()).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: kapi.FieldManager})
+		_, err = dyn.Resource(kapi.VMResource).Namespace(u.GetNamespace()).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: kapi.FieldManager})
 		if err != nil {
 			return kapi.Classify(err, "VirtualMachine", name)
 		}
 	}
 	if Evicted(u) {
-		return k.release(ctx, u)
+		return Release(ctx, dyn, u)
 	}
 	return nil
 }
 
-// release gives an evicted Workload's quota reservation back once its VM is
-// halted, as Kueue's job integrations do for their jobs: no admission, and
-// QuotaReserved and Admitted false. Kueue then queues it again (when active).
-func (k *Kueue) release(ctx context.Context, u *unstructured.Unstructured) error {
+// Release gives an evicted Workload's quota reservation back once what it
+// admitted has stopped, as Kueue's job integrations do for their jobs: no
+// admission, and QuotaReserved and Admitted false. Kueue then queues it
+// again (when active).
+func Release(ctx context.Context, dyn dynamic.Interface, u *unstructured.Unstructured) error {
 	now := time.Now().UTC().Format(time.RFC3339) //clock:allow a condition on a Kubernetes object: the cluster compares wall times
 	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
 	for i, cond := range conds {
@@ -359,7 +372,7 @@ func (k *Kueue) release(ctx context.Context, u *unstructured.Unstructured) error
 	}
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": u.GetResourceVersion()},
 		"status": map[string]any{"admission": nil, "conditions": conds}})
-	_, err := k.dyn.Resource(kapi.KueueWorkloads).Namespace(u.GetNamespace()).Patch(ctx, u.GetName(), types.MergePatchType, patch, metav1.PatchOptions{FieldManager: kapi.FieldManager}, "status")
+	_, err := dyn.Resource(kapi.KueueWorkloads).Namespace(u.GetNamespace()).Patch(ctx, u.GetName(), types.MergePatchType, patch, metav1.PatchOptions{FieldManager: kapi.FieldManager}, "status")
 	if err != nil && !apierrors.IsNotFound(err) {
 		return kapi.Classify(err, "Kueue Workload", u.GetName())
 	}

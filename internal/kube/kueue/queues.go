@@ -346,3 +346,42 @@ func (k *Kueue) SetVMActive(ctx context.Context, o workload.ObjectRef, run bool)
 	}
 	return true, nil
 }
+
+// SetFleetVMActive stops or starts a VM in a fleet (its FleetVM, with a
+// Kueue Workload of the same name): a stop deactivates the Workload —
+// Kueue evicts it, MultiKueue deletes its copies on the worker (the VM goes
+// with its FleetVM there), and once no instance of the VM runs there
+// Gantry gives the manager's quota back (workers.SyncVMs) — and then marks
+// the FleetVM stopped; a start clears the mark
+// and the status copied from the last run's worker, and activates the
+// Workload, which is queued and dispatched again.
+func (k *Kueue) SetFleetVMActive(ctx context.Context, o workload.ObjectRef, run bool) error {
+	ann := map[string]any{kapi.AnnotationStopped: nil}
+	if !run {
+		ann[kapi.AnnotationStopped] = "true"
+	}
+	mark, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": ann}})
+	markVM := func() error {
+		_, err := k.dyn.Resource(kapi.FleetVMResource).Namespace(o.Namespace).Patch(ctx, o.Name, types.MergePatchType, mark, metav1.PatchOptions{FieldManager: kapi.FieldManager})
+		return kapi.Classify(err, "FleetVM", o.Name)
+	}
+	if run {
+		if err := markVM(); err != nil {
+			return err
+		}
+		// The status the last run's worker copied back goes: the next
+		// run's is copied from the worker it runs on.
+		_, err := k.dyn.Resource(kapi.FleetVMResource).Namespace(o.Namespace).Patch(ctx, o.Name, types.MergePatchType, []byte(`{"status":null}`), metav1.PatchOptions{FieldManager: kapi.FieldManager}, "status")
+		if err != nil {
+			return kapi.Classify(err, "FleetVM", o.Name)
+		}
+	}
+	active, _ := json.Marshal(map[string]any{"spec": map[string]any{"active": run}})
+	if _, err := k.dyn.Resource(kapi.KueueWorkloads).Namespace(o.Namespace).Patch(ctx, o.Name, types.MergePatchType, active, metav1.PatchOptions{FieldManager: kapi.FieldManager}); err != nil && !apierrors.IsNotFound(err) {
+		return kapi.Classify(err, "Kueue Workload", o.Name)
+	}
+	if !run {
+		return markVM()
+	}
+	return nil
+}

@@ -87,6 +87,7 @@ type Watcher struct {
 	jobs    cache.SharedIndexInformer
 	vmf     dynamicinformer.DynamicSharedInformerFactory // nil without KubeVirt
 	vms     cache.SharedIndexInformer
+	fvms    cache.SharedIndexInformer                    // FleetVMs, in a fleet's manager; nil otherwise
 	kf      dynamicinformer.DynamicSharedInformerFactory // nil without Kueue
 	queued  cache.SharedIndexInformer                    // Kueue's Workloads
 	obs     Observer
@@ -110,8 +111,9 @@ type Options struct {
 	// Resync re-delivers every object that often (0: never).
 	Resync time.Duration
 	// KubeVirt watches VirtualMachines too; Kueue watches Kueue's
-	// Workloads (what queues a workload and where).
-	KubeVirt, Kueue bool
+	// Workloads (what queues a workload and where); FleetVMs, in a fleet's
+	// manager, the FleetVMs of VMs run on its workers.
+	KubeVirt, Kueue, FleetVMs bool
 	// Observer is told how far behind the cluster the informers are
 	// (required).
 	Observer Observer
@@ -148,10 +150,16 @@ func New(o Options) (*Watcher, error) {
 	f := informers.NewSharedInformerFactoryWithOptions(o.Core, resync, informers.WithTweakListOptions(managed))
 	w := &Watcher{factory: f, pods: f.Core().V1().Pods().Informer(), jobs: f.Batch().V1().Jobs().Informer(), obs: o.Observer, capacity: o.Capacity}
 	infs := []cache.SharedIndexInformer{w.pods, w.jobs}
-	if o.KubeVirt {
+	if o.KubeVirt || o.FleetVMs {
 		w.vmf = dynamicinformer.NewFilteredDynamicSharedInformerFactory(o.Dynamic, resync, metav1.NamespaceAll, managed)
+	}
+	if o.KubeVirt {
 		w.vms = w.vmf.ForResource(kapi.VMResource).Informer()
 		infs = append(infs, w.vms)
+	}
+	if o.FleetVMs {
+		w.fvms = w.vmf.ForResource(kapi.FleetVMResource).Informer()
+		infs = append(infs, w.fvms)
 	}
 	for _, inf := range infs {
 		if err := inf.AddIndexers(cache.Indexers{byWorkload: workloadIndex}); err != nil {
@@ -245,7 +253,7 @@ func (w *Watcher) OnChange(changed func(workloadID string)) error {
 	}}); err != nil {
 		return fmt.Errorf("watch: event handler: %w", err)
 	}
-	for _, inf := range []cache.SharedIndexInformer{w.pods, w.jobs, w.vms} {
+	for _, inf := range []cache.SharedIndexInformer{w.pods, w.jobs, w.vms, w.fvms} {
 		if inf == nil {
 			continue
 		}
@@ -273,7 +281,7 @@ func (w *Watcher) OnChange(changed func(workloadID string)) error {
 		// is that object's workload's.
 		owner := func(u *unstructured.Unstructured) {
 			for _, r := range u.GetOwnerReferences() {
-				inf := map[string]cache.SharedIndexInformer{"Job": w.jobs, "Pod": w.pods, "VirtualMachine": w.vms}[r.Kind]
+				inf := map[string]cache.SharedIndexInformer{"Job": w.jobs, "Pod": w.pods, "VirtualMachine": w.vms, kapi.FleetVMKind.Kind: w.fvms}[r.Kind]
 				if inf == nil {
 					continue
 				}
@@ -369,6 +377,13 @@ func (w *Watcher) Observe(id string) (Observation, bool) {
 			}
 		}
 	}
+	if w.fvms != nil {
+		if objs, _ := w.fvms.GetIndexer().ByIndex(byWorkload, id); len(objs) > 0 {
+			if u, ok := objs[0].(*unstructured.Unstructured); ok {
+				return w.observeFleetVM(id, u)
+			}
+		}
+	}
 	var jobs []*batchv1.Job
 	var pods []*corev1.Pod
 	if objs, _ := w.jobs.GetIndexer().ByIndex(byWorkload, id); len(objs) > 0 {
@@ -435,6 +450,31 @@ func (w *Watcher) Observe(id string) (Observation, bool) {
 
 func onANode(p *corev1.Pod) bool { return p.Spec.NodeName != "" }
 
+// observeFleetVM is what a VM in a fleet says: its status as the worker's
+// VM last said it (copied back by MultiKueue) and the cluster it runs on,
+// or why it waits in the manager's queue. A FleetVM stopped by its owner
+// says nothing (the stop is recorded when asked for; the status copied
+// before it is the last run's).
+func (w *Watcher) observeFleetVM(id string, u *unstructured.Unstructured) (Observation, bool) {
+	if u.GetAnnotations()[kapi.AnnotationStopped] != "" {
+		return Observation{}, false
+	}
+	key := kueue.OwnerKey(u.GetNamespace(), kapi.FleetVMKind.Kind, u.GetName())
+	o, ok := ObserveVM(u)
+	if w.queued == nil {
+		return o, ok
+	}
+	if !ok || o.Phase == workload.Pending {
+		if q, waiting := w.queuedBy(id, key); waiting {
+			return q, true
+		}
+	}
+	if ok {
+		o.Cluster, o.HourPrice, o.GPUHourPrice = w.dispatchedBy(key)
+	}
+	return o, ok
+}
+
 // dispatched is where MultiKueue runs a Job or pod of these (the worker
 // cluster its Kueue Workload names), at what price per hour and per
 // GPU-hour.
@@ -448,6 +488,11 @@ func (w *Watcher) dispatched(jobs []*batchv1.Job, pods []*corev1.Pod) (cluster s
 			keys = append(keys, kueue.OwnerKey(p.Namespace, "Pod", p.Name))
 		}
 	}
+	return w.dispatchedBy(keys...)
+}
+
+// dispatchedBy is dispatched for the objects keys name (kueue.OwnerKey).
+func (w *Watcher) dispatchedBy(keys ...string) (cluster string, hour, gpuHour float64) {
 	for _, key := range keys {
 		objs, _ := w.queued.GetIndexer().ByIndex(kueue.ByOwner, key)
 		for _, obj := range objs {

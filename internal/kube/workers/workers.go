@@ -7,9 +7,9 @@
 // is also the manager's side of the fleet (Manager, on the leader): the
 // kubeconfigs as MultiKueue's Secrets, each worker's team namespaces and
 // queues, and a workload's volume claims, Service and NetworkPolicy staged
-// on its worker (and where its data stays, a notebook's home);
-// and the way to a notebook's app on a worker (Dial: its API server's
-// port-forward).
+// on its worker (and where its data stays, a notebook's home), and a
+// fleet's VMs run on their workers (SyncVMs); and the way to a notebook's
+// app on a worker (Dial: its API server's port-forward).
 package workers
 
 import (

@@ -24,6 +24,10 @@ type NodeSpec struct {
 	// TEE of a CC node's CPUs (snp | tdx): its GPUs are bound for passthrough
 	// and advertised as nvidia.com/pgpu, not nvidia.com/gpu.
 	TEE string
+	// Passthrough GPUs are bound for KubeVirt VMs, advertised as VMDevice
+	// (the class's gpu.Class.VMDeviceName), beside the Whole ones.
+	Passthrough int
+	VMDevice    string
 	// Group is the node group the nodes belong to (label gantry.dev/node-group).
 	Group string
 	// Reserved nodes are bought whole (label gantry.dev/capacity-type=reserved).
@@ -124,6 +128,9 @@ func Nodes(fleet []NodeSpec) []*corev1.Node {
 			}
 			if s.CC {
 				res["nvidia.com/pgpu"] = *resource.NewQuantity(int64(s.GPUs), resource.DecimalSI)
+			}
+			if s.Passthrough > 0 && s.VMDevice != "" {
+				res[corev1.ResourceName(s.VMDevice)] = *resource.NewQuantity(int64(s.Passthrough), resource.DecimalSI)
 			}
 			for p, n := range s.MIG {
 				res[corev1.ResourceName("nvidia.com/mig-"+p)] = *resource.NewQuantity(int64(n), resource.DecimalSI)

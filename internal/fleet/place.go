@@ -21,11 +21,14 @@ type Launch struct {
 	// which runs on a cluster's CPU nodes (Cluster.CPU) and is counted in
 	// Cores.
 	Class  string
-	MIG    string   // a MIG profile of Class, or "" for whole GPUs
-	Slices int      // MIG instances of that profile asked, in all
-	GPUs   float64  // in all (a MIG slice at its share)
-	Cores  float64  // a CPU-only launch's, in all
-	Spot   bool     // may run on spot capacity
+	MIG    string  // a MIG profile of Class, or "" for whole GPUs
+	Slices int     // MIG instances of that profile asked, in all
+	GPUs   float64 // in all (a MIG slice at its share)
+	Cores  float64 // a CPU-only launch's, in all
+	Spot   bool    // may run on spot capacity
+	// VM is a KubeVirt VM, whose GPUs are passed through (State.FreeVM)
+	// and which runs only where KubeVirt does (State.VMs).
+	VM     bool
 	Images []string // every container's image, as its pods name it
 	// repos are Images' repositories, read once a decision (Place).
 	repos    []string
@@ -59,6 +62,11 @@ type State struct {
 	// FreeMIG is the MIG instances free now, per class and profile (the
 	// profiles the cluster's offers name).
 	FreeMIG map[string]map[string]float64
+	// VMs says the cluster serves KubeVirt's VirtualMachines; FreeVM is
+	// the GPUs of each class free now to pass through to a VM (its nodes'
+	// KubeVirt device of the class, gpu.Class.VMDeviceName).
+	VMs    bool
+	FreeVM map[string]float64
 	// Used is each team's GPUs per class running or admitted there
 	// (under gpu.CPUClass, its CPU-only launches' cores).
 	Used map[string]map[string]float64
@@ -136,6 +144,12 @@ var rules = []rule{
 	func(_ *Fleet, _ Launch, _ Cluster, s State, _ Offer) string {
 		if !s.Reachable {
 			return "unreachable: " + orUnknown(s.Why)
+		}
+		return ""
+	},
+	func(_ *Fleet, l Launch, _ Cluster, s State, _ Offer) string {
+		if l.VM && !s.VMs {
+			return "runs no VMs (it does not serve KubeVirt's VirtualMachines)"
 		}
 		return ""
 	},
@@ -377,8 +391,11 @@ func (l Launch) Units() float64 {
 
 // room is what a cluster in state s has free for l now, counted as need is.
 func (l Launch) room(s State) (free, need float64) {
-	if l.MIG != "" {
+	switch {
+	case l.MIG != "":
 		return s.FreeMIG[l.Class][l.MIG], l.need()
+	case l.VM:
+		return s.FreeVM[l.Class], l.need()
 	}
 	return s.Free[l.Class], l.need()
 }
@@ -408,7 +425,7 @@ func (l Launch) unit(n float64) string {
 func (f *Fleet) Round(launches []Launch, states map[string]State) []Decision {
 	left := map[string]State{}
 	for name, s := range states {
-		s.Free = maps.Clone(s.Free)
+		s.Free, s.FreeVM = maps.Clone(s.Free), maps.Clone(s.FreeVM)
 		mig := map[string]map[string]float64{}
 		for c, m := range s.FreeMIG {
 			mig[c] = maps.Clone(m)
@@ -440,6 +457,11 @@ func (f *Fleet) Round(launches []Launch, states map[string]State) []Decision {
 					s.FreeMIG[l.Class] = map[string]float64{}
 				}
 				s.FreeMIG[l.Class][l.MIG] -= l.need()
+			case best.FitsNow && l.VM:
+				if s.FreeVM == nil {
+					s.FreeVM = map[string]float64{}
+				}
+				s.FreeVM[l.Class] -= l.need()
 			case best.FitsNow:
 				if s.Free == nil {
 					s.Free = map[string]float64{}

@@ -659,3 +659,65 @@ func TestCarbonWeight(t *testing.T) {
 		t.Errorf("a negative carbon price: %v", err)
 	}
 }
+
+// TestPlaceVM: a VM runs only where KubeVirt does, and fits where GPUs are
+// free to pass through (State.FreeVM), not where GPUs for pods are; a
+// round's VMs take from those.
+func TestPlaceVM(t *testing.T) {
+	f, err := New(File{APIVersion: APIVersion, Kind: Kind,
+		Clusters: []Cluster{
+			{Name: "onprem", Region: "eu", Provider: OnPremises, Kubeconfig: Kubeconfig{Secret: "a"},
+				Offers: []Offer{{Class: "A100-80GB", Purchase: nodegroup.Reserved, PricePerGPUHour: 1.1}}},
+			{Name: "cloud", Region: "us", Provider: Cloud, Kubeconfig: Kubeconfig{Secret: "b"},
+				Offers: []Offer{{Class: "A100-80GB", Purchase: nodegroup.OnDemand, PricePerGPUHour: 3.2}}},
+		}}, classes(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := func(vms bool, pods, passthrough float64) State {
+		s := State{Reachable: true, Free: map[string]float64{"A100-80GB": pods}, VMs: vms}
+		if vms {
+			s.FreeVM = map[string]float64{"A100-80GB": passthrough}
+		}
+		return s
+	}
+	vm := Launch{Team: "vision", Class: "A100-80GB", GPUs: 2, VM: true}
+	for _, tc := range []struct {
+		name   string
+		l      Launch
+		states map[string]State
+		want   string
+	}{
+		{"no KubeVirt at the cheapest", vm, map[string]State{"onprem": state(false, 8, 0), "cloud": state(true, 0, 4)},
+			"placed on cloud: $3.20/GPU-h; 4 GPUs free"},
+		{"KubeVirt nowhere", vm, map[string]State{"onprem": state(false, 8, 0), "cloud": state(false, 8, 0)},
+			"no cluster may run it (onprem: runs no VMs (it does not serve KubeVirt's VirtualMachines); cloud: runs no VMs (it does not serve KubeVirt's VirtualMachines))"},
+		{"GPUs free for pods, none to pass through", vm, map[string]State{"onprem": state(true, 8, 0), "cloud": state(true, 0, 2)},
+			"placed on cloud: $3.20/GPU-h vs $1.10 on onprem (full); 2 GPUs free"},
+		{"a Job asks for GPUs for pods", Launch{Team: "vision", Class: "A100-80GB", GPUs: 2}, map[string]State{"onprem": state(false, 8, 0), "cloud": state(true, 0, 2)},
+			"placed on onprem: $1.10/GPU-h (reserved) vs $3.20 on cloud (full); 8 GPUs free"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if d := f.Place(tc.l, tc.states); d.Reason != tc.want {
+				t.Errorf("reason\n %q\nwant\n %q", d.Reason, tc.want)
+			}
+		})
+	}
+	states := map[string]State{"onprem": state(true, 8, 2), "cloud": state(true, 8, 4)}
+	var ls []Launch
+	for i := range 3 {
+		l := vm
+		l.ID, l.Order = fmt.Sprint(i), int64(i)
+		ls = append(ls, l)
+	}
+	got := ""
+	for _, d := range f.Round(ls, states) {
+		got += d.Launch.ID + "→" + d.Cluster() + " "
+	}
+	if want := "0→onprem 1→cloud 2→cloud "; got != want {
+		t.Errorf("round: %s, want %s", got, want)
+	}
+	if states["onprem"].FreeVM["A100-80GB"] != 2 {
+		t.Error("the round changed its caller's states")
+	}
+}

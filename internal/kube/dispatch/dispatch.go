@@ -679,12 +679,16 @@ func JobLaunch(job *batchv1.Job, classes *gpu.Catalog) (fleet.Launch, error) {
 // gantry.dev/planned-cluster), its GPUs from its pod sets (MIG instances counted,
 // and at their profile's share of a GPU, gpu.Catalog.Share) — a CPU-only
 // launch's cores from its containers' CPU requests —, every container's
-// image (init containers' too), its priority and age.
+// image (init containers' too), its priority and age, and whether it is a
+// VM's (a FleetVM owns it).
 func launchOf(u *unstructured.Unstructured, classes *gpu.Catalog) fleet.Launch {
 	l := fleet.Launch{ID: string(u.GetUID()), Team: u.GetLabels()[render.LabelTeam], Class: u.GetLabels()[render.LabelGPUClass],
 		Template: u.GetLabels()[render.LabelTemplate], Planned: u.GetLabels()[render.LabelPlannedCluster], Order: u.GetCreationTimestamp().UnixNano()}
 	if p, ok, _ := unstructured.NestedInt64(u.Object, "spec", "priority"); ok {
 		l.Priority = int(p)
+	}
+	for _, r := range u.GetOwnerReferences() {
+		l.VM = l.VM || r.Kind == kapi.FleetVMKind.Kind
 	}
 	sets, _, _ := unstructured.NestedSlice(u.Object, "spec", "podSets")
 	for _, s := range sets {

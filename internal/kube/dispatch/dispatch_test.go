@@ -73,10 +73,12 @@ func TestMain(m *testing.M) {
 		{&onprem, "fleet-onprem", func(o *devcluster.Options) {
 			o.JobRuntime = time.Hour
 			o.Audit = true // TestFleetThroughGantry checks deploy/worker's rules
-			// Two A100 machines whole, and one cut into MIG instances
-			// (no whole GPUs: the room's 16 stay the whole ones).
+			// Two A100 machines whole, one cut into MIG instances and one
+			// whose four are passed through to VMs (neither has whole GPUs:
+			// the room's 16 stay the whole ones).
 			o.Fleet = []devcluster.NodeSpec{{Prefix: "a100", Count: 2, Product: "NVIDIA-A100-SXM4-80GB", MemoryMB: 81920, GPUs: 8, Whole: 8},
 				{Prefix: "a100-mig", Count: 1, Product: "NVIDIA-A100-SXM4-80GB", MemoryMB: 81920, GPUs: 2, MIG: map[string]int{"1g.10gb": 14}, MIGConf: "all-1g.10gb"},
+				{Prefix: "a100-vm", Count: 1, Product: "NVIDIA-A100-SXM4-80GB", MemoryMB: 81920, GPUs: 4, Passthrough: 4, VMDevice: "nvidia.com/GA100_A100_SXM4_80GB"},
 				{Prefix: "cpu", Count: 1, CPULabel: devcluster.RealNodeLabel, Cores: 2}}
 		}},
 		{&cloud, "fleet-cloud", func(o *devcluster.Options) {
@@ -914,8 +916,9 @@ clusters:
 		t.Fatal(err)
 	}
 	vmUID := firstVM.GetUID()
-	if r := kueueWorkload(vmW.Id).GetAnnotations()[dispatch.ReasonAnnotation]; !strings.HasPrefix(r, "placed on "+at+": ") {
-		t.Errorf("the VM's placement: %q", r)
+	// The room passes four A100s through to VMs, the cloud none.
+	if r := kueueWorkload(vmW.Id).GetAnnotations()[dispatch.ReasonAnnotation]; at != "onprem" || r != "placed on onprem: $1.10/GPU-h (reserved) vs $3.20 on cloud (full); 4 GPUs free" {
+		t.Errorf("the VM's placement: on %s, %q", at, r)
 	}
 	setVMStatus(at, "Running")
 	vmRuns(at)

@@ -168,6 +168,11 @@ func (w *Workers) readOne(ctx context.Context, c fleet.Cluster) fleet.State {
 			}
 		}
 	}
+	// KubeVirt's API served: VMs may run there, on GPUs its nodes pass
+	// through (the class's KubeVirt device).
+	if _, err := core.Discovery().ServerResourcesForGroupVersion(kapi.VMResource.GroupVersion().String()); err == nil {
+		s.VMs, s.FreeVM = true, map[string]float64{}
+	}
 	nd := nodes.New(core)
 	for _, class := range order {
 		cl, _ := w.classes.Get(class)
@@ -175,11 +180,17 @@ func (w *Workers) readOne(ctx context.Context, c fleet.Cluster) fleet.State {
 		for _, p := range profiles[class] {
 			res = append(res, p.Resource())
 		}
+		if s.VMs && cl.VMDeviceName != "" {
+			res = append(res, cl.VMDeviceName)
+		}
 		free, err := nd.Free(ctx, cl, res...)
 		if err != nil {
 			return fleet.State{Why: why(err)}
 		}
 		s.Free[class] = float64(free["nvidia.com/gpu"])
+		if s.VMs && cl.VMDeviceName != "" {
+			s.FreeVM[class] = float64(free[cl.VMDeviceName])
+		}
 		for _, p := range profiles[class] {
 			if s.FreeMIG[class] == nil {
 				s.FreeMIG[class] = map[string]float64{}
@@ -220,14 +231,16 @@ func (w *Workers) readOne(ctx context.Context, c fleet.Cluster) fleet.State {
 	return s
 }
 
-// gpus is what containers ask of class: whole GPUs, and MIG instances at
-// their share (gpu.Catalog.Share).
+// gpus is what containers ask of class: whole GPUs (also those passed
+// through to a VM, the class's KubeVirt device, which its virt-launcher
+// pod asks for), and MIG instances at their share (gpu.Catalog.Share).
 func (w *Workers) gpus(class string, ctrs []corev1.Container) float64 {
 	n := 0.0
+	cl, _ := w.classes.Get(class)
 	for _, ctr := range ctrs {
 		for name, q := range ctr.Resources.Limits {
 			switch {
-			case name == "nvidia.com/gpu":
+			case name == "nvidia.com/gpu" || (cl.VMDeviceName != "" && string(name) == cl.VMDeviceName):
 				n += float64(q.Value())
 			case strings.HasPrefix(string(name), "nvidia.com/mig-"):
 				n += w.classes.Share(class, strings.TrimPrefix(string(name), "nvidia.com/mig-"), float64(q.Value()))

@@ -332,7 +332,11 @@ func (d *Dispatcher) drain(ctx context.Context, u *unstructured.Unstructured, dr
 	}
 	if from != "" {
 		spec := map[string]any{"active": true}
-		if !inactive || d.stopped(ctx, u) {
+		stopped, err := d.stopped(ctx, u)
+		if err != nil {
+			return err
+		}
+		if !inactive || stopped {
 			// Started by its owner meanwhile, or stopped: left as it is.
 			spec = map[string]any{}
 		} else if gone, err := d.gone(ctx, u, from); err != nil || !gone {
@@ -459,6 +463,11 @@ func (d *Dispatcher) home(ctx context.Context, u *unstructured.Unstructured) (st
 	return "", nil
 }
 
+// ownedBy says whether a Workload has an owner of kind.
+func ownedBy(u *unstructured.Unstructured, kind string) bool {
+	return slices.ContainsFunc(u.GetOwnerReferences(), func(r metav1.OwnerReference) bool { return r.Kind == kind })
+}
+
 // ownerPod is the pod a Workload admits through Kueue's pod integration
 // (a service's or notebook's), nil for a Job's.
 func ownerPod(u *unstructured.Unstructured) *metav1.OwnerReference {
@@ -513,19 +522,23 @@ func (d *Dispatcher) settle(ctx context.Context, u *unstructured.Unstructured, f
 }
 
 // stopped reports whether the Job or FleetVM a Workload admits was stopped
-// by its owner (kapi.AnnotationStopped).
-func (d *Dispatcher) stopped(ctx context.Context, u *unstructured.Unstructured) bool {
+// by its owner (kapi.AnnotationStopped); one gone is not.
+func (d *Dispatcher) stopped(ctx context.Context, u *unstructured.Unstructured) (bool, error) {
 	for _, r := range u.GetOwnerReferences() {
 		if r.Kind != "Job" && r.Kind != kapi.FleetVMKind.Kind {
 			continue
 		}
 		gvr, _ := kapi.ResourceOf(r.Kind)
 		obj, err := d.o.Manager.Resource(gvr).Namespace(u.GetNamespace()).Get(ctx, r.Name, metav1.GetOptions{})
-		if err == nil && obj.GetAnnotations()[kapi.AnnotationStopped] == "true" {
-			return true
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return false, fmt.Errorf("dispatch: read %s %s/%s: %w", r.Kind, u.GetNamespace(), r.Name, err)
+		case obj.GetAnnotations()[kapi.AnnotationStopped] == "true":
+			return true, nil
 		}
 	}
-	return false
+	return false, nil
 }
 
 // held is the nomination a Workload holds: the cluster it is nominated to
@@ -555,6 +568,11 @@ func (d *Dispatcher) waits(u *unstructured.Unstructured) bool {
 		return false
 	}
 	if !kueue.Condition(u, "QuotaReserved") || kueue.Condition(u, "Finished") {
+		return false
+	}
+	if kueue.Evicted(u) && ownedBy(u, kapi.FleetVMKind.Kind) {
+		// A VM's: its quota comes back once no worker runs it
+		// (workers.Manager.SyncVMs), and only then is it placed again.
 		return false
 	}
 	// A deactivated one (drained, stopped) waits for its quota to come

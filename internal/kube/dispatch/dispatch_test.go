@@ -910,7 +910,20 @@ clusters:
 			return nil
 		})
 	}
+	// A FleetVM written on a worker by someone else than MultiKueue (here
+	// before the launch) is no VM of Gantry's: only a manager's FleetVM
+	// is made into one, from the manager's template.
+	forged := map[string]any{"apiVersion": "gantry.dev/v1alpha1", "kind": "FleetVM",
+		"metadata": map[string]any{"name": "forged-vm", "namespace": teamNS, "labels": map[string]any{render.LabelManagedBy: render.ManagedBy, render.LabelPrebuiltWorkload: "forged-vm"}},
+		"spec":     map[string]any{"template": map[string]any{"spec": map[string]any{"runStrategy": "Always", "template": map[string]any{"spec": map[string]any{"domain": map[string]any{"devices": map[string]any{}}}}}}}}
+	create(t, wdyn["onprem"], kapi.FleetVMResource, teamNS, forged)
 	at := vmOn()
+	if _, err := wdyn["onprem"].Resource(kapi.VMResource).Namespace(teamNS).Get(ctx, "forged-vm", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("a VirtualMachine made of a FleetVM written on the worker: %v", err)
+	}
+	if err := wdyn["onprem"].Resource(kapi.FleetVMResource).Namespace(teamNS).Delete(ctx, "forged-vm", metav1.DeleteOptions{}); err != nil {
+		t.Error(err)
+	}
 	firstVM, err := wdyn[at].Resource(kapi.VMResource).Namespace(teamNS).Get(ctx, vmW.Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -958,6 +971,38 @@ clusters:
 	at = vmOn()
 	setVMStatus(at, "Running")
 	vmRuns(at)
+	// Its worker drained: the VM moves to the cloud once it is down on
+	// onprem, never asked to run on both at once.
+	if at != "onprem" {
+		t.Fatalf("the VM placed again on %s, not onprem", at)
+	}
+	if r := servertest.Must(api.DrainClusterWithResponse(ctx, "onprem"))(t); r.StatusCode() != 200 {
+		t.Fatalf("drain onprem: %d %s", r.StatusCode(), r.Body)
+	}
+	waitfor.Until(t, 3*time.Minute, "the VM moved to the cloud", func() error {
+		running := map[string]bool{}
+		for name, dyn := range wdyn {
+			if vm, err := dyn.Resource(kapi.VMResource).Namespace(teamNS).Get(ctx, vmW.Name, metav1.GetOptions{}); err == nil {
+				rs, _, _ := unstructured.NestedString(vm.Object, "spec", "runStrategy")
+				running[name] = rs == "Always"
+			}
+		}
+		if running["onprem"] && running["cloud"] {
+			t.Fatal("the VM asked to run on onprem and the cloud at once")
+		}
+		if !running["cloud"] {
+			return fmt.Errorf("running: %v", running)
+		}
+		return nil
+	})
+	setVMStatus("cloud", "Running")
+	vmRuns("cloud")
+	if w := servertest.Deref(servertest.Must(api.GetWorkloadWithResponse(ctx, vmW.Id))(t).JSON200); math.Abs(w.PricePerHour-2*3.20) > 1e-9 {
+		t.Errorf("the VM moved to the cloud at $%v/h, want its 2 A100s at $3.20", w.PricePerHour)
+	}
+	if r := servertest.Must(api.UncordonClusterWithResponse(ctx, "onprem"))(t); r.StatusCode() != 200 {
+		t.Fatalf("uncordon onprem: %d %s", r.StatusCode(), r.Body)
+	}
 	if r := servertest.Must(api.StopWorkloadWithResponse(ctx, vmW.Id))(t); r.StatusCode() >= 300 || servertest.Deref(r.JSON200).Status != model.Stopped {
 		t.Fatalf("stop the VM: %d %s", r.StatusCode(), r.Body)
 	}

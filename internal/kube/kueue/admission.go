@@ -315,18 +315,31 @@ func (k *Kueue) syncVM(ctx context.Context, u *unstructured.Unstructured) error 
 	if name == "" {
 		return nil
 	}
-	return RunVM(ctx, k.dyn, u, name)
+	return RunVM(ctx, k.dyn, u, name, VMRun{})
+}
+
+// VMRun is what RunVM weighs beside Kueue's word.
+type VMRun struct {
+	// Hold halts the VM whatever Kueue says: a fleet's manager has not
+	// placed it on this cluster (or its owner stopped it there).
+	Hold bool
+	// AfterInstance gives an evicted Workload's quota back only once the
+	// VM's instance (VirtualMachineInstance) is gone, not as soon as the
+	// VM is halted: on a worker, where its Kueue would otherwise admit
+	// other work onto GPUs the VM still holds.
+	AfterInstance bool
 }
 
 // RunVM runs the VirtualMachine name (in u's namespace) while Kueue admits
 // u, the Workload that queues it, and halts it when Kueue takes the
 // admission back — unless Gantry stopped it (kapi.AnnotationStopped on the
-// VM); once an evicted u's VM is halted, u's quota is given back (Release).
-// The VM is written only as it was read (its resourceVersion): a conflict
-// is retried. A VM not there (yet, or any more) is left alone. On Gantry's
+// VM) or o holds it; once an evicted u's VM is halted, u's quota is given
+// back (Release; with o.AfterInstance, once its instance is gone too). The
+// VM is written only as it was read (its resourceVersion): a conflict is
+// retried. A VM not there (yet, or any more) is left alone. On Gantry's
 // own cluster for a VM it queues there, and on a worker for a FleetVM's VM
 // (workers.SyncVMs).
-func RunVM(ctx context.Context, dyn dynamic.Interface, u *unstructured.Unstructured, name string) error {
+func RunVM(ctx context.Context, dyn dynamic.Interface, u *unstructured.Unstructured, name string, o VMRun) error {
 	vm, err := dyn.Resource(kapi.VMResource).Namespace(u.GetNamespace()).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil
@@ -335,7 +348,7 @@ func RunVM(ctx context.Context, dyn dynamic.Interface, u *unstructured.Unstructu
 		return kapi.Classify(err, "VirtualMachine", name)
 	}
 	want := "Halted"
-	if Admitted(u) && !Evicted(u) && vm.GetAnnotations()[kapi.AnnotationStopped] == "" {
+	if Admitted(u) && !Evicted(u) && vm.GetAnnotations()[kapi.AnnotationStopped] == "" && !o.Hold {
 		want = "Always"
 	}
 	if current, _, _ := unstructured.NestedString(vm.Object, "spec", "runStrategy"); current != want {
@@ -349,10 +362,19 @@ func RunVM(ctx context.Context, dyn dynamic.Interface, u *unstructured.Unstructu
 			return kapi.Classify(err, "VirtualMachine", name)
 		}
 	}
-	if Evicted(u) {
-		return Release(ctx, dyn, u)
+	if !Evicted(u) {
+		return nil
 	}
-	return nil
+	if o.AfterInstance {
+		_, err := dyn.Resource(kapi.VMIResource).Namespace(u.GetNamespace()).Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case err == nil:
+			return nil // still shutting down: the next pass looks again
+		case !apierrors.IsNotFound(err):
+			return kapi.Classify(err, "VirtualMachineInstance", name)
+		}
+	}
+	return Release(ctx, dyn, u)
 }
 
 // Release gives an evicted Workload's quota reservation back once what it

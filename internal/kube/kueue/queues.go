@@ -348,31 +348,19 @@ func (k *Kueue) SetVMActive(ctx context.Context, o workload.ObjectRef, run bool)
 }
 
 // SetFleetVMActive stops or starts a VM in a fleet (its FleetVM, with a
-// Kueue Workload of the same name): a stop deactivates the Workload —
+// Kueue Workload of the same name). A stop deactivates the Workload —
 // Kueue evicts it, MultiKueue deletes its copies on the worker (the VM goes
 // with its FleetVM there), and once no instance of the VM runs there
 // Gantry gives the manager's quota back (workers.SyncVMs) — and then marks
-// the FleetVM stopped; a start clears the mark
-// and the status copied from the last run's worker, and activates the
-// Workload, which is queued and dispatched again.
+// the FleetVM stopped. A start clears the status the last run's worker
+// copied back, activates the Workload (queued and dispatched again) and
+// then clears the mark. Each says so on the FleetVM last, so that a
+// failure half way leaves the FleetVM looking as it was and the lifecycle
+// loop tries again; until its mark is cleared no worker runs the VM.
 func (k *Kueue) SetFleetVMActive(ctx context.Context, o workload.ObjectRef, run bool) error {
-	ann := map[string]any{kapi.AnnotationStopped: nil}
-	if !run {
-		ann[kapi.AnnotationStopped] = "true"
-	}
-	mark, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": ann}})
-	markVM := func() error {
-		_, err := k.dyn.Resource(kapi.FleetVMResource).Namespace(o.Namespace).Patch(ctx, o.Name, types.MergePatchType, mark, metav1.PatchOptions{FieldManager: kapi.FieldManager})
-		return kapi.Classify(err, "FleetVM", o.Name)
-	}
+	res := k.dyn.Resource(kapi.FleetVMResource).Namespace(o.Namespace)
 	if run {
-		if err := markVM(); err != nil {
-			return err
-		}
-		// The status the last run's worker copied back goes: the next
-		// run's is copied from the worker it runs on.
-		_, err := k.dyn.Resource(kapi.FleetVMResource).Namespace(o.Namespace).Patch(ctx, o.Name, types.MergePatchType, []byte(`{"status":null}`), metav1.PatchOptions{FieldManager: kapi.FieldManager}, "status")
-		if err != nil {
+		if _, err := res.Patch(ctx, o.Name, types.MergePatchType, []byte(`{"status":null}`), metav1.PatchOptions{FieldManager: kapi.FieldManager}, "status"); err != nil {
 			return kapi.Classify(err, "FleetVM", o.Name)
 		}
 	}
@@ -380,8 +368,11 @@ func (k *Kueue) SetFleetVMActive(ctx context.Context, o workload.ObjectRef, run 
 	if _, err := k.dyn.Resource(kapi.KueueWorkloads).Namespace(o.Namespace).Patch(ctx, o.Name, types.MergePatchType, active, metav1.PatchOptions{FieldManager: kapi.FieldManager}); err != nil && !apierrors.IsNotFound(err) {
 		return kapi.Classify(err, "Kueue Workload", o.Name)
 	}
+	ann := map[string]any{kapi.AnnotationStopped: nil}
 	if !run {
-		return markVM()
+		ann[kapi.AnnotationStopped] = "true"
 	}
-	return nil
+	mark, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": ann}})
+	_, err := res.Patch(ctx, o.Name, types.MergePatchType, mark, metav1.PatchOptions{FieldManager: kapi.FieldManager})
+	return kapi.Classify(err, "FleetVM", o.Name)
 }

@@ -450,27 +450,31 @@ func (w *Watcher) Observe(id string) (Observation, bool) {
 
 func onANode(p *corev1.Pod) bool { return p.Spec.NodeName != "" }
 
-// observeFleetVM is what a VM in a fleet says: its status as the worker's
-// VM last said it (copied back by MultiKueue) and the cluster it runs on,
-// or why it waits in the manager's queue. A FleetVM stopped by its owner
-// says nothing (the stop is recorded when asked for; the status copied
-// before it is the last run's).
+// observeFleetVM is what a VM in a fleet says: why it waits in the
+// manager's queue (for quota, for a worker, moving off a drained one) while
+// it does, else its status as its worker's VM last said it (copied back by
+// MultiKueue) and the cluster it runs on. The queue speaks first: the
+// status copied back is the last copy's, which a VM evicted or moving no
+// longer has. A FleetVM stopped by its owner says nothing (the stop is
+// recorded when asked for).
 func (w *Watcher) observeFleetVM(id string, u *unstructured.Unstructured) (Observation, bool) {
 	if u.GetAnnotations()[kapi.AnnotationStopped] != "" {
 		return Observation{}, false
 	}
 	key := kueue.OwnerKey(u.GetNamespace(), kapi.FleetVMKind.Kind, u.GetName())
-	o, ok := ObserveVM(u)
-	if w.queued == nil {
-		return o, ok
-	}
-	if !ok || o.Phase == workload.Pending {
+	if w.queued != nil {
 		if q, waiting := w.queuedBy(id, key); waiting {
 			return q, true
 		}
 	}
-	if ok {
-		o.Cluster, o.HourPrice, o.GPUHourPrice = w.dispatchedBy(key)
+	o, ok := ObserveVM(u)
+	if !ok || w.queued == nil {
+		return o, ok
+	}
+	if o.Cluster, o.HourPrice, o.GPUHourPrice = w.dispatchedBy(key); o.Cluster == "" {
+		// Evicted, its quota not yet given back: what was copied back is
+		// the last copy's.
+		return Observation{WorkloadID: id, Phase: workload.Pending, Reason: "its run on a worker cluster was evicted: queued again once its VM has stopped there"}, true
 	}
 	return o, ok
 }

@@ -729,6 +729,9 @@ func (c *Cluster) managed(ctx context.Context, cached []*batchv1.Job, fromCache 
 		if !render.IsPrimary(gvk.Kind) {
 			continue
 		}
+		if gvk == kapi.FleetVMKind && c.workers == nil {
+			continue // FleetVMs are a fleet manager's alone
+		}
 		if gvk.Kind == "Job" && fromCache {
 			for _, j := range cached {
 				out = append(out, workload.ObjectRef{Namespace: j.Namespace, Kind: "Job", Name: j.Name, WorkloadID: j.Labels[render.LabelWorkloadID], Running: jobRunning(j)})

@@ -81,16 +81,18 @@ func launchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return show(stdout, *output, *w, func() { fmt.Fprintf(stdout, "launched %s (%s) in team %s: %s\n", w.Id, w.Name, w.Team, describe(*w)) })
 	}
 	fmt.Fprintf(stderr, "launched %s (%s) in team %s\n", w.Id, w.Name, w.Team)
-	got, err := follow(ctx, cl, w.Id, *timeout, stderr)
+	got, err := follow(ctx, cl, *w, *timeout, stderr)
 	if err != nil {
 		return err
 	}
 	return show(stdout, *output, got, func() { fmt.Fprintf(stdout, "%s: %s\n", got.Id, describe(got)) })
 }
 
-// follow polls a workload until it runs or ends, printing each change of
-// status or reason with the time since it began; a failure is an error.
-func follow(ctx context.Context, cl *client.ClientWithResponses, id string, timeout time.Duration, stderr io.Writer) (model.Workload, error) {
+// follow polls a workload (w, as launched) until it runs or ends, printing
+// each change of status or reason with the time since it began; a failure
+// is an error, and so is the timeout, which says the status last read.
+func follow(ctx context.Context, cl *client.ClientWithResponses, w model.Workload, timeout time.Duration, stderr io.Writer) (model.Workload, error) {
+	id := w.Id
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -107,9 +109,14 @@ func follow(ctx context.Context, cl *client.ClientWithResponses, id string, time
 	for {
 		resp, err := cl.GetWorkloadWithResponse(ctx, id)
 		if err := ok(resp, err); err != nil {
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				// The wait ran out while a read was under way: it is the
+				// wait's time that is up, not the server that failed.
+				return w, fmt.Errorf("workload %s still %s after %s", id, w.Status, timeout)
+			}
 			return model.Workload{}, err
 		}
-		w := *resp.JSON200
+		w = *resp.JSON200
 		line := describe(w)
 		switch {
 		case tty:

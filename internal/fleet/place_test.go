@@ -566,17 +566,7 @@ func TestPlaceMIG(t *testing.T) {
 		})
 	}
 	states := map[string]State{"onprem": mig(0, map[string]float64{"1g.10gb": 2}), "cloud": mig(0, map[string]float64{"1g.10gb": 3})}
-	var ls []Launch
-	for i := range 4 {
-		l := one
-		l.ID, l.Order = fmt.Sprint(i), int64(i)
-		ls = append(ls, l)
-	}
-	got := ""
-	for _, d := range f.Round(ls, states) {
-		got += d.Launch.ID + "→" + d.Cluster() + " "
-	}
-	if want := "0→onprem 1→onprem 2→cloud 3→cloud "; got != want {
+	if got, want := roundOf(f, one, 4, states), "0→onprem 1→onprem 2→cloud 3→cloud "; got != want {
 		t.Errorf("round: %s, want %s", got, want)
 	}
 	if states["onprem"].FreeMIG["A100-80GB"]["1g.10gb"] != 2 {
@@ -704,9 +694,19 @@ func TestPlaceVM(t *testing.T) {
 		})
 	}
 	states := map[string]State{"onprem": state(true, 8, 2), "cloud": state(true, 8, 4)}
+	if got, want := roundOf(f, vm, 3, states), "0→onprem 1→cloud 2→cloud "; got != want {
+		t.Errorf("round: %s, want %s", got, want)
+	}
+	if states["onprem"].FreeVM["A100-80GB"] != 2 {
+		t.Error("the round changed its caller's states")
+	}
+}
+
+// roundOf is where a round sends n launches like l, in their order
+// ("0→onprem 1→cloud ").
+func roundOf(f *Fleet, l Launch, n int, states map[string]State) string {
 	var ls []Launch
-	for i := range 3 {
-		l := vm
+	for i := range n {
 		l.ID, l.Order = fmt.Sprint(i), int64(i)
 		ls = append(ls, l)
 	}
@@ -714,10 +714,5 @@ func TestPlaceVM(t *testing.T) {
 	for _, d := range f.Round(ls, states) {
 		got += d.Launch.ID + "→" + d.Cluster() + " "
 	}
-	if want := "0→onprem 1→cloud 2→cloud "; got != want {
-		t.Errorf("round: %s, want %s", got, want)
-	}
-	if states["onprem"].FreeVM["A100-80GB"] != 2 {
-		t.Error("the round changed its caller's states")
-	}
+	return got
 }

@@ -64,7 +64,7 @@ var options = []option{
 	{key: "leaseDuration", env: "GANTRY_LEASE_DURATION", field: func(c *Config) any { return &c.LeaseDuration },
 		doc: "how long replicas wait for a leader that stopped renewing its Lease before one takes over (2s to 5m)"},
 	{key: "reconcileInterval", env: "GANTRY_RECONCILE_INTERVAL", field: func(c *Config) any { return &c.ReconcileInterval },
-		doc: "how often the lifecycle loop runs: apply launches not yet applied, converge stopped, started and deleted workloads, stop those past their max runtime (1s to 24h)"},
+		doc: "how often the lifecycle loop runs: apply launches not yet applied, converge stopped, started and deleted workloads, stop those past their max runtime (1s to 24h); with worker clusters, their loops run at least as often (reading the workers, else every 10s; dispatching, 5s; VMs, 2s)"},
 	{key: "logDrain", env: "GANTRY_LOG_DRAIN", field: func(c *Config) any { return &c.LogDrain },
 		doc: "how long a followed log keeps reading after its workload has ended, for what its containers print while they shut down (Kubernetes' default grace period is 30s; 1s to 5m)"},
 	{key: "removeOrphans", env: "GANTRY_REMOVE_ORPHANS", field: func(c *Config) any { return &c.RemoveOrphans },

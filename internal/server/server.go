@@ -518,7 +518,7 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	if s.workers != nil {
 		// Every replica reads the worker clusters (GET /api/v1/clusters).
-		g.Go(func() error { return s.every(gctx, workersInterval, s.readWorkers) })
+		g.Go(func() error { return s.every(gctx, s.fleetInterval(workersInterval), s.readWorkers) })
 	}
 	if s.cluster != nil {
 		// Every replica says what the node groups' machines are doing
@@ -852,21 +852,21 @@ func (s *Server) lead(ctx context.Context, c *kube.Cluster) error {
 	}
 	if fleetSide != nil {
 		g.Go(func() error {
-			return s.every(gctx, workersInterval, func(ctx context.Context) {
+			return s.every(gctx, s.fleetInterval(workersInterval), func(ctx context.Context) {
 				if err := fleetSide.Pass(ctx); err != nil && ctx.Err() == nil {
 					s.Log.Error("worker clusters: credentials or queues not synced", "err", err)
 				}
 			})
 		})
 		g.Go(func() error {
-			return s.every(gctx, vmInterval, func(ctx context.Context) {
+			return s.every(gctx, s.fleetInterval(vmInterval), func(ctx context.Context) {
 				if err := fleetSide.SyncVMs(ctx); err != nil && ctx.Err() == nil {
 					s.Log.Warn("worker clusters: VMs not synced", "err", err)
 				}
 			})
 		})
 		g.Go(func() error {
-			return s.every(gctx, dispatchInterval, func(ctx context.Context) {
+			return s.every(gctx, s.fleetInterval(dispatchInterval), func(ctx context.Context) {
 				n, err := dispatcher.Round(ctx)
 				s.own.Loop(ownmetrics.Dispatched, n)
 				if err != nil && ctx.Err() == nil {
@@ -895,6 +895,17 @@ func (s *Server) readWorkers(ctx context.Context) {
 			s.Log.Info("worker cluster read again", "cluster", name)
 		}
 	}
+}
+
+// fleetInterval is how often a fleet's loop runs: d, or the reconcile
+// interval where that is shorter (an operator who asks for quicker
+// convergence gets it from these loops too; the tests run them every
+// second).
+func (s *Server) fleetInterval(d time.Duration) time.Duration {
+	if r := s.Config.Reconcile(); r > 0 && r < d {
+		return r
+	}
+	return d
 }
 
 // workersInterval is how often the worker clusters are read.

@@ -832,6 +832,37 @@ clusters:
 		t.Errorf("the second CPU-only launch runs on %q at $%v/h, want 1 core at $0.05", servertest.Deref(w.Cluster), w.PricePerHour)
 	}
 
+	// Deleted: the work and what was staged for it leave the workers.
+	for _, id := range []string{first.Id, second.Id, svc.Id, nb.Id, cpu1.Id, cpu2.Id} {
+		if r := servertest.Must(api.DeleteWorkloadWithResponse(ctx, id))(t); r.StatusCode() >= 300 {
+			t.Fatalf("delete %s: %d %s", id, r.StatusCode(), r.Body)
+		}
+	}
+	for name, w := range map[string]*devcluster.Cluster{"onprem": onprem, "cloud": cloud} {
+		waitfor.Until(t, 3*time.Minute, "nothing left on "+name, func() error {
+			pods, err := w.Client.CoreV1().Pods(teamNS).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return err
+			}
+			claims, err := w.Client.CoreV1().PersistentVolumeClaims(teamNS).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return err
+			}
+			svcs, err := w.Client.CoreV1().Services(teamNS).List(ctx, metav1.ListOptions{LabelSelector: workers.LabelStaged})
+			if err != nil {
+				return err
+			}
+			pols, err := w.Client.NetworkingV1().NetworkPolicies(teamNS).List(ctx, metav1.ListOptions{LabelSelector: workers.LabelStaged})
+			if err != nil {
+				return err
+			}
+			if n := len(pods.Items) + len(claims.Items) + len(svcs.Items) + len(pols.Items); n > 0 {
+				return fmt.Errorf("%d pods, %d claims, %d services, %d network policies", len(pods.Items), len(claims.Items), len(svcs.Items), len(pols.Items))
+			}
+			return nil
+		})
+	}
+
 	// A VM: a FleetVM in the manager, dispatched by the same score; on its
 	// worker Gantry makes the VirtualMachine and starts it once the
 	// worker's Kueue admits it; its status, as KubeVirt would write it
@@ -843,6 +874,8 @@ clusters:
 		t.Fatalf("a VM: %d %s", vmLaunch.StatusCode(), vmLaunch.Body)
 	}
 	vmW := servertest.Deref(vmLaunch.JSON201)
+	vmStart := time.Now()
+	step := func(what string) { t.Logf("the VM %s %.1fs after its launch", what, time.Since(vmStart).Seconds()) }
 	launched = append(launched, vmW.Id)
 	wdyn := map[string]dynamic.Interface{}
 	for name, w := range map[string]*devcluster.Cluster{"onprem": onprem, "cloud": cloud} {
@@ -935,12 +968,14 @@ clusters:
 	}
 	setVMStatus(at, "Running")
 	vmRuns(at)
+	step("ran")
 	if w := servertest.Deref(servertest.Must(api.GetWorkloadWithResponse(ctx, vmW.Id))(t).JSON200); math.Abs(w.PricePerHour-2*map[string]float64{"onprem": 1.10, "cloud": 3.20}[at]) > 1e-9 {
 		t.Errorf("the VM on %s at $%v/h, want its 2 A100s at that cluster's price", at, w.PricePerHour)
 	}
 	// Preempted on its worker (its Workload there marked evicted, as that
 	// worker's Kueue does before the job lets its quota go): halted there,
-	// its quota there given back, and queued and placed again.
+	// its quota there given back; admitted there again (nothing took the
+	// quota here), it runs again.
 	wwl := wdyn[at].Resource(kapi.KueueWorkloads).Namespace(teamNS)
 	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		wl, err := wwl.Get(ctx, vmW.Name, metav1.GetOptions{})
@@ -971,6 +1006,7 @@ clusters:
 	at = vmOn()
 	setVMStatus(at, "Running")
 	vmRuns(at)
+	step("preempted, halted and admitted again ran")
 	// Its worker drained: the VM moves to the cloud once it is down on
 	// onprem, never asked to run on both at once.
 	if at != "onprem" {
@@ -997,6 +1033,7 @@ clusters:
 	})
 	setVMStatus("cloud", "Running")
 	vmRuns("cloud")
+	step("moved to the cloud ran")
 	if w := servertest.Deref(servertest.Must(api.GetWorkloadWithResponse(ctx, vmW.Id))(t).JSON200); math.Abs(w.PricePerHour-2*3.20) > 1e-9 {
 		t.Errorf("the VM moved to the cloud at $%v/h, want its 2 A100s at $3.20", w.PricePerHour)
 	}
@@ -1015,6 +1052,7 @@ clusters:
 		}
 		return nil
 	})
+	step("stopped was gone")
 	if w := servertest.Deref(servertest.Must(api.GetWorkloadWithResponse(ctx, vmW.Id))(t).JSON200); w.Status != model.Stopped {
 		t.Errorf("the VM after its stop: %s (%s)", w.Status, servertest.Deref(w.Reason))
 	}
@@ -1024,6 +1062,7 @@ clusters:
 	at = vmOn()
 	setVMStatus(at, "Running")
 	vmRuns(at)
+	step("started again ran")
 	if r := servertest.Must(api.DeleteWorkloadWithResponse(ctx, vmW.Id))(t); r.StatusCode() >= 300 {
 		t.Fatalf("delete the VM: %d %s", r.StatusCode(), r.Body)
 	}
@@ -1040,37 +1079,7 @@ clusters:
 		}
 		return nil
 	})
-
-	// Deleted: the work and what was staged for it leave the workers.
-	for _, id := range []string{first.Id, second.Id, svc.Id, nb.Id, cpu1.Id, cpu2.Id} {
-		if r := servertest.Must(api.DeleteWorkloadWithResponse(ctx, id))(t); r.StatusCode() >= 300 {
-			t.Fatalf("delete %s: %d %s", id, r.StatusCode(), r.Body)
-		}
-	}
-	for name, w := range map[string]*devcluster.Cluster{"onprem": onprem, "cloud": cloud} {
-		waitfor.Until(t, 3*time.Minute, "nothing left on "+name, func() error {
-			pods, err := w.Client.CoreV1().Pods(teamNS).List(ctx, metav1.ListOptions{})
-			if err != nil {
-				return err
-			}
-			claims, err := w.Client.CoreV1().PersistentVolumeClaims(teamNS).List(ctx, metav1.ListOptions{})
-			if err != nil {
-				return err
-			}
-			svcs, err := w.Client.CoreV1().Services(teamNS).List(ctx, metav1.ListOptions{LabelSelector: workers.LabelStaged})
-			if err != nil {
-				return err
-			}
-			pols, err := w.Client.NetworkingV1().NetworkPolicies(teamNS).List(ctx, metav1.ListOptions{LabelSelector: workers.LabelStaged})
-			if err != nil {
-				return err
-			}
-			if n := len(pods.Items) + len(claims.Items) + len(svcs.Items) + len(pols.Items); n > 0 {
-				return fmt.Errorf("%d pods, %d claims, %d services, %d network policies", len(pods.Items), len(claims.Items), len(svcs.Items), len(pols.Items))
-			}
-			return nil
-		})
-	}
+	step("deleted was gone")
 
 	// A trial runs on the workers: each run goes where the dispatcher
 	// places it, reports its steps from there with its pod's token (which

@@ -292,9 +292,10 @@ func (c *Cluster) namespaceGone(err error, namespace string) bool {
 }
 
 // Apply server-side applies a workload's objects: its primary object (Job,
-// Deployment, StatefulSet, VirtualMachine or FleetVM) first, then the others owned by
-// it. A Job or VirtualMachine already on the cluster is left as it is (see
-// createOnce); the other objects are applied again.
+// Deployment, StatefulSet, VirtualMachine or FleetVM) first, then the
+// others owned by it. A Job, VirtualMachine or FleetVM already on the
+// cluster is left as it is (see createOnce); the other objects are applied
+// again.
 func (c *Cluster) Apply(ctx context.Context, objs []render.Object) (err error) {
 	defer func(start time.Time) { c.obs.ObserveApply(time.Since(start), err) }(time.Now()) //clock:allow measures a duration
 	var primary *unstructured.Unstructured

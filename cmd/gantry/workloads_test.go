@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gantryhq/gantry/api/client"
 	"github.com/gantryhq/gantry/api/model"
 )
 
@@ -343,5 +346,23 @@ func TestPrintTop(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
 	if len(lines) != 2 || !strings.Contains(lines[0], "PROGRESS") || !regexp.MustCompile(`^w1 +train +vision +H100-80GB ×1 +87% +62% +40\.0/80 GiB +40% +\$3\.20 +\$1\.60$`).MatchString(lines[1]) {
 		t.Fatalf("top:\n%s", b.String())
+	}
+}
+
+// TestFollowDeadlineMidRead: a --wait whose time runs out while a read is
+// under way (a server slower than the wait) says the status last seen —
+// here the launch's own — not that the server failed.
+func TestFollowDeadlineMidRead(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		<-r.Context().Done() // answers no read before the client gives up
+	}))
+	defer srv.Close()
+	cl, err := client.NewClientWithResponses(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = follow(context.Background(), cl, model.Workload{Id: "abcd1234", Status: model.Pending}, 300*time.Millisecond, io.Discard)
+	if err == nil || err.Error() != "workload abcd1234 still Pending after 300ms" {
+		t.Errorf("got %v", err)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,6 +27,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	apiwatch "k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -976,7 +978,20 @@ clusters:
 	// worker's Kueue does before the job lets its quota go): halted there,
 	// its quota there given back; admitted there again (nothing took the
 	// quota here), it runs again.
+	// Both are watched from before the eviction: the halt and the release
+	// last only until the worker admits it again, which a poll could miss.
 	wwl := wdyn[at].Resource(kapi.KueueWorkloads).Namespace(teamNS)
+	halted := everSeen(t, wdyn[at].Resource(kapi.VMResource).Namespace(teamNS), vmW.Name, func(ev apiwatch.EventType, u *unstructured.Unstructured) bool {
+		rs, _, _ := unstructured.NestedString(u.Object, "spec", "runStrategy")
+		return ev != apiwatch.Deleted && rs == "Halted" && u.GetUID() == vmUID
+	})
+	// Given back by Gantry there, or gone with the Workload (MultiKueue
+	// deletes it once the manager's quota came back, which waits for the
+	// VM to halt).
+	released := everSeen(t, wwl, vmW.Name, func(ev apiwatch.EventType, u *unstructured.Unstructured) bool {
+		_, admitted, _ := unstructured.NestedMap(u.Object, "status", "admission")
+		return ev == apiwatch.Deleted || (kueue.Condition(u, "Evicted") && !admitted)
+	})
 	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		wl, err := wwl.Get(ctx, vmW.Name, metav1.GetOptions{})
 		if err != nil {
@@ -992,14 +1007,11 @@ clusters:
 		t.Fatal(err)
 	}
 	waitfor.Until(t, 2*time.Minute, "the preempted VM halted on "+at+" and its quota there given back", func() error {
-		if wl, err := wwl.Get(ctx, vmW.Name, metav1.GetOptions{}); err == nil && kueue.Evicted(wl) {
-			return errors.New("its Workload there still evicted with its quota")
+		if !halted() {
+			return errors.New("its VirtualMachine not halted yet")
 		}
-		vm, err := wdyn[at].Resource(kapi.VMResource).Namespace(teamNS).Get(ctx, vmW.Name, metav1.GetOptions{})
-		if err == nil {
-			if rs, _, _ := unstructured.NestedString(vm.Object, "spec", "runStrategy"); rs != "Halted" && vm.GetUID() == vmUID {
-				return fmt.Errorf("runStrategy %s", rs)
-			}
+		if !released() {
+			return errors.New("its Workload there still holds its quota")
 		}
 		return nil
 	})
@@ -1256,6 +1268,31 @@ clusters:
 		}
 		return nil
 	})
+}
+
+// everSeen watches the object name of res from its version now and reports
+// whether any event of it since satisfied ok (a state that may not last
+// until a poll looks; its deletion too). The watch ends with the test.
+func everSeen(t *testing.T, res dynamic.ResourceInterface, name string, ok func(apiwatch.EventType, *unstructured.Unstructured) bool) func() bool {
+	t.Helper()
+	cur, err := res.Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := res.Watch(context.Background(), metav1.ListOptions{FieldSelector: "metadata.name=" + name, ResourceVersion: cur.GetResourceVersion()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Stop)
+	var seen atomic.Bool
+	go func() {
+		for ev := range w.ResultChan() {
+			if u, isObj := ev.Object.(*unstructured.Unstructured); isObj && ev.Type != apiwatch.Error && ok(ev.Type, u) {
+				seen.Store(true)
+			}
+		}
+	}()
+	return seen.Load
 }
 
 // workerUser is who Gantry is to a worker: deploy/worker's ServiceAccount.

@@ -19,8 +19,11 @@ import (
 // TestOwnMetricsOnCluster: a launch that Kueue admits and the cluster runs
 // shows in Gantry's /metrics as an apply, an admission wait, informer lag
 // and work on the controllers' queues, and the text passes promtool. Then
-// an estimate (the team's queue usage, free GPUs) and a stop of the queued
+// an estimate (the team's queue usage, free GPUs) and a stop of a queued
 // Job (through its Kueue Workload): the calls the chart's RBAC must allow.
+// The stopped Job is one that can never be admitted (two H100s in team
+// tight, whose quota is one), so it is still queued when the stop comes: a
+// Job on the simulated fleet completes a second after it starts.
 func TestOwnMetricsOnCluster(t *testing.T) {
 	alone(t)
 	// This server keeps the capacity informers the others leave off (as
@@ -58,10 +61,15 @@ func TestOwnMetricsOnCluster(t *testing.T) {
 	if est := servertest.Must(g.api.EstimateWorkloadWithResponse(t.Context(), nil, one))(t); est.StatusCode() != 200 || !servertest.Deref(est.JSON200).Known {
 		t.Errorf("estimate on the cluster: %d %s", est.StatusCode(), est.Body)
 	}
-	if s, _ := g.stop(w.Id); s != 200 {
+	s, queued := g.launch(model.LaunchRequest{Template: "pytorch-train", Team: "tight", Gpu: &model.GPUChoice{Class: new("H100-80GB"), Count: new(2)}})
+	if s != 201 {
+		t.Fatalf("launch of the queued Job: %d", s)
+	}
+	g.waitStatus(queued.Id, "Queued")
+	if s, _ := g.stop(queued.Id); s != 200 {
 		t.Errorf("stop: %d", s)
 	}
-	g.waitStatus(w.Id, "Stopped")
+	g.waitStatus(queued.Id, "Stopped")
 	if promtool, err := exec.LookPath("promtool"); err == nil {
 		cmd := exec.Command(promtool, "check", "metrics")
 		cmd.Stdin = strings.NewReader(text)

@@ -27,8 +27,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	apiwatch "k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/client-go/util/retry"
@@ -505,6 +507,7 @@ clusters:
 		t.Fatal(err)
 	}
 	asChart := chartIdentity(t, lease)
+	fleetSecretsPolicy(t, asChart)
 	g := servertest.New(t, func(c *config.Config) {
 		c.ClustersFile = file
 		c.Kubeconfig = asChart
@@ -1408,6 +1411,78 @@ func chartIdentity(t *testing.T, lease string) string {
 		t.Fatal(err)
 	}
 	return path
+}
+
+// fleetSecretsPolicy installs the chart's ValidatingAdmissionPolicy for
+// Kueue's namespace (as the fleet values render it: deploy/helm/testdata)
+// and checks it against the chart's identity: RBAC lets it write any Secret
+// there, the policy only its workers' kubeconfigs (workers.SecretName).
+func fleetSecretsPolicy(t *testing.T, asChart string) {
+	t.Helper()
+	ctx := context.Background()
+	b, err := os.ReadFile("../../../deploy/helm/testdata/fleet.golden.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(manager.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := 0
+	for doc := range strings.SplitSeq(string(b), "\n---\n") {
+		var u unstructured.Unstructured
+		if err := yaml.Unmarshal([]byte(doc), &u.Object); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(u.GetKind(), "ValidatingAdmissionPolicy") {
+			continue
+		}
+		found++
+		res := schema.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "validatingadmissionpolicies"}
+		if u.GetKind() == "ValidatingAdmissionPolicyBinding" {
+			res.Resource = "validatingadmissionpolicybindings"
+		}
+		if _, err := dyn.Resource(res).Apply(ctx, u.GetName(), &u, metav1.ApplyOptions{FieldManager: "fleet-test", Force: true}); err != nil {
+			t.Fatalf("apply the chart's %s: %v", u.GetKind(), err)
+		}
+	}
+	if found != 2 {
+		t.Fatalf("the chart's fleet values render %d ValidatingAdmissionPolicy objects, not a policy and its binding", found)
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", asChart)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chart, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := devcluster.KueueNamespace
+	// Kueue's own Secret there (its webhook's certificate, say).
+	if _, err := manager.Client.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "kueue-own"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	write := func(name string) error {
+		_, err := chart.CoreV1().Secrets(ns).Patch(ctx, name, types.ApplyPatchType,
+			[]byte(`{"apiVersion":"v1","kind":"Secret","metadata":{"name":"`+name+`"},"stringData":{"x":"y"}}`), metav1.PatchOptions{FieldManager: "fleet-test", Force: new(true)})
+		return err
+	}
+	// The policy takes a moment to load in the API server.
+	waitfor.Until(t, 30*time.Second, "the policy to refuse the chart's identity another Secret", func() error {
+		for _, name := range []string{"kueue-own", "not-a-worker"} {
+			if err := write(name); err == nil || !strings.Contains(err.Error(), "Gantry writes only its workers' kubeconfigs") {
+				return fmt.Errorf("write of Secret %s: %v", name, err)
+			}
+		}
+		return nil
+	})
+	probe := workers.SecretName("probe")
+	if err := write(probe); err != nil {
+		t.Fatalf("the policy refuses a worker's kubeconfig: %v", err)
+	}
+	if err := manager.Client.CoreV1().Secrets(ns).Delete(ctx, probe, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func asJSON(v any) string {

@@ -52,7 +52,7 @@ type credentials struct {
 var errStore = errors.New("authentication could not be completed")
 
 func (cr credentials) authenticate(r *http.Request) (identity.Identity, *weblogin.Session, error) {
-	if raw, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
+	if raw, ok := authn.BearerToken(r.Header.Get("Authorization")); ok {
 		switch {
 		case cr.tokens != nil && token.Is(raw):
 			id, err := cr.tokens.Authenticate(r.Context(), raw)
@@ -114,7 +114,7 @@ func identify(cr credentials, agents AgentAuthenticator, runTokens RunAuthentica
 			if r.URL.Path == AgentPath {
 				return identifyAgent(c, next, agents)
 			}
-			if raw, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && r.Method == http.MethodPost && progressOf(r.URL.Path) != "" && runs.IsRunToken(raw) {
+			if raw, ok := authn.BearerToken(r.Header.Get("Authorization")); ok && r.Method == http.MethodPost && progressOf(r.URL.Path) != "" && runs.IsRunToken(raw) {
 				return identifyRun(c, next, runTokens, raw, progressOf(r.URL.Path))
 			}
 			app := isInteractive(r.URL.Path)
@@ -313,7 +313,7 @@ type AgentAuthenticator interface {
 // identifyAgent authenticates a node agent on AgentPath.
 func identifyAgent(c echo.Context, next echo.HandlerFunc, agents AgentAuthenticator) error {
 	r := c.Request()
-	raw, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	raw, ok := authn.BearerToken(r.Header.Get("Authorization"))
 	if !ok || agents == nil {
 		c.Response().Header().Set("WWW-Authenticate", `Bearer realm="gantry-agent"`)
 		return echo.NewHTTPError(http.StatusUnauthorized, "not authenticated: a node agent's ServiceAccount token is required")

@@ -7,13 +7,13 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
 	"golang.org/x/time/rate"
 
+	"github.com/gantryhq/gantry/internal/authn"
 	"github.com/gantryhq/gantry/internal/weblogin"
 )
 
@@ -76,7 +76,7 @@ func limitAnonymous(l AnonymousLimit) echo.MiddlewareFunc {
 // hasCredentials reports whether r carries what identify checks: a bearer
 // token or a session cookie.
 func hasCredentials(r *http.Request) bool {
-	if strings.HasPrefix(r.Header.Get("Authorization"), "Bearer ") {
+	if _, ok := authn.BearerToken(r.Header.Get("Authorization")); ok {
 		return true
 	}
 	_, err := r.Cookie(weblogin.SessionCookie)

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -27,17 +28,23 @@ type issuer struct {
 	mu   sync.Mutex
 	keys []jose.JSONWebKey
 	sign map[string]*rsa.PrivateKey
+	// scopes is its discovery's scopes_supported (none listed when nil).
+	scopes []string
 }
 
 func newIssuer(t testing.TB) *issuer {
 	is := &issuer{sign: map[string]*rsa.PrivateKey{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/.well-known/openid-configuration", func(w http.ResponseWriter, r *http.Request) {
-		json.NewEncoder(w).Encode(map[string]any{
+		d := map[string]any{
 			"issuer": is.srv.URL, "jwks_uri": is.srv.URL + "/keys",
 			"authorization_endpoint": is.srv.URL + "/authorize", "token_endpoint": is.srv.URL + "/token",
 			"id_token_signing_alg_values_supported": []string{"RS256"},
-		})
+		}
+		if is.scopes != nil {
+			d["scopes_supported"] = is.scopes
+		}
+		json.NewEncoder(w).Encode(d)
 	})
 	mux.HandleFunc("/keys", func(w http.ResponseWriter, r *http.Request) {
 		is.mu.Lock()
@@ -109,7 +116,17 @@ func TestVerify(t *testing.T) {
 		ok    bool
 	}{
 		{"valid", is.token(t, "k1", is.claims(nil)), true},
-		{"second audience", is.token(t, "k1", is.claims(func(c map[string]any) { c["aud"] = []string{"other", "gantry-cli"} })), true},
+		{"second audience", is.token(t, "k1", is.claims(func(c map[string]any) { c["aud"] = "gantry-cli" })), true},
+		{"several audiences, issued to one of Gantry's clients", is.token(t, "k1", is.claims(func(c map[string]any) {
+			c["aud"], c["azp"] = []string{"other", "gantry-cli"}, "gantry-cli"
+		})), true},
+		{"several audiences, no authorized party", is.token(t, "k1", is.claims(func(c map[string]any) { c["aud"] = []string{"other", "gantry-cli"} })), false},
+		// Keycloak lists the clients whose roles a user holds among the
+		// audiences of a token it issued to another application.
+		{"issued to another client that lists Gantry's", is.token(t, "k1", is.claims(func(c map[string]any) {
+			c["aud"], c["azp"] = []string{"gantry-portal", "account"}, "other-app"
+		})), false},
+		{"one audience, issued to another client", is.token(t, "k1", is.claims(func(c map[string]any) { c["azp"] = "other-app" })), false},
 		{"expired within the skew", is.token(t, "k1", is.claims(func(c map[string]any) { c["exp"] = now.Add(-10 * time.Second).Unix() })), true},
 		{"expired", is.token(t, "k1", is.claims(func(c map[string]any) { c["exp"] = now.Add(-2 * time.Minute).Unix() })), false},
 		{"not yet valid", is.token(t, "k1", is.claims(func(c map[string]any) { c["nbf"] = now.Add(2 * time.Minute).Unix() })), false},
@@ -167,6 +184,103 @@ func TestClaimMapping(t *testing.T) {
 	}
 }
 
+// TestClaimShapes: groups as one bare string stay one group; a dotted
+// claim name reads nested objects unless a claim has that exact name; a
+// subject taken from the e-mail address needs the provider's word that it
+// is verified (a boolean or the string "true").
+func TestClaimShapes(t *testing.T) {
+	is := newIssuer(t)
+	tests := []struct {
+		name   string
+		claims authn.Claims
+		mod    func(map[string]any)
+		want   []string // groups; nil with ok false: refused
+		ok     bool
+	}{
+		{"one group as a string", authn.Claims{}, func(c map[string]any) { c["groups"] = "GPU Admins" }, []string{"GPU Admins"}, true},
+		{"groups absent", authn.Claims{}, func(c map[string]any) { delete(c, "groups") }, nil, true},
+		// Entra ID past 200 groups: a pointer to Microsoft Graph instead.
+		{"groups elsewhere (overage)", authn.Claims{}, func(c map[string]any) {
+			delete(c, "groups")
+			c["_claim_names"] = map[string]any{"groups": "src1"}
+			c["_claim_sources"] = map[string]any{"src1": map[string]any{"endpoint": "https://graph.microsoft.com/v1.0/users/x/getMemberObjects"}}
+		}, nil, false},
+		{"nested (Keycloak's realm roles)", authn.Claims{Groups: "realm_access.roles"}, func(c map[string]any) {
+			c["realm_access"] = map[string]any{"roles": []string{"ml-vision", "offline_access"}}
+		}, []string{"ml-vision", "offline_access"}, true},
+		{"a name with dots (Auth0's namespaced claims)", authn.Claims{Groups: "https://gantry.example/groups"}, func(c map[string]any) {
+			c["https://gantry.example/groups"] = []string{"ml-nlp"}
+		}, []string{"ml-nlp"}, true},
+		{"e-mail subject, verified", authn.Claims{Subject: "email"}, func(c map[string]any) { c["email_verified"] = true }, []string{"ml-vision"}, true},
+		{"e-mail subject, verified as a string", authn.Claims{Subject: "email"}, func(c map[string]any) { c["email_verified"] = "true" }, []string{"ml-vision"}, true},
+		{"e-mail subject, not verified", authn.Claims{Subject: "email"}, func(c map[string]any) { c["email_verified"] = false }, nil, false},
+		{"e-mail subject, verification unsaid", authn.Claims{Subject: "email"}, nil, nil, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			id, err := auth(t, is, tc.claims).Verify(context.Background(), is.token(t, "k1", is.claims(tc.mod)))
+			if !tc.ok {
+				if !errors.Is(err, authn.ErrInvalidToken) {
+					t.Fatalf("err = %v, want ErrInvalidToken", err)
+				}
+				return
+			}
+			if err != nil || !slices.Equal(id.Groups, tc.want) {
+				t.Fatalf("groups %q (%v), want %q", id.Groups, err, tc.want)
+			}
+		})
+	}
+}
+
+// TestIssuerSlash: an issuer configured with a trailing slash the provider
+// does not spell (or without one it does) is found, and its tokens verify
+// under the provider's spelling, which keys the users.
+func TestIssuerSlash(t *testing.T) {
+	is := newIssuer(t)
+	a, err := authn.New(context.Background(), authn.Config{Issuer: is.srv.URL + "/", Audiences: []string{"gantry-portal"}, Now: time.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := a.Verify(context.Background(), is.token(t, "k1", is.claims(nil)))
+	if err != nil || id.Issuer != is.srv.URL {
+		t.Fatalf("%+v %v", id, err)
+	}
+	if _, err := authn.New(context.Background(), authn.Config{Issuer: is.srv.URL + "/elsewhere", Audiences: []string{"gantry-portal"}, Now: time.Now}); err == nil {
+		t.Fatal("an issuer of another path was accepted")
+	}
+}
+
+// TestScopes: with none configured, a sign-in asks for what every
+// provider knows, and for groups and offline_access (the CLI's only) where
+// the provider lists them.
+func TestScopes(t *testing.T) {
+	tests := []struct {
+		name        string
+		supported   []string
+		portal, cli []string
+	}{
+		{"none listed", nil, []string{"openid", "profile", "email"}, []string{"openid", "profile", "email"}},
+		{"Google's", []string{"openid", "email", "profile"}, []string{"openid", "profile", "email"}, []string{"openid", "profile", "email"}},
+		{"Dex's", []string{"openid", "email", "groups", "profile", "offline_access"},
+			[]string{"openid", "profile", "email", "groups"}, []string{"openid", "profile", "email", "groups", "offline_access"}},
+		{"Keycloak's, no groups scope", []string{"openid", "offline_access", "profile", "email", "roles"},
+			[]string{"openid", "profile", "email"}, []string{"openid", "profile", "email", "offline_access"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			is := newIssuer(t)
+			is.scopes = tc.supported
+			a := auth(t, is, authn.Claims{})
+			if got := a.Scopes(false); !slices.Equal(got, tc.portal) {
+				t.Errorf("portal %v, want %v", got, tc.portal)
+			}
+			if got := a.Scopes(true); !slices.Equal(got, tc.cli) {
+				t.Errorf("CLI %v, want %v", got, tc.cli)
+			}
+		})
+	}
+}
+
 func TestIdentifyHeader(t *testing.T) {
 	is := newIssuer(t)
 	a := auth(t, is, authn.Claims{})
@@ -174,9 +288,15 @@ func TestIdentifyHeader(t *testing.T) {
 	if _, err := a.Identify(r); !errors.Is(err, authn.ErrNoCredentials) {
 		t.Fatalf("no header: %v", err)
 	}
-	r.Header.Set("Authorization", "Bearer "+is.token(t, "k1", is.claims(nil)))
-	if id, err := a.Identify(r); err != nil || id.Subject != "user-123" {
-		t.Fatalf("%+v %v", id, err)
+	for _, scheme := range []string{"Bearer", "bearer", "BEARER"} { // case-insensitive (RFC 9110 11.1)
+		r.Header.Set("Authorization", scheme+" "+is.token(t, "k1", is.claims(nil)))
+		if id, err := a.Identify(r); err != nil || id.Subject != "user-123" || id.IssuedAt.IsZero() {
+			t.Fatalf("%s: %+v %v", scheme, id, err)
+		}
+	}
+	r.Header.Set("Authorization", "Basic "+is.token(t, "k1", is.claims(nil)))
+	if _, err := a.Identify(r); !errors.Is(err, authn.ErrNoCredentials) {
+		t.Fatalf("another scheme: %v", err)
 	}
 }
 

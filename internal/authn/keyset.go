@@ -17,7 +17,7 @@ import (
 // signingAlgs are the algorithms a token may be signed with (the verifier
 // checks the header's alg against the same list before the key set sees it).
 var signingAlgs = []jose.SignatureAlgorithm{
-	jose.RS256, jose.RS384, jose.RS512, jose.ES256, jose.ES384, jose.ES512, jose.PS256, jose.EdDSA,
+	jose.RS256, jose.RS384, jose.RS512, jose.ES256, jose.ES384, jose.ES512, jose.PS256, jose.PS384, jose.PS512, jose.EdDSA,
 }
 
 // refetchEvery is how often a signature no cached key verifies may make

@@ -372,7 +372,7 @@ func Default() Config {
 		AppDial:           AppDialDNS,
 		SessionLifetime:   Duration(8 * time.Hour),
 		MaxGroupAge:       Duration(24 * time.Hour),
-		OIDC:              OIDC{ClockSkew: Duration(30 * time.Second), Scopes: []string{"openid", "profile", "email", "groups", "offline_access"}},
+		OIDC:              OIDC{ClockSkew: Duration(30 * time.Second)},
 		DevLogin:          DevLogin{Listen: "127.0.0.1:0", Users: DefaultDevUsers()},
 		Audit:             Audit{CheckpointInterval: Duration(time.Minute), DenialWindow: Duration(time.Minute)},
 		TLS:               TLS{MinVersion: "1.2"},
@@ -485,6 +485,10 @@ func (c *Config) validate() error {
 		u, err := url.Parse(v)
 		if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") || u.RawQuery != "" || u.Fragment != "" {
 			errs.Addf(key, "%q must be an http or https URL without query", v)
+		} else if key == "publicURL" && strings.Trim(u.Path, "/") != "" {
+			// The portal, the API, the sign-in callback and its cookies
+			// all live at the host's root.
+			errs.Addf(key, "%q has a path: Gantry is served at the root of its host, not under a path prefix", v)
 		}
 	}
 	c.validateDurations(&errs)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -169,6 +170,34 @@ func TestAppDial(t *testing.T) {
 		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
 			t.Errorf("%v: %v, want %q", tc.env, err, tc.want)
 		}
+	}
+}
+
+// TestPublicURL: Gantry is served at its host's root; a path prefix is
+// refused where it is set, not found later as a sign-in that never ends
+// (the state cookie's path is the root's /auth/callback).
+func TestPublicURL(t *testing.T) {
+	for _, tc := range []struct {
+		url  string
+		want string // "" for accepted
+	}{
+		{"https://gantry.example.com", ""},
+		{"https://gantry.example.com/", ""},
+		{"http://127.0.0.1:8080", ""},
+		{"https://example.com/gantry/", `publicURL: "https://example.com/gantry/" has a path`},
+		{"https://gantry.example.com/?x=1", "must be an http or https URL without query"},
+	} {
+		_, err := Load("", lookup(map[string]string{"GANTRY_PUBLIC_URL": tc.url}), Flags{})
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s: %v", tc.url, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%s: %v, want %q", tc.url, err, tc.want)
+		}
+	}
+	c, err := Load("", lookup(map[string]string{"GANTRY_OIDC_SCOPES": "openid,email,roles"}), Flags{})
+	if err != nil || !slices.Equal(c.OIDC.Scopes, []string{"openid", "email", "roles"}) {
+		t.Fatalf("GANTRY_OIDC_SCOPES: %v %v", c.OIDC.Scopes, err)
 	}
 }
 

@@ -3,7 +3,10 @@
 // one place where it plugs into the rest of Gantry.
 package identity
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // Identity is an authenticated user.
 type Identity struct {
@@ -12,6 +15,10 @@ type Identity struct {
 	Email   string
 	Name    string
 	Groups  []string
+	// IssuedAt is when the provider asserted Groups (a token's iat); zero
+	// when the assertion is Gantry's own (a session, a token) or its time
+	// unknown. An older assertion never overwrites a newer one.
+	IssuedAt time.Time
 
 	// Set when the request authenticated with a personal access token: its id,
 	// and how it narrows what the owner may do (one team; reading only).

@@ -102,6 +102,8 @@ type wiring struct {
 	advice            *advice.Service
 	public            string // the URL people reach Gantry at
 	signIn            config.OIDC
+	portalScopes      []string // what the portal's sign-in asks for
+	cliScopes         []string // what the CLI is told to ask for (GET /auth/config)
 	sessions          *weblogin.Service
 	identify, recheck func(*http.Request) (identity.Identity, error)
 }
@@ -268,18 +270,27 @@ func (s *Server) signIn(ctx context.Context, ov Overrides, w *wiring) (err error
 	if err != nil {
 		return err
 	}
-	s.issuer, w.signIn = oc.Issuer, oc
 	an, err := authn.New(ctx, authn.Config{Issuer: oc.Issuer, Audiences: oc.Audiences, ClockSkew: oc.Skew(), Now: s.clock.Now,
 		Claims:       authn.Claims{Subject: oc.SubjectClaim, Email: oc.EmailClaim, Name: oc.NameClaim, Groups: oc.GroupsClaim},
 		SecondFactor: authn.SecondFactor{AMR: oc.SecondFactorAMR, ACR: oc.SecondFactorACR}})
 	if err != nil {
 		return err
 	}
+	// The provider's own spelling of its issuer (a trailing slash may
+	// differ from the configured one): users are keyed on it.
+	oc.Issuer = an.Issuer()
+	s.issuer, w.signIn = oc.Issuer, oc
 	if s.users, err = user.New(user.Options{Store: s.Store.Accounts, MaxGroupAge: time.Duration(cfg.MaxGroupAge), Now: s.clock.Now}); err != nil {
 		return err
 	}
+	// Configured scopes are asked for as they are; otherwise what the
+	// provider's discovery says it supports (authn.Scopes).
+	w.portalScopes, w.cliScopes = oc.Scopes, oc.Scopes
+	if len(oc.Scopes) == 0 {
+		w.portalScopes, w.cliScopes = an.Scopes(false), an.Scopes(true)
+	}
 	if w.sessions, err = weblogin.New(weblogin.Options{Config: weblogin.Config{ClientID: oc.ClientID, ClientSecret: string(oc.ClientSecret), RedirectURL: w.public + "/auth/callback",
-		Scopes: oc.Scopes, Endpoint: an.Endpoint(), Lifetime: cfg.Session(), ACRValues: oc.ACRValues}, Verifier: an, Store: s.Store.Accounts, Users: s.users, Now: s.clock.Now}); err != nil {
+		Scopes: w.portalScopes, Endpoint: an.Endpoint(), Lifetime: cfg.Session(), ACRValues: oc.ACRValues}, Verifier: an, Store: s.Store.Accounts, Users: s.users, Now: s.clock.Now}); err != nil {
 		return err
 	}
 	if s.tokens, err = token.New(token.Options{Store: s.Store.Accounts, Owners: s.users, Teams: s.authz, Now: s.clock.Now}); err != nil {
@@ -367,7 +378,7 @@ func (s *Server) handler(ov Overrides, w *wiring) error {
 		MaxBodyBytes: cfg.MaxBodyBytes, MaxConcurrentReads: int(cfg.MaxConcurrentReads), Logger: s.Log, LogDrain: time.Duration(cfg.LogDrain),
 		Portal:   pages,
 		Identify: w.identify, RecheckBearer: w.recheck, Sessions: w.sessions, Tokens: s.tokens, Users: s.users, Teams: s.authz.Teams,
-		SignIn:    model.AuthConfig{Issuer: oc.Issuer, CliClientID: oc.CLIClientID, Scopes: oc.Scopes},
+		SignIn:    model.AuthConfig{Issuer: oc.Issuer, CliClientID: oc.CLIClientID, Scopes: w.cliScopes},
 		Authorize: s.authz.AllowedSomewhere, RolesWith: s.authz.RolesWith, NeedsSecondFactor: s.authz.NeedsSecondFactor, Audit: s.denials, Images: s.Images,
 		AppTransport: apps, AppWorkers: appWorkers,
 		Agents: w.agents, RunTokens: w.runTokens, Runs: s.Runs, Trials: s.Trials, Moves: s.Store.Governance, Telemetry: s.Telemetry, Metrics: w.series, Advice: w.advice,

@@ -920,6 +920,16 @@ func testSessions(t *testing.T, s *stores.All) {
 	if _, u, err := s.SessionAndUser(ctx, "s1"); err != nil || u == nil || u.Key != ses.Identity.String() || !slices.Equal(u.Groups, []string{"g3"}) {
 		t.Fatalf("the session's user: %+v %v", u, err)
 	}
+	// An assertion older than the record's (a token issued before the last
+	// sign-in) leaves it as it is.
+	older := at.Add(-time.Hour)
+	if err := s.UpsertUser(ctx, user.User{ID: user.IDOf(ses.Identity.String()), Key: ses.Identity.String(), Issuer: "https://idp", Subject: "u1",
+		Groups: []string{"g1", "g3"}, GroupsAt: older, CreatedAt: older, LastSeenAt: older}); err != nil {
+		t.Fatal(err)
+	}
+	if _, u, err := s.SessionAndUser(ctx, "s1"); err != nil || u == nil || !slices.Equal(u.Groups, []string{"g3"}) || !u.GroupsAt.Equal(at) {
+		t.Fatalf("the session's user after an older assertion: %+v %v, want groups [g3] of %v", u, err, at)
+	}
 	if err := s.DeleteSession(ctx, "s1"); err != nil {
 		t.Fatal(err)
 	}

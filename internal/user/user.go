@@ -49,9 +49,10 @@ func IDOf(key string) string {
 
 // Store keeps users.
 type Store interface {
-	// UpsertUser records what the provider said about a user now (email,
+	// UpsertUser records what the provider said about a user (email,
 	// name, groups, GroupsAt, LastSeenAt), creating them if new; it never
-	// changes DeactivatedAt.
+	// changes DeactivatedAt, and leaves a record whose GroupsAt is later
+	// than u's as it is (an older token's groups lose to a newer sign-in's).
 	UpsertUser(ctx context.Context, u User) error
 	// User returns a user by id; *fault.NotFound if none.
 	User(ctx context.Context, id string) (User, error)
@@ -121,6 +122,13 @@ func (s *Service) Observe(ctx context.Context, id identity.Identity) (identity.I
 	key := id.String()
 	uid := IDOf(key)
 	now := s.now().UTC().Truncate(time.Microsecond)
+	// When the provider said it: a token's issue time (never later than
+	// now), so that a token issued before the user's last sign-in cannot
+	// bring back a group the provider has since taken away.
+	at := now
+	if !id.IssuedAt.IsZero() && id.IssuedAt.Before(now) {
+		at = id.IssuedAt.UTC().Truncate(time.Microsecond)
+	}
 	u, err := s.store.User(ctx, uid)
 	var nf *fault.NotFound
 	switch {
@@ -129,7 +137,9 @@ func (s *Service) Observe(ctx context.Context, id identity.Identity) (identity.I
 		return identity.Identity{}, fmt.Errorf("look up user %s: %w", key, err)
 	case !u.Active():
 		return identity.Identity{}, ErrDeactivated
-	case u.Email == id.Email && u.Name == id.Name && slices.Equal(u.Groups, id.Groups) && now.Sub(u.GroupsAt) < refreshEvery:
+	case at.Before(u.GroupsAt):
+		return id, nil // what was recorded is newer
+	case u.Email == id.Email && u.Name == id.Name && slices.Equal(u.Groups, id.Groups) && at.Sub(u.GroupsAt) < refreshEvery:
 		return id, nil // nothing new to record
 	}
 	groups := id.Groups
@@ -137,7 +147,7 @@ func (s *Service) Observe(ctx context.Context, id identity.Identity) (identity.I
 		groups = []string{}
 	}
 	if err := s.store.UpsertUser(ctx, User{ID: uid, Key: key, Issuer: id.Issuer, Subject: id.Subject, Email: id.Email, Name: id.Name,
-		Groups: groups, GroupsAt: now, CreatedAt: now, LastSeenAt: now}); err != nil {
+		Groups: groups, GroupsAt: at, CreatedAt: now, LastSeenAt: now}); err != nil {
 		return identity.Identity{}, fmt.Errorf("record user %s: %w", key, err)
 	}
 	s.namesMu.Lock()

@@ -84,6 +84,51 @@ func TestObserveAndCurrent(t *testing.T) {
 	}
 }
 
+// TestOlderTokenKeepsNewerGroups: a provider token issued before the
+// user's last sign-in (still valid: an hour on most providers) carries the
+// groups as they were; using it does not write them back over the newer
+// ones, which the user's sessions and tokens act with.
+func TestOlderTokenKeepsNewerGroups(t *testing.T) {
+	ctx := context.Background()
+	st, err := store.Open(ctx, store.SQLite, filepath.Join(t.TempDir(), "g.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	svc, err := user.New(user.Options{Store: accounts.New(st), MaxGroupAge: 24 * time.Hour, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := identity.Identity{Issuer: "https://idp", Subject: "ann", Groups: []string{"gantry-admins"}, IssuedAt: now.Add(-20 * time.Minute)}
+	fresh := identity.Identity{Issuer: "https://idp", Subject: "ann", Groups: []string{"ml-vision"}, IssuedAt: now.Add(-2 * time.Minute)}
+	groups := func() ([]string, time.Time) {
+		u, err := svc.Get(ctx, user.IDOf(old.String()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u.Groups, u.GroupsAt
+	}
+	for _, id := range []identity.Identity{old, fresh, old} {
+		if _, err := svc.Observe(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if g, at := groups(); len(g) != 1 || g[0] != "ml-vision" || !at.Equal(fresh.IssuedAt) {
+		t.Fatalf("after the older token again: %v as of %v, want [ml-vision] as of %v", g, at, fresh.IssuedAt)
+	}
+	// A token issued "later" than the server's clock (the provider's runs
+	// ahead) counts as issued now.
+	now = now.Add(2 * time.Minute)
+	ahead := identity.Identity{Issuer: "https://idp", Subject: "ann", Groups: []string{"ml-nlp"}, IssuedAt: now.Add(time.Minute)}
+	if _, err := svc.Observe(ctx, ahead); err != nil {
+		t.Fatal(err)
+	}
+	if g, at := groups(); len(g) != 1 || g[0] != "ml-nlp" || !at.Equal(now) {
+		t.Fatalf("after a token from the provider's future: %v as of %v, want [ml-nlp] as of %v", g, at, now)
+	}
+}
+
 // countingStore counts UsersByKey reads of the real store.
 type countingStore struct {
 	*accounts.Store

@@ -59,9 +59,10 @@ type Store interface {
 }
 
 // IDTokenVerifier checks an ID token from the provider: signature, issuer,
-// audience (the client id), expiry and nonce.
+// audience (the client id), expiry and nonce; groups it lacks come from the
+// provider's userinfo, read with the access token userinfo gives.
 type IDTokenVerifier interface {
-	VerifyIDToken(ctx context.Context, raw, clientID, nonce string) (identity.Identity, error)
+	VerifyIDToken(ctx context.Context, raw, clientID, nonce string, userinfo oauth2.TokenSource) (identity.Identity, error)
 }
 
 // Config configures the relying party.
@@ -195,7 +196,7 @@ func (s *Service) Finish(ctx context.Context, cb Callback) (cookie string, ses S
 	if raw == "" {
 		return "", ses, "", fmt.Errorf("%w: the token response has no ID token", ErrFailed)
 	}
-	id, err := s.verifier.VerifyIDToken(ctx, raw, s.cfg.ClientID, l.Nonce)
+	id, err := s.verifier.VerifyIDToken(ctx, raw, s.cfg.ClientID, l.Nonce, oauth2.StaticTokenSource(tok))
 	if err != nil {
 		return "", ses, "", fmt.Errorf("%w: %v", ErrFailed, err)
 	}

@@ -3,6 +3,8 @@ package weblogin_test
 import (
 	"context"
 	"database/sql"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -58,6 +60,13 @@ type callback struct{ state, code, err string }
 
 func setup(t *testing.T) *rig {
 	t.Helper()
+	return setupWith(t, []string{"openid", "profile", "email", "groups"}, nil)
+}
+
+// setupWith is setup asking for scopes, with the ID token verifier wrapped
+// by wrap (nil: as it is).
+func setupWith(t *testing.T, scopes []string, wrap func(weblogin.IDTokenVerifier) weblogin.IDTokenVerifier) *rig {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	codes := make(chan callback, 4)
@@ -93,8 +102,12 @@ func setup(t *testing.T) *rig {
 	}
 	t.Cleanup(func() { raw.Close() })
 	r := &rig{codes: codes, st: tp, db: raw}
+	var verifier weblogin.IDTokenVerifier = an
+	if wrap != nil {
+		verifier = wrap(an)
+	}
 	r.svc, err = weblogin.New(weblogin.Options{Config: weblogin.Config{ClientID: "portal", ClientSecret: "s", RedirectURL: rp.URL + "/auth/callback",
-		Scopes: []string{"openid", "profile", "email", "groups"}, Endpoint: an.Endpoint(), Lifetime: time.Hour}, Verifier: an, Store: tp, Users: users,
+		Scopes: scopes, Endpoint: an.Endpoint(), Lifetime: time.Hour}, Verifier: verifier, Store: tp, Users: users,
 		Now: func() time.Time { return time.Now().Add(time.Duration(r.ahead.Load())) }})
 	if err != nil {
 		t.Fatal(err)
@@ -177,6 +190,49 @@ func TestSignInAndOut(t *testing.T) {
 	}
 	if _, err := r.svc.Authenticate(ctx, cookie); !errors.Is(err, weblogin.ErrNoSession) {
 		t.Errorf("after sign-out: %v", err)
+	}
+}
+
+// idTokenClaims records the claims of the ID tokens it verifies.
+type idTokenClaims struct {
+	weblogin.IDTokenVerifier
+	seen []map[string]any
+}
+
+func (v *idTokenClaims) VerifyIDToken(ctx context.Context, raw, clientID, nonce string, userinfo oauth2.TokenSource) (identity.Identity, error) {
+	parts := strings.Split(raw, ".")
+	var claims map[string]any
+	if len(parts) == 3 {
+		if b, err := base64.RawURLEncoding.DecodeString(parts[1]); err == nil {
+			json.Unmarshal(b, &claims)
+		}
+	}
+	v.seen = append(v.seen, claims)
+	return v.IDTokenVerifier.VerifyIDToken(ctx, raw, clientID, nonce, userinfo)
+}
+
+// TestGroupsFromUserInfo: a provider that puts the groups in its userinfo
+// only (here: the portal does not ask for the groups scope, so the ID
+// token has none) still gives the session its user's groups.
+func TestGroupsFromUserInfo(t *testing.T) {
+	rec := &idTokenClaims{}
+	r := setupWith(t, []string{"openid", "profile", "email"}, func(v weblogin.IDTokenVerifier) weblogin.IDTokenVerifier {
+		rec.IDTokenVerifier = v
+		return rec
+	})
+	state, cb := r.signIn(t, "/")
+	_, ses, _, err := r.svc.Finish(context.Background(), weblogin.Callback{State: cb.state, Code: cb.code, CookieState: state})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.seen) != 1 || rec.seen[0]["sub"] != alice.Subject() {
+		t.Fatalf("ID tokens seen: %v", rec.seen)
+	}
+	if _, ok := rec.seen[0]["groups"]; ok {
+		t.Fatalf("the ID token has groups, so userinfo was not needed: %v", rec.seen[0])
+	}
+	if !slices.Equal(ses.Identity.Groups, alice.Groups) {
+		t.Fatalf("the session's groups %v, want %v from userinfo", ses.Identity.Groups, alice.Groups)
 	}
 }
 
@@ -378,6 +434,6 @@ func TestLocalPath(t *testing.T) {
 // noVerifier verifies no ID token: Authenticate never asks.
 type noVerifier struct{}
 
-func (noVerifier) VerifyIDToken(context.Context, string, string, string) (identity.Identity, error) {
+func (noVerifier) VerifyIDToken(context.Context, string, string, string, oauth2.TokenSource) (identity.Identity, error) {
 	return identity.Identity{}, errors.New("no provider")
 }

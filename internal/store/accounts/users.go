@@ -19,7 +19,8 @@ const userColumns = `id, user_key, issuer, subject, email, name, groups, groups_
 
 // UpsertUser implements user.Store: concurrent first sign-ins of one user
 // leave one row (store.Upsert: the row's id and its user_key are both
-// unique); deactivated_at and created_at are never overwritten.
+// unique); deactivated_at and created_at are never overwritten, nor is a
+// record whose groups the provider asserted later than u's (GroupsAt).
 func (s *Store) UpsertUser(ctx context.Context, u user.User) error {
 	groups, err := json.Marshal(u.Groups)
 	if err != nil {
@@ -32,11 +33,16 @@ func (s *Store) UpsertUser(ctx context.Context, u user.User) error {
 			if err != nil && !errors.Is(err, sql.ErrNoRows) {
 				return err
 			}
-			if _, err := s.db.TxExec(ctx, tx, s.db.Q(`INSERT INTO users (`+userColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?)
+			res, err := s.db.TxExec(ctx, tx, s.db.Q(`INSERT INTO users (`+userColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?)
 		ON CONFLICT (id) DO UPDATE SET email = excluded.email, name = excluded.name, groups = excluded.groups,
-			groups_at = excluded.groups_at, last_seen_at = excluded.last_seen_at`),
-				u.ID, u.Key, u.Issuer, u.Subject, u.Email, u.Name, string(groups), u.GroupsAt.UnixMicro(), u.CreatedAt.UnixMicro(), u.LastSeenAt.UnixMicro()); err != nil {
+			groups_at = excluded.groups_at, last_seen_at = excluded.last_seen_at
+		WHERE users.groups_at <= excluded.groups_at`),
+				u.ID, u.Key, u.Issuer, u.Subject, u.Email, u.Name, string(groups), u.GroupsAt.UnixMicro(), u.CreatedAt.UnixMicro(), u.LastSeenAt.UnixMicro())
+			if err != nil {
 				return err
+			}
+			if n, err := res.RowsAffected(); err != nil || n == 0 {
+				return err // the record holds a newer assertion than this one: it stays
 			}
 			if old != string(groups) {
 				// Groups lost or gained: what the user holds open is checked again.

@@ -959,6 +959,27 @@ clusters:
 	if _, err := wdyn["onprem"].Resource(kapi.VMResource).Namespace(teamNS).Get(ctx, "forged-vm", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("a VirtualMachine made of a FleetVM written on the worker: %v", err)
 	}
+	// A VM that runs for a copy whose manager's FleetVM is gone (as when
+	// MultiKueue could not remove the copy) is halted.
+	if cp, err := wdyn["onprem"].Resource(kapi.FleetVMResource).Namespace(teamNS).Get(ctx, "forged-vm", metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	} else {
+		orphan := map[string]any{"apiVersion": kapi.VMKind.GroupVersion().String(), "kind": kapi.VMKind.Kind,
+			"metadata": map[string]any{"name": "forged-vm", "namespace": teamNS, "labels": map[string]any{render.LabelManagedBy: render.ManagedBy},
+				"ownerReferences": []any{map[string]any{"apiVersion": "gantry.dev/v1alpha1", "kind": "FleetVM", "name": "forged-vm", "uid": string(cp.GetUID()), "controller": true}}},
+			"spec": map[string]any{"runStrategy": "Always", "template": map[string]any{"spec": map[string]any{"domain": map[string]any{"devices": map[string]any{}}}}}}
+		create(t, wdyn["onprem"], kapi.VMResource, teamNS, orphan)
+		waitfor.Until(t, time.Minute, "the VM of a copy without a manager's FleetVM halted", func() error {
+			vm, err := wdyn["onprem"].Resource(kapi.VMResource).Namespace(teamNS).Get(ctx, "forged-vm", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if rs, _, _ := unstructured.NestedString(vm.Object, "spec", "runStrategy"); rs != "Halted" {
+				return fmt.Errorf("runStrategy %s", rs)
+			}
+			return nil
+		})
+	}
 	if err := wdyn["onprem"].Resource(kapi.FleetVMResource).Namespace(teamNS).Delete(ctx, "forged-vm", metav1.DeleteOptions{}); err != nil {
 		t.Error(err)
 	}
@@ -974,6 +995,39 @@ clusters:
 	setVMStatus(at, "Running")
 	vmRuns(at)
 	step("ran")
+	// The worker's copy relabelled to name another Workload there (whoever
+	// may write FleetVMs on the worker): its VM is halted, not run under
+	// that Workload's admission; labelled back, it runs again.
+	runStrategy := func(want string) func(apiwatch.EventType, *unstructured.Unstructured) bool {
+		return func(ev apiwatch.EventType, u *unstructured.Unstructured) bool {
+			rs, _, _ := unstructured.NestedString(u.Object, "spec", "runStrategy")
+			return ev != apiwatch.Deleted && rs == want && u.GetUID() == vmUID
+		}
+	}
+	relabel := func(name string) {
+		t.Helper()
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]any{render.LabelPrebuiltWorkload: name}}})
+		if _, err := wdyn[at].Resource(kapi.FleetVMResource).Namespace(teamNS).Patch(ctx, vmW.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	haltedForLabel := everSeen(t, wdyn[at].Resource(kapi.VMResource).Namespace(teamNS), vmW.Name, runStrategy("Halted"))
+	relabel("someone-elses")
+	waitfor.Until(t, time.Minute, "the relabelled copy's VM halted", func() error {
+		if !haltedForLabel() {
+			return errors.New("still running")
+		}
+		return nil
+	})
+	runsAgain := everSeen(t, wdyn[at].Resource(kapi.VMResource).Namespace(teamNS), vmW.Name, runStrategy("Always"))
+	relabel(vmW.Name)
+	waitfor.Until(t, time.Minute, "the copy's VM running again once labelled back", func() error {
+		if !runsAgain() {
+			return errors.New("still halted")
+		}
+		return nil
+	})
+	step("relabelled was halted, and ran again")
 	if w := servertest.Deref(servertest.Must(api.GetWorkloadWithResponse(ctx, vmW.Id))(t).JSON200); math.Abs(w.PricePerHour-2*map[string]float64{"onprem": 1.10, "cloud": 3.20}[at]) > 1e-9 {
 		t.Errorf("the VM on %s at $%v/h, want its 2 A100s at that cluster's price", at, w.PricePerHour)
 	}

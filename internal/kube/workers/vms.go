@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/kube/kapi"
 	"github.com/gantryhq/gantry/internal/kube/kueue"
 	"github.com/gantryhq/gantry/internal/render"
@@ -41,8 +42,10 @@ const AnnotationVMClusters = "gantry.dev/vm-clusters"
 // its quota back once no worker it was made on runs an instance of it (a
 // worker Gantry cannot reach counts as running it).
 func (m *Manager) SyncVMs(ctx context.Context) error {
+	// With no VMs in the manager the workers are still looked at: a VM
+	// whose FleetVM went while its worker's copy stayed must not run on.
 	want, err := m.placedVMs(ctx)
-	if err != nil || len(want) == 0 {
+	if err != nil {
 		return err
 	}
 	var errs []error
@@ -125,8 +128,19 @@ func (m *Manager) runWorkerVMs(ctx context.Context, cluster string, dyn dynamic.
 		f := &fvms.Items[i]
 		key := f.GetNamespace() + "/" + f.GetName()
 		p, ours := want[key]
-		if by, _, _ := unstructured.NestedString(f.Object, "spec", "managedBy"); by != "" || f.GetDeletionTimestamp() != nil || !ours {
-			continue // a manager's own (this cluster is one too), going, or no manager's FleetVM of that name
+		if by, _, _ := unstructured.NestedString(f.Object, "spec", "managedBy"); by != "" || f.GetDeletionTimestamp() != nil {
+			continue // a manager's own (this cluster is one too), or going (its VM with it)
+		}
+		if !ours {
+			// No manager's FleetVM of that name (deleted while MultiKueue
+			// could not remove this copy, or never one): a VM Gantry made
+			// for the copy is halted, never left running.
+			if vm := have[key]; vm != nil && ownedBy(vm, f) {
+				if err := haltVM(ctx, dyn, vm); err != nil {
+					errs = append(errs, fmt.Errorf("FleetVM %s, no longer the manager's: %w", key, err))
+				}
+			}
+			continue
 		}
 		if err := m.runWorkerVM(ctx, cluster, dyn, f, have[key], p); err != nil {
 			errs = append(errs, fmt.Errorf("FleetVM %s: %w", key, err))
@@ -135,14 +149,29 @@ func (m *Manager) runWorkerVMs(ctx context.Context, cluster string, dyn dynamic.
 	return errors.Join(errs...)
 }
 
+// ownedBy says whether vm is the VM Gantry made for the FleetVM copy f.
+func ownedBy(vm, f *unstructured.Unstructured) bool {
+	ref := metav1.GetControllerOf(vm)
+	return vm.GetDeletionTimestamp() == nil && ref != nil && ref.UID == f.GetUID()
+}
+
+// haltVM halts a VM that runs, on the VM as read (a conflict is retried at
+// the next pass, on what changed it).
+func haltVM(ctx context.Context, dyn dynamic.Interface, vm *unstructured.Unstructured) error {
+	if rs, _, _ := unstructured.NestedString(vm.Object, "spec", "runStrategy"); rs == "Halted" {
+		return nil
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": vm.GetResourceVersion()}, "spec": map[string]any{"runStrategy": "Halted"}})
+	_, err := dyn.Resource(kapi.VMResource).Namespace(vm.GetNamespace()).Patch(ctx, vm.GetName(), types.MergePatchType, patch, metav1.PatchOptions{FieldManager: kapi.FieldManager})
+	return kapi.Classify(err, "VirtualMachine", vm.GetName())
+}
+
 // runWorkerVM makes the VM of a worker's FleetVM copy when it has none,
 // runs or halts it as the copy's Workload there and the manager say, and
 // copies its status.
 func (m *Manager) runWorkerVM(ctx context.Context, cluster string, dyn dynamic.Interface, f, vm *unstructured.Unstructured, p placedVM) error {
-	if vm != nil {
-		if ref := metav1.GetControllerOf(vm); vm.GetDeletionTimestamp() != nil || ref == nil || ref.UID != f.GetUID() {
-			return nil // an earlier copy's, going with it: the next pass makes this one's
-		}
+	if vm != nil && !ownedBy(vm, f) {
+		return nil // an earlier copy's, going with it: the next pass makes this one's
 	}
 	if vm == nil {
 		if err := m.noteVMCluster(ctx, p.fvm, cluster); err != nil {
@@ -154,17 +183,28 @@ func (m *Manager) runWorkerVM(ctx context.Context, cluster string, dyn dynamic.I
 		}
 		vm = made
 	}
-	if name := f.GetLabels()[render.LabelPrebuiltWorkload]; name != "" {
-		wl, err := dyn.Resource(kapi.KueueWorkloads).Namespace(f.GetNamespace()).Get(ctx, name, metav1.GetOptions{})
-		switch {
-		case apierrors.IsNotFound(err):
-		case err != nil:
-			return kapi.Classify(err, "Kueue Workload", name)
-		default:
-			hold := p.cluster != cluster || p.fvm.GetAnnotations()[kapi.AnnotationStopped] != ""
-			if err := kueue.RunVM(ctx, dyn, wl, vm.GetName(), kueue.VMRun{Hold: hold, AfterInstance: true}); err != nil {
-				return err
-			}
+	// The worker's Workload for this copy is MultiKueue's copy of the
+	// manager's, of the same name — never the one the copy's label names,
+	// which whoever may write FleetVMs there could point at another's
+	// Workload (to run under its admission, or give its quota back).
+	name := p.fvm.GetName()
+	if label := f.GetLabels()[render.LabelPrebuiltWorkload]; label != name {
+		return haltVM(ctx, dyn, vm) // not the copy MultiKueue made
+	}
+	wl, err := dyn.Resource(kapi.KueueWorkloads).Namespace(f.GetNamespace()).Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		// No Workload there (not yet, or deleted): nothing admits the VM
+		// on that worker, so it does not run.
+		if err := haltVM(ctx, dyn, vm); err != nil {
+			return err
+		}
+	case err != nil:
+		return kapi.Classify(err, "Kueue Workload", name)
+	default:
+		hold := p.cluster != cluster || p.fvm.GetAnnotations()[kapi.AnnotationStopped] != ""
+		if err := kueue.RunVM(ctx, dyn, wl, vm.GetName(), kueue.VMRun{Hold: hold, AfterInstance: true}); err != nil {
+			return err
 		}
 	}
 	status, _, _ := unstructured.NestedMap(vm.Object, "status")
@@ -180,7 +220,7 @@ func (m *Manager) runWorkerVM(ctx context.Context, cluster string, dyn dynamic.I
 	}
 	out := f.DeepCopy()
 	out.Object["status"] = status
-	_, err := dyn.Resource(kapi.FleetVMResource).Namespace(f.GetNamespace()).UpdateStatus(ctx, out, metav1.UpdateOptions{FieldManager: kapi.FieldManager})
+	_, err = dyn.Resource(kapi.FleetVMResource).Namespace(f.GetNamespace()).UpdateStatus(ctx, out, metav1.UpdateOptions{FieldManager: kapi.FieldManager})
 	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 		return nil // changed or gone since the list: the next pass copies it
 	}
@@ -281,17 +321,26 @@ func (m *Manager) releaseVMs(ctx context.Context, want map[string]placedVM) erro
 			continue
 		}
 		dyn := m.o.Cluster.Dynamic()
-		if _, err := dyn.Resource(kapi.FleetVMResource).Namespace(p.fvm.GetNamespace()).Patch(ctx, p.fvm.GetName(), types.MergePatchType, []byte(`{"status":null}`), metav1.PatchOptions{FieldManager: kapi.FieldManager}, "status"); err != nil && !apierrors.IsNotFound(err) {
+		var nf *fault.NotFound
+		var cf *fault.Conflict
+		out, err := dyn.Resource(kapi.FleetVMResource).Namespace(p.fvm.GetNamespace()).Patch(ctx, p.fvm.GetName(), types.MergePatchType, []byte(`{"status":null}`), metav1.PatchOptions{FieldManager: kapi.FieldManager}, "status")
+		switch {
+		case apierrors.IsNotFound(err):
+			continue // deleted: its Workload goes with it
+		case err != nil:
 			errs = append(errs, fmt.Errorf("FleetVM %s: clear its last copy's status: %w", key, err))
 			continue
 		}
+		out.DeepCopyInto(p.fvm) // the annotation's write below is on this version
 		if len(vmClusters(p.fvm)) > 0 {
-			if err := m.setVMClusters(ctx, p.fvm, ""); err != nil && !apierrors.IsNotFound(err) {
+			if err := m.setVMClusters(ctx, p.fvm, ""); errors.As(err, &nf) || errors.As(err, &cf) {
+				continue // deleted, or changed since: the next pass looks again
+			} else if err != nil {
 				errs = append(errs, fmt.Errorf("FleetVM %s: %w", key, err))
 				continue
 			}
 		}
-		if err := kueue.Release(ctx, dyn, p.wl); err != nil && !apierrors.IsConflict(err) {
+		if err := kueue.Release(ctx, dyn, p.wl); err != nil && !errors.As(err, &cf) {
 			errs = append(errs, err)
 		}
 	}

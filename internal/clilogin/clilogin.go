@@ -184,7 +184,9 @@ func (c *Credentials) Fresh(ctx context.Context, hc *http.Client, now time.Time)
 		return "", false, fmt.Errorf("%w (refresh failed: %v)", ErrNotSignedIn, err)
 	}
 	if err := c.take(tok); err != nil {
-		return "", false, err
+		// Some providers answer a refresh without a new ID token (the
+		// spec allows it): only a new sign-in gets one.
+		return "", false, fmt.Errorf("%w (the refresh brought no usable ID token: %v)", ErrNotSignedIn, err)
 	}
 	return c.IDToken, true, nil
 }

@@ -28,6 +28,9 @@ var gatedReads = map[string]bool{
 	"/api/v1/users/:user/tokens":       true,
 	"/api/v1/platform/edits":           true,
 	"/api/v1/teams/:team/settings":     true,
+	// A month of a team's runs and their GPU minutes: the heaviest read a
+	// team member may ask for, so it waits its turn like the rest.
+	"/api/v1/teams/:team/report": true,
 }
 
 // DefaultConcurrentReads is how many reads readGate lets run at once by

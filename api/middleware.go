@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
 
@@ -21,6 +22,7 @@ import (
 	"github.com/gantryhq/gantry/internal/interactive"
 	"github.com/gantryhq/gantry/internal/live"
 	"github.com/gantryhq/gantry/internal/logctx"
+	"github.com/gantryhq/gantry/internal/ownmetrics"
 	"github.com/gantryhq/gantry/internal/runs"
 	"github.com/gantryhq/gantry/internal/token"
 	"github.com/gantryhq/gantry/internal/user"
@@ -439,6 +441,40 @@ func auditLog(store audit.Store, log *slog.Logger, now func() time.Time) echo.Mi
 	}
 }
 
+// knownMethods answers 501 to a request whose method is none of HTTP's
+// own before anything else sees it: Go's server accepts any token as a
+// method, and what a method names would otherwise reach the metrics'
+// labels and the audit log. An interactive workload's app may speak
+// others (WebDAV's), so its requests pass.
+func knownMethods(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if ownmetrics.StandardMethod(c.Request().Method) || isInteractive(c.Request().URL.Path) {
+			return next(c)
+		}
+		return echo.NewHTTPError(http.StatusNotImplemented, "method not implemented")
+	}
+}
+
+// clip cuts s to at most n bytes (at a rune boundary), marking the cut:
+// what a request names is recorded, not kept whole.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
+}
+
+// Audit records keep at most these many bytes of what a request named and
+// of the reason it was refused: a path of a megabyte must not become an
+// append-only row of one.
+const (
+	auditObjectBytes = 512
+	auditReasonBytes = 2048
+)
+
 func record(c echo.Context, store audit.Store, log *slog.Logger, now func() time.Time, err error) error {
 	req := c.Request()
 	status := c.Response().Status
@@ -462,7 +498,7 @@ func record(c echo.Context, store audit.Store, log *slog.Logger, now func() time
 	if id, ok := identity.From(req.Context()); ok && (id.Via == identity.ViaAgent || id.Via == identity.ViaRun) && err == nil {
 		return nil // a node's telemetry and a run's progress change nothing a person did: refusals only
 	}
-	r := audit.Record{At: now(), Actor: "anonymous", Action: req.Method + " " + c.Path(), Object: req.URL.Path,
+	r := audit.Record{At: now(), Actor: "anonymous", Action: ownmetrics.Method(req.Method) + " " + clip(c.Path(), auditObjectBytes), Object: clip(req.URL.Path, auditObjectBytes),
 		Decision: audit.Allow, Status: status, RequestID: c.Response().Header().Get(echo.HeaderXRequestID)}
 	if id, ok := identity.From(req.Context()); ok {
 		r.Actor = id.String()
@@ -483,6 +519,7 @@ func record(c echo.Context, store audit.Store, log *slog.Logger, now func() time
 			r.Reason = p.Title
 		}
 	}
+	r.Reason = clip(r.Reason, auditReasonBytes)
 	if host, _, serr := net.SplitHostPort(req.RemoteAddr); serr == nil {
 		r.Source = host
 	}

@@ -224,6 +224,7 @@ func New(o Options) (*echo.Echo, error) {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = errorHandler(o.Logger, o.Transient)
+	e.Pre(knownMethods)
 	e.Use(
 		middleware.RequestID(),
 		logIDs,

@@ -17,13 +17,11 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"sync"
 	"time"
-
-	"golang.org/x/time/rate"
 
 	"github.com/gantryhq/gantry/internal/access"
 	"github.com/gantryhq/gantry/internal/audit"
+	"github.com/gantryhq/gantry/internal/clientaddr"
 	"github.com/gantryhq/gantry/internal/identity"
 	gtemplate "github.com/gantryhq/gantry/internal/template"
 	"github.com/gantryhq/gantry/internal/user"
@@ -98,36 +96,13 @@ func returnTo(asked string) string {
 }
 
 type portal struct {
-	o       Options
-	files   http.Handler
-	limiter *limiter
-}
-
-// limiter bounds how often one client address may start sign-ins: each start
-// stores a pending login, and a flood would fill that table.
-type limiter struct {
-	mu      sync.Mutex
-	clients map[string]*rate.Limiter
-	every   rate.Limit
-	burst   int
-}
-
-func (l *limiter) allow(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		host = addr
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if len(l.clients) > 10_000 {
-		clear(l.clients) // forget everyone rather than grow without bound
-	}
-	c, ok := l.clients[host]
-	if !ok {
-		c = rate.NewLimiter(l.every, l.burst)
-		l.clients[host] = c
-	}
-	return c.Allow()
+	o     Options
+	files http.Handler
+	// signIns bounds how often one source (an address, an IPv6 /64) may
+	// start sign-ins: each start stores a pending login, and a flood would
+	// fill that table. Past its bound on sources, new ones share a bucket
+	// rather than everyone's being forgotten.
+	signIns *clientaddr.Limiter
 }
 
 // New returns the portal's handler. Now, Sessions, Teams and Audit are
@@ -144,7 +119,7 @@ func New(o Options) (http.Handler, error) {
 		panic(err) // the embedded tree is fixed at build time
 	}
 	p := &portal{o: o, files: http.FileServer(http.FS(sub)),
-		limiter: &limiter{clients: map[string]*rate.Limiter{}, every: rate.Every(time.Second), burst: 60}}
+		signIns: clientaddr.NewLimiter(1, 60, 0, o.Now)}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", p.page("catalog"))
 	mux.HandleFunc("GET /workloads", p.page("workloads"))
@@ -256,7 +231,7 @@ func (p *portal) login(w http.ResponseWriter, r *http.Request) {
 		p.render(w, http.StatusServiceUnavailable, view{Error: "Sign-in is not configured on this server."})
 		return
 	}
-	if !p.limiter.allow(r.RemoteAddr) {
+	if ok, _ := p.signIns.Take(clientaddr.Source(r.RemoteAddr)); !ok {
 		w.Header().Set("Retry-After", "60")
 		p.render(w, http.StatusTooManyRequests, view{Error: "Too many sign-in attempts from your address; wait a minute and try again."})
 		return

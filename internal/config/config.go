@@ -208,6 +208,28 @@ type Security struct {
 	// (watch streams, followed logs, websockets to apps).
 	StreamsPerIdentity int64 `json:"streamsPerIdentity"`
 	StreamsPerReplica  int64 `json:"streamsPerReplica"`
+	// TrustedProxies are the addresses or prefixes whose X-Forwarded-For
+	// names the client (clientaddr.Behind).
+	TrustedProxies []string `json:"trustedProxies"`
+}
+
+// Proxies are TrustedProxies as prefixes (an address is a prefix of its
+// full length); the first that is neither is an error naming it.
+func (s Security) Proxies() ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, v := range s.TrustedProxies {
+		v = strings.TrimSpace(v)
+		if p, err := netip.ParsePrefix(v); err == nil {
+			out = append(out, p.Masked())
+			continue
+		}
+		a, err := netip.ParseAddr(v)
+		if err != nil {
+			return nil, fmt.Errorf("%q is neither an address nor a CIDR prefix", v)
+		}
+		out = append(out, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
+	}
+	return out, nil
 }
 
 // TLS configures HTTPS.
@@ -539,6 +561,9 @@ func (c *Config) validateListenAndDatabase(errs *fault.List) {
 // validateAuth checks oidc, defaulting its audiences to the client ids, or
 // devLogin when oidc.issuer is empty.
 func (c *Config) validateAuth(errs *fault.List) {
+	if _, err := c.Security.Proxies(); err != nil {
+		errs.Addf("security.trustedProxies", "%v", err)
+	}
 	if c.OIDC.Issuer != "" {
 		u, err := url.Parse(c.OIDC.Issuer)
 		if err != nil || u.Host == "" || (u.Scheme != "https" && !(u.Scheme == "http" && loopback(u.Hostname()))) {

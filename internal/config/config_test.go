@@ -201,6 +201,23 @@ func TestPublicURL(t *testing.T) {
 	}
 }
 
+// TestTrustedProxies: addresses and prefixes are read as prefixes; anything
+// else is refused with the key.
+func TestTrustedProxies(t *testing.T) {
+	c, err := Load("", lookup(map[string]string{"GANTRY_SECURITY_TRUSTED_PROXIES": "10.0.0.0/8, 192.0.2.1,fd00::/8"}), Flags{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps, err := c.Security.Proxies()
+	if err != nil || len(ps) != 3 || ps[1].String() != "192.0.2.1/32" {
+		t.Fatalf("proxies %v, %v", ps, err)
+	}
+	if _, err := Load("", lookup(map[string]string{"GANTRY_SECURITY_TRUSTED_PROXIES": "10.0.0.0/8,the-ingress"}), Flags{}); err == nil ||
+		!strings.Contains(err.Error(), `security.trustedProxies: "the-ingress" is neither an address nor a CIDR prefix`) {
+		t.Fatalf("a name for a proxy: %v", err)
+	}
+}
+
 // TestTypedDurations: a duration that is not one is an error where it was
 // read — the file's line, the variable, the flag — and one out of range names
 // its key.

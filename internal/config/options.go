@@ -142,6 +142,8 @@ var options = []option{
 		doc: "requests per second one source address (an IPv6 /64) may send to the API and to `/w/` without valid credentials; past it they are answered 429 before any authentication work, while valid credentials from the same address still work. 0: no limit"},
 	{key: "security.anonymousBurst", env: "GANTRY_SECURITY_ANONYMOUS_BURST", field: func(c *Config) any { return &c.Security.AnonymousBurst },
 		doc: "how many requests without valid credentials one source may send at once before `security.anonymousRate` applies (1 to 1000000)"},
+	{key: "security.trustedProxies", env: "GANTRY_SECURITY_TRUSTED_PROXIES", field: func(c *Config) any { return &c.Security.TrustedProxies },
+		doc: "addresses or CIDR prefixes of the proxies in front of Gantry (a load balancer, the Ingress controller's pods): from these peers the client is the right-most `X-Forwarded-For` address that is not one of them, for the rate limits, the sign-in limit and the audit log's source (comma-separated in the variable)", defaultDoc: "none: the peer is the client"},
 	{key: "tls.certFile", env: "GANTRY_TLS_CERT_FILE", field: func(c *Config) any { return &c.TLS.CertFile },
 		doc: "PEM certificate (chain) Gantry serves HTTPS with, with `tls.keyFile`; refused at start when expired; read again when the files change (a rotated pair that is bad or expired is refused and the one in force stays)", defaultDoc: "none: plain HTTP"},
 	{key: "tls.keyFile", env: "GANTRY_TLS_KEY_FILE", field: func(c *Config) any { return &c.TLS.KeyFile },

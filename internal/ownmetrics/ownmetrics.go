@@ -11,6 +11,7 @@ package ownmetrics
 
 import (
 	"bytes"
+	"net/http"
 	"strconv"
 	"time"
 
@@ -172,8 +173,30 @@ func (m *Metrics) Request(route, method string, code int, took time.Duration) {
 	if route == "" {
 		route = "unmatched"
 	}
+	method = Method(method)
 	m.requests.WithLabelValues(route, method, strconv.Itoa(code)).Inc()
 	m.duration.WithLabelValues(route, method).Observe(took.Seconds())
+}
+
+// StandardMethod says whether method is one of HTTP's own (RFC 9110 and
+// PATCH).
+func StandardMethod(method string) bool {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodOptions, http.MethodConnect, http.MethodTrace:
+		return true
+	}
+	return false
+}
+
+// Method is method as a label: itself when standard, else "OTHER" — a
+// client chooses the method, and a label per made-up method would grow
+// without bound.
+func Method(method string) string {
+	if StandardMethod(method) {
+		return method
+	}
+	return "OTHER"
 }
 
 // Launch records a launch's outcome.

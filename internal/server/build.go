@@ -22,6 +22,7 @@ import (
 	"github.com/gantryhq/gantry/internal/budget"
 	"github.com/gantryhq/gantry/internal/capacity"
 	"github.com/gantryhq/gantry/internal/carbon"
+	"github.com/gantryhq/gantry/internal/clientaddr"
 	"github.com/gantryhq/gantry/internal/config"
 	"github.com/gantryhq/gantry/internal/estimate"
 	"github.com/gantryhq/gantry/internal/fleet"
@@ -387,9 +388,16 @@ func (s *Server) handler(ov Overrides, w *wiring) error {
 	if err != nil {
 		return err
 	}
-	s.http = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute}
+	// MaxHeaderBytes: a request line and headers of 64 KiB hold any real
+	// client's (an ID token with 200 groups is about 10 KiB), not Go's
+	// default megabyte that each request could make Gantry read and hold.
+	proxies, _ := cfg.Security.Proxies() // checked when the configuration was read
+	s.http = &http.Server{Handler: clientaddr.Behind(h, proxies), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: MaxHeaderBytes}
 	return nil
 }
+
+// MaxHeaderBytes bounds a request's line and headers.
+const MaxHeaderBytes = 64 << 10
 
 // pue is the power usage effectiveness of a cluster's site: energy.pue for
 // the cluster Gantry drives (""), a worker's own from the clusters file

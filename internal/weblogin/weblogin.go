@@ -265,9 +265,10 @@ func (s *Service) End(ctx context.Context, cookie string) error {
 // escapes stay escaped), never a host, a scheme, a backslash or a control
 // character anywhere: browsers read a backslash as "/" and drop tabs and
 // newlines (the WHATWG URL parser's rules), so "/\\evil.example" would leave
-// the site. Anything else becomes "/".
+// the site. Anything else, or anything longer than MaxReturnPath, becomes
+// "/".
 func LocalPath(p string) string {
-	if p == "" || !strings.HasPrefix(p, "/") || strings.ContainsFunc(p, func(r rune) bool {
+	if p == "" || len(p) > MaxReturnPath || !strings.HasPrefix(p, "/") || strings.ContainsFunc(p, func(r rune) bool {
 		return r == '\\' || r < 0x20 || r >= 0x7f || unicode.IsSpace(r)
 	}) {
 		return "/"
@@ -292,6 +293,11 @@ func LocalPath(p string) string {
 }
 
 var dotEncoded = strings.NewReplacer("%2e", ".", "%2E", ".")
+
+// MaxReturnPath bounds a return address (a portal page and its query):
+// each sign-in begun stores one until it ends or expires, so a longer one
+// becomes "/".
+const MaxReturnPath = 2048
 
 func random(n int) string {
 	b := make([]byte, n)

@@ -418,12 +418,13 @@ func TestLocalPath(t *testing.T) {
 		"https://evil.example/": "/",
 		"/%5Cevil.example":      "/%5Cevil.example", // an escaped backslash stays a literal in a path
 		"/workloads?team=a":     "/workloads?team=a",
-		"/a/../b":               "/b",
-		"/caf\u00e9":            "/",
-		"":                      "/",
-		"/":                     "/",
-		"javascript:alert(1)":   "/",
-		"relative":              "/",
+		"/workloads?x=" + strings.Repeat("a", weblogin.MaxReturnPath): "/", // each begun sign-in stores it
+		"/a/../b":             "/b",
+		"/caf\u00e9":          "/",
+		"":                    "/",
+		"/":                   "/",
+		"javascript:alert(1)": "/",
+		"relative":            "/",
 	} {
 		if got := weblogin.LocalPath(in); got != want {
 			t.Errorf("LocalPath(%q) = %q, want %q", in, got, want)

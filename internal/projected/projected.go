@@ -2,7 +2,8 @@
 // without verifying it: its audiences, its expiry and the pod it is bound
 // to. The cluster verifies a token (a TokenReview); this only decides
 // whether one is worth asking about, so that anyone who can send a bearer
-// token cannot make Gantry ask the API server about anything.
+// token cannot make Gantry ask the API server about anything — and, with a
+// Budget, how many such questions Gantry asks a second at most.
 package projected
 
 import (
@@ -12,7 +13,32 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"golang.org/x/time/rate"
 )
+
+// Budget bounds the TokenReviews one Gantry asks its API server for, all
+// authenticators together: a token that looks right costs a review the
+// first time it is seen, and anyone can make up tokens that look right (a
+// new one each request, never cached). Known tokens are answered from the
+// authenticators' caches and spend none of it.
+type Budget struct{ lim *rate.Limiter }
+
+// NewBudget allows perSecond reviews, burst at once.
+func NewBudget(perSecond float64, burst int) *Budget {
+	return &Budget{lim: rate.NewLimiter(rate.Limit(perSecond), burst)}
+}
+
+// ErrBudget means a review was not asked for: too many at once.
+var ErrBudget = errors.New("too many new tokens to review at once; try again shortly")
+
+// Spend takes one review from the budget, or says there is none left.
+func (b *Budget) Spend() error {
+	if !b.lim.Allow() {
+		return ErrBudget
+	}
+	return nil
+}
 
 // Claims are what a token says of itself.
 type Claims struct {

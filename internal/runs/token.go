@@ -54,6 +54,8 @@ type Reviewer interface {
 type TokenAuth struct {
 	Reviewer Reviewer
 	Now      func() time.Time
+	// Reviews bounds the reviews asked for (shared with the agents').
+	Reviews *projected.Budget
 
 	mu       sync.Mutex
 	cache    map[[32]byte]cachedRun
@@ -103,8 +105,8 @@ func shapeOf(token string, now time.Time) (time.Time, error) {
 // is a *fault.Forbidden. What was said is kept per token and workload, so
 // that a token sent for another workload cannot have its own refused.
 func (a *TokenAuth) Authenticate(ctx context.Context, token, workload string) (identity.Identity, error) {
-	if a.Now == nil || a.Reviewer == nil {
-		return identity.Identity{}, errors.New("runs: TokenAuth needs a Reviewer and a clock (Now)")
+	if a.Now == nil || a.Reviewer == nil || a.Reviews == nil {
+		return identity.Identity{}, errors.New("runs: TokenAuth needs a Reviewer, a clock (Now) and a review budget (Reviews)")
 	}
 	now := a.Now()
 	key := sha256.Sum256([]byte(workload + "\x00" + token))
@@ -122,6 +124,9 @@ func (a *TokenAuth) Authenticate(ctx context.Context, token, workload string) (i
 	if err != nil {
 		a.reject(key, now)
 		return identity.Identity{}, err
+	}
+	if err := a.Reviews.Spend(); err != nil {
+		return identity.Identity{}, &fault.Unavailable{What: "token review", Err: err}
 	}
 	r, err := a.Reviewer.ReviewRunToken(ctx, token, Audience, workload)
 	if err != nil {

@@ -36,6 +36,7 @@ import (
 	"github.com/gantryhq/gantry/internal/overlay"
 	"github.com/gantryhq/gantry/internal/overrides"
 	"github.com/gantryhq/gantry/internal/ownmetrics"
+	"github.com/gantryhq/gantry/internal/projected"
 	"github.com/gantryhq/gantry/internal/render"
 	"github.com/gantryhq/gantry/internal/runs"
 	"github.com/gantryhq/gantry/internal/store"
@@ -209,8 +210,12 @@ func (s *Server) telemetryAndAdvice(w *wiring) error {
 	if s.cluster != nil {
 		kt := kube.Telemetry{Lazy: s.cluster}
 		to.Pods, to.Health = kt, kt
-		w.agents = &telemetry.AgentAuth{Reviewer: kt, Audience: tc.Audience, ServiceAccount: tc.ServiceAccount, Now: s.clock.Now}
-		w.runTokens = &runs.TokenAuth{Reviewer: kube.Runs{Lazy: s.cluster}, Now: s.clock.Now}
+		// One budget of TokenReviews for both: 20 a second, 100 at once —
+		// far above what a fleet's new tokens need (each is then cached),
+		// and a bound on what made-up ones cost the API server.
+		reviews := projected.NewBudget(20, 100)
+		w.agents = &telemetry.AgentAuth{Reviewer: kt, Audience: tc.Audience, ServiceAccount: tc.ServiceAccount, Now: s.clock.Now, Reviews: reviews}
+		w.runTokens = &runs.TokenAuth{Reviewer: kube.Runs{Lazy: s.cluster}, Now: s.clock.Now, Reviews: reviews}
 	}
 	if s.Runs, err = runs.New(runs.Options{Store: s.Store.Runs, Notifier: s.Store.Governance, Now: s.clock.Now, Log: s.Log,
 		Workloads: runWorkloads{svc: s.Workloads, records: s.Store.Workloads, templates: s.Catalog, now: s.clock.Now}}); err != nil {

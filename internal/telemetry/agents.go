@@ -39,6 +39,8 @@ type AgentAuth struct {
 	Audience       string // e.g. "gantry"
 	ServiceAccount string // e.g. system:serviceaccount:gantry-system:gantry-agent
 	Now            func() time.Time
+	// Reviews bounds the reviews asked for (shared with the runs' tokens).
+	Reviews *projected.Budget
 
 	mu       sync.Mutex
 	cache    map[[32]byte]cachedAgent
@@ -93,8 +95,8 @@ var ErrNotAgent = errors.New("not the node agent's ServiceAccount")
 // valid token of another ServiceAccount or one not bound to a node).
 func (a *AgentAuth) AuthenticateAgent(ctx context.Context, token string) (identity.Identity, error) {
 	now := a.Now
-	if now == nil {
-		return identity.Identity{}, errors.New("telemetry: AgentAuth has no clock (Now)")
+	if now == nil || a.Reviews == nil {
+		return identity.Identity{}, errors.New("telemetry: AgentAuth needs a clock (Now) and a review budget (Reviews)")
 	}
 	key := sha256.Sum256([]byte(token))
 	a.mu.Lock()
@@ -113,6 +115,9 @@ func (a *AgentAuth) AuthenticateAgent(ctx context.Context, token string) (identi
 	if err != nil {
 		a.reject(key, now())
 		return identity.Identity{}, err
+	}
+	if err := a.Reviews.Spend(); err != nil {
+		return identity.Identity{}, &fault.Unavailable{What: "token review", Err: err}
 	}
 	r, err := a.Reviewer.ReviewToken(ctx, token, a.Audience)
 	if err != nil {

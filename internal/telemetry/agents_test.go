@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/projected"
 	"github.com/gantryhq/gantry/internal/telemetry"
 )
 
@@ -37,7 +38,7 @@ func TestAgentAuthSparesTheAPIServer(t *testing.T) {
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	clock := func() time.Time { return now }
 	rv := &reviewer{review: telemetry.Review{Authenticated: true, Username: "system:serviceaccount:gantry-system:gantry-agent", Audiences: []string{"gantry"}, Node: "n1"}}
-	a := &telemetry.AgentAuth{Reviewer: rv, Audience: "gantry", ServiceAccount: "system:serviceaccount:gantry-system:gantry-agent", Now: clock}
+	a := &telemetry.AgentAuth{Reviewer: rv, Audience: "gantry", ServiceAccount: "system:serviceaccount:gantry-system:gantry-agent", Now: clock, Reviews: projected.NewBudget(1000, 1000)}
 	ctx := context.Background()
 	for _, bad := range []string{"garbage", "a.b.c", jwt(t, "kubernetes", now.Add(time.Hour)), jwt(t, []string{"gantry"}, now.Add(-time.Minute))} {
 		if _, err := a.AuthenticateAgent(ctx, bad); err == nil {
@@ -75,5 +76,35 @@ func TestAgentAuthSparesTheAPIServer(t *testing.T) {
 	}
 	if n := rv.n.Load(); n != 2 {
 		t.Fatalf("%d reviews: a refused token must not be reviewed again at once", n)
+	}
+}
+
+// TestAgentAuthReviewBudget: made-up tokens that look right (a new one each
+// request, so none is cached) cost reviews only within the budget; past it
+// they are answered "unavailable" without a review, and a token already
+// accepted is still answered from the cache.
+func TestAgentAuthReviewBudget(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	rv := &reviewer{review: telemetry.Review{Authenticated: true, Username: "system:serviceaccount:gantry-system:gantry-agent", Audiences: []string{"gantry"}, Node: "n1"}}
+	a := &telemetry.AgentAuth{Reviewer: rv, Audience: "gantry", ServiceAccount: "system:serviceaccount:gantry-system:gantry-agent", Now: clock,
+		Reviews: projected.NewBudget(0.001, 3)}
+	ctx := context.Background()
+	good := jwt(t, []string{"gantry"}, now.Add(time.Hour))
+	if _, err := a.AuthenticateAgent(ctx, good); err != nil {
+		t.Fatal(err)
+	}
+	var un *fault.Unavailable
+	refused := 0
+	for i := range 20 {
+		if _, err := a.AuthenticateAgent(ctx, jwt(t, []string{"gantry"}, now.Add(time.Hour+time.Duration(i+1)*time.Second))); errors.As(err, &un) {
+			refused++
+		}
+	}
+	if n := rv.n.Load(); n != 3 || refused != 18 {
+		t.Fatalf("%d reviews and %d refused unreviewed for 21 new tokens with a budget of 3, want 3 and 18", n, refused)
+	}
+	if id, err := a.AuthenticateAgent(ctx, good); err != nil || id.Node != "n1" {
+		t.Fatalf("the accepted token with the budget spent: %+v %v", id, err)
 	}
 }

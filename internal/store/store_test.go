@@ -729,6 +729,25 @@ func testTokens(t *testing.T, s *stores.All) {
 	if err != nil || len(list) != 1 || list[0].RevokedAt.IsZero() {
 		t.Fatalf("list after revoke: %+v %v", list, err)
 	}
+	// One person holds at most token.MaxLive live tokens (the revoked one
+	// does not count); revoking one makes room again.
+	dora := identity.With(context.Background(), identity.Identity{Issuer: "https://idp", Subject: "dora"})
+	var last token.Token
+	for i := range token.MaxLive {
+		if last, _, err = svc.Create(dora, token.Request{Name: fmt.Sprintf("t%d", i), Lifetime: time.Hour}); err != nil {
+			t.Fatalf("token %d of %d: %v", i+1, token.MaxLive, err)
+		}
+	}
+	var cf *fault.Conflict
+	if _, _, err := svc.Create(dora, token.Request{Name: "one more", Lifetime: time.Hour}); !errors.As(err, &cf) {
+		t.Fatalf("token %d: %v, want a conflict", token.MaxLive+1, err)
+	}
+	if err := svc.Revoke(dora, last.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := svc.Create(dora, token.Request{Name: "one more", Lifetime: time.Hour}); err != nil {
+		t.Fatalf("after a revoke: %v", err)
+	}
 }
 
 // testTokenAndOwner: a token is read with its owner's record in one

@@ -105,6 +105,10 @@ type Request struct {
 	ReadOnly bool
 }
 
+// MaxLive is how many tokens one person may hold that are neither revoked
+// nor expired.
+const MaxLive = 200
+
 // ErrInvalid means a presented token is unknown, malformed, expired or revoked;
 // callers answer 401 without saying which.
 var ErrInvalid = errors.New("invalid token")
@@ -140,8 +144,25 @@ func (s *Service) Create(ctx context.Context, req Request) (Token, string, error
 	if err := errs.Err(); err != nil {
 		return Token{}, "", err
 	}
-	id, secret := random(9), random(24)
 	now := s.now().UTC().Truncate(time.Microsecond)
+	// A bound on what one person keeps, so that a loop of creates cannot
+	// grow the table without end. (Checked, then created: creates at once
+	// may pass it by their number, which the request rate bounds.)
+	held, err := s.store.Tokens(ctx, owner.String())
+	if err != nil {
+		return Token{}, "", fmt.Errorf("count your tokens: %w", err)
+	}
+	live := 0
+	for _, t := range held {
+		if t.RevokedAt.IsZero() && now.Before(t.ExpiresAt) {
+			live++
+		}
+	}
+	if live >= MaxLive {
+		return Token{}, "", &fault.Conflict{Kind: "token", Name: strings.TrimSpace(req.Name),
+			Reason: fmt.Sprintf("you hold %d live tokens, the most one person may: revoke one you no longer use", live)}
+	}
+	id, secret := random(9), random(24)
 	owner.TokenID, owner.TokenTeam, owner.ReadOnly = "", "", false
 	t := Token{ID: id, Owner: owner, Name: strings.TrimSpace(req.Name), SecretHash: Hash(secret), Team: req.Team, ReadOnly: req.ReadOnly,
 		CreatedAt: now, ExpiresAt: now.Add(req.Lifetime)}

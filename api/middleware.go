@@ -17,6 +17,7 @@ import (
 
 	"github.com/gantryhq/gantry/internal/audit"
 	"github.com/gantryhq/gantry/internal/authn"
+	"github.com/gantryhq/gantry/internal/clientaddr"
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/interactive"
@@ -112,7 +113,10 @@ func (cr credentials) authenticate(r *http.Request) (identity.Identity, *weblogi
 func identify(cr credentials, agents AgentAuthenticator, runTokens RunAuthenticator) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
-			r := c.Request()
+			// Who the request comes from, for what verifying its credential
+			// spends per source (projected.Budget's TokenReviews).
+			r := c.Request().WithContext(clientaddr.WithSource(c.Request().Context(), clientaddr.Source(c.Request().RemoteAddr)))
+			c.SetRequest(r)
 			if r.URL.Path == AgentPath {
 				return identifyAgent(c, next, agents)
 			}
@@ -444,8 +448,9 @@ func auditLog(store audit.Store, log *slog.Logger, now func() time.Time) echo.Mi
 // knownMethods answers 501 to a request whose method is none of HTTP's
 // own before anything else sees it: Go's server accepts any token as a
 // method, and what a method names would otherwise reach the metrics'
-// labels and the audit log. An interactive workload's app may speak
-// others (WebDAV's), so its requests pass.
+// labels and the audit log. An interactive workload's requests pass to its
+// route, which answers the methods echo routes with Any (HTTP's own,
+// PROPFIND and REPORT) and 405 to the rest.
 func knownMethods(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		if ownmetrics.StandardMethod(c.Request().Method) || isInteractive(c.Request().URL.Path) {

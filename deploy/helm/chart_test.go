@@ -134,6 +134,7 @@ func TestRefused(t *testing.T) {
 		{"no OpenID provider", "postgres", []string{"oidc.issuer="}, "oidc.issuer: Gantry serves beyond loopback only with an OpenID provider"},
 		{"an http OpenID provider", "postgres", []string{"oidc.issuer=http://idp.example.com"}, "/oidc/issuer"},
 		{"no public URL", "postgres", []string{"publicURL="}, "publicURL: how browsers reach Gantry"},
+		{"trusted proxies that anyone may pass", "postgres", []string{"ingress.trustedProxies[0]=10.0.0.0/8"}, "ingress.trustedProxies: Gantry believes X-Forwarded-For"},
 		{"no catalog", "postgres", []string{"catalog.policy.configMap="}, "catalog.policy: give configMap"},
 		{"replicas not a number", "postgres", []string{"replicas=two"}, "/replicas"},
 		{"an unknown value", "postgres", []string{"replica=3"}, "replica"},

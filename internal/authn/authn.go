@@ -237,7 +237,7 @@ func (a *Authenticator) check(ctx context.Context, raw string) (identity.Identit
 	id.Email, _ = Claim(claims, a.cfg.Claims.Email).(string)
 	id.Name, _ = Claim(claims, a.cfg.Claims.Name).(string)
 	groups := Claim(claims, a.cfg.Claims.Groups)
-	id.Groups = Groups(groups)
+	id.Groups, id.GroupsAbsent = Groups(groups), groups == nil
 	if groups == nil {
 		// Entra ID's group overage: past 200 groups the token carries a
 		// pointer to Microsoft Graph instead (_claim_names). Acting with
@@ -343,14 +343,6 @@ func (a *Authenticator) VerifyIDToken(ctx context.Context, raw, clientID, nonce 
 	if err != nil {
 		return id, err
 	}
-	if userinfo != nil && id.Groups == nil {
-		var claims map[string]any
-		if err := tok.Claims(&claims); err == nil && Claim(claims, a.cfg.Claims.Groups) == nil {
-			if id.Groups, err = a.userInfoGroups(ctx, userinfo, id.Subject); err != nil {
-				return identity.Identity{}, err
-			}
-		}
-	}
 	if !slices.Contains(tok.Audience, clientID) {
 		return identity.Identity{}, fmt.Errorf("%w: issued to %v, not %s", ErrInvalidToken, tok.Audience, clientID)
 	}
@@ -363,13 +355,21 @@ func (a *Authenticator) VerifyIDToken(ctx context.Context, raw, clientID, nonce 
 	if nonce == "" || subtle.ConstantTimeCompare([]byte(tok.Nonce), []byte(nonce)) != 1 {
 		return identity.Identity{}, fmt.Errorf("%w: the nonce does not match this sign-in", ErrInvalidToken)
 	}
+	if userinfo != nil && id.GroupsAbsent {
+		if id.Groups, err = a.userInfoGroups(ctx, userinfo, tok.Subject); err != nil {
+			return identity.Identity{}, err
+		}
+	}
+	// A sign-in says what the user's groups are now, from the ID token or
+	// userinfo; none from either is none.
+	id.GroupsAbsent = false
 	return id, nil
 }
 
 // userInfoGroups reads the groups claim from the provider's userinfo
-// endpoint, whose subject must be the ID token's (OIDC Core 5.3.2). A
+// endpoint, whose sub must be the ID token's sub (OIDC Core 5.3.2). A
 // provider without the endpoint has no groups to give.
-func (a *Authenticator) userInfoGroups(ctx context.Context, ts oauth2.TokenSource, subject string) ([]string, error) {
+func (a *Authenticator) userInfoGroups(ctx context.Context, ts oauth2.TokenSource, sub string) ([]string, error) {
 	if a.provider.UserInfoEndpoint() == "" {
 		return nil, nil
 	}
@@ -381,8 +381,11 @@ func (a *Authenticator) userInfoGroups(ctx context.Context, ts oauth2.TokenSourc
 	if err := info.Claims(&claims); err != nil {
 		return nil, fmt.Errorf("%w: the provider's userinfo: %v", ErrInvalidToken, err)
 	}
-	if sub, _ := Claim(claims, a.cfg.Claims.Subject).(string); sub != subject {
-		return nil, fmt.Errorf("%w: the provider's userinfo names %q, the ID token %q", ErrInvalidToken, sub, subject)
+	// The sub claims, whatever claim names Gantry's users (Entra ID's
+	// userinfo has no oid): userinfo's answer is about the ID token's
+	// subject, or it is not about this sign-in.
+	if got, _ := claims["sub"].(string); got != sub {
+		return nil, fmt.Errorf("%w: the provider's userinfo is about %q, the ID token about %q", ErrInvalidToken, got, sub)
 	}
 	return Groups(Claim(claims, a.cfg.Claims.Groups)), nil
 }

@@ -250,6 +250,28 @@ func TestIssuerSlash(t *testing.T) {
 	}
 }
 
+// TestGroupsAbsent: a token without the groups claim says so (it says
+// nothing of the user's groups); one with an empty claim says there are
+// none.
+func TestGroupsAbsent(t *testing.T) {
+	is := newIssuer(t)
+	a := auth(t, is, authn.Claims{})
+	for _, tc := range []struct {
+		name   string
+		mod    func(map[string]any)
+		absent bool
+	}{
+		{"absent", func(c map[string]any) { delete(c, "groups") }, true},
+		{"empty", func(c map[string]any) { c["groups"] = []string{} }, false},
+		{"some", nil, false},
+	} {
+		id, err := a.Verify(context.Background(), is.token(t, "k1", is.claims(tc.mod)))
+		if err != nil || id.GroupsAbsent != tc.absent {
+			t.Errorf("%s: GroupsAbsent %v (%v), want %v", tc.name, id.GroupsAbsent, err, tc.absent)
+		}
+	}
+}
+
 // TestScopes: with none configured, a sign-in asks for what every
 // provider knows, and for groups and offline_access (the CLI's only) where
 // the provider lists them.

@@ -7,6 +7,7 @@
 package clientaddr
 
 import (
+	"context"
 	"net"
 	"net/http"
 	"net/netip"
@@ -160,4 +161,18 @@ func (l *Limiter) bucketOf(src string, now time.Time) *rate.Limiter {
 	b := &bucket{lim: rate.NewLimiter(l.limit, l.burst), used: now}
 	l.sources[src] = b
 	return b.lim
+}
+
+type sourceKey struct{}
+
+// WithSource returns ctx carrying the source a request is charged to, for
+// work deeper down that spends a shared budget (projected.Budget).
+func WithSource(ctx context.Context, src string) context.Context {
+	return context.WithValue(ctx, sourceKey{}, src)
+}
+
+// SourceFrom is the source ctx carries, "" when none.
+func SourceFrom(ctx context.Context) string {
+	src, _ := ctx.Value(sourceKey{}).(string)
+	return src
 }

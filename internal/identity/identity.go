@@ -19,6 +19,11 @@ type Identity struct {
 	// when the assertion is Gantry's own (a session, a token) or its time
 	// unknown. An older assertion never overwrites a newer one.
 	IssuedAt time.Time
+	// GroupsAbsent: the provider's token carried no groups claim at all
+	// (not an empty one). Some providers send groups only at sign-in (in
+	// userinfo), or only when there are some: such a token says nothing
+	// of the groups recorded at the last sign-in, and leaves them be.
+	GroupsAbsent bool
 
 	// Set when the request authenticated with a personal access token: its id,
 	// and how it narrows what the owner may do (one team; reading only).

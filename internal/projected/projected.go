@@ -7,6 +7,7 @@
 package projected
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -15,26 +16,49 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+
+	"github.com/gantryhq/gantry/internal/clientaddr"
 )
 
 // Budget bounds the TokenReviews one Gantry asks its API server for, all
-// authenticators together: a token that looks right costs a review the
-// first time it is seen, and anyone can make up tokens that look right (a
-// new one each request, never cached). Known tokens are answered from the
-// authenticators' caches and spend none of it.
-type Budget struct{ lim *rate.Limiter }
+// authenticators together and per source: a token that looks right costs a
+// review the first time it is seen, and anyone can make up tokens that look
+// right (a new one each request, never cached). Known tokens are answered
+// from the authenticators' caches and spend none of it. The per-source
+// bucket keeps one client from spending everyone's budget (the agents'
+// tokens rotate hourly and each new one needs a review).
+type Budget struct {
+	all       *rate.Limiter
+	perSource *clientaddr.Limiter
+	now       func() time.Time
+}
 
-// NewBudget allows perSecond reviews, burst at once.
-func NewBudget(perSecond float64, burst int) *Budget {
-	return &Budget{lim: rate.NewLimiter(rate.Limit(perSecond), burst)}
+// BudgetOptions size a Budget: Rate reviews a second, Burst at once, in
+// all; SourceRate and SourceBurst for one source (clientaddr.SourceFrom
+// the request's context; a request without one spends only from the whole).
+type BudgetOptions struct {
+	Rate, SourceRate   float64
+	Burst, SourceBurst int
+	Now                func() time.Time
+}
+
+// NewBudget makes a Budget.
+func NewBudget(o BudgetOptions) *Budget {
+	return &Budget{all: rate.NewLimiter(rate.Limit(o.Rate), o.Burst), perSource: clientaddr.NewLimiter(o.SourceRate, o.SourceBurst, 0, o.Now), now: o.Now}
 }
 
 // ErrBudget means a review was not asked for: too many at once.
 var ErrBudget = errors.New("too many new tokens to review at once; try again shortly")
 
-// Spend takes one review from the budget, or says there is none left.
-func (b *Budget) Spend() error {
-	if !b.lim.Allow() {
+// Spend takes one review from the request's source's bucket and from the
+// whole, or says there is none left.
+func (b *Budget) Spend(ctx context.Context) error {
+	if src := clientaddr.SourceFrom(ctx); src != "" {
+		if ok, _ := b.perSource.Take(src); !ok {
+			return ErrBudget
+		}
+	}
+	if !b.all.AllowN(b.now(), 1) {
 		return ErrBudget
 	}
 	return nil

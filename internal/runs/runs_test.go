@@ -271,7 +271,7 @@ func enc64(s string) string { return base64.RawURLEncoding.EncodeToString([]byte
 func TestTokenAuth(t *testing.T) {
 	rv := &reviewer{r: runs.Review{Authenticated: true, Audiences: []string{runs.Audience}, Username: "system:serviceaccount:gantry-vision:default", Workload: "w1", Pod: "gantry-vision/train-w1-x"}}
 	clock := now
-	a := &runs.TokenAuth{Reviewer: rv, Now: func() time.Time { return clock }, Reviews: projected.NewBudget(1000, 1000)}
+	a := &runs.TokenAuth{Reviewer: rv, Now: func() time.Time { return clock }, Reviews: projected.NewBudget(projected.BudgetOptions{Rate: 1000, Burst: 1000, SourceRate: 1000, SourceBurst: 1000, Now: time.Now})}
 	tok := jwt(runs.Audience, now.Add(time.Hour))
 	unbound := enc64(`{"alg":"RS256"}`) + "." + enc64(`{"aud":["gantry-run"],"exp":`+strconv.FormatInt(now.Add(time.Hour).Unix(), 10)+`}`) + ".sig"
 	if !runs.IsRunToken(tok) || runs.IsRunToken(jwt("gantry", now.Add(time.Hour))) || runs.IsRunToken("gnt_abc") || runs.IsRunToken(unbound) {
@@ -316,7 +316,7 @@ func TestTokenAuth(t *testing.T) {
 func TestTokenAuthPerWorkload(t *testing.T) {
 	rv := &reviewer{r: runs.Review{Authenticated: true, Audiences: []string{runs.Audience}, Username: "system:serviceaccount:gantry-vision:default", Workload: "w1", Pod: "gantry-vision/train-w1-x", Cluster: "onprem"},
 		refuse: map[string]bool{"w2": true}}
-	a := &runs.TokenAuth{Reviewer: rv, Now: func() time.Time { return now }, Reviews: projected.NewBudget(1000, 1000)}
+	a := &runs.TokenAuth{Reviewer: rv, Now: func() time.Time { return now }, Reviews: projected.NewBudget(projected.BudgetOptions{Rate: 1000, Burst: 1000, SourceRate: 1000, SourceBurst: 1000, Now: time.Now})}
 	tok := jwt(runs.Audience, now.Add(time.Hour))
 	if _, err := a.Authenticate(context.Background(), tok, "w2"); err == nil {
 		t.Fatal("accepted for a workload whose cluster refuses it")

@@ -125,7 +125,7 @@ func (a *TokenAuth) Authenticate(ctx context.Context, token, workload string) (i
 		a.reject(key, now)
 		return identity.Identity{}, err
 	}
-	if err := a.Reviews.Spend(); err != nil {
+	if err := a.Reviews.Spend(ctx); err != nil {
 		return identity.Identity{}, &fault.Unavailable{What: "token review", Err: err}
 	}
 	r, err := a.Reviewer.ReviewRunToken(ctx, token, Audience, workload)

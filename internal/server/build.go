@@ -210,10 +210,12 @@ func (s *Server) telemetryAndAdvice(w *wiring) error {
 	if s.cluster != nil {
 		kt := kube.Telemetry{Lazy: s.cluster}
 		to.Pods, to.Health = kt, kt
-		// One budget of TokenReviews for both: 20 a second, 100 at once —
-		// far above what a fleet's new tokens need (each is then cached),
-		// and a bound on what made-up ones cost the API server.
-		reviews := projected.NewBudget(20, 100)
+		// One budget of TokenReviews for both: 20 a second, 100 at once, and
+		// from one source (an address, an IPv6 /64) one a second, 20 at
+		// once — far above what a fleet's new tokens need (each is then
+		// cached, and agents' rotate hourly), and a bound on what made-up
+		// ones cost the API server.
+		reviews := projected.NewBudget(projected.BudgetOptions{Rate: 20, Burst: 100, SourceRate: 1, SourceBurst: 20, Now: s.clock.Now})
 		w.agents = &telemetry.AgentAuth{Reviewer: kt, Audience: tc.Audience, ServiceAccount: tc.ServiceAccount, Now: s.clock.Now, Reviews: reviews}
 		w.runTokens = &runs.TokenAuth{Reviewer: kube.Runs{Lazy: s.cluster}, Now: s.clock.Now, Reviews: reviews}
 	}

@@ -116,7 +116,7 @@ func (a *AgentAuth) AuthenticateAgent(ctx context.Context, token string) (identi
 		a.reject(key, now())
 		return identity.Identity{}, err
 	}
-	if err := a.Reviews.Spend(); err != nil {
+	if err := a.Reviews.Spend(ctx); err != nil {
 		return identity.Identity{}, &fault.Unavailable{What: "token review", Err: err}
 	}
 	r, err := a.Reviewer.ReviewToken(ctx, token, a.Audience)

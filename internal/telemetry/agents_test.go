@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gantryhq/gantry/internal/clientaddr"
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/projected"
 	"github.com/gantryhq/gantry/internal/telemetry"
@@ -38,7 +39,7 @@ func TestAgentAuthSparesTheAPIServer(t *testing.T) {
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	clock := func() time.Time { return now }
 	rv := &reviewer{review: telemetry.Review{Authenticated: true, Username: "system:serviceaccount:gantry-system:gantry-agent", Audiences: []string{"gantry"}, Node: "n1"}}
-	a := &telemetry.AgentAuth{Reviewer: rv, Audience: "gantry", ServiceAccount: "system:serviceaccount:gantry-system:gantry-agent", Now: clock, Reviews: projected.NewBudget(1000, 1000)}
+	a := &telemetry.AgentAuth{Reviewer: rv, Audience: "gantry", ServiceAccount: "system:serviceaccount:gantry-system:gantry-agent", Now: clock, Reviews: projected.NewBudget(projected.BudgetOptions{Rate: 1000, Burst: 1000, SourceRate: 1000, SourceBurst: 1000, Now: time.Now})}
 	ctx := context.Background()
 	for _, bad := range []string{"garbage", "a.b.c", jwt(t, "kubernetes", now.Add(time.Hour)), jwt(t, []string{"gantry"}, now.Add(-time.Minute))} {
 		if _, err := a.AuthenticateAgent(ctx, bad); err == nil {
@@ -88,7 +89,7 @@ func TestAgentAuthReviewBudget(t *testing.T) {
 	clock := func() time.Time { return now }
 	rv := &reviewer{review: telemetry.Review{Authenticated: true, Username: "system:serviceaccount:gantry-system:gantry-agent", Audiences: []string{"gantry"}, Node: "n1"}}
 	a := &telemetry.AgentAuth{Reviewer: rv, Audience: "gantry", ServiceAccount: "system:serviceaccount:gantry-system:gantry-agent", Now: clock,
-		Reviews: projected.NewBudget(0.001, 3)}
+		Reviews: projected.NewBudget(projected.BudgetOptions{Rate: 0.001, Burst: 3, SourceRate: 1000, SourceBurst: 1000, Now: clock})}
 	ctx := context.Background()
 	good := jwt(t, []string{"gantry"}, now.Add(time.Hour))
 	if _, err := a.AuthenticateAgent(ctx, good); err != nil {
@@ -106,5 +107,27 @@ func TestAgentAuthReviewBudget(t *testing.T) {
 	}
 	if id, err := a.AuthenticateAgent(ctx, good); err != nil || id.Node != "n1" {
 		t.Fatalf("the accepted token with the budget spent: %+v %v", id, err)
+	}
+}
+
+// TestAgentAuthReviewBudgetPerSource: one source's made-up tokens spend its
+// own bucket, not everyone's: another source's new token is still reviewed.
+func TestAgentAuthReviewBudgetPerSource(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	rv := &reviewer{review: telemetry.Review{Authenticated: true, Username: "system:serviceaccount:gantry-system:gantry-agent", Audiences: []string{"gantry"}, Node: "n1"}}
+	a := &telemetry.AgentAuth{Reviewer: rv, Audience: "gantry", ServiceAccount: "system:serviceaccount:gantry-system:gantry-agent", Now: clock,
+		Reviews: projected.NewBudget(projected.BudgetOptions{Rate: 1000, Burst: 1000, SourceRate: 0.001, SourceBurst: 2, Now: clock})}
+	attacker := clientaddr.WithSource(context.Background(), "203.0.113.9")
+	var un *fault.Unavailable
+	for i := range 5 {
+		_, err := a.AuthenticateAgent(attacker, jwt(t, []string{"gantry"}, now.Add(time.Hour+time.Duration(i)*time.Second)))
+		if refused := errors.As(err, &un); refused != (i >= 2) {
+			t.Fatalf("the attacker's token %d: %v", i+1, err)
+		}
+	}
+	node := clientaddr.WithSource(context.Background(), "10.0.0.7")
+	if id, err := a.AuthenticateAgent(node, jwt(t, []string{"gantry"}, now.Add(2*time.Hour))); err != nil || id.Node != "n1" {
+		t.Fatalf("an agent's new token from another source: %+v %v", id, err)
 	}
 }

@@ -145,9 +145,10 @@ func (s *Service) Create(ctx context.Context, req Request) (Token, string, error
 		return Token{}, "", err
 	}
 	now := s.now().UTC().Truncate(time.Microsecond)
-	// A bound on what one person keeps, so that a loop of creates cannot
-	// grow the table without end. (Checked, then created: creates at once
-	// may pass it by their number, which the request rate bounds.)
+	// A bound on the live tokens one person holds, each a credential to
+	// check and list. (Checked, then created: creates at once may pass it
+	// by their number, which the request rate bounds. Revoked and expired
+	// tokens stay listed and are not counted.)
 	held, err := s.store.Tokens(ctx, owner.String())
 	if err != nil {
 		return Token{}, "", fmt.Errorf("count your tokens: %w", err)

@@ -122,11 +122,12 @@ func (s *Service) Observe(ctx context.Context, id identity.Identity) (identity.I
 	key := id.String()
 	uid := IDOf(key)
 	now := s.now().UTC().Truncate(time.Microsecond)
-	// When the provider said it: a token's issue time (never later than
-	// now), so that a token issued before the user's last sign-in cannot
-	// bring back a group the provider has since taken away.
+	// When the provider said it: a token's issue time, by the provider's
+	// clock (now when it says none), so that a token issued before the
+	// user's last sign-in cannot bring back a group the provider has since
+	// taken away.
 	at := now
-	if !id.IssuedAt.IsZero() && id.IssuedAt.Before(now) {
+	if !id.IssuedAt.IsZero() {
 		at = id.IssuedAt.UTC().Truncate(time.Microsecond)
 	}
 	u, err := s.store.User(ctx, uid)
@@ -139,7 +140,13 @@ func (s *Service) Observe(ctx context.Context, id identity.Identity) (identity.I
 		return identity.Identity{}, ErrDeactivated
 	case at.Before(u.GroupsAt):
 		return id, nil // what was recorded is newer
-	case u.Email == id.Email && u.Name == id.Name && slices.Equal(u.Groups, id.Groups) && at.Sub(u.GroupsAt) < refreshEvery:
+	case id.GroupsAbsent && len(u.Groups) > 0:
+		// A token without the groups claim (one the CLI holds, where the
+		// provider sends groups at sign-in only) says nothing of them: the
+		// groups the last sign-in recorded stay, for the user's sessions
+		// and tokens; this request acts with the token's own (none).
+		return id, nil
+	case u.Email == id.Email && u.Name == id.Name && slices.Equal(u.Groups, id.Groups) && now.Sub(u.LastSeenAt) < refreshEvery:
 		return id, nil // nothing new to record
 	}
 	groups := id.Groups

@@ -117,15 +117,33 @@ func TestOlderTokenKeepsNewerGroups(t *testing.T) {
 	if g, at := groups(); len(g) != 1 || g[0] != "ml-vision" || !at.Equal(fresh.IssuedAt) {
 		t.Fatalf("after the older token again: %v as of %v, want [ml-vision] as of %v", g, at, fresh.IssuedAt)
 	}
-	// A token issued "later" than the server's clock (the provider's runs
-	// ahead) counts as issued now.
+	// The order is the provider's clock's, even where it runs ahead of
+	// Gantry's: the newer token wins.
 	now = now.Add(2 * time.Minute)
 	ahead := identity.Identity{Issuer: "https://idp", Subject: "ann", Groups: []string{"ml-nlp"}, IssuedAt: now.Add(time.Minute)}
 	if _, err := svc.Observe(ctx, ahead); err != nil {
 		t.Fatal(err)
 	}
-	if g, at := groups(); len(g) != 1 || g[0] != "ml-nlp" || !at.Equal(now) {
-		t.Fatalf("after a token from the provider's future: %v as of %v, want [ml-nlp] as of %v", g, at, now)
+	if g, at := groups(); len(g) != 1 || g[0] != "ml-nlp" || !at.Equal(ahead.IssuedAt) {
+		t.Fatalf("after a token from the provider's future: %v as of %v, want [ml-nlp] as of %v", g, at, ahead.IssuedAt)
+	}
+	// A newer token without the groups claim at all (the provider sends
+	// them at sign-in only) leaves the recorded groups be; one with an
+	// empty claim says there are none.
+	now = now.Add(5 * time.Minute)
+	absent := identity.Identity{Issuer: "https://idp", Subject: "ann", IssuedAt: now, GroupsAbsent: true}
+	if _, err := svc.Observe(ctx, absent); err != nil {
+		t.Fatal(err)
+	}
+	if g, at := groups(); len(g) != 1 || g[0] != "ml-nlp" || !at.Equal(ahead.IssuedAt) {
+		t.Fatalf("after a token without the groups claim: %v as of %v, want [ml-nlp] as of %v", g, at, ahead.IssuedAt)
+	}
+	none := identity.Identity{Issuer: "https://idp", Subject: "ann", IssuedAt: now}
+	if _, err := svc.Observe(ctx, none); err != nil {
+		t.Fatal(err)
+	}
+	if g, _ := groups(); len(g) != 0 {
+		t.Fatalf("after a token with an empty groups claim: %v, want none", g)
 	}
 }
 

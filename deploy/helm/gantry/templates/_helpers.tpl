@@ -64,6 +64,9 @@ seccompProfile:
 {{- if not .Values.publicURL -}}
 {{- fail "publicURL: how browsers reach Gantry (https://gantry.example.com); sign-in redirects come back to it" -}}
 {{- end -}}
+{{- if and .Values.ingress.trustedProxies (or (not .Values.networkPolicy.enabled) (not .Values.networkPolicy.from)) -}}
+{{- fail "ingress.trustedProxies: Gantry believes X-Forwarded-For from these addresses, so only the proxies may reach its port: set networkPolicy.enabled and networkPolicy.from to the Ingress controller's pods (a pod in the trusted range could otherwise name any client)" -}}
+{{- end -}}
 {{- range $what := list "templates" "policy" "images" -}}
 {{- $c := index $.Values.catalog $what -}}
 {{- if and (not $.Values.catalog.gitSync.enabled) (not $c.configMap) (not $c.files) -}}

@@ -86,10 +86,7 @@ func TestAgentAuthSparesTheAPIServer(t *testing.T) {
 // accepted is still answered from the cache.
 func TestAgentAuthReviewBudget(t *testing.T) {
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	clock := func() time.Time { return now }
-	rv := &reviewer{review: telemetry.Review{Authenticated: true, Username: "system:serviceaccount:gantry-system:gantry-agent", Audiences: []string{"gantry"}, Node: "n1"}}
-	a := &telemetry.AgentAuth{Reviewer: rv, Audience: "gantry", ServiceAccount: "system:serviceaccount:gantry-system:gantry-agent", Now: clock,
-		Reviews: projected.NewBudget(projected.BudgetOptions{Rate: 0.001, Burst: 3, SourceRate: 1000, SourceBurst: 1000, Now: clock})}
+	a, rv := budgeted(now, projected.BudgetOptions{Rate: 0.001, Burst: 3, SourceRate: 1000, SourceBurst: 1000})
 	ctx := context.Background()
 	good := jwt(t, []string{"gantry"}, now.Add(time.Hour))
 	if _, err := a.AuthenticateAgent(ctx, good); err != nil {
@@ -114,10 +111,7 @@ func TestAgentAuthReviewBudget(t *testing.T) {
 // own bucket, not everyone's: another source's new token is still reviewed.
 func TestAgentAuthReviewBudgetPerSource(t *testing.T) {
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	clock := func() time.Time { return now }
-	rv := &reviewer{review: telemetry.Review{Authenticated: true, Username: "system:serviceaccount:gantry-system:gantry-agent", Audiences: []string{"gantry"}, Node: "n1"}}
-	a := &telemetry.AgentAuth{Reviewer: rv, Audience: "gantry", ServiceAccount: "system:serviceaccount:gantry-system:gantry-agent", Now: clock,
-		Reviews: projected.NewBudget(projected.BudgetOptions{Rate: 1000, Burst: 1000, SourceRate: 0.001, SourceBurst: 2, Now: clock})}
+	a, _ := budgeted(now, projected.BudgetOptions{Rate: 1000, Burst: 1000, SourceRate: 0.001, SourceBurst: 2})
 	attacker := clientaddr.WithSource(context.Background(), "203.0.113.9")
 	var un *fault.Unavailable
 	for i := range 5 {
@@ -130,4 +124,13 @@ func TestAgentAuthReviewBudgetPerSource(t *testing.T) {
 	if id, err := a.AuthenticateAgent(node, jwt(t, []string{"gantry"}, now.Add(2*time.Hour))); err != nil || id.Node != "n1" {
 		t.Fatalf("an agent's new token from another source: %+v %v", id, err)
 	}
+}
+
+// budgeted is an AgentAuth at the fixed time now whose reviewer accepts
+// every token as the agent's on node n1, spending from a budget of o.
+func budgeted(now time.Time, o projected.BudgetOptions) (*telemetry.AgentAuth, *reviewer) {
+	o.Now = func() time.Time { return now }
+	rv := &reviewer{review: telemetry.Review{Authenticated: true, Username: "system:serviceaccount:gantry-system:gantry-agent", Audiences: []string{"gantry"}, Node: "n1"}}
+	return &telemetry.AgentAuth{Reviewer: rv, Audience: "gantry", ServiceAccount: "system:serviceaccount:gantry-system:gantry-agent", Now: o.Now,
+		Reviews: projected.NewBudget(o)}, rv
 }

@@ -16,16 +16,8 @@ import (
 
 func TestObserveAndCurrent(t *testing.T) {
 	ctx := context.Background()
-	st, err := store.Open(ctx, store.SQLite, filepath.Join(t.TempDir(), "g.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	svc, err := user.New(user.Options{Store: accounts.New(st), MaxGroupAge: 24 * time.Hour, Now: func() time.Time { return now }})
-	if err != nil {
-		t.Fatal(err)
-	}
+	svc := service(t, func() time.Time { return now })
 	ann := identity.Identity{Issuer: "https://idp", Subject: "ann", Email: "ann@x", Groups: []string{"ml-vision"}}
 	tokenOwner := ann
 	tokenOwner.Groups = []string{"gantry-admins"} // what a token was made with: never trusted
@@ -90,16 +82,8 @@ func TestObserveAndCurrent(t *testing.T) {
 // ones, which the user's sessions and tokens act with.
 func TestOlderTokenKeepsNewerGroups(t *testing.T) {
 	ctx := context.Background()
-	st, err := store.Open(ctx, store.SQLite, filepath.Join(t.TempDir(), "g.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	svc, err := user.New(user.Options{Store: accounts.New(st), MaxGroupAge: 24 * time.Hour, Now: func() time.Time { return now }})
-	if err != nil {
-		t.Fatal(err)
-	}
+	svc := service(t, func() time.Time { return now })
 	old := identity.Identity{Issuer: "https://idp", Subject: "ann", Groups: []string{"gantry-admins"}, IssuedAt: now.Add(-20 * time.Minute)}
 	fresh := identity.Identity{Issuer: "https://idp", Subject: "ann", Groups: []string{"ml-vision"}, IssuedAt: now.Add(-2 * time.Minute)}
 	groups := func() ([]string, time.Time) {
@@ -204,4 +188,20 @@ func TestNamesCached(t *testing.T) {
 	if name(); cs.reads != reads+1 {
 		t.Fatalf("after its minute: %d reads, want one more than %d", cs.reads, reads)
 	}
+}
+
+// service is a user service on a SQLite database of its own, on the clock
+// now.
+func service(t *testing.T, now func() time.Time) *user.Service {
+	t.Helper()
+	st, err := store.Open(context.Background(), store.SQLite, filepath.Join(t.TempDir(), "g.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	svc, err := user.New(user.Options{Store: accounts.New(st), MaxGroupAge: 24 * time.Hour, Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return svc
 }

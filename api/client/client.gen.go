@@ -535,7 +535,7 @@ type ClientInterface interface {
 
 	// CreateTokenWithBody Create a token
 	//
-	// Creates a personal access token for notebooks and scripts, sent as `Authorization: Bearer gnt_...`. The secret is in this answer only; Gantry keeps its SHA-256. A token acts as its owner with the groups they have now, optionally only in one team and only for reading. A request authenticated by a token cannot create tokens. One person holds at most 200 tokens that are neither revoked nor expired; past that, 409 until one is revoked.
+	// Creates a personal access token for notebooks and scripts, sent as `Authorization: Bearer gnt_...`. The secret is in this answer only; Gantry keeps its SHA-256. A token acts as its owner with the groups they have now, optionally only in one team and only for reading. A request authenticated by a token cannot create tokens. One person holds at most 200 tokens that are neither revoked nor expired; past that, 409 until one is revoked. The newest 100 of a person's revoked and expired tokens stay listed; a create removes older ones (the audit log keeps their story).
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -544,7 +544,7 @@ type ClientInterface interface {
 
 	// CreateToken Create a token
 	//
-	// Creates a personal access token for notebooks and scripts, sent as `Authorization: Bearer gnt_...`. The secret is in this answer only; Gantry keeps its SHA-256. A token acts as its owner with the groups they have now, optionally only in one team and only for reading. A request authenticated by a token cannot create tokens. One person holds at most 200 tokens that are neither revoked nor expired; past that, 409 until one is revoked.
+	// Creates a personal access token for notebooks and scripts, sent as `Authorization: Bearer gnt_...`. The secret is in this answer only; Gantry keeps its SHA-256. A token acts as its owner with the groups they have now, optionally only in one team and only for reading. A request authenticated by a token cannot create tokens. One person holds at most 200 tokens that are neither revoked nor expired; past that, 409 until one is revoked. The newest 100 of a person's revoked and expired tokens stay listed; a create removes older ones (the audit log keeps their story).
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1864,7 +1864,7 @@ func (c *Client) ListTokens(ctx context.Context, reqEditors ...RequestEditorFn) 
 
 // CreateTokenWithBody Create a token
 //
-// Creates a personal access token for notebooks and scripts, sent as `Authorization: Bearer gnt_...`. The secret is in this answer only; Gantry keeps its SHA-256. A token acts as its owner with the groups they have now, optionally only in one team and only for reading. A request authenticated by a token cannot create tokens. One person holds at most 200 tokens that are neither revoked nor expired; past that, 409 until one is revoked.
+// Creates a personal access token for notebooks and scripts, sent as `Authorization: Bearer gnt_...`. The secret is in this answer only; Gantry keeps its SHA-256. A token acts as its owner with the groups they have now, optionally only in one team and only for reading. A request authenticated by a token cannot create tokens. One person holds at most 200 tokens that are neither revoked nor expired; past that, 409 until one is revoked. The newest 100 of a person's revoked and expired tokens stay listed; a create removes older ones (the audit log keeps their story).
 //
 // Takes any type of body and a specified content type.
 //
@@ -1883,7 +1883,7 @@ func (c *Client) CreateTokenWithBody(ctx context.Context, contentType string, bo
 
 // CreateToken Create a token
 //
-// Creates a personal access token for notebooks and scripts, sent as `Authorization: Bearer gnt_...`. The secret is in this answer only; Gantry keeps its SHA-256. A token acts as its owner with the groups they have now, optionally only in one team and only for reading. A request authenticated by a token cannot create tokens. One person holds at most 200 tokens that are neither revoked nor expired; past that, 409 until one is revoked.
+// Creates a personal access token for notebooks and scripts, sent as `Authorization: Bearer gnt_...`. The secret is in this answer only; Gantry keeps its SHA-256. A token acts as its owner with the groups they have now, optionally only in one team and only for reading. A request authenticated by a token cannot create tokens. One person holds at most 200 tokens that are neither revoked nor expired; past that, 409 until one is revoked. The newest 100 of a person's revoked and expired tokens stay listed; a create removes older ones (the audit log keeps their story).
 //
 // Takes a body of the `application/json` content type.
 //
@@ -6575,7 +6575,7 @@ type ClientWithResponsesInterface interface {
 
 	// CreateTokenWithBodyWithResponse Create a token
 	//
-	// Creates a personal access token for notebooks and scripts, sent as `Authorization: Bearer gnt_...`. The secret is in this answer only; Gantry keeps its SHA-256. A token acts as its owner with the groups they have now, optionally only in one team and only for reading. A request authenticated by a token cannot create tokens. One person holds at most 200 tokens that are neither revoked nor expired; past that, 409 until one is revoked.
+	// Creates a personal access token for notebooks and scripts, sent as `Authorization: Bearer gnt_...`. The secret is in this answer only; Gantry keeps its SHA-256. A token acts as its owner with the groups they have now, optionally only in one team and only for reading. A request authenticated by a token cannot create tokens. One person holds at most 200 tokens that are neither revoked nor expired; past that, 409 until one is revoked. The newest 100 of a person's revoked and expired tokens stay listed; a create removes older ones (the audit log keeps their story).
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -6584,7 +6584,7 @@ type ClientWithResponsesInterface interface {
 
 	// CreateTokenWithResponse Create a token
 	//
-	// Creates a personal access token for notebooks and scripts, sent as `Authorization: Bearer gnt_...`. The secret is in this answer only; Gantry keeps its SHA-256. A token acts as its owner with the groups they have now, optionally only in one team and only for reading. A request authenticated by a token cannot create tokens. One person holds at most 200 tokens that are neither revoked nor expired; past that, 409 until one is revoked.
+	// Creates a personal access token for notebooks and scripts, sent as `Authorization: Bearer gnt_...`. The secret is in this answer only; Gantry keeps its SHA-256. A token acts as its owner with the groups they have now, optionally only in one team and only for reading. A request authenticated by a token cannot create tokens. One person holds at most 200 tokens that are neither revoked nor expired; past that, 409 until one is revoked. The newest 100 of a person's revoked and expired tokens stay listed; a create removes older ones (the audit log keeps their story).
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -11505,7 +11505,7 @@ func (c *ClientWithResponses) ListTokensWithResponse(ctx context.Context, reqEdi
 
 // CreateTokenWithBodyWithResponse Create a token
 //
-// Creates a personal access token for notebooks and scripts, sent as `Authorization: Bearer gnt_...`. The secret is in this answer only; Gantry keeps its SHA-256. A token acts as its owner with the groups they have now, optionally only in one team and only for reading. A request authenticated by a token cannot create tokens. One person holds at most 200 tokens that are neither revoked nor expired; past that, 409 until one is revoked.
+// Creates a personal access token for notebooks and scripts, sent as `Authorization: Bearer gnt_...`. The secret is in this answer only; Gantry keeps its SHA-256. A token acts as its owner with the groups they have now, optionally only in one team and only for reading. A request authenticated by a token cannot create tokens. One person holds at most 200 tokens that are neither revoked nor expired; past that, 409 until one is revoked. The newest 100 of a person's revoked and expired tokens stay listed; a create removes older ones (the audit log keeps their story).
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -11520,7 +11520,7 @@ func (c *ClientWithResponses) CreateTokenWithBodyWithResponse(ctx context.Contex
 
 // CreateTokenWithResponse Create a token
 //
-// Creates a personal access token for notebooks and scripts, sent as `Authorization: Bearer gnt_...`. The secret is in this answer only; Gantry keeps its SHA-256. A token acts as its owner with the groups they have now, optionally only in one team and only for reading. A request authenticated by a token cannot create tokens. One person holds at most 200 tokens that are neither revoked nor expired; past that, 409 until one is revoked.
+// Creates a personal access token for notebooks and scripts, sent as `Authorization: Bearer gnt_...`. The secret is in this answer only; Gantry keeps its SHA-256. A token acts as its owner with the groups they have now, optionally only in one team and only for reading. A request authenticated by a token cannot create tokens. One person holds at most 200 tokens that are neither revoked nor expired; past that, 409 until one is revoked. The newest 100 of a person's revoked and expired tokens stay listed; a create removes older ones (the audit log keeps their story).
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //

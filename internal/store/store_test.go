@@ -30,6 +30,7 @@ import (
 	"github.com/gantryhq/gantry/internal/overlay"
 	"github.com/gantryhq/gantry/internal/overrides"
 	"github.com/gantryhq/gantry/internal/store"
+	"github.com/gantryhq/gantry/internal/store/accounts"
 	"github.com/gantryhq/gantry/internal/store/governance"
 	"github.com/gantryhq/gantry/internal/store/stores"
 	"github.com/gantryhq/gantry/internal/store/storetest"
@@ -747,6 +748,33 @@ func testTokens(t *testing.T, s *stores.All) {
 	}
 	if _, _, err := svc.Create(dora, token.Request{Name: "one more", Lifetime: time.Hour}); err != nil {
 		t.Fatalf("after a revoke: %v", err)
+	}
+	// Revoked and expired tokens stay listed, the newest
+	// accounts.KeptDeadTokens of them: a create removes the rest.
+	held, err := svc.List(dora)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tk := range held {
+		if tk.RevokedAt.IsZero() {
+			if err := svc.Revoke(dora, tk.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, _, err := svc.Create(dora, token.Request{Name: "after the purge", Lifetime: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	held, err = svc.List(dora)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, tk := range held {
+		names[tk.Name] = true
+	}
+	if len(held) != accounts.KeptDeadTokens+1 || !names["after the purge"] || !names["one more"] || names["t0"] {
+		t.Fatalf("%d tokens listed after 201 were revoked and one made (t0 listed: %v), want the newest %d dead and the new one", len(held), names["t0"], accounts.KeptDeadTokens)
 	}
 }
 

@@ -148,7 +148,7 @@ func (s *Service) Create(ctx context.Context, req Request) (Token, string, error
 	// A bound on the live tokens one person holds, each a credential to
 	// check and list. (Checked, then created: creates at once may pass it
 	// by their number, which the request rate bounds. Revoked and expired
-	// tokens stay listed and are not counted.)
+	// tokens are not counted; the store keeps the newest of them listed.)
 	held, err := s.store.Tokens(ctx, owner.String())
 	if err != nil {
 		return Token{}, "", fmt.Errorf("count your tokens: %w", err)

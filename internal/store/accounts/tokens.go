@@ -28,14 +28,28 @@ func (s *Store) CreateToken(ctx context.Context, t token.Token) error {
 	if t.ReadOnly {
 		readOnly = 1
 	}
-	_, err = s.db.ExecContext(ctx, s.db.Q(`INSERT INTO tokens (owner, `+tokenColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
-		t.Owner.String(), t.ID, t.Owner.Issuer, t.Owner.Subject, t.Owner.Email, string(groups), t.Name, t.SecretHash, t.Team, readOnly,
-		t.CreatedAt.UnixMicro(), t.ExpiresAt.UnixMicro(), 0, store.BoolInt(t.Owner.SecondFactor))
-	if err != nil {
-		return fmt.Errorf("insert token: %w", err)
-	}
-	return nil
+	owner, at := t.Owner.String(), t.CreatedAt.UnixMicro()
+	return s.db.Tx(ctx, func(tx *sql.Tx) error {
+		if _, err := s.db.TxExec(ctx, tx, s.db.Q(`INSERT INTO tokens (owner, `+tokenColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+			owner, t.ID, t.Owner.Issuer, t.Owner.Subject, t.Owner.Email, string(groups), t.Name, t.SecretHash, t.Team, readOnly,
+			at, t.ExpiresAt.UnixMicro(), 0, store.BoolInt(t.Owner.SecondFactor)); err != nil {
+			return fmt.Errorf("insert token: %w", err)
+		}
+		// The owner's revoked and expired tokens past the newest
+		// keptDeadTokens go on the way: the audit log keeps their story,
+		// and a loop of creates and revokes cannot grow the table.
+		if _, err := s.db.TxExec(ctx, tx, s.db.Q(`DELETE FROM tokens WHERE owner = ? AND (revoked_at > 0 OR expires_at <= ?) AND id NOT IN (
+			SELECT id FROM tokens WHERE owner = ? AND (revoked_at > 0 OR expires_at <= ?) ORDER BY created_at DESC, id DESC LIMIT ?)`),
+			owner, at, owner, at, KeptDeadTokens); err != nil {
+			return fmt.Errorf("remove the owner's old dead tokens: %w", err)
+		}
+		return nil
+	})
 }
+
+// KeptDeadTokens is how many of one owner's revoked or expired tokens stay
+// listed (the newest).
+const KeptDeadTokens = 100
 
 // tokenRow is a tokens row as scanned, before decoding.
 type tokenRow struct {

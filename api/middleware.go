@@ -113,14 +113,19 @@ func (cr credentials) authenticate(r *http.Request) (identity.Identity, *weblogi
 func identify(cr credentials, agents AgentAuthenticator, runTokens RunAuthenticator) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
-			// Who the request comes from, for what verifying its credential
-			// spends per source (projected.Budget's TokenReviews).
-			r := c.Request().WithContext(clientaddr.WithSource(c.Request().Context(), clientaddr.Source(c.Request().RemoteAddr)))
-			c.SetRequest(r)
+			r := c.Request()
+			// A node's or a run's token costs a TokenReview the first time:
+			// who sends it is charged for it (projected.Budget), so only
+			// these requests carry their source.
+			sourced := func() {
+				c.SetRequest(r.WithContext(clientaddr.WithSource(r.Context(), clientaddr.Source(r.RemoteAddr))))
+			}
 			if r.URL.Path == AgentPath {
+				sourced()
 				return identifyAgent(c, next, agents)
 			}
 			if raw, ok := authn.BearerToken(r.Header.Get("Authorization")); ok && r.Method == http.MethodPost && progressOf(r.URL.Path) != "" && runs.IsRunToken(raw) {
+				sourced()
 				return identifyRun(c, next, runTokens, raw, progressOf(r.URL.Path))
 			}
 			app := isInteractive(r.URL.Path)

@@ -192,24 +192,26 @@ func (a *Authenticator) Verify(ctx context.Context, raw string) (identity.Identi
 }
 
 func (a *Authenticator) verify(ctx context.Context, raw string) (identity.Identity, time.Time, error) {
-	id, tok, err := a.check(ctx, raw)
+	id, tok, _, err := a.check(ctx, raw)
 	if err != nil {
 		return id, time.Time{}, err
 	}
 	return id, tok.Expiry, nil
 }
 
-func (a *Authenticator) check(ctx context.Context, raw string) (identity.Identity, *oidc.IDToken, error) {
+// check verifies raw and maps it to an identity; the token and its claims
+// come with it, for the checks a sign-in adds.
+func (a *Authenticator) check(ctx context.Context, raw string) (identity.Identity, *oidc.IDToken, map[string]any, error) {
 	tok, err := a.verifier.Verify(ctx, raw)
 	if err != nil {
-		return identity.Identity{}, nil, fmt.Errorf("%w: %v", ErrInvalidToken, err)
+		return identity.Identity{}, nil, nil, fmt.Errorf("%w: %v", ErrInvalidToken, err)
 	}
 	if !slices.ContainsFunc(tok.Audience, func(aud string) bool { return slices.Contains(a.cfg.Audiences, aud) }) {
-		return identity.Identity{}, nil, fmt.Errorf("%w: audience %v is not one of %v", ErrInvalidToken, tok.Audience, a.cfg.Audiences)
+		return identity.Identity{}, nil, nil, fmt.Errorf("%w: audience %v is not one of %v", ErrInvalidToken, tok.Audience, a.cfg.Audiences)
 	}
 	var claims map[string]any
 	if err := tok.Claims(&claims); err != nil {
-		return identity.Identity{}, nil, fmt.Errorf("%w: claims: %v", ErrInvalidToken, err)
+		return identity.Identity{}, nil, nil, fmt.Errorf("%w: claims: %v", ErrInvalidToken, err)
 	}
 	// The party the token was issued to (OIDC Core 2, azp) must be one of
 	// Gantry's clients too: a provider may list Gantry among the audiences
@@ -220,13 +222,13 @@ func (a *Authenticator) check(ctx context.Context, raw string) (identity.Identit
 	azp, _ := claims["azp"].(string)
 	switch {
 	case azp != "" && !slices.Contains(a.cfg.Audiences, azp):
-		return identity.Identity{}, nil, fmt.Errorf("%w: issued to client %q, not one of %v", ErrInvalidToken, azp, a.cfg.Audiences)
+		return identity.Identity{}, nil, nil, fmt.Errorf("%w: issued to client %q, not one of %v", ErrInvalidToken, azp, a.cfg.Audiences)
 	case azp == "" && len(tok.Audience) > 1:
-		return identity.Identity{}, nil, fmt.Errorf("%w: a token of several audiences %v names no authorized party (azp)", ErrInvalidToken, tok.Audience)
+		return identity.Identity{}, nil, nil, fmt.Errorf("%w: a token of several audiences %v names no authorized party (azp)", ErrInvalidToken, tok.Audience)
 	}
 	if nbf, ok := claims["nbf"].(float64); ok {
 		if a.now().Add(a.cfg.ClockSkew).Before(time.Unix(int64(nbf), 0)) {
-			return identity.Identity{}, nil, fmt.Errorf("%w: not valid before %v", ErrInvalidToken, time.Unix(int64(nbf), 0))
+			return identity.Identity{}, nil, nil, fmt.Errorf("%w: not valid before %v", ErrInvalidToken, time.Unix(int64(nbf), 0))
 		}
 	}
 	// The configured issuer, not the token's spelling of it: go-oidc
@@ -243,20 +245,20 @@ func (a *Authenticator) check(ctx context.Context, raw string) (identity.Identit
 		// pointer to Microsoft Graph instead (_claim_names). Acting with
 		// no groups would look like a user who belongs nowhere.
 		if names, ok := claims["_claim_names"].(map[string]any); ok && names[a.cfg.Claims.Groups] != nil {
-			return identity.Identity{}, nil, fmt.Errorf("%w: the token names the %q claim's source instead of the groups (_claim_names: the provider's group overage, as Entra ID sends past 200 groups); have the provider send only the groups assigned to Gantry's application", ErrInvalidToken, a.cfg.Claims.Groups)
+			return identity.Identity{}, nil, nil, fmt.Errorf("%w: the token names the %q claim's source instead of the groups (_claim_names: the provider's group overage, as Entra ID sends past 200 groups); have the provider send only the groups assigned to Gantry's application", ErrInvalidToken, a.cfg.Claims.Groups)
 		}
 	}
 	if id.Subject == "" {
-		return identity.Identity{}, nil, fmt.Errorf("%w: no %q claim", ErrInvalidToken, a.cfg.Claims.Subject)
+		return identity.Identity{}, nil, nil, fmt.Errorf("%w: no %q claim", ErrInvalidToken, a.cfg.Claims.Subject)
 	}
 	// A subject from a claim the person may change (an e-mail address)
 	// names them only where the provider verified it: otherwise anyone could
 	// take another's name there, and with it their user.
 	if mutable[a.cfg.Claims.Subject] && !verified(claims["email_verified"]) {
-		return identity.Identity{}, nil, fmt.Errorf("%w: the subject claim %q is not verified by the provider (email_verified)", ErrInvalidToken, a.cfg.Claims.Subject)
+		return identity.Identity{}, nil, nil, fmt.Errorf("%w: the subject claim %q is not verified by the provider (email_verified)", ErrInvalidToken, a.cfg.Claims.Subject)
 	}
 	id.SecondFactor = a.secondFactor(claims)
-	return id, tok, nil
+	return id, tok, claims, nil
 }
 
 // mutable are claims that may name a user's subject only when the
@@ -339,18 +341,15 @@ func (a *Authenticator) secondFactor(claims map[string]any) bool {
 // userinfo endpoint, read with the sign-in's access token (userinfo; nil:
 // not read): Okta, Ping and others may be set to send groups only there.
 func (a *Authenticator) VerifyIDToken(ctx context.Context, raw, clientID, nonce string, userinfo oauth2.TokenSource) (identity.Identity, error) {
-	id, tok, err := a.check(ctx, raw)
+	id, tok, claims, err := a.check(ctx, raw)
 	if err != nil {
 		return id, err
 	}
 	if !slices.Contains(tok.Audience, clientID) {
 		return identity.Identity{}, fmt.Errorf("%w: issued to %v, not %s", ErrInvalidToken, tok.Audience, clientID)
 	}
-	var azp struct {
-		AZP string `json:"azp"`
-	}
-	if err := tok.Claims(&azp); err == nil && azp.AZP != "" && azp.AZP != clientID {
-		return identity.Identity{}, fmt.Errorf("%w: issued to client %q, not %s", ErrInvalidToken, azp.AZP, clientID)
+	if azp, _ := claims["azp"].(string); azp != "" && azp != clientID {
+		return identity.Identity{}, fmt.Errorf("%w: issued to client %q, not %s", ErrInvalidToken, azp, clientID)
 	}
 	if nonce == "" || subtle.ConstantTimeCompare([]byte(tok.Nonce), []byte(nonce)) != 1 {
 		return identity.Identity{}, fmt.Errorf("%w: the nonce does not match this sign-in", ErrInvalidToken)

@@ -45,6 +45,12 @@ type Token struct {
 
 // Store keeps tokens.
 type Store interface {
+	// CreateToken records t, unless its owner holds MaxLive tokens that
+	// are neither revoked nor expired at t.CreatedAt (ErrTooMany), counted
+	// in the same transaction: a bound on the live credentials one person
+	// holds (on PostgreSQL, creates at the very same moment may each pass
+	// it, by their number: it bounds growth, it grants nothing). It keeps the owner's newest revoked and expired tokens listed
+	// and removes the older ones.
 	CreateToken(ctx context.Context, t Token) error
 	// TokenAndOwner returns one token and its owner's user record, read
 	// together (one round trip, not two; the store may keep them a few
@@ -109,6 +115,9 @@ type Request struct {
 // nor expired.
 const MaxLive = 200
 
+// ErrTooMany is the store's answer to a create past MaxLive.
+var ErrTooMany = errors.New("the owner holds the most live tokens one person may")
+
 // ErrInvalid means a presented token is unknown, malformed, expired or revoked;
 // callers answer 401 without saying which.
 var ErrInvalid = errors.New("invalid token")
@@ -145,29 +154,15 @@ func (s *Service) Create(ctx context.Context, req Request) (Token, string, error
 		return Token{}, "", err
 	}
 	now := s.now().UTC().Truncate(time.Microsecond)
-	// A bound on the live tokens one person holds, each a credential to
-	// check and list. (Checked, then created: creates at once may pass it
-	// by their number, which the request rate bounds. Revoked and expired
-	// tokens are not counted; the store keeps the newest of them listed.)
-	held, err := s.store.Tokens(ctx, owner.String())
-	if err != nil {
-		return Token{}, "", fmt.Errorf("count your tokens: %w", err)
-	}
-	live := 0
-	for _, t := range held {
-		if t.RevokedAt.IsZero() && now.Before(t.ExpiresAt) {
-			live++
-		}
-	}
-	if live >= MaxLive {
-		return Token{}, "", &fault.Conflict{Kind: "token", Name: strings.TrimSpace(req.Name),
-			Reason: fmt.Sprintf("you hold %d live tokens, the most one person may: revoke one you no longer use", live)}
-	}
 	id, secret := random(9), random(24)
 	owner.TokenID, owner.TokenTeam, owner.ReadOnly = "", "", false
 	t := Token{ID: id, Owner: owner, Name: strings.TrimSpace(req.Name), SecretHash: Hash(secret), Team: req.Team, ReadOnly: req.ReadOnly,
 		CreatedAt: now, ExpiresAt: now.Add(req.Lifetime)}
-	if err := s.store.CreateToken(ctx, t); err != nil {
+	switch err := s.store.CreateToken(ctx, t); {
+	case errors.Is(err, ErrTooMany):
+		return Token{}, "", &fault.Conflict{Kind: "token", Name: t.Name,
+			Reason: fmt.Sprintf("you hold %d live tokens, the most one person may: revoke one you no longer use", MaxLive)}
+	case err != nil:
 		return Token{}, "", fmt.Errorf("store token: %w", err)
 	}
 	return t, Prefix + id + "_" + secret, nil

@@ -30,6 +30,13 @@ func (s *Store) CreateToken(ctx context.Context, t token.Token) error {
 	}
 	owner, at := t.Owner.String(), t.CreatedAt.UnixMicro()
 	return s.db.Tx(ctx, func(tx *sql.Tx) error {
+		var live int
+		if err := s.db.TxQueryRow(ctx, tx, s.db.Q(`SELECT COUNT(*) FROM tokens WHERE owner = ? AND revoked_at = 0 AND expires_at > ?`), owner, at).Scan(&live); err != nil {
+			return fmt.Errorf("count the owner's live tokens: %w", err)
+		}
+		if live >= token.MaxLive {
+			return token.ErrTooMany
+		}
 		if _, err := s.db.TxExec(ctx, tx, s.db.Q(`INSERT INTO tokens (owner, `+tokenColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 			owner, t.ID, t.Owner.Issuer, t.Owner.Subject, t.Owner.Email, string(groups), t.Name, t.SecretHash, t.Team, readOnly,
 			at, t.ExpiresAt.UnixMicro(), 0, store.BoolInt(t.Owner.SecondFactor)); err != nil {

@@ -350,4 +350,12 @@ func TestReplayOptions(t *testing.T) {
 			t.Errorf("%+v: %v, want an error with %q", tc.o, err, tc.want)
 		}
 	}
+	// A trace longer than a Duration holds (292 years; time.Sub saturates
+	// there) is measured in seconds, so it does not pass for a short one
+	// and replay millions of origins (a fuzzer's find).
+	long := NewHistory([]Record{{Created: at(0), Ended: at(0).AddDate(4000, 0, 0), GPUs: 1}})
+	err := Replay(long, ReplayOptions{Every: 6 * time.Hour}, func([]Point) error { t.Fatal("an origin replayed"); return nil })
+	if err == nil || !strings.Contains(err.Error(), "the trace spans 1460970 days") || !strings.Contains(err.Error(), "origins every 6h0m0s would be more than") {
+		t.Errorf("a 4,000-year trace: %v", err)
+	}
 }

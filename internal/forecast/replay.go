@@ -188,8 +188,12 @@ func Replay(h *History, o ReplayOptions, emit func([]Point) error) error {
 	if h.Len() == 0 {
 		return nil
 	}
-	if n := last.Sub(first) / o.Every; n > maxOrigins || last.Sub(first) < 0 {
-		return fmt.Errorf("the trace spans %s: origins every %s would be more than %d (make them further apart)", last.Sub(first), o.Every, maxOrigins)
+	// The span in seconds: a Duration holds 292 years at most, and
+	// time.Sub saturates there, which would let a longer trace pass as
+	// a short one and replay for hours.
+	span := last.Unix() - first.Unix()
+	if n := span / int64(o.Every/time.Second); n > maxOrigins || span < 0 {
+		return fmt.Errorf("the trace spans %s: origins every %s would be more than %d (make them further apart)", spanWords(span), o.Every, maxOrigins)
 	}
 	f := New(h, o.Model)
 	for origin := first.Add(o.Warmup).Truncate(o.Step); !origin.Add(o.Horizon).After(last); origin = origin.Add(o.Every) {
@@ -198,6 +202,15 @@ func Replay(h *History, o ReplayOptions, emit func([]Point) error) error {
 		}
 	}
 	return nil
+}
+
+// spanWords says a span of seconds as a duration, or in days past what a
+// Duration holds.
+func spanWords(secs int64) string {
+	if secs > int64(math.MaxInt64/time.Second) || secs < -int64(math.MaxInt64/time.Second) {
+		return fmt.Sprintf("%d days", secs/86400)
+	}
+	return (time.Duration(secs) * time.Second).String()
 }
 
 // maxOrigins bounds a replay's work (149 days every 10 minutes is 21,456).

@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -163,20 +164,9 @@ func podPhase(p *corev1.Pod) (phase workload.Status, reason string, rank int) {
 // exitCode is the exit code of the first container of the newest pod that
 // ended in phase (nil when none says).
 func exitCode(pods []*corev1.Pod, phase corev1.PodPhase) *int {
-	var newest *corev1.Pod
-	for _, p := range pods {
-		if p.Status.Phase == phase && (newest == nil || p.CreationTimestamp.After(newest.CreationTimestamp.Time)) {
-			newest = p
-		}
-	}
-	if newest == nil || len(newest.Spec.Containers) == 0 {
-		return nil
-	}
-	for _, cs := range newest.Status.ContainerStatuses {
-		if cs.Name == newest.Spec.Containers[0].Name && cs.State.Terminated != nil {
-			code := int(cs.State.Terminated.ExitCode)
-			return &code
-		}
+	if t := lastTerminated(pods, phase); t != nil {
+		code := int(t.ExitCode)
+		return &code
 	}
 	return nil
 }
@@ -204,7 +194,51 @@ func jobFailure(j *batchv1.Job, c batchv1.JobCondition, pods []*corev1.Pod) stri
 			return "MaxRuntime: it ran for its template's max runtime of " + limit + " and was stopped, its containers killed: save checkpoints and launch it again to go on"
 		}
 	}
-	return strings.TrimSpace(c.Reason + ": " + c.Message)
+	why := strings.TrimSpace(c.Reason + ": " + c.Message)
+	if t := lastTerminated(pods, corev1.PodFailed); t != nil && t.ExitCode != 0 {
+		why += fmt.Sprintf("; its container exited with code %d", t.ExitCode)
+		if m := tail(t.Message); m != "" {
+			why += ": " + m
+		}
+	}
+	return why
+}
+
+// lastTerminated is how the first container of the newest pod that ended in
+// phase ended (nil when none says).
+func lastTerminated(pods []*corev1.Pod, phase corev1.PodPhase) *corev1.ContainerStateTerminated {
+	var newest *corev1.Pod
+	for _, p := range pods {
+		if p.Status.Phase == phase && (newest == nil || p.CreationTimestamp.After(newest.CreationTimestamp.Time)) {
+			newest = p
+		}
+	}
+	if newest == nil || len(newest.Spec.Containers) == 0 {
+		return nil
+	}
+	for _, cs := range newest.Status.ContainerStatuses {
+		if cs.Name == newest.Spec.Containers[0].Name && cs.State.Terminated != nil {
+			return cs.State.Terminated
+		}
+	}
+	return nil
+}
+
+// maxMessage is how much of a container's termination message a reason
+// carries: its last lines (the message is the container's own, or with
+// FallbackToLogsOnError the tail of its log, up to 2 KiB), on one line.
+const maxMessage = 300
+
+func tail(msg string) string {
+	msg = strings.Join(strings.Fields(msg), " ")
+	if len(msg) <= maxMessage {
+		return msg
+	}
+	cut := len(msg) - maxMessage
+	for cut < len(msg) && !utf8.RuneStart(msg[cut]) {
+		cut++
+	}
+	return "…" + msg[cut:]
 }
 
 // unboundClaim finds the claim a scheduler message says is missing or unbound.

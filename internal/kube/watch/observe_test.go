@@ -250,3 +250,36 @@ func TestObserveVM(t *testing.T) {
 		}
 	}
 }
+
+// TestObserveFailureMessage: a failed Job's reason carries its main
+// container's exit code and the end of its termination message (its own,
+// or its log's tail), on one line and clipped; an exit 0 or no pod adds
+// nothing.
+func TestObserveFailureMessage(t *testing.T) {
+	failed := &batchv1.Job{Status: batchv1.JobStatus{Conditions: []batchv1.JobCondition{{Type: batchv1.JobFailed, Status: corev1.ConditionTrue,
+		Reason: "BackoffLimitExceeded", Message: "Job has reached the specified backoff limit"}}}}
+	pod := func(code int32, msg string) *corev1.Pod {
+		return &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main"}}}, Status: corev1.PodStatus{Phase: corev1.PodFailed,
+			ContainerStatuses: []corev1.ContainerStatus{{Name: "main", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: code, Message: msg}}}}}}
+	}
+	long := strings.Repeat("é", 400) + "x the end" // 809 bytes: the cut at 509 falls inside an é, and moves past it
+	const base = "BackoffLimitExceeded: Job has reached the specified backoff limit"
+	for _, tc := range []struct {
+		name string
+		pods []*corev1.Pod
+		want string
+	}{
+		{"exit 3 with its log's last lines", []*corev1.Pod{pod(3, "step 1\nabout to fail\n")}, base + "; its container exited with code 3: step 1 about to fail"},
+		{"no message", []*corev1.Pod{pod(1, "")}, base + "; its container exited with code 1"},
+		{"clipped to its end, whole characters", []*corev1.Pod{pod(2, long)}, base + "; its container exited with code 2: …" + long[len(long)-299:]},
+		{"exit 0 (killed by the Job, say)", []*corev1.Pod{pod(0, "bye")}, base},
+		{"no pods left", nil, base},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o, _ := Observe("w", []*batchv1.Job{failed}, tc.pods)
+			if o.Reason != tc.want {
+				t.Fatalf("reason %q,\nwant   %q", o.Reason, tc.want)
+			}
+		})
+	}
+}

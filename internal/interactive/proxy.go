@@ -15,6 +15,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/net/http/httpguts"
+
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/template"
 	"github.com/gantryhq/gantry/internal/workload"
@@ -80,6 +82,12 @@ func (p *Proxy) Serve(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if r.Header.Get("Service-Worker") != "" {
+		// A service worker registered from an app would control pages of
+		// Gantry's own origin (with Service-Worker-Allowed, all of it) and
+		// outlive the workload: the app may not install one.
+		return &fault.Forbidden{Reason: "an app under /w/ may not install a service worker: it would run on Gantry's origin"}
+	}
 	t, err := p.Opener.Target(r.Context(), id)
 	if err != nil {
 		return err
@@ -129,6 +137,8 @@ func (p *Proxy) Serve(w http.ResponseWriter, r *http.Request) error {
 		},
 		ModifyResponse: func(resp *http.Response) error {
 			dropSetCookies(resp.Header, p.Strip)
+			dropOriginWide(resp.Header)
+			privateCache(resp.Header)
 			if rwc, ok := resp.Body.(io.ReadWriteCloser); ok && resp.StatusCode == http.StatusSwitchingProtocols {
 				ctx := r.Context()
 				resp.Body = watch(rwc, func() { p.Opener.Used(ctx, id) }, p.busyEvery())
@@ -162,7 +172,7 @@ func (p *Proxy) transport() http.RoundTripper {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.own == nil {
-		p.own = &http.Transport{Proxy: nil, ResponseHeaderTimeout: 5 * time.Minute, IdleConnTimeout: 90 * time.Second, MaxIdleConnsPerHost: 16}
+		p.own = NewTransport(nil)
 	}
 	return p.own
 }
@@ -197,16 +207,71 @@ func (p *Proxy) transportFor(id string, t workload.Target) (http.RoundTripper, e
 		p.remote = map[string]*http.Transport{}
 	}
 	cluster, ns := t.Cluster, t.Namespace
-	tr := &http.Transport{Proxy: nil, ResponseHeaderTimeout: 5 * time.Minute, IdleConnTimeout: 90 * time.Second, MaxIdleConnsPerHost: 16,
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return p.Workers.Dial(ctx, cluster, ns, id, port)
-		}}
+	tr := NewTransport(func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return p.Workers.Dial(ctx, cluster, ns, id, port)
+	})
 	p.remote[key] = tr
 	return tr, nil
 }
 
 // maxRemote bounds the transports kept for workloads on worker clusters.
 const maxRemote = 256
+
+// NewTransport is a transport to apps, dialling with dial (nil: the
+// network's own dialer). An app is a workload's owner's code: what it
+// answers is bounded (64 KiB of response headers, not Go's 10 MiB, which a
+// few thousand requests held open would multiply into the server's
+// memory), and so are the connections it gets (32 a host at once beyond
+// its sockets, which a switch of protocols takes off the count: each new
+// connection to a workload on the cluster costs the API server a lookup
+// of its endpoints, on a worker a port-forward).
+func NewTransport(dial func(ctx context.Context, network, addr string) (net.Conn, error)) *http.Transport {
+	return &http.Transport{Proxy: nil, DialContext: dial, ResponseHeaderTimeout: 5 * time.Minute, IdleConnTimeout: 90 * time.Second,
+		MaxIdleConnsPerHost: 16, MaxConnsPerHost: 32, MaxResponseHeaderBytes: 64 << 10}
+}
+
+// originWide are response headers that set rules for a whole origin (or
+// report on it) rather than for the response: an app under /w/ shares
+// Gantry's origin, so none of them passes.
+var originWide = []string{"Service-Worker-Allowed", "Clear-Site-Data", "Strict-Transport-Security", "Alt-Svc",
+	"NEL", "Report-To", "Reporting-Endpoints", "Origin-Agent-Cluster"}
+
+func dropOriginWide(h http.Header) {
+	for _, name := range originWide {
+		h.Del(name)
+	}
+}
+
+// privateCache keeps an app's responses out of shared caches: whoever may
+// open a workload is decided by Gantry on every request, so a cache in
+// front of it (a CDN, a proxy) must not answer another person from what
+// one was sent. An app's "public" and "s-maxage" are dropped, "private" is
+// added (what the app said of the browser's own cache stays), and the
+// response varies by the credentials.
+func privateCache(h http.Header) {
+	var kept []string
+	private := false
+	for _, line := range h.Values("Cache-Control") {
+		for _, d := range strings.Split(line, ",") {
+			d = strings.TrimSpace(d)
+			name, _, _ := strings.Cut(d, "=")
+			switch strings.ToLower(strings.TrimSpace(name)) {
+			case "":
+				continue
+			case "public", "s-maxage", "proxy-revalidate":
+				continue
+			case "private", "no-store":
+				private = true
+			}
+			kept = append(kept, d)
+		}
+	}
+	if !private {
+		kept = append(kept, "private")
+	}
+	h.Set("Cache-Control", strings.Join(kept, ", "))
+	h.Add("Vary", "Cookie, Authorization")
+}
 
 func (p *Proxy) log() *slog.Logger {
 	if p.Log != nil {
@@ -223,15 +288,25 @@ func upgradeOf(r *http.Request) (bool, error) {
 	if len(values) == 0 {
 		return false, nil
 	}
+	if !IsUpgrade(r) {
+		// Upgrade without "Connection: upgrade" is no request to switch
+		// (the reverse proxy forwards it as a plain request): it gets a
+		// plain request's deadlines, not a socket's.
+		return false, nil
+	}
 	if len(values) == 1 && strings.EqualFold(strings.TrimSpace(values[0]), "websocket") {
 		return true, nil
 	}
 	return false, &fault.Invalid{Fields: []fault.Field{{Path: "header.Upgrade", Message: fmt.Sprintf("%q: only a websocket upgrade is proxied", strings.Join(values, ", "))}}}
 }
 
-// IsUpgrade says whether r carries any Upgrade header: such a request is a
-// socket's handshake (or an attempt at one), checked as a change is.
-func IsUpgrade(r *http.Request) bool { return len(r.Header.Values("Upgrade")) > 0 }
+// IsUpgrade says whether r asks to switch protocols (an Upgrade header and
+// "Connection: upgrade", as the reverse proxy reads them): such a request
+// is a socket's handshake (or an attempt at one), checked as a change is
+// and counted as a stream.
+func IsUpgrade(r *http.Request) bool {
+	return len(r.Header.Values("Upgrade")) > 0 && httpguts.HeaderValuesContainsToken(r.Header["Connection"], "Upgrade")
+}
 
 // stripCookies removes the named cookies from a request's Cookie headers.
 func stripCookies(h http.Header, names []string) {
@@ -286,7 +361,7 @@ func contains(names []string, name string) bool {
 // browser's Origin (and Sec-Fetch-Site) can.
 func SameOrigin(r *http.Request) bool {
 	safe := r.Method == http.MethodGet || r.Method == http.MethodHead || r.Method == http.MethodOptions
-	if safe && !IsUpgrade(r) {
+	if safe && len(r.Header.Values("Upgrade")) == 0 { // any Upgrade, however spelt, is checked as a handshake
 		return true
 	}
 	if site := r.Header.Get("Sec-Fetch-Site"); site != "" && site != "same-origin" {

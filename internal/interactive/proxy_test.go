@@ -230,6 +230,98 @@ func TestProxy(t *testing.T) {
 		}
 	})
 
+	// An app shares Gantry's origin: what would set rules for the whole
+	// origin does not pass, nor may it install a service worker, and its
+	// responses stay out of shared caches.
+	t.Run("nothing for the whole origin", func(t *testing.T) {
+		var hits atomic.Int64
+		rogue := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			hits.Add(1)
+			for _, h := range []string{"Service-Worker-Allowed", "Clear-Site-Data", "Strict-Transport-Security", "Alt-Svc", "NEL", "Report-To", "Reporting-Endpoints", "Origin-Agent-Cluster"} {
+				w.Header().Set(h, "x")
+			}
+			w.Header().Set("Cache-Control", "public, max-age=600, s-maxage=3600")
+			w.Header().Set("Content-Security-Policy", "default-src 'self'") // the response's own: kept
+		}))
+		defer rogue.Close()
+		ru, _ := url.Parse(rogue.URL)
+		front := serve(&interactive.Proxy{Opener: opener{target: workload.Target{URL: ru}}})
+		defer front.Close()
+		resp, err := http.Get(front.URL + "/w/abcd1234/page")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		for name := range resp.Header {
+			switch name {
+			case "Cache-Control", "Content-Security-Policy", "Vary", "Date", "Content-Length", "Content-Type":
+			default:
+				t.Errorf("the app's %s: %q passed", name, resp.Header.Get(name))
+			}
+		}
+		if cc, v := resp.Header.Get("Cache-Control"), resp.Header.Get("Vary"); cc != "max-age=600, private" || v != "Cookie, Authorization" {
+			t.Errorf("Cache-Control %q, Vary %q; want max-age=600, private and Cookie, Authorization", cc, v)
+		}
+		req, _ := http.NewRequest("GET", front.URL+"/w/abcd1234/sw.js", nil)
+		req.Header.Set("Service-Worker", "script")
+		resp, err = http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusTeapot || !strings.Contains(string(body), "service worker") || hits.Load() != 1 {
+			t.Errorf("a service worker's script: %d %q (%d requests reached the app), want refused", resp.StatusCode, body, hits.Load())
+		}
+	})
+
+	// An app's response headers are bounded (64 KiB), not Go's 10 MiB.
+	t.Run("huge response headers", func(t *testing.T) {
+		huge := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("X-Big", strings.Repeat("a", 100<<10))
+		}))
+		defer huge.Close()
+		hu, _ := url.Parse(huge.URL)
+		front := serve(&interactive.Proxy{Opener: opener{target: workload.Target{URL: hu}}})
+		defer front.Close()
+		resp, err := http.Get(front.URL + "/w/abcd1234/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadGateway {
+			t.Errorf("100 KiB of headers: %d, want 502", resp.StatusCode)
+		}
+	})
+
+	// Upgrade without "Connection: upgrade" asks for no switch: it is a
+	// plain request (the app sees no Upgrade), not a socket.
+	t.Run("Upgrade alone is a plain request", func(t *testing.T) {
+		seen := make(chan string, 1)
+		plain := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { seen <- r.Header.Get("Upgrade") }))
+		defer plain.Close()
+		pu, _ := url.Parse(plain.URL)
+		front := serve(&interactive.Proxy{Opener: opener{target: workload.Target{URL: pu}}})
+		defer front.Close()
+		req, _ := http.NewRequest("POST", front.URL+"/w/abcd1234/x", strings.NewReader("body"))
+		req.Header.Set("Upgrade", "websocket")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if up := <-seen; resp.StatusCode != 200 || up != "" {
+			t.Errorf("%d, the app saw Upgrade %q; want 200 and none", resp.StatusCode, up)
+		}
+		if interactive.IsUpgrade(req) {
+			t.Error("IsUpgrade without Connection: upgrade")
+		}
+		req.Header.Set("Connection", "keep-alive, Upgrade")
+		if !interactive.IsUpgrade(req) {
+			t.Error("not IsUpgrade with Connection: keep-alive, Upgrade")
+		}
+	})
+
 	t.Run("no slash: redirected", func(t *testing.T) {
 		front := serve(&interactive.Proxy{Opener: opener{target: workload.Target{URL: u}}})
 		defer front.Close()

@@ -65,11 +65,18 @@ type Conn struct {
 	Recheck func(ctx context.Context) error
 }
 
-// Limits cap concurrent streams.
+// Limits cap concurrent streams: PerIdentity one person's, PerReplica
+// this replica's. One person's registered connections of every kind
+// (plain proxied requests too, which an app can hold open for minutes) are
+// capped at AllPerStream times PerIdentity.
 type Limits struct {
 	PerIdentity int
 	PerReplica  int
 }
+
+// AllPerStream is how many registered connections of every kind one person
+// may hold per stream they may hold.
+const AllPerStream = 4
 
 // TooMany is returned by Open past a cap: 429 with Retry-After.
 type TooMany = fault.TooMany
@@ -175,6 +182,10 @@ func (r *Registry) Open(ctx context.Context, c Conn) (context.Context, *Handle, 
 		return nil, nil, errors.New("live: a connection needs a Recheck")
 	}
 	r.mu.Lock()
+	if n := len(r.byUser[c.User]); c.User != "" && n >= AllPerStream*r.limits.PerIdentity {
+		r.mu.Unlock()
+		return nil, nil, &TooMany{What: fmt.Sprintf("you hold %d requests open at once (streams, and requests to your apps under /w/), the most one person may", n), RetryAfter: 5 * time.Second}
+	}
 	if c.Stream {
 		switch {
 		case r.streams >= r.limits.PerReplica:

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -176,6 +177,27 @@ func TestCaps(t *testing.T) {
 	a1.Close() // twice is harmless
 	if _, err := open("carol", true); err != nil {
 		t.Fatalf("after a close: %v", err)
+	}
+	// Plain requests count toward one person's cap on everything held
+	// (AllPerStream × PerIdentity = 8): alice holds two (a stream and a
+	// plain one) and may hold six more, of any kind.
+	var held []*live.Handle
+	for i := range 6 {
+		h, err := open("alice", false)
+		if err != nil {
+			t.Fatalf("alice's plain request %d: %v", i+3, err)
+		}
+		held = append(held, h)
+	}
+	if _, err := open("alice", false); !errors.As(err, &tm) || !strings.Contains(tm.What, "requests open at once") {
+		t.Fatalf("alice's ninth connection: %v, want TooMany", err)
+	}
+	if _, err := open("dave", false); err != nil {
+		t.Fatalf("another person's plain request: %v", err)
+	}
+	held[0].Close()
+	if _, err := open("alice", false); err != nil {
+		t.Fatalf("after one of hers closed: %v", err)
 	}
 }
 

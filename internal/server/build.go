@@ -377,7 +377,7 @@ func (s *Server) handler(ov Overrides, w *wiring) error {
 	}
 	apps := ov.AppTransport
 	if apps == nil && cfg.AppDial == config.AppDialEndpoints && s.cluster != nil {
-		apps = &http.Transport{DialContext: s.cluster.DialService, ResponseHeaderTimeout: 5 * time.Minute, IdleConnTimeout: 90 * time.Second, MaxIdleConnsPerHost: 16}
+		apps = interactive.NewTransport(s.cluster.DialService)
 	}
 	h, err := api.New(api.Options{Transient: store.Unavailable,
 		Now:     s.clock.Now,

@@ -94,31 +94,39 @@ func (s *Service) KeepAlive(ctx context.Context, id string) (Workload, error) {
 }
 
 // touchEvery is how often a workload's use through its UI is written; the
-// process remembers at most maxTouched workloads' last write.
+// process remembers at most maxTouched workloads' last write. A write gets
+// touchTimeout: it runs on a request's path (inside a socket's reads and
+// writes, too), and a row held by a long update must not stall them.
 const (
-	touchEvery = 30 * time.Second
-	maxTouched = 100000
+	touchEvery   = 30 * time.Second
+	maxTouched   = 100000
+	touchTimeout = 2 * time.Second
 )
 
 // Used records that a person used a workload through its UI now (the idle
 // culler counts its idle time from then), at most once per touchEvery per
-// process (a UI's requests and messages come many a second); a failure is
-// logged.
+// process (a UI's requests and messages come many a second): the first
+// request of a window claims it, the others at once return without a
+// write (a thousand requests at a window's start are one write, not a
+// thousand transactions queued on one row); a failure is logged.
 func (s *Service) Used(ctx context.Context, id string) {
 	now := s.clock()
-	if last, ok := s.touched.Load(id); ok && now.Sub(last.(time.Time)) < touchEvery {
-		return
+	last, loaded := s.touched.LoadOrStore(id, now)
+	if loaded {
+		if now.Sub(last.(time.Time)) < touchEvery || !s.touched.CompareAndSwap(id, last, now) {
+			return // written lately, or another request claimed the window
+		}
+	} else if n := s.touchedN.Add(1); n > maxTouched {
+		s.touched.Clear() // bounded: a forgotten entry costs one write more
+		s.touchedN.Store(0)
 	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), touchTimeout)
+	defer cancel()
 	if err := s.store.TouchWorkload(ctx, id, now); err != nil {
 		// Tried again touchEvery later, not on every message of a socket
 		// (a database away must not stall the stream nor flood the log).
 		s.log.WarnContext(ctx, "activity on a workload not recorded", "workload_id", id, "err", err)
 	}
-	if n := s.touchedN.Add(1); n > maxTouched {
-		s.touched.Clear() // bounded: a forgotten entry costs one write more
-		s.touchedN.Store(0)
-	}
-	s.touched.Store(id, now)
 }
 
 // IdleStop stops a workload the idle culler found unused, with why on the

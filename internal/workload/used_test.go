@@ -1,0 +1,65 @@
+package workload_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gantryhq/gantry/internal/workload"
+)
+
+// touchCounter counts the store's writes of a person's use.
+type touchCounter struct {
+	workload.Store
+	n atomic.Int64
+}
+
+func (c *touchCounter) TouchWorkload(ctx context.Context, id string, at time.Time) error {
+	c.n.Add(1)
+	return c.Store.TouchWorkload(ctx, id, at)
+}
+
+// TestUsedWritesOncePerWindow: a UI's requests and socket messages come many
+// a second; the first of a window claims it and writes, every other one
+// returns without a write — many at once included (one write, not a
+// transaction each queued on the workload's row) — and the next window
+// writes again.
+func TestUsedWritesOncePerWindow(t *testing.T) {
+	var counter *touchCounter
+	h := newHarnessWith(t, nil, false, func(o *workload.Options) {
+		counter = &touchCounter{Store: o.Store}
+		o.Store = counter
+	})
+	w := h.launch(t, "jupyter-notebook")
+	ctx := asAlice()
+	burst := func() {
+		var wg sync.WaitGroup
+		for range 64 {
+			wg.Go(func() { h.svc.Used(ctx, w.ID) })
+		}
+		wg.Wait()
+	}
+	burst()
+	if got := counter.n.Load(); got != 1 {
+		t.Fatalf("64 uses at once wrote %d times, want 1", got)
+	}
+	h.advance(20 * time.Second)
+	burst()
+	if got := counter.n.Load(); got != 1 {
+		t.Fatalf("uses 20 s later wrote again: %d writes, want 1", got)
+	}
+	h.advance(15 * time.Second) // 35 s after the first
+	burst()
+	if got := counter.n.Load(); got != 2 {
+		t.Fatalf("uses in the next window: %d writes, want 2", got)
+	}
+	var last time.Time
+	if _, err := h.store.UpdateWorkload(ctx, w.ID, func(old workload.Workload) (workload.Workload, error) {
+		last = old.LastUsed // read under the row's lock, as a stop reads it
+		return old, nil
+	}); err != nil || !last.Equal(h.clock()) {
+		t.Fatalf("last use %v (%v), want %v", last, err, h.clock())
+	}
+}

@@ -466,6 +466,9 @@ func (b *builder) env() []corev1.EnvVar {
 		{Name: "GANTRY_GPU_COUNT", Value: strconv.Itoa(r.Count)},
 	}
 	for _, e := range b.s.Env {
+		if strings.HasPrefix(e.Name, "NVIDIA_") {
+			continue // the GPU runtime's (a template saved before validation refused it)
+		}
 		env = append(env, corev1.EnvVar{Name: e.Name, Value: b.expand(e.Value)})
 	}
 	if dir := b.s.CheckpointDir(); dir != "" {
@@ -486,7 +489,29 @@ func (b *builder) env() []corev1.EnvVar {
 		// template's).
 		env = append(env, corev1.EnvVar{Name: "NVIDIA_VISIBLE_DEVICES", Value: "void"})
 	}
-	return env
+	return lastWins(env)
+}
+
+// lastWins is env with each name once, at its first place with its last
+// value (as a container sees a repeated name; an apply refuses the
+// repeat). Validation refuses a template's repeats; this covers one saved
+// before it did.
+func lastWins(env []corev1.EnvVar) []corev1.EnvVar {
+	last := make(map[string]int, len(env))
+	for i, e := range env {
+		last[e.Name] = i
+	}
+	if len(last) == len(env) {
+		return env
+	}
+	out := make([]corev1.EnvVar, 0, len(last))
+	for _, e := range env {
+		if j := last[e.Name]; j >= 0 {
+			out = append(out, env[j])
+			last[e.Name] = -1
+		}
+	}
+	return out
 }
 
 // tracking is the experiment tracker's variables: its address and

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -842,5 +843,52 @@ func TestTracking(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestEnvReservedAndOnce: a template saved before validation refused them —
+// an NVIDIA_ variable (which would show the pod every GPU of its node) and
+// a tracker's variable set twice — renders without the first and with each
+// name once, the tracker's value winning (an apply refuses a repeated
+// name). Validation refuses both.
+func TestEnvReservedAndOnce(t *testing.T) {
+	classes, templates := load(t)
+	tpl := *templates["pytorch-train"]
+	tpl.Spec.Tracking = &template.Tracking{MLflow: &template.MLflow{URI: "https://mlflow.example"}}
+	tpl.Spec.Env = append(slices.Clone(tpl.Spec.Env), template.EnvVar{Name: "NVIDIA_VISIBLE_DEVICES", Value: "all"},
+		template.EnvVar{Name: "MLFLOW_TRACKING_URI", Value: "https://elsewhere.example"})
+	err := tpl.Validate(classes)
+	for _, want := range []string{"spec.env[" + strconv.Itoa(len(tpl.Spec.Env)-2) + "].name: names starting with NVIDIA_ are reserved",
+		"spec.env[" + strconv.Itoa(len(tpl.Spec.Env)-1) + "].name: MLFLOW_TRACKING_URI is set by spec.tracking.mlflow"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("validation: %v, want %q", err, want)
+		}
+	}
+	r, err := tpl.Resolve(classes, template.Choice{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := render.Objects(r, metaFor(r))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objs {
+		j, ok := o.(*batchv1.Job)
+		if !ok {
+			continue
+		}
+		seen := map[string]string{}
+		for _, e := range j.Spec.Template.Spec.Containers[0].Env {
+			if _, twice := seen[e.Name]; twice {
+				t.Errorf("%s twice", e.Name)
+			}
+			seen[e.Name] = e.Value
+		}
+		if v, ok := seen["NVIDIA_VISIBLE_DEVICES"]; ok {
+			t.Errorf("NVIDIA_VISIBLE_DEVICES=%q reached the pod", v)
+		}
+		if v := seen["MLFLOW_TRACKING_URI"]; v != "https://mlflow.example" {
+			t.Errorf("MLFLOW_TRACKING_URI=%q, want the tracker's", v)
+		}
 	}
 }

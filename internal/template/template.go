@@ -115,6 +115,25 @@ type Tracking struct {
 	WandB  *WandB  `json:"wandb,omitempty"`
 }
 
+// Sets names the tracker that sets the environment variable name in a
+// workload's containers (render), or "" (a nil Tracking sets none).
+func (t *Tracking) Sets(name string) string {
+	switch {
+	case t == nil:
+	case t.MLflow != nil && slices.Contains(MLflowEnv, name):
+		return "spec.tracking.mlflow"
+	case t.WandB != nil && slices.Contains(WandBEnv, name):
+		return "spec.tracking.wandb"
+	}
+	return ""
+}
+
+// The variables each tracker sets (render sets them).
+var (
+	MLflowEnv = []string{"MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_NAME", "MLFLOW_RUN_NAME"}
+	WandBEnv  = []string{"WANDB_PROJECT", "WANDB_ENTITY", "WANDB_BASE_URL", "WANDB_RUN_ID", "WANDB_RESUME", "WANDB_NAME"}
+)
+
 // MLflow is an MLflow tracking server: MLFLOW_TRACKING_URI and
 // MLFLOW_EXPERIMENT_NAME (default: the template's name); the run is found
 // again by its tag gantry.run_id (gantry.tracking.mlflow_run in Python).
@@ -662,6 +681,14 @@ func (t *Template) validateEnvAndCommand(c refChecker) {
 			c.errs.Addf(p+".name", "%q is not a valid environment variable name", clip(e.Name))
 		} else if strings.HasPrefix(e.Name, "GANTRY_") {
 			c.errs.Addf(p+".name", "names starting with GANTRY_ are reserved")
+		} else if strings.HasPrefix(e.Name, "NVIDIA_") {
+			// The NVIDIA container runtime reads NVIDIA_VISIBLE_DEVICES (and
+			// its kin) from the image and the pod: a template's value
+			// ("all") would show a pod every GPU of its node, past the
+			// device plugin's allocation, the quota and the meter.
+			c.errs.Addf(p+".name", "names starting with NVIDIA_ are reserved: the GPU runtime reads them, and a workload sees only the GPUs it was given")
+		} else if by := s.Tracking.Sets(e.Name); by != "" {
+			c.errs.Addf(p+".name", "%s is set by %s: remove it here, or the tracker", e.Name, by)
 		}
 		if envSeen[e.Name] {
 			c.errs.Addf(p+".name", "duplicate variable %q", e.Name)

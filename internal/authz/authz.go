@@ -141,7 +141,7 @@ type where struct {
 // as *fault.Invalid with file:line.
 func Load(f Files) (*Policy, error) {
 	var errs fault.List
-	modelText, err := os.ReadFile(f.Model)
+	modelText, err := yamldoc.ReadFileMax(f.Model, yamldoc.MaxPolicyFileSize)
 	if err != nil {
 		return nil, fmt.Errorf("read policy model: %w", err)
 	}
@@ -153,7 +153,7 @@ func Load(f Files) (*Policy, error) {
 	if err != nil {
 		return nil, err
 	}
-	data, err := os.ReadFile(f.Bindings)
+	data, err := yamldoc.ReadFileMax(f.Bindings, yamldoc.MaxPolicyFileSize)
 	if err != nil {
 		return nil, fmt.Errorf("read policy bindings: %w", err)
 	}
@@ -252,7 +252,7 @@ func dedupe(rules [][]string) [][]string {
 
 // readRoles reads role rules "p, role, domain, object, action", one a line.
 func readRoles(path string, errs *fault.List) ([][]string, error) {
-	data, err := os.ReadFile(path)
+	data, err := yamldoc.ReadFileMax(path, yamldoc.MaxPolicyFileSize)
 	if err != nil {
 		return nil, fmt.Errorf("read policy roles: %w", err)
 	}
@@ -281,10 +281,19 @@ func readRoles(path string, errs *fault.List) ([][]string, error) {
 		if parts[2] != AnyTeam {
 			bad("role rules apply in every team: domain must be %q, got %q (bind roles to teams in bindings.yaml)", AnyTeam, parts[2])
 		}
+		platformRole := role == "platform-admin" || role == "platform-engineer"
 		if obj != "*" || act != "*" {
-			if _, ok := access.Parse(obj + ":" + act); !ok {
+			perm, ok := access.Parse(obj + ":" + act)
+			switch {
+			case !ok:
 				bad("unknown permission %q (known: %s)", obj+":"+act, strings.Join(access.Names(), ", "))
+			case perm.PlatformScoped() && !platformRole:
+				// A team role is bound in one team; these act on every
+				// team (the catalog, the policy, the audit log, people).
+				bad("%s acts on the whole platform: only platform-admin and platform-engineer may hold it, not %s, which is bound per team", obj+":"+act, role)
 			}
+		} else if !platformRole {
+			bad("every permission (*, *) includes those that act on the whole platform: only platform-admin and platform-engineer may hold it, not %s", role)
 		}
 		rules = append(rules, parts[1:])
 	}

@@ -213,6 +213,23 @@ func TestBrokenFilesNamed(t *testing.T) {
 	}
 }
 
+// TestTeamRolesHoldNoPlatformPermission: a team role is bound in one team;
+// the permissions that act on the whole platform (the catalog, the policy,
+// the audit log, people), or every permission at once, given to one are
+// refused with the file and line.
+func TestTeamRolesHoldNoPlatformPermission(t *testing.T) {
+	for _, line := range []string{"p, team-admin, *, templates, write", "p, member, *, audit, read", "p, team-admin, *, *, *"} {
+		dir := copyPolicy(t)
+		f := authz.InDir(dir)
+		edit(t, f.Roles, "p, team-admin, *, templates, read", line)
+		_, err := authz.Load(f)
+		want := f.Roles + ":" + lineOf(t, f.Roles, line) + ": "
+		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "only platform-admin and platform-engineer may hold it") {
+			t.Errorf("%q: %v, want refused at %s", line, err, want)
+		}
+	}
+}
+
 func TestReload(t *testing.T) {
 	dir := copyPolicy(t)
 	f := authz.InDir(dir)

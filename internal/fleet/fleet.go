@@ -16,7 +16,6 @@ import (
 	"fmt"
 	"maps"
 	"math"
-	"os"
 	"regexp"
 	"slices"
 	"sort"
@@ -185,7 +184,7 @@ var (
 
 // LoadFile reads and validates a clusters file against the GPU classes.
 func LoadFile(path string, classes *gpu.Catalog) (*Fleet, error) {
-	data, err := os.ReadFile(path)
+	data, err := yamldoc.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("read clusters: %w", err)
 	}

@@ -7,7 +7,6 @@ package gpu
 import (
 	"fmt"
 	"math"
-	"os"
 	"regexp"
 	"slices"
 	"sort"
@@ -289,7 +288,7 @@ var (
 
 // LoadFile reads and validates a GPU class file.
 func LoadFile(path string) (*Catalog, error) {
-	data, err := os.ReadFile(path)
+	data, err := yamldoc.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("read GPU classes: %w", err)
 	}

@@ -11,7 +11,6 @@ package nodegroup
 import (
 	"fmt"
 	"math"
-	"os"
 	"regexp"
 	"slices"
 	"sort"
@@ -139,7 +138,7 @@ const MaxPerGroup = 10000
 
 // LoadFile reads and validates a node group file against the GPU classes.
 func LoadFile(path string, classes []string) (*Set, error) {
-	data, err := os.ReadFile(path)
+	data, err := yamldoc.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("read node groups: %w", err)
 	}

@@ -26,15 +26,28 @@ import (
 const MaxFileSize = 1 << 20
 
 // ReadFile reads a document file of at most MaxFileSize bytes.
-func ReadFile(path string) ([]byte, error) {
-	fi, err := os.Stat(path)
+func ReadFile(path string) ([]byte, error) { return ReadFileMax(path, MaxFileSize) }
+
+// MaxPolicyFileSize bounds the policy's files, which list people (ten
+// thousand bindings are under a megabyte).
+const MaxPolicyFileSize = 16 << 20
+
+// ReadFileMax reads a file of at most max bytes, counting what it reads
+// (a file's stated size can change, and a device or a pipe states none).
+func ReadFileMax(path string, max int64) ([]byte, error) {
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
-	if fi.Size() > MaxFileSize {
-		return nil, fmt.Errorf("file is larger than %d bytes", MaxFileSize)
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, err
 	}
-	return os.ReadFile(path)
+	if int64(len(data)) > max {
+		return nil, fmt.Errorf("%s: file is larger than %d bytes", path, max)
+	}
+	return data, nil
 }
 
 // Lines maps a dotted field path to the line it was read from.

@@ -3,6 +3,8 @@ package yamldoc
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -165,5 +167,24 @@ func TestHeader(t *testing.T) {
 		if fmt.Sprint(got) != fmt.Sprint(tc.want) {
 			t.Errorf("%q %q: problems at %v, want %v", tc.api, tc.kind, got, tc.want)
 		}
+	}
+}
+
+// TestReadFileMax: a file is read up to its bound and refused past it,
+// counting what is read — a device that states no size (/dev/zero, which
+// never ends) included.
+func TestReadFileMax(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "f.yaml")
+	if err := os.WriteFile(path, []byte("0123456789"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if data, err := ReadFileMax(path, 10); err != nil || string(data) != "0123456789" {
+		t.Fatalf("at its bound: %q %v", data, err)
+	}
+	if _, err := ReadFileMax(path, 9); err == nil || !strings.Contains(err.Error(), "larger than 9 bytes") {
+		t.Fatalf("past its bound: %v", err)
+	}
+	if _, err := ReadFileMax("/dev/zero", 1<<10); err == nil {
+		t.Fatal("/dev/zero read whole")
 	}
 }

@@ -287,7 +287,7 @@ func TestProblemResponses(t *testing.T) {
 			})))
 		}, 400, []string{"spec.replicas"}},
 		{"name mismatch on update", func(ctx context.Context, c *client.ClientWithResponses) (answer, error) {
-			return c.UpdateTemplateWithResponse(ctx, "pytorch-train", vllm)
+			return c.UpdateTemplateWithResponse(ctx, "pytorch-train", nil, vllm)
 		}, 422, []string{"metadata.name"}},
 		// raw body: past the limit (64 KiB here)
 		{"body too large", launchBody(`{"template":"` + strings.Repeat("a", 70<<10) + `"}`), 413, nil},
@@ -342,11 +342,35 @@ func TestTemplateLifecycle(t *testing.T) {
 		t.Fatalf("create: %d %s", created.StatusCode(), created.Body)
 	}
 	doc.Metadata.Title = "Dev box on H100"
-	updated := servertest.Must(e.api.UpdateTemplateWithResponse(ctx, "dev-h100", doc))(t)
+	updated := servertest.Must(e.api.UpdateTemplateWithResponse(ctx, "dev-h100", &model.UpdateTemplateParams{IfMatch: new(`"v1"`)}, doc))(t)
 	if updated.StatusCode() != 200 || servertest.Deref(updated.JSON200).Version != 2 {
 		t.Fatalf("update: %d %s", updated.StatusCode(), updated.Body)
 	}
-	updated = servertest.Must(e.api.UpdateTemplateWithResponse(ctx, "dev-h100", doc))(t)
+	// Another editor's save made from version 1, now that version 2 is
+	// live: 412, nothing stored (nor through the editor's apply, nor a delete).
+	other := doc
+	other.Metadata.Title = "Someone else's title"
+	if r := servertest.Must(e.api.UpdateTemplateWithResponse(ctx, "dev-h100", &model.UpdateTemplateParams{IfMatch: new("1")}, other))(t); r.StatusCode() != 412 {
+		t.Fatalf("a stale update: %d %s", r.StatusCode(), r.Body)
+	}
+	src, err := yaml.Marshal(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	apply := model.TemplateSetRequest{Files: []struct {
+		Content string `json:"content"`
+		Path    string `json:"path"`
+	}{{Content: string(src), Path: "dev-h100.yaml"}}, Expect: &map[string]int{"dev-h100": 1}}
+	if r := servertest.Must(e.api.ApplyTemplatesWithResponse(ctx, apply))(t); r.StatusCode() != 412 {
+		t.Fatalf("a stale apply: %d %s", r.StatusCode(), r.Body)
+	}
+	if r := servertest.Must(e.api.DeleteTemplateWithResponse(ctx, "dev-h100", &model.DeleteTemplateParams{IfMatch: new(`"v1"`)}))(t); r.StatusCode() != 412 {
+		t.Fatalf("a stale delete: %d %s", r.StatusCode(), r.Body)
+	}
+	if r := servertest.Must(e.api.UpdateTemplateWithResponse(ctx, "dev-h100", &model.UpdateTemplateParams{IfMatch: new("yesterday")}, other))(t); r.StatusCode() != 422 {
+		t.Fatalf("an If-Match that names no version: %d %s", r.StatusCode(), r.Body)
+	}
+	updated = servertest.Must(e.api.UpdateTemplateWithResponse(ctx, "dev-h100", nil, doc))(t)
 	if updated.StatusCode() != 200 || servertest.Deref(updated.JSON200).Version != 2 {
 		t.Fatalf("unchanged update made a version: %d %s", updated.StatusCode(), updated.Body)
 	}
@@ -359,7 +383,7 @@ func TestTemplateLifecycle(t *testing.T) {
 	if w.StatusCode() != 201 || servertest.Deref(w.JSON201).TemplateVersion != 1 {
 		t.Fatalf("launch of version 1: %d %s", w.StatusCode(), w.Body)
 	}
-	if s := servertest.Must(e.api.DeleteTemplateWithResponse(ctx, "dev-h100"))(t).StatusCode(); s != 204 {
+	if s := servertest.Must(e.api.DeleteTemplateWithResponse(ctx, "dev-h100", nil))(t).StatusCode(); s != 204 {
 		t.Fatalf("delete: %d", s)
 	}
 	if s := servertest.Must(e.api.GetTemplateWithResponse(ctx, "dev-h100", nil))(t).StatusCode(); s != 404 {
@@ -593,7 +617,7 @@ func TestTemplateVersionStatus(t *testing.T) {
 		t.Fatalf("create: %d", s)
 	}
 	doc.Metadata.Title = "IDE, fixed"
-	if s := servertest.Must(e.api.UpdateTemplateWithResponse(ctx, "ide", doc))(t).StatusCode(); s != 200 {
+	if s := servertest.Must(e.api.UpdateTemplateWithResponse(ctx, "ide", nil, doc))(t).StatusCode(); s != 200 {
 		t.Fatalf("update: %d", s)
 	}
 	launch := model.LaunchRequest{Template: "ide", TemplateVersion: new(1), Team: "vision"}

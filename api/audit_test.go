@@ -28,7 +28,7 @@ func TestAuditLog(t *testing.T) {
 	ctx := t.Context()
 	member := e.as("member")
 	servertest.Must(e.api.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "dev-environment", Team: "vision"}))(t)
-	servertest.Must(member.DeleteTemplateWithResponse(ctx, "vllm-inference"))(t)                                                         // denied
+	servertest.Must(member.DeleteTemplateWithResponse(ctx, "vllm-inference", nil))(t)                                                         // denied
 	servertest.Must(e.api.ListTemplatesWithResponse(ctx))(t)                                                                             // a read: not recorded
 	page := servertest.Deref(servertest.Must(e.api.ListAuditWithResponse(ctx, &model.ListAuditParams{After: new(int64(0))}))(t).JSON200) // oldest first
 	if len(page.Items) != 2 {
@@ -54,7 +54,7 @@ func TestAuditLog(t *testing.T) {
 	vllm := templateDoc(t, "../templates/vllm-inference.yaml", nil)
 	servertest.Must(member.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "vllm-inference", Team: "nlp"}))(t)
 	servertest.Must(member.CreateTemplateWithResponse(ctx, vllm))(t)
-	servertest.Must(member.UpdateTemplateWithResponse(ctx, "vllm-inference", vllm))(t)
+	servertest.Must(member.UpdateTemplateWithResponse(ctx, "vllm-inference", nil, vllm))(t)
 
 	st, err := store.Open(context.Background(), store.SQLite, e.dbPath)
 	if err != nil {

@@ -162,10 +162,10 @@ func TestRouteRoleMatrix(t *testing.T) {
 			return c.GetTemplateWithResponse(ctx, "vllm-inference", nil)
 		}, readers},
 		"PUT /api/v1/templates/{name}": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
-			return c.UpdateTemplateWithResponse(ctx, "vllm-inference", vllm)
+			return c.UpdateTemplateWithResponse(ctx, "vllm-inference", nil, vllm)
 		}, writers(200)},
 		"DELETE /api/v1/templates/{name}": {func(ctx context.Context, c *client.ClientWithResponses, role string) (statusCoder, error) {
-			return c.DeleteTemplateWithResponse(ctx, "del-"+role)
+			return c.DeleteTemplateWithResponse(ctx, "del-"+role, nil)
 		}, writers(204)},
 		"GET /api/v1/templates/{name}/versions": {func(ctx context.Context, c *client.ClientWithResponses, _ string) (statusCoder, error) {
 			return c.ListTemplateVersionsWithResponse(ctx, "vllm-inference")

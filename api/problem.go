@@ -96,8 +96,14 @@ func problemFor(err error) (int, model.Problem) {
 		Detail: ptr("an internal error occurred; quote the instance when reporting it")}
 }
 
-// fieldErrors is the wire form of field problems.
+// maxFieldErrors is how many field problems an answer lists: a large bad
+// input (a draft of unknown keys) can have tens of thousands, each with its
+// own message; the detail still counts them all.
+const maxFieldErrors = 100
+
+// fieldErrors is the wire form of field problems, the first maxFieldErrors.
 func fieldErrors(fs []fault.Field) *[]model.FieldError {
+	fs = fs[:min(len(fs), maxFieldErrors)]
 	fields := make([]model.FieldError, len(fs))
 	for i, f := range fs {
 		fields[i] = model.FieldError{Field: f.Path, Detail: f.Message}
@@ -112,8 +118,11 @@ func fieldErrors(fs []fault.Field) *[]model.FieldError {
 }
 
 func detailOf(n int) string {
-	if n == 1 {
+	switch {
+	case n == 1:
 		return "1 problem with the request"
+	case n > maxFieldErrors:
+		return fmt.Sprintf("%d problems with the request; the first %d are listed", n, maxFieldErrors)
 	}
 	return fmt.Sprintf("%d problems with the request", n)
 }

@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"fmt"
 	"net/http"
 	"os"
 	"strings"
@@ -44,5 +45,21 @@ func TestRenderDraft(t *testing.T) {
 	}
 	if r, p := render(e.as("member"), &draft); r.StatusCode() != 403 || !strings.Contains(p.Detail, "templates:write") {
 		t.Errorf("a member's draft: %d %q", r.StatusCode(), p.Detail)
+	}
+	// A draft of thousands of unknown keys: a member is refused before it
+	// is parsed (the answer is the same short refusal, not its problems);
+	// the platform engineer hears of the first 100, and how many in all.
+	var huge strings.Builder
+	huge.WriteString(strings.Replace(string(src), "spec:\n", "spec:\n", 1))
+	huge.WriteString("extra:\n")
+	for i := range 3000 {
+		fmt.Fprintf(&huge, "  key%d: 1\n", i)
+	}
+	hugeDraft := huge.String()
+	if r, p := render(e.as("member"), &hugeDraft); r.StatusCode() != 403 || len(p.Errors) != 0 || len(r.Body) > 2048 {
+		t.Errorf("a member's huge draft: %d, %d errors, %d bytes", r.StatusCode(), len(p.Errors), len(r.Body))
+	}
+	if r, p := render(e.api, &hugeDraft); r.StatusCode() != 422 && r.StatusCode() != 400 || len(p.Errors) != 100 || !strings.Contains(p.Detail, "the first 100 are listed") {
+		t.Errorf("a platform engineer's huge draft: %d, %d errors, %q", r.StatusCode(), len(p.Errors), p.Detail)
 	}
 }

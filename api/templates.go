@@ -2,6 +2,9 @@ package api
 
 import (
 	"context"
+	"fmt"
+	"math"
+	"strings"
 
 	"github.com/gantryhq/gantry/api/gen"
 	"github.com/gantryhq/gantry/api/model"
@@ -49,7 +52,11 @@ func (s *server) UpdateTemplate(ctx context.Context, req gen.UpdateTemplateReque
 	if err != nil {
 		return nil, err
 	}
-	v, _, err := s.o.Catalog.Update(ctx, caller(ctx), req.Name, t)
+	expect, err := templateIfMatch(req.Params.IfMatch)
+	if err != nil {
+		return nil, err
+	}
+	v, _, err := s.o.Catalog.Update(ctx, caller(ctx), req.Name, t, expect)
 	if err != nil {
 		return nil, err
 	}
@@ -57,10 +64,28 @@ func (s *server) UpdateTemplate(ctx context.Context, req gen.UpdateTemplateReque
 }
 
 func (s *server) DeleteTemplate(ctx context.Context, req gen.DeleteTemplateRequestObject) (gen.DeleteTemplateResponseObject, error) {
-	if err := s.o.Catalog.Delete(ctx, caller(ctx), req.Name); err != nil {
+	expect, err := templateIfMatch(req.Params.IfMatch)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.o.Catalog.Delete(ctx, caller(ctx), req.Name, expect); err != nil {
 		return nil, err
 	}
 	return gen.DeleteTemplate204Response{}, nil
+}
+
+// templateIfMatch is the version an If-Match names: nil without one, or
+// with "*" (whatever is live).
+func templateIfMatch(h *model.TemplateIfMatch) (*int, error) {
+	if h == nil || strings.TrimSpace(*h) == "*" {
+		return nil, nil
+	}
+	v, ok := parseETag(*h)
+	if !ok || v > math.MaxInt32 {
+		return nil, &fault.Invalid{Fields: []fault.Field{{Path: "header.If-Match", Message: fmt.Sprintf("%q is not a template version (such as \"v3\")", *h)}}}
+	}
+	n := int(v)
+	return &n, nil
 }
 
 func (s *server) ListTemplateVersions(ctx context.Context, req gen.ListTemplateVersionsRequestObject) (gen.ListTemplateVersionsResponseObject, error) {
@@ -88,7 +113,10 @@ func (s *server) RenderTemplate(ctx context.Context, req gen.RenderTemplateReque
 	r := workload.Request{Template: req.Name, Version: deref(b.TemplateVersion), Team: t, Choice: choice(b.Gpu, b.Parameters, b.Confidential, b.CpuOnly)}
 	if b.Source != nil {
 		// A draft, as the editor holds it: parsed as a file would be, so
-		// its problems name their line.
+		// its problems name their line — for those who may write one.
+		if err := s.o.Workloads.MayPreviewDraft(ctx); err != nil {
+			return nil, err
+		}
 		files, err := template.ParseSources([]template.Source{{Path: req.Name + ".yaml", Data: []byte(*b.Source)}}, s.o.Catalog.Parse)
 		if err != nil {
 			return nil, err
@@ -123,7 +151,7 @@ func (s *server) ApplyTemplates(ctx context.Context, req gen.ApplyTemplatesReque
 	if err != nil {
 		return nil, err
 	}
-	plan, err := s.o.Catalog.Plan(ctx, caller(ctx), files, deref(req.Body.Prune))
+	plan, err := s.o.Catalog.Plan(ctx, caller(ctx), files, catalog.PlanOptions{Prune: deref(req.Body.Prune), Expect: deref(req.Body.Expect)})
 	if err != nil {
 		return nil, err
 	}

@@ -191,7 +191,7 @@ func TestNarrowedTokenHasNoPlatformPowers(t *testing.T) {
 	}{
 		{"GET", "/api/v1/audit", func() (statusCoder, error) { return c.ListAuditWithResponse(ctx, nil) }, 403},
 		{"POST", "/api/v1/templates", func() (statusCoder, error) { return c.CreateTemplateWithResponse(ctx, newTemplate) }, 403},
-		{"DELETE", "/api/v1/templates/dev-environment", func() (statusCoder, error) { return c.DeleteTemplateWithResponse(ctx, "dev-environment") }, 403},
+		{"DELETE", "/api/v1/templates/dev-environment", func() (statusCoder, error) { return c.DeleteTemplateWithResponse(ctx, "dev-environment", nil) }, 403},
 		{"POST", "/api/v1/workloads", func() (statusCoder, error) {
 			return c.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "dev-environment", Team: "nlp"})
 		}, 403},

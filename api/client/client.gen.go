@@ -137,7 +137,7 @@ type ClientInterface interface {
 
 	// ApplyTemplatesWithBody Apply a directory of templates at once
 	//
-	// What `gantry templates apply -f DIR` sends: the directory's files as they are (YAML or JSON; GPU class files are skipped). Every template is validated as a file would be — problems name the file, line and field path — and compared with the live catalog: created, updated (a new version), unchanged, or with prune deleted when no file defines it. With dryRun nothing changes; otherwise every change is made in one transaction (all or nothing), recorded as the caller.
+	// What `gantry templates apply -f DIR` sends: the directory's files as they are (YAML or JSON; GPU class files are skipped). Every template is validated as a file would be — problems name the file, line and field path — and compared with the live catalog: created, updated (a new version), unchanged, or with prune deleted when no file defines it. With dryRun nothing changes; otherwise every change is made in one transaction (all or nothing), recorded as the caller. With expect, only if each named template is still at the version given (412 otherwise).
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -146,7 +146,7 @@ type ClientInterface interface {
 
 	// ApplyTemplates Apply a directory of templates at once
 	//
-	// What `gantry templates apply -f DIR` sends: the directory's files as they are (YAML or JSON; GPU class files are skipped). Every template is validated as a file would be — problems name the file, line and field path — and compared with the live catalog: created, updated (a new version), unchanged, or with prune deleted when no file defines it. With dryRun nothing changes; otherwise every change is made in one transaction (all or nothing), recorded as the caller.
+	// What `gantry templates apply -f DIR` sends: the directory's files as they are (YAML or JSON; GPU class files are skipped). Every template is validated as a file would be — problems name the file, line and field path — and compared with the live catalog: created, updated (a new version), unchanged, or with prune deleted when no file defines it. With dryRun nothing changes; otherwise every change is made in one transaction (all or nothing), recorded as the caller. With expect, only if each named template is still at the version given (412 otherwise).
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -446,10 +446,10 @@ type ClientInterface interface {
 
 	// DeleteTemplate Delete a template
 	//
-	// Retires the template; its versions stay for the workloads that used them.
+	// Retires the template; its versions stay for the workloads that used them. With If-Match, only if the version named is still the live one (412 otherwise).
 	//
 	// Corresponds with DELETE /api/v1/templates/{name} (the `DeleteTemplate` operationId).
-	DeleteTemplate(ctx context.Context, name TemplateName, reqEditors ...RequestEditorFn) (*http.Response, error)
+	DeleteTemplate(ctx context.Context, name TemplateName, params *DeleteTemplateParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetTemplate Get a template
 	//
@@ -460,21 +460,21 @@ type ClientInterface interface {
 
 	// UpdateTemplateWithBody Update a template
 	//
-	// Stores a new immutable version when the document differs from the live one; otherwise returns the live version unchanged.
+	// Stores a new immutable version when the document differs from the live one; otherwise returns the live version unchanged. With If-Match (the version the document was edited from), the update is made only if that version is still the live one: 412 otherwise, and nothing is stored — a change someone saved in between is not silently replaced.
 	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with PUT /api/v1/templates/{name} (the `UpdateTemplate` operationId).
-	UpdateTemplateWithBody(ctx context.Context, name TemplateName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	UpdateTemplateWithBody(ctx context.Context, name TemplateName, params *UpdateTemplateParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// UpdateTemplate Update a template
 	//
-	// Stores a new immutable version when the document differs from the live one; otherwise returns the live version unchanged.
+	// Stores a new immutable version when the document differs from the live one; otherwise returns the live version unchanged. With If-Match (the version the document was edited from), the update is made only if that version is still the live one: 412 otherwise, and nothing is stored — a change someone saved in between is not silently replaced.
 	//
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with PUT /api/v1/templates/{name} (the `UpdateTemplate` operationId).
-	UpdateTemplate(ctx context.Context, name TemplateName, body UpdateTemplateJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+	UpdateTemplate(ctx context.Context, name TemplateName, params *UpdateTemplateParams, body UpdateTemplateJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetTemplateAdvice Advice on a template's default
 	//
@@ -966,7 +966,7 @@ func (c *Client) GetCarbonForecast(ctx context.Context, params *GetCarbonForecas
 
 // ApplyTemplatesWithBody Apply a directory of templates at once
 //
-// What `gantry templates apply -f DIR` sends: the directory's files as they are (YAML or JSON; GPU class files are skipped). Every template is validated as a file would be — problems name the file, line and field path — and compared with the live catalog: created, updated (a new version), unchanged, or with prune deleted when no file defines it. With dryRun nothing changes; otherwise every change is made in one transaction (all or nothing), recorded as the caller.
+// What `gantry templates apply -f DIR` sends: the directory's files as they are (YAML or JSON; GPU class files are skipped). Every template is validated as a file would be — problems name the file, line and field path — and compared with the live catalog: created, updated (a new version), unchanged, or with prune deleted when no file defines it. With dryRun nothing changes; otherwise every change is made in one transaction (all or nothing), recorded as the caller. With expect, only if each named template is still at the version given (412 otherwise).
 //
 // Takes any type of body and a specified content type.
 //
@@ -985,7 +985,7 @@ func (c *Client) ApplyTemplatesWithBody(ctx context.Context, contentType string,
 
 // ApplyTemplates Apply a directory of templates at once
 //
-// What `gantry templates apply -f DIR` sends: the directory's files as they are (YAML or JSON; GPU class files are skipped). Every template is validated as a file would be — problems name the file, line and field path — and compared with the live catalog: created, updated (a new version), unchanged, or with prune deleted when no file defines it. With dryRun nothing changes; otherwise every change is made in one transaction (all or nothing), recorded as the caller.
+// What `gantry templates apply -f DIR` sends: the directory's files as they are (YAML or JSON; GPU class files are skipped). Every template is validated as a file would be — problems name the file, line and field path — and compared with the live catalog: created, updated (a new version), unchanged, or with prune deleted when no file defines it. With dryRun nothing changes; otherwise every change is made in one transaction (all or nothing), recorded as the caller. With expect, only if each named template is still at the version given (412 otherwise).
 //
 // Takes a body of the `application/json` content type.
 //
@@ -1665,11 +1665,11 @@ func (c *Client) CreateTemplate(ctx context.Context, body CreateTemplateJSONRequ
 
 // DeleteTemplate Delete a template
 //
-// Retires the template; its versions stay for the workloads that used them.
+// Retires the template; its versions stay for the workloads that used them. With If-Match, only if the version named is still the live one (412 otherwise).
 //
 // Corresponds with DELETE /api/v1/templates/{name} (the `DeleteTemplate` operationId).
-func (c *Client) DeleteTemplate(ctx context.Context, name TemplateName, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewDeleteTemplateRequest(c.Server, name)
+func (c *Client) DeleteTemplate(ctx context.Context, name TemplateName, params *DeleteTemplateParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDeleteTemplateRequest(c.Server, name, params)
 	if err != nil {
 		return nil, err
 	}
@@ -1699,13 +1699,13 @@ func (c *Client) GetTemplate(ctx context.Context, name TemplateName, params *Get
 
 // UpdateTemplateWithBody Update a template
 //
-// Stores a new immutable version when the document differs from the live one; otherwise returns the live version unchanged.
+// Stores a new immutable version when the document differs from the live one; otherwise returns the live version unchanged. With If-Match (the version the document was edited from), the update is made only if that version is still the live one: 412 otherwise, and nothing is stored — a change someone saved in between is not silently replaced.
 //
 // Takes any type of body and a specified content type.
 //
 // Corresponds with PUT /api/v1/templates/{name} (the `UpdateTemplate` operationId).
-func (c *Client) UpdateTemplateWithBody(ctx context.Context, name TemplateName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewUpdateTemplateRequestWithBody(c.Server, name, contentType, body)
+func (c *Client) UpdateTemplateWithBody(ctx context.Context, name TemplateName, params *UpdateTemplateParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewUpdateTemplateRequestWithBody(c.Server, name, params, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -1718,13 +1718,13 @@ func (c *Client) UpdateTemplateWithBody(ctx context.Context, name TemplateName, 
 
 // UpdateTemplate Update a template
 //
-// Stores a new immutable version when the document differs from the live one; otherwise returns the live version unchanged.
+// Stores a new immutable version when the document differs from the live one; otherwise returns the live version unchanged. With If-Match (the version the document was edited from), the update is made only if that version is still the live one: 412 otherwise, and nothing is stored — a change someone saved in between is not silently replaced.
 //
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with PUT /api/v1/templates/{name} (the `UpdateTemplate` operationId).
-func (c *Client) UpdateTemplate(ctx context.Context, name TemplateName, body UpdateTemplateJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewUpdateTemplateRequest(c.Server, name, body)
+func (c *Client) UpdateTemplate(ctx context.Context, name TemplateName, params *UpdateTemplateParams, body UpdateTemplateJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewUpdateTemplateRequest(c.Server, name, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -4181,7 +4181,7 @@ func NewCreateTemplateRequestWithBody(server string, contentType string, body io
 }
 
 // NewDeleteTemplateRequest constructs an http.Request for the DeleteTemplate method
-func NewDeleteTemplateRequest(server string, name TemplateName) (*http.Request, error) {
+func NewDeleteTemplateRequest(server string, name TemplateName, params *DeleteTemplateParams) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -4209,6 +4209,21 @@ func NewDeleteTemplateRequest(server string, name TemplateName) (*http.Request, 
 	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
+	}
+
+	if params != nil {
+
+		if params.IfMatch != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "If-Match", *params.IfMatch, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("If-Match", headerParam0)
+		}
+
 	}
 
 	return req, nil
@@ -4276,18 +4291,18 @@ func NewGetTemplateRequest(server string, name TemplateName, params *GetTemplate
 }
 
 // NewUpdateTemplateRequest calls the generic UpdateTemplate builder with application/json body
-func NewUpdateTemplateRequest(server string, name TemplateName, body UpdateTemplateJSONRequestBody) (*http.Request, error) {
+func NewUpdateTemplateRequest(server string, name TemplateName, params *UpdateTemplateParams, body UpdateTemplateJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
 	buf, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
 	}
 	bodyReader = bytes.NewReader(buf)
-	return NewUpdateTemplateRequestWithBody(server, name, "application/json", bodyReader)
+	return NewUpdateTemplateRequestWithBody(server, name, params, "application/json", bodyReader)
 }
 
 // NewUpdateTemplateRequestWithBody constructs an http.Request for the UpdateTemplate method, with any body, and a specified content type
-func NewUpdateTemplateRequestWithBody(server string, name TemplateName, contentType string, body io.Reader) (*http.Request, error) {
+func NewUpdateTemplateRequestWithBody(server string, name TemplateName, params *UpdateTemplateParams, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -4318,6 +4333,21 @@ func NewUpdateTemplateRequestWithBody(server string, name TemplateName, contentT
 	}
 
 	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IfMatch != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "If-Match", *params.IfMatch, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("If-Match", headerParam0)
+		}
+
+	}
 
 	return req, nil
 }
@@ -6125,7 +6155,7 @@ type ClientWithResponsesInterface interface {
 
 	// ApplyTemplatesWithBodyWithResponse Apply a directory of templates at once
 	//
-	// What `gantry templates apply -f DIR` sends: the directory's files as they are (YAML or JSON; GPU class files are skipped). Every template is validated as a file would be — problems name the file, line and field path — and compared with the live catalog: created, updated (a new version), unchanged, or with prune deleted when no file defines it. With dryRun nothing changes; otherwise every change is made in one transaction (all or nothing), recorded as the caller.
+	// What `gantry templates apply -f DIR` sends: the directory's files as they are (YAML or JSON; GPU class files are skipped). Every template is validated as a file would be — problems name the file, line and field path — and compared with the live catalog: created, updated (a new version), unchanged, or with prune deleted when no file defines it. With dryRun nothing changes; otherwise every change is made in one transaction (all or nothing), recorded as the caller. With expect, only if each named template is still at the version given (412 otherwise).
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -6134,7 +6164,7 @@ type ClientWithResponsesInterface interface {
 
 	// ApplyTemplatesWithResponse Apply a directory of templates at once
 	//
-	// What `gantry templates apply -f DIR` sends: the directory's files as they are (YAML or JSON; GPU class files are skipped). Every template is validated as a file would be — problems name the file, line and field path — and compared with the live catalog: created, updated (a new version), unchanged, or with prune deleted when no file defines it. With dryRun nothing changes; otherwise every change is made in one transaction (all or nothing), recorded as the caller.
+	// What `gantry templates apply -f DIR` sends: the directory's files as they are (YAML or JSON; GPU class files are skipped). Every template is validated as a file would be — problems name the file, line and field path — and compared with the live catalog: created, updated (a new version), unchanged, or with prune deleted when no file defines it. With dryRun nothing changes; otherwise every change is made in one transaction (all or nothing), recorded as the caller. With expect, only if each named template is still at the version given (412 otherwise).
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -6476,12 +6506,12 @@ type ClientWithResponsesInterface interface {
 
 	// DeleteTemplateWithResponse Delete a template
 	//
-	// Retires the template; its versions stay for the workloads that used them.
+	// Retires the template; its versions stay for the workloads that used them. With If-Match, only if the version named is still the live one (412 otherwise).
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with DELETE /api/v1/templates/{name} (the `DeleteTemplate` operationId).
-	DeleteTemplateWithResponse(ctx context.Context, name TemplateName, reqEditors ...RequestEditorFn) (*DeleteTemplateResponse, error)
+	DeleteTemplateWithResponse(ctx context.Context, name TemplateName, params *DeleteTemplateParams, reqEditors ...RequestEditorFn) (*DeleteTemplateResponse, error)
 
 	// GetTemplateWithResponse Get a template
 	//
@@ -6494,21 +6524,21 @@ type ClientWithResponsesInterface interface {
 
 	// UpdateTemplateWithBodyWithResponse Update a template
 	//
-	// Stores a new immutable version when the document differs from the live one; otherwise returns the live version unchanged.
+	// Stores a new immutable version when the document differs from the live one; otherwise returns the live version unchanged. With If-Match (the version the document was edited from), the update is made only if that version is still the live one: 412 otherwise, and nothing is stored — a change someone saved in between is not silently replaced.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with PUT /api/v1/templates/{name} (the `UpdateTemplate` operationId).
-	UpdateTemplateWithBodyWithResponse(ctx context.Context, name TemplateName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UpdateTemplateResponse, error)
+	UpdateTemplateWithBodyWithResponse(ctx context.Context, name TemplateName, params *UpdateTemplateParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UpdateTemplateResponse, error)
 
 	// UpdateTemplateWithResponse Update a template
 	//
-	// Stores a new immutable version when the document differs from the live one; otherwise returns the live version unchanged.
+	// Stores a new immutable version when the document differs from the live one; otherwise returns the live version unchanged. With If-Match (the version the document was edited from), the update is made only if that version is still the live one: 412 otherwise, and nothing is stored — a change someone saved in between is not silently replaced.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with PUT /api/v1/templates/{name} (the `UpdateTemplate` operationId).
-	UpdateTemplateWithResponse(ctx context.Context, name TemplateName, body UpdateTemplateJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateTemplateResponse, error)
+	UpdateTemplateWithResponse(ctx context.Context, name TemplateName, params *UpdateTemplateParams, body UpdateTemplateJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateTemplateResponse, error)
 
 	// GetTemplateAdviceWithResponse Advice on a template's default
 	//
@@ -7247,6 +7277,8 @@ type ApplyTemplatesResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *TemplateSetPlan
+	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
+	ApplicationproblemJSON412 *Problem
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
 	ApplicationproblemJSONDefault *Problem
 }
@@ -7254,6 +7286,11 @@ type ApplyTemplatesResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r ApplyTemplatesResponse) GetJSON200() *TemplateSetPlan {
 	return r.JSON200
+}
+
+// GetApplicationproblemJSON412 returns the response for an HTTP 412 `application/problem+json` response
+func (r ApplyTemplatesResponse) GetApplicationproblemJSON412() *Problem {
+	return r.ApplicationproblemJSON412
 }
 
 // GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
@@ -8706,8 +8743,15 @@ func (r CreateTemplateResponse) ContentType() string {
 type DeleteTemplateResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
+	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
+	ApplicationproblemJSON412 *Problem
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
 	ApplicationproblemJSONDefault *Problem
+}
+
+// GetApplicationproblemJSON412 returns the response for an HTTP 412 `application/problem+json` response
+func (r DeleteTemplateResponse) GetApplicationproblemJSON412() *Problem {
+	return r.ApplicationproblemJSON412
 }
 
 // GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
@@ -8797,6 +8841,8 @@ type UpdateTemplateResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *TemplateVersion
+	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
+	ApplicationproblemJSON412 *Problem
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
 	ApplicationproblemJSONDefault *Problem
 }
@@ -8804,6 +8850,11 @@ type UpdateTemplateResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r UpdateTemplateResponse) GetJSON200() *TemplateVersion {
 	return r.JSON200
+}
+
+// GetApplicationproblemJSON412 returns the response for an HTTP 412 `application/problem+json` response
+func (r UpdateTemplateResponse) GetApplicationproblemJSON412() *Problem {
+	return r.ApplicationproblemJSON412
 }
 
 // GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
@@ -10755,7 +10806,7 @@ func (c *ClientWithResponses) GetCarbonForecastWithResponse(ctx context.Context,
 
 // ApplyTemplatesWithBodyWithResponse Apply a directory of templates at once
 //
-// What `gantry templates apply -f DIR` sends: the directory's files as they are (YAML or JSON; GPU class files are skipped). Every template is validated as a file would be — problems name the file, line and field path — and compared with the live catalog: created, updated (a new version), unchanged, or with prune deleted when no file defines it. With dryRun nothing changes; otherwise every change is made in one transaction (all or nothing), recorded as the caller.
+// What `gantry templates apply -f DIR` sends: the directory's files as they are (YAML or JSON; GPU class files are skipped). Every template is validated as a file would be — problems name the file, line and field path — and compared with the live catalog: created, updated (a new version), unchanged, or with prune deleted when no file defines it. With dryRun nothing changes; otherwise every change is made in one transaction (all or nothing), recorded as the caller. With expect, only if each named template is still at the version given (412 otherwise).
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -10770,7 +10821,7 @@ func (c *ClientWithResponses) ApplyTemplatesWithBodyWithResponse(ctx context.Con
 
 // ApplyTemplatesWithResponse Apply a directory of templates at once
 //
-// What `gantry templates apply -f DIR` sends: the directory's files as they are (YAML or JSON; GPU class files are skipped). Every template is validated as a file would be — problems name the file, line and field path — and compared with the live catalog: created, updated (a new version), unchanged, or with prune deleted when no file defines it. With dryRun nothing changes; otherwise every change is made in one transaction (all or nothing), recorded as the caller.
+// What `gantry templates apply -f DIR` sends: the directory's files as they are (YAML or JSON; GPU class files are skipped). Every template is validated as a file would be — problems name the file, line and field path — and compared with the live catalog: created, updated (a new version), unchanged, or with prune deleted when no file defines it. With dryRun nothing changes; otherwise every change is made in one transaction (all or nothing), recorded as the caller. With expect, only if each named template is still at the version given (412 otherwise).
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -11340,13 +11391,13 @@ func (c *ClientWithResponses) CreateTemplateWithResponse(ctx context.Context, bo
 
 // DeleteTemplateWithResponse Delete a template
 //
-// Retires the template; its versions stay for the workloads that used them.
+// Retires the template; its versions stay for the workloads that used them. With If-Match, only if the version named is still the live one (412 otherwise).
 //
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with DELETE /api/v1/templates/{name} (the `DeleteTemplate` operationId).
-func (c *ClientWithResponses) DeleteTemplateWithResponse(ctx context.Context, name TemplateName, reqEditors ...RequestEditorFn) (*DeleteTemplateResponse, error) {
-	rsp, err := c.DeleteTemplate(ctx, name, reqEditors...)
+func (c *ClientWithResponses) DeleteTemplateWithResponse(ctx context.Context, name TemplateName, params *DeleteTemplateParams, reqEditors ...RequestEditorFn) (*DeleteTemplateResponse, error) {
+	rsp, err := c.DeleteTemplate(ctx, name, params, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -11370,13 +11421,13 @@ func (c *ClientWithResponses) GetTemplateWithResponse(ctx context.Context, name 
 
 // UpdateTemplateWithBodyWithResponse Update a template
 //
-// Stores a new immutable version when the document differs from the live one; otherwise returns the live version unchanged.
+// Stores a new immutable version when the document differs from the live one; otherwise returns the live version unchanged. With If-Match (the version the document was edited from), the update is made only if that version is still the live one: 412 otherwise, and nothing is stored — a change someone saved in between is not silently replaced.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with PUT /api/v1/templates/{name} (the `UpdateTemplate` operationId).
-func (c *ClientWithResponses) UpdateTemplateWithBodyWithResponse(ctx context.Context, name TemplateName, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UpdateTemplateResponse, error) {
-	rsp, err := c.UpdateTemplateWithBody(ctx, name, contentType, body, reqEditors...)
+func (c *ClientWithResponses) UpdateTemplateWithBodyWithResponse(ctx context.Context, name TemplateName, params *UpdateTemplateParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UpdateTemplateResponse, error) {
+	rsp, err := c.UpdateTemplateWithBody(ctx, name, params, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -11385,13 +11436,13 @@ func (c *ClientWithResponses) UpdateTemplateWithBodyWithResponse(ctx context.Con
 
 // UpdateTemplateWithResponse Update a template
 //
-// Stores a new immutable version when the document differs from the live one; otherwise returns the live version unchanged.
+// Stores a new immutable version when the document differs from the live one; otherwise returns the live version unchanged. With If-Match (the version the document was edited from), the update is made only if that version is still the live one: 412 otherwise, and nothing is stored — a change someone saved in between is not silently replaced.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with PUT /api/v1/templates/{name} (the `UpdateTemplate` operationId).
-func (c *ClientWithResponses) UpdateTemplateWithResponse(ctx context.Context, name TemplateName, body UpdateTemplateJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateTemplateResponse, error) {
-	rsp, err := c.UpdateTemplate(ctx, name, body, reqEditors...)
+func (c *ClientWithResponses) UpdateTemplateWithResponse(ctx context.Context, name TemplateName, params *UpdateTemplateParams, body UpdateTemplateJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateTemplateResponse, error) {
+	rsp, err := c.UpdateTemplate(ctx, name, params, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -12353,6 +12404,13 @@ func ParseApplyTemplatesResponse(rsp *http.Response) (*ApplyTemplatesResponse, e
 			return nil, err
 		}
 		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 412:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON412 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest Problem
@@ -13376,6 +13434,13 @@ func ParseDeleteTemplateResponse(rsp *http.Response) (*DeleteTemplateResponse, e
 	case rsp.StatusCode == 204:
 		break // No content-type
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 412:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON412 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -13441,6 +13506,13 @@ func ParseUpdateTemplateResponse(rsp *http.Response) (*UpdateTemplateResponse, e
 			return nil, err
 		}
 		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 412:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON412 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest Problem

@@ -129,13 +129,13 @@ type ServerInterface interface {
 	CreateTemplate(ctx echo.Context) error
 	// DeleteTemplate Delete a template
 	// (DELETE /api/v1/templates/{name})
-	DeleteTemplate(ctx echo.Context, name TemplateName) error
+	DeleteTemplate(ctx echo.Context, name TemplateName, params DeleteTemplateParams) error
 	// GetTemplate Get a template
 	// (GET /api/v1/templates/{name})
 	GetTemplate(ctx echo.Context, name TemplateName, params GetTemplateParams) error
 	// UpdateTemplate Update a template
 	// (PUT /api/v1/templates/{name})
-	UpdateTemplate(ctx echo.Context, name TemplateName) error
+	UpdateTemplate(ctx echo.Context, name TemplateName, params UpdateTemplateParams) error
 	// GetTemplateAdvice Advice on a template's default
 	// (GET /api/v1/templates/{name}/advice)
 	GetTemplateAdvice(ctx echo.Context, name TemplateName) error
@@ -890,8 +890,28 @@ func (w *ServerInterfaceWrapper) DeleteTemplate(ctx echo.Context) error {
 		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter name: %s", err))
 	}
 
+	// Parameter object where we will unmarshal all parameters from the context
+	var params DeleteTemplateParams
+
+	headers := ctx.Request().Header
+	// ------------- Optional header parameter "If-Match" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("If-Match")]; found {
+		var IfMatch TemplateIfMatch
+		n := len(valueList)
+		if n != 1 {
+			return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Expected one value for If-Match, got %d", n))
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "If-Match", valueList[0], &IfMatch, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter If-Match: %s", err))
+		}
+
+		params.IfMatch = &IfMatch
+	}
+
 	// Invoke the callback with all the unmarshaled arguments
-	err = w.Handler.DeleteTemplate(ctx, name)
+	err = w.Handler.DeleteTemplate(ctx, name, params)
 	return err
 }
 
@@ -931,8 +951,28 @@ func (w *ServerInterfaceWrapper) UpdateTemplate(ctx echo.Context) error {
 		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter name: %s", err))
 	}
 
+	// Parameter object where we will unmarshal all parameters from the context
+	var params UpdateTemplateParams
+
+	headers := ctx.Request().Header
+	// ------------- Optional header parameter "If-Match" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("If-Match")]; found {
+		var IfMatch TemplateIfMatch
+		n := len(valueList)
+		if n != 1 {
+			return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Expected one value for If-Match, got %d", n))
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "If-Match", valueList[0], &IfMatch, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter If-Match: %s", err))
+		}
+
+		params.IfMatch = &IfMatch
+	}
+
 	// Invoke the callback with all the unmarshaled arguments
-	err = w.Handler.UpdateTemplate(ctx, name)
+	err = w.Handler.UpdateTemplate(ctx, name, params)
 	return err
 }
 
@@ -2038,6 +2078,20 @@ func (response ApplyTemplates200JSONResponse) VisitApplyTemplatesResponse(w http
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ApplyTemplates412ApplicationProblemPlusJSONResponse Problem
+
+func (response ApplyTemplates412ApplicationProblemPlusJSONResponse) VisitApplyTemplatesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(412)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -3245,7 +3299,8 @@ func (response CreateTemplatedefaultApplicationProblemPlusJSONResponse) VisitCre
 }
 
 type DeleteTemplateRequestObject struct {
-	Name TemplateName `json:"name"`
+	Name   TemplateName `json:"name"`
+	Params DeleteTemplateParams
 }
 
 type DeleteTemplateResponseObject interface {
@@ -3258,6 +3313,20 @@ type DeleteTemplate204Response struct {
 func (response DeleteTemplate204Response) VisitDeleteTemplateResponse(w http.ResponseWriter) error {
 	w.WriteHeader(204)
 	return nil
+}
+
+type DeleteTemplate412ApplicationProblemPlusJSONResponse Problem
+
+func (response DeleteTemplate412ApplicationProblemPlusJSONResponse) VisitDeleteTemplateResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(412)
+	_, err := buf.WriteTo(w)
+	return err
 }
 
 type DeleteTemplatedefaultApplicationProblemPlusJSONResponse struct {
@@ -3318,8 +3387,9 @@ func (response GetTemplatedefaultApplicationProblemPlusJSONResponse) VisitGetTem
 }
 
 type UpdateTemplateRequestObject struct {
-	Name TemplateName `json:"name"`
-	Body *UpdateTemplateJSONRequestBody
+	Name   TemplateName `json:"name"`
+	Params UpdateTemplateParams
+	Body   *UpdateTemplateJSONRequestBody
 }
 
 type UpdateTemplateResponseObject interface {
@@ -3336,6 +3406,20 @@ func (response UpdateTemplate200JSONResponse) VisitUpdateTemplateResponse(w http
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateTemplate412ApplicationProblemPlusJSONResponse Problem
+
+func (response UpdateTemplate412ApplicationProblemPlusJSONResponse) VisitUpdateTemplateResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(412)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -6208,10 +6292,11 @@ func (sh *strictHandler) CreateTemplate(ctx echo.Context) error {
 }
 
 // DeleteTemplate operation middleware
-func (sh *strictHandler) DeleteTemplate(ctx echo.Context, name TemplateName) error {
+func (sh *strictHandler) DeleteTemplate(ctx echo.Context, name TemplateName, params DeleteTemplateParams) error {
 	var request DeleteTemplateRequestObject
 
 	request.Name = name
+	request.Params = params
 
 	handler := func(ctx echo.Context, request interface{}) (interface{}, error) {
 		return sh.ssi.DeleteTemplate(ctx.Request().Context(), request.(DeleteTemplateRequestObject))
@@ -6259,10 +6344,11 @@ func (sh *strictHandler) GetTemplate(ctx echo.Context, name TemplateName, params
 }
 
 // UpdateTemplate operation middleware
-func (sh *strictHandler) UpdateTemplate(ctx echo.Context, name TemplateName) error {
+func (sh *strictHandler) UpdateTemplate(ctx echo.Context, name TemplateName, params UpdateTemplateParams) error {
 	var request UpdateTemplateRequestObject
 
 	request.Name = name
+	request.Params = params
 
 	var body UpdateTemplateJSONRequestBody
 	var err error

@@ -2579,6 +2579,9 @@ type TemplateSetPlanStepsAction string
 type TemplateSetRequest struct {
 	// DryRun Say what would change; change nothing.
 	DryRun *bool `json:"dryRun,omitempty"`
+
+	// Expect The live version each named template must be at (0: it must not exist), as the editor read it: if one has changed since, nothing is applied and the answer is 412.
+	Expect *map[string]int `json:"expect,omitempty"`
 	Files  []struct {
 		// Content The file as it is.
 		Content string `json:"content"`
@@ -2587,7 +2590,7 @@ type TemplateSetRequest struct {
 		Path string `json:"path"`
 	} `json:"files"`
 
-	// Prune Delete live templates no file defines.
+	// Prune Delete live templates no file defines (refused when the files define none).
 	Prune *bool `json:"prune,omitempty"`
 }
 
@@ -3220,6 +3223,9 @@ type WorkloadMovePhase string
 // WorkloadStatus Where a workload is in its lifecycle. PendingApproval waits for an approver, Queued for quota; Stopped (by a person, or past the template's max runtime) and IdleStopped (by the idle culler) may be started again; Succeeded, Failed and Deleted are final.
 type WorkloadStatus string
 
+// TemplateIfMatch defines model for TemplateIfMatch.
+type TemplateIfMatch = string
+
 // TemplateName A lowercase DNS label.
 type TemplateName = Name
 
@@ -3322,10 +3328,22 @@ type PutTeamSettingsParams struct {
 	IfMatch *string `json:"If-Match,omitempty"`
 }
 
+// DeleteTemplateParams defines parameters for DeleteTemplate.
+type DeleteTemplateParams struct {
+	// IfMatch The template's version this change was made from, as "v3" (or 3); "*" for whatever is live.
+	IfMatch *TemplateIfMatch `json:"If-Match,omitempty"`
+}
+
 // GetTemplateParams defines parameters for GetTemplate.
 type GetTemplateParams struct {
 	// Version A version number; the live version when absent.
 	Version *int `form:"version,omitempty" json:"version,omitempty"`
+}
+
+// UpdateTemplateParams defines parameters for UpdateTemplate.
+type UpdateTemplateParams struct {
+	// IfMatch The template's version this change was made from, as "v3" (or 3); "*" for whatever is live.
+	IfMatch *TemplateIfMatch `json:"If-Match,omitempty"`
 }
 
 // SetTemplateVersionStatusJSONBody defines parameters for SetTemplateVersionStatus.

@@ -405,7 +405,7 @@ func TestBrowserRunProgress(t *testing.T) {
 	tpl := doc["template"].(map[string]any)
 	tpl["spec"].(map[string]any)["tracking"] = map[string]any{"wandb": map[string]any{"project": "cpu-train", "entity": "vision", "credentials": "wandb-key"}}
 	body, _ := json.Marshal(tpl)
-	if up := servertest.Must(admin.UpdateTemplateWithBodyWithResponse(t.Context(), "cpu-train", "application/json", strings.NewReader(string(body))))(t); up.JSON200 == nil {
+	if up := servertest.Must(admin.UpdateTemplateWithBodyWithResponse(t.Context(), "cpu-train", nil, "application/json", strings.NewReader(string(body))))(t); up.JSON200 == nil {
 		t.Fatalf("the tracker: %d %s", up.StatusCode(), up.Body)
 	}
 	cl := servertest.Client(g.URL, g.Token("alice"))

@@ -183,7 +183,7 @@ func applyCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	plan, err := a.Catalog.Plan(ctx, *actor, files, *prune)
+	plan, err := a.Catalog.Plan(ctx, *actor, files, catalog.PlanOptions{Prune: *prune})
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -249,8 +251,10 @@ func (s *Service) Create(ctx context.Context, actor string, t *template.Template
 }
 
 // Update stores a new version of an existing template; when nothing changed it
-// returns the live version and false.
-func (s *Service) Update(ctx context.Context, actor, name string, t *template.Template) (Version, bool, error) {
+// returns the live version and false. With expect, only while that version
+// is the live one (*fault.Stale otherwise, decided in the transaction that
+// stores it).
+func (s *Service) Update(ctx context.Context, actor, name string, t *template.Template, expect *int) (Version, bool, error) {
 	if t.Metadata.Name != name {
 		var errs fault.List
 		errs.Addf("metadata.name", "%q does not match the template being updated, %q", t.Metadata.Name, name)
@@ -266,6 +270,9 @@ func (s *Service) Update(ctx context.Context, actor, name string, t *template.Te
 	if cur == nil {
 		return Version{}, false, &fault.NotFound{Kind: "template", Name: name}
 	}
+	if expect != nil && *expect != cur.Version {
+		return Version{}, false, &fault.Stale{Kind: "template", Name: name}
+	}
 	if cur.Digest == t.Digest() {
 		return *cur, false, nil
 	}
@@ -276,14 +283,18 @@ func (s *Service) Update(ctx context.Context, actor, name string, t *template.Te
 	return vs[0], true, nil
 }
 
-// Delete retires a template; its versions stay for the workloads that used them.
-func (s *Service) Delete(ctx context.Context, actor, name string) error {
+// Delete retires a template; its versions stay for the workloads that used
+// them. With expect, only while that version is the live one.
+func (s *Service) Delete(ctx context.Context, actor, name string, expect *int) error {
 	cur, err := s.live(ctx, name)
 	if err != nil {
 		return err
 	}
 	if cur == nil {
 		return &fault.NotFound{Kind: "template", Name: name}
+	}
+	if expect != nil && *expect != cur.Version {
+		return &fault.Stale{Kind: "template", Name: name}
 	}
 	_, err = s.store.ApplyTemplates(ctx, []Change{{Name: name, Expect: cur.Version, Actor: actor, At: s.now()}})
 	return err
@@ -341,9 +352,22 @@ func (p Plan) Changed() bool {
 	return false
 }
 
-// Plan compares files with the live catalog. With prune, live templates that no
-// file defines are deleted.
-func (s *Service) Plan(ctx context.Context, actor string, files []template.File, prune bool) (Plan, error) {
+// PlanOptions say how files are applied.
+type PlanOptions struct {
+	// Prune deletes the live templates that no file defines; refused when
+	// the files define none (an empty directory would retire the catalog).
+	Prune bool
+	// Expect is the live version each named template must be at (0: it
+	// must not exist), as the person applying read it: otherwise the plan
+	// is refused with a *fault.Stale. The store checks again as it applies.
+	Expect map[string]int
+}
+
+// Plan compares files with the live catalog.
+func (s *Service) Plan(ctx context.Context, actor string, files []template.File, o PlanOptions) (Plan, error) {
+	if o.Prune && len(files) == 0 {
+		return Plan{}, &fault.Invalid{Fields: []fault.Field{{Path: "prune", Message: "the files define no template: pruning would delete every template in the catalog"}}}
+	}
 	live, err := s.store.CurrentTemplates(ctx)
 	if err != nil {
 		return Plan{}, err
@@ -352,6 +376,12 @@ func (s *Service) Plan(ctx context.Context, actor string, files []template.File,
 	for _, v := range live {
 		byName[v.Name] = v
 	}
+	for _, name := range slices.Sorted(maps.Keys(o.Expect)) {
+		if byName[name].Version != o.Expect[name] { // a missing template is version 0
+			return Plan{}, &fault.Stale{Kind: "template", Name: name}
+		}
+	}
+	prune := o.Prune
 	var p Plan
 	inFiles := map[string]bool{}
 	for _, f := range files {
@@ -407,7 +437,7 @@ func (s *Service) Seed(ctx context.Context, actor string, files []template.File)
 	if err != nil || any {
 		return false, err
 	}
-	p, err := s.Plan(ctx, actor, files, false)
+	p, err := s.Plan(ctx, actor, files, PlanOptions{})
 	if err != nil {
 		return false, err
 	}

@@ -352,7 +352,7 @@ func testRevokedVersion(t *testing.T, w *world) {
 	wantStatus(t, "create sec-revoke", servertest.Must(admin.CreateTemplateWithResponse(ctx, probeTemplate("sec-revoke")))(t), http.StatusCreated)
 	fixed := probeTemplate("sec-revoke")
 	fixed.Metadata.Title = "Security probe, fixed"
-	r := servertest.Must(admin.UpdateTemplateWithResponse(ctx, "sec-revoke", fixed))(t)
+	r := servertest.Must(admin.UpdateTemplateWithResponse(ctx, "sec-revoke", nil, fixed))(t)
 	if wantStatus(t, "update sec-revoke", r, http.StatusOK); r.StatusCode() == http.StatusOK {
 		if v := r.JSON200.Version; v != 2 {
 			t.Fatalf("the update made version %d; want 2", v)

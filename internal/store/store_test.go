@@ -163,11 +163,21 @@ func testTemplateVersions(t *testing.T, s *stores.All) {
 	}
 	changed := *nb
 	changed.Metadata.Title = "JupyterLab (v2)"
-	v2, ok, err := cat.Update(ctx, "bob", "jupyter-notebook", &changed)
+	v2, ok, err := cat.Update(ctx, "bob", "jupyter-notebook", &changed, new(1)) // made from version 1, which is live
 	if err != nil || !ok || v2.Version != 2 {
 		t.Fatalf("update: %+v %v %v", v2, ok, err)
 	}
-	same, ok, err := cat.Update(ctx, "bob", "jupyter-notebook", &changed)
+	// A change made from version 1 after bob's: refused, nothing stored.
+	stale := changed
+	stale.Metadata.Title = "JupyterLab (from v1)"
+	var st *fault.Stale
+	if _, _, err := cat.Update(ctx, "dan", "jupyter-notebook", &stale, new(1)); !errors.As(err, &st) {
+		t.Fatalf("an update made from version 1 after version 2: %v, want *fault.Stale", err)
+	}
+	if err := cat.Delete(ctx, "dan", "jupyter-notebook", new(1)); !errors.As(err, &st) {
+		t.Fatalf("a delete made from version 1 after version 2: %v, want *fault.Stale", err)
+	}
+	same, ok, err := cat.Update(ctx, "bob", "jupyter-notebook", &changed, nil)
 	if err != nil || ok || same.Version != 2 {
 		t.Fatalf("no-op update: %+v %v %v", same, ok, err)
 	}
@@ -179,13 +189,13 @@ func testTemplateVersions(t *testing.T, s *stores.All) {
 	if got.Template.Digest() != nb.Digest() {
 		t.Errorf("stored template does not round-trip:\n%s\nvs\n%s", catalog.YAML(got.Template), catalog.YAML(nb))
 	}
-	if err := cat.Delete(ctx, "carol", "jupyter-notebook"); err != nil {
+	if err := cat.Delete(ctx, "carol", "jupyter-notebook", new(2)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := cat.Get(ctx, "jupyter-notebook", 0); !isNotFound(err) {
 		t.Fatalf("get after delete: %v", err)
 	}
-	if err := cat.Delete(ctx, "carol", "jupyter-notebook"); !isNotFound(err) {
+	if err := cat.Delete(ctx, "carol", "jupyter-notebook", nil); !isNotFound(err) {
 		t.Fatalf("second delete: %v", err)
 	}
 	if v, err := cat.Get(ctx, "jupyter-notebook", 2); err != nil || v.Version != 2 {
@@ -233,7 +243,7 @@ func testAtomicApply(t *testing.T, s *stores.All) {
 		t.Fatalf("half-applied: %s is at version %d", a.Metadata.Name, live.Version)
 	}
 	// Prune plan: files without the first template delete it, with a diff.
-	p, err := cat.Plan(ctx, "gitops", files[1:], true)
+	p, err := cat.Plan(ctx, "gitops", files[1:], catalog.PlanOptions{Prune: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -256,6 +266,29 @@ func testAtomicApply(t *testing.T, s *stores.All) {
 	}
 	if list, _ := cat.List(ctx); len(list) != len(files)-1 {
 		t.Fatalf("%d live templates after prune, want %d", len(list), len(files)-1)
+	}
+	// No files and prune: refused, not the whole catalog retired.
+	var inv *fault.Invalid
+	if _, err := cat.Plan(ctx, "gitops", nil, catalog.PlanOptions{Prune: true}); !errors.As(err, &inv) {
+		t.Fatalf("prune with no files: %v, want refused", err)
+	}
+	// Expect: each named template at the version the applier read (0: none).
+	second := files[1].Template.Metadata.Name
+	cur, _ := cat.Get(ctx, second, 0)
+	var st *fault.Stale
+	for _, tc := range []struct {
+		expect map[string]int
+		stale  bool
+	}{
+		{map[string]int{second: cur.Version}, false},
+		{map[string]int{second: cur.Version + 1}, true},
+		{map[string]int{files[0].Template.Metadata.Name: 0}, false}, // pruned: none live
+		{map[string]int{"never-made": 1}, true},
+	} {
+		_, err := cat.Plan(ctx, "editor", files[1:2], catalog.PlanOptions{Expect: tc.expect})
+		if got := errors.As(err, &st); got != tc.stale || !tc.stale && err != nil {
+			t.Errorf("expect %v: %v, want stale %v", tc.expect, err, tc.stale)
+		}
 	}
 }
 

@@ -1425,6 +1425,7 @@ async function editorPage(name) {
   const problems = document.getElementById('problems');
   const diffBox = document.getElementById('diff');
   let versions = [];
+  let editedFrom = null; // the live version the editor's text came from: a save made from it is refused once another is live
   const file = () => ({ files: [{ path: name + '.yaml', content: source.value }] });
 
   // check asks the server what saving would do: every problem with its
@@ -1452,6 +1453,7 @@ async function editorPage(name) {
   const loadVersions = async () => {
     versions = (await api('GET', '/api/v1/templates/' + q + '/versions')).items;
     const live = versions[versions.length - 1];
+    editedFrom = live.version;
     const fromFiles = live.createdBy === 'gitops' || live.createdBy.startsWith('gantry:');
     document.getElementById('editor-origin').textContent = 'Live: version ' + live.version + ', saved ' + new Date(live.createdAt).toLocaleString() + ' by ' + live.createdBy + '. ' +
       (fromFiles ? 'This template is managed from files (' + live.createdBy + '): change it in git, or a save here is replaced by the next apply. ' : '') +
@@ -1480,7 +1482,7 @@ async function editorPage(name) {
     const button = document.getElementById('save');
     button.disabled = true;
     try {
-      const plan = await api('POST', '/api/v1/catalog/apply', Object.assign({ dryRun: false }, file()));
+      const plan = await api('POST', '/api/v1/catalog/apply', Object.assign({ dryRun: false, expect: { [name]: editedFrom } }, file()));
       const v = (plan.versions || []).find((x) => x.name === name);
       say(v ? name + ': saved as version ' + v.version : name + ': unchanged');
       const live = await loadVersions();

@@ -363,17 +363,25 @@ class Gantry:
     def create_template(self, document: Dict[str, Any]) -> Dict[str, Any]:
         return self._call("POST", "/api/v1/templates", body=document)
 
-    def update_template(self, name: str, document: Dict[str, Any]) -> Dict[str, Any]:
-        return self._call("PUT", f"/api/v1/templates/{name}", body=document)
+    def update_template(self, name: str, document: Dict[str, Any], from_version: Optional[int] = None) -> Dict[str, Any]:
+        """A new version of the template; with from_version (the version the
+        document was edited from), only if that is still the live one (a 412
+        GantryError otherwise)."""
+        return self._call("PUT", f"/api/v1/templates/{name}", body=document, headers=_if_match(from_version))
 
-    def apply_templates(self, files: Dict[str, str], prune: bool = False, dry_run: bool = False) -> Dict[str, Any]:
+    def apply_templates(self, files: Dict[str, str], prune: bool = False, dry_run: bool = False,
+                        expect: Optional[Dict[str, int]] = None) -> Dict[str, Any]:
         """Apply a set of template files ({path: content}) at once, as
-        `gantry templates apply` does: validated, planned, all or nothing."""
-        return self._call("POST", "/api/v1/catalog/apply",
-                          body={"files": [{"path": p, "content": c} for p, c in files.items()], "prune": prune, "dryRun": dry_run})
+        `gantry templates apply` does: validated, planned, all or nothing;
+        with expect ({name: version}, 0 for none), only if each named
+        template is still at that version."""
+        body: Dict[str, Any] = {"files": [{"path": p, "content": c} for p, c in files.items()], "prune": prune, "dryRun": dry_run}
+        if expect is not None:
+            body["expect"] = expect
+        return self._call("POST", "/api/v1/catalog/apply", body=body)
 
-    def delete_template(self, name: str) -> None:
-        self._call("DELETE", f"/api/v1/templates/{name}")
+    def delete_template(self, name: str, from_version: Optional[int] = None) -> None:
+        self._call("DELETE", f"/api/v1/templates/{name}", headers=_if_match(from_version))
 
     def template_versions(self, name: str) -> List[Dict[str, Any]]:
         return self._call("GET", f"/api/v1/templates/{name}/versions")["items"]
@@ -548,6 +556,10 @@ def _launch_body(template, team, gpu, count, mig, parameters, version, cpu_only=
     if cpu_only:
         body["cpuOnly"] = True
     return body
+
+
+def _if_match(version: Optional[int]) -> Optional[Dict[str, str]]:
+    return None if version is None else {"If-Match": f'"v{version}"'}
 
 
 def _retry_after(header: Optional[str], attempt: int) -> float:

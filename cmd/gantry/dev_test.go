@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gantryhq/gantry/internal/devcluster"
+	"github.com/gantryhq/gantry/internal/servertest"
 	"github.com/gantryhq/gantry/internal/waitfor"
 )
 
@@ -38,6 +40,7 @@ func TestDev(t *testing.T) {
 		outW.Close()
 	}()
 	var url, kubectl, tok string
+	var realNode bool // gantry dev says the CPU node is real
 	sc := bufio.NewScanner(outR)
 	urlRE := regexp.MustCompile(`Gantry is running at (http://\S+)`)
 	tokRE := regexp.MustCompile(`export GANTRY_TOKEN=(gnt_\S+)`)
@@ -51,6 +54,11 @@ func TestDev(t *testing.T) {
 		}
 		if strings.Contains(line, "/kubectl --kubeconfig") {
 			kubectl = strings.TrimSpace(line)
+		}
+		if strings.Contains(line, "open a real Jupyter notebook there") {
+			realNode = true
+		}
+		if strings.HasPrefix(line, "Stop with Ctrl-C") {
 			break
 		}
 	}
@@ -211,6 +219,15 @@ func TestDev(t *testing.T) {
 		}
 		return fmt.Errorf("pods on %q, on-demand machines %q", pods, out)
 	})
+	// A newcomer's first real notebook: the catalog's CPU notebook on the
+	// real node, through /w/{id}/, runs code.
+	if realNode {
+		cpuNotebookRunsCode(t, url, tok)
+	} else if why := devcluster.CanRunRealNode(); devcluster.RealNodeRequired(why) {
+		t.Errorf("gantry dev started no real node on a machine that can run one; stderr:\n%s", stderr.String())
+	} else {
+		t.Logf("no real node here (%v): the CPU notebook is not tried", why)
+	}
 	cancel()
 	select {
 	case code := <-done:
@@ -222,5 +239,48 @@ func TestDev(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Dir(kubeconfig)); !os.IsNotExist(err) {
 		t.Errorf("the cluster's directory %s is still there", filepath.Dir(kubeconfig))
+	}
+}
+
+// cpuNotebookRunsCode launches the catalog's CPU notebook as the printed
+// token's owner, waits for Debian's Jupyter to answer through Gantry's
+// /w/{id}/, starts a kernel and runs print(6*7) over its websocket.
+func cpuNotebookRunsCode(t *testing.T, url, tok string) {
+	t.Helper()
+	call := func(method, path, body string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest(method, url+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+tok)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	s, body := call("POST", "/api/v1/workloads", `{"template":"cpu-notebook","team":"vision"}`)
+	var w struct{ ID, URL string }
+	if err := json.Unmarshal([]byte(body), &w); s != 201 || err != nil || w.URL == "" {
+		t.Fatalf("launch cpu-notebook: %d %s", s, body)
+	}
+	waitfor.Until(t, 4*time.Minute, "Jupyter answering through "+w.URL, func() error {
+		if s, body := call("GET", w.URL+"api", ""); s != 200 || !strings.Contains(body, `"version"`) {
+			return fmt.Errorf("%d %.200s", s, body)
+		}
+		return nil
+	})
+	s, body = call("POST", w.URL+"api/kernels", `{"name": "python3"}`)
+	var kernel struct{ ID string }
+	if err := json.Unmarshal([]byte(body), &kernel); s != 201 || err != nil || kernel.ID == "" {
+		t.Fatalf("start a kernel: %d %s", s, body)
+	}
+	ws := strings.Replace(url, "http://", "ws://", 1) + w.URL + "api/kernels/" + kernel.ID + "/channels?session_id=dev"
+	if got := servertest.RunCell(t, ws, tok, "print(6*7)"); got != "42\n" {
+		t.Fatalf("print(6*7) printed %q", got)
+	}
+	if s, body := call("DELETE", "/api/v1/workloads/"+w.ID, ""); s >= 300 {
+		t.Errorf("delete the notebook: %d %s", s, body)
 	}
 }

@@ -121,6 +121,10 @@ func RealNodeRequired(why error) bool {
 	return os.Getenv("GANTRY_TEST_REALNODE") != "" && !errors.As(why, &l)
 }
 
+// CanRunRealNode says what this machine lacks for a real node (not root,
+// Debian's packages, cgroups), or nil where it has what one needs.
+func CanRunRealNode() error { return realNodeMissing() }
+
 // realNodeMissing says what this machine lacks for a real node, or nil.
 func realNodeMissing() error {
 	if err := machineLacks(); err != nil {

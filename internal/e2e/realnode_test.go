@@ -248,7 +248,7 @@ func TestCPUNotebookRunsCode(t *testing.T) {
 	if err := json.Unmarshal([]byte(body), &kernel); s != 201 || err != nil || kernel.ID == "" {
 		t.Fatalf("start a kernel: %d %s", s, body)
 	}
-	if got := runCell(t, strings.Replace(base, "http://", "ws://", 1)+"api/kernels/"+kernel.ID+"/channels?session_id=e2e", tok, "print(6*7)"); got != "42\n" {
+	if got := servertest.RunCell(t, strings.Replace(base, "http://", "ws://", 1)+"api/kernels/"+kernel.ID+"/channels?session_id=e2e", tok, "print(6*7)"); got != "42\n" {
 		t.Fatalf("print(6*7) printed %q", got)
 	}
 
@@ -276,65 +276,6 @@ func TestCPUNotebookRunsCode(t *testing.T) {
 	}
 	if r := servertest.Must(alice.DeleteWorkloadWithResponse(ctx, w.Id))(t); r.StatusCode() >= 300 {
 		t.Errorf("delete: %d %s", r.StatusCode(), r.Body)
-	}
-}
-
-// runCell runs code in a Jupyter kernel over its channels websocket (the
-// Jupyter messaging protocol, JSON) and returns what it printed.
-func runCell(t *testing.T, wsURL, token, code string) string {
-	t.Helper()
-	cfg, err := websocket.NewConfig(wsURL, "http://gantry.test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Header = http.Header{"Authorization": {"Bearer " + token}}
-	ws, err := websocket.DialConfig(cfg)
-	if err != nil {
-		t.Fatalf("the kernel's websocket through Gantry: %v", err)
-	}
-	defer ws.Close()
-	ws.SetDeadline(time.Now().Add(time.Minute))
-	msg := map[string]any{
-		"header":        map[string]any{"msg_id": "e2e-1", "username": "e2e", "session": "e2e", "msg_type": "execute_request", "version": "5.3"},
-		"parent_header": map[string]any{}, "metadata": map[string]any{}, "channel": "shell", "buffers": []any{},
-		"content": map[string]any{"code": code, "silent": false, "store_history": false, "user_expressions": map[string]any{}, "allow_stdin": false, "stop_on_error": true},
-	}
-	if err := websocket.JSON.Send(ws, msg); err != nil {
-		t.Fatal(err)
-	}
-	var out strings.Builder
-	for {
-		var in struct {
-			Channel string `json:"channel"`
-			Header  struct {
-				MsgType string `json:"msg_type"`
-			} `json:"header"`
-			ParentHeader struct {
-				MsgID string `json:"msg_id"`
-			} `json:"parent_header"`
-			Content struct {
-				Text           string `json:"text"`
-				ExecutionState string `json:"execution_state"`
-				EName          string `json:"ename"`
-				EValue         string `json:"evalue"`
-			} `json:"content"`
-		}
-		if err := websocket.JSON.Receive(ws, &in); err != nil {
-			t.Fatalf("the kernel's messages: %v (printed so far %q)", err, out.String())
-		}
-		if in.ParentHeader.MsgID != "e2e-1" {
-			continue
-		}
-		switch in.Header.MsgType {
-		case "stream":
-			out.WriteString(in.Content.Text)
-		case "error":
-			t.Fatalf("the cell failed: %s: %s", in.Content.EName, in.Content.EValue)
-		case "status":
-			if in.Content.ExecutionState == "idle" {
-				return out.String()
-			}
-		}
 	}
 }
 

@@ -181,7 +181,7 @@ func TestApprovalWithKueue(t *testing.T) {
 }
 
 // TestBudgetAtLimit: a spent budget under require-approval holds each launch
-// for approval; under block (without Kueue) refuses it with the banner;
+// (a GPU one, and a CPU-only one priced per core-hour) for approval; under block (without Kueue) refuses it with the banner;
 // under warn lets it go ahead. Starting a stopped workload again is refused
 // under block, and waits for approval under require-approval
 // (TestRestartWaitsForApproval).
@@ -217,6 +217,16 @@ func TestBudgetAtLimit(t *testing.T) {
 				}
 			case err != nil || next.Status != tc.status:
 				t.Fatalf("launch over budget: %s, %v; want %s", next.Status, err, tc.status)
+			}
+			// A CPU-only launch (priced per core-hour) meets the same budget.
+			cpu, _, err := h.svc.Create(ctx, "https://idp.test#alice", workload.Request{Template: "cpu-job", Team: "vision"})
+			switch {
+			case tc.refused:
+				if !errors.As(err, &forbidden) || !strings.Contains(err.Error(), "policy: block") {
+					t.Fatalf("blocked CPU-only launch: %v", err)
+				}
+			case err != nil || cpu.Status != tc.status || cpu.GPUCount != 0 || cpu.PricePerHour <= 0:
+				t.Fatalf("CPU-only launch over budget: %s, %d GPUs, $%v/h, %v; want %s", cpu.Status, cpu.GPUCount, cpu.PricePerHour, err, tc.status)
 			}
 		})
 	}

@@ -51,7 +51,7 @@ image() {
   } | sha256sum | cut -d' ' -f1)
   [ -s "$dir/layer.json" ] && grep -q "\"inputs\": \"$inputs\"" "$dir/layer.json" && return 0
   if [ "$(id -u)" -ne 0 ] || ! command -v debootstrap >/dev/null; then
-    echo "images: $name:$tag not built (needs root and debootstrap): the local registry serves its stand-in" >&2
+    unbuilt+=("$name:$tag") # said in one line at the end
     return 0
   fi
   if [ "$base" != - ] && [ ! -s "$cache/$base/layer.tar.gz" ]; then
@@ -120,9 +120,13 @@ image() {
   echo "images: built $name:$tag in $((SECONDS - start))s ($((size / 1048576)) MiB compressed)" >&2
 }
 
+unbuilt=()
 image python 3.11-debian12 -
 image jupyter 6.4-debian12 python/3.11-debian12 jupyter-notebook python3-ipykernel
 image pytorch-cpu 1.13-debian12 python/3.11-debian12 python3-torch
 image llm-server 0.1-debian12 python/3.11-debian12
 image postgres 15-debian12 python/3.11-debian12 postgresql-15
+if [ ${#unbuilt[@]} -gt 0 ]; then
+  echo "images: ${unbuilt[*]} not built (needs root and debootstrap): the local registry serves their stand-ins" >&2
+fi
 echo "$cache"

@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -230,6 +231,15 @@ func lastTerminated(pods []*corev1.Pod, phase corev1.PodPhase) *corev1.Container
 const maxMessage = 300
 
 func tail(msg string) string {
+	// The container's own bytes: valid UTF-8, no control characters (a NUL
+	// is refused by PostgreSQL's text, an escape sequence would reach a
+	// terminal through the CLI), whitespace runs as one space.
+	msg = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, strings.ToValidUTF8(msg, "\uFFFD"))
 	msg = strings.Join(strings.Fields(msg), " ")
 	if len(msg) <= maxMessage {
 		return msg

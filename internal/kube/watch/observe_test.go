@@ -272,6 +272,7 @@ func TestObserveFailureMessage(t *testing.T) {
 		{"exit 3 with its log's last lines", []*corev1.Pod{pod(3, "step 1\nabout to fail\n")}, base + "; its container exited with code 3: step 1 about to fail"},
 		{"no message", []*corev1.Pod{pod(1, "")}, base + "; its container exited with code 1"},
 		{"clipped to its end, whole characters", []*corev1.Pod{pod(2, long)}, base + "; its container exited with code 2: …" + long[len(long)-299:]},
+		{"control characters and bad UTF-8 made plain", []*corev1.Pod{pod(4, "a\x00b\x1b[31mred\xff\xfe end")}, base + "; its container exited with code 4: a b [31mred\uFFFD end"},
 		{"exit 0 (killed by the Job, say)", []*corev1.Pod{pod(0, "bye")}, base},
 		{"no pods left", nil, base},
 	} {

@@ -138,7 +138,7 @@ func (p *Proxy) Serve(w http.ResponseWriter, r *http.Request) error {
 		ModifyResponse: func(resp *http.Response) error {
 			dropSetCookies(resp.Header, p.Strip)
 			dropOriginWide(resp.Header)
-			privateCache(resp.Header)
+			privateCache(resp.StatusCode, resp.Header)
 			if rwc, ok := resp.Body.(io.ReadWriteCloser); ok && resp.StatusCode == http.StatusSwitchingProtocols {
 				ctx := r.Context()
 				resp.Body = watch(rwc, func() { p.Opener.Used(ctx, id) }, p.busyEvery())
@@ -221,20 +221,21 @@ const maxRemote = 256
 // network's own dialer). An app is a workload's owner's code: what it
 // answers is bounded (64 KiB of response headers, not Go's 10 MiB, which a
 // few thousand requests held open would multiply into the server's
-// memory), and so are the connections it gets (32 a host at once beyond
-// its sockets, which a switch of protocols takes off the count: each new
-// connection to a workload on the cluster costs the API server a lookup
-// of its endpoints, on a worker a port-forward).
+// memory). Its connections are not capped per host: a request past such a
+// cap waits, without a deadline of its own, for one to free, and an app
+// that holds streams (server-sent events, long polls) would hold them all;
+// one person's open requests are capped instead (live.AllPerStream).
 func NewTransport(dial func(ctx context.Context, network, addr string) (net.Conn, error)) *http.Transport {
 	return &http.Transport{Proxy: nil, DialContext: dial, ResponseHeaderTimeout: 5 * time.Minute, IdleConnTimeout: 90 * time.Second,
-		MaxIdleConnsPerHost: 16, MaxConnsPerHost: 32, MaxResponseHeaderBytes: 64 << 10}
+		MaxIdleConnsPerHost: 16, MaxResponseHeaderBytes: 64 << 10}
 }
 
 // originWide are response headers that set rules for a whole origin (or
 // report on it) rather than for the response: an app under /w/ shares
 // Gantry's origin, so none of them passes.
 var originWide = []string{"Service-Worker-Allowed", "Clear-Site-Data", "Strict-Transport-Security", "Alt-Svc",
-	"NEL", "Report-To", "Reporting-Endpoints", "Origin-Agent-Cluster"}
+	"NEL", "Report-To", "Reporting-Endpoints", "Origin-Agent-Cluster", "Accept-CH", "Critical-CH", "Set-Login",
+	"Expect-CT", "Public-Key-Pins", "Public-Key-Pins-Report-Only"}
 
 func dropOriginWide(h http.Header) {
 	for _, name := range originWide {
@@ -245,32 +246,48 @@ func dropOriginWide(h http.Header) {
 // privateCache keeps an app's responses out of shared caches: whoever may
 // open a workload is decided by Gantry on every request, so a cache in
 // front of it (a CDN, a proxy) must not answer another person from what
-// one was sent. An app's "public" and "s-maxage" are dropped, "private" is
-// added (what the app said of the browser's own cache stays), and the
-// response varies by the credentials.
-func privateCache(h http.Header) {
+// one was sent. The app's directives for the browser's own cache stay
+// (max-age, no-cache, …); those for shared caches ("public", "s-maxage",
+// "proxy-revalidate") and any "private" with a field list (which lets a
+// shared cache keep the rest) go, and a plain "private" is added. The
+// response varies by the credentials. A 304 that says nothing of caching
+// is left alone (its headers update what the browser keeps).
+func privateCache(status int, h http.Header) {
+	if status == http.StatusNotModified && len(h.Values("Cache-Control")) == 0 {
+		return
+	}
 	var kept []string
-	private := false
-	for _, line := range h.Values("Cache-Control") {
-		for _, d := range strings.Split(line, ",") {
-			d = strings.TrimSpace(d)
-			name, _, _ := strings.Cut(d, "=")
-			switch strings.ToLower(strings.TrimSpace(name)) {
-			case "":
-				continue
-			case "public", "s-maxage", "proxy-revalidate":
-				continue
-			case "private", "no-store":
-				private = true
+	for _, d := range cacheDirectives(h.Values("Cache-Control")) {
+		name, _, _ := strings.Cut(d, "=")
+		switch strings.ToLower(strings.TrimSpace(name)) {
+		case "public", "s-maxage", "proxy-revalidate", "private":
+			continue
+		}
+		kept = append(kept, d)
+	}
+	h.Set("Cache-Control", strings.Join(append(kept, "private"), ", "))
+	h.Add("Vary", "Cookie, Authorization")
+}
+
+// cacheDirectives splits Cache-Control lines into directives at the commas
+// outside quotes (a field list, no-cache="a, b", is one directive).
+func cacheDirectives(lines []string) []string {
+	var out []string
+	for _, line := range lines {
+		start, quoted := 0, false
+		for i := 0; i <= len(line); i++ {
+			if i < len(line) && line[i] == '"' {
+				quoted = !quoted
 			}
-			kept = append(kept, d)
+			if i == len(line) || line[i] == ',' && !quoted {
+				if d := strings.TrimSpace(line[start:i]); d != "" {
+					out = append(out, d)
+				}
+				start = i + 1
+			}
 		}
 	}
-	if !private {
-		kept = append(kept, "private")
-	}
-	h.Set("Cache-Control", strings.Join(kept, ", "))
-	h.Add("Vary", "Cookie, Authorization")
+	return out
 }
 
 func (p *Proxy) log() *slog.Logger {
@@ -280,9 +297,10 @@ func (p *Proxy) log() *slog.Logger {
 	return slog.Default()
 }
 
-// upgradeOf says whether r asks to switch protocols: only to a websocket,
-// named alone, is proxied; any other Upgrade (h2c, a list) is refused rather
-// than served as a plain request.
+// upgradeOf says whether r asks to switch protocols (IsUpgrade): only to a
+// websocket, named alone, is proxied; any other Upgrade asked for (h2c, a
+// list) is refused rather than served as a plain request. An Upgrade header
+// without "Connection: upgrade" asks for nothing: a plain request.
 func upgradeOf(r *http.Request) (bool, error) {
 	values := r.Header.Values("Upgrade")
 	if len(values) == 0 {

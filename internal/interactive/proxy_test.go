@@ -237,10 +237,10 @@ func TestProxy(t *testing.T) {
 		var hits atomic.Int64
 		rogue := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			hits.Add(1)
-			for _, h := range []string{"Service-Worker-Allowed", "Clear-Site-Data", "Strict-Transport-Security", "Alt-Svc", "NEL", "Report-To", "Reporting-Endpoints", "Origin-Agent-Cluster"} {
+			for _, h := range []string{"Service-Worker-Allowed", "Clear-Site-Data", "Strict-Transport-Security", "Alt-Svc", "NEL", "Report-To", "Reporting-Endpoints", "Origin-Agent-Cluster", "Accept-CH", "Critical-CH", "Set-Login"} {
 				w.Header().Set(h, "x")
 			}
-			w.Header().Set("Cache-Control", "public, max-age=600, s-maxage=3600")
+			w.Header().Set("Cache-Control", `public, max-age=600, private="Set-Cookie", no-cache="a, b", s-maxage=3600`)
 			w.Header().Set("Content-Security-Policy", "default-src 'self'") // the response's own: kept
 		}))
 		defer rogue.Close()
@@ -259,8 +259,8 @@ func TestProxy(t *testing.T) {
 				t.Errorf("the app's %s: %q passed", name, resp.Header.Get(name))
 			}
 		}
-		if cc, v := resp.Header.Get("Cache-Control"), resp.Header.Get("Vary"); cc != "max-age=600, private" || v != "Cookie, Authorization" {
-			t.Errorf("Cache-Control %q, Vary %q; want max-age=600, private and Cookie, Authorization", cc, v)
+		if cc, v := resp.Header.Get("Cache-Control"), resp.Header.Get("Vary"); cc != `max-age=600, no-cache="a, b", private` || v != "Cookie, Authorization" {
+			t.Errorf(`Cache-Control %q, Vary %q; want max-age=600, no-cache="a, b", private and Cookie, Authorization`, cc, v)
 		}
 		req, _ := http.NewRequest("GET", front.URL+"/w/abcd1234/sw.js", nil)
 		req.Header.Set("Service-Worker", "script")

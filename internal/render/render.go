@@ -466,8 +466,8 @@ func (b *builder) env() []corev1.EnvVar {
 		{Name: "GANTRY_GPU_COUNT", Value: strconv.Itoa(r.Count)},
 	}
 	for _, e := range b.s.Env {
-		if strings.HasPrefix(e.Name, "NVIDIA_") {
-			continue // the GPU runtime's (a template saved before validation refused it)
+		if template.SelectsDevices(e.Name) {
+			continue // the GPU runtime's choice of devices (a template saved before validation refused it)
 		}
 		env = append(env, corev1.EnvVar{Name: e.Name, Value: b.expand(e.Value)})
 	}

@@ -858,11 +858,23 @@ func TestEnvReservedAndOnce(t *testing.T) {
 	tpl.Spec.Env = append(slices.Clone(tpl.Spec.Env), template.EnvVar{Name: "NVIDIA_VISIBLE_DEVICES", Value: "all"},
 		template.EnvVar{Name: "MLFLOW_TRACKING_URI", Value: "https://elsewhere.example"})
 	err := tpl.Validate(classes)
-	for _, want := range []string{"spec.env[" + strconv.Itoa(len(tpl.Spec.Env)-2) + "].name: names starting with NVIDIA_ are reserved",
+	for _, want := range []string{"spec.env[" + strconv.Itoa(len(tpl.Spec.Env)-2) + "].name: NVIDIA_VISIBLE_DEVICES is reserved",
 		"spec.env[" + strconv.Itoa(len(tpl.Spec.Env)-1) + "].name: MLFLOW_TRACKING_URI is set by spec.tracking.mlflow"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("validation: %v, want %q", err, want)
 		}
+	}
+	// A tracker field left empty sets no variable: the template may (a
+	// self-hosted W&B's address); one the tracker sets it may not.
+	wb := *templates["pytorch-train"]
+	wb.Spec.Tracking = &template.Tracking{WandB: &template.WandB{Project: "llm"}}
+	wb.Spec.Env = append(slices.Clone(wb.Spec.Env), template.EnvVar{Name: "WANDB_BASE_URL", Value: "https://wandb.internal"}, template.EnvVar{Name: "NVIDIA_DRIVER_CAPABILITIES", Value: "compute,video"})
+	if err := wb.Validate(classes); err != nil {
+		t.Errorf("WANDB_BASE_URL without the tracker's baseURL, NVIDIA_DRIVER_CAPABILITIES: %v", err)
+	}
+	wb.Spec.Env = append(wb.Spec.Env, template.EnvVar{Name: "WANDB_PROJECT", Value: "other"})
+	if err := wb.Validate(classes); err == nil || !strings.Contains(err.Error(), "WANDB_PROJECT is set by spec.tracking.wandb") {
+		t.Errorf("WANDB_PROJECT beside the tracker's project: %v", err)
 	}
 	r, err := tpl.Resolve(classes, template.Choice{})
 	if err != nil {

@@ -116,23 +116,35 @@ type Tracking struct {
 }
 
 // Sets names the tracker that sets the environment variable name in a
-// workload's containers (render), or "" (a nil Tracking sets none).
+// workload's containers (render: a variable for a field left empty is not
+// set, and the template may set it), or "" (a nil Tracking sets none).
 func (t *Tracking) Sets(name string) string {
-	switch {
-	case t == nil:
-	case t.MLflow != nil && slices.Contains(MLflowEnv, name):
-		return "spec.tracking.mlflow"
-	case t.WandB != nil && slices.Contains(WandBEnv, name):
-		return "spec.tracking.wandb"
+	if t == nil {
+		return ""
+	}
+	if m := t.MLflow; m != nil {
+		set := map[string]bool{"MLFLOW_TRACKING_URI": m.URI != "", "MLFLOW_EXPERIMENT_NAME": true, "MLFLOW_RUN_NAME": true}
+		if set[name] {
+			return "spec.tracking.mlflow"
+		}
+	}
+	if w := t.WandB; w != nil {
+		set := map[string]bool{"WANDB_PROJECT": w.Project != "", "WANDB_ENTITY": w.Entity != "", "WANDB_BASE_URL": w.BaseURL != "",
+			"WANDB_RUN_ID": true, "WANDB_RESUME": true, "WANDB_NAME": true}
+		if set[name] {
+			return "spec.tracking.wandb"
+		}
 	}
 	return ""
 }
 
-// The variables each tracker sets (render sets them).
-var (
-	MLflowEnv = []string{"MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_NAME", "MLFLOW_RUN_NAME"}
-	WandBEnv  = []string{"WANDB_PROJECT", "WANDB_ENTITY", "WANDB_BASE_URL", "WANDB_RUN_ID", "WANDB_RESUME", "WANDB_NAME"}
-)
+// SelectsDevices reports whether an environment variable chooses the GPUs
+// the NVIDIA container runtime shows a container: NVIDIA_VISIBLE_DEVICES and
+// the MIG device lists. Gantry's device plugin allocation decides those; a
+// template may not (others, such as NVIDIA_DRIVER_CAPABILITIES, it may set).
+func SelectsDevices(name string) bool {
+	return name == "NVIDIA_VISIBLE_DEVICES" || strings.HasPrefix(name, "NVIDIA_MIG_") && strings.HasSuffix(name, "_DEVICES")
+}
 
 // MLflow is an MLflow tracking server: MLFLOW_TRACKING_URI and
 // MLFLOW_EXPERIMENT_NAME (default: the template's name); the run is found
@@ -681,12 +693,12 @@ func (t *Template) validateEnvAndCommand(c refChecker) {
 			c.errs.Addf(p+".name", "%q is not a valid environment variable name", clip(e.Name))
 		} else if strings.HasPrefix(e.Name, "GANTRY_") {
 			c.errs.Addf(p+".name", "names starting with GANTRY_ are reserved")
-		} else if strings.HasPrefix(e.Name, "NVIDIA_") {
+		} else if SelectsDevices(e.Name) {
 			// The NVIDIA container runtime reads NVIDIA_VISIBLE_DEVICES (and
-			// its kin) from the image and the pod: a template's value
-			// ("all") would show a pod every GPU of its node, past the
+			// the MIG device lists) from the image and the pod: a template's
+			// value ("all") would show a pod every GPU of its node, past the
 			// device plugin's allocation, the quota and the meter.
-			c.errs.Addf(p+".name", "names starting with NVIDIA_ are reserved: the GPU runtime reads them, and a workload sees only the GPUs it was given")
+			c.errs.Addf(p+".name", "%s is reserved: the GPU runtime chooses devices by it, and a workload sees only the GPUs it was given", e.Name)
 		} else if by := s.Tracking.Sets(e.Name); by != "" {
 			c.errs.Addf(p+".name", "%s is set by %s: remove it here, or the tracker", e.Name, by)
 		}

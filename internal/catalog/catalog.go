@@ -278,9 +278,21 @@ func (s *Service) Update(ctx context.Context, actor, name string, t *template.Te
 	}
 	vs, err := s.store.ApplyTemplates(ctx, []Change{s.put(actor, t, cur.Version)})
 	if err != nil {
-		return Version{}, false, err
+		return Version{}, false, staleIf(expect != nil, err)
 	}
 	return vs[0], true, nil
+}
+
+// staleIf is the store's refusal of a change planned against a version no
+// longer live (*fault.Conflict: someone's change landed in between) as a
+// *fault.Stale where the caller named the version it changed from — the
+// same answer as when the change arrived already stale.
+func staleIf(expected bool, err error) error {
+	var c *fault.Conflict
+	if expected && errors.As(err, &c) {
+		return &fault.Stale{Kind: c.Kind, Name: c.Name}
+	}
+	return err
 }
 
 // Delete retires a template; its versions stay for the workloads that used
@@ -297,7 +309,7 @@ func (s *Service) Delete(ctx context.Context, actor, name string, expect *int) e
 		return &fault.Stale{Kind: "template", Name: name}
 	}
 	_, err = s.store.ApplyTemplates(ctx, []Change{{Name: name, Expect: cur.Version, Actor: actor, At: s.now()}})
-	return err
+	return staleIf(expect != nil, err)
 }
 
 func (s *Service) put(actor string, t *template.Template, expect int) Change {
@@ -340,6 +352,9 @@ type Step struct {
 // Plan is what applying a directory of templates would do.
 type Plan struct {
 	Steps []Step
+	// expected: the plan was made with versions the caller named
+	// (PlanOptions.Expect).
+	expected bool
 }
 
 // Changed reports whether the plan changes anything.
@@ -382,7 +397,7 @@ func (s *Service) Plan(ctx context.Context, actor string, files []template.File,
 		}
 	}
 	prune := o.Prune
-	var p Plan
+	p := Plan{expected: len(o.Expect) > 0}
 	inFiles := map[string]bool{}
 	for _, f := range files {
 		t := f.Template
@@ -427,7 +442,8 @@ func (s *Service) Apply(ctx context.Context, p Plan) ([]Version, error) {
 	if len(changes) == 0 {
 		return nil, nil
 	}
-	return s.store.ApplyTemplates(ctx, changes)
+	vs, err := s.store.ApplyTemplates(ctx, changes)
+	return vs, staleIf(p.expected, err)
 }
 
 // Seed loads files as the initial catalog when no template was ever stored, and

@@ -28,7 +28,7 @@ func TestAuditLog(t *testing.T) {
 	ctx := t.Context()
 	member := e.as("member")
 	servertest.Must(e.api.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "dev-environment", Team: "vision"}))(t)
-	servertest.Must(member.DeleteTemplateWithResponse(ctx, "vllm-inference", nil))(t)                                                         // denied
+	servertest.Must(member.DeleteTemplateWithResponse(ctx, "vllm-inference", nil))(t)                                                    // denied
 	servertest.Must(e.api.ListTemplatesWithResponse(ctx))(t)                                                                             // a read: not recorded
 	page := servertest.Deref(servertest.Must(e.api.ListAuditWithResponse(ctx, &model.ListAuditParams{After: new(int64(0))}))(t).JSON200) // oldest first
 	if len(page.Items) != 2 {

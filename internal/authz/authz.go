@@ -290,10 +290,10 @@ func readRoles(path string, errs *fault.List) ([][]string, error) {
 			case perm.PlatformScoped() && !platformRole:
 				// A team role is bound in one team; these act on every
 				// team (the catalog, the policy, the audit log, people).
-				bad("%s acts on the whole platform: only platform-admin and platform-engineer may hold it, not %s, which is bound per team", obj+":"+act, role)
+				bad("%s acts on the whole platform: only platform-admin and platform-engineer may hold it, not the team role %s", obj+":"+act, role)
 			}
 		} else if !platformRole {
-			bad("every permission (*, *) includes those that act on the whole platform: only platform-admin and platform-engineer may hold it, not %s", role)
+			bad("every permission (*, *) includes those that act on the whole platform: only platform-admin and platform-engineer may hold it, not the team role %s", role)
 		}
 		rules = append(rules, parts[1:])
 	}

@@ -352,13 +352,13 @@ func appGantry(t *testing.T, edit func(*config.Config), images ...string) *serve
 	if cluster == nil {
 		t.Skip(clustertest.ErrNotRequested)
 	}
+	_, err := cluster.RealNode()
+	needIt(t, "the real node", err) // first: the images are built where it can run
 	for _, img := range images {
 		name, tag, _ := strings.Cut(img, ":")
 		_, err := os.Stat(filepath.Join(devregistry.ImagesDir(), name, tag, "layer.json"))
 		needIt(t, "the image "+img+" (deploy/images/build.sh, as root; .ci/test runs it)", err)
 	}
-	_, err := cluster.RealNode()
-	needIt(t, "the real node", err)
 	ns := "gantry-e2e-" + workload.NewID()
 	grantLease(t, ns)
 	// The real node's pods report their progress to this Gantry through a

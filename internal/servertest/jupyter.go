@@ -67,4 +67,3 @@ func RunCell(t testing.TB, wsURL, token, code string) string {
 		}
 	}
 }
-

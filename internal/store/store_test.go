@@ -113,6 +113,7 @@ func TestConformance(t *testing.T) {
 			t.Run("template versions", func(t *testing.T) { testTemplateVersions(t, open(t)) })
 			t.Run("atomic apply", func(t *testing.T) { testAtomicApply(t, open(t)) })
 			t.Run("concurrent updates", func(t *testing.T) { testConcurrentUpdates(t, open(t)) })
+			t.Run("concurrent seed", func(t *testing.T) { testConcurrentSeed(t, open(t)) })
 			t.Run("workloads", func(t *testing.T) { testWorkloads(t, open(t)) })
 			t.Run("atomic workload updates", func(t *testing.T) { testUpdateWorkload(t, open(t)) })
 			t.Run("listed as stored on every replica", func(t *testing.T) {
@@ -320,6 +321,47 @@ func testConcurrentUpdates(t *testing.T, s *stores.All) {
 	})
 	if wins != 1 || conflicts != 7 {
 		t.Fatalf("creates: %d wins, %d conflicts; want 1 and 7", wins, conflicts)
+	}
+	// Applies of the same two templates in opposite orders: each wins or
+	// conflicts, never deadlocks (rows are locked by name, whatever the
+	// order given).
+	for round := range 10 {
+		ca, _ := cat.Get(ctx, "vllm-inference", 0)
+		cb, _ := cat.Get(ctx, "pytorch-train", 0)
+		change := func(v catalog.Version, i int) catalog.Change {
+			c := *v.Template
+			c.Metadata.Title = fmt.Sprintf("round %d writer %d", round, i)
+			return catalog.Change{Name: c.Metadata.Name, Template: &c, Digest: c.Digest(), Expect: v.Version, Actor: "w", At: time.Now()}
+		}
+		wins, conflicts = race(t, 4, func(i int) error {
+			changes := []catalog.Change{change(ca, i), change(cb, i)}
+			if i%2 == 1 {
+				changes[0], changes[1] = changes[1], changes[0]
+			}
+			_, err := s.ApplyTemplates(ctx, changes)
+			return err
+		})
+		if wins != 1 || conflicts != 3 {
+			t.Fatalf("round %d, opposite orders: %d wins, %d conflicts; want 1 and 3", round, wins, conflicts)
+		}
+	}
+}
+
+// testConcurrentSeed: replicas of a first install seed one empty catalog at
+// once: one seeds, the others find it seeded; none fails.
+func testConcurrentSeed(t *testing.T, s *stores.All) {
+	ctx := context.Background()
+	classes, _, files := starter(t)
+	fresh := newCatalog(t, s.Governance, classes)
+	var seeded atomic.Int64
+	if wins, conflicts := race(t, 4, func(int) error {
+		ok, err := fresh.Seed(ctx, "gantry:initial-catalog", files)
+		if ok {
+			seeded.Add(1)
+		}
+		return err
+	}); wins != 4 || conflicts != 0 || seeded.Load() != 1 {
+		t.Fatalf("concurrent seeds: %d without error, %d conflicts, %d seeded; want 4, 0, 1", wins, conflicts, seeded.Load())
 	}
 }
 

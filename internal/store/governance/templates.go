@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/gantryhq/gantry/internal/catalog"
@@ -109,6 +111,12 @@ func (s *Store) AnyTemplateEver(ctx context.Context) (bool, error) {
 
 // ApplyTemplates implements catalog.Store: all changes or none.
 func (s *Store) ApplyTemplates(ctx context.Context, changes []catalog.Change) ([]catalog.Version, error) {
+	// Rows are locked in one order, by name, whatever order the changes
+	// came in: two applies touching the same templates take turns instead
+	// of each holding one the other waits for (a deadlock PostgreSQL
+	// breaks by failing one).
+	changes = slices.Clone(changes)
+	slices.SortStableFunc(changes, func(a, b catalog.Change) int { return strings.Compare(a.Name, b.Name) })
 	var out []catalog.Version
 	err := s.db.Tx(ctx, func(tx *sql.Tx) error {
 		out = out[:0]

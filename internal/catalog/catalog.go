@@ -81,7 +81,8 @@ type Store interface {
 	// TemplateHistory returns every version of a template, oldest first.
 	TemplateHistory(ctx context.Context, name string) ([]Version, error)
 	// ApplyTemplates applies all changes in one transaction or none of them,
-	// returning the versions created; *fault.Conflict when an Expect is stale.
+	// returning the versions created (in the changes' name order, the order
+	// rows are locked in); *fault.Conflict when an Expect is stale.
 	ApplyTemplates(ctx context.Context, changes []Change) ([]Version, error)
 	// AnyTemplateEver reports whether any template was ever stored.
 	AnyTemplateEver(ctx context.Context) (bool, error)
@@ -458,6 +459,14 @@ func (s *Service) Seed(ctx context.Context, actor string, files []template.File)
 		return false, err
 	}
 	_, err = s.Apply(ctx, p)
+	var c *fault.Conflict
+	if errors.As(err, &c) {
+		// Another replica seeded between the check and the apply (a first
+		// install with several on one database): the catalog is there.
+		if any, aerr := s.store.AnyTemplateEver(ctx); aerr == nil && any {
+			return false, nil
+		}
+	}
 	return err == nil, err
 }
 

@@ -6,8 +6,6 @@ LDFLAGS := -X main.version=$(VERSION)
 .PHONY: dev serve test build agent images generate bench fuzz clean screenshots
 
 dev: ## local cluster with simulated GPU nodes + Gantry on SQLite at http://127.0.0.1:8080
-	deploy/cluster/realnode-deps.sh
-	deploy/images/build.sh >/dev/null
 	$(GO) run -tags dev -ldflags "$(LDFLAGS)" ./cmd/gantry dev
 
 serve: ## Gantry alone on embedded defaults (no cluster: launches are recorded, not applied; images from a local signed registry)

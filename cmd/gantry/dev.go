@@ -80,6 +80,12 @@ func devCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
+	// What the real node runs on (containerd, runc, the CNI plugins; as
+	// root, from Debian) and its images, where missing: a newcomer's
+	// `gantry dev` is `make dev`.
+	if err := devcluster.PrepareRealNode(ctx, root, stderr); err != nil {
+		fmt.Fprintf(stderr, "gantry dev: the real node's packages or images: %v (the cluster starts without what failed)\n", err)
+	}
 	fmt.Fprintln(stderr, "gantry dev: starting the local cluster") // a first run's build of Kubernetes says so itself
 	// Ephemeral: the cluster is removed on Ctrl-C and made new on every run,
 	// so its etcd need not fsync. Karpenter scales the on-demand and spot

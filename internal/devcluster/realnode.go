@@ -121,6 +121,19 @@ func RealNodeRequired(why error) bool {
 	return os.Getenv("GANTRY_TEST_REALNODE") != "" && !errors.As(why, &l)
 }
 
+// PrepareRealNode installs what the real node runs on where missing (as
+// root, from Debian: deploy/cluster/realnode-deps.sh) and builds the real
+// images (deploy/images/build.sh, cached by version). Each says in one line
+// what it cannot do here (not root, say) and succeeds; an error is a build
+// or an install that failed.
+func PrepareRealNode(ctx context.Context, root string, log io.Writer) error {
+	if _, err := runBuild(ctx, root, "deploy/cluster/realnode-deps.sh", "the real node's packages", log); err != nil {
+		return err
+	}
+	_, err := runBuild(ctx, root, "deploy/images/build.sh", "the real images", log)
+	return err
+}
+
 // CanRunRealNode says what this machine lacks for a real node (not root,
 // Debian's packages, cgroups), or nil where it has what one needs.
 func CanRunRealNode() error { return realNodeMissing() }

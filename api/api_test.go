@@ -346,6 +346,9 @@ func TestTemplateLifecycle(t *testing.T) {
 	if updated.StatusCode() != 200 || servertest.Deref(updated.JSON200).Version != 2 {
 		t.Fatalf("update: %d %s", updated.StatusCode(), updated.Body)
 	}
+	if g := servertest.Must(e.api.GetTemplateWithResponse(ctx, "dev-h100", nil))(t); g.HTTPResponse.Header.Get("ETag") != `"v2"` {
+		t.Fatalf("the live version's ETag: %q, want \"v2\"", g.HTTPResponse.Header.Get("ETag"))
+	}
 	// Another editor's save made from version 1, now that version 2 is
 	// live: 412, nothing stored (nor through the editor's apply, nor a delete).
 	other := doc

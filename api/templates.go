@@ -44,7 +44,7 @@ func (s *server) GetTemplate(ctx context.Context, req gen.GetTemplateRequestObje
 	if err != nil {
 		return nil, err
 	}
-	return gen.GetTemplate200JSONResponse(templateVersion(v)), nil
+	return gen.GetTemplate200JSONResponse{Body: templateVersion(v), Headers: gen.GetTemplate200ResponseHeaders{ETag: ptr(etag(int64(v.Version)))}}, nil
 }
 
 func (s *server) UpdateTemplate(ctx context.Context, req gen.UpdateTemplateRequestObject) (gen.UpdateTemplateResponseObject, error) {

@@ -453,7 +453,7 @@ type ClientInterface interface {
 
 	// GetTemplate Get a template
 	//
-	// The live version, or the version asked for (kept even after the template is deleted).
+	// The live version, or the version asked for (kept even after the template is deleted). Its ETag names the version, for If-Match on a change made from it.
 	//
 	// Corresponds with GET /api/v1/templates/{name} (the `GetTemplate` operationId).
 	GetTemplate(ctx context.Context, name TemplateName, params *GetTemplateParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1682,7 +1682,7 @@ func (c *Client) DeleteTemplate(ctx context.Context, name TemplateName, params *
 
 // GetTemplate Get a template
 //
-// The live version, or the version asked for (kept even after the template is deleted).
+// The live version, or the version asked for (kept even after the template is deleted). Its ETag names the version, for If-Match on a change made from it.
 //
 // Corresponds with GET /api/v1/templates/{name} (the `GetTemplate` operationId).
 func (c *Client) GetTemplate(ctx context.Context, name TemplateName, params *GetTemplateParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -6515,7 +6515,7 @@ type ClientWithResponsesInterface interface {
 
 	// GetTemplateWithResponse Get a template
 	//
-	// The live version, or the version asked for (kept even after the template is deleted).
+	// The live version, or the version asked for (kept even after the template is deleted). Its ETag names the version, for If-Match on a change made from it.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -8788,6 +8788,11 @@ func (r DeleteTemplateResponse) ContentType() string {
 	return ""
 }
 
+// GetTemplateResponse200Headers the declared response headers of an HTTP 200 response for GetTemplate
+type GetTemplateResponse200Headers struct {
+	ETag *string
+}
+
 type GetTemplateResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -8795,6 +8800,8 @@ type GetTemplateResponse struct {
 	JSON200 *TemplateVersion
 	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
 	ApplicationproblemJSONDefault *Problem
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *GetTemplateResponse200Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -11406,7 +11413,7 @@ func (c *ClientWithResponses) DeleteTemplateWithResponse(ctx context.Context, na
 
 // GetTemplateWithResponse Get a template
 //
-// The live version, or the version asked for (kept even after the template is deleted).
+// The live version, or the version asked for (kept even after the template is deleted). Its ETag names the version, for If-Match on a change made from it.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -13481,6 +13488,19 @@ func ParseGetTemplateResponse(rsp *http.Response) (*GetTemplateResponse, error) 
 		}
 		response.ApplicationproblemJSONDefault = &dest
 
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers GetTemplateResponse200Headers
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = &value
+		}
+		response.Headers200 = &headers
 	}
 
 	return response, nil

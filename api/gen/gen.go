@@ -3355,15 +3355,25 @@ type GetTemplateResponseObject interface {
 	VisitGetTemplateResponse(w http.ResponseWriter) error
 }
 
-type GetTemplate200JSONResponse TemplateVersion
+type GetTemplate200ResponseHeaders struct {
+	ETag *string
+}
+
+type GetTemplate200JSONResponse struct {
+	Body    TemplateVersion
+	Headers GetTemplate200ResponseHeaders
+}
 
 func (response GetTemplate200JSONResponse) VisitGetTemplateResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.ETag != nil {
+		w.Header().Set("ETag", fmt.Sprint(*response.Headers.ETag))
+	}
 	w.WriteHeader(200)
 	_, err := buf.WriteTo(w)
 	return err

@@ -890,23 +890,11 @@ func TestCPUNotebookIdleCulled(t *testing.T) {
 		}
 		return nil
 	})
-	cfg, err := websocket.NewConfig(strings.Replace(base, "http://", "ws://", 1)+"api/kernels/"+kernel.ID+"/channels?session_id=idle", "http://gantry.test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Header = http.Header{"Authorization": {"Bearer " + tok}}
-	ws, err := websocket.DialConfig(cfg)
-	if err != nil {
-		t.Fatalf("the kernel's websocket through Gantry: %v", err)
-	}
+	ws := servertest.DialKernel(t, strings.Replace(base, "http://", "ws://", 1)+"api/kernels/"+kernel.ID+"/channels?session_id=idle", tok)
 	defer ws.Close()
 	// A cell that runs past the idle timeout and prints nothing until it ends.
 	code := fmt.Sprintf("import time; time.sleep(%d); print('slept')", int((timeout + 30*time.Second).Seconds()))
-	if err := websocket.JSON.Send(ws, map[string]any{
-		"header":        map[string]any{"msg_id": "sleep-1", "username": "e2e", "session": "idle", "msg_type": "execute_request", "version": "5.3"},
-		"parent_header": map[string]any{}, "metadata": map[string]any{}, "channel": "shell", "buffers": []any{},
-		"content": map[string]any{"code": code, "silent": false, "store_history": false, "user_expressions": map[string]any{}, "allow_stdin": false, "stop_on_error": true},
-	}); err != nil {
+	if err := servertest.SendCell(ws, "sleep-1", code); err != nil {
 		t.Fatal(err)
 	}
 	// The tab: it reads every message (answering the server's pings) and

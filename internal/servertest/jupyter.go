@@ -13,23 +13,10 @@ import (
 // Jupyter messaging protocol, JSON) and returns what it printed.
 func RunCell(t testing.TB, wsURL, token, code string) string {
 	t.Helper()
-	cfg, err := websocket.NewConfig(wsURL, "http://gantry.test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Header = http.Header{"Authorization": {"Bearer " + token}}
-	ws, err := websocket.DialConfig(cfg)
-	if err != nil {
-		t.Fatalf("the kernel's websocket through Gantry: %v", err)
-	}
+	ws := DialKernel(t, wsURL, token)
 	defer ws.Close()
 	ws.SetDeadline(time.Now().Add(time.Minute))
-	msg := map[string]any{
-		"header":        map[string]any{"msg_id": "e2e-1", "username": "e2e", "session": "e2e", "msg_type": "execute_request", "version": "5.3"},
-		"parent_header": map[string]any{}, "metadata": map[string]any{}, "channel": "shell", "buffers": []any{},
-		"content": map[string]any{"code": code, "silent": false, "store_history": false, "user_expressions": map[string]any{}, "allow_stdin": false, "stop_on_error": true},
-	}
-	if err := websocket.JSON.Send(ws, msg); err != nil {
+	if err := SendCell(ws, "e2e-1", code); err != nil {
 		t.Fatal(err)
 	}
 	var out strings.Builder
@@ -66,4 +53,30 @@ func RunCell(t testing.TB, wsURL, token, code string) string {
 			}
 		}
 	}
+}
+
+// DialKernel opens a kernel's channels websocket through Gantry with a
+// bearer token.
+func DialKernel(t testing.TB, wsURL, token string) *websocket.Conn {
+	t.Helper()
+	cfg, err := websocket.NewConfig(wsURL, "http://gantry.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Header = http.Header{"Authorization": {"Bearer " + token}}
+	ws, err := websocket.DialConfig(cfg)
+	if err != nil {
+		t.Fatalf("the kernel's websocket through Gantry: %v", err)
+	}
+	return ws
+}
+
+// SendCell sends an execute_request for code, as message msgID (the
+// replies name it as their parent).
+func SendCell(ws *websocket.Conn, msgID, code string) error {
+	return websocket.JSON.Send(ws, map[string]any{
+		"header":        map[string]any{"msg_id": msgID, "username": "e2e", "session": "e2e", "msg_type": "execute_request", "version": "5.3"},
+		"parent_header": map[string]any{}, "metadata": map[string]any{}, "channel": "shell", "buffers": []any{},
+		"content": map[string]any{"code": code, "silent": false, "store_history": false, "user_expressions": map[string]any{}, "allow_stdin": false, "stop_on_error": true},
+	})
 }

@@ -136,10 +136,7 @@ func PrepareRealNode(ctx context.Context, root string, log io.Writer) error {
 
 // CanRunRealNode says what this machine lacks for a real node (not root,
 // Debian's packages, cgroups), or nil where it has what one needs.
-func CanRunRealNode() error { return realNodeMissing() }
-
-// realNodeMissing says what this machine lacks for a real node, or nil.
-func realNodeMissing() error {
+func CanRunRealNode() error {
 	if err := machineLacks(); err != nil {
 		return lacking{err}
 	}
@@ -197,7 +194,7 @@ func cgroupMounts() []string {
 // startRealNode starts the real node and waits until it is Ready. On an
 // error, nothing of it is left running.
 func (c *Cluster) startRealNode(ctx context.Context, o Options, classes *gpu.Catalog) (err error) {
-	if err := realNodeMissing(); err != nil {
+	if err := CanRunRealNode(); err != nil {
 		return err
 	}
 	kubeletDir, err := BuildKubelet(ctx, o.Root, o.Log)

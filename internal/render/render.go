@@ -497,19 +497,33 @@ func (b *builder) env() []corev1.EnvVar {
 // repeat). Validation refuses a template's repeats; this covers one saved
 // before it did.
 func lastWins(env []corev1.EnvVar) []corev1.EnvVar {
-	last := make(map[string]int, len(env))
+	// A container has a dozen variables: pairs compared, no map made, and
+	// nothing copied when no name repeats (every render but an old
+	// template's).
+	var out []corev1.EnvVar
 	for i, e := range env {
-		last[e.Name] = i
-	}
-	if len(last) == len(env) {
-		return env
-	}
-	out := make([]corev1.EnvVar, 0, len(last))
-	for _, e := range env {
-		if j := last[e.Name]; j >= 0 {
-			out = append(out, env[j])
-			last[e.Name] = -1
+		first, lastAt := true, i
+		for j := range env {
+			if env[j].Name == e.Name {
+				first = first && j >= i
+				lastAt = j
+			}
 		}
+		if lastAt != i || !first {
+			if out == nil {
+				out = slices.Clone(env[:i])
+			}
+			if first {
+				out = append(out, env[lastAt])
+			}
+			continue
+		}
+		if out != nil {
+			out = append(out, e)
+		}
+	}
+	if out == nil {
+		return env
 	}
 	return out
 }

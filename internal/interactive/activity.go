@@ -26,11 +26,11 @@ import (
 // refreshed, a kernel's state polled) and its sockets' pings pass without
 // counting.
 
-// BusyEvery is how often a kernel that stays busy counts as use.
-// (half the workload service's 30 s between writes of use, so that a
-// kernel busy for longer than any idle timeout is never seen as quiet for
-// more than 45 s).
-const BusyEvery = 15 * time.Second
+// BusyEvery is how often a kernel that stays busy counts as use (a third
+// of the workload service's 30 s between writes of use, so that a kernel
+// busy for longer than any idle timeout is never seen as quiet for more
+// than 40 s, a write that failed and was tried again included).
+const BusyEvery = 10 * time.Second
 
 // personal says whether a plain request is a person's use of the app.
 func personal(r *http.Request) bool {

@@ -96,9 +96,13 @@ func (s *Service) KeepAlive(ctx context.Context, id string) (Workload, error) {
 // touchEvery is how often a workload's use through its UI is written; the
 // process remembers at most maxTouched workloads' last write. A write gets
 // touchTimeout: it runs on a request's path (inside a socket's reads and
-// writes, too), and a row held by a long update must not stall them.
+// writes, too), and a row held by a long update must not stall them. A
+// write that failed is tried again touchRetry later, not a whole window
+// later: a window lost to one slow write would leave a busy notebook
+// quiet for longer than a short idle timeout.
 const (
 	touchEvery   = 30 * time.Second
+	touchRetry   = 5 * time.Second
 	maxTouched   = 100000
 	touchTimeout = 2 * time.Second
 )
@@ -123,8 +127,10 @@ func (s *Service) Used(ctx context.Context, id string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), touchTimeout)
 	defer cancel()
 	if err := s.store.TouchWorkload(ctx, id, now); err != nil {
-		// Tried again touchEvery later, not on every message of a socket
-		// (a database away must not stall the stream nor flood the log).
+		// Tried again touchRetry later, not on every message of a socket
+		// (a database away must not stall the stream nor flood the log):
+		// the window is given back as if claimed that much less ago.
+		s.touched.CompareAndSwap(id, now, now.Add(touchRetry-touchEvery))
 		s.log.WarnContext(ctx, "activity on a workload not recorded", "workload_id", id, "err", err)
 	}
 }

@@ -2,6 +2,7 @@ package workload_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,11 +14,15 @@ import (
 // touchCounter counts the store's writes of a person's use.
 type touchCounter struct {
 	workload.Store
-	n atomic.Int64
+	n    atomic.Int64
+	fail atomic.Bool // the database is away: writes fail
 }
 
 func (c *touchCounter) TouchWorkload(ctx context.Context, id string, at time.Time) error {
 	c.n.Add(1)
+	if c.fail.Load() {
+		return errors.New("database away")
+	}
 	return c.Store.TouchWorkload(ctx, id, at)
 }
 
@@ -61,5 +66,44 @@ func TestUsedWritesOncePerWindow(t *testing.T) {
 		return old, nil
 	}); err != nil || !last.Equal(h.clock()) {
 		t.Fatalf("last use %v (%v), want %v", last, err, h.clock())
+	}
+}
+
+// TestUsedRetriesAFailedWrite: a write of use that failed (a slow or absent
+// database) is tried again a few seconds later, not a whole window later —
+// a busy kernel's notebook must not look quiet for longer than its idle
+// timeout because one write timed out — and not on every message either.
+func TestUsedRetriesAFailedWrite(t *testing.T) {
+	var counter *touchCounter
+	h := newHarnessWith(t, nil, false, func(o *workload.Options) {
+		counter = &touchCounter{Store: o.Store}
+		o.Store = counter
+	})
+	w := h.launch(t, "jupyter-notebook")
+	ctx := asAlice()
+	h.svc.Used(ctx, w.ID) // the first window, written
+	h.advance(30 * time.Second)
+	counter.fail.Store(true)
+	h.svc.Used(ctx, w.ID) // the second: its write fails
+	h.svc.Used(ctx, w.ID) // at once: not tried again on every message
+	if got := counter.n.Load(); got != 2 {
+		t.Fatalf("%d writes tried, want 2", got)
+	}
+	counter.fail.Store(false)
+	h.advance(6 * time.Second)
+	h.svc.Used(ctx, w.ID) // 6 s after the failure: tried again
+	if got := counter.n.Load(); got != 3 {
+		t.Fatalf("%d writes tried 6 s after a failed one, want 3", got)
+	}
+	var last time.Time
+	if _, err := h.store.UpdateWorkload(ctx, w.ID, func(old workload.Workload) (workload.Workload, error) {
+		last = old.LastUsed
+		return old, nil
+	}); err != nil || !last.Equal(h.clock()) {
+		t.Fatalf("last use %v (%v), want %v", last, err, h.clock())
+	}
+	h.svc.Used(ctx, w.ID) // and the window it wrote is claimed as usual
+	if got := counter.n.Load(); got != 3 {
+		t.Fatalf("%d writes, want 3", got)
 	}
 }

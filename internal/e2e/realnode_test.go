@@ -901,7 +901,7 @@ func TestCPUNotebookIdleCulled(t *testing.T) {
 	// sends nothing more.
 	var printed atomic.Value
 	printed.Store("")
-	done := make(chan struct{})
+	done, busy := make(chan struct{}), make(chan struct{})
 	go func() {
 		var out strings.Builder
 		for {
@@ -927,11 +927,30 @@ func TestCPUNotebookIdleCulled(t *testing.T) {
 			case in.Header.MsgType == "stream":
 				out.WriteString(in.Content.Text)
 				printed.Store(out.String())
+			case in.Header.MsgType == "status" && in.Content.ExecutionState == "busy":
+				close(busy)
 			case in.Header.MsgType == "status" && in.Content.ExecutionState == "idle":
 				close(done)
 			}
 		}
 	}()
+	// While the cell runs, a request on the control channel (what Notebook
+	// sends whenever a tab connects): the kernel answers it at once, busy
+	// then idle on it, and that idle is not the cell's.
+	waitfor.Until(t, time.Minute, "the cell's kernel to say busy", func() error {
+		select {
+		case <-busy:
+			return nil
+		default:
+			return errors.New("not yet")
+		}
+	})
+	if err := websocket.JSON.Send(ws, map[string]any{
+		"header":        map[string]any{"msg_id": "info-1", "username": "e2e", "session": "e2e", "msg_type": "kernel_info_request", "version": "5.3"},
+		"parent_header": map[string]any{}, "metadata": map[string]any{}, "channel": "control", "buffers": []any{}, "content": map[string]any{},
+	}); err != nil {
+		t.Fatal(err)
+	}
 	waitfor.Until(t, timeout+2*time.Minute, "the silent cell to finish, its notebook kept while it ran", func() error {
 		if w := status(); w.Status != "Running" {
 			t.Fatalf("while its kernel was busy the notebook was %s: %s", w.Status, servertest.Deref(w.Reason))

@@ -18,9 +18,14 @@ import (
 //     script calling the app is using it);
 //   - a message on one of its websockets, either way (a cell run, a
 //     completion asked for, a kernel's output) — not the sockets' own pings;
-//   - a kernel executing: while the last status a Jupyter kernel sent over a
-//     socket the proxy carries is "busy", Used is told every BusyEvery, so
-//     a long cell that prints nothing keeps its notebook.
+//   - a kernel executing: while a request a Jupyter kernel reported "busy"
+//     on over a socket the proxy carries has not been reported "idle", Used
+//     is told every BusyEvery, so a long cell that prints nothing keeps its
+//     notebook. Each status names the request it is about (its parent):
+//     a kernel answers requests on its control channel (a kernel_info, an
+//     interrupt — Notebook sends kernel_info on both channels whenever a
+//     tab connects) while a cell runs, and that request's "idle" says
+//     nothing of the cell.
 //
 // A browser tab left open is not use: its background reads (a file list
 // refreshed, a kernel's state polled) and its sockets' pings pass without
@@ -164,15 +169,16 @@ func (f *frames) end() {
 }
 
 // kernelStatus is the execution state a Jupyter status message carries
-// ("busy", "idle", "starting"), or "": a JSON message (Jupyter's original
+// ("busy", "idle", "starting") and the id of the request it is about (its
+// parent header's msg_id; "" for none), or "": a JSON message (Jupyter's original
 // kernel websocket protocol, Notebook 6) or a binary one of the
 // v1.kernel.websocket.jupyter.org protocol (jupyter_server 2, JupyterLab
 // 4): a little-endian count of offsets, the offsets of the parts from the
 // message's start, then the parts — channel, header, parent header,
 // metadata, content, buffers.
-func kernelStatus(body []byte) string {
+func kernelStatus(body []byte) (state, parent string) {
 	if !bytes.Contains(body, []byte(`execution_state`)) {
-		return ""
+		return "", ""
 	}
 	if len(body) > 0 && body[0] != '{' {
 		return v1Status(body)
@@ -181,31 +187,39 @@ func kernelStatus(body []byte) string {
 		Header struct {
 			MsgType string `json:"msg_type"`
 		} `json:"header"`
-		MsgType string `json:"msg_type"`
-		Content struct {
+		MsgType      string       `json:"msg_type"`
+		ParentHeader parentHeader `json:"parent_header"`
+		Content      struct {
 			ExecutionState string `json:"execution_state"`
 		} `json:"content"`
 	}
 	if json.Unmarshal(body, &m) != nil || (m.Header.MsgType != "status" && m.MsgType != "status") {
-		return ""
+		return "", ""
 	}
-	return m.Content.ExecutionState
+	return m.Content.ExecutionState, m.ParentHeader.MsgID
 }
 
-// v1Status is the execution state of a v1-protocol status message, or "".
-func v1Status(b []byte) string {
+// parentHeader is the part of a message's parent header a status is read
+// for.
+type parentHeader struct {
+	MsgID string `json:"msg_id"`
+}
+
+// v1Status is the execution state and parent of a v1-protocol status
+// message, or "".
+func v1Status(b []byte) (state, parent string) {
 	if len(b) < 8 {
-		return ""
+		return "", ""
 	}
 	n := binary.LittleEndian.Uint64(b)
 	if n < 6 || n > 64 || uint64(len(b)) < 8*(n+1) {
-		return ""
+		return "", ""
 	}
 	off := make([]uint64, n)
 	for i := range off {
 		off[i] = binary.LittleEndian.Uint64(b[8*(i+1):])
 		if off[i] > uint64(len(b)) || i > 0 && off[i] < off[i-1] {
-			return ""
+			return "", ""
 		}
 	}
 	var header struct {
@@ -215,9 +229,11 @@ func v1Status(b []byte) string {
 		ExecutionState string `json:"execution_state"`
 	}
 	if json.Unmarshal(b[off[1]:off[2]], &header) != nil || header.MsgType != "status" || json.Unmarshal(b[off[4]:off[5]], &content) != nil {
-		return ""
+		return "", ""
 	}
-	return content.ExecutionState
+	var ph parentHeader
+	_ = json.Unmarshal(b[off[2]:off[3]], &ph) // none or unreadable: ""
+	return content.ExecutionState, ph.MsgID
 }
 
 // watchedConn is an upgraded connection to an app whose websocket frames
@@ -228,8 +244,8 @@ type watchedConn struct {
 	in, out frames
 	used    func()
 	mu      sync.Mutex
-	busy    bool
-	running bool           // whileBusy runs (at most one)
+	busy    map[string]struct{} // the requests the kernel is busy on, by parent id
+	running bool                // whileBusy runs (at most one)
 	ticking sync.WaitGroup // whileBusy running
 	stop    chan struct{}
 	closed  sync.Once
@@ -263,17 +279,35 @@ func (c *watchedConn) Close() error {
 	return c.ReadWriteCloser.Close()
 }
 
-// status follows a kernel's execution state: busy starts a ticker that
-// counts as use until it is idle again or the socket closes.
+// maxBusy bounds the requests a socket's kernel is followed as busy on: a
+// kernel that reports busy on more at once is busy in any case.
+const maxBusy = 64
+
+// status follows a kernel's execution state, request by request: busy on
+// one starts a ticker that counts as use until every request it was busy
+// on is idle again, the kernel restarts, or the socket closes.
 func (c *watchedConn) status(body []byte) {
-	state := kernelStatus(body)
-	if state == "" {
-		return
-	}
+	state, parent := kernelStatus(body)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.busy = state == "busy"
-	if c.busy && !c.running {
+	switch state {
+	case "busy":
+		if c.busy == nil {
+			c.busy = map[string]struct{}{}
+		}
+		if len(c.busy) < maxBusy {
+			c.busy[parent] = struct{}{}
+		}
+	case "idle":
+		delete(c.busy, parent)
+		return
+	case "":
+		return
+	default: // starting, restarting, dead: no request runs any more
+		clear(c.busy)
+		return
+	}
+	if !c.running {
 		c.running = true
 		c.ticking.Add(1)
 		go c.whileBusy()
@@ -293,7 +327,7 @@ func (c *watchedConn) whileBusy() {
 			return
 		case <-t.C:
 			c.mu.Lock()
-			busy := c.busy
+			busy := len(c.busy) > 0
 			if !busy {
 				c.running = false
 			}

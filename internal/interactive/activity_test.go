@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -50,6 +51,9 @@ func frame(opcode byte, fin, masked bool, payload []byte) []byte {
 const (
 	busy = `{"header": {"msg_type": "status", "msg_id": "1"}, "parent_header": {}, "metadata": {}, "content": {"execution_state": "busy"}, "channel": "iopub"}`
 	idle = `{"header": {"msg_type": "status", "msg_id": "2"}, "parent_header": {}, "metadata": {}, "content": {"execution_state": "idle"}, "channel": "iopub"}`
+	// A kernel_info on the control channel, answered while a cell runs.
+	ctlBusy = `{"header": {"msg_type": "status", "msg_id": "3"}, "parent_header": {"msg_id": "ctl-1"}, "content": {"execution_state": "busy"}, "channel": "iopub"}`
+	ctlIdle = `{"header": {"msg_type": "status", "msg_id": "4"}, "parent_header": {"msg_id": "ctl-1"}, "content": {"execution_state": "idle"}, "channel": "iopub"}`
 )
 
 // TestFrames: data frames count and control frames do not, whatever the
@@ -94,8 +98,11 @@ func TestFrames(t *testing.T) {
 
 // v1 is a message of Jupyter's v1 kernel websocket protocol, as
 // jupyter_server 2 serializes it.
-func v1(channel, header, content string) []byte {
-	parts := []string{channel, header, "{}", "{}", content}
+func v1(channel, header, content string) []byte { return v1Of(channel, header, "{}", content) }
+
+// v1Of is a v1 message with a parent header.
+func v1Of(channel, header, parent, content string) []byte {
+	parts := []string{channel, header, parent, "{}", content}
 	n := len(parts) + 1
 	b := binary.LittleEndian.AppendUint64(nil, uint64(n))
 	at := uint64(8 * (n + 1))
@@ -114,28 +121,33 @@ func v1(channel, header, content string) []byte {
 }
 
 func TestKernelStatus(t *testing.T) {
-	if got := kernelStatus(v1("iopub", `{"msg_type": "status", "msg_id": "x"}`, `{"execution_state": "busy"}`)); got != "busy" {
-		t.Errorf("a v1 status: %q", got)
+	if got, parent := kernelStatus(v1("iopub", `{"msg_type": "status", "msg_id": "x"}`, `{"execution_state": "busy"}`)); got != "busy" || parent != "" {
+		t.Errorf("a v1 status: %q of %q", got, parent)
 	}
-	if got := kernelStatus(v1("iopub", `{"msg_type": "stream"}`, `{"text": "execution_state"}`)); got != "" {
+	if got, _ := kernelStatus(v1("iopub", `{"msg_type": "stream"}`, `{"text": "execution_state"}`)); got != "" {
 		t.Errorf("a v1 stream: %q", got)
+	}
+	if got, parent := kernelStatus(v1Of("iopub", `{"msg_type": "status", "msg_id": "x"}`, `{"msg_id": "run-1"}`, `{"execution_state": "idle"}`)); got != "idle" || parent != "run-1" {
+		t.Errorf("a v1 status with a parent: %q of %q", got, parent)
 	}
 	broken := v1("iopub", `{"msg_type": "status"}`, `{"execution_state": "busy"}`)
 	binary.LittleEndian.PutUint64(broken[8*3:], 1<<40) // an offset past the end
-	if got := kernelStatus(broken); got != "" {
+	if got, _ := kernelStatus(broken); got != "" {
 		t.Errorf("a v1 message with a bad offset: %q", got)
 	}
-	for body, want := range map[string]string{
-		busy: "busy",
-		idle: "idle",
-		`{"msg_type": "status", "content": {"execution_state": "starting"}}`:              "starting",
-		`{"header": {"msg_type": "stream"}, "content": {"text": "execution_state busy"}}`: "",
-		`{"header": {"msg_type": "status"}, "content": {"execution_state": ["busy"]}}`:    "",
-		`not json, execution_state`: "",
-		`{"header": {"msg_type": "execute_request"}, "content": {"code": "print(1)"}}`: "",
+	for body, want := range map[string][2]string{
+		busy:    {"busy", ""},
+		idle:    {"idle", ""},
+		ctlBusy: {"busy", "ctl-1"},
+		`{"msg_type": "status", "content": {"execution_state": "starting"}}`:                             {"starting", ""},
+		`{"header": {"msg_type": "stream"}, "content": {"text": "execution_state busy"}}`:                {"", ""},
+		`{"header": {"msg_type": "status"}, "content": {"execution_state": ["busy"]}}`:                   {"", ""},
+		`{"header": {"msg_type": "status"}, "parent_header": 7, "content": {"execution_state": "busy"}}`: {"", ""},
+		`not json, execution_state`: {"", ""},
+		`{"header": {"msg_type": "execute_request"}, "content": {"code": "print(1)"}}`: {"", ""},
 	} {
-		if got := kernelStatus([]byte(body)); got != want {
-			t.Errorf("%s: %q, want %q", body, got, want)
+		if state, parent := kernelStatus([]byte(body)); state != want[0] || parent != want[1] {
+			t.Errorf("%s: %q of %q, want %q of %q", body, state, parent, want[0], want[1])
 		}
 	}
 }
@@ -233,6 +245,25 @@ func TestWatchBusyKernel(t *testing.T) {
 		}
 		return nil
 	})
+	// A request on the control channel, answered while the cell runs: its
+	// idle is its own, and the cell still counts.
+	w.Write(frame(0x1, true, false, []byte(ctlBusy)))
+	w.Write(frame(0x1, true, false, []byte(ctlIdle)))
+	waitfor.Until(t, 10*time.Second, "the control request's idle read", func() error {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if _, ok := c.busy["ctl-1"]; ok || len(c.busy) != 1 {
+			return fmt.Errorf("busy on %v", c.busy)
+		}
+		return nil
+	})
+	from := used.Load()
+	waitfor.Until(t, 10*time.Second, "the cell still counted after a control request's idle", func() error {
+		if n := used.Load(); n < from+5 {
+			return errors.New("not yet")
+		}
+		return nil
+	})
 	w.Write(frame(0x1, true, false, []byte(idle)))
 	done := make(chan struct{})
 	go func() { c.ticking.Wait(); close(done) }()
@@ -254,7 +285,7 @@ func TestWatchBusyKernel(t *testing.T) {
 	waitfor.Until(t, 10*time.Second, "busy again", func() error {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		if !c.busy {
+		if len(c.busy) == 0 {
 			return errors.New("not busy")
 		}
 		return nil

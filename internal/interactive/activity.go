@@ -246,7 +246,7 @@ type watchedConn struct {
 	mu      sync.Mutex
 	busy    map[string]struct{} // the requests the kernel is busy on, by parent id
 	running bool                // whileBusy runs (at most one)
-	ticking sync.WaitGroup // whileBusy running
+	ticking sync.WaitGroup      // whileBusy running
 	stop    chan struct{}
 	closed  sync.Once
 	every   time.Duration

@@ -901,7 +901,7 @@ func TestCPUNotebookIdleCulled(t *testing.T) {
 	// sends nothing more.
 	var printed atomic.Value
 	printed.Store("")
-	done, busy := make(chan struct{}), make(chan struct{})
+	done, busy, answered := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	go func() {
 		var out strings.Builder
 		for {
@@ -919,6 +919,9 @@ func TestCPUNotebookIdleCulled(t *testing.T) {
 			}
 			if err := websocket.JSON.Receive(ws, &in); err != nil {
 				return // the socket closed: the notebook stopped, or the test ended
+			}
+			if in.ParentHeader.MsgID == "info-1" && in.Header.MsgType == "status" && in.Content.ExecutionState == "idle" {
+				close(answered) // the control request, answered while the cell runs
 			}
 			if in.ParentHeader.MsgID != "sleep-1" {
 				continue
@@ -951,6 +954,16 @@ func TestCPUNotebookIdleCulled(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	waitfor.Until(t, time.Minute, "the kernel to answer the control request (busy, then idle on it) while the cell runs", func() error {
+		select {
+		case <-answered:
+			return nil
+		case <-done:
+			t.Fatal("the cell ended before the control request was answered")
+		default:
+		}
+		return errors.New("not yet")
+	})
 	waitfor.Until(t, timeout+2*time.Minute, "the silent cell to finish, its notebook kept while it ran", func() error {
 		if w := status(); w.Status != "Running" {
 			t.Fatalf("while its kernel was busy the notebook was %s: %s", w.Status, servertest.Deref(w.Reason))

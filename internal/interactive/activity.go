@@ -34,7 +34,8 @@ import (
 // BusyEvery is how often a kernel that stays busy counts as use (a third
 // of the workload service's 30 s between writes of use, so that a kernel
 // busy for longer than any idle timeout is never seen as quiet for more
-// than 40 s, a write that failed and was tried again included).
+// than 40 s, or 50 s when a write failed and was tried again on the next
+// tick).
 const BusyEvery = 10 * time.Second
 
 // personal says whether a plain request is a person's use of the app.
@@ -168,72 +169,85 @@ func (f *frames) end() {
 	f.keep, f.inPayload, f.hdrN = false, false, 0
 }
 
-// kernelStatus is the execution state a Jupyter status message carries
-// ("busy", "idle", "starting") and the id of the request it is about (its
-// parent header's msg_id; "" for none), or "": a JSON message (Jupyter's original
-// kernel websocket protocol, Notebook 6) or a binary one of the
-// v1.kernel.websocket.jupyter.org protocol (jupyter_server 2, JupyterLab
-// 4): a little-endian count of offsets, the offsets of the parts from the
-// message's start, then the parts — channel, header, parent header,
-// metadata, content, buffers.
-func kernelStatus(body []byte) (state, parent string) {
+// kernelState is what a Jupyter status message says: the kernel's
+// execution state ("busy", "idle", "starting", …), the request it is about
+// (its parent header's msg_id; "" for none or an unreadable one), and the
+// kernel's session (its header's session: a kernel started anew, a restart
+// included, has a new one).
+type kernelState struct {
+	State, Parent, Session string
+}
+
+// kernelStatus reads a status message, or returns a zero kernelState: a
+// JSON message (Jupyter's original kernel websocket protocol, Notebook 6)
+// or a binary one of the v1.kernel.websocket.jupyter.org protocol
+// (jupyter_server 2, JupyterLab 4): a little-endian count of offsets, the
+// offsets of the parts from the message's start, then the parts — channel,
+// header, parent header, metadata, content, buffers.
+func kernelStatus(body []byte) kernelState {
 	if !bytes.Contains(body, []byte(`execution_state`)) {
-		return "", ""
+		return kernelState{}
 	}
 	if len(body) > 0 && body[0] != '{' {
 		return v1Status(body)
 	}
 	var m struct {
-		Header struct {
-			MsgType string `json:"msg_type"`
-		} `json:"header"`
-		MsgType      string       `json:"msg_type"`
-		ParentHeader parentHeader `json:"parent_header"`
+		Header       statusHeader    `json:"header"`
+		MsgType      string          `json:"msg_type"`
+		ParentHeader json.RawMessage `json:"parent_header"`
 		Content      struct {
 			ExecutionState string `json:"execution_state"`
 		} `json:"content"`
 	}
 	if json.Unmarshal(body, &m) != nil || (m.Header.MsgType != "status" && m.MsgType != "status") {
-		return "", ""
+		return kernelState{}
 	}
-	return m.Content.ExecutionState, m.ParentHeader.MsgID
+	return kernelState{m.Content.ExecutionState, parentOf(m.ParentHeader), m.Header.Session}
 }
 
-// parentHeader is the part of a message's parent header a status is read
-// for.
-type parentHeader struct {
-	MsgID string `json:"msg_id"`
+// statusHeader is the part of a message's header a status is read for.
+type statusHeader struct {
+	MsgType string `json:"msg_type"`
+	Session string `json:"session"`
 }
 
-// v1Status is the execution state and parent of a v1-protocol status
-// message, or "".
-func v1Status(b []byte) (state, parent string) {
+// parentOf is a parent header's msg_id; "" for none or one unreadable (the
+// state still counts, as a request of its own).
+func parentOf(raw []byte) string {
+	var ph struct {
+		MsgID string `json:"msg_id"`
+	}
+	if json.Unmarshal(raw, &ph) != nil {
+		return ""
+	}
+	return ph.MsgID
+}
+
+// v1Status reads a v1-protocol status message, or returns a zero
+// kernelState.
+func v1Status(b []byte) kernelState {
 	if len(b) < 8 {
-		return "", ""
+		return kernelState{}
 	}
 	n := binary.LittleEndian.Uint64(b)
 	if n < 6 || n > 64 || uint64(len(b)) < 8*(n+1) {
-		return "", ""
+		return kernelState{}
 	}
 	off := make([]uint64, n)
 	for i := range off {
 		off[i] = binary.LittleEndian.Uint64(b[8*(i+1):])
 		if off[i] > uint64(len(b)) || i > 0 && off[i] < off[i-1] {
-			return "", ""
+			return kernelState{}
 		}
 	}
-	var header struct {
-		MsgType string `json:"msg_type"`
-	}
+	var header statusHeader
 	var content struct {
 		ExecutionState string `json:"execution_state"`
 	}
 	if json.Unmarshal(b[off[1]:off[2]], &header) != nil || header.MsgType != "status" || json.Unmarshal(b[off[4]:off[5]], &content) != nil {
-		return "", ""
+		return kernelState{}
 	}
-	var ph parentHeader
-	_ = json.Unmarshal(b[off[2]:off[3]], &ph) // none or unreadable: ""
-	return content.ExecutionState, ph.MsgID
+	return kernelState{content.ExecutionState, parentOf(b[off[2]:off[3]]), header.Session}
 }
 
 // watchedConn is an upgraded connection to an app whose websocket frames
@@ -245,6 +259,7 @@ type watchedConn struct {
 	used    func()
 	mu      sync.Mutex
 	busy    map[string]struct{} // the requests the kernel is busy on, by parent id
+	session string              // the kernel's session they were sent in
 	running bool                // whileBusy runs (at most one)
 	ticking sync.WaitGroup      // whileBusy running
 	stop    chan struct{}
@@ -253,7 +268,7 @@ type watchedConn struct {
 }
 
 // watch wraps an upgraded connection; used is told of each data frame (at
-// most one call per frame run: the service writes at most once a minute)
+// most one call per frame run: the service writes at most every 30 s)
 // and every `every` while a kernel behind the socket is busy.
 func watch(rwc io.ReadWriteCloser, used func(), every time.Duration) *watchedConn {
 	c := &watchedConn{ReadWriteCloser: rwc, used: used, stop: make(chan struct{}), every: every}
@@ -285,23 +300,31 @@ const maxBusy = 64
 
 // status follows a kernel's execution state, request by request: busy on
 // one starts a ticker that counts as use until every request it was busy
-// on is idle again, the kernel restarts, or the socket closes.
+// on is idle again, the kernel starts anew (a status of a new session, or
+// "starting", "restarting", "dead": a restart by hand says none of the
+// last three, and its "starting" may come before the socket listens), or
+// the socket closes.
 func (c *watchedConn) status(body []byte) {
-	state, parent := kernelStatus(body)
+	k := kernelStatus(body)
+	if k.State == "" {
+		return
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	switch state {
+	if k.Session != c.session {
+		clear(c.busy) // another kernel process: what the last one ran is gone
+		c.session = k.Session
+	}
+	switch k.State {
 	case "busy":
 		if c.busy == nil {
 			c.busy = map[string]struct{}{}
 		}
 		if len(c.busy) < maxBusy {
-			c.busy[parent] = struct{}{}
+			c.busy[k.Parent] = struct{}{}
 		}
 	case "idle":
-		delete(c.busy, parent)
-		return
-	case "":
+		delete(c.busy, k.Parent)
 		return
 	default: // starting, restarting, dead: no request runs any more
 		clear(c.busy)

@@ -49,11 +49,11 @@ func frame(opcode byte, fin, masked bool, payload []byte) []byte {
 }
 
 const (
-	busy = `{"header": {"msg_type": "status", "msg_id": "1"}, "parent_header": {}, "metadata": {}, "content": {"execution_state": "busy"}, "channel": "iopub"}`
-	idle = `{"header": {"msg_type": "status", "msg_id": "2"}, "parent_header": {}, "metadata": {}, "content": {"execution_state": "idle"}, "channel": "iopub"}`
+	busy = `{"header": {"msg_type": "status", "msg_id": "1", "session": "k1"}, "parent_header": {}, "metadata": {}, "content": {"execution_state": "busy"}, "channel": "iopub"}`
+	idle = `{"header": {"msg_type": "status", "msg_id": "2", "session": "k1"}, "parent_header": {}, "metadata": {}, "content": {"execution_state": "idle"}, "channel": "iopub"}`
 	// A kernel_info on the control channel, answered while a cell runs.
-	ctlBusy = `{"header": {"msg_type": "status", "msg_id": "3"}, "parent_header": {"msg_id": "ctl-1"}, "content": {"execution_state": "busy"}, "channel": "iopub"}`
-	ctlIdle = `{"header": {"msg_type": "status", "msg_id": "4"}, "parent_header": {"msg_id": "ctl-1"}, "content": {"execution_state": "idle"}, "channel": "iopub"}`
+	ctlBusy = `{"header": {"msg_type": "status", "msg_id": "3", "session": "k1"}, "parent_header": {"msg_id": "ctl-1"}, "content": {"execution_state": "busy"}, "channel": "iopub"}`
+	ctlIdle = `{"header": {"msg_type": "status", "msg_id": "4", "session": "k1"}, "parent_header": {"msg_id": "ctl-1"}, "content": {"execution_state": "idle"}, "channel": "iopub"}`
 )
 
 // TestFrames: data frames count and control frames do not, whatever the
@@ -121,33 +121,79 @@ func v1Of(channel, header, parent, content string) []byte {
 }
 
 func TestKernelStatus(t *testing.T) {
-	if got, parent := kernelStatus(v1("iopub", `{"msg_type": "status", "msg_id": "x"}`, `{"execution_state": "busy"}`)); got != "busy" || parent != "" {
-		t.Errorf("a v1 status: %q of %q", got, parent)
-	}
-	if got, _ := kernelStatus(v1("iopub", `{"msg_type": "stream"}`, `{"text": "execution_state"}`)); got != "" {
-		t.Errorf("a v1 stream: %q", got)
-	}
-	if got, parent := kernelStatus(v1Of("iopub", `{"msg_type": "status", "msg_id": "x"}`, `{"msg_id": "run-1"}`, `{"execution_state": "idle"}`)); got != "idle" || parent != "run-1" {
-		t.Errorf("a v1 status with a parent: %q of %q", got, parent)
-	}
 	broken := v1("iopub", `{"msg_type": "status"}`, `{"execution_state": "busy"}`)
 	binary.LittleEndian.PutUint64(broken[8*3:], 1<<40) // an offset past the end
-	if got, _ := kernelStatus(broken); got != "" {
-		t.Errorf("a v1 message with a bad offset: %q", got)
-	}
-	for body, want := range map[string][2]string{
-		busy:    {"busy", ""},
-		idle:    {"idle", ""},
-		ctlBusy: {"busy", "ctl-1"},
-		`{"msg_type": "status", "content": {"execution_state": "starting"}}`:                             {"starting", ""},
-		`{"header": {"msg_type": "stream"}, "content": {"text": "execution_state busy"}}`:                {"", ""},
-		`{"header": {"msg_type": "status"}, "content": {"execution_state": ["busy"]}}`:                   {"", ""},
-		`{"header": {"msg_type": "status"}, "parent_header": 7, "content": {"execution_state": "busy"}}`: {"", ""},
-		`not json, execution_state`: {"", ""},
-		`{"header": {"msg_type": "execute_request"}, "content": {"code": "print(1)"}}`: {"", ""},
+	for _, tc := range []struct {
+		name string
+		body []byte
+		want kernelState
+	}{
+		{"a v1 status", v1("iopub", `{"msg_type": "status", "msg_id": "x", "session": "k1"}`, `{"execution_state": "busy"}`), kernelState{"busy", "", "k1"}},
+		{"a v1 stream", v1("iopub", `{"msg_type": "stream"}`, `{"text": "execution_state"}`), kernelState{}},
+		{"a v1 status with a parent", v1Of("iopub", `{"msg_type": "status", "msg_id": "x"}`, `{"msg_id": "run-1"}`, `{"execution_state": "idle"}`), kernelState{"idle", "run-1", ""}},
+		{"a v1 status with a parent unreadable", v1Of("iopub", `{"msg_type": "status", "msg_id": "x"}`, `[7]`, `{"execution_state": "idle"}`), kernelState{"idle", "", ""}},
+		{"a v1 message with a bad offset", broken, kernelState{}},
+		{"busy", []byte(busy), kernelState{"busy", "", "k1"}},
+		{"idle", []byte(idle), kernelState{"idle", "", "k1"}},
+		{"a control request's busy", []byte(ctlBusy), kernelState{"busy", "ctl-1", "k1"}},
+		{"starting, old style", []byte(`{"msg_type": "status", "content": {"execution_state": "starting"}}`), kernelState{"starting", "", ""}},
+		{"a stream", []byte(`{"header": {"msg_type": "stream"}, "content": {"text": "execution_state busy"}}`), kernelState{}},
+		{"a state not a string", []byte(`{"header": {"msg_type": "status"}, "content": {"execution_state": ["busy"]}}`), kernelState{}},
+		{"a parent unreadable", []byte(`{"header": {"msg_type": "status"}, "parent_header": 7, "content": {"execution_state": "busy"}}`), kernelState{"busy", "", ""}},
+		{"not JSON", []byte(`not json, execution_state`), kernelState{}},
+		{"a request", []byte(`{"header": {"msg_type": "execute_request"}, "content": {"code": "print(1)"}}`), kernelState{}},
 	} {
-		if state, parent := kernelStatus([]byte(body)); state != want[0] || parent != want[1] {
-			t.Errorf("%s: %q of %q, want %q of %q", body, state, parent, want[0], want[1])
+		if got := kernelStatus(tc.body); got != tc.want {
+			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// status is a status message of a kernel session about a request.
+func status(session, parent, state string) []byte {
+	return []byte(fmt.Sprintf(`{"header": {"msg_type": "status", "session": %q}, "parent_header": {"msg_id": %q}, "content": {"execution_state": %q}, "channel": "iopub"}`, session, parent, state))
+}
+
+// TestKernelBusy: a kernel is busy while a request it said busy on has not
+// said idle — another request's idle (a control request answered while a
+// cell runs) does not end it; a restart does, said or seen as a new
+// session.
+func TestKernelBusy(t *testing.T) {
+	many := func(state string) [][]byte {
+		var out [][]byte
+		for i := range 2 * maxBusy {
+			out = append(out, status("k1", fmt.Sprint("r", i), state))
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name string
+		msgs [][]byte
+		busy bool
+	}{
+		{"a cell runs", [][]byte{status("k1", "cell", "busy")}, true},
+		{"a cell ran", [][]byte{status("k1", "cell", "busy"), status("k1", "cell", "idle")}, false},
+		{"a control request answered while a cell runs", [][]byte{status("k1", "cell", "busy"), status("k1", "ctl", "busy"), status("k1", "ctl", "idle")}, true},
+		{"the cell ends after the control request", [][]byte{status("k1", "cell", "busy"), status("k1", "ctl", "busy"), status("k1", "ctl", "idle"), status("k1", "cell", "idle")}, false},
+		{"restarting", [][]byte{status("k1", "cell", "busy"), status("", "", "restarting")}, false},
+		{"dead", [][]byte{status("k1", "cell", "busy"), status("k1", "", "dead")}, false},
+		{"restarted by hand: a new session, its starting missed", [][]byte{status("k1", "cell", "busy"), status("k2", "info", "busy"), status("k2", "info", "idle")}, false},
+		{"a new session's cell", [][]byte{status("k1", "cell", "busy"), status("k2", "cell2", "busy")}, true},
+		{"more requests than followed, all ended", append(many("busy"), many("idle")...), false},
+		{"more requests than followed", many("busy"), true},
+		{"a stream between", [][]byte{status("k1", "cell", "busy"), []byte(`{"header": {"msg_type": "stream", "session": "k9"}, "content": {"text": "execution_state"}}`)}, true},
+	} {
+		c := watch(nopCloser{strings.NewReader("")}, func() {}, time.Hour)
+		for _, m := range tc.msgs {
+			c.status(m)
+		}
+		c.mu.Lock()
+		got := len(c.busy) > 0
+		c.mu.Unlock()
+		c.Close()
+		c.ticking.Wait()
+		if got != tc.busy {
+			t.Errorf("%s: busy %v, want %v", tc.name, got, tc.busy)
 		}
 	}
 }

@@ -96,10 +96,11 @@ func (s *Service) KeepAlive(ctx context.Context, id string) (Workload, error) {
 // touchEvery is how often a workload's use through its UI is written; the
 // process remembers at most maxTouched workloads' last write. A write gets
 // touchTimeout: it runs on a request's path (inside a socket's reads and
-// writes, too), and a row held by a long update must not stall them. A
-// write that failed is tried again touchRetry later, not a whole window
-// later: a window lost to one slow write would leave a busy notebook
-// quiet for longer than a short idle timeout.
+// writes, too), and a row held by a long update must not stall them for
+// long. A write that failed is tried again touchRetry later, then twice as
+// long after each failure up to touchEvery: a window lost to one slow write
+// would leave a busy notebook quiet for longer than a short idle timeout,
+// and a database away must not stall a socket every few seconds.
 const (
 	touchEvery   = 30 * time.Second
 	touchRetry   = 5 * time.Second
@@ -107,19 +108,32 @@ const (
 	touchTimeout = 2 * time.Second
 )
 
+// touch is a workload's last claim to write its use: when, how long after
+// it the next may be made, and how many writes before it failed in a row.
+type touch struct {
+	at    time.Time
+	after time.Duration
+	fails int
+}
+
 // Used records that a person used a workload through its UI now (the idle
 // culler counts its idle time from then), at most once per touchEvery per
 // process (a UI's requests and messages come many a second): the first
 // request of a window claims it, the others at once return without a
 // write (a thousand requests at a window's start are one write, not a
-// thousand transactions queued on one row); a failure is logged.
+// thousand transactions queued on one row); a failure is logged, and the
+// next claim comes sooner (touchRetry, backing off).
 func (s *Service) Used(ctx context.Context, id string) {
 	now := s.clock()
-	last, loaded := s.touched.LoadOrStore(id, now)
+	claim := touch{at: now, after: touchEvery}
+	fails := 0
+	last, loaded := s.touched.LoadOrStore(id, claim)
 	if loaded {
-		if now.Sub(last.(time.Time)) < touchEvery || !s.touched.CompareAndSwap(id, last, now) {
+		prev := last.(touch)
+		if now.Sub(prev.at) < prev.after || !s.touched.CompareAndSwap(id, last, claim) {
 			return // written lately, or another request claimed the window
 		}
+		fails = prev.fails
 	} else if n := s.touchedN.Add(1); n > maxTouched {
 		s.touched.Clear() // bounded: a forgotten entry costs one write more
 		s.touchedN.Store(0)
@@ -127,10 +141,9 @@ func (s *Service) Used(ctx context.Context, id string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), touchTimeout)
 	defer cancel()
 	if err := s.store.TouchWorkload(ctx, id, now); err != nil {
-		// Tried again touchRetry later, not on every message of a socket
-		// (a database away must not stall the stream nor flood the log):
-		// the window is given back as if claimed that much less ago.
-		s.touched.CompareAndSwap(id, now, now.Add(touchRetry-touchEvery))
+		// Not tried again on every message of a socket: the claim says when.
+		fails = min(fails+1, 4)
+		s.touched.CompareAndSwap(id, claim, touch{at: now, after: min(touchRetry<<(fails-1), touchEvery), fails: fails})
 		s.log.WarnContext(ctx, "activity on a workload not recorded", "workload_id", id, "err", err)
 	}
 }

@@ -72,7 +72,9 @@ func TestUsedWritesOncePerWindow(t *testing.T) {
 // TestUsedRetriesAFailedWrite: a write of use that failed (a slow or absent
 // database) is tried again a few seconds later, not a whole window later —
 // a busy kernel's notebook must not look quiet for longer than its idle
-// timeout because one write timed out — and not on every message either.
+// timeout because one write timed out — and not on every message either:
+// each failure in a row waits twice as long, and a write that lands goes
+// back to one a window.
 func TestUsedRetriesAFailedWrite(t *testing.T) {
 	var counter *touchCounter
 	h := newHarnessWith(t, nil, false, func(o *workload.Options) {
@@ -81,20 +83,24 @@ func TestUsedRetriesAFailedWrite(t *testing.T) {
 	})
 	w := h.launch(t, "jupyter-notebook")
 	ctx := asAlice()
-	h.svc.Used(ctx, w.ID) // the first window, written
-	h.advance(30 * time.Second)
+	tries := func(after time.Duration, want int64) {
+		t.Helper()
+		h.advance(after)
+		h.svc.Used(ctx, w.ID)
+		h.svc.Used(ctx, w.ID) // at once: never a second try
+		if got := counter.n.Load(); got != want {
+			t.Fatalf("%d writes tried, want %d", got, want)
+		}
+	}
+	tries(0, 1) // the first window, written
 	counter.fail.Store(true)
-	h.svc.Used(ctx, w.ID) // the second: its write fails
-	h.svc.Used(ctx, w.ID) // at once: not tried again on every message
-	if got := counter.n.Load(); got != 2 {
-		t.Fatalf("%d writes tried, want 2", got)
-	}
+	tries(30*time.Second, 2) // the second: its write fails
+	tries(4*time.Second, 2)  // not yet
+	tries(2*time.Second, 3)  // 6 s after: tried again, fails again
+	tries(6*time.Second, 3)  // 6 s after the second failure: not yet
+	tries(5*time.Second, 4)  // 11 s after: tried again
 	counter.fail.Store(false)
-	h.advance(6 * time.Second)
-	h.svc.Used(ctx, w.ID) // 6 s after the failure: tried again
-	if got := counter.n.Load(); got != 3 {
-		t.Fatalf("%d writes tried 6 s after a failed one, want 3", got)
-	}
+	tries(21*time.Second, 5) // 21 s after the third: written
 	var last time.Time
 	if _, err := h.store.UpdateWorkload(ctx, w.ID, func(old workload.Workload) (workload.Workload, error) {
 		last = old.LastUsed
@@ -102,8 +108,6 @@ func TestUsedRetriesAFailedWrite(t *testing.T) {
 	}); err != nil || !last.Equal(h.clock()) {
 		t.Fatalf("last use %v (%v), want %v", last, err, h.clock())
 	}
-	h.svc.Used(ctx, w.ID) // and the window it wrote is claimed as usual
-	if got := counter.n.Load(); got != 3 {
-		t.Fatalf("%d writes, want 3", got)
-	}
+	tries(10*time.Second, 5) // back to a window: not again 10 s later
+	tries(21*time.Second, 6) // but 31 s later
 }

@@ -172,7 +172,7 @@ func TestKueueAdmitsUpToTheQuota(t *testing.T) {
 	q.phases(map[string]string{"qa000001": "Running", "qa000002": "Running"})
 	q.launch("pytorch-train", "qa000003", "qa", h100)
 	q.launch("pytorch-train", "qa000004", "qa", h100)
-	obs := q.phases(map[string]string{"qa000003": "Queued", "qa000004": "Queued"})
+	q.phases(map[string]string{"qa000003": "Queued", "qa000004": "Queued"})
 	// What an estimate reads: two GPUs of the team's H100s admitted, two
 	// workloads waiting; two fewer H100s free than the class has.
 	waitfor.Until(t, 30*time.Second, "the ClusterQueue's usage", func() error {
@@ -213,12 +213,19 @@ func TestKueueAdmitsUpToTheQuota(t *testing.T) {
 	if err := <-capDone; err != nil || q.k.Nodes().CapacityCached() {
 		t.Fatalf("the informers stopped: %v, still read: %v", err, q.k.Nodes().CapacityCached())
 	}
-	if o := obs["qa000003"]; o.Position != 1 || !strings.Contains(o.Reason, "position 1") || !strings.Contains(o.Reason, "insufficient unused quota") {
-		t.Errorf("the first queued: position %d, reason %q", o.Position, o.Reason)
-	}
-	if o := obs["qa000004"]; o.Position != 2 {
-		t.Errorf("the second queued: position %d, reason %q", o.Position, o.Reason)
-	}
+	// Queued is seen before Kueue has tried to admit them ("waiting for
+	// Kueue to admit it"); its reason comes with its first try.
+	waitfor.Until(t, 30*time.Second, "Kueue's reason on the queued jobs", func() error {
+		o3, _ := q.w.Observe("qa000003")
+		o4, _ := q.w.Observe("qa000004")
+		if o3.Position != 1 || !strings.Contains(o3.Reason, "position 1") || !strings.Contains(o3.Reason, "insufficient unused quota") {
+			return fmt.Errorf("the first queued: position %d, reason %q", o3.Position, o3.Reason)
+		}
+		if o4.Position != 2 {
+			return fmt.Errorf("the second queued: position %d, reason %q", o4.Position, o4.Reason)
+		}
+		return nil
+	})
 	ctx := context.Background()
 	ref := workload.ObjectRef{Namespace: "gantry-qa", Kind: "Job", Name: "pytorch-train-qa000001", WorkloadID: "qa000001"}
 	if err := q.k.SetRunning(ctx, ref, false); err != nil {
@@ -252,16 +259,20 @@ func TestKueueAdmitsUpToTheQuota(t *testing.T) {
 	// Queued again, behind or (started within the same second as the other
 	// was queued: Kueue's timestamps are in seconds) level with the one
 	// already waiting: the two hold places 1 and 2.
-	o1 := q.phases(map[string]string{"qa000001": "Queued"})["qa000001"]
-	var other watch.Observation
-	for _, id := range []string{"qa000003", "qa000004"} {
-		if o, _ := q.w.Observe(id); o.Phase == "Queued" {
-			other = o
+	q.phases(map[string]string{"qa000001": "Queued"})
+	waitfor.Until(t, 30*time.Second, "the two waiting at places 1 and 2", func() error {
+		o1, _ := q.w.Observe("qa000001")
+		var other watch.Observation
+		for _, id := range []string{"qa000003", "qa000004"} {
+			if o, _ := q.w.Observe(id); o.Phase == "Queued" {
+				other = o
+			}
 		}
-	}
-	if o1.Position+other.Position != 3 || o1.Position*other.Position != 2 {
-		t.Errorf("started again at position %d, the other waiting at %d; want places 1 and 2", o1.Position, other.Position)
-	}
+		if o1.Phase != "Queued" || o1.Position+other.Position != 3 || o1.Position*other.Position != 2 {
+			return fmt.Errorf("started again: %s at position %d, the other waiting at %d", o1.Phase, o1.Position, other.Position)
+		}
+		return nil
+	})
 }
 
 // TestKueueCountsMIGSlicesAsShares: a quota of one H100 holds two 3g.40gb

@@ -5,7 +5,9 @@
 // people's use is the workload's UI through Gantry's proxy — a page
 // opened, a change, a message on its sockets, a Jupyter kernel executing
 // (package interactive) — and keep-alives; a browser tab left open is not
-// use. A workload busy on its GPU is never culled however quiet its web UI,
+// use. A notebook about to be warned or stopped is asked, through its
+// app, whether a kernel executes now (a cell left running with no tab
+// open): one that does is in use, recorded as such. A workload busy on its GPU is never culled however quiet its web UI,
 // and one whose GPUs Gantry has no recent samples of is never culled:
 // unknown is not idle. A CPU-only workload has no GPUs: its people's use
 // alone speaks. Before it stops one, the culler warns — Warning before the idle
@@ -31,6 +33,7 @@ import (
 	"github.com/gantryhq/gantry/internal/overrides"
 	"github.com/gantryhq/gantry/internal/team"
 	"github.com/gantryhq/gantry/internal/telemetry"
+	"github.com/gantryhq/gantry/internal/template"
 	"github.com/gantryhq/gantry/internal/workload"
 )
 
@@ -55,6 +58,9 @@ type Stopper interface {
 	// it) and what it warned of — with msg queued (nil: none), in one
 	// transaction; false when it was already so (or no longer runs).
 	Warn(ctx context.Context, id string, warned workload.Warned, reason string, msg *notify.Message) (bool, error)
+	// Used records use of a workload now, as a person's through its UI
+	// (a kernel its app says is executing).
+	Used(ctx context.Context, id string)
 }
 
 // Settings are the teams' own lifecycle choices (the store).
@@ -69,13 +75,22 @@ type Progress interface {
 	ProgressAt(ctx context.Context, workload string) (time.Time, error)
 }
 
-// Options configure a Culler; Store, Templates, Stopper, Progress and
-// Settings are required.
+// Kernels says whether a notebook's Jupyter kernel is executing now, asked
+// of its app (package interactive): a cell started from a tab since closed
+// runs with no socket through the proxy, and only its app knows. false
+// with an error: the app did not answer.
+type Kernels interface {
+	Busy(ctx context.Context, w workload.Workload) (bool, error)
+}
+
+// Options configure a Culler; Store, Templates, Stopper, Progress, Kernels
+// and Settings are required.
 type Options struct {
 	Store     Store
 	Templates Templates
 	Stopper   Stopper
 	Progress  Progress
+	Kernels   Kernels
 	// Settings give each team's idle timeouts and schedules, within the
 	// templates' limits (package overrides).
 	Settings Settings
@@ -105,8 +120,8 @@ const (
 
 // New returns a Culler, complete.
 func New(o Options) (*Culler, error) {
-	if o.Store == nil || o.Templates == nil || o.Stopper == nil || o.Progress == nil || o.Settings == nil {
-		return nil, errors.New("cull.New: Store, Templates, Stopper, Progress and Settings are required")
+	if o.Store == nil || o.Templates == nil || o.Stopper == nil || o.Progress == nil || o.Kernels == nil || o.Settings == nil {
+		return nil, errors.New("cull.New: Store, Templates, Stopper, Progress, Kernels and Settings are required")
 	}
 	if o.Warning <= 0 {
 		o.Warning = 10 * time.Minute
@@ -235,6 +250,14 @@ func (c *Culler) Run(ctx context.Context) (int, error) {
 		}
 		// Quiet for the timeout less the warning: warn now.
 		early := Decide(now, timeout-warn, since, noGPU, gpu, person, progress)
+		if early.Stop && w.Kind == template.Notebook {
+			// About to be warned or stopped: a kernel executing (a cell
+			// left running with no tab open) is use, recorded as such.
+			if c.kernelBusy(ctx, w) {
+				c.o.Stopper.Used(ctx, w.ID)
+				early.Stop = false
+			}
+		}
 		if !early.Stop {
 			c.clear(ctx, w, warned, &errs)
 			continue
@@ -254,6 +277,18 @@ func (c *Culler) Run(ctx context.Context) (int, error) {
 		}
 	}
 	return n, errors.Join(errs...)
+}
+
+// kernelBusy says whether a notebook's app says a kernel is executing. It
+// is asked only of a notebook about to be warned or stopped, one question
+// a pass bounded in time (interactive.Kernels: 2 s); an app that does not
+// answer says nothing, and its notebook is judged on the rest.
+func (c *Culler) kernelBusy(ctx context.Context, w workload.Workload) bool {
+	busy, err := c.o.Kernels.Busy(ctx, w)
+	if err != nil {
+		c.o.Log.InfoContext(ctx, "a notebook's app did not say whether a kernel executes: judged on the rest", "workload_id", w.ID, "err", err)
+	}
+	return busy
 }
 
 // warn puts a warning on w — the reason, what it warned of (warned), and

@@ -3,8 +3,12 @@ package cull_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -15,6 +19,7 @@ import (
 	"github.com/gantryhq/gantry/internal/cull"
 	"github.com/gantryhq/gantry/internal/devregistry"
 	"github.com/gantryhq/gantry/internal/identity"
+	"github.com/gantryhq/gantry/internal/interactive"
 	"github.com/gantryhq/gantry/internal/nodegroup"
 	"github.com/gantryhq/gantry/internal/overrides"
 	"github.com/gantryhq/gantry/internal/runs"
@@ -197,6 +202,101 @@ func TestRun(t *testing.T) {
 	}
 }
 
+// TestRunKernelBusy: a notebook whose GPU and people have been quiet past
+// its timeout is neither warned nor stopped while its app says a kernel is
+// executing (a cell left running with no tab open); once the kernel is
+// idle it is warned and stopped as any other. An app that does not answer
+// says nothing: its notebook is judged on the rest.
+func TestRunKernelBusy(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	e := newEnv(t, t0)
+	ctx, svc := e.ctx, e.svc
+	var ws []workload.Workload
+	for range 3 {
+		w, _, err := svc.Create(ctx, "", workload.Request{Template: "jupyter-notebook", Team: "vision"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := svc.Report(ctx, w.ID, workload.Running, ""); err != nil {
+			t.Fatal(err)
+		}
+		ws = append(ws, w)
+	}
+	executing, quiet, unreachable := ws[0], ws[1], ws[2]
+	// Idle GPUs, sampled every 30 s.
+	samples := func(from, to time.Time) {
+		t.Helper()
+		var rs []telemetry.Stored
+		for at := from; at.Before(to); at = at.Add(30 * time.Second) {
+			for i, w := range ws {
+				v := telemetry.NoValues()
+				v[telemetry.GPUUtil] = 0
+				rs = append(rs, telemetry.Stored{Series: telemetry.SeriesKey{Node: "n1", Device: telemetry.Device{GPU: "GPU-" + w.ID, Index: i}, Workload: w.ID}, Time: at, Share: 1, Values: v})
+			}
+		}
+		if err := e.telemetry.AppendSamples(ctx, rs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	samples(t0, t0.Add(3*time.Hour))
+	e.apps.set(executing.ID, "busy")
+	e.apps.set(quiet.ID, "idle")
+	e.apps.mu.Lock()
+	e.apps.down[unreachable.ID] = true
+	e.apps.mu.Unlock()
+	status := func(w workload.Workload) workload.Workload {
+		got, err := svc.Get(ctx, w.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	e.set(t0.Add(3 * time.Hour))
+	if n, err := e.pass(t); err != nil || n != 0 {
+		t.Fatalf("first pass stopped %d (%v), want only warnings", n, err)
+	}
+	if got := status(executing); got.Status != workload.Running || got.Reason != "" {
+		t.Fatalf("the executing notebook: %s (%q), want Running and not warned", got.Status, got.Reason)
+	}
+	for _, w := range []workload.Workload{quiet, unreachable} {
+		if got := status(w); !strings.Contains(got.Reason, "will be stopped") {
+			t.Fatalf("%s not warned: %s (%q)", w.ID, got.Status, got.Reason)
+		}
+	}
+	if last, err := e.workloads.WorkloadActivity(ctx, executing.ID); err != nil || !last.Equal(t0.Add(3*time.Hour)) {
+		t.Fatalf("the executing kernel not recorded as use: last used %v (%v)", last, err)
+	}
+	// The warned quiet one runs a cell before its stop: its warning goes;
+	// the unreachable one is stopped.
+	e.apps.set(quiet.ID, "busy")
+	samples(t0.Add(3*time.Hour), t0.Add(5*time.Hour+30*time.Minute))
+	e.set(t0.Add(3*time.Hour + 10*time.Minute))
+	if n, err := e.pass(t); err != nil || n != 1 || status(unreachable).Status != workload.IdleStopped {
+		t.Fatalf("second pass stopped %d (%v), want the unreachable one", n, err)
+	}
+	for _, w := range []workload.Workload{executing, quiet} {
+		if got := status(w); got.Status != workload.Running || got.Reason != "" {
+			t.Fatalf("%s: %s (%q), want Running and not warned", w.ID, got.Status, got.Reason)
+		}
+	}
+	// Their cells end: idle time counts from the last pass that saw them
+	// run (3:10), so the warning comes 1 h 50 min after it, not at once.
+	e.apps.set(executing.ID, "idle")
+	e.apps.set(quiet.ID, "idle")
+	e.set(t0.Add(3*time.Hour + 20*time.Minute))
+	if n, err := e.pass(t); err != nil || n != 0 || status(executing).Reason != "" {
+		t.Fatalf("just after its cell: stopped %d (%v), reason %q; want nothing", n, err, status(executing).Reason)
+	}
+	e.set(t0.Add(5 * time.Hour))
+	if n, err := e.pass(t); err != nil || n != 0 || !strings.Contains(status(executing).Reason, "will be stopped at 2026-12-01T14:10:00Z") {
+		t.Fatalf("stopped %d (%v), reason %q; want a warning", n, err, status(executing).Reason)
+	}
+	e.set(t0.Add(5*time.Hour + 10*time.Minute))
+	if n, err := e.pass(t); err != nil || n != 2 || status(executing).Status != workload.IdleStopped || status(quiet).Status != workload.IdleStopped {
+		t.Fatalf("stopped %d (%v): %s, %s", n, err, status(executing).Status, status(quiet).Status)
+	}
+}
+
 // TestOffHours: a workload running when its template's off-hours window
 // begins is stopped with the schedule on the record; one started during
 // the window runs on; at the same time tomorrow evening, after a restart in
@@ -309,8 +409,38 @@ type env struct {
 	progress   *runs.Service
 	cat        *catalog.Service
 	svc        *workload.Service
+	kernels    *interactive.Kernels // asks the fake Jupyter server, apps
+	apps       *jupyters
 	mu         sync.Mutex
 	now        time.Time
+}
+
+// jupyters stands in for every notebook's Jupyter server: GET
+// /w/{id}/api/kernels answers the kernels' states it was told (none: an
+// empty list); a workload marked down does not answer at all.
+type jupyters struct {
+	mu    sync.Mutex
+	state map[string]string // by workload: a kernel's execution_state
+	down  map[string]bool
+}
+
+func (j *jupyters) set(id, state string) { j.mu.Lock(); j.state[id] = state; j.mu.Unlock() }
+
+func (j *jupyters) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	id, rest, _ := interactive.Split(r.URL.Path)
+	j.mu.Lock()
+	state, down := j.state[id], j.down[id]
+	j.mu.Unlock()
+	switch {
+	case down:
+		panic(http.ErrAbortHandler) // the connection dropped, no answer
+	case rest != "/api/kernels" || r.Method != http.MethodGet:
+		http.NotFound(w, r)
+	case state == "":
+		fmt.Fprint(w, `[]`)
+	default:
+		fmt.Fprintf(w, `[{"id": "k1", "name": "python3", "last_activity": "2026-12-01T09:00:00Z", "execution_state": %q, "connections": 0}]`, state)
+	}
 }
 
 func newEnv(t *testing.T, at time.Time) *env {
@@ -339,9 +469,19 @@ func newEnv(t *testing.T, at time.Time) *env {
 	if _, err := e.cat.Seed(e.ctx, "seed", files); err != nil {
 		t.Fatal(err)
 	}
+	e.apps = &jupyters{state: map[string]string{}, down: map[string]bool{}}
+	app := httptest.NewServer(e.apps)
+	t.Cleanup(app.Close)
+	// Every notebook's Service name leads to the one fake server.
+	toApp := &http.Transport{DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, network, app.Listener.Addr().String())
+	}}
 	e.svc, err = workload.New(workload.Options{Store: e.workloads, Templates: e.cat, Images: images, Authorizer: workloadtest.AllowAll{}, NodeGroups: &nodegroup.Set{}, Budgets: workloadtest.NoBudgets{},
 		Namespace: func(t team.Name) string { return "gantry-" + t.String() }, Cluster: workloadtest.NewCluster(), Now: e.clock, Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
+		t.Fatal(err)
+	}
+	if e.kernels, err = interactive.NewKernels(e.svc, toApp, nil); err != nil {
 		t.Fatal(err)
 	}
 	return e
@@ -352,7 +492,7 @@ func newEnv(t *testing.T, at time.Time) *env {
 // workloads' records, not in a culler.
 func (e *env) pass(t *testing.T) (int, error) {
 	t.Helper()
-	c, err := cull.New(cull.Options{Store: e.workloads, Templates: e.cat, Stopper: e.svc, Progress: e.progress, Settings: e.governance, Now: e.clock, Log: slog.New(slog.DiscardHandler)})
+	c, err := cull.New(cull.Options{Store: e.workloads, Templates: e.cat, Stopper: e.svc, Progress: e.progress, Kernels: e.kernels, Settings: e.governance, Now: e.clock, Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

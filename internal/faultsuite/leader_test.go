@@ -290,7 +290,7 @@ func newLeader(t *testing.T, driver, dsn string, classes *gpu.Catalog, images *i
 		Budgets: workloadtest.NoBudgets{}, Namespace: func(t team.Name) string { return "gantry-" + t.String() }, Cluster: workloadtest.NewCluster(), Now: clock, Log: log}); err != nil {
 		t.Fatal(err)
 	}
-	if l.culler, err = cull.New(cull.Options{Store: ws, Templates: l.cat, Stopper: l.svc, Progress: noProgress{}, Settings: l.gov, Now: clock, Log: log}); err != nil {
+	if l.culler, err = cull.New(cull.Options{Store: ws, Templates: l.cat, Stopper: l.svc, Progress: noProgress{}, Kernels: noKernels{}, Settings: l.gov, Now: clock, Log: log}); err != nil {
 		t.Fatal(err)
 	}
 	// Team vision's budget is $100 a month; it has spent $120: the 80 %
@@ -373,6 +373,14 @@ func mustInt(s string) int64 {
 
 // noProgress: the runs report nothing (progress is not what is tested).
 type noProgress struct{}
+
+// noKernels: the notebooks' apps do not answer here (no kernel is known to
+// execute).
+type noKernels struct{}
+
+func (noKernels) Busy(context.Context, workload.Workload) (bool, error) {
+	return false, errors.New("no app in this suite")
+}
 
 func (noProgress) ProgressAt(context.Context, string) (time.Time, error) { return time.Time{}, nil }
 

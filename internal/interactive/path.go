@@ -2,7 +2,9 @@
 // in the browser: the path Gantry serves each one at (/w/{id}/) and the
 // authenticating reverse proxy behind it, which forwards — websockets
 // included — only what the workload service allows (its owner's requests),
-// with Gantry's own credentials removed.
+// with Gantry's own credentials removed; what of that traffic counts as a
+// person's use; and Gantry's one question of its own to an app, whether a
+// notebook's kernel is executing (Kernels, for the idle culler).
 package interactive
 
 import (

@@ -379,6 +379,9 @@ func (s *Server) handler(ov Overrides, w *wiring) error {
 	if apps == nil && cfg.AppDial == config.AppDialEndpoints && s.cluster != nil {
 		apps = interactive.NewTransport(s.cluster.DialService)
 	}
+	if s.kernels, err = interactive.NewKernels(s.Workloads, apps, appWorkers); err != nil {
+		return err
+	}
 	h, err := api.New(api.Options{Transient: store.Unavailable,
 		Now:     s.clock.Now,
 		Live:    s.live,

@@ -47,6 +47,7 @@ import (
 	"github.com/gantryhq/gantry/internal/identity"
 	"github.com/gantryhq/gantry/internal/imagecat"
 	"github.com/gantryhq/gantry/internal/imageverify"
+	"github.com/gantryhq/gantry/internal/interactive"
 	"github.com/gantryhq/gantry/internal/kube"
 	"github.com/gantryhq/gantry/internal/kube/dispatch"
 	"github.com/gantryhq/gantry/internal/kube/lead"
@@ -268,18 +269,21 @@ type Server struct {
 	// sizes warm capacity.
 	capacity *capacity.Service
 	workers  *workers.Workers // the worker clusters' states; nil without a clusters file
-	ln       net.Listener
-	url      string
-	http     *http.Server
-	authz    *authz.Authorizer
-	cluster  *kube.Lazy // nil without a kubeconfig
-	tokens   *token.Service
-	users    *user.Service
-	issuer   string
-	dev      devProvider // nil with an organisation's provider
-	checks   []api.Check
-	clock    clock.WithTicker
-	dataDir  string // the development keys (Overrides.DataDir)
+	// kernels asks notebooks' apps whether a kernel executes (the idle
+	// culler), reaching them as the proxy does.
+	kernels *interactive.Kernels
+	ln      net.Listener
+	url     string
+	http    *http.Server
+	authz   *authz.Authorizer
+	cluster *kube.Lazy // nil without a kubeconfig
+	tokens  *token.Service
+	users   *user.Service
+	issuer  string
+	dev     devProvider // nil with an organisation's provider
+	checks  []api.Check
+	clock   clock.WithTicker
+	dataDir string // the development keys (Overrides.DataDir)
 	// checkpoints signs the audit log's head (nil: no key configured).
 	checkpoints *audit.Checkpointer
 	// denials is what the API and the portal append to: repeated denials
@@ -718,7 +722,7 @@ func (s *Server) lead(ctx context.Context, c *kube.Cluster) error {
 	// hears the cluster's next observation, even one the controller has
 	// just recorded.
 	defer s.live.OnWorkloadChange(ctl.Forget)()
-	culler, err := cull.New(cull.Options{Store: s.Store.Workloads, Templates: s.Catalog, Stopper: s.Workloads, Progress: s.Runs, Settings: s.Store.Governance, Log: s.Log, Now: s.clock.Now})
+	culler, err := cull.New(cull.Options{Store: s.Store.Workloads, Templates: s.Catalog, Stopper: s.Workloads, Progress: s.Runs, Kernels: s.kernels, Settings: s.Store.Governance, Log: s.Log, Now: s.clock.Now})
 	if err != nil {
 		return err
 	}

@@ -43,6 +43,20 @@ func (s *Service) Target(ctx context.Context, id string) (Target, error) {
 	if caller.ReadOnly {
 		return Target{}, &fault.Forbidden{Reason: "a read-only token cannot open a notebook: running code in it is a write"}
 	}
+	return s.target(ctx, w)
+}
+
+// AppTarget is where a running notebook's app listens, for Gantry's own
+// use (the idle culler asking its app whether a kernel is executing): no
+// person opens it, so no one's permission is asked. Not for requests made
+// on a person's behalf (Target is).
+func (s *Service) AppTarget(ctx context.Context, w Workload) (Target, error) {
+	return s.target(ctx, w)
+}
+
+// target is where a workload's app listens, if it is a running notebook.
+func (s *Service) target(ctx context.Context, w Workload) (Target, error) {
+	id := w.ID
 	if w.Kind != template.Notebook || w.Endpoint == "" {
 		return Target{}, &fault.Conflict{Kind: "workload", Name: id, Reason: "is not interactive: only notebooks open in the browser"}
 	}

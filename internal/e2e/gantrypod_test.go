@@ -511,6 +511,9 @@ func gantryPodSaid(t *testing.T, ns string) {
 // podWhy is what a pod's containers wait or ended for.
 func podWhy(p corev1.Pod) string {
 	var why []string
+	if p.Status.Reason != "" || p.Status.Message != "" { // the kubelet's own: Evicted, a node's pressure
+		why = append(why, p.Status.Reason+": "+p.Status.Message)
+	}
 	for _, s := range p.Status.ContainerStatuses {
 		if w := s.State.Waiting; w != nil {
 			why = append(why, w.Reason+": "+w.Message)

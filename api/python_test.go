@@ -1,10 +1,14 @@
 package api_test
 
 import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/gantryhq/gantry/internal/servertest"
@@ -15,7 +19,9 @@ import (
 // only), then runs its tests (api/python/tests, with python3 -m unittest) and
 // the notebook example of docs/python.md against the installed package and a
 // real Gantry serving on the embedded defaults, signed in with lee's
-// personal access token. Without python3 and pip it is skipped, except in CI.
+// personal access token, and the reporting snippet of docs/runs.md (a
+// training Job's, to a recording server). Without python3 and pip it is
+// skipped, except in CI.
 func TestPythonClient(t *testing.T) {
 	python, err := exec.LookPath("python3")
 	if err != nil {
@@ -63,5 +69,60 @@ func TestPythonClient(t *testing.T) {
 			t.Fatalf("python3 %s: not every test ran and passed:\n%s", strings.Join(args, " "), out)
 		}
 		t.Logf("python3 %s:\n%s", strings.Join(args, " "), out)
+	}
+	docSnippet(t, python, work, site)
+}
+
+// docSnippet runs the reporting snippet of docs/runs.md ("Reporting from
+// Python") against the installed package, as a training Job would (its
+// GANTRY_RUN_URL and token file), reporting to a server that records what
+// it is sent: every tenth step of 300, with its loss, the token presented.
+func docSnippet(t *testing.T, python, work, site string) {
+	doc, err := os.ReadFile("../docs/runs.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, after, _ := strings.Cut(string(doc), "## Reporting from Python")
+	_, block, ok := strings.Cut(after, "```python\n")
+	block, _, closed := strings.Cut(block, "```")
+	if !ok || !closed || !strings.Contains(block, "run.report(") {
+		t.Fatal("docs/runs.md: no python block under \"Reporting from Python\" that calls run.report")
+	}
+	var mu sync.Mutex
+	var steps []int
+	var losses []float64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body struct {
+			Reports []struct {
+				Step       int                `json:"step"`
+				TotalSteps int                `json:"totalSteps"`
+				Metrics    map[string]float64 `json:"metrics"`
+			} `json:"reports"`
+		}
+		if r.Header.Get("Authorization") != "Bearer run-token" || json.NewDecoder(r.Body).Decode(&body) != nil || len(body.Reports) != 1 || body.Reports[0].TotalSteps != 300 {
+			http.Error(w, "not a report of the snippet's", http.StatusBadRequest)
+			return
+		}
+		mu.Lock()
+		steps = append(steps, body.Reports[0].Step)
+		losses = append(losses, body.Reports[0].Metrics["loss"])
+		mu.Unlock()
+		w.WriteHeader(http.StatusAccepted)
+	}))
+	defer srv.Close()
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte("run-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(python, "-c", block)
+	cmd.Dir = work
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+site, "PYTHONDONTWRITEBYTECODE=1", "GANTRY_RUN_URL="+srv.URL+"/api/v1/workloads/nb/progress", "GANTRY_RUN_TOKEN_FILE="+tokenFile)
+	if out, err := cmd.CombinedOutput(); err != nil || len(out) > 0 {
+		t.Fatalf("docs/runs.md's snippet: %v\n%s", err, out)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(steps) != 30 || steps[0] != 10 || steps[29] != 300 || losses[29] != 1.0/300 {
+		t.Fatalf("docs/runs.md's snippet reported steps %v, losses %v; want every tenth of 300", steps, losses)
 	}
 }

@@ -686,7 +686,7 @@ type ClientInterface interface {
 
 	// GetWorkloadAdvice Workload tuning advice
 	//
-	// Findings on how the workload uses its GPUs, from its series since it was launched (at most 24 h; recomputed as samples arrive, cached for a minute): idle, over-provisioned (a smaller MIG profile), fewer GPUs, near OOM, memory-bandwidth-bound, input-starved, interconnect-bound, compute-bound and well used, tensor cores unused, throttled and unhealthy GPU. Each says what it measured, the threshold it used and where that comes from, its confidence, the action, what the action saves a month at the class's price, and the series that prove it.
+	// Findings on how the workload uses its GPUs, from its series since it was launched (at most 24 h; recomputed as samples arrive, cached for a minute): idle, over-provisioned (a smaller MIG profile), fewer GPUs, near OOM, memory-bandwidth-bound, input-starved, interconnect-bound, compute-bound and well used, tensor cores unused, throttled and unhealthy GPU; and a stalled run (its template's early-stopping rule, with the advise action, fired; a CPU-only workload's too). Each says what it measured, the threshold it used and where that comes from, its confidence, the action, what the action saves a month at the class's price, and the series that prove it.
 	//
 	// Corresponds with GET /api/v1/workloads/{id}/advice (the `GetWorkloadAdvice` operationId).
 	GetWorkloadAdvice(ctx context.Context, id WorkloadID, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2205,7 +2205,7 @@ func (c *Client) GetWorkload(ctx context.Context, id WorkloadID, reqEditors ...R
 
 // GetWorkloadAdvice Workload tuning advice
 //
-// Findings on how the workload uses its GPUs, from its series since it was launched (at most 24 h; recomputed as samples arrive, cached for a minute): idle, over-provisioned (a smaller MIG profile), fewer GPUs, near OOM, memory-bandwidth-bound, input-starved, interconnect-bound, compute-bound and well used, tensor cores unused, throttled and unhealthy GPU. Each says what it measured, the threshold it used and where that comes from, its confidence, the action, what the action saves a month at the class's price, and the series that prove it.
+// Findings on how the workload uses its GPUs, from its series since it was launched (at most 24 h; recomputed as samples arrive, cached for a minute): idle, over-provisioned (a smaller MIG profile), fewer GPUs, near OOM, memory-bandwidth-bound, input-starved, interconnect-bound, compute-bound and well used, tensor cores unused, throttled and unhealthy GPU; and a stalled run (its template's early-stopping rule, with the advise action, fired; a CPU-only workload's too). Each says what it measured, the threshold it used and where that comes from, its confidence, the action, what the action saves a month at the class's price, and the series that prove it.
 //
 // Corresponds with GET /api/v1/workloads/{id}/advice (the `GetWorkloadAdvice` operationId).
 func (c *Client) GetWorkloadAdvice(ctx context.Context, id WorkloadID, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -6778,7 +6778,7 @@ type ClientWithResponsesInterface interface {
 
 	// GetWorkloadAdviceWithResponse Workload tuning advice
 	//
-	// Findings on how the workload uses its GPUs, from its series since it was launched (at most 24 h; recomputed as samples arrive, cached for a minute): idle, over-provisioned (a smaller MIG profile), fewer GPUs, near OOM, memory-bandwidth-bound, input-starved, interconnect-bound, compute-bound and well used, tensor cores unused, throttled and unhealthy GPU. Each says what it measured, the threshold it used and where that comes from, its confidence, the action, what the action saves a month at the class's price, and the series that prove it.
+	// Findings on how the workload uses its GPUs, from its series since it was launched (at most 24 h; recomputed as samples arrive, cached for a minute): idle, over-provisioned (a smaller MIG profile), fewer GPUs, near OOM, memory-bandwidth-bound, input-starved, interconnect-bound, compute-bound and well used, tensor cores unused, throttled and unhealthy GPU; and a stalled run (its template's early-stopping rule, with the advise action, fired; a CPU-only workload's too). Each says what it measured, the threshold it used and where that comes from, its confidence, the action, what the action saves a month at the class's price, and the series that prove it.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -11850,7 +11850,7 @@ func (c *ClientWithResponses) GetWorkloadWithResponse(ctx context.Context, id Wo
 
 // GetWorkloadAdviceWithResponse Workload tuning advice
 //
-// Findings on how the workload uses its GPUs, from its series since it was launched (at most 24 h; recomputed as samples arrive, cached for a minute): idle, over-provisioned (a smaller MIG profile), fewer GPUs, near OOM, memory-bandwidth-bound, input-starved, interconnect-bound, compute-bound and well used, tensor cores unused, throttled and unhealthy GPU. Each says what it measured, the threshold it used and where that comes from, its confidence, the action, what the action saves a month at the class's price, and the series that prove it.
+// Findings on how the workload uses its GPUs, from its series since it was launched (at most 24 h; recomputed as samples arrive, cached for a minute): idle, over-provisioned (a smaller MIG profile), fewer GPUs, near OOM, memory-bandwidth-bound, input-starved, interconnect-bound, compute-bound and well used, tensor cores unused, throttled and unhealthy GPU; and a stalled run (its template's early-stopping rule, with the advise action, fired; a CPU-only workload's too). Each says what it measured, the threshold it used and where that comes from, its confidence, the action, what the action saves a month at the class's price, and the series that prove it.
 //
 // Returns a wrapper object for the known response body format(s).
 //

@@ -270,6 +270,7 @@ const (
 	NearOom              FindingKind = "near-oom"
 	NotEnoughData        FindingKind = "not-enough-data"
 	OverProvisioned      FindingKind = "over-provisioned"
+	StalledRun           FindingKind = "stalled-run"
 	TensorCoresUnused    FindingKind = "tensor-cores-unused"
 	Throttled            FindingKind = "throttled"
 	UnhealthyGpu         FindingKind = "unhealthy-gpu"
@@ -295,6 +296,8 @@ func (e FindingKind) Valid() bool {
 	case NotEnoughData:
 		return true
 	case OverProvisioned:
+		return true
+	case StalledRun:
 		return true
 	case TensorCoresUnused:
 		return true

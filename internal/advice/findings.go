@@ -32,6 +32,9 @@ type Input struct {
 	// (package runs; zero: never): a run that progressed in the window is
 	// not idle, whatever its GPU did — it waited on data.
 	ProgressAt time.Time
+	// Stalled is its run's early-stopping verdict with the advise action
+	// (nil: none, or its people keep it going).
+	Stalled *Stalled
 }
 
 // progressed says whether the run made progress within the window.
@@ -84,6 +87,7 @@ const (
 	KindThrottled        = "throttled"
 	KindUnhealthy        = "unhealthy-gpu"
 	KindTooLittleSamples = "not-enough-data"
+	KindStalledRun       = "stalled-run"
 )
 
 // Thresholds, with where each comes from (docs/advice.md says more).
@@ -275,6 +279,7 @@ type rule struct {
 // (rules_test.go).
 var rules = []rule{
 	{"unhealthy", unhealthyRule},
+	{"stalled-run", stalledRule},
 	{"enough-data", enoughDataRule},
 	{"idle", idleRule},
 	{"memory", memoryRule},
@@ -312,6 +317,28 @@ func unhealthyRule(x *facts) ([]Finding, bool) {
 		out = append(out, u)
 	}
 	return out, false
+}
+
+// stalledRule: its run's early-stopping rule (action advise) found it
+// stalled — it says so whatever the GPU samples.
+func stalledRule(x *facts) ([]Finding, bool) {
+	f, ok := stalledFinding(x.in.Workload, x.in.Stalled, x.in.To)
+	if !ok {
+		return nil, false
+	}
+	return []Finding{f}, false
+}
+
+// stalledFinding is the finding of a stalled run's verdict, if any.
+func stalledFinding(workload string, s *Stalled, to time.Time) (Finding, bool) {
+	if s == nil {
+		return Finding{}, false
+	}
+	return Finding{Kind: KindStalledRun, Severity: "warning", From: s.At, To: to,
+		Evidence:   []Evidence{{Metric: "run." + s.Rule, Stat: "fired at (Unix s)", Value: float64(s.At.Unix())}},
+		Reason:     "stalled run (" + s.Rule + "): " + s.Reason,
+		Action:     "stop it (its checkpoints are kept), or keep it going: POST /api/v1/workloads/" + workload + "/progress/keep silences its rules",
+		Confidence: 0.8, Series: []string{}}, true
 }
 
 // enoughDataRule: without minAny of activity samples there is nothing to

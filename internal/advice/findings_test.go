@@ -106,6 +106,7 @@ func TestFindings(t *testing.T) {
 		// progressAgo: its run's reports last went forward this long
 		// before the window's end (0: it reports none)
 		progressAgo time.Duration
+		stalled     *Stalled
 		want        []string
 		not         []string
 	}{
@@ -126,6 +127,11 @@ func TestFindings(t *testing.T) {
 			not: []string{KindIdle}},
 		{name: "idle GPU, its run's progress before the window", gpus: []replay.GPU{h100GPU}, profiles: map[string]string{"GPU-1": "idle"}, d: time.Hour, progressAgo: 2 * time.Hour,
 			want: []string{KindIdle}},
+		// Its run's rule (action advise) found it stalled: said whatever
+		// its GPU did.
+		{name: "a stalled run", gpus: []replay.GPU{h100GPU}, profiles: map[string]string{"GPU-1": "compute-bound"}, d: time.Hour,
+			stalled: &Stalled{Rule: "plateau", Reason: "val_loss not better by 0.01 for 5 reports; $37.00 so far, $120.00 to finish"},
+			want:    []string{KindStalledRun, KindWellUsed}},
 		{name: "near OOM", gpus: []replay.GPU{h100GPU}, profiles: map[string]string{"GPU-1": "near-oom"}, d: time.Hour,
 			want: []string{KindNearOOM}, not: []string{KindOverProvisioned}},
 		{name: "throttled", gpus: []replay.GPU{h100GPU}, profiles: map[string]string{"GPU-1": "power-throttled"}, d: time.Hour,
@@ -155,6 +161,7 @@ func TestFindings(t *testing.T) {
 			if tc.progressAgo > 0 {
 				in.ProgressAt = in.To.Add(-tc.progressAgo)
 			}
+			in.Stalled = tc.stalled
 			fs := Advise(in)
 			got := kinds(fs)
 			for _, k := range tc.want {
@@ -168,7 +175,10 @@ func TestFindings(t *testing.T) {
 				}
 			}
 			for _, f := range fs {
-				if f.Reason == "" || f.Action == "" || (f.Kind != KindTooLittleSamples && f.Kind != KindUnhealthy && len(f.Evidence) == 0) || len(f.Series) == 0 && f.Kind != KindUnhealthy && f.Kind != KindTooLittleSamples {
+				if f.Reason == "" || f.Action == "" || (f.Kind != KindTooLittleSamples && f.Kind != KindUnhealthy && len(f.Evidence) == 0) || len(f.Series) == 0 && f.Kind != KindUnhealthy && f.Kind != KindTooLittleSamples && f.Kind != KindStalledRun {
+					t.Errorf("%s: reason, action, evidence and series are required: %+v", f.Kind, f)
+				}
+				if f.Kind == KindStalledRun && (!strings.Contains(f.Reason, "stalled run (plateau): val_loss") || !strings.Contains(f.Reason, "$120.00 to finish") || !strings.Contains(f.Action, "/api/v1/workloads/w1/progress/keep")) {
 					t.Errorf("%s: reason, action, evidence and series are required: %+v", f.Kind, f)
 				}
 				if f.Kind == KindOverProvisioned && (f.Recommend == nil || f.MonthlyUSD <= 0 || !strings.Contains(f.Reason, f.Recommend.Profile)) {

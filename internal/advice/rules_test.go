@@ -84,6 +84,14 @@ func TestRules(t *testing.T) {
 			{"two reasons, two findings", sick, []string{KindUnhealthy, KindUnhealthy}, false},
 		})
 	})
+	t.Run("stalled-run", func(t *testing.T) {
+		stalled := input(t, 5, "", 1) // no samples to speak of: the run's verdict stands alone
+		stalled.Stalled = &Stalled{Rule: "plateau", Reason: "val_loss flat for 5 reports; $37.00 so far, $120.00 to finish", At: stalled.From}
+		runRule(t, stalledRule, []ruleCase{
+			{"no verdict", input(t, 60, "", 1, sm(flat(0.9))), nil, false},
+			{"stalled, with no GPU samples", stalled, []string{KindStalledRun}, false},
+		})
+	})
 	t.Run("enough-data", func(t *testing.T) {
 		runRule(t, enoughDataRule, []ruleCase{
 			{"no series", input(t, 60, "", 1), []string{KindTooLittleSamples}, true},
@@ -176,7 +184,7 @@ func TestRuleOrder(t *testing.T) {
 	for _, r := range rules {
 		names = append(names, r.name)
 	}
-	want := []string{"unhealthy", "enough-data", "idle", "memory", "fewer-gpus", "bottleneck", "interconnect", "well-used", "tensor-unused", "throttled"}
+	want := []string{"unhealthy", "stalled-run", "enough-data", "idle", "memory", "fewer-gpus", "bottleneck", "interconnect", "well-used", "tensor-unused", "throttled"}
 	if !slices.Equal(names, want) {
 		t.Fatalf("rules %v, want %v (add the new rule's table to TestRules)", names, want)
 	}

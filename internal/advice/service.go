@@ -25,9 +25,9 @@ type Service struct {
 	workloads Workloads
 	live      *Live // the online rules' decisions (nil: none)
 	// health says why GPUs a workload runs on are unhealthy (none: nil).
-	health   func(ctx context.Context, workloadID string) ([]string, error)
-	progress func(ctx context.Context, workloadID string) (time.Time, error)
-	now      func() time.Time
+	health func(ctx context.Context, workloadID string) ([]string, error)
+	run    func(ctx context.Context, workloadID string) (Run, error)
+	now    func() time.Time
 
 	mu    sync.Mutex
 	cache map[string]cached
@@ -62,10 +62,28 @@ type Options struct {
 	// Health says why GPUs a workload runs on are unhealthy (nil: not
 	// known).
 	Health func(ctx context.Context, workloadID string) ([]string, error)
-	// Progress says when a workload's run last made progress (zero:
-	// never; nil: not known).
-	Progress func(ctx context.Context, workloadID string) (time.Time, error)
-	Now      func() time.Time
+	// Run says what a workload's training run reported and how its
+	// early-stopping rules judged it (package runs; nil: not known).
+	Run func(ctx context.Context, workloadID string) (Run, error)
+	Now func() time.Time
+}
+
+// Run is what advice reads of a workload's training run.
+type Run struct {
+	// ProgressAt is when its progress reports last went forward (zero:
+	// never).
+	ProgressAt time.Time
+	// Stalled is the early-stopping verdict of a rule whose action is
+	// advise, while its people have not chosen to keep the run going
+	// (nil: none): a stalled-run finding.
+	Stalled *Stalled
+}
+
+// Stalled is a rule's verdict that a run stalled.
+type Stalled struct {
+	Rule   string    // plateau, median, target, …
+	Reason string    // the rule and its numbers, with the money
+	At     time.Time // the report that fired it
 }
 
 // New builds the service.
@@ -73,7 +91,7 @@ func New(o Options) (*Service, error) {
 	if o.Source == nil || o.Classes == nil || o.Templates == nil || o.Workloads == nil || o.Now == nil {
 		return nil, fmt.Errorf("advice: Source, Classes, Templates, Workloads and Now are required")
 	}
-	return &Service{source: o.Source, classes: o.Classes, templates: o.Templates, workloads: o.Workloads, live: o.Live, health: o.Health, progress: o.Progress, now: o.Now, cache: map[string]cached{}}, nil
+	return &Service{source: o.Source, classes: o.Classes, templates: o.Templates, workloads: o.Workloads, live: o.Live, health: o.Health, run: o.Run, now: o.Now, cache: map[string]cached{}}, nil
 }
 
 // ForWorkload advises on workload id as its reader sees it: the caller's
@@ -107,11 +125,22 @@ func (s *Service) Workload(ctx context.Context, w workload.Workload, ns string) 
 		return c.report, nil
 	}
 	s.mu.Unlock()
+	var run Run
+	if s.run != nil {
+		var err error
+		if run, err = s.run(ctx, w.ID); err != nil {
+			return Report{}, err
+		}
+	}
 	class, ok := s.classes.Get(w.GPUClass)
 	if !ok {
 		// No GPU class (a CPU workload), or one the catalog no longer has:
-		// nothing to judge it against.
-		return Report{Workload: w.ID, From: now, To: now, Step: time.Minute, Findings: []Finding{}}, nil
+		// nothing to judge its GPUs against; its run's verdict stands.
+		fs := []Finding{}
+		if f, ok := stalledFinding(w.ID, run.Stalled, now); ok {
+			fs = append(fs, f)
+		}
+		return Report{Workload: w.ID, From: now, To: now, Step: time.Minute, Findings: fs}, nil
 	}
 	from := w.CreatedAt.UTC()
 	if now.Sub(from) > Lookback {
@@ -136,11 +165,7 @@ func (s *Service) Workload(ctx context.Context, w workload.Workload, ns string) 
 			return Report{}, err
 		}
 	}
-	if s.progress != nil {
-		if in.ProgressAt, err = s.progress(ctx, w.ID); err != nil {
-			return Report{}, err
-		}
-	}
+	in.ProgressAt, in.Stalled = run.ProgressAt, run.Stalled
 	fs := Advise(in)
 	if s.live != nil {
 		fs = withDecisions(fs, s.live.Decisions(w.ID), in)

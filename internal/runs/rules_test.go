@@ -171,6 +171,16 @@ func TestTargetAdvisesAndCostCapStops(t *testing.T) {
 		len(r.box.events) != 1 || r.box.events[0] != runs.EventRunFlagged {
 		t.Fatalf("target: stops %q, verdict %+v, events %v", r.wl.stopped, sum.Verdict, r.box.events)
 	}
+	// Advice reads it as a stalled run until its people keep it going.
+	if at, v, err := r.svc.Advised(r.ctx, "w1"); err != nil || v == nil || v.Rule != "target" || !at.Equal(r.at) {
+		t.Fatalf("advised: %+v at %v (%v), want the target's verdict", v, at, err)
+	}
+	if _, err := r.svc.Keep(r.ctx, "w1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, v, err := r.svc.Advised(r.ctx, "w1"); err != nil || v != nil {
+		t.Fatalf("advised after keep: %+v (%v), want none", v, err)
+	}
 	capped := &template.EarlyStopping{Action: template.StopRun, Rules: []template.StopRule{{CostCap: 200}}}
 	r = newRunner(t, capped, runs.Money{SoFar: 150})
 	r.report(nil, -1)
@@ -178,6 +188,9 @@ func TestTargetAdvisesAndCostCapStops(t *testing.T) {
 	r.report(nil, -1)
 	if len(r.wl.stopped) != 1 || !strings.Contains(r.wl.stopped[0], "the run has cost $200.40, at or over its cap of $200.00") {
 		t.Fatalf("cost cap: %q", r.wl.stopped)
+	}
+	if _, v, err := r.svc.Advised(r.ctx, "w1"); err != nil || v != nil { // stopped, not advised
+		t.Fatalf("advised after a stop: %+v (%v), want none", v, err)
 	}
 }
 

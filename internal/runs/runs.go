@@ -511,6 +511,25 @@ func (s *Service) ProgressAt(ctx context.Context, id string) (time.Time, error) 
 	return sum.AdvancedAt, err
 }
 
+// Advised is what advice reads of workload id's run, with no caller's
+// permission asked (advice checks its reader's): when its progress last
+// went forward (zero: never), and the verdict of a rule whose action is
+// advise while its people have not chosen to keep it going (nil: none).
+func (s *Service) Advised(ctx context.Context, id string) (progressAt time.Time, stalled *Verdict, err error) {
+	sum, err := s.o.Store.RunSummary(ctx, id)
+	var nf *fault.NotFound
+	if errors.As(err, &nf) {
+		return time.Time{}, nil, nil
+	}
+	if err != nil {
+		return time.Time{}, nil, err
+	}
+	if v := sum.Verdict; v != nil && v.Action == template.AdviseRun && sum.KeptAt.IsZero() {
+		stalled = v
+	}
+	return sum.AdvancedAt, stalled, nil
+}
+
 // ResumedSince says where the run of workload id that began reporting after
 // since resumed: the checkpoint step it said (-1: it did not say). Waiting
 // is true while the workload has reported before but no run of it began

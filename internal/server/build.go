@@ -241,7 +241,7 @@ func (s *Server) telemetryAndAdvice(w *wiring) error {
 		}}); err != nil {
 		return err
 	}
-	w.advice, err = advice.New(advice.Options{Source: metrics, Classes: s.Catalog.Classes(), Templates: s.Catalog, Workloads: s.Workloads, Live: online, Health: s.Telemetry.Unhealthy, Progress: s.Runs.ProgressAt, Now: s.clock.Now})
+	w.advice, err = advice.New(advice.Options{Source: metrics, Classes: s.Catalog.Classes(), Templates: s.Catalog, Workloads: s.Workloads, Live: online, Health: s.Telemetry.Unhealthy, Run: s.adviceRun, Now: s.clock.Now})
 	return err
 }
 
@@ -486,4 +486,13 @@ func carbonSource(cfg config.Config, now func() time.Time) (carbon.Feed, error) 
 		return carbon.LoadProfiles(cfg.Energy.CarbonProfiles)
 	}
 	return nil, nil
+}
+
+// adviceRun is what advice reads of a workload's run (package runs).
+func (s *Server) adviceRun(ctx context.Context, id string) (advice.Run, error) {
+	at, v, err := s.Runs.Advised(ctx, id)
+	if err != nil || v == nil {
+		return advice.Run{ProgressAt: at}, err
+	}
+	return advice.Run{ProgressAt: at, Stalled: &advice.Stalled{Rule: v.Rule, Reason: v.Reason, At: v.At}}, nil
 }

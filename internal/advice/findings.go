@@ -35,7 +35,15 @@ type Input struct {
 	// Stalled is its run's early-stopping verdict with the advise action
 	// (nil: none, or its people keep it going).
 	Stalled *Stalled
+	// UsedAt is when a person last used it through its UI — a page
+	// opened, a change, a message on its sockets, a kernel executing
+	// (package workload, as the idle culler reads it; zero: never): a
+	// notebook used in the window is not idle, whatever its GPU did.
+	UsedAt time.Time
 }
+
+// used says whether a person used it within the window.
+func (in Input) used() bool { return !in.UsedAt.IsZero() && in.UsedAt.After(in.From) }
 
 // progressed says whether the run made progress within the window.
 func (in Input) progressed() bool { return !in.ProgressAt.IsZero() && in.ProgressAt.After(in.From) }
@@ -354,7 +362,7 @@ func enoughDataRule(x *facts) ([]Finding, bool) {
 // threshold) and the run reported no progress in it; nothing else to judge
 // on an idle GPU.
 func idleRule(x *facts) ([]Finding, bool) {
-	if x.p95 > idleSM || x.in.progressed() {
+	if x.p95 > idleSM || x.in.progressed() || x.in.used() {
 		return nil, false
 	}
 	f := x.finding(KindIdle, "warning", []Evidence{{x.actName, "p95", x.p95}},

@@ -107,6 +107,7 @@ func TestFindings(t *testing.T) {
 		// before the window's end (0: it reports none)
 		progressAgo time.Duration
 		stalled     *Stalled
+		usedAgo     time.Duration
 		want        []string
 		not         []string
 	}{
@@ -125,6 +126,12 @@ func TestFindings(t *testing.T) {
 		// A run that progressed in the window waited on data: not idle.
 		{name: "idle GPU, its run progressing", gpus: []replay.GPU{h100GPU}, profiles: map[string]string{"GPU-1": "idle"}, d: time.Hour, progressAgo: 5 * time.Minute,
 			not: []string{KindIdle}},
+		// A notebook a person used in the window (a page, a cell, a kernel
+		// executing) is not idle either; one last used before it is.
+		{name: "idle GPU, a person used it", gpus: []replay.GPU{h100GPU}, profiles: map[string]string{"GPU-1": "idle"}, d: time.Hour, usedAgo: 10 * time.Minute,
+			not: []string{KindIdle}},
+		{name: "idle GPU, last used before the window", gpus: []replay.GPU{h100GPU}, profiles: map[string]string{"GPU-1": "idle"}, d: time.Hour, usedAgo: 3 * time.Hour,
+			want: []string{KindIdle}},
 		{name: "idle GPU, its run's progress before the window", gpus: []replay.GPU{h100GPU}, profiles: map[string]string{"GPU-1": "idle"}, d: time.Hour, progressAgo: 2 * time.Hour,
 			want: []string{KindIdle}},
 		// Its run's rule (action advise) found it stalled: said whatever
@@ -162,6 +169,9 @@ func TestFindings(t *testing.T) {
 				in.ProgressAt = in.To.Add(-tc.progressAgo)
 			}
 			in.Stalled = tc.stalled
+			if tc.usedAgo > 0 {
+				in.UsedAt = in.To.Add(-tc.usedAgo)
+			}
 			fs := Advise(in)
 			got := kinds(fs)
 			for _, k := range tc.want {

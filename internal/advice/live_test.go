@@ -59,6 +59,16 @@ func TestLive(t *testing.T) {
 			t.Errorf("%s: %+v", f.Kind, f)
 		}
 	}
+	// The online rule's stop is not said of a workload its run progressed
+	// in, or a person used, within the window: neither is idle.
+	for name, in := range map[string]Input{
+		"progressed": {Class: c, Count: 1, Allowed: []string{"1g.10gb", "1g.20gb"}, From: start, ProgressAt: start.Add(20 * time.Minute)},
+		"used":       {Class: c, Count: 1, Allowed: []string{"1g.10gb", "1g.20gb"}, From: start, UsedAt: start.Add(20 * time.Minute)},
+	} {
+		if ks := kinds(withDecisions(nil, ds, in)); slices.Contains(ks, KindIdle) {
+			t.Errorf("%s in the window: findings %v, want no idle", name, ks)
+		}
+	}
 	live.Observe(context.Background(), []telemetry.Stored{reading(start.Add(31*time.Minute), 80)})
 	if got := actions(live.Decisions("w1")); !slices.Equal(got, []string{"resize 1g.20gb"}) {
 		t.Fatalf("after it ran again the stop must be withdrawn: %v", got)

@@ -27,6 +27,7 @@ type Service struct {
 	// health says why GPUs a workload runs on are unhealthy (none: nil).
 	health func(ctx context.Context, workloadID string) ([]string, error)
 	run    func(ctx context.Context, workloadID string) (Run, error)
+	used   func(ctx context.Context, workloadID string) (time.Time, error)
 	now    func() time.Time
 
 	mu    sync.Mutex
@@ -65,7 +66,10 @@ type Options struct {
 	// Run says what a workload's training run reported and how its
 	// early-stopping rules judged it (package runs; nil: not known).
 	Run func(ctx context.Context, workloadID string) (Run, error)
-	Now func() time.Time
+	// Used says when a person last used a workload through its UI (the
+	// workloads' store, as the idle culler reads it; nil: not known).
+	Used func(ctx context.Context, workloadID string) (time.Time, error)
+	Now  func() time.Time
 }
 
 // Run is what advice reads of a workload's training run.
@@ -91,7 +95,7 @@ func New(o Options) (*Service, error) {
 	if o.Source == nil || o.Classes == nil || o.Templates == nil || o.Workloads == nil || o.Now == nil {
 		return nil, fmt.Errorf("advice: Source, Classes, Templates, Workloads and Now are required")
 	}
-	return &Service{source: o.Source, classes: o.Classes, templates: o.Templates, workloads: o.Workloads, live: o.Live, health: o.Health, run: o.Run, now: o.Now, cache: map[string]cached{}}, nil
+	return &Service{source: o.Source, classes: o.Classes, templates: o.Templates, workloads: o.Workloads, live: o.Live, health: o.Health, run: o.Run, used: o.Used, now: o.Now, cache: map[string]cached{}}, nil
 }
 
 // ForWorkload advises on workload id as its reader sees it: the caller's
@@ -166,6 +170,11 @@ func (s *Service) Workload(ctx context.Context, w workload.Workload, ns string) 
 		}
 	}
 	in.ProgressAt, in.Stalled = run.ProgressAt, run.Stalled
+	if s.used != nil {
+		if in.UsedAt, err = s.used(ctx, w.ID); err != nil {
+			return Report{}, err
+		}
+	}
 	fs := Advise(in)
 	if s.live != nil {
 		fs = withDecisions(fs, s.live.Decisions(w.ID), in)
@@ -214,7 +223,7 @@ func withDecisions(fs []Finding, ds []Decision, in Input) []Finding {
 	for _, d := range ds {
 		at := time.Unix(d.T, 0).UTC()
 		switch {
-		case d.Action == Stop && !has[KindIdle] && !in.progressed():
+		case d.Action == Stop && !has[KindIdle] && !in.progressed() && !in.used():
 			has[KindIdle] = true
 			fs = append(fs, Finding{Kind: KindIdle, Severity: "warning", From: in.From, To: in.To,
 				Evidence: []Evidence{{Metric: telemetry.GPUUtil.String(), Stat: "idle since (Unix s)", Value: float64(d.T)}},

@@ -241,7 +241,7 @@ func (s *Server) telemetryAndAdvice(w *wiring) error {
 		}}); err != nil {
 		return err
 	}
-	w.advice, err = advice.New(advice.Options{Source: metrics, Classes: s.Catalog.Classes(), Templates: s.Catalog, Workloads: s.Workloads, Live: online, Health: s.Telemetry.Unhealthy, Run: s.adviceRun, Now: s.clock.Now})
+	w.advice, err = advice.New(advice.Options{Source: metrics, Classes: s.Catalog.Classes(), Templates: s.Catalog, Workloads: s.Workloads, Live: online, Health: s.Telemetry.Unhealthy, Run: s.adviceRun, Used: s.Store.Workloads.WorkloadActivity, Now: s.clock.Now})
 	return err
 }
 

@@ -33,12 +33,24 @@ func TestDev(t *testing.T) {
 	t.Setenv("XDG_DATA_HOME", t.TempDir())
 	ctx, cancel := context.WithCancel(context.Background())
 	outR, outW := io.Pipe()
-	done := make(chan int, 1)
+	done, finished := make(chan int, 1), make(chan struct{})
 	var stderr strings.Builder
 	go func() {
+		defer close(finished)
 		done <- run(ctx, []string{"dev", "--listen", "127.0.0.1:0"}, outW, &stderr)
 		outW.Close()
 	}()
+	// However the test ends (a failure included), gantry dev is stopped as
+	// Ctrl-C stops it, and removes its cluster: not left running after the
+	// test binary exits.
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-finished:
+		case <-time.After(90 * time.Second):
+			t.Error("gantry dev did not stop within 90 s of the cancel: its cluster may be left running")
+		}
+	})
 	var url, kubectl, tok string
 	var realNode bool // gantry dev says the CPU node is real
 	sc := bufio.NewScanner(outR)

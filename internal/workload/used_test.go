@@ -26,18 +26,25 @@ func (c *touchCounter) TouchWorkload(ctx context.Context, id string, at time.Tim
 	return c.Store.TouchWorkload(ctx, id, at)
 }
 
+// counted is the workload service on a store that counts its writes of
+// use, and a notebook launched on it.
+func counted(t *testing.T) (*harness, *touchCounter, workload.Workload) {
+	t.Helper()
+	var counter *touchCounter
+	h := newHarnessWith(t, nil, false, func(o *workload.Options) {
+		counter = &touchCounter{Store: o.Store}
+		o.Store = counter
+	})
+	return h, counter, h.launch(t, "jupyter-notebook")
+}
+
 // TestUsedWritesOncePerWindow: a UI's requests and socket messages come many
 // a second; the first of a window claims it and writes, every other one
 // returns without a write — many at once included (one write, not a
 // transaction each queued on the workload's row) — and the next window
 // writes again.
 func TestUsedWritesOncePerWindow(t *testing.T) {
-	var counter *touchCounter
-	h := newHarnessWith(t, nil, false, func(o *workload.Options) {
-		counter = &touchCounter{Store: o.Store}
-		o.Store = counter
-	})
-	w := h.launch(t, "jupyter-notebook")
+	h, counter, w := counted(t)
 	ctx := asAlice()
 	burst := func() {
 		var wg sync.WaitGroup
@@ -76,12 +83,7 @@ func TestUsedWritesOncePerWindow(t *testing.T) {
 // each failure in a row waits twice as long, and a write that lands goes
 // back to one a window.
 func TestUsedRetriesAFailedWrite(t *testing.T) {
-	var counter *touchCounter
-	h := newHarnessWith(t, nil, false, func(o *workload.Options) {
-		counter = &touchCounter{Store: o.Store}
-		o.Store = counter
-	})
-	w := h.launch(t, "jupyter-notebook")
+	h, counter, w := counted(t)
 	ctx := asAlice()
 	tries := func(after time.Duration, want int64) {
 		t.Helper()

@@ -458,7 +458,7 @@ func (s *Service) Seed(ctx context.Context, actor string, files []template.File)
 	if err != nil {
 		return false, err
 	}
-	_, err = s.Apply(ctx, p)
+	vs, err := s.Apply(ctx, p)
 	var c *fault.Conflict
 	if errors.As(err, &c) {
 		// Another replica seeded between the check and the apply (a first
@@ -467,7 +467,9 @@ func (s *Service) Seed(ctx context.Context, actor string, files []template.File)
 			return false, nil
 		}
 	}
-	return err == nil, err
+	// No version written: another replica's seed committed between the
+	// check and the plan, which found every template already there.
+	return err == nil && len(vs) > 0, err
 }
 
 // YAML renders a template as canonical YAML.

@@ -7,8 +7,9 @@
 // (package interactive) — and keep-alives; a browser tab left open is not
 // use. A notebook about to be warned or stopped is asked, through its
 // app, whether a kernel executes now (a cell left running with no tab
-// open): one that does is in use, recorded as such. A workload busy on its GPU is never culled however quiet its web UI,
-// and one whose GPUs Gantry has no recent samples of is never culled:
+// open): one that does is in use, recorded as such. A workload busy on its
+// GPU is never culled however quiet its web UI, and one whose GPUs Gantry
+// has no recent samples of is never culled:
 // unknown is not idle. A CPU-only workload has no GPUs: its people's use
 // alone speaks. Before it stops one, the culler warns — Warning before the idle
 // timeout ends (half the timeout when that is shorter): a webhook

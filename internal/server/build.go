@@ -79,7 +79,7 @@ func New(ctx context.Context, cfg config.Config, ov Overrides) (*Server, error) 
 	for _, phase := range []func() error{
 		func() error { return s.governance(ctx) },
 		s.workloadService,
-		func() error { return s.telemetryAndAdvice(&w) },
+		func() error { return s.telemetryAndAdvice(ov, &w) },
 		s.listen,
 		func() error { return s.signIn(ctx, ov, &w) },
 		func() error { return s.handler(ov, &w) },
@@ -191,7 +191,7 @@ func (s *Server) workloadService() (err error) {
 // telemetryAndAdvice: ingest (with the online advice rules on every batch
 // this replica ingests), the agents' authentication, the series reader and
 // the advice service.
-func (s *Server) telemetryAndAdvice(w *wiring) error {
+func (s *Server) telemetryAndAdvice(ov Overrides, w *wiring) error {
 	cfg := s.Config
 	online, err := advice.NewLive(advice.LiveOptions{Classes: s.Catalog.Classes(), Log: s.Log, Lookup: func(ctx context.Context, id string) (string, string, error) {
 		w, err := s.Store.Workloads.Workload(ctx, id)
@@ -207,17 +207,23 @@ func (s *Server) telemetryAndAdvice(w *wiring) error {
 			return cfg.NamespacePrefix + w.Team.String(), err
 		}, RawRetention: time.Duration(tc.RawRetention), RollupRetention: time.Duration(tc.RollupRetention),
 		XIDHold: time.Duration(tc.XIDHold), Now: s.clock.Now, Log: s.Log}
+	// One budget of TokenReviews for the agents' and the runs' tokens: 20
+	// a second, 100 at once, and from one source (an address, an IPv6 /64)
+	// one a second, 20 at once — far above what a fleet's new tokens need
+	// (each is then cached, and agents' rotate hourly), and a bound on what
+	// made-up ones cost the API server.
+	reviews := projected.NewBudget(projected.BudgetOptions{Rate: 20, Burst: 100, SourceRate: 1, SourceBurst: 20, Now: s.clock.Now})
+	runReviewer := ov.RunReviewer
 	if s.cluster != nil {
 		kt := kube.Telemetry{Lazy: s.cluster}
 		to.Pods, to.Health = kt, kt
-		// One budget of TokenReviews for both: 20 a second, 100 at once, and
-		// from one source (an address, an IPv6 /64) one a second, 20 at
-		// once — far above what a fleet's new tokens need (each is then
-		// cached, and agents' rotate hourly), and a bound on what made-up
-		// ones cost the API server.
-		reviews := projected.NewBudget(projected.BudgetOptions{Rate: 20, Burst: 100, SourceRate: 1, SourceBurst: 20, Now: s.clock.Now})
 		w.agents = &telemetry.AgentAuth{Reviewer: kt, Audience: tc.Audience, ServiceAccount: tc.ServiceAccount, Now: s.clock.Now, Reviews: reviews}
-		w.runTokens = &runs.TokenAuth{Reviewer: kube.Runs{Lazy: s.cluster}, Now: s.clock.Now, Reviews: reviews}
+		if runReviewer == nil {
+			runReviewer = kube.Runs{Lazy: s.cluster}
+		}
+	}
+	if runReviewer != nil {
+		w.runTokens = &runs.TokenAuth{Reviewer: runReviewer, Now: s.clock.Now, Reviews: reviews}
 	}
 	if s.Runs, err = runs.New(runs.Options{Store: s.Store.Runs, Notifier: s.Store.Governance, Now: s.clock.Now, Log: s.Log,
 		Workloads: runWorkloads{svc: s.Workloads, records: s.Store.Workloads, templates: s.Catalog, now: s.clock.Now}}); err != nil {

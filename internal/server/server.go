@@ -381,6 +381,9 @@ type Overrides struct {
 	// keys (a test's own directory, without changing the process's
 	// environment). Default: config.DataDir().
 	DataDir string
+	// RunReviewer reviews training runs' tokens instead of the cluster's
+	// TokenReview (a test without a cluster). Default: the cluster's.
+	RunReviewer runs.Reviewer
 }
 
 // seed loads the starter template catalog into an empty database.

@@ -949,8 +949,12 @@ func TestCPUNotebookIdleCulled(t *testing.T) {
 		}
 	})
 	// What the idle culler asks a notebook's app when no socket shows use
-	// (interactive.Kernels): Jupyter's own list says the kernel executes.
-	// Read as a tab's background read, which is not use.
+	// (interactive.Kernels): Jupyter's own list of kernels, read as a tab's
+	// background read, which is not use. Logged, not asserted: Notebook
+	// 6's server follows a kernel's state on a subscription of its own,
+	// which can miss a new kernel's first messages (it was seen listing a
+	// kernel running this cell as "starting"), and takes the last status
+	// for the state whatever request it was about.
 	kernelState := func() string {
 		req, _ := http.NewRequestWithContext(ctx, "GET", base+"api/kernels", nil)
 		req.Header.Set("Authorization", "Bearer "+tok)
@@ -974,9 +978,7 @@ func TestCPUNotebookIdleCulled(t *testing.T) {
 		}
 		return "(not listed)"
 	}
-	if got := kernelState(); got != "busy" {
-		t.Fatalf("while its cell runs, Jupyter lists the kernel as %q", got)
-	}
+	t.Logf("while its cell runs, Jupyter lists the kernel as %q", kernelState())
 	if err := websocket.JSON.Send(ws, map[string]any{
 		"header":        map[string]any{"msg_id": "info-1", "username": "e2e", "session": "e2e", "msg_type": "kernel_info_request", "version": "5.3"},
 		"parent_header": map[string]any{}, "metadata": map[string]any{}, "channel": "control", "buffers": []any{}, "content": map[string]any{},
@@ -993,10 +995,8 @@ func TestCPUNotebookIdleCulled(t *testing.T) {
 		}
 		return errors.New("not yet")
 	})
-	// (Notebook 6's server takes a kernel's last status for its state,
-	// whatever request it was about: after the control request's idle it
-	// may list a kernel running a cell as idle. What the sockets showed
-	// keeps this notebook; the list is for a cell left with none.)
+	// What the sockets showed keeps this notebook; the list is for a cell
+	// left with none.
 	t.Logf("after the control request, Jupyter lists the kernel as %q", kernelState())
 	waitfor.Until(t, timeout+2*time.Minute, "the silent cell to finish, its notebook kept while it ran", func() error {
 		if w := status(); w.Status != "Running" {

@@ -132,7 +132,7 @@ func TestSimulatedAgents(t *testing.T) {
 	if err := c.CoreV1().Pods(ns).Delete(ctx, "trainer", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
 		t.Fatal(err)
 	}
-	waitfor.Until(t, 30*time.Second, "the trainer's GPU free again", func() error {
+	waitfor.Until(t, time.Minute, "the trainer's GPU free again", func() error {
 		rec.mu.Lock()
 		rd := rec.latest[trainerDevice]
 		rec.mu.Unlock()

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"sync"
@@ -192,17 +193,25 @@ func kernelStatus(body []byte) kernelState {
 		return v1Status(body)
 	}
 	var m struct {
-		Header       statusHeader    `json:"header"`
-		MsgType      string          `json:"msg_type"`
-		ParentHeader json.RawMessage `json:"parent_header"`
-		Content      struct {
+		Header       statusHeader `json:"header"`
+		MsgType      string       `json:"msg_type"`
+		ParentHeader struct {
+			MsgID string `json:"msg_id"`
+		} `json:"parent_header"`
+		Content struct {
 			ExecutionState string `json:"execution_state"`
 		} `json:"content"`
 	}
-	if json.Unmarshal(body, &m) != nil || (m.Header.MsgType != "status" && m.MsgType != "status") {
+	// One pass: a value of the wrong type (a parent header that is not an
+	// object) leaves its field empty and the rest decoded.
+	var wrongType *json.UnmarshalTypeError
+	if err := json.Unmarshal(body, &m); err != nil && !errors.As(err, &wrongType) {
 		return kernelState{}
 	}
-	return kernelState{m.Content.ExecutionState, parentOf(m.ParentHeader), m.Header.Session}
+	if m.Content.ExecutionState == "" || (m.Header.MsgType != "status" && m.MsgType != "status") {
+		return kernelState{}
+	}
+	return kernelState{m.Content.ExecutionState, m.ParentHeader.MsgID, m.Header.Session}
 }
 
 // statusHeader is the part of a message's header a status is read for.

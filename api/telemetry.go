@@ -14,6 +14,7 @@ import (
 	"github.com/gantryhq/gantry/api/model"
 	"github.com/gantryhq/gantry/internal/fault"
 	"github.com/gantryhq/gantry/internal/identity"
+	"github.com/gantryhq/gantry/internal/runs"
 	"github.com/gantryhq/gantry/internal/telemetry"
 )
 
@@ -145,17 +146,34 @@ func (s *server) GetWorkloadMetrics(ctx context.Context, req gen.GetWorkloadMetr
 		}
 		w.Step = d
 	}
+	// The run's own metrics: run:NAME, run:* for all; with no series
+	// asked for, every GPU metric and every run metric.
+	var runMetrics []string
+	allRun := p.Series == nil
 	if p.Series != nil {
 		for _, name := range strings.Split(*p.Series, ",") {
-			m, ok := telemetry.ParseMetric(strings.TrimSpace(name))
+			name = strings.TrimSpace(name)
+			if rest, ok := strings.CutPrefix(name, "run:"); ok {
+				switch {
+				case rest == "*":
+					allRun = true
+				case !runs.MetricName(rest):
+					errs.Addf("series", "%q is not a run metric (run:NAME, NAME a letter or _ then up to 63 letters, digits or _ . / -; run:* for all)", name)
+				case !slices.Contains(runMetrics, rest):
+					runMetrics = append(runMetrics, rest)
+				}
+				continue
+			}
+			m, ok := telemetry.ParseMetric(name)
 			if !ok {
-				errs.Addf("series", "unknown metric %q (known: %s)", name, strings.Join(metricNames(), ", "))
+				errs.Addf("series", "unknown metric %q (known: %s; a run's own as run:NAME)", name, strings.Join(metricNames(), ", "))
 				continue
 			}
 			if !slices.Contains(w.Metrics, m) {
 				w.Metrics = append(w.Metrics, m)
 			}
 		}
+		w.NoMetrics = len(w.Metrics) == 0
 	}
 	if err := errs.Err(); err != nil {
 		return nil, err
@@ -165,16 +183,33 @@ func (s *server) GetWorkloadMetrics(ctx context.Context, req gen.GetWorkloadMetr
 		return nil, err
 	}
 	q := a.Query
-	out := model.MetricSeriesList{From: q.From, To: q.To, Step: q.Step.String(), Source: model.MetricSeriesListSource(a.Source), Series: []model.MetricSeries{}}
+	out := model.MetricSeriesList{From: q.From, To: q.To, Step: q.Step.String(), Source: model.MetricSeriesListSource(a.Source), Series: []model.MetricSeries{}, Run: []model.RunMetricSeries{}}
+	if s.o.Runs != nil && (allRun || len(runMetrics) > 0) {
+		rq := runs.SeriesQuery{From: q.From, To: q.To, Step: q.Step}
+		if !allRun {
+			rq.Metrics = runMetrics
+		}
+		rss, err := s.o.Runs.Series(ctx, req.Id, rq)
+		if err != nil {
+			return nil, err
+		}
+		for _, rs := range rss {
+			out.Run = append(out.Run, model.RunMetricSeries{Metric: rs.Metric, Points: pointsOut(rs.Points)})
+		}
+	}
 	for _, se := range a.Series {
 		info := se.Metric.Info()
-		ms := model.MetricSeries{Metric: info.Name, Dcgm: info.DCGM, Unit: info.Unit, Device: deviceOut(se.Device), Pod: podOut(se.Pod), Points: make([]model.MetricPoint, len(se.Points))}
-		for i, pt := range se.Points {
-			ms.Points[i] = model.MetricPoint{T: pt.T, Avg: pt.Avg, Max: pt.Max, P95: pt.P95, N: pt.N}
-		}
-		out.Series = append(out.Series, ms)
+		out.Series = append(out.Series, model.MetricSeries{Metric: info.Name, Dcgm: info.DCGM, Unit: info.Unit, Device: deviceOut(se.Device), Pod: podOut(se.Pod), Points: pointsOut(se.Points)})
 	}
 	return gen.GetWorkloadMetrics200JSONResponse(out), nil
+}
+
+func pointsOut(ps []telemetry.Point) []model.MetricPoint {
+	out := make([]model.MetricPoint, len(ps))
+	for i, pt := range ps {
+		out[i] = model.MetricPoint{T: pt.T, Avg: pt.Avg, Max: pt.Max, P95: pt.P95, N: pt.N}
+	}
+	return out
 }
 
 func (s *server) ListNodes(ctx context.Context, _ gen.ListNodesRequestObject) (gen.ListNodesResponseObject, error) {

@@ -768,7 +768,7 @@ type ClientInterface interface {
 
 	// GetWorkloadMetrics Workload GPU metrics
 	//
-	// The workload's GPU series (one per metric and device — a GPU or a MIG instance — and pod), downsampled to step: each point summarises the samples in [t, t+step) by their mean, largest value and 95th percentile. Recent windows (within the raw retention, 48 h by default) are exact; older ones come from one-minute rollups (hourly for steps of an hour or more), where p95 is the largest p95 of the rollups in the step. Metrics are named as in dcgm-exporter (series accepts either name) and are in its units; a metric the GPU does not measure has no series, never zeros.
+	// The workload's GPU series (one per metric and device — a GPU or a MIG instance — and pod), downsampled to step: each point summarises the samples in [t, t+step) by their mean, largest value and 95th percentile. Recent windows (within the raw retention, 48 h by default) are exact; older ones come from one-minute rollups (hourly for steps of an hour or more), where p95 is the largest p95 of the rollups in the step. Metrics are named as in dcgm-exporter (series accepts either name) and are in its units; a metric the GPU does not measure has no series, never zeros. A training Job's own metrics — what its run reported (loss, val_loss, samples_per_s, …) — come beside them in run, from Gantry's store whatever the source of the GPU series, on the same window, step and points: every report within the raw retention, its one-minute and one-hour rollups before it.
 	//
 	// Corresponds with GET /api/v1/workloads/{id}/metrics (the `GetWorkloadMetrics` operationId).
 	GetWorkloadMetrics(ctx context.Context, id WorkloadID, params *GetWorkloadMetricsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2387,7 +2387,7 @@ func (c *Client) GetWorkloadLogs(ctx context.Context, id WorkloadID, params *Get
 
 // GetWorkloadMetrics Workload GPU metrics
 //
-// The workload's GPU series (one per metric and device — a GPU or a MIG instance — and pod), downsampled to step: each point summarises the samples in [t, t+step) by their mean, largest value and 95th percentile. Recent windows (within the raw retention, 48 h by default) are exact; older ones come from one-minute rollups (hourly for steps of an hour or more), where p95 is the largest p95 of the rollups in the step. Metrics are named as in dcgm-exporter (series accepts either name) and are in its units; a metric the GPU does not measure has no series, never zeros.
+// The workload's GPU series (one per metric and device — a GPU or a MIG instance — and pod), downsampled to step: each point summarises the samples in [t, t+step) by their mean, largest value and 95th percentile. Recent windows (within the raw retention, 48 h by default) are exact; older ones come from one-minute rollups (hourly for steps of an hour or more), where p95 is the largest p95 of the rollups in the step. Metrics are named as in dcgm-exporter (series accepts either name) and are in its units; a metric the GPU does not measure has no series, never zeros. A training Job's own metrics — what its run reported (loss, val_loss, samples_per_s, …) — come beside them in run, from Gantry's store whatever the source of the GPU series, on the same window, step and points: every report within the raw retention, its one-minute and one-hour rollups before it.
 //
 // Corresponds with GET /api/v1/workloads/{id}/metrics (the `GetWorkloadMetrics` operationId).
 func (c *Client) GetWorkloadMetrics(ctx context.Context, id WorkloadID, params *GetWorkloadMetricsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -6868,7 +6868,7 @@ type ClientWithResponsesInterface interface {
 
 	// GetWorkloadMetricsWithResponse Workload GPU metrics
 	//
-	// The workload's GPU series (one per metric and device — a GPU or a MIG instance — and pod), downsampled to step: each point summarises the samples in [t, t+step) by their mean, largest value and 95th percentile. Recent windows (within the raw retention, 48 h by default) are exact; older ones come from one-minute rollups (hourly for steps of an hour or more), where p95 is the largest p95 of the rollups in the step. Metrics are named as in dcgm-exporter (series accepts either name) and are in its units; a metric the GPU does not measure has no series, never zeros.
+	// The workload's GPU series (one per metric and device — a GPU or a MIG instance — and pod), downsampled to step: each point summarises the samples in [t, t+step) by their mean, largest value and 95th percentile. Recent windows (within the raw retention, 48 h by default) are exact; older ones come from one-minute rollups (hourly for steps of an hour or more), where p95 is the largest p95 of the rollups in the step. Metrics are named as in dcgm-exporter (series accepts either name) and are in its units; a metric the GPU does not measure has no series, never zeros. A training Job's own metrics — what its run reported (loss, val_loss, samples_per_s, …) — come beside them in run, from Gantry's store whatever the source of the GPU series, on the same window, step and points: every report within the raw retention, its one-minute and one-hour rollups before it.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -12000,7 +12000,7 @@ func (c *ClientWithResponses) GetWorkloadLogsWithResponse(ctx context.Context, i
 
 // GetWorkloadMetricsWithResponse Workload GPU metrics
 //
-// The workload's GPU series (one per metric and device — a GPU or a MIG instance — and pod), downsampled to step: each point summarises the samples in [t, t+step) by their mean, largest value and 95th percentile. Recent windows (within the raw retention, 48 h by default) are exact; older ones come from one-minute rollups (hourly for steps of an hour or more), where p95 is the largest p95 of the rollups in the step. Metrics are named as in dcgm-exporter (series accepts either name) and are in its units; a metric the GPU does not measure has no series, never zeros.
+// The workload's GPU series (one per metric and device — a GPU or a MIG instance — and pod), downsampled to step: each point summarises the samples in [t, t+step) by their mean, largest value and 95th percentile. Recent windows (within the raw retention, 48 h by default) are exact; older ones come from one-minute rollups (hourly for steps of an hour or more), where p95 is the largest p95 of the rollups in the step. Metrics are named as in dcgm-exporter (series accepts either name) and are in its units; a metric the GPU does not measure has no series, never zeros. A training Job's own metrics — what its run reported (loss, val_loss, samples_per_s, …) — come beside them in run, from Gantry's store whatever the source of the GPU series, on the same window, step and points: every report within the raw retention, its one-minute and one-hour rollups before it.
 //
 // Returns a wrapper object for the known response body format(s).
 //

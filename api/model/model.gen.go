@@ -1902,16 +1902,19 @@ type MetricSeries struct {
 
 // MetricSeriesList defines model for MetricSeriesList.
 type MetricSeriesList struct {
-	From   time.Time      `json:"from"`
-	Series []MetricSeries `json:"series"`
+	From time.Time `json:"from"`
 
-	// Source Where the series come from.
+	// Run The metrics the workload's run reported (POST …/progress), by name; empty when it reported none asked for.
+	Run    []RunMetricSeries `json:"run"`
+	Series []MetricSeries    `json:"series"`
+
+	// Source Where the GPU series come from.
 	Source MetricSeriesListSource `json:"source"`
 	Step   string                 `json:"step"`
 	To     time.Time              `json:"to"`
 }
 
-// MetricSeriesListSource Where the series come from.
+// MetricSeriesListSource Where the GPU series come from.
 type MetricSeriesListSource string
 
 // MetricValues Values by metric name (gpu_util, sm_active, …); a metric not measured is left out.
@@ -2361,6 +2364,13 @@ type ReservedCost struct {
 
 	// UsedGpuHours GPU-hours workloads ran on them (whole GPUs' worth).
 	UsedGpuHours float64 `json:"usedGpuHours"`
+}
+
+// RunMetricSeries defines model for RunMetricSeries.
+type RunMetricSeries struct {
+	// Metric The name the run reported it by: loss, val_loss, samples_per_s, …
+	Metric string        `json:"metric"`
+	Points []MetricPoint `json:"points"`
 }
 
 // Scheduling defines model for Scheduling.
@@ -3433,7 +3443,7 @@ type GetWorkloadMetricsParams struct {
 	// Step Step between points, as a Go duration (10s, 1m, 1h); default the window divided into 120 steps, at least 10s.
 	Step *string `form:"step,omitempty" json:"step,omitempty"`
 
-	// Series Metrics to return, comma-separated (gpu_util,sm_active or DCGM names); default all.
+	// Series Metrics to return, comma-separated: GPU metrics (gpu_util,sm_active or DCGM names) and the run's own as run:NAME (run:loss), run:* for all of them; default every GPU metric and every run metric.
 	Series *string `form:"series,omitempty" json:"series,omitempty"`
 }
 

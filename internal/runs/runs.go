@@ -15,6 +15,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gantryhq/gantry/internal/fault"
@@ -46,6 +47,9 @@ const (
 )
 
 var metricName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_./-]{0,63}$`)
+
+// MetricName says whether name can be a reported metric's.
+func MetricName(name string) bool { return metricName.MatchString(name) }
 
 // Check checks reports as a request carries them, in their order, and
 // fills in the times left out (now); bad ones are a *fault.Invalid whose
@@ -263,6 +267,7 @@ type Store interface {
 	// DeleteRunsBefore deletes at most limit reports older than before
 	// (summaries stay) and says how many.
 	DeleteRunsBefore(ctx context.Context, before time.Time, limit int) (int64, error)
+	RollupStore
 }
 
 // Workloads is what runs ask of the workloads they report for.
@@ -310,7 +315,11 @@ type Options struct {
 	Workloads Workloads
 	Notifier  Notifier
 	Now       func() time.Time
-	Log       *slog.Logger // default: slog.Default()
+	// RawRetention is how far back the series read every report
+	// (telemetry's raw retention; default 48h): older windows read the
+	// rollups.
+	RawRetention time.Duration
+	Log          *slog.Logger // default: slog.Default()
 }
 
 // Service takes reports, judges runs by their templates' early stopping,
@@ -321,6 +330,10 @@ type Service struct {
 	infos  infoCache
 	pages  pageCache
 	peers  peerCache
+	// rollAfter is the run the last rollup pass ended at: the next
+	// begins after it.
+	rollMu    sync.Mutex
+	rollAfter string
 }
 
 // New returns the service, complete.
@@ -330,6 +343,9 @@ func New(o Options) (*Service, error) {
 	}
 	if o.Log == nil {
 		o.Log = slog.Default()
+	}
+	if o.RawRetention <= 0 {
+		o.RawRetention = 48 * time.Hour
 	}
 	return &Service{o: o, commit: &committer{store: o.Store}, infos: newInfoCache(o.Now), pages: newPageCache(o.Now), peers: newPeerCache(o.Now)}, nil
 }
@@ -549,19 +565,28 @@ func (s *Service) ResumedSince(ctx context.Context, id string, since time.Time) 
 	return sum.ResumedFrom, false, nil
 }
 
-// Prune deletes the reports older than retention, in batches of batch
-// rows (no long write lock), until none are left or ctx ends.
+// Prune deletes the reports and the rollups older than retention, in
+// batches of batch rows (no long write lock), until none are left or ctx
+// ends.
 func (s *Service) Prune(ctx context.Context, retention time.Duration, batch int) (int64, error) {
 	before := s.o.Now().Add(-retention)
 	var total int64
-	for ctx.Err() == nil {
-		n, err := s.o.Store.DeleteRunsBefore(ctx, before, batch)
-		total += n
-		if err != nil || n == 0 {
-			return total, err
+	for _, del := range []func(context.Context, time.Time, int) (int64, error){s.o.Store.DeleteRunsBefore, s.o.Store.DeleteRunRollupsBefore} {
+		for {
+			if err := ctx.Err(); err != nil {
+				return total, err
+			}
+			n, err := del(ctx, before, batch)
+			total += n
+			if err != nil {
+				return total, err
+			}
+			if n == 0 {
+				break
+			}
 		}
 	}
-	return total, ctx.Err()
+	return total, nil
 }
 
 // Progress is a workload's progress for its readers: its summary (false

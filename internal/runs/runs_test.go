@@ -111,10 +111,11 @@ func TestApply(t *testing.T) {
 }
 
 type memStore struct {
-	sum    runs.Summary
-	rs     []runs.Report
-	seen   bool
-	others map[string][]runs.Report // other workloads' reports
+	runs.RollupStore // nil: these tests roll nothing up (series_test.go does, on the real store)
+	sum              runs.Summary
+	rs               []runs.Report
+	seen             bool
+	others           map[string][]runs.Report // other workloads' reports
 }
 
 func (m *memStore) AppendReports(_ context.Context, as []runs.Append) ([]runs.Summary, error) {
@@ -156,6 +157,11 @@ func (m *memStore) DeleteRunsBefore(_ context.Context, before time.Time, limit i
 	}
 	m.rs = kept
 	return n, nil
+}
+
+// DeleteRunRollupsBefore: this store makes no rollups.
+func (m *memStore) DeleteRunRollupsBefore(context.Context, time.Time, int) (int64, error) {
+	return 0, nil
 }
 
 // workloads stands for the workload service: which it lets the caller

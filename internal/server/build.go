@@ -225,7 +225,7 @@ func (s *Server) telemetryAndAdvice(ov Overrides, w *wiring) error {
 	if runReviewer != nil {
 		w.runTokens = &runs.TokenAuth{Reviewer: runReviewer, Now: s.clock.Now, Reviews: reviews}
 	}
-	if s.Runs, err = runs.New(runs.Options{Store: s.Store.Runs, Notifier: s.Store.Governance, Now: s.clock.Now, Log: s.Log,
+	if s.Runs, err = runs.New(runs.Options{Store: s.Store.Runs, Notifier: s.Store.Governance, Now: s.clock.Now, Log: s.Log, RawRetention: time.Duration(tc.RawRetention),
 		Workloads: runWorkloads{svc: s.Workloads, records: s.Store.Workloads, templates: s.Catalog, now: s.clock.Now}}); err != nil {
 		return err
 	}

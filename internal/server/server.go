@@ -514,7 +514,12 @@ func (s *Server) Run(ctx context.Context) error {
 	g.Go(func() error { return s.every(gctx, telemetryInterval, s.Telemetry.Run) })
 	g.Go(func() error {
 		return s.every(gctx, telemetryInterval, func(ctx context.Context) {
-			// Progress reports are kept as long as the GPU series' rollups.
+			// Runs' metrics are rolled up as the GPU series are, and their
+			// reports and rollups kept as long as the GPU series' rollups
+			// (the median rule and the progress page read the reports).
+			if n, err := s.Runs.RollUp(ctx, 1000); err != nil && ctx.Err() == nil {
+				s.Log.Warn("run metric rollups", "err", err, "done", n)
+			}
 			if n, err := s.Runs.Prune(ctx, time.Duration(s.Config.Telemetry.RollupRetention), 5000); err != nil && ctx.Err() == nil {
 				s.Log.Warn("progress report retention", "err", err, "deleted", n)
 			}

@@ -536,6 +536,22 @@ func Collect[T any](rows *sql.Rows, scan func(Scanner) (T, error)) ([]T, error) 
 	return out, rows.Err()
 }
 
+// Each scans every row with scan, calls fn with it, and closes rows; it
+// stops at the first error.
+func Each[T any](rows *sql.Rows, scan func(Scanner) (T, error), fn func(T) error) error {
+	defer rows.Close()
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return err
+		}
+		if err := fn(v); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
 // Upsert runs fn, a transaction whose INSERT … ON CONFLICT (key) DO
 // UPDATE writes a row that another unique index also covers (a row whose
 // id is derived from its natural key), and runs it once more if it lost a

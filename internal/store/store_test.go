@@ -140,6 +140,7 @@ func TestConformance(t *testing.T) {
 			t.Run("platform edits", func(t *testing.T) { testOverlays(t, open(t)) })
 			t.Run("runs", func(t *testing.T) { testRuns(t, open(t)) })
 			t.Run("runs batch", func(t *testing.T) { testRunsBatch(t, open(t)) })
+			t.Run("run series", func(t *testing.T) { testRunSeries(t, open(t)) })
 			t.Run("trials", func(t *testing.T) { testTrials(t, open(t)) })
 			t.Run("moves", func(t *testing.T) { testMoves(t, open(t)) })
 			t.Run("related records", func(t *testing.T) { testRelated(t, open(t)) })

@@ -423,25 +423,12 @@ func (r workloadFirst) Scan(dest ...any) error { return r.row.Scan(append([]any{
 
 // RunReports implements runs.Store.
 func (s *Store) RunReports(ctx context.Context, workload string, since time.Time, limit int) ([]runs.Report, error) {
-	rows, err := s.db.Read().QueryContext(ctx, s.db.Q(`SELECT t, step, total_steps, epoch, resumed_from, metrics FROM run_reports
+	rows, err := s.db.Read().QueryContext(ctx, s.db.Q(`SELECT `+reportCols+` FROM run_reports
 		WHERE workload = ? AND t >= ? ORDER BY seq DESC LIMIT ?`), workload, since.UnixMilli(), limit)
 	if err != nil {
 		return nil, fmt.Errorf("run reports of %s: %w", workload, err)
 	}
-	rs, err := store.Collect(rows, func(row store.Scanner) (runs.Report, error) {
-		var r runs.Report
-		var t int64
-		var epoch sql.NullFloat64
-		var metrics string
-		if err := row.Scan(&t, &r.Step, &r.TotalSteps, &epoch, &r.ResumedFrom, &metrics); err != nil {
-			return r, err
-		}
-		r.Time, r.Epoch = time.UnixMilli(t).UTC(), math.NaN()
-		if epoch.Valid {
-			r.Epoch = epoch.Float64
-		}
-		return r, json.Unmarshal([]byte(metrics), &r.Metrics)
-	})
+	rs, err := store.Collect(rows, scanReport)
 	if err != nil {
 		return nil, fmt.Errorf("run reports of %s: %w", workload, err)
 	}

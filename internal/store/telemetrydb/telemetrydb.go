@@ -282,28 +282,13 @@ func scanSample(r store.Scanner) (telemetry.Sample, error) {
 	return sm, nil
 }
 
-// each scans every row with scan and calls fn, then closes rows.
-func each[T any](rows *sql.Rows, scan func(store.Scanner) (T, error), fn func(T) error) error {
-	defer rows.Close()
-	for rows.Next() {
-		v, err := scan(rows)
-		if err != nil {
-			return err
-		}
-		if err := fn(v); err != nil {
-			return err
-		}
-	}
-	return rows.Err()
-}
-
 // SamplesBetween implements telemetry.Store.
 func (s *Store) SamplesBetween(ctx context.Context, from, to time.Time, fn func(telemetry.Sample) error) error {
 	rows, err := s.db.Read().QueryContext(ctx, s.db.Q(`SELECT `+sampleCols+` FROM gpu_samples WHERE t >= ? AND t < ? ORDER BY series_id, t`), ms(from), ms(to))
 	if err != nil {
 		return fmt.Errorf("samples: %w", err)
 	}
-	return each(rows, scanSample, fn)
+	return store.Each(rows, scanSample, fn)
 }
 
 // WriteRollups implements telemetry.Store.
@@ -433,7 +418,7 @@ func (s *Store) Samples(ctx context.Context, series []int64, from, to time.Time,
 		if err != nil {
 			return fmt.Errorf("samples: %w", err)
 		}
-		if err := each(rows, scanSample, fn); err != nil {
+		if err := store.Each(rows, scanSample, fn); err != nil {
 			return err
 		}
 	}
@@ -474,7 +459,7 @@ func (s *Store) Rollups(ctx context.Context, res time.Duration, series []int64, 
 		if err != nil {
 			return fmt.Errorf("rollups: %w", err)
 		}
-		if err := each(rows, scanRollup, fn); err != nil {
+		if err := store.Each(rows, scanRollup, fn); err != nil {
 			return err
 		}
 	}

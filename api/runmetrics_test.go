@@ -1,0 +1,118 @@
+package api_test
+
+import (
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gantryhq/gantry/api/model"
+	"github.com/gantryhq/gantry/internal/authn"
+	"github.com/gantryhq/gantry/internal/identity"
+	"github.com/gantryhq/gantry/internal/runs"
+	"github.com/gantryhq/gantry/internal/server"
+	"github.com/gantryhq/gantry/internal/servertest"
+)
+
+// TestRunMetricsInSeries: what a run reports comes back from the
+// workload's metrics endpoint beside its GPU series — every run metric by
+// default, run:NAME and run:* when asked, none when only GPU metrics are
+// asked — with a bad name refused at its field, and another team's
+// member answered 404 as for the workload.
+func TestRunMetricsInSeries(t *testing.T) {
+	var wid string
+	g := servertest.WithOverrides(t, server.Overrides{
+		Identify: func(r *http.Request) (identity.Identity, error) {
+			if tok, _ := authn.BearerToken(r.Header.Get("Authorization")); runs.IsRunToken(tok) {
+				return identity.Identity{}, errors.New("not a token of this issuer")
+			}
+			if r.Header.Get("X-Test-Role") == "nlp" {
+				return identity.Identity{Subject: "nils", Groups: []string{"ml-nlp"}}, nil
+			}
+			return alice(r)
+		},
+		RunReviewer: podReviewer{of: &wid},
+	})
+	e := envAt(t, g.URL, nil, string(g.Config.Database.DSN))
+	ctx := t.Context()
+	launched := servertest.Must(e.api.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "dev-environment", Team: "vision"}))(t)
+	if launched.JSON201 == nil {
+		t.Fatalf("launch: %d", launched.StatusCode())
+	}
+	wid = launched.JSON201.Id
+	enc := base64.RawURLEncoding.EncodeToString
+	token := enc([]byte(`{"alg":"RS256"}`)) + "." + enc([]byte(`{"aud":["`+runs.Audience+`"],"exp":`+strconv.FormatInt(time.Now().Add(time.Hour).Unix(), 10)+
+		`,"kubernetes.io":{"namespace":"gantry-vision","pod":{"name":"run-`+wid+`","uid":"u1"}}}`)) + ".sig"
+	// Six reports 20 s apart, the last a minute ago; val_loss on two.
+	start := time.Now().UTC().Add(-3 * time.Minute).Truncate(time.Second)
+	var reports []string
+	for i := range 6 {
+		m := fmt.Sprintf(`"loss": %g`, 1/float64(i+1))
+		if i%3 == 2 {
+			m += fmt.Sprintf(`, "val_loss": %g`, 2/float64(i+1))
+		}
+		reports = append(reports, fmt.Sprintf(`{"step": %d, "time": %q, "metrics": {%s}}`, 10*(i+1), start.Add(time.Duration(20*i)*time.Second).Format(time.RFC3339), m))
+	}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, e.url+"/api/v1/workloads/"+wid+"/progress", strings.NewReader(`{"reports": [`+strings.Join(reports, ",")+`]}`))
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("reports: %d", resp.StatusCode)
+	}
+
+	from := start.Add(-time.Minute)
+	read := func(series *string) *model.MetricSeriesList {
+		t.Helper()
+		r := servertest.Must(e.api.GetWorkloadMetricsWithResponse(ctx, wid, &model.GetWorkloadMetricsParams{From: &from, Step: new("1m"), Series: series}))(t)
+		if r.JSON200 == nil {
+			t.Fatalf("metrics (series %v): %d %s", servertest.Deref(series), r.StatusCode(), r.Body)
+		}
+		return r.JSON200
+	}
+	// reports counts the reports behind a run series' points.
+	reports6 := func(rs []model.RunMetricSeries) map[string]int {
+		out := map[string]int{}
+		for _, s := range rs {
+			for _, p := range s.Points {
+				out[s.Metric] += p.N
+				if p.Max < p.Avg || p.P95 > p.Max || p.T.Before(from) {
+					t.Errorf("%s's point %+v: max below mean, p95 above max or before the window", s.Metric, p)
+				}
+			}
+		}
+		return out
+	}
+	all := read(nil)
+	if got := reports6(all.Run); len(all.Run) != 2 || got["loss"] != 6 || got["val_loss"] != 2 {
+		t.Fatalf("every series by default: the run's %v, want loss from 6 reports and val_loss from 2", got)
+	}
+	if one := read(new("run:val_loss")); len(one.Run) != 1 || one.Run[0].Metric != "val_loss" || len(one.Series) != 0 {
+		t.Errorf("run:val_loss: run %d series, GPU %d", len(one.Run), len(one.Series))
+	}
+	if star := read(new("gpu_util,run:*")); len(star.Run) != 2 {
+		t.Errorf("run:*: %d run series, want 2", len(star.Run))
+	}
+	if gpu := read(new("gpu_util")); len(gpu.Run) != 0 {
+		t.Errorf("only a GPU metric asked for: %d run series, want none", len(gpu.Run))
+	}
+	if none := read(new("run:accuracy")); len(none.Run) != 0 {
+		t.Errorf("a metric the run never reported: %d series", len(none.Run))
+	}
+	bad := servertest.Must(e.api.GetWorkloadMetricsWithResponse(ctx, wid, &model.GetWorkloadMetricsParams{Series: new("run:val loss")}))(t)
+	if p := bad.ApplicationproblemJSONDefault; bad.StatusCode() != http.StatusUnprocessableEntity || p == nil || !strings.Contains(string(bad.Body), `"series"`) {
+		t.Errorf("a bad run metric name: %d %s, want 422 at series", bad.StatusCode(), bad.Body)
+	}
+	hidden := servertest.Must(e.as("nlp").GetWorkloadMetricsWithResponse(ctx, wid, &model.GetWorkloadMetricsParams{Series: new("run:loss")}))(t)
+	if hidden.StatusCode() != http.StatusNotFound {
+		t.Errorf("another team's member: %d, want 404", hidden.StatusCode())
+	}
+}

@@ -1,0 +1,305 @@
+package runs
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/gantryhq/gantry/internal/fault"
+	"github.com/gantryhq/gantry/internal/telemetry"
+)
+
+// A run's named metrics are kept as series beside its GPU series: every
+// report for the raw retention's windows (exact), and rollups per metric —
+// one minute and one hour, the GPU series' resolutions — for older windows,
+// kept as long as the GPU rollups. The rollups are made after the fact from
+// the reports (RollUp), so taking a report writes nothing more.
+
+// MetricRollup is one metric of one run summarised over one period: the
+// reports that carried it, their mean, largest value and 95th percentile.
+type MetricRollup struct {
+	Metric        string
+	Bucket        time.Time
+	N             int
+	Avg, Max, P95 float64
+}
+
+// RollupDue is a run whose newest reports may not be in its rollups yet:
+// From is the first such report's number, Reports how many it has.
+type RollupDue struct {
+	Workload      string
+	From, Reports int64
+}
+
+// Stamp is a report's number and time.
+type Stamp struct {
+	Seq  int64
+	Time time.Time
+}
+
+// RollupStore keeps the rollups of runs' metrics.
+type RollupStore interface {
+	// DueRollups are up to limit runs, after the workload id after in id
+	// order, with reports numbered from their rollup mark on.
+	DueRollups(ctx context.Context, after string, limit int) ([]RollupDue, error)
+	// ReportStamps are up to limit of a run's reports from number from on,
+	// in their order.
+	ReportStamps(ctx context.Context, workload string, from int64, limit int) ([]Stamp, error)
+	// ReportsBetween calls fn with each of a run's reports timed in
+	// [from, to).
+	ReportsBetween(ctx context.Context, workload string, from, to time.Time, fn func(Report) error) error
+	// WriteRunRollups writes a run's minute rollups, computes again from
+	// them the hours they fall in, and moves its rollup mark from from to
+	// next, in one transaction.
+	WriteRunRollups(ctx context.Context, workload string, minutes []MetricRollup, from, next int64) error
+	// RunRollups calls fn with a run's rollups of resolution res whose
+	// period starts in [from, to), by metric then period.
+	RunRollups(ctx context.Context, workload string, res time.Duration, from, to time.Time, fn func(MetricRollup) error) error
+	// DeleteRunRollupsBefore deletes at most limit rollups of periods that
+	// began before before and says how many.
+	DeleteRunRollupsBefore(ctx context.Context, before time.Time, limit int) (int64, error)
+}
+
+const (
+	// rollupGrace is how long after a minute ends its rollup waits for
+	// reports still on their way (the reporter sends every few seconds).
+	rollupGrace = 30 * time.Second
+	// rollupBatch is the most reports of one run a pass reads the numbers
+	// of (a run with more is rolled up over several passes).
+	rollupBatch = 20000
+	// MaxRunSeries is the most metrics one series query returns.
+	MaxRunSeries = 64
+)
+
+// RollUp makes the rollups of up to limit runs' reports whose minutes have
+// closed, taking the runs in turn across passes; it returns how many runs
+// it rolled up. A report that arrives late marks its run again and its
+// minute is computed again from all its reports; every replica may run it
+// (a period rolled up twice is written alike).
+func (s *Service) RollUp(ctx context.Context, limit int) (int, error) {
+	s.rollMu.Lock()
+	after := s.rollAfter
+	s.rollMu.Unlock()
+	due, err := s.o.Store.DueRollups(ctx, after, limit)
+	if err != nil {
+		return 0, fmt.Errorf("runs to roll up: %w", err)
+	}
+	if len(due) < limit && after != "" {
+		// The end of the ids: on from the first, up to where this began.
+		more, err := s.o.Store.DueRollups(ctx, "", limit-len(due))
+		if err != nil {
+			return 0, fmt.Errorf("runs to roll up: %w", err)
+		}
+		for _, d := range more {
+			if d.Workload > after {
+				break
+			}
+			due = append(due, d)
+		}
+	}
+	closed := s.o.Now().Add(-rollupGrace)
+	done := 0
+	for _, d := range due {
+		if err := s.rollUp(ctx, d, closed); err != nil {
+			return done, err
+		}
+		done++
+		s.rollMu.Lock()
+		s.rollAfter = d.Workload
+		s.rollMu.Unlock()
+	}
+	return done, nil
+}
+
+// rollUp rolls up one run's reports from its mark on: the minutes they
+// fall in that have closed, each from all of its reports; the mark moves to
+// the first report in a minute still open.
+func (s *Service) rollUp(ctx context.Context, d RollupDue, closed time.Time) error {
+	stamps, err := s.o.Store.ReportStamps(ctx, d.Workload, d.From, rollupBatch)
+	if err != nil {
+		return fmt.Errorf("reports of run %s: %w", d.Workload, err)
+	}
+	next := d.Reports // none left: the reports were pruned
+	if len(stamps) > 0 {
+		next = stamps[len(stamps)-1].Seq + 1
+	}
+	touched := map[time.Time]bool{}
+	for _, st := range stamps {
+		b := telemetry.Bucket(st.Time, telemetry.Minute)
+		if b.Add(telemetry.Minute).After(closed) {
+			next = min(next, st.Seq)
+			continue
+		}
+		touched[b] = true
+	}
+	minutes := slices.SortedFunc(maps.Keys(touched), time.Time.Compare)
+	var out []MetricRollup
+	// Minutes next to each other are read in one query.
+	for i := 0; i < len(minutes); {
+		j := i + 1
+		for j < len(minutes) && minutes[j].Equal(minutes[j-1].Add(telemetry.Minute)) {
+			j++
+		}
+		acc := map[time.Time]map[string][]float64{}
+		err := s.o.Store.ReportsBetween(ctx, d.Workload, minutes[i], minutes[j-1].Add(telemetry.Minute), func(r Report) error {
+			b := telemetry.Bucket(r.Time, telemetry.Minute)
+			if acc[b] == nil {
+				acc[b] = map[string][]float64{}
+			}
+			for name, v := range r.Metrics {
+				acc[b][name] = append(acc[b][name], v)
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("reports of run %s: %w", d.Workload, err)
+		}
+		for _, b := range minutes[i:j] {
+			for _, name := range slices.Sorted(maps.Keys(acc[b])) {
+				out = append(out, summarise(name, b, acc[b][name]))
+			}
+		}
+		i = j
+	}
+	if err := s.o.Store.WriteRunRollups(ctx, d.Workload, out, d.From, next); err != nil {
+		return fmt.Errorf("rollups of run %s: %w", d.Workload, err)
+	}
+	return nil
+}
+
+// summarise is one metric's values in one period.
+func summarise(name string, bucket time.Time, xs []float64) MetricRollup {
+	sort.Float64s(xs)
+	sum := 0.0
+	for _, x := range xs {
+		sum += x
+	}
+	return MetricRollup{Metric: name, Bucket: bucket, N: len(xs), Avg: sum / float64(len(xs)), Max: xs[len(xs)-1], P95: telemetry.Quantile(xs, 0.95)}
+}
+
+// Series is one metric of a run over a query's window.
+type Series struct {
+	Metric string
+	Points []telemetry.Point
+}
+
+// SeriesQuery is what a reader asks of a run's metrics: the window and
+// step (already checked: telemetry.CheckQuery) and the metrics (nil: all).
+type SeriesQuery struct {
+	From, To time.Time
+	Step     time.Duration
+	Metrics  []string
+}
+
+// Series are the metrics workload id's run reported, over q's window at
+// its step, as the GPU series are: each point the mean, largest value and
+// 95th percentile of the reports in [t, t+step) — exact within the raw
+// retention, from the minute rollups before it (the hour rollups for steps
+// of an hour or more). Metrics named in q that the run never reported have
+// no series.
+func (s *Service) Series(ctx context.Context, id string, q SeriesQuery) ([]Series, error) {
+	if err := s.o.Workloads.Visible(ctx, id); err != nil {
+		return nil, err
+	}
+	if err := telemetry.CheckQuery(telemetry.Query{From: q.From, To: q.To, Step: q.Step}); err != nil {
+		return nil, &fault.Invalid{Fields: []fault.Field{{Path: "from", Message: err.Error()}}}
+	}
+	steps := int(q.To.Sub(q.From) / q.Step)
+	if q.To.Sub(q.From)%q.Step != 0 {
+		steps++
+	}
+	want := func(name string) bool { return q.Metrics == nil || slices.Contains(q.Metrics, name) }
+	type cell struct {
+		vals []float64
+		rs   []MetricRollup
+	}
+	cells := map[string][]cell{}
+	slot := func(name string, t time.Time) *cell {
+		k := int(t.Sub(q.From) / q.Step)
+		if t.Before(q.From) || k >= steps || !want(name) {
+			return nil
+		}
+		cs, ok := cells[name]
+		if !ok {
+			if len(cells) == MaxRunSeries {
+				return nil
+			}
+			cs = make([]cell, steps)
+			cells[name] = cs
+		}
+		return &cs[k]
+	}
+	var err error
+	res := time.Duration(0) // raw
+	switch {
+	case q.From.After(s.o.Now().Add(-s.o.RawRetention)):
+	case q.Step >= telemetry.Hour:
+		res = telemetry.Hour
+	default:
+		res = telemetry.Minute
+	}
+	if res == 0 {
+		err = s.o.Store.ReportsBetween(ctx, id, q.From, q.To, func(r Report) error {
+			for name, v := range r.Metrics {
+				if c := slot(name, r.Time); c != nil {
+					c.vals = append(c.vals, v)
+				}
+			}
+			return nil
+		})
+	} else {
+		err = s.o.Store.RunRollups(ctx, id, res, q.From, q.To, func(r MetricRollup) error {
+			if c := slot(r.Metric, r.Bucket); c != nil {
+				c.rs = append(c.rs, r)
+			}
+			return nil
+		})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("run metrics of workload %s: %w", id, err)
+	}
+	if n := steps * len(cells); n > telemetry.MaxTotalPoints {
+		return nil, &fault.Invalid{Fields: []fault.Field{{Path: "step", Message: fmt.Sprintf("%d run metrics over %d steps is %d points; at most %d: choose a larger step, fewer series or a shorter window",
+			len(cells), steps, n, telemetry.MaxTotalPoints)}}}
+	}
+	out := []Series{}
+	for _, name := range slices.Sorted(maps.Keys(cells)) {
+		se := Series{Metric: name, Points: []telemetry.Point{}}
+		for k, c := range cells[name] {
+			var r MetricRollup
+			switch {
+			case len(c.vals) > 0:
+				r = summarise(name, time.Time{}, c.vals)
+			case len(c.rs) > 0:
+				r = mergeRollups(c.rs)
+			default:
+				continue
+			}
+			se.Points = append(se.Points, telemetry.Point{T: q.From.Add(time.Duration(k) * q.Step), Avg: r.Avg, Max: r.Max, P95: r.P95, N: r.N})
+		}
+		if len(se.Points) > 0 {
+			out = append(out, se)
+		}
+	}
+	return out, nil
+}
+
+// mergeRollups combines one metric's rollups: the mean weighted by count,
+// the largest max and the largest p95 (an upper bound of the p95 of all
+// their reports), as telemetry merges the GPU rollups.
+func mergeRollups(rs []MetricRollup) MetricRollup {
+	out := MetricRollup{Max: math.Inf(-1), P95: math.Inf(-1)}
+	sum := 0.0
+	for _, r := range rs {
+		sum += r.Avg * float64(r.N)
+		out.N += r.N
+		out.Max = max(out.Max, r.Max)
+		out.P95 = max(out.P95, r.P95)
+	}
+	out.Avg = sum / float64(out.N)
+	return out
+}

@@ -1,0 +1,156 @@
+package store_test
+
+import (
+	"context"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/gantryhq/gantry/internal/notify"
+	"github.com/gantryhq/gantry/internal/runs"
+	"github.com/gantryhq/gantry/internal/store/stores"
+)
+
+// seriesWorkloads lets every caller read every workload: the series'
+// reading and rolling up is what testRunSeries is about.
+type seriesWorkloads struct{ runs.Workloads }
+
+func (seriesWorkloads) Visible(context.Context, string) error { return nil }
+
+type dropNotes struct{}
+
+func (dropNotes) Notify(context.Context, notify.Message) error { return nil }
+
+// testRunSeries: a run's metrics as series — every report while the
+// window is within the raw retention; rolled up per minute once a minute
+// has closed (an open one waits, a late report has its minute computed
+// again), per hour from the minutes; read from the rollups for older
+// windows with the same points; the runs taken in turn; pruned by age.
+func testRunSeries(t *testing.T, s *stores.All) {
+	ctx := context.Background()
+	base := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	now := base
+	svc, err := runs.New(runs.Options{Store: s, Workloads: seriesWorkloads{}, Notifier: dropNotes{}, Now: func() time.Time { return now }, RawRetention: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	post := func(w string, rs ...runs.Report) {
+		t.Helper()
+		if _, err := appendOne(ctx, s, w, rs, func(old runs.Summary) runs.Summary { return runs.Apply(old, rs) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	at := func(sec int, m map[string]float64) runs.Report {
+		return runs.Report{Time: base.Add(time.Duration(sec) * time.Second), Step: int64(sec), Epoch: math.NaN(), ResumedFrom: -1, Metrics: m}
+	}
+	// r1: every 10 s for three minutes, loss i and acc 100-i; lr once.
+	var rs []runs.Report
+	for i := range 18 {
+		m := map[string]float64{"loss": float64(i), "acc": float64(100 - i)}
+		if i == 3 {
+			m["lr"] = 0.01
+		}
+		rs = append(rs, at(10*i, m))
+	}
+	post("r1", rs...)
+	rollUp := func(limit, want int) {
+		t.Helper()
+		if n, err := svc.RollUp(ctx, limit); err != nil || n != want {
+			t.Fatalf("roll up at %s: %d runs, %v; want %d", now.Format(time.TimeOnly), n, err, want)
+		}
+	}
+	type point struct {
+		n             int
+		avg, max, p95 float64
+	}
+	rollups := func(w string, res time.Duration) map[string][]point {
+		t.Helper()
+		out := map[string][]point{}
+		err := s.RunRollups(ctx, w, res, base, base.Add(2*time.Hour), func(r runs.MetricRollup) error {
+			out[r.Metric] = append(out[r.Metric], point{r.N, r.Avg, r.Max, r.P95})
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	near := func(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
+
+	// 10:03:10: minutes 0 and 1 have closed (and waited 30 s); minute 2
+	// has not.
+	now = base.Add(3*time.Minute + 10*time.Second)
+	rollUp(10, 1)
+	if due, err := s.DueRollups(ctx, "", 10); err != nil || len(due) != 1 || due[0].From != 12 || due[0].Reports != 18 {
+		t.Fatalf("due after the first pass: %+v %v; want r1 from report 12 (minute 2's first) of 18", due, err)
+	}
+	got := rollups("r1", time.Minute)
+	if l := got["loss"]; len(l) != 2 || l[0].n != 6 || !near(l[0].avg, 2.5) || l[0].max != 5 || !near(l[0].p95, 4.75) || l[1].n != 6 || !near(l[1].avg, 8.5) {
+		t.Fatalf("loss's minute rollups: %+v; want minutes 0 and 1 of 6 reports, means 2.5 and 8.5", l)
+	}
+	if lr := got["lr"]; len(lr) != 1 || lr[0].n != 1 || lr[0].avg != 0.01 {
+		t.Fatalf("lr's minute rollups: %+v", lr)
+	}
+	if h := rollups("r1", time.Hour)["loss"]; len(h) != 1 || h[0].n != 12 || !near(h[0].avg, 5.5) || h[0].max != 11 || !near(h[0].p95, 10.75) {
+		t.Fatalf("loss's hour rollup from its minutes: %+v; want 12 reports, mean 5.5, max 11, p95 the largest minute's", h)
+	}
+
+	// A late report in minute 0, and r2 beside r1; 10:04: minute 2 closes.
+	post("r1", at(30, map[string]float64{"loss": 100}))
+	post("r2", at(0, map[string]float64{"loss": 1}))
+	now = base.Add(4 * time.Minute)
+	rollUp(1, 1) // r1 (or r2): one a pass, in turn
+	rollUp(1, 1)
+	if due, err := s.DueRollups(ctx, "", 10); err != nil || len(due) != 0 {
+		t.Fatalf("due after every run's minutes closed: %+v %v; want none", due, err)
+	}
+	got = rollups("r1", time.Minute)
+	if l := got["loss"]; len(l) != 3 || l[0].n != 7 || l[0].max != 100 || l[2].n != 6 {
+		t.Fatalf("loss's minutes after the late report: %+v; want minute 0 computed again (7 reports, max 100) and minute 2", l)
+	}
+	if h := rollups("r1", time.Hour)["loss"]; len(h) != 1 || h[0].n != 19 || h[0].max != 100 {
+		t.Fatalf("loss's hour after the late report: %+v; want 19 reports, max 100", h)
+	}
+	if l := rollups("r2", time.Minute)["loss"]; len(l) != 1 || l[0].n != 1 {
+		t.Fatalf("r2's rollups: %+v", l)
+	}
+
+	// The same window read from the reports (within the raw retention)
+	// and, two hours later, from the rollups: the same points.
+	q := runs.SeriesQuery{From: base, To: base.Add(3 * time.Minute), Step: time.Minute}
+	raw, err := svc.Series(ctx, "r1", q)
+	if err != nil || len(raw) != 3 || raw[0].Metric != "acc" || raw[1].Metric != "loss" || raw[2].Metric != "lr" || len(raw[1].Points) != 3 || raw[1].Points[0].N != 7 {
+		t.Fatalf("series from the reports: %+v %v; want acc, loss and lr, loss's first minute of 7 reports", raw, err)
+	}
+	now = base.Add(2 * time.Hour)
+	old, err := svc.Series(ctx, "r1", q)
+	if err != nil || len(old) != len(raw) {
+		t.Fatalf("series from the rollups: %+v %v", old, err)
+	}
+	for i := range raw {
+		if len(old[i].Points) != len(raw[i].Points) {
+			t.Fatalf("%s: %d points from the rollups, %d from the reports", raw[i].Metric, len(old[i].Points), len(raw[i].Points))
+		}
+		for k, p := range raw[i].Points {
+			o := old[i].Points[k]
+			if !o.T.Equal(p.T) || o.N != p.N || !near(o.Avg, p.Avg) || o.Max != p.Max || !near(o.P95, p.P95) {
+				t.Errorf("%s at %s: %+v from the rollups, %+v from the reports", raw[i].Metric, p.T.Format(time.TimeOnly), o, p)
+			}
+		}
+	}
+	hourly, err := svc.Series(ctx, "r1", runs.SeriesQuery{From: base, To: base.Add(time.Hour), Step: time.Hour, Metrics: []string{"loss", "nothing"}})
+	if err != nil || len(hourly) != 1 || hourly[0].Metric != "loss" || len(hourly[0].Points) != 1 || hourly[0].Points[0].N != 19 {
+		t.Fatalf("loss at a step of an hour: %+v %v; want one point of 19 reports, no series for a metric never reported", hourly, err)
+	}
+
+	// Retention: rollups of periods that began before 10:02 go (minutes 0
+	// and 1 of loss and acc, minute 0 of lr, and the 10:00 hour of each
+	// metric of r1 and r2).
+	n, err := s.DeleteRunRollupsBefore(ctx, base.Add(2*time.Minute), 100)
+	if err != nil || n != 5+3+1+1 {
+		t.Fatalf("pruned %d rollups, %v; want 10", n, err)
+	}
+	if got := rollups("r1", time.Minute); len(got["loss"]) != 1 || len(got["lr"]) != 0 {
+		t.Fatalf("left after pruning: %+v", got)
+	}
+}

@@ -2214,7 +2214,7 @@ type ProgressReport struct {
 	// Epoch The epoch (fractional within one).
 	Epoch *float64 `json:"epoch,omitempty"`
 
-	// Metrics Named metrics: a name is a letter or _ then up to 63 letters, digits or _ . / - (loss, val_loss, samples_per_s, tokens_per_s, accuracy); at most 64.
+	// Metrics Named metrics: a name is a letter or _ then up to 63 letters, digits or _ . / - (loss, val_loss, samples_per_s, tokens_per_s, accuracy); at most 64, each a finite number within ±1e100.
 	Metrics *map[string]float64 `json:"metrics,omitempty"`
 
 	// ResumedFrom The step of the checkpoint the run started from: its first report after a restart.

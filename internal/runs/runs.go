@@ -40,7 +40,10 @@ type Report struct {
 const (
 	MaxReports = 1000
 	MaxMetrics = 64
-	maxStep    = 1 << 50
+	// MaxMetricValue bounds a metric's magnitude, so that its series' sums
+	// stay finite.
+	MaxMetricValue = 1e100
+	maxStep        = 1 << 50
 	// maxSkew is how far in the future a report's time may be (clocks
 	// differ between nodes and Gantry).
 	maxSkew = 5 * time.Minute
@@ -98,8 +101,8 @@ func Check(rs []Report, now time.Time) error {
 			switch {
 			case !metricName.MatchString(name):
 				errs.Addf(at+".metrics", "%q: a metric's name is a letter or _ then up to 63 letters, digits or _ . / -", clip(name))
-			case math.IsNaN(v) || math.IsInf(v, 0):
-				errs.Addf(at+".metrics."+name, "%v: want a finite number", v)
+			case math.IsNaN(v) || math.IsInf(v, 0) || math.Abs(v) > MaxMetricValue:
+				errs.Addf(at+".metrics."+name, "%v: want a finite number within ±1e100", v)
 			}
 		}
 	}

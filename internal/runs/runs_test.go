@@ -41,6 +41,7 @@ func TestCheck(t *testing.T) {
 		{"step past the total", func(r *runs.Report) { r.Step = 1001 }, "reports[1].totalSteps"},
 		{"infinite epoch", func(r *runs.Report) { r.Epoch = math.Inf(1) }, "reports[1].epoch"},
 		{"NaN metric", func(r *runs.Report) { r.Metrics["loss"] = math.NaN() }, "reports[1].metrics.loss"},
+		{"metric past 1e100", func(r *runs.Report) { r.Metrics["loss"] = -2e100 }, "reports[1].metrics.loss"},
 		{"bad metric name", func(r *runs.Report) { r.Metrics["val loss"] = 1 }, "reports[1].metrics"},
 		{"in the future", func(r *runs.Report) { r.Time = now.Add(time.Hour) }, "reports[1].time"},
 		{"out of order", func(r *runs.Report) { r.Time = now.Add(-time.Hour) }, "reports[1].time"},

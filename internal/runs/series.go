@@ -1,12 +1,12 @@
 package runs
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"maps"
-	"math"
 	"slices"
-	"sort"
 	"time"
 
 	"github.com/gantryhq/gantry/internal/fault"
@@ -52,10 +52,12 @@ type RollupStore interface {
 	// ReportsBetween calls fn with each of a run's reports timed in
 	// [from, to).
 	ReportsBetween(ctx context.Context, workload string, from, to time.Time, fn func(Report) error) error
-	// WriteRunRollups writes a run's minute rollups, computes again from
-	// them the hours they fall in, and moves its rollup mark from from to
-	// next, in one transaction.
-	WriteRunRollups(ctx context.Context, workload string, minutes []MetricRollup, from, next int64) error
+	// WriteRunRollups moves a run's rollup mark from from to next, writes
+	// its minute rollups and computes again from them the hours they fall
+	// in, in one transaction — or writes nothing and says false when the
+	// mark is no longer at from (another replica rolled the run up since
+	// it was read: what it wrote may be newer).
+	WriteRunRollups(ctx context.Context, workload string, minutes []MetricRollup, from, next int64) (bool, error)
 	// RunRollups calls fn with a run's rollups of resolution res whose
 	// period starts in [from, to), by metric then period.
 	RunRollups(ctx context.Context, workload string, res time.Duration, from, to time.Time, fn func(MetricRollup) error) error
@@ -71,8 +73,6 @@ const (
 	// rollupBatch is the most reports of one run a pass reads the numbers
 	// of (a run with more is rolled up over several passes).
 	rollupBatch = 20000
-	// MaxRunSeries is the most metrics one series query returns.
-	MaxRunSeries = 64
 )
 
 // RollUp makes the rollups of up to limit runs' reports whose minutes have
@@ -103,16 +103,23 @@ func (s *Service) RollUp(ctx context.Context, limit int) (int, error) {
 	}
 	closed := s.o.Now().Add(-rollupGrace)
 	done := 0
+	var errs []error
 	for _, d := range due {
+		// A run that fails is passed over, not retried first: it cannot
+		// hold up the runs after it.
 		if err := s.rollUp(ctx, d, closed); err != nil {
-			return done, err
+			errs = append(errs, err)
+		} else {
+			done++
 		}
-		done++
 		s.rollMu.Lock()
 		s.rollAfter = d.Workload
 		s.rollMu.Unlock()
+		if ctx.Err() != nil {
+			break
+		}
 	}
-	return done, nil
+	return done, errors.Join(errs...)
 }
 
 // rollUp rolls up one run's reports from its mark on: the minutes they
@@ -165,7 +172,7 @@ func (s *Service) rollUp(ctx context.Context, d RollupDue, closed time.Time) err
 		}
 		i = j
 	}
-	if err := s.o.Store.WriteRunRollups(ctx, d.Workload, out, d.From, next); err != nil {
+	if _, err := s.o.Store.WriteRunRollups(ctx, d.Workload, out, d.From, next); err != nil {
 		return fmt.Errorf("rollups of run %s: %w", d.Workload, err)
 	}
 	return nil
@@ -173,12 +180,9 @@ func (s *Service) rollUp(ctx context.Context, d RollupDue, closed time.Time) err
 
 // summarise is one metric's values in one period.
 func summarise(name string, bucket time.Time, xs []float64) MetricRollup {
-	sort.Float64s(xs)
-	sum := 0.0
-	for _, x := range xs {
-		sum += x
-	}
-	return MetricRollup{Metric: name, Bucket: bucket, N: len(xs), Avg: sum / float64(len(xs)), Max: xs[len(xs)-1], P95: telemetry.Quantile(xs, 0.95)}
+	r := MetricRollup{Metric: name, Bucket: bucket, N: len(xs)}
+	r.Avg, r.Max, r.P95 = telemetry.Summarise(xs)
+	return r
 }
 
 // Series is one metric of a run over a query's window.
@@ -195,111 +199,122 @@ type SeriesQuery struct {
 	Metrics  []string
 }
 
+// Bounds of one series query: the most run metrics it returns, and the
+// most reported values it reads from the reports themselves (a window of a
+// run that reports very often is read from the rollups, older than the raw
+// retention, or asked for in shorter windows).
+const (
+	MaxRunSeries = 64
+	maxRawValues = 4 << 20
+)
+
 // Series are the metrics workload id's run reported, over q's window at
 // its step, as the GPU series are: each point the mean, largest value and
 // 95th percentile of the reports in [t, t+step) — exact within the raw
 // retention, from the minute rollups before it (the hour rollups for steps
 // of an hour or more). Metrics named in q that the run never reported have
-// no series.
+// no series; more than MaxRunSeries metrics, or more than maxRawValues
+// values read, are refused (*fault.Invalid) rather than cut.
 func (s *Service) Series(ctx context.Context, id string, q SeriesQuery) ([]Series, error) {
 	if err := s.o.Workloads.Visible(ctx, id); err != nil {
 		return nil, err
 	}
-	if err := telemetry.CheckQuery(telemetry.Query{From: q.From, To: q.To, Step: q.Step}); err != nil {
+	tq := telemetry.Query{From: q.From, To: q.To, Step: q.Step}
+	if err := telemetry.CheckQuery(tq); err != nil {
 		return nil, &fault.Invalid{Fields: []fault.Field{{Path: "from", Message: err.Error()}}}
 	}
-	steps := int(q.To.Sub(q.From) / q.Step)
-	if q.To.Sub(q.From)%q.Step != 0 {
-		steps++
+	steps := tq.Steps()
+	// At most MaxRunSeries series of steps points each: refused before
+	// anything is read when that could pass MaxTotalPoints.
+	if n := steps * min(MaxRunSeries, cmp.Or(len(q.Metrics), MaxRunSeries)); n > telemetry.MaxTotalPoints {
+		return nil, &fault.Invalid{Fields: []fault.Field{{Path: "step", Message: fmt.Sprintf("%d steps of up to %d run metrics is up to %d points; at most %d: choose a larger step, name the run metrics or a shorter window",
+			steps, n/steps, n, telemetry.MaxTotalPoints)}}}
 	}
+	tooMany := &fault.Invalid{Fields: []fault.Field{{Path: "series", Message: fmt.Sprintf("the run reported more than %d metrics in this window: name the ones to read (run:NAME)", MaxRunSeries)}}}
 	want := func(name string) bool { return q.Metrics == nil || slices.Contains(q.Metrics, name) }
+	// A cell is one step of one metric: the values read (raw), or the
+	// rollups merged as they come (the mean weighted by count, the largest
+	// max, the largest p95: an upper bound of the p95 of their reports).
 	type cell struct {
 		vals []float64
-		rs   []MetricRollup
+		n    int
+		sum  float64
+		max  float64
+		p95  float64
 	}
 	cells := map[string][]cell{}
-	slot := func(name string, t time.Time) *cell {
+	slot := func(name string, t time.Time) (*cell, error) {
 		k := int(t.Sub(q.From) / q.Step)
 		if t.Before(q.From) || k >= steps || !want(name) {
-			return nil
+			return nil, nil
 		}
 		cs, ok := cells[name]
 		if !ok {
 			if len(cells) == MaxRunSeries {
-				return nil
+				return nil, tooMany
 			}
 			cs = make([]cell, steps)
 			cells[name] = cs
 		}
-		return &cs[k]
+		return &cs[k], nil
 	}
 	var err error
-	res := time.Duration(0) // raw
-	switch {
-	case q.From.After(s.o.Now().Add(-s.o.RawRetention)):
-	case q.Step >= telemetry.Hour:
-		res = telemetry.Hour
-	default:
-		res = telemetry.Minute
-	}
-	if res == 0 {
+	if res := telemetry.Resolution(tq, s.o.Now(), s.o.RawRetention); res == 0 {
+		values := 0
 		err = s.o.Store.ReportsBetween(ctx, id, q.From, q.To, func(r Report) error {
 			for name, v := range r.Metrics {
-				if c := slot(name, r.Time); c != nil {
-					c.vals = append(c.vals, v)
+				c, err := slot(name, r.Time)
+				if err != nil || c == nil {
+					return err
 				}
+				if values++; values > maxRawValues {
+					return &fault.Invalid{Fields: []fault.Field{{Path: "from", Message: fmt.Sprintf("the window holds more than %d reported values: choose a shorter window or name the run metrics", maxRawValues)}}}
+				}
+				c.vals = append(c.vals, v)
 			}
 			return nil
 		})
 	} else {
 		err = s.o.Store.RunRollups(ctx, id, res, q.From, q.To, func(r MetricRollup) error {
-			if c := slot(r.Metric, r.Bucket); c != nil {
-				c.rs = append(c.rs, r)
+			c, err := slot(r.Metric, r.Bucket)
+			if err != nil || c == nil {
+				return err
 			}
+			if c.n == 0 {
+				c.max, c.p95 = r.Max, r.P95
+			}
+			c.n += r.N
+			c.sum += r.Avg * float64(r.N)
+			c.max, c.p95 = max(c.max, r.Max), max(c.p95, r.P95)
 			return nil
 		})
 	}
+	var invalid *fault.Invalid
+	if errors.As(err, &invalid) {
+		return nil, err
+	}
 	if err != nil {
 		return nil, fmt.Errorf("run metrics of workload %s: %w", id, err)
-	}
-	if n := steps * len(cells); n > telemetry.MaxTotalPoints {
-		return nil, &fault.Invalid{Fields: []fault.Field{{Path: "step", Message: fmt.Sprintf("%d run metrics over %d steps is %d points; at most %d: choose a larger step, fewer series or a shorter window",
-			len(cells), steps, n, telemetry.MaxTotalPoints)}}}
 	}
 	out := []Series{}
 	for _, name := range slices.Sorted(maps.Keys(cells)) {
 		se := Series{Metric: name, Points: []telemetry.Point{}}
 		for k, c := range cells[name] {
-			var r MetricRollup
+			p := telemetry.Point{T: q.From.Add(time.Duration(k) * q.Step)}
 			switch {
 			case len(c.vals) > 0:
-				r = summarise(name, time.Time{}, c.vals)
-			case len(c.rs) > 0:
-				r = mergeRollups(c.rs)
+				p.N = len(c.vals)
+				p.Avg, p.Max, p.P95 = telemetry.Summarise(c.vals)
+			case c.n > 0:
+				p.N, p.Avg, p.Max, p.P95 = c.n, c.sum/float64(c.n), c.max, c.p95
 			default:
 				continue
 			}
-			se.Points = append(se.Points, telemetry.Point{T: q.From.Add(time.Duration(k) * q.Step), Avg: r.Avg, Max: r.Max, P95: r.P95, N: r.N})
+			se.Points = append(se.Points, p)
 		}
 		if len(se.Points) > 0 {
 			out = append(out, se)
 		}
 	}
 	return out, nil
-}
-
-// mergeRollups combines one metric's rollups: the mean weighted by count,
-// the largest max and the largest p95 (an upper bound of the p95 of all
-// their reports), as telemetry merges the GPU rollups.
-func mergeRollups(rs []MetricRollup) MetricRollup {
-	out := MetricRollup{Max: math.Inf(-1), P95: math.Inf(-1)}
-	sum := 0.0
-	for _, r := range rs {
-		sum += r.Avg * float64(r.N)
-		out.N += r.N
-		out.Max = max(out.Max, r.Max)
-		out.P95 = max(out.P95, r.P95)
-	}
-	out.Avg = sum / float64(out.N)
-	return out
 }

@@ -95,14 +95,38 @@ func testRunSeries(t *testing.T, s *stores.All) {
 		t.Fatalf("loss's hour rollup from its minutes: %+v; want 12 reports, mean 5.5, max 11, p95 the largest minute's", h)
 	}
 
+	// A replica that read the mark before another moved it writes
+	// nothing: its minute may miss a report the other's has.
+	if moved, err := s.WriteRunRollups(ctx, "r1", []runs.MetricRollup{{Metric: "loss", Bucket: base, N: 1, Avg: -1, Max: -1, P95: -1}}, 0, 18); err != nil || moved {
+		t.Fatalf("a write from a mark that moved: %v, %v; want nothing written", moved, err)
+	}
+	if l := rollups("r1", time.Minute)["loss"]; len(l) != 2 || l[0].n != 6 {
+		t.Fatalf("loss's minutes after a stale write: %+v", l)
+	}
+
 	// A late report in minute 0, and r2 beside r1; 10:04: minute 2 closes.
+	// The last pass ended at r1: this one, one run long, takes r2, and the
+	// next wraps around to r1.
 	post("r1", at(30, map[string]float64{"loss": 100}))
 	post("r2", at(0, map[string]float64{"loss": 1}))
 	now = base.Add(4 * time.Minute)
-	rollUp(1, 1) // r1 (or r2): one a pass, in turn
+	rollUp(1, 1)
+	if due, err := s.DueRollups(ctx, "", 10); err != nil || len(due) != 1 || due[0].Workload != "r1" {
+		t.Fatalf("due after one pass of one run: %+v %v; want r1 left (the pass before took it: this one r2)", due, err)
+	}
 	rollUp(1, 1)
 	if due, err := s.DueRollups(ctx, "", 10); err != nil || len(due) != 0 {
 		t.Fatalf("due after every run's minutes closed: %+v %v; want none", due, err)
+	}
+	// A run whose reports were all pruned before it was rolled up: its mark
+	// moves to its end, nothing written.
+	post("r0", runs.Report{Time: base.Add(-3 * time.Hour), Step: 1, Epoch: math.NaN(), ResumedFrom: -1, Metrics: map[string]float64{"loss": 3}})
+	if n, err := s.DeleteRunsBefore(ctx, base.Add(-time.Hour), 10); err != nil || n != 1 {
+		t.Fatalf("pruning r0's report: %d %v", n, err)
+	}
+	rollUp(10, 1)
+	if due, err := s.DueRollups(ctx, "", 10); err != nil || len(due) != 0 || len(rollups("r0", time.Minute)) != 0 {
+		t.Fatalf("a run with no reports left: due %+v %v, rollups %v", due, err, rollups("r0", time.Minute))
 	}
 	got = rollups("r1", time.Minute)
 	if l := got["loss"]; len(l) != 3 || l[0].n != 7 || l[0].max != 100 || l[2].n != 6 {

@@ -57,10 +57,7 @@ func (s *Service) Series(ctx context.Context, q Query) ([]Series, error) {
 	for i, r := range recs {
 		ids[i] = r.ID
 	}
-	steps := int(q.To.Sub(q.From) / q.Step)
-	if q.To.Sub(q.From)%q.Step != 0 {
-		steps++
-	}
+	steps := q.Steps()
 	// Per series and step: the accumulated samples or rollups.
 	type cell struct {
 		acc  accumulator
@@ -81,15 +78,7 @@ func (s *Service) Series(ctx context.Context, q Query) ([]Series, error) {
 		cs[k].used = true
 		return &cs[k]
 	}
-	now := s.o.Now()
-	res := time.Duration(0) // raw
-	switch {
-	case q.From.After(now.Add(-s.o.RawRetention)):
-	case q.Step >= Hour:
-		res = Hour
-	default:
-		res = Minute
-	}
+	res := Resolution(q, s.o.Now(), s.o.RawRetention)
 	if res == 0 {
 		err = s.o.Store.Samples(ctx, ids, q.From, q.To, func(sm Sample) error {
 			if c := slot(sm.Series, sm.Time); c != nil {
@@ -154,6 +143,30 @@ func (s *Service) Series(ctx context.Context, q Query) ([]Series, error) {
 		out = []Series{}
 	}
 	return out, nil
+}
+
+// Steps is how many steps of q.Step the window [q.From, q.To) holds (the
+// last may be cut short).
+func (q Query) Steps() int {
+	n := int(q.To.Sub(q.From) / q.Step)
+	if q.To.Sub(q.From)%q.Step != 0 {
+		n++
+	}
+	return n
+}
+
+// Resolution is what a query's window is read from at now: 0, the raw
+// samples, while it starts within the raw retention (exact); else the
+// one-minute rollups, or the one-hour ones for steps of an hour or more.
+func Resolution(q Query, now time.Time, raw time.Duration) time.Duration {
+	switch {
+	case q.From.After(now.Add(-raw)):
+		return 0
+	case q.Step >= Hour:
+		return Hour
+	default:
+		return Minute
+	}
 }
 
 // merge combines rollups of one series into one: the mean weighted by

@@ -176,18 +176,22 @@ func (a *accumulator) rollup() Rollup {
 		r.Joules = a.joules
 	}
 	for m := range a.vals {
-		xs := a.vals[m]
-		if len(xs) == 0 {
-			continue
+		if len(a.vals[m]) > 0 {
+			r.Avg[m], r.Max[m], r.P95[m] = Summarise(a.vals[m])
 		}
-		sort.Float64s(xs)
-		sum := 0.0
-		for _, x := range xs {
-			sum += x
-		}
-		r.Avg[m], r.Max[m], r.P95[m] = sum/float64(len(xs)), xs[len(xs)-1], Quantile(xs, 0.95)
 	}
 	return r
+}
+
+// Summarise is the mean, largest value and 95th percentile of xs (at
+// least one), which it sorts.
+func Summarise(xs []float64) (avg, max, p95 float64) {
+	sort.Float64s(xs)
+	sum := 0.0
+	for _, x := range xs {
+		sum += x
+	}
+	return sum / float64(len(xs)), xs[len(xs)-1], Quantile(xs, 0.95)
 }
 
 // Quantile is the q-quantile of sorted values, interpolated linearly between

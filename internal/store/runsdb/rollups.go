@@ -79,12 +79,15 @@ func scanReport(row store.Scanner) (runs.Report, error) {
 
 const upsertRollup = ` ON CONFLICT (res, workload, metric, bucket) DO UPDATE SET n = excluded.n, v_avg = excluded.v_avg, v_max = excluded.v_max, v_p95 = excluded.v_p95`
 
-// WriteRunRollups implements runs.RollupStore: the minutes are upserted
-// (a minute computed again replaces itself; a metric never leaves one, as
-// reports are only added), each hour they fall in is summarised again from
-// its minutes in SQL, and the mark moves only from where it was read (a
-// replica that got there first moved it alike).
-func (s *Store) WriteRunRollups(ctx context.Context, workload string, minutes []runs.MetricRollup, from, next int64) error {
+// WriteRunRollups implements runs.RollupStore: the mark moves first, and
+// only from where it was read — its row stays locked to the commit, so of
+// two replicas that read one mark one writes and the other writes nothing
+// (a late report the second read would otherwise be overwritten by the
+// first's older minute, past the mark); then the minutes are upserted (a
+// minute computed again replaces itself; a metric never leaves one, as
+// reports are only added) and each hour they fall in is summarised again
+// from its minutes in SQL.
+func (s *Store) WriteRunRollups(ctx context.Context, workload string, minutes []runs.MetricRollup, from, next int64) (bool, error) {
 	minute, hour := int64(telemetry.Minute/time.Second), int64(telemetry.Hour/time.Second)
 	var hours []int64
 	for _, r := range minutes {
@@ -92,7 +95,16 @@ func (s *Store) WriteRunRollups(ctx context.Context, workload string, minutes []
 	}
 	slices.Sort(hours)
 	hours = slices.Compact(hours)
-	return s.db.Tx(ctx, func(tx *sql.Tx) error {
+	moved := false
+	err := s.db.Tx(ctx, func(tx *sql.Tx) error {
+		res, err := s.db.TxExec(ctx, tx, s.db.Q(`UPDATE run_progress SET rollup_seq = ? WHERE workload = ? AND rollup_seq = ?`), next, workload, from)
+		if err != nil {
+			return fmt.Errorf("rollup mark: %w", err)
+		}
+		if n, err := res.RowsAffected(); err != nil || n != 1 {
+			return err // the mark moved on: nothing to write
+		}
+		moved = true
 		for part := range slices.Chunk(minutes, per(rollupArgs)) {
 			args := make([]any, 0, len(part)*rollupArgs)
 			for _, r := range part {
@@ -111,11 +123,9 @@ func (s *Store) WriteRunRollups(ctx context.Context, workload string, minutes []
 				return fmt.Errorf("hour rollups: %w", err)
 			}
 		}
-		if _, err := s.db.TxExec(ctx, tx, s.db.Q(`UPDATE run_progress SET rollup_seq = ? WHERE workload = ? AND rollup_seq = ?`), next, workload, from); err != nil {
-			return fmt.Errorf("rollup mark: %w", err)
-		}
 		return nil
 	})
+	return moved && err == nil, err
 }
 
 // RunRollups implements runs.RollupStore.

@@ -1,6 +1,7 @@
 // Package notify owns Gantry's outgoing webhooks: messages kept in an outbox
-// in the store (so an alert survives a restart and goes out once), delivered
-// by the leader with retries and exponential backoff, each body a
+// in the store (so an alert survives a restart and is queued once), delivered
+// by the leader with retries and exponential backoff — at least once, under
+// one X-Gantry-Delivery id a receiver can drop repeats by — each body a
 // Slack-compatible JSON object ({"text": …} plus Gantry's own fields) signed
 // with HMAC-SHA256 over the timestamp and the body, and Verify, which a
 // receiver uses to check a delivery (and Gantry's tests use as the receiver).

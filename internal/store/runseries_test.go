@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"math"
+	"strconv"
 	"testing"
 	"time"
 
@@ -176,5 +177,46 @@ func testRunSeries(t *testing.T, s *stores.All) {
 	}
 	if got := rollups("r1", time.Minute); len(got["loss"]) != 1 || len(got["lr"]) != 0 {
 		t.Fatalf("left after pruning: %+v", got)
+	}
+}
+
+// BenchmarkRunRollUp: a rollup pass over 100 runs of 600 reports each (ten
+// minutes at one a second, four metrics): reports rolled up a second, to
+// set beside the ingest's (BenchmarkReportIngest). Every iteration marks
+// every run due again, so each pass reads and rolls up all of them.
+func BenchmarkRunRollUp(b *testing.B) {
+	ctx := context.Background()
+	base := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	const runsN, reportsN = 100, 600
+	for name, open := range backends(b) {
+		b.Run(name, func(b *testing.B) {
+			s := open(b)
+			for w := range runsN {
+				rs := make([]runs.Report, reportsN)
+				for i := range rs {
+					rs[i] = runs.Report{Time: base.Add(time.Duration(i) * time.Second), Step: int64(i), Epoch: math.NaN(), ResumedFrom: -1,
+						Metrics: map[string]float64{"loss": 1 / float64(i+1), "val_loss": 2 / float64(i+1), "samples_per_s": 900 + float64(i%7), "lr": 1e-4}}
+				}
+				if _, err := appendOne(ctx, s, "w"+strconv.Itoa(w), rs, func(old runs.Summary) runs.Summary { return runs.Apply(old, rs) }); err != nil {
+					b.Fatal(err)
+				}
+			}
+			now := base.Add(time.Hour)
+			svc, err := runs.New(runs.Options{Store: s, Workloads: seriesWorkloads{}, Notifier: dropNotes{}, Now: func() time.Time { return now }})
+			if err != nil {
+				b.Fatal(err)
+			}
+			for b.Loop() {
+				b.StopTimer()
+				if _, err := s.ExecContext(ctx, `UPDATE run_progress SET rollup_seq = 0`); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+				if n, err := svc.RollUp(ctx, 1000); err != nil || n != runsN {
+					b.Fatalf("rolled up %d runs, %v", n, err)
+				}
+			}
+			b.ReportMetric(float64(runsN*reportsN*b.N)/b.Elapsed().Seconds(), "reports/s")
+		})
 	}
 }

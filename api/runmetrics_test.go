@@ -95,8 +95,8 @@ func TestRunMetricsInSeries(t *testing.T) {
 	if got := reports6(all.Run); len(all.Run) != 2 || got["loss"] != 6 || got["val_loss"] != 2 {
 		t.Fatalf("every series by default: the run's %v, want loss from 6 reports and val_loss from 2", got)
 	}
-	if one := read(new("run:val_loss")); len(one.Run) != 1 || one.Run[0].Metric != "val_loss" || len(one.Series) != 0 {
-		t.Errorf("run:val_loss: run %d series, GPU %d", len(one.Run), len(one.Series))
+	if one := read(new("run:val_loss")); len(one.Run) != 1 || one.Run[0].Metric != "val_loss" || len(one.Series) != 0 || reports6(one.Run)["val_loss"] != 2 {
+		t.Errorf("run:val_loss: run %d series (%v reports), GPU %d; want its 2 reports alone", len(one.Run), reports6(one.Run), len(one.Series))
 	}
 	if star := read(new("gpu_util,run:*")); len(star.Run) != 2 {
 		t.Errorf("run:*: %d run series, want 2", len(star.Run))

@@ -264,8 +264,11 @@ func (s *Service) Series(ctx context.Context, id string, q SeriesQuery) ([]Serie
 		err = s.o.Store.ReportsBetween(ctx, id, q.From, q.To, func(r Report) error {
 			for name, v := range r.Metrics {
 				c, err := slot(name, r.Time)
-				if err != nil || c == nil {
+				if err != nil {
 					return err
+				}
+				if c == nil {
+					continue // a metric not asked for
 				}
 				if values++; values > maxRawValues {
 					return &fault.Invalid{Fields: []fault.Field{{Path: "from", Message: fmt.Sprintf("the window holds more than %d reported values: choose a shorter window or name the run metrics", maxRawValues)}}}

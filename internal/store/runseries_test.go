@@ -147,6 +147,14 @@ func testRunSeries(t *testing.T, s *stores.All) {
 	if err != nil || len(raw) != 3 || raw[0].Metric != "acc" || raw[1].Metric != "loss" || raw[2].Metric != "lr" || len(raw[1].Points) != 3 || raw[1].Points[0].N != 7 {
 		t.Fatalf("series from the reports: %+v %v; want acc, loss and lr, loss's first minute of 7 reports", raw, err)
 	}
+	// One metric asked for, of reports that carry others: every one of
+	// its reports counted (a report's other metrics come first as often
+	// as not, in a map's order).
+	q.Metrics = []string{"loss"}
+	if one, err := svc.Series(ctx, "r1", q); err != nil || len(one) != 1 || len(one[0].Points) != 3 || one[0].Points[0].N+one[0].Points[1].N+one[0].Points[2].N != 19 {
+		t.Fatalf("loss alone from the reports: %+v %v; want its 19 reports in 3 minutes", one, err)
+	}
+	q.Metrics = nil
 	now = base.Add(2 * time.Hour)
 	old, err := svc.Series(ctx, "r1", q)
 	if err != nil || len(old) != len(raw) {

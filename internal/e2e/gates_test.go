@@ -33,6 +33,7 @@ var (
 		"TestCPUTrainingEvictedFromSpot",
 		"TestMaxRuntimeKillsContainer",
 		"TestCPUTrainingRequeuedThroughKueue",
+		"TestCPUTrainingStoppedAndStarted",
 		"TestCPUTrainingResumes",
 		"TestCPUNotebookRunsCode",
 		"TestCPUJobRunsForReal",

@@ -116,7 +116,7 @@ func TestCPUJobRunsForReal(t *testing.T) {
 	}
 
 	ok := run(`echo "6*7 = $((6*7)) in $(hostname)"`, "")
-	w := g.waitStatus(ok.Id, "Succeeded", "Failed")
+	w := g.waitStatusWithin(3*time.Minute, ok.Id, "Succeeded", "Failed") // on a cold run, the image's first use on the node
 	if w.Status != "Succeeded" || servertest.Deref(w.ExitCode) != 0 {
 		t.Fatalf("the script ended %s (exit code %v): %s", w.Status, w.ExitCode, asJSON(w))
 	}
@@ -516,6 +516,25 @@ func TestCPUTrainingResumes(t *testing.T) {
 	if series := servertest.Deref(pr.Series); len(series) < steps/10 || series[len(series)-1].Step != steps {
 		t.Errorf("%d reports in the series, want at least %d ending at step %d", len(series), steps/10, steps)
 	}
+	// The same reports as time series beside the GPU series: every report
+	// that carried a loss behind the loss series' points.
+	withLoss := 0
+	for _, r := range servertest.Deref(pr.Series) {
+		if _, ok := servertest.Deref(r.Metrics)["loss"]; ok {
+			withLoss++
+		}
+	}
+	since := servertest.Deref(pr.FirstReportedAt).Add(-time.Minute)
+	ms := servertest.Deref(servertest.Must(alice.GetWorkloadMetricsWithResponse(ctx, id, &model.GetWorkloadMetricsParams{From: &since, Step: new("1m"), Series: new("run:loss")}))(t).JSON200)
+	inSeries := 0
+	for _, s := range ms.Run {
+		for _, pt := range s.Points {
+			inSeries += pt.N
+		}
+	}
+	if len(ms.Run) != 1 || ms.Run[0].Metric != "loss" || inSeries != withLoss || withLoss == 0 {
+		t.Errorf("the run's loss as a series from %s: %d series of %d reports, want one of the %d reports with a loss: %s; the reports: %s", since, len(ms.Run), inSeries, withLoss, asJSON(ms), asJSON(pr.Series))
+	}
 	// The workload itself carries its progress (no series), in a page too.
 	if got := servertest.Deref(status().Progress); servertest.Deref(got.Step) != steps || got.Series != nil {
 		t.Errorf("the workload's progress: %s", asJSON(got))
@@ -724,6 +743,46 @@ func TestCPUTrainingEvictedFromSpot(t *testing.T) {
 		t.Errorf("the Job: %d failed, %d succeeded; want the eviction to use none of its retries", j.Status.Failed, j.Status.Succeeded)
 	}
 	t.Logf("evicted at step %d or later; the first run reached %d, the second resumed from %d", atEviction, reached, from)
+}
+
+// TestCPUTrainingStoppedAndStarted: the cpu-train job stopped by its owner
+// mid-run through Gantry's API and started again: the stop ends its real
+// process with SIGTERM, which checkpoints at the step at hand on the job's
+// volume; Gantry keeps the volume while it is Stopped, and the started run
+// resumes from that checkpoint — no step it reported lost — and finishes at
+// the same total steps, as one workload with one restart.
+func TestCPUTrainingStoppedAndStarted(t *testing.T) {
+	t.Parallel() // the real node's tests: see gates_test.go
+
+	const steps, every = 200, 50
+	_, alice, id := cpuTrainRun(t, steps, nil)
+	ctx := t.Context()
+	atStop, first := pastFirstCheckpoint(t, alice, id, every)
+	if r := servertest.Must(alice.StopWorkloadWithResponse(ctx, id))(t); r.StatusCode() != 200 {
+		t.Fatalf("stop: %d %s", r.StatusCode(), r.Body)
+	}
+	waitfor.Until(t, 2*time.Minute, "the job Stopped, its pod gone", func() error {
+		w := servertest.Deref(servertest.Must(alice.GetWorkloadWithResponse(ctx, id))(t).JSON200)
+		if n := len(podsOf(t, "vision", id)); w.Status != "Stopped" || n > 0 {
+			return fmt.Errorf("%s (%s), %d pods", w.Status, servertest.Deref(w.Reason), n)
+		}
+		return nil
+	})
+	if r := servertest.Must(alice.StartWorkloadWithResponse(ctx, id))(t); r.StatusCode() != 200 {
+		t.Fatalf("start: %d %s", r.StatusCode(), r.Body)
+	}
+	_, pr, reached, from, resumedAt := finishedAfterResume(t, alice, id)
+	if resumedAt < 0 || servertest.Deref(pr.Restarts) != 1 || from < atStop || from >= steps || servertest.Deref(pr.Step) != steps {
+		t.Fatalf("progress: restarts %d, resumed from %d (stopped at step %d or later), step %d; log %q", servertest.Deref(pr.Restarts), from, atStop, servertest.Deref(pr.Step),
+			string(servertest.Must(alice.GetWorkloadLogsWithResponse(ctx, id, nil))(t).Body))
+	}
+	if reached < atStop || reached > from {
+		t.Errorf("the first run reached step %d (%d when stopped), the second resumed from %d: %d steps lost, want none (the SIGTERM checkpoint)", reached, atStop, from, max(0, reached-from))
+	}
+	if pods := podsOf(t, "vision", id); slices.ContainsFunc(pods, func(p corev1.Pod) bool { return p.Name == first.Name }) {
+		t.Errorf("the stopped run's pod %s is still there", first.Name)
+	}
+	t.Logf("stopped at step %d or later; the first run reached %d, the started one resumed from %d", atStop, reached, from)
 }
 
 type noAdmissions struct{}

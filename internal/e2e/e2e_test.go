@@ -259,8 +259,15 @@ func (g *gantryServer) events(id string) string {
 // waitStatus waits until the API reports one of the statuses.
 func (g *gantryServer) waitStatus(id string, want ...model.WorkloadStatus) model.Workload {
 	g.t.Helper()
+	return g.waitStatusWithin(90*time.Second, id, want...)
+}
+
+// waitStatusWithin is waitStatus with a wait of its own (the first
+// container of an image on a cold real node: its layers unpacked first).
+func (g *gantryServer) waitStatusWithin(d time.Duration, id string, want ...model.WorkloadStatus) model.Workload {
+	g.t.Helper()
 	var w model.Workload
-	waitfor.Until(g.t, 90*time.Second, fmt.Sprintf("workload %s to be %v", id, want), func() error {
+	waitfor.Until(g.t, d, fmt.Sprintf("workload %s to be %v", id, want), func() error {
 		if w = g.workload(id); slices.Contains(want, w.Status) {
 			return nil
 		}
@@ -679,8 +686,18 @@ func TestClusterAway(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The lifecycle loop picks the kubeconfig up and applies the launch.
-	got := g.waitStatus(w.Id, "Running")
-	if !got.Applied || servertest.Deref(got.Reason) != "" {
+	// Running can be seen before the apply's own record says applied (its
+	// pods run once the Deployment is made, while the rest is applied):
+	// both must come.
+	g.waitStatus(w.Id, "Running")
+	var got model.Workload
+	waitfor.Until(t, time.Minute, "the launch recorded as applied", func() error {
+		if got = g.workload(w.Id); !got.Applied {
+			return fmt.Errorf("%s, not applied yet", got.Status)
+		}
+		return nil
+	})
+	if got.Status != "Running" || servertest.Deref(got.Reason) != "" {
 		t.Fatalf("once the cluster is back: %s", asJSON(got))
 	}
 	deps, _ := cluster.Client.AppsV1().Deployments("gantry-away").List(context.Background(), metav1.ListOptions{})

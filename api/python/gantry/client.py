@@ -252,9 +252,7 @@ class Gantry:
 
     def metrics(self, id: str, series: Optional[List[str]] = None, since: Optional[str] = None,
                 step: Optional[str] = None) -> Dict[str, Any]:
-        """A workload's GPU series and its run's own (getWorkloadMetrics): a dict with from, to, step,
-        series (the GPU's) and run (what the run reported). A run metric is asked for as "run:loss",
-        all of them as "run:*"; no series: every GPU and run metric."""
+        """A workload's GPU series (getWorkloadMetrics): a dict with from, to, step and series."""
         return self._call("GET", f"/api/v1/workloads/{id}/metrics",
                           {"series": ",".join(series) if series else None, "from": since, "step": step})
 

@@ -1,11 +1,9 @@
 package api_test
 
 import (
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -39,14 +37,8 @@ func TestRunMetricsInSeries(t *testing.T) {
 	})
 	e := envAt(t, g.URL, nil, string(g.Config.Database.DSN))
 	ctx := t.Context()
-	launched := servertest.Must(e.api.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "dev-environment", Team: "vision"}))(t)
-	if launched.JSON201 == nil {
-		t.Fatalf("launch: %d", launched.StatusCode())
-	}
-	wid = launched.JSON201.Id
-	enc := base64.RawURLEncoding.EncodeToString
-	token := enc([]byte(`{"alg":"RS256"}`)) + "." + enc([]byte(`{"aud":["`+runs.Audience+`"],"exp":`+strconv.FormatInt(time.Now().Add(time.Hour).Unix(), 10)+
-		`,"kubernetes.io":{"namespace":"gantry-vision","pod":{"name":"run-`+wid+`","uid":"u1"}}}`)) + ".sig"
+	var token string
+	wid, token = launchWithRunToken(t, e)
 	// Six reports 20 s apart, the last a minute ago; val_loss on two.
 	start := time.Now().UTC().Add(-3 * time.Minute).Truncate(time.Second)
 	var reports []string

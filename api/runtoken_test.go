@@ -56,14 +56,8 @@ func TestRunTokenReachesOnlyItsProgress(t *testing.T) {
 	})
 	e := envAt(t, g.URL, nil, string(g.Config.Database.DSN))
 	ctx := t.Context()
-	launched := servertest.Must(e.api.CreateWorkloadWithResponse(ctx, nil, model.LaunchRequest{Template: "dev-environment", Team: "vision"}))(t)
-	if launched.JSON201 == nil {
-		t.Fatalf("launch: %d", launched.StatusCode())
-	}
-	wid = launched.JSON201.Id
-	enc := base64.RawURLEncoding.EncodeToString
-	token := enc([]byte(`{"alg":"RS256"}`)) + "." + enc([]byte(`{"aud":["`+runs.Audience+`"],"exp":`+strconv.FormatInt(time.Now().Add(time.Hour).Unix(), 10)+
-		`,"kubernetes.io":{"namespace":"gantry-vision","pod":{"name":"run-`+wid+`","uid":"u1"}}}`)) + ".sig"
+	var token string
+	wid, token = launchWithRunToken(t, e)
 	send := func(method, path, body string) int {
 		t.Helper()
 		req, _ := http.NewRequestWithContext(ctx, method, e.url+path, strings.NewReader(body))
@@ -113,4 +107,21 @@ func TestRunTokenReachesOnlyItsProgress(t *testing.T) {
 	if got := send(http.MethodPost, "/api/v1/workloads/zz99zz99zz/progress", reports); got != http.StatusForbidden {
 		t.Errorf("another workload's progress with this run's token: %d, want 403", got)
 	}
+}
+
+// launchWithRunToken launches a dev-environment in team vision and makes
+// a token shaped as its run's pod's projected token (audience gantry-run,
+// bound to a pod in its namespace), unsigned: podReviewer stands in for
+// the cluster's TokenReview.
+func launchWithRunToken(t *testing.T, e *env) (id, token string) {
+	t.Helper()
+	launched := servertest.Must(e.api.CreateWorkloadWithResponse(t.Context(), nil, model.LaunchRequest{Template: "dev-environment", Team: "vision"}))(t)
+	if launched.JSON201 == nil {
+		t.Fatalf("launch: %d", launched.StatusCode())
+	}
+	id = launched.JSON201.Id
+	enc := base64.RawURLEncoding.EncodeToString
+	token = enc([]byte(`{"alg":"RS256"}`)) + "." + enc([]byte(`{"aud":["`+runs.Audience+`"],"exp":`+strconv.FormatInt(time.Now().Add(time.Hour).Unix(), 10)+
+		`,"kubernetes.io":{"namespace":"gantry-vision","pod":{"name":"run-`+id+`","uid":"u1"}}}`)) + ".sig"
+	return id, token
 }

@@ -49,16 +49,8 @@ func TestRunMetricsInSeries(t *testing.T) {
 		}
 		reports = append(reports, fmt.Sprintf(`{"step": %d, "time": %q, "metrics": {%s}}`, 10*(i+1), start.Add(time.Duration(20*i)*time.Second).Format(time.RFC3339), m))
 	}
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, e.url+"/api/v1/workloads/"+wid+"/progress", strings.NewReader(`{"reports": [`+strings.Join(reports, ",")+`]}`))
-	req.Header.Set("Authorization", "Bearer "+token)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusAccepted {
-		t.Fatalf("reports: %d", resp.StatusCode)
+	if got := sendAsRun(t, http.MethodPost, e.url+"/api/v1/workloads/"+wid+"/progress", token, `{"reports": [`+strings.Join(reports, ",")+`]}`); got != http.StatusAccepted {
+		t.Fatalf("reports: %d", got)
 	}
 
 	from := start.Add(-time.Minute)

@@ -108,17 +108,7 @@ func (s *Store) EachAudit(ctx context.Context, fn func(audit.Record) error) erro
 	if err != nil {
 		return fmt.Errorf("read audit log: %w", err)
 	}
-	defer rows.Close()
-	for rows.Next() {
-		r, err := scanAudit(rows)
-		if err != nil {
-			return err
-		}
-		if err := fn(r); err != nil {
-			return err
-		}
-	}
-	return rows.Err()
+	return store.Each(rows, scanAudit, fn)
 }
 
 // LatestAudit implements audit.CheckpointStore.

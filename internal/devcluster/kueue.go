@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -64,6 +65,7 @@ func BuildKueue(ctx context.Context, root string, log io.Writer) (string, error)
 // startKueue installs Kueue's CRDs and runs its controller manager against
 // the cluster until Stop, waiting until it manages ClusterQueues.
 func (c *Cluster) startKueue(ctx context.Context, o Options) error {
+	c.kueueOptions = o
 	dir, err := BuildKueue(ctx, o.Root, o.Log)
 	if err != nil {
 		return err
@@ -96,7 +98,7 @@ func (c *Cluster) startKueue(ctx context.Context, o Options) error {
 		if err := os.WriteFile(cfg, kueueConfig(port, filepath.Join(kdir, "certs"), o.KueueTransformations, o.WaitForPodsReady, o.MultiKueueDispatcher, o.KueueCountsCPU), 0o600); err != nil {
 			return err
 		}
-		k, err := startProcess("Kueue", filepath.Join(dir, "bin", "kueue"), []string{"--config", cfg, "--feature-gates", "VisibilityOnDemand=false", "--zap-log-level", "info"},
+		k, err := startProcess("Kueue", filepath.Join(dir, "bin", "kueue"), []string{"--config", cfg, "--feature-gates", "VisibilityOnDemand=false", "--zap-log-level", kueueLogLevel(o.KueueLogLevel)},
 			[]string{"KUBECONFIG=" + c.Kubeconfig}, filepath.Join(kdir, "kueue.log"))
 		if err != nil {
 			return err
@@ -110,6 +112,7 @@ func (c *Cluster) startKueue(ctx context.Context, o Options) error {
 			// background (client-go logs through process-wide state).
 			<-mounted
 			c.kueue = k
+			c.kueueLog = filepath.Join(kdir, "kueue.log")
 			return nil
 		}
 		k.stop()
@@ -120,6 +123,19 @@ func (c *Cluster) startKueue(ctx context.Context, o Options) error {
 	}
 	return fmt.Errorf("start Kueue: %w", lastErr)
 }
+
+// kueueLogLevel is Kueue's --zap-log-level for a verbosity (zap takes
+// "info" or a level above 0).
+func kueueLogLevel(v int) string {
+	if v <= 0 {
+		return "info"
+	}
+	return strconv.Itoa(v)
+}
+
+// KueueLog is the path of Kueue's log ("" before it starts), for a failed
+// test to read what Kueue did.
+func (c *Cluster) KueueLog() string { return c.kueueLog }
 
 // mountKueueCerts does what the kubelet's Secret volume does for Kueue in a
 // pod: once Kueue's certificate manager has filled the certificate Secret,

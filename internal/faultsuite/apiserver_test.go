@@ -4,12 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 
@@ -115,9 +118,12 @@ func TestAPIServerDownMidBurst(t *testing.T) {
 }
 
 // dumpQueue logs what holds a failed run's launches back (it failed in
-// CI r128, r157 and r162 with a launch Queued for minutes after the outage,
-// not understood yet): the pods not ended and where they run, and each
-// ClusterQueue's status as Kueue keeps it.
+// CI r128, r157, r162 and a landed stop's with a launch Queued for minutes
+// after the outage, Kueue listing none pending; devcluster.Outage now
+// restarts Kueue, as its leader election would): the pods not ended and
+// where they run, the nodes not Ready, each ClusterQueue's status as Kueue
+// keeps it, the team's Jobs and Kueue Workloads, and what Kueue logged
+// about the Jobs still suspended.
 func dumpQueue(t *testing.T) {
 	ctx := context.Background()
 	pods, err := cluster.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
@@ -128,6 +134,18 @@ func dumpQueue(t *testing.T) {
 	for _, p := range pods.Items {
 		if p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed && p.Namespace != "kube-system" {
 			t.Logf("pod %s/%s %s on %q since %s", p.Namespace, p.Name, p.Status.Phase, p.Spec.NodeName, p.CreationTimestamp.Format(time.TimeOnly))
+		}
+	}
+	nodes, err := cluster.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Logf("nodes: %v", err)
+		nodes = &corev1.NodeList{}
+	}
+	for _, n := range nodes.Items {
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeReady && c.Status != corev1.ConditionTrue {
+				t.Logf("node %s not Ready since %s: %s", n.Name, c.LastTransitionTime.Format(time.TimeOnly), c.Message)
+			}
 		}
 	}
 	dyn, err := dynamic.NewForConfig(cluster.Config())
@@ -143,5 +161,68 @@ func dumpQueue(t *testing.T) {
 	for _, cq := range cqs.Items {
 		status, _ := json.Marshal(cq.Object["status"])
 		t.Logf("cluster queue %s: %s", cq.GetName(), status)
+	}
+	// The Jobs and Kueue's Workloads of the team, and what Kueue logged
+	// about the Jobs it did not admit.
+	const ns = "gantry-vision"
+	jobs, err := cluster.Client.BatchV1().Jobs(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Logf("jobs: %v", err)
+		return
+	}
+	lqs, err := dyn.Resource(schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "localqueues"}).Namespace(ns).List(ctx, metav1.ListOptions{})
+	if err == nil {
+		for _, lq := range lqs.Items {
+			status, _ := json.Marshal(lq.Object["status"])
+			t.Logf("local queue %s (created %s): %s", lq.GetName(), lq.GetCreationTimestamp().Format(time.TimeOnly), status)
+		}
+	}
+	wls, err := dyn.Resource(schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "workloads"}).Namespace(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Logf("workloads: %v", err)
+		return
+	}
+	byJob := map[string]string{}
+	for _, w := range wls.Items {
+		var conds []string
+		cs, _, _ := unstructured.NestedSlice(w.Object, "status", "conditions")
+		for _, c := range cs {
+			m, _ := c.(map[string]any)
+			conds = append(conds, fmt.Sprintf("%v=%v(%v)", m["type"], m["status"], m["reason"]))
+		}
+		queue, _, _ := unstructured.NestedString(w.Object, "spec", "queueName")
+		for _, o := range w.GetOwnerReferences() {
+			byJob[o.Name] = fmt.Sprintf("workload %s queue %s created %s: %s", w.GetName(), queue, w.GetCreationTimestamp().Format(time.TimeOnly), strings.Join(conds, " "))
+		}
+	}
+	var stuck []string
+	for _, j := range jobs.Items {
+		wl, ok := byJob[j.Name]
+		if !ok {
+			wl = "no Kueue workload"
+		}
+		suspended := j.Spec.Suspend != nil && *j.Spec.Suspend
+		t.Logf("job %s created %s suspended=%v active=%d: %s", j.Name, j.CreationTimestamp.Format(time.TimeOnly), suspended, j.Status.Active, wl)
+		if suspended {
+			stuck = append(stuck, j.Name)
+		}
+	}
+	if cluster.KueueLog() == "" || len(stuck) == 0 {
+		return
+	}
+	data, err := os.ReadFile(cluster.KueueLog())
+	if err != nil {
+		t.Logf("kueue log: %v", err)
+		return
+	}
+	n := 0
+	for line := range strings.Lines(string(data)) {
+		for _, name := range stuck {
+			if strings.Contains(line, name) && n < 80 {
+				t.Logf("kueue: %s", strings.TrimSpace(line))
+				n++
+				break
+			}
+		}
 	}
 }

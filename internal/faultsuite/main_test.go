@@ -12,4 +12,8 @@ import (
 // package. nil when cluster tests were not asked for.
 var cluster *devcluster.Cluster
 
-func TestMain(m *testing.M) { clustertest.Main(m, "faults", &cluster) }
+// Kueue logs at verbosity 2: a failed test logs what Kueue did with the
+// Jobs it did not admit (dumpQueue).
+func TestMain(m *testing.M) {
+	clustertest.Main(m, "faults", &cluster, clustertest.Hooks{Options: func(o *devcluster.Options) { o.KueueLogLevel = 2 }})
+}

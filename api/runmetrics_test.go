@@ -95,6 +95,19 @@ func TestRunMetricsInSeries(t *testing.T) {
 	if p := bad.ApplicationproblemJSONDefault; bad.StatusCode() != http.StatusUnprocessableEntity || p == nil || !strings.Contains(string(bad.Body), `"series"`) {
 		t.Errorf("a bad run metric name: %d %s, want 422 at series", bad.StatusCode(), bad.Body)
 	}
+	// By default, at a step many metrics could not have: bounded by the
+	// run's 2 metrics, not refused for the 64 it might have had.
+	hourAgo := start.Add(-time.Hour)
+	if fine := servertest.Must(e.api.GetWorkloadMetricsWithResponse(ctx, wid, &model.GetWorkloadMetricsParams{From: &hourAgo, Step: new("1s")}))(t); fine.JSON200 == nil || len(fine.JSON200.Run) != 2 {
+		t.Errorf("an hour at 1s by default: %d %s; want 200 with the run's 2 series", fine.StatusCode(), fine.Body)
+	}
+	var names []string
+	for i := range runs.MaxRunSeries + 1 {
+		names = append(names, fmt.Sprintf("run:m%d", i))
+	}
+	if many := servertest.Must(e.api.GetWorkloadMetricsWithResponse(ctx, wid, &model.GetWorkloadMetricsParams{Series: new(strings.Join(names, ","))}))(t); many.StatusCode() != http.StatusUnprocessableEntity || !strings.Contains(string(many.Body), `"series"`) {
+		t.Errorf("65 run metrics named: %d %s, want 422 at series", many.StatusCode(), many.Body)
+	}
 	hidden := servertest.Must(e.as("nlp").GetWorkloadMetricsWithResponse(ctx, wid, &model.GetWorkloadMetricsParams{Series: new("run:loss")}))(t)
 	if hidden.StatusCode() != http.StatusNotFound {
 		t.Errorf("another team's member: %d, want 404", hidden.StatusCode())

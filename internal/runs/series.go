@@ -1,11 +1,11 @@
 package runs
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"time"
 
@@ -59,8 +59,9 @@ type RollupStore interface {
 	// it was read: what it wrote may be newer).
 	WriteRunRollups(ctx context.Context, workload string, minutes []MetricRollup, from, next int64) (bool, error)
 	// RunRollups calls fn with a run's rollups of resolution res whose
-	// period starts in [from, to), by metric then period.
-	RunRollups(ctx context.Context, workload string, res time.Duration, from, to time.Time, fn func(MetricRollup) error) error
+	// period starts in [from, to), of the metrics named (nil: all), by
+	// metric then period.
+	RunRollups(ctx context.Context, workload string, res time.Duration, from, to time.Time, metrics []string, fn func(MetricRollup) error) error
 	// DeleteRunRollupsBefore deletes at most limit rollups of periods that
 	// began before before and says how many.
 	DeleteRunRollupsBefore(ctx context.Context, before time.Time, limit int) (int64, error)
@@ -73,6 +74,24 @@ const (
 	// rollupBatch is the most reports of one run a pass reads the numbers
 	// of (a run with more is rolled up over several passes).
 	rollupBatch = 20000
+	// rollupBlock is the most minutes one read of a pass covers.
+	rollupBlock = 60
+	// rollupMetrics is the most metrics one minute's rollups keep: the
+	// first reported; the others are left out of the rollups (logged).
+	rollupMetrics = 4 * MaxRunSeries
+	// rollupSample is the most values of one metric in one minute its 95th
+	// percentile is taken from (the first, in time order); its count, mean
+	// and largest value take every one. rollupPassValues is the most values
+	// one pass keeps for percentiles in all; past it each metric-minute
+	// keeps rollupFloor. rollupPassCells is how many metric-minutes a pass
+	// makes before it writes them and leaves the rest to the next pass.
+	// Together they bound a pass's memory (about 30 MB) whatever the run
+	// reported: reports are timed by the reporter, and a million of them
+	// may fall in one minute.
+	rollupSample     = 4096
+	rollupPassValues = 1 << 21
+	rollupFloor      = 16
+	rollupPassCells  = 1 << 15
 )
 
 // RollUp makes the rollups of up to limit runs' reports whose minutes have
@@ -123,54 +142,81 @@ func (s *Service) RollUp(ctx context.Context, limit int) (int, error) {
 }
 
 // rollUp rolls up one run's reports from its mark on: the minutes they
-// fall in that have closed, each from all of its reports; the mark moves to
-// the first report in a minute still open.
+// fall in that have closed, each from all of its reports, in blocks of
+// minutes next to each other, until rollupPassCells metric-minutes are
+// made; the mark moves to the first report in a minute not rolled up (still
+// open, or left to the next pass).
 func (s *Service) rollUp(ctx context.Context, d RollupDue, closed time.Time) error {
 	stamps, err := s.o.Store.ReportStamps(ctx, d.Workload, d.From, rollupBatch)
 	if err != nil {
 		return fmt.Errorf("reports of run %s: %w", d.Workload, err)
 	}
-	next := d.Reports // none left: the reports were pruned
-	if len(stamps) > 0 {
-		next = stamps[len(stamps)-1].Seq + 1
-	}
 	touched := map[time.Time]bool{}
 	for _, st := range stamps {
-		b := telemetry.Bucket(st.Time, telemetry.Minute)
-		if b.Add(telemetry.Minute).After(closed) {
-			next = min(next, st.Seq)
-			continue
+		if b := telemetry.Bucket(st.Time, telemetry.Minute); !b.Add(telemetry.Minute).After(closed) {
+			touched[b] = true
 		}
-		touched[b] = true
 	}
 	minutes := slices.SortedFunc(maps.Keys(touched), time.Time.Compare)
 	var out []MetricRollup
-	// Minutes next to each other are read in one query.
-	for i := 0; i < len(minutes); {
-		j := i + 1
-		for j < len(minutes) && minutes[j].Equal(minutes[j-1].Add(telemetry.Minute)) {
+	budget, dropped := rollupPassValues, 0
+	done := 0 // minutes[:done] are rolled up
+	for done < len(minutes) && len(out) < rollupPassCells {
+		j := done + 1
+		for j < len(minutes) && j-done < rollupBlock && minutes[j].Equal(minutes[j-1].Add(telemetry.Minute)) {
 			j++
 		}
-		acc := map[time.Time]map[string][]float64{}
-		err := s.o.Store.ReportsBetween(ctx, d.Workload, minutes[i], minutes[j-1].Add(telemetry.Minute), func(r Report) error {
+		accs := map[time.Time]map[string]*rollupAcc{}
+		err := s.o.Store.ReportsBetween(ctx, d.Workload, minutes[done], minutes[j-1].Add(telemetry.Minute), func(r Report) error {
 			b := telemetry.Bucket(r.Time, telemetry.Minute)
-			if acc[b] == nil {
-				acc[b] = map[string][]float64{}
+			m := accs[b]
+			if m == nil {
+				m = map[string]*rollupAcc{}
+				accs[b] = m
 			}
 			for name, v := range r.Metrics {
-				acc[b][name] = append(acc[b][name], v)
+				if !usable(v) {
+					continue
+				}
+				a := m[name]
+				if a == nil {
+					if len(m) == rollupMetrics {
+						dropped++
+						continue
+					}
+					a = &rollupAcc{}
+					m[name] = a
+				}
+				budget -= a.add(v, budget > 0)
 			}
 			return nil
 		})
 		if err != nil {
 			return fmt.Errorf("reports of run %s: %w", d.Workload, err)
 		}
-		for _, b := range minutes[i:j] {
-			for _, name := range slices.Sorted(maps.Keys(acc[b])) {
-				out = append(out, summarise(name, b, acc[b][name]))
+		for _, b := range minutes[done:j] {
+			for _, name := range slices.Sorted(maps.Keys(accs[b])) {
+				out = append(out, accs[b][name].rollup(name, b))
 			}
 		}
-		i = j
+		done = j
+	}
+	if dropped > 0 {
+		s.o.Log.Warn("run metrics left out of the rollups: a minute holds more metrics than they keep",
+			"workload", d.Workload, "values", dropped, "metrics_kept", rollupMetrics)
+	}
+	next := d.Reports // none left: the reports were pruned
+	if len(stamps) > 0 {
+		next = stamps[len(stamps)-1].Seq + 1
+	}
+	rolled := map[time.Time]bool{}
+	for _, b := range minutes[:done] {
+		rolled[b] = true
+	}
+	for _, st := range stamps {
+		if !rolled[telemetry.Bucket(st.Time, telemetry.Minute)] {
+			next = min(next, st.Seq)
+		}
 	}
 	if _, err := s.o.Store.WriteRunRollups(ctx, d.Workload, out, d.From, next); err != nil {
 		return fmt.Errorf("rollups of run %s: %w", d.Workload, err)
@@ -178,11 +224,37 @@ func (s *Service) rollUp(ctx context.Context, d RollupDue, closed time.Time) err
 	return nil
 }
 
-// summarise is one metric's values in one period.
-func summarise(name string, bucket time.Time, xs []float64) MetricRollup {
-	r := MetricRollup{Metric: name, Bucket: bucket, N: len(xs)}
-	r.Avg, r.Max, r.P95 = telemetry.Summarise(xs)
-	return r
+// usable reports whether a stored value can be summed with others (values
+// stored before runs.MaxMetricValue bounded them may not be).
+func usable(v float64) bool { return !math.IsNaN(v) && math.Abs(v) <= MaxMetricValue }
+
+// rollupAcc gathers one metric's values in one minute: their count, sum
+// and largest exactly, and a sample for the 95th percentile.
+type rollupAcc struct {
+	n      int
+	sum    float64
+	max    float64
+	sample []float64
+}
+
+// add counts v and keeps it for the percentile while the sample is short
+// (more than rollupFloor only while keep); it returns how many it kept.
+func (a *rollupAcc) add(v float64, keep bool) int {
+	if a.n == 0 || v > a.max {
+		a.max = v
+	}
+	a.n++
+	a.sum += v
+	if len(a.sample) < rollupSample && (keep || len(a.sample) < rollupFloor) {
+		a.sample = append(a.sample, v)
+		return 1
+	}
+	return 0
+}
+
+func (a *rollupAcc) rollup(name string, bucket time.Time) MetricRollup {
+	_, _, p95 := telemetry.Summarise(a.sample)
+	return MetricRollup{Metric: name, Bucket: bucket, N: a.n, Avg: a.sum / float64(a.n), Max: a.max, P95: min(p95, a.max)}
 }
 
 // Series is one metric of a run over a query's window.
@@ -199,13 +271,16 @@ type SeriesQuery struct {
 	Metrics  []string
 }
 
-// Bounds of one series query: the most run metrics it returns, and the
-// most reported values it reads from the reports themselves (a window of a
-// run that reports very often is read from the rollups, older than the raw
-// retention, or asked for in shorter windows).
+// Bounds of one series query: the most run metrics it returns, the most
+// reports it reads (raw) and values it keeps from them, and the most
+// rollups it reads. A window of a run that reports very often is read from
+// the rollups, older than the raw retention, or asked for in shorter
+// windows.
 const (
-	MaxRunSeries = 64
-	maxRawValues = 4 << 20
+	MaxRunSeries   = 64
+	maxRawReports  = 1 << 20
+	maxRawValues   = 4 << 20
+	maxRollupsRead = 4 << 20
 )
 
 // Series are the metrics workload id's run reported, over q's window at
@@ -213,8 +288,10 @@ const (
 // 95th percentile of the reports in [t, t+step) — exact within the raw
 // retention, from the minute rollups before it (the hour rollups for steps
 // of an hour or more). Metrics named in q that the run never reported have
-// no series; more than MaxRunSeries metrics, or more than maxRawValues
-// values read, are refused (*fault.Invalid) rather than cut.
+// no series. Refused (*fault.Invalid) rather than cut: more than
+// MaxRunSeries metrics named or found, more points than
+// telemetry.MaxTotalPoints in the series found, more than maxRawReports
+// reports or maxRawValues values read, more than maxRollupsRead rollups.
 func (s *Service) Series(ctx context.Context, id string, q SeriesQuery) ([]Series, error) {
 	if err := s.o.Workloads.Visible(ctx, id); err != nil {
 		return nil, err
@@ -223,12 +300,18 @@ func (s *Service) Series(ctx context.Context, id string, q SeriesQuery) ([]Serie
 	if err := telemetry.CheckQuery(tq); err != nil {
 		return nil, &fault.Invalid{Fields: []fault.Field{{Path: "from", Message: err.Error()}}}
 	}
+	if len(q.Metrics) > MaxRunSeries {
+		return nil, &fault.Invalid{Fields: []fault.Field{{Path: "series", Message: fmt.Sprintf("%d run metrics named; at most %d", len(q.Metrics), MaxRunSeries)}}}
+	}
 	steps := tq.Steps()
-	// At most MaxRunSeries series of steps points each: refused before
-	// anything is read when that could pass MaxTotalPoints.
-	if n := steps * min(MaxRunSeries, cmp.Or(len(q.Metrics), MaxRunSeries)); n > telemetry.MaxTotalPoints {
-		return nil, &fault.Invalid{Fields: []fault.Field{{Path: "step", Message: fmt.Sprintf("%d steps of up to %d run metrics is up to %d points; at most %d: choose a larger step, name the run metrics or a shorter window",
-			steps, n/steps, n, telemetry.MaxTotalPoints)}}}
+	tooManyPoints := func(metrics int) error {
+		return &fault.Invalid{Fields: []fault.Field{{Path: "step", Message: fmt.Sprintf("%d steps of %d run metrics is %d points; at most %d: choose a larger step, fewer run metrics or a shorter window",
+			steps, metrics, steps*metrics, telemetry.MaxTotalPoints)}}}
+	}
+	// Those named are refused before anything is read; all of them (nil)
+	// as they are found.
+	if steps*len(q.Metrics) > telemetry.MaxTotalPoints {
+		return nil, tooManyPoints(len(q.Metrics))
 	}
 	tooMany := &fault.Invalid{Fields: []fault.Field{{Path: "series", Message: fmt.Sprintf("the run reported more than %d metrics in this window: name the ones to read (run:NAME)", MaxRunSeries)}}}
 	want := func(name string) bool { return q.Metrics == nil || slices.Contains(q.Metrics, name) }
@@ -253,6 +336,9 @@ func (s *Service) Series(ctx context.Context, id string, q SeriesQuery) ([]Serie
 			if len(cells) == MaxRunSeries {
 				return nil, tooMany
 			}
+			if steps*(len(cells)+1) > telemetry.MaxTotalPoints {
+				return nil, tooManyPoints(len(cells) + 1)
+			}
 			cs = make([]cell, steps)
 			cells[name] = cs
 		}
@@ -260,15 +346,18 @@ func (s *Service) Series(ctx context.Context, id string, q SeriesQuery) ([]Serie
 	}
 	var err error
 	if res := telemetry.Resolution(tq, s.o.Now(), s.o.RawRetention); res == 0 {
-		values := 0
+		reports, values := 0, 0
 		err = s.o.Store.ReportsBetween(ctx, id, q.From, q.To, func(r Report) error {
+			if reports++; reports > maxRawReports {
+				return &fault.Invalid{Fields: []fault.Field{{Path: "from", Message: fmt.Sprintf("the window holds more than %d reports: choose a shorter window", maxRawReports)}}}
+			}
 			for name, v := range r.Metrics {
 				c, err := slot(name, r.Time)
 				if err != nil {
 					return err
 				}
-				if c == nil {
-					continue // a metric not asked for
+				if c == nil || !usable(v) {
+					continue // a metric not asked for, or a value stored before they were bounded
 				}
 				if values++; values > maxRawValues {
 					return &fault.Invalid{Fields: []fault.Field{{Path: "from", Message: fmt.Sprintf("the window holds more than %d reported values: choose a shorter window or name the run metrics", maxRawValues)}}}
@@ -278,7 +367,11 @@ func (s *Service) Series(ctx context.Context, id string, q SeriesQuery) ([]Serie
 			return nil
 		})
 	} else {
-		err = s.o.Store.RunRollups(ctx, id, res, q.From, q.To, func(r MetricRollup) error {
+		read := 0
+		err = s.o.Store.RunRollups(ctx, id, res, q.From, q.To, q.Metrics, func(r MetricRollup) error {
+			if read++; read > maxRollupsRead {
+				return &fault.Invalid{Fields: []fault.Field{{Path: "from", Message: fmt.Sprintf("the window holds more than %d rollups: choose a shorter window or name the run metrics", maxRollupsRead)}}}
+			}
 			c, err := slot(r.Metric, r.Bucket)
 			if err != nil || c == nil {
 				return err

@@ -64,10 +64,10 @@ func testRunSeries(t *testing.T, s *stores.All) {
 		n             int
 		avg, max, p95 float64
 	}
-	rollups := func(w string, res time.Duration) map[string][]point {
+	rollupsOf := func(w string, res time.Duration, metrics []string) map[string][]point {
 		t.Helper()
 		out := map[string][]point{}
-		err := s.RunRollups(ctx, w, res, base, base.Add(2*time.Hour), func(r runs.MetricRollup) error {
+		err := s.RunRollups(ctx, w, res, base, base.Add(2*time.Hour), metrics, func(r runs.MetricRollup) error {
 			out[r.Metric] = append(out[r.Metric], point{r.N, r.Avg, r.Max, r.P95})
 			return nil
 		})
@@ -75,6 +75,10 @@ func testRunSeries(t *testing.T, s *stores.All) {
 			t.Fatal(err)
 		}
 		return out
+	}
+	rollups := func(w string, res time.Duration) map[string][]point {
+		t.Helper()
+		return rollupsOf(w, res, nil)
 	}
 	near := func(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
 
@@ -91,6 +95,9 @@ func testRunSeries(t *testing.T, s *stores.All) {
 	}
 	if lr := got["lr"]; len(lr) != 1 || lr[0].n != 1 || lr[0].avg != 0.01 {
 		t.Fatalf("lr's minute rollups: %+v", lr)
+	}
+	if only := rollupsOf("r1", time.Minute, []string{"lr"}); len(only) != 1 || len(only["lr"]) != 1 {
+		t.Fatalf("the rollups of lr alone: %+v; want lr's one minute, no other metric", only)
 	}
 	if h := rollups("r1", time.Hour)["loss"]; len(h) != 1 || h[0].n != 12 || !near(h[0].avg, 5.5) || h[0].max != 11 || !near(h[0].p95, 10.75) {
 		t.Fatalf("loss's hour rollup from its minutes: %+v; want 12 reports, mean 5.5, max 11, p95 the largest minute's", h)
@@ -154,6 +161,11 @@ func testRunSeries(t *testing.T, s *stores.All) {
 	if one, err := svc.Series(ctx, "r1", q); err != nil || len(one) != 1 || len(one[0].Points) != 3 || one[0].Points[0].N+one[0].Points[1].N+one[0].Points[2].N != 19 {
 		t.Fatalf("loss alone from the reports: %+v %v; want its 19 reports in 3 minutes", one, err)
 	}
+	// All the run's metrics (none named) at a step that many metrics
+	// could not have: refused only by the metrics there are (3 here).
+	if fine, err := svc.Series(ctx, "r1", runs.SeriesQuery{From: base, To: base.Add(time.Hour), Step: time.Second}); err != nil || len(fine) != 3 {
+		t.Fatalf("3,600 steps of a run's 3 metrics: %d series, %v; want them all", len(fine), err)
+	}
 	q.Metrics = nil
 	now = base.Add(2 * time.Hour)
 	old, err := svc.Series(ctx, "r1", q)
@@ -185,6 +197,98 @@ func testRunSeries(t *testing.T, s *stores.All) {
 	}
 	if got := rollups("r1", time.Minute); len(got["loss"]) != 1 || len(got["lr"]) != 0 {
 		t.Fatalf("left after pruning: %+v", got)
+	}
+}
+
+// testRunRollupBounds: what a run may report into one minute, or over
+// many, bounds a rollup pass's memory: a minute keeps its first 256
+// metrics; a metric's percentile comes from its first 4,096 values in a
+// minute (its count, mean and largest from all); a pass makes about
+// 32,768 metric-minutes and leaves the rest to the next.
+func testRunRollupBounds(t *testing.T, s *stores.All) {
+	ctx := context.Background()
+	base := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	now := base.Add(24 * time.Hour)
+	svc, err := runs.New(runs.Options{Store: s, Workloads: seriesWorkloads{}, Notifier: dropNotes{}, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	post := func(w string, rs []runs.Report) {
+		t.Helper()
+		if _, err := appendOne(ctx, s, w, rs, func(old runs.Summary) runs.Summary { return runs.Apply(old, rs) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	report := func(at time.Time, step int, m map[string]float64) runs.Report {
+		return runs.Report{Time: at, Step: int64(step), Epoch: math.NaN(), ResumedFrom: -1, Metrics: m}
+	}
+	count := func(w string) (metrics, minutes int, x runs.MetricRollup) {
+		t.Helper()
+		names, buckets := map[string]bool{}, map[time.Time]bool{}
+		err := s.RunRollups(ctx, w, time.Minute, base, now, nil, func(r runs.MetricRollup) error {
+			names[r.Metric], buckets[r.Bucket] = true, true
+			if r.Metric == "x" {
+				x = r
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(names), len(buckets), x
+	}
+
+	// One minute of 5,000 reports of x (0 to 4,999), six of which carry
+	// 63 other metrics each: 379 metrics in the minute.
+	var rs []runs.Report
+	for i := range 5000 {
+		m := map[string]float64{"x": float64(i)}
+		if i < 6 {
+			for k := range 63 {
+				m["m"+strconv.Itoa(i*63+k)] = 1
+			}
+		}
+		rs = append(rs, report(base.Add(time.Duration(i)*time.Millisecond), i, m))
+	}
+	post("wide", rs)
+	if _, err := svc.RollUp(ctx, 10); err != nil {
+		t.Fatal(err)
+	}
+	metrics, _, x := count("wide")
+	if metrics != 256 {
+		t.Errorf("one minute of 379 metrics: %d kept; want the first 256", metrics)
+	}
+	// The p95 of 0..4,095 (the first 4,096) is 3,890.25.
+	if x.N != 5000 || x.Avg != 2499.5 || x.Max != 4999 || x.P95 != 3890.25 {
+		t.Errorf("x over 5,000 values: %+v; want n 5,000, mean 2,499.5, max 4,999 and the p95 of the first 4,096, 3,890.25", x)
+	}
+
+	// 600 minutes of one report of 64 metrics: 38,400 metric-minutes, so
+	// the first pass rolls up 9 blocks of 60 minutes and moves the mark to
+	// minute 540's report; the second does the rest.
+	rs = rs[:0]
+	for i := range 600 {
+		m := map[string]float64{}
+		for k := range 64 {
+			m["m"+strconv.Itoa(k)] = float64(i)
+		}
+		rs = append(rs, report(base.Add(time.Duration(i)*time.Minute), i, m))
+	}
+	post("long", rs)
+	if _, err := svc.RollUp(ctx, 10); err != nil {
+		t.Fatal(err)
+	}
+	if _, minutes, _ := count("long"); minutes != 540 {
+		t.Errorf("after one pass: %d minutes rolled up; want 540", minutes)
+	}
+	if due, err := s.DueRollups(ctx, "", 10); err != nil || len(due) != 1 || due[0].Workload != "long" || due[0].From != 540 {
+		t.Fatalf("due after one pass: %+v %v; want long, from report 540", due, err)
+	}
+	if _, err := svc.RollUp(ctx, 10); err != nil {
+		t.Fatal(err)
+	}
+	if _, minutes, _ := count("long"); minutes != 600 {
+		t.Errorf("after two passes: %d minutes rolled up; want 600", minutes)
 	}
 }
 

@@ -141,6 +141,7 @@ func TestConformance(t *testing.T) {
 			t.Run("runs", func(t *testing.T) { testRuns(t, open(t)) })
 			t.Run("runs batch", func(t *testing.T) { testRunsBatch(t, open(t)) })
 			t.Run("run series", func(t *testing.T) { testRunSeries(t, open(t)) })
+			t.Run("run rollup bounds", func(t *testing.T) { testRunRollupBounds(t, open(t)) })
 			t.Run("trials", func(t *testing.T) { testTrials(t, open(t)) })
 			t.Run("moves", func(t *testing.T) { testMoves(t, open(t)) })
 			t.Run("related records", func(t *testing.T) { testRelated(t, open(t)) })

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/gantryhq/gantry/internal/runs"
@@ -129,9 +130,20 @@ func (s *Store) WriteRunRollups(ctx context.Context, workload string, minutes []
 }
 
 // RunRollups implements runs.RollupStore.
-func (s *Store) RunRollups(ctx context.Context, workload string, res time.Duration, from, to time.Time, fn func(runs.MetricRollup) error) error {
+func (s *Store) RunRollups(ctx context.Context, workload string, res time.Duration, from, to time.Time, metrics []string, fn func(runs.MetricRollup) error) error {
+	args := []any{int64(res / time.Second), workload, from.UnixMilli(), to.UnixMilli()}
+	only := ""
+	if metrics != nil {
+		if len(metrics) == 0 {
+			return nil
+		}
+		only = ` AND metric IN (` + strings.TrimSuffix(strings.Repeat("?, ", len(metrics)), ", ") + `)`
+		for _, m := range metrics {
+			args = append(args, m)
+		}
+	}
 	rows, err := s.db.Read().QueryContext(ctx, s.db.Q(`SELECT metric, bucket, n, v_avg, v_max, v_p95 FROM run_rollups
-		WHERE res = ? AND workload = ? AND bucket >= ? AND bucket < ? ORDER BY metric, bucket`), int64(res/time.Second), workload, from.UnixMilli(), to.UnixMilli())
+		WHERE res = ? AND workload = ? AND bucket >= ? AND bucket < ?`+only+` ORDER BY metric, bucket`), args...)
 	if err != nil {
 		return fmt.Errorf("run rollups of %s: %w", workload, err)
 	}

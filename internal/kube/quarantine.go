@@ -3,6 +3,7 @@ package kube
 import (
 	"context"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -68,6 +69,30 @@ func (q Quarantine) RestartVM(ctx context.Context, o workload.ObjectRef) error {
 	err := q.c.dyn.Resource(kapi.VMIResource).Namespace(o.Namespace).Delete(ctx, o.Name, metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return kapi.Classify(err, "VirtualMachineInstance", o.Name)
+	}
+	return nil
+}
+
+// Event implements quarantine.Cluster: an event on the workload's primary
+// object, with its uid when it is there (kubectl describe matches by it).
+func (q Quarantine) Event(ctx context.Context, o workload.ObjectRef, eventType, reason, message string) error {
+	gvr, err := kapi.ResourceOf(o.Kind)
+	if err != nil {
+		return err
+	}
+	ref := corev1.ObjectReference{Kind: o.Kind, Namespace: o.Namespace, Name: o.Name, APIVersion: gvr.GroupVersion().String()}
+	if u, err := q.c.dyn.Resource(gvr).Namespace(o.Namespace).Get(ctx, o.Name, metav1.GetOptions{}); err == nil {
+		ref.UID = u.GetUID()
+	}
+	now := metav1.NewTime(q.c.now())
+	ev := &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{GenerateName: o.Name + ".", Namespace: o.Namespace},
+		InvolvedObject: ref, Reason: reason, Message: message, Type: eventType,
+		Source:         corev1.EventSource{Component: "gantry"},
+		FirstTimestamp: now, LastTimestamp: now, Count: 1,
+	}
+	if _, err := q.c.core.CoreV1().Events(o.Namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+		return kapi.Classify(err, "events", o.Namespace)
 	}
 	return nil
 }

@@ -66,6 +66,31 @@ func TestQuarantineMovesAJob(t *testing.T) {
 		first = on[0]
 		return nil
 	})
+	// A move's event lands on the Job, with its uid, and is among the
+	// workload's events as Gantry lists them.
+	if err := qc.Event(ctx, ref, "Warning", quarantine.ReasonMoved, "moved off node "+first+": a test's"); err != nil {
+		t.Fatal(err)
+	}
+	evs, err := q.k.Events(ctx, "gantry-qz", job.Name, "qz000001")
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, e := range evs {
+		found = found || (e.Reason == quarantine.ReasonMoved && e.Type == "Warning" && e.Message == "moved off node "+first+": a test's")
+	}
+	if !found {
+		t.Errorf("the move's event among the workload's: %+v", evs)
+	}
+	onCluster, err := core.BatchV1().Jobs("gantry-qz").Get(ctx, job.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// kubectl describe finds an object's events by its uid.
+	jobEvs, err := core.CoreV1().Events("gantry-qz").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.uid=" + string(onCluster.UID) + ",reason=" + quarantine.ReasonMoved})
+	if err != nil || len(jobEvs.Items) != 1 || jobEvs.Items[0].InvolvedObject.Kind != "Job" {
+		t.Errorf("the Job's events by its uid: %+v %v; want the move's", jobEvs, err)
+	}
 	// An operator's own taint on the node, before Gantry's.
 	mine := corev1.Taint{Key: "example.com/maintenance", Value: "soon", Effect: corev1.TaintEffectPreferNoSchedule}
 	n, err := core.CoreV1().Nodes().Get(ctx, first, metav1.GetOptions{})

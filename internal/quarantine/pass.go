@@ -277,6 +277,7 @@ func (q *Quarantine) moveOff(ctx context.Context, id string, m Mark, g telemetry
 		return false, err // decided in an earlier pass: advance takes it on
 	}
 	q.o.Log.Warn("moving a workload off a quarantined node", "workload_id", id, "node", m.Node, "gpu", g.State.Index, "phase", mv.Phase, "detail", mv.Detail)
+	q.event(ctx, ref, mv)
 	if err := q.audit(ctx, "move workload", "/api/v1/workloads/"+id, mv.Notice()); err != nil {
 		return true, err
 	}
@@ -356,6 +357,7 @@ func (q *Quarantine) step(ctx context.Context, mv Move, w workload.Workload) err
 		})
 		if err == nil {
 			q.o.Log.Info("moved workload runs again", "workload_id", mv.Workload, "from", mv.Node, "on", resumed.ResumedOn, "resumed_from", from)
+			q.event(ctx, ref, resumed)
 		}
 		return err
 	}
@@ -414,6 +416,29 @@ func (q *Quarantine) advance(ctx context.Context, fresh map[string]bool) (int, e
 		}
 	}
 	return n, errors.Join(errs...)
+}
+
+// Reasons of the Kubernetes events a move records on its workload.
+const (
+	ReasonMoved   = "MovedOffUnhealthyGPU" // Warning: taken off the node, to run elsewhere
+	ReasonKept    = "KeptOnUnhealthyGPU"   // Warning: left where it is (a volume only that node reaches)
+	ReasonResumed = "ResumedAfterMove"     // Normal: running again on a healthy node
+)
+
+// event records a move's Kubernetes event, its notice as the message. The
+// move is recorded, audited and its webhook queued already: an event the
+// cluster refuses is logged, and the move goes on.
+func (q *Quarantine) event(ctx context.Context, ref workload.ObjectRef, mv Move) {
+	typ, reason := "Warning", ReasonMoved
+	switch mv.Phase {
+	case Kept:
+		reason = ReasonKept
+	case Resumed:
+		typ, reason = "Normal", ReasonResumed
+	}
+	if err := q.o.Cluster.Event(ctx, ref, typ, reason, mv.Notice()); err != nil {
+		q.o.Log.Warn("quarantine: the move's event not recorded", "workload_id", mv.Workload, "reason", reason, "err", err)
+	}
 }
 
 // ref is the workload's primary object on Gantry's own cluster: a fleet's VMs run

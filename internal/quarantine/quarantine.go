@@ -85,6 +85,10 @@ type Cluster interface {
 	// RestartVM stops a VM's running instance so that KubeVirt starts
 	// another (its run strategy keeps it running).
 	RestartVM(ctx context.Context, o workload.ObjectRef) error
+	// Event records a Kubernetes event on a workload's primary object
+	// (where kubectl describe and the workload's events show it): Warning
+	// or Normal, a reason and the notice.
+	Event(ctx context.Context, o workload.ObjectRef, eventType, reason, message string) error
 	// Preflight starts the node's preflight check if none is there, and
 	// says where it stands; ClearPreflight removes it.
 	Preflight(ctx context.Context, node string) (Preflight, error)

@@ -32,6 +32,7 @@ type cluster struct {
 	requeued  map[string]bool      // Requeue answers done
 	evicted   []string
 	restarted []string
+	events    []string // "Kind/name Type Reason: message"
 	preflight map[string]quarantine.Preflight
 	started   int // preflights started
 	cleared   int
@@ -117,6 +118,13 @@ func (c *cluster) RestartVM(_ context.Context, o workload.ObjectRef) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.restarted = append(c.restarted, o.Name)
+	return nil
+}
+
+func (c *cluster) Event(_ context.Context, o workload.ObjectRef, typ, reason, message string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.events = append(c.events, fmt.Sprintf("%s/%s %s %s: %s", o.Kind, o.Name, typ, reason, message))
 	return nil
 }
 
@@ -389,6 +397,12 @@ func TestJobMovesOnce(t *testing.T) {
 	if !slices.Equal(r.s.events(), []string{quarantine.EventMoved, quarantine.EventResumed}) {
 		t.Errorf("webhooks: %v", r.s.events())
 	}
+	// And on the Job, where kubectl describe shows them: the move, once,
+	// and its end.
+	moved := "moved off node h100-3: GPU 2 " + xid79 + ", at 10:42; requeued through Kueue, its retries not used up"
+	if want := []string{"Job/train Warning " + quarantine.ReasonMoved + ": " + moved, "Job/train Normal " + quarantine.ReasonResumed + ": " + want}; !slices.Equal(r.c.events, want) {
+		t.Errorf("Kubernetes events:\n got %q\nwant %q", r.c.events, want)
+	}
 	var body struct {
 		Text   string         `json:"text"`
 		Gantry map[string]any `json:"gantry"`
@@ -448,6 +462,15 @@ func TestKinds(t *testing.T) {
 	}
 	if got := r.s.move(t, "svc").ResumedFrom; got != -1 {
 		t.Errorf("a service that never reported resumed from %d", got)
+	}
+	var kinds []string
+	for _, e := range r.c.events {
+		if strings.HasPrefix(e, "Deployment/local ") || strings.HasPrefix(e, "StatefulSet/local ") {
+			kinds = append(kinds, e)
+		}
+	}
+	if len(kinds) != 1 || !strings.Contains(kinds[0], " Warning "+quarantine.ReasonKept+": kept on node a100-1") {
+		t.Errorf("the kept notebook's events: %q (all: %q)", kinds, r.c.events)
 	}
 }
 

@@ -489,8 +489,8 @@ func (c *Cluster) Outage(ctx context.Context) (restore func(context.Context) err
 		if err := c.waitReady(ctx, len(nodes.Items)); err != nil {
 			return fmt.Errorf("after the outage: %w", err)
 		}
-		if c.kueue == nil {
-			return nil
+		if c.kueueLog == "" {
+			return nil // no Kueue on this cluster
 		}
 		c.kueue.stop()
 		c.kueue = nil

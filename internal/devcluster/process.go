@@ -24,9 +24,11 @@ type process struct {
 }
 
 // startProcess starts bin with args and extra environment, in its own
-// process group (stop ends it and whatever it started).
+// process group (stop ends it and whatever it started). Its output is
+// added to logFile: a process started again (Kueue after an outage) keeps
+// what the one before it logged.
 func startProcess(name, bin string, args, env []string, logFile string) (*process, error) {
-	f, err := os.Create(logFile)
+	f, err := os.OpenFile(logFile, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, err
 	}

@@ -143,21 +143,26 @@ func (s *Service) RollUp(ctx context.Context, limit int) (int, error) {
 
 // rollUp rolls up one run's reports from its mark on: the minutes they
 // fall in that have closed, each from all of its reports, in blocks of
-// minutes next to each other, until rollupPassCells metric-minutes are
-// made; the mark moves to the first report in a minute not rolled up (still
-// open, or left to the next pass).
+// minutes next to each other in the order of their first reports, until
+// rollupPassCells metric-minutes are made; the mark moves to the first
+// report in a minute not rolled up (still open, or left to the next pass).
 func (s *Service) rollUp(ctx context.Context, d RollupDue, closed time.Time) error {
 	stamps, err := s.o.Store.ReportStamps(ctx, d.Workload, d.From, rollupBatch)
 	if err != nil {
 		return fmt.Errorf("reports of run %s: %w", d.Workload, err)
 	}
-	touched := map[time.Time]bool{}
+	// The closed minutes, in the order of their first report: a pass that
+	// stops early has rolled up those of the lowest numbers, so the mark
+	// moves on whatever times the reporter gave (a backfill timed before
+	// what came first would otherwise be rolled up again and again).
+	var minutes []time.Time
+	seen := map[time.Time]bool{}
 	for _, st := range stamps {
-		if b := telemetry.Bucket(st.Time, telemetry.Minute); !b.Add(telemetry.Minute).After(closed) {
-			touched[b] = true
+		if b := telemetry.Bucket(st.Time, telemetry.Minute); !b.Add(telemetry.Minute).After(closed) && !seen[b] {
+			seen[b] = true
+			minutes = append(minutes, b)
 		}
 	}
-	minutes := slices.SortedFunc(maps.Keys(touched), time.Time.Compare)
 	var out []MetricRollup
 	budget, dropped := rollupPassValues, 0
 	done := 0 // minutes[:done] are rolled up
@@ -174,7 +179,13 @@ func (s *Service) rollUp(ctx context.Context, d RollupDue, closed time.Time) err
 				m = map[string]*rollupAcc{}
 				accs[b] = m
 			}
-			for name, v := range r.Metrics {
+			names := maps.Keys(r.Metrics)
+			if len(m)+len(r.Metrics) > rollupMetrics {
+				// Which are kept is decided by name, whatever a map's order.
+				names = slices.Values(slices.Sorted(names))
+			}
+			for name := range names {
+				v := r.Metrics[name]
 				if !usable(v) {
 					continue
 				}

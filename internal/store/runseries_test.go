@@ -290,6 +290,34 @@ func testRunRollupBounds(t *testing.T, s *stores.All) {
 	if _, minutes, _ := count("long"); minutes != 600 {
 		t.Errorf("after two passes: %d minutes rolled up; want 600", minutes)
 	}
+
+	// A live report (number 0, at 20:00), then 600 minutes backfilled from
+	// 10:00 (numbers 1 to 600): the first pass takes the minutes in the
+	// order of their reports' numbers — 20:00 first — so the mark moves on
+	// to report 541 (10:540's), rather than staying at 0 while the pass
+	// rolled up the earliest times again and again.
+	live := func(at time.Time, step int) runs.Report {
+		m := map[string]float64{}
+		for k := range 64 {
+			m["m"+strconv.Itoa(k)] = 1
+		}
+		return report(at, step, m)
+	}
+	post("back", []runs.Report{live(base.Add(20*time.Hour), 0)})
+	rs = rs[:0]
+	for i := range 600 {
+		rs = append(rs, live(base.Add(time.Duration(i)*time.Minute), i+1))
+	}
+	post("back", rs)
+	if _, err := svc.RollUp(ctx, 10); err != nil {
+		t.Fatal(err)
+	}
+	if due, err := s.DueRollups(ctx, "", 10); err != nil || len(due) != 1 || due[0].Workload != "back" || due[0].From != 541 {
+		t.Fatalf("due after one pass over a backfill: %+v %v; want back, from report 541", due, err)
+	}
+	if _, minutes, _ := count("back"); minutes != 541 {
+		t.Errorf("after one pass over a backfill: %d minutes; want 20:00 and 540 backfilled", minutes)
+	}
 }
 
 // BenchmarkRunRollUp: a rollup pass over 100 runs of 600 reports each (ten

@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"github.com/gantryhq/gantry/internal/quarantine"
 	"net/http"
 	"slices"
 	"strings"
@@ -292,6 +293,19 @@ func TestUnhealthyGPUQuarantinesAndMoves(t *testing.T) {
 		if m.Phase != model.Resumed || m.Node != node || servertest.Deref(m.ResumedOn) == node || servertest.Deref(m.ResumedOn) == "" ||
 			!strings.HasPrefix(m.Notice, "moved off node "+node+": GPU 0 1 uncorrectable (double-bit) ECC errors") || m.ResumedFrom != nil {
 			return fmt.Errorf("move %s", asJSON(m))
+		}
+		return nil
+	})
+	// The move and its end are Kubernetes events on the workload, among
+	// its events in the API (and kubectl describe).
+	waitfor.Until(t, 30*time.Second, "the move's events among the workload's", func() error {
+		r := servertest.Must(g.api.ListWorkloadEventsWithResponse(ctx, w.Id))(t)
+		var reasons []string
+		for _, e := range servertest.Deref(r.JSON200).Items {
+			reasons = append(reasons, e.Reason)
+		}
+		if !slices.Contains(reasons, quarantine.ReasonMoved) || !slices.Contains(reasons, quarantine.ReasonResumed) {
+			return fmt.Errorf("events %v; want %s and %s", reasons, quarantine.ReasonMoved, quarantine.ReasonResumed)
 		}
 		return nil
 	})

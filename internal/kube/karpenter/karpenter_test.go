@@ -197,7 +197,17 @@ func TestScaleUpRunAndScaleDown(t *testing.T) {
 				return nil
 			}
 		}
-		return fmt.Errorf("pod %s", p.Status.Phase)
+		// Where it went, if it went anywhere (CI r164, a cold run: it ran
+		// within the minute, the test said no more).
+		where := ""
+		if p.Spec.NodeName != "" {
+			n, err := cluster.Client.CoreV1().Nodes().Get(ctx, p.Spec.NodeName, metav1.GetOptions{})
+			if err == nil {
+				where = fmt.Sprintf(" on %s (group %q, capacity type %q, created %s)", n.Name, n.Labels[karpenter.GroupLabel], n.Labels["karpenter.sh/capacity-type"], n.CreationTimestamp.Format(time.TimeOnly))
+			}
+			where += fmt.Sprintf("; on-demand machines %d, reserved %d", len(groupNodes(ctx, t, "h100-on-demand")), len(groupNodes(ctx, t, "h100-reserved")))
+		}
+		return fmt.Errorf("pod %s%s", p.Status.Phase, where)
 	})
 	if got := groupNodes(ctx, t, "h100-on-demand"); len(got) != 1 {
 		t.Fatalf("%d on-demand machines, max 1", len(got))

@@ -446,7 +446,7 @@ func (c *Cluster) kwokctl(ctx context.Context, args ...string) error {
 // loses its lease within seconds of the API server going away, exits, and
 // its pod is started again. (Kept running instead, its informers came back
 // one by one up to 90 s after the API server, on client-go's backoff, and
-// in CI runs r128, r157, r162 and a landed stop's a burst launched after
+// in CI runs r128, r157, r162 and CI's own of b3cb8f3 a burst launched after
 // the outage stayed unadmitted for minutes: Kueue listed none of it as
 // pending.) For fault-injection tests on a cluster of their own.
 //

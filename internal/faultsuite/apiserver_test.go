@@ -118,7 +118,7 @@ func TestAPIServerDownMidBurst(t *testing.T) {
 }
 
 // dumpQueue logs what holds a failed run's launches back (it failed in
-// CI r128, r157, r162 and a landed stop's with a launch Queued for minutes
+// CI r128, r157, r162 and CI's own of b3cb8f3 with a launch Queued for minutes
 // after the outage, Kueue listing none pending; devcluster.Outage now
 // restarts Kueue, as its leader election would): the pods not ended and
 // where they run, the nodes not Ready, each ClusterQueue's status as Kueue

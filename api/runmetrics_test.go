@@ -49,7 +49,7 @@ func TestRunMetricsInSeries(t *testing.T) {
 		}
 		reports = append(reports, fmt.Sprintf(`{"step": %d, "time": %q, "metrics": {%s}}`, 10*(i+1), start.Add(time.Duration(20*i)*time.Second).Format(time.RFC3339), m))
 	}
-	if got := sendAsRun(t, http.MethodPost, e.url+"/api/v1/workloads/"+wid+"/progress", token, `{"reports": [`+strings.Join(reports, ",")+`]}`); got != http.StatusAccepted {
+	if got := servertest.Send(t, http.MethodPost, e.url+"/api/v1/workloads/"+wid+"/progress", token, `{"reports": [`+strings.Join(reports, ",")+`]}`); got != http.StatusAccepted {
 		t.Fatalf("reports: %d", got)
 	}
 

@@ -59,7 +59,7 @@ func TestRunTokenReachesOnlyItsProgress(t *testing.T) {
 	wid, token = launchWithRunToken(t, e)
 	send := func(method, path, body string) int {
 		t.Helper()
-		return sendAsRun(t, method, e.url+path, token, body)
+		return servertest.Send(t, method, e.url+path, token, body)
 	}
 	doc, err := openapi3.NewLoader().LoadFromData(gantry.OpenAPI)
 	if err != nil {
@@ -115,18 +115,4 @@ func launchWithRunToken(t *testing.T, e *env) (id, token string) {
 	token = enc([]byte(`{"alg":"RS256"}`)) + "." + enc([]byte(`{"aud":["`+runs.Audience+`"],"exp":`+strconv.FormatInt(time.Now().Add(time.Hour).Unix(), 10)+
 		`,"kubernetes.io":{"namespace":"gantry-vision","pod":{"name":"run-`+id+`","uid":"u1"}}}`)) + ".sig"
 	return id, token
-}
-
-// sendAsRun sends a JSON body with a run's token and returns the status.
-func sendAsRun(t *testing.T, method, url, token, body string) int {
-	t.Helper()
-	req, _ := http.NewRequestWithContext(t.Context(), method, url, strings.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+token)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	return resp.StatusCode
 }

@@ -44,15 +44,7 @@ func TestLoopsRunOnTheServersClock(t *testing.T) {
 	g := servertest.WithOverrides(t, server.Overrides{Clock: fake}, func(c *config.Config) { c.PolicyDir = policy })
 	tok := g.Token("alice") // group ml-vision: a member of team vision
 	launch := func() int {
-		req, _ := http.NewRequest(http.MethodPost, g.URL+"/api/v1/workloads", strings.NewReader(`{"template":"dev-environment","team":"vision"}`))
-		req.Header.Set("Authorization", "Bearer "+tok)
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return resp.StatusCode
+		return servertest.Send(t, http.MethodPost, g.URL+"/api/v1/workloads", tok, `{"template":"dev-environment","team":"vision"}`)
 	}
 	if s := launch(); s != 201 {
 		t.Fatalf("launch as a member of vision: %d", s)

@@ -637,6 +637,23 @@ func finishedAfterResume(t *testing.T, alice *client.ClientWithResponses, id str
 	return w, pr, reached, servertest.Deref(pr.ResumedFrom), resumedAt
 }
 
+// resumedWithNoStepLost waits for the cpu-train run id, interrupted (how:
+// "evicted", "stopped") at step at or later, to resume and finish at steps,
+// restarted once from a checkpoint at or after at, with none of the steps
+// its first run reported lost (its SIGTERM checkpoint).
+func resumedWithNoStepLost(t *testing.T, alice *client.ClientWithResponses, id string, steps, at int64, how string) (w model.Workload, reached, from int64) {
+	t.Helper()
+	w, pr, reached, from, resumedAt := finishedAfterResume(t, alice, id)
+	if resumedAt < 0 || servertest.Deref(pr.Restarts) != 1 || from < at || from >= steps || servertest.Deref(pr.Step) != steps {
+		t.Fatalf("progress: restarts %d, resumed from %d (%s at step %d or later), step %d; log %q", servertest.Deref(pr.Restarts), from, how, at, servertest.Deref(pr.Step),
+			string(servertest.Must(alice.GetWorkloadLogsWithResponse(t.Context(), id, nil))(t).Body))
+	}
+	if reached < at || reached > from {
+		t.Errorf("the first run reached step %d (%d when %s), the second resumed from %d: %d steps lost, want none (the SIGTERM checkpoint)", reached, at, how, from, max(0, reached-from))
+	}
+	return w, reached, from
+}
+
 // TestCPUTrainingRequeuedThroughKueue: the move the quarantine makes of a
 // Job off a failed node (kueue.Requeue: its Kueue Workload deactivated,
 // Kueue suspends the Job and ends its pod, then activated again and
@@ -724,14 +741,7 @@ func TestCPUTrainingEvictedFromSpot(t *testing.T) {
 	if err := cluster.Client.CoreV1().Pods(first.Namespace).EvictV1(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: first.Name, Namespace: first.Namespace}}); err != nil {
 		t.Fatal(err)
 	}
-	w, pr, reached, from, resumedAt := finishedAfterResume(t, alice, id)
-	if resumedAt < 0 || servertest.Deref(pr.Restarts) != 1 || from < atEviction || from >= steps || servertest.Deref(pr.Step) != steps {
-		t.Fatalf("progress: restarts %d, resumed from %d (evicted at step %d or later), step %d; log %q", servertest.Deref(pr.Restarts), from, atEviction, servertest.Deref(pr.Step),
-			string(servertest.Must(alice.GetWorkloadLogsWithResponse(ctx, id, nil))(t).Body))
-	}
-	if reached < atEviction || reached > from {
-		t.Errorf("the first run reached step %d (%d when evicted), the second resumed from %d: %d steps lost, want none (the SIGTERM checkpoint)", reached, atEviction, from, max(0, reached-from))
-	}
+	w, reached, from := resumedWithNoStepLost(t, alice, id, steps, atEviction, "evicted")
 	if n := servertest.Deref(w.SpotEvictions); n != 1 {
 		t.Errorf("spot evictions counted: %d, want 1", n)
 	}
@@ -771,14 +781,7 @@ func TestCPUTrainingStoppedAndStarted(t *testing.T) {
 	if r := servertest.Must(alice.StartWorkloadWithResponse(ctx, id))(t); r.StatusCode() != 200 {
 		t.Fatalf("start: %d %s", r.StatusCode(), r.Body)
 	}
-	_, pr, reached, from, resumedAt := finishedAfterResume(t, alice, id)
-	if resumedAt < 0 || servertest.Deref(pr.Restarts) != 1 || from < atStop || from >= steps || servertest.Deref(pr.Step) != steps {
-		t.Fatalf("progress: restarts %d, resumed from %d (stopped at step %d or later), step %d; log %q", servertest.Deref(pr.Restarts), from, atStop, servertest.Deref(pr.Step),
-			string(servertest.Must(alice.GetWorkloadLogsWithResponse(ctx, id, nil))(t).Body))
-	}
-	if reached < atStop || reached > from {
-		t.Errorf("the first run reached step %d (%d when stopped), the second resumed from %d: %d steps lost, want none (the SIGTERM checkpoint)", reached, atStop, from, max(0, reached-from))
-	}
+	_, reached, from := resumedWithNoStepLost(t, alice, id, steps, atStop, "stopped")
 	if pods := podsOf(t, "vision", id); slices.ContainsFunc(pods, func(p corev1.Pod) bool { return p.Name == first.Name }) {
 		t.Errorf("the stopped run's pod %s is still there", first.Name)
 	}

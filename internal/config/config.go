@@ -8,6 +8,7 @@ package config
 
 import (
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"net"
@@ -699,17 +700,21 @@ func loopback(host string) bool {
 // Reconcile is the lifecycle loop's interval.
 func (c *Config) Reconcile() time.Duration { return time.Duration(c.ReconcileInterval) }
 
-// Logger builds the slog logger the configuration asks for.
-func (c *Config) Logger() *slog.Logger {
+// Logger builds the slog logger the configuration asks for, writing to
+// standard error.
+func (c *Config) Logger() *slog.Logger { return c.LoggerTo(os.Stderr) }
+
+// LoggerTo is Logger writing to w (a test's own output).
+func (c *Config) LoggerTo(w io.Writer) *slog.Logger {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(c.Log.Level))
 	opts := &slog.HandlerOptions{Level: level}
 	// Lines logged with a request's context carry its request and workload
 	// ids (package logctx).
 	if c.Log.Format == "json" {
-		return slog.New(logctx.Handler(slog.NewJSONHandler(os.Stderr, opts)))
+		return slog.New(logctx.Handler(slog.NewJSONHandler(w, opts)))
 	}
-	return slog.New(logctx.Handler(slog.NewTextHandler(os.Stderr, opts)))
+	return slog.New(logctx.Handler(slog.NewTextHandler(w, opts)))
 }
 
 // validateTelemetry checks the telemetry and metrics settings.

@@ -67,7 +67,11 @@ func New(ctx context.Context, cfg config.Config, ov Overrides) (*Server, error) 
 	if dataDir == "" {
 		dataDir = config.DataDir()
 	}
-	core, err := open(ctx, cfg, ov.Images, clk.Now, dataDir)
+	log := cfg.Logger()
+	if ov.LogOutput != nil {
+		log = cfg.LoggerTo(ov.LogOutput)
+	}
+	core, err := open(ctx, cfg, log, ov.Images, clk.Now, dataDir)
 	if err != nil {
 		return nil, err
 	}

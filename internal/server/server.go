@@ -19,6 +19,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -138,13 +139,12 @@ func (c *Core) putClasses(ctx context.Context, now time.Time, file *gpu.Catalog,
 
 // Open builds the Core from the configuration. Close its Store when done.
 func Open(ctx context.Context, cfg config.Config) (*Core, error) {
-	return open(ctx, cfg, nil, clock.RealClock{}.Now, config.DataDir())
+	return open(ctx, cfg, cfg.Logger(), nil, clock.RealClock{}.Now, config.DataDir())
 }
 
-// open is Open with the image verifier given (nil: from the configuration),
-// the server's clock and the directory of development keys.
-func open(ctx context.Context, cfg config.Config, given *imageverify.Images, now func() time.Time, dataDir string) (*Core, error) {
-	log := cfg.Logger()
+// open is Open with the logger, the image verifier given (nil: from the
+// configuration), the server's clock and the directory of development keys.
+func open(ctx context.Context, cfg config.Config, log *slog.Logger, given *imageverify.Images, now func() time.Time, dataDir string) (*Core, error) {
 	stamp := fileStamp(cfg.GPUClassesFile) // before reading: a change after it is reloaded
 	classes, err := gpu.LoadFile(cfg.GPUClassesFile)
 	if err != nil {
@@ -384,6 +384,10 @@ type Overrides struct {
 	// RunReviewer reviews training runs' tokens instead of the cluster's
 	// TokenReview (a test without a cluster). Default: the cluster's.
 	RunReviewer runs.Reviewer
+	// LogOutput takes the server's log lines (a test's own output, shown
+	// beside its failure). Default: standard error. Libraries that log on
+	// their own still log where UseLogger sent them.
+	LogOutput io.Writer
 }
 
 // seed loads the starter template catalog into an empty database.

@@ -10,6 +10,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/rsa"
+	"io"
 	"os"
 	"path/filepath"
 	"sync"
@@ -107,6 +108,9 @@ func Start(t testing.TB, cfg config.Config, ov server.Overrides) *Gantry {
 	if ov.DataDir == "" {
 		ov.DataDir = t.TempDir() // the development signing keys
 	}
+	if ov.LogOutput == nil {
+		ov.LogOutput = testOutput(t)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	srv, err := server.New(ctx, cfg, ov)
 	if err != nil {
@@ -127,6 +131,37 @@ func Start(t testing.TB, cfg config.Config, ov server.Overrides) *Gantry {
 		}
 	})
 	return &Gantry{Server: srv, URL: srv.URL(), t: t}
+}
+
+// testOutput is where a test's server logs: the test's own output, shown
+// under its failure (or with -v) instead of among the lines of every test
+// in the package, where a passing test's expected errors (a fault test
+// logs thousands) buried the failing one's. The server stops in a cleanup
+// registered after this one's, so before this one runs; a line written
+// after it is dropped instead of writing to a finished test.
+func testOutput(t testing.TB) io.Writer {
+	o := &lockedOutput{w: t.Output()}
+	t.Cleanup(func() {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		o.w = nil
+	})
+	return o
+}
+
+// lockedOutput writes to w until w is nil.
+type lockedOutput struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (o *lockedOutput) Write(p []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.w == nil {
+		return len(p), nil
+	}
+	return o.w.Write(p)
 }
 
 // Token makes a personal access token for a development user (alice,

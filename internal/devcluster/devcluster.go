@@ -103,8 +103,8 @@ type Cluster struct {
 	log          io.Writer
 	config       *rest.Config
 	Client       kubernetes.Interface
-	stopVolumes  context.CancelFunc // ends the volume provisioner
-	volumesDone  chan struct{}
+	volumesDir   string // where the volume provisioner makes volumes
+	stopVolumes  func() // ends the volume provisioner and waits for it
 	kueue        *process
 	kueueLog     string
 	kueueOptions Options // what Kueue started with, to start it again (Outage)
@@ -332,6 +332,13 @@ componentsPatches:
     value: "false"
   - key: manage-nodes-with-annotation-selector
     value: kwok.x-k8s.io/node=fake
+  # The kubelet's node lease, 40 s renewed every 10 s, instead of kwokctl's
+  # five times that: a kwok started again (Outage) has a new identity and
+  # takes a node over only once the lease its last run held has expired;
+  # with 200 s leases the nodes ran no pod for up to 150 s after the
+  # control plane was back.
+  - key: node-lease-duration-seconds
+    value: "40"
 - name: kube-scheduler
   extraArgs:
   - key: leader-elect
@@ -440,15 +447,16 @@ func (c *Cluster) kwokctl(ctx context.Context, args ...string) error {
 // Outage stops the cluster's control plane — its API server, etcd, the
 // controllers and kwok (kwokctl stop cluster) — until restore starts it
 // again: what an API server outage is to a client. restore returns once
-// the API server answers, every node is Ready again, and Kueue has started
-// afresh and activates queues. Kueue is restarted because that is what an
-// outage does to it in a real cluster: there it runs with leader election,
-// loses its lease within seconds of the API server going away, exits, and
-// its pod is started again. (Kept running instead, its informers came back
-// one by one up to 90 s after the API server, on client-go's backoff, and
-// in CI runs r128, r157, r162 and CI's own of b3cb8f3 a burst launched after
-// the outage stayed unadmitted for minutes: Kueue listed none of it as
-// pending.) For fault-injection tests on a cluster of their own.
+// the API server answers, every node is Ready again and its lease renewed
+// since (kwok, restarted too, runs pods again: until its previous run's
+// leases expired it ran none, which with kwokctl's 200 s leases stalled
+// every pod for up to 150 s after the outage), and Kueue and the volume
+// provisioner have started afresh. They are restarted because that is what
+// an outage does to them in a real cluster: there they run with leader
+// election, lose their lease within seconds of the API server going away,
+// exit, and are started again (kept running, their informers came back one
+// by one up to 90 s after the API server, on client-go's backoff). For
+// fault-injection tests on a cluster of their own.
 //
 // The machine's cluster-creation lock (lockCreate) is held from the stop
 // until the API server answers again: kwokctl gives a new cluster the
@@ -468,6 +476,9 @@ func (c *Cluster) Outage(ctx context.Context) (restore func(context.Context) err
 	var once sync.Once
 	return func(ctx context.Context) error {
 		defer once.Do(unlock)
+		// Lease times are the API server's clock's, which is this machine's;
+		// a second's margin for a renewal stamped as the start began.
+		started := time.Now().Add(-time.Second)
 		if err := c.kwokctl(ctx, "start", "cluster"); err != nil {
 			return err
 		}
@@ -489,6 +500,17 @@ func (c *Cluster) Outage(ctx context.Context) (restore func(context.Context) err
 		if err := c.waitReady(ctx, len(nodes.Items)); err != nil {
 			return fmt.Errorf("after the outage: %w", err)
 		}
+		if err := c.waitLeasesRenewed(ctx, nodes.Items, started); err != nil {
+			return fmt.Errorf("after the outage: %w", err)
+		}
+		// The volume provisioner starts afresh too, as a real one (run
+		// with leader election) would: kept running, its informers came
+		// back on client-go's backoff, and claims made after the outage
+		// stayed unbound for up to a minute.
+		if c.stopVolumes != nil {
+			c.stopVolumes()
+			c.startVolumes()
+		}
 		if c.kueueLog == "" {
 			return nil // no Kueue on this cluster
 		}
@@ -501,12 +523,20 @@ func (c *Cluster) Outage(ctx context.Context) (restore func(context.Context) err
 	}, nil
 }
 
+// startVolumes starts the volume provisioner (provision) until
+// stopVolumes.
+func (c *Cluster) startVolumes() {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); provision(ctx, c.Client, c.volumesDir, c.log) }()
+	c.stopVolumes = func() { cancel(); <-done }
+}
+
 // Stop deletes the cluster (kwokctl stops the apiserver before etcd) and its
 // working directory.
 func (c *Cluster) Stop(ctx context.Context) error {
 	if c.stopVolumes != nil {
 		c.stopVolumes()
-		<-c.volumesDone
 	}
 	c.realNode.stop()
 	c.karpenter.stop()
@@ -548,9 +578,8 @@ func (c *Cluster) provision(ctx context.Context, o Options) error {
 	if err := os.MkdirAll(volumes, 0o700); err != nil {
 		return err
 	}
-	vctx, cancel := context.WithCancel(context.Background())
-	c.stopVolumes, c.volumesDone = cancel, make(chan struct{})
-	go func() { defer close(c.volumesDone); provision(vctx, cs, volumes, o.Log) }()
+	c.volumesDir = volumes
+	c.startVolumes()
 	nodes := Nodes(o.Fleet)
 	for _, n := range nodes {
 		if _, err := cs.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -599,6 +628,33 @@ func (c *Cluster) waitReady(ctx context.Context, n int) error {
 		case <-ctx.Done():
 			return errors.New("nodes did not become Ready within 2 minutes")
 		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// waitLeasesRenewed waits until every node's lease was renewed after since:
+// until then a node's Ready condition is what it was before the outage, and
+// no kubelet (nor kwok, a new process that takes a node over only once the
+// lease its last run held expires) runs its pods.
+func (c *Cluster) waitLeasesRenewed(ctx context.Context, nodes []corev1.Node, since time.Time) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	var stale []string
+	for {
+		stale = stale[:0]
+		for _, n := range nodes {
+			l, err := c.Client.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, n.Name, metav1.GetOptions{})
+			if err != nil || l.Spec.RenewTime == nil || l.Spec.RenewTime.Time.Before(since) {
+				stale = append(stale, n.Name)
+			}
+		}
+		if len(stale) == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the leases of nodes %v were not renewed within 2 minutes of the restart", stale)
+		case <-time.After(500 * time.Millisecond):
 		}
 	}
 }

@@ -118,9 +118,11 @@ func TestAPIServerDownMidBurst(t *testing.T) {
 }
 
 // dumpQueue logs what holds a failed run's launches back (it failed in
-// CI r128, r157, r162 and CI's own of b3cb8f3 with a launch Queued for minutes
-// after the outage, Kueue listing none pending; devcluster.Outage now
-// restarts Kueue, as its leader election would): the pods not ended and
+// CI r128, r157, r162 and CI's own runs of b3cb8f3 and db1aaad with
+// launches waiting minutes after the outage: kwok, restarted, ran no pod
+// until its previous run's 200 s node leases expired; devcluster.Outage
+// now waits for the leases, 40 s since, and restarts Kueue and the volume
+// provisioner, as their leader election would): the pods not ended and
 // where they run, the nodes not Ready, each ClusterQueue's status as Kueue
 // keeps it, the team's Jobs and Kueue Workloads, and what Kueue logged
 // about the Jobs still suspended.

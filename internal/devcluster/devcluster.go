@@ -476,8 +476,9 @@ func (c *Cluster) Outage(ctx context.Context) (restore func(context.Context) err
 	var once sync.Once
 	return func(ctx context.Context) error {
 		defer once.Do(unlock)
-		// Lease times are the API server's clock's, which is this machine's;
-		// a second's margin for a renewal stamped as the start began.
+		// A lease's renewal time is its holder's clock (kwok's, the
+		// kubelet's), which is this machine's; a second's margin for a
+		// renewal stamped as the start began.
 		started := time.Now().Add(-time.Second)
 		if err := c.kwokctl(ctx, "start", "cluster"); err != nil {
 			return err
@@ -500,7 +501,7 @@ func (c *Cluster) Outage(ctx context.Context) (restore func(context.Context) err
 		if err := c.waitReady(ctx, len(nodes.Items)); err != nil {
 			return fmt.Errorf("after the outage: %w", err)
 		}
-		if err := c.waitLeasesRenewed(ctx, nodes.Items, started); err != nil {
+		if err := c.waitLeasesRenewed(ctx, started); err != nil {
 			return fmt.Errorf("after the outage: %w", err)
 		}
 		// The volume provisioner starts afresh too, as a real one (run
@@ -635,17 +636,23 @@ func (c *Cluster) waitReady(ctx context.Context, n int) error {
 // waitLeasesRenewed waits until every node's lease was renewed after since:
 // until then a node's Ready condition is what it was before the outage, and
 // no kubelet (nor kwok, a new process that takes a node over only once the
-// lease its last run held expires) runs its pods.
-func (c *Cluster) waitLeasesRenewed(ctx context.Context, nodes []corev1.Node, since time.Time) error {
+// lease its last run held expires) runs its pods. The nodes are listed
+// afresh each time (one removed meanwhile is not waited for).
+func (c *Cluster) waitLeasesRenewed(ctx context.Context, since time.Time) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	var stale []string
 	for {
 		stale = stale[:0]
-		for _, n := range nodes {
-			l, err := c.Client.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, n.Name, metav1.GetOptions{})
-			if err != nil || l.Spec.RenewTime == nil || l.Spec.RenewTime.Time.Before(since) {
-				stale = append(stale, n.Name)
+		nodes, err := c.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			stale = append(stale, "(the node list: "+err.Error()+")")
+		} else {
+			for _, n := range nodes.Items {
+				l, err := c.Client.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, n.Name, metav1.GetOptions{})
+				if err != nil || l.Spec.RenewTime == nil || l.Spec.RenewTime.Time.Before(since) {
+					stale = append(stale, n.Name)
+				}
 			}
 		}
 		if len(stale) == 0 {

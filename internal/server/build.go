@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
@@ -412,7 +413,10 @@ func (s *Server) handler(ov Overrides, w *wiring) error {
 	// client's (an ID token with 200 groups is about 10 KiB), not Go's
 	// default megabyte that each request could make Gantry read and hold.
 	proxies, _ := cfg.Security.Proxies() // checked when the configuration was read
-	s.http = &http.Server{Handler: clientaddr.Behind(h, proxies), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: MaxHeaderBytes}
+	// ErrorLog: what net/http says of a connection (a TLS handshake that
+	// failed, a panic recovered) goes to Gantry's log, structured.
+	s.http = &http.Server{Handler: clientaddr.Behind(h, proxies), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: MaxHeaderBytes,
+		ErrorLog: slog.NewLogLogger(s.Log.Handler(), slog.LevelWarn)}
 	return nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/rsa"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -139,9 +140,33 @@ func Start(t testing.TB, cfg config.Config, ov server.Overrides) *Gantry {
 // logs thousands) buried the failing one's. The server stops in a cleanup
 // registered after this one's, so before this one runs; a line written
 // after it is dropped instead of writing to a finished test.
+//
+// A test's output is printed when it ends, so a test still running when
+// the binary's -timeout kills it would take its server's lines with it:
+// 30 s before that deadline, the last lines so far go to standard error.
 func testOutput(t testing.TB) io.Writer {
+	return testOutputTo(t, os.Stderr)
+}
+
+// tailLines is how many of its last writes a test's server log keeps for
+// the deadline.
+const tailLines = 100
+
+// testOutputTo is testOutput with the deadline's lines written to late.
+func testOutputTo(t testing.TB, late io.Writer) io.Writer {
 	o := &lockedOutput{w: t.Output()}
+	var alarm *time.Timer
+	if d, ok := t.(interface{ Deadline() (time.Time, bool) }); ok {
+		if when, ok := d.Deadline(); ok {
+			if wait := time.Until(when) - 30*time.Second; wait > 0 {
+				alarm = time.AfterFunc(wait, func() { o.writeTail(late, t.Name()) })
+			}
+		}
+	}
 	t.Cleanup(func() {
+		if alarm != nil {
+			alarm.Stop()
+		}
 		o.mu.Lock()
 		defer o.mu.Unlock()
 		o.w = nil
@@ -149,10 +174,13 @@ func testOutput(t testing.TB) io.Writer {
 	return o
 }
 
-// lockedOutput writes to w until w is nil.
+// lockedOutput writes to w until w is nil, and keeps its last tailLines
+// writes (a slog handler writes a line at a time).
 type lockedOutput struct {
-	mu sync.Mutex
-	w  io.Writer
+	mu   sync.Mutex
+	w    io.Writer
+	tail [tailLines][]byte
+	n    int // writes so far
 }
 
 func (o *lockedOutput) Write(p []byte) (int, error) {
@@ -161,7 +189,23 @@ func (o *lockedOutput) Write(p []byte) (int, error) {
 	if o.w == nil {
 		return len(p), nil
 	}
+	o.tail[o.n%tailLines] = append(o.tail[o.n%tailLines][:0], p...)
+	o.n++
 	return o.w.Write(p)
+}
+
+// writeTail writes the last lines kept to w, under a line naming the test.
+func (o *lockedOutput) writeTail(w io.Writer, test string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.w == nil {
+		return
+	}
+	first := max(0, o.n-tailLines)
+	fmt.Fprintf(w, "%s is still running 30 s before the test binary's deadline; its Gantry's last %d log lines:\n", test, o.n-first)
+	for i := first; i < o.n; i++ {
+		w.Write(o.tail[i%tailLines])
+	}
 }
 
 // Token makes a personal access token for a development user (alice,

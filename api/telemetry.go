@@ -197,6 +197,11 @@ func (s *server) GetWorkloadMetrics(ctx context.Context, req gen.GetWorkloadMetr
 			out.Run = append(out.Run, model.RunMetricSeries{Metric: rs.Metric, Points: pointsOut(rs.Points)})
 		}
 	}
+	out.Energy = make([]model.DeviceEnergy, len(a.Energy))
+	for i, e := range a.Energy {
+		out.Energy[i] = model.DeviceEnergy{Node: e.Node, Device: deviceOut(e.Device), Pod: podOut(e.Pod), How: model.DeviceEnergyHow(e.How),
+			KWh: math.Round(e.KWh*1e6) / 1e6, Minutes: e.Minutes, UnmeasuredMinutes: e.Unmeasured}
+	}
 	for _, se := range a.Series {
 		info := se.Metric.Info()
 		out.Series = append(out.Series, model.MetricSeries{Metric: info.Name, Dcgm: info.DCGM, Unit: info.Unit, Device: deviceOut(se.Device), Pod: podOut(se.Pod), Points: pointsOut(se.Points)})

@@ -244,6 +244,30 @@ func (e CostReportCurrency) Valid() bool {
 	}
 }
 
+// Defines values for DeviceEnergyHow.
+const (
+	MigInstance    DeviceEnergyHow = "mig-instance"
+	TimeSliced     DeviceEnergyHow = "time-sliced"
+	TimeSlicedEven DeviceEnergyHow = "time-sliced-even"
+	WholeGpu       DeviceEnergyHow = "whole-gpu"
+)
+
+// Valid indicates whether the value is a known member of the DeviceEnergyHow enum.
+func (e DeviceEnergyHow) Valid() bool {
+	switch e {
+	case MigInstance:
+		return true
+	case TimeSliced:
+		return true
+	case TimeSlicedEven:
+		return true
+	case WholeGpu:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for EstimateCurrency.
 const (
 	EstimateCurrencyUSD EstimateCurrency = "USD"
@@ -1501,6 +1525,28 @@ type Device struct {
 	Model *string      `json:"model,omitempty"`
 }
 
+// DeviceEnergy defines model for DeviceEnergy.
+type DeviceEnergy struct {
+	Device Device `json:"device"`
+
+	// How How the device's energy was split to the pod: whole-gpu, all of a GPU it held alone; mig-instance, the GPU's split among its MIG instances by their compute slices times their activity (NVML reads a GPU's energy, not an instance's); time-sliced, a shared GPU's split by the pods' processes' utilization; time-sliced-even, split evenly for want of per-process data (a guess).
+	How DeviceEnergyHow `json:"how"`
+
+	// KWh The energy of the minutes measured, from the one-minute rollups whose minute starts in the window (the last minute or two, not rolled up yet, are not in it): NVML's energy counter where it has one, else the power readings over their intervals.
+	KWh float64 `json:"kWh"`
+
+	// Minutes One-minute rollups with energy.
+	Minutes int     `json:"minutes"`
+	Node    string  `json:"node"`
+	Pod     *PodRef `json:"pod,omitempty"`
+
+	// UnmeasuredMinutes One-minute rollups without: no counter and no power reading, or the agent away over 5 minutes.
+	UnmeasuredMinutes int `json:"unmeasuredMinutes"`
+}
+
+// DeviceEnergyHow How the device's energy was split to the pod: whole-gpu, all of a GPU it held alone; mig-instance, the GPU's split among its MIG instances by their compute slices times their activity (NVML reads a GPU's energy, not an instance's); time-sliced, a shared GPU's split by the pods' processes' utilization; time-sliced-even, split evenly for want of per-process data (a guess).
+type DeviceEnergyHow string
+
 // DeviceUse defines model for DeviceUse.
 type DeviceUse struct {
 	Device Device    `json:"device"`
@@ -1902,7 +1948,9 @@ type MetricSeries struct {
 
 // MetricSeriesList defines model for MetricSeriesList.
 type MetricSeriesList struct {
-	From time.Time `json:"from"`
+	// Energy The workload's GPU energy over the window, per device (a GPU or a MIG instance) and pod, from Gantry's own store whatever the source of the series (docs/energy.md). Empty when it used no GPU then.
+	Energy []DeviceEnergy `json:"energy"`
+	From   time.Time      `json:"from"`
 
 	// Run The metrics the workload's run reported (POST …/progress), by name; empty when it reported none asked for.
 	Run    []RunMetricSeries `json:"run"`

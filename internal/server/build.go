@@ -245,7 +245,7 @@ func (s *Server) telemetryAndAdvice(ov Overrides, w *wiring) error {
 	if err != nil {
 		return err
 	}
-	if w.series, err = telemetry.NewReader(telemetry.ReaderOptions{Source: metrics, SourceName: metricsSource, Now: s.clock.Now,
+	if w.series, err = telemetry.NewReader(telemetry.ReaderOptions{Source: metrics, Energy: s.Telemetry, SourceName: metricsSource, Now: s.clock.Now,
 		Target: func(ctx context.Context, id string) (telemetry.Target, error) {
 			wl, err := s.Workloads.Get(ctx, id) // the caller may read it, or 404
 			return telemetry.Target{ID: wl.ID, Namespace: s.Workloads.Namespace(wl), Name: wl.Name}, err

@@ -84,8 +84,8 @@ func testEnergy(t *testing.T, s *stores.All) {
 			case "GPU-e3": // time-sliced by two pods: each reading's power is its share already, as the agent splits it
 				va, vb := v, v
 				va[telemetry.Power], vb[telemetry.Power] = v[telemetry.Power]*0.3, v[telemetry.Power]*0.7
-				stored = append(stored, telemetry.Stored{Series: key(sm.Device, "en-a", "pa"), Time: at, Share: 0.3, Values: va},
-					telemetry.Stored{Series: key(sm.Device, "en-b", "pb"), Time: at, Share: 0.7, Values: vb})
+				stored = append(stored, telemetry.Stored{Series: key(sm.Device, "en-a", "pa"), Attribution: "process", Time: at, Share: 0.3, Values: va},
+					telemetry.Stored{Series: key(sm.Device, "en-b", "pb"), Attribution: "process", Time: at, Share: 0.7, Values: vb})
 			default: // the MIG instance
 				stored = append(stored, telemetry.Stored{Series: key(sm.Device, "en-mig", "pm"), Time: at, Share: 1, Values: v})
 			}
@@ -154,6 +154,36 @@ func testEnergy(t *testing.T, s *stores.All) {
 	half := sum(start, start.Add(time.Hour))
 	if r := half["en-power"] / got["en-power"]; r < 0.45 || r > 0.55 {
 		t.Errorf("the first hour holds %.3f of two hours' steady energy", r)
+	}
+
+	// Per device (the series API): each workload's one device, its kWh
+	// the same as showback's, and how its share was found.
+	for w, how := range map[string]string{"en-trace": telemetry.SplitWholeGPU, "en-power": telemetry.SplitWholeGPU, "en-reload": telemetry.SplitWholeGPU,
+		"en-a": telemetry.SplitByProcess, "en-b": telemetry.SplitByProcess, "en-mig": telemetry.SplitMIG} {
+		devs, err := svc.Energy(ctx, w, start, end.Add(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(devs) != 1 {
+			t.Fatalf("%s: energy on %d devices, want 1: %+v", w, len(devs), devs)
+		}
+		d := devs[0]
+		if d.How != how || d.Node != "e1" || d.Pod.Container != "main" {
+			t.Errorf("%s: %+v, want how %s on node e1", w, d, how)
+		}
+		if w == "en-mig" {
+			if d.KWh != 0 || d.Minutes != 0 || d.Unmeasured != 120 {
+				t.Errorf("%s: %.4f kWh over %d minutes, %d unmeasured; want none measured of 120", w, d.KWh, d.Minutes, d.Unmeasured)
+			}
+			continue
+		}
+		if math.Abs(d.KWh-got[w]) > 1e-9*got[w] || d.Minutes != 120 || d.Unmeasured != 0 {
+			t.Errorf("%s: %.6f kWh over %d minutes (%d unmeasured); showback has %.6f, want it over 120 minutes", w, d.KWh, d.Minutes, d.Unmeasured, got[w])
+		}
+	}
+	// A window before the workload ran holds no device of it.
+	if devs, err := svc.Energy(ctx, "en-trace", start.Add(-time.Hour), start); err != nil || len(devs) != 0 {
+		t.Errorf("energy before the run: %+v, %v; want none", devs, err)
 	}
 }
 

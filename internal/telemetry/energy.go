@@ -1,6 +1,8 @@
 package telemetry
 
 import (
+	"context"
+	"fmt"
 	"math"
 	"time"
 )
@@ -55,3 +57,86 @@ func IntervalJoules(prev, cur Sample) (float64, string) {
 
 // KWh is joules in kilowatt-hours.
 func KWh(joules float64) float64 { return joules / 3.6e6 }
+
+// How a device's energy was split to the pod, for DeviceEnergy.How.
+const (
+	SplitWholeGPU  = "whole-gpu"        // the pod held the GPU alone: all of it
+	SplitMIG       = "mig-instance"     // the GPU's, by its instances' compute slices × activity (agent.MIGShares)
+	SplitByProcess = "time-sliced"      // a shared GPU's, by the pods' processes' utilization
+	SplitEvenly    = "time-sliced-even" // a shared GPU's, evenly: no per-process data (a guess)
+)
+
+// DeviceEnergy is the energy one pod of a workload used on one device (a
+// GPU or a MIG instance) over a window, from the one-minute rollups.
+type DeviceEnergy struct {
+	Node   string
+	Device Device
+	Pod    PodRef
+	// How says how the device's energy was split to the pod (Split*).
+	How string
+	// KWh is the energy of the minutes measured; Minutes how many
+	// one-minute rollups had energy, Unmeasured how many had none (no
+	// counter and no power reading, or samples over EnergyGap apart).
+	KWh                 float64
+	Minutes, Unmeasured int
+}
+
+// split names how a series' device energy was attributed to its pod.
+func split(d Device, attribution string) string {
+	switch {
+	case d.MIG != nil:
+		return SplitMIG
+	case attribution == "process":
+		return SplitByProcess
+	case attribution == "even":
+		return SplitEvenly
+	}
+	return SplitWholeGPU
+}
+
+// Energy is workload id's energy per device and pod over [from, to): the
+// joules of its series' one-minute rollups whose minute starts in the
+// window (a minute not rolled up yet — the last one or two — is not in
+// it). Gantry's own store answers whatever source serves the series.
+func (s *Service) Energy(ctx context.Context, id string, from, to time.Time) ([]DeviceEnergy, error) {
+	recs, err := s.o.Store.WorkloadSeries(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("energy of workload %s: %w", id, err)
+	}
+	out := []DeviceEnergy{}
+	if len(recs) == 0 {
+		return out, nil
+	}
+	ids := make([]int64, len(recs))
+	at := make(map[int64]int, len(recs))
+	joules := make([]float64, len(recs))
+	for i, r := range recs {
+		ids[i], at[r.ID] = r.ID, i
+		out = append(out, DeviceEnergy{Node: r.Key.Node, Device: r.Key.Device, Pod: r.Key.Pod, How: split(r.Key.Device, r.Attribution)})
+	}
+	err = s.o.Store.Rollups(ctx, Minute, ids, from, to, func(r Rollup) error {
+		i, ok := at[r.Series]
+		if !ok {
+			return nil
+		}
+		if math.IsNaN(r.Joules) || math.IsInf(r.Joules, 0) {
+			out[i].Unmeasured++
+			return nil
+		}
+		joules[i] += r.Joules
+		out[i].Minutes++
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("energy of workload %s: %w", id, err)
+	}
+	kept := out[:0]
+	for i, e := range out {
+		if e.Minutes+e.Unmeasured == 0 {
+			continue // no minute of it in the window
+		}
+		e.KWh = KWh(joules[i])
+		kept = append(kept, e)
+	}
+	return kept, nil
+}

@@ -36,11 +36,21 @@ type Answer struct {
 	Series []Series
 	// Source names where the series were read ("gantry", "prometheus").
 	Source string
+	// Energy is the workload's per device and pod over the window, from
+	// Gantry's own store whatever the Source.
+	Energy []DeviceEnergy
+}
+
+// EnergySource is what a Reader reads energy from (Service.Energy).
+type EnergySource interface {
+	Energy(ctx context.Context, id string, from, to time.Time) ([]DeviceEnergy, error)
 }
 
 // ReaderOptions are what a Reader is made of; all are required.
 type ReaderOptions struct {
 	Source Source
+	// Energy answers the energy per device (Gantry's own store).
+	Energy EnergySource
 	// SourceName says which Source it is ("gantry", "prometheus").
 	SourceName string
 	// Target resolves a workload the caller may read to where its series
@@ -55,8 +65,8 @@ type Reader struct{ o ReaderOptions }
 
 // NewReader checks the options.
 func NewReader(o ReaderOptions) (*Reader, error) {
-	if o.Source == nil || o.SourceName == "" || o.Target == nil || o.Now == nil {
-		return nil, errors.New("telemetry: a Reader needs Source, SourceName, Target and Now")
+	if o.Source == nil || o.Energy == nil || o.SourceName == "" || o.Target == nil || o.Now == nil {
+		return nil, errors.New("telemetry: a Reader needs Source, Energy, SourceName, Target and Now")
 	}
 	return &Reader{o: o}, nil
 }
@@ -86,5 +96,9 @@ func (r *Reader) Workload(ctx context.Context, id string, w Window) (Answer, err
 			return Answer{}, err
 		}
 	}
-	return Answer{Query: q, Series: series, Source: r.o.SourceName}, nil
+	energy, err := r.o.Energy.Energy(ctx, target.ID, q.From, q.To)
+	if err != nil {
+		return Answer{}, err
+	}
+	return Answer{Query: q, Series: series, Source: r.o.SourceName, Energy: energy}, nil
 }

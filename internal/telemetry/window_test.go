@@ -18,10 +18,15 @@ func (a *asked) Series(_ context.Context, q telemetry.Query) ([]telemetry.Series
 	return []telemetry.Series{}, nil
 }
 
+// Energy answers one device's energy over the window asked.
+func (a *asked) Energy(_ context.Context, id string, from, to time.Time) ([]telemetry.DeviceEnergy, error) {
+	return []telemetry.DeviceEnergy{{Node: id, Minutes: int(to.Sub(from) / time.Minute)}}, nil
+}
+
 func TestReaderWindow(t *testing.T) {
 	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	src := &asked{}
-	r, err := telemetry.NewReader(telemetry.ReaderOptions{Source: src, SourceName: "gantry", Now: func() time.Time { return now },
+	r, err := telemetry.NewReader(telemetry.ReaderOptions{Source: src, Energy: src, SourceName: "gantry", Now: func() time.Time { return now },
 		Target: func(_ context.Context, id string) (telemetry.Target, error) {
 			if id != "w1" {
 				return telemetry.Target{}, &fault.NotFound{Kind: "workload", Name: id}
@@ -64,6 +69,9 @@ func TestReaderWindow(t *testing.T) {
 			}
 			if src.q.Step != q.Step || !src.q.From.Equal(q.From) {
 				t.Fatalf("the source was asked %+v, the answer says %+v", src.q, q)
+			}
+			if len(a.Energy) != 1 || a.Energy[0].Node != "w1" || a.Energy[0].Minutes != int(q.To.Sub(q.From)/time.Minute) {
+				t.Fatalf("energy %+v; want the workload's over the query's window", a.Energy)
 			}
 		})
 	}

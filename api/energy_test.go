@@ -15,7 +15,8 @@ import (
 // TestEnergyInSeries: the metrics endpoint gives a workload's GPU energy per
 // device and pod — the kWh of its one-minute rollups in the window, the
 // minutes measured and not, and how the device's energy was split to the
-// pod — and a window before it ran holds none.
+// pod — and a window before it ran holds none, nor a request for the run's
+// metrics alone.
 func TestEnergyInSeries(t *testing.T) {
 	g := servertest.WithOverrides(t, server.Overrides{Identify: alice})
 	e := envAt(t, g.URL, nil, string(g.Config.Database.DSN))
@@ -54,9 +55,12 @@ func TestEnergyInSeries(t *testing.T) {
 		}
 	}
 
-	read := func(from, to time.Time) *model.MetricSeriesList {
+	read := func(from, to time.Time, series ...string) *model.MetricSeriesList {
 		t.Helper()
-		r := servertest.Must(e.api.GetWorkloadMetricsWithResponse(ctx, wid, &model.GetWorkloadMetricsParams{From: &from, To: &to, Step: new("1m"), Series: new("power")}))(t)
+		if len(series) == 0 {
+			series = []string{"power"}
+		}
+		r := servertest.Must(e.api.GetWorkloadMetricsWithResponse(ctx, wid, &model.GetWorkloadMetricsParams{From: &from, To: &to, Step: new("1m"), Series: &series[0]}))(t)
 		if r.StatusCode() != http.StatusOK || r.JSON200 == nil {
 			t.Fatalf("metrics: %d %s", r.StatusCode(), r.Body)
 		}
@@ -88,5 +92,8 @@ func TestEnergyInSeries(t *testing.T) {
 	}
 	if before := read(start.Add(-time.Hour), start); len(before.Energy) != 0 {
 		t.Errorf("the hour before it ran: %+v, want no energy", before.Energy)
+	}
+	if runOnly := read(start, start.Add(10*time.Minute), "run:*"); len(runOnly.Energy) != 0 {
+		t.Errorf("only the run's metrics asked for: energy %+v, want none", runOnly.Energy)
 	}
 }

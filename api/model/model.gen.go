@@ -1529,7 +1529,7 @@ type Device struct {
 type DeviceEnergy struct {
 	Device Device `json:"device"`
 
-	// How How the device's energy was split to the pod: whole-gpu, all of a GPU it held alone; mig-instance, the GPU's split among its MIG instances by their compute slices times their activity (NVML reads a GPU's energy, not an instance's); time-sliced, a shared GPU's split by the pods' processes' utilization; time-sliced-even, split evenly for want of per-process data (a guess).
+	// How How the device's energy was split to the pod, as the agent last reported it: whole-gpu, all of a GPU it held alone; mig-instance, the GPU's split among its MIG instances by their compute slices times their activity (NVML reads a GPU's energy, not an instance's); time-sliced, a shared GPU's split by the pods' processes' utilization; time-sliced-even, split evenly for want of per-process data (a guess).
 	How DeviceEnergyHow `json:"how"`
 
 	// KWh The energy of the minutes measured, from the one-minute rollups whose minute starts in the window (the last minute or two, not rolled up yet, are not in it): NVML's energy counter where it has one, else the power readings over their intervals.
@@ -1540,11 +1540,11 @@ type DeviceEnergy struct {
 	Node    string  `json:"node"`
 	Pod     *PodRef `json:"pod,omitempty"`
 
-	// UnmeasuredMinutes One-minute rollups without: no counter and no power reading, or the agent away over 5 minutes.
+	// UnmeasuredMinutes One-minute rollups with samples but no energy: no counter and no power reading, or samples over 5 minutes apart. A minute without samples is in neither count.
 	UnmeasuredMinutes int `json:"unmeasuredMinutes"`
 }
 
-// DeviceEnergyHow How the device's energy was split to the pod: whole-gpu, all of a GPU it held alone; mig-instance, the GPU's split among its MIG instances by their compute slices times their activity (NVML reads a GPU's energy, not an instance's); time-sliced, a shared GPU's split by the pods' processes' utilization; time-sliced-even, split evenly for want of per-process data (a guess).
+// DeviceEnergyHow How the device's energy was split to the pod, as the agent last reported it: whole-gpu, all of a GPU it held alone; mig-instance, the GPU's split among its MIG instances by their compute slices times their activity (NVML reads a GPU's energy, not an instance's); time-sliced, a shared GPU's split by the pods' processes' utilization; time-sliced-even, split evenly for want of per-process data (a guess).
 type DeviceEnergyHow string
 
 // DeviceUse defines model for DeviceUse.
@@ -1948,7 +1948,7 @@ type MetricSeries struct {
 
 // MetricSeriesList defines model for MetricSeriesList.
 type MetricSeriesList struct {
-	// Energy The workload's GPU energy over the window, per device (a GPU or a MIG instance) and pod, from Gantry's own store whatever the source of the series (docs/energy.md). Empty when it used no GPU then.
+	// Energy The workload's GPU energy over the window, per device (a GPU or a MIG instance) and pod, from Gantry's own store whatever the source of the series (what gantry-agent sent; docs/energy.md). Empty when no GPU series were asked for (only run metrics), when its pods used no GPU then, for the last minute or two (not rolled up yet), past the rollups' retention (90 days), and where no gantry-agent reports.
 	Energy []DeviceEnergy `json:"energy"`
 	From   time.Time      `json:"from"`
 

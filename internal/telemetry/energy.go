@@ -72,11 +72,14 @@ type DeviceEnergy struct {
 	Node   string
 	Device Device
 	Pod    PodRef
-	// How says how the device's energy was split to the pod (Split*).
+	// How says how the device's energy was split to the pod (Split*), as
+	// the agent last reported it: a pod that shared its GPU earlier and
+	// holds it alone now says whole-gpu for the earlier window too.
 	How string
 	// KWh is the energy of the minutes measured; Minutes how many
-	// one-minute rollups had energy, Unmeasured how many had none (no
-	// counter and no power reading, or samples over EnergyGap apart).
+	// one-minute rollups had energy, Unmeasured how many had samples but
+	// no energy (no counter and no power reading, or the samples over
+	// EnergyGap apart). A minute without samples is in neither.
 	KWh                 float64
 	Minutes, Unmeasured int
 }
@@ -97,7 +100,8 @@ func split(d Device, attribution string) string {
 // Energy is workload id's energy per device and pod over [from, to): the
 // joules of its series' one-minute rollups whose minute starts in the
 // window (a minute not rolled up yet — the last one or two — is not in
-// it). Gantry's own store answers whatever source serves the series.
+// it), summed in the store, one row a series. Gantry's own store answers
+// whatever source serves the series.
 func (s *Service) Energy(ctx context.Context, id string, from, to time.Time) ([]DeviceEnergy, error) {
 	recs, err := s.o.Store.WorkloadSeries(ctx, id)
 	if err != nil {
@@ -108,35 +112,24 @@ func (s *Service) Energy(ctx context.Context, id string, from, to time.Time) ([]
 		return out, nil
 	}
 	ids := make([]int64, len(recs))
-	at := make(map[int64]int, len(recs))
-	joules := make([]float64, len(recs))
 	for i, r := range recs {
-		ids[i], at[r.ID] = r.ID, i
-		out = append(out, DeviceEnergy{Node: r.Key.Node, Device: r.Key.Device, Pod: r.Key.Pod, How: split(r.Key.Device, r.Attribution)})
+		ids[i] = r.ID
 	}
-	err = s.o.Store.Rollups(ctx, Minute, ids, from, to, func(r Rollup) error {
-		i, ok := at[r.Series]
-		if !ok {
-			return nil
-		}
-		if math.IsNaN(r.Joules) || math.IsInf(r.Joules, 0) {
-			out[i].Unmeasured++
-			return nil
-		}
-		joules[i] += r.Joules
-		out[i].Minutes++
-		return nil
-	})
+	sums, err := s.o.Store.SeriesEnergy(ctx, ids, from, to)
 	if err != nil {
 		return nil, fmt.Errorf("energy of workload %s: %w", id, err)
 	}
-	kept := out[:0]
-	for i, e := range out {
-		if e.Minutes+e.Unmeasured == 0 {
+	for _, r := range recs {
+		e, ok := sums[r.ID]
+		if !ok || e.Minutes+e.Unmeasured == 0 {
 			continue // no minute of it in the window
 		}
-		e.KWh = KWh(joules[i])
-		kept = append(kept, e)
+		kwh := KWh(e.Joules)
+		if math.IsNaN(kwh) || math.IsInf(kwh, 0) {
+			kwh = 0
+		}
+		out = append(out, DeviceEnergy{Node: r.Key.Node, Device: r.Key.Device, Pod: r.Key.Pod, How: split(r.Key.Device, r.Attribution),
+			KWh: kwh, Minutes: e.Minutes, Unmeasured: e.Unmeasured})
 	}
-	return kept, nil
+	return out, nil
 }

@@ -35,6 +35,9 @@ type Store interface {
 	// Samples and Rollups read the given series in [from, to).
 	Samples(ctx context.Context, series []int64, from, to time.Time, fn func(Sample) error) error
 	Rollups(ctx context.Context, res time.Duration, series []int64, from, to time.Time, fn func(Rollup) error) error
+	// SeriesEnergy sums the given series' one-minute rollups whose minute
+	// starts in [from, to): one EnergySum a series with any.
+	SeriesEnergy(ctx context.Context, series []int64, from, to time.Time) (map[int64]EnergySum, error)
 	// UpdateNodeGPUs replaces a node's GPU records with what fn returns,
 	// given the current ones, in one transaction.
 	UpdateNodeGPUs(ctx context.Context, node string, fn func(old []GPURecord) ([]GPURecord, error)) error
@@ -112,6 +115,13 @@ type Rollup struct {
 	// from the last sample before the period included); NaN when no
 	// interval could say.
 	Joules float64
+}
+
+// EnergySum is a series' one-minute rollups over a window: the joules of
+// those with energy, how many had it and how many had none.
+type EnergySum struct {
+	Joules              float64
+	Minutes, Unmeasured int
 }
 
 // Activity is when a workload's GPUs were sampled within a window: its

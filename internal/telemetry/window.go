@@ -37,7 +37,7 @@ type Answer struct {
 	// Source names where the series were read ("gantry", "prometheus").
 	Source string
 	// Energy is the workload's per device and pod over the window, from
-	// Gantry's own store whatever the Source.
+	// Gantry's own store whatever the Source; none when Window.NoMetrics.
 	Energy []DeviceEnergy
 }
 
@@ -96,9 +96,11 @@ func (r *Reader) Workload(ctx context.Context, id string, w Window) (Answer, err
 			return Answer{}, err
 		}
 	}
-	energy, err := r.o.Energy.Energy(ctx, target.ID, q.From, q.To)
-	if err != nil {
-		return Answer{}, err
+	energy := []DeviceEnergy{}
+	if !w.NoMetrics { // asked for no GPU series, it gets no GPU energy
+		if energy, err = r.o.Energy.Energy(ctx, target.ID, q.From, q.To); err != nil {
+			return Answer{}, err
+		}
 	}
 	return Answer{Query: q, Series: series, Source: r.o.SourceName, Energy: energy}, nil
 }

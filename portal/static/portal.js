@@ -549,14 +549,18 @@ function drawCharts(box, data, highlight) {
     box.append(fig);
   }
   if (!drawn) box.append(el('p', { class: 'muted', text: 'No GPU readings in this window yet.' }));
-  // The window's energy per device, as the series API gives it.
-  const energy = (data.energy || []).filter((e) => e.minutes > 0);
+  // The window's energy per device, as the series API gives it (its whole
+  // minutes rolled up: not the last one or two); the node named when the
+  // workload ran on several.
+  const energy = data.energy || [];
   if (energy.length) {
     const how = { 'whole-gpu': 'whole GPU', 'mig-instance': 'its share of the GPU', 'time-sliced': 'its share of a shared GPU', 'time-sliced-even': 'an even share of a shared GPU' };
+    const several = new Set(energy.map((e) => e.node)).size > 1;
     const kwh = energy.reduce((sum, e) => sum + e.kWh, 0);
     box.append(el('p', { class: 'energy', 'data-kwh': kwh.toFixed(6),
-      text: 'GPU energy in this window: ' + kwh.toFixed(3) + ' kWh — ' +
-        energy.map((e) => device(e.device) + ' ' + e.kWh.toFixed(3) + ' kWh (' + (how[e.how] || e.how) + ', ' + e.minutes + ' min measured)').join('; ') }));
+      text: 'GPU energy in this window\'s minutes rolled up: ' + kwh.toFixed(3) + ' kWh — ' +
+        energy.map((e) => (several ? e.node + ' ' : '') + device(e.device) + ' ' + e.kWh.toFixed(3) + ' kWh (' + (how[e.how] || e.how) + ', ' +
+          e.minutes + ' min measured' + (e.unmeasuredMinutes ? ', ' + e.unmeasuredMinutes + ' not' : '') + ')').join('; ') }));
   }
 }
 

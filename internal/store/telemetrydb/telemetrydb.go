@@ -466,6 +466,40 @@ func (s *Store) Rollups(ctx context.Context, res time.Duration, series []int64, 
 	return nil
 }
 
+// SeriesEnergy implements telemetry.Store: one row a series, summed in
+// the database over the one-minute rollups whose minute starts in [from,
+// to).
+func (s *Store) SeriesEnergy(ctx context.Context, series []int64, from, to time.Time) (map[int64]telemetry.EnergySum, error) {
+	out := map[int64]telemetry.EnergySum{}
+	for start := 0; start < len(series); start += 500 {
+		in, args := idList(series[start:min(start+500, len(series))])
+		rows, err := s.db.Read().QueryContext(ctx, s.db.Q(`SELECT series_id, COALESCE(SUM(joules), 0), COUNT(joules), COUNT(*) FROM gpu_rollups
+			WHERE res = ? AND series_id IN (`+in+`) AND bucket >= ? AND bucket < ? GROUP BY series_id`),
+			append(append([]any{int64(telemetry.Minute / time.Second)}, args...), ms(from), ms(to))...)
+		if err != nil {
+			return nil, fmt.Errorf("series energy: %w", err)
+		}
+		for rows.Next() {
+			var id int64
+			var e telemetry.EnergySum
+			var all int
+			if err := rows.Scan(&id, &e.Joules, &e.Minutes, &all); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("series energy: %w", err)
+			}
+			e.Unmeasured = all - e.Minutes
+			out[id] = e
+		}
+		if err := rows.Close(); err != nil {
+			return nil, fmt.Errorf("series energy: %w", err)
+		}
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("series energy: %w", err)
+		}
+	}
+	return out, nil
+}
+
 const gpuCols = `node, gpu, state, agent, seen_at, healthy, reason, since, xid, xid_at`
 
 func scanGPU(r store.Scanner) (telemetry.GPURecord, error) {

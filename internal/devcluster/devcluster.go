@@ -479,7 +479,7 @@ func (c *Cluster) Outage(ctx context.Context) (restore func(context.Context) err
 		// A lease's renewal time is its holder's clock (kwok's, the
 		// kubelet's), which is this machine's; a second's margin for a
 		// renewal stamped as the start began.
-		started := time.Now().Add(-time.Second)
+		started := time.Now().Add(-time.Second) //clock:allow compared with lease times kwok and the kubelet stamp on this machine
 		if err := c.kwokctl(ctx, "start", "cluster"); err != nil {
 			return err
 		}

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 
 	"github.com/gantryhq/gantry/internal/capreplay"
@@ -156,6 +157,13 @@ func TestScaleUpRunAndScaleDown(t *testing.T) {
 			_ = pods.Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
 		}
 	})
+	// While the group is meant to be at its max, Karpenter may not remove
+	// its machine: one found empty for its 5 s quiet time before grow's
+	// pod bound (the scheduler's backoff, on a starved machine) is marked
+	// for removal, stops counting against the max, and a second one boots
+	// for the next pod (CI r164, a cold run: wait ran within the minute).
+	holdMachines(ctx, t, "h100-on-demand", true)
+	t.Cleanup(func() { holdMachines(context.Background(), t, "h100-on-demand", false) })
 	for i := range 2 { // the reserved machines, full
 		if _, err := pods.Create(ctx, gpuPod(fmt.Sprintf("fill-%d", i), 8, false), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -213,6 +221,7 @@ func TestScaleUpRunAndScaleDown(t *testing.T) {
 		t.Fatalf("%d on-demand machines, max 1", len(got))
 	}
 	explains(t, pools(t), "wait", "node group h100-on-demand at its max (1 of 1 nodes); node group h100-reserved at its max (2 of 2 nodes): waiting for running work to end")
+	holdMachines(ctx, t, "h100-on-demand", false)
 	for _, name := range []string{"wait", "grow", "fill-0", "fill-1"} {
 		if err := pods.Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
 			t.Fatal(err)
@@ -226,6 +235,25 @@ func TestScaleUpRunAndScaleDown(t *testing.T) {
 	})
 	if got := groupNodes(ctx, t, "h100-reserved"); len(got) != 2 {
 		t.Fatalf("%d reserved machines, want 2 (never scaled down)", len(got))
+	}
+}
+
+// holdMachines sets the group's NodePool's disruption budget to no machine
+// removed at a time (hold), or takes it off again (Karpenter's default, a
+// tenth of the machines). The budget is not part of the NodePool's hash, so
+// no machine is replaced for it.
+func holdMachines(ctx context.Context, t *testing.T, group string, hold bool) {
+	t.Helper()
+	dyn, err := dynamic.NewForConfig(cluster.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	patch := `{"spec":{"disruption":{"budgets":null}}}`
+	if hold {
+		patch = `{"spec":{"disruption":{"budgets":[{"nodes":"0"}]}}}`
+	}
+	if _, err := dyn.Resource(karpenter.NodePools).Patch(ctx, group, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Errorf("NodePool %s's disruption budget (hold %v): %v", group, hold, err)
 	}
 }
 

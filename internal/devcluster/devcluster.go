@@ -18,8 +18,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -268,6 +270,32 @@ func (c *Cluster) create(ctx context.Context, cfgFile string) error {
 
 // componentLogs returns the end of the API server's and etcd's logs, to say why
 // a cluster failed.
+// DeadComponents are the control plane's components (kwokctl's processes)
+// that have stopped running, each with the end of its log: for a failed
+// test's report. None while the cluster runs as it should.
+func (c *Cluster) DeadComponents() map[string]string {
+	dir := filepath.Join(c.workDir, "clusters", c.Name)
+	pids, _ := filepath.Glob(filepath.Join(dir, "pids", "*.pid"))
+	dead := map[string]string{}
+	for _, f := range pids {
+		name := strings.TrimSuffix(filepath.Base(f), ".pid")
+		data, err := os.ReadFile(f)
+		if err != nil {
+			continue // removed meanwhile: stopped on purpose
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+		if err != nil || syscall.Kill(pid, 0) == nil {
+			continue
+		}
+		log, _ := os.ReadFile(filepath.Join(dir, "logs", name+".log"))
+		if len(log) > 600 {
+			log = log[len(log)-600:]
+		}
+		dead[name] = string(log)
+	}
+	return dead
+}
+
 func (c *Cluster) componentLogs() string {
 	var b strings.Builder
 	for _, name := range []string{"kube-apiserver", "etcd"} {
@@ -459,11 +487,12 @@ func (c *Cluster) kwokctl(ctx context.Context, args ...string) error {
 // fault-injection tests on a cluster of their own.
 //
 // The machine's cluster-creation lock (lockCreate) is held from the stop
-// until the API server answers again: kwokctl gives a new cluster the
-// first ports it can bind, so a cluster created meanwhile (another test
-// package's) would take the stopped one's ports, and it could not start
-// again (seen in CI: connection refused for minutes after the restart).
-// Creations elsewhere wait out the outage instead.
+// until every component listens on its port again: kwokctl gives a new
+// cluster the first ports it can bind, so a cluster created meanwhile
+// (another test package's) would take the stopped one's ports, and its
+// components could not start again (seen in CI: connection refused for
+// minutes after the restart). Creations elsewhere wait out the outage
+// instead.
 func (c *Cluster) Outage(ctx context.Context) (restore func(context.Context) error, err error) {
 	unlock, err := lockCreate(ctx)
 	if err != nil {
@@ -492,6 +521,16 @@ func (c *Cluster) Outage(ctx context.Context) (restore func(context.Context) err
 				return fmt.Errorf("the API server did not answer after the outage: %w", ctx.Err())
 			case <-time.After(200 * time.Millisecond):
 			}
+		}
+		// Held until every component listens again, as at creation: the
+		// API server can answer before the others bind their ports (kwok's
+		// was often still free here), and a cluster created in between
+		// takes a free one (its kwokctl counts down past bound ports
+		// only), so that our component cannot start. The likely cause of
+		// CI's failure at 0d126be: after the outage no launch's pod ran and
+		// Kueue's quota stayed held by Jobs admitted before it.
+		if err := c.waitListening(ctx); err != nil {
+			return fmt.Errorf("after the outage: %w", err)
 		}
 		once.Do(unlock)
 		nodes, err := c.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})

@@ -2,11 +2,15 @@ package devcluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -15,6 +19,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/gantryhq/gantry/internal/waitfor"
 )
 
 // TestClustersCreatedAtOnce: three clusters created at the same moment (as
@@ -112,4 +118,136 @@ func localClusters(t *testing.T) (ctx context.Context, root, run string) {
 		run = "local"
 	}
 	return ctx, root, run
+}
+
+// TestClusterCreatedDuringOutage: a cluster created while another's control
+// plane is down (Outage) waits for it, and once both run, every port of
+// each is held by a process of its own cluster. Before restore held the
+// creation lock until every component listened again, the new cluster
+// could take a port the restarted scheduler or controller manager had not
+// bound yet (they bind theirs only once the API server answers), and the
+// restarted component exited: in CI, no pod of the outage test ran after
+// it.
+func TestClusterCreatedDuringOutage(t *testing.T) {
+	ctx, root, run := localClusters(t)
+	bin, err := Build(ctx, root, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newCluster := func(i int) (*Cluster, string) {
+		dir := filepath.Join(t.TempDir(), "gantry-kwok-outage") // under gantry-kwok-: a run's cleanup finds it
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		c := &Cluster{Name: fmt.Sprintf("gt-%s-outage-%d-%d", run, os.Getpid(), i), Bin: bin, workDir: dir, log: io.Discard}
+		c.Kubeconfig = filepath.Join(dir, "kubeconfig")
+		cfg := filepath.Join(dir, "kwokctl.yaml")
+		if err := os.WriteFile(cfg, kwokctlConfig(bin, filepath.Join(dir, "container.log"), filepath.Join(dir, "simulated-app.py"), "", filepath.Join(dir, "clusters", c.Name, "pki"), true, 0), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Stop(context.Background()) })
+		return c, cfg
+	}
+	down, cfg := newCluster(0)
+	if err := down.create(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if down.config, err = clientcmd.BuildConfigFromFlags("", down.Kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	if down.Client, err = kubernetes.NewForConfig(down.config); err != nil {
+		t.Fatal(err)
+	}
+	restore, err := down.Outage(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	created := make(chan error, 1)
+	other, otherCfg := newCluster(1)
+	go func() { created <- other.create(ctx, otherCfg) }()
+	if err := restore(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-created; err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []*Cluster{down, other} {
+		if dead := c.DeadComponents(); len(dead) > 0 {
+			t.Errorf("%s: components not running: %v", c.Name, dead)
+		}
+		ports, err := c.componentPorts()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, port := range ports {
+			owner, err := listener(port)
+			if err != nil {
+				t.Fatalf("%s's %s (port %d): %v", c.Name, name, port, err)
+			}
+			if !strings.Contains(owner, "/clusters/"+c.Name+"/") {
+				t.Errorf("%s's %s (port %d) is held by another process: %.300s", c.Name, name, port, owner)
+			}
+		}
+	}
+	// A component that ends is reported, with its log.
+	killComponent(t, other, "kube-scheduler")
+	if dead := other.DeadComponents(); len(dead) != 1 || dead["kube-scheduler"] == "" {
+		t.Errorf("with its scheduler killed, %s reports dead components %v", other.Name, dead)
+	}
+}
+
+// killComponent ends one of a cluster's components (SIGKILL) and waits
+// until it is gone.
+func killComponent(t *testing.T, c *Cluster, name string) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(c.workDir, "clusters", c.Name, "pids", name+".pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitfor.Until(t, time.Minute, name+" to end", func() error {
+		if syscall.Kill(pid, 0) == nil {
+			return errors.New("still running")
+		}
+		return nil
+	})
+}
+
+// listener is the command line of the process listening on a loopback TCP
+// port (/proc/net/tcp's socket inode, found among /proc/*/fd).
+func listener(port int) (string, error) {
+	inode := ""
+	for _, table := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		data, err := os.ReadFile(table)
+		if err != nil {
+			continue
+		}
+		for line := range strings.Lines(string(data)) {
+			f := strings.Fields(line)
+			// local address (hex ip:port), state 0A (LISTEN), inode
+			if len(f) > 9 && f[3] == "0A" && strings.HasSuffix(f[1], fmt.Sprintf(":%04X", port)) {
+				inode = f[9]
+			}
+		}
+	}
+	if inode == "" {
+		return "", errors.New("nothing listens")
+	}
+	fds, _ := filepath.Glob("/proc/[0-9]*/fd/*")
+	for _, fd := range fds {
+		if target, err := os.Readlink(fd); err == nil && target == "socket:["+inode+"]" {
+			cmdline, err := os.ReadFile(filepath.Join(filepath.Dir(filepath.Dir(fd)), "cmdline"))
+			if err != nil {
+				return "", err
+			}
+			return strings.ReplaceAll(string(cmdline), "\x00", " "), nil
+		}
+	}
+	return "", fmt.Errorf("no process holds socket %s", inode)
 }

@@ -2,7 +2,6 @@ package faultsuite_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"strings"
@@ -118,113 +117,141 @@ func TestAPIServerDownMidBurst(t *testing.T) {
 }
 
 // dumpQueue logs what holds a failed run's launches back (it failed in
-// CI r128, r157, r162 and CI's own runs of b3cb8f3 and db1aaad with
-// launches waiting minutes after the outage: kwok, restarted, ran no pod
-// until its previous run's 200 s node leases expired; devcluster.Outage
-// now waits for the leases, 40 s since, and restarts Kueue and the volume
-// provisioner, as their leader election would): the pods not ended and
-// where they run, the nodes not Ready, each ClusterQueue's status as Kueue
-// keeps it, the team's Jobs and Kueue Workloads, and what Kueue logged
-// about the Jobs still suspended.
+// CI r128, r157, r162 and CI's own runs of b3cb8f3, db1aaad and 0d126be
+// with launches waiting minutes after the outage; see docs/ci.md): first
+// what Kueue logged about the team's suspended Jobs, then a summary —
+// pods by phase with why the not-started ones wait, claims, Jobs, Kueue's
+// Workloads, nodes not Ready, the team's ClusterQueue — last, where CI's
+// log (cut to a failed test's last lines) still shows it.
 func dumpQueue(t *testing.T) {
 	ctx := context.Background()
-	pods, err := cluster.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Logf("pods: %v", err)
-		pods = &corev1.PodList{}
+	const ns = "gantry-vision"
+	var summary []string
+	say := func(format string, args ...any) { summary = append(summary, fmt.Sprintf(format, args...)) }
+	defer func() {
+		for _, s := range summary {
+			t.Log(s)
+		}
+	}()
+	var stuck []string
+	if jobs, err := cluster.Client.BatchV1().Jobs(ns).List(ctx, metav1.ListOptions{}); err != nil {
+		say("jobs: %v", err)
+	} else {
+		suspended, active, succeeded := 0, 0, 0
+		for _, j := range jobs.Items {
+			switch {
+			case j.Spec.Suspend != nil && *j.Spec.Suspend:
+				suspended++
+				stuck = append(stuck, j.Name)
+			case j.Status.Succeeded > 0:
+				succeeded++
+			case j.Status.Active > 0:
+				active++
+			}
+		}
+		say("jobs: %d, suspended %d, with a pod active %d, succeeded %d", len(jobs.Items), suspended, active, succeeded)
 	}
-	for _, p := range pods.Items {
-		if p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed && p.Namespace != "kube-system" {
-			t.Logf("pod %s/%s %s on %q since %s", p.Namespace, p.Name, p.Status.Phase, p.Spec.NodeName, p.CreationTimestamp.Format(time.TimeOnly))
+	if data, err := os.ReadFile(cluster.KueueLog()); cluster.KueueLog() != "" && len(stuck) > 0 && err == nil {
+		// The last lines about the suspended Jobs, before the summary.
+		var lines []string
+		for line := range strings.Lines(string(data)) {
+			for _, name := range stuck {
+				if strings.Contains(line, name) {
+					lines = append(lines, strings.TrimSpace(line))
+					break
+				}
+			}
+		}
+		for _, l := range lines[max(0, len(lines)-20):] {
+			t.Logf("kueue: %.300s", l)
 		}
 	}
-	nodes, err := cluster.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Logf("nodes: %v", err)
-		nodes = &corev1.NodeList{}
+	if pods, err := cluster.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{}); err != nil {
+		say("pods: %v", err)
+	} else {
+		phases := map[corev1.PodPhase]int{}
+		for _, p := range pods.Items {
+			phases[p.Status.Phase]++
+			if p.Status.Phase != corev1.PodPending && p.Status.Phase != corev1.PodRunning {
+				continue
+			}
+			why := ""
+			for _, c := range p.Status.Conditions {
+				if c.Status != corev1.ConditionTrue {
+					why += fmt.Sprintf(" %s=%s(%s: %.120s)", c.Type, c.Status, c.Reason, c.Message)
+				}
+			}
+			say("pod %s %s on %q since %s, started %v:%s", p.Name, p.Status.Phase, p.Spec.NodeName, p.CreationTimestamp.Format(time.TimeOnly), p.Status.StartTime != nil, why)
+		}
+		say("pods: %v", phases)
 	}
-	for _, n := range nodes.Items {
-		for _, c := range n.Status.Conditions {
-			if c.Type == corev1.NodeReady && c.Status != corev1.ConditionTrue {
-				t.Logf("node %s not Ready since %s: %s", n.Name, c.LastTransitionTime.Format(time.TimeOnly), c.Message)
+	if pvcs, err := cluster.Client.CoreV1().PersistentVolumeClaims(ns).List(ctx, metav1.ListOptions{}); err != nil {
+		say("claims: %v", err)
+	} else {
+		phases := map[corev1.PersistentVolumeClaimPhase]int{}
+		for _, c := range pvcs.Items {
+			phases[c.Status.Phase]++
+		}
+		say("claims: %v", phases)
+	}
+	for name, log := range cluster.DeadComponents() {
+		say("control plane component %s not running; its log ends: %q", name, log)
+	}
+	if nodes, err := cluster.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); err != nil {
+		say("nodes: %v", err)
+	} else {
+		for _, n := range nodes.Items {
+			if !nodeReady(&n) {
+				say("node %s not Ready (taints %v)", n.Name, n.Spec.Taints)
 			}
 		}
 	}
 	dyn, err := dynamic.NewForConfig(cluster.Config())
 	if err != nil {
-		t.Logf("dynamic client: %v", err)
+		say("dynamic client: %v", err)
 		return
 	}
-	cqs, err := dyn.Resource(schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "clusterqueues"}).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Logf("cluster queues: %v", err)
-		return
-	}
-	for _, cq := range cqs.Items {
-		status, _ := json.Marshal(cq.Object["status"])
-		t.Logf("cluster queue %s: %s", cq.GetName(), status)
-	}
-	// The Jobs and Kueue's Workloads of the team, and what Kueue logged
-	// about the Jobs it did not admit.
-	const ns = "gantry-vision"
-	jobs, err := cluster.Client.BatchV1().Jobs(ns).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Logf("jobs: %v", err)
-		return
-	}
-	lqs, err := dyn.Resource(schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "localqueues"}).Namespace(ns).List(ctx, metav1.ListOptions{})
-	if err == nil {
-		for _, lq := range lqs.Items {
-			status, _ := json.Marshal(lq.Object["status"])
-			t.Logf("local queue %s (created %s): %s", lq.GetName(), lq.GetCreationTimestamp().Format(time.TimeOnly), status)
+	if wls, err := dyn.Resource(schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "workloads"}).Namespace(ns).List(ctx, metav1.ListOptions{}); err != nil {
+		say("kueue workloads: %v", err)
+	} else {
+		states := map[string]int{}
+		for _, w := range wls.Items {
+			var on []string
+			cs, _, _ := unstructured.NestedSlice(w.Object, "status", "conditions")
+			for _, c := range cs {
+				if m, _ := c.(map[string]any); m["status"] == "True" {
+					on = append(on, fmt.Sprint(m["type"]))
+				}
+			}
+			states[strings.Join(on, "+")]++
 		}
+		say("kueue workloads by the conditions true: %v", states)
 	}
-	wls, err := dyn.Resource(schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "workloads"}).Namespace(ns).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Logf("workloads: %v", err)
-		return
-	}
-	byJob := map[string]string{}
-	for _, w := range wls.Items {
-		var conds []string
-		cs, _, _ := unstructured.NestedSlice(w.Object, "status", "conditions")
-		for _, c := range cs {
-			m, _ := c.(map[string]any)
-			conds = append(conds, fmt.Sprintf("%v=%v(%v)", m["type"], m["status"], m["reason"]))
-		}
-		queue, _, _ := unstructured.NestedString(w.Object, "spec", "queueName")
-		for _, o := range w.GetOwnerReferences() {
-			byJob[o.Name] = fmt.Sprintf("workload %s queue %s created %s: %s", w.GetName(), queue, w.GetCreationTimestamp().Format(time.TimeOnly), strings.Join(conds, " "))
-		}
-	}
-	var stuck []string
-	for _, j := range jobs.Items {
-		wl, ok := byJob[j.Name]
-		if !ok {
-			wl = "no Kueue workload"
-		}
-		suspended := j.Spec.Suspend != nil && *j.Spec.Suspend
-		t.Logf("job %s created %s suspended=%v active=%d: %s", j.Name, j.CreationTimestamp.Format(time.TimeOnly), suspended, j.Status.Active, wl)
-		if suspended {
-			stuck = append(stuck, j.Name)
-		}
-	}
-	if cluster.KueueLog() == "" || len(stuck) == 0 {
-		return
-	}
-	data, err := os.ReadFile(cluster.KueueLog())
-	if err != nil {
-		t.Logf("kueue log: %v", err)
-		return
-	}
-	n := 0
-	for line := range strings.Lines(string(data)) {
-		for _, name := range stuck {
-			if strings.Contains(line, name) && n < 80 {
-				t.Logf("kueue: %s", strings.TrimSpace(line))
-				n++
-				break
+	if cq, err := dyn.Resource(schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "clusterqueues"}).Get(ctx, "gantry-vision", metav1.GetOptions{}); err != nil {
+		say("cluster queue: %v", err)
+	} else {
+		var usage []string
+		fus, _, _ := unstructured.NestedSlice(cq.Object, "status", "flavorsUsage")
+		for _, f := range fus {
+			fm, _ := f.(map[string]any)
+			rs, _ := fm["resources"].([]any)
+			for _, r := range rs {
+				if rm, _ := r.(map[string]any); fmt.Sprint(rm["total"]) != "0" {
+					usage = append(usage, fmt.Sprintf("%v %v=%v (borrowed %v)", fm["name"], rm["name"], rm["total"], rm["borrowed"]))
+				}
 			}
 		}
+		st, _, _ := unstructured.NestedMap(cq.Object, "status")
+		say("cluster queue gantry-vision: admitted %v, reserving %v, pending %v; usage %v", st["admittedWorkloads"], st["reservingWorkloads"], st["pendingWorkloads"], usage)
 	}
+}
+
+// nodeReady: the node's Ready condition is True.
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }

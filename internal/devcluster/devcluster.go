@@ -111,6 +111,7 @@ type Cluster struct {
 	kueueLog     string
 	kueueOptions Options // what Kueue started with, to start it again (Outage)
 	karpenter    *process
+	karpenterLog string
 	realNode     *realNode
 	realNodeWhy  error // why the real node asked for did not start
 }

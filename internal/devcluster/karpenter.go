@@ -121,7 +121,7 @@ func (c *Cluster) startKarpenter(ctx context.Context, o Options, classes *gpu.Ca
 		p.stop()
 		return err
 	}
-	c.karpenter = p
+	c.karpenter, c.karpenterLog = p, filepath.Join(kdir, "karpenter.log")
 	fmt.Fprintf(o.Log, "cluster: Karpenter scales %d node groups\n", len(pools))
 	return nil
 }

@@ -137,6 +137,10 @@ func kueueLogLevel(v int) string {
 // test to read what Kueue did.
 func (c *Cluster) KueueLog() string { return c.kueueLog }
 
+// KarpenterLog is the path of Karpenter's log ("" without Karpenter), for a
+// failed test to read what Karpenter did.
+func (c *Cluster) KarpenterLog() string { return c.karpenterLog }
+
 // mountKueueCerts does what the kubelet's Secret volume does for Kueue in a
 // pod: once Kueue's certificate manager has filled the certificate Secret,
 // it writes it into Kueue's certificate directory, and returns (or when

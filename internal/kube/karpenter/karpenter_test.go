@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -173,6 +174,11 @@ func TestScaleUpRunAndScaleDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	var node string
+	t.Cleanup(func() {
+		if t.Failed() {
+			karpenterSays(t, "h100-on-demand", node)
+		}
+	})
 	waitfor.Until(t, 2*time.Minute, "the pod running on a new on-demand machine", func() error {
 		p, err := pods.Get(ctx, "grow", metav1.GetOptions{})
 		if err != nil {
@@ -214,6 +220,13 @@ func TestScaleUpRunAndScaleDown(t *testing.T) {
 				where = fmt.Sprintf(" on %s (group %q, capacity type %q, created %s)", n.Name, n.Labels[karpenter.GroupLabel], n.Labels["karpenter.sh/capacity-type"], n.CreationTimestamp.Format(time.TimeOnly))
 			}
 			where += fmt.Sprintf("; on-demand machines %d, reserved %d", len(groupNodes(ctx, t, "h100-on-demand")), len(groupNodes(ctx, t, "h100-reserved")))
+			// And where grow is (r168: wait ran on the group's one machine,
+			// made after grow had started on one).
+			if g, err := pods.Get(ctx, "grow", metav1.GetOptions{}); err != nil {
+				where += fmt.Sprintf("; grow: %v", err)
+			} else {
+				where += fmt.Sprintf("; grow %s on %s (deleting %v)", g.Status.Phase, g.Spec.NodeName, g.DeletionTimestamp != nil)
+			}
 		}
 		return fmt.Errorf("pod %s%s", p.Status.Phase, where)
 	})
@@ -235,6 +248,29 @@ func TestScaleUpRunAndScaleDown(t *testing.T) {
 	})
 	if got := groupNodes(ctx, t, "h100-reserved"); len(got) != 2 {
 		t.Fatalf("%d reserved machines, want 2 (never scaled down)", len(got))
+	}
+}
+
+// karpenterSays logs the last lines of Karpenter's log that name any of
+// names (a group, a machine): what it did with them, for a failed test.
+func karpenterSays(t *testing.T, names ...string) {
+	t.Helper()
+	data, err := os.ReadFile(cluster.KarpenterLog())
+	if err != nil {
+		t.Logf("Karpenter's log: %v", err)
+		return
+	}
+	var lines []string
+	for line := range strings.Lines(string(data)) {
+		for _, n := range names {
+			if n != "" && strings.Contains(line, n) {
+				lines = append(lines, strings.TrimSpace(line))
+				break
+			}
+		}
+	}
+	for _, l := range lines[max(0, len(lines)-25):] {
+		t.Logf("karpenter: %.400s", l)
 	}
 }
 

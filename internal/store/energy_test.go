@@ -234,3 +234,65 @@ func BenchmarkRollupRead(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkSeriesEnergy: what the metrics endpoint's energy adds to a
+// workload's series read — a day of an 8-GPU workload (10 s samples,
+// rolled up per minute), the series at the portal's 5-minute step beside
+// its energy per device over the same day.
+func BenchmarkSeriesEnergy(b *testing.B) {
+	ctx := context.Background()
+	for name, open := range backends(b) {
+		b.Run(name, func(b *testing.B) {
+			s := open(b)
+			start := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
+			end := start.Add(24 * time.Hour)
+			var rs []telemetry.Stored
+			for at := start; at.Before(end); at = at.Add(10 * time.Second) {
+				for g := range 8 {
+					v := telemetry.NoValues()
+					v[telemetry.Power], v[telemetry.Energy], v[telemetry.SMActive], v[telemetry.GPUUtil] = 500, float64(at.Sub(start).Milliseconds())*500, 0.5, 60
+					rs = append(rs, telemetry.Stored{Series: telemetry.SeriesKey{Node: "n1", Device: telemetry.Device{GPU: "GPU-" + strconv.Itoa(g), Index: g},
+						Pod: telemetry.PodRef{Namespace: "gantry-vision", Name: "p0", Container: "main"}, Workload: "bench"}, Time: at, Share: 1, Values: v})
+				}
+				if len(rs) >= 4000 {
+					if err := s.AppendSamples(ctx, rs); err != nil {
+						b.Fatal(err)
+					}
+					rs = rs[:0]
+				}
+			}
+			if err := s.AppendSamples(ctx, rs); err != nil {
+				b.Fatal(err)
+			}
+			svc, err := telemetry.New(telemetry.Options{Store: s.Telemetry, Now: func() time.Time { return end.Add(time.Hour) }})
+			if err != nil {
+				b.Fatal(err)
+			}
+			for {
+				n, err := svc.RollUp(ctx, 1000)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if n == 0 {
+					break
+				}
+			}
+			b.Run("series", func(b *testing.B) {
+				for b.Loop() {
+					got, err := svc.Series(ctx, telemetry.Query{Target: telemetry.Target{ID: "bench"}, From: start, To: end, Step: 5 * time.Minute})
+					if err != nil || len(got) == 0 {
+						b.Fatal(len(got), err)
+					}
+				}
+			})
+			b.Run("energy", func(b *testing.B) {
+				for b.Loop() {
+					got, err := svc.Energy(ctx, "bench", start, end)
+					if err != nil || len(got) != 8 {
+						b.Fatal(len(got), err)
+					}
+				}
+			})
+		})
+	}
+}

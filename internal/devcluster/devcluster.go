@@ -15,13 +15,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"maps"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -269,8 +272,6 @@ func (c *Cluster) create(ctx context.Context, cfgFile string) error {
 	return nil
 }
 
-// componentLogs returns the end of the API server's and etcd's logs, to say why
-// a cluster failed.
 // DeadComponents are the control plane's components (kwokctl's processes)
 // that have stopped running, each with the end of its log: for a failed
 // test's report. None while the cluster runs as it should.
@@ -285,7 +286,7 @@ func (c *Cluster) DeadComponents() map[string]string {
 			continue // removed meanwhile: stopped on purpose
 		}
 		pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
-		if err != nil || syscall.Kill(pid, 0) == nil {
+		if err != nil || c.componentAlive(pid) {
 			continue
 		}
 		log, _ := os.ReadFile(filepath.Join(dir, "logs", name+".log"))
@@ -297,6 +298,26 @@ func (c *Cluster) DeadComponents() map[string]string {
 	return dead
 }
 
+// componentAlive: process pid runs (not a zombie) and is one of this
+// cluster's components (its command line names the cluster's directory,
+// as .ci/test's cleanup finds them), not a process that took the pid of
+// one that ended.
+func (c *Cluster) componentAlive(pid int) bool {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// The state follows the command's name in parentheses, which may
+	// itself hold spaces and parentheses.
+	if i := bytes.LastIndexByte(stat, ')'); i < 0 || i+2 >= len(stat) || stat[i+2] == 'Z' || stat[i+2] == 'X' {
+		return false
+	}
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	return err == nil && bytes.Contains(cmdline, []byte("/clusters/"+c.Name+"/"))
+}
+
+// componentLogs returns the end of the API server's and etcd's logs, to say why
+// a cluster failed.
 func (c *Cluster) componentLogs() string {
 	var b strings.Builder
 	for _, name := range []string{"kube-apiserver", "etcd"} {
@@ -476,7 +497,11 @@ func (c *Cluster) kwokctl(ctx context.Context, args ...string) error {
 // Outage stops the cluster's control plane — its API server, etcd, the
 // controllers and kwok (kwokctl stop cluster) — until restore starts it
 // again: what an API server outage is to a client. restore returns once
-// the API server answers, every node is Ready again and its lease renewed
+// the API server answers, every component has run for 15 s (one that exited
+// at its start is started again, as a kubelet restarts a static pod: the
+// controller manager exits when the API server is not healthy within 10 s,
+// which after an outage on a loaded machine it may not be), every node is
+// Ready again and its lease renewed
 // since (kwok, restarted too, runs pods again: until its previous run's
 // leases expired it ran none, which with kwokctl's 200 s leases stalled
 // every pod for up to 150 s after the outage), and Kueue and the volume
@@ -488,7 +513,7 @@ func (c *Cluster) kwokctl(ctx context.Context, args ...string) error {
 // fault-injection tests on a cluster of their own.
 //
 // The machine's cluster-creation lock (lockCreate) is held from the stop
-// until every component listens on its port again: kwokctl gives a new
+// until every component runs and listens on its port again: kwokctl gives a new
 // cluster the first ports it can bind, so a cluster created meanwhile
 // (another test package's) would take the stopped one's ports, and its
 // components could not start again (seen in CI: connection refused for
@@ -523,17 +548,14 @@ func (c *Cluster) Outage(ctx context.Context) (restore func(context.Context) err
 			case <-time.After(200 * time.Millisecond):
 			}
 		}
-		// Held until every component listens again, as at creation: the
-		// API server can answer before the others bind their ports (kwok's
-		// was often still free here), and a cluster created in between
-		// takes a free one (its kwokctl counts down past bound ports
-		// only), so that our component cannot start. The likely cause of
-		// CI's failure at 0d126be: after the outage no launch's pod ran and
-		// Kueue's quota stayed held by Jobs admitted before it.
+		// Held until every component runs and listens again, as at
+		// creation: the API server can answer before the others bind
+		// their ports (kwok's was often still free here), and a cluster
+		// created in between takes a free one (its kwokctl counts down
+		// past bound ports only), so that our component cannot start.
 		if err := c.waitListening(ctx); err != nil {
 			return fmt.Errorf("after the outage: %w", err)
 		}
-		once.Do(unlock)
 		nodes, err := c.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return fmt.Errorf("after the outage: %w", err)
@@ -544,6 +566,10 @@ func (c *Cluster) Outage(ctx context.Context) (restore func(context.Context) err
 		if err := c.waitLeasesRenewed(ctx, started); err != nil {
 			return fmt.Errorf("after the outage: %w", err)
 		}
+		if err := c.keepComponents(ctx); err != nil {
+			return fmt.Errorf("after the outage: %w", err)
+		}
+		once.Do(unlock)
 		// The volume provisioner starts afresh too, as a real one (run
 		// with leader election) would: kept running, its informers came
 		// back on client-go's backoff, and claims made after the outage
@@ -562,6 +588,81 @@ func (c *Cluster) Outage(ctx context.Context) (restore func(context.Context) err
 		}
 		return nil
 	}, nil
+}
+
+// componentSettle is how long a restarted component must have run to count
+// as started: past the controller manager's 10 s wait for a healthy API
+// server, after which it exits.
+const componentSettle = 15 * time.Second
+
+// keepComponents waits until every component of the control plane has run
+// for componentSettle, starting again (kwokctl start: it starts only what
+// does not run) any that exited meanwhile — as a kubelet restarts a static
+// pod. After an outage, on a loaded machine, the API server can take longer
+// than the controller manager's 10 s wait to be healthy, and it exits
+// ("healthz check failed"): then no Job makes a pod and no claim binds (CI
+// at 10fe62b, shown by DeadComponents). At most three restarts.
+func (c *Cluster) keepComponents(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	restarts := 0
+	for {
+		dead := c.DeadComponents()
+		if len(dead) > 0 {
+			names := slices.Sorted(maps.Keys(dead))
+			if restarts == 3 {
+				return fmt.Errorf("components %v exited after 3 restarts; the last: %q", names, dead[names[0]])
+			}
+			restarts++
+			fmt.Fprintf(c.log, "cluster: %v exited after the restart; starting them again\n", names)
+			// kwokctl takes a component whose pid file names a process that
+			// answers a signal as running — a zombie does, where nothing
+			// reaps the orphans kwokctl leaves (a container's first process
+			// often does not) — so the dead ones' pid files go first.
+			for _, name := range names {
+				if err := os.Remove(filepath.Join(c.workDir, "clusters", c.Name, "pids", name+".pid")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+					return err
+				}
+			}
+			if err := c.kwokctl(ctx, "start", "cluster"); err != nil {
+				return err
+			}
+			if err := c.waitListening(ctx); err != nil {
+				return err
+			}
+			continue
+		}
+		young, err := c.youngestComponent()
+		if err != nil {
+			return err
+		}
+		if young >= componentSettle {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the components did not stay up %v: %w", componentSettle, ctx.Err())
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// youngestComponent is how long the most recently started component has
+// run (its pid file is written as kwokctl starts it).
+func (c *Cluster) youngestComponent() (time.Duration, error) {
+	pids, err := filepath.Glob(filepath.Join(c.workDir, "clusters", c.Name, "pids", "*.pid"))
+	if err != nil || len(pids) == 0 {
+		return 0, fmt.Errorf("the components' pid files: %v (%d found)", err, len(pids))
+	}
+	young := time.Duration(math.MaxInt64)
+	for _, f := range pids {
+		st, err := os.Stat(f)
+		if err != nil {
+			return 0, err
+		}
+		young = min(young, time.Since(st.ModTime())) //clock:allow compared with the pid files' times this machine stamps
+	}
+	return young, nil
 }
 
 // startVolumes starts the volume provisioner (provision) until

@@ -18,6 +18,7 @@ import (
 	"github.com/gantryhq/gantry/api/model"
 	"github.com/gantryhq/gantry/internal/config"
 	"github.com/gantryhq/gantry/internal/devcluster/clustertest"
+	"github.com/gantryhq/gantry/internal/quota"
 	"github.com/gantryhq/gantry/internal/server"
 	"github.com/gantryhq/gantry/internal/servertest"
 	"github.com/gantryhq/gantry/internal/workload"
@@ -151,7 +152,9 @@ func dumpQueue(t *testing.T) {
 		}
 		say("jobs: %d, suspended %d, with a pod active %d, succeeded %d", len(jobs.Items), suspended, active, succeeded)
 	}
-	if data, err := os.ReadFile(cluster.KueueLog()); cluster.KueueLog() != "" && len(stuck) > 0 && err == nil {
+	if data, err := os.ReadFile(cluster.KueueLog()); err != nil {
+		t.Logf("kueue log: %v", err)
+	} else if len(stuck) > 0 {
 		// The last lines about the suspended Jobs, before the summary.
 		var lines []string
 		for line := range strings.Lines(string(data)) {
@@ -227,7 +230,7 @@ func dumpQueue(t *testing.T) {
 		}
 		say("kueue workloads by the conditions true: %v", states)
 	}
-	if cq, err := dyn.Resource(schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "clusterqueues"}).Get(ctx, "gantry-vision", metav1.GetOptions{}); err != nil {
+	if cq, err := dyn.Resource(schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta2", Resource: "clusterqueues"}).Get(ctx, quota.ClusterQueue("vision"), metav1.GetOptions{}); err != nil {
 		say("cluster queue: %v", err)
 	} else {
 		var usage []string
@@ -242,7 +245,7 @@ func dumpQueue(t *testing.T) {
 			}
 		}
 		st, _, _ := unstructured.NestedMap(cq.Object, "status")
-		say("cluster queue gantry-vision: admitted %v, reserving %v, pending %v; usage %v", st["admittedWorkloads"], st["reservingWorkloads"], st["pendingWorkloads"], usage)
+		say("cluster queue %s: admitted %v, reserving %v, pending %v; usage %v", cq.GetName(), st["admittedWorkloads"], st["reservingWorkloads"], st["pendingWorkloads"], usage)
 	}
 }
 

@@ -110,18 +110,19 @@ clusters:
 		})
 	})
 	base := g.URL + "/w/" + nb.Id + "/"
-	app := func(method, path, body string) (int, string) {
-		t.Helper()
+	// A stuck port-forward ends a request, not the test's wait.
+	hc := &http.Client{Timeout: 30 * time.Second}
+	app := func(method, path, body string) (int, string, error) {
 		req, _ := http.NewRequestWithContext(ctx, method, base+path, strings.NewReader(body))
 		req.Header.Set("Authorization", "Bearer "+tok)
 		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := hc.Do(req)
 		if err != nil {
-			t.Fatal(err)
+			return 0, "", err
 		}
 		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+		b, err := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b), err
 	}
 	// On a cold run the image's first pull and Jupyter's start on the
 	// real node take most of this.
@@ -130,8 +131,8 @@ clusters:
 		if servertest.Deref(w.Cluster) != "room" || w.Status != model.Running {
 			return fmt.Errorf("%s on %q (%s)", w.Status, servertest.Deref(w.Cluster), servertest.Deref(w.Reason))
 		}
-		if s, body := app("GET", "api", ""); s != 200 || !strings.Contains(body, `"version": "6.4`) && !strings.Contains(body, `"version":"6.4`) {
-			return fmt.Errorf("%d %.200s", s, body)
+		if s, body, err := app("GET", "api", ""); err != nil || s != 200 || !strings.Contains(body, `"version": "6.4`) && !strings.Contains(body, `"version":"6.4`) {
+			return fmt.Errorf("%d %.200s %v", s, body, err)
 		}
 		return nil
 	})
@@ -139,10 +140,13 @@ clusters:
 	if err != nil || len(pods.Items) != 1 || pods.Items[0].Spec.NodeName != devcluster.RealNodeName {
 		t.Fatalf("the notebook's pods on the room: %v, want one on %s", err, devcluster.RealNodeName)
 	}
-	s, body := app("POST", "api/kernels", `{"name": "python3"}`)
+	s, body, err := app("POST", "api/kernels", `{"name": "python3"}`)
 	var kernel struct{ ID string }
-	if err := json.Unmarshal([]byte(body), &kernel); s != 201 || err != nil || kernel.ID == "" {
-		t.Fatalf("start a kernel: %d %s", s, body)
+	if err == nil {
+		err = json.Unmarshal([]byte(body), &kernel)
+	}
+	if s != 201 || err != nil || kernel.ID == "" {
+		t.Fatalf("start a kernel: %d %s %v", s, body, err)
 	}
 	if got := servertest.RunCell(t, strings.Replace(base, "http://", "ws://", 1)+"api/kernels/"+kernel.ID+"/channels?session_id=fleet", tok, "print(6*7)"); got != "42\n" {
 		t.Fatalf("print(6*7) printed %q", got)

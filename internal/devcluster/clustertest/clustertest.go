@@ -64,6 +64,11 @@ func ForTests(pkg string, configure ...func(*devcluster.Options)) (c *devcluster
 		return nil, func() {}, err
 	}
 	return c, func() {
+		// A component that died during the tests explains many a failure
+		// (r169: a controller manager gone, and no Job made a pod).
+		for name, log := range c.DeadComponents() {
+			fmt.Fprintf(os.Stderr, "cluster %s: %s had stopped before the end of the tests; its log ends: %q\n", c.Name, name, log)
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		c.Stop(ctx)

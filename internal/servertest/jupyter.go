@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"golang.org/x/net/websocket"
+
+	"github.com/gantryhq/gantry/internal/waitfor"
 )
 
 // RunCell runs code in a Jupyter kernel over its channels websocket (the
@@ -56,7 +58,7 @@ func RunCell(t testing.TB, wsURL, token, code string) string {
 }
 
 // DialKernel opens a kernel's channels websocket through Gantry with a
-// bearer token.
+// bearer token, trying again for up to a minute.
 func DialKernel(t testing.TB, wsURL, token string) *websocket.Conn {
 	t.Helper()
 	cfg, err := websocket.NewConfig(wsURL, "http://gantry.test")
@@ -64,10 +66,14 @@ func DialKernel(t testing.TB, wsURL, token string) *websocket.Conn {
 		t.Fatal(err)
 	}
 	cfg.Header = http.Header{"Authorization": {"Bearer " + token}}
-	ws, err := websocket.DialConfig(cfg)
-	if err != nil {
-		t.Fatalf("the kernel's websocket through Gantry: %v", err)
-	}
+	// Tried again for a while: a kernel just started can refuse its first
+	// dial on a loaded machine (CI r171: "bad status" right after the
+	// kernel's 201).
+	var ws *websocket.Conn
+	waitfor.Until(t, time.Minute, "the kernel's websocket through Gantry", func() error {
+		ws, err = websocket.DialConfig(cfg)
+		return err
+	})
 	return ws
 }
 

@@ -38,18 +38,8 @@ func TestClustersCreatedAtOnce(t *testing.T) {
 	errs := make([]error, len(clusters))
 	var wg sync.WaitGroup
 	for i := range clusters {
-		dir := filepath.Join(t.TempDir(), "gantry-kwok-at-once") // under gantry-kwok-: a run's cleanup finds it
-		if err := os.MkdirAll(dir, 0o700); err != nil {
-			t.Fatal(err)
-		}
-		c := &Cluster{Name: fmt.Sprintf("gt-%s-at-once-%d-%d", run, os.Getpid(), i), Bin: bin, workDir: dir, log: io.Discard}
-		c.Kubeconfig = filepath.Join(dir, "kubeconfig")
-		cfg := filepath.Join(dir, "kwokctl.yaml")
-		if err := os.WriteFile(cfg, kwokctlConfig(bin, filepath.Join(dir, "container.log"), filepath.Join(dir, "simulated-app.py"), "", filepath.Join(dir, "clusters", c.Name, "pki"), true, 0), 0o600); err != nil {
-			t.Fatal(err)
-		}
+		c, cfg := bareCluster(t, bin, fmt.Sprintf("gt-%s-at-once-%d-%d", run, os.Getpid(), i))
 		clusters[i] = c
-		t.Cleanup(func() { c.Stop(context.Background()) })
 		wg.Add(1)
 		go func() { defer wg.Done(); errs[i] = c.create(ctx, cfg) }()
 	}
@@ -99,6 +89,25 @@ func TestClustersCreatedAtOnce(t *testing.T) {
 	}
 }
 
+// bareCluster is a cluster of kwokctl's components alone, named name, not
+// made yet: its kwokctl configuration's path for create, and stopped when
+// the test ends.
+func bareCluster(t *testing.T, bin, name string) (*Cluster, string) {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "gantry-kwok-bare") // under gantry-kwok-: a run's cleanup finds it
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	c := &Cluster{Name: name, Bin: bin, workDir: dir, log: io.Discard}
+	c.Kubeconfig = filepath.Join(dir, "kubeconfig")
+	cfg := filepath.Join(dir, "kwokctl.yaml")
+	if err := os.WriteFile(cfg, kwokctlConfig(bin, filepath.Join(dir, "container.log"), filepath.Join(dir, "simulated-app.py"), "", filepath.Join(dir, "clusters", c.Name, "pki"), true, 0), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Stop(context.Background()) })
+	return c, cfg
+}
+
 // localClusters skips a test of local clusters unless they are asked for
 // (GANTRY_TEST_CLUSTER, or CI), and returns a context for it, the
 // repository's root and the test run's name (GANTRY_TEST_RUN: .ci/test's
@@ -136,21 +145,7 @@ func TestClusterCreatedDuringOutage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	newCluster := func(i int) (*Cluster, string) {
-		dir := filepath.Join(t.TempDir(), "gantry-kwok-outage") // under gantry-kwok-: a run's cleanup finds it
-		if err := os.MkdirAll(dir, 0o700); err != nil {
-			t.Fatal(err)
-		}
-		c := &Cluster{Name: fmt.Sprintf("gt-%s-outage-%d-%d", run, os.Getpid(), i), Bin: bin, workDir: dir, log: io.Discard}
-		c.Kubeconfig = filepath.Join(dir, "kubeconfig")
-		cfg := filepath.Join(dir, "kwokctl.yaml")
-		if err := os.WriteFile(cfg, kwokctlConfig(bin, filepath.Join(dir, "container.log"), filepath.Join(dir, "simulated-app.py"), "", filepath.Join(dir, "clusters", c.Name, "pki"), true, 0), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Stop(context.Background()) })
-		return c, cfg
-	}
-	down, cfg := newCluster(0)
+	down, cfg := bareCluster(t, bin, fmt.Sprintf("gt-%s-outage-%d-0", run, os.Getpid()))
 	if err := down.create(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +160,7 @@ func TestClusterCreatedDuringOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	created := make(chan error, 1)
-	other, otherCfg := newCluster(1)
+	other, otherCfg := bareCluster(t, bin, fmt.Sprintf("gt-%s-outage-%d-1", run, os.Getpid()))
 	go func() { created <- other.create(ctx, otherCfg) }()
 	if err := restore(ctx); err != nil {
 		<-created // not stopped while kwokctl still makes it

@@ -70,9 +70,9 @@ func TestGantryAsAPod(t *testing.T) {
 	}
 	t.Parallel() // the real node's tests: see gates_test.go
 	_, err := cluster.RealNode()
-	needIt(t, "the real node", err)
+	clustertest.NeedRealNode(t, "the real node", err)
 	pgUID, pgGID, err := userIn(filepath.Join(devregistry.ImagesDir(), "postgres", "15-debian12", "layer.tar.gz"), "postgres")
-	needIt(t, "the image postgres:15-debian12 (deploy/images/build.sh, as root; .ci/test runs it)", err)
+	clustertest.NeedRealNode(t, "the image postgres:15-debian12 (deploy/images/build.sh, as root; .ci/test runs it)", err)
 	ctx := t.Context()
 	root, err := devcluster.RepoRoot()
 	if err != nil {

@@ -38,21 +38,6 @@ import (
 	"k8s.io/client-go/dynamic"
 )
 
-// needIt skips the test when what it needs is missing (err), and fails it
-// where the real node is required (devcluster.RealNodeRequired: in CI, and
-// in .ci/test unless this machine cannot run one). The real node is
-// checked first: the images are built where it can run.
-func needIt(t *testing.T, what string, err error) {
-	t.Helper()
-	if err == nil {
-		return
-	}
-	if devcluster.RealNodeRequired(err) {
-		t.Fatalf("%s: %v", what, err)
-	}
-	t.Skipf("%s: %v", what, err)
-}
-
 // realNode returns Gantry on the cluster with the real node pulling the
 // catalog's images from Gantry's local signed registry; without a real node
 // it skips (and fails in CI, which can run one).
@@ -60,7 +45,7 @@ func realNode(t *testing.T) *gantryServer {
 	t.Helper()
 	g := start(t, storetest.SQLitePath(t), true)
 	_, err := cluster.RealNode()
-	needIt(t, "the real node", err)
+	clustertest.NeedRealNode(t, "the real node", err)
 	if err := cluster.MirrorRegistries(g.Images.Verifier.Mirrors()); err != nil {
 		t.Fatal(err)
 	}
@@ -353,11 +338,11 @@ func appGantry(t *testing.T, edit func(*config.Config), images ...string) *serve
 		t.Skip(clustertest.ErrNotRequested)
 	}
 	_, err := cluster.RealNode()
-	needIt(t, "the real node", err) // first: the images are built where it can run
+	clustertest.NeedRealNode(t, "the real node", err) // first: the images are built where it can run
 	for _, img := range images {
 		name, tag, _ := strings.Cut(img, ":")
 		_, err := os.Stat(filepath.Join(devregistry.ImagesDir(), name, tag, "layer.json"))
-		needIt(t, "the image "+img+" (deploy/images/build.sh, as root; .ci/test runs it)", err)
+		clustertest.NeedRealNode(t, "the image "+img+" (deploy/images/build.sh, as root; .ci/test runs it)", err)
 	}
 	ns := "gantry-e2e-" + workload.NewID()
 	grantLease(t, ns)

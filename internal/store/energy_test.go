@@ -103,19 +103,7 @@ func testEnergy(t *testing.T, s *stores.All) {
 	if err := s.AppendSamples(ctx, rs); err != nil {
 		t.Fatal(err)
 	}
-	svc, err := telemetry.New(telemetry.Options{Store: s.Telemetry, Now: func() time.Time { return end.Add(time.Hour) }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		n, err := svc.RollUp(ctx, 1000)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n == 0 {
-			break
-		}
-	}
+	svc := rolledUp(t, s, end.Add(time.Hour))
 	sum := func(from, to time.Time) map[string]float64 {
 		t.Helper()
 		hourly, err := s.GPUEnergy(ctx, from, to)
@@ -184,6 +172,25 @@ func testEnergy(t *testing.T, s *stores.All) {
 	// A window before the workload ran holds no device of it.
 	if devs, err := svc.Energy(ctx, "en-trace", start.Add(-time.Hour), start); err != nil || len(devs) != 0 {
 		t.Errorf("energy before the run: %+v, %v; want none", devs, err)
+	}
+}
+
+// rolledUp is the telemetry service over s at now, with every sample
+// appended before rolled up.
+func rolledUp(t testing.TB, s *stores.All, now time.Time) *telemetry.Service {
+	t.Helper()
+	svc, err := telemetry.New(telemetry.Options{Store: s.Telemetry, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		n, err := svc.RollUp(context.Background(), 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			return svc
+		}
 	}
 }
 
@@ -264,19 +271,7 @@ func BenchmarkSeriesEnergy(b *testing.B) {
 			if err := s.AppendSamples(ctx, rs); err != nil {
 				b.Fatal(err)
 			}
-			svc, err := telemetry.New(telemetry.Options{Store: s.Telemetry, Now: func() time.Time { return end.Add(time.Hour) }})
-			if err != nil {
-				b.Fatal(err)
-			}
-			for {
-				n, err := svc.RollUp(ctx, 1000)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if n == 0 {
-					break
-				}
-			}
+			svc := rolledUp(b, s, end.Add(time.Hour))
 			b.Run("series", func(b *testing.B) {
 				for b.Loop() {
 					got, err := svc.Series(ctx, telemetry.Query{Target: telemetry.Target{ID: "bench"}, From: start, To: end, Step: 5 * time.Minute})

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"testing"
 	"time"
 
 	"github.com/gantryhq/gantry/internal/devcluster"
@@ -130,4 +131,20 @@ func Main(m interface{ Run() int }, pkg string, c **devcluster.Cluster, hooks ..
 	}
 	stop()
 	os.Exit(code)
+}
+
+// NeedRealNode skips a test when what it needs of the real node is missing
+// (err: the node, or an image built for it), and fails it where the real
+// node is required (devcluster.RealNodeRequired: in CI, and in .ci/test
+// unless this machine cannot run one). Check the node first: the images
+// are built where it can run.
+func NeedRealNode(t testing.TB, what string, err error) {
+	t.Helper()
+	if err == nil {
+		return
+	}
+	if devcluster.RealNodeRequired(err) {
+		t.Fatalf("%s: %v", what, err)
+	}
+	t.Skipf("%s: %v", what, err)
 }

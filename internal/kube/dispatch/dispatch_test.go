@@ -503,18 +503,7 @@ clusters:
 	// Where the workers' pods would reach Gantry: none does here (kwok runs
 	// no container); the test reports as they would, with their tokens.
 	const reportURL = "http://gantry.fleet-test.invalid"
-	if _, err := manager.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: lease}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	asChart := chartIdentity(t, lease)
-	fleetSecretsPolicy(t, asChart)
-	g := servertest.New(t, func(c *config.Config) {
-		c.ClustersFile = file
-		c.Kubeconfig = asChart
-		c.Namespace = lease
-		c.ReconcileInterval = config.Duration(time.Second)
-		c.Runs.ReportURL = reportURL
-	})
+	g := fleetGantry(t, file, lease, func(c *config.Config) { c.Runs.ReportURL = reportURL })
 	api := servertest.Client(g.URL, g.Token("ada"))
 	mdyn, err := dynamic.NewForConfig(manager.Config())
 	if err != nil {
@@ -1465,6 +1454,29 @@ func chartIdentity(t *testing.T, lease string) string {
 		t.Fatal(err)
 	}
 	return path
+}
+
+// fleetGantry is Gantry as the chart deploys it over a fleet: on the
+// manager as the chart's ServiceAccount (its rules, its leader lease in the
+// namespace lease, the chart's admission policy on the fleet's Secrets),
+// driving the workers of the clusters file; edit (nil: none) changes its
+// configuration further.
+func fleetGantry(t *testing.T, clustersFile, lease string, edit func(*config.Config)) *servertest.Gantry {
+	t.Helper()
+	if _, err := manager.Client.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: lease}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	asChart := chartIdentity(t, lease)
+	fleetSecretsPolicy(t, asChart)
+	return servertest.New(t, func(c *config.Config) {
+		c.ClustersFile = clustersFile
+		c.Kubeconfig = asChart
+		c.Namespace = lease
+		c.ReconcileInterval = config.Duration(time.Second)
+		if edit != nil {
+			edit(c)
+		}
+	})
 }
 
 // fleetSecretsPolicy installs the chart's ValidatingAdmissionPolicy for

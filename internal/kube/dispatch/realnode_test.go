@@ -12,12 +12,9 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gantryhq/gantry/api/model"
-	"github.com/gantryhq/gantry/internal/config"
 	"github.com/gantryhq/gantry/internal/devcluster"
 	"github.com/gantryhq/gantry/internal/devcluster/clustertest"
 	"github.com/gantryhq/gantry/internal/devregistry"
@@ -40,19 +37,9 @@ func TestNotebookOnWorkerRunsCode(t *testing.T) {
 	if manager == nil {
 		t.Skip(clustertest.ErrNotRequested)
 	}
-	needIt := func(what string, err error) {
-		t.Helper()
-		if err == nil {
-			return
-		}
-		if devcluster.RealNodeRequired(err) {
-			t.Fatalf("%s: %v", what, err)
-		}
-		t.Skipf("%s: %v", what, err)
-	}
-	needIt("the real node", devcluster.CanRunRealNode())
+	clustertest.NeedRealNode(t, "the real node", devcluster.CanRunRealNode())
 	_, err := os.Stat(filepath.Join(devregistry.ImagesDir(), "jupyter", "6.4-debian12", "layer.json"))
-	needIt("the image jupyter:6.4-debian12 (deploy/images/build.sh, as root; .ci/test runs it)", err)
+	clustertest.NeedRealNode(t, "the image jupyter:6.4-debian12 (deploy/images/build.sh, as root; .ci/test runs it)", err)
 	room, stop, err := clustertest.ForTests("fleet-room", func(o *devcluster.Options) {
 		o.Fleet = []devcluster.NodeSpec{} // the real node alone
 		o.RealNode = true
@@ -62,7 +49,7 @@ func TestNotebookOnWorkerRunsCode(t *testing.T) {
 	}
 	t.Cleanup(stop)
 	_, err = room.RealNode()
-	needIt("the real node", err)
+	clustertest.NeedRealNode(t, "the real node", err)
 
 	ctx := context.Background()
 	file := filepath.Join(t.TempDir(), "clusters.yaml")
@@ -77,18 +64,7 @@ clusters:
 `, workerIdentity(t, room))), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	lease := "gantry-fleet-notebook"
-	if _, err := manager.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: lease}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	asChart := chartIdentity(t, lease)
-	fleetSecretsPolicy(t, asChart)
-	g := servertest.New(t, func(c *config.Config) {
-		c.ClustersFile = file
-		c.Kubeconfig = asChart
-		c.Namespace = lease
-		c.ReconcileInterval = config.Duration(time.Second)
-	})
+	g := fleetGantry(t, file, "gantry-fleet-notebook", nil)
 	if err := room.MirrorRegistries(g.Images.Verifier.Mirrors()); err != nil {
 		t.Fatal(err)
 	}

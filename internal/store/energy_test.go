@@ -175,6 +175,30 @@ func testEnergy(t *testing.T, s *stores.All) {
 	}
 }
 
+// appendSteady appends n series' samples every 10 s over [start, end): 500 W
+// (its energy counter rising with it), half the SMs active, 60 % busy.
+func appendSteady(b *testing.B, s *stores.All, start, end time.Time, n int, key func(g int) telemetry.SeriesKey) {
+	b.Helper()
+	ctx := context.Background()
+	var rs []telemetry.Stored
+	for at := start; at.Before(end); at = at.Add(10 * time.Second) {
+		for g := range n {
+			v := telemetry.NoValues()
+			v[telemetry.Power], v[telemetry.Energy], v[telemetry.SMActive], v[telemetry.GPUUtil] = 500, float64(at.Sub(start).Milliseconds())*500, 0.5, 60
+			rs = append(rs, telemetry.Stored{Series: key(g), Time: at, Share: 1, Values: v})
+		}
+		if len(rs) >= 4000 {
+			if err := s.AppendSamples(ctx, rs); err != nil {
+				b.Fatal(err)
+			}
+			rs = rs[:0]
+		}
+	}
+	if err := s.AppendSamples(ctx, rs); err != nil {
+		b.Fatal(err)
+	}
+}
+
 // rolledUp is the telemetry service over s at now, with every sample
 // appended before rolled up.
 func rolledUp(t testing.TB, s *stores.All, now time.Time) *telemetry.Service {
@@ -204,24 +228,9 @@ func BenchmarkRollupRead(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			s := open(b)
 			start := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
-			var rs []telemetry.Stored
-			for at := start; at.Before(start.Add(time.Hour)); at = at.Add(10 * time.Second) {
-				for g := range 200 {
-					v := telemetry.NoValues()
-					v[telemetry.Power], v[telemetry.Energy], v[telemetry.SMActive] = 500, float64(at.Sub(start).Milliseconds())*500, 0.5
-					rs = append(rs, telemetry.Stored{Series: telemetry.SeriesKey{Node: "n1", Device: telemetry.Device{GPU: "GPU-" + strconv.Itoa(g), Index: g % 8},
-						Workload: "w" + strconv.Itoa(g)}, Time: at, Share: 1, Values: v})
-				}
-				if len(rs) >= 4000 {
-					if err := s.AppendSamples(ctx, rs); err != nil {
-						b.Fatal(err)
-					}
-					rs = rs[:0]
-				}
-			}
-			if err := s.AppendSamples(ctx, rs); err != nil {
-				b.Fatal(err)
-			}
+			appendSteady(b, s, start, start.Add(time.Hour), 200, func(g int) telemetry.SeriesKey {
+				return telemetry.SeriesKey{Node: "n1", Device: telemetry.Device{GPU: "GPU-" + strconv.Itoa(g), Index: g % 8}, Workload: "w" + strconv.Itoa(g)}
+			})
 			for _, tc := range []struct {
 				name     string
 				lookback time.Duration
@@ -253,24 +262,10 @@ func BenchmarkSeriesEnergy(b *testing.B) {
 			s := open(b)
 			start := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
 			end := start.Add(24 * time.Hour)
-			var rs []telemetry.Stored
-			for at := start; at.Before(end); at = at.Add(10 * time.Second) {
-				for g := range 8 {
-					v := telemetry.NoValues()
-					v[telemetry.Power], v[telemetry.Energy], v[telemetry.SMActive], v[telemetry.GPUUtil] = 500, float64(at.Sub(start).Milliseconds())*500, 0.5, 60
-					rs = append(rs, telemetry.Stored{Series: telemetry.SeriesKey{Node: "n1", Device: telemetry.Device{GPU: "GPU-" + strconv.Itoa(g), Index: g},
-						Pod: telemetry.PodRef{Namespace: "gantry-vision", Name: "p0", Container: "main"}, Workload: "bench"}, Time: at, Share: 1, Values: v})
-				}
-				if len(rs) >= 4000 {
-					if err := s.AppendSamples(ctx, rs); err != nil {
-						b.Fatal(err)
-					}
-					rs = rs[:0]
-				}
-			}
-			if err := s.AppendSamples(ctx, rs); err != nil {
-				b.Fatal(err)
-			}
+			appendSteady(b, s, start, end, 8, func(g int) telemetry.SeriesKey {
+				return telemetry.SeriesKey{Node: "n1", Device: telemetry.Device{GPU: "GPU-" + strconv.Itoa(g), Index: g},
+					Pod: telemetry.PodRef{Namespace: "gantry-vision", Name: "p0", Container: "main"}, Workload: "bench"}
+			})
 			svc := rolledUp(b, s, end.Add(time.Hour))
 			b.Run("series", func(b *testing.B) {
 				for b.Loop() {

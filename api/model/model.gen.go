@@ -3262,13 +3262,13 @@ type WorkloadMove struct {
 	// Notice The sentence its owner reads: moved off node h100-3: GPU 2 critical XID 79 …; running again on node h100-7, resumed from step 1,200.
 	Notice string `json:"notice"`
 
-	// Phase requeueing: a Job taken off the node, queued again once its pods are gone; moving: waiting to run on a healthy node; resumed: running again elsewhere; kept: not moved, as a volume only that node reaches would be left behind; ended: it ended before it ran again.
+	// Phase requeueing: a Job taken off the node, queued again once its pods are gone; moving: waiting to run on a healthy node; resumed: running again elsewhere, or on its own node once that is no longer quarantined; kept: not moved, as a volume only that node reaches would be left behind; ended: it ended before it ran again.
 	Phase WorkloadMovePhase `json:"phase"`
 
 	// Reason Why it is unhealthy: a critical XID, double-bit ECC errors, a failed row remapping.
 	Reason string `json:"reason"`
 
-	// ResumedAt When it ran again on another node; absent until then.
+	// ResumedAt When it ran again on a healthy node; absent until then.
 	ResumedAt *time.Time `json:"resumedAt,omitempty"`
 
 	// ResumedFrom The checkpoint step its run resumed from, as the run reported it; absent when it did not say.
@@ -3278,7 +3278,7 @@ type WorkloadMove struct {
 	ResumedOn *string `json:"resumedOn,omitempty"`
 }
 
-// WorkloadMovePhase requeueing: a Job taken off the node, queued again once its pods are gone; moving: waiting to run on a healthy node; resumed: running again elsewhere; kept: not moved, as a volume only that node reaches would be left behind; ended: it ended before it ran again.
+// WorkloadMovePhase requeueing: a Job taken off the node, queued again once its pods are gone; moving: waiting to run on a healthy node; resumed: running again elsewhere, or on its own node once that is no longer quarantined; kept: not moved, as a volume only that node reaches would be left behind; ended: it ended before it ran again.
 type WorkloadMovePhase string
 
 // WorkloadStatus Where a workload is in its lifecycle. PendingApproval waits for an approver, Queued for quota; Stopped (by a person, or past the template's max runtime) and IdleStopped (by the idle culler) may be started again; Succeeded, Failed and Deleted are final.

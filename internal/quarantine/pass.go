@@ -91,6 +91,9 @@ func (m Move) Notice() string {
 		if m.ResumedOn != "" {
 			b.WriteString(" on node " + m.ResumedOn)
 		}
+		if slices.Contains(strings.Split(m.ResumedOn, ","), m.Node) {
+			b.WriteString(" (no longer quarantined)")
+		}
 		if m.ResumedFrom > 0 {
 			b.WriteString(", resumed from step " + thousands(m.ResumedFrom))
 		} else if m.ResumedFrom == 0 {
@@ -176,7 +179,7 @@ func (q *Quarantine) Pass(ctx context.Context) (acted int, err error) {
 			}
 		}
 	}
-	n, err := q.advance(ctx, fresh)
+	n, err := q.advance(ctx, fresh, marked)
 	return acted + n, errors.Join(append(errs, err)...)
 }
 
@@ -284,11 +287,15 @@ func (q *Quarantine) moveOff(ctx context.Context, id string, m Mark, g telemetry
 	if mv.Phase == Kept {
 		return true, nil
 	}
-	return true, q.step(ctx, mv, w)
+	return true, q.step(ctx, mv, w, false)
 }
 
-// step takes an open move one step further; it is idempotent.
-func (q *Quarantine) step(ctx context.Context, mv Move, w workload.Workload) error {
+// step takes an open move one step further; it is idempotent. released
+// says the node it moved off carries no mark any more (Gantry released it,
+// healthy again and checked, or an operator took the taint off): running
+// there again then counts as resumed, as a cluster with one node of the
+// class resumes its work where it was.
+func (q *Quarantine) step(ctx context.Context, mv Move, w workload.Workload, released bool) error {
 	ref := q.ref(w)
 	switch mv.Phase {
 	case Requeueing:
@@ -307,7 +314,7 @@ func (q *Quarantine) step(ctx context.Context, mv Move, w workload.Workload) err
 		if err != nil {
 			return err
 		}
-		if len(pods) > 0 {
+		if len(pods) > 0 && !released {
 			switch mv.Kind {
 			case template.Job:
 				// Queued again by Kueue, but a pod still there (Kueue
@@ -328,7 +335,7 @@ func (q *Quarantine) step(ctx context.Context, mv Move, w workload.Workload) err
 			return nil
 		}
 		on, err := q.o.Cluster.PodNodes(ctx, ref.Namespace, mv.Workload)
-		if err != nil || len(on) == 0 || slices.Contains(on, mv.Node) {
+		if err != nil || len(on) == 0 || (!released && slices.Contains(on, mv.Node)) {
 			return err
 		}
 		from := int64(-1)
@@ -378,8 +385,9 @@ func (q *Quarantine) to(m Move, p Phase, msg *notify.Message) (Move, *notify.Mes
 
 // advance takes every open move a step further: a Job queued again once
 // its pods left the node, a pod still there evicted again, a workload
-// running on another node resumed, one that ended meanwhile ended.
-func (q *Quarantine) advance(ctx context.Context, fresh map[string]bool) (int, error) {
+// running on another node (or on its own once that was released: marked
+// has no mark for it) resumed, one that ended meanwhile ended.
+func (q *Quarantine) advance(ctx context.Context, fresh map[string]bool, marked map[string]Mark) (int, error) {
 	moves, err := q.o.Store.OpenMoves(ctx, 500)
 	if err != nil {
 		return 0, fmt.Errorf("quarantine: open moves: %w", err)
@@ -409,7 +417,8 @@ func (q *Quarantine) advance(ctx context.Context, fresh map[string]bool) (int, e
 				n++
 			}
 		} else if err == nil {
-			err = q.step(ctx, mv, w)
+			_, marked := marked[mv.Node]
+			err = q.step(ctx, mv, w, !marked)
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("quarantine: move of workload %s off node %s: %w", mv.Workload, mv.Node, err))

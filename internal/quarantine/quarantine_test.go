@@ -333,6 +333,25 @@ func (r *rig) pass(t *testing.T) int {
 
 func (r *rig) advance(d time.Duration) { *r.clock = r.clock.Add(d) }
 
+// queuedAgain has Kueue answer that Job id is queued again, and checks that
+// a pass takes its move to Moving.
+func (r *rig) queuedAgain(t *testing.T, id string) {
+	t.Helper()
+	r.c.requeued[id] = true
+	r.pass(t)
+	if mv := r.s.move(t, id); mv.Phase != quarantine.Moving {
+		t.Fatalf("queued again: %+v", mv)
+	}
+}
+
+// runsOn has workload id Running from now, its one pod on node.
+func (r *rig) runsOn(id, pod, node string) {
+	r.c.pods[id] = []fakePod{{name: pod, node: node, running: true}}
+	w := r.w[id]
+	w.Status, w.RunningSince = workload.Running, *r.clock
+	r.w[id] = w
+}
+
 const xid79 = "critical XID 79 at 2026-12-03T10:41:50Z"
 
 // TestJobMovesOnce: a GPU turning unhealthy marks its node once (audited),
@@ -371,13 +390,8 @@ func TestJobMovesOnce(t *testing.T) {
 		t.Fatalf("second pass: requeues %d, moves %+v, events %v", r.c.requeues["job1"], r.s.moves, r.s.events())
 	}
 	// Queued again: Moving until it runs elsewhere.
-	r.c.requeued["job1"] = true
-	r.pass(t)
-	if mv := r.s.move(t, "job1"); mv.Phase != quarantine.Moving {
-		t.Fatalf("queued again: %+v", mv)
-	}
-	r.c.pods["job1"] = []fakePod{{name: "train-1", node: "h100-7", running: true}}
-	r.w["job1"] = workload.Workload{ID: "job1", Name: "train", Team: "vision", Owner: "alice", Kind: "job", Status: workload.Running, RunningSince: *r.clock}
+	r.queuedAgain(t, "job1")
+	r.runsOn("job1", "train-1", "h100-7")
 	r.r.waiting = true // it reported before; its new run has not yet
 	r.pass(t)
 	if mv := r.s.move(t, "job1"); mv.Phase != quarantine.Moving {
@@ -532,6 +546,48 @@ func TestRelease(t *testing.T) {
 	r.pass(t)
 	if r.c.started != 3 {
 		t.Errorf("preflights %d after the release", r.c.started)
+	}
+}
+
+// TestResumesOnItsNodeOnceReleased: with no other node to go to, a moved
+// Job waits while its node is quarantined — a pod of it there does not
+// count as running again — and resumes there once the node is released,
+// the notice saying the node is no longer quarantined.
+func TestResumesOnItsNodeOnceReleased(t *testing.T) {
+	r := newRig(t, quarantine.NoSchedule)
+	at := *r.clock
+	r.w["job1"] = workload.Workload{ID: "job1", Name: "train", Team: "vision", Owner: "alice", Kind: "job", Status: workload.Running}
+	r.c.pods["job1"] = []fakePod{{name: "train-0", node: "cpu-1", running: true}}
+	r.h.nodes = []telemetry.Node{holding(node("cpu-1", at, xid79), 0, "job1")}
+	r.pass(t)
+	r.c.pods["job1"] = nil
+	r.queuedAgain(t, "job1")
+	// Kueue admitted it again and a pod of it runs on the marked node (an
+	// operator's toleration, say): not resumed while the mark stands.
+	r.runsOn("job1", "train-1", "cpu-1")
+	r.r.from = 70
+	r.pass(t)
+	if mv := r.s.move(t, "job1"); mv.Phase != quarantine.Moving {
+		t.Fatalf("resumed on its quarantined node: %+v", mv)
+	}
+	// Healthy for Clean, the check passed: released, and the next pass
+	// finds the Job running there.
+	r.h.nodes = []telemetry.Node{holding(node("cpu-1", *r.clock, ""), 0, "job1")}
+	r.advance(16 * time.Minute)
+	r.pass(t)
+	r.c.preflight["cpu-1"] = quarantine.Preflight{State: quarantine.PreflightPassed, Done: *r.clock}
+	r.pass(t)
+	if len(r.c.marks) != 0 {
+		t.Fatalf("not released: %v", r.c.marks)
+	}
+	r.pass(t)
+	mv := r.s.move(t, "job1")
+	want := "moved off node cpu-1: GPU 0 " + xid79 + ", at 10:42; requeued through Kueue, its retries not used up; running again on node cpu-1 (no longer quarantined), resumed from step 70"
+	if mv.Phase != quarantine.Resumed || mv.ResumedOn != "cpu-1" || mv.ResumedFrom != 70 || mv.Notice() != want {
+		t.Fatalf("resumed: %+v\n got %q\nwant %q", mv, mv.Notice(), want)
+	}
+	if !slices.Equal(r.s.events(), []string{quarantine.EventMoved, quarantine.EventResumed}) {
+		t.Errorf("webhooks: %v", r.s.events())
 	}
 }
 

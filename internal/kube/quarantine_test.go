@@ -9,12 +9,14 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gantryhq/gantry/internal/devcluster"
 	"github.com/gantryhq/gantry/internal/kube/nodes"
 	"github.com/gantryhq/gantry/internal/quarantine"
 	"github.com/gantryhq/gantry/internal/quota"
+	"github.com/gantryhq/gantry/internal/render"
 	"github.com/gantryhq/gantry/internal/template"
 	"github.com/gantryhq/gantry/internal/waitfor"
 	"github.com/gantryhq/gantry/internal/workload"
@@ -166,6 +168,96 @@ func TestQuarantineMovesAJob(t *testing.T) {
 	}
 	if err := core.CoreV1().Namespaces().Delete(ctx, "gantry-qz", metav1.DeleteOptions{}); err != nil {
 		t.Log(err)
+	}
+}
+
+// TestPinnedVolumes, on the real API server: of a workload's pod on a node,
+// PodsOn names the claims whose bound volume only that node reaches — a
+// local volume whose every required term names that node's hostname alone
+// — and no other: a volume two nodes reach, one a zone reaches, one a term
+// of which lets another node in, one without node affinity, and a claim
+// not bound yet. A quarantine keeps such a workload where it is
+// (quarantine.Kept) rather than leave its data behind.
+func TestPinnedVolumes(t *testing.T) {
+	k := need(t)
+	ctx := context.Background()
+	core := cluster.Client
+	ns := "gantry-pv-" + workload.NewID()[:6]
+	if _, err := core.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { core.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
+	const node, other = "l4-0", "l4-1"
+	hostname := func(nodes ...string) corev1.NodeSelectorTerm {
+		return corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: corev1.LabelHostname, Operator: corev1.NodeSelectorOpIn, Values: nodes}}}
+	}
+	zone := corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: corev1.LabelTopologyZone, Operator: corev1.NodeSelectorOpIn, Values: []string{"zone-a"}}}}
+	for _, tc := range []struct {
+		claim  string
+		terms  []corev1.NodeSelectorTerm // nil: no node affinity
+		bound  bool
+		pinned bool
+	}{
+		{"local", []corev1.NodeSelectorTerm{hostname(node)}, true, true},
+		{"local-two-terms", []corev1.NodeSelectorTerm{hostname(node), hostname(node)}, true, true},
+		{"two-nodes", []corev1.NodeSelectorTerm{hostname(node, other)}, true, false},
+		{"another-term", []corev1.NodeSelectorTerm{hostname(node), hostname(other)}, true, false},
+		{"zonal", []corev1.NodeSelectorTerm{zone}, true, false},
+		{"network", nil, true, false},
+		{"unbound", []corev1.NodeSelectorTerm{hostname(node)}, false, false},
+	} {
+		pvName := ns + "-" + tc.claim
+		pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: pvName},
+			Spec: corev1.PersistentVolumeSpec{
+				Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+				AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+				StorageClassName:              "manual",
+				PersistentVolumeSource:        corev1.PersistentVolumeSource{Local: &corev1.LocalVolumeSource{Path: "/mnt/disks/" + tc.claim}},
+			}}
+		if tc.terms == nil {
+			pv.Spec.PersistentVolumeSource = corev1.PersistentVolumeSource{NFS: &corev1.NFSVolumeSource{Server: "nfs.example", Path: "/" + tc.claim}}
+		} else {
+			pv.Spec.NodeAffinity = &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: tc.terms}}
+		}
+		if _, err := core.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { core.CoreV1().PersistentVolumes().Delete(context.Background(), pvName, metav1.DeleteOptions{}) })
+		sc := "manual"
+		if !tc.bound {
+			sc = "none-to-bind" // no volume of its class: the cluster's binder leaves it Pending
+		}
+		pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: tc.claim},
+			Spec: corev1.PersistentVolumeClaimSpec{StorageClassName: &sc, AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}
+		if tc.bound {
+			pvc.Spec.VolumeName = pvName
+		}
+		if _, err := core.CoreV1().PersistentVolumeClaims(ns).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "nb-0", Labels: map[string]string{render.LabelWorkloadID: "pv000001"}},
+		Spec: corev1.PodSpec{NodeName: node, Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+			Containers: []corev1.Container{{Name: "main", Image: "registry.gantry.internal/library/python:3.11"}}}}
+	for _, c := range []string{"local", "local-two-terms", "two-nodes", "another-term", "zonal", "network", "unbound", "missing"} {
+		pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: c, VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: c}}})
+	}
+	pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+	if _, err := core.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	qc := k.Quarantine(nodes.PreflightOptions{Namespace: ns})
+	pods, err := qc.PodsOn(ctx, ns, "pv000001", node)
+	if err != nil || len(pods) != 1 || pods[0].Name != "nb-0" {
+		t.Fatalf("pods on %s: %+v %v", node, pods, err)
+	}
+	if want := []string{"local", "local-two-terms"}; !slices.Equal(pods[0].Pinned, want) {
+		t.Errorf("pinned claims %q, want %q", pods[0].Pinned, want)
+	}
+	if pods, err := qc.PodsOn(ctx, ns, "pv000001", other); err != nil || len(pods) != 0 {
+		t.Errorf("pods on %s: %+v %v; want none", other, pods, err)
 	}
 }
 

@@ -19,9 +19,10 @@ import (
 //
 // Every running server rewrites, from its policy, the ClusterQueue of every
 // team with a namespace on the cluster. So the tests that give a team other
-// tests use quotas or a budget of its own (TestApprovalsAndBudgets,
-// TestPortalTeamView: team vision) stay serial: Go runs them before any
-// parallel test, when no other server runs.
+// tests use quotas of its own, or a budget that holds its queue (block:
+// TestApprovalsAndBudgets, TestPortalTeamView, team vision), stay serial:
+// Go runs them before any parallel test, when no other server runs. (A
+// budget under require-approval changes no queue.)
 var (
 	aloneGate  = make(chan struct{}, 1)
 	besideGate = make(chan struct{}, 2)
@@ -32,7 +33,6 @@ var (
 		"TestCPUNotebookIdleCulled",
 		"TestCPUTrainingEvictedFromSpot",
 		"TestMaxRuntimeKillsContainer",
-		"TestCPUTrainingRequeuedThroughKueue",
 		"TestCPUTrainingStoppedAndStarted",
 		"TestCPUTrainingResumes",
 		"TestCPUNotebookRunsCode",
@@ -40,7 +40,8 @@ var (
 		"TestPortalCPUNotebook",
 		"TestCPUCoresQuota",
 		"TestCPUInferenceService",
-		// Both slots, last: it ends both together.
+		// Both slots, last: each ends both together.
+		"TestCPUTrainingMovedOffFailedGPU",
 		"TestGantryAsAPod",
 	})
 )

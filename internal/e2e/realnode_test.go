@@ -1,6 +1,7 @@
 package e2e_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -21,21 +22,22 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/gantryhq/gantry/api/client"
 	"github.com/gantryhq/gantry/api/model"
+	"github.com/gantryhq/gantry/internal/audit"
 	"github.com/gantryhq/gantry/internal/config"
 	"github.com/gantryhq/gantry/internal/devcluster"
 	"github.com/gantryhq/gantry/internal/devcluster/clustertest"
 	"github.com/gantryhq/gantry/internal/devregistry"
-	"github.com/gantryhq/gantry/internal/kube/kueue"
+	"github.com/gantryhq/gantry/internal/kube/nodes"
 	"github.com/gantryhq/gantry/internal/server"
 	"github.com/gantryhq/gantry/internal/servertest"
 	"github.com/gantryhq/gantry/internal/store/storetest"
+	"github.com/gantryhq/gantry/internal/telemetry"
 	"github.com/gantryhq/gantry/internal/waitfor"
 	"github.com/gantryhq/gantry/internal/workload"
 	"golang.org/x/net/websocket"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/dynamic"
 )
 
 // realNode returns Gantry on the cluster with the real node pulling the
@@ -379,7 +381,13 @@ func appGantry(t *testing.T, edit func(*config.Config), images ...string) *serve
 // none) changes Gantry's configuration.
 func cpuTrainRun(t *testing.T, steps int, edit func(*config.Config)) (*servertest.Gantry, *client.ClientWithResponses, string) {
 	t.Helper()
-	holdRealNode(t, 1)
+	return cpuTrain(t, 1, steps, edit)
+}
+
+// cpuTrain is cpuTrainRun holding slots slots of the real node.
+func cpuTrain(t *testing.T, slots, steps int, edit func(*config.Config)) (*servertest.Gantry, *client.ClientWithResponses, string) {
+	t.Helper()
+	holdRealNode(t, slots)
 	g := appGantry(t, edit, "pytorch-cpu:1.13-debian12")
 	alice := servertest.Client(g.URL, g.Token("alice"))
 	params := model.Parameters{"steps": steps, "stepDelay": "0.2"}
@@ -639,72 +647,165 @@ func resumedWithNoStepLost(t *testing.T, alice *client.ClientWithResponses, id s
 	return w, reached, from
 }
 
-// TestCPUTrainingRequeuedThroughKueue: the move the quarantine makes of a
-// Job off a failed node (kueue.Requeue: its Kueue Workload deactivated,
-// Kueue suspends the Job and ends its pod, then activated again and
-// admitted anew), made to the cpu-train job mid-run on the real node. The
-// work lost is measured against a real checkpoint: the suspension's SIGTERM
-// has the run finish its step and checkpoint there, so the resumed run
-// starts where the first stopped — at or after the step it had reported
-// when moved, and at most one checkpoint interval (the Faults issue's
-// target) behind the furthest step it reported — and the move used none of
-// the Job's retries. (The cluster has one real node, so the job resumes
-// there; which node the scheduler picks is the quarantine tests' part.)
-func TestCPUTrainingRequeuedThroughKueue(t *testing.T) {
+// TestCPUTrainingMovedOffFailedGPU: the whole quarantine on the real node
+// (a kubelet on containerd), its GPU the one part simulated — the real node
+// has none, so an agent's reports for it come from the test: a double-bit
+// ECC error on the GPU the cpu-train job holds (real PyTorch, checkpointing
+// every 50 steps to its volume), mid-run. Gantry taints the node and
+// requeues the Job through Kueue; the suspension's SIGTERM has the run
+// checkpoint at the step at hand, and with no other node for it the Job
+// waits. The agent then reports the GPU healthy (as after a driver reload);
+// after telemetry.quarantineClean the preflight check runs on the node as a
+// real pod and passes, Gantry takes its own taint off (audited) and leaves
+// the node's own, and the Job resumes there from its checkpoint: no step
+// it reported lost (the Faults issue's target: at most one checkpoint
+// interval), none of its retries used, and its move says so.
+func TestCPUTrainingMovedOffFailedGPU(t *testing.T) {
 	t.Parallel() // the real node's tests: see gates_test.go
 
-	const steps, every = 300, 50 // a minute of steps; cpu-train checkpoints every 50
-	_, alice, id := cpuTrainRun(t, steps, nil)
+	const steps, every = 200, 50
+	g, alice, id := cpuTrain(t, 2, steps, func(c *config.Config) { // both slots: the quarantine keeps any other test's pods off the node
+		c.Telemetry.QuarantineClean = config.Duration(time.Minute) // the least it takes
+		// The check's stand-in: gantry-agent check reads GPUs through NVML,
+		// and the real node has none. What is real is the pod on the node.
+		c.Telemetry.PreflightImage = "registry.gantry.internal/library/pytorch-cpu:1.13-debian12"
+		c.Telemetry.PreflightCommand = []string{"python3", "-c", `print('{"checked": "the real node has no GPU: a stand-in for gantry-agent check"}')`}
+	})
 	ctx := t.Context()
-	// Past its first checkpoint, with steps done since that a move loses.
-	atMove, pod := pastFirstCheckpoint(t, alice, id, every)
-	job := workload.ObjectRef{Namespace: pod.Namespace, Name: pod.OwnerReferences[0].Name}
-	dyn, err := dynamic.NewForConfig(cluster.Config())
-	if err != nil {
-		t.Fatal(err)
+	atFault, pod := pastFirstCheckpoint(t, alice, id, every)
+	node := pod.Spec.NodeName
+	t.Cleanup(func() { release(node) }) // on any failure before Gantry released it
+	token := agentToken(t, "gantry-system", "gantry-agent", node, "gantry")
+	dev := telemetry.Device{GPU: "GPU-" + node + "-" + id, Index: 0, Model: "NVIDIA H100 80GB HBM3"}
+	agent := servertest.Client(g.URL, token)
+	report := func(ctx context.Context, dbe uint64, on *corev1.Pod) error {
+		gpus := []telemetry.GPUState{{Device: dev, MemoryMiB: 81559}}
+		gpus[0].ECC.VolatileDBE = dbe
+		b := telemetry.Batch{Node: node, GPUs: gpus}
+		if on != nil {
+			b.Readings = []telemetry.Reading{{Time: time.Now().UTC(), Device: dev, Pod: telemetry.PodRef{Namespace: on.Namespace, Name: on.Name, Container: "main"},
+				Share: 1, Attribution: "exclusive", Values: telemetry.Values{telemetry.SMActive: 0.5}}}
+		}
+		body, err := json.Marshal(b)
+		if err != nil {
+			return err
+		}
+		r, err := agent.PushTelemetryWithBodyWithResponse(ctx, "application/json", bytes.NewReader(body))
+		if err == nil && r.StatusCode() != 202 {
+			err = fmt.Errorf("%d %s", r.StatusCode(), r.Body)
+		}
+		if err != nil {
+			return fmt.Errorf("the agent's report (double-bit errors %d): %w", dbe, err)
+		}
+		return nil
 	}
-	q, err := kueue.New(kueue.Options{Dynamic: dyn, Core: cluster.Client, Observer: noAdmissions{}})
-	if err != nil {
-		t.Fatal(err)
+	for _, dbe := range []uint64{0, 1} {
+		if err := report(ctx, dbe, &pod); err != nil {
+			t.Fatal(err)
+		}
 	}
-	moved := time.Now() //clock:allow the test measures wall time
-	waitfor.Until(t, 2*time.Minute, "the Job taken off its node and queued again", func() error {
-		done, err := q.Requeue(ctx, job, devcluster.RealNodeName)
-		if err == nil && !done {
-			err = errors.New("not yet")
+	faulted := time.Now() //clock:allow the test measures wall time
+	quarantined := func(n *corev1.Node) bool {
+		return slices.ContainsFunc(n.Spec.Taints, func(x corev1.Taint) bool { return x.Key == nodes.QuarantineTaint })
+	}
+	waitfor.Until(t, time.Minute, "the real node quarantined", func() error {
+		n, err := cluster.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err == nil && !quarantined(n) {
+			err = fmt.Errorf("taints %v", n.Spec.Taints)
 		}
 		return err
 	})
-	t.Logf("taken off at step %d; queued again after %v", atMove, time.Since(moved).Round(100*time.Millisecond))
-	// The reports of both runs: the first up to the furthest step it
-	// reached, the second from the checkpoint it resumed from.
-	_, pr, reached, from, resumedAt := finishedAfterResume(t, alice, id)
-	series := servertest.Deref(pr.Series)
-	if resumedAt < 0 || servertest.Deref(pr.Restarts) != 1 || from < atMove || from >= steps || servertest.Deref(pr.Step) != steps {
-		t.Fatalf("progress: restarts %d, resumed from %d, step %d; %d reports, the resumed one at %d; events %s; log %q", servertest.Deref(pr.Restarts), from, servertest.Deref(pr.Step), len(series), resumedAt,
-			asJSON(servertest.Deref(servertest.Must(alice.ListWorkloadEventsWithResponse(ctx, id))(t).JSON200)), string(servertest.Must(alice.GetWorkloadLogsWithResponse(ctx, id, nil))(t).Body))
+	toTaint := time.Since(faulted)
+	waitfor.Until(t, 2*time.Minute, "the job's first pod gone, the Job queued again", func() error {
+		w := servertest.Deref(servertest.Must(alice.GetWorkloadWithResponse(ctx, id))(t).JSON200)
+		ms := servertest.Deref(w.Moves)
+		if len(ms) != 1 || ms[0].Phase != model.Moving || slices.ContainsFunc(podsOf(t, "vision", id), func(p corev1.Pod) bool { return p.Name == pod.Name }) {
+			return fmt.Errorf("%s (%s), moves %s", w.Status, servertest.Deref(w.Reason), asJSON(ms))
+		}
+		return nil
+	})
+	// Healthy again, the agent reporting as it does, every 10 s, until the
+	// test ends.
+	if err := report(ctx, 0, nil); err != nil {
+		t.Fatal(err)
 	}
-	// The target is at most one checkpoint interval lost; a run that
-	// checkpoints on SIGTERM loses none of the steps it reported.
-	lost := max(0, reached-from)
-	if reached < atMove || lost > 0 {
-		t.Errorf("the first run reached step %d (%d when moved), the second resumed from %d: %d steps lost, want none (at most one checkpoint interval, %d, without the SIGTERM checkpoint)", reached, atMove, from, lost, every)
+	var failed atomic.Value // the goroutine's last failed report
+	stopped := make(chan struct{})
+	t.Cleanup(func() { <-stopped }) // ctx ends first
+	go func() {
+		defer close(stopped)
+		tick := time.NewTicker(10 * time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				if err := report(ctx, 0, nil); err != nil && ctx.Err() == nil {
+					failed.Store(err)
+				}
+			}
+		}
+	}()
+	healthy := time.Now() //clock:allow the test measures wall time
+	waitfor.Until(t, 4*time.Minute, "the node released after its preflight check", func() error {
+		n, err := cluster.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if quarantined(n) {
+			return fmt.Errorf("quarantined %v after it turned healthy", time.Since(healthy).Round(time.Second))
+		}
+		if !slices.ContainsFunc(n.Spec.Taints, func(x corev1.Taint) bool { return x.Key == devcluster.RealNodeLabel }) {
+			t.Fatalf("the node's own taint %s went with Gantry's: %v", devcluster.RealNodeLabel, n.Spec.Taints)
+		}
+		return nil
+	})
+	released := time.Since(healthy)
+	if err, _ := failed.Load().(error); err != nil {
+		t.Errorf("while the node was quarantined: %v", err)
 	}
-	var down time.Duration
-	if at := series[resumedAt].Time; at != nil {
-		down = at.Sub(moved)
+	if released < time.Minute {
+		t.Errorf("released %v after the GPU turned healthy, before telemetry.quarantineClean (1m)", released)
 	}
-	t.Logf("work lost to the move: %d steps (reached %d, resumed from checkpoint %d; checkpoints every %d); moved to the resumed run's first report: %v",
-		lost, reached, from, every, down.Round(100*time.Millisecond))
-	// The suspension ended the first pod without counting it against the
-	// Job's retries.
-	j, err := cluster.Client.BatchV1().Jobs(job.Namespace).Get(ctx, job.Name, metav1.GetOptions{})
+	w, reached, from := resumedWithNoStepLost(t, alice, id, steps, atFault, "moved")
+	var mv model.WorkloadMove
+	waitfor.Until(t, time.Minute, "the move resumed, saying from which step", func() error {
+		w = servertest.Deref(servertest.Must(alice.GetWorkloadWithResponse(ctx, id))(t).JSON200)
+		if ms := servertest.Deref(w.Moves); len(ms) == 1 {
+			mv = ms[0]
+		}
+		if mv.Phase != model.Resumed {
+			return fmt.Errorf("moves %s", asJSON(w.Moves))
+		}
+		return nil
+	})
+	want := fmt.Sprintf("running again on node %s (no longer quarantined), resumed from step %d", node, from) // under 1,000 steps: no thousands separator
+	if servertest.Deref(mv.ResumedOn) != node || servertest.Deref(mv.ResumedFrom) != from || !strings.HasPrefix(mv.Notice, "moved off node "+node+": GPU 0 1 uncorrectable (double-bit) ECC errors") ||
+		!strings.HasSuffix(mv.Notice, want) {
+		t.Errorf("the move: %s; want its notice to end %q", asJSON(mv), want)
+	}
+	j, err := cluster.Client.BatchV1().Jobs(pod.Namespace).Get(ctx, pod.OwnerReferences[0].Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if j.Status.Failed != 0 || j.Status.Succeeded != 1 {
 		t.Errorf("the Job: %d failed, %d succeeded; want the move to use none of its retries", j.Status.Failed, j.Status.Succeeded)
 	}
+	var audited []string
+	if err := g.Store.Audit.EachAudit(ctx, func(r audit.Record) error {
+		if r.Actor == "gantry" && r.Source == "quarantine" {
+			audited = append(audited, r.Action+" "+r.Object)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"quarantine node nodes/" + node, "move workload /api/v1/workloads/" + id, "release node nodes/" + node}; !slices.Equal(audited, want) {
+		t.Errorf("audited %q, want %q", audited, want)
+	}
+	t.Logf("a double-bit error at step %d or later: tainted after %v; released %v after the GPU turned healthy (quarantineClean 1m, then the preflight pod); the first run reached step %d, the second resumed from %d",
+		atFault, toTaint.Round(100*time.Millisecond), released.Round(time.Second), reached, from)
 }
 
 // TestCPUTrainingEvictedFromSpot: the cpu-train job made a spot one
@@ -743,16 +844,44 @@ func TestCPUTrainingEvictedFromSpot(t *testing.T) {
 // TestCPUTrainingStoppedAndStarted: the cpu-train job stopped by its owner
 // mid-run through Gantry's API and started again: the stop ends its real
 // process with SIGTERM, which checkpoints at the step at hand on the job's
-// volume; Gantry keeps the volume while it is Stopped, and the started run
-// resumes from that checkpoint — no step it reported lost — and finishes at
-// the same total steps, as one workload with one restart.
+// volume; Gantry keeps the volume while it is Stopped. The team's budget is
+// spent by then (a cent, require-approval), so the start waits
+// for a team-admin's approval, with no pod, the volume kept; approved, the
+// run resumes from that checkpoint — no step it reported lost — and
+// finishes at the same total steps, as one workload with one restart.
 func TestCPUTrainingStoppedAndStarted(t *testing.T) {
 	t.Parallel() // the real node's tests: see gates_test.go
 
 	const steps, every = 200, 50
-	_, alice, id := cpuTrainRun(t, steps, nil)
+	// A core at $360 an hour (a tenth of a cent a second) spends the
+	// team's cent of a budget in its first seconds (spend is counted in
+	// cents).
+	b, err := os.ReadFile("../../templates/gpu-classes.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	classes := filepath.Join(t.TempDir(), "gpu-classes.yaml")
+	dear := bytes.Replace(b, []byte("price: {onDemand: 0.05, currency: USD}"), []byte("price: {onDemand: 360, currency: USD}"), 1)
+	if bytes.Equal(dear, b) {
+		t.Fatal("templates/gpu-classes.yaml has no CPU price of $0.05 to change")
+	}
+	if err := os.WriteFile(classes, dear, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	g, alice, id := cpuTrainRun(t, steps, func(c *config.Config) {
+		c.GPUClassesFile = classes
+		c.PolicyDir = policyTeams(t, testTeams+"  vision:\n    templates: [\"*\"]\n    gpuClasses: [\"*\"]\n    quota: {gpus: {\"*\": 1000}}\n"+
+			"    budget: {amount: 0.01, atLimit: require-approval}\n")
+	})
 	ctx := t.Context()
 	atStop, first := pastFirstCheckpoint(t, alice, id, every)
+	waitfor.Until(t, time.Minute, "the team's budget spent", func() error {
+		b := servertest.Deref(servertest.Must(alice.ListBudgetsWithResponse(ctx, &model.ListBudgetsParams{Team: new("vision")}))(t).JSON200)
+		if len(b.Items) != 1 || b.Items[0].State != model.BudgetStateExceeded {
+			return fmt.Errorf("budgets %s", asJSON(b.Items))
+		}
+		return nil
+	})
 	if r := servertest.Must(alice.StopWorkloadWithResponse(ctx, id))(t); r.StatusCode() != 200 {
 		t.Fatalf("stop: %d %s", r.StatusCode(), r.Body)
 	}
@@ -763,19 +892,23 @@ func TestCPUTrainingStoppedAndStarted(t *testing.T) {
 		}
 		return nil
 	})
-	if r := servertest.Must(alice.StartWorkloadWithResponse(ctx, id))(t); r.StatusCode() != 200 {
-		t.Fatalf("start: %d %s", r.StatusCode(), r.Body)
+	r := servertest.Must(alice.StartWorkloadWithResponse(ctx, id))(t)
+	if w := servertest.Deref(r.JSON200); r.StatusCode() != 200 || w.Status != "PendingApproval" || !strings.Contains(servertest.Deref(w.Reason), "approval") {
+		t.Fatalf("start with the budget spent: %d %s", r.StatusCode(), r.Body)
+	}
+	if n := len(podsOf(t, "vision", id)); n != 0 {
+		t.Fatalf("%d pods while the start waits for approval", n)
+	}
+	lee := servertest.Client(g.URL, g.Token("lee")) // a team-admin of vision
+	if r := servertest.Must(lee.ApproveWorkloadWithResponse(ctx, id, model.DecisionRequest{Reason: "finish the run"}))(t); r.StatusCode() != 200 {
+		t.Fatalf("approve: %d %s", r.StatusCode(), r.Body)
 	}
 	_, reached, from := resumedWithNoStepLost(t, alice, id, steps, atStop, "stopped")
 	if pods := podsOf(t, "vision", id); slices.ContainsFunc(pods, func(p corev1.Pod) bool { return p.Name == first.Name }) {
 		t.Errorf("the stopped run's pod %s is still there", first.Name)
 	}
-	t.Logf("stopped at step %d or later; the first run reached %d, the started one resumed from %d", atStop, reached, from)
+	t.Logf("stopped at step %d or later; the first run reached %d, the one started after its approval resumed from %d", atStop, reached, from)
 }
-
-type noAdmissions struct{}
-
-func (noAdmissions) ObserveAdmission(time.Duration) {}
 
 // TestMaxRuntimeKillsContainer: a CPU job past its template's max runtime
 // is stopped by Kubernetes (the Job's active deadline, from

@@ -23,8 +23,9 @@ type Phase string
 
 // Phases of a move. A Job is Requeueing until Kueue has taken it off the
 // node and it is queued again; every move is then Moving until the
-// workload runs again on another node (Resumed), or ends first (Ended). A
-// workload whose volume only the failed node reaches is Kept there.
+// workload runs again on another node, or on its own once that is no
+// longer quarantined (Resumed), or ends first (Ended). A workload whose
+// volume only the failed node reaches is Kept there.
 const (
 	Requeueing Phase = "requeueing"
 	Moving     Phase = "moving"
@@ -137,12 +138,16 @@ func (q *Quarantine) Pass(ctx context.Context) (acted int, err error) {
 	}
 	fresh := map[string]bool{} // moves decided (and stepped) in this pass
 	marked := map[string]Mark{}
+	quarantined := map[string]bool{} // marked as the pass began, or unhealthy now
 	for _, m := range marks {
-		marked[m.Node] = m
+		marked[m.Node], quarantined[m.Node] = m, true
 	}
 	var errs []error
 	for _, n := range nodes {
 		bad := unhealthy(n)
+		if len(bad) > 0 {
+			quarantined[n.Name] = true
+		}
 		m, isMarked := marked[n.Name]
 		if len(bad) == 0 {
 			if isMarked {
@@ -179,7 +184,7 @@ func (q *Quarantine) Pass(ctx context.Context) (acted int, err error) {
 			}
 		}
 	}
-	n, err := q.advance(ctx, fresh, marked)
+	n, err := q.advance(ctx, fresh, quarantined)
 	return acted + n, errors.Join(append(errs, err)...)
 }
 
@@ -291,9 +296,9 @@ func (q *Quarantine) moveOff(ctx context.Context, id string, m Mark, g telemetry
 }
 
 // step takes an open move one step further; it is idempotent. released
-// says the node it moved off carries no mark any more (Gantry released it,
-// healthy again and checked, or an operator took the taint off): running
-// there again then counts as resumed, as a cluster with one node of the
+// says the node it moved off is quarantined no more (Gantry released it,
+// healthy again and checked, or an operator took the mark off): a new pod
+// running there then counts as resumed, as a cluster with one node of the
 // class resumes its work where it was.
 func (q *Quarantine) step(ctx context.Context, mv Move, w workload.Workload, released bool) error {
 	ref := q.ref(w)
@@ -314,7 +319,13 @@ func (q *Quarantine) step(ctx context.Context, mv Move, w workload.Workload, rel
 		if err != nil {
 			return err
 		}
-		if len(pods) > 0 && !released {
+		if released {
+			// On its own node again: a pod made since the move is the
+			// workload running there anew; one from before never left.
+			// (The API server keeps creation times to the second.)
+			pods = slices.DeleteFunc(pods, func(p Pod) bool { return !p.Created.Before(mv.At.Truncate(time.Second)) })
+		}
+		if len(pods) > 0 {
 			switch mv.Kind {
 			case template.Job:
 				// Queued again by Kueue, but a pod still there (Kueue
@@ -385,9 +396,10 @@ func (q *Quarantine) to(m Move, p Phase, msg *notify.Message) (Move, *notify.Mes
 
 // advance takes every open move a step further: a Job queued again once
 // its pods left the node, a pod still there evicted again, a workload
-// running on another node (or on its own once that was released: marked
-// has no mark for it) resumed, one that ended meanwhile ended.
-func (q *Quarantine) advance(ctx context.Context, fresh map[string]bool, marked map[string]Mark) (int, error) {
+// running on another node (or on its own once that is no longer
+// quarantined: neither marked as the pass began nor unhealthy now)
+// resumed, one that ended meanwhile ended.
+func (q *Quarantine) advance(ctx context.Context, fresh, quarantined map[string]bool) (int, error) {
 	moves, err := q.o.Store.OpenMoves(ctx, 500)
 	if err != nil {
 		return 0, fmt.Errorf("quarantine: open moves: %w", err)
@@ -417,8 +429,7 @@ func (q *Quarantine) advance(ctx context.Context, fresh map[string]bool, marked 
 				n++
 			}
 		} else if err == nil {
-			_, marked := marked[mv.Node]
-			err = q.step(ctx, mv, w, !marked)
+			err = q.step(ctx, mv, w, !quarantined[mv.Node])
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("quarantine: move of workload %s off node %s: %w", mv.Workload, mv.Node, err))

@@ -58,6 +58,8 @@ type Pod struct {
 	// Pinned are its volume claims bound to a volume that only that node
 	// can reach (a local volume): the pod cannot run anywhere else.
 	Pinned []string
+	// Created is when the API server made it.
+	Created time.Time
 }
 
 // Cluster is what a pass asks of the cluster (package kube).

@@ -42,6 +42,7 @@ type fakePod struct {
 	name, node string
 	pinned     []string
 	running    bool
+	created    time.Time
 }
 
 func newCluster() *cluster {
@@ -82,7 +83,7 @@ func (c *cluster) PodsOn(_ context.Context, _, id, node string) ([]quarantine.Po
 	var out []quarantine.Pod
 	for _, p := range c.pods[id] {
 		if p.node == node {
-			out = append(out, quarantine.Pod{Namespace: "team-vision", Name: p.name, Pinned: p.pinned})
+			out = append(out, quarantine.Pod{Namespace: "team-vision", Name: p.name, Pinned: p.pinned, Created: p.created})
 		}
 	}
 	return out, nil
@@ -344,9 +345,9 @@ func (r *rig) queuedAgain(t *testing.T, id string) {
 	}
 }
 
-// runsOn has workload id Running from now, its one pod on node.
+// runsOn has workload id Running from now, its one pod on node made now.
 func (r *rig) runsOn(id, pod, node string) {
-	r.c.pods[id] = []fakePod{{name: pod, node: node, running: true}}
+	r.c.pods[id] = []fakePod{{name: pod, node: node, running: true, created: *r.clock}}
 	w := r.w[id]
 	w.Status, w.RunningSince = workload.Running, *r.clock
 	r.w[id] = w
@@ -551,14 +552,20 @@ func TestRelease(t *testing.T) {
 
 // TestResumesOnItsNodeOnceReleased: with no other node to go to, a moved
 // Job waits while its node is quarantined — a pod of it there does not
-// count as running again — and resumes there once the node is released,
-// the notice saying the node is no longer quarantined.
+// count as running again, nor while the node is unhealthy though its mark
+// was taken off — and resumes there once the node is released (from the
+// pass after the release), the notice saying the node is no longer
+// quarantined. A notebook's pod from before the move that never left is
+// not taken for it running again: it is evicted again.
 func TestResumesOnItsNodeOnceReleased(t *testing.T) {
 	r := newRig(t, quarantine.NoSchedule)
 	at := *r.clock
 	r.w["job1"] = workload.Workload{ID: "job1", Name: "train", Team: "vision", Owner: "alice", Kind: "job", Status: workload.Running}
-	r.c.pods["job1"] = []fakePod{{name: "train-0", node: "cpu-1", running: true}}
-	r.h.nodes = []telemetry.Node{holding(node("cpu-1", at, xid79), 0, "job1")}
+	r.w["nb1"] = workload.Workload{ID: "nb1", Name: "lab", Team: "vision", Owner: "alice", Kind: "notebook", Status: workload.Running}
+	r.c.pods["job1"] = []fakePod{{name: "train-0", node: "cpu-1", running: true, created: at.Add(-time.Hour)}}
+	r.c.pods["nb1"] = []fakePod{{name: "lab-0", node: "cpu-1", running: true, created: at.Add(-time.Hour)}}
+	failed := holding(holding(node("cpu-1", at, xid79), 0, "job1"), 0, "nb1")
+	r.h.nodes = []telemetry.Node{failed}
 	r.pass(t)
 	r.c.pods["job1"] = nil
 	r.queuedAgain(t, "job1")
@@ -570,15 +577,25 @@ func TestResumesOnItsNodeOnceReleased(t *testing.T) {
 	if mv := r.s.move(t, "job1"); mv.Phase != quarantine.Moving {
 		t.Fatalf("resumed on its quarantined node: %+v", mv)
 	}
-	// Healthy for Clean, the check passed: released, and the next pass
-	// finds the Job running there.
-	r.h.nodes = []telemetry.Node{holding(node("cpu-1", *r.clock, ""), 0, "job1")}
+	// The mark taken off while the GPU is still unhealthy: marked again,
+	// and still not resumed.
+	delete(r.c.marks, "cpu-1")
+	r.pass(t)
+	if mv := r.s.move(t, "job1"); mv.Phase != quarantine.Moving || len(r.c.marks) != 1 {
+		t.Fatalf("resumed on a node unhealthy still: %+v, marks %v", mv, r.c.marks)
+	}
+	// Healthy for Clean, the check passed: released in a pass that still
+	// counts the node as quarantined, and the next finds the Job running
+	// there.
+	healthy := node("cpu-1", *r.clock, "")
+	r.h.nodes = []telemetry.Node{holding(holding(healthy, 0, "job1"), 0, "nb1")}
 	r.advance(16 * time.Minute)
 	r.pass(t)
 	r.c.preflight["cpu-1"] = quarantine.Preflight{State: quarantine.PreflightPassed, Done: *r.clock}
+	evicted := len(r.c.evicted)
 	r.pass(t)
-	if len(r.c.marks) != 0 {
-		t.Fatalf("not released: %v", r.c.marks)
+	if mv := r.s.move(t, "job1"); len(r.c.marks) != 0 || mv.Phase != quarantine.Moving {
+		t.Fatalf("released: marks %v, move %+v; want the move Moving until the next pass", r.c.marks, mv)
 	}
 	r.pass(t)
 	mv := r.s.move(t, "job1")
@@ -586,7 +603,14 @@ func TestResumesOnItsNodeOnceReleased(t *testing.T) {
 	if mv.Phase != quarantine.Resumed || mv.ResumedOn != "cpu-1" || mv.ResumedFrom != 70 || mv.Notice() != want {
 		t.Fatalf("resumed: %+v\n got %q\nwant %q", mv, mv.Notice(), want)
 	}
-	if !slices.Equal(r.s.events(), []string{quarantine.EventMoved, quarantine.EventResumed}) {
+	if nb := r.s.move(t, "nb1"); nb.Phase != quarantine.Moving || len(r.c.evicted) <= evicted || r.c.evicted[len(r.c.evicted)-1] != "lab-0" {
+		t.Errorf("the notebook's pod that never left: move %+v, evicted %v", nb, r.c.evicted)
+	}
+	got := map[string]int{}
+	for _, m := range r.s.sent {
+		got[m.Event]++
+	}
+	if got[quarantine.EventMoved] != 2 || got[quarantine.EventResumed] != 1 {
 		t.Errorf("webhooks: %v", r.s.events())
 	}
 }

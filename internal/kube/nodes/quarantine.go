@@ -167,7 +167,7 @@ func (k *Nodes) PodsOn(ctx context.Context, namespace, workloadID, node string) 
 	}
 	var out []quarantine.Pod
 	for _, p := range pods {
-		qp := quarantine.Pod{Namespace: p.Namespace, Name: p.Name}
+		qp := quarantine.Pod{Namespace: p.Namespace, Name: p.Name, Created: p.CreationTimestamp.Time}
 		for _, v := range p.Spec.Volumes {
 			if v.PersistentVolumeClaim == nil {
 				continue

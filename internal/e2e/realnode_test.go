@@ -28,6 +28,7 @@ import (
 	"github.com/gantryhq/gantry/internal/devcluster/clustertest"
 	"github.com/gantryhq/gantry/internal/devregistry"
 	"github.com/gantryhq/gantry/internal/kube/nodes"
+	"github.com/gantryhq/gantry/internal/render"
 	"github.com/gantryhq/gantry/internal/server"
 	"github.com/gantryhq/gantry/internal/servertest"
 	"github.com/gantryhq/gantry/internal/store/storetest"
@@ -435,7 +436,7 @@ func TestCPUTrainingResumes(t *testing.T) {
 	}
 	killed := pods[0].Name
 	// SIGKILL, as a lost node or the OOM killer ends it: no SIGTERM, so no
-	// checkpoint at the step at hand (TestCPUTrainingRequeuedThroughKueue
+	// checkpoint at the step at hand (TestCPUTrainingMovedOffFailedGPU
 	// has that path); the run's own process, found by its workload's id.
 	var pids []string
 	for _, pid := range processes("python3", "/opt/gantry/train.py") {
@@ -663,7 +664,9 @@ func resumedWithNoStepLost(t *testing.T, alice *client.ClientWithResponses, id s
 func TestCPUTrainingMovedOffFailedGPU(t *testing.T) {
 	t.Parallel() // the real node's tests: see gates_test.go
 
-	const steps, every = 200, 50
+	// A minute of steps: the resumed run lasts long enough (about 40 s) for
+	// the quarantine's passes, 5 s apart, to see it running and reporting.
+	const steps, every = 300, 50
 	g, alice, id := cpuTrain(t, 2, steps, func(c *config.Config) { // both slots: the quarantine keeps any other test's pods off the node
 		c.Telemetry.QuarantineClean = config.Duration(time.Minute) // the least it takes
 		// The check's stand-in: gantry-agent check reads GPUs through NVML,
@@ -726,10 +729,11 @@ func TestCPUTrainingMovedOffFailedGPU(t *testing.T) {
 	})
 	// Healthy again, the agent reporting as it does, every 10 s, until the
 	// test ends.
+	healthy := time.Now() //clock:allow the test measures wall time
 	if err := report(ctx, 0, nil); err != nil {
 		t.Fatal(err)
 	}
-	var failed atomic.Value // the goroutine's last failed report
+	var failed atomic.Pointer[error] // the goroutine's last failed report
 	stopped := make(chan struct{})
 	t.Cleanup(func() { <-stopped }) // ctx ends first
 	go func() {
@@ -742,12 +746,11 @@ func TestCPUTrainingMovedOffFailedGPU(t *testing.T) {
 				return
 			case <-tick.C:
 				if err := report(ctx, 0, nil); err != nil && ctx.Err() == nil {
-					failed.Store(err)
+					failed.Store(&err)
 				}
 			}
 		}
 	}()
-	healthy := time.Now() //clock:allow the test measures wall time
 	waitfor.Until(t, 4*time.Minute, "the node released after its preflight check", func() error {
 		n, err := cluster.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 		if err != nil {
@@ -762,24 +765,25 @@ func TestCPUTrainingMovedOffFailedGPU(t *testing.T) {
 		return nil
 	})
 	released := time.Since(healthy)
-	if err, _ := failed.Load().(error); err != nil {
-		t.Errorf("while the node was quarantined: %v", err)
+	if err := failed.Load(); err != nil {
+		t.Errorf("while the node was quarantined: %v", *err)
 	}
 	if released < time.Minute {
 		t.Errorf("released %v after the GPU turned healthy, before telemetry.quarantineClean (1m)", released)
 	}
-	w, reached, from := resumedWithNoStepLost(t, alice, id, steps, atFault, "moved")
+	// Resumed while it runs (a move whose run ends first ends too).
 	var mv model.WorkloadMove
-	waitfor.Until(t, time.Minute, "the move resumed, saying from which step", func() error {
-		w = servertest.Deref(servertest.Must(alice.GetWorkloadWithResponse(ctx, id))(t).JSON200)
+	waitfor.Until(t, 3*time.Minute, "the move resumed, saying from which step", func() error {
+		w := servertest.Deref(servertest.Must(alice.GetWorkloadWithResponse(ctx, id))(t).JSON200)
 		if ms := servertest.Deref(w.Moves); len(ms) == 1 {
 			mv = ms[0]
 		}
 		if mv.Phase != model.Resumed {
-			return fmt.Errorf("moves %s", asJSON(w.Moves))
+			return fmt.Errorf("%s (%s), moves %s", w.Status, servertest.Deref(w.Reason), asJSON(w.Moves))
 		}
 		return nil
 	})
+	_, reached, from := resumedWithNoStepLost(t, alice, id, steps, atFault, "moved")
 	want := fmt.Sprintf("running again on node %s (no longer quarantined), resumed from step %d", node, from) // under 1,000 steps: no thousands separator
 	if servertest.Deref(mv.ResumedOn) != node || servertest.Deref(mv.ResumedFrom) != from || !strings.HasPrefix(mv.Notice, "moved off node "+node+": GPU 0 1 uncorrectable (double-bit) ECC errors") ||
 		!strings.HasSuffix(mv.Notice, want) {
@@ -870,7 +874,7 @@ func TestCPUTrainingStoppedAndStarted(t *testing.T) {
 	}
 	g, alice, id := cpuTrainRun(t, steps, func(c *config.Config) {
 		c.GPUClassesFile = classes
-		c.PolicyDir = policyTeams(t, testTeams+"  vision:\n    templates: [\"*\"]\n    gpuClasses: [\"*\"]\n    quota: {gpus: {\"*\": 1000}}\n"+
+		c.PolicyDir = policyTeams(t, testTeams+onecoreTeam+"  vision:\n    templates: [\"*\"]\n    gpuClasses: [\"*\"]\n    quota: {gpus: {\"*\": 1000}}\n"+
 			"    budget: {amount: 0.01, atLimit: require-approval}\n")
 	})
 	ctx := t.Context()
@@ -896,8 +900,15 @@ func TestCPUTrainingStoppedAndStarted(t *testing.T) {
 	if w := servertest.Deref(r.JSON200); r.StatusCode() != 200 || w.Status != "PendingApproval" || !strings.Contains(servertest.Deref(w.Reason), "approval") {
 		t.Fatalf("start with the budget spent: %d %s", r.StatusCode(), r.Body)
 	}
-	if n := len(podsOf(t, "vision", id)); n != 0 {
-		t.Fatalf("%d pods while the start waits for approval", n)
+	// Nothing started until approved: the Job suspended as the stop left
+	// it, no pod, its volume kept.
+	j, err := cluster.Client.BatchV1().Jobs(first.Namespace).Get(ctx, first.OwnerReferences[0].Name, metav1.GetOptions{})
+	if err != nil || j.Spec.Suspend == nil || !*j.Spec.Suspend {
+		t.Fatalf("the Job while its start waits for approval: %v (suspend %v)", err, j.Spec.Suspend)
+	}
+	claims, err := cluster.Client.CoreV1().PersistentVolumeClaims(first.Namespace).List(ctx, metav1.ListOptions{LabelSelector: render.LabelWorkloadID + "=" + id})
+	if n := len(podsOf(t, "vision", id)); err != nil || n != 0 || len(claims.Items) == 0 {
+		t.Fatalf("while the start waits for approval: %d pods, %d volume claims (%v); want none and its checkpoints' claim", n, len(claims.Items), err)
 	}
 	lee := servertest.Client(g.URL, g.Token("lee")) // a team-admin of vision
 	if r := servertest.Must(lee.ApproveWorkloadWithResponse(ctx, id, model.DecisionRequest{Reason: "finish the run"}))(t); r.StatusCode() != 200 {

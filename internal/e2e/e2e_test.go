@@ -978,13 +978,9 @@ func TestQuotaQueues(t *testing.T) {
 // onecore, whose CPU-only launches have one core.
 func testPolicy(t testing.TB) string {
 	t.Helper()
-	return policyTeams(t, testTeams+onecoreTeam)
+	return policyTeams(t, testTeams+
+		"  onecore:\n    templates: [\"*\"]\n    gpuClasses: [\"*\"]\n    quota: {gpus: {\"*\": 1000}, cores: 1}\n")
 }
-
-// onecoreTeam is testPolicy's team onecore: a test whose policy adds teams
-// to testTeams keeps it, since every server rewrites the queue of every team
-// with a namespace on the cluster.
-const onecoreTeam = "  onecore:\n    templates: [\"*\"]\n    gpuClasses: [\"*\"]\n    quota: {gpus: {\"*\": 1000}, cores: 1}\n"
 
 // testTeams are testPolicy's teams in the fields every release reads (the
 // rolling upgrade's previous release reads its policy strictly).

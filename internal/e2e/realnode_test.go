@@ -874,7 +874,7 @@ func TestCPUTrainingStoppedAndStarted(t *testing.T) {
 	}
 	g, alice, id := cpuTrainRun(t, steps, func(c *config.Config) {
 		c.GPUClassesFile = classes
-		c.PolicyDir = policyTeams(t, testTeams+onecoreTeam+"  vision:\n    templates: [\"*\"]\n    gpuClasses: [\"*\"]\n    quota: {gpus: {\"*\": 1000}}\n"+
+		c.PolicyDir = policyWith(t, "  vision:\n    templates: [\"*\"]\n    gpuClasses: [\"*\"]\n    quota: {gpus: {\"*\": 1000}}\n"+
 			"    budget: {amount: 0.01, atLimit: require-approval}\n")
 	})
 	ctx := t.Context()

@@ -11,6 +11,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -271,9 +272,46 @@ func (g *gantryServer) waitStatusWithin(d time.Duration, id string, want ...mode
 		if w = g.workload(id); slices.Contains(want, w.Status) {
 			return nil
 		}
-		return fmt.Errorf("it is %s (%s)", w.Status, servertest.Deref(w.Reason))
+		reason := servertest.Deref(w.Reason)
+		if strings.Contains(reason, "Insufficient nvidia.com/gpu") {
+			// Who holds the GPUs (a cold CI run once found both H100
+			// nodes full for 15 minutes, and eight tests failed on it).
+			reason += "; " + gpuHolders()
+		}
+		return fmt.Errorf("it is %s (%s)", w.Status, reason)
 	})
 	return w
+}
+
+// gpuHolders says which live pods hold GPUs, by node: namespace/name, how
+// many and for how long.
+func gpuHolders() string {
+	list, err := cluster.Client.CoreV1().Pods("").List(context.Background(), metav1.ListOptions{FieldSelector: "spec.nodeName!="})
+	if err != nil {
+		return "GPU holders not listed: " + err.Error()
+	}
+	by := map[string][]string{}
+	for _, p := range list.Items {
+		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		var n int64
+		for _, c := range p.Spec.Containers {
+			if q, ok := c.Resources.Limits["nvidia.com/gpu"]; ok {
+				n += q.Value()
+			}
+		}
+		if n > 0 {
+			by[p.Spec.NodeName] = append(by[p.Spec.NodeName], fmt.Sprintf("%s/%s (%d, %s old, %s)", p.Namespace, p.Name, n,
+				time.Since(p.CreationTimestamp.Time).Round(time.Second), p.Status.Phase))
+		}
+	}
+	var b strings.Builder
+	b.WriteString("GPUs held:")
+	for _, node := range slices.Sorted(maps.Keys(by)) {
+		fmt.Fprintf(&b, " %s: %s;", node, strings.Join(by[node], ", "))
+	}
+	return b.String()
 }
 
 func podsOf(t testing.TB, team, id string) []corev1.Pod {

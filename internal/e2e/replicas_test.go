@@ -23,6 +23,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/gantryhq/gantry/api/client"
 	"github.com/gantryhq/gantry/api/model"
 	"github.com/gantryhq/gantry/internal/cull"
 	"github.com/gantryhq/gantry/internal/devcluster/clustertest"
@@ -138,13 +139,12 @@ func TestTwoReplicasLeaderKilledMidAlert(t *testing.T) {
 	rx := newKillingReceiver(t, func(m webhookMessage) bool { return m.Gantry.Event == "budget.threshold" && m.Gantry.Team == team })
 	survivor := rx.start(t, dsn, "GANTRY_POLICY_DIR="+policy)
 	tok := signInToken(t, survivor.URL, "ada")
-	c := servertest.Client(survivor.URL, tok)
 	// Two H100s ($13.80/h): 80 % of $0.05 in about 10 s, 100 % in 13 s.
 	status, w := launchAt(survivor.URL, tok, team+"-svc", model.LaunchRequest{Template: "vllm-inference", Team: team, Gpu: &model.GPUChoice{Class: new("H100-80GB"), Count: new(2)}})
 	if status != 201 {
 		t.Fatalf("launch: %d", status)
 	}
-	t.Cleanup(func() { servertest.Must(c.DeleteWorkloadWithResponse(context.Background(), w.Id))(t) })
+	t.Cleanup(func() { servertest.Must(rx.left(tok).DeleteWorkloadWithResponse(context.Background(), w.Id))(t) })
 	db := rx.db(t, dsn)
 	// Every alert's message delivered: what the outbox says, not the
 	// receiver alone.
@@ -179,7 +179,7 @@ func TestTwoReplicasLeaderKilledMidAlert(t *testing.T) {
 	if err := db.QueryRowContext(t.Context(), `SELECT count(*) FROM audit WHERE actor = 'gantry' AND action = 'budget alert' AND object LIKE $1`, "%?team="+team).Scan(&audits); err != nil {
 		t.Fatal(err)
 	}
-	br := servertest.Must(c.ListBudgetsWithResponse(t.Context(), &model.ListBudgetsParams{Team: new(team)}))(t)
+	br := servertest.Must(rx.left(tok).ListBudgetsWithResponse(t.Context(), &model.ListBudgetsParams{Team: new(team)}))(t)
 	if items := servertest.Deref(br.JSON200).Items; len(messages) != 2 || undelivered != 0 || audits != 2 || len(items) != 1 || len(items[0].ThresholdsReached) != 2 {
 		t.Errorf("%d alert messages delivered, %d not (want 2 and 0); %d audit records (want 2); budgets %s", len(messages), undelivered, audits, br.Body)
 	}
@@ -208,16 +208,15 @@ func TestTwoReplicasLeaderKilledMidCull(t *testing.T) {
 	})
 	survivor := rx.start(t, dsn, "GANTRY_TEMPLATES_DIR="+templates)
 	tok := signInToken(t, survivor.URL, "ada")
-	c := servertest.Client(survivor.URL, tok)
 	team := "cu" + strings.ToLower(rand.Text()[:4])
 	status, nb := launchAt(survivor.URL, tok, team+"-nb", model.LaunchRequest{Template: "jupyter-notebook", Team: team})
 	if status != 201 {
 		t.Fatalf("launch: %d", status)
 	}
 	nbID.Store(nb.Id)
-	t.Cleanup(func() { servertest.Must(c.DeleteWorkloadWithResponse(context.Background(), nb.Id))(t) })
+	t.Cleanup(func() { servertest.Must(rx.left(tok).DeleteWorkloadWithResponse(context.Background(), nb.Id))(t) })
 	workload := func() model.Workload {
-		return servertest.Deref(servertest.Must(c.GetWorkloadWithResponse(t.Context(), nb.Id))(t).JSON200)
+		return servertest.Deref(servertest.Must(rx.left(tok).GetWorkloadWithResponse(t.Context(), nb.Id))(t).JSON200)
 	}
 	var pods []corev1.Pod
 	waitfor.Until(t, 2*time.Minute, "the notebook running", func() error {
@@ -326,6 +325,7 @@ type killingReceiver struct {
 	hook     *httptest.Server
 
 	mu       sync.Mutex
+	waiting  int // the replica that did not lead at the start
 	killed   int // the replica killed, -1 none yet
 	killedAt time.Time
 	cut      string         // the delivery whose post was cut
@@ -351,9 +351,23 @@ func (rx *killingReceiver) start(t *testing.T, dsn string, env ...string) *serve
 	},
 		append([]string{"GANTRY_NOTIFY_WEBHOOK_SECRET=" + string(rx.secret)}, env...)...)
 	rx.mu.Lock()
-	rx.replicas = replicas
+	rx.replicas, rx.waiting = replicas, 1-leads
 	rx.mu.Unlock()
 	return replicas[1-leads]
+}
+
+// left is a client, as tok, of the replica that was not killed (none yet:
+// the one that did not lead at the start). It is not always the one start
+// returned: on a loaded machine the lead can pass to it before the kill,
+// and then it is the one that sends, and dies.
+func (rx *killingReceiver) left(tok string) *client.ClientWithResponses {
+	rx.mu.Lock()
+	defer rx.mu.Unlock()
+	i := rx.waiting
+	if rx.killed >= 0 {
+		i = 1 - rx.killed
+	}
+	return servertest.Client(rx.replicas[i].URL, tok)
 }
 
 func (rx *killingReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {

@@ -268,6 +268,8 @@ func (g *gantryServer) waitStatus(id string, want ...model.WorkloadStatus) model
 func (g *gantryServer) waitStatusWithin(d time.Duration, id string, want ...model.WorkloadStatus) model.Workload {
 	g.t.Helper()
 	var w model.Workload
+	var holders string   // who holds the GPUs, while it waits for some
+	var listed time.Time // when holders was listed: at most every 10 s
 	waitfor.Until(g.t, d, fmt.Sprintf("workload %s to be %v", id, want), func() error {
 		if w = g.workload(id); slices.Contains(want, w.Status) {
 			return nil
@@ -276,7 +278,10 @@ func (g *gantryServer) waitStatusWithin(d time.Duration, id string, want ...mode
 		if strings.Contains(reason, "Insufficient nvidia.com/gpu") {
 			// Who holds the GPUs (a cold CI run once found both H100
 			// nodes full for 15 minutes, and eight tests failed on it).
-			reason += "; " + gpuHolders()
+			if time.Since(listed) > 10*time.Second {
+				holders, listed = gpuHolders(), time.Now()
+			}
+			reason += "; " + holders
 		}
 		return fmt.Errorf("it is %s (%s)", w.Status, reason)
 	})

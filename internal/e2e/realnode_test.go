@@ -680,7 +680,6 @@ func TestCPUTrainingMovedOffFailedGPU(t *testing.T) {
 	t.Cleanup(func() { release(node) }) // on any failure before Gantry released it
 	token := agentToken(t, "gantry-system", "gantry-agent", node, "gantry")
 	dev := telemetry.Device{GPU: "GPU-" + node + "-" + id, Index: 0, Model: "NVIDIA H100 80GB HBM3"}
-	agent := servertest.Client(g.URL, token)
 	report := func(ctx context.Context, dbe uint64, on *corev1.Pod) error {
 		gpus := []telemetry.GPUState{{Device: dev, MemoryMiB: 81559}}
 		gpus[0].ECC.VolatileDBE = dbe
@@ -689,13 +688,9 @@ func TestCPUTrainingMovedOffFailedGPU(t *testing.T) {
 			b.Readings = []telemetry.Reading{{Time: time.Now().UTC(), Device: dev, Pod: telemetry.PodRef{Namespace: on.Namespace, Name: on.Name, Container: "main"},
 				Share: 1, Attribution: "exclusive", Values: telemetry.Values{telemetry.SMActive: 0.5}}}
 		}
-		body, err := json.Marshal(b)
-		if err != nil {
-			return err
-		}
-		r, err := agent.PushTelemetryWithBodyWithResponse(ctx, "application/json", bytes.NewReader(body))
-		if err == nil && r.StatusCode() != 202 {
-			err = fmt.Errorf("%d %s", r.StatusCode(), r.Body)
+		status, body, err := pushBatch(ctx, g.URL, token, b)
+		if err == nil && status != 202 {
+			err = fmt.Errorf("%d %s", status, body)
 		}
 		if err != nil {
 			return fmt.Errorf("the agent's report (double-bit errors %d): %w", dbe, err)

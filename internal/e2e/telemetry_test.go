@@ -69,12 +69,25 @@ func agentToken(t testing.TB, ns, sa, node, audience string) string {
 // internal/node/agent sends it, through the typed operation.
 func push(t testing.TB, g *gantryServer, token string, b telemetry.Batch) (int, string) {
 	t.Helper()
-	body, err := json.Marshal(b)
+	status, body, err := pushBatch(t.Context(), g.URL, token, b)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := servertest.Must(servertest.Client(g.URL, token).PushTelemetryWithBodyWithResponse(t.Context(), "application/json", bytes.NewReader(body)))(t)
-	return r.StatusCode(), string(r.Body)
+	return status, body
+}
+
+// pushBatch is push for code that cannot fail a test itself (a goroutine
+// reporting as an agent does): the Gantry at url's answer, or why none came.
+func pushBatch(ctx context.Context, url, token string, b telemetry.Batch) (int, string, error) {
+	body, err := json.Marshal(b)
+	if err != nil {
+		return 0, "", err
+	}
+	r, err := servertest.Client(url, token).PushTelemetryWithBodyWithResponse(ctx, "application/json", bytes.NewReader(body))
+	if err != nil {
+		return 0, "", err
+	}
+	return r.StatusCode(), string(r.Body), nil
 }
 
 // TestTelemetryPush: an agent's projected token is checked with a
